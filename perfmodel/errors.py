@@ -1,0 +1,27 @@
+"""Errors the user can cause. The CLI turns each into one line and an exit code of its class."""
+
+from __future__ import annotations
+
+
+class PerfmodelError(Exception):
+    """Base class: a problem with the user's input that the CLI reports without a traceback."""
+
+    exit_code = 2
+
+
+class SpecError(PerfmodelError, ValueError):
+    """A hardware, model or profile spec is missing a field, has a wrong value or cannot be read."""
+
+    exit_code = 3
+
+
+class PlanError(PerfmodelError, ValueError):
+    """A parallel plan breaks a rule (divisibility, degrees, options)."""
+
+    exit_code = 4
+
+
+class DataError(PerfmodelError, ValueError):
+    """An input data file (CSV of plans, log, table) is malformed."""
+
+    exit_code = 5

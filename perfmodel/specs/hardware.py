@@ -1,0 +1,262 @@
+"""Hardware specs: one node type of a cluster, with its links and efficiencies.
+
+Units live in the field names. A spec is read from a preset (perfmodel/specs/presets/hardware/) or a
+user's YAML/JSON file, which may start from a preset with `base: <preset>` and override any field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfmodel.errors import SpecError
+from perfmodel.specs.loading import check_fields, deep_merge, number, read_mapping, suggest
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+COLLECTIVE_ALGORITHMS = ("auto", "ring", "tree", "recursive", "hierarchical")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkSpec:
+    """A link class (inside a node, or between nodes).
+
+    bandwidth_bytes_per_s: one direction; per GPU inside a node, per node (all NICs) between nodes.
+    latency_s: the per-message start-up cost (alpha) of one step of a collective on this link.
+    efficiency: fraction of bandwidth_bytes_per_s that collectives reach (nccl-tests bus bandwidth).
+    """
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    efficiency: float = 1.0
+
+    def __post_init__(self) -> None:
+        number(self.bandwidth_bytes_per_s, "bandwidth_bytes_per_s")
+        number(self.latency_s, "latency_s", strict=False)
+        number(self.efficiency, "efficiency", maximum=1.0)
+
+    @property
+    def effective_bandwidth_bytes_per_s(self) -> float:
+        return self.bandwidth_bytes_per_s * self.efficiency
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectiveFit:
+    """A fitted alpha-beta model of one collective on one scope (from calibration).
+
+    T(nbytes, n) = steps(n) * alpha_s + bus_factor(n) * nbytes / bus_bandwidth_bytes_per_s
+    """
+
+    op: str
+    scope: str  # "intra" or "inter"
+    algorithm: str
+    alpha_s: float
+    bus_bandwidth_bytes_per_s: float
+
+    def __post_init__(self) -> None:
+        if self.scope not in ("intra", "inter"):
+            raise SpecError(f"collectives.scope must be 'intra' or 'inter', got '{self.scope}'")
+        number(self.alpha_s, "collectives.alpha_s", strict=False)
+        number(self.bus_bandwidth_bytes_per_s, "collectives.bus_bandwidth_bytes_per_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmEfficiency:
+    """Parameters of the GEMM efficiency model (see perfmodel.costs.gemm_efficiency)."""
+
+    max_fraction: float  # fraction of peak that large, well-shaped GEMMs reach
+    half_dim: float  # the harmonic dimension at which efficiency falls to half of max_fraction
+
+    def __post_init__(self) -> None:
+        number(self.max_fraction, "gemm_efficiency.max_fraction", maximum=1.0)
+        number(self.half_dim, "gemm_efficiency.half_dim", strict=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareSpec:
+    """One kind of node and how many GPUs it holds."""
+
+    name: str
+    gpu_name: str
+    gpus_per_node: int
+    peak_flops_per_s: Mapping[str, float]
+    memory_bytes: float
+    memory_bandwidth_bytes_per_s: float
+    intra_node: LinkSpec
+    inter_node: LinkSpec
+    gemm_efficiency: Mapping[str, GemmEfficiency]
+    memory_bandwidth_efficiency: float = 0.85
+    kernel_overhead_s: float = 4e-6
+    memory_reserved_bytes: float = 0.0
+    collective_algorithm: str = "auto"
+    collectives: tuple[CollectiveFit, ...] = ()
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        number(self.gpus_per_node, "gpus_per_node", integer=True, maximum=1_000_000)
+        if not self.peak_flops_per_s:
+            raise SpecError("peak_flops_per_s must name at least one dtype of " + ", ".join(DTYPES))
+        for dtype, flops in self.peak_flops_per_s.items():
+            if dtype not in DTYPES:
+                raise SpecError(
+                    f"peak_flops_per_s: unknown dtype '{dtype}'{suggest(dtype, DTYPES)}; "
+                    f"allowed: {', '.join(DTYPES)}"
+                )
+            number(flops, f"peak_flops_per_s.{dtype}")
+        number(self.memory_bytes, "memory_bytes")
+        number(self.memory_bandwidth_bytes_per_s, "memory_bandwidth_bytes_per_s")
+        number(self.memory_bandwidth_efficiency, "memory_bandwidth_efficiency", maximum=1.0)
+        number(self.kernel_overhead_s, "kernel_overhead_s", strict=False, maximum=1.0)
+        number(self.memory_reserved_bytes, "memory_reserved_bytes", strict=False)
+        if self.memory_reserved_bytes >= self.memory_bytes:
+            raise SpecError("memory_reserved_bytes must be below memory_bytes")
+        if self.collective_algorithm not in COLLECTIVE_ALGORITHMS:
+            raise SpecError(
+                f"collective_algorithm must be one of {', '.join(COLLECTIVE_ALGORITHMS)}, "
+                f"got '{self.collective_algorithm}'"
+            )
+
+    def peak(self, dtype: str) -> float:
+        """Peak dense FLOP/s for a dtype; tf32 falls back to fp32 where the GPU has no TF32."""
+        if dtype in self.peak_flops_per_s:
+            return float(self.peak_flops_per_s[dtype])
+        if dtype == "tf32" and "fp32" in self.peak_flops_per_s:
+            return float(self.peak_flops_per_s["fp32"])
+        raise SpecError(
+            f"hardware '{self.name}' has no peak_flops_per_s for dtype '{dtype}'; "
+            f"it has: {', '.join(self.peak_flops_per_s)}"
+        )
+
+    def gemm(self, dtype: str) -> GemmEfficiency:
+        if dtype in self.gemm_efficiency:
+            return self.gemm_efficiency[dtype]
+        return self.gemm_efficiency["default"]
+
+    def replace(self, **changes: Any) -> HardwareSpec:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_TOP_FIELDS = [f.name for f in dataclasses.fields(HardwareSpec)] + ["base"]
+_LINK_FIELDS = [f.name for f in dataclasses.fields(LinkSpec)]
+_GEMM_FIELDS = [f.name for f in dataclasses.fields(GemmEfficiency)]
+_FIT_FIELDS = [f.name for f in dataclasses.fields(CollectiveFit)]
+
+
+def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
+    """Build a HardwareSpec from a mapping of fields, checking every name and value."""
+    check_fields(data, _TOP_FIELDS, where)
+    required = ["gpus_per_node", "peak_flops_per_s", "memory_bytes",
+                "memory_bandwidth_bytes_per_s", "intra_node", "inter_node"]
+    for key in required:
+        if key not in data:
+            raise SpecError(f"{where}: missing required field '{key}'")
+    fields = {k: v for k, v in data.items() if k != "base"}
+    try:
+        for link in ("intra_node", "inter_node"):
+            value = fields[link]
+            if not isinstance(value, Mapping):
+                raise SpecError(f"{where}: {link} must be a mapping with {', '.join(_LINK_FIELDS)}")
+            check_fields(value, _LINK_FIELDS, f"{where}: {link}")
+            for key in ("bandwidth_bytes_per_s", "latency_s"):
+                if key not in value:
+                    raise SpecError(f"{where}: missing required field '{link}.{key}'")
+                number(value[key], f"{link}.{key}", strict=key != "latency_s")
+            if "efficiency" in value:
+                number(value["efficiency"], f"{link}.efficiency", maximum=1.0)
+            fields[link] = LinkSpec(**{k: float(v) for k, v in value.items()})
+        peaks = fields["peak_flops_per_s"]
+        if not isinstance(peaks, Mapping):
+            raise SpecError(f"{where}: peak_flops_per_s must map dtypes ({', '.join(DTYPES)}) to FLOP/s")
+        for dtype, value in peaks.items():
+            number(value, f"peak_flops_per_s.{dtype}")
+        fields["peak_flops_per_s"] = {str(k): float(v) for k, v in peaks.items()}
+        fields["gemm_efficiency"] = _gemm_from(fields.get("gemm_efficiency"), where)
+        fits = fields.get("collectives", ())
+        if not isinstance(fits, (list, tuple)):
+            raise SpecError(f"{where}: collectives must be a list of fitted entries")
+        parsed = []
+        for i, fit in enumerate(fits):
+            if not isinstance(fit, Mapping):
+                raise SpecError(f"{where}: collectives[{i}] must be a mapping")
+            check_fields(fit, _FIT_FIELDS, f"{where}: collectives[{i}]")
+            missing = [k for k in _FIT_FIELDS if k not in fit]
+            if missing:
+                raise SpecError(f"{where}: collectives[{i}] is missing field '{missing[0]}'")
+            parsed.append(CollectiveFit(**fit))
+        fields["collectives"] = tuple(parsed)
+        fields.setdefault("name", where)
+        fields.setdefault("gpu_name", fields["name"])
+        for key in ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
+                    "kernel_overhead_s", "memory_reserved_bytes"):
+            if key in fields:
+                fields[key] = number(fields[key], key, strict=key in ("memory_bytes",
+                                     "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency"))
+        fields["gpus_per_node"] = number(fields["gpus_per_node"], "gpus_per_node", integer=True)
+        return HardwareSpec(**fields)
+    except TypeError as exc:  # a wrong type inside a nested field
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def _gemm_from(value: Any, where: str) -> dict[str, GemmEfficiency]:
+    """gemm_efficiency: {max_fraction, half_dim} for all dtypes, or a mapping by dtype of those."""
+    if value is None:
+        raise SpecError(f"{where}: missing required field 'gemm_efficiency'")
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{where}: gemm_efficiency must be a mapping with {', '.join(_GEMM_FIELDS)}")
+    if set(value) <= set(_GEMM_FIELDS):
+        check_fields(value, _GEMM_FIELDS, f"{where}: gemm_efficiency")
+        return {"default": GemmEfficiency(**value)}
+    out: dict[str, GemmEfficiency] = {}
+    for dtype, sub in value.items():
+        if dtype not in (*DTYPES, "default"):
+            raise SpecError(
+                f"{where}: gemm_efficiency: unknown field '{dtype}'{suggest(str(dtype), _GEMM_FIELDS)}; "
+                f"allowed: {', '.join(_GEMM_FIELDS)} or a dtype ({', '.join(DTYPES)}, default)"
+            )
+        if not isinstance(sub, Mapping):
+            raise SpecError(f"{where}: gemm_efficiency.{dtype} must be a mapping")
+        check_fields(sub, _GEMM_FIELDS, f"{where}: gemm_efficiency.{dtype}")
+        out[dtype] = GemmEfficiency(**sub)
+    if "default" not in out:
+        out["default"] = next(iter(out.values()))
+    return out
+
+
+def load_hardware_dict(name_or_path: str | Path) -> dict[str, Any]:
+    """The merged field mapping of a preset name or a spec file, `base:` resolved."""
+    from perfmodel.specs.presets import HARDWARE_DIR, resolve
+
+    path = resolve(name_or_path, HARDWARE_DIR, "hardware")
+    data = read_mapping(path, "hardware")
+    seen = {path}
+    while "base" in data:
+        base = data.pop("base")
+        if base is None or not isinstance(base, str):
+            raise SpecError(f"hardware file {path}: base must be a preset name or path")
+        base_path = resolve(base, HARDWARE_DIR, "hardware", relative_to=path.parent)
+        if base_path in seen:
+            raise SpecError(f"hardware file {path}: base '{base}' forms a cycle")
+        seen.add(base_path)
+        data = deep_merge(read_mapping(base_path, "hardware"), data)
+    if path.parent == HARDWARE_DIR:
+        data.setdefault("name", path.stem)
+    else:
+        data.setdefault("name", str(name_or_path))
+    return data
+
+
+def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
+    """A HardwareSpec from a preset name (see `perfmodel presets`) or a YAML/JSON file."""
+    if isinstance(name_or_path, HardwareSpec):
+        return name_or_path
+    data = load_hardware_dict(name_or_path)
+    return hardware_from_dict(data, f"hardware '{data['name']}'")
+
+
+__all__ = ["DTYPES", "CollectiveFit", "GemmEfficiency", "HardwareSpec", "LinkSpec",
+           "hardware_from_dict", "load_hardware", "load_hardware_dict"]

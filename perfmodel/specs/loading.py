@@ -1,0 +1,95 @@
+"""Reading spec files: safe YAML/JSON loading, `base:` inheritance and strict field checking."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from perfmodel.errors import SpecError
+
+
+def read_mapping(path: Path, what: str) -> dict[str, Any]:
+    """Read a YAML or JSON file holding one mapping (safe loaders only: no code, no tags)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{what} file not found: {path}") from None
+    except IsADirectoryError:
+        raise SpecError(f"{what} file is a directory: {path}") from None
+    except OSError as exc:
+        raise SpecError(f"{what} file cannot be read: {path} ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{what} file is not UTF-8 text: {path}") from None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        elif isinstance(exc, json.JSONDecodeError):
+            where = f" at line {exc.lineno}, column {exc.colno}"
+        raise SpecError(f"{what} file {path} is not valid YAML/JSON{where}") from None
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{what} file {path} must hold a mapping of fields, got {type(data).__name__}")
+    return dict(data)
+
+
+def suggest(name: str, choices: Iterable[str]) -> str:
+    """' (did you mean X?)' for the closest choice, or ''."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Override's fields replace base's; nested mappings merge field by field."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def check_fields(data: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+    """Refuse unknown fields (a typo must not be silently ignored)."""
+    allowed = list(allowed)
+    for key in data:
+        if key not in allowed:
+            raise SpecError(
+                f"{where}: unknown field '{key}'{suggest(str(key), allowed)}; "
+                f"allowed: {', '.join(sorted(allowed))}"
+            )
+
+
+def number(value: Any, field: str, *, minimum: float = 0.0, strict: bool = True,
+           maximum: float = math.inf, integer: bool = False) -> float:
+    """Validate a positive (or non-negative) finite number, naming the field when it is not."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise SpecError(f"{field} must be a number, got '{value}'") from None
+        else:
+            raise SpecError(f"{field} must be a number, got {type(value).__name__}")
+    if math.isnan(value) or math.isinf(value):
+        raise SpecError(f"{field} must be a finite number, got {value}")
+    if integer and float(value) != int(value):
+        raise SpecError(f"{field} must be a whole number, got {value}")
+    bad_low = value <= minimum if strict else value < minimum
+    if bad_low or value > maximum:
+        low = f"> {minimum:g}" if strict else f">= {minimum:g}"
+        high = f" and <= {maximum:g}" if maximum != math.inf else ""
+        raise SpecError(f"{field} must be {low}{high}, got {value:g}")
+    return int(value) if integer else float(value)
