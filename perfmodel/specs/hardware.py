@@ -54,12 +54,23 @@ class CollectiveFit:
     algorithm: str
     alpha_s: float
     bus_bandwidth_bytes_per_s: float
+    # Optional second regime (NCCL switches protocol LL/LL128/Simple or algorithm with size): from
+    # breakpoint_bytes on, alpha_s_large and bus_bandwidth_bytes_per_s_large apply. 0 = one regime.
+    # Evaluate with perfmodel.specs.profile.fitted_collective_time.
+    breakpoint_bytes: float = 0.0
+    alpha_s_large: float = 0.0
+    bus_bandwidth_bytes_per_s_large: float = 0.0
 
     def __post_init__(self) -> None:
         if self.scope not in ("intra", "inter"):
             raise SpecError(f"collectives.scope must be 'intra' or 'inter', got '{self.scope}'")
         number(self.alpha_s, "collectives.alpha_s", strict=False)
         number(self.bus_bandwidth_bytes_per_s, "collectives.bus_bandwidth_bytes_per_s")
+        number(self.breakpoint_bytes, "collectives.breakpoint_bytes", strict=False)
+        if self.breakpoint_bytes > 0:
+            number(self.alpha_s_large, "collectives.alpha_s_large", strict=False)
+            number(self.bus_bandwidth_bytes_per_s_large,
+                   "collectives.bus_bandwidth_bytes_per_s_large")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,10 +79,18 @@ class GemmEfficiency:
 
     max_fraction: float  # fraction of peak that large, well-shaped GEMMs reach
     half_dim: float  # the harmonic dimension at which efficiency falls to half of max_fraction
+    m_half_dim: float = 0.0  # rows of the output at which that dimension halves efficiency
+    n_half_dim: float = 0.0  # columns of the output, likewise
+    k_half_dim: float = 0.0  # contraction dimension, likewise
+    batch_half: float = 0.0  # batch count, likewise
+    min_time_s: float = 0.0  # shortest GEMM kernel [s], added to the roofline time
 
     def __post_init__(self) -> None:
         number(self.max_fraction, "gemm_efficiency.max_fraction", maximum=1.0)
         number(self.half_dim, "gemm_efficiency.half_dim", strict=False)
+        for name in ("m_half_dim", "n_half_dim", "k_half_dim", "batch_half"):
+            number(getattr(self, name), f"gemm_efficiency.{name}", strict=False)
+        number(self.min_time_s, "gemm_efficiency.min_time_s", strict=False, maximum=1.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,6 +164,8 @@ _TOP_FIELDS = [f.name for f in dataclasses.fields(HardwareSpec)] + ["base"]
 _LINK_FIELDS = [f.name for f in dataclasses.fields(LinkSpec)]
 _GEMM_FIELDS = [f.name for f in dataclasses.fields(GemmEfficiency)]
 _FIT_FIELDS = [f.name for f in dataclasses.fields(CollectiveFit)]
+_FIT_REQUIRED = [f.name for f in dataclasses.fields(CollectiveFit)
+                 if f.default is dataclasses.MISSING]
 
 
 def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
@@ -184,7 +205,7 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
             if not isinstance(fit, Mapping):
                 raise SpecError(f"{where}: collectives[{i}] must be a mapping")
             check_fields(fit, _FIT_FIELDS, f"{where}: collectives[{i}]")
-            missing = [k for k in _FIT_FIELDS if k not in fit]
+            missing = [k for k in _FIT_REQUIRED if k not in fit]
             if missing:
                 raise SpecError(f"{where}: collectives[{i}] is missing field '{missing[0]}'")
             parsed.append(CollectiveFit(**fit))

@@ -1,0 +1,255 @@
+"""Calibration profiles: reading, validating and applying them to a HardwareSpec (no torch).
+
+A profile is one JSON file written by `perfmodel calibrate ...`:
+
+    {"format": "perfmodel-profile", "version": 1, "complete": true,
+     "hardware": {<HardwareSpec fields to override; may hold "base": "<preset>">},
+     "fits": {"<name>": {"kind": "collective" | "gemm" | "memory_bandwidth", "params": {...},
+                         "median_rel_error": x, "worst_rel_error": x, "size_range": [lo, hi],
+                         "n_points": n, ...}},
+     "measurements": "<CSV file beside the profile>",
+     "provenance": {"host", "device", "device_count", "nodes", "torch_version", "nccl_version",
+                    "gloo", "date", "command", "git_revision"}}
+
+`apply_profile` merges the profile's hardware fields over a preset's (profile wins).
+`fitted_collective_time` is how a fitted collective (one or two alpha-beta regimes) is evaluated.
+`is_extrapolation` tells whether a size lies outside the range a fit saw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from perfmodel.costs.collectives import bus_factor, steps
+from perfmodel.errors import SpecError
+from perfmodel.specs.hardware import (
+    CollectiveFit,
+    HardwareSpec,
+    hardware_from_dict,
+    load_hardware_dict,
+)
+from perfmodel.specs.loading import check_fields, deep_merge
+
+FORMAT = "perfmodel-profile"
+VERSION = 1
+FIT_KINDS = ("collective", "gemm", "memory_bandwidth")
+_TOP = ("format", "version", "complete", "hardware", "fits", "measurements", "provenance")
+_FIT_REQUIRED = ("kind", "params", "median_rel_error", "worst_rel_error", "size_range", "n_points")
+PROVENANCE_FIELDS = ("host", "device", "device_count", "nodes", "torch_version", "nccl_version",
+                     "gloo", "date", "command", "git_revision")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    """A validated calibration profile. `hardware` holds HardwareSpec field overrides."""
+
+    path: Path
+    complete: bool
+    hardware: Mapping[str, Any]
+    fits: Mapping[str, Mapping[str, Any]]
+    measurements: Path | None
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    def collective_fits(self) -> list[Mapping[str, Any]]:
+        return [f for f in self.fits.values() if f["kind"] == "collective"]
+
+
+def profile_from_dict(data: Any, where: str, path: Path | None = None) -> Profile:
+    """Validate a profile mapping; every problem names the field and what is allowed."""
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{where}: a profile must be a JSON object, got {type(data).__name__}")
+    if data.get("format") != FORMAT:
+        raise SpecError(f"{where}: field 'format' must be '{FORMAT}', got {data.get('format')!r} "
+                        "(is this a perfmodel profile?)")
+    version = data.get("version")
+    if version != VERSION:
+        raise SpecError(f"{where}: profile version {version!r} is not supported; this perfmodel "
+                        f"reads version {VERSION}: re-run `perfmodel calibrate` to rewrite it")
+    check_fields(data, _TOP, where)
+    for key in ("complete", "hardware", "fits"):
+        if key not in data:
+            raise SpecError(f"{where}: missing required field '{key}'")
+    if not isinstance(data["complete"], bool):
+        raise SpecError(f"{where}: field 'complete' must be true or false")
+    if not isinstance(data["hardware"], Mapping):
+        raise SpecError(f"{where}: field 'hardware' must be an object of HardwareSpec fields")
+    fits = data["fits"]
+    if not isinstance(fits, Mapping):
+        raise SpecError(f"{where}: field 'fits' must be an object of named fits")
+    for name, fit in fits.items():
+        _check_fit(fit, f"{where}: fits.{name}")
+    provenance = data.get("provenance", {})
+    if not isinstance(provenance, Mapping):
+        raise SpecError(f"{where}: field 'provenance' must be an object")
+    measurements = data.get("measurements")
+    if measurements is not None and not isinstance(measurements, str):
+        raise SpecError(f"{where}: field 'measurements' must be a file name (string) or null")
+    base_dir = path.parent if path is not None else Path(".")
+    return Profile(path=path or Path(where), complete=data["complete"],
+                   hardware=dict(data["hardware"]), fits={k: dict(v) for k, v in fits.items()},
+                   measurements=base_dir / measurements if measurements else None,
+                   provenance=dict(provenance))
+
+
+def _check_fit(fit: Any, where: str) -> None:
+    if not isinstance(fit, Mapping):
+        raise SpecError(f"{where} must be an object")
+    for key in _FIT_REQUIRED:
+        if key not in fit:
+            raise SpecError(f"{where}: missing required field '{key}'")
+    if fit["kind"] not in FIT_KINDS:
+        raise SpecError(f"{where}.kind must be one of {', '.join(FIT_KINDS)}, got {fit['kind']!r}")
+    if not isinstance(fit["params"], Mapping):
+        raise SpecError(f"{where}.params must be an object of numbers")
+    for key, value in fit["params"].items():
+        _finite(value, f"{where}.params.{key}")
+    for key in ("median_rel_error", "worst_rel_error"):
+        _finite(fit[key], f"{where}.{key}")
+    rng = fit["size_range"]
+    if (not isinstance(rng, (list, tuple)) or len(rng) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rng)
+            or rng[0] > rng[1]):
+        raise SpecError(f"{where}.size_range must be [smallest, largest] (numbers), got {rng!r}")
+    if not isinstance(fit["n_points"], int) or fit["n_points"] < 1:
+        raise SpecError(f"{where}.n_points must be a positive whole number")
+    if fit["kind"] == "collective":
+        for key in ("op", "scope", "algorithm"):
+            if not isinstance(fit.get(key), str):
+                raise SpecError(f"{where}: a collective fit needs a string field '{key}'")
+
+
+def _finite(value: Any, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SpecError(f"{where} must be a finite number, got {value!r}")
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate a profile JSON file (SpecError with file and field when it is wrong)."""
+    path = Path(path)
+    where = f"profile {path}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{where}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{where}: cannot be read ({exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{where}: not valid JSON at line {exc.lineno}, column {exc.colno} "
+                        "(truncated or not a profile?)") from None
+    return profile_from_dict(data, where, path)
+
+
+def hardware_to_mapping(hardware: HardwareSpec) -> dict[str, Any]:
+    """The plain field mapping of a spec, as hardware_from_dict reads it."""
+    data = dataclasses.asdict(hardware)
+    data["collectives"] = list(data["collectives"])
+    data["peak_flops_per_s"] = dict(data["peak_flops_per_s"])
+    data["gemm_efficiency"] = {k: dict(v) for k, v in data["gemm_efficiency"].items()}
+    return data
+
+
+def apply_profile(hardware: HardwareSpec | None, profile: Profile) -> HardwareSpec:
+    """A HardwareSpec with the profile's fields over the preset's.
+
+    hardware=None: the profile stands alone (its own `base`, or every required field itself).
+    A fitted collective of the profile replaces a preset's fit of the same op and scope.
+    """
+    overrides = dict(profile.hardware)
+    base = overrides.pop("base", None)
+    where = f"profile {profile.path}: hardware"
+    if hardware is not None:
+        data = hardware_to_mapping(hardware)
+    elif base is not None:
+        if not isinstance(base, str):
+            raise SpecError(f"{where}.base must be a preset name or a file path")
+        data = load_hardware_dict(base)
+    else:
+        data = {}
+    new_fits = overrides.pop("collectives", None)
+    merged = deep_merge(data, overrides)
+    if new_fits is not None:
+        if not isinstance(new_fits, (list, tuple)):
+            raise SpecError(f"{where}.collectives must be a list of fitted entries")
+        keys = {(f.get("op"), f.get("scope")) for f in new_fits if isinstance(f, Mapping)}
+        kept = [f for f in merged.get("collectives", []) if (f["op"], f["scope"]) not in keys]
+        merged["collectives"] = kept + list(new_fits)
+    note = f"calibrated: {profile.path}" + ("" if profile.complete else " (incomplete run)")
+    merged["source"] = f"{merged.get('source', '')}; {note}".lstrip("; ")
+    return hardware_from_dict(merged, where)
+
+
+def fitted_collective_time(fit: CollectiveFit, op: str, nbytes: Any, n: Any) -> Any:
+    """Time of one collective from a fitted CollectiveFit [s].
+
+    T = steps(op, n, algorithm) * alpha + bus_factor(op, n) * nbytes / busbw
+    with (alpha, busbw) = (alpha_s, bus_bandwidth_bytes_per_s) below breakpoint_bytes and
+    (alpha_s_large, bus_bandwidth_bytes_per_s_large) from it on (when breakpoint_bytes > 0).
+    nbytes, n: numbers or numpy arrays (returns numpy), or sympy expressions (returns a
+    sympy Piecewise). n == 1 costs 0.
+    """
+    symbolic = isinstance(nbytes, sp.Basic) or isinstance(n, sp.Basic)
+    n_sym = sp.Symbol("n", positive=True)
+
+    def regime(alpha: float, busbw: float) -> sp.Expr:
+        return (steps(op, n_sym, fit.algorithm) * alpha
+                + bus_factor(op, n_sym) * sp.Symbol("nbytes") / busbw)
+
+    small = regime(fit.alpha_s, fit.bus_bandwidth_bytes_per_s)
+    large = (regime(fit.alpha_s_large, fit.bus_bandwidth_bytes_per_s_large)
+             if fit.breakpoint_bytes > 0 else None)
+    if symbolic:
+        subs = {n_sym: n, sp.Symbol("nbytes"): nbytes}
+        expr = small.subs(subs)
+        if large is not None:
+            expr = sp.Piecewise((expr, sp.sympify(nbytes) < fit.breakpoint_bytes),
+                                (large.subs(subs), True))
+        return sp.Piecewise((0, sp.Eq(sp.sympify(n), 1)), (expr, True))
+    f_small = _lambdified(small)
+    nb, nn = np.asarray(nbytes, dtype=float), np.asarray(n, dtype=float)
+    out = f_small(nb, nn)
+    if large is not None:
+        out = np.where(nb < fit.breakpoint_bytes, out, _lambdified(large)(nb, nn))
+    return np.where(nn <= 1, 0.0, out)
+
+
+_LAMBDA_CACHE: dict[sp.Expr, Any] = {}
+
+
+def _lambdified(expr: sp.Expr) -> Any:
+    if expr not in _LAMBDA_CACHE:
+        _LAMBDA_CACHE[expr] = sp.lambdify((sp.Symbol("nbytes"), sp.Symbol("n", positive=True)),
+                                          expr, "numpy")
+    return _LAMBDA_CACHE[expr]
+
+
+def is_extrapolation(profile: Profile, op: str, nbytes: Any, scope: str | None = None) -> Any:
+    """True where nbytes lies outside the sizes the profile's fit of `op` (and scope) saw.
+
+    No fit of that op at all counts as extrapolation. Works on numbers and numpy arrays.
+    """
+    nb = np.asarray(nbytes, dtype=float)
+    fits = [f for f in profile.collective_fits()
+            if f["op"] == op and (scope is None or f["scope"] == scope)]
+    if not fits:
+        return np.ones_like(nb, dtype=bool) if nb.ndim else True
+    inside = np.zeros_like(nb, dtype=bool)
+    for fit in fits:
+        lo, hi = fit["size_range"]
+        inside |= (nb >= lo) & (nb <= hi)
+    out = ~inside
+    return out if out.ndim else bool(out)
+
+
+__all__ = ["FORMAT", "VERSION", "Profile", "apply_profile", "fitted_collective_time",
+           "hardware_to_mapping", "is_extrapolation", "load_profile", "profile_from_dict"]
