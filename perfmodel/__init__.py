@@ -1,0 +1,23 @@
+"""perfmodel: predict, recommend and validate the speed and memory of parallel training."""
+
+from perfmodel.errors import DataError, PerfmodelError, PlanError, SpecError
+from perfmodel.predict import Prediction, predict
+from perfmodel.specs import HardwareSpec, TransformerSpec, list_presets, load_hardware, load_model
+from perfmodel.strategy import Plan
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DataError",
+    "HardwareSpec",
+    "PerfmodelError",
+    "Plan",
+    "PlanError",
+    "Prediction",
+    "SpecError",
+    "TransformerSpec",
+    "list_presets",
+    "load_hardware",
+    "load_model",
+    "predict",
+]

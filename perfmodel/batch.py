@@ -1,0 +1,123 @@
+"""`perfmodel predict --batch PLANS.csv`: many plans in one call; a bad row does not stop the others."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from perfmodel.errors import DataError, PerfmodelError
+
+PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
+                "sequence_parallel", "recompute", "zero", "dtype", "flash_attention",
+                "overlap_grad_sync", "placement")
+MODEL_COLUMNS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads")
+RESULT_COLUMNS = ("step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",
+                  "tflops_per_gpu", "mfu", "memory_per_gpu_bytes", "fits_in_memory")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a whole file or nothing: a temporary file in the same directory, then rename."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise DataError(f"output directory does not exist: {directory}")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"plans file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"plans file cannot be read: {path} ({exc})") from None
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames:
+        raise DataError(f"plans file {path} is empty: it needs a header row with columns "
+                        f"{', '.join(PLAN_COLUMNS)}")
+    header = [h.strip() for h in reader.fieldnames]
+    allowed = set(PLAN_COLUMNS) | set(MODEL_COLUMNS) | {"model", "hardware"}
+    unknown = [h for h in header if h not in allowed]
+    if unknown:
+        from perfmodel.specs.loading import suggest
+
+        raise DataError(f"plans file {path}: unknown column '{unknown[0]}'"
+                        f"{suggest(unknown[0], sorted(allowed))}; allowed: {', '.join(sorted(allowed))}")
+    rows = []
+    for i, row in enumerate(reader, start=2):
+        rows.append((i, {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}))
+    return header, rows
+
+
+def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -> int:
+    """Predict every row; write the input columns plus the prediction fields. Returns failed rows."""
+    from perfmodel.predict import predict
+    from perfmodel.specs.model import load_model
+    from perfmodel.strategy import plan_from_dict
+
+    header, rows = read_rows(path)
+    base_model = kw.get("model")
+    hardware = None
+    if kw.get("hardware") or kw.get("profile"):
+        from perfmodel.cli import resolve_hardware
+
+        hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
+    results: list[dict[str, Any]] = []
+    failures = 0
+    for line, row in rows:
+        record: dict[str, Any] = dict(row)
+        try:
+            model_name = row.get("model") or base_model
+            if not model_name:
+                raise DataError("no model: give --model or a 'model' column")
+            overrides = {k: int(float(row[k])) for k in MODEL_COLUMNS if row.get(k)}
+            model = load_model(model_name, **overrides)
+            hw = hardware
+            if row.get("hardware"):
+                from perfmodel.specs.hardware import load_hardware
+
+                hw = load_hardware(row["hardware"])
+            if hw is None:
+                raise DataError("no hardware: give --hardware/--profile or a 'hardware' column")
+            plan_kw: dict[str, Any] = {k: row[k] for k in PLAN_COLUMNS if row.get(k)}
+            degrees = [int(float(plan_kw.get(k, 1))) for k in ("dp", "tp", "pp")]
+            plan_kw.setdefault("gpus", degrees[0] * degrees[1] * degrees[2])
+            plan_kw.setdefault("global_batch", degrees[0] * int(float(plan_kw.get("micro_batch", 1))))
+            result = predict(model, hw, plan_from_dict(plan_kw))
+            summary = result.to_dict()
+            record.update({k: summary[k] for k in RESULT_COLUMNS})
+            record["error"] = ""
+        except (PerfmodelError, ValueError) as exc:
+            failures += 1
+            print(f"error: {path}:{line}: {exc}", file=sys.stderr)
+            record.update({k: "" for k in RESULT_COLUMNS})
+            record["error"] = str(exc)
+        results.append(record)
+    columns = header + [c for c in (*RESULT_COLUMNS, "error") if c not in header]
+    if as_json:
+        text = json.dumps(results, indent=2)
+    else:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(results)
+        text = buffer.getvalue()
+    if out:
+        write_text_atomic(out, text)
+        print(f"wrote {len(results)} rows ({failures} failed) to {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return failures

@@ -1,0 +1,232 @@
+"""The `perfmodel` command line: thin (parse, call the API, render).
+
+Exit codes: 0 success; 1 internal error (a bug: please report it); 2 usage error (bad flag or value);
+3 spec error (hardware/model/profile file or preset); 4 plan error (a rule of the parallel plan);
+5 data error (CSV, log or table input); 130 interrupted. Tracebacks only with --debug.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import click
+
+from perfmodel.errors import PerfmodelError
+
+EXIT_INTERNAL, EXIT_USAGE = 1, 2
+
+
+class LazyGroup(click.Group):
+    """A group whose external subcommands (calibrate, validate) load only when they are run."""
+
+    def _external(self) -> dict[str, Any]:
+        try:
+            return {ep.name: ep for ep in entry_points(group="perfmodel.commands")}
+        except Exception:  # broken metadata must not break predict
+            return {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self._external()))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        command = super().get_command(ctx, name)
+        if command is not None:
+            return command
+        ep = self._external().get(name)
+        if ep is None:
+            return None
+        try:
+            return ep.load()
+        except ImportError as exc:
+            reason = f"'perfmodel {name}' is not available: {exc}"
+
+            def unavailable() -> None:
+                raise click.ClickException(reason)
+
+            return click.Command(name, callback=unavailable, help=f"(unavailable: {exc})",
+                                 context_settings={"ignore_unknown_options": True},
+                                 params=[click.Argument(["args"], nargs=-1)])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
+@click.version_option(package_name="perfmodel")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Predict, explain, recommend and validate parallel training plans."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+# --- shared plan options -------------------------------------------------------------------------
+def plan_options(fn: Any) -> Any:
+    options = [
+        click.option("--model", "model", required=False, help="Model preset or spec file (YAML/JSON, HF config.json)."),
+        click.option("--hardware", "hardware", default=None, help="Hardware preset or spec file."),
+        click.option("--profile", "profile", default=None, type=click.Path(dir_okay=False),
+                     help="Calibrated profile (overrides the hardware preset's fields)."),
+        click.option("--gpus", type=int, default=None, help="GPU count (default dp x tp x pp)."),
+        click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree."),
+        click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
+        click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
+        click.option("--micro-batch", type=int, default=1, show_default=True, help="Micro-batch size [samples]."),
+        click.option("--global-batch", type=int, default=None, help="Global batch [samples] (default dp x micro-batch)."),
+        click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default="1f1b", show_default=True),
+        click.option("--virtual-stages", type=int, default=1, show_default=True, help="Model chunks per GPU (interleaved)."),
+        click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (needs tp > 1)."),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True),
+        click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage."),
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "tf32"]), default="bf16", show_default=True),
+        click.option("--flash-attention", is_flag=True, help="Fused attention: no s^2 activations or traffic."),
+        click.option("--overlap-grad-sync", is_flag=True, help="Overlap the data-parallel gradient sync with backward."),
+        click.option("--placement", default="tp,dp,pp", show_default=True, help="Axes from innermost (inside a node) out."),
+        click.option("--seq-len", type=int, default=None, help="Override the model's sequence length."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+PLAN_KEYS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
+             "sequence_parallel", "recompute", "zero", "dtype", "flash_attention",
+             "overlap_grad_sync", "placement")
+
+
+def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
+    """A HardwareSpec from --hardware and/or --profile (the profile's fields win)."""
+    from perfmodel.specs.hardware import load_hardware
+
+    if profile:
+        from perfmodel.specs import profile as profiles
+
+        prof = profiles.load_profile(Path(profile))
+        base = load_hardware(hardware) if hardware else None
+        return profiles.apply_profile(base, prof)
+    if not hardware:
+        raise click.UsageError("give --hardware (a preset or file) or --profile")
+    return load_hardware(hardware)
+
+
+def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
+    from perfmodel.specs.model import load_model
+    from perfmodel.strategy import plan_from_dict
+
+    if not kw.get("model"):
+        raise click.UsageError("give --model (a preset, spec file or Hugging Face config.json)")
+    model = load_model(kw["model"], seq_len=kw.get("seq_len"))
+    hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
+    plan_kw = {k: kw[k] for k in PLAN_KEYS if kw.get(k) is not None}
+    plan_kw.setdefault("gpus", kw["dp"] * kw["tp"] * kw["pp"])
+    plan_kw.setdefault("global_batch", kw["dp"] * kw["micro_batch"])
+    plan = plan_from_dict(plan_kw)
+    plan.check(model)
+    return model, hardware, plan
+
+
+# --- predict -------------------------------------------------------------------------------------
+@cli.command()
+@plan_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--batch", "batch", type=click.Path(dir_okay=False), default=None,
+              help="CSV of plans, one per row (columns named like the flags).")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="With --batch: write results here (CSV) instead of standard output.")
+def predict(as_json: bool, batch: str | None, out: str | None, **kw: Any) -> None:
+    """Predict step time, throughput and per-GPU memory of one plan (or a CSV of plans)."""
+    from perfmodel.predict import predict as run
+
+    if batch:
+        from perfmodel.batch import run_batch
+
+        failures = run_batch(Path(batch), kw, Path(out) if out else None, as_json)
+        if failures:
+            sys.exit(5)
+        return
+    model, hardware, plan = build_inputs(kw)
+    result = run(model, hardware, plan)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        from perfmodel.render import print_prediction
+
+        print_prediction(result)
+
+
+@cli.command()
+@plan_options
+@click.option("--latex", is_flag=True, help="Print LaTeX instead of plain text.")
+@click.option("--term", "terms", multiple=True, help="Only these terms (repeatable), e.g. comm/tp.")
+def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
+    """Print the symbolic formulas of the step time and of each term, with the symbols' values."""
+    from perfmodel.explain import explain_text
+
+    model, hardware, plan = build_inputs(kw)
+    click.echo(explain_text(model, hardware, plan, latex=latex, only=terms))
+
+
+@cli.command()
+@click.option("--op", required=True, type=click.Choice(
+    ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv"]))
+@click.option("--bytes", "nbytes", required=True, help="Size in nccl-tests' convention, e.g. 1e9, 256MiB, 64KB.")
+@click.option("--ranks", required=True, type=int, help="Ranks in the group.")
+@click.option("--ranks-per-node", type=int, default=None, help="Ranks of the group per node (default: GPUs per node).")
+@click.option("--hardware", default=None, help="Hardware preset or file.")
+@click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
+@click.option("--algorithm", type=click.Choice(["auto", "ring", "tree", "recursive", "hierarchical"]),
+              default="auto", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, hardware: str | None,
+               profile: str | None, algorithm: str, as_json: bool) -> None:
+    """Predicted time, algorithm and bus bandwidth of one collective."""
+    from perfmodel.collective import parse_bytes, predict_collective
+
+    hw = resolve_hardware(hardware, profile)
+    result = predict_collective(op, parse_bytes(nbytes), ranks, hw, ranks_per_node, algorithm)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        from perfmodel.render import print_collective
+
+        print_collective(result)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+def presets(as_json: bool) -> None:
+    """List the hardware and model presets."""
+    from perfmodel.render import print_presets
+
+    print_presets(as_json)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, turning user errors into one line and an exit code."""
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="perfmodel", standalone_mode=False)
+    except PerfmodelError as exc:
+        if debug:
+            raise
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code if exc.exit_code else EXIT_USAGE)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # a bug: say so in one line; --debug shows the traceback
+        if debug:
+            raise
+        click.echo(f"internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)",
+                   err=True)
+        sys.exit(EXIT_INTERNAL)

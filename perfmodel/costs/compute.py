@@ -1,0 +1,118 @@
+"""FLOPs, bytes and roofline times of the operations of a transformer layer.
+
+Every function takes sympy symbols (or numbers) and returns a sympy expression. Shapes follow
+Megatron-LM (Shoeybi et al. 2019; Narayanan et al. SC21): tokens T = b*s per micro-batch, hidden h,
+heads a, key/value heads kv, head size d = h/a, MLP width f, vocabulary V, tensor-parallel degree tp.
+Times are per GPU and per micro-batch [s]; FLOPs count a multiply-add as 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from perfmodel.costs.gemm_efficiency import gemm_time_s
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """`batch` independent (m x k) @ (k x n) products."""
+
+    name: str
+    m: sp.Expr
+    n: sp.Expr
+    k: sp.Expr
+    batch: sp.Expr = sp.Integer(1)
+
+    @property
+    def flops(self) -> sp.Expr:
+        return 2 * self.batch * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class Device:
+    """The symbols of one GPU that compute costs need."""
+
+    peak_flops_per_s: sp.Expr
+    memory_bandwidth_bytes_per_s: sp.Expr  # effective (datasheet x efficiency)
+    kernel_overhead_s: sp.Expr
+    gemm_params: dict[str, sp.Expr]
+
+
+def layer_gemms(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: sp.Expr,
+                f: sp.Expr, tp: sp.Expr, gated: bool) -> list[Gemm]:
+    """The forward GEMMs of one transformer layer on one of tp tensor-parallel ranks (Megatron 1D).
+
+    QKV (column-parallel), scores Q K^T and context A V (heads split over tp), output projection
+    (row-parallel), MLP up (and gate) (column-parallel) and down (row-parallel).
+    Sum of FLOPs with kv = a, ungated, f = 4h: (24 T h^2 + 4 T s h) / tp  (Narayanan et al. 2021, Eq. 3).
+    """
+    d = h / a
+    up = 2 * f if gated else f
+    return [
+        Gemm("qkv", T, (h + 2 * kv * d) / tp, h),
+        Gemm("attention_scores", s, s, d, batch=b * a / tp),
+        Gemm("attention_context", s, d, s, batch=b * a / tp),
+        Gemm("attention_output", T, h, h / tp),
+        Gemm("mlp_up", T, up / tp, h),
+        Gemm("mlp_down", T, h, f / tp),
+    ]
+
+
+ATTENTION_CORE = ("attention_scores", "attention_context")
+
+
+def logits_gemm(T: sp.Expr, h: sp.Expr, V: sp.Expr, tp: sp.Expr) -> Gemm:
+    """The output layer (vocabulary split over tp): T x h @ h x V/tp."""
+    return Gemm("logits", T, V / tp, h)
+
+
+def gemm_time(g: Gemm, bytes_per_element: sp.Expr, dev: Device) -> sp.Expr:
+    """Roofline time of one GEMM [s] (see perfmodel.costs.gemm_efficiency)."""
+    return gemm_time_s(g.m, g.n, g.k, g.batch, bytes_per_element, dev.peak_flops_per_s,
+                       dev.memory_bandwidth_bytes_per_s, **dev.gemm_params)
+
+
+def elementwise_bytes(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, f: sp.Expr,
+                      tp: sp.Expr, e: sp.Expr, *, sequence_parallel: bool, flash: bool,
+                      gated: bool, rms: bool) -> dict[str, sp.Expr]:
+    """Bytes moved by the memory-bound operations of one layer's forward on one GPU.
+
+    layer norms (2): read + write T*h; softmax (fused scale-mask-softmax): read + write a*b*s^2;
+    attention dropout: read + write a*b*s^2 and a 1-byte mask; activation (GeLU, or SwiGLU reading two
+    inputs): read + write T*f; bias-dropout-add (2): read input and residual, write output, 1-byte mask.
+    Without sequence parallelism the layer norms and dropout-adds are replicated on every tp rank;
+    with it they act on T/tp tokens (Korthikanti et al. 2022, Sec. 4.2.2). Flash attention fuses the
+    softmax and dropout into the attention kernel (no s^2 traffic).
+    """
+    rep = tp if sequence_parallel else sp.Integer(1)
+    norm_passes = 2 if rms else 2  # read x, write y (statistics are O(T))
+    out = {
+        "layernorm": 2 * norm_passes * T * h * e / rep,
+        "activation": (3 if gated else 2) * T * f * e / tp,
+        "dropout_add": 2 * (3 * e + 1) * T * h / rep,
+    }
+    if not flash:
+        out["softmax"] = 2 * a * b * s**2 * e / tp
+        out["attention_dropout"] = (2 * e + 1) * a * b * s**2 / tp
+    return out
+
+
+def memory_time(nbytes: sp.Expr, dev: Device) -> sp.Expr:
+    """Time of a memory-bound operation: bytes / effective memory bandwidth [s]."""
+    return nbytes / dev.memory_bandwidth_bytes_per_s
+
+
+def kernels_per_layer_forward(*, sequence_parallel: bool, flash: bool) -> int:
+    """Kernels launched by one layer's forward (GEMMs, element-wise ops, communication)."""
+    gemms = 4 + (1 if flash else 2)
+    elementwise = 2 + 1 + 2 + (0 if flash else 2) + 4  # norms, activation, dropout-adds, softmax, biases
+    comm = 4 if sequence_parallel else 2
+    return gemms + elementwise + comm
+
+
+def cross_entropy_bytes(T: sp.Expr, V: sp.Expr, tp: sp.Expr) -> sp.Expr:
+    """Vocabulary-parallel cross entropy reads the logits, writes fp32 softmax, reads it back: ~3 passes
+    over T*V/tp fp32 values."""
+    return 3 * 4 * T * V / tp

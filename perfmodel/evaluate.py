@@ -1,0 +1,211 @@
+"""Numeric evaluation: lambdify each family's expressions once, evaluate numbers or numpy arrays.
+
+The compiled numpy source of each family is cached on disk (keyed by the family and a hash of the
+cost-model sources), so a cold `perfmodel predict` skips building the sympy expressions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfmodel.specs.hardware import HardwareSpec
+from perfmodel.specs.model import TransformerSpec
+from perfmodel.strategy import BYTES_PER_ELEMENT, Dtype, Plan
+
+_PACKAGE = Path(__file__).parent
+
+
+def axis_per_node(plan: Plan, gpus_per_node: int) -> dict[str, tuple[int, str]]:
+    """For each axis: ranks of one group inside one node, and the scope (intra, inter, mixed).
+
+    Ranks are numbered with the first axis of `plan.placement` varying fastest; a group of an axis
+    holds ranks `stride` apart, stride = product of the degrees of the axes inside it.
+    """
+    degrees = {"tp": plan.tp, "dp": plan.dp, "pp": plan.pp}
+    out: dict[str, tuple[int, str]] = {}
+    stride = 1
+    for axis in plan.placement:
+        n = degrees[axis]
+        if stride >= gpus_per_node:
+            k = 1
+        else:
+            k = max(1, min(n, gpus_per_node // stride))
+        scope = "intra" if k >= n else ("inter" if k == 1 else "mixed")
+        out[axis] = (k, scope)
+        stride *= n
+    return out
+
+
+def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> Any:
+    from perfmodel.step import Family
+
+    placement = axis_per_node(plan, hardware.gpus_per_node)
+    return Family(
+        schedule=plan.schedule.value,
+        recompute=plan.recompute.value,
+        sequence_parallel=plan.sequence_parallel,
+        zero=plan.zero,
+        flash=plan.flash_attention,
+        overlap_grad_sync=plan.overlap_grad_sync,
+        mixed_precision=plan.dtype in (Dtype.BF16, Dtype.FP16),
+        gated=model.gated_mlp,
+        tied_embeddings=model.tied_embeddings,
+        learned_positions=model.position_embedding == "learned",
+        bias=model.bias,
+        qkv_bias=bool(model.qkv_bias),
+        layernorm=model.norm == "layernorm",
+        multi_stage=plan.pp > 1,
+        scopes=tuple((axis, placement[axis][1]) for axis in ("tp", "dp", "pp")),
+        algorithm=hardware.collective_algorithm,
+        fits=frozenset((fit.op, fit.scope, fit.algorithm) for fit in hardware.collectives),
+    )
+
+
+def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dict[str, float]:
+    """The numeric value of every symbol, by symbol name (see perfmodel.symbols)."""
+    placement = axis_per_node(plan, hardware.gpus_per_node)
+    gemm = hardware.gemm(plan.dtype.value)
+    vals: dict[str, float] = {
+        "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
+        "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden, "seq_len": model.seq_len,
+        "vocab": model.vocab, "dp": plan.dp, "tp": plan.tp, "pp": plan.pp,
+        "micro_batch": plan.micro_batch, "global_batch": plan.global_batch,
+        "virtual_stages": plan.virtual_stages,
+        "bytes_per_element": BYTES_PER_ELEMENT[plan.dtype],
+        "tp_per_node": placement["tp"][0], "dp_per_node": placement["dp"][0],
+        "pp_per_node": placement["pp"][0],
+        "peak_flops_per_s": hardware.peak(plan.dtype.value),
+        "memory_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
+        * hardware.memory_bandwidth_efficiency,
+        "kernel_overhead_s": hardware.kernel_overhead_s,
+        "gpus_per_node": hardware.gpus_per_node,
+        "intra_latency_s": hardware.intra_node.latency_s,
+        "intra_bandwidth": hardware.intra_node.effective_bandwidth_bytes_per_s,
+        "inter_latency_s": hardware.inter_node.latency_s,
+        "inter_bandwidth": hardware.inter_node.effective_bandwidth_bytes_per_s,
+    }
+    for fld in dataclasses.fields(gemm):
+        vals[f"gemm_{fld.name}"] = float(getattr(gemm, fld.name))
+    for fit in hardware.collectives:
+        vals[f"fit_{fit.op}_{fit.scope}_alpha_s"] = fit.alpha_s
+        vals[f"fit_{fit.op}_{fit.scope}_busbw"] = fit.bus_bandwidth_bytes_per_s
+    return vals
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+    """A family's expressions compiled to one numpy function."""
+
+    arg_names: tuple[str, ...]
+    out_names: tuple[str, ...]
+    fn: Callable[..., Any]
+
+    def __call__(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        args = [values.get(name, 1.0) for name in self.arg_names]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = self.fn(*args)
+        return dict(zip(self.out_names, out, strict=True))
+
+
+def outputs_of(built: Any) -> dict[str, Any]:
+    """Flatten a built step model into name -> expression."""
+    out: dict[str, Any] = {"step_time": built.step_time}
+    out.update({f"time:{k}": v for k, v in built.time_terms.items()})
+    out.update({f"stage_time:{k}": v for k, v in built.stage_time.items()})
+    for stage, terms in built.memory_terms.items():
+        out.update({f"memory:{stage}:{k}": v for k, v in terms.items()})
+    out.update({f"q:{k}": v for k, v in built.quantities.items()})
+    for i, op in enumerate(built.ledger):
+        out[f"ledger:{i}:calls"] = op.calls
+        out[f"ledger:{i}:nbytes"] = op.nbytes
+    return out
+
+
+def _source_hash() -> str:
+    digest = hashlib.sha256()
+    for rel in ("step.py", "symbols.py", "evaluate.py", "costs/compute.py", "costs/memory.py",
+                "costs/collectives.py", "costs/gemm_efficiency.py"):
+        digest.update((_PACKAGE / rel).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_dir() -> Path | None:
+    if os.environ.get("PERFMODEL_NO_CACHE"):
+        return None
+    root = os.environ.get("PERFMODEL_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "perfmodel")
+    return Path(root)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@lru_cache(maxsize=256)
+def compile_family(family: Any) -> Compiled:
+    """Lambdify a family once per process (and once per machine, through the disk cache)."""
+    key = hashlib.sha256(repr(family).encode()).hexdigest()[:20]
+    root = cache_dir()
+    path = root / f"{_source_hash()}-{key}.py" if root else None
+    if path is not None and path.is_file():
+        try:
+            return _load(path)
+        except Exception:  # a corrupt or foreign cache file is rebuilt, never trusted
+            path.unlink(missing_ok=True)
+    compiled, source = _lambdify(family)
+    if path is not None:
+        try:
+            _write_atomic(path, source)
+        except OSError:
+            pass  # a read-only cache directory only costs speed
+    return compiled
+
+
+def _lambdify(family: Any) -> tuple[Compiled, str]:
+    import sympy as sp
+
+    from perfmodel import symbols as S
+    from perfmodel.step import build
+
+    outputs = outputs_of(build(family))
+    table = S.table()
+    used = set().union(*(sp.sympify(e).free_symbols for e in outputs.values()))
+    arg_names = tuple(name for name, (sym, _) in table.items() if sym in used)
+    args = [table[name][0] for name in arg_names]
+    exprs = [sp.sympify(e) for e in outputs.values()]
+    fn = sp.lambdify(args, exprs, modules="numpy", cse=True, docstring_limit=0)
+    import inspect
+
+    body = inspect.getsource(fn)
+    header = json.dumps({"args": arg_names, "outs": list(outputs)})
+    source = (f"# perfmodel compiled family\n# {header}\nimport numpy\nfrom numpy import *\n"
+              f"from functools import reduce\n{body}")
+    return Compiled(arg_names, tuple(outputs), fn), source
+
+
+def _load(path: Path) -> Compiled:
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    meta = json.loads(lines[1][2:])
+    namespace: dict[str, Any] = {}
+    exec(compile(text, str(path), "exec"), namespace)  # our own generated numpy code
+    fn = next(v for k, v in namespace.items() if k.startswith("_lambdifygenerated"))
+    return Compiled(tuple(meta["args"]), tuple(meta["outs"]), fn)

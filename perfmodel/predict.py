@@ -1,0 +1,139 @@
+"""The Python API: predict the step time and per-GPU memory of one plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from perfmodel.evaluate import compile_family, family_of, values_of
+from perfmodel.specs.hardware import HardwareSpec, load_hardware
+from perfmodel.specs.model import TransformerSpec, load_model
+from perfmodel.strategy import Plan, plan_from_dict
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A prediction with its breakdown: every number explains itself by named terms."""
+
+    step_time_s: float
+    samples_per_s: float
+    tokens_per_s: float
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    tflops_per_gpu: float
+    mfu: float
+    memory_per_gpu_bytes: float
+    memory_capacity_bytes: float
+    fits_in_memory: bool
+    breakdown_s: dict[str, float]
+    memory_breakdown_bytes: dict[str, float]
+    bottleneck_stage: str
+    parameters: float
+    micro_batches: int
+    plan: Plan
+    model: TransformerSpec
+    hardware: HardwareSpec
+    comm_ledger: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_time_s": self.step_time_s,
+            "samples_per_s": self.samples_per_s,
+            "tokens_per_s": self.tokens_per_s,
+            "model_flops_per_step": self.model_flops_per_step,
+            "hardware_flops_per_step": self.hardware_flops_per_step,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu": self.mfu,
+            "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "fits_in_memory": self.fits_in_memory,
+            "breakdown_s": dict(self.breakdown_s),
+            "memory_breakdown_bytes": dict(self.memory_breakdown_bytes),
+            "bottleneck_stage": self.bottleneck_stage,
+            "parameters": self.parameters,
+            "micro_batches": self.micro_batches,
+            "plan": self.plan.to_dict(),
+            "model": self.model.name,
+            "hardware": self.hardware.name,
+        }
+
+    def breakdown_frame(self) -> pd.DataFrame:
+        """The time breakdown as a DataFrame: term, seconds, share of the step."""
+        import pandas as pd
+
+        rows = [(k, v, v / self.step_time_s) for k, v in self.breakdown_s.items()]
+        return pd.DataFrame(rows, columns=["term", "seconds", "share"]).set_index("term")
+
+    def memory_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        rows = [(k, v, v / 2**30) for k, v in self.memory_breakdown_bytes.items()]
+        return pd.DataFrame(rows, columns=["term", "bytes", "GiB"]).set_index("term")
+
+
+def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | Path,
+                   plan: Plan | dict[str, Any]) -> tuple[TransformerSpec, HardwareSpec, Plan]:
+    model = load_model(model)
+    hardware = load_hardware(hardware)
+    plan = plan if isinstance(plan, Plan) else plan_from_dict(dict(plan))
+    plan.check(model)
+    return model, hardware, plan
+
+
+def predict(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | Path,
+            plan: Plan | dict[str, Any]) -> Prediction:
+    """Predict one plan. `model` and `hardware` are specs, preset names or file paths."""
+    model, hardware, plan = resolve_inputs(model, hardware, plan)
+    family = family_of(model, hardware, plan)
+    compiled = compile_family(family)
+    out = compiled(values_of(model, hardware, plan))
+    return _assemble(out, family, model, hardware, plan)
+
+
+def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware: HardwareSpec,
+              plan: Plan) -> Prediction:
+    stages = ("first", "last") if family.multi_stage else ("all",)
+    slowest = max(stages, key=lambda st: float(out[f"stage_time:{st}"]))
+    breakdown: dict[str, float] = {}
+    for key, value in out.items():
+        if key.startswith("time:"):
+            name = key[5:]
+            if ":" in name:
+                stage, name = name.split(":", 1)
+                if stage != slowest:
+                    continue
+            breakdown[name] = float(value)
+    mem_stage = max(stages, key=lambda st: sum(
+        float(v) for k, v in out.items() if k.startswith(f"memory:{st}:")))
+    memory = {k.split(":", 2)[2]: float(v) for k, v in out.items()
+              if k.startswith(f"memory:{mem_stage}:")}
+    if hardware.memory_reserved_bytes:
+        memory["reserved"] = float(hardware.memory_reserved_bytes)
+    step = float(out["step_time"])
+    model_flops = float(out["q:model_flops_per_step"])
+    peak = hardware.peak(plan.dtype.value)
+    mem_total = sum(memory.values())
+    return Prediction(
+        step_time_s=step,
+        samples_per_s=plan.global_batch / step,
+        tokens_per_s=plan.global_batch * model.seq_len / step,
+        model_flops_per_step=model_flops,
+        hardware_flops_per_step=float(out["q:hardware_flops_per_step"]),
+        tflops_per_gpu=model_flops / step / plan.gpus / 1e12,
+        mfu=model_flops / (step * plan.gpus * peak),
+        memory_per_gpu_bytes=mem_total,
+        memory_capacity_bytes=float(hardware.memory_bytes),
+        fits_in_memory=mem_total <= hardware.memory_bytes,
+        breakdown_s=breakdown,
+        memory_breakdown_bytes=memory,
+        bottleneck_stage=slowest,
+        parameters=float(out["q:parameters"]),
+        micro_batches=plan.num_micro_batches,
+        plan=plan,
+        model=model,
+        hardware=hardware,
+    )

@@ -1,0 +1,73 @@
+"""The symbols of the step model, with their meaning and unit (shown by `perfmodel explain`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import sympy as sp
+
+from perfmodel.specs.hardware import GemmEfficiency
+
+_P = {"positive": True}
+
+# name -> (symbol, meaning)
+_TABLE: dict[str, tuple[sp.Symbol, str]] = {}
+
+
+def _sym(name: str, latex: str, meaning: str) -> sp.Symbol:
+    symbol = sp.Symbol(latex, **_P)
+    _TABLE[name] = (symbol, meaning)
+    return symbol
+
+
+# model
+L = _sym("layers", "L", "transformer layers")
+h = _sym("hidden", "h", "hidden size")
+a = _sym("heads", "a", "attention heads")
+kv = _sym("kv_heads", "n_kv", "key/value heads")
+f = _sym("ffn_hidden", "f", "MLP hidden size")
+s = _sym("seq_len", "s", "sequence length [tokens]")
+V = _sym("vocab", "V", "vocabulary size")
+# plan
+dp = _sym("dp", "dp", "data-parallel degree")
+tp = _sym("tp", "tp", "tensor-parallel degree")
+pp = _sym("pp", "pp", "pipeline-parallel degree")
+b = _sym("micro_batch", "b", "micro-batch size [samples]")
+B = _sym("global_batch", "B", "global batch size [samples]")
+v = _sym("virtual_stages", "v", "virtual pipeline stages per GPU (interleaving)")
+e = _sym("bytes_per_element", "e", "bytes per activation/weight element")
+k_tp = _sym("tp_per_node", "k_tp", "ranks of one tensor-parallel group inside one node")
+k_dp = _sym("dp_per_node", "k_dp", "ranks of one data-parallel group inside one node")
+k_pp = _sym("pp_per_node", "k_pp", "ranks of one pipeline group inside one node")
+# hardware
+F = _sym("peak_flops_per_s", "F_peak", "peak FLOP/s of one GPU in the plan's dtype")
+W = _sym("memory_bandwidth_bytes_per_s", "W_mem", "effective memory bandwidth [B/s]")
+t_k = _sym("kernel_overhead_s", "t_kernel", "launch + framework overhead per kernel [s]")
+G = _sym("gpus_per_node", "G", "GPUs per node")
+alpha_i = _sym("intra_latency_s", "alpha_intra", "intra-node latency per step [s]")
+beta_i = _sym("intra_bandwidth", "beta_intra", "intra-node bandwidth per GPU, effective [B/s]")
+alpha_o = _sym("inter_latency_s", "alpha_inter", "inter-node latency per step [s]")
+beta_o = _sym("inter_bandwidth", "beta_inter", "inter-node bandwidth per node, effective [B/s]")
+
+GEMM: dict[str, sp.Symbol] = {
+    fld.name: _sym(f"gemm_{fld.name}", f"gemm_{fld.name}", f"GEMM efficiency parameter {fld.name}")
+    for fld in dataclasses.fields(GemmEfficiency)
+}
+
+
+def fit_symbols(op: str, scope: str) -> tuple[sp.Symbol, sp.Symbol]:
+    """alpha and bus bandwidth of a calibrated collective fit (registered on first use)."""
+    alpha = f"fit_{op}_{scope}_alpha_s"
+    beta = f"fit_{op}_{scope}_busbw"
+    if alpha not in _TABLE:
+        _sym(alpha, f"alpha_{{{op},{scope}}}", f"fitted latency per step of {op} ({scope}) [s]")
+        _sym(beta, f"beta_{{{op},{scope}}}", f"fitted bus bandwidth of {op} ({scope}) [B/s]")
+    return _TABLE[alpha][0], _TABLE[beta][0]
+
+
+def table() -> dict[str, tuple[sp.Symbol, str]]:
+    return dict(_TABLE)
+
+
+def by_symbol() -> dict[sp.Symbol, tuple[str, str]]:
+    return {sym: (name, meaning) for name, (sym, meaning) in _TABLE.items()}
