@@ -300,15 +300,19 @@ def build(fam: Family) -> Model:
             mem["buffers/zero3_gather"] = 2 * e * layer_params_gpu  # a gathered layer, prefetched one
         memory_terms[st] = mem
 
-    fwd_flops_mb = L * sum((g.flops for g in K.layer_gemms(T, b, s, h, a, kv, f, 1, fam.gated)),
-                           sp.Integer(0)) + logits.flops * tp
+    # model FLOPs: 3 x forward (Narayanan et al. 2021, Eq. 3 without recompute); hardware FLOPs add
+    # what recompute repeats (full: every layer's forward; selective: the attention core), never logits
+    full_gemms = K.layer_gemms(T, b, s, h, a, kv, f, 1, fam.gated)
+    layer_flops = sum((g.flops for g in full_gemms), sp.Integer(0))
+    fwd_flops_mb = L * layer_flops + logits.flops * tp
     model_flops = 3 * fwd_flops_mb * m * dp
-    extra_fwd = {"full": 1, "selective": 0, "none": 0}[fam.recompute]
-    hw_flops = (3 + extra_fwd) * fwd_flops_mb * m * dp
-    if fam.recompute == "selective":
-        core = sum((g.flops for g in K.layer_gemms(T, b, s, h, a, kv, f, 1, fam.gated)
-                    if g.name in K.ATTENTION_CORE), sp.Integer(0))
-        hw_flops += L * core * m * dp
+    if fam.recompute == "full":
+        repeated = L * layer_flops
+    elif fam.recompute == "selective":
+        repeated = L * sum((g.flops for g in full_gemms if g.name in K.ATTENTION_CORE), sp.Integer(0))
+    else:
+        repeated = sp.Integer(0)
+    hw_flops = model_flops + repeated * m * dp
     total_params = L * (lp["sharded"] + lp["replicated"]) + emb["sharded"] + emb["replicated"] + (
         final_norm) + (0 if fam.tied_embeddings else V * h)
     quantities = {

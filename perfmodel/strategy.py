@@ -105,7 +105,7 @@ class Plan:
     placement: tuple[str, ...] = AXES
 
     def __post_init__(self) -> None:
-        for key in ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages"):
+        for key in ("dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "gpus"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key))
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
         object.__setattr__(self, "schedule", _enum(Schedule, self.schedule, "schedule"))

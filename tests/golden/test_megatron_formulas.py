@@ -1,0 +1,64 @@
+"""Published formulas reproduced exactly by the symbolic model.
+
+Sources:
+- Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+  Megatron-LM", SC21: Eq. 2 (parameters) and Eq. 3 (FLOPs per iteration with full recompute).
+- Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", 2022:
+  Table 2 (activation memory per layer).
+"""
+
+import sympy as sp
+
+from perfmodel import symbols as S
+from perfmodel.costs.memory import layer_activation_bytes
+from perfmodel.step import Family, build
+
+l, h, a, s, V, B, b, t = S.L, S.h, S.a, S.s, S.V, S.B, S.b, S.tp
+GPT = {S.kv: a, S.f: 4 * h}  # GPT-3 family: multi-head attention, MLP width 4h
+
+
+def gpt(expr):
+    return sp.simplify(sp.sympify(expr).subs(GPT))
+
+
+def test_parameter_count_matches_narayanan_eq2():
+    built = build(Family())
+    ours = gpt(built.quantities["parameters"]) - 2 * h  # Eq. 2 leaves out the final layer norm
+    eq2 = 12 * l * h**2 * (1 + sp.Rational(13, 12) / h + (V + s) / (12 * l * h))
+    assert sp.simplify(ours - eq2) == 0
+
+
+def test_flops_with_full_recompute_match_narayanan_eq3():
+    built = build(Family(recompute="full"))
+    ours = gpt(built.quantities["hardware_flops_per_step"]).subs(S.dp, 1)
+    eq3 = 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+    assert sp.simplify(ours - eq3) == 0
+
+
+def test_model_flops_are_three_forward_passes():
+    built = build(Family())
+    ours = gpt(built.quantities["model_flops_per_step"]).subs(S.dp, 1)
+    expected = 72 * B * s * l * h**2 * (1 + s / (6 * h) + V / (12 * l * h))
+    assert sp.simplify(ours - expected) == 0
+
+
+def _act(tp, *, sequence_parallel=False, recompute="none"):
+    expr = layer_activation_bytes(b, s, h, a, S.kv, S.f, tp, 2, sequence_parallel=sequence_parallel,
+                                  recompute=recompute, flash=False, gated=False)
+    return gpt(expr)
+
+
+def test_activation_memory_matches_korthikanti_table2():
+    sbh = s * b * h
+    cases = {
+        "no parallelism": (_act(1), sbh * (34 + 5 * a * s / h)),
+        "tensor parallel": (_act(t), sbh * (10 + 24 / t + 5 * a * s / (h * t))),
+        "tensor + sequence parallel": (_act(t, sequence_parallel=True),
+                                       sbh / t * (34 + 5 * a * s / h)),
+        "tensor parallel + selective": (_act(t, recompute="selective"), sbh * (10 + 24 / t)),
+        "tensor + sequence + selective": (_act(t, sequence_parallel=True, recompute="selective"),
+                                          sbh * 34 / t),
+        "full recompute": (_act(t, recompute="full"), 2 * sbh),
+    }
+    for name, (ours, table2) in cases.items():
+        assert sp.simplify(ours - table2) == 0, name

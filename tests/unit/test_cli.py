@@ -1,0 +1,107 @@
+"""The CLI as a user runs it: python -m perfmodel ... in a subprocess."""
+
+import json
+
+import pytest
+
+PREDICT = ["predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--gpus", "16", "--dp", "2",
+           "--tp", "8", "--micro-batch", "2", "--global-batch", "32"]
+REQUIRED_JSON = {"step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",
+                 "tflops_per_gpu", "mfu", "memory_per_gpu_bytes", "fits_in_memory", "breakdown_s",
+                 "memory_breakdown_bytes", "plan"}
+
+
+def test_predict_table(run_cli):
+    out = run_cli(*PREDICT)
+    assert out.returncode == 0, out.stderr
+    assert "step time" in out.stdout and "comm/tp" in out.stdout and "memory per GPU" in out.stdout
+
+
+def test_predict_json(run_cli):
+    out = run_cli(*PREDICT, "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert REQUIRED_JSON <= set(data)
+    assert data["plan"]["tp"] == 8 and data["plan"]["dp"] == 2
+    assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_time_s"])
+    assert data["tokens_per_s"] == pytest.approx(32 * 4096 / data["step_time_s"])
+
+
+def test_explain_plain_and_latex(run_cli):
+    out = run_cli("explain", *PREDICT[1:])
+    assert out.returncode == 0, out.stderr
+    assert "T_step" in out.stdout and "comm/dp" in out.stdout and "intra-node latency" in out.stdout
+    latex = run_cli("explain", *PREDICT[1:], "--latex", "--term", "comm/tp")
+    assert latex.returncode == 0, latex.stderr
+    assert "\\frac" in latex.stdout and "compute/forward" not in latex.stdout
+
+
+def test_collective_command(run_cli):
+    out = run_cli("collective", "--op", "all_reduce", "--bytes", "1GiB", "--ranks", "16",
+                  "--hardware", "dgx-h100", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["scope"] == "mixed" and data["time_s"] > 0
+    assert data["busbw_bytes_per_s"] == pytest.approx(data["algbw_bytes_per_s"] * 2 * 15 / 16)
+    table = run_cli("collective", "--op", "send_recv", "--bytes", "64MB", "--ranks", "2",
+                    "--ranks-per-node", "1", "--hardware", "dgx-h100")
+    assert table.returncode == 0 and "busbw" in table.stdout
+
+
+def test_presets(run_cli):
+    out = run_cli("presets", "--json")
+    data = json.loads(out.stdout)
+    assert "dgx-a100-80gb" in data["hardware"] and "llama3-70b" in data["models"]
+
+
+def test_batch_with_a_bad_row(run_cli, tmp_path):
+    plans = tmp_path / "plans.csv"
+    plans.write_text(
+        "gpus,dp,tp,pp,micro_batch,global_batch,recompute,layers\n"
+        "8,8,1,1,1,8,none,\n"
+        "8,1,8,1,1,4,full,\n"
+        "8,2,4,1,1,7,none,\n"  # line 4: 7 is not divisible by dp x micro_batch
+        "8,1,1,8,1,8,selective,16\n"
+    )
+    out = run_cli("predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--batch", plans,
+                  "--out", tmp_path / "results.csv")
+    assert out.returncode == 5
+    assert "plans.csv:4" in out.stderr and "global_batch" in out.stderr
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert len(rows) == 4
+    assert rows[2]["error"] and not rows[2]["step_time_s"]
+    assert all(float(rows[i]["step_time_s"]) > 0 for i in (0, 1, 3))
+    # the model column override (16 layers) makes row 5 cheaper than the same plan with 32 layers
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (["predict", "--model", "llama9", "--hardware", "dgx-h100"], 3, "unknown model preset"),
+    (["predict", "--model", "llama2-7b", "--hardware", "nope.yaml"], 3, "not found"),
+    (["predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--tp", "3", "--gpus", "3"], 4,
+     "divisible by tp"),
+    (["predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--dp", "0"], 4, "dp"),
+    (["predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--dp", "2", "--gpus", "4"], 4,
+     "must equal gpus"),
+    (["predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--dtype", "int3"], 2, "int3"),
+    (["predict", "--model", "llama2-7b"], 2, "--hardware"),
+    (["collective", "--op", "all_reduce", "--bytes", "lots", "--ranks", "8", "--hardware",
+      "dgx-h100"], 4, "--bytes"),
+    (["predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--batch", "missing.csv"], 5,
+     "not found"),
+])
+def test_bad_input_is_one_line_without_traceback(run_cli, args, code, needle):
+    out = run_cli(*args)
+    assert out.returncode == code, (out.returncode, out.stderr)
+    assert needle in out.stderr
+    assert "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) <= 3
+
+
+def test_malformed_yaml_model(run_cli, tmp_path):
+    bad = tmp_path / "m.yaml"
+    bad.write_text("layers: [4\n")
+    out = run_cli("predict", "--model", bad, "--hardware", "dgx-h100")
+    assert out.returncode == 3 and "not valid YAML" in out.stderr and "Traceback" not in out.stderr

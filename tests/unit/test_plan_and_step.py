@@ -1,0 +1,105 @@
+"""Plan rules and properties of the step model."""
+
+import pytest
+
+from perfmodel import Plan, PlanError, load_hardware, load_model, predict
+
+H100 = "dgx-h100"
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(gpus=8, tp=4), "dp x tp x pp must equal gpus"),
+    (dict(gpus=8, dp=8, micro_batch=2, global_batch=12), "global_batch must be divisible by dp x micro_batch"),
+    (dict(gpus=8, pp=8, global_batch=8, schedule="interleaved"), "virtual_stages >= 2"),
+    (dict(gpus=8, pp=8, global_batch=8, virtual_stages=2), "needs schedule interleaved"),
+    (dict(gpus=8, dp=8, global_batch=8, sequence_parallel=True), "sequence_parallel needs tp > 1"),
+    (dict(gpus=8, dp=8, global_batch=8, zero=4), "zero must be between 0 and 3"),
+    (dict(gpus=8, dp=8, global_batch=8, schedule="zb"), "schedule must be one of"),
+    (dict(gpus=0), "gpus must be between 1"),
+    (dict(gpus=8, dp=8, global_batch=8, recompute="ful"), "did you mean 'full'"),
+])
+def test_invalid_plans_name_the_rule(kwargs, needle):
+    with pytest.raises(PlanError, match=needle):
+        Plan(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(gpus=64, tp=64, global_batch=1), r"heads \(32\) must be divisible by tp \(64\)"),
+    (dict(gpus=5, pp=5, global_batch=5), r"layers \(32\) must be divisible by pp x virtual_stages"),
+    (dict(gpus=12, pp=4, tp=3, global_batch=4), "heads"),
+])
+def test_model_rules(kwargs, needle):
+    with pytest.raises(PlanError, match=needle):
+        predict("llama2-7b", H100, Plan(**kwargs))
+
+
+def test_degree_one_means_no_communication_on_that_axis():
+    r = predict("llama2-7b", H100, Plan(gpus=1, global_batch=4, micro_batch=1))
+    assert r.breakdown_s["comm/tp"] == 0
+    assert r.breakdown_s["comm/dp"] == 0
+    assert r.breakdown_s["pipeline/p2p"] == 0
+    assert r.breakdown_s["pipeline/bubble"] == 0
+    r = predict("llama2-7b", H100, Plan(gpus=8, tp=8, global_batch=4))
+    assert r.breakdown_s["comm/tp"] > 0 and r.breakdown_s["comm/dp"] == 0
+
+
+def test_step_time_is_never_below_flops_over_peak():
+    hw = load_hardware(H100)
+    for plan in (Plan(gpus=8, dp=8, global_batch=64), Plan(gpus=64, tp=8, pp=8, global_batch=64),
+                 Plan(gpus=16, tp=2, pp=2, dp=4, global_batch=32, recompute="full", zero=1)):
+        r = predict("llama2-7b", hw, plan)
+        assert r.step_time_s >= r.model_flops_per_step / (plan.gpus * hw.peak("bf16"))
+        assert 0 < r.mfu < 1
+
+
+def test_terms_sum_to_the_step_time():
+    r = predict("gpt3-175b", "dgx-a100-80gb", Plan(gpus=64, tp=8, pp=8, global_batch=64,
+                                                    schedule="interleaved", virtual_stages=3))
+    assert sum(r.breakdown_s.values()) == pytest.approx(r.step_time_s, rel=1e-9)
+    assert sum(r.memory_breakdown_bytes.values()) == pytest.approx(r.memory_per_gpu_bytes)
+
+
+def test_pipeline_bubble_fraction_is_pp_minus_one_over_m():
+    # Narayanan et al. 2021, Sec. 2.2: bubble / ideal = (pp - 1) / m, divided by v when interleaved
+    model = load_model("gpt3-175b")
+    for v, sched in ((1, "1f1b"), (3, "interleaved"), (1, "gpipe")):
+        r = predict(model, "dgx-a100-80gb", Plan(gpus=64, tp=8, pp=8, global_batch=32,
+                                                 schedule=sched, virtual_stages=v))
+        ideal = r.step_time_s - r.breakdown_s["pipeline/bubble"] - r.breakdown_s["comm/dp"] \
+            - r.breakdown_s["optimizer/step"]
+        assert r.breakdown_s["pipeline/bubble"] / ideal == pytest.approx(7 / 32 / v)
+
+
+def test_zero_stages_shrink_memory_monotonically():
+    mem = [predict("llama2-7b", H100, Plan(gpus=8, dp=8, global_batch=8, zero=z)).memory_per_gpu_bytes
+           for z in range(4)]
+    assert mem[0] > mem[1] > mem[2] > mem[3]
+
+
+def test_more_tensor_parallelism_shrinks_memory():
+    mem = [predict("llama2-70b", H100, Plan(gpus=t, tp=t, global_batch=1)).memory_per_gpu_bytes
+           for t in (1, 2, 4, 8)]
+    assert mem == sorted(mem, reverse=True)
+
+
+def test_gpipe_holds_more_activations_than_1f1b():
+    kw = dict(gpus=8, pp=8, global_batch=64)
+    gpipe = predict("gpt3-175b", "dgx-a100-80gb", Plan(**kw, schedule="gpipe"))
+    one = predict("gpt3-175b", "dgx-a100-80gb", Plan(**kw))
+    assert gpipe.memory_breakdown_bytes["activations/layers"] == pytest.approx(
+        one.memory_breakdown_bytes["activations/layers"] * 64 / 8)
+
+
+def test_tensor_parallel_inside_a_node_is_faster_than_across_nodes():
+    inner = Plan(gpus=16, tp=8, dp=2, global_batch=16, placement="tp,dp,pp")
+    outer = Plan(gpus=16, tp=8, dp=2, global_batch=16, placement="dp,tp,pp")
+    a = predict("llama2-70b", H100, inner).breakdown_s["comm/tp"]
+    b = predict("llama2-70b", H100, outer).breakdown_s["comm/tp"]
+    assert b > a
+
+
+def test_breakdown_frame():
+    r = predict("tiny-gpt", H100, Plan(gpus=1, global_batch=8))
+    frame = r.breakdown_frame()
+    assert frame["seconds"].sum() == pytest.approx(r.step_time_s)
+    assert "compute/forward/gemm" in frame.index

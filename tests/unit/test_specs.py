@@ -1,0 +1,133 @@
+"""Spec files: presets, `base:` inheritance, Hugging Face configs, and clear errors."""
+
+import json
+
+import pytest
+
+from perfmodel import SpecError, list_presets, load_hardware, load_model
+
+REQUIRED_HARDWARE = {"dgx-v100", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "hgx-h200", "mi300x"}
+REQUIRED_MODELS = {"gpt3-175b", "llama2-7b", "llama2-70b", "llama3-8b", "llama3-70b"}
+
+
+def test_required_presets_exist_and_load():
+    names = list_presets()
+    assert REQUIRED_HARDWARE <= set(names["hardware"])
+    assert REQUIRED_MODELS <= set(names["models"])
+    for name in names["hardware"]:
+        hw = load_hardware(name)
+        assert hw.gpus_per_node == 8 and hw.memory_bytes > 16 * 2**30
+    for name in names["models"]:
+        load_model(name)
+
+
+def test_a100_80gb_preset_values():
+    hw = load_hardware("dgx-a100-80gb")
+    assert hw.peak("bf16") == 312e12  # A100 datasheet
+    assert hw.memory_bytes == 80 * 2**30
+    assert hw.inter_node.bandwidth_bytes_per_s == 200e9  # 8 x 200 Gb/s HDR
+
+
+def test_user_file_overrides_a_preset_through_base(tmp_path):
+    path = tmp_path / "my.yaml"
+    path.write_text("base: dgx-h100\ninter_node:\n  bandwidth_bytes_per_s: 100.0e9\n")
+    hw = load_hardware(str(path))
+    assert hw.inter_node.bandwidth_bytes_per_s == 100e9
+    assert hw.inter_node.latency_s == load_hardware("dgx-h100").inter_node.latency_s
+    assert hw.peak("bf16") == 989.4e12
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("base: dgx-h100\nmemory_bytes: -1\n", "memory_bytes"),
+    ("base: dgx-h100\nmemroy_bytes: 1\n", "did you mean 'memory_bytes'"),
+    ("base: dgx-h100\nintra_node:\n  latency_s: .nan\n", "intra_node.latency_s"),
+    ("base: dgx-h100\npeak_flops_per_s: {bf17: 1.0e12}\n", "bf17"),
+    ("base: no-such-preset\n", "unknown hardware preset"),
+    ("gpus_per_node: [1, 2\n", "not valid YAML"),
+    ("- just\n- a list\n", "must hold a mapping"),
+    ("gpus_per_node: 8\n", "missing required field"),
+])
+def test_bad_hardware_files_name_the_problem(tmp_path, text, needle):
+    path = tmp_path / "hw.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        load_hardware(str(path))
+
+
+def test_unknown_preset_suggests_the_closest():
+    with pytest.raises(SpecError, match="did you mean 'dgx-h100'"):
+        load_hardware("dgx-h10")
+    with pytest.raises(SpecError, match="did you mean 'llama3-8b'"):
+        load_model("llama3-8")
+
+
+def test_yaml_tags_are_not_executed(tmp_path):
+    path = tmp_path / "evil.yaml"
+    path.write_text("!!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_model(str(path))
+
+
+def test_model_file_and_validation(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"kind": "transformer", "layers": 2, "hidden": 64, "heads": 4,
+                                "seq_len": 32, "vocab": 100}))
+    m = load_model(str(path))
+    assert m.ffn_hidden == 256 and m.kv_heads == 4
+    path.write_text(json.dumps({"kind": "transformer", "layers": 2, "hidden": 65, "heads": 4,
+                                "seq_len": 32, "vocab": 100}))
+    with pytest.raises(SpecError, match="divisible by heads"):
+        load_model(str(path))
+    path.write_text(json.dumps({"kind": "transformer", "layers": 0, "hidden": 64, "heads": 4,
+                                "seq_len": 32, "vocab": 100}))
+    with pytest.raises(SpecError, match="layers must be > 0"):
+        load_model(str(path))
+
+
+# Hugging Face config.json excerpts (field names as in transformers' configuration classes)
+HF = {
+    "llama": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+              "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+              "max_position_embeddings": 8192, "vocab_size": 128256, "tie_word_embeddings": False},
+    "mistral": {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+                "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+                "max_position_embeddings": 32768, "vocab_size": 32000},
+    "qwen2": {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+              "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+              "max_position_embeddings": 32768, "vocab_size": 152064},
+    "gpt2": {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
+             "vocab_size": 50257},
+    "gpt_neox": {"model_type": "gpt_neox", "hidden_size": 2560, "intermediate_size": 10240,
+                 "num_attention_heads": 32, "num_hidden_layers": 32, "max_position_embeddings": 2048,
+                 "vocab_size": 50432},
+}
+
+
+@pytest.mark.parametrize("family", sorted(HF))
+def test_hugging_face_configs_import(tmp_path, family):
+    path = tmp_path / family / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(HF[family]))
+    m = load_model(str(path))
+    assert m.layers > 0 and m.hidden % m.heads == 0
+    assert load_model(str(path.parent) + "/") == m  # a model directory works too
+
+
+def test_llama3_8b_from_hf_matches_the_preset(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(HF["llama"]))
+    from perfmodel import predict, Plan
+
+    plan = Plan(gpus=8, tp=8, global_batch=1)
+    hf = predict(str(path), "dgx-h100", plan)
+    preset = predict("llama3-8b", "dgx-h100", plan)
+    assert hf.parameters == preset.parameters
+    # Llama 3 8B has 8.03 billion parameters (Meta model card)
+    assert hf.parameters == pytest.approx(8.03e9, rel=0.005)
+
+
+def test_unsupported_hf_family_is_refused(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "t5", "d_model": 512}))
+    with pytest.raises(SpecError, match="not supported"):
+        load_model(str(path))
