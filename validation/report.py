@@ -1,0 +1,220 @@
+"""Predicted against measured: the report, its table, its bar chart and the validation history.
+
+Measured terms come from the job's per-rank records (see validation/job.py). Aggregation:
+the step time of one step is the slowest rank's (max over ranks); a term of one step is the mean over
+ranks; both are then the median over the timed steps. Tensor-parallel communication is timed in the
+probe step and taken out of forward and backward, so the terms add up to the step time the way the
+model's terms do.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+import os
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+# Each measured term and the prefixes of the prediction's breakdown_s names it is compared with.
+# Names of the breakdown that match no prefix go to "other" (e.g. overhead/kernels).
+TERMS: list[tuple[str, tuple[str, ...]]] = [
+    ("forward", ("compute/forward", "compute/fwd")),
+    ("backward", ("compute/backward", "compute/bwd", "compute/recompute")),
+    ("tp_comm", ("comm/tp",)),
+    ("pipeline", ("pipeline/",)),
+    ("grad_sync", ("comm/dp",)),
+    ("optimizer", ("optimizer/",)),
+    ("other", ()),
+]
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    os.replace(tmp, path)
+
+
+def relative_error(measured: float | None, predicted: float | None) -> float | None:
+    """(measured - predicted) / predicted: positive when the job is slower than predicted."""
+    if measured is None or predicted is None or predicted <= 0:
+        return None
+    return (measured - predicted) / predicted
+
+
+def group_predicted(breakdown_s: dict[str, float]) -> dict[str, float]:
+    out = {name: 0.0 for name, _ in TERMS}
+    for key, value in breakdown_s.items():
+        for name, prefixes in TERMS:
+            if any(key.startswith(p) for p in prefixes):
+                out[name] += float(value)
+                break
+        else:
+            out["other"] += float(value)
+    return out
+
+
+def _median(values: Iterable[float]) -> float | None:
+    values = list(values)
+    return statistics.median(values) if values else None
+
+
+def _tp_seconds(record: dict[str, Any], phase: str) -> float:
+    probe = record.get("probe") or {}
+    return sum(c["seconds"] for c in probe.get("comm_seconds", [])
+               if c["axis"] == "tp" and c["phase"] == phase)
+
+
+def measured_terms(records: list[dict[str, Any]]) -> tuple[float | None, dict[str, float | None], int]:
+    """Step time and terms from the per-rank records; also the number of steps all ranks timed."""
+    records = [r for r in records if r.get("steps")]
+    if not records:
+        return None, {name: None for name, _ in TERMS}, 0
+    n = min(len(r["steps"]) for r in records)
+    step_times, per_term = [], {name: [] for name, _ in TERMS}
+    for i in range(n):
+        steps = [r["steps"][i] for r in records]
+        step_times.append(max(s["step"] for s in steps))
+        sums: dict[str, float] = {name: 0.0 for name, _ in TERMS}
+        for r, s in zip(records, steps, strict=True):
+            tp_f, tp_b = _tp_seconds(r, "fwd"), _tp_seconds(r, "bwd")
+            sums["forward"] += max(s.get("forward", 0.0) - tp_f, 0.0)
+            sums["backward"] += max(s.get("backward", 0.0) - tp_b, 0.0)
+            sums["tp_comm"] += min(tp_f, s.get("forward", 0.0)) + min(tp_b, s.get("backward", 0.0))
+            sums["pipeline"] += max(s.get("pipeline_wait", 0.0), 0.0)
+            sums["grad_sync"] += s.get("grad_sync", 0.0)
+            sums["optimizer"] += s.get("optimizer", 0.0)
+        for name in sums:
+            if name != "other":
+                per_term[name].append(sums[name] / len(records))
+        per_term["other"].append(step_times[-1] - sum(per_term[k][-1] for k in sums if k != "other"))
+    return _median(step_times), {k: _median(v) for k, v in per_term.items()}, n
+
+
+def build_report(
+    *,
+    meta: dict[str, Any],
+    prediction: dict[str, Any] | None,
+    launch: dict[str, Any],
+    records: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The report: meta (model, plan, backend...), prediction, measurement, per-term comparison."""
+    step, terms, steps = measured_terms(records)
+    predicted_step = prediction["step_time_s"] if prediction else None
+    predicted = group_predicted(prediction["breakdown_s"]) if prediction else {}
+    rows = []
+    for name, _ in TERMS:
+        p, m = predicted.get(name), terms.get(name)
+        rows.append({"name": name, "predicted_s": p, "measured_s": m,
+                     "relative_error": relative_error(m, p) if p and p > 1e-9 else None})
+    peaks = [r["peak_memory_bytes"] for r in records if r.get("peak_memory_bytes")]
+    base = [r.get("baseline_memory_bytes", 0) for r in records if r.get("peak_memory_bytes")]
+    rank0 = next((r for r in records if r.get("rank") == 0), records[0] if records else {})
+    report = {
+        **meta,
+        "status": launch.get("status", "ok" if step is not None else "failed"),
+        "predicted_step_time_s": predicted_step,
+        "measured_step_time_s": step,
+        "relative_error": relative_error(step, predicted_step),
+        "steps": steps,
+        "terms": rows,
+        "memory": {
+            "predicted_per_rank_bytes": prediction["memory_per_gpu_bytes"] if prediction else None,
+            "predicted_breakdown_bytes": prediction.get("memory_breakdown_bytes") if prediction else None,
+            "measured_peak_per_rank_bytes": max(peaks) if peaks else None,
+            "measured_baseline_per_rank_bytes": max(base) if base else None,
+        },
+        "dtype_used": rank0.get("dtype", meta.get("dtype_used")),
+        "dtype_note": rank0.get("dtype_note", ""),
+        "collectives_rank0": (rank0.get("probe") or {}).get("collectives", []),
+        "launch": launch,
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    if prediction:
+        report["prediction"] = prediction
+    return report
+
+
+def render(report: dict[str, Any], console: Any = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+
+    def fmt_s(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1e3:.2f} ms"
+
+    def fmt_e(v: float | None) -> str:
+        return "-" if v is None else f"{v * 100:+.1f}%"
+
+    title = (f"validate {report.get('model')} plan {report.get('plan_label', '')} "
+             f"on {report.get('ranks')} {report.get('backend')} ranks")
+    table = Table(title=title)
+    for col in ("term", "predicted", "measured", "error"):
+        table.add_column(col, justify="left" if col == "term" else "right")
+    for row in report["terms"]:
+        table.add_row(row["name"], fmt_s(row["predicted_s"]), fmt_s(row["measured_s"]),
+                      fmt_e(row["relative_error"]))
+    table.add_row("[bold]step[/bold]", fmt_s(report["predicted_step_time_s"]),
+                  fmt_s(report["measured_step_time_s"]), fmt_e(report["relative_error"]))
+    console.print(table)
+    if report.get("dtype_note"):
+        console.print(f"note: {report['dtype_note']}")
+    for note in report.get("launch", {}).get("notes", []):
+        console.print(f"note: {note}")
+    failure = report.get("launch", {}).get("failure")
+    if failure:
+        console.print(f"[red]failed[/red]: rank {failure['rank']}: {failure['error']}")
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """A bar chart of predicted and measured time per term, written atomically as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["name"] for r in report["terms"]] + ["step"]
+    pred = [(r["predicted_s"] or 0.0) * 1e3 for r in report["terms"]]
+    meas = [(r["measured_s"] or 0.0) * 1e3 for r in report["terms"]]
+    pred.append((report["predicted_step_time_s"] or 0.0) * 1e3)
+    meas.append((report["measured_step_time_s"] or 0.0) * 1e3)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    xs = range(len(names))
+    ax.bar([x - 0.2 for x in xs], pred, width=0.4, label="predicted")
+    ax.bar([x + 0.2 for x in xs], meas, width=0.4, label="measured")
+    ax.set_xticks(list(xs), names, rotation=30)
+    ax.set_ylabel("time per step [ms]")
+    ax.set_title(f"{report.get('model')} {report.get('plan_label', '')}")
+    ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    write_atomic(path, buf.getvalue())
+
+
+HISTORY_FIELDS = [
+    "created", "model", "plan", "hardware", "backend", "ranks", "steps", "dtype_used", "status",
+    "predicted_step_time_s", "measured_step_time_s", "relative_error",
+]
+
+
+def append_history(report: dict[str, Any], path: Path) -> None:
+    """Append one row to the history CSV (rewritten atomically with the new row)."""
+    old = path.read_text() if path.exists() else ""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=HISTORY_FIELDS, extrasaction="ignore")
+    if not old:
+        writer.writeheader()
+    row = {**report, "plan": report.get("plan_label", "")}
+    writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in HISTORY_FIELDS})
+    write_atomic(path, old + buf.getvalue())
+
+
+def save(report: dict[str, Any], path: Path) -> None:
+    write_atomic(path, json.dumps(report, indent=1, default=str))
