@@ -152,6 +152,8 @@ class GemmModel:
 
     The peak and memory bandwidth are given (datasheet); max_fraction, the half sizes of m, n, k
     and batch, and min_time_s are fitted. half_dim (harmonic mean term) is left at 0.
+    max_fraction may exceed 1 when the data beat the datasheet peak (suspect data, or a wrong
+    peak); `efficiency()` refuses that, the caller decides.
     """
 
     def __init__(self, peak_flops_per_s: float, memory_bandwidth_bytes_per_s: float = math.inf,
@@ -173,10 +175,10 @@ class GemmModel:
             raise DataError(f"GEMM fit needs at least {len(_GEMM_PARAMS) + 1} shapes, got {len(df)}")
         b, m, n, k, t = (df[c].to_numpy(float) for c in ("b", "m", "n", "k", "time_s"))
         best_eff = float(np.max(2 * b * m * n * k / t)) / self.peak_flops_per_s
-        x0 = [min(best_eff, 1.0), math.log(64), math.log(64), math.log(64), math.log(0.1),
+        x0 = [best_eff, math.log(64), math.log(64), math.log(64), math.log(0.1),
               math.log(max(float(np.min(t)) / 4, 1e-9))]
         lo = [1e-4, math.log(1e-2), math.log(1e-2), math.log(1e-2), math.log(1e-4), math.log(1e-10)]
-        hi = [1.0, math.log(1e6), math.log(1e6), math.log(1e6), math.log(1e3), math.log(10.0)]
+        hi = [max(1.0, 1.5 * best_eff), math.log(1e6), math.log(1e6), math.log(1e6), math.log(1e3), math.log(10.0)]
         x0 = np.clip(x0, np.array(lo) + 1e-9, np.array(hi) - 1e-9)
         res = least_squares(lambda x: self._time(x, b, m, n, k) / t - 1.0, x0, bounds=(lo, hi),
                             loss="soft_l1", f_scale=0.05)

@@ -1,0 +1,393 @@
+"""Microbenchmarks under torch.distributed: GEMM, memory bandwidth and collectives.
+
+The same code runs on CUDA + NCCL and on CPU + gloo; only the device and backend differ. Every
+measurement: warm-up, then `repeats` timed repetitions (each of `inner` calls, chosen so one
+repetition lasts long enough for the timer), a barrier before each, CUDA events on GPU and
+perf_counter on CPU. A record holds the median over repetitions (for collectives the slowest
+rank's median, as a job waits for it) and the spread (p90 - p10) / median.
+Compute benchmarks run on every rank at once, so shared cores and memory bandwidth are measured
+as a job sees them. torch is imported only here, inside the functions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sweep:
+    """What to measure; `quick` trims sizes and repeats to stay within ~2 minutes on 2 cores."""
+
+    gemm_shapes: tuple[tuple[int, int, int, int], ...]  # (b, m, n, k)
+    memory_bytes: tuple[int, ...]
+    collective_bytes: tuple[int, ...]
+    ops: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                            "all_to_all", "send_recv")
+    stages: tuple[str, ...] = ("gemm", "memory", "collectives")
+    repeats: int = 7
+    warmup: int = 2
+    min_rep_s: float = 2e-3  # one repetition lasts at least this long (several inner calls)
+    subgroups: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def sweep_for(device: str, quick: bool, max_bytes: int | None = None,
+              stages: tuple[str, ...] | None = None) -> Sweep:
+    """Sizes: bytes to hundreds of MB on GPU, to tens of MB on CPU (fewer with quick)."""
+    gpu = device == "cuda"
+    square = [64, 128, 256, 512, 1024] + ([2048, 4096, 8192] if gpu else [])
+    if quick:
+        square = square[:4] if not gpu else [256, 1024, 4096, 8192]
+    hidden = 4096 if gpu else 512
+    tokens = [hidden // 4, hidden] if quick else [hidden // 8, hidden // 2, hidden * 2]
+    shapes = [(1, s, s, s) for s in square]
+    for t in tokens:  # a transformer layer: QKV, attention output, MLP up and down
+        shapes += [(1, t, 3 * hidden, hidden), (1, t, hidden, hidden), (1, t, 4 * hidden, hidden),
+                   (1, t, hidden, 4 * hidden)]
+    skinny = [(1, 16, hidden, hidden), (1, hidden, 16, hidden), (1, hidden, hidden, 16),
+              (4, hidden // 4, hidden // 4, hidden // 4)]
+    shapes += skinny[:2] if quick else skinny
+    top = max_bytes or ((1 << 28) if gpu else (1 << 23 if quick else 1 << 25))
+    coll = [1 << p for p in range(3, 40, 2 if quick else 1) if (1 << p) <= top]
+    mem_top = (1 << 30) if gpu else (1 << 26 if quick else 1 << 28)
+    mem = [1 << p for p in range(15, 40, 2 if quick else 1) if (1 << p) <= mem_top]
+    return Sweep(gemm_shapes=tuple(shapes), memory_bytes=tuple(mem), collective_bytes=tuple(coll),
+                 repeats=5 if quick else 9, warmup=1 if quick else 2,
+                 subgroups=True, stages=stages or ("gemm", "memory", "collectives"))
+
+
+class Recorder:
+    """Rank 0 appends one JSON line per measurement and flushes it: Ctrl-C keeps them."""
+
+    def __init__(self, path: Path | None, rank: int) -> None:
+        self.path, self.rank = path, rank
+        self.count = 0
+
+    def plan(self, total: int) -> None:
+        self._write({"plan": total})
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.count += 1
+        self._write(record)
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        if self.rank != 0 or self.path is None:
+            return
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(obj) + "\n")
+            fh.flush()
+
+
+def _timer(torch: Any, device: Any) -> Callable[[Callable[[], None], int], float]:
+    if device.type == "cuda":
+        def run(fn: Callable[[], None], inner: int) -> float:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(inner):
+                fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3 / inner
+    else:
+        def run(fn: Callable[[], None], inner: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            return (time.perf_counter() - t0) / inner
+    return run
+
+
+def measure(fn: Callable[[], None], sweep: Sweep, ctx: Context,
+            group: Any = None) -> tuple[float, float]:
+    """(median seconds per call over repeats, spread) on this rank."""
+    dist = ctx.dist
+    for _ in range(sweep.warmup):
+        fn()
+    ctx.sync()
+    t_one = ctx.timer(fn, 1)
+    inner = max(1, min(64, math.ceil(sweep.min_rep_s / max(t_one, 1e-9))))
+    if group is not None or ctx.world > 1:  # every rank of the group agrees on inner
+        t = ctx.torch.tensor([inner], dtype=ctx.torch.int64, device=ctx.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        inner = int(t.item())
+    times = []
+    for _ in range(sweep.repeats):
+        dist.barrier(group=group) if group is not None else dist.barrier()
+        times.append(ctx.timer(fn, inner))
+    times.sort()
+    med = statistics.median(times)
+    p10, p90 = times[int(0.1 * (len(times) - 1))], times[math.ceil(0.9 * (len(times) - 1))]
+    return med, (p90 - p10) / med if med > 0 else 0.0
+
+
+@dataclass
+class Context:
+    torch: Any
+    dist: Any
+    device: Any
+    rank: int
+    world: int
+    local_world: int
+    timer: Callable[[Callable[[], None], int], float]
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize()
+
+    def slowest(self, value: float, group: Any = None) -> float:
+        t = self.torch.tensor([value], dtype=self.torch.float64, device=self.device)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=group)
+        return float(t.item())
+
+
+def bench_gemm(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
+    torch = ctx.torch
+    dtypes = ["fp32"] if ctx.device.type == "cpu" else ["bf16", "fp32"]
+    tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    for dtype in dtypes:
+        for b, m, n, k in sweep.gemm_shapes:
+            a = torch.randn(b, m, k, device=ctx.device, dtype=tdt[dtype])
+            w = torch.randn(b, k, n, device=ctx.device, dtype=tdt[dtype])
+            med, spread = measure(lambda a=a, w=w: torch.bmm(a, w), sweep, ctx)
+            rec.add({"kind": "gemm", "dtype": dtype, "b": b, "m": m, "n": n, "k": k,
+                     "time_s": ctx.slowest(med), "spread": spread, "ranks": ctx.world})
+            yield
+    if ctx.device.type == "cpu":  # bf16 matmul on CPU is 60-200x slower: one point to show it
+        s = 128
+        a = torch.randn(s, s, dtype=torch.bfloat16)
+        med, spread = measure(lambda: a @ a, sweep, ctx)
+        rec.add({"kind": "gemm", "dtype": "bf16", "b": 1, "m": s, "n": s, "k": s,
+                 "time_s": ctx.slowest(med), "spread": spread, "ranks": ctx.world,
+                 "note": "bf16 on CPU: one point only"})
+        yield
+
+
+def bench_memory(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
+    torch = ctx.torch
+    for nbytes in sweep.memory_bytes:
+        n = max(1, nbytes // 4)
+        x, y, z = (torch.rand(n, device=ctx.device) for _ in range(3))
+        kernels = {"copy": (lambda: y.copy_(x), 2 * 4 * n),  # read x, write y
+                   "triad": (lambda: torch.add(y, z, alpha=0.5, out=x), 3 * 4 * n)}
+        for kernel, (fn, moved) in kernels.items():
+            med, spread = measure(fn, sweep, ctx)
+            rec.add({"kind": "memory", "kernel": kernel, "nbytes": moved,
+                     "time_s": ctx.slowest(med), "spread": spread, "ranks": ctx.world})
+            yield
+    # per-kernel launch overhead: the smallest op the framework runs
+    one = torch.zeros(1, device=ctx.device)
+    med, spread = measure(lambda: one.add_(1), sweep, ctx)
+    rec.add({"kind": "overhead", "time_s": ctx.slowest(med), "spread": spread})
+    yield
+
+
+def groups_for(world: int, local_world: int) -> list[tuple[str, str, list[list[int]]]]:
+    """(label, scope, partition of ranks into groups) for the world and a plan's sub-groups."""
+    nodes = max(1, world // local_world)
+    out = [("world", "inter" if nodes > 1 else "intra", [list(range(world))])]
+    if nodes > 1:
+        out.append(("intra-node", "intra",
+                    [list(range(i * local_world, (i + 1) * local_world)) for i in range(nodes)]))
+        out.append(("inter-node", "inter",
+                    [list(range(j, world, local_world)) for j in range(local_world)]))
+    if world >= 4 and world % 2 == 0:
+        rows, cols = 2, world // 2
+        scope_row = "intra" if cols <= local_world else "inter"
+        out.append(("grid2d-rows", scope_row,
+                    [list(range(r * cols, (r + 1) * cols)) for r in range(rows)]))
+        out.append(("grid2d-cols", "intra" if nodes == 1 else "inter",
+                    [list(range(c, world, cols)) for c in range(cols)]))
+    if world >= 8 and world % 8 == 0:
+        for axis, stride in enumerate((1, 2, 4)):
+            parts = []
+            for base in range(world):
+                members = [base + stride * i for i in range(2)]
+                if (base // stride) % 2 == 0 and members not in parts:
+                    parts.append(members)
+            out.append((f"grid3d-axis{axis}", "intra" if nodes == 1 else "inter", parts))
+    return out
+
+
+def _collective(ctx: Context, op: str, nbytes: int, group: Any, n: int,
+                rank_in_group: int, peers: list[int]) -> tuple[Callable[[], None], str]:
+    """A callable doing one collective of nccl-tests size nbytes, and how ('native' or the
+    composition used when the backend lacks the op)."""
+    torch, dist = ctx.torch, ctx.dist
+    count = max(n, nbytes // 4 // n * n)  # float32 elements, divisible by n
+    x = torch.ones(count, device=ctx.device)
+    if op == "all_reduce":
+        return lambda: dist.all_reduce(x, group=group), "native"
+    if op == "broadcast":
+        return lambda: dist.broadcast(x, src=peers[0], group=group), "native"
+    if op == "reduce":
+        return lambda: dist.reduce(x, dst=peers[0], group=group), "native"
+    if op == "all_gather":  # nbytes = gathered output
+        part, out = x[: count // n].clone(), torch.empty(count, device=ctx.device)
+        return lambda: dist.all_gather_into_tensor(out, part, group=group), "native"
+    if op == "reduce_scatter":  # nbytes = full input
+        out = torch.empty(count // n, device=ctx.device)
+        return lambda: dist.reduce_scatter_tensor(out, x, group=group), "native"
+    if op == "all_to_all":  # nbytes = one rank's send buffer
+        out = torch.empty_like(x)
+        return lambda: dist.all_to_all_single(out, x, group=group), "native"
+    if op == "send_recv":  # ring: send to the next rank of the group, receive from the previous
+        out = torch.empty_like(x)
+        nxt, prv = peers[(rank_in_group + 1) % n], peers[(rank_in_group - 1) % n]
+
+        def sendrecv() -> None:
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, nxt, group=group),
+                                           dist.P2POp(dist.irecv, out, prv, group=group)])
+            for r in reqs:
+                r.wait()
+        return sendrecv, "native"
+    raise ValueError(op)
+
+
+def _fallback(ctx: Context, op: str, nbytes: int, group: Any, n: int, rank_in_group: int,
+              peers: list[int]) -> tuple[Callable[[], None], str]:
+    """What a job does when the backend lacks a collective."""
+    torch, dist = ctx.torch, ctx.dist
+    count = max(n, nbytes // 4 // n * n)
+    x = torch.ones(count, device=ctx.device)
+    if op == "reduce_scatter":
+        return (lambda: dist.all_reduce(x, group=group)), "fallback: all_reduce, keep own shard"
+    if op == "all_gather":
+        parts = [torch.empty(count // n, device=ctx.device) for _ in range(n)]
+        return (lambda: dist.all_gather(parts, x[: count // n].clone(), group=group),
+                "fallback: all_gather of a tensor list")
+    if op == "all_to_all":
+        out = torch.empty_like(x)
+        chunk = count // n
+
+        def pairwise() -> None:
+            ops = []
+            for i, peer in enumerate(peers):
+                if peer != peers[rank_in_group]:
+                    ops += [dist.P2POp(dist.isend, x[i * chunk:(i + 1) * chunk], peer, group=group),
+                            dist.P2POp(dist.irecv, out[i * chunk:(i + 1) * chunk], peer,
+                                       group=group)]
+            for r in dist.batch_isend_irecv(ops):
+                r.wait()
+        return pairwise, "fallback: pairwise send/recv"
+    if op == "reduce":
+        return (lambda: dist.all_reduce(x, group=group)), "fallback: all_reduce"
+    raise NotImplementedError(op)
+
+
+def bench_collectives(ctx: Context, sweep: Sweep, rec: Recorder,
+                      support: dict[str, str]) -> Iterator[None]:
+    dist = ctx.dist
+    partitions = groups_for(ctx.world, ctx.local_world)
+    if not sweep.subgroups:
+        partitions = partitions[:1]
+    for label, scope, parts in partitions:
+        handles = []
+        for members in parts:  # every rank creates every group, in the same order
+            handles.append(None if label == "world" else dist.new_group(members))
+        mine = next(i for i, members in enumerate(parts) if ctx.rank in members)
+        members, group = parts[mine], handles[mine]
+        n = len(members)
+        if n < 2:
+            continue
+        for op in sweep.ops:
+            for nbytes in sweep.collective_bytes:
+                if nbytes < 4 * n:
+                    continue
+                try:
+                    fn, how = _collective(ctx, op, nbytes, group, n, members.index(ctx.rank),
+                                          members)
+                    med, spread = measure(fn, sweep, ctx, group)
+                except (RuntimeError, NotImplementedError):
+                    fn, how = _fallback(ctx, op, nbytes, group, n, members.index(ctx.rank),
+                                        members)
+                    med, spread = measure(fn, sweep, ctx, group)
+                support.setdefault(op, how)
+                slowest = ctx.slowest(med)  # over all concurrent groups
+                rec.add({"kind": "collective", "op": op, "group": label, "scope": scope,
+                         "ranks": n, "groups": len(parts), "nbytes": max(4 * n, nbytes // 4 // n
+                                                                        * n * 4),
+                         "time_s": slowest, "spread": spread, "implementation": how})
+                yield
+
+
+def count_measurements(sweep: Sweep, world: int, local_world: int, device: str) -> int:
+    total = 0
+    if "gemm" in sweep.stages:
+        total += len(sweep.gemm_shapes) * (1 if device == "cpu" else 2) + (device == "cpu")
+    if "memory" in sweep.stages:
+        total += 2 * len(sweep.memory_bytes) + 1
+    if "collectives" in sweep.stages:
+        parts = groups_for(world, local_world)[: None if sweep.subgroups else 1]
+        for _, _, groups in parts:
+            n = len(groups[0])
+            if n >= 2:
+                total += len(sweep.ops) * sum(1 for b in sweep.collective_bytes if b >= 4 * n)
+    return total
+
+
+def run_worker(rank: int, world: int, local_rank: int, local_world: int, backend: str,
+               sweep: Sweep, records_path: Path | None, init: str | None = None) -> None:
+    """One rank: init the process group, run the stages, write records (rank 0)."""
+    import signal
+
+    import torch
+    import torch.distributed as dist
+
+    if init is not None:  # spawned by `calibrate run`: the parent handles Ctrl-C
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+    dist.init_process_group(backend, init_method=init or "env://", rank=rank, world_size=world)
+    ctx = Context(torch=torch, dist=dist, device=device, rank=rank, world=world,
+                  local_world=local_world, timer=_timer(torch, device))
+    rec = Recorder(records_path, rank)
+    rec.plan(count_measurements(sweep, world, local_world, device.type))
+    rec._write({"kind": "info", **_info(torch, dist, device, backend, world, local_world)})
+    support: dict[str, str] = {}
+    stages = {"gemm": lambda: bench_gemm(ctx, sweep, rec),
+              "memory": lambda: bench_memory(ctx, sweep, rec),
+              "collectives": lambda: bench_collectives(ctx, sweep, rec, support)}
+    for stage in sweep.stages:
+        for _ in stages[stage]():
+            pass
+    rec._write({"kind": "support", **support})
+    rec._write({"kind": "done"})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _info(torch: Any, dist: Any, device: Any, backend: str, world: int,
+          local_world: int) -> dict[str, Any]:
+    import platform
+
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        memory = torch.cuda.get_device_properties(device).total_memory
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    else:
+        name = platform.processor() or platform.machine()
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as fh:
+                name = next((ln.split(":", 1)[1].strip() for ln in fh if "model name" in ln), name)
+        except OSError:
+            pass
+        name = f"CPU {name} ({os.cpu_count()} cores)"
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // local_world
+        nccl = None
+    return {"device": name, "device_type": device.type, "memory_bytes": int(memory),
+            "torch_version": torch.__version__, "nccl_version": nccl,
+            "gloo": backend == "gloo", "backend": backend, "world": world,
+            "local_world": local_world, "nodes": max(1, world // local_world),
+            "threads_per_rank": torch.get_num_threads()}

@@ -1,0 +1,147 @@
+"""`calibrate import-nccl-tests` and `import-gemm`: published measurements -> a profile."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from calibration.fit import CollectiveModel, GemmModel, holdout_error, residual_summary
+from calibration.gemm_tables import bytes_per_element, canonical_dtype, device_info, peak_for
+from calibration.gemm_tables import read_gemm_table
+from calibration.nccl_tests import NcclTestsRun, parse_nccl_tests
+from calibration.profile_io import provenance, write_profile
+from perfmodel.costs.collectives import ALGORITHMS, Algorithm, Op
+from perfmodel.errors import DataError
+
+
+@dataclass
+class ImportResult:
+    hardware: dict[str, Any]
+    fits: dict[str, dict[str, Any]]
+    measurements: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+    per_source: list[dict[str, Any]] = field(default_factory=list)  # residuals per log/sweep
+
+
+def _algorithm(run: NcclTestsRun, override: str | None) -> str:
+    """The alpha-beta form to fit: the user's choice, the log's NCCL_ALGO, else ring."""
+    choice = override or run.nccl_algo or "ring"
+    choice = {"nvls": "ring", "nvlstree": "tree", "collnet": "ring", "pat": "ring"}.get(
+        choice.lower(), choice.lower())
+    if Algorithm(choice) not in ALGORITHMS[run.op]:
+        return Algorithm.RING.value
+    return choice
+
+
+def import_nccl_tests(paths: Sequence[str | Path], *, algorithm: str | None = None,
+                      op: str | None = None) -> ImportResult:
+    """Parse every log, fit one model per (op, scope, algorithm) over all logs that share it."""
+    if not paths:
+        raise DataError("no nccl-tests log given")
+    runs = [run for p in paths for run in parse_nccl_tests(p, op=op)]
+    notes = [f"{r.path.name}: {n}" for r in runs for n in r.notes]
+    groups: dict[tuple[str, str, str], list[NcclTestsRun]] = {}
+    for run in runs:
+        groups.setdefault((run.op.value, run.scope, _algorithm(run, algorithm)), []).append(run)
+    fits, collectives, frames, per_source = {}, [], [], []
+    for (op_name, scope, alg), members in groups.items():
+        data = pd.concat([r.records.assign(ranks=r.ranks, nodes=r.nodes, source=r.path.name,
+                                           op=op_name, scope=scope) for r in members])
+        frames.append(data)
+        model = CollectiveModel(op_name, scope, alg).fit(data)
+        name = f"collective/{op_name}/{scope}/{alg}"
+        summary = model.summary()
+        summary["sources"] = sorted({r.path.name for r in members})
+        fits[name] = summary
+        collectives.append({k: v for k, v in model.to_fit().__dict__.items()})
+        for r in members:
+            rec = r.records[r.records["nbytes"] > 0]
+            res = residual_summary(model.predict(rec["nbytes"], r.ranks), rec["time_s"])
+            per_source.append({"source": r.path.name, "op": op_name, "scope": scope,
+                               "ranks": r.ranks, "nodes": r.nodes, "device": r.device,
+                               "fit": name, "n_points": len(rec), **res})
+    devices = sorted({r.device for r in runs})
+    hardware: dict[str, Any] = {"collectives": collectives}
+    if len(devices) == 1:
+        hardware["gpu_name"] = devices[0]
+    per_node = sorted({r.ranks // r.nodes for r in runs})
+    if len(per_node) == 1:
+        hardware["gpus_per_node"] = per_node[0]
+    return ImportResult(hardware=hardware, fits=fits, measurements=pd.concat(frames), notes=notes,
+                        per_source=per_source)
+
+
+def import_gemm(paths: Sequence[str | Path], *, device: str | None = None, folds: int = 5,
+                peaks: dict[str, float] | None = None) -> ImportResult:
+    """Fit the GEMM efficiency model per device and dtype; report k-fold hold-out error."""
+    if not paths:
+        raise DataError("no GEMM table given")
+    table = pd.concat([read_gemm_table(p) for p in paths], ignore_index=True)
+    if "source_commit" in table:  # earlier campaigns: keep each campaign apart
+        table["campaign"] = table["source_commit"].fillna("").astype(str).str[:8]
+    else:
+        table["campaign"] = ""
+    if device is not None:
+        table = table[table["device"] == device]
+        if table.empty:
+            raise DataError(f"no rows for device '{device}' in the tables given")
+    fits, notes, gemm_eff, per_source = {}, [], {}, []
+    for (dev, dtype, campaign), rows in table.groupby(["device", "dtype", "campaign"], sort=True):
+        if len(rows) < 12:
+            notes.append(f"{dev} {dtype}: only {len(rows)} shapes, too few to fit (need 12)")
+            continue
+        canon = canonical_dtype(dtype)
+        peak, peak_source = peak_for(dev, dtype, rows)
+        if peaks and canon in peaks:
+            peak, peak_source = peaks[canon], "given"
+        bw = (device_info(dev) or {}).get("memory_bandwidth_bytes_per_s", math.inf)
+
+        def make(peak: float = peak, bw: float = bw, dtype: str = dtype) -> GemmModel:
+            return GemmModel(peak, bw, bytes_per_element(dtype))
+
+        model = make().fit(rows)
+        hold = holdout_error(rows, make, folds=folds)
+        name = f"gemm/{dev}/{dtype}" + (f"/{campaign}" if campaign else "")
+        summary = model.summary()
+        summary.update(device=dev, dtype=dtype, perfmodel_dtype=canon, peak_source=peak_source,
+                       holdout_median_rel_error=hold["median_rel_error"],
+                       holdout_worst_rel_error=hold["worst_rel_error"], holdout_folds=folds,
+                       sources=sorted(set(rows["file"])))
+        fits[name] = summary
+        per_source.append({"source": name, "n_points": len(rows), **model.residuals_,
+                           "holdout_median_rel_error": hold["median_rel_error"]})
+        if model.params_["max_fraction"] > 1.0:
+            notes.append(f"{name}: measured FLOP/s exceed the {peak_source} peak "
+                         f"(max_fraction {model.params_['max_fraction']:.2f}): suspect data or "
+                         "wrong peak; not written to the hardware section")
+            continue
+        if canon not in gemm_eff or _is_primary(dtype):
+            gemm_eff[canon] = {**model.params_, "half_dim": 0.0}
+    hardware: dict[str, Any] = {}
+    if table["device"].nunique() == 1 and gemm_eff:
+        hardware["gemm_efficiency"] = gemm_eff
+    elif gemm_eff:
+        notes.append("tables of several devices: fits reported, hardware section left empty "
+                     "(choose one with --device)")
+    return ImportResult(hardware=hardware, fits=fits, measurements=table, notes=notes,
+                        per_source=per_source)
+
+
+def _is_primary(dtype: str) -> bool:
+    """'bf16xbf16->bf16': same input and output type (not a mixed-precision variant)."""
+    parts = dtype.lower().replace("->", "x").split("x")
+    return len(set(parts)) == 1
+
+
+def save(result: ImportResult, out: str | Path, *, base: str | None, **prov: Any) -> Path:
+    hardware = dict(result.hardware)
+    if base:
+        hardware["base"] = base
+    return write_profile(out, hardware=hardware, fits=result.fits,
+                         measurements=result.measurements, provenance=provenance(**prov),
+                         complete=True, notes=result.notes)

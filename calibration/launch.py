@@ -1,0 +1,277 @@
+"""`calibrate run`: launch the ranks (or join torchrun/srun), follow progress, fit, write.
+
+Launched here: N processes by multiprocessing spawn on a free loopback port; rank 0 appends each
+measurement to a JSON-lines file that the parent follows for the progress bar. Ctrl-C stops the
+ranks and keeps what was measured (the profile says "complete": false).
+Under torchrun or srun (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS set) this process is one
+rank; rank 0 writes the profile.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing as mp
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from calibration.bench import Sweep, run_worker, sweep_for
+from calibration.fit import BandwidthModel, CollectiveModel, GemmModel
+from calibration.profile_io import provenance, write_profile
+from perfmodel.errors import DataError, PerfmodelError
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launched_env() -> dict[str, int] | None:
+    """Rank layout when started by torchrun or srun, else None."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        world = int(env["WORLD_SIZE"])
+        return {"rank": int(env["RANK"]), "world": world,
+                "local_rank": int(env.get("LOCAL_RANK", 0)),
+                "local_world": int(env.get("LOCAL_WORLD_SIZE", world))}
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
+        if "MASTER_ADDR" not in env or "MASTER_PORT" not in env:
+            raise PerfmodelError("under srun, set MASTER_ADDR and MASTER_PORT (e.g. the first "
+                                 "host of SLURM_JOB_NODELIST and a free port)")
+        world = int(env["SLURM_NTASKS"])
+        nodes = int(env.get("SLURM_NNODES", 1))
+        return {"rank": int(env["SLURM_PROCID"]), "world": world,
+                "local_rank": int(env.get("SLURM_LOCALID", 0)), "local_world": world // nodes}
+    return None
+
+
+def choose_backend(backend: str) -> str:
+    import torch
+
+    if backend == "auto":
+        return "nccl" if torch.cuda.is_available() and torch.distributed.is_nccl_available() \
+            else "gloo"
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise PerfmodelError("--backend nccl needs CUDA GPUs; none is visible (use gloo)")
+    return backend
+
+
+def _spawned(rank: int, world: int, backend: str, sweep: Sweep, records: str, init: str) -> None:
+    run_worker(rank, world, rank, world, backend, sweep, Path(records), init)
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by Ctrl-C
+            break
+    return out
+
+
+def run(out: Path, *, nprocs: int | None, backend: str, quick: bool, max_bytes: int | None = None,
+        stages: tuple[str, ...] | None = None, console: Console | None = None) -> Path | None:
+    """Measure, fit and write the profile; returns its path (None on ranks other than 0)."""
+    console = console or Console(stderr=True)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    records_path = out.parent / f".{out.name}.records.jsonl"
+    env = launched_env()
+    backend = choose_backend(backend)
+    device = "cuda" if backend == "nccl" else "cpu"
+    sweep = sweep_for(device, quick, max_bytes, stages)
+    complete = True
+    started = time.monotonic()
+    if env is not None:
+        if env["rank"] == 0:
+            records_path.unlink(missing_ok=True)
+        run_worker(env["rank"], env["world"], env["local_rank"], env["local_world"], backend,
+                   sweep, records_path if env["rank"] == 0 else None)
+        if env["rank"] != 0:
+            return None
+    else:
+        if nprocs is None:
+            import torch
+            nprocs = torch.cuda.device_count() if device == "cuda" else 2
+        if nprocs < 1:
+            raise PerfmodelError("--nprocs must be at least 1")
+        records_path.unlink(missing_ok=True)
+        complete = _launch(nprocs, backend, sweep, records_path, console)
+    records = read_records(records_path)
+    elapsed = time.monotonic() - started
+    path = build_profile(out, records, complete=complete, elapsed_s=elapsed, quick=quick)
+    records_path.unlink(missing_ok=True)
+    return path
+
+
+def _launch(nprocs: int, backend: str, sweep: Sweep, records: Path, console: Console) -> bool:
+    ctx = mp.get_context("spawn")
+    init = f"tcp://127.0.0.1:{free_port()}"
+    procs = [ctx.Process(target=_spawned, args=(r, nprocs, backend, sweep, str(records), init),
+                         daemon=True) for r in range(nprocs)]
+    for p in procs:
+        p.start()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console, transient=False) as progress:
+            task = progress.add_task(f"calibrating ({nprocs} ranks, {backend})", total=None)
+            while True:
+                recs = read_records(records)
+                plan = next((r["plan"] for r in recs if "plan" in r), None)
+                done = sum(1 for r in recs if r.get("kind") in ("gemm", "memory", "overhead",
+                                                                "collective"))
+                last = next((r for r in reversed(recs) if "kind" in r), {})
+                label = last.get("op") or last.get("kernel") or last.get("kind") or "starting"
+                progress.update(task, total=plan, completed=done,
+                                description=f"calibrating: {label}")
+                codes = [p.exitcode for p in procs]
+                if all(c == 0 for c in codes):
+                    return True
+                if any(c not in (None, 0) for c in codes):
+                    _stop(procs)
+                    raise PerfmodelError(f"a calibration rank failed (exit codes {codes}); "
+                                         "measured so far is discarded")
+                time.sleep(0.25)
+    except KeyboardInterrupt:
+        _stop(procs)
+        console.print("interrupted: keeping what was measured (profile marked incomplete)")
+        return False
+
+
+def _stop(procs: list[Any]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+
+
+def build_profile(out: Path, records: list[dict[str, Any]], *, complete: bool, elapsed_s: float,
+                  quick: bool) -> Path:
+    """Fit the measured records and write the profile (standalone: every required field)."""
+    info = next((r for r in records if r.get("kind") == "info"), None)
+    if info is None:
+        raise DataError("calibration stopped before any measurement; no profile written")
+    support = next((r for r in records if r.get("kind") == "support"), {})
+    complete = complete and any(r.get("kind") == "done" for r in records)
+    df = pd.DataFrame([r for r in records if r.get("kind") in ("gemm", "memory", "collective",
+                                                                "overhead")])
+    fits: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    hardware: dict[str, Any] = {"name": f"calibrated-{socket.gethostname()}",
+                                "gpu_name": info["device"], "gpus_per_node": info["local_world"],
+                                "memory_bytes": info["memory_bytes"]}
+    if df.empty:
+        raise DataError("calibration stopped before any measurement; no profile written")
+    _fit_gemm(df, info, fits, hardware, notes)
+    _fit_memory(df, fits, hardware, notes)
+    _fit_collectives(df, info, fits, hardware, notes, support)
+    if not complete:
+        notes.append("incomplete run (interrupted): fits use what was measured")
+    prov = provenance(device=info["device"], device_count=info["world"], nodes=info["nodes"],
+                      torch_version=info["torch_version"], nccl_version=info["nccl_version"],
+                      gloo=info["gloo"], backend=info["backend"], quick=quick,
+                      threads_per_rank=info["threads_per_rank"], wall_time_s=round(elapsed_s, 1),
+                      collective_support=support)
+    df = df.drop(columns=[c for c in ("note",) if c in df])
+    return write_profile(out, hardware=hardware, fits=fits, measurements=df, provenance=prov,
+                         complete=complete, notes=notes)
+
+
+def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: list[str]) -> None:
+    gemm = df[df["kind"] == "gemm"] if "kind" in df else df.iloc[:0]
+    peaks, effs = {}, {}
+    for dtype, rows in gemm.groupby("dtype"):
+        rows = rows.assign(time_s=rows["time_s"].astype(float))
+        best = float((2 * rows.b * rows.m * rows.n * rows.k / rows.time_s).max())
+        if len(rows) < 8:
+            peaks[dtype] = best
+            notes.append(f"gemm {dtype}: {len(rows)} point(s) only; peak_flops_per_s.{dtype} = "
+                         f"the measured {best / 1e9:.3g} GFLOP/s, no efficiency fit")
+            continue
+        bpe = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}.get(dtype, 4.0)
+        model = GemmModel(best, math.inf, bpe).fit(rows)
+        mf = model.params_["max_fraction"]
+        # measured device: the peak is the fitted asymptote, max_fraction 1 (same model)
+        peaks[dtype] = best * mf
+        effs[dtype] = {**model.params_, "max_fraction": 1.0, "half_dim": 0.0}
+        summary = model.summary()
+        summary["params"] = dict(effs[dtype])
+        summary.update(dtype=dtype, peak_flops_per_s=peaks[dtype],
+                       peak_source="fitted asymptote of the measured sweep")
+        fits[f"gemm/{info['device_type']}/{dtype}"] = summary
+    if peaks:
+        hardware["peak_flops_per_s"] = peaks
+    if effs:
+        first = "fp32" if "fp32" in effs else next(iter(effs))
+        hardware["gemm_efficiency"] = {**effs, "default": effs[first]}
+
+
+def _fit_memory(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str]) -> None:
+    mem = df[df["kind"] == "memory"]
+    best = None
+    for kernel, rows in mem.groupby("kernel"):
+        if rows["nbytes"].nunique() < 2:
+            continue
+        model = BandwidthModel(kernel).fit(rows)
+        fits[f"memory/{kernel}"] = model.summary()
+        if best is None or model.bandwidth_bytes_per_s_ > best:
+            best = model.bandwidth_bytes_per_s_
+    if best is not None:
+        hardware["memory_bandwidth_bytes_per_s"] = best
+        hardware["memory_bandwidth_efficiency"] = 1.0  # the measured rate is the achieved one
+    over = df[df["kind"] == "overhead"]
+    if not over.empty:
+        hardware["kernel_overhead_s"] = float(over["time_s"].median())
+
+
+def _fit_collectives(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,
+                     notes: list[str], support: dict) -> None:
+    coll = df[df["kind"] == "collective"]
+    collectives, links = [], {}
+    for (op, scope), rows in coll.groupby(["op", "scope"]):
+        if rows["nbytes"].nunique() < 2:
+            continue
+        model = CollectiveModel(op, scope, "ring").fit(rows)
+        summary = model.summary()
+        summary["groups"] = sorted(set(rows["group"]))
+        summary["implementation"] = support.get(op, "native")
+        per_group = {}
+        for group, g in rows.groupby("group"):
+            err = np.abs(model.predict(g["nbytes"], g["ranks"]) / g["time_s"] - 1)
+            per_group[group] = float(np.median(err))
+        summary["median_rel_error_per_group"] = per_group
+        fits[f"collective/{op}/{scope}/ring"] = summary
+        collectives.append(dict(model.to_fit().__dict__))
+        if op == "all_reduce":
+            links[scope] = {"bandwidth_bytes_per_s": model.bus_bandwidth_bytes_per_s_large_
+                            or model.bus_bandwidth_bytes_per_s_,
+                            "latency_s": model.alpha_s_, "efficiency": 1.0}
+    if collectives:
+        hardware["collectives"] = collectives
+    if "intra" in links:
+        hardware["intra_node"] = links["intra"]
+        if "inter" not in links:
+            links["inter"] = dict(links["intra"])
+            notes.append("single node: no inter-node measurement; inter_node copies intra_node")
+    if "inter" in links:
+        hardware["inter_node"] = links["inter"]
+        hardware.setdefault("intra_node", dict(links["inter"]))
+    unsupported = {op: how for op, how in support.items() if how != "native"}
+    if unsupported:
+        notes.append("backend lacks: " + "; ".join(f"{k} ({v})" for k, v in unsupported.items()))

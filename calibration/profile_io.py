@@ -1,0 +1,87 @@
+"""Writing profiles: the JSON with fits and provenance, the raw CSV beside it, atomically."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perfmodel.specs.profile import FORMAT, VERSION, profile_from_dict
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Write through a temp file in the same directory, then os.replace: never a half file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def git_revision() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def provenance(**fields: Any) -> dict[str, Any]:
+    """Host, date, command line and git revision, plus the caller's device/version fields."""
+    torch = sys.modules.get("torch")
+    base = {"host": socket.gethostname(), "device": None, "device_count": None, "nodes": None,
+            "torch_version": getattr(torch, "__version__", None), "nccl_version": None,
+            "gloo": None, "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "git_revision": git_revision(), "python": platform.python_version()}
+    base.update(fields)
+    return base
+
+
+def _clean(value: Any) -> Any:
+    """JSON-ready: numpy scalars to Python, tuples to lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return value.item()
+    return value
+
+
+def write_profile(path: str | Path, *, hardware: Mapping[str, Any],
+                  fits: Mapping[str, Mapping[str, Any]], measurements: pd.DataFrame | None,
+                  provenance: Mapping[str, Any], complete: bool = True,
+                  notes: list[str] | None = None) -> Path:
+    """Write PROFILE.json and PROFILE.measurements.csv beside it; returns the profile path.
+
+    The document is validated with perfmodel's own reader before it is written.
+    """
+    path = Path(path)
+    csv_name = None
+    if measurements is not None:
+        csv_name = f"{path.stem}.measurements.csv"
+        atomic_write(path.parent / csv_name, lambda p: measurements.to_csv(p, index=False))
+    doc = _clean({"format": FORMAT, "version": VERSION, "complete": complete,
+                  "hardware": dict(hardware), "fits": dict(fits), "measurements": csv_name,
+                  "provenance": dict(provenance, notes=list(notes or []))})
+    profile_from_dict(doc, f"profile {path}", path)  # never write what we could not read back
+    text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+    return path
