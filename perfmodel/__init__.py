@@ -1,7 +1,7 @@
 """perfmodel: predict, recommend and validate the speed and memory of parallel training."""
 
 from perfmodel.errors import DataError, PerfmodelError, PlanError, SpecError
-from perfmodel.predict import Prediction, predict
+from perfmodel.predict import Prediction, comm_ledger, predict
 from perfmodel.specs import HardwareSpec, TransformerSpec, list_presets, load_hardware, load_model
 from perfmodel.strategy import Plan
 
@@ -16,6 +16,7 @@ __all__ = [
     "Prediction",
     "SpecError",
     "TransformerSpec",
+    "comm_ledger",
     "list_presets",
     "load_hardware",
     "load_model",

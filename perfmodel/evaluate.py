@@ -57,7 +57,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> Any
         zero=plan.zero,
         flash=plan.flash_attention,
         overlap_grad_sync=plan.overlap_grad_sync,
-        mixed_precision=plan.dtype in (Dtype.BF16, Dtype.FP16),
+        precision=plan.dtype.value if plan.dtype in (Dtype.BF16, Dtype.FP16) else "fp32",
         gated=model.gated_mlp,
         tied_embeddings=model.tied_embeddings,
         learned_positions=model.position_embedding == "learned",

@@ -137,3 +137,36 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
         model=model,
         hardware=hardware,
     )
+
+
+def comm_ledger(model: TransformerSpec | str | Path, plan: Plan | dict[str, Any],
+                hardware: HardwareSpec | str | Path = "dgx-h100") -> list[dict[str, Any]]:
+    """Every collective one rank issues in one step, as the model counts them.
+
+    Each record: name, axis (tp, dp, pp), op, phase (fwd, bwd, step), stage (every, first, last),
+    calls per step and bytes per call (nccl-tests' size convention). Counts do not depend on the
+    hardware except through the structure (which links), so any preset will do.
+    """
+    model, hardware, plan = resolve_inputs(model, hardware, plan)
+    family = family_of(model, hardware, plan)
+    out = compile_family(family)(values_of(model, hardware, plan))
+    records = []
+    for i, op in enumerate(build_ledger_meta(family)):
+        calls = float(out[f"ledger:{i}:calls"])
+        if calls == 0:
+            continue
+        records.append({"name": op.name, "axis": op.axis, "op": op.op, "phase": op.phase,
+                        "stage": op.stage, "calls": calls, "nbytes": float(out[f"ledger:{i}:nbytes"])})
+    return records
+
+
+_LEDGER_META: dict[Any, list[Any]] = {}
+
+
+def build_ledger_meta(family: Any) -> list[Any]:
+    """The ledger's records (names, ops) of a family; the numbers come from the compiled outputs."""
+    if family not in _LEDGER_META:
+        from perfmodel.step import build
+
+        _LEDGER_META[family] = build(family).ledger
+    return _LEDGER_META[family]

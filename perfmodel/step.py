@@ -33,7 +33,7 @@ class Family:
     zero: int = 0
     flash: bool = False
     overlap_grad_sync: bool = False
-    mixed_precision: bool = True
+    precision: str = "bf16"  # bf16, fp16 or fp32 (tf32 computes in fp32 storage)
     gated: bool = False
     tied_embeddings: bool = True
     learned_positions: bool = True
@@ -59,7 +59,7 @@ class CommOp:
     phase: str
     calls: sp.Expr
     nbytes: sp.Expr
-    exposed: bool = True
+    stage: str = "every"  # every stage, or only the "first" (embedding) or "last" (output layer)
 
 
 @dataclass
@@ -183,6 +183,13 @@ def build(fam: Family) -> Model:
     head_in_bwd = group_time("reduce_scatter" if sp_ else "all_reduce", act_bytes, "tp", fam)
     ce_tp = 3 * group_time("all_reduce", 4 * T, "tp", fam)
     head_tp = head_in_fwd + head_in_bwd + ce_tp
+    ledger.append(CommOp(f"tp/embedding/{embed_op}", "tp", embed_op, "fwd", m, act_bytes, "first"))
+    if sp_:
+        ledger.append(CommOp("tp/output/all_gather", "tp", "all_gather", "fwd", m, act_bytes, "last"))
+    head_bwd_op = "reduce_scatter" if sp_ else "all_reduce"
+    ledger.append(CommOp(f"tp/output/{head_bwd_op}", "tp", head_bwd_op, "bwd", m, act_bytes, "last"))
+    ledger.append(CommOp("tp/cross_entropy/all_reduce", "tp", "all_reduce", "fwd", 3 * m, 4 * T,
+                         "last"))
 
     # --- recompute --------------------------------------------------------------------------------
     if fam.recompute == "full":
@@ -242,13 +249,16 @@ def build(fam: Family) -> Model:
                 p += output_gpu  # a tied output layer on the last stage keeps its own copy
         stage_params[st] = p
     params_gpu = stage_params["all"] if not fam.multi_stage else sp.Max(*stage_params.values())
-    grad_bytes = e * params_gpu
-    if fam.zero == 0:
+    per_param = M.model_state_bytes_per_param(fam.precision)
+    grad_bytes = per_param["gradients"] * params_gpu
+    weight_bytes = per_param["weights"] * params_gpu
+    if fam.zero == 0:  # DDP / Megatron: all-reduce the gradients
         dp_ops = [("all_reduce", grad_bytes, sp.Integer(1))]
-    elif fam.zero in (1, 2):
-        dp_ops = [("reduce_scatter", grad_bytes, sp.Integer(1)), ("all_gather", grad_bytes, sp.Integer(1))]
-    else:
-        dp_ops = [("all_gather", grad_bytes, 2 * m), ("reduce_scatter", grad_bytes, m)]
+    elif fam.zero in (1, 2):  # distributed optimizer: reduce-scatter gradients, all-gather weights
+        dp_ops = [("reduce_scatter", grad_bytes, sp.Integer(1)),
+                  ("all_gather", weight_bytes, sp.Integer(1))]
+    else:  # ZeRO-3 / FSDP: gather weights forward and backward, reduce-scatter gradients, per micro-batch
+        dp_ops = [("all_gather", weight_bytes, 2 * m), ("reduce_scatter", grad_bytes, m)]
     t_dp_sync = sum((calls * group_time(op, nb, "dp", fam) for op, nb, calls in dp_ops), sp.Integer(0))
     for op, nb, calls in dp_ops:
         ledger.append(CommOp(f"dp/{op}", "dp", op, "step" if fam.zero < 3 else "fwd+bwd",
@@ -261,9 +271,10 @@ def build(fam: Family) -> Model:
     else:
         t_dp = t_dp_sync
 
-    # --- optimizer: Adam touches ~28 bytes per local parameter (read w, g, m, v; write w, m, v) ----
+    # --- optimizer: memory-bound passes over the local parameters (see costs.memory) -------------
     local_params = params_gpu / (dp if fam.zero >= 1 else 1)
-    t_opt = K.memory_time(28 * local_params, dev) + 8 * S.t_k
+    t_opt = K.memory_time(M.optimizer_step_bytes_per_param(fam.precision) * local_params, dev) \
+        + 8 * S.t_k
 
     # --- time terms for the slowest stage -------------------------------------------------------------
     time_terms = {}
@@ -276,7 +287,6 @@ def build(fam: Family) -> Model:
     step_time = (m + (pp - 1) / v) * t_mb + t_dp + t_opt
 
     # --- memory per GPU, per stage --------------------------------------------------------------------
-    per_param = M.model_state_bytes_per_param(fam.mixed_precision)
     div = M.zero_divisors(fam.zero, dp)
     act_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, sequence_parallel=sp_,
                                          recompute=fam.recompute, flash=fam.flash, gated=fam.gated)
