@@ -530,6 +530,13 @@ class Trainer:
             if p.grad is not None and hasattr(p.grad, "placements")
             and any(pl.is_partial() for pl in p.grad.placements)
         ]
+        partial_ids = {id(p) for p in partial}
+        for p in self.params:
+            # The row-parallel embedding's gradient comes back Replicate (full vocab) from DTensor's
+            # embedding backward; slice it to the parameter's Shard(0) (local, no communication).
+            if (p.grad is not None and hasattr(p.grad, "placements") and id(p) not in partial_ids
+                    and p.grad.placements != p.placements):
+                p.grad = p.grad.redistribute(p.grad.device_mesh, p.placements)
         if not partial:
             return
         self._set_phase("bwd")

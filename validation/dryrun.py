@@ -1,0 +1,180 @@
+"""`perfmodel validate --dry-run`: the job's collectives at full scale, without GPUs.
+
+The job's model is built for rank 0 of a world of the plan's full size on torch's fake process group
+(every collective returns at once, in one process) and one training step is run. Every collective is
+counted twice: by torch's CommDebugMode (counts per op) and by the job's own CollectiveCounter (counts
+per axis, op and bytes per call, nccl-tests' size convention). The counts are then checked against the
+communication ledger of perfmodel's step model for the same plan: exactly, call by call.
+
+The job unties the embeddings, so the ledger is taken for the model with tied_embeddings=False.
+Pipeline plans (pp > 1) are not counted: the fake group cannot carry the pipeline's shape exchange.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import defaultdict
+from typing import Any
+
+from perfmodel.errors import PlanError
+from perfmodel.specs.model import TransformerSpec
+from perfmodel.strategy import Plan
+
+
+class _NoModuleTracker:
+    """Stands in for CommDebugMode's module tracker, whose hooks fail on modules with
+    PrepareModuleOutput hooks (IndexError in _fw_set_module_hook, torch 2.13); counts need no modules."""
+
+    name = "Global"
+    is_bw = False
+    activation_checkpointing = False
+
+    def __getattr__(self, name: str) -> Any:  # any table it records into: accept and forget
+        table: defaultdict[Any, Any] = defaultdict(dict)
+        object.__setattr__(self, name, table)
+        return table
+
+    def __enter__(self) -> _NoModuleTracker:
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        return None
+
+
+def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
+    """Run one step of rank 0 on a fake process group of plan.gpus ranks; count its collectives."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from validation import job
+    from validation.run import RunSettings, job_config
+
+    if plan.pp > 1:
+        raise PlanError("--dry-run counts data, tensor, sequence and sharded (FSDP) plans; "
+                        "pipeline plans (pp > 1) are not supported yet")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    cfg = job_config(model, plan, RunSettings(nprocs=plan.gpus, steps=1, warmup=0))
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.gpus)
+    try:
+        mesh = job.make_mesh(cfg["plan"], "cpu")
+        torch.manual_seed(0)
+        trainer = job.Trainer(cfg, mesh, torch.device("cpu"), job.DTYPES[plan.dtype.value])
+        counter = job.CollectiveCounter(job.axis_of_group(mesh))
+        trainer.counter = counter
+        debug = CommDebugMode()
+        debug.advanced_module_tracker = _NoModuleTracker()
+        with debug, counter:
+            trainer.step()
+        debug_counts = {str(k).split(".")[-1]: v for k, v in debug.get_comm_counts().items()}
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    records = [r for r in counter.table() if r["op"] != "barrier"]
+    return {"records": records, "comm_debug_mode": debug_counts,
+            "comm_debug_mode_total": sum(debug_counts.values()) - debug_counts.get("barrier", 0)}
+
+
+def model_ledger(model: TransformerSpec, plan: Plan) -> list[dict[str, Any]] | None:
+    """perfmodel's ledger for the plan: axis, op, phase, count per step per rank, bytes per call."""
+    try:
+        from perfmodel.step import comm_ledger  # the public API, once it exists
+
+        return [dict(r) for r in comm_ledger(model, plan)]
+    except ImportError:
+        pass
+    try:  # until then: the ledger the step model builds, evaluated for this plan
+        from perfmodel.evaluate import compile_family, family_of, values_of
+        from perfmodel.specs.hardware import load_hardware
+        from perfmodel.step import build
+    except ImportError:
+        return None
+    hardware = load_hardware("dgx-a100-80gb")  # counts and bytes do not depend on the hardware
+    family = family_of(model, hardware, plan)
+    out = compile_family(family)(values_of(model, hardware, plan))
+    ledger = []
+    for i, op in enumerate(build(family).ledger):
+        count = float(out[f"ledger:{i}:calls"])
+        if count:
+            ledger.append({"name": op.name, "axis": op.axis, "op": op.op, "phase": op.phase,
+                           "count": count, "bytes": float(out[f"ledger:{i}:nbytes"])})
+    return ledger
+
+
+def compare(measured: list[dict[str, Any]], ledger: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows keyed by (axis, op, bytes per call): count per step on each side. Phases are shown, not
+    compared (the ledger's phase names are coarser)."""
+    rows: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for side, recs in (("job", measured), ("model", ledger)):
+        for r in recs:
+            key = (r["axis"], r["op"], int(round(r["bytes"])))
+            row = rows.setdefault(key, {"axis": key[0], "op": key[1], "bytes": key[2], "job_count": 0.0,
+                                        "model_count": 0.0, "job_phases": set(), "model_phases": set()})
+            row[f"{side}_count"] += r["count"]
+            row[f"{side}_phases"].add(r["phase"])
+    out = []
+    for key in sorted(rows):
+        row = rows[key]
+        row["job_phases"] = ",".join(sorted(row["job_phases"]))
+        row["model_phases"] = ",".join(sorted(row["model_phases"]))
+        row["agree"] = abs(row["job_count"] - row["model_count"]) < 1e-9
+        out.append(row)
+    return out
+
+
+def totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (axis, op): calls and bytes per step on each side."""
+    acc: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for r in rows:
+        t = acc[(r["axis"], r["op"])]
+        t["job_count"] += r["job_count"]
+        t["model_count"] += r["model_count"]
+        t["job_bytes"] += r["job_count"] * r["bytes"]
+        t["model_bytes"] += r["model_count"] * r["bytes"]
+    return [{"axis": a, "op": o, **dict(v)} for (a, o), v in sorted(acc.items())]
+
+
+def dry_run(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
+    untied = model.replace(tied_embeddings=False)
+    counted = count_collectives(untied, plan)
+    ledger = model_ledger(untied, plan)
+    rows = compare(counted["records"], ledger or [])
+    job_total = sum(r["count"] for r in counted["records"])
+    return {
+        "model": model.name,
+        "plan": plan.to_dict(),
+        "world_size": plan.gpus,
+        "rows": rows,
+        "totals": totals(rows),
+        "comm_debug_mode": counted["comm_debug_mode"],
+        "comm_debug_mode_agrees": abs(counted["comm_debug_mode_total"] - job_total) < 1e-9,
+        "ledger_available": ledger is not None,
+        "agree": None if ledger is None else all(r["agree"] for r in rows),
+    }
+
+
+def render(result: dict[str, Any], as_json: bool = False) -> None:
+    if as_json:
+        print(json.dumps(result, indent=1, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"dry-run: {result['model']} on {result['world_size']} fake ranks "
+                        "(per rank, per step)")
+    for col in ("axis", "op", "bytes/call", "job", "model", "phases (job / model)", ""):
+        table.add_column(col)
+    for r in result["rows"]:
+        table.add_row(r["axis"], r["op"], f"{r['bytes']:,}", f"{r['job_count']:g}",
+                      f"{r['model_count']:g}", f"{r['job_phases']} / {r['model_phases']}",
+                      "ok" if r["agree"] else "[red]differs[/red]")
+    console = Console()
+    console.print(table)
+    console.print(f"CommDebugMode total agrees with the counter: {result['comm_debug_mode_agrees']}")
+    if not result["ledger_available"]:
+        console.print("perfmodel has no communication ledger yet: counted only")
+    else:
+        console.print("agree: " + ("yes" if result["agree"] else "[red]no[/red]"))
