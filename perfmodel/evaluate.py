@@ -47,7 +47,7 @@ def axis_per_node(plan: Plan, gpus_per_node: int) -> dict[str, tuple[int, str]]:
 
 
 def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> Any:
-    from perfmodel.step import Family
+    from perfmodel.family import Family
 
     placement = axis_per_node(plan, hardware.gpus_per_node)
     return Family(
@@ -133,7 +133,7 @@ def outputs_of(built: Any) -> dict[str, Any]:
 
 def _source_hash() -> str:
     digest = hashlib.sha256()
-    for rel in ("step.py", "symbols.py", "evaluate.py", "costs/compute.py", "costs/memory.py",
+    for rel in ("step.py", "family.py", "symbols.py", "evaluate.py", "costs/compute.py", "costs/memory.py",
                 "costs/collectives.py", "costs/gemm_efficiency.py"):
         digest.update((_PACKAGE / rel).read_bytes())
     return digest.hexdigest()[:16]
