@@ -57,10 +57,11 @@ def sweep_for(device: str, quick: bool, max_bytes: int | None = None,
     shapes += skinny[:2] if quick else skinny
     top = max_bytes or ((1 << 28) if gpu else (1 << 23 if quick else 1 << 25))
     coll = [1 << p for p in range(3, 40, 2 if quick else 1) if (1 << p) <= top]
-    mem_top = (1 << 30) if gpu else (1 << 26 if quick else 1 << 28)
+    mem_top = (1 << 30) if gpu else (1 << 26 if quick else 1 << 27)
     mem = [1 << p for p in range(15, 40, 2 if quick else 1) if (1 << p) <= mem_top]
     return Sweep(gemm_shapes=tuple(shapes), memory_bytes=tuple(mem), collective_bytes=tuple(coll),
                  repeats=5 if quick else 9, warmup=1 if quick else 2,
+                 min_rep_s=5e-3 if quick else 1e-2,
                  subgroups=True, stages=stages or ("gemm", "memory", "collectives"))
 
 
@@ -337,9 +338,12 @@ def run_worker(rank: int, world: int, local_rank: int, local_world: int, backend
                sweep: Sweep, records_path: Path | None, init: str | None = None) -> None:
     """One rank: init the process group, run the stages, write records (rank 0)."""
     import signal
+    import warnings
 
     import torch
     import torch.distributed as dist
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module="torch")
 
     if init is not None:  # spawned by `calibrate run`: the parent handles Ctrl-C
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -362,10 +366,24 @@ def run_worker(rank: int, world: int, local_rank: int, local_world: int, backend
     for stage in sweep.stages:
         for _ in stages[stage]():
             pass
-    rec._write({"kind": "support", **support})
+    rec._write({"kind": "support", "ops": support})
     rec._write({"kind": "done"})
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _llc_bytes() -> int | None:
+    """Size of the CPU's last-level cache (Linux sysfs), or None."""
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    sizes = []
+    for index in sorted(base.glob("index*")):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * unit)
+    return max(sizes) if sizes else None
 
 
 def _info(torch: Any, dist: Any, device: Any, backend: str, world: int,
@@ -387,6 +405,7 @@ def _info(torch: Any, dist: Any, device: Any, backend: str, world: int,
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // local_world
         nccl = None
     return {"device": name, "device_type": device.type, "memory_bytes": int(memory),
+            "last_level_cache_bytes": _llc_bytes() if device.type == "cpu" else None,
             "torch_version": torch.__version__, "nccl_version": nccl,
             "gloo": backend == "gloo", "backend": backend, "world": world,
             "local_world": local_world, "nodes": max(1, world // local_world),

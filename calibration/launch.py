@@ -167,7 +167,7 @@ def build_profile(out: Path, records: list[dict[str, Any]], *, complete: bool, e
     info = next((r for r in records if r.get("kind") == "info"), None)
     if info is None:
         raise DataError("calibration stopped before any measurement; no profile written")
-    support = next((r for r in records if r.get("kind") == "support"), {})
+    support = next((r["ops"] for r in records if r.get("kind") == "support"), {})
     complete = complete and any(r.get("kind") == "done" for r in records)
     df = pd.DataFrame([r for r in records if r.get("kind") in ("gemm", "memory", "collective",
                                                                 "overhead")])
@@ -179,7 +179,7 @@ def build_profile(out: Path, records: list[dict[str, Any]], *, complete: bool, e
     if df.empty:
         raise DataError("calibration stopped before any measurement; no profile written")
     _fit_gemm(df, info, fits, hardware, notes)
-    _fit_memory(df, fits, hardware, notes)
+    _fit_memory(df, info, fits, hardware, notes)
     _fit_collectives(df, info, fits, hardware, notes, support)
     if not complete:
         notes.append("incomplete run (interrupted): fits use what was measured")
@@ -222,13 +222,22 @@ def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: l
         hardware["gemm_efficiency"] = {**effs, "default": effs[first]}
 
 
-def _fit_memory(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str]) -> None:
+def _fit_memory(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,
+                notes: list[str]) -> None:
+    """Bandwidth beyond the last-level cache: sizes whose bytes over all ranks exceed 2x LLC."""
     mem = df[df["kind"] == "memory"]
     best = None
+    llc = info.get("last_level_cache_bytes")
     for kernel, rows in mem.groupby("kernel"):
-        if rows["nbytes"].nunique() < 2:
+        sizes = np.sort(rows["nbytes"].unique())
+        if len(sizes) < 2:
             continue
-        model = BandwidthModel(kernel).fit(rows)
+        beyond = sizes[sizes * info["local_world"] > 2 * llc] if llc else sizes[-3:]
+        if len(beyond) < 2:
+            beyond = sizes[-2:]
+            notes.append(f"memory/{kernel}: fewer than 2 sizes beyond the cache; fitted on the "
+                         "2 largest")
+        model = BandwidthModel(kernel, tail=1.0).fit(rows[rows["nbytes"] >= beyond[0]])
         fits[f"memory/{kernel}"] = model.summary()
         if best is None or model.bandwidth_bytes_per_s_ > best:
             best = model.bandwidth_bytes_per_s_

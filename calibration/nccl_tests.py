@@ -34,7 +34,7 @@ _NAME_HINTS = [("allreduce", Op.ALL_REDUCE), ("all_reduce", Op.ALL_REDUCE),
 _PREFIX = re.compile(r"^(\[\d+,\d+\]<\w+>:|\s*\d+:\s)")
 _PERF = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoall|sendrecv|broadcast|reduce|"
                    r"hypercube)_perf\b")
-_RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+"
+_RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+"
                    r"\[[^\]]*\]\s+(.+?)\s*$")
 _VERSION = re.compile(r"nccl-library=(\d+)")
 _ALGO = re.compile(r"NCCL_ALGO set by environment to (\w+)", re.I)
@@ -76,8 +76,13 @@ def _number(token: str, path: Path, lineno: int, what: str) -> float | None:
 
 
 def _row(tokens: list[str], path: Path, lineno: int) -> dict:
-    """size count type redop [root] (time algbw busbw [#wrong]) x2."""
-    rest = tokens[4:]
+    """size count type [redop] [root] (time algbw busbw [#wrong]) x2.
+
+    Older nccl-tests print no root column, and no redop column for gathers.
+    """
+    rest = tokens[3:]
+    if rest and not _numeric(rest[0]):  # redop
+        rest = rest[1:]
     if len(rest) in (7, 9):  # with root column
         rest = rest[1:]
     if len(rest) == 8:
@@ -108,6 +113,14 @@ def _row(tokens: list[str], path: Path, lineno: int) -> dict:
     return {"nbytes": size, "count": count, "type": tokens[2], "time_s": t_out * 1e-6,
             "time_in_place_s": None if t_in is None else t_in * 1e-6, "algbw": algbw,
             "busbw": busbw, "wrong": wrong, "line": lineno}
+
+
+def _numeric(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return token.upper() == "N/A"
+    return True
 
 
 def _is_row(tokens: list[str]) -> bool:
@@ -204,7 +217,9 @@ def _section(path: Path, lines: list[str], start: int, end: int, prev_end: int,
         notes.append(f"section at line {start + 1} ends before '# Avg bus bandwidth': "
                      f"truncated run, {len(rows)} sizes kept")
     records = pd.DataFrame(rows)
-    bad = records["wrong"] > 0
+    # '#wrong' counts wrong elements; older logs print 'error', a float max-abs error instead
+    counts_wrong = any("#wrong" in line for line in lines[start:end])
+    bad = (records["wrong"] > 0) if counts_wrong else pd.Series(False, index=records.index)
     if bad.any():
         notes.append(f"{int(bad.sum())} rows with #wrong > 0 dropped")
         records = records[~bad]

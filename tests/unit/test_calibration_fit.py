@@ -1,0 +1,102 @@
+"""Fits recover known parameters from synthetic measurements (calibration.fit)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import sympy as sp
+
+from calibration.fit import CollectiveModel, GemmModel, holdout_error
+from perfmodel.costs.collectives import bus_factor, steps
+from perfmodel.costs.gemm_efficiency import gemm_time_s
+from perfmodel.specs.hardware import CollectiveFit
+from perfmodel.specs.profile import fitted_collective_time
+
+SIZES = 2.0 ** np.arange(3, 34)  # 8 B .. 8 GiB, as nccl-tests -b 8 -e 8G -f 2
+
+
+def synthetic(op, alpha, busbw, ranks, algorithm="ring", noise=0.02, seed=0):
+    """Times from the alpha-beta formula itself, with multiplicative noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n in ranks:
+        st = float(steps(op, n, algorithm))
+        bf = float(bus_factor(op, n))
+        t = (st * alpha + bf * SIZES / busbw) * (1 + noise * rng.standard_normal(len(SIZES)))
+        rows.append(pd.DataFrame({"nbytes": SIZES, "ranks": n, "time_s": t}))
+    return pd.concat(rows, ignore_index=True)
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                "broadcast", "send_recv"])
+def test_recovers_alpha_and_bus_bandwidth(op):
+    # 5 us per step and 150 GB/s busbw: an 8-GPU NVLink-class node
+    data = synthetic(op, 5e-6, 150e9, ranks=[2, 4, 8])
+    model = CollectiveModel(op, "intra").fit(data)
+    assert model.alpha_s_ == pytest.approx(5e-6, rel=0.05)
+    assert model.bus_bandwidth_bytes_per_s_ == pytest.approx(150e9, rel=0.03)
+    assert model.breakpoint_bytes_ == 0  # one regime explains one-regime data
+    assert model.residuals_["median_rel_error"] < 0.03
+    assert model.size_range_ == (8.0, 2.0 ** 33)
+
+
+def test_recovers_tree_alpha_per_step():
+    data = synthetic("all_reduce", 3e-6, 80e9, ranks=[16], algorithm="tree")
+    model = CollectiveModel("all_reduce", "inter", "tree").fit(data)
+    assert model.alpha_s_ == pytest.approx(3e-6, rel=0.05)  # 2 log2(16) = 8 steps
+
+
+def test_two_regimes_when_one_pair_cannot_fit():
+    """LL below 64 KiB (2 us, 20 GB/s), Simple above (10 us, 400 GB/s): a protocol switch."""
+    n = 8
+    st, bf = float(steps("all_reduce", n, "ring")), float(bus_factor("all_reduce", n))
+    t = np.where(SIZES < 65536, st * 2e-6 + bf * SIZES / 20e9, st * 10e-6 + bf * SIZES / 400e9)
+    data = pd.DataFrame({"nbytes": SIZES, "ranks": n, "time_s": t})
+    model = CollectiveModel("all_reduce", "intra").fit(data)
+    assert 32768 < model.breakpoint_bytes_ <= 65536
+    assert model.bus_bandwidth_bytes_per_s_large_ == pytest.approx(400e9, rel=0.01)
+    assert model.alpha_s_ == pytest.approx(2e-6, rel=0.01)
+    assert model.residuals_["median_rel_error"] < 1e-3
+
+
+def test_fitted_time_numeric_matches_symbolic():
+    fit = CollectiveFit(op="all_gather", scope="intra", algorithm="ring", alpha_s=4e-6,
+                        bus_bandwidth_bytes_per_s=300e9, breakpoint_bytes=1e6, alpha_s_large=8e-6,
+                        bus_bandwidth_bytes_per_s_large=350e9)
+    nbytes, n = sp.symbols("nbytes n", positive=True)
+    expr = fitted_collective_time(fit, "all_gather", nbytes, n)
+    f = sp.lambdify((nbytes, n), expr, "numpy")
+    sizes = np.array([1e3, 1e5, 1e6, 1e9])
+    numeric = fitted_collective_time(fit, "all_gather", sizes, 8)
+    assert np.allclose([float(f(s, 8)) for s in sizes], numeric)
+    # by hand: 1 GB over 8 ranks, large regime: 7 * 8 us + 7/8 * 1e9 / 350e9
+    assert numeric[-1] == pytest.approx(7 * 8e-6 + 7 / 8 * 1e9 / 350e9)
+    assert fitted_collective_time(fit, "all_gather", 1e9, 1) == 0
+
+
+GEMM_TRUTH = {"max_fraction": 0.8, "m_half_dim": 40.0, "n_half_dim": 60.0, "k_half_dim": 150.0,
+              "batch_half": 0.05, "min_time_s": 5e-6}
+
+
+def gemm_sweep(noise=0.02, seed=1):
+    rng = np.random.default_rng(seed)
+    dims = [256, 512, 1024, 2048, 4096]
+    b, m, n, k = (np.array(v, dtype=float) for v in zip(
+        *[(b, m, n, k) for b in (1, 2, 4) for m in dims for n in dims for k in dims],
+        strict=True))
+    s = sp.symbols("m n k b", positive=True)
+    f = sp.lambdify(s, gemm_time_s(s[0], s[1], s[2], s[3], 2, 989e12, 3.35e12, half_dim=0,
+                                   **GEMM_TRUTH), "numpy")
+    t = f(m, n, k, b) * (1 + noise * rng.standard_normal(len(m)))
+    return pd.DataFrame({"b": b, "m": m, "n": n, "k": k, "time_s": t})
+
+
+def test_gemm_fit_recovers_parameters():
+    model = GemmModel(989e12, 3.35e12, 2).fit(gemm_sweep())
+    for name in ("max_fraction", "min_time_s", "k_half_dim"):
+        assert model.params_[name] == pytest.approx(GEMM_TRUTH[name], rel=0.1), name
+    assert model.residuals_["median_rel_error"] < 0.02
+
+
+def test_gemm_holdout_on_synthetic_sweep_is_at_noise_level():
+    err = holdout_error(gemm_sweep(), lambda: GemmModel(989e12, 3.35e12, 2))
+    assert err["median_rel_error"] < 0.02
