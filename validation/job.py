@@ -218,19 +218,14 @@ def apply_tp(mod: Chunk, tp_mesh: Any, sequence_parallel: bool) -> None:
         }
         if block.feed_forward.w3 is not None:
             styles["feed_forward.w3"] = ColwiseParallel()
+        # One entry point per sub-layer (Megatron's f / g operators): the input becomes a replicated
+        # DTensor once, so wq, wk and wv (and w1, w3) sum their Partial input gradients locally and
+        # the backward reduces them in one collective (all-reduce; reduce-scatter with SP).
+        for name in ("attention", "feed_forward"):
+            styles[name] = PrepareModuleInput(input_layouts=(act,), desired_input_layouts=(Replicate(),))
         if sp:
-            styles.update(
-                {
-                    "attention_norm": SequenceParallel(),
-                    "attention": PrepareModuleInput(
-                        input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
-                    ),
-                    "ffn_norm": SequenceParallel(),
-                    "feed_forward": PrepareModuleInput(
-                        input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
-                    ),
-                }
-            )
+            styles["attention_norm"] = SequenceParallel()
+            styles["ffn_norm"] = SequenceParallel()
         parallelize_module(block, tp_mesh, styles)
     if mod.output is not None:
         styles = {
@@ -346,7 +341,9 @@ class CollectiveCounter(TorchDispatchMode):
         out = func(*args, **kwargs)
         if op == "barrier":
             return out
-        nbytes = max(_nbytes(_tensors(args[0]) if args else []), _nbytes(_tensors(out)))
+        # c10d ops put the output first (_reduce_scatter_base_(output, input)), functional ones the
+        # input: the larger of the first two arguments and the result is the nccl-tests size.
+        nbytes = max([_nbytes(_tensors(a)) for a in args[:2]] + [_nbytes(_tensors(out))])
         if self.timed:
             if ns == "_c10d_functional":
                 for t in _tensors(out):
