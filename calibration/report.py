@@ -41,6 +41,7 @@ def _params(fit: dict) -> str:
 
 def print_report(profile: Profile, console: Console | None = None) -> None:
     console = console or Console()
+    console = Console(width=max(console.width, 150), file=console.file)
     prov = profile.provenance
     console.print(f"[bold]{profile.path}[/bold]  device {prov.get('device')} x "
                   f"{prov.get('device_count')}, {prov.get('nodes')} node(s), "
@@ -74,8 +75,9 @@ def plot_profile(profile: Profile, out: Path) -> Path:
     for ax, (name, fit) in zip(axes.flat, fits.items(), strict=False):
         cf = CollectiveFit(op=fit["op"], scope=fit["scope"], algorithm=fit["algorithm"],
                            **fit["params"])
-        sub = data[(data.get("op") == fit["op"]) & (data.get("scope") == fit["scope"])] \
-            if data is not None else None
+        sub = None
+        if data is not None and {"op", "scope", "ranks", "nbytes", "time_s"} <= set(data):
+            sub = data[(data["op"] == fit["op"]) & (data["scope"] == fit["scope"])]
         for ranks in fit.get("ranks", []) or [2]:
             lo, hi = fit["size_range"]
             sizes = np.geomspace(max(lo, 1), max(hi, 2), 200)

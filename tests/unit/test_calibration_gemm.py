@@ -1,0 +1,106 @@
+"""The GEMM efficiency model against published GPU sweeps (tests/data/gemm, SOURCES.md).
+
+Fitted on 4/5 of a sweep, it must predict the held-out fifth with a median relative error of at
+most 10%, per GPU and dtype.
+"""
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from calibration.cli import calibrate
+from calibration.fit import GemmModel, holdout_error
+from calibration.gemm_tables import bytes_per_element, device_info, peak_for, read_gemm_table
+from perfmodel.errors import DataError
+from perfmodel.specs.profile import apply_profile, load_profile
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "gemm"
+XLA = {"H100": "xla-matmul-perf-table-h100-sm90-bf16-f32-fp8.csv",
+       "B200": "xla-matmul-perf-table-b200-sm100-bf16-f32-fp8.csv",
+       "MI300": "xla-matmul-perf-table-mi300-gfx942-bf16-f32-fp8.csv",
+       "MI350": "xla-matmul-perf-table-mi350-gfx950-multi-dtype.csv"}
+NVIDIA_DTYPES = ["bf16xbf16->bf16", "f32xf32->f32", "f8e4m3fnxf8e4m3fn->bf16",
+                 "f8e4m3fnxf8e5m2->bf16", "f8e5m2xf8e4m3fn->bf16"]
+# AMD: the same-type dtypes. These sweeps are not smooth in shape (hipBLASLt kernel selection makes
+# dips along m*n = const that no few-parameter form follows); the model misses 10% on some.
+AMD = {"MI300": ["bf16xbf16->bf16", "bf16xbf16->f32", "f32xf32->f32",
+                 "f8e4m3fnuzxf8e4m3fnuz->bf16"],
+       "MI350": ["bf16xbf16->bf16", "f16xf16->f16", "f32xf32->f32",
+                 "f8e4m3fnxf8e4m3fn->f8e4m3fn"]}
+CASES = [(gpu, dt) for gpu in ("H100", "B200") for dt in NVIDIA_DTYPES]
+CASES += [pytest.param(gpu, dt, marks=pytest.mark.xfail(
+    reason="AMD XLA sweeps: kernel-selection dips, 8-20% hold-out error", strict=False))
+    for gpu, dts in AMD.items() for dt in dts]
+
+
+def holdout(gpu, dtype):
+    table = read_gemm_table(DATA / XLA[gpu])
+    rows = table[table["dtype"] == dtype]
+    assert len(rows) == 375  # b in {1,2,4} x m, n, k in {256 .. 4096}
+    device = rows["device"].iloc[0]
+    peak, _ = peak_for(device, dtype)
+    bw = device_info(device)["memory_bandwidth_bytes_per_s"]
+    return holdout_error(rows, lambda: GemmModel(peak, bw, bytes_per_element(dtype)), folds=5)
+
+
+@pytest.mark.parametrize(("gpu", "dtype"), CASES)
+def test_gemm_model_predicts_held_out_shapes_within_10_percent(gpu, dtype):
+    err = holdout(gpu, dtype)
+    assert err["median_rel_error"] <= 0.10, err
+
+
+def test_small_shapes_are_floor_bound_and_large_ones_near_peak():
+    """256^3 bf16 on H100 runs at under 1% of peak; the fitted floor must explain it."""
+    table = read_gemm_table(DATA / XLA["H100"])
+    rows = table[table["dtype"] == "bf16xbf16->bf16"]
+    model = GemmModel(989.4e12, 3.35e12, 2).fit(rows)
+    small = rows[(rows.b == 1) & (rows.m == 256) & (rows.n == 256) & (rows.k == 256)]
+    assert small["flops_per_s"].iloc[0] / 989.4e12 < 0.01
+    assert model.predict(small)[0] == pytest.approx(small["time_s"].iloc[0], rel=0.15)
+    assert 3e-6 < model.params_["min_time_s"] < 1e-5  # a few microseconds per kernel
+
+
+def test_predicted_time_is_never_below_flops_over_peak():
+    table = read_gemm_table(DATA / XLA["B200"])
+    rows = table[table["dtype"] == "bf16xbf16->bf16"]
+    model = GemmModel(2.25e15, 8e12, 2).fit(rows)
+    flops = 2 * rows.b * rows.m * rows.n * rows.k
+    assert (model.predict(rows) >= flops / 2.25e15).all()
+
+
+def test_deepgemm_table_reads_shapes_and_groups():
+    table = read_gemm_table(DATA / "h800-fp8-deepgemm-deepseek-v3-shapes.csv")
+    dense = table[table["dtype"] == "fp8e4m3-blockscaled"]
+    assert (dense["b"] == 1).all() and len(dense) == 36  # 18 shapes x 2 README versions
+    grouped = table[table["dtype"].str.endswith("grouped")]
+    # README: grouped_contiguous, 4 groups of m=8192, n=4096, k=7168 at 1297 TFLOP/s
+    row = grouped[(grouped.b == 4) & (grouped.m == 8192) & (grouped.n == 4096)].iloc[0]
+    assert row["flops_per_s"] == pytest.approx(1297e12)
+
+
+def test_best_shape_only_table_is_refused_clearly():
+    with pytest.raises(DataError, match="not a GEMM sweep"):
+        read_gemm_table(DATA / "mamf-best-per-accelerator-ml-engineering.csv")
+
+
+def test_bad_value_names_line_and_column(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("device_key,b,m,n,k,dtype,flops_per_s\nsm_90,1,256,256,256,bf16,1e12\n"
+                   "sm_90,1,512,-512,512,bf16,2e12\n")
+    with pytest.raises(DataError, match=r"bad.csv:3: column 'n'"):
+        read_gemm_table(bad)
+
+
+def test_import_gemm_cli_writes_a_profile_predict_can_use(tmp_path):
+    out = tmp_path / "h100-gemm.json"
+    res = CliRunner().invoke(calibrate, ["import-gemm", str(DATA / XLA["H100"]), "--out", str(out),
+                                         "--base", "dgx-h100"])
+    assert res.exit_code == 0, res.output
+    assert "exceed" in res.output  # the suspect sm_90 fp8 rows are reported, not written
+    profile = load_profile(out)
+    hw = apply_profile(None, profile)
+    assert set(profile.hardware["gemm_efficiency"]) == {"bf16", "tf32"}
+    assert hw.gemm("bf16").min_time_s > 0 and hw.gemm("fp8").max_fraction == pytest.approx(0.709)
+    fit = profile.fits["gemm/sm_90/bf16xbf16->bf16"]
+    assert fit["holdout_median_rel_error"] <= 0.10

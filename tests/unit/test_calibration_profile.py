@@ -1,0 +1,152 @@
+"""Profiles: written atomically, read back with clear errors, applied over a preset."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from calibration.cli import calibrate
+from calibration.profile_io import atomic_write, provenance, write_profile
+from perfmodel.errors import SpecError
+from perfmodel.specs.hardware import load_hardware
+from perfmodel.specs.profile import apply_profile, is_extrapolation, load_profile
+from tests.conftest import ROOT
+
+FIT = {"kind": "collective", "op": "all_reduce", "scope": "intra", "algorithm": "ring",
+       "params": {"alpha_s": 5e-6, "bus_bandwidth_bytes_per_s": 400e9},
+       "median_rel_error": 0.02, "worst_rel_error": 0.1, "size_range": [8, 8e9], "n_points": 31}
+COLLECTIVE = {"op": "all_reduce", "scope": "intra", "algorithm": "ring", "alpha_s": 5e-6,
+              "bus_bandwidth_bytes_per_s": 400e9}
+
+
+def write(tmp_path, hardware, fits=None, **kw):
+    return write_profile(tmp_path / "p.json", hardware=hardware,
+                         fits={"collective/all_reduce/intra/ring": FIT} if fits is None else fits,
+                         measurements=pd.DataFrame({"nbytes": [8.0], "time_s": [1e-5]}),
+                         provenance=provenance(device="test"), **kw)
+
+
+def test_profile_fields_override_the_preset(tmp_path):
+    path = write(tmp_path, {"base": "dgx-h100", "collectives": [COLLECTIVE],
+                            "gemm_efficiency": {"bf16": {"max_fraction": 0.7, "half_dim": 0,
+                                                         "min_time_s": 5e-6}}})
+    hw = apply_profile(None, load_profile(path))
+    preset = load_hardware("dgx-h100")
+    assert hw.gemm("bf16").max_fraction == 0.7 and hw.gemm("bf16").min_time_s == 5e-6
+    assert hw.gemm("fp8") == preset.gemm("fp8")  # untouched fields keep the preset's values
+    assert hw.peak_flops_per_s == preset.peak_flops_per_s
+    assert hw.collectives[0].bus_bandwidth_bytes_per_s == 400e9
+    assert "calibrated" in hw.source
+    # an explicit --hardware wins over the profile's base
+    assert apply_profile(load_hardware("dgx-a100-80gb"), load_profile(path)).name == "dgx-a100-80gb"
+
+
+def test_profile_is_written_with_its_measurements_and_provenance(tmp_path):
+    path = write(tmp_path, {"base": "dgx-h100"})
+    doc = json.loads(path.read_text())
+    assert doc["format"] == "perfmodel-profile" and doc["version"] == 1 and doc["complete"]
+    assert (tmp_path / doc["measurements"]).exists()
+    for key in ("host", "device", "date", "command", "git_revision", "torch_version"):
+        assert key in doc["provenance"]
+    assert list(tmp_path.glob("*.tmp")) == []
+
+
+def test_atomic_write_leaves_nothing_when_writing_fails(tmp_path):
+    target = tmp_path / "p.json"
+    target.write_text("old")
+
+    def fail(p):
+        p.write_text("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, fail)
+    assert target.read_text() == "old" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_standalone_profile_must_hold_every_required_field(tmp_path):
+    path = write(tmp_path, {"gpus_per_node": 4})
+    with pytest.raises(SpecError, match="missing required field 'peak_flops_per_s'"):
+        apply_profile(None, load_profile(path))
+
+
+def test_unknown_hardware_field_is_named(tmp_path):
+    path = write(tmp_path, {"base": "dgx-h100", "peak_flop_per_s": {"bf16": 1e15}})
+    with pytest.raises(SpecError, match="unknown field 'peak_flop_per_s'.*did you mean"):
+        apply_profile(None, load_profile(path))
+
+
+BAD = {
+    "not json": ("{\"format\": \"perfmodel-profile\", ", "not valid JSON at line 1"),
+    "wrong format": (json.dumps({"format": "x", "version": 1}), "field 'format' must be"),
+    "other version": (json.dumps({"format": "perfmodel-profile", "version": 2}),
+                      "version 2 is not supported"),
+    "no fits": (json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True,
+                            "hardware": {}}), "missing required field 'fits'"),
+    "bad fit": (json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True,
+                            "hardware": {}, "fits": {"f": {**FIT, "params": {"alpha_s": "x"}}}}),
+                r"fits.f.params.alpha_s must be a finite number"),
+    "bad range": (json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True,
+                              "hardware": {}, "fits": {"f": {**FIT, "size_range": [9, 1]}}}),
+                  "size_range must be"),
+    "complete not bool": (json.dumps({"format": "perfmodel-profile", "version": 1,
+                                      "complete": "yes", "hardware": {}, "fits": {}}),
+                          "'complete' must be true or false"),
+    "a list": ("[1, 2]", "must be a JSON object"),
+}
+
+
+@pytest.mark.parametrize("case", BAD, ids=list(BAD))
+def test_bad_profiles_are_refused_with_the_field(tmp_path, case):
+    text, message = BAD[case]
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=message):
+        load_profile(path)
+
+
+def test_report_of_a_bad_profile_is_one_line(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text("{")
+    res = CliRunner().invoke(calibrate, ["report", str(path)])
+    assert res.exit_code == 3 and res.output.count("\n") == 1 and "bad.json" in res.output
+
+
+def test_report_prints_fits_and_plots(tmp_path):
+    path = write(tmp_path, {"base": "dgx-h100", "collectives": [COLLECTIVE]})
+    png = tmp_path / "fits.png"
+    res = CliRunner().invoke(calibrate, ["report", str(path), "--plot", str(png)])
+    assert res.exit_code == 0, res.output
+    assert "collective/all_reduce/intra/ring" in res.output
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_extrapolation_is_flagged_outside_the_sizes_seen(tmp_path):
+    profile = load_profile(write(tmp_path, {"base": "dgx-h100"}))
+    assert list(is_extrapolation(profile, "all_reduce", [4, 1e6, 1e10])) == [True, False, True]
+    assert is_extrapolation(profile, "all_gather", 1e6)  # never measured
+
+
+BLOCK_TORCH = """
+import sys, time
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is blocked in this test")
+sys.meta_path.insert(0, Block())
+t = time.perf_counter()
+import calibration.cli, calibration.importers, calibration.report, calibration.launch
+import perfmodel.specs.profile
+assert "torch" not in sys.modules
+print("ok")
+"""
+
+
+def test_calibration_imports_without_torch():
+    """import-nccl-tests, import-gemm and report must work (and start fast) without torch."""
+    out = subprocess.run([sys.executable, "-c", BLOCK_TORCH], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
