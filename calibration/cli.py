@@ -70,6 +70,8 @@ def run_cmd(out: Path, nprocs: int | None, backend: str, quick: bool, max_bytes:
         state = "complete" if profile.complete else "INCOMPLETE (interrupted)"
         click.echo(f"wrote {path} ({state}, {len(profile.fits)} fits, "
                    f"{profile.provenance.get('wall_time_s')} s)")
+        if not profile.complete:
+            sys.exit(130)  # what a shell reports for Ctrl-C; the profile is kept
 
 
 @calibrate.command("import-nccl-tests")

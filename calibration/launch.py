@@ -194,7 +194,9 @@ def build_profile(out: Path, records: list[dict[str, Any]], *, complete: bool, e
 
 
 def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: list[str]) -> None:
-    gemm = df[df["kind"] == "gemm"] if "kind" in df else df.iloc[:0]
+    gemm = df[df["kind"] == "gemm"]
+    if gemm.empty:
+        return
     peaks, effs = {}, {}
     for dtype, rows in gemm.groupby("dtype"):
         rows = rows.assign(time_s=rows["time_s"].astype(float))
@@ -227,6 +229,8 @@ def _fit_memory(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,
     """Bandwidth beyond the last-level cache: sizes whose bytes over all ranks exceed 2x LLC."""
     mem = df[df["kind"] == "memory"]
     best = None
+    if mem.empty:
+        mem = pd.DataFrame(columns=["kernel", "nbytes", "time_s"])
     llc = info.get("last_level_cache_bytes")
     for kernel, rows in mem.groupby("kernel"):
         sizes = np.sort(rows["nbytes"].unique())
@@ -253,6 +257,9 @@ def _fit_collectives(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,
                      notes: list[str], support: dict) -> None:
     coll = df[df["kind"] == "collective"]
     collectives, links = [], {}
+    if coll.empty:
+        notes.append("no collective measured: no link or collective fits")
+        return
     for (op, scope), rows in coll.groupby(["op", "scope"]):
         if rows["nbytes"].nunique() < 2:
             continue

@@ -1,0 +1,68 @@
+"""`perfmodel calibrate run` end to end: 2 gloo ranks on CPU, a tiny sweep, in seconds."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from perfmodel.specs.profile import apply_profile, load_profile
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.distributed
+
+
+def calibrate(*args):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="160")
+    return [sys.executable, "-m", "calibration.cli", *map(str, args)], env
+
+
+def test_quick_run_on_two_ranks_writes_a_standalone_profile(tmp_path):
+    out = tmp_path / "cpu.json"
+    cmd, env = calibrate("run", "--quick", "--nprocs", "2", "--backend", "gloo",
+                         "--max-bytes", "65536", "--out", out)
+    start = time.monotonic()
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert time.monotonic() - start < 60
+    profile = load_profile(out)
+    assert profile.complete
+    assert profile.provenance["device_count"] == 2 and profile.provenance["gloo"] is True
+    kinds = {f["kind"] for f in profile.fits.values()}
+    assert kinds == {"gemm", "memory_bandwidth", "collective"}
+    ops = {f["op"] for f in profile.fits.values() if f["kind"] == "collective"}
+    assert ops == {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                   "all_to_all", "send_recv"}
+    hw = apply_profile(None, profile)  # stands alone: every required field was measured
+    assert hw.gpus_per_node == 2 and hw.peak("fp32") > 1e8
+    assert hw.memory_bandwidth_bytes_per_s > 1e8
+    assert hw.collectives and hw.intra_node.latency_s > 0
+    data = profile.measurements.read_text()
+    assert data.startswith("kind,") and "all_to_all" in data
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path):
+    out = tmp_path / "cut.json"
+    records = tmp_path / f".{out.name}.records.jsonl"
+    cmd, env = calibrate("run", "--quick", "--nprocs", "2", "--backend", "gloo", "--out", out)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait for the first measurements
+        if records.exists() and records.read_text().count('"kind": "gemm"') >= 3:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "INCOMPLETE" in stdout
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False
+    measured = (tmp_path / doc["measurements"]).read_text()
+    assert measured.count("gemm,") >= 3  # what was measured before Ctrl-C is kept
+    assert "peak_flops_per_s" in doc["hardware"]
+    assert any("incomplete" in note for note in doc["provenance"]["notes"])
+    assert not records.exists()
