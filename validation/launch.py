@@ -34,6 +34,7 @@ class RankStatus:
     state: str = "running"  # ok | failed | killed (still running at the end) | running
     error: str = ""
     log: str = ""
+    exited_at: float = float("inf")
 
 
 @dataclass
@@ -48,13 +49,26 @@ class LaunchResult:
     rank_records: list[dict[str, Any]] = field(default_factory=list)
 
     def failed_rank(self) -> RankStatus | None:
-        """The rank to blame: one that hung (still alive when peers timed out) or that failed first."""
+        """The rank to blame. A rank whose error is its own comes first (in the order the ranks
+        exited); ranks that only saw a peer vanish or a collective time out are victims; a rank
+        still alive when its peers gave up is the one that hung."""
+        failed = sorted((r for r in self.ranks if r.state == "failed"), key=lambda r: r.exited_at)
         killed = [r for r in self.ranks if r.state == "killed"]
-        failed = [r for r in self.ranks if r.state == "failed"]
-        if killed and (not failed or all("timeout" in r.error.lower() or "timed out" in r.error.lower()
-                                         or "connection" in r.error.lower() for r in failed)):
+        own = [r for r in failed if not _is_peer_error(r.error)]
+        if own:
+            return own[0]
+        if killed:
             return killed[0]
-        return failed[0] if failed else (killed[0] if killed else None)
+        return failed[0] if failed else None
+
+
+_PEER_ERRORS = ("connection closed by peer", "connection reset by peer", "timed out", "timeout",
+                "broken pipe", "socket closed", "remote worker")
+
+
+def _is_peer_error(error: str) -> bool:
+    text = error.lower()
+    return any(p in text for p in _PEER_ERRORS)
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -255,6 +269,7 @@ def _watch(procs: list[subprocess.Popen], statuses: list[RankStatus], start: flo
             code = p.poll()
             if code is not None and s.state == "running":
                 s.exit_code = code
+                s.exited_at = time.monotonic()
                 s.state = "ok" if code == 0 else "failed"
                 if code != 0 and first_failure is None:
                     first_failure = time.monotonic()

@@ -129,7 +129,7 @@ def build_report(
             "measured_baseline_per_rank_bytes": max(base) if base else None,
         },
         "dtype_used": rank0.get("dtype", meta.get("dtype_used")),
-        "dtype_note": rank0.get("dtype_note", ""),
+        "dtype_note": rank0.get("dtype_note") or meta.get("dtype_note", ""),
         "collectives_rank0": (rank0.get("probe") or {}).get("collectives", []),
         "launch": launch,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -1,0 +1,97 @@
+"""Accuracy of the whole loop on this machine: predict, run, measure, for a suite of plans.
+
+    perfmodel calibrate run --out profile.json          # once, on this machine
+    python benchmarks/bench_validation.py --profile profile.json [--steps 5] [--out results.csv]
+
+Runs each plan of the suite as a real gloo job (validation.run.validate), then prints the table of
+predicted and measured step times and the median and worst relative error (|measured - predicted| /
+predicted). Target on the 2-core reference machine: median <= 15 %, worst <= 30 %.
+With --calibrate the profile is made first (perfmodel calibrate run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# (name, plan fields): pure data, pure tensor, pure pipeline, mixed; several micro-batch sizes.
+SUITE: list[tuple[str, dict[str, object]]] = [
+    ("dp2-mb1", dict(gpus=2, dp=2, micro_batch=1, global_batch=4)),
+    ("dp2-mb4", dict(gpus=2, dp=2, micro_batch=4, global_batch=8)),
+    ("tp2-mb1", dict(gpus=2, tp=2, micro_batch=1, global_batch=2)),
+    ("tp2-mb4", dict(gpus=2, tp=2, micro_batch=4, global_batch=4)),
+    ("tp2-sp-mb2", dict(gpus=2, tp=2, micro_batch=2, global_batch=4, sequence_parallel=True)),
+    ("pp2-gpipe-mb1", dict(gpus=2, pp=2, micro_batch=1, global_batch=4, schedule="gpipe")),
+    ("pp2-1f1b-mb2", dict(gpus=2, pp=2, micro_batch=2, global_batch=8, schedule="1f1b")),
+    ("dp2-zero3-mb2", dict(gpus=2, dp=2, micro_batch=2, global_batch=4, zero=3)),
+    ("dp2-tp2-mb1", dict(gpus=4, dp=2, tp=2, micro_batch=1, global_batch=4)),
+    ("dp2-pp2-mb1", dict(gpus=4, dp=2, pp=2, micro_batch=1, global_batch=4, schedule="1f1b")),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", type=Path, default=Path("profile.json"))
+    parser.add_argument("--hardware", default=None, help="Preset under the profile (optional).")
+    parser.add_argument("--model", default="tiny-gpt")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--only", default=None, help="Comma-separated plan names of the suite.")
+    parser.add_argument("--calibrate", action="store_true", help="Run perfmodel calibrate run first.")
+    parser.add_argument("--out", type=Path, default=Path("validation-runs/bench_validation.csv"))
+    args = parser.parse_args(argv)
+
+    if args.calibrate:
+        subprocess.run([sys.executable, "-m", "perfmodel", "calibrate", "run", "--out",
+                        str(args.profile)], check=True)
+    from perfmodel import Plan, load_hardware, load_model
+    from perfmodel.specs.profile import apply_profile, load_profile
+    from validation import report as rep
+    from validation import run
+
+    if not args.profile.exists():
+        print(f"no profile at {args.profile}: run `perfmodel calibrate run --out {args.profile}` "
+              "(or pass --calibrate)", file=sys.stderr)
+        return 2
+    base = load_hardware(args.hardware) if args.hardware else None
+    hardware = apply_profile(base, load_profile(args.profile))
+    model = load_model(args.model)
+    wanted = set(args.only.split(",")) if args.only else None
+    rows = []
+    for name, fields in SUITE:
+        if wanted and name not in wanted:
+            continue
+        plan = Plan(dtype="fp32", **fields).check(model)
+        settings = run.RunSettings(nprocs=plan.gpus, steps=args.steps, warmup=args.warmup,
+                                   timeout_s=600)
+        start = time.monotonic()
+        report = run.validate(model, hardware, plan, settings,
+                              Path("validation-runs") / f"bench-{name}")
+        rep.append_history(report, Path("validation-runs/history.csv"))
+        err = report["relative_error"]
+        rows.append({"plan": name, "ranks": plan.gpus, "status": report["status"],
+                     "predicted_ms": (report["predicted_step_time_s"] or 0) * 1e3,
+                     "measured_ms": (report["measured_step_time_s"] or 0) * 1e3,
+                     "error": err, "wall_s": time.monotonic() - start})
+        print(f"{name:16s} ranks {plan.gpus}  predicted {rows[-1]['predicted_ms']:8.1f} ms  "
+              f"measured {rows[-1]['measured_ms']:8.1f} ms  error "
+              f"{'-' if err is None else f'{err * 100:+.1f}%'}  ({rows[-1]['wall_s']:.0f} s)",
+              flush=True)
+    errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+    if errors:
+        print(f"\n{len(errors)} plans: median |error| {statistics.median(errors) * 100:.1f}%, "
+              f"worst {max(errors) * 100:.1f}% (target: median <= 15%, worst <= 30%)")
+    import pandas as pd
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    rep.write_atomic(args.out, pd.DataFrame(rows).to_csv(index=False))
+    print(f"table: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

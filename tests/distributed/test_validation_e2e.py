@@ -1,0 +1,220 @@
+"""validate end to end: real gloo jobs of 2 and 4 ranks on tiny-gpt, and the faults a run can meet.
+
+Each test is one launch (4-15 s here); steps are few because only the loop is checked, not accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from perfmodel import Plan, load_hardware, load_model  # noqa: E402
+from validation import run  # noqa: E402
+from validation.cli import validate  # noqa: E402
+
+pytestmark = pytest.mark.distributed
+
+MODEL = "tiny-gpt"
+HARDWARE = "dgx-a100-80gb"  # the loop, not the accuracy, is under test here
+
+
+def _leftovers(run_dir: Path) -> list[int]:
+    """Processes still running the job of run_dir (read from /proc)."""
+    pids = []
+    needle = str(run_dir).encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if needle in f.read():
+                    pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+def _run(tmp_path: Path, settings: run.RunSettings, **plan: object) -> dict:
+    model = load_model(MODEL)
+    plan_obj = Plan(dtype="fp32", **plan).check(model)
+    run_dir = tmp_path / "run"
+    report = run.validate(model, load_hardware(HARDWARE), plan_obj, settings, run_dir)
+    assert _leftovers(run_dir) == []
+    return report
+
+
+def _assert_measured(report: dict, ranks: int) -> None:
+    assert report["status"] == "ok", report["launch"]
+    assert report["ranks"] == ranks
+    assert report["steps"] == 2
+    assert report["measured_step_time_s"] > 0
+    terms = {t["name"]: t for t in report["terms"]}
+    assert terms["forward"]["measured_s"] > 0 and terms["backward"]["measured_s"] > 0
+    # Terms add up to the step time.
+    assert sum(t["measured_s"] for t in report["terms"]) == pytest.approx(
+        report["measured_step_time_s"], rel=1e-6)
+    assert report["memory"]["measured_peak_per_rank_bytes"] > 0
+
+
+def test_data_parallel_two_ranks_through_the_cli(tmp_path):
+    out = tmp_path / "report.json"
+    history = tmp_path / "history.csv"
+    result = CliRunner().invoke(validate, [
+        "--model", MODEL, "--hardware", HARDWARE, "--dp", "2", "--micro-batch", "2",
+        "--global-batch", "8", "--nprocs", "2", "--backend", "gloo", "--steps", "2", "--warmup", "1",
+        "--out", str(out), "--history", str(history), "--run-dir", str(tmp_path / "run"), "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    for key in ("predicted_step_time_s", "measured_step_time_s", "relative_error", "steps", "ranks",
+                "backend"):
+        assert report[key] is not None, key
+    assert report["backend"] == "gloo" and report["ranks"] == 2
+    # bf16 (the default) has no fast path on this CPU: run and prediction both in fp32, and it says so.
+    assert report["dtype_used"] == "fp32" and "fp32" in report["dtype_note"]
+    assert report["plan"]["dtype"] == "fp32"
+    assert all("predicted_s" in t and "measured_s" in t for t in report["terms"])
+    assert json.loads(out.read_text())["measured_step_time_s"] == report["measured_step_time_s"]
+    assert out.with_suffix(".png").exists()
+    assert len(history.read_text().splitlines()) == 2
+    # The probe counted the one flat gradient all-reduce of the 2 replicas on rank 0.
+    dp_ops = [c for c in report["collectives_rank0"] if c["axis"] == "dp"]
+    assert [c["op"] for c in dp_ops] == ["all_reduce"] and dp_ops[0]["count"] == 1
+    assert _leftovers(tmp_path / "run") == []
+
+
+def test_tensor_and_sequence_parallel_two_ranks(tmp_path):
+    report = _run(tmp_path, run.RunSettings(nprocs=2, steps=2, warmup=1), gpus=2, tp=2,
+                  sequence_parallel=True, micro_batch=2, global_batch=4)
+    _assert_measured(report, 2)
+    terms = {t["name"]: t for t in report["terms"]}
+    assert terms["tp_comm"]["measured_s"] > 0
+    ops = {c["op"] for c in report["collectives_rank0"] if c["axis"] == "tp"}
+    assert {"all_gather", "reduce_scatter"} <= ops
+
+
+def test_pipeline_two_ranks_1f1b(tmp_path):
+    report = _run(tmp_path, run.RunSettings(nprocs=2, steps=2, warmup=1), gpus=2, pp=2,
+                  micro_batch=1, global_batch=4, schedule="1f1b")
+    _assert_measured(report, 2)
+    assert {t["name"]: t for t in report["terms"]}["pipeline"]["measured_s"] > 0
+    assert any(c["op"] == "send_recv" and c["axis"] == "pp" for c in report["collectives_rank0"])
+
+
+def test_mixed_data_and_pipeline_four_ranks_gpipe(tmp_path):
+    report = _run(tmp_path, run.RunSettings(nprocs=4, steps=2, warmup=1), gpus=4, dp=2, pp=2,
+                  micro_batch=1, global_batch=4, schedule="gpipe")
+    _assert_measured(report, 4)
+    assert {c["axis"] for c in report["collectives_rank0"]} == {"dp", "pp"}
+
+
+def _failed(report: dict) -> dict:
+    assert report["status"] == "failed"
+    return report["launch"]["failure"]
+
+
+def test_a_crashing_rank_is_named_and_earlier_steps_kept(tmp_path):
+    settings = run.RunSettings(nprocs=2, steps=3, warmup=0, timeout_s=20,
+                               fault={"kind": "crash", "rank": 1, "step": 1})
+    report = _run(tmp_path, settings, gpus=2, dp=2, global_batch=2)
+    failure = _failed(report)
+    assert failure["rank"] == 1 and "injected crash" in failure["error"]
+    assert report["steps"] == 1  # the step both ranks finished before the crash
+
+
+def test_a_hung_rank_is_stopped_after_the_timeout(tmp_path):
+    settings = run.RunSettings(nprocs=2, steps=3, warmup=0, timeout_s=6,
+                               fault={"kind": "hang", "rank": 1, "step": 1})
+    start = time.monotonic()
+    report = _run(tmp_path, settings, gpus=2, dp=2, global_batch=2)
+    assert time.monotonic() - start < 60
+    failure = _failed(report)
+    assert failure["rank"] == 1 and failure["state"] == "killed"
+    states = {r["rank"]: r["state"] for r in report["launch"]["rank_status"]}
+    assert states[0] == "failed"  # rank 0 gave up on the collective after the timeout
+
+
+def test_a_rank_killed_mid_run(tmp_path, monkeypatch):
+    from validation import launch as launch_mod
+
+    run_dir = tmp_path / "run"
+    real_launch_once = launch_mod._launch_once
+
+    def kill_rank_1_after_a_step(pids: list[int]) -> None:
+        def target() -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    if json.loads((run_dir / "rank1.json").read_text())["steps"]:
+                        os.kill(pids[1], signal.SIGKILL)
+                        return
+                except (OSError, ValueError, KeyError):
+                    pass
+                time.sleep(0.05)
+
+        threading.Thread(target=target, daemon=True).start()
+
+    def patched(*args, **kwargs):
+        args = list(args)
+        args[-1] = kill_rank_1_after_a_step  # on_start
+        return real_launch_once(*args, **kwargs)
+
+    monkeypatch.setattr(launch_mod, "_launch_once", patched)
+    monkeypatch.setattr(run, "launch", launch_mod.launch)
+    settings = run.RunSettings(nprocs=2, steps=50, warmup=0, timeout_s=30)
+    report = _run(tmp_path, settings, gpus=2, dp=2, global_batch=2)
+    failure = _failed(report)
+    assert failure["rank"] == 1 and "SIGKILL" in failure["error"]
+    assert report["steps"] >= 1
+
+
+def test_a_plan_the_machine_cannot_hold_is_refused_before_launch(tmp_path):
+    result = CliRunner().invoke(validate, [
+        "--model", MODEL, "--hardware", HARDWARE, "--hidden", "16384", "--heads", "32", "--layers", "64",
+        "--dp", "2", "--run-dir", str(tmp_path / "run"), "--history", str(tmp_path / "h.csv"),
+    ])
+    assert result.exit_code != 0
+    assert "cannot hold" in str(result.exception)
+    assert not (tmp_path / "run").exists()
+
+
+def test_emit_writes_a_cluster_job_and_collect_reads_it_back(tmp_path):
+    emit_dir = tmp_path / "emit"
+    result = CliRunner().invoke(validate, [
+        "--model", MODEL, "--hardware", HARDWARE, "--tp", "8", "--dp", "2", "--dtype", "bf16",
+        "--backend", "nccl", "--emit", str(emit_dir), "--gpus-per-node", "8",
+    ])
+    assert result.exit_code == 0, result.output
+    sbatch = (emit_dir / "job.sbatch").read_text()
+    assert "#SBATCH --nodes=2" in sbatch and "--nproc-per-node 8" in sbatch and "NCCL_" in sbatch
+    cfg = json.loads((emit_dir / "config.json").read_text())
+    assert cfg["backend"] == "nccl" and cfg["plan"]["dtype"] == "bf16"
+    # The emitted job is standalone: only torch and the standard library.
+    imports = [line.split()[1] for line in (emit_dir / "job.py").read_text().splitlines()
+               if line.startswith(("import ", "from "))]
+    assert {name.split(".")[0] for name in imports} <= {
+        "__future__", "contextlib", "datetime", "functools", "json", "os", "resource", "sys", "time",
+        "traceback", "typing", "torch"}
+    # Results as a cluster run leaves them: one record per rank.
+    (emit_dir / "results").mkdir()
+    for rank in range(16):
+        rec = {"rank": rank, "status": "ok", "peak_memory_bytes": 10,
+               "steps": [{"step": 0.5, "forward": 0.1, "backward": 0.2, "grad_sync": 0.1,
+                          "optimizer": 0.05}]}
+        (emit_dir / "results" / f"rank{rank}.json").write_text(json.dumps(rec))
+    result = CliRunner().invoke(validate, ["collect", str(emit_dir), "--json",
+                                           "--history", str(tmp_path / "h.csv")])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["measured_step_time_s"] == pytest.approx(0.5)
+    assert report["predicted_step_time_s"] > 0 and report["ranks"] == 16
