@@ -41,21 +41,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--only", default=None, help="Comma-separated plan names of the suite.")
-    parser.add_argument("--calibrate", action="store_true", help="Run perfmodel calibrate run first.")
+    parser.add_argument(
+        "--calibrate", action="store_true", help="Run perfmodel calibrate run first."
+    )
     parser.add_argument("--out", type=Path, default=Path("validation-runs/bench_validation.csv"))
     args = parser.parse_args(argv)
 
     if args.calibrate:
-        subprocess.run([sys.executable, "-m", "perfmodel", "calibrate", "run", "--out",
-                        str(args.profile)], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "perfmodel", "calibrate", "run", "--out", str(args.profile)],
+            check=True,
+        )
     from perfmodel import Plan, load_hardware, load_model
     from perfmodel.specs.profile import apply_profile, load_profile
     from validation import report as rep
     from validation import run
 
     if not args.profile.exists():
-        print(f"no profile at {args.profile}: run `perfmodel calibrate run --out {args.profile}` "
-              "(or pass --calibrate)", file=sys.stderr)
+        print(
+            f"no profile at {args.profile}: run `perfmodel calibrate run --out {args.profile}` "
+            "(or pass --calibrate)",
+            file=sys.stderr,
+        )
         return 2
     base = load_hardware(args.hardware) if args.hardware else None
     hardware = apply_profile(base, load_profile(args.profile))
@@ -66,25 +73,38 @@ def main(argv: list[str] | None = None) -> int:
         if wanted and name not in wanted:
             continue
         plan = Plan(dtype="fp32", **fields).check(model)
-        settings = run.RunSettings(nprocs=plan.gpus, steps=args.steps, warmup=args.warmup,
-                                   timeout_s=600)
+        settings = run.RunSettings(
+            nprocs=plan.gpus, steps=args.steps, warmup=args.warmup, timeout_s=600
+        )
         start = time.monotonic()
-        report = run.validate(model, hardware, plan, settings,
-                              Path("validation-runs") / f"bench-{name}")
+        report = run.validate(
+            model, hardware, plan, settings, Path("validation-runs") / f"bench-{name}"
+        )
         rep.append_history(report, Path("validation-runs/history.csv"))
         err = report["relative_error"]
-        rows.append({"plan": name, "ranks": plan.gpus, "status": report["status"],
-                     "predicted_ms": (report["predicted_step_time_s"] or 0) * 1e3,
-                     "measured_ms": (report["measured_step_time_s"] or 0) * 1e3,
-                     "error": err, "wall_s": time.monotonic() - start})
-        print(f"{name:16s} ranks {plan.gpus}  predicted {rows[-1]['predicted_ms']:8.1f} ms  "
-              f"measured {rows[-1]['measured_ms']:8.1f} ms  error "
-              f"{'-' if err is None else f'{err * 100:+.1f}%'}  ({rows[-1]['wall_s']:.0f} s)",
-              flush=True)
+        rows.append(
+            {
+                "plan": name,
+                "ranks": plan.gpus,
+                "status": report["status"],
+                "predicted_ms": (report["predicted_step_time_s"] or 0) * 1e3,
+                "measured_ms": (report["measured_step_time_s"] or 0) * 1e3,
+                "error": err,
+                "wall_s": time.monotonic() - start,
+            }
+        )
+        print(
+            f"{name:16s} ranks {plan.gpus}  predicted {rows[-1]['predicted_ms']:8.1f} ms  "
+            f"measured {rows[-1]['measured_ms']:8.1f} ms  error "
+            f"{'-' if err is None else f'{err * 100:+.1f}%'}  ({rows[-1]['wall_s']:.0f} s)",
+            flush=True,
+        )
     errors = [abs(r["error"]) for r in rows if r["error"] is not None]
     if errors:
-        print(f"\n{len(errors)} plans: median |error| {statistics.median(errors) * 100:.1f}%, "
-              f"worst {max(errors) * 100:.1f}% (target: median <= 15%, worst <= 30%)")
+        print(
+            f"\n{len(errors)} plans: median |error| {statistics.median(errors) * 100:.1f}%, "
+            f"worst {max(errors) * 100:.1f}% (target: median <= 15%, worst <= 30%)"
+        )
     import pandas as pd
 
     args.out.parent.mkdir(parents=True, exist_ok=True)

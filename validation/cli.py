@@ -1,9 +1,9 @@
 """`perfmodel validate`: predict, run a real distributed job, measure, compare.
 
-    perfmodel validate --model tiny-gpt --profile P --dp 2 --nprocs 2 --steps 5 --out report.json
-    perfmodel validate --model gpt3-175b --hardware dgx-a100-80gb --tp 8 --dp 64 --dry-run
-    perfmodel validate --model M --hardware H --tp 8 --pp 4 --dp 2 --emit DIR --nodes 8
-    perfmodel validate collect DIR
+perfmodel validate --model tiny-gpt --profile P --dp 2 --nprocs 2 --steps 5 --out report.json
+perfmodel validate --model gpt3-175b --hardware dgx-a100-80gb --tp 8 --dp 64 --dry-run
+perfmodel validate --model M --hardware H --tp 8 --pp 4 --dp 2 --emit DIR --nodes 8
+perfmodel validate collect DIR
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from perfmodel.errors import PlanError
 
 
 def _model_overrides(model: Any, kw: dict[str, Any]) -> Any:
-    """Scale the model down for a small machine: --layers, --hidden, --heads, --vocab, --ffn-hidden."""
+    """Scale the model down for a small machine (--layers, --hidden, --heads, --vocab, ...)."""
     changes = {k: kw[k] for k in ("layers", "hidden", "heads", "vocab", "ffn_hidden") if kw.get(k)}
     if not changes:
         return model
@@ -39,11 +39,14 @@ def _fault(spec: str | None) -> dict[str, Any] | None:
             raise ValueError
         return {"kind": kind, "rank": int(rank), "step": int(step)}
     except ValueError:
-        raise click.BadParameter("use crash:RANK:STEP or hang:RANK:STEP", param_hint="--inject-fault") from None
+        raise click.BadParameter(
+            "use crash:RANK:STEP or hang:RANK:STEP", param_hint="--inject-fault"
+        ) from None
 
 
-def _finish(report: dict[str, Any], out: Path, plot_path: Path | None, history: Path | None,
-            as_json: bool) -> None:
+def _finish(
+    report: dict[str, Any], out: Path, plot_path: Path | None, history: Path | None, as_json: bool
+) -> None:
     from validation import report as rep
 
     rep.save(report, out)
@@ -74,29 +77,72 @@ def _finish(report: dict[str, Any], out: Path, plot_path: Path | None, history: 
 @click.option("--vocab", type=int, default=None, help="Override the model's vocabulary.")
 @click.option("--ffn-hidden", type=int, default=None, help="Override the model's MLP width.")
 @click.option("--nprocs", type=int, default=None, help="Ranks to launch (default dp x tp x pp).")
-@click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None,
-              help="Default: nccl where CUDA exists, gloo otherwise.")
-@click.option("--steps", type=click.IntRange(1, 10_000), default=5, show_default=True, help="Timed steps.")
-@click.option("--warmup", type=click.IntRange(0, 1000), default=2, show_default=True, help="Untimed steps.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(1, 86_400), default=300, show_default=True,
-              help="Seconds before a hung job (or a hung collective) is stopped.")
-@click.option("--port", type=int, default=None, help="Rendezvous port (a free one if omitted or busy).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Report JSON (default: <run dir>/report.json).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Bar chart PNG (default: beside the report).")
-@click.option("--history", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("validation-runs/history.csv"), show_default=True,
-              help="CSV to which one row per run is appended.")
-@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the job's config, logs and results go.")
-@click.option("--dry-run", is_flag=True,
-              help="Count the job's collectives on a fake process group of the full world size and "
-                   "check them against the model's communication ledger (no job is run).")
-@click.option("--emit", "emit_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write the job, a torchrun command and a Slurm script here instead of running.")
+@click.option(
+    "--backend",
+    type=click.Choice(["gloo", "nccl"]),
+    default=None,
+    help="Default: nccl where CUDA exists, gloo otherwise.",
+)
+@click.option(
+    "--steps", type=click.IntRange(1, 10_000), default=5, show_default=True, help="Timed steps."
+)
+@click.option(
+    "--warmup", type=click.IntRange(0, 1000), default=2, show_default=True, help="Untimed steps."
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(1, 86_400),
+    default=300,
+    show_default=True,
+    help="Seconds before a hung job (or a hung collective) is stopped.",
+)
+@click.option(
+    "--port", type=int, default=None, help="Rendezvous port (a free one if omitted or busy)."
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Report JSON (default: <run dir>/report.json).",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Bar chart PNG (default: beside the report).",
+)
+@click.option(
+    "--history",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("validation-runs/history.csv"),
+    show_default=True,
+    help="CSV to which one row per run is appended.",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the job's config, logs and results go.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Count the job's collectives on a fake process group of the full world size and "
+    "check them against the model's communication ledger (no job is run).",
+)
+@click.option(
+    "--emit",
+    "emit_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write the job, a torchrun command and a Slurm script here instead of running.",
+)
 @click.option("--nodes", type=int, default=None, help="With --emit: nodes (default gpus / 8).")
-@click.option("--gpus-per-node", type=int, default=None, help="With --emit: GPUs per node (default 8).")
+@click.option(
+    "--gpus-per-node", type=int, default=None, help="With --emit: GPUs per node (default 8)."
+)
 @click.option("--inject-fault", default=None, hidden=True, help="crash:RANK:STEP or hang:RANK:STEP")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
@@ -107,7 +153,9 @@ def validate(ctx: click.Context, **kw: Any) -> None:
     from validation import run
 
     if kw.get("profile") is None and kw.get("hardware") is None and not kw["dry_run"]:
-        raise click.UsageError("give --hardware (a preset or file) or --profile (perfmodel calibrate run)")
+        raise click.UsageError(
+            "give --hardware (a preset or file) or --profile (perfmodel calibrate run)"
+        )
     if kw["dry_run"] and kw.get("hardware") is None and kw.get("profile") is None:
         kw["hardware"] = "dgx-a100-80gb"  # the ledger does not depend on the hardware
     if kw.get("nprocs") and not (kw["dp"] * kw["tp"] * kw["pp"] > 1) and kw.get("gpus") is None:
@@ -125,21 +173,31 @@ def validate(ctx: click.Context, **kw: Any) -> None:
 
             save(result, kw["out"])
         if result["agree"] is False:
-            raise PlanError("dry-run: the job's collectives differ from the model's ledger (see above)")
+            raise PlanError(
+                "dry-run: the job's collectives differ from the model's ledger (see above)"
+            )
         return
     backend = kw["backend"] or _default_backend()
     nprocs = kw["nprocs"] or plan.gpus
-    settings = run.RunSettings(nprocs=nprocs, backend=backend, steps=kw["steps"], warmup=kw["warmup"],
-                               timeout_s=kw["timeout_s"], port=kw["port"],
-                               fault=_fault(kw["inject_fault"]))
+    settings = run.RunSettings(
+        nprocs=nprocs,
+        backend=backend,
+        steps=kw["steps"],
+        warmup=kw["warmup"],
+        timeout_s=kw["timeout_s"],
+        port=kw["port"],
+        fault=_fault(kw["inject_fault"]),
+    )
     if kw["emit_dir"] is not None:
         gpn = kw["gpus_per_node"] or min(8, plan.gpus)
         nodes = kw["nodes"] or max(1, plan.gpus // gpn)
         written = run.emit(model, hardware, plan, settings, kw["emit_dir"], nodes, gpn)
         for path in written:
             click.echo(f"wrote {path}")
-        click.echo(f"submit: sbatch {kw['emit_dir'] / 'job.sbatch'}; then: perfmodel validate collect "
-                   f"{kw['emit_dir']}")
+        click.echo(
+            f"submit: sbatch {kw['emit_dir'] / 'job.sbatch'}; then: perfmodel validate collect "
+            f"{kw['emit_dir']}"
+        )
         return
     run_dir = kw["run_dir"] or run.default_run_dir(plan)
     report = run.validate(model, hardware, plan, settings, run_dir)
@@ -150,8 +208,12 @@ def validate(ctx: click.Context, **kw: Any) -> None:
 @validate.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None)
-@click.option("--history", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("validation-runs/history.csv"), show_default=True)
+@click.option(
+    "--history",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("validation-runs/history.csv"),
+    show_default=True,
+)
 @click.option("--json", "as_json", is_flag=True)
 def collect(directory: Path, out: Path | None, history: Path, as_json: bool) -> None:
     """Read the results of an emitted job (--emit DIR) back into a report."""

@@ -1,10 +1,11 @@
 """`perfmodel validate --dry-run`: the job's collectives at full scale, without GPUs.
 
-The job's model is built for rank 0 of a world of the plan's full size on torch's fake process group
-(every collective returns at once, in one process) and one training step is run. Every collective is
-counted twice: by torch's CommDebugMode (counts per op) and by the job's own CollectiveCounter (counts
-per axis, op and bytes per call, nccl-tests' size convention). The counts are then checked against the
-communication ledger of perfmodel's step model for the same plan: exactly, call by call.
+The job's model is built for rank 0 of a world of the plan's full size on torch's fake process
+group (every collective returns at once, in one process) and one training step is run. Every
+collective is counted twice: by torch's CommDebugMode (counts per op) and by the job's own
+CollectiveCounter (counts per axis, op and bytes per call, nccl-tests' size convention). The counts
+are then checked against the communication ledger of perfmodel's step model for the same plan:
+exactly, call by call.
 
 The job unties the embeddings, so the ledger is taken for the model with tied_embeddings=False.
 Pipeline plans (pp > 1) are not counted: the fake group cannot carry the pipeline's shape exchange.
@@ -24,7 +25,8 @@ from perfmodel.strategy import Plan
 
 class _NoModuleTracker:
     """Stands in for CommDebugMode's module tracker, whose hooks fail on modules with
-    PrepareModuleOutput hooks (IndexError in _fw_set_module_hook, torch 2.13); counts need no modules."""
+    PrepareModuleOutput hooks (IndexError in _fw_set_module_hook, torch 2.13); counts need no
+    modules."""
 
     name = "Global"
     is_bw = False
@@ -53,8 +55,10 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
     from validation.run import RunSettings, job_config
 
     if plan.pp > 1:
-        raise PlanError("--dry-run counts data, tensor, sequence and sharded (FSDP) plans; "
-                        "pipeline plans (pp > 1) are not supported yet")
+        raise PlanError(
+            "--dry-run counts data, tensor, sequence and sharded (FSDP) plans; "
+            "pipeline plans (pp > 1) are not supported yet"
+        )
     if dist.is_initialized():
         dist.destroy_process_group()
     cfg = job_config(model, plan, RunSettings(nprocs=plan.gpus, steps=1, warmup=0))
@@ -74,8 +78,11 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
     records = [r for r in counter.table() if r["op"] != "barrier"]
-    return {"records": records, "comm_debug_mode": debug_counts,
-            "comm_debug_mode_total": sum(debug_counts.values()) - debug_counts.get("barrier", 0)}
+    return {
+        "records": records,
+        "comm_debug_mode": debug_counts,
+        "comm_debug_mode_total": sum(debug_counts.values()) - debug_counts.get("barrier", 0),
+    }
 
 
 def model_ledger(model: TransformerSpec, plan: Plan) -> list[dict[str, Any]] | None:
@@ -99,8 +106,16 @@ def model_ledger(model: TransformerSpec, plan: Plan) -> list[dict[str, Any]] | N
     for i, op in enumerate(build(family).ledger):
         count = float(out[f"ledger:{i}:calls"])
         if count:
-            ledger.append({"name": op.name, "axis": op.axis, "op": op.op, "phase": op.phase,
-                           "count": count, "bytes": float(out[f"ledger:{i}:nbytes"])})
+            ledger.append(
+                {
+                    "name": op.name,
+                    "axis": op.axis,
+                    "op": op.op,
+                    "phase": op.phase,
+                    "count": count,
+                    "bytes": float(out[f"ledger:{i}:nbytes"]),
+                }
+            )
     return ledger
 
 
@@ -111,8 +126,18 @@ def compare(measured: list[dict[str, Any]], ledger: list[dict[str, Any]]) -> lis
     for side, recs in (("job", measured), ("model", ledger)):
         for r in recs:
             key = (r["axis"], r["op"], int(round(r["bytes"])))
-            row = rows.setdefault(key, {"axis": key[0], "op": key[1], "bytes": key[2], "job_count": 0.0,
-                                        "model_count": 0.0, "job_phases": set(), "model_phases": set()})
+            row = rows.setdefault(
+                key,
+                {
+                    "axis": key[0],
+                    "op": key[1],
+                    "bytes": key[2],
+                    "job_count": 0.0,
+                    "model_count": 0.0,
+                    "job_phases": set(),
+                    "model_phases": set(),
+                },
+            )
             row[f"{side}_count"] += r["count"]
             row[f"{side}_phases"].add(r["phase"])
     out = []
@@ -163,17 +188,27 @@ def render(result: dict[str, Any], as_json: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"dry-run: {result['model']} on {result['world_size']} fake ranks "
-                        "(per rank, per step)")
+    table = Table(
+        title=f"dry-run: {result['model']} on {result['world_size']} fake ranks "
+        "(per rank, per step)"
+    )
     for col in ("axis", "op", "bytes/call", "job", "model", "phases (job / model)", ""):
         table.add_column(col)
     for r in result["rows"]:
-        table.add_row(r["axis"], r["op"], f"{r['bytes']:,}", f"{r['job_count']:g}",
-                      f"{r['model_count']:g}", f"{r['job_phases']} / {r['model_phases']}",
-                      "ok" if r["agree"] else "[red]differs[/red]")
+        table.add_row(
+            r["axis"],
+            r["op"],
+            f"{r['bytes']:,}",
+            f"{r['job_count']:g}",
+            f"{r['model_count']:g}",
+            f"{r['job_phases']} / {r['model_phases']}",
+            "ok" if r["agree"] else "[red]differs[/red]",
+        )
     console = Console()
     console.print(table)
-    console.print(f"CommDebugMode total agrees with the counter: {result['comm_debug_mode_agrees']}")
+    console.print(
+        f"CommDebugMode total agrees with the counter: {result['comm_debug_mode_agrees']}"
+    )
     if not result["ledger_available"]:
         console.print("perfmodel has no communication ledger yet: counted only")
     else:

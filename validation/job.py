@@ -1,35 +1,43 @@
-"""A standalone distributed training job for one parallel plan: it imports only torch and the stdlib.
+"""A standalone distributed training job for one parallel plan; imports only torch and the stdlib.
 
-Copy this file and its JSON config to any machine and launch it with torchrun (or any launcher that sets
-RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT):
+Copy this file and its JSON config to any machine and launch it with torchrun (or any launcher that
+sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT):
 
     torchrun --nproc-per-node 4 job.py config.json
 
 It trains a GPT-style transformer on synthetic tokens under the plan, all composed on one DeviceMesh
-with dims named after the plan's axes ("pp", "dp", "tp", outermost first by default):
+with dims named after the plan's axes ("pp", "dp", "tp", outermost first by default). NCCL on GPUs,
+gloo on CPUs: the same code, only the device and the backend differ.
 
-- data parallel: zero 0 -> gradients averaged by one flat all-reduce over the dp group after the last
-  backward (not overlapped, so that it can be timed; with overlap_grad_sync, DDP-style overlap is not
-  emulated and the sync is still timed after backward); zero 1 and 2 -> FSDP2 ``fully_shard`` with
-  ``reshard_after_forward=False`` (parameters stay gathered between forward and backward, gradients
-  reduce-scattered: ZeRO-2); zero 3 -> FSDP2 ``fully_shard`` with ``reshard_after_forward=True``;
-- tensor parallel 1D (Megatron layout) and sequence parallel with ``torch.distributed.tensor.parallel``;
-  the LM head is column-parallel with a vocab-parallel cross-entropy (``loss_parallel``); the token
-  embedding is row-parallel (vocab-sharded, all-reduce in forward); the position embedding is replicated;
-- pipeline parallel with ``torch.distributed.pipelining`` (GPipe, 1F1B, interleaved 1F1B);
+- data parallel, zero 0: gradients averaged by one flat all-reduce over the dp group after the last
+  backward (not overlapped, so that it can be timed; DDP's bucketed overlap is not used even with
+  overlap_grad_sync). zero 1 and 2: FSDP2 ``fully_shard`` with ``reshard_after_forward=False``
+  (parameters stay gathered from forward to backward, gradients reduce-scattered: ZeRO-2).
+  zero 3: FSDP2 ``fully_shard`` with ``reshard_after_forward=True``. One FSDP unit per block and one
+  for the rest of each chunk.
+- tensor parallel 1D (Megatron layout) and sequence parallel with DTensor parallel styles; one
+  ``PrepareModuleInput`` per sub-layer so that the backward reduces the input gradient once (the
+  f / g operators); the LM head is column-parallel with a vocab-parallel cross-entropy
+  (``loss_parallel``); the token embedding is row-parallel (vocab-sharded, all-reduce forward); the
+  learned position embedding is replicated and, with SP, the sum is scattered along the sequence
+  (all-gather backward), as Megatron does with learned positions. SP norm gradients (Partial over
+  tp) are all-reduced in one call, as Megatron's allreduce_layernorm_grads.
+- pipeline parallel with ``torch.distributed.pipelining`` (GPipe, 1F1B, interleaved 1F1B).
 - recompute: ``full`` checkpoints every transformer block, ``selective`` only the attention core.
+- parameters are kept in the run's dtype (no fp32 master copy); on a CPU bf16/fp16 runs as fp32.
 
-Embeddings are not tied (tying across pipeline stages needs an extra all-reduce this job does not do).
+Embeddings are not tied (tying across pipeline stages needs an extra all-reduce this job does not
+do); positions are learned even for rotary models.
 
-Measurement: ``warmup`` untimed steps, then ``steps`` timed steps with a barrier at the start of each;
-per rank the wall time of forward, backward, gradient sync, optimizer step and, for pipelines, the
-time spent outside stage compute (pipeline waits and p2p). On CUDA the clocks are read after
+Measurement: ``warmup`` untimed steps, then ``steps`` timed steps with a barrier at the start of
+each; per rank the wall time of forward, backward, gradient sync, optimizer step and, for pipelines,
+the time spent outside stage compute (pipeline waits and p2p). On CUDA the clocks are read after
 ``torch.cuda.synchronize``. Tensor-parallel communication cannot be separated from forward and
-backward without changing them, so one extra probe step runs under a dispatch mode that waits on and
-times every collective, and counts it with its bytes (the same counter serves ``--dry-run``).
+backward without changing them, so one extra probe step runs under a dispatch mode that waits on
+and times every collective, and counts it with its bytes (the same counter serves ``--dry-run``).
 Peak memory: ``torch.cuda.max_memory_allocated`` on GPU, the process's peak resident set on CPU.
-Every rank writes ``rank<R>.json`` after each step (so a crash keeps what was measured); rank 0 writes
-the merged results file at the end. All files are written atomically (temp file + os.replace).
+Every rank writes ``rank<R>.json`` after each step (so a crash keeps what was measured); rank 0
+writes the merged results file at the end. Files are written atomically (temp file + os.replace).
 """
 
 from __future__ import annotations
@@ -52,7 +60,12 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
-DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {
+    "fp32": torch.float32,
+    "tf32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,7 +180,9 @@ def chunk_ids(plan: dict[str, Any], pp_rank: int) -> list[int]:
 def build_chunk(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> Chunk:
     n_chunks = plan["pp"] * plan.get("virtual_stages", 1)
     if m["layers"] % n_chunks:
-        raise ValueError(f"layers ({m['layers']}) must be divisible by pp x virtual_stages ({n_chunks})")
+        raise ValueError(
+            f"layers ({m['layers']}) must be divisible by pp x virtual_stages ({n_chunks})"
+        )
     mod = Chunk(m, m["layers"] // n_chunks, first=chunk == 0, last=chunk == n_chunks - 1)
     recompute = plan.get("recompute", "none")
     for block in mod.layers:
@@ -205,7 +220,11 @@ def apply_tp(mod: Chunk, tp_mesh: Any, sequence_parallel: bool) -> None:
             parallelize_module(
                 mod,
                 tp_mesh,
-                {"embedding": PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=act)},
+                {
+                    "embedding": PrepareModuleOutput(
+                        output_layouts=Replicate(), desired_output_layouts=act
+                    )
+                },
             )
     for block in mod.layers:
         styles: dict[str, Any] = {
@@ -222,7 +241,9 @@ def apply_tp(mod: Chunk, tp_mesh: Any, sequence_parallel: bool) -> None:
         # DTensor once, so wq, wk and wv (and w1, w3) sum their Partial input gradients locally and
         # the backward reduces them in one collective (all-reduce; reduce-scatter with SP).
         for name in ("attention", "feed_forward"):
-            styles[name] = PrepareModuleInput(input_layouts=(act,), desired_input_layouts=(Replicate(),))
+            styles[name] = PrepareModuleInput(
+                input_layouts=(act,), desired_input_layouts=(Replicate(),)
+            )
         if sp:
             styles["attention_norm"] = SequenceParallel()
             styles["ffn_norm"] = SequenceParallel()
@@ -324,10 +345,13 @@ class CollectiveCounter(TorchDispatchMode):
                 return self.axis_of_group[name]
         return "world"
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None):
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ):
         kwargs = kwargs or {}
         if any(t.__name__ == "DTensor" for t in types):
-            # Let DTensor desugar the op into local ops and collectives first (as CommDebugMode does).
+            # Let DTensor desugar the op into local ops and collectives first
+            # (as CommDebugMode does).
             return NotImplemented
         if isinstance(func, torch._ops.HigherOrderOperator):
             return func(*args, **kwargs)
@@ -393,7 +417,9 @@ class Clock:
 class Trainer:
     """Builds this rank's part of the model under the plan and runs training steps."""
 
-    def __init__(self, cfg: dict[str, Any], mesh: Any, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self, cfg: dict[str, Any], mesh: Any, device: torch.device, dtype: torch.dtype
+    ) -> None:
         self.cfg, self.mesh, self.device, self.dtype = cfg, mesh, device, dtype
         m, plan = cfg["model"], cfg["plan"]
         self.plan = plan
@@ -419,7 +445,9 @@ class Trainer:
             {"params": [p for p in params if hasattr(p, "to_local")]},
             {"params": [p for p in params if not hasattr(p, "to_local")]},
         ]
-        self.optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=1e-4, foreach=True)
+        self.optimizer = torch.optim.AdamW(
+            [g for g in groups if g["params"]], lr=1e-4, foreach=True
+        )
         self.times: dict[str, float] = {}
         self.schedule = self._schedule() if self.pp > 1 else None
         g = torch.Generator().manual_seed(1234 + self.dp_rank)
@@ -514,25 +542,32 @@ class Trainer:
         with self._loss_context():
             self.schedule.step(*args, **kwargs)
         total = self.clock.now() - start
-        self.times["pipeline_wait"] = total - self.times.get("forward", 0.0) - self.times.get(
-            "backward", 0.0
+        self.times["pipeline_wait"] = (
+            total - self.times.get("forward", 0.0) - self.times.get("backward", 0.0)
         )
 
     def _reduce_partial_grads(self) -> None:
-        """Sequence parallelism leaves the norm weights' gradients Partial over tp (each rank saw its
-        slice of the sequence); DTensor does not reduce them. Megatron all-reduces them in one call
-        (allreduce_layernorm_grads); so does this, for the 1D tp mesh, or per parameter with FSDP."""
+        """Sequence parallelism leaves the norm weights' gradients Partial over tp (each rank saw
+        its slice of the sequence); DTensor does not reduce them. Megatron all-reduces them in one
+        call (allreduce_layernorm_grads); so does this on the 1D tp mesh (per parameter with
+        FSDP)."""
         partial = [
-            p for p in self.params
-            if p.grad is not None and hasattr(p.grad, "placements")
+            p
+            for p in self.params
+            if p.grad is not None
+            and hasattr(p.grad, "placements")
             and any(pl.is_partial() for pl in p.grad.placements)
         ]
         partial_ids = {id(p) for p in partial}
         for p in self.params:
             # The row-parallel embedding's gradient comes back Replicate (full vocab) from DTensor's
             # embedding backward; slice it to the parameter's Shard(0) (local, no communication).
-            if (p.grad is not None and hasattr(p.grad, "placements") and id(p) not in partial_ids
-                    and p.grad.placements != p.placements):
+            if (
+                p.grad is not None
+                and hasattr(p.grad, "placements")
+                and id(p) not in partial_ids
+                and p.grad.placements != p.placements
+            ):
                 p.grad = p.grad.redistribute(p.grad.device_mesh, p.placements)
         if not partial:
             return
@@ -564,7 +599,9 @@ class Trainer:
         flat = torch._utils._flatten_dense_tensors(grads)
         dist.all_reduce(flat, group=self.mesh.get_group("dp"))
         flat.div_(self.dp)
-        for g, synced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True):
+        for g, synced in zip(
+            grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True
+        ):
             g.copy_(synced)
 
     def step(self) -> dict[str, float]:
@@ -615,9 +652,13 @@ def write_json(path: str, data: Any) -> None:
 
 
 def choose_dtype(name: str, device: torch.device) -> tuple[torch.dtype, str, str]:
-    """The plan's dtype where the device has a fast path for it; fp32 otherwise (with the reason)."""
+    """The plan's dtype where the device has a fast path for it; fp32 otherwise (and why)."""
     if device.type == "cpu" and name in ("bf16", "fp16"):
-        return torch.float32, "fp32", f"{name} has no fast path on this CPU (60-200x slower): ran fp32"
+        return (
+            torch.float32,
+            "fp32",
+            f"{name} has no fast path on this CPU (60-200x slower): ran fp32",
+        )
     return DTYPES[name], name, ""
 
 
@@ -625,7 +666,9 @@ def make_mesh(plan: dict[str, Any], device_type: str) -> Any:
     from torch.distributed.device_mesh import init_device_mesh
 
     placement = plan.get("placement", "tp,dp,pp")
-    inner_first = [a.strip() for a in placement.split(",")] if isinstance(placement, str) else placement
+    inner_first = (
+        [a.strip() for a in placement.split(",")] if isinstance(placement, str) else placement
+    )
     names = tuple(reversed(inner_first))
     return init_device_mesh(device_type, tuple(plan[a] for a in names), mesh_dim_names=names)
 
@@ -669,7 +712,9 @@ def run(cfg: dict[str, Any]) -> None:
     }
     write_json(rank_file, record)
     timeout = datetime.timedelta(seconds=float(cfg.get("timeout_s", 300)))
-    dist.init_process_group(backend, timeout=timeout, device_id=device if backend == "nccl" else None)
+    dist.init_process_group(
+        backend, timeout=timeout, device_id=device if backend == "nccl" else None
+    )
     try:
         mesh = make_mesh(cfg["plan"], device.type)
         record["coords"] = {n: mesh.get_local_rank(n) for n in mesh.mesh_dim_names}
@@ -738,4 +783,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -62,8 +62,15 @@ class LaunchResult:
         return failed[0] if failed else None
 
 
-_PEER_ERRORS = ("connection closed by peer", "connection reset by peer", "timed out", "timeout",
-                "broken pipe", "socket closed", "remote worker")
+_PEER_ERRORS = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "timed out",
+    "timeout",
+    "broken pipe",
+    "socket closed",
+    "remote worker",
+)
 
 
 def _is_peer_error(error: str) -> bool:
@@ -167,7 +174,9 @@ def launch(
         notes.append(f"port {port} is in use: used {new}")
         port = new
     for attempt in range(2):
-        result = _launch_once(config, out_dir, nprocs, timeout_s, master_addr, port, python, on_start)
+        result = _launch_once(
+            config, out_dir, nprocs, timeout_s, master_addr, port, python, on_start
+        )
         logs = " ".join(r.log for r in result.ranks)
         if result.ok or "address already in use" not in logs.lower() or attempt:
             break
@@ -213,9 +222,7 @@ def _launch_once(
         for rank in range(nprocs):
             rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0"}
             with open(logs[rank], "wb") as log:
-                kwargs: dict[str, Any] = (
-                    {"process_group": 0 if rank == 0 else pgid}
-                )
+                kwargs: dict[str, Any] = {"process_group": 0 if rank == 0 else pgid}
                 p = subprocess.Popen(
                     [python, str(JOB_FILE), str(cfg_path)],
                     env=rank_env,
@@ -257,12 +264,20 @@ def _launch_once(
             s.error = "did not finish: still running when the run was stopped (hung?)"
     results = _read_json(out_dir / "results.json")
     ok = all(s.state == "ok" for s in statuses) and results is not None
-    return LaunchResult(ok=ok, ranks=statuses, elapsed_s=elapsed, port=port, reason=reason,
-                        results=results, rank_records=records)
+    return LaunchResult(
+        ok=ok,
+        ranks=statuses,
+        elapsed_s=elapsed,
+        port=port,
+        reason=reason,
+        results=results,
+        rank_records=records,
+    )
 
 
-def _watch(procs: list[subprocess.Popen], statuses: list[RankStatus], start: float,
-           timeout_s: float) -> str:
+def _watch(
+    procs: list[subprocess.Popen], statuses: list[RankStatus], start: float, timeout_s: float
+) -> str:
     first_failure: float | None = None
     while True:
         for s, p in zip(statuses, procs, strict=True):

@@ -1,10 +1,10 @@
 """Predicted against measured: the report, its table, its bar chart and the validation history.
 
 Measured terms come from the job's per-rank records (see validation/job.py). Aggregation:
-the step time of one step is the slowest rank's (max over ranks); a term of one step is the mean over
-ranks; both are then the median over the timed steps. Tensor-parallel communication is timed in the
-probe step and taken out of forward and backward, so the terms add up to the step time the way the
-model's terms do.
+the step time of one step is the slowest rank's (max over ranks); a term of one step is the mean
+over ranks; both are then the median over the timed steps. Tensor-parallel communication is timed
+in the probe step and taken out of forward and backward, so the terms add up to the step time the
+way the model's terms do.
 """
 
 from __future__ import annotations
@@ -65,11 +65,16 @@ def _median(values: Iterable[float]) -> float | None:
 
 def _tp_seconds(record: dict[str, Any], phase: str) -> float:
     probe = record.get("probe") or {}
-    return sum(c["seconds"] for c in probe.get("comm_seconds", [])
-               if c["axis"] == "tp" and c["phase"] == phase)
+    return sum(
+        c["seconds"]
+        for c in probe.get("comm_seconds", [])
+        if c["axis"] == "tp" and c["phase"] == phase
+    )
 
 
-def measured_terms(records: list[dict[str, Any]]) -> tuple[float | None, dict[str, float | None], int]:
+def measured_terms(
+    records: list[dict[str, Any]],
+) -> tuple[float | None, dict[str, float | None], int]:
     """Step time and terms from the per-rank records; also the number of steps all ranks timed."""
     records = [r for r in records if r.get("steps")]
     if not records:
@@ -91,7 +96,9 @@ def measured_terms(records: list[dict[str, Any]]) -> tuple[float | None, dict[st
         for name in sums:
             if name != "other":
                 per_term[name].append(sums[name] / len(records))
-        per_term["other"].append(step_times[-1] - sum(per_term[k][-1] for k in sums if k != "other"))
+        per_term["other"].append(
+            step_times[-1] - sum(per_term[k][-1] for k in sums if k != "other")
+        )
     return _median(step_times), {k: _median(v) for k, v in per_term.items()}, n
 
 
@@ -109,8 +116,14 @@ def build_report(
     rows = []
     for name, _ in TERMS:
         p, m = predicted.get(name), terms.get(name)
-        rows.append({"name": name, "predicted_s": p, "measured_s": m,
-                     "relative_error": relative_error(m, p) if p and p > 1e-9 else None})
+        rows.append(
+            {
+                "name": name,
+                "predicted_s": p,
+                "measured_s": m,
+                "relative_error": relative_error(m, p) if p and p > 1e-9 else None,
+            }
+        )
     peaks = [r["peak_memory_bytes"] for r in records if r.get("peak_memory_bytes")]
     base = [r.get("baseline_memory_bytes", 0) for r in records if r.get("peak_memory_bytes")]
     rank0 = next((r for r in records if r.get("rank") == 0), records[0] if records else {})
@@ -124,7 +137,9 @@ def build_report(
         "terms": rows,
         "memory": {
             "predicted_per_rank_bytes": prediction["memory_per_gpu_bytes"] if prediction else None,
-            "predicted_breakdown_bytes": prediction.get("memory_breakdown_bytes") if prediction else None,
+            "predicted_breakdown_bytes": prediction.get("memory_breakdown_bytes")
+            if prediction
+            else None,
             "measured_peak_per_rank_bytes": max(peaks) if peaks else None,
             "measured_baseline_per_rank_bytes": max(base) if base else None,
         },
@@ -151,16 +166,26 @@ def render(report: dict[str, Any], console: Any = None) -> None:
     def fmt_e(v: float | None) -> str:
         return "-" if v is None else f"{v * 100:+.1f}%"
 
-    title = (f"validate {report.get('model')} plan {report.get('plan_label', '')} "
-             f"on {report.get('ranks')} {report.get('backend')} ranks")
+    title = (
+        f"validate {report.get('model')} plan {report.get('plan_label', '')} "
+        f"on {report.get('ranks')} {report.get('backend')} ranks"
+    )
     table = Table(title=title)
     for col in ("term", "predicted", "measured", "error"):
         table.add_column(col, justify="left" if col == "term" else "right")
     for row in report["terms"]:
-        table.add_row(row["name"], fmt_s(row["predicted_s"]), fmt_s(row["measured_s"]),
-                      fmt_e(row["relative_error"]))
-    table.add_row("[bold]step[/bold]", fmt_s(report["predicted_step_time_s"]),
-                  fmt_s(report["measured_step_time_s"]), fmt_e(report["relative_error"]))
+        table.add_row(
+            row["name"],
+            fmt_s(row["predicted_s"]),
+            fmt_s(row["measured_s"]),
+            fmt_e(row["relative_error"]),
+        )
+    table.add_row(
+        "[bold]step[/bold]",
+        fmt_s(report["predicted_step_time_s"]),
+        fmt_s(report["measured_step_time_s"]),
+        fmt_e(report["relative_error"]),
+    )
     console.print(table)
     if report.get("dtype_note"):
         console.print(f"note: {report['dtype_note']}")
@@ -199,8 +224,18 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 
 HISTORY_FIELDS = [
-    "created", "model", "plan", "hardware", "backend", "ranks", "steps", "dtype_used", "status",
-    "predicted_step_time_s", "measured_step_time_s", "relative_error",
+    "created",
+    "model",
+    "plan",
+    "hardware",
+    "backend",
+    "ranks",
+    "steps",
+    "dtype_used",
+    "status",
+    "predicted_step_time_s",
+    "measured_step_time_s",
+    "relative_error",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Predict, run, measure, compare: the validation loop for one plan, and its cluster variant (emit/collect)."""
+"""Predict, run, measure, compare: the loop for one plan; emit and collect for clusters."""
 
 from __future__ import annotations
 
@@ -40,10 +40,17 @@ class RunSettings:
 
 
 def plan_label(plan: Plan) -> str:
-    parts = [f"dp{plan.dp}", f"tp{plan.tp}", f"pp{plan.pp}", f"mb{plan.micro_batch}",
-             f"gb{plan.global_batch}"]
+    parts = [
+        f"dp{plan.dp}",
+        f"tp{plan.tp}",
+        f"pp{plan.pp}",
+        f"mb{plan.micro_batch}",
+        f"gb{plan.global_batch}",
+    ]
     if plan.pp > 1:
-        parts.append(plan.schedule.value + (f"v{plan.virtual_stages}" if plan.virtual_stages > 1 else ""))
+        parts.append(
+            plan.schedule.value + (f"v{plan.virtual_stages}" if plan.virtual_stages > 1 else "")
+        )
     if plan.sequence_parallel:
         parts.append("sp")
     if plan.zero:
@@ -56,8 +63,10 @@ def plan_label(plan: Plan) -> str:
 def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:
     """The plan the local job really runs: bf16/fp16 become fp32 on a CPU (no fast path there)."""
     if backend == "gloo" and plan.dtype.value in ("bf16", "fp16"):
-        note = (f"{plan.dtype.value} has no fast path on this CPU (60-200x slower than fp32): "
-                "the run and the prediction both use fp32")
+        note = (
+            f"{plan.dtype.value} has no fast path on this CPU (60-200x slower than fp32): "
+            "the run and the prediction both use fp32"
+        )
         return plan.replace(dtype="fp32"), note
     return plan, ""
 
@@ -66,9 +75,15 @@ def job_config(model: TransformerSpec, plan: Plan, settings: RunSettings) -> dic
     """The job's JSON config (see validation/job.py)."""
     return {
         "model": {
-            "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
-            "seq_len": model.seq_len, "vocab": model.vocab, "ffn_hidden": model.ffn_hidden,
-            "kv_heads": model.kv_heads, "gated_mlp": model.gated_mlp, "bias": model.bias,
+            "layers": model.layers,
+            "hidden": model.hidden,
+            "heads": model.heads,
+            "seq_len": model.seq_len,
+            "vocab": model.vocab,
+            "ffn_hidden": model.ffn_hidden,
+            "kv_heads": model.kv_heads,
+            "gated_mlp": model.gated_mlp,
+            "bias": model.bias,
             "norm": model.norm,
         },
         "plan": plan.to_dict(),
@@ -101,7 +116,8 @@ def check_fits(prediction: dict[str, Any] | None, settings: RunSettings) -> None
         raise PlanError(
             f"the machine cannot hold this plan: {settings.nprocs} ranks x "
             f"{per_rank / 2**30:.1f} GiB predicted = {need / 2**30:.1f} GiB, but only "
-            f"{available / 2**30:.1f} GiB is available (scale the model down: --layers, --hidden, ...)"
+            f"{available / 2**30:.1f} GiB is available "
+            "(scale the model down: --layers, --hidden, ...)"
         )
 
 
@@ -116,8 +132,9 @@ def _available_memory_bytes() -> int:
     return 0
 
 
-def meta_of(model: TransformerSpec, hardware: Any, plan: Plan, settings: RunSettings,
-            note: str) -> dict[str, Any]:
+def meta_of(
+    model: TransformerSpec, hardware: Any, plan: Plan, settings: RunSettings, note: str
+) -> dict[str, Any]:
     return {
         "model": model.name,
         "model_spec": model.to_dict(),
@@ -132,18 +149,25 @@ def meta_of(model: TransformerSpec, hardware: Any, plan: Plan, settings: RunSett
     }
 
 
-def validate(model: TransformerSpec, hardware: Any, plan: Plan, settings: RunSettings,
-             run_dir: Path) -> dict[str, Any]:
+def validate(
+    model: TransformerSpec, hardware: Any, plan: Plan, settings: RunSettings, run_dir: Path
+) -> dict[str, Any]:
     """Predict, run the job, measure and compare. Returns the report (also when the job failed)."""
     if plan.gpus != settings.nprocs:
-        raise PlanError(f"the plan needs dp x tp x pp = {plan.gpus} ranks, but --nprocs is "
-                        f"{settings.nprocs}")
+        raise PlanError(
+            f"the plan needs dp x tp x pp = {plan.gpus} ranks, but --nprocs is {settings.nprocs}"
+        )
     plan, note = local_dtype(plan, settings.backend)
     prediction = predict_dict(model, hardware, plan)
     check_fits(prediction, settings)
-    result = launch(job_config(model, plan, settings), run_dir, settings.nprocs,
-                    timeout_s=settings.timeout_s + 60, master_addr=settings.master_addr,
-                    port=settings.port)
+    result = launch(
+        job_config(model, plan, settings),
+        run_dir,
+        settings.nprocs,
+        timeout_s=settings.timeout_s + 60,
+        master_addr=settings.master_addr,
+        port=settings.port,
+    )
     failure = result.failed_rank()
     launch_info = {
         "status": "ok" if result.ok else "failed",
@@ -152,16 +176,24 @@ def validate(model: TransformerSpec, hardware: Any, plan: Plan, settings: RunSet
         "reason": result.reason,
         "notes": result.notes,
         "run_dir": str(run_dir),
-        "rank_status": [{"rank": r.rank, "state": r.state, "exit_code": r.exit_code,
-                         "error": r.error} for r in result.ranks],
-        "failure": None if result.ok or failure is None else {
-            "rank": failure.rank, "state": failure.state, "exit_code": failure.exit_code,
-            "error": failure.error, "log_tail": failure.log,
+        "rank_status": [
+            {"rank": r.rank, "state": r.state, "exit_code": r.exit_code, "error": r.error}
+            for r in result.ranks
+        ],
+        "failure": None
+        if result.ok or failure is None
+        else {
+            "rank": failure.rank,
+            "state": failure.state,
+            "exit_code": failure.exit_code,
+            "error": failure.error,
+            "log_tail": failure.log,
         },
     }
     meta = meta_of(model, hardware, plan, settings, note)
-    return rep.build_report(meta=meta, prediction=prediction, launch=launch_info,
-                            records=result.rank_records)
+    return rep.build_report(
+        meta=meta, prediction=prediction, launch=launch_info, records=result.rank_records
+    )
 
 
 def default_run_dir(plan: Plan) -> Path:
@@ -180,17 +212,28 @@ NCCL_ENV = {
 }
 
 
-def emit(model: TransformerSpec, hardware: Any, plan: Plan, settings: RunSettings, out: Path,
-         nodes: int, gpus_per_node: int) -> list[Path]:
+def emit(
+    model: TransformerSpec,
+    hardware: Any,
+    plan: Plan,
+    settings: RunSettings,
+    out: Path,
+    nodes: int,
+    gpus_per_node: int,
+) -> list[Path]:
     """Write the job, its config, a torchrun command and a Slurm batch script to out."""
     if nodes * gpus_per_node != plan.gpus:
-        raise PlanError(f"nodes x gpus per node ({nodes} x {gpus_per_node}) must equal the plan's "
-                        f"gpus ({plan.gpus})")
+        raise PlanError(
+            f"nodes x gpus per node ({nodes} x {gpus_per_node}) must equal the plan's "
+            f"gpus ({plan.gpus})"
+        )
     plan, note = local_dtype(plan, settings.backend)
     out.mkdir(parents=True, exist_ok=True)
     cfg = {**job_config(model, plan, settings), "output_dir": "results"}
-    meta = {**meta_of(model, hardware, plan, settings, note),
-            "prediction": predict_dict(model, hardware, plan)}
+    meta = {
+        **meta_of(model, hardware, plan, settings, note),
+        "prediction": predict_dict(model, hardware, plan),
+    }
     written = []
     shutil.copyfile(JOB_FILE, out / "job.py")
     written.append(out / "job.py")
@@ -198,20 +241,24 @@ def emit(model: TransformerSpec, hardware: Any, plan: Plan, settings: RunSetting
         rep.write_atomic(out / name, json.dumps(data, indent=1))
         written.append(out / name)
     env = "\n".join(f"export {k}={v}" for k, v in NCCL_ENV.items())
-    torchrun = (f"torchrun --nnodes {nodes} --nproc-per-node {gpus_per_node} "
-                f"--rdzv-backend c10d --rdzv-endpoint \"$MASTER_ADDR:29500\" "
-                f"--rdzv-id \"${{SLURM_JOB_ID:-perfmodel}}\" job.py config.json")
-    run_sh = ("#!/bin/bash\n# One node: run as is. Several: run on every node with MASTER_ADDR set to "
-              "the first node.\nset -euo pipefail\ncd \"$(dirname \"$0\")\"\n"
-              f"export MASTER_ADDR=${{MASTER_ADDR:-127.0.0.1}}\n{env}\n{torchrun}\n")
+    torchrun = (
+        f"torchrun --nnodes {nodes} --nproc-per-node {gpus_per_node} "
+        f'--rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:29500" '
+        f'--rdzv-id "${{SLURM_JOB_ID:-perfmodel}}" job.py config.json'
+    )
+    run_sh = (
+        "#!/bin/bash\n# One node: run as is. Several: run on every node with MASTER_ADDR set to "
+        'the first node.\nset -euo pipefail\ncd "$(dirname "$0")"\n'
+        f"export MASTER_ADDR=${{MASTER_ADDR:-127.0.0.1}}\n{env}\n{torchrun}\n"
+    )
     sbatch = (
         "#!/bin/bash\n"
         f"#SBATCH --job-name=perfmodel-{plan_label(plan)}\n"
         f"#SBATCH --nodes={nodes}\n#SBATCH --ntasks-per-node=1\n"
         f"#SBATCH --gpus-per-node={gpus_per_node}\n#SBATCH --exclusive\n"
         f"#SBATCH --time=00:{max(5, int(settings.timeout_s // 60) + 5):02d}:00\n"
-        "set -euo pipefail\ncd \"$SLURM_SUBMIT_DIR\"\n"
-        "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
+        'set -euo pipefail\ncd "$SLURM_SUBMIT_DIR"\n'
+        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
         f"{env}\nsrun {torchrun}\n"
         "# then, where perfmodel is installed: perfmodel validate collect <this directory>\n"
     )
@@ -229,7 +276,9 @@ def collect(directory: Path) -> dict[str, Any]:
     try:
         meta = json.loads((directory / "meta.json").read_text())
     except (OSError, ValueError) as exc:
-        raise DataError(f"{directory}: no readable meta.json (was it written by --emit?): {exc}") from None
+        raise DataError(
+            f"{directory}: no readable meta.json (was it written by --emit?): {exc}"
+        ) from None
     results_dir = directory / "results"
     records = []
     for path in sorted(results_dir.glob("rank*.json")):
@@ -248,10 +297,15 @@ def collect(directory: Path) -> dict[str, Any]:
     failed = [r for r in records if r.get("status") != "ok"]
     launch_info = {
         "status": "failed" if failed or len(records) < meta["ranks"] else "ok",
-        "notes": [f"collected from {directory}"] + (
-            [f"only {len(records)} of {meta['ranks']} ranks reported"] if len(records) < meta["ranks"] else []),
-        "failure": None if not failed else {"rank": failed[0]["rank"],
-                                            "error": failed[0].get("error", failed[0].get("status"))},
+        "notes": [f"collected from {directory}"]
+        + (
+            [f"only {len(records)} of {meta['ranks']} ranks reported"]
+            if len(records) < meta["ranks"]
+            else []
+        ),
+        "failure": None
+        if not failed
+        else {"rank": failed[0]["rank"], "error": failed[0].get("error", failed[0].get("status"))},
     }
     prediction = meta.pop("prediction", None)
     return rep.build_report(meta=meta, prediction=prediction, launch=launch_info, records=records)

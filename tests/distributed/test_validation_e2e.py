@@ -62,25 +62,58 @@ def _assert_measured(report: dict, ranks: int) -> None:
     assert terms["forward"]["measured_s"] > 0 and terms["backward"]["measured_s"] > 0
     # Terms add up to the step time.
     assert sum(t["measured_s"] for t in report["terms"]) == pytest.approx(
-        report["measured_step_time_s"], rel=1e-6)
+        report["measured_step_time_s"], rel=1e-6
+    )
     assert report["memory"]["measured_peak_per_rank_bytes"] > 0
 
 
 def test_data_parallel_two_ranks_through_the_cli(tmp_path):
     out = tmp_path / "report.json"
     history = tmp_path / "history.csv"
-    result = CliRunner().invoke(validate, [
-        "--model", MODEL, "--hardware", HARDWARE, "--dp", "2", "--micro-batch", "2",
-        "--global-batch", "8", "--nprocs", "2", "--backend", "gloo", "--steps", "2", "--warmup", "1",
-        "--out", str(out), "--history", str(history), "--run-dir", str(tmp_path / "run"), "--json",
-    ])
+    result = CliRunner().invoke(
+        validate,
+        [
+            "--model",
+            MODEL,
+            "--hardware",
+            HARDWARE,
+            "--dp",
+            "2",
+            "--micro-batch",
+            "2",
+            "--global-batch",
+            "8",
+            "--nprocs",
+            "2",
+            "--backend",
+            "gloo",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--out",
+            str(out),
+            "--history",
+            str(history),
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    for key in ("predicted_step_time_s", "measured_step_time_s", "relative_error", "steps", "ranks",
-                "backend"):
+    for key in (
+        "predicted_step_time_s",
+        "measured_step_time_s",
+        "relative_error",
+        "steps",
+        "ranks",
+        "backend",
+    ):
         assert report[key] is not None, key
     assert report["backend"] == "gloo" and report["ranks"] == 2
-    # bf16 (the default) has no fast path on this CPU: run and prediction both in fp32, and it says so.
+    # bf16 (the default) has no fast path on this CPU: run and prediction both in fp32, and it
+    # says so.
     assert report["dtype_used"] == "fp32" and "fp32" in report["dtype_note"]
     assert report["plan"]["dtype"] == "fp32"
     assert all("predicted_s" in t and "measured_s" in t for t in report["terms"])
@@ -94,8 +127,15 @@ def test_data_parallel_two_ranks_through_the_cli(tmp_path):
 
 
 def test_tensor_and_sequence_parallel_two_ranks(tmp_path):
-    report = _run(tmp_path, run.RunSettings(nprocs=2, steps=2, warmup=1), gpus=2, tp=2,
-                  sequence_parallel=True, micro_batch=2, global_batch=4)
+    report = _run(
+        tmp_path,
+        run.RunSettings(nprocs=2, steps=2, warmup=1),
+        gpus=2,
+        tp=2,
+        sequence_parallel=True,
+        micro_batch=2,
+        global_batch=4,
+    )
     _assert_measured(report, 2)
     terms = {t["name"]: t for t in report["terms"]}
     assert terms["tp_comm"]["measured_s"] > 0
@@ -104,16 +144,31 @@ def test_tensor_and_sequence_parallel_two_ranks(tmp_path):
 
 
 def test_pipeline_two_ranks_1f1b(tmp_path):
-    report = _run(tmp_path, run.RunSettings(nprocs=2, steps=2, warmup=1), gpus=2, pp=2,
-                  micro_batch=1, global_batch=4, schedule="1f1b")
+    report = _run(
+        tmp_path,
+        run.RunSettings(nprocs=2, steps=2, warmup=1),
+        gpus=2,
+        pp=2,
+        micro_batch=1,
+        global_batch=4,
+        schedule="1f1b",
+    )
     _assert_measured(report, 2)
     assert {t["name"]: t for t in report["terms"]}["pipeline"]["measured_s"] > 0
     assert any(c["op"] == "send_recv" and c["axis"] == "pp" for c in report["collectives_rank0"])
 
 
 def test_mixed_data_and_pipeline_four_ranks_gpipe(tmp_path):
-    report = _run(tmp_path, run.RunSettings(nprocs=4, steps=2, warmup=1), gpus=4, dp=2, pp=2,
-                  micro_batch=1, global_batch=4, schedule="gpipe")
+    report = _run(
+        tmp_path,
+        run.RunSettings(nprocs=4, steps=2, warmup=1),
+        gpus=4,
+        dp=2,
+        pp=2,
+        micro_batch=1,
+        global_batch=4,
+        schedule="gpipe",
+    )
     _assert_measured(report, 4)
     assert {c["axis"] for c in report["collectives_rank0"]} == {"dp", "pp"}
 
@@ -124,8 +179,9 @@ def _failed(report: dict) -> dict:
 
 
 def test_a_crashing_rank_is_named_and_earlier_steps_kept(tmp_path):
-    settings = run.RunSettings(nprocs=2, steps=3, warmup=0, timeout_s=20,
-                               fault={"kind": "crash", "rank": 1, "step": 1})
+    settings = run.RunSettings(
+        nprocs=2, steps=3, warmup=0, timeout_s=20, fault={"kind": "crash", "rank": 1, "step": 1}
+    )
     report = _run(tmp_path, settings, gpus=2, dp=2, global_batch=2)
     failure = _failed(report)
     assert failure["rank"] == 1 and "injected crash" in failure["error"]
@@ -133,8 +189,9 @@ def test_a_crashing_rank_is_named_and_earlier_steps_kept(tmp_path):
 
 
 def test_a_hung_rank_is_stopped_after_the_timeout(tmp_path):
-    settings = run.RunSettings(nprocs=2, steps=3, warmup=0, timeout_s=6,
-                               fault={"kind": "hang", "rank": 1, "step": 1})
+    settings = run.RunSettings(
+        nprocs=2, steps=3, warmup=0, timeout_s=6, fault={"kind": "hang", "rank": 1, "step": 1}
+    )
     start = time.monotonic()
     report = _run(tmp_path, settings, gpus=2, dp=2, global_batch=2)
     assert time.monotonic() - start < 60
@@ -179,10 +236,27 @@ def test_a_rank_killed_mid_run(tmp_path, monkeypatch):
 
 
 def test_a_plan_the_machine_cannot_hold_is_refused_before_launch(tmp_path):
-    result = CliRunner().invoke(validate, [
-        "--model", MODEL, "--hardware", HARDWARE, "--hidden", "16384", "--heads", "32", "--layers", "64",
-        "--dp", "2", "--run-dir", str(tmp_path / "run"), "--history", str(tmp_path / "h.csv"),
-    ])
+    result = CliRunner().invoke(
+        validate,
+        [
+            "--model",
+            MODEL,
+            "--hardware",
+            HARDWARE,
+            "--hidden",
+            "16384",
+            "--heads",
+            "32",
+            "--layers",
+            "64",
+            "--dp",
+            "2",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--history",
+            str(tmp_path / "h.csv"),
+        ],
+    )
     assert result.exit_code != 0
     assert "cannot hold" in str(result.exception)
     assert not (tmp_path / "run").exists()
@@ -190,30 +264,67 @@ def test_a_plan_the_machine_cannot_hold_is_refused_before_launch(tmp_path):
 
 def test_emit_writes_a_cluster_job_and_collect_reads_it_back(tmp_path):
     emit_dir = tmp_path / "emit"
-    result = CliRunner().invoke(validate, [
-        "--model", MODEL, "--hardware", HARDWARE, "--tp", "8", "--dp", "2", "--dtype", "bf16",
-        "--backend", "nccl", "--emit", str(emit_dir), "--gpus-per-node", "8",
-    ])
+    result = CliRunner().invoke(
+        validate,
+        [
+            "--model",
+            MODEL,
+            "--hardware",
+            HARDWARE,
+            "--tp",
+            "8",
+            "--dp",
+            "2",
+            "--dtype",
+            "bf16",
+            "--backend",
+            "nccl",
+            "--emit",
+            str(emit_dir),
+            "--gpus-per-node",
+            "8",
+        ],
+    )
     assert result.exit_code == 0, result.output
     sbatch = (emit_dir / "job.sbatch").read_text()
     assert "#SBATCH --nodes=2" in sbatch and "--nproc-per-node 8" in sbatch and "NCCL_" in sbatch
     cfg = json.loads((emit_dir / "config.json").read_text())
     assert cfg["backend"] == "nccl" and cfg["plan"]["dtype"] == "bf16"
     # The emitted job is standalone: only torch and the standard library.
-    imports = [line.split()[1] for line in (emit_dir / "job.py").read_text().splitlines()
-               if line.startswith(("import ", "from "))]
+    imports = [
+        line.split()[1]
+        for line in (emit_dir / "job.py").read_text().splitlines()
+        if line.startswith(("import ", "from "))
+    ]
     assert {name.split(".")[0] for name in imports} <= {
-        "__future__", "contextlib", "datetime", "functools", "json", "os", "resource", "sys", "time",
-        "traceback", "typing", "torch"}
+        "__future__",
+        "contextlib",
+        "datetime",
+        "functools",
+        "json",
+        "os",
+        "resource",
+        "sys",
+        "time",
+        "traceback",
+        "typing",
+        "torch",
+    }
     # Results as a cluster run leaves them: one record per rank.
     (emit_dir / "results").mkdir()
     for rank in range(16):
-        rec = {"rank": rank, "status": "ok", "peak_memory_bytes": 10,
-               "steps": [{"step": 0.5, "forward": 0.1, "backward": 0.2, "grad_sync": 0.1,
-                          "optimizer": 0.05}]}
+        rec = {
+            "rank": rank,
+            "status": "ok",
+            "peak_memory_bytes": 10,
+            "steps": [
+                {"step": 0.5, "forward": 0.1, "backward": 0.2, "grad_sync": 0.1, "optimizer": 0.05}
+            ],
+        }
         (emit_dir / "results" / f"rank{rank}.json").write_text(json.dumps(rec))
-    result = CliRunner().invoke(validate, ["collect", str(emit_dir), "--json",
-                                           "--history", str(tmp_path / "h.csv")])
+    result = CliRunner().invoke(
+        validate, ["collect", str(emit_dir), "--json", "--history", str(tmp_path / "h.csv")]
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["measured_step_time_s"] == pytest.approx(0.5)

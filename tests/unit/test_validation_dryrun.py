@@ -36,14 +36,16 @@ def test_tensor_parallel_1d_on_64_ranks_is_megatron():
     assert counts[("tp", "all_reduce", ACT)] == 2 * L + 1 + 2 * L + 1
     # vocab-parallel cross-entropy: max, sum of exponentials, target logit over T fp32 values.
     assert counts[("tp", "all_reduce", 128 * 4)] == 3
-    assert [k for k in counts if k[0] == "dp"] == [("dp", "all_reduce", k[2]) for k in counts
-                                                   if k[0] == "dp"]
+    assert [k for k in counts if k[0] == "dp"] == [
+        ("dp", "all_reduce", k[2]) for k in counts if k[0] == "dp"
+    ]
     assert sum(v for k, v in counts.items() if k[0] == "dp") == 1  # one flat gradient all-reduce
 
 
 def test_sequence_parallel_on_512_ranks():
-    counts = _counts(Plan(gpus=512, tp=8, dp=64, global_batch=64, sequence_parallel=True,
-                          dtype="fp32"))
+    counts = _counts(
+        Plan(gpus=512, tp=8, dp=64, global_batch=64, sequence_parallel=True, dtype="fp32")
+    )
     # Per layer 2 all-gathers forward (2 reduce-scatters backward) and 2 reduce-scatters forward
     # (2 all-gathers backward); the LM head gathers its input forward and reduce-scatters backward;
     # the embedding all-reduces forward and gathers its gradient backward (learned positions).
@@ -74,7 +76,9 @@ def test_pipeline_plans_are_refused_with_a_reason():
     from perfmodel.errors import PlanError
 
     with pytest.raises(PlanError, match="pipeline"):
-        dryrun.count_collectives(load_model("tiny-gpt"), Plan(gpus=64, pp=2, dp=32, global_batch=64))
+        dryrun.count_collectives(
+            load_model("tiny-gpt"), Plan(gpus=64, pp=2, dp=32, global_batch=64)
+        )
 
 
 PLANS = {

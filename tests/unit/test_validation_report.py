@@ -20,15 +20,25 @@ def _rank(rank: int, steps: list[dict[str, float]], tp_fwd: float = 0.0, tp_bwd:
         "steps": steps,
         "peak_memory_bytes": 1000 + rank,
         "baseline_memory_bytes": 100,
-        "probe": {"comm_seconds": [{"axis": "tp", "phase": "fwd", "seconds": tp_fwd},
-                                   {"axis": "tp", "phase": "bwd", "seconds": tp_bwd},
-                                   {"axis": "dp", "phase": "bwd", "seconds": 9.0}]},
+        "probe": {
+            "comm_seconds": [
+                {"axis": "tp", "phase": "fwd", "seconds": tp_fwd},
+                {"axis": "tp", "phase": "bwd", "seconds": tp_bwd},
+                {"axis": "dp", "phase": "bwd", "seconds": 9.0},
+            ]
+        },
     }
 
 
 def _step(step, fwd, bwd, sync=0.0, opt=0.0, wait=0.0):
-    return {"step": step, "forward": fwd, "backward": bwd, "grad_sync": sync, "optimizer": opt,
-            "pipeline_wait": wait}
+    return {
+        "step": step,
+        "forward": fwd,
+        "backward": bwd,
+        "grad_sync": sync,
+        "optimizer": opt,
+        "pipeline_wait": wait,
+    }
 
 
 def test_step_time_is_the_median_of_the_slowest_rank():
@@ -61,10 +71,18 @@ def test_ranks_with_fewer_steps_limit_the_steps_compared():
 
 
 def test_predicted_terms_are_grouped_by_prefix_and_nothing_is_lost():
-    breakdown = {"compute/forward/gemm": 1.0, "compute/forward/attention": 0.5,
-                 "compute/backward/gemm": 2.0, "compute/recompute": 0.25, "comm/tp": 0.1,
-                 "pipeline/bubble": 0.3, "pipeline/p2p": 0.02, "comm/dp": 0.4,
-                 "optimizer/step": 0.05, "overhead/kernels": 0.07}
+    breakdown = {
+        "compute/forward/gemm": 1.0,
+        "compute/forward/attention": 0.5,
+        "compute/backward/gemm": 2.0,
+        "compute/recompute": 0.25,
+        "comm/tp": 0.1,
+        "pipeline/bubble": 0.3,
+        "pipeline/p2p": 0.02,
+        "comm/dp": 0.4,
+        "optimizer/step": 0.05,
+        "overhead/kernels": 0.07,
+    }
     grouped = rep.group_predicted(breakdown)
     assert grouped["forward"] == pytest.approx(1.5)
     assert grouped["backward"] == pytest.approx(2.25)
@@ -82,10 +100,18 @@ def test_relative_error_is_signed_measured_against_predicted():
 
 def test_report_history_and_chart(tmp_path):
     records = [_rank(0, [_step(1.0, 0.3, 0.5)])]
-    prediction = {"step_time_s": 0.8, "breakdown_s": {"compute/forward": 0.3, "compute/backward": 0.5},
-                  "memory_per_gpu_bytes": 500.0, "memory_breakdown_bytes": {"weights": 500.0}}
-    report = rep.build_report(meta={"model": "m", "plan_label": "dp1", "ranks": 1, "backend": "gloo"},
-                              prediction=prediction, launch={"status": "ok"}, records=records)
+    prediction = {
+        "step_time_s": 0.8,
+        "breakdown_s": {"compute/forward": 0.3, "compute/backward": 0.5},
+        "memory_per_gpu_bytes": 500.0,
+        "memory_breakdown_bytes": {"weights": 500.0},
+    }
+    report = rep.build_report(
+        meta={"model": "m", "plan_label": "dp1", "ranks": 1, "backend": "gloo"},
+        prediction=prediction,
+        launch={"status": "ok"},
+        records=records,
+    )
     assert report["measured_step_time_s"] == pytest.approx(1.0)
     assert report["relative_error"] == pytest.approx(0.25)
     assert {r["name"] for r in report["terms"]} >= {"forward", "backward", "tp_comm", "grad_sync"}
@@ -110,9 +136,14 @@ def test_a_busy_port_is_detected_and_a_free_one_found():
 
 
 def test_descendants_are_found_through_proc():
-    p = subprocess.Popen([sys.executable, "-c",
-                          "import subprocess, sys; subprocess.run([sys.executable, '-c', "
-                          "'import time; time.sleep(30)'])"])
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+            "'import time; time.sleep(30)'])",
+        ]
+    )
     try:
         for _ in range(100):
             kids = launch.descendants(p.pid)
