@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -143,17 +144,18 @@ def test_tensor_and_sequence_parallel_two_ranks(tmp_path):
     assert {"all_gather", "reduce_scatter"} <= ops
 
 
-def test_pipeline_two_ranks_1f1b(tmp_path):
-    report = _run(
-        tmp_path,
-        run.RunSettings(nprocs=2, steps=2, warmup=1),
-        gpus=2,
-        pp=2,
-        micro_batch=1,
-        global_batch=4,
-        schedule="1f1b",
-    )
+def test_pipeline_two_ranks_1f1b_on_a_busy_port(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        settings = run.RunSettings(nprocs=2, steps=2, warmup=1, port=port)
+        report = _run(
+            tmp_path, settings, gpus=2, pp=2, micro_batch=1, global_batch=4, schedule="1f1b"
+        )
     _assert_measured(report, 2)
+    assert any(f"port {port} is in use" in n for n in report["launch"]["notes"])
+    assert report["launch"]["port"] != port
     assert {t["name"]: t for t in report["terms"]}["pipeline"]["measured_s"] > 0
     assert any(c["op"] == "send_recv" and c["axis"] == "pp" for c in report["collectives_rank0"])
 
@@ -329,3 +331,18 @@ def test_emit_writes_a_cluster_job_and_collect_reads_it_back(tmp_path):
     report = json.loads(result.output)
     assert report["measured_step_time_s"] == pytest.approx(0.5)
     assert report["predicted_step_time_s"] > 0 and report["ranks"] == 16
+
+
+@pytest.mark.gpu
+def test_data_and_tensor_parallel_on_gpus_with_nccl(tmp_path):
+    import torch
+
+    n = torch.cuda.device_count()
+    if n < 2:
+        pytest.skip("needs 2 GPUs")
+    model = load_model(MODEL)
+    plan = Plan(gpus=2, tp=2, micro_batch=2, global_batch=4, dtype="bf16").check(model)
+    settings = run.RunSettings(nprocs=2, backend="nccl", steps=2, warmup=1)
+    report = run.validate(model, load_hardware(HARDWARE), plan, settings, tmp_path / "run")
+    _assert_measured(report, 2)
+    assert report["dtype_used"] == "bf16"
