@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         report = run.validate(
             model, hardware, plan, settings, Path("validation-runs") / f"bench-{name}"
         )
+        rep.save(report, Path("validation-runs") / f"bench-{name}" / "report.json")
         rep.append_history(report, Path("validation-runs/history.csv"))
         err = report["relative_error"]
         rows.append(
@@ -91,12 +92,14 @@ def main(argv: list[str] | None = None) -> int:
                 "measured_ms": (report["measured_step_time_s"] or 0) * 1e3,
                 "error": err,
                 "wall_s": time.monotonic() - start,
+                "load_before": report["launch"]["load_average_before"],
             }
         )
         print(
             f"{name:16s} ranks {plan.gpus}  predicted {rows[-1]['predicted_ms']:8.1f} ms  "
             f"measured {rows[-1]['measured_ms']:8.1f} ms  error "
-            f"{'-' if err is None else f'{err * 100:+.1f}%'}  ({rows[-1]['wall_s']:.0f} s)",
+            f"{'-' if err is None else f'{err * 100:+.1f}%'}  ({rows[-1]['wall_s']:.0f} s, "
+            f"load {rows[-1]['load_before']:.1f})",
             flush=True,
         )
     errors = [abs(r["error"]) for r in rows if r["error"] is not None]

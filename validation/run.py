@@ -160,6 +160,7 @@ def validate(
     plan, note = local_dtype(plan, settings.backend)
     prediction = predict_dict(model, hardware, plan)
     check_fits(prediction, settings)
+    load_before = os.getloadavg()[0]
     result = launch(
         job_config(model, plan, settings),
         run_dir,
@@ -173,6 +174,10 @@ def validate(
         "status": "ok" if result.ok else "failed",
         "elapsed_s": result.elapsed_s,
         "port": result.port,
+        # Other processes on the machine slow the job down; the model cannot know about them.
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg()[0],
+        "cpu_count": os.cpu_count(),
         "reason": result.reason,
         "notes": result.notes,
         "run_dir": str(run_dir),
