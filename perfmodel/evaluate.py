@@ -46,9 +46,15 @@ def axis_per_node(plan: Plan, gpus_per_node: int) -> dict[str, tuple[int, str]]:
     return out
 
 
-def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> Any:
+def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
+              specialise: bool = False) -> Any:
+    """The universal family of a hardware (every option open), or the plan's own fixed family."""
     from perfmodel.family import Family
 
+    fixed = dict(algorithm=hardware.collective_algorithm,
+                 fits=frozenset((fit.op, fit.scope, fit.algorithm) for fit in hardware.collectives))
+    if not specialise:
+        return Family(**fixed)
     placement = axis_per_node(plan, hardware.gpus_per_node)
     return Family(
         schedule=plan.schedule.value,
@@ -57,24 +63,29 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> Any
         zero=plan.zero,
         flash=plan.flash_attention,
         overlap_grad_sync=plan.overlap_grad_sync,
-        precision=plan.dtype.value if plan.dtype in (Dtype.BF16, Dtype.FP16) else "fp32",
         gated=model.gated_mlp,
         tied_embeddings=model.tied_embeddings,
         learned_positions=model.position_embedding == "learned",
         bias=model.bias,
         qkv_bias=bool(model.qkv_bias),
         layernorm=model.norm == "layernorm",
-        multi_stage=plan.pp > 1,
         scopes=tuple((axis, placement[axis][1]) for axis in ("tp", "dp", "pp")),
-        algorithm=hardware.collective_algorithm,
-        fits=frozenset((fit.op, fit.scope, fit.algorithm) for fit in hardware.collectives),
+        **fixed,
     )
+
+
+def precision_of(plan: Plan) -> str:
+    return plan.dtype.value if plan.dtype in (Dtype.BF16, Dtype.FP16) else "fp32"
 
 
 def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dict[str, float]:
     """The numeric value of every symbol, by symbol name (see perfmodel.symbols)."""
+    from perfmodel.costs.memory import model_state_bytes_per_param, optimizer_step_bytes_per_param
+
     placement = axis_per_node(plan, hardware.gpus_per_node)
     gemm = hardware.gemm(plan.dtype.value)
+    precision = precision_of(plan)
+    state = model_state_bytes_per_param(precision)
     vals: dict[str, float] = {
         "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
         "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden, "seq_len": model.seq_len,
@@ -82,6 +93,10 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
         "micro_batch": plan.micro_batch, "global_batch": plan.global_batch,
         "virtual_stages": plan.virtual_stages,
         "bytes_per_element": BYTES_PER_ELEMENT[plan.dtype],
+        "weight_bytes_per_param": state["weights"],
+        "grad_bytes_per_param": state["gradients"],
+        "optimizer_bytes_per_param": state["optimizer_states"],
+        "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(precision),
         "tp_per_node": placement["tp"][0], "dp_per_node": placement["dp"][0],
         "pp_per_node": placement["pp"][0],
         "peak_flops_per_s": hardware.peak(plan.dtype.value),
@@ -94,6 +109,21 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
         "inter_latency_s": hardware.inter_node.latency_s,
         "inter_bandwidth": hardware.inter_node.effective_bandwidth_bytes_per_s,
     }
+    flags = {
+        "sequence_parallel": plan.sequence_parallel,
+        "recompute_full": plan.recompute.value == "full",
+        "recompute_selective": plan.recompute.value == "selective",
+        "zero1": plan.zero >= 1, "zero2": plan.zero >= 2, "zero3": plan.zero >= 3,
+        "gpipe": plan.schedule.value == "gpipe", "interleaved": plan.schedule.value == "interleaved",
+        "flash": plan.flash_attention, "overlap_grad_sync": plan.overlap_grad_sync,
+        "gated": model.gated_mlp, "bias": model.bias, "qkv_bias": bool(model.qkv_bias),
+        "layernorm": model.norm == "layernorm", "tied": model.tied_embeddings,
+        "learned_positions": model.position_embedding == "learned",
+    }
+    for axis in ("tp", "dp", "pp"):
+        for scope in ("intra", "inter", "mixed"):
+            flags[f"{axis}_{scope}"] = placement[axis][1] == scope
+    vals.update({f"is_{name}": float(value) for name, value in flags.items()})
     for fld in dataclasses.fields(gemm):
         vals[f"gemm_{fld.name}"] = float(getattr(gemm, fld.name))
     for fit in hardware.collectives:

@@ -1,4 +1,8 @@
-"""`perfmodel explain`: the formulas behind a prediction, with every symbol's meaning and value."""
+"""`perfmodel explain`: the formulas behind a prediction, with every symbol's meaning and value.
+
+The formulas are those of the plan's own family (its options fixed), so they read without the 0/1
+indicators of the universal expression that `predict` evaluates; both give the same numbers.
+"""
 
 from __future__ import annotations
 
@@ -15,39 +19,52 @@ from perfmodel.strategy import Plan
 
 def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, latex: bool = False,
                  only: tuple[str, ...] = ()) -> str:
-    family = family_of(model, hardware, plan)
+    family = family_of(model, hardware, plan, specialise=True)
     built = build(family)
     result = predict(model, hardware, plan)
     values = values_of(model, hardware, plan)
-    show = sp.latex if latex else (lambda e: sp.sstr(e))
-    stage = result.bottleneck_stage
-    t_mb = sp.Symbol("t_mb")
-    T_dp, T_opt = sp.Symbol("T_dp"), sp.Symbol("T_opt")
+    subs = {sym: values[name] for name, (sym, _) in S.table().items() if name in values}
+    show = sp.latex if latex else sp.sstr
+    stage = "first" if result.bottleneck_stage in ("first", "all") else "last"
+    m = plan.num_micro_batches
+    t_mb, T_dp, T_opt = sp.symbols("t_mb T_dp T_opt")
     lines = [
         f"# {model.name} on {plan.gpus} x {hardware.gpu_name}: predicted step time "
-        f"{result.step_time_s:.6g} s (slowest stage: {stage})",
+        f"{result.step_time_s:.6g} s (slowest stage: {result.bottleneck_stage})",
         "",
         "step time:",
-        "  " + show(sp.Eq(sp.Symbol("T_step"), (S.B / (S.dp * S.b) + (S.pp - 1) / S.v) * t_mb + T_dp + T_opt)),
-        "  t_mb  = time of one micro-batch on the slowest stage (sum of the per-micro-batch terms below)",
-        "  m     = B / (dp b) micro-batches; bubble = (pp - 1)/v * t_mb",
+        "  " + show(sp.Eq(sp.Symbol("T_step"),
+                          (S.B / (S.dp * S.b) + (S.pp - 1) / S.v) * t_mb + T_dp + T_opt)),
+        f"  m = B / (dp b) = {m} micro-batches; t_mb = one micro-batch on the slowest stage, the sum"
+        " of the terms below; the pipeline bubble is (pp - 1)/v t_mb",
         "",
-        "terms (seconds per step):",
+        "per micro-batch terms of t_mb (value per micro-batch; x m per step):",
     ]
+
+    def wanted(name: str) -> bool:
+        return not only or any(name == o or name.startswith(o) for o in only)
+
     for key, expr in built.time_terms.items():
-        name = key.split(":", 1)[1] if ":" in key else key
-        if ":" in key and not key.startswith(f"{stage}:"):
+        if not key.startswith(f"{stage}:"):
             continue
-        if only and name not in only and not any(name.startswith(o) for o in only):
+        name = key.split(":", 1)[1]
+        if not wanted(name):
             continue
-        value = result.breakdown_s.get(name, 0.0)
-        lines.append(f"- {name} = {value:.6g} s")
-        lines.append("    " + show(expr))
+        per_mb = expr / S.B * S.dp * S.b  # the factor m cancels
+        value = float(per_mb.subs(subs))
+        lines.append(f"- {name} = {value:.6g} s per micro-batch, {value * m:.6g} s per step")
+        lines.append("    " + show(per_mb))
+    for name, sym in (("comm/dp", T_dp), ("optimizer/step", T_opt)):
+        if wanted(name):
+            lines.append(f"- {name} ({sym}) = {result.breakdown_s[name]:.6g} s per step")
+            lines.append("    " + show(built.time_terms[name]))
+    if wanted("pipeline/bubble"):
+        lines.append(f"- pipeline/bubble = (pp - 1)/v t_mb = {result.breakdown_s['pipeline/bubble']:.6g} s")
     lines += ["", "symbols:"]
     by_sym = S.by_symbol()
     used = set().union(*(sp.sympify(e).free_symbols for e in built.time_terms.values()))
     for sym in sorted(used, key=lambda s_: s_.name):
         name, meaning = by_sym.get(sym, (sym.name, ""))
-        lines.append(f"  {sp.latex(sym) if latex else sym.name:>22} = {values.get(name, float('nan')):<14.6g}"
-                     f" {meaning}")
+        label = sp.latex(sym) if latex else sym.name
+        lines.append(f"  {label:>22} = {values.get(name, float('nan')):<14.6g} {meaning}")
     return "\n".join(lines)

@@ -1,31 +1,37 @@
-"""The structure of a prediction (kept free of sympy so that a cached prediction never imports it)."""
+"""The structure of a prediction (kept free of sympy so that a cached prediction never imports it).
+
+Every option of a Family is either fixed (a value) or left open (None). Open options become 0/1
+indicator symbols in the expressions, so the *universal* family (all open) is one expression for
+every plan of every transformer: it is compiled once and evaluated over arrays of plans. A fixed
+family specialises the same expressions, which is what `perfmodel explain` prints.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+SCOPES = ("intra", "inter", "mixed")
+
 
 @dataclass(frozen=True)
 class Family:
-    """The structure of a prediction: everything that changes the shape of the formulas."""
-
-    schedule: str = "1f1b"
-    recompute: str = "none"
-    sequence_parallel: bool = False
-    zero: int = 0
-    flash: bool = False
-    overlap_grad_sync: bool = False
-    precision: str = "bf16"  # bf16, fp16 or fp32 (tf32 computes in fp32 storage)
-    gated: bool = False
-    tied_embeddings: bool = True
-    learned_positions: bool = True
-    bias: bool = True
-    qkv_bias: bool = True
-    layernorm: bool = True
-    multi_stage: bool = False  # pp > 1: the first and last stages differ
-    scopes: tuple[tuple[str, str], ...] = (("tp", "intra"), ("dp", "intra"), ("pp", "intra"))
+    schedule: str | None = None  # gpipe, 1f1b, interleaved
+    recompute: str | None = None  # none, selective, full
+    sequence_parallel: bool | None = None
+    zero: int | None = None
+    flash: bool | None = None
+    overlap_grad_sync: bool | None = None
+    gated: bool | None = None
+    tied_embeddings: bool | None = None
+    learned_positions: bool | None = None
+    bias: bool | None = None
+    qkv_bias: bool | None = None
+    layernorm: bool | None = None
+    scopes: tuple[tuple[str, str | None], ...] = (("tp", None), ("dp", None), ("pp", None))
+    # fixed in every family: the collective algorithm the hardware asks for, and which collectives
+    # have calibrated fits, as (op, scope, algorithm)
     algorithm: str = "auto"
-    fits: frozenset[tuple[str, str, str]] = frozenset()  # (op, scope, algorithm) calibrated
+    fits: frozenset[tuple[str, str, str]] = frozenset()
 
-    def scope(self, axis: str) -> str:
+    def scope(self, axis: str) -> str | None:
         return dict(self.scopes)[axis]

@@ -96,7 +96,7 @@ def predict(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | 
 
 def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware: HardwareSpec,
               plan: Plan) -> Prediction:
-    stages = ("first", "last") if family.multi_stage else ("all",)
+    stages = ("first", "last")
     slowest = max(stages, key=lambda st: float(out[f"stage_time:{st}"]))
     breakdown: dict[str, float] = {}
     for key, value in out.items():
@@ -130,7 +130,7 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
         fits_in_memory=mem_total <= hardware.memory_bytes,
         breakdown_s=breakdown,
         memory_breakdown_bytes=memory,
-        bottleneck_stage=slowest,
+        bottleneck_stage=slowest if plan.pp > 1 else "all",
         parameters=float(out["q:parameters"]),
         micro_batches=plan.num_micro_batches,
         plan=plan,

@@ -1,14 +1,16 @@
 """Compose the cost formulas into a step time and a per-GPU memory, as named sympy terms.
 
-A `Family` fixes everything structural about a prediction (schedule, recompute mode, which links each
-parallel axis uses, ...); numbers (sizes, degrees, hardware) stay symbols. `build(family)` returns the
-named terms once per family; perfmodel.evaluate lambdifies them once and evaluates arrays of plans.
+`build(family)` returns the named terms of a Family (see perfmodel.family): options left open are 0/1
+indicator symbols, so the universal family is one expression for every plan; perfmodel.evaluate
+lambdifies it once and evaluates arrays of plans. A fixed family gives the same formulas specialised.
 
 Step time (per optimizer step, slowest pipeline stage, no overlap of compute and tensor-parallel
 communication, as in Megatron-LM):
     T_step = (m + (pp - 1)/v) * t_mb + T_dp + T_opt
     t_mb   = t_fwd + t_bwd + t_recompute + t_tp + t_kernels + t_p2p     (one micro-batch, one stage)
 with m = B / (dp b) micro-batches (Narayanan et al. SC21, Sec. 2.2: bubble (pp - 1)/(v m) of ideal).
+The first stage holds the embedding, the last the output layer and loss; with pp = 1 one stage holds
+both.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from perfmodel import symbols as S
 from perfmodel.costs import collectives as C
 from perfmodel.costs import compute as K
 from perfmodel.costs import memory as M
-from perfmodel.family import Family
+from perfmodel.family import SCOPES, Family
+
+I = S.FLAGS  # noqa: E741  (indicator symbols by option name)
 
 
 @dataclass(frozen=True)
@@ -42,12 +46,19 @@ class Model:
     """The built expressions of one family."""
 
     family: Family
-    time_terms: dict[str, sp.Expr]  # name -> seconds per step (slowest stage)
+    time_terms: dict[str, sp.Expr]  # "stage:name" or name -> seconds per step
     stage_time: dict[str, sp.Expr]  # stage -> seconds per micro-batch
     step_time: sp.Expr
     memory_terms: dict[str, dict[str, sp.Expr]]  # stage -> name -> bytes
     quantities: dict[str, sp.Expr]  # model FLOPs, parameters, micro-batches ...
     ledger: list[CommOp] = field(default_factory=list)
+
+
+def flag(value: object, name: str) -> sp.Expr:
+    """A fixed option as 0/1, an open one (None) as its indicator symbol."""
+    if value is None:
+        return I[name]
+    return sp.Integer(1 if value else 0)
 
 
 _AXIS_DEGREE = {"tp": S.tp, "dp": S.dp, "pp": S.pp}
@@ -56,24 +67,17 @@ _AXIS_PER_NODE = {"tp": S.k_tp, "dp": S.k_dp, "pp": S.k_pp}
 
 def active(n: sp.Expr) -> sp.Expr:
     """1 when a group has more than one rank, else 0 (degrees are whole numbers >= 1)."""
-    return sp.Min(1, n - 1)
+    return sp.Min(1, n - 1, evaluate=False)
 
 
-def group_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Expr:
-    """Time of one collective over the group of a parallel axis, on the links its placement gives.
-
-    intra: all ranks in one node (NVLink); inter: one rank per node, the node's NICs shared by its
-    G GPUs; mixed: k ranks per node: the cheaper of a flat ring (its inter-node hop shares the NICs
-    among G/k groups) and the hierarchical form. The algorithm is the cheapest unless the hardware
-    fixes one. A calibrated fit for (op, scope) replaces the generic link model.
-    """
-    n, k, scope = _AXIS_DEGREE[axis], _AXIS_PER_NODE[axis], fam.scope(axis)
+def _scope_time(op: str, nbytes: sp.Expr, axis: str, scope: str, fam: Family) -> sp.Expr:
+    """Time of one collective of an axis's group when the group lies `scope` (intra/inter/mixed)."""
+    n, k = _AXIS_DEGREE[axis], _AXIS_PER_NODE[axis]
     fit_scope = "intra" if scope == "intra" else "inter"
-    fitted = [alg for (o, sc, alg) in fam.fits if o == op and sc == fit_scope]
+    fitted = sorted(alg for (o, sc, alg) in fam.fits if o == op and sc == fit_scope)
     if fitted:
         alpha, busbw = S.fit_symbols(op, fit_scope)
-        t = C.steps(op, n, fitted[0]) * alpha + C.bus_factor(op, n) * nbytes / busbw
-        return active(n) * t
+        return C.steps(op, n, fitted[0]) * alpha + C.bus_factor(op, n) * nbytes / busbw
     algs = list(C.ALGORITHMS[C.Op(op)])
     if fam.algorithm not in ("auto", "hierarchical") and C.Algorithm(fam.algorithm) in algs:
         algs = [C.Algorithm(fam.algorithm)]
@@ -83,17 +87,29 @@ def group_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Expr:
         beta = S.beta_o / S.G
         options = [C.collective_time(op, nbytes, n, S.alpha_o, beta, alg) for alg in algs]
     else:
-        flat_beta = sp.Min(S.beta_i, S.beta_o * k / S.G)
+        flat_beta = sp.Min(S.beta_i, S.beta_o * k / S.G, evaluate=False)
         options = [C.collective_time(op, nbytes, n, S.alpha_o, flat_beta, alg) for alg in algs]
         hier = C.hierarchical_time(op, nbytes, n, k, S.alpha_i, S.beta_i, S.alpha_o, S.beta_o / S.G)
-        if fam.algorithm == "hierarchical":
-            options = [hier]
-        else:
-            options.append(hier)
+        options = [hier] if fam.algorithm == "hierarchical" else [*options, hier]
     if fam.algorithm == "hierarchical" and scope != "mixed":
         options = options[:1]
-    t = options[0] if len(options) == 1 else sp.Min(*options)
-    return active(n) * t
+    return options[0] if len(options) == 1 else sp.Min(*options, evaluate=False)
+
+
+def group_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Expr:
+    """Time of one collective over the group of a parallel axis, on the links its placement gives.
+
+    intra: all ranks in one node (NVLink); inter: one rank per node, the node's NICs shared by its
+    G GPUs; mixed: k ranks per node: the cheaper of a flat ring (its inter-node hop shares the NICs
+    among G/k groups) and the hierarchical form. The algorithm is the cheapest unless the hardware
+    fixes one. A calibrated fit for (op, scope) replaces the generic link model. An open scope is
+    the sum of the three, each weighted by its indicator.
+    """
+    n, scope = _AXIS_DEGREE[axis], fam.scope(axis)
+    if scope is not None:
+        return active(n) * _scope_time(op, nbytes, axis, scope, fam)
+    return active(n) * sum((I[f"{axis}_{sc}"] * _scope_time(op, nbytes, axis, sc, fam)
+                            for sc in SCOPES), sp.Integer(0))
 
 
 def device() -> K.Device:
@@ -108,16 +124,25 @@ def build(fam: Family) -> Model:
     T = b * s
     m = B / (dp * b)
     layers_per_stage = L / pp
-    sp_ = fam.sequence_parallel
+    multi = active(pp)  # 1 with several pipeline stages, 0 with one
+    single = 1 - multi
+    sp_ = flag(fam.sequence_parallel, "sequence_parallel")
+    full = flag(None if fam.recompute is None else fam.recompute == "full", "recompute_full")
+    sel = flag(None if fam.recompute is None else fam.recompute == "selective", "recompute_selective")
+    z1, z2, z3 = (flag(None if fam.zero is None else fam.zero >= k_, f"zero{k_}") for k_ in (1, 2, 3))
+    gpipe = flag(None if fam.schedule is None else fam.schedule == "gpipe", "gpipe")
+    inter = flag(None if fam.schedule is None else fam.schedule == "interleaved", "interleaved")
+    flash = flag(fam.flash, "flash")
+    overlap = flag(fam.overlap_grad_sync, "overlap_grad_sync")
+    gated = flag(fam.gated, "gated")
+    rep = 1 + sp_ * (tp - 1)  # tp with sequence parallelism (the tensor is sharded), else 1
 
     # --- compute of one layer, forward, one micro-batch ---------------------------------------
-    gemms = K.layer_gemms(T, b, s, h, a, kv, f, tp, fam.gated)
+    gemms = K.layer_gemms(T, b, s, h, a, kv, f, tp, gated)
     gemm_t = {g.name: K.gemm_time(g, e, dev) for g in gemms}
-    ew = K.elementwise_bytes(T, b, s, h, a, f, tp, e, sequence_parallel=sp_, flash=fam.flash,
-                             gated=fam.gated, rms=not fam.layernorm)
-    attention_ew = sum((ew[k] for k in ("softmax", "attention_dropout") if k in ew), sp.Integer(0))
-    other_ew = sum((v_ for k, v_ in ew.items() if k not in ("softmax", "attention_dropout")),
-                   sp.Integer(0))
+    ew = K.elementwise_bytes(T, b, s, h, a, f, tp, e, sequence_parallel=sp_, flash=flash, gated=gated)
+    attention_ew = ew["softmax"] + ew["attention_dropout"]
+    other_ew = ew["layernorm"] + ew["activation"] + ew["dropout_add"]
     layer_fwd = {
         "gemm": sum((t for n_, t in gemm_t.items() if n_ not in K.ATTENTION_CORE), sp.Integer(0)),
         "attention": sum((gemm_t[n_] for n_ in K.ATTENTION_CORE), sp.Integer(0))
@@ -126,134 +151,106 @@ def build(fam: Family) -> Model:
     }
     logits = K.logits_gemm(T, h, V, tp)
     head_fwd = K.gemm_time(logits, e, dev) + K.memory_time(K.cross_entropy_bytes(T, V, tp), dev)
-    embed_fwd = K.memory_time(2 * e * T * h / (tp if sp_ else 1), dev)
+    embed_fwd = K.memory_time(2 * e * T * h / rep, dev)
 
-    # --- tensor-parallel communication of one layer (Megatron 1D) ------------------------------
+    # --- tensor-parallel communication (Megatron 1D) ---------------------------------------------
+    # per layer, forward: 2 all-reduces, or with sequence parallelism 2 all-gathers + 2
+    # reduce-scatters; backward the same collectives again (their adjoints).
     ledger: list[CommOp] = []
     act_bytes = e * T * h  # a full activation of the micro-batch
-    if sp_:
-        tp_fwd_ops = [("all_gather", 2), ("reduce_scatter", 2)]
-        tp_bwd_ops = [("reduce_scatter", 2), ("all_gather", 2)]
-    else:
-        tp_fwd_ops = [("all_reduce", 2)]
-        tp_bwd_ops = [("all_reduce", 2)]
-    tp_layer = {
-        phase: sum((c * group_time(op, act_bytes, "tp", fam) for op, c in ops), sp.Integer(0))
-        for phase, ops in (("fwd", tp_fwd_ops), ("bwd", tp_bwd_ops))
-    }
-    stage_layers_calls = m * layers_per_stage
-    for phase, ops in (("fwd", tp_fwd_ops), ("bwd", tp_bwd_ops)):
-        for op, c in ops:
-            ledger.append(CommOp(f"tp/layer/{op}", "tp", op, phase, c * stage_layers_calls, act_bytes))
-    if fam.recompute == "full":
-        for op, c in tp_fwd_ops:
-            ledger.append(CommOp(f"tp/recompute/{op}", "tp", op, "bwd", c * stage_layers_calls,
-                                 act_bytes))
+    ag = group_time("all_gather", act_bytes, "tp", fam)
+    rs = group_time("reduce_scatter", act_bytes, "tp", fam)
+    ar = group_time("all_reduce", act_bytes, "tp", fam)
+    tp_layer_one_way = sp_ * 2 * (ag + rs) + (1 - sp_) * 2 * ar
+    calls_layers = m * layers_per_stage
+    for phase, repeat in (("fwd", 1), ("bwd", 1), ("recompute", full)):
+        for op, count in (("all_gather", 2 * sp_), ("reduce_scatter", 2 * sp_),
+                          ("all_reduce", 2 * (1 - sp_))):
+            ledger.append(CommOp(f"tp/layer/{op}", "tp", op, "bwd" if phase == "recompute" else phase,
+                                 repeat * count * calls_layers, act_bytes))
     # embedding (vocabulary-parallel): all-reduce (or reduce-scatter with SP) of its output forward;
     # output layer: its input is gathered (SP) forward and reduced backward; cross entropy
     # all-reduces max, sum and target logits over T fp32 values.
-    embed_op = "reduce_scatter" if sp_ else "all_reduce"
-    embed_tp = group_time(embed_op, act_bytes, "tp", fam)
-    head_in_fwd = group_time("all_gather", act_bytes, "tp", fam) if sp_ else sp.Integer(0)
-    head_in_bwd = group_time("reduce_scatter" if sp_ else "all_reduce", act_bytes, "tp", fam)
-    ce_tp = 3 * group_time("all_reduce", 4 * T, "tp", fam)
-    head_tp = head_in_fwd + head_in_bwd + ce_tp
-    ledger.append(CommOp(f"tp/embedding/{embed_op}", "tp", embed_op, "fwd", m, act_bytes, "first"))
-    if sp_:
-        ledger.append(CommOp("tp/output/all_gather", "tp", "all_gather", "fwd", m, act_bytes, "last"))
-    head_bwd_op = "reduce_scatter" if sp_ else "all_reduce"
-    ledger.append(CommOp(f"tp/output/{head_bwd_op}", "tp", head_bwd_op, "bwd", m, act_bytes, "last"))
+    embed_tp = sp_ * rs + (1 - sp_) * ar
+    head_tp = sp_ * (ag + rs) + (1 - sp_) * ar + 3 * group_time("all_reduce", 4 * T, "tp", fam)
+    for op, count in (("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
+        ledger.append(CommOp(f"tp/embedding/{op}", "tp", op, "fwd", count * m, act_bytes, "first"))
+    ledger.append(CommOp("tp/output/all_gather", "tp", "all_gather", "fwd", sp_ * m, act_bytes, "last"))
+    for op, count in (("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
+        ledger.append(CommOp(f"tp/output/{op}", "tp", op, "bwd", count * m, act_bytes, "last"))
     ledger.append(CommOp("tp/cross_entropy/all_reduce", "tp", "all_reduce", "fwd", 3 * m, 4 * T,
                          "last"))
 
-    # --- recompute --------------------------------------------------------------------------------
-    if fam.recompute == "full":
-        recompute_layer = layer_fwd["gemm"] + layer_fwd["attention"] + layer_fwd["elementwise"]
-        recompute_tp = tp_layer["fwd"]
-    elif fam.recompute == "selective":
-        recompute_layer = layer_fwd["attention"]
-        recompute_tp = sp.Integer(0)
-    else:
-        recompute_layer = recompute_tp = sp.Integer(0)
-
-    kernels_layer = K.kernels_per_layer_forward(sequence_parallel=sp_, flash=fam.flash)
-    kernels_mult = 3 + (1 if fam.recompute == "full" else 0)
+    # --- recompute: full repeats every layer's forward (and its communication), selective only the
+    # attention core (Korthikanti et al. 2022, Sec. 5)
+    layer_fwd_total = layer_fwd["gemm"] + layer_fwd["attention"] + layer_fwd["elementwise"]
+    recompute_layer = full * layer_fwd_total + sel * layer_fwd["attention"]
+    recompute_tp = full * tp_layer_one_way
+    kernels = K.kernels_per_layer_forward(sequence_parallel=sp_, flash=flash) * (3 + full)
 
     # --- pipeline point-to-point: activations forward, gradients backward, v chunks per GPU --------
     p2p_bytes = act_bytes / tp  # Megatron scatter-gather / sequence-parallel: 1/tp of the activation
-    p2p_one = group_time("send_recv", p2p_bytes, "pp", fam)
-    p2p_mb = 2 * v * p2p_one
+    p2p_mb = 2 * v * group_time("send_recv", p2p_bytes, "pp", fam)
+    ledger.append(CommOp("pp/send_recv", "pp", "send_recv", "fwd+bwd", 2 * v * m * multi, p2p_bytes))
 
-    # --- stages -------------------------------------------------------------------------------------
-    stages = ("first", "last") if fam.multi_stage else ("all",)
+    # --- stages: the first holds the embedding, the last the output layer (one stage: both) -------
+    has = {"first": (sp.Integer(1), single), "last": (single, sp.Integer(1))}  # (embedding, head)
     stage_terms: dict[str, dict[str, sp.Expr]] = {}
-    for st in stages:
-        has_embed = st in ("first", "all")
-        has_head = st in ("last", "all")
+    for st, (has_embed, has_head) in has.items():
         fwd = {k_: layers_per_stage * t for k_, t in layer_fwd.items()}
-        fwd["embedding_logits"] = (embed_fwd if has_embed else 0) + (head_fwd if has_head else 0)
+        fwd["embedding_logits"] = has_embed * embed_fwd + has_head * head_fwd
         terms = {f"compute/forward/{k_}": t for k_, t in fwd.items()}
         terms.update({f"compute/backward/{k_}": 2 * t for k_, t in fwd.items()})
         terms["compute/recompute"] = layers_per_stage * recompute_layer
-        terms["comm/tp"] = layers_per_stage * (tp_layer["fwd"] + tp_layer["bwd"] + recompute_tp) + (
-            embed_tp if has_embed else 0) + (head_tp if has_head else 0)
-        terms["overhead/kernels"] = S.t_k * (kernels_mult * kernels_layer * layers_per_stage
-                                             + (12 if has_head else 0) + (3 if has_embed else 0))
+        terms["comm/tp"] = layers_per_stage * (2 * tp_layer_one_way + recompute_tp) \
+            + has_embed * embed_tp + has_head * head_tp
+        terms["overhead/kernels"] = S.t_k * (kernels * layers_per_stage + 12 * has_head + 3 * has_embed)
         terms["pipeline/p2p"] = p2p_mb
         stage_terms[st] = {k_: sp.sympify(t) for k_, t in terms.items()}
     stage_time = {st: sum(t.values(), sp.Integer(0)) for st, t in stage_terms.items()}
-    t_mb = stage_time["all"] if not fam.multi_stage else sp.Max(stage_time["first"], stage_time["last"])
-    ledger.append(CommOp("pp/send_recv", "pp", "send_recv", "fwd+bwd", 2 * v * m * active(pp),
-                         p2p_bytes))
+    t_mb = sp.Max(stage_time["first"], stage_time["last"], evaluate=False)
 
     # --- parameters and data-parallel gradient synchronisation ---------------------------------------
-    lp = M.layer_params(h, a, kv, f, gated=fam.gated, bias=fam.bias, qkv_bias=fam.qkv_bias,
-                        layernorm=fam.layernorm)
+    lp = M.layer_params(h, a, kv, f, gated=gated, bias=flag(fam.bias, "bias"),
+                        qkv_bias=flag(fam.qkv_bias, "qkv_bias"), layernorm=flag(fam.layernorm, "layernorm"))
     layer_params_gpu = lp["sharded"] / tp + lp["replicated"]
-    emb = M.embedding_params(h, V, s, learned_positions=fam.learned_positions)
-    final_norm = (2 if fam.layernorm else 1) * h
+    emb = M.embedding_params(h, V, s, learned_positions=flag(fam.learned_positions, "learned_positions"))
+    tied = flag(fam.tied_embeddings, "tied")
+    final_norm = (1 + flag(fam.layernorm, "layernorm")) * h
     output_gpu = V * h / tp
-    stage_params: dict[str, sp.Expr] = {}
-    for st in stages:
-        p = layers_per_stage * layer_params_gpu
-        if st in ("first", "all"):
-            p += emb["sharded"] / tp + emb["replicated"]
-        if st in ("last", "all"):
-            p += final_norm
-            if not fam.tied_embeddings or st == "last":
-                p += output_gpu  # a tied output layer on the last stage keeps its own copy
-        stage_params[st] = p
-    params_gpu = stage_params["all"] if not fam.multi_stage else sp.Max(*stage_params.values())
-    per_param = M.model_state_bytes_per_param(fam.precision)
-    grad_bytes = per_param["gradients"] * params_gpu
-    weight_bytes = per_param["weights"] * params_gpu
-    if fam.zero == 0:  # DDP / Megatron: all-reduce the gradients
-        dp_ops = [("all_reduce", grad_bytes, sp.Integer(1))]
-    elif fam.zero in (1, 2):  # distributed optimizer: reduce-scatter gradients, all-gather weights
-        dp_ops = [("reduce_scatter", grad_bytes, sp.Integer(1)),
-                  ("all_gather", weight_bytes, sp.Integer(1))]
-    else:  # ZeRO-3 / FSDP: gather weights forward and backward, reduce-scatter gradients, per micro-batch
-        dp_ops = [("all_gather", weight_bytes, 2 * m), ("reduce_scatter", grad_bytes, m)]
-    t_dp_sync = sum((calls * group_time(op, nb, "dp", fam) for op, nb, calls in dp_ops), sp.Integer(0))
-    for op, nb, calls in dp_ops:
-        ledger.append(CommOp(f"dp/{op}", "dp", op, "step" if fam.zero < 3 else "fwd+bwd",
-                             calls * active(dp), nb))
-    if fam.overlap_grad_sync:
-        hide = stage_terms[stages[-1]]
-        bwd_last = sum((t for k_, t in hide.items() if k_.startswith("compute/backward")), sp.Integer(0))
-        window = bwd_last * (m if fam.zero == 3 else 1)
-        t_dp = sp.Max(0, t_dp_sync - window)
-    else:
-        t_dp = t_dp_sync
+    # a tied output layer on a separate last stage keeps its own copy (Megatron-LM)
+    stage_params = {
+        "first": layers_per_stage * layer_params_gpu + emb["sharded"] / tp + emb["replicated"]
+        + single * (final_norm + (1 - tied) * output_gpu),
+        "last": layers_per_stage * layer_params_gpu + final_norm + output_gpu * (1 - tied * single)
+        + single * (emb["sharded"] / tp + emb["replicated"]),
+    }
+    params_gpu = sp.Max(stage_params["first"], stage_params["last"], evaluate=False)
+    grad_bytes = S.gbytes * params_gpu
+    weight_bytes = S.wbytes * params_gpu
+    t_ar = group_time("all_reduce", grad_bytes, "dp", fam)
+    t_rs = group_time("reduce_scatter", grad_bytes, "dp", fam)
+    t_ag = group_time("all_gather", weight_bytes, "dp", fam)
+    # ZeRO 0 (DDP/Megatron): all-reduce the gradients; ZeRO 1-2 (distributed optimizer): reduce-
+    # scatter gradients and all-gather weights; ZeRO 3 (FSDP): gather the weights forward and
+    # backward and reduce-scatter the gradients, every micro-batch.
+    t_dp_sync = (1 - z1) * t_ar + (z1 - z3) * (t_rs + t_ag) + z3 * m * (2 * t_ag + t_rs)
+    for name, op, calls, nb in (("all_reduce", "all_reduce", 1 - z1, grad_bytes),
+                                ("reduce_scatter", "reduce_scatter", (z1 - z3) + z3 * m, grad_bytes),
+                                ("all_gather", "all_gather", (z1 - z3) + z3 * 2 * m, weight_bytes)):
+        ledger.append(CommOp(f"dp/{name}", "dp", op, "step", calls * active(dp), nb))
+    bwd_last = sum((t for k_, t in stage_terms["last"].items() if k_.startswith("compute/backward")),
+                   sp.Integer(0))
+    window = bwd_last * (1 + z3 * (m - 1))  # what the sync can hide behind
+    t_dp = overlap * sp.Max(0, t_dp_sync - window, evaluate=False) + (1 - overlap) * t_dp_sync
 
     # --- optimizer: memory-bound passes over the local parameters (see costs.memory) -------------
-    local_params = params_gpu / (dp if fam.zero >= 1 else 1)
-    t_opt = K.memory_time(M.optimizer_step_bytes_per_param(fam.precision) * local_params, dev) \
-        + 8 * S.t_k
+    local_params = params_gpu / (1 + z1 * (dp - 1))
+    t_opt = K.memory_time(S.stepbytes * local_params, dev) + 8 * S.t_k
 
     # --- time terms for the slowest stage -------------------------------------------------------------
-    time_terms = {}
-    for st in stages:
+    time_terms: dict[str, sp.Expr] = {}
+    for st in stage_terms:
         for name, t in stage_terms[st].items():
             time_terms[f"{st}:{name}"] = m * t
     time_terms["pipeline/bubble"] = (pp - 1) / v * t_mb
@@ -262,44 +259,34 @@ def build(fam: Family) -> Model:
     step_time = (m + (pp - 1) / v) * t_mb + t_dp + t_opt
 
     # --- memory per GPU, per stage --------------------------------------------------------------------
-    div = M.zero_divisors(fam.zero, dp)
-    act_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, sequence_parallel=sp_,
-                                         recompute=fam.recompute, flash=fam.flash, gated=fam.gated)
-    inflight = M.inflight_micro_batches(fam.schedule, pp, m, v)
+    per_param = {"weights": S.wbytes, "gradients": S.gbytes, "optimizer_states": S.obytes}
+    div = M.zero_divisors(z1, z2, z3, dp)
+    act_kw = dict(sequence_parallel=sp_, flash=flash, gated=gated)
+    act_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=full, selective=sel, **act_kw)
+    full_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=0, selective=0, **act_kw)
+    inflight = M.inflight_micro_batches(gpipe, inter, pp, m, v)
     memory_terms: dict[str, dict[str, sp.Expr]] = {}
-    for st in stages:
+    for st, (has_embed, has_head) in has.items():
         mem = {name: per_param[name] * stage_params[st] / div[name] for name in per_param}
-        stage_inflight = inflight if st in ("first", "all") else sp.Integer(1)
+        stage_inflight = inflight if st == "first" else single * inflight + multi
         mem["activations/layers"] = act_layer * layers_per_stage * stage_inflight
-        if fam.recompute == "full":
-            mem["activations/recompute_buffer"] = M.layer_activation_bytes(
-                b, s, h, a, kv, f, tp, e, sequence_parallel=sp_, recompute="none",
-                flash=fam.flash, gated=fam.gated)
-        extra = sp.Integer(0)
-        if st in ("first", "all"):
-            extra += T * h / (tp if sp_ else 1) * stage_inflight  # embedding dropout mask
-        if st in ("last", "all"):
-            extra += 2 * e * T * h / (tp if sp_ else 1) + 2 * 4 * T * V / tp  # final norm, fp32 logits
-        mem["activations/embedding_output"] = extra
-        if fam.zero == 3:
-            mem["buffers/zero3_gather"] = 2 * e * layer_params_gpu  # a gathered layer, prefetched one
-        memory_terms[st] = mem
+        mem["activations/recompute_buffer"] = full * full_layer
+        # embedding dropout mask per in-flight micro-batch; final norm input and fp32 logits
+        mem["activations/embedding_output"] = has_embed * T * h / rep * stage_inflight + has_head * (
+            2 * e * T * h / rep + 2 * 4 * T * V / tp)
+        mem["buffers/zero3_gather"] = z3 * 2 * S.wbytes * layer_params_gpu  # a layer and the next
+        memory_terms[st] = {k_: sp.sympify(x) for k_, x in mem.items()}
 
     # model FLOPs: 3 x forward (Narayanan et al. 2021, Eq. 3 without recompute); hardware FLOPs add
     # what recompute repeats (full: every layer's forward; selective: the attention core), never logits
-    full_gemms = K.layer_gemms(T, b, s, h, a, kv, f, 1, fam.gated)
+    full_gemms = K.layer_gemms(T, b, s, h, a, kv, f, 1, gated)
     layer_flops = sum((g.flops for g in full_gemms), sp.Integer(0))
+    core_flops = sum((g.flops for g in full_gemms if g.name in K.ATTENTION_CORE), sp.Integer(0))
     fwd_flops_mb = L * layer_flops + logits.flops * tp
     model_flops = 3 * fwd_flops_mb * m * dp
-    if fam.recompute == "full":
-        repeated = L * layer_flops
-    elif fam.recompute == "selective":
-        repeated = L * sum((g.flops for g in full_gemms if g.name in K.ATTENTION_CORE), sp.Integer(0))
-    else:
-        repeated = sp.Integer(0)
-    hw_flops = model_flops + repeated * m * dp
-    total_params = L * (lp["sharded"] + lp["replicated"]) + emb["sharded"] + emb["replicated"] + (
-        final_norm) + (0 if fam.tied_embeddings else V * h)
+    hw_flops = model_flops + L * (full * layer_flops + sel * core_flops) * m * dp
+    total_params = L * (lp["sharded"] + lp["replicated"]) + emb["sharded"] + emb["replicated"] \
+        + final_norm + (1 - tied) * V * h
     quantities = {
         "micro_batches": m,
         "model_flops_per_step": model_flops,

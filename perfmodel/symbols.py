@@ -49,6 +49,38 @@ beta_i = _sym("intra_bandwidth", "beta_intra", "intra-node bandwidth per GPU, ef
 alpha_o = _sym("inter_latency_s", "alpha_inter", "inter-node latency per step [s]")
 beta_o = _sym("inter_bandwidth", "beta_inter", "inter-node bandwidth per node, effective [B/s]")
 
+# bytes per parameter, by precision (see perfmodel.costs.memory)
+wbytes = _sym("weight_bytes_per_param", "e_w", "bytes per parameter of the weights")
+gbytes = _sym("grad_bytes_per_param", "e_g", "bytes per parameter of the gradients")
+obytes = _sym("optimizer_bytes_per_param", "e_o", "bytes per parameter of the optimizer states")
+stepbytes = _sym("optimizer_step_bytes_per_param", "e_step",
+                 "bytes the optimizer step reads and writes per local parameter")
+
+# options as 0/1 indicators, so that one expression covers every plan
+FLAGS: dict[str, sp.Symbol] = {
+    name: _sym(f"is_{name}", f"I_{{{name}}}", f"1 if {meaning}, else 0")
+    for name, meaning in [
+        ("sequence_parallel", "sequence parallelism"),
+        ("recompute_full", "full recompute"),
+        ("recompute_selective", "selective recompute"),
+        ("zero1", "ZeRO stage >= 1"),
+        ("zero2", "ZeRO stage >= 2"),
+        ("zero3", "ZeRO stage 3"),
+        ("gpipe", "GPipe schedule"),
+        ("interleaved", "interleaved 1F1B schedule"),
+        ("flash", "fused (flash) attention"),
+        ("overlap_grad_sync", "the gradient sync overlaps backward"),
+        ("gated", "gated (SwiGLU) MLP"),
+        ("bias", "linear layers have biases"),
+        ("qkv_bias", "the QKV projection has a bias"),
+        ("layernorm", "LayerNorm (0: RMSNorm)"),
+        ("tied", "tied input/output embeddings"),
+        ("learned_positions", "learned position embeddings"),
+        *[(f"{axis}_{scope}", f"the {axis} group is {scope}-node")
+          for axis in ("tp", "dp", "pp") for scope in ("intra", "inter", "mixed")],
+    ]
+}
+
 GEMM: dict[str, sp.Symbol] = {
     fld.name: _sym(f"gemm_{fld.name}", f"gemm_{fld.name}", f"GEMM efficiency parameter {fld.name}")
     for fld in dataclasses.fields(GemmEfficiency)

@@ -12,6 +12,15 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+# An option is a Flag: True/False, 0/1, or a 0/1 indicator symbol, so one expression can cover every
+# option (evaluated over arrays of plans) or be specialised to one (printed by `perfmodel explain`).
+Flag = bool | int | sp.Expr
+
+
+def as_flag(value: Flag) -> sp.Expr:
+    """True/False or 0/1 as a sympy integer; an indicator symbol as it is."""
+    return sp.Integer(int(value)) if isinstance(value, (bool, int)) else value
+
 from perfmodel.costs.gemm_efficiency import gemm_time_s
 
 
@@ -41,7 +50,7 @@ class Device:
 
 
 def layer_gemms(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: sp.Expr,
-                f: sp.Expr, tp: sp.Expr, gated: bool) -> list[Gemm]:
+                f: sp.Expr, tp: sp.Expr, gated: Flag) -> list[Gemm]:
     """The forward GEMMs of one transformer layer on one of tp tensor-parallel ranks (Megatron 1D).
 
     QKV (column-parallel), scores Q K^T and context A V (heads split over tp), output projection
@@ -49,7 +58,7 @@ def layer_gemms(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: 
     Sum of FLOPs with kv = a, ungated, f = 4h: (24 T h^2 + 4 T s h) / tp  (Narayanan et al. 2021, Eq. 3).
     """
     d = h / a
-    up = 2 * f if gated else f
+    up = (1 + as_flag(gated)) * f
     return [
         Gemm("qkv", T, (h + 2 * kv * d) / tp, h),
         Gemm("attention_scores", s, s, d, batch=b * a / tp),
@@ -75,8 +84,8 @@ def gemm_time(g: Gemm, bytes_per_element: sp.Expr, dev: Device) -> sp.Expr:
 
 
 def elementwise_bytes(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, f: sp.Expr,
-                      tp: sp.Expr, e: sp.Expr, *, sequence_parallel: bool, flash: bool,
-                      gated: bool, rms: bool) -> dict[str, sp.Expr]:
+                      tp: sp.Expr, e: sp.Expr, *, sequence_parallel: Flag, flash: Flag,
+                      gated: Flag) -> dict[str, sp.Expr]:
     """Bytes moved by the memory-bound operations of one layer's forward on one GPU.
 
     layer norms (2): read + write T*h; softmax (fused scale-mask-softmax): read + write a*b*s^2;
@@ -86,17 +95,15 @@ def elementwise_bytes(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr
     with it they act on T/tp tokens (Korthikanti et al. 2022, Sec. 4.2.2). Flash attention fuses the
     softmax and dropout into the attention kernel (no s^2 traffic).
     """
-    rep = tp if sequence_parallel else sp.Integer(1)
-    norm_passes = 2 if rms else 2  # read x, write y (statistics are O(T))
-    out = {
-        "layernorm": 2 * norm_passes * T * h * e / rep,
-        "activation": (3 if gated else 2) * T * f * e / tp,
+    sequence_parallel, flash, gated = map(as_flag, (sequence_parallel, flash, gated))
+    rep = 1 + sequence_parallel * (tp - 1)  # tp with sequence parallelism, else 1
+    return {
+        "layernorm": 2 * 2 * T * h * e / rep,
+        "activation": (2 + gated) * T * f * e / tp,
         "dropout_add": 2 * (3 * e + 1) * T * h / rep,
+        "softmax": (1 - flash) * 2 * a * b * s**2 * e / tp,
+        "attention_dropout": (1 - flash) * (2 * e + 1) * a * b * s**2 / tp,
     }
-    if not flash:
-        out["softmax"] = 2 * a * b * s**2 * e / tp
-        out["attention_dropout"] = (2 * e + 1) * a * b * s**2 / tp
-    return out
 
 
 def memory_time(nbytes: sp.Expr, dev: Device) -> sp.Expr:
@@ -104,12 +111,15 @@ def memory_time(nbytes: sp.Expr, dev: Device) -> sp.Expr:
     return nbytes / dev.memory_bandwidth_bytes_per_s
 
 
-def kernels_per_layer_forward(*, sequence_parallel: bool, flash: bool) -> int:
-    """Kernels launched by one layer's forward (GEMMs, element-wise ops, communication)."""
-    gemms = 4 + (1 if flash else 2)
-    elementwise = 2 + 1 + 2 + (0 if flash else 2) + 4  # norms, activation, dropout-adds, softmax, biases
-    comm = 4 if sequence_parallel else 2
-    return gemms + elementwise + comm
+def kernels_per_layer_forward(*, sequence_parallel: Flag, flash: Flag) -> sp.Expr:
+    """Kernels launched by one layer's forward: 6 GEMMs (5 with fused attention), 11 element-wise
+    (2 norms, activation, 2 dropout-adds, 4 bias adds, softmax and dropout unless fused), and 2
+    all-reduces (4 all-gathers/reduce-scatters with sequence parallelism)."""
+    sequence_parallel, flash = as_flag(sequence_parallel), as_flag(flash)
+    gemms = 6 - flash
+    elementwise = 11 - 2 * flash
+    comm = 2 + 2 * sequence_parallel
+    return sp.sympify(gemms + elementwise + comm)
 
 
 def cross_entropy_bytes(T: sp.Expr, V: sp.Expr, tp: sp.Expr) -> sp.Expr:

@@ -32,11 +32,19 @@ def gemm_efficiency(m: sp.Expr, n: sp.Expr, k: sp.Expr, max_fraction: sp.Expr,
                     half_dim: sp.Expr, batch: sp.Expr = 1, m_half_dim: sp.Expr = 0,
                     n_half_dim: sp.Expr = 0, k_half_dim: sp.Expr = 0,
                     batch_half: sp.Expr = 0) -> sp.Expr:
-    """Fraction of peak FLOP/s a GEMM of shape (m x k) @ (k x n) reaches [dimensionless]."""
-    x = harmonic_dim(m, n, k)
-    saturation = ((1 + m_half_dim / m) * (1 + n_half_dim / n) * (1 + k_half_dim / k)
-                  * (1 + batch_half / batch))
-    return max_fraction * x / (x + half_dim) / saturation
+    """Fraction of peak FLOP/s a GEMM of shape (m x k) @ (k x n) reaches [dimensionless].
+
+    Written as d / (d + h) per factor (= 1 / (1 + h/d)); a term whose half size is 0 is left out,
+    so the expression stays small for sympy (explain, simplify).
+    """
+    eff = sp.sympify(max_fraction)
+    if sp.sympify(half_dim) != 0:
+        x = harmonic_dim(m, n, k)
+        eff *= x / (x + half_dim)
+    for dim, half in ((m, m_half_dim), (n, n_half_dim), (k, k_half_dim), (batch, batch_half)):
+        if sp.sympify(half) != 0:
+            eff *= dim / (dim + half)
+    return eff
 
 
 def gemm_time_s(m: sp.Expr, n: sp.Expr, k: sp.Expr, batch: sp.Expr, bytes_per_element: sp.Expr,

@@ -9,30 +9,28 @@ from __future__ import annotations
 
 import sympy as sp
 
+from perfmodel.costs.compute import Flag, as_flag
 
-def layer_params(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, *, gated: bool, bias: bool,
-                 qkv_bias: bool, layernorm: bool) -> dict[str, sp.Expr]:
+
+def layer_params(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, *, gated: Flag, bias: Flag,
+                 qkv_bias: Flag, layernorm: Flag) -> dict[str, sp.Expr]:
     """Parameters of one layer, split into those tensor parallelism shards and those it replicates.
 
     GPT (kv = a, f = 4h, biases, LayerNorm): 12 h^2 + 13 h  (Narayanan et al. 2021, Eq. 2).
     """
+    gated, bias, qkv_bias, layernorm = map(as_flag, (gated, bias, qkv_bias, layernorm))
     d = h / a
     qkv_out = h + 2 * kv * d
-    up = (2 if gated else 1) * f
-    sharded = qkv_out * h + h * h + up * h + f * h
-    if qkv_bias:
-        sharded += qkv_out
-    if bias:
-        sharded += up
-    replicated = 2 * (2 * h if layernorm else h)
-    if bias:
-        replicated += 2 * h  # row-parallel output biases (attention output, MLP down)
+    up = (1 + gated) * f
+    sharded = qkv_out * h + h * h + up * h + f * h + qkv_bias * qkv_out + bias * up
+    # two norms (LayerNorm: weight and bias; RMSNorm: weight), row-parallel output biases
+    replicated = 2 * (1 + layernorm) * h + bias * 2 * h
     return {"sharded": sharded, "replicated": replicated}
 
 
-def embedding_params(h: sp.Expr, V: sp.Expr, s: sp.Expr, *, learned_positions: bool) -> dict[str, sp.Expr]:
+def embedding_params(h: sp.Expr, V: sp.Expr, s: sp.Expr, *, learned_positions: Flag) -> dict[str, sp.Expr]:
     """Word embedding (vocabulary split over tp) and learned positions (replicated)."""
-    return {"sharded": V * h, "replicated": s * h if learned_positions else sp.Integer(0)}
+    return {"sharded": V * h, "replicated": as_flag(learned_positions) * s * h}
 
 
 def model_state_bytes_per_param(precision: str) -> dict[str, int]:
@@ -62,19 +60,21 @@ def optimizer_step_bytes_per_param(precision: str) -> int:
     return {"bf16": 42, "fp16": 54}.get(precision, 36)
 
 
-def zero_divisors(zero: int, dp: sp.Expr) -> dict[str, sp.Expr]:
-    """ZeRO stage 1 shards optimizer states over dp, stage 2 also gradients, stage 3 also weights."""
-    one = sp.Integer(1)
+def zero_divisors(zero1: Flag, zero2: Flag, zero3: Flag, dp: sp.Expr) -> dict[str, sp.Expr]:
+    """ZeRO stage 1 shards optimizer states over dp, stage 2 also gradients, stage 3 also weights.
+
+    zeroK is the flag "stage >= K"."""
+    zero1, zero2, zero3 = map(as_flag, (zero1, zero2, zero3))
     return {
-        "weights": dp if zero >= 3 else one,
-        "gradients": dp if zero >= 2 else one,
-        "optimizer_states": dp if zero >= 1 else one,
+        "weights": 1 + zero3 * (dp - 1),
+        "gradients": 1 + zero2 * (dp - 1),
+        "optimizer_states": 1 + zero1 * (dp - 1),
     }
 
 
 def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: sp.Expr,
-                           f: sp.Expr, tp: sp.Expr, e: sp.Expr, *, sequence_parallel: bool,
-                           recompute: str, flash: bool, gated: bool) -> sp.Expr:
+                           f: sp.Expr, tp: sp.Expr, e: sp.Expr, *, sequence_parallel: Flag,
+                           full: Flag, selective: Flag, flash: Flag, gated: Flag) -> sp.Expr:
     """Activation bytes one layer keeps for the backward pass, per micro-batch, on one GPU.
 
     With e = 2 (16-bit), 1-byte dropout masks, kv = a, f = 4h, no gating (Korthikanti et al. 2022,
@@ -90,31 +90,27 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     e T h, activation input e T f (2x for SwiGLU), MLP-down input e T f (sharded); softmax output,
     dropout mask and dropout output (2e + 1) a b s^2 (sharded; dropped by selective recompute; with
     flash attention replaced by the fp32 log-sum-exp, 4 a b s).
+    `full` and `selective` are the recompute mode as flags (at most one is set).
     """
+    sequence_parallel, full, selective, flash, gated = map(
+        as_flag, (sequence_parallel, full, selective, flash, gated))
     T = b * s
-    rep = tp if sequence_parallel else sp.Integer(1)
-    if recompute == "full":
-        return e * T * h / rep
+    rep = 1 + sequence_parallel * (tp - 1)
     d = h / a
     replicated = (4 * e + 2) * T * h
-    sharded = e * T * (h + kv * d) + e * T * kv * d + e * T * h + (3 if gated else 2) * e * T * f
-    if flash:
-        quadratic = 4 * a * b * s
-    elif recompute == "selective":
-        quadratic = sp.Integer(0)
-    else:
-        quadratic = (2 * e + 1) * a * b * s**2
-    return replicated / rep + (sharded + quadratic) / tp
+    sharded = e * T * (h + kv * d) + e * T * kv * d + e * T * h + (2 + gated) * e * T * f
+    quadratic = flash * 4 * a * b * s + (1 - flash) * (1 - selective) * (2 * e + 1) * a * b * s**2
+    stored = replicated / rep + (sharded + quadratic) / tp
+    return full * e * T * h / rep + (1 - full) * stored
 
 
-def inflight_micro_batches(schedule: str, pp: sp.Expr, m: sp.Expr, v: sp.Expr) -> sp.Expr:
+def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Expr,
+                           v: sp.Expr) -> sp.Expr:
     """Micro-batches whose activations the first stage holds at its peak, in units of the stage's layers.
 
     GPipe: all m. 1F1B: min(pp, m). Interleaved 1F1B: pp (1 + (pp - 1)/(pp v)) (Korthikanti et al.
     2022, Sec. 4.2.3), also capped by m.
     """
-    if schedule == "gpipe":
-        return m
-    if schedule == "interleaved":
-        return sp.Min(m, pp * (1 + (pp - 1) / (pp * v)))
-    return sp.Min(pp, m)
+    gpipe, interleaved = as_flag(gpipe), as_flag(interleaved)
+    one_f_one_b = sp.Min(m, pp * (1 + interleaved * (pp - 1) / (pp * v)), evaluate=False)
+    return gpipe * m + (1 - gpipe) * one_f_one_b

@@ -17,26 +17,35 @@ l, h, a, s, V, B, b, t = S.L, S.h, S.a, S.s, S.V, S.B, S.b, S.tp
 GPT = {S.kv: a, S.f: 4 * h}  # GPT-3 family: multi-head attention, MLP width 4h
 
 
+def gpt_family(**options):
+    """GPT-3 as in Megatron-LM: biases, LayerNorm, learned positions, tied embeddings, no gating."""
+    fixed = dict(schedule="1f1b", recompute="none", sequence_parallel=False, zero=0, flash=False,
+                 overlap_grad_sync=False, gated=False, tied_embeddings=True, learned_positions=True,
+                 bias=True, qkv_bias=True, layernorm=True,
+                 scopes=(("tp", "intra"), ("dp", "intra"), ("pp", "intra")))
+    return Family(**{**fixed, **options})
+
+
 def gpt(expr):
     return sp.simplify(sp.sympify(expr).subs(GPT))
 
 
 def test_parameter_count_matches_narayanan_eq2():
-    built = build(Family())
+    built = build(gpt_family())
     ours = gpt(built.quantities["parameters"]) - 2 * h  # Eq. 2 leaves out the final layer norm
     eq2 = 12 * l * h**2 * (1 + sp.Rational(13, 12) / h + (V + s) / (12 * l * h))
     assert sp.simplify(ours - eq2) == 0
 
 
 def test_flops_with_full_recompute_match_narayanan_eq3():
-    built = build(Family(recompute="full"))
+    built = build(gpt_family(recompute="full"))
     ours = gpt(built.quantities["hardware_flops_per_step"]).subs(S.dp, 1)
     eq3 = 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
     assert sp.simplify(ours - eq3) == 0
 
 
 def test_model_flops_are_three_forward_passes():
-    built = build(Family())
+    built = build(gpt_family())
     ours = gpt(built.quantities["model_flops_per_step"]).subs(S.dp, 1)
     expected = 72 * B * s * l * h**2 * (1 + s / (6 * h) + V / (12 * l * h))
     assert sp.simplify(ours - expected) == 0
@@ -44,7 +53,8 @@ def test_model_flops_are_three_forward_passes():
 
 def _act(tp, *, sequence_parallel=False, recompute="none"):
     expr = layer_activation_bytes(b, s, h, a, S.kv, S.f, tp, 2, sequence_parallel=sequence_parallel,
-                                  recompute=recompute, flash=False, gated=False)
+                                  full=recompute == "full", selective=recompute == "selective",
+                                  flash=False, gated=False)
     return gpt(expr)
 
 
