@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from collections import defaultdict
 from typing import Any
 
@@ -71,7 +72,8 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
         trainer.counter = counter
         debug = CommDebugMode()
         debug.advanced_module_tracker = _NoModuleTracker()
-        with debug, counter:
+        with debug, counter, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # deprecations inside FSDP2 and DTensor, not ours
             trainer.step()
         debug_counts = {str(k).split(".")[-1]: v for k, v in debug.get_comm_counts().items()}
     finally:

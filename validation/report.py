@@ -187,6 +187,15 @@ def render(report: dict[str, Any], console: Any = None) -> None:
         fmt_e(report["relative_error"]),
     )
     console.print(table)
+    mem = report.get("memory") or {}
+    if mem.get("measured_peak_per_rank_bytes"):
+        base = mem.get("measured_baseline_per_rank_bytes") or 0
+        pred = mem.get("predicted_per_rank_bytes")
+        console.print(
+            f"memory per rank: measured peak {mem['measured_peak_per_rank_bytes'] / 2**20:.0f} MiB "
+            f"({base / 2**20:.0f} MiB before the model)"
+            + ("" if pred is None else f", predicted {pred / 2**20:.0f} MiB")
+        )
     if report.get("dtype_note"):
         console.print(f"note: {report['dtype_note']}")
     for note in report.get("launch", {}).get("notes", []):
