@@ -538,6 +538,7 @@ class Trainer:
             args = (self.tokens,)
         if self.pp_rank == self.pp - 1:
             kwargs = {"target": self.targets, "losses": []}
+        self._set_phase("pipe")  # p2p between chunks; stage compute sets fwd / bwd itself
         start = self.clock.now()
         with self._loss_context():
             self.schedule.step(*args, **kwargs)
@@ -571,7 +572,7 @@ class Trainer:
                 p.grad = p.grad.redistribute(p.grad.device_mesh, p.placements)
         if not partial:
             return
-        self._set_phase("bwd")
+        self._set_phase("grad")
         if self.dp > 1 and self.zero > 0:
             for p in partial:
                 p.grad = p.grad.redistribute(p.grad.device_mesh, p.placements)
@@ -589,7 +590,7 @@ class Trainer:
         self._reduce_partial_grads()
         if self.dp == 1 or self.zero > 0:
             return
-        self._set_phase("bwd")
+        self._set_phase("grad")
         grads = []
         for p in self.params:
             if p.grad is None:

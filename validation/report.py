@@ -63,12 +63,13 @@ def _median(values: Iterable[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _tp_seconds(record: dict[str, Any], phase: str) -> float:
+def _comm_seconds(record: dict[str, Any], axis: str, phase: str) -> float:
+    """Seconds of the probe step's collectives on one mesh axis within one phase (fwd, bwd)."""
     probe = record.get("probe") or {}
     return sum(
         c["seconds"]
         for c in probe.get("comm_seconds", [])
-        if c["axis"] == "tp" and c["phase"] == phase
+        if c["axis"] == axis and c["phase"] == phase
     )
 
 
@@ -86,12 +87,18 @@ def measured_terms(
         step_times.append(max(s["step"] for s in steps))
         sums: dict[str, float] = {name: 0.0 for name, _ in TERMS}
         for r, s in zip(records, steps, strict=True):
-            tp_f, tp_b = _tp_seconds(r, "fwd"), _tp_seconds(r, "bwd")
-            sums["forward"] += max(s.get("forward", 0.0) - tp_f, 0.0)
-            sums["backward"] += max(s.get("backward", 0.0) - tp_b, 0.0)
-            sums["tp_comm"] += min(tp_f, s.get("forward", 0.0)) + min(tp_b, s.get("backward", 0.0))
+            fwd, bwd = s.get("forward", 0.0), s.get("backward", 0.0)
+            # Communication inside forward and backward, timed in the probe step: tensor
+            # parallelism, and FSDP's gathers and reduce-scatters (its gradient sync).
+            tp_f = min(_comm_seconds(r, "tp", "fwd"), fwd)
+            tp_b = min(_comm_seconds(r, "tp", "bwd"), bwd)
+            dp_f = min(_comm_seconds(r, "dp", "fwd"), fwd - tp_f)
+            dp_b = min(_comm_seconds(r, "dp", "bwd"), bwd - tp_b)
+            sums["forward"] += fwd - tp_f - dp_f
+            sums["backward"] += bwd - tp_b - dp_b
+            sums["tp_comm"] += tp_f + tp_b
             sums["pipeline"] += max(s.get("pipeline_wait", 0.0), 0.0)
-            sums["grad_sync"] += s.get("grad_sync", 0.0)
+            sums["grad_sync"] += s.get("grad_sync", 0.0) + dp_f + dp_b
             sums["optimizer"] += s.get("optimizer", 0.0)
         for name in sums:
             if name != "other":

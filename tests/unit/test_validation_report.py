@@ -24,7 +24,7 @@ def _rank(rank: int, steps: list[dict[str, float]], tp_fwd: float = 0.0, tp_bwd:
             "comm_seconds": [
                 {"axis": "tp", "phase": "fwd", "seconds": tp_fwd},
                 {"axis": "tp", "phase": "bwd", "seconds": tp_bwd},
-                {"axis": "dp", "phase": "bwd", "seconds": 9.0},
+                {"axis": "dp", "phase": "grad", "seconds": 9.0},
             ]
         },
     }
@@ -158,3 +158,13 @@ def test_descendants_are_found_through_proc():
             os.kill(k, 9)
         p.kill()
         p.wait()
+
+
+def test_fsdp_collectives_inside_backward_count_as_gradient_sync():
+    # FSDP reduce-scatters inside backward: 0.1 s of the 0.5 s backward is gradient sync.
+    r0 = _rank(0, [_step(1.0, 0.3, 0.5)])
+    r0["probe"]["comm_seconds"].append({"axis": "dp", "phase": "bwd", "seconds": 0.1})
+    step, terms, _ = rep.measured_terms([r0])
+    assert terms["backward"] == pytest.approx(0.4)
+    assert terms["grad_sync"] == pytest.approx(0.1)
+    assert sum(terms.values()) == pytest.approx(step)
