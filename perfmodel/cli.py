@@ -169,6 +169,104 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 
 
 @cli.command()
+@click.option("--model", "model", required=True, help="Model preset or spec file.")
+@click.option("--hardware", default=None, help="Hardware preset or spec file.")
+@click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
+@click.option("--gpus", required=True, help="GPU count, or several separated by commas (e.g. 512,1024).")
+@click.option("--global-batch", type=int, required=True, help="Global batch [samples].")
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "tf32"]), default="bf16", show_default=True)
+@click.option("--seq-len", type=int, default=None, help="Override the model's sequence length.")
+@click.option("--dp", type=int, default=None, help="Pin the data-parallel degree.")
+@click.option("--tp", type=int, default=None, help="Pin the tensor-parallel degree.")
+@click.option("--pp", type=int, default=None, help="Pin the pipeline-parallel degree.")
+@click.option("--micro-batch", type=int, default=None, help="Pin the micro-batch size.")
+@click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default=None)
+@click.option("--virtual-stages", type=int, default=None)
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None)
+@click.option("--sequence-parallel/--no-sequence-parallel", default=None)
+@click.option("--zero", type=click.IntRange(0, 3), default=None)
+@click.option("--placement", type=click.Choice(["tp,dp,pp", "tp,pp,dp", "dp,tp,pp"]), default=None)
+@click.option("--max-tp", type=int, default=None)
+@click.option("--max-pp", type=int, default=None)
+@click.option("--max-micro-batch", type=int, default=None)
+@click.option("--flash-attention", is_flag=True)
+@click.option("--overlap-grad-sync", is_flag=True)
+@click.option("--memory-margin", type=float, default=0.0, show_default=True,
+              help="Fraction of GPU memory to keep free.")
+@click.option("--objective", type=click.Choice(["step_time", "time_to_train", "cost"]),
+              default=None, help="Default: step_time (time_to_train with --tokens, cost with --gpu-hour-price).")
+@click.option("--tokens", type=float, default=None, help="Token budget to train (for time_to_train / cost).")
+@click.option("--gpu-hour-price", type=float, default=None, help="Price of one GPU-hour (for cost).")
+@click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option("--what-if", "what_if", multiple=True,
+              help="Change the hardware and search again, e.g. inter_node.bandwidth_bytes_per_s=2x.")
+@click.option("--sensitivities", is_flag=True, help="Elasticity of the best plan's step time to each hardware parameter (sympy derivatives).")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None, help="Write every evaluated plan here.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Time-memory Pareto front (PNG).")
+@click.option("--validate", is_flag=True, help="Run the best plan through `perfmodel validate` (scaled down).")
+def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, global_batch: int,
+              dtype: str, seq_len: int | None, top: int, what_if: tuple[str, ...], sensitivities: bool,
+              as_json: bool, csv_path: str | None, plot_path: str | None, validate: bool,
+              **pins: Any) -> None:
+    """Search every layout for the fastest plan that fits, and say why it wins."""
+    from perfmodel.recommend import apply_what_if, recommend as run, sensitivities as sens
+    from perfmodel.search import SearchRequest
+    from perfmodel.specs.model import load_model
+
+    spec = load_model(model, seq_len=seq_len)
+    hw = resolve_hardware(hardware, profile)
+    try:
+        gpu_counts = tuple(int(g) for g in gpus.split(","))
+    except ValueError:
+        raise click.UsageError(f"--gpus must be whole numbers separated by commas, got '{gpus}'") from None
+    objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
+                                          "time_to_train" if pins.get("tokens") else "step_time")
+    req = SearchRequest(gpus=gpu_counts, global_batch=global_batch, dtype=dtype, objective=objective,
+                        **pins)
+    rec = run(spec, hw, req, top=top)
+    data = rec.to_dict()
+    if rec.top and sensitivities:
+        data["sensitivities"] = sens(spec, hw, rec.top[0].plan)
+    if what_if:
+        changed = hw
+        for change in what_if:
+            changed = apply_what_if(changed, change)
+        alt = run(spec, changed, req, top=1)
+        data["what_if"] = {"changes": list(what_if),
+                           "best": alt.to_dict()["plans"][0] if alt.top else None,
+                           "speedup": (rec.top[0].step_time_s / alt.top[0].step_time_s)
+                           if rec.top and alt.top else None}
+    if csv_path:
+        from perfmodel.batch import write_text_atomic
+
+        write_text_atomic(Path(csv_path), rec.result.frame().to_csv(index=False))
+    if plot_path:
+        from perfmodel.plot import pareto_plot
+
+        pareto_plot(rec.result, Path(plot_path))
+    if validate and rec.top:
+        data["validation"] = _validate_best(spec, hw, rec.top[0].plan)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=float))
+    else:
+        from perfmodel.render import print_recommendation
+
+        print_recommendation(rec, data)
+    if not rec.top:
+        sys.exit(4)
+
+
+def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
+    """Hand the best plan to the validation package (scaled down to this machine)."""
+    try:
+        from validation.api import validate_scaled  # registered by the validation package
+    except ImportError as exc:
+        raise click.ClickException(f"--validate needs the validation package and torch ({exc})") from None
+    return validate_scaled(model, hardware, plan)
+
+
+@cli.command()
 @click.option("--op", required=True, type=click.Choice(
     ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv"]))
 @click.option("--bytes", "nbytes", required=True, help="Size in nccl-tests' convention, e.g. 1e9, 256MiB, 64KB.")

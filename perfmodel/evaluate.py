@@ -80,7 +80,7 @@ def precision_of(plan: Plan) -> str:
 
 def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dict[str, float]:
     """The numeric value of every symbol, by symbol name (see perfmodel.symbols)."""
-    from perfmodel.costs.memory import model_state_bytes_per_param, optimizer_step_bytes_per_param
+    from perfmodel.costs.precision import model_state_bytes_per_param, optimizer_step_bytes_per_param
 
     placement = axis_per_node(plan, hardware.gpus_per_node)
     gemm = hardware.gemm(plan.dtype.value)
@@ -147,8 +147,23 @@ class Compiled:
         return dict(zip(self.out_names, out, strict=True))
 
 
-def outputs_of(built: Any) -> dict[str, Any]:
-    """Flatten a built step model into name -> expression."""
+STATES = ("weights", "gradients", "optimizer_states")
+
+
+def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:
+    """Flatten a built step model into name -> expression.
+
+    which: "all" (every term, for predict), "search" (step time, memory per stage, model FLOPs, for
+    ranking arrays of plans) or "bounds" (model-state memory per stage: a cheap pruning bound).
+    """
+    if which == "bounds":
+        return {f"states:{st}": sum(terms[k] for k in STATES)
+                for st, terms in built.memory_terms.items()}
+    if which == "search":
+        out = {"step_time": built.step_time,
+               "q:model_flops_per_step": built.quantities["model_flops_per_step"]}
+        out.update({f"memory:{st}": sum(terms.values()) for st, terms in built.memory_terms.items()})
+        return out
     out: dict[str, Any] = {"step_time": built.step_time}
     out.update({f"time:{k}": v for k, v in built.time_terms.items()})
     out.update({f"stage_time:{k}": v for k, v in built.stage_time.items()})
@@ -163,7 +178,7 @@ def outputs_of(built: Any) -> dict[str, Any]:
 
 def _source_hash() -> str:
     digest = hashlib.sha256()
-    for rel in ("step.py", "family.py", "symbols.py", "evaluate.py", "costs/compute.py", "costs/memory.py",
+    for rel in ("step.py", "family.py", "symbols.py", "evaluate.py", "costs/precision.py", "costs/compute.py", "costs/memory.py",
                 "costs/collectives.py", "costs/gemm_efficiency.py"):
         digest.update((_PACKAGE / rel).read_bytes())
     return digest.hexdigest()[:16]
@@ -190,9 +205,9 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 @lru_cache(maxsize=256)
-def compile_family(family: Any) -> Compiled:
+def compile_family(family: Any, which: str = "all") -> Compiled:
     """Lambdify a family once per process (and once per machine, through the disk cache)."""
-    key = hashlib.sha256(repr(family).encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{family!r}/{which}".encode()).hexdigest()[:20]
     root = cache_dir()
     path = root / f"{_source_hash()}-{key}.py" if root else None
     if path is not None and path.is_file():
@@ -200,7 +215,7 @@ def compile_family(family: Any) -> Compiled:
             return _load(path)
         except Exception:  # a corrupt or foreign cache file is rebuilt, never trusted
             path.unlink(missing_ok=True)
-    compiled, source = _lambdify(family)
+    compiled, source = _lambdify(family, which)
     if path is not None:
         try:
             _write_atomic(path, source)
@@ -209,13 +224,19 @@ def compile_family(family: Any) -> Compiled:
     return compiled
 
 
-def _lambdify(family: Any) -> tuple[Compiled, str]:
+@lru_cache(maxsize=16)
+def _built(family: Any) -> Any:
+    from perfmodel.step import build
+
+    return build(family)
+
+
+def _lambdify(family: Any, which: str) -> tuple[Compiled, str]:
     import sympy as sp
 
     from perfmodel import symbols as S
-    from perfmodel.step import build
 
-    outputs = outputs_of(build(family))
+    outputs = outputs_of(_built(family), which)
     table = S.table()
     used = set().union(*(sp.sympify(e).free_symbols for e in outputs.values()))
     arg_names = tuple(name for name, (sym, _) in table.items() if sym in used)
@@ -226,7 +247,14 @@ def _lambdify(family: Any) -> tuple[Compiled, str]:
 
     body = inspect.getsource(fn)
     header = json.dumps({"args": arg_names, "outs": list(outputs)})
-    source = (f"# perfmodel compiled family\n# {header}\nimport numpy\nfrom numpy import *\n"
+    # import only the numpy names the code uses: `from numpy import *` would load numpy's lazy
+    # submodules (f2py, ...) and cost most of a second at every start
+    import ast
+
+    names = {node.id for node in ast.walk(ast.parse(body)) if isinstance(node, ast.Name)}
+    used_numpy = sorted(n for n in names if hasattr(np, n) and not n.startswith("_"))
+    imports = f"from numpy import {', '.join(used_numpy)}\n" if used_numpy else ""
+    source = (f"# perfmodel compiled family\n# {header}\nimport numpy\n{imports}"
               f"from functools import reduce\n{body}")
     return Compiled(arg_names, tuple(outputs), fn), source
 

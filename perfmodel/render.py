@@ -12,7 +12,11 @@ from perfmodel.predict import Prediction
 
 
 def _console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    import sys
+
+    # piped output is not cut to 80 columns: tables stay whole in files and logs
+    width = None if sys.stdout.isatty() else 200
+    return Console(highlight=False, soft_wrap=False, width=width)
 
 
 def fmt_seconds(t: float) -> str:
@@ -112,3 +116,72 @@ def print_presets(as_json: bool) -> None:
         md.add_row(name, str(m.layers), str(m.hidden), str(m.heads), str(m.kv_heads),
                    str(m.ffn_hidden), str(m.seq_len), str(m.vocab), m.source)
     con.print(md)
+
+
+def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
+    con = _console()
+    r = rec.result
+    con.print(f"searched {r.enumerated:,} plans ({r.evaluated:,} evaluated after the memory bound, "
+              f"{int(r.feasible.sum()):,} fit) in {r.search_time_s:.2f} s; objective "
+              f"{r.request.objective.value}")
+    if not rec.top:
+        info = rec.explanation["infeasible"]
+        con.print(f"[red]no plan[/]: {info['reason']}")
+        for near in info["nearest"]:
+            con.print(f"  nearest: {near['plan']}: {fmt_bytes(near['memory_per_gpu_bytes'])} per GPU, "
+                      f"{fmt_seconds(near['step_time_s'])}")
+        return
+    table = Table(title="best plans")
+    for col in ("#", "dp", "tp", "pp", "mb", "schedule", "recompute", "sp", "zero", "placement",
+                "step time", "tokens/s", "MFU", "memory/GPU"):
+        table.add_column(col, justify="right" if col not in ("schedule", "recompute", "placement") else "left")
+    for rank, p in enumerate(rec.top, start=1):
+        pl = p.plan
+        sched = pl.schedule.value + (f" v={pl.virtual_stages}" if pl.virtual_stages > 1 else "")
+        table.add_row(str(rank), str(pl.dp), str(pl.tp), str(pl.pp), str(pl.micro_batch), sched,
+                      pl.recompute.value, "yes" if pl.sequence_parallel else "", str(pl.zero),
+                      ",".join(pl.placement), fmt_seconds(p.step_time_s), f"{p.tokens_per_s:,.0f}",
+                      f"{p.mfu:.1%}", fmt_bytes(p.memory_per_gpu_bytes))
+    con.print(table)
+    best = rec.top[0]
+    breakdown = Table(title=f"best plan: {rec.explanation['best']}")
+    breakdown.add_column("term")
+    breakdown.add_column("time", justify="right")
+    breakdown.add_column("share", justify="right")
+    for name, t in best.breakdown_s.items():
+        if t > 0:
+            breakdown.add_row(name, fmt_seconds(t), f"{t / best.step_time_s:.1%}")
+    con.print(breakdown)
+    con.print("[bold]what binds it[/]")
+    for line in rec.explanation["binding"]:
+        con.print(f"  - {line}")
+    if "runner_up" in rec.explanation:
+        ru = rec.explanation["runner_up"]
+        con.print(f"[bold]runner-up[/] {ru['plan']}: slower by {fmt_seconds(ru['slower_by_s'])}, "
+                  f"memory {ru['memory_delta_bytes'] / 2**30:+.1f} GiB; trades "
+                  + ", ".join(ru["trades"]))
+    curve = Table(title="throughput against micro-batch size (same layout)")
+    for col in ("micro-batch", "step time", "tokens/s", "memory/GPU", "fits"):
+        curve.add_column(col, justify="right")
+    for row in rec.explanation["micro_batch_curve"]:
+        curve.add_row(str(row["micro_batch"]), fmt_seconds(row["step_time_s"]),
+                      f"{row['tokens_per_s']:,.0f}", fmt_bytes(row["memory_per_gpu_bytes"]),
+                      "yes" if row["fits"] else "[red]no (memory limit)[/]")
+    con.print(curve)
+    if "sensitivities" in data:
+        sens = Table(title="sensitivity of the step time (elasticity: % change per +1%)")
+        sens.add_column("hardware parameter")
+        sens.add_column("elasticity", justify="right")
+        for name, value in sorted(data["sensitivities"].items(), key=lambda kv: kv[1]):
+            sens.add_row(name, f"{value:+.3f}")
+        con.print(sens)
+    if "what_if" in data and data["what_if"]["best"]:
+        w = data["what_if"]
+        plan = w["best"]["plan"]
+        con.print(f"[bold]what if[/] {', '.join(w['changes'])}: best becomes dp={plan['dp']} "
+                  f"tp={plan['tp']} pp={plan['pp']} mb={plan['micro_batch']} {plan['schedule']}, "
+                  f"{fmt_seconds(w['best']['step_time_s'])} per step ({w['speedup']:.3f}x)")
+    if "validation" in data:
+        v = data["validation"]
+        con.print(f"[bold]validation[/] predicted {fmt_seconds(v['predicted_step_time_s'])}, measured "
+                  f"{fmt_seconds(v['measured_step_time_s'])} ({v['relative_error']:+.1%})")

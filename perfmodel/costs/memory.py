@@ -10,6 +10,10 @@ from __future__ import annotations
 import sympy as sp
 
 from perfmodel.costs.compute import Flag, as_flag
+from perfmodel.costs.precision import (  # noqa: F401  (re-exported)
+    model_state_bytes_per_param,
+    optimizer_step_bytes_per_param,
+)
 
 
 def layer_params(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, *, gated: Flag, bias: Flag,
@@ -31,33 +35,6 @@ def layer_params(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, *, gated: Flag
 def embedding_params(h: sp.Expr, V: sp.Expr, s: sp.Expr, *, learned_positions: Flag) -> dict[str, sp.Expr]:
     """Word embedding (vocabulary split over tp) and learned positions (replicated)."""
     return {"sharded": V * h, "replicated": as_flag(learned_positions) * s * h}
-
-
-def model_state_bytes_per_param(precision: str) -> dict[str, int]:
-    """Bytes per parameter of weights, gradients and Adam states, as Megatron-LM keeps them.
-
-    bf16: 2 (weights) + 4 (fp32 main gradients: Megatron-LM accumulates and reduces gradients in fp32
-    with --bf16) + 12 (fp32 master weights, momentum, variance) = 18.
-    fp16: 2 + 2 + 12 = 16 (ZeRO, Rajbhandari et al. 2020, Sec. 3.1). fp32/tf32: 4 + 4 + 8 = 16.
-    """
-    if precision == "bf16":
-        return {"weights": 2, "gradients": 4, "optimizer_states": 12}
-    if precision == "fp16":
-        return {"weights": 2, "gradients": 2, "optimizer_states": 12}
-    return {"weights": 4, "gradients": 4, "optimizer_states": 8}
-
-
-def optimizer_step_bytes_per_param(precision: str) -> int:
-    """Bytes the optimizer step reads and writes per local parameter (memory-bound kernels).
-
-    Adam: read master weights, gradient, momentum, variance (4 x 4), write weights, momentum,
-    variance (3 x 4) = 28; gradient-norm clipping reads the gradients (4); zeroing the gradient
-    buffer writes them (4 or 2). Mixed precision also copies master weights to the 16-bit weights
-    (read 4, write 2); fp16 first copies 16-bit gradients to fp32 (read 2, write 4) and unscales them
-    with an inf/nan check (read 4, write 4), as Megatron-LM's Float16OptimizerWithFloat16Params does.
-    bf16: 28 + 4 + 4 + 6 = 42; fp16: 28 + 4 + 2 + 6 + 6 + 8 = 54; fp32: 28 + 4 + 4 = 36.
-    """
-    return {"bf16": 42, "fp16": 54}.get(precision, 36)
 
 
 def zero_divisors(zero1: Flag, zero2: Flag, zero3: Flag, dp: sp.Expr) -> dict[str, sp.Expr]:

@@ -1,0 +1,212 @@
+"""`perfmodel recommend`: the search, then why the best plan wins, what binds it, what-ifs."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from perfmodel.errors import PlanError
+from perfmodel.predict import Prediction, predict
+from perfmodel.search import SearchRequest, SearchResult, divisors, search
+from perfmodel.specs.hardware import HardwareSpec, hardware_from_dict
+from perfmodel.specs.model import TransformerSpec
+
+COMM_TERMS = ("comm/tp", "comm/dp", "pipeline/p2p")
+
+
+@dataclass
+class Recommendation:
+    result: SearchResult
+    top: list[Prediction]
+    explanation: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.result
+        plans = []
+        for i, p in zip(r.order[: len(self.top)], self.top, strict=True):
+            entry = p.to_dict()
+            entry["objective"] = float(r.objective[i])
+            plans.append(entry)
+        return {
+            "plans": plans,
+            "evaluated": int(r.evaluated),
+            "enumerated": int(r.enumerated),
+            "feasible": int(r.feasible.sum()),
+            "search_time_s": r.search_time_s,
+            "objective": r.request.objective.value,
+            "explanation": self.explanation,
+        }
+
+
+def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest,
+              top: int = 5) -> Recommendation:
+    result = search(model, hardware, req)
+    if len(result.order) == 0:
+        return Recommendation(result, [], {"infeasible": infeasible_reason(model, hardware, req, result)})
+    best_plans = [predict(model, hardware, result.plan(i)) for i in result.order[:top]]
+    return Recommendation(result, best_plans, explain_best(model, hardware, result, best_plans))
+
+
+def explain_best(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
+                 best: list[Prediction]) -> dict[str, Any]:
+    """What binds the best plan and what the runner-up trades."""
+    b = best[0]
+    t = b.step_time_s
+    comm = sum(b.breakdown_s[k] for k in COMM_TERMS)
+    bubble = b.breakdown_s["pipeline/bubble"]
+    shares = {"memory": b.memory_per_gpu_bytes / b.memory_capacity_bytes,
+              "bubble": bubble / t, "exposed_communication": comm / t, "mfu": b.mfu}
+    faster = np.flatnonzero((result.step_time_s < b.step_time_s * (1 - 1e-9)) & ~result.feasible
+                            & np.isfinite(result.step_time_s))
+    binding = []
+    if len(faster):
+        j = faster[np.argmin(result.step_time_s[faster])]
+        binding.append(
+            f"memory: {len(faster)} faster plans do not fit; the fastest of them "
+            f"({_short(result.plan(j))}) would take {result.step_time_s[j]:.4g} s but needs "
+            f"{result.memory_bytes[j] / 2**30:.1f} GiB of {result.capacity_bytes / 2**30:.1f} GiB")
+    if shares["bubble"] > 0.05:
+        binding.append(f"pipeline bubble: {shares['bubble']:.1%} of the step")
+    if shares["exposed_communication"] > 0.05:
+        parts = ", ".join(f"{k} {b.breakdown_s[k] / t:.1%}" for k in COMM_TERMS if b.breakdown_s[k] > 0)
+        binding.append(f"exposed communication: {shares['exposed_communication']:.1%} ({parts})")
+    compute = sum(v for k, v in b.breakdown_s.items() if k.startswith("compute/"))
+    binding.append(f"compute efficiency: compute is {compute / t:.1%} of the step, MFU {b.mfu:.1%}")
+    out: dict[str, Any] = {"best": _short(b.plan), "binding": binding, "shares": shares}
+    if len(best) > 1:
+        r = best[1]
+        diffs = sorted(((k, r.breakdown_s.get(k, 0) - v) for k, v in b.breakdown_s.items()),
+                       key=lambda kv: -abs(kv[1]))
+        out["runner_up"] = {
+            "plan": _short(r.plan),
+            "slower_by_s": r.step_time_s - b.step_time_s,
+            "memory_delta_bytes": r.memory_per_gpu_bytes - b.memory_per_gpu_bytes,
+            "trades": [f"{k} {d:+.4g} s" for k, d in diffs[:3] if abs(d) > 0],
+        }
+    out["micro_batch_curve"] = micro_batch_curve(model, b.hardware, b.plan)
+    return out
+
+
+def micro_batch_curve(model: TransformerSpec, hardware: HardwareSpec, plan: Any) -> list[dict[str, Any]]:
+    """Throughput and memory against the micro-batch size for the plan's layout (seed 002's search)."""
+    rows = []
+    for mb in divisors(plan.global_batch // plan.dp):
+        try:
+            p = predict(model, hardware, plan.replace(micro_batch=mb))
+        except PlanError:
+            continue
+        rows.append({"micro_batch": mb, "step_time_s": p.step_time_s, "tokens_per_s": p.tokens_per_s,
+                     "memory_per_gpu_bytes": p.memory_per_gpu_bytes, "fits": p.fits_in_memory})
+    return rows
+
+
+def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest,
+                      result: SearchResult) -> dict[str, Any]:
+    """Why nothing was recommended: the rule that removed every plan, or the nearest plans."""
+    if result.enumerated == 0:
+        relaxed = dataclasses.replace(req, dp=None, tp=None, pp=None, micro_batch=None,
+                                      schedule=None, virtual_stages=None, max_tp=None, max_pp=None,
+                                      max_micro_batch=None)
+        from perfmodel.search import enumerate_plans
+
+        n = len(enumerate_plans(model, relaxed))
+        pins = {k: getattr(req, k) for k in ("dp", "tp", "pp", "micro_batch", "schedule",
+                                             "virtual_stages", "max_tp", "max_pp", "max_micro_batch")
+                if getattr(req, k) is not None}
+        reason = (f"no plan satisfies the pins {pins} with {', '.join(map(str, req.gpus))} GPUs and "
+                  f"global batch {req.global_batch} (dp x tp x pp must equal the GPU count, tp must "
+                  f"divide heads {model.heads}, pp must divide layers {model.layers}, dp must divide "
+                  f"the global batch); without the pins {n} plans exist")
+        return {"binding": "pins", "reason": reason, "nearest": []}
+    near = np.argsort(result.memory_bytes)[:3]
+    nearest = [{"plan": _short(result.plan(i)), "memory_per_gpu_bytes": float(result.memory_bytes[i]),
+                "step_time_s": float(result.step_time_s[i])} for i in near]
+    reason = (f"no plan fits in memory: the leanest needs {result.memory_bytes[near[0]] / 2**30:.1f} GiB "
+              f"per GPU of {result.capacity_bytes / 2**30:.1f} GiB usable "
+              f"(memory_margin {req.memory_margin:.0%}); more GPUs, ZeRO-3, full recompute or a "
+              f"smaller micro-batch reduce it")
+    return {"binding": "memory", "reason": reason, "nearest": nearest}
+
+
+def _short(plan: Any) -> str:
+    extra = []
+    if plan.schedule.value == "interleaved":
+        extra.append(f"v={plan.virtual_stages}")
+    if plan.sequence_parallel:
+        extra.append("sp")
+    if plan.zero:
+        extra.append(f"zero{plan.zero}")
+    return (f"dp={plan.dp} tp={plan.tp} pp={plan.pp} mb={plan.micro_batch} {plan.schedule.value} "
+            f"recompute={plan.recompute.value}" + ("".join(f" {e}" for e in extra)))
+
+
+_WHAT_IF = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=\s*([0-9.eE+-]+)\s*(x?)\s*$")
+
+
+def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
+    """'inter_node.bandwidth_bytes_per_s=2x' (a factor) or '=400e9' (a value) -> a new spec."""
+    match = _WHAT_IF.match(change)
+    if not match:
+        raise PlanError(f"--what-if must look like FIELD=VALUE or FIELD=FACTORx "
+                        f"(e.g. inter_node.bandwidth_bytes_per_s=2x), got '{change}'")
+    path, number, is_factor = match.group(1).split("."), float(match.group(2)), bool(match.group(3))
+    data = hardware.to_dict()
+    node: Any = data
+    for key in path[:-1]:
+        if not isinstance(node, dict) or key not in node:
+            raise PlanError(f"--what-if: unknown hardware field '{match.group(1)}'")
+        node = node[key]
+    last = path[-1]
+    if not isinstance(node, dict) or last not in node or isinstance(node[last], (dict, list, tuple, str)):
+        if isinstance(node, dict) and isinstance(node.get(last), dict):  # e.g. peak_flops_per_s=2x
+            if not is_factor:
+                raise PlanError(f"--what-if: {match.group(1)} is a mapping; give a factor like 2x")
+            node[last] = {k: v * number for k, v in node[last].items()}
+        else:
+            raise PlanError(f"--what-if: unknown numeric hardware field '{match.group(1)}'")
+    else:
+        node[last] = node[last] * number if is_factor else number
+    data["collectives"] = [dataclasses.asdict(c) if not isinstance(c, dict) else c
+                           for c in data.get("collectives", ())]
+    gemm = data.pop("gemm_efficiency")
+    data["gemm_efficiency"] = {k: v for k, v in gemm.items()}
+    return hardware_from_dict(data, f"hardware '{hardware.name}' ({change})")
+
+
+HARDWARE_SENSITIVITIES = {
+    "peak_flops_per_s": "peak FLOP/s",
+    "memory_bandwidth_bytes_per_s": "memory bandwidth",
+    "intra_bandwidth": "intra-node bandwidth",
+    "inter_bandwidth": "inter-node bandwidth",
+    "intra_latency_s": "intra-node latency",
+    "inter_latency_s": "inter-node latency",
+    "kernel_overhead_s": "kernel overhead",
+}
+
+
+def sensitivities(model: TransformerSpec, hardware: HardwareSpec, plan: Any) -> dict[str, float]:
+    """Elasticity of the step time to each hardware parameter, (dT/dx) (x/T), by sympy derivative
+    of the plan's specialised step-time formula.
+
+    -0.6 for peak FLOP/s means 1% more FLOP/s gives 0.6% less step time.
+    """
+    import sympy as sp
+
+    from perfmodel import symbols as S
+    from perfmodel.evaluate import family_of, values_of
+    from perfmodel.step import build
+
+    step = build(family_of(model, hardware, plan, specialise=True)).step_time
+    values = values_of(model, hardware, plan)
+    table = S.table()
+    numbers = {sym: values[name] for name, (sym, _) in table.items() if name in values}
+    t = float(step.xreplace(numbers))
+    out = {}
+    for name in HARDWARE_SENSITIVITIES:
+        derivative = sp.diff(step, table[name][0])
+        out[name] = float(derivative.xreplace(numbers)) * values[name] / t
+    return out

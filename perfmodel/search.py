@@ -1,0 +1,316 @@
+"""Search every plan: enumerate -> prune by a cheap bound -> evaluate vectorised -> rank.
+
+All plans of a request are columns of numpy arrays; the universal expression (one per hardware, see
+perfmodel.family) is compiled once and evaluated over all of them in one call.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from perfmodel.errors import PlanError
+from perfmodel.evaluate import compile_family, family_of
+from perfmodel.specs.hardware import HardwareSpec
+from perfmodel.specs.model import TransformerSpec
+from perfmodel.strategy import BYTES_PER_ELEMENT, Dtype, Plan
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTES = ("none", "selective", "full")
+PLACEMENTS = ("tp,dp,pp", "tp,pp,dp", "dp,tp,pp")
+
+
+class Objective(StrEnum):
+    STEP_TIME = "step_time"
+    TIME_TO_TRAIN = "time_to_train"
+    COST = "cost"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchRequest:
+    """What to search. Pins (a value) fix an option; None leaves it free."""
+
+    gpus: tuple[int, ...]
+    global_batch: int
+    dtype: str = "bf16"
+    dp: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    micro_batch: int | None = None
+    schedule: str | None = None
+    virtual_stages: int | None = None
+    recompute: str | None = None
+    sequence_parallel: bool | None = None
+    zero: int | None = None
+    placement: str | None = None
+    max_tp: int | None = None
+    max_pp: int | None = None
+    max_micro_batch: int | None = None
+    flash_attention: bool = False
+    overlap_grad_sync: bool = False
+    memory_margin: float = 0.0
+    objective: Objective = Objective.STEP_TIME
+    tokens: float | None = None
+    gpu_hour_price: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.gpus or any(g < 1 for g in self.gpus):
+            raise PlanError("gpus must be one or more positive whole numbers")
+        if self.global_batch < 1:
+            raise PlanError(f"global_batch must be >= 1, got {self.global_batch}")
+        if not 0 <= self.memory_margin < 1:
+            raise PlanError(f"memory_margin must be in [0, 1), got {self.memory_margin}")
+        objective = Objective(self.objective)
+        object.__setattr__(self, "objective", objective)
+        if objective is Objective.TIME_TO_TRAIN and not self.tokens:
+            raise PlanError("objective time_to_train needs --tokens (the token budget)")
+        if objective is Objective.COST and not self.gpu_hour_price:
+            raise PlanError("objective cost needs --gpu-hour-price")
+        if self.schedule is not None and self.schedule not in SCHEDULES:
+            raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, got '{self.schedule}'")
+        if self.recompute is not None and self.recompute not in RECOMPUTES:
+            raise PlanError(f"recompute must be one of {', '.join(RECOMPUTES)}, got '{self.recompute}'")
+        if self.placement is not None and self.placement not in PLACEMENTS:
+            raise PlanError(f"placement must be one of {', '.join(PLACEMENTS)}, got '{self.placement}'")
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+@dataclass
+class Plans:
+    """Columns of plans (numpy arrays of equal length)."""
+
+    cols: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(next(iter(self.cols.values()))) if self.cols else 0
+
+    def take(self, index: np.ndarray) -> Plans:
+        return Plans({k: v[index] for k, v in self.cols.items()})
+
+    def plan(self, i: int, dtype: str, flash: bool, overlap: bool) -> Plan:
+        c = self.cols
+        return Plan(gpus=int(c["gpus"][i]), dp=int(c["dp"][i]), tp=int(c["tp"][i]),
+                    pp=int(c["pp"][i]), micro_batch=int(c["micro_batch"][i]),
+                    global_batch=int(c["global_batch"][i]),
+                    schedule=SCHEDULES[int(c["schedule"][i])],
+                    virtual_stages=int(c["virtual_stages"][i]),
+                    sequence_parallel=bool(c["sequence_parallel"][i]),
+                    recompute=RECOMPUTES[int(c["recompute"][i])], zero=int(c["zero"][i]),
+                    dtype=dtype, flash_attention=flash, overlap_grad_sync=overlap,
+                    placement=PLACEMENTS[int(c["placement"][i])])
+
+
+def _degree_triples(model: TransformerSpec, req: SearchRequest) -> list[tuple[int, int, int, int]]:
+    """(gpus, dp, tp, pp) that multiply out and divide the model and the batch."""
+    out = []
+    for gpus in req.gpus:
+        for tp in divisors(gpus):
+            if req.tp is not None and tp != req.tp or req.max_tp is not None and tp > req.max_tp:
+                continue
+            if model.heads % tp or model.ffn_hidden % tp or (model.kv_heads % tp and tp % model.kv_heads):
+                continue
+            for pp in divisors(gpus // tp):
+                if req.pp is not None and pp != req.pp or req.max_pp is not None and pp > req.max_pp:
+                    continue
+                if model.layers % pp:
+                    continue
+                dp = gpus // (tp * pp)
+                if req.dp is not None and dp != req.dp or req.global_batch % dp:
+                    continue
+                out.append((gpus, dp, tp, pp))
+    return out
+
+
+def enumerate_plans(model: TransformerSpec, req: SearchRequest) -> Plans:
+    """Every valid plan of the request, as columns."""
+    rows: list[dict[str, np.ndarray]] = []
+    for gpus, dp, tp, pp in _degree_triples(model, req):
+        per_replica = req.global_batch // dp
+        mbs = [b for b in divisors(per_replica)
+               if (req.micro_batch is None or b == req.micro_batch)
+               and (req.max_micro_batch is None or b <= req.max_micro_batch)]
+        scheds: list[tuple[int, int]] = []
+        for code, name in enumerate(SCHEDULES):
+            if req.schedule is not None and name != req.schedule:
+                continue
+            if name == "interleaved":
+                if pp < 2:
+                    continue
+                for v in divisors(model.layers // pp):
+                    if v >= 2 and (req.virtual_stages is None or v == req.virtual_stages):
+                        scheds.append((code, v))
+            elif req.virtual_stages in (None, 1) and (name == "1f1b" or pp > 1):
+                scheds.append((code, 1))  # with pp = 1 the schedules coincide: keep 1f1b
+        recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)]
+        sps = [s for s in ((0, 1) if tp > 1 else (0,)) if req.sequence_parallel in (None, bool(s))]
+        zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,)) if req.zero in (None, z)]
+        places = [i for i, p in enumerate(PLACEMENTS) if req.placement in (None, p)]
+        if req.placement is None:  # orders that differ only in an axis of degree 1 are the same
+            seen, unique = set(), []
+            for i in places:
+                key = tuple(a for a in PLACEMENTS[i].split(",") if {"tp": tp, "dp": dp, "pp": pp}[a] > 1)
+                if key not in seen:
+                    seen.add(key)
+                    unique.append(i)
+            places = unique
+        if not (mbs and scheds and recs and sps and zeros and places):
+            continue
+        grid = np.meshgrid(np.array(mbs), np.arange(len(scheds)), np.array(recs), np.array(sps),
+                           np.array(zeros), np.array(places), indexing="ij")
+        b, si, rc, spar, z, pl = (g.ravel() for g in grid)
+        sched = np.array(scheds)[si]
+        m = req.global_batch // (dp * b)
+        ok = (sched[:, 0] != 2) | (m % pp == 0)  # interleaving needs m divisible by pp
+        n = int(ok.sum())
+        rows.append({
+            "gpus": np.full(n, gpus), "dp": np.full(n, dp), "tp": np.full(n, tp),
+            "pp": np.full(n, pp), "micro_batch": b[ok], "global_batch": np.full(n, req.global_batch),
+            "schedule": sched[ok, 0], "virtual_stages": sched[ok, 1], "recompute": rc[ok],
+            "sequence_parallel": spar[ok], "zero": z[ok], "placement": pl[ok],
+        })
+    if not rows:
+        return Plans({})
+    return Plans({k: np.concatenate([r[k] for r in rows]) for k in rows[0]})
+
+
+def values_of_plans(model: TransformerSpec, hardware: HardwareSpec, plans: Plans, dtype: str,
+                    flash: bool, overlap: bool) -> dict[str, Any]:
+    """The symbols' values for every plan: arrays for what varies, numbers for what does not."""
+    from perfmodel.costs.precision import model_state_bytes_per_param, optimizer_step_bytes_per_param
+    from perfmodel.evaluate import precision_of, values_of
+
+    c = plans.cols
+    probe = Plan(gpus=1, dtype=dtype, flash_attention=flash, overlap_grad_sync=overlap)
+    vals: dict[str, Any] = values_of(model, hardware, probe)  # model, hardware and dtype values
+    precision = precision_of(probe)
+    state = model_state_bytes_per_param(precision)
+    vals.update({
+        "dp": c["dp"], "tp": c["tp"], "pp": c["pp"], "micro_batch": c["micro_batch"],
+        "global_batch": c["global_batch"], "virtual_stages": c["virtual_stages"],
+        "bytes_per_element": BYTES_PER_ELEMENT[Dtype(dtype)],
+        "weight_bytes_per_param": state["weights"], "grad_bytes_per_param": state["gradients"],
+        "optimizer_bytes_per_param": state["optimizer_states"],
+        "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(precision),
+        "is_sequence_parallel": c["sequence_parallel"].astype(float),
+        "is_recompute_full": (c["recompute"] == 2).astype(float),
+        "is_recompute_selective": (c["recompute"] == 1).astype(float),
+        "is_zero1": (c["zero"] >= 1).astype(float), "is_zero2": (c["zero"] >= 2).astype(float),
+        "is_zero3": (c["zero"] >= 3).astype(float),
+        "is_gpipe": (c["schedule"] == 0).astype(float),
+        "is_interleaved": (c["schedule"] == 2).astype(float),
+    })
+    gpn = hardware.gpus_per_node
+    degree = {"tp": c["tp"], "dp": c["dp"], "pp": c["pp"]}
+    k_out = {a: np.ones(len(plans), dtype=np.int64) for a in degree}
+    for code, order in enumerate(PLACEMENTS):
+        rows = c["placement"] == code
+        stride = np.ones(len(plans), dtype=np.int64)
+        for axis in order.split(","):
+            n = degree[axis]
+            k = np.where(stride >= gpn, 1, np.clip(gpn // np.maximum(stride, 1), 1, None))
+            k = np.minimum(k, n)
+            k_out[axis] = np.where(rows, k, k_out[axis])
+            stride = stride * n
+    for axis, n in degree.items():
+        k = k_out[axis]
+        vals[f"{axis}_per_node"] = k
+        intra = k >= n
+        inter = (k == 1) & ~intra
+        vals[f"is_{axis}_intra"] = intra.astype(float)
+        vals[f"is_{axis}_inter"] = inter.astype(float)
+        vals[f"is_{axis}_mixed"] = (~intra & ~inter).astype(float)
+    return vals
+
+
+@dataclass
+class SearchResult:
+    request: SearchRequest
+    plans: Plans
+    step_time_s: np.ndarray
+    memory_bytes: np.ndarray
+    model_flops: np.ndarray
+    feasible: np.ndarray
+    objective: np.ndarray
+    order: np.ndarray  # feasible plans, best first
+    enumerated: int
+    evaluated: int
+    search_time_s: float
+    capacity_bytes: float
+    notes: list[str] = field(default_factory=list)
+
+    def plan(self, i: int) -> Plan:
+        r = self.request
+        return self.plans.plan(int(i), r.dtype, r.flash_attention, r.overlap_grad_sync)
+
+    def frame(self) -> Any:
+        """Every evaluated plan as a pandas DataFrame."""
+        import pandas as pd
+
+        c = self.plans.cols
+        df = pd.DataFrame({k: v for k, v in c.items()})
+        df["schedule"] = [SCHEDULES[i] for i in c["schedule"]]
+        df["recompute"] = [RECOMPUTES[i] for i in c["recompute"]]
+        df["placement"] = [PLACEMENTS[i] for i in c["placement"]]
+        df["sequence_parallel"] = c["sequence_parallel"].astype(bool)
+        df["step_time_s"] = self.step_time_s
+        df["memory_per_gpu_bytes"] = self.memory_bytes
+        df["fits_in_memory"] = self.feasible
+        df["objective"] = self.objective
+        return df
+
+
+def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest) -> SearchResult:
+    """Enumerate, prune, evaluate and rank every plan of the request."""
+    start = time.perf_counter()
+    plans = enumerate_plans(model, req)
+    enumerated = len(plans)
+    capacity = hardware.memory_bytes * (1 - req.memory_margin) - hardware.memory_reserved_bytes
+    notes: list[str] = []
+    empty = np.zeros(0)
+    if enumerated == 0:
+        return SearchResult(req, plans, empty, empty, empty, empty.astype(bool), empty,
+                            empty.astype(int), 0, 0, time.perf_counter() - start, capacity, notes)
+    family = family_of(model, hardware, Plan(gpus=1))
+    vals = values_of_plans(model, hardware, plans, req.dtype, req.flash_attention,
+                           req.overlap_grad_sync)
+    bounds = compile_family(family, "bounds")(vals)
+    states = np.maximum(bounds["states:first"], bounds["states:last"]) * np.ones(enumerated)
+    keep = states <= capacity  # model states alone must fit: a lower bound on memory
+    step = np.full(enumerated, np.inf)
+    memory = np.array(states, dtype=float)
+    flops = np.zeros(enumerated)
+    evaluated = int(keep.sum())
+    if evaluated:
+        sub = {k: (v[keep] if isinstance(v, np.ndarray) and v.shape == (enumerated,) else v)
+               for k, v in vals.items()}
+        out = compile_family(family, "search")(sub)
+        step[keep] = out["step_time"]
+        memory[keep] = np.maximum(out["memory:first"], out["memory:last"])
+        flops[keep] = out["q:model_flops_per_step"]
+    feasible = keep & (memory <= capacity)
+    objective = _objective(req, model, step, plans)
+    idx = np.flatnonzero(feasible)
+    order = idx[np.lexsort((memory[idx], objective[idx]))]
+    return SearchResult(req, plans, step, memory + hardware.memory_reserved_bytes, flops, feasible,
+                        objective, order, enumerated, evaluated, time.perf_counter() - start,
+                        capacity + hardware.memory_reserved_bytes, notes)
+
+
+def _objective(req: SearchRequest, model: TransformerSpec, step: np.ndarray, plans: Plans) -> np.ndarray:
+    """Seconds per step, seconds to train the token budget, or the price of that (or of a step)."""
+    if req.objective is Objective.STEP_TIME:
+        return step
+    tokens_per_step = plans.cols["global_batch"] * model.seq_len
+    seconds = step * (req.tokens / tokens_per_step) if req.tokens else step
+    if req.objective is Objective.TIME_TO_TRAIN:
+        return seconds
+    return seconds / 3600 * plans.cols["gpus"] * req.gpu_hour_price
