@@ -26,8 +26,17 @@ TARGET_S = {"quick": 120.0, "full": 600.0}
 
 
 def run(mode: str, nprocs: int, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "perfmodel", "calibrate", "run", "--out", str(out),
-           "--nprocs", str(nprocs)] + (["--quick"] if mode == "quick" else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "perfmodel",
+        "calibrate",
+        "run",
+        "--out",
+        str(out),
+        "--nprocs",
+        str(nprocs),
+    ] + (["--quick"] if mode == "quick" else [])
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     load = os.getloadavg()[0]
     start = time.perf_counter()
@@ -40,9 +49,15 @@ def run(mode: str, nprocs: int, out: Path) -> dict:
     for fit in doc["fits"].values():
         errors.setdefault(fit["kind"], []).append(fit["median_rel_error"])
     points = sum(f["n_points"] for f in doc["fits"].values())
-    return {"mode": mode, "wall_s": wall, "target_s": TARGET_S[mode], "points": points,
-            "load_before": load, "load_after": os.getloadavg()[0],
-            **{f"median_err_{k}": statistics.median(v) for k, v in sorted(errors.items())}}
+    return {
+        "mode": mode,
+        "wall_s": wall,
+        "target_s": TARGET_S[mode],
+        "points": points,
+        "load_before": load,
+        "load_after": os.getloadavg()[0],
+        **{f"median_err_{k}": statistics.median(v) for k, v in sorted(errors.items())},
+    }
 
 
 def main() -> None:
@@ -59,11 +74,16 @@ def main() -> None:
     print(f"perfmodel calibrate run, {args.nprocs} ranks, {os.cpu_count()} cores")
     for row in rows:
         verdict = "ok" if row["wall_s"] < row["target_s"] else "OVER TARGET"
-        errs = ", ".join(f"{k.removeprefix('median_err_')} {v:.1%}" for k, v in row.items()
-                         if k.startswith("median_err_"))
-        print(f"{row['mode']:>5}: {row['wall_s']:6.1f} s (target < {row['target_s']:.0f} s, "
-              f"{verdict}); {row['points']} points; median fit error: {errs}; load "
-              f"{row['load_before']:.1f} -> {row['load_after']:.1f}")
+        errs = ", ".join(
+            f"{k.removeprefix('median_err_')} {v:.1%}"
+            for k, v in row.items()
+            if k.startswith("median_err_")
+        )
+        print(
+            f"{row['mode']:>5}: {row['wall_s']:6.1f} s (target < {row['target_s']:.0f} s, "
+            f"{verdict}); {row['points']} points; median fit error: {errs}; load "
+            f"{row['load_before']:.1f} -> {row['load_after']:.1f}"
+        )
 
 
 if __name__ == "__main__":

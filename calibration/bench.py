@@ -29,8 +29,15 @@ class Sweep:
     gemm_shapes: tuple[tuple[int, int, int, int], ...]  # (b, m, n, k)
     memory_bytes: tuple[int, ...]
     collective_bytes: tuple[int, ...]
-    ops: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
-                            "all_to_all", "send_recv")
+    ops: tuple[str, ...] = (
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "broadcast",
+        "reduce",
+        "all_to_all",
+        "send_recv",
+    )
     stages: tuple[str, ...] = ("gemm", "memory", "collectives")
     repeats: int = 7
     warmup: int = 2
@@ -39,8 +46,9 @@ class Sweep:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def sweep_for(device: str, quick: bool, max_bytes: int | None = None,
-              stages: tuple[str, ...] | None = None) -> Sweep:
+def sweep_for(
+    device: str, quick: bool, max_bytes: int | None = None, stages: tuple[str, ...] | None = None
+) -> Sweep:
     """Sizes: bytes to hundreds of MB on GPU, to tens of MB on CPU (fewer with quick)."""
     gpu = device == "cuda"
     square = [64, 128, 256, 512, 1024] + ([2048, 4096, 8192] if gpu else [])
@@ -50,10 +58,18 @@ def sweep_for(device: str, quick: bool, max_bytes: int | None = None,
     tokens = [hidden // 4, hidden] if quick else [hidden // 8, hidden // 2, hidden * 2]
     shapes = [(1, s, s, s) for s in square]
     for t in tokens:  # a transformer layer: QKV, attention output, MLP up and down
-        shapes += [(1, t, 3 * hidden, hidden), (1, t, hidden, hidden), (1, t, 4 * hidden, hidden),
-                   (1, t, hidden, 4 * hidden)]
-    skinny = [(1, 16, hidden, hidden), (1, hidden, 16, hidden), (1, hidden, hidden, 16),
-              (4, hidden // 4, hidden // 4, hidden // 4)]
+        shapes += [
+            (1, t, 3 * hidden, hidden),
+            (1, t, hidden, hidden),
+            (1, t, 4 * hidden, hidden),
+            (1, t, hidden, 4 * hidden),
+        ]
+    skinny = [
+        (1, 16, hidden, hidden),
+        (1, hidden, 16, hidden),
+        (1, hidden, hidden, 16),
+        (4, hidden // 4, hidden // 4, hidden // 4),
+    ]
     shapes += skinny[:2] if quick else skinny
     top = max_bytes or ((1 << 28) if gpu else (1 << 23 if quick else 1 << 25))
     coll = [1 << p for p in range(3, 40, 2 if quick else 1) if (1 << p) <= top]
@@ -62,10 +78,16 @@ def sweep_for(device: str, quick: bool, max_bytes: int | None = None,
         mem_top = max(1 << 21, max_bytes)
         shapes = [s for s in shapes if s[0] * s[1] * s[2] * s[3] <= 1 << 27]
     mem = [1 << p for p in range(15, 40, 2 if quick else 1) if (1 << p) <= mem_top]
-    return Sweep(gemm_shapes=tuple(shapes), memory_bytes=tuple(mem), collective_bytes=tuple(coll),
-                 repeats=5 if quick else 9, warmup=1 if quick else 2,
-                 min_rep_s=5e-3 if quick else 1e-2,
-                 subgroups=True, stages=stages or ("gemm", "memory", "collectives"))
+    return Sweep(
+        gemm_shapes=tuple(shapes),
+        memory_bytes=tuple(mem),
+        collective_bytes=tuple(coll),
+        repeats=5 if quick else 9,
+        warmup=1 if quick else 2,
+        min_rep_s=5e-3 if quick else 1e-2,
+        subgroups=True,
+        stages=stages or ("gemm", "memory", "collectives"),
+    )
 
 
 class Recorder:
@@ -92,6 +114,7 @@ class Recorder:
 
 def _timer(torch: Any, device: Any) -> Callable[[Callable[[], None], int], float]:
     if device.type == "cuda":
+
         def run(fn: Callable[[], None], inner: int) -> float:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -101,16 +124,19 @@ def _timer(torch: Any, device: Any) -> Callable[[Callable[[], None], int], float
             end.synchronize()
             return start.elapsed_time(end) / 1e3 / inner
     else:
+
         def run(fn: Callable[[], None], inner: int) -> float:
             t0 = time.perf_counter()
             for _ in range(inner):
                 fn()
             return (time.perf_counter() - t0) / inner
+
     return run
 
 
-def measure(fn: Callable[[], None], sweep: Sweep, ctx: Context,
-            group: Any = None) -> tuple[float, float]:
+def measure(
+    fn: Callable[[], None], sweep: Sweep, ctx: Context, group: Any = None
+) -> tuple[float, float]:
     """(median seconds per call over repeats, spread) on this rank."""
     dist = ctx.dist
     for _ in range(sweep.warmup):
@@ -161,16 +187,38 @@ def bench_gemm(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
             a = torch.randn(b, m, k, device=ctx.device, dtype=tdt[dtype])
             w = torch.randn(b, k, n, device=ctx.device, dtype=tdt[dtype])
             med, spread = measure(lambda a=a, w=w: torch.bmm(a, w), sweep, ctx)
-            rec.add({"kind": "gemm", "dtype": dtype, "b": b, "m": m, "n": n, "k": k,
-                     "time_s": ctx.slowest(med), "spread": spread, "ranks": ctx.world})
+            rec.add(
+                {
+                    "kind": "gemm",
+                    "dtype": dtype,
+                    "b": b,
+                    "m": m,
+                    "n": n,
+                    "k": k,
+                    "time_s": ctx.slowest(med),
+                    "spread": spread,
+                    "ranks": ctx.world,
+                }
+            )
             yield
     if ctx.device.type == "cpu":  # bf16 matmul on CPU is 60-200x slower: one point to show it
         s = 128
         a = torch.randn(s, s, dtype=torch.bfloat16)
         med, spread = measure(lambda: a @ a, sweep, ctx)
-        rec.add({"kind": "gemm", "dtype": "bf16", "b": 1, "m": s, "n": s, "k": s,
-                 "time_s": ctx.slowest(med), "spread": spread, "ranks": ctx.world,
-                 "note": "bf16 on CPU: one point only"})
+        rec.add(
+            {
+                "kind": "gemm",
+                "dtype": "bf16",
+                "b": 1,
+                "m": s,
+                "n": s,
+                "k": s,
+                "time_s": ctx.slowest(med),
+                "spread": spread,
+                "ranks": ctx.world,
+                "note": "bf16 on CPU: one point only",
+            }
+        )
         yield
 
 
@@ -179,12 +227,22 @@ def bench_memory(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
     for nbytes in sweep.memory_bytes:
         n = max(1, nbytes // 4)
         x, y, z = (torch.rand(n, device=ctx.device) for _ in range(3))
-        kernels = {"copy": (lambda: y.copy_(x), 2 * 4 * n),  # read x, write y
-                   "triad": (lambda: torch.add(y, z, alpha=0.5, out=x), 3 * 4 * n)}
+        kernels = {
+            "copy": (lambda x=x, y=y: y.copy_(x), 2 * 4 * n),  # read x, write y
+            "triad": (lambda x=x, y=y, z=z: torch.add(y, z, alpha=0.5, out=x), 3 * 4 * n),
+        }
         for kernel, (fn, moved) in kernels.items():
             med, spread = measure(fn, sweep, ctx)
-            rec.add({"kind": "memory", "kernel": kernel, "nbytes": moved,
-                     "time_s": ctx.slowest(med), "spread": spread, "ranks": ctx.world})
+            rec.add(
+                {
+                    "kind": "memory",
+                    "kernel": kernel,
+                    "nbytes": moved,
+                    "time_s": ctx.slowest(med),
+                    "spread": spread,
+                    "ranks": ctx.world,
+                }
+            )
             yield
     # per-kernel launch overhead: the smallest op the framework runs
     one = torch.zeros(1, device=ctx.device)
@@ -198,17 +256,33 @@ def groups_for(world: int, local_world: int) -> list[tuple[str, str, list[list[i
     nodes = max(1, world // local_world)
     out = [("world", "inter" if nodes > 1 else "intra", [list(range(world))])]
     if nodes > 1:
-        out.append(("intra-node", "intra",
-                    [list(range(i * local_world, (i + 1) * local_world)) for i in range(nodes)]))
-        out.append(("inter-node", "inter",
-                    [list(range(j, world, local_world)) for j in range(local_world)]))
+        out.append(
+            (
+                "intra-node",
+                "intra",
+                [list(range(i * local_world, (i + 1) * local_world)) for i in range(nodes)],
+            )
+        )
+        out.append(
+            (
+                "inter-node",
+                "inter",
+                [list(range(j, world, local_world)) for j in range(local_world)],
+            )
+        )
     if world >= 4 and world % 2 == 0:
         rows, cols = 2, world // 2
         scope_row = "intra" if cols <= local_world else "inter"
-        out.append(("grid2d-rows", scope_row,
-                    [list(range(r * cols, (r + 1) * cols)) for r in range(rows)]))
-        out.append(("grid2d-cols", "intra" if nodes == 1 else "inter",
-                    [list(range(c, world, cols)) for c in range(cols)]))
+        out.append(
+            ("grid2d-rows", scope_row, [list(range(r * cols, (r + 1) * cols)) for r in range(rows)])
+        )
+        out.append(
+            (
+                "grid2d-cols",
+                "intra" if nodes == 1 else "inter",
+                [list(range(c, world, cols)) for c in range(cols)],
+            )
+        )
     if world >= 8 and world % 8 == 0:
         for axis, stride in enumerate((1, 2, 4)):
             parts = []
@@ -220,8 +294,9 @@ def groups_for(world: int, local_world: int) -> list[tuple[str, str, list[list[i
     return out
 
 
-def _collective(ctx: Context, op: str, nbytes: int, group: Any, n: int,
-                rank_in_group: int, peers: list[int]) -> tuple[Callable[[], None], str]:
+def _collective(
+    ctx: Context, op: str, nbytes: int, group: Any, n: int, rank_in_group: int, peers: list[int]
+) -> tuple[Callable[[], None], str]:
     """A callable doing one collective of nccl-tests size nbytes, and how ('native' or the
     composition used when the backend lacks the op)."""
     torch, dist = ctx.torch, ctx.dist
@@ -247,16 +322,22 @@ def _collective(ctx: Context, op: str, nbytes: int, group: Any, n: int,
         nxt, prv = peers[(rank_in_group + 1) % n], peers[(rank_in_group - 1) % n]
 
         def sendrecv() -> None:
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, nxt, group=group),
-                                           dist.P2POp(dist.irecv, out, prv, group=group)])
+            reqs = dist.batch_isend_irecv(
+                [
+                    dist.P2POp(dist.isend, x, nxt, group=group),
+                    dist.P2POp(dist.irecv, out, prv, group=group),
+                ]
+            )
             for r in reqs:
                 r.wait()
+
         return sendrecv, "native"
     raise ValueError(op)
 
 
-def _fallback(ctx: Context, op: str, nbytes: int, group: Any, n: int, rank_in_group: int,
-              peers: list[int]) -> tuple[Callable[[], None], str]:
+def _fallback(
+    ctx: Context, op: str, nbytes: int, group: Any, n: int, rank_in_group: int, peers: list[int]
+) -> tuple[Callable[[], None], str]:
     """What a job does when the backend lacks a collective."""
     torch, dist = ctx.torch, ctx.dist
     count = max(n, nbytes // 4 // n * n)
@@ -265,8 +346,10 @@ def _fallback(ctx: Context, op: str, nbytes: int, group: Any, n: int, rank_in_gr
         return (lambda: dist.all_reduce(x, group=group)), "fallback: all_reduce, keep own shard"
     if op == "all_gather":
         parts = [torch.empty(count // n, device=ctx.device) for _ in range(n)]
-        return (lambda: dist.all_gather(parts, x[: count // n].clone(), group=group),
-                "fallback: all_gather of a tensor list")
+        return (
+            lambda: dist.all_gather(parts, x[: count // n].clone(), group=group),
+            "fallback: all_gather of a tensor list",
+        )
     if op == "all_to_all":
         out = torch.empty_like(x)
         chunk = count // n
@@ -275,19 +358,22 @@ def _fallback(ctx: Context, op: str, nbytes: int, group: Any, n: int, rank_in_gr
             ops = []
             for i, peer in enumerate(peers):
                 if peer != peers[rank_in_group]:
-                    ops += [dist.P2POp(dist.isend, x[i * chunk:(i + 1) * chunk], peer, group=group),
-                            dist.P2POp(dist.irecv, out[i * chunk:(i + 1) * chunk], peer,
-                                       group=group)]
+                    ops += [
+                        dist.P2POp(dist.isend, x[i * chunk : (i + 1) * chunk], peer, group=group),
+                        dist.P2POp(dist.irecv, out[i * chunk : (i + 1) * chunk], peer, group=group),
+                    ]
             for r in dist.batch_isend_irecv(ops):
                 r.wait()
+
         return pairwise, "fallback: pairwise send/recv"
     if op == "reduce":
         return (lambda: dist.all_reduce(x, group=group)), "fallback: all_reduce"
     raise NotImplementedError(op)
 
 
-def bench_collectives(ctx: Context, sweep: Sweep, rec: Recorder,
-                      support: dict[str, str]) -> Iterator[None]:
+def bench_collectives(
+    ctx: Context, sweep: Sweep, rec: Recorder, support: dict[str, str]
+) -> Iterator[None]:
     dist = ctx.dist
     partitions = groups_for(ctx.world, ctx.local_world)
     if not sweep.subgroups:
@@ -306,19 +392,29 @@ def bench_collectives(ctx: Context, sweep: Sweep, rec: Recorder,
                 if nbytes < 4 * n:
                     continue
                 try:
-                    fn, how = _collective(ctx, op, nbytes, group, n, members.index(ctx.rank),
-                                          members)
+                    fn, how = _collective(
+                        ctx, op, nbytes, group, n, members.index(ctx.rank), members
+                    )
                     med, spread = measure(fn, sweep, ctx, group)
                 except (RuntimeError, NotImplementedError):
-                    fn, how = _fallback(ctx, op, nbytes, group, n, members.index(ctx.rank),
-                                        members)
+                    fn, how = _fallback(ctx, op, nbytes, group, n, members.index(ctx.rank), members)
                     med, spread = measure(fn, sweep, ctx, group)
                 support.setdefault(op, how)
                 slowest = ctx.slowest(med)  # over all concurrent groups
-                rec.add({"kind": "collective", "op": op, "group": label, "scope": scope,
-                         "ranks": n, "groups": len(parts), "nbytes": max(4 * n, nbytes // 4 // n
-                                                                        * n * 4),
-                         "time_s": slowest, "spread": spread, "implementation": how})
+                rec.add(
+                    {
+                        "kind": "collective",
+                        "op": op,
+                        "group": label,
+                        "scope": scope,
+                        "ranks": n,
+                        "groups": len(parts),
+                        "nbytes": max(4 * n, nbytes // 4 // n * n * 4),
+                        "time_s": slowest,
+                        "spread": spread,
+                        "implementation": how,
+                    }
+                )
                 yield
 
 
@@ -337,8 +433,16 @@ def count_measurements(sweep: Sweep, world: int, local_world: int, device: str) 
     return total
 
 
-def run_worker(rank: int, world: int, local_rank: int, local_world: int, backend: str,
-               sweep: Sweep, records_path: Path | None, init: str | None = None) -> None:
+def run_worker(
+    rank: int,
+    world: int,
+    local_rank: int,
+    local_world: int,
+    backend: str,
+    sweep: Sweep,
+    records_path: Path | None,
+    init: str | None = None,
+) -> None:
     """One rank: init the process group, run the stages, write records (rank 0)."""
     import signal
     import warnings
@@ -357,15 +461,24 @@ def run_worker(rank: int, world: int, local_rank: int, local_world: int, backend
         device = torch.device("cpu")
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
     dist.init_process_group(backend, init_method=init or "env://", rank=rank, world_size=world)
-    ctx = Context(torch=torch, dist=dist, device=device, rank=rank, world=world,
-                  local_world=local_world, timer=_timer(torch, device))
+    ctx = Context(
+        torch=torch,
+        dist=dist,
+        device=device,
+        rank=rank,
+        world=world,
+        local_world=local_world,
+        timer=_timer(torch, device),
+    )
     rec = Recorder(records_path, rank)
     rec.plan(count_measurements(sweep, world, local_world, device.type))
     rec._write({"kind": "info", **_info(torch, dist, device, backend, world, local_world)})
     support: dict[str, str] = {}
-    stages = {"gemm": lambda: bench_gemm(ctx, sweep, rec),
-              "memory": lambda: bench_memory(ctx, sweep, rec),
-              "collectives": lambda: bench_collectives(ctx, sweep, rec, support)}
+    stages = {
+        "gemm": lambda: bench_gemm(ctx, sweep, rec),
+        "memory": lambda: bench_memory(ctx, sweep, rec),
+        "collectives": lambda: bench_collectives(ctx, sweep, rec, support),
+    }
     for stage in sweep.stages:
         for _ in stages[stage]():
             pass
@@ -389,8 +502,9 @@ def _llc_bytes() -> int | None:
     return max(sizes) if sizes else None
 
 
-def _info(torch: Any, dist: Any, device: Any, backend: str, world: int,
-          local_world: int) -> dict[str, Any]:
+def _info(
+    torch: Any, dist: Any, device: Any, backend: str, world: int, local_world: int
+) -> dict[str, Any]:
     import platform
 
     if device.type == "cuda":
@@ -407,9 +521,17 @@ def _info(torch: Any, dist: Any, device: Any, backend: str, world: int,
         name = f"CPU {name} ({os.cpu_count()} cores)"
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // local_world
         nccl = None
-    return {"device": name, "device_type": device.type, "memory_bytes": int(memory),
-            "last_level_cache_bytes": _llc_bytes() if device.type == "cpu" else None,
-            "torch_version": torch.__version__, "nccl_version": nccl,
-            "gloo": backend == "gloo", "backend": backend, "world": world,
-            "local_world": local_world, "nodes": max(1, world // local_world),
-            "threads_per_rank": torch.get_num_threads()}
+    return {
+        "device": name,
+        "device_type": device.type,
+        "memory_bytes": int(memory),
+        "last_level_cache_bytes": _llc_bytes() if device.type == "cpu" else None,
+        "torch_version": torch.__version__,
+        "nccl_version": nccl,
+        "gloo": backend == "gloo",
+        "backend": backend,
+        "world": world,
+        "local_world": local_world,
+        "nodes": max(1, world // local_world),
+        "threads_per_rank": torch.get_num_threads(),
+    }

@@ -23,6 +23,7 @@ STAGES = ("gemm", "memory", "collectives")
 
 def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A user error becomes one line on stderr and the error's exit code; no traceback."""
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -30,6 +31,7 @@ def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except PerfmodelError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
+
     return wrapper
 
 
@@ -39,20 +41,40 @@ def calibrate() -> None:
 
 
 @calibrate.command("run")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Profile JSON to write (the raw CSV goes beside it).")
-@click.option("--nprocs", type=click.IntRange(min=1), default=None,
-              help="Ranks to launch (default: GPUs, or 2 on CPU). Ignored under torchrun/srun.")
-@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto",
-              show_default=True)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Profile JSON to write (the raw CSV goes beside it).",
+)
+@click.option(
+    "--nprocs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Ranks to launch (default: GPUs, or 2 on CPU). Ignored under torchrun/srun.",
+)
+@click.option(
+    "--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True
+)
 @click.option("--quick", is_flag=True, help="Fewer sizes and repeats (under 2 minutes on CPU).")
-@click.option("--max-bytes", type=click.IntRange(min=8), default=None, hidden=True,
-              help="Largest collective message (for tests).")
-@click.option("--stages", default=",".join(STAGES), hidden=True,
-              help="Comma-separated subset of gemm,memory,collectives (for tests).")
+@click.option(
+    "--max-bytes",
+    type=click.IntRange(min=8),
+    default=None,
+    hidden=True,
+    help="Largest collective message (for tests).",
+)
+@click.option(
+    "--stages",
+    default=",".join(STAGES),
+    hidden=True,
+    help="Comma-separated subset of gemm,memory,collectives (for tests).",
+)
 @_errors
-def run_cmd(out: Path, nprocs: int | None, backend: str, quick: bool, max_bytes: int | None,
-            stages: str) -> None:
+def run_cmd(
+    out: Path, nprocs: int | None, backend: str, quick: bool, max_bytes: int | None, stages: str
+) -> None:
     """Run GEMM, memory-bandwidth and collective microbenchmarks and fit a profile."""
     from calibration.launch import run
 
@@ -61,15 +83,24 @@ def run_cmd(out: Path, nprocs: int | None, backend: str, quick: bool, max_bytes:
     if bad or not chosen:
         raise click.BadParameter(f"stages must be among {', '.join(STAGES)}", param_hint="--stages")
     console = Console(stderr=True)
-    path = run(out, nprocs=nprocs, backend=backend, quick=quick, max_bytes=max_bytes,
-               stages=chosen, console=console)
+    path = run(
+        out,
+        nprocs=nprocs,
+        backend=backend,
+        quick=quick,
+        max_bytes=max_bytes,
+        stages=chosen,
+        console=console,
+    )
     if path is not None:
         from perfmodel.specs.profile import load_profile
 
         profile = load_profile(path)
         state = "complete" if profile.complete else "INCOMPLETE (interrupted)"
-        click.echo(f"wrote {path} ({state}, {len(profile.fits)} fits, "
-                   f"{profile.provenance.get('wall_time_s')} s)")
+        click.echo(
+            f"wrote {path} ({state}, {len(profile.fits)} fits, "
+            f"{profile.provenance.get('wall_time_s')} s)"
+        )
         if not profile.complete:
             sys.exit(130)  # what a shell reports for Ctrl-C; the profile is kept
 
@@ -78,14 +109,32 @@ def run_cmd(out: Path, nprocs: int | None, backend: str, quick: bool, max_bytes:
 @click.argument("logs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--base", default=None, help="Hardware preset the profile builds on (e.g. dgx-h100).")
-@click.option("--algorithm", type=click.Choice(["ring", "tree", "recursive"]), default=None,
-              help="Alpha-beta form to fit (default: the log's NCCL_ALGO, else ring).")
-@click.option("--op", type=click.Choice(["all_reduce", "all_gather", "reduce_scatter",
-                                         "broadcast", "reduce", "all_to_all", "send_recv"]),
-              default=None, help="The collective, for logs that do not name it.")
+@click.option(
+    "--algorithm",
+    type=click.Choice(["ring", "tree", "recursive"]),
+    default=None,
+    help="Alpha-beta form to fit (default: the log's NCCL_ALGO, else ring).",
+)
+@click.option(
+    "--op",
+    type=click.Choice(
+        [
+            "all_reduce",
+            "all_gather",
+            "reduce_scatter",
+            "broadcast",
+            "reduce",
+            "all_to_all",
+            "send_recv",
+        ]
+    ),
+    default=None,
+    help="The collective, for logs that do not name it.",
+)
 @_errors
-def import_nccl_tests_cmd(logs: tuple[Path, ...], out: Path, base: str | None,
-                          algorithm: str | None, op: str | None) -> None:
+def import_nccl_tests_cmd(
+    logs: tuple[Path, ...], out: Path, base: str | None, algorithm: str | None, op: str | None
+) -> None:
     """Fit alpha-beta models to nccl-tests logs (all_reduce_perf, all_gather_perf, ...)."""
     from calibration.importers import import_nccl_tests, save
 
@@ -95,18 +144,32 @@ def import_nccl_tests_cmd(logs: tuple[Path, ...], out: Path, base: str | None,
 
         load_hardware(base)  # fail now on a wrong preset name, not at predict time
     versions = sorted({s for s in _nccl_versions(logs)})
-    path = save(result, out, base=base, device=result.hardware.get("gpu_name"),
-                device_count=max(s["ranks"] for s in result.per_source),
-                nodes=max(s["nodes"] for s in result.per_source),
-                nccl_version=", ".join(versions) or None, sources=[str(p) for p in logs])
+    path = save(
+        result,
+        out,
+        base=base,
+        device=result.hardware.get("gpu_name"),
+        device_count=max(s["ranks"] for s in result.per_source),
+        nodes=max(s["nodes"] for s in result.per_source),
+        nccl_version=", ".join(versions) or None,
+        sources=[str(p) for p in logs],
+    )
     table = Table("log", "fit", "ranks", "median err", "worst err", "points")
     for s in result.per_source:
-        table.add_row(s["source"], s["fit"], str(s["ranks"]), f"{s['median_rel_error']:.1%}",
-                      f"{s['worst_rel_error']:.1%}", str(s["n_points"]))
+        table.add_row(
+            s["source"],
+            s["fit"],
+            str(s["ranks"]),
+            f"{s['median_rel_error']:.1%}",
+            f"{s['worst_rel_error']:.1%}",
+            str(s["n_points"]),
+        )
         if s["median_rel_error"] > 0.10:
-            result.notes.append(f"{s['source']} is not reproduced within 10% (median "
-                                f"{s['median_rel_error']:.0%}): logs of different systems "
-                                "share one fit? import them separately")
+            result.notes.append(
+                f"{s['source']} is not reproduced within 10% (median "
+                f"{s['median_rel_error']:.0%}): logs of different systems "
+                "share one fit? import them separately"
+            )
     console = Console()
     console.print(table)
     for note in result.notes:
@@ -125,11 +188,17 @@ def _nccl_versions(logs: tuple[Path, ...]) -> list[str]:
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--base", default=None, help="Hardware preset the profile builds on.")
 @click.option("--device", default=None, help="Keep one device of the tables (e.g. sm_90).")
-@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
-              help="Cross-validation folds for the hold-out error.")
+@click.option(
+    "--folds",
+    type=click.IntRange(min=2),
+    default=5,
+    show_default=True,
+    help="Cross-validation folds for the hold-out error.",
+)
 @_errors
-def import_gemm_cmd(tables: tuple[Path, ...], out: Path, base: str | None, device: str | None,
-                    folds: int) -> None:
+def import_gemm_cmd(
+    tables: tuple[Path, ...], out: Path, base: str | None, device: str | None, folds: int
+) -> None:
     """Fit the GEMM efficiency model to published sweeps (CSV of shape, dtype, FLOP/s)."""
     from calibration.importers import import_gemm, save
 
@@ -140,12 +209,23 @@ def import_gemm_cmd(tables: tuple[Path, ...], out: Path, base: str | None, devic
         peaks = dict(load_hardware(base).peak_flops_per_s)
     result = import_gemm(tables, device=device, folds=folds, peaks=peaks)
     devices = sorted({f["device"] for f in result.fits.values()})
-    path = save(result, out, base=base, device=", ".join(devices), device_count=1,
-                sources=[str(p) for p in tables])
+    path = save(
+        result,
+        out,
+        base=base,
+        device=", ".join(devices),
+        device_count=1,
+        sources=[str(p) for p in tables],
+    )
     table = Table("fit", "shapes", "fit median", "hold-out median", "worst (fit)")
     for s in result.per_source:
-        table.add_row(s["source"], str(s["n_points"]), f"{s['median_rel_error']:.1%}",
-                      f"{s['holdout_median_rel_error']:.1%}", f"{s['worst_rel_error']:.1%}")
+        table.add_row(
+            s["source"],
+            str(s["n_points"]),
+            f"{s['median_rel_error']:.1%}",
+            f"{s['holdout_median_rel_error']:.1%}",
+            f"{s['worst_rel_error']:.1%}",
+        )
     console = Console()
     console.print(table)
     for note in result.notes:
@@ -155,8 +235,12 @@ def import_gemm_cmd(tables: tuple[Path, ...], out: Path, base: str | None, devic
 
 @calibrate.command("report")
 @click.argument("profile", type=click.Path(path_type=Path))
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Draw measured against fitted curves (log-log) per collective to this PNG.")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Draw measured against fitted curves (log-log) per collective to this PNG.",
+)
 @_errors
 def report_cmd(profile: Path, plot: Path | None) -> None:
     """Print a profile's fits, residuals and size ranges; optionally plot them."""

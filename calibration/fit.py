@@ -33,12 +33,14 @@ def residual_summary(predicted: np.ndarray, measured: np.ndarray) -> dict[str, f
     return {"median_rel_error": float(np.median(err)), "worst_rel_error": float(np.max(err))}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _collective_terms(op: str, algorithm: str) -> tuple[Callable, Callable]:
     """steps(n) and bus_factor(n) * nbytes as numpy functions, lambdified once."""
     n, nbytes = sp.symbols("n nbytes", positive=True)
-    return (sp.lambdify(n, steps(op, n, algorithm) + 0 * n, "numpy"),
-            sp.lambdify((nbytes, n), bus_factor(op, n) * nbytes, "numpy"))
+    return (
+        sp.lambdify(n, steps(op, n, algorithm) + 0 * n, "numpy"),
+        sp.lambdify((nbytes, n), bus_factor(op, n) * nbytes, "numpy"),
+    )
 
 
 def _fit_alpha_beta(a: np.ndarray, c: np.ndarray, t: np.ndarray) -> tuple[float, float]:
@@ -54,8 +56,14 @@ def _fit_alpha_beta(a: np.ndarray, c: np.ndarray, t: np.ndarray) -> tuple[float,
     def resid(x: np.ndarray) -> np.ndarray:
         return (a * x[0] + c * x[1]) / t - 1.0
 
-    res = least_squares(resid, x0, bounds=([0.0, 1e-30], [np.inf, np.inf]), loss="soft_l1",
-                        f_scale=0.05, x_scale=np.maximum(x0, 1e-30))
+    res = least_squares(
+        resid,
+        x0,
+        bounds=([0.0, 1e-30], [np.inf, np.inf]),
+        loss="soft_l1",
+        f_scale=0.05,
+        x_scale=np.maximum(x0, 1e-30),
+    )
     return float(res.x[0]), float(1.0 / res.x[1])
 
 
@@ -68,8 +76,15 @@ class CollectiveModel:
     breakpoint size is added. See perfmodel.specs.profile.fitted_collective_time.
     """
 
-    def __init__(self, op: str, scope: str, algorithm: str = "ring", *,
-                 split_above: float = 0.05, min_points: int = 3) -> None:
+    def __init__(
+        self,
+        op: str,
+        scope: str,
+        algorithm: str = "ring",
+        *,
+        split_above: float = 0.05,
+        min_points: int = 3,
+    ) -> None:
         self.op, self.scope, self.algorithm = op, scope, algorithm
         self.split_above, self.min_points = split_above, min_points
 
@@ -77,8 +92,10 @@ class CollectiveModel:
         """records: columns nbytes, ranks, time_s (one row per measurement)."""
         df = records[(records["nbytes"] > 0) & (records["time_s"] > 0)]
         if len(df) < 2:
-            raise DataError(f"{self.op}/{self.scope}: need at least 2 measurements with "
-                            f"size > 0 to fit, got {len(df)}")
+            raise DataError(
+                f"{self.op}/{self.scope}: need at least 2 measurements with "
+                f"size > 0 to fit, got {len(df)}"
+            )
         df = df.sort_values("nbytes")
         nb, n, t = (df[c].to_numpy(float) for c in ("nbytes", "ranks", "time_s"))
         f_steps, f_bytes = _collective_terms(self.op, self.algorithm)
@@ -95,7 +112,8 @@ class CollectiveModel:
             for i in range(self.min_points, len(sizes) - self.min_points + 1):
                 bp = math.sqrt(sizes[i - 1] * sizes[i])
                 lo, hi = nb < bp, nb >= bp
-                p_lo, p_hi = _fit_alpha_beta(a[lo], c[lo], t[lo]), _fit_alpha_beta(a[hi], c[hi], t[hi])
+                p_lo = _fit_alpha_beta(a[lo], c[lo], t[lo])
+                p_hi = _fit_alpha_beta(a[hi], c[hi], t[hi])
                 pred = np.where(lo, a * p_lo[0] + c / p_lo[1], a * p_hi[0] + c / p_hi[1])
                 err = rel_errors(pred, t)
                 if float(np.mean(err)) < best[0]:
@@ -112,30 +130,53 @@ class CollectiveModel:
         return self
 
     def to_fit(self) -> CollectiveFit:
-        return CollectiveFit(op=self.op, scope=self.scope, algorithm=self.algorithm,
-                             alpha_s=self.alpha_s_,
-                             bus_bandwidth_bytes_per_s=self.bus_bandwidth_bytes_per_s_,
-                             breakpoint_bytes=self.breakpoint_bytes_,
-                             alpha_s_large=self.alpha_s_large_,
-                             bus_bandwidth_bytes_per_s_large=self.bus_bandwidth_bytes_per_s_large_)
+        return CollectiveFit(
+            op=self.op,
+            scope=self.scope,
+            algorithm=self.algorithm,
+            alpha_s=self.alpha_s_,
+            bus_bandwidth_bytes_per_s=self.bus_bandwidth_bytes_per_s_,
+            breakpoint_bytes=self.breakpoint_bytes_,
+            alpha_s_large=self.alpha_s_large_,
+            bus_bandwidth_bytes_per_s_large=self.bus_bandwidth_bytes_per_s_large_,
+        )
 
     def predict(self, nbytes: Any, ranks: Any) -> np.ndarray:
         return fitted_collective_time(self.to_fit(), self.op, nbytes, ranks)
 
     def summary(self) -> dict[str, Any]:
         fit = self.to_fit()
-        params = {"alpha_s": fit.alpha_s, "bus_bandwidth_bytes_per_s": fit.bus_bandwidth_bytes_per_s}
+        params = {
+            "alpha_s": fit.alpha_s,
+            "bus_bandwidth_bytes_per_s": fit.bus_bandwidth_bytes_per_s,
+        }
         if fit.breakpoint_bytes > 0:
-            params.update(breakpoint_bytes=fit.breakpoint_bytes, alpha_s_large=fit.alpha_s_large,
-                          bus_bandwidth_bytes_per_s_large=fit.bus_bandwidth_bytes_per_s_large)
-        return {"kind": "collective", "op": self.op, "scope": self.scope,
-                "algorithm": self.algorithm, "ranks": self.ranks_, "params": params,
-                **self.residuals_, "size_range": list(self.size_range_),
-                "n_points": self.n_points_}
+            params.update(
+                breakpoint_bytes=fit.breakpoint_bytes,
+                alpha_s_large=fit.alpha_s_large,
+                bus_bandwidth_bytes_per_s_large=fit.bus_bandwidth_bytes_per_s_large,
+            )
+        return {
+            "kind": "collective",
+            "op": self.op,
+            "scope": self.scope,
+            "algorithm": self.algorithm,
+            "ranks": self.ranks_,
+            "params": params,
+            **self.residuals_,
+            "size_range": list(self.size_range_),
+            "n_points": self.n_points_,
+        }
 
 
-_GEMM_PARAMS = ("max_fraction", "m_half_dim", "n_half_dim", "k_half_dim", "batch_half",
-                "min_time_s")
+_GEMM_PARAMS = (
+    "max_fraction",
+    "m_half_dim",
+    "n_half_dim",
+    "k_half_dim",
+    "batch_half",
+    "min_time_s",
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -143,9 +184,18 @@ def _gemm_function() -> Callable:
     names = ("m", "n", "k", "batch", "bpe", "peak", "bw", *_GEMM_PARAMS)
     syms = sp.symbols(names, positive=True)
     s = dict(zip(names, syms, strict=True))
-    expr = gemm_time_s(s["m"], s["n"], s["k"], s["batch"], s["bpe"], s["peak"], s["bw"],
-                       max_fraction=s["max_fraction"], half_dim=0,
-                       **{p: s[p] for p in _GEMM_PARAMS[1:]})
+    expr = gemm_time_s(
+        s["m"],
+        s["n"],
+        s["k"],
+        s["batch"],
+        s["bpe"],
+        s["peak"],
+        s["bw"],
+        max_fraction=s["max_fraction"],
+        half_dim=0,
+        **{p: s[p] for p in _GEMM_PARAMS[1:]},
+    )
     return sp.lambdify(syms, expr, "numpy")
 
 
@@ -158,8 +208,12 @@ class GemmModel:
     peak); `efficiency()` refuses that, the caller decides.
     """
 
-    def __init__(self, peak_flops_per_s: float, memory_bandwidth_bytes_per_s: float = math.inf,
-                 bytes_per_element: float = 2.0) -> None:
+    def __init__(
+        self,
+        peak_flops_per_s: float,
+        memory_bandwidth_bytes_per_s: float = math.inf,
+        bytes_per_element: float = 2.0,
+    ) -> None:
         self.peak_flops_per_s = peak_flops_per_s
         self.memory_bandwidth_bytes_per_s = memory_bandwidth_bytes_per_s
         self.bytes_per_element = bytes_per_element
@@ -167,26 +221,56 @@ class GemmModel:
     def _time(self, x: np.ndarray, b, m, n, k) -> np.ndarray:
         mf, *logs = x
         halves = np.exp(logs)
-        return _gemm_function()(m, n, k, b, self.bytes_per_element, self.peak_flops_per_s,
-                                self.memory_bandwidth_bytes_per_s, mf, *halves)
+        return _gemm_function()(
+            m,
+            n,
+            k,
+            b,
+            self.bytes_per_element,
+            self.peak_flops_per_s,
+            self.memory_bandwidth_bytes_per_s,
+            mf,
+            *halves,
+        )
 
     def fit(self, records: pd.DataFrame) -> GemmModel:
         """records: columns b, m, n, k, time_s."""
         df = records[records["time_s"] > 0]
         if len(df) < len(_GEMM_PARAMS) + 1:
-            raise DataError(f"GEMM fit needs at least {len(_GEMM_PARAMS) + 1} shapes, got {len(df)}")
+            raise DataError(
+                f"GEMM fit needs at least {len(_GEMM_PARAMS) + 1} shapes, got {len(df)}"
+            )
         b, m, n, k, t = (df[c].to_numpy(float) for c in ("b", "m", "n", "k", "time_s"))
         best_eff = float(np.max(2 * b * m * n * k / t)) / self.peak_flops_per_s
-        x0 = [best_eff, math.log(64), math.log(64), math.log(64), math.log(0.1),
-              math.log(max(float(np.min(t)) / 4, 1e-9))]
+        x0 = [
+            best_eff,
+            math.log(64),
+            math.log(64),
+            math.log(64),
+            math.log(0.1),
+            math.log(max(float(np.min(t)) / 4, 1e-9)),
+        ]
         lo = [1e-4, math.log(1e-2), math.log(1e-2), math.log(1e-2), math.log(1e-4), math.log(1e-10)]
-        hi = [max(1.0, 1.5 * best_eff), math.log(1e6), math.log(1e6), math.log(1e6), math.log(1e3), math.log(10.0)]
+        hi = [
+            max(1.0, 1.5 * best_eff),
+            math.log(1e6),
+            math.log(1e6),
+            math.log(1e6),
+            math.log(1e3),
+            math.log(10.0),
+        ]
         x0 = np.clip(x0, np.array(lo) + 1e-9, np.array(hi) - 1e-9)
-        res = least_squares(lambda x: self._time(x, b, m, n, k) / t - 1.0, x0, bounds=(lo, hi),
-                            loss="soft_l1", f_scale=0.05)
+        res = least_squares(
+            lambda x: self._time(x, b, m, n, k) / t - 1.0,
+            x0,
+            bounds=(lo, hi),
+            loss="soft_l1",
+            f_scale=0.05,
+        )
         self.x_ = res.x
-        self.params_ = dict(zip(_GEMM_PARAMS, [float(res.x[0]), *map(float, np.exp(res.x[1:]))],
-                                strict=True))
+        self.params_ = dict(
+            zip(_GEMM_PARAMS, [float(res.x[0]), *map(float, np.exp(res.x[1:]))], strict=True)
+        )
         flops = 2 * b * m * n * k
         self.size_range_ = (float(flops.min()), float(flops.max()))
         self.n_points_ = len(t)
@@ -201,14 +285,20 @@ class GemmModel:
         return GemmEfficiency(half_dim=0.0, **self.params_)
 
     def summary(self) -> dict[str, Any]:
-        return {"kind": "gemm", "params": dict(self.params_, half_dim=0.0),
-                "peak_flops_per_s": self.peak_flops_per_s, **self.residuals_,
-                "size_range": list(self.size_range_), "size_unit": "flops",
-                "n_points": self.n_points_}
+        return {
+            "kind": "gemm",
+            "params": dict(self.params_, half_dim=0.0),
+            "peak_flops_per_s": self.peak_flops_per_s,
+            **self.residuals_,
+            "size_range": list(self.size_range_),
+            "size_unit": "flops",
+            "n_points": self.n_points_,
+        }
 
 
-def holdout_error(records: pd.DataFrame, make_model: Callable[[], GemmModel], *, folds: int = 5,
-                  seed: int = 0) -> dict[str, float]:
+def holdout_error(
+    records: pd.DataFrame, make_model: Callable[[], GemmModel], *, folds: int = 5, seed: int = 0
+) -> dict[str, float]:
     """k-fold cross-validation: fit on (folds-1)/folds of the shapes, predict the rest."""
     rng = np.random.default_rng(seed)
     idx = rng.permutation(len(records))
@@ -219,8 +309,11 @@ def holdout_error(records: pd.DataFrame, make_model: Callable[[], GemmModel], *,
         model = make_model().fit(train)
         errs.append(rel_errors(model.predict(test), test["time_s"].to_numpy(float)))
     err = np.concatenate(errs)
-    return {"median_rel_error": float(np.median(err)), "worst_rel_error": float(np.max(err)),
-            "n_points": len(err)}
+    return {
+        "median_rel_error": float(np.median(err)),
+        "worst_rel_error": float(np.max(err)),
+        "n_points": len(err),
+    }
 
 
 class BandwidthModel:
@@ -251,8 +344,14 @@ class BandwidthModel:
         return self.alpha_s_ + np.asarray(nbytes, dtype=float) / self.bandwidth_bytes_per_s_
 
     def summary(self) -> dict[str, Any]:
-        return {"kind": "memory_bandwidth", "kernel": self.kernel,
-                "params": {"alpha_s": self.alpha_s_,
-                           "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s_},
-                **self.residuals_, "size_range": list(self.size_range_),
-                "n_points": self.n_points_}
+        return {
+            "kind": "memory_bandwidth",
+            "kernel": self.kernel,
+            "params": {
+                "alpha_s": self.alpha_s_,
+                "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s_,
+            },
+            **self.residuals_,
+            "size_range": list(self.size_range_),
+            "n_points": self.n_points_,
+        }

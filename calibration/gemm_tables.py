@@ -21,22 +21,52 @@ from perfmodel.errors import DataError
 # keyed by the device names the tables use. Only the scale of max_fraction depends on them.
 DEVICES = {
     # NVIDIA H100 SXM5 datasheet (2023): bf16/fp16 989.4 TF, TF32 494.7 TF, FP8 1978.9 TF, 3.35 TB/s
-    "sm_90": {"gpu": "H100", "bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12,
-              "fp8": 1978.9e12, "memory_bandwidth_bytes_per_s": 3.35e12},
+    "sm_90": {
+        "gpu": "H100",
+        "bf16": 989.4e12,
+        "fp16": 989.4e12,
+        "tf32": 494.7e12,
+        "fp8": 1978.9e12,
+        "memory_bandwidth_bytes_per_s": 3.35e12,
+    },
     # H800 SXM5: the H100 SXM compute (DeepGEMM README; NVIDIA H800 product brief)
-    "H800": {"gpu": "H800", "bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12,
-             "fp8": 1978.9e12, "memory_bandwidth_bytes_per_s": 3.35e12},
+    "H800": {
+        "gpu": "H800",
+        "bf16": 989.4e12,
+        "fp16": 989.4e12,
+        "tf32": 494.7e12,
+        "fp8": 1978.9e12,
+        "memory_bandwidth_bytes_per_s": 3.35e12,
+    },
     # NVIDIA HGX B200 datasheet (2024), per GPU, dense = half the sparse figures:
     # bf16 2.25 PF, TF32 1.1 PF, FP8 4.5 PF, 8 TB/s HBM3e
-    "sm_100": {"gpu": "B200", "bf16": 2.25e15, "fp16": 2.25e15, "tf32": 1.1e15, "fp8": 4.5e15,
-               "memory_bandwidth_bytes_per_s": 8.0e12},
+    "sm_100": {
+        "gpu": "B200",
+        "bf16": 2.25e15,
+        "fp16": 2.25e15,
+        "tf32": 1.1e15,
+        "fp8": 4.5e15,
+        "memory_bandwidth_bytes_per_s": 8.0e12,
+    },
     # AMD Instinct MI300X datasheet (2023): bf16 1307.4 TF, TF32 653.7 TF, FP8 2614.9 TF, 5.3 TB/s
-    "gfx942": {"gpu": "MI300", "bf16": 1307.4e12, "fp16": 1307.4e12, "tf32": 653.7e12,
-               "fp8": 2614.9e12, "memory_bandwidth_bytes_per_s": 5.3e12},
+    "gfx942": {
+        "gpu": "MI300",
+        "bf16": 1307.4e12,
+        "fp16": 1307.4e12,
+        "tf32": 653.7e12,
+        "fp8": 2614.9e12,
+        "memory_bandwidth_bytes_per_s": 5.3e12,
+    },
     # AMD Instinct MI355X datasheet (2025): bf16/fp16 2.5 PF, FP8 5.0 PF dense, 8 TB/s. The gfx950
     # f32 rows ran in a bf16-class precision (SOURCES.md), so they are scaled by the bf16 peak.
-    "gfx950": {"gpu": "MI350", "bf16": 2516.6e12, "fp16": 2516.6e12, "tf32": 2516.6e12,
-               "fp8": 5033.2e12, "memory_bandwidth_bytes_per_s": 8.0e12},
+    "gfx950": {
+        "gpu": "MI350",
+        "bf16": 2516.6e12,
+        "fp16": 2516.6e12,
+        "tf32": 2516.6e12,
+        "fp8": 5033.2e12,
+        "memory_bandwidth_bytes_per_s": 8.0e12,
+    },
 }
 _ALIASES = {"sm_100_B200": "sm_100"}
 
@@ -80,18 +110,32 @@ def read_gemm_table(path: str | Path) -> pd.DataFrame:
     cols = set(df.columns)
     if {"m_or_m_per_group", "n", "k", "tflops"} <= cols:  # DeepGEMM
         groups = pd.to_numeric(df.get("num_groups"), errors="coerce").fillna(1)
-        out = pd.DataFrame({"device": "H800", "dtype": "fp8e4m3-blockscaled",
-                            "b": groups, "m": df["m_or_m_per_group"], "n": df["n"], "k": df["k"],
-                            "flops_per_s": pd.to_numeric(df["tflops"], errors="coerce") * 1e12})
+        out = pd.DataFrame(
+            {
+                "device": "H800",
+                "dtype": "fp8e4m3-blockscaled",
+                "b": groups,
+                "m": df["m_or_m_per_group"],
+                "n": df["n"],
+                "k": df["k"],
+                "flops_per_s": pd.to_numeric(df["tflops"], errors="coerce") * 1e12,
+            }
+        )
         out["dtype"] = out["dtype"] + np.where(df.get("table", "dense") == "dense", "", "-grouped")
         if "source_commit" in df:
             out["source_commit"] = df["source_commit"]
     elif {"m", "n", "k", "dtype"} <= {c.lower() for c in cols}:
         low = df.rename(columns={c: c.lower() for c in df.columns})
-        out = pd.DataFrame({"device": low.get("device_key", low.get("device", "unknown")),
-                            "dtype": low["dtype"].astype(str),
-                            "b": low["b"] if "b" in low else 1,
-                            "m": low["m"], "n": low["n"], "k": low["k"]})
+        out = pd.DataFrame(
+            {
+                "device": low.get("device_key", low.get("device", "unknown")),
+                "dtype": low["dtype"].astype(str),
+                "b": low["b"] if "b" in low else 1,
+                "m": low["m"],
+                "n": low["n"],
+                "k": low["k"],
+            }
+        )
         if "flops_per_s" in low:
             out["flops_per_s"] = pd.to_numeric(low["flops_per_s"], errors="coerce")
         elif "tflops" in low:
@@ -100,14 +144,18 @@ def read_gemm_table(path: str | Path) -> pd.DataFrame:
             t = pd.to_numeric(low["time_s"], errors="coerce")
             out["flops_per_s"] = 2.0 * out["b"] * out["m"] * out["n"] * out["k"] / t
         else:
-            raise DataError(f"{path}: a GEMM table needs a flops_per_s, tflops or time_s column; "
-                            f"it has {', '.join(map(str, df.columns))}")
+            raise DataError(
+                f"{path}: a GEMM table needs a flops_per_s, tflops or time_s column; "
+                f"it has {', '.join(map(str, df.columns))}"
+            )
         if "source_commit" in low:
             out["source_commit"] = low["source_commit"]
     else:
-        raise DataError(f"{path}: not a GEMM sweep: need columns m, n, k, dtype and flops_per_s "
-                        f"(or tflops/time_s) per shape; it has {', '.join(map(str, df.columns))}"
-                        " (utilization-only or best-shape-only tables cannot be fitted)")
+        raise DataError(
+            f"{path}: not a GEMM sweep: need columns m, n, k, dtype and flops_per_s "
+            f"(or tflops/time_s) per shape; it has {', '.join(map(str, df.columns))}"
+            " (utilization-only or best-shape-only tables cannot be fitted)"
+        )
     out["file"] = path.name
     out["line"] = np.arange(len(out)) + 2
     for col in ("b", "m", "n", "k", "flops_per_s"):
@@ -115,8 +163,10 @@ def read_gemm_table(path: str | Path) -> pd.DataFrame:
         bad = ~np.isfinite(values) | (values <= 0)
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DataError(f"{path}:{i + 2}: column '{col}' must be a positive number, got "
-                            f"{out[col].iloc[i]!r}")
+            raise DataError(
+                f"{path}:{i + 2}: column '{col}' must be a positive number, got "
+                f"{out[col].iloc[i]!r}"
+            )
         out[col] = values.astype(float)
     out["device"] = out["device"].astype(str).map(lambda d: _ALIASES.get(d, d))
     out["time_s"] = 2.0 * out["b"] * out["m"] * out["n"] * out["k"] / out["flops_per_s"]

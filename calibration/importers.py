@@ -11,11 +11,16 @@ from typing import Any
 import pandas as pd
 
 from calibration.fit import CollectiveModel, GemmModel, holdout_error, residual_summary
-from calibration.gemm_tables import bytes_per_element, canonical_dtype, device_info, peak_for
-from calibration.gemm_tables import read_gemm_table
+from calibration.gemm_tables import (
+    bytes_per_element,
+    canonical_dtype,
+    device_info,
+    peak_for,
+    read_gemm_table,
+)
 from calibration.nccl_tests import NcclTestsRun, parse_nccl_tests
 from calibration.profile_io import provenance, write_profile
-from perfmodel.costs.collectives import ALGORITHMS, Algorithm, Op
+from perfmodel.costs.collectives import ALGORITHMS, Algorithm
 from perfmodel.errors import DataError
 
 
@@ -32,14 +37,16 @@ def _algorithm(run: NcclTestsRun, override: str | None) -> str:
     """The alpha-beta form to fit: the user's choice, the log's NCCL_ALGO, else ring."""
     choice = override or run.nccl_algo or "ring"
     choice = {"nvls": "ring", "nvlstree": "tree", "collnet": "ring", "pat": "ring"}.get(
-        choice.lower(), choice.lower())
+        choice.lower(), choice.lower()
+    )
     if Algorithm(choice) not in ALGORITHMS[run.op]:
         return Algorithm.RING.value
     return choice
 
 
-def import_nccl_tests(paths: Sequence[str | Path], *, algorithm: str | None = None,
-                      op: str | None = None) -> ImportResult:
+def import_nccl_tests(
+    paths: Sequence[str | Path], *, algorithm: str | None = None, op: str | None = None
+) -> ImportResult:
     """Parse every log, fit one model per (op, scope, algorithm) over all logs that share it."""
     if not paths:
         raise DataError("no nccl-tests log given")
@@ -50,8 +57,14 @@ def import_nccl_tests(paths: Sequence[str | Path], *, algorithm: str | None = No
         groups.setdefault((run.op.value, run.scope, _algorithm(run, algorithm)), []).append(run)
     fits, collectives, frames, per_source = {}, [], [], []
     for (op_name, scope, alg), members in groups.items():
-        data = pd.concat([r.records.assign(ranks=r.ranks, nodes=r.nodes, source=r.path.name,
-                                           op=op_name, scope=scope) for r in members])
+        data = pd.concat(
+            [
+                r.records.assign(
+                    ranks=r.ranks, nodes=r.nodes, source=r.path.name, op=op_name, scope=scope
+                )
+                for r in members
+            ]
+        )
         frames.append(data)
         model = CollectiveModel(op_name, scope, alg).fit(data)
         name = f"collective/{op_name}/{scope}/{alg}"
@@ -62,9 +75,19 @@ def import_nccl_tests(paths: Sequence[str | Path], *, algorithm: str | None = No
         for r in members:
             rec = r.records[r.records["nbytes"] > 0]
             res = residual_summary(model.predict(rec["nbytes"], r.ranks), rec["time_s"])
-            per_source.append({"source": r.path.name, "op": op_name, "scope": scope,
-                               "ranks": r.ranks, "nodes": r.nodes, "device": r.device,
-                               "fit": name, "n_points": len(rec), **res})
+            per_source.append(
+                {
+                    "source": r.path.name,
+                    "op": op_name,
+                    "scope": scope,
+                    "ranks": r.ranks,
+                    "nodes": r.nodes,
+                    "device": r.device,
+                    "fit": name,
+                    "n_points": len(rec),
+                    **res,
+                }
+            )
     devices = sorted({r.device for r in runs})
     hardware: dict[str, Any] = {"collectives": collectives}
     if len(devices) == 1:
@@ -72,12 +95,22 @@ def import_nccl_tests(paths: Sequence[str | Path], *, algorithm: str | None = No
     per_node = sorted({r.ranks // r.nodes for r in runs})
     if len(per_node) == 1:
         hardware["gpus_per_node"] = per_node[0]
-    return ImportResult(hardware=hardware, fits=fits, measurements=pd.concat(frames), notes=notes,
-                        per_source=per_source)
+    return ImportResult(
+        hardware=hardware,
+        fits=fits,
+        measurements=pd.concat(frames),
+        notes=notes,
+        per_source=per_source,
+    )
 
 
-def import_gemm(paths: Sequence[str | Path], *, device: str | None = None, folds: int = 5,
-                peaks: dict[str, float] | None = None) -> ImportResult:
+def import_gemm(
+    paths: Sequence[str | Path],
+    *,
+    device: str | None = None,
+    folds: int = 5,
+    peaks: dict[str, float] | None = None,
+) -> ImportResult:
     """Fit the GEMM efficiency model per device and dtype; report k-fold hold-out error."""
     if not paths:
         raise DataError("no GEMM table given")
@@ -108,17 +141,31 @@ def import_gemm(paths: Sequence[str | Path], *, device: str | None = None, folds
         hold = holdout_error(rows, make, folds=folds)
         name = f"gemm/{dev}/{dtype}" + (f"/{campaign}" if campaign else "")
         summary = model.summary()
-        summary.update(device=dev, dtype=dtype, perfmodel_dtype=canon, peak_source=peak_source,
-                       holdout_median_rel_error=hold["median_rel_error"],
-                       holdout_worst_rel_error=hold["worst_rel_error"], holdout_folds=folds,
-                       sources=sorted(set(rows["file"])))
+        summary.update(
+            device=dev,
+            dtype=dtype,
+            perfmodel_dtype=canon,
+            peak_source=peak_source,
+            holdout_median_rel_error=hold["median_rel_error"],
+            holdout_worst_rel_error=hold["worst_rel_error"],
+            holdout_folds=folds,
+            sources=sorted(set(rows["file"])),
+        )
         fits[name] = summary
-        per_source.append({"source": name, "n_points": len(rows), **model.residuals_,
-                           "holdout_median_rel_error": hold["median_rel_error"]})
+        per_source.append(
+            {
+                "source": name,
+                "n_points": len(rows),
+                **model.residuals_,
+                "holdout_median_rel_error": hold["median_rel_error"],
+            }
+        )
         if model.params_["max_fraction"] > 1.0:
-            notes.append(f"{name}: measured FLOP/s exceed the {peak_source} peak "
-                         f"(max_fraction {model.params_['max_fraction']:.2f}): suspect data or "
-                         "wrong peak; not written to the hardware section")
+            notes.append(
+                f"{name}: measured FLOP/s exceed the {peak_source} peak "
+                f"(max_fraction {model.params_['max_fraction']:.2f}): suspect data or "
+                "wrong peak; not written to the hardware section"
+            )
             continue
         if canon not in gemm_eff or _is_primary(dtype):
             gemm_eff[canon] = {**model.params_, "half_dim": 0.0}
@@ -126,10 +173,13 @@ def import_gemm(paths: Sequence[str | Path], *, device: str | None = None, folds
     if table["device"].nunique() == 1 and gemm_eff:
         hardware["gemm_efficiency"] = gemm_eff
     elif gemm_eff:
-        notes.append("tables of several devices: fits reported, hardware section left empty "
-                     "(choose one with --device)")
-    return ImportResult(hardware=hardware, fits=fits, measurements=table, notes=notes,
-                        per_source=per_source)
+        notes.append(
+            "tables of several devices: fits reported, hardware section left empty "
+            "(choose one with --device)"
+        )
+    return ImportResult(
+        hardware=hardware, fits=fits, measurements=table, notes=notes, per_source=per_source
+    )
 
 
 def _is_primary(dtype: str) -> bool:
@@ -142,6 +192,12 @@ def save(result: ImportResult, out: str | Path, *, base: str | None, **prov: Any
     hardware = dict(result.hardware)
     if base:
         hardware["base"] = base
-    return write_profile(out, hardware=hardware, fits=result.fits,
-                         measurements=result.measurements, provenance=provenance(**prov),
-                         complete=True, notes=result.notes)
+    return write_profile(
+        out,
+        hardware=hardware,
+        fits=result.fits,
+        measurements=result.measurements,
+        provenance=provenance(**prov),
+        complete=True,
+        notes=result.notes,
+    )

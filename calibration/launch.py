@@ -40,17 +40,26 @@ def launched_env() -> dict[str, int] | None:
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:
         world = int(env["WORLD_SIZE"])
-        return {"rank": int(env["RANK"]), "world": world,
-                "local_rank": int(env.get("LOCAL_RANK", 0)),
-                "local_world": int(env.get("LOCAL_WORLD_SIZE", world))}
+        return {
+            "rank": int(env["RANK"]),
+            "world": world,
+            "local_rank": int(env.get("LOCAL_RANK", 0)),
+            "local_world": int(env.get("LOCAL_WORLD_SIZE", world)),
+        }
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
         if "MASTER_ADDR" not in env or "MASTER_PORT" not in env:
-            raise PerfmodelError("under srun, set MASTER_ADDR and MASTER_PORT (e.g. the first "
-                                 "host of SLURM_JOB_NODELIST and a free port)")
+            raise PerfmodelError(
+                "under srun, set MASTER_ADDR and MASTER_PORT (e.g. the first "
+                "host of SLURM_JOB_NODELIST and a free port)"
+            )
         world = int(env["SLURM_NTASKS"])
         nodes = int(env.get("SLURM_NNODES", 1))
-        return {"rank": int(env["SLURM_PROCID"]), "world": world,
-                "local_rank": int(env.get("SLURM_LOCALID", 0)), "local_world": world // nodes}
+        return {
+            "rank": int(env["SLURM_PROCID"]),
+            "world": world,
+            "local_rank": int(env.get("SLURM_LOCALID", 0)),
+            "local_world": world // nodes,
+        }
     return None
 
 
@@ -58,8 +67,11 @@ def choose_backend(backend: str) -> str:
     import torch
 
     if backend == "auto":
-        return "nccl" if torch.cuda.is_available() and torch.distributed.is_nccl_available() \
+        return (
+            "nccl"
+            if torch.cuda.is_available() and torch.distributed.is_nccl_available()
             else "gloo"
+        )
     if backend == "nccl" and not torch.cuda.is_available():
         raise PerfmodelError("--backend nccl needs CUDA GPUs; none is visible (use gloo)")
     return backend
@@ -81,8 +93,16 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def run(out: Path, *, nprocs: int | None, backend: str, quick: bool, max_bytes: int | None = None,
-        stages: tuple[str, ...] | None = None, console: Console | None = None) -> Path | None:
+def run(
+    out: Path,
+    *,
+    nprocs: int | None,
+    backend: str,
+    quick: bool,
+    max_bytes: int | None = None,
+    stages: tuple[str, ...] | None = None,
+    console: Console | None = None,
+) -> Path | None:
     """Measure, fit and write the profile; returns its path (None on ranks other than 0)."""
     console = console or Console(stderr=True)
     out = Path(out)
@@ -97,13 +117,21 @@ def run(out: Path, *, nprocs: int | None, backend: str, quick: bool, max_bytes: 
     if env is not None:
         if env["rank"] == 0:
             records_path.unlink(missing_ok=True)
-        run_worker(env["rank"], env["world"], env["local_rank"], env["local_world"], backend,
-                   sweep, records_path if env["rank"] == 0 else None)
+        run_worker(
+            env["rank"],
+            env["world"],
+            env["local_rank"],
+            env["local_world"],
+            backend,
+            sweep,
+            records_path if env["rank"] == 0 else None,
+        )
         if env["rank"] != 0:
             return None
     else:
         if nprocs is None:
             import torch
+
             nprocs = torch.cuda.device_count() if device == "cuda" else 2
         if nprocs < 1:
             raise PerfmodelError("--nprocs must be at least 1")
@@ -119,31 +147,43 @@ def run(out: Path, *, nprocs: int | None, backend: str, quick: bool, max_bytes: 
 def _launch(nprocs: int, backend: str, sweep: Sweep, records: Path, console: Console) -> bool:
     ctx = mp.get_context("spawn")
     init = f"tcp://127.0.0.1:{free_port()}"
-    procs = [ctx.Process(target=_spawned, args=(r, nprocs, backend, sweep, str(records), init),
-                         daemon=True) for r in range(nprocs)]
+    procs = [
+        ctx.Process(
+            target=_spawned, args=(r, nprocs, backend, sweep, str(records), init), daemon=True
+        )
+        for r in range(nprocs)
+    ]
     for p in procs:
         p.start()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     try:
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task(f"calibrating ({nprocs} ranks, {backend})", total=None)
             while True:
                 recs = read_records(records)
                 plan = next((r["plan"] for r in recs if "plan" in r), None)
-                done = sum(1 for r in recs if r.get("kind") in ("gemm", "memory", "overhead",
-                                                                "collective"))
+                done = sum(
+                    1 for r in recs if r.get("kind") in ("gemm", "memory", "overhead", "collective")
+                )
                 last = next((r for r in reversed(recs) if "kind" in r), {})
                 label = last.get("op") or last.get("kernel") or last.get("kind") or "starting"
-                progress.update(task, total=plan, completed=done,
-                                description=f"calibrating: {label}")
+                progress.update(
+                    task, total=plan, completed=done, description=f"calibrating: {label}"
+                )
                 codes = [p.exitcode for p in procs]
                 if all(c == 0 for c in codes):
                     return True
                 if any(c not in (None, 0) for c in codes):
                     _stop(procs)
-                    raise PerfmodelError(f"a calibration rank failed (exit codes {codes}); "
-                                         "measured so far is discarded")
+                    raise PerfmodelError(
+                        f"a calibration rank failed (exit codes {codes}); "
+                        "measured so far is discarded"
+                    )
                 time.sleep(0.25)
     except KeyboardInterrupt:
         _stop(procs)
@@ -161,21 +201,26 @@ def _stop(procs: list[Any]) -> None:
             p.kill()
 
 
-def build_profile(out: Path, records: list[dict[str, Any]], *, complete: bool, elapsed_s: float,
-                  quick: bool) -> Path:
+def build_profile(
+    out: Path, records: list[dict[str, Any]], *, complete: bool, elapsed_s: float, quick: bool
+) -> Path:
     """Fit the measured records and write the profile (standalone: every required field)."""
     info = next((r for r in records if r.get("kind") == "info"), None)
     if info is None:
         raise DataError("calibration stopped before any measurement; no profile written")
     support = next((r["ops"] for r in records if r.get("kind") == "support"), {})
     complete = complete and any(r.get("kind") == "done" for r in records)
-    df = pd.DataFrame([r for r in records if r.get("kind") in ("gemm", "memory", "collective",
-                                                                "overhead")])
+    df = pd.DataFrame(
+        [r for r in records if r.get("kind") in ("gemm", "memory", "collective", "overhead")]
+    )
     fits: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
-    hardware: dict[str, Any] = {"name": f"calibrated-{socket.gethostname()}",
-                                "gpu_name": info["device"], "gpus_per_node": info["local_world"],
-                                "memory_bytes": info["memory_bytes"]}
+    hardware: dict[str, Any] = {
+        "name": f"calibrated-{socket.gethostname()}",
+        "gpu_name": info["device"],
+        "gpus_per_node": info["local_world"],
+        "memory_bytes": info["memory_bytes"],
+    }
     if df.empty:
         raise DataError("calibration stopped before any measurement; no profile written")
     _fit_gemm(df, info, fits, hardware, notes)
@@ -183,14 +228,29 @@ def build_profile(out: Path, records: list[dict[str, Any]], *, complete: bool, e
     _fit_collectives(df, info, fits, hardware, notes, support)
     if not complete:
         notes.append("incomplete run (interrupted): fits use what was measured")
-    prov = provenance(device=info["device"], device_count=info["world"], nodes=info["nodes"],
-                      torch_version=info["torch_version"], nccl_version=info["nccl_version"],
-                      gloo=info["gloo"], backend=info["backend"], quick=quick,
-                      threads_per_rank=info["threads_per_rank"], wall_time_s=round(elapsed_s, 1),
-                      collective_support=support)
+    prov = provenance(
+        device=info["device"],
+        device_count=info["world"],
+        nodes=info["nodes"],
+        torch_version=info["torch_version"],
+        nccl_version=info["nccl_version"],
+        gloo=info["gloo"],
+        backend=info["backend"],
+        quick=quick,
+        threads_per_rank=info["threads_per_rank"],
+        wall_time_s=round(elapsed_s, 1),
+        collective_support=support,
+    )
     df = df.drop(columns=[c for c in ("note",) if c in df])
-    return write_profile(out, hardware=hardware, fits=fits, measurements=df, provenance=prov,
-                         complete=complete, notes=notes)
+    return write_profile(
+        out,
+        hardware=hardware,
+        fits=fits,
+        measurements=df,
+        provenance=prov,
+        complete=complete,
+        notes=notes,
+    )
 
 
 def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: list[str]) -> None:
@@ -203,8 +263,10 @@ def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: l
         best = float((2 * rows.b * rows.m * rows.n * rows.k / rows.time_s).max())
         if len(rows) < 8:
             peaks[dtype] = best
-            notes.append(f"gemm {dtype}: {len(rows)} point(s) only; peak_flops_per_s.{dtype} = "
-                         f"the measured {best / 1e9:.3g} GFLOP/s, no efficiency fit")
+            notes.append(
+                f"gemm {dtype}: {len(rows)} point(s) only; peak_flops_per_s.{dtype} = "
+                f"the measured {best / 1e9:.3g} GFLOP/s, no efficiency fit"
+            )
             continue
         bpe = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}.get(dtype, 4.0)
         model = GemmModel(best, math.inf, bpe).fit(rows)
@@ -214,8 +276,11 @@ def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: l
         effs[dtype] = {**model.params_, "max_fraction": 1.0, "half_dim": 0.0}
         summary = model.summary()
         summary["params"] = dict(effs[dtype])
-        summary.update(dtype=dtype, peak_flops_per_s=peaks[dtype],
-                       peak_source="fitted asymptote of the measured sweep")
+        summary.update(
+            dtype=dtype,
+            peak_flops_per_s=peaks[dtype],
+            peak_source="fitted asymptote of the measured sweep",
+        )
         fits[f"gemm/{info['device_type']}/{dtype}"] = summary
     if peaks:
         hardware["peak_flops_per_s"] = peaks
@@ -224,8 +289,7 @@ def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: l
         hardware["gemm_efficiency"] = {**effs, "default": effs[first]}
 
 
-def _fit_memory(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,
-                notes: list[str]) -> None:
+def _fit_memory(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: list[str]) -> None:
     """Bandwidth beyond the last-level cache: sizes whose bytes over all ranks exceed 2x LLC."""
     mem = df[df["kind"] == "memory"]
     best = None
@@ -239,8 +303,9 @@ def _fit_memory(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,
         beyond = sizes[sizes * info["local_world"] > 2 * llc] if llc else sizes[-3:]
         if len(beyond) < 2:
             beyond = sizes[-2:]
-            notes.append(f"memory/{kernel}: fewer than 2 sizes beyond the cache; fitted on the "
-                         "2 largest")
+            notes.append(
+                f"memory/{kernel}: fewer than 2 sizes beyond the cache; fitted on the 2 largest"
+            )
         model = BandwidthModel(kernel, tail=1.0).fit(rows[rows["nbytes"] >= beyond[0]])
         fits[f"memory/{kernel}"] = model.summary()
         if best is None or model.bandwidth_bytes_per_s_ > best:
@@ -253,8 +318,9 @@ def _fit_memory(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,
         hardware["kernel_overhead_s"] = float(over["time_s"].median())
 
 
-def _fit_collectives(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,
-                     notes: list[str], support: dict) -> None:
+def _fit_collectives(
+    df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: list[str], support: dict
+) -> None:
     coll = df[df["kind"] == "collective"]
     collectives, links = [], {}
     if coll.empty:
@@ -275,9 +341,12 @@ def _fit_collectives(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,
         fits[f"collective/{op}/{scope}/ring"] = summary
         collectives.append(dict(model.to_fit().__dict__))
         if op == "all_reduce":
-            links[scope] = {"bandwidth_bytes_per_s": model.bus_bandwidth_bytes_per_s_large_
-                            or model.bus_bandwidth_bytes_per_s_,
-                            "latency_s": model.alpha_s_, "efficiency": 1.0}
+            links[scope] = {
+                "bandwidth_bytes_per_s": model.bus_bandwidth_bytes_per_s_large_
+                or model.bus_bandwidth_bytes_per_s_,
+                "latency_s": model.alpha_s_,
+                "efficiency": 1.0,
+            }
     if collectives:
         hardware["collectives"] = collectives
     if "intra" in links:

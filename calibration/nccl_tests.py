@@ -20,27 +20,60 @@ from perfmodel.errors import DataError
 
 # nccl-tests binary name -> perfmodel op
 BINARIES = {
-    "all_reduce": Op.ALL_REDUCE, "all_gather": Op.ALL_GATHER, "reduce_scatter": Op.REDUCE_SCATTER,
-    "alltoall": Op.ALL_TO_ALL, "sendrecv": Op.SEND_RECV, "broadcast": Op.BROADCAST,
-    "reduce": Op.REDUCE, "hypercube": Op.ALL_GATHER,
+    "all_reduce": Op.ALL_REDUCE,
+    "all_gather": Op.ALL_GATHER,
+    "reduce_scatter": Op.REDUCE_SCATTER,
+    "alltoall": Op.ALL_TO_ALL,
+    "sendrecv": Op.SEND_RECV,
+    "broadcast": Op.BROADCAST,
+    "reduce": Op.REDUCE,
+    "hypercube": Op.ALL_GATHER,
 }
 # file-name hints, most specific first
-_NAME_HINTS = [("allreduce", Op.ALL_REDUCE), ("all_reduce", Op.ALL_REDUCE),
-               ("allgather", Op.ALL_GATHER), ("all_gather", Op.ALL_GATHER),
-               ("reducescatter", Op.REDUCE_SCATTER), ("reduce_scatter", Op.REDUCE_SCATTER),
-               ("alltoall", Op.ALL_TO_ALL), ("all_to_all", Op.ALL_TO_ALL),
-               ("sendrecv", Op.SEND_RECV), ("send_recv", Op.SEND_RECV),
-               ("broadcast", Op.BROADCAST), ("reduce", Op.REDUCE)]
+_NAME_HINTS = [
+    ("allreduce", Op.ALL_REDUCE),
+    ("all_reduce", Op.ALL_REDUCE),
+    ("allgather", Op.ALL_GATHER),
+    ("all_gather", Op.ALL_GATHER),
+    ("reducescatter", Op.REDUCE_SCATTER),
+    ("reduce_scatter", Op.REDUCE_SCATTER),
+    ("alltoall", Op.ALL_TO_ALL),
+    ("all_to_all", Op.ALL_TO_ALL),
+    ("sendrecv", Op.SEND_RECV),
+    ("send_recv", Op.SEND_RECV),
+    ("broadcast", Op.BROADCAST),
+    ("reduce", Op.REDUCE),
+]
 _PREFIX = re.compile(r"^(\[\d+,\d+\]<\w+>:|\s*\d+:\s)")
-_PERF = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoall|sendrecv|broadcast|reduce|"
-                   r"hypercube)_perf\b")
-_RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+"
-                   r"\[[^\]]*\]\s+(.+?)\s*$")
+_PERF = re.compile(
+    r"\b(all_reduce|all_gather|reduce_scatter|alltoall|sendrecv|broadcast|reduce|"
+    r"hypercube)_perf\b"
+)
+_RANK = re.compile(
+    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+"
+    r"device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$"
+)
 _VERSION = re.compile(r"nccl-library=(\d+)")
 _ALGO = re.compile(r"NCCL_ALGO set by environment to (\w+)", re.I)
-_DTYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "int32": 4, "uint32": 4, "int": 4, "int64": 8,
-                "uint64": 8, "half": 2, "float16": 2, "float": 4, "float32": 4, "double": 8,
-                "float64": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1}
+_DTYPE_BYTES = {
+    "int8": 1,
+    "uint8": 1,
+    "char": 1,
+    "int32": 4,
+    "uint32": 4,
+    "int": 4,
+    "int64": 8,
+    "uint64": 8,
+    "half": 2,
+    "float16": 2,
+    "float": 4,
+    "float32": 4,
+    "double": 8,
+    "float64": 8,
+    "bfloat16": 2,
+    "f8e4m3": 1,
+    "f8e5m2": 1,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,8 +104,9 @@ def _number(token: str, path: Path, lineno: int, what: str) -> float | None:
     try:
         return float(token)
     except ValueError:
-        raise DataError(f"{path}:{lineno}: {what} '{token}' is not a number "
-                        "(garbled nccl-tests row)") from None
+        raise DataError(
+            f"{path}:{lineno}: {what} '{token}' is not a number (garbled nccl-tests row)"
+        ) from None
 
 
 def _row(tokens: list[str], path: Path, lineno: int) -> dict:
@@ -90,9 +124,11 @@ def _row(tokens: list[str], path: Path, lineno: int) -> dict:
     elif len(rest) == 6:
         oop, inp = rest[:3] + ["0"], rest[3:] + ["0"]
     else:
-        raise DataError(f"{path}:{lineno}: incomplete or unknown nccl-tests row ({len(tokens)} "
-                        "columns; expected size count type redop root, then time algbw busbw "
-                        "#wrong out-of-place and in-place): truncated log?")
+        raise DataError(
+            f"{path}:{lineno}: incomplete or unknown nccl-tests row ({len(tokens)} "
+            "columns; expected size count type redop root, then time algbw busbw "
+            "#wrong out-of-place and in-place): truncated log?"
+        )
     size = _number(tokens[0], path, lineno, "size")
     count = _number(tokens[1], path, lineno, "count")
     t_out = _number(oop[0], path, lineno, "time")
@@ -103,16 +139,27 @@ def _row(tokens: list[str], path: Path, lineno: int) -> dict:
     busbw = _number(oop[2], path, lineno, "busbw")
     wrong = _number(oop[3], path, lineno, "#wrong") or 0.0
     if size < 0 or t_out <= 0:
-        raise DataError(f"{path}:{lineno}: size must be >= 0 and time > 0, got {tokens[0]} and "
-                        f"{oop[0]}")
+        raise DataError(
+            f"{path}:{lineno}: size must be >= 0 and time > 0, got {tokens[0]} and {oop[0]}"
+        )
     if algbw is not None and algbw >= 1.0:  # nccl-tests prints algbw = size / time (GB/s, us)
         expected = size / (t_out * 1e-6) / 1e9
         if abs(expected / algbw - 1) > 0.05:
-            raise DataError(f"{path}:{lineno}: algbw {algbw} GB/s does not match size/time = "
-                            f"{expected:.2f} GB/s: not a consistent nccl-tests row")
-    return {"nbytes": size, "count": count, "type": tokens[2], "time_s": t_out * 1e-6,
-            "time_in_place_s": None if t_in is None else t_in * 1e-6, "algbw": algbw,
-            "busbw": busbw, "wrong": wrong, "line": lineno}
+            raise DataError(
+                f"{path}:{lineno}: algbw {algbw} GB/s does not match size/time = "
+                f"{expected:.2f} GB/s: not a consistent nccl-tests row"
+            )
+    return {
+        "nbytes": size,
+        "count": count,
+        "type": tokens[2],
+        "time_s": t_out * 1e-6,
+        "time_in_place_s": None if t_in is None else t_in * 1e-6,
+        "algbw": algbw,
+        "busbw": busbw,
+        "wrong": wrong,
+        "line": lineno,
+    }
 
 
 def _numeric(token: str) -> bool:
@@ -155,8 +202,10 @@ def parse_nccl_tests(path: str | Path, op: Op | str | None = None) -> list[NcclT
     lines = [_PREFIX.sub("", line, count=1) for line in raw.decode("utf-8", "replace").splitlines()]
     starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("# nThread")]
     if not starts:
-        raise DataError(f"{path}: no nccl-tests header ('# nThread ... minBytes ... maxBytes') "
-                        "found: not an nccl-tests log")
+        raise DataError(
+            f"{path}: no nccl-tests header ('# nThread ... minBytes ... maxBytes') "
+            "found: not an nccl-tests log"
+        )
     runs = []
     for j, start in enumerate(starts):
         end = starts[j + 1] if j + 1 < len(starts) else len(lines)
@@ -165,8 +214,9 @@ def parse_nccl_tests(path: str | Path, op: Op | str | None = None) -> list[NcclT
     return runs
 
 
-def _section(path: Path, lines: list[str], start: int, end: int, prev_end: int,
-             op_hint: Op | str | None) -> NcclTestsRun:
+def _section(
+    path: Path, lines: list[str], start: int, end: int, prev_end: int, op_hint: Op | str | None
+) -> NcclTestsRun:
     names, hosts, devices, algo, version = [], {}, set(), None, None
     # the preamble (text since the previous section's rows) names the binary and the version
     preamble_start = prev_end
@@ -174,7 +224,7 @@ def _section(path: Path, lines: list[str], start: int, end: int, prev_end: int,
         if _is_row(lines[i].split()):
             preamble_start = i + 1
             break
-    for line in lines[preamble_start:start + 1]:
+    for line in lines[preamble_start : start + 1]:
         names += _PERF.findall(line)
         if m := _VERSION.search(line):
             version = m.group(1)
@@ -205,17 +255,24 @@ def _section(path: Path, lines: list[str], start: int, end: int, prev_end: int,
     elif (guess := _op_from_name(path)) is not None:
         op = guess
     else:
-        raise DataError(f"{path}:{start + 1}: cannot tell which collective this test ran (no "
-                        "'*_perf' name in the log or the file name); pass --op")
+        raise DataError(
+            f"{path}:{start + 1}: cannot tell which collective this test ran (no "
+            "'*_perf' name in the log or the file name); pass --op"
+        )
     if not hosts:
-        raise DataError(f"{path}:{start + 1}: no '#  Rank N Group G Pid P on HOST device D [...] "
-                        "NAME' lines: cannot tell the rank count")
+        raise DataError(
+            f"{path}:{start + 1}: no '#  Rank N Group G Pid P on HOST device D [...] "
+            "NAME' lines: cannot tell the rank count"
+        )
     if not rows:
-        raise DataError(f"{path}:{start + 1}: {op.value} section has no data rows "
-                        "(truncated or failed run?)")
+        raise DataError(
+            f"{path}:{start + 1}: {op.value} section has no data rows (truncated or failed run?)"
+        )
     if not complete:
-        notes.append(f"section at line {start + 1} ends before '# Avg bus bandwidth': "
-                     f"truncated run, {len(rows)} sizes kept")
+        notes.append(
+            f"section at line {start + 1} ends before '# Avg bus bandwidth': "
+            f"truncated run, {len(rows)} sizes kept"
+        )
     records = pd.DataFrame(rows)
     # '#wrong' counts wrong elements; older logs print 'error', a float max-abs error instead
     counts_wrong = any("#wrong" in line for line in lines[start:end])
@@ -225,13 +282,24 @@ def _section(path: Path, lines: list[str], start: int, end: int, prev_end: int,
         records = records[~bad]
     n_ranks = len(hosts)
     if sorted(hosts) != list(range(n_ranks)):
-        raise DataError(f"{path}:{start + 1}: rank lines are not 0..N-1 (got {sorted(hosts)[:5]}"
-                        "...): truncated header?")
-    return NcclTestsRun(path=path, line=start + 1, op=op, ranks=n_ranks,
-                        nodes=len(set(hosts.values())), device=" / ".join(sorted(devices)),
-                        hosts=tuple(sorted(set(hosts.values()))), nccl_version=version,
-                        nccl_algo=algo, records=records.reset_index(drop=True),
-                        complete=complete, notes=notes)
+        raise DataError(
+            f"{path}:{start + 1}: rank lines are not 0..N-1 (got {sorted(hosts)[:5]}"
+            "...): truncated header?"
+        )
+    return NcclTestsRun(
+        path=path,
+        line=start + 1,
+        op=op,
+        ranks=n_ranks,
+        nodes=len(set(hosts.values())),
+        device=" / ".join(sorted(devices)),
+        hosts=tuple(sorted(set(hosts.values()))),
+        nccl_version=version,
+        nccl_algo=algo,
+        records=records.reset_index(drop=True),
+        complete=complete,
+        notes=notes,
+    )
 
 
 def _starting_name(lines: list[str]) -> str | None:

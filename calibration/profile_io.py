@@ -35,8 +35,13 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 def git_revision() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
@@ -45,11 +50,19 @@ def git_revision() -> str | None:
 def provenance(**fields: Any) -> dict[str, Any]:
     """Host, date, command line and git revision, plus the caller's device/version fields."""
     torch = sys.modules.get("torch")
-    base = {"host": socket.gethostname(), "device": None, "device_count": None, "nodes": None,
-            "torch_version": getattr(torch, "__version__", None), "nccl_version": None,
-            "gloo": None, "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-            "git_revision": git_revision(), "python": platform.python_version()}
+    base = {
+        "host": socket.gethostname(),
+        "device": None,
+        "device_count": None,
+        "nodes": None,
+        "torch_version": getattr(torch, "__version__", None),
+        "nccl_version": None,
+        "gloo": None,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "git_revision": git_revision(),
+        "python": platform.python_version(),
+    }
     base.update(fields)
     return base
 
@@ -65,10 +78,16 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def write_profile(path: str | Path, *, hardware: Mapping[str, Any],
-                  fits: Mapping[str, Mapping[str, Any]], measurements: pd.DataFrame | None,
-                  provenance: Mapping[str, Any], complete: bool = True,
-                  notes: list[str] | None = None) -> Path:
+def write_profile(
+    path: str | Path,
+    *,
+    hardware: Mapping[str, Any],
+    fits: Mapping[str, Mapping[str, Any]],
+    measurements: pd.DataFrame | None,
+    provenance: Mapping[str, Any],
+    complete: bool = True,
+    notes: list[str] | None = None,
+) -> Path:
     """Write PROFILE.json and PROFILE.measurements.csv beside it; returns the profile path.
 
     The document is validated with perfmodel's own reader before it is written.
@@ -78,9 +97,17 @@ def write_profile(path: str | Path, *, hardware: Mapping[str, Any],
     if measurements is not None:
         csv_name = f"{path.stem}.measurements.csv"
         atomic_write(path.parent / csv_name, lambda p: measurements.to_csv(p, index=False))
-    doc = _clean({"format": FORMAT, "version": VERSION, "complete": complete,
-                  "hardware": dict(hardware), "fits": dict(fits), "measurements": csv_name,
-                  "provenance": dict(provenance, notes=list(notes or []))})
+    doc = _clean(
+        {
+            "format": FORMAT,
+            "version": VERSION,
+            "complete": complete,
+            "hardware": dict(hardware),
+            "fits": dict(fits),
+            "measurements": csv_name,
+            "provenance": dict(provenance, notes=list(notes or [])),
+        }
+    )
     profile_from_dict(doc, f"profile {path}", path)  # never write what we could not read back
     text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
     atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))

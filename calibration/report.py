@@ -25,11 +25,14 @@ def _si(value: float, unit: str) -> str:
 def _params(fit: dict) -> str:
     p = fit["params"]
     if fit["kind"] == "collective":
-        text = f"alpha {p['alpha_s'] * 1e6:.3g} us, busbw {_si(p['bus_bandwidth_bytes_per_s'], 'B/s')}"
+        busbw = _si(p["bus_bandwidth_bytes_per_s"], "B/s")
+        text = f"alpha {p['alpha_s'] * 1e6:.3g} us, busbw {busbw}"
         if p.get("breakpoint_bytes", 0) > 0:
-            text += (f"; from {_si(p['breakpoint_bytes'], 'B')}: alpha "
-                     f"{p['alpha_s_large'] * 1e6:.3g} us, busbw "
-                     f"{_si(p['bus_bandwidth_bytes_per_s_large'], 'B/s')}")
+            text += (
+                f"; from {_si(p['breakpoint_bytes'], 'B')}: alpha "
+                f"{p['alpha_s_large'] * 1e6:.3g} us, busbw "
+                f"{_si(p['bus_bandwidth_bytes_per_s_large'], 'B/s')}"
+            )
         return text
     if fit["kind"] == "memory_bandwidth":
         return f"{_si(p['bandwidth_bytes_per_s'], 'B/s')}, alpha {p['alpha_s'] * 1e6:.3g} us"
@@ -43,16 +46,23 @@ def print_report(profile: Profile, console: Console | None = None) -> None:
     console = console or Console()
     console = Console(width=max(console.width, 150), file=console.file)
     prov = profile.provenance
-    console.print(f"[bold]{profile.path}[/bold]  device {prov.get('device')} x "
-                  f"{prov.get('device_count')}, {prov.get('nodes')} node(s), "
-                  f"{prov.get('date')}, complete: {profile.complete}")
+    console.print(
+        f"[bold]{profile.path}[/bold]  device {prov.get('device')} x "
+        f"{prov.get('device_count')}, {prov.get('nodes')} node(s), "
+        f"{prov.get('date')}, complete: {profile.complete}"
+    )
     table = Table("fit", "parameters", "median err", "worst err", "sizes seen", "points")
     for name, fit in profile.fits.items():
         unit = "FLOP" if fit.get("size_unit") == "flops" else "B"
         lo, hi = fit["size_range"]
-        table.add_row(name, _params(fit), f"{fit['median_rel_error']:.1%}",
-                      f"{fit['worst_rel_error']:.1%}", f"{_si(lo, unit)} - {_si(hi, unit)}",
-                      str(fit["n_points"]))
+        table.add_row(
+            name,
+            _params(fit),
+            f"{fit['median_rel_error']:.1%}",
+            f"{fit['worst_rel_error']:.1%}",
+            f"{_si(lo, unit)} - {_si(hi, unit)}",
+            str(fit["n_points"]),
+        )
     console.print(table)
     for note in prov.get("notes", []):
         console.print(f"note: {note}")
@@ -73,25 +83,31 @@ def plot_profile(profile: Profile, out: Path) -> Path:
     rows = -(-len(fits) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
     for ax, (name, fit) in zip(axes.flat, fits.items(), strict=False):
-        cf = CollectiveFit(op=fit["op"], scope=fit["scope"], algorithm=fit["algorithm"],
-                           **fit["params"])
+        cf = CollectiveFit(
+            op=fit["op"], scope=fit["scope"], algorithm=fit["algorithm"], **fit["params"]
+        )
         sub = None
         if data is not None and {"op", "scope", "ranks", "nbytes", "time_s"} <= set(data):
             sub = data[(data["op"] == fit["op"]) & (data["scope"] == fit["scope"])]
         for ranks in fit.get("ranks", []) or [2]:
             lo, hi = fit["size_range"]
             sizes = np.geomspace(max(lo, 1), max(hi, 2), 200)
-            ax.loglog(sizes, fitted_collective_time(cf, fit["op"], sizes, ranks) * 1e6, "-",
-                      label=f"fit n={ranks}")
+            ax.loglog(
+                sizes,
+                fitted_collective_time(cf, fit["op"], sizes, ranks) * 1e6,
+                "-",
+                label=f"fit n={ranks}",
+            )
             if sub is not None and not sub.empty:
                 pts = sub[(sub["ranks"] == ranks) & (sub["nbytes"] > 0)]
-                ax.loglog(pts["nbytes"], pts["time_s"] * 1e6, "o", ms=3,
-                          label=f"measured n={ranks}")
+                ax.loglog(
+                    pts["nbytes"], pts["time_s"] * 1e6, "o", ms=3, label=f"measured n={ranks}"
+                )
         ax.set_title(f"{name}\nmedian err {fit['median_rel_error']:.1%}", fontsize=9)
         ax.set_xlabel("size [B]")
         ax.set_ylabel("time [us]")
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(fits):]:
+    for ax in list(axes.flat)[len(fits) :]:
         ax.axis("off")
     fig.tight_layout()
     atomic_write(out, lambda p: fig.savefig(p, format="png", dpi=110))

@@ -28,10 +28,18 @@ def harmonic_dim(m: sp.Expr, n: sp.Expr, k: sp.Expr) -> sp.Expr:
     return 3 / (1 / m + 1 / n + 1 / k)
 
 
-def gemm_efficiency(m: sp.Expr, n: sp.Expr, k: sp.Expr, max_fraction: sp.Expr,
-                    half_dim: sp.Expr, batch: sp.Expr = 1, m_half_dim: sp.Expr = 0,
-                    n_half_dim: sp.Expr = 0, k_half_dim: sp.Expr = 0,
-                    batch_half: sp.Expr = 0) -> sp.Expr:
+def gemm_efficiency(
+    m: sp.Expr,
+    n: sp.Expr,
+    k: sp.Expr,
+    max_fraction: sp.Expr,
+    half_dim: sp.Expr,
+    batch: sp.Expr = 1,
+    m_half_dim: sp.Expr = 0,
+    n_half_dim: sp.Expr = 0,
+    k_half_dim: sp.Expr = 0,
+    batch_half: sp.Expr = 0,
+) -> sp.Expr:
     """Fraction of peak FLOP/s a GEMM of shape (m x k) @ (k x n) reaches [dimensionless].
 
     Written as d / (d + h) per factor (= 1 / (1 + h/d)); a term whose half size is 0 is left out,
@@ -47,11 +55,22 @@ def gemm_efficiency(m: sp.Expr, n: sp.Expr, k: sp.Expr, max_fraction: sp.Expr,
     return eff
 
 
-def gemm_time_s(m: sp.Expr, n: sp.Expr, k: sp.Expr, batch: sp.Expr, bytes_per_element: sp.Expr,
-                peak_flops_per_s: sp.Expr, memory_bandwidth_bytes_per_s: sp.Expr,
-                max_fraction: sp.Expr, half_dim: sp.Expr, m_half_dim: sp.Expr = 0,
-                n_half_dim: sp.Expr = 0, k_half_dim: sp.Expr = 0, batch_half: sp.Expr = 0,
-                min_time_s: sp.Expr = 0) -> sp.Expr:
+def gemm_time_s(
+    m: sp.Expr,
+    n: sp.Expr,
+    k: sp.Expr,
+    batch: sp.Expr,
+    bytes_per_element: sp.Expr,
+    peak_flops_per_s: sp.Expr,
+    memory_bandwidth_bytes_per_s: sp.Expr,
+    max_fraction: sp.Expr,
+    half_dim: sp.Expr,
+    m_half_dim: sp.Expr = 0,
+    n_half_dim: sp.Expr = 0,
+    k_half_dim: sp.Expr = 0,
+    batch_half: sp.Expr = 0,
+    min_time_s: sp.Expr = 0,
+) -> sp.Expr:
     """Time of `batch` independent GEMMs of shape (m x k) @ (k x n) [s].
 
     T = min_time_s + max(2 batch m n k / (peak * eff), batch * bpe * (mk + kn + mn) / bw)
@@ -60,7 +79,9 @@ def gemm_time_s(m: sp.Expr, n: sp.Expr, k: sp.Expr, batch: sp.Expr, bytes_per_el
     """
     flops = 2 * batch * m * n * k
     nbytes = batch * bytes_per_element * (m * k + k * n + m * n)
-    eff = gemm_efficiency(m, n, k, max_fraction, half_dim, batch, m_half_dim, n_half_dim,
-                          k_half_dim, batch_half)
-    return min_time_s + sp.Max(flops / (peak_flops_per_s * eff),
-                               nbytes / memory_bandwidth_bytes_per_s)
+    eff = gemm_efficiency(
+        m, n, k, max_fraction, half_dim, batch, m_half_dim, n_half_dim, k_half_dim, batch_half
+    )
+    return min_time_s + sp.Max(
+        flops / (peak_flops_per_s * eff), nbytes / memory_bandwidth_bytes_per_s
+    )

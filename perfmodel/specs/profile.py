@@ -44,8 +44,18 @@ VERSION = 1
 FIT_KINDS = ("collective", "gemm", "memory_bandwidth")
 _TOP = ("format", "version", "complete", "hardware", "fits", "measurements", "provenance")
 _FIT_REQUIRED = ("kind", "params", "median_rel_error", "worst_rel_error", "size_range", "n_points")
-PROVENANCE_FIELDS = ("host", "device", "device_count", "nodes", "torch_version", "nccl_version",
-                     "gloo", "date", "command", "git_revision")
+PROVENANCE_FIELDS = (
+    "host",
+    "device",
+    "device_count",
+    "nodes",
+    "torch_version",
+    "nccl_version",
+    "gloo",
+    "date",
+    "command",
+    "git_revision",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,12 +78,16 @@ def profile_from_dict(data: Any, where: str, path: Path | None = None) -> Profil
     if not isinstance(data, Mapping):
         raise SpecError(f"{where}: a profile must be a JSON object, got {type(data).__name__}")
     if data.get("format") != FORMAT:
-        raise SpecError(f"{where}: field 'format' must be '{FORMAT}', got {data.get('format')!r} "
-                        "(is this a perfmodel profile?)")
+        raise SpecError(
+            f"{where}: field 'format' must be '{FORMAT}', got {data.get('format')!r} "
+            "(is this a perfmodel profile?)"
+        )
     version = data.get("version")
     if version != VERSION:
-        raise SpecError(f"{where}: profile version {version!r} is not supported; this perfmodel "
-                        f"reads version {VERSION}: re-run `perfmodel calibrate` to rewrite it")
+        raise SpecError(
+            f"{where}: profile version {version!r} is not supported; this perfmodel "
+            f"reads version {VERSION}: re-run `perfmodel calibrate` to rewrite it"
+        )
     check_fields(data, _TOP, where)
     for key in ("complete", "hardware", "fits"):
         if key not in data:
@@ -94,10 +108,14 @@ def profile_from_dict(data: Any, where: str, path: Path | None = None) -> Profil
     if measurements is not None and not isinstance(measurements, str):
         raise SpecError(f"{where}: field 'measurements' must be a file name (string) or null")
     base_dir = path.parent if path is not None else Path(".")
-    return Profile(path=path or Path(where), complete=data["complete"],
-                   hardware=dict(data["hardware"]), fits={k: dict(v) for k, v in fits.items()},
-                   measurements=base_dir / measurements if measurements else None,
-                   provenance=dict(provenance))
+    return Profile(
+        path=path or Path(where),
+        complete=data["complete"],
+        hardware=dict(data["hardware"]),
+        fits={k: dict(v) for k, v in fits.items()},
+        measurements=base_dir / measurements if measurements else None,
+        provenance=dict(provenance),
+    )
 
 
 def _check_fit(fit: Any, where: str) -> None:
@@ -115,9 +133,12 @@ def _check_fit(fit: Any, where: str) -> None:
     for key in ("median_rel_error", "worst_rel_error"):
         _finite(fit[key], f"{where}.{key}")
     rng = fit["size_range"]
-    if (not isinstance(rng, (list, tuple)) or len(rng) != 2
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rng)
-            or rng[0] > rng[1]):
+    if (
+        not isinstance(rng, (list, tuple))
+        or len(rng) != 2
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rng)
+        or rng[0] > rng[1]
+    ):
         raise SpecError(f"{where}.size_range must be [smallest, largest] (numbers), got {rng!r}")
     if not isinstance(fit["n_points"], int) or fit["n_points"] < 1:
         raise SpecError(f"{where}.n_points must be a positive whole number")
@@ -145,8 +166,10 @@ def load_profile(path: str | Path) -> Profile:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SpecError(f"{where}: not valid JSON at line {exc.lineno}, column {exc.colno} "
-                        "(truncated or not a profile?)") from None
+        raise SpecError(
+            f"{where}: not valid JSON at line {exc.lineno}, column {exc.colno} "
+            "(truncated or not a profile?)"
+        ) from None
     return profile_from_dict(data, where, path)
 
 
@@ -202,18 +225,24 @@ def fitted_collective_time(fit: CollectiveFit, op: str, nbytes: Any, n: Any) -> 
     n_sym = sp.Symbol("n", positive=True)
 
     def regime(alpha: float, busbw: float) -> sp.Expr:
-        return (steps(op, n_sym, fit.algorithm) * alpha
-                + bus_factor(op, n_sym) * sp.Symbol("nbytes") / busbw)
+        return (
+            steps(op, n_sym, fit.algorithm) * alpha
+            + bus_factor(op, n_sym) * sp.Symbol("nbytes") / busbw
+        )
 
     small = regime(fit.alpha_s, fit.bus_bandwidth_bytes_per_s)
-    large = (regime(fit.alpha_s_large, fit.bus_bandwidth_bytes_per_s_large)
-             if fit.breakpoint_bytes > 0 else None)
+    large = (
+        regime(fit.alpha_s_large, fit.bus_bandwidth_bytes_per_s_large)
+        if fit.breakpoint_bytes > 0
+        else None
+    )
     if symbolic:
         subs = {n_sym: n, sp.Symbol("nbytes"): nbytes}
         expr = small.subs(subs)
         if large is not None:
-            expr = sp.Piecewise((expr, sp.sympify(nbytes) < fit.breakpoint_bytes),
-                                (large.subs(subs), True))
+            expr = sp.Piecewise(
+                (expr, sp.sympify(nbytes) < fit.breakpoint_bytes), (large.subs(subs), True)
+            )
         return sp.Piecewise((0, sp.Eq(sp.sympify(n), 1)), (expr, True))
     f_small = _lambdified(small)
     nb, nn = np.asarray(nbytes, dtype=float), np.asarray(n, dtype=float)
@@ -228,8 +257,9 @@ _LAMBDA_CACHE: dict[sp.Expr, Any] = {}
 
 def _lambdified(expr: sp.Expr) -> Any:
     if expr not in _LAMBDA_CACHE:
-        _LAMBDA_CACHE[expr] = sp.lambdify((sp.Symbol("nbytes"), sp.Symbol("n", positive=True)),
-                                          expr, "numpy")
+        _LAMBDA_CACHE[expr] = sp.lambdify(
+            (sp.Symbol("nbytes"), sp.Symbol("n", positive=True)), expr, "numpy"
+        )
     return _LAMBDA_CACHE[expr]
 
 
@@ -239,8 +269,11 @@ def is_extrapolation(profile: Profile, op: str, nbytes: Any, scope: str | None =
     No fit of that op at all counts as extrapolation. Works on numbers and numpy arrays.
     """
     nb = np.asarray(nbytes, dtype=float)
-    fits = [f for f in profile.collective_fits()
-            if f["op"] == op and (scope is None or f["scope"] == scope)]
+    fits = [
+        f
+        for f in profile.collective_fits()
+        if f["op"] == op and (scope is None or f["scope"] == scope)
+    ]
     if not fits:
         return np.ones_like(nb, dtype=bool) if nb.ndim else True
     inside = np.zeros_like(nb, dtype=bool)
@@ -251,5 +284,14 @@ def is_extrapolation(profile: Profile, op: str, nbytes: Any, scope: str | None =
     return out if out.ndim else bool(out)
 
 
-__all__ = ["FORMAT", "VERSION", "Profile", "apply_profile", "fitted_collective_time",
-           "hardware_to_mapping", "is_extrapolation", "load_profile", "profile_from_dict"]
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "Profile",
+    "apply_profile",
+    "fitted_collective_time",
+    "hardware_to_mapping",
+    "is_extrapolation",
+    "load_profile",
+    "profile_from_dict",
+]

@@ -22,8 +22,9 @@ def calibrate(*args):
 
 def test_quick_run_on_two_ranks_writes_a_standalone_profile(tmp_path):
     out = tmp_path / "cpu.json"
-    cmd, env = calibrate("run", "--quick", "--nprocs", "2", "--backend", "gloo",
-                         "--max-bytes", "65536", "--out", out)
+    cmd, env = calibrate(
+        "run", "--quick", "--nprocs", "2", "--backend", "gloo", "--max-bytes", "65536", "--out", out
+    )
     start = time.monotonic()
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -34,8 +35,15 @@ def test_quick_run_on_two_ranks_writes_a_standalone_profile(tmp_path):
     kinds = {f["kind"] for f in profile.fits.values()}
     assert kinds == {"gemm", "memory_bandwidth", "collective"}
     ops = {f["op"] for f in profile.fits.values() if f["kind"] == "collective"}
-    assert ops == {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
-                   "all_to_all", "send_recv"}
+    assert ops == {
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "broadcast",
+        "reduce",
+        "all_to_all",
+        "send_recv",
+    }
     hw = apply_profile(None, profile)  # stands alone: every required field was measured
     assert hw.gpus_per_node == 2 and hw.peak("fp32") > 1e8
     assert hw.memory_bandwidth_bytes_per_s > 1e8
@@ -48,8 +56,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     out = tmp_path / "cut.json"
     records = tmp_path / f".{out.name}.records.jsonl"
     cmd, env = calibrate("run", "--quick", "--nprocs", "2", "--backend", "gloo", "--out", out)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait for the first measurements
         if records.exists() and records.read_text().count('"kind": "gemm"') >= 3:

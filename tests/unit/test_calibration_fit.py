@@ -26,8 +26,9 @@ def synthetic(op, alpha, busbw, ranks, algorithm="ring", noise=0.02, seed=0):
     return pd.concat(rows, ignore_index=True)
 
 
-@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                "broadcast", "send_recv"])
+@pytest.mark.parametrize(
+    "op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"]
+)
 def test_recovers_alpha_and_bus_bandwidth(op):
     # 5 us per step and 150 GB/s busbw: an 8-GPU NVLink-class node
     data = synthetic(op, 5e-6, 150e9, ranks=[2, 4, 8])
@@ -36,7 +37,7 @@ def test_recovers_alpha_and_bus_bandwidth(op):
     assert model.bus_bandwidth_bytes_per_s_ == pytest.approx(150e9, rel=0.03)
     assert model.breakpoint_bytes_ == 0  # one regime explains one-regime data
     assert model.residuals_["median_rel_error"] < 0.03
-    assert model.size_range_ == (8.0, 2.0 ** 33)
+    assert model.size_range_ == (8.0, 2.0**33)
 
 
 def test_recovers_tree_alpha_per_step():
@@ -59,9 +60,16 @@ def test_two_regimes_when_one_pair_cannot_fit():
 
 
 def test_fitted_time_numeric_matches_symbolic():
-    fit = CollectiveFit(op="all_gather", scope="intra", algorithm="ring", alpha_s=4e-6,
-                        bus_bandwidth_bytes_per_s=300e9, breakpoint_bytes=1e6, alpha_s_large=8e-6,
-                        bus_bandwidth_bytes_per_s_large=350e9)
+    fit = CollectiveFit(
+        op="all_gather",
+        scope="intra",
+        algorithm="ring",
+        alpha_s=4e-6,
+        bus_bandwidth_bytes_per_s=300e9,
+        breakpoint_bytes=1e6,
+        alpha_s_large=8e-6,
+        bus_bandwidth_bytes_per_s_large=350e9,
+    )
     nbytes, n = sp.symbols("nbytes n", positive=True)
     expr = fitted_collective_time(fit, "all_gather", nbytes, n)
     f = sp.lambdify((nbytes, n), expr, "numpy")
@@ -73,19 +81,32 @@ def test_fitted_time_numeric_matches_symbolic():
     assert fitted_collective_time(fit, "all_gather", 1e9, 1) == 0
 
 
-GEMM_TRUTH = {"max_fraction": 0.8, "m_half_dim": 40.0, "n_half_dim": 60.0, "k_half_dim": 150.0,
-              "batch_half": 0.05, "min_time_s": 5e-6}
+GEMM_TRUTH = {
+    "max_fraction": 0.8,
+    "m_half_dim": 40.0,
+    "n_half_dim": 60.0,
+    "k_half_dim": 150.0,
+    "batch_half": 0.05,
+    "min_time_s": 5e-6,
+}
 
 
 def gemm_sweep(noise=0.02, seed=1):
     rng = np.random.default_rng(seed)
     dims = [256, 512, 1024, 2048, 4096]
-    b, m, n, k = (np.array(v, dtype=float) for v in zip(
-        *[(b, m, n, k) for b in (1, 2, 4) for m in dims for n in dims for k in dims],
-        strict=True))
+    b, m, n, k = (
+        np.array(v, dtype=float)
+        for v in zip(
+            *[(b, m, n, k) for b in (1, 2, 4) for m in dims for n in dims for k in dims],
+            strict=True,
+        )
+    )
     s = sp.symbols("m n k b", positive=True)
-    f = sp.lambdify(s, gemm_time_s(s[0], s[1], s[2], s[3], 2, 989e12, 3.35e12, half_dim=0,
-                                   **GEMM_TRUTH), "numpy")
+    f = sp.lambdify(
+        s,
+        gemm_time_s(s[0], s[1], s[2], s[3], 2, 989e12, 3.35e12, half_dim=0, **GEMM_TRUTH),
+        "numpy",
+    )
     t = f(m, n, k, b) * (1 + noise * rng.standard_normal(len(m)))
     return pd.DataFrame({"b": b, "m": m, "n": n, "k": k, "time_s": t})
 

@@ -16,22 +16,37 @@ from perfmodel.errors import DataError
 from perfmodel.specs.profile import apply_profile, load_profile
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gemm"
-XLA = {"H100": "xla-matmul-perf-table-h100-sm90-bf16-f32-fp8.csv",
-       "B200": "xla-matmul-perf-table-b200-sm100-bf16-f32-fp8.csv",
-       "MI300": "xla-matmul-perf-table-mi300-gfx942-bf16-f32-fp8.csv",
-       "MI350": "xla-matmul-perf-table-mi350-gfx950-multi-dtype.csv"}
-NVIDIA_DTYPES = ["bf16xbf16->bf16", "f32xf32->f32", "f8e4m3fnxf8e4m3fn->bf16",
-                 "f8e4m3fnxf8e5m2->bf16", "f8e5m2xf8e4m3fn->bf16"]
+XLA = {
+    "H100": "xla-matmul-perf-table-h100-sm90-bf16-f32-fp8.csv",
+    "B200": "xla-matmul-perf-table-b200-sm100-bf16-f32-fp8.csv",
+    "MI300": "xla-matmul-perf-table-mi300-gfx942-bf16-f32-fp8.csv",
+    "MI350": "xla-matmul-perf-table-mi350-gfx950-multi-dtype.csv",
+}
+NVIDIA_DTYPES = [
+    "bf16xbf16->bf16",
+    "f32xf32->f32",
+    "f8e4m3fnxf8e4m3fn->bf16",
+    "f8e4m3fnxf8e5m2->bf16",
+    "f8e5m2xf8e4m3fn->bf16",
+]
 # AMD: the same-type dtypes. These sweeps are not smooth in shape (hipBLASLt kernel selection makes
 # dips along m*n = const that no few-parameter form follows); the model misses 10% on some.
-AMD = {"MI300": ["bf16xbf16->bf16", "bf16xbf16->f32", "f32xf32->f32",
-                 "f8e4m3fnuzxf8e4m3fnuz->bf16"],
-       "MI350": ["bf16xbf16->bf16", "f16xf16->f16", "f32xf32->f32",
-                 "f8e4m3fnxf8e4m3fn->f8e4m3fn"]}
+AMD = {
+    "MI300": ["bf16xbf16->bf16", "bf16xbf16->f32", "f32xf32->f32", "f8e4m3fnuzxf8e4m3fnuz->bf16"],
+    "MI350": ["bf16xbf16->bf16", "f16xf16->f16", "f32xf32->f32", "f8e4m3fnxf8e4m3fn->f8e4m3fn"],
+}
 CASES = [(gpu, dt) for gpu in ("H100", "B200") for dt in NVIDIA_DTYPES]
-CASES += [pytest.param(gpu, dt, marks=pytest.mark.xfail(
-    reason="AMD XLA sweeps: kernel-selection dips, 8-20% hold-out error", strict=False))
-    for gpu, dts in AMD.items() for dt in dts]
+CASES += [
+    pytest.param(
+        gpu,
+        dt,
+        marks=pytest.mark.xfail(
+            reason="AMD XLA sweeps: kernel-selection dips, 8-20% hold-out error", strict=False
+        ),
+    )
+    for gpu, dts in AMD.items()
+    for dt in dts
+]
 
 
 def holdout(gpu, dtype):
@@ -86,16 +101,19 @@ def test_best_shape_only_table_is_refused_clearly():
 
 def test_bad_value_names_line_and_column(tmp_path):
     bad = tmp_path / "bad.csv"
-    bad.write_text("device_key,b,m,n,k,dtype,flops_per_s\nsm_90,1,256,256,256,bf16,1e12\n"
-                   "sm_90,1,512,-512,512,bf16,2e12\n")
+    bad.write_text(
+        "device_key,b,m,n,k,dtype,flops_per_s\nsm_90,1,256,256,256,bf16,1e12\n"
+        "sm_90,1,512,-512,512,bf16,2e12\n"
+    )
     with pytest.raises(DataError, match=r"bad.csv:3: column 'n'"):
         read_gemm_table(bad)
 
 
 def test_import_gemm_cli_writes_a_profile_predict_can_use(tmp_path):
     out = tmp_path / "h100-gemm.json"
-    res = CliRunner().invoke(calibrate, ["import-gemm", str(DATA / XLA["H100"]), "--out", str(out),
-                                         "--base", "dgx-h100"])
+    res = CliRunner().invoke(
+        calibrate, ["import-gemm", str(DATA / XLA["H100"]), "--out", str(out), "--base", "dgx-h100"]
+    )
     assert res.exit_code == 0, res.output
     assert "exceed" in res.output  # the suspect sm_90 fp8 rows are reported, not written
     profile = load_profile(out)

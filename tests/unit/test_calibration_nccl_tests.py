@@ -30,12 +30,15 @@ def test_each_real_log_is_reproduced_within_10_percent(log):
     assert fit["size_range"] == [sizes.min(), sizes.max()]
 
 
-@pytest.mark.parametrize(("name", "op", "ranks", "nodes"), [
-    ("h100x80-10node-sendrecv-nccl-tests-cluster-cluster01.txt", "send_recv", 80, 10),
-    ("h100x16-2node-a3mega-tcpxo-allreduce-create-a3mega-ztan-fork.txt", "all_reduce", 16, 2),
-    ("h100x8-allgather-ring-together-nccl-tests.txt", "all_gather", 8, 1),
-    ("a100x16-2node-roce-allreduce-oci-bm-gpu4-ocitutorials.txt", "all_reduce", 16, 2),
-])
+@pytest.mark.parametrize(
+    ("name", "op", "ranks", "nodes"),
+    [
+        ("h100x80-10node-sendrecv-nccl-tests-cluster-cluster01.txt", "send_recv", 80, 10),
+        ("h100x16-2node-a3mega-tcpxo-allreduce-create-a3mega-ztan-fork.txt", "all_reduce", 16, 2),
+        ("h100x8-allgather-ring-together-nccl-tests.txt", "all_gather", 8, 1),
+        ("a100x16-2node-roce-allreduce-oci-bm-gpu4-ocitutorials.txt", "all_reduce", 16, 2),
+    ],
+)
 def test_header_gives_op_ranks_nodes_and_device(name, op, ranks, nodes):
     (run,) = parse_nccl_tests(DATA / name)
     assert (run.op.value, run.ranks, run.nodes) == (op, ranks, nodes)
@@ -65,7 +68,7 @@ def mpirun_style(text):
     for i, line in enumerate(text.splitlines()):
         out.append(f"[1,0]<stdout>:{line}")
         if i % 7 == 3:
-            out.append("[1,0]<stdout>:node01:1234:1250 [0] NCCL INFO Channel 00/24 : 0 1 2 3 4 5 6 7")
+            out.append("[1,0]<stdout>:node01:1234:1250 [0] NCCL INFO Channel 00/24 : 0 1 2 3")
     return "\n".join(out) + "\n"
 
 
@@ -79,28 +82,37 @@ def test_mpirun_prefixes_and_info_lines_do_not_change_the_result(tmp_path):
 
 
 def test_a_log_holding_several_tests_gives_one_run_each(tmp_path):
-    names = ["h100x8-allreduce-nccl-tests-cluster-cluster01.txt",
-             "h100x8-allgather-nccl-tests-cluster-cluster01.txt",
-             "h100x8-sendrecv-nccl-tests-cluster-cluster01.txt"]
+    names = [
+        "h100x8-allreduce-nccl-tests-cluster-cluster01.txt",
+        "h100x8-allgather-nccl-tests-cluster-cluster01.txt",
+        "h100x8-sendrecv-nccl-tests-cluster-cluster01.txt",
+    ]
     combined = tmp_path / "nccl_N1_G8.log"
     combined.write_text("".join((DATA / n).read_text() for n in names))
     runs = parse_nccl_tests(combined)
     assert [r.op.value for r in runs] == ["all_reduce", "all_gather", "send_recv"]
 
 
+OLD_LAYOUT = """\
+# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20
+#   Rank  0 Pid  11 on  node1 device  0 [0x07] Tesla V100-SXM2-16GB
+#   Rank  1 Pid  12 on  node1 device  1 [0x08] Tesla V100-SXM2-16GB
+#                                              out-of-place                in-place
+#     size      count   type  redop    time  algbw  busbw  error    time  algbw  busbw  error
+   1048576     262144  float    sum   40.00  26.21  26.21  1e-07   40.10  26.15  26.15  1e-07
+   4194304    1048576  float    sum  120.00  34.95  34.95  1e-07  121.00  34.66  34.66  1e-07
+  16777216    4194304  float    sum  440.00  38.13  38.13  1e-07  441.00  38.04  38.04  1e-07
+# Avg bus bandwidth    : 33.1
+"""
+
+
 def test_older_format_without_root_and_group_columns(tmp_path):
-    # nccl-tests 2.0-era layout (no 'Group', no 'root', 'error' instead of '#wrong')
+    """nccl-tests 2.0-era layout: no 'Group', no 'root', 'error' (a float) instead of '#wrong'.
+
+    The rows are made up for the layout (algbw = size / time holds), not a measurement.
+    """
     log = tmp_path / "old_all_reduce.log"
-    log.write_text(
-        "# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n"
-        "#   Rank  0 Pid  11 on  node1 device  0 [0x07] Tesla V100-SXM2-16GB\n"
-        "#   Rank  1 Pid  12 on  node1 device  1 [0x08] Tesla V100-SXM2-16GB\n"
-        "#                                                     out-of-place                       in-place\n"
-        "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
-        "     1048576        262144   float     sum    40.00   26.21   26.21  1e-07    40.10   26.15   26.15  1e-07\n"
-        "     4194304       1048576   float     sum   120.00   34.95   34.95  1e-07   121.00   34.66   34.66  1e-07\n"
-        "    16777216       4194304   float     sum   440.00   38.13   38.13  1e-07   441.00   38.04   38.04  1e-07\n"
-        "# Avg bus bandwidth    : 33.1\n")
+    log.write_text(OLD_LAYOUT)
     (run,) = parse_nccl_tests(log)
     assert (run.op.value, run.ranks, len(run.records)) == ("all_reduce", 2, 3)
 
@@ -109,8 +121,11 @@ BROKEN = {
     "empty": ("", "empty file"),
     "garbage": ("hello world\nthis is not a log\n", "no nccl-tests header"),
     "binary": ("\x00\x01\x02" * 50, "binary file"),
-    "header only": ("# nThread 1 nGpus 8 minBytes 8 maxBytes 8 step: 2(factor)\n"
-                    "#  Rank  0 Group  0 Pid 1 on h device  0 [0] GPU\n", "no data rows"),
+    "header only": (
+        "# nThread 1 nGpus 8 minBytes 8 maxBytes 8 step: 2(factor)\n"
+        "#  Rank  0 Group  0 Pid 1 on h device  0 [0] GPU\n",
+        "no data rows",
+    ),
 }
 
 
@@ -159,17 +174,26 @@ def test_inconsistent_time_and_algbw_are_refused(tmp_path):
 
 def test_cli_imports_logs_into_a_profile_that_predict_can_use(tmp_path):
     out = tmp_path / "h100.json"
-    logs = [str(DATA / n) for n in ("h100x8-allreduce-nccl-tests-cluster-cluster01.txt",
-                                     "h100x80-10node-allreduce-nccl-tests-cluster-cluster01.txt",
-                                     "h100x8-alltoall-nccl-tests-cluster-cluster01.txt")]
-    res = CliRunner().invoke(calibrate, ["import-nccl-tests", *logs, "--out", str(out),
-                                         "--base", "dgx-h100"])
+    logs = [
+        str(DATA / n)
+        for n in (
+            "h100x8-allreduce-nccl-tests-cluster-cluster01.txt",
+            "h100x80-10node-allreduce-nccl-tests-cluster-cluster01.txt",
+            "h100x8-alltoall-nccl-tests-cluster-cluster01.txt",
+        )
+    ]
+    res = CliRunner().invoke(
+        calibrate, ["import-nccl-tests", *logs, "--out", str(out), "--base", "dgx-h100"]
+    )
     assert res.exit_code == 0, res.output
     profile = load_profile(out)
     assert profile.complete and profile.measurements.exists()
     hw = apply_profile(None, profile)
     assert {(f.op, f.scope) for f in hw.collectives} == {
-        ("all_reduce", "intra"), ("all_reduce", "inter"), ("all_to_all", "intra")}
+        ("all_reduce", "intra"),
+        ("all_reduce", "inter"),
+        ("all_to_all", "intra"),
+    }
     assert hw.gpus_per_node == 8 and hw.name == "dgx-h100"
     assert is_extrapolation(profile, "all_reduce", 1e3)  # logs start at 32 MB
     assert not is_extrapolation(profile, "all_reduce", 1e9)
@@ -178,8 +202,9 @@ def test_cli_imports_logs_into_a_profile_that_predict_can_use(tmp_path):
 def test_cli_garbage_log_is_one_line_and_exit_code_5(tmp_path):
     log = tmp_path / "junk.txt"
     log.write_text("not a log\n")
-    res = CliRunner().invoke(calibrate, ["import-nccl-tests", str(log), "--out",
-                                         str(tmp_path / "p.json")])
+    res = CliRunner().invoke(
+        calibrate, ["import-nccl-tests", str(log), "--out", str(tmp_path / "p.json")]
+    )
     assert res.exit_code == 5
     assert res.output.count("\n") == 1 and "junk.txt" in res.output
     assert not (tmp_path / "p.json").exists()

@@ -15,24 +15,46 @@ from perfmodel.specs.hardware import load_hardware
 from perfmodel.specs.profile import apply_profile, is_extrapolation, load_profile
 from tests.conftest import ROOT
 
-FIT = {"kind": "collective", "op": "all_reduce", "scope": "intra", "algorithm": "ring",
-       "params": {"alpha_s": 5e-6, "bus_bandwidth_bytes_per_s": 400e9},
-       "median_rel_error": 0.02, "worst_rel_error": 0.1, "size_range": [8, 8e9], "n_points": 31}
-COLLECTIVE = {"op": "all_reduce", "scope": "intra", "algorithm": "ring", "alpha_s": 5e-6,
-              "bus_bandwidth_bytes_per_s": 400e9}
+FIT = {
+    "kind": "collective",
+    "op": "all_reduce",
+    "scope": "intra",
+    "algorithm": "ring",
+    "params": {"alpha_s": 5e-6, "bus_bandwidth_bytes_per_s": 400e9},
+    "median_rel_error": 0.02,
+    "worst_rel_error": 0.1,
+    "size_range": [8, 8e9],
+    "n_points": 31,
+}
+COLLECTIVE = {
+    "op": "all_reduce",
+    "scope": "intra",
+    "algorithm": "ring",
+    "alpha_s": 5e-6,
+    "bus_bandwidth_bytes_per_s": 400e9,
+}
 
 
 def write(tmp_path, hardware, fits=None, **kw):
-    return write_profile(tmp_path / "p.json", hardware=hardware,
-                         fits={"collective/all_reduce/intra/ring": FIT} if fits is None else fits,
-                         measurements=pd.DataFrame({"nbytes": [8.0], "time_s": [1e-5]}),
-                         provenance=provenance(device="test"), **kw)
+    return write_profile(
+        tmp_path / "p.json",
+        hardware=hardware,
+        fits={"collective/all_reduce/intra/ring": FIT} if fits is None else fits,
+        measurements=pd.DataFrame({"nbytes": [8.0], "time_s": [1e-5]}),
+        provenance=provenance(device="test"),
+        **kw,
+    )
 
 
 def test_profile_fields_override_the_preset(tmp_path):
-    path = write(tmp_path, {"base": "dgx-h100", "collectives": [COLLECTIVE],
-                            "gemm_efficiency": {"bf16": {"max_fraction": 0.7, "half_dim": 0,
-                                                         "min_time_s": 5e-6}}})
+    path = write(
+        tmp_path,
+        {
+            "base": "dgx-h100",
+            "collectives": [COLLECTIVE],
+            "gemm_efficiency": {"bf16": {"max_fraction": 0.7, "half_dim": 0, "min_time_s": 5e-6}},
+        },
+    )
     hw = apply_profile(None, load_profile(path))
     preset = load_hardware("dgx-h100")
     assert hw.gemm("bf16").max_fraction == 0.7 and hw.gemm("bf16").min_time_s == 5e-6
@@ -80,21 +102,52 @@ def test_unknown_hardware_field_is_named(tmp_path):
 
 
 BAD = {
-    "not json": ("{\"format\": \"perfmodel-profile\", ", "not valid JSON at line 1"),
+    "not json": ('{"format": "perfmodel-profile", ', "not valid JSON at line 1"),
     "wrong format": (json.dumps({"format": "x", "version": 1}), "field 'format' must be"),
-    "other version": (json.dumps({"format": "perfmodel-profile", "version": 2}),
-                      "version 2 is not supported"),
-    "no fits": (json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True,
-                            "hardware": {}}), "missing required field 'fits'"),
-    "bad fit": (json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True,
-                            "hardware": {}, "fits": {"f": {**FIT, "params": {"alpha_s": "x"}}}}),
-                r"fits.f.params.alpha_s must be a finite number"),
-    "bad range": (json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True,
-                              "hardware": {}, "fits": {"f": {**FIT, "size_range": [9, 1]}}}),
-                  "size_range must be"),
-    "complete not bool": (json.dumps({"format": "perfmodel-profile", "version": 1,
-                                      "complete": "yes", "hardware": {}, "fits": {}}),
-                          "'complete' must be true or false"),
+    "other version": (
+        json.dumps({"format": "perfmodel-profile", "version": 2}),
+        "version 2 is not supported",
+    ),
+    "no fits": (
+        json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True, "hardware": {}}),
+        "missing required field 'fits'",
+    ),
+    "bad fit": (
+        json.dumps(
+            {
+                "format": "perfmodel-profile",
+                "version": 1,
+                "complete": True,
+                "hardware": {},
+                "fits": {"f": {**FIT, "params": {"alpha_s": "x"}}},
+            }
+        ),
+        r"fits.f.params.alpha_s must be a finite number",
+    ),
+    "bad range": (
+        json.dumps(
+            {
+                "format": "perfmodel-profile",
+                "version": 1,
+                "complete": True,
+                "hardware": {},
+                "fits": {"f": {**FIT, "size_range": [9, 1]}},
+            }
+        ),
+        "size_range must be",
+    ),
+    "complete not bool": (
+        json.dumps(
+            {
+                "format": "perfmodel-profile",
+                "version": 1,
+                "complete": "yes",
+                "hardware": {},
+                "fits": {},
+            }
+        ),
+        "'complete' must be true or false",
+    ),
     "a list": ("[1, 2]", "must be a JSON object"),
 }
 
@@ -147,6 +200,7 @@ print("ok")
 
 def test_calibration_imports_without_torch():
     """import-nccl-tests, import-gemm and report must work (and start fast) without torch."""
-    out = subprocess.run([sys.executable, "-c", BLOCK_TORCH], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", BLOCK_TORCH], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
