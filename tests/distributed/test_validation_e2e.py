@@ -346,3 +346,75 @@ def test_data_and_tensor_parallel_on_gpus_with_nccl(tmp_path):
     report = run.validate(model, load_hardware(HARDWARE), plan, settings, tmp_path / "run")
     _assert_measured(report, 2)
     assert report["dtype_used"] == "bf16"
+
+
+def test_too_big_a_plan_is_one_line_and_an_exit_code_from_the_command_line(run_cli):
+    result = run_cli(
+        "validate",
+        "--model",
+        MODEL,
+        "--hardware",
+        HARDWARE,
+        "--hidden",
+        "16384",
+        "--heads",
+        "32",
+        "--layers",
+        "64",
+        "--dp",
+        "2",
+    )
+    assert result.returncode == 4  # PlanError
+    assert "cannot hold" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_stops_every_rank(tmp_path):
+    """SIGINT to `perfmodel validate` (what Ctrl-C sends) while the job runs: nothing is left."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    run_dir = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "perfmodel",
+        "validate",
+        "--model",
+        MODEL,
+        "--hardware",
+        HARDWARE,
+        "--dp",
+        "2",
+        "--steps",
+        "1000",
+        "--warmup",
+        "0",
+        "--run-dir",
+        str(run_dir),
+        "--history",
+        str(tmp_path / "h.csv"),
+    ]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if json.loads((run_dir / "rank1.json").read_text())["steps"]:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.1)
+        assert _leftovers(run_dir), "the job should be running"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err
+    time.sleep(0.5)
+    assert _leftovers(run_dir) == []
