@@ -93,16 +93,24 @@ def sweep_for(
 class Recorder:
     """Rank 0 appends one JSON line per measurement and flushes it: Ctrl-C keeps them."""
 
-    def __init__(self, path: Path | None, rank: int) -> None:
-        self.path, self.rank = path, rank
-        self.count = 0
+    def __init__(
+        self,
+        path: Path | None,
+        rank: int,
+        on_record: Callable[[dict[str, Any], int, int | None], None] | None = None,
+    ) -> None:
+        self.path, self.rank, self.on_record = path, rank, on_record
+        self.count, self.total = 0, None
 
     def plan(self, total: int) -> None:
+        self.total = total
         self._write({"plan": total})
 
     def add(self, record: dict[str, Any]) -> None:
         self.count += 1
         self._write(record)
+        if self.on_record is not None and self.rank == 0:
+            self.on_record(record, self.count, self.total)
 
     def _write(self, obj: dict[str, Any]) -> None:
         if self.rank != 0 or self.path is None:
@@ -442,6 +450,7 @@ def run_worker(
     sweep: Sweep,
     records_path: Path | None,
     init: str | None = None,
+    on_record: Callable[[dict[str, Any], int, int | None], None] | None = None,
 ) -> None:
     """One rank: init the process group, run the stages, write records (rank 0)."""
     import signal
@@ -470,7 +479,7 @@ def run_worker(
         local_world=local_world,
         timer=_timer(torch, device),
     )
-    rec = Recorder(records_path, rank)
+    rec = Recorder(records_path, rank, on_record)
     rec.plan(count_measurements(sweep, world, local_world, device.type))
     rec._write({"kind": "info", **_info(torch, dist, device, backend, world, local_world)})
     support: dict[str, str] = {}

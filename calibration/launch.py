@@ -117,15 +117,37 @@ def run(
     if env is not None:
         if env["rank"] == 0:
             records_path.unlink(missing_ok=True)
-        run_worker(
-            env["rank"],
-            env["world"],
-            env["local_rank"],
-            env["local_world"],
-            backend,
-            sweep,
-            records_path if env["rank"] == 0 else None,
+        progress = _progress(console) if env["rank"] == 0 else None
+        task = (
+            progress.add_task(f"calibrating ({env['world']} ranks, {backend})")
+            if progress
+            else None
         )
+
+        def show(record: dict[str, Any], done: int, total: int | None) -> None:
+            label = record.get("op") or record.get("kernel") or record.get("kind")
+            progress.update(task, completed=done, total=total, description=f"calibrating: {label}")
+
+        if progress is not None:
+            progress.start()
+        try:
+            run_worker(
+                env["rank"],
+                env["world"],
+                env["local_rank"],
+                env["local_world"],
+                backend,
+                sweep,
+                records_path if env["rank"] == 0 else None,
+                on_record=show if progress is not None else None,
+            )
+        except KeyboardInterrupt:  # torchrun forwards Ctrl-C to every rank: keep what rank 0 has
+            complete = False
+            if env["rank"] == 0:
+                console.print("interrupted: keeping what was measured (profile marked incomplete)")
+        finally:
+            if progress is not None:
+                progress.stop()
         if env["rank"] != 0:
             return None
     else:
@@ -155,14 +177,8 @@ def _launch(nprocs: int, backend: str, sweep: Sweep, records: Path, console: Con
     ]
     for p in procs:
         p.start()
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
     try:
-        with Progress(*columns, console=console, transient=False) as progress:
+        with _progress(console) as progress:
             task = progress.add_task(f"calibrating ({nprocs} ranks, {backend})", total=None)
             while True:
                 recs = read_records(records)
@@ -189,6 +205,16 @@ def _launch(nprocs: int, backend: str, sweep: Sweep, records: Path, console: Con
         _stop(procs)
         console.print("interrupted: keeping what was measured (profile marked incomplete)")
         return False
+
+
+def _progress(console: Console) -> Progress:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    return Progress(*columns, console=console, transient=False)
 
 
 def _stop(procs: list[Any]) -> None:
