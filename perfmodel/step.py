@@ -108,8 +108,41 @@ def group_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Expr:
     n, scope = _AXIS_DEGREE[axis], fam.scope(axis)
     if scope is not None:
         return active(n) * _scope_time(op, nbytes, axis, scope, fam)
-    return active(n) * sum((I[f"{axis}_{sc}"] * _scope_time(op, nbytes, axis, sc, fam)
+    fitted = {sc for sc in SCOPES if any(o == op and fs == ("intra" if sc == "intra" else "inter")
+                                         for (o, fs, _) in fam.fits)}
+    generic = _open_scope_time(op, nbytes, axis, fam)
+    if not fitted:
+        return active(n) * generic
+    return active(n) * sum((I[f"{axis}_{sc}"] * (_scope_time(op, nbytes, axis, sc, fam)
+                                                 if sc in fitted else generic)
                             for sc in SCOPES), sp.Integer(0))
+
+
+_NEVER_S = sp.Float(1e30)  # a time no algorithm takes: removes an option from a Min
+
+
+def _open_scope_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Expr:
+    """The generic link model of _scope_time for a scope left open, written once: the scope picks
+    the latency and bandwidth through its indicators, and the hierarchical form competes only in
+    mixed groups. Equal to sum(I_scope * _scope_time(scope)) with a third of the operations."""
+    n, k = _AXIS_DEGREE[axis], _AXIS_PER_NODE[axis]
+    i_intra, i_inter, i_mixed = (I[f"{axis}_{sc}"] for sc in SCOPES)
+    alpha = i_intra * S.alpha_i + (1 - i_intra) * S.alpha_o
+    beta = i_intra * S.beta_i + i_inter * S.beta_o / S.G + i_mixed * sp.Min(
+        S.beta_i, S.beta_o * k / S.G, evaluate=False)
+    algs = list(C.ALGORITHMS[C.Op(op)])
+    if fam.algorithm not in ("auto", "hierarchical") and C.Algorithm(fam.algorithm) in algs:
+        algs = [C.Algorithm(fam.algorithm)]
+    if fam.algorithm == "hierarchical":
+        algs = algs[:1]
+    options = [C.collective_time(op, nbytes, n, alpha, beta, alg) for alg in algs]
+    if op not in ("all_to_all", "send_recv"):
+        hier = C.hierarchical_time(op, nbytes, n, k, S.alpha_i, S.beta_i, S.alpha_o, S.beta_o / S.G)
+        if fam.algorithm == "hierarchical":
+            # fixed: hierarchical in mixed groups, the first algorithm elsewhere
+            return i_mixed * hier + (1 - i_mixed) * options[0]
+        options.append(hier + _NEVER_S * (1 - i_mixed))
+    return options[0] if len(options) == 1 else sp.Min(*options, evaluate=False)
 
 
 def device() -> K.Device:

@@ -1,0 +1,64 @@
+"""Speed of the search (issue 6 targets), on a quiet machine:
+- at least 1,000,000 plan evaluations per second (the compiled universal expression over arrays);
+- `perfmodel recommend --model gpt3-175b --hardware dgx-a100-80gb --gpus 1024 --global-batch 1536`
+  over the whole space in under 2 s wall, cold start (a new process) included.
+
+Run: python benchmarks/bench_recommend.py [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+CLI = ["recommend", "--model", "gpt3-175b", "--hardware", "dgx-a100-80gb", "--gpus", "1024",
+       "--global-batch", "1536", "--json"]
+
+
+def evaluations_per_second(n_plans: int = 1_000_000, repeats: int = 5) -> tuple[float, int]:
+    from perfmodel import Plan, load_hardware, load_model
+    from perfmodel.evaluate import compile_family, family_of
+    from perfmodel.search import Plans, SearchRequest, enumerate_plans, values_of_plans
+
+    model, hw = load_model("gpt3-175b"), load_hardware("dgx-a100-80gb")
+    plans = enumerate_plans(model, SearchRequest(gpus=(1024,), global_batch=1536))
+    reps = -(-n_plans // len(plans))
+    big = Plans({k: np.tile(v, reps)[:n_plans] for k, v in plans.cols.items()})
+    fn = compile_family(family_of(model, hw, Plan(gpus=1)), "search")
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(values_of_plans(model, hw, big, "bf16", False, False))
+        times.append(time.perf_counter() - start)
+    return n_plans / statistics.median(times), len(plans)
+
+
+def cold_recommend(repeats: int) -> list[float]:
+    subprocess.run([sys.executable, "-m", "perfmodel", *CLI], check=True, capture_output=True)  # cache
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "perfmodel", *CLI], check=True, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    rate, space = evaluations_per_second(repeats=args.repeats)
+    wall = statistics.median(cold_recommend(args.repeats))
+    print(f"plan evaluations per second (1M plans, values built and evaluated): {rate:,.0f}"
+          f"  {'OK' if rate >= 1e6 else 'BELOW 1,000,000'}")
+    print(f"gpt3-175b on 1024 x A100, {space:,} plans: perfmodel recommend, new process, median "
+          f"{wall:.2f} s wall  {'OK' if wall < 2 else 'ABOVE 2 s'}")
+
+
+if __name__ == "__main__":
+    main()
