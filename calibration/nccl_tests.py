@@ -47,7 +47,7 @@ _NAME_HINTS = [
 _PREFIX = re.compile(r"^(\[\d+,\d+\]<\w+>:|\s*\d+:\s)")
 _PERF = re.compile(
     r"\b(all_reduce|all_gather|reduce_scatter|alltoall|sendrecv|broadcast|reduce|"
-    r"hypercube)_perf\b"
+    r"hypercube)_perf(?:_mpi)?\b"  # the MPI build of nccl-tests names its binaries *_perf_mpi
 )
 _RANK = re.compile(
     r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+"

@@ -199,6 +199,21 @@ def apply_profile(hardware: HardwareSpec | None, profile: Profile) -> HardwareSp
         data = load_hardware_dict(base)
     else:
         data = {}
+        required = (
+            "gpus_per_node",
+            "peak_flops_per_s",
+            "memory_bytes",
+            "memory_bandwidth_bytes_per_s",
+            "intra_node",
+            "inter_node",
+            "gemm_efficiency",
+        )
+        missing = [key for key in required if key not in overrides]
+        if missing:
+            raise SpecError(
+                f"{where}: missing required field '{missing[0]}' and no base preset: "
+                "give a hardware preset too (--hardware), or import with --base"
+            )
     new_fits = overrides.pop("collectives", None)
     merged = deep_merge(data, overrides)
     if new_fits is not None:

@@ -81,6 +81,14 @@ def test_mpirun_prefixes_and_info_lines_do_not_change_the_result(tmp_path):
     assert a.records["time_s"].tolist() == b.records["time_s"].tolist()
 
 
+def test_mpi_build_binary_names_are_recognised(tmp_path):
+    src = (DATA / "h100x8-alltoall-nccl-tests-cluster-cluster01.txt").read_text()
+    log = tmp_path / "run.log"
+    log.write_text(src.replace("alltoall_perf", "alltoall_perf_mpi"))
+    (run,) = parse_nccl_tests(log)
+    assert run.op.value == "all_to_all"
+
+
 def test_a_log_holding_several_tests_gives_one_run_each(tmp_path):
     names = [
         "h100x8-allreduce-nccl-tests-cluster-cluster01.txt",
