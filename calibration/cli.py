@@ -143,6 +143,13 @@ def import_nccl_tests_cmd(
         from perfmodel.specs.hardware import load_hardware
 
         load_hardware(base)  # fail now on a wrong preset name, not at predict time
+    else:
+        base = _preset_for(result.hardware.get("gpu_name"), result.hardware.get("gpus_per_node"))
+        if base:
+            result.notes.append(
+                f"base preset '{base}' chosen by the logs' device name and GPUs "
+                "per node (override with --base)"
+            )
     versions = sorted({s for s in _nccl_versions(logs)})
     path = save(
         result,
@@ -175,6 +182,21 @@ def import_nccl_tests_cmd(
     for note in result.notes:
         console.print(f"note: {note}")
     click.echo(f"wrote {path}")
+
+
+def _preset_for(device: str | None, per_node: int | None) -> str | None:
+    """The one hardware preset whose GPU name and GPUs per node match the logs, if any."""
+    if not device:
+        return None
+    from perfmodel.specs.hardware import load_hardware
+    from perfmodel.specs.presets import HARDWARE_DIR, preset_names
+
+    matches = []
+    for name in preset_names(HARDWARE_DIR):
+        spec = load_hardware(name)
+        if spec.gpu_name == device and (per_node is None or spec.gpus_per_node == per_node):
+            matches.append(name)
+    return matches[0] if len(matches) == 1 else None
 
 
 def _nccl_versions(logs: tuple[Path, ...]) -> list[str]:

@@ -267,6 +267,46 @@ def fitted_collective_time(fit: CollectiveFit, op: str, nbytes: Any, n: Any) -> 
     return np.where(nn <= 1, 0.0, out)
 
 
+def fitted_collective_expr(
+    op: str,
+    algorithm: str,
+    nbytes: sp.Expr,
+    n: sp.Expr,
+    alpha_s: sp.Expr,
+    bus_bandwidth_bytes_per_s: sp.Expr,
+    breakpoint_bytes: sp.Expr,
+    alpha_s_large: sp.Expr,
+    bus_bandwidth_bytes_per_s_large: sp.Expr,
+) -> sp.Expr:
+    """The same time as fitted_collective_time, with every fitted value a symbol [s].
+
+    T = steps(op, n, algorithm) * alpha_s + bus_factor(op, n) * nbytes / busbw   if nbytes < bp
+        steps(op, n, algorithm) * alpha_s_large + bus_factor(op, n) * nbytes / busbw_large else
+    Bind the symbols with `fit_values(fit)` (one-regime fits repeat their pair as the large one,
+    with bp = 0), so one compiled expression serves fits with one or two regimes. Lambdified to
+    numpy the Piecewise becomes numpy.select: it evaluates arrays. (n = 1 is the caller's case.)
+    """
+    st, bf = steps(op, n, algorithm), bus_factor(op, n)
+    return sp.Piecewise(
+        (st * alpha_s + bf * nbytes / bus_bandwidth_bytes_per_s, nbytes < breakpoint_bytes),
+        (st * alpha_s_large + bf * nbytes / bus_bandwidth_bytes_per_s_large, True),
+    )
+
+
+def fit_values(fit: CollectiveFit) -> dict[str, float]:
+    """The values of fitted_collective_expr's parameters for one fit."""
+    two = fit.breakpoint_bytes > 0
+    return {
+        "alpha_s": fit.alpha_s,
+        "bus_bandwidth_bytes_per_s": fit.bus_bandwidth_bytes_per_s,
+        "breakpoint_bytes": fit.breakpoint_bytes if two else 0.0,
+        "alpha_s_large": fit.alpha_s_large if two else fit.alpha_s,
+        "bus_bandwidth_bytes_per_s_large": (
+            fit.bus_bandwidth_bytes_per_s_large if two else fit.bus_bandwidth_bytes_per_s
+        ),
+    }
+
+
 _LAMBDA_CACHE: dict[sp.Expr, Any] = {}
 
 
@@ -304,6 +344,8 @@ __all__ = [
     "VERSION",
     "Profile",
     "apply_profile",
+    "fit_values",
+    "fitted_collective_expr",
     "fitted_collective_time",
     "hardware_to_mapping",
     "is_extrapolation",

@@ -9,7 +9,7 @@ from calibration.fit import CollectiveModel, GemmModel, holdout_error
 from perfmodel.costs.collectives import bus_factor, steps
 from perfmodel.costs.gemm_efficiency import gemm_time_s
 from perfmodel.specs.hardware import CollectiveFit
-from perfmodel.specs.profile import fitted_collective_time
+from perfmodel.specs.profile import fit_values, fitted_collective_expr, fitted_collective_time
 
 SIZES = 2.0 ** np.arange(3, 34)  # 8 B .. 8 GiB, as nccl-tests -b 8 -e 8G -f 2
 
@@ -79,6 +79,35 @@ def test_fitted_time_numeric_matches_symbolic():
     # by hand: 1 GB over 8 ranks, large regime: 7 * 8 us + 7/8 * 1e9 / 350e9
     assert numeric[-1] == pytest.approx(7 * 8e-6 + 7 / 8 * 1e9 / 350e9)
     assert fitted_collective_time(fit, "all_gather", 1e9, 1) == 0
+
+
+@pytest.mark.parametrize("two_regimes", [False, True])
+def test_symbolic_fit_expression_matches_the_fit(two_regimes):
+    """fitted_collective_expr with fit_values bound equals fitted_collective_time."""
+    extra = dict(breakpoint_bytes=1e6, alpha_s_large=8e-6, bus_bandwidth_bytes_per_s_large=350e9)
+    fit = CollectiveFit(
+        op="all_reduce",
+        scope="inter",
+        algorithm="ring",
+        alpha_s=4e-6,
+        bus_bandwidth_bytes_per_s=300e9,
+        **(extra if two_regimes else {}),
+    )
+    names = [
+        "alpha_s",
+        "bus_bandwidth_bytes_per_s",
+        "breakpoint_bytes",
+        "alpha_s_large",
+        "bus_bandwidth_bytes_per_s_large",
+    ]
+    syms = sp.symbols(names, positive=True)
+    nbytes, n = sp.symbols("nbytes n", positive=True)
+    expr = fitted_collective_expr("all_reduce", "ring", nbytes, n, *syms)
+    f = sp.lambdify((nbytes, n, *syms), expr, "numpy")
+    sizes = np.array([1e3, 1e5, 2e6, 1e9])
+    values = fit_values(fit)
+    got = f(sizes, 16, *(values[k] for k in names))
+    assert np.allclose(got, fitted_collective_time(fit, "all_reduce", sizes, 16))
 
 
 GEMM_TRUTH = {
