@@ -87,6 +87,8 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
         from perfmodel.cli import resolve_hardware
 
         hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
+        if kw.get("collective_algorithm"):
+            hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
     results: list[dict[str, Any]] = []
     failures = 0
     for line, row in rows:

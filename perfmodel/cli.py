@@ -85,6 +85,9 @@ def plan_options(fn: Any) -> Any:
         click.option("--overlap-grad-sync", is_flag=True, help="Overlap the data-parallel gradient sync with backward."),
         click.option("--placement", default="tp,dp,pp", show_default=True, help="Axes from innermost (inside a node) out."),
         click.option("--seq-len", type=int, default=None, help="Override the model's sequence length."),
+        click.option("--collective-algorithm", default=None,
+                     type=click.Choice(["auto", "ring", "tree", "recursive", "hierarchical"]),
+                     help="Fix the collective algorithm (default: the hardware's, normally the cheapest)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -119,6 +122,8 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
         raise click.UsageError("give --model (a preset, spec file or Hugging Face config.json)")
     model = load_model(kw["model"], seq_len=kw.get("seq_len"))
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
+    if kw.get("collective_algorithm"):
+        hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
     plan_kw = {k: kw[k] for k in PLAN_KEYS if kw.get(k) is not None}
     plan_kw.setdefault("gpus", kw["dp"] * kw["tp"] * kw["pp"])
     plan_kw.setdefault("global_batch", kw["dp"] * kw["micro_batch"])
