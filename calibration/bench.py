@@ -260,46 +260,32 @@ def bench_memory(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
 
 
 def groups_for(world: int, local_world: int) -> list[tuple[str, str, list[list[int]]]]:
-    """(label, scope, partition of ranks into groups) for the world and a plan's sub-groups."""
+    """(label, scope, partition of ranks into groups) for the world and a plan's sub-groups.
+
+    Rows and columns of a 2 x world/2 grid, the three axes of a 2 x 2 x world/4 grid, and with
+    several nodes the intra-node and inter-node groups. A family is 'intra' when each of its
+    groups lies inside one node, else 'inter'.
+    """
     nodes = max(1, world // local_world)
-    out = [("world", "inter" if nodes > 1 else "intra", [list(range(world))])]
+    families: list[tuple[str, list[list[int]]]] = [("world", [list(range(world))])]
     if nodes > 1:
-        out.append(
-            (
-                "intra-node",
-                "intra",
-                [list(range(i * local_world, (i + 1) * local_world)) for i in range(nodes)],
-            )
-        )
-        out.append(
-            (
-                "inter-node",
-                "inter",
-                [list(range(j, world, local_world)) for j in range(local_world)],
-            )
-        )
+        per = local_world
+        families.append(("intra-node", [list(range(i * per, (i + 1) * per)) for i in range(nodes)]))
+        families.append(("inter-node", [list(range(j, world, per)) for j in range(per)]))
     if world >= 4 and world % 2 == 0:
-        rows, cols = 2, world // 2
-        scope_row = "intra" if cols <= local_world else "inter"
-        out.append(
-            ("grid2d-rows", scope_row, [list(range(r * cols, (r + 1) * cols)) for r in range(rows)])
-        )
-        out.append(
-            (
-                "grid2d-cols",
-                "intra" if nodes == 1 else "inter",
-                [list(range(c, world, cols)) for c in range(cols)],
-            )
-        )
+        cols = world // 2
+        families.append(("grid2d-rows", [list(range(r * cols, (r + 1) * cols)) for r in range(2)]))
+        families.append(("grid2d-cols", [list(range(c, world, cols)) for c in range(cols)]))
     if world >= 8 and world % 8 == 0:
         for axis, stride in enumerate((1, 2, 4)):
-            parts = []
-            for base in range(world):
-                members = [base + stride * i for i in range(2)]
-                if (base // stride) % 2 == 0 and members not in parts:
-                    parts.append(members)
-            out.append((f"grid3d-axis{axis}", "intra" if nodes == 1 else "inter", parts))
-    return out
+            parts = [[b, b + stride] for b in range(world) if (b // stride) % 2 == 0]
+            families.append((f"grid3d-axis{axis}", parts))
+
+    def scope(parts: list[list[int]]) -> str:
+        one_node = all(len({r // local_world for r in part}) == 1 for part in parts)
+        return "intra" if one_node else "inter"
+
+    return [(label, scope(parts), parts) for label, parts in families]
 
 
 def _collective(

@@ -150,3 +150,21 @@ def test_gemm_fit_recovers_parameters():
 def test_gemm_holdout_on_synthetic_sweep_is_at_noise_level():
     err = holdout_error(gemm_sweep(), lambda: GemmModel(989e12, 3.35e12, 2))
     assert err["median_rel_error"] < 0.02
+
+
+@pytest.mark.parametrize(("world", "per_node"), [(2, 2), (4, 4), (8, 8), (8, 4), (16, 8)])
+def test_benchmark_groups_partition_the_ranks(world, per_node):
+    """Every sub-group family (rows, columns, axes, intra/inter node) covers each rank once."""
+    from calibration.bench import groups_for
+
+    families = groups_for(world, per_node)
+    assert families[0][0] == "world"
+    for label, scope, parts in families:
+        members = sorted(r for part in parts for r in part)
+        assert members == list(range(world)), label
+        if label == "intra-node":
+            assert all(len({r // per_node for r in part}) == 1 for part in parts)
+        if label == "inter-node":
+            assert scope == "inter" and all(len(part) == world // per_node for part in parts)
+    labels = {label for label, _, _ in families}
+    assert ("intra-node" in labels) == (world > per_node)
