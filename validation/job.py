@@ -48,6 +48,7 @@ import functools
 import json
 import os
 import resource
+import statistics
 import sys
 import time
 import traceback
@@ -732,18 +733,30 @@ def run(cfg: dict[str, Any]) -> None:
                 record["steps"].append(times)
             record["peak_memory_bytes"] = peak_memory_bytes(device)
             write_json(rank_file, record)
-        if cfg.get("probe", True):
-            counter = CollectiveCounter(axis_of_group(mesh), timed=True)
-            trainer.counter = counter
-            with counter:
-                probe = trainer.step()
-            trainer.counter = None
+        probes = int(cfg.get("probe_steps", 2))
+        if probes > 0:
+            # Collectives timed one by one in probe steps; the median over them per axis and phase.
+            counters, times = [], []
+            for _ in range(probes):
+                counter = CollectiveCounter(axis_of_group(mesh), timed=True)
+                trainer.counter = counter
+                with counter:
+                    times.append(trainer.step())
+                trainer.counter = None
+                counters.append(counter)
+            keys = sorted({k for c in counters for k in c.seconds})
             record["probe"] = {
-                "times": probe,
+                "steps": probes,
+                "times": times,
                 "comm_seconds": [
-                    {"axis": a, "phase": p, "seconds": s} for (a, p), s in counter.seconds.items()
+                    {
+                        "axis": a,
+                        "phase": p,
+                        "seconds": statistics.median(c.seconds.get((a, p), 0.0) for c in counters),
+                    }
+                    for a, p in keys
                 ],
-                "collectives": counter.table(),
+                "collectives": counters[0].table(),
             }
         record["status"] = "ok"
         write_json(rank_file, record)

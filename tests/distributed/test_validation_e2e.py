@@ -306,6 +306,7 @@ def test_emit_writes_a_cluster_job_and_collect_reads_it_back(tmp_path):
         "json",
         "os",
         "resource",
+        "statistics",
         "sys",
         "time",
         "traceback",
