@@ -203,6 +203,18 @@ def render(report: dict[str, Any], console: Any = None) -> None:
             f"({base / 2**20:.0f} MiB before the model)"
             + ("" if pred is None else f", predicted {pred / 2**20:.0f} MiB")
         )
+    check = report.get("collectives_vs_ledger")
+    if check:
+        differ = [r for r in check["rows"] if not r["agree"]]
+        console.print(
+            "collectives of rank 0 against the model's ledger: "
+            + ("agree" if not differ else f"{len(differ)} of {len(check['rows'])} kinds differ")
+        )
+        for r in differ:
+            console.print(
+                f"  {r['axis']} {r['op']} {r['bytes']:,} B: job {r['job_count']:g}, "
+                f"model {r['model_count']:g} per step"
+            )
     if report.get("dtype_note"):
         console.print(f"note: {report['dtype_note']}")
     for note in report.get("launch", {}).get("notes", []):

@@ -196,9 +196,26 @@ def validate(
         },
     }
     meta = meta_of(model, hardware, plan, settings, note)
-    return rep.build_report(
+    report = rep.build_report(
         meta=meta, prediction=prediction, launch=launch_info, records=result.rank_records
     )
+    report["collectives_vs_ledger"] = ledger_check(model, plan, report["collectives_rank0"])
+    return report
+
+
+def ledger_check(
+    model: TransformerSpec, plan: Plan, collectives: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Rank 0's collectives in the probe step (pipeline p2p included) against the model's ledger."""
+    if not collectives:
+        return None
+    from validation.dryrun import compare, model_ledger
+
+    ledger = model_ledger(model.replace(tied_embeddings=False), plan)
+    if ledger is None:
+        return None
+    rows = compare(collectives, ledger)
+    return {"agree": all(r["agree"] for r in rows), "rows": rows}
 
 
 def default_run_dir(plan: Plan) -> Path:

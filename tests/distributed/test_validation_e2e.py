@@ -158,6 +158,13 @@ def test_pipeline_two_ranks_1f1b_on_a_busy_port(tmp_path):
     assert report["launch"]["port"] != port
     assert {t["name"]: t for t in report["terms"]}["pipeline"]["measured_s"] > 0
     assert any(c["op"] == "send_recv" and c["axis"] == "pp" for c in report["collectives_rank0"])
+    # 4 micro-batches: rank 0 sends 4 activations and receives 4 gradients of 1 x 128 x 256 fp32,
+    # counted in the probe step and in the model's ledger alike.
+    pp_rows = [r for r in report["collectives_vs_ledger"]["rows"] if r["axis"] == "pp"]
+    assert [(r["op"], r["bytes"], r["job_count"]) for r in pp_rows] == [
+        ("send_recv", 128 * 256 * 4, 8)
+    ]
+    assert pp_rows[0]["agree"]
 
 
 def test_mixed_data_and_pipeline_four_ranks_gpipe(tmp_path):
