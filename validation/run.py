@@ -71,6 +71,22 @@ def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:
     return plan, ""
 
 
+def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[TransformerSpec, Plan, str]:
+    """The model and plan the job really runs, so that the prediction describes the same job.
+
+    The job unties the embeddings and learns positions; it attends with fused SDPA (no s^2
+    activations: flash_attention); it syncs gradients after backward (no overlap); bf16/fp16
+    become fp32 on a CPU. Returns the notes the user should read.
+    """
+    plan, note = local_dtype(plan, backend)
+    notes = [note] if note else []
+    model = model.replace(tied_embeddings=False, position_embedding="learned")
+    if plan.overlap_grad_sync:
+        notes.append("the job syncs gradients after backward: predicted without overlap")
+    plan = plan.replace(flash_attention=True, overlap_grad_sync=False)
+    return model, plan, "; ".join(notes)
+
+
 def job_config(model: TransformerSpec, plan: Plan, settings: RunSettings) -> dict[str, Any]:
     """The job's JSON config (see validation/job.py)."""
     return {
@@ -157,7 +173,7 @@ def validate(
         raise PlanError(
             f"the plan needs dp x tp x pp = {plan.gpus} ranks, but --nprocs is {settings.nprocs}"
         )
-    plan, note = local_dtype(plan, settings.backend)
+    model, plan, note = as_run(model, plan, settings.backend)
     prediction = predict_dict(model, hardware, plan)
     check_fits(prediction, settings)
     load_before = os.getloadavg()[0]
@@ -249,7 +265,7 @@ def emit(
             f"nodes x gpus per node ({nodes} x {gpus_per_node}) must equal the plan's "
             f"gpus ({plan.gpus})"
         )
-    plan, note = local_dtype(plan, settings.backend)
+    model, plan, note = as_run(model, plan, settings.backend)
     out.mkdir(parents=True, exist_ok=True)
     cfg = {**job_config(model, plan, settings), "output_dir": "results"}
     meta = {
