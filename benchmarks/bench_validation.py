@@ -33,6 +33,30 @@ SUITE: list[tuple[str, dict[str, object]]] = [
 ]
 
 
+def cpu_busy_fraction(window_s: float = 2.0) -> float:
+    """Fraction of the machine's CPU time spent busy over a short window (from /proc/stat)."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return idle, sum(fields)
+
+    idle0, total0 = sample()
+    time.sleep(window_s)
+    idle1, total1 = sample()
+    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def wait_until_quiet(max_busy: float, max_wait_s: float) -> float:
+    """Other processes slow the job down and the model cannot know: wait for a quiet machine."""
+    deadline = time.monotonic() + max_wait_s
+    busy = cpu_busy_fraction()
+    while busy > max_busy and time.monotonic() < deadline:
+        busy = cpu_busy_fraction()
+    return busy
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", type=Path, default=Path("profile.json"))
@@ -44,6 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--calibrate", action="store_true", help="Run perfmodel calibrate run first."
     )
+    parser.add_argument(
+        "--max-busy",
+        type=float,
+        default=0.2,
+        help="Wait until the CPUs are at most this busy before each plan.",
+    )
+    parser.add_argument("--max-wait", type=float, default=180.0, help="... for at most [s].")
     parser.add_argument("--out", type=Path, default=Path("validation-runs/bench_validation.csv"))
     args = parser.parse_args(argv)
 
@@ -76,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = run.RunSettings(
             nprocs=plan.gpus, steps=args.steps, warmup=args.warmup, timeout_s=600
         )
+        busy = wait_until_quiet(args.max_busy, args.max_wait)
         start = time.monotonic()
         report = run.validate(
             model, hardware, plan, settings, Path("validation-runs") / f"bench-{name}"
@@ -92,14 +124,14 @@ def main(argv: list[str] | None = None) -> int:
                 "measured_ms": (report["measured_step_time_s"] or 0) * 1e3,
                 "error": err,
                 "wall_s": time.monotonic() - start,
-                "load_before": report["launch"]["load_average_before"],
+                "cpu_busy_before": busy,
             }
         )
         print(
             f"{name:16s} ranks {plan.gpus}  predicted {rows[-1]['predicted_ms']:8.1f} ms  "
             f"measured {rows[-1]['measured_ms']:8.1f} ms  error "
             f"{'-' if err is None else f'{err * 100:+.1f}%'}  ({rows[-1]['wall_s']:.0f} s, "
-            f"load {rows[-1]['load_before']:.1f})",
+            f"CPU {busy * 100:.0f}% busy before)",
             flush=True,
         )
     errors = [abs(r["error"]) for r in rows if r["error"] is not None]
