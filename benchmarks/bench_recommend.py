@@ -22,18 +22,20 @@ CLI = ["recommend", "--model", "gpt3-175b", "--hardware", "dgx-a100-80gb", "--gp
 
 def evaluations_per_second(n_plans: int = 1_000_000, repeats: int = 5) -> tuple[float, int]:
     from perfmodel import Plan, load_hardware, load_model
-    from perfmodel.evaluate import compile_family, family_of
-    from perfmodel.search import Plans, SearchRequest, enumerate_plans, values_of_plans
+    from perfmodel.evaluate import family_of
+    from perfmodel.search import Plans, SearchRequest, enumerate_plans, evaluate_plans
 
     model, hw = load_model("gpt3-175b"), load_hardware("dgx-a100-80gb")
-    plans = enumerate_plans(model, SearchRequest(gpus=(1024,), global_batch=1536))
+    req = SearchRequest(gpus=(1024,), global_batch=1536)
+    plans = enumerate_plans(model, req)
     reps = -(-n_plans // len(plans))
     big = Plans({k: np.tile(v, reps)[:n_plans] for k, v in plans.cols.items()})
-    fn = compile_family(family_of(model, hw, Plan(gpus=1)), "search")
+    family = family_of(model, hw, Plan(gpus=1))
+    capacity = np.inf  # no pruning: every plan is evaluated in full
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        fn(values_of_plans(model, hw, big, "bf16", False, False))
+        evaluate_plans(model, hw, big, req, family, capacity)
         times.append(time.perf_counter() - start)
     return n_plans / statistics.median(times), len(plans)
 
