@@ -107,13 +107,21 @@ class CollectiveModel:
         sizes = np.unique(nb)
         if single > self.split_above and len(sizes) >= 2 * self.min_points:
             # the breakpoint minimises the mean relative error (the median is flat near the
-            # optimum); the split is kept only if it cuts the median error by a fifth or more
+            # optimum); the split is kept only if it cuts the median error by a fifth or more.
+            # NCCL picks the faster protocol or algorithm, so the curve stays nearly continuous
+            # at a switch (within 30% here); a jump larger than that would be fitting noise.
             best = (math.inf, math.inf, None)
+            st_mid = float(np.median(a))
+            bf_mid = float(np.median(c / nb))
             for i in range(self.min_points, len(sizes) - self.min_points + 1):
                 bp = math.sqrt(sizes[i - 1] * sizes[i])
                 lo, hi = nb < bp, nb >= bp
                 p_lo = _fit_alpha_beta(a[lo], c[lo], t[lo])
                 p_hi = _fit_alpha_beta(a[hi], c[hi], t[hi])
+                t_lo = st_mid * p_lo[0] + bf_mid * bp / p_lo[1]
+                t_hi = st_mid * p_hi[0] + bf_mid * bp / p_hi[1]
+                if abs(t_hi / t_lo - 1) > 0.3:
+                    continue
                 pred = np.where(lo, a * p_lo[0] + c / p_lo[1], a * p_hi[0] + c / p_hi[1])
                 err = rel_errors(pred, t)
                 if float(np.mean(err)) < best[0]:

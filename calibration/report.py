@@ -89,19 +89,26 @@ def plot_profile(profile: Profile, out: Path) -> Path:
         sub = None
         if data is not None and {"op", "scope", "ranks", "nbytes", "time_s"} <= set(data):
             sub = data[(data["op"] == fit["op"]) & (data["scope"] == fit["scope"])]
-        for ranks in fit.get("ranks", []) or [2]:
+        for i, ranks in enumerate(fit.get("ranks", []) or [2]):
             lo, hi = fit["size_range"]
             sizes = np.geomspace(max(lo, 1), max(hi, 2), 200)
             ax.loglog(
                 sizes,
                 fitted_collective_time(cf, fit["op"], sizes, ranks) * 1e6,
                 "-",
+                color=f"C{i}",
                 label=f"fit n={ranks}",
             )
             if sub is not None and not sub.empty:
                 pts = sub[(sub["ranks"] == ranks) & (sub["nbytes"] > 0)]
                 ax.loglog(
-                    pts["nbytes"], pts["time_s"] * 1e6, "o", ms=3, label=f"measured n={ranks}"
+                    pts["nbytes"],
+                    pts["time_s"] * 1e6,
+                    "o",
+                    ms=3,
+                    color=f"C{i}",
+                    alpha=0.6,
+                    label=f"measured n={ranks}",
                 )
         ax.set_title(f"{name}\nmedian err {fit['median_rel_error']:.1%}", fontsize=9)
         ax.set_xlabel("size [B]")
