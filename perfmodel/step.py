@@ -196,22 +196,25 @@ def build(fam: Family) -> Model:
     ar = group_time("all_reduce", act_bytes, "tp", fam)
     tp_layer_one_way = sp_ * 2 * (ag + rs) + (1 - sp_) * 2 * ar
     calls_layers = m * layers_per_stage
+    tp_on = active(tp)  # no tensor-parallel collective when tp = 1
     for phase, repeat in (("fwd", 1), ("bwd", 1), ("recompute", full)):
         for op, count in (("all_gather", 2 * sp_), ("reduce_scatter", 2 * sp_),
                           ("all_reduce", 2 * (1 - sp_))):
             ledger.append(CommOp(f"tp/layer/{op}", "tp", op, "bwd" if phase == "recompute" else phase,
-                                 repeat * count * calls_layers, act_bytes))
+                                 tp_on * repeat * count * calls_layers, act_bytes))
     # embedding (vocabulary-parallel): all-reduce (or reduce-scatter with SP) of its output forward;
     # output layer: its input is gathered (SP) forward and reduced backward; cross entropy
     # all-reduces max, sum and target logits over T fp32 values.
     embed_tp = sp_ * rs + (1 - sp_) * ar
     head_tp = sp_ * (ag + rs) + (1 - sp_) * ar + 3 * group_time("all_reduce", 4 * T, "tp", fam)
     for op, count in (("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
-        ledger.append(CommOp(f"tp/embedding/{op}", "tp", op, "fwd", count * m, act_bytes, "first"))
-    ledger.append(CommOp("tp/output/all_gather", "tp", "all_gather", "fwd", sp_ * m, act_bytes, "last"))
+        ledger.append(CommOp(f"tp/embedding/{op}", "tp", op, "fwd", tp_on * count * m, act_bytes,
+                             "first"))
+    ledger.append(CommOp("tp/output/all_gather", "tp", "all_gather", "fwd", tp_on * sp_ * m, act_bytes,
+                         "last"))
     for op, count in (("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
-        ledger.append(CommOp(f"tp/output/{op}", "tp", op, "bwd", count * m, act_bytes, "last"))
-    ledger.append(CommOp("tp/cross_entropy/all_reduce", "tp", "all_reduce", "fwd", 3 * m, 4 * T,
+        ledger.append(CommOp(f"tp/output/{op}", "tp", op, "bwd", tp_on * count * m, act_bytes, "last"))
+    ledger.append(CommOp("tp/cross_entropy/all_reduce", "tp", "all_reduce", "fwd", tp_on * 3 * m, 4 * T,
                          "last"))
 
     # --- recompute: full repeats every layer's forward (and its communication), selective only the

@@ -103,3 +103,16 @@ def test_breakdown_frame():
     frame = r.breakdown_frame()
     assert frame["seconds"].sum() == pytest.approx(r.step_time_s)
     assert "compute/forward/gemm" in frame.index
+
+
+def test_ledger_lists_no_tensor_parallel_collective_when_tp_is_1():
+    # regression: the cross-entropy and embedding all-reduces were listed for tp = 1
+    from perfmodel import comm_ledger
+
+    ledger = comm_ledger("tiny-gpt", Plan(gpus=2, dp=2, global_batch=4, micro_batch=2))
+    assert [r["axis"] for r in ledger] == ["dp"]
+    ledger = comm_ledger("tiny-gpt", Plan(gpus=4, dp=2, tp=2, global_batch=4, sequence_parallel=True))
+    ops = {(r["axis"], r["op"]) for r in ledger}
+    assert ("tp", "all_gather") in ops and ("tp", "reduce_scatter") in ops
+    # with sequence parallelism the layers use no all-reduce; only the cross entropy does (3 per micro-batch)
+    assert sum(r["calls"] for r in ledger if r["op"] == "all_reduce" and r["axis"] == "tp") == 3 * 2
