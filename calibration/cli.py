@@ -31,6 +31,10 @@ def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except PerfmodelError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except OSError as exc:  # e.g. the output directory is not writable
+            where = f" {exc.filename}" if exc.filename else ""
+            click.echo(f"error: cannot write or read{where}: {exc.strerror or exc}", err=True)
+            sys.exit(PerfmodelError.exit_code)
 
     return wrapper
 
