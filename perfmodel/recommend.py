@@ -117,11 +117,16 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         pins = {k: getattr(req, k) for k in ("dp", "tp", "pp", "micro_batch", "schedule",
                                              "virtual_stages", "max_tp", "max_pp", "max_micro_batch")
                 if getattr(req, k) is not None}
-        reason = (f"no plan satisfies the pins {pins} with {', '.join(map(str, req.gpus))} GPUs and "
-                  f"global batch {req.global_batch} (dp x tp x pp must equal the GPU count, tp must "
-                  f"divide heads {model.heads}, pp must divide layers {model.layers}, dp must divide "
-                  f"the global batch); without the pins {n} plans exist")
-        return {"binding": "pins", "reason": reason, "nearest": []}
+        rules = (f"dp x tp x pp must equal the GPU count, tp must divide heads ({model.heads}), pp "
+                 f"must divide layers ({model.layers}), dp must divide the global batch "
+                 f"({req.global_batch})")
+        gpus = ", ".join(map(str, req.gpus))
+        if pins and n:
+            reason = (f"no plan satisfies the pins {pins} with {gpus} GPUs ({rules}); without the "
+                      f"pins {n} plans exist")
+        else:
+            reason = f"{gpus} GPUs cannot be split into a valid plan: {rules}"
+        return {"binding": "pins" if pins and n else "divisibility", "reason": reason, "nearest": []}
     near = np.argsort(result.memory_bytes)[:3]
     nearest = [{"plan": _short(result.plan(i)), "memory_per_gpu_bytes": float(result.memory_bytes[i]),
                 "step_time_s": float(result.step_time_s[i])} for i in near]
