@@ -140,7 +140,10 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
               help="CSV of plans, one per row (columns named like the flags).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="With --batch: write results here (CSV) instead of standard output.")
-def predict(as_json: bool, batch: str | None, out: str | None, **kw: Any) -> None:
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw the time and memory breakdowns (PNG).")
+def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | None,
+            **kw: Any) -> None:
     """Predict step time, throughput and per-GPU memory of one plan (or a CSV of plans)."""
     from perfmodel.predict import predict as run
 
@@ -153,6 +156,10 @@ def predict(as_json: bool, batch: str | None, out: str | None, **kw: Any) -> Non
         return
     model, hardware, plan = build_inputs(kw)
     result = run(model, hardware, plan)
+    if plot_path:
+        from perfmodel.plot import prediction_plot
+
+        prediction_plot(result, Path(plot_path))
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -87,3 +87,27 @@ def memory_plot(prediction: Any, path: Path) -> None:
     ax.legend()
     save_figure(fig, path)
     plt.close(fig)
+
+
+def prediction_plot(prediction: Any, path: Path) -> None:
+    """The step-time breakdown and the memory breakdown of one prediction, side by side."""
+    plt = _figure()
+    times = [(k, v) for k, v in prediction.breakdown_s.items() if v > 0]
+    mem = [(k, v / 2**30) for k, v in prediction.memory_breakdown_bytes.items() if v > 0]
+    rows = max(len(times), len(mem))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.32 * rows + 1.8))
+    left.barh([k for k, _ in times], [v for _, v in times], color="tab:blue")
+    left.invert_yaxis()
+    left.set_xlabel("seconds per step")
+    left.set_title(f"step time {prediction.step_time_s:.4g} s, MFU {prediction.mfu:.1%}")
+    right.barh([k for k, _ in mem], [v for _, v in mem], color="tab:green")
+    right.invert_yaxis()
+    right.axvline(prediction.memory_capacity_bytes / 2**30, color="tab:red", ls="--",
+                  label="capacity")
+    right.set_xlabel("GiB per GPU")
+    right.set_title(f"memory {prediction.memory_per_gpu_bytes / 2**30:.1f} GiB per GPU")
+    right.legend(loc="lower right", fontsize=8)
+    fig.suptitle(f"{prediction.model.name} on {prediction.plan.gpus} x {prediction.hardware.gpu_name}")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
