@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from calibration.bench import Sweep, run_worker, sweep_for
 from calibration.fit import BandwidthModel, CollectiveModel, GemmModel
 from calibration.profile_io import provenance, write_profile
+from perfmodel.costs.collectives import ALGORITHMS, Op
 from perfmodel.errors import DataError, PerfmodelError
 
 
@@ -355,8 +356,19 @@ def _fit_collectives(
     for (op, scope), rows in coll.groupby(["op", "scope"]):
         if rows["nbytes"].nunique() < 2:
             continue
-        model = CollectiveModel(op, scope, "ring").fit(rows)
+        # the algorithm whose step count explains the group sizes best (with one group size
+        # measured they all fit alike, and ring, the first, is kept)
+        tried = {
+            alg.value: CollectiveModel(op, scope, alg.value).fit(rows) for alg in ALGORITHMS[Op(op)]
+        }
+        best = min(
+            tried, key=lambda a: tried[a].residuals_["median_rel_error"] - 1e-9 * (a == "ring")
+        )
+        model = tried[best]
         summary = model.summary()
+        summary["median_rel_error_per_algorithm"] = {
+            a: m.residuals_["median_rel_error"] for a, m in tried.items()
+        }
         summary["groups"] = sorted(set(rows["group"]))
         summary["implementation"] = support.get(op, "native")
         per_group = {}
@@ -364,7 +376,7 @@ def _fit_collectives(
             err = np.abs(model.predict(g["nbytes"], g["ranks"]) / g["time_s"] - 1)
             per_group[group] = float(np.median(err))
         summary["median_rel_error_per_group"] = per_group
-        fits[f"collective/{op}/{scope}/ring"] = summary
+        fits[f"collective/{op}/{scope}/{best}"] = summary
         collectives.append(dict(model.to_fit().__dict__))
         if op == "all_reduce":
             links[scope] = {
