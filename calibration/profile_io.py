@@ -47,6 +47,12 @@ def git_revision() -> str | None:
     return out.stdout.strip() or None
 
 
+def _program() -> str:
+    """'perfmodel' for `python -m perfmodel` (argv[0] is then .../perfmodel/__main__.py)."""
+    path = Path(sys.argv[0])
+    return path.parent.name if path.name == "__main__.py" else path.name
+
+
 def provenance(**fields: Any) -> dict[str, Any]:
     """Host, date, command line and git revision, plus the caller's device/version fields."""
     torch = sys.modules.get("torch")
@@ -59,7 +65,7 @@ def provenance(**fields: Any) -> dict[str, Any]:
         "nccl_version": None,
         "gloo": None,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": " ".join([_program(), *sys.argv[1:]]),
         "git_revision": git_revision(),
         "python": platform.python_version(),
     }
