@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, default=Path("profile.json"))
     parser.add_argument("--hardware", default=None, help="Preset under the profile (optional).")
     parser.add_argument("--model", default="tiny-gpt")
+    for dim in ("layers", "hidden", "heads", "seq-len"):
+        parser.add_argument(f"--{dim}", type=int, default=None, help=f"Override the model's {dim}.")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--only", default=None, help="Comma-separated plan names of the suite.")
@@ -97,7 +99,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     base = load_hardware(args.hardware) if args.hardware else None
     hardware = apply_profile(base, load_profile(args.profile))
-    model = load_model(args.model)
+    overrides = {
+        "layers": args.layers,
+        "hidden": args.hidden,
+        "heads": args.heads,
+        "seq_len": args.seq_len,
+    }
+    model = load_model(args.model, **{k: v for k, v in overrides.items() if v})
+    if args.hidden:  # keep the MLP at the preset's ratio
+        base = load_model(args.model)
+        model = model.replace(ffn_hidden=base.ffn_hidden * args.hidden // base.hidden)
     wanted = set(args.only.split(",")) if args.only else None
     rows = []
     for name, fields in SUITE:
