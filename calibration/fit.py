@@ -113,7 +113,8 @@ class CollectiveModel:
             best = (math.inf, math.inf, None)
             st_mid = float(np.median(a))
             bf_mid = float(np.median(c / nb))
-            for i in range(self.min_points, len(sizes) - self.min_points + 1):
+            least = max(self.min_points, math.ceil(0.2 * len(sizes)))  # sizes per regime
+            for i in range(least, len(sizes) - least + 1):
                 bp = math.sqrt(sizes[i - 1] * sizes[i])
                 lo, hi = nb < bp, nb >= bp
                 p_lo = _fit_alpha_beta(a[lo], c[lo], t[lo])
