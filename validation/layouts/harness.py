@@ -1,0 +1,377 @@
+"""Run the layouts: equivalence checks against a single-process reference, timing, and a small
+launcher that starts the ranks on this machine (one process group, killed whole on a timeout).
+
+Every function here except :func:`launch` and :func:`run_layout` runs inside an initialised
+torch.distributed process group (gloo on CPU), on every rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from perfmodel.errors import PlanError
+
+from . import cube3d, grid_prpc, summa2d
+from .block import BlockDims, RefBlock
+from .comm import CommLog, Grid
+
+LAYOUTS = ("2d", "3d", "prpc")
+RTOL, ATOL = 1e-4, 1e-5
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# --- building a layout ---------------------------------------------------------------------
+
+
+def mesh_shape(layout: str, plan: dict[str, int], world: int) -> tuple[tuple[int, ...], tuple]:
+    """The mesh shape and axes of a plan; PlanError if it does not fit `world` ranks."""
+    if layout == "prpc":
+        pr, pc = int(plan.get("pr", 0)), int(plan.get("pc", 0))
+        if pr < 1 or pc < 1 or pr * pc != world:
+            raise PlanError(
+                f"prpc needs pr * pc = {world} ranks (pr, pc >= 1), got pr={pr} pc={pc}"
+            )
+        return (pr, pc), grid_prpc.AXES
+    if layout not in ("2d", "3d"):
+        raise PlanError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    k = 2 if layout == "2d" else 3
+    q = round(world ** (1 / k))
+    if q**k != world:
+        raise PlanError(f"{layout} needs q^{k} ranks (4, 9, 16 / 8, 27, 64, ...), got {world}")
+    if "q" in plan and int(plan["q"]) != q:
+        raise PlanError(
+            f"{layout} with q = {plan['q']} needs {int(plan['q']) ** k} ranks, got {world}"
+        )
+    return (q,) * k, summa2d.AXES if k == 2 else cube3d.AXES
+
+
+def build(
+    layout: str, dims: dict[str, Any], plan: dict[str, int], log: CommLog, seed: int = 0
+) -> tuple[nn.Module, nn.Module, Any]:
+    """(distributed model, reference model, input maker); the input maker turns a full tensor into
+    this rank's piece."""
+    shape, axes = mesh_shape(layout, plan, dist.get_world_size())
+    grid = Grid.build(shape, axes, log)
+    if layout == "prpc":
+        kind = dims.get("model", "mlp")
+        if kind == "mlp":
+            ref = grid_prpc.reference_mlp(tuple(dims["widths"]), seed)
+        elif kind == "cnn":
+            ref = grid_prpc.reference_cnn(
+                dims.get("channels", 3),
+                dims.get("image", 8),
+                tuple(dims.get("widths", (8, 16))),
+                dims.get("classes", 8),
+                seed,
+            )
+        else:
+            raise PlanError(f"prpc model must be mlp or cnn, got {kind!r}")
+        model = grid_prpc.GridModel(grid, ref)
+        rows = model.batch_slice(int(dims["batch"]))
+        return model, ref, lambda t: t[rows].contiguous()
+    bd = BlockDims(**{k: int(dims[k]) for k in ("batch", "seq", "hidden", "heads", "ffn")})
+    ref = RefBlock(bd, seed)
+    model = summa2d.Block2D(grid, ref) if layout == "2d" else cube3d.Block3D(grid, ref)
+    return model, ref, model.shard_input
+
+
+def input_shape(layout: str, dims: dict[str, Any]) -> tuple[int, ...]:
+    if layout != "prpc":
+        return (int(dims["batch"]), int(dims["seq"]), int(dims["hidden"]))
+    if dims.get("model", "mlp") == "mlp":
+        return (int(dims["batch"]), int(dims["widths"][0]))
+    return (int(dims["batch"]), dims.get("channels", 3), dims.get("image", 8), dims.get("image", 8))
+
+
+# --- equivalence ---------------------------------------------------------------------
+
+
+def _compare(name: str, got: torch.Tensor | None, want: torch.Tensor | None) -> dict[str, Any]:
+    if got is None or want is None:
+        return {"name": name, "ok": False, "error": "missing gradient"}
+    if got.shape != want.shape:
+        return {
+            "name": name,
+            "ok": False,
+            "error": f"shape {tuple(got.shape)} != {tuple(want.shape)}",
+        }
+    err = (got - want).abs()
+    ok = bool(torch.allclose(got, want, rtol=RTOL, atol=ATOL))
+    return {"name": name, "ok": ok, "max_abs_err": float(err.max()) if err.numel() else 0.0}
+
+
+def check(layout: str, dims: dict[str, Any], plan: dict[str, int], seed: int = 0) -> dict[str, Any]:
+    """Forward and backward once, distributed and single-process, on the same weights and input;
+    compare the output, the input gradient and every parameter's gradient (each rank compares the
+    pieces it holds with the same pieces of the reference, so together the ranks cover every
+    element of every tensor)."""
+    log = CommLog()
+    model, ref, piece = build(layout, dims, plan, log, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(input_shape(layout, dims), generator=gen)
+    x_ref = x.clone().requires_grad_(True)
+    y_ref = ref(x_ref)
+    g = torch.randn(y_ref.shape, generator=gen)
+    y_ref.backward(g)
+
+    x_loc = piece(x).requires_grad_(True)
+    y_loc = model(x_loc)
+    y_loc.backward(piece(g))
+    results = [
+        _compare("output", y_loc.detach(), piece(y_ref.detach())),
+        _compare("input.grad", x_loc.grad, piece(x_ref.grad)),
+    ]
+    for name, mine, theirs, to_local in model.shard_pairs(ref):
+        results.append(_compare(f"{name}.value", mine.detach(), to_local(theirs.detach())))
+        results.append(_compare(f"{name}.grad", mine.grad, to_local(theirs.grad)))
+    return {
+        "layout": layout,
+        "plan": plan,
+        "dims": dims,
+        "rank": dist.get_rank(),
+        "ok": all(r["ok"] for r in results),
+        "results": results,
+        "collectives": log.counts(),
+    }
+
+
+# The checks of the CI tests: one 4-rank run for 2D and every Pr x Pc grid, one 8-rank run for 3D.
+BLOCK_DIMS = {"batch": 4, "seq": 8, "hidden": 16, "heads": 4, "ffn": 32}
+MLP_DIMS = {"model": "mlp", "batch": 8, "widths": [12, 16, 16, 8]}
+CNN_DIMS = {"model": "cnn", "batch": 8, "channels": 3, "image": 8, "widths": [8, 16], "classes": 8}
+SUITES: dict[int, list[tuple[str, dict[str, Any], dict[str, int]]]] = {
+    4: [("2d", BLOCK_DIMS, {"q": 2})]
+    + [
+        ("prpc", d, {"pr": pr, "pc": pc})
+        for d in (MLP_DIMS, CNN_DIMS)
+        for pr, pc in ((2, 2), (1, 4), (4, 1))
+    ],
+    8: [("3d", BLOCK_DIMS, {"q": 2})],
+}
+
+
+def check_suite() -> list[dict[str, Any]]:
+    world = dist.get_world_size()
+    if world not in SUITES:
+        raise PlanError(f"the equivalence suite runs on {sorted(SUITES)} ranks, got {world}")
+    return [check(layout, dims, plan) for layout, dims, plan in SUITES[world]]
+
+
+# --- timing ---------------------------------------------------------------------
+
+
+def time_layout(
+    layout: str,
+    model_dims: dict[str, Any],
+    plan: dict[str, int],
+    steps: int = 5,
+    warmup: int = 2,
+    probe_steps: int = 2,
+) -> dict[str, Any]:
+    """Train `steps` timed steps (after `warmup`) of forward, backward and an SGD step; then
+    `probe_steps` steps in which every collective is barrier-synchronised and timed. Returns the
+    medians (the maximum over ranks) of forward, backward, optimizer and communication time per
+    step, and the collectives of one step with their bytes."""
+    if steps < 1 or warmup < 0 or probe_steps < 1:
+        raise PlanError("steps and probe_steps must be >= 1, warmup >= 0")
+    log = CommLog()
+    model, ref, piece = build(layout, model_dims, plan, log)
+    del ref
+    gen = torch.Generator().manual_seed(1)
+    x = piece(torch.randn(input_shape(layout, model_dims), generator=gen))
+    with torch.no_grad():
+        g = torch.randn_like(model(x))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    times: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": []}
+    comm: list[float] = []
+    counts: list[dict[str, Any]] = []
+    for k in range(warmup + steps + probe_steps):
+        probing = k >= warmup + steps
+        log.clear()
+        log.timed = probing
+        dist.barrier()
+        t0 = time.perf_counter()
+        y = model(x)
+        t1 = time.perf_counter()
+        y.backward(g)
+        t2 = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t3 = time.perf_counter()
+        if probing:
+            comm.append(log.total_seconds())
+        elif k >= warmup:
+            times["forward_s"].append(t1 - t0)
+            times["backward_s"].append(t2 - t1)
+            times["optimizer_s"].append(t3 - t2)
+            counts = log.counts()
+    med = {name: statistics.median(v) for name, v in times.items()}
+    med["comm_s"] = statistics.median(comm)
+    vec = torch.tensor([med[n] for n in sorted(med)], dtype=torch.float64)
+    dist.all_reduce(vec, op=dist.ReduceOp.MAX)
+    out = {n: float(v) for n, v in zip(sorted(med), vec.tolist(), strict=True)}
+    out["step_s"] = out["forward_s"] + out["backward_s"] + out["optimizer_s"]
+    return {
+        "layout": layout,
+        "plan": plan,
+        "model_dims": model_dims,
+        "world_size": dist.get_world_size(),
+        "steps": steps,
+        "warmup": warmup,
+        "torch": torch.__version__,
+        **out,
+        "params_per_rank": sum(p.numel() for p in model.parameters()),
+        "collectives": counts,
+    }
+
+
+# --- process group and launcher -----------------------------------------------------
+
+
+def init_from_env() -> None:
+    """Join the process group described by torchrun's environment (gloo, CPU, 1 thread)."""
+    torch.set_num_threads(1)
+    if not dist.is_initialized():
+        dist.init_process_group(
+            "gloo", timeout=_timedelta(float(os.environ.get("LAYOUTS_TIMEOUT_S", 120)))
+        )
+
+
+def _timedelta(seconds: float) -> Any:
+    import datetime
+
+    return datetime.timedelta(seconds=seconds)
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """Atomically: a temp file next to path, then os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LaunchError(RuntimeError):
+    """A rank failed or the run timed out; the message names the rank and its last log lines."""
+
+
+def launch(args: list[str], nprocs: int, log_dir: Path, timeout_s: float = 120.0) -> float:
+    """Run `python -m validation.layouts ARGS` on nprocs local ranks (gloo on 127.0.0.1, a free
+    port); all ranks share one new process group, killed whole on a timeout or a failure.
+    Returns the wall time; raises LaunchError naming the failed rank."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(
+        os.environ,
+        WORLD_SIZE=str(nprocs),
+        LOCAL_WORLD_SIZE=str(nprocs),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        OMP_NUM_THREADS="1",
+        LAYOUTS_TIMEOUT_S=str(int(timeout_s)),
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        ),
+    )
+    procs: list[subprocess.Popen] = []
+    logs = []
+    t0 = time.monotonic()
+    pgid = None
+    try:
+        for rank in range(nprocs):
+            f = open(log_dir / f"rank{rank}.log", "w")  # noqa: SIM115 (closed below)
+            logs.append(f)
+            rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
+            kw: dict[str, Any] = {"process_group": 0 if pgid is None else pgid}
+            p = subprocess.Popen(
+                [sys.executable, "-m", "validation.layouts", *args],
+                env=rank_env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                **kw,
+            )
+            procs.append(p)
+            if pgid is None:
+                pgid = p.pid
+        deadline = t0 + timeout_s
+        while time.monotonic() < deadline:
+            codes = [p.poll() for p in procs]
+            if all(c == 0 for c in codes):
+                return time.monotonic() - t0
+            bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                time.sleep(1.0)  # let the others fail on their own, then blame the first
+                raise LaunchError(
+                    f"rank {bad[0]} exited with {codes[bad[0]]}: " + _tail(log_dir, bad[0])
+                )
+            time.sleep(0.05)
+        raise LaunchError(f"timed out after {timeout_s:.0f} s: " + _tail(log_dir, 0))
+    finally:
+        if pgid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        for p in procs:
+            with contextlib.suppress(Exception):
+                p.wait(timeout=5)
+        for f in logs:
+            f.close()
+
+
+def _tail(log_dir: Path, rank: int, lines: int = 8) -> str:
+    try:
+        text = (log_dir / f"rank{rank}.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
+def run_layout(
+    layout: str,
+    model_dims: dict[str, Any],
+    plan: dict[str, int],
+    nprocs: int,
+    out_dir: Path,
+    steps: int = 5,
+    warmup: int = 2,
+    timeout_s: float = 300.0,
+) -> dict[str, Any]:
+    """time_layout on nprocs local ranks (for `perfmodel validate`); returns rank 0's JSON."""
+    mesh_shape(layout, plan, nprocs)  # a bad grid fails here, before any process starts
+    out = Path(out_dir) / "layout.json"
+    args = [
+        "--layout",
+        layout,
+        "--dims",
+        json.dumps(model_dims),
+        "--plan",
+        json.dumps(plan),
+        "--steps",
+        str(steps),
+        "--warmup",
+        str(warmup),
+        "--json",
+        str(out),
+    ]
+    launch(args, nprocs, Path(out_dir), timeout_s)
+    return json.loads(out.read_text())
