@@ -102,7 +102,7 @@ class CollectiveModel:
         a, c = np.broadcast_to(f_steps(n), n.shape).astype(float), f_bytes(nb, n)
         self.alpha_s_, self.bus_bandwidth_bytes_per_s_ = _fit_alpha_beta(a, c, t)
         self.breakpoint_bytes_ = 0.0
-        self.alpha_s_large_ = self.bus_bandwidth_bytes_per_s_large_ = 0.0
+        self.alpha_s_small_ = self.bus_bandwidth_bytes_per_s_small_ = 0.0
         single = float(np.median(rel_errors(self.predict(nb, n), t)))
         sizes = np.unique(nb)
         if single > self.split_above and len(sizes) >= 2 * self.min_points:
@@ -130,8 +130,8 @@ class CollectiveModel:
             if best[2] is not None and best[1] < single * 0.8:
                 bp, p_lo, p_hi = best[2]
                 self.breakpoint_bytes_ = bp
-                self.alpha_s_, self.bus_bandwidth_bytes_per_s_ = p_lo
-                self.alpha_s_large_, self.bus_bandwidth_bytes_per_s_large_ = p_hi
+                self.alpha_s_small_, self.bus_bandwidth_bytes_per_s_small_ = p_lo
+                self.alpha_s_, self.bus_bandwidth_bytes_per_s_ = p_hi
         self.size_range_ = (float(nb.min()), float(nb.max()))
         self.ranks_ = sorted({int(v) for v in n})
         self.n_points_ = len(t)
@@ -146,8 +146,8 @@ class CollectiveModel:
             alpha_s=self.alpha_s_,
             bus_bandwidth_bytes_per_s=self.bus_bandwidth_bytes_per_s_,
             breakpoint_bytes=self.breakpoint_bytes_,
-            alpha_s_large=self.alpha_s_large_,
-            bus_bandwidth_bytes_per_s_large=self.bus_bandwidth_bytes_per_s_large_,
+            alpha_s_small=self.alpha_s_small_,
+            bus_bandwidth_bytes_per_s_small=self.bus_bandwidth_bytes_per_s_small_,
         )
 
     def predict(self, nbytes: Any, ranks: Any) -> np.ndarray:
@@ -162,8 +162,8 @@ class CollectiveModel:
         if fit.breakpoint_bytes > 0:
             params.update(
                 breakpoint_bytes=fit.breakpoint_bytes,
-                alpha_s_large=fit.alpha_s_large,
-                bus_bandwidth_bytes_per_s_large=fit.bus_bandwidth_bytes_per_s_large,
+                alpha_s_small=fit.alpha_s_small,
+                bus_bandwidth_bytes_per_s_small=fit.bus_bandwidth_bytes_per_s_small,
             )
         return {
             "kind": "collective",

@@ -380,9 +380,8 @@ def _fit_collectives(
         collectives.append(dict(model.to_fit().__dict__))
         if op == "all_reduce":
             links[scope] = {
-                "bandwidth_bytes_per_s": model.bus_bandwidth_bytes_per_s_large_
-                or model.bus_bandwidth_bytes_per_s_,
-                "latency_s": model.alpha_s_,
+                "bandwidth_bytes_per_s": model.bus_bandwidth_bytes_per_s_,  # large messages
+                "latency_s": model.alpha_s_small_ or model.alpha_s_,  # small messages
                 "efficiency": 1.0,
             }
     if collectives:

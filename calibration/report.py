@@ -28,10 +28,10 @@ def _params(fit: dict) -> str:
         busbw = _si(p["bus_bandwidth_bytes_per_s"], "B/s")
         text = f"alpha {p['alpha_s'] * 1e6:.3g} us, busbw {busbw}"
         if p.get("breakpoint_bytes", 0) > 0:
-            text += (
-                f"; from {_si(p['breakpoint_bytes'], 'B')}: alpha "
-                f"{p['alpha_s_large'] * 1e6:.3g} us, busbw "
-                f"{_si(p['bus_bandwidth_bytes_per_s_large'], 'B/s')}"
+            text = (
+                f"below {_si(p['breakpoint_bytes'], 'B')}: alpha "
+                f"{p['alpha_s_small'] * 1e6:.3g} us, busbw "
+                f"{_si(p['bus_bandwidth_bytes_per_s_small'], 'B/s')}; from there: {text}"
             )
         return text
     if fit["kind"] == "memory_bandwidth":

@@ -54,12 +54,14 @@ class CollectiveFit:
     algorithm: str
     alpha_s: float
     bus_bandwidth_bytes_per_s: float
-    # Optional second regime (NCCL switches protocol LL/LL128/Simple or algorithm with size): from
-    # breakpoint_bytes on, alpha_s_large and bus_bandwidth_bytes_per_s_large apply. 0 = one regime.
-    # Evaluate with perfmodel.specs.profile.fitted_collective_time.
+    # Optional small-message regime (NCCL switches protocol LL/LL128/Simple or algorithm with
+    # size): below breakpoint_bytes, alpha_s_small and bus_bandwidth_bytes_per_s_small apply;
+    # alpha_s and bus_bandwidth_bytes_per_s hold from breakpoint_bytes on (0 = one regime), so a
+    # reader that ignores these fields is still right for large messages.
+    # Evaluate with perfmodel.specs.profile.fitted_collective_time (or _expr).
     breakpoint_bytes: float = 0.0
-    alpha_s_large: float = 0.0
-    bus_bandwidth_bytes_per_s_large: float = 0.0
+    alpha_s_small: float = 0.0
+    bus_bandwidth_bytes_per_s_small: float = 0.0
 
     def __post_init__(self) -> None:
         if self.scope not in ("intra", "inter"):
@@ -68,9 +70,9 @@ class CollectiveFit:
         number(self.bus_bandwidth_bytes_per_s, "collectives.bus_bandwidth_bytes_per_s")
         number(self.breakpoint_bytes, "collectives.breakpoint_bytes", strict=False)
         if self.breakpoint_bytes > 0:
-            number(self.alpha_s_large, "collectives.alpha_s_large", strict=False)
-            number(self.bus_bandwidth_bytes_per_s_large,
-                   "collectives.bus_bandwidth_bytes_per_s_large")
+            number(self.alpha_s_small, "collectives.alpha_s_small", strict=False)
+            number(self.bus_bandwidth_bytes_per_s_small,
+                   "collectives.bus_bandwidth_bytes_per_s_small")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -231,8 +231,8 @@ def fitted_collective_time(fit: CollectiveFit, op: str, nbytes: Any, n: Any) -> 
     """Time of one collective from a fitted CollectiveFit [s].
 
     T = steps(op, n, algorithm) * alpha + bus_factor(op, n) * nbytes / busbw
-    with (alpha, busbw) = (alpha_s, bus_bandwidth_bytes_per_s) below breakpoint_bytes and
-    (alpha_s_large, bus_bandwidth_bytes_per_s_large) from it on (when breakpoint_bytes > 0).
+    with (alpha, busbw) = (alpha_s_small, bus_bandwidth_bytes_per_s_small) below breakpoint_bytes
+    (when > 0) and (alpha_s, bus_bandwidth_bytes_per_s) from it on.
     nbytes, n: numbers or numpy arrays (returns numpy), or sympy expressions (returns a
     sympy Piecewise). n == 1 costs 0.
     """
@@ -245,25 +245,24 @@ def fitted_collective_time(fit: CollectiveFit, op: str, nbytes: Any, n: Any) -> 
             + bus_factor(op, n_sym) * sp.Symbol("nbytes") / busbw
         )
 
-    small = regime(fit.alpha_s, fit.bus_bandwidth_bytes_per_s)
-    large = (
-        regime(fit.alpha_s_large, fit.bus_bandwidth_bytes_per_s_large)
+    main = regime(fit.alpha_s, fit.bus_bandwidth_bytes_per_s)
+    small = (
+        regime(fit.alpha_s_small, fit.bus_bandwidth_bytes_per_s_small)
         if fit.breakpoint_bytes > 0
         else None
     )
     if symbolic:
         subs = {n_sym: n, sp.Symbol("nbytes"): nbytes}
-        expr = small.subs(subs)
-        if large is not None:
+        expr = main.subs(subs)
+        if small is not None:
             expr = sp.Piecewise(
-                (expr, sp.sympify(nbytes) < fit.breakpoint_bytes), (large.subs(subs), True)
+                (small.subs(subs), sp.sympify(nbytes) < fit.breakpoint_bytes), (expr, True)
             )
         return sp.Piecewise((0, sp.Eq(sp.sympify(n), 1)), (expr, True))
-    f_small = _lambdified(small)
     nb, nn = np.asarray(nbytes, dtype=float), np.asarray(n, dtype=float)
-    out = f_small(nb, nn)
-    if large is not None:
-        out = np.where(nb < fit.breakpoint_bytes, out, _lambdified(large)(nb, nn))
+    out = _lambdified(main)(nb, nn)
+    if small is not None:
+        out = np.where(nb < fit.breakpoint_bytes, _lambdified(small)(nb, nn), out)
     return np.where(nn <= 1, 0.0, out)
 
 
@@ -275,21 +274,24 @@ def fitted_collective_expr(
     alpha_s: sp.Expr,
     bus_bandwidth_bytes_per_s: sp.Expr,
     breakpoint_bytes: sp.Expr,
-    alpha_s_large: sp.Expr,
-    bus_bandwidth_bytes_per_s_large: sp.Expr,
+    alpha_s_small: sp.Expr,
+    bus_bandwidth_bytes_per_s_small: sp.Expr,
 ) -> sp.Expr:
     """The same time as fitted_collective_time, with every fitted value a symbol [s].
 
-    T = steps(op, n, algorithm) * alpha_s + bus_factor(op, n) * nbytes / busbw   if nbytes < bp
-        steps(op, n, algorithm) * alpha_s_large + bus_factor(op, n) * nbytes / busbw_large else
-    Bind the symbols with `fit_values(fit)` (one-regime fits repeat their pair as the large one,
-    with bp = 0), so one compiled expression serves fits with one or two regimes. Lambdified to
-    numpy the Piecewise becomes numpy.select: it evaluates arrays. (n = 1 is the caller's case.)
+    T = steps(op, n, alg) * alpha_s_small + bus_factor(op, n) * nbytes / busbw_small  if nbytes < bp
+        steps(op, n, alg) * alpha_s + bus_factor(op, n) * nbytes / busbw                 otherwise
+    Bind the symbols with `fit_values(fit)` (a one-regime fit has bp = 0, so the first branch
+    never applies), so one compiled expression serves fits with one or two regimes. Lambdified
+    to numpy the Piecewise becomes numpy.select: it evaluates arrays. (n = 1 is the caller's.)
     """
     st, bf = steps(op, n, algorithm), bus_factor(op, n)
     return sp.Piecewise(
-        (st * alpha_s + bf * nbytes / bus_bandwidth_bytes_per_s, nbytes < breakpoint_bytes),
-        (st * alpha_s_large + bf * nbytes / bus_bandwidth_bytes_per_s_large, True),
+        (
+            st * alpha_s_small + bf * nbytes / bus_bandwidth_bytes_per_s_small,
+            nbytes < breakpoint_bytes,
+        ),
+        (st * alpha_s + bf * nbytes / bus_bandwidth_bytes_per_s, True),
     )
 
 
@@ -300,9 +302,9 @@ def fit_values(fit: CollectiveFit) -> dict[str, float]:
         "alpha_s": fit.alpha_s,
         "bus_bandwidth_bytes_per_s": fit.bus_bandwidth_bytes_per_s,
         "breakpoint_bytes": fit.breakpoint_bytes if two else 0.0,
-        "alpha_s_large": fit.alpha_s_large if two else fit.alpha_s,
-        "bus_bandwidth_bytes_per_s_large": (
-            fit.bus_bandwidth_bytes_per_s_large if two else fit.bus_bandwidth_bytes_per_s
+        "alpha_s_small": fit.alpha_s_small if two else fit.alpha_s,
+        "bus_bandwidth_bytes_per_s_small": (
+            fit.bus_bandwidth_bytes_per_s_small if two else fit.bus_bandwidth_bytes_per_s
         ),
     }
 

@@ -62,8 +62,10 @@ def test_two_regimes_when_one_pair_cannot_fit():
     model = CollectiveModel("all_reduce", "intra").fit(data)
     crossover = 126e-6 / (1.75 / 4e9 - 1.75 / 400e9)
     assert crossover / 2 < model.breakpoint_bytes_ < crossover * 2
-    assert model.bus_bandwidth_bytes_per_s_large_ == pytest.approx(400e9, rel=0.05)
-    assert model.alpha_s_ == pytest.approx(1e-6, rel=0.05)
+    assert model.bus_bandwidth_bytes_per_s_ == pytest.approx(400e9, rel=0.05)  # Simple
+    assert model.alpha_s_ == pytest.approx(10e-6, rel=0.05)
+    assert model.alpha_s_small_ == pytest.approx(1e-6, rel=0.05)  # LL
+    assert model.bus_bandwidth_bytes_per_s_small_ == pytest.approx(4e9, rel=0.05)
     assert model.residuals_["median_rel_error"] < 0.01
 
 
@@ -72,11 +74,11 @@ def test_fitted_time_numeric_matches_symbolic():
         op="all_gather",
         scope="intra",
         algorithm="ring",
-        alpha_s=4e-6,
-        bus_bandwidth_bytes_per_s=300e9,
+        alpha_s=8e-6,
+        bus_bandwidth_bytes_per_s=350e9,
         breakpoint_bytes=1e6,
-        alpha_s_large=8e-6,
-        bus_bandwidth_bytes_per_s_large=350e9,
+        alpha_s_small=4e-6,
+        bus_bandwidth_bytes_per_s_small=300e9,
     )
     nbytes, n = sp.symbols("nbytes n", positive=True)
     expr = fitted_collective_time(fit, "all_gather", nbytes, n)
@@ -86,13 +88,15 @@ def test_fitted_time_numeric_matches_symbolic():
     assert np.allclose([float(f(s, 8)) for s in sizes], numeric)
     # by hand: 1 GB over 8 ranks, large regime: 7 * 8 us + 7/8 * 1e9 / 350e9
     assert numeric[-1] == pytest.approx(7 * 8e-6 + 7 / 8 * 1e9 / 350e9)
+    # 1 kB, small regime: 7 * 4 us + 7/8 * 1e3 / 300e9
+    assert numeric[0] == pytest.approx(7 * 4e-6 + 7 / 8 * 1e3 / 300e9)
     assert fitted_collective_time(fit, "all_gather", 1e9, 1) == 0
 
 
 @pytest.mark.parametrize("two_regimes", [False, True])
 def test_symbolic_fit_expression_matches_the_fit(two_regimes):
     """fitted_collective_expr with fit_values bound equals fitted_collective_time."""
-    extra = dict(breakpoint_bytes=1e6, alpha_s_large=8e-6, bus_bandwidth_bytes_per_s_large=350e9)
+    extra = dict(breakpoint_bytes=1e6, alpha_s_small=8e-6, bus_bandwidth_bytes_per_s_small=350e9)
     fit = CollectiveFit(
         op="all_reduce",
         scope="inter",
@@ -105,8 +109,8 @@ def test_symbolic_fit_expression_matches_the_fit(two_regimes):
         "alpha_s",
         "bus_bandwidth_bytes_per_s",
         "breakpoint_bytes",
-        "alpha_s_large",
-        "bus_bandwidth_bytes_per_s_large",
+        "alpha_s_small",
+        "bus_bandwidth_bytes_per_s_small",
     ]
     syms = sp.symbols(names, positive=True)
     nbytes, n = sp.symbols("nbytes n", positive=True)
