@@ -9,6 +9,7 @@ Run: python benchmarks/bench_recommend.py [--repeats N]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import subprocess
 import sys
@@ -30,7 +31,7 @@ def evaluations_per_second(n_plans: int = 1_000_000, repeats: int = 5) -> tuple[
     plans = enumerate_plans(model, req)
     reps = -(-n_plans // len(plans))
     big = Plans({k: np.tile(v, reps)[:n_plans] for k, v in plans.cols.items()})
-    family = family_of(model, hw, Plan(gpus=1))
+    family = dataclasses.replace(family_of(model, hw, Plan(gpus=1)), tp_layout="1d")  # as search()
     capacity = np.inf  # no pruning: every plan is evaluated in full
     times = []
     for _ in range(repeats):

@@ -84,6 +84,9 @@ def plan_options(fn: Any) -> Any:
         click.option("--flash-attention", is_flag=True, help="Fused attention: no s^2 activations or traffic."),
         click.option("--overlap-grad-sync", is_flag=True, help="Overlap the data-parallel gradient sync with backward."),
         click.option("--placement", default="tp,dp,pp", show_default=True, help="Axes from innermost (inside a node) out."),
+        click.option("--tp-layout", type=click.Choice(["1d", "2d", "2.5d", "3d"]), default="1d",
+                     show_default=True, help="Tensor-parallel layout: Megatron 1d, SUMMA 2d, Tesseract 2.5d, 3d cube."),
+        click.option("--tp-depth", type=int, default=1, show_default=True, help="Depth d of the 2.5d layout (tp = q^2 d)."),
         click.option("--seq-len", type=int, default=None, help="Override the model's sequence length."),
         click.option("--collective-algorithm", default=None,
                      type=click.Choice(["auto", "ring", "tree", "recursive", "hierarchical"]),
@@ -96,7 +99,7 @@ def plan_options(fn: Any) -> Any:
 
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
              "sequence_parallel", "recompute", "zero", "dtype", "flash_attention",
-             "overlap_grad_sync", "placement")
+             "overlap_grad_sync", "placement", "tp_layout", "tp_depth")
 
 
 def resolve_hardware(hardware: str | None, profile: str | None) -> Any:

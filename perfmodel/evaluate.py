@@ -25,23 +25,40 @@ from perfmodel.strategy import BYTES_PER_ELEMENT, Dtype, Plan
 _PACKAGE = Path(__file__).parent
 
 
+def grid_degrees(plan: Plan) -> tuple[int, int, int]:
+    """The sub-axes (a, b, c) of the tensor-parallel grid: (q, q, 1) for 2d, (q, q, d) for 2.5d,
+    (q, q, q) for 3d, (1, 1, 1) for 1d."""
+    layout = plan.tp_layout.value
+    if layout == "1d":
+        return 1, 1, 1
+    q = plan.grid_q
+    return q, q, (q if layout == "3d" else plan.tp_depth)
+
+
 def axis_per_node(plan: Plan, gpus_per_node: int) -> dict[str, tuple[int, str]]:
     """For each axis: ranks of one group inside one node, and the scope (intra, inter, mixed).
 
     Ranks are numbered with the first axis of `plan.placement` varying fastest; a group of an axis
-    holds ranks `stride` apart, stride = product of the degrees of the axes inside it.
+    holds ranks `stride` apart, stride = product of the degrees of the axes inside it. The
+    tensor-parallel group is laid out as its grid's sub-axes a, b, c (a fastest).
     """
     degrees = {"tp": plan.tp, "dp": plan.dp, "pp": plan.pp}
+    grid = dict(zip(("tpa", "tpb", "tpc"), grid_degrees(plan), strict=True))
     out: dict[str, tuple[int, str]] = {}
+
+    def place(axis: str, n: int, stride: int) -> None:
+        k = 1 if stride >= gpus_per_node else max(1, min(n, gpus_per_node // stride))
+        out[axis] = (k, "intra" if k >= n else ("inter" if k == 1 else "mixed"))
+
     stride = 1
     for axis in plan.placement:
         n = degrees[axis]
-        if stride >= gpus_per_node:
-            k = 1
-        else:
-            k = max(1, min(n, gpus_per_node // stride))
-        scope = "intra" if k >= n else ("inter" if k == 1 else "mixed")
-        out[axis] = (k, scope)
+        place(axis, n, stride)
+        if axis == "tp":
+            sub = stride
+            for name in ("tpa", "tpb", "tpc"):
+                place(name, grid[name], sub)
+                sub *= grid[name]
         stride *= n
     return out
 
@@ -69,7 +86,8 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
         bias=model.bias,
         qkv_bias=bool(model.qkv_bias),
         layernorm=model.norm == "layernorm",
-        scopes=tuple((axis, placement[axis][1]) for axis in ("tp", "dp", "pp")),
+        tp_layout="2d" if plan.tp_layout.value == "2.5d" else plan.tp_layout.value,
+        scopes=tuple((axis, placement[axis][1]) for axis in ("tp", "dp", "pp", "tpa", "tpb", "tpc")),
         **fixed,
     )
 
@@ -99,6 +117,9 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
         "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(precision),
         "tp_per_node": placement["tp"][0], "dp_per_node": placement["dp"][0],
         "pp_per_node": placement["pp"][0],
+        **dict(zip(("tpa", "tpb", "tpc"), grid_degrees(plan), strict=True)),
+        "tpa_per_node": placement["tpa"][0], "tpb_per_node": placement["tpb"][0],
+        "tpc_per_node": placement["tpc"][0],
         "peak_flops_per_s": hardware.peak(plan.dtype.value),
         "memory_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
         * hardware.memory_bandwidth_efficiency,
@@ -119,8 +140,9 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
         "gated": model.gated_mlp, "bias": model.bias, "qkv_bias": bool(model.qkv_bias),
         "layernorm": model.norm == "layernorm", "tied": model.tied_embeddings,
         "learned_positions": model.position_embedding == "learned",
+        "tp2d": plan.tp_layout.value in ("2d", "2.5d"), "tp3d": plan.tp_layout.value == "3d",
     }
-    for axis in ("tp", "dp", "pp"):
+    for axis in ("tp", "dp", "pp", "tpa", "tpb", "tpc"):
         for scope in ("intra", "inter", "mixed"):
             flags[f"{axis}_{scope}"] = placement[axis][1] == scope
     vals.update({f"is_{name}": float(value) for name, value in flags.items()})
@@ -177,10 +199,11 @@ def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:
 
 
 def _source_hash() -> str:
+    """A hash of every source file of the package: any change rebuilds the compiled formulas."""
     digest = hashlib.sha256()
-    for rel in ("step.py", "family.py", "symbols.py", "evaluate.py", "costs/precision.py", "costs/compute.py", "costs/memory.py",
-                "costs/collectives.py", "costs/gemm_efficiency.py"):
-        digest.update((_PACKAGE / rel).read_bytes())
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        digest.update(path.relative_to(_PACKAGE).as_posix().encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

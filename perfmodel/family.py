@@ -27,7 +27,9 @@ class Family:
     bias: bool | None = None
     qkv_bias: bool | None = None
     layernorm: bool | None = None
-    scopes: tuple[tuple[str, str | None], ...] = (("tp", None), ("dp", None), ("pp", None))
+    tp_layout: str | None = None  # 1d, 2d (2.5d is 2d with depth), 3d
+    scopes: tuple[tuple[str, str | None], ...] = (
+        ("tp", None), ("dp", None), ("pp", None), ("tpa", None), ("tpb", None), ("tpc", None))
     # fixed in every family: the collective algorithm the hardware asks for, and which collectives
     # have calibrated fits, as (op, scope, algorithm)
     algorithm: str = "auto"

@@ -6,6 +6,7 @@ perfmodel.family) is compiled once and evaluated over all of them in one call.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -279,7 +280,8 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest) -
     if enumerated == 0:
         return SearchResult(req, plans, empty, empty, empty, empty.astype(bool), empty,
                             empty.astype(int), 0, 0, time.perf_counter() - start, capacity, notes)
-    family = family_of(model, hardware, Plan(gpus=1))
+    # the search enumerates Megatron 1D tensor parallelism: its family drops the grid layouts' terms
+    family = dataclasses.replace(family_of(model, hardware, Plan(gpus=1)), tp_layout="1d")
     step, memory, flops, keep = evaluate_plans(model, hardware, plans, req, family, capacity)
     evaluated = int(keep.sum())
     feasible = keep & (memory <= capacity)

@@ -22,6 +22,7 @@ import sympy as sp
 from perfmodel import symbols as S
 from perfmodel.costs import collectives as C
 from perfmodel.costs import compute as K
+from perfmodel.costs import layouts as LY
 from perfmodel.costs import memory as M
 from perfmodel.family import SCOPES, Family
 
@@ -61,8 +62,9 @@ def flag(value: object, name: str) -> sp.Expr:
     return sp.Integer(1 if value else 0)
 
 
-_AXIS_DEGREE = {"tp": S.tp, "dp": S.dp, "pp": S.pp}
-_AXIS_PER_NODE = {"tp": S.k_tp, "dp": S.k_dp, "pp": S.k_pp}
+_AXIS_DEGREE = {"tp": S.tp, "dp": S.dp, "pp": S.pp, "tpa": S.q_a, "tpb": S.q_b, "tpc": S.q_c}
+_AXIS_PER_NODE = {"tp": S.k_tp, "dp": S.k_dp, "pp": S.k_pp, "tpa": S.k_a, "tpb": S.k_b,
+                  "tpc": S.k_c}
 
 
 def active(n: sp.Expr) -> sp.Expr:
@@ -168,12 +170,24 @@ def build(fam: Family) -> Model:
     flash = flag(fam.flash, "flash")
     overlap = flag(fam.overlap_grad_sync, "overlap_grad_sync")
     gated = flag(fam.gated, "gated")
-    rep = 1 + sp_ * (tp - 1)  # tp with sequence parallelism (the tensor is sharded), else 1
+    grid2 = flag(None if fam.tp_layout is None else fam.tp_layout == "2d", "tp2d")  # 2d and 2.5d
+    grid3 = flag(None if fam.tp_layout is None else fam.tp_layout == "3d", "tp3d")
+    mega = 1 - grid2 - grid3  # Megatron 1D
+    qa, qb, qc = S.q_a, S.q_b, S.q_c
+    # every activation is split over the tp ranks with sequence parallelism or a 2d/3d grid
+    dist = mega * sp_ + (1 - mega)
+    rep = 1 + dist * (tp - 1)
 
     # --- compute of one layer, forward, one micro-batch ---------------------------------------
     gemms = K.layer_gemms(T, b, s, h, a, kv, f, tp, gated)
     gemm_t = {g.name: K.gemm_time(g, e, dev) for g in gemms}
-    ew = K.elementwise_bytes(T, b, s, h, a, f, tp, e, sequence_parallel=sp_, flash=flash, gated=gated)
+    linears = LY.linear_shapes(h, a, kv, f, gated)
+    if fam.tp_layout != "1d":  # the grid layouts replace the four linear layers' GEMMs
+        for name, K_, M_ in linears:
+            grid_t = grid2 * K.gemm_time(LY.summa_gemm(name, T, K_, M_, qa, qc), e, dev) \
+                + grid3 * K.gemm_time(LY.cube_gemm(name, T, K_, M_, qa), e, dev)
+            gemm_t[name] = mega * gemm_t[name] + grid_t
+    ew = K.elementwise_bytes(T, b, s, h, a, f, tp, e, sequence_parallel=dist, flash=flash, gated=gated)
     attention_ew = ew["softmax"] + ew["attention_dropout"]
     other_ew = ew["layernorm"] + ew["activation"] + ew["dropout_add"]
     layer_fwd = {
@@ -201,7 +215,21 @@ def build(fam: Family) -> Model:
         for op, count in (("all_gather", 2 * sp_), ("reduce_scatter", 2 * sp_),
                           ("all_reduce", 2 * (1 - sp_))):
             ledger.append(CommOp(f"tp/layer/{op}", "tp", op, "bwd" if phase == "recompute" else phase,
-                                 tp_on * repeat * count * calls_layers, act_bytes))
+                                 mega * tp_on * repeat * count * calls_layers, act_bytes))
+    tp_layer = {"fwd": mega * tp_layer_one_way, "bwd": mega * tp_layer_one_way}
+    if fam.tp_layout != "1d":  # 2d / 2.5d / 3d grids: see perfmodel.costs.layouts
+        grid_ops = [(grid2, op) for _, K_, M_ in linears for op in LY.summa_comm(T, K_, M_, e, qa, qc)]
+        grid_ops += [(grid3, op) for _, K_, M_ in linears for op in LY.cube_comm(T, K_, M_, e, qa)]
+        grid_ops += [(grid2, op) for op in LY.norm_comm(T, qa * qc)]
+        grid_ops += [(grid3, op) for op in LY.norm_comm(T, qa * qa)]
+        for weight, op in grid_ops:
+            t = weight * op.count * group_time(op.op, op.nbytes, op.axis, fam)
+            tp_layer[op.phase] = tp_layer[op.phase] + t
+            for phase, repeat in ((op.phase, 1),) + ((("bwd", full),) if op.phase == "fwd" else ()):
+                ledger.append(CommOp(f"{op.axis}/layer/{op.op}", op.axis, op.op, phase,
+                                     weight * repeat * op.count * active(_AXIS_DEGREE[op.axis])
+                                     * calls_layers, op.nbytes))
+    tp_layer_fwd_all = tp_layer["fwd"]
     # embedding (vocabulary-parallel): all-reduce (or reduce-scatter with SP) of its output forward;
     # output layer: its input is gathered (SP) forward and reduced backward; cross entropy
     # all-reduces max, sum and target logits over T fp32 values.
@@ -221,7 +249,7 @@ def build(fam: Family) -> Model:
     # attention core (Korthikanti et al. 2022, Sec. 5)
     layer_fwd_total = layer_fwd["gemm"] + layer_fwd["attention"] + layer_fwd["elementwise"]
     recompute_layer = full * layer_fwd_total + sel * layer_fwd["attention"]
-    recompute_tp = full * tp_layer_one_way
+    recompute_tp = full * tp_layer_fwd_all
     kernels = K.kernels_per_layer_forward(sequence_parallel=sp_, flash=flash) * (3 + full)
 
     # --- pipeline point-to-point: activations forward, gradients backward, v chunks per GPU --------
@@ -238,7 +266,7 @@ def build(fam: Family) -> Model:
         terms = {f"compute/forward/{k_}": t for k_, t in fwd.items()}
         terms.update({f"compute/backward/{k_}": 2 * t for k_, t in fwd.items()})
         terms["compute/recompute"] = layers_per_stage * recompute_layer
-        terms["comm/tp"] = layers_per_stage * (2 * tp_layer_one_way + recompute_tp) \
+        terms["comm/tp"] = layers_per_stage * (tp_layer["fwd"] + tp_layer["bwd"] + recompute_tp) \
             + has_embed * embed_tp + has_head * head_tp
         terms["overhead/kernels"] = S.t_k * (kernels * layers_per_stage + 12 * has_head + 3 * has_embed)
         terms["pipeline/p2p"] = p2p_mb
@@ -249,7 +277,10 @@ def build(fam: Family) -> Model:
     # --- parameters and data-parallel gradient synchronisation ---------------------------------------
     lp = M.layer_params(h, a, kv, f, gated=gated, bias=flag(fam.bias, "bias"),
                         qkv_bias=flag(fam.qkv_bias, "qkv_bias"), layernorm=flag(fam.layernorm, "layernorm"))
-    layer_params_gpu = lp["sharded"] / tp + lp["replicated"]
+    # 1d and 3d spread the matrices over all tp ranks, 2d/2.5d over a q x q grid (copied over the
+    # depth); the grids split the norms' vectors along a
+    layer_params_gpu = lp["sharded"] / (mega * tp + grid2 * qa * qb + grid3 * tp) \
+        + lp["replicated"] / (mega + (1 - mega) * qa)
     emb = M.embedding_params(h, V, s, learned_positions=flag(fam.learned_positions, "learned_positions"))
     tied = flag(fam.tied_embeddings, "tied")
     final_norm = (1 + flag(fam.layernorm, "layernorm")) * h
@@ -297,7 +328,7 @@ def build(fam: Family) -> Model:
     # --- memory per GPU, per stage --------------------------------------------------------------------
     per_param = {"weights": S.wbytes, "gradients": S.gbytes, "optimizer_states": S.obytes}
     div = M.zero_divisors(z1, z2, z3, dp)
-    act_kw = dict(sequence_parallel=sp_, flash=flash, gated=gated)
+    act_kw = dict(sequence_parallel=dist, flash=flash, gated=gated)
     act_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=full, selective=sel, **act_kw)
     full_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=0, selective=0, **act_kw)
     inflight = M.inflight_micro_batches(gpipe, inter, pp, m, v)

@@ -36,7 +36,27 @@ class Dtype(StrEnum):
 
 
 class TPLayout(StrEnum):
+    """How the tensor-parallel group splits each linear layer.
+
+    1d: Megatron (Shoeybi et al. 2019), column then row parallel, tp ranks.
+    2d: SUMMA / Optimus (Xu et al. 2021), a q x q grid, tp = q^2.
+    2.5d: Tesseract (Wang et al. 2021), d stacked q x q grids, tp = q^2 d.
+    3d: Bian et al. 2021, a q x q x q cube, tp = q^3.
+    """
+
     ONE_D = "1d"
+    TWO_D = "2d"
+    TWO_HALF_D = "2.5d"
+    THREE_D = "3d"
+
+
+def integer_root(n: int, k: int) -> int | None:
+    """The whole number r with r**k == n, or None."""
+    r = round(n ** (1 / k))
+    for c in (r - 1, r, r + 1):
+        if c >= 1 and c**k == n:
+            return c
+    return None
 
 
 AXES = ("tp", "dp", "pp")
@@ -100,12 +120,14 @@ class Plan:
     zero: int = 0
     dtype: Dtype = Dtype.BF16
     tp_layout: TPLayout = TPLayout.ONE_D
+    tp_depth: int = 1
     flash_attention: bool = False
     overlap_grad_sync: bool = False
     placement: tuple[str, ...] = AXES
 
     def __post_init__(self) -> None:
-        for key in ("dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "gpus"):
+        for key in ("dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "tp_depth",
+                    "gpus"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key))
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
         object.__setattr__(self, "schedule", _enum(Schedule, self.schedule, "schedule"))
@@ -148,6 +170,39 @@ class Plan:
             raise PlanError(f"virtual_stages > 1 needs schedule interleaved, got schedule {self.schedule}")
         if self.sequence_parallel and self.tp == 1:
             raise PlanError("sequence_parallel needs tp > 1 (it shards along the tensor-parallel axis)")
+        self._check_grid()
+
+    def _check_grid(self) -> None:
+        layout = self.tp_layout
+        if layout is not TPLayout.TWO_HALF_D and self.tp_depth != 1:
+            raise PlanError(f"tp_depth > 1 needs tp_layout 2.5d, got tp_layout {layout}")
+        if layout is TPLayout.ONE_D:
+            return
+        if self.sequence_parallel:
+            raise PlanError(f"sequence_parallel applies to tp_layout 1d only (tp_layout {layout} "
+                            f"already distributes every activation)")
+        if layout is TPLayout.TWO_D and integer_root(self.tp, 2) is None:
+            raise PlanError(f"tp_layout 2d needs tp = q^2 (a square grid), got tp = {self.tp}")
+        if layout is TPLayout.TWO_HALF_D:
+            if self.tp % self.tp_depth or integer_root(self.tp // self.tp_depth, 2) is None:
+                raise PlanError(f"tp_layout 2.5d needs tp = q^2 x tp_depth, got tp = {self.tp}, "
+                                f"tp_depth = {self.tp_depth}")
+        if layout is TPLayout.THREE_D and integer_root(self.tp, 3) is None:
+            raise PlanError(f"tp_layout 3d needs tp = q^3 (a cube), got tp = {self.tp}")
+        q = self.grid_q
+        rows = q * self.tp_depth if layout is not TPLayout.THREE_D else q * q
+        if self.micro_batch % rows:
+            raise PlanError(f"tp_layout {layout} splits the samples of a micro-batch over {rows} "
+                            f"ranks: micro_batch ({self.micro_batch}) must be a multiple of {rows}")
+
+    @property
+    def grid_q(self) -> int:
+        """The side q of the tensor-parallel grid (tp for 1d)."""
+        if self.tp_layout is TPLayout.ONE_D:
+            return self.tp
+        if self.tp_layout is TPLayout.THREE_D:
+            return integer_root(self.tp, 3) or 1
+        return integer_root(self.tp // self.tp_depth, 2) or 1
 
     @property
     def num_micro_batches(self) -> int:
@@ -155,13 +210,24 @@ class Plan:
 
     def check(self, model: TransformerSpec) -> Plan:
         """The rules that need the model; returns self so calls chain."""
-        if model.heads % self.tp:
+        if self.tp_layout is not TPLayout.ONE_D:
+            q = self.grid_q
+            for name, value in (("heads", model.heads), ("hidden", model.hidden),
+                                ("ffn_hidden", model.ffn_hidden)):
+                if value % q:
+                    raise PlanError(f"{name} ({value}) must be divisible by the grid side q ({q}) "
+                                    f"of tp_layout {self.tp_layout}")
+            kv_ok = model.kv_heads % q == 0
+            if not kv_ok:
+                raise PlanError(f"kv_heads ({model.kv_heads}) must be divisible by the grid side q "
+                                f"({q}) of tp_layout {self.tp_layout}")
+        elif model.heads % self.tp:
             raise PlanError(f"heads ({model.heads}) must be divisible by tp ({self.tp})")
-        if model.kv_heads % self.tp and self.tp % model.kv_heads:
+        if self.tp_layout is TPLayout.ONE_D and model.kv_heads % self.tp and self.tp % model.kv_heads:
             raise PlanError(
                 f"kv_heads ({model.kv_heads}) must divide or be divisible by tp ({self.tp})"
             )
-        if model.ffn_hidden % self.tp:
+        if self.tp_layout is TPLayout.ONE_D and model.ffn_hidden % self.tp:
             raise PlanError(f"ffn_hidden ({model.ffn_hidden}) must be divisible by tp ({self.tp})")
         chunks = self.pp * self.virtual_stages
         if model.layers % chunks:

@@ -39,6 +39,13 @@ e = _sym("bytes_per_element", "e", "bytes per activation/weight element")
 k_tp = _sym("tp_per_node", "k_tp", "ranks of one tensor-parallel group inside one node")
 k_dp = _sym("dp_per_node", "k_dp", "ranks of one data-parallel group inside one node")
 k_pp = _sym("pp_per_node", "k_pp", "ranks of one pipeline group inside one node")
+# the tensor-parallel grid of the 2d / 2.5d / 3d layouts: sub-axes a (innermost), b, c
+q_a = _sym("tpa", "q_a", "tensor-parallel grid: ranks along its first axis (q)")
+q_b = _sym("tpb", "q_b", "tensor-parallel grid: ranks along its second axis (q)")
+q_c = _sym("tpc", "q_c", "tensor-parallel grid: ranks along its third axis (d for 2.5d, q for 3d)")
+k_a = _sym("tpa_per_node", "k_a", "ranks of one grid-axis-a group inside one node")
+k_b = _sym("tpb_per_node", "k_b", "ranks of one grid-axis-b group inside one node")
+k_c = _sym("tpc_per_node", "k_c", "ranks of one grid-axis-c group inside one node")
 # hardware
 F = _sym("peak_flops_per_s", "F_peak", "peak FLOP/s of one GPU in the plan's dtype")
 W = _sym("memory_bandwidth_bytes_per_s", "W_mem", "effective memory bandwidth [B/s]")
@@ -76,8 +83,10 @@ FLAGS: dict[str, sp.Symbol] = {
         ("layernorm", "LayerNorm (0: RMSNorm)"),
         ("tied", "tied input/output embeddings"),
         ("learned_positions", "learned position embeddings"),
+        ("tp2d", "tensor parallelism on a 2d grid (SUMMA; 2.5d with depth)"),
+        ("tp3d", "tensor parallelism on a 3d cube"),
         *[(f"{axis}_{scope}", f"the {axis} group is {scope}-node")
-          for axis in ("tp", "dp", "pp") for scope in ("intra", "inter", "mixed")],
+          for axis in ("tp", "dp", "pp", "tpa", "tpb", "tpc") for scope in ("intra", "inter", "mixed")],
     ]
 }
 

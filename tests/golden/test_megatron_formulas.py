@@ -21,8 +21,8 @@ def gpt_family(**options):
     """GPT-3 as in Megatron-LM: biases, LayerNorm, learned positions, tied embeddings, no gating."""
     fixed = dict(schedule="1f1b", recompute="none", sequence_parallel=False, zero=0, flash=False,
                  overlap_grad_sync=False, gated=False, tied_embeddings=True, learned_positions=True,
-                 bias=True, qkv_bias=True, layernorm=True,
-                 scopes=(("tp", "intra"), ("dp", "intra"), ("pp", "intra")))
+                 bias=True, qkv_bias=True, layernorm=True, tp_layout="1d",
+                 scopes=tuple((axis, "intra") for axis in ("tp", "dp", "pp", "tpa", "tpb", "tpc")))
     return Family(**{**fixed, **options})
 
 
