@@ -1,5 +1,6 @@
 """nccl-tests logs: every real log imports and is reproduced; broken logs fail clearly."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,12 @@ from calibration.cli import calibrate
 from calibration.importers import import_nccl_tests
 from calibration.nccl_tests import parse_nccl_tests
 from perfmodel.errors import DataError
-from perfmodel.specs.profile import apply_profile, is_extrapolation, load_profile
+from perfmodel.specs.profile import (
+    apply_profile,
+    fitted_collective_time,
+    is_extrapolation,
+    load_profile,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
 LOGS = sorted(DATA.glob("*.txt"))  # real logs, sources in tests/data/nccl-tests/SOURCES.md
@@ -216,3 +222,40 @@ def test_cli_garbage_log_is_one_line_and_exit_code_5(tmp_path):
     assert res.exit_code == 5
     assert res.output.count("\n") == 1 and "junk.txt" in res.output
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "h100x8-allreduce-nvls-together-nccl-tests.txt",  # one regime
+        "h100x16-2node-a3mega-tcpxo-allreduce-create-a3mega-ztan-fork.txt",  # two regimes
+    ],
+)
+def test_predict_uses_what_calibration_fitted(tmp_path, run_cli, name):
+    """`perfmodel collective --profile` gives the fitted time for a size the log measured."""
+    out = tmp_path / "p.json"
+    imported = run_cli("calibrate", "import-nccl-tests", DATA / name, "--out", out)
+    assert imported.returncode == 0, imported.stderr
+    (run,) = parse_nccl_tests(DATA / name)
+    row = run.records[run.records["nbytes"] == 1073741824].iloc[0]  # 1 GiB, measured in both logs
+    res = run_cli(
+        "collective",
+        "--op",
+        "all_reduce",
+        "--bytes",
+        "1073741824",
+        "--ranks",
+        str(run.ranks),
+        "--ranks-per-node",
+        str(run.ranks // run.nodes),
+        "--profile",
+        out,
+        "--json",
+    )
+    assert res.returncode == 0, res.stderr
+    predicted = json.loads(res.stdout)["time_s"]
+    fit = apply_profile(None, load_profile(out)).collectives[0]
+    assert predicted == pytest.approx(
+        float(fitted_collective_time(fit, "all_reduce", 1073741824, run.ranks)), rel=1e-6
+    )
+    assert predicted == pytest.approx(row["time_s"], rel=0.10)
