@@ -162,6 +162,7 @@ def import_nccl_tests_cmd(
         device=result.hardware.get("gpu_name"),
         device_count=max(s["ranks"] for s in result.per_source),
         nodes=max(s["nodes"] for s in result.per_source),
+        measured_on=sorted({h for s in result.per_source for h in s["hosts"]}),
         nccl_version=", ".join(versions) or None,
         sources=[str(p) for p in logs],
     )

@@ -84,6 +84,7 @@ def import_nccl_tests(
                     "nodes": r.nodes,
                     "device": r.device,
                     "fit": name,
+                    "hosts": list(r.hosts),
                     "n_points": len(rec),
                     **res,
                 }
