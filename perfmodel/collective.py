@@ -44,7 +44,7 @@ def _compiled(op: str, scope: str, algorithm: str, fitted: tuple[str, ...]) -> d
                      fits=frozenset((op, fs, fa) for fs, fa in (f.split(":") for f in fitted)))
         expr = group_time(op, nbytes, "tp", fam)
         args = [nbytes, S.tp, S.k_tp, S.G, S.alpha_i, S.beta_i, S.alpha_o, S.beta_o]
-        fit_args = [sym for f in fitted for sym in S.fit_symbols(op, f.split(":")[0])]
+        fit_args = [sym for f in fitted for sym in S.fit_symbols(op, f.split(":")[0])]  # 5 each
         options[alg] = sp.lambdify(args + fit_args, expr, modules="numpy")
     return options
 
@@ -75,7 +75,11 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
             hardware.intra_node.effective_bandwidth_bytes_per_s, hardware.inter_node.latency_s,
             hardware.inter_node.effective_bandwidth_bytes_per_s]
     for f in fits[:1]:
-        args += [f.alpha_s, f.bus_bandwidth_bytes_per_s]
+        two = f.breakpoint_bytes > 0
+        args += [f.alpha_s, f.bus_bandwidth_bytes_per_s,
+                 f.alpha_s_small if two else f.alpha_s,
+                 f.bus_bandwidth_bytes_per_s_small if two else f.bus_bandwidth_bytes_per_s,
+                 f.breakpoint_bytes]
     times = {alg: float(fn(*args)) for alg, fn in fns.items()}
     best = min(times, key=times.__getitem__)
     if fits:

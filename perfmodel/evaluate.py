@@ -149,8 +149,15 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
     for fld in dataclasses.fields(gemm):
         vals[f"gemm_{fld.name}"] = float(getattr(gemm, fld.name))
     for fit in hardware.collectives:
-        vals[f"fit_{fit.op}_{fit.scope}_alpha_s"] = fit.alpha_s
-        vals[f"fit_{fit.op}_{fit.scope}_busbw"] = fit.bus_bandwidth_bytes_per_s
+        key = f"fit_{fit.op}_{fit.scope}"
+        two = fit.breakpoint_bytes > 0
+        vals.update({
+            f"{key}_alpha_s": fit.alpha_s, f"{key}_busbw": fit.bus_bandwidth_bytes_per_s,
+            f"{key}_alpha_s_small": fit.alpha_s_small if two else fit.alpha_s,
+            f"{key}_busbw_small": fit.bus_bandwidth_bytes_per_s_small if two
+            else fit.bus_bandwidth_bytes_per_s,
+            f"{key}_breakpoint_bytes": fit.breakpoint_bytes,
+        })
     return vals
 
 

@@ -78,8 +78,11 @@ def _scope_time(op: str, nbytes: sp.Expr, axis: str, scope: str, fam: Family) ->
     fit_scope = "intra" if scope == "intra" else "inter"
     fitted = sorted(alg for (o, sc, alg) in fam.fits if o == op and sc == fit_scope)
     if fitted:
-        alpha, busbw = S.fit_symbols(op, fit_scope)
-        return C.steps(op, n, fitted[0]) * alpha + C.bus_factor(op, n) * nbytes / busbw
+        alpha, busbw, alpha_small, busbw_small, breakpoint = S.fit_symbols(op, fit_scope)
+        steps, factor = C.steps(op, n, fitted[0]), C.bus_factor(op, n)
+        large = steps * alpha + factor * nbytes / busbw
+        small = steps * alpha_small + factor * nbytes / busbw_small
+        return sp.Piecewise((small, nbytes < breakpoint), (large, True))
     algs = list(C.ALGORITHMS[C.Op(op)])
     if fam.algorithm not in ("auto", "hierarchical") and C.Algorithm(fam.algorithm) in algs:
         algs = [C.Algorithm(fam.algorithm)]

@@ -96,14 +96,22 @@ GEMM: dict[str, sp.Symbol] = {
 }
 
 
-def fit_symbols(op: str, scope: str) -> tuple[sp.Symbol, sp.Symbol]:
-    """alpha and bus bandwidth of a calibrated collective fit (registered on first use)."""
-    alpha = f"fit_{op}_{scope}_alpha_s"
-    beta = f"fit_{op}_{scope}_busbw"
-    if alpha not in _TABLE:
-        _sym(alpha, f"alpha_{{{op},{scope}}}", f"fitted latency per step of {op} ({scope}) [s]")
-        _sym(beta, f"beta_{{{op},{scope}}}", f"fitted bus bandwidth of {op} ({scope}) [B/s]")
-    return _TABLE[alpha][0], _TABLE[beta][0]
+def fit_symbols(op: str, scope: str) -> tuple[sp.Symbol, ...]:
+    """alpha and bus bandwidth of a calibrated collective fit, for messages from the breakpoint on
+    and below it, and the breakpoint (registered on first use)."""
+    names = [(f"fit_{op}_{scope}_{part}", latex, meaning) for part, latex, meaning in (
+        ("alpha_s", f"alpha_{{{op},{scope}}}", f"fitted latency per step of {op} ({scope}) [s]"),
+        ("busbw", f"beta_{{{op},{scope}}}", f"fitted bus bandwidth of {op} ({scope}) [B/s]"),
+        ("alpha_s_small", f"alpha^small_{{{op},{scope}}}",
+         f"fitted latency per step of small {op} ({scope}) [s]"),
+        ("busbw_small", f"beta^small_{{{op},{scope}}}",
+         f"fitted bus bandwidth of small {op} ({scope}) [B/s]"),
+        ("breakpoint_bytes", f"S^break_{{{op},{scope}}}",
+         f"message size where {op} ({scope}) changes regime [B]"))]
+    for name, latex, meaning in names:
+        if name not in _TABLE:
+            _sym(name, latex, meaning)
+    return tuple(_TABLE[name][0] for name, _, _ in names)
 
 
 def table() -> dict[str, tuple[sp.Symbol, str]]:

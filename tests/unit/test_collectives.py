@@ -89,3 +89,18 @@ def test_parse_bytes():
     for bad in ("", "-5", "12XB", "abc", "0"):
         with pytest.raises(PlanError):
             parse_bytes(bad)
+
+
+def test_calibrated_two_regime_fit_is_used_on_both_sides_of_its_breakpoint():
+    from perfmodel.specs.hardware import CollectiveFit
+    from perfmodel.specs.profile import fitted_collective_time
+
+    fit = CollectiveFit(op="all_reduce", scope="intra", algorithm="ring", alpha_s=2e-5,
+                        bus_bandwidth_bytes_per_s=3e11, breakpoint_bytes=1e6, alpha_s_small=4e-6,
+                        bus_bandwidth_bytes_per_s_small=5e10)
+    hw = load_hardware("dgx-h100").replace(collectives=(fit,))
+    for nbytes in (1e3, 5e5, 1e6, 1e9):
+        got = predict_collective("all_reduce", nbytes, 8, hw)["time_s"]
+        assert got == pytest.approx(float(fitted_collective_time(fit, "all_reduce", nbytes, 8)))
+    small = predict_collective("all_reduce", 1e3, 8, hw)["time_s"]
+    assert small == pytest.approx(14 * 4e-6 + 1.75 * 1e3 / 5e10)
