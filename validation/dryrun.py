@@ -1,7 +1,9 @@
 """`perfmodel validate --dry-run`: the job's collectives at full scale, without GPUs.
 
 The job's model is built for rank 0 of a world of the plan's full size on torch's fake process
-group (every collective returns at once, in one process) and one training step is run. Every
+group (every collective returns at once, in one process) on the meta device (shapes without
+storage: any model size fits; FSDP plans run on the CPU, as FSDP2 refuses meta parameters) and
+one training step is run. Every
 collective is counted twice: by torch's CommDebugMode (counts per op) and by the job's own
 CollectiveCounter (counts per axis, op and bytes per call, nccl-tests' size convention). The counts
 are then checked against the communication ledger of perfmodel's step model for the same plan:
@@ -66,8 +68,14 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.gpus)
     try:
         mesh = job.make_mesh(cfg["plan"], "cpu")
+        # On the meta device: shapes without storage, so a rank of a 175B model fits anywhere.
+        # FSDP2 refuses meta parameters: sharded plans run on the CPU (small models only).
+        device = torch.device("cpu" if plan.zero and plan.dp > 1 else "meta")
         torch.manual_seed(0)
-        trainer = job.Trainer(cfg, mesh, torch.device("cpu"), job.DTYPES[plan.dtype.value])
+        with device:
+            trainer = job.Trainer(cfg, mesh, device, job.DTYPES[plan.dtype.value])
+        # AdamW issues no collective here (gradients already carry their parameters' placements).
+        trainer.optimizer.step = lambda *a, **k: None
         counter = job.CollectiveCounter(job.axis_of_group(mesh))
         trainer.counter = counter
         debug = CommDebugMode()

@@ -101,3 +101,19 @@ def test_dry_run_agrees_with_the_model_ledger(name):
     if differs:
         pytest.xfail(f"ledger differs from the job: {differs}")
     assert result["agree"]
+
+
+def test_gpt3_175b_on_1024_ranks_fits_on_the_meta_device():
+    """A rank of GPT-3 175B (tp 8) holds 22e9 parameters: counted without storage, in seconds."""
+    model = load_model("gpt3-175b").replace(tied_embeddings=False)
+    plan = Plan(gpus=1024, tp=8, dp=128, global_batch=128, dtype="bf16")
+    counted = dryrun.count_collectives(model, plan)
+    act = 2048 * 12288 * 2  # T * h * 2 bytes (bf16)
+    counts: dict[tuple[str, str, int], float] = {}
+    for r in counted["records"]:  # summed over phases
+        key = (r["axis"], r["op"], r["bytes"])
+        counts[key] = counts.get(key, 0) + r["count"]
+    layers = 96
+    assert counts[("tp", "all_reduce", act)] == 2 * layers + 1 + 2 * layers + 1
+    assert counts[("tp", "all_reduce", 2048 * 4)] == 3
+    assert counted["comm_debug_mode_total"] == sum(counts.values())
