@@ -95,12 +95,18 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
     }
 
 
-def model_ledger(model: TransformerSpec, plan: Plan) -> list[dict[str, Any]] | None:
-    """perfmodel's ledger for the plan: axis, op, phase, count per step per rank, bytes per call."""
+def model_ledger(
+    model: TransformerSpec, plan: Plan, stage: str = "first"
+) -> list[dict[str, Any]] | None:
+    """perfmodel's ledger for the plan: axis, op, phase, count per step per rank, bytes per call.
+
+    With pp > 1, only the ops of one pipeline stage: "first" (rank 0's), "last" or "middle".
+    """
     try:
         from perfmodel.step import comm_ledger  # the public API, once it exists
 
-        return [dict(r) for r in comm_ledger(model, plan)]
+        records = [dict(r) for r in comm_ledger(model, plan)]
+        return [r for r in records if plan.pp == 1 or r.get("stage", "every") in ("every", stage)]
     except ImportError:
         pass
     try:  # until then: the ledger the step model builds, evaluated for this plan
@@ -115,6 +121,9 @@ def model_ledger(model: TransformerSpec, plan: Plan) -> list[dict[str, Any]] | N
     ledger = []
     for i, op in enumerate(build(family).ledger):
         count = float(out[f"ledger:{i}:calls"])
+        on_stage = getattr(op, "stage", "every")
+        if plan.pp > 1 and on_stage not in ("every", stage):
+            continue
         if count:
             ledger.append(
                 {
