@@ -137,6 +137,20 @@ def check_fits(prediction: dict[str, Any] | None, settings: RunSettings) -> None
         )
 
 
+def check_devices(settings: RunSettings) -> None:
+    """NCCL needs one CUDA device per local rank."""
+    if settings.backend != "nccl":
+        return
+    import torch
+
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found < settings.nprocs:
+        raise PlanError(
+            f"--backend nccl needs {settings.nprocs} CUDA devices on this machine, found {found} "
+            "(use --backend gloo, or --emit for a cluster)"
+        )
+
+
 def _available_memory_bytes() -> int:
     try:
         with open("/proc/meminfo") as f:
@@ -173,6 +187,7 @@ def validate(
         raise PlanError(
             f"the plan needs dp x tp x pp = {plan.gpus} ranks, but --nprocs is {settings.nprocs}"
         )
+    check_devices(settings)
     model, plan, note = as_run(model, plan, settings.backend)
     prediction = predict_dict(model, hardware, plan)
     check_fits(prediction, settings)

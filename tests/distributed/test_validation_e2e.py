@@ -426,3 +426,18 @@ def test_ctrl_c_stops_every_rank(tmp_path):
     assert proc.returncode == 130 and "interrupted" in err
     time.sleep(0.5)
     assert _leftovers(run_dir) == []
+
+
+def test_nccl_without_enough_gpus_is_refused_before_launch(tmp_path):
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has the GPUs")
+    model = load_model(MODEL)
+    plan = Plan(gpus=2, dp=2, global_batch=2).check(model)
+    settings = run.RunSettings(nprocs=2, backend="nccl")
+    from perfmodel.errors import PlanError
+
+    with pytest.raises(PlanError, match="CUDA devices"):
+        run.validate(model, load_hardware(HARDWARE), plan, settings, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

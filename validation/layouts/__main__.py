@@ -48,11 +48,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _local(a: argparse.Namespace, argv: list[str]) -> int:
-    from .harness import LaunchError, launch
+    from .harness import SUITES, LaunchError, launch, mesh_shape
 
     if a.nprocs < 1:
         print("error: not under torchrun: give --nprocs N to start N local ranks", file=sys.stderr)
         return 2
+    if a.check and a.nprocs not in SUITES:
+        print(f"error: the equivalence suite runs on {sorted(SUITES)} ranks", file=sys.stderr)
+        return 2
+    if a.layout:  # a bad grid fails here, before any process starts
+        mesh_shape(a.layout, json.loads(a.plan), a.nprocs)
     rest, skip = [], False
     for k, tok in enumerate(argv):  # the same arguments, minus --nprocs
         if skip:

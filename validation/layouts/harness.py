@@ -276,14 +276,21 @@ class LaunchError(RuntimeError):
     """A rank failed or the run timed out; the message names the rank and its last log lines."""
 
 
-def launch(args: list[str], nprocs: int, log_dir: Path, timeout_s: float = 120.0) -> float:
+def launch(
+    args: list[str],
+    nprocs: int,
+    log_dir: Path,
+    timeout_s: float = 120.0,
+    world_size: int | None = None,
+) -> float:
     """Run `python -m validation.layouts ARGS` on nprocs local ranks (gloo on 127.0.0.1, a free
     port); all ranks share one new process group, killed whole on a timeout or a failure.
-    Returns the wall time; raises LaunchError naming the failed rank."""
+    Returns the wall time; raises LaunchError naming the failed rank. (world_size larger than
+    nprocs only serves the test of a hung rendezvous.)"""
     log_dir.mkdir(parents=True, exist_ok=True)
     env = dict(
         os.environ,
-        WORLD_SIZE=str(nprocs),
+        WORLD_SIZE=str(world_size or nprocs),
         LOCAL_WORLD_SIZE=str(nprocs),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(free_port()),
