@@ -419,7 +419,12 @@ class Trainer:
     """Builds this rank's part of the model under the plan and runs training steps."""
 
     def __init__(
-        self, cfg: dict[str, Any], mesh: Any, device: torch.device, dtype: torch.dtype
+        self,
+        cfg: dict[str, Any],
+        mesh: Any,
+        device: torch.device,
+        dtype: torch.dtype,
+        pipeline: bool = True,
     ) -> None:
         self.cfg, self.mesh, self.device, self.dtype = cfg, mesh, device, dtype
         m, plan = cfg["model"], cfg["plan"]
@@ -450,7 +455,8 @@ class Trainer:
             [g for g in groups if g["params"]], lr=1e-4, foreach=True
         )
         self.times: dict[str, float] = {}
-        self.schedule = self._schedule() if self.pp > 1 else None
+        # pipeline=False (dry-run): no schedule; chunks_step runs this rank's chunks one by one.
+        self.schedule = self._schedule() if self.pp > 1 and pipeline else None
         g = torch.Generator().manual_seed(1234 + self.dp_rank)
         shape = (self.n_mb * self.mb, m["seq_len"])
         # The same tokens on every tensor-parallel rank of a replica (seeded by dp rank only).
@@ -585,6 +591,48 @@ class Trainer:
         dist.all_reduce(flat, group=self.mesh.get_group("tp"))
         for p, g in zip(partial, torch._utils._unflatten_dense_tensors(flat, local), strict=True):
             p.grad = DTensor.from_local(g, p.device_mesh, p.placements, run_check=False)
+
+    def chunks_step(self) -> list[dict[str, Any]]:
+        """Forward and backward of this rank's chunks, micro-batch by micro-batch, without the
+        pipeline schedule (for --dry-run, where the fake group carries no tensors between stages).
+        Returns the point-to-point messages the schedule would exchange, derived from the chunks:
+        per micro-batch, each chunk receives its input and sends its output forward (unless it is
+        the first / last chunk of the model) and the reverse for gradients backward."""
+        n_chunks = self.pp * self.plan.get("virtual_stages", 1)
+        m = self.cfg["model"]
+        p2p: list[dict[str, Any]] = []
+        for mod, c in zip(self.chunks, chunk_ids(self.plan, self.pp_rank), strict=True):
+            for i in range(self.n_mb):
+                sl = slice(i * self.mb, (i + 1) * self.mb)
+                if c == 0:
+                    x = self.tokens[sl]
+                else:
+                    sp = self.plan.get("sequence_parallel", False) and self.tp > 1
+                    seq = m["seq_len"] // (self.tp if sp else 1)
+                    x = torch.zeros(
+                        self.mb,
+                        seq,
+                        m["hidden"],
+                        device=self.device,
+                        dtype=self.dtype,
+                        requires_grad=True,
+                    )
+                with self._loss_context():
+                    self._set_phase("fwd")
+                    out = mod(x)
+                    self._set_phase("bwd")
+                    if c == n_chunks - 1:
+                        (loss_fn(out, self.targets[sl]) / self.n_mb).backward()
+                    else:
+                        out.backward(torch.ones_like(out))
+                nbytes = x.numel() * x.element_size() if c > 0 else 0
+                if c > 0:  # receive the activation, send its gradient back
+                    p2p += [{"axis": "pp", "op": "send_recv", "phase": "pipe", "bytes": nbytes}] * 2
+                if c < n_chunks - 1:  # send the activation, receive its gradient
+                    size = out.numel() * out.element_size()
+                    p2p += [{"axis": "pp", "op": "send_recv", "phase": "pipe", "bytes": size}] * 2
+        self._grad_sync()
+        return p2p
 
     def _grad_sync(self) -> None:
         """zero 0: one flat all-reduce of all gradients over the dp group, then averaged."""

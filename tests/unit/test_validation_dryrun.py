@@ -25,8 +25,9 @@ def _counts(plan: Plan) -> dict[tuple[str, str, int], float]:
         key = (r["axis"], r["op"], r["bytes"])
         out[key] = out.get(key, 0) + r["count"]
     total = sum(out.values())
-    # torch's own CommDebugMode sees exactly as many collectives as the job's counter.
-    assert counted["comm_debug_mode_total"] == total
+    # torch's own CommDebugMode sees exactly as many collectives as the job's counter (pipeline
+    # messages are derived, not issued: the fake group cannot carry them).
+    assert counted["comm_debug_mode_total"] + counted["derived_total"] == total
     return out
 
 
@@ -72,12 +73,40 @@ def test_fsdp_zero3_gathers_every_unit_forward_and_backward():
     assert sum(v for k, v in counts.items() if k[1] == "all_gather") == 2 * (L + 1)
 
 
-def test_pipeline_plans_are_refused_with_a_reason():
+def test_pipeline_messages_of_rank_0_on_64_ranks():
+    # pp 2 x tp 2 x dp 16, 4 micro-batches of 1: rank 0 holds chunk 0 of 2; per micro-batch it
+    # sends an activation forward and receives its gradient: 8 messages of 1 x 128 x 256 fp32
+    # (the whole activation: torch.distributed.pipelining sends it from every tp rank).
+    counts = _counts(Plan(gpus=64, pp=2, tp=2, dp=16, global_batch=64, dtype="fp32"))
+    assert counts[("pp", "send_recv", ACT)] == 8
+    # Its two layers: 2 all-reduces forward and 2 backward each, + the embedding's, per micro-batch.
+    assert counts[("tp", "all_reduce", ACT)] == 4 * (2 * 2 + 1 + 2 * 2)
+
+
+def test_interleaved_rank_0_holds_a_middle_chunk():
+    # pp 2, 2 virtual stages: rank 0 holds chunks 0 and 2 of 4; chunk 2 receives and sends in
+    # both directions: (2 + 4) messages per micro-batch, 2 micro-batches of 2 samples.
+    counts = _counts(
+        Plan(
+            gpus=64,
+            pp=2,
+            dp=32,
+            global_batch=128,
+            micro_batch=2,
+            schedule="interleaved",
+            virtual_stages=2,
+            dtype="fp32",
+        )
+    )
+    assert counts[("pp", "send_recv", 2 * ACT)] == (2 + 4) * 2
+
+
+def test_pipeline_with_fsdp_is_refused_with_a_reason():
     from perfmodel.errors import PlanError
 
     with pytest.raises(PlanError, match="pipeline"):
         dryrun.count_collectives(
-            load_model("tiny-gpt"), Plan(gpus=64, pp=2, dp=32, global_batch=64)
+            load_model("tiny-gpt"), Plan(gpus=64, pp=2, dp=32, global_batch=64, zero=3)
         )
 
 
@@ -117,3 +146,4 @@ def test_gpt3_175b_on_1024_ranks_fits_on_the_meta_device():
     assert counts[("tp", "all_reduce", act)] == 2 * layers + 1 + 2 * layers + 1
     assert counts[("tp", "all_reduce", 2048 * 4)] == 3
     assert counted["comm_debug_mode_total"] == sum(counts.values())
+    assert counted["derived_total"] == 0
