@@ -107,6 +107,7 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
             if hw is None:
                 raise DataError("no hardware: give --hardware/--profile or a 'hardware' column")
             plan_kw: dict[str, Any] = {k: row[k] for k in PLAN_COLUMNS if row.get(k)}
+            plan_kw.setdefault("dtype", kw.get("dtype") or "bf16")
             degrees = [int(float(plan_kw.get(k, 1))) for k in ("dp", "tp", "pp")]
             plan_kw.setdefault("gpus", degrees[0] * degrees[1] * degrees[2])
             plan_kw.setdefault("global_batch", degrees[0] * int(float(plan_kw.get("micro_batch", 1))))

@@ -80,13 +80,20 @@ def plan_options(fn: Any) -> Any:
         click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (needs tp > 1)."),
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True),
         click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage."),
-        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "tf32"]), default="bf16", show_default=True),
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "tf32"]), default=None,
+                     help="Training precision (default bf16 for transformers, fp32 for layer graphs)."),
         click.option("--flash-attention", is_flag=True, help="Fused attention: no s^2 activations or traffic."),
         click.option("--overlap-grad-sync", is_flag=True, help="Overlap the data-parallel gradient sync with backward."),
         click.option("--placement", default="tp,dp,pp", show_default=True, help="Axes from innermost (inside a node) out."),
         click.option("--tp-layout", type=click.Choice(["1d", "2d", "2.5d", "3d"]), default="1d",
                      show_default=True, help="Tensor-parallel layout: Megatron 1d, SUMMA 2d, Tesseract 2.5d, 3d cube."),
         click.option("--tp-depth", type=int, default=1, show_default=True, help="Depth d of the 2.5d layout (tp = q^2 d)."),
+        click.option("--pr", type=int, default=None, help="Layer graphs (CNN/MLP): ranks splitting each layer (model parallel)."),
+        click.option("--pc", type=int, default=None, help="Layer graphs: ranks splitting the batch (data parallel)."),
+        click.option("--norm", type=click.Choice(["local", "sync", "group"]), default="local", show_default=True,
+                     help="Layer graphs: batch norm local to a rank, synchronized, or group norm."),
+        click.option("--collective-variant", type=click.Choice(["fused", "split"]), default="fused", show_default=True,
+                     help="Layer graphs: Allgather/Allreduce, or Gather+Bcast / Reduce+Bcast."),
         click.option("--seq-len", type=int, default=None, help="Override the model's sequence length."),
         click.option("--collective-algorithm", default=None,
                      type=click.Choice(["auto", "ring", "tree", "recursive", "hierarchical"]),
@@ -117,6 +124,38 @@ def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
     return load_hardware(hardware)
 
 
+def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+    """(model, hardware, GridPlan) when --model is a layer graph (CNN/MLP), else None."""
+    from perfmodel.specs.layers import LayerGraphSpec
+    from perfmodel.specs.model import load_model
+
+    if not kw.get("model"):
+        raise click.UsageError("give --model (a preset, spec file or Hugging Face config.json)")
+    model = load_model(kw["model"]) if kw.get("seq_len") is None else None
+    if not isinstance(model, LayerGraphSpec):
+        if kw.get("pr") or kw.get("pc"):
+            raise click.UsageError("--pr/--pc apply to layer-graph models (alexnet, vgg16, resnet50, "
+                                   "mlp or a 'kind: layers' file); transformers take --dp/--tp/--pp")
+        return None
+    from perfmodel.layerwise import GridPlan
+
+    hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
+    gpus = kw.get("gpus")
+    pr, pc = kw.get("pr"), kw.get("pc")
+    if pr is None and pc is None:
+        pr, pc = 1, gpus or 1
+    elif pr is None:
+        pr = (gpus or pc) // pc
+    elif pc is None:
+        pc = (gpus or pr) // pr
+    if gpus is not None and pr * pc != gpus:
+        raise click.UsageError(f"--pr x --pc must equal --gpus: {pr} x {pc} != {gpus}")
+    batch = kw.get("global_batch") or pc * kw["micro_batch"]
+    plan = GridPlan(pr=pr, pc=pc, global_batch=batch, norm=kw["norm"],
+                    variant=kw["collective_variant"], dtype=kw.get("dtype") or "fp32")
+    return model, hardware, plan
+
+
 def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     from perfmodel.specs.model import load_model
     from perfmodel.strategy import plan_from_dict
@@ -128,6 +167,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     if kw.get("collective_algorithm"):
         hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
     plan_kw = {k: kw[k] for k in PLAN_KEYS if kw.get(k) is not None}
+    plan_kw.setdefault("dtype", "bf16")
     plan_kw.setdefault("gpus", kw["dp"] * kw["tp"] * kw["pp"])
     plan_kw.setdefault("global_batch", kw["dp"] * kw["micro_batch"])
     plan = plan_from_dict(plan_kw)
@@ -157,6 +197,18 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         if failures:
             sys.exit(5)
         return
+    graph = layer_graph_inputs(kw)
+    if graph is not None:
+        from perfmodel.layerwise import predict_grid
+
+        result = predict_grid(*graph)
+        if as_json:
+            click.echo(json.dumps(result.to_dict(), indent=2))
+        else:
+            from perfmodel.render import print_grid_prediction
+
+            print_grid_prediction(result)
+        return
     model, hardware, plan = build_inputs(kw)
     result = run(model, hardware, plan)
     if plot_path:
@@ -177,6 +229,12 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 @click.option("--term", "terms", multiple=True, help="Only these terms (repeatable), e.g. comm/tp.")
 def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
     """Print the symbolic formulas of the step time and of each term, with the symbols' values."""
+    graph = layer_graph_inputs(kw)
+    if graph is not None:
+        from perfmodel.explain import explain_grid_text
+
+        click.echo(explain_grid_text(*graph, latex=latex))
+        return
     from perfmodel.explain import explain_text
 
     model, hardware, plan = build_inputs(kw)
@@ -305,6 +363,67 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
         from perfmodel.render import print_collective
 
         print_collective(result)
+
+
+@cli.command()
+@click.option("--model", required=True, help="A layer-graph model: alexnet, vgg16, resnet50, mlp or a file.")
+@click.option("--hardware", default=None, help="Hardware preset or file.")
+@click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
+@click.option("--gpus", type=int, required=True, help="GPU count.")
+@click.option("--global-batch", type=int, required=True, help="Global batch [samples].")
+@click.option("--pr", type=int, default=1, show_default=True, help="Ranks splitting each layer.")
+@click.option("--best-pr", is_flag=True, help="For every point, take the fastest Pr x Pc split instead.")
+@click.option("--norm", type=click.Choice(["local", "sync", "group"]), default="local", show_default=True)
+@click.option("--collective-variant", type=click.Choice(["fused", "split"]), default="fused", show_default=True)
+@click.option("--dtype", type=click.Choice(["fp32", "tf32", "bf16", "fp16"]), default="fp32", show_default=True)
+@click.option("--vary", multiple=True, required=True,
+              help="FIELD=V1,V2,...: peak_flops_per_s (node FLOP rate), memory_bandwidth_bytes_per_s, "
+                   "inter_node.bandwidth_bytes_per_s, intra_node.bandwidth_bytes_per_s, gpus, global_batch. Repeatable.")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None)
+def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, global_batch: int,
+          pr: int, best_pr: bool, norm: str, collective_variant: str, dtype: str,
+          vary: tuple[str, ...], as_json: bool, csv_path: str | None, plot_path: str | None) -> None:
+    """Sweep a layer graph (CNN/MLP) over node FLOP rate, memory bandwidth, node count, link
+    bandwidth and batch size (seed 003's analysis): a table and a plot."""
+    from perfmodel.layerwise import GridPlan, sweep as run_sweep
+    from perfmodel.specs.layers import LayerGraphSpec
+    from perfmodel.specs.model import load_model
+
+    spec = load_model(model)
+    if not isinstance(spec, LayerGraphSpec):
+        raise click.UsageError("sweep takes a layer-graph model (alexnet, vgg16, resnet50, mlp or a "
+                               "'kind: layers' file)")
+    hw = resolve_hardware(hardware, profile)
+    if gpus % pr:
+        raise click.UsageError(f"--pr ({pr}) must divide --gpus ({gpus})")
+    values: dict[str, list[float]] = {}
+    for item in vary:
+        field, _, text = item.partition("=")
+        try:
+            values[field.strip()] = [float(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise click.UsageError(f"--vary must look like FIELD=V1,V2 with numbers, got '{item}'") from None
+        if not values[field.strip()]:
+            raise click.UsageError(f"--vary {field}: give at least one value")
+    plan = GridPlan(pr=pr, pc=gpus // pr, global_batch=global_batch, norm=norm,
+                    variant=collective_variant, dtype=dtype)
+    frame = run_sweep(spec, hw, plan, values, best_pr=best_pr)
+    if csv_path:
+        from perfmodel.batch import write_text_atomic
+
+        write_text_atomic(Path(csv_path), frame.to_csv(index=False))
+    if plot_path:
+        from perfmodel.plot import sweep_plot
+
+        sweep_plot(frame, list(values), Path(plot_path), title=f"{spec.name} on {hw.name}")
+    if as_json:
+        click.echo(frame.to_json(orient="records", indent=2))
+    else:
+        from perfmodel.render import print_frame
+
+        print_frame(frame, f"{spec.name}: sweep of {', '.join(values)}")
 
 
 @cli.command()

@@ -6,6 +6,8 @@ indicators of the universal expression that `predict` evaluates; both give the s
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy as sp
 
 from perfmodel import symbols as S
@@ -67,4 +69,58 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
         name, meaning = by_sym.get(sym, (sym.name, ""))
         label = sp.latex(sym) if latex else sym.name
         lines.append(f"  {label:>22} = {values.get(name, float('nan')):<14.6g} {meaning}")
+    return "\n".join(lines)
+
+
+def explain_grid_text(model: Any, hardware: HardwareSpec, plan: Any, *, latex: bool = False) -> str:
+    """Seed 000's analysis for a layer graph: communication as a function of Pr (Pc = P / Pr), the
+    Pr that minimises it (closed form where sympy solves it, and exactly over the divisors of P),
+    and the full model's step time for every split."""
+    from perfmodel.layerwise import GridPlan, communication_in_pr, divisors, exact_minimiser, predict_grid
+
+    P = plan.gpus
+    e = 4 if plan.dtype in ("fp32", "tf32") else 2
+    comm = communication_in_pr(model, P, plan.global_batch, e)
+    show = sp.latex if latex else sp.sstr
+    # a uniform network as in the paper: the link the Pr x Pc grid mostly uses
+    if P <= hardware.gpus_per_node:
+        alpha, beta = hardware.intra_node.latency_s, hardware.intra_node.effective_bandwidth_bytes_per_s
+        link = "intra-node"
+    else:
+        alpha = hardware.inter_node.latency_s
+        beta = hardware.inter_node.effective_bandwidth_bytes_per_s / hardware.gpus_per_node
+        link = "inter-node (per GPU)"
+    lines = [f"# {model.name}: {P} processes as Pr x Pc, batch {plan.global_batch}",
+             "",
+             "communication of one step, ring collectives on a uniform alpha-beta network "
+             "(Gholami et al. 2018): all-gather of each layer's output and all-reduce of its input "
+             "gradient along Pr, all-reduce of its weight gradient along Pc = P / Pr:",
+             "  T_comm(P_r) = " + show(comm["total"])]
+    pr_star = comm["closed_form"]
+    values = {comm["alpha"]: alpha, comm["beta"]: beta}
+    if pr_star is not None:
+        lines += ["", "dT_comm/dP_r = 0 at", "  P_r* = " + show(pr_star),
+                  f"  = {float(pr_star.subs(values)):.4g} with alpha = {alpha:.3g} s, beta = "
+                  f"{beta:.3g} B/s ({link})"]
+    else:
+        lines += ["", "dT_comm/dP_r = 0 has no closed form sympy finds; the exact minimiser follows."]
+    best, t_best = exact_minimiser(comm, P, alpha, beta)
+    lines += [f"exact minimiser over the divisors of {P}: P_r = {best} (Pc = {P // best}), "
+              f"T_comm = {t_best:.4g} s", "", "full model (compute, link placement, optimizer):"]
+    rows = []
+    for pr in divisors(P):
+        pc = P // pr
+        if plan.global_batch % pc:
+            continue
+        r = predict_grid(model, hardware, GridPlan(pr=pr, pc=pc, global_batch=plan.global_batch,
+                                                   norm=plan.norm, variant=plan.variant,
+                                                   dtype=plan.dtype))
+        comm_s = sum(v for k, v in r.breakdown_s.items() if k.startswith("comm/"))
+        rows.append((r.step_time_s, pr, pc, comm_s))
+        lines.append(f"  Pr = {pr:>4} x Pc = {pc:>4}: step {r.step_time_s:.4g} s, communication "
+                     f"{comm_s:.4g} s")
+    fastest = min(rows)
+    kind = "pure data parallel" if fastest[1] == 1 else (
+        "pure model parallel" if fastest[2] == 1 else "hybrid")
+    lines.append(f"fastest: Pr = {fastest[1]} x Pc = {fastest[2]} ({kind}), {fastest[0]:.4g} s")
     return "\n".join(lines)

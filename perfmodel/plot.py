@@ -111,3 +111,29 @@ def prediction_plot(prediction: Any, path: Path) -> None:
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
+
+
+def sweep_plot(frame: Any, varied: list[str], path: Path, title: str = "") -> None:
+    """Step time (and its communication share) against the first varied field, one line per value
+    of the others."""
+    plt = _figure()
+    x = varied[0]
+    others = varied[1:]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    groups = frame.groupby(others) if others else [((), frame)]
+    for key, group in groups:
+        label = ", ".join(f"{k}={v:g}" for k, v in zip(others, key if isinstance(key, tuple) else (key,),
+                                                         strict=True)) or None
+        group = group.sort_values(x)
+        top.plot(group[x], group["step_time_s"], "o-", label=label)
+        bottom.plot(group[x], group["communication_share"] * 100, "o-", label=label)
+    top.set_xscale("log")
+    top.set_yscale("log")
+    top.set_ylabel("step time [s]")
+    bottom.set_ylabel("communication [% of step]")
+    bottom.set_xlabel(x)
+    if others:
+        top.legend(fontsize=8)
+    top.set_title(title)
+    save_figure(fig, path)
+    plt.close(fig)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from perfmodel.evaluate import compile_family, family_of, values_of
 from perfmodel.specs.hardware import HardwareSpec, load_hardware
 from perfmodel.specs.model import TransformerSpec, load_model
+from perfmodel.errors import PlanError
 from perfmodel.strategy import Plan, plan_from_dict
 
 if TYPE_CHECKING:
@@ -78,6 +79,9 @@ class Prediction:
 def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | Path,
                    plan: Plan | dict[str, Any]) -> tuple[TransformerSpec, HardwareSpec, Plan]:
     model = load_model(model)
+    if not isinstance(model, TransformerSpec):
+        raise PlanError(f"model '{model.name}' is a layer graph (CNN/MLP): predict it on a Pr x Pc "
+                        f"grid (perfmodel predict --pr R --pc C, or perfmodel.layerwise.predict_grid)")
     hardware = load_hardware(hardware)
     plan = plan if isinstance(plan, Plan) else plan_from_dict(dict(plan))
     plan.check(model)

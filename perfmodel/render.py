@@ -111,11 +111,20 @@ def print_presets(as_json: bool) -> None:
     md = Table(title="model presets")
     for col in ("name", "layers", "hidden", "heads", "kv", "ffn", "seq", "vocab", "source"):
         md.add_column(col)
+    graphs = Table(title="layer-graph presets (Pr x Pc grid)")
+    for col in ("name", "layers", "parameters", "GFLOPs / sample", "input", "source"):
+        graphs.add_column(col)
     for name in names["models"]:
         m = load_model(name)
+        if getattr(m, "kind", "") == "layers":
+            graphs.add_row(name, str(len(m.layers)), f"{m.parameters / 1e6:.1f}M",
+                           f"{m.flops_per_sample / 1e9:.2f}", "x".join(map(str, m.input_shape)),
+                           m.source)
+            continue
         md.add_row(name, str(m.layers), str(m.hidden), str(m.heads), str(m.kv_heads),
                    str(m.ffn_hidden), str(m.seq_len), str(m.vocab), m.source)
     con.print(md)
+    con.print(graphs)
 
 
 def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
@@ -185,3 +194,43 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         v = data["validation"]
         con.print(f"[bold]validation[/] predicted {fmt_seconds(v['predicted_step_time_s'])}, measured "
                   f"{fmt_seconds(v['measured_step_time_s'])} ({v['relative_error']:+.1%})")
+
+
+def print_grid_prediction(r: Any) -> None:
+    con = _console()
+    p = r.plan
+    con.print(f"[bold]{r.model.name}[/] on [bold]{p.gpus} x {r.hardware.gpu_name}[/]: Pr={p.pr} "
+              f"(model) x Pc={p.pc} (data), batch {p.global_batch}, norm {p.norm.value}, "
+              f"collectives {p.variant.value}, {p.dtype}")
+    con.print(f"step time {fmt_seconds(r.step_time_s)}, {r.samples_per_s:,.1f} samples/s, "
+              f"MFU {r.mfu:.1%}, memory per GPU {fmt_bytes(r.memory_per_gpu_bytes)} "
+              + ("(fits)" if r.fits_in_memory else "[red](does NOT fit)[/]"))
+    table = Table(title="step time breakdown")
+    table.add_column("term")
+    table.add_column("time", justify="right")
+    table.add_column("share", justify="right")
+    for name, t in r.breakdown_s.items():
+        table.add_row(name, fmt_seconds(t), f"{t / r.step_time_s:.1%}")
+    con.print(table)
+
+
+def print_frame(frame: Any, title: str) -> None:
+    con = _console()
+    table = Table(title=title)
+    columns = [c for c in frame.columns if not c.startswith("time:")]
+    for col in columns:
+        table.add_column(col, justify="right")
+    for _, row in frame.iterrows():
+        cells = []
+        for col in columns:
+            value = row[col]
+            if col == "step_time_s":
+                cells.append(fmt_seconds(value))
+            elif col in ("mfu", "communication_share"):
+                cells.append(f"{value:.1%}")
+            elif isinstance(value, float):
+                cells.append(f"{value:.4g}")
+            else:
+                cells.append(str(value))
+        table.add_row(*cells)
+    con.print(table)

@@ -85,6 +85,8 @@ FLAGS: dict[str, sp.Symbol] = {
         ("learned_positions", "learned position embeddings"),
         ("tp2d", "tensor parallelism on a 2d grid (SUMMA; 2.5d with depth)"),
         ("tp3d", "tensor parallelism on a 3d cube"),
+        ("sync_bn", "synchronized batch norm (layer graphs)"),
+        ("split_collectives", "Gather+Bcast / Reduce+Bcast instead of Allgather / Allreduce"),
         *[(f"{axis}_{scope}", f"the {axis} group is {scope}-node")
           for axis in ("tp", "dp", "pp", "tpa", "tpb", "tpc") for scope in ("intra", "inter", "mixed")],
     ]

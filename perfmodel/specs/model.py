@@ -44,7 +44,7 @@ class TransformerSpec:
 
     def __post_init__(self) -> None:
         if self.kind != "transformer":
-            raise SpecError(f"model kind must be 'transformer', got '{self.kind}'")
+            raise SpecError(f"model kind must be 'transformer' or 'layers', got '{self.kind}'")
         for key in ("layers", "hidden", "heads", "seq_len", "vocab"):
             number(getattr(self, key), key, integer=True, maximum=1e9)
         if self.ffn_hidden == 0:
@@ -146,10 +146,20 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str) -> TransformerSpec:
     )
 
 
-def load_model(name_or_path: str | Path | TransformerSpec, **overrides: Any) -> TransformerSpec:
-    """A model spec from a preset, a YAML/JSON spec file, or a Hugging Face config.json."""
+def load_model(name_or_path: str | Path | TransformerSpec, **overrides: Any) -> Any:
+    """A model spec from a preset, a YAML/JSON spec file, or a Hugging Face config.json.
+
+    Transformers give a TransformerSpec; layer graphs (the CNN presets alexnet, vgg16, resnet50,
+    mlp, or a file with `kind: layers`) a perfmodel.specs.layers.LayerGraphSpec.
+    """
+    from perfmodel.specs.cnn import BUILDERS
+    from perfmodel.specs.layers import LayerGraphSpec, layer_graph_from_dict
     from perfmodel.specs.presets import MODELS_DIR, resolve
 
+    if isinstance(name_or_path, LayerGraphSpec):
+        return name_or_path
+    if isinstance(name_or_path, str) and name_or_path in BUILDERS:
+        return BUILDERS[name_or_path]()
     if isinstance(name_or_path, TransformerSpec):
         spec = name_or_path
     else:
@@ -158,6 +168,8 @@ def load_model(name_or_path: str | Path | TransformerSpec, **overrides: Any) -> 
             path = path / "config.json"
         data = read_mapping(path, "model")
         where = f"model '{name_or_path}'"
+        if data.get("kind") == "layers":
+            return layer_graph_from_dict(data, where)
         if "model_type" in data and "kind" not in data:
             try:
                 spec = model_from_hf_config(data, where)

@@ -17,8 +17,11 @@ def preset_names(directory: Path) -> list[str]:
 
 
 def list_presets() -> dict[str, list[str]]:
-    """{'hardware': [...], 'models': [...]}"""
-    return {"hardware": preset_names(HARDWARE_DIR), "models": preset_names(MODELS_DIR)}
+    """{'hardware': [...], 'models': [...]} (models: transformers, then layer graphs)"""
+    from perfmodel.specs.cnn import BUILDERS
+
+    return {"hardware": preset_names(HARDWARE_DIR),
+            "models": preset_names(MODELS_DIR) + sorted(BUILDERS)}
 
 
 def looks_like_path(value: str) -> bool:
@@ -42,6 +45,10 @@ def resolve(name_or_path: str | Path, directory: Path, what: str,
     if path.exists():
         return path
     names = preset_names(directory)
+    if directory == MODELS_DIR:
+        from perfmodel.specs.cnn import BUILDERS
+
+        names = sorted(names + list(BUILDERS))
     if looks_like_path(text):
         raise SpecError(f"{what} file not found: {text}")
     raise SpecError(
