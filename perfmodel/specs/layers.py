@@ -17,7 +17,8 @@ from typing import Any
 from perfmodel.errors import SpecError
 from perfmodel.specs.loading import check_fields, number
 
-LAYER_KINDS = ("conv", "linear", "pool", "norm", "activation", "add", "flatten", "dropout", "softmax")
+LAYER_KINDS = ("conv", "linear", "pool", "norm", "activation", "add", "flatten", "dropout", "softmax",
+               "other")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,13 +90,53 @@ def layer_graph_from_dict(data: Mapping[str, Any], where: str) -> LayerGraphSpec
             raise SpecError(f"{where}: layers[{i}] must be a mapping")
         extra = {k: v for k, v in item.items() if k not in _LAYER_FIELDS}
         fields = {k: v for k, v in item.items() if k in _LAYER_FIELDS}
-        # the tracer's names (validation.cnn_graph) map onto ours
+        # the tracer's names (validation.cnn_graph: input_shape, output_shape, out_channels or
+        # out_features, activation_bytes) map onto ours
         fields.setdefault("name", f"layer{i}")
-        if "activation_bytes" in extra and "out_elements" not in fields:
-            fields["out_elements"] = float(extra["activation_bytes"]) / 4
+        _from_traced(fields, extra, f"{where}: layers[{i}]")
         try:
             layers.append(LayerSpec(**fields))
         except TypeError as exc:
             raise SpecError(f"{where}: layers[{i}]: {exc}") from None
     return LayerGraphSpec(name=str(data.get("name", where)), input_shape=tuple(data.get("input_shape", ())),
                           layers=tuple(layers), source=str(data.get("source", "")))
+
+
+def _prod(shape: Any, where: str) -> float:
+    if not isinstance(shape, (list, tuple)) or not all(isinstance(d, (int, float)) for d in shape):
+        raise SpecError(f"{where}: a shape must be a list of numbers, got {shape!r}")
+    out = 1.0
+    for d in shape:
+        out *= float(d)
+    return out
+
+
+def _from_traced(fields: dict[str, Any], extra: Mapping[str, Any], where: str) -> None:
+    """Fill our per-sample sizes from a traced layer's shapes (batch dimension first)."""
+    known = {"input_shape", "output_shape", "out_channels", "out_features", "activation_bytes",
+             "weight_bytes", "in_channels", "in_features", "kernel_size"}
+    unknown = [k for k in extra if k not in known]
+    if unknown:
+        check_fields({unknown[0]: None}, [*_LAYER_FIELDS, *sorted(known)], where)
+    out_shape = extra.get("output_shape")
+    in_shape = extra.get("input_shape")
+    if out_shape is not None and "out_elements" not in fields:
+        fields["out_elements"] = _prod(list(out_shape)[1:], where)
+    elif "activation_bytes" in extra and "out_elements" not in fields:
+        fields["out_elements"] = float(extra["activation_bytes"]) / 4
+    if in_shape is not None and "in_elements" not in fields:
+        fields["in_elements"] = _prod(list(in_shape)[1:], where)
+    kind = fields.get("kind")
+    if kind in ("conv", "linear") and not fields.get("gemm_n"):
+        n = extra.get("out_channels") or extra.get("out_features")
+        if not n and out_shape is not None:
+            n = list(out_shape)[1]
+        if not n:
+            raise SpecError(f"{where}: a {kind} layer needs out_channels/out_features or gemm_n")
+        m = fields.get("out_elements", 0) / float(n) if kind == "conv" else 1.0
+        flops = float(fields.get("flops", 0))
+        if flops <= 0 or m <= 0:
+            raise SpecError(f"{where}: a {kind} layer needs flops > 0 and an output shape")
+        fields.update(gemm_m=m, gemm_n=float(n), gemm_k=flops / (2 * m * float(n)))
+    if kind == "norm" and not fields.get("channels") and out_shape is not None:
+        fields["channels"] = float(list(out_shape)[1])

@@ -137,3 +137,24 @@ def test_cli_predict_explain_and_sweep(run_cli, tmp_path):
     assert (tmp_path / "s.png").stat().st_size > 1000
     bad = run_cli("predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--pr", "2")
     assert bad.returncode == 2 and "layer-graph" in bad.stderr
+
+
+def test_a_traced_graph_reads_with_shapes_instead_of_gemm_sizes():
+    # the format validation.cnn_graph writes: shapes with the batch first, no GEMM view
+    from perfmodel.specs.layers import layer_graph_from_dict
+
+    g = layer_graph_from_dict({"kind": "layers", "name": "t", "input_shape": [1, 3, 8, 8], "layers": [
+        {"name": "c1", "kind": "conv", "input_shape": [1, 3, 8, 8], "output_shape": [1, 4, 8, 8],
+         "out_channels": 4, "params": 112, "flops": 2 * 8 * 8 * 27 * 4},
+        {"name": "bn", "kind": "norm", "input_shape": [1, 4, 8, 8], "output_shape": [1, 4, 8, 8],
+         "params": 8, "flops": 100},
+        {"name": "fc", "kind": "linear", "input_shape": [1, 256], "output_shape": [1, 10],
+         "out_features": 10, "params": 2570, "flops": 2 * 256 * 10}]}, "t")
+    conv, bn, fc = g.layers
+    assert (conv.gemm_m, conv.gemm_n, conv.gemm_k) == (64, 4, 27)  # 8x8 pixels, 4 filters, 3x3x3
+    assert bn.channels == 4 and (fc.gemm_m, fc.gemm_n, fc.gemm_k) == (1, 10, 256)
+    from perfmodel import SpecError
+
+    with pytest.raises(SpecError, match="unknown field 'colour'"):
+        layer_graph_from_dict({"kind": "layers", "layers": [
+            {"name": "x", "kind": "linear", "colour": 1, "flops": 2, "out_features": 1}]}, "t")
