@@ -124,6 +124,25 @@ def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
     return load_hardware(hardware)
 
 
+def profile_extrapolations(profile: str | None, model: Any, hardware: Any, plan: Any) -> list[str]:
+    """The collectives of the plan whose sizes lie outside what the profile's fits saw."""
+    if not profile:
+        return []
+    from perfmodel.evaluate import axis_per_node
+    from perfmodel.predict import comm_ledger
+    from perfmodel.specs import profile as profiles
+
+    prof = profiles.load_profile(Path(profile))
+    scopes = axis_per_node(plan, hardware.gpus_per_node)
+    notes = []
+    for record in comm_ledger(model, plan, hardware):
+        scope = "intra" if scopes[record["axis"]][1] == "intra" else "inter"
+        if profiles.is_extrapolation(prof, record["op"], record["nbytes"], scope):
+            notes.append(f"{record['name']} ({record['op']}, {record['nbytes']:.4g} B, {scope}-node) "
+                         f"is outside the sizes the profile measured: extrapolated")
+    return notes
+
+
 def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     """(model, hardware, GridPlan) when --model is a layer graph (CNN/MLP), else None."""
     from perfmodel.specs.layers import LayerGraphSpec
@@ -211,12 +230,15 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         return
     model, hardware, plan = build_inputs(kw)
     result = run(model, hardware, plan)
+    notes = profile_extrapolations(kw.get("profile"), model, hardware, plan)
     if plot_path:
         from perfmodel.plot import prediction_plot
 
         prediction_plot(result, Path(plot_path))
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(json.dumps({**result.to_dict(), "extrapolations": notes}, indent=2))
     else:
         from perfmodel.render import print_prediction
 

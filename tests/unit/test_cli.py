@@ -105,3 +105,18 @@ def test_malformed_yaml_model(run_cli, tmp_path):
     bad.write_text("layers: [4\n")
     out = run_cli("predict", "--model", bad, "--hardware", "dgx-h100")
     assert out.returncode == 3 and "not valid YAML" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_predict_with_a_profile_flags_extrapolated_collectives(run_cli, tmp_path):
+    from tests.conftest import ROOT
+
+    log = ROOT / "tests/data/nccl-tests/h100x8-allreduce-nccl-tests-cluster-cluster01.txt"
+    made = run_cli("calibrate", "import-nccl-tests", log, "--out", tmp_path / "p.json")
+    assert made.returncode == 0, made.stderr
+    # that log measured all-reduces of 32 MB to 16 GB inside one node: tiny-gpt's are far smaller
+    out = run_cli("predict", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--profile",
+                  tmp_path / "p.json", "--gpus", "8", "--tp", "8", "--global-batch", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    notes = json.loads(out.stdout)["extrapolations"]
+    assert any("tp/cross_entropy/all_reduce" in n and "extrapolated" in n for n in notes)
+    assert "note:" in out.stderr
