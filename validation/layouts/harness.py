@@ -284,9 +284,11 @@ def launch(
     world_size: int | None = None,
 ) -> float:
     """Run `python -m validation.layouts ARGS` on nprocs local ranks (gloo on 127.0.0.1, a free
-    port); all ranks share one new process group, killed whole on a timeout or a failure.
-    Returns the wall time; raises LaunchError naming the failed rank. (world_size larger than
-    nprocs only serves the test of a hung rendezvous.)"""
+    port). One parent process imports torch once and forks the ranks (importing torch costs ~3 s
+    of CPU per process, which 8 ranks on 2 cores would pay 8 times); parent and ranks share one
+    new process group, killed whole on a timeout, a failure or Ctrl-C. Rank R logs to
+    log_dir/rankR.log. Returns the wall time; raises LaunchError naming the failed rank.
+    (world_size larger than nprocs only serves the test of a hung rendezvous.)"""
     log_dir.mkdir(parents=True, exist_ok=True)
     env = dict(
         os.environ,
@@ -300,54 +302,82 @@ def launch(
             os.pathsep
         ),
     )
-    procs: list[subprocess.Popen] = []
-    logs = []
+    env.pop("RANK", None)
     t0 = time.monotonic()
-    pgid = None
-    try:
-        for rank in range(nprocs):
-            f = open(log_dir / f"rank{rank}.log", "w")  # noqa: SIM115 (closed below)
-            logs.append(f)
-            rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
-            kw: dict[str, Any] = {"process_group": 0 if pgid is None else pgid}
-            p = subprocess.Popen(
-                [sys.executable, "-m", "validation.layouts", *args],
-                env=rank_env,
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
-                **kw,
-            )
-            procs.append(p)
-            if pgid is None:
-                pgid = p.pid
-        deadline = t0 + timeout_s
-        while time.monotonic() < deadline:
-            codes = [p.poll() for p in procs]
-            if all(c == 0 for c in codes):
-                return time.monotonic() - t0
-            bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
-            if bad:
-                time.sleep(1.0)  # let the others fail on their own, then blame the first
-                raise LaunchError(
-                    f"rank {bad[0]} exited with {codes[bad[0]]}: " + _tail(log_dir, bad[0])
-                )
-            time.sleep(0.05)
-        raise LaunchError(f"timed out after {timeout_s:.0f} s: " + _tail(log_dir, 0))
-    finally:
-        if pgid is not None:
+    cmd = [sys.executable, "-m", "validation.layouts", *args]
+    cmd += ["--fork-ranks", str(nprocs), "--log-dir", str(log_dir)]
+    with open(log_dir / "parent.log", "w") as f:
+        p = subprocess.Popen(
+            cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, process_group=0
+        )
+        try:
+            code = p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise LaunchError(f"timed out after {timeout_s:.0f} s: " + _tail(log_dir, 0)) from None
+        finally:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-        for p in procs:
+                os.killpg(p.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
                 p.wait(timeout=5)
-        for f in logs:
-            f.close()
+    if code == 0:
+        return time.monotonic() - t0
+    if code >= FAILED_RANK_CODE:
+        rank = code - FAILED_RANK_CODE
+        raise LaunchError(f"rank {rank} failed: " + _tail(log_dir, rank))
+    raise LaunchError(f"the launcher exited with {code}: " + _tail(log_dir, "parent"))
 
 
-def _tail(log_dir: Path, rank: int, lines: int = 8) -> str:
+FAILED_RANK_CODE = 100  # the forking parent exits with 100 + the first failed rank
+
+
+def fork_ranks(nprocs: int, log_dir: Path, body: Any, grace_s: float = 2.0) -> int:
+    """In the parent (torch imported, no thread pools started yet): fork nprocs ranks, each with
+    RANK/LOCAL_RANK set and its output in log_dir/rankR.log, running body() -> exit code. Waits for
+    all; after the first failure the others get grace_s to fail on their own, then are killed.
+    Returns 0 or FAILED_RANK_CODE + the first failed rank."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pids: dict[int, int] = {}
+    for rank in range(nprocs):
+        pid = os.fork()
+        if pid == 0:  # the rank
+            code = 1
+            try:
+                fd = os.open(log_dir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
+                code = int(body() or 0)
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        pids[pid] = rank
+    failed: int | None = None
+    deadline = float("inf")
+    while pids:
+        if time.monotonic() > deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            time.sleep(0.02)
+            continue
+        rank = pids.pop(pid)
+        if os.waitstatus_to_exitcode(status) != 0 and failed is None:
+            failed, deadline = rank, time.monotonic() + grace_s
+    return 0 if failed is None else FAILED_RANK_CODE + failed
+
+
+def _tail(log_dir: Path, rank: int | str, lines: int = 8) -> str:
     try:
-        text = (log_dir / f"rank{rank}.log").read_text(errors="replace").splitlines()
+        name = f"rank{rank}.log" if isinstance(rank, int) else f"{rank}.log"
+        text = (log_dir / name).read_text(errors="replace").splitlines()
     except OSError:
         return ""
     return "\n".join(text[-lines:])
