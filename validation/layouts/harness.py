@@ -185,7 +185,10 @@ def time_layout(
     """Train `steps` timed steps (after `warmup`) of forward, backward and an SGD step; then
     `probe_steps` steps in which every collective is barrier-synchronised and timed. Returns the
     medians (the maximum over ranks) of forward, backward, optimizer and communication time per
-    step, and the collectives of one step with their bytes."""
+    step, and rank 0's collectives of one step with their bytes and (probe) wall times.
+    model_dims: batch, seq, hidden, heads, ffn for 2d/3d; for prpc {"model": "mlp", "batch",
+    "widths": [d_in, ..., d_out]} or {"model": "cnn", "batch", "channels", "image", "widths":
+    [c1, c2], "classes"}. plan: {"q": q} (optional) for 2d/3d, {"pr": ., "pc": .} for prpc."""
     if steps < 1 or warmup < 0 or probe_steps < 1:
         raise PlanError("steps and probe_steps must be >= 1, warmup >= 0")
     log = CommLog()
@@ -193,8 +196,11 @@ def time_layout(
     del ref
     gen = torch.Generator().manual_seed(1)
     x = piece(torch.randn(input_shape(layout, model_dims), generator=gen))
+    # a transformer block sits inside a network: its input needs a gradient (the first layer of
+    # the Pr x Pc models is the network's first layer: its input needs none)
+    x.requires_grad_(layout != "prpc")
     with torch.no_grad():
-        g = torch.randn_like(model(x))
+        g = torch.randn(model(x).shape, generator=gen)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     times: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": []}
     comm: list[float] = []
@@ -214,11 +220,11 @@ def time_layout(
         t3 = time.perf_counter()
         if probing:
             comm.append(log.total_seconds())
+            counts = log.counts()  # the last probe step's collectives, each with its wall time
         elif k >= warmup:
             times["forward_s"].append(t1 - t0)
             times["backward_s"].append(t2 - t1)
             times["optimizer_s"].append(t3 - t2)
-            counts = log.counts()
     med = {name: statistics.median(v) for name, v in times.items()}
     med["comm_s"] = statistics.median(comm)
     vec = torch.tensor([med[n] for n in sorted(med)], dtype=torch.float64)
