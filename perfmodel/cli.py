@@ -281,6 +281,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None)
 @click.option("--zero", type=click.IntRange(0, 3), default=None)
 @click.option("--placement", type=click.Choice(["tp,dp,pp", "tp,pp,dp", "dp,tp,pp"]), default=None)
+@click.option("--tp-layout", type=click.Choice(["1d", "2d", "2.5d", "3d"]), default=None,
+              help="Pin the tensor-parallel layout (default: search 1d, 2d, 2.5d and 3d).")
+@click.option("--tp-depth", type=int, default=None, help="Pin the 2.5d depth.")
 @click.option("--max-tp", type=int, default=None)
 @click.option("--max-pp", type=int, default=None)
 @click.option("--max-micro-batch", type=int, default=None)

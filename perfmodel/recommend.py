@@ -110,12 +110,13 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
     if result.enumerated == 0:
         relaxed = dataclasses.replace(req, dp=None, tp=None, pp=None, micro_batch=None,
                                       schedule=None, virtual_stages=None, max_tp=None, max_pp=None,
-                                      max_micro_batch=None)
+                                      max_micro_batch=None, tp_layout=None, tp_depth=None)
         from perfmodel.search import enumerate_plans
 
         n = len(enumerate_plans(model, relaxed))
         pins = {k: getattr(req, k) for k in ("dp", "tp", "pp", "micro_batch", "schedule",
-                                             "virtual_stages", "max_tp", "max_pp", "max_micro_batch")
+                                             "virtual_stages", "max_tp", "max_pp", "max_micro_batch",
+                                             "tp_layout", "tp_depth")
                 if getattr(req, k) is not None}
         rules = (f"dp x tp x pp must equal the GPU count, tp must divide heads ({model.heads}), pp "
                  f"must divide layers ({model.layers}), dp must divide the global batch "
@@ -127,10 +128,27 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         else:
             reason = f"{gpus} GPUs cannot be split into a valid plan: {rules}"
         return {"binding": "pins" if pins and n else "divisibility", "reason": reason, "nearest": []}
-    near = np.argsort(result.memory_bytes)[:3]
-    nearest = [{"plan": _short(result.plan(i)), "memory_per_gpu_bytes": float(result.memory_bytes[i]),
-                "step_time_s": float(result.step_time_s[i])} for i in near]
-    reason = (f"no plan fits in memory: the leanest needs {result.memory_bytes[near[0]] / 2**30:.1f} GiB "
+    evaluated = np.isfinite(result.step_time_s)
+    pool = np.flatnonzero(evaluated) if evaluated.any() else np.arange(result.enumerated)
+    nearest, seen = [], set()
+    for i in pool[np.argsort(result.memory_bytes[pool], kind="stable")]:
+        label = _short(result.plan(i))
+        if not evaluated[i]:  # only the model states were bounded: name the layout, not the options
+            p = result.plan(i)
+            label = (f"dp={p.dp} tp={p.tp} pp={p.pp}"
+                     + (f" layout={p.tp_layout.value}" if p.tp_layout.value != "1d" else "")
+                     + (f" zero{p.zero}" if p.zero else ""))
+        if label in seen:
+            continue
+        seen.add(label)
+        nearest.append({"plan": label, "memory_per_gpu_bytes": float(result.memory_bytes[i]),
+                        "step_time_s": float(result.step_time_s[i]) if evaluated[i] else None,
+                        "bound_only": not bool(evaluated[i])})
+        if len(nearest) == 3:
+            break
+    leanest = nearest[0]["memory_per_gpu_bytes"]
+    what = "needs" if evaluated.any() else "needs for its model states alone"
+    reason = (f"no plan fits in memory: the leanest {what} {leanest / 2**30:.1f} GiB "
               f"per GPU of {result.capacity_bytes / 2**30:.1f} GiB usable "
               f"(memory_margin {req.memory_margin:.0%}); more GPUs, ZeRO-3, full recompute or a "
               f"smaller micro-batch reduce it")
@@ -139,6 +157,8 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
 
 def _short(plan: Any) -> str:
     extra = []
+    if plan.tp_layout.value != "1d":
+        extra.append(f"layout={plan.tp_layout.value}" + (f"(d={plan.tp_depth})" if plan.tp_depth > 1 else ""))
     if plan.schedule.value == "interleaved":
         extra.append(f"v={plan.virtual_stages}")
     if plan.sequence_parallel:

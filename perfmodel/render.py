@@ -137,17 +137,20 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         info = rec.explanation["infeasible"]
         con.print(f"[red]no plan[/]: {info['reason']}")
         for near in info["nearest"]:
-            con.print(f"  nearest: {near['plan']}: {fmt_bytes(near['memory_per_gpu_bytes'])} per GPU, "
-                      f"{fmt_seconds(near['step_time_s'])}")
+            when = (f", {fmt_seconds(near['step_time_s'])} per step" if near["step_time_s"] is not None
+                    else " (model states alone)")
+            con.print(f"  nearest: {near['plan']}: {fmt_bytes(near['memory_per_gpu_bytes'])} per GPU{when}")
         return
     table = Table(title="best plans")
-    for col in ("#", "dp", "tp", "pp", "mb", "schedule", "recompute", "sp", "zero", "placement",
-                "step time", "tokens/s", "MFU", "memory/GPU"):
-        table.add_column(col, justify="right" if col not in ("schedule", "recompute", "placement") else "left")
+    for col in ("#", "dp", "tp", "layout", "pp", "mb", "schedule", "recompute", "sp", "zero",
+                "placement", "step time", "tokens/s", "MFU", "memory/GPU"):
+        left = col in ("layout", "schedule", "recompute", "placement")
+        table.add_column(col, justify="left" if left else "right")
     for rank, p in enumerate(rec.top, start=1):
         pl = p.plan
         sched = pl.schedule.value + (f" v={pl.virtual_stages}" if pl.virtual_stages > 1 else "")
-        table.add_row(str(rank), str(pl.dp), str(pl.tp), str(pl.pp), str(pl.micro_batch), sched,
+        layout = pl.tp_layout.value + (f" d={pl.tp_depth}" if pl.tp_depth > 1 else "")
+        table.add_row(str(rank), str(pl.dp), str(pl.tp), layout, str(pl.pp), str(pl.micro_batch), sched,
                       pl.recompute.value, "yes" if pl.sequence_parallel else "", str(pl.zero),
                       ",".join(pl.placement), fmt_seconds(p.step_time_s), f"{p.tokens_per_s:,.0f}",
                       f"{p.mfu:.1%}", fmt_bytes(p.memory_per_gpu_bytes))

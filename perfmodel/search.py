@@ -22,6 +22,7 @@ from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import BYTES_PER_ELEMENT, Dtype, Plan
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
+LAYOUTS = ("1d", "2d", "2.5d", "3d")
 RECOMPUTES = ("none", "selective", "full")
 PLACEMENTS = ("tp,dp,pp", "tp,pp,dp", "dp,tp,pp")
 
@@ -49,6 +50,8 @@ class SearchRequest:
     sequence_parallel: bool | None = None
     zero: int | None = None
     placement: str | None = None
+    tp_layout: str | None = None
+    tp_depth: int | None = None
     max_tp: int | None = None
     max_pp: int | None = None
     max_micro_batch: int | None = None
@@ -76,6 +79,8 @@ class SearchRequest:
             raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, got '{self.schedule}'")
         if self.recompute is not None and self.recompute not in RECOMPUTES:
             raise PlanError(f"recompute must be one of {', '.join(RECOMPUTES)}, got '{self.recompute}'")
+        if self.tp_layout is not None and self.tp_layout not in LAYOUTS:
+            raise PlanError(f"tp_layout must be one of {', '.join(LAYOUTS)}, got '{self.tp_layout}'")
         if self.placement is not None and self.placement not in PLACEMENTS:
             raise PlanError(f"placement must be one of {', '.join(PLACEMENTS)}, got '{self.placement}'")
 
@@ -107,7 +112,41 @@ class Plans:
                     sequence_parallel=bool(c["sequence_parallel"][i]),
                     recompute=RECOMPUTES[int(c["recompute"][i])], zero=int(c["zero"][i]),
                     dtype=dtype, flash_attention=flash, overlap_grad_sync=overlap,
-                    placement=PLACEMENTS[int(c["placement"][i])])
+                    placement=PLACEMENTS[int(c["placement"][i])],
+                    tp_layout=LAYOUTS[int(c["tp_layout"][i])], tp_depth=int(c["tp_depth"][i]))
+
+
+def _layouts(model: TransformerSpec, req: SearchRequest, tp: int) -> list[tuple[int, int, int]]:
+    """(layout code, depth, samples a micro-batch is split over) of every tensor layout tp allows."""
+    from perfmodel.strategy import integer_root
+
+    out = []
+
+    def grid_ok(q: int) -> bool:
+        return all(x % q == 0 for x in (model.heads, model.hidden, model.ffn_hidden, model.kv_heads))
+
+    for code, layout in enumerate(LAYOUTS):
+        if req.tp_layout is not None and layout != req.tp_layout:
+            continue
+        if layout == "1d":
+            if req.tp_depth in (None, 1) and not (
+                    model.heads % tp or model.ffn_hidden % tp
+                    or (model.kv_heads % tp and tp % model.kv_heads)):
+                out.append((code, 1, 1))
+        elif layout == "2d":
+            q = integer_root(tp, 2)
+            if tp > 1 and q and grid_ok(q) and req.tp_depth in (None, 1):
+                out.append((code, 1, q))
+        elif layout == "2.5d":
+            for d in divisors(tp):
+                q = integer_root(tp // d, 2)
+                if d >= 2 and q and q > 1 and grid_ok(q) and req.tp_depth in (None, d):
+                    out.append((code, d, q * d))
+        else:
+            q = integer_root(tp, 3)
+            if tp > 1 and q and grid_ok(q) and req.tp_depth in (None, 1):
+                out.append((code, 1, q * q))
+    return out
 
 
 def _degree_triples(model: TransformerSpec, req: SearchRequest) -> list[tuple[int, int, int, int]]:
@@ -117,7 +156,7 @@ def _degree_triples(model: TransformerSpec, req: SearchRequest) -> list[tuple[in
         for tp in divisors(gpus):
             if req.tp is not None and tp != req.tp or req.max_tp is not None and tp > req.max_tp:
                 continue
-            if model.heads % tp or model.ffn_hidden % tp or (model.kv_heads % tp and tp % model.kv_heads):
+            if not _layouts(model, req, tp):
                 continue
             for pp in divisors(gpus // tp):
                 if req.pp is not None and pp != req.pp or req.max_pp is not None and pp > req.max_pp:
@@ -135,52 +174,61 @@ def enumerate_plans(model: TransformerSpec, req: SearchRequest) -> Plans:
     """Every valid plan of the request, as columns."""
     rows: list[dict[str, np.ndarray]] = []
     for gpus, dp, tp, pp in _degree_triples(model, req):
-        per_replica = req.global_batch // dp
-        mbs = [b for b in divisors(per_replica)
-               if (req.micro_batch is None or b == req.micro_batch)
-               and (req.max_micro_batch is None or b <= req.max_micro_batch)]
-        scheds: list[tuple[int, int]] = []
-        for code, name in enumerate(SCHEDULES):
-            if req.schedule is not None and name != req.schedule:
-                continue
-            if name == "interleaved":
-                if pp < 2:
-                    continue
-                for v in divisors(model.layers // pp):
-                    if v >= 2 and (req.virtual_stages is None or v == req.virtual_stages):
-                        scheds.append((code, v))
-            elif req.virtual_stages in (None, 1) and (name == "1f1b" or pp > 1):
-                scheds.append((code, 1))  # with pp = 1 the schedules coincide: keep 1f1b
-        recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)]
-        sps = [s for s in ((0, 1) if tp > 1 else (0,)) if req.sequence_parallel in (None, bool(s))]
-        zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,)) if req.zero in (None, z)]
-        places = [i for i, p in enumerate(PLACEMENTS) if req.placement in (None, p)]
-        if req.placement is None:  # orders that differ only in an axis of degree 1 are the same
-            seen, unique = set(), []
-            for i in places:
-                key = tuple(a for a in PLACEMENTS[i].split(",") if {"tp": tp, "dp": dp, "pp": pp}[a] > 1)
-                if key not in seen:
-                    seen.add(key)
-                    unique.append(i)
-            places = unique
-        if not (mbs and scheds and recs and sps and zeros and places):
-            continue
-        grid = np.meshgrid(np.array(mbs), np.arange(len(scheds)), np.array(recs), np.array(sps),
-                           np.array(zeros), np.array(places), indexing="ij")
-        b, si, rc, spar, z, pl = (g.ravel() for g in grid)
-        sched = np.array(scheds)[si]
-        m = req.global_batch // (dp * b)
-        ok = (sched[:, 0] != 2) | (m % pp == 0)  # interleaving needs m divisible by pp
-        n = int(ok.sum())
-        rows.append({
-            "gpus": np.full(n, gpus), "dp": np.full(n, dp), "tp": np.full(n, tp),
-            "pp": np.full(n, pp), "micro_batch": b[ok], "global_batch": np.full(n, req.global_batch),
-            "schedule": sched[ok, 0], "virtual_stages": sched[ok, 1], "recompute": rc[ok],
-            "sequence_parallel": spar[ok], "zero": z[ok], "placement": pl[ok],
-        })
+        for layout, depth, split in _layouts(model, req, tp):
+            rows.extend(_plans_of(model, req, gpus, dp, tp, pp, layout, depth, split))
     if not rows:
         return Plans({})
     return Plans({k: np.concatenate([r[k] for r in rows]) for k in rows[0]})
+
+
+def _plans_of(model: TransformerSpec, req: SearchRequest, gpus: int, dp: int, tp: int, pp: int,
+              layout: int, depth: int, split: int) -> list[dict[str, np.ndarray]]:
+    """The plans of one (degrees, tensor layout): micro-batches, schedules, options, placements."""
+    per_replica = req.global_batch // dp
+    mbs = [b for b in divisors(per_replica)
+           if (req.micro_batch is None or b == req.micro_batch)
+           and (req.max_micro_batch is None or b <= req.max_micro_batch) and b % split == 0]
+    scheds: list[tuple[int, int]] = []
+    for code, name in enumerate(SCHEDULES):
+        if req.schedule is not None and name != req.schedule:
+            continue
+        if name == "interleaved":
+            if pp < 2:
+                continue
+            for v in divisors(model.layers // pp):
+                if v >= 2 and (req.virtual_stages is None or v == req.virtual_stages):
+                    scheds.append((code, v))
+        elif req.virtual_stages in (None, 1) and (name == "1f1b" or pp > 1):
+            scheds.append((code, 1))  # with pp = 1 the schedules coincide: keep 1f1b
+    recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)]
+    sps = [s for s in ((0, 1) if tp > 1 and layout == 0 else (0,))
+           if req.sequence_parallel in (None, bool(s))]
+    zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,)) if req.zero in (None, z)]
+    places = [i for i, p in enumerate(PLACEMENTS) if req.placement in (None, p)]
+    if req.placement is None:  # orders that differ only in an axis of degree 1 are the same
+        seen, unique = set(), []
+        for i in places:
+            key = tuple(a for a in PLACEMENTS[i].split(",") if {"tp": tp, "dp": dp, "pp": pp}[a] > 1)
+            if key not in seen:
+                seen.add(key)
+                unique.append(i)
+        places = unique
+    if not (mbs and scheds and recs and sps and zeros and places):
+        return []
+    grid = np.meshgrid(np.array(mbs), np.arange(len(scheds)), np.array(recs), np.array(sps),
+                       np.array(zeros), np.array(places), indexing="ij")
+    b, si, rc, spar, z, pl = (g.ravel() for g in grid)
+    sched = np.array(scheds)[si]
+    m = req.global_batch // (dp * b)
+    ok = (sched[:, 0] != 2) | (m % pp == 0)  # interleaving needs m divisible by pp
+    n = int(ok.sum())
+    return [{
+        "gpus": np.full(n, gpus), "dp": np.full(n, dp), "tp": np.full(n, tp),
+        "pp": np.full(n, pp), "micro_batch": b[ok], "global_batch": np.full(n, req.global_batch),
+        "schedule": sched[ok, 0], "virtual_stages": sched[ok, 1], "recompute": rc[ok],
+        "sequence_parallel": spar[ok], "zero": z[ok], "placement": pl[ok],
+        "tp_layout": np.full(n, layout), "tp_depth": np.full(n, depth),
+    }]
 
 
 def values_of_plans(model: TransformerSpec, hardware: HardwareSpec, plans: Plans, dtype: str,
@@ -210,17 +258,37 @@ def values_of_plans(model: TransformerSpec, hardware: HardwareSpec, plans: Plans
         "is_interleaved": (c["schedule"] == 2).astype(float),
     })
     gpn = hardware.gpus_per_node
-    degree = {"tp": c["tp"], "dp": c["dp"], "pp": c["pp"]}
+    layout = c["tp_layout"]
+    tp = c["tp"]
+    depth = c["tp_depth"]
+    q_cube = np.rint(np.cbrt(tp)).astype(np.int64)
+    q_square = np.rint(np.sqrt(tp // depth)).astype(np.int64)
+    qa = np.where(layout == 0, 1, np.where(layout == 3, q_cube, q_square))
+    qc = np.where(layout == 0, 1, np.where(layout == 3, q_cube, depth))
+    vals.update({"tpa": qa, "tpb": qa, "tpc": qc,
+                 "is_tp2d": ((layout == 1) | (layout == 2)).astype(float),
+                 "is_tp3d": (layout == 3).astype(float)})
+    degree = {"tp": tp, "dp": c["dp"], "pp": c["pp"], "tpa": qa, "tpb": qa, "tpc": qc}
     k_out = {a: np.ones(len(plans), dtype=np.int64) for a in degree}
+
+    def per_node(n: np.ndarray, stride: np.ndarray) -> np.ndarray:
+        k = np.where(stride >= gpn, 1, np.clip(gpn // np.maximum(stride, 1), 1, None))
+        return np.minimum(k, n)
+
     for code, order in enumerate(PLACEMENTS):
         rows = c["placement"] == code
         stride = np.ones(len(plans), dtype=np.int64)
         for axis in order.split(","):
             n = degree[axis]
-            k = np.where(stride >= gpn, 1, np.clip(gpn // np.maximum(stride, 1), 1, None))
-            k = np.minimum(k, n)
-            k_out[axis] = np.where(rows, k, k_out[axis])
+            k_out[axis] = np.where(rows, per_node(n, stride), k_out[axis])
+            if axis == "tp":
+                sub = stride.copy()
+                for name in ("tpa", "tpb", "tpc"):
+                    k_out[name] = np.where(rows, per_node(degree[name], sub), k_out[name])
+                    sub = sub * degree[name]
             stride = stride * n
+    for axis in ("tpa", "tpb", "tpc"):
+        vals[f"{axis}_per_node"] = k_out[axis]
     for axis, n in degree.items():
         k = k_out[axis]
         vals[f"{axis}_per_node"] = k
@@ -262,6 +330,7 @@ class SearchResult:
         df["recompute"] = [RECOMPUTES[i] for i in c["recompute"]]
         df["placement"] = [PLACEMENTS[i] for i in c["placement"]]
         df["sequence_parallel"] = c["sequence_parallel"].astype(bool)
+        df["tp_layout"] = [LAYOUTS[i] for i in c["tp_layout"]]
         df["step_time_s"] = self.step_time_s
         df["memory_per_gpu_bytes"] = self.memory_bytes
         df["fits_in_memory"] = self.feasible
@@ -280,9 +349,7 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest) -
     if enumerated == 0:
         return SearchResult(req, plans, empty, empty, empty, empty.astype(bool), empty,
                             empty.astype(int), 0, 0, time.perf_counter() - start, capacity, notes)
-    # the search enumerates Megatron 1D tensor parallelism: its family drops the grid layouts' terms
-    family = dataclasses.replace(family_of(model, hardware, Plan(gpus=1)), tp_layout="1d")
-    step, memory, flops, keep = evaluate_plans(model, hardware, plans, req, family, capacity)
+    step, memory, flops, keep = evaluate_all(model, hardware, plans, req, capacity)
     evaluated = int(keep.sum())
     feasible = keep & (memory <= capacity)
     objective = _objective(req, model, step, plans)
@@ -329,6 +396,25 @@ def evaluate_plans(model: TransformerSpec, hardware: HardwareSpec, plans: Plans,
         step[idx] = out["step_time"]
         memory[idx] = np.maximum(out["memory:first"], out["memory:last"])
         flops[idx] = out["q:model_flops_per_step"]
+    return step, memory, flops, keep
+
+
+def evaluate_all(model: TransformerSpec, hardware: HardwareSpec, plans: Plans, req: SearchRequest,
+                 capacity: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """evaluate_plans with one family per tensor layout: Megatron 1D (most plans, the smallest
+    expression), the 2d/2.5d grids, the 3d cube."""
+    n = len(plans)
+    universal = family_of(model, hardware, Plan(gpus=1))
+    step, memory, flops = np.full(n, np.inf), np.zeros(n), np.zeros(n)
+    keep = np.zeros(n, dtype=bool)
+    for family_layout, codes in (("1d", (0,)), ("2d", (1, 2)), ("3d", (3,))):
+        rows = np.flatnonzero(np.isin(plans.cols["tp_layout"], codes))
+        if not len(rows):
+            continue
+        family = dataclasses.replace(universal, tp_layout=family_layout)
+        part = evaluate_plans(model, hardware, plans.take(rows), req, family, capacity)
+        for target, values in zip((step, memory, flops, keep), part, strict=True):
+            target[rows] = values
     return step, memory, flops, keep
 
 
