@@ -269,7 +269,8 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
 @click.option("--gpus", required=True, help="GPU count, or several separated by commas (e.g. 512,1024).")
 @click.option("--global-batch", type=int, required=True, help="Global batch [samples].")
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "tf32"]), default="bf16", show_default=True)
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "tf32"]), default=None,
+              help="Training precision (default bf16 for transformers, fp32 for layer graphs).")
 @click.option("--seq-len", type=int, default=None, help="Override the model's sequence length.")
 @click.option("--dp", type=int, default=None, help="Pin the data-parallel degree.")
 @click.option("--tp", type=int, default=None, help="Pin the tensor-parallel degree.")
@@ -289,6 +290,8 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--max-micro-batch", type=int, default=None)
 @click.option("--flash-attention", is_flag=True)
 @click.option("--overlap-grad-sync", is_flag=True)
+@click.option("--norm", type=click.Choice(["local", "sync", "group"]), default="local", show_default=True,
+              help="Layer graphs: the normalization to keep (batch norm local or synchronized, group norm).")
 @click.option("--memory-margin", type=float, default=0.0, show_default=True,
               help="Fraction of GPU memory to keep free.")
 @click.option("--objective", type=click.Choice(["step_time", "time_to_train", "cost"]),
@@ -304,7 +307,8 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Time-memory Pareto front (PNG).")
 @click.option("--validate", is_flag=True, help="Run the best plan through `perfmodel validate` (scaled down).")
 def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, global_batch: int,
-              dtype: str, seq_len: int | None, top: int, what_if: tuple[str, ...], sensitivities: bool,
+              dtype: str | None, seq_len: int | None, norm: str, top: int, what_if: tuple[str, ...],
+              sensitivities: bool,
               as_json: bool, csv_path: str | None, plot_path: str | None, validate: bool,
               **pins: Any) -> None:
     """Search every layout for the fastest plan that fits, and say why it wins."""
@@ -312,16 +316,19 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     from perfmodel.search import SearchRequest
     from perfmodel.specs.model import load_model
 
-    spec = load_model(model, seq_len=seq_len)
+    spec = load_model(model) if seq_len is None else load_model(model, seq_len=seq_len)
     hw = resolve_hardware(hardware, profile)
     try:
         gpu_counts = tuple(int(g) for g in gpus.split(","))
     except ValueError:
         raise click.UsageError(f"--gpus must be whole numbers separated by commas, got '{gpus}'") from None
+    if getattr(spec, "kind", "") == "layers":
+        _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm)
+        return
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
                                           "time_to_train" if pins.get("tokens") else "step_time")
-    req = SearchRequest(gpus=gpu_counts, global_batch=global_batch, dtype=dtype, objective=objective,
-                        **pins)
+    req = SearchRequest(gpus=gpu_counts, global_batch=global_batch, dtype=dtype or "bf16",
+                        objective=objective, **pins)
     rec = run(spec, hw, req, top=top)
     data = rec.to_dict()
     if rec.top and sensitivities:
@@ -352,6 +359,35 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
 
         print_recommendation(rec, data)
     if not rec.top:
+        sys.exit(4)
+
+
+def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], global_batch: int,
+                    dtype: str, top: int, as_json: bool, norm: str) -> None:
+    """A layer graph: every Pr x Pc split of every GPU count and both collective variants, fastest
+    first (the normalization changes accuracy, not only speed: it is the user's choice)."""
+    import time
+
+    from perfmodel.layerwise import best_grid
+
+    start = time.perf_counter()
+    results = []
+    for gpus in gpu_counts:
+        for variant in ("fused", "split"):
+            results += best_grid(model, hardware, gpus, global_batch, norm=norm, variant=variant,
+                                 dtype=dtype)
+    results.sort(key=lambda r: r.step_time_s)
+    feasible = [r for r in results if r.fits_in_memory]
+    elapsed = time.perf_counter() - start
+    if as_json:
+        click.echo(json.dumps({"plans": [r.to_dict() for r in feasible[:top]],
+                               "evaluated": len(results), "feasible": len(feasible),
+                               "search_time_s": elapsed}, indent=2))
+    else:
+        from perfmodel.render import print_grid_recommendation
+
+        print_grid_recommendation(feasible[:top], len(results), elapsed)
+    if not feasible:
         sys.exit(4)
 
 

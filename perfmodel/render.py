@@ -237,3 +237,21 @@ def print_frame(frame: Any, title: str) -> None:
                 cells.append(str(value))
         table.add_row(*cells)
     con.print(table)
+
+
+def print_grid_recommendation(plans: list[Any], evaluated: int, seconds: float) -> None:
+    con = _console()
+    con.print(f"evaluated {evaluated} Pr x Pc plans in {seconds:.2f} s")
+    if not plans:
+        con.print("[red]no plan fits in memory[/]")
+        return
+    table = Table(title="best plans (layer graph on a Pr x Pc grid)")
+    for col in ("#", "Pr", "Pc", "norm", "collectives", "step time", "samples/s", "MFU",
+                "communication", "memory/GPU"):
+        table.add_column(col, justify="right")
+    for rank, r in enumerate(plans, start=1):
+        comm = sum(v for k, v in r.breakdown_s.items() if k.startswith("comm/"))
+        table.add_row(str(rank), str(r.plan.pr), str(r.plan.pc), r.plan.norm.value,
+                      r.plan.variant.value, fmt_seconds(r.step_time_s), f"{r.samples_per_s:,.0f}",
+                      f"{r.mfu:.1%}", f"{comm / r.step_time_s:.1%}", fmt_bytes(r.memory_per_gpu_bytes))
+    con.print(table)

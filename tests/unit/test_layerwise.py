@@ -158,3 +158,13 @@ def test_a_traced_graph_reads_with_shapes_instead_of_gemm_sizes():
     with pytest.raises(SpecError, match="unknown field 'colour'"):
         layer_graph_from_dict({"kind": "layers", "layers": [
             {"name": "x", "kind": "linear", "colour": 1, "flops": 2, "out_features": 1}]}, "t")
+
+
+def test_recommend_a_layer_graph(run_cli):
+    out = run_cli("recommend", "--model", "alexnet", "--hardware", "dgx-v100", "--gpus", "16",
+                  "--global-batch", "256", "--json", "--top", "3")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["evaluated"] == 10  # 5 splits x 2 collective variants
+    times = [p["step_time_s"] for p in data["plans"]]
+    assert times == sorted(times) and 1 < data["plans"][0]["plan"]["pr"] < 16
