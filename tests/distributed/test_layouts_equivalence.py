@@ -121,7 +121,7 @@ def test_3d_collectives_are_gather_gather_reduce_scatter(eight):
     (K M / q^2), reduce_scatter Y on the output axis (N M / q^2); backward all_gather dY on the
     output axis and reduce_scatter dX, dW on the input and weight axes."""
     q = 2
-    roles = {"qkv": "xyz", "up": "xyz", "proj": "zyx", "down": "zyx"}
+    roles = {"qkv": "acb", "up": "acb", "proj": "bca", "down": "bca"}  # (input, weight, output)
     for rank in eight:
         t = _table(rank[0])
         for name, (k, m) in SHAPES.items():
@@ -134,10 +134,10 @@ def test_3d_collectives_are_gather_gather_reduce_scatter(eight):
             assert t[(name, "bwd", "reduce_scatter", a)] == (1, nk)
             assert t[(name, "bwd", "reduce_scatter", w)] == (1, km)
         for ln in ("ln1", "ln2"):
-            assert t[(ln, "fwd", "all_reduce", "z")] == (1, 2 * N // q**2 * F32)
-            assert t[(ln, "bwd", "all_reduce", "z")] == (1, 2 * N // q**2 * F32)
-            assert t[(ln, "bwd", "all_reduce", "x")] == (1, 2 * H // q * F32)
-            assert t[(ln, "bwd", "all_reduce", "y")] == (1, 2 * H // q * F32)
+            assert t[(ln, "fwd", "all_reduce", "b")] == (1, 2 * N // q**2 * F32)
+            assert t[(ln, "bwd", "all_reduce", "b")] == (1, 2 * N // q**2 * F32)
+            assert t[(ln, "bwd", "all_reduce", "a")] == (1, 2 * H // q * F32)
+            assert t[(ln, "bwd", "all_reduce", "c")] == (1, 2 * H // q * F32)
         assert len(t) == 4 * 6 + 2 * 4
 
 

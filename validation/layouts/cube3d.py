@@ -1,6 +1,6 @@
 """3D tensor parallelism (Agarwal et al. 1995; Bian et al. 2021, "Maximizing Parallelism in
 Distributed Training for Huge Neural Networks"; Colossal-AI's Linear3D), q x q x q mesh with axes
-("x", "y", "z").
+("c", "a", "b"), c outermost.
 
 A linear layer Y = X W (X: N x K, W: K x M) is given three roles, a permutation of the axes: the
 input axis a, the weight axis w and the output axis o; (p_a, p_w, p_o) are the process's
@@ -19,12 +19,14 @@ coordinates on them. Layout (fp32, bytes per process):
   (the gathered X and W blocks are kept from forward to backward, as Colossal-AI does)
 
 Y's layout is X's with a and o swapped, so consecutive linears swap the input and output axes
-(Colossal-AI's swap_in_out_group): QKV and MLP-up run with (a, w, o) = (x, y, z), the attention
-output and MLP-down with (z, y, x), and the block's input and output share one layout, L0: rows
-p_y*N/q + p_x*N/q^2 (whole samples: b divisible by q^2), hidden block p_z. After QKV (layout L1)
-each process holds whole samples and the heads of column block p_x, so attention is local.
-LayerNorm in L0: statistics all-reduced on z (2 N/q^2 elements forward and backward); gamma and
-beta (hidden block p_z, replicated over x and y) have their gradients all-reduced on x and on y
+(Colossal-AI's swap_in_out_group): QKV and MLP-up run with (a, w, o) = (a, c, b), the attention
+output and MLP-down with (b, c, a); the weight axis is always c, the outermost mesh dim (the
+weights, K M / q^2, are the smallest messages when tokens outnumber the hidden size, so they take
+the axis most likely to cross nodes). The block's input and output share one layout, L0: rows
+p_c*N/q + p_a*N/q^2 (whole samples: b divisible by q^2), hidden block p_b. After QKV (layout L1)
+each process holds whole samples and the heads of column block p_a, so attention is local.
+LayerNorm in L0: statistics all-reduced on b (2 N/q^2 elements forward and backward); gamma and
+beta (hidden block p_b, replicated over a and c) have their gradients all-reduced on a and on c
 (2 h/q elements each).
 """
 
@@ -42,12 +44,12 @@ from perfmodel.errors import PlanError
 from .block import LINEARS, BlockDims, RefBlock, SplitLayerNorm, attention, weight_km
 from .comm import Grid
 
-AXES = ("x", "y", "z")
+AXES = ("c", "a", "b")
 ROLES = {
-    "qkv": ("x", "y", "z"),
-    "up": ("x", "y", "z"),
-    "proj": ("z", "y", "x"),
-    "down": ("z", "y", "x"),
+    "qkv": ("a", "c", "b"),
+    "up": ("a", "c", "b"),
+    "proj": ("b", "c", "a"),
+    "down": ("b", "c", "a"),
 }
 
 
@@ -90,16 +92,16 @@ class Block3D(nn.Module):
 
     def __init__(self, grid: Grid, ref: RefBlock) -> None:
         super().__init__()
-        q = grid.size["x"]
+        q = grid.size["a"]
         if grid.axes != AXES or any(grid.size[a] != q for a in AXES):
             raise PlanError(f"3D needs a cubic mesh with axes {AXES}, got {grid.size}")
         check_dims(ref.dims, q)
         self.grid, self.dims, self.q = grid, ref.dims, q
         h = ref.dims.hidden
-        pz = grid.coord["z"]
-        cols = slice(pz * h // q, (pz + 1) * h // q)
-        self.ln1 = SplitLayerNorm(grid, ref.ln1, cols, "z", ("x", "y"), "ln1")
-        self.ln2 = SplitLayerNorm(grid, ref.ln2, cols, "z", ("x", "y"), "ln2")
+        pb = grid.coord["b"]
+        cols = slice(pb * h // q, (pb + 1) * h // q)
+        self.ln1 = SplitLayerNorm(grid, ref.ln1, cols, "b", ("a", "c"), "ln1")
+        self.ln2 = SplitLayerNorm(grid, ref.ln2, cols, "b", ("a", "c"), "ln2")
         self.w = nn.ParameterDict(
             {
                 n: nn.Parameter(self.local(weight_km(getattr(ref, n).weight.detach(), n, q), n))
@@ -117,10 +119,10 @@ class Block3D(nn.Module):
 
     def shard_input(self, x: torch.Tensor) -> torch.Tensor:
         """The L0 piece of a full (b, s, h) activation."""
-        q, px, py, pz = self.q, *(self.grid.coord[a] for a in AXES)
+        q, pa, pb, pc = self.q, self.grid.coord["a"], self.grid.coord["b"], self.grid.coord["c"]
         b, h = x.shape[0] // (q * q), x.shape[2] // q
-        b0 = py * q * b + px * b
-        return x[b0 : b0 + b, :, pz * h : (pz + 1) * h].contiguous()
+        b0 = pc * q * b + pa * b
+        return x[b0 : b0 + b, :, pb * h : (pb + 1) * h].contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, hq = x.shape
@@ -128,7 +130,7 @@ class Block3D(nn.Module):
         def lin(t: torch.Tensor, name: str) -> torch.Tensor:
             return linear3d(t.reshape(-1, t.shape[-1]), self.w[name], self.grid, ROLES[name], name)
 
-        qkv = lin(self.ln1(x), "qkv")  # L1: (b s) x 3h/q, whole samples, heads block p_x
+        qkv = lin(self.ln1(x), "qkv")  # L1: (b s) x 3h/q, whole samples, heads block p_a
         qh, kh, vh = (t.reshape(b, s, hq) for t in qkv.split(hq, -1))
         a = attention(qh, kh, vh, self.dims.heads // self.q)
         x = x + lin(a, "proj").view(b, s, hq)
