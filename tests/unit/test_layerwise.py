@@ -168,3 +168,18 @@ def test_recommend_a_layer_graph(run_cli):
     assert data["evaluated"] == 10  # 5 splits x 2 collective variants
     times = [p["step_time_s"] for p in data["plans"]]
     assert times == sorted(times) and 1 < data["plans"][0]["plan"]["pr"] < 16
+
+
+@pytest.mark.parametrize("name", ["alexnet", "vgg16", "resnet50"])
+def test_graphs_traced_from_torch_agree_with_the_builders(name):
+    # tests/data/cnn/*.json: written by validation.cnn_graph from plain-torch models on the meta device
+    from tests.conftest import ROOT
+
+    traced = load_model(str(ROOT / "tests/data/cnn" / f"{name}.json"))
+    built = {"alexnet": alexnet, "vgg16": vgg16, "resnet50": resnet50}[name]()
+    assert traced.parameters == built.parameters
+    assert traced.flops_per_sample == pytest.approx(built.flops_per_sample, rel=0.005)
+    if name == "alexnet":  # the predictions agree too (one network: each compile takes seconds)
+        a = predict_grid(traced, V100, GridPlan(pr=2, pc=8, global_batch=64))
+        b = predict_grid(built, V100, GridPlan(pr=2, pc=8, global_batch=64))
+        assert a.step_time_s == pytest.approx(b.step_time_s, rel=0.05)
