@@ -314,7 +314,12 @@ def launch(
     cmd += ["--fork-ranks", str(nprocs), "--log-dir", str(log_dir)]
     with open(log_dir / "parent.log", "w") as f:
         p = subprocess.Popen(
-            cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, process_group=0
+            cmd,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            cwd=None,  # the caller's: relative paths in args mean what they said
+            process_group=0,  # a new group, killed whole
         )
         try:
             code = p.wait(timeout=timeout_s)

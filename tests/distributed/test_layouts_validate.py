@@ -1,0 +1,58 @@
+"""The 2D layout's collectives against the analytical model's ledger (perfmodel.comm_ledger)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from perfmodel import Plan, PlanError, load_hardware, load_model  # noqa: E402
+from validation.layouts import compare  # noqa: E402
+
+pytestmark = pytest.mark.distributed
+
+
+def _small_model():
+    return load_model("tiny-gpt").replace(
+        hidden=64, heads=4, kv_heads=4, ffn_hidden=128, seq_len=16, layers=2
+    )
+
+
+def test_2d_block_issues_what_the_model_counts(tmp_path):
+    """Every per-layer SUMMA broadcast/reduce and LayerNorm statistic agrees in op, axis, bytes
+    and calls. Known difference: the LayerNorm gamma and beta (replicated over tpb) have their
+    gradients all-reduced on tpb, 2 x h/q fp32 per norm, which the model does not count."""
+    model = _small_model()
+    plan = Plan(gpus=4, tp=4, tp_layout="2d", dtype="fp32", micro_batch=2, global_batch=2)
+    report = compare.validate_layout(
+        model, load_hardware("dgx-a100-80gb"), plan, tmp_path, steps=1, warmup=0
+    )
+    differs = [
+        (r["axis"], r["phase"], r["op"], r["nbytes"], r["job_calls"], r["model_calls"])
+        for r in report["ledger"]
+        if not r["agree"]
+    ]
+    assert differs == [("tpb", "bwd", "all_reduce", 2 * 64 // 2 * 4, 2.0, 0.0)]
+    assert sum(r["job_calls"] for r in report["ledger"]) == 4 * 6 * 2 + 2 * 3
+    assert report["measured_block"]["forward_s"] > 0
+    assert compare.render(report)[0].startswith("2d layout on 4 ranks")
+
+
+def test_compare_maps_axes_and_counts_calls():
+    measured = [
+        {"axis": "col", "op": "broadcast", "phase": "fwd", "nbytes": 8, "calls": 2.0},
+        {"axis": "row", "op": "reduce", "phase": "bwd", "nbytes": 4, "calls": 1.0},
+    ]
+    model = [
+        {"axis": "tpa", "op": "broadcast", "phase": "fwd", "nbytes": 8.0, "calls": 2.0},
+        {"axis": "tpb", "op": "reduce", "phase": "bwd", "nbytes": 4.0, "calls": 2.0},
+    ]
+    rows = compare.compare("2d", measured, model)
+    assert [(r["axis"], r["agree"]) for r in rows] == [("tpa", True), ("tpb", False)]
+
+
+def test_models_the_block_cannot_run_are_plan_errors():
+    plan = Plan(gpus=4, tp=4, tp_layout="2d", dtype="fp32", micro_batch=2, global_batch=2)
+    gqa = _small_model().replace(kv_heads=2)
+    with pytest.raises(PlanError, match="kv_heads"):
+        compare.block_dims(gqa, plan)
