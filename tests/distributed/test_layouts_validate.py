@@ -56,3 +56,43 @@ def test_models_the_block_cannot_run_are_plan_errors():
     gqa = _small_model().replace(kv_heads=2)
     with pytest.raises(PlanError, match="kv_heads"):
         compare.block_dims(gqa, plan)
+
+
+def test_prpc_mlp_layer_graph_is_timed_against_predict_grid(tmp_path):
+    from perfmodel.layerwise import GridPlan
+    from perfmodel.specs.cnn import mlp
+
+    model = mlp(widths=(32, 16), inputs=24)
+    assert compare.mlp_widths(model) == [24, 32, 16]
+    plan = GridPlan(pr=2, pc=2, global_batch=8)
+    report = compare.validate_grid(
+        model, load_hardware("dgx-a100-80gb"), plan, tmp_path, steps=1, warmup=0
+    )
+    terms = {t["name"]: t for t in report["terms"]}
+    assert set(terms) == {
+        "compute/forward",
+        "compute/backward",
+        "comm/model_parallel",
+        "comm/data_parallel",
+        "optimizer/step",
+    }
+    assert terms["comm/model_parallel"]["measured_s"] > 0
+    assert terms["comm/data_parallel"]["measured_s"] > 0
+    assert all(t["predicted_s"] is not None for t in terms.values())
+    # per layer: all_gather on pr forward, all_reduce of the weights on pc backward; the input
+    # gradient all_reduce on pr for every layer but the first
+    ops = sorted((c["tag"], c["phase"], c["op"], c["axis"]) for c in report["collectives"])
+    assert ops == [
+        ("0:linear", "bwd", "all_reduce", "pc"),
+        ("0:linear", "fwd", "all_gather", "pr"),
+        ("2:linear", "bwd", "all_reduce", "pc"),
+        ("2:linear", "bwd", "all_reduce", "pr"),
+        ("2:linear", "fwd", "all_gather", "pr"),
+    ]
+
+
+def test_a_cnn_layer_graph_is_refused_with_the_way_to_time_it():
+    from perfmodel.specs.cnn import alexnet
+
+    with pytest.raises(PlanError, match="--layout prpc"):
+        compare.mlp_widths(alexnet())

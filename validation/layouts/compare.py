@@ -151,3 +151,94 @@ def render(report: dict[str, Any]) -> list[str]:
             f"job {r['job_calls']:g}  model {r['model_calls']:g}  {mark}"
         )
     return lines
+
+
+def mlp_widths(model: Any) -> list[int]:
+    """[d_in, d_1, ..., d_out] of a layer graph made of linear layers (activations between them)."""
+    linears = [layer for layer in model.layers if layer.kind == "linear"]
+    if not linears or any(layer.kind == "conv" for layer in model.layers):
+        raise PlanError(
+            "Pr x Pc validation runs MLP layer graphs (linear layers); time a CNN with python -m "
+            'validation.layouts --layout prpc --dims \'{"model": "cnn", ...}\''
+        )
+    widths = [int(linears[0].gemm_k)]
+    for layer in linears:
+        if int(layer.gemm_k) != widths[-1] or layer.gemm_m != 1:
+            raise PlanError(
+                f"layer {layer.name}: not a chain of linear layers (in {layer.gemm_k}, "
+                f"previous out {widths[-1]})"
+            )
+        widths.append(int(layer.gemm_n))
+    return widths
+
+
+def validate_grid(
+    model: Any,
+    hardware: Any,
+    plan: Any,
+    run_dir: Path,
+    steps: int = 5,
+    warmup: int = 2,
+    timeout_s: float = 300.0,
+) -> dict[str, Any]:
+    """Train the MLP layer graph on a Pr x Pc grid (perfmodel.layerwise.GridPlan) of local gloo
+    ranks; measured forward, backward and per-axis collective times against predict_grid."""
+    from perfmodel.layerwise import predict_grid
+
+    from .harness import run_layout
+
+    if plan.dtype not in ("fp32", "tf32"):
+        raise PlanError(f"Pr x Pc validation runs fp32 on CPU; got dtype {plan.dtype}")
+    dims = {"model": "mlp", "batch": int(plan.global_batch), "widths": mlp_widths(model)}
+    measured = run_layout(
+        "prpc",
+        dims,
+        {"pr": plan.pr, "pc": plan.pc},
+        plan.pr * plan.pc,
+        Path(run_dir),
+        steps,
+        warmup,
+        timeout_s,
+    )
+    prediction = predict_grid(model, hardware, plan).to_dict()
+    per_axis = defaultdict(float)
+    for c in measured["collectives"]:
+        per_axis[c["axis"]] += c["seconds"]
+    pred = prediction["breakdown_s"]
+    terms = [
+        ("compute/forward", measured["forward_s"], pred.get("compute/forward")),
+        ("compute/backward", measured["backward_s"], pred.get("compute/backward")),
+        ("comm/model_parallel", per_axis["pr"], pred.get("comm/model_parallel")),
+        ("comm/data_parallel", per_axis["pc"], pred.get("comm/data_parallel")),
+        ("optimizer/step", measured["optimizer_s"], pred.get("optimizer/step")),
+    ]
+    return {
+        "layout": "prpc",
+        "ranks": plan.pr * plan.pc,
+        "plan": {"pr": plan.pr, "pc": plan.pc, "global_batch": plan.global_batch},
+        "mlp_widths": dims["widths"],
+        "terms": [{"name": n, "measured_s": m, "predicted_s": p} for n, m, p in terms],
+        "measured_step_time_s": measured["step_s"],
+        "predicted_step_time_s": prediction["step_time_s"],
+        "collectives": measured["collectives"],
+        "notes": [
+            "forward and backward include their collectives; the comm terms are the "
+            "barrier-synchronised wall times of the collectives of a probe step"
+        ],
+    }
+
+
+def render_grid(report: dict[str, Any]) -> list[str]:
+    p = report["plan"]
+    lines = [
+        f"Pr x Pc = {p['pr']} x {p['pc']}, MLP {report['mlp_widths']}, batch "
+        f"{p['global_batch']}: measured vs predicted"
+    ]
+    for t in report["terms"]:
+        pred = "-" if t["predicted_s"] is None else f"{t['predicted_s'] * 1e3:.3f} ms"
+        lines.append(f"  {t['name']:22} {t['measured_s'] * 1e3:9.3f} ms   {pred}")
+    lines.append(
+        f"  {'step':22} {report['measured_step_time_s'] * 1e3:9.3f} ms   "
+        f"{report['predicted_step_time_s'] * 1e3:.3f} ms"
+    )
+    return lines
