@@ -3,10 +3,29 @@ with torch.distributed collectives on DeviceMesh sub-groups, their equivalence c
 single-process reference, and their timing for `perfmodel validate`.
 
 Modules: comm (mesh, logged collectives, shared autograd Functions), block (the transformer block
-and its reference), summa2d, cube3d, grid_prpc, harness (check, time_layout, launch, run_layout).
+and its reference), summa2d, cube3d, grid_prpc, harness (check, time_layout, launch, run_layout),
+compare (runs against the model's ledger and predictions), cli_hook (perfmodel validate).
+Importing the package does not import torch (cli_hook and compare need it only to run).
 """
 
-from .comm import CommLog, CommRecord, Grid
-from .harness import check, launch, run_layout, time_layout
+from __future__ import annotations
 
-__all__ = ["CommLog", "CommRecord", "Grid", "check", "launch", "run_layout", "time_layout"]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "CommLog": "comm",
+    "CommRecord": "comm",
+    "Grid": "comm",
+    "check": "harness",
+    "launch": "harness",
+    "run_layout": "harness",
+    "time_layout": "harness",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
