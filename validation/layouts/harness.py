@@ -201,7 +201,7 @@ def time_layout(
     x.requires_grad_(layout != "prpc")
     with torch.no_grad():
         g = torch.randn(model(x).shape, generator=gen)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)  # as perfmodel.layerwise
     times: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": []}
     comm: list[float] = []
     counts: list[dict[str, Any]] = []
