@@ -73,6 +73,25 @@ def _comm_seconds(record: dict[str, Any], axis: str, phase: str) -> float:
     )
 
 
+def _comm_parts(record: dict[str, Any], phase: str, key: str, total: float) -> tuple[float, float]:
+    """The tp and dp communication inside one timed forward (or backward) of `total` seconds.
+
+    The probe steps time each collective, but run slower than the timed steps (a dispatch mode
+    sees every op, and a rank waits longer for its peers), so their share of the probe's own
+    forward (backward) is applied to the timed one; without probe times, the seconds themselves.
+    """
+    tp, dp = _comm_seconds(record, "tp", phase), _comm_seconds(record, "dp", phase)
+    times = (record.get("probe") or {}).get("times")
+    if isinstance(times, dict):
+        times = [times]
+    base = statistics.median(t.get(key, 0.0) for t in times) if times else 0.0
+    if base > 0:
+        scale = total / max(base, tp + dp)  # shares of at most the whole phase
+        return tp * scale, dp * scale
+    tp = min(tp, total)
+    return tp, min(dp, total - tp)
+
+
 def measured_terms(
     records: list[dict[str, Any]],
 ) -> tuple[float | None, dict[str, float | None], int]:
@@ -88,12 +107,10 @@ def measured_terms(
         sums: dict[str, float] = {name: 0.0 for name, _ in TERMS}
         for r, s in zip(records, steps, strict=True):
             fwd, bwd = s.get("forward", 0.0), s.get("backward", 0.0)
-            # Communication inside forward and backward, timed in the probe step: tensor
+            # Communication inside forward and backward, timed in the probe steps: tensor
             # parallelism, and FSDP's gathers and reduce-scatters (its gradient sync).
-            tp_f = min(_comm_seconds(r, "tp", "fwd"), fwd)
-            tp_b = min(_comm_seconds(r, "tp", "bwd"), bwd)
-            dp_f = min(_comm_seconds(r, "dp", "fwd"), fwd - tp_f)
-            dp_b = min(_comm_seconds(r, "dp", "bwd"), bwd - tp_b)
+            tp_f, dp_f = _comm_parts(r, "fwd", "forward", fwd)
+            tp_b, dp_b = _comm_parts(r, "bwd", "backward", bwd)
             sums["forward"] += fwd - tp_f - dp_f
             sums["backward"] += bwd - tp_b - dp_b
             sums["tp_comm"] += tp_f + tp_b

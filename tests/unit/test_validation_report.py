@@ -168,3 +168,15 @@ def test_fsdp_collectives_inside_backward_count_as_gradient_sync():
     assert terms["backward"] == pytest.approx(0.4)
     assert terms["grad_sync"] == pytest.approx(0.1)
     assert sum(terms.values()) == pytest.approx(step)
+
+
+def test_probe_shares_apply_to_the_timed_steps():
+    # The probe's forward took 0.6 s, 0.3 s of it in tp collectives: half of a timed 0.4 s forward.
+    r0 = _rank(0, [_step(1.0, 0.4, 0.5)])
+    r0["probe"]["comm_seconds"] = [{"axis": "tp", "phase": "fwd", "seconds": 0.3}]
+    r0["probe"]["times"] = [{"forward": 0.6, "backward": 0.8}]
+    step, terms, _ = rep.measured_terms([r0])
+    assert terms["tp_comm"] == pytest.approx(0.2)
+    assert terms["forward"] == pytest.approx(0.2)
+    assert terms["backward"] == pytest.approx(0.5)
+    assert sum(terms.values()) == pytest.approx(step)
