@@ -69,8 +69,12 @@ def _assert_equivalent(ranks: list[list[dict]], k: int) -> None:
         c = checks[k]
         bad = [r for r in c["results"] if not r["ok"]]
         assert not bad, f"rank {rank} {c['layout']} {c['plan']}: {bad}"
-        # every tensor was compared: output, input grad, and a value and a grad per parameter
-        assert len(c["results"]) >= 4
+        # output, input grad, value and grad of every parameter piece, and every gradient gathered
+        # back into its full tensor
+        names = [r["name"] for r in c["results"]]
+        params = [n.removesuffix(".value") for n in names if n.endswith(".value")]
+        assert params
+        assert {f"{p}.grad.full" for p in params} | {"output.full", "input.grad.full"} <= set(names)
 
 
 @pytest.mark.parametrize("k", range(len(harness.SUITES[4])), ids=_ids(4))

@@ -116,9 +116,9 @@ def _compare(name: str, got: torch.Tensor | None, want: torch.Tensor | None) -> 
 
 def check(layout: str, dims: dict[str, Any], plan: dict[str, int], seed: int = 0) -> dict[str, Any]:
     """Forward and backward once, distributed and single-process, on the same weights and input;
-    compare the output, the input gradient and every parameter's gradient (each rank compares the
-    pieces it holds with the same pieces of the reference, so together the ranks cover every
-    element of every tensor)."""
+    compare the output, the input gradient and every parameter's gradient: each rank its pieces
+    with the same pieces of the reference, and all pieces gathered back into full tensors
+    ("<name>.full") with the reference's full tensors."""
     log = CommLog()
     model, ref, piece = build(layout, dims, plan, log, seed)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -135,9 +135,16 @@ def check(layout: str, dims: dict[str, Any], plan: dict[str, int], seed: int = 0
         _compare("output", y_loc.detach(), piece(y_ref.detach())),
         _compare("input.grad", x_loc.grad, piece(x_ref.grad)),
     ]
+    # (name, this rank's piece, which elements of the full tensor it is, the full reference)
+    pieces = [
+        ("output", y_loc.detach(), piece(_index(y_ref)), y_ref.detach()),
+        ("input.grad", x_loc.grad, piece(_index(x_ref)), x_ref.grad),
+    ]
     for name, mine, theirs, to_local in model.shard_pairs(ref):
         results.append(_compare(f"{name}.value", mine.detach(), to_local(theirs.detach())))
         results.append(_compare(f"{name}.grad", mine.grad, to_local(theirs.grad)))
+        pieces.append((f"{name}.grad", mine.grad, to_local(_index(theirs)), theirs.grad))
+    results += _compare_gathered(pieces)
     return {
         "layout": layout,
         "plan": plan,
@@ -147,6 +154,32 @@ def check(layout: str, dims: dict[str, Any], plan: dict[str, int], seed: int = 0
         "results": results,
         "collectives": log.counts(),
     }
+
+
+def _index(t: torch.Tensor) -> torch.Tensor:
+    """The flat index of every element, shaped like t: a layout's slicing of it says which
+    elements of the full tensor a piece holds."""
+    return torch.arange(t.numel()).view(t.shape)
+
+
+def _compare_gathered(pieces: list[tuple[str, Any, torch.Tensor, torch.Tensor]]) -> list[dict]:
+    """Every rank's pieces gathered and written back into full tensors, which are compared with
+    the reference's; a "<name>.full" result fails too if some element is held by no rank."""
+    mine = [(n, None if p is None else p.detach(), idx) for n, p, idx, _ in pieces]
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    out = []
+    for k, (name, _, _, want) in enumerate(pieces):
+        full = torch.full((want.numel(),), float("nan"), dtype=want.dtype)
+        for rank_pieces in everyone:
+            _, got, idx = rank_pieces[k]
+            if got is not None:
+                full[idx.reshape(-1)] = got.reshape(-1)
+        r = _compare(f"{name}.full", full.view(want.shape), want)
+        if torch.isnan(full).any():
+            r.update(ok=False, error="elements held by no rank")
+        out.append(r)
+    return out
 
 
 # The checks of the CI tests: one 4-rank run for 2D and every Pr x Pc grid, one 8-rank run for 3D.
