@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -75,11 +76,13 @@ def _local(a: argparse.Namespace, argv: list[str]) -> int:
         if not tok.startswith("--nprocs="):
             rest.append(tok)
         del k
+    log_dir = Path(tempfile.mkdtemp(prefix="layouts-"))
     try:
-        wall = launch(rest, a.nprocs, Path(tempfile.mkdtemp(prefix="layouts-")))
+        wall = launch(rest, a.nprocs, log_dir)
     except LaunchError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e} (logs: {log_dir})", file=sys.stderr)
         return 1
+    shutil.rmtree(log_dir, ignore_errors=True)
     print(f"{a.nprocs} ranks, {wall:.1f} s: {a.json}")
     return 0
 
