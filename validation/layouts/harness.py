@@ -40,7 +40,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def mesh_shape(layout: str, plan: dict[str, int], world: int) -> tuple[tuple[int, ...], tuple]:
     """The mesh shape and axes of a plan; PlanError if it does not fit `world` ranks."""
     if layout == "prpc":
-        pr, pc = int(plan.get("pr", 0)), int(plan.get("pc", 0))
+        if "pr" not in plan or "pc" not in plan:
+            raise PlanError(f'prpc needs a plan {{"pr": ., "pc": .}} with pr * pc = {world} ranks')
+        pr, pc = int(plan["pr"]), int(plan["pc"])
         if pr < 1 or pc < 1 or pr * pc != world:
             raise PlanError(
                 f"prpc needs pr * pc = {world} ranks (pr, pc >= 1), got pr={pr} pc={pc}"
