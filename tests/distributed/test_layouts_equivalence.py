@@ -266,3 +266,13 @@ def test_a_hung_run_is_killed_whole(tmp_path):
             ["--check", "--json", str(out)], 2, tmp_path / "logs", timeout_s=3, world_size=4
         )
     assert _leftovers(str(out)) == []
+
+
+def test_a_failed_rank_is_named_with_its_error(tmp_path):
+    out = tmp_path / "bad.json"
+    with pytest.raises(
+        harness.LaunchError, match=r"(?s)rank [01] failed: .*suite runs on \[4, 8\]"
+    ):
+        harness.launch(["--check", "--json", str(out)], 2, tmp_path / "logs", timeout_s=60)
+    assert _leftovers(str(out)) == []
+    assert "Traceback" not in (tmp_path / "logs" / "rank0.log").read_text()

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from perfmodel.errors import PlanError
+from perfmodel.errors import PerfmodelError, PlanError
 
 from . import cube3d, grid_prpc, summa2d
 from .block import BlockDims, RefBlock
@@ -394,6 +394,9 @@ def fork_ranks(nprocs: int, log_dir: Path, body: Any, grace_s: float = 2.0) -> i
                 os.dup2(fd, 2)
                 os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
                 code = int(body() or 0)
+            except PerfmodelError as e:  # the user's input: one line, the class's exit code
+                print(f"error: {e}", file=sys.stderr)
+                code = e.exit_code
             except BaseException:
                 import traceback
 
