@@ -124,6 +124,7 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
         "memory_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
         * hardware.memory_bandwidth_efficiency,
         "kernel_overhead_s": hardware.kernel_overhead_s,
+        "collective_overhead_s": hardware.collective_overhead_s,
         "gpus_per_node": hardware.gpus_per_node,
         "intra_latency_s": hardware.intra_node.latency_s,
         "intra_bandwidth": hardware.intra_node.effective_bandwidth_bytes_per_s,

@@ -233,13 +233,18 @@ def build(fam: Family) -> Model:
                                      weight * repeat * op.count * active(_AXIS_DEGREE[op.axis])
                                      * calls_layers, op.nbytes))
     tp_layer_fwd_all = tp_layer["fwd"]
-    # embedding (vocabulary-parallel): all-reduce (or reduce-scatter with SP) of its output forward;
-    # output layer: its input is gathered (SP) forward and reduced backward; cross entropy
-    # all-reduces max, sum and target logits over T fp32 values.
-    embed_tp = sp_ * rs + (1 - sp_) * ar
+    # embedding (vocabulary-parallel): all-reduce of its output forward; with sequence parallelism
+    # the sequence is then split (its backward all-gathers), and without learned positions the
+    # all-reduce and split fuse into a reduce-scatter (Megatron-LM). Output layer: its input is
+    # gathered (SP) forward and reduced backward; cross entropy all-reduces max, sum and target
+    # logits over T fp32 values.
+    lpos = flag(fam.learned_positions, "learned_positions")
+    embed_rs = sp_ * (1 - lpos)  # 1: reduce-scatter instead of all-reduce
+    embed_tp = embed_rs * rs + (1 - embed_rs) * ar + sp_ * ag
     head_tp = sp_ * (ag + rs) + (1 - sp_) * ar + 3 * group_time("all_reduce", 4 * T, "tp", fam)
-    for op, count in (("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
-        ledger.append(CommOp(f"tp/embedding/{op}", "tp", op, "fwd", tp_on * count * m, act_bytes,
+    for op, count, phase in (("reduce_scatter", embed_rs, "fwd"), ("all_reduce", 1 - embed_rs, "fwd"),
+                             ("all_gather", sp_, "bwd")):
+        ledger.append(CommOp(f"tp/embedding/{op}", "tp", op, phase, tp_on * count * m, act_bytes,
                              "first"))
     ledger.append(CommOp("tp/output/all_gather", "tp", "all_gather", "fwd", tp_on * sp_ * m, act_bytes,
                          "last"))
@@ -258,7 +263,11 @@ def build(fam: Family) -> Model:
     # --- pipeline point-to-point: activations forward, gradients backward, v chunks per GPU --------
     p2p_bytes = act_bytes / tp  # Megatron scatter-gather / sequence-parallel: 1/tp of the activation
     p2p_mb = 2 * v * group_time("send_recv", p2p_bytes, "pp", fam)
-    ledger.append(CommOp("pp/send_recv", "pp", "send_recv", "fwd+bwd", 2 * v * m * multi, p2p_bytes))
+    # messages a rank sends or receives: 4 per chunk and micro-batch (activation in and out,
+    # gradient in and out), less the 2 the very first and very last chunk of the model skip
+    for stage, per_chunk in (("first", 4 * v - 2), ("last", 4 * v - 2), ("middle", 4 * v)):
+        ledger.append(CommOp("pp/send_recv", "pp", "send_recv", "fwd+bwd", per_chunk * m * multi,
+                             p2p_bytes, stage))
 
     # --- stages: the first holds the embedding, the last the output layer (one stage: both) -------
     has = {"first": (sp.Integer(1), single), "last": (single, sp.Integer(1))}  # (embedding, head)
@@ -274,8 +283,6 @@ def build(fam: Family) -> Model:
         terms["overhead/kernels"] = S.t_k * (kernels * layers_per_stage + 12 * has_head + 3 * has_embed)
         terms["pipeline/p2p"] = p2p_mb
         stage_terms[st] = {k_: sp.sympify(t) for k_, t in terms.items()}
-    stage_time = {st: sum(t.values(), sp.Integer(0)) for st, t in stage_terms.items()}
-    t_mb = sp.Max(stage_time["first"], stage_time["last"], evaluate=False)
 
     # --- parameters and data-parallel gradient synchronisation ---------------------------------------
     lp = M.layer_params(h, a, kv, f, gated=gated, bias=flag(fam.bias, "bias"),
@@ -301,22 +308,51 @@ def build(fam: Family) -> Model:
     t_ar = group_time("all_reduce", grad_bytes, "dp", fam)
     t_rs = group_time("reduce_scatter", grad_bytes, "dp", fam)
     t_ag = group_time("all_gather", weight_bytes, "dp", fam)
+    # ZeRO 3 (FSDP2): one unit per layer and one for the rest (embedding, final norm, output
+    # layer); each unit's weights are gathered forward and backward every micro-batch, its
+    # gradients reduce-scattered once per step (accumulated unsharded in between)
+    root_params = params_gpu - layers_per_stage * layer_params_gpu
+    units = ((layers_per_stage, layer_params_gpu), (sp.Integer(1), root_params))
+    t_units = sum((n_ * (2 * m * group_time("all_gather", S.wbytes * p_, "dp", fam)
+                         + group_time("reduce_scatter", S.gbytes * p_, "dp", fam))
+                   for n_, p_ in units), sp.Integer(0))
     # ZeRO 0 (DDP/Megatron): all-reduce the gradients; ZeRO 1-2 (distributed optimizer): reduce-
-    # scatter gradients and all-gather weights; ZeRO 3 (FSDP): gather the weights forward and
-    # backward and reduce-scatter the gradients, every micro-batch.
-    t_dp_sync = (1 - z1) * t_ar + (z1 - z3) * (t_rs + t_ag) + z3 * m * (2 * t_ag + t_rs)
+    # scatter gradients and all-gather weights
+    t_dp_sync = (1 - z1) * t_ar + (z1 - z3) * (t_rs + t_ag) + z3 * t_units
     for name, op, calls, nb in (("all_reduce", "all_reduce", 1 - z1, grad_bytes),
-                                ("reduce_scatter", "reduce_scatter", (z1 - z3) + z3 * m, grad_bytes),
-                                ("all_gather", "all_gather", (z1 - z3) + z3 * 2 * m, weight_bytes)):
+                                ("reduce_scatter", "reduce_scatter", z1 - z3, grad_bytes),
+                                ("all_gather", "all_gather", z1 - z3, weight_bytes)):
         ledger.append(CommOp(f"dp/{name}", "dp", op, "step", calls * active(dp), nb))
+    for unit, (n_, p_) in zip(("layer", "root"), units, strict=True):
+        ledger.append(CommOp(f"dp/fsdp_{unit}/all_gather", "dp", "all_gather", "fwd+bwd",
+                             z3 * active(dp) * 2 * m * n_, S.wbytes * p_))
+        ledger.append(CommOp(f"dp/fsdp_{unit}/reduce_scatter", "dp", "reduce_scatter", "step",
+                             z3 * active(dp) * n_, S.gbytes * p_))
     bwd_last = sum((t for k_, t in stage_terms["last"].items() if k_.startswith("compute/backward")),
                    sp.Integer(0))
     window = bwd_last * (1 + z3 * (m - 1))  # what the sync can hide behind
+    # sequence parallelism leaves the norms' weight gradients partial on the tp ranks: one
+    # all-reduce per step of every norm vector (Megatron-LM allreduce_layernorm_grads)
+    norm_vectors = (1 + flag(fam.layernorm, "layernorm")) * h * (2 * layers_per_stage + 1)
+    t_norm_grads = sp_ * group_time("all_reduce", S.wbytes * norm_vectors, "tp", fam)
+    ledger.append(CommOp("tp/norm_grads/all_reduce", "tp", "all_reduce", "step", tp_on * sp_,
+                         S.wbytes * norm_vectors))
     t_dp = overlap * sp.Max(0, t_dp_sync - window, evaluate=False) + (1 - overlap) * t_dp_sync
 
     # --- optimizer: memory-bound passes over the local parameters (see costs.memory) -------------
     local_params = params_gpu / (1 + z1 * (dp - 1))
     t_opt = K.memory_time(S.stepbytes * local_params, dev) + 8 * S.t_k
+
+    # --- the fixed cost of every collective call (launch, and on CPUs the framework's dispatch) ------
+    step_calls = sp.Integer(0)
+    for st in stage_terms:
+        per_mb = sum((op.calls for op in ledger if op.phase != "step" and op.stage in ("every", st)),
+                     sp.Integer(0)) / m
+        stage_terms[st]["overhead/collectives"] = S.t_coll * per_mb
+    step_calls = sum((op.calls for op in ledger if op.phase == "step"), sp.Integer(0))
+    t_opt = t_opt + S.t_coll * step_calls
+    stage_time = {st: sum(t.values(), sp.Integer(0)) for st, t in stage_terms.items()}
+    t_mb = sp.Max(stage_time["first"], stage_time["last"], evaluate=False)
 
     # --- time terms for the slowest stage -------------------------------------------------------------
     time_terms: dict[str, sp.Expr] = {}
@@ -325,8 +361,9 @@ def build(fam: Family) -> Model:
             time_terms[f"{st}:{name}"] = m * t
     time_terms["pipeline/bubble"] = (pp - 1) / v * t_mb
     time_terms["comm/dp"] = t_dp
+    time_terms["comm/tp_grads"] = t_norm_grads
     time_terms["optimizer/step"] = t_opt
-    step_time = (m + (pp - 1) / v) * t_mb + t_dp + t_opt
+    step_time = (m + (pp - 1) / v) * t_mb + t_dp + t_norm_grads + t_opt
 
     # --- memory per GPU, per stage --------------------------------------------------------------------
     per_param = {"weights": S.wbytes, "gradients": S.gbytes, "optimizer_states": S.obytes}

@@ -110,6 +110,7 @@ class HardwareSpec:
     gemm_efficiency: Mapping[str, GemmEfficiency]
     memory_bandwidth_efficiency: float = 0.85
     kernel_overhead_s: float = 4e-6
+    collective_overhead_s: float = 0.0  # fixed cost per collective call beyond alpha (dispatch)
     memory_reserved_bytes: float = 0.0
     collective_algorithm: str = "auto"
     collectives: tuple[CollectiveFit, ...] = ()
@@ -130,6 +131,7 @@ class HardwareSpec:
         number(self.memory_bandwidth_bytes_per_s, "memory_bandwidth_bytes_per_s")
         number(self.memory_bandwidth_efficiency, "memory_bandwidth_efficiency", maximum=1.0)
         number(self.kernel_overhead_s, "kernel_overhead_s", strict=False, maximum=1.0)
+        number(self.collective_overhead_s, "collective_overhead_s", strict=False, maximum=1.0)
         number(self.memory_reserved_bytes, "memory_reserved_bytes", strict=False)
         if self.memory_reserved_bytes >= self.memory_bytes:
             raise SpecError("memory_reserved_bytes must be below memory_bytes")
@@ -215,7 +217,7 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
         fields.setdefault("name", where)
         fields.setdefault("gpu_name", fields["name"])
         for key in ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
-                    "kernel_overhead_s", "memory_reserved_bytes"):
+                    "kernel_overhead_s", "collective_overhead_s", "memory_reserved_bytes"):
             if key in fields:
                 fields[key] = number(fields[key], key, strict=key in ("memory_bytes",
                                      "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency"))
