@@ -311,8 +311,18 @@ def build(fam: Family) -> Model:
     # ZeRO 3 (FSDP2): one unit per layer and one for the rest (embedding, final norm, output
     # layer); each unit's weights are gathered forward and backward every micro-batch, its
     # gradients reduce-scattered once per step (accumulated unsharded in between)
-    root_params = params_gpu - layers_per_stage * layer_params_gpu
-    units = ((layers_per_stage, layer_params_gpu), (sp.Integer(1), root_params))
+    # (sizes padded as FSDP2 pads them: each parameter's rows to a multiple of dp)
+    flags = dict(gated=gated, bias=flag(fam.bias, "bias"), qkv_bias=flag(fam.qkv_bias, "qkv_bias"),
+                 layernorm=flag(fam.layernorm, "layernorm"))
+    layer_unit = M.fsdp_padded(M.layer_tensors(h, a, kv, f, tp, **flags), dp)
+    # the root unit of the first stage (and of a single stage): embedding, positions, final norm and
+    # an untied output layer; a last stage alone holds the final norm and the output layer
+    root_first = M.fsdp_padded(M.root_tensors(
+        h, V, s, tp, learned_positions=lpos, layernorm=flags["layernorm"], output=single * (1 - tied)),
+        dp)
+    root_last = M.fsdp_padded([((1 + flags["layernorm"]) * h, 1), (V / tp, h)], dp)
+    root_unit = single * root_first + multi * sp.Max(root_first, root_last, evaluate=False)
+    units = ((layers_per_stage, layer_unit), (sp.Integer(1), root_unit))
     t_units = sum((n_ * (2 * m * group_time("all_gather", S.wbytes * p_, "dp", fam)
                          + group_time("reduce_scatter", S.gbytes * p_, "dp", fam))
                    for n_, p_ in units), sp.Integer(0))

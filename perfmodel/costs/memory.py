@@ -91,3 +91,37 @@ def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Ex
     gpipe, interleaved = as_flag(gpipe), as_flag(interleaved)
     one_f_one_b = sp.Min(m, pp * (1 + interleaved * (pp - 1) / (pp * v)), evaluate=False)
     return gpipe * m + (1 - gpipe) * one_f_one_b
+
+
+def fsdp_padded(tensors: list[tuple[sp.Expr, sp.Expr]], dp: sp.Expr) -> sp.Expr:
+    """Elements FSDP2 gathers for a unit: each tensor is split along its first dimension over the dp
+    ranks, padded to a multiple of dp rows (torch.distributed.fsdp.fully_shard).
+
+    tensors: (rows, elements per row) of each parameter as the rank holds it (after tensor
+    parallelism)."""
+    return sum((sp.ceiling(rows / dp) * dp * cols for rows, cols in tensors), sp.Integer(0))
+
+
+def layer_tensors(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, tp: sp.Expr, *, gated: Flag,
+                  bias: Flag, qkv_bias: Flag, layernorm: Flag) -> list[tuple[sp.Expr, sp.Expr]]:
+    """(rows, columns) of one layer's parameters on a rank with Megatron 1D tensor parallelism:
+    q, k, v and MLP-up (and gate) split by rows (column parallel), attention output and MLP-down
+    split by columns (row parallel), their biases and the norms replicated. Sums to
+    layer_params sharded / tp + replicated."""
+    gated, bias, qkv_bias, layernorm = map(as_flag, (gated, bias, qkv_bias, layernorm))
+    d = h / a
+    out = [(h / tp, h), (kv * d / tp, h), (kv * d / tp, h),  # wq, wk, wv
+           (qkv_bias * h / tp, 1), (qkv_bias * kv * d / tp, 1), (qkv_bias * kv * d / tp, 1),
+           (h, h / tp), (bias * h, 1),  # wo and its bias
+           (f / tp, h), (gated * f / tp, h), (bias * f / tp, 1), (bias * gated * f / tp, 1),
+           (h, f / tp), (bias * h, 1),  # MLP down and its bias
+           ((1 + layernorm) * h, 1), ((1 + layernorm) * h, 1)]  # two norms (weight [and bias])
+    return out
+
+
+def root_tensors(h: sp.Expr, V: sp.Expr, s: sp.Expr, tp: sp.Expr, *, learned_positions: Flag,
+                 layernorm: Flag, output: Flag) -> list[tuple[sp.Expr, sp.Expr]]:
+    """The parameters outside the layers: vocabulary-parallel embedding, learned positions, final
+    norm, and (when `output`) the output layer."""
+    learned_positions, layernorm, output = map(as_flag, (learned_positions, layernorm, output))
+    return [(V / tp, h), (learned_positions * s, h), ((1 + layernorm) * h, 1), (output * V / tp, h)]
