@@ -24,7 +24,8 @@ gloo on CPUs: the same code, only the device and the backend differ.
   tp) are all-reduced in one call, as Megatron's allreduce_layernorm_grads.
 - pipeline parallel with ``torch.distributed.pipelining`` (GPipe, 1F1B, interleaved 1F1B).
 - recompute: ``full`` checkpoints every transformer block, ``selective`` only the attention core.
-- parameters are kept in the run's dtype (no fp32 master copy); on a CPU bf16/fp16 runs as fp32.
+- parameters are kept in the run's dtype (no fp32 master copy); bf16 gradients are reduced in fp32
+  (the flat all-reduce, FSDP2's reduce_dtype), as Megatron-LM does; on a CPU bf16/fp16 runs as fp32.
 
 Embeddings are not tied (tying across pipeline stages needs an extra all-reduce this job does not
 do); positions are learned even for rotary models.
@@ -261,13 +262,16 @@ def apply_tp(mod: Chunk, tp_mesh: Any, sequence_parallel: bool) -> None:
 
 
 def apply_fsdp(mod: Chunk, dp_mesh: Any, zero: int) -> None:
-    """FSDP2: one unit per block and one for the rest of the chunk."""
-    from torch.distributed.fsdp import fully_shard
+    """FSDP2: one unit per block and one for the rest of the chunk; bf16 gradients are
+    reduce-scattered in fp32, as Megatron-LM reduces them."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     reshard = zero == 3
+    bf16 = next(mod.parameters()).dtype == torch.bfloat16
+    policy = MixedPrecisionPolicy(reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
     for block in mod.layers:
-        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
-    fully_shard(mod, mesh=dp_mesh, reshard_after_forward=reshard)
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=policy)
+    fully_shard(mod, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=policy)
 
 
 def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -647,6 +651,8 @@ class Trainer:
             g = p.grad
             grads.append(g.to_local() if hasattr(g, "to_local") else g)
         flat = torch._utils._flatten_dense_tensors(grads)
+        if flat.dtype == torch.bfloat16:  # Megatron-LM reduces bf16 gradients in fp32
+            flat = flat.float()
         dist.all_reduce(flat, group=self.mesh.get_group("dp"))
         flat.div_(self.dp)
         for g, synced in zip(

@@ -119,6 +119,9 @@ PLANS = {
     "sequence-512": dict(gpus=512, tp=8, dp=64, global_batch=64, sequence_parallel=True),
     "fsdp-64": dict(gpus=64, dp=64, global_batch=64, zero=3),
     "fsdp-512": dict(gpus=512, tp=8, dp=64, global_batch=64, zero=3),
+    # bf16: weights gathered in bf16, gradients reduced in fp32 (Megatron-LM's convention)
+    "data-64-bf16": dict(gpus=64, dp=64, global_batch=64, dtype="bf16"),
+    "fsdp-512-bf16": dict(gpus=512, tp=8, dp=64, global_batch=64, zero=3, dtype="bf16"),
 }
 
 
@@ -126,7 +129,7 @@ PLANS = {
 def test_dry_run_agrees_with_the_model_ledger(name):
     """The issue's acceptance test: every collective of the job, counted on a fake process group
     of the full world, agrees exactly (count and bytes per call) with perfmodel's ledger."""
-    plan = Plan(dtype="fp32", **PLANS[name])
+    plan = Plan(**{"dtype": "fp32", **PLANS[name]})
     result = dryrun.dry_run(load_model("tiny-gpt"), plan)
     assert result["ledger_available"]
     differs = [r for r in result["rows"] if not r["agree"]]
