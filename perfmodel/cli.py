@@ -306,11 +306,13 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None, help="Write every evaluated plan here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Time-memory Pareto front (PNG).")
 @click.option("--validate", is_flag=True, help="Run the best plan through `perfmodel validate` (scaled down).")
+@click.option("--validate-profile", type=click.Path(dir_okay=False), default=None,
+              help="The calibrated profile of this machine, for --validate's prediction.")
 def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, global_batch: int,
               dtype: str | None, seq_len: int | None, norm: str, top: int, what_if: tuple[str, ...],
               sensitivities: bool,
               as_json: bool, csv_path: str | None, plot_path: str | None, validate: bool,
-              **pins: Any) -> None:
+              validate_profile: str | None, **pins: Any) -> None:
     """Search every layout for the fastest plan that fits, and say why it wins."""
     from perfmodel.recommend import apply_what_if, recommend as run, sensitivities as sens
     from perfmodel.search import SearchRequest
@@ -351,7 +353,15 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
 
         pareto_plot(rec.result, Path(plot_path))
     if validate and rec.top:
-        data["validation"] = _validate_best(spec, hw, rec.top[0].plan)
+        local_hw = resolve_hardware(None, validate_profile) if validate_profile else hw
+        if not validate_profile:
+            click.echo("note: --validate without --validate-profile predicts the local run with the "
+                       "GPU hardware; calibrate this machine (perfmodel calibrate run) for a fair "
+                       "comparison", err=True)
+        report = _validate_best(spec, local_hw, rec.top[0].plan)
+        data["validation"] = {k: report.get(k) for k in (
+            "predicted_step_time_s", "measured_step_time_s", "relative_error", "ranks", "backend",
+            "status", "scaled_from", "plan")}
     if as_json:
         click.echo(json.dumps(data, indent=2, default=float))
     else:
@@ -392,11 +402,15 @@ def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], glob
 
 
 def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
-    """Hand the best plan to the validation package (scaled down to this machine)."""
+    """Hand the best plan to the validation package (scaled down to this machine), found through
+    the `perfmodel.hooks` entry point so that perfmodel does not import it."""
+    hooks = {ep.name: ep for ep in entry_points(group="perfmodel.hooks")}
+    if "validate_scaled" not in hooks:
+        raise click.ClickException("--validate needs the validation package (pip install -e .)")
     try:
-        from validation.api import validate_scaled  # registered by the validation package
+        validate_scaled = hooks["validate_scaled"].load()
     except ImportError as exc:
-        raise click.ClickException(f"--validate needs the validation package and torch ({exc})") from None
+        raise click.ClickException(f"--validate needs torch ({exc})") from None
     return validate_scaled(model, hardware, plan)
 
 

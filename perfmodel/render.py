@@ -195,8 +195,12 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
                   f"{fmt_seconds(w['best']['step_time_s'])} per step ({w['speedup']:.3f}x)")
     if "validation" in data:
         v = data["validation"]
-        con.print(f"[bold]validation[/] predicted {fmt_seconds(v['predicted_step_time_s'])}, measured "
-                  f"{fmt_seconds(v['measured_step_time_s'])} ({v['relative_error']:+.1%})")
+        if v.get("measured_step_time_s") is None:
+            con.print(f"[bold]validation[/] of the scaled-down plan: {v.get('status')}")
+        else:
+            con.print(f"[bold]validation[/] of the best plan scaled down to {v['ranks']} {v['backend']} "
+                      f"ranks: predicted {fmt_seconds(v['predicted_step_time_s'])}, measured "
+                      f"{fmt_seconds(v['measured_step_time_s'])} ({v['relative_error']:+.1%})")
 
 
 def print_grid_prediction(r: Any) -> None:
