@@ -53,7 +53,7 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
         if not wanted(name):
             continue
         per_mb = expr / S.B * S.dp * S.b  # the factor m cancels
-        value = float(per_mb.subs(subs))
+        value = float(per_mb.xreplace(subs))
         lines.append(f"- {name} = {value:.6g} s per micro-batch, {value * m:.6g} s per step")
         lines.append("    " + show(per_mb))
     for name, sym in (("comm/dp", T_dp), ("optimizer/step", T_opt)):
