@@ -21,6 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calibration.framework import (
+    CHAIN_LENGTHS,
+    OPTIMIZER_HIDDEN,
+    bench_collective_dispatch,
+    bench_kernel_chains,
+    bench_optimizer,
+    chain_count,
+    dispatch_count,
+    optimizer_count,
+)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Sweep:
@@ -38,11 +49,13 @@ class Sweep:
         "all_to_all",
         "send_recv",
     )
-    stages: tuple[str, ...] = ("gemm", "memory", "collectives")
+    stages: tuple[str, ...] = ("gemm", "memory", "collectives", "framework")
     repeats: int = 7
     warmup: int = 2
     min_rep_s: float = 2e-3  # one repetition lasts at least this long (several inner calls)
     subgroups: bool = True
+    chain_lengths: tuple[int, ...] = CHAIN_LENGTHS  # framework stage: ops per kernel chain
+    optimizer_hidden: tuple[int, ...] = OPTIMIZER_HIDDEN  # framework stage: optimizer sizes
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -78,7 +91,10 @@ def sweep_for(
         mem_top = max(1 << 21, max_bytes)
         shapes = [s for s in shapes if s[0] * s[1] * s[2] * s[3] <= 1 << 27]
     mem = [1 << p for p in range(15, 40, 2 if quick else 1) if (1 << p) <= mem_top]
+    tiny = max_bytes is not None  # tests: two chain lengths, two optimizer sizes
     return Sweep(
+        chain_lengths=(4, 16) if tiny else CHAIN_LENGTHS,
+        optimizer_hidden=(64, 128) if tiny else OPTIMIZER_HIDDEN,
         gemm_shapes=tuple(shapes),
         memory_bytes=tuple(mem),
         collective_bytes=tuple(coll),
@@ -86,7 +102,7 @@ def sweep_for(
         warmup=1 if quick else 2,
         min_rep_s=5e-3 if quick else 1e-2,
         subgroups=True,
-        stages=stages or ("gemm", "memory", "collectives"),
+        stages=stages or ("gemm", "memory", "collectives", "framework"),
     )
 
 
@@ -424,6 +440,8 @@ def count_measurements(sweep: Sweep, world: int, local_world: int, device: str) 
             n = len(groups[0])
             if n >= 2:
                 total += len(sweep.ops) * sum(1 for b in sweep.collective_bytes if b >= 4 * n)
+    if "framework" in sweep.stages:
+        total += chain_count(sweep, world) + dispatch_count(world) + optimizer_count(sweep)
     return total
 
 
@@ -473,6 +491,7 @@ def run_worker(
         "gemm": lambda: bench_gemm(ctx, sweep, rec),
         "memory": lambda: bench_memory(ctx, sweep, rec),
         "collectives": lambda: bench_collectives(ctx, sweep, rec, support),
+        "framework": lambda: _framework(ctx, sweep, rec),
     }
     for stage in sweep.stages:
         for _ in stages[stage]():
@@ -481,6 +500,13 @@ def run_worker(
     rec._write({"kind": "done"})
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _framework(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
+    """Fixed costs per kernel and per collective call, the optimizer step (see framework.py)."""
+    yield from bench_kernel_chains(ctx, sweep, rec)
+    yield from bench_collective_dispatch(ctx, sweep, rec)
+    yield from bench_optimizer(ctx, sweep, rec)
 
 
 def _llc_bytes() -> int | None:

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from perfmodel.errors import PerfmodelError
 
-STAGES = ("gemm", "memory", "collectives")
+STAGES = ("gemm", "memory", "collectives", "framework")
 
 
 def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -73,7 +73,7 @@ def calibrate() -> None:
     "--stages",
     default=",".join(STAGES),
     hidden=True,
-    help="Comma-separated subset of gemm,memory,collectives (for tests).",
+    help="Comma-separated subset of gemm,memory,collectives,framework (for tests).",
 )
 @_errors
 def run_cmd(

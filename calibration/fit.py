@@ -364,3 +364,111 @@ class BandwidthModel:
             "size_range": list(self.size_range_),
             "n_points": self.n_points_,
         }
+
+
+# the mix of kernels perfmodel counts in one layer's forward (kernels_per_layer_forward in
+# perfmodel.costs.compute, without its communication calls): 6 GEMMs; element-wise: 2 norms,
+# 1 activation, 6 adds (2 residual, 4 bias), softmax and dropout (the softmax chain: both)
+LAYER_KERNEL_MIX = {"linear": 6, "layernorm": 2, "gelu": 1, "add": 6, "softmax": 2}
+
+
+class KernelOverheadModel:
+    """Fixed cost per kernel from chains of N tiny ops run forward and backward.
+
+    Per op kind: t(N) = c + N * per_op_s (least relative error), per_op_s the fixed cost of one
+    op forward + backward. perfmodel charges kernel_overhead_s three times per forward kernel
+    (forward, and backward at twice the forward), so kernel_overhead_s = sum_k w_k per_op_s_k /
+    (3 sum_k w_k), with w the kernel mix of a layer as perfmodel counts it (LAYER_KERNEL_MIX).
+    """
+
+    def __init__(self, mix: dict[str, float] | None = None) -> None:
+        self.mix = dict(mix or LAYER_KERNEL_MIX)
+
+    def fit(self, records: pd.DataFrame) -> KernelOverheadModel:
+        """records: columns op, length, time_s (one row per chain)."""
+        df = records[(records["length"] > 0) & (records["time_s"] > 0)]
+        self.per_op_s_, self.intercept_s_, self.residuals_ = {}, {}, {}
+        for op, rows in df.groupby("op"):
+            if rows["length"].nunique() < 2:
+                continue
+            n, t = rows["length"].to_numpy(float), rows["time_s"].to_numpy(float)
+            c, inv = _fit_alpha_beta(np.ones_like(n), n, t)  # t = c + n / inv
+            self.per_op_s_[op], self.intercept_s_[op] = 1.0 / inv, c
+            self.residuals_[op] = residual_summary(c + n / inv, t)
+        weights = {op: w for op, w in self.mix.items() if op in self.per_op_s_}
+        if not weights:
+            raise DataError("kernel overhead: need chains of at least 2 lengths of one op kind")
+        total = sum(weights.values())
+        self.kernel_overhead_s_ = (
+            sum(w * self.per_op_s_[op] for op, w in weights.items()) / total / 3.0
+        )
+        self.lengths_ = sorted({int(v) for v in df["length"]})
+        self.n_points_ = len(df)
+        errs = [r["median_rel_error"] for r in self.residuals_.values()]
+        worst = [r["worst_rel_error"] for r in self.residuals_.values()]
+        self.summary_residuals_ = {
+            "median_rel_error": float(np.median(errs)),
+            "worst_rel_error": float(np.max(worst)),
+        }
+        return self
+
+    def predict(self, op: str, length: Any) -> np.ndarray:
+        return self.intercept_s_[op] + np.asarray(length, dtype=float) * self.per_op_s_[op]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "kind": "kernel_overhead",
+            "params": {"kernel_overhead_s": self.kernel_overhead_s_},
+            "per_op_forward_backward_s": dict(self.per_op_s_),
+            "intercept_s": dict(self.intercept_s_),
+            "residuals_per_op": dict(self.residuals_),
+            "mix": dict(self.mix),
+            **self.summary_residuals_,
+            "size_range": [min(self.lengths_), max(self.lengths_)],
+            "size_unit": "ops per chain",
+            "n_points": self.n_points_,
+        }
+
+
+class OptimizerModel:
+    """Optimizer step: T = alpha_s + bytes_per_param * params / bandwidth.
+
+    bytes_per_param is perfmodel's count (perfmodel.costs.precision.optimizer_step_bytes_per_param),
+    so the fitted bandwidth is the rate at which perfmodel's optimizer term must run to reproduce
+    the measured steps.
+    """
+
+    def __init__(self, bytes_per_param: float) -> None:
+        self.bytes_per_param = bytes_per_param
+
+    def fit(self, records: pd.DataFrame) -> OptimizerModel:
+        """records: columns params, time_s."""
+        df = records[(records["params"] > 0) & (records["time_s"] > 0)]
+        if df["params"].nunique() < 2:
+            raise DataError("optimizer: need steps over at least 2 parameter counts")
+        nb = df["params"].to_numpy(float) * self.bytes_per_param
+        t = df["time_s"].to_numpy(float)
+        self.alpha_s_, self.bandwidth_bytes_per_s_ = _fit_alpha_beta(np.ones_like(nb), nb, t)
+        self.size_range_ = (float(df["params"].min()), float(df["params"].max()))
+        self.n_points_ = len(t)
+        self.residuals_ = residual_summary(self.predict(df["params"]), t)
+        return self
+
+    def predict(self, params: Any) -> np.ndarray:
+        nb = np.asarray(params, dtype=float) * self.bytes_per_param
+        return self.alpha_s_ + nb / self.bandwidth_bytes_per_s_
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "kind": "memory_bandwidth",
+            "kernel": "adamw_foreach",
+            "params": {
+                "alpha_s": self.alpha_s_,
+                "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s_,
+                "bytes_per_param": self.bytes_per_param,
+            },
+            **self.residuals_,
+            "size_range": list(self.size_range_),
+            "size_unit": "parameters",
+            "n_points": self.n_points_,
+        }

@@ -24,10 +24,27 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from calibration.bench import Sweep, run_worker, sweep_for
-from calibration.fit import BandwidthModel, CollectiveModel, GemmModel
+from calibration.fit import (
+    BandwidthModel,
+    CollectiveModel,
+    GemmModel,
+    KernelOverheadModel,
+    OptimizerModel,
+)
 from calibration.profile_io import provenance, write_profile
 from perfmodel.costs.collectives import ALGORITHMS, Op
 from perfmodel.errors import DataError, PerfmodelError
+from perfmodel.specs.profile import FIT_KINDS
+
+MEASURED = (  # record kinds that are measurements
+    "gemm",
+    "memory",
+    "collective",
+    "overhead",
+    "kernel_chain",
+    "collective_dispatch",
+    "optimizer",
+)
 
 
 def free_port() -> int:
@@ -184,9 +201,7 @@ def _launch(nprocs: int, backend: str, sweep: Sweep, records: Path, console: Con
             while True:
                 recs = read_records(records)
                 plan = next((r["plan"] for r in recs if "plan" in r), None)
-                done = sum(
-                    1 for r in recs if r.get("kind") in ("gemm", "memory", "overhead", "collective")
-                )
+                done = sum(1 for r in recs if r.get("kind") in MEASURED)
                 last = next((r for r in reversed(recs) if "kind" in r), {})
                 label = last.get("op") or last.get("kernel") or last.get("kind") or "starting"
                 progress.update(
@@ -237,9 +252,7 @@ def build_profile(
         raise DataError("calibration stopped before any measurement; no profile written")
     support = next((r["ops"] for r in records if r.get("kind") == "support"), {})
     complete = complete and any(r.get("kind") == "done" for r in records)
-    df = pd.DataFrame(
-        [r for r in records if r.get("kind") in ("gemm", "memory", "collective", "overhead")]
-    )
+    df = pd.DataFrame([r for r in records if r.get("kind") in MEASURED])
     fits: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
     hardware: dict[str, Any] = {
@@ -253,6 +266,9 @@ def build_profile(
     _fit_gemm(df, info, fits, hardware, notes)
     _fit_memory(df, info, fits, hardware, notes)
     _fit_collectives(df, info, fits, hardware, notes, support)
+    _fit_framework(df, fits, hardware, notes)
+    # fit kinds this perfmodel's profile reader does not know yet go to the provenance
+    framework_fits = {k: fits.pop(k) for k in list(fits) if fits[k]["kind"] not in FIT_KINDS}
     if not complete:
         notes.append("incomplete run (interrupted): fits use what was measured")
     prov = provenance(
@@ -267,6 +283,7 @@ def build_profile(
         threads_per_rank=info["threads_per_rank"],
         wall_time_s=round(elapsed_s, 1),
         collective_support=support,
+        **({"framework_fits": framework_fits} if framework_fits else {}),
     )
     df = df.drop(columns=[c for c in ("note",) if c in df])
     return write_profile(
@@ -341,8 +358,69 @@ def _fit_memory(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes:
         hardware["memory_bandwidth_bytes_per_s"] = best
         hardware["memory_bandwidth_efficiency"] = 1.0  # the measured rate is the achieved one
     over = df[df["kind"] == "overhead"]
-    if not over.empty:
+    if not over.empty:  # superseded by the kernel chains of the framework stage when it ran
         hardware["kernel_overhead_s"] = float(over["time_s"].median())
+
+
+def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str]) -> None:
+    """kernel_overhead_s from the kernel chains, collective_overhead_s from the tiny collectives,
+    memory_bandwidth_efficiency from the optimizer steps (see calibration.framework)."""
+    from perfmodel.costs.precision import optimizer_step_bytes_per_param
+
+    chains = df[df["kind"] == "kernel_chain"] if "kind" in df else df.iloc[:0]
+    for variant, rows in chains.groupby("variant"):
+        try:
+            model = KernelOverheadModel().fit(rows)
+        except DataError as exc:
+            notes.append(f"kernel overhead ({variant}): {exc}")
+            continue
+        summary = model.summary()
+        summary["variant"] = variant
+        summary["ranks"] = int(rows["ranks"].max())
+        fits[f"kernel_overhead/{variant}"] = summary
+        if variant == "plain":
+            hardware["kernel_overhead_s"] = model.kernel_overhead_s_
+    if "kernel_overhead/dtensor" in fits and "kernel_overhead/plain" in fits:
+        ratio = (
+            fits["kernel_overhead/dtensor"]["params"]["kernel_overhead_s"]
+            / fits["kernel_overhead/plain"]["params"]["kernel_overhead_s"]
+        )
+        fits["kernel_overhead/dtensor"]["ratio_to_plain"] = ratio
+        notes.append(
+            f"ops on DTensors cost {ratio:.1f}x the plain per-op overhead; perfmodel has no "
+            "term for it (kernel_overhead_s is the plain value)"
+        )
+    disp = df[df["kind"] == "collective_dispatch"] if "kind" in df else df.iloc[:0]
+    if not disp.empty:
+        by = disp.groupby("implementation")["time_s"].median()
+        plain, dtensor = by.get("dist.all_reduce"), by.get("dtensor.redistribute")
+        if plain is not None and dtensor is not None:
+            extra = max(0.0, float(dtensor - plain))
+            hardware["collective_overhead_s"] = extra
+            fits["collective_dispatch"] = {
+                "kind": "collective_dispatch",
+                "params": {"collective_overhead_s": extra},
+                "plain_all_reduce_s": float(plain),
+                "dtensor_redistribute_s": float(dtensor),
+                "nbytes": int(disp["nbytes"].max()),
+                "ranks": int(disp["ranks"].max()),
+                "note": "plain collectives' fixed cost is in the fitted alpha; "
+                "collective_overhead_s is what a DTensor redistribute adds to it",
+                "median_rel_error": 0.0,
+                "worst_rel_error": 0.0,
+                "n_points": len(disp),
+            }
+    opt = df[df["kind"] == "optimizer"] if "kind" in df else df.iloc[:0]
+    if not opt.empty and opt["params"].nunique() >= 2:
+        model = OptimizerModel(optimizer_step_bytes_per_param("fp32")).fit(opt)
+        summary = model.summary()
+        bw = hardware.get("memory_bandwidth_bytes_per_s")
+        if bw:
+            eff = min(1.0, model.bandwidth_bytes_per_s_ / bw)
+            hardware["memory_bandwidth_efficiency"] = eff
+            summary["memory_bandwidth_efficiency"] = eff
+            summary["copy_bandwidth_bytes_per_s"] = bw
+        fits["memory/adamw_foreach"] = summary
 
 
 def _fit_collectives(

@@ -50,6 +50,14 @@ def test_quick_run_on_two_ranks_writes_a_standalone_profile(tmp_path):
     assert hw.collectives and hw.intra_node.latency_s > 0
     data = profile.measurements.read_text()
     assert data.startswith("kind,") and "all_to_all" in data
+    # framework stage: fixed cost per kernel and per collective call, optimizer bandwidth
+    assert "memory/adamw_foreach" in profile.fits
+    assert 0 < hw.memory_bandwidth_efficiency <= 1
+    assert 1e-7 < hw.kernel_overhead_s < 1e-2 and hw.collective_overhead_s >= 0
+    framework = profile.provenance.get("framework_fits", {}) | profile.fits
+    assert {"kernel_overhead/plain", "kernel_overhead/dtensor", "collective_dispatch"} <= set(
+        framework
+    )
 
 
 def test_ctrl_c_keeps_what_was_measured(tmp_path):
