@@ -2,6 +2,8 @@
 
     perfmodel calibrate run --out profile.json          # once, on this machine
     python benchmarks/bench_validation.py --profile profile.json [--steps 5] [--out results.csv]
+    perfmodel calibrate run --out cpu4.json --nprocs 4  # 4-rank plans: measured with 4 ranks
+    python benchmarks/bench_validation.py --profile profile.json --rank-profile 4=cpu4.json
 
 Runs each plan of the suite as a real gloo job (validation.run.validate), then prints the table of
 predicted and measured step times and the median and worst relative error (|measured - predicted| /
@@ -12,6 +14,7 @@ With --calibrate the profile is made first (perfmodel calibrate run).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -60,6 +63,14 @@ def wait_until_quiet(max_busy: float, max_wait_s: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", type=Path, default=Path("profile.json"))
+    parser.add_argument(
+        "--rank-profile",
+        action="append",
+        default=[],
+        metavar="N=PATH",
+        help="Plans on N ranks use this profile (measured by calibrate run --nprocs N); "
+        "repeatable. Other plans use --profile.",
+    )
     parser.add_argument("--hardware", default=None, help="Preset under the profile (optional).")
     parser.add_argument("--model", default="tiny-gpt")
     for dim in ("layers", "hidden", "heads", "seq-len"):
@@ -99,6 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     base = load_hardware(args.hardware) if args.hardware else None
     hardware = apply_profile(base, load_profile(args.profile))
+    by_ranks = {}
+    for item in args.rank_profile:
+        ranks, _, path = item.partition("=")
+        if not ranks.isdigit() or not path:
+            print(f"--rank-profile {item!r}: expected N=PATH, e.g. 4=cpu4.json", file=sys.stderr)
+            return 2
+        by_ranks[int(ranks)] = apply_profile(base, load_profile(Path(path)))
     overrides = {
         "layers": args.layers,
         "hidden": args.hidden,
@@ -120,9 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         busy = wait_until_quiet(args.max_busy, args.max_wait)
         start = time.monotonic()
-        report = run.validate(
-            model, hardware, plan, settings, Path("validation-runs") / f"bench-{name}"
-        )
+        out_dir = Path("validation-runs") / f"bench-{name}"
+        report = run.validate(model, by_ranks.get(plan.gpus, hardware), plan, settings, out_dir)
         rep.save(report, Path("validation-runs") / f"bench-{name}" / "report.json")
         rep.append_history(report, Path("validation-runs/history.csv"))
         err = report["relative_error"]
@@ -136,13 +153,15 @@ def main(argv: list[str] | None = None) -> int:
                 "error": err,
                 "wall_s": time.monotonic() - start,
                 "cpu_busy_before": busy,
+                "load_avg_1min": os.getloadavg()[0],
+                "profile": str(args.profile) if plan.gpus not in by_ranks else f"{plan.gpus} ranks",
             }
         )
         print(
             f"{name:16s} ranks {plan.gpus}  predicted {rows[-1]['predicted_ms']:8.1f} ms  "
             f"measured {rows[-1]['measured_ms']:8.1f} ms  error "
             f"{'-' if err is None else f'{err * 100:+.1f}%'}  ({rows[-1]['wall_s']:.0f} s, "
-            f"CPU {busy * 100:.0f}% busy before)",
+            f"CPU {busy * 100:.0f}% busy before, load {rows[-1]['load_avg_1min']:.2f})",
             flush=True,
         )
     errors = [abs(r["error"]) for r in rows if r["error"] is not None]

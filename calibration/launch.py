@@ -367,7 +367,13 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
     memory_bandwidth_efficiency from the optimizer steps (see calibration.framework)."""
     from perfmodel.costs.precision import optimizer_step_bytes_per_param
 
-    chains = df[df["kind"] == "kernel_chain"] if "kind" in df else df.iloc[:0]
+    def rows_of(kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
+        """Records of one kind; none when the stage did not run (or was interrupted before)."""
+        if "kind" not in df or any(c not in df for c in columns):
+            return pd.DataFrame(columns=["kind", *columns])
+        return df[df["kind"] == kind]
+
+    chains = rows_of("kernel_chain", ("op", "variant", "length", "time_s", "ranks"))
     for variant, rows in chains.groupby("variant"):
         try:
             model = KernelOverheadModel().fit(rows)
@@ -390,7 +396,7 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
             f"ops on DTensors cost {ratio:.1f}x the plain per-op overhead; perfmodel has no "
             "term for it (kernel_overhead_s is the plain value)"
         )
-    disp = df[df["kind"] == "collective_dispatch"] if "kind" in df else df.iloc[:0]
+    disp = rows_of("collective_dispatch", ("implementation", "nbytes", "time_s", "ranks"))
     if not disp.empty:
         by = disp.groupby("implementation")["time_s"].median()
         plain, dtensor = by.get("dist.all_reduce"), by.get("dtensor.redistribute")
@@ -405,12 +411,12 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
                 "nbytes": int(disp["nbytes"].max()),
                 "ranks": int(disp["ranks"].max()),
                 "note": "plain collectives' fixed cost is in the fitted alpha; "
-                "collective_overhead_s is what a DTensor redistribute adds to it",
-                "median_rel_error": 0.0,
-                "worst_rel_error": 0.0,
+                "collective_overhead_s is what a DTensor redistribute adds to it (medians over "
+                "alternating rounds); the errors are the rounds' spread around the medians",
+                **_spread(disp, by),
                 "n_points": len(disp),
             }
-    opt = df[df["kind"] == "optimizer"] if "kind" in df else df.iloc[:0]
+    opt = rows_of("optimizer", ("params", "time_s"))
     if not opt.empty and opt["params"].nunique() >= 2:
         model = OptimizerModel(optimizer_step_bytes_per_param("fp32")).fit(opt)
         summary = model.summary()
@@ -421,6 +427,12 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
             summary["memory_bandwidth_efficiency"] = eff
             summary["copy_bandwidth_bytes_per_s"] = bw
         fits["memory/adamw_foreach"] = summary
+
+
+def _spread(disp: pd.DataFrame, medians: pd.Series) -> dict[str, float]:
+    """Relative deviation of each round from its implementation's median (median, worst)."""
+    err = (disp["time_s"] / disp["implementation"].map(medians) - 1).abs()
+    return {"median_rel_error": float(err.median()), "worst_rel_error": float(err.max())}
 
 
 def _fit_collectives(

@@ -78,3 +78,11 @@ def test_profile_fields_from_framework_records():
         "collective_dispatch",
         "memory/adamw_foreach",
     }
+
+
+def test_run_interrupted_before_the_framework_stage_keeps_the_other_fits():
+    # regression: an interrupted run has no framework columns at all
+    df = pd.DataFrame({"kind": ["gemm"], "time_s": [1e-3]})
+    fits, hardware, notes = {}, {}, []
+    _fit_framework(df, fits, hardware, notes)
+    assert fits == {} and hardware == {}
