@@ -75,7 +75,8 @@ def plan_options(fn: Any) -> Any:
         click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
         click.option("--micro-batch", type=int, default=1, show_default=True, help="Micro-batch size [samples]."),
         click.option("--global-batch", type=int, default=None, help="Global batch [samples] (default dp x micro-batch)."),
-        click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default="1f1b", show_default=True),
+        click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb", "zbv"]), default="1f1b",
+                     show_default=True, help="Pipeline schedule; zb: interleaved zero bubble (ZB1P), zbv: zero bubble V."),
         click.option("--virtual-stages", type=int, default=1, show_default=True, help="Model chunks per GPU (interleaved)."),
         click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (needs tp > 1)."),
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True),
@@ -276,7 +277,7 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--tp", type=int, default=None, help="Pin the tensor-parallel degree.")
 @click.option("--pp", type=int, default=None, help="Pin the pipeline-parallel degree.")
 @click.option("--micro-batch", type=int, default=None, help="Pin the micro-batch size.")
-@click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default=None)
+@click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb", "zbv"]), default=None)
 @click.option("--virtual-stages", type=int, default=None)
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None)
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None)

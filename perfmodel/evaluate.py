@@ -137,6 +137,7 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
         "recompute_selective": plan.recompute.value == "selective",
         "zero1": plan.zero >= 1, "zero2": plan.zero >= 2, "zero3": plan.zero >= 3,
         "gpipe": plan.schedule.value == "gpipe", "interleaved": plan.schedule.value == "interleaved",
+        "zero_bubble": plan.schedule.value in ("zb", "zbv"), "zbv": plan.schedule.value == "zbv",
         "flash": plan.flash_attention, "overlap_grad_sync": plan.overlap_grad_sync,
         "gated": model.gated_mlp, "bias": model.bias, "qkv_bias": bool(model.qkv_bias),
         "layernorm": model.norm == "layernorm", "tied": model.tied_embeddings,

@@ -159,7 +159,7 @@ def _short(plan: Any) -> str:
     extra = []
     if plan.tp_layout.value != "1d":
         extra.append(f"layout={plan.tp_layout.value}" + (f"(d={plan.tp_depth})" if plan.tp_depth > 1 else ""))
-    if plan.schedule.value == "interleaved":
+    if plan.virtual_stages > 1:
         extra.append(f"v={plan.virtual_stages}")
     if plan.sequence_parallel:
         extra.append("sp")

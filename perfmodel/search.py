@@ -21,7 +21,7 @@ from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import BYTES_PER_ELEMENT, Dtype, Plan
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "zbv")
 LAYOUTS = ("1d", "2d", "2.5d", "3d")
 RECOMPUTES = ("none", "selective", "full")
 PLACEMENTS = ("tp,dp,pp", "tp,pp,dp", "dp,tp,pp")
@@ -192,12 +192,15 @@ def _plans_of(model: TransformerSpec, req: SearchRequest, gpus: int, dp: int, tp
     for code, name in enumerate(SCHEDULES):
         if req.schedule is not None and name != req.schedule:
             continue
-        if name == "interleaved":
+        if name in ("interleaved", "zb"):
             if pp < 2:
                 continue
             for v in divisors(model.layers // pp):
-                if v >= 2 and (req.virtual_stages is None or v == req.virtual_stages):
+                if (v >= 2 or name == "zb") and req.virtual_stages in (None, v):
                     scheds.append((code, v))
+        elif name == "zbv":
+            if pp >= 2 and (model.layers // pp) % 2 == 0 and req.virtual_stages in (None, 2):
+                scheds.append((code, 2))
         elif req.virtual_stages in (None, 1) and (name == "1f1b" or pp > 1):
             scheds.append((code, 1))  # with pp = 1 the schedules coincide: keep 1f1b
     recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)]
@@ -220,7 +223,7 @@ def _plans_of(model: TransformerSpec, req: SearchRequest, gpus: int, dp: int, tp
     b, si, rc, spar, z, pl = (g.ravel() for g in grid)
     sched = np.array(scheds)[si]
     m = req.global_batch // (dp * b)
-    ok = (sched[:, 0] != 2) | (m % pp == 0)  # interleaving needs m divisible by pp
+    ok = ((sched[:, 0] != 2) | (m % pp == 0)) & ((sched[:, 0] < 3) | (m >= pp))  # schedule rules
     n = int(ok.sum())
     return [{
         "gpus": np.full(n, gpus), "dp": np.full(n, dp), "tp": np.full(n, tp),
@@ -256,6 +259,8 @@ def values_of_plans(model: TransformerSpec, hardware: HardwareSpec, plans: Plans
         "is_zero3": (c["zero"] >= 3).astype(float),
         "is_gpipe": (c["schedule"] == 0).astype(float),
         "is_interleaved": (c["schedule"] == 2).astype(float),
+        "is_zero_bubble": (c["schedule"] >= 3).astype(float),
+        "is_zbv": (c["schedule"] == 4).astype(float),
     })
     gpn = hardware.gpus_per_node
     layout = c["tp_layout"]

@@ -170,6 +170,8 @@ def build(fam: Family) -> Model:
     z1, z2, z3 = (flag(None if fam.zero is None else fam.zero >= k_, f"zero{k_}") for k_ in (1, 2, 3))
     gpipe = flag(None if fam.schedule is None else fam.schedule == "gpipe", "gpipe")
     inter = flag(None if fam.schedule is None else fam.schedule == "interleaved", "interleaved")
+    zb = flag(None if fam.schedule is None else fam.schedule in ("zb", "zbv"), "zero_bubble")
+    zbv = flag(None if fam.schedule is None else fam.schedule == "zbv", "zbv")
     flash = flag(fam.flash, "flash")
     overlap = flag(fam.overlap_grad_sync, "overlap_grad_sync")
     gated = flag(fam.gated, "gated")
@@ -369,11 +371,18 @@ def build(fam: Family) -> Model:
     for st in stage_terms:
         for name, t in stage_terms[st].items():
             time_terms[f"{st}:{name}"] = m * t
-    time_terms["pipeline/bubble"] = (pp - 1) / v * t_mb
+    # zero-bubble schedules split the backward into input gradients (B) and weight gradients (W)
+    # and fill the bubble with W: ZB1P leaves (pp - 1)(F + B - W), ZB-V (pp - 1)(F + B - 2W) per
+    # chunk (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Sec. 3 and 6). W is the
+    # weight-gradient half of the backward GEMMs of the slowest stage.
+    w_mb = {st: (stage_terms[st]["compute/backward/gemm"]
+                 + stage_terms[st]["compute/backward/embedding_logits"]) / 2 for st in stage_terms}
+    w_fill = zb * (2 + zbv) * sp.Min(w_mb["first"], w_mb["last"], evaluate=False)  # t_mb = F+B+W
+    time_terms["pipeline/bubble"] = (pp - 1) / v * sp.Max(0, t_mb - w_fill, evaluate=False)
     time_terms["comm/dp"] = t_dp
     time_terms["comm/tp_grads"] = t_norm_grads
     time_terms["optimizer/step"] = t_opt
-    step_time = (m + (pp - 1) / v) * t_mb + t_dp + t_norm_grads + t_opt
+    step_time = m * t_mb + time_terms["pipeline/bubble"] + t_dp + t_norm_grads + t_opt
 
     # --- memory per GPU, per stage --------------------------------------------------------------------
     per_param = {"weights": S.wbytes, "gradients": S.gbytes, "optimizer_states": S.obytes}
@@ -381,7 +390,7 @@ def build(fam: Family) -> Model:
     act_kw = dict(sequence_parallel=dist, flash=flash, gated=gated)
     act_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=full, selective=sel, **act_kw)
     full_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=0, selective=0, **act_kw)
-    inflight = M.inflight_micro_batches(gpipe, inter, pp, m, v)
+    inflight = M.inflight_micro_batches(gpipe, inter + zb * (1 - zbv) * active(v), pp, m, v)
     memory_terms: dict[str, dict[str, sp.Expr]] = {}
     for st, (has_embed, has_head) in has.items():
         mem = {name: per_param[name] * stage_params[st] / div[name] for name in per_param}

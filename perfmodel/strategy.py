@@ -20,6 +20,8 @@ class Schedule(StrEnum):
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved"
+    ZERO_BUBBLE = "zb"  # interleaved zero bubble, ZB1P (Qi et al. 2024), v chunks per GPU (v >= 1)
+    ZBV = "zbv"  # zero bubble, V-shape: 2 chunks per GPU, rank r holds chunks r and 2 pp - 1 - r
 
 
 class Recompute(StrEnum):
@@ -166,8 +168,17 @@ class Plan:
                     f"schedule interleaved needs the number of micro-batches ({self.num_micro_batches}) "
                     f"to be a multiple of pp ({self.pp})"
                 )
+        elif self.schedule in (Schedule.ZERO_BUBBLE, Schedule.ZBV):
+            if self.pp < 2:
+                raise PlanError(f"schedule {self.schedule} needs pp >= 2")
+            if self.schedule is Schedule.ZBV and self.virtual_stages != 2:
+                raise PlanError("schedule zbv needs virtual_stages = 2 (two chunks per GPU, V-shape)")
+            if self.num_micro_batches < self.pp:
+                raise PlanError(f"schedule {self.schedule} needs at least pp ({self.pp}) micro-batches, "
+                                f"got {self.num_micro_batches}")
         elif self.virtual_stages != 1:
-            raise PlanError(f"virtual_stages > 1 needs schedule interleaved, got schedule {self.schedule}")
+            raise PlanError("virtual_stages > 1 needs schedule interleaved, zb or zbv, got schedule "
+                            f"{self.schedule}")
         if self.sequence_parallel and self.tp == 1:
             raise PlanError("sequence_parallel needs tp > 1 (it shards along the tensor-parallel axis)")
         self._check_grid()

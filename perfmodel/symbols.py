@@ -76,6 +76,8 @@ FLAGS: dict[str, sp.Symbol] = {
         ("zero3", "ZeRO stage 3"),
         ("gpipe", "GPipe schedule"),
         ("interleaved", "interleaved 1F1B schedule"),
+        ("zero_bubble", "a zero-bubble schedule (zb or zbv)"),
+        ("zbv", "the V-shape zero-bubble schedule"),
         ("flash", "fused (flash) attention"),
         ("overlap_grad_sync", "the gradient sync overlaps backward"),
         ("gated", "gated (SwiGLU) MLP"),

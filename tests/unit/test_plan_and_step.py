@@ -11,10 +11,11 @@ H100 = "dgx-h100"
     (dict(gpus=8, tp=4), "dp x tp x pp must equal gpus"),
     (dict(gpus=8, dp=8, micro_batch=2, global_batch=12), "global_batch must be divisible by dp x micro_batch"),
     (dict(gpus=8, pp=8, global_batch=8, schedule="interleaved"), "virtual_stages >= 2"),
-    (dict(gpus=8, pp=8, global_batch=8, virtual_stages=2), "needs schedule interleaved"),
+    (dict(gpus=8, pp=8, global_batch=8, virtual_stages=2), "needs schedule interleaved, zb or zbv"),
     (dict(gpus=8, dp=8, global_batch=8, sequence_parallel=True), "sequence_parallel needs tp > 1"),
     (dict(gpus=8, dp=8, global_batch=8, zero=4), "zero must be between 0 and 3"),
-    (dict(gpus=8, dp=8, global_batch=8, schedule="zb"), "schedule must be one of"),
+    (dict(gpus=8, dp=8, global_batch=8, schedule="zb-h2"), "schedule must be one of"),
+    (dict(gpus=8, pp=8, global_batch=8, schedule="zbv"), "virtual_stages = 2"),
     (dict(gpus=0), "gpus must be between 1"),
     (dict(gpus=8, dp=8, global_batch=8, recompute="ful"), "did you mean 'full'"),
 ])
@@ -120,3 +121,25 @@ def test_ledger_lists_no_tensor_parallel_collective_when_tp_is_1():
     calls = {r["name"]: r["calls"] for r in ledger if r["op"] == "all_reduce" and r["axis"] == "tp"}
     assert calls == {"tp/embedding/all_reduce": 2, "tp/cross_entropy/all_reduce": 3 * 2,
                      "tp/norm_grads/all_reduce": 1}
+
+
+def test_zero_bubble_schedules_shrink_the_bubble_as_the_paper_says():
+    # Qi et al. 2024: with F = B = W, ZB-H1 leaves a third of 1F1B's bubble; here the bubble is
+    # (pp - 1)(t_mb - 2 W) for zb and (pp - 1)(t_mb - 3 W)/2 for zbv, W the weight-gradient half of
+    # the backward GEMMs
+    model = load_model("gpt3-175b")
+    kw = dict(gpus=64, tp=8, pp=8, global_batch=64, recompute="selective", sequence_parallel=True)
+    base = predict(model, "dgx-a100-80gb", Plan(**kw))
+    zb = predict(model, "dgx-a100-80gb", Plan(**kw, schedule="zb"))
+    zbv = predict(model, "dgx-a100-80gb", Plan(**kw, schedule="zbv", virtual_stages=2))
+    assert zbv.breakdown_s["pipeline/bubble"] < zb.breakdown_s["pipeline/bubble"] < \
+        base.breakdown_s["pipeline/bubble"]
+    # W comes from the stage with less of it (the first: the output layer's weight gradients sit on
+    # the last); the layers' half of the backward GEMMs is the same on both
+    w = zb.breakdown_s["compute/backward/gemm"] / 2
+    m = 64
+    t_mb = (zb.step_time_s - zb.breakdown_s["pipeline/bubble"] - zb.breakdown_s["comm/dp"]
+            - zb.breakdown_s["comm/tp_grads"] - zb.breakdown_s["optimizer/step"]) / m
+    assert zb.breakdown_s["pipeline/bubble"] == pytest.approx(7 * (t_mb - 2 * w / m), rel=0.01)
+    # same activations in flight as 1F1B
+    assert zb.memory_per_gpu_bytes == pytest.approx(base.memory_per_gpu_bytes)
