@@ -267,7 +267,10 @@ def build(fam: Family) -> Model:
     p2p_mb = 2 * v * group_time("send_recv", p2p_bytes, "pp", fam)
     # messages a rank sends or receives: 4 per chunk and micro-batch (activation in and out,
     # gradient in and out), less the 2 the very first and very last chunk of the model skip
-    for stage, per_chunk in (("first", 4 * v - 2), ("last", 4 * v - 2), ("middle", 4 * v)):
+    # (V shape: rank 0 holds the model's first and last chunks, 2 messages each; the last rank
+    # holds two middle chunks)
+    for stage, per_chunk in (("first", 4 * v - 2 - zbv * (4 * v - 6)), ("last", 4 * v - 2 + 2 * zbv),
+                             ("middle", 4 * v)):
         ledger.append(CommOp("pp/send_recv", "pp", "send_recv", "fwd+bwd", per_chunk * m * multi,
                              p2p_bytes, stage))
 

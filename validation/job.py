@@ -175,7 +175,10 @@ class Chunk(nn.Module):
 
 
 def chunk_ids(plan: dict[str, Any], pp_rank: int) -> list[int]:
-    """Chunks held by pipeline rank pp_rank: pp_rank, pp_rank + pp, ... (Megatron interleaving)."""
+    """Chunks held by pipeline rank pp_rank: pp_rank, pp_rank + pp, ... (Megatron interleaving);
+    for the V-shape zero-bubble schedule, pp_rank and 2 pp - 1 - pp_rank."""
+    if plan.get("schedule") == "zbv":
+        return [pp_rank, 2 * plan["pp"] - 1 - pp_rank]
     return [pp_rank + k * plan["pp"] for k in range(plan.get("virtual_stages", 1))]
 
 
@@ -474,6 +477,8 @@ class Trainer:
             Schedule1F1B,
             ScheduleGPipe,
             ScheduleInterleaved1F1B,
+            ScheduleInterleavedZeroBubble,
+            ScheduleZBVZeroBubble,
         )
 
         n_chunks = self.pp * self.plan.get("virtual_stages", 1)
@@ -483,12 +488,18 @@ class Trainer:
             stage = PipelineStage(mod, c, n_chunks, self.device, group=group)
             stage.forward_one_chunk = self._timed(stage.forward_one_chunk, "forward")
             stage.backward_one_chunk = self._timed(stage.backward_one_chunk, "backward")
+            # zero-bubble schedules run the weight gradients as a separate pass
+            stage.backward_weight_one_chunk = self._timed(stage.backward_weight_one_chunk, "backward")
             stages.append(stage)
         self.stages = stages
         timed_loss = self._timed(loss_fn, "forward")
         kind = self.plan.get("schedule", "1f1b")
         if kind == "interleaved":
             return ScheduleInterleaved1F1B(stages, self.n_mb, loss_fn=timed_loss)
+        if kind == "zb":
+            return ScheduleInterleavedZeroBubble(stages, self.n_mb, loss_fn=timed_loss)
+        if kind == "zbv":
+            return ScheduleZBVZeroBubble(stages, self.n_mb, loss_fn=timed_loss)
         cls = ScheduleGPipe if kind == "gpipe" else Schedule1F1B
         return cls(stages[0], self.n_mb, loss_fn=timed_loss)
 
@@ -545,9 +556,11 @@ class Trainer:
     def _pipeline(self) -> None:
         kwargs: dict[str, Any] = {}
         args: tuple = ()
-        if self.pp_rank == 0:
+        held = chunk_ids(self.plan, self.pp_rank)
+        last = self.pp * self.plan.get("virtual_stages", 1) - 1
+        if 0 in held:  # the first chunk takes the tokens (rank 0)
             args = (self.tokens,)
-        if self.pp_rank == self.pp - 1:
+        if last in held:  # the last chunk the targets (the last rank; rank 0 in the V shape)
             kwargs = {"target": self.targets, "losses": []}
         self._set_phase("pipe")  # p2p between chunks; stage compute sets fwd / bwd itself
         start = self.clock.now()
