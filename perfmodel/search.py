@@ -234,6 +234,54 @@ def _plans_of(model: TransformerSpec, req: SearchRequest, gpus: int, dp: int, tp
     }]
 
 
+_TOPOLOGY_KEYS = ("tp", "dp", "pp", "tp_layout", "tp_depth", "placement")
+
+
+def _topology(c: dict[str, np.ndarray], gpn: int) -> dict[str, np.ndarray]:
+    """Grid sub-axes, ranks per node and link scope of every axis (rows of _TOPOLOGY_KEYS)."""
+    vals: dict[str, np.ndarray] = {}
+    layout = c["tp_layout"]
+    tp = c["tp"]
+    depth = c["tp_depth"]
+    q_cube = np.rint(np.cbrt(tp)).astype(np.int64)
+    q_square = np.rint(np.sqrt(tp // depth)).astype(np.int64)
+    qa = np.where(layout == 0, 1, np.where(layout == 3, q_cube, q_square))
+    qc = np.where(layout == 0, 1, np.where(layout == 3, q_cube, depth))
+    vals.update({"tpa": qa, "tpb": qa, "tpc": qc,
+                 "is_tp2d": ((layout == 1) | (layout == 2)).astype(float),
+                 "is_tp3d": (layout == 3).astype(float)})
+    degree = {"tp": tp, "dp": c["dp"], "pp": c["pp"], "tpa": qa, "tpb": qa, "tpc": qc}
+    k_out = {a: np.ones(len(c["tp"]), dtype=np.int64) for a in degree}
+
+    def per_node(n: np.ndarray, stride: np.ndarray) -> np.ndarray:
+        k = np.where(stride >= gpn, 1, np.clip(gpn // np.maximum(stride, 1), 1, None))
+        return np.minimum(k, n)
+
+    for code, order in enumerate(PLACEMENTS):
+        rows = c["placement"] == code
+        stride = np.ones(len(c["tp"]), dtype=np.int64)
+        for axis in order.split(","):
+            n = degree[axis]
+            k_out[axis] = np.where(rows, per_node(n, stride), k_out[axis])
+            if axis == "tp":
+                sub = stride.copy()
+                for name in ("tpa", "tpb", "tpc"):
+                    k_out[name] = np.where(rows, per_node(degree[name], sub), k_out[name])
+                    sub = sub * degree[name]
+            stride = stride * n
+    for axis in ("tpa", "tpb", "tpc"):
+        vals[f"{axis}_per_node"] = k_out[axis]
+    for axis, n in degree.items():
+        k = k_out[axis]
+        vals[f"{axis}_per_node"] = k
+        intra = k >= n
+        inter = (k == 1) & ~intra
+        vals[f"is_{axis}_intra"] = intra.astype(float)
+        vals[f"is_{axis}_inter"] = inter.astype(float)
+        vals[f"is_{axis}_mixed"] = (~intra & ~inter).astype(float)
+    return vals
+
+
 def values_of_plans(model: TransformerSpec, hardware: HardwareSpec, plans: Plans, dtype: str,
                     flash: bool, overlap: bool) -> dict[str, Any]:
     """The symbols' values for every plan: arrays for what varies, numbers for what does not."""
@@ -262,46 +310,20 @@ def values_of_plans(model: TransformerSpec, hardware: HardwareSpec, plans: Plans
         "is_zero_bubble": (c["schedule"] >= 3).astype(float),
         "is_zbv": (c["schedule"] == 4).astype(float),
     })
-    gpn = hardware.gpus_per_node
-    layout = c["tp_layout"]
-    tp = c["tp"]
-    depth = c["tp_depth"]
-    q_cube = np.rint(np.cbrt(tp)).astype(np.int64)
-    q_square = np.rint(np.sqrt(tp // depth)).astype(np.int64)
-    qa = np.where(layout == 0, 1, np.where(layout == 3, q_cube, q_square))
-    qc = np.where(layout == 0, 1, np.where(layout == 3, q_cube, depth))
-    vals.update({"tpa": qa, "tpb": qa, "tpc": qc,
-                 "is_tp2d": ((layout == 1) | (layout == 2)).astype(float),
-                 "is_tp3d": (layout == 3).astype(float)})
-    degree = {"tp": tp, "dp": c["dp"], "pp": c["pp"], "tpa": qa, "tpb": qa, "tpc": qc}
-    k_out = {a: np.ones(len(plans), dtype=np.int64) for a in degree}
-
-    def per_node(n: np.ndarray, stride: np.ndarray) -> np.ndarray:
-        k = np.where(stride >= gpn, 1, np.clip(gpn // np.maximum(stride, 1), 1, None))
-        return np.minimum(k, n)
-
-    for code, order in enumerate(PLACEMENTS):
-        rows = c["placement"] == code
-        stride = np.ones(len(plans), dtype=np.int64)
-        for axis in order.split(","):
-            n = degree[axis]
-            k_out[axis] = np.where(rows, per_node(n, stride), k_out[axis])
-            if axis == "tp":
-                sub = stride.copy()
-                for name in ("tpa", "tpb", "tpc"):
-                    k_out[name] = np.where(rows, per_node(degree[name], sub), k_out[name])
-                    sub = sub * degree[name]
-            stride = stride * n
-    for axis in ("tpa", "tpb", "tpc"):
-        vals[f"{axis}_per_node"] = k_out[axis]
-    for axis, n in degree.items():
-        k = k_out[axis]
-        vals[f"{axis}_per_node"] = k
-        intra = k >= n
-        inter = (k == 1) & ~intra
-        vals[f"is_{axis}_intra"] = intra.astype(float)
-        vals[f"is_{axis}_inter"] = inter.astype(float)
-        vals[f"is_{axis}_mixed"] = (~intra & ~inter).astype(float)
+    # the grid and link placement depend on a handful of columns with few distinct rows: work them
+    # out once per distinct row and gather
+    columns = [np.asarray(c[k], dtype=np.int64) for k in _TOPOLOGY_KEYS]
+    dims = tuple(int(col.max()) + 1 for col in columns)
+    if math.prod(dims) < 2**62:  # one integer per row: a 1-D unique is far faster than rows
+        codes = np.ravel_multi_index(columns, dims)
+        _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        unique = {k: col[first] for k, col in zip(_TOPOLOGY_KEYS, columns, strict=True)}
+    else:
+        rows, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+        unique = {k: rows[:, i] for i, k in enumerate(_TOPOLOGY_KEYS)}
+    inverse = inverse.reshape(-1)
+    topo = _topology(unique, hardware.gpus_per_node)
+    vals.update({k: v[inverse] for k, v in topo.items()})
     return vals
 
 
