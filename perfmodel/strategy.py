@@ -75,7 +75,7 @@ def _enum(cls: type[StrEnum], value: Any, field: str) -> Any:
     return cls(text)
 
 
-def _positive_int(value: Any, field: str, minimum: int = 1, maximum: int = 10**9) -> int:
+def _positive_int(value: Any, field: str, minimum: int = 1, maximum: int = 10**7) -> int:
     if isinstance(value, bool):
         raise PlanError(f"{field} must be a whole number, got {value}")
     try:

@@ -45,8 +45,9 @@ class TransformerSpec:
     def __post_init__(self) -> None:
         if self.kind != "transformer":
             raise SpecError(f"model kind must be 'transformer' or 'layers', got '{self.kind}'")
-        for key in ("layers", "hidden", "heads", "seq_len", "vocab"):
-            number(getattr(self, key), key, integer=True, maximum=1e9)
+        limits = {"layers": 1e5, "hidden": 1e6, "heads": 1e5, "seq_len": 1e8, "vocab": 1e8}
+        for key, limit in limits.items():
+            number(getattr(self, key), key, integer=True, maximum=limit)
         if self.ffn_hidden == 0:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
         if self.kv_heads == 0:
@@ -55,6 +56,11 @@ class TransformerSpec:
             object.__setattr__(self, "qkv_bias", self.bias)
         number(self.ffn_hidden, "ffn_hidden", integer=True, maximum=1e10)
         number(self.kv_heads, "kv_heads", integer=True, maximum=1e9)
+        approx = 12 * self.layers * self.hidden * max(self.hidden, self.ffn_hidden // 4) + \
+            2 * self.vocab * self.hidden
+        if approx > 1e16:
+            raise SpecError(f"the model would have about {approx:.1e} parameters; more than 1e16 is "
+                            f"refused as absurd (check layers, hidden, ffn_hidden, vocab)")
         if self.hidden % self.heads:
             raise SpecError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
         if self.heads % self.kv_heads:
@@ -179,7 +185,11 @@ def load_model(name_or_path: str | Path | TransformerSpec, **overrides: Any) -> 
                 raise SpecError(f"{where}: bad value in Hugging Face config: {exc}") from None
         else:
             if "base" in data:
-                base = load_model(str(data.pop("base")))
+                base_name = data.pop("base")
+                if not isinstance(base_name, str):
+                    raise SpecError(f"{where}: base must be a preset name or a path, got "
+                                    f"{type(base_name).__name__}")
+                base = load_model(base_name)
                 data = {**base.to_dict(), **data}
             data.setdefault("name", Path(path).stem if path.parent == MODELS_DIR else str(name_or_path))
             spec = model_from_dict(data, where)

@@ -39,11 +39,14 @@ def resolve(name_or_path: str | Path, directory: Path, what: str,
     preset = directory / f"{text}.yaml"
     if not looks_like_path(text) and preset.is_file():
         return preset
-    path = Path(text).expanduser()
-    if relative_to is not None and not path.is_absolute() and not path.exists():
-        path = relative_to / path
-    if path.exists():
-        return path
+    try:
+        path = Path(text).expanduser()
+        if relative_to is not None and not path.is_absolute() and not path.exists():
+            path = relative_to / path
+        if path.exists():
+            return path
+    except (OSError, ValueError) as exc:  # a name too long, or with a NUL byte, for the system
+        raise SpecError(f"{what}: '{text[:60]}' is not a preset or a readable path ({exc})") from None
     names = preset_names(directory)
     if directory == MODELS_DIR:
         from perfmodel.specs.cnn import BUILDERS

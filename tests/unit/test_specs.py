@@ -131,3 +131,25 @@ def test_unsupported_hf_family_is_refused(tmp_path):
     path.write_text(json.dumps({"model_type": "t5", "d_model": 512}))
     with pytest.raises(SpecError, match="not supported"):
         load_model(str(path))
+
+
+def test_fuzz_regression_base_that_is_not_a_string(tmp_path):
+    # benchmarks/fuzz_parsers.py found: a mapping as `base` became a file name too long for the OS
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"base": {"type": {"": False}}}))
+    with pytest.raises(SpecError, match="base must be a preset name or a path"):
+        load_model(str(path))
+    with pytest.raises(SpecError, match="not a preset or a readable path"):
+        load_model("x" * 5000 + ".yaml")
+
+
+def test_absurd_models_and_clusters_are_refused(tmp_path):
+    from perfmodel import Plan, PlanError
+
+    path = tmp_path / "huge.yaml"
+    path.write_text("kind: transformer\nlayers: 100000\nhidden: 1000000\nheads: 8\nseq_len: 8\n"
+                    "vocab: 8\n")
+    with pytest.raises(SpecError, match="refused as absurd"):
+        load_model(str(path))
+    with pytest.raises(PlanError, match="dp must be between 1 and 1e\\+07"):
+        Plan(gpus=10**9, dp=10**9, global_batch=10**9)
