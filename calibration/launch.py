@@ -386,6 +386,8 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
         fits[f"kernel_overhead/{variant}"] = summary
         if variant == "plain":
             hardware["kernel_overhead_s"] = model.kernel_overhead_s_
+        else:  # ops on DTensors, as tensor-parallel layers run them
+            hardware["kernel_overhead_tp_s"] = model.kernel_overhead_s_
     if "kernel_overhead/dtensor" in fits and "kernel_overhead/plain" in fits:
         ratio = (
             fits["kernel_overhead/dtensor"]["params"]["kernel_overhead_s"]
@@ -393,8 +395,8 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
         )
         fits["kernel_overhead/dtensor"]["ratio_to_plain"] = ratio
         notes.append(
-            f"ops on DTensors cost {ratio:.1f}x the plain per-op overhead; perfmodel has no "
-            "term for it (kernel_overhead_s is the plain value)"
+            f"ops on DTensors cost {ratio:.1f}x the plain per-op overhead "
+            "(kernel_overhead_tp_s; perfmodel.step does not use it yet)"
         )
     disp = rows_of("collective_dispatch", ("implementation", "nbytes", "time_s", "ranks"))
     if not disp.empty:
@@ -427,6 +429,7 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
             summary["memory_bandwidth_efficiency"] = eff
             summary["copy_bandwidth_bytes_per_s"] = bw
         fits["memory/adamw_foreach"] = summary
+        hardware["optimizer_overhead_s"] = model.alpha_s_  # perfmodel.step does not use it yet
 
 
 def _spread(disp: pd.DataFrame, medians: pd.Series) -> dict[str, float]:

@@ -111,6 +111,12 @@ class HardwareSpec:
     memory_bandwidth_efficiency: float = 0.85
     kernel_overhead_s: float = 4e-6
     collective_overhead_s: float = 0.0  # fixed cost per collective call beyond alpha (dispatch)
+    # Measured by `calibrate run` (framework stage); not yet used by perfmodel.step:
+    # the fixed cost per kernel of a tensor-parallel layer (torch: an op on DTensors), and the
+    # fixed cost of one optimizer step beyond its bytes over the memory bandwidth (torch: the
+    # foreach AdamW step's dispatch over its parameter tensors). 0 = not measured.
+    kernel_overhead_tp_s: float = 0.0
+    optimizer_overhead_s: float = 0.0
     memory_reserved_bytes: float = 0.0
     collective_algorithm: str = "auto"
     collectives: tuple[CollectiveFit, ...] = ()
@@ -132,6 +138,8 @@ class HardwareSpec:
         number(self.memory_bandwidth_efficiency, "memory_bandwidth_efficiency", maximum=1.0)
         number(self.kernel_overhead_s, "kernel_overhead_s", strict=False, maximum=1.0)
         number(self.collective_overhead_s, "collective_overhead_s", strict=False, maximum=1.0)
+        number(self.kernel_overhead_tp_s, "kernel_overhead_tp_s", strict=False, maximum=1.0)
+        number(self.optimizer_overhead_s, "optimizer_overhead_s", strict=False, maximum=10.0)
         number(self.memory_reserved_bytes, "memory_reserved_bytes", strict=False)
         if self.memory_reserved_bytes >= self.memory_bytes:
             raise SpecError("memory_reserved_bytes must be below memory_bytes")
@@ -217,7 +225,8 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
         fields.setdefault("name", where)
         fields.setdefault("gpu_name", fields["name"])
         for key in ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
-                    "kernel_overhead_s", "collective_overhead_s", "memory_reserved_bytes"):
+                    "kernel_overhead_s", "collective_overhead_s", "memory_reserved_bytes",
+                    "kernel_overhead_tp_s", "optimizer_overhead_s"):
             if key in fields:
                 fields[key] = number(fields[key], key, strict=key in ("memory_bytes",
                                      "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency"))

@@ -73,6 +73,7 @@ def test_profile_fields_from_framework_records():
     assert hardware["kernel_overhead_s"] == pytest.approx(20e-6, rel=1e-3)
     assert hardware["collective_overhead_s"] == pytest.approx(2e-4)
     assert hardware["memory_bandwidth_efficiency"] == pytest.approx(0.25, rel=1e-3)
+    assert hardware["optimizer_overhead_s"] == pytest.approx(0.0, abs=1e-6)
     assert set(fits) == {
         "kernel_overhead/plain",
         "collective_dispatch",
