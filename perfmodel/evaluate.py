@@ -125,6 +125,8 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
         * hardware.memory_bandwidth_efficiency,
         "kernel_overhead_s": hardware.kernel_overhead_s,
         "collective_overhead_s": hardware.collective_overhead_s,
+        "kernel_overhead_tp_s": hardware.kernel_overhead_tp_s,
+        "optimizer_overhead_s": hardware.optimizer_overhead_s,
         "gpus_per_node": hardware.gpus_per_node,
         "intra_latency_s": hardware.intra_node.latency_s,
         "intra_bandwidth": hardware.intra_node.effective_bandwidth_bytes_per_s,

@@ -285,7 +285,10 @@ def build(fam: Family) -> Model:
         terms["compute/recompute"] = layers_per_stage * recompute_layer
         terms["comm/tp"] = layers_per_stage * (tp_layer["fwd"] + tp_layer["bwd"] + recompute_tp) \
             + has_embed * embed_tp + has_head * head_tp
-        terms["overhead/kernels"] = S.t_k * (kernels * layers_per_stage + 12 * has_head + 3 * has_embed)
+        # a tensor-parallel layer's kernels cost kernel_overhead_tp_s each where it was measured
+        t_layer_kernel = S.t_k + active(tp) * sp.Max(0, S.t_ktp - S.t_k, evaluate=False)
+        terms["overhead/kernels"] = t_layer_kernel * kernels * layers_per_stage + S.t_k * (
+            12 * has_head + 3 * has_embed)
         terms["pipeline/p2p"] = p2p_mb
         stage_terms[st] = {k_: sp.sympify(t) for k_, t in terms.items()}
 
@@ -356,7 +359,7 @@ def build(fam: Family) -> Model:
 
     # --- optimizer: memory-bound passes over the local parameters (see costs.memory) -------------
     local_params = params_gpu / (1 + z1 * (dp - 1))
-    t_opt = K.memory_time(S.stepbytes * local_params, dev) + 8 * S.t_k
+    t_opt = K.memory_time(S.stepbytes * local_params, dev) + 8 * S.t_k + S.t_opt0
 
     # --- the fixed cost of every collective call (launch, and on CPUs the framework's dispatch) ------
     step_calls = sp.Integer(0)

@@ -50,6 +50,9 @@ k_c = _sym("tpc_per_node", "k_c", "ranks of one grid-axis-c group inside one nod
 F = _sym("peak_flops_per_s", "F_peak", "peak FLOP/s of one GPU in the plan's dtype")
 W = _sym("memory_bandwidth_bytes_per_s", "W_mem", "effective memory bandwidth [B/s]")
 t_k = _sym("kernel_overhead_s", "t_kernel", "launch + framework overhead per kernel [s]")
+t_ktp = _sym("kernel_overhead_tp_s", "t_kernel_tp",
+             "overhead per kernel of a tensor-parallel layer, when measured (0: as t_kernel) [s]")
+t_opt0 = _sym("optimizer_overhead_s", "t_opt0", "fixed cost of one optimizer step [s]")
 t_coll = _sym("collective_overhead_s", "t_coll", "fixed cost of one collective call (launch, dispatch) [s]")
 G = _sym("gpus_per_node", "G", "GPUs per node")
 alpha_i = _sym("intra_latency_s", "alpha_intra", "intra-node latency per step [s]")
