@@ -209,13 +209,23 @@ def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:
     return out
 
 
-def _source_hash() -> str:
+def _hash_sources() -> str:
     """A hash of every source file of the package: any change rebuilds the compiled formulas."""
     digest = hashlib.sha256()
     for path in sorted(_PACKAGE.rglob("*.py")):
         digest.update(path.relative_to(_PACKAGE).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+# Taken when the package is imported, so that a process names its cache files after the code it
+# runs, even if the files change while it runs (it would otherwise file old formulas under the
+# new code's name).
+_SOURCE_HASH = _hash_sources()
+
+
+def _source_hash() -> str:
+    return _SOURCE_HASH
 
 
 def cache_dir() -> Path | None:
