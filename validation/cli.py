@@ -150,6 +150,11 @@ def validate(ctx: click.Context, **kw: Any) -> None:
     """Run the plan as a real torch.distributed job and compare measured with predicted."""
     if ctx.invoked_subcommand is not None:
         return
+    from validation.layouts.cli_hook import run_from_cli, wants_layout
+
+    if wants_layout(kw):  # --tp-layout 2d/3d and --pr/--pc grids: validation.layouts runs them
+        run_from_cli(kw)
+        return
     from validation import run
 
     if kw.get("profile") is None and kw.get("hardware") is None and not kw["dry_run"]:
