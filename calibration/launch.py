@@ -396,7 +396,7 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
         fits["kernel_overhead/dtensor"]["ratio_to_plain"] = ratio
         notes.append(
             f"ops on DTensors cost {ratio:.1f}x the plain per-op overhead "
-            "(kernel_overhead_tp_s; perfmodel.step does not use it yet)"
+            "(kernel_overhead_tp_s, charged to the kernels of tensor-parallel layers)"
         )
     disp = rows_of("collective_dispatch", ("implementation", "nbytes", "time_s", "ranks"))
     if not disp.empty:
@@ -429,7 +429,7 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
             summary["memory_bandwidth_efficiency"] = eff
             summary["copy_bandwidth_bytes_per_s"] = bw
         fits["memory/adamw_foreach"] = summary
-        hardware["optimizer_overhead_s"] = model.alpha_s_  # perfmodel.step does not use it yet
+        hardware["optimizer_overhead_s"] = model.alpha_s_  # the step's fixed part
 
 
 def _spread(disp: pd.DataFrame, medians: pd.Series) -> dict[str, float]:

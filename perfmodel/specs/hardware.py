@@ -111,7 +111,7 @@ class HardwareSpec:
     memory_bandwidth_efficiency: float = 0.85
     kernel_overhead_s: float = 4e-6
     collective_overhead_s: float = 0.0  # fixed cost per collective call beyond alpha (dispatch)
-    # Measured by `calibrate run` (framework stage); not yet used by perfmodel.step:
+    # Measured by `calibrate run` (framework stage):
     # the fixed cost per kernel of a tensor-parallel layer (torch: an op on DTensors), and the
     # fixed cost of one optimizer step beyond its bytes over the memory bandwidth (torch: the
     # foreach AdamW step's dispatch over its parameter tensors). 0 = not measured.
