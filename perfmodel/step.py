@@ -223,10 +223,16 @@ def build(fam: Family) -> Model:
                                  mega * tp_on * repeat * count * calls_layers, act_bytes))
     tp_layer = {"fwd": mega * tp_layer_one_way, "bwd": mega * tp_layer_one_way}
     if fam.tp_layout != "1d":  # 2d / 2.5d / 3d grids: see perfmodel.costs.layouts
+        vectors = 1 + flag(fam.layernorm, "layernorm")  # weight and bias, or RMSNorm's weight
         grid_ops = [(grid2, op) for _, K_, M_ in linears for op in LY.summa_comm(T, K_, M_, e, qa, qc)]
-        grid_ops += [(grid3, op) for _, K_, M_ in linears for op in LY.cube_comm(T, K_, M_, e, qa)]
-        grid_ops += [(grid2, op) for op in LY.norm_comm(T, qa * qc)]
-        grid_ops += [(grid3, op) for op in LY.norm_comm(T, qa * qa)]
+        grid_ops += [(grid3, op) for name, K_, M_ in linears
+                     for op in LY.cube_comm(T, K_, M_, e, qa,
+                                            swapped=name in ("attention_output", "mlp_down"))]
+        grid_ops += [(grid2, op) for op in LY.norm_comm(T, qa * qc, "tpa")]
+        grid_ops += [(grid3, op) for op in LY.norm_comm(T, qa * qa, "tpb")]
+        grid_ops += [(grid2, op) for op in LY.norm_weight_grads(h, qa, S.wbytes, vectors, ("tpb",))]
+        grid_ops += [(grid3, op) for op in LY.norm_weight_grads(h, qa, S.wbytes, vectors,
+                                                                 ("tpa", "tpc"))]
         for weight, op in grid_ops:
             t = weight * op.count * group_time(op.op, op.nbytes, op.axis, fam)
             tp_layer[op.phase] = tp_layer[op.phase] + t

@@ -76,23 +76,37 @@ def summa_comm(N: sp.Expr, K: sp.Expr, M: sp.Expr, e: sp.Expr, q: sp.Expr,
     ]
 
 
-def cube_comm(N: sp.Expr, K: sp.Expr, M: sp.Expr, e: sp.Expr, q: sp.Expr) -> list[GridComm]:
-    """Activations (N K, N M) travel along the inner sub-axes a and b, weights (K M) along the outer
-    c: with the tensor-parallel group innermost, c is the axis most likely to cross nodes, and the
-    weights are the smallest of the three when tokens outnumber the hidden size."""
+def cube_comm(N: sp.Expr, K: sp.Expr, M: sp.Expr, e: sp.Expr, q: sp.Expr,
+              swapped: bool = False) -> list[GridComm]:
+    """Weights (K M) travel along c, the outermost sub-axis (the one most likely to cross nodes;
+    the smallest tensors when tokens outnumber the hidden size); activations along a and b. The
+    input axis is a and the output axis b for the QKV and MLP-up projections, and the other way
+    round (`swapped`) for the attention-output and MLP-down projections, so that each layer's
+    output lies where the next layer reads it (as Colossal-AI's 3D linear alternates)."""
     one = sp.Integer(1)
+    x_axis, y_axis = ("tpb", "tpa") if swapped else ("tpa", "tpb")
     return [
-        GridComm("tpa", "all_gather", "fwd", one, e * N * K / q**2),
+        GridComm(x_axis, "all_gather", "fwd", one, e * N * K / q**2),
         GridComm("tpc", "all_gather", "fwd", one, e * K * M / q**2),
-        GridComm("tpb", "reduce_scatter", "fwd", one, e * N * M / q**2),
-        GridComm("tpb", "all_gather", "bwd", one, e * N * M / q**2),
-        GridComm("tpa", "reduce_scatter", "bwd", one, e * N * K / q**2),
+        GridComm(y_axis, "reduce_scatter", "fwd", one, e * N * M / q**2),
+        GridComm(y_axis, "all_gather", "bwd", one, e * N * M / q**2),
+        GridComm(x_axis, "reduce_scatter", "bwd", one, e * N * K / q**2),
         GridComm("tpc", "reduce_scatter", "bwd", one, e * K * M / q**2),
     ]
 
 
-def norm_comm(N: sp.Expr, rows_split: sp.Expr) -> list[GridComm]:
-    """Two layer norms per layer, forward and backward: all-reduce 2 fp32 values per local token."""
+def norm_comm(N: sp.Expr, rows_split: sp.Expr, axis: str) -> list[GridComm]:
+    """Two layer norms per layer, forward and backward: all-reduce 2 fp32 values (mean and
+    variance) per local token along the axis that splits the hidden dimension of their input."""
     nbytes = 2 * 4 * N / rows_split
-    return [GridComm("tpa", "all_reduce", "fwd", sp.Integer(2), nbytes),
-            GridComm("tpa", "all_reduce", "bwd", sp.Integer(2), nbytes)]
+    return [GridComm(axis, "all_reduce", "fwd", sp.Integer(2), nbytes),
+            GridComm(axis, "all_reduce", "bwd", sp.Integer(2), nbytes)]
+
+
+def norm_weight_grads(h: sp.Expr, q: sp.Expr, wbytes: sp.Expr, vectors: sp.Expr,
+                      axes: tuple[str, ...]) -> list[GridComm]:
+    """The norms' weight (and bias) gradients, split along the hidden dimension but computed from
+    a slice of the tokens, are all-reduced over the axes that split the tokens: one call per norm
+    (2 per layer) and axis, of `vectors` x h/q values."""
+    return [GridComm(axis, "all_reduce", "bwd", sp.Integer(2), wbytes * vectors * h / q)
+            for axis in axes]

@@ -27,8 +27,10 @@ def test_summa_2d_counts_by_hand():
     assert {nb for nb, _ in entries(ledger, "tpb", "broadcast", "fwd")} == w_blocks
     assert {nb for nb, _ in entries(ledger, "tpa", "reduce", "bwd")} == x_blocks
     assert {nb for nb, _ in entries(ledger, "tpb", "reduce", "bwd")} == w_blocks
-    # layer norms: 2 forward and 2 backward all-reduces of 2 fp32 per local token (N / q rows)
+    # layer norms: 2 forward and 2 backward all-reduces of 2 fp32 per local token (N / q rows);
+    # their weight and bias gradients (2 x h/q) all-reduced along b, once per norm
     assert entries(ledger, "tpa", "all_reduce", "fwd") == [(8 * N / q, 2)]
+    assert entries(ledger, "tpb", "all_reduce", "bwd") == [(E * 2 * 64 / q, 2)]
     assert not [r for r in ledger if r["axis"] == "tpc"]  # 2d: no depth
 
 
@@ -36,13 +38,21 @@ def test_cube_3d_counts_by_hand():
     plan = Plan(gpus=8, tp=8, tp_layout="3d", micro_batch=4, global_batch=4, dtype="fp32")
     ledger = comm_ledger(TINY, plan)
     N, q = 64, 2
+    # inputs gathered along a and outputs scattered along b for QKV (h -> 3h) and MLP up
+    # (h -> 4h); the other way round for the attention output (h -> h) and MLP down (4h -> h)
     assert {nb for nb, _ in entries(ledger, "tpa", "all_gather", "fwd")} == {
+        E * N * 64 / q**2}
+    assert {nb for nb, _ in entries(ledger, "tpb", "all_gather", "fwd")} == {
         E * N * K / q**2 for K in (64, 256)}
     assert {nb for nb, _ in entries(ledger, "tpb", "reduce_scatter", "fwd")} == {
-        E * N * M / q**2 for M in (192, 64, 256)}
+        E * N * M / q**2 for M in (192, 256)}
+    assert {nb for nb, _ in entries(ledger, "tpa", "reduce_scatter", "fwd")} == {E * N * 64 / q**2}
+    # weights always along c
     assert {nb for nb, _ in entries(ledger, "tpc", "all_gather", "fwd")} == {
         E * K * M / q**2 for K, M in ((64, 192), (64, 64), (64, 256), (256, 64))}
     assert len(entries(ledger, "tpc", "reduce_scatter", "bwd")) == 4
+    # norms: statistics along b; weight and bias gradients all-reduced along a and c
+    assert entries(ledger, "tpb", "all_reduce", "fwd") == [(8 * N / q**2, 2)]
 
 
 def test_2_5d_with_depth_1_is_2d():
