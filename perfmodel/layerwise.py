@@ -182,30 +182,26 @@ def _compiled(model: LayerGraphSpec, fam: Any) -> tuple[Any, ...]:
     return names, fn, tuple(terms["time"]), tuple(terms["memory"])
 
 
-def _values(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan) -> dict[str, float]:
-    from perfmodel.evaluate import values_of
+def _as_transformer_plan(plan: GridPlan) -> tuple[Any, Any]:
+    """The link model's view of a grid: Pr on the "tp" axis, Pc on "dp" (a placeholder
+    transformer supplies the symbols the layer graph does not use)."""
+    from perfmodel.specs.model import TransformerSpec
     from perfmodel.strategy import Plan
 
+    dummy = TransformerSpec(name="-", layers=1, hidden=1, heads=1, seq_len=1, vocab=1)
     proxy = Plan(gpus=plan.gpus, tp=plan.pr, dp=plan.pc, global_batch=plan.global_batch,
                  micro_batch=plan.global_batch // plan.pc, dtype=plan.dtype)
-    from perfmodel.specs.model import TransformerSpec
-
-    dummy = TransformerSpec(name="-", layers=1, hidden=1, heads=1, seq_len=1, vocab=1)
-    return values_of(dummy, hardware, proxy)
+    return dummy, proxy
 
 
 def predict_grid(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan) -> GridPrediction:
     """Step time and memory of a layer graph on a Pr x Pc grid."""
-    from perfmodel.evaluate import family_of
-    from perfmodel.specs.model import TransformerSpec
-    from perfmodel.strategy import Plan
+    from perfmodel.evaluate import family_of, values_of
 
-    dummy = TransformerSpec(name="-", layers=1, hidden=1, heads=1, seq_len=1, vocab=1)
-    proxy = Plan(gpus=plan.gpus, tp=plan.pr, dp=plan.pc, global_batch=plan.global_batch,
-                 micro_batch=plan.global_batch // plan.pc, dtype=plan.dtype)
+    dummy, proxy = _as_transformer_plan(plan)
     fam = dataclasses.replace(family_of(dummy, hardware, proxy), tp_layout="1d")  # scopes open
     names, fn, time_names, mem_names = _compiled(model, fam)
-    values = _values(model, hardware, plan)
+    values = values_of(dummy, hardware, proxy)
     values["is_sync_bn"] = float(plan.norm is Norm.SYNC)
     values["is_split_collectives"] = float(plan.variant is Variant.SPLIT)
     out = [float(x) for x in fn(*[values[n] for n in names])]

@@ -368,7 +368,6 @@ def build(fam: Family) -> Model:
     t_opt = K.memory_time(S.stepbytes * local_params, dev) + 8 * S.t_k + S.t_opt0
 
     # --- the fixed cost of every collective call (launch, and on CPUs the framework's dispatch) ------
-    step_calls = sp.Integer(0)
     for st in stage_terms:
         per_mb = sum((op.calls for op in ledger if op.phase != "step" and op.stage in ("every", st)),
                      sp.Integer(0)) / m
