@@ -266,18 +266,19 @@ def import_gemm_cmd(
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Draw measured against fitted curves (log-log) per collective to this PNG.",
+    help="Draw measured against fitted (log-log), one panel per fit, to this PNG (or .svg, .pdf).",
 )
 @_errors
 def report_cmd(profile: Path, plot: Path | None) -> None:
     """Print a profile's fits, residuals and size ranges; optionally plot them."""
-    from calibration.report import plot_profile, print_report
+    from calibration.report import print_report
+    from perfmodel.plot import calibration_plot
     from perfmodel.specs.profile import load_profile
 
     loaded = load_profile(profile)
     print_report(loaded, Console())
     if plot is not None:
-        click.echo(f"wrote {plot_profile(loaded, plot)}")
+        click.echo(f"wrote {calibration_plot(loaded, plot)}")
 
 
 def main() -> None:  # python -m calibration.cli

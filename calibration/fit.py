@@ -298,6 +298,13 @@ class GemmModel:
             "kind": "gemm",
             "params": dict(self.params_, half_dim=0.0),
             "peak_flops_per_s": self.peak_flops_per_s,
+            "bytes_per_element": self.bytes_per_element,
+            # the memory roofline of the fit (absent when the fit ignored it: an infinite bandwidth)
+            **(
+                {"memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s}
+                if math.isfinite(self.memory_bandwidth_bytes_per_s)
+                else {}
+            ),
             **self.residuals_,
             "size_range": list(self.size_range_),
             "size_unit": "flops",

@@ -222,6 +222,10 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         from perfmodel.layerwise import predict_grid
 
         result = predict_grid(*graph)
+        if plot_path:
+            from perfmodel.plot import prediction_plot
+
+            prediction_plot(result, Path(plot_path))
         if as_json:
             click.echo(json.dumps(result.to_dict(), indent=2))
         else:

@@ -242,30 +242,11 @@ def render(report: dict[str, Any], console: Any = None) -> None:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    """A bar chart of predicted and measured time per term, written atomically as PNG."""
-    import matplotlib
+    """A bar chart of predicted and measured time per term (perfmodel.plot.validation_axes),
+    written atomically."""
+    from perfmodel.plot import validation_plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [r["name"] for r in report["terms"]] + ["step"]
-    pred = [(r["predicted_s"] or 0.0) * 1e3 for r in report["terms"]]
-    meas = [(r["measured_s"] or 0.0) * 1e3 for r in report["terms"]]
-    pred.append((report["predicted_step_time_s"] or 0.0) * 1e3)
-    meas.append((report["measured_step_time_s"] or 0.0) * 1e3)
-    fig, ax = plt.subplots(figsize=(8, 4))
-    xs = range(len(names))
-    ax.bar([x - 0.2 for x in xs], pred, width=0.4, label="predicted")
-    ax.bar([x + 0.2 for x in xs], meas, width=0.4, label="measured")
-    ax.set_xticks(list(xs), names, rotation=30)
-    ax.set_ylabel("time per step [ms]")
-    ax.set_title(f"{report.get('model')} {report.get('plan_label', '')}")
-    ax.legend()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    validation_plot(report, path)
 
 
 HISTORY_FIELDS = [
