@@ -1,0 +1,105 @@
+"""Thresholds the cost formulas imply, in closed form (sympy) or as numbers.
+
+- the roofline's ridge point: the arithmetic intensity (and the square GEMM) at which a GEMM stops
+  being memory-bound;
+- a collective's latency-bandwidth crossover: the size at which the alpha and the beta terms of
+  perfmodel.costs.collectives.collective_time are equal;
+- the size at which one collective algorithm overtakes another;
+- the pipeline bubble's share of a step, (pp - 1)/v of m + (pp - 1)/v micro-batch times
+  (perfmodel.step).
+
+Every function takes numbers or sympy expressions; with numbers it returns a sympy number
+(float() it), with symbols the closed form.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from perfmodel.costs.collectives import ALGORITHMS, Algorithm, Op, steps, volume_factor
+from perfmodel.errors import PlanError
+
+
+def gemm_intensity(m: sp.Expr, n: sp.Expr, k: sp.Expr, bytes_per_element: sp.Expr) -> sp.Expr:
+    """FLOPs per byte of one (m x k) @ (k x n) GEMM reading A and B and writing C once [FLOP/B].
+
+    I = 2 m n k / (e (m k + k n + m n)); a square GEMM (m = n = k = d): I = 2 d / (3 e).
+    """
+    m, n, k, e = map(sp.sympify, (m, n, k, bytes_per_element))
+    return 2 * m * n * k / (e * (m * k + k * n + m * n))
+
+
+def ridge_intensity(peak_flops_per_s: sp.Expr, bandwidth_bytes_per_s: sp.Expr) -> sp.Expr:
+    """The roofline's ridge point [FLOP/B]: below it a kernel is memory-bound, above it
+    compute-bound. I* = peak / bandwidth (Williams, Waterman, Patterson, CACM 2009)."""
+    return sp.sympify(peak_flops_per_s) / sp.sympify(bandwidth_bytes_per_s)
+
+
+def ridge_square_dim(peak_flops_per_s: sp.Expr, bandwidth_bytes_per_s: sp.Expr,
+                     bytes_per_element: sp.Expr) -> sp.Expr:
+    """The side d* of the square GEMM that sits on the ridge: 2 d / (3 e) = peak / bw, so
+    d* = 3 e peak / (2 bw) [elements]."""
+    d = sp.Symbol("d", positive=True)
+    (solution,) = sp.solve(sp.Eq(gemm_intensity(d, d, d, bytes_per_element),
+                                 ridge_intensity(peak_flops_per_s, bandwidth_bytes_per_s)), d)
+    return solution
+
+
+def _check(op: str, algorithm: str) -> tuple[Op, Algorithm]:
+    try:
+        o = Op(op)
+    except ValueError:
+        raise PlanError(f"unknown collective '{op}' (known: {', '.join(x.value for x in Op)})"
+                        ) from None
+    try:
+        a = Algorithm(algorithm)
+    except ValueError:
+        raise PlanError(f"unknown algorithm '{algorithm}' (known: "
+                        f"{', '.join(x.value for x in Algorithm)})") from None
+    if a not in ALGORITHMS[o]:
+        raise PlanError(f"{op} has no {algorithm} algorithm (it has: "
+                        f"{', '.join(x.value for x in ALGORITHMS[o])})")
+    return o, a
+
+
+def latency_bandwidth_bytes(op: str, ranks: sp.Expr, algorithm: str, alpha_s: sp.Expr,
+                            beta_bytes_per_s: sp.Expr) -> sp.Expr:
+    """The size [B] at which a collective's latency term equals its bandwidth term:
+    steps alpha = volume S / beta, so S = steps alpha beta / volume. Below it the collective is
+    latency-bound (time nearly flat in size), above it bandwidth-bound (time grows with size)."""
+    o, a = _check(op, algorithm)
+    n = sp.sympify(ranks)
+    return sp.simplify(steps(o, n, a) * sp.sympify(alpha_s) * sp.sympify(beta_bytes_per_s)
+                       / volume_factor(o, n, a))
+
+
+def algorithm_crossover_bytes(op: str, ranks: sp.Expr, first: str, second: str, alpha_s: sp.Expr,
+                              beta_bytes_per_s: sp.Expr) -> sp.Expr | None:
+    """The size [B] at which two algorithms of one collective cost the same on one link, or None
+    when their bandwidth terms are equal (one is then faster at every size).
+
+    steps_1 alpha + v_1 S / beta = steps_2 alpha + v_2 S / beta
+    => S = (steps_2 - steps_1) alpha beta / (v_1 - v_2)
+    e.g. all-reduce, ring against double binary tree on n ranks: S = n (n - 1 - log2 n) alpha beta.
+    """
+    o, a1 = _check(op, first)
+    _, a2 = _check(op, second)
+    n = sp.sympify(ranks)
+    dv = volume_factor(o, n, a1) - volume_factor(o, n, a2)
+    if sp.simplify(dv) == 0:
+        return None
+    ds = steps(o, n, a2) - steps(o, n, a1)
+    return sp.simplify(ds * sp.sympify(alpha_s) * sp.sympify(beta_bytes_per_s) / dv)
+
+
+def bubble_fraction(pp: sp.Expr, micro_batches: sp.Expr, virtual_stages: sp.Expr = 1) -> sp.Expr:
+    """The pipeline bubble's share of the pipelined part of a step [dimensionless].
+
+    T = (m + (pp - 1)/v) t_mb (perfmodel.step), so the bubble is ((pp - 1)/v) / (m + (pp - 1)/v)
+    (Narayanan et al. SC21, Sec. 2.2: (pp - 1)/(v m) of the ideal time)."""
+    pp, m, v = map(sp.sympify, (pp, micro_batches, virtual_stages))
+    for value, name in ((pp, "pp"), (m, "micro_batches"), (v, "virtual_stages")):
+        if value.is_number and not value >= 1:
+            raise PlanError(f"{name} must be >= 1, got {value}")
+    idle = (pp - 1) / v
+    return idle / (m + idle)
