@@ -178,19 +178,23 @@ class CollectiveModel:
         }
 
 
+# Fitted continuously (least squares); split_k_ratio is a threshold, chosen from _SPLIT_K_RATIOS.
 _GEMM_PARAMS = (
     "max_fraction",
     "m_half_dim",
     "n_half_dim",
     "k_half_dim",
-    "batch_half",
+    "parallel_half",
+    "split_k_chunk",
     "min_time_s",
 )
+# 0 = never split (the NVIDIA sweeps pick it or a small ratio); AMD's switch lies at 256-512.
+_SPLIT_K_RATIOS = (0.0, 64.0, 128.0, 256.0, 384.0, 512.0, 768.0, 1024.0)
 
 
 @functools.lru_cache(maxsize=1)
 def _gemm_function() -> Callable:
-    names = ("m", "n", "k", "batch", "bpe", "peak", "bw", *_GEMM_PARAMS)
+    names = ("m", "n", "k", "batch", "bpe", "peak", "bw", *_GEMM_PARAMS, "split_k_ratio")
     syms = sp.symbols(names, positive=True)
     s = dict(zip(names, syms, strict=True))
     expr = gemm_time_s(
@@ -203,16 +207,19 @@ def _gemm_function() -> Callable:
         s["bw"],
         max_fraction=s["max_fraction"],
         half_dim=0,
-        **{p: s[p] for p in _GEMM_PARAMS[1:]},
+        **{p: s[p] for p in (*_GEMM_PARAMS[1:], "split_k_ratio")},
     )
-    return sp.lambdify(syms, expr, "numpy")
+    return sp.lambdify(syms, expr, "numpy", cse=True)
 
 
 class GemmModel:
     """Fit perfmodel.costs.gemm_efficiency.gemm_time_s to measured GEMM times.
 
     The peak and memory bandwidth are given (datasheet); max_fraction, the half sizes of m, n, k
-    and batch, and min_time_s are fitted. half_dim (harmonic mean term) is left at 0.
+    and of the parallel work, the split-K chunk and min_time_s are fitted by least squares in
+    relative error, for each split-K threshold in _SPLIT_K_RATIOS; the threshold with the smallest
+    loss wins (a threshold has no useful gradient). half_dim (harmonic mean term) and batch_half
+    are left at 0: batch enters through the parallel work.
     max_fraction may exceed 1 when the data beat the datasheet peak (suspect data, or a wrong
     peak); `efficiency()` refuses that, the caller decides.
     """
@@ -227,7 +234,7 @@ class GemmModel:
         self.memory_bandwidth_bytes_per_s = memory_bandwidth_bytes_per_s
         self.bytes_per_element = bytes_per_element
 
-    def _time(self, x: np.ndarray, b, m, n, k) -> np.ndarray:
+    def _time(self, x: np.ndarray, ratio: float, b, m, n, k) -> np.ndarray:
         mf, *logs = x
         halves = np.exp(logs)
         return _gemm_function()(
@@ -240,6 +247,7 @@ class GemmModel:
             self.memory_bandwidth_bytes_per_s,
             mf,
             *halves,
+            ratio,
         )
 
     def fit(self, records: pd.DataFrame) -> GemmModel:
@@ -251,35 +259,29 @@ class GemmModel:
             )
         b, m, n, k, t = (df[c].to_numpy(float) for c in ("b", "m", "n", "k", "time_s"))
         best_eff = float(np.max(2 * b * m * n * k / t)) / self.peak_flops_per_s
-        x0 = [
-            best_eff,
-            math.log(64),
-            math.log(64),
-            math.log(64),
-            math.log(0.1),
-            math.log(max(float(np.min(t)) / 4, 1e-9)),
-        ]
-        lo = [1e-4, math.log(1e-2), math.log(1e-2), math.log(1e-2), math.log(1e-4), math.log(1e-10)]
-        hi = [
-            max(1.0, 1.5 * best_eff),
-            math.log(1e6),
-            math.log(1e6),
-            math.log(1e6),
-            math.log(1e3),
-            math.log(10.0),
-        ]
+        log = math.log
+        #     max_fraction, m, n, k halves, parallel_half, split_k_chunk, min_time_s
+        x0 = [best_eff, log(64), log(64), log(64), log(1e5), log(512), log(max(t.min() / 4, 1e-9))]
+        lo = [1e-4, log(1e-2), log(1e-2), log(1e-2), log(1.0), log(16.0), log(1e-10)]
+        hi = [max(1.0, 1.5 * best_eff), log(1e6), log(1e6), log(1e6), log(1e9), log(1e5), log(10.0)]
         x0 = np.clip(x0, np.array(lo) + 1e-9, np.array(hi) - 1e-9)
-        res = least_squares(
-            lambda x: self._time(x, b, m, n, k) / t - 1.0,
-            x0,
-            bounds=(lo, hi),
-            loss="soft_l1",
-            f_scale=0.05,
-        )
+        best = None
+        for ratio in _SPLIT_K_RATIOS:
+            res = least_squares(
+                lambda x, r=ratio: self._time(x, r, b, m, n, k) / t - 1.0,
+                x0,
+                bounds=(lo, hi),
+                loss="soft_l1",
+                f_scale=0.05,
+            )
+            if best is None or res.cost < best[0].cost:
+                best = (res, ratio)
+        res, self.split_k_ratio_ = best
         self.x_ = res.x
         self.params_ = dict(
             zip(_GEMM_PARAMS, [float(res.x[0]), *map(float, np.exp(res.x[1:]))], strict=True)
         )
+        self.params_["split_k_ratio"] = float(self.split_k_ratio_)
         flops = 2 * b * m * n * k
         self.size_range_ = (float(flops.min()), float(flops.max()))
         self.n_points_ = len(t)
@@ -288,7 +290,7 @@ class GemmModel:
 
     def predict(self, records: pd.DataFrame) -> np.ndarray:
         b, m, n, k = (records[c].to_numpy(float) for c in ("b", "m", "n", "k"))
-        return self._time(self.x_, b, m, n, k)
+        return self._time(self.x_, self.split_k_ratio_, b, m, n, k)
 
     def efficiency(self) -> GemmEfficiency:
         return GemmEfficiency(half_dim=0.0, **self.params_)

@@ -69,7 +69,8 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     from perfmodel.family import Family
 
     fixed = dict(algorithm=hardware.collective_algorithm,
-                 fits=frozenset((fit.op, fit.scope, fit.algorithm) for fit in hardware.collectives))
+                 fits=frozenset((fit.op, fit.scope, fit.algorithm) for fit in hardware.collectives),
+                 gemm_split_k=any(g.splits_k for g in hardware.gemm_efficiency.values()))
     if not specialise:
         return Family(**fixed)
     placement = axis_per_node(plan, hardware.gpus_per_node)

@@ -34,6 +34,8 @@ class Family:
     # have calibrated fits, as (op, scope, algorithm)
     algorithm: str = "auto"
     fits: frozenset[tuple[str, str, str]] = frozenset()
+    # fixed too: whether the hardware's GEMM model has a split-K switch (AMD fits do)
+    gemm_split_k: bool = False
 
     def scope(self, axis: str) -> str | None:
         return dict(self.scopes)[axis]

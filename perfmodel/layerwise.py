@@ -120,7 +120,7 @@ def build_terms(model: LayerGraphSpec, fam: Any, norm: Norm | None = None,
     from perfmodel.costs.compute import Gemm, gemm_time, memory_time
     from perfmodel.step import device, group_time
 
-    dev = device()
+    dev = device(fam.gemm_split_k)
     pr, pc, e, B = S.tp, S.dp, S.e, S.B
     local = B / pc
     zero = sp.Integer(0)

@@ -150,15 +150,21 @@ def _open_scope_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Exp
     return options[0] if len(options) == 1 else sp.Min(*options, evaluate=False)
 
 
-def device() -> K.Device:
-    return K.Device(S.F, S.W, S.t_k, dict(S.GEMM))
+_SPLIT_K = ("split_k_ratio", "split_k_chunk")
+
+
+def device(split_k: bool = False) -> K.Device:
+    """The device's symbols. The split-K switch of the GEMM model (perfmodel.costs.gemm_efficiency)
+    enters the expressions only for hardware whose GEMM fit has one (Family.gemm_split_k)."""
+    gemm = {name: sym for name, sym in S.GEMM.items() if split_k or name not in _SPLIT_K}
+    return K.Device(S.F, S.W, S.t_k, gemm)
 
 
 def build(fam: Family) -> Model:
     """All terms of the step time and memory of one family, in the symbols of perfmodel.symbols."""
     L, h, a, kv, f, s, V = S.L, S.h, S.a, S.kv, S.f, S.s, S.V
     dp, tp, pp, b, B, v, e = S.dp, S.tp, S.pp, S.b, S.B, S.v, S.e
-    dev = device()
+    dev = device(fam.gemm_split_k)
     T = b * s
     m = B / (dp * b)
     layers_per_stage = L / pp

@@ -2,21 +2,32 @@
 
 T = min_time_s + max(F / (peak * eff), B / bw)                                     [s]
 eff = max_fraction * x / (x + half_dim)
-      / ((1 + m_half_dim/m) (1 + n_half_dim/n) (1 + k_half_dim/k) (1 + batch_half/batch))
+      / ((1 + m_half_dim/m) (1 + n_half_dim/n) (1 + k_half_dim/(k/s))
+         (1 + batch_half/batch) (1 + parallel_half/(batch m n s)))
 F = 2 batch m n k (FLOPs), B = batch * bytes_per_element * (m k + k n + m n) (A, B and C once),
-x = 3 / (1/m + 1/n + 1/k) (harmonic mean of the three dimensions).
+x = 3 / (1/m + 1/n + 1/k) (harmonic mean of the three dimensions),
+s = k / split_k_chunk when batch m n < split_k_ratio k and k > split_k_chunk (split-K), else 1.
 
 Each factor (1 + h/d) is the saturation of one source of parallelism or reuse: a dimension d much
 larger than its half-size h costs nothing, d = h costs a factor 2. m and n fill the SMs with output
-tiles, k amortises each tile's prologue and epilogue, batch adds tiles when m and n are small.
+tiles, k amortises each tile's prologue and epilogue, batch adds tiles when m and n are small, and
+batch m n s counts the independent pieces of work (output elements times K splits).
 min_time_s is the shortest kernel (launch inside the GPU, one tile's pipeline fill): small GEMMs run
 at ~1% of peak because of it. With the per-dimension half sizes and min_time_s at 0 (their
 defaults) this is the earlier harmonic-mean model, so presets that give only max_fraction and
 half_dim keep their meaning.
 
+Split-K: when the output is small next to the contraction (batch m n < split_k_ratio k) GEMM
+libraries cut k into chunks of split_k_chunk, run the chunks on separate compute units and add the
+partial outputs. Parallel work grows by s and each tile's pipeline gets s times shorter. The switch
+is a threshold, as in the libraries' heuristics, so efficiency is not monotone in the shape: on the
+AMD sweeps (hipBLASLt under XLA) it falls by up to 2x where batch m n reaches ~512 k (e.g. MI300
+f32, k = 4096: 38% of peak at m n = 2^20, 22% at 2^21). split_k_ratio = 0 (the default) never splits.
+
 Fitted (calibration.fit.GemmModel) on the XLA matmul performance tables (openxla/xla
 default_matmul_perf_table, 375 shapes per dtype): fitted on 80% of a sweep it predicts the held-out
-shapes of H100 and B200 with a median relative error of 3-9% per dtype (tests/unit).
+shapes with a median relative error of 2-9% per dtype on H100 and B200 and 3-10% on MI300 and
+MI350, except MI300 fp8 (tests/unit/test_calibration_gemm.py).
 """
 
 from __future__ import annotations
@@ -26,6 +37,25 @@ import sympy as sp
 
 def harmonic_dim(m: sp.Expr, n: sp.Expr, k: sp.Expr) -> sp.Expr:
     return 3 / (1 / m + 1 / n + 1 / k)
+
+
+def split_k_factor(
+    m: sp.Expr, n: sp.Expr, k: sp.Expr, batch: sp.Expr, ratio: sp.Expr, chunk: sp.Expr
+) -> sp.Expr:
+    """How many pieces split-K cuts the contraction into [dimensionless].
+
+    s = k / chunk if batch m n < ratio k and k > chunk, else 1. Each condition is the step
+    max(0, sign(x)) (0 at the switch, so batch m n = ratio k does not split), which lambdifies to
+    two numpy ufuncs (Heaviside would become a slow numpy.select).
+    """
+    if sp.sympify(ratio) == 0:
+        return sp.Integer(1)
+
+    def step(x: sp.Expr) -> sp.Expr:
+        return sp.Max(0, sp.sign(x))
+
+    split = step(ratio * k - batch * m * n) * step(k - chunk)
+    return 1 + split * (k / chunk - 1)
 
 
 def gemm_efficiency(
@@ -39,6 +69,9 @@ def gemm_efficiency(
     n_half_dim: sp.Expr = 0,
     k_half_dim: sp.Expr = 0,
     batch_half: sp.Expr = 0,
+    parallel_half: sp.Expr = 0,
+    split_k_ratio: sp.Expr = 0,
+    split_k_chunk: sp.Expr = 0,
 ) -> sp.Expr:
     """Fraction of peak FLOP/s a GEMM of shape (m x k) @ (k x n) reaches [dimensionless].
 
@@ -49,7 +82,10 @@ def gemm_efficiency(
     if sp.sympify(half_dim) != 0:
         x = harmonic_dim(m, n, k)
         eff *= x / (x + half_dim)
-    for dim, half in ((m, m_half_dim), (n, n_half_dim), (k, k_half_dim), (batch, batch_half)):
+    s = split_k_factor(m, n, k, batch, split_k_ratio, split_k_chunk)
+    work = batch * m * n * s
+    for dim, half in ((m, m_half_dim), (n, n_half_dim), (k / s, k_half_dim), (batch, batch_half),
+                      (work, parallel_half)):
         if sp.sympify(half) != 0:
             eff *= dim / (dim + half)
     return eff
@@ -70,6 +106,9 @@ def gemm_time_s(
     k_half_dim: sp.Expr = 0,
     batch_half: sp.Expr = 0,
     min_time_s: sp.Expr = 0,
+    parallel_half: sp.Expr = 0,
+    split_k_ratio: sp.Expr = 0,
+    split_k_chunk: sp.Expr = 0,
 ) -> sp.Expr:
     """Time of `batch` independent GEMMs of shape (m x k) @ (k x n) [s].
 
@@ -80,7 +119,8 @@ def gemm_time_s(
     flops = 2 * batch * m * n * k
     nbytes = batch * bytes_per_element * (m * k + k * n + m * n)
     eff = gemm_efficiency(
-        m, n, k, max_fraction, half_dim, batch, m_half_dim, n_half_dim, k_half_dim, batch_half
+        m, n, k, max_fraction, half_dim, batch, m_half_dim, n_half_dim, k_half_dim, batch_half,
+        parallel_half, split_k_ratio, split_k_chunk,
     )
     return min_time_s + sp.Max(
         flops / (peak_flops_per_s * eff), nbytes / memory_bandwidth_bytes_per_s

@@ -86,13 +86,26 @@ class GemmEfficiency:
     k_half_dim: float = 0.0  # contraction dimension, likewise
     batch_half: float = 0.0  # batch count, likewise
     min_time_s: float = 0.0  # shortest GEMM kernel [s], added to the roofline time
+    parallel_half: float = 0.0  # output elements (times K splits) at which efficiency halves
+    split_k_ratio: float = 0.0  # split-K when batch*m*n < split_k_ratio*k; 0: never
+    split_k_chunk: float = 0.0  # contraction length of one split-K piece
 
     def __post_init__(self) -> None:
         number(self.max_fraction, "gemm_efficiency.max_fraction", maximum=1.0)
         number(self.half_dim, "gemm_efficiency.half_dim", strict=False)
-        for name in ("m_half_dim", "n_half_dim", "k_half_dim", "batch_half"):
+        for name in ("m_half_dim", "n_half_dim", "k_half_dim", "batch_half", "parallel_half",
+                     "split_k_ratio", "split_k_chunk"):
             number(getattr(self, name), f"gemm_efficiency.{name}", strict=False)
         number(self.min_time_s, "gemm_efficiency.min_time_s", strict=False, maximum=1.0)
+        if self.split_k_ratio > 0 and self.split_k_chunk <= 0:
+            raise SpecError(
+                "gemm_efficiency.split_k_chunk must be > 0 when split_k_ratio is set "
+                f"(got {self.split_k_chunk})"
+            )
+
+    @property
+    def splits_k(self) -> bool:
+        return self.split_k_ratio > 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,19 +250,29 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
 
 
 def _gemm_from(value: Any, where: str) -> dict[str, GemmEfficiency]:
-    """gemm_efficiency: {max_fraction, half_dim} for all dtypes, or a mapping by dtype of those."""
+    """gemm_efficiency: {max_fraction, half_dim, ...} for all dtypes, or a mapping by dtype of
+    those, or both (the flat fields are then the default for the dtypes not listed, as when a
+    calibrated profile's per-dtype fits are laid over a preset's single model)."""
     if value is None:
         raise SpecError(f"{where}: missing required field 'gemm_efficiency'")
     if not isinstance(value, Mapping):
         raise SpecError(f"{where}: gemm_efficiency must be a mapping with {', '.join(_GEMM_FIELDS)}")
-    if set(value) <= set(_GEMM_FIELDS):
-        check_fields(value, _GEMM_FIELDS, f"{where}: gemm_efficiency")
-        return {"default": GemmEfficiency(**value)}
+    flat = {key: v for key, v in value.items() if key in _GEMM_FIELDS}
     out: dict[str, GemmEfficiency] = {}
+    if flat:
+        if "default" in value:
+            raise SpecError(
+                f"{where}: gemm_efficiency has both top-level fields ({', '.join(flat)}) and a "
+                "'default' entry; give one of them"
+            )
+        out["default"] = GemmEfficiency(**flat)
     for dtype, sub in value.items():
+        if dtype in flat:
+            continue
         if dtype not in (*DTYPES, "default"):
             raise SpecError(
-                f"{where}: gemm_efficiency: unknown field '{dtype}'{suggest(str(dtype), _GEMM_FIELDS)}; "
+                f"{where}: gemm_efficiency: unknown field '{dtype}'"
+                f"{suggest(str(dtype), [*_GEMM_FIELDS, *DTYPES])}; "
                 f"allowed: {', '.join(_GEMM_FIELDS)} or a dtype ({', '.join(DTYPES)}, default)"
             )
         if not isinstance(sub, Mapping):

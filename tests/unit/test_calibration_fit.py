@@ -7,7 +7,7 @@ import sympy as sp
 
 from calibration.fit import CollectiveModel, GemmModel, holdout_error
 from perfmodel.costs.collectives import bus_factor, steps
-from perfmodel.costs.gemm_efficiency import gemm_time_s
+from perfmodel.costs.gemm_efficiency import gemm_efficiency, gemm_time_s
 from perfmodel.specs.hardware import CollectiveFit
 from perfmodel.specs.profile import fit_values, fitted_collective_expr, fitted_collective_time
 
@@ -127,12 +127,14 @@ GEMM_TRUTH = {
     "m_half_dim": 40.0,
     "n_half_dim": 60.0,
     "k_half_dim": 150.0,
-    "batch_half": 0.05,
+    "parallel_half": 3e5,
     "min_time_s": 5e-6,
+    "split_k_ratio": 256.0,
+    "split_k_chunk": 600.0,
 }
 
 
-def gemm_sweep(noise=0.02, seed=1):
+def gemm_sweep(noise=0.02, seed=1, truth=GEMM_TRUTH):
     rng = np.random.default_rng(seed)
     dims = [256, 512, 1024, 2048, 4096]
     b, m, n, k = (
@@ -145,7 +147,7 @@ def gemm_sweep(noise=0.02, seed=1):
     s = sp.symbols("m n k b", positive=True)
     f = sp.lambdify(
         s,
-        gemm_time_s(s[0], s[1], s[2], s[3], 2, 989e12, 3.35e12, half_dim=0, **GEMM_TRUTH),
+        gemm_time_s(s[0], s[1], s[2], s[3], 2, 989e12, 3.35e12, half_dim=0, **truth),
         "numpy",
     )
     t = f(m, n, k, b) * (1 + noise * rng.standard_normal(len(m)))
@@ -153,10 +155,42 @@ def gemm_sweep(noise=0.02, seed=1):
 
 
 def test_gemm_fit_recovers_parameters():
-    model = GemmModel(989e12, 3.35e12, 2).fit(gemm_sweep())
-    for name in ("max_fraction", "min_time_s", "k_half_dim"):
+    sweep = gemm_sweep()
+    model = GemmModel(989e12, 3.35e12, 2).fit(sweep)
+    for name in ("max_fraction", "min_time_s", "k_half_dim", "split_k_chunk", "parallel_half"):
         assert model.params_[name] == pytest.approx(GEMM_TRUTH[name], rel=0.1), name
+    # the sweep's b*m*n/k are powers of 2: any threshold in (128, 256] splits the same shapes
+    ratio = sweep.b * sweep.m * sweep.n / sweep.k
+    fitted = ratio < model.params_["split_k_ratio"]
+    assert (fitted == (ratio < GEMM_TRUTH["split_k_ratio"])).all()
+    assert fitted.sum() > 20  # the sweep does exercise split-K
     assert model.residuals_["median_rel_error"] < 0.02
+
+
+def test_gemm_fit_without_split_k_when_the_data_has_none():
+    truth = {**GEMM_TRUTH, "split_k_ratio": 0.0}
+    model = GemmModel(989e12, 3.35e12, 2).fit(gemm_sweep(truth=truth))
+    assert model.residuals_["median_rel_error"] < 0.02
+    sweep = gemm_sweep(noise=0.0, truth=truth)
+    # whatever threshold it picked, its predictions are those of a model without split-K
+    assert np.allclose(model.predict(sweep), sweep.time_s, rtol=0.05)
+
+
+def test_split_k_halves_the_pipeline_and_multiplies_the_work():
+    """One shape by hand: b m n = 2^18 < 256 k = 2^20 splits k = 4096 into s = 8 chunks of 512."""
+    m = n = 512
+    k, chunk, ratio = 4096, 512, 256
+    s = k / chunk
+    eff = gemm_efficiency(m, n, k, 1, 0, 1, k_half_dim=512, parallel_half=2**20,
+                          split_k_ratio=ratio, split_k_chunk=chunk)
+    expected = (k / s) / (k / s + 512) * (m * n * s) / (m * n * s + 2**20)
+    assert float(eff) == pytest.approx(expected)  # 0.5 * 2/3
+    unsplit = gemm_efficiency(m, n, k, 1, 0, 1, k_half_dim=512, parallel_half=2**20)
+    assert float(unsplit) == pytest.approx(k / (k + 512) * m * n / (m * n + 2**20))
+    # at the threshold itself (b m n = ratio k) it does not split
+    at = gemm_efficiency(m, n, 1024, 1, 0, 1, k_half_dim=512, parallel_half=2**20,
+                         split_k_ratio=256, split_k_chunk=chunk)
+    assert float(at) == pytest.approx(1024 / (1024 + 512) * m * n / (m * n + 2**20))
 
 
 def test_gemm_holdout_on_synthetic_sweep_is_at_noise_level():

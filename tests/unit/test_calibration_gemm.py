@@ -4,6 +4,7 @@ Fitted on 4/5 of a sweep, it must predict the held-out fifth with a median relat
 most 10%, per GPU and dtype.
 """
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from calibration.cli import calibrate
 from calibration.fit import GemmModel, holdout_error
 from calibration.gemm_tables import bytes_per_element, device_info, peak_for, read_gemm_table
 from perfmodel.errors import DataError
+from perfmodel.specs.hardware import GemmEfficiency
 from perfmodel.specs.profile import apply_profile, load_profile
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gemm"
@@ -29,23 +31,24 @@ NVIDIA_DTYPES = [
     "f8e4m3fnxf8e5m2->bf16",
     "f8e5m2xf8e4m3fn->bf16",
 ]
-# AMD: the same-type dtypes. These sweeps are not smooth in shape (hipBLASLt kernel selection makes
-# dips along m*n = const that no few-parameter form follows); the model misses 10% on some.
+# AMD: the same-type dtypes. hipBLASLt's split-K switch makes efficiency fall by up to 2x along
+# batch*m*n = ~512 k; the model's split-K term follows it (perfmodel.costs.gemm_efficiency).
 AMD = {
-    "MI300": ["bf16xbf16->bf16", "bf16xbf16->f32", "f32xf32->f32", "f8e4m3fnuzxf8e4m3fnuz->bf16"],
+    "MI300": ["bf16xbf16->bf16", "bf16xbf16->f32", "f32xf32->f32"],
     "MI350": ["bf16xbf16->bf16", "f16xf16->f16", "f32xf32->f32", "f8e4m3fnxf8e4m3fn->f8e4m3fn"],
 }
 CASES = [(gpu, dt) for gpu in ("H100", "B200") for dt in NVIDIA_DTYPES]
+CASES += [(gpu, dt) for gpu, dts in AMD.items() for dt in dts]
+# MI300 fp8 (gfx942, fnuz) switches between a slow and a fast kernel on a rule that is not a
+# smooth function of the shape: shapes of equal FLOPs differ 2.4x, e.g. (m, n, k) = (2048, 4096,
+# 1024) at 31.8% of peak and (1024, 4096, 2048) at 13.4% (b = 1, tests/data/gemm). The model misses
+# the held-out shapes by a median of ~23%; README "Known limits".
 CASES += [
     pytest.param(
-        gpu,
-        dt,
-        marks=pytest.mark.xfail(
-            reason="AMD XLA sweeps: kernel-selection dips, 8-20% hold-out error", strict=False
-        ),
+        "MI300",
+        "f8e4m3fnuzxf8e4m3fnuz->bf16",
+        marks=pytest.mark.xfail(reason="MI300 fp8 kernel selection (see comment)", strict=True),
     )
-    for gpu, dts in AMD.items()
-    for dt in dts
 ]
 
 
@@ -122,3 +125,30 @@ def test_import_gemm_cli_writes_a_profile_predict_can_use(tmp_path):
     assert hw.gemm("bf16").min_time_s > 0 and hw.gemm("fp8").max_fraction == pytest.approx(0.709)
     fit = profile.fits["gemm/sm_90/bf16xbf16->bf16"]
     assert fit["holdout_median_rel_error"] <= 0.10
+
+
+def test_split_k_fit_reaches_the_step_model():
+    """A hardware whose GEMM fit splits K compiles the switch into the step model: a threshold
+    that splits every GEMM changes the compute terms, and the specialised (explain) family gives
+    the same step time as the universal one that predict and recommend evaluate."""
+    from perfmodel import Plan, load_hardware, load_model, predict
+    from perfmodel import symbols as S
+    from perfmodel.evaluate import family_of, values_of
+    from perfmodel.step import build
+
+    model, base = load_model("llama2-7b"), load_hardware("mi300x")
+    plain = GemmEfficiency(max_fraction=0.7, half_dim=0, k_half_dim=512, parallel_half=1e6)
+    split = dataclasses.replace(plain, split_k_ratio=1e12, split_k_chunk=64)
+    plan = Plan(gpus=8, tp=8, global_batch=8)
+    results = {}
+    for name, gemm in (("plain", plain), ("split", split)):
+        hw = base.replace(gemm_efficiency={"default": gemm})
+        assert family_of(model, hw, plan).gemm_split_k == (name == "split")
+        results[name] = pred = predict(model, hw, plan)
+        fixed = build(family_of(model, hw, plan, specialise=True)).step_time
+        values = values_of(model, hw, plan)
+        numbers = {sym: values[name] for name, (sym, _) in S.table().items() if name in values}
+        assert float(fixed.xreplace(numbers)) == pytest.approx(pred.step_time_s, rel=1e-9)
+    gemm = "compute/forward/gemm"
+    # chunks of 64 instead of k: each tile's pipeline is mostly fill (k_half_dim 512)
+    assert results["split"].breakdown_s[gemm] > 2 * results["plain"].breakdown_s[gemm]

@@ -153,3 +153,26 @@ def test_absurd_models_and_clusters_are_refused(tmp_path):
         load_model(str(path))
     with pytest.raises(PlanError, match="dp must be between 1 and 1e\\+07"):
         Plan(gpus=10**9, dp=10**9, global_batch=10**9)
+
+
+def test_per_dtype_gemm_fits_over_a_flat_preset(tmp_path):
+    """A calibrated profile's per-dtype GEMM fits laid over a preset whose one model is flat:
+    the flat fields become the default for the dtypes the profile does not list."""
+    path = tmp_path / "hw.yaml"
+    path.write_text(
+        "base: mi300x\n"
+        "gemm_efficiency:\n"
+        "  bf16: {max_fraction: 0.5, half_dim: 0, split_k_ratio: 384, split_k_chunk: 320}\n"
+    )
+    hw = load_hardware(path)
+    flat = load_hardware("mi300x").gemm("fp8")
+    assert hw.gemm("bf16").split_k_ratio == 384 and hw.gemm("bf16").max_fraction == 0.5
+    assert hw.gemm("fp8") == flat  # from the preset's flat fields
+
+
+def test_split_k_needs_a_chunk(tmp_path):
+    path = tmp_path / "hw.yaml"
+    path.write_text("base: mi300x\ngemm_efficiency: {max_fraction: 0.5, half_dim: 0, "
+                    "split_k_ratio: 384}\n")
+    with pytest.raises(SpecError, match="split_k_chunk must be > 0"):
+        load_hardware(path)
