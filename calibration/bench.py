@@ -445,6 +445,21 @@ def count_measurements(sweep: Sweep, world: int, local_world: int, device: str) 
     return total
 
 
+def _watch_parent() -> None:
+    """Exit when the `calibrate run` that spawned this rank is gone (e.g. killed with SIGKILL):
+    a rank must never outlive it."""
+    import threading
+
+    parent = os.getppid()
+
+    def poll() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=poll, name="watch-parent", daemon=True).start()
+
+
 def run_worker(
     rank: int,
     world: int,
@@ -467,6 +482,7 @@ def run_worker(
 
     if init is not None:  # spawned by `calibrate run`: the parent handles Ctrl-C
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _watch_parent()
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)

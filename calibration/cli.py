@@ -29,14 +29,25 @@ def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except PerfmodelError as exc:
+            if _debug():
+                raise
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
         except OSError as exc:  # e.g. the output directory is not writable
+            if _debug():
+                raise
             where = f" {exc.filename}" if exc.filename else ""
             click.echo(f"error: cannot write or read{where}: {exc.strerror or exc}", err=True)
             sys.exit(PerfmodelError.exit_code)
 
     return wrapper
+
+
+def _debug() -> bool:
+    """`perfmodel --debug calibrate ...`: let the error through, for its traceback."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    return bool(isinstance(obj, dict) and obj.get("debug"))
 
 
 @click.group(name="calibrate")
@@ -135,14 +146,24 @@ def run_cmd(
     default=None,
     help="The collective, for logs that do not name it.",
 )
+@click.option(
+    "--allow-truncated",
+    is_flag=True,
+    help="Keep the rows of a log cut short (no '# Avg bus bandwidth' line) instead of refusing it.",
+)
 @_errors
 def import_nccl_tests_cmd(
-    logs: tuple[Path, ...], out: Path, base: str | None, algorithm: str | None, op: str | None
+    logs: tuple[Path, ...],
+    out: Path,
+    base: str | None,
+    algorithm: str | None,
+    op: str | None,
+    allow_truncated: bool,
 ) -> None:
     """Fit alpha-beta models to nccl-tests logs (all_reduce_perf, all_gather_perf, ...)."""
     from calibration.importers import import_nccl_tests, save
 
-    result = import_nccl_tests(logs, algorithm=algorithm, op=op)
+    result = import_nccl_tests(logs, algorithm=algorithm, op=op, allow_truncated=allow_truncated)
     if base:
         from perfmodel.specs.hardware import load_hardware
 

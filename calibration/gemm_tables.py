@@ -103,6 +103,10 @@ def read_gemm_table(path: str | Path) -> pd.DataFrame:
         df = pd.read_csv(path, comment=None, skipinitialspace=True)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, not a GEMM table") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: empty file, not a GEMM table") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
@@ -165,7 +169,7 @@ def read_gemm_table(path: str | Path) -> pd.DataFrame:
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise DataError(
                 f"{path}:{i + 2}: column '{col}' must be a positive number, got "
-                f"{out[col].iloc[i]!r}"
+                f"'{out[col].iloc[i]}'"
             )
         out[col] = values.astype(float)
     out["device"] = out["device"].astype(str).map(lambda d: _ALIASES.get(d, d))

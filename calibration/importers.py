@@ -45,12 +45,27 @@ def _algorithm(run: NcclTestsRun, override: str | None) -> str:
 
 
 def import_nccl_tests(
-    paths: Sequence[str | Path], *, algorithm: str | None = None, op: str | None = None
+    paths: Sequence[str | Path],
+    *,
+    algorithm: str | None = None,
+    op: str | None = None,
+    allow_truncated: bool = True,
 ) -> ImportResult:
-    """Parse every log, fit one model per (op, scope, algorithm) over all logs that share it."""
+    """Parse every log, fit one model per (op, scope, algorithm) over all logs that share it.
+
+    allow_truncated=False refuses a log whose test stops before its summary line (a run cut
+    short: its largest sizes are missing, so the bandwidth fit would rest on the small ones).
+    """
     if not paths:
         raise DataError("no nccl-tests log given")
     runs = [run for p in paths for run in parse_nccl_tests(p, op=op)]
+    cut = next((r for r in runs if not r.complete), None)
+    if cut is not None and not allow_truncated:
+        raise DataError(
+            f"{cut.path}:{cut.line}: the {cut.op.value} test ends after {len(cut.records)} sizes, "
+            "before its '# Avg bus bandwidth' line: a truncated log (--allow-truncated keeps "
+            "its rows)"
+        )
     notes = [f"{r.path.name}: {n}" for r in runs for n in r.notes]
     groups: dict[tuple[str, str, str], list[NcclTestsRun]] = {}
     for run in runs:
@@ -120,6 +135,8 @@ def import_gemm(
         table["campaign"] = table["source_commit"].fillna("").astype(str).str[:8]
     else:
         table["campaign"] = ""
+    if table.empty:
+        raise DataError(f"{', '.join(map(str, paths))}: no GEMM shapes (a header and no rows)")
     if device is not None:
         table = table[table["device"] == device]
         if table.empty:
@@ -178,6 +195,8 @@ def import_gemm(
             "tables of several devices: fits reported, hardware section left empty "
             "(choose one with --device)"
         )
+    if not fits:
+        raise DataError(f"nothing to fit: {'; '.join(notes)}")
     return ImportResult(
         hardware=hardware, fits=fits, measurements=table, notes=notes, per_source=per_source
     )

@@ -121,10 +121,32 @@ def run(
     stages: tuple[str, ...] | None = None,
     console: Console | None = None,
 ) -> Path | None:
-    """Measure, fit and write the profile; returns its path (None on ranks other than 0)."""
+    """Measure, fit and write the profile; returns its path (None on ranks other than 0).
+
+    One run at a time writes a profile: a second `calibrate run --out` of the same file is
+    refused while the first runs (a lock beside it, released however the first one ends).
+    """
+    from perfmodel.files import file_lock
+
     console = console or Console(stderr=True)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    env = launched_env()
+    if env is not None and env["rank"] != 0:  # only rank 0 writes
+        return _run(out, nprocs, backend, quick, max_bytes, stages, console)
+    with file_lock(out, wait_s=0, what=f"profile {out} (another calibrate run writes it)"):
+        return _run(out, nprocs, backend, quick, max_bytes, stages, console)
+
+
+def _run(
+    out: Path,
+    nprocs: int | None,
+    backend: str,
+    quick: bool,
+    max_bytes: int | None,
+    stages: tuple[str, ...] | None,
+    console: Console,
+) -> Path | None:
     records_path = out.parent / f".{out.name}.records.jsonl"
     env = launched_env()
     backend = choose_backend(backend)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import sys
 import tempfile
@@ -74,6 +75,17 @@ def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     return header, rows
 
 
+def whole(text: Any, column: str) -> int:
+    """A cell that must hold a positive whole number; DataError naming the column otherwise."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise DataError(f"column '{column}' must be a whole number, got '{text}'") from None
+    if not math.isfinite(value) or value != int(value) or value < 1:
+        raise DataError(f"column '{column}' must be a whole number >= 1, got '{text}'")
+    return int(value)
+
+
 def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -> int:
     """Predict every row; write the input columns plus the prediction fields. Returns failed rows."""
     from perfmodel.predict import predict
@@ -97,7 +109,7 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
             model_name = row.get("model") or base_model
             if not model_name:
                 raise DataError("no model: give --model or a 'model' column")
-            overrides = {k: int(float(row[k])) for k in MODEL_COLUMNS if row.get(k)}
+            overrides = {k: whole(row[k], k) for k in MODEL_COLUMNS if row.get(k)}
             model = load_model(model_name, **overrides)
             hw = hardware
             if row.get("hardware"):
@@ -108,9 +120,10 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
                 raise DataError("no hardware: give --hardware/--profile or a 'hardware' column")
             plan_kw: dict[str, Any] = {k: row[k] for k in PLAN_COLUMNS if row.get(k)}
             plan_kw.setdefault("dtype", kw.get("dtype") or "bf16")
-            degrees = [int(float(plan_kw.get(k, 1))) for k in ("dp", "tp", "pp")]
+            degrees = [whole(plan_kw.get(k, 1), k) for k in ("dp", "tp", "pp")]
             plan_kw.setdefault("gpus", degrees[0] * degrees[1] * degrees[2])
-            plan_kw.setdefault("global_batch", degrees[0] * int(float(plan_kw.get("micro_batch", 1))))
+            plan_kw.setdefault("global_batch",
+                               degrees[0] * whole(plan_kw.get("micro_batch", 1), "micro_batch"))
             result = predict(model, hw, plan_from_dict(plan_kw))
             summary = result.to_dict()
             record.update({k: summary[k] for k in RESULT_COLUMNS})

@@ -8,6 +8,8 @@ Exit codes: 0 success; 1 internal error (a bug: please report it); 2 usage error
 from __future__ import annotations
 
 import json
+import math
+import signal
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -17,7 +19,25 @@ import click
 
 from perfmodel.errors import PerfmodelError
 
-EXIT_INTERNAL, EXIT_USAGE = 1, 2
+EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+MAX_DEGREE = 10**7  # the largest parallel degree or GPU count a plan accepts (perfmodel.strategy)
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option that refuses nan and inf (click's FloatRange lets nan through)."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+def whole(minimum: int = 1, maximum: int = MAX_DEGREE) -> click.IntRange:
+    """A whole-number option between minimum and maximum."""
+    return click.IntRange(minimum, maximum)
 
 
 class LazyGroup(click.Group):
@@ -89,8 +109,10 @@ def plan_options(fn: Any) -> Any:
         click.option("--tp-layout", type=click.Choice(["1d", "2d", "2.5d", "3d"]), default="1d",
                      show_default=True, help="Tensor-parallel layout: Megatron 1d, SUMMA 2d, Tesseract 2.5d, 3d cube."),
         click.option("--tp-depth", type=int, default=1, show_default=True, help="Depth d of the 2.5d layout (tp = q^2 d)."),
-        click.option("--pr", type=int, default=None, help="Layer graphs (CNN/MLP): ranks splitting each layer (model parallel)."),
-        click.option("--pc", type=int, default=None, help="Layer graphs: ranks splitting the batch (data parallel)."),
+        click.option("--pr", type=whole(), default=None,
+                     help="Layer graphs (CNN/MLP): ranks splitting each layer (model parallel)."),
+        click.option("--pc", type=whole(), default=None,
+                     help="Layer graphs: ranks splitting the batch (data parallel)."),
         click.option("--norm", type=click.Choice(["local", "sync", "group"]), default="local", show_default=True,
                      help="Layer graphs: batch norm local to a rank, synchronized, or group norm."),
         click.option("--collective-variant", type=click.Choice(["fused", "split"]), default="fused", show_default=True,
@@ -183,6 +205,10 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     if not kw.get("model"):
         raise click.UsageError("give --model (a preset, spec file or Hugging Face config.json)")
     model = load_model(kw["model"], seq_len=kw.get("seq_len"))
+    if getattr(model, "kind", "") == "layers":
+        raise click.UsageError(f"model '{model.name}' is a layer graph (CNN/MLP): this takes a "
+                               "transformer (layer graphs take --pr/--pc in predict, explain and "
+                               "validate runs)")
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
     if kw.get("collective_algorithm"):
         hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
@@ -210,6 +236,8 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
     """Predict step time, throughput and per-GPU memory of one plan (or a CSV of plans)."""
     from perfmodel.predict import predict as run
 
+    if out and not batch:
+        raise click.UsageError("--out goes with --batch (for one plan: --json > FILE)")
     if batch:
         from perfmodel.batch import run_batch
 
@@ -273,36 +301,38 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--hardware", default=None, help="Hardware preset or spec file.")
 @click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
 @click.option("--gpus", required=True, help="GPU count, or several separated by commas (e.g. 512,1024).")
-@click.option("--global-batch", type=int, required=True, help="Global batch [samples].")
+@click.option("--global-batch", type=whole(), required=True, help="Global batch [samples].")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "tf32"]), default=None,
               help="Training precision (default bf16 for transformers, fp32 for layer graphs).")
 @click.option("--seq-len", type=int, default=None, help="Override the model's sequence length.")
-@click.option("--dp", type=int, default=None, help="Pin the data-parallel degree.")
-@click.option("--tp", type=int, default=None, help="Pin the tensor-parallel degree.")
-@click.option("--pp", type=int, default=None, help="Pin the pipeline-parallel degree.")
-@click.option("--micro-batch", type=int, default=None, help="Pin the micro-batch size.")
+@click.option("--dp", type=whole(), default=None, help="Pin the data-parallel degree.")
+@click.option("--tp", type=whole(), default=None, help="Pin the tensor-parallel degree.")
+@click.option("--pp", type=whole(), default=None, help="Pin the pipeline-parallel degree.")
+@click.option("--micro-batch", type=whole(), default=None, help="Pin the micro-batch size.")
 @click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb", "zbv"]), default=None)
-@click.option("--virtual-stages", type=int, default=None)
+@click.option("--virtual-stages", type=whole(), default=None)
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None)
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None)
 @click.option("--zero", type=click.IntRange(0, 3), default=None)
 @click.option("--placement", type=click.Choice(["tp,dp,pp", "tp,pp,dp", "dp,tp,pp"]), default=None)
 @click.option("--tp-layout", type=click.Choice(["1d", "2d", "2.5d", "3d"]), default=None,
               help="Pin the tensor-parallel layout (default: search 1d, 2d, 2.5d and 3d).")
-@click.option("--tp-depth", type=int, default=None, help="Pin the 2.5d depth.")
-@click.option("--max-tp", type=int, default=None)
-@click.option("--max-pp", type=int, default=None)
-@click.option("--max-micro-batch", type=int, default=None)
+@click.option("--tp-depth", type=whole(), default=None, help="Pin the 2.5d depth.")
+@click.option("--max-tp", type=whole(), default=None)
+@click.option("--max-pp", type=whole(), default=None)
+@click.option("--max-micro-batch", type=whole(), default=None)
 @click.option("--flash-attention", is_flag=True)
 @click.option("--overlap-grad-sync", is_flag=True)
 @click.option("--norm", type=click.Choice(["local", "sync", "group"]), default="local", show_default=True,
               help="Layer graphs: the normalization to keep (batch norm local or synchronized, group norm).")
-@click.option("--memory-margin", type=float, default=0.0, show_default=True,
-              help="Fraction of GPU memory to keep free.")
+@click.option("--memory-margin", type=FiniteFloat(0.0, 1.0, max_open=True), default=0.0,
+              show_default=True, help="Fraction of GPU memory to keep free.")
 @click.option("--objective", type=click.Choice(["step_time", "time_to_train", "cost"]),
               default=None, help="Default: step_time (time_to_train with --tokens, cost with --gpu-hour-price).")
-@click.option("--tokens", type=float, default=None, help="Token budget to train (for time_to_train / cost).")
-@click.option("--gpu-hour-price", type=float, default=None, help="Price of one GPU-hour (for cost).")
+@click.option("--tokens", type=FiniteFloat(0.0, min_open=True), default=None,
+              help="Token budget to train (for time_to_train / cost).")
+@click.option("--gpu-hour-price", type=FiniteFloat(0.0, min_open=True), default=None,
+              help="Price of one GPU-hour (for cost).")
 @click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True)
 @click.option("--what-if", "what_if", multiple=True,
               help="Change the hardware and search again, e.g. inter_node.bandwidth_bytes_per_s=2x.")
@@ -329,6 +359,8 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
         gpu_counts = tuple(int(g) for g in gpus.split(","))
     except ValueError:
         raise click.UsageError(f"--gpus must be whole numbers separated by commas, got '{gpus}'") from None
+    if any(not 1 <= g <= MAX_DEGREE for g in gpu_counts):
+        raise click.UsageError(f"--gpus must be between 1 and {MAX_DEGREE:g}, got '{gpus}'")
     if getattr(spec, "kind", "") == "layers":
         _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm)
         return
@@ -374,6 +406,8 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
 
         print_recommendation(rec, data)
     if not rec.top:
+        reason = rec.explanation.get("infeasible", {}).get("reason", "no plan fits")
+        click.echo(f"error: {reason}", err=True)
         sys.exit(4)
 
 
@@ -449,9 +483,10 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
 @click.option("--model", required=True, help="A layer-graph model: alexnet, vgg16, resnet50, mlp or a file.")
 @click.option("--hardware", default=None, help="Hardware preset or file.")
 @click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
-@click.option("--gpus", type=int, required=True, help="GPU count.")
-@click.option("--global-batch", type=int, required=True, help="Global batch [samples].")
-@click.option("--pr", type=int, default=1, show_default=True, help="Ranks splitting each layer.")
+@click.option("--gpus", type=whole(), required=True, help="GPU count.")
+@click.option("--global-batch", type=whole(), required=True, help="Global batch [samples].")
+@click.option("--pr", type=whole(), default=1, show_default=True,
+              help="Ranks splitting each layer.")
 @click.option("--best-pr", is_flag=True, help="For every point, take the fastest Pr x Pc split instead.")
 @click.option("--norm", type=click.Choice(["local", "sync", "group"]), default="local", show_default=True)
 @click.option("--collective-variant", type=click.Choice(["fused", "split"]), default="fused", show_default=True)
@@ -478,15 +513,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
     hw = resolve_hardware(hardware, profile)
     if gpus % pr:
         raise click.UsageError(f"--pr ({pr}) must divide --gpus ({gpus})")
-    values: dict[str, list[float]] = {}
-    for item in vary:
-        field, _, text = item.partition("=")
-        try:
-            values[field.strip()] = [float(v) for v in text.split(",") if v.strip()]
-        except ValueError:
-            raise click.UsageError(f"--vary must look like FIELD=V1,V2 with numbers, got '{item}'") from None
-        if not values[field.strip()]:
-            raise click.UsageError(f"--vary {field}: give at least one value")
+    values = {field: numbers for field, numbers in (_vary(item, hw) for item in vary)}
     plan = GridPlan(pr=pr, pc=gpus // pr, global_batch=global_batch, norm=norm,
                     variant=collective_variant, dtype=dtype)
     frame = run_sweep(spec, hw, plan, values, best_pr=best_pr)
@@ -506,6 +533,44 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
         print_frame(frame, f"{spec.name}: sweep of {', '.join(values)}")
 
 
+def _vary(item: str, hardware: Any) -> tuple[str, list[float]]:
+    """'FIELD=V1,V2' of sweep's --vary: a known field and positive finite numbers (whole numbers
+    for gpus and global_batch)."""
+    from perfmodel.specs.loading import suggest
+
+    field, _, text = (part.strip() for part in item.partition("="))
+    allowed = sorted({"gpus", "global_batch", "peak_flops_per_s",
+                      *_numeric_fields(hardware.to_dict())})
+    if field not in allowed:
+        raise click.UsageError(f"--vary: unknown field '{field}'{suggest(field, allowed)}; "
+                               f"allowed: {', '.join(allowed)}")
+    try:
+        numbers = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.UsageError(f"--vary must look like FIELD=V1,V2 with numbers, got '{item}'") \
+            from None
+    if not numbers:
+        raise click.UsageError(f"--vary {field}: give at least one value")
+    for v in numbers:
+        if not math.isfinite(v) or v <= 0:
+            raise click.UsageError(f"--vary {field}: values must be finite and > 0, got {v:g}")
+        if field in ("gpus", "global_batch") and (v != int(v) or v > MAX_DEGREE):
+            raise click.UsageError(f"--vary {field}: values must be whole numbers from 1 to "
+                                   f"{MAX_DEGREE:g}, got {v:g}")
+    return field, numbers
+
+
+def _numeric_fields(data: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted names of the numeric leaves of a hardware spec's mapping (what --vary can set)."""
+    out = []
+    for key, value in data.items():
+        if isinstance(value, dict) and key != "gemm_efficiency":
+            out += _numeric_fields(value, f"{prefix}{key}.")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append(f"{prefix}{key}")
+    return out
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True)
 def presets(as_json: bool) -> None:
@@ -515,9 +580,28 @@ def presets(as_json: bool) -> None:
     print_presets(as_json)
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM (kill, a scheduler's stop) is handled like Ctrl-C: the commands that launch
+    processes stop them and keep what was measured."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning user errors into one line and an exit code."""
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    args = argv if argv is not None else sys.argv[1:]
+    debug = bool(args) and "--debug" in args[: args.index("--") if "--" in args else len(args)]
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (e.g. called from a test's worker thread)
+        previous = None
+    try:
+        _run(argv, debug)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(argv: list[str] | None, debug: bool) -> None:
     try:
         cli.main(args=argv, prog_name="perfmodel", standalone_mode=False)
     except PerfmodelError as exc:
@@ -527,7 +611,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         click.echo(f"error: {exc.format_message()}{hint}", err=True)
@@ -537,7 +621,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code if exc.exit_code else EXIT_USAGE)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except SystemExit:
         raise
     except Exception as exc:  # a bug: say so in one line; --debug shows the traceback

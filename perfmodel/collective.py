@@ -14,6 +14,9 @@ _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30}
 
 
+MAX_BYTES = 2.0**60  # one collective of more than an exbibyte per rank is a typo, not a plan
+
+
 def parse_bytes(text: str) -> float:
     """'1e9', '256MiB', '64KB', '8G' (nccl-tests style: K/M/G are powers of 1024) -> bytes."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
@@ -22,6 +25,8 @@ def parse_bytes(text: str) -> float:
     value = float(match.group(1)) * _UNITS[match.group(2).lower()]
     if not math.isfinite(value) or value <= 0:
         raise PlanError(f"--bytes must be positive, got '{text}'")
+    if value > MAX_BYTES:
+        raise PlanError(f"--bytes must be at most 1 EiB (2^60 bytes) per rank, got '{text}'")
     return value
 
 

@@ -9,18 +9,23 @@ perfmodel validate collect DIR
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from perfmodel.cli import build_inputs, plan_options
+from perfmodel.cli import FiniteFloat, build_inputs, plan_options, whole
 from perfmodel.errors import PlanError
 
 
 def _model_overrides(model: Any, kw: dict[str, Any]) -> Any:
     """Scale the model down for a small machine (--layers, --hidden, --heads, --vocab, ...)."""
-    changes = {k: kw[k] for k in ("layers", "hidden", "heads", "vocab", "ffn_hidden") if kw.get(k)}
+    changes = {
+        k: kw[k]
+        for k in ("layers", "hidden", "heads", "vocab", "ffn_hidden")
+        if kw.get(k) is not None
+    }
     if not changes:
         return model
     if "hidden" in changes and "ffn_hidden" not in changes:
@@ -59,6 +64,13 @@ def _finish(
     else:
         rep.render(report)
         click.echo(f"report: {out}" + (f"  chart: {plot_path}" if plot_path else ""))
+    if report.get("status") == "interrupted":
+        click.echo(
+            f"interrupted: every rank was stopped; {report.get('steps') or 0} timed steps measured "
+            f"before the stop are kept (report: {out})",
+            err=True,
+        )
+        sys.exit(130)  # what a shell reports for Ctrl-C
     if report.get("status") != "ok":
         from validation.run import JobFailed
 
@@ -71,12 +83,14 @@ def _finish(
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @plan_options
-@click.option("--layers", type=int, default=None, help="Override the model's layer count.")
-@click.option("--hidden", type=int, default=None, help="Override the model's hidden size.")
-@click.option("--heads", type=int, default=None, help="Override the model's attention heads.")
-@click.option("--vocab", type=int, default=None, help="Override the model's vocabulary.")
-@click.option("--ffn-hidden", type=int, default=None, help="Override the model's MLP width.")
-@click.option("--nprocs", type=int, default=None, help="Ranks to launch (default dp x tp x pp).")
+@click.option("--layers", type=whole(), default=None, help="Override the model's layer count.")
+@click.option("--hidden", type=whole(), default=None, help="Override the model's hidden size.")
+@click.option("--heads", type=whole(), default=None, help="Override the model's attention heads.")
+@click.option("--vocab", type=whole(), default=None, help="Override the model's vocabulary.")
+@click.option("--ffn-hidden", type=whole(), default=None, help="Override the model's MLP width.")
+@click.option(
+    "--nprocs", type=whole(), default=None, help="Ranks to launch (default dp x tp x pp)."
+)
 @click.option(
     "--backend",
     type=click.Choice(["gloo", "nccl"]),
@@ -92,13 +106,16 @@ def _finish(
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(1, 86_400),
+    type=FiniteFloat(1, 86_400),
     default=300,
     show_default=True,
     help="Seconds before a hung job (or a hung collective) is stopped.",
 )
 @click.option(
-    "--port", type=int, default=None, help="Rendezvous port (a free one if omitted or busy)."
+    "--port",
+    type=click.IntRange(1, 65_535),
+    default=None,
+    help="Rendezvous port (a free one if omitted or busy).",
 )
 @click.option(
     "--out",
@@ -139,9 +156,9 @@ def _finish(
     default=None,
     help="Write the job, a torchrun command and a Slurm script here instead of running.",
 )
-@click.option("--nodes", type=int, default=None, help="With --emit: nodes (default gpus / 8).")
+@click.option("--nodes", type=whole(), default=None, help="With --emit: nodes (default gpus / 8).")
 @click.option(
-    "--gpus-per-node", type=int, default=None, help="With --emit: GPUs per node (default 8)."
+    "--gpus-per-node", type=whole(), default=None, help="With --emit: GPUs per node (default 8)."
 )
 @click.option("--inject-fault", default=None, hidden=True, help="crash:RANK:STEP or hang:RANK:STEP")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")

@@ -51,6 +51,7 @@ import os
 import resource
 import statistics
 import sys
+import threading
 import time
 import traceback
 from typing import Any
@@ -851,11 +852,27 @@ def run(cfg: dict[str, Any]) -> None:
             dist.destroy_process_group()
 
 
+def watch_parent() -> None:
+    """Exit when the launcher that set PERFMODEL_PARENT_PID is gone (killed without stopping us):
+    a rank must never outlive the command that started it."""
+    parent = os.environ.get("PERFMODEL_PARENT_PID")
+    if not parent:
+        return
+
+    def poll() -> None:
+        while os.getppid() == int(parent):
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=poll, name="watch-parent", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: job.py CONFIG.json", file=sys.stderr)
         return 2
+    watch_parent()
     with open(argv[0]) as f:
         cfg = json.load(f)
     run(cfg)

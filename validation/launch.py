@@ -47,6 +47,7 @@ class LaunchResult:
     notes: list[str] = field(default_factory=list)
     results: dict[str, Any] | None = None
     rank_records: list[dict[str, Any]] = field(default_factory=list)
+    interrupted: bool = False  # stopped by Ctrl-C or SIGTERM: rank_records hold what was measured
 
     def failed_rank(self) -> RankStatus | None:
         """The rank to blame. A rank whose error is its own comes first (in the order the ranks
@@ -164,8 +165,29 @@ def launch(
     python: str = sys.executable,
     on_start: Any = None,
 ) -> LaunchResult:
-    """Run the job with nprocs ranks; return what happened to each rank and what it measured."""
+    """Run the job with nprocs ranks; return what happened to each rank and what it measured.
+
+    Ctrl-C or SIGTERM (raised here as KeyboardInterrupt) stops every rank and returns what they
+    measured so far with interrupted=True. One run at a time uses out_dir (a lock beside it).
+    """
+    from perfmodel.files import file_lock
+
     out_dir.mkdir(parents=True, exist_ok=True)
+    with file_lock(out_dir / "run", wait_s=0, what=f"run directory {out_dir}"):
+        return _launch_locked(config, out_dir, nprocs, timeout_s, master_addr, port, python,
+                              on_start)
+
+
+def _launch_locked(
+    config: dict[str, Any],
+    out_dir: Path,
+    nprocs: int,
+    timeout_s: float,
+    master_addr: str,
+    port: int | None,
+    python: str,
+    on_start: Any,
+) -> LaunchResult:
     notes: list[str] = []
     if port is None:
         port = free_port(master_addr)
@@ -178,7 +200,8 @@ def launch(
             config, out_dir, nprocs, timeout_s, master_addr, port, python, on_start
         )
         logs = " ".join(r.log for r in result.ranks)
-        if result.ok or "address already in use" not in logs.lower() or attempt:
+        busy = "address already in use" in logs.lower()
+        if result.ok or result.interrupted or not busy or attempt:
             break
         new = free_port(master_addr)
         notes.append(f"port {port} was taken during start-up: retried on {new}")
@@ -212,12 +235,15 @@ def _launch_once(
         "MASTER_PORT": str(port),
         "OMP_NUM_THREADS": str(threads),
         "PYTHONUNBUFFERED": "1",
+        # the ranks exit if this launcher dies without stopping them (e.g. SIGKILL)
+        "PERFMODEL_PARENT_PID": str(os.getpid()),
     }
     procs: list[subprocess.Popen] = []
     statuses: list[RankStatus] = []
     logs = [out_dir / f"rank{r}.log" for r in range(nprocs)]
     start = time.monotonic()
     pgid = 0
+    interrupted = False
     try:
         for rank in range(nprocs):
             rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0"}
@@ -239,8 +265,8 @@ def _launch_once(
             on_start([s.pid for s in statuses])
         reason = _watch(procs, statuses, start, timeout_s)
     except KeyboardInterrupt:
-        _kill_group(pgid, procs)
-        raise
+        interrupted = True
+        reason = "interrupted (Ctrl-C or SIGTERM): every rank was stopped"
     finally:
         if pgid:
             _kill_group(pgid, procs)
@@ -248,7 +274,7 @@ def _launch_once(
     records = []
     for s, p in zip(statuses, procs, strict=True):
         if s.state == "running":
-            s.state = "killed"
+            s.state = "stopped" if interrupted else "killed"
         s.exit_code = p.returncode if s.exit_code is None else s.exit_code
         s.log = _tail(logs[s.rank])
         rec = _read_json(out_dir / f"rank{s.rank}.json")
@@ -262,6 +288,8 @@ def _launch_once(
                 s.error = f"killed by signal {-s.exit_code} ({signal.Signals(-s.exit_code).name})"
         if s.state == "killed" and not s.error:
             s.error = "did not finish: still running when the run was stopped (hung?)"
+        if s.state == "stopped" and not s.error:
+            s.error = "stopped: the run was interrupted"
     results = _read_json(out_dir / "results.json")
     ok = all(s.state == "ok" for s in statuses) and results is not None
     return LaunchResult(
@@ -272,6 +300,7 @@ def _launch_once(
         reason=reason,
         results=results,
         rank_records=records,
+        interrupted=interrupted,
     )
 
 

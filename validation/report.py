@@ -33,10 +33,14 @@ TERMS: list[tuple[str, tuple[str, ...]]] = [
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:
+    """The whole file or nothing: a temporary file beside it, then os.replace."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def relative_error(measured: float | None, predicted: float | None) -> float | None:
@@ -266,15 +270,24 @@ HISTORY_FIELDS = [
 
 
 def append_history(report: dict[str, Any], path: Path) -> None:
-    """Append one row to the history CSV (rewritten atomically with the new row)."""
-    old = path.read_text() if path.exists() else ""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=HISTORY_FIELDS, extrasaction="ignore")
-    if not old:
-        writer.writeheader()
+    """Append one row to the history CSV (rewritten atomically with the new row).
+
+    Runs in several processes append to one history: the read and the rewrite happen under a
+    lock (perfmodel.files.file_lock), so no row is lost.
+    """
+    from perfmodel.files import file_lock
+
+    header, line = io.StringIO(), io.StringIO()
+    csv.DictWriter(header, fieldnames=HISTORY_FIELDS).writeheader()
     row = {**report, "plan": report.get("plan_label", "")}
-    writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in HISTORY_FIELDS})
-    write_atomic(path, old + buf.getvalue())
+    csv.DictWriter(line, fieldnames=HISTORY_FIELDS, extrasaction="ignore").writerow(
+        {k: ("" if row.get(k) is None else row.get(k)) for k in HISTORY_FIELDS}
+    )
+    with file_lock(path, what=f"validation history {path}"):
+        old = path.read_text() if path.exists() else ""
+        if old and not old.endswith("\n"):
+            old += "\n"
+        write_atomic(path, (old or header.getvalue()) + line.getvalue())
 
 
 def save(report: dict[str, Any], path: Path) -> None:

@@ -202,7 +202,7 @@ def validate(
     )
     failure = result.failed_rank()
     launch_info = {
-        "status": "ok" if result.ok else "failed",
+        "status": "ok" if result.ok else "interrupted" if result.interrupted else "failed",
         "elapsed_s": result.elapsed_s,
         "port": result.port,
         # Other processes on the machine slow the job down; the model cannot know about them.
@@ -217,7 +217,7 @@ def validate(
             for r in result.ranks
         ],
         "failure": None
-        if result.ok or failure is None
+        if result.ok or result.interrupted or failure is None
         else {
             "rank": failure.rank,
             "state": failure.state,

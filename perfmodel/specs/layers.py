@@ -98,7 +98,12 @@ def layer_graph_from_dict(data: Mapping[str, Any], where: str) -> LayerGraphSpec
             layers.append(LayerSpec(**fields))
         except TypeError as exc:
             raise SpecError(f"{where}: layers[{i}]: {exc}") from None
-    return LayerGraphSpec(name=str(data.get("name", where)), input_shape=tuple(data.get("input_shape", ())),
+    shape = data.get("input_shape", ())
+    if not isinstance(shape, (list, tuple)) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+        raise SpecError(f"{where}: input_shape must be a list of positive whole numbers, got "
+                        f"{shape!r}")
+    return LayerGraphSpec(name=str(data.get("name", where)), input_shape=tuple(shape),
                           layers=tuple(layers), source=str(data.get("source", "")))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from perfmodel.errors import SpecError
 
 
 def read_mapping(path: Path, what: str) -> dict[str, Any]:
-    """Read a YAML or JSON file holding one mapping (safe loaders only: no code, no tags)."""
+    """Read a YAML, JSON or TOML file holding one mapping (safe loaders only: no code, no tags)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -26,19 +27,27 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
         raise SpecError(f"{what} file cannot be read: {path} ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise SpecError(f"{what} file is not UTF-8 text: {path}") from None
+    suffix = path.suffix.lower()
     try:
-        if path.suffix.lower() == ".json":
+        if suffix == ".json":
             data = json.loads(text)
+        elif suffix == ".toml":
+            data = tomllib.loads(text)
         else:
             data = yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+    except (yaml.YAMLError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)
         if mark is not None:
             where = f" at line {mark.line + 1}, column {mark.column + 1}"
         elif isinstance(exc, json.JSONDecodeError):
             where = f" at line {exc.lineno}, column {exc.colno}"
-        raise SpecError(f"{what} file {path} is not valid YAML/JSON{where}") from None
+        elif isinstance(exc, tomllib.TOMLDecodeError):
+            where = f" ({exc})"
+        kind = {".json": "JSON", ".toml": "TOML"}.get(suffix, "YAML/JSON")
+        raise SpecError(f"{what} file {path} is not valid {kind}{where}") from None
+    except RecursionError:  # thousands of nested brackets
+        raise SpecError(f"{what} file {path} is nested too deeply to be a spec") from None
     if not isinstance(data, Mapping):
         raise SpecError(f"{what} file {path} must hold a mapping of fields, got {type(data).__name__}")
     return dict(data)

@@ -34,6 +34,7 @@ from perfmodel.errors import SpecError
 from perfmodel.specs.hardware import (
     CollectiveFit,
     HardwareSpec,
+    LinkSpec,
     hardware_from_dict,
     load_hardware_dict,
 )
@@ -44,6 +45,8 @@ VERSION = 1
 FIT_KINDS = ("collective", "gemm", "memory_bandwidth")
 _TOP = ("format", "version", "complete", "hardware", "fits", "measurements", "provenance")
 _FIT_REQUIRED = ("kind", "params", "median_rel_error", "worst_rel_error", "size_range", "n_points")
+_HARDWARE_FIELDS = [f.name for f in dataclasses.fields(HardwareSpec)] + ["base"]
+_LINK_FIELDS = [f.name for f in dataclasses.fields(LinkSpec)]
 PROVENANCE_FIELDS = (
     "host",
     "device",
@@ -96,6 +99,10 @@ def profile_from_dict(data: Any, where: str, path: Path | None = None) -> Profil
         raise SpecError(f"{where}: field 'complete' must be true or false")
     if not isinstance(data["hardware"], Mapping):
         raise SpecError(f"{where}: field 'hardware' must be an object of HardwareSpec fields")
+    check_fields(data["hardware"], _HARDWARE_FIELDS, f"{where}: hardware")
+    for link in ("intra_node", "inter_node"):
+        if isinstance(data["hardware"].get(link), Mapping):
+            check_fields(data["hardware"][link], _LINK_FIELDS, f"{where}: hardware.{link}")
     fits = data["fits"]
     if not isinstance(fits, Mapping):
         raise SpecError(f"{where}: field 'fits' must be an object of named fits")

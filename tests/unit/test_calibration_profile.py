@@ -96,9 +96,16 @@ def test_a_standalone_profile_must_hold_every_required_field(tmp_path):
 
 
 def test_unknown_hardware_field_is_named(tmp_path):
-    path = write(tmp_path, {"base": "dgx-h100", "peak_flop_per_s": {"bf16": 1e15}})
+    hardware = {"base": "dgx-h100", "peak_flop_per_s": {"bf16": 1e15}}
     with pytest.raises(SpecError, match="unknown field 'peak_flop_per_s'.*did you mean"):
-        apply_profile(None, load_profile(path))
+        write(tmp_path, hardware)  # never written
+    assert not (tmp_path / "p.json").exists()
+    path = tmp_path / "p.json"  # a hand-edited profile is refused when read, not when applied
+    doc = {"format": "perfmodel-profile", "version": 1, "complete": True, "hardware": hardware,
+           "fits": {}}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SpecError, match="unknown field 'peak_flop_per_s'.*did you mean"):
+        load_profile(path)
 
 
 BAD = {
