@@ -156,9 +156,10 @@ slides them back towards it.
 ## Prediction against measurement
 
 The model fitted on 80% of the H100 shapes predicts the held-out 20% with the median error
-printed above (about 3%; the README reports 3.2%). The worst held-out shapes miss by tens of
-percent: they are the small or skinny GEMMs where the autotuner's kernel choice (tile size,
-split-K) changes from one shape to the next, a step the smooth $d/(d+h)$ factors cannot follow.
+printed above (2-3%; the README reports 3.2% for an earlier form of the model). The worst
+held-out shapes miss by tens of percent: they are the small or skinny GEMMs where the autotuner's
+kernel choice (tile size, split-K) changes from one shape to the next, a step the smooth
+$d/(d+h)$ factors cannot follow.
 On this machine the error is larger and varies from run to run: the CPU's measurements move by
 more than the model's shape effects when another process shares the cores.
 '''),
@@ -523,15 +524,14 @@ assert over_1d > 1 and over_2d > 1, "3D no longer beats 1D and 2D at 64 GPUs"
 '''),
     md(r'''
 The order is reproduced and the 2D ratio is close; the 1D ratio is lower than the paper's. The
-abstract does not give the model, batch or which GPUs share a node, so the comparison is of the
-shape of the result, with this configuration chosen by us. Three reasons the paper's 1D was
-slower still: (1) at 64-way 1D every rank also repeats the layer norms, dropouts and residual
-adds on the full activation; perfmodel counts that memory traffic, but the paper's 1D baseline
-(Megatron-style, 2021) also kept the attention's full $s^2$ scores per head group, which at
-hidden 8192 does not fit a 32 GB V100 (the table above: 1D does not fit), so their 1D run must
-have used a smaller batch or model than the grids; (2) all-reduces across 8 nodes of TACC's
-network ran below the preset's effective bandwidth; (3) the paper overlaps some of 3D's
-communication with compute, which perfmodel does not model (upper bound: no overlap).
+abstract gives neither the model, the batch nor which GPUs share a node, so the comparison is of
+the shape of the result, with this configuration chosen by us. Where the paper's 1D was slower
+still: (1) memory: at 64-way 1D every rank holds the full activations of the layer norms,
+dropouts and residual adds (the table above: 1D does not fit a 32 GB V100 here, the grids use a
+sixth of it), so a real 1D run of this size needs a smaller micro-batch or recompute, both
+slower, while perfmodel prices the plan as given; (2) the paper's 1D all-reduces crossed 8 nodes
+of TACC's network, priced here with the DGX-1 preset's InfiniBand, which may be faster than what
+the paper's runs achieved.
 '''),
 ]
 
