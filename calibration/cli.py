@@ -91,12 +91,11 @@ def run_cmd(
     out: Path, nprocs: int | None, backend: str, quick: bool, max_bytes: int | None, stages: str
 ) -> None:
     """Run GEMM, memory-bandwidth and collective microbenchmarks and fit a profile."""
-    from calibration.launch import run
-
     chosen = tuple(s.strip() for s in stages.split(",") if s.strip())
     bad = [s for s in chosen if s not in STAGES]
     if bad or not chosen:
         raise click.BadParameter(f"stages must be among {', '.join(STAGES)}", param_hint="--stages")
+    from calibration.launch import run  # imports torch: after the checks
     console = Console(stderr=True)
     path = run(
         out,

@@ -536,11 +536,11 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
 def _vary(item: str, hardware: Any) -> tuple[str, list[float]]:
     """'FIELD=V1,V2' of sweep's --vary: a known field and positive finite numbers (whole numbers
     for gpus and global_batch)."""
+    from perfmodel.recommend import numeric_fields
     from perfmodel.specs.loading import suggest
 
     field, _, text = (part.strip() for part in item.partition("="))
-    allowed = sorted({"gpus", "global_batch", "peak_flops_per_s",
-                      *_numeric_fields(hardware.to_dict())})
+    allowed = sorted({"gpus", "global_batch", *numeric_fields(hardware.to_dict())})
     if field not in allowed:
         raise click.UsageError(f"--vary: unknown field '{field}'{suggest(field, allowed)}; "
                                f"allowed: {', '.join(allowed)}")
@@ -558,17 +558,6 @@ def _vary(item: str, hardware: Any) -> tuple[str, list[float]]:
             raise click.UsageError(f"--vary {field}: values must be whole numbers from 1 to "
                                    f"{MAX_DEGREE:g}, got {v:g}")
     return field, numbers
-
-
-def _numeric_fields(data: dict[str, Any], prefix: str = "") -> list[str]:
-    """Dotted names of the numeric leaves of a hardware spec's mapping (what --vary can set)."""
-    out = []
-    for key, value in data.items():
-        if isinstance(value, dict) and key != "gemm_efficiency":
-            out += _numeric_fields(value, f"{prefix}{key}.")
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.append(f"{prefix}{key}")
-    return out
 
 
 @cli.command()

@@ -12,7 +12,9 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.evaluate import family_of, values_of
+from perfmodel.errors import PerfmodelError
 from perfmodel.predict import predict
+from perfmodel.specs.loading import suggest
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.step import build
@@ -45,6 +47,12 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
 
     def wanted(name: str) -> bool:
         return not only or any(name == o or name.startswith(o) for o in only)
+
+    names = sorted({k.split(":", 1)[-1] for k in built.time_terms} | {"pipeline/bubble"})
+    for o in only:  # a typo must not silently print nothing
+        if not any(n == o or n.startswith(o) for n in names):
+            raise PerfmodelError(f"--term: no term '{o}'{suggest(o, names)}; terms (or a prefix "
+                                 f"of them): {', '.join(names)}")
 
     for key, expr in built.time_terms.items():
         if not key.startswith(f"{stage}:"):

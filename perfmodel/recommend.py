@@ -13,6 +13,7 @@ from perfmodel.errors import PlanError
 from perfmodel.predict import Prediction, predict
 from perfmodel.search import SearchRequest, SearchResult, divisors, search
 from perfmodel.specs.hardware import HardwareSpec, hardware_from_dict
+from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
 
 COMM_TERMS = ("comm/tp", "comm/dp", "pipeline/p2p")
@@ -192,7 +193,9 @@ def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
                 raise PlanError(f"--what-if: {match.group(1)} is a mapping; give a factor like 2x")
             node[last] = {k: v * number for k, v in node[last].items()}
         else:
-            raise PlanError(f"--what-if: unknown numeric hardware field '{match.group(1)}'")
+            fields = numeric_fields(hardware.to_dict())
+            raise PlanError(f"--what-if: unknown numeric hardware field '{match.group(1)}'"
+                            f"{suggest(match.group(1), fields)}; fields: {', '.join(fields)}")
     else:
         node[last] = node[last] * number if is_factor else number
     data["collectives"] = [dataclasses.asdict(c) if not isinstance(c, dict) else c
@@ -200,6 +203,20 @@ def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
     gemm = data.pop("gemm_efficiency")
     data["gemm_efficiency"] = {k: v for k, v in gemm.items()}
     return hardware_from_dict(data, f"hardware '{hardware.name}' ({change})")
+
+
+def numeric_fields(data: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted names of the numeric fields of a hardware spec's mapping (what --what-if changes;
+    a mapping by dtype, like peak_flops_per_s, takes a factor)."""
+    out = []
+    for key, value in data.items():
+        if isinstance(value, dict) and key != "gemm_efficiency":
+            if key == "peak_flops_per_s":  # by dtype: a factor scales them all
+                out.append(f"{prefix}{key}")
+            out += numeric_fields(value, f"{prefix}{key}.")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append(f"{prefix}{key}")
+    return sorted(set(out))
 
 
 HARDWARE_SENSITIVITIES = {
