@@ -415,24 +415,32 @@ transformer over a $q \times q \times q$ cube and report, on 64 V100s, 2.32x the
 '''),
     code(SETUP),
     md(r'''
-## The formula: bytes one rank sends per linear layer
+## The formula: bytes one rank moves per linear layer
 
 For $Y = XW$ with $X$ of $N \times K$ and $W$ of $K \times M$ (`perfmodel.costs.layouts`):
-Megatron's 1D splits $W$ by columns then rows and all-reduces the $N \times M$ output; SUMMA (2D,
-$q^2$ ranks) broadcasts blocks of $X$ and $W$ $q$ times; the cube (3D, $q^3$ ranks) all-gathers
-blocks of $X$ and $W$ and reduce-scatters $Y$ once. The sum of `count x nbytes` of each layout's
-forward and backward collectives, with $P$ ranks:
+Megatron's 1D splits $W$ by columns then rows and all-reduces the $N \times M$ output, once per
+pair of layers forward and once backward; SUMMA (2D, $q^2$ ranks) broadcasts and reduces blocks
+of $X$ and $W$ $q$ times; the cube (3D, $q^3$ ranks) all-gathers blocks of $X$ and $W$ and
+reduce-scatters $Y$ once. Each collective's buffer times its bus factor (nccl-tests: the bytes
+through each rank's link), summed over forward and backward, with $P$ ranks:
 '''),
     code(r'''
+from perfmodel.costs.collectives import bus_factor
 from perfmodel.costs.layouts import cube_comm, summa_comm
 
 Nt, K, M, e, P = sp.symbols("N K M e P", positive=True)
 q2, q3 = sp.sqrt(P), sp.cbrt(P)
+
+
+def wire(comms, q):
+    return sum(c.count * c.nbytes * bus_factor(c.op, q) for c in comms)
+
+
 volume = {
-    "1D": 2 * e * Nt * M,  # one all-reduce of the output forward, one of the input gradient back
-    "2D": sum(c.count * c.nbytes for c in summa_comm(Nt, K, M, e, q2, 1)
-              if c.axis != "tpc"),
-    "3D": sum(c.count * c.nbytes for c in cube_comm(Nt, K, M, e, q3)),
+    # one all-reduce of the output per linear layer on average (forward or backward)
+    "1D": bus_factor("all_reduce", P) * e * Nt * M,
+    "2D": wire([c for c in summa_comm(Nt, K, M, e, q2, 1) if c.axis != "tpc"], q2),
+    "3D": wire(cube_comm(Nt, K, M, e, q3), q3),
 }
 for name, expr in volume.items():
     show(rf"V_{{{name}}}", sp.simplify(expr))
@@ -440,9 +448,9 @@ for name, expr in volume.items():
     md(r'''
 ## What it implies
 
-The buffers of 1D do not shrink with $P$; those of 2D shrink as $1/\sqrt{P}$ per step but there
-are $\sqrt{P}$ steps of each kind; those of 3D shrink as $P^{-2/3}$. With $N = K = M$ the
-volumes per rank relative to 1D at $P = 64$:
+The bytes of 1D do not shrink with $P$; each block of 2D shrinks as $1/P$ but there are
+$\sqrt{P}$ steps of each kind, so 2D's bytes shrink as $1/\sqrt{P}$; 3D moves blocks of
+$P^{-2/3}$ once. With $N = K = M$, relative to 1D at $P = 64$:
 '''),
     code(r'''
 square = {Nt: 1, K: 1, M: 1, e: 1, P: 64}
