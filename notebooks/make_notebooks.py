@@ -929,14 +929,14 @@ figure.tight_layout()
 figure
 '''),
     md(r'''
-The median error is about a third, and the worst runs are the tensor-parallel ones, under-predicted
-by up to 2x (right: the plan with the largest error, term by term). The gap is known and
-explained in the README: on a CPU every tensor-parallel op goes through DTensor dispatch, which
-costs 3-13x a plain op and which the model charges as one kernel overhead; a fixed cost per
-micro-batch of ~6 ms per layer that the GEMM sweep does not see; and a shared 2-core machine on
-which the same plan measured 201 and 341 ms in two runs. Those effects belong to this machine:
-on GPUs the same model, with the presets' efficiencies, predicts Korthikanti et al.'s measured
-step times within 4% (tests/golden).
+The median error is about a third, and the worst runs are the tensor-parallel ones, measured at
+up to 2.3 times the prediction (right: the plan with the largest error, term by term). The gap
+is known and explained in the README: on a CPU every tensor-parallel op goes through DTensor
+dispatch, which costs 2.7-13x a plain op and which the model charges as one kernel overhead; a
+fixed cost per micro-batch of ~6 ms per layer that the GEMM sweep does not see; and a shared
+2-core machine on which the same plan measured 201 and 341 ms in two runs. Those effects belong
+to this machine: on GPUs the same model, with the presets' efficiencies, predicts Korthikanti et
+al.'s measured step times within 4% (tests/golden).
 '''),
     code(r'''
 error = runs["relative_error"].abs()
