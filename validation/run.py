@@ -6,7 +6,6 @@ import datetime
 import json
 import os
 import shlex
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -288,7 +287,7 @@ def emit(
         "prediction": predict_dict(model, hardware, plan),
     }
     written = []
-    shutil.copyfile(JOB_FILE, out / "job.py")
+    rep.write_atomic(out / "job.py", JOB_FILE.read_bytes())
     written.append(out / "job.py")
     for name, data in (("config.json", cfg), ("meta.json", meta)):
         rep.write_atomic(out / name, json.dumps(data, indent=1))

@@ -15,6 +15,37 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.distributed
 
 
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is pid (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def alive(pids: list[int], wait_s: float = 10.0) -> list[int]:
+    """The pids still running after up to wait_s (zombies count as gone)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        left.append(pid)
+            except OSError:
+                continue
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
 def calibrate(*args):
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="160")
     return [sys.executable, "-m", "calibration.cli", *map(str, args)], env
@@ -70,10 +101,16 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
         if records.exists() and records.read_text().count('"kind": "gemm"') >= 3:
             break
         time.sleep(0.2)
+    ranks = children(proc.pid)
+    assert len(ranks) >= 2  # the two ranks (and multiprocessing's resource tracker)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr[-2000:]
     assert "INCOMPLETE" in stdout
+    assert "interrupted: keeping what was measured" in stderr
+    assert alive(ranks) == []  # no orphan
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".cut.json.lock", "cut.json", "cut.measurements.csv"]  # no temp or partial file
     doc = json.loads(out.read_text())
     assert doc["complete"] is False
     measured = (tmp_path / doc["measurements"]).read_text()

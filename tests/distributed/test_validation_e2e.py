@@ -377,8 +377,10 @@ def test_too_big_a_plan_is_one_line_and_an_exit_code_from_the_command_line(run_c
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_ctrl_c_stops_every_rank(tmp_path):
-    """SIGINT to `perfmodel validate` (what Ctrl-C sends) while the job runs: nothing is left."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_stops_every_rank(tmp_path, sig):
+    """SIGINT to `perfmodel validate` (what Ctrl-C sends), or SIGTERM (kill, a scheduler), while
+    the job runs: nothing is left running, and the steps measured before are kept and said so."""
     import subprocess
     import sys
 
@@ -419,13 +421,22 @@ def test_ctrl_c_stops_every_rank(tmp_path):
                 pass
             time.sleep(0.1)
         assert _leftovers(run_dir), "the job should be running"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
-    assert proc.returncode == 130 and "interrupted" in err
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1].startswith("interrupted: every rank was stopped; ")
+    assert "Traceback" not in err
     time.sleep(0.5)
     assert _leftovers(run_dir) == []
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "interrupted" and report["steps"] >= 1
+    assert report["measured_step_time_s"] > 0
+    assert f"{report['steps']} timed steps measured before the stop are kept" in err
+    history = (tmp_path / "h.csv").read_text().splitlines()
+    assert len(history) == 2 and ",interrupted," in history[1]
+    assert not [p.name for p in run_dir.iterdir() if ".tmp" in p.name]
 
 
 def test_nccl_without_enough_gpus_is_refused_before_launch(tmp_path):

@@ -65,9 +65,9 @@ FILES: dict[str, str | bytes] = {
     "model-good.toml": 'kind = "transformer"\nlayers = 4\nhidden = 256\nheads = 8\n'
                        'seq_len = 128\nvocab = 1024\nhiden = 3\n',
     "hf-unknown-family.json": '{"model_type": "lama", "num_hidden_layers": 2}',
-    "hf-missing-field.json": '{"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, '
-                             '"num_attention_heads": 32, "intermediate_size": 11008, '
-                             '"vocab_size": 32000}',
+    "hf-missing-field.json": '{"model_type": "llama", "num_hidden_layers": 32, '
+                             '"hidden_size": 4096, "num_attention_heads": 32, '
+                             '"intermediate_size": 11008, "vocab_size": 32000}',
     "hf-wrong-type.json": '{"model_type": "gpt2", "n_layer": "twelve", "n_embd": 768, '
                           '"n_head": 12, "vocab_size": 50257, "n_positions": 1024}',
     "graph-not-a-list.yaml": "kind: layers\nlayers: 5\n",
@@ -229,7 +229,8 @@ CASES = [
       ("unknown column 'tpp'", "did you mean 'tp'")),
     C("predict", "zero", f"{PRED} --model {{d}}/model-zero.yaml", SPEC,
       ("layers must be > 0", "got 0")),
-    C("predict", "zero (flag)", f"{LLAMA} --micro-batch 0", PLAN, ("micro_batch must be between 1",)),
+    C("predict", "zero (flag)", f"{LLAMA} --micro-batch 0", PLAN,
+      ("micro_batch must be between 1",)),
     C("predict", "zero (layer graph)", "predict --model alexnet --hardware dgx-v100 --pr 0",
       USAGE, ("'--pr'", "0 is not in the range 1<=x")),
     C("predict", "negative", f"{PRED} --model {{d}}/model-negative.yaml", SPEC,

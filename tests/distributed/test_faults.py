@@ -1,0 +1,110 @@
+"""Killing runs mid-way (issue 8): a launcher killed with SIGKILL (no chance to clean up) leaves
+no rank behind, and a killed rank ends `perfmodel validate` with one line naming it. Ctrl-C and
+SIGTERM are in test_validation_e2e.py and test_calibration_run.py. Each test is one launch of
+two gloo ranks (5-15 s on the 2-core machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.distributed.test_calibration_run import alive, children
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="160")
+VALIDATE = ["validate", "--model", "tiny-gpt", "--hardware", "dgx-a100-80gb", "--dp", "2",
+            "--steps", "1000", "--warmup", "0", "--timeout", "60"]
+
+
+def _start(tmp_path: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "perfmodel", *args], cwd=tmp_path, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_steps(run_dir: Path, rank: int, steps: int = 1, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if len(json.loads((run_dir / f"rank{rank}.json").read_text())["steps"]) >= steps:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"rank {rank} measured no step within {timeout_s} s")
+
+
+def _rank_of(pid: int) -> int | None:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return next((int(e[5:]) for e in env if e.startswith(b"RANK=")), None)
+
+
+def test_a_killed_validate_leaves_no_rank_running(tmp_path):
+    """SIGKILL gives the launcher no chance to stop its ranks: they notice and exit themselves."""
+    run_dir = tmp_path / "run"
+    proc = _start(tmp_path, *VALIDATE, "--run-dir", str(run_dir), "--history",
+                  str(tmp_path / "h.csv"))
+    try:
+        _wait_for_steps(run_dir, 1)
+        ranks = children(proc.pid)
+        assert len(ranks) == 2
+        proc.kill()
+        proc.wait(10)
+        assert alive(ranks, wait_s=10) == []
+    finally:
+        proc.kill()
+
+
+def test_a_killed_rank_ends_validate_with_one_line_naming_it(tmp_path):
+    run_dir = tmp_path / "run"
+    history = tmp_path / "h.csv"
+    proc = _start(tmp_path, *VALIDATE, "--run-dir", str(run_dir), "--history", str(history))
+    try:
+        _wait_for_steps(run_dir, 1)
+        ranks = {_rank_of(pid): pid for pid in children(proc.pid)}
+        os.kill(ranks[1], signal.SIGKILL)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 6, err
+    assert err.strip().splitlines() == [
+        f"error: the job failed: rank 1: killed by signal 9 (SIGKILL) (report: "
+        f"{run_dir / 'report.json'})"]
+    assert alive(list(ranks.values())) == []
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "failed" and report["launch"]["failure"]["rank"] == 1
+    assert ",failed," in history.read_text().splitlines()[1]
+
+
+def test_a_killed_calibration_leaves_no_rank_and_no_profile(tmp_path):
+    out = tmp_path / "cpu.json"
+    records = tmp_path / f".{out.name}.records.jsonl"
+    proc = _start(tmp_path, "calibrate", "run", "--quick", "--nprocs", "2", "--backend", "gloo",
+                  "--out", str(out))
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if records.exists() and records.read_text().count('"kind": "gemm"') >= 2:
+                break
+            time.sleep(0.2)
+        ranks = children(proc.pid)
+        assert len(ranks) >= 2
+        proc.kill()
+        proc.wait(10)
+        assert alive(ranks, wait_s=10) == []
+    finally:
+        proc.kill()
+    assert not out.exists()  # no half profile: it is written only once the fits are done
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
