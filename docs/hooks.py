@@ -120,9 +120,15 @@ def header_comment(text: str) -> str:
 
 
 def numbers_without_comment(text: str) -> list[str]:
-    """Keys of lines that hold a number and carry no comment of their own nor on their parent."""
+    """Keys of lines that hold a number with no comment on their line, on an enclosing key's line
+    or at the head of an enclosing block (comment lines right under the key)."""
     missing, stack = [], []  # stack: (indent, key, has_comment)
     for line in text.splitlines():
+        if re.match(r"^\s+#", line) and stack:  # a comment at the head of the open block
+            indent = len(line) - len(line.lstrip())
+            if indent > stack[-1][0]:
+                stack[-1] = (stack[-1][0], stack[-1][1], True)
+            continue
         match = re.match(r"^(\s*)([A-Za-z0-9_]+):\s*([^#]*?)\s*(#.*)?$", line)
         if not match:
             continue
@@ -179,13 +185,13 @@ def _preset_file_section(kind: str, path: Path) -> str:
     if data.get("base"):
         lines += [f"Every field not given here is the preset "
                   f"[`{data['base']}`](#{anchor(kind + ' ' + data['base'])})'s.", ""]
-    missing = numbers_without_comment(text)
+    missing = numbers_without_comment(text) if kind == "hardware" else []
     if missing:
-        lines += ["Numbers with no comment on their line nor on their parent key's: "
+        lines += ["Numbers with no comment on their line nor on an enclosing key's: "
                   + ", ".join(f"`{m}`" for m in missing) + ". Read them with the comments "
                   "around them; where none applies, only the file's source covers them.", ""]
     rel = path.relative_to(_presets_dir().parents[2])
-    lines += [f"`{rel}`:", "", "```yaml", text.rstrip("\n"), "```", ""]
+    lines += [f"`{rel}`:", "", "```{.yaml .wrap}", text.rstrip("\n"), "```", ""]
     return "\n".join(lines)
 
 
@@ -209,6 +215,8 @@ def presets_page() -> str:
         "| source |",
         "|---|---|---|---|---|---|---|---|---|",
         *[_model_row(n) for n in models], "",
+        "The numbers of a model preset are those of the paper or configuration its file names "
+        "(the comment at its top and `source`); a comment on a line adds to it.", "",
         *[_preset_file_section("model", MODELS_DIR / f"{n}.yaml") for n in models],
         "## Layer graphs (CNNs and MLPs)", "",
         "Built from the networks' definitions in `perfmodel/specs/cnn.py` (no file; FLOPs count a "

@@ -137,7 +137,8 @@ def test_presets_page_shows_every_preset_and_number():
 
 
 def test_numbers_without_a_comment_are_found():
-    text = "a: 1  # datasheet\nb:  # parent says\n  c: 2\nd:\n  e: 3\n  f: 4  # own\ng: 5\n"
+    text = ("a: 1  # datasheet\nb:  # parent says\n  c: 2\nd:\n  e: 3\n  f: 4  # own\ng: 5\n"
+            "h:\n  # block comment\n  i:\n    j: 6\n")
     assert hooks.numbers_without_comment(text) == ["d.e", "g"]
 
 
