@@ -13,6 +13,7 @@ from tests.conftest import ROOT
 NOTEBOOKS = ROOT / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 BUDGET_S = 90  # each notebook is written to run in under a minute on a quiet 2-core machine
+HANG_S = 300  # a cell that runs longer than this is stuck, however busy the machine
 
 
 def test_there_is_one_notebook_per_story():
@@ -38,7 +39,7 @@ def test_notebooks_are_what_the_generator_writes():
     assert module.main(["--check"]) == 0, "run python notebooks/make_notebooks.py"
 
 
-def execute(path, timeout=BUDGET_S):
+def execute(path, timeout=HANG_S):
     """Run a notebook in a fresh kernel started in notebooks/ (as a user would); returns seconds."""
     from nbclient import NotebookClient
 
@@ -57,6 +58,9 @@ def test_notebook_runs_top_to_bottom(path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT),
                                                                    os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    # other processes on the machine slow the kernel down: the budget stretches with the load
+    # average per core (a quiet machine keeps BUDGET_S)
+    busy = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
     seconds = execute(path)
-    print(f"{path.name}: {seconds:.1f} s")
-    assert seconds < BUDGET_S, f"{path.name} took {seconds:.0f} s"
+    print(f"{path.name}: {seconds:.1f} s (load per core {busy:.1f})")
+    assert seconds < BUDGET_S * busy, f"{path.name} took {seconds:.0f} s"
