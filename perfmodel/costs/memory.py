@@ -65,8 +65,10 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     Terms: layer-norm inputs 2x e T h, QKV and MLP inputs 2x e T h, dropout masks 2x T h (replicated
     across tp unless sequence parallel); Q, K e T (h + kv d), V e T kv d, output-projection input
     e T h, activation input e T f (2x for SwiGLU), MLP-down input e T f (sharded); softmax output,
-    dropout mask and dropout output (2e + 1) a b s^2 (sharded; dropped by selective recompute; with
-    flash attention replaced by the fp32 log-sum-exp, 4 a b s).
+    dropout mask and dropout output (2e + 1) a b s^2 (sharded; with flash attention replaced by the
+    fp32 log-sum-exp, 4 a b s). Selective recompute drops either: it checkpoints the core attention,
+    keeping only its inputs (Q, K, V), so what the attention kernel stores for its backward is
+    recomputed with it.
     `full` and `selective` are the recompute mode as flags (at most one is set).
     """
     sequence_parallel, full, selective, flash, gated = map(
@@ -76,7 +78,7 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     d = h / a
     replicated = (4 * e + 2) * T * h
     sharded = e * T * (h + kv * d) + e * T * kv * d + e * T * h + (2 + gated) * e * T * f
-    quadratic = flash * 4 * a * b * s + (1 - flash) * (1 - selective) * (2 * e + 1) * a * b * s**2
+    quadratic = (1 - selective) * (flash * 4 * a * b * s + (1 - flash) * (2 * e + 1) * a * b * s**2)
     stored = replicated / rep + (sharded + quadratic) / tp
     return full * e * T * h / rep + (1 - full) * stored
 

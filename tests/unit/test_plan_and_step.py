@@ -143,3 +143,21 @@ def test_zero_bubble_schedules_shrink_the_bubble_as_the_paper_says():
     assert zb.breakdown_s["pipeline/bubble"] == pytest.approx(7 * (t_mb - 2 * w / m), rel=0.01)
     # same activations in flight as 1F1B
     assert zb.memory_per_gpu_bytes == pytest.approx(base.memory_per_gpu_bytes)
+
+
+def test_selective_recompute_with_flash_attention_keeps_no_attention_statistics():
+    """Regression (issue 8, found by the memory property): selective recompute checkpoints the
+    core attention, so with flash attention its fp32 log-sum-exp (4 a b s bytes per layer, 1/tp
+    per GPU) is recomputed too; flash attention must never add memory to selective recompute."""
+    model, hw = load_model("llama2-7b"), load_hardware(H100)
+    plan = Plan(gpus=1, global_batch=1, recompute="selective")
+    without = predict(model, hw, plan).memory_breakdown_bytes["activations/layers"]
+    with_flash = predict(model, hw, plan.replace(flash_attention=True))
+    assert with_flash.memory_breakdown_bytes["activations/layers"] == pytest.approx(without)
+    # without recompute, flash attention replaces the (2e + 1) a b s^2 scores by 4 a b s
+    none = predict(model, hw, plan.replace(recompute="none"))
+    none_flash = predict(model, hw, plan.replace(recompute="none", flash_attention=True))
+    a, s, layers = model.heads, model.seq_len, model.layers
+    assert (none.memory_breakdown_bytes["activations/layers"]
+            - none_flash.memory_breakdown_bytes["activations/layers"]) == pytest.approx(
+        layers * ((2 * 2 + 1) * a * s**2 - 4 * a * s))

@@ -43,21 +43,28 @@ def test_gemm_time_never_falls_when_flops_grow(m, n, k, grow, factor):
     assert t(**{grow: {"m": m, "n": n, "k": k}[grow] * factor}) >= t()
 
 
-def plans():
+def plans(max_tp: int = 8):
+    """A valid plan of llama2-7b (32 layers, 32 heads, 4096 hidden): any schedule (zero bubble
+    included), 1D or 2D tensor layout, recompute, ZeRO, precision and placement."""
+
     @st.composite
     def build_plan(draw):
-        tp = draw(st.sampled_from([1, 2, 4, 8]))
+        layout = draw(st.sampled_from(["1d", "1d", "2d"]))
+        tp = draw(st.sampled_from([1, 2, 4, 8][: [1, 2, 4, 8].index(max_tp) + 1]
+                                  if layout == "1d" else [1, 4]))
         pp = draw(st.sampled_from([1, 2, 4]))
         dp = draw(st.sampled_from([1, 2, 4]))
-        mb = draw(st.sampled_from([1, 2]))
+        mb = draw(st.sampled_from([1, 2, 4])) * (2 if layout == "2d" and tp == 4 else 1)
+        schedules = ["gpipe", "1f1b"] + (["interleaved", "zb", "zbv"] if pp > 1 else [])
+        schedule = draw(st.sampled_from(schedules))
+        v = {"interleaved": 2, "zbv": 2, "zb": draw(st.sampled_from([1, 2]))}.get(schedule, 1)
         m = draw(st.sampled_from([1, 2, 4, 8]))
-        schedule = draw(st.sampled_from(["gpipe", "1f1b"] + (["interleaved"] if pp > 1 else [])))
-        v = 2 if schedule == "interleaved" else 1
-        if schedule == "interleaved":
+        if schedule in ("interleaved", "zb", "zbv"):
             m = max(m - m % pp, pp)
-        return Plan(gpus=dp * tp * pp, dp=dp, tp=tp, pp=pp, micro_batch=mb, global_batch=dp * mb * m,
-                    schedule=schedule, virtual_stages=v,
-                    sequence_parallel=draw(st.booleans()) and tp > 1,
+        return Plan(gpus=dp * tp * pp, dp=dp, tp=tp, pp=pp, micro_batch=mb,
+                    global_batch=dp * mb * m, schedule=schedule, virtual_stages=v,
+                    tp_layout=layout,
+                    sequence_parallel=draw(st.booleans()) and tp > 1 and layout == "1d",
                     recompute=draw(st.sampled_from(["none", "selective", "full"])),
                     zero=draw(st.sampled_from([0, 1, 2, 3])) if dp > 1 else 0,
                     dtype=draw(st.sampled_from(["bf16", "fp16", "fp32"])),
@@ -109,3 +116,132 @@ def test_symbolic_and_lambdified_forms_agree(plan):
     assert predict(MODEL, H100, plan).step_time_s == pytest.approx(exact, rel=1e-9)
     assert math.isfinite(exact)
     assert not isinstance(expr, sp.Number)
+
+
+# --- issue 8: more invariants, on plans of every schedule and layout and on random models ------
+def _time(plan, model=MODEL, hardware=H100):
+    return predict(model, hardware, plan).step_time_s
+
+
+def _memory(plan, model=MODEL, hardware=H100):
+    return predict(model, hardware, plan).memory_per_gpu_bytes
+
+
+NOT_LESS = 1 - 1e-12  # rounding: a larger quantity may come out equal, never smaller
+
+
+@SETTINGS
+@given(plan=plans(), grow=st.sampled_from(["global_batch", "layers", "seq_len"]))
+def test_step_time_never_falls_when_the_work_grows(plan, grow):
+    """Twice the samples, the layers or the sequence: more FLOPs and more bytes, never less time."""
+    base = _time(plan)
+    if grow == "global_batch":
+        bigger = _time(plan.replace(global_batch=2 * plan.global_batch))
+    else:
+        model = MODEL.replace(**{grow: 2 * getattr(MODEL, grow)})
+        bigger = _time(plan, model=model)
+    assert bigger >= base * NOT_LESS
+
+
+SLOWER = ["peak_flops_per_s", "memory_bandwidth_bytes_per_s", "intra_node.bandwidth_bytes_per_s",
+          "inter_node.bandwidth_bytes_per_s", "intra_node.efficiency", "inter_node.efficiency",
+          "memory_bandwidth_efficiency"]
+
+
+@SETTINGS
+@given(plan=plans(), field=st.sampled_from([*SLOWER, "intra_node.latency_s",
+                                               "inter_node.latency_s", "kernel_overhead_s"]),
+       factor=st.floats(1.01, 100.0))
+def test_slower_hardware_never_makes_a_step_faster(plan, field, factor):
+    """A rate divided, or a latency multiplied, by factor > 1: the bytes and FLOPs of the step
+    stay, so its time does not fall (the cheapest collective algorithm is re-chosen, still
+    never faster than before)."""
+    from perfmodel.recommend import apply_what_if
+
+    change = 1 / factor if field in SLOWER else factor
+    slower = apply_what_if(H100, f"{field}={change!r}x")
+    assert _time(plan, hardware=slower) >= _time(plan) * NOT_LESS
+
+
+@SETTINGS
+@given(plan=plans(max_tp=4), axis=st.sampled_from(["tp", "pp", "dp", "sp", "flash"]))
+def test_more_sharding_of_any_kind_never_needs_more_memory(plan, axis):
+    """Per-GPU memory falls or stays when an axis doubles (the others fixed) or sequence
+    parallelism or fused attention is switched on. Interleaved and zero-bubble schedules are left
+    out of the pipeline case: their first stage holds pp (1 + (pp - 1)/(pp v)) micro-batches of
+    activations (Narayanan et al. 2021, sec. 2.2.2), which grows with pp, so more stages can
+    need more memory there, in the model as on the machine. The data case needs ZeRO >= 1 (else
+    every replica holds everything) and keeps the global batch, so each replica has fewer
+    micro-batches."""
+    from hypothesis import assume
+
+    base = _memory(plan)
+    if axis == "tp":
+        assume(plan.tp_layout.value == "1d")
+        other = plan.replace(tp=2 * plan.tp, gpus=2 * plan.gpus)
+    elif axis == "pp":
+        assume(plan.schedule.value in ("gpipe", "1f1b"))
+        other = plan.replace(pp=2 * plan.pp, gpus=2 * plan.gpus)
+    elif axis == "dp":
+        assume(plan.zero >= 1 and plan.num_micro_batches % 2 == 0)
+        assume(plan.schedule.value in ("gpipe", "1f1b") or plan.num_micro_batches >= 2 * plan.pp)
+        other = plan.replace(dp=2 * plan.dp, gpus=2 * plan.gpus)
+    elif axis == "sp":
+        assume(plan.tp > 1 and plan.tp_layout.value == "1d" and not plan.sequence_parallel)
+        other = plan.replace(sequence_parallel=True)
+    else:
+        assume(not plan.flash_attention)
+        other = plan.replace(flash_attention=True)
+    assert _memory(other.check(MODEL)) <= base * (1 + 1e-12)
+
+
+@SETTINGS
+@given(plan=plans())
+def test_an_axis_of_degree_one_issues_no_collective(plan):
+    """The ledger (every collective one rank issues) has no call on an axis of degree 1, and
+    every axis of degree > 1 that the plan shards communicates."""
+    from perfmodel import comm_ledger
+
+    # a 2D/3D grid's sub-axes (tpa, tpb, tpc) belong to the tensor-parallel axis
+    axes = {r["axis"][:2] for r in comm_ledger(MODEL, plan, H100) if r["calls"] > 0}
+    degrees = {"tp": plan.tp, "dp": plan.dp, "pp": plan.pp}
+    assert all(degrees[a] > 1 for a in axes), (axes, degrees)
+    assert ("tp" in axes) == (plan.tp > 1)
+    assert ("pp" in axes) == (plan.pp > 1)
+
+
+def models():
+    """Random transformer shapes (grouped-query attention, gated MLP, tied embeddings)."""
+
+    @st.composite
+    def build(draw):
+        heads = draw(st.sampled_from([4, 8, 16]))
+        return MODEL.replace(
+            name="random", layers=draw(st.sampled_from([2, 4, 8, 12])),
+            hidden=heads * draw(st.sampled_from([32, 64, 128])), heads=heads,
+            kv_heads=heads // draw(st.sampled_from([1, 2, 4])), ffn_hidden=0,
+            seq_len=draw(st.sampled_from([128, 512, 2048])),
+            vocab=draw(st.sampled_from([1000, 32000, 50257])),
+            gated_mlp=draw(st.booleans()), tied_embeddings=draw(st.booleans()))
+
+    return build()
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=models(), hardware=st.sampled_from(["dgx-h100", "mi300x"]),
+       gpus=st.sampled_from([2, 8, 16]), batch_factor=st.sampled_from([1, 2, 4]),
+       data=st.data())
+def test_vectorised_search_and_scalar_predict_agree_on_random_plans(model, hardware, gpus,
+                                                                    batch_factor, data):
+    from perfmodel.search import SearchRequest, search
+
+    hw = load_hardware(hardware)
+    req = SearchRequest(gpus=(gpus,), global_batch=gpus * batch_factor, max_micro_batch=4)
+    result = search(model, hw, req)
+    evaluated = [int(i) for i in range(result.enumerated) if math.isfinite(result.step_time_s[i])]
+    assert evaluated
+    picks = data.draw(st.lists(st.sampled_from(evaluated), min_size=1, max_size=12, unique=True))
+    for i in picks:
+        scalar = predict(model, hw, result.plan(i))
+        assert result.step_time_s[i] == pytest.approx(scalar.step_time_s, rel=1e-9)
+        assert result.memory_bytes[i] == pytest.approx(scalar.memory_per_gpu_bytes, rel=1e-9)
