@@ -22,6 +22,7 @@ import yaml
 MARKERS = {
     "<!-- generated: cli-reference -->": "cli_reference",
     "<!-- generated: presets -->": "presets_page",
+    "<!-- generated: gemm-efficiency -->": "gemm_efficiency_doc",
 }
 
 
@@ -100,6 +101,13 @@ def command_section(ctx: click.Context, command: click.Command) -> str:
 
 def cli_reference() -> str:
     return "\n".join(command_section(ctx, command) for ctx, command in walk())
+
+
+def gemm_efficiency_doc() -> str:
+    """The docstring of the GEMM cost model, as it is in the code."""
+    import perfmodel.costs.gemm_efficiency as gemm
+
+    return "```text\n" + inspect.cleandoc(gemm.__doc__ or "") + "\n```\n"
 
 
 # --- presets ------------------------------------------------------------------------------------
