@@ -249,24 +249,30 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-@lru_cache(maxsize=256)
-def compile_family(family: Any, which: str = "all") -> Compiled:
-    """Lambdify a family once per process (and once per machine, through the disk cache)."""
-    key = hashlib.sha256(f"{family!r}/{which}".encode()).hexdigest()[:20]
+def cached(name: str, load: Callable[[Path], Any], build: Callable[[], tuple[Any, str]]) -> Any:
+    """Generated code from the disk cache, `load(path)`; else what `build()` makes, whose source
+    (its second item) is then filed under `name` for the next process."""
     root = cache_dir()
-    path = root / f"{_source_hash()}-{key}.py" if root else None
+    path = root / f"{_source_hash()}-{name}.py" if root else None
     if path is not None and path.is_file():
         try:
-            return _load(path)
+            return load(path)
         except Exception:  # a corrupt or foreign cache file is rebuilt, never trusted
             path.unlink(missing_ok=True)
-    compiled, source = _lambdify(family, which)
+    made, source = build()
     if path is not None:
         try:
             _write_atomic(path, source)
         except OSError:
             pass  # a read-only cache directory only costs speed
-    return compiled
+    return made
+
+
+@lru_cache(maxsize=256)
+def compile_family(family: Any, which: str = "all") -> Compiled:
+    """Lambdify a family once per process (and once per machine, through the disk cache)."""
+    key = hashlib.sha256(f"{family!r}/{which}".encode()).hexdigest()[:20]
+    return cached(key, _load, lambda: _lambdify(family, which))
 
 
 @lru_cache(maxsize=16)

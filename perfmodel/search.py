@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from perfmodel.errors import PlanError
-from perfmodel.evaluate import compile_family, family_of
+from perfmodel.evaluate import family_of
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import BYTES_PER_ELEMENT, Dtype, Plan
+from perfmodel.staged import GroupValues, compile_staged, run
+from perfmodel.strategy import Plan
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "zbv")
 LAYOUTS = ("1d", "2d", "2.5d", "3d")
@@ -282,49 +283,121 @@ def _topology(c: dict[str, np.ndarray], gpn: int) -> dict[str, np.ndarray]:
     return vals
 
 
-def values_of_plans(model: TransformerSpec, hardware: HardwareSpec, plans: Plans, dtype: str,
-                    flash: bool, overlap: bool) -> dict[str, Any]:
-    """The symbols' values for every plan: arrays for what varies, numbers for what does not."""
-    from perfmodel.costs.precision import model_state_bytes_per_param, optimizer_step_bytes_per_param
-    from perfmodel.evaluate import precision_of, values_of
+_AXES = ("tp", "dp", "pp", "tpa", "tpb", "tpc")
+# The plan columns that vary in a search, in groups, with the symbols each group sets: the step
+# model is evaluated once per distinct value of the groups each of its terms depends on (see
+# perfmodel.staged); the topology comes first, as the axis whose values are the most numerous.
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("topology", ("dp", "tp", "pp", "global_batch", "tpa", "tpb", "tpc", "is_tp2d", "is_tp3d",
+                  *(f"{axis}_per_node" for axis in _AXES),
+                  *(f"is_{axis}_{scope}" for axis in _AXES
+                    for scope in ("intra", "inter", "mixed")))),
+    ("micro_batch", ("micro_batch",)),
+    ("schedule", ("virtual_stages", "is_gpipe", "is_interleaved", "is_zero_bubble", "is_zbv")),
+    ("recompute", ("is_recompute_full", "is_recompute_selective")),
+    ("sequence_parallel", ("is_sequence_parallel",)),
+    ("zero", ("is_zero1", "is_zero2", "is_zero3")),
+)
+_GROUP_COLUMNS = {"topology": ("tp_layout", "tp_depth", "dp", "tp", "pp", "placement",
+                               "global_batch"),  # sorted by layout first
+                  "micro_batch": ("micro_batch",),
+                  "schedule": ("schedule", "virtual_stages"), "recompute": ("recompute",),
+                  "sequence_parallel": ("sequence_parallel",), "zero": ("zero",)}
 
-    c = plans.cols
-    probe = Plan(gpus=1, dtype=dtype, flash_attention=flash, overlap_grad_sync=overlap)
-    vals: dict[str, Any] = values_of(model, hardware, probe)  # model, hardware and dtype values
-    precision = precision_of(probe)
-    state = model_state_bytes_per_param(precision)
-    vals.update({
-        "dp": c["dp"], "tp": c["tp"], "pp": c["pp"], "micro_batch": c["micro_batch"],
-        "global_batch": c["global_batch"], "virtual_stages": c["virtual_stages"],
-        "bytes_per_element": BYTES_PER_ELEMENT[Dtype(dtype)],
-        "weight_bytes_per_param": state["weights"], "grad_bytes_per_param": state["gradients"],
-        "optimizer_bytes_per_param": state["optimizer_states"],
-        "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(precision),
-        "is_sequence_parallel": c["sequence_parallel"].astype(float),
-        "is_recompute_full": (c["recompute"] == 2).astype(float),
-        "is_recompute_selective": (c["recompute"] == 1).astype(float),
-        "is_zero1": (c["zero"] >= 1).astype(float), "is_zero2": (c["zero"] >= 2).astype(float),
-        "is_zero3": (c["zero"] >= 3).astype(float),
-        "is_gpipe": (c["schedule"] == 0).astype(float),
-        "is_interleaved": (c["schedule"] == 2).astype(float),
-        "is_zero_bubble": (c["schedule"] >= 3).astype(float),
-        "is_zbv": (c["schedule"] == 4).astype(float),
-    })
-    # the grid and link placement depend on a handful of columns with few distinct rows: work them
-    # out once per distinct row and gather
-    columns = [np.asarray(c[k], dtype=np.int64) for k in _TOPOLOGY_KEYS]
-    dims = tuple(int(col.max()) + 1 for col in columns)
-    if math.prod(dims) < 2**62:  # one integer per row: a 1-D unique is far faster than rows
-        codes = np.ravel_multi_index(columns, dims)
-        _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-        unique = {k: col[first] for k, col in zip(_TOPOLOGY_KEYS, columns, strict=True)}
+
+def _runs(columns: list[np.ndarray]) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """Each row's code among the distinct rows of some integer columns, and those rows (sorted,
+    first column first), by column index. Plans come in long runs of one value of a group: the
+    runs are found with a comparison per row, and only their first rows are sorted."""
+    n = len(columns[0])
+    change = np.empty(n, dtype=bool)
+    change[0] = True
+    np.not_equal(columns[0][1:], columns[0][:-1], out=change[1:])
+    for column in columns[1:]:
+        change[1:] |= column[1:] != column[:-1]
+    starts = np.flatnonzero(change)
+    key, width = np.zeros(len(starts), dtype=np.intp), 1
+    values = []
+    for column in columns:  # one integer per distinct row, in the order of the columns
+        distinct, codes = np.unique(column[starts], return_inverse=True)
+        key = key * len(distinct) + codes.reshape(-1)
+        width *= len(distinct)
+        values.append(distinct)
+    keys, inverse = np.unique(key, return_inverse=True)
+    rows = {}
+    for i in range(len(columns) - 1, -1, -1):
+        keys, digit = np.divmod(keys, len(values[i]))
+        rows[i] = values[i][digit]
+    return np.repeat(inverse.reshape(-1), np.diff(starts, append=n)), rows
+
+
+def _distinct(group: str, plans: Plans) -> tuple[np.ndarray, int, dict[str, np.ndarray]]:
+    """Each plan's code among the distinct rows of a group's columns, their number, and the rows."""
+    names = _GROUP_COLUMNS[group]
+    columns = [np.asarray(plans.cols[k], dtype=np.intp) for k in names]
+    if group in ("recompute", "sequence_parallel", "zero"):  # small codes already
+        card = int(columns[0].max()) + 1
+        return columns[0], card, {names[0]: np.arange(card)}
+    if group != "topology":
+        codes, distinct = _runs(columns)
+        return codes, len(distinct[0]), {k: distinct[i] for i, k in enumerate(names)}
+    # the placement changes at every plan: runs of the other columns, then with the placement
+    others = [i for i, k in enumerate(names) if k != "placement"]
+    codes, distinct = _runs([columns[i] for i in others])
+    places = columns[names.index("placement")]
+    width = int(places.max()) + 1
+    combined = codes * width + places
+    seen = np.zeros(len(distinct[0]) * width, dtype=bool)
+    seen[combined] = True
+    keys = np.flatnonzero(seen)
+    row, place = np.divmod(keys, width)
+    rows = {names[i]: distinct[j][row] for j, i in enumerate(others)}
+    rows["placement"] = place
+    return np.take(np.cumsum(seen) - 1, combined), len(keys), rows
+
+
+def _group_args(group: str, c: dict[str, np.ndarray], gpus_per_node: int) -> dict[str, np.ndarray]:
+    """The symbols a group of columns sets, from its distinct rows."""
+    if group == "topology":
+        args = {k: c[k] for k in ("dp", "tp", "pp", "global_batch")}
+        args.update(_topology(c, gpus_per_node))
+    elif group == "micro_batch":
+        args = {"micro_batch": c["micro_batch"]}
+    elif group == "schedule":
+        sched = c["schedule"]
+        args = {"virtual_stages": c["virtual_stages"], "is_gpipe": sched == 0,
+                "is_interleaved": sched == 2, "is_zero_bubble": sched >= 3, "is_zbv": sched == 4}
+    elif group == "recompute":
+        args = {"is_recompute_full": c["recompute"] == 2,
+                "is_recompute_selective": c["recompute"] == 1}
+    elif group == "sequence_parallel":
+        args = {"is_sequence_parallel": c["sequence_parallel"]}
     else:
-        rows, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
-        unique = {k: rows[:, i] for i, k in enumerate(_TOPOLOGY_KEYS)}
-    inverse = inverse.reshape(-1)
-    topo = _topology(unique, hardware.gpus_per_node)
-    vals.update({k: v[inverse] for k, v in topo.items()})
-    return vals
+        args = {f"is_zero{z}": c["zero"] >= z for z in (1, 2, 3)}
+    return {k: np.asarray(v, dtype=float) for k, v in args.items()}
+
+
+def group_values(hardware: HardwareSpec, plans: Plans) -> dict[str, GroupValues]:
+    """The distinct values of each group of columns, their symbols, and each plan's row of them.
+
+    The topology's rows are sorted by tensor layout first: the plans of one layout family have the
+    rows of one range."""
+    out = {}
+    for group, _ in GROUPS:
+        codes, card, rows = _distinct(group, plans)
+        args = _group_args(group, rows, hardware.gpus_per_node)
+        out[group] = GroupValues(codes, card, args, rows)
+    return out
+
+
+def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
+                  req: SearchRequest) -> dict[str, Any]:
+    """The symbols that are one number for every plan of a request: model, hardware, dtype."""
+    from perfmodel.evaluate import values_of
+
+    probe = Plan(gpus=1, dtype=req.dtype, flash_attention=req.flash_attention,
+                 overlap_grad_sync=req.overlap_grad_sync)
+    return values_of(model, hardware, probe)
 
 
 @dataclass
@@ -387,42 +460,33 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest) -
                         capacity + hardware.memory_reserved_bytes, notes)
 
 
-CHUNK_ROWS = 8192  # rows per numpy pass: temporaries stay in cache (measured best of 4k-64k)
+def evaluate_plans(model: TransformerSpec, hardware: HardwareSpec, groups: dict[str, GroupValues],
+                   req: SearchRequest, family: Any,
+                   capacity: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Step time, memory per GPU, model FLOPs of every plan (as group_values gives them), and
+    which passed the memory bound.
 
-
-def evaluate_plans(model: TransformerSpec, hardware: HardwareSpec, plans: Plans, req: SearchRequest,
-                   family: Any, capacity: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Step time, memory per GPU, model FLOPs of every plan, and which passed the memory bound.
-
-    In chunks: one pass over a million rows allocates thousands of 8 MB temporaries, and the page
-    faults cost ten times the arithmetic.
+    The memory bound (model states alone must fit) first, then the full model on the plans that
+    pass it; each evaluated term by term (see perfmodel.staged).
     """
-    n = len(plans)
-    bounds_fn = compile_family(family, "bounds")
-    search_fn = compile_family(family, "search")
+    n = len(groups["topology"].codes)
+    scalars = scalar_values(model, hardware, req)
+    bounds = run(compile_staged(family, "bounds", GROUPS), scalars, groups, n)
+    memory = np.maximum(bounds["states:first"], bounds["states:last"])
+    keep = memory <= capacity  # model states alone must fit: a lower bound on memory
     step = np.full(n, np.inf)
-    memory = np.zeros(n)
     flops = np.zeros(n)
-    keep = np.zeros(n, dtype=bool)
-    for start in range(0, n, CHUNK_ROWS):
-        part = plans.take(slice(start, start + CHUNK_ROWS))
-        rows = len(part)
-        vals = values_of_plans(model, hardware, part, req.dtype, req.flash_attention,
-                               req.overlap_grad_sync)
-        bounds = bounds_fn(vals)
-        states = np.maximum(bounds["states:first"], bounds["states:last"]) * np.ones(rows)
-        ok = states <= capacity  # model states alone must fit: a lower bound on memory
-        memory[start:start + rows] = states
-        keep[start:start + rows] = ok
-        if not ok.any():
-            continue
-        sub = {k: (v[ok] if isinstance(v, np.ndarray) and v.shape == (rows,) else v)
-               for k, v in vals.items()}
-        out = search_fn(sub)
-        idx = np.flatnonzero(ok) + start
-        step[idx] = out["step_time"]
-        memory[idx] = np.maximum(out["memory:first"], out["memory:last"])
-        flops[idx] = out["q:model_flops_per_step"]
+    idx = None if keep.all() else np.flatnonzero(keep)
+    if idx is not None:
+        if not len(idx):
+            return step, memory, flops, keep
+        groups = {g: values.take(idx) for g, values in groups.items()}
+    m = n if idx is None else len(idx)
+    out = run(compile_staged(family, "search", GROUPS), scalars, groups, m)
+    rows = slice(None) if idx is None else idx
+    step[rows] = out["step_time"]
+    memory[rows] = np.maximum(out["memory:first"], out["memory:last"])
+    flops[rows] = out["q:model_flops_per_step"]
     return step, memory, flops, keep
 
 
@@ -431,16 +495,29 @@ def evaluate_all(model: TransformerSpec, hardware: HardwareSpec, plans: Plans, r
     """evaluate_plans with one family per tensor layout: Megatron 1D (most plans, the smallest
     expression), the 2d/2.5d grids, the 3d cube."""
     n = len(plans)
-    universal = family_of(model, hardware, Plan(gpus=1))
     step, memory, flops = np.full(n, np.inf), np.zeros(n), np.zeros(n)
     keep = np.zeros(n, dtype=bool)
+    if n == 0:
+        return step, memory, flops, keep
+    universal = family_of(model, hardware, Plan(gpus=1))
+    groups = group_values(hardware, plans)
+    topology = groups["topology"]
+    layouts = topology.rows["tp_layout"]  # sorted
     for family_layout, codes in (("1d", (0,)), ("2d", (1, 2)), ("3d", (3,))):
-        rows = np.flatnonzero(np.isin(plans.cols["tp_layout"], codes))
-        if not len(rows):
+        lo = int(np.searchsorted(layouts, codes[0]))
+        hi = int(np.searchsorted(layouts, codes[-1], side="right"))
+        if lo == hi:
             continue
+        if lo == 0 and hi == topology.card:
+            rows, index = slice(None), None
+        else:
+            rows = index = np.flatnonzero((topology.codes >= lo) & (topology.codes < hi))
+        part = {g: (values.restrict(index, lo, hi) if g == "topology" else
+                    values if index is None else values.take(index))
+                for g, values in groups.items()}
         family = dataclasses.replace(universal, tp_layout=family_layout)
-        part = evaluate_plans(model, hardware, plans.take(rows), req, family, capacity)
-        for target, values in zip((step, memory, flops, keep), part, strict=True):
+        result = evaluate_plans(model, hardware, part, req, family, capacity)
+        for target, values in zip((step, memory, flops, keep), result, strict=True):
             target[rows] = values
     return step, memory, flops, keep
 
