@@ -107,7 +107,7 @@ def gemm_efficiency_doc() -> str:
     """The docstring of the GEMM cost model, as it is in the code."""
     import perfmodel.costs.gemm_efficiency as gemm
 
-    return "```text\n" + inspect.cleandoc(gemm.__doc__ or "") + "\n```\n"
+    return "```{.text .wrap}\n" + inspect.cleandoc(gemm.__doc__ or "") + "\n```\n"
 
 
 # --- presets ------------------------------------------------------------------------------------
