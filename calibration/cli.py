@@ -70,7 +70,11 @@ def calibrate() -> None:
     help="Ranks to launch (default: GPUs, or 2 on CPU). Ignored under torchrun/srun.",
 )
 @click.option(
-    "--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True
+    "--backend",
+    type=click.Choice(["auto", "nccl", "gloo"]),
+    default="auto",
+    show_default=True,
+    help="Process-group backend; auto: NCCL where CUDA is available, gloo otherwise.",
 )
 @click.option("--quick", is_flag=True, help="Fewer sizes and repeats (under 2 minutes on CPU).")
 @click.option(
@@ -121,7 +125,13 @@ def run_cmd(
 
 @calibrate.command("import-nccl-tests")
 @click.argument("logs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Profile JSON to write (the raw CSV goes beside it).",
+)
 @click.option("--base", default=None, help="Hardware preset the profile builds on (e.g. dgx-h100).")
 @click.option(
     "--algorithm",
@@ -232,7 +242,13 @@ def _nccl_versions(logs: tuple[Path, ...]) -> list[str]:
 
 @calibrate.command("import-gemm")
 @click.argument("tables", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Profile JSON to write (the raw CSV goes beside it).",
+)
 @click.option("--base", default=None, help="Hardware preset the profile builds on.")
 @click.option("--device", default=None, help="Keep one device of the tables (e.g. sm_90).")
 @click.option(

@@ -99,7 +99,9 @@ def plan_options(fn: Any) -> Any:
                      show_default=True, help="Pipeline schedule; zb: interleaved zero bubble (ZB1P), zbv: zero bubble V."),
         click.option("--virtual-stages", type=int, default=1, show_default=True, help="Model chunks per GPU (interleaved)."),
         click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (needs tp > 1)."),
-        click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none",
+                     show_default=True,
+                     help="Activation recompute: none, selective (attention core) or full (every layer)."),
         click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage."),
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "tf32"]), default=None,
                      help="Training precision (default bf16 for transformers, fp32 for layer graphs)."),
@@ -309,20 +311,25 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--tp", type=whole(), default=None, help="Pin the tensor-parallel degree.")
 @click.option("--pp", type=whole(), default=None, help="Pin the pipeline-parallel degree.")
 @click.option("--micro-batch", type=whole(), default=None, help="Pin the micro-batch size.")
-@click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb", "zbv"]), default=None)
-@click.option("--virtual-stages", type=whole(), default=None)
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None)
-@click.option("--sequence-parallel/--no-sequence-parallel", default=None)
-@click.option("--zero", type=click.IntRange(0, 3), default=None)
-@click.option("--placement", type=click.Choice(["tp,dp,pp", "tp,pp,dp", "dp,tp,pp"]), default=None)
+@click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb", "zbv"]),
+              default=None, help="Pin the pipeline schedule.")
+@click.option("--virtual-stages", type=whole(), default=None, help="Pin the model chunks per GPU.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
+              help="Pin the activation recompute.")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=None,
+              help="Pin sequence parallelism on or off.")
+@click.option("--zero", type=click.IntRange(0, 3), default=None, help="Pin the ZeRO stage.")
+@click.option("--placement", type=click.Choice(["tp,dp,pp", "tp,pp,dp", "dp,tp,pp"]), default=None,
+              help="Pin the placement of the axes, innermost (inside a node) first.")
 @click.option("--tp-layout", type=click.Choice(["1d", "2d", "2.5d", "3d"]), default=None,
               help="Pin the tensor-parallel layout (default: search 1d, 2d, 2.5d and 3d).")
 @click.option("--tp-depth", type=whole(), default=None, help="Pin the 2.5d depth.")
-@click.option("--max-tp", type=whole(), default=None)
-@click.option("--max-pp", type=whole(), default=None)
-@click.option("--max-micro-batch", type=whole(), default=None)
-@click.option("--flash-attention", is_flag=True)
-@click.option("--overlap-grad-sync", is_flag=True)
+@click.option("--max-tp", type=whole(), default=None, help="Largest tensor-parallel degree.")
+@click.option("--max-pp", type=whole(), default=None, help="Largest pipeline-parallel degree.")
+@click.option("--max-micro-batch", type=whole(), default=None, help="Largest micro-batch.")
+@click.option("--flash-attention", is_flag=True, help="Every plan uses fused (flash) attention.")
+@click.option("--overlap-grad-sync", is_flag=True,
+              help="Every plan overlaps the data-parallel gradient sync with backward.")
 @click.option("--norm", type=click.Choice(["local", "sync", "group"]), default="local", show_default=True,
               help="Layer graphs: the normalization to keep (batch norm local or synchronized, group norm).")
 @click.option("--memory-margin", type=FiniteFloat(0.0, 1.0, max_open=True), default=0.0,
@@ -333,11 +340,12 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="Token budget to train (for time_to_train / cost).")
 @click.option("--gpu-hour-price", type=FiniteFloat(0.0, min_open=True), default=None,
               help="Price of one GPU-hour (for cost).")
-@click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="How many plans to print.")
 @click.option("--what-if", "what_if", multiple=True,
               help="Change the hardware and search again, e.g. inter_node.bandwidth_bytes_per_s=2x.")
 @click.option("--sensitivities", is_flag=True, help="Elasticity of the best plan's step time to each hardware parameter (sympy derivatives).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None, help="Write every evaluated plan here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Time-memory Pareto front (PNG).")
 @click.option("--validate", is_flag=True, help="Run the best plan through `perfmodel validate` (scaled down).")
@@ -455,15 +463,16 @@ def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
 
 @cli.command()
 @click.option("--op", required=True, type=click.Choice(
-    ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv"]))
+    ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
+     "send_recv"]), help="The collective (nccl-tests' names).")
 @click.option("--bytes", "nbytes", required=True, help="Size in nccl-tests' convention, e.g. 1e9, 256MiB, 64KB.")
 @click.option("--ranks", required=True, type=int, help="Ranks in the group.")
 @click.option("--ranks-per-node", type=int, default=None, help="Ranks of the group per node (default: GPUs per node).")
 @click.option("--hardware", default=None, help="Hardware preset or file.")
 @click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
 @click.option("--algorithm", type=click.Choice(["auto", "ring", "tree", "recursive", "hierarchical"]),
-              default="auto", show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+              default="auto", show_default=True, help="The algorithm; auto: the cheapest.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, hardware: str | None,
                profile: str | None, algorithm: str, as_json: bool) -> None:
     """Predicted time, algorithm and bus bandwidth of one collective."""
@@ -488,15 +497,20 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
 @click.option("--pr", type=whole(), default=1, show_default=True,
               help="Ranks splitting each layer.")
 @click.option("--best-pr", is_flag=True, help="For every point, take the fastest Pr x Pc split instead.")
-@click.option("--norm", type=click.Choice(["local", "sync", "group"]), default="local", show_default=True)
-@click.option("--collective-variant", type=click.Choice(["fused", "split"]), default="fused", show_default=True)
-@click.option("--dtype", type=click.Choice(["fp32", "tf32", "bf16", "fp16"]), default="fp32", show_default=True)
+@click.option("--norm", type=click.Choice(["local", "sync", "group"]), default="local",
+              show_default=True, help="Batch norm local to a rank, synchronized, or group norm.")
+@click.option("--collective-variant", type=click.Choice(["fused", "split"]), default="fused",
+              show_default=True, help="Allgather/Allreduce, or Gather+Bcast / Reduce+Bcast.")
+@click.option("--dtype", type=click.Choice(["fp32", "tf32", "bf16", "fp16"]), default="fp32",
+              show_default=True, help="Training precision.")
 @click.option("--vary", multiple=True, required=True,
               help="FIELD=V1,V2,...: peak_flops_per_s (node FLOP rate), memory_bandwidth_bytes_per_s, "
                    "inter_node.bandwidth_bytes_per_s, intra_node.bandwidth_bytes_per_s, gpus, global_batch. Repeatable.")
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None)
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON records.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the table here (CSV).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Step time and communication share against each varied field (PNG).")
 def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, global_batch: int,
           pr: int, best_pr: bool, norm: str, collective_variant: str, dtype: str,
           vary: tuple[str, ...], as_json: bool, csv_path: str | None, plot_path: str | None) -> None:
@@ -561,7 +575,7 @@ def _vary(item: str, hardware: Any) -> tuple[str, list[float]]:
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def presets(as_json: bool) -> None:
     """List the hardware and model presets."""
     from perfmodel.render import print_presets

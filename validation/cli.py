@@ -229,14 +229,20 @@ def validate(ctx: click.Context, **kw: Any) -> None:
 
 @validate.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Report JSON (default: DIRECTORY/report.json; the chart beside it).",
+)
 @click.option(
     "--history",
     type=click.Path(dir_okay=False, path_type=Path),
     default=Path("validation-runs/history.csv"),
     show_default=True,
+    help="CSV to which one row per run is appended.",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def collect(directory: Path, out: Path | None, history: Path, as_json: bool) -> None:
     """Read the results of an emitted job (--emit DIR) back into a report."""
     from validation import run

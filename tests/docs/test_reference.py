@@ -70,6 +70,14 @@ def test_every_command_and_option_is_in_the_reference():
                 assert re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", text), (path, opt)
 
 
+def test_every_option_says_what_it_does():
+    """The reference is only as good as the help texts: every visible option has one."""
+    bare = [(path, param.opts[0]) for path, command, ctx in _tree()
+            for param in command.get_params(ctx)
+            if isinstance(param, click.Option) and not param.hidden and not param.help]
+    assert not bare, f"options without help text: {bare}"
+
+
 def test_the_built_reference_has_every_command(site):
     text = page_text(site, "cli")
     for path, _, _ in _tree():
