@@ -445,6 +445,28 @@ def count_measurements(sweep: Sweep, world: int, local_world: int, device: str) 
     return total
 
 
+_LISTENING: list[Any] = []  # the store's listening socket lives as long as the rank
+
+
+def _loopback_store(init: str, rank: int, world: int) -> Any:
+    """The rendezvous of a run on this machine, bound to 127.0.0.1 by rank 0 itself (torch's own
+    TCPStore listens on every interface)."""
+    import socket
+
+    import torch.distributed as dist
+
+    port = int(init.rsplit(":", 1)[1])
+    listen_fd = None
+    if rank == 0:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(max(world, 16))
+        _LISTENING.append(sock)
+        listen_fd = sock.fileno()
+    return dist.TCPStore("127.0.0.1", port, world, rank == 0, master_listen_fd=listen_fd)
+
+
 def _watch_parent() -> None:
     """Exit when the `calibrate run` that spawned this rank is gone (e.g. killed with SIGKILL):
     a rank must never outlive it."""
@@ -489,7 +511,13 @@ def run_worker(
     else:
         device = torch.device("cpu")
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
-    dist.init_process_group(backend, init_method=init or "env://", rank=rank, world_size=world)
+    if init is not None and init.startswith("tcp://127.0.0.1:"):  # spawned here: loopback only
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group(backend, store=_loopback_store(init, rank, world), rank=rank,
+                                world_size=world)
+    else:
+        dist.init_process_group(backend, init_method=init or "env://", rank=rank,
+                                world_size=world)
     ctx = Context(
         torch=torch,
         dist=dist,

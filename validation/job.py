@@ -49,6 +49,7 @@ import functools
 import json
 import os
 import resource
+import socket
 import statistics
 import sys
 import threading
@@ -783,7 +784,10 @@ def run(cfg: dict[str, Any]) -> None:
     write_json(rank_file, record)
     timeout = datetime.timedelta(seconds=float(cfg.get("timeout_s", 300)))
     dist.init_process_group(
-        backend, timeout=timeout, device_id=device if backend == "nccl" else None
+        backend,
+        timeout=timeout,
+        device_id=device if backend == "nccl" else None,
+        **loopback_rendezvous(rank, world, timeout),
     )
     try:
         mesh = make_mesh(cfg["plan"], device.type)
@@ -850,6 +854,32 @@ def run(cfg: dict[str, Any]) -> None:
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_LISTENING: list[socket.socket] = []  # the store's listening socket lives as long as the rank
+
+
+def loopback_rendezvous(rank: int, world: int, timeout: datetime.timedelta) -> dict[str, Any]:
+    """init_process_group's store for a run on this machine (MASTER_ADDR a loopback address):
+    rank 0 binds the rendezvous to that address itself (torch's own store listens on every
+    interface), so nothing of the job is reachable from the network. {} otherwise: a cluster's
+    MASTER_ADDR, or torchrun's store, as torch sets them up."""
+    addr = os.environ.get("MASTER_ADDR", "")
+    if addr not in LOOPBACK or os.environ.get("TORCHELASTIC_RUN_ID"):
+        return {}
+    port = int(os.environ["MASTER_PORT"])
+    listen_fd = None
+    if rank == 0:
+        family = socket.AF_INET6 if addr == "::1" else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("::1" if addr == "::1" else "127.0.0.1", port))
+        sock.listen(max(world, 16))
+        _LISTENING.append(sock)
+        listen_fd = sock.fileno()
+    store = dist.TCPStore(addr, port, world, rank == 0, timeout, master_listen_fd=listen_fd)
+    return {"store": store, "rank": rank, "world_size": world}
 
 
 def watch_parent() -> None:

@@ -238,6 +238,8 @@ def _launch_once(
         # the ranks exit if this launcher dies without stopping them (e.g. SIGKILL)
         "PERFMODEL_PARENT_PID": str(os.getpid()),
     }
+    if master_addr in ("127.0.0.1", "localhost", "::1"):  # gloo's sockets on loopback too
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     procs: list[subprocess.Popen] = []
     statuses: list[RankStatus] = []
     logs = [out_dir / f"rank{r}.log" for r in range(nprocs)]

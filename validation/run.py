@@ -301,7 +301,11 @@ def emit(
     run_sh = (
         "#!/bin/bash\n# One node: run as is. Several: run on every node with MASTER_ADDR set to "
         'the first node.\nset -euo pipefail\ncd "$(dirname "$0")"\n'
-        f"export MASTER_ADDR=${{MASTER_ADDR:-127.0.0.1}}\n{env}\n{torchrun}\n"
+        "export MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}\n"
+        "# without a cluster address, the ranks talk over loopback only\n"
+        'case "$MASTER_ADDR" in 127.*|localhost|::1) export NCCL_SOCKET_IFNAME='
+        "${NCCL_SOCKET_IFNAME:-lo} GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-lo};; esac\n"
+        f"{env}\n{torchrun}\n"
     )
     sbatch = (
         "#!/bin/bash\n"

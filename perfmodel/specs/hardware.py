@@ -17,6 +17,9 @@ from perfmodel.specs.loading import check_fields, deep_merge, number, read_mappi
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 COLLECTIVE_ALGORITHMS = ("auto", "ring", "tree", "recursive", "hierarchical")
+# perfmodel.costs.collectives.Op's values (specs do not import costs; a test checks they agree)
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                  "all_to_all", "send_recv")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,8 +67,14 @@ class CollectiveFit:
     bus_bandwidth_bytes_per_s_small: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.op not in COLLECTIVE_OPS:
+            raise SpecError(f"collectives.op must be one of {', '.join(COLLECTIVE_OPS)}, got "
+                            f"{self.op!r}{suggest(str(self.op), COLLECTIVE_OPS)}")
         if self.scope not in ("intra", "inter"):
             raise SpecError(f"collectives.scope must be 'intra' or 'inter', got '{self.scope}'")
+        if self.algorithm not in COLLECTIVE_ALGORITHMS[1:]:
+            raise SpecError(f"collectives.algorithm must be one of "
+                            f"{', '.join(COLLECTIVE_ALGORITHMS[1:])}, got {self.algorithm!r}")
         number(self.alpha_s, "collectives.alpha_s", strict=False)
         number(self.bus_bandwidth_bytes_per_s, "collectives.bus_bandwidth_bytes_per_s")
         number(self.breakpoint_bytes, "collectives.breakpoint_bytes", strict=False)
@@ -247,6 +256,10 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
         return HardwareSpec(**fields)
     except TypeError as exc:  # a wrong type inside a nested field
         raise SpecError(f"{where}: {exc}") from None
+    except SpecError as exc:  # name the file (or preset) as well as the field
+        if str(exc).startswith(where):
+            raise
+        raise SpecError(f"{where}: {exc}") from None
 
 
 def _gemm_from(value: Any, where: str) -> dict[str, GemmEfficiency]:
@@ -279,6 +292,9 @@ def _gemm_from(value: Any, where: str) -> dict[str, GemmEfficiency]:
             raise SpecError(f"{where}: gemm_efficiency.{dtype} must be a mapping")
         check_fields(sub, _GEMM_FIELDS, f"{where}: gemm_efficiency.{dtype}")
         out[dtype] = GemmEfficiency(**sub)
+    if not out:
+        raise SpecError(f"{where}: gemm_efficiency is empty; give {', '.join(_GEMM_FIELDS)} "
+                        f"or a mapping of them by dtype ({', '.join(DTYPES)}, default)")
     if "default" not in out:
         out["default"] = next(iter(out.values()))
     return out

@@ -96,10 +96,10 @@ def model_from_dict(data: Mapping[str, Any], where: str) -> TransformerSpec:
     for key in ("layers", "hidden", "heads", "seq_len", "vocab"):
         if key not in fields:
             raise SpecError(f"{where}: missing required field '{key}'")
-    for key in _INT_FIELDS:
-        if key in fields:
-            fields[key] = number(fields[key], key, integer=True, maximum=1e10)
     try:
+        for key in _INT_FIELDS:
+            if key in fields:
+                fields[key] = number(fields[key], key, integer=True, maximum=1e10)
         return TransformerSpec(**fields)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
@@ -113,37 +113,51 @@ _HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "mixtr
 def model_from_hf_config(cfg: Mapping[str, Any], where: str) -> TransformerSpec:
     mtype = str(cfg.get("model_type", ""))
 
-    def need(key: str) -> Any:
+    def need(key: str) -> int:
         if key not in cfg:
             raise SpecError(f"{where}: Hugging Face config ({mtype}) is missing '{key}'")
-        return cfg[key]
+        return count(key)
+
+    def count(key: str, default: int | None = None) -> int:
+        """A whole number of the config (a float like 32.7, true or Infinity is refused)."""
+        value = cfg.get(key)
+        if value is None and default is not None:
+            return default
+        return int(number(value, f"{where}: {key}", integer=True, maximum=1e10))
+
+    def flag(key: str, default: bool) -> bool:
+        value = cfg.get(key, default)
+        if not isinstance(value, bool):
+            raise SpecError(f"{where}: {key} must be true or false, got {value!r}")
+        return value
 
     name = str(cfg.get("_name_or_path") or mtype)
     if mtype in ("llama", "mistral", "qwen2", "qwen3"):
-        heads = int(need("num_attention_heads"))
+        heads = need("num_attention_heads")
         return TransformerSpec(
-            name=name, layers=int(need("num_hidden_layers")), hidden=int(need("hidden_size")),
-            heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            ffn_hidden=int(need("intermediate_size")), vocab=int(need("vocab_size")),
-            seq_len=int(need("max_position_embeddings")), gated_mlp=True,
-            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), bias=False,
-            qkv_bias=mtype == "qwen2" or bool(cfg.get("attention_bias", False)),
+            name=name, layers=need("num_hidden_layers"), hidden=need("hidden_size"),
+            heads=heads, kv_heads=count("num_key_value_heads", heads),
+            ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"),
+            seq_len=need("max_position_embeddings"), gated_mlp=True,
+            tied_embeddings=flag("tie_word_embeddings", False), bias=False,
+            qkv_bias=mtype == "qwen2" or flag("attention_bias", False),
             norm="rmsnorm", position_embedding="rotary", source=f"Hugging Face config ({mtype})",
         )
     if mtype == "gpt2":
-        hidden = int(need("n_embd"))
+        hidden = need("n_embd")
         return TransformerSpec(
-            name=name, layers=int(need("n_layer")), hidden=hidden, heads=int(need("n_head")),
-            ffn_hidden=int(cfg.get("n_inner") or 4 * hidden), vocab=int(need("vocab_size")),
-            seq_len=int(cfg.get("n_positions") or need("n_ctx")), tied_embeddings=True,
+            name=name, layers=need("n_layer"), hidden=hidden, heads=need("n_head"),
+            ffn_hidden=count("n_inner", 4 * hidden), vocab=need("vocab_size"),
+            seq_len=count("n_positions") if cfg.get("n_positions") is not None else need("n_ctx"),
+            tied_embeddings=True,
             source="Hugging Face config (gpt2)",
         )
     if mtype == "gpt_neox":
         return TransformerSpec(
-            name=name, layers=int(need("num_hidden_layers")), hidden=int(need("hidden_size")),
-            heads=int(need("num_attention_heads")), ffn_hidden=int(need("intermediate_size")),
-            vocab=int(need("vocab_size")), seq_len=int(need("max_position_embeddings")),
-            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            name=name, layers=need("num_hidden_layers"), hidden=need("hidden_size"),
+            heads=need("num_attention_heads"), ffn_hidden=need("intermediate_size"),
+            vocab=need("vocab_size"), seq_len=need("max_position_embeddings"),
+            tied_embeddings=flag("tie_word_embeddings", False),
             position_embedding="rotary", source="Hugging Face config (gpt_neox)",
         )
     raise SpecError(

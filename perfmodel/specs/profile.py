@@ -226,8 +226,12 @@ def apply_profile(hardware: HardwareSpec | None, profile: Profile) -> HardwareSp
     if new_fits is not None:
         if not isinstance(new_fits, (list, tuple)):
             raise SpecError(f"{where}.collectives must be a list of fitted entries")
-        keys = {(f.get("op"), f.get("scope")) for f in new_fits if isinstance(f, Mapping)}
-        kept = [f for f in merged.get("collectives", []) if (f["op"], f["scope"]) not in keys]
+        for i, fit in enumerate(new_fits):
+            if not isinstance(fit, Mapping):
+                raise SpecError(f"{where}.collectives[{i}] must be a mapping of fitted fields")
+        keys = {(str(f.get("op")), str(f.get("scope"))) for f in new_fits}
+        kept = [f for f in merged.get("collectives", [])
+                if (str(f.get("op")), str(f.get("scope"))) not in keys]
         merged["collectives"] = kept + list(new_fits)
     note = f"calibrated: {profile.path}" + ("" if profile.complete else " (incomplete run)")
     merged["source"] = f"{merged.get('source', '')}; {note}".lstrip("; ")

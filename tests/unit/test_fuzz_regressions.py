@@ -1,0 +1,73 @@
+"""Inputs benchmarks/fuzz_parsers.py found that crashed a parser (or were silently misread), each
+now refused with one line naming the field. Named after what broke."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfmodel.errors import SpecError
+from perfmodel.specs.hardware import COLLECTIVE_OPS, load_hardware
+from perfmodel.specs.model import load_model
+from perfmodel.specs.profile import apply_profile, load_profile
+
+HF = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+      "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000,
+      "max_position_embeddings": 4096}
+
+
+def _write(tmp_path, name, doc):
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_empty_gemm_efficiency_was_a_stop_iteration(tmp_path):
+    from perfmodel.specs.hardware import load_hardware_dict
+
+    spec = {**load_hardware_dict("dgx-h100"), "gemm_efficiency": {}}  # no base to merge with
+    path = _write(tmp_path, "hw.json", spec)
+    with pytest.raises(SpecError, match="gemm_efficiency is empty; give max_fraction"):
+        load_hardware(path)
+
+
+@pytest.mark.parametrize("op,needle", [
+    ({}, "collectives.op must be one of all_reduce, .*got {}"),  # was: unhashable type: 'dict'
+    # was: a fit silently never used
+    ("all_reduc", ".*got 'all_reduc' \\(did you mean 'all_reduce'"),
+])
+def test_a_profile_fit_of_an_unknown_collective(tmp_path, op, needle):
+    fit = {"op": op, "scope": "intra", "algorithm": "ring", "alpha_s": 2.5e-6,
+           "bus_bandwidth_bytes_per_s": 4e11}
+    path = _write(tmp_path, "p.json", {"format": "perfmodel-profile", "version": 1,
+                                       "complete": True, "fits": {},
+                                       "hardware": {"base": "dgx-h100", "collectives": [fit]}})
+    with pytest.raises(SpecError, match=f"profile .*p.json: hardware: {needle}"):
+        apply_profile(None, load_profile(path))
+
+
+def test_collective_ops_of_the_specs_are_those_of_the_cost_model():
+    from perfmodel.costs.collectives import Op
+
+    assert COLLECTIVE_OPS == tuple(op.value for op in Op)
+
+
+@pytest.mark.parametrize("value,needle", [
+    (float("inf"), "num_hidden_layers must be a finite number"),  # was: OverflowError
+    (32.7, "num_hidden_layers must be a whole number, got 32.7"),  # was: read as 32 layers
+    (True, "num_hidden_layers must be a number, got bool"),  # was: read as 1 layer
+    ("thirty", "num_hidden_layers must be a number, got 'thirty'"),
+])
+def test_hugging_face_config_numbers_are_read_exactly_or_refused(tmp_path, value, needle):
+    path = _write(tmp_path, "config.json", {**HF, "num_hidden_layers": value})
+    with pytest.raises(SpecError, match=needle):
+        load_model(path)
+
+
+def test_hugging_face_config_flags_must_be_booleans(tmp_path):
+    """"false" (a string) was read as true."""
+    path = _write(tmp_path, "config.json", {**HF, "tie_word_embeddings": "false"})
+    with pytest.raises(SpecError, match="tie_word_embeddings must be true or false, got 'false'"):
+        load_model(path)
+    assert load_model(_write(tmp_path, "ok.json", HF)).layers == 32
