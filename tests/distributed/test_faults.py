@@ -5,9 +5,11 @@ two gloo ranks (5-15 s on the 2-core machine)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -51,8 +53,30 @@ def _rank_of(pid: int) -> int | None:
     return next((int(e[5:]) for e in env if e.startswith(b"RANK=")), None)
 
 
+def listening(pids: list[int]) -> set[str]:
+    """The local addresses the processes listen on (TCP, from /proc/net/tcp and tcp6)."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                addr = bytes.fromhex(fields[1].split(":")[0])
+                words = [addr[i:i + 4][::-1] for i in range(0, len(addr), 4)]  # host order
+                out.add(socket.inet_ntop(socket.AF_INET if len(addr) == 4 else socket.AF_INET6,
+                                         b"".join(words)))
+    return out
+
+
 def test_a_killed_validate_leaves_no_rank_running(tmp_path):
-    """SIGKILL gives the launcher no chance to stop its ranks: they notice and exit themselves."""
+    """SIGKILL gives the launcher no chance to stop its ranks: they notice and exit themselves.
+    While they run, they listen on loopback only (rendezvous store and gloo)."""
     run_dir = tmp_path / "run"
     proc = _start(tmp_path, *VALIDATE, "--run-dir", str(run_dir), "--history",
                   str(tmp_path / "h.csv"))
@@ -60,6 +84,8 @@ def test_a_killed_validate_leaves_no_rank_running(tmp_path):
         _wait_for_steps(run_dir, 1)
         ranks = children(proc.pid)
         assert len(ranks) == 2
+        addresses = listening(ranks)
+        assert addresses and addresses <= {"127.0.0.1", "::1", "::ffff:127.0.0.1"}, addresses
         proc.kill()
         proc.wait(10)
         assert alive(ranks, wait_s=10) == []
