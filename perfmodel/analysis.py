@@ -4,7 +4,8 @@
   being memory-bound;
 - a collective's latency-bandwidth crossover: the size at which the alpha and the beta terms of
   perfmodel.costs.collectives.collective_time are equal;
-- the size at which one collective algorithm overtakes another;
+- the size at which one collective algorithm overtakes another, and the size at which the
+  specialised realisation of a collective with fewer contributors than receivers stops paying;
 - the pipeline bubble's share of a step, (pp - 1)/v of m + (pp - 1)/v micro-batch times
   (perfmodel.step).
 
@@ -90,6 +91,33 @@ def algorithm_crossover_bytes(op: str, ranks: sp.Expr, first: str, second: str, 
         return None
     ds = steps(o, n, a2) - steps(o, n, a1)
     return sp.simplify(ds * sp.sympify(alpha_s) * sp.sympify(beta_bytes_per_s) / dv)
+
+
+def contributors_crossover_bytes(op: str, contributors: sp.Expr, receivers: sp.Expr,
+                                 alpha_s: sp.Expr, beta_bytes_per_s: sp.Expr) -> sp.Expr | None:
+    """The size [B] at which the standard and the specialised realisation of an all-gather or
+    all-reduce with c contributors and r receivers (perfmodel.costs.collectives, ring) cost the
+    same, or None when their bandwidth terms are equal (the one with fewer steps then wins at every
+    size). Both are steps alpha + volume S / beta:
+
+    S = (steps_specialised - steps_standard) alpha beta / (volume_standard - volume_specialised)
+    e.g. all-reduce with c < r <= 2c: S = (2r - 2c - 1) alpha beta / (1 - 2/c + 2/r); below it the
+    specialised realisation (fewer steps) wins, above it the standard one (fewer bytes).
+    """
+    from perfmodel.costs.collectives import contributed_time
+
+    o = Op(_check(op, "ring")[0])
+    if o not in (Op.ALL_GATHER, Op.ALL_REDUCE):
+        raise PlanError(f"contributors apply to all_gather and all_reduce, got '{op}'")
+    size = sp.Dummy("S", positive=True)
+    gap = sp.expand(contributed_time(o, size, contributors, receivers, alpha_s, beta_bytes_per_s,
+                                     "standard")
+                    - contributed_time(o, size, contributors, receivers, alpha_s,
+                                       beta_bytes_per_s, "specialised"))
+    slope = sp.simplify(sp.diff(gap, size))
+    if slope == 0:
+        return None
+    return sp.simplify(-gap.subs(size, 0) / slope)
 
 
 def bubble_fraction(pp: sp.Expr, micro_batches: sp.Expr, virtual_stages: sp.Expr = 1) -> sp.Expr:

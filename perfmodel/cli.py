@@ -83,6 +83,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 # --- shared plan options -------------------------------------------------------------------------
+CONTRIBUTORS = click.Choice(["standard", "specialised", "auto"])  # perfmodel.layerwise.Contributors
+
+
 def plan_options(fn: Any) -> Any:
     options = [
         click.option("--model", "model", required=False, help="Model preset or spec file (YAML/JSON, HF config.json)."),
@@ -119,6 +122,10 @@ def plan_options(fn: Any) -> Any:
                      help="Layer graphs: batch norm local to a rank, synchronized, or group norm."),
         click.option("--collective-variant", type=click.Choice(["fused", "split"]), default="fused", show_default=True,
                      help="Layer graphs: Allgather/Allreduce, or Gather+Bcast / Reduce+Bcast."),
+        click.option("--contributors", type=CONTRIBUTORS, default="standard", show_default=True,
+                     help="Layer graphs: the all-gather and all-reduce of a layer with fewer units "
+                          "than Pr (c = min(Pr, units) contributors, Pr receivers): over all Pr, "
+                          "among the c then a copy to the others, or the cheaper per call."),
         click.option("--seq-len", type=int, default=None, help="Override the model's sequence length."),
         click.option("--collective-algorithm", default=None,
                      type=click.Choice(["auto", "ring", "tree", "recursive", "hierarchical"]),
@@ -196,7 +203,9 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
         raise click.UsageError(f"--pr x --pc must equal --gpus: {pr} x {pc} != {gpus}")
     batch = kw.get("global_batch") or pc * kw["micro_batch"]
     plan = GridPlan(pr=pr, pc=pc, global_batch=batch, norm=kw["norm"],
-                    variant=kw["collective_variant"], dtype=kw.get("dtype") or "fp32")
+                    variant=kw["collective_variant"],
+                    contributors=kw.get("contributors") or "standard",
+                    dtype=kw.get("dtype") or "fp32")
     return model, hardware, plan
 
 
@@ -332,6 +341,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="Every plan overlaps the data-parallel gradient sync with backward.")
 @click.option("--norm", type=click.Choice(["local", "sync", "group"]), default="local", show_default=True,
               help="Layer graphs: the normalization to keep (batch norm local or synchronized, group norm).")
+@click.option("--contributors", type=CONTRIBUTORS, default=None,
+              help="Layer graphs: collectives of layers with fewer units than Pr, as in predict "
+                   "(default: auto, the cheaper per call).")
 @click.option("--memory-margin", type=FiniteFloat(0.0, 1.0, max_open=True), default=0.0,
               show_default=True, help="Fraction of GPU memory to keep free.")
 @click.option("--objective", type=click.Choice(["step_time", "time_to_train", "cost"]),
@@ -352,7 +364,8 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--validate-profile", type=click.Path(dir_okay=False), default=None,
               help="The calibrated profile of this machine, for --validate's prediction.")
 def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, global_batch: int,
-              dtype: str | None, seq_len: int | None, norm: str, top: int, what_if: tuple[str, ...],
+              dtype: str | None, seq_len: int | None, norm: str, contributors: str | None, top: int,
+              what_if: tuple[str, ...],
               sensitivities: bool,
               as_json: bool, csv_path: str | None, plot_path: str | None, validate: bool,
               validate_profile: str | None, **pins: Any) -> None:
@@ -370,8 +383,12 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     if any(not 1 <= g <= MAX_DEGREE for g in gpu_counts):
         raise click.UsageError(f"--gpus must be between 1 and {MAX_DEGREE:g}, got '{gpus}'")
     if getattr(spec, "kind", "") == "layers":
-        _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm)
+        _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm,
+                        contributors or "auto")
         return
+    if contributors is not None:
+        raise click.UsageError("--contributors applies to layer-graph models (alexnet, vgg16, "
+                               "resnet50, mlp or a 'kind: layers' file)")
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
                                           "time_to_train" if pins.get("tokens") else "step_time")
     req = SearchRequest(gpus=gpu_counts, global_batch=global_batch, dtype=dtype or "bf16",
@@ -420,7 +437,8 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
 
 
 def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], global_batch: int,
-                    dtype: str, top: int, as_json: bool, norm: str) -> None:
+                    dtype: str, top: int, as_json: bool, norm: str,
+                    contributors: str = "auto") -> None:
     """A layer graph: every Pr x Pc split of every GPU count and both collective variants, fastest
     first (the normalization changes accuracy, not only speed: it is the user's choice)."""
     import time
@@ -432,7 +450,7 @@ def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], glob
     for gpus in gpu_counts:
         for variant in ("fused", "split"):
             results += best_grid(model, hardware, gpus, global_batch, norm=norm, variant=variant,
-                                 dtype=dtype)
+                                 contributors=contributors, dtype=dtype)
     results.sort(key=lambda r: r.step_time_s)
     feasible = [r for r in results if r.fits_in_memory]
     elapsed = time.perf_counter() - start
@@ -501,6 +519,9 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
               show_default=True, help="Batch norm local to a rank, synchronized, or group norm.")
 @click.option("--collective-variant", type=click.Choice(["fused", "split"]), default="fused",
               show_default=True, help="Allgather/Allreduce, or Gather+Bcast / Reduce+Bcast.")
+@click.option("--contributors", type=CONTRIBUTORS, default="standard", show_default=True,
+              help="Collectives of layers with fewer units than Pr: over all Pr, among the "
+                   "holders then a copy, or the cheaper.")
 @click.option("--dtype", type=click.Choice(["fp32", "tf32", "bf16", "fp16"]), default="fp32",
               show_default=True, help="Training precision.")
 @click.option("--vary", multiple=True, required=True,
@@ -512,7 +533,8 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Step time and communication share against each varied field (PNG).")
 def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, global_batch: int,
-          pr: int, best_pr: bool, norm: str, collective_variant: str, dtype: str,
+          pr: int, best_pr: bool, norm: str, collective_variant: str, contributors: str,
+          dtype: str,
           vary: tuple[str, ...], as_json: bool, csv_path: str | None, plot_path: str | None) -> None:
     """Sweep a layer graph (CNN/MLP) over node FLOP rate, memory bandwidth, node count, link
     bandwidth and batch size (seed 003's analysis): a table and a plot."""
@@ -529,7 +551,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
         raise click.UsageError(f"--pr ({pr}) must divide --gpus ({gpus})")
     values = {field: numbers for field, numbers in (_vary(item, hw) for item in vary)}
     plan = GridPlan(pr=pr, pc=gpus // pr, global_batch=global_batch, norm=norm,
-                    variant=collective_variant, dtype=dtype)
+                    variant=collective_variant, contributors=contributors, dtype=dtype)
     frame = run_sweep(spec, hw, plan, values, best_pr=best_pr)
     if csv_path:
         from perfmodel.batch import write_text_atomic

@@ -84,11 +84,14 @@ def explain_grid_text(model: Any, hardware: HardwareSpec, plan: Any, *, latex: b
     """Seed 000's analysis for a layer graph: communication as a function of Pr (Pc = P / Pr), the
     Pr that minimises it (closed form where sympy solves it, and exactly over the divisors of P),
     and the full model's step time for every split."""
-    from perfmodel.layerwise import GridPlan, communication_in_pr, divisors, exact_minimiser, predict_grid
+    import dataclasses
+
+    from perfmodel.layerwise import (communication_in_pr, divisors, exact_minimiser, layer_degrees,
+                                     predict_grid)
 
     P = plan.gpus
     e = 4 if plan.dtype in ("fp32", "tf32") else 2
-    comm = communication_in_pr(model, P, plan.global_batch, e)
+    comm = communication_in_pr(model, P, plan.global_batch, e, plan.contributors)
     show = sp.latex if latex else sp.sstr
     # a uniform network as in the paper: the link the Pr x Pc grid mostly uses
     if P <= hardware.gpus_per_node:
@@ -104,6 +107,12 @@ def explain_grid_text(model: Any, hardware: HardwareSpec, plan: Any, *, latex: b
              "(Gholami et al. 2018): all-gather of each layer's output and all-reduce of its input "
              "gradient along Pr, all-reduce of its weight gradient along Pc = P / Pr:",
              "  T_comm(P_r) = " + show(comm["total"])]
+    narrow = {name: c for name, c in layer_degrees(model, P).items() if c < P}
+    if narrow:
+        lines += ["", "layers with fewer units than P, split over c = min(P_r, units) processes "
+                      "(their all-gather and all-reduce: c contributors, P_r receivers, "
+                      f"{plan.contributors.value}): "
+                  + ", ".join(f"{name} ({c} units)" for name, c in narrow.items())]
     pr_star = comm["closed_form"]
     values = {comm["alpha"]: alpha, comm["beta"]: beta}
     if pr_star is not None:
@@ -120,9 +129,7 @@ def explain_grid_text(model: Any, hardware: HardwareSpec, plan: Any, *, latex: b
         pc = P // pr
         if plan.global_batch % pc:
             continue
-        r = predict_grid(model, hardware, GridPlan(pr=pr, pc=pc, global_batch=plan.global_batch,
-                                                   norm=plan.norm, variant=plan.variant,
-                                                   dtype=plan.dtype))
+        r = predict_grid(model, hardware, dataclasses.replace(plan, pr=pr, pc=pc))
         comm_s = sum(v for k, v in r.breakdown_s.items() if k.startswith("comm/"))
         rows.append((r.step_time_s, pr, pc, comm_s))
         lines.append(f"  Pr = {pr:>4} x Pc = {pc:>4}: step {r.step_time_s:.4g} s, communication "

@@ -9,7 +9,14 @@ channels / neurons, Pc splits the batch. Per split layer l and step, on every pr
 Castelló, Dolz, Quintana-Ortí, Duato, "Analysis of model parallelism for distributed neural
 networks" (EuroMPI 2019): the same exchanges as Gather + Broadcast (instead of Allgather) and
 Reduce + Broadcast (instead of Allreduce), `--collective-variant split`. Pr = P is their pure model
-parallelism, Pc = P pure data parallelism.
+parallelism, Pc = P pure data parallelism. A layer with fewer output units u (filters, neurons) than
+Pr is split over c = min(Pr, u) of the Pr processes (its weights, GEMM columns, weight gradients and
+their Pc all-reduce divided by c, not Pr), yet all Pr need its output and its input gradient: the
+collectives then have c contributors and Pr receivers (perfmodel.costs.collectives), realised as
+the ordinary collective over Pr (`--contributors standard`: padded all-gather, zeros in the
+all-reduce), as the collective among the c followed by a copy to the Pr - c others (`specialised`),
+or the cheaper of the two per call (`auto`); with the split variant only the gather/reduce runs
+among the c, the broadcast reaches all Pr.
 Normalization (PLOS ONE 18(11) e0293338): batch norm local to a process costs no communication;
 synchronized batch norm all-reduces 2 fp32 statistics per channel along Pc forward and backward;
 group norm needs none.
@@ -22,9 +29,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
+from perfmodel.costs.collectives import Realisation
 from perfmodel.errors import PlanError
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.layers import LayerGraphSpec
@@ -41,6 +49,9 @@ class Variant(StrEnum):
     SPLIT = "split"  # Gather + Broadcast, Reduce + Broadcast
 
 
+Contributors = Realisation  # standard | specialised | auto: layers split over fewer ranks than Pr
+
+
 @dataclass(frozen=True, kw_only=True)
 class GridPlan:
     pr: int
@@ -48,6 +59,7 @@ class GridPlan:
     global_batch: int
     norm: Norm = Norm.LOCAL
     variant: Variant = Variant.FUSED
+    contributors: Contributors = Contributors.STANDARD
     dtype: str = "fp32"
 
     def __post_init__(self) -> None:
@@ -57,6 +69,8 @@ class GridPlan:
                 raise PlanError(f"{key} must be a whole number >= 1, got {value!r}")
         object.__setattr__(self, "norm", _enum(Norm, self.norm, "norm"))
         object.__setattr__(self, "variant", _enum(Variant, self.variant, "collective_variant"))
+        object.__setattr__(self, "contributors", _enum(Contributors, self.contributors,
+                                                       "contributors"))
         if self.dtype not in ("fp32", "tf32", "bf16", "fp16"):
             raise PlanError(f"dtype must be one of fp32, tf32, bf16, fp16, got '{self.dtype}'")
         if self.global_batch % self.pc:
@@ -69,6 +83,7 @@ class GridPlan:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["norm"], out["variant"] = self.norm.value, self.variant.value
+        out["contributors"] = self.contributors.value
         out["gpus"] = self.gpus
         return out
 
@@ -93,6 +108,7 @@ class GridPrediction:
     plan: GridPlan
     model: LayerGraphSpec
     hardware: HardwareSpec
+    layer_degrees: dict[str, int] = dataclasses.field(default_factory=dict)  # c = min(Pr, units)
 
     def to_dict(self) -> dict[str, Any]:
         return {"step_time_s": self.step_time_s, "samples_per_s": self.samples_per_s,
@@ -100,7 +116,8 @@ class GridPrediction:
                 "memory_breakdown_bytes": self.memory_breakdown_bytes,
                 "fits_in_memory": self.fits_in_memory,
                 "model_flops_per_step": self.model_flops_per_step, "mfu": self.mfu,
-                "plan": self.plan.to_dict(), "model": self.model.name, "hardware": self.hardware.name}
+                "plan": self.plan.to_dict(), "model": self.model.name,
+                "hardware": self.hardware.name, "layer_degrees": self.layer_degrees}
 
 
 BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
@@ -108,17 +125,32 @@ TERMS = ("compute/forward", "compute/backward", "comm/model_parallel", "comm/dat
          "comm/norm", "optimizer/step")
 
 
-def build_terms(model: LayerGraphSpec, fam: Any, norm: Norm | None = None,
-                variant: Variant | None = None) -> dict[str, Any]:
-    """Named sympy terms of one step, in the symbols of perfmodel.symbols (tp = Pr, dp = Pc).
-
-    norm and variant left None stay 0/1 indicators (is_sync_bn, is_split_collectives), so one
-    compiled expression serves every choice."""
+def layer_degree(units: float, pr: Any) -> Any:
+    """c = min(Pr, u): the processes a layer of u output units (filters, neurons) is split over. A
+    sympy Min for a symbolic Pr, so that one compiled expression serves every Pr."""
     import sympy as sp
 
+    u = sp.Integer(int(units)) if float(units).is_integer() else sp.Float(units)
+    if isinstance(pr, int):
+        return min(pr, u)
+    return sp.Min(pr, u)
+
+
+def build_terms(model: LayerGraphSpec, fam: Any, norm: Norm | None = None,
+                variant: Variant | None = None,
+                contributors: Contributors | None = None) -> dict[str, Any]:
+    """Named sympy terms of one step, in the symbols of perfmodel.symbols (tp = Pr, dp = Pc).
+
+    norm, variant and contributors left None stay 0/1 indicators (is_sync_bn,
+    is_split_collectives, is_contributors_specialised, is_contributors_auto), so one compiled
+    expression serves every choice."""
+    import sympy as sp
+    from sympy.core.parameters import evaluate
+
     from perfmodel import symbols as S
+    from perfmodel.costs.collectives import spread_rounds
     from perfmodel.costs.compute import Gemm, gemm_time, memory_time
-    from perfmodel.step import device, group_time
+    from perfmodel.step import device, flag, group_time
 
     dev = device(fam.gemm_split_k)
     pr, pc, e, B = S.tp, S.dp, S.e, S.B
@@ -127,27 +159,83 @@ def build_terms(model: LayerGraphSpec, fam: Any, norm: Norm | None = None,
     fwd = bwd = comm_mp = comm_dp = comm_norm = zero
     first = True
 
-    from perfmodel.step import flag
-
     split_flag = flag(None if variant is None else variant is Variant.SPLIT, "split_collectives")
     sync_flag = flag(None if norm is None else norm is Norm.SYNC, "sync_bn")
+    spec_flag = flag(None if contributors is None else contributors is Contributors.SPECIALISED,
+                     "contributors_specialised")
+    auto_flag = flag(None if contributors is None else contributors is Contributors.AUTO,
+                     "contributors_auto")
 
-    def fused_or_split(fused: str, split: tuple[str, str], nbytes: Any, axis: str) -> Any:
-        return (1 - split_flag) * group_time(fused, nbytes, axis, fam) + split_flag * sum(
-            (group_time(op, nbytes, axis, fam) for op in split), zero)
+    # each collective of the Pr group built once on a placeholder size, then sized per layer
+    size = sp.Dummy("nbytes")
+    templates: dict[str, Any] = {}
 
+    def on_scope(scope: str) -> Any:
+        scopes = tuple((axis, scope if axis == "tp" else sc) for axis, sc in fam.scopes)
+        return dataclasses.replace(fam, scopes=scopes)
+
+    def spread_round() -> Any:
+        """One round of the copy to the non-contributors: every holder sends the buffer to one
+        process, across nodes whenever the Pr group spans nodes (a node's holders then share
+        its NICs: conservative when the contributors fill less than a node)."""
+        intra = group_time("send_recv", size, "tp", on_scope("intra"))
+        inter = group_time("send_recv", size, "tp", on_scope("inter"))
+        if fam.scope("tp") is not None:
+            return intra if fam.scope("tp") == "intra" else inter
+        return S.FLAGS["tp_intra"] * intra + (1 - S.FLAGS["tp_intra"]) * inter
+
+    def on_pr(op: str, nbytes: Any, ranks: Any = None) -> Any:
+        """op over the Pr group, or over its first `ranks` processes (the contributors: the
+        same links, at most `ranks` of them in a node); op "spread": one round of the copy."""
+        if op not in templates:
+            templates[op] = spread_round() if op == "spread" else group_time(op, size, "tp", fam)
+        t = templates[op]
+        with evaluate(False):  # rebuilding every Min of the template evaluated would take minutes
+            if ranks is not None:
+                t = t.xreplace({S.tp: ranks, S.k_tp: sp.Min(S.k_tp, ranks)})
+            return t.xreplace({size: nbytes})
+
+    def mix(*weighted: tuple[Any, Any]) -> Any:
+        """sum(weight * term), leaving out the terms a fixed option sets to 0 (not built)."""
+        return sum((w * term() for w, term in weighted if w != 0), zero)
+
+    def realised(standard: Any, specialised: Any) -> Any:
+        standard, specialised = cache(standard), cache(specialised)
+        return mix((1 - spec_flag - auto_flag, standard), (spec_flag, specialised),
+                   (auto_flag, lambda: sp.Min(standard(), specialised(), evaluate=False)))
+
+    def contributed(fused: str, first_op: str, nbytes: Any, c: Any) -> Any:
+        """The fused collective (all_gather, all_reduce) or its split form (first_op + broadcast)
+        with c contributors and Pr receivers, in the plan's realisation."""
+        rounds = spread_rounds(c, pr)
+        padded = nbytes * pr / c if fused == "all_gather" else nbytes  # blocks padded to n/c
+        fused_t = lambda: realised(  # noqa: E731
+            lambda: on_pr(fused, padded),
+            lambda: on_pr(fused, nbytes, c) + rounds * on_pr("spread", nbytes))
+        split_t = lambda: realised(  # noqa: E731
+            lambda: on_pr(first_op, nbytes) + on_pr("broadcast", nbytes),
+            lambda: on_pr(first_op, nbytes, c) + on_pr("broadcast", nbytes))
+        return mix((1 - split_flag, fused_t), (split_flag, split_t))
+
+    # a layer's terms are built on a placeholder degree, then given min(Pr, units) unevaluated
+    # (sympy comparing every Min and Max of the GEMM and link models with it would take minutes)
+    deg = sp.Dummy("c", positive=True, integer=True)
+    params_local = zero
     for layer in model.layers:
         if layer.splits:
-            g = Gemm(layer.name, local * layer.gemm_m, layer.gemm_n / pr, layer.gemm_k)
+            g = Gemm(layer.name, local * layer.gemm_m, layer.gemm_n / deg, layer.gemm_k)
             t = gemm_time(g, e, dev)
+            mp = contributed("all_gather", "reduce", e * layer.out_elements * local, deg)
+            if not first:
+                mp += contributed("all_reduce", "reduce", e * layer.in_elements * local, deg)
+            dp = group_time("all_reduce", 4 * layer.params / deg, "dp", fam)
+            with evaluate(False):
+                t, mp, dp = (x.xreplace({deg: layer_degree(layer.gemm_n, pr)}) for x in (t, mp, dp))
             fwd += t
             bwd += 2 * t
-            comm_mp += fused_or_split("all_gather", ("reduce", "broadcast"),
-                                      e * layer.out_elements * local, "tp")
-            if not first:
-                comm_mp += fused_or_split("all_reduce", ("reduce", "broadcast"),
-                                          e * layer.in_elements * local, "tp")
-            comm_dp += group_time("all_reduce", 4 * layer.params / pr, "dp", fam)
+            comm_mp += mp
+            comm_dp += dp
+            params_local += layer.params / layer_degree(layer.gemm_n, pr)
             first = False
         else:
             t = memory_time(e * (layer.in_elements + layer.out_elements) * local, dev)
@@ -157,7 +245,7 @@ def build_terms(model: LayerGraphSpec, fam: Any, norm: Norm | None = None,
                 comm_norm += sync_flag * 2 * group_time("all_reduce", 2 * 4 * layer.channels, "dp", fam)
             if layer.params:
                 comm_dp += group_time("all_reduce", 4 * layer.params, "dp", fam)
-    params_local = sum(layer.params / (pr if layer.splits else 1) for layer in model.layers)
+                params_local += layer.params
     activations = sum(layer.out_elements for layer in model.layers) * local * e
     # SGD with momentum in fp32: read weight, gradient, momentum; write weight, momentum
     optimizer = memory_time(20 * params_local, dev)
@@ -168,12 +256,15 @@ def build_terms(model: LayerGraphSpec, fam: Any, norm: Norm | None = None,
 
 
 @lru_cache(maxsize=32)
-def _compiled(model: LayerGraphSpec, fam: Any) -> tuple[Any, ...]:
+def _compiled(model: LayerGraphSpec, fam: Any, contributors: Contributors) -> tuple[Any, ...]:
+    """One numpy function per model, link family and realisation of the collectives with fewer
+    contributors than Pr (fixed: the three open would triple the expression and its compile time);
+    every Pr, Pc, batch, norm and collective variant share it."""
     import sympy as sp
 
     from perfmodel import symbols as S
 
-    terms = build_terms(model, fam)
+    terms = build_terms(model, fam, contributors=contributors)
     exprs = [*terms["time"].values(), *terms["memory"].values()]
     table = S.table()
     used = set().union(*(sp.sympify(x).free_symbols for x in exprs))
@@ -200,7 +291,7 @@ def predict_grid(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan) 
 
     dummy, proxy = _as_transformer_plan(plan)
     fam = dataclasses.replace(family_of(dummy, hardware, proxy), tp_layout="1d")  # scopes open
-    names, fn, time_names, mem_names = _compiled(model, fam)
+    names, fn, time_names, mem_names = _compiled(model, fam, plan.contributors)
     values = values_of(dummy, hardware, proxy)
     values["is_sync_bn"] = float(plan.norm is Norm.SYNC)
     values["is_split_collectives"] = float(plan.variant is Variant.SPLIT)
@@ -217,7 +308,13 @@ def predict_grid(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan) 
         memory_per_gpu_bytes=total_memory, memory_breakdown_bytes=memory,
         fits_in_memory=total_memory <= hardware.memory_bytes, model_flops_per_step=flops,
         mfu=flops / (step * plan.gpus * hardware.peak(plan.dtype)), plan=plan, model=model,
-        hardware=hardware)
+        hardware=hardware, layer_degrees=layer_degrees(model, plan.pr))
+
+
+def layer_degrees(model: LayerGraphSpec, pr: int) -> dict[str, int]:
+    """Every split layer's degree c = min(Pr, units): the processes that hold a part of it."""
+    return {layer.name: int(layer_degree(layer.gemm_n, pr)) for layer in model.layers
+            if layer.splits}
 
 
 def divisors(n: int) -> list[int]:
@@ -240,12 +337,19 @@ def best_grid(model: LayerGraphSpec, hardware: HardwareSpec, gpus: int, global_b
 
 
 def communication_in_pr(model: LayerGraphSpec, gpus: int, global_batch: int,
-                        bytes_per_element: int = 4) -> dict[str, Any]:
+                        bytes_per_element: int = 4,
+                        contributors: Contributors | str = Contributors.STANDARD) -> dict[str, Any]:
     """Seed 000's analysis: the communication of one step as a function of Pr (Pc = P / Pr) with a
     uniform alpha-beta network and ring collectives; its minimiser in closed form (sympy) and over
-    the divisors of P."""
+    the divisors of P. A layer of u < P units is split over c = min(Pr, u) processes, its
+    all-gather and all-reduce have c contributors and Pr receivers (in the given realisation, see
+    perfmodel.costs.collectives); with such a Min in it sympy finds no closed form (None) and the
+    exact minimiser is the answer."""
     import sympy as sp
 
+    from perfmodel.costs.collectives import contributed_time
+
+    how = _enum(Contributors, contributors, "contributors")
     Pr = sp.Symbol("P_r", positive=True)
     P, Bt, alpha, beta = sp.Integer(gpus), sp.Integer(global_batch), *sp.symbols("alpha beta",
                                                                                  positive=True)
@@ -256,22 +360,27 @@ def communication_in_pr(model: LayerGraphSpec, gpus: int, global_batch: int,
     for layer in model.layers:
         if not layer.splits:
             continue
+        # Pr never exceeds P: a layer of at least P units always splits over Pr
+        c = Pr if layer.gemm_n >= gpus else layer_degree(layer.gemm_n, Pr)
         out_b = e * layer.out_elements * Bt / Pc
-        total += (Pr - 1) * alpha + (Pr - 1) / Pr * out_b / beta  # all-gather along Pr
+        total += contributed_time("all_gather", out_b, c, Pr, alpha, beta, how)  # along Pr
         if not first:
             in_b = e * layer.in_elements * Bt / Pc
-            total += 2 * (Pr - 1) * alpha + 2 * (Pr - 1) / Pr * in_b / beta  # all-reduce along Pr
-        w_b = 4 * layer.params / Pr
+            total += contributed_time("all_reduce", in_b, c, Pr, alpha, beta, how)  # along Pr
+        w_b = 4 * layer.params / c
         total += 2 * (Pc - 1) * alpha + 2 * (Pc - 1) / Pc * w_b / beta  # all-reduce along Pc
         first = False
-    total = sp.simplify(total)
     closed = None
-    try:
-        sols = [s_ for s_ in sp.solve(sp.diff(total, Pr), Pr) if s_.is_positive is not False]
-        if sols:
-            closed = sols[0]
-    except (NotImplementedError, ValueError):
-        closed = None
+    if total.has(sp.Min):
+        total = sp.expand(total)
+    else:
+        total = sp.simplify(total)
+        try:
+            sols = [s_ for s_ in sp.solve(sp.diff(total, Pr), Pr) if s_.is_positive is not False]
+            if sols:
+                closed = sols[0]
+        except (NotImplementedError, ValueError):
+            closed = None
     return {"total": total, "pr": Pr, "alpha": alpha, "beta": beta, "closed_form": closed}
 
 
@@ -296,7 +405,8 @@ def sweep(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan,
     rows = []
     for combo in itertools.product(*(vary[k] for k in keys)):
         hw, kw = hardware, {"pr": plan.pr, "pc": plan.pc, "global_batch": plan.global_batch,
-                            "norm": plan.norm, "variant": plan.variant, "dtype": plan.dtype}
+                            "norm": plan.norm, "variant": plan.variant,
+                            "contributors": plan.contributors, "dtype": plan.dtype}
         for key, value in zip(keys, combo, strict=True):
             if key == "gpus":
                 if int(value) % plan.pr:
@@ -309,7 +419,8 @@ def sweep(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan,
         if best_pr:
             gpus = kw["pr"] * kw["pc"]
             result = best_grid(model, hw, gpus, kw["global_batch"], norm=kw["norm"],
-                               variant=kw["variant"], dtype=kw["dtype"])[0]
+                               variant=kw["variant"], contributors=kw["contributors"],
+                               dtype=kw["dtype"])[0]
         else:
             result = predict_grid(model, hw, GridPlan(**kw))
         row = dict(zip(keys, combo, strict=True))

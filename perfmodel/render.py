@@ -212,6 +212,11 @@ def print_grid_prediction(r: Any) -> None:
     con.print(f"step time {fmt_seconds(r.step_time_s)}, {r.samples_per_s:,.1f} samples/s, "
               f"MFU {r.mfu:.1%}, memory per GPU {fmt_bytes(r.memory_per_gpu_bytes)} "
               + ("(fits)" if r.fits_in_memory else "[red](does NOT fit)[/]"))
+    narrow = {name: c for name, c in getattr(r, "layer_degrees", {}).items() if c < p.pr}
+    if narrow:
+        con.print(f"layers with fewer units than Pr, split over c = min(Pr, units) ranks "
+                  f"(collectives with c contributors, Pr receivers: {p.contributors.value}): "
+                  + ", ".join(f"{name} c={c}" for name, c in narrow.items()))
     table = Table(title="step time breakdown")
     table.add_column("term")
     table.add_column("time", justify="right")

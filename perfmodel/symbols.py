@@ -93,6 +93,9 @@ FLAGS: dict[str, sp.Symbol] = {
         ("tp3d", "tensor parallelism on a 3d cube"),
         ("sync_bn", "synchronized batch norm (layer graphs)"),
         ("split_collectives", "Gather+Bcast / Reduce+Bcast instead of Allgather / Allreduce"),
+        ("contributors_specialised", "a layer split over fewer ranks than Pr gathers/reduces "
+                                     "among its holders, then copies to the others"),
+        ("contributors_auto", "the cheaper of the standard and specialised collectives, per call"),
         *[(f"{axis}_{scope}", f"the {axis} group is {scope}-node")
           for axis in ("tp", "dp", "pp", "tpa", "tpb", "tpc") for scope in ("intra", "inter", "mixed")],
     ]

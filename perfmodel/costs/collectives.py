@@ -14,6 +14,7 @@ scan" (Parallel Computing 2009) for the double binary tree NCCL uses.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 import sympy as sp
 
@@ -138,3 +139,145 @@ def hierarchical_time(op: Op | str, nbytes: sp.Expr, n: sp.Expr | int, per_node:
     if op in (Op.BROADCAST, Op.REDUCE):
         return inter(op, nbytes) + intra(op, nbytes)
     return collective_time(op, nbytes, n, inter_alpha_s, inter_beta, Algorithm.RING)
+
+
+# --- Collectives whose contributors are fewer than their receivers --------------------------------
+# Castelló, Dolz, Quintana-Ortí, Duato, "Analysis of model parallelism for distributed neural
+# networks" (EuroMPI 2019): in layer-wise model parallelism a layer with fewer output units than
+# the r processes of its group is split over c < r of them, yet all r need its output (an all-gather
+# with c contributors) and the reduced input gradient (an all-reduce with c contributors). `nbytes`
+# keeps the nccl-tests convention: the full gathered output, the full reduced vector.
+
+
+class Realisation(StrEnum):
+    STANDARD = "standard"  # the ordinary collective over all r, empty or zero contributions
+    SPECIALISED = "specialised"  # the collective among the c contributors, then a spread to r - c
+    AUTO = "auto"  # the cheaper of the two
+
+
+def all_gather_padded_time(nbytes: sp.Expr, contributors: sp.Expr | int, receivers: sp.Expr | int,
+                           alpha_s: sp.Expr, beta_bytes_per_s: sp.Expr,
+                           algorithm: Algorithm | str = Algorithm.RING) -> sp.Expr:
+    """All-gather over all r processes, c of them contributing nbytes/c each, the r - c others
+    nothing (MPI_Allgatherv with zero counts; NCCL's equal-size all-gather with every block padded
+    to nbytes/c): each of the r - 1 ring steps carries the largest block [s].
+
+    T = (r - 1) alpha + (r - 1)/c * nbytes / beta             (ring)
+      = collective_time(all_gather, nbytes * r / c, r)        (any algorithm, padded blocks)
+    c = r gives the ring all-gather (r - 1) alpha + (r - 1)/r nbytes / beta.
+    Source: Thakur, Rabenseifner, Gropp 2005 (ring all-gather); Castelló et al. 2019.
+    """
+    c, r = sp.sympify(contributors), sp.sympify(receivers)
+    return collective_time(Op.ALL_GATHER, nbytes * r / c, r, alpha_s, beta_bytes_per_s, algorithm)
+
+
+def all_reduce_padded_time(nbytes: sp.Expr, contributors: sp.Expr | int, receivers: sp.Expr | int,
+                           alpha_s: sp.Expr, beta_bytes_per_s: sp.Expr,
+                           algorithm: Algorithm | str = Algorithm.RING) -> sp.Expr:
+    """All-reduce over all r processes of the full nbytes vector, the r - c non-contributors adding
+    zeros: the contributor count does not change the cost [s].
+
+    T = 2 (r - 1) alpha + 2 (r - 1)/r * nbytes / beta          (ring)
+    Source: Thakur, Rabenseifner, Gropp 2005, Sec. 4; Castelló et al. 2019.
+    """
+    del contributors  # the zeros travel like any other contribution
+    return collective_time(Op.ALL_REDUCE, nbytes, receivers, alpha_s, beta_bytes_per_s, algorithm)
+
+
+class ceil_log2(sp.Function):  # noqa: N801  (reads like the formula)
+    """ceil(log2(x)) for x >= 1, exact: numbers evaluate in integers, and the compiled (numpy) form
+    takes numpy.log2, which is exact at powers of two (ceil(log(x)/log(2)) is not: 2^29 -> 30)."""
+
+    @classmethod
+    def eval(cls, x: sp.Expr) -> sp.Expr | None:
+        if x.is_Rational:
+            if x < 1:
+                raise ValueError(f"ceil_log2 takes x >= 1, got {x}")
+            k = 0
+            while 2**k * x.q < x.p:
+                k += 1
+            return sp.Integer(k)
+        if x.is_Float:
+            return cls.eval(sp.Rational(x))
+        return None
+
+    def _numpycode(self, printer: Any) -> str:
+        ceil, log2_ = (printer._module_format(f"numpy.{f}") for f in ("ceil", "log2"))
+        return f"{ceil}({log2_}({printer._print(self.args[0])}))"
+
+
+def spread_rounds(contributors: sp.Expr | int, receivers: sp.Expr | int) -> sp.Expr:
+    """Rounds in which c holders of a buffer reach r processes, every holder sending to one new
+    process per round (the holders double): ceil(log2(r / c)); 1 when r - c <= c, 0 when c = r."""
+    c, r = sp.sympify(contributors), sp.sympify(receivers)
+    return ceil_log2(r / c)
+
+
+def spread_time(nbytes: sp.Expr, contributors: sp.Expr | int, receivers: sp.Expr | int,
+                alpha_s: sp.Expr, beta_bytes_per_s: sp.Expr) -> sp.Expr:
+    """Copy a buffer of nbytes that c processes hold to the r - c processes that lack it [s].
+
+    T = ceil(log2(r / c)) * (alpha + nbytes / beta)
+    When r - c <= c one round does it: holder i sends to process c + i, all pairs in parallel, and
+    each receiver takes in the whole buffer once (nbytes / beta, the least it can). Beyond that the
+    holders double every round, as a binomial broadcast started from c roots.
+    Source: binomial-tree broadcast, Thakur, Rabenseifner, Gropp 2005, Sec. 4.1; Castelló et al.
+    2019 (the copy to the non-contributing processes).
+    """
+    return spread_rounds(contributors, receivers) * (alpha_s + nbytes / beta_bytes_per_s)
+
+
+def all_gather_specialised_time(nbytes: sp.Expr, contributors: sp.Expr | int,
+                                receivers: sp.Expr | int, alpha_s: sp.Expr,
+                                beta_bytes_per_s: sp.Expr,
+                                algorithm: Algorithm | str = Algorithm.RING) -> sp.Expr:
+    """All-gather among the c contributors, then a spread of the gathered nbytes to the r - c
+    others [s].
+
+    T = (c - 1) alpha + (c - 1)/c * nbytes / beta + ceil(log2(r / c)) (alpha + nbytes / beta)
+    With r - c <= c: c alpha + (2c - 1)/c * nbytes / beta (ring). c = r: the ring all-gather.
+    Source: Castelló et al. 2019 (specialised Allgather); Thakur et al. 2005 (its two parts).
+    """
+    c = sp.sympify(contributors)
+    return (collective_time(Op.ALL_GATHER, nbytes, c, alpha_s, beta_bytes_per_s, algorithm)
+            + spread_time(nbytes, c, receivers, alpha_s, beta_bytes_per_s))
+
+
+def all_reduce_specialised_time(nbytes: sp.Expr, contributors: sp.Expr | int,
+                                receivers: sp.Expr | int, alpha_s: sp.Expr,
+                                beta_bytes_per_s: sp.Expr,
+                                algorithm: Algorithm | str = Algorithm.RING) -> sp.Expr:
+    """All-reduce among the c contributors, then a spread of the reduced nbytes to the r - c
+    others [s].
+
+    T = 2 (c - 1) alpha + 2 (c - 1)/c * nbytes / beta + ceil(log2(r / c)) (alpha + nbytes / beta)
+    With r - c <= c: (2c - 1) alpha + (3c - 2)/c * nbytes / beta (ring). c = r: the ring all-reduce.
+    Source: Castelló et al. 2019 (specialised Allreduce); Thakur et al. 2005 (its two parts).
+    """
+    c = sp.sympify(contributors)
+    return (collective_time(Op.ALL_REDUCE, nbytes, c, alpha_s, beta_bytes_per_s, algorithm)
+            + spread_time(nbytes, c, receivers, alpha_s, beta_bytes_per_s))
+
+
+_CONTRIBUTED = {
+    (Op.ALL_GATHER, Realisation.STANDARD): all_gather_padded_time,
+    (Op.ALL_GATHER, Realisation.SPECIALISED): all_gather_specialised_time,
+    (Op.ALL_REDUCE, Realisation.STANDARD): all_reduce_padded_time,
+    (Op.ALL_REDUCE, Realisation.SPECIALISED): all_reduce_specialised_time,
+}
+
+
+def contributed_time(op: Op | str, nbytes: sp.Expr, contributors: sp.Expr | int,
+                     receivers: sp.Expr | int, alpha_s: sp.Expr, beta_bytes_per_s: sp.Expr,
+                     realisation: Realisation | str = Realisation.STANDARD,
+                     algorithm: Algorithm | str = Algorithm.RING) -> sp.Expr:
+    """Time of an all-gather or all-reduce with c contributors and r >= c receivers, in one
+    realisation (standard, specialised, or auto: the cheaper of the two) [s]."""
+    op, realisation = Op(op), Realisation(realisation)
+    if op not in (Op.ALL_GATHER, Op.ALL_REDUCE):
+        raise ValueError(f"contributed_time: op must be all_gather or all_reduce, got '{op}'")
+    args = (nbytes, contributors, receivers, alpha_s, beta_bytes_per_s, algorithm)
+    if realisation is Realisation.AUTO:
+        return sp.Min(*(_CONTRIBUTED[op, r_](*args) for r_ in (Realisation.STANDARD,
+                                                                Realisation.SPECIALISED)))
+    return _CONTRIBUTED[op, realisation](*args)
