@@ -52,7 +52,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
 
 def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark too
     except FileNotFoundError:
         raise DataError(f"plans file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -15,6 +15,35 @@ import yaml
 from perfmodel.errors import SpecError
 
 
+class DuplicateField(Exception):
+    """A mapping of a spec file repeats a key (args: the key, ' at line N' or '')."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key repeated in one mapping (PyYAML keeps the last one
+    silently, so a typo'd override would pass unnoticed)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue  # `<<:` merges may be overridden, as YAML intends
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise DuplicateField(key, f" (line {key_node.start_mark.line + 1})")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateField(key, "")
+        out[key] = value
+    return out
+
+
 def read_mapping(path: Path, what: str) -> dict[str, Any]:
     """Read a YAML, JSON or TOML file holding one mapping (safe loaders only: no code, no tags)."""
     try:
@@ -30,11 +59,14 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
     suffix = path.suffix.lower()
     try:
         if suffix == ".json":
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_pairs)
         elif suffix == ".toml":
-            data = tomllib.loads(text)
+            data = tomllib.loads(text)  # refuses a repeated key itself
         else:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
+    except DuplicateField as exc:
+        raise SpecError(f"{what} file {path}: field '{exc.args[0]}' is given twice{exc.args[1]}; "
+                        "give each field once") from None
     except (yaml.YAMLError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)

@@ -184,7 +184,10 @@ def load_model(name_or_path: str | Path | TransformerSpec, **overrides: Any) -> 
         spec = name_or_path
     else:
         path = resolve(name_or_path, MODELS_DIR, "model")
-        if path.is_dir() and (path / "config.json").is_file():
+        if path.is_dir() and path.suffix.lower() not in (".yaml", ".yml", ".json", ".toml"):
+            if not (path / "config.json").is_file():
+                raise SpecError(f"model directory {path} holds no config.json (a Hugging Face "
+                                "model directory does; or give a spec file)")
             path = path / "config.json"
         data = read_mapping(path, "model")
         where = f"model '{name_or_path}'"

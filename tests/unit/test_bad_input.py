@@ -62,6 +62,8 @@ FILES: dict[str, str | bytes] = {
                          "seq_len: 2048\nvocab: 50000\n",  # ~1e18 parameters
     "model-indivisible.yaml": TINY.replace("hidden: 256", "hidden: 250"),
     "model-base-typo.yaml": "base: tiny-gtp\nlayers: 2\n",
+    "model-duplicate.yaml": TINY + "layers: 8\n",
+    "model-duplicate.json": '{"kind": "transformer", "layers": 4, "layers": 8}',
     "model-good.toml": 'kind = "transformer"\nlayers = 4\nhidden = 256\nheads = 8\n'
                        'seq_len = 128\nvocab = 1024\nhiden = 3\n',
     "hf-unknown-family.json": '{"model_type": "lama", "num_hidden_layers": 2}',
@@ -216,6 +218,12 @@ CASES = [
     C("predict", "missing flag", "predict --model llama2-7b", USAGE, ("--hardware",)),
     C("predict", "unknown field", f"{PRED} --model {{d}}/model-unknown-field.yaml", SPEC,
       ("unknown field 'hiden'", "did you mean 'hidden'", ALLOWED)),
+    C("predict", "duplicate field", f"{PRED} --model {{d}}/model-duplicate.yaml", SPEC,
+      ("model-duplicate.yaml: field 'layers' is given twice (line 7)",)),
+    C("predict", "duplicate field (JSON)", f"{PRED} --model {{d}}/model-duplicate.json", SPEC,
+      ("model-duplicate.json: field 'layers' is given twice",)),
+    C("predict", "unreadable (a directory without config.json)", f"{PRED} --model "
+      "{d}/a-directory", SPEC, ("a-directory holds no config.json",)),
     C("predict", "unknown field (TOML)", f"{PRED} --model {{d}}/model-good.toml", SPEC,
       ("unknown field 'hiden'", "did you mean 'hidden'")),
     C("predict", "unknown field (hardware)", "predict --model llama2-7b --hardware "
@@ -628,7 +636,7 @@ def test_the_matrix_covers_every_command_and_every_kind_of_bad_input():
                  "log of another tool"):
         assert kind in by_command["import-nccl-tests"]
     assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
-    assert len(CASES) >= 200
+    assert len(CASES) >= 210
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -659,6 +667,15 @@ def test_debug_shows_the_traceback(case_id: str, files: Path, run_cli):
     out = run_cli("--debug", *_args(case, files))
     assert out.returncode != 0
     assert "Traceback" in out.stderr and case.needles[0] in out.stderr
+
+
+def test_a_plans_file_saved_by_a_spreadsheet_is_read(tmp_path):
+    """A byte-order mark before the header (Excel's 'CSV UTF-8') is not part of the first column."""
+    plans = tmp_path / "plans.csv"
+    plans.write_bytes("\ufeffgpus,dp\n8,8\n".encode())
+    code, out, err = run_main([*LLAMA.split(), "--batch", str(plans)])
+    assert code == 0, err
+    assert out.startswith("gpus,dp,step_time_s")
 
 
 def test_an_internal_error_is_one_line_and_exit_code_1(files: Path, monkeypatch):
