@@ -275,6 +275,7 @@ def append_history(report: dict[str, Any], path: Path) -> None:
     Runs in several processes append to one history: the read and the rewrite happen under a
     lock (perfmodel.files.file_lock), so no row is lost.
     """
+    from perfmodel.errors import DataError
     from perfmodel.files import file_lock
 
     header, line = io.StringIO(), io.StringIO()
@@ -284,7 +285,14 @@ def append_history(report: dict[str, Any], path: Path) -> None:
         {k: ("" if row.get(k) is None else row.get(k)) for k in HISTORY_FIELDS}
     )
     with file_lock(path, what=f"validation history {path}"):
-        old = path.read_text() if path.exists() else ""
+        try:
+            old = path.read_text() if path.exists() else ""
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"validation history {path} cannot be read ({exc})") from None
+        if old and old.splitlines()[0].strip() != header.getvalue().strip():
+            raise DataError(f"validation history {path} is not a history of this perfmodel "
+                            f"(its first line is not {','.join(HISTORY_FIELDS)}): give another "
+                            "--history")
         if old and not old.endswith("\n"):
             old += "\n"
         write_atomic(path, (old or header.getvalue()) + line.getvalue())

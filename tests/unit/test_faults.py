@@ -49,6 +49,17 @@ def test_concurrent_appends_to_the_history_lose_no_rows(tmp_path):
     assert not list(tmp_path.glob("*.tmp*")) and not list(tmp_path.glob(".*.tmp*"))
 
 
+def test_a_history_of_something_else_is_refused_not_misaligned(tmp_path):
+    from perfmodel.errors import DataError
+    from validation.report import append_history
+
+    other = tmp_path / "other.csv"
+    other.write_text("name,score\nx,1\n")
+    with pytest.raises(DataError, match="is not a history of this perfmodel"):
+        append_history(REPORT, other)
+    assert other.read_text() == "name,score\nx,1\n"
+
+
 def test_a_lock_file_left_behind_is_not_stale(tmp_path):
     """The lock is the kernel's (flock), not the file's existence: a lock file a crashed run left,
     whatever it holds, does not block the next run."""
