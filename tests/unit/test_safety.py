@@ -30,6 +30,10 @@ def unsafe_calls(rel: str, tree: ast.AST) -> list[str]:
     """yaml.load/unsafe_load/full_load or a yaml Loader other than SafeLoader, pickle-like or
     network modules, torch.load, eval and exec (outside perfmodel's own generated code)."""
     found = []
+    safe_loaders = {"SafeLoader", "CSafeLoader"} | {  # and classes of this file derived from them
+        c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+        and any(getattr(base, "attr", getattr(base, "id", "")) in ("SafeLoader", "CSafeLoader")
+                for base in c.bases)}
     for node in ast.walk(tree):
         where = f"{rel}:{getattr(node, 'lineno', 0)}"
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -42,7 +46,10 @@ def unsafe_calls(rel: str, tree: ast.AST) -> list[str]:
         f = node.func
         owner = getattr(f.value, "id", "") if isinstance(f, ast.Attribute) else ""
         name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
-        safe_loader = any(kw.arg == "Loader" and getattr(kw.value, "attr", "") == "SafeLoader"
+        def loader(value: ast.expr) -> str:
+            return getattr(value, "attr", getattr(value, "id", ""))
+
+        safe_loader = any(kw.arg == "Loader" and loader(kw.value) in safe_loaders
                           for kw in node.keywords)
         if owner == "yaml" and name in ("load", "unsafe_load", "full_load", "load_all",
                                         "unsafe_load_all", "full_load_all") and not (
@@ -53,7 +60,7 @@ def unsafe_calls(rel: str, tree: ast.AST) -> list[str]:
         if name in ("eval", "exec") and not owner and rel not in OWN_GENERATED_CODE:
             found.append(f"{where} calls {name}")
         for kw in node.keywords:
-            if kw.arg == "Loader" and getattr(kw.value, "attr", "") != "SafeLoader":
+            if kw.arg == "Loader" and loader(kw.value) not in safe_loaders:
                 found.append(f"{where} passes a yaml Loader other than SafeLoader")
     return found
 
@@ -77,6 +84,10 @@ def test_the_source_check_catches_each_unsafe_call(code):
 def test_safe_calls_pass_the_source_check():
     assert unsafe_calls("x.py", ast.parse("import yaml\nyaml.safe_load(t)\n"
                                           "yaml.load(t, Loader=yaml.SafeLoader)\n")) == []
+    code = "import yaml\nclass Strict(yaml.SafeLoader):\n    pass\nyaml.load(t, Loader=Strict)\n"
+    assert unsafe_calls("x.py", ast.parse(code)) == []
+    code = "import yaml\nclass Loose(yaml.FullLoader):\n    pass\nyaml.load(t, Loader=Loose)\n"
+    assert unsafe_calls("x.py", ast.parse(code))
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
