@@ -1,8 +1,9 @@
 """The `perfmodel` command line: thin (parse, call the API, render).
 
-Exit codes: 0 success; 1 internal error (a bug: please report it); 2 usage error (bad flag or value);
-3 spec error (hardware/model/profile file or preset); 4 plan error (a rule of the parallel plan);
-5 data error (CSV, log or table input); 130 interrupted. Tracebacks only with --debug.
+Exit codes: 0 success; 1 internal error (a bug: please report it); 2 usage error (bad flag or
+value); 3 spec error (hardware/model/profile file or preset); 4 plan error (a rule of the parallel
+plan); 5 data error (CSV, log or table input); 6 the validation job failed (validation.run);
+130 interrupted (Ctrl-C or SIGTERM). Tracebacks only with --debug.
 """
 
 from __future__ import annotations
