@@ -82,7 +82,7 @@ def test_prpc_mlp_through_validate(tmp_path):
     )
     assert result.exit_code == 0, result.output + repr(result.exception)
     report = json.loads(out.read_text())
-    assert report["plan"] == {"pr": 2, "pc": 2, "global_batch": 8}
+    assert report["plan"] == {"pr": 2, "pc": 2, "global_batch": 8, "contributors": "standard"}
     assert {t["name"] for t in report["terms"]} >= {"comm/model_parallel", "comm/data_parallel"}
 
 

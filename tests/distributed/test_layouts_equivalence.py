@@ -178,6 +178,51 @@ def test_prpc_cnn_collectives(four):
     assert t[("0:conv2d", "bwd", "all_reduce", "pc")] == (1, 4 * (3 * 9 + 1) * F32)
 
 
+def _suite_index(dims: dict, plan: dict) -> int:
+    return next(k for k, (_, d, p) in enumerate(harness.SUITES[4]) if d is dims and p == plan)
+
+
+@pytest.mark.parametrize("how", ["standard", "specialised"])
+def test_prpc_layer_narrower_than_pr(four, how):
+    """16 -> 2 features on pr = 4 (pc = 1, batch 8): the layer splits over c = 2 processes (ranks
+    0, 1); standard: all_gather over all 4 of blocks padded to 2/c = 1 row (8 x 4 x 1 x 4 B) and
+    all_reduce of dX (8 x 16 x 4 B) over all 4; specialised: both among ranks 0 and 1, each
+    followed by one round of send_recv (0 -> 2, 1 -> 3), as perfmodel's --contributors models."""
+    k = _suite_index(harness.NARROW_MLP_DIMS, {"pr": 4, "pc": 1, "contributors": how})
+    out, grad = 8 * 2 * F32, 8 * 16 * F32
+    for rank, checks in enumerate(four):
+        rows = [r for r in checks[k]["collectives"] if r["tag"] == "2:linear"]
+        got = {(r["phase"], r["op"], r["group_size"]): (r["calls"], r["nbytes"]) for r in rows}
+        if how == "standard":
+            want = {
+                ("fwd", "all_gather", 4): (1, 8 * 4 * 1 * F32),
+                ("bwd", "all_reduce", 4): (1, grad),
+            }
+        else:
+            want = {("fwd", "send_recv", 2): (1, out), ("bwd", "send_recv", 2): (1, grad)}
+            if rank < 2:
+                want.update(
+                    {("fwd", "all_gather", 2): (1, out), ("bwd", "all_reduce", 2): (1, grad)}
+                )
+        assert got == want, rank
+
+
+def test_prpc_one_feature_on_pr_2_is_spread_alone(four):
+    """16 -> 1 feature on pr = 2 x pc = 2: c = 1, nothing to gather or reduce among one holder; one
+    send_recv each way; only the holders (pr coordinate 0: ranks 0, 1) reduce the weight gradient
+    (1 x 17 x 4 B) along pc."""
+    k = _suite_index(harness.NARROW_MLP1_DIMS, {"pr": 2, "pc": 2, "contributors": "specialised"})
+    for rank, checks in enumerate(four):
+        t = {key: v for key, v in _table(checks[k]).items() if key[0] == "2:linear"}
+        want = {
+            ("2:linear", "fwd", "send_recv", "pr"): (1, 4 * 1 * F32),
+            ("2:linear", "bwd", "send_recv", "pr"): (1, 4 * 16 * F32),
+        }
+        if rank < 2:
+            want[("2:linear", "bwd", "all_reduce", "pc")] = (1, 17 * F32)
+        assert t == want, rank
+
+
 def test_time_layout_through_the_module_cli(tmp_path):
     out = tmp_path / "t.json"
     dims = {"model": "mlp", "batch": 8, "widths": [16, 32, 8]}

@@ -90,6 +90,31 @@ def test_prpc_mlp_layer_graph_is_timed_against_predict_grid(tmp_path):
     ]
 
 
+def test_prpc_layer_narrower_than_pr_runs_as_predict_models_it(tmp_path):
+    """fc2 has 1 neuron on Pr = 2: it runs on c = 1 rank, its output and its input gradient reach
+    the other rank by one send_recv each (specialised), as predict_grid's layer degrees say."""
+    from perfmodel.layerwise import GridPlan
+    from perfmodel.specs.cnn import mlp
+
+    model = mlp(widths=(8, 1), inputs=6)
+    hardware = load_hardware("dgx-a100-80gb")
+    plan = GridPlan(pr=2, pc=1, global_batch=4, contributors="specialised")
+    report = compare.validate_grid(model, hardware, plan, tmp_path, steps=1, warmup=0)
+    assert report["layer_degrees"] == {"fc1": 2, "fc2": 1}
+    assert report["plan"]["contributors"] == "specialised"
+    ops = sorted((c["tag"], c["phase"], c["op"], c["nbytes"]) for c in report["collectives"])
+    assert ops == [
+        ("0:linear", "fwd", "all_gather", 4 * 8 * 4),
+        ("2:linear", "bwd", "send_recv", 4 * 8 * 4),  # dX of fc2, from rank 0 to rank 1
+        ("2:linear", "fwd", "send_recv", 4 * 1 * 4),  # fc2's output
+    ]
+    assert {t["name"]: t for t in report["terms"]}["comm/model_parallel"]["measured_s"] > 0
+    with pytest.raises(PlanError, match="standard or specialised"):
+        compare.validate_grid(
+            model, hardware, GridPlan(pr=2, pc=1, global_batch=4, contributors="auto"), tmp_path
+        )
+
+
 def test_a_cnn_layer_graph_is_refused_with_the_way_to_time_it():
     from perfmodel.specs.cnn import alexnet
 

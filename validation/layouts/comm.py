@@ -89,6 +89,7 @@ class Grid:
         self.size = {a: mesh.size(k) for k, a in enumerate(self.axes)}
         self.coord = {a: mesh.get_local_rank(a) for a in self.axes}
         self.group = {a: mesh.get_group(a) for a in self.axes}
+        self._subgroups: dict[tuple[str, int], Any] = {}
 
     @classmethod
     def build(cls, shape: tuple[int, ...], axes: tuple[str, ...], log: CommLog | None = None):
@@ -108,14 +109,59 @@ class Grid:
     def _src(self, axis: str, coord: int) -> int:
         return dist.get_global_rank(self.group[axis], coord)
 
-    def _run(self, op: str, axis: str, phase: str, tag: str, nbytes: int, fn: Any) -> None:
+    def _run(
+        self, op: str, axis: str, phase: str, tag: str, nbytes: int, fn: Any, first: int = 0
+    ) -> None:
+        """fn() on the group of axis, or on the sub-group of its `first` processes."""
+        group, size = (self.subgroup(axis, first), first) if first else (None, self.size[axis])
         t0 = 0.0
         if self.log.timed:
-            dist.barrier(group=self.group[axis])
+            dist.barrier(group=group or self.group[axis])
             t0 = time.perf_counter()
         fn()
         dt = time.perf_counter() - t0 if self.log.timed else 0.0
-        self.log.records.append(CommRecord(op, axis, self.size[axis], phase, tag, nbytes, dt))
+        self.log.records.append(CommRecord(op, axis, size, phase, tag, nbytes, dt))
+
+    # --- the first c processes of an axis (contributors of a layer narrower than the axis) ------
+    def subgroup(self, axis: str, first: int) -> Any:
+        """The process group of the processes with coordinates 0 .. first-1 on axis (and this
+        process's coordinates on the other axes). Every rank must call this first with the same
+        (axis, first), in the same order: it creates the sub-groups of every line of the mesh."""
+        key = (axis, first)
+        if key not in self._subgroups:
+            k = self.axes.index(axis)
+            lines = self.mesh.mesh.movedim(k, -1).reshape(-1, self.size[axis])
+            mine = None
+            for line in lines.tolist():
+                group = dist.new_group(line[:first])
+                if dist.get_rank() in line[:first]:
+                    mine = group
+            self._subgroups[key] = mine
+        return self._subgroups[key]
+
+    def spread(self, t: torch.Tensor, axis: str, first: int, phase: str, tag: str) -> torch.Tensor:
+        """In place: t from the processes with coordinates < first on axis to all the others of
+        the group, the holders doubling every round (holder i sends to i + h, h = first, 2 first,
+        ...): ceil(log2(size / first)) rounds, one send or receive of t per process and round.
+        Every process of the group calls it."""
+        n, i = self.size[axis], self.coord[axis]
+        h = first
+        while h < n:
+            peer = i + h if i < h else i - h if i < 2 * h else None
+            if peer is not None and peer < n:
+                other = self._src(axis, peer)
+
+                def move(other: int = other, send: bool = i < h) -> None:
+                    (dist.send if send else dist.recv)(t, other)
+
+                t0 = time.perf_counter()
+                move()
+                dt = time.perf_counter() - t0 if self.log.timed else 0.0
+                self.log.records.append(
+                    CommRecord("send_recv", axis, 2, phase, tag, _nbytes(t), dt)
+                )
+            h *= 2
+        return t
 
     # --- plain collectives (no autograd) -----------------------------------------------------
     def broadcast(self, t: torch.Tensor, axis: str, src: int, phase: str, tag: str) -> torch.Tensor:
@@ -141,24 +187,42 @@ class Grid:
             )
         return t
 
-    def all_reduce(self, t: torch.Tensor, axis: str, phase: str, tag: str) -> torch.Tensor:
-        if self.size[axis] > 1:
-            g = self.group[axis]
+    def all_reduce(
+        self, t: torch.Tensor, axis: str, phase: str, tag: str, first: int = 0
+    ) -> torch.Tensor:
+        """In place; with `first`, among the processes with coordinates < first (members only)."""
+        if (first or self.size[axis]) > 1:
+            g = self.subgroup(axis, first) if first else self.group[axis]
             self._run(
-                "all_reduce", axis, phase, tag, _nbytes(t), lambda: dist.all_reduce(t, group=g)
+                "all_reduce",
+                axis,
+                phase,
+                tag,
+                _nbytes(t),
+                lambda: dist.all_reduce(t, group=g),
+                first,
             )
         return t
 
-    def all_gather(self, t: torch.Tensor, axis: str, phase: str, tag: str) -> torch.Tensor:
-        """Concatenate along dim 0, in coordinate order."""
-        n = self.size[axis]
+    def all_gather(
+        self, t: torch.Tensor, axis: str, phase: str, tag: str, first: int = 0
+    ) -> torch.Tensor:
+        """Concatenate along dim 0, in coordinate order; with `first`, among the processes with
+        coordinates < first (members only)."""
+        n = first or self.size[axis]
         if n == 1:
             return t
         t = t.contiguous()
         out = t.new_empty((n * t.shape[0], *t.shape[1:]))
-        g = self.group[axis]
+        g = self.subgroup(axis, first) if first else self.group[axis]
         self._run(
-            "all_gather", axis, phase, tag, _nbytes(out), lambda: _ALL_GATHER(out, t, group=g)
+            "all_gather",
+            axis,
+            phase,
+            tag,
+            _nbytes(out),
+            lambda: _ALL_GATHER(out, t, group=g),
+            first,
         )
         return out
 
@@ -192,23 +256,26 @@ def _nbytes(t: torch.Tensor) -> int:
 
 class _CopyTo(Function):
     @staticmethod
-    def forward(ctx, x, grid, axis, tag):
-        ctx.grid, ctx.axis, ctx.tag = grid, axis, tag
+    def forward(ctx, x, grid, axis, tag, first):
+        ctx.grid, ctx.axis, ctx.tag, ctx.first = grid, axis, tag, first
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, dx):
-        return (
-            ctx.grid.all_reduce(dx.contiguous().clone(), ctx.axis, "bwd", ctx.tag),
-            None,
-            None,
-            None,
-        )
+        g, axis, first = ctx.grid, ctx.axis, ctx.first
+        dx = dx.contiguous().clone()
+        if not first:
+            return g.all_reduce(dx, axis, "bwd", ctx.tag), None, None, None, None
+        if g.coord[axis] < first:
+            g.all_reduce(dx, axis, "bwd", ctx.tag, first=first)  # nothing to do when first = 1
+        return g.spread(dx, axis, first, "bwd", ctx.tag), None, None, None, None
 
 
-def copy_to(x: torch.Tensor, grid: Grid, axis: str, tag: str) -> torch.Tensor:
-    """Identity forward; backward all-reduces the (partial) input gradient along axis."""
-    return _CopyTo.apply(x, grid, axis, tag)
+def copy_to(x: torch.Tensor, grid: Grid, axis: str, tag: str, first: int = 0) -> torch.Tensor:
+    """Identity forward; backward all-reduces the (partial) input gradient along axis. With
+    `first`, only the processes with coordinates < first contribute: they all-reduce among
+    themselves, then spread the sum to the others (a specialised all-reduce)."""
+    return _CopyTo.apply(x, grid, axis, tag, first)
 
 
 class _Gather(Function):

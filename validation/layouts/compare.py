@@ -182,18 +182,26 @@ def validate_grid(
     timeout_s: float = 300.0,
 ) -> dict[str, Any]:
     """Train the MLP layer graph on a Pr x Pc grid (perfmodel.layerwise.GridPlan) of local gloo
-    ranks; measured forward, backward and per-axis collective times against predict_grid."""
+    ranks; measured forward, backward and per-axis collective times against predict_grid. A layer
+    narrower than Pr runs on c = min(Pr, units) ranks, its collectives in the plan's realisation
+    (contributors standard or specialised, as predict_grid models them)."""
     from perfmodel.layerwise import predict_grid
 
     from .harness import run_layout
 
     if plan.dtype not in ("fp32", "tf32"):
         raise PlanError(f"Pr x Pc validation runs fp32 on CPU; got dtype {plan.dtype}")
+    contributors = str(getattr(plan.contributors, "value", plan.contributors))
+    if contributors not in ("standard", "specialised"):
+        raise PlanError(
+            "Pr x Pc validation runs --contributors standard or specialised (auto picks per "
+            f"call from the model's costs), got {contributors}"
+        )
     dims = {"model": "mlp", "batch": int(plan.global_batch), "widths": mlp_widths(model)}
     measured = run_layout(
         "prpc",
         dims,
-        {"pr": plan.pr, "pc": plan.pc},
+        {"pr": plan.pr, "pc": plan.pc, "contributors": contributors},
         plan.pr * plan.pc,
         Path(run_dir),
         steps,
@@ -215,7 +223,13 @@ def validate_grid(
     return {
         "layout": "prpc",
         "ranks": plan.pr * plan.pc,
-        "plan": {"pr": plan.pr, "pc": plan.pc, "global_batch": plan.global_batch},
+        "plan": {
+            "pr": plan.pr,
+            "pc": plan.pc,
+            "global_batch": plan.global_batch,
+            "contributors": contributors,
+        },
+        "layer_degrees": prediction["layer_degrees"],
         "mlp_widths": dims["widths"],
         "terms": [{"name": n, "measured_s": m, "predicted_s": p} for n, m, p in terms],
         "measured_step_time_s": measured["step_s"],

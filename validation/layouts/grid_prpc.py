@@ -17,6 +17,19 @@ The gradient of the gathered output is the same on every process of a pr group (
 are computed redundantly there), so the all-gather's backward only keeps the local slice. Gradients
 are sums over the batch (the reference loss is a sum). Pr = 1 is pure data parallelism, Pc = 1 pure
 model parallelism.
+
+A layer with fewer output features/channels (d_out) than Pr is split over c = min(Pr, d_out) of
+the Pr processes (coordinates 0 .. c-1 on pr; the others hold none of it, and their pc group, all
+non-holders, has no weight gradient to reduce). Its two collectives then have c contributors and
+Pr receivers (Castelló et al. 2019; perfmodel --contributors), realised per the plan's
+"contributors":
+  standard     all_gather along pr of blocks padded to d_out/c (the non-holders send zeros)
+                                                               nbytes = B/Pc * Pr * d_out/c * 4
+               all_reduce along pr of dX (the non-holders add zeros)  nbytes = B/Pc * d_in * 4
+  specialised  all_gather among the c holders (nbytes = B/Pc * d_out * 4) and all_reduce of dX
+               among them, each followed by ceil(log2(Pr / c)) rounds of send_recv in which every
+               holder sends the result to one process that lacks it (holder i to i + h, h = c,
+               2c, ...)
 """
 
 from __future__ import annotations
@@ -26,12 +39,14 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.autograd import Function
 
 from perfmodel.errors import PlanError
 
 from .comm import Grid, copy_to, gather, grad_all_reduce
 
 AXES = ("pr", "pc")
+CONTRIBUTORS = ("standard", "specialised")  # the realisations the job runs (not auto)
 
 
 def reference_mlp(widths: tuple[int, ...], seed: int = 0) -> nn.Sequential:
@@ -66,44 +81,122 @@ def reference_cnn(
     )
 
 
-class GridLayer(nn.Module):
-    """A Linear or Conv2d with its output features/channels split over pr, the batch over pc."""
+def degree(rows: int, pr: int, tag: str) -> int:
+    """c = min(pr, rows): the processes a layer of `rows` output features/channels splits over."""
+    c = min(pr, rows)
+    if rows % c:
+        raise PlanError(f"{tag}: {rows} output features/channels not divisible by pr = {pr}")
+    return c
 
-    def __init__(self, grid: Grid, ref: nn.Linear | nn.Conv2d, tag: str) -> None:
+
+class GridLayer(nn.Module):
+    """A Linear or Conv2d with its output features/channels split over the first c = min(pr,
+    d_out) processes of pr, the batch over pc."""
+
+    def __init__(
+        self, grid: Grid, ref: nn.Linear | nn.Conv2d, tag: str, contributors: str = "standard"
+    ) -> None:
         super().__init__()
+        if contributors not in CONTRIBUTORS:
+            raise PlanError(
+                f"contributors must be one of {', '.join(CONTRIBUTORS)} for the job, got "
+                f"{contributors!r}"
+            )
         pr, i = grid.size["pr"], grid.coord["pr"]
         rows = ref.weight.shape[0]
-        if rows % pr:
-            raise PlanError(f"{tag}: {rows} output features/channels not divisible by pr = {pr}")
-        n = rows // pr
-        self.grid, self.tag, self.ref = grid, tag, ref
+        self.c = degree(rows, pr, tag)
+        n = rows // self.c
+        self.grid, self.tag, self.ref, self.rows = grid, tag, ref, rows
+        self.specialised = contributors == "specialised" and self.c < pr
+        self.holds = i < self.c
         self.conv = isinstance(ref, nn.Conv2d)
         self.first = False
+        # a process beyond the first c holds an empty slice
         self.weight = nn.Parameter(ref.weight.detach()[i * n : (i + 1) * n].clone())
         self.bias = nn.Parameter(ref.bias.detach()[i * n : (i + 1) * n].clone())
+        if self.specialised and self.c > 1:
+            grid.subgroup("pr", self.c)  # created by every rank, in layer order
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g, tag = self.grid, self.tag
-        x = copy_to(x, g, "pr", tag)
-        w, b = grad_all_reduce([self.weight, self.bias], g, ("pc",), tag)
+        g, tag, c = self.grid, self.tag, self.c
+        first = c if self.specialised else 0
+        x = copy_to(x, g, "pr", tag, first)
+        if self.holds:
+            w, b = grad_all_reduce([self.weight, self.bias], g, ("pc",), tag)
+            y = self._local(x, w, b)
+        else:  # zeros of a block's shape (standard: the padding) or of none (specialised)
+            block = 0 if first else self.rows // c
+            y = _NoRows.apply(x, self.weight, self.bias, self._shape(x, block))
+        if not first:
+            if c == g.size["pr"]:
+                return gather(y, g, "pr", 1, tag)
+            return gather(y, g, "pr", 1, tag).narrow(1, 0, self.rows)  # drop the padding
+        return _GatherFew.apply(y, g, c, self._shape(x, self.rows), tag)
+
+    def _local(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if self.conv:
-            c = self.ref
-            y = F.conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups)
+            r = self.ref
+            return F.conv2d(x, w, b, r.stride, r.padding, r.dilation, r.groups)
+        return F.linear(x, w, b)
+
+    def _shape(self, x: torch.Tensor, width: int) -> tuple[int, ...]:
+        """The shape of this layer's output for input x with `width` features/channels."""
+        if not self.conv:
+            return (x.shape[0], width)
+        r, size = self.ref, []
+        for d in (0, 1):
+            k, s, p, dil = r.kernel_size[d], r.stride[d], r.padding[d], r.dilation[d]
+            size.append((x.shape[2 + d] + 2 * p - dil * (k - 1) - 1) // s + 1)
+        return (x.shape[0], width, *size)
+
+
+class _NoRows(Function):
+    """The output of a process that holds none of a layer: zeros of the given shape, still a
+    function of the input and the (empty) parameters, so that backward reaches the collectives
+    every process of the pr group takes part in; gradients of zeros."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, shape):
+        ctx.save_for_backward(x, weight, bias)
+        return x.new_zeros(shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, bias = ctx.saved_tensors
+        return torch.zeros_like(x), torch.zeros_like(weight), torch.zeros_like(bias), None
+
+
+class _GatherFew(Function):
+    """Specialised all-gather along pr with c contributors: all_gather among the c holders, then
+    the spread to the others; backward keeps this process's slice (none off the holders)."""
+
+    @staticmethod
+    def forward(ctx, y, grid, c, shape, tag):
+        i = grid.coord["pr"]
+        ctx.slice = (i * y.shape[1], y.shape[1])
+        if i < c:
+            out = grid.all_gather(y.movedim(1, 0), "pr", "fwd", tag, first=c)
+            out = out.movedim(0, 1).contiguous()
         else:
-            y = F.linear(x, w, b)
-        return gather(y, g, "pr", 1, tag)
+            out = y.new_empty(shape)
+        return grid.spread(out, "pr", c, "fwd", tag)
+
+    @staticmethod
+    def backward(ctx, dout):
+        start, width = ctx.slice
+        return dout.narrow(1, start, width).contiguous(), None, None, None, None
 
 
 class GridModel(nn.Module):
     """A Sequential reference with every Linear and Conv2d replaced by its GridLayer."""
 
-    def __init__(self, grid: Grid, ref: nn.Sequential) -> None:
+    def __init__(self, grid: Grid, ref: nn.Sequential, contributors: str = "standard") -> None:
         super().__init__()
         self.grid = grid
         mods: list[nn.Module] = []
         for k, m in enumerate(ref):
             if isinstance(m, nn.Linear | nn.Conv2d):
-                mods.append(GridLayer(grid, m, f"{k}:{type(m).__name__.lower()}"))
+                mods.append(GridLayer(grid, m, f"{k}:{type(m).__name__.lower()}", contributors))
             else:
                 mods.append(m)
         self.body = nn.Sequential(*mods)
@@ -120,12 +213,12 @@ class GridModel(nn.Module):
 
     def shard_pairs(self, ref: nn.Sequential) -> list[tuple[str, torch.Tensor, torch.Tensor, Any]]:
         """(name, local parameter, reference parameter, reference tensor -> the slice held here)."""
-        pr, i = self.grid.size["pr"], self.grid.coord["pr"]
+        i = self.grid.coord["pr"]
         out = []
         for k, m in enumerate(self.body):
             if isinstance(m, GridLayer):
                 r = ref[k]
-                n = r.weight.shape[0] // pr
+                n = r.weight.shape[0] // m.c  # none beyond the first c processes
 
                 def rows(t: torch.Tensor, n: int = n) -> torch.Tensor:
                     return t[i * n : (i + 1) * n]

@@ -82,7 +82,7 @@ def build(
             )
         else:
             raise PlanError(f"prpc model must be mlp or cnn, got {kind!r}")
-        model = grid_prpc.GridModel(grid, ref)
+        model = grid_prpc.GridModel(grid, ref, str(plan.get("contributors", "standard")))
         rows = model.batch_slice(int(dims["batch"]))
         return model, ref, lambda t: t[rows].contiguous()
     bd = BlockDims(**{k: int(dims[k]) for k in ("batch", "seq", "hidden", "heads", "ffn")})
@@ -188,12 +188,25 @@ def _compare_gathered(pieces: list[tuple[str, Any, torch.Tensor, torch.Tensor]])
 BLOCK_DIMS = {"batch": 4, "seq": 8, "hidden": 16, "heads": 4, "ffn": 32}
 MLP_DIMS = {"model": "mlp", "batch": 8, "widths": [12, 16, 16, 8]}
 CNN_DIMS = {"model": "cnn", "batch": 8, "channels": 3, "image": 8, "widths": [8, 16], "classes": 8}
-SUITES: dict[int, list[tuple[str, dict[str, Any], dict[str, int]]]] = {
+# layers narrower than pr (2 features on pr = 4, 1 on pr = 2, 2 classes on pr = 4): c contributors
+NARROW_MLP_DIMS = {"model": "mlp", "batch": 8, "widths": [12, 16, 2, 8]}
+NARROW_MLP1_DIMS = {"model": "mlp", "batch": 8, "widths": [12, 16, 1, 8]}
+NARROW_CNN_DIMS = {**CNN_DIMS, "classes": 2}
+SUITES: dict[int, list[tuple[str, dict[str, Any], dict[str, Any]]]] = {
     4: [("2d", BLOCK_DIMS, {"q": 2})]
     + [
         ("prpc", d, {"pr": pr, "pc": pc})
         for d in (MLP_DIMS, CNN_DIMS)
         for pr, pc in ((2, 2), (1, 4), (4, 1))
+    ]
+    + [
+        ("prpc", d, {"pr": pr, "pc": pc, "contributors": how})
+        for d, pr, pc in (
+            (NARROW_MLP_DIMS, 4, 1),
+            (NARROW_MLP1_DIMS, 2, 2),
+            (NARROW_CNN_DIMS, 4, 1),
+        )
+        for how in ("standard", "specialised")
     ],
     8: [("3d", BLOCK_DIMS, {"q": 2})],
 }
