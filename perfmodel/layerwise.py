@@ -176,10 +176,18 @@ def build_terms(model: LayerGraphSpec, fam: Any, norm: Norm | None = None,
 
     def spread_round() -> Any:
         """One round of the copy to the non-contributors: every holder sends the buffer to one
-        process, across nodes whenever the Pr group spans nodes (a node's holders then share
-        its NICs: conservative when the contributors fill less than a node)."""
+        process. Inside a node: alpha_i + n / beta_i. Across nodes (whenever the Pr group spans
+        nodes; conservative when the contributors fill less than a node) the cheaper of the flat
+        pairs, all holders of a node sharing its NICs (alpha_o + n G / beta_o), and a scatter +
+        all-gather: each of the k ranks of a receiving node takes n / k from its pair across
+        nodes, then they all-gather the n inside the node."""
         intra = group_time("send_recv", size, "tp", on_scope("intra"))
         inter = group_time("send_recv", size, "tp", on_scope("inter"))
+        with evaluate(False):
+            scattered = (inter.xreplace({size: size / S.k_tp})
+                         + group_time("all_gather", size, "tp", on_scope("intra")).xreplace(
+                             {S.tp: S.k_tp}))
+        inter = sp.Min(inter, scattered, evaluate=False)
         if fam.scope("tp") is not None:
             return intra if fam.scope("tp") == "intra" else inter
         return S.FLAGS["tp_intra"] * intra + (1 - S.FLAGS["tp_intra"]) * inter

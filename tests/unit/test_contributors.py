@@ -126,20 +126,27 @@ def test_the_link_model_is_the_formula_inside_a_node():
         assert got.layer_degrees == {"fc1": 4, "fc2": 2}
 
 
-def test_contributors_inside_one_node_of_a_group_across_two():
-    # Pr = 16 over two V100 nodes, fc2 of 8 units: its 8 holders share a node (intra-node ring),
-    # the copy to the other 8 crosses nodes, every GPU of the node sending at once (beta_o / G)
+@pytest.mark.parametrize("batch,scattered", [(64, False), (1 << 14, True)])
+def test_contributors_inside_one_node_of_a_group_across_two(batch, scattered):
+    # Pr = 16 over two V100 nodes, fc2 of 8 units: its 8 holders share a node (intra-node ring);
+    # the copy to the other node is the cheaper of 8 pairs at once through the node's NICs
+    # (alpha_o + n / (beta_o / G)) and a scatter (n / 8 per pair) + all-gather inside the node
     ai, bi = V100.intra_node.latency_s, V100.intra_node.effective_bandwidth_bytes_per_s
     ao = V100.inter_node.latency_s
     bo = V100.inter_node.effective_bandwidth_bytes_per_s / V100.gpus_per_node
-    batch = 64
+
+    def copy(nbytes):
+        pairs, scatter = ao + nbytes / bo, ao + nbytes / 8 / bo + 7 * ai + 7 / 8 * nbytes / bi
+        assert (scatter < pairs) is scattered
+        return min(pairs, scatter)
+
     plan = GridPlan(pr=16, pc=1, global_batch=batch, contributors="specialised")
     both = predict_grid(mlp(widths=(16, 8), inputs=8), RING_V100, plan)
     fc1 = predict_grid(mlp(widths=(16,), inputs=8), RING_V100, plan)
     fc2 = both.breakdown_s["comm/model_parallel"] - fc1.breakdown_s["comm/model_parallel"]
     out, grad = 4 * 8 * batch, 4 * 16 * batch
-    want = (7 * ai + 7 / 8 * out / bi + ao + out / bo          # all-gather among 8, copy
-            + 14 * ai + 14 / 8 * grad / bi + ao + grad / bo)   # all-reduce among 8, copy
+    want = (7 * ai + 7 / 8 * out / bi + copy(out)            # all-gather among 8, copy
+            + 14 * ai + 14 / 8 * grad / bi + copy(grad))     # all-reduce among 8, copy
     assert fc2 == pytest.approx(want, rel=1e-12)
 
 
