@@ -92,6 +92,14 @@ def bytes_per_element(dtype: str) -> float:
     return {"fp8": 1.0, "bf16": 2.0, "fp16": 2.0, "tf32": 4.0}.get(canonical_dtype(dtype), 2.0)
 
 
+def output_bytes_per_element(dtype: str) -> float:
+    """Bytes of one output element: the type after '->' (bf16xbf16->f32 writes 4), else the
+    input's."""
+    if "->" not in dtype:
+        return bytes_per_element(dtype)
+    return bytes_per_element(dtype.split("->", 1)[1])
+
+
 def device_info(device: str) -> dict | None:
     return DEVICES.get(_ALIASES.get(device, device))
 

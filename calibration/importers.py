@@ -15,6 +15,7 @@ from calibration.gemm_tables import (
     bytes_per_element,
     canonical_dtype,
     device_info,
+    output_bytes_per_element,
     peak_for,
     read_gemm_table,
 )
@@ -153,7 +154,7 @@ def import_gemm(
         bw = (device_info(dev) or {}).get("memory_bandwidth_bytes_per_s", math.inf)
 
         def make(peak: float = peak, bw: float = bw, dtype: str = dtype) -> GemmModel:
-            return GemmModel(peak, bw, bytes_per_element(dtype))
+            return GemmModel(peak, bw, bytes_per_element(dtype), output_bytes_per_element(dtype))
 
         model = make().fit(rows)
         hold = holdout_error(rows, make, folds=folds)

@@ -289,7 +289,7 @@ def collective_fit_axes(fit: Mapping[str, Any], measurements: Any = None, ax: An
 
 @lru_cache(maxsize=64)
 def _gemm_time_function(params: tuple[tuple[str, float], ...], bytes_per_element: float,
-                        peak: float, bandwidth: float) -> Any:
+                        peak: float, bandwidth: float, output_bytes: float | None = None) -> Any:
     """perfmodel.costs.gemm_efficiency.gemm_time_s of one fit as a numpy function of (m, n, k,
     batch): the fitted numbers go in before lambdify, so the terms they switch off vanish."""
     import sympy as sp
@@ -299,7 +299,8 @@ def _gemm_time_function(params: tuple[tuple[str, float], ...], bytes_per_element
     m, n, k, batch = sp.symbols("m n k batch", positive=True)
     bw = sp.oo if math.isinf(bandwidth) else bandwidth
     try:
-        expr = gemm_time_s(m, n, k, batch, bytes_per_element, peak, bw, **dict(params))
+        expr = gemm_time_s(m, n, k, batch, bytes_per_element, peak, bw, **dict(params),
+                           output_bytes_per_element=output_bytes)
     except TypeError as exc:
         raise DataError(f"a GEMM fit has a parameter perfmodel does not know ({exc})") from None
     return sp.lambdify((m, n, k, batch), expr, "numpy")
@@ -314,8 +315,10 @@ def fitted_gemm_time(fit: Mapping[str, Any], b: Any, m: Any, n: Any, k: Any) -> 
     if not peak:
         raise DataError("a GEMM fit needs 'peak_flops_per_s' to give times")
     params = tuple(sorted((str(key), float(v)) for key, v in fit["params"].items()))
+    out_bytes = fit.get("output_bytes_per_element")
     fn = _gemm_time_function(params, float(fit.get("bytes_per_element", 2.0)), float(peak),
-                             float(fit.get("memory_bandwidth_bytes_per_s") or math.inf))
+                             float(fit.get("memory_bandwidth_bytes_per_s") or math.inf),
+                             None if out_bytes is None else float(out_bytes))
     arrays = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k, b)))
     return np.broadcast_to(np.asarray(fn(*arrays), dtype=float), arrays[0].shape)
 

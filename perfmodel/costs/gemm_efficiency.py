@@ -4,7 +4,8 @@ T = min_time_s + max(F / (peak * eff), B / bw)                                  
 eff = max_fraction * x / (x + half_dim)
       / ((1 + m_half_dim/m) (1 + n_half_dim/n) (1 + k_half_dim/(k/s))
          (1 + batch_half/batch) (1 + parallel_half/(batch m n s)))
-F = 2 batch m n k (FLOPs), B = batch * bytes_per_element * (m k + k n + m n) (A, B and C once),
+F = 2 batch m n k (FLOPs), B = batch * (bytes_per_element (m k + k n) + output_bytes m n) (A, B
+and C once; output_bytes = bytes_per_element unless the output has its own type, as bf16 -> f32),
 x = 3 / (1/m + 1/n + 1/k) (harmonic mean of the three dimensions),
 s = k / split_k_chunk when batch m n < split_k_ratio k and k > split_k_chunk (split-K), else 1.
 
@@ -22,7 +23,8 @@ libraries cut k into chunks of split_k_chunk, run the chunks on separate compute
 partial outputs. Parallel work grows by s and each tile's pipeline gets s times shorter. The switch
 is a threshold, as in the libraries' heuristics, so efficiency is not monotone in the shape: on the
 AMD sweeps (hipBLASLt under XLA) it falls by up to 2x where batch m n reaches ~512 k (e.g. MI300
-f32, k = 4096: 38% of peak at m n = 2^20, 22% at 2^21). split_k_ratio = 0 (the default) never splits.
+f32, k = 4096: 38% of peak at m n = 2^20, 22% at 2^21). split_k_ratio = 0 (the default) never
+splits.
 
 Fitted (calibration.fit.GemmModel) on the XLA matmul performance tables (openxla/xla
 default_matmul_perf_table, 375 shapes per dtype): fitted on 80% of a sweep it predicts the held-out
@@ -109,15 +111,17 @@ def gemm_time_s(
     parallel_half: sp.Expr = 0,
     split_k_ratio: sp.Expr = 0,
     split_k_chunk: sp.Expr = 0,
+    output_bytes_per_element: sp.Expr | None = None,
 ) -> sp.Expr:
     """Time of `batch` independent GEMMs of shape (m x k) @ (k x n) [s].
 
-    T = min_time_s + max(2 batch m n k / (peak * eff), batch * bpe * (mk + kn + mn) / bw)
+    T = min_time_s + max(2 batch m n k / (peak * eff), batch * (bpe (mk + kn) + obpe mn) / bw)
     The keyword parameters after memory_bandwidth_bytes_per_s are the fields of
     perfmodel.specs.hardware.GemmEfficiency, so `gemm_time_s(..., **asdict(hw.gemm(dtype)))` works.
     """
     flops = 2 * batch * m * n * k
-    nbytes = batch * bytes_per_element * (m * k + k * n + m * n)
+    out_bpe = bytes_per_element if output_bytes_per_element is None else output_bytes_per_element
+    nbytes = batch * (bytes_per_element * (m * k + k * n) + out_bpe * m * n)
     eff = gemm_efficiency(
         m, n, k, max_fraction, half_dim, batch, m_half_dim, n_half_dim, k_half_dim, batch_half,
         parallel_half, split_k_ratio, split_k_chunk,
