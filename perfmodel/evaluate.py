@@ -70,7 +70,8 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
 
     fixed = dict(algorithm=hardware.collective_algorithm,
                  fits=frozenset((fit.op, fit.scope, fit.algorithm) for fit in hardware.collectives),
-                 gemm_split_k=any(g.splits_k for g in hardware.gemm_efficiency.values()))
+                 gemm_split_k=any(g.splits_k for g in hardware.gemm_efficiency.values()),
+                 layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs))
     if not specialise:
         return Family(**fixed)
     placement = axis_per_node(plan, hardware.gpus_per_node)
@@ -124,11 +125,17 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
         "peak_flops_per_s": hardware.peak(plan.dtype.value),
         "memory_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
         * hardware.memory_bandwidth_efficiency,
+        "optimizer_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
+        * (hardware.optimizer_bandwidth_efficiency or hardware.memory_bandwidth_efficiency),
         "kernel_overhead_s": hardware.kernel_overhead_s,
         "collective_overhead_s": hardware.collective_overhead_s,
         "kernel_overhead_tp_s": hardware.kernel_overhead_tp_s,
         "optimizer_overhead_s": hardware.optimizer_overhead_s,
         "gpus_per_node": hardware.gpus_per_node,
+        "ranks_per_device": hardware.ranks_per_device,
+        "fsdp_forward_overhead_s": hardware.fsdp_forward_overhead_s,
+        "fsdp_backward_overhead_s": hardware.fsdp_backward_overhead_s,
+        "fsdp_reduce_overhead_s": hardware.fsdp_reduce_overhead_s,
         "intra_latency_s": hardware.intra_node.latency_s,
         "intra_bandwidth": hardware.intra_node.effective_bandwidth_bytes_per_s,
         "inter_latency_s": hardware.inter_node.latency_s,
@@ -153,6 +160,11 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
     vals.update({f"is_{name}": float(value) for name, value in flags.items()})
     for fld in dataclasses.fields(gemm):
         vals[f"gemm_{fld.name}"] = float(getattr(gemm, fld.name))
+    for cost in hardware.layer_costs:
+        key = f"lc_{cost.part}_{cost.style}_{cost.tp}"
+        vals.update({f"{key}_forward_overhead_s": cost.forward_overhead_s,
+                     f"{key}_backward_overhead_s": cost.backward_overhead_s,
+                     f"{key}_compute_scale": cost.compute_scale})
     for fit in hardware.collectives:
         key = f"fit_{fit.op}_{fit.scope}"
         two = fit.breakpoint_bytes > 0

@@ -36,6 +36,8 @@ class Family:
     fits: frozenset[tuple[str, str, str]] = frozenset()
     # fixed too: whether the hardware's GEMM model has a split-K switch (AMD fits do)
     gemm_split_k: bool = False
+    # and which (part, style, tp degree) the hardware's measured layer costs cover
+    layer_costs: frozenset[tuple[str, str, int]] = frozenset()
 
     def scope(self, axis: str) -> str | None:
         return dict(self.scopes)[axis]

@@ -143,6 +143,23 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
     )
 
 
+def part_times(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | Path,
+               plan: Plan | dict[str, Any]) -> dict[str, dict[str, float]]:
+    """One layer's, the embedding's and the output layer's (with its loss) raw times per
+    micro-batch on one rank: forward_s and backward_s (the kernels' rooflines), comm_forward_s and
+    comm_backward_s (tensor-parallel collectives and their fixed cost per call), without what
+    the hardware's measured layer costs add (what calibration.layers fits them against)."""
+    model, hardware, plan = resolve_inputs(model, hardware, plan)
+    family = family_of(model, hardware, plan)
+    out = compile_family(family)(values_of(model, hardware, plan))
+    parts: dict[str, dict[str, float]] = {}
+    for key, value in out.items():
+        if key.startswith("q:part:"):
+            part, name = key[len("q:part:"):].split(":")
+            parts.setdefault(part, {})[name] = float(value)
+    return parts
+
+
 def comm_ledger(model: TransformerSpec | str | Path, plan: Plan | dict[str, Any],
                 hardware: HardwareSpec | str | Path = "dgx-h100") -> list[dict[str, Any]]:
     """Every collective one rank issues in one step, as the model counts them.

@@ -8,6 +8,9 @@ Step time (per optimizer step, slowest pipeline stage, no overlap of compute and
 communication, as in Megatron-LM):
     T_step = (m + (pp - 1)/v) * t_mb + T_dp + T_opt
     t_mb   = t_fwd + t_bwd + t_recompute + t_tp + t_kernels + t_p2p     (one micro-batch, one stage)
+t_fwd and t_bwd hold the rooflines of the kernels and, where `calibrate run` measured them, what the
+framework adds to each part (perfmodel.costs.framework); t_kernels is the generic per-kernel cost of
+the parts it did not measure.
 with m = B / (dp b) micro-batches (Narayanan et al. SC21, Sec. 2.2: bubble (pp - 1)/(v m) of ideal).
 The first stage holds the embedding, the last the output layer and loss; with pp = 1 one stage holds
 both.
@@ -22,6 +25,7 @@ import sympy as sp
 from perfmodel import symbols as S
 from perfmodel.costs import collectives as C
 from perfmodel.costs import compute as K
+from perfmodel.costs import framework as FW
 from perfmodel.costs import layouts as LY
 from perfmodel.costs import memory as M
 from perfmodel.family import SCOPES, Family
@@ -274,6 +278,21 @@ def build(fam: Family) -> Model:
     recompute_tp = full * tp_layer_fwd_all
     kernels = K.kernels_per_layer_forward(sequence_parallel=sp_, flash=flash) * (3 + full)
 
+    # --- what the framework adds to each part, where calibrate run measured it (costs.framework) --
+    styles = {"plain": 1 - mega * tp_on, "tp": mega * tp_on * (1 - sp_),
+              "tp_sp": mega * tp_on * sp_}
+    measured: dict[str, dict[str, list]] = {}
+    for part, style, degree in sorted(fam.layer_costs):
+        measured.setdefault(part, {}).setdefault(style, []).append(
+            (degree, S.layer_cost_symbols(part, style, degree)))
+    costs = {part: FW.part_costs(measured.get(part, {}), styles, tp)
+             for part in ("layer", "embedding", "output")}
+    (s_l, cf_l, cb_l, cal_l), (s_e, cf_e, cb_e, cal_e), (s_o, cf_o, cb_o, cal_o) = (
+        costs[p_] for p_ in ("layer", "embedding", "output"))
+    layer_fw = {"fwd": (s_l - 1) * layer_fwd_total + cf_l,
+                "bwd": (s_l - 1) * 2 * layer_fwd_total + cb_l}
+    recompute_fw = full * layer_fw["fwd"] + sel * (s_l - 1) * layer_fwd["attention"]
+
     # --- pipeline point-to-point: activations forward, gradients backward, v chunks per GPU --------
     p2p_bytes = act_bytes / tp  # Megatron scatter-gather / sequence-parallel: 1/tp of the activation
     p2p_mb = 2 * v * group_time("send_recv", p2p_bytes, "pp", fam)
@@ -294,13 +313,17 @@ def build(fam: Family) -> Model:
         fwd["embedding_logits"] = has_embed * embed_fwd + has_head * head_fwd
         terms = {f"compute/forward/{k_}": t for k_, t in fwd.items()}
         terms.update({f"compute/backward/{k_}": 2 * t for k_, t in fwd.items()})
-        terms["compute/recompute"] = layers_per_stage * recompute_layer
+        for phase, name, mult in (("fwd", "forward", 1), ("bwd", "backward", 2)):
+            terms[f"compute/{name}/framework"] = layers_per_stage * layer_fw[phase] \
+                + has_embed * ((s_e - 1) * mult * embed_fwd + (cf_e if mult == 1 else cb_e)) \
+                + has_head * ((s_o - 1) * mult * head_fwd + (cf_o if mult == 1 else cb_o))
+        terms["compute/recompute"] = layers_per_stage * (recompute_layer + recompute_fw)
         terms["comm/tp"] = layers_per_stage * (tp_layer["fwd"] + tp_layer["bwd"] + recompute_tp) \
             + has_embed * embed_tp + has_head * head_tp
         # a tensor-parallel layer's kernels cost kernel_overhead_tp_s each where it was measured
         t_layer_kernel = S.t_k + active(tp) * sp.Max(0, S.t_ktp - S.t_k, evaluate=False)
-        terms["overhead/kernels"] = t_layer_kernel * kernels * layers_per_stage + S.t_k * (
-            12 * has_head + 3 * has_embed)
+        terms["overhead/kernels"] = (1 - cal_l) * t_layer_kernel * kernels * layers_per_stage \
+            + S.t_k * (12 * has_head * (1 - cal_o) + 3 * has_embed * (1 - cal_e))
         terms["pipeline/p2p"] = p2p_mb
         stage_terms[st] = {k_: sp.sympify(t) for k_, t in terms.items()}
 
@@ -368,13 +391,29 @@ def build(fam: Family) -> Model:
     ledger.append(CommOp("tp/norm_grads/all_reduce", "tp", "all_reduce", "step", tp_on * sp_,
                          S.wbytes * norm_vectors))
     t_dp = overlap * sp.Max(0, t_dp_sync - window, evaluate=False) + (1 - overlap) * t_dp_sync
+    # the sync's memory passes, on the compute stream (never hidden by overlap): DDP (ZeRO 0)
+    # copies the gradients into its flat buckets, scales them and copies them back (3 reads and
+    # writes of the gradients; PyTorch DDP's default, without gradient_as_bucket_view); FSDP2
+    # (ZeRO 1-3) copies a unit's shard into the all-gather buffer and the gathered unit out of it,
+    # and the gradients into the reduce-scatter buffer and the reduced shard out: each a read and
+    # a write of (1 + 1/dp) of the unit
+    sharded = 2 * (1 + 1 / dp)
+    copy_bytes = (1 - z1) * 6 * grad_bytes + (z1 - z3) * sharded * (grad_bytes + weight_bytes) \
+        + z3 * sum((n_ * sharded * p_ * (2 * m * S.wbytes + S.gbytes) for n_, p_ in units),
+                   sp.Integer(0))
+    # and FSDP2's hooks per unit (unshard, reshard, post-backward), where calibrate run measured
+    # them: per micro-batch forward and backward (charged to them below), per step the reduction
+    fsdp_units = z1 * active(dp) * (layers_per_stage + 1)
+    t_dp_framework = active(dp) * K.memory_time(copy_bytes, dev) + fsdp_units * S.t_fsdp_r
 
     # --- optimizer: memory-bound passes over the local parameters (see costs.memory) -------------
     local_params = params_gpu / (1 + z1 * (dp - 1))
-    t_opt = K.memory_time(S.stepbytes * local_params, dev) + 8 * S.t_k + S.t_opt0
+    t_opt = S.stepbytes * local_params / S.W_opt + 8 * S.t_k + S.t_opt0
 
     # --- the fixed cost of every collective call (launch, and on CPUs the framework's dispatch) ------
     for st in stage_terms:
+        stage_terms[st]["compute/forward/framework"] += fsdp_units * S.t_fsdp_f
+        stage_terms[st]["compute/backward/framework"] += fsdp_units * S.t_fsdp_b
         per_mb = sum((op.calls for op in ledger if op.phase != "step" and op.stage in ("every", st)),
                      sp.Integer(0)) / m
         stage_terms[st]["overhead/collectives"] = S.t_coll * per_mb
@@ -395,11 +434,19 @@ def build(fam: Family) -> Model:
     w_mb = {st: (stage_terms[st]["compute/backward/gemm"]
                  + stage_terms[st]["compute/backward/embedding_logits"]) / 2 for st in stage_terms}
     w_fill = zb * (2 + zbv) * sp.Min(w_mb["first"], w_mb["last"], evaluate=False)  # t_mb = F+B+W
-    time_terms["pipeline/bubble"] = (pp - 1) / v * sp.Max(0, t_mb - w_fill, evaluate=False)
+    # ranks time-sharing a device (rho > 1, CPU ranks on fewer cores) run faster while others
+    # wait: the pipeline takes max(m, (m + B) / rho) micro-batch times with B = (pp - 1) / v (the
+    # rates are per rank with every rank busy, so m of them are the cores' work), and the bubble
+    # lasts min(B, max(0, (m + B) / rho - m)) micro-batch times (B when rho = 1)
+    bubble = (pp - 1) / v
+    kept = sp.Min(bubble, sp.Max(0, (m + bubble) / S.rho - m, evaluate=False), evaluate=False)
+    time_terms["pipeline/bubble"] = kept * sp.Max(0, t_mb - w_fill, evaluate=False)
     time_terms["comm/dp"] = t_dp
+    time_terms["comm/dp_framework"] = t_dp_framework
     time_terms["comm/tp_grads"] = t_norm_grads
     time_terms["optimizer/step"] = t_opt
-    step_time = m * t_mb + time_terms["pipeline/bubble"] + t_dp + t_norm_grads + t_opt
+    step_time = m * t_mb + time_terms["pipeline/bubble"] + t_dp + t_dp_framework + t_norm_grads \
+        + t_opt
 
     # --- memory per GPU, per stage --------------------------------------------------------------------
     per_param = {"weights": S.wbytes, "gradients": S.gbytes, "optimizer_states": S.obytes}
@@ -430,7 +477,40 @@ def build(fam: Family) -> Model:
     hw_flops = model_flops + L * (full * layer_flops + sel * core_flops) * m * dp
     total_params = L * (lp["sharded"] + lp["replicated"]) + emb["sharded"] + emb["replicated"] \
         + final_norm + (1 - tied) * V * h
+    # one part's raw times per micro-batch on one rank (kernels' rooflines; collectives with their
+    # fixed cost per call), without what the framework adds: what calibration.layers fits against
+    def calls_per_layer(phase: str) -> sp.Expr:
+        return sum((op.calls for op in ledger if "/layer/" in op.name and op.phase == phase),
+                   sp.Integer(0)) / calls_layers
+
+    ce_ar = group_time("all_reduce", 4 * T, "tp", fam)
+    part_comm = {
+        "layer": (tp_layer["fwd"] + S.t_coll * calls_per_layer("fwd"),
+                  tp_layer["bwd"] + recompute_tp + S.t_coll * calls_per_layer("bwd")),
+        "embedding": (embed_rs * rs + (1 - embed_rs) * ar + S.t_coll * tp_on,
+                      sp_ * ag + S.t_coll * tp_on * sp_),
+        "output": (sp_ * ag + 3 * ce_ar + S.t_coll * tp_on * (sp_ + 3),
+                   sp_ * rs + (1 - sp_) * ar + S.t_coll * tp_on),
+    }
+    part_compute = {"layer": layer_fwd_total, "embedding": embed_fwd, "output": head_fwd}
+    # one layer's FSDP unit: a gather of its weights and a reduce-scatter of its gradients, each
+    # with its copies (what calibration.layers fits the FSDP hooks against)
+    unit_copies = sharded * layer_unit
+    fsdp_unit = {
+        "gather_s": group_time("all_gather", S.wbytes * layer_unit, "dp", fam)
+        + K.memory_time(S.wbytes * unit_copies, dev),
+        "reduce_s": group_time("reduce_scatter", S.gbytes * layer_unit, "dp", fam)
+        + K.memory_time(S.gbytes * unit_copies, dev),
+    }
+    parts = {}
+    for part, fwd_t in part_compute.items():
+        parts[f"part:{part}:forward_s"] = fwd_t
+        parts[f"part:{part}:backward_s"] = 2 * fwd_t
+        parts[f"part:{part}:comm_forward_s"] = part_comm[part][0]
+        parts[f"part:{part}:comm_backward_s"] = part_comm[part][1]
+    parts.update({f"part:fsdp_unit:{k_}": v_ for k_, v_ in fsdp_unit.items()})
     quantities = {
+        **parts,
         "micro_batches": m,
         "model_flops_per_step": model_flops,
         "hardware_flops_per_step": hw_flops,

@@ -49,12 +49,21 @@ k_c = _sym("tpc_per_node", "k_c", "ranks of one grid-axis-c group inside one nod
 # hardware
 F = _sym("peak_flops_per_s", "F_peak", "peak FLOP/s of one GPU in the plan's dtype")
 W = _sym("memory_bandwidth_bytes_per_s", "W_mem", "effective memory bandwidth [B/s]")
+W_opt = _sym("optimizer_bandwidth_bytes_per_s", "W_opt",
+             "memory bandwidth the optimizer step reaches over its bytes per parameter [B/s]")
 t_k = _sym("kernel_overhead_s", "t_kernel", "launch + framework overhead per kernel [s]")
 t_ktp = _sym("kernel_overhead_tp_s", "t_kernel_tp",
              "overhead per kernel of a tensor-parallel layer, when measured (0: as t_kernel) [s]")
 t_opt0 = _sym("optimizer_overhead_s", "t_opt0", "fixed cost of one optimizer step [s]")
+t_fsdp_f = _sym("fsdp_forward_overhead_s", "t_fsdp^fwd",
+                "fixed cost of one FSDP unit's forward hooks per micro-batch [s]")
+t_fsdp_b = _sym("fsdp_backward_overhead_s", "t_fsdp^bwd",
+                "fixed cost of one FSDP unit's backward hooks per micro-batch [s]")
+t_fsdp_r = _sym("fsdp_reduce_overhead_s", "t_fsdp^red",
+                "fixed cost of one FSDP unit's gradient reduction per step [s]")
 t_coll = _sym("collective_overhead_s", "t_coll", "fixed cost of one collective call (launch, dispatch) [s]")
 G = _sym("gpus_per_node", "G", "GPUs per node")
+rho = _sym("ranks_per_device", "rho", "ranks time-sharing one device (1 on GPUs)")
 alpha_i = _sym("intra_latency_s", "alpha_intra", "intra-node latency per step [s]")
 beta_i = _sym("intra_bandwidth", "beta_intra", "intra-node bandwidth per GPU, effective [B/s]")
 alpha_o = _sym("inter_latency_s", "alpha_inter", "inter-node latency per step [s]")
@@ -123,6 +132,22 @@ def fit_symbols(op: str, scope: str) -> tuple[sp.Symbol, ...]:
         if name not in _TABLE:
             _sym(name, latex, meaning)
     return tuple(_TABLE[name][0] for name, _, _ in names)
+
+
+def layer_cost_symbols(part: str, style: str, tp: int) -> tuple[sp.Symbol, sp.Symbol, sp.Symbol]:
+    """The measured forward and backward overheads [s] and compute scale of one part in one
+    tensor-parallel style and degree (HardwareSpec.layer_costs), registered on first use."""
+    key = f"lc_{part}_{style}_{tp}"
+    names = [(f"{key}_forward_overhead_s", f"c^fwd_{{{part},{style},{tp}}}",
+              f"measured fixed cost of the forward of one {part} ({style}, tp {tp}) [s]"),
+             (f"{key}_backward_overhead_s", f"c^bwd_{{{part},{style},{tp}}}",
+              f"measured fixed cost of the backward of one {part} ({style}, tp {tp}) [s]"),
+             (f"{key}_compute_scale", f"s_{{{part},{style},{tp}}}",
+              f"measured compute time of one {part} ({style}, tp {tp}) over its roofline")]
+    for name, latex, meaning in names:
+        if name not in _TABLE:
+            _sym(name, latex, meaning)
+    return tuple(_TABLE[name][0] for name, _, _ in names)  # type: ignore[return-value]
 
 
 def table() -> dict[str, tuple[sp.Symbol, str]]:

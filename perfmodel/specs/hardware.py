@@ -117,6 +117,49 @@ class GemmEfficiency:
         return self.split_k_ratio > 0
 
 
+LAYER_PARTS = ("layer", "embedding", "output")
+LAYER_STYLES = ("plain", "tp", "tp_sp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerCost:
+    """What the training framework adds to one part of a transformer, per micro-batch, measured
+    by `calibrate run` (stage layers: the validation job's own modules, timed at several sizes).
+
+    time = compute_scale * (the part's roofline compute) + forward_overhead_s   (forward)
+    time = compute_scale * (the part's roofline compute) + backward_overhead_s  (backward)
+    plus its collectives, as perfmodel models them. part: one transformer layer ("layer"), the
+    token and position embedding ("embedding"), or the final norm, output layer and loss
+    ("output"). style: "plain" (no tensor parallelism), "tp" (1D tensor parallel with DTensor),
+    "tp_sp" (with sequence parallelism); tp: the tensor-parallel degree measured (1 for plain).
+    See perfmodel.costs.framework.
+    """
+
+    part: str
+    style: str
+    tp: int
+    forward_overhead_s: float
+    backward_overhead_s: float
+    compute_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.part not in LAYER_PARTS:
+            raise SpecError(f"layer_costs.part must be one of {', '.join(LAYER_PARTS)}, got "
+                            f"{self.part!r}{suggest(str(self.part), LAYER_PARTS)}")
+        if self.style not in LAYER_STYLES:
+            raise SpecError(f"layer_costs.style must be one of {', '.join(LAYER_STYLES)}, got "
+                            f"{self.style!r}{suggest(str(self.style), LAYER_STYLES)}")
+        number(self.tp, "layer_costs.tp", integer=True, maximum=1_000_000)
+        if (self.style == "plain") != (self.tp == 1):
+            raise SpecError(f"layer_costs.tp must be 1 for style 'plain' and at least 2 for "
+                            f"'{self.style}' (got style '{self.style}', tp {self.tp})")
+        number(self.forward_overhead_s, "layer_costs.forward_overhead_s", strict=False,
+               maximum=60.0)
+        number(self.backward_overhead_s, "layer_costs.backward_overhead_s", strict=False,
+               maximum=60.0)
+        number(self.compute_scale, "layer_costs.compute_scale", maximum=100.0)
+
+
 @dataclass(frozen=True, kw_only=True)
 class HardwareSpec:
     """One kind of node and how many GPUs it holds."""
@@ -139,9 +182,26 @@ class HardwareSpec:
     # foreach AdamW step's dispatch over its parameter tensors). 0 = not measured.
     kernel_overhead_tp_s: float = 0.0
     optimizer_overhead_s: float = 0.0
+    # the fraction of memory_bandwidth_bytes_per_s the optimizer step reaches over perfmodel's
+    # bytes per parameter (a framework's optimizer may make more passes than one fused kernel);
+    # 0: memory_bandwidth_efficiency, as every other memory-bound kernel
+    optimizer_bandwidth_efficiency: float = 0.0
     memory_reserved_bytes: float = 0.0
+    # Measured by `calibrate run` (stage layers): what FSDP2 (ZeRO 1-3) adds per unit beyond its
+    # gathers, reduce-scatters and copies (hooks: unshard, reshard, post-backward), per
+    # micro-batch forward and backward, and per step for the gradient reduction; 0 = not measured
+    fsdp_forward_overhead_s: float = 0.0
+    fsdp_backward_overhead_s: float = 0.0
+    fsdp_reduce_overhead_s: float = 0.0
+    # ranks that time-share one device's compute (CPU ranks on fewer cores than ranks x threads):
+    # the rates above are then per rank with every rank busy, and a rank runs up to this much
+    # faster while others wait (a pipeline's bubble); 1 on GPUs
+    ranks_per_device: float = 1.0
     collective_algorithm: str = "auto"
     collectives: tuple[CollectiveFit, ...] = ()
+    # Measured by `calibrate run` (stage layers); empty: the framework's cost is
+    # kernel_overhead_s per kernel (see LayerCost)
+    layer_costs: tuple[LayerCost, ...] = ()
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -162,9 +222,21 @@ class HardwareSpec:
         number(self.collective_overhead_s, "collective_overhead_s", strict=False, maximum=1.0)
         number(self.kernel_overhead_tp_s, "kernel_overhead_tp_s", strict=False, maximum=1.0)
         number(self.optimizer_overhead_s, "optimizer_overhead_s", strict=False, maximum=10.0)
+        number(self.optimizer_bandwidth_efficiency, "optimizer_bandwidth_efficiency",
+               strict=False, maximum=1.0)
         number(self.memory_reserved_bytes, "memory_reserved_bytes", strict=False)
+        for name in ("fsdp_forward_overhead_s", "fsdp_backward_overhead_s",
+                     "fsdp_reduce_overhead_s"):
+            number(getattr(self, name), name, strict=False, maximum=60.0)
+        number(self.ranks_per_device, "ranks_per_device", minimum=1.0, strict=False,
+               maximum=1024.0)
         if self.memory_reserved_bytes >= self.memory_bytes:
             raise SpecError("memory_reserved_bytes must be below memory_bytes")
+        seen = [(c.part, c.style, c.tp) for c in self.layer_costs]
+        if len(set(seen)) != len(seen):
+            dup = next(k for k in seen if seen.count(k) > 1)
+            raise SpecError(f"layer_costs: part '{dup[0]}', style '{dup[1]}', tp {dup[2]} is "
+                            "given twice")
         if self.collective_algorithm not in COLLECTIVE_ALGORITHMS:
             raise SpecError(
                 f"collective_algorithm must be one of {', '.join(COLLECTIVE_ALGORITHMS)}, "
@@ -200,6 +272,9 @@ _GEMM_FIELDS = [f.name for f in dataclasses.fields(GemmEfficiency)]
 _FIT_FIELDS = [f.name for f in dataclasses.fields(CollectiveFit)]
 _FIT_REQUIRED = [f.name for f in dataclasses.fields(CollectiveFit)
                  if f.default is dataclasses.MISSING]
+_LAYER_COST_FIELDS = [f.name for f in dataclasses.fields(LayerCost)]
+_LAYER_COST_REQUIRED = [f.name for f in dataclasses.fields(LayerCost)
+                        if f.default is dataclasses.MISSING]
 
 
 def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
@@ -231,24 +306,18 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
             number(value, f"peak_flops_per_s.{dtype}")
         fields["peak_flops_per_s"] = {str(k): float(v) for k, v in peaks.items()}
         fields["gemm_efficiency"] = _gemm_from(fields.get("gemm_efficiency"), where)
-        fits = fields.get("collectives", ())
-        if not isinstance(fits, (list, tuple)):
-            raise SpecError(f"{where}: collectives must be a list of fitted entries")
-        parsed = []
-        for i, fit in enumerate(fits):
-            if not isinstance(fit, Mapping):
-                raise SpecError(f"{where}: collectives[{i}] must be a mapping")
-            check_fields(fit, _FIT_FIELDS, f"{where}: collectives[{i}]")
-            missing = [k for k in _FIT_REQUIRED if k not in fit]
-            if missing:
-                raise SpecError(f"{where}: collectives[{i}] is missing field '{missing[0]}'")
-            parsed.append(CollectiveFit(**fit))
-        fields["collectives"] = tuple(parsed)
+        fits = _entries(fields.get("collectives", ()), "collectives", _FIT_FIELDS, _FIT_REQUIRED,
+                        where)
+        fields["collectives"] = tuple(CollectiveFit(**fit) for fit in fits)
+        fields["layer_costs"] = _layer_costs_from(fields.get("layer_costs", ()), where)
         fields.setdefault("name", where)
         fields.setdefault("gpu_name", fields["name"])
         for key in ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
                     "kernel_overhead_s", "collective_overhead_s", "memory_reserved_bytes",
-                    "kernel_overhead_tp_s", "optimizer_overhead_s"):
+                    "kernel_overhead_tp_s", "optimizer_overhead_s",
+                    "optimizer_bandwidth_efficiency", "ranks_per_device",
+                    "fsdp_forward_overhead_s", "fsdp_backward_overhead_s",
+                    "fsdp_reduce_overhead_s"):
             if key in fields:
                 fields[key] = number(fields[key], key, strict=key in ("memory_bytes",
                                      "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency"))
@@ -260,6 +329,38 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
         if str(exc).startswith(where):
             raise
         raise SpecError(f"{where}: {exc}") from None
+
+
+def _entries(value: Any, name: str, allowed: list[str], required: list[str],
+             where: str) -> list[dict[str, Any]]:
+    """A list field of mappings (collectives, layer_costs): each entry's fields checked."""
+    if not isinstance(value, (list, tuple)):
+        raise SpecError(f"{where}: {name} must be a list of entries with {', '.join(allowed)}")
+    for i, entry in enumerate(value):
+        if not isinstance(entry, Mapping):
+            raise SpecError(f"{where}: {name}[{i}] must be a mapping")
+        check_fields(entry, allowed, f"{where}: {name}[{i}]")
+        missing = [k for k in required if k not in entry]
+        if missing:
+            raise SpecError(f"{where}: {name}[{i}] is missing field '{missing[0]}'")
+    return [dict(entry) for entry in value]
+
+
+def _layer_costs_from(value: Any, where: str) -> tuple[LayerCost, ...]:
+    out = []
+    for i, fields in enumerate(_entries(value, "layer_costs", _LAYER_COST_FIELDS,
+                                        _LAYER_COST_REQUIRED, where)):
+        try:
+            if "tp" in fields:
+                fields["tp"] = number(fields["tp"], "layer_costs.tp", integer=True)
+            for key in ("forward_overhead_s", "backward_overhead_s", "compute_scale"):
+                if key in fields:
+                    fields[key] = number(fields[key], f"layer_costs.{key}",
+                                         strict=key == "compute_scale")
+            out.append(LayerCost(**fields))
+        except SpecError as exc:
+            raise SpecError(f"{where}: layer_costs[{i}]: {exc}") from None
+    return tuple(out)
 
 
 def _gemm_from(value: Any, where: str) -> dict[str, GemmEfficiency]:
@@ -331,5 +432,6 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
     return hardware_from_dict(data, f"hardware '{data['name']}'")
 
 
-__all__ = ["DTYPES", "CollectiveFit", "GemmEfficiency", "HardwareSpec", "LinkSpec",
+__all__ = ["DTYPES", "LAYER_PARTS", "LAYER_STYLES", "CollectiveFit", "GemmEfficiency",
+           "HardwareSpec", "LayerCost", "LinkSpec",
            "hardware_from_dict", "load_hardware", "load_hardware_dict"]

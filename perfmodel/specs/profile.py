@@ -42,7 +42,7 @@ from perfmodel.specs.loading import check_fields, deep_merge
 
 FORMAT = "perfmodel-profile"
 VERSION = 1
-FIT_KINDS = ("collective", "gemm", "memory_bandwidth")
+FIT_KINDS = ("collective", "gemm", "memory_bandwidth", "layer")
 _TOP = ("format", "version", "complete", "hardware", "fits", "measurements", "provenance")
 _FIT_REQUIRED = ("kind", "params", "median_rel_error", "worst_rel_error", "size_range", "n_points")
 _HARDWARE_FIELDS = [f.name for f in dataclasses.fields(HardwareSpec)] + ["base"]
