@@ -31,6 +31,7 @@ from calibration.framework import (
     dispatch_count,
     optimizer_count,
 )
+from calibration.layers import LayerSize, bench_layers, layer_count, layer_sizes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,13 +50,14 @@ class Sweep:
         "all_to_all",
         "send_recv",
     )
-    stages: tuple[str, ...] = ("gemm", "memory", "collectives", "framework")
+    stages: tuple[str, ...] = ("gemm", "memory", "collectives", "framework", "layers")
     repeats: int = 7
     warmup: int = 2
     min_rep_s: float = 2e-3  # one repetition lasts at least this long (several inner calls)
     subgroups: bool = True
     chain_lengths: tuple[int, ...] = CHAIN_LENGTHS  # framework stage: ops per kernel chain
     optimizer_hidden: tuple[int, ...] = OPTIMIZER_HIDDEN  # framework stage: optimizer sizes
+    layer_sizes: tuple[LayerSize, ...] = ()  # layers stage: widths and token counts
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -91,8 +93,12 @@ def sweep_for(
         mem_top = max(1 << 21, max_bytes)
         shapes = [s for s in shapes if s[0] * s[1] * s[2] * s[3] <= 1 << 27]
     mem = [1 << p for p in range(15, 40, 2 if quick else 1) if (1 << p) <= mem_top]
-    tiny = max_bytes is not None  # tests: two chain lengths, two optimizer sizes
+    tiny = max_bytes is not None  # tests: two chain lengths, two optimizer sizes, small layers
+    sizes = layer_sizes(device, quick)
+    if tiny:
+        sizes = tuple(s for s in sizes if s.hidden == sizes[0].hidden)[:2]
     return Sweep(
+        layer_sizes=sizes,
         chain_lengths=(4, 16) if tiny else CHAIN_LENGTHS,
         optimizer_hidden=(64, 128) if tiny else OPTIMIZER_HIDDEN,
         gemm_shapes=tuple(shapes),
@@ -102,7 +108,7 @@ def sweep_for(
         warmup=1 if quick else 2,
         min_rep_s=5e-3 if quick else 1e-2,
         subgroups=True,
-        stages=stages or ("gemm", "memory", "collectives", "framework"),
+        stages=stages or ("gemm", "memory", "collectives", "framework", "layers"),
     )
 
 
@@ -195,6 +201,11 @@ class Context:
     def sync(self) -> None:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
+
+    @staticmethod
+    def now() -> float:
+        """Wall clock [s]; call sync() first on a GPU."""
+        return time.perf_counter()
 
     def slowest(self, value: float, group: Any = None) -> float:
         t = self.torch.tensor([value], dtype=self.torch.float64, device=self.device)
@@ -442,6 +453,8 @@ def count_measurements(sweep: Sweep, world: int, local_world: int, device: str) 
                 total += len(sweep.ops) * sum(1 for b in sweep.collective_bytes if b >= 4 * n)
     if "framework" in sweep.stages:
         total += chain_count(sweep, world) + dispatch_count(world) + optimizer_count(sweep)
+    if "layers" in sweep.stages:
+        total += layer_count(sweep, world, local_world)
     return total
 
 
@@ -509,7 +522,10 @@ def run_worker(
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
+        from validation.job import keep_freed_memory  # the job's allocator settings, measured alike
+
         device = torch.device("cpu")
+        keep_freed_memory()
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
     if init is not None and init.startswith("tcp://127.0.0.1:"):  # spawned here: loopback only
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -536,6 +552,7 @@ def run_worker(
         "memory": lambda: bench_memory(ctx, sweep, rec),
         "collectives": lambda: bench_collectives(ctx, sweep, rec, support),
         "framework": lambda: _framework(ctx, sweep, rec),
+        "layers": lambda: bench_layers(ctx, sweep, rec),
     }
     for stage in sweep.stages:
         for _ in stages[stage]():
@@ -599,4 +616,6 @@ def _info(
         "local_world": local_world,
         "nodes": max(1, world // local_world),
         "threads_per_rank": torch.get_num_threads(),
+        "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
     }

@@ -44,6 +44,8 @@ MEASURED = (  # record kinds that are measurements
     "kernel_chain",
     "collective_dispatch",
     "optimizer",
+    "layer",
+    "fsdp_unit",
 )
 
 
@@ -285,10 +287,17 @@ def build_profile(
     }
     if df.empty:
         raise DataError("calibration stopped before any measurement; no profile written")
+    cpus = info.get("cpu_count")
+    if info.get("device_type") == "cpu" and cpus:
+        shared = info["local_world"] * info.get("threads_per_rank", 1) / cpus
+        if shared > 1:  # ranks time-share the cores: the rates below are with all of them busy
+            hardware["ranks_per_device"] = shared
+            notes.append(f"{info['local_world']} ranks on {cpus} CPUs: ranks_per_device {shared:g}")
     _fit_gemm(df, info, fits, hardware, notes)
     _fit_memory(df, info, fits, hardware, notes)
     _fit_collectives(df, info, fits, hardware, notes, support)
     _fit_framework(df, fits, hardware, notes)
+    _fit_layers(df, fits, hardware, notes)
     # fit kinds this perfmodel's profile reader does not know yet go to the provenance
     framework_fits = {k: fits.pop(k) for k in list(fits) if fits[k]["kind"] not in FIT_KINDS}
     if not complete:
@@ -386,7 +395,7 @@ def _fit_memory(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes:
 
 def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str]) -> None:
     """kernel_overhead_s from the kernel chains, collective_overhead_s from the tiny collectives,
-    memory_bandwidth_efficiency from the optimizer steps (see calibration.framework)."""
+    optimizer_bandwidth_efficiency from the optimizer steps (see calibration.framework)."""
     from perfmodel.costs.precision import optimizer_step_bytes_per_param
 
     def rows_of(kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -447,11 +456,34 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
         bw = hardware.get("memory_bandwidth_bytes_per_s")
         if bw:
             eff = min(1.0, model.bandwidth_bytes_per_s_ / bw)
-            hardware["memory_bandwidth_efficiency"] = eff
-            summary["memory_bandwidth_efficiency"] = eff
+            hardware["optimizer_bandwidth_efficiency"] = eff
+            summary["optimizer_bandwidth_efficiency"] = eff
             summary["copy_bandwidth_bytes_per_s"] = bw
         fits["memory/adamw_foreach"] = summary
         hardware["optimizer_overhead_s"] = model.alpha_s_  # the step's fixed part
+
+
+def _fit_layers(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str]) -> None:
+    """layer_costs from the layers stage, against perfmodel's predictions with the hardware
+    fitted so far (see calibration.layers)."""
+    from calibration.layers import fit_fsdp_costs, fit_layer_costs
+    from perfmodel.errors import SpecError
+    from perfmodel.specs.hardware import hardware_from_dict
+
+    if "kind" not in df or not (df["kind"] == "layer").any():
+        return
+    try:
+        spec = hardware_from_dict(dict(hardware), "calibrated hardware")
+    except SpecError as exc:
+        notes.append(
+            "layer costs not fitted: perfmodel cannot predict a layer without the gemm, memory "
+            f"and collectives stages ({exc})"
+        )
+        return
+    hardware.update(fit_fsdp_costs(df, spec, fits, notes))
+    costs = fit_layer_costs(df, spec, fits, notes)
+    if costs:
+        hardware["layer_costs"] = costs
 
 
 def _spread(disp: pd.DataFrame, medians: pd.Series) -> dict[str, float]:

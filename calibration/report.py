@@ -12,6 +12,8 @@ from perfmodel.specs.profile import Profile
 
 
 def _si(value: float, unit: str) -> str:
+    if unit.startswith(" "):  # a count (" tokens"): no prefix
+        return f"{value:.3g}{unit}"
     for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= factor:
             return f"{value / factor:.3g} {prefix}{unit}"
@@ -29,6 +31,14 @@ def _params(fit: dict) -> str:
                 f"{p['alpha_s_small'] * 1e6:.3g} us, busbw "
                 f"{_si(p['bus_bandwidth_bytes_per_s_small'], 'B/s')}; from there: {text}"
             )
+        return text
+    if fit["kind"] == "layer":  # fixed costs per micro-batch and the compute scale
+        names = {"forward_overhead_s": "fwd +", "backward_overhead_s": "bwd +",
+                 "fsdp_forward_overhead_s": "fwd +", "fsdp_backward_overhead_s": "bwd +",
+                 "fsdp_reduce_overhead_s": "reduce +"}
+        text = ", ".join(f"{names[k]}{v * 1e3:.3g} ms" for k, v in p.items() if k in names)
+        if "compute_scale" in p:
+            text += f", compute x{p['compute_scale']:.3g}"
         return text
     if fit["kind"] == "memory_bandwidth":
         return f"{_si(p['bandwidth_bytes_per_s'], 'B/s')}, alpha {p['alpha_s'] * 1e6:.3g} us"
@@ -49,7 +59,9 @@ def print_report(profile: Profile, console: Console | None = None) -> None:
     )
     table = Table("fit", "parameters", "median err", "worst err", "sizes seen", "points")
     for name, fit in profile.fits.items():
-        unit = "FLOP" if fit.get("size_unit") == "flops" else "B"
+        unit = {"flops": "FLOP"}.get(fit.get("size_unit", ""), "B")
+        if fit["kind"] == "layer":
+            unit = " tokens"
         lo, hi = fit["size_range"]
         table.add_row(
             name,
