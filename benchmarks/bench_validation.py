@@ -38,6 +38,22 @@ SUITE: list[tuple[str, dict[str, object]]] = [
 ]
 
 
+def parse_plan(text: str) -> tuple[str, dict[str, object]]:
+    """NAME:FIELD=VALUE,... -> (name, fields); whole numbers and true/false are converted."""
+    name, sep, body = text.partition(":")
+    if not sep or not name or not body:
+        raise ValueError(f"expected NAME:FIELD=VALUE,..., got {text!r}")
+    fields: dict[str, object] = {}
+    for item in body.split(","):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"expected FIELD=VALUE in {text!r}, got {item!r}")
+        low = value.strip().lower()
+        fields[key.strip()] = (int(low) if low.isdigit() else
+                               low == "true" if low in ("true", "false") else value.strip())
+    return name, fields
+
+
 def cpu_busy_fraction(window_s: float = 2.0) -> float:
     """Fraction of the machine's CPU time spent busy over a short window (from /proc/stat)."""
 
@@ -77,12 +93,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="tiny-gpt")
     for dim in ("layers", "hidden", "heads", "seq-len"):
         parser.add_argument(f"--{dim}", type=int, default=None, help=f"Override the model's {dim}.")
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=8)
     parser.add_argument(
         "--rounds", type=int, default=3, help="Runs of every plan (interleaved); median measured."
     )
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--only", default=None, help="Comma-separated plan names of the suite.")
+    parser.add_argument(
+        "--plan",
+        action="append",
+        default=[],
+        metavar="NAME:FIELD=VALUE,...",
+        help="A plan to run instead of the suite, e.g. tp4:gpus=4,tp=4,micro_batch=1,"
+        "global_batch=2 (fields of perfmodel.Plan); repeatable.",
+    )
     parser.add_argument(
         "--calibrate", action="store_true", help="Run perfmodel calibrate run first."
     )
@@ -134,10 +158,25 @@ def main(argv: list[str] | None = None) -> int:
         model = model.replace(ffn_hidden=base.ffn_hidden * args.hidden // base.hidden)
     wanted = set(args.only.split(",")) if args.only else None
     suite = [(name, fields) for name, fields in SUITE if not wanted or name in wanted]
+    if args.plan:
+        try:
+            suite = [parse_plan(text) for text in args.plan]
+        except ValueError as exc:
+            print(f"--plan: {exc}", file=sys.stderr)
+            return 2
+    from perfmodel.errors import PerfmodelError
+
+    plans = {}
+    for name, fields in suite:  # every plan checked before anything runs
+        try:
+            plans[name] = Plan(**{"dtype": "fp32", **fields}).check(model)
+        except (TypeError, PerfmodelError) as exc:
+            print(f"plan {name}: {exc}", file=sys.stderr)
+            return 2
     runs = []
     for rnd in range(max(1, args.rounds)):
-        for name, fields in suite:
-            plan = Plan(dtype="fp32", **fields).check(model)
+        for name, _ in suite:
+            plan = plans[name]
             settings = run.RunSettings(
                 nprocs=plan.gpus, steps=args.steps, warmup=args.warmup, timeout_s=600
             )

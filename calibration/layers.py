@@ -52,14 +52,15 @@ class LayerSize:
 
 
 def layer_sizes(device: str, quick: bool) -> tuple[LayerSize, ...]:
-    """Widths and token counts: two of each with quick, three without (the tiny models a CPU runs,
-    the layers of real models on a GPU)."""
+    """Widths and token counts: three of each (nine sizes), or three corners of that grid with
+    quick (the tiny models a CPU runs, the layers of real models on a GPU)."""
     if device == "cuda":
         hidden, tokens, vocab = [1024, 2048, 4096], [(1, 1024), (4, 1024), (2, 2048)], 32768
     else:
         hidden, tokens, vocab = [128, 256, 384], [(1, 128), (4, 128), (2, 256)], 2048
-    if quick:
-        hidden, tokens = [hidden[0], hidden[-1]], [tokens[0], tokens[-1]]
+    if quick:  # three corners: both the width and the token count vary
+        pairs = [(hidden[0], tokens[0]), (hidden[0], tokens[-1]), (hidden[-1], tokens[-1])]
+        return tuple(LayerSize(h, s, b, vocab) for h, (b, s) in pairs)
     return tuple(LayerSize(h, s, b, vocab) for h in hidden for b, s in tokens)
 
 
@@ -92,7 +93,7 @@ def layer_count(sweep: Any, world: int, local_world: int) -> int:
         if heads_for(size.hidden, d) is not None
         for _ in PARTS
     )
-    return parts + (len(FSDP_MODES) * len(sizes) if world > 1 else 0)  # FSDP chunks
+    return parts + (len(FSDP_MODES) * len(fsdp_sizes(sweep)) if world > 1 else 0)  # FSDP
 
 
 def _spec(size: LayerSize, heads: int) -> dict[str, Any]:
@@ -155,7 +156,7 @@ def _time_part(ctx: Any, sweep: Any, forward: Any, backward: Any) -> tuple[float
     for _ in range(sweep.warmup + 1):
         backward(forward())
     fwd, bwd = [], []
-    for _ in range(max(2 * sweep.repeats, 10)):
+    for _ in range(max(2 * sweep.repeats, 8)):
         ctx.dist.barrier()
         ctx.sync()
         t0 = ctx.now()
@@ -224,6 +225,12 @@ FSDP_LAYERS = 2  # layers of the FSDP chunk: each its own unit, so that FSDP2 pr
 FSDP_MODES = ("plain", "fsdp", "fsdp_sync")
 
 
+def fsdp_sizes(sweep: Any) -> tuple[LayerSize, ...]:
+    """Every layer size; of the three of a quick sweep the smallest and the largest."""
+    sizes = sorted(sweep.layer_sizes, key=lambda s: s.hidden * s.tokens)
+    return tuple(sizes[:1] + sizes[-1:]) if len(sizes) == 3 else tuple(sizes)
+
+
 def _bench_fsdp(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
     """A chunk of FSDP_LAYERS layers, each an FSDP2 unit sharded over every rank (ZeRO-3, as the
     job wraps its blocks), without and with the gradient reduction (a job reduces on its last
@@ -234,7 +241,7 @@ def _bench_fsdp(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
 
     torch = ctx.torch
     mesh = init_device_mesh(ctx.device.type, (ctx.world,), mesh_dim_names=("dp",))
-    for size in sweep.layer_sizes:
+    for size in fsdp_sizes(sweep):
         heads = heads_for(size.hidden, 1)
         for mode in FSDP_MODES:
             chunk = job.Chunk(_spec(size, heads), FSDP_LAYERS, first=False, last=False)

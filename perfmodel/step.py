@@ -6,8 +6,11 @@ lambdifies it once and evaluates arrays of plans. A fixed family gives the same 
 
 Step time (per optimizer step, slowest pipeline stage, no overlap of compute and tensor-parallel
 communication, as in Megatron-LM):
-    T_step = (m + (pp - 1)/v) * t_mb + T_dp + T_opt
+    T_step = (m + (pp - 1)/v) * t_mb + T_dp + T_dp_framework + T_opt
     t_mb   = t_fwd + t_bwd + t_recompute + t_tp + t_kernels + t_p2p     (one micro-batch, one stage)
+T_dp_framework: the gradient sync's memory passes and FSDP2's reduction hooks. Where ranks
+time-share a device (ranks_per_device rho > 1) the bubble (pp - 1)/v shrinks to
+min((pp - 1)/v, max(0, (m + (pp - 1)/v)/rho - m)) micro-batch times.
 t_fwd and t_bwd hold the rooflines of the kernels and, where `calibrate run` measured them, what the
 framework adds to each part (perfmodel.costs.framework); t_kernels is the generic per-kernel cost of
 the parts it did not measure.
