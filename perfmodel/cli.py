@@ -166,6 +166,8 @@ def profile_extrapolations(profile: str | None, model: Any, hardware: Any, plan:
     from perfmodel.specs import profile as profiles
 
     prof = profiles.load_profile(Path(profile))
+    if not prof.collective_fits():  # e.g. a GEMM-only profile: the collectives are the preset's
+        return []
     scopes = axis_per_node(plan, hardware.gpus_per_node)
     notes = []
     for record in comm_ledger(model, plan, hardware):

@@ -120,3 +120,19 @@ def test_predict_with_a_profile_flags_extrapolated_collectives(run_cli, tmp_path
     notes = json.loads(out.stdout)["extrapolations"]
     assert any("tp/cross_entropy/all_reduce" in n and "extrapolated" in n for n in notes)
     assert "note:" in out.stderr
+
+
+def test_a_gemm_only_profile_flags_no_collective_as_extrapolated(run_cli, tmp_path):
+    # regression: a profile without collective fits (import-gemm) noted every collective of the
+    # plan as "extrapolated", although the collectives are simply the preset's links
+    from tests.conftest import ROOT
+
+    table = ROOT / "tests/data/gemm/xla-matmul-perf-table-h100-sm90-bf16-f32-fp8.csv"
+    made = run_cli("calibrate", "import-gemm", table, "--out", tmp_path / "g.json",
+                   "--base", "dgx-h100")
+    assert made.returncode == 0, made.stderr
+    out = run_cli("predict", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--profile",
+                  tmp_path / "g.json", "--gpus", "8", "--tp", "8", "--global-batch", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["extrapolations"] == []
+    assert "extrapolated" not in out.stderr
