@@ -902,7 +902,7 @@ percent, a twice faster one nothing.
 A GPU cluster is not at hand, so the measurement is the same pipeline on this machine:
 `perfmodel validate` runs the plan as a real torch.distributed job (gloo, 2 CPU cores) on a tiny
 GPT and compares with the prediction from this machine's calibrated profile. A 2-rank run takes
-15-25 s and needs a profile (`perfmodel calibrate run`, about a minute), more than this
+15-25 s and needs a profile (`perfmodel calibrate run --quick`, under a minute), more than this
 notebook's budget; the ten reports of the README's run are in tests/data/validation. To run one
 here:
 
@@ -929,14 +929,15 @@ figure.tight_layout()
 figure
 '''),
     md(r'''
-The median error is about a third, and the worst runs are the tensor-parallel ones, measured at
-up to 2.3 times the prediction (right: the plan with the largest error, term by term). The gap
-is known and explained in the README: on a CPU every tensor-parallel op goes through DTensor
-dispatch, which costs 2.7-13x a plain op and which the model charges as one kernel overhead; a
-fixed cost per micro-batch of ~6 ms per layer that the GEMM sweep does not see; and a shared
-2-core machine on which the same plan measured 201 and 341 ms in two runs. Those effects belong
-to this machine: on GPUs the same model, with the presets' efficiencies, predicts Korthikanti et
-al.'s measured step times within 4% (tests/golden).
+The median error is 7%, the worst 22%: tp2-mb1, predicted 22% slower than it ran (right: that
+plan term by term). The model gets there on a CPU because `calibrate run` measures what the
+framework adds to each part of a transformer (DTensor's dispatch under tensor parallelism costs
+5-10 ms per layer and micro-batch here, more than the layer's kernels) and charges it per part,
+style and degree; the README's "Validation accuracy on this machine" says what each term changed.
+What is left is mostly the machine: a shared 2-core host whose speed moves by a quarter from
+second to second, so that the same plan measures 170-181 ms in three runs and two calibrations
+half an hour apart disagree by 10-35% on tensor-parallel plans. On GPUs the same model, with the
+presets' efficiencies, predicts Korthikanti et al.'s measured step times within 4% (tests/golden).
 '''),
     code(r'''
 error = runs["relative_error"].abs()
