@@ -112,13 +112,19 @@ def _spec(size: LayerSize, heads: int) -> dict[str, Any]:
     }
 
 
+def layer_dtype(device_type: str) -> str:
+    """The dtype the parts are timed in: the job's on a GPU (bf16), fp32 on a CPU (no fast bf16)."""
+    return "bf16" if device_type == "cuda" else "fp32"
+
+
 def _part_step(ctx: Any, part: str, spec: dict[str, Any], size: LayerSize, mesh: Any, sp: bool):
     """(forward, backward) callables of one part: forward returns what backward consumes."""
     from validation import job
 
     torch = ctx.torch
+    dtype = job.DTYPES[layer_dtype(ctx.device.type)]
     chunk = job.Chunk(spec, 1 if part == "layer" else 0, first=part == "embedding",
-                      last=part == "output").to(ctx.device)
+                      last=part == "output").to(ctx.device, dtype)
     if mesh is not None:
         job.apply_tp(chunk, mesh, sp)
     tp = mesh.size() if mesh is not None else 1
@@ -126,7 +132,8 @@ def _part_step(ctx: Any, part: str, spec: dict[str, Any], size: LayerSize, mesh:
     if part == "embedding":
         x = torch.randint(0, size.vocab, (size.micro_batch, size.seq_len), device=ctx.device)
     else:
-        x = torch.randn(size.micro_batch, seq, size.hidden, device=ctx.device, requires_grad=True)
+        x = torch.randn(size.micro_batch, seq, size.hidden, device=ctx.device, dtype=dtype,
+                        requires_grad=True)
     target = torch.randint(0, size.vocab, (size.micro_batch, size.seq_len), device=ctx.device)
 
     if part == "output":
@@ -182,6 +189,7 @@ def _record(
     fwd, bwd, spread = timed
     return {
         **what,
+        "dtype": layer_dtype(ctx.device.type),
         "hidden": size.hidden,
         "heads": heads,
         "seq_len": size.seq_len,
@@ -244,13 +252,14 @@ def _bench_fsdp(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
     for size in fsdp_sizes(sweep):
         heads = heads_for(size.hidden, 1)
         for mode in FSDP_MODES:
+            dtype = job.DTYPES[layer_dtype(ctx.device.type)]
             chunk = job.Chunk(_spec(size, heads), FSDP_LAYERS, first=False, last=False)
-            chunk = chunk.to(ctx.device)
+            chunk = chunk.to(ctx.device, dtype)
             if mode != "plain":
                 job.apply_fsdp(chunk, mesh, 3)
                 chunk.set_requires_gradient_sync(mode == "fsdp_sync")
             x = torch.randn(size.micro_batch, size.seq_len, size.hidden, device=ctx.device,
-                            requires_grad=True)
+                            dtype=dtype, requires_grad=True)
 
             def forward(chunk: Any = chunk, x: Any = x) -> Any:
                 return chunk(x)
@@ -280,9 +289,12 @@ def _part_times(r: Any, hardware: Any, dp: int = 1) -> dict[str, dict[str, float
         tied_embeddings=False, position_embedding="learned",
     )
     tp = int(r.tp)
+    # a row of itertuples (attributes) or a Series (whose .dtype is its own, not the column's)
+    dtype = r.get("dtype") if isinstance(r, pd.Series) else getattr(r, "dtype", None)
     plan = Plan(gpus=tp * dp, tp=tp, dp=dp, zero=3 if dp > 1 else 0,
                 micro_batch=int(r.micro_batch), global_batch=int(r.micro_batch) * dp,
-                dtype="fp32", flash_attention=True, sequence_parallel=r.style == "tp_sp")
+                dtype=dtype if isinstance(dtype, str) else "fp32", flash_attention=True,
+                sequence_parallel=r.style == "tp_sp")
     return part_times(model, hardware, plan)
 
 

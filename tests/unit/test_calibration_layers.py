@@ -36,10 +36,20 @@ def records(part, style, tp, scale, fwd_s, bwd_s, noise=0.0, seed=0):
     rng = np.random.default_rng(seed)
     rows = []
     for size in layer_sizes("cpu", quick=False):
-        rows.append({"kind": "layer", "part": part, "style": style, "tp": tp,
-                     "hidden": size.hidden, "heads": heads_for(size.hidden, tp),
-                     "seq_len": size.seq_len, "micro_batch": size.micro_batch,
-                     "vocab": size.vocab, "ranks": max(tp, 2)})
+        rows.append(
+            {
+                "kind": "layer",
+                "part": part,
+                "style": style,
+                "tp": tp,
+                "hidden": size.hidden,
+                "heads": heads_for(size.hidden, tp),
+                "seq_len": size.seq_len,
+                "micro_batch": size.micro_batch,
+                "vocab": size.vocab,
+                "ranks": max(tp, 2),
+            }
+        )
     df = pd.DataFrame(rows)
     raw = raw_times(df, HW)
     for phase, fixed in (("forward", fwd_s), ("backward", bwd_s)):
@@ -75,13 +85,21 @@ def test_a_part_with_no_measurable_compute_keeps_scale_one():
 
 
 def test_fit_layer_costs_gives_one_entry_per_part_style_and_degree():
-    df = pd.concat([records("layer", "plain", 1, 1.1, 0.4 * MS, 0.6 * MS),
-                    records("layer", "tp", 2, 1.3, 4 * MS, 5 * MS),
-                    records("output", "tp", 2, 1.2, 3 * MS, 2 * MS)], ignore_index=True)
+    df = pd.concat(
+        [
+            records("layer", "plain", 1, 1.1, 0.4 * MS, 0.6 * MS),
+            records("layer", "tp", 2, 1.3, 4 * MS, 5 * MS),
+            records("output", "tp", 2, 1.2, 3 * MS, 2 * MS),
+        ],
+        ignore_index=True,
+    )
     fits, notes = {}, []
     costs = fit_layer_costs(df, HW, fits, notes)
     assert {(c["part"], c["style"], c["tp"]) for c in costs} == {
-        ("layer", "plain", 1), ("layer", "tp", 2), ("output", "tp", 2)}
+        ("layer", "plain", 1),
+        ("layer", "tp", 2),
+        ("output", "tp", 2),
+    }
     assert set(fits) == {"layer/layer/plain/tp1", "layer/layer/tp/tp2", "layer/output/tp/tp2"}
     fit = fits["layer/layer/tp/tp2"]
     assert fit["kind"] == "layer" and fit["params"]["compute_scale"] == pytest.approx(1.3, rel=1e-3)
@@ -100,8 +118,9 @@ def test_the_fitted_costs_reproduce_the_measurements_through_predict():
     cal = predict(model, hw, p).breakdown_s
     layers = model.layers
     gemm_attn_ew = sum(raw[f"compute/forward/{k}"] for k in ("gemm", "attention", "elementwise"))
-    assert cal["compute/forward/framework"] == pytest.approx(0.5 * gemm_attn_ew + layers * 2 * MS,
-                                                             rel=1e-3)
+    assert cal["compute/forward/framework"] == pytest.approx(
+        0.5 * gemm_attn_ew + layers * 2 * MS, rel=1e-3
+    )
 
 
 def test_one_size_is_not_enough():
@@ -125,20 +144,34 @@ def test_heads_divide_over_the_degree():
 
 # --- FSDP2 units --------------------------------------------------------------------------------------
 
+
 def fsdp_records(fwd_s, bwd_s, reduce_s, dp=2):
     rows = []
     for size in layer_sizes("cpu", quick=True):
-        base = {"kind": "fsdp_unit", "units": FSDP_LAYERS, "part": "layer", "style": "plain",
-                "tp": 1, "dp": dp, "hidden": size.hidden, "heads": heads_for(size.hidden, 1),
-                "seq_len": size.seq_len, "micro_batch": size.micro_batch, "vocab": size.vocab,
-                "ranks": dp}
+        base = {
+            "kind": "fsdp_unit",
+            "units": FSDP_LAYERS,
+            "part": "layer",
+            "style": "plain",
+            "tp": 1,
+            "dp": dp,
+            "hidden": size.hidden,
+            "heads": heads_for(size.hidden, 1),
+            "seq_len": size.seq_len,
+            "micro_batch": size.micro_batch,
+            "vocab": size.vocab,
+            "ranks": dp,
+        }
         unit = _part_times(pd.Series(base), HW, dp=dp)["fsdp_unit"]
         plain_f, plain_b = 0.01 * size.tokens / 128, 0.02 * size.tokens / 128  # any plain times
         off_f = plain_f + FSDP_LAYERS * (unit["gather_s"] + fwd_s)
         off_b = plain_b + FSDP_LAYERS * (unit["gather_s"] + bwd_s)
         on_b = off_b + FSDP_LAYERS * (unit["reduce_s"] + reduce_s)
-        for mode, f, b in (("plain", plain_f, plain_b), ("fsdp", off_f, off_b),
-                           ("fsdp_sync", off_f, on_b)):
+        for mode, f, b in (
+            ("plain", plain_f, plain_b),
+            ("fsdp", off_f, off_b),
+            ("fsdp_sync", off_f, on_b),
+        ):
             rows.append({**base, "mode": mode, "forward_s": f, "backward_s": b})
     return pd.DataFrame(rows)
 
@@ -157,3 +190,28 @@ def test_fsdp_needs_every_mode_of_two_sizes():
     notes = []
     assert fit_fsdp_costs(df[df["mode"] != "fsdp_sync"], HW, {}, notes) == {}
     assert "at least 2 sizes" in notes[0]
+
+
+def test_parts_are_fitted_in_the_dtype_they_were_timed_in():
+    # a GPU times the parts in bf16 (the job's dtype there), a CPU in fp32: the raw times the fit
+    # compares with must be of the same dtype, for rows of itertuples and Series alike
+    from calibration.layers import layer_dtype
+    from perfmodel import load_hardware
+
+    assert layer_dtype("cuda") == "bf16" and layer_dtype("cpu") == "fp32"
+    a100 = load_hardware("dgx-a100-80gb")  # bf16 peak 16x its fp32 peak
+    row = {
+        "part": "layer",
+        "style": "plain",
+        "tp": 1,
+        "hidden": 1024,
+        "heads": 32,
+        "seq_len": 1024,
+        "micro_batch": 1,
+        "vocab": 32768,
+    }
+    bf16 = _part_times(pd.Series({**row, "dtype": "bf16"}), a100)["layer"]["forward_s"]
+    fp32 = _part_times(pd.Series({**row, "dtype": "fp32"}), a100)["layer"]["forward_s"]
+    as_tuple = next(pd.DataFrame([{**row, "dtype": "bf16"}]).itertuples())
+    assert bf16 < fp32 / 5
+    assert _part_times(as_tuple, a100)["layer"]["forward_s"] == bf16

@@ -19,8 +19,14 @@ MS = 1e-3
 
 
 def cost(part, style, tp, fwd_ms, bwd_ms, scale):
-    return LayerCost(part=part, style=style, tp=tp, forward_overhead_s=fwd_ms * MS,
-                     backward_overhead_s=bwd_ms * MS, compute_scale=scale)
+    return LayerCost(
+        part=part,
+        style=style,
+        tp=tp,
+        forward_overhead_s=fwd_ms * MS,
+        backward_overhead_s=bwd_ms * MS,
+        compute_scale=scale,
+    )
 
 
 LAYER_COSTS = (
@@ -41,6 +47,7 @@ def plan(**kw):
 
 # --- interpolation over the tensor-parallel degrees measured ---------------------------------------
 
+
 def test_interpolation_is_exact_at_the_degrees_and_linear_in_log2_between():
     tp = sp.Symbol("tp", positive=True)
     y = interpolate_log2(tp, [(4, 3.0), (2, 1.0)])  # order does not matter
@@ -57,6 +64,7 @@ def test_one_degree_measured_is_a_constant():
 
 # --- how the step model charges them ------------------------------------------------------------------
 
+
 def test_without_layer_costs_nothing_changes():
     r = predict(MODEL, HW, plan())
     assert r.breakdown_s["compute/forward/framework"] == 0
@@ -71,10 +79,18 @@ def test_a_plain_plan_pays_scale_minus_one_times_compute_plus_the_fixed_costs():
     r = predict(MODEL, CAL, p)
     # per micro-batch: every layer (1.5 - 1) C + 1 ms, the embedding (1 - 1) C + 0.5 ms, the
     # output (1.2 - 1) C + 0.75 ms; backward the same with 2 C and its own fixed costs
-    fwd = L * (0.5 * raw["layer"]["forward_s"] + 1 * MS) + 0.5 * MS \
-        + 0.2 * raw["output"]["forward_s"] + 0.75 * MS
-    bwd = L * (0.5 * raw["layer"]["backward_s"] + 2 * MS) + 0.25 * MS \
-        + 0.2 * raw["output"]["backward_s"] + 1.25 * MS
+    fwd = (
+        L * (0.5 * raw["layer"]["forward_s"] + 1 * MS)
+        + 0.5 * MS
+        + 0.2 * raw["output"]["forward_s"]
+        + 0.75 * MS
+    )
+    bwd = (
+        L * (0.5 * raw["layer"]["backward_s"] + 2 * MS)
+        + 0.25 * MS
+        + 0.2 * raw["output"]["backward_s"]
+        + 1.25 * MS
+    )
     assert r.breakdown_s["compute/forward/framework"] == pytest.approx(m * fwd, rel=1e-9)
     assert r.breakdown_s["compute/backward/framework"] == pytest.approx(m * bwd, rel=1e-9)
     # every part measured: no generic per-kernel cost left
@@ -94,7 +110,8 @@ def test_a_tensor_parallel_plan_pays_the_costs_of_its_degree(tp, fwd_ms, scale):
     layers = r.breakdown_s["compute/forward/framework"] / p.num_micro_batches / MODEL.layers
     assert layers == pytest.approx((scale - 1) * raw["forward_s"] + fwd_ms * MS, rel=1e-9)
     assert r.breakdown_s["overhead/kernels"] == pytest.approx(
-        p.num_micro_batches * HW.kernel_overhead_s * (12 + 3), rel=1e-9)
+        p.num_micro_batches * HW.kernel_overhead_s * (12 + 3), rel=1e-9
+    )
 
 
 def test_a_style_not_measured_keeps_the_generic_kernel_cost():
@@ -102,7 +119,8 @@ def test_a_style_not_measured_keeps_the_generic_kernel_cost():
     r = predict(MODEL, CAL, sp_plan)
     assert r.breakdown_s["compute/forward/framework"] == 0
     assert r.breakdown_s["overhead/kernels"] == pytest.approx(
-        predict(MODEL, HW, sp_plan).breakdown_s["overhead/kernels"], rel=1e-12)
+        predict(MODEL, HW, sp_plan).breakdown_s["overhead/kernels"], rel=1e-12
+    )
 
 
 def test_full_recompute_repeats_the_forward_framework_cost():
@@ -111,10 +129,12 @@ def test_full_recompute_repeats_the_forward_framework_cost():
     without = predict(MODEL, HW, p).breakdown_s["compute/recompute"]
     fwd_layer = 0.5 * part_times(MODEL, HW, p)["layer"]["forward_s"] + 1 * MS
     assert with_rc - without == pytest.approx(
-        p.num_micro_batches * MODEL.layers * fwd_layer, rel=1e-9)
+        p.num_micro_batches * MODEL.layers * fwd_layer, rel=1e-9
+    )
 
 
 # --- ranks that share a device: the bubble is absorbed -------------------------------------------------
+
 
 @pytest.mark.parametrize("rho, kept", [(1.0, 3.0), (1.25, (8 + 3) / 1.25 - 8), (2.0, 0.0)])
 def test_ranks_sharing_a_device_absorb_the_bubble(rho, kept):
@@ -133,6 +153,7 @@ def test_ranks_per_device_below_one_is_refused():
 
 # --- the gradient sync's copies and FSDP2's hooks -------------------------------------------------------
 
+
 def test_ddp_copies_the_gradients_three_times():
     p = plan(gpus=2, dp=2, dtype="fp32")
     r = predict(MODEL, HW, p)
@@ -144,16 +165,20 @@ def test_ddp_copies_the_gradients_three_times():
 
 
 def test_fsdp_hooks_are_charged_per_unit():
-    hw = HW.replace(fsdp_forward_overhead_s=1 * MS, fsdp_backward_overhead_s=2 * MS,
-                    fsdp_reduce_overhead_s=4 * MS)
+    hw = HW.replace(
+        fsdp_forward_overhead_s=1 * MS,
+        fsdp_backward_overhead_s=2 * MS,
+        fsdp_reduce_overhead_s=4 * MS,
+    )
     p = plan(gpus=2, dp=2, zero=3)
     units = MODEL.layers + 1  # one per layer and one for the embedding and output layer
     r, base = predict(MODEL, hw, p), predict(MODEL, HW, p)
     m = p.num_micro_batches
     assert r.breakdown_s["compute/forward/framework"] == pytest.approx(m * units * 1 * MS)
     assert r.breakdown_s["compute/backward/framework"] == pytest.approx(m * units * 2 * MS)
-    assert r.breakdown_s["comm/dp_framework"] - base.breakdown_s["comm/dp_framework"] == \
-        pytest.approx(units * 4 * MS)
+    assert r.breakdown_s["comm/dp_framework"] - base.breakdown_s[
+        "comm/dp_framework"
+    ] == pytest.approx(units * 4 * MS)
     # no ZeRO: no FSDP unit
     assert predict(MODEL, hw, plan(gpus=2, dp=2)).breakdown_s["compute/forward/framework"] == 0
 
@@ -164,23 +189,38 @@ def test_the_optimizer_has_its_own_bandwidth_efficiency():
     fixed = 8 * HW.kernel_overhead_s + HW.optimizer_overhead_s
     base = predict(MODEL, HW, p)
     # 0 (the default) means memory_bandwidth_efficiency
-    ratio = (slow.breakdown_s["optimizer/step"] - fixed) / (base.breakdown_s["optimizer/step"] - fixed)
+    ratio = (slow.breakdown_s["optimizer/step"] - fixed) / (
+        base.breakdown_s["optimizer/step"] - fixed
+    )
     assert ratio == pytest.approx(HW.memory_bandwidth_efficiency / 0.25, rel=1e-9)
 
 
 # --- bad input ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("entry, needle", [
-    ({"part": "layr"}, "part must be one of layer, embedding, output, got 'layr' (did you mean"),
-    ({"style": "dp"}, "style must be one of plain, tp, tp_sp"),
-    ({"style": "plain", "tp": 2}, "tp must be 1 for style 'plain'"),
-    ({"compute_scale": 0}, "compute_scale must be > 0"),
-    ({"forward_overhead_s": -1}, "forward_overhead_s must be >= 0"),
-    ({"tp": 2.5}, "tp must be a whole number"),
-])
+
+@pytest.mark.parametrize(
+    "entry, needle",
+    [
+        (
+            {"part": "layr"},
+            "part must be one of layer, embedding, output, got 'layr' (did you mean",
+        ),
+        ({"style": "dp"}, "style must be one of plain, tp, tp_sp"),
+        ({"style": "plain", "tp": 2}, "tp must be 1 for style 'plain'"),
+        ({"compute_scale": 0}, "compute_scale must be > 0"),
+        ({"forward_overhead_s": -1}, "forward_overhead_s must be >= 0"),
+        ({"tp": 2.5}, "tp must be a whole number"),
+    ],
+)
 def test_bad_layer_costs_name_the_field(entry, needle):
-    good = {"part": "layer", "style": "tp", "tp": 2, "forward_overhead_s": 0.001,
-            "backward_overhead_s": 0.002, "compute_scale": 1.2}
+    good = {
+        "part": "layer",
+        "style": "tp",
+        "tp": 2,
+        "forward_overhead_s": 0.001,
+        "backward_overhead_s": 0.002,
+        "compute_scale": 1.2,
+    }
     data = {**load_hardware_dict("dgx-a100-80gb"), "layer_costs": [{**good, **entry}]}
     with pytest.raises(SpecError) as err:
         hardware_from_dict(data, "hw")
@@ -188,8 +228,13 @@ def test_bad_layer_costs_name_the_field(entry, needle):
 
 
 def test_layer_costs_twice_for_one_part_style_and_degree_are_refused():
-    entry = {"part": "layer", "style": "tp", "tp": 2, "forward_overhead_s": 0.001,
-             "backward_overhead_s": 0.002}
+    entry = {
+        "part": "layer",
+        "style": "tp",
+        "tp": 2,
+        "forward_overhead_s": 0.001,
+        "backward_overhead_s": 0.002,
+    }
     data = {**load_hardware_dict("dgx-a100-80gb"), "layer_costs": [entry, entry]}
     with pytest.raises(SpecError, match="given twice"):
         hardware_from_dict(data, "hw")
