@@ -142,7 +142,7 @@ def test_heads_divide_over_the_degree():
     assert heads_for(128, 8) == 8  # rounded up to a multiple of tp, 16 features each
 
 
-# --- FSDP2 units --------------------------------------------------------------------------------------
+# --- FSDP2 units ----------------------------------------------------------------------------------
 
 
 def fsdp_records(fwd_s, bwd_s, reduce_s, dp=2):

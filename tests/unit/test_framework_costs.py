@@ -45,7 +45,7 @@ def plan(**kw):
     return Plan(**base)
 
 
-# --- interpolation over the tensor-parallel degrees measured ---------------------------------------
+# --- interpolation over the tensor-parallel degrees measured --------------------------------------
 
 
 def test_interpolation_is_exact_at_the_degrees_and_linear_in_log2_between():
@@ -62,7 +62,7 @@ def test_one_degree_measured_is_a_constant():
     assert float(interpolate_log2(tp, [(2, 7.0)]).subs(tp, 16)) == 7.0
 
 
-# --- how the step model charges them ------------------------------------------------------------------
+# --- how the step model charges them --------------------------------------------------------------
 
 
 def test_without_layer_costs_nothing_changes():
@@ -133,7 +133,7 @@ def test_full_recompute_repeats_the_forward_framework_cost():
     )
 
 
-# --- ranks that share a device: the bubble is absorbed -------------------------------------------------
+# --- ranks that share a device: the bubble is absorbed --------------------------------------------
 
 
 @pytest.mark.parametrize("rho, kept", [(1.0, 3.0), (1.25, (8 + 3) / 1.25 - 8), (2.0, 0.0)])
@@ -151,7 +151,7 @@ def test_ranks_per_device_below_one_is_refused():
         hardware_from_dict(data, "hw")
 
 
-# --- the gradient sync's copies and FSDP2's hooks -------------------------------------------------------
+# --- the gradient sync's copies and FSDP2's hooks -------------------------------------------------
 
 
 def test_ddp_copies_the_gradients_three_times():
@@ -195,7 +195,7 @@ def test_the_optimizer_has_its_own_bandwidth_efficiency():
     assert ratio == pytest.approx(HW.memory_bandwidth_efficiency / 0.25, rel=1e-9)
 
 
-# --- bad input ------------------------------------------------------------------------------------------
+# --- bad input ------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
