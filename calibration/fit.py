@@ -178,7 +178,8 @@ class CollectiveModel:
         }
 
 
-# Fitted continuously (least squares); split_k_ratio is a threshold, chosen from _SPLIT_K_RATIOS.
+# Fitted continuously (least squares), in this order in the parameter vector (all but
+# max_fraction as logarithms); split_k_ratio and large_flops are thresholds, chosen from a grid.
 _GEMM_PARAMS = (
     "max_fraction",
     "m_half_dim",
@@ -187,14 +188,20 @@ _GEMM_PARAMS = (
     "parallel_half",
     "split_k_chunk",
     "min_time_s",
+    "epilogue_s",
 )
+_LARGE_PARAMS = ("large_max_fraction", "large_parallel_half")
 # 0 = never split; AMD's switch lies at 256-512. Powers of 2, as the sweeps' shapes are.
 _SPLIT_K_RATIOS = (0.0, *(2.0**e for e in range(4, 13)))
+# large-tile kernel thresholds: powers of 2 of FLOPs with at least this share of the shapes on
+# each side (the switch must be seen from both sides to be fitted)
+_LARGE_MIN_SHARE = 0.08
 
 
 @functools.lru_cache(maxsize=1)
 def _gemm_function() -> Callable:
-    names = ("m", "n", "k", "batch", "bpe", "peak", "bw", *_GEMM_PARAMS, "split_k_ratio", "obpe")
+    names = ("m", "n", "k", "batch", "bpe", "peak", "bw", *_GEMM_PARAMS, *_LARGE_PARAMS,
+             "split_k_ratio", "large_flops", "obpe")
     syms = sp.symbols(names, positive=True)
     s = dict(zip(names, syms, strict=True))
     expr = gemm_time_s(
@@ -205,25 +212,40 @@ def _gemm_function() -> Callable:
         s["bpe"],
         s["peak"],
         s["bw"],
-        max_fraction=s["max_fraction"],
         half_dim=0,
-        **{p: s[p] for p in (*_GEMM_PARAMS[1:], "split_k_ratio")},
+        **{p: s[p] for p in (*_GEMM_PARAMS, *_LARGE_PARAMS, "split_k_ratio", "large_flops")},
         output_bytes_per_element=s["obpe"],
     )
     return sp.lambdify(syms, expr, "numpy", cse=True)
+
+
+def _large_thresholds(flops: np.ndarray) -> list[float]:
+    """Candidate large_flops: powers of 2 with at least _LARGE_MIN_SHARE of the shapes below and
+    at or above."""
+    out = []
+    for e in range(int(np.floor(np.log2(flops.min()))), int(np.ceil(np.log2(flops.max()))) + 1):
+        above = float(np.mean(flops >= 2.0**e))
+        if _LARGE_MIN_SHARE <= above <= 1 - _LARGE_MIN_SHARE:
+            out.append(2.0**e)
+    return out
 
 
 class GemmModel:
     """Fit perfmodel.costs.gemm_efficiency.gemm_time_s to measured GEMM times.
 
     The peak and memory bandwidth are given (datasheet); max_fraction, the half sizes of m, n, k
-    and of the parallel work, the split-K chunk and min_time_s are fitted by least squares in
-    relative error, for each split-K threshold in _SPLIT_K_RATIOS; the threshold with the smallest
-    loss wins (a threshold has no useful gradient). half_dim (harmonic mean term) and batch_half
-    are left at 0: batch enters through the parallel work.
+    and of the parallel work, the split-K chunk, min_time_s and the epilogue time are fitted by
+    least squares in relative error, for each split-K threshold in _SPLIT_K_RATIOS; the threshold
+    with the smallest loss wins (a threshold has no useful gradient). Then, at that split-K
+    threshold, a large-tile kernel (its own max_fraction and parallel_half from large_flops on) is
+    tried at each power-of-2 threshold inside the sweep, starting from the one-kernel fit; it is
+    kept where it lowers the loss. half_dim (harmonic mean term) and batch_half are left at 0:
+    batch enters through the parallel work.
     max_fraction may exceed 1 when the data beat the datasheet peak (suspect data, or a wrong
     peak); `efficiency()` refuses that, the caller decides.
     """
+
+    MIN_POINTS = len(_GEMM_PARAMS) + 1  # fewer shapes than parameters cannot be fitted
 
     def __init__(
         self,
@@ -239,9 +261,11 @@ class GemmModel:
             bytes_per_element if output_bytes_per_element is None else output_bytes_per_element
         )
 
-    def _time(self, x: np.ndarray, ratio: float, b, m, n, k) -> np.ndarray:
-        mf, *logs = x
-        halves = np.exp(logs)
+    def _time(self, x: np.ndarray, ratio: float, large_flops: float, b, m, n, k) -> np.ndarray:
+        """x: the _GEMM_PARAMS (max_fraction, then logarithms), then with a large kernel its
+        max_fraction and log parallel_half."""
+        one = [x[0], *np.exp(x[1:len(_GEMM_PARAMS)])]
+        large = [x[len(_GEMM_PARAMS)], math.exp(x[-1])] if large_flops > 0 else [0.0, 0.0]
         return _gemm_function()(
             m,
             n,
@@ -250,46 +274,64 @@ class GemmModel:
             self.bytes_per_element,
             self.peak_flops_per_s,
             self.memory_bandwidth_bytes_per_s,
-            mf,
-            *halves,
+            *one,
+            *large,
             ratio,
+            large_flops or math.inf,  # 0: never (the symbols are positive; see at_least)
             self.output_bytes_per_element,
         )
 
     def fit(self, records: pd.DataFrame) -> GemmModel:
         """records: columns b, m, n, k, time_s."""
         df = records[records["time_s"] > 0]
-        if len(df) < len(_GEMM_PARAMS) + 1:
-            raise DataError(
-                f"GEMM fit needs at least {len(_GEMM_PARAMS) + 1} shapes, got {len(df)}"
-            )
+        if len(df) < self.MIN_POINTS:
+            raise DataError(f"GEMM fit needs at least {self.MIN_POINTS} shapes, got {len(df)}")
         b, m, n, k, t = (df[c].to_numpy(float) for c in ("b", "m", "n", "k", "time_s"))
         best_eff = float(np.max(2 * b * m * n * k / t)) / self.peak_flops_per_s
         log = math.log
-        #     max_fraction, m, n, k halves, parallel_half, split_k_chunk, min_time_s
-        x0 = [best_eff, log(64), log(64), log(64), log(1e5), log(512), log(max(t.min() / 4, 1e-9))]
-        lo = [1e-4, log(1e-2), log(1e-2), log(1e-2), log(1.0), log(16.0), log(1e-10)]
-        hi = [max(1.0, 1.5 * best_eff), log(1e6), log(1e6), log(1e6), log(1e9), log(1e5), log(10.0)]
-        x0 = np.clip(x0, np.array(lo) + 1e-9, np.array(hi) - 1e-9)
-        best = None
-        for ratio in _SPLIT_K_RATIOS:
-            res = least_squares(
-                lambda x, r=ratio: self._time(x, r, b, m, n, k) / t - 1.0,
-                x0,
+        # fractions of peak stay <= 1 unless the data beat the peak (then the caller is told)
+        top = 1.0 if best_eff <= 1.0 else 1.5 * best_eff
+        # max_fraction, m, n, k halves, parallel_half, split_k_chunk, min_time_s, epilogue_s
+        x0 = [best_eff, log(64), log(64), log(64), log(1e5), log(512),
+              log(max(t.min() / 4, 1e-9)), log(1e-13)]
+        lo = [1e-4, log(1e-2), log(1e-2), log(1e-2), log(1.0), log(16.0), log(1e-10), log(1e-18)]
+        hi = [top, log(1e6), log(1e6), log(1e6), log(1e9), log(1e5), log(10.0), log(1e-9)]
+
+        def solve(x0, lo, hi, ratio, large_flops):
+            lo, hi = np.array(lo), np.array(hi)
+            return least_squares(
+                lambda x: self._time(x, ratio, large_flops, b, m, n, k) / t - 1.0,
+                np.clip(x0, lo + 1e-9, hi - 1e-9),
                 bounds=(lo, hi),
                 # robust: kernel-selection outliers (2x off) must not pull the fit; cauchy beat
                 # soft_l1 on the hold-out of every sweep in tests/data/gemm
                 loss="cauchy",
                 f_scale=0.05,
             )
+
+        best = None
+        for ratio in _SPLIT_K_RATIOS:
+            res = solve(x0, lo, hi, ratio, 0.0)
             if best is None or res.cost < best[0].cost:
-                best = (res, ratio)
-        res, self.split_k_ratio_ = best
+                best = (res, ratio, 0.0)
+        one, ratio, _ = best
+        # the large-tile kernel starts as a copy of the one kernel
+        x1 = [*one.x, one.x[0], one.x[4]]
+        for large_flops in _large_thresholds(2 * b * m * n * k):
+            res = solve(x1, [*lo, 1e-4, lo[4]], [*hi, top, hi[4]], ratio, large_flops)
+            if res.cost < best[0].cost:
+                best = (res, ratio, large_flops)
+        res, self.split_k_ratio_, self.large_flops_ = best
         self.x_ = res.x
+        x = [float(v) for v in res.x]
         self.params_ = dict(
-            zip(_GEMM_PARAMS, [float(res.x[0]), *map(float, np.exp(res.x[1:]))], strict=True)
+            zip(_GEMM_PARAMS, [x[0], *map(math.exp, x[1:len(_GEMM_PARAMS)])], strict=True)
         )
         self.params_["split_k_ratio"] = float(self.split_k_ratio_)
+        self.params_["large_flops"] = float(self.large_flops_)
+        large = self.large_flops_ > 0
+        self.params_["large_max_fraction"] = x[len(_GEMM_PARAMS)] if large else 0.0
+        self.params_["large_parallel_half"] = math.exp(x[-1]) if large else 0.0
         flops = 2 * b * m * n * k
         self.size_range_ = (float(flops.min()), float(flops.max()))
         self.n_points_ = len(t)
@@ -298,7 +340,7 @@ class GemmModel:
 
     def predict(self, records: pd.DataFrame) -> np.ndarray:
         b, m, n, k = (records[c].to_numpy(float) for c in ("b", "m", "n", "k"))
-        return self._time(self.x_, self.split_k_ratio_, b, m, n, k)
+        return self._time(self.x_, self.split_k_ratio_, self.large_flops_, b, m, n, k)
 
     def efficiency(self) -> GemmEfficiency:
         return GemmEfficiency(half_dim=0.0, **self.params_)

@@ -336,7 +336,7 @@ def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: l
     for dtype, rows in gemm.groupby("dtype"):
         rows = rows.assign(time_s=rows["time_s"].astype(float))
         best = float((2 * rows.b * rows.m * rows.n * rows.k / rows.time_s).max())
-        if len(rows) < 8:
+        if len(rows) < GemmModel.MIN_POINTS:
             peaks[dtype] = best
             notes.append(
                 f"gemm {dtype}: {len(rows)} point(s) only; peak_flops_per_s.{dtype} = "
@@ -345,10 +345,13 @@ def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: l
             continue
         bpe = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}.get(dtype, 4.0)
         model = GemmModel(best, math.inf, bpe).fit(rows)
-        mf = model.params_["max_fraction"]
-        # measured device: the peak is the fitted asymptote, max_fraction 1 (same model)
-        peaks[dtype] = best * mf
-        effs[dtype] = {**model.params_, "max_fraction": 1.0, "half_dim": 0.0}
+        params = model.params_
+        top = max(params["max_fraction"], params["large_max_fraction"])
+        # measured device: the peak is the fitted asymptote (of the faster kernel), max_fraction
+        # 1 (same model)
+        peaks[dtype] = best * top
+        effs[dtype] = {**params, "max_fraction": params["max_fraction"] / top,
+                       "large_max_fraction": params["large_max_fraction"] / top, "half_dim": 0.0}
         summary = model.summary()
         summary["params"] = dict(effs[dtype])
         summary.update(

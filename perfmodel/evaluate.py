@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -71,6 +72,9 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     fixed = dict(algorithm=hardware.collective_algorithm,
                  fits=frozenset((fit.op, fit.scope, fit.algorithm) for fit in hardware.collectives),
                  gemm_split_k=any(g.splits_k for g in hardware.gemm_efficiency.values()),
+                 gemm_large_kernel=any(g.has_large_kernel
+                                       for g in hardware.gemm_efficiency.values()),
+                 gemm_epilogue=any(g.has_epilogue for g in hardware.gemm_efficiency.values()),
                  layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs))
     if not specialise:
         return Family(**fixed)
@@ -160,6 +164,11 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
     vals.update({f"is_{name}": float(value) for name, value in flags.items()})
     for fld in dataclasses.fields(gemm):
         vals[f"gemm_{fld.name}"] = float(getattr(gemm, fld.name))
+    # no large-tile kernel: a threshold no GEMM reaches (perfmodel.costs.gemm_efficiency.at_least);
+    # no split-K: any chunk (k / chunk is computed, then multiplied by 0), but not 0
+    vals["gemm_large_flops"] = gemm.large_flops or math.inf
+    if not gemm.splits_k:
+        vals["gemm_split_k_chunk"] = 1.0
     for cost in hardware.layer_costs:
         key = f"lc_{cost.part}_{cost.style}_{cost.tp}"
         vals.update({f"{key}_forward_overhead_s": cost.forward_overhead_s,

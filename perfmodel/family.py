@@ -34,8 +34,11 @@ class Family:
     # have calibrated fits, as (op, scope, algorithm)
     algorithm: str = "auto"
     fits: frozenset[tuple[str, str, str]] = frozenset()
-    # fixed too: whether the hardware's GEMM model has a split-K switch (AMD fits do)
+    # fixed too: which optional terms the hardware's GEMM model has: a split-K switch (AMD fits
+    # do), a large-tile kernel, an epilogue time (perfmodel.costs.gemm_efficiency)
     gemm_split_k: bool = False
+    gemm_large_kernel: bool = False
+    gemm_epilogue: bool = False
     # and which (part, style, tp degree) the hardware's measured layer costs cover
     layer_costs: frozenset[tuple[str, str, int]] = frozenset()
 

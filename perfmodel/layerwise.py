@@ -152,7 +152,7 @@ def build_terms(model: LayerGraphSpec, fam: Any, norm: Norm | None = None,
     from perfmodel.costs.compute import Gemm, gemm_time, memory_time
     from perfmodel.step import device, flag, group_time
 
-    dev = device(fam.gemm_split_k)
+    dev = device(fam)
     pr, pc, e, B = S.tp, S.dp, S.e, S.B
     local = B / pc
     zero = sp.Integer(0)

@@ -157,13 +157,23 @@ def _open_scope_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Exp
     return options[0] if len(options) == 1 else sp.Min(*options, evaluate=False)
 
 
-_SPLIT_K = ("split_k_ratio", "split_k_chunk")
+# the optional terms of the GEMM model and their parameters
+_GEMM_OPTIONAL = {
+    "split_k": ("split_k_ratio", "split_k_chunk"),
+    "large_kernel": ("large_flops", "large_max_fraction", "large_parallel_half"),
+    "epilogue": ("epilogue_s",),
+}
 
 
-def device(split_k: bool = False) -> K.Device:
-    """The device's symbols. The split-K switch of the GEMM model (perfmodel.costs.gemm_efficiency)
-    enters the expressions only for hardware whose GEMM fit has one (Family.gemm_split_k)."""
-    gemm = {name: sym for name, sym in S.GEMM.items() if split_k or name not in _SPLIT_K}
+def device(fam: Family | None = None) -> K.Device:
+    """The device's symbols. The optional terms of the GEMM model (perfmodel.costs.gemm_efficiency:
+    split-K, the large-tile kernel, the epilogue) enter the expressions only for hardware whose
+    GEMM fit has them (Family.gemm_split_k, gemm_large_kernel, gemm_epilogue)."""
+    used = {"split_k": fam is not None and fam.gemm_split_k,
+            "large_kernel": fam is not None and fam.gemm_large_kernel,
+            "epilogue": fam is not None and fam.gemm_epilogue}
+    dropped = {name for term, names in _GEMM_OPTIONAL.items() if not used[term] for name in names}
+    gemm = {name: sym for name, sym in S.GEMM.items() if name not in dropped}
     return K.Device(S.F, S.W, S.t_k, gemm)
 
 
@@ -171,7 +181,7 @@ def build(fam: Family) -> Model:
     """All terms of the step time and memory of one family, in the symbols of perfmodel.symbols."""
     L, h, a, kv, f, s, V = S.L, S.h, S.a, S.kv, S.f, S.s, S.V
     dp, tp, pp, b, B, v, e = S.dp, S.tp, S.pp, S.b, S.B, S.v, S.e
-    dev = device(fam.gemm_split_k)
+    dev = device(fam)
     T = b * s
     m = B / (dp * b)
     layers_per_stage = L / pp

@@ -1,6 +1,6 @@
 """How fast one GEMM runs: a roofline with a shape-dependent compute efficiency and a time floor.
 
-T = min_time_s + max(F / (peak * eff), B / bw)                                     [s]
+T = min_time_s + max(F / (peak * eff) + epilogue_s batch m n, B / bw)             [s]
 eff = max_fraction * x / (x + half_dim)
       / ((1 + m_half_dim/m) (1 + n_half_dim/n) (1 + k_half_dim/(k/s))
          (1 + batch_half/batch) (1 + parallel_half/(batch m n s)))
@@ -26,10 +26,21 @@ AMD sweeps (hipBLASLt under XLA) it falls by up to 2x where batch m n reaches ~5
 f32, k = 4096: 38% of peak at m n = 2^20, 22% at 2^21). split_k_ratio = 0 (the default) never
 splits.
 
+Epilogue: after its main loop each output tile is converted, scaled and written; epilogue_s is
+that time per output element where it does not overlap the next tile's loads. It matters when k
+is short next to m n, and most with a wide output type (f16 x f16 -> f32 on MI350).
+
+Large-tile kernel: libraries switch to bigger macro-tiles (more reuse, fewer tiles) once a
+problem is big enough; from large_flops FLOPs on, max_fraction and parallel_half take the
+values large_max_fraction and large_parallel_half. A step in FLOPs, like split-K's. MI300 fp8
+(gfx942, fnuz) shows it most: fitted on its whole sweep the switch sits at 2^33 FLOPs; the shapes
+below it reach a median of 5% of peak (at most 31%), those above a median of 31% (up to 67%), and
+max_fraction goes from 0.15 to 0.88. large_flops = 0 (the default) keeps one kernel for every size.
+
 Fitted (calibration.fit.GemmModel) on the XLA matmul performance tables (openxla/xla
 default_matmul_perf_table, 375 shapes per dtype): fitted on 80% of a sweep it predicts the held-out
-shapes with a median relative error of 2-9% per dtype on H100 and B200 and 3-10% on MI300 and
-MI350, except MI300 fp8 (tests/unit/test_calibration_gemm.py).
+shapes with a median relative error of 2-7% per dtype on H100 and B200 and 2-9% on MI300 and
+MI350 (tests/unit/test_calibration_gemm.py).
 """
 
 from __future__ import annotations
@@ -60,6 +71,16 @@ def split_k_factor(
     return 1 + split * (k / chunk - 1)
 
 
+def at_least(x: sp.Expr, threshold: sp.Expr) -> sp.Expr:
+    """1 where x >= threshold, else 0 [dimensionless].
+
+    Written with max(0, sign(.)) as split_k_factor is, for the same reason (fast numpy). A
+    threshold of infinity never switches: numeric evaluation of a symbolic threshold passes inf
+    for large_flops = 0 (perfmodel.evaluate.values_of), as the symbols are positive.
+    """
+    return 1 - sp.Max(0, sp.sign(threshold - x))
+
+
 def gemm_efficiency(
     m: sp.Expr,
     n: sp.Expr,
@@ -74,12 +95,20 @@ def gemm_efficiency(
     parallel_half: sp.Expr = 0,
     split_k_ratio: sp.Expr = 0,
     split_k_chunk: sp.Expr = 0,
+    large_flops: sp.Expr = 0,
+    large_max_fraction: sp.Expr = 0,
+    large_parallel_half: sp.Expr = 0,
 ) -> sp.Expr:
     """Fraction of peak FLOP/s a GEMM of shape (m x k) @ (k x n) reaches [dimensionless].
 
     Written as d / (d + h) per factor (= 1 / (1 + h/d)); a term whose half size is 0 is left out,
-    so the expression stays small for sympy (explain, simplify).
+    so the expression stays small for sympy (explain, simplify). With large_flops set, the
+    large-tile kernel's max_fraction and parallel_half apply from 2 batch m n k >= large_flops.
     """
+    if sp.sympify(large_flops) != 0:
+        large = at_least(2 * batch * m * n * k, large_flops)
+        max_fraction = max_fraction + large * (large_max_fraction - max_fraction)
+        parallel_half = parallel_half + large * (large_parallel_half - parallel_half)
     eff = sp.sympify(max_fraction)
     if sp.sympify(half_dim) != 0:
         x = harmonic_dim(m, n, k)
@@ -111,11 +140,16 @@ def gemm_time_s(
     parallel_half: sp.Expr = 0,
     split_k_ratio: sp.Expr = 0,
     split_k_chunk: sp.Expr = 0,
+    epilogue_s: sp.Expr = 0,
+    large_flops: sp.Expr = 0,
+    large_max_fraction: sp.Expr = 0,
+    large_parallel_half: sp.Expr = 0,
     output_bytes_per_element: sp.Expr | None = None,
 ) -> sp.Expr:
     """Time of `batch` independent GEMMs of shape (m x k) @ (k x n) [s].
 
-    T = min_time_s + max(2 batch m n k / (peak * eff), batch * (bpe (mk + kn) + obpe mn) / bw)
+    T = min_time_s + max(2 batch m n k / (peak * eff) + epilogue_s batch m n,
+                         batch * (bpe (mk + kn) + obpe mn) / bw)
     The keyword parameters after memory_bandwidth_bytes_per_s are the fields of
     perfmodel.specs.hardware.GemmEfficiency, so `gemm_time_s(..., **asdict(hw.gemm(dtype)))` works.
     """
@@ -124,8 +158,8 @@ def gemm_time_s(
     nbytes = batch * (bytes_per_element * (m * k + k * n) + out_bpe * m * n)
     eff = gemm_efficiency(
         m, n, k, max_fraction, half_dim, batch, m_half_dim, n_half_dim, k_half_dim, batch_half,
-        parallel_half, split_k_ratio, split_k_chunk,
+        parallel_half, split_k_ratio, split_k_chunk, large_flops, large_max_fraction,
+        large_parallel_half,
     )
-    return min_time_s + sp.Max(
-        flops / (peak_flops_per_s * eff), nbytes / memory_bandwidth_bytes_per_s
-    )
+    compute = flops / (peak_flops_per_s * eff) + epilogue_s * batch * m * n
+    return min_time_s + sp.Max(compute, nbytes / memory_bandwidth_bytes_per_s)

@@ -98,14 +98,32 @@ class GemmEfficiency:
     parallel_half: float = 0.0  # output elements (times K splits) at which efficiency halves
     split_k_ratio: float = 0.0  # split-K when batch*m*n < split_k_ratio*k; 0: never
     split_k_chunk: float = 0.0  # contraction length of one split-K piece
+    # the time each output element adds after the main loop (epilogue: convert, scale, write) [s]
+    epilogue_s: float = 0.0
+    # the large-tile kernel: from large_flops FLOPs (2 batch m n k) on, max_fraction and
+    # parallel_half take these values; 0: one kernel for every size
+    large_flops: float = 0.0
+    large_max_fraction: float = 0.0
+    large_parallel_half: float = 0.0
 
     def __post_init__(self) -> None:
-        number(self.max_fraction, "gemm_efficiency.max_fraction", maximum=1.0)
-        number(self.half_dim, "gemm_efficiency.half_dim", strict=False)
-        for name in ("m_half_dim", "n_half_dim", "k_half_dim", "batch_half", "parallel_half",
-                     "split_k_ratio", "split_k_chunk"):
-            number(getattr(self, name), f"gemm_efficiency.{name}", strict=False)
-        number(self.min_time_s, "gemm_efficiency.min_time_s", strict=False, maximum=1.0)
+        # validated and stored as floats (YAML reads 8.6e9 as a string)
+        def check(name: str, **limits: Any) -> None:
+            object.__setattr__(self, name, number(getattr(self, name), f"gemm_efficiency.{name}",
+                                                  **limits))
+
+        check("max_fraction", maximum=1.0)
+        for name in ("half_dim", "m_half_dim", "n_half_dim", "k_half_dim", "batch_half",
+                     "parallel_half", "split_k_ratio", "split_k_chunk", "large_flops",
+                     "large_parallel_half"):
+            check(name, strict=False)
+        for name in ("min_time_s", "epilogue_s", "large_max_fraction"):
+            check(name, strict=False, maximum=1.0)
+        if self.large_flops > 0 and self.large_max_fraction <= 0:
+            raise SpecError(
+                "gemm_efficiency.large_max_fraction must be > 0 when large_flops is set "
+                f"(got {self.large_max_fraction:g})"
+            )
         if self.split_k_ratio > 0 and self.split_k_chunk <= 0:
             raise SpecError(
                 "gemm_efficiency.split_k_chunk must be > 0 when split_k_ratio is set "
@@ -115,6 +133,14 @@ class GemmEfficiency:
     @property
     def splits_k(self) -> bool:
         return self.split_k_ratio > 0
+
+    @property
+    def has_large_kernel(self) -> bool:
+        return self.large_flops > 0
+
+    @property
+    def has_epilogue(self) -> bool:
+        return self.epilogue_s > 0
 
 
 LAYER_PARTS = ("layer", "embedding", "output")

@@ -193,6 +193,41 @@ def test_split_k_halves_the_pipeline_and_multiplies_the_work():
     assert float(at) == pytest.approx(1024 / (1024 + 512) * m * n / (m * n + 2**20))
 
 
+def test_large_tile_kernel_switches_at_its_flops_and_epilogue_adds_per_output_element():
+    """By hand: m = n = k = 1024 is 2^31 FLOPs; peak 1e15 FLOP/s, infinite memory bandwidth."""
+    m = n = k = 1024
+    flops = 2.0**31
+    small, large, epi = 0.4, 0.8, 1e-12
+    kw = dict(max_fraction=small, half_dim=0, large_max_fraction=large, epilogue_s=epi)
+
+    def t(large_flops):
+        return float(gemm_time_s(m, n, k, 1, 2, 1e15, sp.oo, **kw, large_flops=large_flops))
+
+    assert t(2.0**31) == pytest.approx(flops / (1e15 * large) + epi * m * n)  # at the switch
+    assert t(2.0**31 + 1) == pytest.approx(flops / (1e15 * small) + epi * m * n)  # below it
+    assert t(0) == pytest.approx(flops / (1e15 * small) + epi * m * n)  # 0: one kernel
+    # the large kernel's own parallel half: 2^20 output elements at a half of 2^20 halve it
+    eff = gemm_efficiency(m, n, k, small, 0, 1, parallel_half=1.0, large_flops=2.0**30,
+                          large_max_fraction=large, large_parallel_half=2.0**20)
+    assert float(eff) == pytest.approx(large / 2)
+
+
+def test_gemm_fit_recovers_a_large_tile_kernel_and_the_epilogue():
+    truth = {**GEMM_TRUTH, "large_flops": 2.0**33, "large_max_fraction": 0.9,
+             "large_parallel_half": 1e6, "max_fraction": 0.5, "epilogue_s": 2e-12}
+    sweep = gemm_sweep(truth=truth)
+    model = GemmModel(989e12, 3.35e12, 2).fit(sweep)
+    p = model.params_
+    flops = 2 * sweep.b * sweep.m * sweep.n * sweep.k
+    # the sweep's FLOPs are powers of 2: the fitted switch takes the same shapes as the true one
+    assert ((flops >= p["large_flops"]) == (flops >= truth["large_flops"])).all()
+    for name in ("max_fraction", "large_max_fraction", "large_parallel_half", "epilogue_s"):
+        assert p[name] == pytest.approx(truth[name], rel=0.15), name
+    assert model.residuals_["median_rel_error"] < 0.02
+    # and the profile's GemmEfficiency carries it to perfmodel
+    assert model.efficiency().has_large_kernel and model.efficiency().has_epilogue
+
+
 def test_gemm_holdout_on_synthetic_sweep_is_at_noise_level():
     err = holdout_error(gemm_sweep(), lambda: GemmModel(989e12, 3.35e12, 2))
     assert err["median_rel_error"] < 0.02

@@ -38,7 +38,9 @@ NVIDIA_DTYPES = [
     "f8e5m2xf8e4m3fn->bf16",
 ]
 # AMD: every dtype of the sweeps. hipBLASLt's split-K switch makes efficiency fall by up to 2x along
-# batch*m*n = ~512 k; the model's split-K term follows it (perfmodel.costs.gemm_efficiency).
+# batch*m*n = ~512 k, and its large-tile kernels lift it above a size (MI300 fp8: a median of 5% of
+# peak below 2^33 FLOPs, 31% above); the model's split-K and large-kernel terms follow them
+# (perfmodel.costs.gemm_efficiency).
 MI350_DTYPES = [
     f"{a}x{b}->{out}"
     for a, b, outs in (
@@ -52,28 +54,11 @@ MI350_DTYPES = [
     for out in outs
 ]
 AMD = {
-    "MI300": ["bf16xbf16->bf16", "bf16xbf16->f32", "f32xf32->f32"],
-    "MI350": [dt for dt in MI350_DTYPES if dt != "f16xf16->f32"],
+    "MI300": ["bf16xbf16->bf16", "bf16xbf16->f32", "f32xf32->f32", "f8e4m3fnuzxf8e4m3fnuz->bf16"],
+    "MI350": MI350_DTYPES,
 }
 CASES = [(gpu, dt) for gpu in ("H100", "B200") for dt in NVIDIA_DTYPES]
 CASES += [(gpu, dt) for gpu, dts in AMD.items() for dt in dts]
-CASES += [
-    # MI300 fp8 (gfx942, fnuz) switches between a slow and a fast kernel on a rule that is not a
-    # smooth function of the shape: shapes of equal FLOPs differ 2.4x, e.g. (m, n, k) = (2048,
-    # 4096, 1024) at 31.8% of peak and (1024, 4096, 2048) at 13.4% (b = 1). The model misses the
-    # held-out shapes by a median of ~22%; README "Known limits".
-    pytest.param(
-        "MI300",
-        "f8e4m3fnuzxf8e4m3fnuz->bf16",
-        marks=pytest.mark.xfail(reason="MI300 fp8 kernel selection (see comment)", strict=True),
-    ),
-    # misses by a hair: 10.2% median (2026-11-22)
-    pytest.param(
-        "MI350",
-        "f16xf16->f32",
-        marks=pytest.mark.xfail(reason="10.2% median hold-out error", strict=False),
-    ),
-]
 
 
 def holdout(gpu, dtype):
@@ -180,3 +165,42 @@ def test_split_k_fit_reaches_the_step_model():
     gemm = "compute/forward/gemm"
     # chunks of 64 instead of k: each tile's pipeline is mostly fill (k_half_dim 512)
     assert results["split"].breakdown_s[gemm] > 2 * results["plain"].breakdown_s[gemm]
+
+
+def test_large_kernel_and_epilogue_reach_the_step_model():
+    """A hardware whose bf16 GEMM fit has a large-tile kernel and an epilogue compiles both into
+    the step model: a large kernel at half the efficiency from 1 FLOP on doubles the GEMM time;
+    the specialised (explain) family agrees with the universal one; a dtype of the same hardware
+    without them, or without split-K (fp16), predicts as a hardware that never had them."""
+    from perfmodel import Plan, load_hardware, load_model, predict
+    from perfmodel import symbols as S
+    from perfmodel.evaluate import family_of, values_of
+    from perfmodel.step import build
+
+    model, base = load_model("llama2-7b"), load_hardware("mi300x")
+    plain = GemmEfficiency(max_fraction=0.7, half_dim=0, k_half_dim=512, parallel_half=1e4)
+    large = dataclasses.replace(plain, large_flops=1.0, large_max_fraction=0.35,
+                                large_parallel_half=1e4)
+    epi = dataclasses.replace(plain, epilogue_s=1e-12)
+    split = dataclasses.replace(plain, split_k_ratio=1e12, split_k_chunk=64)
+    gemm = "compute/forward/gemm"
+    times = {}
+    for name, bf16 in (("plain", plain), ("large", large), ("epilogue", epi), ("split", split)):
+        hw = base.replace(gemm_efficiency={"default": plain, "bf16": bf16})
+        fam = family_of(model, hw, Plan(gpus=8, tp=8, global_batch=8))
+        assert (fam.gemm_large_kernel, fam.gemm_epilogue, fam.gemm_split_k) == (
+            name == "large", name == "epilogue", name == "split")
+        for dtype in ("bf16", "fp16"):
+            plan = Plan(gpus=8, tp=8, global_batch=8, dtype=dtype)
+            times[name, dtype] = pred = predict(model, hw, plan)
+            fixed = build(family_of(model, hw, plan, specialise=True)).step_time
+            values = values_of(model, hw, plan)
+            numbers = {sym: values[n] for n, (sym, _) in S.table().items() if n in values}
+            assert float(fixed.xreplace(numbers)) == pytest.approx(pred.step_time_s, rel=1e-9)
+    assert times["large", "bf16"].breakdown_s[gemm] == pytest.approx(
+        2 * times["plain", "bf16"].breakdown_s[gemm], rel=1e-6)
+    assert times["epilogue", "bf16"].breakdown_s[gemm] > times["plain", "bf16"].breakdown_s[gemm]
+    # regression: fp16 without split-K under a split-K family divided by its chunk of 0
+    for name in ("large", "epilogue", "split"):
+        assert times[name, "fp16"].step_time_s == pytest.approx(times["plain", "fp16"].step_time_s,
+                                                               rel=1e-12)

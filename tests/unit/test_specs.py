@@ -170,9 +170,13 @@ def test_per_dtype_gemm_fits_over_a_flat_preset(tmp_path):
     assert hw.gemm("fp8") == flat  # from the preset's flat fields
 
 
-def test_split_k_needs_a_chunk(tmp_path):
+@pytest.mark.parametrize(("fields", "message"), [
+    ("split_k_ratio: 384", "split_k_chunk must be > 0 when split_k_ratio is set"),
+    ("large_flops: 8.6e9", "large_max_fraction must be > 0 when large_flops is set"),
+])
+def test_a_gemm_switch_needs_its_partner_field(tmp_path, fields, message):
     path = tmp_path / "hw.yaml"
-    path.write_text("base: mi300x\ngemm_efficiency: {max_fraction: 0.5, half_dim: 0, "
-                    "split_k_ratio: 384}\n")
-    with pytest.raises(SpecError, match="split_k_chunk must be > 0"):
+    gemm = f"{{max_fraction: 0.5, half_dim: 0, {fields}}}"
+    path.write_text(f"base: mi300x\ngemm_efficiency: {gemm}\n")
+    with pytest.raises(SpecError, match=message):
         load_hardware(path)
