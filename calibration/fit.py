@@ -193,8 +193,8 @@ _GEMM_PARAMS = (
 _LARGE_PARAMS = ("large_max_fraction", "large_parallel_half")
 # 0 = never split; AMD's switch lies at 256-512. Powers of 2, as the sweeps' shapes are.
 _SPLIT_K_RATIOS = (0.0, *(2.0**e for e in range(4, 13)))
-# large-tile kernel thresholds: powers of 2 of FLOPs with at least this share of the shapes on
-# each side (the switch must be seen from both sides to be fitted)
+# large-tile kernel thresholds: powers of 2 of FLOPs with at least this share of the shapes (and
+# GemmModel.MIN_POINTS) on each side: the switch must be seen from both sides to be fitted
 _LARGE_MIN_SHARE = 0.08
 
 
@@ -219,13 +219,14 @@ def _gemm_function() -> Callable:
     return sp.lambdify(syms, expr, "numpy", cse=True)
 
 
-def _large_thresholds(flops: np.ndarray) -> list[float]:
-    """Candidate large_flops: powers of 2 with at least _LARGE_MIN_SHARE of the shapes below and
-    at or above."""
+def _large_thresholds(flops: np.ndarray, min_points: int) -> list[float]:
+    """Candidate large_flops: powers of 2 with at least _LARGE_MIN_SHARE of the shapes, and at
+    least min_points shapes, below and at or above (none for a small sweep)."""
     out = []
     for e in range(int(np.floor(np.log2(flops.min()))), int(np.ceil(np.log2(flops.max()))) + 1):
-        above = float(np.mean(flops >= 2.0**e))
-        if _LARGE_MIN_SHARE <= above <= 1 - _LARGE_MIN_SHARE:
+        above = int(np.sum(flops >= 2.0**e))
+        low = max(min_points, _LARGE_MIN_SHARE * len(flops))
+        if above >= low and len(flops) - above >= low:
             out.append(2.0**e)
     return out
 
@@ -317,7 +318,7 @@ class GemmModel:
         one, ratio, _ = best
         # the large-tile kernel starts as a copy of the one kernel
         x1 = [*one.x, one.x[0], one.x[4]]
-        for large_flops in _large_thresholds(2 * b * m * n * k):
+        for large_flops in _large_thresholds(2 * b * m * n * k, self.MIN_POINTS):
             res = solve(x1, [*lo, 1e-4, lo[4]], [*hi, top, hi[4]], ratio, large_flops)
             if res.cost < best[0].cost:
                 best = (res, ratio, large_flops)

@@ -226,6 +226,10 @@ def test_gemm_fit_recovers_a_large_tile_kernel_and_the_epilogue():
     assert model.residuals_["median_rel_error"] < 0.02
     # and the profile's GemmEfficiency carries it to perfmodel
     assert model.efficiency().has_large_kernel and model.efficiency().has_epilogue
+    # a sweep too small to see the switch from both sides with enough shapes gets one kernel
+    # (calibrate run --quick measures 14 CPU shapes)
+    small = GemmModel(989e12, 3.35e12, 2).fit(sweep.sample(14, random_state=0))
+    assert small.params_["large_flops"] == 0 and not small.efficiency().has_large_kernel
 
 
 def test_gemm_holdout_on_synthetic_sweep_is_at_noise_level():
