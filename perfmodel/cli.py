@@ -158,14 +158,22 @@ def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
 
 
 def profile_extrapolations(profile: str | None, model: Any, hardware: Any, plan: Any) -> list[str]:
-    """The collectives of the plan whose sizes lie outside what the profile's fits saw."""
+    """The collectives and GEMMs of the plan whose sizes lie outside what the profile's fits saw."""
     if not profile:
         return []
+    from perfmodel.specs import profile as profiles
+
+    prof = profiles.load_profile(Path(profile))
+    notes = _collective_extrapolations(prof, model, hardware, plan) + \
+        _gemm_extrapolations(prof, model, hardware, plan)
+    return list(dict.fromkeys(notes))  # a collective issued in forward and backward: one note
+
+
+def _collective_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) -> list[str]:
     from perfmodel.evaluate import axis_per_node
     from perfmodel.predict import comm_ledger
     from perfmodel.specs import profile as profiles
 
-    prof = profiles.load_profile(Path(profile))
     if not prof.collective_fits():  # e.g. a GEMM-only profile: the collectives are the preset's
         return []
     scopes = axis_per_node(plan, hardware.gpus_per_node)
@@ -175,6 +183,27 @@ def profile_extrapolations(profile: str | None, model: Any, hardware: Any, plan:
         if profiles.is_extrapolation(prof, record["op"], record["nbytes"], scope):
             notes.append(f"{record['name']} ({record['op']}, {record['nbytes']:.4g} B, {scope}-node) "
                          f"is outside the sizes the profile measured: extrapolated")
+    return notes
+
+
+def _gemm_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) -> list[str]:
+    """GEMMs of the plan whose FLOPs lie outside the range of the profile's GEMM fit in use (the
+    one whose parameters are the hardware's for the plan's dtype; none: the preset's model)."""
+    from perfmodel.predict import gemm_shapes
+    from perfmodel.specs import profile as profiles
+
+    fit = profiles.gemm_fit_in_use(prof, hardware.gemm(plan.dtype.value))
+    if fit is None:
+        return []
+    lo, hi = fit["size_range"]
+    dtype = fit.get("perfmodel_dtype") or fit.get("dtype") or plan.dtype.value
+    notes = []
+    for g in gemm_shapes(model, plan):
+        if not lo <= g["flops"] <= hi:
+            notes.append(f"gemm {g['name']} ({g['batch']:g} x {g['m']:g} x {g['n']:g} x "
+                         f"{g['k']:g}, {g['flops']:.3g} FLOP) is outside the sizes the profile's "
+                         f"{dtype} GEMM fit measured ({lo:.3g}-{hi:.3g} FLOP): "
+                         "extrapolated")
     return notes
 
 

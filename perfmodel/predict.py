@@ -181,6 +181,41 @@ def comm_ledger(model: TransformerSpec | str | Path, plan: Plan | dict[str, Any]
     return records
 
 
+def gemm_shapes(model: TransformerSpec | str | Path,
+                plan: Plan | dict[str, Any]) -> list[dict[str, Any]]:
+    """The forward GEMMs of one layer and of the output layer on one rank, as the model has them
+    (perfmodel.step: Megatron 1D, or the 2D/2.5D/3D grid's blocks for the four linear layers).
+
+    Each record: name, batch, m, n, k and flops (2 batch m n k). The backward runs the same
+    products transposed (the same FLOPs each).
+    """
+    import sympy as sp
+
+    from perfmodel.costs import compute as K
+    from perfmodel.costs import layouts as LY
+    from perfmodel.evaluate import grid_degrees
+
+    model, _, plan = resolve_inputs(model, "dgx-h100", plan)
+    b, s, h, tp = plan.micro_batch, model.seq_len, model.hidden, plan.tp
+    T = b * s
+    gemms = {g.name: g for g in K.layer_gemms(T, b, s, h, model.heads, model.kv_heads,
+                                                model.ffn_hidden, tp, model.gated_mlp)}
+    qa, _, qc = grid_degrees(plan)
+    for name, K_, M_ in LY.linear_shapes(h, model.heads, model.kv_heads, model.ffn_hidden,
+                                         model.gated_mlp):
+        if plan.tp_layout.value == "2d":
+            gemms[name] = LY.summa_gemm(name, T, K_, M_, qa, qc)
+        elif plan.tp_layout.value == "3d":
+            gemms[name] = LY.cube_gemm(name, T, K_, M_, qa)
+    gemms["logits"] = K.logits_gemm(T, h, model.vocab, tp)
+    out = []
+    for g in gemms.values():
+        dims = {key: float(sp.sympify(getattr(g, key))) for key in ("batch", "m", "n", "k")}
+        out.append({"name": g.name, **dims,
+                    "flops": 2 * dims["batch"] * dims["m"] * dims["n"] * dims["k"]})
+    return out
+
+
 _LEDGER_META: dict[Any, list[Any]] = {}
 
 

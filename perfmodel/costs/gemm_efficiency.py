@@ -48,6 +48,11 @@ from __future__ import annotations
 import sympy as sp
 
 
+def _zero(x: sp.Expr) -> bool:
+    """x is the number 0 (0 or 0.0: sympy's Float(0.0) != Integer(0)); a symbol is not."""
+    return sp.sympify(x).is_zero is True
+
+
 def harmonic_dim(m: sp.Expr, n: sp.Expr, k: sp.Expr) -> sp.Expr:
     return 3 / (1 / m + 1 / n + 1 / k)
 
@@ -61,7 +66,7 @@ def split_k_factor(
     max(0, sign(x)) (0 at the switch, so batch m n = ratio k does not split), which lambdifies to
     two numpy ufuncs (Heaviside would become a slow numpy.select).
     """
-    if sp.sympify(ratio) == 0:
+    if _zero(ratio):
         return sp.Integer(1)
 
     def step(x: sp.Expr) -> sp.Expr:
@@ -105,19 +110,19 @@ def gemm_efficiency(
     so the expression stays small for sympy (explain, simplify). With large_flops set, the
     large-tile kernel's max_fraction and parallel_half apply from 2 batch m n k >= large_flops.
     """
-    if sp.sympify(large_flops) != 0:
+    if not _zero(large_flops):
         large = at_least(2 * batch * m * n * k, large_flops)
         max_fraction = max_fraction + large * (large_max_fraction - max_fraction)
         parallel_half = parallel_half + large * (large_parallel_half - parallel_half)
     eff = sp.sympify(max_fraction)
-    if sp.sympify(half_dim) != 0:
+    if not _zero(half_dim):
         x = harmonic_dim(m, n, k)
         eff *= x / (x + half_dim)
     s = split_k_factor(m, n, k, batch, split_k_ratio, split_k_chunk)
     work = batch * m * n * s
     for dim, half in ((m, m_half_dim), (n, n_half_dim), (k / s, k_half_dim), (batch, batch_half),
                       (work, parallel_half)):
-        if sp.sympify(half) != 0:
+        if not _zero(half):
             eff *= dim / (dim + half)
     return eff
 

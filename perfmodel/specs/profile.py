@@ -331,6 +331,21 @@ def _lambdified(expr: sp.Expr) -> Any:
     return _LAMBDA_CACHE[expr]
 
 
+def gemm_fit_in_use(profile: Profile, gemm: Any) -> Mapping[str, Any] | None:
+    """The profile's GEMM fit whose parameters are `gemm` (a GemmEfficiency of the hardware the
+    profile made), or None when the hardware's GEMM model did not come from one of its fits."""
+    import dataclasses
+
+    wanted = dataclasses.asdict(gemm)
+    for fit in profile.fits.values():
+        if fit["kind"] != "gemm":
+            continue
+        params = {**wanted, **{k: float(v) for k, v in fit["params"].items()}}
+        if params == wanted:
+            return fit
+    return None
+
+
 def is_extrapolation(profile: Profile, op: str, nbytes: Any, scope: str | None = None) -> Any:
     """True where nbytes lies outside the sizes the profile's fit of `op` (and scope) saw.
 
@@ -354,6 +369,7 @@ def is_extrapolation(profile: Profile, op: str, nbytes: Any, scope: str | None =
 
 __all__ = [
     "FORMAT",
+    "gemm_fit_in_use",
     "VERSION",
     "Profile",
     "apply_profile",

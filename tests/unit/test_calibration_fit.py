@@ -206,6 +206,8 @@ def test_large_tile_kernel_switches_at_its_flops_and_epilogue_adds_per_output_el
     assert t(2.0**31) == pytest.approx(flops / (1e15 * large) + epi * m * n)  # at the switch
     assert t(2.0**31 + 1) == pytest.approx(flops / (1e15 * small) + epi * m * n)  # below it
     assert t(0) == pytest.approx(flops / (1e15 * small) + epi * m * n)  # 0: one kernel
+    # regression: 0.0 from a profile is 0 too (sympy's Float(0.0) != Integer(0))
+    assert t(0.0) == pytest.approx(flops / (1e15 * small) + epi * m * n)
     # the large kernel's own parallel half: 2^20 output elements at a half of 2^20 halve it
     eff = gemm_efficiency(m, n, k, small, 0, 1, parallel_half=1.0, large_flops=2.0**30,
                           large_max_fraction=large, large_parallel_half=2.0**20)

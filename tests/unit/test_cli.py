@@ -131,8 +131,26 @@ def test_a_gemm_only_profile_flags_no_collective_as_extrapolated(run_cli, tmp_pa
     made = run_cli("calibrate", "import-gemm", table, "--out", tmp_path / "g.json",
                    "--base", "dgx-h100")
     assert made.returncode == 0, made.stderr
+    out = run_cli("predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--profile",
+                  tmp_path / "g.json", "--gpus", "8", "--tp", "8", "--global-batch", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    # llama2-7b's GEMMs on 8 ranks (1.7e10-1.3e11 FLOP) lie inside the sweep's (3.4e7-5.5e11)
+    assert json.loads(out.stdout)["extrapolations"] == []
+    assert "extrapolated" not in out.stderr
+
+
+def test_gemms_outside_the_profiles_gemm_fit_are_flagged(run_cli, tmp_path):
+    """tiny-gpt's GEMMs on 8 ranks (qkv: 2 x 128 x 96 x 256 = 6.3e6 FLOP) are smaller than the
+    smallest shape of the H100 sweep (2 x 256^3 = 3.4e7 FLOP): extrapolated, and said so."""
+    from tests.conftest import ROOT
+
+    table = ROOT / "tests/data/gemm/xla-matmul-perf-table-h100-sm90-bf16-f32-fp8.csv"
+    made = run_cli("calibrate", "import-gemm", table, "--out", tmp_path / "g.json",
+                   "--base", "dgx-h100")
+    assert made.returncode == 0, made.stderr
     out = run_cli("predict", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--profile",
                   tmp_path / "g.json", "--gpus", "8", "--tp", "8", "--global-batch", "8", "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["extrapolations"] == []
-    assert "extrapolated" not in out.stderr
+    notes = json.loads(out.stdout)["extrapolations"]
+    assert notes and all(n.startswith("gemm ") and "bf16 GEMM fit" in n for n in notes)
+    assert any(n.startswith("gemm qkv (1 x 128 x 96 x 256, 6.29e+06 FLOP)") for n in notes)

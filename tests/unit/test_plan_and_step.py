@@ -161,3 +161,25 @@ def test_selective_recompute_with_flash_attention_keeps_no_attention_statistics(
     assert (none.memory_breakdown_bytes["activations/layers"]
             - none_flash.memory_breakdown_bytes["activations/layers"]) == pytest.approx(
         layers * ((2 * 2 + 1) * a * s**2 - 4 * a * s))
+
+
+def test_gemm_shapes_add_up_to_narayanans_layer_flops():
+    """One layer's forward GEMMs on one of tp ranks: (24 T h^2 + 4 T s h) / tp FLOPs with
+    kv = a, ungated, f = 4h (Narayanan et al. 2021, Eq. 3, per layer and forward); the 2D grid
+    gives each rank the same FLOPs as 1D, cut into q SUMMA steps."""
+    from perfmodel.predict import gemm_shapes
+
+    model = load_model("gpt3-175b")  # h 12288, a 96, f 4h, s 2048, not gated
+    assert model.ffn_hidden == 4 * model.hidden and model.kv_heads == model.heads
+    h, s = model.hidden, model.seq_len
+    plan = Plan(gpus=16, tp=16, global_batch=16, micro_batch=4)
+    T = plan.micro_batch * s
+    layer = [g for g in gemm_shapes(model, plan) if g["name"] != "logits"]
+    assert sum(g["flops"] for g in layer) == pytest.approx((24 * T * h**2 + 4 * T * s * h) / 16)
+    logits = next(g for g in gemm_shapes(model, plan) if g["name"] == "logits")
+    assert logits["flops"] == pytest.approx(2 * T * h * model.vocab / 16)
+    grid = gemm_shapes(model, Plan(gpus=16, tp=16, tp_layout="2d", global_batch=16, micro_batch=4))
+    qkv = next(g for g in grid if g["name"] == "qkv")
+    assert qkv["batch"] == 4  # q = 4 SUMMA steps
+    assert sum(g["flops"] for g in grid if g["name"] != "logits") == pytest.approx(
+        sum(g["flops"] for g in layer))
