@@ -122,18 +122,24 @@ def test_predict_with_a_profile_flags_extrapolated_collectives(run_cli, tmp_path
     assert "note:" in out.stderr
 
 
-def test_a_gemm_only_profile_flags_no_collective_as_extrapolated(run_cli, tmp_path):
-    # regression: a profile without collective fits (import-gemm) noted every collective of the
-    # plan as "extrapolated", although the collectives are simply the preset's links
+def _h100_gemm_profile_predict(run_cli, tmp_path, model):
+    """import-gemm of the H100 sweep, then predict --json of `model` on 8 ranks (tp 8) with it."""
     from tests.conftest import ROOT
 
     table = ROOT / "tests/data/gemm/xla-matmul-perf-table-h100-sm90-bf16-f32-fp8.csv"
     made = run_cli("calibrate", "import-gemm", table, "--out", tmp_path / "g.json",
                    "--base", "dgx-h100")
     assert made.returncode == 0, made.stderr
-    out = run_cli("predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--profile",
+    out = run_cli("predict", "--model", model, "--hardware", "dgx-h100", "--profile",
                   tmp_path / "g.json", "--gpus", "8", "--tp", "8", "--global-batch", "8", "--json")
     assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_a_gemm_only_profile_flags_no_collective_as_extrapolated(run_cli, tmp_path):
+    # regression: a profile without collective fits (import-gemm) noted every collective of the
+    # plan as "extrapolated", although the collectives are simply the preset's links
+    out = _h100_gemm_profile_predict(run_cli, tmp_path, "llama2-7b")
     # llama2-7b's GEMMs on 8 ranks (1.7e10-1.3e11 FLOP) lie inside the sweep's (3.4e7-5.5e11)
     assert json.loads(out.stdout)["extrapolations"] == []
     assert "extrapolated" not in out.stderr
@@ -142,15 +148,8 @@ def test_a_gemm_only_profile_flags_no_collective_as_extrapolated(run_cli, tmp_pa
 def test_gemms_outside_the_profiles_gemm_fit_are_flagged(run_cli, tmp_path):
     """tiny-gpt's GEMMs on 8 ranks (qkv: 2 x 128 x 96 x 256 = 6.3e6 FLOP) are smaller than the
     smallest shape of the H100 sweep (2 x 256^3 = 3.4e7 FLOP): extrapolated, and said so."""
-    from tests.conftest import ROOT
-
-    table = ROOT / "tests/data/gemm/xla-matmul-perf-table-h100-sm90-bf16-f32-fp8.csv"
-    made = run_cli("calibrate", "import-gemm", table, "--out", tmp_path / "g.json",
-                   "--base", "dgx-h100")
-    assert made.returncode == 0, made.stderr
-    out = run_cli("predict", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--profile",
-                  tmp_path / "g.json", "--gpus", "8", "--tp", "8", "--global-batch", "8", "--json")
-    assert out.returncode == 0, out.stderr
+    out = _h100_gemm_profile_predict(run_cli, tmp_path, "tiny-gpt")
     notes = json.loads(out.stdout)["extrapolations"]
     assert notes and all(n.startswith("gemm ") and "bf16 GEMM fit" in n for n in notes)
     assert any(n.startswith("gemm qkv (1 x 128 x 96 x 256, 6.29e+06 FLOP)") for n in notes)
+    assert "extrapolated" in out.stderr
