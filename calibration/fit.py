@@ -343,6 +343,11 @@ class GemmModel:
         b, m, n, k = (records[c].to_numpy(float) for c in ("b", "m", "n", "k"))
         return self._time(self.x_, self.split_k_ratio_, self.large_flops_, b, m, n, k)
 
+    @property
+    def peak_fraction_(self) -> float:
+        """The highest fraction of peak the fit reaches: the faster kernel's max_fraction."""
+        return max(self.params_["max_fraction"], self.params_["large_max_fraction"])
+
     def efficiency(self) -> GemmEfficiency:
         return GemmEfficiency(half_dim=0.0, **self.params_)
 

@@ -179,11 +179,10 @@ def import_gemm(
                 "holdout_median_rel_error": hold["median_rel_error"],
             }
         )
-        top = max(model.params_["max_fraction"], model.params_["large_max_fraction"])
-        if top > 1.0:
+        if model.peak_fraction_ > 1.0:
             notes.append(
                 f"{name}: measured FLOP/s exceed the {peak_source} peak "
-                f"(max_fraction {top:.2f}): suspect data or "
+                f"(max_fraction {model.peak_fraction_:.2f}): suspect data or "
                 "wrong peak; not written to the hardware section"
             )
             continue

@@ -345,8 +345,7 @@ def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: l
             continue
         bpe = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}.get(dtype, 4.0)
         model = GemmModel(best, math.inf, bpe).fit(rows)
-        params = model.params_
-        top = max(params["max_fraction"], params["large_max_fraction"])
+        params, top = model.params_, model.peak_fraction_
         # measured device: the peak is the fitted asymptote (of the faster kernel), max_fraction
         # 1 (same model)
         peaks[dtype] = best * top

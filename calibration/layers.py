@@ -33,9 +33,8 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.errors import DataError
+from perfmodel.specs.hardware import LAYER_PARTS
 
-PARTS = ("layer", "embedding", "output")
-STYLES = ("plain", "tp", "tp_sp")
 HEAD_DIM = 32
 
 
@@ -91,7 +90,7 @@ def layer_count(sweep: Any, world: int, local_world: int) -> int:
         for style, d in variants(world, local_world)
         for size in sizes
         if heads_for(size.hidden, d) is not None
-        for _ in PARTS
+        for _ in LAYER_PARTS
     )
     return parts + (len(FSDP_MODES) * len(fsdp_sizes(sweep)) if world > 1 else 0)  # FSDP
 
@@ -217,7 +216,7 @@ def bench_layers(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
             if heads is None:
                 continue
             spec = _spec(size, heads)
-            for part in PARTS:
+            for part in LAYER_PARTS:
                 forward, backward = _part_step(
                     ctx, part, spec, size, meshes.get(degree), style == "tp_sp"
                 )

@@ -165,7 +165,7 @@ def profile_extrapolations(profile: str | None, model: Any, hardware: Any, plan:
 
     prof = profiles.load_profile(Path(profile))
     notes = _collective_extrapolations(prof, model, hardware, plan) + \
-        _gemm_extrapolations(prof, model, hardware, plan)
+        _gemm_extrapolations(prof, model, hardware, plan) + _layer_extrapolations(prof, model, plan)
     return list(dict.fromkeys(notes))  # a collective issued in forward and backward: one note
 
 
@@ -203,6 +203,38 @@ def _gemm_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) -> lis
             notes.append(f"gemm {g['name']} ({g['batch']:g} x {g['m']:g} x {g['n']:g} x "
                          f"{g['k']:g}, {g['flops']:.3g} FLOP) is outside the sizes the profile's "
                          f"{dtype} GEMM fit measured ({lo:.3g}-{hi:.3g} FLOP): "
+                         "extrapolated")
+    return notes
+
+
+def _layer_extrapolations(prof: Any, model: Any, plan: Any) -> list[str]:
+    """Parts whose measured framework costs (calibrate run, stage layers) the plan uses outside
+    the tokens per micro-batch, widths or tensor-parallel degrees they were measured at."""
+    from perfmodel.specs.hardware import LAYER_PARTS
+
+    # the style perfmodel.step charges: tp or tp_sp for Megatron 1D with tp > 1, else plain
+    style = "plain" if plan.tp == 1 or plan.tp_layout.value != "1d" else (
+        "tp_sp" if plan.sequence_parallel else "tp")
+    tokens, hidden = plan.micro_batch * model.seq_len, model.hidden
+    notes = []
+    for part in LAYER_PARTS:
+        fits = [f for f in prof.fits.values()
+                if f["kind"] == "layer" and f.get("part") == part and f.get("style") == style]
+        if not fits:
+            continue
+        lo, hi = min(f["size_range"][0] for f in fits), max(f["size_range"][1] for f in fits)
+        widths = [f["hidden_range"] for f in fits if "hidden_range" in f]
+        degrees = sorted({int(f["tp"]) for f in fits})
+        outside = []
+        if not lo <= tokens <= hi:
+            outside.append(f"{tokens} tokens per micro-batch (measured {lo}-{hi})")
+        if widths and not min(w[0] for w in widths) <= hidden <= max(w[1] for w in widths):
+            outside.append(f"hidden {hidden} (measured {min(w[0] for w in widths)}-"
+                           f"{max(w[1] for w in widths)})")
+        if not degrees[0] <= plan.tp <= degrees[-1] and style != "plain":
+            outside.append(f"tp {plan.tp} (measured {', '.join(map(str, degrees))})")
+        if outside:
+            notes.append(f"framework cost of the {part} ({style}) at {', '.join(outside)}: "
                          "extrapolated")
     return notes
 

@@ -104,6 +104,7 @@ def precision_of(plan: Plan) -> str:
 
 def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dict[str, float]:
     """The numeric value of every symbol, by symbol name (see perfmodel.symbols)."""
+    from perfmodel import symbols as S
     from perfmodel.costs.precision import model_state_bytes_per_param, optimizer_step_bytes_per_param
 
     placement = axis_per_node(plan, hardware.gpus_per_node)
@@ -170,10 +171,8 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
     if not gemm.splits_k:
         vals["gemm_split_k_chunk"] = 1.0
     for cost in hardware.layer_costs:
-        key = f"lc_{cost.part}_{cost.style}_{cost.tp}"
-        vals.update({f"{key}_forward_overhead_s": cost.forward_overhead_s,
-                     f"{key}_backward_overhead_s": cost.backward_overhead_s,
-                     f"{key}_compute_scale": cost.compute_scale})
+        vals.update(zip(S.layer_cost_names(cost.part, cost.style, cost.tp),
+                        (getattr(cost, name) for name in S.LAYER_COST_FIELDS), strict=True))
     for fit in hardware.collectives:
         key = f"fit_{fit.op}_{fit.scope}"
         two = fit.breakpoint_bytes > 0

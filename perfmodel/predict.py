@@ -200,20 +200,16 @@ def gemm_shapes(model: TransformerSpec | str | Path,
     T = b * s
     gemms = {g.name: g for g in K.layer_gemms(T, b, s, h, model.heads, model.kv_heads,
                                                 model.ffn_hidden, tp, model.gated_mlp)}
-    qa, _, qc = grid_degrees(plan)
-    for name, K_, M_ in LY.linear_shapes(h, model.heads, model.kv_heads, model.ffn_hidden,
-                                         model.gated_mlp):
-        if plan.tp_layout.value == "2d":
-            gemms[name] = LY.summa_gemm(name, T, K_, M_, qa, qc)
-        elif plan.tp_layout.value == "3d":
-            gemms[name] = LY.cube_gemm(name, T, K_, M_, qa)
+    layout = plan.tp_layout.value
+    if layout != "1d":  # the grid layouts replace the four linear layers' GEMMs
+        qa, _, qc = grid_degrees(plan)
+        for name, K_, M_ in LY.linear_shapes(h, model.heads, model.kv_heads, model.ffn_hidden,
+                                             model.gated_mlp):
+            gemms[name] = LY.grid_gemms(name, T, K_, M_, qa, qc)[layout]
     gemms["logits"] = K.logits_gemm(T, h, model.vocab, tp)
-    out = []
-    for g in gemms.values():
-        dims = {key: float(sp.sympify(getattr(g, key))) for key in ("batch", "m", "n", "k")}
-        out.append({"name": g.name, **dims,
-                    "flops": 2 * dims["batch"] * dims["m"] * dims["n"] * dims["k"]})
-    return out
+    return [{"name": g.name, **{key: float(sp.sympify(getattr(g, key)))
+                                for key in ("batch", "m", "n", "k")},
+             "flops": float(sp.sympify(g.flops))} for g in gemms.values()]
 
 
 _LEDGER_META: dict[Any, list[Any]] = {}

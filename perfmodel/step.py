@@ -157,11 +157,11 @@ def _open_scope_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Exp
     return options[0] if len(options) == 1 else sp.Min(*options, evaluate=False)
 
 
-# the optional terms of the GEMM model and their parameters
+# the optional terms of the GEMM model: the Family flag that says a hardware has one, its parameters
 _GEMM_OPTIONAL = {
-    "split_k": ("split_k_ratio", "split_k_chunk"),
-    "large_kernel": ("large_flops", "large_max_fraction", "large_parallel_half"),
-    "epilogue": ("epilogue_s",),
+    "gemm_split_k": ("split_k_ratio", "split_k_chunk"),
+    "gemm_large_kernel": ("large_flops", "large_max_fraction", "large_parallel_half"),
+    "gemm_epilogue": ("epilogue_s",),
 }
 
 
@@ -169,10 +169,8 @@ def device(fam: Family | None = None) -> K.Device:
     """The device's symbols. The optional terms of the GEMM model (perfmodel.costs.gemm_efficiency:
     split-K, the large-tile kernel, the epilogue) enter the expressions only for hardware whose
     GEMM fit has them (Family.gemm_split_k, gemm_large_kernel, gemm_epilogue)."""
-    used = {"split_k": fam is not None and fam.gemm_split_k,
-            "large_kernel": fam is not None and fam.gemm_large_kernel,
-            "epilogue": fam is not None and fam.gemm_epilogue}
-    dropped = {name for term, names in _GEMM_OPTIONAL.items() if not used[term] for name in names}
+    dropped = {name for flag_, names in _GEMM_OPTIONAL.items()
+               if fam is None or not getattr(fam, flag_) for name in names}
     gemm = {name: sym for name, sym in S.GEMM.items() if name not in dropped}
     return K.Device(S.F, S.W, S.t_k, gemm)
 
@@ -212,8 +210,9 @@ def build(fam: Family) -> Model:
     linears = LY.linear_shapes(h, a, kv, f, gated)
     if fam.tp_layout != "1d":  # the grid layouts replace the four linear layers' GEMMs
         for name, K_, M_ in linears:
-            grid_t = grid2 * K.gemm_time(LY.summa_gemm(name, T, K_, M_, qa, qc), e, dev) \
-                + grid3 * K.gemm_time(LY.cube_gemm(name, T, K_, M_, qa), e, dev)
+            grid = LY.grid_gemms(name, T, K_, M_, qa, qc)
+            grid_t = grid2 * K.gemm_time(grid["2d"], e, dev) \
+                + grid3 * K.gemm_time(grid["3d"], e, dev)
             gemm_t[name] = mega * gemm_t[name] + grid_t
     ew = K.elementwise_bytes(T, b, s, h, a, f, tp, e, sequence_parallel=dist, flash=flash, gated=gated)
     attention_ew = ew["softmax"] + ew["attention_dropout"]

@@ -134,15 +134,23 @@ def fit_symbols(op: str, scope: str) -> tuple[sp.Symbol, ...]:
     return tuple(_TABLE[name][0] for name, _, _ in names)
 
 
+LAYER_COST_FIELDS = ("forward_overhead_s", "backward_overhead_s", "compute_scale")
+
+
+def layer_cost_names(part: str, style: str, tp: int) -> tuple[str, ...]:
+    """The table names of one LayerCost's symbols, in the order of LAYER_COST_FIELDS."""
+    return tuple(f"lc_{part}_{style}_{tp}_{name}" for name in LAYER_COST_FIELDS)
+
+
 def layer_cost_symbols(part: str, style: str, tp: int) -> tuple[sp.Symbol, sp.Symbol, sp.Symbol]:
     """The measured forward and backward overheads [s] and compute scale of one part in one
     tensor-parallel style and degree (HardwareSpec.layer_costs), registered on first use."""
-    key = f"lc_{part}_{style}_{tp}"
-    names = [(f"{key}_forward_overhead_s", f"c^fwd_{{{part},{style},{tp}}}",
+    fwd, bwd, scale = layer_cost_names(part, style, tp)
+    names = [(fwd, f"c^fwd_{{{part},{style},{tp}}}",
               f"measured fixed cost of the forward of one {part} ({style}, tp {tp}) [s]"),
-             (f"{key}_backward_overhead_s", f"c^bwd_{{{part},{style},{tp}}}",
+             (bwd, f"c^bwd_{{{part},{style},{tp}}}",
               f"measured fixed cost of the backward of one {part} ({style}, tp {tp}) [s]"),
-             (f"{key}_compute_scale", f"s_{{{part},{style},{tp}}}",
+             (scale, f"s_{{{part},{style},{tp}}}",
               f"measured compute time of one {part} ({style}, tp {tp}) over its roofline")]
     for name, latex, meaning in names:
         if name not in _TABLE:

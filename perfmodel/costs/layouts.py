@@ -61,6 +61,13 @@ def cube_gemm(name: str, N: sp.Expr, K: sp.Expr, M: sp.Expr, q: sp.Expr) -> Gemm
     return Gemm(name, N / q, M / q, K / q)
 
 
+def grid_gemms(name: str, N: sp.Expr, K: sp.Expr, M: sp.Expr, qa: sp.Expr,
+               qc: sp.Expr) -> dict[str, Gemm]:
+    """A linear layer's GEMM on one rank of each grid layout: {"2d": SUMMA (2.5D with depth qc),
+    "3d": the cube}; qa, qc: the grid's first and third axes (perfmodel.evaluate.grid_degrees)."""
+    return {"2d": summa_gemm(name, N, K, M, qa, qc), "3d": cube_gemm(name, N, K, M, qa)}
+
+
 def summa_comm(N: sp.Expr, K: sp.Expr, M: sp.Expr, e: sp.Expr, q: sp.Expr,
                depth: sp.Expr) -> list[GridComm]:
     x_block = e * N * K / (q * q * depth)

@@ -334,8 +334,6 @@ def _lambdified(expr: sp.Expr) -> Any:
 def gemm_fit_in_use(profile: Profile, gemm: Any) -> Mapping[str, Any] | None:
     """The profile's GEMM fit whose parameters are `gemm` (a GemmEfficiency of the hardware the
     profile made), or None when the hardware's GEMM model did not come from one of its fits."""
-    import dataclasses
-
     wanted = dataclasses.asdict(gemm)
     for fit in profile.fits.values():
         if fit["kind"] != "gemm":

@@ -153,3 +153,23 @@ def test_gemms_outside_the_profiles_gemm_fit_are_flagged(run_cli, tmp_path):
     assert notes and all(n.startswith("gemm ") and "bf16 GEMM fit" in n for n in notes)
     assert any(n.startswith("gemm qkv (1 x 128 x 96 x 256, 6.29e+06 FLOP)") for n in notes)
     assert "extrapolated" in out.stderr
+
+
+def test_framework_costs_outside_what_calibrate_run_measured_are_flagged(run_cli):
+    """docs/examples/cpu.json measured the layer under 1D tensor parallelism at tp 2, 128-512
+    tokens per micro-batch and hidden 128-384; tiny-gpt is hidden 256, 128 tokens per sample."""
+    from tests.conftest import ROOT
+
+    def notes(*plan):
+        out = run_cli("predict", "--model", "tiny-gpt", "--profile",
+                      ROOT / "docs/examples/cpu.json", *plan, "--global-batch", "8", "--json")
+        assert out.returncode == 0, out.stderr
+        return [n for n in json.loads(out.stdout)["extrapolations"] if "framework cost" in n]
+
+    assert notes("--gpus", "2", "--tp", "2") == []  # 128 tokens, hidden 256, tp 2: inside
+    assert notes("--gpus", "2", "--tp", "2", "--micro-batch", "8") == [
+        "framework cost of the layer (tp) at 1024 tokens per micro-batch (measured 128-512): "
+        "extrapolated"]
+    assert notes("--gpus", "4", "--tp", "4") == [
+        "framework cost of the layer (tp) at tp 4 (measured 2): extrapolated"]
+    assert notes("--gpus", "2", "--dp", "2") == []  # plain: no measurement, nothing to flag
