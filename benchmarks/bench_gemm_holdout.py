@@ -101,7 +101,9 @@ def main() -> None:
     console.print(f"{within} of {len(rows)} sweeps within {TARGET:.0%} (median over the held-out "
                   f"shapes; seeds {args.seeds}, {args.folds} folds)")
     if args.csv:
-        pd.DataFrame(rows).to_csv(args.csv, index=False)
+        from perfmodel.files import write_atomic
+
+        write_atomic(args.csv, pd.DataFrame(rows).to_csv(index=False), what="CSV")
         console.print(f"wrote {args.csv}")
 
 

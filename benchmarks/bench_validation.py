@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             check=True,
         )
     from perfmodel import Plan, load_hardware, load_model
+    from perfmodel.files import write_atomic
     from perfmodel.specs.profile import apply_profile, load_profile
     from validation import report as rep
     from validation import run
@@ -252,9 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    rep.write_atomic(args.out, pd.DataFrame(rows).to_csv(index=False))
+    write_atomic(args.out, pd.DataFrame(rows).to_csv(index=False))
     runs_path = args.out.with_name(args.out.stem + "-runs.csv")
-    rep.write_atomic(runs_path, pd.DataFrame(runs).to_csv(index=False))
+    write_atomic(runs_path, pd.DataFrame(runs).to_csv(index=False))
     print(f"table: {args.out} (every run: {runs_path})")
     return 0
 

@@ -4,33 +4,18 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import platform
 import socket
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from perfmodel.files import write_atomic
 from perfmodel.specs.profile import FORMAT, VERSION, profile_from_dict
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through a temp file in the same directory, then os.replace: never a half file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def git_revision() -> str | None:
@@ -102,7 +87,8 @@ def write_profile(
     csv_name = None
     if measurements is not None:
         csv_name = f"{path.stem}.measurements.csv"
-        atomic_write(path.parent / csv_name, lambda p: measurements.to_csv(p, index=False))
+        write_atomic(path.parent / csv_name, measurements.to_csv(index=False),
+                     what="profile measurements", make_parents=True)
     doc = _clean(
         {
             "format": FORMAT,
@@ -116,5 +102,5 @@ def write_profile(
     )
     profile_from_dict(doc, f"profile {path}", path)  # never write what we could not read back
     text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
-    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+    write_atomic(path, text, what="profile", make_parents=True)
     return path

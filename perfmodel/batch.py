@@ -6,13 +6,12 @@ import csv
 import io
 import json
 import math
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import DataError, PerfmodelError
+from perfmodel.files import write_atomic
 
 PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
                 "sequence_parallel", "recompute", "zero", "dtype", "flash_attention",
@@ -20,34 +19,6 @@ PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedu
 MODEL_COLUMNS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads")
 RESULT_COLUMNS = ("step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",
                   "tflops_per_gpu", "mfu", "memory_per_gpu_bytes", "fits_in_memory")
-
-
-def _umask_mode() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a whole file or nothing: a temporary file in the same directory, then rename."""
-    write_bytes_atomic(path, text.encode("utf-8"))
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Binary twin of write_text_atomic."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise DataError(f"output directory does not exist: {directory}")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, _umask_mode())  # mkstemp creates 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
@@ -144,7 +115,7 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
         writer.writerows(results)
         text = buffer.getvalue()
     if out:
-        write_text_atomic(out, text)
+        write_atomic(out, text, what="results")
         print(f"wrote {len(results)} rows ({failures} failed) to {out}", file=sys.stderr)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -3,7 +3,8 @@
 Exit codes: 0 success; 1 internal error (a bug: please report it); 2 usage error (bad flag or
 value); 3 spec error (hardware/model/profile file or preset); 4 plan error (a rule of the parallel
 plan); 5 data error (CSV, log or table input); 6 the validation job failed (validation.run);
-130 interrupted (Ctrl-C or SIGTERM). Tracebacks only with --debug.
+7 an output cannot be written (perfmodel.files.write_atomic); 130 interrupted (Ctrl-C or
+SIGTERM). Tracebacks only with --debug.
 """
 
 from __future__ import annotations
@@ -471,9 +472,9 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
                            "speedup": (rec.top[0].step_time_s / alt.top[0].step_time_s)
                            if rec.top and alt.top else None}
     if csv_path:
-        from perfmodel.batch import write_text_atomic
+        from perfmodel.files import write_atomic
 
-        write_text_atomic(Path(csv_path), rec.result.frame().to_csv(index=False))
+        write_atomic(csv_path, rec.result.frame().to_csv(index=False), what="plans CSV")
     if plot_path:
         from perfmodel.plot import pareto_plot
 
@@ -618,9 +619,9 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
                     variant=collective_variant, contributors=contributors, dtype=dtype)
     frame = run_sweep(spec, hw, plan, values, best_pr=best_pr)
     if csv_path:
-        from perfmodel.batch import write_text_atomic
+        from perfmodel.files import write_atomic
 
-        write_text_atomic(Path(csv_path), frame.to_csv(index=False))
+        write_atomic(csv_path, frame.to_csv(index=False), what="sweep CSV")
     if plot_path:
         from perfmodel.plot import sweep_plot
 

@@ -25,3 +25,10 @@ class DataError(PerfmodelError, ValueError):
     """An input data file (CSV of plans, log, table) is malformed."""
 
     exit_code = 5
+
+
+class OutputError(PerfmodelError):
+    """An output cannot be written: its directory is missing or read-only, the disk is full, or the
+    path is a directory, device, FIFO or socket (perfmodel.files.write_atomic refuses those)."""
+
+    exit_code = 7

@@ -11,7 +11,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -19,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from perfmodel.errors import OutputError
+from perfmodel.files import write_atomic
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import BYTES_PER_ELEMENT, Dtype, Plan
@@ -105,7 +106,10 @@ def precision_of(plan: Plan) -> str:
 def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dict[str, float]:
     """The numeric value of every symbol, by symbol name (see perfmodel.symbols)."""
     from perfmodel import symbols as S
-    from perfmodel.costs.precision import model_state_bytes_per_param, optimizer_step_bytes_per_param
+    from perfmodel.costs.precision import (
+        model_state_bytes_per_param,
+        optimizer_step_bytes_per_param,
+    )
 
     placement = axis_per_node(plan, hardware.gpus_per_node)
     gemm = hardware.gemm(plan.dtype.value)
@@ -257,18 +261,6 @@ def cache_dir() -> Path | None:
     return Path(root)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def cached(name: str, load: Callable[[Path], Any], build: Callable[[], tuple[Any, str]]) -> Any:
     """Generated code from the disk cache, `load(path)`; else what `build()` makes, whose source
     (its second item) is then filed under `name` for the next process."""
@@ -282,8 +274,8 @@ def cached(name: str, load: Callable[[Path], Any], build: Callable[[], tuple[Any
     made, source = build()
     if path is not None:
         try:
-            _write_atomic(path, source)
-        except OSError:
+            write_atomic(path, source, what="compiled-code cache", make_parents=True)
+        except OutputError:
             pass  # a read-only cache directory only costs speed
     return made
 

@@ -1,19 +1,112 @@
-"""Files several processes share: an advisory lock (fcntl.flock) beside the file.
+"""Files: the one atomic writer every output goes through, and an advisory lock for files that
+several processes share.
 
-The lock is the kernel's, held by an open file descriptor: it is released when its process exits,
-however it exits (a crash, SIGKILL), so a lock file left behind is never stale; it is reused.
+Writing: `write_atomic(path, data)` writes a whole file or nothing (a temporary file in the target's
+directory, flushed to disk, then renamed over the target). It refuses a target that is a directory,
+a device, a FIFO or a socket (as root, replacing /dev/null with a file would break the machine),
+writes through a symbolic link to the file it points to (the link stays a link), keeps an existing
+file's mode and owner, and turns a missing or read-only directory or a full disk into one line
+(OutputError, exit 7). tests/unit/test_faults.py reads the sources so that no other writer appears.
+
+Locking: the lock is the kernel's, held by an open file descriptor: it is released when its process
+exits, however it exits (a crash, SIGKILL), so a lock file left behind is never stale; it is reused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import stat
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import OutputError, PerfmodelError
+
+# --- writing -------------------------------------------------------------------------------------
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISSOCK, "a socket"))
+_REASONS = {errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+            errno.EROFS: "the file system is read-only", errno.ENOSPC: "no space left on device",
+            errno.EDQUOT: "disk quota exceeded", errno.ENAMETOOLONG: "the file name is too long",
+            errno.ENOTDIR: "a part of the path is not a directory"}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _target(path: Path, what: str) -> tuple[Path, os.stat_result | None]:
+    """The regular file a write lands in (a symlink's target) and its status if it exists."""
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        return target, None
+    except OSError as exc:
+        raise OutputError(f"cannot write {what} {path}: "
+                          f"{_REASONS.get(exc.errno or 0, exc.strerror)}") from None
+    for test, kind in _KINDS:
+        if test(st.st_mode):
+            raise OutputError(f"refusing to write {what} {path}: it is {kind}; give the path of "
+                              "a regular file")
+    return target, st
+
+
+def write_atomic(path: str | Path, data: str | bytes, *, what: str = "output",
+                 make_parents: bool = False) -> Path:
+    """Write data (text as UTF-8) to path as a whole file or not at all; returns path.
+
+    make_parents creates missing directories (for files perfmodel lays out itself: run
+    directories, the cache); a user's output path must name an existing directory.
+    Raises OutputError naming the path and the reason.
+    """
+    path = Path(path)
+    target, st = _target(path, what)
+    directory = target.parent if str(target.parent) else Path(".")
+    if make_parents:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"cannot create the directory of {what} {path}: "
+                              f"{_REASONS.get(exc.errno or 0, exc.strerror)}") from None
+    if not directory.is_dir():
+        raise OutputError(f"output directory does not exist: {directory} (for {what} {path})")
+    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            if st is not None:  # an existing file keeps its mode and, where allowed, its owner
+                os.fchmod(fh.fileno(), stat.S_IMODE(st.st_mode))
+                with contextlib.suppress(PermissionError):
+                    if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+                        os.fchown(fh.fileno(), st.st_uid, st.st_gid)
+            else:  # mkstemp creates 0600: give a new file the mode open() would
+                os.fchmod(fh.fileno(), 0o666 & ~_umask())
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        reason = _REASONS.get(exc.errno or 0, exc.strerror or str(exc))
+        raise OutputError(f"cannot write {what} {path}: {reason}") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return path
+
+
+# --- locking -------------------------------------------------------------------------------------
 
 
 def lock_path(path: Path) -> Path:
@@ -52,4 +145,4 @@ def file_lock(path: Path, *, wait_s: float = 30.0, what: str = "") -> Iterator[N
         os.close(fd)  # closing the descriptor releases the lock
 
 
-__all__ = ["file_lock", "lock_path"]
+__all__ = ["file_lock", "lock_path", "write_atomic"]

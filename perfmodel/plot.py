@@ -58,10 +58,10 @@ def figure_bytes(fig: Any, fmt: str = "png") -> bytes:
 
 def save_figure(fig: Any, path: str | Path) -> Path:
     """Render to memory, then write the file atomically: never a half-written image."""
-    from perfmodel.batch import write_bytes_atomic
+    from perfmodel.files import write_atomic
 
     path = Path(path)
-    write_bytes_atomic(path, figure_bytes(fig, _FORMATS.get(path.suffix.lower(), "png")))
+    write_atomic(path, figure_bytes(fig, _FORMATS.get(path.suffix.lower(), "png")), what="plot")
     return path
 
 

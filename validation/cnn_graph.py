@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +40,8 @@ from torch.nn.modules.pooling import (
     _AvgPoolNd,
     _MaxPoolNd,
 )
+
+from perfmodel.files import write_atomic
 
 F32 = 4
 
@@ -185,7 +186,7 @@ def to_dict(
 
 
 def write(path: str | Path, graph: dict[str, Any]) -> None:
-    """JSON, or YAML for a .yaml/.yml path; atomically (temp file + os.replace)."""
+    """JSON, or YAML for a .yaml/.yml path, through perfmodel's one atomic writer."""
     path = Path(path)
     if path.suffix in (".yaml", ".yml"):
         import yaml
@@ -193,9 +194,7 @@ def write(path: str | Path, graph: dict[str, Any]) -> None:
         text = yaml.safe_dump(graph, sort_keys=False)
     else:
         text = json.dumps(graph, indent=1) + "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_atomic(path, text, what="layer graph")
 
 
 # --- builders in plain torch (torchvision's architectures, without torchvision) ------------------

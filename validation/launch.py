@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfmodel.files import write_atomic
+
 JOB_FILE = Path(__file__).with_name("job.py")
 GRACE_S = 5.0  # after the first failure, how long the other ranks get to fail on their own
 
@@ -223,9 +225,8 @@ def _launch_once(
     for stale in [*out_dir.glob("rank*.json"), out_dir / "results.json"]:
         stale.unlink(missing_ok=True)
     cfg_path = out_dir / "config.json"
-    tmp = cfg_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**config, "output_dir": str(out_dir)}, indent=1))
-    os.replace(tmp, cfg_path)
+    write_atomic(cfg_path, json.dumps({**config, "output_dir": str(out_dir)}, indent=1),
+                 what="job config")
     threads = max(1, (os.cpu_count() or 1) // nprocs)
     env = {
         **os.environ,

@@ -13,11 +13,12 @@ import csv
 import datetime
 import io
 import json
-import os
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from perfmodel.files import write_atomic
 
 # Each measured term and the prefixes of the prediction's breakdown_s names it is compared with.
 # Names of the breakdown that match no prefix go to "other" (e.g. overhead/kernels).
@@ -30,17 +31,6 @@ TERMS: list[tuple[str, tuple[str, ...]]] = [
     ("optimizer", ("optimizer/",)),
     ("other", ()),
 ]
-
-
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """The whole file or nothing: a temporary file beside it, then os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def relative_error(measured: float | None, predicted: float | None) -> float | None:
@@ -295,8 +285,10 @@ def append_history(report: dict[str, Any], path: Path) -> None:
                             "--history")
         if old and not old.endswith("\n"):
             old += "\n"
-        write_atomic(path, (old or header.getvalue()) + line.getvalue())
+        write_atomic(path, (old or header.getvalue()) + line.getvalue(), what="validation history",
+                     make_parents=True)
 
 
 def save(report: dict[str, Any], path: Path) -> None:
-    write_atomic(path, json.dumps(report, indent=1, default=str))
+    write_atomic(path, json.dumps(report, indent=1, default=str), what="validation report",
+                 make_parents=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import PerfmodelError, PlanError
+from perfmodel.files import write_atomic
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
 from validation import report as rep
@@ -287,10 +288,10 @@ def emit(
         "prediction": predict_dict(model, hardware, plan),
     }
     written = []
-    rep.write_atomic(out / "job.py", JOB_FILE.read_bytes())
+    write_atomic(out / "job.py", JOB_FILE.read_bytes(), what="job", make_parents=True)
     written.append(out / "job.py")
     for name, data in (("config.json", cfg), ("meta.json", meta)):
-        rep.write_atomic(out / name, json.dumps(data, indent=1))
+        write_atomic(out / name, json.dumps(data, indent=1), what=name, make_parents=True)
         written.append(out / name)
     env = "\n".join(f"export {k}={v}" for k, v in NCCL_ENV.items())
     torchrun = (
@@ -319,7 +320,7 @@ def emit(
         "# then, where perfmodel is installed: perfmodel validate collect <this directory>\n"
     )
     for name, text in (("run.sh", run_sh), ("job.sbatch", sbatch)):
-        rep.write_atomic(out / name, text)
+        write_atomic(out / name, text, what=name, make_parents=True)
         os.chmod(out / name, 0o755)
         written.append(out / name)
     return written

@@ -4,6 +4,7 @@ numbers on the presets page, the exit codes as the code defines them."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 
 import click
@@ -101,7 +102,7 @@ def test_exit_codes_table_matches_the_code(monkeypatch, tmp_path):
     """Each code of the table is what `perfmodel` exits with for an error of that class."""
     text = (ROOT / "docs" / "cli.md").read_text()
     rows = {int(code): what for code, what in re.findall(r"^\| (\d+) \|([^|]*)\|", text, re.M)}
-    assert set(rows) == {0, 1, 2, 3, 4, 5, 130}
+    assert set(rows) == {0, 1, 2, 3, 4, 5, 6, 7, 130}
     bad_csv = tmp_path / "plans.csv"
     bad_csv.write_text("gpus,tp\n8,3\n")
     assert _exit_code(["presets", "--no-such-flag"]) == 2 and rows[2].strip() == "usage"
@@ -111,6 +112,13 @@ def test_exit_codes_table_matches_the_code(monkeypatch, tmp_path):
                        "--tp", "7"]) == 4 and "PlanError" in rows[4]
     assert _exit_code(["predict", "--model", "tiny-gpt", "--hardware", "dgx-h100",
                        "--batch", str(bad_csv)]) == 5 and "DataError" in rows[5]
+    assert _exit_code(["predict", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--plot",
+                       str(tmp_path)]) == 2  # click refuses a directory for a file option
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert _exit_code(["predict", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--plot",
+                       str(fifo)]) == 7 and "OutputError" in rows[7]
+    assert "job failed" in rows[6]
     assert _exit_code([], monkeypatch, RuntimeError("a bug")) == 1
     assert rows[1].strip() == "internal error"
     assert _exit_code([], monkeypatch, KeyboardInterrupt()) == 130

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from calibration.cli import calibrate
-from calibration.profile_io import atomic_write, provenance, write_profile
+from calibration.profile_io import provenance, write_profile
 from perfmodel.errors import SpecError
 from perfmodel.specs.hardware import load_hardware
 from perfmodel.specs.profile import apply_profile, is_extrapolation, load_profile
@@ -74,19 +74,6 @@ def test_profile_is_written_with_its_measurements_and_provenance(tmp_path):
     for key in ("host", "device", "date", "command", "git_revision", "torch_version"):
         assert key in doc["provenance"]
     assert list(tmp_path.glob("*.tmp")) == []
-
-
-def test_atomic_write_leaves_nothing_when_writing_fails(tmp_path):
-    target = tmp_path / "p.json"
-    target.write_text("old")
-
-    def fail(p):
-        p.write_text("half")
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        atomic_write(target, fail)
-    assert target.read_text() == "old" and len(list(tmp_path.iterdir())) == 1
 
 
 def test_a_standalone_profile_must_hold_every_required_field(tmp_path):

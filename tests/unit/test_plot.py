@@ -255,7 +255,7 @@ def test_writes_are_atomic_and_refuse_a_missing_directory(tmp_path, prediction):
     assert P.breakdown_plot(prediction, tmp_path / "b.pdf").read_bytes()[:4] == b"%PDF"
     assert P.memory_plot(prediction, tmp_path / "m.png").stat().st_size > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.pdf", "m.png", "p.png"]  # no temp
-    with pytest.raises(DataError, match="output directory does not exist"):
+    with pytest.raises(OutputError, match="output directory does not exist"):
         P.prediction_plot(prediction, tmp_path / "nowhere" / "p.png")
 
 

@@ -13,7 +13,6 @@ keyword arguments; everything else stays on the existing path.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import click
 
 from perfmodel.errors import PlanError
+from perfmodel.files import write_atomic
 
 from .compare import render, render_grid, validate_grid, validate_layout
 
@@ -61,10 +61,8 @@ def run_from_cli(kw: dict[str, Any]) -> dict[str, Any]:
         report = validate_layout(model, hardware, plan, run_dir, *args)
         lines = render(report)
     out = Path(kw.get("out") or run_dir / "report.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(report, indent=1, default=str))
-    os.replace(tmp, out)
+    write_atomic(out, json.dumps(report, indent=1, default=str), what="layout report",
+                 make_parents=True)
     if kw.get("as_json"):
         click.echo(json.dumps(report, indent=1, default=str))
     else:

@@ -24,6 +24,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from perfmodel.errors import PerfmodelError, PlanError
+from perfmodel.files import write_atomic
 
 from . import cube3d, grid_prpc, summa2d
 from .block import BlockDims, RefBlock
@@ -312,12 +313,8 @@ def _timedelta(seconds: float) -> Any:
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    """Atomically: a temp file next to path, then os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    """A rank's or the launcher's JSON file, through perfmodel's one atomic writer."""
+    write_atomic(path, json.dumps(data, indent=1), what="results", make_parents=True)
 
 
 def free_port() -> int:
