@@ -153,10 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         "heads": args.heads,
         "seq_len": args.seq_len,
     }
-    model = load_model(args.model, **{k: v for k, v in overrides.items() if v})
-    if args.hidden:  # keep the MLP at the preset's ratio
-        base = load_model(args.model)
-        model = model.replace(ffn_hidden=base.ffn_hidden * args.hidden // base.hidden)
+    # the MLP width, key/value grouping and attention width keep the preset's proportions
+    model = load_model(args.model).scaled(**{k: v for k, v in overrides.items() if v})
     wanted = set(args.only.split(",")) if args.only else None
     suite = [(name, fields) for name, fields in SUITE if not wanted or name in wanted]
     if args.plan:

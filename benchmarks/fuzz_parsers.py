@@ -42,6 +42,7 @@ MODEL = (PRESETS / "models/llama3-8b.yaml").read_text()
 HF_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
              "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
              "vocab_size": 128256, "max_position_embeddings": 8192, "tie_word_embeddings": False}
+HF_SEQ_LEN = 2048
 PLANS = ("gpus,dp,tp,pp,micro_batch,global_batch,schedule,virtual_stages,recompute,zero,layers\n"
          "8,8,1,1,1,8,1f1b,1,none,1,\n8,1,8,1,1,4,gpipe,1,full,0,\n"
          "8,2,2,2,1,8,interleaved,2,selective,1,16\n")
@@ -173,14 +174,16 @@ def _loaders(profile_text: str) -> dict[str, Any]:
 
     def hf_model(path: Path) -> None:
         """A config read without an error describes the model its numbers say, exactly."""
-        spec = load_model(path)
+        spec = load_model(path, seq_len=HF_SEQ_LEN)
         cfg = json.loads(path.read_text())
         for ours, theirs in (("layers", "num_hidden_layers"), ("hidden", "hidden_size"),
-                             ("heads", "num_attention_heads"), ("vocab", "vocab_size"),
-                             ("seq_len", "max_position_embeddings")):
+                             ("heads", "num_attention_heads"), ("vocab", "vocab_size")):
             if getattr(spec, ours) != cfg[theirs] or isinstance(cfg[theirs], bool):
                 raise AssertionError(f"accepted {theirs}={cfg[theirs]!r} as {ours}="
                                      f"{getattr(spec, ours)!r}")
+
+    def hf_load(path: Path) -> Any:
+        return load_model(path, seq_len=HF_SEQ_LEN)  # a config has no training length
 
     hf_keys = [*HF_CONFIG, "n_layer", "n_embd", "n_head", "n_positions", "n_inner"]
     hf = st.fixed_dictionaries({}, optional={k: st.one_of(values, st.integers(0, 10**6))
@@ -193,10 +196,10 @@ def _loaders(profile_text: str) -> dict[str, Any]:
         "model spec (toml)": (st.dictionaries(st.sampled_from(MODEL_FIELDS), scalars, max_size=8)
                               .map(toml_text), ".toml", load_model),
         "hugging face config": (st.one_of(hf, st.just(HF_CONFIG).map(dict)).map(
-            lambda d: json.dumps(d, default=str)), ".json", load_model),
+            lambda d: json.dumps(d, default=str)), ".json", hf_load),
         "hugging face config (fields)": (fields_of(HF_CONFIG), ".json", hf_model),
         "hugging face config (mutated)": (mutated(json.dumps(HF_CONFIG, indent=1)), ".json",
-                                          load_model),
+                                          hf_load),
         "layer graph (fields)": (fields_of(json.loads(GRAPH.read_text())), ".json", load_model),
         "layer graph (mutated)": (mutated(GRAPH.read_text()), ".yaml", load_model),
         "hardware spec (yaml)": (mutated(HARDWARE), ".yaml", load_hardware),

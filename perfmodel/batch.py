@@ -19,9 +19,14 @@ PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedu
 MODEL_COLUMNS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads")
 RESULT_COLUMNS = ("step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",
                   "tflops_per_gpu", "mfu", "memory_per_gpu_bytes", "fits_in_memory")
+# the model each row predicted, resolved: the fields derived from others, and its size
+RESOLVED_COLUMNS = ("ffn_hidden", "kv_heads", "parameters")
 
 
-def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str], str]]]:
+    """The header and the rows of a plans file: (line, cells by column, problem), the problem
+    ('' when none) of a row that is not a plan: a row of empty cells, or one with more or fewer
+    cells than the header."""
     try:
         text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark too
     except FileNotFoundError:
@@ -41,8 +46,20 @@ def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
         raise DataError(f"plans file {path}: unknown column '{unknown[0]}'"
                         f"{suggest(unknown[0], sorted(allowed))}; allowed: {', '.join(sorted(allowed))}")
     rows = []
-    for i, row in enumerate(reader, start=2):
-        rows.append((i, {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}))
+    for row in reader:
+        line = reader.line_num  # the row's last line (a quoted cell may span lines)
+        cells = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
+        extra, missing = row.get(None), [k for k, v in row.items() if k is not None and v is None]
+        problem = ""
+        if extra:
+            problem = (f"the row has {len(header) + len(extra)} cells, the header {len(header)} "
+                       f"columns")
+        elif missing:
+            problem = (f"the row has {len(header) - len(missing)} cells, the header {len(header)} "
+                       f"columns (no cell for '{missing[0]}')")
+        elif not any(cells.values()):
+            problem = "the row's cells are all empty (give a plan, or delete the row)"
+        rows.append((line, cells, problem))
     return header, rows
 
 
@@ -74,13 +91,17 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
             hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
     results: list[dict[str, Any]] = []
     failures = 0
-    for line, row in rows:
+    for line, row, problem in rows:
         record: dict[str, Any] = dict(row)
         try:
+            if problem:
+                raise DataError(problem)
             model_name = row.get("model") or base_model
             if not model_name:
                 raise DataError("no model: give --model or a 'model' column")
             overrides = {k: whole(row[k], k) for k in MODEL_COLUMNS if row.get(k)}
+            if "seq_len" not in overrides and kw.get("seq_len") is not None:
+                overrides["seq_len"] = kw["seq_len"]  # --seq-len: the rows' default
             model = load_model(model_name, **overrides)
             hw = hardware
             if row.get("hardware"):
@@ -90,7 +111,7 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
             if hw is None:
                 raise DataError("no hardware: give --hardware/--profile or a 'hardware' column")
             plan_kw: dict[str, Any] = {k: row[k] for k in PLAN_COLUMNS if row.get(k)}
-            plan_kw.setdefault("dtype", kw.get("dtype") or "bf16")
+            plan_kw.setdefault("dtype", kw.get("dtype") or hw.default_dtype())
             degrees = [whole(plan_kw.get(k, 1), k) for k in ("dp", "tp", "pp")]
             plan_kw.setdefault("gpus", degrees[0] * degrees[1] * degrees[2])
             plan_kw.setdefault("global_batch",
@@ -98,14 +119,17 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
             result = predict(model, hw, plan_from_dict(plan_kw))
             summary = result.to_dict()
             record.update({k: summary[k] for k in RESULT_COLUMNS})
-            record["error"] = ""
+            record.update(ffn_hidden=model.ffn_hidden, kv_heads=model.kv_heads,
+                          parameters=result.parameters, error="")
         except (PerfmodelError, ValueError) as exc:
             failures += 1
             print(f"error: {path}:{line}: {exc}", file=sys.stderr)
-            record.update({k: "" for k in RESULT_COLUMNS})
+            record.update({k: "" for k in (*RESULT_COLUMNS, *RESOLVED_COLUMNS)
+                           if k not in row or not row[k]})
             record["error"] = str(exc)
         results.append(record)
-    columns = header + [c for c in (*RESULT_COLUMNS, "error") if c not in header]
+    columns = header + [c for c in (*RESULT_COLUMNS, *RESOLVED_COLUMNS, "error")
+                        if c not in header]
     if as_json:
         text = json.dumps(results, indent=2)
     else:

@@ -85,6 +85,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 # --- shared plan options -------------------------------------------------------------------------
+DTYPE_HELP = ("Training precision (default: the hardware's fastest 16-bit type, bf16 on a tie: "
+              "bf16 on H100, A100 and MI300X, fp16 on V100; fp32 for layer graphs).")
+SEQ_LEN_HELP = ("The training sequence length (default: the model spec's seq_len). Required for a "
+                "Hugging Face config.json, which has none (its max_position_embeddings is how far "
+                "positions reach, not what training uses).")
 CONTRIBUTORS = click.Choice(["standard", "specialised", "auto"])  # perfmodel.layerwise.Contributors
 
 
@@ -109,7 +114,7 @@ def plan_options(fn: Any) -> Any:
                      help="Activation recompute: none, selective (attention core) or full (every layer)."),
         click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage."),
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "tf32"]), default=None,
-                     help="Training precision (default bf16 for transformers, fp32 for layer graphs)."),
+                     help=DTYPE_HELP),
         click.option("--flash-attention", is_flag=True, help="Fused attention: no s^2 activations or traffic."),
         click.option("--overlap-grad-sync", is_flag=True, help="Overlap the data-parallel gradient sync with backward."),
         click.option("--placement", default="tp,dp,pp", show_default=True, help="Axes from innermost (inside a node) out."),
@@ -128,7 +133,7 @@ def plan_options(fn: Any) -> Any:
                      help="Layer graphs: the all-gather and all-reduce of a layer with fewer units "
                           "than Pr (c = min(Pr, units) contributors, Pr receivers): over all Pr, "
                           "among the c then a copy to the others, or the cheaper per call."),
-        click.option("--seq-len", type=int, default=None, help="Override the model's sequence length."),
+        click.option("--seq-len", type=int, default=None, help=SEQ_LEN_HELP),
         click.option("--collective-algorithm", default=None,
                      type=click.Choice(["auto", "ring", "tree", "recursive", "hierarchical"]),
                      help="Fix the collective algorithm (default: the hardware's, normally the cheapest)."),
@@ -138,9 +143,22 @@ def plan_options(fn: Any) -> Any:
     return fn
 
 
+def _given(ctx: click.Context, name: str) -> bool:
+    """Whether an option was given on the command line (not its default)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source not in (click.core.ParameterSource.DEFAULT,
+                                                 click.core.ParameterSource.DEFAULT_MAP)
+
+
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
              "sequence_parallel", "recompute", "zero", "dtype", "flash_attention",
              "overlap_grad_sync", "placement", "tp_layout", "tp_depth")
+
+
+# the plan options of predict that a plans file's rows give (--dtype and --seq-len are the
+# rows' default; --model, --hardware, --profile and --collective-algorithm apply to every row)
+BATCH_COLUMNS = tuple(k for k in PLAN_KEYS if k != "dtype")
+BATCH_REFUSED = (*BATCH_COLUMNS, "pr", "pc", "norm", "collective_variant", "contributors")
 
 
 def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
@@ -274,13 +292,26 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     return model, hardware, plan
 
 
+def model_summary(model: Any) -> dict[str, Any]:
+    """Where the model was read and where its sequence length came from (for --json)."""
+    return {"model_source": model.origin or "given in Python", "seq_len": model.seq_len,
+            "seq_len_from": model.seq_len_from or "the model"}
+
+
+def noted_seq_len(model: Any, seq_len: int | None) -> Any:
+    """The model with --seq-len noted as where its sequence length came from (when given)."""
+    if seq_len is None or not hasattr(model, "noted"):
+        return model
+    return model.noted(seq_len_from="--seq-len")
+
+
 def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     from perfmodel.specs.model import load_model
     from perfmodel.strategy import plan_from_dict
 
     if not kw.get("model"):
         raise click.UsageError("give --model (a preset, spec file or Hugging Face config.json)")
-    model = load_model(kw["model"], seq_len=kw.get("seq_len"))
+    model = noted_seq_len(load_model(kw["model"], seq_len=kw.get("seq_len")), kw.get("seq_len"))
     if getattr(model, "kind", "") == "layers":
         raise click.UsageError(f"model '{model.name}' is a layer graph (CNN/MLP): this takes a "
                                "transformer (layer graphs take --pr/--pc in predict, explain and "
@@ -289,7 +320,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     if kw.get("collective_algorithm"):
         hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
     plan_kw = {k: kw[k] for k in PLAN_KEYS if kw.get(k) is not None}
-    plan_kw.setdefault("dtype", "bf16")
+    plan_kw.setdefault("dtype", hardware.default_dtype())
     plan_kw.setdefault("gpus", kw["dp"] * kw["tp"] * kw["pp"])
     plan_kw.setdefault("global_batch", kw["dp"] * kw["micro_batch"])
     plan = plan_from_dict(plan_kw)
@@ -315,6 +346,15 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
     if out and not batch:
         raise click.UsageError("--out goes with --batch (for one plan: --json > FILE)")
     if batch:
+        given = [name for name in BATCH_REFUSED if _given(click.get_current_context(), name)]
+        if plot_path:
+            given.append("plot_path")
+        if given:
+            flag = "--plot" if given[0] == "plot_path" else "--" + given[0].replace("_", "-")
+            raise click.UsageError(
+                f"{flag} does not go with --batch: each row is its own plan (give it as a "
+                f"'{given[0]}' column of the plans file)" if given[0] in BATCH_COLUMNS else
+                f"{flag} does not go with --batch (it applies to one plan or to layer graphs)")
         from perfmodel.batch import run_batch
 
         failures = run_batch(Path(batch), kw, Path(out) if out else None, as_json)
@@ -347,7 +387,8 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if as_json:
-        click.echo(json.dumps({**result.to_dict(), "extrapolations": notes}, indent=2))
+        click.echo(json.dumps({**result.to_dict(), **model_summary(model),
+                               "extrapolations": notes}, indent=2))
     else:
         from perfmodel.render import print_prediction
 
@@ -379,8 +420,8 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--gpus", required=True, help="GPU count, or several separated by commas (e.g. 512,1024).")
 @click.option("--global-batch", type=whole(), required=True, help="Global batch [samples].")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "tf32"]), default=None,
-              help="Training precision (default bf16 for transformers, fp32 for layer graphs).")
-@click.option("--seq-len", type=int, default=None, help="Override the model's sequence length.")
+              help=DTYPE_HELP)
+@click.option("--seq-len", type=int, default=None, help=SEQ_LEN_HELP)
 @click.option("--dp", type=whole(), default=None, help="Pin the data-parallel degree.")
 @click.option("--tp", type=whole(), default=None, help="Pin the tensor-parallel degree.")
 @click.option("--pp", type=whole(), default=None, help="Pin the pipeline-parallel degree.")
@@ -439,7 +480,7 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     from perfmodel.search import SearchRequest
     from perfmodel.specs.model import load_model
 
-    spec = load_model(model) if seq_len is None else load_model(model, seq_len=seq_len)
+    spec = noted_seq_len(load_model(model, seq_len=seq_len), seq_len)
     hw = resolve_hardware(hardware, profile)
     try:
         gpu_counts = tuple(int(g) for g in gpus.split(","))
@@ -456,10 +497,13 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
                                "resnet50, mlp or a 'kind: layers' file)")
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
                                           "time_to_train" if pins.get("tokens") else "step_time")
-    req = SearchRequest(gpus=gpu_counts, global_batch=global_batch, dtype=dtype or "bf16",
-                        objective=objective, **pins)
+    req = SearchRequest(gpus=gpu_counts, global_batch=global_batch,
+                        dtype=dtype or hw.default_dtype(), objective=objective, **pins)
     rec = run(spec, hw, req, top=top)
-    data = rec.to_dict()
+    from perfmodel.predict import parameter_count
+
+    data = {"model": spec.name, "parameters": parameter_count(spec, hw, req.dtype),
+            **model_summary(spec), **rec.to_dict()}
     if rec.top and sensitivities:
         data["sensitivities"] = sens(spec, hw, rec.top[0].plan)
     if what_if:

@@ -78,7 +78,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  gemm_epilogue=any(g.has_epilogue for g in hardware.gemm_efficiency.values()),
                  layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs))
     if not specialise:
-        return Family(**fixed)
+        return Family(**fixed, free_head_dim=True)
     placement = axis_per_node(plan, hardware.gpus_per_node)
     return Family(
         schedule=plan.schedule.value,
@@ -94,6 +94,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
         qkv_bias=bool(model.qkv_bias),
         layernorm=model.norm == "layernorm",
         tp_layout="2d" if plan.tp_layout.value == "2.5d" else plan.tp_layout.value,
+        free_head_dim=model.attention_width != model.hidden,
         scopes=tuple((axis, placement[axis][1]) for axis in ("tp", "dp", "pp", "tpa", "tpb", "tpc")),
         **fixed,
     )
@@ -117,7 +118,8 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
     state = model_state_bytes_per_param(precision)
     vals: dict[str, float] = {
         "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
-        "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden, "seq_len": model.seq_len,
+        "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden, "head_dim": model.head_dim,
+        "seq_len": model.seq_len,
         "vocab": model.vocab, "dp": plan.dp, "tp": plan.tp, "pp": plan.pp,
         "micro_batch": plan.micro_batch, "global_batch": plan.global_batch,
         "virtual_stages": plan.virtual_stages,

@@ -28,6 +28,9 @@ class Family:
     qkv_bias: bool | None = None
     layernorm: bool | None = None
     tp_layout: str | None = None  # 1d, 2d (2.5d is 2d with depth), 3d
+    # the head size: its own symbol d (a model whose attention, heads x head_dim, is not hidden
+    # wide, and the universal family), or h/a (every other model: the formulas as published)
+    free_head_dim: bool = False
     scopes: tuple[tuple[str, str | None], ...] = (
         ("tp", None), ("dp", None), ("pp", None), ("tpa", None), ("tpb", None), ("tpc", None))
     # fixed in every family: the collective algorithm the hardware asks for, and which collectives

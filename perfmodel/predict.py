@@ -98,6 +98,16 @@ def predict(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | 
     return _assemble(out, family, model, hardware, plan)
 
 
+def parameter_count(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | Path,
+                    dtype: str | None = None) -> float:
+    """The model's parameters as perfmodel.step counts them (every layer, the embeddings, the
+    final norm, an untied output layer), whatever the plan: those of a one-GPU plan."""
+    model, hardware, plan = resolve_inputs(model, hardware, {
+        "gpus": 1, "dtype": dtype or load_hardware(hardware).default_dtype()})
+    out = compile_family(family_of(model, hardware, plan))(values_of(model, hardware, plan))
+    return float(out["q:parameters"])
+
+
 def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware: HardwareSpec,
               plan: Plan) -> Prediction:
     stages = ("first", "last")
@@ -199,13 +209,15 @@ def gemm_shapes(model: TransformerSpec | str | Path,
     b, s, h, tp = plan.micro_batch, model.seq_len, model.hidden, plan.tp
     T = b * s
     gemms = {g.name: g for g in K.layer_gemms(T, b, s, h, model.heads, model.kv_heads,
-                                                model.ffn_hidden, tp, model.gated_mlp)}
+                                                model.ffn_hidden, tp, model.gated_mlp,
+                                                model.head_dim)}
     layout = plan.tp_layout.value
     if layout != "1d":  # the grid layouts replace the four linear layers' GEMMs
         qa, _, qc = grid_degrees(plan)
         for name, K_, M_ in LY.linear_shapes(h, model.heads, model.kv_heads, model.ffn_hidden,
-                                             model.gated_mlp):
-            gemms[name] = LY.grid_gemms(name, T, K_, M_, qa, qc)[layout]
+                                             model.gated_mlp, model.head_dim):
+            grid = LY.grid_gemms(name, T, K_, M_, qa, qc)
+            gemms[name] = grid["2d" if layout == "2.5d" else layout]  # 2.5d: 2d with depth
     gemms["logits"] = K.logits_gemm(T, h, model.vocab, tp)
     return [{"name": g.name, **{key: float(sp.sympify(getattr(g, key)))
                                 for key in ("batch", "m", "n", "k")},

@@ -34,9 +34,27 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def fmt_count(n: float) -> str:
+    """A parameter count: 8.03B, 596.0M, 124.4M, 65,536."""
+    if n >= 1e9:
+        return f"{n / 1e9:.2f}B"
+    if n >= 1e6:
+        return f"{n / 1e6:.1f}M"
+    return f"{n:,.0f}"
+
+
+def model_line(name: str, source: str, parameters: float, seq_len: int, seq_len_from: str) -> str:
+    """The header line naming the model: where it was read, its parameters, its sequence length
+    and where that length came from."""
+    return (f"model {name} from {source or 'Python'}: {fmt_count(parameters)} parameters, "
+            f"sequence length {seq_len} (from {seq_len_from or 'the model'})")
+
+
 def print_prediction(r: Prediction) -> None:
     con = _console()
     p = r.plan
+    m = r.model
+    con.print(model_line(m.name, m.origin, r.parameters, m.seq_len, m.seq_len_from), markup=False)
     con.print(f"[bold]{r.model.name}[/] on [bold]{p.gpus} x {r.hardware.gpu_name}[/] "
               f"({r.hardware.name}): dp={p.dp} tp={p.tp} pp={p.pp}, micro-batch {p.micro_batch}, "
               f"global batch {p.global_batch} ({r.micro_batches} micro-batches), {p.schedule}"
@@ -130,6 +148,9 @@ def print_presets(as_json: bool) -> None:
 def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
     con = _console()
     r = rec.result
+    if "parameters" in data:
+        con.print(model_line(data["model"], data["model_source"], data["parameters"],
+                             data["seq_len"], data["seq_len_from"]), markup=False)
     con.print(f"searched {r.enumerated:,} plans ({r.evaluated:,} evaluated after the memory bound, "
               f"{int(r.feasible.sum()):,} fit) in {r.search_time_s:.2f} s; objective "
               f"{r.request.objective.value}")

@@ -178,6 +178,7 @@ def device(fam: Family | None = None) -> K.Device:
 def build(fam: Family) -> Model:
     """All terms of the step time and memory of one family, in the symbols of perfmodel.symbols."""
     L, h, a, kv, f, s, V = S.L, S.h, S.a, S.kv, S.f, S.s, S.V
+    d = S.d if fam.free_head_dim else h / a  # the head size; the attention is a*d wide
     dp, tp, pp, b, B, v, e = S.dp, S.tp, S.pp, S.b, S.B, S.v, S.e
     dev = device(fam)
     T = b * s
@@ -205,9 +206,9 @@ def build(fam: Family) -> Model:
     rep = 1 + dist * (tp - 1)
 
     # --- compute of one layer, forward, one micro-batch ---------------------------------------
-    gemms = K.layer_gemms(T, b, s, h, a, kv, f, tp, gated)
+    gemms = K.layer_gemms(T, b, s, h, a, kv, f, tp, gated, d)
     gemm_t = {g.name: K.gemm_time(g, e, dev) for g in gemms}
-    linears = LY.linear_shapes(h, a, kv, f, gated)
+    linears = LY.linear_shapes(h, a, kv, f, gated, d)
     if fam.tp_layout != "1d":  # the grid layouts replace the four linear layers' GEMMs
         for name, K_, M_ in linears:
             grid = LY.grid_gemms(name, T, K_, M_, qa, qc)
@@ -341,7 +342,8 @@ def build(fam: Family) -> Model:
 
     # --- parameters and data-parallel gradient synchronisation ---------------------------------------
     lp = M.layer_params(h, a, kv, f, gated=gated, bias=flag(fam.bias, "bias"),
-                        qkv_bias=flag(fam.qkv_bias, "qkv_bias"), layernorm=flag(fam.layernorm, "layernorm"))
+                        qkv_bias=flag(fam.qkv_bias, "qkv_bias"), layernorm=flag(fam.layernorm, "layernorm"),
+                        d=d)
     # 1d and 3d spread the matrices over all tp ranks, 2d/2.5d over a q x q grid (copied over the
     # depth); the grids split the norms' vectors along a
     layer_params_gpu = lp["sharded"] / (mega * tp + grid2 * qa * qb + grid3 * tp) \
@@ -369,7 +371,7 @@ def build(fam: Family) -> Model:
     # (sizes padded as FSDP2 pads them: each parameter's rows to a multiple of dp)
     flags = dict(gated=gated, bias=flag(fam.bias, "bias"), qkv_bias=flag(fam.qkv_bias, "qkv_bias"),
                  layernorm=flag(fam.layernorm, "layernorm"))
-    layer_unit = M.fsdp_padded(M.layer_tensors(h, a, kv, f, tp, **flags), dp)
+    layer_unit = M.fsdp_padded(M.layer_tensors(h, a, kv, f, tp, d=d, **flags), dp)
     # the root unit of the first stage (and of a single stage): embedding, positions, final norm and
     # an untied output layer; a last stage alone holds the final norm and the output layer
     root_first = M.fsdp_padded(M.root_tensors(
@@ -463,7 +465,7 @@ def build(fam: Family) -> Model:
     # --- memory per GPU, per stage --------------------------------------------------------------------
     per_param = {"weights": S.wbytes, "gradients": S.gbytes, "optimizer_states": S.obytes}
     div = M.zero_divisors(z1, z2, z3, dp)
-    act_kw = dict(sequence_parallel=dist, flash=flash, gated=gated)
+    act_kw = dict(sequence_parallel=dist, flash=flash, gated=gated, d=d)
     act_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=full, selective=sel, **act_kw)
     full_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=0, selective=0, **act_kw)
     inflight = M.inflight_micro_batches(gpipe, inter + zb * (1 - zbv) * active(v), pp, m, v)
@@ -481,7 +483,7 @@ def build(fam: Family) -> Model:
 
     # model FLOPs: 3 x forward (Narayanan et al. 2021, Eq. 3 without recompute); hardware FLOPs add
     # what recompute repeats (full: every layer's forward; selective: the attention core), never logits
-    full_gemms = K.layer_gemms(T, b, s, h, a, kv, f, 1, gated)
+    full_gemms = K.layer_gemms(T, b, s, h, a, kv, f, 1, gated, d)
     layer_flops = sum((g.flops for g in full_gemms), sp.Integer(0))
     core_flops = sum((g.flops for g in full_gemms if g.name in K.ATTENTION_CORE), sp.Integer(0))
     fwd_flops_mb = L * layer_flops + logits.flops * tp

@@ -26,6 +26,7 @@ h = _sym("hidden", "h", "hidden size")
 a = _sym("heads", "a", "attention heads")
 kv = _sym("kv_heads", "n_kv", "key/value heads")
 f = _sym("ffn_hidden", "f", "MLP hidden size")
+d = _sym("head_dim", "d", "size of one attention head (the attention is a d wide)")
 s = _sym("seq_len", "s", "sequence length [tokens]")
 V = _sym("vocab", "V", "vocabulary size")
 # plan

@@ -16,17 +16,17 @@ def scale_down(model: TransformerSpec, plan: Plan) -> tuple[TransformerSpec, Pla
 
     Each parallel axis in use keeps 2 ranks (tp, pp, then dp while ranks remain); the schedule,
     recompute, sequence parallelism and ZeRO stage are kept; the model keeps its structure (gating,
-    kv grouping ratio, norms) at 4 layers, hidden 256, 8 heads, 128 tokens, vocabulary 1024.
+    norms, and the proportions of its explicit MLP width, key/value grouping and attention width:
+    TransformerSpec.scaled) at 4 layers, hidden 256, 8 heads, 128 tokens, vocabulary 1024.
     """
     tp = 2 if plan.tp > 1 else 1
     pp = 2 if plan.pp > 1 else 1
     dp = 2 if plan.dp > 1 and tp * pp * 2 <= MAX_LOCAL_RANKS else 1
     v = 2 if plan.schedule.value == "interleaved" else 1
-    heads = 8
-    kv = heads if model.kv_heads == model.heads else max(tp, heads * model.kv_heads // model.heads)
-    small = model.replace(name=f"{model.name}-scaled", layers=4, hidden=256, heads=heads,
-                          kv_heads=kv, seq_len=128, vocab=1024,
-                          ffn_hidden=256 * model.ffn_hidden // model.hidden)
+    small = model.scaled(name=f"{model.name}-scaled", layers=4, hidden=256, heads=8, seq_len=128,
+                         vocab=1024)
+    if small.kv_heads < tp:  # the job splits whole key/value heads over the tp ranks
+        small = small.replace(kv_heads=tp)
     micro = min(plan.micro_batch, 2)
     m = max(2, pp * v) if pp > 1 else 2
     layout = plan.replace(gpus=dp * tp * pp, dp=dp, tp=tp, pp=pp, virtual_stages=v, micro_batch=micro,

@@ -28,11 +28,8 @@ def _model_overrides(model: Any, kw: dict[str, Any]) -> Any:
     }
     if not changes:
         return model
-    if "hidden" in changes and "ffn_hidden" not in changes:
-        changes["ffn_hidden"] = model.ffn_hidden * changes["hidden"] // model.hidden
-    if "heads" in changes and model.kv_heads == model.heads:
-        changes["kv_heads"] = changes["heads"]
-    return model.replace(**changes)
+    # the MLP width, key/value grouping and attention width keep their proportions
+    return model.scaled(**changes)
 
 
 def _fault(spec: str | None) -> dict[str, Any] | None:

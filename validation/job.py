@@ -98,7 +98,7 @@ class Attention(nn.Module):
     def __init__(self, m: dict[str, Any]) -> None:
         super().__init__()
         hidden, heads, kv_heads = m["hidden"], m["heads"], m["kv_heads"]
-        self.head_dim = hidden // heads
+        self.head_dim = m.get("head_dim") or hidden // heads  # the attention is heads x head_dim
         bias = m["bias"]
         self.wq = nn.Linear(hidden, heads * self.head_dim, bias=bias)
         self.wk = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)

@@ -98,6 +98,7 @@ def job_config(model: TransformerSpec, plan: Plan, settings: RunSettings) -> dic
             "vocab": model.vocab,
             "ffn_hidden": model.ffn_hidden,
             "kv_heads": model.kv_heads,
+            "head_dim": model.head_dim,
             "gated_mlp": model.gated_mlp,
             "bias": model.bias,
             "norm": model.norm,

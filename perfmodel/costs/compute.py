@@ -2,7 +2,9 @@
 
 Every function takes sympy symbols (or numbers) and returns a sympy expression. Shapes follow
 Megatron-LM (Shoeybi et al. 2019; Narayanan et al. SC21): tokens T = b*s per micro-batch, hidden h,
-heads a, key/value heads kv, head size d = h/a, MLP width f, vocabulary V, tensor-parallel degree tp.
+heads a, key/value heads kv, head size d (h/a unless a model gives it: the attention is a*d wide,
+which Qwen3 and Mistral-NeMo make differ from h), MLP width f, vocabulary V, tensor-parallel
+degree tp.
 Times are per GPU and per micro-batch [s]; FLOPs count a multiply-add as 2.
 """
 
@@ -50,20 +52,21 @@ class Device:
 
 
 def layer_gemms(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: sp.Expr,
-                f: sp.Expr, tp: sp.Expr, gated: Flag) -> list[Gemm]:
+                f: sp.Expr, tp: sp.Expr, gated: Flag, d: sp.Expr | None = None) -> list[Gemm]:
     """The forward GEMMs of one transformer layer on one of tp tensor-parallel ranks (Megatron 1D).
 
     QKV (column-parallel), scores Q K^T and context A V (heads split over tp), output projection
     (row-parallel), MLP up (and gate) (column-parallel) and down (row-parallel).
     Sum of FLOPs with kv = a, ungated, f = 4h: (24 T h^2 + 4 T s h) / tp  (Narayanan et al. 2021, Eq. 3).
+    The queries and the attention output are a*d wide (d: head size, default h/a).
     """
-    d = h / a
+    d = h / a if d is None else d
     up = (1 + as_flag(gated)) * f
     return [
-        Gemm("qkv", T, (h + 2 * kv * d) / tp, h),
+        Gemm("qkv", T, (a * d + 2 * kv * d) / tp, h),
         Gemm("attention_scores", s, s, d, batch=b * a / tp),
         Gemm("attention_context", s, d, s, batch=b * a / tp),
-        Gemm("attention_output", T, h, h / tp),
+        Gemm("attention_output", T, h, a * d / tp),
         Gemm("mlp_up", T, up / tp, h),
         Gemm("mlp_down", T, h, f / tp),
     ]

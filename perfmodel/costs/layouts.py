@@ -43,11 +43,12 @@ class GridComm:
     nbytes: sp.Expr
 
 
-def linear_shapes(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr,
-                  gated: Flag) -> list[tuple[str, sp.Expr, sp.Expr]]:
-    """(name, K, M) of the four linear layers of a transformer layer."""
-    d = h / a
-    return [("qkv", h, h + 2 * kv * d), ("attention_output", h, h),
+def linear_shapes(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, gated: Flag,
+                  d: sp.Expr | None = None) -> list[tuple[str, sp.Expr, sp.Expr]]:
+    """(name, K, M) of the four linear layers of a transformer layer (d: head size, default h/a;
+    the queries and the attention output are a*d wide)."""
+    d = h / a if d is None else d
+    return [("qkv", h, a * d + 2 * kv * d), ("attention_output", a * d, h),
             ("mlp_up", h, (1 + as_flag(gated)) * f), ("mlp_down", f, h)]
 
 

@@ -17,16 +17,17 @@ from perfmodel.costs.precision import (  # noqa: F401  (re-exported)
 
 
 def layer_params(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, *, gated: Flag, bias: Flag,
-                 qkv_bias: Flag, layernorm: Flag) -> dict[str, sp.Expr]:
+                 qkv_bias: Flag, layernorm: Flag, d: sp.Expr | None = None) -> dict[str, sp.Expr]:
     """Parameters of one layer, split into those tensor parallelism shards and those it replicates.
 
     GPT (kv = a, f = 4h, biases, LayerNorm): 12 h^2 + 13 h  (Narayanan et al. 2021, Eq. 2).
+    d: head size (default h/a); the queries and the attention output are a*d wide.
     """
     gated, bias, qkv_bias, layernorm = map(as_flag, (gated, bias, qkv_bias, layernorm))
-    d = h / a
-    qkv_out = h + 2 * kv * d
+    d = h / a if d is None else d
+    qkv_out = a * d + 2 * kv * d
     up = (1 + gated) * f
-    sharded = qkv_out * h + h * h + up * h + f * h + qkv_bias * qkv_out + bias * up
+    sharded = qkv_out * h + a * d * h + up * h + f * h + qkv_bias * qkv_out + bias * up
     # two norms (LayerNorm: weight and bias; RMSNorm: weight), row-parallel output biases
     replicated = 2 * (1 + layernorm) * h + bias * 2 * h
     return {"sharded": sharded, "replicated": replicated}
@@ -51,7 +52,8 @@ def zero_divisors(zero1: Flag, zero2: Flag, zero3: Flag, dp: sp.Expr) -> dict[st
 
 def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: sp.Expr,
                            f: sp.Expr, tp: sp.Expr, e: sp.Expr, *, sequence_parallel: Flag,
-                           full: Flag, selective: Flag, flash: Flag, gated: Flag) -> sp.Expr:
+                           full: Flag, selective: Flag, flash: Flag, gated: Flag,
+                           d: sp.Expr | None = None) -> sp.Expr:
     """Activation bytes one layer keeps for the backward pass, per micro-batch, on one GPU.
 
     With e = 2 (16-bit), 1-byte dropout masks, kv = a, f = 4h, no gating (Korthikanti et al. 2022,
@@ -63,8 +65,9 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
       tensor + sequence + selective  s b h 34 / t
       full recompute                 2 s b h   (2 s b h / t with sequence parallelism)
     Terms: layer-norm inputs 2x e T h, QKV and MLP inputs 2x e T h, dropout masks 2x T h (replicated
-    across tp unless sequence parallel); Q, K e T (h + kv d), V e T kv d, output-projection input
-    e T h, activation input e T f (2x for SwiGLU), MLP-down input e T f (sharded); softmax output,
+    across tp unless sequence parallel); Q, K e T (a d + kv d), V e T kv d, output-projection
+    input e T a d (a d = h unless the model gives its head size d), activation input e T f (2x for
+    SwiGLU), MLP-down input e T f (sharded); softmax output,
     dropout mask and dropout output (2e + 1) a b s^2 (sharded; with flash attention replaced by the
     fp32 log-sum-exp, 4 a b s). Selective recompute drops either: it checkpoints the core attention,
     keeping only its inputs (Q, K, V), so what the attention kernel stores for its backward is
@@ -75,9 +78,9 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
         as_flag, (sequence_parallel, full, selective, flash, gated))
     T = b * s
     rep = 1 + sequence_parallel * (tp - 1)
-    d = h / a
+    d = h / a if d is None else d
     replicated = (4 * e + 2) * T * h
-    sharded = e * T * (h + kv * d) + e * T * kv * d + e * T * h + (2 + gated) * e * T * f
+    sharded = e * T * (a * d + kv * d) + e * T * kv * d + e * T * a * d + (2 + gated) * e * T * f
     quadratic = (1 - selective) * (flash * 4 * a * b * s + (1 - flash) * (2 * e + 1) * a * b * s**2)
     stored = replicated / rep + (sharded + quadratic) / tp
     return full * e * T * h / rep + (1 - full) * stored
@@ -105,16 +108,17 @@ def fsdp_padded(tensors: list[tuple[sp.Expr, sp.Expr]], dp: sp.Expr) -> sp.Expr:
 
 
 def layer_tensors(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, tp: sp.Expr, *, gated: Flag,
-                  bias: Flag, qkv_bias: Flag, layernorm: Flag) -> list[tuple[sp.Expr, sp.Expr]]:
+                  bias: Flag, qkv_bias: Flag, layernorm: Flag,
+                  d: sp.Expr | None = None) -> list[tuple[sp.Expr, sp.Expr]]:
     """(rows, columns) of one layer's parameters on a rank with Megatron 1D tensor parallelism:
     q, k, v and MLP-up (and gate) split by rows (column parallel), attention output and MLP-down
     split by columns (row parallel), their biases and the norms replicated. Sums to
     layer_params sharded / tp + replicated."""
     gated, bias, qkv_bias, layernorm = map(as_flag, (gated, bias, qkv_bias, layernorm))
-    d = h / a
-    out = [(h / tp, h), (kv * d / tp, h), (kv * d / tp, h),  # wq, wk, wv
-           (qkv_bias * h / tp, 1), (qkv_bias * kv * d / tp, 1), (qkv_bias * kv * d / tp, 1),
-           (h, h / tp), (bias * h, 1),  # wo and its bias
+    d = h / a if d is None else d
+    out = [(a * d / tp, h), (kv * d / tp, h), (kv * d / tp, h),  # wq, wk, wv
+           (qkv_bias * a * d / tp, 1), (qkv_bias * kv * d / tp, 1), (qkv_bias * kv * d / tp, 1),
+           (h, a * d / tp), (bias * h, 1),  # wo and its bias
            (f / tp, h), (gated * f / tp, h), (bias * f / tp, 1), (bias * gated * f / tp, 1),
            (h, f / tp), (bias * h, 1),  # MLP down and its bias
            ((1 + layernorm) * h, 1), ((1 + layernorm) * h, 1)]  # two norms (weight [and bias])

@@ -280,6 +280,17 @@ class HardwareSpec:
             f"it has: {', '.join(self.peak_flops_per_s)}"
         )
 
+    def default_dtype(self) -> str:
+        """The training dtype when none is given: the fastest 16-bit type the hardware has
+        (peak_flops_per_s names it), bf16 on a tie; fp32 (or tf32) on hardware without one
+        (V100: fp16; H100, A100, MI300X: bf16)."""
+        peaks = self.peak_flops_per_s
+        for family in (("bf16", "fp16"), ("fp32", "tf32")):
+            present = [d for d in family if d in peaks]
+            if present:
+                return max(present, key=lambda d: peaks[d])  # the first (bf16, fp32) on a tie
+        return max(peaks, key=lambda d: peaks[d])  # fp8 only: what it has
+
     def gemm(self, dtype: str) -> GemmEfficiency:
         if dtype in self.gemm_efficiency:
             return self.gemm_efficiency[dtype]

@@ -20,10 +20,19 @@ def hardware(path: Path) -> Any:
 
 
 def model(path: Path) -> Any:
+    from perfmodel.errors import SpecError
     from perfmodel.specs.layers import LayerGraphSpec
     from perfmodel.specs.model import TransformerSpec, load_model
 
-    spec = load_model(str(path))
+    if path.name == "config.json":  # a Hugging Face config has no training length: --seq-len
+        try:
+            load_model(str(path))
+            raise AssertionError(f"{path}: a Hugging Face config was read without a seq_len")
+        except SpecError as exc:
+            assert "give --seq-len" in str(exc), exc
+        spec = load_model(str(path), seq_len=2048)
+    else:
+        spec = load_model(str(path))
     assert isinstance(spec, (TransformerSpec, LayerGraphSpec))
     return spec
 
@@ -36,7 +45,8 @@ def plans(path: Path) -> Any:
     _, rows = read_rows(path)
     assert rows, f"{path}: no plan"
     out = []
-    for _, row in rows:
+    for line, row, problem in rows:
+        assert not problem, f"{path}:{line}: {problem}"
         kw = {k: row[k] for k in PLAN_COLUMNS if row.get(k)}
         kw.setdefault("dtype", "bf16")
         out.append(plan_from_dict(kw))

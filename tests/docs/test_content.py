@@ -52,7 +52,8 @@ def test_the_complete_model_example_has_every_field():
 def test_the_hf_config_example_is_the_llama3_8b_preset():
     from perfmodel.specs.model import load_model, model_from_hf_config
 
-    hf = model_from_hf_config(json.loads(_example("docs/specs.md", "hf-llama/config.json")), "hf")
+    hf = model_from_hf_config(json.loads(_example("docs/specs.md", "hf-llama/config.json")), "hf",
+                              seq_len=8192)
     preset = load_model("llama3-8b")
     assert hf.replace(name=preset.name, source=preset.source) == preset
 

@@ -69,7 +69,10 @@ FILES: dict[str, str | bytes] = {
     "hf-unknown-family.json": '{"model_type": "lama", "num_hidden_layers": 2}',
     "hf-missing-field.json": '{"model_type": "llama", "num_hidden_layers": 32, '
                              '"hidden_size": 4096, "num_attention_heads": 32, '
-                             '"intermediate_size": 11008, "vocab_size": 32000}',
+                             '"max_position_embeddings": 4096, "vocab_size": 32000}',
+    "hf-bias.json": '{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, '
+                    '"num_attention_heads": 8, "intermediate_size": 512, "vocab_size": 1000, '
+                    '"max_position_embeddings": 512, "attention_bias": true}',
     "hf-wrong-type.json": '{"model_type": "gpt2", "n_layer": "twelve", "n_embd": 768, '
                           '"n_head": 12, "vocab_size": 50257, "n_positions": 1024}',
     "graph-not-a-list.yaml": "kind: layers\nlayers: 5\n",
@@ -120,6 +123,9 @@ FILES: dict[str, str | bytes] = {
     "plans-nan.csv": "gpus,dp,tp\n8,nan,1\n",
     "plans-absurd.csv": "gpus,dp,tp\n1000000000,1000000000,1\n",
     "plans-indivisible.csv": "gpus,dp,tp,global_batch\n8,8,1,12\n",
+    "plans-empty-row.csv": "gpus,dp,tp\n8,8,1\n,,\n",
+    "plans-extra-cells.csv": "gpus,dp,tp\n8,8,1,5\n",
+    "plans-short-row.csv": "gpus,dp,tp\n8,8\n",
 }
 
 
@@ -163,6 +169,7 @@ DRY = "validate --model tiny-gpt --dry-run"
 NCCL = "calibrate import-nccl-tests"
 GEMMI = "calibrate import-gemm"
 OUT = "--out {d}/out/p.json"
+HF = ROOT / "tests/data/hf"  # configs as published (tests/unit/test_hf_configs.py)
 ALLOWED = "allowed:"
 
 C = Case
@@ -185,6 +192,18 @@ CASES = [
       ("nope.json", "file not found")),
     C("predict", "missing plans", f"{LLAMA} --batch {{d}}/nope.csv", DATA,
       ("plans file not found", "nope.csv")),
+    C("predict", "missing plan cells (a row of empty cells)", f"{LLAMA} --batch "
+      "{d}/plans-empty-row.csv", DATA, ("plans-empty-row.csv:3", "cells are all empty")),
+    C("predict", "missing plan cells (a short row)", f"{LLAMA} --batch {{d}}/plans-short-row.csv",
+      DATA, ("plans-short-row.csv:2", "the row has 2 cells, the header 3 columns")),
+    C("predict", "unknown column (extra cells)", f"{LLAMA} --batch {{d}}/plans-extra-cells.csv",
+      DATA, ("plans-extra-cells.csv:2", "the row has 4 cells, the header 3 columns")),
+    C("predict", "option without its partner (plan flag beside --batch)", f"{LLAMA} --tp 2 "
+      "--batch {d}/plans-indivisible.csv", USAGE,
+      ("--tp does not go with --batch", "a 'tp' column of the plans file")),
+    C("predict", "option without its partner (--plot beside --batch)", f"{LLAMA} --batch "
+      "{d}/plans-indivisible.csv --plot {d}/out/p.png", USAGE,
+      ("--plot does not go with --batch",)),
     C("predict", "unreadable (a directory)", f"{PRED} --model {{d}}/a-directory.yaml", SPEC,
       ("a-directory.yaml", "is a directory")),
     C("predict", "unreadable hardware (a directory)", "predict --model llama2-7b --hardware "
@@ -213,8 +232,19 @@ CASES = [
       ("missing required field 'layers'",)),
     C("predict", "missing field (hardware)", "predict --model llama2-7b --hardware "
       "{d}/hw-missing-field.yaml", SPEC, ("missing required field 'peak_flops_per_s'",)),
-    C("predict", "missing field (HF config)", f"{PRED} --model {{d}}/hf-missing-field.json", SPEC,
-      ("is missing 'max_position_embeddings'",)),
+    C("predict", "missing field (HF config)", f"{PRED} --model {{d}}/hf-missing-field.json "
+      "--seq-len 2048", SPEC, ("is missing 'intermediate_size'",)),
+    C("predict", "missing field (HF config: no training length)", f"{PRED} --model "
+      f"{HF}/llama-3.1-8b", SPEC, ("(Hugging Face config) has no training sequence length",
+                                   "give --seq-len", "its max_position_embeddings is 131072")),
+    C("predict", "unknown field (HF mixture of experts)", f"{PRED} --model "
+      f"{HF}/mixtral-8x7b-v0.1 --seq-len 4096", SPEC,
+      ("model_type 'mixtral' is a mixture-of-experts model (num_local_experts: 8)",
+       "which perfmodel does not model")),
+    C("predict", "unknown field (HF sliding window)", f"{PRED} --model {HF}/mistral-7b-v0.1 "
+      "--seq-len 8192", SPEC, ("sliding-window attention", "sliding_window 4096 < seq_len 8192")),
+    C("predict", "unknown field (HF biases)", f"{PRED} --model {{d}}/hf-bias.json --seq-len 512",
+      SPEC, ("attention_bias true with mlp_bias false is not modelled",)),
     C("predict", "missing flag", "predict --model llama2-7b", USAGE, ("--hardware",)),
     C("predict", "unknown field", f"{PRED} --model {{d}}/model-unknown-field.yaml", SPEC,
       ("unknown field 'hiden'", "did you mean 'hidden'", ALLOWED)),
@@ -361,7 +391,14 @@ CASES = [
     C("recommend", "wrong type", REC.replace("--gpus 8", "--gpus 8,x"), USAGE,
       ("--gpus must be whole numbers separated by commas",)),
     C("recommend", "missing field", "recommend --model {d}/hf-missing-field.json --hardware "
-      "dgx-h100 --gpus 8 --global-batch 8", SPEC, ("is missing 'max_position_embeddings'",)),
+      "dgx-h100 --gpus 8 --global-batch 8 --seq-len 2048", SPEC,
+      ("is missing 'intermediate_size'",)),
+    C("recommend", "missing field (HF config: no training length)", f"recommend --model "
+      f"{HF}/qwen3-0.6b --hardware dgx-h100 --gpus 8 --global-batch 8", SPEC,
+      ("has no training sequence length: give --seq-len", "max_position_embeddings is 40960")),
+    C("recommend", "unknown field (HF mixture of experts)", f"recommend --model "
+      f"{HF}/mixtral-8x7b-v0.1 --hardware dgx-h100 --gpus 8 --global-batch 8 --seq-len 4096",
+      SPEC, ("mixture-of-experts",)),
     C("recommend", "unknown field", f"{REC} --what-if inter_node.bandwith_bytes_per_s=2x", PLAN,
       ("unknown numeric hardware field 'inter_node.bandwith_bytes_per_s'",
        "did you mean 'inter_node.bandwidth_bytes_per_s'")),

@@ -173,3 +173,41 @@ def test_framework_costs_outside_what_calibrate_run_measured_are_flagged(run_cli
     assert notes("--gpus", "4", "--tp", "4") == [
         "framework cost of the layer (tp) at tp 4 (measured 2): extrapolated"]
     assert notes("--gpus", "2", "--dp", "2") == []  # plain: no measurement, nothing to flag
+
+
+def test_dtype_defaults_to_the_hardware_fastest_16_bit_type(run_cli):
+    """V100 has no bf16: its default is fp16 (predict refused it before); H100 ties bf16 and fp16
+    and takes bf16. The same default in predict, explain, recommend and --batch."""
+    from perfmodel import load_hardware
+
+    assert load_hardware("dgx-v100").default_dtype() == "fp16"
+    assert load_hardware("dgx-h100").default_dtype() == "bf16"
+    assert load_hardware("dgx-h100").replace(peak_flops_per_s={"fp32": 1e13}).default_dtype() \
+        == "fp32"
+    v100 = ["--model", "gpt2-small", "--hardware", "dgx-v100"]
+    out = run_cli("predict", *v100, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["plan"]["dtype"] == "fp16"
+    assert run_cli("explain", *v100).returncode == 0
+    rec = run_cli("recommend", *v100, "--gpus", "8", "--global-batch", "8", "--json", "--top", "1")
+    assert rec.returncode == 0, rec.stderr
+    data = json.loads(rec.stdout)
+    assert data["plans"][0]["plan"]["dtype"] == "fp16"
+    assert data["parameters"] == pytest.approx(124.4e6, rel=1e-3)  # GPT-2 small: 124M
+    assert data["seq_len"] == 1024 and data["seq_len_from"] == "preset gpt2-small"
+    for command in ("predict", "recommend", "validate"):
+        help_text = " ".join(run_cli(command, "--help").stdout.split())  # unwrapped
+        assert "default: the hardware's fastest 16-bit type, bf16 on a tie" in help_text, command
+        assert "Required for a Hugging Face config.json" in help_text, command
+
+
+def test_batch_rows_take_the_defaults_and_report_the_resolved_model(run_cli, tmp_path):
+    plans = tmp_path / "plans.csv"
+    plans.write_text("gpus,dp,hidden,heads\n1,1,,\n1,1,1024,16\n")
+    out = run_cli("predict", "--model", "tiny-gpt", "--hardware", "dgx-v100", "--batch", plans,
+                  "--seq-len", "64", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [(r["ffn_hidden"], r["kv_heads"]) for r in rows] == [(1024, 8), (4096, 16)]
+    assert rows[1]["parameters"] > rows[0]["parameters"] > 0
+    assert rows[0]["tokens_per_s"] == pytest.approx(64 / rows[0]["step_time_s"])  # --seq-len

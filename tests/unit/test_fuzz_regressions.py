@@ -70,4 +70,4 @@ def test_hugging_face_config_flags_must_be_booleans(tmp_path):
     path = _write(tmp_path, "config.json", {**HF, "tie_word_embeddings": "false"})
     with pytest.raises(SpecError, match="tie_word_embeddings must be true or false, got 'false'"):
         load_model(path)
-    assert load_model(_write(tmp_path, "ok.json", HF)).layers == 32
+    assert load_model(_write(tmp_path, "ok.json", HF), seq_len=4096).layers == 32

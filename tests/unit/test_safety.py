@@ -188,7 +188,8 @@ def test_nothing_is_downloaded_at_run_time(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     log = ROOT / "tests/data/nccl-tests/h100x8-allreduce-nccl-tests-cluster-cluster01.txt"
     commands = [
-        ["predict", "--model", str(hf), "--hardware", "dgx-h100", "--gpus", "8", "--tp", "8"],
+        ["predict", "--model", str(hf), "--hardware", "dgx-h100", "--gpus", "8", "--tp", "8",
+         "--seq-len", "512"],
         ["calibrate", "import-nccl-tests", str(log), "--out", str(tmp_path / "p.json")],
         ["validate", "--model", "tiny-gpt", "--dp", "4", "--dry-run"],
     ]

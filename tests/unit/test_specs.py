@@ -108,9 +108,12 @@ def test_hugging_face_configs_import(tmp_path, family):
     path = tmp_path / family / "config.json"
     path.parent.mkdir()
     path.write_text(json.dumps(HF[family]))
-    m = load_model(str(path))
-    assert m.layers > 0 and m.hidden % m.heads == 0
-    assert load_model(str(path.parent) + "/") == m  # a model directory works too
+    m = load_model(str(path), seq_len=1024)
+    assert m.layers > 0 and m.hidden % m.heads == 0 and m.seq_len == 1024
+    assert load_model(str(path.parent) + "/", seq_len=1024) == m  # a model directory works too
+    # a config has no training sequence length: never its max_position_embeddings, silently
+    with pytest.raises(SpecError, match="has no training sequence length: give --seq-len"):
+        load_model(str(path))
 
 
 def test_llama3_8b_from_hf_matches_the_preset(tmp_path):
@@ -119,7 +122,7 @@ def test_llama3_8b_from_hf_matches_the_preset(tmp_path):
     from perfmodel import predict, Plan
 
     plan = Plan(gpus=8, tp=8, global_batch=1)
-    hf = predict(str(path), "dgx-h100", plan)
+    hf = predict(load_model(str(path), seq_len=8192), "dgx-h100", plan)
     preset = predict("llama3-8b", "dgx-h100", plan)
     assert hf.parameters == preset.parameters
     # Llama 3 8B has 8.03 billion parameters (Meta model card)
@@ -129,8 +132,11 @@ def test_llama3_8b_from_hf_matches_the_preset(tmp_path):
 def test_unsupported_hf_family_is_refused(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "t5", "d_model": 512}))
-    with pytest.raises(SpecError, match="not supported"):
-        load_model(str(path))
+    with pytest.raises(SpecError, match="is an encoder-decoder model, which perfmodel does not"):
+        load_model(str(path), seq_len=512)
+    path.write_text(json.dumps({"model_type": "bloom", "n_layer": 2}))
+    with pytest.raises(SpecError, match="model_type 'bloom' is not supported; supported: llama"):
+        load_model(str(path), seq_len=512)
 
 
 def test_fuzz_regression_base_that_is_not_a_string(tmp_path):
@@ -180,3 +186,92 @@ def test_a_gemm_switch_needs_its_partner_field(tmp_path, fields, message):
     path.write_text(f"base: mi300x\ngemm_efficiency: {gemm}\n")
     with pytest.raises(SpecError, match=message):
         load_hardware(path)
+
+
+# --- derived fields follow the fields they derive from (issue 14, item 1) ---------------------
+BASE_1024 = ("kind: transformer\nname: m\nlayers: 24\nhidden: 1024\nheads: 16\nseq_len: 2048\n"
+             "vocab: 50304\n")
+WHOLE_3072 = BASE_1024.replace("hidden: 1024", "hidden: 3072").replace("heads: 16", "heads: 32")
+
+
+def test_a_base_plus_overrides_equals_the_model_written_whole(tmp_path):
+    """The issue's case: a 3072-wide model over a 1024-wide base got the base's 4096-wide MLP and
+    16 key/value heads (grouped-query attention the model does not have), 27% too fast."""
+    from perfmodel import Plan, predict
+    from perfmodel.batch import run_batch
+
+    (tmp_path / "base.yaml").write_text(BASE_1024)
+    (tmp_path / "whole.yaml").write_text(WHOLE_3072)
+    (tmp_path / "child.yaml").write_text(f"base: {tmp_path / 'base.yaml'}\nname: m\nhidden: 3072\n"
+                                         "heads: 32\n")
+    whole = load_model(str(tmp_path / "whole.yaml"))
+    assert (whole.ffn_hidden, whole.kv_heads, whole.head_dim) == (12288, 32, 96)
+    base = load_model(str(tmp_path / "base.yaml"))
+    merged = {
+        "load_model(file, **overrides)": load_model(str(tmp_path / "base.yaml"), hidden=3072,
+                                                    heads=32),
+        "a file with base:": load_model(str(tmp_path / "child.yaml")),
+        "TransformerSpec.replace": base.replace(hidden=3072, heads=32),
+        "load_model(spec, **overrides)": load_model(base, hidden=3072, heads=32),
+    }
+    plan = Plan(gpus=8, tp=8, global_batch=8)
+    expected = predict(whole, "dgx-h100", plan)
+    for how, spec in merged.items():
+        assert spec == whole, how
+        assert predict(spec, "dgx-h100", plan).step_time_s == expected.step_time_s, how
+    # what the merge used to give is another, faster model: the test can tell them apart
+    stale = whole.replace(ffn_hidden=4096, kv_heads=16)
+    assert predict(stale, "dgx-h100", plan).step_time_s < 0.95 * expected.step_time_s
+    # the model columns of predict --batch: the resolved fields and the size of every row
+    plans = tmp_path / "plans.csv"
+    plans.write_text("gpus,tp,global_batch,hidden,heads\n8,8,8,3072,32\n8,8,8,,\n")
+    out = tmp_path / "out.csv"
+    assert run_batch(plans, {"model": str(tmp_path / "base.yaml"), "hardware": "dgx-h100"}, out,
+                     as_json=False) == 0
+    import csv
+
+    rows = list(csv.DictReader(out.open()))
+    assert (rows[0]["ffn_hidden"], rows[0]["kv_heads"]) == ("12288", "32")
+    assert float(rows[0]["parameters"]) == expected.parameters
+    assert float(rows[0]["step_time_s"]) == pytest.approx(expected.step_time_s, rel=1e-12)
+    assert (rows[1]["ffn_hidden"], rows[1]["kv_heads"]) == ("4096", "16")
+
+
+def test_fields_given_explicitly_stay_and_derived_ones_follow():
+    llama = load_model("llama2-7b")  # gives ffn_hidden 11008 and kv_heads 32
+    assert llama.explicit == {"ffn_hidden", "kv_heads"}
+    wider = load_model("llama2-7b").replace(hidden=8192, heads=64, kv_heads=None)  # None: derive
+    assert wider.ffn_hidden == 11008 and wider.kv_heads == 64 and wider.head_dim == 128
+    assert load_model("llama2-7b", hidden=8192, heads=64, kv_heads=0) == wider  # 0 too
+    with pytest.raises(SpecError, match=r"heads \(16\) must be divisible by kv_heads \(32\)"):
+        load_model("llama2-7b", heads=16)  # its kv_heads is given: not silently changed
+    gpt = load_model("gpt3-175b").replace(hidden=4096, heads=32)
+    assert (gpt.ffn_hidden, gpt.kv_heads, gpt.qkv_bias) == (16384, 32, True)
+    assert load_model("gpt3-175b").replace(bias=False).qkv_bias is False  # qkv_bias follows bias
+    # 0 and null mean "derive", as older spec files write them
+    from perfmodel.specs.model import TransformerSpec
+
+    zero = TransformerSpec(layers=2, hidden=64, heads=4, seq_len=8, vocab=10, ffn_hidden=0)
+    assert zero.ffn_hidden == 256 and zero.explicit == frozenset()
+    assert TransformerSpec(layers=2, hidden=64, heads=4, seq_len=8, vocab=10, head_dim=32) \
+        .attention_width == 128
+
+
+def test_a_scaled_down_model_keeps_its_proportions():
+    """validate --hidden/--heads and recommend --validate run a faithful small version: the
+    explicit MLP width, grouping and attention width keep their ratios to what changed."""
+    from perfmodel import Plan
+    from validation.api import scale_down
+    from validation.cli import _model_overrides
+
+    small = load_model("llama3-8b").scaled(hidden=256, heads=8)
+    assert (small.ffn_hidden, small.kv_heads, small.head_dim) == (896, 2, 32)  # 14336/4096 x 256
+    assert _model_overrides(load_model("llama2-7b"), {"hidden": 2048, "heads": 16}) \
+        .ffn_hidden == 5504
+    qwen = load_model(str(__import__("tests.conftest").conftest.ROOT / "tests/data/hf/qwen3-0.6b"),
+                      seq_len=4096)
+    scaled, plan = scale_down(qwen, Plan(gpus=16, tp=2, dp=8, global_batch=16))
+    assert scaled.attention_width / scaled.hidden == qwen.attention_width / qwen.hidden == 2
+    assert scaled.ffn_hidden / scaled.hidden == qwen.ffn_hidden / qwen.hidden == 3
+    scaled, _ = scale_down(load_model("llama2-70b"), Plan(gpus=16, tp=2, dp=8, global_batch=16))
+    assert scaled.kv_heads == 2  # grouping 8 -> 1 head, but the job splits whole heads over tp

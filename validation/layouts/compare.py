@@ -28,6 +28,10 @@ def block_dims(model: Any, plan: Any) -> dict[str, int]:
             "the 2D/3D validation block has multi-head attention: kv_heads must equal "
             f"heads (got {model.kv_heads} and {model.heads}); override with --heads"
         )
+    head_dim = getattr(model, "head_dim", model.hidden // model.heads)
+    if model.heads * head_dim != model.hidden:
+        raise PlanError("the 2D/3D validation block's attention is hidden wide: heads x head_dim "
+                        f"({model.heads} x {head_dim}) must equal hidden ({model.hidden})")
     if getattr(model, "gated_mlp", False):
         raise PlanError("the 2D/3D validation block has a plain GELU MLP, the model a gated one")
     return {
