@@ -68,6 +68,14 @@ def integer_root(n: int, k: int) -> int | None:
 
 
 AXES = ("tp", "dp", "pp")
+# Fraction of each GPU's memory a recommended plan leaves free, beyond the hardware's
+# memory_reserved_bytes (the CUDA context, ~2 GiB): for what the model does not count. The PyTorch
+# caching allocator fragments memory: Guo et al., "GMLake" (ASPLOS 2024), measured 9.2 GB per 80 GB
+# A100 on average (11.5%; up to 25 GB) over eight LLM training runs, worst with recompute and
+# ZeRO; NCCL's communication buffers and the kernels' workspaces come on top (Megatron Bridge's
+# memory estimator lists both as not included). 10% keeps a plan the model puts at the limit
+# from running out of memory; `recommend --memory-margin 0` lets a plan fill the memory.
+DEFAULT_MEMORY_MARGIN = 0.10
 BYTES_PER_ELEMENT = {Dtype.BF16: 2, Dtype.FP16: 2, Dtype.FP32: 4, Dtype.TF32: 4}
 
 
@@ -377,13 +385,18 @@ def _applied(model: Any, known: set[str] | None,
 
 
 def allowed(plans: PlanColumns, model: TransformerSpec | None, *, partial: bool = False) -> Any:
-    """Which plans obey every rule (a boolean array): the rules that need the model only when
-    it is given; with partial=True only the rules whose columns `plans` has."""
+    """Which plans obey every rule (a boolean array, broadcast from the columns: a column that is
+    one number holds for every plan): the rules that need the model only when it is given; with
+    partial=True only the rules whose columns `plans` has."""
     known = set(plans.columns) if partial else None
     mask: Any = True
     for rule in _applied(model, known):
         mask = mask & rule.ok(plans, model)
-    return np.asarray(mask, dtype=bool)
+    shape = np.broadcast_shapes(*(np.shape(v) for v in plans.columns.values()))
+    return np.broadcast_to(np.asarray(mask, dtype=bool), shape)
+
+
+RULE_COLUMNS = frozenset().union(*(r.columns for r in RULES))  # the plan columns a rule reads
 
 
 def first_broken(plan: PlanColumns, model: TransformerSpec | None, *,

@@ -7,7 +7,7 @@ import pytest
 
 from perfmodel import PlanError, load_hardware, load_model, predict
 from perfmodel.recommend import apply_what_if, recommend, sensitivities
-from perfmodel.search import SearchRequest, enumerate_plans, evaluate_all, search
+from perfmodel.search import Scored, SearchRequest, enumerate_plans, evaluate_all, search
 
 MODEL = "llama2-7b"
 HW = "dgx-h100"
@@ -15,29 +15,80 @@ HW = "dgx-h100"
 
 @pytest.fixture(scope="module")
 def small():
+    """A small search, with every plan it enumerated (search hands them over chunk by chunk)."""
     model, hw = load_model(MODEL), load_hardware(HW)
     req = SearchRequest(gpus=(16,), global_batch=32, max_micro_batch=4)
-    return model, hw, req, search(model, hw, req)
+    chunks = []
+    result = search(model, hw, req, top=10**6, on_chunk=chunks.append)
+    return model, hw, req, result, Scored.concat(chunks)
 
 
 def test_vectorised_search_agrees_with_brute_force_predict(small):
-    model, hw, req, result = small
-    assert result.enumerated > 300
+    model, hw, req, result, every = small
+    assert result.enumerated == len(every) > 300
     brute_time, brute_mem = [], []
-    for i in range(result.enumerated):
-        p = predict(model, hw, result.plan(i))
+    for i in range(len(every)):
+        p = predict(model, hw, result.plan(every, i))
         brute_time.append(p.step_time_s)
         brute_mem.append(p.memory_per_gpu_bytes)
     brute_time, brute_mem = np.array(brute_time), np.array(brute_mem)
-    evaluated = np.isfinite(result.step_time_s)
-    np.testing.assert_allclose(result.step_time_s[evaluated], brute_time[evaluated], rtol=1e-9)
-    np.testing.assert_allclose(result.memory_bytes[evaluated], brute_mem[evaluated], rtol=1e-9)
+    evaluated = every.evaluated
+    assert result.evaluated == evaluated.sum()
+    np.testing.assert_allclose(every.step_time_s[evaluated], brute_time[evaluated], rtol=1e-9)
+    np.testing.assert_allclose(every.memory_bytes[evaluated], brute_mem[evaluated], rtol=1e-9)
     # the plans the memory bound pruned really do not fit
-    assert (brute_mem[~evaluated] > hw.memory_bytes).all()
-    fits = brute_mem <= hw.memory_bytes
-    np.testing.assert_array_equal(fits, result.feasible)
+    capacity = result.capacity_bytes
+    assert capacity == hw.memory_bytes * (1 - req.memory_margin)
+    assert (brute_mem[~evaluated] > capacity).all()
+    fits = brute_mem <= capacity
+    np.testing.assert_array_equal(fits, every.fits)
+    assert result.feasible == fits.sum()
     brute_order = np.flatnonzero(fits)[np.lexsort((brute_mem[fits], brute_time[fits]))]
-    np.testing.assert_array_equal(brute_order, result.order)
+    np.testing.assert_array_equal(brute_order, result.best.index)
+
+
+def test_what_a_search_keeps_is_what_every_plan_gives(small):
+    """The search keeps a running best list, Pareto front, sample and the fastest plan that does
+    not fit: the same as those taken over every plan at once."""
+    from perfmodel.plot import pareto_front
+
+    _, _, _, result, every = small
+    done = every.take(np.flatnonzero(every.evaluated))
+    front = pareto_front(done.step_time_s, done.memory_bytes)
+    np.testing.assert_array_equal(result.front.index, done.index[front])
+    assert len(result.sample) == len(done)  # fewer than SAMPLE_PLANS: all of them
+    np.testing.assert_array_equal(result.sample.index, done.index)
+    unfit = done.take(np.flatnonzero(~done.fits))
+    fastest = np.argmin(unfit.step_time_s)
+    assert result.fastest_unfit.index[0] == unfit.index[fastest]
+    best = result.best.step_time_s[0]
+    assert result.unfit_faster == (unfit.step_time_s < best * (1 - 1e-9)).sum()
+
+
+def test_chunks_give_the_same_answer_as_one_pass(monkeypatch):
+    """Chunks of 1,000 plans: the same best plans, front and counts as one chunk."""
+    import perfmodel.search as S
+
+    model, hw = load_model(MODEL), load_hardware(HW)
+    req = SearchRequest(gpus=(16,), global_batch=64)
+    chunks = []
+    whole = search(model, hw, req, top=50, on_chunk=chunks.append)
+    every = Scored.concat(chunks)
+    monkeypatch.setattr(S, "CHUNK_PLANS", 1000)
+    monkeypatch.setattr(S, "SAMPLE_PLANS", 500)
+    parts = search(model, hw, req, top=50)
+    assert whole.enumerated > 10_000
+    for field in ("enumerated", "evaluated", "feasible", "unfit_faster"):
+        assert getattr(parts, field) == getattr(whole, field), field
+    np.testing.assert_array_equal(parts.best.index, whole.best.index)
+    np.testing.assert_array_equal(parts.front.index, whole.front.index)
+    np.testing.assert_array_equal(parts.fastest_unfit.index, whole.fastest_unfit.index)
+    # a sample of 500 distinct evaluated plans, in order, with the numbers of the one-pass search
+    sample = parts.sample
+    assert len(sample) == 500 and (np.diff(sample.index) > 0).all()
+    np.testing.assert_array_equal(sample.step_time_s, every.step_time_s[sample.index])
+    np.testing.assert_array_equal(sample.memory_bytes, every.memory_bytes[sample.index])
+    assert np.isfinite(sample.step_time_s).all()
 
 
 def test_grid_search_agrees_with_predict_when_a_grid_axis_spans_nodes():
@@ -45,11 +96,14 @@ def test_grid_search_agrees_with_predict_when_a_grid_axis_spans_nodes():
     # A scope left open adds 1e30 (1 - I_mixed) to the hierarchical option of a Min; summed in
     # another order, 1e30 + t - 1e30 lost t.
     model, hw = load_model(MODEL), load_hardware(HW)
-    result = search(model, hw, SearchRequest(gpus=(16,), global_batch=16, tp=16, tp_layout="2.5d"))
-    evaluated = np.flatnonzero(np.isfinite(result.step_time_s))
+    chunks = []
+    result = search(model, hw, SearchRequest(gpus=(16,), global_batch=16, tp=16, tp_layout="2.5d"),
+                    on_chunk=chunks.append)
+    every = Scored.concat(chunks)
+    evaluated = np.flatnonzero(every.evaluated)
     assert len(evaluated) >= 4
-    brute = [predict(model, hw, result.plan(i)).step_time_s for i in evaluated]
-    np.testing.assert_allclose(result.step_time_s[evaluated], brute, rtol=1e-9)
+    brute = [predict(model, hw, result.plan(every, i)).step_time_s for i in evaluated]
+    np.testing.assert_allclose(every.step_time_s[evaluated], brute, rtol=1e-9)
 
 
 def test_shared_terms_give_each_plan_what_it_gets_alone():
@@ -69,10 +123,10 @@ def test_shared_terms_give_each_plan_what_it_gets_alone():
 
 
 def test_every_enumerated_plan_is_valid_and_distinct(small):
-    model, _, req, result = small
+    model, _, req, result, every = small
     seen = set()
-    for i in range(result.enumerated):
-        plan = result.plan(i).check(model)
+    for i in range(len(every)):
+        plan = result.plan(every, i).check(model)
         key = tuple(sorted(plan.to_dict().items()))
         assert key not in seen
         seen.add(key)
@@ -105,7 +159,7 @@ def test_nothing_fits_names_memory_and_the_nearest_plans():
 
 
 def test_explanation_of_the_best(small):
-    model, hw, req, _ = small
+    model, hw, req, _, _ = small
     rec = recommend(model, hw, req, top=3)
     best = rec.top[0]
     assert best.step_time_s <= rec.top[1].step_time_s <= rec.top[2].step_time_s
@@ -120,10 +174,10 @@ def test_objectives_rank_by_time_to_train_and_cost():
     req = SearchRequest(gpus=(8, 16), global_batch=32, objective="cost", gpu_hour_price=2.0,
                         tokens=1e9, max_micro_batch=2)
     result = search(model, hw, req)
-    best = result.order[0]
+    best = result.best
     tokens_per_step = 32 * model.seq_len
-    expected = result.step_time_s[best] * 1e9 / tokens_per_step / 3600 * result.plans.cols["gpus"][best] * 2.0
-    assert result.objective[best] == pytest.approx(expected)
+    expected = best.step_time_s[0] * 1e9 / tokens_per_step / 3600 * best.plans.cols["gpus"][0] * 2.0
+    assert best.objective[0] == pytest.approx(expected)
 
 
 def test_what_if_and_sensitivities():
