@@ -209,12 +209,70 @@ def test_recommend_cli(run_cli, tmp_path):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert {"plans", "evaluated", "feasible", "search_time_s"} <= set(data)
+    # the default memory margin, 10% of 80 GiB, and the 2 GiB the preset reserves
+    assert data["memory_margin"] == 0.1
+    assert data["memory_limit_bytes"] == 0.9 * 80 * 2**30
+    assert all(p["memory_per_gpu_bytes"] <= data["memory_limit_bytes"] for p in data["plans"])
     assert len(data["plans"]) == 3 and "plan" in data["plans"][0] and "mfu" in data["plans"][0]
     assert (tmp_path / "front.png").stat().st_size > 1000
     assert len((tmp_path / "all.csv").read_text().splitlines()) == data["enumerated"] + 1
-    table = run_cli("recommend", "--model", MODEL, "--hardware", HW, "--gpus", "16", "--global-batch",
-                    "32", "--what-if", "intra_node.bandwidth_bytes_per_s=0.5x")
+    table = run_cli("recommend", "--model", MODEL, "--hardware", HW, "--gpus", "16",
+                    "--global-batch", "32", "--what-if", "intra_node.bandwidth_bytes_per_s=0.5x")
     assert table.returncode == 0 and "what binds it" in table.stdout and "what if" in table.stdout
+    assert "memory limit 72.0 GiB per GPU: memory_margin 10%" in table.stdout
     none = run_cli("recommend", "--model", "llama3-405b", "--hardware", HW, "--gpus", "8",
                    "--global-batch", "8")
     assert none.returncode == 4 and "no plan fits in memory" in none.stdout
+
+
+def test_csv_of_a_search_too_large_is_refused_before_anything_is_written(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    import perfmodel.recommend as R
+    from perfmodel.cli import cli
+
+    monkeypatch.setattr(R, "CSV_MAX_PLANS", 1000)
+    out = CliRunner().invoke(cli, ["recommend", "--model", MODEL, "--hardware", HW, "--gpus", "16",
+                                   "--global-batch", "32", "--csv", str(tmp_path / "all.csv")])
+    assert out.exit_code == 2
+    assert "--csv writes at most 1,000 plans and this search has 1" in out.output
+    assert not (tmp_path / "all.csv").exists()
+
+
+def test_csv_rows_come_chunk_by_chunk_with_one_header(monkeypatch):
+    import perfmodel.search as S
+    from perfmodel.recommend import PlanCsv
+
+    monkeypatch.setattr(S, "CHUNK_PLANS", 500)
+    table = PlanCsv()
+    result = search(load_model(MODEL), load_hardware(HW),
+                    SearchRequest(gpus=(16,), global_batch=32, max_micro_batch=4), on_chunk=table)
+    import io
+
+    import pandas as pd
+
+    text = table.text()
+    assert sum(line.startswith("gpus,") for line in text.splitlines()) == 1  # one header
+    frame = pd.read_csv(io.StringIO(text))
+    assert len(frame) == result.enumerated > 1000  # every plan, from chunks of 500
+    assert frame["evaluated"].sum() == result.evaluated < len(frame)
+    # a plan pruned by its model states has no step time, and does not fit
+    pruned = frame[~frame["evaluated"]]
+    assert pruned["step_time_s"].isna().all() and not pruned["fits_in_memory"].any()
+    assert frame["fits_in_memory"].sum() == result.feasible
+
+
+def test_a_search_that_evaluates_nothing_says_why():
+    model, hw = load_model("gpt3-175b"), load_hardware(HW)
+    # no split: 7 GPUs, 96 heads and layers, a batch of 8
+    rec = recommend(model, hw, SearchRequest(gpus=(7,), global_batch=8))
+    info = rec.explanation["infeasible"]
+    assert rec.result.enumerated == 0 and info["binding"] == "divisibility"
+    assert "7 GPUs cannot be split" in info["reason"] and "heads (96)" in info["reason"]
+    # every plan pruned by its model states alone: the leanest three layouts, named
+    rec = recommend(model, hw, SearchRequest(gpus=(8,), global_batch=8))
+    info = rec.explanation["infeasible"]
+    assert rec.result.evaluated == 0 and rec.result.enumerated > 0
+    assert "for its model states alone" in info["reason"]
+    assert [n["bound_only"] for n in info["nearest"]] == [True] * 3
+    assert len({n["plan"] for n in info["nearest"]}) == 3
