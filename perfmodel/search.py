@@ -148,7 +148,7 @@ class Plans:
 # The candidates of each option are pre-filtered by the plan rules that read only the columns
 # known at that point (strategy.allowed with partial=True), and by necessary conditions of the
 # others (pp divides the layers, dp the batch, the grid's rows the micro-batch); the mask of every
-# rule over whole plans comes last (plan_chunks). Beyond the rules, the search leaves out plans
+# rule over whole plans comes last (_blocks). Beyond the rules, the search leaves out plans
 # that repeat another: gpipe with pp = 1 (the schedules coincide: 1f1b is kept), ZeRO with dp = 1,
 # placements that differ only in an axis of degree 1, and grids of side 1.
 
@@ -666,9 +666,9 @@ class Scored:
 
     @staticmethod
     def concat(parts: list[Scored]) -> Scored:
-        parts = [p for p in parts if len(p)] or parts[:1]
-        if len(parts) == 1:
-            return parts[0]
+        parts = [p for p in parts if len(p)]
+        if len(parts) <= 1:
+            return parts[0] if parts else Scored.empty()
         return Scored(Plans.concat([p.plans for p in parts]),
                       *(np.concatenate([getattr(p, f.name) for p in parts])
                         for f in dataclasses.fields(Scored)[1:]))
@@ -780,6 +780,7 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)
 
     def plan(self, rows: Scored, i: int) -> Plan:
+        """Row i of some of this search's plans (best, front, sample, ...) as a Plan."""
         r = self.request
         return rows.plans.plan(int(i), r.dtype, r.flash_attention, r.overlap_grad_sync)
 
