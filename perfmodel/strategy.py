@@ -166,12 +166,8 @@ class Plan:
 
     @property
     def grid_q(self) -> int:
-        """The side q of the tensor-parallel grid (tp for 1d)."""
-        if self.tp_layout is TPLayout.ONE_D:
-            return self.tp
-        if self.tp_layout is TPLayout.THREE_D:
-            return integer_root(self.tp, 3) or 1
-        return integer_root(self.tp // self.tp_depth, 2) or 1
+        """The side q of the tensor-parallel grid (tp for 1d; see PlanColumns.grid_q)."""
+        return int(self.columns().grid_q)
 
     @property
     def num_micro_batches(self) -> int:
