@@ -22,6 +22,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Iterator
+from typing import BinaryIO
 from pathlib import Path
 
 from perfmodel.errors import OutputError, PerfmodelError
@@ -60,15 +61,7 @@ def _target(path: Path, what: str) -> tuple[Path, os.stat_result | None]:
     return target, st
 
 
-def write_atomic(path: str | Path, data: str | bytes, *, what: str = "output",
-                 make_parents: bool = False) -> Path:
-    """Write data (text as UTF-8) to path as a whole file or not at all; returns path.
-
-    make_parents creates missing directories (for files perfmodel lays out itself: run
-    directories, the cache); a user's output path must name an existing directory.
-    Raises OutputError naming the path and the reason.
-    """
-    path = Path(path)
+def _prepare(path: Path, what: str, make_parents: bool) -> tuple[Path, os.stat_result | None]:
     target, st = _target(path, what)
     directory = target.parent if str(target.parent) else Path(".")
     if make_parents:
@@ -79,12 +72,23 @@ def write_atomic(path: str | Path, data: str | bytes, *, what: str = "output",
                               f"{_REASONS.get(exc.errno or 0, exc.strerror)}") from None
     if not directory.is_dir():
         raise OutputError(f"output directory does not exist: {directory} (for {what} {path})")
-    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return target, st
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path, *, what: str = "output",
+                make_parents: bool = False) -> Iterator[BinaryIO]:
+    """A binary file to write into; on leaving the block it replaces path whole (after an
+    exception, or Ctrl-C, nothing is replaced). For outputs written piece by piece (a CSV of
+    millions of plans) without holding them in memory. The target is checked before the block
+    runs: a refused path costs no work. Raises OutputError naming the path and the reason."""
+    path = Path(path)
+    target, st = _prepare(path, what, make_parents)
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
+            yield fh
             fh.flush()
             if st is not None:  # an existing file keeps its mode and, where allowed, its owner
                 os.fchmod(fh.fileno(), stat.S_IMODE(st.st_mode))
@@ -103,7 +107,19 @@ def write_atomic(path: str | Path, data: str | bytes, *, what: str = "output",
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-    return path
+
+
+def write_atomic(path: str | Path, data: str | bytes, *, what: str = "output",
+                 make_parents: bool = False) -> Path:
+    """Write data (text as UTF-8) to path as a whole file or not at all; returns path.
+
+    make_parents creates missing directories (for files perfmodel lays out itself: run
+    directories, the cache); a user's output path must name an existing directory.
+    Raises OutputError naming the path and the reason.
+    """
+    with atomic_file(path, what=what, make_parents=make_parents) as fh:
+        fh.write(data.encode("utf-8") if isinstance(data, str) else bytes(data))
+    return Path(path)
 
 
 # --- locking -------------------------------------------------------------------------------------
@@ -145,4 +161,4 @@ def file_lock(path: Path, *, wait_s: float = 30.0, what: str = "") -> Iterator[N
         os.close(fd)  # closing the descriptor releases the lock
 
 
-__all__ = ["file_lock", "lock_path", "write_atomic"]
+__all__ = ["atomic_file", "file_lock", "lock_path", "write_atomic"]

@@ -153,24 +153,26 @@ def pareto_front(times: np.ndarray, memory: np.ndarray) -> np.ndarray:
 
 
 def pareto_axes(result: Any, ax: Any = None) -> Any:
-    """Every evaluated plan of a search (perfmodel.search.SearchResult) in step time against
-    memory per GPU, log-log, with the Pareto front, the memory limit and the recommended plan."""
-    for attr in ("step_time_s", "memory_bytes", "capacity_bytes", "order"):
+    """The evaluated plans of a search (perfmodel.search.SearchResult: its random sample of them)
+    in step time against memory per GPU, log-log, with the Pareto front of every evaluated plan,
+    the memory limit and the recommended plan."""
+    for attr in ("sample", "front", "best", "capacity_bytes", "evaluated"):
         if not hasattr(result, attr):
             raise TypeError(f"pareto_axes needs a perfmodel.search.SearchResult; got "
                             f"{type(result).__name__} without {attr}")
-    ok = np.isfinite(result.step_time_s)
-    if not ok.any():
+    if not result.evaluated:
         raise DataError("pareto_axes: the search evaluated no plan (nothing to plot)")
-    t, mem = result.step_time_s[ok], result.memory_bytes[ok] / GiB
+    sample, front = result.sample, result.front
     ax = _axes(ax)
-    ax.scatter(t, mem, s=4, alpha=0.25, color="tab:gray", label="evaluated plans")
-    front = pareto_front(t, mem)
-    ax.plot(t[front], mem[front], "o-", color="tab:blue", ms=3, label="Pareto front")
+    label = ("evaluated plans" if len(sample) == result.evaluated else
+             f"evaluated plans (a random {len(sample):,} of {result.evaluated:,})")
+    ax.scatter(sample.step_time_s, sample.memory_bytes / GiB, s=4, alpha=0.25, color="tab:gray",
+               label=label)
+    ax.plot(front.step_time_s, front.memory_bytes / GiB, "o-", color="tab:blue", ms=3,
+            label="Pareto front")
     ax.axhline(result.capacity_bytes / GiB, color="tab:red", ls="--", label="memory limit")
-    if len(result.order):
-        best = result.order[0]
-        ax.plot(result.step_time_s[best], result.memory_bytes[best] / GiB, "*", ms=14,
+    if len(result.best):
+        ax.plot(result.best.step_time_s[0], result.best.memory_bytes[0] / GiB, "*", ms=14,
                 color="tab:orange", label="recommended")
     ax.set_xscale("log")
     ax.set_yscale("log")

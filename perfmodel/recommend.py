@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import Any, BinaryIO
 
 from perfmodel.errors import PlanError
 from perfmodel.predict import Prediction, predict
-from perfmodel.search import SearchRequest, SearchResult, divisors, search
+from perfmodel.search import Scored, SearchRequest, SearchResult, divisors, search
 from perfmodel.specs.hardware import HardwareSpec, hardware_from_dict
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
@@ -28,28 +27,54 @@ class Recommendation:
     def to_dict(self) -> dict[str, Any]:
         r = self.result
         plans = []
-        for i, p in zip(r.order[: len(self.top)], self.top, strict=True):
+        for i, p in enumerate(self.top):
             entry = p.to_dict()
-            entry["objective"] = float(r.objective[i])
+            entry["objective"] = float(r.best.objective[i])
             plans.append(entry)
         return {
             "plans": plans,
             "evaluated": int(r.evaluated),
             "enumerated": int(r.enumerated),
-            "feasible": int(r.feasible.sum()),
+            "feasible": int(r.feasible),
             "search_time_s": r.search_time_s,
             "objective": r.request.objective.value,
+            "memory_margin": r.request.memory_margin,
+            "memory_limit_bytes": r.capacity_bytes,
             "explanation": self.explanation,
         }
 
 
-def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest,
-              top: int = 5) -> Recommendation:
-    result = search(model, hardware, req)
-    if len(result.order) == 0:
-        return Recommendation(result, [], {"infeasible": infeasible_reason(model, hardware, req, result)})
-    best_plans = [predict(model, hardware, result.plan(i)) for i in result.order[:top]]
+def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, top: int = 5,
+              on_chunk: Callable[[Scored], None] | None = None) -> Recommendation:
+    """Search, predict the `top` best plans one by one (perfmodel.predict, Plan.check included)
+    and explain the best. on_chunk: see perfmodel.search.search."""
+    result = search(model, hardware, req, top=top, on_chunk=on_chunk)
+    if not len(result.best):
+        reason = infeasible_reason(model, hardware, req, result)
+        return Recommendation(result, [], {"infeasible": reason})
+    best_plans = [predict(model, hardware, plan) for plan in result.best_plans()]
     return Recommendation(result, best_plans, explain_best(model, hardware, result, best_plans))
+
+
+def memory_limit_line(result: SearchResult) -> str:
+    """The memory a recommended plan may use, and why it is less than the GPU's."""
+    r = result.request
+    return (f"memory limit {result.capacity_bytes / 2**30:.1f} GiB per GPU: memory_margin "
+            f"{r.memory_margin:.0%} kept free for allocator fragmentation and communication "
+            f"buffers (--memory-margin)")
+
+
+class PlanCsv:
+    """Every plan a search enumerates as CSV rows (Scored.frame's columns), written into `out` (a
+    binary file, e.g. perfmodel.files.atomic_file) chunk by chunk as search(on_chunk=...) hands
+    them over: memory stays bounded however many plans there are."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out, self.rows = out, 0
+
+    def __call__(self, rows: Scored) -> None:
+        self.out.write(rows.frame().to_csv(index=False, header=self.rows == 0).encode("utf-8"))
+        self.rows += len(rows)
 
 
 def explain_best(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
@@ -61,19 +86,19 @@ def explain_best(model: TransformerSpec, hardware: HardwareSpec, result: SearchR
     bubble = b.breakdown_s["pipeline/bubble"]
     shares = {"memory": b.memory_per_gpu_bytes / b.memory_capacity_bytes,
               "bubble": bubble / t, "exposed_communication": comm / t, "mfu": b.mfu}
-    faster = np.flatnonzero((result.step_time_s < b.step_time_s * (1 - 1e-9)) & ~result.feasible
-                            & np.isfinite(result.step_time_s))
     binding = []
-    if len(faster):
-        j = faster[np.argmin(result.step_time_s[faster])]
+    if result.unfit_faster:
+        j = result.fastest_unfit
         binding.append(
-            f"memory: {len(faster)} faster plans do not fit; the fastest of them "
-            f"({_short(result.plan(j))}) would take {result.step_time_s[j]:.4g} s but needs "
-            f"{result.memory_bytes[j] / 2**30:.1f} GiB of {result.capacity_bytes / 2**30:.1f} GiB")
+            f"memory: {'at least ' if result.unfit_faster_at_least else ''}{result.unfit_faster:,} "
+            f"faster plans do not fit; the fastest of them ({_short(result.plan(j, 0))}) would "
+            f"take {j.step_time_s[0]:.4g} s but needs {j.memory_bytes[0] / 2**30:.1f} GiB of "
+            f"{result.capacity_bytes / 2**30:.1f} GiB")
     if shares["bubble"] > 0.05:
         binding.append(f"pipeline bubble: {shares['bubble']:.1%} of the step")
     if shares["exposed_communication"] > 0.05:
-        parts = ", ".join(f"{k} {b.breakdown_s[k] / t:.1%}" for k in COMM_TERMS if b.breakdown_s[k] > 0)
+        parts = ", ".join(f"{k} {b.breakdown_s[k] / t:.1%}" for k in COMM_TERMS
+                          if b.breakdown_s[k] > 0)
         binding.append(f"exposed communication: {shares['exposed_communication']:.1%} ({parts})")
     compute = sum(v for k, v in b.breakdown_s.items() if k.startswith("compute/"))
     binding.append(f"compute efficiency: compute is {compute / t:.1%} of the step, MFU {b.mfu:.1%}")
@@ -88,20 +113,25 @@ def explain_best(model: TransformerSpec, hardware: HardwareSpec, result: SearchR
             "memory_delta_bytes": r.memory_per_gpu_bytes - b.memory_per_gpu_bytes,
             "trades": [f"{k} {d:+.4g} s" for k, d in diffs[:3] if abs(d) > 0],
         }
-    out["micro_batch_curve"] = micro_batch_curve(model, b.hardware, b.plan)
+    out["micro_batch_curve"] = micro_batch_curve(model, b.hardware, b.plan, result.capacity_bytes)
     return out
 
 
-def micro_batch_curve(model: TransformerSpec, hardware: HardwareSpec, plan: Any) -> list[dict[str, Any]]:
-    """Throughput and memory against the micro-batch size for the plan's layout (seed 002's search)."""
+def micro_batch_curve(model: TransformerSpec, hardware: HardwareSpec, plan: Any,
+                      capacity_bytes: float | None = None) -> list[dict[str, Any]]:
+    """Throughput and memory against the micro-batch size for the plan's layout (seed 002's
+    search); `fits` against capacity_bytes (the search's memory limit), else the GPU's memory."""
     rows = []
     for mb in divisors(plan.global_batch // plan.dp):
         try:
             p = predict(model, hardware, plan.replace(micro_batch=mb))
         except PlanError:
             continue
-        rows.append({"micro_batch": mb, "step_time_s": p.step_time_s, "tokens_per_s": p.tokens_per_s,
-                     "memory_per_gpu_bytes": p.memory_per_gpu_bytes, "fits": p.fits_in_memory})
+        fits = (p.fits_in_memory if capacity_bytes is None
+                else p.memory_per_gpu_bytes <= capacity_bytes)
+        rows.append({"micro_batch": mb, "step_time_s": p.step_time_s,
+                     "tokens_per_s": p.tokens_per_s,
+                     "memory_per_gpu_bytes": p.memory_per_gpu_bytes, "fits": fits})
     return rows
 
 
@@ -112,43 +142,39 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         relaxed = dataclasses.replace(req, dp=None, tp=None, pp=None, micro_batch=None,
                                       schedule=None, virtual_stages=None, max_tp=None, max_pp=None,
                                       max_micro_batch=None, tp_layout=None, tp_depth=None)
-        from perfmodel.search import enumerate_plans
+        from perfmodel.search import count_plans
 
-        n = len(enumerate_plans(model, relaxed))
         pins = {k: getattr(req, k) for k in ("dp", "tp", "pp", "micro_batch", "schedule",
-                                             "virtual_stages", "max_tp", "max_pp", "max_micro_batch",
-                                             "tp_layout", "tp_depth")
+                                             "virtual_stages", "max_tp", "max_pp",
+                                             "max_micro_batch", "tp_layout", "tp_depth")
                 if getattr(req, k) is not None}
-        rules = (f"dp x tp x pp must equal the GPU count, tp must divide heads ({model.heads}), pp "
-                 f"must divide layers ({model.layers}), dp must divide the global batch "
-                 f"({req.global_batch})")
+        n = count_plans(model, relaxed) if pins else 0
+        rules = (f"dp x tp x pp must equal the GPU count, tp must divide heads ({model.heads}) "
+                 f"or make a 2D/2.5D/3D grid whose side divides it, pp must divide layers "
+                 f"({model.layers}), dp x micro-batch must divide the global batch "
+                 f"({req.global_batch}); `perfmodel predict` names the rule a given plan breaks")
         gpus = ", ".join(map(str, req.gpus))
         if pins and n:
             reason = (f"no plan satisfies the pins {pins} with {gpus} GPUs ({rules}); without the "
                       f"pins {n} plans exist")
         else:
             reason = f"{gpus} GPUs cannot be split into a valid plan: {rules}"
-        return {"binding": "pins" if pins and n else "divisibility", "reason": reason, "nearest": []}
-    evaluated = np.isfinite(result.step_time_s)
-    pool = np.flatnonzero(evaluated) if evaluated.any() else np.arange(result.enumerated)
-    nearest, seen = [], set()
-    for i in pool[np.argsort(result.memory_bytes[pool], kind="stable")]:
-        label = _short(result.plan(i))
-        if not evaluated[i]:  # only the model states were bounded: name the layout, not the options
-            p = result.plan(i)
+        return {"binding": "pins" if pins and n else "divisibility", "reason": reason,
+                "nearest": []}
+    rows, evaluated = result.nearest, result.evaluated > 0
+    nearest = []
+    for i in range(len(rows)):  # the leanest plan of each of the three leanest labels
+        p = result.plan(rows, i)
+        label = _short(p)
+        if not evaluated:  # only the model states were bounded: name the layout, not the options
             label = (f"dp={p.dp} tp={p.tp} pp={p.pp}"
                      + (f" layout={p.tp_layout.value}" if p.tp_layout.value != "1d" else "")
                      + (f" zero{p.zero}" if p.zero else ""))
-        if label in seen:
-            continue
-        seen.add(label)
-        nearest.append({"plan": label, "memory_per_gpu_bytes": float(result.memory_bytes[i]),
-                        "step_time_s": float(result.step_time_s[i]) if evaluated[i] else None,
-                        "bound_only": not bool(evaluated[i])})
-        if len(nearest) == 3:
-            break
+        nearest.append({"plan": label, "memory_per_gpu_bytes": float(rows.memory_bytes[i]),
+                        "step_time_s": float(rows.step_time_s[i]) if evaluated else None,
+                        "bound_only": not evaluated})
     leanest = nearest[0]["memory_per_gpu_bytes"]
-    what = "needs" if evaluated.any() else "needs for its model states alone"
+    what = "needs" if evaluated else "needs for its model states alone"
     reason = (f"no plan fits in memory: the leanest {what} {leanest / 2**30:.1f} GiB "
               f"per GPU of {result.capacity_bytes / 2**30:.1f} GiB usable "
               f"(memory_margin {req.memory_margin:.0%}); more GPUs, ZeRO-3, full recompute or a "
@@ -159,7 +185,8 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
 def _short(plan: Any) -> str:
     extra = []
     if plan.tp_layout.value != "1d":
-        extra.append(f"layout={plan.tp_layout.value}" + (f"(d={plan.tp_depth})" if plan.tp_depth > 1 else ""))
+        extra.append(f"layout={plan.tp_layout.value}"
+                     + (f"(d={plan.tp_depth})" if plan.tp_depth > 1 else ""))
     if plan.virtual_stages > 1:
         extra.append(f"v={plan.virtual_stages}")
     if plan.sequence_parallel:
@@ -187,7 +214,8 @@ def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
             raise PlanError(f"--what-if: unknown hardware field '{match.group(1)}'")
         node = node[key]
     last = path[-1]
-    if not isinstance(node, dict) or last not in node or isinstance(node[last], (dict, list, tuple, str)):
+    if (not isinstance(node, dict) or last not in node
+            or isinstance(node[last], (dict, list, tuple, str))):
         if isinstance(node, dict) and isinstance(node.get(last), dict):  # e.g. peak_flops_per_s=2x
             if not is_factor:
                 raise PlanError(f"--what-if: {match.group(1)} is a mapping; give a factor like 2x")

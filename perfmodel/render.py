@@ -148,12 +148,15 @@ def print_presets(as_json: bool) -> None:
 def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
     con = _console()
     r = rec.result
+    from perfmodel.recommend import memory_limit_line
+
     if "parameters" in data:
         con.print(model_line(data["model"], data["model_source"], data["parameters"],
                              data["seq_len"], data["seq_len_from"]), markup=False)
     con.print(f"searched {r.enumerated:,} plans ({r.evaluated:,} evaluated after the memory bound, "
-              f"{int(r.feasible.sum()):,} fit) in {r.search_time_s:.2f} s; objective "
+              f"{r.feasible:,} fit) in {r.search_time_s:.2f} s; objective "
               f"{r.request.objective.value}")
+    con.print(memory_limit_line(r))
     if not rec.top:
         info = rec.explanation["infeasible"]
         con.print(f"[red]no plan[/]: {info['reason']}")

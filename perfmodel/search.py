@@ -1,7 +1,12 @@
-"""Search every plan: enumerate -> prune by a cheap bound -> evaluate vectorised -> rank.
+"""Search every plan: enumerate -> keep what the plan rules allow -> prune by a cheap bound ->
+evaluate vectorised -> rank.
 
-All plans of a request are columns of numpy arrays; the universal expression (one per hardware, see
-perfmodel.family) is compiled once and evaluated over all of them in one call.
+Plans are columns of numpy arrays. They are enumerated and evaluated in chunks of at most
+CHUNK_PLANS rows, so that a search holds a bounded number of plans whatever the GPU count and
+batch: each chunk passes the plan rules (perfmodel.strategy.RULES, the ones Plan.check applies),
+is evaluated (the universal expression of the hardware, see perfmodel.family, compiled once), and
+leaves behind only what the answer needs: the best plans, the Pareto front of step time against
+memory, a uniform random sample of the evaluated plans, and what explains a failure.
 """
 
 from __future__ import annotations
@@ -9,23 +14,31 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
+from perfmodel import strategy
 from perfmodel.errors import PlanError
 from perfmodel.evaluate import family_of
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.staged import GroupValues, compile_staged, run
-from perfmodel.strategy import Plan
+from perfmodel.strategy import DEFAULT_MEMORY_MARGIN, Plan, PlanColumns, allowed
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "zbv")
-LAYOUTS = ("1d", "2d", "2.5d", "3d")
-RECOMPUTES = ("none", "selective", "full")
+SCHEDULES = tuple(s.value for s in strategy.SCHEDULES)
+LAYOUTS = tuple(s.value for s in strategy.LAYOUTS)
+RECOMPUTES = tuple(s.value for s in strategy.RECOMPUTES)
 PLACEMENTS = ("tp,dp,pp", "tp,pp,dp", "dp,tp,pp")
+COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
+           "recompute", "sequence_parallel", "zero", "placement", "tp_layout", "tp_depth")
+
+CHUNK_PLANS = 1 << 18  # plans enumerated and evaluated at once: ~100 MB of columns and terms
+SAMPLE_PLANS = 20_000  # evaluated plans kept at random (the plot's scatter, the tests' sample)
+DEFAULT_TOP = 100  # best plans kept (the CLI's --top allows up to 100)
 
 
 class Objective(StrEnum):
@@ -58,7 +71,7 @@ class SearchRequest:
     max_micro_batch: int | None = None
     flash_attention: bool = False
     overlap_grad_sync: bool = False
-    memory_margin: float = 0.0
+    memory_margin: float = DEFAULT_MEMORY_MARGIN
     objective: Objective = Objective.STEP_TIME
     tokens: float | None = None
     gpu_hour_price: float | None = None
@@ -77,13 +90,17 @@ class SearchRequest:
         if objective is Objective.COST and not self.gpu_hour_price:
             raise PlanError("objective cost needs --gpu-hour-price")
         if self.schedule is not None and self.schedule not in SCHEDULES:
-            raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, got '{self.schedule}'")
+            raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, "
+                            f"got '{self.schedule}'")
         if self.recompute is not None and self.recompute not in RECOMPUTES:
-            raise PlanError(f"recompute must be one of {', '.join(RECOMPUTES)}, got '{self.recompute}'")
+            raise PlanError(f"recompute must be one of {', '.join(RECOMPUTES)}, "
+                            f"got '{self.recompute}'")
         if self.tp_layout is not None and self.tp_layout not in LAYOUTS:
-            raise PlanError(f"tp_layout must be one of {', '.join(LAYOUTS)}, got '{self.tp_layout}'")
+            raise PlanError(f"tp_layout must be one of {', '.join(LAYOUTS)}, "
+                            f"got '{self.tp_layout}'")
         if self.placement is not None and self.placement not in PLACEMENTS:
-            raise PlanError(f"placement must be one of {', '.join(PLACEMENTS)}, got '{self.placement}'")
+            raise PlanError(f"placement must be one of {', '.join(PLACEMENTS)}, "
+                            f"got '{self.placement}'")
 
 
 def divisors(n: int) -> list[int]:
@@ -93,7 +110,7 @@ def divisors(n: int) -> list[int]:
 
 @dataclass
 class Plans:
-    """Columns of plans (numpy arrays of equal length)."""
+    """Columns of plans (numpy arrays of equal length; options as codes, see COLUMNS)."""
 
     cols: dict[str, np.ndarray]
 
@@ -102,6 +119,16 @@ class Plans:
 
     def take(self, index: np.ndarray | slice) -> Plans:
         return Plans({k: v[index] for k, v in self.cols.items()})
+
+    @staticmethod
+    def concat(parts: list[Plans]) -> Plans:
+        if len(parts) == 1:
+            return parts[0]
+        return Plans({k: np.concatenate([p.cols[k] for p in parts]) for k in COLUMNS})
+
+    @staticmethod
+    def empty() -> Plans:
+        return Plans({k: np.zeros(0, dtype=np.int64) for k in COLUMNS})
 
     def plan(self, i: int, dtype: str, flash: bool, overlap: bool) -> Plan:
         c = self.cols
@@ -117,122 +144,250 @@ class Plans:
                     tp_layout=LAYOUTS[int(c["tp_layout"][i])], tp_depth=int(c["tp_depth"][i]))
 
 
-def _layouts(model: TransformerSpec, req: SearchRequest, tp: int) -> list[tuple[int, int, int]]:
-    """(layout code, depth, samples a micro-batch is split over) of every tensor layout tp allows."""
-    from perfmodel.strategy import integer_root
-
-    out = []
-
-    def grid_ok(q: int) -> bool:
-        return all(x % q == 0 for x in (model.heads, model.hidden, model.ffn_hidden, model.kv_heads))
-
-    for code, layout in enumerate(LAYOUTS):
-        if req.tp_layout is not None and layout != req.tp_layout:
-            continue
-        if layout == "1d":
-            if req.tp_depth in (None, 1) and not (
-                    model.heads % tp or model.ffn_hidden % tp
-                    or (model.kv_heads % tp and tp % model.kv_heads)):
-                out.append((code, 1, 1))
-        elif layout == "2d":
-            q = integer_root(tp, 2)
-            if tp > 1 and q and grid_ok(q) and req.tp_depth in (None, 1):
-                out.append((code, 1, q))
-        elif layout == "2.5d":
-            for d in divisors(tp):
-                q = integer_root(tp // d, 2)
-                if d >= 2 and q and q > 1 and grid_ok(q) and req.tp_depth in (None, d):
-                    out.append((code, d, q * d))
-        else:
-            q = integer_root(tp, 3)
-            if tp > 1 and q and grid_ok(q) and req.tp_depth in (None, 1):
-                out.append((code, 1, q * q))
-    return out
+# --- enumeration ----------------------------------------------------------------------------
+# The candidates of each option are pre-filtered by the plan rules that read only the columns
+# known at that point (strategy.allowed with partial=True), and by necessary conditions of the
+# others (pp divides the layers, dp the batch, the grid's rows the micro-batch); the mask of every
+# rule over whole plans comes last (_blocks). Beyond the rules, the search leaves out plans
+# that repeat another: gpipe with pp = 1 (the schedules coincide: 1f1b is kept), ZeRO with dp = 1,
+# placements that differ only in an axis of degree 1, and grids of side 1.
 
 
-def _degree_triples(model: TransformerSpec, req: SearchRequest) -> list[tuple[int, int, int, int]]:
-    """(gpus, dp, tp, pp) that multiply out and divide the model and the batch."""
-    out = []
+class _Candidates:
+    """The allowed values of the options that depend on one or two degrees, worked out once per
+    search (memoised by degree)."""
+
+    def __init__(self, model: TransformerSpec, req: SearchRequest) -> None:
+        self.model, self.req = model, req
+        self._layouts: dict[int, list[tuple[int, int, int]]] = {}
+        self._schedules: dict[int, list[tuple[int, int]]] = {}
+        self._sps: dict[tuple[int, int], list[int]] = {}
+
+    def layouts(self, tp: int) -> list[tuple[int, int, int]]:
+        """(layout code, depth, ranks a micro-batch's samples are split over) allowed with tp."""
+        if tp not in self._layouts:
+            req = self.req
+            rows = [(code, depth) for code, layout in enumerate(LAYOUTS)
+                    for depth in ([d for d in divisors(tp) if d >= 2] if layout == "2.5d" else [1])
+                    if req.tp_layout in (None, layout) and req.tp_depth in (None, depth)]
+            out = []
+            if rows:
+                codes, depths = (np.array(x) for x in zip(*rows, strict=True))
+                c = PlanColumns({"tp": np.full(len(rows), tp), "tp_layout": codes,
+                                 "tp_depth": depths})
+                keep = allowed(c, self.model, partial=True) & ((codes == 0) | (c.grid_q > 1))
+                rows_of = c.grid_rows
+                out = [(int(a), int(b), int(r))
+                       for a, b, r in zip(codes[keep], depths[keep], rows_of[keep], strict=True)]
+            self._layouts[tp] = out
+        return self._layouts[tp]
+
+    def schedules(self, pp: int) -> list[tuple[int, int]]:
+        """(schedule code, virtual stages) allowed with pp (the rules on the number of
+        micro-batches come with the micro-batch)."""
+        if pp not in self._schedules:
+            req = self.req
+            rows = []
+            for code, name in enumerate(SCHEDULES):
+                if req.schedule not in (None, name) or name == "gpipe" and pp == 1:
+                    continue
+                stages = (divisors(self.model.layers // pp) if name in ("interleaved", "zb")
+                          else [2] if name == "zbv" else [1])
+                rows += [(code, v) for v in stages if req.virtual_stages in (None, v)]
+            out = []
+            if rows:
+                codes, stages = (np.array(x) for x in zip(*rows, strict=True))
+                c = PlanColumns({"pp": np.full(len(rows), pp), "schedule": codes,
+                                 "virtual_stages": stages})
+                keep = allowed(c, self.model, partial=True)
+                out = [(int(a), int(b)) for a, b in zip(codes[keep], stages[keep], strict=True)]
+            self._schedules[pp] = out
+        return self._schedules[pp]
+
+    def sequence_parallel(self, tp: int, layout: int) -> list[int]:
+        key = (tp, layout)
+        if key not in self._sps:
+            values = np.array([s for s in (0, 1)
+                               if self.req.sequence_parallel in (None, bool(s))], dtype=np.int64)
+            n = len(values)
+            c = PlanColumns({"tp": np.full(n, tp), "tp_layout": np.full(n, layout),
+                             "sequence_parallel": values})
+            self._sps[key] = [int(s) for s in values[allowed(c, self.model, partial=True)]]
+        return self._sps[key]
+
+
+def _degree_triples(model: TransformerSpec, req: SearchRequest,
+                    candidates: _Candidates) -> Iterator[tuple[int, int, int, int]]:
+    """(gpus, dp, tp, pp) that multiply out, with a tensor layout, pp dividing the layers and dp
+    the batch (necessary for the rules on layers / (pp v) and batch / (dp micro_batch))."""
     for gpus in req.gpus:
         for tp in divisors(gpus):
             if req.tp is not None and tp != req.tp or req.max_tp is not None and tp > req.max_tp:
                 continue
-            if not _layouts(model, req, tp):
+            if not candidates.layouts(tp):
                 continue
             for pp in divisors(gpus // tp):
-                if req.pp is not None and pp != req.pp or req.max_pp is not None and pp > req.max_pp:
+                if (req.pp is not None and pp != req.pp
+                        or req.max_pp is not None and pp > req.max_pp):
                     continue
                 if model.layers % pp:
                     continue
                 dp = gpus // (tp * pp)
                 if req.dp is not None and dp != req.dp or req.global_batch % dp:
                     continue
-                out.append((gpus, dp, tp, pp))
-    return out
+                yield gpus, dp, tp, pp
+
+
+@dataclass
+class _Grid:
+    """Plans as a grid: every combination of the axes' rows (the first axis slowest), each with
+    the fixed columns."""
+
+    fixed: dict[str, int]
+    axes: tuple[dict[str, np.ndarray], ...]
+
+    def __post_init__(self) -> None:
+        self.shape = tuple(len(next(iter(a.values()))) for a in self.axes)
+        # the axes whose columns some plan rule reads (strategy.RULE_COLUMNS)
+        self.ruled = [i for i, a in enumerate(self.axes)
+                      if strategy.RULE_COLUMNS.intersection(a)]
+        self.ruled_size = math.prod(self.shape[i] for i in self.ruled)
+
+    def ruled_plans(self) -> dict[str, np.ndarray]:
+        """Every combination of the ruled axes' rows, with the fixed columns, as flat columns."""
+        shape = [self.shape[i] for i in self.ruled]
+        index = np.unravel_index(np.arange(math.prod(shape)), shape)
+        out = {name: np.full(len(index[0]), value) for name, value in self.fixed.items()}
+        for i, at in zip(self.ruled, index, strict=True):
+            out.update({name: values[at] for name, values in self.axes[i].items()})
+        return out
+
+    def plans(self, ruled_mask: np.ndarray) -> dict[str, np.ndarray] | None:
+        """The plans whose combination of the ruled axes' rows ruled_mask allows (flat, as
+        ruled_plans orders them), as columns; None if none."""
+        shape = self.shape
+        ruled = self.ruled
+        mask = ruled_mask.reshape([shape[i] if i in ruled else 1 for i in range(len(shape))])
+        keep = np.flatnonzero(np.broadcast_to(mask, shape))
+        if not len(keep):
+            return None
+        index = np.unravel_index(keep, shape)
+        out = {name: np.full(len(keep), value) for name, value in self.fixed.items()}
+        for at, axis in zip(index, self.axes, strict=True):
+            out.update({name: values[at] for name, values in axis.items()})
+        return out
+
+
+def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_Grid]:
+    """The candidate plans, in grids of at most `size` plans (one degree triple and tensor
+    layout, some micro-batches): every micro-batch, schedule, recompute, sp, ZeRO stage and
+    placement."""
+    candidates = _Candidates(model, req)
+    recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)]
+    for gpus, dp, tp, pp in _degree_triples(model, req, candidates):
+        zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,)) if req.zero in (None, z)]
+        places = _placements(req, dp, tp, pp)
+        scheds = candidates.schedules(pp)
+        per_replica = req.global_batch // dp
+        for layout, depth, split in candidates.layouts(tp):
+            mbs = [b for b in divisors(per_replica)
+                   if req.micro_batch in (None, b) and b % split == 0
+                   and (req.max_micro_batch is None or b <= req.max_micro_batch)]
+            sps = candidates.sequence_parallel(tp, layout)
+            if not (mbs and scheds and recs and sps and zeros and places):
+                continue
+            fixed = {"gpus": gpus, "dp": dp, "tp": tp, "pp": pp,
+                     "global_batch": req.global_batch, "tp_layout": layout, "tp_depth": depth}
+            per_mb = len(scheds) * len(recs) * len(sps) * len(zeros) * len(places)
+            step = max(1, size // per_mb)
+            for i in range(0, len(mbs), step):
+                yield _Grid(fixed, (
+                    {"micro_batch": np.array(mbs[i:i + step])},
+                    {"schedule": np.array([c for c, _ in scheds]),
+                     "virtual_stages": np.array([v for _, v in scheds])},
+                    {"recompute": np.array(recs)}, {"sequence_parallel": np.array(sps)},
+                    {"zero": np.array(zeros)}, {"placement": np.array(places)}))
+
+
+RULE_BATCH = 8192  # combinations of ruled axes checked by one call of the plan rules
+
+
+def _blocks(model: TransformerSpec, req: SearchRequest,
+            size: int) -> Iterator[dict[str, np.ndarray]]:
+    """The plans that obey every plan rule, in blocks of at most `size` rows.
+
+    The rules run over the grids' combinations of the axes they read (the fixed columns
+    included), many grids at once; the mask is then broadcast along the axes no rule reads
+    (recompute, ZeRO stage, placement): every rule on every plan, at the cost of the small
+    grids."""
+    pending: list[_Grid] = []
+    rows = 0
+
+    def check() -> Iterator[dict[str, np.ndarray]]:
+        parts = [g.ruled_plans() for g in pending]
+        columns = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        mask = allowed(PlanColumns(columns), model)
+        start = 0
+        for grid, part in zip(pending, parts, strict=True):
+            n = len(part["gpus"])
+            block = grid.plans(mask[start:start + n])
+            start += n
+            if block is not None:
+                yield block
+
+    for grid in _grids(model, req, size):
+        pending.append(grid)
+        rows += grid.ruled_size
+        if rows >= RULE_BATCH:
+            yield from check()
+            pending, rows = [], 0
+    if pending:
+        yield from check()
+
+
+def _placements(req: SearchRequest, dp: int, tp: int, pp: int) -> list[int]:
+    """The placements to search: orders that differ only in an axis of degree 1 are the same."""
+    places = [i for i, p in enumerate(PLACEMENTS) if req.placement in (None, p)]
+    if req.placement is not None:
+        return places
+    seen, unique = set(), []
+    for i in places:
+        key = tuple(a for a in PLACEMENTS[i].split(",") if {"tp": tp, "dp": dp, "pp": pp}[a] > 1)
+        if key not in seen:
+            seen.add(key)
+            unique.append(i)
+    return unique
+
+
+def plan_chunks(model: TransformerSpec, req: SearchRequest,
+                size: int | None = None) -> Iterator[Plans]:
+    """Every plan of the request that the plan rules allow, in chunks of at most `size` plans
+    (default CHUNK_PLANS, read when called), in a fixed order (ties in the ranking go to the
+    earlier plan)."""
+    size = size or CHUNK_PLANS
+    blocks: list[dict[str, np.ndarray]] = []
+    rows = 0
+    for block in _blocks(model, req, size):
+        n = len(block["gpus"])
+        if rows + n > size and blocks:
+            yield Plans({k: np.concatenate([b[k] for b in blocks]) for k in COLUMNS})
+            blocks, rows = [], 0
+        blocks.append(block)
+        rows += n
+    if blocks:
+        yield Plans({k: np.concatenate([b[k] for b in blocks]) for k in COLUMNS})
 
 
 def enumerate_plans(model: TransformerSpec, req: SearchRequest) -> Plans:
-    """Every valid plan of the request, as columns."""
-    rows: list[dict[str, np.ndarray]] = []
-    for gpus, dp, tp, pp in _degree_triples(model, req):
-        for layout, depth, split in _layouts(model, req, tp):
-            rows.extend(_plans_of(model, req, gpus, dp, tp, pp, layout, depth, split))
-    if not rows:
-        return Plans({})
-    return Plans({k: np.concatenate([r[k] for r in rows]) for k in rows[0]})
+    """Every plan of the request that the plan rules allow, as columns, all at once (for tests
+    and benchmarks: search() holds one chunk at a time)."""
+    parts = list(plan_chunks(model, req))
+    return Plans.concat(parts) if parts else Plans.empty()
 
 
-def _plans_of(model: TransformerSpec, req: SearchRequest, gpus: int, dp: int, tp: int, pp: int,
-              layout: int, depth: int, split: int) -> list[dict[str, np.ndarray]]:
-    """The plans of one (degrees, tensor layout): micro-batches, schedules, options, placements."""
-    per_replica = req.global_batch // dp
-    mbs = [b for b in divisors(per_replica)
-           if (req.micro_batch is None or b == req.micro_batch)
-           and (req.max_micro_batch is None or b <= req.max_micro_batch) and b % split == 0]
-    scheds: list[tuple[int, int]] = []
-    for code, name in enumerate(SCHEDULES):
-        if req.schedule is not None and name != req.schedule:
-            continue
-        if name in ("interleaved", "zb"):
-            if pp < 2:
-                continue
-            for v in divisors(model.layers // pp):
-                if (v >= 2 or name == "zb") and req.virtual_stages in (None, v):
-                    scheds.append((code, v))
-        elif name == "zbv":
-            if pp >= 2 and (model.layers // pp) % 2 == 0 and req.virtual_stages in (None, 2):
-                scheds.append((code, 2))
-        elif req.virtual_stages in (None, 1) and (name == "1f1b" or pp > 1):
-            scheds.append((code, 1))  # with pp = 1 the schedules coincide: keep 1f1b
-    recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)]
-    sps = [s for s in ((0, 1) if tp > 1 and layout == 0 else (0,))
-           if req.sequence_parallel in (None, bool(s))]
-    zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,)) if req.zero in (None, z)]
-    places = [i for i, p in enumerate(PLACEMENTS) if req.placement in (None, p)]
-    if req.placement is None:  # orders that differ only in an axis of degree 1 are the same
-        seen, unique = set(), []
-        for i in places:
-            key = tuple(a for a in PLACEMENTS[i].split(",") if {"tp": tp, "dp": dp, "pp": pp}[a] > 1)
-            if key not in seen:
-                seen.add(key)
-                unique.append(i)
-        places = unique
-    if not (mbs and scheds and recs and sps and zeros and places):
-        return []
-    grid = np.meshgrid(np.array(mbs), np.arange(len(scheds)), np.array(recs), np.array(sps),
-                       np.array(zeros), np.array(places), indexing="ij")
-    b, si, rc, spar, z, pl = (g.ravel() for g in grid)
-    sched = np.array(scheds)[si]
-    m = req.global_batch // (dp * b)
-    ok = ((sched[:, 0] != 2) | (m % pp == 0)) & ((sched[:, 0] < 3) | (m >= pp))  # schedule rules
-    n = int(ok.sum())
-    return [{
-        "gpus": np.full(n, gpus), "dp": np.full(n, dp), "tp": np.full(n, tp),
-        "pp": np.full(n, pp), "micro_batch": b[ok], "global_batch": np.full(n, req.global_batch),
-        "schedule": sched[ok, 0], "virtual_stages": sched[ok, 1], "recompute": rc[ok],
-        "sequence_parallel": spar[ok], "zero": z[ok], "placement": pl[ok],
-        "tp_layout": np.full(n, layout), "tp_depth": np.full(n, depth),
-    }]
+def count_plans(model: TransformerSpec, req: SearchRequest) -> int:
+    """How many plans the request has, counted chunk by chunk."""
+    return sum(len(p) for p in plan_chunks(model, req))
 
 
 _TOPOLOGY_KEYS = ("tp", "dp", "pp", "tp_layout", "tp_depth", "placement")
@@ -400,134 +555,358 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
     return values_of(model, hardware, probe)
 
 
-@dataclass
-class SearchResult:
-    request: SearchRequest
-    plans: Plans
-    step_time_s: np.ndarray
-    memory_bytes: np.ndarray
-    model_flops: np.ndarray
-    feasible: np.ndarray
-    objective: np.ndarray
-    order: np.ndarray  # feasible plans, best first
-    enumerated: int
-    evaluated: int
-    search_time_s: float
-    capacity_bytes: float
-    notes: list[str] = field(default_factory=list)
-
-    def plan(self, i: int) -> Plan:
-        r = self.request
-        return self.plans.plan(int(i), r.dtype, r.flash_attention, r.overlap_grad_sync)
-
-    def frame(self) -> Any:
-        """Every evaluated plan as a pandas DataFrame."""
-        import pandas as pd
-
-        c = self.plans.cols
-        df = pd.DataFrame({k: v for k, v in c.items()})
-        df["schedule"] = [SCHEDULES[i] for i in c["schedule"]]
-        df["recompute"] = [RECOMPUTES[i] for i in c["recompute"]]
-        df["placement"] = [PLACEMENTS[i] for i in c["placement"]]
-        df["sequence_parallel"] = c["sequence_parallel"].astype(bool)
-        df["tp_layout"] = [LAYOUTS[i] for i in c["tp_layout"]]
-        df["step_time_s"] = self.step_time_s
-        df["memory_per_gpu_bytes"] = self.memory_bytes
-        df["fits_in_memory"] = self.feasible
-        df["objective"] = self.objective
-        return df
+# --- evaluation -----------------------------------------------------------------------------
 
 
-def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest) -> SearchResult:
-    """Enumerate, prune, evaluate and rank every plan of the request."""
-    start = time.perf_counter()
-    plans = enumerate_plans(model, req)
-    enumerated = len(plans)
-    capacity = hardware.memory_bytes * (1 - req.memory_margin) - hardware.memory_reserved_bytes
-    notes: list[str] = []
-    empty = np.zeros(0)
-    if enumerated == 0:
-        return SearchResult(req, plans, empty, empty, empty, empty.astype(bool), empty,
-                            empty.astype(int), 0, 0, time.perf_counter() - start, capacity, notes)
-    step, memory, flops, keep = evaluate_all(model, hardware, plans, req, capacity)
-    evaluated = int(keep.sum())
-    feasible = keep & (memory <= capacity)
-    objective = _objective(req, model, step, plans)
-    idx = np.flatnonzero(feasible)
-    order = idx[np.lexsort((memory[idx], objective[idx]))]
-    return SearchResult(req, plans, step, memory + hardware.memory_reserved_bytes, flops, feasible,
-                        objective, order, enumerated, evaluated, time.perf_counter() - start,
-                        capacity + hardware.memory_reserved_bytes, notes)
+class Evaluator:
+    """The compiled step model of a request, evaluated over chunks of plans."""
 
+    def __init__(self, model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest) -> None:
+        self.model, self.hardware, self.req = model, hardware, req
+        self.universal = family_of(model, hardware, Plan(gpus=1))
+        self.scalars = scalar_values(model, hardware, req)
 
-def evaluate_plans(model: TransformerSpec, hardware: HardwareSpec, groups: dict[str, GroupValues],
-                   req: SearchRequest, family: Any,
-                   capacity: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Step time, memory per GPU, model FLOPs of every plan (as group_values gives them), and
-    which passed the memory bound.
-
-    The memory bound (model states alone must fit) first, then the full model on the plans that
-    pass it; each evaluated term by term (see perfmodel.staged).
-    """
-    n = len(groups["topology"].codes)
-    scalars = scalar_values(model, hardware, req)
-    bounds = run(compile_staged(family, "bounds", GROUPS), scalars, groups, n)
-    memory = np.maximum(bounds["states:first"], bounds["states:last"])
-    keep = memory <= capacity  # model states alone must fit: a lower bound on memory
-    step = np.full(n, np.inf)
-    flops = np.zeros(n)
-    idx = None if keep.all() else np.flatnonzero(keep)
-    if idx is not None:
-        if not len(idx):
+    def __call__(self, plans: Plans,
+                 capacity: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Step time, memory per GPU (reserved memory not included) and model FLOPs of every
+        plan, and which passed the memory bound; one family per tensor layout: Megatron 1D (most
+        plans, the smallest expression), the 2d/2.5d grids, the 3d cube."""
+        n = len(plans)
+        step, memory, flops = np.full(n, np.inf), np.zeros(n), np.zeros(n)
+        keep = np.zeros(n, dtype=bool)
+        if n == 0:
             return step, memory, flops, keep
-        groups = {g: values.take(idx) for g, values in groups.items()}
-    m = n if idx is None else len(idx)
-    out = run(compile_staged(family, "search", GROUPS), scalars, groups, m)
-    rows = slice(None) if idx is None else idx
-    step[rows] = out["step_time"]
-    memory[rows] = np.maximum(out["memory:first"], out["memory:last"])
-    flops[rows] = out["q:model_flops_per_step"]
-    return step, memory, flops, keep
+        groups = group_values(self.hardware, plans)
+        topology = groups["topology"]
+        layouts = topology.rows["tp_layout"]  # sorted
+        for family_layout, codes in (("1d", (0,)), ("2d", (1, 2)), ("3d", (3,))):
+            lo = int(np.searchsorted(layouts, codes[0]))
+            hi = int(np.searchsorted(layouts, codes[-1], side="right"))
+            if lo == hi:
+                continue
+            if lo == 0 and hi == topology.card:
+                rows, index = slice(None), None
+            else:
+                rows = index = np.flatnonzero((topology.codes >= lo) & (topology.codes < hi))
+            part = {g: (values.restrict(index, lo, hi) if g == "topology" else
+                        values if index is None else values.take(index))
+                    for g, values in groups.items()}
+            family = dataclasses.replace(self.universal, tp_layout=family_layout)
+            result = self._family(part, family, capacity)
+            for target, values in zip((step, memory, flops, keep), result, strict=True):
+                target[rows] = values
+        return step, memory, flops, keep
+
+    def _family(self, groups: dict[str, GroupValues], family: Any,
+                capacity: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The memory bound (model states alone must fit) first, then the full model on the
+        plans that pass it; each evaluated term by term (see perfmodel.staged)."""
+        n = len(groups["topology"].codes)
+        bounds = run(compile_staged(family, "bounds", GROUPS), self.scalars, groups, n)
+        memory = np.maximum(bounds["states:first"], bounds["states:last"])
+        keep = memory <= capacity  # model states alone must fit: a lower bound on memory
+        step = np.full(n, np.inf)
+        flops = np.zeros(n)
+        idx = None if keep.all() else np.flatnonzero(keep)
+        if idx is not None:
+            if not len(idx):
+                return step, memory, flops, keep
+            groups = {g: values.take(idx) for g, values in groups.items()}
+        m = n if idx is None else len(idx)
+        out = run(compile_staged(family, "search", GROUPS), self.scalars, groups, m)
+        rows = slice(None) if idx is None else idx
+        step[rows] = out["step_time"]
+        memory[rows] = np.maximum(out["memory:first"], out["memory:last"])
+        flops[rows] = out["q:model_flops_per_step"]
+        return step, memory, flops, keep
 
 
 def evaluate_all(model: TransformerSpec, hardware: HardwareSpec, plans: Plans, req: SearchRequest,
                  capacity: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """evaluate_plans with one family per tensor layout: Megatron 1D (most plans, the smallest
-    expression), the 2d/2.5d grids, the 3d cube."""
-    n = len(plans)
-    step, memory, flops = np.full(n, np.inf), np.zeros(n), np.zeros(n)
-    keep = np.zeros(n, dtype=bool)
-    if n == 0:
-        return step, memory, flops, keep
-    universal = family_of(model, hardware, Plan(gpus=1))
-    groups = group_values(hardware, plans)
-    topology = groups["topology"]
-    layouts = topology.rows["tp_layout"]  # sorted
-    for family_layout, codes in (("1d", (0,)), ("2d", (1, 2)), ("3d", (3,))):
-        lo = int(np.searchsorted(layouts, codes[0]))
-        hi = int(np.searchsorted(layouts, codes[-1], side="right"))
-        if lo == hi:
-            continue
-        if lo == 0 and hi == topology.card:
-            rows, index = slice(None), None
-        else:
-            rows = index = np.flatnonzero((topology.codes >= lo) & (topology.codes < hi))
-        part = {g: (values.restrict(index, lo, hi) if g == "topology" else
-                    values if index is None else values.take(index))
-                for g, values in groups.items()}
-        family = dataclasses.replace(universal, tp_layout=family_layout)
-        result = evaluate_plans(model, hardware, part, req, family, capacity)
-        for target, values in zip((step, memory, flops, keep), result, strict=True):
-            target[rows] = values
-    return step, memory, flops, keep
+    """Step time, memory per GPU, model FLOPs of every plan, and which passed the memory bound
+    (see Evaluator)."""
+    return Evaluator(model, hardware, req)(plans, capacity)
 
 
-def _objective(req: SearchRequest, model: TransformerSpec, step: np.ndarray, plans: Plans) -> np.ndarray:
+def objective_of(req: SearchRequest, model: TransformerSpec, step: np.ndarray,
+                 gpus: np.ndarray) -> np.ndarray:
     """Seconds per step, seconds to train the token budget, or the price of that (or of a step)."""
     if req.objective is Objective.STEP_TIME:
         return step
-    tokens_per_step = plans.cols["global_batch"] * model.seq_len
+    tokens_per_step = req.global_batch * model.seq_len
     seconds = step * (req.tokens / tokens_per_step) if req.tokens else step
     if req.objective is Objective.TIME_TO_TRAIN:
         return seconds
-    return seconds / 3600 * plans.cols["gpus"] * req.gpu_hour_price
+    return seconds / 3600 * gpus * req.gpu_hour_price
+
+
+# --- what a search keeps ----------------------------------------------------------------------
+
+
+@dataclass
+class Scored:
+    """Plans of a search with their numbers (columns of equal length)."""
+
+    plans: Plans
+    index: np.ndarray  # the plan's position in the enumeration (ties rank by it)
+    step_time_s: np.ndarray  # inf where not evaluated: its model states alone exceed the memory
+    memory_bytes: np.ndarray  # per GPU with reserved memory; the model states' if not evaluated
+    model_flops: np.ndarray
+    objective: np.ndarray  # inf where not evaluated
+    fits: np.ndarray  # memory within the request's limit
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def evaluated(self) -> np.ndarray:
+        return np.isfinite(self.step_time_s)
+
+    def take(self, index: np.ndarray) -> Scored:
+        return Scored(self.plans.take(index), *(getattr(self, f.name)[index]
+                                                for f in dataclasses.fields(self)[1:]))
+
+    @staticmethod
+    def concat(parts: list[Scored]) -> Scored:
+        parts = [p for p in parts if len(p)]
+        if len(parts) <= 1:
+            return parts[0] if parts else Scored.empty()
+        return Scored(Plans.concat([p.plans for p in parts]),
+                      *(np.concatenate([getattr(p, f.name) for p in parts])
+                        for f in dataclasses.fields(Scored)[1:]))
+
+    @staticmethod
+    def empty() -> Scored:
+        nothing = np.zeros(0)
+        return Scored(Plans.empty(), np.zeros(0, dtype=np.int64), nothing, nothing, nothing,
+                      nothing, np.zeros(0, dtype=bool))
+
+    def frame(self) -> Any:
+        """The plans as a pandas DataFrame, options by name; the step time and objective of a
+        plan that was not evaluated are empty (NaN)."""
+        import pandas as pd
+
+        c = self.plans.cols
+        df = pd.DataFrame({k: c[k] for k in COLUMNS})
+        for key, names in (("schedule", SCHEDULES), ("recompute", RECOMPUTES),
+                           ("placement", PLACEMENTS), ("tp_layout", LAYOUTS)):
+            df[key] = np.asarray(names, dtype=object)[c[key]]
+        df["sequence_parallel"] = c["sequence_parallel"].astype(bool)
+        evaluated = self.evaluated
+        df["evaluated"] = evaluated
+        df["step_time_s"] = np.where(evaluated, self.step_time_s, np.nan)
+        df["memory_per_gpu_bytes"] = self.memory_bytes
+        df["fits_in_memory"] = self.fits
+        df["objective"] = np.where(evaluated, self.objective, np.nan)
+        return df
+
+
+def _first(values: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the values at most the k-th smallest (ties at the k-th included)."""
+    if len(values) <= k:
+        return np.arange(len(values))
+    return np.flatnonzero(values <= np.partition(values, k - 1)[k - 1])
+
+
+def _ranked(rows: Scored, k: int) -> Scored:
+    """The k first of rows by objective, then memory, then enumeration order."""
+    rows = rows.take(_first(rows.objective, k))
+    return rows.take(np.lexsort((rows.index, rows.memory_bytes, rows.objective))[:k])
+
+
+def _front(rows: Scored) -> Scored:
+    """The plans no other beats in both step time and memory, fastest first (as
+    perfmodel.plot.pareto_front: of equal points, the earlier)."""
+    order = np.lexsort((rows.index, rows.memory_bytes, rows.step_time_s))
+    memory = rows.memory_bytes[order]
+    lowest_before = np.minimum.accumulate(np.concatenate(([np.inf], memory[:-1])))
+    return rows.take(order[memory < lowest_before])
+
+
+def _beaten(rows: Scored, at: np.ndarray, front: Scored) -> np.ndarray:
+    """Which of the rows at positions `at` a point of a front (fastest first, memory falling)
+    beats: no slower and no larger, and earlier if equal (so that _front keeps the earlier)."""
+    if not len(front):
+        return np.zeros(len(at), dtype=bool)
+    step, memory, index = rows.step_time_s[at], rows.memory_bytes[at], rows.index[at]
+    j = np.maximum(np.searchsorted(front.step_time_s, step, side="right") - 1, 0)
+    f_step, f_memory = front.step_time_s[j], front.memory_bytes[j]
+    beats = (f_step <= step) & ((f_memory < memory) | (f_memory == memory)
+                                & ((f_step < step) | (front.index[j] < index)))
+    return beats
+
+
+def _leanest(rows: Scored, label: tuple[str, ...], k: int = 3,
+             at: np.ndarray | None = None) -> Scored:
+    """The leanest plan of each of the k leanest distinct labels (the columns `label`), by
+    memory then enumeration order, among the rows at positions `at` (default: all)."""
+    at = np.arange(len(rows)) if at is None else at
+    few = at[_first(rows.memory_bytes[at], 4 * 1024)]
+    if len(few) < len(at):  # the k leanest labels are usually among the leanest plans
+        picked = _leanest(rows, label, k, few)
+        if len(picked) == k:
+            return picked
+    if not len(at):
+        return rows.take(at)
+    some = rows.take(at)
+    order = np.lexsort((some.index, some.memory_bytes))
+    keys = np.stack([some.plans.cols[c][order] for c in label], axis=1)
+    _, first = np.unique(keys, axis=0, return_index=True)
+    return some.take(order[np.sort(first)[:k]])
+
+
+NEAREST_LABEL = ("dp", "tp", "pp", "micro_batch", "schedule", "virtual_stages", "recompute",
+                 "sequence_parallel", "zero", "tp_layout", "tp_depth")  # a plan but its placement
+BOUND_LABEL = ("dp", "tp", "pp", "tp_layout", "zero")  # the columns of the model states' bound
+UNFIT_KEPT = 1_000_000  # step times of plans that do not fit, kept to count the faster ones
+
+
+@dataclass
+class SearchResult:
+    """What a search leaves: counts, the best plans, the Pareto front, a sample, and what explains
+    the answer. Memory is per GPU with the hardware's reserved memory."""
+
+    request: SearchRequest
+    best: Scored  # the plans that fit, best first (up to the search's `top`)
+    front: Scored  # every evaluated plan's Pareto front, step time against memory, fastest first
+    sample: Scored  # evaluated plans drawn uniformly at random (up to SAMPLE_PLANS), in order
+    fastest_unfit: Scored  # the fastest evaluated plan that does not fit (none or one)
+    unfit_faster: int  # evaluated plans that do not fit and are faster than the best
+    unfit_faster_at_least: bool  # unfit_faster is a lower bound (more than UNFIT_KEPT)
+    nearest: Scored  # when nothing fits: the leanest plans of the three leanest labels
+    enumerated: int
+    evaluated: int
+    feasible: int
+    search_time_s: float
+    capacity_bytes: float
+    notes: list[str] = field(default_factory=list)
+
+    def plan(self, rows: Scored, i: int) -> Plan:
+        """Row i of some of this search's plans (best, front, sample, ...) as a Plan."""
+        r = self.request
+        return rows.plans.plan(int(i), r.dtype, r.flash_attention, r.overlap_grad_sync)
+
+    def best_plans(self) -> list[Plan]:
+        return [self.plan(self.best, i) for i in range(len(self.best))]
+
+
+class _Keeper:
+    """Takes a search's chunks one by one and keeps what SearchResult holds."""
+
+    def __init__(self, model: TransformerSpec, req: SearchRequest, top: int) -> None:
+        self.top = top
+        self.best = self.front = self.sample = self.fastest_unfit = Scored.empty()
+        self.nearest = self.bound_nearest = Scored.empty()
+        self.sample_keys = np.zeros(0)
+        self.rng = np.random.default_rng(0)  # a fixed seed: the same search, the same sample
+        self.unfit_steps = np.zeros(0)
+        self.unfit_cut = False
+        # objective / step time is at least this (the objective grows with the step time and the
+        # GPU count): bounds the best plan's step time by the best objective so far
+        self.min_factor = float(objective_of(req, model, np.ones(1), np.array([min(req.gpus)]))[0])
+        self.enumerated = self.evaluated = self.feasible = 0
+
+    def add(self, rows: Scored) -> None:
+        """Keep what the chunk `rows` adds; only the few rows kept are copied."""
+        self.enumerated += len(rows)
+        done = np.flatnonzero(rows.evaluated)
+        if not self.evaluated and not len(done):  # only bounds so far: the leanest states
+            self.bound_nearest = _leanest(
+                Scored.concat([self.bound_nearest, _leanest(rows, BOUND_LABEL)]), BOUND_LABEL)
+        self.evaluated += len(done)
+        if not len(done):
+            return
+        fits = np.flatnonzero(rows.fits)
+        self.feasible += len(fits)
+        if self.feasible == 0:
+            self.nearest = _leanest(
+                Scored.concat([self.nearest, _leanest(rows, NEAREST_LABEL, at=done)]),
+                NEAREST_LABEL)
+        if len(fits):
+            if len(self.best) == self.top:
+                fits = fits[rows.objective[fits] <= self.best.objective[-1]]
+            fits = fits[_first(rows.objective[fits], self.top)]
+            self.best = _ranked(Scored.concat([self.best, rows.take(fits)]), self.top)
+        self._unfit(rows, np.flatnonzero(rows.evaluated & ~rows.fits))
+        self._front(rows, done)
+        self._sample(rows, done)
+
+    def _front(self, rows: Scored, done: np.ndarray) -> None:
+        new = done[~_beaten(rows, done, self.front)]
+        if len(new) > 8192:  # a first front of the fastest and the leanest beats most of them
+            seed = np.concatenate([new[_first(rows.step_time_s[new], 4096)],
+                                   new[_first(rows.memory_bytes[new], 4096)]])
+            seed_front = _front(rows.take(np.unique(seed)))
+            new = new[~_beaten(rows, new, seed_front)]
+        if len(new):
+            self.front = _front(Scored.concat([self.front, rows.take(new)]))
+
+    def _unfit(self, rows: Scored, unfit: np.ndarray) -> None:
+        if not len(unfit):
+            return
+        steps = rows.step_time_s[unfit]
+        fastest = unfit[np.argmin(steps)]  # the first of equals: positions follow the index
+        if (not len(self.fastest_unfit)
+                or rows.step_time_s[fastest] < self.fastest_unfit.step_time_s[0]):
+            self.fastest_unfit = rows.take(np.array([fastest]))
+        bound = (self.best.objective[0] / self.min_factor * (1 + 1e-9) if len(self.best)
+                 else np.inf)
+        steps = np.concatenate([self.unfit_steps, steps[steps < bound]])
+        if len(steps) > UNFIT_KEPT:
+            steps = np.partition(steps, UNFIT_KEPT - 1)[:UNFIT_KEPT]
+            self.unfit_cut = True
+        self.unfit_steps = steps
+
+    def _sample(self, rows: Scored, done: np.ndarray) -> None:
+        """Bottom-k sampling: each plan draws a random key; the SAMPLE_PLANS smallest stay."""
+        keys = self.rng.random(len(done))
+        # the SAMPLE_PLANS smallest keys of the sample and the chunk lie below `cut` if that many
+        # do: the sample's largest key once it is full, else about twice the keys it lacks
+        cut = (self.sample_keys.max() if len(self.sample) == SAMPLE_PLANS
+               else min(1.0, 2 * SAMPLE_PLANS / max(len(done), 1)))
+        low = np.flatnonzero(keys < cut)
+        if len(low) + int((self.sample_keys < cut).sum()) >= SAMPLE_PLANS:
+            done, keys = done[low], keys[low]
+        merged = Scored.concat([self.sample, rows.take(done)])
+        keys = np.concatenate([self.sample_keys, keys])
+        if len(merged) > SAMPLE_PLANS:
+            keep = np.argpartition(keys, SAMPLE_PLANS - 1)[:SAMPLE_PLANS]
+            merged, keys = merged.take(keep), keys[keep]
+        self.sample, self.sample_keys = merged, keys
+
+    def result(self, req: SearchRequest, start: float, capacity: float) -> SearchResult:
+        faster, at_least = 0, False
+        if len(self.best):  # (1 - 1e-9): the search and predict agree to that
+            faster = int((self.unfit_steps < self.best.step_time_s[0] * (1 - 1e-9)).sum())
+            at_least = self.unfit_cut and faster == len(self.unfit_steps)
+        nearest = self.nearest if self.evaluated else self.bound_nearest
+        order = np.argsort(self.sample.index)
+        return SearchResult(req, self.best, self.front, self.sample.take(order),
+                            self.fastest_unfit, faster, at_least, nearest, self.enumerated,
+                            self.evaluated, self.feasible, time.perf_counter() - start, capacity)
+
+
+def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *,
+           top: int = DEFAULT_TOP,
+           on_chunk: Callable[[Scored], None] | None = None) -> SearchResult:
+    """Enumerate, prune, evaluate and rank every plan of the request, a chunk at a time.
+
+    top: how many of the best plans to keep. on_chunk: called with every chunk of plans (all
+    of them, evaluated or not) and its numbers, in order (e.g. to write them out).
+    """
+    start = time.perf_counter()
+    reserved = hardware.memory_reserved_bytes
+    capacity = hardware.memory_bytes * (1 - req.memory_margin) - reserved
+    keeper = _Keeper(model, req, top)
+    evaluate = None
+    for plans in plan_chunks(model, req):
+        evaluate = evaluate or Evaluator(model, hardware, req)
+        step, memory, flops, _ = evaluate(plans, capacity)
+        n = len(plans)
+        rows = Scored(plans, np.arange(keeper.enumerated, keeper.enumerated + n), step,
+                      memory + reserved, flops, objective_of(req, model, step, plans.cols["gpus"]),
+                      np.isfinite(step) & (memory <= capacity))
+        keeper.add(rows)
+        if on_chunk is not None:
+            on_chunk(rows)
+    return keeper.result(req, start, capacity + reserved)

@@ -1,15 +1,21 @@
 """HOW a model is trained: the parallel plan (degrees, layout, micro-batch, schedule) and its rules.
 
-One vocabulary of parallel degrees everywhere: dp (data), tp (tensor), pp (pipeline); "axis" is a mesh
-axis. Options are enums. `Plan.check(model, gpus_per_node)` refuses plans that cannot run, naming the rule.
+One vocabulary of parallel degrees everywhere: dp (data), tp (tensor), pp (pipeline); "axis" is a
+mesh axis. Options are enums. The rules a plan obeys are written once (RULES), over plan columns:
+`Plan()` and `Plan.check(model)` refuse a plan that breaks one, naming it; the search applies the
+same rules to millions of plans at once (`allowed`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+import numpy as np
 
 from perfmodel.errors import PlanError
 from perfmodel.specs.loading import suggest
@@ -62,6 +68,14 @@ def integer_root(n: int, k: int) -> int | None:
 
 
 AXES = ("tp", "dp", "pp")
+# Fraction of each GPU's memory a recommended plan leaves free, beyond the hardware's
+# memory_reserved_bytes (the CUDA context, ~2 GiB): for what the model does not count. The PyTorch
+# caching allocator fragments memory: Guo et al., "GMLake" (ASPLOS 2024), measured 9.2 GB per 80 GB
+# A100 on average (11.5%; up to 25 GB) over eight LLM training runs, worst with recompute and
+# ZeRO; NCCL's communication buffers and the kernels' workspaces come on top (Megatron Bridge's
+# memory estimator lists both as not included). 10% keeps a plan the model puts at the limit
+# from running out of memory; `recommend --memory-margin 0` lets a plan fill the memory.
+DEFAULT_MEMORY_MARGIN = 0.10
 BYTES_PER_ELEMENT = {Dtype.BF16: 2, Dtype.FP16: 2, Dtype.FP32: 4, Dtype.TF32: 4}
 
 
@@ -71,7 +85,8 @@ def _enum(cls: type[StrEnum], value: Any, field: str) -> Any:
     text = str(value).strip().lower()
     allowed = [m.value for m in cls]
     if text not in allowed:
-        raise PlanError(f"{field} must be one of {', '.join(allowed)}, got '{value}'{suggest(text, allowed)}")
+        raise PlanError(f"{field} must be one of {', '.join(allowed)}, got '{value}'"
+                        f"{suggest(text, allowed)}")
     return cls(text)
 
 
@@ -145,110 +160,33 @@ class Plan:
             raise PlanError(f"placement must order the axes {', '.join(AXES)} (innermost first), "
                             f"got {','.join(placement)}")
         object.__setattr__(self, "placement", placement)
-        self._check_degrees()
-
-    def _check_degrees(self) -> None:
-        if self.dp * self.tp * self.pp != self.gpus:
-            raise PlanError(
-                f"dp x tp x pp must equal gpus: {self.dp} x {self.tp} x {self.pp} = "
-                f"{self.dp * self.tp * self.pp}, but gpus = {self.gpus}"
-            )
-        if self.global_batch % (self.dp * self.micro_batch):
-            raise PlanError(
-                f"global_batch must be divisible by dp x micro_batch: {self.global_batch} is not a "
-                f"multiple of {self.dp} x {self.micro_batch} = {self.dp * self.micro_batch}"
-            )
-        if self.schedule is Schedule.INTERLEAVED:
-            if self.virtual_stages < 2:
-                raise PlanError("schedule interleaved needs virtual_stages >= 2")
-            if self.pp < 2:
-                raise PlanError("schedule interleaved needs pp >= 2")
-            if self.num_micro_batches % self.pp:
-                raise PlanError(
-                    f"schedule interleaved needs the number of micro-batches ({self.num_micro_batches}) "
-                    f"to be a multiple of pp ({self.pp})"
-                )
-        elif self.schedule in (Schedule.ZERO_BUBBLE, Schedule.ZBV):
-            if self.pp < 2:
-                raise PlanError(f"schedule {self.schedule} needs pp >= 2")
-            if self.schedule is Schedule.ZBV and self.virtual_stages != 2:
-                raise PlanError("schedule zbv needs virtual_stages = 2 (two chunks per GPU, V-shape)")
-            if self.num_micro_batches < self.pp:
-                raise PlanError(f"schedule {self.schedule} needs at least pp ({self.pp}) micro-batches, "
-                                f"got {self.num_micro_batches}")
-        elif self.virtual_stages != 1:
-            raise PlanError("virtual_stages > 1 needs schedule interleaved, zb or zbv, got schedule "
-                            f"{self.schedule}")
-        if self.sequence_parallel and self.tp == 1:
-            raise PlanError("sequence_parallel needs tp > 1 (it shards along the tensor-parallel axis)")
-        self._check_grid()
-
-    def _check_grid(self) -> None:
-        layout = self.tp_layout
-        if layout is not TPLayout.TWO_HALF_D and self.tp_depth != 1:
-            raise PlanError(f"tp_depth > 1 needs tp_layout 2.5d, got tp_layout {layout}")
-        if layout is TPLayout.ONE_D:
-            return
-        if self.sequence_parallel:
-            raise PlanError(f"sequence_parallel applies to tp_layout 1d only (tp_layout {layout} "
-                            f"already distributes every activation)")
-        if layout is TPLayout.TWO_D and integer_root(self.tp, 2) is None:
-            raise PlanError(f"tp_layout 2d needs tp = q^2 (a square grid), got tp = {self.tp}")
-        if layout is TPLayout.TWO_HALF_D:
-            if self.tp % self.tp_depth or integer_root(self.tp // self.tp_depth, 2) is None:
-                raise PlanError(f"tp_layout 2.5d needs tp = q^2 x tp_depth, got tp = {self.tp}, "
-                                f"tp_depth = {self.tp_depth}")
-        if layout is TPLayout.THREE_D and integer_root(self.tp, 3) is None:
-            raise PlanError(f"tp_layout 3d needs tp = q^3 (a cube), got tp = {self.tp}")
-        q = self.grid_q
-        rows = q * self.tp_depth if layout is not TPLayout.THREE_D else q * q
-        if self.micro_batch % rows:
-            raise PlanError(f"tp_layout {layout} splits the samples of a micro-batch over {rows} "
-                            f"ranks: micro_batch ({self.micro_batch}) must be a multiple of {rows}")
+        broken = first_broken(self.columns(), None)
+        if broken is not None:
+            raise PlanError(broken)
 
     @property
     def grid_q(self) -> int:
-        """The side q of the tensor-parallel grid (tp for 1d)."""
-        if self.tp_layout is TPLayout.ONE_D:
-            return self.tp
-        if self.tp_layout is TPLayout.THREE_D:
-            return integer_root(self.tp, 3) or 1
-        return integer_root(self.tp // self.tp_depth, 2) or 1
+        """The side q of the tensor-parallel grid (tp for 1d; see PlanColumns.grid_q)."""
+        return int(self.columns().grid_q)
 
     @property
     def num_micro_batches(self) -> int:
         return self.global_batch // (self.dp * self.micro_batch)
 
+    def columns(self) -> PlanColumns:
+        """This plan as one row of plan columns (what the search holds for millions of plans)."""
+        return PlanColumns({
+            "gpus": self.gpus, "dp": self.dp, "tp": self.tp, "pp": self.pp,
+            "micro_batch": self.micro_batch, "global_batch": self.global_batch,
+            "schedule": SCHEDULES.index(self.schedule), "virtual_stages": self.virtual_stages,
+            "sequence_parallel": int(self.sequence_parallel),
+            "tp_layout": LAYOUTS.index(self.tp_layout), "tp_depth": self.tp_depth})
+
     def check(self, model: TransformerSpec) -> Plan:
         """The rules that need the model; returns self so calls chain."""
-        if self.tp_layout is not TPLayout.ONE_D:
-            q = self.grid_q
-            for name, value in (("heads", model.heads), ("hidden", model.hidden),
-                                ("ffn_hidden", model.ffn_hidden)):
-                if value % q:
-                    raise PlanError(f"{name} ({value}) must be divisible by the grid side q ({q}) "
-                                    f"of tp_layout {self.tp_layout}")
-            kv_ok = model.kv_heads % q == 0
-            if not kv_ok:
-                raise PlanError(f"kv_heads ({model.kv_heads}) must be divisible by the grid side q "
-                                f"({q}) of tp_layout {self.tp_layout}")
-        elif model.heads % self.tp:
-            raise PlanError(f"heads ({model.heads}) must be divisible by tp ({self.tp})")
-        if self.tp_layout is TPLayout.ONE_D and model.kv_heads % self.tp and self.tp % model.kv_heads:
-            raise PlanError(
-                f"kv_heads ({model.kv_heads}) must divide or be divisible by tp ({self.tp})"
-            )
-        if self.tp_layout is TPLayout.ONE_D and model.ffn_hidden % self.tp:
-            raise PlanError(f"ffn_hidden ({model.ffn_hidden}) must be divisible by tp ({self.tp})")
-        chunks = self.pp * self.virtual_stages
-        if model.layers % chunks:
-            raise PlanError(
-                f"layers ({model.layers}) must be divisible by pp x virtual_stages "
-                f"({self.pp} x {self.virtual_stages} = {chunks})"
-            )
-        if self.sequence_parallel and model.seq_len % self.tp:
-            raise PlanError(f"seq_len ({model.seq_len}) must be divisible by tp ({self.tp}) "
-                            f"for sequence_parallel")
+        broken = first_broken(self.columns(), model, model_rules_only=True)
+        if broken is not None:
+            raise PlanError(broken)
         return self
 
     def replace(self, **changes: Any) -> Plan:
@@ -263,6 +201,209 @@ class Plan:
         return out
 
 
+# --- the plan rules, written once ------------------------------------------------------------
+# A plan as columns: whole numbers, one per plan (numpy arrays in the search, plain ints for one
+# Plan); an option is its position in its enum (SCHEDULES, LAYOUTS, RECOMPUTES). Plan() and
+# Plan.check() apply every rule to one plan and raise the first broken rule's message; the search
+# applies them to millions of plans at once (`allowed`), and to the columns it knows while it
+# enumerates (partial=True: the rules that read only those columns).
+
+SCHEDULES: tuple[Schedule, ...] = tuple(Schedule)
+LAYOUTS: tuple[TPLayout, ...] = tuple(TPLayout)
+RECOMPUTES: tuple[Recompute, ...] = tuple(Recompute)
+_INTERLEAVED, _ZB, _ZBV = (SCHEDULES.index(s) for s in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE,
+                                                         Schedule.ZBV))
+_1D, _2D, _25D, _3D = range(len(LAYOUTS))
+
+
+def _root(n: Any, k: int) -> Any:
+    """The whole k-th root of n where there is one, else 0 (elementwise; n below 2**53)."""
+    if not isinstance(n, np.ndarray):
+        return integer_root(int(n), k) or 0
+    r = np.rint(np.cbrt(n) if k == 3 else np.sqrt(n)).astype(np.int64)
+    return np.where(r**k == n, r, 0)
+
+
+def _where(condition: Any, yes: Any, no: Any) -> Any:
+    """np.where over arrays; plain Python for one plan of whole numbers (ten times faster)."""
+    if any(isinstance(x, np.ndarray) for x in (condition, yes, no)):
+        return np.where(condition, yes, no)
+    return yes if condition else no
+
+
+def _nonzero(x: Any) -> Any:
+    """x, with 1 for 0 (a divisor where a rule before has refused the plan)."""
+    return _where(x > 0, x, 1)
+
+
+class PlanColumns:
+    """Plans as columns (attribute per column) and the quantities the rules derive from them.
+
+    Columns: gpus, dp, tp, pp, micro_batch, global_batch, schedule, virtual_stages,
+    sequence_parallel (0/1), tp_layout, tp_depth. A rule reads only the columns it names.
+    """
+
+    def __init__(self, columns: Mapping[str, Any]) -> None:
+        self.columns = dict(columns)
+        self.__dict__.update(self.columns)  # each column an attribute
+
+    def __getattr__(self, name: str) -> Any:  # a column this table lacks (typing: any column)
+        raise AttributeError(f"plan column '{name}' not given")
+
+    @functools.cached_property
+    def micro_batches(self) -> Any:
+        """Micro-batches per step: global_batch / (dp micro_batch)."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    @functools.cached_property
+    def grid_q(self) -> Any:
+        """The side q of the tensor-parallel grid: tp (1d), sqrt(tp) (2d), sqrt(tp / tp_depth)
+        (2.5d), cbrt(tp) (3d); 0 where tp makes no such grid."""
+        square = _root(self.tp // self.tp_depth, 2) * (self.tp % self.tp_depth == 0)
+        return _where(self.tp_layout == _1D, self.tp,
+                      _where(self.tp_layout == _3D, _root(self.tp, 3), square))
+
+    @functools.cached_property
+    def grid_rows(self) -> Any:
+        """The ranks a grid layout splits the samples of a micro-batch over: q tp_depth (2d,
+        2.5d), q^2 (3d); 1 for 1d."""
+        q = self.grid_q
+        return _where(self.tp_layout == _1D, 1,
+                      _where(self.tp_layout == _3D, q * q, q * self.tp_depth))
+
+    def name(self, enum: tuple[StrEnum, ...], column: str) -> str:
+        """The option of one plan's column, by name."""
+        return enum[int(getattr(self, column))].value
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule every plan obeys: which plans do (elementwise over PlanColumns, with the model when
+    `model` is True), and what a plan that does not is told (one line naming the fields)."""
+
+    columns: frozenset[str]
+    model: bool
+    ok: Callable[[PlanColumns, Any], Any]
+    message: Callable[[PlanColumns, Any], str]
+
+
+def _rule(columns: str, ok: Callable[[PlanColumns, Any], Any],
+          message: Callable[[PlanColumns, Any], str], model: bool = False) -> Rule:
+    return Rule(frozenset(columns.split()), model, ok, message)
+
+
+def _grid_field(field: str) -> Rule:
+    """A grid layout splits heads, hidden, ffn_hidden and kv_heads q ways."""
+    return _rule("tp tp_layout tp_depth",
+                 lambda c, m: (c.tp_layout == _1D) | (c.grid_q == 0)
+                 | (getattr(m, field) % _nonzero(c.grid_q) == 0),
+                 lambda c, m: f"{field} ({getattr(m, field)}) must be divisible by the grid side q "
+                              f"({c.grid_q}) of tp_layout {c.name(LAYOUTS, 'tp_layout')}",
+                 model=True)
+
+
+RULES: tuple[Rule, ...] = (
+    _rule("gpus dp tp pp", lambda c, m: c.dp * c.tp * c.pp == c.gpus,
+          lambda c, m: f"dp x tp x pp must equal gpus: {c.dp} x {c.tp} x {c.pp} = "
+                       f"{c.dp * c.tp * c.pp}, but gpus = {c.gpus}"),
+    _rule("global_batch dp micro_batch", lambda c, m: c.global_batch % (c.dp * c.micro_batch) == 0,
+          lambda c, m: f"global_batch must be divisible by dp x micro_batch: {c.global_batch} is "
+                       f"not a multiple of {c.dp} x {c.micro_batch} = {c.dp * c.micro_batch}"),
+    _rule("schedule virtual_stages",
+          lambda c, m: (c.schedule != _INTERLEAVED) | (c.virtual_stages >= 2),
+          lambda c, m: "schedule interleaved needs virtual_stages >= 2"),
+    _rule("schedule pp", lambda c, m: (c.schedule != _INTERLEAVED) | (c.pp >= 2),
+          lambda c, m: "schedule interleaved needs pp >= 2"),
+    _rule("schedule global_batch dp micro_batch pp",
+          lambda c, m: (c.schedule != _INTERLEAVED) | (c.micro_batches % c.pp == 0),
+          lambda c, m: f"schedule interleaved needs the number of micro-batches "
+                       f"({c.micro_batches}) to be a multiple of pp ({c.pp})"),
+    _rule("schedule pp", lambda c, m: (c.schedule < _ZB) | (c.pp >= 2),
+          lambda c, m: f"schedule {c.name(SCHEDULES, 'schedule')} needs pp >= 2"),
+    _rule("schedule virtual_stages", lambda c, m: (c.schedule != _ZBV) | (c.virtual_stages == 2),
+          lambda c, m: "schedule zbv needs virtual_stages = 2 (two chunks per GPU, V-shape)"),
+    _rule("schedule global_batch dp micro_batch pp",
+          lambda c, m: (c.schedule < _ZB) | (c.micro_batches >= c.pp),
+          lambda c, m: f"schedule {c.name(SCHEDULES, 'schedule')} needs at least pp ({c.pp}) "
+                       f"micro-batches, got {c.micro_batches}"),
+    _rule("schedule virtual_stages",
+          lambda c, m: (c.schedule == _INTERLEAVED) | (c.schedule >= _ZB) | (c.virtual_stages == 1),
+          lambda c, m: f"virtual_stages > 1 needs schedule interleaved, zb or zbv, got schedule "
+                       f"{c.name(SCHEDULES, 'schedule')}"),
+    _rule("sequence_parallel tp", lambda c, m: (c.sequence_parallel == 0) | (c.tp > 1),
+          lambda c, m: "sequence_parallel needs tp > 1 (it shards along the tensor-parallel axis)"),
+    _rule("tp_layout tp_depth", lambda c, m: (c.tp_layout == _25D) | (c.tp_depth == 1),
+          lambda c, m: f"tp_depth > 1 needs tp_layout 2.5d, got tp_layout "
+                       f"{c.name(LAYOUTS, 'tp_layout')}"),
+    _rule("sequence_parallel tp_layout",
+          lambda c, m: (c.sequence_parallel == 0) | (c.tp_layout == _1D),
+          lambda c, m: f"sequence_parallel applies to tp_layout 1d only (tp_layout "
+                       f"{c.name(LAYOUTS, 'tp_layout')} already distributes every activation)"),
+    _rule("tp tp_layout", lambda c, m: (c.tp_layout != _2D) | (_root(c.tp, 2) > 0),
+          lambda c, m: f"tp_layout 2d needs tp = q^2 (a square grid), got tp = {c.tp}"),
+    _rule("tp tp_layout tp_depth", lambda c, m: (c.tp_layout != _25D) | (c.grid_q > 0),
+          lambda c, m: f"tp_layout 2.5d needs tp = q^2 x tp_depth, got tp = {c.tp}, "
+                       f"tp_depth = {c.tp_depth}"),
+    _rule("tp tp_layout", lambda c, m: (c.tp_layout != _3D) | (_root(c.tp, 3) > 0),
+          lambda c, m: f"tp_layout 3d needs tp = q^3 (a cube), got tp = {c.tp}"),
+    _rule("micro_batch tp tp_layout tp_depth",
+          lambda c, m: (c.grid_q == 0) | (c.micro_batch % _nonzero(c.grid_rows) == 0),
+          lambda c, m: f"tp_layout {c.name(LAYOUTS, 'tp_layout')} splits the samples of a "
+                       f"micro-batch over {c.grid_rows} ranks: micro_batch ({c.micro_batch}) must "
+                       f"be a multiple of {c.grid_rows}"),
+    # the rules that need the model (Plan.check)
+    *(_grid_field(f) for f in ("heads", "hidden", "ffn_hidden", "kv_heads")),
+    _rule("tp tp_layout", lambda c, m: (c.tp_layout != _1D) | (m.heads % c.tp == 0),
+          lambda c, m: f"heads ({m.heads}) must be divisible by tp ({c.tp})", model=True),
+    _rule("tp tp_layout",
+          lambda c, m: (c.tp_layout != _1D) | (m.kv_heads % c.tp == 0) | (c.tp % m.kv_heads == 0),
+          lambda c, m: f"kv_heads ({m.kv_heads}) must divide or be divisible by tp ({c.tp})",
+          model=True),
+    _rule("tp tp_layout", lambda c, m: (c.tp_layout != _1D) | (m.ffn_hidden % c.tp == 0),
+          lambda c, m: f"ffn_hidden ({m.ffn_hidden}) must be divisible by tp ({c.tp})", model=True),
+    _rule("pp virtual_stages", lambda c, m: m.layers % (c.pp * c.virtual_stages) == 0,
+          lambda c, m: f"layers ({m.layers}) must be divisible by pp x virtual_stages "
+                       f"({c.pp} x {c.virtual_stages} = {c.pp * c.virtual_stages})", model=True),
+    _rule("sequence_parallel tp", lambda c, m: (c.sequence_parallel == 0) | (m.seq_len % c.tp == 0),
+          lambda c, m: f"seq_len ({m.seq_len}) must be divisible by tp ({c.tp}) for "
+                       f"sequence_parallel", model=True),
+)
+
+
+_WITHOUT_MODEL = tuple(r for r in RULES if not r.model)
+_OF_MODEL = tuple(r for r in RULES if r.model)
+
+
+def _applied(model: Any, known: set[str] | None,
+             model_rules_only: bool = False) -> tuple[Rule, ...]:
+    rules = _OF_MODEL if model_rules_only else RULES if model is not None else _WITHOUT_MODEL
+    return rules if known is None else tuple(r for r in rules if r.columns <= known)
+
+
+def allowed(plans: PlanColumns, model: TransformerSpec | None, *, partial: bool = False) -> Any:
+    """Which plans obey every rule (a boolean array, broadcast from the columns: a column that is
+    one number holds for every plan): the rules that need the model only when it is given; with
+    partial=True only the rules whose columns `plans` has."""
+    known = set(plans.columns) if partial else None
+    mask: Any = True
+    for rule in _applied(model, known):
+        mask = mask & rule.ok(plans, model)
+    shape = np.broadcast_shapes(*(np.shape(v) for v in plans.columns.values()))
+    return np.broadcast_to(np.asarray(mask, dtype=bool), shape)
+
+
+RULE_COLUMNS = frozenset().union(*(r.columns for r in RULES))  # the plan columns a rule reads
+
+
+def first_broken(plan: PlanColumns, model: TransformerSpec | None, *,
+                 model_rules_only: bool = False) -> str | None:
+    """The message of the first rule one plan (columns of whole numbers) breaks, or None."""
+    for rule in _applied(model, None, model_rules_only):
+        if not rule.ok(plan, model):
+            return rule.message(plan, model)
+    return None
+
+
 PLAN_FIELDS = [f.name for f in dataclasses.fields(Plan)]
 
 
@@ -272,7 +413,8 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
         raise PlanError(f"unknown plan field '{unknown[0]}'{suggest(unknown[0], PLAN_FIELDS)}; "
                         f"allowed: {', '.join(PLAN_FIELDS)}")
     if "gpus" not in data:
-        data = {**data, "gpus": int(data.get("dp", 1)) * int(data.get("tp", 1)) * int(data.get("pp", 1))}
+        data = {**data,
+                "gpus": int(data.get("dp", 1)) * int(data.get("tp", 1)) * int(data.get("pp", 1))}
     try:
         return Plan(**data)
     except TypeError as exc:

@@ -83,16 +83,16 @@ def test_pareto_axes_marks_the_front_and_the_recommended_plan():
                                   zero=0))
     ax = P.pareto_axes(result)
     lines = {line.get_label(): line for line in ax.get_lines()}
-    ok = np.isfinite(result.step_time_s)
-    t, mem = result.step_time_s[ok], result.memory_bytes[ok] / GiB
+    assert len(result.sample) == result.evaluated  # a small search: the sample is every plan
+    t, mem = result.sample.step_time_s, result.sample.memory_bytes / GiB
     front = P.pareto_front(t, mem)
     assert lines["Pareto front"].get_xdata() == pytest.approx(t[front])
     assert lines["Pareto front"].get_ydata() == pytest.approx(mem[front])
-    best = result.order[0]
-    assert lines["recommended"].get_xdata()[0] == pytest.approx(result.step_time_s[best])
+    best = result.best
+    assert lines["recommended"].get_xdata()[0] == pytest.approx(best.step_time_s[0])
     assert lines["memory limit"].get_ydata()[0] == pytest.approx(result.capacity_bytes / GiB)
     # the recommended plan fits, so it lies on or right of the front below the limit
-    assert result.memory_bytes[best] <= result.capacity_bytes
+    assert best.memory_bytes[0] <= result.capacity_bytes
 
 
 ALL_REDUCE_FIT = {

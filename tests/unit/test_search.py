@@ -1,5 +1,6 @@
 """The vectorised search against plain Python over predict, and its explanations."""
 
+import io
 import json
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 
 from perfmodel import PlanError, load_hardware, load_model, predict
 from perfmodel.recommend import apply_what_if, recommend, sensitivities
-from perfmodel.search import SearchRequest, enumerate_plans, evaluate_all, search
+from perfmodel.search import Scored, SearchRequest, enumerate_plans, evaluate_all, search
 
 MODEL = "llama2-7b"
 HW = "dgx-h100"
@@ -15,29 +16,80 @@ HW = "dgx-h100"
 
 @pytest.fixture(scope="module")
 def small():
+    """A small search, with every plan it enumerated (search hands them over chunk by chunk)."""
     model, hw = load_model(MODEL), load_hardware(HW)
     req = SearchRequest(gpus=(16,), global_batch=32, max_micro_batch=4)
-    return model, hw, req, search(model, hw, req)
+    chunks = []
+    result = search(model, hw, req, top=10**6, on_chunk=chunks.append)
+    return model, hw, req, result, Scored.concat(chunks)
 
 
 def test_vectorised_search_agrees_with_brute_force_predict(small):
-    model, hw, req, result = small
-    assert result.enumerated > 300
+    model, hw, req, result, every = small
+    assert result.enumerated == len(every) > 300
     brute_time, brute_mem = [], []
-    for i in range(result.enumerated):
-        p = predict(model, hw, result.plan(i))
+    for i in range(len(every)):
+        p = predict(model, hw, result.plan(every, i))
         brute_time.append(p.step_time_s)
         brute_mem.append(p.memory_per_gpu_bytes)
     brute_time, brute_mem = np.array(brute_time), np.array(brute_mem)
-    evaluated = np.isfinite(result.step_time_s)
-    np.testing.assert_allclose(result.step_time_s[evaluated], brute_time[evaluated], rtol=1e-9)
-    np.testing.assert_allclose(result.memory_bytes[evaluated], brute_mem[evaluated], rtol=1e-9)
+    evaluated = every.evaluated
+    assert result.evaluated == evaluated.sum()
+    np.testing.assert_allclose(every.step_time_s[evaluated], brute_time[evaluated], rtol=1e-9)
+    np.testing.assert_allclose(every.memory_bytes[evaluated], brute_mem[evaluated], rtol=1e-9)
     # the plans the memory bound pruned really do not fit
-    assert (brute_mem[~evaluated] > hw.memory_bytes).all()
-    fits = brute_mem <= hw.memory_bytes
-    np.testing.assert_array_equal(fits, result.feasible)
+    capacity = result.capacity_bytes
+    assert capacity == hw.memory_bytes * (1 - req.memory_margin)
+    assert (brute_mem[~evaluated] > capacity).all()
+    fits = brute_mem <= capacity
+    np.testing.assert_array_equal(fits, every.fits)
+    assert result.feasible == fits.sum()
     brute_order = np.flatnonzero(fits)[np.lexsort((brute_mem[fits], brute_time[fits]))]
-    np.testing.assert_array_equal(brute_order, result.order)
+    np.testing.assert_array_equal(brute_order, result.best.index)
+
+
+def test_what_a_search_keeps_is_what_every_plan_gives(small):
+    """The search keeps a running best list, Pareto front, sample and the fastest plan that does
+    not fit: the same as those taken over every plan at once."""
+    from perfmodel.plot import pareto_front
+
+    _, _, _, result, every = small
+    done = every.take(np.flatnonzero(every.evaluated))
+    front = pareto_front(done.step_time_s, done.memory_bytes)
+    np.testing.assert_array_equal(result.front.index, done.index[front])
+    assert len(result.sample) == len(done)  # fewer than SAMPLE_PLANS: all of them
+    np.testing.assert_array_equal(result.sample.index, done.index)
+    unfit = done.take(np.flatnonzero(~done.fits))
+    fastest = np.argmin(unfit.step_time_s)
+    assert result.fastest_unfit.index[0] == unfit.index[fastest]
+    best = result.best.step_time_s[0]
+    assert result.unfit_faster == (unfit.step_time_s < best * (1 - 1e-9)).sum()
+
+
+def test_chunks_give_the_same_answer_as_one_pass(monkeypatch):
+    """Chunks of 1,000 plans: the same best plans, front and counts as one chunk."""
+    import perfmodel.search as S
+
+    model, hw = load_model(MODEL), load_hardware(HW)
+    req = SearchRequest(gpus=(16,), global_batch=64)
+    chunks = []
+    whole = search(model, hw, req, top=50, on_chunk=chunks.append)
+    every = Scored.concat(chunks)
+    monkeypatch.setattr(S, "CHUNK_PLANS", 1000)
+    monkeypatch.setattr(S, "SAMPLE_PLANS", 500)
+    parts = search(model, hw, req, top=50)
+    assert whole.enumerated > 10_000
+    for field in ("enumerated", "evaluated", "feasible", "unfit_faster"):
+        assert getattr(parts, field) == getattr(whole, field), field
+    np.testing.assert_array_equal(parts.best.index, whole.best.index)
+    np.testing.assert_array_equal(parts.front.index, whole.front.index)
+    np.testing.assert_array_equal(parts.fastest_unfit.index, whole.fastest_unfit.index)
+    # a sample of 500 distinct evaluated plans, in order, with the numbers of the one-pass search
+    sample = parts.sample
+    assert len(sample) == 500 and (np.diff(sample.index) > 0).all()
+    np.testing.assert_array_equal(sample.step_time_s, every.step_time_s[sample.index])
+    np.testing.assert_array_equal(sample.memory_bytes, every.memory_bytes[sample.index])
+    assert np.isfinite(sample.step_time_s).all()
 
 
 def test_grid_search_agrees_with_predict_when_a_grid_axis_spans_nodes():
@@ -45,11 +97,14 @@ def test_grid_search_agrees_with_predict_when_a_grid_axis_spans_nodes():
     # A scope left open adds 1e30 (1 - I_mixed) to the hierarchical option of a Min; summed in
     # another order, 1e30 + t - 1e30 lost t.
     model, hw = load_model(MODEL), load_hardware(HW)
-    result = search(model, hw, SearchRequest(gpus=(16,), global_batch=16, tp=16, tp_layout="2.5d"))
-    evaluated = np.flatnonzero(np.isfinite(result.step_time_s))
+    chunks = []
+    result = search(model, hw, SearchRequest(gpus=(16,), global_batch=16, tp=16, tp_layout="2.5d"),
+                    on_chunk=chunks.append)
+    every = Scored.concat(chunks)
+    evaluated = np.flatnonzero(every.evaluated)
     assert len(evaluated) >= 4
-    brute = [predict(model, hw, result.plan(i)).step_time_s for i in evaluated]
-    np.testing.assert_allclose(result.step_time_s[evaluated], brute, rtol=1e-9)
+    brute = [predict(model, hw, result.plan(every, i)).step_time_s for i in evaluated]
+    np.testing.assert_allclose(every.step_time_s[evaluated], brute, rtol=1e-9)
 
 
 def test_shared_terms_give_each_plan_what_it_gets_alone():
@@ -69,10 +124,10 @@ def test_shared_terms_give_each_plan_what_it_gets_alone():
 
 
 def test_every_enumerated_plan_is_valid_and_distinct(small):
-    model, _, req, result = small
+    model, _, req, result, every = small
     seen = set()
-    for i in range(result.enumerated):
-        plan = result.plan(i).check(model)
+    for i in range(len(every)):
+        plan = result.plan(every, i).check(model)
         key = tuple(sorted(plan.to_dict().items()))
         assert key not in seen
         seen.add(key)
@@ -105,7 +160,7 @@ def test_nothing_fits_names_memory_and_the_nearest_plans():
 
 
 def test_explanation_of_the_best(small):
-    model, hw, req, _ = small
+    model, hw, req, _, _ = small
     rec = recommend(model, hw, req, top=3)
     best = rec.top[0]
     assert best.step_time_s <= rec.top[1].step_time_s <= rec.top[2].step_time_s
@@ -120,10 +175,10 @@ def test_objectives_rank_by_time_to_train_and_cost():
     req = SearchRequest(gpus=(8, 16), global_batch=32, objective="cost", gpu_hour_price=2.0,
                         tokens=1e9, max_micro_batch=2)
     result = search(model, hw, req)
-    best = result.order[0]
+    best = result.best
     tokens_per_step = 32 * model.seq_len
-    expected = result.step_time_s[best] * 1e9 / tokens_per_step / 3600 * result.plans.cols["gpus"][best] * 2.0
-    assert result.objective[best] == pytest.approx(expected)
+    expected = best.step_time_s[0] * 1e9 / tokens_per_step / 3600 * best.plans.cols["gpus"][0] * 2.0
+    assert best.objective[0] == pytest.approx(expected)
 
 
 def test_what_if_and_sensitivities():
@@ -155,12 +210,82 @@ def test_recommend_cli(run_cli, tmp_path):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert {"plans", "evaluated", "feasible", "search_time_s"} <= set(data)
+    # the default memory margin, 10% of 80 GiB, and the 2 GiB the preset reserves
+    assert data["memory_margin"] == 0.1
+    assert data["memory_limit_bytes"] == 0.9 * 80 * 2**30
+    assert all(p["memory_per_gpu_bytes"] <= data["memory_limit_bytes"] for p in data["plans"])
     assert len(data["plans"]) == 3 and "plan" in data["plans"][0] and "mfu" in data["plans"][0]
     assert (tmp_path / "front.png").stat().st_size > 1000
     assert len((tmp_path / "all.csv").read_text().splitlines()) == data["enumerated"] + 1
-    table = run_cli("recommend", "--model", MODEL, "--hardware", HW, "--gpus", "16", "--global-batch",
-                    "32", "--what-if", "intra_node.bandwidth_bytes_per_s=0.5x")
+    table = run_cli("recommend", "--model", MODEL, "--hardware", HW, "--gpus", "16",
+                    "--global-batch", "32", "--what-if", "intra_node.bandwidth_bytes_per_s=0.5x")
     assert table.returncode == 0 and "what binds it" in table.stdout and "what if" in table.stdout
+    assert "memory limit 72.0 GiB per GPU: memory_margin 10%" in table.stdout
     none = run_cli("recommend", "--model", "llama3-405b", "--hardware", HW, "--gpus", "8",
                    "--global-batch", "8")
     assert none.returncode == 4 and "no plan fits in memory" in none.stdout
+
+
+def test_csv_of_a_search_that_fails_leaves_no_file(monkeypatch, tmp_path):
+    """The CSV is written as the search goes (no limit on its rows, memory bounded), and only
+    a finished search replaces the file."""
+    from click.testing import CliRunner
+
+    import perfmodel.recommend as R
+    import perfmodel.search as S
+    from perfmodel.cli import cli
+
+    monkeypatch.setattr(S, "CHUNK_PLANS", 500)
+    real, calls = R.PlanCsv.__call__, []
+
+    def second_chunk_breaks(self, rows):
+        calls.append(len(rows))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(self, rows)
+
+    monkeypatch.setattr(R.PlanCsv, "__call__", second_chunk_breaks)
+    target = tmp_path / "all.csv"
+    target.write_text("old")
+    out = CliRunner().invoke(cli, ["recommend", "--model", MODEL, "--hardware", HW, "--gpus", "16",
+                                   "--global-batch", "32", "--csv", str(target)])
+    assert out.exit_code != 0 and len(calls) == 2 and calls[0] <= 500
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["all.csv"]
+
+
+def test_csv_rows_come_chunk_by_chunk_with_one_header(monkeypatch):
+    import perfmodel.search as S
+    from perfmodel.recommend import PlanCsv
+
+    monkeypatch.setattr(S, "CHUNK_PLANS", 500)
+    buffer = io.BytesIO()
+    table = PlanCsv(buffer)
+    result = search(load_model(MODEL), load_hardware(HW),
+                    SearchRequest(gpus=(16,), global_batch=32, max_micro_batch=4), on_chunk=table)
+    import pandas as pd
+
+    text = buffer.getvalue().decode()
+    assert sum(line.startswith("gpus,") for line in text.splitlines()) == 1  # one header
+    frame = pd.read_csv(io.StringIO(text))
+    assert len(frame) == result.enumerated > 1000  # every plan, from chunks of 500
+    assert frame["evaluated"].sum() == result.evaluated < len(frame)
+    # a plan pruned by its model states has no step time, and does not fit
+    pruned = frame[~frame["evaluated"]]
+    assert pruned["step_time_s"].isna().all() and not pruned["fits_in_memory"].any()
+    assert frame["fits_in_memory"].sum() == result.feasible
+
+
+def test_a_search_that_evaluates_nothing_says_why():
+    model, hw = load_model("gpt3-175b"), load_hardware(HW)
+    # no split: 7 GPUs, 96 heads and layers, a batch of 8
+    rec = recommend(model, hw, SearchRequest(gpus=(7,), global_batch=8))
+    info = rec.explanation["infeasible"]
+    assert rec.result.enumerated == 0 and info["binding"] == "divisibility"
+    assert "7 GPUs cannot be split" in info["reason"] and "heads (96)" in info["reason"]
+    # every plan pruned by its model states alone: the leanest three layouts, named
+    rec = recommend(model, hw, SearchRequest(gpus=(8,), global_batch=8))
+    info = rec.explanation["infeasible"]
+    assert rec.result.evaluated == 0 and rec.result.enumerated > 0
+    assert "for its model states alone" in info["reason"]
+    assert [n["bound_only"] for n in info["nearest"]] == [True] * 3
+    assert len({n["plan"] for n in info["nearest"]}) == 3
