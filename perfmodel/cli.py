@@ -471,9 +471,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--sensitivities", is_flag=True, help="Elasticity of the best plan's step time to each hardware parameter (sympy derivatives).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
-              help="Write every plan the search enumerates here, one per row (at most 1,000,000: "
-                   "narrow a larger search with pins); a plan whose model states alone exceed "
-                   "the memory has evaluated=False and no step time.")
+              help="Write every plan the search enumerates here, one per row, as the search "
+                   "goes; a plan whose model states alone exceed the memory has evaluated=False "
+                   "and no step time.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Time-memory Pareto front (PNG).")
 @click.option("--validate", is_flag=True, help="Run the best plan through `perfmodel validate` (scaled down).")
 @click.option("--validate-profile", type=click.Path(dir_okay=False), default=None,
