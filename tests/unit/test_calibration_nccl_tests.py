@@ -278,6 +278,10 @@ SAME_AS_SOURCE = {
 
 @pytest.mark.parametrize("name", SAME_AS_SOURCE, ids=list(SAME_AS_SOURCE))
 def test_each_shape_imports_to_the_fit_of_its_plain_log(name):
+    if "crlf" in name:
+        assert (DERIVED / name).read_bytes().count(b"\r\n") == len(
+            TOGETHER.read_text().splitlines()
+        )
     derived, plain = import_nccl_tests([DERIVED / name]), import_nccl_tests([SAME_AS_SOURCE[name]])
     assert list(derived.fits) == list(plain.fits)
     for key, fit in plain.fits.items():
