@@ -23,7 +23,9 @@ a wrong multi-GB file costs a bounded read.
 from __future__ import annotations
 
 import codecs
+import itertools
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,16 +70,15 @@ _NAME_HINTS = [
 # stream; with --timestamp-output a ctime() date before it). Open MPI 5 may add a space.
 _TAG = re.compile(
     r"(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?"
-    r"\[([^\[\]<>\s]+,\d+)\]<(stdout|stderr|stddiag)>:"
+    r"\[([^\[\]<>\s]{1,64},\d{1,9})\]<(stdout|stderr|stddiag)>:"
 )
 # line-start prefixes of other launchers: srun --label ("0: "), mpiexec -prepend-rank ("[0] ")
 _PREFIX = re.compile(r"^(?:\s*\d+:\s|\[\d+\]\s)")
 # NCCL's debug line header (src/debug.cc): "HOST:PID:TID [DEV] NCCL INFO ", with an optional
-# "[date time] " before it where NCCL_DEBUG_TIMESTAMP_LEVELS asks for one
-_DEBUG = re.compile(
-    r"(?P<ts>\[\d{4}-\d\d-\d\d[^\]\n]*\] )?(?P<host>\S+?):\d+:\d+ \[\d+\] "
-    r"NCCL (?:INFO|WARN|TRACE|ABORT)\b"
-)
+# "[date time] " before it where NCCL_DEBUG_TIMESTAMP_LEVELS asks for one. Found from its fixed
+# tail, right before each ' NCCL ' (see _find_debug): one pass over a line, however long.
+_DEBUG_TAIL = re.compile(r":\d{1,10}:\d{1,10} \[\d{1,4}\] NCCL (?:INFO|WARN|TRACE|ABORT)\b")
+_DEBUG_TS = re.compile(r"\[\d{4}-\d\d-\d\d[^\]\n]{0,40}\] $")
 _PERF = re.compile(
     r"\b(all_reduce|all_gather|reduce_scatter|alltoall|sendrecv|broadcast|reduce|"
     r"hypercube)_perf(?:_mpi)?\b"  # the MPI build of nccl-tests names its binaries *_perf_mpi
@@ -158,11 +159,15 @@ def read_log(path: str | Path, what: str = "nccl-tests log") -> str:
     """The text of path, read up to MAX_LOG_BYTES; DataError (one line) if it cannot be.
 
     Decodes UTF-8 (a UTF-8 or UTF-16 byte-order mark is honoured); refuses an empty, binary or
-    oversized file. The read is bounded, so a device (/dev/zero) or a huge file costs 16 MiB.
+    oversized file. The read is bounded, so a device (/dev/zero) or a huge file costs 16 MiB, and
+    a FIFO without a writer is empty (a pipe with one, `<(ssh host cat log)`, is read).
     """
     path = Path(path)
     try:
-        with path.open("rb") as f:
+        # non-blocking open: a FIFO nobody writes to reads as empty instead of waiting forever
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
             raw = f.read(MAX_LOG_BYTES + 1)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
@@ -350,9 +355,8 @@ def _logical_lines(text: str) -> list[_Line]:
             _Line(n, None, _PREFIX.sub("", line.rstrip("\r"), count=1))
             for n, line in enumerate(physical, 1)
         ]
-    tags = list(_TAG.finditer(text))
     # Open MPI 5 may print "[1,0]<stdout>: " (a space after every tag): then drop that space
-    after = [text[m.end() : m.end() + 1] for m in tags]
+    after = [text[m.end() : m.end() + 1] for m in itertools.islice(_TAG.finditer(text), 10000)]
     spaced = " " in after and all(c in (" ", "\n", "\r", "") for c in after)
     open_lines: dict[str, tuple[int, list[str]]] = {}
     out: list[_Line] = []
@@ -378,13 +382,41 @@ def _logical_lines(text: str) -> list[_Line]:
     return out
 
 
+class _Debug(NamedTuple):
+    """Where an NCCL debug message starts in a line, and its host name as far as it can tell."""
+
+    start: int  # the timestamp's '[' if there is one, else the first character of `host`
+    host: str  # the non-space, non-colon run before ':PID:TID': may have a row glued before it
+    timestamped: bool
+
+
+def _find_debug(text: str) -> _Debug | None:
+    """The first NCCL debug header in text, found from ':PID:TID [DEV] NCCL INFO' before each
+    ' NCCL ' and read backwards from there: a long line costs one pass, not a search from every
+    place (a 16 MiB garbled line stays linear)."""
+    at = text.find(" NCCL ")
+    while at >= 0:
+        if m := _DEBUG_TAIL.search(text, max(0, at - 30), at + 12):
+            begin = m.start()
+            while begin > 0 and m.start() - begin < 255 and not text[begin - 1].isspace():
+                if text[begin - 1] == ":":
+                    break
+                begin -= 1
+            if begin < m.start():
+                ts = _DEBUG_TS.search(text, max(0, begin - 64), begin)
+                start = ts.start() if ts else begin
+                return _Debug(start, text[begin : m.start()], ts is not None)
+        at = text.find(" NCCL ", at + 1)
+    return None
+
+
 def _debug_hosts(lines: list[_Line]) -> set[str]:
     """Host names of the NCCL debug lines that start a line, and of the `# Rank` lines."""
     hosts = set()
     for ln in lines:
         text = ln.text.lstrip()
-        if (m := _DEBUG.match(text)) is not None:
-            hosts.add(m.group("host"))
+        if (d := _find_debug(text)) is not None and d.start == 0:
+            hosts.add(d.host)
         elif (r := _RANK.match(text)) is not None:
             hosts.add(r.group(2))
     return hosts
@@ -403,18 +435,17 @@ def _unglue(lines: list[_Line], path: Path) -> list[_Line]:
     held: dict[str | None, _Line] = {}
     out: list[_Line] = []
     for ln in lines:
-        m = _DEBUG.search(ln.text)
-        if m is not None and ln.text[: m.start()].strip():
-            cut = m.start()
-            if not m.group("ts"):
-                token = m.group("host")
-                host = next((h for h in hosts if token.endswith(h)), None)
+        m = _find_debug(ln.text)
+        if m is not None and ln.text[: m.start].strip():
+            cut = m.start
+            if not m.timestamped:
+                host = next((h for h in hosts if m.host.endswith(h)), None)
                 if host is None:
                     raise DataError(
                         f"{path}:{ln.lineno}: an NCCL debug message is printed into this line "
-                        f"and its host name cannot be told from '{token}'"
+                        f"and its host name cannot be told from '{m.host[-60:]}'"
                     )
-                cut = m.end("host") - len(host)
+                cut = m.start + len(m.host) - len(host)
             head, message = ln.text[:cut], ln.text[cut:]
             out.append(ln._replace(text=message))
             if ln.stream in held:

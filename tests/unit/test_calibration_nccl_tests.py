@@ -1,6 +1,7 @@
 """nccl-tests logs: every real log imports and is reproduced; broken logs fail clearly."""
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -471,3 +472,10 @@ def test_a_file_over_16_mib_and_dev_zero_are_refused_after_a_bounded_read(tmp_pa
     for path in (big, Path("/dev/zero")):
         with pytest.raises(DataError, match="larger than 16 MiB"):
             parse_nccl_tests(path)
+
+
+def test_a_fifo_without_a_writer_is_an_empty_log_not_a_hang(tmp_path):
+    fifo = tmp_path / "all_reduce.log"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match="empty file"):
+        parse_nccl_tests(fifo)
