@@ -83,6 +83,13 @@ def import_nccl_tests(
     runs = [
         run for p in paths for run in parse_nccl_tests(p, op=op, allow_truncated=allow_truncated)
     ]
+    alone = next((r for r in runs if r.ranks < 2), None)
+    if alone is not None:
+        where = f"{alone.path}" if alone.json else f"{alone.path}:{alone.line}"
+        raise DataError(
+            f"{where}: the {alone.op.value} test ran on 1 rank: no data crosses a link, "
+            "nothing to fit"
+        )
     cut = next((r for r in runs if not r.complete), None)
     if cut is not None and not allow_truncated:
         if cut.json:

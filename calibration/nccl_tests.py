@@ -40,6 +40,14 @@ from perfmodel.errors import DataError
 # 16 MiB is the input bound of issue 14 (item 6).
 MAX_LOG_BYTES = 16 * 2**20
 
+# What a row can hold (_checked). nccl-tests sizes fit in GPU memory (its -e caps maxBytes there):
+# 2^50 B (1 PiB) is far above any. It prints times to 0.01 us; no collective takes under 1 ns or
+# over 10^10 us (about 3 hours). algbw = size / time: NVLink 5 gives 1.8 TB/s per GPU (NVIDIA
+# Blackwell datasheet), so 100 TB/s is out of reach of any interconnect.
+MAX_BYTES = 2**50
+MIN_TIME_US, MAX_TIME_US = 1e-3, 1e10
+MAX_ALGBW_BYTES_PER_S = 1e14
+
 # nccl-tests binary name -> perfmodel op
 BINARIES = {
     "all_reduce": Op.ALL_REDUCE,
@@ -294,9 +302,25 @@ def _checked(
     where: str,
     line: int | None,
 ) -> dict:
-    """A record of one size; DataError naming `where` if its numbers cannot be a measurement."""
-    if size < 0 or t_out_us <= 0:
-        raise DataError(f"{where}: size must be >= 0 and time > 0, got {size:g} and {t_out_us:g}")
+    """A record of one size; DataError naming `where` if its numbers cannot be a measurement:
+    a size of 0 to MAX_BYTES whole bytes, a time of MIN_TIME_US to MAX_TIME_US, no more than
+    MAX_ALGBW_BYTES_PER_S moved (size / time), algbw = size / time where the row gives it."""
+    if not 0 <= size <= MAX_BYTES or size != int(size) or count < 0:
+        raise DataError(
+            f"{where}: size must be a whole number of bytes from 0 to 2^50 and count >= 0, "
+            f"got {size:g} and {count:g}"
+        )
+    for what, t_us in (("time", t_out_us), ("in-place time", t_in_us)):
+        if t_us is not None and not MIN_TIME_US <= t_us <= MAX_TIME_US:
+            raise DataError(
+                f"{where}: {what} must be from {MIN_TIME_US:g} us to {MAX_TIME_US:g} us, "
+                f"got {t_us:g}"
+            )
+    if size / (t_out_us * 1e-6) > MAX_ALGBW_BYTES_PER_S:
+        raise DataError(
+            f"{where}: {size:g} B in {t_out_us:g} us is {size / t_out_us / 1e6:.3g} TB/s, "
+            f"above {MAX_ALGBW_BYTES_PER_S / 1e12:g} TB/s: not a measurement"
+        )
     if algbw is not None and algbw >= 1.0:  # nccl-tests prints algbw = size / time (GB/s, us)
         expected = size / (t_out_us * 1e-6) / 1e9
         if abs(expected / algbw - 1) > 0.05:

@@ -479,3 +479,31 @@ def test_a_fifo_without_a_writer_is_an_empty_log_not_a_hang(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(DataError, match="empty file"):
         parse_nccl_tests(fifo)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("   36.22    0.00", "   1e-300    0.00", "time must be from 0.001 us"),
+        ("           8             2", "1000000000000000000000 2", "size must be a whole number"),
+        ("   34.72    0.00", "   1e+11    0.00", "time must be from"),
+        ("  31372.3  273.81", "     50.0  273.81", "above 100 TB/s"),  # 8 GiB in 50 us
+    ],
+)
+def test_numbers_no_measurement_can_have_are_refused(tmp_path, old, new, message):
+    """They reached the fit and ended in ZeroDivisionError or a scipy ValueError (the fuzzer)."""
+    src = TOGETHER.read_text()
+    assert old in src
+    log = tmp_path / "all_reduce.log"
+    log.write_text(src.replace(old, new, 1))
+    with pytest.raises(DataError, match=message):
+        import_nccl_tests([log])
+
+
+def test_a_test_of_one_rank_has_nothing_to_fit(tmp_path):
+    doc = json.loads((DERIVED / "h100x16-2node-a3mega-allreduce.json").read_text())
+    doc["config"]["devices"] = doc["config"]["devices"][:1]
+    log = tmp_path / "all_reduce.json"
+    log.write_text(json.dumps(doc))
+    with pytest.raises(DataError, match="1 rank: no data crosses a link"):
+        import_nccl_tests([log])
