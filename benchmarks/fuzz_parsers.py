@@ -7,7 +7,8 @@ Targets (hypothesis generates structured inputs and mutates real files: lines dr
 cut, garbled, swapped, or a YAML tag that would run code under an unsafe loader):
   specs: model spec (JSON dicts, YAML, TOML), Hugging Face config.json, layer graph, hardware spec
   (YAML, JSON dicts), plan CSV (predict --batch)
-  logs: nccl-tests logs, GEMM sweep CSVs, calibration profiles (JSON dicts and mutated files)
+  logs: nccl-tests logs (plain, mpirun --tag-output, -J JSON; parsed, and imported with a cut
+  allowed), GEMM sweep CSVs, calibration profiles (JSON dicts and mutated files)
 The time is shared equally between the targets.
 """
 
@@ -34,6 +35,8 @@ from perfmodel.errors import PerfmodelError
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "perfmodel/specs/presets"
 LOG = ROOT / "tests/data/nccl-tests/h100x8-allreduce-nvls-together-nccl-tests.txt"
+TAGGED = ROOT / "tests/data/nccl-tests/derived/h100x16-2node-a3mega-allreduce.tag-output.log"
+NCCL_JSON = ROOT / "tests/data/nccl-tests/derived/h100x8-allreduce-nvls-together.json"
 GEMM = ROOT / "tests/data/gemm/xla-matmul-perf-table-h100-sm90-bf16-f32-fp8.csv"
 DEEPGEMM = ROOT / "tests/data/gemm/h800-fp8-deepgemm-deepseek-v3-shapes.csv"
 GRAPH = ROOT / "tests/data/cnn/alexnet.json"
@@ -150,6 +153,7 @@ def check(kind: str, text: str | bytes, suffix: str, load: Callable[[Path], Any]
 def _loaders(profile_text: str) -> dict[str, Any]:
     """Each target: (strategy of inputs, file suffix, loader)."""
     from calibration.gemm_tables import read_gemm_table
+    from calibration.importers import import_nccl_tests
     from calibration.nccl_tests import parse_nccl_tests
     from perfmodel.batch import run_batch
     from perfmodel.specs.hardware import load_hardware
@@ -158,6 +162,14 @@ def _loaders(profile_text: str) -> dict[str, Any]:
 
     def profile(path: Path) -> None:
         apply_profile(None, load_profile(path))
+
+    def nccl_cut_allowed(path: Path) -> None:
+        """Parse and fit, a cut log allowed: what `import-nccl-tests --allow-truncated` does."""
+        import_nccl_tests([path], allow_truncated=True)
+
+    @st.composite
+    def cut(draw: Any, text: str) -> str:
+        return text[: draw(st.integers(0, len(text)))]
 
     def plans(path: Path) -> None:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -210,6 +222,11 @@ def _loaders(profile_text: str) -> dict[str, Any]:
                                  load_hardware),
         "plan csv": (mutated(PLANS), ".csv", plans),
         "nccl-tests log": (mutated(LOG.read_text()), ".txt", parse_nccl_tests),
+        "nccl-tests log (tag-output)": (mutated(TAGGED.read_text()), ".log", nccl_cut_allowed),
+        "nccl-tests log (tag-output, cut)": (cut(TAGGED.read_text()), ".log", nccl_cut_allowed),
+        "nccl-tests json (fields)": (fields_of(json.loads(NCCL_JSON.read_text())), ".json",
+                                     nccl_cut_allowed),
+        "nccl-tests json (cut)": (cut(NCCL_JSON.read_text()), ".json", nccl_cut_allowed),
         "gemm sweep (xla)": (mutated("".join(GEMM.open().readlines()[:60])), ".csv",
                              read_gemm_table),
         "gemm sweep (deepgemm)": (mutated(DEEPGEMM.read_text()), ".csv", read_gemm_table),

@@ -159,7 +159,8 @@ def run_cmd(
 @click.option(
     "--allow-truncated",
     is_flag=True,
-    help="Keep the rows of a log cut short (no '# Avg bus bandwidth' line) instead of refusing it.",
+    help="Keep the complete rows of a log cut short (no '# Avg bus bandwidth' line, or its last "
+    "row cut mid-line) instead of refusing it.",
 )
 @_errors
 def import_nccl_tests_cmd(
@@ -170,7 +171,11 @@ def import_nccl_tests_cmd(
     op: str | None,
     allow_truncated: bool,
 ) -> None:
-    """Fit alpha-beta models to nccl-tests logs (all_reduce_perf, all_gather_perf, ...)."""
+    """Fit alpha-beta models to nccl-tests logs (all_reduce_perf, all_gather_perf, ...).
+
+    A log is what a test prints (also under mpirun --tag-output or srun --label, with NCCL_DEBUG
+    lines, CRLF line ends) or the JSON file of its -J option.
+    """
     from calibration.importers import import_nccl_tests, save
 
     result = import_nccl_tests(logs, algorithm=algorithm, op=op, allow_truncated=allow_truncated)
@@ -185,7 +190,6 @@ def import_nccl_tests_cmd(
                 f"base preset '{base}' chosen by the logs' device name and GPUs "
                 "per node (override with --base)"
             )
-    versions = sorted({s for s in _nccl_versions(logs)})
     path = save(
         result,
         out,
@@ -194,7 +198,7 @@ def import_nccl_tests_cmd(
         device_count=max(s["ranks"] for s in result.per_source),
         nodes=max(s["nodes"] for s in result.per_source),
         measured_on=sorted({h for s in result.per_source for h in s["hosts"]}),
-        nccl_version=", ".join(versions) or None,
+        nccl_version=", ".join(result.nccl_versions) or None,
         sources=[str(p) for p in logs],
     )
     table = Table("log", "fit", "ranks", "median err", "worst err", "points")
@@ -233,12 +237,6 @@ def _preset_for(device: str | None, per_node: int | None) -> str | None:
         if spec.gpu_name == device and (per_node is None or spec.gpus_per_node == per_node):
             matches.append(name)
     return matches[0] if len(matches) == 1 else None
-
-
-def _nccl_versions(logs: tuple[Path, ...]) -> list[str]:
-    from calibration.nccl_tests import parse_nccl_tests
-
-    return [r.nccl_version for p in logs for r in parse_nccl_tests(p) if r.nccl_version]
 
 
 @calibrate.command("import-gemm")

@@ -32,17 +32,36 @@ class ImportResult:
     measurements: pd.DataFrame
     notes: list[str] = field(default_factory=list)
     per_source: list[dict[str, Any]] = field(default_factory=list)  # residuals per log/sweep
+    nccl_versions: list[str] = field(default_factory=list)  # the logs' NCCL library versions
 
 
-def _algorithm(run: NcclTestsRun, override: str | None) -> str:
+# NCCL's algorithms (NCCL_ALGO) -> the alpha-beta form that stands for them
+_NCCL_ALGORITHMS = {
+    "ring": "ring",
+    "tree": "tree",
+    "recursive": "recursive",  # not NCCL's: `--algorithm recursive`
+    "nvls": "ring",
+    "nvlstree": "tree",
+    "collnet": "ring",
+    "collnetdirect": "ring",
+    "collnetchain": "tree",
+    "pat": "ring",
+}
+
+
+def _algorithm(run: NcclTestsRun, override: str | None, notes: list[str]) -> str:
     """The alpha-beta form to fit: the user's choice, the log's NCCL_ALGO, else ring."""
-    choice = override or run.nccl_algo or "ring"
-    choice = {"nvls": "ring", "nvlstree": "tree", "collnet": "ring", "pat": "ring"}.get(
-        choice.lower(), choice.lower()
-    )
-    if Algorithm(choice) not in ALGORITHMS[run.op]:
+    choice = (override or run.nccl_algo or "ring").lower()
+    form = _NCCL_ALGORITHMS.get(choice)
+    if form is None:
+        notes.append(
+            f"{run.path.name}: NCCL_ALGO={run.nccl_algo} is not an algorithm perfmodel knows: "
+            "fitted as ring (choose with --algorithm)"
+        )
+        form = "ring"
+    if Algorithm(form) not in ALGORITHMS[run.op]:
         return Algorithm.RING.value
-    return choice
+    return form
 
 
 def import_nccl_tests(
@@ -55,13 +74,30 @@ def import_nccl_tests(
     """Parse every log, fit one model per (op, scope, algorithm) over all logs that share it.
 
     allow_truncated=False refuses a log whose test stops before its summary line (a run cut
-    short: its largest sizes are missing, so the bandwidth fit would rest on the small ones).
+    short: its largest sizes are missing, so the bandwidth fit would rest on the small ones) or
+    whose last row is cut mid-line; True keeps the complete rows, with a note.
+    Logs are text output (plain, mpirun --tag-output, srun --label, NCCL_DEBUG lines) or -J JSON.
     """
     if not paths:
         raise DataError("no nccl-tests log given")
-    runs = [run for p in paths for run in parse_nccl_tests(p, op=op)]
+    runs = [
+        run for p in paths for run in parse_nccl_tests(p, op=op, allow_truncated=allow_truncated)
+    ]
+    alone = next((r for r in runs if r.ranks < 2), None)
+    if alone is not None:
+        where = f"{alone.path}" if alone.json else f"{alone.path}:{alone.line}"
+        raise DataError(
+            f"{where}: the {alone.op.value} test ran on 1 rank: no data crosses a link, "
+            "nothing to fit"
+        )
     cut = next((r for r in runs if not r.complete), None)
     if cut is not None and not allow_truncated:
+        if cut.json:
+            raise DataError(
+                f"{cut.path}: the {cut.op.value} results end after {len(cut.records)} sizes, "
+                "before 'average_bus_bandwidth': a truncated nccl-tests -J file "
+                "(--allow-truncated keeps its results)"
+            )
         raise DataError(
             f"{cut.path}:{cut.line}: the {cut.op.value} test ends after {len(cut.records)} sizes, "
             "before its '# Avg bus bandwidth' line: a truncated log (--allow-truncated keeps "
@@ -70,7 +106,8 @@ def import_nccl_tests(
     notes = [f"{r.path.name}: {n}" for r in runs for n in r.notes]
     groups: dict[tuple[str, str, str], list[NcclTestsRun]] = {}
     for run in runs:
-        groups.setdefault((run.op.value, run.scope, _algorithm(run, algorithm)), []).append(run)
+        key = (run.op.value, run.scope, _algorithm(run, algorithm, notes))
+        groups.setdefault(key, []).append(run)
     fits, collectives, frames, per_source = {}, [], [], []
     for (op_name, scope, alg), members in groups.items():
         data = pd.concat(
@@ -118,6 +155,7 @@ def import_nccl_tests(
         measurements=pd.concat(frames),
         notes=notes,
         per_source=per_source,
+        nccl_versions=sorted({r.nccl_version for r in runs if r.nccl_version}),
     )
 
 

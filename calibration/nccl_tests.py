@@ -1,22 +1,52 @@
 """Reading nccl-tests output (github.com/NVIDIA/nccl-tests): all_reduce_perf, all_gather_perf, ...
 
-A log may hold several tests (one section per `# nThread ...` header), mpirun/srun line prefixes
-(`[1,0]<stdout>:`, `0: `) and interleaved `NCCL INFO` lines. From each section we read the
-collective, the ranks and hosts (`#  Rank ... on HOST device ... NAME` lines) and the rows
-size, count, type, redop, [root,] then time/algbw/busbw/#wrong out-of-place and in-place.
-Every row is checked (algbw = size / time), so a garbled log is refused, never half-read.
+Two forms are read:
+
+- the text log a test prints. A log may hold several tests (one section per `# nThread ...`
+  header). From each section we read the collective, the ranks and hosts (`#  Rank ... on HOST
+  device ... NAME` lines), the column header (`#  size  count  type  redop  root  time  algbw ...`)
+  and the rows under it. Launcher prefixes are taken off: `mpirun --tag-output` (`[1,0]<stdout>:`,
+  put before every chunk a rank writes, so a chunk cut mid-line puts the next tag, often another
+  rank's, in the middle of a row), `srun --label` (`0: `) and `mpiexec -prepend-rank` (`[0] `).
+  NCCL_DEBUG lines (`host:pid:tid [dev] NCCL INFO ...`) are skipped, also where one was printed
+  inside a row (nccl-tests prints a row in three pieces, and NCCL's first collective of a size
+  logs its connections between them). CRLF and CR line ends and a UTF-8/UTF-16 byte-order mark
+  are accepted.
+- the JSON file `-J FILE.json` writes (format version 1 to 3 of nccl-tests' src/util.cu).
+
+Every row is checked (algbw = size / time), so a garbled log is refused, never half-read. A last
+row cut mid-line (a run killed while printing) is refused naming its line, or dropped with a note
+under allow_truncated. A file is read up to MAX_LOG_BYTES: a larger one is refused, so /dev/zero or
+a wrong multi-GB file costs a bounded read.
 """
 
 from __future__ import annotations
 
+import codecs
+import itertools
+import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pandas as pd
 
 from perfmodel.costs.collectives import Op
 from perfmodel.errors import DataError
+
+# A log of one nccl-tests run is a few kB (a thousand lines with NCCL_DEBUG=INFO on many ranks);
+# 16 MiB is the input bound of issue 14 (item 6).
+MAX_LOG_BYTES = 16 * 2**20
+
+# What a row can hold (_checked). nccl-tests sizes fit in GPU memory (its -e caps maxBytes there):
+# 2^50 B (1 PiB) is far above any. It prints times to 0.01 us; no collective takes under 1 ns or
+# over 10^10 us (about 3 hours). algbw = size / time: NVLink 5 gives 1.8 TB/s per GPU (NVIDIA
+# Blackwell datasheet), so 100 TB/s is out of reach of any interconnect.
+MAX_BYTES = 2**50
+MIN_TIME_US, MAX_TIME_US = 1e-3, 1e10
+MAX_ALGBW_BYTES_PER_S = 1e14
 
 # nccl-tests binary name -> perfmodel op
 BINARIES = {
@@ -44,7 +74,19 @@ _NAME_HINTS = [
     ("broadcast", Op.BROADCAST),
     ("reduce", Op.REDUCE),
 ]
-_PREFIX = re.compile(r"^(\[\d+,\d+\]<\w+>:|\s*\d+:\s)")
+# Open MPI's --tag-output (orte/prte/pmix iof_base_output.c: "[%s,%s]<%s>:", jobid, rank,
+# stream; with --timestamp-output a ctime() date before it). Open MPI 5 may add a space.
+_TAG = re.compile(
+    r"(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?"
+    r"\[([^\[\]<>\s]{1,64},\d{1,9})\]<(stdout|stderr|stddiag)>:"
+)
+# line-start prefixes of other launchers: srun --label ("0: "), mpiexec -prepend-rank ("[0] ")
+_PREFIX = re.compile(r"^(?:\s*\d+:\s|\[\d+\]\s)")
+# NCCL's debug line header (src/debug.cc): "HOST:PID:TID [DEV] NCCL INFO ", with an optional
+# "[date time] " before it where NCCL_DEBUG_TIMESTAMP_LEVELS asks for one. Found from its fixed
+# tail, right before each ' NCCL ' (see _find_debug): one pass over a line, however long.
+_DEBUG_TAIL = re.compile(r":\d{1,10}:\d{1,10} \[\d{1,4}\] NCCL (?:INFO|WARN|TRACE|ABORT)\b")
+_DEBUG_TS = re.compile(r"\[\d{4}-\d\d-\d\d[^\]\n]{0,40}\] $")
 _PERF = re.compile(
     r"\b(all_reduce|all_gather|reduce_scatter|alltoall|sendrecv|broadcast|reduce|"
     r"hypercube)_perf(?:_mpi)?\b"  # the MPI build of nccl-tests names its binaries *_perf_mpi
@@ -53,6 +95,7 @@ _RANK = re.compile(
     r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+"
     r"device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$"
 )
+_COLUMNS = re.compile(r"^#\s*size\s+count\s")  # the column header: '#  size  count  type ...'
 _VERSION = re.compile(r"nccl-library=(\d+)")
 _ALGO = re.compile(r"NCCL_ALGO set by environment to (\w+)", re.I)
 _DTYPE_BYTES = {
@@ -78,10 +121,10 @@ _DTYPE_BYTES = {
 
 @dataclass(frozen=True, kw_only=True)
 class NcclTestsRun:
-    """One test section of an nccl-tests log."""
+    """One test section of an nccl-tests log, or one -J JSON file."""
 
     path: Path
-    line: int  # line of the section's `# nThread` header
+    line: int  # line of the section's `# nThread` header (1 for a JSON file)
     op: Op
     ranks: int
     nodes: int
@@ -90,75 +133,211 @@ class NcclTestsRun:
     nccl_version: str | None
     nccl_algo: str | None
     records: pd.DataFrame  # nbytes, count, type, time_s, time_in_place_s, algbw, busbw, wrong, line
-    complete: bool  # the section reached its `# Avg bus bandwidth` line
+    complete: bool  # the section reached its `# Avg bus bandwidth` line (JSON: its footer)
     notes: list[str] = field(default_factory=list)
+    json: bool = False  # read from nccl-tests' -J JSON output
 
     @property
     def scope(self) -> str:
         return "inter" if self.nodes > 1 else "intra"
 
 
+class _Line(NamedTuple):
+    """One line of a rank's output, put back together: where it starts in the file, its stream."""
+
+    lineno: int
+    stream: str | None  # '1,0<stdout>' under mpirun --tag-output, else None
+    text: str
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where the columns are, from a section's column header (names as nccl-tests prints them)."""
+
+    width: int  # tokens per row
+    time: int
+    algbw: int
+    busbw: int
+    wrong: int | None
+    time_in_place: int | None
+    counts_wrong: bool  # '#wrong' counts wrong elements; older logs print 'error' (max abs error)
+
+
+def read_log(path: str | Path, what: str = "nccl-tests log") -> str:
+    """The text of path, read up to MAX_LOG_BYTES; DataError (one line) if it cannot be.
+
+    Decodes UTF-8 (a UTF-8 or UTF-16 byte-order mark is honoured); refuses an empty, binary or
+    oversized file. The read is bounded, so a device (/dev/zero) or a huge file costs 16 MiB, and
+    a FIFO without a writer is empty (a pipe with one, `<(ssh host cat log)`, is read).
+    """
+    path = Path(path)
+    try:
+        # non-blocking open: a FIFO nobody writes to reads as empty instead of waiting forever
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(MAX_LOG_BYTES + 1)
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_LOG_BYTES:
+        raise DataError(
+            f"{path}: larger than {MAX_LOG_BYTES // 2**20} MiB, not an nccl-tests log "
+            "(a test's log is a few kB to a few MB)"
+        )
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        text = raw.decode("utf-16", "replace")
+    else:
+        if b"\x00" in raw[:4096]:
+            raise DataError(f"{path}: binary file, not an {what}")
+        text = raw.decode("utf-8", "replace").removeprefix("\ufeff")
+    if not text.strip():
+        raise DataError(f"{path}: empty file, not an {what}")
+    return text
+
+
 def _number(token: str, path: Path, lineno: int, what: str) -> float | None:
     if token.upper() == "N/A":
         return None
     try:
-        return float(token)
+        value = float(token)
     except ValueError:
+        value = float("nan")
+    if value != value or value in (float("inf"), float("-inf")):
         raise DataError(
             f"{path}:{lineno}: {what} '{token}' is not a number (garbled nccl-tests row)"
-        ) from None
+        )
+    return value
 
 
-def _row(tokens: list[str], path: Path, lineno: int) -> dict:
-    """size count type [redop] [root] (time algbw busbw [#wrong]) x2.
+def _layout(text: str, path: Path, lineno: int) -> _Layout:
+    """The columns of a header like '#  size count type redop root  time algbw busbw #wrong  time
+    algbw busbw #wrong' (nccl-tests src/util.cu writeResultHeader; older versions have no root,
+    'error' for '#wrong'; -I 1 adds i_min i_max i_p99 i_cv%; -T 1 a timestamp)."""
+    names = text.lstrip("#").split()
+    if "cputime" in names:
+        raise DataError(
+            f"{path}:{lineno}: the log reports CPU time (nccl-tests -C 1), not the "
+            "collective's time: run the test without -C"
+        )
+    times = [i for i, n in enumerate(names) if n == "time"]
+    if not times or "algbw" not in names[times[0] :] or "busbw" not in names[times[0] :]:
+        raise DataError(
+            f"{path}:{lineno}: column header without time, algbw and busbw: not an "
+            "nccl-tests log of a known version"
+        )
+    t0 = times[0]
+    oop = names[t0 : times[1]] if len(times) > 1 else names[t0:]
+    wrong = next((t0 + i for i, n in enumerate(oop) if n in ("#wrong", "error")), None)
+    width = len(names) + (1 if names[-1] == "timestamp" else 0)  # a date and a time: 2 tokens
+    return _Layout(
+        width=width,
+        time=t0,
+        algbw=t0 + oop.index("algbw"),
+        busbw=t0 + oop.index("busbw"),
+        wrong=wrong,
+        time_in_place=times[1] if len(times) > 1 else None,
+        counts_wrong="#wrong" in names,
+    )
 
-    Older nccl-tests print no root column, and no redop column for gathers.
-    """
+
+def _row(tokens: list[str], path: Path, lineno: int, layout: _Layout | None) -> dict:
+    """One row: by the section's column header, or for a log without one by its column count:
+    size count type [redop] [root] (time algbw busbw [#wrong]) x2."""
+    if layout is not None:
+        if len(tokens) != layout.width:
+            raise DataError(
+                f"{path}:{lineno}: incomplete or unknown nccl-tests row ({len(tokens)} columns, "
+                f"the column header has {layout.width}): truncated log?"
+            )
+        t = layout
+        wrong = tokens[t.wrong] if t.wrong is not None else "0"
+        t_in = tokens[t.time_in_place] if t.time_in_place is not None else "N/A"
+        oop = [tokens[t.time], tokens[t.algbw], tokens[t.busbw], wrong]
+        return _record(tokens, oop, t_in, path, lineno)
     rest = tokens[3:]
     if rest and not _numeric(rest[0]):  # redop
         rest = rest[1:]
     if len(rest) in (7, 9):  # with root column
         rest = rest[1:]
     if len(rest) == 8:
-        oop, inp = rest[:4], rest[4:]
+        oop, t_in = rest[:4], rest[4]
     elif len(rest) == 6:
-        oop, inp = rest[:3] + ["0"], rest[3:] + ["0"]
+        oop, t_in = rest[:3] + ["0"], rest[3]
     else:
         raise DataError(
             f"{path}:{lineno}: incomplete or unknown nccl-tests row ({len(tokens)} "
             "columns; expected size count type redop root, then time algbw busbw "
             "#wrong out-of-place and in-place): truncated log?"
         )
+    return _record(tokens, oop, t_in, path, lineno)
+
+
+def _record(tokens: list[str], oop: list[str], t_in_token: str, path: Path, lineno: int) -> dict:
+    """Check one row (size >= 0, time > 0, algbw = size / time) and return its record."""
     size = _number(tokens[0], path, lineno, "size")
     count = _number(tokens[1], path, lineno, "count")
     t_out = _number(oop[0], path, lineno, "time")
     if size is None or count is None or t_out is None:
         raise DataError(f"{path}:{lineno}: size, count and out-of-place time must be numbers")
-    t_in = _number(inp[0], path, lineno, "in-place time")
+    t_in = _number(t_in_token, path, lineno, "in-place time")
     algbw = _number(oop[1], path, lineno, "algbw")
     busbw = _number(oop[2], path, lineno, "busbw")
     wrong = _number(oop[3], path, lineno, "#wrong") or 0.0
-    if size < 0 or t_out <= 0:
+    return _checked(
+        size, count, tokens[2], t_out, t_in, algbw, busbw, wrong, f"{path}:{lineno}", lineno
+    )
+
+
+def _checked(
+    size: float,
+    count: float,
+    dtype: str,
+    t_out_us: float,
+    t_in_us: float | None,
+    algbw: float | None,
+    busbw: float | None,
+    wrong: float,
+    where: str,
+    line: int | None,
+) -> dict:
+    """A record of one size; DataError naming `where` if its numbers cannot be a measurement:
+    a size of 0 to MAX_BYTES whole bytes, a time of MIN_TIME_US to MAX_TIME_US, no more than
+    MAX_ALGBW_BYTES_PER_S moved (size / time), algbw = size / time where the row gives it."""
+    if not 0 <= size <= MAX_BYTES or size != int(size) or count < 0:
         raise DataError(
-            f"{path}:{lineno}: size must be >= 0 and time > 0, got {tokens[0]} and {oop[0]}"
+            f"{where}: size must be a whole number of bytes from 0 to 2^50 and count >= 0, "
+            f"got {size:g} and {count:g}"
+        )
+    for what, t_us in (("time", t_out_us), ("in-place time", t_in_us)):
+        if t_us is not None and not MIN_TIME_US <= t_us <= MAX_TIME_US:
+            raise DataError(
+                f"{where}: {what} must be from {MIN_TIME_US:g} us to {MAX_TIME_US:g} us, "
+                f"got {t_us:g}"
+            )
+    if size / (t_out_us * 1e-6) > MAX_ALGBW_BYTES_PER_S:
+        raise DataError(
+            f"{where}: {size:g} B in {t_out_us:g} us is {size / t_out_us / 1e6:.3g} TB/s, "
+            f"above {MAX_ALGBW_BYTES_PER_S / 1e12:g} TB/s: not a measurement"
         )
     if algbw is not None and algbw >= 1.0:  # nccl-tests prints algbw = size / time (GB/s, us)
-        expected = size / (t_out * 1e-6) / 1e9
+        expected = size / (t_out_us * 1e-6) / 1e9
         if abs(expected / algbw - 1) > 0.05:
             raise DataError(
-                f"{path}:{lineno}: algbw {algbw} GB/s does not match size/time = "
+                f"{where}: algbw {algbw} GB/s does not match size/time = "
                 f"{expected:.2f} GB/s: not a consistent nccl-tests row"
             )
     return {
         "nbytes": size,
         "count": count,
-        "type": tokens[2],
-        "time_s": t_out * 1e-6,
-        "time_in_place_s": None if t_in is None else t_in * 1e-6,
+        "type": dtype,
+        "time_s": t_out_us * 1e-6,
+        "time_in_place_s": None if t_in_us is None else t_in_us * 1e-6,
         "algbw": algbw,
         "busbw": busbw,
         "wrong": wrong,
-        "line": lineno,
+        "line": line,
     }
 
 
@@ -170,8 +349,9 @@ def _numeric(token: str) -> bool:
     return True
 
 
-def _is_row(tokens: list[str]) -> bool:
-    return len(tokens) >= 9 and tokens[0].isdigit() and tokens[1].isdigit()
+def _is_row(text: str) -> bool:
+    tokens = text.split()
+    return bool(tokens) and tokens[0].isdigit() and not text.lstrip().startswith("#")
 
 
 def _op_from_name(path: Path) -> Op | None:
@@ -183,24 +363,148 @@ def _op_from_name(path: Path) -> Op | None:
     return None
 
 
-def parse_nccl_tests(path: str | Path, op: Op | str | None = None) -> list[NcclTestsRun]:
-    """Every test section of an nccl-tests log; DataError naming file and line if it is not one.
+def _logical_lines(text: str) -> list[_Line]:
+    """The lines each rank wrote, in the order they ended, each with the file line it starts on.
+
+    Open MPI's --tag-output puts its tag before every chunk a rank's output arrives in, and after
+    every newline in it. A chunk that does not end a line (a full stdio buffer, or a row printed in
+    pieces) is continued by the next chunk of the same tag, which may come after other ranks'
+    chunks, on the same file line. Joining the chunks of each tag gives each rank's lines back.
+    """
+    physical = text.split("\n")
+    if physical and physical[-1] == "":
+        physical.pop()
+    if "]<std" not in text:
+        return [
+            _Line(n, None, _PREFIX.sub("", line.rstrip("\r"), count=1))
+            for n, line in enumerate(physical, 1)
+        ]
+    # Open MPI 5 may print "[1,0]<stdout>: " (a space after every tag): then drop that space
+    after = [text[m.end() : m.end() + 1] for m in itertools.islice(_TAG.finditer(text), 10000)]
+    spaced = " " in after and all(c in (" ", "\n", "\r", "") for c in after)
+    open_lines: dict[str, tuple[int, list[str]]] = {}
+    out: list[_Line] = []
+    for n, raw in enumerate(physical, 1):
+        line = raw.rstrip("\r")
+        found = list(_TAG.finditer(line))
+        if not found:  # not from a rank: mpirun's own messages, a script's echo
+            out.append(_Line(n, None, _PREFIX.sub("", line, count=1)))
+            continue
+        if line[: found[0].start()].strip():
+            out.append(_Line(n, None, line[: found[0].start()]))
+        for k, m in enumerate(found):
+            stream = f"{m.group(1)}<{m.group(2)}>"
+            begin = m.end() + (1 if spaced and line[m.end() : m.end() + 1] == " " else 0)
+            end = found[k + 1].start() if k + 1 < len(found) else len(line)
+            start, parts = open_lines.setdefault(stream, (n, []))
+            parts.append(line[begin:end])
+            if k + 1 == len(found):  # the file's newline ends this rank's line
+                del open_lines[stream]
+                out.append(_Line(start, stream, "".join(parts)))
+    for stream, (start, parts) in sorted(open_lines.items(), key=lambda kv: kv[1][0]):
+        out.append(_Line(start, stream, "".join(parts)))  # the file ends inside this line
+    return out
+
+
+class _Debug(NamedTuple):
+    """Where an NCCL debug message starts in a line, and its host name as far as it can tell."""
+
+    start: int  # the timestamp's '[' if there is one, else the first character of `host`
+    host: str  # the non-space, non-colon run before ':PID:TID': may have a row glued before it
+    timestamped: bool
+
+
+def _find_debug(text: str) -> _Debug | None:
+    """The first NCCL debug header in text, found from ':PID:TID [DEV] NCCL INFO' before each
+    ' NCCL ' and read backwards from there: a long line costs one pass, not a search from every
+    place (a 16 MiB garbled line stays linear)."""
+    at = text.find(" NCCL ")
+    while at >= 0:
+        if m := _DEBUG_TAIL.search(text, max(0, at - 30), at + 12):
+            begin = m.start()
+            while begin > 0 and m.start() - begin < 255 and not text[begin - 1].isspace():
+                if text[begin - 1] == ":":
+                    break
+                begin -= 1
+            if begin < m.start():
+                ts = _DEBUG_TS.search(text, max(0, begin - 64), begin)
+                start = ts.start() if ts else begin
+                return _Debug(start, text[begin : m.start()], ts is not None)
+        at = text.find(" NCCL ", at + 1)
+    return None
+
+
+def _debug_hosts(lines: list[_Line]) -> set[str]:
+    """Host names of the NCCL debug lines that start a line, and of the `# Rank` lines."""
+    hosts = set()
+    for ln in lines:
+        text = ln.text.lstrip()
+        if (d := _find_debug(text)) is not None and d.start == 0:
+            hosts.add(d.host)
+        elif (r := _RANK.match(text)) is not None:
+            hosts.add(r.group(2))
+    return hosts
+
+
+def _unglue(lines: list[_Line], path: Path) -> list[_Line]:
+    """Take NCCL debug messages out of the rows they were printed into.
+
+    nccl-tests prints a row as 'size count type redop root', then the out-of-place and the in-place
+    columns, then a newline; NCCL logs the connections of a collective's first call between them:
+    '     8     2  float  sum  -1host:12:34 [0] NCCL INFO Channel 00/0 : ...' and the row goes on
+    after the message's newline. The host name is glued to the row's last column: where it starts
+    is found from the host names of whole debug lines (or `# Rank` lines).
+    """
+    hosts = sorted(_debug_hosts(lines), key=len, reverse=True)
+    held: dict[str | None, _Line] = {}
+    out: list[_Line] = []
+    for ln in lines:
+        m = _find_debug(ln.text)
+        if m is not None and ln.text[: m.start].strip():
+            cut = m.start
+            if not m.timestamped:
+                host = next((h for h in hosts if m.host.endswith(h)), None)
+                if host is None:
+                    raise DataError(
+                        f"{path}:{ln.lineno}: an NCCL debug message is printed into this line "
+                        f"and its host name cannot be told from '{m.host[-60:]}'"
+                    )
+                cut = m.start + len(m.host) - len(host)
+            head, message = ln.text[:cut], ln.text[cut:]
+            out.append(ln._replace(text=message))
+            if ln.stream in held:
+                prev = held.pop(ln.stream)
+                ln, head = prev, prev.text + head
+            if _is_row(head):  # the row goes on after the message: hold it until then
+                held[ln.stream] = ln._replace(text=head)
+            else:
+                out.append(ln._replace(text=head))
+            continue
+        if m is None and ln.stream in held:
+            prev = held.pop(ln.stream)
+            ln = prev._replace(text=prev.text + ln.text)
+        out.append(ln)
+    out.extend(held.values())  # the file ends inside these rows
+    return out
+
+
+def parse_nccl_tests(
+    path: str | Path, op: Op | str | None = None, *, allow_truncated: bool = False
+) -> list[NcclTestsRun]:
+    """Every test section of an nccl-tests log (or its -J JSON file); DataError naming file and
+    line if it is not one.
 
     op: the collective when the log does not say (no `*_perf` name in it or in the file name).
+    allow_truncated: drop a last row cut mid-line (with a note) instead of refusing the log. A
+    section that stops before its summary is read either way (`complete` False); the caller
+    decides whether to keep it.
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot be read ({exc.strerror})") from None
-    if not raw.strip():
-        raise DataError(f"{path}: empty file, not an nccl-tests log")
-    if b"\x00" in raw[:4096]:
-        raise DataError(f"{path}: binary file, not an nccl-tests log")
-    lines = [_PREFIX.sub("", line, count=1) for line in raw.decode("utf-8", "replace").splitlines()]
-    starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("# nThread")]
+    text = read_log(path)
+    if text.lstrip().startswith("{"):
+        return [_parse_json(path, text, op, allow_truncated)]
+    lines = _unglue(_logical_lines(text), path)
+    starts = [i for i, ln in enumerate(lines) if ln.text.lstrip().startswith("# nThread")]
     if not starts:
         raise DataError(
             f"{path}: no nccl-tests header ('# nThread ... minBytes ... maxBytes') "
@@ -210,43 +514,69 @@ def parse_nccl_tests(path: str | Path, op: Op | str | None = None) -> list[NcclT
     for j, start in enumerate(starts):
         end = starts[j + 1] if j + 1 < len(starts) else len(lines)
         prev_end = starts[j - 1] + 1 if j else 0
-        runs.append(_section(path, lines, start, end, prev_end, op))
+        runs.append(_section(path, lines, start, end, prev_end, op, allow_truncated))
     return runs
 
 
 def _section(
-    path: Path, lines: list[str], start: int, end: int, prev_end: int, op_hint: Op | str | None
+    path: Path,
+    lines: list[_Line],
+    start: int,
+    end: int,
+    prev_end: int,
+    op_hint: Op | str | None,
+    allow_truncated: bool,
 ) -> NcclTestsRun:
     names, hosts, devices, algo, version = [], {}, set(), None, None
     # the preamble (text since the previous section's rows) names the binary and the version
     preamble_start = prev_end
     for i in range(start - 1, prev_end - 1, -1):
-        if _is_row(lines[i].split()):
+        if _is_row(lines[i].text):
             preamble_start = i + 1
             break
-    for line in lines[preamble_start : start + 1]:
-        names += _PERF.findall(line)
-        if m := _VERSION.search(line):
+    for ln in lines[preamble_start : start + 1]:
+        names += _PERF.findall(ln.text)
+        if m := _VERSION.search(ln.text):
             version = m.group(1)
-    rows, complete, notes = [], False, []
-    for i in range(start, end):
-        line = lines[i]
-        if "NCCL INFO" in line or "NCCL WARN" in line:
-            if m := _ALGO.search(line):
+    header_line = lines[start]
+    complete, notes, layout = False, [], None
+    found: list[tuple[_Line, _Layout | None]] = []
+    for ln in lines[start:end]:
+        text = ln.text
+        if "NCCL INFO" in text or "NCCL WARN" in text:
+            if m := _ALGO.search(text):
                 algo = m.group(1).lower()
             continue
-        if m := _RANK.match(line.strip()):
+        if ln.stream is not None and ln.stream != header_line.stream:
+            continue  # nccl-tests prints from one process; other ranks' lines are NCCL's
+        if m := _RANK.match(text.strip()):
             hosts[int(m.group(1))] = m.group(2)
             devices.add(m.group(3))
             continue
-        if "Avg bus bandwidth" in line:
+        if "Avg bus bandwidth" in text:
             complete = True
             continue
-        tokens = line.split()
-        if tokens and tokens[0].isdigit() and not line.lstrip().startswith("#"):
-            if complete:  # rows after the summary belong to no test
-                continue
-            rows.append(_row(tokens, path, i + 1))
+        if _COLUMNS.match(text.strip()):
+            layout = _layout(text.strip(), path, ln.lineno)
+            continue
+        if _is_row(text) and not complete:  # rows after the summary belong to no test
+            found.append((ln, layout))
+    rows = []
+    for k, (ln, lay) in enumerate(found):
+        tokens = ln.text.split()
+        try:
+            rows.append(_row(tokens, path, ln.lineno, lay))
+        except DataError:
+            if k + 1 < len(found) or complete or not _looks_cut(tokens, lay):
+                raise
+            if not allow_truncated:
+                width = f" of {lay.width}" if lay is not None else ""
+                raise DataError(
+                    f"{path}:{ln.lineno}: incomplete nccl-tests row ({len(tokens)}{width} "
+                    "columns, the log ends inside it): truncated log? (--allow-truncated "
+                    f"drops this row and keeps the {len(rows)} before it)"
+                ) from None
+            notes.append(f"the row at line {ln.lineno} is cut mid-line: dropped")
     name = _starting_name(lines[preamble_start:end]) or (names[-1] if names else None)
     if name is not None:
         op = BINARIES[name]
@@ -256,26 +586,30 @@ def _section(
         op = guess
     else:
         raise DataError(
-            f"{path}:{start + 1}: cannot tell which collective this test ran (no "
+            f"{path}:{header_line.lineno}: cannot tell which collective this test ran (no "
             "'*_perf' name in the log or the file name); pass --op"
         )
     if not hosts:
         raise DataError(
-            f"{path}:{start + 1}: no '#  Rank N Group G Pid P on HOST device D [...] "
+            f"{path}:{header_line.lineno}: no '#  Rank N Group G Pid P on HOST device D [...] "
             "NAME' lines: cannot tell the rank count"
         )
     if not rows:
         raise DataError(
-            f"{path}:{start + 1}: {op.value} section has no data rows (truncated or failed run?)"
+            f"{path}:{header_line.lineno}: {op.value} section has no data rows (truncated or "
+            "failed run?)"
         )
     if not complete:
         notes.append(
-            f"section at line {start + 1} ends before '# Avg bus bandwidth': "
+            f"section at line {header_line.lineno} ends before '# Avg bus bandwidth': "
             f"truncated run, {len(rows)} sizes kept"
         )
     records = pd.DataFrame(rows)
-    # '#wrong' counts wrong elements; older logs print 'error', a float max-abs error instead
-    counts_wrong = any("#wrong" in line for line in lines[start:end])
+    counts_wrong = (
+        layout.counts_wrong
+        if layout is not None
+        else any("#wrong" in ln.text for ln in lines[start:end])
+    )
     bad = (records["wrong"] > 0) if counts_wrong else pd.Series(False, index=records.index)
     if bad.any():
         notes.append(f"{int(bad.sum())} rows with #wrong > 0 dropped")
@@ -283,12 +617,12 @@ def _section(
     n_ranks = len(hosts)
     if sorted(hosts) != list(range(n_ranks)):
         raise DataError(
-            f"{path}:{start + 1}: rank lines are not 0..N-1 (got {sorted(hosts)[:5]}"
+            f"{path}:{header_line.lineno}: rank lines are not 0..N-1 (got {sorted(hosts)[:5]}"
             "...): truncated header?"
         )
     return NcclTestsRun(
         path=path,
-        line=start + 1,
+        line=header_line.lineno,
         op=op,
         ranks=n_ranks,
         nodes=len(set(hosts.values())),
@@ -302,8 +636,249 @@ def _section(
     )
 
 
-def _starting_name(lines: list[str]) -> str | None:
-    for line in lines:
-        if "Collective test starting" in line and (m := _PERF.search(line)):
+def _looks_cut(tokens: list[str], layout: _Layout | None) -> bool:
+    """A row a cut at the end of the log can leave: fewer columns than the header's, or its last
+    column broken off ('N/' of 'N/A'). Without a header, any row that does not parse."""
+    if layout is None:
+        return True
+    return len(tokens) < layout.width or (len(tokens) == layout.width and not _numeric(tokens[-1]))
+
+
+def _starting_name(lines: list[_Line]) -> str | None:
+    for ln in lines:
+        if "Collective test starting" in ln.text and (m := _PERF.search(ln.text)):
             return m.group(1)
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# nccl-tests -J FILE.json (src/util.cu, JSON_FILE_VERSION 1 to 3): one object, written as the test
+# runs: version, start_time, args, env, nccl_version, config {nthreads, ngpus, ..., devices:
+# [{rank, group, pid, hostname, device, device_hex, device_info}]}, results: [{size, count, type,
+# redop, root, out_of_place: {time, alg_bw, bus_bw, nwrong}, in_place: {...}, ...}],
+# out_of_bounds, average_bus_bandwidth (version 1: 'average_bus_bandwidith'), errors, end_time.
+# Only rank 0 writes it. `devices` has one entry per process (the first of its nthreads * ngpus
+# ranks), so a single process driving 8 GPUs (-g 8) lists one device.
+# ---------------------------------------------------------------------------------------------
+
+
+def _json_strict(token: str) -> Any:
+    raise ValueError(f"{token} is not a JSON number")
+
+
+def _parse_json(
+    path: Path, text: str, op_hint: Op | str | None, allow_truncated: bool
+) -> NcclTestsRun:
+    decoder = json.JSONDecoder(parse_constant=_json_strict)
+    whole = True
+    try:
+        doc = decoder.decode(text)
+    except (ValueError, RecursionError) as exc:
+        at_end = isinstance(exc, json.JSONDecodeError) and _ends_early(exc, text)
+        if not at_end:
+            where = (
+                f"{path}:{exc.lineno}:{exc.colno}"
+                if isinstance(exc, json.JSONDecodeError)
+                else str(path)
+            )
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise DataError(f"{where}: not valid JSON ({msg}): not an nccl-tests -J file") from None
+        if not allow_truncated:
+            raise DataError(
+                f"{path}:{exc.lineno}: the JSON ends inside its results: a truncated nccl-tests "
+                "-J file (--allow-truncated keeps its complete results)"
+            ) from None
+        doc, whole = _json_prefix(path, text, decoder), False
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise DataError(f"{path}: a JSON file without a 'results' list: not an nccl-tests -J file")
+    config = doc.get("config")
+    if not isinstance(config, dict) or not isinstance(config.get("devices"), list):
+        raise DataError(f"{path}: 'config.devices' missing: cannot tell the rank count")
+    hosts, device = _json_ranks(path, config)
+    op = _json_op(path, doc, op_hint)
+    rows, notes = [], []
+    for i, result in enumerate(doc["results"]):
+        rows.append(_json_row(path, i, result))
+    if not rows:
+        raise DataError(f"{path}: {op.value} results are empty (a failed run?)")
+    complete = whole and any(k in doc for k in ("average_bus_bandwidth", "average_bus_bandwidith"))
+    if not complete:
+        notes.append(
+            f"the results stop before 'average_bus_bandwidth': truncated run, "
+            f"{len(rows)} sizes kept"
+        )
+    errors = doc.get("errors")
+    if isinstance(errors, list) and any(isinstance(e, str) and e for e in errors):
+        notes.append(f"nccl-tests reported errors: {'; '.join(str(e) for e in errors)[:200]}")
+    records = pd.DataFrame(rows)
+    bad = records["wrong"] > 0
+    if bad.any():
+        notes.append(f"{int(bad.sum())} results with nwrong > 0 dropped")
+        records = records[~bad]
+    env = doc.get("env") if isinstance(doc.get("env"), list) else []
+    algo = next(
+        (
+            e.split("=", 1)[1].lower()
+            for e in env
+            if isinstance(e, str)
+            and e.startswith("NCCL_ALGO=")
+            and re.fullmatch(r"\w+", e.split("=", 1)[1])
+        ),
+        None,
+    )
+    version = doc.get("nccl_version")
+    return NcclTestsRun(
+        path=path,
+        line=1,
+        op=op,
+        ranks=len(hosts),
+        nodes=len(set(hosts)),
+        device=device,
+        hosts=tuple(sorted(set(hosts))),
+        nccl_version=str(version) if _is_int(version) and version > 0 else None,
+        nccl_algo=algo,
+        records=records.reset_index(drop=True),
+        complete=complete,
+        notes=notes,
+        json=True,
+    )
+
+
+def _ends_early(exc: json.JSONDecodeError, text: str) -> bool:
+    """The JSON is cut short (not malformed): the decoder ran out of text, inside a string, a
+    word (nul, tru, fals) or between tokens."""
+    if exc.msg.startswith("Unterminated string"):
+        return True
+    rest = text[exc.pos :].strip()
+    return any(word.startswith(rest) for word in ("null", "true", "false"))
+
+
+def _json_prefix(path: Path, text: str, decoder: json.JSONDecoder) -> dict:
+    """What a -J file cut short still holds: its head and every complete result.
+
+    The writer puts no spaces between tokens; the head ends with ',"results":[' and the results
+    are objects separated by commas.
+    """
+    key = text.find('"results":[')
+    if key < 0:
+        raise DataError(f"{path}: the JSON ends before its results: nothing to keep")
+    try:
+        doc = decoder.decode(text[:key].rstrip().rstrip(",") + "}")
+    except (ValueError, RecursionError):
+        raise DataError(f"{path}: the JSON head before 'results' is not valid") from None
+    results, pos = [], key + len('"results":[')
+    while True:
+        try:
+            result, pos = decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            break
+        results.append(result)
+        if text[pos : pos + 1] != ",":
+            break
+        pos += 1
+    if isinstance(doc, dict):
+        doc["results"] = results
+    return doc
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _json_ranks(path: Path, config: dict) -> tuple[list[str], str]:
+    """The host of every rank, and the device name, from config.devices.
+
+    One entry per process, rank = process * nthreads * ngpus (nccl-tests writeDeviceReport), or
+    one per rank (ranks 0..N-1).
+    """
+    per_process = 1
+    for key in ("nthreads", "ngpus"):
+        value = config.get(key, 1)
+        if not _is_int(value) or not 1 <= value <= 4096:
+            raise DataError(f"{path}: config.{key} must be a whole number >= 1, got {value!r}")
+        per_process *= value
+    devices = config["devices"]
+    if not devices:
+        raise DataError(f"{path}: config.devices is empty: cannot tell the rank count")
+    listed, hosts_of, names = [], [], set()
+    for i, d in enumerate(devices):
+        if not isinstance(d, dict) or not _is_int(d.get("rank")):
+            raise DataError(f"{path}: config.devices[{i}].rank must be a whole number")
+        if not isinstance(d.get("hostname"), str) or not d["hostname"]:
+            raise DataError(f"{path}: config.devices[{i}].hostname must be a host name")
+        listed.append(d["rank"])
+        hosts_of.append(d["hostname"])
+        if isinstance(d.get("device_info"), str) and d["device_info"].strip():
+            names.add(d["device_info"].strip())
+    if listed == [i * per_process for i in range(len(listed))]:
+        hosts = [h for h in hosts_of for _ in range(per_process)]
+    elif listed == list(range(len(listed))):
+        hosts = hosts_of
+    else:
+        raise DataError(
+            f"{path}: config.devices ranks are {listed[:5]}..., neither one per process "
+            f"(0, {per_process}, ...) nor one per rank: not an nccl-tests -J file"
+        )
+    return hosts, " / ".join(sorted(names))
+
+
+def _json_op(path: Path, doc: dict, op_hint: Op | str | None) -> Op:
+    """The collective: from the binary's name (args[0]), else --op, else the file name."""
+    args = doc.get("args")
+    if isinstance(args, list) and args and isinstance(args[0], str):
+        if m := _PERF.search(args[0]):
+            return BINARIES[m.group(1)]
+    if op_hint is not None:
+        return Op(op_hint)
+    if (guess := _op_from_name(path)) is not None:
+        return guess
+    raise DataError(
+        f"{path}: cannot tell which collective this test ran (no '*_perf' binary in 'args' "
+        "or the file name); pass --op"
+    )
+
+
+def _json_row(path: Path, i: int, result: Any) -> dict:
+    """One result: size, count, type and the out-of-place (and in-place) time, algbw, busbw."""
+    where = f"{path}: results[{i}]"
+    if not isinstance(result, dict):
+        raise DataError(f"{where} must be an object")
+    oop = result.get("out_of_place")
+    if not isinstance(oop, dict):
+        raise DataError(f"{where}.out_of_place is missing: no out-of-place measurement")
+    if "time" not in oop and "cpu_time" in oop:
+        raise DataError(
+            f"{where}.out_of_place: 'cpu_time' (nccl-tests -C 1) is not the collective's time: "
+            "run the test without -C"
+        )
+    inp = result.get("in_place") if isinstance(result.get("in_place"), dict) else {}
+    dtype = result.get("type")
+    return _checked(
+        _json_number(result, "size", where),
+        _json_number(result, "count", where),
+        dtype if isinstance(dtype, str) else "",
+        _json_number(oop, "time", f"{where}.out_of_place"),
+        _json_optional(inp, "time", f"{where}.in_place"),
+        _json_optional(oop, "alg_bw", f"{where}.out_of_place"),
+        _json_optional(oop, "bus_bw", f"{where}.out_of_place"),
+        _json_optional(oop, "nwrong", f"{where}.out_of_place") or 0.0,
+        where,
+        line=None,
+    )
+
+
+def _json_optional(obj: dict, key: str, where: str) -> float | None:
+    """obj[key] as a float; None where it is absent or null (nccl-tests writes null for a
+    '#wrong' it did not check)."""
+    return None if obj.get(key) is None else _json_number(obj, key, where)
+
+
+def _json_number(obj: dict, key: str, where: str) -> float:
+    """obj[key], a finite number; DataError naming the field otherwise (nccl-tests writes NaN as
+    the string "nan")."""
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DataError(f"{where}.{key} must be a number, got {value!r}")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise DataError(f"{where}.{key} must be a finite number, got {value!r}")
+    return float(value)
