@@ -352,10 +352,17 @@ def load_model(name_or_path: str | Path | TransformerSpec, **overrides: Any) -> 
     from perfmodel.specs.presets import MODELS_DIR, resolve
 
     overrides = {k: v for k, v in overrides.items() if v is not None}
+
+    def graph(spec: LayerGraphSpec) -> LayerGraphSpec:
+        if overrides:  # a transformer's fields (seq_len, hidden ...) mean nothing to a layer graph
+            raise SpecError(f"model '{spec.name}' is a layer graph (CNN/MLP): "
+                            f"{', '.join(sorted(overrides))} does not apply to it")
+        return spec
+
     if isinstance(name_or_path, LayerGraphSpec):
-        return name_or_path
+        return graph(name_or_path)
     if isinstance(name_or_path, str) and name_or_path in BUILDERS:
-        return BUILDERS[name_or_path]()
+        return graph(BUILDERS[name_or_path]())
     if isinstance(name_or_path, TransformerSpec):
         spec = name_or_path
     else:
@@ -370,7 +377,7 @@ def load_model(name_or_path: str | Path | TransformerSpec, **overrides: Any) -> 
         preset = path.parent == MODELS_DIR
         origin = f"preset {path.stem}" if preset else str(path)
         if data.get("kind") == "layers":
-            return layer_graph_from_dict(data, where)
+            return graph(layer_graph_from_dict(data, where))
         if "model_type" in data and "kind" not in data:
             try:
                 spec = model_from_hf_config(data, where, overrides.pop("seq_len", None))

@@ -275,3 +275,13 @@ def test_a_scaled_down_model_keeps_its_proportions():
     assert scaled.ffn_hidden / scaled.hidden == qwen.ffn_hidden / qwen.hidden == 3
     scaled, _ = scale_down(load_model("llama2-70b"), Plan(gpus=16, tp=2, dp=8, global_batch=16))
     assert scaled.kv_heads == 2  # grouping 8 -> 1 head, but the job splits whole heads over tp
+
+
+@pytest.mark.parametrize("name", ["alexnet", "mlp"])
+def test_a_layer_graph_refuses_transformer_overrides(name, run_cli):
+    # regression: recommend --seq-len on a CNN preset was ignored without a word
+    with pytest.raises(SpecError, match=f"model '{name}' is a layer graph .*: seq_len does not"):
+        load_model(name, seq_len=100)
+    res = run_cli("recommend", "--model", name, "--hardware", "dgx-v100", "--gpus", "16",
+                  "--global-batch", "256", "--seq-len", "100")
+    assert res.returncode == 3 and res.stderr.strip().count("\n") == 0, res.stderr
