@@ -115,11 +115,22 @@ def run_cmd(
         from perfmodel.specs.profile import load_profile
 
         profile = load_profile(path)
-        state = "complete" if profile.complete else "INCOMPLETE (interrupted)"
+        missing = ", ".join(profile.missing_stages or ()) or "none"
+        state = (
+            "complete"
+            if profile.complete
+            else f"INCOMPLETE (interrupted; missing stages: {missing})"
+        )
         click.echo(
             f"wrote {path} ({state}, {len(profile.fits)} fits, "
             f"{profile.provenance.get('wall_time_s')} s)"
         )
+        if Path(path) != Path(out):
+            click.echo(
+                f"interrupted: {out} holds a complete profile and is kept; the partial one is "
+                f"{path}",
+                err=True,
+            )
         if not profile.complete:
             sys.exit(130)  # what a shell reports for Ctrl-C; the profile is kept
 
@@ -316,8 +327,10 @@ def report_cmd(profile: Path, plot: Path | None) -> None:
         click.echo(f"wrote {calibration_plot(loaded, plot)}")
 
 
-def main() -> None:  # python -m calibration.cli
-    calibrate()
+def main() -> None:  # python -m calibration.cli: as `perfmodel calibrate` (SIGTERM as Ctrl-C)
+    from perfmodel.cli import main as perfmodel_main
+
+    perfmodel_main(["calibrate", *sys.argv[1:]])
 
 
 if __name__ == "__main__":

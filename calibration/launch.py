@@ -1,8 +1,10 @@
 """`calibrate run`: launch the ranks (or join torchrun/srun), follow progress, fit, write.
 
 Launched here: N processes by multiprocessing spawn on a free loopback port; rank 0 appends each
-measurement to a JSON-lines file that the parent follows for the progress bar. Ctrl-C stops the
-ranks and keeps what was measured (the profile says "complete": false).
+measurement to a JSON-lines file that the parent follows for the progress bar. Ctrl-C (or SIGTERM)
+stops the ranks and keeps what was measured (the profile says "complete": false and names the
+stages it lacks). An interrupted run never replaces a complete profile: when --out P already holds
+one, the partial profile goes beside it (P.partial.json, see partial_path).
 Under torchrun or srun (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS set) this process is one
 rank; rank 0 writes the profile.
 """
@@ -203,7 +205,9 @@ def _run(
         complete = _launch(nprocs, backend, sweep, records_path, console)
     records = read_records(records_path)
     elapsed = time.monotonic() - started
-    path = build_profile(out, records, complete=complete, elapsed_s=elapsed, quick=quick)
+    path = build_profile(
+        out, records, complete=complete, elapsed_s=elapsed, quick=quick, stages=sweep.stages
+    )
     records_path.unlink(missing_ok=True)
     return path
 
@@ -267,15 +271,45 @@ def _stop(procs: list[Any]) -> None:
             p.kill()
 
 
+def partial_path(out: Path) -> Path:
+    """Where an interrupted run writes when `out` holds a complete profile: P.partial.json."""
+    return out.with_name(f"{out.stem if out.suffix else out.name}.partial{out.suffix or '.json'}")
+
+
+def _holds_complete_profile(path: Path) -> bool:
+    """True when path is a readable profile that says it is complete."""
+    from perfmodel.errors import SpecError
+    from perfmodel.specs.profile import load_profile
+
+    if not path.is_file():
+        return False
+    try:
+        return load_profile(path).complete
+    except SpecError:
+        return False
+
+
 def build_profile(
-    out: Path, records: list[dict[str, Any]], *, complete: bool, elapsed_s: float, quick: bool
+    out: Path,
+    records: list[dict[str, Any]],
+    *,
+    complete: bool,
+    elapsed_s: float,
+    quick: bool,
+    stages: tuple[str, ...] | None = None,
 ) -> Path:
-    """Fit the measured records and write the profile (standalone: every required field)."""
+    """Fit the measured records and write the profile (standalone: every required field).
+
+    Returns the path written: `out`, or partial_path(out) for an incomplete run when `out`
+    already holds a complete profile (which is kept).
+    """
     info = next((r for r in records if r.get("kind") == "info"), None)
     if info is None:
         raise DataError("calibration stopped before any measurement; no profile written")
     support = next((r["ops"] for r in records if r.get("kind") == "support"), {})
     complete = complete and any(r.get("kind") == "done" for r in records)
+    finished = {r.get("stage") for r in records if r.get("kind") == "stage_done"}
+    missing = [] if complete or stages is None else [s for s in stages if s not in finished]
     df = pd.DataFrame([r for r in records if r.get("kind") in MEASURED])
     fits: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
@@ -301,7 +335,10 @@ def build_profile(
     # fit kinds this perfmodel's profile reader does not know yet go to the provenance
     framework_fits = {k: fits.pop(k) for k in list(fits) if fits[k]["kind"] not in FIT_KINDS}
     if not complete:
-        notes.append("incomplete run (interrupted): fits use what was measured")
+        notes.append(
+            "incomplete run (interrupted): fits use what was measured"
+            + (f"; missing stages: {', '.join(missing)}" if missing else "")
+        )
     prov = provenance(
         device=info["device"],
         device_count=info["world"],
@@ -311,12 +348,15 @@ def build_profile(
         gloo=info["gloo"],
         backend=info["backend"],
         quick=quick,
+        **({} if stages is None else {"stages": list(stages)}),
         threads_per_rank=info["threads_per_rank"],
         wall_time_s=round(elapsed_s, 1),
         collective_support=support,
         **({"framework_fits": framework_fits} if framework_fits else {}),
     )
     df = df.drop(columns=[c for c in ("note",) if c in df])
+    if not complete and _holds_complete_profile(out):
+        out = partial_path(out)
     return write_profile(
         out,
         hardware=hardware,
@@ -325,6 +365,7 @@ def build_profile(
         provenance=prov,
         complete=complete,
         notes=notes,
+        missing_stages=None if stages is None else missing,
     )
 
 

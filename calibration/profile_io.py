@@ -78,6 +78,7 @@ def write_profile(
     provenance: Mapping[str, Any],
     complete: bool = True,
     notes: list[str] | None = None,
+    missing_stages: list[str] | None = None,
 ) -> Path:
     """Write PROFILE.json and PROFILE.measurements.csv beside it; returns the profile path.
 
@@ -94,6 +95,7 @@ def write_profile(
             "format": FORMAT,
             "version": VERSION,
             "complete": complete,
+            **({} if missing_stages is None else {"missing_stages": list(missing_stages)}),
             "hardware": dict(hardware),
             "fits": dict(fits),
             "measurements": csv_name,

@@ -172,10 +172,25 @@ def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
 
         prof = profiles.load_profile(Path(profile))
         base = load_hardware(hardware) if hardware else None
-        return profiles.apply_profile(base, prof)
+        spec = profiles.apply_profile(base, prof)
+        if not prof.complete:  # said once, by every command that reads the profile
+            click.echo(f"note: {profiles.incomplete_note(prof)}", err=True)
+        return spec
     if not hardware:
         raise click.UsageError("give --hardware (a preset or file) or --profile")
     return load_hardware(hardware)
+
+
+def profile_status(profile: str | None) -> dict[str, Any]:
+    """--json's "profile": its path, whether complete, the stages it lacks and the note (or {})."""
+    if not profile:
+        return {}
+    from perfmodel.specs import profile as profiles
+
+    prof = profiles.load_profile(Path(profile))
+    missing = None if prof.missing_stages is None else list(prof.missing_stages)
+    return {"profile": {"path": str(prof.path), "complete": prof.complete,
+                        "missing_stages": missing, "note": profiles.incomplete_note(prof)}}
 
 
 def profile_extrapolations(profile: str | None, model: Any, hardware: Any, plan: Any) -> list[str]:
@@ -390,7 +405,8 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         click.echo(f"note: {note}", err=True)
     if as_json:
         click.echo(json.dumps({**result.to_dict(), **model_summary(model),
-                               "extrapolations": notes}, indent=2))
+                               "extrapolations": notes, **profile_status(kw.get("profile"))},
+                              indent=2))
     else:
         from perfmodel.render import print_prediction
 
@@ -542,7 +558,7 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
         report = _validate_best(spec, local_hw, rec.top[0].plan)
         data["validation"] = {k: report.get(k) for k in (
             "predicted_step_time_s", "measured_step_time_s", "relative_error", "ranks", "backend",
-            "status", "scaled_from", "plan")}
+            "status", "scaled_from", "plan", "caveats")}
     if as_json:
         click.echo(json.dumps(data, indent=2, default=float))
     else:

@@ -219,6 +219,8 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
                   f"{fmt_seconds(w['best']['step_time_s'])} per step ({w['speedup']:.3f}x)")
     if "validation" in data:
         v = data["validation"]
+        for caveat in v.get("caveats") or []:  # first: why the numbers below do not compare
+            con.print(f"[bold]validation[/] cannot be compared: {caveat}")
         if v.get("measured_step_time_s") is None:
             con.print(f"[bold]validation[/] of the scaled-down plan: {v.get('status')}")
         else:

@@ -1,11 +1,38 @@
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# How long a test waits for an event (a file appearing, a line printed, a process exiting) before
+# it calls the wait hung. A bound on a hang, not a speed target: the machine the suite runs on may
+# be loaded, and a late event is not a wrong one. Tests wait on events, never on fixed sleeps.
+PATIENCE_S = float(os.environ.get("PERFMODEL_TEST_PATIENCE_S", "600"))
+
+
+def wait_for(condition: Callable[[], Any], what: str, *, proc: Any = None,
+             timeout_s: float = PATIENCE_S, poll_s: float = 0.1) -> Any:
+    """Poll condition() until it returns a true value, and return that value.
+
+    AssertionError naming `what` when proc (a Popen) exits before it, or after timeout_s (hung).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        exited = proc is not None and proc.poll() is not None
+        value = condition()
+        if value:
+            return value
+        if exited:
+            raise AssertionError(f"{what}: the process exited first (exit code {proc.returncode})")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:g} s (hung?)")
+        time.sleep(poll_s)
 
 
 def _has_cuda() -> bool:
@@ -28,7 +55,7 @@ def pytest_collection_modifyitems(config, items):
 def run_cli(tmp_path):
     """Run `python -m perfmodel ARGS` in a subprocess, as a user would; returns CompletedProcess."""
 
-    def run(*args, input_text=None, timeout=120):
+    def run(*args, input_text=None, timeout=PATIENCE_S):
         env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
         return subprocess.run([sys.executable, "-m", "perfmodel", *map(str, args)], cwd=tmp_path,
                               env=env, capture_output=True, text=True, input=input_text,

@@ -9,6 +9,7 @@ perfmodel validate collect DIR
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,8 @@ def _finish(
     if history is not None:
         rep.append_history(report, history)
     if as_json:
+        for caveat in report.get("caveats") or []:
+            click.echo(f"warning: {caveat}", err=True)
         click.echo(json.dumps(report, indent=1, default=str))
     else:
         rep.render(report)
@@ -196,7 +199,10 @@ def validate(ctx: click.Context, **kw: Any) -> None:
                 "dry-run: the job's collectives differ from the model's ledger (see above)"
             )
         return
-    backend = kw["backend"] or _default_backend()
+    if kw["emit_dir"] is not None:  # the job runs on the machines the hardware describes
+        backend = _emit_backend(hardware, kw["backend"])
+    else:
+        backend = kw["backend"] or _default_backend()
     nprocs = kw["nprocs"] or plan.gpus
     settings = run.RunSettings(
         nprocs=nprocs,
@@ -213,9 +219,11 @@ def validate(ctx: click.Context, **kw: Any) -> None:
         written = run.emit(model, hardware, plan, settings, kw["emit_dir"], nodes, gpn)
         for path in written:
             click.echo(f"wrote {path}")
+        where = shlex.quote(str(kw["emit_dir"]))
+        dtype = run.local_dtype(plan, backend)[0].dtype.value
+        click.echo(f"the job: {backend}, {dtype}, {nodes} x {gpn} ranks")
         click.echo(
-            f"submit: sbatch {kw['emit_dir'] / 'job.sbatch'}; then: perfmodel validate collect "
-            f"{kw['emit_dir']}"
+            f"submit: cd {where} && sbatch job.sbatch; then: perfmodel validate collect {where}"
         )
         return
     run_dir = kw["run_dir"] or run.default_run_dir(plan)
@@ -247,6 +255,22 @@ def collect(directory: Path, out: Path | None, history: Path, as_json: bool) -> 
     report = run.collect(directory)
     out = out or directory / "report.json"
     _finish(report, out, out.with_suffix(".png"), history, as_json)
+
+
+def _emit_backend(hardware: Any, asked: str | None) -> str:
+    """An emitted job's backend: the hardware's (NCCL for GPUs, gloo for a CPU profile),
+    whatever machine writes it; an --backend that contradicts the hardware is refused."""
+    from validation.run import target_backend
+
+    backend = target_backend(hardware)
+    if asked is not None and asked != backend:
+        kind = "a CPU" if backend == "gloo" else "GPUs"
+        raise click.BadParameter(
+            f"'{asked}' does not run on {getattr(hardware, 'name', 'the hardware')} ({kind}): "
+            f"the emitted job uses {backend}; leave --backend out",
+            param_hint="--backend",
+        )
+    return backend
 
 
 def _default_backend() -> str:

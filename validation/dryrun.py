@@ -9,7 +9,8 @@ CollectiveCounter (counts per axis, op and bytes per call, nccl-tests' size conv
 are then checked against the communication ledger of perfmodel's step model for the same plan:
 exactly, call by call.
 
-The job unties the embeddings, so the ledger is taken for the model with tied_embeddings=False.
+The ledger is taken for the model as the job builds it (validation.run.job_model): untied
+embeddings and a learned position table, also for rotary models (the report says so).
 Pipeline plans (pp > 1): the fake group cannot carry tensors between stages, so rank 0's chunks
 run forward and backward one by one (their tp and dp collectives counted as above) and the
 pipeline's point-to-point messages are derived from the chunks' inputs and outputs.
@@ -195,9 +196,11 @@ def totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def dry_run(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
-    untied = model.replace(tied_embeddings=False)
-    counted = count_collectives(untied, plan)
-    ledger = model_ledger(untied, plan)
+    from validation.run import job_model, job_model_note
+
+    as_job = job_model(model)
+    counted = count_collectives(as_job, plan)
+    ledger = model_ledger(as_job, plan)
     rows = compare(counted["records"], ledger or [])
     job_total = sum(r["count"] for r in counted["records"])
     return {
@@ -213,6 +216,7 @@ def dry_run(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
         < 1e-9,
         "ledger_available": ledger is not None,
         "agree": None if ledger is None else all(r["agree"] for r in rows),
+        "notes": [n for n in (job_model_note(model),) if n],
     }
 
 
@@ -244,6 +248,8 @@ def render(result: dict[str, Any], as_json: bool = False) -> None:
     console.print(
         f"CommDebugMode total agrees with the counter: {result['comm_debug_mode_agrees']}"
     )
+    for note in result.get("notes", []):
+        console.print(f"note: {note}")
     if not result["ledger_available"]:
         console.print("perfmodel has no communication ledger yet: counted only")
     else:

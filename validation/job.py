@@ -36,7 +36,11 @@ the time spent outside stage compute (pipeline waits and p2p). On CUDA the clock
 ``torch.cuda.synchronize``. Tensor-parallel communication cannot be separated from forward and
 backward without changing them, so one extra probe step runs under a dispatch mode that waits on
 and times every collective, and counts it with its bytes (the same counter serves ``--dry-run``).
-Peak memory: ``torch.cuda.max_memory_allocated`` on GPU, the process's peak resident set on CPU.
+Peak memory: ``torch.cuda.max_memory_allocated`` on GPU. On CPU the process's peak resident set
+(which also holds the torch runtime, gloo's buffers and what the allocator keeps) and, comparable
+with the GPU figure and the prediction, the peak of tensor allocations: one more step after the
+probes under torch's profiler (``profile_memory``), its allocations' running peak added to the
+tensors that live across steps (parameters, optimizer states, the batch).
 Every rank writes ``rank<R>.json`` after each step (so a crash keeps what was measured); rank 0
 writes the merged results file at the end. Files are written atomically (temp file + os.replace).
 """
@@ -502,7 +506,9 @@ class Trainer:
             stage.forward_one_chunk = self._timed(stage.forward_one_chunk, "forward")
             stage.backward_one_chunk = self._timed(stage.backward_one_chunk, "backward")
             # zero-bubble schedules run the weight gradients as a separate pass
-            stage.backward_weight_one_chunk = self._timed(stage.backward_weight_one_chunk, "backward")
+            stage.backward_weight_one_chunk = self._timed(
+                stage.backward_weight_one_chunk, "backward"
+            )
             stages.append(stage)
         self.stages = stages
         timed_loss = self._timed(loss_fn, "forward")
@@ -734,6 +740,36 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
+def tensor_peak_bytes(trainer: Any) -> int:
+    """Peak bytes of tensors during one step on CPU (what max_memory_allocated counts on a GPU).
+
+    peak = bytes of the tensors that live across steps (parameters, optimizer states, the batch;
+    gradients are freed after each step) + the running maximum of the step's allocations minus
+    its frees, from the CPU allocator's events under torch.profiler(profile_memory=True). A
+    tensor from before the step that the step frees is not subtracted (slightly high, never low).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    def nbytes(t: torch.Tensor) -> int:
+        t = t.to_local() if hasattr(t, "to_local") else t
+        return t.untyped_storage().nbytes()
+
+    state = [v for s in trainer.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    persistent = sum(nbytes(t) for t in [*trainer.params, *state, trainer.tokens, trainer.targets])
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        trainer.step()
+    events = sorted(
+        (e.start_ns(), e.nbytes())
+        for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]"
+    )
+    live = peak = 0
+    for _, change in events:
+        live += change
+        peak = max(peak, live)
+    return persistent + peak
+
+
 def current_rss_bytes() -> int:
     try:
         with open("/proc/self/statm") as f:
@@ -858,6 +894,11 @@ def run(cfg: dict[str, Any]) -> None:
                 ],
                 "collectives": counters[0].table(),
             }
+        if device.type == "cpu" and cfg.get("tensor_memory", True):
+            try:
+                record["tensor_peak_memory_bytes"] = tensor_peak_bytes(trainer)
+            except Exception as exc:  # the profiler's interface is torch's to change
+                record["tensor_memory_note"] = f"tensor peak not measured: {exc}"
         record["status"] = "ok"
         write_json(rank_file, record)
         gathered: list[Any] = [None] * world if rank == 0 else []

@@ -5,6 +5,13 @@ the step time of one step is the slowest rank's (max over ranks); a term of one 
 over ranks; both are then the median over the timed steps. Tensor-parallel communication is timed
 in the probe step and taken out of forward and backward, so the terms add up to the step time the
 way the model's terms do.
+
+Memory: the peak of tensor memory per rank (max over ranks) against the prediction's memory per GPU
+less what it reserves outside tensors ("reserved": the CUDA context and allocator slack). On GPUs
+the job reads torch.cuda.max_memory_allocated; on CPUs it measures the same quantity with torch's
+profiler (validation.job.tensor_peak_bytes). The process's peak resident set is shown beside it on
+CPUs: it also holds the torch runtime (the baseline measured before the model), gloo's buffers and
+what the C allocator keeps, none of which perfmodel predicts.
 """
 
 from __future__ import annotations
@@ -142,8 +149,6 @@ def build_report(
                 "relative_error": relative_error(m, p) if p and p > 1e-9 else None,
             }
         )
-    peaks = [r["peak_memory_bytes"] for r in records if r.get("peak_memory_bytes")]
-    base = [r.get("baseline_memory_bytes", 0) for r in records if r.get("peak_memory_bytes")]
     rank0 = next((r for r in records if r.get("rank") == 0), records[0] if records else {})
     report = {
         **meta,
@@ -153,14 +158,7 @@ def build_report(
         "relative_error": relative_error(step, predicted_step),
         "steps": steps,
         "terms": rows,
-        "memory": {
-            "predicted_per_rank_bytes": prediction["memory_per_gpu_bytes"] if prediction else None,
-            "predicted_breakdown_bytes": prediction.get("memory_breakdown_bytes")
-            if prediction
-            else None,
-            "measured_peak_per_rank_bytes": max(peaks) if peaks else None,
-            "measured_baseline_per_rank_bytes": max(base) if base else None,
-        },
+        "memory": memory_comparison(prediction, records),
         "dtype_used": rank0.get("dtype", meta.get("dtype_used")),
         "dtype_note": rank0.get("dtype_note") or meta.get("dtype_note", ""),
         "collectives_rank0": (rank0.get("probe") or {}).get("collectives", []),
@@ -172,11 +170,44 @@ def build_report(
     return report
 
 
+def memory_comparison(
+    prediction: dict[str, Any] | None, records: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Predicted against measured peak tensor memory per rank (see the module's docstring)."""
+    on_gpu = any(str(r.get("device", "")).startswith("cuda") for r in records)
+    peaks = [r["peak_memory_bytes"] for r in records if r.get("peak_memory_bytes")]
+    base = [r.get("baseline_memory_bytes", 0) for r in records if r.get("peak_memory_bytes")]
+    tensor = peaks if on_gpu else [
+        r["tensor_peak_memory_bytes"] for r in records if r.get("tensor_peak_memory_bytes")
+    ]
+    breakdown = (prediction or {}).get("memory_breakdown_bytes") or {}
+    predicted = prediction["memory_per_gpu_bytes"] if prediction else None
+    tensors = None if predicted is None else predicted - float(breakdown.get("reserved", 0.0))
+    measured = max(tensor) if tensor else None
+    notes = [
+        r["tensor_memory_note"] for r in records[:1] if r.get("tensor_memory_note")
+    ]
+    return {
+        "predicted_per_rank_bytes": predicted,
+        "predicted_tensor_per_rank_bytes": tensors,
+        "predicted_breakdown_bytes": breakdown or None,
+        "measured_peak_per_rank_bytes": measured,
+        "measured_by": "torch.cuda.max_memory_allocated" if on_gpu
+        else "tensor allocations of one step (torch.profiler) + tensors kept across steps",
+        "relative_error": relative_error(measured, tensors),
+        "measured_process_peak_per_rank_bytes": None if on_gpu or not peaks else max(peaks),
+        "measured_baseline_per_rank_bytes": max(base) if base and not on_gpu else None,
+        "notes": notes,
+    }
+
+
 def render(report: dict[str, Any], console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
+    for caveat in report.get("caveats") or []:  # first: what makes the comparison unfair
+        console.print(f"[bold red]warning[/]: {caveat}", soft_wrap=True)  # one line each
 
     def fmt_s(v: float | None) -> str:
         return "-" if v is None else f"{v * 1e3:.2f} ms"
@@ -204,16 +235,36 @@ def render(report: dict[str, Any], console: Any = None) -> None:
         fmt_s(report["measured_step_time_s"]),
         fmt_e(report["relative_error"]),
     )
-    console.print(table)
     mem = report.get("memory") or {}
-    if mem.get("measured_peak_per_rank_bytes"):
+
+    def fmt_b(v: float | None) -> str:
+        return "-" if v is None else f"{v / 2**20:.1f} MiB"
+
+    table.add_section()
+    table.add_row(
+        "peak memory / rank",
+        fmt_b(mem.get("predicted_tensor_per_rank_bytes", mem.get("predicted_per_rank_bytes"))),
+        fmt_b(mem.get("measured_peak_per_rank_bytes")),
+        fmt_e(mem.get("relative_error")),
+    )
+    console.print(table)
+    if mem.get("measured_peak_per_rank_bytes") and mem.get("measured_by"):
+        console.print(f"memory measured as {mem['measured_by']}")
+    if mem.get("measured_process_peak_per_rank_bytes"):
         base = mem.get("measured_baseline_per_rank_bytes") or 0
-        pred = mem.get("predicted_per_rank_bytes")
         console.print(
-            f"memory per rank: measured peak {mem['measured_peak_per_rank_bytes'] / 2**20:.0f} MiB "
-            f"({base / 2**20:.0f} MiB before the model)"
-            + ("" if pred is None else f", predicted {pred / 2**20:.0f} MiB")
+            f"process peak (RSS) per rank: {fmt_b(mem['measured_process_peak_per_rank_bytes'])}, "
+            f"{fmt_b(base)} of it before the model (the torch runtime); not predicted"
         )
+    reserved = (mem.get("predicted_per_rank_bytes") or 0) - (
+        mem.get("predicted_tensor_per_rank_bytes") or mem.get("predicted_per_rank_bytes") or 0
+    )
+    if reserved > 0:
+        console.print(
+            f"compared without the {fmt_b(reserved)} the prediction reserves outside tensors"
+        )
+    for note in mem.get("notes") or []:
+        console.print(f"note: {note}")
     check = report.get("collectives_vs_ledger")
     if check:
         differ = [r for r in check["rows"] if not r["agree"]]

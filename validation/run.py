@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -71,16 +72,35 @@ def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:
     return plan, ""
 
 
+def job_model(model: TransformerSpec) -> TransformerSpec:
+    """The model as validation/job.py builds it: untied embeddings (tying across pipeline stages
+    needs an all-reduce the job does not do) and a learned position table (seq_len x hidden) even
+    for rotary models. The prediction, the ledger and --dry-run all take this model."""
+    return model.replace(tied_embeddings=False, position_embedding="learned")
+
+
+def job_model_note(model: TransformerSpec) -> str:
+    """What job_model changed, for the user ('' when nothing)."""
+    changed = []
+    if model.position_embedding != "learned":
+        changed.append(
+            f"learns a position table where {model.name} uses {model.position_embedding} positions"
+        )
+    if model.tied_embeddings:
+        changed.append("unties the embeddings")
+    return f"the job {' and '.join(changed)}: compared as the job builds it" if changed else ""
+
+
 def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[TransformerSpec, Plan, str]:
     """The model and plan the job really runs, so that the prediction describes the same job.
 
-    The job unties the embeddings and learns positions; it attends with fused SDPA (no s^2
-    activations: flash_attention); it syncs gradients after backward (no overlap); bf16/fp16
-    become fp32 on a CPU. Returns the notes the user should read.
+    The job unties the embeddings and learns positions (job_model); it attends with fused SDPA
+    (no s^2 activations: flash_attention); it syncs gradients after backward (no overlap);
+    bf16/fp16 become fp32 on a CPU (gloo). Returns the notes the user should read.
     """
     plan, note = local_dtype(plan, backend)
     notes = [note] if note else []
-    model = model.replace(tied_embeddings=False, position_embedding="learned")
+    model = job_model(model)
     if plan.overlap_grad_sync:
         notes.append("the job syncs gradients after backward: predicted without overlap")
     plan = plan.replace(flash_attention=True, overlap_grad_sync=False)
@@ -138,6 +158,52 @@ def check_fits(prediction: dict[str, Any] | None, settings: RunSettings) -> None
         )
 
 
+def is_cpu_hardware(hardware: Any) -> bool:
+    """True for a CPU's hardware: `calibrate run` on a CPU names its device "CPU <model> (N cores)"
+    (calibration.bench); the presets and nccl-tests imports are GPUs."""
+    return str(getattr(hardware, "gpu_name", "")).startswith("CPU ")
+
+
+def target_backend(hardware: Any) -> str:
+    """The backend of the machines the hardware describes: gloo for a CPU, NCCL for GPUs."""
+    return "gloo" if is_cpu_hardware(hardware) else "nccl"
+
+
+def caveats(hardware: Any, settings: RunSettings) -> list[str]:
+    """Why the local run and the prediction do not describe the same machine, most important first
+    (the report prints them before anything else): a CPU run against GPU hardware (or the
+    reverse), or a CPU profile measured with another number of ranks than the run uses (its rates
+    are per rank with that many ranks sharing the cores; perfmodel does not rescale them)."""
+    if hardware is None:
+        return []
+    run_cpu = settings.backend == "gloo"
+    name = getattr(hardware, "name", "?")
+    if run_cpu and not is_cpu_hardware(hardware):
+        return [
+            f"CPU run, GPU prediction: this compares {settings.nprocs} CPU ranks (gloo) with "
+            f"{name} ({hardware.gpu_name}), so the error is the gap between the machines, not "
+            "the model's; calibrate this machine (perfmodel calibrate run --out P --nprocs "
+            f"{settings.nprocs}) and predict with P (validate --profile P, recommend "
+            "--validate-profile P) to compare like with like"
+        ]
+    if not run_cpu and is_cpu_hardware(hardware):
+        return [
+            f"GPU run, CPU prediction: this compares GPU ranks (nccl) with {name} "
+            f"({hardware.gpu_name}), so the error is the gap between the machines; give this "
+            "machine's GPU hardware"
+        ]
+    measured = int(hardware.gpus_per_node)
+    if run_cpu and measured != settings.nprocs:
+        return [
+            f"profile of {measured} ranks, run of {settings.nprocs}: {name} was measured with "
+            f"{measured} ranks sharing this machine's CPUs (ranks_per_device "
+            f"{hardware.ranks_per_device:g}) and its rates are not rescaled to {settings.nprocs}, "
+            f"so the error mostly measures that; calibrate with --nprocs {settings.nprocs} to "
+            "compare like with like"
+        ]
+    return []
+
+
 def check_devices(settings: RunSettings) -> None:
     """NCCL needs one CUDA device per local rank."""
     if settings.backend != "nccl":
@@ -177,6 +243,7 @@ def meta_of(
         "warmup": settings.warmup,
         "dtype_used": plan.dtype.value,
         "dtype_note": note,
+        "hardware_device": getattr(hardware, "gpu_name", None),
     }
 
 
@@ -231,7 +298,15 @@ def validate(
     report = rep.build_report(
         meta=meta, prediction=prediction, launch=launch_info, records=result.rank_records
     )
-    report["collectives_vs_ledger"] = ledger_check(model, plan, report["collectives_rank0"])
+    check = ledger_check(model, plan, report["collectives_rank0"])
+    report["collectives_vs_ledger"] = check
+    report["caveats"] = caveats(hardware, settings)
+    if check is not None and not check["agree"]:
+        differ = sum(1 for r in check["rows"] if not r["agree"])
+        report["caveats"].append(
+            f"the job's collectives differ from perfmodel's ledger for this plan ({differ} of "
+            f"{len(check['rows'])} kinds): its communication terms are not the model's"
+        )
     return report
 
 
@@ -243,7 +318,7 @@ def ledger_check(
         return None
     from validation.dryrun import compare, model_ledger
 
-    ledger = model_ledger(model.replace(tied_embeddings=False), plan)
+    ledger = model_ledger(job_model(model), plan)
     if ledger is None:
         return None
     rows = compare(collectives, ledger)
@@ -315,7 +390,11 @@ def emit(
         f"#SBATCH --nodes={nodes}\n#SBATCH --ntasks-per-node=1\n"
         f"#SBATCH --gpus-per-node={gpus_per_node}\n#SBATCH --exclusive\n"
         f"#SBATCH --time=00:{max(5, int(settings.timeout_s // 60) + 5):02d}:00\n"
+        "# sbatch runs a copy of this script from its spool directory: the job's files are found\n"
+        "# in the directory it is submitted from: cd <this directory> && sbatch job.sbatch\n"
         'set -euo pipefail\ncd "$SLURM_SUBMIT_DIR"\n'
+        '[ -f job.py ] && [ -f config.json ] || { echo "job.sbatch: no job.py and config.json in '
+        '$PWD: submit from their directory (cd <dir> && sbatch job.sbatch)" >&2; exit 2; }\n'
         'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
         f"{env}\nsrun {torchrun}\n"
         "# then, where perfmodel is installed: perfmodel validate collect <this directory>\n"
@@ -328,30 +407,36 @@ def emit(
 
 
 def collect(directory: Path) -> dict[str, Any]:
-    """Read an emitted directory's results back into the same report as a local run."""
+    """Read an emitted directory's results back into the same report as a local run.
+
+    meta.json and the results are checked first: a malformed file, a NaN or Infinity, or a step
+    time that is not a positive number is a DataError naming the file and field (one line).
+    """
     from perfmodel.errors import DataError
 
-    try:
-        meta = json.loads((directory / "meta.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise DataError(
-            f"{directory}: no readable meta.json (was it written by --emit?): {exc}"
-        ) from None
+    meta_path = directory / "meta.json"
+    if not meta_path.exists():
+        raise DataError(f"{directory}: no readable meta.json (was it written by --emit?)")
+    meta = _read_json(meta_path)
+    _check_meta(meta, str(meta_path))
     results_dir = directory / "results"
-    records = []
-    for path in sorted(results_dir.glob("rank*.json")):
-        try:
-            records.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
     merged = results_dir / "results.json"
     if merged.exists():
-        try:
-            records = json.loads(merged.read_text())["ranks"]
-        except (OSError, ValueError, KeyError):
-            pass
-    if not records:
+        doc = _read_json(merged)
+        if not isinstance(doc, dict) or not isinstance(doc.get("ranks"), list):
+            raise DataError(f"{merged}: field 'ranks' must be a list of the ranks' records")
+        sources = [(f"{merged}: ranks[{i}]", r) for i, r in enumerate(doc["ranks"])]
+    else:
+        sources = [(str(p), _read_json(p)) for p in sorted(results_dir.glob("rank*.json"))]
+    if not sources:
         raise DataError(f"{results_dir}: no results yet (rank*.json / results.json)")
+    seen: dict[int, str] = {}
+    for where, record in sources:
+        _check_record(record, where, meta["ranks"])
+        if record["rank"] in seen:
+            raise DataError(f"{where}: rank {record['rank']} is also in {seen[record['rank']]}")
+        seen[record["rank"]] = where
+    records = [r for _, r in sources]
     failed = [r for r in records if r.get("status") != "ok"]
     launch_info = {
         "status": "failed" if failed or len(records) < meta["ranks"] else "ok",
@@ -366,7 +451,106 @@ def collect(directory: Path) -> dict[str, Any]:
         else {"rank": failed[0]["rank"], "error": failed[0].get("error", failed[0].get("status"))},
     }
     prediction = meta.pop("prediction", None)
-    return rep.build_report(meta=meta, prediction=prediction, launch=launch_info, records=records)
+    report = rep.build_report(meta=meta, prediction=prediction, launch=launch_info, records=records)
+    report["caveats"] = []
+    device = str(records[0].get("device", ""))
+    target = meta.get("hardware_device")
+    if target and device and device.startswith("cpu") != target.startswith("CPU "):
+        report["caveats"].append(
+            f"the job ran on {device} but was predicted for {meta.get('hardware')} ({target}): "
+            "the error is the gap between the machines"
+        )
+    return report
+
+
+def _read_json(path: Path) -> Any:
+    """A collected file as strict JSON (NaN and Infinity refused), or a DataError naming it."""
+    from perfmodel.errors import DataError
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not a number")
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot be read ({exc})") from None
+    except ValueError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from None
+
+
+def _number(value: Any, where: str, *, positive: bool = False, signed: bool = False) -> None:
+    """A finite number (> 0 when positive, >= 0 unless signed), else a DataError naming it."""
+    from perfmodel.errors import DataError
+
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and positive:
+        ok = value > 0
+    elif ok and not signed:
+        ok = value >= 0
+    if not ok:
+        what = "a positive number" if positive else "a finite number" if signed else \
+            "a number >= 0"
+        raise DataError(f"{where} is {value!r}: it must be {what}")
+
+
+def _check_meta(meta: Any, where: str) -> None:
+    """The fields of an emitted meta.json that collect reads."""
+    from perfmodel.errors import DataError
+
+    if not isinstance(meta, dict):
+        raise DataError(f"{where}: must be a JSON object (as --emit writes it)")
+    for key, kind, what in (("model", str, "a name"), ("plan", dict, "an object"),
+                            ("backend", str, "a backend name")):
+        if not isinstance(meta.get(key), kind):
+            raise DataError(f"{where}: field '{key}' must be {what}, got {meta.get(key)!r}")
+    ranks = meta.get("ranks")
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
+        raise DataError(f"{where}: field 'ranks' must be a whole number >= 1, got {ranks!r}")
+    prediction = meta.get("prediction")
+    if prediction is None:
+        return
+    if not isinstance(prediction, dict):
+        raise DataError(f"{where}: field 'prediction' must be an object or null")
+    _number(prediction.get("step_time_s"), f"{where}: prediction.step_time_s", positive=True)
+    _number(prediction.get("memory_per_gpu_bytes"), f"{where}: prediction.memory_per_gpu_bytes")
+    for key in ("breakdown_s", "memory_breakdown_bytes"):
+        values = prediction.get(key, {})
+        if not isinstance(values, dict):
+            raise DataError(f"{where}: prediction.{key} must be an object of numbers")
+        for name, value in values.items():
+            _number(value, f"{where}: prediction.{key}.{name}")
+
+
+# the times a step records (validation/job.py, Trainer.step); pipeline_wait may dip below 0
+_STEP_TIMES = ("forward", "backward", "grad_sync", "optimizer", "step")
+
+
+def _check_record(record: Any, where: str, ranks: int) -> None:
+    """One rank's results: its rank, status and every measured step time."""
+    from perfmodel.errors import DataError
+
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: a rank's results must be a JSON object")
+    rank = record.get("rank")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < ranks:
+        raise DataError(f"{where}: field 'rank' must be a whole number from 0 to {ranks - 1}, "
+                        f"got {rank!r}")
+    if not isinstance(record.get("status"), str):
+        raise DataError(f"{where}: field 'status' must be a string, got {record.get('status')!r}")
+    steps = record.get("steps", [])
+    if not isinstance(steps, list):
+        raise DataError(f"{where}: field 'steps' must be a list of measured steps")
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict) or "step" not in step:
+            raise DataError(f"{where}: steps[{i}] must be an object with the step time 'step'")
+        for key, value in step.items():
+            if key == "step":
+                _number(value, f"{where}: steps[{i}].step", positive=True)
+            else:
+                _number(value, f"{where}: steps[{i}].{key}", signed=key not in _STEP_TIMES)
+    for key in ("peak_memory_bytes", "tensor_peak_memory_bytes", "baseline_memory_bytes"):
+        if record.get(key) is not None:
+            _number(record[key], f"{where}: {key}")
 
 
 def torchrun_command(nprocs: int, config: Path) -> str:

@@ -2,7 +2,7 @@
 
 A profile is one JSON file written by `perfmodel calibrate ...`:
 
-    {"format": "perfmodel-profile", "version": 1, "complete": true,
+    {"format": "perfmodel-profile", "version": 1, "complete": true, "missing_stages": [],
      "hardware": {<HardwareSpec fields to override; may hold "base": "<preset>">},
      "fits": {"<name>": {"kind": "collective" | "gemm" | "memory_bandwidth", "params": {...},
                          "median_rel_error": x, "worst_rel_error": x, "size_range": [lo, hi],
@@ -11,6 +11,10 @@ A profile is one JSON file written by `perfmodel calibrate ...`:
      "provenance": {"host", "device", "device_count", "nodes", "torch_version", "nccl_version",
                     "gloo", "date", "command", "git_revision"}}
 
+"complete": false marks a calibration that was interrupted; "missing_stages" (optional; absent in
+profiles written before it existed) names the stages it did not finish. One collective fit per op,
+scope and algorithm (in `fits` and in hardware.collectives): a duplicate is refused, never resolved
+to one of the two; so is a JSON object with a key given twice.
 `apply_profile` merges the profile's hardware fields over a preset's (profile wins).
 `fitted_collective_time` is how a fitted collective (one or two alpha-beta regimes) is evaluated.
 `is_extrapolation` tells whether a size lies outside the range a fit saw.
@@ -19,6 +23,7 @@ A profile is one JSON file written by `perfmodel calibrate ...`:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -43,7 +48,8 @@ from perfmodel.specs.loading import check_fields, deep_merge
 FORMAT = "perfmodel-profile"
 VERSION = 1
 FIT_KINDS = ("collective", "gemm", "memory_bandwidth", "layer")
-_TOP = ("format", "version", "complete", "hardware", "fits", "measurements", "provenance")
+_TOP = ("format", "version", "complete", "missing_stages", "hardware", "fits", "measurements",
+        "provenance")
 _FIT_REQUIRED = ("kind", "params", "median_rel_error", "worst_rel_error", "size_range", "n_points")
 _HARDWARE_FIELDS = [f.name for f in dataclasses.fields(HardwareSpec)] + ["base"]
 _LINK_FIELDS = [f.name for f in dataclasses.fields(LinkSpec)]
@@ -71,6 +77,7 @@ class Profile:
     fits: Mapping[str, Mapping[str, Any]]
     measurements: Path | None
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    missing_stages: tuple[str, ...] | None = None  # None: not recorded (an older profile)
 
     def collective_fits(self) -> list[Mapping[str, Any]]:
         return [f for f in self.fits.values() if f["kind"] == "collective"]
@@ -97,6 +104,15 @@ def profile_from_dict(data: Any, where: str, path: Path | None = None) -> Profil
             raise SpecError(f"{where}: missing required field '{key}'")
     if not isinstance(data["complete"], bool):
         raise SpecError(f"{where}: field 'complete' must be true or false")
+    missing = data.get("missing_stages")
+    if missing is not None and (
+        not isinstance(missing, list) or not all(isinstance(s, str) and s for s in missing)
+    ):
+        raise SpecError(f"{where}: field 'missing_stages' must be a list of stage names")
+    if missing and data["complete"]:
+        raise SpecError(
+            f"{where}: field 'missing_stages' names {', '.join(missing)} but 'complete' is true"
+        )
     if not isinstance(data["hardware"], Mapping):
         raise SpecError(f"{where}: field 'hardware' must be an object of HardwareSpec fields")
     check_fields(data["hardware"], _HARDWARE_FIELDS, f"{where}: hardware")
@@ -108,6 +124,7 @@ def profile_from_dict(data: Any, where: str, path: Path | None = None) -> Profil
         raise SpecError(f"{where}: field 'fits' must be an object of named fits")
     for name, fit in fits.items():
         _check_fit(fit, f"{where}: fits.{name}")
+    _check_unique_collectives(fits, data["hardware"], where)
     provenance = data.get("provenance", {})
     if not isinstance(provenance, Mapping):
         raise SpecError(f"{where}: field 'provenance' must be an object")
@@ -122,7 +139,40 @@ def profile_from_dict(data: Any, where: str, path: Path | None = None) -> Profil
         fits={k: dict(v) for k, v in fits.items()},
         measurements=base_dir / measurements if measurements else None,
         provenance=dict(provenance),
+        missing_stages=None if missing is None else tuple(missing),
     )
+
+
+def _check_unique_collectives(
+    fits: Mapping[str, Any], hardware: Mapping[str, Any], where: str
+) -> None:
+    """One collective fit per (op, scope, algorithm) among the fits and among hardware.collectives:
+    the predictor reads one, so a second would be silently dropped."""
+    named: dict[tuple[str, str, str], str] = {}
+    for name, fit in fits.items():
+        if fit["kind"] != "collective":
+            continue
+        key = (fit["op"], fit["scope"], fit["algorithm"])
+        if key in named:
+            raise SpecError(
+                f"{where}: fits.{named[key]} and fits.{name} are both the {' '.join(key)} "
+                "collective fit: a profile holds one fit per op, scope and algorithm"
+            )
+        named[key] = name
+    entries = hardware.get("collectives")
+    if not isinstance(entries, (list, tuple)):
+        return  # its type is apply_profile's check
+    seen: dict[tuple[str, str, str], int] = {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            continue
+        key = (str(entry.get("op")), str(entry.get("scope")), str(entry.get("algorithm")))
+        if key in seen:
+            raise SpecError(
+                f"{where}: hardware.collectives[{seen[key]}] and [{i}] are both the "
+                f"{' '.join(key)} fit: a profile holds one fit per op, scope and algorithm"
+            )
+        seen[key] = i
 
 
 def _check_fit(fit: Any, where: str) -> None:
@@ -171,13 +221,39 @@ def load_profile(path: str | Path) -> Profile:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"{where}: cannot be read ({exc})") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=functools.partial(_unique_keys, where))
     except json.JSONDecodeError as exc:
         raise SpecError(
             f"{where}: not valid JSON at line {exc.lineno}, column {exc.colno} "
             "(truncated or not a profile?)"
         ) from None
     return profile_from_dict(data, where, path)
+
+
+def _unique_keys(where: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object hook: a key given twice is refused (json.loads would keep the last one)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise SpecError(f"{where}: key '{key}' is given twice in one object: keep one")
+        out[key] = value
+    return out
+
+
+def incomplete_note(profile: Profile) -> str | None:
+    """One line saying that a profile is incomplete and what it lacks, or None when complete."""
+    if profile.complete:
+        return None
+    if profile.missing_stages is None:
+        lacks = "which stages it lacks was not recorded"
+    elif profile.missing_stages:
+        lacks = f"missing stages: {', '.join(profile.missing_stages)}"
+    else:
+        lacks = "every stage finished, the run was stopped before its end"
+    return (
+        f"profile {profile.path} is incomplete (its calibration was interrupted; {lacks}): what it "
+        "did not measure comes from the base preset or perfmodel's defaults"
+    )
 
 
 def hardware_to_mapping(hardware: HardwareSpec) -> dict[str, Any]:
@@ -375,6 +451,7 @@ __all__ = [
     "fitted_collective_expr",
     "fitted_collective_time",
     "hardware_to_mapping",
+    "incomplete_note",
     "is_extrapolation",
     "load_profile",
     "profile_from_dict",

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from perfmodel.specs.profile import apply_profile, load_profile
-from tests.conftest import ROOT
+from tests.conftest import PATIENCE_S, ROOT, wait_for
 
 pytestmark = pytest.mark.distributed
 
@@ -29,8 +29,9 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def alive(pids: list[int], wait_s: float = 10.0) -> list[int]:
-    """The pids still running after up to wait_s (zombies count as gone)."""
+def alive(pids: list[int], wait_s: float = PATIENCE_S) -> list[int]:
+    """The pids still running after up to wait_s (zombies count as gone): returns as soon as all
+    are gone, so the bound only ends a hang."""
     deadline = time.monotonic() + wait_s
     while True:
         left = []
@@ -57,7 +58,7 @@ def test_quick_run_on_two_ranks_writes_a_standalone_profile(tmp_path):
         "run", "--quick", "--nprocs", "2", "--backend", "gloo", "--max-bytes", "65536", "--out", out
     )
     # (its speed is benchmarks/bench_calibrate.py's: a timed test would fail on a loaded machine)
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=PATIENCE_S)
     assert res.returncode == 0, res.stderr[-2000:]
     profile = load_profile(out)
     assert profile.complete
@@ -97,30 +98,63 @@ def test_quick_run_on_two_ranks_writes_a_standalone_profile(tmp_path):
     assert hw.ranks_per_device == 1  # 2 ranks on 2 cores (more cores here: still 1)
 
 
-def test_ctrl_c_keeps_what_was_measured(tmp_path):
-    out = tmp_path / "cut.json"
-    records = tmp_path / f".{out.name}.records.jsonl"
+def _interrupt(out, sig=signal.SIGINT, gemms=3):
+    """Start `calibrate run --out out`, send sig once it measured `gemms` GEMMs; returns
+    (exit code, stdout, stderr, the ranks' pids)."""
+    records = out.parent / f".{out.name}.records.jsonl"
     cmd, env = calibrate("run", "--quick", "--nprocs", "2", "--backend", "gloo", "--out", out)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait for the first measurements
-        if records.exists() and records.read_text().count('"kind": "gemm"') >= 3:
-            break
-        time.sleep(0.2)
-    ranks = children(proc.pid)
-    assert len(ranks) >= 2  # the two ranks (and multiprocessing's resource tracker)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr[-2000:]
-    assert "INCOMPLETE" in stdout
+    try:
+        wait_for(lambda: records.exists() and records.read_text().count('"kind": "gemm"') >= gemms,
+                 f"{gemms} GEMMs measured", proc=proc, poll_s=0.2)
+        ranks = children(proc.pid)
+        assert len(ranks) >= 2  # the two ranks (and multiprocessing's resource tracker)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=PATIENCE_S)  # its exit; the bound is for a hang
+    finally:
+        proc.kill()
+    assert not records.exists()
+    return proc.returncode, stdout, stderr, ranks
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path):
+    out = tmp_path / "cut.json"
+    code, stdout, stderr, ranks = _interrupt(out)
+    assert code == 130, stderr[-2000:]
+    assert "INCOMPLETE (interrupted; missing stages: " in stdout
     assert "interrupted: keeping what was measured" in stderr
     assert alive(ranks) == []  # no orphan
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         ".cut.json.lock", "cut.json", "cut.measurements.csv"]  # no temp or partial file
     doc = json.loads(out.read_text())
     assert doc["complete"] is False
+    # the stage it was stopped in and every later one (at least the last, layers)
+    stages = ["gemm", "memory", "collectives", "framework", "layers"]
+    missing = doc["missing_stages"]
+    assert missing and stages[-len(missing):] == missing
+    assert ", ".join(missing) in stdout
     measured = (tmp_path / doc["measurements"]).read_text()
     assert measured.count("gemm,") >= 3  # what was measured before Ctrl-C is kept
     assert "peak_flops_per_s" in doc["hardware"]
     assert any("incomplete" in note for note in doc["provenance"]["notes"])
-    assert not records.exists()
+
+
+def test_sigterm_never_replaces_a_complete_profile(tmp_path):
+    """An interrupted run over a complete profile keeps it and writes the partial one beside it."""
+    from calibration.profile_io import provenance, write_profile
+
+    out = tmp_path / "here.json"
+    write_profile(out, hardware={"base": "dgx-h100"}, fits={}, measurements=None,
+                  provenance=provenance(device="an earlier, complete run"))
+    before = out.read_bytes()
+    code, stdout, stderr, ranks = _interrupt(out, signal.SIGTERM, gemms=1)
+    assert code == 130, stderr[-2000:]
+    assert out.read_bytes() == before  # kept, byte for byte
+    partial = tmp_path / "here.partial.json"
+    assert stderr.strip().splitlines()[-1] == (
+        f"interrupted: {out} holds a complete profile and is kept; the partial one is {partial}")
+    assert f"wrote {partial} (INCOMPLETE" in stdout
+    doc = load_profile(partial)
+    assert not doc.complete and doc.missing_stages[-1] == "layers"
+    assert doc.measurements == tmp_path / "here.partial.measurements.csv"
+    assert alive(ranks) == []

@@ -12,12 +12,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import PATIENCE_S, ROOT, wait_for
 from tests.distributed.test_calibration_run import alive, children
 
 pytest.importorskip("torch")
@@ -33,16 +32,14 @@ def _start(tmp_path: Path, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_steps(run_dir: Path, rank: int, steps: int = 1, timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def _wait_for_steps(run_dir: Path, rank: int, proc: subprocess.Popen, steps: int = 1) -> None:
+    def measured() -> bool:
         try:
-            if len(json.loads((run_dir / f"rank{rank}.json").read_text())["steps"]) >= steps:
-                return
+            return len(json.loads((run_dir / f"rank{rank}.json").read_text())["steps"]) >= steps
         except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"rank {rank} measured no step within {timeout_s} s")
+            return False
+
+    wait_for(measured, f"rank {rank} measures {steps} step(s)", proc=proc)
 
 
 def _rank_of(pid: int) -> int | None:
@@ -81,14 +78,14 @@ def test_a_killed_validate_leaves_no_rank_running(tmp_path):
     proc = _start(tmp_path, *VALIDATE, "--run-dir", str(run_dir), "--history",
                   str(tmp_path / "h.csv"))
     try:
-        _wait_for_steps(run_dir, 1)
+        _wait_for_steps(run_dir, 1, proc)
         ranks = children(proc.pid)
         assert len(ranks) == 2
         addresses = listening(ranks)
         assert addresses and addresses <= {"127.0.0.1", "::1", "::ffff:127.0.0.1"}, addresses
         proc.kill()
-        proc.wait(10)
-        assert alive(ranks, wait_s=10) == []
+        proc.wait()  # SIGKILL: it exits
+        assert alive(ranks) == []
     finally:
         proc.kill()
 
@@ -98,10 +95,10 @@ def test_a_killed_rank_ends_validate_with_one_line_naming_it(tmp_path):
     history = tmp_path / "h.csv"
     proc = _start(tmp_path, *VALIDATE, "--run-dir", str(run_dir), "--history", str(history))
     try:
-        _wait_for_steps(run_dir, 1)
+        _wait_for_steps(run_dir, 1, proc)
         ranks = {_rank_of(pid): pid for pid in children(proc.pid)}
         os.kill(ranks[1], signal.SIGKILL)
-        _, err = proc.communicate(timeout=90)
+        _, err = proc.communicate(timeout=PATIENCE_S)  # its exit; the bound is for a hang
     finally:
         proc.kill()
     assert proc.returncode == 6, err
@@ -120,16 +117,13 @@ def test_a_killed_calibration_leaves_no_rank_and_no_profile(tmp_path):
     proc = _start(tmp_path, "calibrate", "run", "--quick", "--nprocs", "2", "--backend", "gloo",
                   "--out", str(out))
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if records.exists() and records.read_text().count('"kind": "gemm"') >= 2:
-                break
-            time.sleep(0.2)
+        wait_for(lambda: records.exists() and records.read_text().count('"kind": "gemm"') >= 2,
+                 "two GEMMs measured", proc=proc)
         ranks = children(proc.pid)
         assert len(ranks) >= 2
         proc.kill()
-        proc.wait(10)
-        assert alive(ranks, wait_s=10) == []
+        proc.wait()  # SIGKILL: it exits
+        assert alive(ranks) == []
     finally:
         proc.kill()
     assert not out.exists()  # no half profile: it is written only once the fits are done

@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("torch")
 
 from perfmodel.errors import PlanError  # noqa: E402
+from tests.conftest import PATIENCE_S  # noqa: E402
 from validation.layouts import harness  # noqa: E402
 
 pytestmark = pytest.mark.distributed
@@ -41,7 +42,8 @@ def _leftovers(needle: str) -> list[int]:
 
 def _suite(tmp: Path, nprocs: int) -> list[list[dict]]:
     out = tmp / f"checks{nprocs}.json"
-    wall = harness.launch(["--check", "--json", str(out)], nprocs, tmp / "logs", timeout_s=100)
+    wall = harness.launch(["--check", "--json", str(out)], nprocs, tmp / "logs",
+                          timeout_s=PATIENCE_S)  # its end; the bound is for a hang
     print(f"{nprocs} ranks: {wall:.1f} s")
     assert _leftovers(str(out)) == []
     return [json.loads((tmp / f"checks{nprocs}.rank{r}.json").read_text()) for r in range(nprocs)]
@@ -249,7 +251,7 @@ def test_time_layout_through_the_module_cli(tmp_path):
         cwd=harness.ROOT,
         capture_output=True,
         text=True,
-        timeout=110,
+        timeout=PATIENCE_S,  # its exit; the bound is for a hang
     )
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
@@ -295,7 +297,7 @@ def test_bad_grid_from_the_cli_is_one_line(tmp_path):
         cwd=harness.ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=PATIENCE_S,
     )
     assert r.returncode == PlanError.exit_code
     assert r.stderr.strip().count("\n") == 0 and "q^3" in r.stderr
@@ -318,6 +320,7 @@ def test_a_failed_rank_is_named_with_its_error(tmp_path):
     with pytest.raises(
         harness.LaunchError, match=r"(?s)rank [01] failed: .*suite runs on \[4, 8\]"
     ):
-        harness.launch(["--check", "--json", str(out)], 2, tmp_path / "logs", timeout_s=60)
+        harness.launch(["--check", "--json", str(out)], 2, tmp_path / "logs",
+                       timeout_s=PATIENCE_S)
     assert _leftovers(str(out)) == []
     assert "Traceback" not in (tmp_path / "logs" / "rank0.log").read_text()

@@ -143,6 +143,34 @@ BAD = {
         "'complete' must be true or false",
     ),
     "a list": ("[1, 2]", "must be a JSON object"),
+    "duplicated collective fit": (
+        json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True,
+                    "hardware": {}, "fits": {"a": FIT, "b": {**FIT, "n_points": 5}}}),
+        "fits.a and fits.b are both the all_reduce intra ring collective fit",
+    ),
+    "duplicated hardware collective": (
+        json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True,
+                    "hardware": {"base": "dgx-h100", "collectives": [
+                        COLLECTIVE, {**COLLECTIVE, "alpha_s": 1e-3}]}, "fits": {}}),
+        r"hardware.collectives\[0\] and \[1\] are both the all_reduce intra ring fit",
+    ),
+    # json.loads would keep the second of two equal keys: the fit given first would vanish
+    "key given twice": (
+        '{"format": "perfmodel-profile", "version": 1, "complete": true, "hardware": {}, '
+        f'"fits": {{"collective/all_reduce/intra/ring": {json.dumps(FIT)}, '
+        f'"collective/all_reduce/intra/ring": {json.dumps(FIT)}}}}}',
+        "key 'collective/all_reduce/intra/ring' is given twice in one object",
+    ),
+    "missing stages of a complete profile": (
+        json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True,
+                    "missing_stages": ["layers"], "hardware": {}, "fits": {}}),
+        "'missing_stages' names layers but 'complete' is true",
+    ),
+    "missing stages not a list": (
+        json.dumps({"format": "perfmodel-profile", "version": 1, "complete": False,
+                    "missing_stages": "layers", "hardware": {}, "fits": {}}),
+        "'missing_stages' must be a list of stage names",
+    ),
 }
 
 
@@ -153,6 +181,40 @@ def test_bad_profiles_are_refused_with_the_field(tmp_path, case):
     path.write_text(text)
     with pytest.raises(SpecError, match=message):
         load_profile(path)
+
+
+def test_a_duplicated_fit_is_refused_by_predict_in_one_line(tmp_path, run_cli):
+    path = tmp_path / "dup.json"
+    path.write_text(BAD["duplicated collective fit"][0])
+    res = run_cli("predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--gpus", "8",
+                  "--tp", "8", "--profile", path)
+    assert res.returncode == 3 and res.stdout == ""
+    assert res.stderr == (f"error: profile {path}: fits.a and fits.b are both the all_reduce "
+                          "intra ring collective fit: a profile holds one fit per op, scope and "
+                          "algorithm\n")
+
+
+def test_predict_says_when_a_profile_is_incomplete(tmp_path, run_cli):
+    """An interrupted calibration's profile: predict says so on stderr and in --json, naming the
+    stages it lacks; a complete one gets no note."""
+    args = ("predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--gpus", "8", "--tp",
+            "8", "--json", "--profile")
+    cut = write(tmp_path, {"base": "dgx-h100"}, complete=False,
+                missing_stages=["framework", "layers"])
+    res = run_cli(*args, cut)
+    assert res.returncode == 0, res.stderr
+    note = (f"profile {cut} is incomplete (its calibration was interrupted; missing stages: "
+            "framework, layers): what it did not measure comes from the base preset or "
+            "perfmodel's defaults")
+    assert res.stderr.splitlines()[0] == f"note: {note}"
+    assert json.loads(res.stdout)["profile"] == {
+        "path": str(cut), "complete": False, "missing_stages": ["framework", "layers"],
+        "note": note}
+    assert load_profile(cut).missing_stages == ("framework", "layers")
+    done = write(tmp_path, {"base": "dgx-h100"})
+    res = run_cli(*args, done)
+    assert res.returncode == 0 and "incomplete" not in res.stderr
+    assert json.loads(res.stdout)["profile"]["complete"] is True
 
 
 def test_report_of_a_bad_profile_is_one_line(tmp_path):

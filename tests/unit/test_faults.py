@@ -19,7 +19,7 @@ import pytest
 
 from perfmodel.errors import PerfmodelError
 from perfmodel.files import file_lock, lock_path
-from tests.conftest import ROOT
+from tests.conftest import PATIENCE_S, ROOT
 
 REPORT = {"model": "tiny-gpt", "plan_label": "dp2", "status": "ok", "ranks": 2, "steps": 3}
 
@@ -39,7 +39,7 @@ def test_concurrent_appends_to_the_history_lose_no_rows(tmp_path):
     for p in procs:
         p.start()
     for p in procs:
-        p.join(timeout=120)
+        p.join(timeout=PATIENCE_S)  # their exit; the bound is for a hang
     assert [p.exitcode for p in procs] == [0] * workers
     with history.open() as f:
         got = list(csv.DictReader(f))
@@ -72,7 +72,8 @@ def test_a_lock_file_left_behind_is_not_stale(tmp_path):
 def _hold(path: str, ready: mp.synchronize.Event) -> None:  # type: ignore[name-defined]
     with file_lock(Path(path), wait_s=0):
         ready.set()
-        time.sleep(60)
+        while True:  # until SIGKILL: a fixed sleep could end, and free the lock, mid-test
+            time.sleep(3600)
 
 
 @contextlib.contextmanager
@@ -84,11 +85,11 @@ def held_lock(target: Path) -> Iterator[int]:
     holder = ctx.Process(target=_hold, args=(str(target), ready))
     holder.start()
     try:
-        assert ready.wait(30)
+        assert ready.wait(PATIENCE_S)  # returns when the lock is held; the bound is for a hang
         yield holder.pid
     finally:
         os.kill(holder.pid, signal.SIGKILL)
-        holder.join(10)
+        holder.join()  # SIGKILL: it exits
 
 
 def test_a_held_lock_names_its_holder_and_is_freed_when_the_holder_dies(tmp_path):

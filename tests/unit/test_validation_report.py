@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.conftest import wait_for
 from validation import launch
 from validation import report as rep
 
@@ -141,18 +142,13 @@ def test_descendants_are_found_through_proc():
             sys.executable,
             "-c",
             "import subprocess, sys; subprocess.run([sys.executable, '-c', "
-            "'import time; time.sleep(30)'])",
+            "'import time; time.sleep(3600)'])",  # killed below
         ]
     )
     try:
-        for _ in range(100):
-            kids = launch.descendants(p.pid)
-            if kids:
-                break
-            import time
-
-            time.sleep(0.05)
-        assert kids and all(os.path.exists(f"/proc/{k}") for k in kids)
+        kids = wait_for(lambda: launch.descendants(p.pid), "the grandchild starts", proc=p,
+                        poll_s=0.05)
+        assert all(os.path.exists(f"/proc/{k}") for k in kids)
     finally:
         for k in launch.descendants(p.pid):
             os.kill(k, 9)
