@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfmodel import DataError, Plan, predict
+from perfmodel import DataError, OutputError, Plan, predict
 from perfmodel import plot as P
 from perfmodel.layerwise import GridPlan, predict_grid
 from perfmodel.specs.hardware import load_hardware
