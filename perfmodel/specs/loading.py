@@ -7,6 +7,7 @@ import json
 import math
 import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +115,9 @@ def check_fields(data: Mapping[str, Any], allowed: Iterable[str], where: str) ->
 
 
 def number(value: Any, field: str, *, minimum: float = 0.0, strict: bool = True,
-           maximum: float = math.inf, integer: bool = False) -> float:
-    """Validate a positive (or non-negative) finite number, naming the field when it is not."""
+           maximum: float = math.inf, integer: bool = False, reason: str = "") -> float:
+    """Validate a positive (or non-negative) finite number, naming the field when it is not
+    (and, out of range, the reason for the range when one is given)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         if isinstance(value, str):
             try:
@@ -132,5 +134,30 @@ def number(value: Any, field: str, *, minimum: float = 0.0, strict: bool = True,
     if bad_low or value > maximum:
         low = f"> {minimum:g}" if strict else f">= {minimum:g}"
         high = f" and <= {maximum:g}" if maximum != math.inf else ""
-        raise SpecError(f"{field} must be {low}{high}, got {value:g}")
+        why = f" ({reason})" if reason else ""
+        raise SpecError(f"{field} must be {low}{high}, got {value:g}{why}")
     return int(value) if integer else float(value)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The physical range of a numeric spec field, with why: (minimum, maximum], or
+    [minimum, maximum] when `inclusive`; `integer`: whole numbers only. The ranges are generous:
+    a value outside is a slip of units or a typo (1e-300 B/s, 1e9 GPUs per node), not a machine.
+    """
+
+    minimum: float
+    maximum: float
+    reason: str
+    inclusive: bool = False
+    integer: bool = False
+
+    def check(self, value: Any, field: str) -> Any:
+        """The value as a float (int when integer), or SpecError naming field, range and reason."""
+        return number(value, field, minimum=self.minimum, strict=not self.inclusive,
+                      maximum=self.maximum, integer=self.integer, reason=self.reason)
+
+    def describe(self) -> str:
+        """'> 0 and <= 1', '>= 1 and <= 65536' (as the errors say)."""
+        low = f">= {self.minimum:g}" if self.inclusive else f"> {self.minimum:g}"
+        return f"{low} and <= {self.maximum:g}"
