@@ -190,7 +190,9 @@ def parse_nccl_tests(path: str | Path, op: Op | str | None = None) -> list[NcclT
     """
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        from perfmodel.files import read_bytes_bounded  # a regular file of at most 16 MiB
+
+        raw = read_bytes_bounded(path, "", error=DataError)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except OSError as exc:

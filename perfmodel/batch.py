@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import DataError, PerfmodelError
+from perfmodel.files import read_text_bounded
 
 PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
                 "sequence_parallel", "recompute", "zero", "dtype", "flash_attention",
@@ -51,12 +52,8 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
 
 
 def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark too
-    except FileNotFoundError:
-        raise DataError(f"plans file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"plans file cannot be read: {path} ({exc})") from None
+    # a spreadsheet's byte-order mark too
+    text = read_text_bounded(path, "plans file", error=DataError, encoding="utf-8-sig")
     reader = csv.DictReader(io.StringIO(text))
     if not reader.fieldnames:
         raise DataError(f"plans file {path} is empty: it needs a header row with columns "

@@ -276,7 +276,7 @@ def append_history(report: dict[str, Any], path: Path) -> None:
     lock (perfmodel.files.file_lock), so no row is lost.
     """
     from perfmodel.errors import DataError
-    from perfmodel.files import file_lock
+    from perfmodel.files import file_lock, read_text_bounded
 
     header, line = io.StringIO(), io.StringIO()
     csv.DictWriter(header, fieldnames=HISTORY_FIELDS).writeheader()
@@ -285,10 +285,8 @@ def append_history(report: dict[str, Any], path: Path) -> None:
         {k: ("" if row.get(k) is None else row.get(k)) for k in HISTORY_FIELDS}
     )
     with file_lock(path, what=f"validation history {path}"):
-        try:
-            old = path.read_text() if path.exists() else ""
-        except (OSError, UnicodeDecodeError) as exc:
-            raise DataError(f"validation history {path} cannot be read ({exc})") from None
+        old = read_text_bounded(path, "validation history", error=DataError) \
+            if path.exists() else ""
         if old and old.splitlines()[0].strip() != header.getvalue().strip():
             raise DataError(f"validation history {path} is not a history of this perfmodel "
                             f"(its first line is not {','.join(HISTORY_FIELDS)}): give another "

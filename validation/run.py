@@ -328,9 +328,13 @@ def emit(
 def collect(directory: Path) -> dict[str, Any]:
     """Read an emitted directory's results back into the same report as a local run."""
     from perfmodel.errors import DataError
+    from perfmodel.files import read_text_bounded  # regular files of at most 16 MiB
+
+    def read(path: Path) -> str:
+        return read_text_bounded(path, "", error=DataError)
 
     try:
-        meta = json.loads((directory / "meta.json").read_text())
+        meta = json.loads(read(directory / "meta.json"))
     except (OSError, ValueError) as exc:
         raise DataError(
             f"{directory}: no readable meta.json (was it written by --emit?): {exc}"
@@ -339,13 +343,13 @@ def collect(directory: Path) -> dict[str, Any]:
     records = []
     for path in sorted(results_dir.glob("rank*.json")):
         try:
-            records.append(json.loads(path.read_text()))
+            records.append(json.loads(read(path)))
         except (OSError, ValueError):
             continue
     merged = results_dir / "results.json"
     if merged.exists():
         try:
-            records = json.loads(merged.read_text())["ranks"]
+            records = json.loads(read(merged))["ranks"]
         except (OSError, ValueError, KeyError):
             pass
     if not records:

@@ -31,6 +31,7 @@ import sympy as sp
 
 from perfmodel.costs.collectives import bus_factor, steps
 from perfmodel.errors import SpecError
+from perfmodel.files import read_text_bounded
 from perfmodel.specs.hardware import (
     CollectiveFit,
     HardwareSpec,
@@ -164,12 +165,7 @@ def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile JSON file (SpecError with file and field when it is wrong)."""
     path = Path(path)
     where = f"profile {path}"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{where}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{where}: cannot be read ({exc})") from None
+    text = read_text_bounded(path, "profile", error=SpecError)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
