@@ -15,7 +15,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfmodel.errors import SpecError
-from perfmodel.specs.loading import check_fields, number
+from perfmodel.specs.loading import Bound, check_fields
+
+# The physical range of every number of a layer (per sample), stated once; generous: a value outside
+# is a slip of units, not a network.
+BOUNDS: dict[str, Bound] = {
+    "params": Bound(0, 1e16, "as for transformers: more than 1e16 parameters is absurd",
+                    inclusive=True),
+    "flops": Bound(0, 1e18, "one sample's forward pass: 1,000x GPT-3's 7e14 for 2048 tokens",
+                   inclusive=True),
+    "in_elements": Bound(0, 1e15, "activation elements of one sample: 1e15 fp32 values are 4 PB",
+                         inclusive=True),
+    "out_elements": Bound(0, 1e15, "as in_elements", inclusive=True),
+    "gemm_m": Bound(0, 1e12, "output pixels of one sample: a 10,000^3 volume", inclusive=True),
+    "gemm_n": Bound(0, 1e12, "output channels or features", inclusive=True),
+    "gemm_k": Bound(0, 1e12, "a reduction length", inclusive=True),
+    "channels": Bound(0, 1e12, "channels of a norm layer", inclusive=True),
+    "input_shape": Bound(1, 1e9, "one dimension of a sample", inclusive=True, integer=True),
+}
 
 LAYER_KINDS = ("conv", "linear", "pool", "norm", "activation", "add", "flatten", "dropout", "softmax",
                "other")
@@ -39,8 +56,9 @@ class LayerSpec:
             raise SpecError(f"layer '{self.name}': kind must be one of {', '.join(LAYER_KINDS)}, "
                             f"got '{self.kind}'")
         for fld in ("params", "flops", "in_elements", "out_elements", "gemm_m", "gemm_n", "gemm_k",
-                    "channels"):
-            number(getattr(self, fld), f"layer '{self.name}'.{fld}", strict=False, maximum=1e18)
+                    "channels"):  # stored as floats (YAML reads 1e9 as text)
+            object.__setattr__(self, fld, BOUNDS[fld].check(getattr(self, fld),
+                                                            f"layer '{self.name}'.{fld}"))
         if self.kind in ("conv", "linear") and min(self.gemm_m, self.gemm_n, self.gemm_k) <= 0:
             raise SpecError(f"layer '{self.name}' ({self.kind}) needs gemm_m, gemm_n and gemm_k > 0")
 
@@ -62,6 +80,10 @@ class LayerGraphSpec:
             raise SpecError(f"model '{self.name}': a layer graph needs at least one layer")
         if not any(layer.splits for layer in self.layers):
             raise SpecError(f"model '{self.name}': no conv or linear layer to split")
+        BOUNDS["params"].check(self.parameters, f"model '{self.name}': parameters (all layers)")
+        BOUNDS["flops"].check(self.flops_per_sample, f"model '{self.name}': flops (all layers)")
+        for dim in self.input_shape:
+            BOUNDS["input_shape"].check(dim, f"model '{self.name}': input_shape")
 
     @property
     def parameters(self) -> float:
