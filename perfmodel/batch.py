@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import sys
@@ -14,6 +13,7 @@ from typing import Any
 
 from perfmodel.errors import DataError, PerfmodelError
 from perfmodel.files import read_text_bounded
+from perfmodel.output import json_text
 
 PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
                 "sequence_parallel", "recompute", "zero", "dtype", "flash_attention",
@@ -133,7 +133,7 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
         results.append(record)
     columns = header + [c for c in (*RESULT_COLUMNS, "error") if c not in header]
     if as_json:
-        text = json.dumps(results, indent=2)
+        text = json_text(results)
     else:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")

@@ -8,7 +8,6 @@ plan); 5 data error (CSV, log or table input); 6 the validation job failed (vali
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 import click
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.output import json_text, require_finite
 
 EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 MAX_DEGREE = 10**7  # the largest parallel degree or GPU count a plan accepts (perfmodel.strategy)
@@ -330,7 +330,7 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 
             prediction_plot(result, Path(plot_path))
         if as_json:
-            click.echo(json.dumps(result.to_dict(), indent=2))
+            click.echo(json_text(result.to_dict()))
         else:
             from perfmodel.render import print_grid_prediction
 
@@ -346,7 +346,7 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if as_json:
-        click.echo(json.dumps({**result.to_dict(), "extrapolations": notes}, indent=2))
+        click.echo(json_text({**result.to_dict(), "extrapolations": notes}))
     else:
         from perfmodel.render import print_prediction
 
@@ -470,10 +470,12 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
                            "best": alt.to_dict()["plans"][0] if alt.top else None,
                            "speedup": (rec.top[0].step_time_s / alt.top[0].step_time_s)
                            if rec.top and alt.top else None}
+    require_finite(data, "the recommendation", f"{spec.name} on {hw.name}, {gpus} GPUs, "
+                   f"global batch {global_batch}")
     if csv_path:
         from perfmodel.batch import write_text_atomic
 
-        write_text_atomic(Path(csv_path), rec.result.frame().to_csv(index=False))
+        write_text_atomic(Path(csv_path), _evaluated_csv(rec.result.frame(), spec, hw))
     if plot_path:
         from perfmodel.plot import pareto_plot
 
@@ -489,7 +491,7 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
             "predicted_step_time_s", "measured_step_time_s", "relative_error", "ranks", "backend",
             "status", "scaled_from", "plan")}
     if as_json:
-        click.echo(json.dumps(data, indent=2, default=float))
+        click.echo(json_text(data, default=float))
     else:
         from perfmodel.render import print_recommendation
 
@@ -498,6 +500,16 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
         reason = rec.explanation.get("infeasible", {}).get("reason", "no plan fits")
         click.echo(f"error: {reason}", err=True)
         sys.exit(4)
+
+
+def _evaluated_csv(frame: Any, model: Any, hardware: Any) -> str:
+    """recommend --csv: every evaluated plan. The search leaves the step time of a plan that does
+    not fit in memory infinite (never ranked): an empty cell here; a plan that fits is finite."""
+    import numpy as np
+
+    fits = frame["fits_in_memory"].astype(bool)
+    require_finite(frame[fits], "an evaluated plan", f"{model.name} on {hardware.name}")
+    return frame.replace([np.inf, -np.inf], np.nan).to_csv(index=False)
 
 
 def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], global_batch: int,
@@ -519,9 +531,9 @@ def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], glob
     feasible = [r for r in results if r.fits_in_memory]
     elapsed = time.perf_counter() - start
     if as_json:
-        click.echo(json.dumps({"plans": [r.to_dict() for r in feasible[:top]],
-                               "evaluated": len(results), "feasible": len(feasible),
-                               "search_time_s": elapsed}, indent=2))
+        click.echo(json_text({"plans": [r.to_dict() for r in feasible[:top]],
+                              "evaluated": len(results), "feasible": len(feasible),
+                              "search_time_s": elapsed}))
     else:
         from perfmodel.render import print_grid_recommendation
 
@@ -563,7 +575,7 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
     hw = resolve_hardware(hardware, profile)
     result = predict_collective(op, parse_bytes(nbytes), ranks, hw, ranks_per_node, algorithm)
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(json_text(result))
     else:
         from perfmodel.render import print_collective
 
@@ -617,6 +629,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
     plan = GridPlan(pr=pr, pc=gpus // pr, global_batch=global_batch, norm=norm,
                     variant=collective_variant, contributors=contributors, dtype=dtype)
     frame = run_sweep(spec, hw, plan, values, best_pr=best_pr)
+    require_finite(frame, "the sweep", f"{spec.name} on {hw.name}")
     if csv_path:
         from perfmodel.batch import write_text_atomic
 
@@ -626,7 +639,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
 
         sweep_plot(frame, list(values), Path(plot_path), title=f"{spec.name} on {hw.name}")
     if as_json:
-        click.echo(frame.to_json(orient="records", indent=2))
+        click.echo(json_text(frame.to_dict(orient="records")))
     else:
         from perfmodel.render import print_frame
 
@@ -696,7 +709,8 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except PerfmodelError as exc:
         if debug:
             raise
-        click.echo(f"error: {exc}", err=True)
+        label = "internal error" if exc.exit_code == EXIT_INTERNAL else "error"  # InternalError
+        click.echo(f"{label}: {exc}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("interrupted", err=True)

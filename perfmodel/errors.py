@@ -25,3 +25,9 @@ class DataError(PerfmodelError, ValueError):
     """An input data file (CSV of plans, log, table) is malformed."""
 
     exit_code = 5
+
+
+class InternalError(PerfmodelError):
+    """perfmodel computed what it must not print (a NaN or an infinity): a bug, not the user's."""
+
+    exit_code = 1

@@ -134,14 +134,16 @@ def _check_regular(info: os.stat_result, limit: int,
 def read_text_bounded(path: str | os.PathLike[str], what: str, *,
                       error: type[PerfmodelError], limit: int = MAX_INPUT_BYTES,
                       encoding: str = "utf-8") -> str:
-    """read_bytes_bounded decoded as text ('utf-8-sig' drops a spreadsheet's byte-order mark);
-    `error` 'is not UTF-8 text' when it does not decode."""
+    """read_bytes_bounded decoded as text ('utf-8-sig' drops a spreadsheet's byte-order mark),
+    line ends '\\r\\n' and '\\r' read as '\\n' (as Path.read_text does); `error` 'is not UTF-8
+    text' when it does not decode."""
     data = read_bytes_bounded(path, what, error=error, limit=limit)
     try:
-        return data.decode(encoding)
+        text = data.decode(encoding)
     except UnicodeDecodeError as exc:
         name = f"{what} {path}" if what else str(path)
         raise error(f"{name}: is not UTF-8 text (byte {exc.start})") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 __all__ += ["MAX_INPUT_BYTES", "read_bytes_bounded", "read_text_bounded"]

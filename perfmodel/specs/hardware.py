@@ -40,7 +40,7 @@ BOUNDS: dict[str, Bound] = {
     "memory_bandwidth_bytes_per_s": Bound(1e6, 1e17, "1 MB/s is below any DRAM; 1e17 B/s is 5x a "
                                           "wafer-scale engine's on-chip SRAM, 21 PB/s",
                                           inclusive=True),
-    "memory_bandwidth_efficiency": Bound(0, 1, _FRACTION),
+    "memory_bandwidth_efficiency": Bound(0, 1, "a fraction of memory_bandwidth_bytes_per_s"),
     "memory_reserved_bytes": Bound(0, 1e15, "as memory_bytes, and below it", inclusive=True),
     "kernel_overhead_s": Bound(0, 1, _SECONDS + " (a GPU launch is ~5 us)", inclusive=True),
     "kernel_overhead_tp_s": Bound(0, 1, _SECONDS, inclusive=True),

@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from perfmodel.errors import PlanError
+from perfmodel.output import json_text
 
 from .compare import render, render_grid, validate_grid, validate_layout
 
@@ -66,7 +67,7 @@ def run_from_cli(kw: dict[str, Any]) -> dict[str, Any]:
     tmp.write_text(json.dumps(report, indent=1, default=str))
     os.replace(tmp, out)
     if kw.get("as_json"):
-        click.echo(json.dumps(report, indent=1, default=str))
+        click.echo(json_text(report, indent=1, default=str))
     else:
         for line in lines:
             click.echo(line)
