@@ -76,7 +76,8 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     for sym in sorted(used, key=lambda s_: s_.name):
         name, meaning = by_sym.get(sym, (sym.name, ""))
         label = sp.latex(sym) if latex else sym.name
-        lines.append(f"  {label:>22} = {values.get(name, float('nan')):<14.6g} {meaning}")
+        value = f"{values[name]:<14.6g}" if name in values else f"{'-':<14}"  # never 'nan'
+        lines.append(f"  {label:>22} = {value} {meaning}")
     return "\n".join(lines)
 
 

@@ -43,7 +43,7 @@ def _profile(**fields: object) -> str:
 def _alias_bomb(head: str) -> str:
     """'Billion laughs': 9 aliases of 9 aliases, 9 levels: 9^9 values from 10 short lines."""
     anchors = ['&a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
-    for prev, name in zip("abcdefgh", "bcdefghi"):
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
         anchors.append(f"&{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
     return head + "source: [" + ",\n  ".join(anchors) + "]\n"
 
@@ -105,7 +105,8 @@ FILES: dict[str, str | bytes] = {
     "hw-gemm-absurd.yaml": "base: dgx-h100\ngemm_efficiency: {bf16: {max_fraction: 0.8, "
                            "half_dim: 0, k_half_dim: 1.0e+300}}\n",
     "hw-fit-absurd.yaml": "base: dgx-h100\ncollectives:\n  - {op: all_reduce, scope: intra, "
-                          "algorithm: ring, alpha_s: 1.0e-5, bus_bandwidth_bytes_per_s: 1.0e-300}\n",
+                          "algorithm: ring, alpha_s: 1.0e-5, "
+                          "bus_bandwidth_bytes_per_s: 1.0e-300}\n",
     # calibration profiles
     "profile-v2.json": _profile(version=2),
     "profile-not-a-profile.json": '{"layers": 4}',
