@@ -9,6 +9,7 @@ Records: device, dtype (as in the file), b, m, n, k, flops_per_s, time_s, file, 
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.errors import DataError
+from perfmodel.files import read_text_bounded
 
 # Datasheet dense peaks [FLOP/s] and memory bandwidth [B/s] of the GPUs in the published sweeps,
 # keyed by the device names the tables use. Only the scale of max_fraction depends on them.
@@ -107,8 +109,9 @@ def device_info(device: str) -> dict | None:
 def read_gemm_table(path: str | Path) -> pd.DataFrame:
     """Records of one GEMM sweep file; DataError naming file, line and column when malformed."""
     path = Path(path)
+    text = read_text_bounded(path, "", error=DataError, encoding="utf-8-sig")  # at most 16 MiB
     try:
-        df = pd.read_csv(path, comment=None, skipinitialspace=True)
+        df = pd.read_csv(io.StringIO(text), comment=None, skipinitialspace=True)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except IsADirectoryError:

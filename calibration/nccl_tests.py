@@ -25,7 +25,6 @@ from __future__ import annotations
 import codecs
 import itertools
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ import pandas as pd
 
 from perfmodel.costs.collectives import Op
 from perfmodel.errors import DataError
+from perfmodel.files import read_bytes_bounded
 
 # A log of one nccl-tests run is a few kB (a thousand lines with NCCL_DEBUG=INFO on many ranks);
 # 16 MiB is the input bound of issue 14 (item 6).
@@ -167,25 +167,12 @@ def read_log(path: str | Path, what: str = "nccl-tests log") -> str:
     """The text of path, read up to MAX_LOG_BYTES; DataError (one line) if it cannot be.
 
     Decodes UTF-8 (a UTF-8 or UTF-16 byte-order mark is honoured); refuses an empty, binary or
-    oversized file. The read is bounded, so a device (/dev/zero) or a huge file costs 16 MiB, and
-    a FIFO without a writer is empty (a pipe with one, `<(ssh host cat log)`, is read).
+    oversized file. The read is perfmodel's bounded one (perfmodel.files.read_bytes_bounded): a
+    device (/dev/zero), a FIFO or a directory is refused before it is opened, and a huge file
+    costs at most 16 MiB.
     """
     path = Path(path)
-    try:
-        # non-blocking open: a FIFO nobody writes to reads as empty instead of waiting forever
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb") as f:
-            raw = f.read(MAX_LOG_BYTES + 1)
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    if len(raw) > MAX_LOG_BYTES:
-        raise DataError(
-            f"{path}: larger than {MAX_LOG_BYTES // 2**20} MiB, not an nccl-tests log "
-            "(a test's log is a few kB to a few MB)"
-        )
+    raw = read_bytes_bounded(path, "", error=DataError, limit=MAX_LOG_BYTES)
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         text = raw.decode("utf-16", "replace")
     else:

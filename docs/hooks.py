@@ -23,6 +23,7 @@ MARKERS = {
     "<!-- generated: cli-reference -->": "cli_reference",
     "<!-- generated: presets -->": "presets_page",
     "<!-- generated: gemm-efficiency -->": "gemm_efficiency_doc",
+    "<!-- generated: physical-ranges -->": "physical_ranges",
 }
 
 
@@ -108,6 +109,23 @@ def gemm_efficiency_doc() -> str:
     import perfmodel.costs.gemm_efficiency as gemm
 
     return "```{.text .wrap}\n" + inspect.cleandoc(gemm.__doc__ or "") + "\n```\n"
+
+
+def physical_ranges() -> str:
+    """The tables of physical ranges that the specs check their numbers against, as in the code
+    (perfmodel.specs.hardware.BOUNDS, perfmodel.specs.layers.BOUNDS,
+    perfmodel.specs.profile.FIT_BOUNDS)."""
+    from perfmodel.specs import hardware, layers, profile
+
+    out = []
+    for title, table in (("hardware spec (`link.`: both `intra_node` and `inter_node`)",
+                          hardware.BOUNDS), ("layer of a layer graph", layers.BOUNDS),
+                         ("fit of a calibration profile", profile.FIT_BOUNDS)):
+        out += [f"**{title}**", "", "| field | allowed | why |", "|---|---|---|"]
+        out += [f"| `{key}` | {b.describe()}{' (whole)' if b.integer else ''} | "
+                f"{_escape(b.reason)} |" for key, b in table.items()]
+        out.append("")
+    return "\n".join(out)
 
 
 # --- presets ------------------------------------------------------------------------------------

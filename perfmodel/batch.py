@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import DataError, PerfmodelError
-from perfmodel.files import write_atomic
+from perfmodel.files import read_text_bounded, write_atomic
+from perfmodel.output import json_text
 
 PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
                 "sequence_parallel", "recompute", "zero", "dtype", "flash_attention",
@@ -27,12 +27,8 @@ def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str], st
     """The header and the rows of a plans file: (line, cells by column, problem), the problem
     ('' when none) of a row that is not a plan: a row of empty cells, or one with more or fewer
     cells than the header."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark too
-    except FileNotFoundError:
-        raise DataError(f"plans file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"plans file cannot be read: {path} ({exc})") from None
+    # a spreadsheet's byte-order mark too
+    text = read_text_bounded(path, "plans file", error=DataError, encoding="utf-8-sig")
     reader = csv.DictReader(io.StringIO(text))
     if not reader.fieldnames:
         raise DataError(f"plans file {path} is empty: it needs a header row with columns "
@@ -131,7 +127,7 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
     columns = header + [c for c in (*RESULT_COLUMNS, *RESOLVED_COLUMNS, "error")
                         if c not in header]
     if as_json:
-        text = json.dumps(results, indent=2)
+        text = json_text(results)
     else:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")

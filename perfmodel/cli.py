@@ -10,7 +10,6 @@ SIGTERM). Tracebacks only with --debug.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import signal
 import sys
@@ -21,6 +20,7 @@ from typing import Any
 import click
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.output import json_text, require_finite
 from perfmodel.strategy import DEFAULT_MEMORY_MARGIN
 
 EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -388,7 +388,7 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 
             prediction_plot(result, Path(plot_path))
         if as_json:
-            click.echo(json.dumps(result.to_dict(), indent=2))
+            click.echo(json_text(result.to_dict()))
         else:
             from perfmodel.render import print_grid_prediction
 
@@ -404,9 +404,8 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if as_json:
-        click.echo(json.dumps({**result.to_dict(), **model_summary(model),
-                               "extrapolations": notes, **profile_status(kw.get("profile"))},
-                              indent=2))
+        click.echo(json_text({**result.to_dict(), **model_summary(model),
+                              "extrapolations": notes, **profile_status(kw.get("profile"))}))
     else:
         from perfmodel.render import print_prediction
 
@@ -501,7 +500,9 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
               as_json: bool, csv_path: str | None, plot_path: str | None, validate: bool,
               validate_profile: str | None, **pins: Any) -> None:
     """Search every layout for the fastest plan that fits, and say why it wins."""
-    from perfmodel.recommend import apply_what_if, recommend as run, sensitivities as sens
+    from perfmodel.recommend import apply_what_if
+    from perfmodel.recommend import recommend as run
+    from perfmodel.recommend import sensitivities as sens
     from perfmodel.search import SearchRequest
     from perfmodel.specs.model import load_model
 
@@ -524,8 +525,8 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
                                           "time_to_train" if pins.get("tokens") else "step_time")
     req = SearchRequest(gpus=gpu_counts, global_batch=global_batch,
                         dtype=dtype or hw.default_dtype(), objective=objective, **pins)
-    from perfmodel.predict import parameter_count
     from perfmodel.files import atomic_file
+    from perfmodel.predict import parameter_count
     from perfmodel.recommend import PlanCsv
 
     with contextlib.ExitStack() as stack:  # the CSV is written as the search goes, whole or not
@@ -545,6 +546,8 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
                            "best": alt.to_dict()["plans"][0] if alt.top else None,
                            "speedup": (rec.top[0].step_time_s / alt.top[0].step_time_s)
                            if rec.top and alt.top else None}
+    require_finite(data, "the recommendation", f"{spec.name} on {hw.name}, {gpus} GPUs, "
+                   f"global batch {global_batch}")
     if plot_path:
         from perfmodel.plot import pareto_plot
 
@@ -560,7 +563,7 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
             "predicted_step_time_s", "measured_step_time_s", "relative_error", "ranks", "backend",
             "status", "scaled_from", "plan", "caveats")}
     if as_json:
-        click.echo(json.dumps(data, indent=2, default=float))
+        click.echo(json_text(data, default=float))
     else:
         from perfmodel.render import print_recommendation
 
@@ -569,6 +572,16 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
         reason = rec.explanation.get("infeasible", {}).get("reason", "no plan fits")
         click.echo(f"error: {reason}", err=True)
         sys.exit(4)
+
+
+def _evaluated_csv(frame: Any, model: Any, hardware: Any) -> str:
+    """recommend --csv: every evaluated plan. The search leaves the step time of a plan that does
+    not fit in memory infinite (never ranked): an empty cell here; a plan that fits is finite."""
+    import numpy as np
+
+    fits = frame["fits_in_memory"].astype(bool)
+    require_finite(frame[fits], "an evaluated plan", f"{model.name} on {hardware.name}")
+    return frame.replace([np.inf, -np.inf], np.nan).to_csv(index=False)
 
 
 def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], global_batch: int,
@@ -590,9 +603,9 @@ def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], glob
     feasible = [r for r in results if r.fits_in_memory]
     elapsed = time.perf_counter() - start
     if as_json:
-        click.echo(json.dumps({"plans": [r.to_dict() for r in feasible[:top]],
-                               "evaluated": len(results), "feasible": len(feasible),
-                               "search_time_s": elapsed}, indent=2))
+        click.echo(json_text({"plans": [r.to_dict() for r in feasible[:top]],
+                              "evaluated": len(results), "feasible": len(feasible),
+                              "search_time_s": elapsed}))
     else:
         from perfmodel.render import print_grid_recommendation
 
@@ -634,7 +647,7 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
     hw = resolve_hardware(hardware, profile)
     result = predict_collective(op, parse_bytes(nbytes), ranks, hw, ranks_per_node, algorithm)
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(json_text(result))
     else:
         from perfmodel.render import print_collective
 
@@ -673,7 +686,8 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
           vary: tuple[str, ...], as_json: bool, csv_path: str | None, plot_path: str | None) -> None:
     """Sweep a layer graph (CNN/MLP) over node FLOP rate, memory bandwidth, node count, link
     bandwidth and batch size (seed 003's analysis): a table and a plot."""
-    from perfmodel.layerwise import GridPlan, sweep as run_sweep
+    from perfmodel.layerwise import GridPlan
+    from perfmodel.layerwise import sweep as run_sweep
     from perfmodel.specs.layers import LayerGraphSpec
     from perfmodel.specs.model import load_model
 
@@ -688,6 +702,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
     plan = GridPlan(pr=pr, pc=gpus // pr, global_batch=global_batch, norm=norm,
                     variant=collective_variant, contributors=contributors, dtype=dtype)
     frame = run_sweep(spec, hw, plan, values, best_pr=best_pr)
+    require_finite(frame, "the sweep", f"{spec.name} on {hw.name}")
     if csv_path:
         from perfmodel.files import write_atomic
 
@@ -697,7 +712,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
 
         sweep_plot(frame, list(values), Path(plot_path), title=f"{spec.name} on {hw.name}")
     if as_json:
-        click.echo(frame.to_json(orient="records", indent=2))
+        click.echo(json_text(frame.to_dict(orient="records")))
     else:
         from perfmodel.render import print_frame
 
@@ -767,7 +782,8 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except PerfmodelError as exc:
         if debug:
             raise
-        click.echo(f"error: {exc}", err=True)
+        label = "internal error" if exc.exit_code == EXIT_INTERNAL else "error"  # InternalError
+        click.echo(f"{label}: {exc}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("interrupted", err=True)

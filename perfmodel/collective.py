@@ -8,6 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 from perfmodel.errors import PlanError
+from perfmodel.output import require_finite
 from perfmodel.specs.hardware import HardwareSpec
 
 _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
@@ -92,10 +93,15 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
         times = {best: next(iter(times.values()))}
     t = min(times.values())
     factor = float(bus_factor(op, ranks))
-    return {
+    # one rank moves nothing (time 0): its bandwidths are undefined, not infinite (null in JSON)
+    moves = ranks > 1
+    result = {
         "op": op, "bytes": nbytes, "ranks": ranks, "ranks_per_node": per_node, "scope": scope,
         "algorithm": best, "time_s": t,
-        "algbw_bytes_per_s": nbytes / t if t > 0 else math.inf,
-        "busbw_bytes_per_s": nbytes / t * factor if t > 0 else math.inf,
+        "algbw_bytes_per_s": nbytes / t if moves else None,
+        "busbw_bytes_per_s": nbytes / t * factor if moves else None,
         "bus_factor": factor, "by_algorithm_s": times, "hardware": hardware.name,
     }
+    require_finite(result, "the collective's time", f"{op} of {nbytes:g} B over {ranks} ranks "
+                   f"on {hardware.name}")
+    return result

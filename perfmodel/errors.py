@@ -32,3 +32,9 @@ class OutputError(PerfmodelError):
     path is a directory, device, FIFO or socket (perfmodel.files.write_atomic refuses those)."""
 
     exit_code = 7
+
+
+class InternalError(PerfmodelError):
+    """perfmodel computed what it must not print (a NaN or an infinity): a bug, not the user's."""
+
+    exit_code = 1

@@ -11,11 +11,11 @@ from typing import Any
 import sympy as sp
 
 from perfmodel import symbols as S
-from perfmodel.evaluate import family_of, values_of
 from perfmodel.errors import PerfmodelError
+from perfmodel.evaluate import family_of, values_of
 from perfmodel.predict import predict
-from perfmodel.specs.loading import suggest
 from perfmodel.specs.hardware import HardwareSpec
+from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.step import build
 from perfmodel.strategy import Plan
@@ -76,7 +76,8 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     for sym in sorted(used, key=lambda s_: s_.name):
         name, meaning = by_sym.get(sym, (sym.name, ""))
         label = sp.latex(sym) if latex else sym.name
-        lines.append(f"  {label:>22} = {values.get(name, float('nan')):<14.6g} {meaning}")
+        value = f"{values[name]:<14.6g}" if name in values else f"{'-':<14}"  # never 'nan'
+        lines.append(f"  {label:>22} = {value} {meaning}")
     return "\n".join(lines)
 
 
@@ -86,8 +87,13 @@ def explain_grid_text(model: Any, hardware: HardwareSpec, plan: Any, *, latex: b
     and the full model's step time for every split."""
     import dataclasses
 
-    from perfmodel.layerwise import (communication_in_pr, divisors, exact_minimiser, layer_degrees,
-                                     predict_grid)
+    from perfmodel.layerwise import (
+        communication_in_pr,
+        divisors,
+        exact_minimiser,
+        layer_degrees,
+        predict_grid,
+    )
 
     P = plan.gpus
     e = 4 if plan.dtype in ("fp32", "tf32") else 2

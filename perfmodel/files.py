@@ -21,9 +21,9 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
-from typing import BinaryIO
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from perfmodel.errors import OutputError, PerfmodelError
 
@@ -162,3 +162,94 @@ def file_lock(path: Path, *, wait_s: float = 30.0, what: str = "") -> Iterator[N
 
 
 __all__ = ["atomic_file", "file_lock", "lock_path", "write_atomic"]
+
+
+# --- bounded reading of user files ---------------------------------------------------------------
+# Every file a user names (a model, hardware spec, profile, plans CSV, nccl-tests log, GEMM table,
+# validation results, history) is read here: a device (/dev/zero), a FIFO, a socket or a directory
+# is refused before it is opened, and at most limit + 1 bytes are read, so a hostile or mistaken
+# path costs well under a second and a bounded amount of memory.
+
+MAX_INPUT_BYTES = 16 * 2**20  # 16 MiB: ~100x the largest input shipped (a 357 kB GEMM table)
+
+_NOT_REGULAR = ((stat.S_ISDIR, "is a directory, not a file"),
+                (stat.S_ISCHR, "is a character device, not a regular file"),
+                (stat.S_ISBLK, "is a block device, not a regular file"),
+                (stat.S_ISFIFO, "is a FIFO (named pipe), not a regular file"),
+                (stat.S_ISSOCK, "is a socket, not a regular file"))
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.3g} MiB"
+
+
+def read_bytes_bounded(path: str | os.PathLike[str], what: str, *,
+                       error: type[PerfmodelError], limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, or `error` in one line.
+
+    The message reads '{what} {path}: {reason}' (reason: file not found, is a directory, is a
+    character device or FIFO, is larger than the limit, cannot be read). The file is opened
+    non-blocking (a FIFO swapped in after the check cannot block) and checked again by its
+    descriptor; at most limit + 1 bytes are read (a file of /proc reports size 0, or one may grow).
+    """
+    path = Path(path)
+    name = f"{what} {path}" if what else str(path)
+
+    def refuse(reason: str) -> PerfmodelError:
+        return error(f"{name}: {reason}")
+
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise refuse("file not found") from None
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, a loop of links
+        raise refuse(f"cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    _check_regular(info, limit, refuse)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise refuse(f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        _check_regular(os.fstat(fd), limit, refuse)
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 2**20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise refuse(f"cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise refuse(f"is larger than the {_mib(limit)} limit")
+    return data
+
+
+def _check_regular(info: os.stat_result, limit: int,
+                   refuse: Callable[[str], PerfmodelError]) -> None:
+    for test, reason in _NOT_REGULAR:
+        if test(info.st_mode):
+            raise refuse(reason)
+    if info.st_size > limit:
+        raise refuse(f"is {_mib(info.st_size)}, larger than the {_mib(limit)} limit")
+
+
+def read_text_bounded(path: str | os.PathLike[str], what: str, *,
+                      error: type[PerfmodelError], limit: int = MAX_INPUT_BYTES,
+                      encoding: str = "utf-8") -> str:
+    """read_bytes_bounded decoded as text ('utf-8-sig' drops a spreadsheet's byte-order mark),
+    line ends '\\r\\n' and '\\r' read as '\\n' (as Path.read_text does); `error` 'is not UTF-8
+    text' when it does not decode."""
+    data = read_bytes_bounded(path, what, error=error, limit=limit)
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        name = f"{what} {path}" if what else str(path)
+        raise error(f"{name}: is not UTF-8 text (byte {exc.start})") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+__all__ += ["MAX_INPUT_BYTES", "read_bytes_bounded", "read_text_bounded"]

@@ -34,6 +34,7 @@ from typing import Any
 
 from perfmodel.costs.collectives import Realisation
 from perfmodel.errors import PlanError
+from perfmodel.output import require_finite
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.layers import LayerGraphSpec
 
@@ -309,14 +310,20 @@ def predict_grid(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan) 
     if hardware.memory_reserved_bytes:
         memory["reserved"] = float(hardware.memory_reserved_bytes)
     step = sum(times.values())
+    context = (f"{model.name} on {hardware.name}, Pr={plan.pr} x Pc={plan.pc}, "
+               f"batch {plan.global_batch}")
+    require_finite({**times, "step_time_s": step}, "step time", context)
+    require_finite(memory, "memory per GPU", context)
     flops = 3 * model.flops_per_sample * plan.global_batch
     total_memory = sum(memory.values())
-    return GridPrediction(
+    result = GridPrediction(
         step_time_s=step, samples_per_s=plan.global_batch / step, breakdown_s=times,
         memory_per_gpu_bytes=total_memory, memory_breakdown_bytes=memory,
         fits_in_memory=total_memory <= hardware.memory_bytes, model_flops_per_step=flops,
         mfu=flops / (step * plan.gpus * hardware.peak(plan.dtype)), plan=plan, model=model,
         hardware=hardware, layer_degrees=layer_degrees(model, plan.pr))
+    require_finite(result.to_dict(), "prediction", context)
+    return result
 
 
 def layer_degrees(model: LayerGraphSpec, pr: int) -> dict[str, int]:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.errors import DataError
+from perfmodel.files import read_text_bounded
 
 GiB = 2**30
 _FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -388,8 +389,9 @@ def read_measurements(profile: Any) -> Any:
     path = getattr(profile, "measurements", None)
     if path is None or not Path(path).exists():
         return None
+    text = read_text_bounded(path, "measurements CSV", error=DataError, encoding="utf-8-sig")
     try:
-        return pd.read_csv(path, low_memory=False)
+        return pd.read_csv(io.StringIO(text), low_memory=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
         raise DataError(f"{path}: measurements CSV cannot be read") from None
 
@@ -456,10 +458,9 @@ def runs_frame(data: Any) -> Any:
     cols = ["predicted_step_time_s", "measured_step_time_s"]
     if isinstance(data, (str, Path)):
         path = Path(data)
+        text = read_text_bounded(path, "", error=DataError, encoding="utf-8-sig")
         try:
-            data = pd.read_csv(path)
-        except FileNotFoundError:
-            raise DataError(f"{path}: file not found") from None
+            data = pd.read_csv(io.StringIO(text))
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
             raise DataError(f"{path}: not a readable history CSV") from None
     if not isinstance(data, pd.DataFrame):
@@ -467,8 +468,9 @@ def runs_frame(data: Any) -> Any:
         for item in data:
             if isinstance(item, (str, Path)):
                 try:
-                    item = json.loads(Path(item).read_text(encoding="utf-8"))
-                except (OSError, json.JSONDecodeError) as exc:
+                    item = json.loads(read_text_bounded(item, "validation report",
+                                                        error=DataError))
+                except json.JSONDecodeError as exc:
                     raise DataError(f"{item}: not a readable validation report ({exc})") from None
             if not isinstance(item, Mapping):
                 raise DataError(f"runs_frame: expected validation reports, got "

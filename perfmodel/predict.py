@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perfmodel.errors import PlanError
 from perfmodel.evaluate import compile_family, family_of, values_of
+from perfmodel.output import require_finite
 from perfmodel.specs.hardware import HardwareSpec, load_hardware
 from perfmodel.specs.model import TransformerSpec, load_model
-from perfmodel.errors import PlanError
 from perfmodel.strategy import Plan, plan_from_dict
 
 if TYPE_CHECKING:
@@ -128,10 +129,14 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
     if hardware.memory_reserved_bytes:
         memory["reserved"] = float(hardware.memory_reserved_bytes)
     step = float(out["step_time"])
+    context = (f"{model.name} on {hardware.name}, dp={plan.dp} tp={plan.tp} pp={plan.pp}, "
+               f"micro-batch {plan.micro_batch}, global batch {plan.global_batch}")
+    require_finite({**breakdown, "step_time_s": step}, "step time", context)
+    require_finite(memory, "memory per GPU", context)
     model_flops = float(out["q:model_flops_per_step"])
     peak = hardware.peak(plan.dtype.value)
     mem_total = sum(memory.values())
-    return Prediction(
+    result = Prediction(
         step_time_s=step,
         samples_per_s=plan.global_batch / step,
         tokens_per_s=plan.global_batch * model.seq_len / step,
@@ -151,6 +156,8 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
         model=model,
         hardware=hardware,
     )
+    require_finite(result.to_dict(), "prediction", context)
+    return result
 
 
 def part_times(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | Path,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from perfmodel.output import json_text
 from perfmodel.predict import Prediction
 
 
@@ -96,8 +96,13 @@ def print_collective(res: dict[str, Any]) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_row("time", fmt_seconds(res["time_s"]))
     table.add_row("algorithm", res["algorithm"])
-    table.add_row("algbw", f"{res['algbw_bytes_per_s'] / 1e9:.2f} GB/s")
-    table.add_row("busbw", f"{res['busbw_bytes_per_s'] / 1e9:.2f} GB/s (factor {res['bus_factor']:.3f})")
+    if res["algbw_bytes_per_s"] is None:  # one rank: nothing moves
+        table.add_row("algbw", "n/a (one rank moves nothing)")
+        table.add_row("busbw", "n/a")
+    else:
+        table.add_row("algbw", f"{res['algbw_bytes_per_s'] / 1e9:.2f} GB/s")
+        table.add_row("busbw", f"{res['busbw_bytes_per_s'] / 1e9:.2f} GB/s "
+                      f"(factor {res['bus_factor']:.3f})")
     con.print(table)
     if len(res["by_algorithm_s"]) > 1:
         other = Table(title="by algorithm")
@@ -113,7 +118,7 @@ def print_presets(as_json: bool) -> None:
 
     names = list_presets()
     if as_json:
-        print(json.dumps(names, indent=2))
+        print(json_text(names))
         return
     con = _console()
     hw = Table(title="hardware presets")

@@ -8,7 +8,6 @@ perfmodel validate collect DIR
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import click
 
 from perfmodel.cli import FiniteFloat, build_inputs, plan_options, whole
 from perfmodel.errors import PlanError
+from perfmodel.output import json_text
 
 
 def _model_overrides(model: Any, kw: dict[str, Any]) -> Any:
@@ -60,7 +60,7 @@ def _finish(
     if as_json:
         for caveat in report.get("caveats") or []:
             click.echo(f"warning: {caveat}", err=True)
-        click.echo(json.dumps(report, indent=1, default=str))
+        click.echo(json_text(report, indent=1, default=str))
     else:
         rep.render(report)
         click.echo(f"report: {out}" + (f"  chart: {plot_path}" if plot_path else ""))

@@ -19,12 +19,12 @@ pipeline's point-to-point messages are derived from the chunks' inputs and outpu
 from __future__ import annotations
 
 import contextlib
-import json
 import warnings
 from collections import defaultdict
 from typing import Any
 
 from perfmodel.errors import PlanError
+from perfmodel.output import json_text
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
 
@@ -222,7 +222,7 @@ def dry_run(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
 
 def render(result: dict[str, Any], as_json: bool = False) -> None:
     if as_json:
-        print(json.dumps(result, indent=1, default=str))
+        print(json_text(result, indent=1, default=str))
         return
     from rich.console import Console
     from rich.table import Table

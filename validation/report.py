@@ -19,13 +19,13 @@ from __future__ import annotations
 import csv
 import datetime
 import io
-import json
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from perfmodel.files import write_atomic
+from perfmodel.output import json_text
 
 # Each measured term and the prefixes of the prediction's breakdown_s names it is compared with.
 # Names of the breakdown that match no prefix go to "other" (e.g. overhead/kernels).
@@ -317,7 +317,7 @@ def append_history(report: dict[str, Any], path: Path) -> None:
     lock (perfmodel.files.file_lock), so no row is lost.
     """
     from perfmodel.errors import DataError
-    from perfmodel.files import file_lock
+    from perfmodel.files import file_lock, read_text_bounded
 
     header, line = io.StringIO(), io.StringIO()
     csv.DictWriter(header, fieldnames=HISTORY_FIELDS).writeheader()
@@ -326,10 +326,8 @@ def append_history(report: dict[str, Any], path: Path) -> None:
         {k: ("" if row.get(k) is None else row.get(k)) for k in HISTORY_FIELDS}
     )
     with file_lock(path, what=f"validation history {path}"):
-        try:
-            old = path.read_text() if path.exists() else ""
-        except (OSError, UnicodeDecodeError) as exc:
-            raise DataError(f"validation history {path} cannot be read ({exc})") from None
+        old = read_text_bounded(path, "validation history", error=DataError) \
+            if path.exists() else ""
         if old and old.splitlines()[0].strip() != header.getvalue().strip():
             raise DataError(f"validation history {path} is not a history of this perfmodel "
                             f"(its first line is not {','.join(HISTORY_FIELDS)}): give another "
@@ -341,5 +339,5 @@ def append_history(report: dict[str, Any], path: Path) -> None:
 
 
 def save(report: dict[str, Any], path: Path) -> None:
-    write_atomic(path, json.dumps(report, indent=1, default=str), what="validation report",
+    write_atomic(path, json_text(report, indent=1, default=str), what="validation report",
                  make_parents=True)

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfmodel.errors import PerfmodelError, PlanError
-from perfmodel.files import write_atomic
+from perfmodel.errors import DataError, PerfmodelError, PlanError
+from perfmodel.files import read_text_bounded, write_atomic
+from perfmodel.output import json_text
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
 from validation import report as rep
@@ -367,7 +368,7 @@ def emit(
     write_atomic(out / "job.py", JOB_FILE.read_bytes(), what="job", make_parents=True)
     written.append(out / "job.py")
     for name, data in (("config.json", cfg), ("meta.json", meta)):
-        write_atomic(out / name, json.dumps(data, indent=1), what=name, make_parents=True)
+        write_atomic(out / name, json_text(data, indent=1), what=name, make_parents=True)
         written.append(out / name)
     env = "\n".join(f"export {k}={v}" for k, v in NCCL_ENV.items())
     torchrun = (
@@ -412,8 +413,6 @@ def collect(directory: Path) -> dict[str, Any]:
     meta.json and the results are checked first: a malformed file, a NaN or Infinity, or a step
     time that is not a positive number is a DataError naming the file and field (one line).
     """
-    from perfmodel.errors import DataError
-
     meta_path = directory / "meta.json"
     if not meta_path.exists():
         raise DataError(f"{directory}: no readable meta.json (was it written by --emit?)")
@@ -465,22 +464,18 @@ def collect(directory: Path) -> dict[str, Any]:
 
 def _read_json(path: Path) -> Any:
     """A collected file as strict JSON (NaN and Infinity refused), or a DataError naming it."""
-    from perfmodel.errors import DataError
 
     def refuse(constant: str) -> None:
         raise ValueError(f"{constant} is not a number")
 
     try:
-        return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot be read ({exc})") from None
+        return json.loads(read_text_bounded(path, "", error=DataError), parse_constant=refuse)
     except ValueError as exc:
         raise DataError(f"{path}: not valid JSON ({exc})") from None
 
 
 def _number(value: Any, where: str, *, positive: bool = False, signed: bool = False) -> None:
     """A finite number (> 0 when positive, >= 0 unless signed), else a DataError naming it."""
-    from perfmodel.errors import DataError
 
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if ok and positive:
@@ -495,7 +490,6 @@ def _number(value: Any, where: str, *, positive: bool = False, signed: bool = Fa
 
 def _check_meta(meta: Any, where: str) -> None:
     """The fields of an emitted meta.json that collect reads."""
-    from perfmodel.errors import DataError
 
     if not isinstance(meta, dict):
         raise DataError(f"{where}: must be a JSON object (as --emit writes it)")
@@ -527,7 +521,6 @@ _STEP_TIMES = ("forward", "backward", "grad_sync", "optimizer", "step")
 
 def _check_record(record: Any, where: str, ranks: int) -> None:
     """One rank's results: its rank, status and every measured step time."""
-    from perfmodel.errors import DataError
 
     if not isinstance(record, dict):
         raise DataError(f"{where}: a rank's results must be a JSON object")

@@ -13,13 +13,90 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import SpecError
-from perfmodel.specs.loading import check_fields, deep_merge, number, read_mapping, suggest
+from perfmodel.specs.loading import Bound, check_fields, deep_merge, read_mapping, suggest
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 COLLECTIVE_ALGORITHMS = ("auto", "ring", "tree", "recursive", "hierarchical")
 # perfmodel.costs.collectives.Op's values (specs do not import costs; a test checks they agree)
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
                   "all_to_all", "send_recv")
+
+# The physical range of every numeric hardware field, stated once: HardwareSpec, LinkSpec,
+# CollectiveFit, GemmEfficiency and LayerCost check their fields against this table, and every
+# error names the field, the range and the reason. Generous on purpose: the measured CPU ranks of
+# `calibrate run` (~1e9 FLOP/s, ~1e9 B/s, ~0.3 ms latency) and tomorrow's accelerators fit;
+# 1e-300 B/s or 1e9 GPUs per node does not. Keys: the field, "link." for both links' fields,
+# "collectives.", "gemm_efficiency." and "layer_costs." for the entries of those lists.
+_SECONDS = "a fixed cost above this is a hang, not an overhead"
+_FRACTION = "a fraction of the peak"
+_DIM = "a GEMM dimension: 1e9 is far beyond any layer (a step's tokens are ~1e7)"
+BOUNDS: dict[str, Bound] = {
+    "gpus_per_node": Bound(1, 65_536, "a node: NVL576 is the largest NVLink domain, a TPU v5p pod "
+                           "has 8,960 chips", inclusive=True, integer=True),
+    "peak_flops_per_s": Bound(1e6, 1e17, "1 MFLOP/s is below any CPU core; 1e17 is 10x the "
+                              "densest accelerator's peak, B300 fp4 at 1.5e16", inclusive=True),
+    "memory_bytes": Bound(1e6, 1e15, "1 MB holds no model; 1 PB is 3,000x a 288 GB GPU",
+                          inclusive=True),
+    "memory_bandwidth_bytes_per_s": Bound(1e6, 1e17, "1 MB/s is below any DRAM; 1e17 B/s is 5x a "
+                                          "wafer-scale engine's on-chip SRAM, 21 PB/s",
+                                          inclusive=True),
+    "memory_bandwidth_efficiency": Bound(0, 1, "a fraction of memory_bandwidth_bytes_per_s"),
+    "memory_reserved_bytes": Bound(0, 1e15, "as memory_bytes, and below it", inclusive=True),
+    "kernel_overhead_s": Bound(0, 1, _SECONDS + " (a GPU launch is ~5 us)", inclusive=True),
+    "kernel_overhead_tp_s": Bound(0, 1, _SECONDS, inclusive=True),
+    "collective_overhead_s": Bound(0, 1, _SECONDS, inclusive=True),
+    "optimizer_overhead_s": Bound(0, 10, _SECONDS, inclusive=True),
+    "optimizer_bandwidth_efficiency": Bound(0, 1, "0: not measured; else a fraction of the "
+                                            "memory bandwidth", inclusive=True),
+    "fsdp_forward_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
+    "fsdp_backward_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
+    "fsdp_reduce_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
+    "ranks_per_device": Bound(1, 1024, "ranks time-sharing one device: 1 on GPUs, ranks x threads "
+                              "/ cores on a CPU", inclusive=True),
+    "link.bandwidth_bytes_per_s": Bound(1e6, 1e15, "10 Mb/s Ethernet moves 1.25e6 B/s; 1e15 is "
+                                        "~1,000x NVLink5's 9e11 per GPU", inclusive=True),
+    "link.latency_s": Bound(0, 1, "a start-up above 1 s is a timeout, not a link",
+                            inclusive=True),
+    "link.efficiency": Bound(0, 1, "a fraction of the link's bandwidth"),
+    "collectives.alpha_s": Bound(0, 1, "a start-up above 1 s is a timeout", inclusive=True),
+    "collectives.bus_bandwidth_bytes_per_s": Bound(
+        1e3, 1e30, "fitted: a latency-bound regime leaves the bandwidth loose, and "
+        "calibration.fit bounds 1/busbw below by 1e-30; below 1 kB/s is no link", inclusive=True),
+    "collectives.breakpoint_bytes": Bound(0, 2**60, "a message size (--bytes stops at 1 EiB)",
+                                          inclusive=True),
+    "gemm_efficiency.max_fraction": Bound(0, 1, _FRACTION),
+    "gemm_efficiency.large_max_fraction": Bound(0, 1, "0: one kernel; else a fraction of the "
+                                                "peak", inclusive=True),
+    "gemm_efficiency.half_dim": Bound(0, 1e9, _DIM, inclusive=True),
+    "gemm_efficiency.m_half_dim": Bound(0, 1e9, _DIM, inclusive=True),
+    "gemm_efficiency.n_half_dim": Bound(0, 1e9, _DIM, inclusive=True),
+    "gemm_efficiency.k_half_dim": Bound(0, 1e9, _DIM, inclusive=True),
+    "gemm_efficiency.batch_half": Bound(0, 1e9, "a GEMM batch count", inclusive=True),
+    "gemm_efficiency.split_k_ratio": Bound(0, 1e18, "compared with batch m n / k, at most a GEMM's "
+                                           "output elements", inclusive=True),
+    "gemm_efficiency.split_k_chunk": Bound(0, 1e9, _DIM, inclusive=True),
+    "gemm_efficiency.parallel_half": Bound(0, 1e18, "output elements of a GEMM (1e9 x 1e9)",
+                                           inclusive=True),
+    "gemm_efficiency.large_parallel_half": Bound(0, 1e18, "output elements of a GEMM",
+                                                 inclusive=True),
+    "gemm_efficiency.large_flops": Bound(0, 1e24, "FLOPs of one GEMM: 1e24 is a frontier "
+                                         "model's whole training run", inclusive=True),
+    "gemm_efficiency.min_time_s": Bound(0, 1, _SECONDS + " (a GEMM kernel: ~5 us)",
+                                        inclusive=True),
+    "gemm_efficiency.epilogue_s": Bound(0, 1, "per output element: " + _SECONDS,
+                                        inclusive=True),
+    "layer_costs.tp": Bound(1, 10**7, "a tensor-parallel degree (plans stop at 1e7)",
+                            inclusive=True, integer=True),
+    "layer_costs.forward_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
+    "layer_costs.backward_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
+    "layer_costs.compute_scale": Bound(0, 100, "a framework 100x slower than the roofline is "
+                                       "broken, not slow"),
+}
+
+
+def bounded(key: str, value: Any, field: str | None = None) -> Any:
+    """value checked against BOUNDS[key]; errors name `field` (default: key)."""
+    return BOUNDS[key].check(value, field or key)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,9 +113,8 @@ class LinkSpec:
     efficiency: float = 1.0
 
     def __post_init__(self) -> None:
-        number(self.bandwidth_bytes_per_s, "bandwidth_bytes_per_s")
-        number(self.latency_s, "latency_s", strict=False)
-        number(self.efficiency, "efficiency", maximum=1.0)
+        for name in ("bandwidth_bytes_per_s", "latency_s", "efficiency"):  # stored as floats
+            object.__setattr__(self, name, bounded(f"link.{name}", getattr(self, name), name))
 
     @property
     def effective_bandwidth_bytes_per_s(self) -> float:
@@ -75,13 +151,15 @@ class CollectiveFit:
         if self.algorithm not in COLLECTIVE_ALGORITHMS[1:]:
             raise SpecError(f"collectives.algorithm must be one of "
                             f"{', '.join(COLLECTIVE_ALGORITHMS[1:])}, got {self.algorithm!r}")
-        number(self.alpha_s, "collectives.alpha_s", strict=False)
-        number(self.bus_bandwidth_bytes_per_s, "collectives.bus_bandwidth_bytes_per_s")
-        number(self.breakpoint_bytes, "collectives.breakpoint_bytes", strict=False)
-        if self.breakpoint_bytes > 0:
-            number(self.alpha_s_small, "collectives.alpha_s_small", strict=False)
-            number(self.bus_bandwidth_bytes_per_s_small,
-                   "collectives.bus_bandwidth_bytes_per_s_small")
+        def check(name: str, key: str) -> None:  # stored as floats (YAML reads 4.7e11 as text)
+            object.__setattr__(self, name, bounded(key, getattr(self, name), f"collectives.{name}"))
+
+        check("alpha_s", "collectives.alpha_s")
+        check("bus_bandwidth_bytes_per_s", "collectives.bus_bandwidth_bytes_per_s")
+        check("breakpoint_bytes", "collectives.breakpoint_bytes")
+        if self.breakpoint_bytes > 0:  # the small-message regime: the same ranges
+            check("alpha_s_small", "collectives.alpha_s")
+            check("bus_bandwidth_bytes_per_s_small", "collectives.bus_bandwidth_bytes_per_s")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,17 +186,9 @@ class GemmEfficiency:
 
     def __post_init__(self) -> None:
         # validated and stored as floats (YAML reads 8.6e9 as a string)
-        def check(name: str, **limits: Any) -> None:
-            object.__setattr__(self, name, number(getattr(self, name), f"gemm_efficiency.{name}",
-                                                  **limits))
-
-        check("max_fraction", maximum=1.0)
-        for name in ("half_dim", "m_half_dim", "n_half_dim", "k_half_dim", "batch_half",
-                     "parallel_half", "split_k_ratio", "split_k_chunk", "large_flops",
-                     "large_parallel_half"):
-            check(name, strict=False)
-        for name in ("min_time_s", "epilogue_s", "large_max_fraction"):
-            check(name, strict=False, maximum=1.0)
+        for f in dataclasses.fields(self):
+            key = f"gemm_efficiency.{f.name}"
+            object.__setattr__(self, f.name, bounded(key, getattr(self, f.name)))
         if self.large_flops > 0 and self.large_max_fraction <= 0:
             raise SpecError(
                 "gemm_efficiency.large_max_fraction must be > 0 when large_flops is set "
@@ -175,15 +245,20 @@ class LayerCost:
         if self.style not in LAYER_STYLES:
             raise SpecError(f"layer_costs.style must be one of {', '.join(LAYER_STYLES)}, got "
                             f"{self.style!r}{suggest(str(self.style), LAYER_STYLES)}")
-        number(self.tp, "layer_costs.tp", integer=True, maximum=1_000_000)
+        bounded("layer_costs.tp", self.tp)
         if (self.style == "plain") != (self.tp == 1):
             raise SpecError(f"layer_costs.tp must be 1 for style 'plain' and at least 2 for "
                             f"'{self.style}' (got style '{self.style}', tp {self.tp})")
-        number(self.forward_overhead_s, "layer_costs.forward_overhead_s", strict=False,
-               maximum=60.0)
-        number(self.backward_overhead_s, "layer_costs.backward_overhead_s", strict=False,
-               maximum=60.0)
-        number(self.compute_scale, "layer_costs.compute_scale", maximum=100.0)
+        for name in ("forward_overhead_s", "backward_overhead_s", "compute_scale"):
+            bounded(f"layer_costs.{name}", getattr(self, name))
+
+
+# HardwareSpec's numeric fields other than gpus_per_node and the per-dtype peaks
+_SCALAR_FIELDS = ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
+                  "memory_reserved_bytes", "kernel_overhead_s", "kernel_overhead_tp_s",
+                  "collective_overhead_s", "optimizer_overhead_s",
+                  "optimizer_bandwidth_efficiency", "fsdp_forward_overhead_s",
+                  "fsdp_backward_overhead_s", "fsdp_reduce_overhead_s", "ranks_per_device")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,7 +306,7 @@ class HardwareSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
-        number(self.gpus_per_node, "gpus_per_node", integer=True, maximum=1_000_000)
+        bounded("gpus_per_node", self.gpus_per_node)
         if not self.peak_flops_per_s:
             raise SpecError("peak_flops_per_s must name at least one dtype of " + ", ".join(DTYPES))
         for dtype, flops in self.peak_flops_per_s.items():
@@ -240,22 +315,9 @@ class HardwareSpec:
                     f"peak_flops_per_s: unknown dtype '{dtype}'{suggest(dtype, DTYPES)}; "
                     f"allowed: {', '.join(DTYPES)}"
                 )
-            number(flops, f"peak_flops_per_s.{dtype}")
-        number(self.memory_bytes, "memory_bytes")
-        number(self.memory_bandwidth_bytes_per_s, "memory_bandwidth_bytes_per_s")
-        number(self.memory_bandwidth_efficiency, "memory_bandwidth_efficiency", maximum=1.0)
-        number(self.kernel_overhead_s, "kernel_overhead_s", strict=False, maximum=1.0)
-        number(self.collective_overhead_s, "collective_overhead_s", strict=False, maximum=1.0)
-        number(self.kernel_overhead_tp_s, "kernel_overhead_tp_s", strict=False, maximum=1.0)
-        number(self.optimizer_overhead_s, "optimizer_overhead_s", strict=False, maximum=10.0)
-        number(self.optimizer_bandwidth_efficiency, "optimizer_bandwidth_efficiency",
-               strict=False, maximum=1.0)
-        number(self.memory_reserved_bytes, "memory_reserved_bytes", strict=False)
-        for name in ("fsdp_forward_overhead_s", "fsdp_backward_overhead_s",
-                     "fsdp_reduce_overhead_s"):
-            number(getattr(self, name), name, strict=False, maximum=60.0)
-        number(self.ranks_per_device, "ranks_per_device", minimum=1.0, strict=False,
-               maximum=1024.0)
+            bounded("peak_flops_per_s", flops, f"peak_flops_per_s.{dtype}")
+        for name in _SCALAR_FIELDS:
+            bounded(name, getattr(self, name))
         if self.memory_reserved_bytes >= self.memory_bytes:
             raise SpecError("memory_reserved_bytes must be below memory_bytes")
         seen = [(c.part, c.style, c.tp) for c in self.layer_costs]
@@ -332,16 +394,14 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
             for key in ("bandwidth_bytes_per_s", "latency_s"):
                 if key not in value:
                     raise SpecError(f"{where}: missing required field '{link}.{key}'")
-                number(value[key], f"{link}.{key}", strict=key != "latency_s")
-            if "efficiency" in value:
-                number(value["efficiency"], f"{link}.efficiency", maximum=1.0)
-            fields[link] = LinkSpec(**{k: float(v) for k, v in value.items()})
+            fields[link] = LinkSpec(**{k: bounded(f"link.{k}", v, f"{link}.{k}")
+                                       for k, v in value.items()})
         peaks = fields["peak_flops_per_s"]
         if not isinstance(peaks, Mapping):
             raise SpecError(f"{where}: peak_flops_per_s must map dtypes ({', '.join(DTYPES)}) to FLOP/s")
-        for dtype, value in peaks.items():
-            number(value, f"peak_flops_per_s.{dtype}")
-        fields["peak_flops_per_s"] = {str(k): float(v) for k, v in peaks.items()}
+        fields["peak_flops_per_s"] = {str(k): bounded("peak_flops_per_s", v,
+                                                      f"peak_flops_per_s.{k}")
+                                      for k, v in peaks.items()}
         fields["gemm_efficiency"] = _gemm_from(fields.get("gemm_efficiency"), where)
         fits = _entries(fields.get("collectives", ()), "collectives", _FIT_FIELDS, _FIT_REQUIRED,
                         where)
@@ -349,16 +409,10 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
         fields["layer_costs"] = _layer_costs_from(fields.get("layer_costs", ()), where)
         fields.setdefault("name", where)
         fields.setdefault("gpu_name", fields["name"])
-        for key in ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
-                    "kernel_overhead_s", "collective_overhead_s", "memory_reserved_bytes",
-                    "kernel_overhead_tp_s", "optimizer_overhead_s",
-                    "optimizer_bandwidth_efficiency", "ranks_per_device",
-                    "fsdp_forward_overhead_s", "fsdp_backward_overhead_s",
-                    "fsdp_reduce_overhead_s"):
+        for key in _SCALAR_FIELDS:
             if key in fields:
-                fields[key] = number(fields[key], key, strict=key in ("memory_bytes",
-                                     "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency"))
-        fields["gpus_per_node"] = number(fields["gpus_per_node"], "gpus_per_node", integer=True)
+                fields[key] = bounded(key, fields[key])
+        fields["gpus_per_node"] = bounded("gpus_per_node", fields["gpus_per_node"])
         return HardwareSpec(**fields)
     except TypeError as exc:  # a wrong type inside a nested field
         raise SpecError(f"{where}: {exc}") from None
@@ -388,12 +442,9 @@ def _layer_costs_from(value: Any, where: str) -> tuple[LayerCost, ...]:
     for i, fields in enumerate(_entries(value, "layer_costs", _LAYER_COST_FIELDS,
                                         _LAYER_COST_REQUIRED, where)):
         try:
-            if "tp" in fields:
-                fields["tp"] = number(fields["tp"], "layer_costs.tp", integer=True)
-            for key in ("forward_overhead_s", "backward_overhead_s", "compute_scale"):
+            for key in ("tp", "forward_overhead_s", "backward_overhead_s", "compute_scale"):
                 if key in fields:
-                    fields[key] = number(fields[key], f"layer_costs.{key}",
-                                         strict=key == "compute_scale")
+                    fields[key] = bounded(f"layer_costs.{key}", fields[key])
             out.append(LayerCost(**fields))
         except SpecError as exc:
             raise SpecError(f"{where}: layer_costs[{i}]: {exc}") from None
@@ -469,6 +520,6 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
     return hardware_from_dict(data, f"hardware '{data['name']}'")
 
 
-__all__ = ["DTYPES", "LAYER_PARTS", "LAYER_STYLES", "CollectiveFit", "GemmEfficiency",
+__all__ = ["BOUNDS", "DTYPES", "LAYER_PARTS", "LAYER_STYLES", "CollectiveFit", "GemmEfficiency",
            "HardwareSpec", "LayerCost", "LinkSpec",
            "hardware_from_dict", "load_hardware", "load_hardware_dict"]

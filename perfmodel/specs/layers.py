@@ -15,7 +15,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfmodel.errors import SpecError
-from perfmodel.specs.loading import check_fields, number
+from perfmodel.specs.loading import Bound, check_fields
+
+# The physical range of every number of a layer (per sample), stated once; generous: a value outside
+# is a slip of units, not a network.
+BOUNDS: dict[str, Bound] = {
+    "params": Bound(0, 1e16, "as for transformers: more than 1e16 parameters is absurd",
+                    inclusive=True),
+    "flops": Bound(0, 1e18, "one sample's forward pass: 1,000x GPT-3's 7e14 for 2048 tokens",
+                   inclusive=True),
+    "in_elements": Bound(0, 1e15, "activation elements of one sample: 1e15 fp32 values are 4 PB",
+                         inclusive=True),
+    "out_elements": Bound(0, 1e15, "as in_elements", inclusive=True),
+    "gemm_m": Bound(0, 1e12, "output pixels of one sample: a 10,000^3 volume", inclusive=True),
+    "gemm_n": Bound(0, 1e12, "output channels or features", inclusive=True),
+    "gemm_k": Bound(0, 1e12, "a reduction length", inclusive=True),
+    "channels": Bound(0, 1e12, "channels of a norm layer", inclusive=True),
+    "input_shape": Bound(1, 1e9, "one dimension of a sample", inclusive=True, integer=True),
+}
 
 LAYER_KINDS = ("conv", "linear", "pool", "norm", "activation", "add", "flatten", "dropout", "softmax",
                "other")
@@ -39,8 +56,9 @@ class LayerSpec:
             raise SpecError(f"layer '{self.name}': kind must be one of {', '.join(LAYER_KINDS)}, "
                             f"got '{self.kind}'")
         for fld in ("params", "flops", "in_elements", "out_elements", "gemm_m", "gemm_n", "gemm_k",
-                    "channels"):
-            number(getattr(self, fld), f"layer '{self.name}'.{fld}", strict=False, maximum=1e18)
+                    "channels"):  # stored as floats (YAML reads 1e9 as text)
+            object.__setattr__(self, fld, BOUNDS[fld].check(getattr(self, fld),
+                                                            f"layer '{self.name}'.{fld}"))
         if self.kind in ("conv", "linear") and min(self.gemm_m, self.gemm_n, self.gemm_k) <= 0:
             raise SpecError(f"layer '{self.name}' ({self.kind}) needs gemm_m, gemm_n and gemm_k > 0")
 
@@ -62,6 +80,10 @@ class LayerGraphSpec:
             raise SpecError(f"model '{self.name}': a layer graph needs at least one layer")
         if not any(layer.splits for layer in self.layers):
             raise SpecError(f"model '{self.name}': no conv or linear layer to split")
+        BOUNDS["params"].check(self.parameters, f"model '{self.name}': parameters (all layers)")
+        BOUNDS["flops"].check(self.flops_per_sample, f"model '{self.name}': flops (all layers)")
+        for dim in self.input_shape:
+            BOUNDS["input_shape"].check(dim, f"model '{self.name}': input_shape")
 
     @property
     def parameters(self) -> float:
@@ -107,17 +129,24 @@ def layer_graph_from_dict(data: Mapping[str, Any], where: str) -> LayerGraphSpec
                           layers=tuple(layers), source=str(data.get("source", "")))
 
 
-def _prod(shape: Any, where: str) -> float:
-    if not isinstance(shape, (list, tuple)) or not all(isinstance(d, (int, float)) for d in shape):
-        raise SpecError(f"{where}: a shape must be a list of numbers, got {shape!r}")
+def _shape(shape: Any, where: str, name: str) -> list[float]:
+    """A traced shape: a list of at least 2 positive whole numbers (batch first)."""
+    if not isinstance(shape, (list, tuple)) or len(shape) < 2:
+        raise SpecError(f"{where}: {name} must be a list of at least 2 numbers (batch first), "
+                        f"got {shape!r}")
+    return [BOUNDS["input_shape"].check(d, f"{where}: {name}") for d in shape]
+
+
+def _prod(shape: list[float]) -> float:
     out = 1.0
     for d in shape:
-        out *= float(d)
+        out *= d
     return out
 
 
 def _from_traced(fields: dict[str, Any], extra: Mapping[str, Any], where: str) -> None:
-    """Fill our per-sample sizes from a traced layer's shapes (batch dimension first)."""
+    """Fill our per-sample sizes from a traced layer's shapes (batch dimension first); every
+    number read is checked against BOUNDS."""
     known = {"input_shape", "output_shape", "out_channels", "out_features", "activation_bytes",
              "weight_bytes", "in_channels", "in_features", "kernel_size"}
     unknown = [k for k in extra if k not in known]
@@ -125,23 +154,31 @@ def _from_traced(fields: dict[str, Any], extra: Mapping[str, Any], where: str) -
         check_fields({unknown[0]: None}, [*_LAYER_FIELDS, *sorted(known)], where)
     out_shape = extra.get("output_shape")
     in_shape = extra.get("input_shape")
+    if out_shape is not None:
+        out_shape = _shape(out_shape, where, "output_shape")
+    if in_shape is not None:
+        in_shape = _shape(in_shape, where, "input_shape")
     if out_shape is not None and "out_elements" not in fields:
-        fields["out_elements"] = _prod(list(out_shape)[1:], where)
+        fields["out_elements"] = _prod(out_shape[1:])
     elif "activation_bytes" in extra and "out_elements" not in fields:
-        fields["out_elements"] = float(extra["activation_bytes"]) / 4
+        fields["out_elements"] = BOUNDS["out_elements"].check(
+            extra["activation_bytes"], f"{where}: activation_bytes") / 4
     if in_shape is not None and "in_elements" not in fields:
-        fields["in_elements"] = _prod(list(in_shape)[1:], where)
+        fields["in_elements"] = _prod(in_shape[1:])
     kind = fields.get("kind")
     if kind in ("conv", "linear") and not fields.get("gemm_n"):
-        n = extra.get("out_channels") or extra.get("out_features")
+        key = "out_channels" if extra.get("out_channels") else "out_features"
+        n = extra.get(key)
         if not n and out_shape is not None:
-            n = list(out_shape)[1]
+            key, n = "output_shape", out_shape[1]
         if not n:
             raise SpecError(f"{where}: a {kind} layer needs out_channels/out_features or gemm_n")
-        m = fields.get("out_elements", 0) / float(n) if kind == "conv" else 1.0
-        flops = float(fields.get("flops", 0))
+        n = BOUNDS["gemm_n"].check(n, f"{where}: {key}")
+        out = BOUNDS["out_elements"].check(fields.get("out_elements", 0), f"{where}: out_elements")
+        m = out / n if kind == "conv" else 1.0
+        flops = BOUNDS["flops"].check(fields.get("flops", 0), f"{where}: flops")
         if flops <= 0 or m <= 0:
             raise SpecError(f"{where}: a {kind} layer needs flops > 0 and an output shape")
-        fields.update(gemm_m=m, gemm_n=float(n), gemm_k=flops / (2 * m * float(n)))
+        fields.update(gemm_m=m, gemm_n=n, gemm_k=flops / (2 * m * n))
     if kind == "norm" and not fields.get("channels") and out_shape is not None:
-        fields["channels"] = float(list(out_shape)[1])
+        fields["channels"] = out_shape[1]

@@ -7,6 +7,7 @@ import json
 import math
 import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,18 +45,66 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def read_mapping(path: Path, what: str) -> dict[str, Any]:
-    """Read a YAML, JSON or TOML file holding one mapping (safe loaders only: no code, no tags)."""
+# A YAML alias is a reference: PyYAML builds one object per anchor, so a few lines of aliases of
+# aliases ("billion laughs": 9 aliases to 9 aliases ... 9 levels deep) hold 9^9 values once
+# something walks them (json.dumps, deep_merge, repr). The document is streamed through the
+# parser's events first and refused past these limits; nothing is built.
+MAX_YAML_NODES = 200_000  # values, aliases expanded: a spec has tens; a 10,000-layer graph ~160,000
+MAX_YAML_DEPTH = 100  # nested collections: a spec nests 3 deep (gemm_efficiency.bf16.max_fraction)
+
+
+def check_yaml_size(text: str, where: str) -> None:
+    """SpecError when the YAML document's values, counting each alias as the values of the node
+    it names, exceed MAX_YAML_NODES, when an alias names a node that contains it (a cycle), or
+    when it nests deeper than MAX_YAML_DEPTH. Streams libyaml's events where PyYAML has it (200,000
+    events in ~0.1 s); a syntax error is left to the loader, which says where."""
+    if yaml.__with_libyaml__:
+        events = yaml.parse(text, Loader=yaml.CSafeLoader)
+    else:
+        events = yaml.parse(text, Loader=yaml.SafeLoader)
+    sizes: dict[str, int] = {}  # anchor -> values of its node, aliases expanded
+    open_: list[tuple[str | None, int]] = []  # collections being read: (anchor, total before)
+    total = 0
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{what} file not found: {path}") from None
-    except IsADirectoryError:
-        raise SpecError(f"{what} file is a directory: {path}") from None
-    except OSError as exc:
-        raise SpecError(f"{what} file cannot be read: {path} ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"{what} file is not UTF-8 text: {path}") from None
+        for event in events:
+            if isinstance(event, yaml.AliasEvent):
+                if event.anchor in sizes:
+                    total += sizes[event.anchor]
+                elif any(anchor == event.anchor for anchor, _ in open_):
+                    raise SpecError(f"{where}: alias *{event.anchor} (line "
+                                    f"{event.start_mark.line + 1}) is inside the node it names; "
+                                    "a spec cannot contain itself")
+            elif isinstance(event, yaml.ScalarEvent):
+                total += 1
+                if event.anchor:
+                    sizes[event.anchor] = 1
+            elif isinstance(event, yaml.CollectionStartEvent):
+                open_.append((event.anchor, total))
+                total += 1
+                if len(open_) > MAX_YAML_DEPTH:
+                    raise SpecError(f"{where} is nested too deeply to be a spec (more than "
+                                    f"{MAX_YAML_DEPTH} levels, line {event.start_mark.line + 1})")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                anchor, before = open_.pop()
+                if anchor:
+                    sizes[anchor] = total - before
+            if total > MAX_YAML_NODES:
+                raise SpecError(f"{where} holds more than {MAX_YAML_NODES:,} values with its "
+                                "aliases expanded (a YAML alias bomb?); a spec holds far fewer")
+    except yaml.YAMLError:
+        return  # the loader reports the error and where it is
+
+
+def read_mapping(path: Path, what: str) -> dict[str, Any]:
+    """Read a YAML, JSON or TOML file holding one mapping (safe loaders only: no code, no tags).
+
+    The file is read by perfmodel.files.read_text_bounded (a regular file of at most 16 MiB);
+    a YAML document is refused before it is built when its values, aliases expanded, exceed
+    MAX_YAML_NODES or it nests deeper than MAX_YAML_DEPTH (check_yaml_size).
+    """
+    from perfmodel.files import read_text_bounded
+
+    text = read_text_bounded(path, what, error=SpecError)
     suffix = path.suffix.lower()
     try:
         if suffix == ".json":
@@ -63,6 +112,7 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
         elif suffix == ".toml":
             data = tomllib.loads(text)  # refuses a repeated key itself
         else:
+            check_yaml_size(text, f"{what} file {path}")
             data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
     except DuplicateField as exc:
         raise SpecError(f"{what} file {path}: field '{exc.args[0]}' is given twice{exc.args[1]}; "
@@ -114,8 +164,9 @@ def check_fields(data: Mapping[str, Any], allowed: Iterable[str], where: str) ->
 
 
 def number(value: Any, field: str, *, minimum: float = 0.0, strict: bool = True,
-           maximum: float = math.inf, integer: bool = False) -> float:
-    """Validate a positive (or non-negative) finite number, naming the field when it is not."""
+           maximum: float = math.inf, integer: bool = False, reason: str = "") -> float:
+    """Validate a positive (or non-negative) finite number, naming the field when it is not
+    (and, out of range, the reason for the range when one is given)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         if isinstance(value, str):
             try:
@@ -132,5 +183,30 @@ def number(value: Any, field: str, *, minimum: float = 0.0, strict: bool = True,
     if bad_low or value > maximum:
         low = f"> {minimum:g}" if strict else f">= {minimum:g}"
         high = f" and <= {maximum:g}" if maximum != math.inf else ""
-        raise SpecError(f"{field} must be {low}{high}, got {value:g}")
+        why = f" ({reason})" if reason else ""
+        raise SpecError(f"{field} must be {low}{high}, got {value:g}{why}")
     return int(value) if integer else float(value)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The physical range of a numeric spec field, with why: (minimum, maximum], or
+    [minimum, maximum] when `inclusive`; `integer`: whole numbers only. The ranges are generous:
+    a value outside is a slip of units or a typo (1e-300 B/s, 1e9 GPUs per node), not a machine.
+    """
+
+    minimum: float
+    maximum: float
+    reason: str
+    inclusive: bool = False
+    integer: bool = False
+
+    def check(self, value: Any, field: str) -> Any:
+        """The value as a float (int when integer), or SpecError naming field, range and reason."""
+        return number(value, field, minimum=self.minimum, strict=not self.inclusive,
+                      maximum=self.maximum, integer=self.integer, reason=self.reason)
+
+    def describe(self) -> str:
+        """'> 0 and <= 1', '>= 1 and <= 65536' (as the errors say)."""
+        low = f">= {self.minimum:g}" if self.inclusive else f"> {self.minimum:g}"
+        return f"{low} and <= {self.maximum:g}"

@@ -36,6 +36,7 @@ import sympy as sp
 
 from perfmodel.costs.collectives import bus_factor, steps
 from perfmodel.errors import SpecError
+from perfmodel.files import read_text_bounded
 from perfmodel.specs.hardware import (
     CollectiveFit,
     HardwareSpec,
@@ -43,7 +44,7 @@ from perfmodel.specs.hardware import (
     hardware_from_dict,
     load_hardware_dict,
 )
-from perfmodel.specs.loading import check_fields, deep_merge
+from perfmodel.specs.loading import Bound, check_fields, deep_merge
 
 FORMAT = "perfmodel-profile"
 VERSION = 1
@@ -53,6 +54,16 @@ _TOP = ("format", "version", "complete", "missing_stages", "hardware", "fits", "
 _FIT_REQUIRED = ("kind", "params", "median_rel_error", "worst_rel_error", "size_range", "n_points")
 _HARDWARE_FIELDS = [f.name for f in dataclasses.fields(HardwareSpec)] + ["base"]
 _LINK_FIELDS = [f.name for f in dataclasses.fields(LinkSpec)]
+# The range of every number of a fit's summary (its parameters are the hardware's: BOUNDS of
+# perfmodel.specs.hardware check them when the profile is applied), stated once.
+FIT_BOUNDS: dict[str, Bound] = {
+    "median_rel_error": Bound(0, 1e6, "a relative error: 1e6 is a fit that explains nothing",
+                              inclusive=True),
+    "worst_rel_error": Bound(0, 1e6, "a relative error", inclusive=True),
+    "size_range": Bound(0, 1e30, "sizes a fit saw: bytes, FLOPs, tokens or parameters",
+                        inclusive=True),
+    "n_points": Bound(1, 1e9, "measurements of one fit", inclusive=True, integer=True),
+}
 PROVENANCE_FIELDS = (
     "host",
     "device",
@@ -189,6 +200,7 @@ def _check_fit(fit: Any, where: str) -> None:
         _finite(value, f"{where}.params.{key}")
     for key in ("median_rel_error", "worst_rel_error"):
         _finite(fit[key], f"{where}.{key}")
+        FIT_BOUNDS[key].check(fit[key], f"{where}.{key}")
     rng = fit["size_range"]
     if (
         not isinstance(rng, (list, tuple))
@@ -197,8 +209,11 @@ def _check_fit(fit: Any, where: str) -> None:
         or rng[0] > rng[1]
     ):
         raise SpecError(f"{where}.size_range must be [smallest, largest] (numbers), got {rng!r}")
-    if not isinstance(fit["n_points"], int) or fit["n_points"] < 1:
+    for value in rng:
+        FIT_BOUNDS["size_range"].check(value, f"{where}.size_range")
+    if not isinstance(fit["n_points"], int) or isinstance(fit["n_points"], bool):
         raise SpecError(f"{where}.n_points must be a positive whole number")
+    FIT_BOUNDS["n_points"].check(fit["n_points"], f"{where}.n_points")
     if fit["kind"] == "collective":
         for key in ("op", "scope", "algorithm"):
             if not isinstance(fit.get(key), str):
@@ -214,12 +229,7 @@ def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile JSON file (SpecError with file and field when it is wrong)."""
     path = Path(path)
     where = f"profile {path}"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{where}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{where}: cannot be read ({exc})") from None
+    text = read_text_bounded(path, "profile", error=SpecError)
     try:
         data = json.loads(text, object_pairs_hook=functools.partial(_unique_keys, where))
     except json.JSONDecodeError as exc:

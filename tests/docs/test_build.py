@@ -36,5 +36,7 @@ def test_included_readme_sections_are_in_the_pages(site):
 def test_generated_pages_are_filled(site):
     cli = page_text(site, "cli")
     assert "generated:" not in cli and "perfmodel calibrate import-nccl-tests" in cli
+    specs = page_text(site, "specs")
+    assert "generated:" not in specs and "NVL576 is the largest NVLink domain" in specs
     presets = page_text(site, "presets")
     assert "generated:" not in presets and "dgx-h100" in presets and "H100 SXM datasheet" in presets

@@ -40,6 +40,14 @@ def _profile(**fields: object) -> str:
     return json.dumps({k: v for k, v in doc.items() if v is not None})
 
 
+def _alias_bomb(head: str) -> str:
+    """'Billion laughs': 9 aliases of 9 aliases, 9 levels: 9^9 values from 10 short lines."""
+    anchors = ['&a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        anchors.append(f"&{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    return head + "source: [" + ",\n  ".join(anchors) + "]\n"
+
+
 _LOG_LINES = LOG.read_text().splitlines(keepends=True)
 _FIRST_ROW = next(i for i, line in enumerate(_LOG_LINES) if line.strip().startswith("33554432"))
 
@@ -75,6 +83,9 @@ FILES: dict[str, str | bytes] = {
                     '"max_position_embeddings": 512, "attention_bias": true}',
     "hf-wrong-type.json": '{"model_type": "gpt2", "n_layer": "twelve", "n_embd": 768, '
                           '"n_head": 12, "vocab_size": 50257, "n_positions": 1024}',
+    "model-alias-bomb.yaml": _alias_bomb(TINY),
+    "model-recursive-alias.yaml": TINY + "source: &loop [*loop]\n",
+    "model-nested.yaml": TINY + "source: " + "[" * 150 + "]" * 150 + "\n",
     "graph-not-a-list.yaml": "kind: layers\nlayers: 5\n",
     "graph-shape.yaml": "kind: layers\ninput_shape: 5\nlayers:\n  - {name: fc, kind: linear, "
                         "params: 10, flops: 20, gemm_m: 1, gemm_n: 10, gemm_k: 1}\n",
@@ -89,6 +100,16 @@ FILES: dict[str, str | bytes] = {
     "hw-nan.yaml": "base: dgx-h100\nmemory_bytes: .nan\n",
     "hw-absurd.yaml": "base: dgx-h100\ngpus_per_node: 1.0e+9\n",
     "hw-efficiency.yaml": "base: dgx-h100\nintra_node:\n  efficiency: 2\n",
+    "hw-alias-bomb.yaml": _alias_bomb("base: dgx-h100\n"),
+    "hw-tiny-bandwidth.yaml": "base: dgx-h100\ninter_node:\n  bandwidth_bytes_per_s: 1.0e-300\n",
+    "hw-huge-flops.yaml": "base: dgx-h100\npeak_flops_per_s: {bf16: 1.0e+300}\n",
+    "hw-tiny-memory.yaml": "base: dgx-h100\nmemory_bytes: 1.0e-300\n",
+    "hw-slow-kernels.yaml": "base: dgx-h100\nkernel_overhead_s: 1.0e+300\n",
+    "hw-gemm-absurd.yaml": "base: dgx-h100\ngemm_efficiency: {bf16: {max_fraction: 0.8, "
+                           "half_dim: 0, k_half_dim: 1.0e+300}}\n",
+    "hw-fit-absurd.yaml": "base: dgx-h100\ncollectives:\n  - {op: all_reduce, scope: intra, "
+                          "algorithm: ring, alpha_s: 1.0e-5, "
+                          "bus_bandwidth_bytes_per_s: 1.0e-300}\n",
     # calibration profiles
     "profile-v2.json": _profile(version=2),
     "profile-not-a-profile.json": '{"layers": 4}',
@@ -126,7 +147,9 @@ FILES: dict[str, str | bytes] = {
     "plans-empty-row.csv": "gpus,dp,tp\n8,8,1\n,,\n",
     "plans-extra-cells.csv": "gpus,dp,tp\n8,8,1,5\n",
     "plans-short-row.csv": "gpus,dp,tp\n8,8\n",
+    "plans-dev-zero.csv": "model,gpus,dp\n/dev/zero,8,8\n",
 }
+TOO_LARGE = 16 * 2**20 + 1  # bytes: one over perfmodel.files.MAX_INPUT_BYTES
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +160,14 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "a-directory").mkdir()
     (d / "a-directory.yaml").mkdir()
     (d / "a-directory.json").mkdir()
+    (d / "plans-alias-bomb.csv").write_text(f"model,gpus,dp\n{d}/model-alias-bomb.yaml,8,8\n")
+    os.mkfifo(d / "fifo.yaml")  # opening it would block until a writer comes
+    os.mkfifo(d / "fifo.txt")
+    for name in ("huge.yaml", "huge.json", "huge.csv", "huge.txt"):  # sparse: no disk used
+        with open(d / name, "wb") as fh:
+            fh.truncate(TOO_LARGE)
+    (d / "collect-fifo" / "results").mkdir(parents=True)
+    os.mkfifo(d / "collect-fifo" / "meta.json")
     return d
 
 
@@ -191,7 +222,7 @@ CASES = [
     C("predict", "missing profile", "predict --model llama2-7b --profile {d}/nope.json", SPEC,
       ("nope.json", "file not found")),
     C("predict", "missing plans", f"{LLAMA} --batch {{d}}/nope.csv", DATA,
-      ("plans file not found", "nope.csv")),
+      ("plans file", "nope.csv: file not found")),
     C("predict", "missing plan cells (a row of empty cells)", f"{LLAMA} --batch "
       "{d}/plans-empty-row.csv", DATA, ("plans-empty-row.csv:3", "cells are all empty")),
     C("predict", "missing plan cells (a short row)", f"{LLAMA} --batch {{d}}/plans-short-row.csv",
@@ -275,7 +306,7 @@ CASES = [
       ("layers must be > 0", "got -4")),
     C("predict", "negative (flag)", f"{LLAMA} --dp -2", PLAN, ("dp must be between 1",)),
     C("predict", "negative (hardware)", "predict --model llama2-7b --hardware "
-      "{d}/hw-negative.yaml", SPEC, ("memory_bytes must be > 0", "got -1")),
+      "{d}/hw-negative.yaml", SPEC, ("memory_bytes must be >= 1e+06", "got -1")),
     C("predict", "NaN", f"{PRED} --model {{d}}/model-nan.yaml", SPEC,
       ("layers must be a finite number", "nan")),
     C("predict", "NaN (hardware)", "predict --model llama2-7b --hardware {d}/hw-nan.yaml", SPEC,
@@ -289,7 +320,7 @@ CASES = [
     C("predict", "absurd GPUs (1e9)", f"{LLAMA} --gpus 1000000000 --dp 1000000000", PLAN,
       ("dp must be between 1 and 1e+07",)),
     C("predict", "absurd hardware", "predict --model llama2-7b --hardware {d}/hw-absurd.yaml",
-      SPEC, ("gpus_per_node must be > 0 and <= 1e+06",)),
+      SPEC, ("gpus_per_node must be >= 1 and <= 65536", "got 1e+09", "NVLink domain")),
     C("predict", "absurd efficiency", "predict --model llama2-7b --hardware "
       "{d}/hw-efficiency.yaml", SPEC, ("intra_node.efficiency must be > 0 and <= 1",)),
     C("predict", "absurd plan cell", f"{LLAMA} --batch {{d}}/plans-absurd.csv", DATA,
@@ -318,6 +349,48 @@ CASES = [
       ("plans-wrong-type.csv:2", "column 'dp' must be a whole number, got 'abc'")),
     C("predict", "empty plans", f"{LLAMA} --batch {{d}}/plans-empty.csv", DATA,
       ("plans-empty.csv is empty", "header row")),
+    C("predict", "unreadable (/dev/zero)", f"{PRED} --model /dev/zero", SPEC,
+      ("model /dev/zero: is a character device, not a regular file",)),
+    C("predict", "unreadable (/dev/zero hardware)", "predict --model llama2-7b --hardware "
+      "/dev/zero", SPEC, ("hardware /dev/zero: is a character device",)),
+    C("predict", "unreadable (a FIFO)", f"{PRED} --model {{d}}/fifo.yaml", SPEC,
+      ("fifo.yaml: is a FIFO (named pipe), not a regular file",)),
+    C("predict", "too large (a 16 MiB + 1 B model)", f"{PRED} --model {{d}}/huge.yaml", SPEC,
+      ("huge.yaml: is 16 MiB, larger than the 16 MiB limit",)),
+    C("predict", "too large (JSON model)", f"{PRED} --model {{d}}/huge.json", SPEC,
+      ("huge.json: is 16 MiB, larger than the 16 MiB limit",)),
+    C("predict", "YAML alias bomb", f"{PRED} --model {{d}}/model-alias-bomb.yaml", SPEC,
+      ("model-alias-bomb.yaml holds more than 200,000 values with its aliases expanded",)),
+    C("predict", "YAML alias bomb (hardware)", "predict --model llama2-7b --hardware "
+      "{d}/hw-alias-bomb.yaml", SPEC, ("hw-alias-bomb.yaml holds more than 200,000 values",)),
+    C("predict", "recursive YAML alias", f"{PRED} --model {{d}}/model-recursive-alias.yaml", SPEC,
+      ("alias *loop (line 7) is inside the node it names",)),
+    C("predict", "nested too deeply", f"{PRED} --model {{d}}/model-nested.yaml", SPEC,
+      ("model-nested.yaml is nested too deeply to be a spec (more than 100 levels",)),
+    C("predict", "unreadable plans (/dev/zero)", f"{LLAMA} --batch /dev/zero", DATA,
+      ("plans file /dev/zero: is a character device",)),
+    C("predict", "too large plans", f"{LLAMA} --batch {{d}}/huge.csv", DATA,
+      ("plans file", "huge.csv: is 16 MiB, larger than the 16 MiB limit")),
+    C("predict", "plan cell /dev/zero", f"{PRED} --batch {{d}}/plans-dev-zero.csv", DATA,
+      ("plans-dev-zero.csv:2: model /dev/zero: is a character device",)),
+    C("predict", "plan cell alias bomb", f"{PRED} --batch {{d}}/plans-alias-bomb.csv", DATA,
+      ("plans-alias-bomb.csv:2", "holds more than 200,000 values")),
+    C("predict", "unreadable profile (/dev/zero)", "predict --model llama2-7b --profile /dev/zero",
+      SPEC, ("profile /dev/zero: is a character device",)),
+    C("predict", "absurd bandwidth (1e-300 B/s)", "predict --model llama2-7b --hardware "
+      "{d}/hw-tiny-bandwidth.yaml --dp 16 --gpus 16", SPEC,
+      ("inter_node.bandwidth_bytes_per_s must be >= 1e+06 and <= 1e+15, got 1e-300",)),
+    C("predict", "absurd FLOP rate (1e300)", "predict --model llama2-7b --hardware "
+      "{d}/hw-huge-flops.yaml", SPEC, ("peak_flops_per_s.bf16 must be >= 1e+06 and <= 1e+17",)),
+    C("predict", "absurd memory (1e-300 B)", "predict --model llama2-7b --hardware "
+      "{d}/hw-tiny-memory.yaml", SPEC, ("memory_bytes must be >= 1e+06 and <= 1e+15",)),
+    C("predict", "absurd overhead (1e300 s)", "predict --model llama2-7b --hardware "
+      "{d}/hw-slow-kernels.yaml", SPEC, ("kernel_overhead_s must be >= 0 and <= 1",)),
+    C("predict", "absurd GEMM fit", "predict --model llama2-7b --hardware "
+      "{d}/hw-gemm-absurd.yaml", SPEC, ("gemm_efficiency.k_half_dim must be >= 0 and <= 1e+09",)),
+    C("predict", "absurd collective fit", "predict --model llama2-7b --hardware "
+      "{d}/hw-fit-absurd.yaml", SPEC,
+      ("collectives.bus_bandwidth_bytes_per_s must be >= 1000 and <= 1e+30",)),
     C("predict", "layer graph: not a list", f"{PRED} --model {{d}}/graph-not-a-list.yaml", SPEC,
       ("'layers' must be a list",)),
     C("predict", "layer graph: wrong type", "predict --model {d}/graph-shape.yaml --hardware "
@@ -331,6 +404,12 @@ CASES = [
       ("hardware file not found",)),
     C("explain", "unreadable (a directory)", "explain --model {d}/a-directory.json --hardware "
       "dgx-h100", SPEC, ("is a directory",)),
+    C("explain", "unreadable (/dev/zero)", "explain --model /dev/zero --hardware dgx-h100", SPEC,
+      ("is a character device",)),
+    C("explain", "YAML alias bomb", "explain --model llama2-7b --hardware {d}/hw-alias-bomb.yaml",
+      SPEC, ("holds more than 200,000 values",)),
+    C("explain", "absurd bandwidth (1e-300 B/s)", "explain --model llama2-7b --hardware "
+      "{d}/hw-tiny-bandwidth.yaml --dp 16 --gpus 16", SPEC, ("got 1e-300",)),
     C("explain", "malformed TOML", "explain --model {d}/model-malformed.toml --hardware "
       "dgx-h100", SPEC, ("not valid TOML",)),
     C("explain", "wrong type", "explain --model {d}/model-wrong-bool.yaml --hardware dgx-h100",
@@ -356,6 +435,14 @@ CASES = [
     C("collective", "missing file", f"{COLL} --profile {{d}}/nope.json", SPEC, ("file not found",)),
     C("collective", "unreadable (a directory)", f"{COLL} --hardware {{d}}/a-directory.yaml", SPEC,
       ("is a directory",)),
+    C("collective", "unreadable (/dev/zero)", f"{COLL} --hardware /dev/zero", SPEC,
+      ("hardware /dev/zero: is a character device",)),
+    C("collective", "unreadable (a FIFO profile)", f"{COLL} --profile {{d}}/fifo.txt", SPEC,
+      ("profile", "fifo.txt: is a FIFO",)),
+    C("collective", "YAML alias bomb", f"{COLL} --hardware {{d}}/hw-alias-bomb.yaml", SPEC,
+      ("holds more than 200,000 values",)),
+    C("collective", "absurd bandwidth (1e-300 B/s)", f"{COLL} --hardware "
+      "{d}/hw-tiny-bandwidth.yaml", SPEC, ("got 1e-300",)),
     C("collective", "malformed YAML", f"{COLL} --hardware {{d}}/hw-malformed.yaml", SPEC,
       ("not valid YAML",)),
     C("collective", "wrong type", f"{COLL.replace('1GiB', 'lots')} --hardware dgx-h100", PLAN,
@@ -386,6 +473,17 @@ CASES = [
       "--global-batch 8", SPEC, ("model file not found",)),
     C("recommend", "unreadable (a directory)", "recommend --model llama2-7b --hardware "
       "{d}/a-directory.yaml --gpus 8 --global-batch 8", SPEC, ("is a directory",)),
+    C("recommend", "unreadable (/dev/zero)", "recommend --model /dev/zero --hardware dgx-h100 "
+      "--gpus 8 --global-batch 8", SPEC, ("model /dev/zero: is a character device",)),
+    C("recommend", "too large", "recommend --model {d}/huge.yaml --hardware dgx-h100 --gpus 8 "
+      "--global-batch 8", SPEC, ("larger than the 16 MiB limit",)),
+    C("recommend", "YAML alias bomb", "recommend --model {d}/model-alias-bomb.yaml --hardware "
+      "dgx-h100 --gpus 8 --global-batch 8", SPEC, ("holds more than 200,000 values",)),
+    C("recommend", "absurd bandwidth (1e-300 B/s)", "recommend --model llama2-7b --hardware "
+      "{d}/hw-tiny-bandwidth.yaml --gpus 8 --global-batch 8", SPEC, ("got 1e-300",)),
+    C("recommend", "absurd what-if (1e-300x)", f"{REC} --what-if "
+      "inter_node.bandwidth_bytes_per_s=1e-300x", SPEC,
+      ("inter_node.bandwidth_bytes_per_s must be >= 1e+06",)),
     C("recommend", "malformed JSON", "recommend --model {d}/model-malformed.json --hardware "
       "dgx-h100 --gpus 8 --global-batch 8", SPEC, ("not valid JSON",)),
     C("recommend", "wrong type", REC.replace("--gpus 8", "--gpus 8,x"), USAGE,
@@ -430,6 +528,13 @@ CASES = [
       f"--global-batch 256 {VARY}", SPEC, ("model file not found",)),
     C("sweep", "unreadable (a directory)", f"{SWEEP} {VARY} --hardware {{d}}/a-directory.yaml",
       SPEC, ("is a directory",)),
+    C("sweep", "unreadable (/dev/zero)", f"sweep --model /dev/zero --hardware dgx-v100 --gpus 16 "
+      f"--global-batch 256 {VARY}", SPEC, ("model /dev/zero: is a character device",)),
+    C("sweep", "YAML alias bomb", f"{SWEEP} {VARY} --hardware {{d}}/hw-alias-bomb.yaml", SPEC,
+      ("holds more than 200,000 values",)),
+    C("sweep", "absurd value (1e-300 B/s)", f"{SWEEP} --vary "
+      "inter_node.bandwidth_bytes_per_s=1e-300", SPEC,
+      ("inter_node.bandwidth_bytes_per_s must be >= 1e+06 and <= 1e+15, got 1e-300",)),
     C("sweep", "malformed YAML", f"sweep --model {{d}}/model-malformed.yaml --hardware dgx-v100 "
       f"--gpus 16 --global-batch 256 {VARY}", SPEC, ("not valid YAML",)),
     C("sweep", "wrong type", f"{SWEEP} --vary peak_flops_per_s=lots", USAGE,
@@ -482,7 +587,13 @@ CASES = [
     C("import-nccl-tests", "missing file", f"{NCCL} {{d}}/nope.txt {OUT}", DATA,
       ("nope.txt: file not found",)),
     C("import-nccl-tests", "unreadable (a directory)", f"{NCCL} {{d}}/a-directory {OUT}", DATA,
-      ("a-directory: cannot be read",)),
+      ("a-directory: is a directory",)),
+    C("import-nccl-tests", "unreadable (/dev/zero)", f"{NCCL} /dev/zero {OUT}", DATA,
+      ("/dev/zero: is a character device",)),
+    C("import-nccl-tests", "unreadable (a FIFO)", f"{NCCL} {{d}}/fifo.txt {OUT}", DATA,
+      ("fifo.txt: is a FIFO",)),
+    C("import-nccl-tests", "too large", f"{NCCL} {{d}}/huge.txt {OUT}", DATA,
+      ("huge.txt: is 16 MiB, larger than the 16 MiB limit",)),
     C("import-nccl-tests", "empty log", f"{NCCL} {{d}}/log-empty.txt {OUT}", DATA,
       ("log-empty.txt: empty file, not an nccl-tests log",)),
     C("import-nccl-tests", "truncated log (between rows)", f"{NCCL} {{d}}/log-cut-between-rows.txt"
@@ -510,6 +621,10 @@ CASES = [
       ("nope.csv: file not found",)),
     C("import-gemm", "unreadable (a directory)", f"{GEMMI} {{d}}/a-directory {OUT}", DATA,
       ("a-directory: is a directory",)),
+    C("import-gemm", "unreadable (/dev/zero)", f"{GEMMI} /dev/zero {OUT}", DATA,
+      ("/dev/zero: is a character device",)),
+    C("import-gemm", "too large", f"{GEMMI} {{d}}/huge.csv {OUT}", DATA,
+      ("huge.csv: is 16 MiB, larger than the 16 MiB limit",)),
     C("import-gemm", "empty table", f"{GEMMI} {{d}}/gemm-empty.csv {OUT}", DATA,
       ("gemm-empty.csv: empty file",)),
     C("import-gemm", "header only", f"{GEMMI} {{d}}/gemm-header-only.csv {OUT}", DATA,
@@ -533,7 +648,11 @@ CASES = [
     C("report", "missing file", "calibrate report {d}/nope.json", SPEC,
       ("nope.json: file not found",)),
     C("report", "unreadable (a directory)", "calibrate report {d}/a-directory.json", SPEC,
-      ("a-directory.json: cannot be read",)),
+      ("a-directory.json: is a directory",)),
+    C("report", "unreadable (/dev/zero)", "calibrate report /dev/zero", SPEC,
+      ("profile /dev/zero: is a character device",)),
+    C("report", "too large", "calibrate report {d}/huge.json", SPEC,
+      ("profile", "huge.json: is 16 MiB, larger than the 16 MiB limit")),
     C("report", "malformed JSON (truncated)", "calibrate report {d}/profile-truncated.json", SPEC,
       ("profile-truncated.json: not valid JSON at line 1", "truncated")),
     C("report", "not a profile", "calibrate report {d}/profile-not-a-profile.json", SPEC,
@@ -559,6 +678,12 @@ CASES = [
       SPEC, ("file not found",)),
     C("validate", "unreadable (a directory)", "validate --model {d}/a-directory.yaml --hardware "
       "dgx-h100 --dp 2", SPEC, ("is a directory",)),
+    C("validate", "unreadable (/dev/zero)", "validate --model /dev/zero --hardware dgx-h100 "
+      "--dp 2", SPEC, ("model /dev/zero: is a character device",)),
+    C("validate", "YAML alias bomb", "validate --model {d}/model-alias-bomb.yaml --hardware "
+      "dgx-h100 --dp 2", SPEC, ("holds more than 200,000 values",)),
+    C("validate", "collect: meta.json is a FIFO", "validate collect {d}/collect-fifo", DATA,
+      ("no readable meta.json", "meta.json: is a FIFO")),
     C("validate", "malformed YAML", "validate --model tiny-gpt --hardware {d}/hw-malformed.yaml "
       "--dp 2", SPEC, ("not valid YAML",)),
     C("validate", "wrong type", f"{VAL} --steps many", USAGE, ("'many' is not a valid integer",)),
@@ -596,6 +721,10 @@ CASES = [
       ("model file not found",)),
     C("validate --dry-run", "unreadable (a directory)", "validate --model {d}/a-directory.json "
       "--dry-run", SPEC, ("a-directory.json", "is a directory")),
+    C("validate --dry-run", "unreadable (/dev/zero)", "validate --model /dev/zero --dry-run", SPEC,
+      ("model /dev/zero: is a character device",)),
+    C("validate --dry-run", "absurd bandwidth (1e-300 B/s)", f"{DRY} --hardware "
+      "{d}/hw-tiny-bandwidth.yaml", SPEC, ("got 1e-300",)),
     C("validate --dry-run", "NaN", "validate --model {d}/model-nan.yaml --dry-run", SPEC,
       ("layers must be a finite number",)),
     C("validate --dry-run", "malformed TOML", "validate --model {d}/model-malformed.toml "

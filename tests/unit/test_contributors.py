@@ -19,12 +19,23 @@ import sympy as sp
 
 from perfmodel import PlanError, load_hardware
 from perfmodel.analysis import contributors_crossover_bytes
-from perfmodel.costs.collectives import (all_gather_padded_time, all_gather_specialised_time,
-                                         all_reduce_padded_time, all_reduce_specialised_time,
-                                         collective_time, contributed_time, spread_rounds,
-                                         spread_time)
-from perfmodel.layerwise import (GridPlan, communication_in_pr, exact_minimiser, layer_degrees,
-                                 predict_grid)
+from perfmodel.costs.collectives import (
+    all_gather_padded_time,
+    all_gather_specialised_time,
+    all_reduce_padded_time,
+    all_reduce_specialised_time,
+    collective_time,
+    contributed_time,
+    spread_rounds,
+    spread_time,
+)
+from perfmodel.layerwise import (
+    GridPlan,
+    communication_in_pr,
+    exact_minimiser,
+    layer_degrees,
+    predict_grid,
+)
 from perfmodel.specs.cnn import alexnet, mlp, vgg16
 
 a, b, n = sp.symbols("alpha beta n", positive=True)

@@ -71,3 +71,33 @@ def test_hugging_face_config_flags_must_be_booleans(tmp_path):
     with pytest.raises(SpecError, match="tie_word_embeddings must be true or false, got 'false'"):
         load_model(path)
     assert load_model(_write(tmp_path, "ok.json", HF), seq_len=4096).layers == 32
+
+
+def test_a_plans_csv_with_old_mac_line_ends_is_read_as_before(tmp_path):
+    """A lone '\\r' line end (found by the fuzzer when the bounded reader first decoded bytes
+    itself: csv.Error 'new-line character seen in unquoted field'): read as a line end, as
+    Path.read_text does; '\\r\\n' too."""
+    from perfmodel.batch import read_rows
+
+    for end in ("\r", "\r\n"):
+        path = tmp_path / "plans.csv"
+        path.write_bytes(f"gpus,dp{end}8,8{end}".encode())
+        assert read_rows(path) == (["gpus", "dp"], [(2, {"gpus": "8", "dp": "8"}, "")])
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("out_channels", {"a": 1}, "out_channels must be a number, got dict"),  # was: a TypeError
+    ("output_shape", 64, "output_shape must be a list of at least 2 numbers"),
+    ("output_shape", [1, "x"], "output_shape must be a number, got 'x'"),
+    ("activation_bytes", [4], "activation_bytes must be a number, got list"),
+])
+def test_a_traced_layer_with_a_wrong_type_is_refused(tmp_path, field, value, needle):
+    layer = {"name": "0", "kind": "conv", "input_shape": [1, 3, 224, 224],
+             "output_shape": [1, 64, 55, 55], "params": 23296, "flops": 140553600.0,
+             "out_channels": 64}
+    if field == "activation_bytes":
+        del layer["output_shape"]
+    layer[field] = value
+    path = _write(tmp_path, "g.json", {"kind": "layers", "name": "g", "layers": [layer]})
+    with pytest.raises(SpecError, match=needle):
+        load_model(path)

@@ -6,8 +6,14 @@ import pytest
 import sympy as sp
 
 from perfmodel import PlanError, load_hardware, load_model
-from perfmodel.layerwise import (GridPlan, best_grid, communication_in_pr, exact_minimiser,
-                                 predict_grid, sweep)
+from perfmodel.layerwise import (
+    GridPlan,
+    best_grid,
+    communication_in_pr,
+    exact_minimiser,
+    predict_grid,
+    sweep,
+)
 from perfmodel.specs.cnn import alexnet, mlp, resnet50, vgg16
 
 V100 = load_hardware("dgx-v100")

@@ -119,7 +119,7 @@ def test_hugging_face_configs_import(tmp_path, family):
 def test_llama3_8b_from_hf_matches_the_preset(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(HF["llama"]))
-    from perfmodel import predict, Plan
+    from perfmodel import Plan, predict
 
     plan = Plan(gpus=8, tp=8, global_batch=1)
     hf = predict(load_model(str(path), seq_len=8192), "dgx-h100", plan)
@@ -285,3 +285,137 @@ def test_a_layer_graph_refuses_transformer_overrides(name, run_cli):
     res = run_cli("recommend", "--model", name, "--hardware", "dgx-v100", "--gpus", "16",
                   "--global-batch", "256", "--seq-len", "100")
     assert res.returncode == 3 and res.stderr.strip().count("\n") == 0, res.stderr
+
+
+# --- physical ranges (issue 14): one table per spec, every numeric field in it -----------------
+def _numeric_fields(cls, prefix=""):
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    return {f"{prefix}{f.name}" for f in dataclasses.fields(cls) if hints[f.name] in (int, float)}
+
+
+def test_every_numeric_hardware_field_has_a_physical_range_with_a_reason():
+    from perfmodel.specs import hardware as H
+
+    BOUNDS, HardwareSpec, LinkSpec = H.BOUNDS, H.HardwareSpec, H.LinkSpec
+    GemmEfficiency, LayerCost, CollectiveFit = H.GemmEfficiency, H.LayerCost, H.CollectiveFit
+
+    fields = (_numeric_fields(HardwareSpec) | {"peak_flops_per_s"}
+              | _numeric_fields(LinkSpec, "link.")
+              | _numeric_fields(GemmEfficiency, "gemm_efficiency.")
+              | _numeric_fields(LayerCost, "layer_costs.")
+              | _numeric_fields(CollectiveFit, "collectives.")
+              - {"collectives.alpha_s_small", "collectives.bus_bandwidth_bytes_per_s_small"})
+    assert fields == set(BOUNDS)  # the small-message regime takes the large one's ranges
+    for key, bound in BOUNDS.items():
+        assert bound.reason and 0 <= bound.minimum < bound.maximum < float("inf"), key
+
+
+def test_every_numeric_layer_field_has_a_physical_range():
+    from perfmodel.specs.layers import BOUNDS, LayerSpec
+
+    assert _numeric_fields(LayerSpec) | {"input_shape"} == set(BOUNDS)
+
+
+def _hardware_with(key, value):
+    """dgx-h100's fields with one of BOUNDS' fields set to value (in the first entry of a list)."""
+    from perfmodel.specs.hardware import hardware_from_dict, load_hardware_dict
+
+    data = load_hardware_dict("dgx-h100")
+    data["memory_reserved_bytes"] = 0  # (below memory_bytes)
+    data["gemm_efficiency"]["bf16"].update(split_k_chunk=64, large_max_fraction=0.5)  # partners
+    data["collectives"] = [{"op": "all_reduce", "scope": "intra", "algorithm": "ring",
+                            "alpha_s": 1e-5, "bus_bandwidth_bytes_per_s": 4e11,
+                            "breakpoint_bytes": 0, "alpha_s_small": 5e-6,
+                            "bus_bandwidth_bytes_per_s_small": 1e11}]
+    data["layer_costs"] = [{"part": "layer", "style": "tp", "tp": 8, "forward_overhead_s": 1e-4,
+                            "backward_overhead_s": 1e-4}]
+    group, _, name = key.rpartition(".")
+    if group == "link":
+        for link in ("intra_node", "inter_node"):
+            data[link][name] = value
+    elif group == "gemm_efficiency":
+        data["gemm_efficiency"]["bf16"][name] = value
+    elif group in ("collectives", "layer_costs"):
+        data[group][0][name] = value
+        if key == "layer_costs.tp" and value == 1:
+            data[group][0]["style"] = "plain"  # tp 1 is a plain layer's
+    elif key == "peak_flops_per_s":
+        data[key]["bf16"] = value
+    else:
+        data[key] = value
+    return hardware_from_dict(data, "test")
+
+
+def _edges():
+    from perfmodel.specs.hardware import BOUNDS
+
+    for key, b in BOUNDS.items():
+        if b.integer:
+            below = b.minimum - 1
+        elif not b.inclusive:
+            below = b.minimum
+        else:
+            below = b.minimum / 10 if b.minimum > 0 else -1.0
+        yield pytest.param(key, below, b.maximum * 10, id=key)
+
+
+@pytest.mark.parametrize("key,below,above", list(_edges()))
+def test_a_value_outside_the_physical_range_is_refused_naming_field_and_range(key, below, above):
+    """Just outside each end of BOUNDS is refused with the field, the range and its reason;
+    the ends themselves pass (except where a relation with another field forbids them)."""
+    from perfmodel.specs.hardware import BOUNDS
+
+    bound = BOUNDS[key]
+    name = key.split(".")[-1]
+    for value in (below, above):
+        with pytest.raises(SpecError) as err:
+            _hardware_with(key, value)
+        assert name in str(err.value) and bound.describe() in str(err.value), str(err.value)
+        assert bound.reason in str(err.value)
+    if key != "memory_reserved_bytes":  # it must also be below memory_bytes
+        _hardware_with(key, bound.maximum)
+    if bound.inclusive:
+        _hardware_with(key, bound.minimum)
+
+
+def test_a_bandwidth_of_1e_minus_300_is_refused_not_turned_into_nan(tmp_path):
+    """Regression: 1e-300 B/s between nodes gave 'step time nan us ... fits'."""
+    path = tmp_path / "hw.yaml"
+    path.write_text("base: dgx-h100\ninter_node:\n  bandwidth_bytes_per_s: 1.0e-300\n")
+    with pytest.raises(SpecError, match=r"inter_node.bandwidth_bytes_per_s must be >= 1e\+06 and "
+                                        r"<= 1e\+15, got 1e-300"):
+        load_hardware(str(path))
+
+
+def test_a_layer_graph_outside_its_ranges_is_refused():
+    from perfmodel.specs.layers import LayerGraphSpec, LayerSpec
+
+    fc = {"name": "fc", "kind": "linear", "params": 10, "flops": 20, "gemm_m": 1, "gemm_n": 10,
+          "gemm_k": 1}
+    with pytest.raises(SpecError, match=r"layer 'fc'.flops must be >= 0 and <= 1e\+18"):
+        LayerSpec(**{**fc, "flops": 1e30})
+    huge = LayerSpec(**{**fc, "params": 1e16})
+    with pytest.raises(SpecError, match=r"parameters \(all layers\) must be >= 0 and <= 1e\+16"):
+        LayerGraphSpec(name="g", layers=(huge, huge))
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("median_rel_error", -0.5, r"median_rel_error must be >= 0 and <= 1e\+06"),
+    ("worst_rel_error", 1e300, r"worst_rel_error must be >= 0 and <= 1e\+06"),
+    ("size_range", [1.0, 1e40], r"size_range must be >= 0 and <= 1e\+30"),
+    ("size_range", [-5.0, 1.0], r"size_range must be >= 0"),
+    ("n_points", 10**12, r"n_points must be >= 1 and <= 1e\+09"),
+    ("n_points", True, "n_points must be a positive whole number"),
+])
+def test_a_profile_fit_outside_its_ranges_is_refused(field, value, needle):
+    from perfmodel.specs.profile import profile_from_dict
+
+    fit = {"kind": "gemm", "params": {"max_fraction": 0.8}, "median_rel_error": 0.01,
+           "worst_rel_error": 0.05, "size_range": [1e6, 1e12], "n_points": 40, field: value}
+    doc = {"format": "perfmodel-profile", "version": 1, "complete": True,
+           "hardware": {"base": "dgx-h100"}, "fits": {"gemm/bf16": fit}}
+    with pytest.raises(SpecError, match=needle):
+        profile_from_dict(doc, "p.json")

@@ -12,7 +12,6 @@ keyword arguments; everything else stays on the existing path.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import click
 
 from perfmodel.errors import PlanError
 from perfmodel.files import write_atomic
+from perfmodel.output import json_text
 
 from .compare import render, render_grid, validate_grid, validate_layout
 
@@ -61,10 +61,10 @@ def run_from_cli(kw: dict[str, Any]) -> dict[str, Any]:
         report = validate_layout(model, hardware, plan, run_dir, *args)
         lines = render(report)
     out = Path(kw.get("out") or run_dir / "report.json")
-    write_atomic(out, json.dumps(report, indent=1, default=str), what="layout report",
+    write_atomic(out, json_text(report, indent=1, default=str), what="layout report",
                  make_parents=True)
     if kw.get("as_json"):
-        click.echo(json.dumps(report, indent=1, default=str))
+        click.echo(json_text(report, indent=1, default=str))
     else:
         for line in lines:
             click.echo(line)

@@ -1,0 +1,95 @@
+"""What perfmodel prints is finite, and its JSON is strict JSON.
+
+`require_finite` is the one check every computed answer passes before it is shown (predict,
+explain, recommend, collective, sweep): a NaN or an infinity is never an answer; it is a bug,
+reported as exit 1 in one line that names the non-finite terms. Bad input never gets this far:
+the specs' physical ranges (perfmodel.specs.*.BOUNDS) refuse it first, as a spec or plan error.
+
+`json_text` is the one JSON writer of every command's --json output: strict JSON (RFC 8259 has
+no NaN or Infinity, which Python's json writes by default and strict parsers refuse).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from perfmodel.errors import InternalError
+
+_SHOWN = 3  # non-finite values named in one error line
+
+
+def non_finite(data: Any, path: str = "") -> list[tuple[str, float]]:
+    """(dotted path, value) of every NaN or infinity in nested mappings, lists, tuples, numpy
+    arrays and pandas frames (a frame's cells are named row.column)."""
+    if isinstance(data, bool) or data is None or isinstance(data, (str, bytes)):
+        return []
+    if isinstance(data, Mapping):
+        return [hit for k, v in data.items() for hit in non_finite(v, f"{path}.{k}" if path
+                                                                    else str(k))]
+    if hasattr(data, "select_dtypes"):  # a pandas DataFrame: its numeric cells, vectorised
+        import numpy as np
+
+        numbers = data.select_dtypes("number")
+        rows, cols = np.nonzero(~np.isfinite(numbers.to_numpy(dtype=float)))
+        return [(f"{path + '.' if path else ''}{numbers.index[r]}.{numbers.columns[c]}",
+                 float(numbers.iat[r, c])) for r, c in zip(rows, cols, strict=True)]
+    if hasattr(data, "tolist") and not isinstance(data, (int, float)):  # numpy arrays, scalars
+        return non_finite(data.tolist(), path)
+    if isinstance(data, (list, tuple)):
+        return [hit for i, v in enumerate(data) for hit in non_finite(v, f"{path}[{i}]")]
+    if isinstance(data, (int, float)):
+        return [] if math.isfinite(data) else [(path, float(data))]
+    return []
+
+
+def require_finite(data: Any, what: str, context: str = "") -> None:
+    """InternalError (exit 1) 'internal: WHAT is not finite (term = inf, ...) for CONTEXT' when
+    data holds a NaN or an infinity; the most specific (deepest) terms are named first."""
+    bad = non_finite(data)
+    if not bad:
+        return
+    bad.sort(key=lambda hit: -hit[0].count("."))
+    named = ", ".join(f"{name or 'value'} = {value}" for name, value in bad[:_SHOWN])
+    more = f" and {len(bad) - _SHOWN} more" if len(bad) > _SHOWN else ""
+    where = f" for {context}" if context else ""
+    raise InternalError(f"{what} is not finite ({named}{more}){where}; please report it")
+
+
+def _plain(value: Any) -> Any:
+    """JSON for what json does not know: numpy and sympy numbers, arrays, paths, enums."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return value.tolist()
+    if hasattr(value, "is_number") and value.is_number:  # a sympy number
+        return float(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def json_text(data: Any, *, indent: int | None = 2,
+              default: Callable[[Any], Any] | None = None) -> str:
+    """Strict JSON of data (allow_nan=False): InternalError naming the non-finite values when
+    one slipped through. default: how to write other objects (e.g. str), after _plain's types."""
+    def fallback(value: Any) -> Any:
+        try:
+            return _plain(value)
+        except TypeError:
+            if default is None:
+                raise
+            return default(value)
+
+    try:
+        return json.dumps(data, indent=indent, allow_nan=False, default=fallback)
+    except ValueError:
+        require_finite(data, "the JSON output")
+        raise  # a non-finite value that non_finite cannot reach (inside an object's default)
+
+
+__all__ = ["json_text", "non_finite", "require_finite"]
