@@ -468,8 +468,9 @@ def _read_json(path: Path) -> Any:
     def refuse(constant: str) -> None:
         raise ValueError(f"{constant} is not a number")
 
+    text = read_text_bounded(path, "", error=DataError)  # its own one-line refusals
     try:
-        return json.loads(read_text_bounded(path, "", error=DataError), parse_constant=refuse)
+        return json.loads(text, parse_constant=refuse)
     except ValueError as exc:
         raise DataError(f"{path}: not valid JSON ({exc})") from None
 

@@ -162,6 +162,7 @@ STREAMS = {  # (file, function): why writing in place is right there
                                         "is dropped by calibration.launch.read_records",
     ("validation/launch.py", "_launch_once"): "the ranks' logs, written by the ranks as they run",
     ("benchmarks/fuzz_parsers.py", "check"): "a fuzzed input in a throwaway temporary directory",
+    ("benchmarks/hostile_inputs.py", "inputs"): "hostile inputs in a throwaway temporary directory",
 }
 THE_WRITER = ("perfmodel/files.py", "atomic_file")  # write_atomic writes through it
 # The emitted job is copied alone to a cluster and imports only torch and the standard library:
