@@ -1,0 +1,356 @@
+"""Accuracy on published runs: predicted against published step times, with the breakdown that
+explains each error, then the mean absolute percentage error per source.
+
+Run: python benchmarks/bench_accuracy.py [--data DIR] [--markdown FILE] [--csv FILE]
+
+Three sets, none of them used to set a parameter (they measure the model; see DEVELOPERS' rule):
+- published-steps.csv (../shared/data/accuracy, or tests/data/accuracy): NeMo DGX H100 recipes
+  (bf16 and their FP8 twins) and torchtitan on A100, 32 runs; each row's features (sequence
+  parallelism, TP-communication overlap, the distributed optimizer and its overlaps, interleaving,
+  recompute, FSDP2, flash attention) mapped to plan options; a feature the model does not have
+  yet is listed in the row's `not modelled` column, never silently dropped.
+- Korthikanti et al. 2022, Table 5 (eight iterations on DGX A100 80GB).
+- The shared nccl-tests logs: each log's bus bandwidth per size against `perfmodel collective` on
+  the preset of its GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+HARDWARE = {"H100": "dgx-h100", "A100": "dgx-a100-80gb"}
+
+# The architecture the CSV does not state, per model (identified by its shape), with its source.
+ARCHITECTURES: dict[tuple[int, int], dict[str, Any]] = {
+    # Nemotron-4 15B / 340B (Parmar et al. 2024, arXiv 2402.16819, Sec. 2; NVIDIA 2024, arXiv
+    # 2406.11704): squared-ReLU MLP (not gated), rotary positions, no biases, untied embeddings
+    (6144, 256000): dict(name="nemotron4-15b", gated_mlp=False, bias=False,
+                         position_embedding="rotary", norm="layernorm", tied_embeddings=False),
+    (18432, 256000): dict(name="nemotron4-340b", gated_mlp=False, bias=False,
+                          position_embedding="rotary", norm="layernorm", tied_embeddings=False),
+    # GPT-3 175B as NeMo's gpt3_175b config trains it: learned absolute positions, biases, LayerNorm
+    (12288, 50688): dict(name="gpt3-175b-nemo", gated_mlp=False, bias=True,
+                         position_embedding="learned", norm="layernorm", tied_embeddings=True),
+    # Llama 2 (Touvron et al. 2023, arXiv 2307.09288) and Llama 3 (Dubey et al. 2024, arXiv
+    # 2407.21783): SwiGLU, rotary, RMSNorm, no biases, untied
+    (4096, 128256): dict(name="llama3-8b", gated_mlp=True, bias=False,
+                         position_embedding="rotary", norm="rmsnorm", tied_embeddings=False),
+    (8192, 128256): dict(name="llama3-70b", gated_mlp=True, bias=False,
+                         position_embedding="rotary", norm="rmsnorm", tied_embeddings=False),
+    (5120, 32000): dict(name="llama2-13b", gated_mlp=True, bias=False,
+                        position_embedding="rotary", norm="rmsnorm", tied_embeddings=False),
+    (8192, 32000): dict(name="llama2-70b", gated_mlp=True, bias=False,
+                        position_embedding="rotary", norm="rmsnorm", tied_embeddings=False),
+}
+
+# Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"),
+# Table 5, DGX A100 80GB (Selene), data parallel 1: model, tp, pp, global batch, micro-batch,
+# schedule, virtual stages, seconds with full recompute, seconds with SP + selective recompute.
+TABLE5 = [
+    ("gpt-22b", 8, 1, 4, 4, "1f1b", 1, 1.42, 1.10),
+    ("gpt3-175b", 8, 8, 64, 1, "interleaved", 3, 18.13, 13.75),
+    ("gpt-530b", 8, 35, 280, 1, "interleaved", 3, 49.05, 37.83),
+    ("gpt-1t", 8, 64, 512, 1, "1f1b", 1, 94.42, 71.49),
+]
+
+
+@dataclass
+class Row:
+    source: str
+    label: str
+    published_s: float
+    predicted_s: float | None = None
+    breakdown: dict[str, float] = field(default_factory=dict)
+    memory_gib: float | None = None
+    capacity_gib: float | None = None
+    published_memory_gib: float | None = None
+    not_modelled: list[str] = field(default_factory=list)
+    error: str = ""
+    dtype: str = "bf16"
+
+    @property
+    def signed_error(self) -> float | None:
+        if self.predicted_s is None:
+            return None
+        return (self.predicted_s - self.published_s) / self.published_s
+
+
+def data_dir(given: str | None) -> Path:
+    if given:
+        return Path(given)
+    shared = SHARED / "accuracy"
+    return shared if shared.is_dir() else ROOT / "tests" / "data" / "accuracy"
+
+
+def _features(text: str) -> list[str]:
+    """The features of a row: 'bf16; SP, TP comm overlap (...), ...' -> ['bf16', 'SP', ...]."""
+    return [t.strip() for part in text.split(";") for t in part.split(",") if t.strip()]
+
+
+def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """(model fields, plan fields, features not modelled) of a published run. Every feature the
+    source states is either mapped to a plan option or named as not modelled."""
+    arch = ARCHITECTURES[(int(row["hidden"]), int(row["vocab"]))]
+    model = dict(arch, layers=int(row["layers"]), hidden=int(row["hidden"]),
+                 heads=int(row["heads"]), kv_heads=int(row["kv_heads"]),
+                 ffn_hidden=int(row["ffn_hidden"]), vocab=int(row["vocab"]),
+                 seq_len=int(row["seq_len"]))
+    for key in ("tied_embeddings", "gated_mlp"):  # where the row states it, it must agree
+        stated = row.get(key)
+        if isinstance(stated, str):
+            stated = {"true": True, "false": False}.get(stated.strip().lower())
+        if stated is not None and stated == stated and bool(stated) != model[key]:  # not NaN
+            raise ValueError(f"{model['name']}: the row says {key}={stated}, its source "
+                             f"{model[key]}")
+    plan: dict[str, Any] = dict(gpus=int(row["gpus"]), tp=int(row["tp"]), pp=int(row["pp"]),
+                                dp=int(row["dp"]), micro_batch=int(row["micro_batch"]),
+                                global_batch=int(row["global_batch"]), dtype=row["dtype"])
+    missing: list[str] = []
+    if int(row.get("cp", 1) or 1) > 1:
+        missing.append(f"context parallel {row['cp']}")
+    for feature in _features(str(row["features"])):
+        vp = re.fullmatch(r"VP=(\d+)", feature)
+        if feature in ("bf16", "FP8 (TE hybrid)"):
+            pass  # the row's dtype column
+        elif feature == "SP":
+            plan["sequence_parallel"] = True
+        elif vp:
+            plan.update(schedule="interleaved", virtual_stages=int(vp.group(1)))
+        elif feature == "distributed_fused_adam + overlap grad/param sync":
+            # Megatron's distributed optimizer shards the optimizer states (ZeRO-1), reduces the
+            # gradients during backward and gathers the parameters during the next forward
+            plan.update(zero=1, overlap_grad_sync=True)
+            missing.append("parameter all-gather overlapped with forward")
+        elif feature == "TP comm overlap (ub_tp_comm_overlap)":
+            missing.append("tensor-parallel communication overlap (userbuffers)")
+        elif feature == "flash/cuDNN attention":
+            plan["flash_attention"] = True
+        elif feature in ("recompute none", "no AC"):
+            plan["recompute"] = "none"
+        elif feature in ("recompute selective",):
+            plan["recompute"] = "selective"
+        elif feature == "full AC":
+            plan["recompute"] = "full"
+        elif feature == "FSDP2":
+            plan["zero"] = 3
+        elif feature == "selective op AC":
+            missing.append("torchtitan per-op selective recompute (taken as none)")
+        elif feature == "selective layer AC":
+            missing.append("every-second-layer recompute (taken as none)")
+        else:
+            missing.append(f"unknown feature '{feature}' (not mapped)")
+    return model, plan, missing
+
+
+def published_rows(directory: Path) -> list[Row]:
+    import pandas as pd
+
+    from perfmodel import PerfmodelError, TransformerSpec, predict
+
+    rows = []
+    frame = pd.read_csv(directory / "published-steps.csv")
+    for _, r in frame.iterrows():
+        model, plan, missing = plan_of(r.to_dict())
+        label = (f"{model['name']} {r['gpu']} x{r['gpus']} tp{r['tp']} pp{r['pp']} "
+                 f"dp{r['dp']} mb{r['micro_batch']} {r['dtype']} "
+                 f"[{str(r['features']).split('; ', 1)[-1]}]")
+        row = Row(str(r["source"]), label, float(r["published_step_s"]), dtype=str(r["dtype"]),
+                  not_modelled=missing)
+        mem = r.get("published_peak_mem_gib")
+        row.published_memory_gib = None if pd.isna(mem) else float(mem)
+        try:
+            p = predict(TransformerSpec(**model), HARDWARE[str(r["gpu"])], plan)
+        except PerfmodelError as exc:
+            row.error = str(exc)
+        else:
+            _fill(row, p)
+        rows.append(row)
+    return rows
+
+
+def _fill(row: Row, p: Any) -> None:
+    row.predicted_s = p.step_time_s
+    row.breakdown = dict(p.breakdown_s)
+    row.memory_gib = p.memory_per_gpu_bytes / 2**30
+    row.capacity_gib = p.memory_capacity_bytes / 2**30
+
+
+def table5_rows() -> list[Row]:
+    from perfmodel import Plan, predict
+
+    rows = []
+    for name, tp, pp, batch, micro, schedule, v, full, selective in TABLE5:
+        base = dict(gpus=tp * pp, tp=tp, pp=pp, global_batch=batch, micro_batch=micro,
+                    schedule=schedule, virtual_stages=v)
+        for extra, seconds, what in ((dict(recompute="full"), full, "full recompute"),
+                                     (dict(recompute="selective", sequence_parallel=True),
+                                      selective, "SP + selective")):
+            row = Row("korthikanti", f"{name} tp{tp} pp{pp} B{batch} {what}", seconds)
+            _fill(row, predict(name, "dgx-a100-80gb", Plan(**base, **extra)))
+            rows.append(row)
+    return rows
+
+
+def nccl_rows(directory: Path) -> list[dict[str, Any]]:
+    """Per shared nccl-tests log: the median and worst relative error of the predicted time over
+    its sizes (1 MiB and up, and all sizes)."""
+    from calibration.nccl_tests import parse_nccl_tests
+    from perfmodel.collective import predict_collective
+    from perfmodel.specs.hardware import load_hardware
+
+    out = []
+    for path in sorted(directory.glob("*.txt")):
+        gpu = "H100" if path.name.startswith("h100") else "A100"
+        hw = load_hardware(HARDWARE[gpu])
+        for run in parse_nccl_tests(path):
+            errors, big = [], []
+            per_node = run.ranks // max(run.nodes, 1)
+            for rec in run.records.itertuples():
+                pred = predict_collective(str(run.op), float(rec.nbytes), run.ranks, hw, per_node)
+                err = (pred["time_s"] - rec.time_s) / rec.time_s
+                errors.append(err)
+                if rec.nbytes >= 2**20:
+                    big.append(err)
+            out.append({"log": path.name, "op": str(run.op), "ranks": run.ranks,
+                        "median_all": statistics.median(errors),
+                        "median_1mib_up": statistics.median(big) if big else math.nan,
+                        "worst": max(errors, key=abs)})
+    return out
+
+
+def shares(row: Row) -> str:
+    """The breakdown in a few groups, as shares of the predicted step."""
+    if not row.breakdown or not row.predicted_s:
+        return ""
+    groups = {"compute": ("compute/",), "comm": ("comm/", "pipeline/p2p"),
+              "bubble": ("pipeline/bubble",), "overhead": ("overhead/",),
+              "optimizer": ("optimizer/",)}
+    parts = []
+    for name, prefixes in groups.items():
+        total = sum(v for k, v in row.breakdown.items() if k.startswith(prefixes))
+        if total > 0:
+            parts.append(f"{name} {total / row.predicted_s:.0%}")
+    return ", ".join(parts)
+
+
+def mape(rows: list[Row]) -> float:
+    errors = [abs(r.signed_error) for r in rows if r.signed_error is not None]
+    return sum(errors) / len(errors) if errors else math.nan
+
+
+def summary(rows: list[Row]) -> list[tuple[str, int, int, float, float]]:
+    """(set, rows predicted, rows refused, MAPE, worst |error|) per source and dtype."""
+    keys: dict[str, list[Row]] = {}
+    for r in rows:
+        keys.setdefault(f"{r.source} {r.dtype}", []).append(r)
+    out = []
+    for key, group in keys.items():
+        done = [r for r in group if r.signed_error is not None]
+        worst = max((abs(r.signed_error) for r in done), default=math.nan)  # type: ignore[arg-type]
+        out.append((key, len(done), len(group) - len(done), mape(group), worst))
+    return out
+
+
+def _pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.1%}"
+
+
+def markdown(rows: list[Row], nccl: list[dict[str, Any]]) -> str:
+    lines = ["| set | run | published [s] | predicted [s] | error | breakdown | memory [GiB] | "
+             "not modelled |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        pred = f"{r.predicted_s:.3f}" if r.predicted_s is not None else f"refused: {r.error}"
+        err = f"{r.signed_error:+.1%}" if r.signed_error is not None else ""
+        mem = (f"{r.memory_gib:.1f} of {r.capacity_gib:.0f}" if r.memory_gib is not None else "")
+        lines.append(f"| {r.source} | {r.label} | {r.published_s:.3f} | {pred} | {err} | "
+                     f"{shares(r)} | {mem} | {'; '.join(r.not_modelled)} |")
+    lines += ["", "| set | predicted | refused | MAPE | worst |", "|---|---|---|---|---|"]
+    for key, n, refused, m, worst in summary(rows):
+        lines.append(f"| {key} | {n} | {refused} | {_pct(m)} | {_pct(worst)} |")
+    lines += ["", "| nccl-tests log | op | ranks | median error (all sizes) | median (>= 1 MiB) | "
+              "worst |", "|---|---|---|---|---|---|"]
+    for n in nccl:
+        lines.append(f"| {n['log']} | {n['op']} | {n['ranks']} | {n['median_all']:+.1%} | "
+                     f"{n['median_1mib_up']:+.1%} | {n['worst']:+.1%} |")
+    return "\n".join(lines) + "\n"
+
+
+def print_report(rows: list[Row], nccl: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=200)
+    table = Table(title="published runs: predicted against published step time")
+    for col in ("set", "run", "published s", "predicted s", "error", "breakdown", "memory GiB",
+                "not modelled"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.source, r.label, f"{r.published_s:.3f}",
+                      f"{r.predicted_s:.3f}" if r.predicted_s is not None else "refused",
+                      f"{r.signed_error:+.1%}" if r.signed_error is not None else r.error[:60],
+                      shares(r),
+                      f"{r.memory_gib:.1f}/{r.capacity_gib:.0f}" if r.memory_gib else "",
+                      "; ".join(r.not_modelled))
+    con.print(table)
+    for key, n, refused, m, worst in summary(rows):
+        con.print(f"{key}: {n} predicted, {refused} refused, MAPE {_pct(m)}, worst {_pct(worst)}")
+    unfit = [r for r in rows if r.memory_gib is not None and r.memory_gib > r.capacity_gib]
+    con.print(f"memory: {len(unfit)} of {sum(r.memory_gib is not None for r in rows)} runs that "
+              f"ran are predicted not to fit" + (": " + "; ".join(r.label for r in unfit)
+                                                 if unfit else ""))
+    pub = [r for r in rows if r.published_memory_gib and r.memory_gib]
+    for r in pub:
+        con.print(f"  peak memory {r.label}: published {r.published_memory_gib:.1f} GiB, "
+                  f"predicted {r.memory_gib:.1f} GiB")
+    nt = Table(title="nccl-tests logs against the presets (predicted time / measured - 1)")
+    for col in ("log", "op", "ranks", "median (all)", "median (>= 1 MiB)", "worst"):
+        nt.add_column(col)
+    for n in nccl:
+        nt.add_row(n["log"], n["op"], str(n["ranks"]), f"{n['median_all']:+.1%}",
+                   f"{n['median_1mib_up']:+.1%}", f"{n['worst']:+.1%}")
+    con.print(nt)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=None, help="directory of published-steps.csv")
+    parser.add_argument("--nccl-tests", default=None, help="directory of nccl-tests logs")
+    parser.add_argument("--markdown", type=Path, default=None, help="write the tables here")
+    parser.add_argument("--csv", type=Path, default=None, help="write the rows here")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    rows = published_rows(data_dir(args.data)) + table5_rows()
+    logs = Path(args.nccl_tests) if args.nccl_tests else (
+        SHARED / "nccl-tests" if (SHARED / "nccl-tests").is_dir()
+        else ROOT / "tests" / "data" / "nccl-tests")
+    nccl = nccl_rows(logs)
+    print_report(rows, nccl)
+    from perfmodel.files import write_atomic
+
+    if args.markdown:
+        write_atomic(args.markdown, markdown(rows, nccl), what="accuracy tables")
+    if args.csv:
+        import pandas as pd
+
+        frame = pd.DataFrame([{"source": r.source, "run": r.label, "dtype": r.dtype,
+                               "published_s": r.published_s, "predicted_s": r.predicted_s,
+                               "error": r.signed_error, "breakdown": shares(r),
+                               "memory_gib": r.memory_gib, "capacity_gib": r.capacity_gib,
+                               "not_modelled": "; ".join(r.not_modelled), "refused": r.error}
+                              for r in rows])
+        write_atomic(args.csv, frame.to_csv(index=False), what="accuracy CSV")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

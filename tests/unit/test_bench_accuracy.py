@@ -1,0 +1,36 @@
+"""benchmarks/bench_accuracy.py reads every published run: each feature its source states is mapped
+to a plan option or named as not modelled (never dropped), and each model has the published size."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from benchmarks import bench_accuracy as B
+from perfmodel import TransformerSpec, load_hardware
+from perfmodel.predict import parameter_count
+from tests.conftest import ROOT
+
+DATA = ROOT / "tests" / "data" / "accuracy"
+ROWS = pd.read_csv(DATA / "published-steps.csv").to_dict("records")
+
+# Published sizes [parameters]: Nemotron-4 15B (arXiv 2402.16819: 15B, of which 3.2B embeddings),
+# Nemotron-4 340B (arXiv 2406.11704), GPT-3 175B (Brown et al. 2020, Table 2.1), Llama 3 8B and
+# 70B (Meta's model cards: 8.03B, 70.6B), Llama 2 13B and 70B (arXiv 2307.09288: 13B, 70B)
+SIZES = {"nemotron4-15b": 15.7e9, "nemotron4-340b": 341e9, "gpt3-175b-nemo": 175e9,
+         "llama3-8b": 8.03e9, "llama3-70b": 70.6e9, "llama2-13b": 13.0e9, "llama2-70b": 69.0e9}
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[f"{r['source']}-{i}" for i, r in enumerate(ROWS)])
+def test_every_feature_is_mapped_or_named(row):
+    model, plan, missing = B.plan_of(row)
+    assert not [m for m in missing if m.startswith("unknown feature")], missing
+    assert plan["dp"] * plan["tp"] * plan["pp"] == plan["gpus"]
+    spec = TransformerSpec(**model)
+    size = parameter_count(spec, load_hardware(B.HARDWARE[row["gpu"]]), "bf16")
+    assert size == pytest.approx(SIZES[model["name"]], rel=0.05), model["name"]
+
+
+def test_an_unknown_feature_is_named():
+    row = dict(ROWS[0], features="bf16; SP, a new trick")
+    assert "unknown feature 'a new trick' (not mapped)" in B.plan_of(row)[2]
