@@ -118,7 +118,7 @@ def layer_dtype(device_type: str) -> str:
 
 def _part_step(ctx: Any, part: str, spec: dict[str, Any], size: LayerSize, mesh: Any, sp: bool):
     """(forward, backward) callables of one part: forward returns what backward consumes."""
-    from validation import job
+    from workload import job
 
     torch = ctx.torch
     dtype = job.DTYPES[layer_dtype(ctx.device.type)]
@@ -244,7 +244,7 @@ def _bench_fsdp(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
     micro-batch only), and the same chunk plain, measured one after the other."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from validation import job
+    from workload import job
 
     torch = ctx.torch
     mesh = init_device_mesh(ctx.device.type, (ctx.world,), mesh_dim_names=("dp",))

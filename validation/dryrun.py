@@ -57,8 +57,8 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
     from torch.distributed.tensor.debug import CommDebugMode
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from validation import job
     from validation.run import RunSettings, job_config
+    from workload import job
 
     if plan.pp > 1 and plan.zero and plan.dp > 1:
         raise PlanError("--dry-run does not count pipeline plans with FSDP (zero > 0) yet")

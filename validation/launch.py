@@ -24,7 +24,7 @@ from typing import Any
 
 from perfmodel.files import write_atomic
 
-JOB_FILE = Path(__file__).with_name("job.py")
+JOB_FILE = Path(__file__).resolve().parents[1] / "workload" / "job.py"
 GRACE_S = 5.0  # after the first failure, how long the other ranks get to fail on their own
 
 

@@ -167,7 +167,7 @@ STREAMS = {  # (file, function): why writing in place is right there
 THE_WRITER = ("perfmodel/files.py", "atomic_file")  # write_atomic writes through it
 # The emitted job is copied alone to a cluster and imports only torch and the standard library:
 # it keeps its own temp-file-and-rename writer for the files of its own run directory.
-STANDALONE = {"validation/job.py"}
+STANDALONE = {"workload/job.py"}
 
 
 def _name(call: ast.Call) -> str:
@@ -208,7 +208,7 @@ def _writes_in_place(tree: ast.AST) -> list[tuple[str, int]]:
 
 def test_every_file_the_tool_writes_is_written_by_the_one_atomic_writer():
     offenders = []
-    for package in ("perfmodel", "calibration", "validation", "benchmarks"):
+    for package in ("perfmodel", "workload", "calibration", "validation", "benchmarks"):
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = str(path.relative_to(ROOT))
             if rel in STANDALONE:

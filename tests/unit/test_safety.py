@@ -138,8 +138,8 @@ def test_a_local_rendezvous_listens_on_loopback_only(monkeypatch):
     pytest.importorskip("torch")
     import datetime
 
-    from validation.job import _LISTENING, loopback_rendezvous
     from validation.launch import free_port
+    from workload.job import _LISTENING, loopback_rendezvous
 
     port = free_port()
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")

@@ -1,0 +1,1 @@
+"""The training job perfmodel validates against and calibrates with: torch only (job.py)."""
