@@ -522,7 +522,7 @@ def run_worker(
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
-        from workload.job import keep_freed_memory  # the job's allocator settings, measured alike
+        from workload.process import keep_freed_memory  # the job's allocator settings, alike
 
         device = torch.device("cpu")
         keep_freed_memory()

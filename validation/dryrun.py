@@ -58,7 +58,10 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from validation.run import RunSettings, job_config
-    from workload import job
+    from workload.model import DTYPES
+    from workload.parallelize import make_mesh
+    from workload.timers import CollectiveCounter, axis_of_group
+    from workload.trainer import Trainer
 
     if plan.pp > 1 and plan.zero and plan.dp > 1:
         raise PlanError("--dry-run does not count pipeline plans with FSDP (zero > 0) yet")
@@ -67,16 +70,16 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
     cfg = job_config(model, plan, RunSettings(nprocs=plan.gpus, steps=1, warmup=0))
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.gpus)
     try:
-        mesh = job.make_mesh(cfg["plan"], "cpu")
+        mesh = make_mesh(cfg["plan"], "cpu")
         # On the meta device: shapes without storage, so a rank of a 175B model fits anywhere.
         # FSDP2 refuses meta parameters: sharded plans run on the CPU (small models only).
         device = torch.device("cpu" if plan.zero and plan.dp > 1 else "meta")
         torch.manual_seed(0)
         with device:
-            trainer = job.Trainer(cfg, mesh, device, job.DTYPES[plan.dtype.value], pipeline=False)
+            trainer = Trainer(cfg, mesh, device, DTYPES[plan.dtype.value], pipeline=False)
         # AdamW issues no collective here (gradients already carry their parameters' placements).
         trainer.optimizer.step = lambda *a, **k: None
-        counter = job.CollectiveCounter(job.axis_of_group(mesh))
+        counter = CollectiveCounter(axis_of_group(mesh))
         trainer.counter = counter
         debug = CommDebugMode()
         debug.advanced_module_tracker = _NoModuleTracker()

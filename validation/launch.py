@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import workload
 from perfmodel.files import write_atomic
 
-JOB_FILE = Path(__file__).resolve().parents[1] / "workload" / "job.py"
+JOB_MODULE = "workload.job"  # python -P -m workload.job CONFIG.json (-P: not from the cwd)
+# the directory the ranks import workload from: the one this process imported it from
+WORKLOAD_ROOT = Path(workload.__file__).resolve().parents[1]
 GRACE_S = 5.0  # after the first failure, how long the other ranks get to fail on their own
 
 
@@ -238,6 +241,9 @@ def _launch_once(
         "PYTHONUNBUFFERED": "1",
         # the ranks exit if this launcher dies without stopping them (e.g. SIGKILL)
         "PERFMODEL_PARENT_PID": str(os.getpid()),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(WORKLOAD_ROOT), os.environ.get("PYTHONPATH", "")) if p
+        ),
     }
     if master_addr in ("127.0.0.1", "localhost", "::1"):  # gloo's sockets on loopback too
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -253,7 +259,7 @@ def _launch_once(
             with open(logs[rank], "wb") as log:
                 kwargs: dict[str, Any] = {"process_group": 0 if rank == 0 else pgid}
                 p = subprocess.Popen(
-                    [python, str(JOB_FILE), str(cfg_path)],
+                    [python, "-P", "-m", JOB_MODULE, str(cfg_path)],
                     env=rank_env,
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import datetime
 import json
 import math
 import os
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from perfmodel.output import json_text
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
 from validation import report as rep
-from validation.launch import JOB_FILE, launch
+from validation.launch import launch
 
 BASELINE_RSS_BYTES = 400 * 2**20  # a Python process with torch imported, before the model
 
@@ -74,9 +74,9 @@ def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:
 
 
 def job_model(model: TransformerSpec) -> TransformerSpec:
-    """The model as validation/job.py builds it: untied embeddings (tying across pipeline stages
-    needs an all-reduce the job does not do) and a learned position table (seq_len x hidden) even
-    for rotary models. The prediction, the ledger and --dry-run all take this model."""
+    """The model as the job (workload.model) builds it: untied embeddings (tying across pipeline
+    stages needs an all-reduce the job does not do) and a learned position table (seq_len x
+    hidden) even for rotary models. The prediction, the ledger and --dry-run all take this model."""
     return model.replace(tied_embeddings=False, position_embedding="learned")
 
 
@@ -109,7 +109,7 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
 
 
 def job_config(model: TransformerSpec, plan: Plan, settings: RunSettings) -> dict[str, Any]:
-    """The job's JSON config (see validation/job.py)."""
+    """The job's JSON config (see workload.job)."""
     return {
         "model": {
             "layers": model.layers,
@@ -342,6 +342,45 @@ NCCL_ENV = {
 }
 
 
+# The emitted entry point: `python job.py config.json` finds the workload package beside it.
+JOB_ENTRY = '''"""The training job perfmodel validate --emit wrote: torchrun ... job.py config.json.
+
+The job is the package workload/ beside this file (the standard library and torch only).
+"""
+
+import sys
+
+from workload.job import main
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+def job_files() -> dict[str, bytes]:
+    """The emitted job's files by relative path: job.py (JOB_ENTRY), and workload/job.py with
+    every workload module it imports, transitively (read from their import statements)."""
+    import workload
+
+    root = Path(workload.__file__).resolve().parent
+    files = {"workload/__init__.py": (root / "__init__.py").read_bytes()}
+    todo = ["job"]
+    while todo:
+        name = todo.pop()
+        if f"workload/{name}.py" in files:
+            continue
+        source = (root / f"{name}.py").read_bytes()
+        files[f"workload/{name}.py"] = source
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                parts = node.module.split(".")
+                if parts[0] == "workload" and len(parts) == 2:
+                    todo.append(parts[1])
+            elif isinstance(node, ast.ImportFrom) and node.level == 1:
+                todo += [node.module] if node.module else [a.name for a in node.names]
+    return {"job.py": JOB_ENTRY.encode(), **dict(sorted(files.items()))}
+
+
 def emit(
     model: TransformerSpec,
     hardware: Any,
@@ -351,7 +390,7 @@ def emit(
     nodes: int,
     gpus_per_node: int,
 ) -> list[Path]:
-    """Write the job, its config, a torchrun command and a Slurm batch script to out."""
+    """Write the job (job_files), its config, a torchrun command and a Slurm batch script to out."""
     if nodes * gpus_per_node != plan.gpus:
         raise PlanError(
             f"nodes x gpus per node ({nodes} x {gpus_per_node}) must equal the plan's "
@@ -365,8 +404,9 @@ def emit(
         "prediction": predict_dict(model, hardware, plan),
     }
     written = []
-    write_atomic(out / "job.py", JOB_FILE.read_bytes(), what="job", make_parents=True)
-    written.append(out / "job.py")
+    for name, data in job_files().items():
+        write_atomic(out / name, data, what="job", make_parents=True)
+        written.append(out / name)
     for name, data in (("config.json", cfg), ("meta.json", meta)):
         write_atomic(out / name, json_text(data, indent=1), what=name, make_parents=True)
         written.append(out / name)
@@ -516,7 +556,7 @@ def _check_meta(meta: Any, where: str) -> None:
             _number(value, f"{where}: prediction.{key}.{name}")
 
 
-# the times a step records (validation/job.py, Trainer.step); pipeline_wait may dip below 0
+# the times a step records (workload.trainer.Trainer.step); pipeline_wait may dip below 0
 _STEP_TIMES = ("forward", "backward", "grad_sync", "optimizer", "step")
 
 
@@ -546,6 +586,3 @@ def _check_record(record: Any, where: str, ranks: int) -> None:
         if record.get(key) is not None:
             _number(record[key], f"{where}: {key}")
 
-
-def torchrun_command(nprocs: int, config: Path) -> str:
-    return shlex.join(["torchrun", "--nproc-per-node", str(nprocs), str(JOB_FILE), str(config)])

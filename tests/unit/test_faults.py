@@ -165,8 +165,9 @@ STREAMS = {  # (file, function): why writing in place is right there
     ("benchmarks/hostile_inputs.py", "inputs"): "hostile inputs in a throwaway temporary directory",
 }
 THE_WRITER = ("perfmodel/files.py", "atomic_file")  # write_atomic writes through it
-# The emitted job is copied alone to a cluster and imports only torch and the standard library:
-# it keeps its own temp-file-and-rename writer for the files of its own run directory.
+# The emitted job (workload/job.py and the modules it imports) is copied to a cluster without
+# perfmodel and imports only torch and the standard library: workload/job.py keeps its own
+# temp-file-and-rename writer (write_json) for the files of its own run directory.
 STANDALONE = {"workload/job.py"}
 
 
