@@ -169,7 +169,7 @@ def validate(ctx: click.Context, **kw: Any) -> None:
         return
     from validation.layouts.cli_hook import run_from_cli, wants_layout
 
-    if wants_layout(kw):  # --tp-layout 2d/3d and --pr/--pc grids: validation.layouts runs them
+    if wants_layout(kw):  # --tp-layout 2d/3d and --pr/--pc grids: workload.layouts runs them
         run_from_cli(kw)
         return
     from validation import run

@@ -157,7 +157,7 @@ def test_a_profile_is_never_half_written(tmp_path, monkeypatch):
 # Every file the tool writes goes through perfmodel.files.write_atomic (or is a log written as it
 # grows). A new writer that opens its target directly, or a second atomic writer, fails here.
 STREAMS = {  # (file, function): why writing in place is right there
-    ("validation/layouts/harness.py", "launch"): "the launcher's log, written as it runs",
+    ("workload/layouts/harness.py", "launch"): "the launcher's log, written as it runs",
     ("calibration/bench.py", "_write"): "measurements streamed as JSON lines; a cut last line "
                                         "is dropped by calibration.launch.read_records",
     ("validation/launch.py", "_launch_once"): "the ranks' logs, written by the ranks as they run",

@@ -334,7 +334,7 @@ def launch(
     timeout_s: float = 120.0,
     world_size: int | None = None,
 ) -> float:
-    """Run `python -m validation.layouts ARGS` on nprocs local ranks (gloo on 127.0.0.1, a free
+    """Run `python -m workload.layouts ARGS` on nprocs local ranks (gloo on 127.0.0.1, a free
     port). One parent process imports torch once and forks the ranks (importing torch costs ~3 s
     of CPU per process, which 8 ranks on 2 cores would pay 8 times); parent and ranks share one
     new process group, killed whole on a timeout, a failure or Ctrl-C. Rank R logs to
@@ -355,7 +355,7 @@ def launch(
     )
     env.pop("RANK", None)
     t0 = time.monotonic()
-    cmd = [sys.executable, "-m", "validation.layouts", *args]
+    cmd = [sys.executable, "-m", "workload.layouts", *args]
     cmd += ["--fork-ranks", str(nprocs), "--log-dir", str(log_dir)]
     with open(log_dir / "parent.log", "w") as f:
         p = subprocess.Popen(

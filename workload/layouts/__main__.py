@@ -1,11 +1,11 @@
-"""python -m validation.layouts: time a layout, or run the equivalence suite, on every rank.
+"""python -m workload.layouts: time a layout, or run the equivalence suite, on every rank.
 
-Under torchrun (or validation.layouts.harness.launch):
-    torchrun --nproc-per-node 4 -m validation.layouts --layout 2d \
+Under torchrun (or workload.layouts.harness.launch):
+    torchrun --nproc-per-node 4 -m workload.layouts --layout 2d \
         --dims '{"batch": 4, "seq": 64, "hidden": 256, "heads": 8, "ffn": 1024}' --json out.json
-    torchrun --nproc-per-node 4 -m validation.layouts --layout prpc --plan '{"pr": 2, "pc": 2}' \
+    torchrun --nproc-per-node 4 -m workload.layouts --layout prpc --plan '{"pr": 2, "pc": 2}' \
         --dims '{"model": "mlp", "batch": 64, "widths": [512, 1024, 1024, 10]}' --json out.json
-    torchrun --nproc-per-node 4 -m validation.layouts --check --json checks.json
+    torchrun --nproc-per-node 4 -m workload.layouts --check --json checks.json
 Without RANK in the environment, `--nprocs N` starts the N ranks itself.
 """
 
@@ -24,7 +24,7 @@ from perfmodel.errors import PerfmodelError
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m validation.layouts",
+        prog="python -m workload.layouts",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
