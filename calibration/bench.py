@@ -17,7 +17,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,22 @@ def sweep_for(
         subgroups=True,
         stages=stages or ("gemm", "memory", "collectives", "framework", "layers"),
     )
+
+
+def sweep_to_dict(sweep: Sweep) -> dict[str, Any]:
+    """The sweep as JSON data, for the ranks' config (sweep_from_dict reads it back)."""
+    return asdict(sweep)
+
+
+def sweep_from_dict(data: dict[str, Any]) -> Sweep:
+    """The Sweep sweep_to_dict wrote (JSON lists back into tuples)."""
+    fields = dict(data)
+    fields["gemm_shapes"] = tuple(tuple(shape) for shape in fields["gemm_shapes"])
+    fields["layer_sizes"] = tuple(LayerSize(**size) for size in fields["layer_sizes"])
+    for name in ("memory_bytes", "collective_bytes", "ops", "stages", "chain_lengths",
+                 "optimizer_hidden"):
+        fields[name] = tuple(fields[name])
+    return Sweep(**fields)
 
 
 class Recorder:
@@ -458,43 +474,6 @@ def count_measurements(sweep: Sweep, world: int, local_world: int, device: str) 
     return total
 
 
-_LISTENING: list[Any] = []  # the store's listening socket lives as long as the rank
-
-
-def _loopback_store(init: str, rank: int, world: int) -> Any:
-    """The rendezvous of a run on this machine, bound to 127.0.0.1 by rank 0 itself (torch's own
-    TCPStore listens on every interface)."""
-    import socket
-
-    import torch.distributed as dist
-
-    port = int(init.rsplit(":", 1)[1])
-    listen_fd = None
-    if rank == 0:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        sock.listen(max(world, 16))
-        _LISTENING.append(sock)
-        listen_fd = sock.fileno()
-    return dist.TCPStore("127.0.0.1", port, world, rank == 0, master_listen_fd=listen_fd)
-
-
-def _watch_parent() -> None:
-    """Exit when the `calibrate run` that spawned this rank is gone (e.g. killed with SIGKILL):
-    a rank must never outlive it."""
-    import threading
-
-    parent = os.getppid()
-
-    def poll() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=poll, name="watch-parent", daemon=True).start()
-
-
 def run_worker(
     rank: int,
     world: int,
@@ -503,37 +482,42 @@ def run_worker(
     backend: str,
     sweep: Sweep,
     records_path: Path | None,
-    init: str | None = None,
+    *,
+    launched: bool = False,
     on_record: Callable[[dict[str, Any], int, int | None], None] | None = None,
 ) -> None:
-    """One rank: init the process group, run the stages, write records (rank 0)."""
+    """One rank: init the process group, run the stages, write records (rank 0).
+
+    launched: started by `calibrate run` through workload.launcher (main), which handles Ctrl-C
+    and which the rank must not outlive; else a rank of torchrun or srun (env:// rendezvous).
+    """
+    import datetime
     import signal
     import warnings
 
     import torch
     import torch.distributed as dist
 
+    from workload.process import keep_freed_memory, loopback_rendezvous, watch_parent
+
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch")
 
-    if init is not None:  # spawned by `calibrate run`: the parent handles Ctrl-C
+    if launched:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        _watch_parent()
+        watch_parent()
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
-        from workload.process import keep_freed_memory  # the job's allocator settings, alike
-
         device = torch.device("cpu")
-        keep_freed_memory()
+        keep_freed_memory()  # the job's allocator settings, measured alike
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
-    if init is not None and init.startswith("tcp://127.0.0.1:"):  # spawned here: loopback only
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        dist.init_process_group(backend, store=_loopback_store(init, rank, world), rank=rank,
-                                world_size=world)
+    # launched here: a store bound to loopback (TCPStore's default timeout)
+    store = loopback_rendezvous(rank, world, datetime.timedelta(seconds=300)) if launched else {}
+    if store:
+        dist.init_process_group(backend, **store)
     else:
-        dist.init_process_group(backend, init_method=init or "env://", rank=rank,
-                                world_size=world)
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world)
     ctx = Context(
         torch=torch,
         dist=dist,
@@ -620,3 +604,31 @@ def _info(
         "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
         else os.cpu_count(),
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A rank of `calibrate run` (calibration.run through workload.launcher):
+    python -m calibration.bench CONFIG.json, with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+    MASTER_ADDR and MASTER_PORT set. CONFIG: the backend, the sweep (sweep_to_dict) and the
+    records file rank 0 appends to."""
+    import sys
+
+    from perfmodel.errors import DataError
+    from perfmodel.files import read_text_bounded
+
+    argv = sys.argv[1:] if argv is None else argv
+    config = json.loads(read_text_bounded(argv[0], "calibration ranks' config", error=DataError))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    run_worker(rank, world, int(os.environ.get("LOCAL_RANK", rank)),
+               int(os.environ.get("LOCAL_WORLD_SIZE", world)), config["backend"],
+               sweep_from_dict(config["sweep"]), Path(config["records"]) if rank == 0 else None,
+               launched=True)
+    # As the job does (workload.job.main): leave without the interpreter's teardown, which gloo's
+    # threads can abort after everything is written.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

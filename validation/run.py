@@ -17,7 +17,7 @@ from perfmodel.output import json_text
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
 from validation import report as rep
-from validation.launch import launch
+from workload.launcher import LaunchResult, launch
 
 BASELINE_RSS_BYTES = 400 * 2**20  # a Python process with torch imported, before the model
 
@@ -261,14 +261,7 @@ def validate(
     prediction = predict_dict(model, hardware, plan)
     check_fits(prediction, settings)
     load_before = os.getloadavg()[0]
-    result = launch(
-        job_config(model, plan, settings),
-        run_dir,
-        settings.nprocs,
-        timeout_s=settings.timeout_s + 60,
-        master_addr=settings.master_addr,
-        port=settings.port,
-    )
+    result, records = run_job(job_config(model, plan, settings), run_dir, settings)
     failure = result.failed_rank()
     launch_info = {
         "status": "ok" if result.ok else "interrupted" if result.interrupted else "failed",
@@ -297,7 +290,7 @@ def validate(
     }
     meta = meta_of(model, hardware, plan, settings, note)
     report = rep.build_report(
-        meta=meta, prediction=prediction, launch=launch_info, records=result.rank_records
+        meta=meta, prediction=prediction, launch=launch_info, records=records
     )
     check = ledger_check(model, plan, report["collectives_rank0"])
     report["collectives_vs_ledger"] = check
@@ -309,6 +302,48 @@ def validate(
             f"{len(check['rows'])} kinds): its communication terms are not the model's"
         )
     return report
+
+
+JOB_MODULE = "workload.job"  # each rank runs python -P -m workload.job CONFIG.json
+
+
+def run_job(
+    config: dict[str, Any], run_dir: Path, settings: RunSettings
+) -> tuple[LaunchResult, list[dict[str, Any]]]:
+    """Run the job on settings.nprocs local ranks (workload.launcher); returns what happened and
+    the ranks' records (rank<R>.json, also what they measured before a failure or Ctrl-C).
+
+    result.ok also needs rank 0's merged results.json; a rank's own error, from its record, is
+    the one reported for it.
+    """
+
+    def prepare() -> None:  # under the run directory's lock, before each start
+        for stale in [*run_dir.glob("rank*.json"), run_dir / "results.json"]:
+            stale.unlink(missing_ok=True)
+        write_atomic(run_dir / "config.json",
+                     json.dumps({**config, "output_dir": str(run_dir)}, indent=1),
+                     what="job config")
+
+    result = launch(JOB_MODULE, [str(run_dir / "config.json")], settings.nprocs, run_dir,
+                    timeout_s=settings.timeout_s + 60, master_addr=settings.master_addr,
+                    port=settings.port, prepare=prepare)
+    records = []
+    for status in result.ranks:
+        record = _record(run_dir / f"rank{status.rank}.json")
+        if record is not None:
+            records.append(record)
+            if record.get("error"):
+                status.error = record["error"]
+    result.ok = result.ok and _record(run_dir / "results.json") is not None
+    return result, records
+
+
+def _record(path: Path) -> dict[str, Any] | None:
+    """A file the job wrote (whole: it writes atomically), or None while there is none."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def ledger_check(

@@ -233,10 +233,7 @@ def test_a_hung_rank_is_stopped_after_the_timeout(tmp_path):
 
 
 def test_a_rank_killed_mid_run(tmp_path, monkeypatch):
-    from validation import launch as launch_mod
-
     run_dir = tmp_path / "run"
-    real_launch_once = launch_mod._launch_once
 
     def kill_rank_1_after_a_step(pids: list[int]) -> None:
         def target() -> None:
@@ -245,13 +242,9 @@ def test_a_rank_killed_mid_run(tmp_path, monkeypatch):
 
         threading.Thread(target=target, daemon=True).start()
 
-    def patched(*args, **kwargs):
-        args = list(args)
-        args[-1] = kill_rank_1_after_a_step  # on_start
-        return real_launch_once(*args, **kwargs)
-
-    monkeypatch.setattr(launch_mod, "_launch_once", patched)
-    monkeypatch.setattr(run, "launch", launch_mod.launch)
+    real_launch = run.launch
+    monkeypatch.setattr(run, "launch", lambda *args, **kwargs: real_launch(
+        *args, **kwargs, on_start=kill_rank_1_after_a_step))
     settings = run.RunSettings(nprocs=2, steps=50, warmup=0, timeout_s=30)
     report = _run(tmp_path, settings, gpus=2, dp=2, global_batch=2)
     failure = _failed(report)

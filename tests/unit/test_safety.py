@@ -138,7 +138,7 @@ def test_a_local_rendezvous_listens_on_loopback_only(monkeypatch):
     pytest.importorskip("torch")
     import datetime
 
-    from validation.launch import free_port
+    from workload.launcher import free_port
     from workload.process import _LISTENING, loopback_rendezvous
 
     port = free_port()

@@ -1,6 +1,6 @@
 """python -m workload.layouts: time a layout, or run the equivalence suite, on every rank.
 
-Under torchrun (or workload.layouts.harness.launch):
+Under torchrun (or workload.layouts.harness.launch, through workload.launcher):
     torchrun --nproc-per-node 4 -m workload.layouts --layout 2d \
         --dims '{"batch": 4, "seq": 64, "hidden": 256, "heads": 8, "ffn": 1024}' --json out.json
     torchrun --nproc-per-node 4 -m workload.layouts --layout prpc --plan '{"pr": 2, "pc": 2}' \
@@ -36,16 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--json", required=True, help="output path (rank 0 writes it, atomically)")
     p.add_argument("--nprocs", type=int, default=0, help="start this many local ranks")
-    p.add_argument("--fork-ranks", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--log-dir", default="", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if not a.check and not a.layout:
         p.error("give --layout or --check")
     try:
-        if a.fork_ranks:  # the parent started by harness.launch
-            from . import harness
-
-            return harness.fork_ranks(a.fork_ranks, Path(a.log_dir), lambda: _rank(a))
         if "RANK" not in os.environ:
             return _local(a, argv if argv is not None else sys.argv[1:])
         return _rank(a)
