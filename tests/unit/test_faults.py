@@ -157,7 +157,7 @@ def test_a_profile_is_never_half_written(tmp_path, monkeypatch):
 # Every file the tool writes goes through perfmodel.files.write_atomic (or is a log written as it
 # grows). A new writer that opens its target directly, or a second atomic writer, fails here.
 STREAMS = {  # (file, function): why writing in place is right there
-    ("calibration/bench.py", "_write"): "measurements streamed as JSON lines; a cut last line "
+    ("calibration/measure.py", "_write"): "measurements streamed as JSON lines; a cut last line "
                                         "is dropped by calibration.run.read_records",
     ("workload/launcher.py", "_start_rank"): "a rank's log, written by the rank as it runs",
     ("workload/launcher.py", "_start_fork_parent"): "the fork parent's log, written as it runs",
