@@ -157,7 +157,7 @@ def launch(
     under the run directory's lock before each start (to write the ranks' inputs). on_start: the
     ranks' pids once all started. on_poll: called while the ranks run (every 0.1 s).
     """
-    from perfmodel.files import file_lock
+    from perfmodel.files import file_lock  # lazily: the fork parent (__main__) needs none of it
 
     run_dir.mkdir(parents=True, exist_ok=True)
     with file_lock(run_dir / "run", wait_s=0, what=f"run directory {run_dir}"):
