@@ -311,6 +311,7 @@ class _ForkedRanks:
         assert self.parent.stdout is not None
         os.set_blocking(self.parent.stdout.fileno(), False)
         self.statuses = statuses
+        self.log = spec.run_dir / "launcher.log"
         self.buffer = b""
 
     def read(self) -> None:
@@ -334,10 +335,12 @@ class _ForkedRanks:
         if self.parent.poll() is None:
             return False
         self.read()
+        why = _error_line(_tail(self.log))
         for s in self.statuses:
             if s.state == "running":
                 s.state, s.exited_at = "failed", time.monotonic()
-                s.error = f"the fork parent exited with {self.parent.returncode}"
+                s.error = f"the fork parent exited with {self.parent.returncode}" + (
+                    f": {why}" if why else "")
         return True
 
 
