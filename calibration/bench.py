@@ -1,10 +1,10 @@
 """Microbenchmarks under torch.distributed: GEMM, memory bandwidth and collectives.
 
 The same code runs on CUDA + NCCL and on CPU + gloo; only the device and backend differ. Every
-measurement: warm-up, then `repeats` timed repetitions (each of `inner` calls, chosen so one
-repetition lasts long enough for the timer), a barrier before each, CUDA events on GPU and
-perf_counter on CPU. A record holds the median over repetitions (for collectives the slowest
-rank's median, as a job waits for it) and the spread (p90 - p10) / median.
+measurement (calibration.measure): warm-up, then `repeats` timed repetitions (each of `inner`
+calls, chosen so one repetition lasts long enough for the timer), a barrier before each, CUDA
+events on GPU and perf_counter on CPU. A record holds the median over repetitions (for
+collectives the slowest rank's median, as a job waits for it) and the spread (p90 - p10) / median.
 Compute benchmarks run on every rank at once, so shared cores and memory bandwidth are measured
 as a job sees them. torch is imported only here, inside the functions.
 """
@@ -12,12 +12,9 @@ as a job sees them. torch is imported only here, inside the functions.
 from __future__ import annotations
 
 import json
-import math
 import os
-import statistics
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +29,7 @@ from calibration.framework import (
     optimizer_count,
 )
 from calibration.layers import LayerSize, bench_layers, layer_count, layer_sizes
+from calibration.measure import Context, Recorder, make_timer, measure
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,105 +110,20 @@ def sweep_for(
     )
 
 
-class Recorder:
-    """Rank 0 appends one JSON line per measurement and flushes it: Ctrl-C keeps them."""
-
-    def __init__(
-        self,
-        path: Path | None,
-        rank: int,
-        on_record: Callable[[dict[str, Any], int, int | None], None] | None = None,
-    ) -> None:
-        self.path, self.rank, self.on_record = path, rank, on_record
-        self.count, self.total = 0, None
-
-    def plan(self, total: int) -> None:
-        self.total = total
-        self._write({"plan": total})
-
-    def add(self, record: dict[str, Any]) -> None:
-        self.count += 1
-        self._write(record)
-        if self.on_record is not None and self.rank == 0:
-            self.on_record(record, self.count, self.total)
-
-    def _write(self, obj: dict[str, Any]) -> None:
-        if self.rank != 0 or self.path is None:
-            return
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(obj) + "\n")
-            fh.flush()
+def sweep_to_dict(sweep: Sweep) -> dict[str, Any]:
+    """The sweep as JSON data, for the ranks' config (sweep_from_dict reads it back)."""
+    return asdict(sweep)
 
 
-def _timer(torch: Any, device: Any) -> Callable[[Callable[[], None], int], float]:
-    if device.type == "cuda":
-
-        def run(fn: Callable[[], None], inner: int) -> float:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(inner):
-                fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3 / inner
-    else:
-
-        def run(fn: Callable[[], None], inner: int) -> float:
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            return (time.perf_counter() - t0) / inner
-
-    return run
-
-
-def measure(
-    fn: Callable[[], None], sweep: Sweep, ctx: Context, group: Any = None
-) -> tuple[float, float]:
-    """(median seconds per call over repeats, spread) on this rank."""
-    dist = ctx.dist
-    for _ in range(sweep.warmup):
-        fn()
-    ctx.sync()
-    t_one = ctx.timer(fn, 1)
-    inner = max(1, min(64, math.ceil(sweep.min_rep_s / max(t_one, 1e-9))))
-    if group is not None or ctx.world > 1:  # every rank of the group agrees on inner
-        t = ctx.torch.tensor([inner], dtype=ctx.torch.int64, device=ctx.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-        inner = int(t.item())
-    times = []
-    for _ in range(sweep.repeats):
-        dist.barrier(group=group) if group is not None else dist.barrier()
-        times.append(ctx.timer(fn, inner))
-    times.sort()
-    med = statistics.median(times)
-    p10, p90 = times[int(0.1 * (len(times) - 1))], times[math.ceil(0.9 * (len(times) - 1))]
-    return med, (p90 - p10) / med if med > 0 else 0.0
-
-
-@dataclass
-class Context:
-    torch: Any
-    dist: Any
-    device: Any
-    rank: int
-    world: int
-    local_world: int
-    timer: Callable[[Callable[[], None], int], float]
-
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            self.torch.cuda.synchronize()
-
-    @staticmethod
-    def now() -> float:
-        """Wall clock [s]; call sync() first on a GPU."""
-        return time.perf_counter()
-
-    def slowest(self, value: float, group: Any = None) -> float:
-        t = self.torch.tensor([value], dtype=self.torch.float64, device=self.device)
-        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=group)
-        return float(t.item())
+def sweep_from_dict(data: dict[str, Any]) -> Sweep:
+    """The Sweep sweep_to_dict wrote (JSON lists back into tuples)."""
+    fields = dict(data)
+    fields["gemm_shapes"] = tuple(tuple(shape) for shape in fields["gemm_shapes"])
+    fields["layer_sizes"] = tuple(LayerSize(**size) for size in fields["layer_sizes"])
+    for name in ("memory_bytes", "collective_bytes", "ops", "stages", "chain_lengths",
+                 "optimizer_hidden"):
+        fields[name] = tuple(fields[name])
+    return Sweep(**fields)
 
 
 def bench_gemm(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
@@ -458,43 +371,6 @@ def count_measurements(sweep: Sweep, world: int, local_world: int, device: str) 
     return total
 
 
-_LISTENING: list[Any] = []  # the store's listening socket lives as long as the rank
-
-
-def _loopback_store(init: str, rank: int, world: int) -> Any:
-    """The rendezvous of a run on this machine, bound to 127.0.0.1 by rank 0 itself (torch's own
-    TCPStore listens on every interface)."""
-    import socket
-
-    import torch.distributed as dist
-
-    port = int(init.rsplit(":", 1)[1])
-    listen_fd = None
-    if rank == 0:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        sock.listen(max(world, 16))
-        _LISTENING.append(sock)
-        listen_fd = sock.fileno()
-    return dist.TCPStore("127.0.0.1", port, world, rank == 0, master_listen_fd=listen_fd)
-
-
-def _watch_parent() -> None:
-    """Exit when the `calibrate run` that spawned this rank is gone (e.g. killed with SIGKILL):
-    a rank must never outlive it."""
-    import threading
-
-    parent = os.getppid()
-
-    def poll() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=poll, name="watch-parent", daemon=True).start()
-
-
 def run_worker(
     rank: int,
     world: int,
@@ -503,37 +379,42 @@ def run_worker(
     backend: str,
     sweep: Sweep,
     records_path: Path | None,
-    init: str | None = None,
+    *,
+    launched: bool = False,
     on_record: Callable[[dict[str, Any], int, int | None], None] | None = None,
 ) -> None:
-    """One rank: init the process group, run the stages, write records (rank 0)."""
+    """One rank: init the process group, run the stages, write records (rank 0).
+
+    launched: started by `calibrate run` through workload.launcher (main), which handles Ctrl-C
+    and which the rank must not outlive; else a rank of torchrun or srun (env:// rendezvous).
+    """
+    import datetime
     import signal
     import warnings
 
     import torch
     import torch.distributed as dist
 
+    from workload.process import keep_freed_memory, loopback_rendezvous, watch_parent
+
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch")
 
-    if init is not None:  # spawned by `calibrate run`: the parent handles Ctrl-C
+    if launched:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        _watch_parent()
+        watch_parent()
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
-        from validation.job import keep_freed_memory  # the job's allocator settings, measured alike
-
         device = torch.device("cpu")
-        keep_freed_memory()
+        keep_freed_memory()  # the job's allocator settings, measured alike
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
-    if init is not None and init.startswith("tcp://127.0.0.1:"):  # spawned here: loopback only
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        dist.init_process_group(backend, store=_loopback_store(init, rank, world), rank=rank,
-                                world_size=world)
+    # launched here: a store bound to loopback (TCPStore's default timeout)
+    store = loopback_rendezvous(rank, world, datetime.timedelta(seconds=300)) if launched else {}
+    if store:
+        dist.init_process_group(backend, **store)
     else:
-        dist.init_process_group(backend, init_method=init or "env://", rank=rank,
-                                world_size=world)
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world)
     ctx = Context(
         torch=torch,
         dist=dist,
@@ -541,7 +422,7 @@ def run_worker(
         rank=rank,
         world=world,
         local_world=local_world,
-        timer=_timer(torch, device),
+        timer=make_timer(torch, device),
     )
     rec = Recorder(records_path, rank, on_record)
     rec.plan(count_measurements(sweep, world, local_world, device.type))
@@ -620,3 +501,31 @@ def _info(
         "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
         else os.cpu_count(),
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A rank of `calibrate run` (calibration.run through workload.launcher):
+    python -m calibration.bench CONFIG.json, with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+    MASTER_ADDR and MASTER_PORT set. CONFIG: the backend, the sweep (sweep_to_dict) and the
+    records file rank 0 appends to."""
+    import sys
+
+    from perfmodel.errors import DataError
+    from perfmodel.files import read_text_bounded
+
+    argv = sys.argv[1:] if argv is None else argv
+    config = json.loads(read_text_bounded(argv[0], "calibration ranks' config", error=DataError))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    run_worker(rank, world, int(os.environ.get("LOCAL_RANK", rank)),
+               int(os.environ.get("LOCAL_WORLD_SIZE", world)), config["backend"],
+               sweep_from_dict(config["sweep"]), Path(config["records"]) if rank == 0 else None,
+               launched=True)
+    # As the job does (workload.job.main): leave without the interpreter's teardown, which gloo's
+    # threads can abort after everything is written.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

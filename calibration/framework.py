@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from calibration.measure import measure
+
 CHAIN_KINDS = ("linear", "layernorm", "gelu", "add", "softmax")
 CHAIN_LENGTHS = (4, 8, 16, 32)
 CHAIN_SHAPE = (8, 16)  # tokens x features: roofline time ~1e-8 s per op
@@ -61,8 +63,6 @@ def chain_count(sweep: Any, world: int) -> int:
 
 def bench_kernel_chains(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
     """Forward + backward of chains of tiny ops; with several ranks also on DTensors."""
-    from calibration.bench import measure
-
     torch = ctx.torch
     variants = ["plain"]
     mesh = None
@@ -118,8 +118,6 @@ def bench_collective_dispatch(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Partial, Replicate
 
-    from calibration.bench import measure
-
     torch, dist = ctx.torch, ctx.dist
     mesh = init_device_mesh(ctx.device.type, (ctx.world,))
     x = torch.ones(4, device=ctx.device)
@@ -154,8 +152,6 @@ def optimizer_count(sweep: Any) -> int:
 
 def bench_optimizer(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
     """AdamW (foreach) steps over the tensors of 4 transformer layers of several widths."""
-    from calibration.bench import measure
-
     torch = ctx.torch
     for h in sweep.optimizer_hidden:
         shapes = [(3 * h, h), (3 * h,), (h, h), (h,), (4 * h, h), (4 * h,), (h, 4 * h), (h,)]

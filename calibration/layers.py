@@ -1,7 +1,7 @@
 """Whole transformer parts as the validation job runs them: what the framework adds to the kernels.
 
 The stage `layers` of `perfmodel calibrate run` times, on every rank at once, the validation job's
-own modules (validation/job.py: one transformer layer; the token and position embedding; the final
+own modules (workload.model: one transformer layer; the token and position embedding; the final
 norm, output layer and cross-entropy loss), forward and backward separately, at several widths and
 token counts, in each tensor-parallel style the job uses: plain, 1D tensor parallel (DTensor
 parallel styles) and with sequence parallelism, for every tensor-parallel degree that divides the
@@ -96,7 +96,7 @@ def layer_count(sweep: Any, world: int, local_world: int) -> int:
 
 
 def _spec(size: LayerSize, heads: int) -> dict[str, Any]:
-    """The job's model config (validation.job) of one layer of this size: GPT style."""
+    """The job's model config (workload.model) of one layer of this size: GPT style."""
     return {
         "layers": 1,
         "hidden": size.hidden,
@@ -118,14 +118,15 @@ def layer_dtype(device_type: str) -> str:
 
 def _part_step(ctx: Any, part: str, spec: dict[str, Any], size: LayerSize, mesh: Any, sp: bool):
     """(forward, backward) callables of one part: forward returns what backward consumes."""
-    from validation import job
+    from workload.model import DTYPES, Chunk, loss_fn
+    from workload.parallelize import apply_tp, loss_context
 
     torch = ctx.torch
-    dtype = job.DTYPES[layer_dtype(ctx.device.type)]
-    chunk = job.Chunk(spec, 1 if part == "layer" else 0, first=part == "embedding",
-                      last=part == "output").to(ctx.device, dtype)
+    dtype = DTYPES[layer_dtype(ctx.device.type)]
+    chunk = Chunk(spec, 1 if part == "layer" else 0, first=part == "embedding",
+                  last=part == "output").to(ctx.device, dtype)
     if mesh is not None:
-        job.apply_tp(chunk, mesh, sp)
+        apply_tp(chunk, mesh, sp)
     tp = mesh.size() if mesh is not None else 1
     seq = size.seq_len // tp if sp else size.seq_len  # sequence parallel: the local slice
     if part == "embedding":
@@ -138,11 +139,11 @@ def _part_step(ctx: Any, part: str, spec: dict[str, Any], size: LayerSize, mesh:
     if part == "output":
 
         def forward() -> Any:
-            with job.loss_context(tp):
-                return job.loss_fn(chunk(x), target)
+            with loss_context(tp):
+                return loss_fn(chunk(x), target)
 
         def backward(loss: Any) -> None:
-            with job.loss_context(tp):
+            with loss_context(tp):
                 loss.backward()
     else:
 
@@ -244,18 +245,19 @@ def _bench_fsdp(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
     micro-batch only), and the same chunk plain, measured one after the other."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from validation import job
+    from workload.model import DTYPES, Chunk
+    from workload.parallelize import apply_fsdp
 
     torch = ctx.torch
     mesh = init_device_mesh(ctx.device.type, (ctx.world,), mesh_dim_names=("dp",))
     for size in fsdp_sizes(sweep):
         heads = heads_for(size.hidden, 1)
         for mode in FSDP_MODES:
-            dtype = job.DTYPES[layer_dtype(ctx.device.type)]
-            chunk = job.Chunk(_spec(size, heads), FSDP_LAYERS, first=False, last=False)
+            dtype = DTYPES[layer_dtype(ctx.device.type)]
+            chunk = Chunk(_spec(size, heads), FSDP_LAYERS, first=False, last=False)
             chunk = chunk.to(ctx.device, dtype)
             if mode != "plain":
-                job.apply_fsdp(chunk, mesh, 3)
+                apply_fsdp(chunk, mesh, 3)
                 chunk.set_requires_gradient_sync(mode == "fsdp_sync")
             x = torch.randn(size.micro_batch, size.seq_len, size.hidden, device=ctx.device,
                             dtype=dtype, requires_grad=True)

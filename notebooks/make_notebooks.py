@@ -133,7 +133,7 @@ scatter: another process on the other core can double a measurement.
     code(r'''
 import tempfile
 
-from calibration.launch import run
+from calibration.run import run
 from perfmodel.specs.profile import load_profile
 
 out = Path(tempfile.mkdtemp()) / "this-machine.json"

@@ -20,19 +20,6 @@ from perfmodel.errors import PlanError
 from perfmodel.output import json_text
 
 
-def _model_overrides(model: Any, kw: dict[str, Any]) -> Any:
-    """Scale the model down for a small machine (--layers, --hidden, --heads, --vocab, ...)."""
-    changes = {
-        k: kw[k]
-        for k in ("layers", "hidden", "heads", "vocab", "ffn_hidden")
-        if kw.get(k) is not None
-    }
-    if not changes:
-        return model
-    # the MLP width, key/value grouping and attention width keep their proportions
-    return model.scaled(**changes)
-
-
 def _fault(spec: str | None) -> dict[str, Any] | None:
     if not spec:
         return None
@@ -169,10 +156,10 @@ def validate(ctx: click.Context, **kw: Any) -> None:
         return
     from validation.layouts.cli_hook import run_from_cli, wants_layout
 
-    if wants_layout(kw):  # --tp-layout 2d/3d and --pr/--pc grids: validation.layouts runs them
+    if wants_layout(kw):  # --tp-layout 2d/3d and --pr/--pc grids: workload.layouts runs them
         run_from_cli(kw)
         return
-    from validation import run
+    from validation import jobspec, run
 
     if kw.get("profile") is None and kw.get("hardware") is None and not kw["dry_run"]:
         raise click.UsageError(
@@ -183,7 +170,7 @@ def validate(ctx: click.Context, **kw: Any) -> None:
     if kw.get("nprocs") and not (kw["dp"] * kw["tp"] * kw["pp"] > 1) and kw.get("gpus") is None:
         kw["dp"] = kw["nprocs"]  # --nprocs N alone: pure data parallelism
     model, hardware, plan = build_inputs(kw)
-    model = _model_overrides(model, kw)
+    model = jobspec.model_overrides(model, kw)
     plan.check(model)
     if kw["dry_run"]:
         from validation import dryrun
@@ -204,7 +191,7 @@ def validate(ctx: click.Context, **kw: Any) -> None:
     else:
         backend = kw["backend"] or _default_backend()
     nprocs = kw["nprocs"] or plan.gpus
-    settings = run.RunSettings(
+    settings = jobspec.RunSettings(
         nprocs=nprocs,
         backend=backend,
         steps=kw["steps"],
@@ -220,7 +207,7 @@ def validate(ctx: click.Context, **kw: Any) -> None:
         for path in written:
             click.echo(f"wrote {path}")
         where = shlex.quote(str(kw["emit_dir"]))
-        dtype = run.local_dtype(plan, backend)[0].dtype.value
+        dtype = jobspec.local_dtype(plan, backend)[0].dtype.value
         click.echo(f"the job: {backend}, {dtype}, {nodes} x {gpn} ranks")
         click.echo(
             f"submit: cd {where} && sbatch job.sbatch; then: perfmodel validate collect {where}"

@@ -9,7 +9,7 @@ CollectiveCounter (counts per axis, op and bytes per call, nccl-tests' size conv
 are then checked against the communication ledger of perfmodel's step model for the same plan:
 exactly, call by call.
 
-The ledger is taken for the model as the job builds it (validation.run.job_model): untied
+The ledger is taken for the model as the job builds it (validation.jobspec.job_model): untied
 embeddings and a learned position table, also for rotary models (the report says so).
 Pipeline plans (pp > 1): the fake group cannot carry tensors between stages, so rank 0's chunks
 run forward and backward one by one (their tp and dp collectives counted as above) and the
@@ -27,6 +27,8 @@ from perfmodel.errors import PlanError
 from perfmodel.output import json_text
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
+from validation.jobspec import RunSettings, job_config, job_model, job_model_note
+from validation.ledger import compare, model_ledger, totals
 
 
 class _NoModuleTracker:
@@ -57,8 +59,10 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
     from torch.distributed.tensor.debug import CommDebugMode
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from validation import job
-    from validation.run import RunSettings, job_config
+    from workload.model import DTYPES
+    from workload.parallelize import make_mesh
+    from workload.timers import CollectiveCounter, axis_of_group
+    from workload.trainer import Trainer
 
     if plan.pp > 1 and plan.zero and plan.dp > 1:
         raise PlanError("--dry-run does not count pipeline plans with FSDP (zero > 0) yet")
@@ -67,16 +71,16 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
     cfg = job_config(model, plan, RunSettings(nprocs=plan.gpus, steps=1, warmup=0))
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.gpus)
     try:
-        mesh = job.make_mesh(cfg["plan"], "cpu")
+        mesh = make_mesh(cfg["plan"], "cpu")
         # On the meta device: shapes without storage, so a rank of a 175B model fits anywhere.
         # FSDP2 refuses meta parameters: sharded plans run on the CPU (small models only).
         device = torch.device("cpu" if plan.zero and plan.dp > 1 else "meta")
         torch.manual_seed(0)
         with device:
-            trainer = job.Trainer(cfg, mesh, device, job.DTYPES[plan.dtype.value], pipeline=False)
+            trainer = Trainer(cfg, mesh, device, DTYPES[plan.dtype.value], pipeline=False)
         # AdamW issues no collective here (gradients already carry their parameters' placements).
         trainer.optimizer.step = lambda *a, **k: None
-        counter = job.CollectiveCounter(job.axis_of_group(mesh))
+        counter = CollectiveCounter(axis_of_group(mesh))
         trainer.counter = counter
         debug = CommDebugMode()
         debug.advanced_module_tracker = _NoModuleTracker()
@@ -109,95 +113,7 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
     }
 
 
-def model_ledger(
-    model: TransformerSpec, plan: Plan, stage: str = "first"
-) -> list[dict[str, Any]] | None:
-    """perfmodel's ledger for the plan: axis, op, phase, count per step per rank, bytes per call.
-
-    With pp > 1, only the ops of one pipeline stage: "first" (rank 0's), "last" or "middle".
-    """
-    try:
-        from perfmodel.step import comm_ledger  # the public API, once it exists
-
-        records = [dict(r) for r in comm_ledger(model, plan)]
-        return [r for r in records if plan.pp == 1 or r.get("stage", "every") in ("every", stage)]
-    except ImportError:
-        pass
-    try:  # until then: the ledger the step model builds, evaluated for this plan
-        from perfmodel.evaluate import compile_family, family_of, values_of
-        from perfmodel.specs.hardware import load_hardware
-        from perfmodel.step import build
-    except ImportError:
-        return None
-    hardware = load_hardware("dgx-a100-80gb")  # counts and bytes do not depend on the hardware
-    family = family_of(model, hardware, plan)
-    out = compile_family(family)(values_of(model, hardware, plan))
-    ledger = []
-    for i, op in enumerate(build(family).ledger):
-        count = float(out[f"ledger:{i}:calls"])
-        on_stage = getattr(op, "stage", "every")
-        if plan.pp > 1 and on_stage not in ("every", stage):
-            continue
-        if count:
-            ledger.append(
-                {
-                    "name": op.name,
-                    "axis": op.axis,
-                    "op": op.op,
-                    "phase": op.phase,
-                    "count": count,
-                    "bytes": float(out[f"ledger:{i}:nbytes"]),
-                }
-            )
-    return ledger
-
-
-def compare(measured: list[dict[str, Any]], ledger: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows keyed by (axis, op, bytes per call): count per step on each side. Phases are shown, not
-    compared (the ledger's phase names are coarser)."""
-    rows: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for side, recs in (("job", measured), ("model", ledger)):
-        for r in recs:
-            key = (r["axis"], r["op"], int(round(r["bytes"])))
-            row = rows.setdefault(
-                key,
-                {
-                    "axis": key[0],
-                    "op": key[1],
-                    "bytes": key[2],
-                    "job_count": 0.0,
-                    "model_count": 0.0,
-                    "job_phases": set(),
-                    "model_phases": set(),
-                },
-            )
-            row[f"{side}_count"] += r["count"]
-            row[f"{side}_phases"].add(r["phase"])
-    out = []
-    for key in sorted(rows):
-        row = rows[key]
-        row["job_phases"] = ",".join(sorted(row["job_phases"]))
-        row["model_phases"] = ",".join(sorted(row["model_phases"]))
-        row["agree"] = abs(row["job_count"] - row["model_count"]) < 1e-9
-        out.append(row)
-    return out
-
-
-def totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (axis, op): calls and bytes per step on each side."""
-    acc: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for r in rows:
-        t = acc[(r["axis"], r["op"])]
-        t["job_count"] += r["job_count"]
-        t["model_count"] += r["model_count"]
-        t["job_bytes"] += r["job_count"] * r["bytes"]
-        t["model_bytes"] += r["model_count"] * r["bytes"]
-    return [{"axis": a, "op": o, **dict(v)} for (a, o), v in sorted(acc.items())]
-
-
 def dry_run(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
-    from validation.run import job_model, job_model_note
-
     as_job = job_model(model)
     counted = count_collectives(as_job, plan)
     ledger = model_ledger(as_job, plan)

@@ -1,6 +1,6 @@
 """Predicted against measured: the report, its table, its bar chart and the validation history.
 
-Measured terms come from the job's per-rank records (see validation/job.py). Aggregation:
+Measured terms come from the job's per-rank records (see workload/job.py). Aggregation:
 the step time of one step is the slowest rank's (max over ranks); a term of one step is the mean
 over ranks; both are then the median over the timed steps. Tensor-parallel communication is timed
 in the probe step and taken out of forward and backward, so the terms add up to the step time the
@@ -9,7 +9,7 @@ way the model's terms do.
 Memory: the peak of tensor memory per rank (max over ranks) against the prediction's memory per GPU
 less what it reserves outside tensors ("reserved": the CUDA context and allocator slack). On GPUs
 the job reads torch.cuda.max_memory_allocated; on CPUs it measures the same quantity with torch's
-profiler (validation.job.tensor_peak_bytes). The process's peak resident set is shown beside it on
+profiler (workload.timers.tensor_peak_bytes). The process's peak resident set is shown beside it on
 CPUs: it also holds the torch runtime (the baseline measured before the model), gloo's buffers and
 what the C allocator keeps, none of which perfmodel predicts.
 """

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import datetime
 import json
 import math
 import os
-import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,9 @@ from perfmodel.output import json_text
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
 from validation import report as rep
-from validation.launch import JOB_FILE, launch
+from validation.jobspec import RunSettings, as_run, job_config
+from validation.ledger import ledger_check
+from workload.launcher import LaunchResult, launch
 
 BASELINE_RSS_BYTES = 400 * 2**20  # a Python process with torch imported, before the model
 
@@ -26,19 +27,6 @@ class JobFailed(PerfmodelError):
     """The training job failed, hung or was stopped; the report says which rank and why."""
 
     exit_code = 6
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunSettings:
-    nprocs: int
-    backend: str = "gloo"
-    steps: int = 3
-    warmup: int = 1
-    timeout_s: float = 300.0
-    master_addr: str = "127.0.0.1"
-    port: int | None = None
-    fault: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def plan_label(plan: Plan) -> str:
@@ -60,78 +48,6 @@ def plan_label(plan: Plan) -> str:
     if plan.recompute.value != "none":
         parts.append(f"rc-{plan.recompute.value}")
     return "-".join(parts)
-
-
-def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:
-    """The plan the local job really runs: bf16/fp16 become fp32 on a CPU (no fast path there)."""
-    if backend == "gloo" and plan.dtype.value in ("bf16", "fp16"):
-        note = (
-            f"{plan.dtype.value} has no fast path on this CPU (60-200x slower than fp32): "
-            "the run and the prediction both use fp32"
-        )
-        return plan.replace(dtype="fp32"), note
-    return plan, ""
-
-
-def job_model(model: TransformerSpec) -> TransformerSpec:
-    """The model as validation/job.py builds it: untied embeddings (tying across pipeline stages
-    needs an all-reduce the job does not do) and a learned position table (seq_len x hidden) even
-    for rotary models. The prediction, the ledger and --dry-run all take this model."""
-    return model.replace(tied_embeddings=False, position_embedding="learned")
-
-
-def job_model_note(model: TransformerSpec) -> str:
-    """What job_model changed, for the user ('' when nothing)."""
-    changed = []
-    if model.position_embedding != "learned":
-        changed.append(
-            f"learns a position table where {model.name} uses {model.position_embedding} positions"
-        )
-    if model.tied_embeddings:
-        changed.append("unties the embeddings")
-    return f"the job {' and '.join(changed)}: compared as the job builds it" if changed else ""
-
-
-def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[TransformerSpec, Plan, str]:
-    """The model and plan the job really runs, so that the prediction describes the same job.
-
-    The job unties the embeddings and learns positions (job_model); it attends with fused SDPA
-    (no s^2 activations: flash_attention); it syncs gradients after backward (no overlap);
-    bf16/fp16 become fp32 on a CPU (gloo). Returns the notes the user should read.
-    """
-    plan, note = local_dtype(plan, backend)
-    notes = [note] if note else []
-    model = job_model(model)
-    if plan.overlap_grad_sync:
-        notes.append("the job syncs gradients after backward: predicted without overlap")
-    plan = plan.replace(flash_attention=True, overlap_grad_sync=False)
-    return model, plan, "; ".join(notes)
-
-
-def job_config(model: TransformerSpec, plan: Plan, settings: RunSettings) -> dict[str, Any]:
-    """The job's JSON config (see validation/job.py)."""
-    return {
-        "model": {
-            "layers": model.layers,
-            "hidden": model.hidden,
-            "heads": model.heads,
-            "seq_len": model.seq_len,
-            "vocab": model.vocab,
-            "ffn_hidden": model.ffn_hidden,
-            "kv_heads": model.kv_heads,
-            "head_dim": model.head_dim,
-            "gated_mlp": model.gated_mlp,
-            "bias": model.bias,
-            "norm": model.norm,
-        },
-        "plan": plan.to_dict(),
-        "backend": settings.backend,
-        "steps": settings.steps,
-        "warmup": settings.warmup,
-        "timeout_s": settings.timeout_s,
-        "fault": settings.fault,
-        **settings.extra,
-    }
 
 
 def predict_dict(model: TransformerSpec, hardware: Any, plan: Plan) -> dict[str, Any] | None:
@@ -261,14 +177,7 @@ def validate(
     prediction = predict_dict(model, hardware, plan)
     check_fits(prediction, settings)
     load_before = os.getloadavg()[0]
-    result = launch(
-        job_config(model, plan, settings),
-        run_dir,
-        settings.nprocs,
-        timeout_s=settings.timeout_s + 60,
-        master_addr=settings.master_addr,
-        port=settings.port,
-    )
+    result, records = run_job(job_config(model, plan, settings), run_dir, settings)
     failure = result.failed_rank()
     launch_info = {
         "status": "ok" if result.ok else "interrupted" if result.interrupted else "failed",
@@ -297,7 +206,7 @@ def validate(
     }
     meta = meta_of(model, hardware, plan, settings, note)
     report = rep.build_report(
-        meta=meta, prediction=prediction, launch=launch_info, records=result.rank_records
+        meta=meta, prediction=prediction, launch=launch_info, records=records
     )
     check = ledger_check(model, plan, report["collectives_rank0"])
     report["collectives_vs_ledger"] = check
@@ -311,19 +220,46 @@ def validate(
     return report
 
 
-def ledger_check(
-    model: TransformerSpec, plan: Plan, collectives: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """Rank 0's collectives in the probe step (pipeline p2p included) against the model's ledger."""
-    if not collectives:
-        return None
-    from validation.dryrun import compare, model_ledger
+JOB_MODULE = "workload.job"  # each rank runs python -P -m workload.job CONFIG.json
 
-    ledger = model_ledger(job_model(model), plan)
-    if ledger is None:
+
+def run_job(
+    config: dict[str, Any], run_dir: Path, settings: RunSettings
+) -> tuple[LaunchResult, list[dict[str, Any]]]:
+    """Run the job on settings.nprocs local ranks (workload.launcher); returns what happened and
+    the ranks' records (rank<R>.json, also what they measured before a failure or Ctrl-C).
+
+    result.ok also needs rank 0's merged results.json; a rank's own error, from its record, is
+    the one reported for it.
+    """
+
+    def prepare() -> None:  # under the run directory's lock, before each start
+        for stale in [*run_dir.glob("rank*.json"), run_dir / "results.json"]:
+            stale.unlink(missing_ok=True)
+        write_atomic(run_dir / "config.json",
+                     json.dumps({**config, "output_dir": str(run_dir)}, indent=1),
+                     what="job config")
+
+    result = launch(JOB_MODULE, [str(run_dir / "config.json")], settings.nprocs, run_dir,
+                    timeout_s=settings.timeout_s + 60, master_addr=settings.master_addr,
+                    port=settings.port, prepare=prepare)
+    records = []
+    for status in result.ranks:
+        record = _record(run_dir / f"rank{status.rank}.json")
+        if record is not None:
+            records.append(record)
+            if record.get("error"):
+                status.error = record["error"]
+    result.ok = result.ok and _record(run_dir / "results.json") is not None
+    return result, records
+
+
+def _record(path: Path) -> dict[str, Any] | None:
+    """A file the job wrote (whole: it writes atomically), or None while there is none."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
         return None
-    rows = compare(collectives, ledger)
-    return {"agree": all(r["agree"] for r in rows), "rows": rows}
 
 
 def default_run_dir(plan: Plan) -> Path:
@@ -342,6 +278,45 @@ NCCL_ENV = {
 }
 
 
+# The emitted entry point: `python job.py config.json` finds the workload package beside it.
+JOB_ENTRY = '''"""The training job perfmodel validate --emit wrote: torchrun ... job.py config.json.
+
+The job is the package workload/ beside this file (the standard library and torch only).
+"""
+
+import sys
+
+from workload.job import main
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+def job_files() -> dict[str, bytes]:
+    """The emitted job's files by relative path: job.py (JOB_ENTRY), and workload/job.py with
+    every workload module it imports, transitively (read from their import statements)."""
+    import workload
+
+    root = Path(workload.__file__).resolve().parent
+    files = {"workload/__init__.py": (root / "__init__.py").read_bytes()}
+    todo = ["job"]
+    while todo:
+        name = todo.pop()
+        if f"workload/{name}.py" in files:
+            continue
+        source = (root / f"{name}.py").read_bytes()
+        files[f"workload/{name}.py"] = source
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                parts = node.module.split(".")
+                if parts[0] == "workload" and len(parts) == 2:
+                    todo.append(parts[1])
+            elif isinstance(node, ast.ImportFrom) and node.level == 1:
+                todo += [node.module] if node.module else [a.name for a in node.names]
+    return {"job.py": JOB_ENTRY.encode(), **dict(sorted(files.items()))}
+
+
 def emit(
     model: TransformerSpec,
     hardware: Any,
@@ -351,7 +326,7 @@ def emit(
     nodes: int,
     gpus_per_node: int,
 ) -> list[Path]:
-    """Write the job, its config, a torchrun command and a Slurm batch script to out."""
+    """Write the job (job_files), its config, a torchrun command and a Slurm batch script to out."""
     if nodes * gpus_per_node != plan.gpus:
         raise PlanError(
             f"nodes x gpus per node ({nodes} x {gpus_per_node}) must equal the plan's "
@@ -365,8 +340,9 @@ def emit(
         "prediction": predict_dict(model, hardware, plan),
     }
     written = []
-    write_atomic(out / "job.py", JOB_FILE.read_bytes(), what="job", make_parents=True)
-    written.append(out / "job.py")
+    for name, data in job_files().items():
+        write_atomic(out / name, data, what="job", make_parents=True)
+        written.append(out / name)
     for name, data in (("config.json", cfg), ("meta.json", meta)):
         write_atomic(out / name, json_text(data, indent=1), what=name, make_parents=True)
         written.append(out / name)
@@ -516,7 +492,7 @@ def _check_meta(meta: Any, where: str) -> None:
             _number(value, f"{where}: prediction.{key}.{name}")
 
 
-# the times a step records (validation/job.py, Trainer.step); pipeline_wait may dip below 0
+# the times a step records (workload.trainer.Trainer.step); pipeline_wait may dip below 0
 _STEP_TIMES = ("forward", "backward", "grad_sync", "optimizer", "step")
 
 
@@ -546,6 +522,3 @@ def _check_record(record: Any, where: str, ranks: int) -> None:
         if record.get(key) is not None:
             _number(record[key], f"{where}: {key}")
 
-
-def torchrun_command(nprocs: int, config: Path) -> str:
-    return shlex.join(["torchrun", "--nproc-per-node", str(nprocs), str(JOB_FILE), str(config)])

@@ -128,3 +128,25 @@ def test_a_killed_calibration_leaves_no_rank_and_no_profile(tmp_path):
         proc.kill()
     assert not out.exists()  # no half profile: it is written only once the fits are done
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_killed_launcher_of_forked_ranks_leaves_none_running(tmp_path):
+    """workload.launcher's fork mode (the layouts): the fork parent and the ranks it forked exit
+    when the launcher is killed with SIGKILL."""
+    from workload.launcher import descendants
+
+    out = tmp_path / "t.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workload.layouts", "--layout", "prpc", "--plan",
+         '{"pr": 2, "pc": 1}', "--dims", '{"model": "mlp", "batch": 8, "widths": [16, 32, 8]}',
+         "--steps", "1000000", "--warmup", "0", "--json", str(out), "--nprocs", "2"],
+        cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # the fork parent and the two ranks it forked
+        started = wait_for(lambda: len(descendants(proc.pid)) >= 3 and descendants(proc.pid),
+                           "the fork parent forks two ranks", proc=proc)
+        proc.kill()
+        proc.wait()  # SIGKILL: it exits
+        assert alive(started) == []
+    finally:
+        proc.kill()

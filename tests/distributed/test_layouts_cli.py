@@ -1,4 +1,4 @@
-"""perfmodel validate --tp-layout 2d and --pr/--pc: validation.layouts runs through the CLI."""
+"""perfmodel validate --tp-layout 2d and --pr/--pc: workload.layouts runs through the CLI."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ pytest.importorskip("torch")
 
 from perfmodel.errors import PlanError  # noqa: E402
 from tests.conftest import PATIENCE_S  # noqa: E402
-from validation.layouts import harness  # noqa: E402
+from workload.layouts import harness  # noqa: E402
 
 pytestmark = pytest.mark.distributed
 F32 = 4
@@ -232,7 +232,7 @@ def test_time_layout_through_the_module_cli(tmp_path):
         [
             sys.executable,
             "-m",
-            "validation.layouts",
+            "workload.layouts",
             "--layout",
             "prpc",
             "--plan",
@@ -286,7 +286,7 @@ def test_bad_grid_from_the_cli_is_one_line(tmp_path):
         [
             sys.executable,
             "-m",
-            "validation.layouts",
+            "workload.layouts",
             "--layout",
             "3d",
             "--json",

@@ -9,6 +9,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from click.testing import CliRunner  # noqa: E402
 
 from perfmodel import Plan, load_hardware, load_model  # noqa: E402
 from tests.conftest import PATIENCE_S, wait_for  # noqa: E402
+from tests.unit.test_validation_emit import foreign_imports  # noqa: E402
 from validation import run  # noqa: E402
 from validation.cli import validate  # noqa: E402
 
@@ -230,10 +233,7 @@ def test_a_hung_rank_is_stopped_after_the_timeout(tmp_path):
 
 
 def test_a_rank_killed_mid_run(tmp_path, monkeypatch):
-    from validation import launch as launch_mod
-
     run_dir = tmp_path / "run"
-    real_launch_once = launch_mod._launch_once
 
     def kill_rank_1_after_a_step(pids: list[int]) -> None:
         def target() -> None:
@@ -242,13 +242,9 @@ def test_a_rank_killed_mid_run(tmp_path, monkeypatch):
 
         threading.Thread(target=target, daemon=True).start()
 
-    def patched(*args, **kwargs):
-        args = list(args)
-        args[-1] = kill_rank_1_after_a_step  # on_start
-        return real_launch_once(*args, **kwargs)
-
-    monkeypatch.setattr(launch_mod, "_launch_once", patched)
-    monkeypatch.setattr(run, "launch", launch_mod.launch)
+    real_launch = run.launch
+    monkeypatch.setattr(run, "launch", lambda *args, **kwargs: real_launch(
+        *args, **kwargs, on_start=kill_rank_1_after_a_step))
     settings = run.RunSettings(nprocs=2, steps=50, warmup=0, timeout_s=30)
     report = _run(tmp_path, settings, gpus=2, dp=2, global_batch=2)
     failure = _failed(report)
@@ -283,6 +279,46 @@ def test_a_plan_the_machine_cannot_hold_is_refused_before_launch(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+BLOCK_OURS = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("perfmodel", "calibration", "validation"):
+            raise ImportError(f"{name} is not on the cluster")
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_the_emitted_job_runs_where_only_torch_is_installed(tmp_path):
+    """The emitted directory, run as run.sh runs it (python job.py config.json from the directory),
+    with perfmodel, calibration and validation unimportable: one gloo rank of a 1-GPU plan."""
+    emit_dir = tmp_path / "emit"
+    result = CliRunner().invoke(validate, ["--model", MODEL, "--hardware", HARDWARE,
+                                           "--emit", str(emit_dir), "--gpus-per-node", "1"])
+    assert result.exit_code == 0, result.output
+    cfg = json.loads((emit_dir / "config.json").read_text())
+    # this machine has no GPU: the same job on gloo, fp32, one step
+    cfg.update(backend="gloo", steps=1, warmup=0, probe_steps=1, tensor_memory=False)
+    cfg["plan"]["dtype"] = "fp32"
+    (emit_dir / "config.json").write_text(json.dumps(cfg))
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCK_OURS)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(site), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+    env.pop("PERFMODEL_PARENT_PID", None)
+    ran = subprocess.run([sys.executable, "job.py", "config.json"], cwd=emit_dir, env=env,
+                         capture_output=True, text=True, timeout=PATIENCE_S)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    results = json.loads((emit_dir / "results" / "results.json").read_text())
+    (record,) = results["ranks"]
+    assert record["status"] == "ok" and len(record["steps"]) == 1
+    assert record["probe"]["collectives"] == []  # one rank: nothing to communicate
+
+
 def test_emit_writes_a_cluster_job_and_collect_reads_it_back(tmp_path):
     emit_dir = tmp_path / "emit"
     result = CliRunner().invoke(
@@ -311,30 +347,7 @@ def test_emit_writes_a_cluster_job_and_collect_reads_it_back(tmp_path):
     assert "#SBATCH --nodes=2" in sbatch and "--nproc-per-node 8" in sbatch and "NCCL_" in sbatch
     cfg = json.loads((emit_dir / "config.json").read_text())
     assert cfg["backend"] == "nccl" and cfg["plan"]["dtype"] == "bf16"
-    # The emitted job is standalone: only torch and the standard library.
-    imports = [
-        line.split()[1]
-        for line in (emit_dir / "job.py").read_text().splitlines()
-        if line.startswith(("import ", "from "))
-    ]
-    assert {name.split(".")[0] for name in imports} <= {
-        "__future__",
-        "contextlib",
-        "ctypes",  # glibc's mallopt on CPUs (keep_freed_memory)
-        "datetime",
-        "functools",
-        "json",
-        "os",
-        "resource",
-        "socket",
-        "statistics",
-        "sys",
-        "threading",
-        "time",
-        "traceback",
-        "typing",
-        "torch",
-    }
+    assert foreign_imports(emit_dir) == []  # only torch and the standard library
     # Results as a cluster run leaves them: one record per rank.
     (emit_dir / "results").mkdir()
     for rank in range(16):

@@ -255,3 +255,16 @@ def test_benchmark_groups_partition_the_ranks(world, per_node):
             assert scope == "inter" and all(len(part) == world // per_node for part in parts)
     labels = {label for label, _, _ in families}
     assert ("intra-node" in labels) == (world > per_node)
+
+
+@pytest.mark.parametrize(("device", "quick", "max_bytes"),
+                         [("cpu", True, 65536), ("cpu", False, None), ("cuda", True, None)])
+def test_a_sweep_reaches_the_ranks_unchanged(device, quick, max_bytes):
+    """calibrate run hands the sweep to its ranks as JSON (calibration.bench.main reads it)."""
+    import json
+
+    from calibration.bench import sweep_for, sweep_from_dict, sweep_to_dict
+
+    sweep = sweep_for(device, quick, max_bytes)
+    assert sweep.layer_sizes and sweep.gemm_shapes
+    assert sweep_from_dict(json.loads(json.dumps(sweep_to_dict(sweep)))) == sweep

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from calibration.fit import LAYER_KERNEL_MIX, KernelOverheadModel, OptimizerModel
-from calibration.launch import _fit_framework
+from calibration.run import _fit_framework
 from perfmodel.errors import DataError
 
 LENGTHS = (4, 8, 16, 32)

@@ -247,7 +247,7 @@ class Block:
             raise ImportError("torch is blocked in this test")
 sys.meta_path.insert(0, Block())
 t = time.perf_counter()
-import calibration.cli, calibration.importers, calibration.report, calibration.launch
+import calibration.cli, calibration.importers, calibration.report, calibration.run
 import perfmodel.specs.profile
 assert "torch" not in sys.modules
 print("ok")

@@ -115,12 +115,12 @@ def test_calibrate_run_refuses_a_profile_another_run_is_writing(tmp_path):
 
 
 def test_validation_refuses_a_run_directory_another_run_uses(tmp_path):
-    from validation.launch import launch
+    from validation.run import RunSettings, run_job
 
     run_dir = tmp_path / "run"
     with file_lock(run_dir / "run", wait_s=0):
         with pytest.raises(PerfmodelError, match="run directory .* is in use"):
-            launch({}, run_dir, 2, timeout_s=5)
+            run_job({}, run_dir, RunSettings(nprocs=2, timeout_s=5))
     assert not (run_dir / "config.json").exists()  # nothing was started
 
 
@@ -157,17 +157,18 @@ def test_a_profile_is_never_half_written(tmp_path, monkeypatch):
 # Every file the tool writes goes through perfmodel.files.write_atomic (or is a log written as it
 # grows). A new writer that opens its target directly, or a second atomic writer, fails here.
 STREAMS = {  # (file, function): why writing in place is right there
-    ("validation/layouts/harness.py", "launch"): "the launcher's log, written as it runs",
-    ("calibration/bench.py", "_write"): "measurements streamed as JSON lines; a cut last line "
-                                        "is dropped by calibration.launch.read_records",
-    ("validation/launch.py", "_launch_once"): "the ranks' logs, written by the ranks as they run",
+    ("calibration/measure.py", "_write"): "measurements streamed as JSON lines; a cut last line "
+                                        "is dropped by calibration.run.read_records",
+    ("workload/launcher.py", "_start_rank"): "a rank's log, written by the rank as it runs",
+    ("workload/launcher.py", "_start_fork_parent"): "the fork parent's log, written as it runs",
     ("benchmarks/fuzz_parsers.py", "check"): "a fuzzed input in a throwaway temporary directory",
     ("benchmarks/hostile_inputs.py", "inputs"): "hostile inputs in a throwaway temporary directory",
 }
 THE_WRITER = ("perfmodel/files.py", "atomic_file")  # write_atomic writes through it
-# The emitted job is copied alone to a cluster and imports only torch and the standard library:
-# it keeps its own temp-file-and-rename writer for the files of its own run directory.
-STANDALONE = {"validation/job.py"}
+# The emitted job (workload/job.py and the modules it imports) is copied to a cluster without
+# perfmodel and imports only torch and the standard library: workload/job.py keeps its own
+# temp-file-and-rename writer (write_json) for the files of its own run directory.
+STANDALONE = {"workload/job.py"}
 
 
 def _name(call: ast.Call) -> str:
@@ -208,7 +209,7 @@ def _writes_in_place(tree: ast.AST) -> list[tuple[str, int]]:
 
 def test_every_file_the_tool_writes_is_written_by_the_one_atomic_writer():
     offenders = []
-    for package in ("perfmodel", "calibration", "validation", "benchmarks"):
+    for package in ("perfmodel", "workload", "calibration", "validation", "benchmarks"):
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = str(path.relative_to(ROOT))
             if rel in STANDALONE:

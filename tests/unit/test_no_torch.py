@@ -1,4 +1,6 @@
-"""perfmodel/ is the analytical core: it must import and predict with torch unavailable."""
+"""perfmodel/ is the analytical core: it must import and predict with torch unavailable. The
+processes that launch ranks (validate, calibrate run) import torch only in the ranks: the
+launcher and the modules that drive it import without it."""
 
 import subprocess
 import sys
@@ -19,9 +21,24 @@ assert "torch" not in sys.modules
 print("ok")
 """
 
+LAUNCHERS_WITHOUT_TORCH = BLOCK_TORCH.split("import perfmodel,")[0] + """
+import workload, workload.launcher, workload.layouts
+import validation.cli, validation.run, validation.dryrun, validation.layouts.cli_hook
+import calibration.run
+assert "torch" not in sys.modules
+print("ok")
+"""
+
 
 def test_perfmodel_imports_and_predicts_without_torch():
     out = subprocess.run([sys.executable, "-c", BLOCK_TORCH], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_the_launching_processes_import_without_torch():
+    out = subprocess.run([sys.executable, "-c", LAUNCHERS_WITHOUT_TORCH], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"

@@ -13,7 +13,7 @@ import pytest
 from perfmodel.errors import SpecError
 from tests.conftest import ROOT
 
-PACKAGES = ("perfmodel", "calibration", "validation", "benchmarks")
+PACKAGES = ("perfmodel", "workload", "calibration", "validation", "benchmarks")
 # exec of the numpy code perfmodel generates itself (sympy's lambdify), cached on disk
 OWN_GENERATED_CODE = {"perfmodel/evaluate.py", "perfmodel/staged.py"}
 UNSAFE_MODULES = {"pickle", "cPickle", "dill", "cloudpickle", "joblib", "marshal", "shelve",
@@ -138,8 +138,8 @@ def test_a_local_rendezvous_listens_on_loopback_only(monkeypatch):
     pytest.importorskip("torch")
     import datetime
 
-    from validation.job import _LISTENING, loopback_rendezvous
-    from validation.launch import free_port
+    from workload.launcher import free_port
+    from workload.process import _LISTENING, loopback_rendezvous
 
     port = free_port()
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")

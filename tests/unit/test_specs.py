@@ -262,11 +262,11 @@ def test_a_scaled_down_model_keeps_its_proportions():
     explicit MLP width, grouping and attention width keep their ratios to what changed."""
     from perfmodel import Plan
     from validation.api import scale_down
-    from validation.cli import _model_overrides
+    from validation.jobspec import model_overrides
 
     small = load_model("llama3-8b").scaled(hidden=256, heads=8)
     assert (small.ffn_hidden, small.kv_heads, small.head_dim) == (896, 2, 32)  # 14336/4096 x 256
-    assert _model_overrides(load_model("llama2-7b"), {"hidden": 2048, "heads": 16}) \
+    assert model_overrides(load_model("llama2-7b"), {"hidden": 2048, "heads": 16}) \
         .ffn_hidden == 5504
     qwen = load_model(str(__import__("tests.conftest").conftest.ROOT / "tests/data/hf/qwen3-0.6b"),
                       seq_len=4096)

@@ -4,15 +4,18 @@ script runs under bash with stand-ins for scontrol and srun that record what the
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from perfmodel.specs.hardware import load_hardware
+from tests.conftest import ROOT
 from tests.unit.test_bad_input import run_main
 from validation import report as rep
 from validation.run import RunSettings, caveats
@@ -35,6 +38,53 @@ def test_emit_for_a_gpu_preset_writes_nccl_and_the_plans_dtype_from_any_host(tmp
     assert lines[-2:] == ["the job: nccl, bf16, 2 x 8 ranks",
                           f"submit: cd {out} && sbatch job.sbatch; then: perfmodel validate "
                           f"collect {out}"]
+
+
+def foreign_imports(directory: Path) -> list[str]:
+    """Every import in the emitted Python files (module level and inside functions) of something
+    other than the standard library, torch, and the workload modules emitted beside them."""
+    emitted = {str(p.relative_to(directory).with_suffix("")).replace(os.sep, ".")
+               for p in directory.rglob("*.py")}
+    found = []
+    for path in sorted(directory.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:  # relative imports are within workload/: checked by the run
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                own = top == "workload" and (name in emitted or f"{name}.__init__" in emitted)
+                if not (own or top == "torch" or top in sys.stdlib_module_names):
+                    found.append(f"{path.relative_to(directory)}:{node.lineno} imports {name}")
+    return found
+
+
+def test_the_emitted_job_is_the_workload_job_with_only_torch_and_the_standard_library(tmp_path):
+    out = tmp_path / "emit"
+    code, stdout, err = run_main([*EMIT, "--emit", str(out)])
+    assert code == 0, err
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert files == ["config.json", "job.py", "job.sbatch", "meta.json", "run.sh",
+                     "workload/__init__.py", "workload/job.py", "workload/model.py",
+                     "workload/parallelize.py", "workload/process.py", "workload/timers.py",
+                     "workload/trainer.py"]
+    assert foreign_imports(out) == []
+    assert (out / "workload/trainer.py").read_bytes() == (ROOT / "workload/trainer.py").read_bytes()
+    assert f"wrote {out / 'workload' / 'model.py'}" in stdout.splitlines()
+
+
+def test_the_import_check_finds_a_foreign_import(tmp_path):
+    (tmp_path / "workload").mkdir()
+    (tmp_path / "workload" / "x.py").write_text(
+        "import os\nimport torch.nn\nfrom workload.x import y\n"
+        "def f():\n    from perfmodel.files import write_atomic\n    import numpy\n"
+        "    from workload.launcher import launch\n")
+    assert foreign_imports(tmp_path) == [
+        "workload/x.py:5 imports perfmodel.files", "workload/x.py:6 imports numpy",
+        "workload/x.py:7 imports workload.launcher"]
 
 
 def test_emit_refuses_a_backend_the_target_does_not_run(tmp_path):

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from tests.conftest import wait_for
-from validation import launch
 from validation import report as rep
+from workload import launcher as launch
 
 
 def _rank(rank: int, steps: list[dict[str, float]], tp_fwd: float = 0.0, tp_bwd: float = 0.0):

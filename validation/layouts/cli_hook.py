@@ -21,8 +21,8 @@ import click
 from perfmodel.errors import PlanError
 from perfmodel.files import write_atomic
 from perfmodel.output import json_text
-
-from .compare import render, render_grid, validate_grid, validate_layout
+from validation.jobspec import model_overrides
+from validation.layouts.compare import render, render_grid, validate_grid, validate_layout
 
 
 def wants_layout(kw: dict[str, Any]) -> bool:
@@ -51,10 +51,8 @@ def run_from_cli(kw: dict[str, Any]) -> dict[str, Any]:
         report = validate_grid(model, hardware, plan, run_dir, *args)
         lines = render_grid(report)
     else:
-        from validation.cli import _model_overrides
-
         model, hardware, plan = build_inputs(kw)
-        model = _model_overrides(model, kw)
+        model = model_overrides(model, kw)
         plan.check(model)
         _check_nprocs(kw, plan.tp)
         run_dir = _run_dir(kw, f"{kw['tp_layout']}-tp{plan.tp}")

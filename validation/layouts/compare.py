@@ -94,8 +94,7 @@ def validate_layout(
     """Run the block under plan.tp_layout (2d or 3d) on plan.tp local gloo ranks; a report with
     measured times, the prediction and the ledger comparison."""
     from perfmodel import comm_ledger, predict
-
-    from .harness import run_layout
+    from workload.layouts.harness import run_layout
 
     layout = str(getattr(plan.tp_layout, "value", plan.tp_layout))
     if layout not in AXIS_MAP:
@@ -163,7 +162,7 @@ def mlp_widths(model: Any) -> list[int]:
     if not linears or any(layer.kind == "conv" for layer in model.layers):
         raise PlanError(
             "Pr x Pc validation runs MLP layer graphs (linear layers); time a CNN with python -m "
-            'validation.layouts --layout prpc --dims \'{"model": "cnn", ...}\''
+            'workload.layouts --layout prpc --dims \'{"model": "cnn", ...}\''
         )
     widths = [int(linears[0].gemm_k)]
     for layer in linears:
@@ -190,8 +189,7 @@ def validate_grid(
     narrower than Pr runs on c = min(Pr, units) ranks, its collectives in the plan's realisation
     (contributors standard or specialised, as predict_grid models them)."""
     from perfmodel.layerwise import predict_grid
-
-    from .harness import run_layout
+    from workload.layouts.harness import run_layout
 
     if plan.dtype not in ("fp32", "tf32"):
         raise PlanError(f"Pr x Pc validation runs fp32 on CPU; got dtype {plan.dtype}")

@@ -1,10 +1,11 @@
 """`calibrate run`: launch the ranks (or join torchrun/srun), follow progress, fit, write.
 
-Launched here: N processes by multiprocessing spawn on a free loopback port; rank 0 appends each
-measurement to a JSON-lines file that the parent follows for the progress bar. Ctrl-C (or SIGTERM)
-stops the ranks and keeps what was measured (the profile says "complete": false and names the
-stages it lacks). An interrupted run never replaces a complete profile: when --out P already holds
-one, the partial profile goes beside it (P.partial.json, see partial_path).
+Launched here: N ranks on this machine by workload.launcher (python -m calibration.bench, loopback
+rendezvous, the ranks' logs in a temporary directory named when a rank fails); rank 0 appends each
+measurement to a JSON-lines file that this process follows for the progress bar. Ctrl-C (or
+SIGTERM) stops the ranks and keeps what was measured (the profile says "complete": false and names
+the stages it lacks). An interrupted run never replaces a complete profile: when --out P already
+holds one, the partial profile goes beside it (P.partial.json, see partial_path).
 Under torchrun or srun (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS set) this process is one
 rank; rank 0 writes the profile.
 """
@@ -13,9 +14,10 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing as mp
 import os
+import shutil
 import socket
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ import pandas as pd
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from calibration.bench import Sweep, run_worker, sweep_for
+from calibration.bench import Sweep, run_worker, sweep_for, sweep_to_dict
 from calibration.fit import (
     BandwidthModel,
     CollectiveModel,
@@ -49,12 +51,6 @@ MEASURED = (  # record kinds that are measurements
     "layer",
     "fsdp_unit",
 )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def launched_env() -> dict[str, int] | None:
@@ -97,10 +93,6 @@ def choose_backend(backend: str) -> str:
     if backend == "nccl" and not torch.cuda.is_available():
         raise PerfmodelError("--backend nccl needs CUDA GPUs; none is visible (use gloo)")
     return backend
-
-
-def _spawned(rank: int, world: int, backend: str, sweep: Sweep, records: str, init: str) -> None:
-    run_worker(rank, world, rank, world, backend, sweep, Path(records), init)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -213,42 +205,46 @@ def _run(
 
 
 def _launch(nprocs: int, backend: str, sweep: Sweep, records: Path, console: Console) -> bool:
-    ctx = mp.get_context("spawn")
-    init = f"tcp://127.0.0.1:{free_port()}"
-    procs = [
-        ctx.Process(
-            target=_spawned, args=(r, nprocs, backend, sweep, str(records), init), daemon=True
-        )
-        for r in range(nprocs)
-    ]
-    for p in procs:
-        p.start()
-    try:
-        with _progress(console) as progress:
-            task = progress.add_task(f"calibrating ({nprocs} ranks, {backend})", total=None)
-            while True:
-                recs = read_records(records)
-                plan = next((r["plan"] for r in recs if "plan" in r), None)
-                done = sum(1 for r in recs if r.get("kind") in MEASURED)
-                last = next((r for r in reversed(recs) if "kind" in r), {})
-                label = last.get("op") or last.get("kernel") or last.get("kind") or "starting"
-                progress.update(
-                    task, total=plan, completed=done, description=f"calibrating: {label}"
-                )
-                codes = [p.exitcode for p in procs]
-                if all(c == 0 for c in codes):
-                    return True
-                if any(c not in (None, 0) for c in codes):
-                    _stop(procs)
-                    raise PerfmodelError(
-                        f"a calibration rank failed (exit codes {codes}); "
-                        "measured so far is discarded"
-                    )
-                time.sleep(0.25)
-    except KeyboardInterrupt:
-        _stop(procs)
+    """Run the sweep on nprocs local ranks; False when Ctrl-C or SIGTERM stopped them."""
+    from perfmodel.files import write_atomic
+    from perfmodel.output import json_text
+    from workload.launcher import launch
+
+    run_dir = Path(tempfile.mkdtemp(prefix="calibrate-"))  # the ranks' config and logs
+    config = run_dir / "config.json"
+    write_atomic(config, json_text({"backend": backend, "sweep": sweep_to_dict(sweep),
+                                    "records": str(records.resolve())}), what="ranks' config")
+    with _progress(console) as progress:
+        task = progress.add_task(f"calibrating ({nprocs} ranks, {backend})", total=None)
+        last = [0.0]
+
+        def follow() -> None:  # the progress bar, from the records rank 0 appends
+            if time.monotonic() - last[0] < 0.25:
+                return
+            last[0] = time.monotonic()
+            recs = read_records(records)
+            plan = next((r["plan"] for r in recs if "plan" in r), None)
+            done = sum(1 for r in recs if r.get("kind") in MEASURED)
+            latest = next((r for r in reversed(recs) if "kind" in r), {})
+            label = latest.get("op") or latest.get("kernel") or latest.get("kind") or "starting"
+            progress.update(task, total=plan, completed=done, description=f"calibrating: {label}")
+
+        result = launch("calibration.bench", [str(config)], nprocs, run_dir, timeout_s=None,
+                        on_poll=follow)
+    if result.interrupted:
+        shutil.rmtree(run_dir, ignore_errors=True)
         console.print("interrupted: keeping what was measured (profile marked incomplete)")
         return False
+    if not result.ok:
+        codes = [r.exit_code for r in result.ranks]
+        failed = result.failed_rank()
+        why = f": rank {failed.rank}: {failed.error}" if failed is not None else ""
+        raise PerfmodelError(
+            f"a calibration rank failed (exit codes {codes}){why}; measured so far is discarded "
+            f"(the ranks' logs: {run_dir})"
+        )
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return True
 
 
 def _progress(console: Console) -> Progress:
@@ -259,16 +255,6 @@ def _progress(console: Console) -> Progress:
         TimeElapsedColumn(),
     )
     return Progress(*columns, console=console, transient=False)
-
-
-def _stop(procs: list[Any]) -> None:
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    for p in procs:
-        p.join(timeout=5)
-        if p.is_alive():
-            p.kill()
 
 
 def partial_path(out: Path) -> Path:

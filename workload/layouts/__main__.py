@@ -1,11 +1,11 @@
-"""python -m validation.layouts: time a layout, or run the equivalence suite, on every rank.
+"""python -m workload.layouts: time a layout, or run the equivalence suite, on every rank.
 
-Under torchrun (or validation.layouts.harness.launch):
-    torchrun --nproc-per-node 4 -m validation.layouts --layout 2d \
+Under torchrun (or workload.layouts.harness.launch, through workload.launcher):
+    torchrun --nproc-per-node 4 -m workload.layouts --layout 2d \
         --dims '{"batch": 4, "seq": 64, "hidden": 256, "heads": 8, "ffn": 1024}' --json out.json
-    torchrun --nproc-per-node 4 -m validation.layouts --layout prpc --plan '{"pr": 2, "pc": 2}' \
+    torchrun --nproc-per-node 4 -m workload.layouts --layout prpc --plan '{"pr": 2, "pc": 2}' \
         --dims '{"model": "mlp", "batch": 64, "widths": [512, 1024, 1024, 10]}' --json out.json
-    torchrun --nproc-per-node 4 -m validation.layouts --check --json checks.json
+    torchrun --nproc-per-node 4 -m workload.layouts --check --json checks.json
 Without RANK in the environment, `--nprocs N` starts the N ranks itself.
 """
 
@@ -24,7 +24,7 @@ from perfmodel.errors import PerfmodelError
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m validation.layouts",
+        prog="python -m workload.layouts",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -36,16 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--json", required=True, help="output path (rank 0 writes it, atomically)")
     p.add_argument("--nprocs", type=int, default=0, help="start this many local ranks")
-    p.add_argument("--fork-ranks", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--log-dir", default="", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if not a.check and not a.layout:
         p.error("give --layout or --check")
     try:
-        if a.fork_ranks:  # the parent started by harness.launch
-            from . import harness
-
-            return harness.fork_ranks(a.fork_ranks, Path(a.log_dir), lambda: _rank(a))
         if "RANK" not in os.environ:
             return _local(a, argv if argv is not None else sys.argv[1:])
         return _rank(a)

@@ -1,5 +1,5 @@
-"""Run the layouts: equivalence checks against a single-process reference, timing, and a small
-launcher that starts the ranks on this machine (one process group, killed whole on a timeout).
+"""Run the layouts: equivalence checks against a single-process reference, timing, and their
+start on this machine through workload.launcher (:func:`launch`, :func:`run_layout`).
 
 Every function here except :func:`launch` and :func:`run_layout` runs inside an initialised
 torch.distributed process group (gloo on CPU), on every rank.
@@ -7,14 +7,10 @@ torch.distributed process group (gloo on CPU), on every rank.
 
 from __future__ import annotations
 
-import contextlib
+import datetime
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from perfmodel.errors import PerfmodelError, PlanError
+from perfmodel.errors import PlanError
 from perfmodel.files import write_atomic
 
 from . import cube3d, grid_prpc, summa2d
@@ -294,33 +290,28 @@ def time_layout(
     }
 
 
+
 # --- process group and launcher -----------------------------------------------------
 
 
 def init_from_env() -> None:
-    """Join the process group described by torchrun's environment (gloo, CPU, 1 thread)."""
+    """Join the process group described by the environment (gloo, CPU, 1 thread): under
+    workload.launcher (which this rank must not outlive) on a store bound to loopback, under
+    torchrun as torchrun set it up."""
+    from workload.process import loopback_rendezvous, watch_parent
+
+    watch_parent()
     torch.set_num_threads(1)
     if not dist.is_initialized():
-        dist.init_process_group(
-            "gloo", timeout=_timedelta(float(os.environ.get("LAYOUTS_TIMEOUT_S", 120)))
-        )
-
-
-def _timedelta(seconds: float) -> Any:
-    import datetime
-
-    return datetime.timedelta(seconds=seconds)
+        timeout = datetime.timedelta(seconds=float(os.environ.get("LAYOUTS_TIMEOUT_S", 120)))
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        dist.init_process_group("gloo", timeout=timeout,
+                                **loopback_rendezvous(rank, world, timeout))
 
 
 def write_json(path: str | Path, data: Any) -> None:
     """A rank's or the launcher's JSON file, through perfmodel's one atomic writer."""
     write_atomic(path, json.dumps(data, indent=1), what="results", make_parents=True)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LaunchError(RuntimeError):
@@ -334,112 +325,38 @@ def launch(
     timeout_s: float = 120.0,
     world_size: int | None = None,
 ) -> float:
-    """Run `python -m validation.layouts ARGS` on nprocs local ranks (gloo on 127.0.0.1, a free
-    port). One parent process imports torch once and forks the ranks (importing torch costs ~3 s
-    of CPU per process, which 8 ranks on 2 cores would pay 8 times); parent and ranks share one
-    new process group, killed whole on a timeout, a failure or Ctrl-C. Rank R logs to
-    log_dir/rankR.log. Returns the wall time; raises LaunchError naming the failed rank.
-    (world_size larger than nprocs only serves the test of a hung rendezvous.)"""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(
-        os.environ,
-        WORLD_SIZE=str(world_size or nprocs),
-        LOCAL_WORLD_SIZE=str(nprocs),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(free_port()),
-        OMP_NUM_THREADS="1",
-        LAYOUTS_TIMEOUT_S=str(int(timeout_s)),
-        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(
-            os.pathsep
-        ),
+    """Run `python -m workload.layouts ARGS` on nprocs local ranks (workload.launcher, gloo on
+    127.0.0.1). The ranks are forked from one process that imported torch once (importing torch
+    costs ~3 s of CPU per process, which 8 ranks on 2 cores would pay 8 times). Rank R logs to
+    log_dir/rankR.log. Returns the wall time; raises LaunchError naming the failed rank, and
+    KeyboardInterrupt after Ctrl-C (every rank stopped). (world_size larger than nprocs only
+    serves the test of a hung rendezvous.)"""
+    from workload.launcher import launch as launch_ranks
+
+    result = launch_ranks(
+        "workload.layouts",
+        args,
+        nprocs,
+        log_dir,
+        timeout_s=timeout_s,
+        threads=1,
+        env={"LAYOUTS_TIMEOUT_S": str(int(timeout_s))},
+        world_size=world_size,
+        fork=True,
+        preload=("workload.layouts.harness",),
     )
-    env.pop("RANK", None)
-    t0 = time.monotonic()
-    cmd = [sys.executable, "-m", "validation.layouts", *args]
-    cmd += ["--fork-ranks", str(nprocs), "--log-dir", str(log_dir)]
-    with open(log_dir / "parent.log", "w") as f:
-        p = subprocess.Popen(
-            cmd,
-            env=env,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            cwd=None,  # the caller's: relative paths in args mean what they said
-            process_group=0,  # a new group, killed whole
-        )
-        try:
-            code = p.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise LaunchError(f"timed out after {timeout_s:.0f} s: " + _tail(log_dir, 0)) from None
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGKILL)
-            with contextlib.suppress(Exception):
-                p.wait(timeout=5)
-    if code == 0:
-        return time.monotonic() - t0
-    if code >= FAILED_RANK_CODE:
-        rank = code - FAILED_RANK_CODE
-        raise LaunchError(f"rank {rank} failed: " + _tail(log_dir, rank))
-    raise LaunchError(f"the launcher exited with {code}: " + _tail(log_dir, "parent"))
+    if result.interrupted:
+        raise KeyboardInterrupt
+    if result.ok:
+        return result.elapsed_s
+    if result.reason.startswith("timeout"):
+        raise LaunchError(f"timed out after {timeout_s:.0f} s: " + _tail(result.ranks[0].log))
+    failed = result.failed_rank() or result.ranks[0]
+    raise LaunchError(f"rank {failed.rank} failed: " + _tail(failed.log))
 
 
-FAILED_RANK_CODE = 100  # the forking parent exits with 100 + the first failed rank
-
-
-def fork_ranks(nprocs: int, log_dir: Path, body: Any, grace_s: float = 2.0) -> int:
-    """In the parent (torch imported, no thread pools started yet): fork nprocs ranks, each with
-    RANK/LOCAL_RANK set and its output in log_dir/rankR.log, running body() -> exit code. Waits for
-    all; after the first failure the others get grace_s to fail on their own, then are killed.
-    Returns 0 or FAILED_RANK_CODE + the first failed rank."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pids: dict[int, int] = {}
-    for rank in range(nprocs):
-        pid = os.fork()
-        if pid == 0:  # the rank
-            code = 1
-            try:
-                fd = os.open(log_dir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-                os.dup2(fd, 1)
-                os.dup2(fd, 2)
-                os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
-                code = int(body() or 0)
-            except PerfmodelError as e:  # the user's input: one line, the class's exit code
-                print(f"error: {e}", file=sys.stderr)
-                code = e.exit_code
-            except BaseException:
-                import traceback
-
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        pids[pid] = rank
-    failed: int | None = None
-    deadline = float("inf")
-    while pids:
-        if time.monotonic() > deadline:
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        pid, status = os.waitpid(-1, os.WNOHANG)
-        if pid == 0:
-            time.sleep(0.02)
-            continue
-        rank = pids.pop(pid)
-        if os.waitstatus_to_exitcode(status) != 0 and failed is None:
-            failed, deadline = rank, time.monotonic() + grace_s
-    return 0 if failed is None else FAILED_RANK_CODE + failed
-
-
-def _tail(log_dir: Path, rank: int | str, lines: int = 8) -> str:
-    try:
-        name = f"rank{rank}.log" if isinstance(rank, int) else f"{rank}.log"
-        text = (log_dir / name).read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(text[-lines:])
+def _tail(log: str, lines: int = 8) -> str:
+    return "\n".join(log.splitlines()[-lines:])
 
 
 def run_layout(

@@ -1,0 +1,294 @@
+"""The training loop of one rank: builds its chunks under the plan and runs timed steps.
+
+Per step, the wall time of forward, backward, gradient sync, optimizer step and, for pipelines,
+the time spent outside stage compute (pipeline waits and p2p), with a barrier at the start of each
+step (workload.timers.Clock waits for the device before reading the time). Pipelines run with
+``torch.distributed.pipelining`` (GPipe, 1F1B, interleaved 1F1B, zero-bubble). Data parallel,
+zero 0: one flat all-reduce of all gradients over the dp group after the last backward, averaged;
+bf16 gradients are reduced in fp32, as Megatron-LM does. SP norm gradients (Partial over tp) are
+all-reduced in one call, as Megatron's allreduce_layernorm_grads. Parameters are kept in the run's
+dtype (no fp32 master copy).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from workload.model import build_chunk, chunk_ids, loss_fn
+from workload.parallelize import apply_fsdp, apply_tp, loss_context
+from workload.timers import Clock
+
+
+class Trainer:
+    """Builds this rank's part of the model under the plan and runs training steps."""
+
+    def __init__(
+        self,
+        cfg: dict[str, Any],
+        mesh: Any,
+        device: torch.device,
+        dtype: torch.dtype,
+        pipeline: bool = True,
+    ) -> None:
+        self.cfg, self.mesh, self.device, self.dtype = cfg, mesh, device, dtype
+        m, plan = cfg["model"], cfg["plan"]
+        self.plan = plan
+        self.pp, self.dp, self.tp = plan["pp"], plan["dp"], plan["tp"]
+        self.mb = plan["micro_batch"]
+        self.n_mb = plan["global_batch"] // (self.dp * self.mb)
+        self.pp_rank = mesh.get_local_rank("pp") if self.pp > 1 else 0
+        self.dp_rank = mesh.get_local_rank("dp") if self.dp > 1 else 0
+        self.clock = Clock(device)
+        self.zero = plan.get("zero", 0)
+        self.chunks: list[nn.Module] = []
+        for c in chunk_ids(plan, self.pp_rank):
+            mod = build_chunk(m, plan, c).to(device=device, dtype=dtype)
+            if self.tp > 1:
+                apply_tp(mod, mesh["tp"], plan.get("sequence_parallel", False))
+            if self.dp > 1 and self.zero > 0:
+                apply_fsdp(mod, mesh["dp"], self.zero)
+            self.chunks.append(mod)
+        params = [p for mod in self.chunks for p in mod.parameters()]
+        self.params = params
+        # foreach kernels cannot mix DTensor and plain parameters: one group of each.
+        groups = [
+            {"params": [p for p in params if hasattr(p, "to_local")]},
+            {"params": [p for p in params if not hasattr(p, "to_local")]},
+        ]
+        self.optimizer = torch.optim.AdamW(
+            [g for g in groups if g["params"]], lr=1e-4, foreach=True
+        )
+        self.times: dict[str, float] = {}
+        # pipeline=False (dry-run): no schedule; chunks_step runs this rank's chunks one by one.
+        self.schedule = self._schedule() if self.pp > 1 and pipeline else None
+        g = torch.Generator().manual_seed(1234 + self.dp_rank)
+        shape = (self.n_mb * self.mb, m["seq_len"])
+        # The same tokens on every tensor-parallel rank of a replica (seeded by dp rank only).
+        self.tokens = torch.randint(0, m["vocab"], shape, generator=g).to(device)
+        self.targets = torch.randint(0, m["vocab"], shape, generator=g).to(device)
+
+    # -- pipeline ------------------------------------------------------------------------------
+    def _schedule(self) -> Any:
+        from torch.distributed.pipelining import (
+            PipelineStage,
+            Schedule1F1B,
+            ScheduleGPipe,
+            ScheduleInterleaved1F1B,
+            ScheduleInterleavedZeroBubble,
+            ScheduleZBVZeroBubble,
+        )
+
+        n_chunks = self.pp * self.plan.get("virtual_stages", 1)
+        group = self.mesh.get_group("pp")
+        stages = []
+        for mod, c in zip(self.chunks, chunk_ids(self.plan, self.pp_rank), strict=True):
+            stage = PipelineStage(mod, c, n_chunks, self.device, group=group)
+            stage.forward_one_chunk = self._timed(stage.forward_one_chunk, "forward")
+            stage.backward_one_chunk = self._timed(stage.backward_one_chunk, "backward")
+            # zero-bubble schedules run the weight gradients as a separate pass
+            stage.backward_weight_one_chunk = self._timed(
+                stage.backward_weight_one_chunk, "backward"
+            )
+            stages.append(stage)
+        self.stages = stages
+        timed_loss = self._timed(loss_fn, "forward")
+        kind = self.plan.get("schedule", "1f1b")
+        if kind == "interleaved":
+            return ScheduleInterleaved1F1B(stages, self.n_mb, loss_fn=timed_loss)
+        if kind == "zb":
+            return ScheduleInterleavedZeroBubble(stages, self.n_mb, loss_fn=timed_loss)
+        if kind == "zbv":
+            return ScheduleZBVZeroBubble(stages, self.n_mb, loss_fn=timed_loss)
+        cls = ScheduleGPipe if kind == "gpipe" else Schedule1F1B
+        return cls(stages[0], self.n_mb, loss_fn=timed_loss)
+
+    def _timed(self, fn: Any, name: str) -> Any:
+        counter_phase = {"forward": "fwd", "backward": "bwd"}[name]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counter = getattr(self, "counter", None)
+            if counter is not None:
+                previous, counter.phase = counter.phase, counter_phase
+            start = self.clock.now()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.times[name] = self.times.get(name, 0.0) + self.clock.now() - start
+                if counter is not None:
+                    counter.phase = previous
+
+        return wrapper
+
+    # -- one step ------------------------------------------------------------------------------
+    def _loss_context(self) -> Any:
+        return loss_context(self.tp)
+
+    def _set_phase(self, phase: str) -> None:
+        counter = getattr(self, "counter", None)
+        if counter is not None:
+            counter.phase = phase
+
+    def _fwd_bwd(self) -> None:
+        """Forward and backward over all micro-batches without a pipeline (pp = 1)."""
+        mod = self.chunks[0]
+        fsdp = self.dp > 1 and self.zero > 0
+        for i in range(self.n_mb):
+            if fsdp:
+                mod.set_requires_gradient_sync(i == self.n_mb - 1)
+            sl = slice(i * self.mb, (i + 1) * self.mb)
+            with self._loss_context():
+                self._set_phase("fwd")
+                start = self.clock.now()
+                loss = loss_fn(mod(self.tokens[sl]), self.targets[sl]) / self.n_mb
+                mid = self.clock.now()
+                self._set_phase("bwd")
+                loss.backward()
+                end = self.clock.now()
+            self.times["forward"] = self.times.get("forward", 0.0) + mid - start
+            self.times["backward"] = self.times.get("backward", 0.0) + end - mid
+
+    def _pipeline(self) -> None:
+        kwargs: dict[str, Any] = {}
+        args: tuple = ()
+        held = chunk_ids(self.plan, self.pp_rank)
+        last = self.pp * self.plan.get("virtual_stages", 1) - 1
+        if 0 in held:  # the first chunk takes the tokens (rank 0)
+            args = (self.tokens,)
+        if last in held:  # the last chunk the targets (the last rank; rank 0 in the V shape)
+            kwargs = {"target": self.targets, "losses": []}
+        self._set_phase("pipe")  # p2p between chunks; stage compute sets fwd / bwd itself
+        start = self.clock.now()
+        with self._loss_context():
+            self.schedule.step(*args, **kwargs)
+        total = self.clock.now() - start
+        self.times["pipeline_wait"] = (
+            total - self.times.get("forward", 0.0) - self.times.get("backward", 0.0)
+        )
+
+    def _reduce_partial_grads(self) -> None:
+        """Sequence parallelism leaves the norm weights' gradients Partial over tp (each rank saw
+        its slice of the sequence); DTensor does not reduce them. Megatron all-reduces them in one
+        call (allreduce_layernorm_grads); so does this on the 1D tp mesh (per parameter with
+        FSDP)."""
+        partial = [
+            p
+            for p in self.params
+            if p.grad is not None
+            and hasattr(p.grad, "placements")
+            and any(pl.is_partial() for pl in p.grad.placements)
+        ]
+        partial_ids = {id(p) for p in partial}
+        for p in self.params:
+            # The row-parallel embedding's gradient comes back Replicate (full vocab) from DTensor's
+            # embedding backward; slice it to the parameter's Shard(0) (local, no communication).
+            if (
+                p.grad is not None
+                and hasattr(p.grad, "placements")
+                and id(p) not in partial_ids
+                and p.grad.placements != p.placements
+            ):
+                p.grad = p.grad.redistribute(p.grad.device_mesh, p.placements)
+        if not partial:
+            return
+        self._set_phase("grad")
+        if self.dp > 1 and self.zero > 0:
+            for p in partial:
+                p.grad = p.grad.redistribute(p.grad.device_mesh, p.placements)
+            return
+        from torch.distributed.tensor import DTensor
+
+        local = [p.grad.to_local() for p in partial]
+        flat = torch._utils._flatten_dense_tensors(local)
+        dist.all_reduce(flat, group=self.mesh.get_group("tp"))
+        for p, g in zip(partial, torch._utils._unflatten_dense_tensors(flat, local), strict=True):
+            p.grad = DTensor.from_local(g, p.device_mesh, p.placements, run_check=False)
+
+    def chunks_step(self) -> list[dict[str, Any]]:
+        """Forward and backward of this rank's chunks, micro-batch by micro-batch, without the
+        pipeline schedule (for --dry-run, where the fake group carries no tensors between stages).
+        Returns the point-to-point messages the schedule would exchange, derived from the chunks:
+        per micro-batch, each chunk receives its input and sends its output forward (unless it is
+        the first / last chunk of the model) and the reverse for gradients backward."""
+        n_chunks = self.pp * self.plan.get("virtual_stages", 1)
+        m = self.cfg["model"]
+        p2p: list[dict[str, Any]] = []
+        for mod, c in zip(self.chunks, chunk_ids(self.plan, self.pp_rank), strict=True):
+            for i in range(self.n_mb):
+                sl = slice(i * self.mb, (i + 1) * self.mb)
+                if c == 0:
+                    x = self.tokens[sl]
+                else:
+                    sp = self.plan.get("sequence_parallel", False) and self.tp > 1
+                    seq = m["seq_len"] // (self.tp if sp else 1)
+                    x = torch.zeros(
+                        self.mb,
+                        seq,
+                        m["hidden"],
+                        device=self.device,
+                        dtype=self.dtype,
+                        requires_grad=True,
+                    )
+                with self._loss_context():
+                    self._set_phase("fwd")
+                    out = mod(x)
+                    self._set_phase("bwd")
+                    if c == n_chunks - 1:
+                        (loss_fn(out, self.targets[sl]) / self.n_mb).backward()
+                    else:
+                        out.backward(torch.ones_like(out))
+                nbytes = x.numel() * x.element_size() if c > 0 else 0
+                if c > 0:  # receive the activation, send its gradient back
+                    p2p += [{"axis": "pp", "op": "send_recv", "phase": "pipe", "bytes": nbytes}] * 2
+                if c < n_chunks - 1:  # send the activation, receive its gradient
+                    size = out.numel() * out.element_size()
+                    p2p += [{"axis": "pp", "op": "send_recv", "phase": "pipe", "bytes": size}] * 2
+        self._grad_sync()
+        return p2p
+
+    def _grad_sync(self) -> None:
+        """zero 0: one flat all-reduce of all gradients over the dp group, then averaged."""
+        self._reduce_partial_grads()
+        if self.dp == 1 or self.zero > 0:
+            return
+        self._set_phase("grad")
+        grads = []
+        for p in self.params:
+            if p.grad is None:
+                continue
+            g = p.grad
+            grads.append(g.to_local() if hasattr(g, "to_local") else g)
+        flat = torch._utils._flatten_dense_tensors(grads)
+        if flat.dtype == torch.bfloat16:  # Megatron-LM reduces bf16 gradients in fp32
+            flat = flat.float()
+        dist.all_reduce(flat, group=self.mesh.get_group("dp"))
+        flat.div_(self.dp)
+        for g, synced in zip(
+            grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True
+        ):
+            g.copy_(synced)
+
+    def step(self) -> dict[str, float]:
+        self.times = {}
+        dist.barrier()
+        start = self.clock.now()
+        if self.schedule is not None:
+            self._pipeline()
+        else:
+            self._fwd_bwd()
+        t = self.clock.now()
+        self._grad_sync()
+        self.times["grad_sync"] = self.clock.now() - t
+        t = self.clock.now()
+        self._set_phase("step")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        end = self.clock.now()
+        self.times["optimizer"] = end - t
+        self.times["step"] = end - start
+        return dict(self.times)
