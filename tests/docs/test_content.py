@@ -88,7 +88,7 @@ def test_the_profile_example_has_every_field_and_fit_kind():
     assert set(PROVENANCE_FIELDS) <= set(data["provenance"])
 
 
-def test_the_history_example_is_what_validate_appends_for_the_readme_runs(tmp_path):
+def test_the_history_example_is_what_validate_appends_for_the_accuracy_runs(tmp_path):
     from validation.report import append_history
 
     reports = sorted((json.loads(p.read_text())
