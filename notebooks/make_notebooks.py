@@ -156,7 +156,7 @@ slides them back towards it.
 ## Prediction against measurement
 
 The model fitted on 80% of the H100 shapes predicts the held-out 20% with the median error
-printed above (2-3%; the README reports 3.2% for an earlier form of the model). The worst
+printed above (2-3%; docs/accuracy.md gives it for every GPU and dtype). The worst
 held-out shapes miss by tens of percent: they are the small or skinny GEMMs where the autotuner's
 kernel choice (tile size, split-K) changes from one shape to the next, a step the smooth
 $d/(d+h)$ factors cannot follow.
@@ -306,11 +306,11 @@ assert fitted["median_rel_error"] < 0.10
 '''),
 ]
 
-# --- 03 seed 000 ---------------------------------------------------------------------------------
+# --- 03 Gholami et al. 2018, integrated model and data parallelism ------------------------------
 
-SEED000 = [
+GHOLAMI2018 = [
     md(r'''
-# Seed 000: model against data parallelism on a $P_r \times P_c$ grid
+# Model against data parallelism on a $P_r \times P_c$ grid (Gholami et al. 2018)
 
 **Story.** Gholami, Azad, Jin, Keutzer and Buluç (SPAA 2018, arXiv 1712.04432) split P
 processes into a $P_r \times P_c$ grid: $P_r$ splits every layer (model parallel), $P_c$ the
@@ -403,11 +403,11 @@ in the same model (`perfmodel explain --model vgg16 ...`).
 '''),
 ]
 
-# --- 04 seed 001 ---------------------------------------------------------------------------------
+# --- 04 Bian et al. 2021, 3-D tensor parallelism --------------------------------------------------
 
-SEED001 = [
+BIAN2021 = [
     md(r'''
-# Seed 001: 1D, 2D, 2.5D and 3D tensor parallelism on 64 V100s
+# 1D, 2D, 2.5D and 3D tensor parallelism on 64 V100s (Bian et al. 2021)
 
 **Story.** Bian, Xu, Wang and You (arXiv 2105.14450, Colossal-AI) split each linear layer of a
 transformer over a $q \times q \times q$ cube and report, on 64 V100s, 2.32x the speed of 1D
@@ -543,17 +543,18 @@ the paper's runs achieved.
 '''),
 ]
 
-# --- 05 seed 002 ---------------------------------------------------------------------------------
+# --- 05 PLOS ONE 2023, micro-batch search for pipelined model parallelism ------------------------
 
-SEED002 = [
+PLOSONE2023 = [
     md(r'''
-# Seed 002: pipeline bubble and memory against the micro-batch size
+# Pipeline bubble and memory against the micro-batch size (PLOS ONE 2023)
 
 **Story.** A pipeline of $pp$ stages idles $(pp-1)$ micro-batch times per step. Smaller
 micro-batches shrink the bubble but run thinner, less efficient GEMMs and more kernels; larger
-ones cost activation memory. The PLOS ONE paper (18(11) e0293338, 2023) searches the micro-batch
-size and reports up to 12% more throughput than the conventional choice. Which size wins, and
-which normalization to use when the batch is split?
+ones cost activation memory. The PLOS ONE paper "Towards accelerating model parallelism in
+distributed deep learning systems" (18(11) e0293338, 2023) searches the micro-batch size and
+reports up to 12% more throughput than the conventional choice. Which size wins, and which
+normalization to use when the batch is split?
 '''),
     code(SETUP),
     md(r'''
@@ -673,11 +674,11 @@ assert 0 < one_f[f"gain over {conventional} (m = 4 pp)"] < 0.5
 '''),
 ]
 
-# --- 06 seed 003 ---------------------------------------------------------------------------------
+# --- 06 Castelló et al. 2019, analysis of model parallelism -------------------------------------
 
-SEED003 = [
+CASTELLO2019 = [
     md(r'''
-# Seed 003: AlexNet and VGG-16 over node speed, memory bandwidth, nodes, links and batch
+# AlexNet and VGG-16 over node speed, memory, nodes, links and batch (Castelló et al. 2019)
 
 **Story.** Castelló, Dolz, Quintana-Ortí and Duato (EuroMPI 2019) model layer-wise parallel
 training of CNNs and ask how the time responds to the node's FLOP rate and memory bandwidth, the
@@ -903,7 +904,7 @@ A GPU cluster is not at hand, so the measurement is the same pipeline on this ma
 `perfmodel validate` runs the plan as a real torch.distributed job (gloo, 2 CPU cores) on a tiny
 GPT and compares with the prediction from this machine's calibrated profile. A 2-rank run takes
 15-25 s and needs a profile (`perfmodel calibrate run --quick`, under a minute), more than this
-notebook's budget; the ten reports of the README's run are in tests/data/validation. To run one
+notebook's budget; the ten reports behind docs/accuracy.md are in tests/data/validation. To run one
 here:
 
 ```bash
@@ -933,7 +934,7 @@ The median error is 7%, the worst 22%: tp2-mb1, predicted 22% slower than it ran
 plan term by term). The model gets there on a CPU because `calibrate run` measures what the
 framework adds to each part of a transformer (DTensor's dispatch under tensor parallelism costs
 5-10 ms per layer and micro-batch here, more than the layer's kernels) and charges it per part,
-style and degree; the README's "Validation accuracy on this machine" says what each term changed.
+style and degree; "Validation on this machine" in docs/accuracy.md says what each term changed.
 What is left is mostly the machine: a shared 2-core host whose speed moves by a quarter from
 second to second, so that the same plan measures 170-181 ms in three runs and two calibrations
 half an hour apart disagree by 10-35% on tensor-parallel plans. On GPUs the same model, with the
@@ -949,10 +950,10 @@ assert len(runs) == 10
 NOTEBOOKS = {
     "01_roofline_gemm.ipynb": ROOFLINE,
     "02_collectives.ipynb": COLLECTIVES,
-    "03_seed000_model_vs_data_parallel_grid.ipynb": SEED000,
-    "04_seed001_tensor_parallel_layouts.ipynb": SEED001,
-    "05_seed002_pipeline_micro_batch.ipynb": SEED002,
-    "06_seed003_cnn_sweeps.ipynb": SEED003,
+    "03_gholami2018_model_vs_data_parallel_grid.ipynb": GHOLAMI2018,
+    "04_bian2021_tensor_parallel_layouts.ipynb": BIAN2021,
+    "05_plosone2023_pipeline_micro_batch.ipynb": PLOSONE2023,
+    "06_castello2019_cnn_sweeps.ipynb": CASTELLO2019,
     "07_planning_end_to_end.ipynb": PLANNING,
 }
 
@@ -984,8 +985,10 @@ def main(argv: list[str]) -> int:
             path.write_text(text, encoding="utf-8")
     if stale:
         print("out of date (run python notebooks/make_notebooks.py):", ", ".join(stale))
-        return 1
-    return 0
+    extra = sorted(p.name for p in HERE.glob("*.ipynb") if p.name not in NOTEBOOKS)
+    if extra:  # a renamed or dropped notebook left behind
+        print("not written by this script (remove them):", ", ".join(extra))
+    return 1 if stale or extra else 0
 
 
 if __name__ == "__main__":

@@ -685,7 +685,8 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
           dtype: str,
           vary: tuple[str, ...], as_json: bool, csv_path: str | None, plot_path: str | None) -> None:
     """Sweep a layer graph (CNN/MLP) over node FLOP rate, memory bandwidth, node count, link
-    bandwidth and batch size (seed 003's analysis): a table and a plot."""
+    bandwidth and batch size (Castelló et al. 2019's analysis of model parallelism for CNNs): a
+    table and a plot."""
     from perfmodel.layerwise import GridPlan
     from perfmodel.layerwise import sweep as run_sweep
     from perfmodel.specs.layers import LayerGraphSpec

@@ -82,9 +82,10 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
 
 
 def explain_grid_text(model: Any, hardware: HardwareSpec, plan: Any, *, latex: bool = False) -> str:
-    """Seed 000's analysis for a layer graph: communication as a function of Pr (Pc = P / Pr), the
-    Pr that minimises it (closed form where sympy solves it, and exactly over the divisors of P),
-    and the full model's step time for every split."""
+    """Gholami et al. 2018's analysis (integrated model and data parallelism) for a layer graph:
+    communication as a function of Pr (Pc = P / Pr), the Pr that minimises it (closed form where
+    sympy solves it, and exactly over the divisors of P), and the full model's step time for every
+    split."""
     import dataclasses
 
     from perfmodel.layerwise import (

@@ -354,8 +354,9 @@ def best_grid(model: LayerGraphSpec, hardware: HardwareSpec, gpus: int, global_b
 def communication_in_pr(model: LayerGraphSpec, gpus: int, global_batch: int,
                         bytes_per_element: int = 4,
                         contributors: Contributors | str = Contributors.STANDARD) -> dict[str, Any]:
-    """Seed 000's analysis: the communication of one step as a function of Pr (Pc = P / Pr) with a
-    uniform alpha-beta network and ring collectives; its minimiser in closed form (sympy) and over
+    """Gholami et al. 2018's analysis (integrated model and data parallelism): the communication
+    of one step as a function of Pr (Pc = P / Pr) with a uniform alpha-beta network and ring
+    collectives; its minimiser in closed form (sympy) and over
     the divisors of P. A layer of u < P units is split over c = min(Pr, u) processes, its
     all-gather and all-reduce have c contributors and Pr receivers (in the given realisation, see
     perfmodel.costs.collectives); with such a Min in it sympy finds no closed form (None) and the

@@ -119,8 +119,9 @@ def explain_best(model: TransformerSpec, hardware: HardwareSpec, result: SearchR
 
 def micro_batch_curve(model: TransformerSpec, hardware: HardwareSpec, plan: Any,
                       capacity_bytes: float | None = None) -> list[dict[str, Any]]:
-    """Throughput and memory against the micro-batch size for the plan's layout (seed 002's
-    search); `fits` against capacity_bytes (the search's memory limit), else the GPU's memory."""
+    """Throughput and memory against the micro-batch size for the plan's layout (the micro-batch
+    search of the PLOS ONE 2023 paper on pipelined model parallelism); `fits` against
+    capacity_bytes (the search's memory limit), else the GPU's memory."""
     rows = []
     for mb in divisors(plan.global_batch // plan.dp):
         try:

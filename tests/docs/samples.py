@@ -1,4 +1,5 @@
-"""The code samples of the README and docs/*.md, with the docs-check annotations before them.
+"""The code samples of the README and of the pages of mkdocs.yml's nav, with the docs-check
+annotations before them.
 
 A fenced block is a sample; an HTML comment `<!-- docs-check: ... -->` on the lines before it
 (blank lines allowed) says what to do with it:
@@ -24,9 +25,18 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
-DOC_FILES = ["README.md", "docs/index.md", "docs/cli.md", "docs/specs.md", "docs/presets.md",
-             "docs/model.md", "docs/accuracy.md"]
+
+
+def _nav_pages() -> list[str]:
+    """The pages of mkdocs.yml's nav, in its order: a page added to the site is checked too."""
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    return [f"docs/{page}" for entry in nav for page in entry.values()]
+
+
+DOC_FILES = ["README.md", *_nav_pages()]
 RUN_LANGUAGES = {"bash", "sh", "shell", "python", "yaml", "json", "csv"}
 
 _FENCE = re.compile(r"^(```+)\s*([\w+-]*)\s*$")

@@ -1,5 +1,5 @@
 """What the docs claim, checked against its sources: the spec examples are complete and real, the
-accuracy numbers are the README's, and the README has what a newcomer needs."""
+accuracy summary is the measurements it summarises, and the README has what a newcomer needs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 
 import yaml
 
-from tests.docs.samples import ROOT, blocks, commands
+from tests.docs.samples import DOC_FILES, ROOT, blocks, commands
 
 
 def _example(source: str, name: str) -> str:
@@ -88,7 +88,7 @@ def test_the_profile_example_has_every_field_and_fit_kind():
     assert set(PROVENANCE_FIELDS) <= set(data["provenance"])
 
 
-def test_the_history_example_is_what_validate_appends_for_the_readme_runs(tmp_path):
+def test_the_history_example_is_what_validate_appends_for_the_accuracy_runs(tmp_path):
     from validation.report import append_history
 
     reports = sorted((json.loads(p.read_text())
@@ -100,27 +100,22 @@ def test_the_history_example_is_what_validate_appends_for_the_readme_runs(tmp_pa
     assert path.read_text() == (ROOT / "docs/examples/history.csv").read_text()
 
 
-def _accuracy_summary() -> str:
+def _accuracy_sections() -> tuple[str, str]:
+    """docs/accuracy.md split into its summary (before the first section) and the sections."""
     text = (ROOT / "docs/accuracy.md").read_text()
-    return text[:text.index("--8<--")]
+    cut = text.index("\n## ")
+    return text[:cut], text[cut:]
 
 
-def test_accuracy_numbers_are_the_readme_measurements():
-    """The summary table invents nothing: each of its numbers stands in the README."""
-    readme = (ROOT / "README.md").read_text()
-    table = "\n".join(line for line in _accuracy_summary().splitlines() if line.startswith("|"))
+def test_accuracy_summary_numbers_are_the_measurements_below_it():
+    """The summary table invents nothing: each of its numbers stands in a section of the page."""
+    summary, sections = _accuracy_sections()
+    table = "\n".join(line for line in summary.splitlines() if line.startswith("|"))
     numbers = re.findall(r"(?<![\w.])\d+(?:\.\d+)?%?", table)
     assert len(numbers) > 20
-    missing = [n for n in numbers if not re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", readme)]
-    assert not missing, f"numbers of docs/accuracy.md not in README.md: {missing}"
-
-
-def test_the_snippet_sections_exist_in_the_readme():
-    readme = (ROOT / "README.md").read_text()
-    for page in ("accuracy.md", "model.md"):
-        text = (ROOT / "docs" / page).read_text()
-        for section in re.findall(r'--8<-- "README.md:([\w-]+)"', text):
-            assert f"[start:{section}]" in readme and f"[end:{section}]" in readme, section
+    missing = [n for n in numbers
+               if not re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", sections)]
+    assert not missing, f"numbers of the summary of docs/accuracy.md not below it: {missing}"
 
 
 def test_readme_has_what_a_newcomer_needs():
@@ -135,6 +130,13 @@ def test_readme_has_what_a_newcomer_needs():
         assert f"perfmodel {command} " in run + " ", f"no quick start of perfmodel {command}"
     assert any(b.directive("output") for b in blocks("README.md")), "no sample output"
     assert readme.startswith("# perfmodel\n\nPredict how fast")
+    assert len(readme.splitlines()) <= 150, "the README is the front door: the rest goes to docs/"
+
+
+def test_the_readme_links_every_page_of_the_docs():
+    readme = (ROOT / "README.md").read_text()
+    missing = [page for page in DOC_FILES[1:] if f"]({page})" not in readme]
+    assert not missing, f"pages the README does not point to: {missing}"
 
 
 def test_docs_index_has_a_quick_start_of_every_command():

@@ -162,3 +162,17 @@ def test_numbers_without_a_comment_are_found():
 def test_hidden_options_are_marked(name):
     sections = _sections(hooks.cli_reference())
     assert "(hidden, for tests)" in sections[name]
+
+
+def test_no_internal_jargon_in_help_or_pages():
+    """The papers perfmodel reproduces are named by their authors, never by the project's internal
+    numbers ("seed 003" means nothing to a user)."""
+    from tests.docs.samples import DOC_FILES
+
+    jargon = re.compile(r"\bseed[\s_]*0\d\d\b", re.I)
+    texts = {"--help": hooks.cli_reference(),
+             **{page: (ROOT / page).read_text(encoding="utf-8") for page in DOC_FILES},
+             **{p.name: p.name + p.read_text(encoding="utf-8")
+                for p in (ROOT / "notebooks").glob("*.ipynb")}}
+    found = {where: jargon.findall(text) for where, text in texts.items() if jargon.search(text)}
+    assert not found, found

@@ -4,7 +4,7 @@ One table: each row is a command given one kind of bad input (a misspelt preset,
 unreadable file, malformed YAML/JSON/TOML, a wrong type, a missing or unknown field, a zero,
 negative, NaN, infinite or absurd value, a broken divisibility rule, a profile of another version,
 an nccl-tests log that is empty, cut short or from another tool) and what must come back: the exit
-code of the error's class (README, "Commands and exit codes"), one line on standard error that
+code of the error's class (docs/cli.md, "Exit codes"), one line on standard error that
 names the field or file and what is allowed, and no traceback. Most rows run in this process
 (perfmodel.cli.main, as the `perfmodel` script calls it); a few run as `python -m perfmodel`,
 and `--debug` must show the traceback.

@@ -1,4 +1,4 @@
-"""Collectives with fewer contributors than receivers (Castelló et al., EuroMPI 2019, seed 003).
+"""Collectives with fewer contributors than receivers (Castelló et al., EuroMPI 2019).
 
 A layer of u output units on Pr > u model-parallel processes is split over c = min(Pr, u) of them;
 its output all-gather and its input-gradient all-reduce then have c contributors and Pr receivers.

@@ -205,7 +205,7 @@ def test_a_cpu_run_against_a_gpu_preset_is_said_first():
 
 
 def test_a_profile_of_another_rank_count_is_said_first():
-    """The README's example calibrates 4 ranks and validates 2: -44 to -50% on this machine
+    """The README's quick start calibrates 4 ranks and validates 2: -44 to -50% on this machine
     (2 CPUs), +3% with a 2-rank profile. The rates of 4 ranks time-sharing 2 CPUs are not
     rescaled to 2."""
     cpu4 = load_hardware("dgx-h100").replace(gpu_name="CPU Test (2 cores)", gpus_per_node=4,
