@@ -489,7 +489,9 @@ def _check_meta(meta: Any, where: str) -> None:
         if not isinstance(values, dict):
             raise DataError(f"{where}: prediction.{key} must be an object of numbers")
         for name, value in values.items():
-            _number(value, f"{where}: prediction.{key}.{name}")
+            # a time term may be negative: compute/*/framework is (scale - 1) x the roofline plus
+            # a fixed cost, below 0 where the measured kernels beat the roofline (scale < 1)
+            _number(value, f"{where}: prediction.{key}.{name}", signed=key == "breakdown_s")
 
 
 # the times a step records (workload.trainer.Trainer.step); pipeline_wait may dip below 0

@@ -251,3 +251,19 @@ def test_gpu_memory_is_compared_without_what_the_prediction_reserves():
     assert memory["predicted_tensor_per_rank_bytes"] == 60 * 2**30
     assert memory["relative_error"] == 0 and memory["measured_process_peak_per_rank_bytes"] is None
     assert memory["measured_by"] == "torch.cuda.max_memory_allocated"
+
+
+def test_collect_accepts_a_negative_framework_term(tmp_path):
+    """Regression: a calibrated compute scale below 1 makes compute/forward/framework negative
+    (the kernels beat the roofline); collect refused the prediction as 'must be >= 0'."""
+    out = _emitted(tmp_path, [GOOD])
+    meta = out / "meta.json"
+    doc = json.loads(meta.read_text())
+    doc["prediction"]["breakdown_s"]["compute/forward/framework"] = -0.002
+    meta.write_text(json.dumps(doc))
+    code, _, err = run_main(["validate", "collect", str(out), "--history", str(tmp_path / "h")])
+    assert code == 0, err
+    doc["prediction"]["breakdown_s"]["compute/forward/framework"] = float("nan")
+    meta.write_text(json.dumps(doc))
+    code, _, err = run_main(["validate", "collect", str(out), "--history", str(tmp_path / "h")])
+    assert code == 5 and "not valid JSON" in err
