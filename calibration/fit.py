@@ -133,6 +133,9 @@ class CollectiveModel:
                 self.alpha_s_small_, self.bus_bandwidth_bytes_per_s_small_ = p_lo
                 self.alpha_s_, self.bus_bandwidth_bytes_per_s_ = p_hi
         self.size_range_ = (float(nb.min()), float(nb.max()))
+        # the highest bus bandwidth a measurement reached: a lower bound on the link's, all a
+        # latency-bound sweep (small sizes only) can say about it
+        self.measured_bus_bandwidth_bytes_per_s_ = float(np.max(c / t))
         self.ranks_ = sorted({int(v) for v in n})
         self.n_points_ = len(t)
         self.residuals_ = residual_summary(self.predict(nb, n), t)

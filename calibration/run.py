@@ -521,6 +521,24 @@ def _spread(disp: pd.DataFrame, medians: pd.Series) -> dict[str, float]:
     return {"median_rel_error": float(err.median()), "worst_rel_error": float(err.max())}
 
 
+# a fitted bandwidth this many times the best one measured was not seen by the sweep: its sizes
+# were all latency-bound (e.g. --max-bytes 64 KiB), and the bus term is noise around zero
+UNRESOLVED_BANDWIDTH_RATIO = 10.0
+
+
+def _link_bandwidth(model: CollectiveModel, scope: str, notes: list[str]) -> float:
+    """The link bandwidth a fitted all-reduce gives: its bus bandwidth where the sweep resolved
+    it, else the best it measured (a lower bound), with a note (under load a latency-bound
+    sweep fitted 3e17-7e21 B/s, which the profile's own reader then refused)."""
+    fitted, seen = model.bus_bandwidth_bytes_per_s_, model.measured_bus_bandwidth_bytes_per_s_
+    if fitted <= UNRESOLVED_BANDWIDTH_RATIO * seen:
+        return fitted
+    notes.append(f"all_reduce ({scope}): the sizes measured (up to {model.size_range_[1]:.4g} B) "
+                 f"are latency-bound; the link bandwidth is the best measured, {seen:.3g} B/s, "
+                 "a lower bound (measure larger sizes: --max-bytes)")
+    return seen
+
+
 def _fit_collectives(
     df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: list[str], support: dict
 ) -> None:
@@ -556,7 +574,7 @@ def _fit_collectives(
         collectives.append(dict(model.to_fit().__dict__))
         if op == "all_reduce":
             links[scope] = {
-                "bandwidth_bytes_per_s": model.bus_bandwidth_bytes_per_s_,  # large messages
+                "bandwidth_bytes_per_s": _link_bandwidth(model, scope, notes),  # large messages
                 "latency_s": model.alpha_s_small_ or model.alpha_s_,  # small messages
                 "efficiency": 1.0,
             }

@@ -268,3 +268,29 @@ def test_a_sweep_reaches_the_ranks_unchanged(device, quick, max_bytes):
     sweep = sweep_for(device, quick, max_bytes)
     assert sweep.layer_sizes and sweep.gemm_shapes
     assert sweep_from_dict(json.loads(json.dumps(sweep_to_dict(sweep)))) == sweep
+
+
+def test_a_latency_bound_sweep_gives_the_link_the_best_bandwidth_measured():
+    """Regression: under load, `calibrate run --max-bytes 65536` fitted an intra-node bandwidth
+    of 3e17-7e21 B/s (the bus term is noise when every size is latency-bound), which the
+    profile's own reader then refused."""
+    import numpy as np
+    import pandas as pd
+
+    from calibration.fit import CollectiveModel
+    from calibration.run import _link_bandwidth
+
+    rng = np.random.default_rng(0)
+    sizes = np.repeat(2.0 ** np.arange(3, 17), 5)  # 8 B .. 64 KiB
+    flat = pd.DataFrame({"nbytes": sizes, "ranks": 2,
+                         "time_s": 50e-6 * (1 + 0.05 * rng.standard_normal(len(sizes)))})
+    model = CollectiveModel("all_reduce", "intra", "ring").fit(flat)
+    notes: list[str] = []
+    bw = _link_bandwidth(model, "intra", notes)
+    assert bw == model.measured_bus_bandwidth_bytes_per_s_ < 2e9 and "latency-bound" in notes[0]
+    # a sweep that reaches the bandwidth keeps the fitted value
+    big = 2.0 ** np.arange(10, 27)
+    resolved = pd.DataFrame({"nbytes": big, "ranks": 2, "time_s": 20e-6 + big / 10e9})
+    model = CollectiveModel("all_reduce", "intra", "ring").fit(resolved)
+    assert _link_bandwidth(model, "intra", notes) == pytest.approx(10e9, rel=0.05)
+    assert len(notes) == 1
