@@ -15,10 +15,10 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import memory as M
+from perfmodel.costs.compute import FP32_BYTES
 from perfmodel.step.context import Context, active
 from perfmodel.step.parameters import Parameters
 from perfmodel.step.pipeline import STAGES, holds
-from perfmodel.step.tensor_parallel import FP32_BYTES
 
 ZERO3_GATHERED_LAYERS = 2  # the layer computing and the next, prefetched
 MASK_BYTES = 1  # a dropout mask keeps one byte per element

@@ -22,13 +22,13 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import layouts as LY
+from perfmodel.costs.compute import FP32_BYTES
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
 
 COLLECTIVES_PER_LAYER = 2  # Megatron 1D, per layer and direction: after attention, after MLP
 CROSS_ENTROPY_ALL_REDUCES = 3  # the logits' max, the sum of their exponentials, the target logit
-FP32_BYTES = 4
 NORMS_PER_LAYER = 2  # before the attention and before the MLP
 
 
