@@ -334,6 +334,15 @@ class HardwareSpec:
             dup = next(k for k in seen if seen.count(k) > 1)
             raise SpecError(f"layer_costs: part '{dup[0]}', style '{dup[1]}', tp {dup[2]} is "
                             "given twice")
+        # the step model reads one fit per op and scope (perfmodel.step.collective): a second,
+        # of another algorithm, would be mixed with the first (its parameters, the other's steps)
+        fitted = [(c.op, c.scope) for c in self.collectives]
+        if len(set(fitted)) != len(fitted):
+            op, scope = next(k for k in fitted if fitted.count(k) > 1)
+            algs = ", ".join(c.algorithm for c in self.collectives
+                             if (c.op, c.scope) == (op, scope))
+            raise SpecError(f"collectives: {op} {scope} has {fitted.count((op, scope))} fits "
+                            f"({algs}): perfmodel uses one fit per op and scope; keep one")
         if self.collective_algorithm not in COLLECTIVE_ALGORITHMS:
             raise SpecError(
                 f"collective_algorithm must be one of {', '.join(COLLECTIVE_ALGORITHMS)}, "

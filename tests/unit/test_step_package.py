@@ -110,3 +110,24 @@ def test_overlap_hides_communication_up_to_its_window():
     assert exposed(comm, Overlap("backward", window, sp.Integer(1))).doit() == 2
     assert exposed(comm, Overlap("backward", sp.Integer(9), sp.Integer(1))).doit() == 0
     assert exposed(comm, Overlap("backward", window, sp.Integer(0))).doit() == 5
+
+
+def test_two_fits_of_one_collective_were_mixed_and_are_refused():
+    """Regression (issue 15): a hardware with a ring and a tree fit of the intra-node all-reduce
+    predicted comm/tp with the tree's alpha and bandwidth and the ring's step count (21 s on
+    llama2-7b, tp 8, where ring alone gives 0.76 s and tree alone 12.5 s). perfmodel holds one fit
+    per op and scope: the second is refused, naming both."""
+    from perfmodel.errors import SpecError
+    from perfmodel.specs.hardware import CollectiveFit
+
+    hw = load_hardware("dgx-h100")
+    ring = CollectiveFit(op="all_reduce", scope="intra", algorithm="ring", alpha_s=1e-5,
+                         bus_bandwidth_bytes_per_s=1e11)
+    tree = CollectiveFit(op="all_reduce", scope="intra", algorithm="tree", alpha_s=1e-3,
+                         bus_bandwidth_bytes_per_s=1e10)
+    with pytest.raises(SpecError, match=r"collectives: all_reduce intra has 2 fits \(ring, "
+                                        "tree\\): perfmodel uses one fit per op and scope"):
+        hw.replace(collectives=(ring, tree))
+    inter = CollectiveFit(op="all_reduce", scope="inter", algorithm="tree", alpha_s=1e-3,
+                          bus_bandwidth_bytes_per_s=1e10)
+    assert len(hw.replace(collectives=(ring, inter)).collectives) == 2  # one per scope is fine
