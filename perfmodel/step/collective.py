@@ -14,7 +14,7 @@ with a calibrated fit where the hardware has one. The ledger feeds perfmodel.pre
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import sympy as sp
 
@@ -89,12 +89,12 @@ class Collective:
         """The links of its group: intra, inter, mixed, or None (open: the plan's indicators)."""
         return self.fam.scope(self.axis)
 
-    @property
+    @cached_property
     def call_s(self) -> sp.Expr:
         """Time of one call [s]: 0 for a group of one rank."""
         return group_time(self.op, self.nbytes, self.axis, self.fam)
 
-    @property
+    @cached_property
     def time_s(self) -> sp.Expr:
         """Time of its calls per micro-batch (or per step, for phase step) [s]."""
         return (self.calls if self.transfers is None else self.transfers) * self.call_s
@@ -103,7 +103,7 @@ class Collective:
         """Time of its calls in one step of m micro-batches [s]."""
         return self.time_s if self.per_step else m * self.time_s
 
-    @property
+    @cached_property
     def launches(self) -> sp.Expr:
         """Calls issued per micro-batch (or per step): none in a group of one rank."""
         return self.calls * active(AXIS_DEGREE[self.axis])

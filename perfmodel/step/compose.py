@@ -92,17 +92,16 @@ def exposed(comm_s: sp.Expr, overlap: Overlap | None) -> sp.Expr:
 def phase_terms(phase: Phase, m: sp.Expr = ONE) -> dict[str, sp.Expr]:
     """A phase's seconds by breakdown term, by the rule above (m: micro-batches per step, for the
     per-micro-batch collectives a step phase holds)."""
-    terms: dict[str, sp.Expr] = {}
+    terms: dict[str, list[sp.Expr]] = {}
     for part in (phase.device, phase.host):
         for term, seconds in part.items():
-            terms[term] = terms.get(term, ZERO) + seconds
-    comm: dict[str, sp.Expr] = {}
+            terms.setdefault(term, []).append(seconds)
+    comm: dict[str, list[sp.Expr]] = {}
     for c in phase.comms:
-        comm[c.term] = comm.get(c.term, ZERO) + (c.time_per_step_s(m) if phase.per_step
-                                                 else c.time_s)
-    for term, seconds in comm.items():
-        terms[term] = terms.get(term, ZERO) + exposed(seconds, phase.overlap)
-    return {term: phase.present * seconds for term, seconds in terms.items()}
+        comm.setdefault(c.term, []).append(c.time_per_step_s(m) if phase.per_step else c.time_s)
+    for term, times in comm.items():
+        terms.setdefault(term, []).append(exposed(sp.Add(*times), phase.overlap))
+    return {term: phase.present * sp.Add(*parts) for term, parts in terms.items()}
 
 
 def launch_s(collectives: Iterable[Collective], stage: str | None = None) -> sp.Expr:
@@ -115,34 +114,33 @@ def launch_s(collectives: Iterable[Collective], stage: str | None = None) -> sp.
     embedding's), while their time counts on both; kept as it was (issue 15 changes no number).
     """
     if stage is None:
-        calls = sum((c.launches for c in collectives if c.per_step), ZERO)
+        calls = [c.launches for c in collectives if c.per_step]
     else:
-        calls = sum((c.launches for c in collectives
-                     if not c.per_step and c.stage in ("every", stage)), ZERO)
-    return S.t_coll * calls
+        calls = [c.launches for c in collectives if not c.per_step and c.stage in ("every", stage)]
+    return S.t_coll * sp.Add(*calls)
 
 
 def stage_terms(phases: Sequence[Phase], launches_s: sp.Expr) -> dict[str, sp.Expr]:
     """One micro-batch on one stage, by breakdown term [s]: its phases and its launches."""
-    terms = dict.fromkeys(STAGE_TERMS, ZERO)
+    parts: dict[str, list[sp.Expr]] = {term: [] for term in STAGE_TERMS}
     for phase in phases:
         for term, seconds in phase_terms(phase).items():
-            terms[term] = terms[term] + seconds
-    terms["overhead/collectives"] = terms["overhead/collectives"] + launches_s
-    return terms
+            parts[term].append(seconds)
+    parts["overhead/collectives"].append(launches_s)
+    return {term: sp.Add(*p) for term, p in parts.items()}
 
 
 def step_terms(phases: Sequence[Phase], m: sp.Expr, launches_s: sp.Expr,
                bubble_s: sp.Expr) -> dict[str, sp.Expr]:
     """The step's terms beyond its m micro-batches [s]: the pipeline bubble, the step phases, and
     the launches of the per-step collectives (charged to the optimizer step)."""
-    terms = dict.fromkeys(STEP_TERMS, ZERO)
-    terms["pipeline/bubble"] = bubble_s
+    parts: dict[str, list[sp.Expr]] = {term: [] for term in STEP_TERMS}
+    parts["pipeline/bubble"].append(bubble_s)
     for phase in phases:
         for term, seconds in phase_terms(phase, m).items():
-            terms[term] = terms[term] + seconds
-    terms["optimizer/step"] = terms["optimizer/step"] + launches_s
-    return terms
+            parts[term].append(seconds)
+    parts["optimizer/step"].append(launches_s)
+    return {term: sp.Add(*p) for term, p in parts.items()}
 
 
 # --- the step's composition: functions applied to the terms' symbols (what `explain` prints) and
