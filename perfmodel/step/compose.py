@@ -21,8 +21,11 @@ The composition rule, here and nowhere else:
     T_step  = m t_mb + T_bubble + sum of the step phases' terms (+ t_coll x per-step launches)
 Host and device time add (synchronous ranks; nothing of the host hides behind the device) and
 communication adds unless its phase names a window (today the data-parallel sync, behind the
-backward). The next issue changes it here: host and device overlapped on asynchronous devices,
-and Overlaps on the layers' tensor-parallel collectives.
+backward). A collective's launches are charged where it is issued (its ledger phase: in every
+micro-batch, on the stages its ledger entry names, or once per step), its time in the phase that
+holds it: FSDP's gathers, issued in every micro-batch, are timed with the step's sync.
+The next issue changes it here: host and device overlapped on asynchronous devices, and Overlaps
+on the layers' tensor-parallel collectives.
 """
 
 from __future__ import annotations
@@ -128,6 +131,11 @@ def stage_terms(phases: Sequence[Phase], launches_s: sp.Expr) -> dict[str, sp.Ex
             parts[term].append(seconds)
     parts["overhead/collectives"].append(launches_s)
     return {term: sp.Add(*p) for term, p in parts.items()}
+
+
+def backward_s(terms: Mapping[str, sp.Expr]) -> sp.Expr:
+    """One micro-batch's backward on a stage [s]: its compute/backward terms."""
+    return sp.Add(*(t for name, t in terms.items() if name.startswith("compute/backward")))
 
 
 def step_terms(phases: Sequence[Phase], m: sp.Expr, launches_s: sp.Expr,

@@ -5,8 +5,9 @@ reduce-scatter the gradients, all-gather the updated weights. ZeRO 3 (FSDP2): on
 one for the rest (embedding, final norm, output layer); each unit's weights are gathered for the
 forward and again for the backward in every micro-batch, its gradients reduce-scattered once per
 step (accumulated unsharded in between), sizes padded as FSDP2 pads them (each parameter's rows to
-a multiple of dp). With overlap_grad_sync the sync hides behind the last micro-batch's backward on
-the last stage (ZeRO 3: behind every micro-batch's backward):
+a multiple of dp); the gathers are timed with the sync, where its overlap applies (their launches
+with the micro-batches that issue them). With overlap_grad_sync the sync hides behind the last
+micro-batch's backward on the last stage (ZeRO 3: behind every micro-batch's backward):
     T_dp = I max(0, T_sync - window) + (1 - I) T_sync                                       [s]
 The sync's memory passes run on the compute stream and never hide: DDP copies the gradients into its
 flat buckets, scales them and copies them back (PyTorch DDP's default, without

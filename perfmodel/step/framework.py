@@ -20,8 +20,8 @@ from perfmodel.costs import framework as FW
 from perfmodel.step.context import Context, active
 
 # A backward costs two forwards: a GEMM's input gradient and its weight gradient each take one
-# forward's FLOPs (Narayanan et al. SC21, Sec. 3.5), and the backward launches twice the forward's
-# kernels (calibration.framework fits kernel_overhead_s with this factor).
+# forward's FLOPs (Narayanan et al. SC21, appendix on floating-point operations), and the backward
+# launches twice the forward's kernels (calibration.framework fits kernel_overhead_s so).
 BACKWARD_PER_FORWARD = 2
 
 # Kernels the embedding's and the output layer's forwards launch, where not measured. Unsourced

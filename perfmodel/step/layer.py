@@ -8,8 +8,8 @@ Forward of one layer, one micro-batch [s] (perfmodel.costs.compute; Megatron-LM'
                   flash attention, which fuses them)
     t_elementwise = norms, activation, dropout-adds bytes / W
 Backward = 2 x forward: a GEMM's input gradient and its weight gradient each cost one forward
-(Narayanan et al. SC21, Sec. 3.5). Recompute repeats the forward (full) or the attention core
-(selective) before the backward (Korthikanti et al. 2022, Sec. 5).
+(Narayanan et al. SC21, appendix on FLOPs). Recompute repeats the forward (full) or the attention
+core (selective) before the backward (Korthikanti et al. 2022, Sec. 5).
 """
 
 from __future__ import annotations

@@ -70,15 +70,13 @@ def build(fam: Family) -> Model:
                    for st in PP.STAGES}
     # 4. its memory
     memory = memory_terms(c, params)
-    # 5. the step: m micro-batches through the pipeline schedule, its bubble, then the
+    # 5. the step: m micro-batches through the pipeline schedule and its bubble, then the
     #    data-parallel gradient sync (behind the last stage's backward) and the optimizer
-    backward_last = sum((t for k, t in stage_terms["last"].items()
-                         if k.startswith("compute/backward")), sp.Integer(0))
-    phases["step"] = (DP.sync_phase(c, params, units, issued, backward_last),
-                      TP.norm_grad_phase(issued), optimizer_phase(c, params))
-    stage_time = {st: sum(terms.values(), sp.Integer(0)) for st, terms in stage_terms.items()}
-    w_fill = PP.weight_gradient_fill(c, stage_terms)
+    stage_time = {st: sp.Add(*terms.values()) for st, terms in stage_terms.items()}
     t_mb = CO.micro_batch_time(stage_time.values())
+    w_fill = PP.weight_gradient_fill(c, stage_terms)
+    phases["step"] = (DP.sync_phase(c, params, units, issued, CO.backward_s(stage_terms["last"])),
+                      TP.norm_grad_phase(issued), optimizer_phase(c, params))
     step_terms = CO.step_terms(phases["step"], c.m, CO.launch_s(collectives),
                                PP.bubble_s(c.m, t_mb, w_fill))
     # 6. what else a prediction reports
