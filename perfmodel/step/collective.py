@@ -146,7 +146,7 @@ def _scope_time(op: str, nbytes: sp.Expr, axis: str, scope: str, fam: Family) ->
     n, k = AXIS_DEGREE[axis], _AXIS_PER_NODE[axis]
     fit_scope = "intra" if scope == "intra" else "inter"
     fitted = sorted(alg for (o, sc, alg) in fam.fits if o == op and sc == fit_scope)
-    if fitted:
+    if fitted:  # one per op and scope: HardwareSpec and profiles refuse a second
         alpha, busbw, alpha_small, busbw_small, breakpoint = S.fit_symbols(op, fit_scope)
         steps, factor = C.steps(op, n, fitted[0]), C.bus_factor(op, n)
         large = steps * alpha + factor * nbytes / busbw
