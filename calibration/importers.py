@@ -71,7 +71,8 @@ def import_nccl_tests(
     op: str | None = None,
     allow_truncated: bool = True,
 ) -> ImportResult:
-    """Parse every log, fit one model per (op, scope, algorithm) over all logs that share it.
+    """Parse every log, fit one model per (op, scope) over all logs that share it; logs of one op
+    and scope that ran different algorithms are refused (perfmodel holds one fit per op and scope).
 
     allow_truncated=False refuses a log whose test stops before its summary line (a run cut
     short: its largest sizes are missing, so the bandwidth fit would rest on the small ones) or
@@ -108,6 +109,16 @@ def import_nccl_tests(
     for run in runs:
         key = (run.op.value, run.scope, _algorithm(run, algorithm, notes))
         groups.setdefault(key, []).append(run)
+    by_op: dict[tuple[str, str], list[str]] = {}
+    for op_name, scope, alg in groups:
+        by_op.setdefault((op_name, scope), []).append(alg)
+    for (op_name, scope), algs in by_op.items():
+        if len(algs) > 1:  # a profile holds one fit per op and scope (perfmodel.specs.profile)
+            raise DataError(
+                f"the {op_name} {scope}-node logs ran {' and '.join(algs)} (NCCL_ALGO): perfmodel "
+                "holds one fit per op and scope; import one algorithm's logs, or logs run "
+                "without NCCL_ALGO (NCCL's own choice per size)"
+            )
     fits, collectives, frames, per_source = {}, [], [], []
     for (op_name, scope, alg), members in groups.items():
         data = pd.concat(

@@ -560,8 +560,10 @@ normalization to use when the batch is split?
     md(r'''
 ## The formulas
 
-The step (`perfmodel.step`): $T = (m + (pp-1)/v)\,t_{mb} + T_{dp} + T_{opt}$ with
-$m = B / (dp\,b)$ micro-batches of $b$ samples, and the bubble's share of it
+The step (`perfmodel.step`, as `perfmodel explain` prints it):
+$T = m\,t_{mb} + T_{bubble} + T_{dp} + T_{opt} + \dots$ with $T_{bubble} = \frac{pp-1}{v}\,t_{mb}$
+(on GPUs, without a zero-bubble schedule) and $m = B / (dp\,b)$ micro-batches of $b$ samples,
+and the bubble's share of it
 (`perfmodel.analysis.bubble_fraction`). The first stage holds the activations of this many
 micro-batches at its peak (`perfmodel.costs.memory.inflight_micro_batches`):
 '''),
@@ -828,15 +830,16 @@ real training runs on this machine.
     md(r'''
 ## The formula
 
-The step time perfmodel minimises (`perfmodel.step`, printed by `perfmodel explain`): $m$
-micro-batches of the slowest stage, the pipeline bubble, the exposed data-parallel gradient sync
-and the optimizer step.
+The step time perfmodel minimises, as `perfmodel.step.build` composes it (and
+`perfmodel explain` prints it): $m$ micro-batches of the slowest stage, the pipeline bubble, the
+exposed data-parallel gradient sync and its memory passes, the norms' gradient all-reduce and the
+optimizer step.
 '''),
     code(r'''
-from perfmodel import symbols as S
+from perfmodel.step import Family, build
 
-t_mb, T_dp, T_opt = sp.symbols("t_mb T_dp T_opt", positive=True)
-show("T_{step}", (S.B / (S.dp * S.b) + (S.pp - 1) / S.v) * t_mb + T_dp + T_opt)
+for symbol, expr in build(Family()).composition.items():
+    show(sp.latex(symbol), expr)
 '''),
     md(r'''
 ## Recommend

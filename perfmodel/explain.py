@@ -18,6 +18,7 @@ from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.step import build
+from perfmodel.step.compose import STEP_SYMBOLS, STEP_TERMS
 from perfmodel.strategy import Plan
 
 
@@ -31,45 +32,53 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     show = sp.latex if latex else sp.sstr
     stage = "first" if result.bottleneck_stage in ("first", "all") else "last"
     m = plan.num_micro_batches
-    t_mb, T_dp, T_opt = sp.symbols("t_mb T_dp T_opt")
+
+    def number(expr: sp.Expr) -> float:
+        return float(sp.sympify(expr).xreplace(subs))
+
     lines = [
         f"# {model.name} on {plan.gpus} x {hardware.gpu_name}: predicted step time "
         f"{result.step_time_s:.6g} s (slowest stage: {result.bottleneck_stage})",
         "",
-        "step time:",
-        "  " + show(sp.Eq(sp.Symbol("T_step"),
-                          (S.B / (S.dp * S.b) + (S.pp - 1) / S.v) * t_mb + T_dp + T_opt)),
-        f"  m = B / (dp b) = {m} micro-batches; t_mb = one micro-batch on the slowest stage, the sum"
-        " of the terms below; the pipeline bubble is (pp - 1)/v t_mb",
-        "",
-        "per micro-batch terms of t_mb (value per micro-batch; x m per step):",
+        "step time, as perfmodel.step composes it:",
+        *(f"  {show(sym)} = {show(expr, order='none')}" for sym, expr in built.composition.items()),
+        "with",
     ]
+    for sym, expr in built.term_values.items():
+        if sym.name == "m":
+            lines.append(f"  m = {show(expr)} = {m} micro-batches")
+        elif sym.name.startswith("t_"):
+            lines.append(f"  {sym} = {number(expr):.6g} s: one micro-batch on the {sym.name[2:]} "
+                         "stage, the sum of its terms")
+        elif sym.name == "W_fill":
+            lines.append(f"  W_fill = {number(expr):.6g} s: the weight gradients a zero-bubble "
+                         "schedule moves into the bubble (zb: 2 x, zbv: 3 x half the backward "
+                         "GEMMs of the faster stage; 0 otherwise)")
+    lines += ["  and T_bubble, T_dp, ..., T_opt the step terms below", "",
+              f"per micro-batch terms of t_{stage} (value per micro-batch; x m per step):"]
 
     def wanted(name: str) -> bool:
         return not only or any(name == o or name.startswith(o) for o in only)
 
-    names = sorted({k.split(":", 1)[-1] for k in built.time_terms} | {"pipeline/bubble"})
+    names = sorted({*built.stage_terms[stage], *STEP_TERMS})
     for o in only:  # a typo must not silently print nothing
         if not any(n == o or n.startswith(o) for n in names):
             raise PerfmodelError(f"--term: no term '{o}'{suggest(o, names)}; terms (or a prefix "
                                  f"of them): {', '.join(names)}")
 
-    for key, expr in built.time_terms.items():
-        if not key.startswith(f"{stage}:"):
-            continue
-        name = key.split(":", 1)[1]
+    for name, per_mb in built.stage_terms[stage].items():
         if not wanted(name):
             continue
-        per_mb = expr / S.B * S.dp * S.b  # the factor m cancels
-        value = float(per_mb.xreplace(subs))
+        value = number(per_mb)
         lines.append(f"- {name} = {value:.6g} s per micro-batch, {value * m:.6g} s per step")
         lines.append("    " + show(per_mb))
-    for name, sym in (("comm/dp", T_dp), ("optimizer/step", T_opt)):
-        if wanted(name):
-            lines.append(f"- {name} ({sym}) = {result.breakdown_s[name]:.6g} s per step")
+    lines += ["", "step terms (per step):"]
+    for name, sym in STEP_SYMBOLS.items():
+        if not wanted(name):
+            continue
+        lines.append(f"- {name} ({sym}) = {result.breakdown_s[name]:.6g} s per step")
+        if name != "pipeline/bubble":  # its formula is the composition's, above
             lines.append("    " + show(built.time_terms[name]))
-    if wanted("pipeline/bubble"):
-        lines.append(f"- pipeline/bubble = (pp - 1)/v t_mb = {result.breakdown_s['pipeline/bubble']:.6g} s")
     lines += ["", "symbols:"]
     by_sym = S.by_symbol()
     used = set().union(*(sp.sympify(e).free_symbols for e in built.time_terms.values()))
@@ -102,7 +111,8 @@ def explain_grid_text(model: Any, hardware: HardwareSpec, plan: Any, *, latex: b
     show = sp.latex if latex else sp.sstr
     # a uniform network as in the paper: the link the Pr x Pc grid mostly uses
     if P <= hardware.gpus_per_node:
-        alpha, beta = hardware.intra_node.latency_s, hardware.intra_node.effective_bandwidth_bytes_per_s
+        alpha = hardware.intra_node.latency_s
+        beta = hardware.intra_node.effective_bandwidth_bytes_per_s
         link = "intra-node"
     else:
         alpha = hardware.inter_node.latency_s
@@ -127,7 +137,8 @@ def explain_grid_text(model: Any, hardware: HardwareSpec, plan: Any, *, latex: b
                   f"  = {float(pr_star.subs(values)):.4g} with alpha = {alpha:.3g} s, beta = "
                   f"{beta:.3g} B/s ({link})"]
     else:
-        lines += ["", "dT_comm/dP_r = 0 has no closed form sympy finds; the exact minimiser follows."]
+        lines += ["", "dT_comm/dP_r = 0 has no closed form sympy finds; the exact minimiser "
+                      "follows."]
     best, t_best = exact_minimiser(comm, P, alpha, beta)
     lines += [f"exact minimiser over the divisors of {P}: P_r = {best} (Pc = {P // best}), "
               f"T_comm = {t_best:.4g} s", "", "full model (compute, link placement, optimizer):"]

@@ -82,7 +82,8 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
     model = load_model(model)
     if not isinstance(model, TransformerSpec):
         raise PlanError(f"model '{model.name}' is a layer graph (CNN/MLP): predict it on a Pr x Pc "
-                        f"grid (perfmodel predict --pr R --pc C, or perfmodel.layerwise.predict_grid)")
+                        "grid (perfmodel predict --pr R --pc C, or "
+                        "perfmodel.layerwise.predict_grid)")
     hardware = load_hardware(hardware)
     plan = plan if isinstance(plan, Plan) else plan_from_dict(dict(plan))
     plan.check(model)
@@ -194,7 +195,8 @@ def comm_ledger(model: TransformerSpec | str | Path, plan: Plan | dict[str, Any]
         if calls == 0:
             continue
         records.append({"name": op.name, "axis": op.axis, "op": op.op, "phase": op.phase,
-                        "stage": op.stage, "calls": calls, "nbytes": float(out[f"ledger:{i}:nbytes"])})
+                        "stage": op.stage, "calls": calls,
+                        "nbytes": float(out[f"ledger:{i}:nbytes"])})
     return records
 
 
@@ -237,7 +239,7 @@ _LEDGER_META: dict[Any, list[Any]] = {}
 def build_ledger_meta(family: Any) -> list[Any]:
     """The ledger's records (names, ops) of a family; the numbers come from the compiled outputs."""
     if family not in _LEDGER_META:
-        from perfmodel.step import build
+        from perfmodel.evaluate import _built  # the model compile_family built, if it did
 
-        _LEDGER_META[family] = build(family).ledger
+        _LEDGER_META[family] = _built(family).ledger
     return _LEDGER_META[family]

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from perfmodel.costs.gemm_efficiency import gemm_time_s
+
 # An option is a Flag: True/False, 0/1, or a 0/1 indicator symbol, so one expression can cover every
 # option (evaluated over arrays of plans) or be specialised to one (printed by `perfmodel explain`).
 Flag = bool | int | sp.Expr
@@ -22,8 +24,6 @@ Flag = bool | int | sp.Expr
 def as_flag(value: Flag) -> sp.Expr:
     """True/False or 0/1 as a sympy integer; an indicator symbol as it is."""
     return sp.Integer(int(value)) if isinstance(value, (bool, int)) else value
-
-from perfmodel.costs.gemm_efficiency import gemm_time_s
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ def layer_gemms(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: 
 
     QKV (column-parallel), scores Q K^T and context A V (heads split over tp), output projection
     (row-parallel), MLP up (and gate) (column-parallel) and down (row-parallel).
-    Sum of FLOPs with kv = a, ungated, f = 4h: (24 T h^2 + 4 T s h) / tp  (Narayanan et al. 2021, Eq. 3).
+    Sum of FLOPs with kv = a, ungated, f = 4h: (24 T h^2 + 4 T s h) / tp  (Narayanan et al. 2021,
+    Eq. 3).
     The queries and the attention output are a*d wide (d: head size, default h/a).
     """
     d = h / a if d is None else d
@@ -92,8 +93,9 @@ def elementwise_bytes(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr
     """Bytes moved by the memory-bound operations of one layer's forward on one GPU.
 
     layer norms (2): read + write T*h; softmax (fused scale-mask-softmax): read + write a*b*s^2;
-    attention dropout: read + write a*b*s^2 and a 1-byte mask; activation (GeLU, or SwiGLU reading two
-    inputs): read + write T*f; bias-dropout-add (2): read input and residual, write output, 1-byte mask.
+    attention dropout: read + write a*b*s^2 and a 1-byte mask; activation (GeLU, or SwiGLU reading
+    two inputs): read + write T*f; bias-dropout-add (2): read input and residual, write output,
+    1-byte mask.
     Without sequence parallelism the layer norms and dropout-adds are replicated on every tp rank;
     with it they act on T/tp tokens (Korthikanti et al. 2022, Sec. 4.2.2). Flash attention fuses the
     softmax and dropout into the attention kernel (no s^2 traffic).
@@ -114,18 +116,33 @@ def memory_time(nbytes: sp.Expr, dev: Device) -> sp.Expr:
     return nbytes / dev.memory_bandwidth_bytes_per_s
 
 
+# Kernels one layer's forward launches, counted from the layer as this module models it (the
+# GEMMs of layer_gemms, the passes of elementwise_bytes; Megatron-LM's unfused GPT layer):
+LAYER_GEMM_KERNELS = 6  # QKV, scores, context, attention output, MLP up (with its gate), down
+LAYER_ELEMENTWISE_KERNELS = 11  # 2 norms, activation, 2 dropout-adds, 4 bias adds, softmax, dropout
+FLASH_FUSED_GEMMS = 1  # flash attention: scores and context in one kernel ...
+FLASH_FUSED_ELEMENTWISE = 2  # ... with the softmax and the attention dropout
+LAYER_COLLECTIVE_KERNELS = 2  # Megatron 1D: an all-reduce after the attention, one after the MLP
+SEQUENCE_PARALLEL_COLLECTIVE_KERNELS = 4  # each all-reduce an all-gather + a reduce-scatter
+
+
 def kernels_per_layer_forward(*, sequence_parallel: Flag, flash: Flag) -> sp.Expr:
     """Kernels launched by one layer's forward: 6 GEMMs (5 with fused attention), 11 element-wise
     (2 norms, activation, 2 dropout-adds, 4 bias adds, softmax and dropout unless fused), and 2
     all-reduces (4 all-gathers/reduce-scatters with sequence parallelism)."""
     sequence_parallel, flash = as_flag(sequence_parallel), as_flag(flash)
-    gemms = 6 - flash
-    elementwise = 11 - 2 * flash
-    comm = 2 + 2 * sequence_parallel
+    gemms = LAYER_GEMM_KERNELS - FLASH_FUSED_GEMMS * flash
+    elementwise = LAYER_ELEMENTWISE_KERNELS - FLASH_FUSED_ELEMENTWISE * flash
+    comm = LAYER_COLLECTIVE_KERNELS + (SEQUENCE_PARALLEL_COLLECTIVE_KERNELS
+                                       - LAYER_COLLECTIVE_KERNELS) * sequence_parallel
     return sp.sympify(gemms + elementwise + comm)
 
 
+CROSS_ENTROPY_PASSES = 3  # read the logits, write the fp32 softmax, read it back
+FP32_BYTES = 4
+
+
 def cross_entropy_bytes(T: sp.Expr, V: sp.Expr, tp: sp.Expr) -> sp.Expr:
-    """Vocabulary-parallel cross entropy reads the logits, writes fp32 softmax, reads it back: ~3 passes
-    over T*V/tp fp32 values."""
-    return 3 * 4 * T * V / tp
+    """Vocabulary-parallel cross entropy reads the logits, writes fp32 softmax, reads it back: ~3
+    passes over T*V/tp fp32 values."""
+    return CROSS_ENTROPY_PASSES * FP32_BYTES * T * V / tp

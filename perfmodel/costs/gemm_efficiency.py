@@ -167,4 +167,8 @@ def gemm_time_s(
         large_parallel_half,
     )
     compute = flops / (peak_flops_per_s * eff) + epilogue_s * batch * m * n
-    return min_time_s + sp.Max(compute, nbytes / memory_bandwidth_bytes_per_s)
+    memory = nbytes / memory_bandwidth_bytes_per_s
+    # symbolic arguments stay unevaluated: sympy's search for a dominated argument costs most of
+    # the step model's build time and finds none (numbers still evaluate)
+    numbers = sp.sympify(compute).is_number and sp.sympify(memory).is_number
+    return min_time_s + sp.Max(compute, memory, evaluate=bool(numbers))

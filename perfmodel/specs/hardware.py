@@ -21,6 +21,15 @@ COLLECTIVE_ALGORITHMS = ("auto", "ring", "tree", "recursive", "hierarchical")
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
                   "all_to_all", "send_recv")
 
+# Defaults for a hardware file that leaves these fields out; every preset sets its own, with its
+# source. The fraction of the datasheet memory bandwidth that copy (STREAM-like) kernels reach:
+# 0.80-0.90 on the GPUs of the presets (MI300X 0.80, V100 and H100 0.88, A100 0.90; see their
+# comments), 0.85 their middle.
+DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY = 0.85
+# The cost of one kernel launch with its framework dispatch: ~3-5 us for a CUDA launch (the
+# presets: 4 us A100 and H100, 5 us V100, 6 us MI300X); `calibrate run` measures it.
+DEFAULT_KERNEL_OVERHEAD_S = 4e-6
+
 # The physical range of every numeric hardware field, stated once: HardwareSpec, LinkSpec,
 # CollectiveFit, GemmEfficiency and LayerCost check their fields against this table, and every
 # error names the field, the range and the reason. Generous on purpose: the measured CPU ranks of
@@ -274,8 +283,8 @@ class HardwareSpec:
     intra_node: LinkSpec
     inter_node: LinkSpec
     gemm_efficiency: Mapping[str, GemmEfficiency]
-    memory_bandwidth_efficiency: float = 0.85
-    kernel_overhead_s: float = 4e-6
+    memory_bandwidth_efficiency: float = DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY
+    kernel_overhead_s: float = DEFAULT_KERNEL_OVERHEAD_S
     collective_overhead_s: float = 0.0  # fixed cost per collective call beyond alpha (dispatch)
     # Measured by `calibrate run` (framework stage):
     # the fixed cost per kernel of a tensor-parallel layer (torch: an op on DTensors), and the
@@ -325,6 +334,15 @@ class HardwareSpec:
             dup = next(k for k in seen if seen.count(k) > 1)
             raise SpecError(f"layer_costs: part '{dup[0]}', style '{dup[1]}', tp {dup[2]} is "
                             "given twice")
+        # the step model reads one fit per op and scope (perfmodel.step.collective): a second,
+        # of another algorithm, would be mixed with the first (its parameters, the other's steps)
+        fitted = [(c.op, c.scope) for c in self.collectives]
+        if len(set(fitted)) != len(fitted):
+            op, scope = next(k for k in fitted if fitted.count(k) > 1)
+            algs = ", ".join(c.algorithm for c in self.collectives
+                             if (c.op, c.scope) == (op, scope))
+            raise SpecError(f"collectives: {op} {scope} has {fitted.count((op, scope))} fits "
+                            f"({algs}): perfmodel uses one fit per op and scope; keep one")
         if self.collective_algorithm not in COLLECTIVE_ALGORITHMS:
             raise SpecError(
                 f"collective_algorithm must be one of {', '.join(COLLECTIVE_ALGORITHMS)}, "
@@ -398,7 +416,8 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
                                        for k, v in value.items()})
         peaks = fields["peak_flops_per_s"]
         if not isinstance(peaks, Mapping):
-            raise SpecError(f"{where}: peak_flops_per_s must map dtypes ({', '.join(DTYPES)}) to FLOP/s")
+            raise SpecError(f"{where}: peak_flops_per_s must map dtypes ({', '.join(DTYPES)}) "
+                            "to FLOP/s")
         fields["peak_flops_per_s"] = {str(k): bounded("peak_flops_per_s", v,
                                                       f"peak_flops_per_s.{k}")
                                       for k, v in peaks.items()}
@@ -458,7 +477,8 @@ def _gemm_from(value: Any, where: str) -> dict[str, GemmEfficiency]:
     if value is None:
         raise SpecError(f"{where}: missing required field 'gemm_efficiency'")
     if not isinstance(value, Mapping):
-        raise SpecError(f"{where}: gemm_efficiency must be a mapping with {', '.join(_GEMM_FIELDS)}")
+        raise SpecError(f"{where}: gemm_efficiency must be a mapping with "
+                        f"{', '.join(_GEMM_FIELDS)}")
     flat = {key: v for key, v in value.items() if key in _GEMM_FIELDS}
     out: dict[str, GemmEfficiency] = {}
     if flat:

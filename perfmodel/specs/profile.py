@@ -13,8 +13,9 @@ A profile is one JSON file written by `perfmodel calibrate ...`:
 
 "complete": false marks a calibration that was interrupted; "missing_stages" (optional; absent in
 profiles written before it existed) names the stages it did not finish. One collective fit per op,
-scope and algorithm (in `fits` and in hardware.collectives): a duplicate is refused, never resolved
-to one of the two; so is a JSON object with a key given twice.
+scope (in `fits` and in hardware.collectives; two algorithms of one op and scope included): a
+duplicate is refused, never resolved to one of the two or mixed; so is a JSON object with a key
+given twice.
 `apply_profile` merges the profile's hardware fields over a preset's (profile wins).
 `fitted_collective_time` is how a fitted collective (one or two alpha-beta regimes) is evaluated.
 `is_extrapolation` tells whether a size lies outside the range a fit saw.
@@ -157,31 +158,33 @@ def profile_from_dict(data: Any, where: str, path: Path | None = None) -> Profil
 def _check_unique_collectives(
     fits: Mapping[str, Any], hardware: Mapping[str, Any], where: str
 ) -> None:
-    """One collective fit per (op, scope, algorithm) among the fits and among hardware.collectives:
-    the predictor reads one, so a second would be silently dropped."""
-    named: dict[tuple[str, str, str], str] = {}
+    """One collective fit per (op, scope) among the fits and among hardware.collectives: the
+    predictor reads one, so a second would be silently dropped, or (another algorithm's) mixed
+    with the first."""
+    named: dict[tuple[str, str], str] = {}
     for name, fit in fits.items():
         if fit["kind"] != "collective":
             continue
-        key = (fit["op"], fit["scope"], fit["algorithm"])
+        key = (fit["op"], fit["scope"])
         if key in named:
+            algs = f"{fits[named[key]]['algorithm']}, {fit['algorithm']}"
             raise SpecError(
-                f"{where}: fits.{named[key]} and fits.{name} are both the {' '.join(key)} "
-                "collective fit: a profile holds one fit per op, scope and algorithm"
+                f"{where}: fits.{named[key]} and fits.{name} are both fits of {' '.join(key)} "
+                f"({algs}): a profile holds one collective fit per op and scope"
             )
         named[key] = name
     entries = hardware.get("collectives")
     if not isinstance(entries, (list, tuple)):
         return  # its type is apply_profile's check
-    seen: dict[tuple[str, str, str], int] = {}
+    seen: dict[tuple[str, str], int] = {}
     for i, entry in enumerate(entries):
         if not isinstance(entry, Mapping):
             continue
-        key = (str(entry.get("op")), str(entry.get("scope")), str(entry.get("algorithm")))
+        key = (str(entry.get("op")), str(entry.get("scope")))
         if key in seen:
             raise SpecError(
-                f"{where}: hardware.collectives[{seen[key]}] and [{i}] are both the "
-                f"{' '.join(key)} fit: a profile holds one fit per op, scope and algorithm"
+                f"{where}: hardware.collectives[{seen[key]}] and [{i}] are both fits of "
+                f"{' '.join(key)}: a profile holds one fit per op and scope"
             )
         seen[key] = i
 

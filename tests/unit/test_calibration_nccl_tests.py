@@ -429,6 +429,23 @@ def test_every_nccl_algo_gets_a_fit_form(tmp_path, algo, noted):
     assert any(algo.lower() in n and "fitted as ring" in n for n in result.notes) == noted
 
 
+def test_logs_of_one_collective_with_two_algorithms_are_refused(tmp_path):
+    """perfmodel holds one fit per op and scope (a ring and a tree fit were mixed, issue 15): the
+    import says so instead of writing a profile it would then refuse."""
+    src = TOGETHER.read_text()
+    logs = []
+    for algo in ("Ring", "Tree"):
+        log = tmp_path / f"all_reduce_{algo}.log"
+        info = f"h1:1:1 [0] NCCL INFO NCCL_ALGO set by environment to {algo}"
+        log.write_text(src.replace("# Using devices\n", f"# Using devices\n{info}\n"))
+        logs.append(log)
+    with pytest.raises(DataError, match="the all_reduce intra-node logs ran ring and tree "
+                                        r"\(NCCL_ALGO\): perfmodel holds one fit per op and scope"):
+        import_nccl_tests(logs)
+    assert list(import_nccl_tests(logs, algorithm="ring").fits) == [
+        "collective/all_reduce/intra/ring"]
+
+
 BAD_FILES = {
     "json without results": ('{"version": 3, "config": {}}', "without a 'results' list"),
     "json garbage": ('{"results": [1, 2', "truncated nccl-tests -J file"),

@@ -146,13 +146,27 @@ BAD = {
     "duplicated collective fit": (
         json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True,
                     "hardware": {}, "fits": {"a": FIT, "b": {**FIT, "n_points": 5}}}),
-        "fits.a and fits.b are both the all_reduce intra ring collective fit",
+        r"fits.a and fits.b are both fits of all_reduce intra \(ring, ring\)",
+    ),
+    # issue 15: two algorithms of one op and scope were mixed (one's parameters, the other's steps)
+    "two algorithms of one collective fit": (
+        json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True,
+                    "hardware": {}, "fits": {"a": FIT, "b": {**FIT, "algorithm": "tree"}}}),
+        r"fits.a and fits.b are both fits of all_reduce intra \(ring, tree\): a profile holds "
+        "one collective fit per op and scope",
     ),
     "duplicated hardware collective": (
         json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True,
                     "hardware": {"base": "dgx-h100", "collectives": [
                         COLLECTIVE, {**COLLECTIVE, "alpha_s": 1e-3}]}, "fits": {}}),
-        r"hardware.collectives\[0\] and \[1\] are both the all_reduce intra ring fit",
+        r"hardware.collectives\[0\] and \[1\] are both fits of all_reduce intra",
+    ),
+    "two algorithms of one hardware collective": (
+        json.dumps({"format": "perfmodel-profile", "version": 1, "complete": True,
+                    "hardware": {"base": "dgx-h100", "collectives": [
+                        COLLECTIVE, {**COLLECTIVE, "algorithm": "tree"}]}, "fits": {}}),
+        r"hardware.collectives\[0\] and \[1\] are both fits of all_reduce intra: a profile holds "
+        "one fit per op and scope",
     ),
     # json.loads would keep the second of two equal keys: the fit given first would vanish
     "key given twice": (
@@ -189,9 +203,9 @@ def test_a_duplicated_fit_is_refused_by_predict_in_one_line(tmp_path, run_cli):
     res = run_cli("predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--gpus", "8",
                   "--tp", "8", "--profile", path)
     assert res.returncode == 3 and res.stdout == ""
-    assert res.stderr == (f"error: profile {path}: fits.a and fits.b are both the all_reduce "
-                          "intra ring collective fit: a profile holds one fit per op, scope and "
-                          "algorithm\n")
+    assert res.stderr == (f"error: profile {path}: fits.a and fits.b are both fits of "
+                          "all_reduce intra (ring, ring): a profile holds one collective fit per "
+                          "op and scope\n")
 
 
 def test_predict_says_when_a_profile_is_incomplete(tmp_path, run_cli):

@@ -1,0 +1,127 @@
+"""What every phase reads: the plan's derived quantities and the family's options as 0/1 values.
+
+A Family fixes some options and leaves others open (perfmodel.family). `flag` turns an option into
+a number: a fixed one into 0 or 1, an open one into its indicator symbol (perfmodel.symbols.FLAGS),
+so that one expression covers every plan. `Context.of(family)` does it once for every option.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from perfmodel import symbols as S
+from perfmodel.costs import compute as K
+from perfmodel.family import Family
+
+I = S.FLAGS  # noqa: E741  (indicator symbols by option name)
+
+
+def flag(value: object, name: str) -> sp.Expr:
+    """A fixed option as 0/1, an open one (None) as its indicator symbol."""
+    if value is None:
+        return I[name]
+    return sp.Integer(1 if value else 0)
+
+
+def active(n: sp.Expr) -> sp.Expr:
+    """1 when a group has more than one rank, else 0 (degrees are whole numbers >= 1):
+    min(1, n - 1)."""
+    return sp.Min(1, n - 1, evaluate=False)
+
+
+# the optional terms of the GEMM model: the Family flag that says a hardware has one, its parameters
+_GEMM_OPTIONAL = {
+    "gemm_split_k": ("split_k_ratio", "split_k_chunk"),
+    "gemm_large_kernel": ("large_flops", "large_max_fraction", "large_parallel_half"),
+    "gemm_epilogue": ("epilogue_s",),
+}
+
+
+def device(fam: Family | None = None) -> K.Device:
+    """The device's symbols. The optional terms of the GEMM model (perfmodel.costs.gemm_efficiency:
+    split-K, the large-tile kernel, the epilogue) enter the expressions only for hardware whose
+    GEMM fit has them (Family.gemm_split_k, gemm_large_kernel, gemm_epilogue)."""
+    dropped = {name for flag_, names in _GEMM_OPTIONAL.items()
+               if fam is None or not getattr(fam, flag_) for name in names}
+    gemm = {name: sym for name, sym in S.GEMM.items() if name not in dropped}
+    return K.Device(S.F, S.W, S.t_k, gemm)
+
+
+def _option(fam: Family, name: str, value: str) -> sp.Expr:
+    """1 if the family's option `name` is `value`, its indicator if the option is open."""
+    option = getattr(fam, name)
+    return option if option is None else option == value  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Context:
+    """The family, the device, and what the phases derive from the plan's symbols.
+
+    T = b s tokens per micro-batch; m = B / (dp b) micro-batches per step (Narayanan et al. SC21,
+    Sec. 2.2); L / pp layers per stage. Options are 0/1 (or indicator symbols when open).
+    """
+
+    fam: Family
+    dev: K.Device
+    d: sp.Expr  # the head size: its own symbol d, or h / a (the attention is a d wide)
+    T: sp.Expr  # tokens of a micro-batch
+    m: sp.Expr  # micro-batches per step
+    layers_per_stage: sp.Expr
+    multi: sp.Expr  # 1 with several pipeline stages, 0 with one
+    single: sp.Expr  # 1 - multi
+    seq_parallel: sp.Expr
+    full: sp.Expr  # full recompute
+    selective: sp.Expr  # selective recompute
+    zero1: sp.Expr  # ZeRO stage >= 1 (and likewise zero2, zero3)
+    zero2: sp.Expr
+    zero3: sp.Expr
+    gpipe: sp.Expr
+    interleaved: sp.Expr
+    zero_bubble: sp.Expr  # zb or zbv
+    zbv: sp.Expr
+    flash: sp.Expr
+    overlap_grad_sync: sp.Expr
+    gated: sp.Expr
+    bias: sp.Expr
+    qkv_bias: sp.Expr
+    layernorm: sp.Expr  # 1: LayerNorm (weight and bias), 0: RMSNorm (weight)
+    tied: sp.Expr
+    learned_positions: sp.Expr
+    grid2: sp.Expr  # tensor parallelism on a 2d grid (2.5d: with depth)
+    grid3: sp.Expr  # on a 3d cube
+    megatron: sp.Expr  # Megatron 1D: 1 - grid2 - grid3
+    split: sp.Expr  # 1 where every activation is split over the tp ranks (SP, or a grid)
+    act_ranks: sp.Expr  # ranks an activation is split over: 1 + split (tp - 1)
+
+    @classmethod
+    def of(cls, fam: Family) -> Context:
+        seq_parallel = flag(fam.sequence_parallel, "sequence_parallel")
+        grid2 = flag(_option(fam, "tp_layout", "2d"), "tp2d")
+        grid3 = flag(_option(fam, "tp_layout", "3d"), "tp3d")
+        megatron = 1 - grid2 - grid3
+        split = megatron * seq_parallel + (1 - megatron)
+        multi = active(S.pp)
+        zero = [flag(None if fam.zero is None else fam.zero >= k, f"zero{k}") for k in (1, 2, 3)]
+        return cls(
+            fam=fam, dev=device(fam), d=S.d if fam.free_head_dim else S.h / S.a,
+            T=S.b * S.s, m=S.B / (S.dp * S.b), layers_per_stage=S.L / S.pp,
+            multi=multi, single=1 - multi, seq_parallel=seq_parallel,
+            full=flag(_option(fam, "recompute", "full"), "recompute_full"),
+            selective=flag(_option(fam, "recompute", "selective"), "recompute_selective"),
+            zero1=zero[0], zero2=zero[1], zero3=zero[2],
+            gpipe=flag(_option(fam, "schedule", "gpipe"), "gpipe"),
+            interleaved=flag(_option(fam, "schedule", "interleaved"), "interleaved"),
+            zero_bubble=flag(None if fam.schedule is None else fam.schedule in ("zb", "zbv"),
+                             "zero_bubble"),
+            zbv=flag(_option(fam, "schedule", "zbv"), "zbv"),
+            flash=flag(fam.flash, "flash"),
+            overlap_grad_sync=flag(fam.overlap_grad_sync, "overlap_grad_sync"),
+            gated=flag(fam.gated, "gated"), bias=flag(fam.bias, "bias"),
+            qkv_bias=flag(fam.qkv_bias, "qkv_bias"), layernorm=flag(fam.layernorm, "layernorm"),
+            tied=flag(fam.tied_embeddings, "tied"),
+            learned_positions=flag(fam.learned_positions, "learned_positions"),
+            grid2=grid2, grid3=grid3, megatron=megatron, split=split,
+            act_ranks=1 + split * (S.tp - 1),
+        )

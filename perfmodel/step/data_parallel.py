@@ -1,0 +1,109 @@
+"""Data parallelism: the gradient sync (DDP, the distributed optimizer, FSDP) and its memory passes.
+
+ZeRO 0 (DDP, Megatron): all-reduce the gradients once per step. ZeRO 1-2 (distributed optimizer):
+reduce-scatter the gradients, all-gather the updated weights. ZeRO 3 (FSDP2): one unit per layer and
+one for the rest (embedding, final norm, output layer); each unit's weights are gathered for the
+forward and again for the backward in every micro-batch, its gradients reduce-scattered once per
+step (accumulated unsharded in between), sizes padded as FSDP2 pads them (each parameter's rows to
+a multiple of dp); the gathers are timed with the sync, where its overlap applies (their launches
+with the micro-batches that issue them). With overlap_grad_sync the sync hides behind the last
+micro-batch's backward on the last stage (ZeRO 3: behind every micro-batch's backward):
+    T_dp = I max(0, T_sync - window) + (1 - I) T_sync                                       [s]
+The sync's memory passes run on the compute stream and never hide: DDP copies the gradients into its
+flat buckets, scales them and copies them back (PyTorch DDP's default, without
+gradient_as_bucket_view); FSDP2 copies a unit's shard into the all-gather buffer and the gathered
+unit out of it, and the gradients into the reduce-scatter buffer and the reduced shard out.
+FSDP2's hooks per unit (unshard, reshard, post-backward) cost what `calibrate run` measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sympy as sp
+
+from perfmodel import symbols as S
+from perfmodel.costs import compute as K
+from perfmodel.costs import memory as M
+from perfmodel.step.collective import Collective
+from perfmodel.step.compose import Overlap, Phase
+from perfmodel.step.context import Context, active
+from perfmodel.step.parameters import Parameters
+
+FSDP_GATHERS_PER_MICRO_BATCH = 2  # a unit's weights, gathered for its forward and its backward
+DDP_GRADIENT_PASSES = 6  # into the bucket, scaled, back: 3 reads and 3 writes of the gradients
+SYNC = "data_parallel/sync"
+
+
+def fsdp_units(c: Context) -> tuple[tuple[sp.Expr, sp.Expr], ...]:
+    """(units, elements each) of a stage under ZeRO 3: its layers, and one root unit (the first
+    stage's embedding, positions, final norm and an untied output layer; a last stage alone holds
+    the final norm and the output layer)."""
+    h, V, tp, dp = S.h, S.V, S.tp, S.dp
+    layer = M.fsdp_padded(M.layer_tensors(h, S.a, S.kv, S.f, tp, d=c.d, gated=c.gated,
+                                          bias=c.bias, qkv_bias=c.qkv_bias,
+                                          layernorm=c.layernorm), dp)
+    root_first = M.fsdp_padded(M.root_tensors(
+        h, V, S.s, tp, learned_positions=c.learned_positions, layernorm=c.layernorm,
+        output=c.single * (1 - c.tied)), dp)
+    root_last = M.fsdp_padded([((1 + c.layernorm) * h, 1), (V / tp, h)], dp)
+    root = c.single * root_first + c.multi * sp.Max(root_first, root_last, evaluate=False)
+    return (c.layers_per_stage, layer), (sp.Integer(1), root)
+
+
+def sync_collectives(c: Context, params: Parameters,
+                     units: tuple[tuple[sp.Expr, sp.Expr], ...]) -> list[Collective]:
+    """The gradient sync of one step: the stage's gradients (gbytes each) and weights (wbytes)."""
+    grad_bytes, weight_bytes = S.gbytes * params.per_gpu, S.wbytes * params.per_gpu
+    z1, z3 = c.zero1, c.zero3
+
+    def dp(name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: str = "step") -> Collective:
+        return Collective(name=name, op=op, axis="dp", nbytes=nbytes, calls=calls, phase=phase,
+                          in_phase=SYNC, term="comm/dp", fam=c.fam)
+
+    out = [dp("dp/all_reduce", "all_reduce", grad_bytes, 1 - z1),
+           dp("dp/reduce_scatter", "reduce_scatter", grad_bytes, z1 - z3),
+           dp("dp/all_gather", "all_gather", weight_bytes, z1 - z3)]
+    for unit, (count, elements) in zip(("layer", "root"), units, strict=True):
+        out.append(dp(f"dp/fsdp_{unit}/all_gather", "all_gather", S.wbytes * elements,
+                      z3 * FSDP_GATHERS_PER_MICRO_BATCH * count, phase="fwd+bwd"))
+        out.append(dp(f"dp/fsdp_{unit}/reduce_scatter", "reduce_scatter", S.gbytes * elements,
+                      z3 * count))
+    return out
+
+
+def fsdp_copy_passes(c: Context) -> sp.Expr:
+    """FSDP2's copies of a unit: a read and a write of (1 + 1/dp) of it (the shard and the
+    gathered unit), each way."""
+    return 2 * (1 + 1 / S.dp)
+
+
+def sync_phase(c: Context, params: Parameters, units: tuple[tuple[sp.Expr, sp.Expr], ...],
+               issued: Mapping[str, tuple[Collective, ...]], backward_s: sp.Expr) -> Phase:
+    """The step's gradient sync: its collectives (hidden behind `backward_s`, one micro-batch's
+    backward on the last stage, with overlap_grad_sync), its memory passes and FSDP's reduction
+    hooks (comm/dp_framework)."""
+    grad_bytes, weight_bytes = S.gbytes * params.per_gpu, S.wbytes * params.per_gpu
+    z1, z3, m, copies = c.zero1, c.zero3, c.m, fsdp_copy_passes(c)
+    copy_bytes = (1 - z1) * DDP_GRADIENT_PASSES * grad_bytes \
+        + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
+        + z3 * sum((n * copies * p * (FSDP_GATHERS_PER_MICRO_BATCH * m * S.wbytes + S.gbytes)
+                    for n, p in units), sp.Integer(0))
+    window = backward_s * (1 + z3 * (m - 1))
+    return Phase(name=SYNC, per_step=True, comms=issued.get(SYNC, ()),
+                 device={"comm/dp_framework": active(S.dp) * K.memory_time(copy_bytes, c.dev)},
+                 host={"comm/dp_framework": fsdp_hooked_units(c) * S.t_fsdp_r},
+                 overlap=Overlap("the backward on the last stage", window, c.overlap_grad_sync))
+
+
+def fsdp_hooked_units(c: Context) -> sp.Expr:
+    """Units whose FSDP2 hooks run (ZeRO 1-3 with dp > 1): the stage's layers and its root."""
+    return c.zero1 * active(S.dp) * (c.layers_per_stage + 1)
+
+
+def fsdp_hook_phase(c: Context) -> Phase:
+    """FSDP2's hooks of every unit in a micro-batch: measured fixed costs, forward and backward."""
+    units = fsdp_hooked_units(c)
+    return Phase(name="data_parallel/fsdp_hooks",
+                 host={"compute/forward/framework": units * S.t_fsdp_f,
+                       "compute/backward/framework": units * S.t_fsdp_b})

@@ -1,0 +1,73 @@
+"""The parts outside the layers: the embedding (on the first stage) and the output layer with its
+loss (on the last stage); with one stage, both. Their forward's device time and their phases.
+
+    t_embedding = 2 e T h / r / W          the lookup reads the rows and writes the output
+    t_output    = GEMM(T x h @ h x V/tp) + 3 x 4 T V/tp / W     logits, cross entropy's passes
+r: the ranks an activation is split over (tp with sequence parallelism or a grid, else 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sympy as sp
+
+from perfmodel import symbols as S
+from perfmodel.costs import compute as K
+from perfmodel.step.collective import Collective
+from perfmodel.step.compose import Phase
+from perfmodel.step.context import Context
+from perfmodel.step.framework import (
+    BACKWARD_PER_FORWARD,
+    EMBEDDING_FORWARD_KERNELS,
+    OUTPUT_FORWARD_KERNELS,
+    PartCost,
+)
+
+LOOKUP_PASSES = 2  # the embedding reads its rows and writes the output: 2 passes of e T h / r
+
+
+def embedding_forward_s(c: Context) -> sp.Expr:
+    """The embedding's forward on one rank [s] (memory-bound)."""
+    return K.memory_time(LOOKUP_PASSES * S.e * c.T * S.h / c.act_ranks, c.dev)
+
+
+def output_forward_s(c: Context) -> sp.Expr:
+    """The output layer's forward on one rank [s]: the logits GEMM and cross entropy."""
+    logits = K.logits_gemm(c.T, S.h, S.V, S.tp)
+    return K.gemm_time(logits, S.e, c.dev) \
+        + K.memory_time(K.cross_entropy_bytes(c.T, S.V, S.tp), c.dev)
+
+
+def end_phases(part: str, forward_s: sp.Expr, cost: PartCost, forward_kernels: int,
+               issued: Mapping[str, tuple[Collective, ...]],
+               present: sp.Expr) -> tuple[Phase, Phase]:
+    """The forward and backward of the embedding or the output layer (part), on a stage that
+    holds it (present = 1) or not (0):
+        device: C (2C backward) + (s - 1) C (2C): compute/<dir>/embedding_logits and framework
+        host:   c_fwd (c_bwd) + kernels x t_kernel (x 2 backward) where not measured
+    """
+    phases = []
+    for direction, factor, fixed in (("forward", 1, cost.forward_s),
+                                     ("backward", BACKWARD_PER_FORWARD, cost.backward_s)):
+        name = f"{part}/{direction}"
+        phases.append(Phase(
+            name=name, present=present,
+            device={f"compute/{direction}/embedding_logits": factor * forward_s,
+                    f"compute/{direction}/framework": (cost.scale - 1) * factor * forward_s},
+            host={f"compute/{direction}/framework": fixed,
+                  "overhead/kernels": factor * forward_kernels * cost.kernel_s},
+            comms=issued.get(name, ())))
+    return phases[0], phases[1]
+
+
+def embedding_phases(c: Context, cost: PartCost, issued: Mapping[str, tuple[Collective, ...]],
+                     present: sp.Expr) -> tuple[Phase, Phase]:
+    return end_phases("embedding", embedding_forward_s(c), cost, EMBEDDING_FORWARD_KERNELS,
+                      issued, present)
+
+
+def output_phases(c: Context, cost: PartCost, issued: Mapping[str, tuple[Collective, ...]],
+                  present: sp.Expr) -> tuple[Phase, Phase]:
+    return end_phases("output", output_forward_s(c), cost, OUTPUT_FORWARD_KERNELS, issued,
+                      present)

@@ -1,0 +1,66 @@
+"""What the training framework adds to each part's kernels: measured where `calibrate run` measured
+it (perfmodel.costs.framework), else a generic cost per kernel launch.
+
+A part (one layer, the embedding, the output layer with its loss) costs per micro-batch
+    forward  = s C + c_fwd          backward = s 2C + c_bwd                                [s]
+with C its roofline compute, s its measured compute scale, c_fwd and c_bwd its measured fixed
+costs, interpolated in the plan's tensor-parallel style and degree. Where a part is not measured
+(s = 1, c = 0) each kernel it launches costs t_kernel (t_kernel_tp in a tensor-parallel layer
+where measured): kernels x t_kernel forward and 2 x that backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from perfmodel import symbols as S
+from perfmodel.costs import framework as FW
+from perfmodel.step.context import Context, active
+
+# A backward costs two forwards: a GEMM's input gradient and its weight gradient each take one
+# forward's FLOPs (Narayanan et al. SC21, appendix on floating-point operations), and the backward
+# launches twice the forward's kernels (calibration.framework fits kernel_overhead_s so).
+BACKWARD_PER_FORWARD = 2
+
+# Kernels the embedding's and the output layer's forwards launch, where not measured. Unsourced
+# estimates, kept from the first step model (88e7cc9), which charged 3 = 1 x (1 + 2) for the
+# embedding and 12 = 4 x (1 + 2) for the output layer, forward and backward: the embedding is one
+# gather kernel; the output layer four (its norm, the logits GEMM and the loss's kernels).
+# `calibrate run` replaces both with measured costs (layer_costs, parts "embedding", "output").
+EMBEDDING_FORWARD_KERNELS = 1
+OUTPUT_FORWARD_KERNELS = 4
+
+PARTS = ("layer", "embedding", "output")
+
+
+@dataclass(frozen=True)
+class PartCost:
+    """What the framework adds to one part, per micro-batch on one rank."""
+
+    scale: sp.Expr  # s: measured compute time over the roofline (1 where not measured)
+    forward_s: sp.Expr  # c_fwd [s]
+    backward_s: sp.Expr  # c_bwd [s]
+    calibrated: sp.Expr  # the share of the plan whose style was measured (0 or 1, or indicators)
+    kernel_s: sp.Expr  # the generic cost of one kernel launch where not measured [s]
+
+
+def part_costs(c: Context) -> dict[str, PartCost]:
+    """Each part's costs. The plan's style: plain (no tensor parallelism, or a grid), tp (Megatron
+    1D), tp_sp (with sequence parallelism). A tensor-parallel layer's kernels cost t_kernel_tp
+    each where measured: t_kernel + active(tp) max(0, t_kernel_tp - t_kernel)."""
+    tp_on = active(S.tp)
+    styles = {"plain": 1 - c.megatron * tp_on, "tp": c.megatron * tp_on * (1 - c.seq_parallel),
+              "tp_sp": c.megatron * tp_on * c.seq_parallel}
+    measured: dict[str, dict[str, list]] = {}
+    for part, style, degree in sorted(c.fam.layer_costs):
+        measured.setdefault(part, {}).setdefault(style, []).append(
+            (degree, S.layer_cost_symbols(part, style, degree)))
+    layer_kernel_s = S.t_k + tp_on * sp.Max(0, S.t_ktp - S.t_k, evaluate=False)
+    out = {}
+    for part in PARTS:
+        scale, fwd, bwd, calibrated = FW.part_costs(measured.get(part, {}), styles, S.tp)
+        per_kernel = layer_kernel_s if part == "layer" else S.t_k
+        out[part] = PartCost(scale, fwd, bwd, calibrated, (1 - calibrated) * per_kernel)
+    return out

@@ -1,0 +1,54 @@
+"""Memory per GPU, per stage [bytes] (perfmodel.costs.memory).
+
+    model states   = params_stage x (e_w, e_g, e_o) / their ZeRO divisors
+    activations    = a layer's kept activations x L/pp x the micro-batches in flight
+                     (+ one layer's full activations to recompute into, with full recompute)
+    embedding, output: the embedding's dropout mask per in-flight micro-batch; the final norm's
+                     input and the fp32 logits on the last stage
+    ZeRO 3 buffer  = two gathered layers (the one computing and the next, prefetched)
+Sources: Rajbhandari et al. 2020 (ZeRO, Sec. 3); Korthikanti et al. 2022 (Table 2, Sec. 4.2.3).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from perfmodel import symbols as S
+from perfmodel.costs import memory as M
+from perfmodel.costs.compute import FP32_BYTES
+from perfmodel.step.context import Context, active
+from perfmodel.step.parameters import Parameters
+from perfmodel.step.pipeline import STAGES, holds
+
+ZERO3_GATHERED_LAYERS = 2  # the layer computing and the next, prefetched
+MASK_BYTES = 1  # a dropout mask keeps one byte per element
+
+
+def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]]:
+    """stage -> term -> bytes on one GPU of that stage."""
+    b, s, h, a, kv, f, tp, e, T, V = S.b, S.s, S.h, S.a, S.kv, S.f, S.tp, S.e, c.T, S.V
+    per_param = {"weights": S.wbytes, "gradients": S.gbytes, "optimizer_states": S.obytes}
+    div = M.zero_divisors(c.zero1, c.zero2, c.zero3, S.dp)
+    act_kw = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d)
+    act_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=c.full,
+                                         selective=c.selective, **act_kw)
+    full_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=0, selective=0, **act_kw)
+    inflight = M.inflight_micro_batches(
+        c.gpipe, c.interleaved + c.zero_bubble * (1 - c.zbv) * active(S.v), S.pp, c.m, S.v)
+    out: dict[str, dict[str, sp.Expr]] = {}
+    for st in STAGES:
+        has_embed, has_head = holds(c, st)
+        mem = {name: per_param[name] * params.per_stage[st] / div[name] for name in per_param}
+        # the first stage holds the most micro-batches; a later one, at least one
+        stage_inflight = inflight if st == "first" else c.single * inflight + c.multi
+        mem["activations/layers"] = act_layer * c.layers_per_stage * stage_inflight
+        mem["activations/recompute_buffer"] = c.full * full_layer
+        # the embedding's dropout mask per in-flight micro-batch; the final norm's input and the
+        # fp32 logits (two of each, as the first step model counted them, 88e7cc9)
+        mem["activations/embedding_output"] = \
+            has_embed * MASK_BYTES * T * h / c.act_ranks * stage_inflight \
+            + has_head * (2 * e * T * h / c.act_ranks + 2 * FP32_BYTES * T * V / tp)
+        mem["buffers/zero3_gather"] = c.zero3 * ZERO3_GATHERED_LAYERS * S.wbytes \
+            * params.layer_per_gpu
+        out[st] = {k: sp.sympify(x) for k, x in mem.items()}
+    return out

@@ -1,0 +1,73 @@
+"""The pipeline: which stage holds what, its sends and receives, and the schedule's bubble.
+
+Stages: the first holds the embedding, the last the output layer and loss; with pp = 1 one stage
+holds both. Each holds L/pp layers (v chunks of them, interleaved).
+Send/receive: per chunk and micro-batch an activation crosses forward and its gradient backward,
+1/tp of e T h bytes each (Megatron's scatter-gather, or already split by sequence parallelism):
+    t_p2p = 2 v t_send_recv                                              [s per micro-batch]
+Bubble (Narayanan et al. SC21, Sec. 2.2): (pp - 1)/v micro-batch times idle in every step,
+    T_bubble = min(B, max(0, (m + B)/rho - m)) x max(0, t_mb - W_fill),   B = (pp - 1)/v
+where ranks time-sharing a device (rho > 1, CPU ranks on fewer cores) run faster while others wait:
+the pipeline takes max(m, (m + B)/rho) micro-batch times (the rates are per rank with every rank
+busy, so m of them are the cores' work), so the bubble lasts min(B, max(0, (m + B)/rho - m)) (B
+when rho = 1). Zero-bubble schedules split the backward into input gradients (B) and weight
+gradients (W) and fill the bubble with W: ZB1P leaves (pp - 1)(F + B - W), ZB-V (pp - 1)(F + B - 2W)
+per chunk (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Sec. 3 and 6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sympy as sp
+
+from perfmodel import symbols as S
+from perfmodel.step.collective import Collective
+from perfmodel.step.compose import Phase
+from perfmodel.step.context import Context
+from perfmodel.step.framework import BACKWARD_PER_FORWARD
+
+STAGES = ("first", "last")
+TRANSFERS_PER_CHUNK = 2  # an activation forward, its gradient backward
+
+
+def holds(c: Context, stage: str) -> tuple[sp.Expr, sp.Expr]:
+    """(1 if the stage holds the embedding, 1 if it holds the output layer): both with one stage."""
+    return (sp.Integer(1), c.single) if stage == "first" else (c.single, sp.Integer(1))
+
+
+def p2p_collectives(c: Context) -> dict[str, Collective]:
+    """The sends and receives of one micro-batch, per stage position.
+
+    Messages a rank sends or receives: 4 per chunk (activation in and out, gradient in and out),
+    less the 2 the very first and very last chunk of the model skip (V shape, zbv: rank 0 holds
+    the model's first and last chunks, 2 messages each; the last rank holds two middle chunks).
+    """
+    v, zbv = S.v, c.zbv
+    messages = {"first": 4 * v - 2 - zbv * (4 * v - 6), "last": 4 * v - 2 + 2 * zbv,
+                "middle": 4 * v}
+    nbytes = S.e * c.T * S.h / S.tp
+    return {stage: Collective(name="pp/send_recv", op="send_recv", axis="pp", nbytes=nbytes,
+                              calls=calls, phase="fwd+bwd", in_phase="pipeline/p2p",
+                              term="pipeline/p2p", fam=c.fam, stage=stage,
+                              transfers=TRANSFERS_PER_CHUNK * v)
+            for stage, calls in messages.items()}
+
+
+def p2p_phase(collective: Collective) -> Phase:
+    return Phase(name="pipeline/p2p", comms=(collective,))
+
+
+def weight_gradient_fill(c: Context, stage_terms: Mapping[str, Mapping[str, sp.Expr]]) -> sp.Expr:
+    """W_fill = zb (2 + zbv) min over stages of W [s], W = the weight-gradient half of the stage's
+    backward GEMMs (a backward is two forwards: input and weight gradients)."""
+    w = [(terms["compute/backward/gemm"] + terms["compute/backward/embedding_logits"])
+         / BACKWARD_PER_FORWARD for terms in stage_terms.values()]
+    return c.zero_bubble * (2 + c.zbv) * sp.Min(*w, evaluate=False)
+
+
+def bubble_s(m: sp.Expr, t_mb: sp.Expr, w_fill: sp.Expr) -> sp.Expr:
+    """T_bubble [s] (see the module doc); m, t_mb and W_fill as expressions or as symbols."""
+    bubble = (S.pp - 1) / S.v
+    kept = sp.Min(bubble, sp.Max(0, (m + bubble) / S.rho - m, evaluate=False), evaluate=False)
+    return kept * sp.Max(0, t_mb - w_fill, evaluate=False)

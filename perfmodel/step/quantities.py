@@ -1,0 +1,76 @@
+"""What a prediction reports besides time and memory: FLOPs, parameters, micro-batches, and each
+part's raw times (what calibration.layers fits the measured framework costs against).
+
+Model FLOPs: 3 x the forward's (forward + a backward of twice its FLOPs; Narayanan et al. SC21,
+Eq. 3 without recompute). Hardware FLOPs add what recompute repeats (full: every layer's forward;
+selective: the attention core), never the logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import sympy as sp
+
+from perfmodel import symbols as S
+from perfmodel.costs import compute as K
+from perfmodel.step.collective import Collective
+from perfmodel.step.compose import Phase
+from perfmodel.step.context import Context
+from perfmodel.step.data_parallel import fsdp_copy_passes
+from perfmodel.step.framework import BACKWARD_PER_FORWARD
+from perfmodel.step.parameters import Parameters
+
+ZERO, ONE = sp.Integer(0), sp.Integer(1)
+
+
+def flops(c: Context) -> dict[str, sp.Expr]:
+    """model_flops_per_step and hardware_flops_per_step (a multiply-add counts 2)."""
+    gemms = K.layer_gemms(c.T, S.b, S.s, S.h, S.a, S.kv, S.f, 1, c.gated, c.d)  # tp = 1: all
+    layer = sum((g.flops for g in gemms), ZERO)
+    core = sum((g.flops for g in gemms if g.name in K.ATTENTION_CORE), ZERO)
+    forward = S.L * layer + K.logits_gemm(c.T, S.h, S.V, S.tp).flops * S.tp
+    model = (1 + BACKWARD_PER_FORWARD) * forward * c.m * S.dp
+    hardware = model + S.L * (c.full * layer + c.selective * core) * c.m * S.dp
+    return {"model_flops_per_step": model, "hardware_flops_per_step": hardware}
+
+
+def _comm_s(phases: Sequence[Phase], per: sp.Expr = ONE) -> sp.Expr:
+    """The phases' collectives with their fixed cost per call, per `per` (one layer of n) [s]."""
+    return sum((x.time_s + S.t_coll * x.launches for p in phases for x in p.comms), ZERO) / per
+
+
+def part_times(c: Context, forward_s: Mapping[str, sp.Expr],
+               phases: Mapping[str, Phase], collectives: Sequence[Collective],
+               units: tuple[tuple[sp.Expr, sp.Expr], ...]) -> dict[str, sp.Expr]:
+    """Per micro-batch on one rank, for one layer, the embedding and the output layer: forward_s
+    and backward_s (the kernels' rooflines), comm_forward_s and comm_backward_s (their
+    collectives with the fixed cost per call), without what measured layer costs add; and one
+    layer's FSDP unit: a gather of its weights and a reduce-scatter of its gradients, each with
+    its copies."""
+    n = c.layers_per_stage
+    comm = {
+        "layer": (_comm_s([phases["layers/forward"]], n),
+                  _comm_s([phases["layers/backward"], phases["layers/recompute"]], n)),
+        "embedding": (_comm_s([phases["embedding/forward"]]),
+                      _comm_s([phases["embedding/backward"]])),
+        "output": (_comm_s([phases["output/forward"]]), _comm_s([phases["output/backward"]])),
+    }
+    out = {}
+    for part, fwd in forward_s.items():
+        out[f"part:{part}:forward_s"] = fwd
+        out[f"part:{part}:backward_s"] = BACKWARD_PER_FORWARD * fwd
+        out[f"part:{part}:comm_forward_s"] = comm[part][0]
+        out[f"part:{part}:comm_backward_s"] = comm[part][1]
+    by_name = {x.name: x for x in collectives}
+    unit_copies = fsdp_copy_passes(c) * units[0][1]
+    out["part:fsdp_unit:gather_s"] = by_name["dp/fsdp_layer/all_gather"].call_s \
+        + K.memory_time(S.wbytes * unit_copies, c.dev)
+    out["part:fsdp_unit:reduce_s"] = by_name["dp/fsdp_layer/reduce_scatter"].call_s \
+        + K.memory_time(S.gbytes * unit_copies, c.dev)
+    return out
+
+
+def quantities(c: Context, params: Parameters, parts: Mapping[str, sp.Expr]) -> dict[str, sp.Expr]:
+    return {**parts, "micro_batches": c.m, **flops(c), "parameters": params.total,
+            "parameters_per_gpu": params.per_gpu, "tokens_per_step": S.B * S.s}

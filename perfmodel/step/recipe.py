@@ -1,0 +1,123 @@
+"""The recipe: `build(family)` composes a training step from named phases, top to bottom."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from perfmodel.family import Family
+from perfmodel.step import compose as CO
+from perfmodel.step import data_parallel as DP
+from perfmodel.step import embedding_head as EH
+from perfmodel.step import pipeline as PP
+from perfmodel.step import tensor_parallel as TP
+from perfmodel.step.collective import Collective, CommOp
+from perfmodel.step.compose import Phase
+from perfmodel.step.context import Context
+from perfmodel.step.framework import part_costs
+from perfmodel.step.layer import layer_phases, layer_work
+from perfmodel.step.memory import memory_terms
+from perfmodel.step.optimizer import optimizer_phase
+from perfmodel.step.parameters import parameters
+from perfmodel.step.quantities import part_times, quantities
+
+
+@dataclass(frozen=True)
+class Model:
+    """The built expressions of one family."""
+
+    family: Family
+    time_terms: dict[str, sp.Expr]  # "stage:name" or name -> seconds per step
+    stage_time: dict[str, sp.Expr]  # stage -> seconds per micro-batch
+    step_time: sp.Expr
+    memory_terms: dict[str, dict[str, sp.Expr]]  # stage -> name -> bytes
+    quantities: dict[str, sp.Expr]  # model FLOPs, parameters, micro-batches ...
+    ledger: list[CommOp] = field(default_factory=list)
+    stage_terms: dict[str, dict[str, sp.Expr]] = field(default_factory=dict)  # per micro-batch
+    phases: dict[str, tuple[Phase, ...]] = field(default_factory=dict)  # stage, or "step"
+    # the step's composition in its terms' symbols (T_step, t_mb, T_bubble: what explain prints),
+    # and what each of those symbols stands for
+    composition: dict[sp.Symbol, sp.Expr] = field(default_factory=dict)
+    term_values: dict[sp.Symbol, sp.Expr] = field(default_factory=dict)
+
+
+def build(fam: Family) -> Model:
+    """The step time and memory of one family, in the symbols of perfmodel.symbols."""
+    c = Context.of(fam)
+    # 1. the work of one micro-batch: a layer's forward (GEMMs, attention, element-wise), the
+    #    embedding's and the output layer's, and what the framework adds to each
+    layer = layer_work(c)
+    forward_s = {"layer": layer.total_s, "embedding": EH.embedding_forward_s(c),
+                 "output": EH.output_forward_s(c)}
+    costs = part_costs(c)
+    # 2. its communication: every collective a rank issues, declared once, in ledger order
+    params, units = parameters(c), DP.fsdp_units(c)
+    p2p = PP.p2p_collectives(c)
+    collectives = [*TP.layer_collectives(c), *TP.embedding_collectives(c),
+                   *TP.output_collectives(c), *p2p.values(), *DP.sync_collectives(c, params, units),
+                   *TP.norm_grad_collectives(c)]
+    issued = _by_phase(collectives)
+    # 3. one micro-batch on each stage, phase by phase
+    phases: dict[str, tuple[Phase, ...]] = {}
+    for st in PP.STAGES:
+        has_embedding, has_output = PP.holds(c, st)
+        phases[st] = (*layer_phases(c, layer, costs["layer"], issued),
+                      *EH.embedding_phases(c, costs["embedding"], issued, has_embedding),
+                      *EH.output_phases(c, costs["output"], issued, has_output),
+                      PP.p2p_phase(p2p[st]), DP.fsdp_hook_phase(c))
+    stage_terms = {st: CO.stage_terms(phases[st], CO.launch_s(collectives, st))
+                   for st in PP.STAGES}
+    # 4. its memory
+    memory = memory_terms(c, params)
+    # 5. the step: m micro-batches through the pipeline schedule and its bubble, then the
+    #    data-parallel gradient sync (behind the last stage's backward) and the optimizer
+    stage_time = {st: sp.Add(*terms.values()) for st, terms in stage_terms.items()}
+    t_mb = CO.micro_batch_time(stage_time.values())
+    w_fill = PP.weight_gradient_fill(c, stage_terms)
+    phases["step"] = (DP.sync_phase(c, params, units, issued, CO.backward_s(stage_terms["last"])),
+                      TP.norm_grad_phase(issued), optimizer_phase(c, params))
+    step_terms = CO.step_terms(phases["step"], c.m, CO.launch_s(collectives),
+                               PP.bubble_s(c.m, t_mb, w_fill))
+    # 6. what else a prediction reports
+    parts = part_times(c, forward_s, {p.name: p for p in phases["first"] + phases["last"]},
+                       collectives, units)
+    return Model(
+        family=fam,
+        time_terms={**{f"{st}:{k}": c.m * t for st in PP.STAGES
+                       for k, t in stage_terms[st].items()}, **step_terms},
+        stage_time=stage_time,
+        step_time=CO.step_time(c.m, t_mb, step_terms),
+        memory_terms=memory,
+        quantities=quantities(c, params, parts),
+        ledger=[x.ledger_entry(c.m) for x in collectives],
+        stage_terms=stage_terms,
+        phases=phases,
+        **_composition(c, stage_time, step_terms, w_fill),
+    )
+
+
+def _by_phase(collectives: list[Collective]) -> dict[str, tuple[Collective, ...]]:
+    """The collectives by the phase that holds them (the pipeline's: one per stage position)."""
+    out: dict[str, tuple[Collective, ...]] = {}
+    for x in collectives:
+        out[x.in_phase] = (*out.get(x.in_phase, ()), x)
+    return out
+
+
+def _composition(c: Context, stage_time: dict[str, sp.Expr], step_terms: dict[str, sp.Expr],
+                 w_fill: sp.Expr) -> dict[str, dict[sp.Symbol, sp.Expr]]:
+    """The step's composition written with the functions that composed it, over the terms'
+    symbols (perfmodel.step.compose), and the expression each symbol stands for."""
+    stages = [CO.STAGE_SYMBOLS[st] for st in PP.STAGES]
+    with sp.evaluate(False):  # as written: explain prints them in this order
+        composition = {
+            sp.Symbol("T_step"): CO.step_time(CO.M_SYM, CO.T_MB, CO.STEP_SYMBOLS),
+            CO.T_MB: CO.micro_batch_time(stages),
+            CO.STEP_SYMBOLS["pipeline/bubble"]: PP.bubble_s(CO.M_SYM, CO.T_MB, CO.W_FILL),
+        }
+    values = {CO.M_SYM: c.m, CO.W_FILL: w_fill,
+              **{CO.STAGE_SYMBOLS[st]: t for st, t in stage_time.items()},
+              **{sym: step_terms[name] for name, sym in CO.STEP_SYMBOLS.items()
+                 if name != "pipeline/bubble"}}
+    return {"composition": composition, "term_values": values}

@@ -1,0 +1,119 @@
+"""The tensor-parallel collectives: each declared once (perfmodel.step.collective).
+
+Megatron 1D (Shoeybi et al. 2019, Sec. 3): per layer, forward, an all-reduce after the attention
+and one after the MLP (the f and g operators of their Fig. 3); with sequence parallelism each
+becomes an all-gather before and a reduce-scatter after (Korthikanti et al. 2022, Sec. 4.2.2).
+The backward issues the same collectives again (their adjoints), recompute repeats the forward's.
+All carry a full activation, e T h bytes.
+2d / 2.5d / 3d grids: the collectives of each linear layer and norm (perfmodel.costs.layouts).
+Embedding (vocabulary-parallel): its output all-reduced forward; with sequence parallelism the
+sequence is then split (its backward all-gathers), and without learned positions the all-reduce
+and split fuse into a reduce-scatter (Megatron-LM). Output layer: its input gathered (SP) forward
+and reduced backward; cross entropy all-reduces max, sum and target logits over T fp32 values.
+Sequence parallelism leaves the norms' weight gradients partial: one all-reduce per step of every
+norm vector (Megatron-LM allreduce_layernorm_grads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sympy as sp
+
+from perfmodel import symbols as S
+from perfmodel.costs import layouts as LY
+from perfmodel.costs.compute import FP32_BYTES
+from perfmodel.step.collective import Collective
+from perfmodel.step.compose import Phase
+from perfmodel.step.context import Context
+
+COLLECTIVES_PER_LAYER = 2  # Megatron 1D, per layer and direction: after attention, after MLP
+CROSS_ENTROPY_ALL_REDUCES = 3  # the logits' max, the sum of their exponentials, the target logit
+NORMS_PER_LAYER = 2  # before the attention and before the MLP
+
+
+def _tp(c: Context, name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: str,
+        in_phase: str, axis: str = "tp", stage: str = "every") -> Collective:
+    return Collective(name=name, op=op, axis=axis, nbytes=nbytes, calls=calls, phase=phase,
+                      in_phase=in_phase, term="comm/tp", fam=c.fam, stage=stage)
+
+
+def layer_collectives(c: Context) -> list[Collective]:
+    """The collectives of the stage's L/pp layers per micro-batch: Megatron 1D, then the grids'."""
+    n, sp_ = c.layers_per_stage, c.seq_parallel
+    act_bytes = S.e * c.T * S.h
+    out = []
+    for in_phase, phase, repeat in (("layers/forward", "fwd", 1), ("layers/backward", "bwd", 1),
+                                    ("layers/recompute", "bwd", c.full)):
+        for op, share in (("all_gather", sp_), ("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
+            calls = c.megatron * repeat * COLLECTIVES_PER_LAYER * share * n
+            out.append(_tp(c, f"tp/layer/{op}", op, act_bytes, calls, phase, in_phase))
+    if c.fam.tp_layout != "1d":  # 2d / 2.5d / 3d grids: see perfmodel.costs.layouts
+        out += _grid_collectives(c)
+    return out
+
+
+def _grid_collectives(c: Context) -> list[Collective]:
+    h, a, kv, f, e, qa, qc, T = S.h, S.a, S.kv, S.f, S.e, S.q_a, S.q_c, c.T
+    linears = LY.linear_shapes(h, a, kv, f, c.gated, c.d)
+    vectors = 1 + c.layernorm  # weight and bias, or RMSNorm's weight
+    grid2, grid3 = c.grid2, c.grid3
+    ops = [(grid2, op) for _, K_, M_ in linears for op in LY.summa_comm(T, K_, M_, e, qa, qc)]
+    ops += [(grid3, op) for name, K_, M_ in linears
+            for op in LY.cube_comm(T, K_, M_, e, qa,
+                                   swapped=name in ("attention_output", "mlp_down"))]
+    ops += [(grid2, op) for op in LY.norm_comm(T, qa * qc, "tpa")]
+    ops += [(grid3, op) for op in LY.norm_comm(T, qa * qa, "tpb")]
+    ops += [(grid2, op) for op in LY.norm_weight_grads(h, qa, S.wbytes, vectors, ("tpb",))]
+    ops += [(grid3, op) for op in LY.norm_weight_grads(h, qa, S.wbytes, vectors, ("tpa", "tpc"))]
+    out = []
+    for weight, op in ops:
+        issued = [(op.phase, "layers/forward" if op.phase == "fwd" else "layers/backward", 1)]
+        if op.phase == "fwd":  # recomputed with the forward
+            issued.append(("bwd", "layers/recompute", c.full))
+        for phase, in_phase, repeat in issued:
+            calls = weight * repeat * op.count * c.layers_per_stage
+            out.append(_tp(c, f"{op.axis}/layer/{op.op}", op.op, op.nbytes, calls, phase,
+                           in_phase, axis=op.axis))
+    return out
+
+
+def embedding_collectives(c: Context) -> list[Collective]:
+    """The embedding's, per micro-batch on the first stage."""
+    act_bytes = S.e * c.T * S.h
+    fused = c.seq_parallel * (1 - c.learned_positions)  # 1: reduce-scatter instead of all-reduce
+    return [_tp(c, f"tp/embedding/{op}", op, act_bytes, calls, phase, f"embedding/{direction}",
+                stage="first")
+            for op, calls, phase, direction in (
+                ("reduce_scatter", fused, "fwd", "forward"),
+                ("all_reduce", 1 - fused, "fwd", "forward"),
+                ("all_gather", c.seq_parallel, "bwd", "backward"))]
+
+
+def output_collectives(c: Context) -> list[Collective]:
+    """The output layer's and the loss's, per micro-batch on the last stage."""
+    act_bytes, sp_ = S.e * c.T * S.h, c.seq_parallel
+    return [
+        _tp(c, "tp/output/all_gather", "all_gather", act_bytes, sp_, "fwd", "output/forward",
+            stage="last"),
+        _tp(c, "tp/output/reduce_scatter", "reduce_scatter", act_bytes, sp_, "bwd",
+            "output/backward", stage="last"),
+        _tp(c, "tp/output/all_reduce", "all_reduce", act_bytes, 1 - sp_, "bwd", "output/backward",
+            stage="last"),
+        _tp(c, "tp/cross_entropy/all_reduce", "all_reduce", FP32_BYTES * c.T,
+            sp.Integer(CROSS_ENTROPY_ALL_REDUCES), "fwd", "output/forward", stage="last"),
+    ]
+
+
+def norm_grad_collectives(c: Context) -> list[Collective]:
+    """Per step, with sequence parallelism: one all-reduce of every norm vector of the stage (two
+    per layer and the final norm; LayerNorm has a weight and a bias, RMSNorm a weight)."""
+    vectors = (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * c.layers_per_stage + 1)
+    return [Collective(name="tp/norm_grads/all_reduce", op="all_reduce", axis="tp",
+                       nbytes=S.wbytes * vectors, calls=c.seq_parallel, phase="step",
+                       in_phase="tensor_parallel/norm_grads", term="comm/tp_grads", fam=c.fam)]
+
+
+def norm_grad_phase(issued: Mapping[str, tuple[Collective, ...]]) -> Phase:
+    name = "tensor_parallel/norm_grads"
+    return Phase(name=name, comms=issued.get(name, ()), per_step=True)
