@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.evaluate import _built, cached, outputs_of
+from perfmodel.evaluate import _built, cached, outputs_of, value_of
 
 CHUNK_ROWS = 8192  # rows per numpy pass: temporaries stay in cache
 SHARED = 0.5  # a level with at most this many combinations per plan is evaluated per combination
@@ -250,7 +250,7 @@ def run(staged: Staged, scalars: Mapping[str, Any], groups: Mapping[str, GroupVa
     for level in staged.levels:
         if not level.groups:
             with np.errstate(all="ignore"):
-                numbers = level.fn(*(values.get(k, 1.0) for k in level.inputs))
+                numbers = level.fn(*(value_of(values, k) for k in level.inputs))
             values.update(zip(level.outputs, numbers, strict=True))
             continue
         size = math.prod(card[g] for g in level.groups)
@@ -283,7 +283,7 @@ def run(staged: Staged, scalars: Mapping[str, Any], groups: Mapping[str, GroupVa
             elif k in arg_group:
                 sources[k] = ("group", groups[arg_group[k]].codes, groups[arg_group[k]].args[k])
             else:
-                sources[k] = ("scalar", values.get(k, 1.0))
+                sources[k] = ("scalar", value_of(values, k))
     for start in range(0, n, CHUNK_ROWS):
         rows = slice(start, min(start + CHUNK_ROWS, n))
         local: dict[str, Any] = {}
@@ -327,7 +327,7 @@ def _run_shared(level: Level, card: Mapping[str, int], groups: Mapping[str, Grou
         elif name in arg_group:
             args.append(view((arg_group[name],), groups[arg_group[name]].args[name]))
         else:
-            args.append(values.get(name, 1.0))
+            args.append(value_of(values, name))
     results = [np.empty(shape) for _ in level.outputs]
     step = max(1, CHUNK_ROWS * shape[0] // size)  # rows of the first axis per numpy pass
     for start in range(0, shape[0], step):
