@@ -50,6 +50,15 @@ def _code(options: tuple[Any, ...], option: Any) -> int:
 
 _1D, _3D = _code(LAYOUTS, TPLayout.ONE_D), _code(LAYOUTS, TPLayout.THREE_D)
 _GRID_2D = (_code(LAYOUTS, TPLayout.TWO_D), _code(LAYOUTS, TPLayout.TWO_HALF_D))
+# The step model's tensor layouts (perfmodel.family.Family.tp_layout) and the plans' layout codes
+# each covers, in code order: 2.5d is the 2d grid with depth, the same formulas.
+LAYOUT_FAMILIES: dict[str, tuple[int, ...]] = {"1d": (_1D,), "2d": _GRID_2D, "3d": (_3D,)}
+
+
+def layout_family(layout: TPLayout) -> str:
+    """The step model's tensor layout of a plan's (Family.tp_layout)."""
+    code = _code(LAYOUTS, layout)
+    return next(name for name, codes in LAYOUT_FAMILIES.items() if code in codes)
 
 
 def grid_sides(c: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

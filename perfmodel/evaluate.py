@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.encode import axis_per_node, grid_degrees, values_of
+from perfmodel.encode import axis_per_node, grid_degrees, layout_family, values_of
 from perfmodel.errors import InternalError, OutputError
 from perfmodel.files import write_atomic
 from perfmodel.names import AXES
@@ -59,7 +59,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
         bias=model.bias,
         qkv_bias=bool(model.qkv_bias),
         layernorm=model.norm == "layernorm",
-        tp_layout="2d" if plan.tp_layout.value == "2.5d" else plan.tp_layout.value,
+        tp_layout=layout_family(plan.tp_layout),
         free_head_dim=model.attention_width != model.hidden,
         scopes=tuple((axis, placement[axis][1]) for axis in AXES),
         **fixed,

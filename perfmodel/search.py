@@ -29,12 +29,16 @@ from perfmodel.staged import GroupValues, compile_staged, run
 from perfmodel.strategy import (
     COLUMNS,
     DEFAULT_MEMORY_MARGIN,
+    Dtype,
     Objective,
     Placement,
     Plan,
     PlanColumns,
+    Recompute,
     Schedule,
+    TPLayout,
     allowed,
+    parse_option,
 )
 
 __all__ = ["COLUMNS", "Objective", "Plans", "SearchRequest", "SearchResult", "search"]
@@ -44,8 +48,8 @@ SCHEDULES = tuple(s.value for s in strategy.SCHEDULES)
 LAYOUTS = tuple(s.value for s in strategy.LAYOUTS)
 RECOMPUTES = tuple(s.value for s in strategy.RECOMPUTES)
 PLACEMENT_NAMES = tuple(p.value for p in strategy.PLACEMENTS)
-# the placements the search tries (and `recommend --placement` pins): the tensor-parallel group
-# innermost, then data or pipeline parallelism; or data parallelism innermost
+# the placements the search tries unless one is pinned: the tensor-parallel group innermost, then
+# data or pipeline parallelism; or data parallelism innermost
 PLACEMENTS = tuple(p.value for p in (Placement.TP_DP_PP, Placement.TP_PP_DP, Placement.DP_TP_PP))
 
 CHUNK_PLANS = 1 << 18  # plans enumerated and evaluated at once: ~100 MB of columns and terms
@@ -59,18 +63,18 @@ class SearchRequest:
 
     gpus: tuple[int, ...]
     global_batch: int
-    dtype: str = "bf16"
+    dtype: Dtype = Dtype.BF16
     dp: int | None = None
     tp: int | None = None
     pp: int | None = None
     micro_batch: int | None = None
-    schedule: str | None = None
+    schedule: Schedule | None = None
     virtual_stages: int | None = None
-    recompute: str | None = None
+    recompute: Recompute | None = None
     sequence_parallel: bool | None = None
     zero: int | None = None
-    placement: str | None = None
-    tp_layout: str | None = None
+    placement: Placement | None = None  # any order; unpinned, the search tries PLACEMENTS
+    tp_layout: TPLayout | None = None
     tp_depth: int | None = None
     max_tp: int | None = None
     max_pp: int | None = None
@@ -89,24 +93,15 @@ class SearchRequest:
             raise PlanError(f"global_batch must be >= 1, got {self.global_batch}")
         if not 0 <= self.memory_margin < 1:
             raise PlanError(f"memory_margin must be in [0, 1), got {self.memory_margin}")
-        objective = Objective(self.objective)
-        object.__setattr__(self, "objective", objective)
-        if objective is Objective.TIME_TO_TRAIN and not self.tokens:
+        for key, enum in (("objective", Objective), ("dtype", Dtype), ("schedule", Schedule),
+                          ("recompute", Recompute), ("placement", Placement),
+                          ("tp_layout", TPLayout)):
+            if getattr(self, key) is not None or key == "objective":
+                object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
+        if self.objective is Objective.TIME_TO_TRAIN and not self.tokens:
             raise PlanError("objective time_to_train needs --tokens (the token budget)")
-        if objective is Objective.COST and not self.gpu_hour_price:
+        if self.objective is Objective.COST and not self.gpu_hour_price:
             raise PlanError("objective cost needs --gpu-hour-price")
-        if self.schedule is not None and self.schedule not in SCHEDULES:
-            raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, "
-                            f"got '{self.schedule}'")
-        if self.recompute is not None and self.recompute not in RECOMPUTES:
-            raise PlanError(f"recompute must be one of {', '.join(RECOMPUTES)}, "
-                            f"got '{self.recompute}'")
-        if self.tp_layout is not None and self.tp_layout not in LAYOUTS:
-            raise PlanError(f"tp_layout must be one of {', '.join(LAYOUTS)}, "
-                            f"got '{self.tp_layout}'")
-        if self.placement is not None and self.placement not in PLACEMENTS:
-            raise PlanError(f"placement must be one of {', '.join(PLACEMENTS)}, "
-                            f"got '{self.placement}'")
 
 
 def divisors(n: int) -> list[int]:
@@ -355,9 +350,9 @@ def _blocks(model: TransformerSpec, req: SearchRequest,
 
 def _placements(req: SearchRequest, dp: int, tp: int, pp: int) -> list[int]:
     """The placements to search: orders that differ only in an axis of degree 1 are the same."""
-    places = [PLACEMENT_NAMES.index(p) for p in PLACEMENTS if req.placement in (None, p)]
     if req.placement is not None:
-        return places
+        return [PLACEMENT_NAMES.index(req.placement)]
+    places = [PLACEMENT_NAMES.index(p) for p in PLACEMENTS]
     seen, unique = set(), []
     for i in places:
         key = tuple(a for a in strategy.PLACEMENTS[i].axes
@@ -502,7 +497,7 @@ class Evaluator:
         groups = group_values(self.hardware, plans)
         topology = groups["topology"]
         layouts = topology.rows["tp_layout"]  # sorted
-        for family_layout, codes in (("1d", (0,)), ("2d", (1, 2)), ("3d", (3,))):
+        for family_layout, codes in encode.LAYOUT_FAMILIES.items():
             lo = int(np.searchsorted(layouts, codes[0]))
             hi = int(np.searchsorted(layouts, codes[-1], side="right"))
             if lo == hi:

@@ -105,7 +105,9 @@ DEFAULT_MEMORY_MARGIN = 0.10
 BYTES_PER_ELEMENT = {Dtype.BF16: 2, Dtype.FP16: 2, Dtype.FP32: 4, Dtype.TF32: 4}
 
 
-def _enum(cls: type[StrEnum], value: Any, field: str) -> Any:
+def parse_option(cls: type[StrEnum], value: Any, field: str) -> Any:
+    """The member of an option's enum that value names (case and spaces aside), or a PlanError
+    naming the field and the allowed values."""
     if isinstance(value, cls):
         return value
     text = str(value).strip().lower()
@@ -173,10 +175,10 @@ class Plan:
                     "gpus"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key))
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
-        object.__setattr__(self, "schedule", _enum(Schedule, self.schedule, "schedule"))
-        object.__setattr__(self, "recompute", _enum(Recompute, self.recompute, "recompute"))
-        object.__setattr__(self, "dtype", _enum(Dtype, self.dtype, "dtype"))
-        object.__setattr__(self, "tp_layout", _enum(TPLayout, self.tp_layout, "tp_layout"))
+        object.__setattr__(self, "schedule", parse_option(Schedule, self.schedule, "schedule"))
+        object.__setattr__(self, "recompute", parse_option(Recompute, self.recompute, "recompute"))
+        object.__setattr__(self, "dtype", parse_option(Dtype, self.dtype, "dtype"))
+        object.__setattr__(self, "tp_layout", parse_option(TPLayout, self.tp_layout, "tp_layout"))
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync"):
             object.__setattr__(self, key, _bool(getattr(self, key), key))
         placement = tuple(self.placement) if not isinstance(self.placement, str) else tuple(
