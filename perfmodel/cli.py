@@ -13,7 +13,6 @@ import contextlib
 import math
 import signal
 import sys
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,8 @@ class LazyGroup(click.Group):
     """A group whose external subcommands (calibrate, validate) load only when they are run."""
 
     def _external(self) -> dict[str, Any]:
+        from importlib.metadata import entry_points  # 8 ms: only for a command not built in
+
         try:
             return {ep.name: ep for ep in entry_points(group="perfmodel.commands")}
         except Exception:  # broken metadata must not break predict
@@ -642,6 +643,8 @@ def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], glob
 def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
     """Hand the best plan to the validation package (scaled down to this machine), found through
     the `perfmodel.hooks` entry point so that perfmodel does not import it."""
+    from importlib.metadata import entry_points
+
     hooks = {ep.name: ep for ep in entry_points(group="perfmodel.hooks")}
     if "validate_scaled" not in hooks:
         raise click.ClickException("--validate needs the validation package (pip install -e .)")

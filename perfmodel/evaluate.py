@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 from collections.abc import Callable, Mapping
 from functools import lru_cache
@@ -33,7 +32,10 @@ _PACKAGE = Path(__file__).parent
 
 def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
               specialise: bool = False) -> Any:
-    """The universal family of a hardware (every option open), or the plan's own fixed family."""
+    """The family of the plan's tensor layout with every other option open: the expression the
+    search evaluates for the plan, compiled once per hardware and layout (Megatron 1d, the 2d grid
+    with or without depth, the 3d cube); or, with specialise=True, the plan's own fixed family
+    (what `perfmodel explain` prints)."""
     from perfmodel.family import Family
 
     fixed = dict(algorithm=hardware.collective_algorithm,
@@ -44,7 +46,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  gemm_epilogue=any(g.has_epilogue for g in hardware.gemm_efficiency.values()),
                  layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs))
     if not specialise:
-        return Family(**fixed, free_head_dim=True)
+        return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))
     placement = axis_per_node(plan, hardware.gpus_per_node)
     return Family(
         schedule=plan.schedule.value,
@@ -87,7 +89,7 @@ class Compiled:
 
     def __call__(self, values: Mapping[str, Any]) -> dict[str, Any]:
         args = [value_of(values, name) for name in self.arg_names]
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(all="ignore"):  # a non-finite result is refused by its consumer
             out = self.fn(*args)
         return dict(zip(self.out_names, out, strict=True))
 
@@ -148,30 +150,67 @@ def cache_dir() -> Path | None:
     return Path(root)
 
 
-def cached(name: str, load: Callable[[Path], Any], build: Callable[[], tuple[Any, str]]) -> Any:
-    """Generated code from the disk cache, `load(path)`; else what `build()` makes, whose source
-    (its second item) is then filed under `name` for the next process."""
+def cached(name: str, build: Callable[[], str]) -> dict[str, Any]:
+    """The namespace of generated code: the disk cache's module `name`, else the source `build()`
+    makes, then filed under `name` for the next process.
+
+    A cached module is imported as Python imports any module, its bytecode cached next to it
+    (__pycache__), so that a warm start neither builds nor compiles it."""
     root = cache_dir()
     path = root / f"{_source_hash()}-{name}.py" if root else None
     if path is not None and path.is_file():
         try:
-            return load(path)
+            return _import(path)
         except Exception:  # a corrupt or foreign cache file is rebuilt, never trusted
+            import importlib.util
+
             path.unlink(missing_ok=True)
-    made, source = build()
+            Path(importlib.util.cache_from_source(str(path))).unlink(missing_ok=True)
+    source = build()
     if path is not None:
         try:
             write_atomic(path, source, what="compiled-code cache", make_parents=True)
         except OutputError:
             pass  # a read-only cache directory only costs speed
-    return made
+        else:
+            return _import(path)
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<perfmodel {name}>", "exec"), namespace)  # our own generated code
+    return namespace
+
+
+def _compile_bytecode(path: Path) -> None:
+    """Cache the bytecode of the generated module at path (py_compile: as Python caches any
+    module's, but also where PYTHONDONTWRITEBYTECODE is set, since these modules are ours)."""
+    import py_compile
+
+    try:
+        py_compile.compile(str(path), doraise=True)
+    except (py_compile.PyCompileError, OSError):
+        pass  # no bytecode cache only costs a compile per process
+
+
+def _import(path: Path) -> dict[str, Any]:
+    """The namespace of the generated module at path (importlib: its bytecode cached)."""
+    import importlib.util
+
+    if not os.path.exists(importlib.util.cache_from_source(str(path))):
+        _compile_bytecode(path)
+    spec = importlib.util.spec_from_file_location(f"perfmodel_generated_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return vars(module)
 
 
 @lru_cache(maxsize=256)
 def compile_family(family: Any, which: str = "all") -> Compiled:
     """Lambdify a family once per process (and once per machine, through the disk cache)."""
     key = hashlib.sha256(f"{family!r}/{which}".encode()).hexdigest()[:20]
-    return cached(key, _load, lambda: _lambdify(family, which))
+    namespace = cached(key, lambda: _source(family, which))
+    meta = namespace["META"]
+    return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"])
 
 
 @lru_cache(maxsize=16)
@@ -181,39 +220,21 @@ def _built(family: Any) -> Any:
     return build(family)
 
 
-def _lambdify(family: Any, which: str) -> tuple[Compiled, str]:
+def _source(family: Any, which: str) -> str:
+    """The numpy source of a family's outputs: META (argument and output names) and
+    `family(*args)` (perfmodel.codegen; sympy.lambdify for a node codegen cannot print)."""
     import sympy as sp
 
+    from perfmodel import codegen
     from perfmodel import symbols as S
 
     outputs = outputs_of(_built(family), which)
-    table = S.table()
-    used = set().union(*(sp.sympify(e).free_symbols for e in outputs.values()))
-    arg_names = tuple(name for name, (sym, _) in table.items() if sym in used)
-    args = [table[name][0] for name in arg_names]
     exprs = [sp.sympify(e) for e in outputs.values()]
-    fn = sp.lambdify(args, exprs, modules="numpy", cse=True, docstring_limit=0)
-    import inspect
-
-    body = inspect.getsource(fn)
-    header = json.dumps({"args": arg_names, "outs": list(outputs)})
-    # import only the numpy names the code uses: `from numpy import *` would load numpy's lazy
-    # submodules (f2py, ...) and cost most of a second at every start
-    import ast
-
-    names = {node.id for node in ast.walk(ast.parse(body)) if isinstance(node, ast.Name)}
-    used_numpy = sorted(n for n in names if hasattr(np, n) and not n.startswith("_"))
-    imports = f"from numpy import {', '.join(used_numpy)}\n" if used_numpy else ""
-    source = (f"# perfmodel compiled family\n# {header}\nimport numpy\n{imports}"
-              f"from functools import reduce\n{body}")
-    return Compiled(arg_names, tuple(outputs), fn), source
-
-
-def _load(path: Path) -> Compiled:
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    meta = json.loads(lines[1][2:])
-    namespace: dict[str, Any] = {}
-    exec(compile(text, str(path), "exec"), namespace)  # our own generated numpy code
-    fn = next(v for k, v in namespace.items() if k.startswith("_lambdifygenerated"))
-    return Compiled(tuple(meta["args"]), tuple(meta["outs"]), fn)
+    table = S.table()
+    used = set().union(*(e.free_symbols for e in exprs))
+    arg_names = tuple(name for name, (sym, _) in table.items() if sym in used)
+    taken: set[str] = set()
+    params = [(table[name][0], codegen.identifier(name, taken)) for name in arg_names]
+    meta = {"args": list(arg_names), "outs": list(outputs)}
+    return (f"# perfmodel compiled family\nimport numpy as {codegen.NUMPY}\n\nMETA = {meta!r}\n\n\n"
+            f"{codegen.function_source('family', params, exprs)}")
