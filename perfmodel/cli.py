@@ -13,7 +13,6 @@ import contextlib
 import math
 import signal
 import sys
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,16 @@ import click
 
 from perfmodel.errors import PerfmodelError
 from perfmodel.output import json_text, require_finite
-from perfmodel.strategy import DEFAULT_MEMORY_MARGIN
+from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS
+from perfmodel.strategy import (
+    DEFAULT_MEMORY_MARGIN,
+    Dtype,
+    Objective,
+    Placement,
+    Recompute,
+    Schedule,
+    TPLayout,
+)
 
 EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 MAX_DEGREE = 10**7  # the largest parallel degree or GPU count a plan accepts (perfmodel.strategy)
@@ -48,6 +56,8 @@ class LazyGroup(click.Group):
     """A group whose external subcommands (calibrate, validate) load only when they are run."""
 
     def _external(self) -> dict[str, Any]:
+        from importlib.metadata import entry_points  # 8 ms: only for a command not built in
+
         try:
             return {ep.name: ep for ep in entry_points(group="perfmodel.commands")}
         except Exception:  # broken metadata must not break predict
@@ -92,7 +102,19 @@ DTYPE_HELP = ("Training precision (default: the hardware's fastest 16-bit type, 
 SEQ_LEN_HELP = ("The training sequence length (default: the model spec's seq_len). Required for a "
                 "Hugging Face config.json, which has none (its max_position_embeddings is how far "
                 "positions reach, not what training uses).")
-CONTRIBUTORS = click.Choice(["standard", "specialised", "auto"])  # perfmodel.layerwise.Contributors
+
+
+def choice(options: Any) -> click.Choice:
+    """The values of an option's enum (or tuple of names) as a click choice: one vocabulary from
+    the command line to the formulas."""
+    return click.Choice([str(getattr(o, "value", o)) for o in options])
+
+
+# layer graphs' options: perfmodel.layerwise's Norm, Variant and Contributors (that module imports
+# sympy, which the command line does not load to parse; tests/unit/test_cli.py checks they agree)
+NORMS = ("local", "sync", "group")
+VARIANTS = ("fused", "split")
+CONTRIBUTORS = choice(("standard", "specialised", "auto"))
 
 
 def plan_options(fn: Any) -> Any:
@@ -107,38 +129,42 @@ def plan_options(fn: Any) -> Any:
         click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
         click.option("--micro-batch", type=int, default=1, show_default=True, help="Micro-batch size [samples]."),
         click.option("--global-batch", type=int, default=None, help="Global batch [samples] (default dp x micro-batch)."),
-        click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb", "zbv"]), default="1f1b",
-                     show_default=True, help="Pipeline schedule; zb: interleaved zero bubble (ZB1P), zbv: zero bubble V."),
+        click.option("--schedule", type=choice(Schedule), default=Schedule.ONE_F_ONE_B.value,
+                     show_default=True,
+                     help="Pipeline schedule; zb: interleaved zero bubble (ZB1P), zbv: zero "
+                          "bubble V."),
         click.option("--virtual-stages", type=int, default=1, show_default=True, help="Model chunks per GPU (interleaved)."),
         click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (needs tp > 1)."),
-        click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none",
+        click.option("--recompute", type=choice(Recompute), default=Recompute.NONE.value,
                      show_default=True,
                      help="Activation recompute: none, selective (attention core) or full (every layer)."),
         click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage."),
-        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "tf32"]), default=None,
-                     help=DTYPE_HELP),
+        click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP),
         click.option("--flash-attention", is_flag=True, help="Fused attention: no s^2 activations or traffic."),
         click.option("--overlap-grad-sync", is_flag=True, help="Overlap the data-parallel gradient sync with backward."),
-        click.option("--placement", default="tp,dp,pp", show_default=True, help="Axes from innermost (inside a node) out."),
-        click.option("--tp-layout", type=click.Choice(["1d", "2d", "2.5d", "3d"]), default="1d",
-                     show_default=True, help="Tensor-parallel layout: Megatron 1d, SUMMA 2d, Tesseract 2.5d, 3d cube."),
+        click.option("--placement", type=choice(Placement), default=Placement.TP_DP_PP.value,
+                     show_default=True, help="Axes from innermost (inside a node) out."),
+        click.option("--tp-layout", type=choice(TPLayout), default=TPLayout.ONE_D.value,
+                     show_default=True,
+                     help="Tensor-parallel layout: Megatron 1d, SUMMA 2d, Tesseract 2.5d, 3d cube."),
         click.option("--tp-depth", type=int, default=1, show_default=True, help="Depth d of the 2.5d layout (tp = q^2 d)."),
         click.option("--pr", type=whole(), default=None,
                      help="Layer graphs (CNN/MLP): ranks splitting each layer (model parallel)."),
         click.option("--pc", type=whole(), default=None,
                      help="Layer graphs: ranks splitting the batch (data parallel)."),
-        click.option("--norm", type=click.Choice(["local", "sync", "group"]), default="local", show_default=True,
+        click.option("--norm", type=choice(NORMS), default="local", show_default=True,
                      help="Layer graphs: batch norm local to a rank, synchronized, or group norm."),
-        click.option("--collective-variant", type=click.Choice(["fused", "split"]), default="fused", show_default=True,
+        click.option("--collective-variant", type=choice(VARIANTS), default="fused",
+                     show_default=True,
                      help="Layer graphs: Allgather/Allreduce, or Gather+Bcast / Reduce+Bcast."),
         click.option("--contributors", type=CONTRIBUTORS, default="standard", show_default=True,
                      help="Layer graphs: the all-gather and all-reduce of a layer with fewer units "
                           "than Pr (c = min(Pr, units) contributors, Pr receivers): over all Pr, "
                           "among the c then a copy to the others, or the cheaper per call."),
         click.option("--seq-len", type=int, default=None, help=SEQ_LEN_HELP),
-        click.option("--collective-algorithm", default=None,
-                     type=click.Choice(["auto", "ring", "tree", "recursive", "hierarchical"]),
-                     help="Fix the collective algorithm (default: the hardware's, normally the cheapest)."),
+        click.option("--collective-algorithm", default=None, type=choice(COLLECTIVE_ALGORITHMS),
+                     help="Fix the collective algorithm (default: the hardware's, normally the "
+                          "cheapest)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -436,24 +462,23 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
 @click.option("--gpus", required=True, help="GPU count, or several separated by commas (e.g. 512,1024).")
 @click.option("--global-batch", type=whole(), required=True, help="Global batch [samples].")
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "tf32"]), default=None,
-              help=DTYPE_HELP)
+@click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP)
 @click.option("--seq-len", type=int, default=None, help=SEQ_LEN_HELP)
 @click.option("--dp", type=whole(), default=None, help="Pin the data-parallel degree.")
 @click.option("--tp", type=whole(), default=None, help="Pin the tensor-parallel degree.")
 @click.option("--pp", type=whole(), default=None, help="Pin the pipeline-parallel degree.")
 @click.option("--micro-batch", type=whole(), default=None, help="Pin the micro-batch size.")
-@click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved", "zb", "zbv"]),
-              default=None, help="Pin the pipeline schedule.")
+@click.option("--schedule", type=choice(Schedule), default=None, help="Pin the pipeline schedule.")
 @click.option("--virtual-stages", type=whole(), default=None, help="Pin the model chunks per GPU.")
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
+@click.option("--recompute", type=choice(Recompute), default=None,
               help="Pin the activation recompute.")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None,
               help="Pin sequence parallelism on or off.")
 @click.option("--zero", type=click.IntRange(0, 3), default=None, help="Pin the ZeRO stage.")
-@click.option("--placement", type=click.Choice(["tp,dp,pp", "tp,pp,dp", "dp,tp,pp"]), default=None,
-              help="Pin the placement of the axes, innermost (inside a node) first.")
-@click.option("--tp-layout", type=click.Choice(["1d", "2d", "2.5d", "3d"]), default=None,
+@click.option("--placement", type=choice(Placement), default=None,
+              help="Pin the placement of the axes, innermost (inside a node) first (default: "
+                   "search tp,dp,pp, tp,pp,dp and dp,tp,pp).")
+@click.option("--tp-layout", type=choice(TPLayout), default=None,
               help="Pin the tensor-parallel layout (default: search 1d, 2d, 2.5d and 3d).")
 @click.option("--tp-depth", type=whole(), default=None, help="Pin the 2.5d depth.")
 @click.option("--max-tp", type=whole(), default=None, help="Largest tensor-parallel degree.")
@@ -462,8 +487,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--flash-attention", is_flag=True, help="Every plan uses fused (flash) attention.")
 @click.option("--overlap-grad-sync", is_flag=True,
               help="Every plan overlaps the data-parallel gradient sync with backward.")
-@click.option("--norm", type=click.Choice(["local", "sync", "group"]), default="local", show_default=True,
-              help="Layer graphs: the normalization to keep (batch norm local or synchronized, group norm).")
+@click.option("--norm", type=choice(NORMS), default="local", show_default=True,
+              help="Layer graphs: the normalization to keep (batch norm local or synchronized, "
+                   "group norm).")
 @click.option("--contributors", type=CONTRIBUTORS, default=None,
               help="Layer graphs: collectives of layers with fewer units than Pr, as in predict "
                    "(default: auto, the cheaper per call).")
@@ -473,8 +499,8 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "reserved memory: for what the model does not count, the caching allocator's "
                    "fragmentation (9.2 GB per 80 GB A100 on average, GMLake, ASPLOS 2024) and "
                    "NCCL's buffers. 0 lets a plan fill the memory.")
-@click.option("--objective", type=click.Choice(["step_time", "time_to_train", "cost"]),
-              default=None, help="Default: step_time (time_to_train with --tokens, cost with --gpu-hour-price).")
+@click.option("--objective", type=choice(Objective), default=None,
+              help="Default: step_time (time_to_train with --tokens, cost with --gpu-hour-price).")
 @click.option("--tokens", type=FiniteFloat(0.0, min_open=True), default=None,
               help="Token budget to train (for time_to_train / cost).")
 @click.option("--gpu-hour-price", type=FiniteFloat(0.0, min_open=True), default=None,
@@ -617,6 +643,8 @@ def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], glob
 def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
     """Hand the best plan to the validation package (scaled down to this machine), found through
     the `perfmodel.hooks` entry point so that perfmodel does not import it."""
+    from importlib.metadata import entry_points
+
     hooks = {ep.name: ep for ep in entry_points(group="perfmodel.hooks")}
     if "validate_scaled" not in hooks:
         raise click.ClickException("--validate needs the validation package (pip install -e .)")
@@ -628,16 +656,15 @@ def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
 
 
 @cli.command()
-@click.option("--op", required=True, type=click.Choice(
-    ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
-     "send_recv"]), help="The collective (nccl-tests' names).")
+@click.option("--op", required=True, type=choice(COLLECTIVE_OPS),
+              help="The collective (nccl-tests' names).")
 @click.option("--bytes", "nbytes", required=True, help="Size in nccl-tests' convention, e.g. 1e9, 256MiB, 64KB.")
 @click.option("--ranks", required=True, type=int, help="Ranks in the group.")
 @click.option("--ranks-per-node", type=int, default=None, help="Ranks of the group per node (default: GPUs per node).")
 @click.option("--hardware", default=None, help="Hardware preset or file.")
 @click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
-@click.option("--algorithm", type=click.Choice(["auto", "ring", "tree", "recursive", "hierarchical"]),
-              default="auto", show_default=True, help="The algorithm; auto: the cheapest.")
+@click.option("--algorithm", type=choice(COLLECTIVE_ALGORITHMS), default="auto", show_default=True,
+              help="The algorithm; auto: the cheapest.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, hardware: str | None,
                profile: str | None, algorithm: str, as_json: bool) -> None:
@@ -663,14 +690,14 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
 @click.option("--pr", type=whole(), default=1, show_default=True,
               help="Ranks splitting each layer.")
 @click.option("--best-pr", is_flag=True, help="For every point, take the fastest Pr x Pc split instead.")
-@click.option("--norm", type=click.Choice(["local", "sync", "group"]), default="local",
+@click.option("--norm", type=choice(NORMS), default="local",
               show_default=True, help="Batch norm local to a rank, synchronized, or group norm.")
-@click.option("--collective-variant", type=click.Choice(["fused", "split"]), default="fused",
+@click.option("--collective-variant", type=choice(VARIANTS), default="fused",
               show_default=True, help="Allgather/Allreduce, or Gather+Bcast / Reduce+Bcast.")
 @click.option("--contributors", type=CONTRIBUTORS, default="standard", show_default=True,
               help="Collectives of layers with fewer units than Pr: over all Pr, among the "
                    "holders then a copy, or the cheaper.")
-@click.option("--dtype", type=click.Choice(["fp32", "tf32", "bf16", "fp16"]), default="fp32",
+@click.option("--dtype", type=choice(Dtype), default=Dtype.FP32.value,
               show_default=True, help="Training precision.")
 @click.option("--vary", multiple=True, required=True,
               help="FIELD=V1,V2,...: peak_flops_per_s (node FLOP rate), memory_bandwidth_bytes_per_s, "

@@ -16,35 +16,45 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
-from perfmodel import strategy
+from perfmodel import encode, strategy
 from perfmodel.errors import PlanError
 from perfmodel.evaluate import family_of
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.staged import GroupValues, compile_staged, run
-from perfmodel.strategy import DEFAULT_MEMORY_MARGIN, Plan, PlanColumns, allowed
+from perfmodel.strategy import (
+    COLUMNS,
+    DEFAULT_MEMORY_MARGIN,
+    Dtype,
+    Objective,
+    Placement,
+    Plan,
+    PlanColumns,
+    Recompute,
+    Schedule,
+    TPLayout,
+    allowed,
+    parse_option,
+)
 
+__all__ = ["COLUMNS", "Objective", "Plans", "SearchRequest", "SearchResult", "search"]
+
+# the options' names by code (a plan column holds the code: its position in its enum)
 SCHEDULES = tuple(s.value for s in strategy.SCHEDULES)
 LAYOUTS = tuple(s.value for s in strategy.LAYOUTS)
 RECOMPUTES = tuple(s.value for s in strategy.RECOMPUTES)
-PLACEMENTS = ("tp,dp,pp", "tp,pp,dp", "dp,tp,pp")
-COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
-           "recompute", "sequence_parallel", "zero", "placement", "tp_layout", "tp_depth")
+PLACEMENT_NAMES = tuple(p.value for p in strategy.PLACEMENTS)
+# the placements the search tries unless one is pinned: the tensor-parallel group innermost, then
+# data or pipeline parallelism; or data parallelism innermost
+PLACEMENTS = tuple(p.value for p in (Placement.TP_DP_PP, Placement.TP_PP_DP, Placement.DP_TP_PP))
 
 CHUNK_PLANS = 1 << 18  # plans enumerated and evaluated at once: ~100 MB of columns and terms
 SAMPLE_PLANS = 20_000  # evaluated plans kept at random (the plot's scatter, the tests' sample)
 DEFAULT_TOP = 100  # best plans kept (the CLI's --top allows up to 100)
-
-
-class Objective(StrEnum):
-    STEP_TIME = "step_time"
-    TIME_TO_TRAIN = "time_to_train"
-    COST = "cost"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,18 +63,18 @@ class SearchRequest:
 
     gpus: tuple[int, ...]
     global_batch: int
-    dtype: str = "bf16"
+    dtype: Dtype = Dtype.BF16
     dp: int | None = None
     tp: int | None = None
     pp: int | None = None
     micro_batch: int | None = None
-    schedule: str | None = None
+    schedule: Schedule | None = None
     virtual_stages: int | None = None
-    recompute: str | None = None
+    recompute: Recompute | None = None
     sequence_parallel: bool | None = None
     zero: int | None = None
-    placement: str | None = None
-    tp_layout: str | None = None
+    placement: Placement | None = None  # any order; unpinned, the search tries PLACEMENTS
+    tp_layout: TPLayout | None = None
     tp_depth: int | None = None
     max_tp: int | None = None
     max_pp: int | None = None
@@ -83,24 +93,15 @@ class SearchRequest:
             raise PlanError(f"global_batch must be >= 1, got {self.global_batch}")
         if not 0 <= self.memory_margin < 1:
             raise PlanError(f"memory_margin must be in [0, 1), got {self.memory_margin}")
-        objective = Objective(self.objective)
-        object.__setattr__(self, "objective", objective)
-        if objective is Objective.TIME_TO_TRAIN and not self.tokens:
+        for key, enum in (("objective", Objective), ("dtype", Dtype), ("schedule", Schedule),
+                          ("recompute", Recompute), ("placement", Placement),
+                          ("tp_layout", TPLayout)):
+            if getattr(self, key) is not None or key == "objective":
+                object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
+        if self.objective is Objective.TIME_TO_TRAIN and not self.tokens:
             raise PlanError("objective time_to_train needs --tokens (the token budget)")
-        if objective is Objective.COST and not self.gpu_hour_price:
+        if self.objective is Objective.COST and not self.gpu_hour_price:
             raise PlanError("objective cost needs --gpu-hour-price")
-        if self.schedule is not None and self.schedule not in SCHEDULES:
-            raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, "
-                            f"got '{self.schedule}'")
-        if self.recompute is not None and self.recompute not in RECOMPUTES:
-            raise PlanError(f"recompute must be one of {', '.join(RECOMPUTES)}, "
-                            f"got '{self.recompute}'")
-        if self.tp_layout is not None and self.tp_layout not in LAYOUTS:
-            raise PlanError(f"tp_layout must be one of {', '.join(LAYOUTS)}, "
-                            f"got '{self.tp_layout}'")
-        if self.placement is not None and self.placement not in PLACEMENTS:
-            raise PlanError(f"placement must be one of {', '.join(PLACEMENTS)}, "
-                            f"got '{self.placement}'")
 
 
 def divisors(n: int) -> list[int]:
@@ -135,13 +136,14 @@ class Plans:
         return Plan(gpus=int(c["gpus"][i]), dp=int(c["dp"][i]), tp=int(c["tp"][i]),
                     pp=int(c["pp"][i]), micro_batch=int(c["micro_batch"][i]),
                     global_batch=int(c["global_batch"][i]),
-                    schedule=SCHEDULES[int(c["schedule"][i])],
+                    schedule=strategy.SCHEDULES[int(c["schedule"][i])],
                     virtual_stages=int(c["virtual_stages"][i]),
                     sequence_parallel=bool(c["sequence_parallel"][i]),
-                    recompute=RECOMPUTES[int(c["recompute"][i])], zero=int(c["zero"][i]),
+                    recompute=strategy.RECOMPUTES[int(c["recompute"][i])], zero=int(c["zero"][i]),
                     dtype=dtype, flash_attention=flash, overlap_grad_sync=overlap,
-                    placement=PLACEMENTS[int(c["placement"][i])],
-                    tp_layout=LAYOUTS[int(c["tp_layout"][i])], tp_depth=int(c["tp_depth"][i]))
+                    placement=strategy.PLACEMENTS[int(c["placement"][i])].axes,
+                    tp_layout=strategy.LAYOUTS[int(c["tp_layout"][i])],
+                    tp_depth=int(c["tp_depth"][i]))
 
 
 # --- enumeration ----------------------------------------------------------------------------
@@ -188,11 +190,12 @@ class _Candidates:
         if pp not in self._schedules:
             req = self.req
             rows = []
-            for code, name in enumerate(SCHEDULES):
-                if req.schedule not in (None, name) or name == "gpipe" and pp == 1:
+            for code, name in enumerate(strategy.SCHEDULES):
+                if req.schedule not in (None, name) or name is Schedule.GPIPE and pp == 1:
                     continue
-                stages = (divisors(self.model.layers // pp) if name in ("interleaved", "zb")
-                          else [2] if name == "zbv" else [1])
+                stages = (divisors(self.model.layers // pp)
+                          if name in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE)
+                          else [2] if name is Schedule.ZBV else [1])
                 rows += [(code, v) for v in stages if req.virtual_stages in (None, v)]
             out = []
             if rows:
@@ -347,12 +350,13 @@ def _blocks(model: TransformerSpec, req: SearchRequest,
 
 def _placements(req: SearchRequest, dp: int, tp: int, pp: int) -> list[int]:
     """The placements to search: orders that differ only in an axis of degree 1 are the same."""
-    places = [i for i, p in enumerate(PLACEMENTS) if req.placement in (None, p)]
     if req.placement is not None:
-        return places
+        return [PLACEMENT_NAMES.index(req.placement)]
+    places = [PLACEMENT_NAMES.index(p) for p in PLACEMENTS]
     seen, unique = set(), []
     for i in places:
-        key = tuple(a for a in PLACEMENTS[i].split(",") if {"tp": tp, "dp": dp, "pp": pp}[a] > 1)
+        key = tuple(a for a in strategy.PLACEMENTS[i].axes
+                    if {"tp": tp, "dp": dp, "pp": pp}[a] > 1)
         if key not in seen:
             seen.add(key)
             unique.append(i)
@@ -390,74 +394,11 @@ def count_plans(model: TransformerSpec, req: SearchRequest) -> int:
     return sum(len(p) for p in plan_chunks(model, req))
 
 
-_TOPOLOGY_KEYS = ("tp", "dp", "pp", "tp_layout", "tp_depth", "placement")
-
-
-def _topology(c: dict[str, np.ndarray], gpn: int) -> dict[str, np.ndarray]:
-    """Grid sub-axes, ranks per node and link scope of every axis (rows of _TOPOLOGY_KEYS)."""
-    vals: dict[str, np.ndarray] = {}
-    layout = c["tp_layout"]
-    tp = c["tp"]
-    depth = c["tp_depth"]
-    q_cube = np.rint(np.cbrt(tp)).astype(np.int64)
-    q_square = np.rint(np.sqrt(tp // depth)).astype(np.int64)
-    qa = np.where(layout == 0, 1, np.where(layout == 3, q_cube, q_square))
-    qc = np.where(layout == 0, 1, np.where(layout == 3, q_cube, depth))
-    vals.update({"tpa": qa, "tpb": qa, "tpc": qc,
-                 "is_tp2d": ((layout == 1) | (layout == 2)).astype(float),
-                 "is_tp3d": (layout == 3).astype(float)})
-    degree = {"tp": tp, "dp": c["dp"], "pp": c["pp"], "tpa": qa, "tpb": qa, "tpc": qc}
-    k_out = {a: np.ones(len(c["tp"]), dtype=np.int64) for a in degree}
-
-    def per_node(n: np.ndarray, stride: np.ndarray) -> np.ndarray:
-        k = np.where(stride >= gpn, 1, np.clip(gpn // np.maximum(stride, 1), 1, None))
-        return np.minimum(k, n)
-
-    for code, order in enumerate(PLACEMENTS):
-        rows = c["placement"] == code
-        stride = np.ones(len(c["tp"]), dtype=np.int64)
-        for axis in order.split(","):
-            n = degree[axis]
-            k_out[axis] = np.where(rows, per_node(n, stride), k_out[axis])
-            if axis == "tp":
-                sub = stride.copy()
-                for name in ("tpa", "tpb", "tpc"):
-                    k_out[name] = np.where(rows, per_node(degree[name], sub), k_out[name])
-                    sub = sub * degree[name]
-            stride = stride * n
-    for axis in ("tpa", "tpb", "tpc"):
-        vals[f"{axis}_per_node"] = k_out[axis]
-    for axis, n in degree.items():
-        k = k_out[axis]
-        vals[f"{axis}_per_node"] = k
-        intra = k >= n
-        inter = (k == 1) & ~intra
-        vals[f"is_{axis}_intra"] = intra.astype(float)
-        vals[f"is_{axis}_inter"] = inter.astype(float)
-        vals[f"is_{axis}_mixed"] = (~intra & ~inter).astype(float)
-    return vals
-
-
-_AXES = ("tp", "dp", "pp", "tpa", "tpb", "tpc")
-# The plan columns that vary in a search, in groups, with the symbols each group sets: the step
-# model is evaluated once per distinct value of the groups each of its terms depends on (see
-# perfmodel.staged); the topology comes first, as the axis whose values are the most numerous.
-GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("topology", ("dp", "tp", "pp", "global_batch", "tpa", "tpb", "tpc", "is_tp2d", "is_tp3d",
-                  *(f"{axis}_per_node" for axis in _AXES),
-                  *(f"is_{axis}_{scope}" for axis in _AXES
-                    for scope in ("intra", "inter", "mixed")))),
-    ("micro_batch", ("micro_batch",)),
-    ("schedule", ("virtual_stages", "is_gpipe", "is_interleaved", "is_zero_bubble", "is_zbv")),
-    ("recompute", ("is_recompute_full", "is_recompute_selective")),
-    ("sequence_parallel", ("is_sequence_parallel",)),
-    ("zero", ("is_zero1", "is_zero2", "is_zero3")),
-)
-_GROUP_COLUMNS = {"topology": ("tp_layout", "tp_depth", "dp", "tp", "pp", "placement",
-                               "global_batch"),  # sorted by layout first
-                  "micro_batch": ("micro_batch",),
-                  "schedule": ("schedule", "virtual_stages"), "recompute": ("recompute",),
-                  "sequence_parallel": ("sequence_parallel",), "zero": ("zero",)}
+# The plan columns that vary in a search, in groups, with the symbols each group sets (the plan
+# encoder's groups, perfmodel.encode.GROUPS): the step model is evaluated once per distinct value
+# of the groups each of its terms depends on (see perfmodel.staged).
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = tuple((g.name, g.symbols) for g in encode.GROUPS)
+_GROUP = {g.name: g for g in encode.GROUPS}
 
 
 def _runs(columns: list[np.ndarray]) -> tuple[np.ndarray, dict[int, np.ndarray]]:
@@ -488,7 +429,7 @@ def _runs(columns: list[np.ndarray]) -> tuple[np.ndarray, dict[int, np.ndarray]]
 
 def _distinct(group: str, plans: Plans) -> tuple[np.ndarray, int, dict[str, np.ndarray]]:
     """Each plan's code among the distinct rows of a group's columns, their number, and the rows."""
-    names = _GROUP_COLUMNS[group]
+    names = _GROUP[group].columns
     columns = [np.asarray(plans.cols[k], dtype=np.intp) for k in names]
     if group in ("recompute", "sequence_parallel", "zero"):  # small codes already
         card = int(columns[0].max()) + 1
@@ -511,27 +452,6 @@ def _distinct(group: str, plans: Plans) -> tuple[np.ndarray, int, dict[str, np.n
     return np.take(np.cumsum(seen) - 1, combined), len(keys), rows
 
 
-def _group_args(group: str, c: dict[str, np.ndarray], gpus_per_node: int) -> dict[str, np.ndarray]:
-    """The symbols a group of columns sets, from its distinct rows."""
-    if group == "topology":
-        args = {k: c[k] for k in ("dp", "tp", "pp", "global_batch")}
-        args.update(_topology(c, gpus_per_node))
-    elif group == "micro_batch":
-        args = {"micro_batch": c["micro_batch"]}
-    elif group == "schedule":
-        sched = c["schedule"]
-        args = {"virtual_stages": c["virtual_stages"], "is_gpipe": sched == 0,
-                "is_interleaved": sched == 2, "is_zero_bubble": sched >= 3, "is_zbv": sched == 4}
-    elif group == "recompute":
-        args = {"is_recompute_full": c["recompute"] == 2,
-                "is_recompute_selective": c["recompute"] == 1}
-    elif group == "sequence_parallel":
-        args = {"is_sequence_parallel": c["sequence_parallel"]}
-    else:
-        args = {f"is_zero{z}": c["zero"] >= z for z in (1, 2, 3)}
-    return {k: np.asarray(v, dtype=float) for k, v in args.items()}
-
-
 def group_values(hardware: HardwareSpec, plans: Plans) -> dict[str, GroupValues]:
     """The distinct values of each group of columns, their symbols, and each plan's row of them.
 
@@ -540,19 +460,17 @@ def group_values(hardware: HardwareSpec, plans: Plans) -> dict[str, GroupValues]
     out = {}
     for group, _ in GROUPS:
         codes, card, rows = _distinct(group, plans)
-        args = _group_args(group, rows, hardware.gpus_per_node)
+        args = encode.encode_group(_GROUP[group], rows, hardware.gpus_per_node)
         out[group] = GroupValues(codes, card, args, rows)
     return out
 
 
 def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                   req: SearchRequest) -> dict[str, Any]:
-    """The symbols that are one number for every plan of a request: model, hardware, dtype."""
-    from perfmodel.evaluate import values_of
-
-    probe = Plan(gpus=1, dtype=req.dtype, flash_attention=req.flash_attention,
-                 overlap_grad_sync=req.overlap_grad_sync)
-    return values_of(model, hardware, probe)
+    """The symbols that are one number for every plan of a request: model, hardware, dtype and
+    the options every plan shares (the encoder's fixed values)."""
+    return encode.fixed_values(model, hardware, req.dtype, flash_attention=req.flash_attention,
+                               overlap_grad_sync=req.overlap_grad_sync)
 
 
 # --- evaluation -----------------------------------------------------------------------------
@@ -579,7 +497,7 @@ class Evaluator:
         groups = group_values(self.hardware, plans)
         topology = groups["topology"]
         layouts = topology.rows["tp_layout"]  # sorted
-        for family_layout, codes in (("1d", (0,)), ("2d", (1, 2)), ("3d", (3,))):
+        for family_layout, codes in encode.LAYOUT_FAMILIES.items():
             lo = int(np.searchsorted(layouts, codes[0]))
             hi = int(np.searchsorted(layouts, codes[-1], side="right"))
             if lo == hi:
@@ -689,7 +607,7 @@ class Scored:
         c = self.plans.cols
         df = pd.DataFrame({k: c[k] for k in COLUMNS})
         for key, names in (("schedule", SCHEDULES), ("recompute", RECOMPUTES),
-                           ("placement", PLACEMENTS), ("tp_layout", LAYOUTS)):
+                           ("placement", PLACEMENT_NAMES), ("tp_layout", LAYOUTS)):
             df[key] = np.asarray(names, dtype=object)[c[key]]
         df["sequence_parallel"] = c["sequence_parallel"].astype(bool)
         evaluated = self.evaluated

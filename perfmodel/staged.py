@@ -14,11 +14,8 @@ expression contains.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import hashlib
-import inspect
-import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.evaluate import _built, cached, outputs_of
+from perfmodel.evaluate import _built, cached, outputs_of, value_of
 
 CHUNK_ROWS = 8192  # rows per numpy pass: temporaries stay in cache
 SHARED = 0.5  # a level with at most this many combinations per plan is evaluated per combination
@@ -72,38 +69,6 @@ class GroupValues:
         return self.restrict(index, 0, self.card)
 
 
-HUGE = 1e20  # a coefficient this large is a sentinel (step.py's 1e30 that removes a Min option)
-
-
-def _keep_huge_together(expr: Any, memo: dict[Any, Any]) -> Any:
-    """Wrap the sentinel terms of every sum, 1e30 - 1e30 I, in one unevaluated unit.
-
-    Regrouped by level, 1e30 + t - 1e30 I would lose t (1e30 + t rounds to 1e30); as a unit they
-    add to 0 or 1e30 exactly, then t, as in the model."""
-    import sympy as sp
-
-    if expr.is_Atom:
-        return expr
-    done = memo.get(expr)
-    if done is not None:
-        return done
-    args = [_keep_huge_together(arg, memo) for arg in expr.args]
-    if isinstance(expr, sp.Add):
-        huge = [arg for arg in args if abs(arg.as_coeff_Mul()[0]) >= HUGE]
-        if huge and len(huge) < len(args):
-            rest = [arg for arg in args if abs(arg.as_coeff_Mul()[0]) < HUGE]
-            done = sp.Add(*rest, sp.UnevaluatedExpr(sp.Add(*huge)))
-    if done is None:
-        if args == list(expr.args):
-            done = expr
-        elif isinstance(expr, (sp.Min, sp.Max)):
-            done = expr.func(*args, evaluate=False)
-        else:
-            done = expr.func(*args)
-    memo[expr] = done
-    return done
-
-
 def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
            order: Sequence[str]) -> tuple[dict, dict]:
     """Split expressions by level: every sub-expression whose groups are fewer than its parent's
@@ -112,13 +77,19 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
     import sympy as sp
     from sympy.functions.elementary.piecewise import ExprCondPair
 
+    from perfmodel.codegen import keep_huge_together
+
     levels: dict[frozenset[str], dict[Any, Any]] = defaultdict(dict)  # level -> body -> term
     level_of: dict[Any, frozenset[str]] = {}
 
     def deps(expr: Any) -> frozenset[str]:
+        """The groups of the symbols in expr (from its arguments', each node once)."""
         found = level_of.get(expr)
         if found is None:
-            found = frozenset(group_of[s] for s in expr.free_symbols if s in group_of)
+            if expr.is_Atom:
+                found = frozenset((group_of[expr],)) if expr in group_of else frozenset()
+            else:
+                found = frozenset().union(*(deps(arg) for arg in expr.args))
             level_of[expr] = found
         return found
 
@@ -138,9 +109,18 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
         body = rebuild(expr, level)
         return body if body.is_Atom else define(level, body)
 
+    rebuilt: dict[tuple[Any, frozenset[str]], Any] = {}
+
     def rebuild(expr: Any, level: frozenset[str]) -> Any:
+        """expr at `level`, its sub-expressions of fewer groups lifted (each node once)."""
         if expr.is_Atom:
             return expr
+        done = rebuilt.get((expr, level))
+        if done is None:
+            done = rebuilt[expr, level] = _rebuild(expr, level)
+        return done
+
+    def _rebuild(expr: Any, level: frozenset[str]) -> Any:
         if isinstance(expr, (sp.Add, sp.Mul)):
             args = [rebuild(arg, level) for arg in expr.args if deps(arg) == level]
             lower = [arg for arg in expr.args if deps(arg) != level]
@@ -164,7 +144,7 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
     terms = {}
     memo: dict[Any, Any] = {}
     for name, expr in outputs.items():
-        expr = _keep_huge_together(sp.sympify(expr), memo)
+        expr = keep_huge_together(sp.sympify(expr), memo)
         term = lift(expr)
         if not any(term in t.values() for t in levels.values()):  # a number or a symbol
             term = define(deps(expr), term)
@@ -173,9 +153,9 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
 
 
 def _build(family: Any, which: str, groups: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
-    """The source of a staged family: a JSON header, then one function per level."""
-    import sympy as sp
-
+    """The source of a staged family: META (groups, levels, outputs), then one function per
+    level (perfmodel.codegen)."""
+    from perfmodel import codegen
     from perfmodel import symbols as S
 
     table = S.table()
@@ -191,26 +171,23 @@ def _build(family: Any, which: str, groups: tuple[tuple[str, tuple[str, ...]], .
         outs = [str(levels[level][e]) for e in exprs]
         used = set().union(*(e.free_symbols for e in exprs))
         inputs = sorted(used, key=lambda s: (s not in name_of, name_of.get(s, ""), str(s)))
-        fn = sp.lambdify(inputs, exprs, modules="numpy", cse=True, docstring_limit=0)
-        body = inspect.getsource(fn).replace("def _lambdifygenerated(", f"def _level{i}(", 1)
-        bodies.append(body)
+        names = [name_of.get(s, str(s)) for s in inputs]
+        taken: set[str] = set()
+        params = [(sym, codegen.identifier(name, taken)) for sym, name in zip(inputs, names,
+                                                                               strict=True)]
+        bodies.append(codegen.function_source(f"level{i}", params, exprs))
         meta["levels"].append({"groups": [g for g in order if g in level],
-                               "inputs": [name_of.get(s, str(s)) for s in inputs], "outputs": outs})
+                               "inputs": names, "outputs": outs})
     meta["outputs"] = [[name, str(term)] for name, term in terms.items()]
-    code = "\n".join(bodies)
-    names = {node.id for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Name)}
-    used_numpy = sorted(n for n in names if hasattr(np, n) and not n.startswith("_"))
-    imports = f"from numpy import {', '.join(used_numpy)}\n" if used_numpy else ""
-    return (f"# perfmodel staged family\n# {json.dumps(meta)}\nimport numpy\n{imports}"
-            f"from functools import reduce\n{code}")
+    code = "\n\n".join(bodies)
+    return (f"# perfmodel staged family\nimport numpy as {codegen.NUMPY}\n\nMETA = {meta!r}\n\n\n"
+            f"{code}")
 
 
-def _load(source: str, origin: str) -> Staged:
-    meta = json.loads(source.splitlines()[1][2:])
-    namespace: dict[str, Any] = {}
-    exec(compile(source, origin, "exec"), namespace)  # our own generated numpy code
+def _staged(namespace: Mapping[str, Any]) -> Staged:
+    meta = namespace["META"]
     levels = tuple(Level(tuple(lv["groups"]), tuple(lv["inputs"]), tuple(lv["outputs"]),
-                         namespace[f"_level{i}"]) for i, lv in enumerate(meta["levels"]))
+                         namespace[f"level{i}"]) for i, lv in enumerate(meta["levels"]))
     return Staged(tuple(meta["groups"]), levels, tuple((n, t) for n, t in meta["outputs"]))
 
 
@@ -222,13 +199,7 @@ def compile_staged(family: Any, which: str,
     groups: (name, symbol names) in axis order; every other symbol is one number for all plans.
     """
     key = hashlib.sha256(f"{family!r}/{which}/{groups!r}".encode()).hexdigest()[:20]
-
-    def build() -> tuple[Staged, str]:
-        source = _build(family, which, groups)
-        return _load(source, "<staged>"), source
-
-    return cached(f"staged-{key}", lambda path: _load(path.read_text(encoding="utf-8"), str(path)),
-                  build)
+    return _staged(cached(f"staged-{key}", lambda: _build(family, which, groups)))
 
 
 def run(staged: Staged, scalars: Mapping[str, Any], groups: Mapping[str, GroupValues],
@@ -250,7 +221,7 @@ def run(staged: Staged, scalars: Mapping[str, Any], groups: Mapping[str, GroupVa
     for level in staged.levels:
         if not level.groups:
             with np.errstate(all="ignore"):
-                numbers = level.fn(*(values.get(k, 1.0) for k in level.inputs))
+                numbers = level.fn(*(value_of(values, k) for k in level.inputs))
             values.update(zip(level.outputs, numbers, strict=True))
             continue
         size = math.prod(card[g] for g in level.groups)
@@ -283,7 +254,7 @@ def run(staged: Staged, scalars: Mapping[str, Any], groups: Mapping[str, GroupVa
             elif k in arg_group:
                 sources[k] = ("group", groups[arg_group[k]].codes, groups[arg_group[k]].args[k])
             else:
-                sources[k] = ("scalar", values.get(k, 1.0))
+                sources[k] = ("scalar", value_of(values, k))
     for start in range(0, n, CHUNK_ROWS):
         rows = slice(start, min(start + CHUNK_ROWS, n))
         local: dict[str, Any] = {}
@@ -327,7 +298,7 @@ def _run_shared(level: Level, card: Mapping[str, int], groups: Mapping[str, Grou
         elif name in arg_group:
             args.append(view((arg_group[name],), groups[arg_group[name]].args[name]))
         else:
-            args.append(values.get(name, 1.0))
+            args.append(value_of(values, name))
     results = [np.empty(shape) for _ in level.outputs]
     step = max(1, CHUNK_ROWS * shape[0] // size)  # rows of the first axis per numpy pass
     for start in range(0, shape[0], step):

@@ -58,6 +58,32 @@ class TPLayout(StrEnum):
     THREE_D = "3d"
 
 
+class Placement(StrEnum):
+    """The order of the axes over the ranks, innermost (fastest-varying rank, inside a node
+    first) out: a group of an axis holds ranks `stride` apart, stride = the product of the degrees
+    of the axes inside it (perfmodel.encode)."""
+
+    TP_DP_PP = "tp,dp,pp"
+    TP_PP_DP = "tp,pp,dp"
+    DP_TP_PP = "dp,tp,pp"
+    DP_PP_TP = "dp,pp,tp"
+    PP_TP_DP = "pp,tp,dp"
+    PP_DP_TP = "pp,dp,tp"
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return tuple(self.value.split(","))
+
+
+class Objective(StrEnum):
+    """What `recommend` ranks plans by: seconds per step, seconds to train a token budget, or the
+    price of that (GPU-hours times a price)."""
+
+    STEP_TIME = "step_time"
+    TIME_TO_TRAIN = "time_to_train"
+    COST = "cost"
+
+
 def integer_root(n: int, k: int) -> int | None:
     """The whole number r with r**k == n, or None."""
     r = round(n ** (1 / k))
@@ -79,7 +105,9 @@ DEFAULT_MEMORY_MARGIN = 0.10
 BYTES_PER_ELEMENT = {Dtype.BF16: 2, Dtype.FP16: 2, Dtype.FP32: 4, Dtype.TF32: 4}
 
 
-def _enum(cls: type[StrEnum], value: Any, field: str) -> Any:
+def parse_option(cls: type[StrEnum], value: Any, field: str) -> Any:
+    """The member of an option's enum that value names (case and spaces aside), or a PlanError
+    naming the field and the allowed values."""
     if isinstance(value, cls):
         return value
     text = str(value).strip().lower()
@@ -147,18 +175,18 @@ class Plan:
                     "gpus"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key))
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
-        object.__setattr__(self, "schedule", _enum(Schedule, self.schedule, "schedule"))
-        object.__setattr__(self, "recompute", _enum(Recompute, self.recompute, "recompute"))
-        object.__setattr__(self, "dtype", _enum(Dtype, self.dtype, "dtype"))
-        object.__setattr__(self, "tp_layout", _enum(TPLayout, self.tp_layout, "tp_layout"))
+        object.__setattr__(self, "schedule", parse_option(Schedule, self.schedule, "schedule"))
+        object.__setattr__(self, "recompute", parse_option(Recompute, self.recompute, "recompute"))
+        object.__setattr__(self, "dtype", parse_option(Dtype, self.dtype, "dtype"))
+        object.__setattr__(self, "tp_layout", parse_option(TPLayout, self.tp_layout, "tp_layout"))
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync"):
             object.__setattr__(self, key, _bool(getattr(self, key), key))
         placement = tuple(self.placement) if not isinstance(self.placement, str) else tuple(
             p.strip() for p in self.placement.split(",")
         )
-        if sorted(placement) != sorted(AXES):
+        if ",".join(map(str, placement)) not in _PLACEMENT_NAMES:
             raise PlanError(f"placement must order the axes {', '.join(AXES)} (innermost first), "
-                            f"got {','.join(placement)}")
+                            f"got {','.join(map(str, placement))}")
         object.__setattr__(self, "placement", placement)
         broken = first_broken(self.columns(), None)
         if broken is not None:
@@ -174,12 +202,15 @@ class Plan:
         return self.global_batch // (self.dp * self.micro_batch)
 
     def columns(self) -> PlanColumns:
-        """This plan as one row of plan columns (what the search holds for millions of plans)."""
+        """This plan as one row of plan columns (what the search holds for millions of plans):
+        every column of COLUMNS, options as codes."""
         return PlanColumns({
             "gpus": self.gpus, "dp": self.dp, "tp": self.tp, "pp": self.pp,
             "micro_batch": self.micro_batch, "global_batch": self.global_batch,
             "schedule": SCHEDULES.index(self.schedule), "virtual_stages": self.virtual_stages,
-            "sequence_parallel": int(self.sequence_parallel),
+            "recompute": RECOMPUTES.index(self.recompute),
+            "sequence_parallel": int(self.sequence_parallel), "zero": self.zero,
+            "placement": _PLACEMENT_NAMES.index(",".join(self.placement)),
             "tp_layout": LAYOUTS.index(self.tp_layout), "tp_depth": self.tp_depth})
 
     def check(self, model: TransformerSpec) -> Plan:
@@ -203,7 +234,8 @@ class Plan:
 
 # --- the plan rules, written once ------------------------------------------------------------
 # A plan as columns: whole numbers, one per plan (numpy arrays in the search, plain ints for one
-# Plan); an option is its position in its enum (SCHEDULES, LAYOUTS, RECOMPUTES). Plan() and
+# Plan); an option is its position in its enum (SCHEDULES, LAYOUTS, RECOMPUTES, PLACEMENTS: the
+# codes of every column of options, from the CLI's choices to the encoder). Plan() and
 # Plan.check() apply every rule to one plan and raise the first broken rule's message; the search
 # applies them to millions of plans at once (`allowed`), and to the columns it knows while it
 # enumerates (partial=True: the rules that read only those columns).
@@ -211,6 +243,11 @@ class Plan:
 SCHEDULES: tuple[Schedule, ...] = tuple(Schedule)
 LAYOUTS: tuple[TPLayout, ...] = tuple(TPLayout)
 RECOMPUTES: tuple[Recompute, ...] = tuple(Recompute)
+PLACEMENTS: tuple[Placement, ...] = tuple(Placement)
+_PLACEMENT_NAMES = tuple(p.value for p in PLACEMENTS)
+# the columns of a plan (Plan.columns, the search's Plans); options as codes
+COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
+           "recompute", "sequence_parallel", "zero", "placement", "tp_layout", "tp_depth")
 _INTERLEAVED, _ZB, _ZBV = (SCHEDULES.index(s) for s in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE,
                                                          Schedule.ZBV))
 _1D, _2D, _25D, _3D = range(len(LAYOUTS))
@@ -239,8 +276,8 @@ def _nonzero(x: Any) -> Any:
 class PlanColumns:
     """Plans as columns (attribute per column) and the quantities the rules derive from them.
 
-    Columns: gpus, dp, tp, pp, micro_batch, global_batch, schedule, virtual_stages,
-    sequence_parallel (0/1), tp_layout, tp_depth. A rule reads only the columns it names.
+    Columns: those of COLUMNS (sequence_parallel 0/1, options as codes). A rule reads only the
+    columns it names.
     """
 
     def __init__(self, columns: Mapping[str, Any]) -> None:

@@ -211,3 +211,47 @@ def test_batch_rows_take_the_defaults_and_report_the_resolved_model(run_cli, tmp
     assert [(r["ffn_hidden"], r["kv_heads"]) for r in rows] == [(1024, 8), (4096, 16)]
     assert rows[1]["parameters"] > rows[0]["parameters"] > 0
     assert rows[0]["tokens_per_s"] == pytest.approx(64 / rows[0]["step_time_s"])  # --seq-len
+
+
+def _choices(command: str, option: str) -> list[str]:
+    from perfmodel.cli import cli
+
+    params = {p.name: p for p in cli.commands[command].params}
+    return list(params[option].type.choices)
+
+
+def test_the_options_choices_are_the_enums_of_the_model():
+    """One vocabulary from the command line to the formulas: every option's choices are its enum's
+    values (the layer graphs' norm, variant and contributors too, though cli.py lists them so as
+    not to import sympy to parse)."""
+    from perfmodel.costs.collectives import Op
+    from perfmodel.layerwise import Contributors, Norm, Variant
+    from perfmodel.strategy import Dtype, Objective, Placement, Recompute, Schedule, TPLayout
+
+    def values(enum):
+        return [m.value for m in enum]
+
+    for command in ("predict", "explain"):
+        assert _choices(command, "schedule") == values(Schedule)
+        assert _choices(command, "recompute") == values(Recompute)
+        assert _choices(command, "dtype") == values(Dtype)
+        assert _choices(command, "tp_layout") == values(TPLayout)
+        assert _choices(command, "placement") == values(Placement)
+        assert _choices(command, "norm") == values(Norm)
+        assert _choices(command, "collective_variant") == values(Variant)
+        assert _choices(command, "contributors") == values(Contributors)
+    for option, enum in (("schedule", Schedule), ("recompute", Recompute), ("dtype", Dtype),
+                         ("tp_layout", TPLayout), ("placement", Placement),
+                         ("objective", Objective), ("norm", Norm),
+                         ("contributors", Contributors)):
+        assert _choices("recommend", option) == values(enum), option
+    assert _choices("collective", "op") == values(Op)
+    assert set(_choices("sweep", "dtype")) == set(values(Dtype))
+
+
+def test_recommend_takes_any_placement_as_a_pin(run_cli):
+    """The search tries three placements; a pinned one may be any order of the axes."""
+    out = run_cli("recommend", "--model", "gpt2-small", "--hardware", "dgx-v100", "--gpus", "16",
+                  "--global-batch", "64", "--placement", "pp,tp,dp", "--top", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["plans"][0]["plan"]["placement"] == "pp,tp,dp"

@@ -1,5 +1,6 @@
 """The vectorised search against plain Python over predict, and its explanations."""
 
+import dataclasses
 import io
 import json
 
@@ -7,8 +8,10 @@ import numpy as np
 import pytest
 
 from perfmodel import PlanError, load_hardware, load_model, predict
+from perfmodel.evaluate import family_of
 from perfmodel.recommend import apply_what_if, recommend, sensitivities
 from perfmodel.search import Scored, SearchRequest, enumerate_plans, evaluate_all, search
+from perfmodel.strategy import Plan
 
 MODEL = "llama2-7b"
 HW = "dgx-h100"
@@ -289,3 +292,54 @@ def test_a_search_that_evaluates_nothing_says_why():
     assert "for its model states alone" in info["reason"]
     assert [n["bound_only"] for n in info["nearest"]] == [True] * 3
     assert len({n["plan"] for n in info["nearest"]}) == 3
+
+
+def test_the_search_encodes_each_plan_as_predict_does(small):
+    """One plan encoder (perfmodel.encode): the values the search gives the formulas for a plan
+    (its row of each group of columns) are those predict gives it alone (values_of)."""
+    from perfmodel.encode import PLAN_SYMBOLS, values_of
+    from perfmodel.search import group_values, scalar_values
+
+    model, hw, req, result, every = small
+    groups = group_values(hw, every.plans)
+    scalars = scalar_values(model, hw, req)
+    assert not PLAN_SYMBOLS & set(scalars)  # a plan's symbols come from its columns only
+    for i in np.linspace(0, len(every) - 1, 40).astype(int):
+        alone = values_of(model, hw, result.plan(every, i))
+        searched = dict(scalars)
+        for g in groups.values():
+            searched.update({k: float(v[g.codes[i]]) for k, v in g.args.items()})
+        assert searched == alone
+
+
+def test_a_symbol_without_a_value_is_an_internal_error_naming_it():
+    """Never a silent default: a compiled family given no value for one of its symbols refuses."""
+    from perfmodel.errors import InternalError
+    from perfmodel.evaluate import compile_family, family_of, values_of
+    from perfmodel.strategy import Plan
+
+    model, hw = load_model(MODEL), load_hardware(HW)
+    plan = Plan(gpus=8, tp=8, global_batch=8)
+    compiled = compile_family(family_of(model, hw, plan))
+    values = values_of(model, hw, plan)
+    assert compiled(values)["step_time"] > 0
+    del values["inter_bandwidth"]
+    with pytest.raises(InternalError, match="'inter_bandwidth'"):
+        compiled(values)
+
+
+def test_a_symbol_without_a_value_is_an_internal_error_in_the_search_too(small):
+    from perfmodel.errors import InternalError
+    from perfmodel.search import GROUPS, group_values, scalar_values
+    from perfmodel.staged import compile_staged, run
+
+    model, hw, req, _, every = small
+    family = dataclasses.replace(family_of(model, hw, Plan(gpus=1)), tp_layout="1d")
+    plans = every.plans.take(np.flatnonzero(every.plans.cols["tp_layout"] == 0))
+    groups = group_values(hw, plans)
+    scalars = scalar_values(model, hw, req)
+    staged = compile_staged(family, "search", GROUPS)
+    assert np.isfinite(run(staged, scalars, groups, len(plans))["step_time"]).all()
+    del scalars["peak_flops_per_s"]
+    with pytest.raises(InternalError, match="'peak_flops_per_s'"):
+        run(staged, scalars, groups, len(plans))

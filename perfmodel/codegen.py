@@ -1,0 +1,257 @@
+"""Numpy source code from sympy expressions, in one pass over their graph.
+
+What sympy.lambdify(args, exprs, modules="numpy", cse=True) makes, at a fraction of its cost:
+lambdify's common-subexpression search rebuilds every node (and a Min or Max rebuilt compares its
+arguments symbolically, which costs most of a second per family); here a sympy expression is
+already a graph of shared nodes, so each node that is used more than once becomes one assignment,
+the others are written inline, and nothing is rebuilt. A node the printer does not know raises
+Unsupported (the caller then lambdifies).
+
+The sums that hold a sentinel (step.py's 1e30 that removes an option from a Min) are evaluated
+huge terms first (keep_huge_together), so that 1e30 - 1e30 I is exactly 0 or 1e30 before the rest
+is added: summed in another order, t + 1e30 - 1e30 would lose t.
+"""
+
+from __future__ import annotations
+
+import keyword
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sympy as sp
+
+HUGE = 1e20  # a coefficient this large is a sentinel (step.py's 1e30 that removes a Min option)
+MAX_INLINE = 400  # characters of an inline sub-expression before it gets its own assignment
+NUMPY = "_np"  # the name the generated module binds numpy to
+
+
+class Unsupported(Exception):
+    """An expression node the printer has no numpy form for."""
+
+
+def keep_huge_together(expr: Any, memo: dict[Any, Any]) -> Any:
+    """Wrap the sentinel terms of every sum, 1e30 - 1e30 I, in one unevaluated unit.
+
+    Summed apart (by level, perfmodel.staged, or in the printer's order), 1e30 + t - 1e30 I would
+    lose t (1e30 + t rounds to 1e30); as a unit they add to 0 or 1e30 exactly, then t, as in the
+    model."""
+    if expr.is_Atom:
+        return expr
+    done = memo.get(expr)
+    if done is not None:
+        return done
+    args = [keep_huge_together(arg, memo) for arg in expr.args]
+    if isinstance(expr, sp.Add):
+        huge = [arg for arg in args if abs(arg.as_coeff_Mul()[0]) >= HUGE]
+        if huge and len(huge) < len(args):
+            rest = [arg for arg in args if abs(arg.as_coeff_Mul()[0]) < HUGE]
+            done = sp.Add(*rest, sp.UnevaluatedExpr(sp.Add(*huge)))
+    if done is None:
+        if args == list(expr.args):
+            done = expr
+        elif isinstance(expr, (sp.Min, sp.Max)):
+            done = expr.func(*args, evaluate=False)
+        else:
+            done = expr.func(*args)
+    memo[expr] = done
+    return done
+
+
+_FUNCTIONS = {sp.log: "log", sp.exp: "exp", sp.ceiling: "ceil", sp.floor: "floor",
+              sp.sign: "sign", sp.Abs: "abs", sp.sqrt: "sqrt"}
+_FOLDS = {sp.Min: "minimum", sp.Max: "maximum"}
+_RELATIONS = {sp.StrictLessThan: "<", sp.LessThan: "<=", sp.StrictGreaterThan: ">",
+              sp.GreaterThan: ">=", sp.Equality: "==", sp.Unequality: "!="}
+
+
+class _Printer:
+    """Prints a graph of sympy nodes as numpy statements: shared nodes become assignments."""
+
+    def __init__(self, names: Mapping[Any, str], uses: Mapping[Any, int]) -> None:
+        self.names = dict(names)  # node -> the variable holding it (arguments first)
+        self.uses = uses
+        self.lines: list[str] = []
+
+    def value(self, node: Any) -> str:
+        """The node as an operand: a name, a number or a parenthesised expression."""
+        text, atomic = self.text(node)
+        return text if atomic else f"({text})"
+
+    def text(self, node: Any) -> tuple[str, bool]:
+        """(the node's code, whether it needs no parentheses as an operand)."""
+        name = self.names.get(node)
+        if name is not None:
+            return name, True
+        if node.is_Number or node.is_NumberSymbol:
+            return _number(node)
+        if node.is_Symbol:
+            raise Unsupported(f"symbol {node} is not an argument")
+        code, atomic = self._compose(node)
+        if self.uses.get(node, 0) > 1 or len(code) > MAX_INLINE:
+            name = f"x{len(self.lines)}"
+            self.lines.append(f"    {name} = {code}")
+            self.names[node] = name
+            return name, True
+        return code, atomic
+
+    def _compose(self, node: Any) -> tuple[str, bool]:
+        """The node's code from its arguments', and whether it is a call (needs no
+        parentheses)."""
+        call = not isinstance(node, (sp.Add, sp.Mul, sp.Pow, sp.UnevaluatedExpr)) \
+            and type(node) not in _RELATIONS
+        code = self._code(node)
+        return code, call or isinstance(node, sp.Pow) and code.startswith(f"{NUMPY}.sqrt(")
+
+    def _code(self, node: Any) -> str:
+        if isinstance(node, sp.Add):
+            out = self.value(node.args[0])
+            for arg in node.args[1:]:
+                out += f" + {self.value(arg)}"
+            return out
+        if isinstance(node, sp.Mul):
+            return self._mul(node)
+        if isinstance(node, sp.Pow):
+            return self._pow(node)
+        if isinstance(node, sp.UnevaluatedExpr):
+            return self.text(node.args[0])[0]
+        fold = _FOLDS.get(node.func)
+        if fold is not None:
+            out = self.value(node.args[0])
+            for arg in node.args[1:]:
+                out = f"{NUMPY}.{fold}({out}, {self.value(arg)})"
+            return out
+        function = _FUNCTIONS.get(node.func)
+        if function is not None and len(node.args) == 1:
+            return f"{NUMPY}.{function}({self.value(node.args[0])})"
+        relation = _RELATIONS.get(type(node))
+        if relation is not None:
+            return f"{self.value(node.lhs)} {relation} {self.value(node.rhs)}"
+        if isinstance(node, sp.Piecewise):
+            conditions = ", ".join(self._condition(c) for _, c in node.args)
+            choices = ", ".join(self.value(e) for e, _ in node.args)
+            return f"{NUMPY}.select([{conditions}], [{choices}], default={NUMPY}.nan)"
+        raise Unsupported(f"no numpy form for {type(node).__name__}")
+
+    def _condition(self, condition: Any) -> str:
+        if condition is sp.true:
+            return "True"
+        if condition is sp.false:
+            return "False"
+        if isinstance(condition, (sp.And, sp.Or)):
+            fold = "logical_and" if isinstance(condition, sp.And) else "logical_or"
+            out = self._condition(condition.args[0])
+            for arg in condition.args[1:]:
+                out = f"{NUMPY}.{fold}({out}, {self._condition(arg)})"
+            return out
+        if isinstance(condition, sp.Not):
+            return f"{NUMPY}.logical_not({self._condition(condition.args[0])})"
+        return self.value(condition)
+
+    def _mul(self, node: Any) -> str:
+        """coefficient * numerator / denominator, as sympy's printers write a product."""
+        coeff, factors = node.as_coeff_mul()
+        numerator, denominator = [], []
+        for factor in factors:
+            base, exp = factor.as_base_exp()
+            if exp.is_Number and exp.is_negative and isinstance(factor, sp.Pow):
+                denominator.append(base if exp == -1 else sp.Pow(base, -exp, evaluate=False))
+            else:
+                numerator.append(factor)
+        parts = [self.value(f) for f in numerator]
+        sign = ""
+        if coeff == -1:
+            sign = "-"
+        elif coeff != 1:
+            parts.insert(0, self.value(coeff))
+        top = "*".join(parts) if parts else "1"
+        if denominator:
+            bottom = "*".join(self.value(f) for f in denominator)
+            bottom = f"({bottom})" if len(denominator) > 1 else bottom
+            top = f"{top}/{bottom}"
+        return f"{sign}{top}"
+
+    def _pow(self, node: Any) -> str:
+        base, exp = node.args
+        if exp == sp.Rational(1, 2):
+            return f"{NUMPY}.sqrt({self.value(base)})"
+        if exp == sp.Rational(-1, 2):
+            return f"1/{NUMPY}.sqrt({self.value(base)})"
+        if exp.is_Integer:
+            power = int(exp)
+            return f"{self.value(base)}**{power}" if power >= 0 else \
+                f"{self.value(base)}**({float(power)!r})"
+        return f"{self.value(base)}**{self.value(exp)}"
+
+
+def _number(node: Any) -> tuple[str, bool]:
+    if node.is_Integer:
+        value = int(node)
+        return str(value), value >= 0
+    if node.is_Rational:
+        return f"{int(node.p)}/{int(node.q)}", False
+    if node is sp.oo:
+        return f"{NUMPY}.inf", True
+    if node is sp.S.NegativeInfinity:
+        return f"-{NUMPY}.inf", False
+    if node is sp.nan:
+        return f"{NUMPY}.nan", True
+    if node is sp.zoo:
+        raise Unsupported("complex infinity")
+    value = float(node)
+    return repr(value), value >= 0
+
+
+def _count_uses(exprs: Sequence[Any]) -> dict[Any, int]:
+    """How many parents (and outputs) use each node of the graph of exprs."""
+    uses: dict[Any, int] = {}
+    stack = list(exprs)
+    while stack:
+        node = stack.pop()
+        seen = node in uses
+        uses[node] = uses.get(node, 0) + 1
+        if not seen and not node.is_Atom:
+            stack.extend(node.args)
+    return uses
+
+
+def identifier(name: str, taken: set[str]) -> str:
+    """A Python parameter name for a symbol's table name (the name itself when it is one)."""
+    ok = name.isidentifier() and not keyword.iskeyword(name) and name != NUMPY \
+        and not (name.startswith("x") and name[1:].isdigit())
+    out = name if ok else f"_a{len(taken)}"
+    taken.add(out)
+    return out
+
+
+def numpy_function(name: str, params: Sequence[tuple[Any, str]], exprs: Sequence[Any]) -> str:
+    """The source of `def name(params...)` returning the list of exprs' values, as numpy code.
+
+    params: (symbol, parameter name) of every symbol the expressions hold. Raises Unsupported for
+    a node with no numpy form here."""
+    memo: dict[Any, Any] = {}
+    exprs = [keep_huge_together(sp.sympify(e), memo) for e in exprs]
+    printer = _Printer({sym: pname for sym, pname in params}, _count_uses(exprs))
+    outs = [printer.text(e)[0] for e in exprs]
+    head = f"def {name}({', '.join(pname for _, pname in params)}):"
+    return "\n".join([head, *printer.lines, f"    return [{', '.join(outs)}]", ""])
+
+
+def function_source(name: str, params: Sequence[tuple[Any, str]], exprs: Sequence[Any]) -> str:
+    """numpy_function's source, or sympy.lambdify's (renamed `name`) when an expression holds a
+    node the printer has no numpy form for."""
+    try:
+        return numpy_function(name, params, exprs)
+    except Unsupported:
+        pass
+    import inspect
+
+    from sympy.printing.numpy import NumPyPrinter
+
+    memo: dict[Any, Any] = {}
+    exprs = [keep_huge_together(sp.sympify(e), memo) for e in exprs]
+    renamed = {sym: sp.Symbol(pname) for sym, pname in params}
+    fn = sp.lambdify(list(renamed.values()), [e.xreplace(renamed) for e in exprs],
+                     printer=NumPyPrinter({"fully_qualified_modules": True}), cse=True,
+                     docstring_limit=0)
+    body = inspect.getsource(fn).replace("def _lambdifygenerated(", f"def {name}(", 1)
+    return f"import numpy\nfrom functools import reduce\n\n\n{body}"

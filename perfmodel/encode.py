@@ -1,0 +1,310 @@
+"""The plan encoder, written once: a plan's columns -> the values of the step model's symbols.
+
+`predict` encodes one plan (values_of), the search arrays of plans (perfmodel.search encodes the
+distinct rows of each group of columns). A plan's columns (perfmodel.strategy.COLUMNS: degrees,
+micro-batch, schedule, recompute, sequence parallelism, ZeRO stage, placement, tensor layout;
+options as codes) fall into GROUPS; each group sets its own symbols, vectorised over numpy arrays.
+The rest is one number for every plan of a request (fixed_values): the model, the hardware, the
+dtype and the options every plan shares (fused attention, overlapped gradient sync).
+
+Every symbol a compiled family reads gets a value here; evaluate.Compiled and perfmodel.staged
+refuse one that has none (an internal error naming it), never default it. Kept free of sympy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from perfmodel import names as N
+from perfmodel.costs.precision import model_state_bytes_per_param, optimizer_step_bytes_per_param
+from perfmodel.specs.hardware import HardwareSpec
+from perfmodel.specs.model import TransformerSpec
+from perfmodel.strategy import (
+    BYTES_PER_ELEMENT,
+    LAYOUTS,
+    PLACEMENTS,
+    RECOMPUTES,
+    SCHEDULES,
+    Dtype,
+    Plan,
+    PlanColumns,
+    Recompute,
+    Schedule,
+    TPLayout,
+)
+
+Columns = Mapping[str, np.ndarray]
+
+GRID_AXES = ("tpa", "tpb", "tpc")  # the tensor-parallel grid's sub-axes, a innermost
+
+
+def _code(options: tuple[Any, ...], option: Any) -> int:
+    return options.index(option)
+
+
+_1D, _3D = _code(LAYOUTS, TPLayout.ONE_D), _code(LAYOUTS, TPLayout.THREE_D)
+_GRID_2D = (_code(LAYOUTS, TPLayout.TWO_D), _code(LAYOUTS, TPLayout.TWO_HALF_D))
+# The step model's tensor layouts (perfmodel.family.Family.tp_layout) and the plans' layout codes
+# each covers, in code order: 2.5d is the 2d grid with depth, the same formulas.
+LAYOUT_FAMILIES: dict[str, tuple[int, ...]] = {"1d": (_1D,), "2d": _GRID_2D, "3d": (_3D,)}
+
+
+def layout_family(layout: TPLayout) -> str:
+    """The step model's tensor layout of a plan's (Family.tp_layout)."""
+    code = _code(LAYOUTS, layout)
+    return next(name for name, codes in LAYOUT_FAMILIES.items() if code in codes)
+
+
+def grid_sides(c: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sub-axes (a, b, c) of the tensor-parallel grid: (q, q, 1) for 2d, (q, q, d) for 2.5d,
+    (q, q, q) for 3d, (1, 1, 1) for 1d; q is PlanColumns.grid_q, d the depth."""
+    layout = c["tp_layout"]
+    q = np.where(layout == _1D, 1, PlanColumns(c).grid_q)
+    third = np.where(layout == _1D, 1, np.where(layout == _3D, q, c["tp_depth"]))
+    return q, q, third
+
+
+def _ranks_per_node(n: np.ndarray, stride: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    """Ranks of one group inside one node: a group of n ranks `stride` apart (ranks numbered
+    node by node) has min(n, G / stride) of them in a node, 1 once stride >= G."""
+    k = np.where(stride >= gpus_per_node, 1, gpus_per_node // np.maximum(stride, 1))
+    return np.maximum(1, np.minimum(n, k))
+
+
+def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """For each axis (tp, dp, pp and the grid's tpa, tpb, tpc): its degree and the ranks of one
+    of its groups inside one node.
+
+    Ranks are numbered with the first axis of the placement varying fastest; a group of an axis
+    holds ranks `stride` apart, stride = product of the degrees of the axes inside it. The
+    tensor-parallel group is laid out as its grid's sub-axes a, b, c (a fastest).
+    """
+    sides = dict(zip(GRID_AXES, grid_sides(c), strict=True))
+    degree = {"tp": c["tp"], "dp": c["dp"], "pp": c["pp"], **sides}
+    n = len(c["tp"])
+    per_node = {axis: np.ones(n, dtype=np.int64) for axis in degree}
+    placement = c["placement"]
+    for code in sorted(set(placement.tolist())):  # (np.unique would import numpy.ma: 5 ms)
+        rows = placement == code
+        stride = np.ones(n, dtype=np.int64)
+        for axis in PLACEMENTS[int(code)].axes:
+            per_node[axis] = np.where(rows, _ranks_per_node(degree[axis], stride, gpus_per_node),
+                                      per_node[axis])
+            if axis == "tp":
+                sub = stride
+                for name in GRID_AXES:
+                    per_node[name] = np.where(
+                        rows, _ranks_per_node(degree[name], sub, gpus_per_node), per_node[name])
+                    sub = sub * degree[name]
+            stride = stride * degree[axis]
+    return {axis: (degree[axis], per_node[axis]) for axis in N.AXES}
+
+
+def scope_of(degree: np.ndarray, per_node: np.ndarray) -> dict[str, np.ndarray]:
+    """Where a group's ranks lie, as one boolean per scope: intra (all in one node), inter (one
+    per node), mixed (several nodes, several ranks in each)."""
+    intra = per_node >= degree
+    inter = (per_node == 1) & ~intra
+    return {"intra": intra, "inter": inter, "mixed": ~intra & ~inter}
+
+
+# --- the groups of plan columns and the symbols each sets -------------------------------------
+
+
+def _topology(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+    """Degrees, batch, the grid's sub-axes and layout, and each axis's ranks per node and scope."""
+    out = {k: c[k] for k in ("dp", "tp", "pp", "global_batch")}
+    out.update(zip(GRID_AXES, grid_sides(c), strict=True))
+    out["is_tp2d"] = np.isin(c["tp_layout"], _GRID_2D)
+    out["is_tp3d"] = c["tp_layout"] == _3D
+    for axis, (degree, per_node) in axis_ranks_per_node(c, gpus_per_node).items():
+        out[f"{axis}_per_node"] = per_node
+        out.update({f"is_{axis}_{scope}": flag
+                    for scope, flag in scope_of(degree, per_node).items()})
+    return out
+
+
+def _micro_batch(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+    return {"micro_batch": c["micro_batch"]}
+
+
+def _schedule(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+    code = c["schedule"]
+    return {"virtual_stages": c["virtual_stages"],
+            "is_gpipe": code == _code(SCHEDULES, Schedule.GPIPE),
+            "is_interleaved": code == _code(SCHEDULES, Schedule.INTERLEAVED),
+            "is_zero_bubble": np.isin(code, [_code(SCHEDULES, Schedule.ZERO_BUBBLE),
+                                             _code(SCHEDULES, Schedule.ZBV)]),
+            "is_zbv": code == _code(SCHEDULES, Schedule.ZBV)}
+
+
+def _recompute(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+    code = c["recompute"]
+    return {"is_recompute_full": code == _code(RECOMPUTES, Recompute.FULL),
+            "is_recompute_selective": code == _code(RECOMPUTES, Recompute.SELECTIVE)}
+
+
+def _sequence_parallel(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+    return {"is_sequence_parallel": c["sequence_parallel"]}
+
+
+def _zero(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+    return {f"is_zero{stage}": c["zero"] >= stage for stage in (1, 2, 3)}
+
+
+@dataclass(frozen=True)
+class Group:
+    """Plan columns that vary together in a search, and the symbols they set (`encode`, over the
+    columns' arrays and the hardware's GPUs per node)."""
+
+    name: str
+    columns: tuple[str, ...]
+    symbols: tuple[str, ...]
+    encode: Callable[[Columns, int], dict[str, np.ndarray]]
+
+
+_TOPOLOGY_SYMBOLS = ("dp", "tp", "pp", "global_batch", *GRID_AXES, "is_tp2d", "is_tp3d",
+                     *(f"{axis}_per_node" for axis in N.AXES),
+                     *(f"is_{axis}_{scope}" for axis in N.AXES for scope in N.SCOPES))
+# The topology comes first: its values are the most numerous (perfmodel.staged's axis order).
+GROUPS: tuple[Group, ...] = (
+    Group("topology", ("tp_layout", "tp_depth", "dp", "tp", "pp", "placement", "global_batch"),
+          _TOPOLOGY_SYMBOLS, _topology),
+    Group("micro_batch", ("micro_batch",), ("micro_batch",), _micro_batch),
+    Group("schedule", ("schedule", "virtual_stages"),
+          ("virtual_stages", "is_gpipe", "is_interleaved", "is_zero_bubble", "is_zbv"), _schedule),
+    Group("recompute", ("recompute",), ("is_recompute_full", "is_recompute_selective"),
+          _recompute),
+    Group("sequence_parallel", ("sequence_parallel",), ("is_sequence_parallel",),
+          _sequence_parallel),
+    Group("zero", ("zero",), ("is_zero1", "is_zero2", "is_zero3"), _zero),
+)
+PLAN_SYMBOLS = frozenset(name for group in GROUPS for name in group.symbols)
+
+
+def encode_group(group: Group, columns: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+    """The symbols one group sets, as float arrays, from arrays of its columns."""
+    out = group.encode({k: np.asarray(columns[k]) for k in group.columns}, gpus_per_node)
+    if out.keys() != set(group.symbols):
+        raise AssertionError(f"group {group.name} sets {sorted(out)}, declares "
+                             f"{sorted(group.symbols)}")
+    return {k: np.asarray(v, dtype=float) for k, v in out.items()}
+
+
+def encode_plans(columns: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+    """Every plan symbol of arrays of plans (columns of perfmodel.strategy.COLUMNS)."""
+    out: dict[str, np.ndarray] = {}
+    for group in GROUPS:
+        out.update(encode_group(group, columns, gpus_per_node))
+    return out
+
+
+def plan_arrays(plan: Plan) -> dict[str, np.ndarray]:
+    """One plan's columns as arrays of one row."""
+    return {k: np.array([v]) for k, v in plan.columns().columns.items()}
+
+
+def axis_per_node(plan: Plan, gpus_per_node: int) -> dict[str, tuple[int, str]]:
+    """For each axis of one plan: ranks of one group inside one node, and the scope (intra,
+    inter, mixed); see axis_ranks_per_node."""
+    out = {}
+    for axis, (degree, per_node) in axis_ranks_per_node(plan_arrays(plan), gpus_per_node).items():
+        scope = next(s for s, flag in scope_of(degree, per_node).items() if flag[0])
+        out[axis] = (int(per_node[0]), scope)
+    return out
+
+
+def grid_degrees(plan: Plan) -> tuple[int, int, int]:
+    """The sub-axes (a, b, c) of one plan's tensor-parallel grid (see grid_sides)."""
+    a, b, c = grid_sides(plan_arrays(plan))
+    return int(a[0]), int(b[0]), int(c[0])
+
+
+# --- what every plan of a request shares --------------------------------------------------------
+
+
+def precision_of(dtype: Dtype) -> str:
+    """The precision of the model states: bf16 and fp16 mixed precision, else fp32."""
+    return dtype.value if dtype in (Dtype.BF16, Dtype.FP16) else "fp32"
+
+
+def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | str, *,
+                 flash_attention: bool, overlap_grad_sync: bool) -> dict[str, float]:
+    """The symbols that are one number for every plan of a request: the model, the hardware,
+    the dtype, and the options every plan shares."""
+    dtype = Dtype(dtype)
+    gemm = hardware.gemm(dtype.value)
+    precision = precision_of(dtype)
+    state = model_state_bytes_per_param(precision)
+    vals: dict[str, float] = {
+        "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
+        "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden, "head_dim": model.head_dim,
+        "seq_len": model.seq_len, "vocab": model.vocab,
+        "bytes_per_element": BYTES_PER_ELEMENT[dtype],
+        "weight_bytes_per_param": state["weights"],
+        "grad_bytes_per_param": state["gradients"],
+        "optimizer_bytes_per_param": state["optimizer_states"],
+        "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(precision),
+        "peak_flops_per_s": hardware.peak(dtype.value),
+        "memory_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
+        * hardware.memory_bandwidth_efficiency,
+        "optimizer_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
+        * (hardware.optimizer_bandwidth_efficiency or hardware.memory_bandwidth_efficiency),
+        "kernel_overhead_s": hardware.kernel_overhead_s,
+        "collective_overhead_s": hardware.collective_overhead_s,
+        "kernel_overhead_tp_s": hardware.kernel_overhead_tp_s,
+        "optimizer_overhead_s": hardware.optimizer_overhead_s,
+        "gpus_per_node": hardware.gpus_per_node,
+        "ranks_per_device": hardware.ranks_per_device,
+        "fsdp_forward_overhead_s": hardware.fsdp_forward_overhead_s,
+        "fsdp_backward_overhead_s": hardware.fsdp_backward_overhead_s,
+        "fsdp_reduce_overhead_s": hardware.fsdp_reduce_overhead_s,
+        "intra_latency_s": hardware.intra_node.latency_s,
+        "intra_bandwidth": hardware.intra_node.effective_bandwidth_bytes_per_s,
+        "inter_latency_s": hardware.inter_node.latency_s,
+        "inter_bandwidth": hardware.inter_node.effective_bandwidth_bytes_per_s,
+    }
+    flags = {
+        "flash": flash_attention, "overlap_grad_sync": overlap_grad_sync,
+        "gated": model.gated_mlp, "bias": model.bias, "qkv_bias": bool(model.qkv_bias),
+        "layernorm": model.norm == "layernorm", "tied": model.tied_embeddings,
+        "learned_positions": model.position_embedding == "learned",
+    }
+    vals.update({N.FLAGS[option]: float(value) for option, value in flags.items()})
+    for fld in dataclasses.fields(gemm):
+        vals[N.GEMM[fld.name]] = float(getattr(gemm, fld.name))
+    # no large-tile kernel: a threshold no GEMM reaches (perfmodel.costs.gemm_efficiency.at_least);
+    # no split-K: any chunk (k / chunk is computed, then multiplied by 0), but not 0
+    vals[N.GEMM["large_flops"]] = gemm.large_flops or math.inf
+    if not gemm.splits_k:
+        vals[N.GEMM["split_k_chunk"]] = 1.0
+    for cost in hardware.layer_costs:
+        vals.update(zip(N.layer_cost_names(cost.part, cost.style, cost.tp),
+                        (getattr(cost, name) for name in N.LAYER_COST_FIELDS), strict=True))
+    for fit in hardware.collectives:
+        alpha, busbw, alpha_small, busbw_small, breakpoint = (
+            name for name, _, _ in N.fit_names(fit.op, fit.scope))
+        two = fit.breakpoint_bytes > 0  # one regime: the small messages' values are the same
+        vals.update({
+            alpha: fit.alpha_s, busbw: fit.bus_bandwidth_bytes_per_s,
+            alpha_small: fit.alpha_s_small if two else fit.alpha_s,
+            busbw_small: fit.bus_bandwidth_bytes_per_s_small if two
+            else fit.bus_bandwidth_bytes_per_s,
+            breakpoint: fit.breakpoint_bytes,
+        })
+    return vals
+
+
+def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dict[str, float]:
+    """The numeric value of every symbol of one plan, by symbol name (see perfmodel.names)."""
+    vals = fixed_values(model, hardware, plan.dtype, flash_attention=plan.flash_attention,
+                        overlap_grad_sync=plan.overlap_grad_sync)
+    for name, value in encode_plans(plan_arrays(plan), hardware.gpus_per_node).items():
+        vals[name] = float(value[0])
+    return vals

@@ -1,0 +1,161 @@
+"""The names of the step model's symbols, with their typeset form and meaning; free of sympy.
+
+perfmodel.symbols makes a sympy Symbol of each (and re-exports these tables); the plan encoder
+(perfmodel.encode) and a cached prediction need only the names, so that a `predict` whose compiled
+formulas are on disk never imports sympy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from perfmodel.specs.hardware import GemmEfficiency
+
+# name -> (typeset name, meaning), in the order the symbols are made
+NAMES: dict[str, tuple[str, str]] = {}
+
+
+def _name(name: str, latex: str, meaning: str) -> str:
+    NAMES[name] = (latex, meaning)
+    return name
+
+
+# model
+_name("layers", "L", "transformer layers")
+_name("hidden", "h", "hidden size")
+_name("heads", "a", "attention heads")
+_name("kv_heads", "n_kv", "key/value heads")
+_name("ffn_hidden", "f", "MLP hidden size")
+_name("head_dim", "d", "size of one attention head (the attention is a d wide)")
+_name("seq_len", "s", "sequence length [tokens]")
+_name("vocab", "V", "vocabulary size")
+# plan
+_name("dp", "dp", "data-parallel degree")
+_name("tp", "tp", "tensor-parallel degree")
+_name("pp", "pp", "pipeline-parallel degree")
+_name("micro_batch", "b", "micro-batch size [samples]")
+_name("global_batch", "B", "global batch size [samples]")
+_name("virtual_stages", "v", "virtual pipeline stages per GPU (interleaving)")
+_name("bytes_per_element", "e", "bytes per activation/weight element")
+_name("tp_per_node", "k_tp", "ranks of one tensor-parallel group inside one node")
+_name("dp_per_node", "k_dp", "ranks of one data-parallel group inside one node")
+_name("pp_per_node", "k_pp", "ranks of one pipeline group inside one node")
+# the tensor-parallel grid of the 2d / 2.5d / 3d layouts: sub-axes a (innermost), b, c
+_name("tpa", "q_a", "tensor-parallel grid: ranks along its first axis (q)")
+_name("tpb", "q_b", "tensor-parallel grid: ranks along its second axis (q)")
+_name("tpc", "q_c", "tensor-parallel grid: ranks along its third axis (d for 2.5d, q for 3d)")
+_name("tpa_per_node", "k_a", "ranks of one grid-axis-a group inside one node")
+_name("tpb_per_node", "k_b", "ranks of one grid-axis-b group inside one node")
+_name("tpc_per_node", "k_c", "ranks of one grid-axis-c group inside one node")
+# hardware
+_name("peak_flops_per_s", "F_peak", "peak FLOP/s of one GPU in the plan's dtype")
+_name("memory_bandwidth_bytes_per_s", "W_mem", "effective memory bandwidth [B/s]")
+_name("optimizer_bandwidth_bytes_per_s", "W_opt",
+      "memory bandwidth the optimizer step reaches over its bytes per parameter [B/s]")
+_name("kernel_overhead_s", "t_kernel", "launch + framework overhead per kernel [s]")
+_name("kernel_overhead_tp_s", "t_kernel_tp",
+      "overhead per kernel of a tensor-parallel layer, when measured (0: as t_kernel) [s]")
+_name("optimizer_overhead_s", "t_opt0", "fixed cost of one optimizer step [s]")
+_name("fsdp_forward_overhead_s", "t_fsdp^fwd",
+      "fixed cost of one FSDP unit's forward hooks per micro-batch [s]")
+_name("fsdp_backward_overhead_s", "t_fsdp^bwd",
+      "fixed cost of one FSDP unit's backward hooks per micro-batch [s]")
+_name("fsdp_reduce_overhead_s", "t_fsdp^red",
+      "fixed cost of one FSDP unit's gradient reduction per step [s]")
+_name("collective_overhead_s", "t_coll",
+      "fixed cost of one collective call (launch, dispatch) [s]")
+_name("gpus_per_node", "G", "GPUs per node")
+_name("ranks_per_device", "rho", "ranks time-sharing one device (1 on GPUs)")
+_name("intra_latency_s", "alpha_intra", "intra-node latency per step [s]")
+_name("intra_bandwidth", "beta_intra", "intra-node bandwidth per GPU, effective [B/s]")
+_name("inter_latency_s", "alpha_inter", "inter-node latency per step [s]")
+_name("inter_bandwidth", "beta_inter", "inter-node bandwidth per node, effective [B/s]")
+# bytes per parameter, by precision (see perfmodel.costs.memory)
+_name("weight_bytes_per_param", "e_w", "bytes per parameter of the weights")
+_name("grad_bytes_per_param", "e_g", "bytes per parameter of the gradients")
+_name("optimizer_bytes_per_param", "e_o", "bytes per parameter of the optimizer states")
+_name("optimizer_step_bytes_per_param", "e_step",
+      "bytes the optimizer step reads and writes per local parameter")
+
+AXES = ("tp", "dp", "pp", "tpa", "tpb", "tpc")  # the groups a collective runs over
+SCOPES = ("intra", "inter", "mixed")  # where a group's ranks lie: one node, one per node, both
+
+# options as 0/1 indicators, so that one expression covers every plan: option -> symbol name
+FLAGS: dict[str, str] = {
+    option: _name(f"is_{option}", f"I_{{{option}}}", f"1 if {meaning}, else 0")
+    for option, meaning in [
+        ("sequence_parallel", "sequence parallelism"),
+        ("recompute_full", "full recompute"),
+        ("recompute_selective", "selective recompute"),
+        ("zero1", "ZeRO stage >= 1"),
+        ("zero2", "ZeRO stage >= 2"),
+        ("zero3", "ZeRO stage 3"),
+        ("gpipe", "GPipe schedule"),
+        ("interleaved", "interleaved 1F1B schedule"),
+        ("zero_bubble", "a zero-bubble schedule (zb or zbv)"),
+        ("zbv", "the V-shape zero-bubble schedule"),
+        ("flash", "fused (flash) attention"),
+        ("overlap_grad_sync", "the gradient sync overlaps backward"),
+        ("gated", "gated (SwiGLU) MLP"),
+        ("bias", "linear layers have biases"),
+        ("qkv_bias", "the QKV projection has a bias"),
+        ("layernorm", "LayerNorm (0: RMSNorm)"),
+        ("tied", "tied input/output embeddings"),
+        ("learned_positions", "learned position embeddings"),
+        ("tp2d", "tensor parallelism on a 2d grid (SUMMA; 2.5d with depth)"),
+        ("tp3d", "tensor parallelism on a 3d cube"),
+        ("sync_bn", "synchronized batch norm (layer graphs)"),
+        ("split_collectives", "Gather+Bcast / Reduce+Bcast instead of Allgather / Allreduce"),
+        ("contributors_specialised", "a layer split over fewer ranks than Pr gathers/reduces "
+                                     "among its holders, then copies to the others"),
+        ("contributors_auto", "the cheaper of the standard and specialised collectives, per call"),
+        *[(f"{axis}_{scope}", f"the {axis} group is {scope}-node")
+          for axis in AXES for scope in SCOPES],
+    ]
+}
+# the indicators of layer graphs (perfmodel.layerwise sets them); a transformer has none of them
+LAYER_GRAPH_FLAGS = ("sync_bn", "split_collectives", "contributors_specialised",
+                     "contributors_auto")
+
+# GemmEfficiency field -> symbol name
+GEMM: dict[str, str] = {
+    fld.name: _name(f"gemm_{fld.name}", f"gemm_{fld.name}", f"GEMM efficiency parameter {fld.name}")
+    for fld in dataclasses.fields(GemmEfficiency)
+}
+
+FIT_PARTS = ("alpha_s", "busbw", "alpha_s_small", "busbw_small", "breakpoint_bytes")
+
+
+def fit_names(op: str, scope: str) -> tuple[tuple[str, str, str], ...]:
+    """(name, typeset name, meaning) of a calibrated collective fit's symbols, in the order of
+    FIT_PARTS: alpha and bus bandwidth from the breakpoint on and below it, and the breakpoint."""
+    return tuple((f"fit_{op}_{scope}_{part}", latex, meaning) for part, latex, meaning in (
+        ("alpha_s", f"alpha_{{{op},{scope}}}", f"fitted latency per step of {op} ({scope}) [s]"),
+        ("busbw", f"beta_{{{op},{scope}}}", f"fitted bus bandwidth of {op} ({scope}) [B/s]"),
+        ("alpha_s_small", f"alpha^small_{{{op},{scope}}}",
+         f"fitted latency per step of small {op} ({scope}) [s]"),
+        ("busbw_small", f"beta^small_{{{op},{scope}}}",
+         f"fitted bus bandwidth of small {op} ({scope}) [B/s]"),
+        ("breakpoint_bytes", f"S^break_{{{op},{scope}}}",
+         f"message size where {op} ({scope}) changes regime [B]")))
+
+
+LAYER_COST_FIELDS = ("forward_overhead_s", "backward_overhead_s", "compute_scale")
+
+
+def layer_cost_names(part: str, style: str, tp: int) -> tuple[str, ...]:
+    """The table names of one LayerCost's symbols, in the order of LAYER_COST_FIELDS."""
+    return tuple(f"lc_{part}_{style}_{tp}_{name}" for name in LAYER_COST_FIELDS)
+
+
+def layer_cost_entries(part: str, style: str, tp: int) -> tuple[tuple[str, str, str], ...]:
+    """(name, typeset name, meaning) of one LayerCost's symbols: the measured forward and
+    backward overheads [s] and compute scale of one part in one tensor-parallel style and degree
+    (HardwareSpec.layer_costs)."""
+    fwd, bwd, scale = layer_cost_names(part, style, tp)
+    return ((fwd, f"c^fwd_{{{part},{style},{tp}}}",
+             f"measured fixed cost of the forward of one {part} ({style}, tp {tp}) [s]"),
+            (bwd, f"c^bwd_{{{part},{style},{tp}}}",
+             f"measured fixed cost of the backward of one {part} ({style}, tp {tp}) [s]"),
+            (scale, f"s_{{{part},{style},{tp}}}",
+             f"measured compute time of one {part} ({style}, tp {tp}) over its roofline"))

@@ -1,0 +1,79 @@
+"""perfmodel.codegen: the numpy code printed from a graph of sympy expressions computes what sympy
+computes, shares each repeated node once, and keeps the sentinel sums exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from perfmodel import codegen
+
+x, y, z = sp.symbols("x y z", positive=True)
+# an indicator (0 or 1), named to sort after x, y, z: sympy orders the sum t + 1e30 - 1e30 I
+# as 1e30, x y, z, -1e30 I, which summed in that order loses t
+I = sp.Symbol("z_mixed", positive=True)  # noqa: E741
+
+
+def _function(exprs, symbols=(x, y, z, I)):
+    params = [(s, codegen.identifier(s.name, set())) for s in symbols]
+    source = codegen.numpy_function("f", params, exprs)
+    namespace: dict = {}
+    exec(compile(f"import numpy as {codegen.NUMPY}\n{source}", "<test>", "exec"), namespace)
+    return namespace["f"], source
+
+
+EXPRESSIONS = [
+    x + 2 * y - z / 3,
+    x**2 / (y * z) + sp.sqrt(x) - 1 / sp.sqrt(y) + x ** sp.Rational(3, 2),
+    sp.Min(x, y, z + 1, evaluate=False) * sp.Max(x - y, 0, evaluate=False),
+    sp.log(x * y) + sp.ceiling(z / x) + sp.floor(y),
+    sp.Piecewise((x, x < y), (y, True)),
+    -x * y ** (-2) + sp.Rational(1, 7) * z,
+    sp.Integer(0),
+    x,
+]
+
+
+@pytest.mark.parametrize("values", [(1.0, 2.0, 3.0, 1.0), (7.5, 0.25, 11.0, 0.0),
+                                    (1e9, 3e-6, 4096.0, 1.0)])
+def test_the_printed_code_computes_what_sympy_computes(values):
+    fn, _ = _function(EXPRESSIONS)
+    got = fn(*values)
+    subs = {s: sp.Float(v, 30) for s, v in zip((x, y, z, I), values, strict=True)}
+    for expr, value in zip(EXPRESSIONS, got, strict=True):
+        assert float(value) == pytest.approx(float(expr.xreplace(subs).evalf(30)), rel=1e-12)
+
+
+def test_arrays_of_plans_evaluate_elementwise():
+    fn, _ = _function(EXPRESSIONS[:6])
+    xs, ys, zs = np.array([1.0, 7.5]), np.array([2.0, 0.25]), np.array([3.0, 11.0])
+    together = fn(xs, ys, zs, np.array([1.0, 0.0]))
+    for i in range(2):
+        alone = fn(xs[i], ys[i], zs[i], [1.0, 0.0][i])
+        np.testing.assert_allclose([np.asarray(t)[i] for t in together],
+                                   [float(a) for a in alone], rtol=1e-15)
+
+
+def test_a_node_used_twice_is_computed_once():
+    shared = sp.log(x + y)
+    _, source = _function([shared * z, shared / z, sp.Max(shared, z, evaluate=False)])
+    assert source.count("_np.log(") == 1
+
+
+def test_a_sentinel_sum_keeps_the_small_terms():
+    """step.py removes an option from a Min by adding 1e30 (1 - I): summed in the printer's
+    order, (t - 1e30 I) + 1e30 would be 0 for I = 1; the sentinel terms are summed first."""
+    t = x * y + z
+    option = t + sp.Float(1e30) * (1 - I)
+    fn, _ = _function([option, sp.Min(option, 2 * t, evaluate=False)])
+    assert float(fn(2.0, 3.0, 5.0, 1.0)[0]) == 11.0
+    assert float(fn(2.0, 3.0, 5.0, 1.0)[1]) == 11.0
+    assert float(fn(2.0, 3.0, 5.0, 0.0)[1]) == 22.0
+
+
+def test_a_node_without_a_numpy_form_falls_back_to_lambdify():
+    with pytest.raises(codegen.Unsupported):
+        codegen.numpy_function("f", [(x, "x")], [sp.gamma(x)])
+    source = codegen.function_source("f", [(x, "x")], [sp.gamma(x) + 1])
+    assert source.startswith("import numpy") and "def f(x)" in source
