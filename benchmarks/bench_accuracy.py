@@ -128,10 +128,9 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
         elif feature == "distributed_fused_adam + overlap grad/param sync":
             # Megatron's distributed optimizer shards the optimizer states (ZeRO-1), reduces the
             # gradients during backward and gathers the parameters during the next forward
-            plan.update(zero=1, overlap_grad_sync=True)
-            missing.append("parameter all-gather overlapped with forward")
+            plan.update(zero=1, overlap_grad_sync=True, overlap_param_gather=True)
         elif feature == "TP comm overlap (ub_tp_comm_overlap)":
-            missing.append("tensor-parallel communication overlap (userbuffers)")
+            plan["tp_comm_overlap"] = True  # Transformer Engine's userbuffers
         elif feature == "flash/cuDNN attention":
             plan["flash_attention"] = True
         elif feature in ("recompute none", "no AC"):
@@ -141,7 +140,9 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
         elif feature == "full AC":
             plan["recompute"] = "full"
         elif feature == "FSDP2":
-            plan["zero"] = 3
+            # FSDP2 reduce-scatters on its own stream during the backward and prefetches the
+            # next unit's all-gather (implicit prefetching): both overlaps are its defaults
+            plan.update(zero=3, overlap_grad_sync=True, overlap_param_gather=True)
         elif feature == "selective op AC":
             missing.append("torchtitan per-op selective recompute (taken as none)")
         elif feature == "selective layer AC":

@@ -28,6 +28,7 @@ from perfmodel.strategy import (
     Placement,
     Recompute,
     Schedule,
+    Stack,
     TPLayout,
 )
 
@@ -142,6 +143,20 @@ def plan_options(fn: Any) -> Any:
         click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP),
         click.option("--flash-attention", is_flag=True, help="Fused attention: no s^2 activations or traffic."),
         click.option("--overlap-grad-sync", is_flag=True, help="Overlap the data-parallel gradient sync with backward."),
+        click.option("--overlap-param-gather", is_flag=True,
+                     help="Overlap the parameter all-gather (ZeRO 1-2: distributed optimizer; "
+                          "ZeRO 3: FSDP prefetch) with the forward."),
+        click.option("--tp-comm-overlap", is_flag=True,
+                     help="Overlap tensor-parallel communication with the GEMMs (Megatron "
+                          "userbuffers, torchtitan async TP; needs --sequence-parallel)."),
+        click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
+                     help="How the framework runs the layers: eager op by op, compiled "
+                          "(torch.compile), or compiled as CUDA graphs (host time per op)."),
+        click.option("--first-stage-layers", type=click.IntRange(0, MAX_DEGREE), default=0,
+                     help="Layers of the first pipeline stage (0: L / pp); the other stages "
+                          "split the rest."),
+        click.option("--last-stage-layers", type=click.IntRange(0, MAX_DEGREE), default=0,
+                     help="Layers of the last pipeline stage (0: L / pp)."),
         click.option("--placement", type=choice(Placement), default=Placement.TP_DP_PP.value,
                      show_default=True, help="Axes from innermost (inside a node) out."),
         click.option("--tp-layout", type=choice(TPLayout), default=TPLayout.ONE_D.value,
@@ -180,7 +195,8 @@ def _given(ctx: click.Context, name: str) -> bool:
 
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
              "sequence_parallel", "recompute", "zero", "dtype", "flash_attention",
-             "overlap_grad_sync", "placement", "tp_layout", "tp_depth")
+             "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "stack",
+             "first_stage_layers", "last_stage_layers", "placement", "tp_layout", "tp_depth")
 
 
 # the plan options of predict that a plans file's rows give (--dtype and --seq-len are the
@@ -485,8 +501,17 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--max-pp", type=whole(), default=None, help="Largest pipeline-parallel degree.")
 @click.option("--max-micro-batch", type=whole(), default=None, help="Largest micro-batch.")
 @click.option("--flash-attention", is_flag=True, help="Every plan uses fused (flash) attention.")
-@click.option("--overlap-grad-sync", is_flag=True,
-              help="Every plan overlaps the data-parallel gradient sync with backward.")
+@click.option("--overlap-grad-sync/--no-overlap-grad-sync", default=None,
+              help="Pin the data-parallel gradient sync overlapped with backward, or not "
+                   "(default: overlapped wherever dp > 1).")
+@click.option("--overlap-param-gather/--no-overlap-param-gather", default=None,
+              help="Pin the parameter all-gather overlapped with forward, or not (default: "
+                   "overlapped wherever ZeRO >= 1).")
+@click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
+              help="Pin tensor-parallel communication overlapped with the GEMMs, or not "
+                   "(default: both searched, with sequence parallelism).")
+@click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
+              help="How the framework runs the layers: eager, compiled or cuda-graphs.")
 @click.option("--norm", type=choice(NORMS), default="local", show_default=True,
               help="Layer graphs: the normalization to keep (batch norm local or synchronized, "
                    "group norm).")

@@ -5,7 +5,7 @@ distinct rows of each group of columns). A plan's columns (perfmodel.strategy.CO
 micro-batch, schedule, recompute, sequence parallelism, ZeRO stage, placement, tensor layout;
 options as codes) fall into GROUPS; each group sets its own symbols, vectorised over numpy arrays.
 The rest is one number for every plan of a request (fixed_values): the model, the hardware, the
-dtype and the options every plan shares (fused attention, overlapped gradient sync).
+dtype and the options every plan shares (fused attention, the software stack).
 
 Every symbol a compiled family reads gets a value here; evaluate.Compiled and perfmodel.staged
 refuse one that has none (an internal error naming it), never default it. Kept free of sympy.
@@ -36,6 +36,7 @@ from perfmodel.strategy import (
     PlanColumns,
     Recompute,
     Schedule,
+    Stack,
     TPLayout,
 )
 
@@ -158,6 +159,15 @@ def _zero(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
     return {f"is_zero{stage}": c["zero"] >= stage for stage in (1, 2, 3)}
 
 
+def _overlap(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+    return {f"is_{k}": c[k] for k in ("tp_comm_overlap", "overlap_grad_sync",
+                                      "overlap_param_gather")}
+
+
+def _stage_layers(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+    return {k: c[k] for k in ("first_stage_layers", "last_stage_layers")}
+
+
 @dataclass(frozen=True)
 class Group:
     """Plan columns that vary together in a search, and the symbols they set (`encode`, over the
@@ -184,6 +194,10 @@ GROUPS: tuple[Group, ...] = (
     Group("sequence_parallel", ("sequence_parallel",), ("is_sequence_parallel",),
           _sequence_parallel),
     Group("zero", ("zero",), ("is_zero1", "is_zero2", "is_zero3"), _zero),
+    Group("overlap", ("tp_comm_overlap", "overlap_grad_sync", "overlap_param_gather"),
+          ("is_tp_comm_overlap", "is_overlap_grad_sync", "is_overlap_param_gather"), _overlap),
+    Group("stage_layers", ("first_stage_layers", "last_stage_layers"),
+          ("first_stage_layers", "last_stage_layers"), _stage_layers),
 )
 PLAN_SYMBOLS = frozenset(name for group in GROUPS for name in group.symbols)
 
@@ -235,10 +249,10 @@ def precision_of(dtype: Dtype) -> str:
 
 
 def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | str, *,
-                 flash_attention: bool, overlap_grad_sync: bool) -> dict[str, float]:
+                 flash_attention: bool, stack: Stack | str = Stack.EAGER) -> dict[str, float]:
     """The symbols that are one number for every plan of a request: the model, the hardware,
-    the dtype, and the options every plan shares."""
-    dtype = Dtype(dtype)
+    the dtype, and the options every plan shares (fused attention, the software stack)."""
+    dtype, stack = Dtype(dtype), Stack(stack)
     gemm = hardware.gemm(dtype.value)
     precision = precision_of(dtype)
     state = model_state_bytes_per_param(precision)
@@ -258,6 +272,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         * (hardware.optimizer_bandwidth_efficiency or hardware.memory_bandwidth_efficiency),
         "kernel_overhead_s": hardware.kernel_overhead_s,
         "collective_overhead_s": hardware.collective_overhead_s,
+        "host_op_overhead_s": hardware.host_op_overhead_s or hardware.kernel_overhead_s,
         "kernel_overhead_tp_s": hardware.kernel_overhead_tp_s,
         "optimizer_overhead_s": hardware.optimizer_overhead_s,
         "gpus_per_node": hardware.gpus_per_node,
@@ -271,7 +286,8 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "inter_bandwidth": hardware.inter_node.effective_bandwidth_bytes_per_s,
     }
     flags = {
-        "flash": flash_attention, "overlap_grad_sync": overlap_grad_sync,
+        "flash": flash_attention, "stack_compiled": stack is Stack.COMPILED,
+        "stack_graphs": stack is Stack.CUDA_GRAPHS,
         "gated": model.gated_mlp, "bias": model.bias, "qkv_bias": bool(model.qkv_bias),
         "layernorm": model.norm == "layernorm", "tied": model.tied_embeddings,
         "learned_positions": model.position_embedding == "learned",
@@ -304,7 +320,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
 def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dict[str, float]:
     """The numeric value of every symbol of one plan, by symbol name (see perfmodel.names)."""
     vals = fixed_values(model, hardware, plan.dtype, flash_attention=plan.flash_attention,
-                        overlap_grad_sync=plan.overlap_grad_sync)
+                        stack=plan.stack)
     for name, value in encode_plans(plan_arrays(plan), hardware.gpus_per_node).items():
         vals[name] = float(value[0])
     return vals

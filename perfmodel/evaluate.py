@@ -44,7 +44,8 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  gemm_large_kernel=any(g.has_large_kernel
                                        for g in hardware.gemm_efficiency.values()),
                  gemm_epilogue=any(g.has_epilogue for g in hardware.gemm_efficiency.values()),
-                 layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs))
+                 layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs),
+                 asynchronous=hardware.asynchronous_device)
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))
     placement = axis_per_node(plan, hardware.gpus_per_node)
@@ -55,6 +56,10 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
         zero=plan.zero,
         flash=plan.flash_attention,
         overlap_grad_sync=plan.overlap_grad_sync,
+        overlap_param_gather=plan.overlap_param_gather,
+        tp_comm_overlap=plan.tp_comm_overlap,
+        stack=plan.stack.value,
+        uneven_stages=bool(plan.first_stage_layers or plan.last_stage_layers),
         gated=model.gated_mlp,
         tied_embeddings=model.tied_embeddings,
         learned_positions=model.position_embedding == "learned",
@@ -113,6 +118,7 @@ def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:
         return out
     out: dict[str, Any] = {"step_time": built.step_time}
     out.update({f"time:{k}": v for k, v in built.time_terms.items()})
+    out.update({f"hidden:{k}": v for k, v in built.hidden_terms.items()})
     out.update({f"stage_time:{k}": v for k, v in built.stage_time.items()})
     for stage, terms in built.memory_terms.items():
         out.update({f"memory:{stage}:{k}": v for k, v in terms.items()})

@@ -18,6 +18,7 @@ from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.step import build
+from perfmodel.step import compose as CO
 from perfmodel.step.compose import STEP_SYMBOLS, STEP_TERMS
 from perfmodel.strategy import Plan
 
@@ -30,7 +31,7 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     values = values_of(model, hardware, plan)
     subs = {sym: values[name] for name, (sym, _) in S.table().items() if name in values}
     show = sp.latex if latex else sp.sstr
-    stage = "first" if result.bottleneck_stage in ("first", "all") else "last"
+    stage = "first" if result.bottleneck_stage == "all" else result.bottleneck_stage
     m = plan.num_micro_batches
 
     def number(expr: sp.Expr) -> float:
@@ -54,8 +55,16 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
             lines.append(f"  W_fill = {number(expr):.6g} s: the weight gradients a zero-bubble "
                          "schedule moves into the bubble (zb: 2 x, zbv: 3 x half the backward "
                          "GEMMs of the faster stage; 0 otherwise)")
-    lines += ["  and T_bubble, T_dp, ..., T_opt the step terms below", "",
-              f"per micro-batch terms of t_{stage} (value per micro-batch; x m per step):"]
+    lines.append("  and T_bubble, T_dp, ..., T_opt the step terms below")
+    composed = built.stages[stage]
+    if composed.host_share is not None:  # an asynchronous device: host and device overlap
+        x, share, host, device = composed.host_share
+        lines += [f"  {show(x)} = ((H^{CO.HOST_DEVICE_SHARPNESS} + D^{CO.HOST_DEVICE_SHARPNESS})"
+                  f"^(1/{CO.HOST_DEVICE_SHARPNESS}) - D) / H = {number(share):.6g}: the share of "
+                  f"the host's time the device does not hide, H = {number(host):.6g} s (the "
+                  f"host terms' sum), D = {number(device):.6g} s (the device's: compute and "
+                  "communication)"]
+    lines += ["", f"per micro-batch terms of t_{stage} (value per micro-batch; x m per step):"]
 
     def wanted(name: str) -> bool:
         return not only or any(name == o or name.startswith(o) for o in only)
@@ -71,7 +80,7 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
             continue
         value = number(per_mb)
         lines.append(f"- {name} = {value:.6g} s per micro-batch, {value * m:.6g} s per step")
-        lines.append("    " + show(per_mb))
+        lines.append("    " + show(composed.display[name]))
     lines += ["", "step terms (per step):"]
     for name, sym in STEP_SYMBOLS.items():
         if not wanted(name):

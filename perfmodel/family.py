@@ -21,6 +21,10 @@ class Family:
     zero: int | None = None
     flash: bool | None = None
     overlap_grad_sync: bool | None = None
+    overlap_param_gather: bool | None = None
+    tp_comm_overlap: bool | None = None
+    stack: str | None = None  # eager, compiled, cuda-graphs (perfmodel.strategy.Stack)
+    uneven_stages: bool | None = None  # first / last stage layers given (else L / pp each)
     gated: bool | None = None
     tied_embeddings: bool | None = None
     learned_positions: bool | None = None
@@ -44,6 +48,9 @@ class Family:
     gemm_epilogue: bool = False
     # and which (part, style, tp degree) the hardware's measured layer costs cover
     layer_costs: frozenset[tuple[str, str, int]] = frozenset()
+    # and whether the device runs what the host queues while the host goes on (a GPU: host and
+    # device time overlap) or the host runs it (CPU ranks: they add); perfmodel.step.compose
+    asynchronous: bool = False
 
     def scope(self, axis: str) -> str | None:
         return dict(self.scopes)[axis]

@@ -36,6 +36,10 @@ _name("pp", "pp", "pipeline-parallel degree")
 _name("micro_batch", "b", "micro-batch size [samples]")
 _name("global_batch", "B", "global batch size [samples]")
 _name("virtual_stages", "v", "virtual pipeline stages per GPU (interleaving)")
+_name("first_stage_layers", "L_first",
+      "layers of the first pipeline stage when given (0: the layers split evenly)")
+_name("last_stage_layers", "L_last",
+      "layers of the last pipeline stage when given (0: the layers split evenly)")
 _name("bytes_per_element", "e", "bytes per activation/weight element")
 _name("tp_per_node", "k_tp", "ranks of one tensor-parallel group inside one node")
 _name("dp_per_node", "k_dp", "ranks of one data-parallel group inside one node")
@@ -64,6 +68,8 @@ _name("fsdp_reduce_overhead_s", "t_fsdp^red",
       "fixed cost of one FSDP unit's gradient reduction per step [s]")
 _name("collective_overhead_s", "t_coll",
       "fixed cost of one collective call (launch, dispatch) [s]")
+_name("host_op_overhead_s", "t_op",
+      "host time of one framework op of an eager stack (dispatch and launch) [s]")
 _name("gpus_per_node", "G", "GPUs per node")
 _name("ranks_per_device", "rho", "ranks time-sharing one device (1 on GPUs)")
 _name("intra_latency_s", "alpha_intra", "intra-node latency per step [s]")
@@ -96,6 +102,10 @@ FLAGS: dict[str, str] = {
         ("zbv", "the V-shape zero-bubble schedule"),
         ("flash", "fused (flash) attention"),
         ("overlap_grad_sync", "the gradient sync overlaps backward"),
+        ("overlap_param_gather", "the parameter all-gather overlaps the forward"),
+        ("tp_comm_overlap", "tensor-parallel communication overlaps the GEMMs"),
+        ("stack_compiled", "the layers run compiled (torch.compile)"),
+        ("stack_graphs", "the layers run as CUDA graphs"),
         ("gated", "gated (SwiGLU) MLP"),
         ("bias", "linear layers have biases"),
         ("qkv_bias", "the QKV projection has a bias"),

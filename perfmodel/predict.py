@@ -31,7 +31,7 @@ class Prediction:
     memory_per_gpu_bytes: float
     memory_capacity_bytes: float
     fits_in_memory: bool
-    breakdown_s: dict[str, float]
+    breakdown_s: dict[str, float]  # exposed: they add up to the step time
     memory_breakdown_bytes: dict[str, float]
     bottleneck_stage: str
     parameters: float
@@ -40,6 +40,9 @@ class Prediction:
     model: TransformerSpec
     hardware: HardwareSpec
     comm_ledger: list[dict[str, Any]] = field(default_factory=list)
+    # what each term hid, per step (not in the step time): communication behind compute, host
+    # dispatch behind the device's work; by the breakdown's term names, 0 left out
+    hidden_s: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +57,7 @@ class Prediction:
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits_in_memory": self.fits_in_memory,
             "breakdown_s": dict(self.breakdown_s),
+            "hidden_s": dict(self.hidden_s),
             "memory_breakdown_bytes": dict(self.memory_breakdown_bytes),
             "bottleneck_stage": self.bottleneck_stage,
             "parameters": self.parameters,
@@ -112,18 +116,24 @@ def parameter_count(model: TransformerSpec | str | Path, hardware: HardwareSpec 
 
 def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware: HardwareSpec,
               plan: Plan) -> Prediction:
-    stages = ("first", "last")
+    stages = [k.split(":", 1)[1] for k in out if k.startswith("stage_time:")]
+    # the slowest stage (first, then last, then a middle one on a tie: as before the middle)
     slowest = max(stages, key=lambda st: float(out[f"stage_time:{st}"]))
     breakdown: dict[str, float] = {}
+    hidden: dict[str, float] = {}
     for key, value in out.items():
-        if key.startswith("time:"):
-            name = key[5:]
-            if ":" in name:
+        kind, _, name = key.partition(":")
+        if kind in ("time", "hidden"):
+            if ":" in name:  # a stage's term (term names hold no colon)
                 stage, name = name.split(":", 1)
                 if stage != slowest:
                     continue
-            breakdown[name] = float(value)
-    mem_stage = max(stages, key=lambda st: sum(
+            if kind == "time":
+                breakdown[name] = float(value)
+            elif float(value) != 0:
+                hidden[name] = float(value)
+    mem_stages = {k.split(":")[1] for k in out if k.startswith("memory:")}
+    mem_stage = max(sorted(mem_stages), key=lambda st: sum(
         float(v) for k, v in out.items() if k.startswith(f"memory:{st}:")))
     memory = {k.split(":", 2)[2]: float(v) for k, v in out.items()
               if k.startswith(f"memory:{mem_stage}:")}
@@ -132,7 +142,7 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
     step = float(out["step_time"])
     context = (f"{model.name} on {hardware.name}, dp={plan.dp} tp={plan.tp} pp={plan.pp}, "
                f"micro-batch {plan.micro_batch}, global batch {plan.global_batch}")
-    require_finite({**breakdown, "step_time_s": step}, "step time", context)
+    require_finite({**breakdown, **hidden, "step_time_s": step}, "step time", context)
     require_finite(memory, "memory per GPU", context)
     model_flops = float(out["q:model_flops_per_step"])
     peak = hardware.peak(plan.dtype.value)
@@ -151,6 +161,7 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
         breakdown_s=breakdown,
         memory_breakdown_bytes=memory,
         bottleneck_stage=slowest if plan.pp > 1 else "all",
+        hidden_s=hidden,
         parameters=float(out["q:parameters"]),
         micro_batches=plan.num_micro_batches,
         plan=plan,

@@ -194,6 +194,9 @@ def _short(plan: Any) -> str:
         extra.append("sp")
     if plan.zero:
         extra.append(f"zero{plan.zero}")
+    extra += [name for name, on in (("tp-overlap", plan.tp_comm_overlap),
+                                    ("grad-overlap", plan.overlap_grad_sync),
+                                    ("param-overlap", plan.overlap_param_gather)) if on]
     return (f"dp={plan.dp} tp={plan.tp} pp={plan.pp} mb={plan.micro_batch} {plan.schedule.value} "
             f"recompute={plan.recompute.value}" + ("".join(f" {e}" for e in extra)))
 

@@ -50,6 +50,14 @@ def model_line(name: str, source: str, parameters: float, seq_len: int, seq_len_
             f"sequence length {seq_len} (from {seq_len_from or 'the model'})")
 
 
+def overlaps(plan: Any) -> str:
+    """A plan's overlaps in short: tp (TP communication with the GEMMs), grad (gradient sync with
+    backward), param (parameter gather with forward)."""
+    return "+".join(name for name, on in (("tp", plan.tp_comm_overlap),
+                                          ("grad", plan.overlap_grad_sync),
+                                          ("param", plan.overlap_param_gather)) if on)
+
+
 def print_prediction(r: Prediction) -> None:
     con = _console()
     p = r.plan
@@ -60,7 +68,12 @@ def print_prediction(r: Prediction) -> None:
               f"global batch {p.global_batch} ({r.micro_batches} micro-batches), {p.schedule}"
               + (f" v={p.virtual_stages}" if p.virtual_stages > 1 else "")
               + f", recompute {p.recompute}" + (", sequence parallel" if p.sequence_parallel else "")
-              + (f", ZeRO-{p.zero}" if p.zero else "") + f", {p.dtype}")
+              + (f", ZeRO-{p.zero}" if p.zero else "") + f", {p.dtype}"
+              + (f", overlapped: {overlaps(p)}" if overlaps(p) else "")
+              + (f", {p.stack.value} stack" if p.stack.value != "eager" else "")
+              + (f", stages' layers {p.first_stage_layers or '-'} first, "
+                 f"{p.last_stage_layers or '-'} last"
+                 if p.first_stage_layers or p.last_stage_layers else ""))
     summary = Table(show_header=False, box=None, pad_edge=False)
     summary.add_row("step time", fmt_seconds(r.step_time_s))
     summary.add_row("throughput", f"{r.samples_per_s:,.2f} samples/s, {r.tokens_per_s:,.0f} tokens/s")
@@ -79,6 +92,15 @@ def print_prediction(r: Prediction) -> None:
             table.add_row(name, fmt_seconds(t), f"{t / r.step_time_s * 100:.1f}%")
     table.add_row("[bold]total[/]", f"[bold]{fmt_seconds(r.step_time_s)}[/]", "100.0%")
     con.print(table)
+    if r.hidden_s:
+        hidden = Table(title="hidden (not in the step time): communication behind compute, "
+                             "host dispatch behind the device's work")
+        hidden.add_column("term")
+        hidden.add_column("hidden", justify="right")
+        hidden.add_column("exposed", justify="right")
+        for name, t in r.hidden_s.items():
+            hidden.add_row(f"{name}:hidden", fmt_seconds(t), fmt_seconds(r.breakdown_s[name]))
+        con.print(hidden)
     mem = Table(title="memory per GPU")
     mem.add_column("term")
     mem.add_column("bytes", justify="right")
@@ -172,7 +194,7 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         return
     table = Table(title="best plans")
     for col in ("#", "dp", "tp", "layout", "pp", "mb", "schedule", "recompute", "sp", "zero",
-                "placement", "step time", "tokens/s", "MFU", "memory/GPU"):
+                "overlap", "placement", "step time", "tokens/s", "MFU", "memory/GPU"):
         left = col in ("layout", "schedule", "recompute", "placement")
         table.add_column(col, justify="left" if left else "right")
     for rank, p in enumerate(rec.top, start=1):
@@ -181,7 +203,8 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         layout = pl.tp_layout.value + (f" d={pl.tp_depth}" if pl.tp_depth > 1 else "")
         table.add_row(str(rank), str(pl.dp), str(pl.tp), layout, str(pl.pp), str(pl.micro_batch), sched,
                       pl.recompute.value, "yes" if pl.sequence_parallel else "", str(pl.zero),
-                      ",".join(pl.placement), fmt_seconds(p.step_time_s), f"{p.tokens_per_s:,.0f}",
+                      overlaps(pl), ",".join(pl.placement), fmt_seconds(p.step_time_s),
+                      f"{p.tokens_per_s:,.0f}",
                       f"{p.mfu:.1%}", fmt_bytes(p.memory_per_gpu_bytes))
     con.print(table)
     best = rec.top[0]

@@ -36,6 +36,7 @@ from perfmodel.strategy import (
     PlanColumns,
     Recompute,
     Schedule,
+    Stack,
     TPLayout,
     allowed,
     parse_option,
@@ -80,7 +81,13 @@ class SearchRequest:
     max_pp: int | None = None
     max_micro_batch: int | None = None
     flash_attention: bool = False
-    overlap_grad_sync: bool = False
+    # the overlaps: pinned, or None: searched where the plan allows them (the data-parallel ones
+    # cost nothing in the model and never lose: on wherever dp > 1, the parameter gather with
+    # ZeRO >= 1; tensor-parallel overlap costs SMs: both, with sequence parallelism)
+    overlap_grad_sync: bool | None = None
+    overlap_param_gather: bool | None = None
+    tp_comm_overlap: bool | None = None
+    stack: Stack = Stack.EAGER
     memory_margin: float = DEFAULT_MEMORY_MARGIN
     objective: Objective = Objective.STEP_TIME
     tokens: float | None = None
@@ -95,7 +102,7 @@ class SearchRequest:
             raise PlanError(f"memory_margin must be in [0, 1), got {self.memory_margin}")
         for key, enum in (("objective", Objective), ("dtype", Dtype), ("schedule", Schedule),
                           ("recompute", Recompute), ("placement", Placement),
-                          ("tp_layout", TPLayout)):
+                          ("tp_layout", TPLayout), ("stack", Stack)):
             if getattr(self, key) is not None or key == "objective":
                 object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
         if self.objective is Objective.TIME_TO_TRAIN and not self.tokens:
@@ -131,7 +138,7 @@ class Plans:
     def empty() -> Plans:
         return Plans({k: np.zeros(0, dtype=np.int64) for k in COLUMNS})
 
-    def plan(self, i: int, dtype: str, flash: bool, overlap: bool) -> Plan:
+    def plan(self, i: int, dtype: str, flash: bool, stack: Stack = Stack.EAGER) -> Plan:
         c = self.cols
         return Plan(gpus=int(c["gpus"][i]), dp=int(c["dp"][i]), tp=int(c["tp"][i]),
                     pp=int(c["pp"][i]), micro_batch=int(c["micro_batch"][i]),
@@ -140,7 +147,12 @@ class Plans:
                     virtual_stages=int(c["virtual_stages"][i]),
                     sequence_parallel=bool(c["sequence_parallel"][i]),
                     recompute=strategy.RECOMPUTES[int(c["recompute"][i])], zero=int(c["zero"][i]),
-                    dtype=dtype, flash_attention=flash, overlap_grad_sync=overlap,
+                    dtype=dtype, flash_attention=flash, stack=stack,
+                    overlap_grad_sync=bool(c["overlap_grad_sync"][i]),
+                    overlap_param_gather=bool(c["overlap_param_gather"][i]),
+                    tp_comm_overlap=bool(c["tp_comm_overlap"][i]),
+                    first_stage_layers=int(c["first_stage_layers"][i]),
+                    last_stage_layers=int(c["last_stage_layers"][i]),
                     placement=strategy.PLACEMENTS[int(c["placement"][i])].axes,
                     tp_layout=strategy.LAYOUTS[int(c["tp_layout"][i])],
                     tp_depth=int(c["tp_depth"][i]))
@@ -163,7 +175,7 @@ class _Candidates:
         self.model, self.req = model, req
         self._layouts: dict[int, list[tuple[int, int, int]]] = {}
         self._schedules: dict[int, list[tuple[int, int]]] = {}
-        self._sps: dict[tuple[int, int], list[int]] = {}
+        self._sps: dict[tuple[int, int], list[tuple[int, int]]] = {}
 
     def layouts(self, tp: int) -> list[tuple[int, int, int]]:
         """(layout code, depth, ranks a micro-batch's samples are split over) allowed with tp."""
@@ -207,16 +219,33 @@ class _Candidates:
             self._schedules[pp] = out
         return self._schedules[pp]
 
-    def sequence_parallel(self, tp: int, layout: int) -> list[int]:
+    def sequence_parallel(self, tp: int, layout: int) -> list[tuple[int, int]]:
+        """(sequence parallelism, tensor-parallel overlap) allowed with tp and the layout."""
         key = (tp, layout)
         if key not in self._sps:
-            values = np.array([s for s in (0, 1)
-                               if self.req.sequence_parallel in (None, bool(s))], dtype=np.int64)
-            n = len(values)
-            c = PlanColumns({"tp": np.full(n, tp), "tp_layout": np.full(n, layout),
-                             "sequence_parallel": values})
-            self._sps[key] = [int(s) for s in values[allowed(c, self.model, partial=True)]]
+            rows = [(s, o) for s in (0, 1) for o in (0, 1)
+                    if self.req.sequence_parallel in (None, bool(s))
+                    and self.req.tp_comm_overlap in (None, bool(o))]
+            out = []
+            if rows:
+                sps, overlaps = (np.array(x, dtype=np.int64) for x in zip(*rows, strict=True))
+                n = len(rows)
+                c = PlanColumns({"tp": np.full(n, tp), "tp_layout": np.full(n, layout),
+                                 "sequence_parallel": sps, "tp_comm_overlap": overlaps})
+                keep = allowed(c, self.model, partial=True)
+                out = [(int(a), int(b)) for a, b in zip(sps[keep], overlaps[keep], strict=True)]
+            self._sps[key] = out
         return self._sps[key]
+
+    def data_parallel(self, dp: int) -> list[tuple[int, int, int]]:
+        """(ZeRO stage, gradient sync overlapped, parameter gather overlapped) with dp: the
+        overlaps on where the plan has them unless pinned (they never lose in the model), ZeRO
+        only with dp > 1 (else it repeats ZeRO 0)."""
+        req = self.req
+        zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,)) if req.zero in (None, z)]
+        grad = [int(req.overlap_grad_sync)] if req.overlap_grad_sync is not None else [int(dp > 1)]
+        return [(z, g, int(req.overlap_param_gather) if req.overlap_param_gather is not None
+                 else int(dp > 1 and z >= 1)) for z in zeros for g in grad]
 
 
 def _degree_triples(model: TransformerSpec, req: SearchRequest,
@@ -288,7 +317,7 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
     candidates = _Candidates(model, req)
     recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)]
     for gpus, dp, tp, pp in _degree_triples(model, req, candidates):
-        zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,)) if req.zero in (None, z)]
+        zeros = candidates.data_parallel(dp)
         places = _placements(req, dp, tp, pp)
         scheds = candidates.schedules(pp)
         per_replica = req.global_batch // dp
@@ -300,7 +329,8 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
             if not (mbs and scheds and recs and sps and zeros and places):
                 continue
             fixed = {"gpus": gpus, "dp": dp, "tp": tp, "pp": pp,
-                     "global_batch": req.global_batch, "tp_layout": layout, "tp_depth": depth}
+                     "global_batch": req.global_batch, "tp_layout": layout, "tp_depth": depth,
+                     "first_stage_layers": 0, "last_stage_layers": 0}
             per_mb = len(scheds) * len(recs) * len(sps) * len(zeros) * len(places)
             step = max(1, size // per_mb)
             for i in range(0, len(mbs), step):
@@ -308,8 +338,13 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
                     {"micro_batch": np.array(mbs[i:i + step])},
                     {"schedule": np.array([c for c, _ in scheds]),
                      "virtual_stages": np.array([v for _, v in scheds])},
-                    {"recompute": np.array(recs)}, {"sequence_parallel": np.array(sps)},
-                    {"zero": np.array(zeros)}, {"placement": np.array(places)}))
+                    {"recompute": np.array(recs)},
+                    {"sequence_parallel": np.array([a for a, _ in sps]),
+                     "tp_comm_overlap": np.array([b for _, b in sps])},
+                    {"zero": np.array([z for z, _, _ in zeros]),
+                     "overlap_grad_sync": np.array([g for _, g, _ in zeros]),
+                     "overlap_param_gather": np.array([o for _, _, o in zeros])},
+                    {"placement": np.array(places)}))
 
 
 RULE_BATCH = 8192  # combinations of ruled axes checked by one call of the plan rules
@@ -470,7 +505,7 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
     """The symbols that are one number for every plan of a request: model, hardware, dtype and
     the options every plan shares (the encoder's fixed values)."""
     return encode.fixed_values(model, hardware, req.dtype, flash_attention=req.flash_attention,
-                               overlap_grad_sync=req.overlap_grad_sync)
+                               stack=req.stack)
 
 
 # --- evaluation -----------------------------------------------------------------------------
@@ -609,7 +644,9 @@ class Scored:
         for key, names in (("schedule", SCHEDULES), ("recompute", RECOMPUTES),
                            ("placement", PLACEMENT_NAMES), ("tp_layout", LAYOUTS)):
             df[key] = np.asarray(names, dtype=object)[c[key]]
-        df["sequence_parallel"] = c["sequence_parallel"].astype(bool)
+        for key in ("sequence_parallel", "tp_comm_overlap", "overlap_grad_sync",
+                    "overlap_param_gather"):
+            df[key] = c[key].astype(bool)
         evaluated = self.evaluated
         df["evaluated"] = evaluated
         df["step_time_s"] = np.where(evaluated, self.step_time_s, np.nan)
@@ -674,7 +711,8 @@ def _leanest(rows: Scored, label: tuple[str, ...], k: int = 3,
 
 
 NEAREST_LABEL = ("dp", "tp", "pp", "micro_batch", "schedule", "virtual_stages", "recompute",
-                 "sequence_parallel", "zero", "tp_layout", "tp_depth")  # a plan but its placement
+                 "sequence_parallel", "zero", "tp_layout", "tp_depth", "tp_comm_overlap",
+                 "overlap_grad_sync", "overlap_param_gather")  # a plan but its placement
 BOUND_LABEL = ("dp", "tp", "pp", "tp_layout", "zero")  # the columns of the model states' bound
 UNFIT_KEPT = 1_000_000  # step times of plans that do not fit, kept to count the faster ones
 
@@ -702,7 +740,7 @@ class SearchResult:
     def plan(self, rows: Scored, i: int) -> Plan:
         """Row i of some of this search's plans (best, front, sample, ...) as a Plan."""
         r = self.request
-        return rows.plans.plan(int(i), r.dtype, r.flash_attention, r.overlap_grad_sync)
+        return rows.plans.plan(int(i), r.dtype, r.flash_attention, r.stack)
 
     def best_plans(self) -> list[Plan]:
         return [self.plan(self.best, i) for i in range(len(self.best))]

@@ -75,6 +75,16 @@ class Placement(StrEnum):
         return tuple(self.value.split(","))
 
 
+class Stack(StrEnum):
+    """How the framework runs a layer's ops (perfmodel.step.host): eagerly, op by op (PyTorch
+    eager, Megatron-LM, NeMo); compiled, fused kernels launched by generated code
+    (torch.compile); or compiled and replayed as CUDA graphs (one launch for many kernels)."""
+
+    EAGER = "eager"
+    COMPILED = "compiled"
+    CUDA_GRAPHS = "cuda-graphs"
+
+
 class Objective(StrEnum):
     """What `recommend` ranks plans by: seconds per step, seconds to train a token budget, or the
     price of that (GPU-hours times a price)."""
@@ -168,6 +178,19 @@ class Plan:
     tp_depth: int = 1
     flash_attention: bool = False
     overlap_grad_sync: bool = False
+    # the distributed optimizer's (ZeRO 1-2) or FSDP's (ZeRO 3) parameter all-gather overlapped
+    # with the forward (Megatron --overlap-param-gather, FSDP2's prefetch)
+    overlap_param_gather: bool = False
+    # tensor-parallel all-gathers and reduce-scatters overlapped with the GEMMs they feed or
+    # follow (Megatron --tp-comm-overlap with Transformer Engine's userbuffers, torchtitan's
+    # async TP); needs sequence parallelism
+    tp_comm_overlap: bool = False
+    stack: Stack = Stack.EAGER
+    # layers of the first and the last pipeline stage where not L / pp (0: even split; Megatron
+    # --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers): the other stages
+    # split the rest evenly
+    first_stage_layers: int = 0
+    last_stage_layers: int = 0
     placement: tuple[str, ...] = AXES
 
     def __post_init__(self) -> None:
@@ -175,11 +198,15 @@ class Plan:
                     "gpus"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key))
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
+        for key in ("first_stage_layers", "last_stage_layers"):
+            object.__setattr__(self, key, _positive_int(getattr(self, key), key, minimum=0))
+        object.__setattr__(self, "stack", parse_option(Stack, self.stack, "stack"))
         object.__setattr__(self, "schedule", parse_option(Schedule, self.schedule, "schedule"))
         object.__setattr__(self, "recompute", parse_option(Recompute, self.recompute, "recompute"))
         object.__setattr__(self, "dtype", parse_option(Dtype, self.dtype, "dtype"))
         object.__setattr__(self, "tp_layout", parse_option(TPLayout, self.tp_layout, "tp_layout"))
-        for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync"):
+        for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync",
+                    "overlap_param_gather", "tp_comm_overlap"):
             object.__setattr__(self, key, _bool(getattr(self, key), key))
         placement = tuple(self.placement) if not isinstance(self.placement, str) else tuple(
             p.strip() for p in self.placement.split(",")
@@ -211,7 +238,12 @@ class Plan:
             "recompute": RECOMPUTES.index(self.recompute),
             "sequence_parallel": int(self.sequence_parallel), "zero": self.zero,
             "placement": _PLACEMENT_NAMES.index(",".join(self.placement)),
-            "tp_layout": LAYOUTS.index(self.tp_layout), "tp_depth": self.tp_depth})
+            "tp_layout": LAYOUTS.index(self.tp_layout), "tp_depth": self.tp_depth,
+            "tp_comm_overlap": int(self.tp_comm_overlap),
+            "overlap_grad_sync": int(self.overlap_grad_sync),
+            "overlap_param_gather": int(self.overlap_param_gather),
+            "first_stage_layers": self.first_stage_layers,
+            "last_stage_layers": self.last_stage_layers})
 
     def check(self, model: TransformerSpec) -> Plan:
         """The rules that need the model; returns self so calls chain."""
@@ -247,7 +279,9 @@ PLACEMENTS: tuple[Placement, ...] = tuple(Placement)
 _PLACEMENT_NAMES = tuple(p.value for p in PLACEMENTS)
 # the columns of a plan (Plan.columns, the search's Plans); options as codes
 COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
-           "recompute", "sequence_parallel", "zero", "placement", "tp_layout", "tp_depth")
+           "recompute", "sequence_parallel", "zero", "placement", "tp_layout", "tp_depth",
+           "tp_comm_overlap", "overlap_grad_sync", "overlap_param_gather", "first_stage_layers",
+           "last_stage_layers")
 _INTERLEAVED, _ZB, _ZBV = (SCHEDULES.index(s) for s in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE,
                                                          Schedule.ZBV))
 _1D, _2D, _25D, _3D = range(len(LAYOUTS))
@@ -329,6 +363,30 @@ def _rule(columns: str, ok: Callable[[PlanColumns, Any], Any],
     return Rule(frozenset(columns.split()), model, ok, message)
 
 
+def _shared_stages(c: PlanColumns) -> Any:
+    """Pipeline stages that split the layers evenly: pp less the first and the last where their
+    layers are given (Plan.first_stage_layers, last_stage_layers)."""
+    return c.pp - (c.first_stage_layers > 0) - (c.last_stage_layers > 0)
+
+
+def _uneven_ok(c: PlanColumns, m: Any) -> Any:
+    """An uneven split: each given stage's layers a multiple of virtual_stages, the rest a positive
+    multiple of (stages sharing it) x virtual_stages (nothing left when none shares it)."""
+    v, k = c.virtual_stages, _shared_stages(c)
+    rest = m.layers - c.first_stage_layers - c.last_stage_layers
+    shared = _where(k > 0, (rest % _nonzero(k * v) == 0) & (rest >= k * v), rest == 0)
+    return (c.first_stage_layers % v == 0) & (c.last_stage_layers % v == 0) & (rest >= 0) & shared
+
+
+def _uneven_message(c: PlanColumns, m: Any) -> str:
+    k, v = _shared_stages(c), c.virtual_stages
+    rest = m.layers - c.first_stage_layers - c.last_stage_layers
+    return (f"first_stage_layers ({c.first_stage_layers}) and last_stage_layers "
+            f"({c.last_stage_layers}) must be multiples of virtual_stages ({v}), and the "
+            f"remaining {rest} of the {m.layers} layers a positive multiple of the {k} other "
+            f"stages x virtual_stages ({k} x {v}; none left when no other stage shares them)")
+
+
 def _grid_field(field: str) -> Rule:
     """A grid layout splits heads, hidden, ffn_hidden and kv_heads q ways."""
     return _rule("tp tp_layout tp_depth",
@@ -388,6 +446,20 @@ RULES: tuple[Rule, ...] = (
           lambda c, m: f"tp_layout {c.name(LAYOUTS, 'tp_layout')} splits the samples of a "
                        f"micro-batch over {c.grid_rows} ranks: micro_batch ({c.micro_batch}) must "
                        f"be a multiple of {c.grid_rows}"),
+    _rule("tp_comm_overlap sequence_parallel",
+          lambda c, m: (c.tp_comm_overlap == 0) | (c.sequence_parallel == 1),
+          lambda c, m: "tp_comm_overlap needs sequence_parallel (it overlaps sequence "
+                       "parallelism's all-gathers and reduce-scatters with the GEMMs)"),
+    _rule("overlap_param_gather zero", lambda c, m: (c.overlap_param_gather == 0) | (c.zero >= 1),
+          lambda c, m: "overlap_param_gather needs zero >= 1 (a distributed optimizer or FSDP "
+                       "gathers the parameters)"),
+    _rule("first_stage_layers last_stage_layers pp",
+          lambda c, m: (c.first_stage_layers + c.last_stage_layers == 0) | (c.pp >= 2),
+          lambda c, m: "first_stage_layers and last_stage_layers need pp >= 2"),
+    _rule("first_stage_layers last_stage_layers schedule",
+          lambda c, m: (c.first_stage_layers + c.last_stage_layers == 0) | (c.schedule != _ZBV),
+          lambda c, m: "first_stage_layers and last_stage_layers do not apply to schedule zbv "
+                       "(its V places two chunks on every rank)"),
     # the rules that need the model (Plan.check)
     *(_grid_field(f) for f in ("heads", "hidden", "ffn_hidden", "kv_heads")),
     _rule("tp tp_layout", lambda c, m: (c.tp_layout != _1D) | (m.heads % c.tp == 0),
@@ -398,9 +470,13 @@ RULES: tuple[Rule, ...] = (
           model=True),
     _rule("tp tp_layout", lambda c, m: (c.tp_layout != _1D) | (m.ffn_hidden % c.tp == 0),
           lambda c, m: f"ffn_hidden ({m.ffn_hidden}) must be divisible by tp ({c.tp})", model=True),
-    _rule("pp virtual_stages", lambda c, m: m.layers % (c.pp * c.virtual_stages) == 0,
+    _rule("pp virtual_stages first_stage_layers last_stage_layers",
+          lambda c, m: _where(c.first_stage_layers + c.last_stage_layers == 0,
+                              m.layers % (c.pp * c.virtual_stages) == 0, _uneven_ok(c, m)),
           lambda c, m: f"layers ({m.layers}) must be divisible by pp x virtual_stages "
-                       f"({c.pp} x {c.virtual_stages} = {c.pp * c.virtual_stages})", model=True),
+                       f"({c.pp} x {c.virtual_stages} = {c.pp * c.virtual_stages})"
+          if c.first_stage_layers + c.last_stage_layers == 0 else _uneven_message(c, m),
+          model=True),
     _rule("sequence_parallel tp", lambda c, m: (c.sequence_parallel == 0) | (m.seq_len % c.tp == 0),
           lambda c, m: f"seq_len ({m.seq_len}) must be divisible by tp ({c.tp}) for "
                        f"sequence_parallel", model=True),

@@ -41,6 +41,7 @@ L, h, a, kv, f, d, s, V = (_of(n) for n in ("layers", "hidden", "heads", "kv_hea
 # plan
 dp, tp, pp, b, B, v, e = (_of(n) for n in ("dp", "tp", "pp", "micro_batch", "global_batch",
                                            "virtual_stages", "bytes_per_element"))
+L_first, L_last = _of("first_stage_layers"), _of("last_stage_layers")
 k_tp, k_dp, k_pp = (_of(n) for n in ("tp_per_node", "dp_per_node", "pp_per_node"))
 # the tensor-parallel grid of the 2d / 2.5d / 3d layouts: sub-axes a (innermost), b, c
 q_a, q_b, q_c = (_of(n) for n in ("tpa", "tpb", "tpc"))
@@ -56,6 +57,7 @@ t_fsdp_f = _of("fsdp_forward_overhead_s")
 t_fsdp_b = _of("fsdp_backward_overhead_s")
 t_fsdp_r = _of("fsdp_reduce_overhead_s")
 t_coll = _of("collective_overhead_s")
+t_op = _of("host_op_overhead_s")
 G = _of("gpus_per_node")
 rho = _of("ranks_per_device")
 alpha_i, beta_i = _of("intra_latency_s"), _of("intra_bandwidth")

@@ -53,6 +53,8 @@ BOUNDS: dict[str, Bound] = {
     "memory_reserved_bytes": Bound(0, 1e15, "as memory_bytes, and below it", inclusive=True),
     "kernel_overhead_s": Bound(0, 1, _SECONDS + " (a GPU launch is ~5 us)", inclusive=True),
     "kernel_overhead_tp_s": Bound(0, 1, _SECONDS, inclusive=True),
+    "host_op_overhead_s": Bound(0, 1, _SECONDS + " (an eager framework op: ~3-10 us)",
+                                inclusive=True),
     "collective_overhead_s": Bound(0, 1, _SECONDS, inclusive=True),
     "optimizer_overhead_s": Bound(0, 10, _SECONDS, inclusive=True),
     "optimizer_bandwidth_efficiency": Bound(0, 1, "0: not measured; else a fraction of the "
@@ -267,7 +269,8 @@ _SCALAR_FIELDS = ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwi
                   "memory_reserved_bytes", "kernel_overhead_s", "kernel_overhead_tp_s",
                   "collective_overhead_s", "optimizer_overhead_s",
                   "optimizer_bandwidth_efficiency", "fsdp_forward_overhead_s",
-                  "fsdp_backward_overhead_s", "fsdp_reduce_overhead_s", "ranks_per_device")
+                  "fsdp_backward_overhead_s", "fsdp_reduce_overhead_s", "ranks_per_device",
+                  "host_op_overhead_s")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,6 +310,14 @@ class HardwareSpec:
     # the rates above are then per rank with every rank busy, and a rank runs up to this much
     # faster while others wait (a pipeline's bubble); 1 on GPUs
     ranks_per_device: float = 1.0
+    # Whether the host only queues work for the device (a GPU: its time overlaps the device's,
+    # perfmodel.step.compose) or runs it itself (CPU ranks: host and device time add). False for
+    # a file that does not say (the additive model, as before issue 16); the GPU presets say true;
+    # `calibrate run` writes it from the device it ran on.
+    asynchronous_device: bool = False
+    # Host time of one framework op (dispatch and launch) of an eager stack [s], what a GPU
+    # device's queue waits on; measured by `calibrate run` (stage host). 0: kernel_overhead_s.
+    host_op_overhead_s: float = 0.0
     collective_algorithm: str = "auto"
     collectives: tuple[CollectiveFit, ...] = ()
     # Measured by `calibrate run` (stage layers); empty: the framework's cost is
@@ -327,6 +338,9 @@ class HardwareSpec:
             bounded("peak_flops_per_s", flops, f"peak_flops_per_s.{dtype}")
         for name in _SCALAR_FIELDS:
             bounded(name, getattr(self, name))
+        if not isinstance(self.asynchronous_device, bool):
+            raise SpecError(f"asynchronous_device must be true or false, got "
+                            f"{self.asynchronous_device!r}")
         if self.memory_reserved_bytes >= self.memory_bytes:
             raise SpecError("memory_reserved_bytes must be below memory_bytes")
         seen = [(c.part, c.style, c.tp) for c in self.layer_costs]

@@ -3,29 +3,63 @@
 A phase is what one part of the model does once in a micro-batch on a stage (the layers' forward,
 the embedding's backward, the pipeline's sends and receives), or once per step (the gradient
 sync, the optimizer). It has
-    device: seconds on the device, by breakdown term (kernels' rooflines; how much slower the
-            framework runs them, where measured)
-    host:   seconds of dispatch on the host, by breakdown term (a cost per kernel launch; the
-            framework's measured fixed costs)
-    comms:  the collectives it issues (perfmodel.step.collective), each adding its time to its
-            own term
-    overlap: None, or the compute its collectives may hide behind (an Overlap)
-    present: 1 on a stage that holds the part (the embedding on the first stage), else 0.
+    device:   seconds on the device, by breakdown term (kernels' rooflines; how much slower the
+              framework runs them, where measured)
+    host:     seconds of dispatch on the host, by breakdown term (perfmodel.step.host: framework
+              ops x their host cost; the framework's measured fixed costs)
+    comms:    the collectives it issues (perfmodel.step.collective), each adding its time to its
+              own term
+    overlaps: the compute its collectives may hide behind (Overlap: a share of some of its
+              collectives' time, a window of compute, the part that never hides)
+    present:  1 on a stage that holds the part (the embedding on the first stage), else 0
+    comm_scale: the stage's share of its collectives' declared calls (the layers of an uneven
+              pipeline split: the stage's layers over the first stage's, which the ledger counts).
 
 The composition rule, here and nowhere else:
     t_phase = present x (device + host + exposed(comm))                                   [s]
-    exposed(comm) = comm                                        no Overlap
-                  = I max(0, comm - window) + (1 - I) comm       Overlap (I: the plan overlaps)
-    t_stage = sum of its micro-batch phases' terms + t_coll x its collective launches
-    t_mb    = max(t_first, t_last)                              (the slowest stage)
-    T_step  = m t_mb + T_bubble + sum of the step phases' terms (+ t_coll x per-step launches)
-Host and device time add (synchronous ranks; nothing of the host hides behind the device) and
-communication adds unless its phase names a window (today the data-parallel sync, behind the
-backward). A collective's launches are charged where it is issued (its ledger phase: in every
-micro-batch, on the stages its ledger entry names, or once per step), its time in the phase that
-holds it: FSDP's gathers, issued in every micro-batch, are timed with the step's sync.
-The next issue changes it here: host and device overlapped on asynchronous devices, and Overlaps
-on the layers' tensor-parallel collectives.
+    exposed(comm) = comm                                       what no Overlap covers
+                  = I max(f c, c - window) + (1 - I) c         c: an Overlap's share of comm,
+                                                               f: its floor, I: the plan overlaps
+    hidden(comm)  = comm - exposed(comm)                       (reported, not counted)
+    t_stage = sum of its micro-batch phases' terms, host and device composed as below
+    t_mb    = max(t_first, t_middle, t_last)                   (the slowest stage)
+    T_step  = m t_mb + T_bubble + sum of the step phases' terms (+ per-step launches)
+
+Host and device (one micro-batch on one stage, its collective launches on the host):
+  - synchronous ranks (CPU: the host runs the kernels itself; Family.asynchronous False): they
+    add, t = H + D, as before issue 16 (the local validation's measured layer costs assume it).
+  - an asynchronous device (a GPU: the host queues kernels and goes on): one segment between two
+    synchronisations costs the smooth maximum of its host time H and its device time D (the
+    device's work: compute and the collectives on its stream, exposed part),
+        t = (H^p + D^p)^(1/p),   p = HOST_DEVICE_SHARPNESS = 8,
+    a p-norm: homogeneous (a segment twice as long costs twice as much), differentiable (sympy's
+    sensitivities), H + D at p = 1, max(H, D) as p grows. Its sharpness: the exact time of a
+    segment, the host issuing its ops one by one into the device's queue, is the largest over k
+    of (host time of the first k ops + device time of the rest), at least max(H, D); the device
+    idles while the host works through the element-wise and view ops that open each block (its
+    norm, the reshapes: about a third of a block's ops, a sixth of a layer's with two blocks), so
+    that at H = D, over the layers of a stage, a few to ten per cent is lost; p = 8 loses 9 %
+    (2^(1/8)) at H = D and under 1 % once one side is 1.5 times the other. The host's share
+    shown in the breakdown is what the device does not hide: each host term x (t - D) / H; the
+    rest is reported as hidden.
+    The segment: a micro-batch's forward and backward on a stage. Megatron synchronises the
+    device after each batched pipeline send/receive (p2p_communication: torch.cuda.synchronize,
+    batch_p2p_sync), so with pp > 1 a micro-batch's forward and backward are two segments; they
+    are taken as one (their host-to-device ratios are alike: the backward has ~2.4 x the ops of
+    the forward and 2 x its FLOPs, and the p-norm of sums is within a per cent of the sum of
+    p-norms there). With pp = 1 the host runs ahead across micro-batches; by homogeneity the
+    same. A tensor-parallel collective synchronises the tp ranks' devices, not their hosts (NCCL
+    queues it on the stream like a kernel): every tp rank issues the same ops, so its time is
+    device time of the segment. Blocking collectives (gloo on CPU ranks) block the host too:
+    there everything adds anyway. The step's phases (gradient sync, optimizer) follow the
+    host's synchronisation at the end of the last micro-batch (the gradient norm, the loss
+    scaler's check): they add.
+Communication adds unless an Overlap of its phase covers it (tensor-parallel collectives behind
+the GEMMs they feed, perfmodel.step.tensor_parallel; the data-parallel sync behind the backward,
+the parameter gather behind the forward, perfmodel.step.data_parallel). A collective's launches
+are charged where it is issued (its ledger phase: in every micro-batch, on the stages its ledger
+entry names, or once per step), its time in the phase that holds it: FSDP's gathers, issued in
+every micro-batch, are timed with the step's sync.
 """
 
 from __future__ import annotations
@@ -47,18 +81,34 @@ STAGE_TERMS = (
     "compute/backward/gemm", "compute/backward/attention", "compute/backward/elementwise",
     "compute/backward/embedding_logits",
     "compute/forward/framework", "compute/backward/framework", "compute/recompute",
-    "comm/tp", "overhead/kernels", "pipeline/p2p", "overhead/collectives",
+    "compute/tp_overlap", "comm/tp", "overhead/kernels", "overhead/loop", "pipeline/p2p",
+    "overhead/collectives",
 )
 STEP_TERMS = ("pipeline/bubble", "comm/dp", "comm/dp_framework", "comm/tp_grads", "optimizer/step")
+HIDDEN = ":hidden"  # a term's hidden part: term + HIDDEN (reported, not in the step time)
+
+# The smooth maximum of host and device time on an asynchronous device (see the module doc).
+HOST_DEVICE_SHARPNESS = 8
+# A segment with neither host nor device time divides by this instead of 0 [s^(p-1)]: its host
+# terms are 0 either way.
+_NO_TIME_S8 = sp.Float(1e-300)
 
 
 @dataclass(frozen=True)
 class Overlap:
-    """Communication that may hide behind compute: up to `window_s` of it, when `enabled`."""
+    """Communication that may hide behind compute: `share` of the time of the collectives `of`
+    (all of the phase's when empty), up to `window_s` of it, and never its `floor` share (the
+    chunk that has nothing left to hide behind), when `enabled` (0/1 or an indicator)."""
 
     behind: str  # the compute it hides behind, in words
     window_s: sp.Expr
-    enabled: sp.Expr  # 0/1 (or an indicator symbol)
+    enabled: sp.Expr
+    floor: sp.Expr = ZERO
+    of: tuple[str, ...] = ()
+    share: sp.Expr = ONE
+
+    def covers(self, c: Collective) -> bool:
+        return not self.of or c.name in self.of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,9 +119,10 @@ class Phase:
     device: Mapping[str, sp.Expr] = field(default_factory=dict)
     host: Mapping[str, sp.Expr] = field(default_factory=dict)
     comms: tuple[Collective, ...] = ()
-    overlap: Overlap | None = None
+    overlaps: tuple[Overlap, ...] = ()
     present: sp.Expr = ONE
     per_step: bool = False
+    comm_scale: sp.Expr = ONE
 
     def __post_init__(self) -> None:
         known = STEP_TERMS if self.per_step else STAGE_TERMS
@@ -82,35 +133,70 @@ class Phase:
         wrong = [c.name for c in self.comms if c.in_phase != self.name]
         if wrong or (not self.per_step and any(c.per_step for c in self.comms)):
             raise ValueError(f"phase {self.name}: collectives {wrong} belong to another phase")
+        names = {c.name for c in self.comms}
+        for ov in self.overlaps:
+            missing = [n for n in ov.of if n not in names]
+            terms = {c.term for c in self.comms if ov.covers(c)}
+            if missing or len(terms) > 1:
+                raise ValueError(f"phase {self.name}: an overlap behind {ov.behind} covers "
+                                 f"{missing or sorted(terms)}: not one term of its collectives")
 
 
 def exposed(comm_s: sp.Expr, overlap: Overlap | None) -> sp.Expr:
-    """The part of a phase's communication time that is not hidden [s]."""
+    """The part of some communication time that is not hidden [s] (comm_s: what the Overlap
+    covers, its share taken)."""
     if overlap is None:
         return comm_s
-    hidden_rest = sp.Max(0, comm_s - overlap.window_s, evaluate=False)
-    return overlap.enabled * hidden_rest + (1 - overlap.enabled) * comm_s
+    rest = sp.Max(overlap.floor * comm_s, comm_s - overlap.window_s, evaluate=False)
+    return overlap.enabled * rest + (1 - overlap.enabled) * comm_s
 
 
-def phase_terms(phase: Phase, m: sp.Expr = ONE) -> dict[str, sp.Expr]:
+@dataclass(frozen=True)
+class Terms:
+    """A phase's (or a stage's) seconds by breakdown term: on the device, on the host, and its
+    communication's exposed and hidden parts."""
+
+    device: dict[str, sp.Expr]
+    host: dict[str, sp.Expr]
+    comm: dict[str, sp.Expr]
+    hidden: dict[str, sp.Expr]
+
+
+def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
     """A phase's seconds by breakdown term, by the rule above (m: micro-batches per step, for the
     per-micro-batch collectives a step phase holds)."""
-    terms: dict[str, list[sp.Expr]] = {}
-    for part in (phase.device, phase.host):
-        for term, seconds in part.items():
-            terms.setdefault(term, []).append(seconds)
+    def summed(part: Mapping[str, sp.Expr]) -> dict[str, sp.Expr]:
+        return {t: phase.present * x for t, x in part.items()}
+
+    def time(c: Collective) -> sp.Expr:
+        return phase.comm_scale * (c.time_per_step_s(m) if phase.per_step else c.time_s)
+
     comm: dict[str, list[sp.Expr]] = {}
+    hidden: dict[str, list[sp.Expr]] = {}
+    covered: dict[str, list[sp.Expr]] = {c.name: [] for c in phase.comms}
+    for ov in phase.overlaps:
+        mine = [c for c in phase.comms if ov.covers(c)]
+        if not mine:
+            continue
+        total = ov.share * sp.Add(*(time(c) for c in mine))
+        shown = exposed(total, ov)
+        comm.setdefault(mine[0].term, []).append(shown)
+        hidden.setdefault(mine[0].term, []).append(total - shown)
+        for c in mine:
+            covered[c.name].append(ov.share)
     for c in phase.comms:
-        comm.setdefault(c.term, []).append(c.time_per_step_s(m) if phase.per_step else c.time_s)
-    for term, times in comm.items():
-        terms.setdefault(term, []).append(exposed(sp.Add(*times), phase.overlap))
-    return {term: phase.present * sp.Add(*parts) for term, parts in terms.items()}
+        rest = 1 - sp.Add(*covered[c.name])
+        comm.setdefault(c.term, []).append(rest * time(c))
+    return Terms(summed(phase.device), summed(phase.host),
+                 {t: phase.present * sp.Add(*x) for t, x in comm.items()},
+                 {t: phase.present * sp.Add(*x) for t, x in hidden.items()})
 
 
-def launch_s(collectives: Iterable[Collective], stage: str | None = None) -> sp.Expr:
-    """Host time of launching collectives, t_coll per call [s]: on a stage (per micro-batch) those
-    issued in a micro-batch whose ledger entry names that stage or every stage; with stage None
-    (per step) those issued once per step.
+def launch_s(collectives: Iterable[Collective], stage: str | None = None,
+             per_launch_s: sp.Expr = S.t_coll) -> sp.Expr:
+    """Host time of launching collectives, per_launch_s per call [s]: on a stage (per
+    micro-batch) those issued in a micro-batch whose ledger entry names that stage or every
+    stage; with stage None (per step) those issued once per step.
 
     Note: with pp = 1 the one stage is composed twice, as "first" and as "last", and each counts
     only the launches its ledger stage names (the first lacks the output layer's, the last the
@@ -120,17 +206,72 @@ def launch_s(collectives: Iterable[Collective], stage: str | None = None) -> sp.
         calls = [c.launches for c in collectives if c.per_step]
     else:
         calls = [c.launches for c in collectives if not c.per_step and c.stage in ("every", stage)]
-    return S.t_coll * sp.Add(*calls)
+    return per_launch_s * sp.Add(*calls)
 
 
-def stage_terms(phases: Sequence[Phase], launches_s: sp.Expr) -> dict[str, sp.Expr]:
-    """One micro-batch on one stage, by breakdown term [s]: its phases and its launches."""
-    parts: dict[str, list[sp.Expr]] = {term: [] for term in STAGE_TERMS}
-    for phase in phases:
-        for term, seconds in phase_terms(phase).items():
-            parts[term].append(seconds)
-    parts["overhead/collectives"].append(launches_s)
-    return {term: sp.Add(*p) for term, p in parts.items()}
+def smooth_max(host_s: sp.Expr, device_s: sp.Expr) -> sp.Expr:
+    """(H^p + D^p)^(1/p), p = HOST_DEVICE_SHARPNESS [s] (see the module doc)."""
+    p = HOST_DEVICE_SHARPNESS
+    return sp.Pow(host_s**p + device_s**p, sp.Rational(1, p))
+
+
+def host_share(host_s: sp.Expr, device_s: sp.Expr) -> sp.Expr:
+    """x = ((H^p + D^p)^(1/p) - D) / H: the share of the host's time the device does not hide.
+
+    Written without the subtraction, which cancels catastrophically where H << D (a share of
+    -1e-17 would show a negative host term): with S = (H^p + D^p)^(1/p),
+        S - D = (S^p - D^p) / sum_{k<p} S^k D^(p-1-k) = H^p / sum_{k<p} S^k D^(p-1-k),
+    so x = H^(p-1) / sum_{k<p} S^k D^(p-1-k), in [0, 1] and exact to rounding; 0 without host
+    time, and the sum is kept above 0 (a segment with neither host nor device time).
+    """
+    p = HOST_DEVICE_SHARPNESS
+    s = smooth_max(host_s, device_s)
+    denominator = sp.Add(*(s**k * device_s ** (p - 1 - k) for k in range(p)))
+    return host_s ** (p - 1) / sp.Max(denominator, _NO_TIME_S8, evaluate=False)
+
+
+def _add(parts: Iterable[Terms], launches_s: sp.Expr, terms: Sequence[str]) -> Terms:
+    out = Terms(*({t: ZERO for t in terms} for _ in range(4)))
+    for p in parts:
+        for mine, theirs in ((out.device, p.device), (out.host, p.host), (out.comm, p.comm),
+                             (out.hidden, p.hidden)):
+            for t, x in theirs.items():
+                mine[t] = mine[t] + x
+    if launches_s != 0:
+        target = "overhead/collectives" if "overhead/collectives" in terms else "optimizer/step"
+        out.host[target] = out.host[target] + launches_s
+    return out
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One micro-batch on a stage composed: its terms [s] (what predict evaluates), what they
+    hide, and, on an asynchronous device, the host's exposed share written as a symbol x (what
+    explain prints: `display`, with x = ((H^p + D^p)^(1/p) - D) / H from `host_share`)."""
+
+    terms: dict[str, sp.Expr]
+    hidden: dict[str, sp.Expr]
+    display: dict[str, sp.Expr]
+    host_share: tuple[sp.Symbol, sp.Expr, sp.Expr, sp.Expr] | None = None  # x, its value, H, D
+
+
+def stage_terms(phases: Sequence[Phase], launches_s: sp.Expr, asynchronous: bool = False,
+                stage: str = "stage") -> Stage:
+    """One micro-batch on one stage, by breakdown term [s]: its phases and its launches, host
+    and device composed as the module doc says; and what its terms hide (communication behind
+    compute, host time behind the device's), by term."""
+    t = _add((phase_terms(p) for p in phases), launches_s, STAGE_TERMS)
+    if not asynchronous:
+        terms = {k: t.device[k] + t.host[k] + t.comm[k] for k in STAGE_TERMS}
+        return Stage(terms, {k: t.hidden[k] for k in STAGE_TERMS}, terms)
+    host = sp.Add(*t.host.values())
+    device = sp.Add(*t.device.values(), *(x for k, x in t.comm.items() if k != "pipeline/p2p"))
+    shown = host_share(host, device)
+    x = sp.Symbol(f"x_host_{stage}")
+    return Stage({k: t.device[k] + shown * t.host[k] + t.comm[k] for k in STAGE_TERMS},
+                 {k: t.hidden[k] + (1 - shown) * t.host[k] for k in STAGE_TERMS},
+                 {k: t.device[k] + x * t.host[k] + t.comm[k] for k in STAGE_TERMS},
+                 (x, shown, host, device))
 
 
 def backward_s(terms: Mapping[str, sp.Expr]) -> sp.Expr:
@@ -138,17 +279,20 @@ def backward_s(terms: Mapping[str, sp.Expr]) -> sp.Expr:
     return sp.Add(*(t for name, t in terms.items() if name.startswith("compute/backward")))
 
 
+def forward_s(terms: Mapping[str, sp.Expr]) -> sp.Expr:
+    """One micro-batch's forward on a stage [s]: its compute/forward terms."""
+    return sp.Add(*(t for name, t in terms.items() if name.startswith("compute/forward")))
+
+
 def step_terms(phases: Sequence[Phase], m: sp.Expr, launches_s: sp.Expr,
-               bubble_s: sp.Expr) -> dict[str, sp.Expr]:
+               bubble_s: sp.Expr) -> tuple[dict[str, sp.Expr], dict[str, sp.Expr]]:
     """The step's terms beyond its m micro-batches [s]: the pipeline bubble, the step phases, and
-    the launches of the per-step collectives (charged to the optimizer step)."""
-    parts: dict[str, list[sp.Expr]] = {term: [] for term in STEP_TERMS}
-    parts["pipeline/bubble"].append(bubble_s)
-    for phase in phases:
-        for term, seconds in phase_terms(phase, m).items():
-            parts[term].append(seconds)
-    parts["optimizer/step"].append(launches_s)
-    return {term: sp.Add(*p) for term, p in parts.items()}
+    the launches of the per-step collectives (charged to the optimizer step); and what their
+    communication hides."""
+    t = _add((phase_terms(p, m) for p in phases), launches_s, STEP_TERMS)
+    terms = {k: t.device[k] + t.host[k] + t.comm[k] for k in STEP_TERMS}
+    terms["pipeline/bubble"] = terms["pipeline/bubble"] + bubble_s
+    return terms, dict(t.hidden)
 
 
 # --- the step's composition: functions applied to the terms' symbols (what `explain` prints) and
@@ -159,6 +303,17 @@ def micro_batch_time(stage_times: Iterable[sp.Expr]) -> sp.Expr:
     return sp.Max(*stage_times, evaluate=False)
 
 
+def other_stages_time(first: sp.Expr, middle: sp.Expr, last: sp.Expr, t_mb: sp.Expr,
+                      pp: sp.Expr, multi: sp.Expr) -> sp.Expr:
+    """t_other = (t_first + (pp - 2) t_middle + t_last - t_mb) / (pp - 1) [s]: one micro-batch's
+    time on a stage other than the slowest, on average over them (0 with one stage). The
+    pipeline's fill and drain take the sum over the stages of each one's time, less the slowest's
+    (whose time every micro-batch pays anyway): a flow shop of identical jobs finishes in
+    sum_i t_i + (m - 1) max_i t_i. Equal stages give t_other = t_mb."""
+    stages = first + sp.Max(0, pp - 2, evaluate=False) * middle + last
+    return multi * (stages - t_mb) / sp.Max(1, pp - 1, evaluate=False)
+
+
 def step_time(m: sp.Expr, t_mb: sp.Expr, terms: Mapping[str, sp.Expr]) -> sp.Expr:
     """T_step = m t_mb + T_bubble + T_dp + T_dp_framework + T_tp_grads + T_opt [s]."""
     return sp.Add(m * t_mb, *(terms[name] for name in STEP_TERMS))
@@ -166,7 +321,9 @@ def step_time(m: sp.Expr, t_mb: sp.Expr, terms: Mapping[str, sp.Expr]) -> sp.Exp
 
 # the symbols of the composition, as `explain` prints it
 M_SYM, T_MB, W_FILL = sp.Symbol("m"), sp.Symbol("t_mb"), sp.Symbol("W_fill")
-STAGE_SYMBOLS = {"first": sp.Symbol("t_first"), "last": sp.Symbol("t_last")}
+T_OTHER = sp.Symbol("t_other")
+STAGE_SYMBOLS = {"first": sp.Symbol("t_first"), "last": sp.Symbol("t_last"),
+                 "middle": sp.Symbol("t_middle")}
 STEP_SYMBOLS = {"pipeline/bubble": sp.Symbol("T_bubble"), "comm/dp": sp.Symbol("T_dp"),
                 "comm/dp_framework": sp.Symbol("T_dp_framework"),
                 "comm/tp_grads": sp.Symbol("T_tp_grads"), "optimizer/step": sp.Symbol("T_opt")}

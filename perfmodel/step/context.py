@@ -49,6 +49,23 @@ def device(fam: Family | None = None) -> K.Device:
     return K.Device(S.F, S.W, S.t_k, gemm)
 
 
+def stage_layers(fam: Family) -> dict[str, sp.Expr]:
+    """Layers of the first, a middle and the last pipeline stage: L / pp each, or (uneven splits,
+    Megatron --decoder-first/last-pipeline-num-layers) the given first and last stage's, the
+    stages not given sharing the rest evenly:
+        share = (L - L_first - L_last) / (pp - [L_first > 0] - [L_last > 0])
+    (the plan rules make it whole; with one stage, L). A middle stage with pp <= 2 is none: its
+    numbers are those of a stage that holds neither end and never exceed the others'."""
+    if fam.uneven_stages is False:
+        return {st: S.L / S.pp for st in ("first", "middle", "last")}
+    given_first = sp.Min(1, S.L_first, evaluate=False)
+    given_last = sp.Min(1, S.L_last, evaluate=False)
+    share = (S.L - S.L_first - S.L_last) / sp.Max(1, S.pp - given_first - given_last,
+                                                   evaluate=False)
+    return {"first": S.L_first + (1 - given_first) * share, "middle": share,
+            "last": S.L_last + (1 - given_last) * share}
+
+
 def _option(fam: Family, name: str, value: str) -> sp.Expr:
     """1 if the family's option `name` is `value`, its indicator if the option is open."""
     option = getattr(fam, name)
@@ -68,7 +85,8 @@ class Context:
     d: sp.Expr  # the head size: its own symbol d, or h / a (the attention is a d wide)
     T: sp.Expr  # tokens of a micro-batch
     m: sp.Expr  # micro-batches per step
-    layers_per_stage: sp.Expr
+    layers_per_stage: sp.Expr  # the first stage's: what the ledger counts (rank 0's)
+    stage_layers: dict[str, sp.Expr]  # first, middle, last (see stage_layers)
     multi: sp.Expr  # 1 with several pipeline stages, 0 with one
     single: sp.Expr  # 1 - multi
     seq_parallel: sp.Expr
@@ -83,6 +101,11 @@ class Context:
     zbv: sp.Expr
     flash: sp.Expr
     overlap_grad_sync: sp.Expr
+    overlap_param_gather: sp.Expr
+    tp_comm_overlap: sp.Expr
+    compiled: sp.Expr  # the stack: torch.compile
+    graphs: sp.Expr  # the stack: CUDA graphs
+    asynchronous: bool  # the device runs what the host queues (perfmodel.step.compose)
     gated: sp.Expr
     bias: sp.Expr
     qkv_bias: sp.Expr
@@ -95,6 +118,11 @@ class Context:
     split: sp.Expr  # 1 where every activation is split over the tp ranks (SP, or a grid)
     act_ranks: sp.Expr  # ranks an activation is split over: 1 + split (tp - 1)
 
+    @property
+    def max_stage_layers(self) -> sp.Expr:
+        """The layers of the stage that holds the most (what a per-step sync waits on)."""
+        return sp.Max(*self.stage_layers.values())
+
     @classmethod
     def of(cls, fam: Family) -> Context:
         seq_parallel = flag(fam.sequence_parallel, "sequence_parallel")
@@ -104,9 +132,11 @@ class Context:
         split = megatron * seq_parallel + (1 - megatron)
         multi = active(S.pp)
         zero = [flag(None if fam.zero is None else fam.zero >= k, f"zero{k}") for k in (1, 2, 3)]
+        layers = stage_layers(fam)
         return cls(
             fam=fam, dev=device(fam), d=S.d if fam.free_head_dim else S.h / S.a,
-            T=S.b * S.s, m=S.B / (S.dp * S.b), layers_per_stage=S.L / S.pp,
+            T=S.b * S.s, m=S.B / (S.dp * S.b), layers_per_stage=layers["first"],
+            stage_layers=layers,
             multi=multi, single=1 - multi, seq_parallel=seq_parallel,
             full=flag(_option(fam, "recompute", "full"), "recompute_full"),
             selective=flag(_option(fam, "recompute", "selective"), "recompute_selective"),
@@ -118,6 +148,11 @@ class Context:
             zbv=flag(_option(fam, "schedule", "zbv"), "zbv"),
             flash=flag(fam.flash, "flash"),
             overlap_grad_sync=flag(fam.overlap_grad_sync, "overlap_grad_sync"),
+            overlap_param_gather=flag(fam.overlap_param_gather, "overlap_param_gather"),
+            tp_comm_overlap=flag(fam.tp_comm_overlap, "tp_comm_overlap"),
+            compiled=flag(_option(fam, "stack", "compiled"), "stack_compiled"),
+            graphs=flag(_option(fam, "stack", "cuda-graphs"), "stack_graphs"),
+            asynchronous=fam.asynchronous,
             gated=flag(fam.gated, "gated"), bias=flag(fam.bias, "bias"),
             qkv_bias=flag(fam.qkv_bias, "qkv_bias"), layernorm=flag(fam.layernorm, "layernorm"),
             tied=flag(fam.tied_embeddings, "tied"),

@@ -5,10 +5,25 @@ reduce-scatter the gradients, all-gather the updated weights. ZeRO 3 (FSDP2): on
 one for the rest (embedding, final norm, output layer); each unit's weights are gathered for the
 forward and again for the backward in every micro-batch, its gradients reduce-scattered once per
 step (accumulated unsharded in between), sizes padded as FSDP2 pads them (each parameter's rows to
-a multiple of dp); the gathers are timed with the sync, where its overlap applies (their launches
-with the micro-batches that issue them). With overlap_grad_sync the sync hides behind the last
-micro-batch's backward on the last stage (ZeRO 3: behind every micro-batch's backward):
-    T_dp = I max(0, T_sync - window) + (1 - I) T_sync                                       [s]
+a multiple of dp); the gathers are timed with the sync, where their overlap applies (their
+launches with the micro-batches that issue them). Sizes: the stage with the most parameters.
+
+What hides, and behind what (each: exposed = I max(f C, C - W) + (1 - I) C, perfmodel.step.compose):
+  - the gradient reduction (all-reduce, reduce-scatter; FSDP's reduce-scatters), with
+    overlap_grad_sync: Megatron's DDP accumulates the gradients of every micro-batch but the last
+    without communicating (no_sync) and reduces each bucket as soon as the LAST micro-batch's
+    backward has produced it; NeMo chunks it by transformer layer and "exposes only one DP
+    communication chunk" (NeMo docs, Communication Overlap). W = one micro-batch's backward on
+    the last stage, f = one layer's share (1 / its layers; FSDP: one unit's, 1 / (layers + 1)).
+    The workload does the same with FSDP2 (set_requires_gradient_sync on the last micro-batch).
+  - the distributed optimizer's parameter all-gather (ZeRO 1-2), with overlap_param_gather
+    (Megatron --overlap-param-gather): gathered bucket by bucket during the next step's first
+    forward, each layer waiting for its own: W = one micro-batch's forward on the first stage,
+    f = one layer's share. Without it the gather follows the optimizer step, exposed.
+  - FSDP's gathers (ZeRO 3), with overlap_param_gather (FSDP2's prefetch: the next unit's gather
+    is issued while the current unit computes, forward and backward): W = every micro-batch's
+    forward and backward on the stage, f = one unit's gather per micro-batch
+    (1 / (2 (layers + 1))).
 The sync's memory passes run on the compute stream and never hide: DDP copies the gradients into its
 flat buckets, scales them and copies them back (PyTorch DDP's default, without
 gradient_as_bucket_view); FSDP2 copies a unit's shard into the all-gather buffer and the gathered
@@ -48,7 +63,7 @@ def fsdp_units(c: Context) -> tuple[tuple[sp.Expr, sp.Expr], ...]:
         output=c.single * (1 - c.tied)), dp)
     root_last = M.fsdp_padded([((1 + c.layernorm) * h, 1), (V / tp, h)], dp)
     root = c.single * root_first + c.multi * sp.Max(root_first, root_last, evaluate=False)
-    return (c.layers_per_stage, layer), (sp.Integer(1), root)
+    return (c.max_stage_layers, layer), (sp.Integer(1), root)
 
 
 def sync_collectives(c: Context, params: Parameters,
@@ -79,31 +94,46 @@ def fsdp_copy_passes(c: Context) -> sp.Expr:
 
 
 def sync_phase(c: Context, params: Parameters, units: tuple[tuple[sp.Expr, sp.Expr], ...],
-               issued: Mapping[str, tuple[Collective, ...]], backward_s: sp.Expr) -> Phase:
-    """The step's gradient sync: its collectives (hidden behind `backward_s`, one micro-batch's
-    backward on the last stage, with overlap_grad_sync), its memory passes and FSDP's reduction
-    hooks (comm/dp_framework)."""
+               issued: Mapping[str, tuple[Collective, ...]], backward_s: sp.Expr,
+               forward_s: sp.Expr) -> Phase:
+    """The step's gradient sync and parameter gathers: its collectives (with what hides them, see
+    the module doc: backward_s, one micro-batch's backward on the last stage; forward_s, one
+    micro-batch's forward on the first), its memory passes and FSDP's reduction hooks
+    (comm/dp_framework)."""
     grad_bytes, weight_bytes = S.gbytes * params.per_gpu, S.wbytes * params.per_gpu
     z1, z3, m, copies = c.zero1, c.zero3, c.m, fsdp_copy_passes(c)
     copy_bytes = (1 - z1) * DDP_GRADIENT_PASSES * grad_bytes \
         + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
         + z3 * sum((n * copies * p * (FSDP_GATHERS_PER_MICRO_BATCH * m * S.wbytes + S.gbytes)
                     for n, p in units), sp.Integer(0))
-    window = backward_s * (1 + z3 * (m - 1))
+    layers = c.max_stage_layers
+    grads, fsdp_grads = ("dp/all_reduce", "dp/reduce_scatter"), \
+        ("dp/fsdp_layer/reduce_scatter", "dp/fsdp_root/reduce_scatter")
+    gathers = ("dp/fsdp_layer/all_gather", "dp/fsdp_root/all_gather")
+    overlaps = (
+        Overlap("the last micro-batch's backward", backward_s, c.overlap_grad_sync,
+                floor=1 / layers, of=grads),
+        Overlap("the last micro-batch's backward", backward_s, c.overlap_grad_sync,
+                floor=1 / (layers + 1), of=fsdp_grads),
+        Overlap("the next step's first forward", forward_s, c.overlap_param_gather,
+                floor=1 / layers, of=("dp/all_gather",)),
+        Overlap("every micro-batch's forward and backward", m * (forward_s + backward_s),
+                c.overlap_param_gather, floor=1 / (FSDP_GATHERS_PER_MICRO_BATCH * (layers + 1)),
+                of=gathers))
     return Phase(name=SYNC, per_step=True, comms=issued.get(SYNC, ()),
                  device={"comm/dp_framework": active(S.dp) * K.memory_time(copy_bytes, c.dev)},
-                 host={"comm/dp_framework": fsdp_hooked_units(c) * S.t_fsdp_r},
-                 overlap=Overlap("the backward on the last stage", window, c.overlap_grad_sync))
+                 host={"comm/dp_framework": fsdp_hooked_units(c, layers) * S.t_fsdp_r},
+                 overlaps=overlaps)
 
 
-def fsdp_hooked_units(c: Context) -> sp.Expr:
-    """Units whose FSDP2 hooks run (ZeRO 1-3 with dp > 1): the stage's layers and its root."""
-    return c.zero1 * active(S.dp) * (c.layers_per_stage + 1)
+def fsdp_hooked_units(c: Context, layers: sp.Expr) -> sp.Expr:
+    """Units whose FSDP2 hooks run (ZeRO 1-3 with dp > 1): a stage's layers and its root."""
+    return c.zero1 * active(S.dp) * (layers + 1)
 
 
-def fsdp_hook_phase(c: Context) -> Phase:
+def fsdp_hook_phase(c: Context, stage: str) -> Phase:
     """FSDP2's hooks of every unit in a micro-batch: measured fixed costs, forward and backward."""
-    units = fsdp_hooked_units(c)
+    units = fsdp_hooked_units(c, c.stage_layers[stage])
     return Phase(name="data_parallel/fsdp_hooks",
                  host={"compute/forward/framework": units * S.t_fsdp_f,
                        "compute/backward/framework": units * S.t_fsdp_b})

@@ -17,12 +17,7 @@ from perfmodel.costs import compute as K
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
-from perfmodel.step.framework import (
-    BACKWARD_PER_FORWARD,
-    EMBEDDING_FORWARD_KERNELS,
-    OUTPUT_FORWARD_KERNELS,
-    PartCost,
-)
+from perfmodel.step.framework import BACKWARD_PER_FORWARD, PartCost
 
 LOOKUP_PASSES = 2  # the embedding reads its rows and writes the output: 2 passes of e T h / r
 
@@ -39,35 +34,34 @@ def output_forward_s(c: Context) -> sp.Expr:
         + K.memory_time(K.cross_entropy_bytes(c.T, S.V, S.tp), c.dev)
 
 
-def end_phases(part: str, forward_s: sp.Expr, cost: PartCost, forward_kernels: int,
+def end_phases(part: str, forward_s: sp.Expr, cost: PartCost,
                issued: Mapping[str, tuple[Collective, ...]],
                present: sp.Expr) -> tuple[Phase, Phase]:
     """The forward and backward of the embedding or the output layer (part), on a stage that
     holds it (present = 1) or not (0):
         device: C (2C backward) + (s - 1) C (2C): compute/<dir>/embedding_logits and framework
-        host:   c_fwd (c_bwd) + kernels x t_kernel (x 2 backward) where not measured
+        host:   c_fwd (c_bwd) + ops x t_op (framework.PartCost) where not measured
     """
     phases = []
-    for direction, factor, fixed in (("forward", 1, cost.forward_s),
-                                     ("backward", BACKWARD_PER_FORWARD, cost.backward_s)):
+    for direction, factor, fixed, ops in (
+            ("forward", 1, cost.forward_s, cost.forward_ops),
+            ("backward", BACKWARD_PER_FORWARD, cost.backward_s, cost.backward_ops)):
         name = f"{part}/{direction}"
         phases.append(Phase(
             name=name, present=present,
             device={f"compute/{direction}/embedding_logits": factor * forward_s,
                     f"compute/{direction}/framework": (cost.scale - 1) * factor * forward_s},
             host={f"compute/{direction}/framework": fixed,
-                  "overhead/kernels": factor * forward_kernels * cost.kernel_s},
+                  "overhead/kernels": ops * cost.kernel_s},
             comms=issued.get(name, ())))
     return phases[0], phases[1]
 
 
 def embedding_phases(c: Context, cost: PartCost, issued: Mapping[str, tuple[Collective, ...]],
                      present: sp.Expr) -> tuple[Phase, Phase]:
-    return end_phases("embedding", embedding_forward_s(c), cost, EMBEDDING_FORWARD_KERNELS,
-                      issued, present)
+    return end_phases("embedding", embedding_forward_s(c), cost, issued, present)
 
 
 def output_phases(c: Context, cost: PartCost, issued: Mapping[str, tuple[Collective, ...]],
                   present: sp.Expr) -> tuple[Phase, Phase]:
-    return end_phases("output", output_forward_s(c), cost, OUTPUT_FORWARD_KERNELS, issued,
-                      present)
+    return end_phases("output", output_forward_s(c), cost, issued, present)

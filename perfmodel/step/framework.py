@@ -1,12 +1,15 @@
 """What the training framework adds to each part's kernels: measured where `calibrate run` measured
-it (perfmodel.costs.framework), else a generic cost per kernel launch.
+it (perfmodel.costs.framework), else a generic cost per op.
 
 A part (one layer, the embedding, the output layer with its loss) costs per micro-batch
     forward  = s C + c_fwd          backward = s 2C + c_bwd                                [s]
 with C its roofline compute, s its measured compute scale, c_fwd and c_bwd its measured fixed
 costs, interpolated in the plan's tensor-parallel style and degree. Where a part is not measured
-(s = 1, c = 0) each kernel it launches costs t_kernel (t_kernel_tp in a tensor-parallel layer
-where measured): kernels x t_kernel forward and 2 x that backward.
+(s = 1, c = 0) each op it issues costs the host a fixed time:
+  - synchronous ranks (CPU): each kernel it launches costs t_kernel (t_kernel_tp in a
+    tensor-parallel layer where measured): kernels x t_kernel forward and 2 x that backward;
+  - an asynchronous device (GPU): its framework ops under the plan's stack x t_op
+    (perfmodel.step.host), host time that the device's work may hide (perfmodel.step.compose).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from dataclasses import dataclass
 import sympy as sp
 
 from perfmodel import symbols as S
+from perfmodel.costs import compute as K
 from perfmodel.costs import framework as FW
+from perfmodel.step import host as H
 from perfmodel.step.context import Context, active
 
 # A backward costs two forwards: a GEMM's input gradient and its weight gradient each take one
@@ -43,7 +48,9 @@ class PartCost:
     forward_s: sp.Expr  # c_fwd [s]
     backward_s: sp.Expr  # c_bwd [s]
     calibrated: sp.Expr  # the share of the plan whose style was measured (0 or 1, or indicators)
-    kernel_s: sp.Expr  # the generic cost of one kernel launch where not measured [s]
+    kernel_s: sp.Expr  # the generic host cost of one op (kernel) where not measured [s]
+    forward_ops: sp.Expr  # ops (kernels) of its forward, each costing kernel_s
+    backward_ops: sp.Expr
 
 
 def part_costs(c: Context) -> dict[str, PartCost]:
@@ -61,6 +68,18 @@ def part_costs(c: Context) -> dict[str, PartCost]:
     out = {}
     for part in PARTS:
         scale, fwd, bwd, calibrated = FW.part_costs(measured.get(part, {}), styles, S.tp)
-        per_kernel = layer_kernel_s if part == "layer" else S.t_k
-        out[part] = PartCost(scale, fwd, bwd, calibrated, (1 - calibrated) * per_kernel)
+        if c.asynchronous:
+            per_op = H.op_s(c, layers=part == "layer")
+            ops = {"layer": H.layer_ops(c),
+                   "embedding": (H.EMBEDDING_FORWARD_OPS, H.EMBEDDING_BACKWARD_OPS),
+                   "output": (H.OUTPUT_FORWARD_OPS, H.OUTPUT_BACKWARD_OPS)}[part]
+        else:
+            per_op = layer_kernel_s if part == "layer" else S.t_k
+            kernels = {"layer": K.kernels_per_layer_forward(sequence_parallel=c.seq_parallel,
+                                                            flash=c.flash),
+                       "embedding": EMBEDDING_FORWARD_KERNELS,
+                       "output": OUTPUT_FORWARD_KERNELS}[part]
+            ops = (kernels, BACKWARD_PER_FORWARD * kernels)
+        out[part] = PartCost(scale, fwd, bwd, calibrated, (1 - calibrated) * per_op,
+                             sp.sympify(ops[0]), sp.sympify(ops[1]))
     return out

@@ -15,7 +15,7 @@ core (selective) before the backward (Korthikanti et al. 2022, Sec. 5).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sympy as sp
 
@@ -23,7 +23,7 @@ from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import layouts as LY
 from perfmodel.step.collective import Collective
-from perfmodel.step.compose import Phase
+from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context
 from perfmodel.step.framework import BACKWARD_PER_FORWARD, PartCost
 
@@ -37,6 +37,7 @@ class LayerWork:
     gemm_s: sp.Expr
     attention_s: sp.Expr
     elementwise_s: sp.Expr
+    gemms: dict[str, sp.Expr] = field(default_factory=dict)  # each GEMM's, by name
 
     @property
     def total_s(self) -> sp.Expr:
@@ -67,40 +68,58 @@ def layer_work(c: Context) -> LayerWork:
         attention_s=sum((gemm_t[n] for n in K.ATTENTION_CORE), ZERO)
         + K.memory_time(ew["softmax"] + ew["attention_dropout"], c.dev),
         elementwise_s=K.memory_time(ew["layernorm"] + ew["activation"] + ew["dropout_add"], c.dev),
+        gemms=gemm_t,
     )
 
 
 def layer_phases(c: Context, work: LayerWork, cost: PartCost,
-                 issued: Mapping[str, tuple[Collective, ...]]) -> tuple[Phase, Phase, Phase]:
-    """The stage's L/pp layers in one micro-batch: forward, backward, recompute.
+                 issued: Mapping[str, tuple[Collective, ...]], stage: str = "first",
+                 overlap: Mapping[str, tuple[Overlap, ...]] | None = None,
+                 overlap_device: Mapping[str, sp.Expr] | None = None
+                 ) -> tuple[Phase, Phase, Phase]:
+    """The stage's n layers in one micro-batch (n: c.stage_layers[stage]): forward, backward,
+    recompute.
 
     device: n x work (x 2 backward); where calibrated, (s - 1) x that (the framework's scale)
-    host:   n x c_fwd (c_bwd); n x kernels x t_kernel (x 2 backward) where not calibrated
+    host:   n x c_fwd (c_bwd); n x ops x t_op (framework.PartCost) where not calibrated
     recompute: full x forward + selective x attention, device and host (charged to
     compute/recompute), and full x the forward's collectives.
+    overlap, overlap_device: by phase, the Overlaps of its tensor-parallel collectives and what
+    the overlapped GEMMs lose (perfmodel.step.tensor_parallel.layer_overlaps).
     """
-    n, back = c.layers_per_stage, BACKWARD_PER_FORWARD
-    kernels = n * cost.kernel_s * K.kernels_per_layer_forward(sequence_parallel=c.seq_parallel,
-                                                              flash=c.flash)
+    n, back = c.stage_layers[stage], BACKWARD_PER_FORWARD
+    scale = n / c.layers_per_stage  # the collectives are declared for the first stage's layers
+    overlap, extra = overlap or {}, overlap_device or {}
+    kernels = n * cost.kernel_s * cost.forward_ops
+    back_kernels = n * cost.kernel_s * cost.backward_ops
     slower = cost.scale - 1  # what the framework's scale adds to the rooflines
     recomputed = c.full * work.total_s + c.selective * work.attention_s
+    def lost(name: str) -> dict[str, sp.Expr]:
+        return {"compute/tp_overlap": extra[name]} if name in extra else {}
+
     forward = Phase(
         name="layers/forward",
         device={**work.by_term("forward", n),
-                "compute/forward/framework": n * slower * work.total_s},
+                "compute/forward/framework": n * slower * work.total_s,
+                **lost("layers/forward")},
         host={"compute/forward/framework": n * cost.forward_s, "overhead/kernels": kernels},
-        comms=issued.get("layers/forward", ()))
+        comms=issued.get("layers/forward", ()), overlaps=overlap.get("layers/forward", ()),
+        comm_scale=scale)
     backward = Phase(
         name="layers/backward",
         device={**work.by_term("backward", back * n),
-                "compute/backward/framework": n * slower * back * work.total_s},
+                "compute/backward/framework": n * slower * back * work.total_s,
+                **lost("layers/backward")},
         host={"compute/backward/framework": n * cost.backward_s,
-              "overhead/kernels": back * kernels},
-        comms=issued.get("layers/backward", ()))
+              "overhead/kernels": back_kernels},
+        comms=issued.get("layers/backward", ()), overlaps=overlap.get("layers/backward", ()),
+        comm_scale=scale)
     recompute = Phase(
         name="layers/recompute",
-        device={"compute/recompute": n * (recomputed + slower * recomputed)},
+        device={"compute/recompute": n * (recomputed + slower * recomputed),
+                **lost("layers/recompute")},
         host={"compute/recompute": n * c.full * cost.forward_s,
               "overhead/kernels": c.full * kernels},
-        comms=issued.get("layers/recompute", ()))
+        comms=issued.get("layers/recompute", ()), overlaps=overlap.get("layers/recompute", ()),
+        comm_scale=scale)
     return forward, backward, recompute

@@ -39,9 +39,11 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
     for st in STAGES:
         has_embed, has_head = holds(c, st)
         mem = {name: per_param[name] * params.per_stage[st] / div[name] for name in per_param}
-        # the first stage holds the most micro-batches; a later one, at least one
-        stage_inflight = inflight if st == "first" else c.single * inflight + c.multi
-        mem["activations/layers"] = act_layer * c.layers_per_stage * stage_inflight
+        # the first stage holds the most micro-batches; the last, at least one; a middle one
+        # (the second, the fullest: 1F1B's pp - 1) one fewer than the first (all m with GPipe)
+        stage_inflight = {"first": inflight, "last": c.single * inflight + c.multi,
+                          "middle": inflight - c.multi * (1 - c.gpipe)}[st]
+        mem["activations/layers"] = act_layer * c.stage_layers[st] * stage_inflight
         mem["activations/recompute_buffer"] = c.full * full_layer
         # the embedding's dropout mask per in-flight micro-batch; the final norm's input and the
         # fp32 logits (two of each, as the first step model counted them, 88e7cc9)

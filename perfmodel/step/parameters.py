@@ -24,14 +24,14 @@ class Parameters:
     layer_per_gpu: sp.Expr
     embedding: dict[str, sp.Expr]  # "sharded" (the word embedding), "replicated" (positions)
     final_norm: sp.Expr
-    per_stage: dict[str, sp.Expr]  # first, last: on one GPU of the stage
-    per_gpu: sp.Expr  # the larger stage's
+    per_stage: dict[str, sp.Expr]  # first, last, middle: on one GPU of the stage
+    per_gpu: sp.Expr  # the largest stage's
     total: sp.Expr  # the model's
 
 
 def parameters(c: Context) -> Parameters:
     h, V, L, tp, qa, qb = S.h, S.V, S.L, S.tp, S.q_a, S.q_b
-    n, single, tied = c.layers_per_stage, c.single, c.tied
+    n, single, tied = c.stage_layers, c.single, c.tied
     lp = M.layer_params(h, S.a, S.kv, S.f, gated=c.gated, bias=c.bias, qkv_bias=c.qkv_bias,
                         layernorm=c.layernorm, d=c.d)
     layer_gpu = lp["sharded"] / (c.megatron * tp + c.grid2 * qa * qb + c.grid3 * tp) \
@@ -40,12 +40,13 @@ def parameters(c: Context) -> Parameters:
     final_norm = (1 + c.layernorm) * h
     output_gpu = V * h / tp
     per_stage = {
-        "first": n * layer_gpu + emb["sharded"] / tp + emb["replicated"]
+        "first": n["first"] * layer_gpu + emb["sharded"] / tp + emb["replicated"]
         + single * (final_norm + (1 - tied) * output_gpu),
-        "last": n * layer_gpu + final_norm + output_gpu * (1 - tied * single)
+        "last": n["last"] * layer_gpu + final_norm + output_gpu * (1 - tied * single)
         + single * (emb["sharded"] / tp + emb["replicated"]),
+        "middle": n["middle"] * layer_gpu,
     }
     total = L * (lp["sharded"] + lp["replicated"]) + emb["sharded"] + emb["replicated"] \
         + final_norm + (1 - tied) * V * h
     return Parameters(lp, layer_gpu, emb, final_norm, per_stage,
-                      sp.Max(per_stage["first"], per_stage["last"], evaluate=False), total)
+                      sp.Max(*per_stage.values(), evaluate=False), total)

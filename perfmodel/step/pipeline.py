@@ -1,12 +1,17 @@
 """The pipeline: which stage holds what, its sends and receives, and the schedule's bubble.
 
-Stages: the first holds the embedding, the last the output layer and loss; with pp = 1 one stage
-holds both. Each holds L/pp layers (v chunks of them, interleaved).
+Stages: the first holds the embedding, the last the output layer and loss, the ones between
+(middle) neither; with pp = 1 one stage holds both. Each holds L/pp layers (v chunks of them,
+interleaved), or, split unevenly, the first and last stages the layers the plan gives them and
+the others the rest (perfmodel.step.context.stage_layers).
 Send/receive: per chunk and micro-batch an activation crosses forward and its gradient backward,
 1/tp of e T h bytes each (Megatron's scatter-gather, or already split by sequence parallelism):
     t_p2p = 2 v t_send_recv                                              [s per micro-batch]
-Bubble (Narayanan et al. SC21, Sec. 2.2): (pp - 1)/v micro-batch times idle in every step,
-    T_bubble = min(B, max(0, (m + B)/rho - m)) x max(0, t_mb - W_fill),   B = (pp - 1)/v
+Bubble (Narayanan et al. SC21, Sec. 2.2): (pp - 1)/v micro-batch times idle in every step, each
+the time of a stage other than the slowest (the fill and drain pass through every stage once:
+their sum, less the slowest's, which every micro-batch pays anyway; compose.other_stages_time):
+    T_bubble = min(B, max(0, (m + B)/rho - m)) x max(0, t_other - W_fill),   B = (pp - 1)/v
+    t_other  = (t_first + (pp - 2) t_middle + t_last - t_mb) / (pp - 1)
 where ranks time-sharing a device (rho > 1, CPU ranks on fewer cores) run faster while others wait:
 the pipeline takes max(m, (m + B)/rho) micro-batch times (the rates are per rank with every rank
 busy, so m of them are the cores' work), so the bubble lasts min(B, max(0, (m + B)/rho - m)) (B
@@ -27,12 +32,15 @@ from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
 from perfmodel.step.framework import BACKWARD_PER_FORWARD
 
-STAGES = ("first", "last")
+STAGES = ("first", "last", "middle")
 TRANSFERS_PER_CHUNK = 2  # an activation forward, its gradient backward
 
 
 def holds(c: Context, stage: str) -> tuple[sp.Expr, sp.Expr]:
-    """(1 if the stage holds the embedding, 1 if it holds the output layer): both with one stage."""
+    """(1 if the stage holds the embedding, 1 if it holds the output layer): both with one stage,
+    neither on a middle stage."""
+    if stage == "middle":
+        return sp.Integer(0), sp.Integer(0)
     return (sp.Integer(1), c.single) if stage == "first" else (c.single, sp.Integer(1))
 
 
@@ -61,13 +69,20 @@ def p2p_phase(collective: Collective) -> Phase:
 def weight_gradient_fill(c: Context, stage_terms: Mapping[str, Mapping[str, sp.Expr]]) -> sp.Expr:
     """W_fill = zb (2 + zbv) min over stages of W [s], W = the weight-gradient half of the stage's
     backward GEMMs (a backward is two forwards: input and weight gradients)."""
-    w = [(terms["compute/backward/gemm"] + terms["compute/backward/embedding_logits"])
-         / BACKWARD_PER_FORWARD for terms in stage_terms.values()]
-    return c.zero_bubble * (2 + c.zbv) * sp.Min(*w, evaluate=False)
+    w = {st: (terms["compute/backward/gemm"] + terms["compute/backward/embedding_logits"])
+         / BACKWARD_PER_FORWARD for st, terms in stage_terms.items()}
+    if "middle" in w:  # a middle stage exists from pp = 3 on; below, never the smallest
+        w["middle"] = w["middle"] + (1 - middle_exists()) * w["first"]
+    return c.zero_bubble * (2 + c.zbv) * sp.Min(*w.values(), evaluate=False)
 
 
-def bubble_s(m: sp.Expr, t_mb: sp.Expr, w_fill: sp.Expr) -> sp.Expr:
-    """T_bubble [s] (see the module doc); m, t_mb and W_fill as expressions or as symbols."""
+def middle_exists() -> sp.Expr:
+    """1 from pp = 3 on (a stage holding neither end), else 0."""
+    return sp.Max(0, sp.Min(1, S.pp - 2, evaluate=False), evaluate=False)
+
+
+def bubble_s(m: sp.Expr, t_other: sp.Expr, w_fill: sp.Expr) -> sp.Expr:
+    """T_bubble [s] (see the module doc); m, t_other and W_fill as expressions or as symbols."""
     bubble = (S.pp - 1) / S.v
     kept = sp.Min(bubble, sp.Max(0, (m + bubble) / S.rho - m, evaluate=False), evaluate=False)
-    return kept * sp.Max(0, t_mb - w_fill, evaluate=False)
+    return kept * sp.Max(0, t_other - w_fill, evaluate=False)

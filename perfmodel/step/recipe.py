@@ -6,10 +6,12 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
+from perfmodel import symbols as S
 from perfmodel.family import Family
 from perfmodel.step import compose as CO
 from perfmodel.step import data_parallel as DP
 from perfmodel.step import embedding_head as EH
+from perfmodel.step import host as H
 from perfmodel.step import pipeline as PP
 from perfmodel.step import tensor_parallel as TP
 from perfmodel.step.collective import Collective, CommOp
@@ -40,6 +42,11 @@ class Model:
     # and what each of those symbols stands for
     composition: dict[sp.Symbol, sp.Expr] = field(default_factory=dict)
     term_values: dict[sp.Symbol, sp.Expr] = field(default_factory=dict)
+    # what each term hides, per step ("stage:name" or name): communication behind compute, host
+    # time behind the device's (reported beside the breakdown, not in the step time)
+    hidden_terms: dict[str, sp.Expr] = field(default_factory=dict)
+    # each stage composed: its terms as explain prints them (the host's exposed share a symbol)
+    stages: dict[str, CO.Stage] = field(default_factory=dict)
 
 
 def build(fam: Family) -> Model:
@@ -58,30 +65,45 @@ def build(fam: Family) -> Model:
                    *TP.output_collectives(c), *p2p.values(), *DP.sync_collectives(c, params, units),
                    *TP.norm_grad_collectives(c)]
     issued = _by_phase(collectives)
-    # 3. one micro-batch on each stage, phase by phase
+    # 3. one micro-batch on each stage, phase by phase (the layers' tensor-parallel collectives
+    #    behind their GEMMs where the plan overlaps them; the loop's own ops on a GPU's host)
+    launch = H.launch_s(c) if c.asynchronous else S.t_coll
     phases: dict[str, tuple[Phase, ...]] = {}
     for st in PP.STAGES:
         has_embedding, has_output = PP.holds(c, st)
-        phases[st] = (*layer_phases(c, layer, costs["layer"], issued),
+        overlaps, lost = TP.layer_overlaps(c, layer.gemms, c.stage_layers[st])
+        loop = (Phase(name="training_loop",
+                      host={"overhead/loop": H.loop_s(c, has_embedding, has_output)}),) \
+            if c.asynchronous else ()
+        phases[st] = (*layer_phases(c, layer, costs["layer"], issued, st, overlaps, lost),
                       *EH.embedding_phases(c, costs["embedding"], issued, has_embedding),
                       *EH.output_phases(c, costs["output"], issued, has_output),
-                      PP.p2p_phase(p2p[st]), DP.fsdp_hook_phase(c))
-    stage_terms = {st: CO.stage_terms(phases[st], CO.launch_s(collectives, st))
-                   for st in PP.STAGES}
+                      PP.p2p_phase(p2p[st]), DP.fsdp_hook_phase(c, st), *loop)
+    composed = {st: CO.stage_terms(phases[st], CO.launch_s(collectives, st, launch),
+                                   c.asynchronous, st) for st in PP.STAGES}
+    stage_terms = {st: stage.terms for st, stage in composed.items()}
     # 4. its memory
     memory = memory_terms(c, params)
-    # 5. the step: m micro-batches through the pipeline schedule and its bubble, then the
-    #    data-parallel gradient sync (behind the last stage's backward) and the optimizer
+    # 5. the step: m micro-batches through the pipeline schedule, its fill and drain (the other
+    #    stages' time), then the data-parallel gradient sync (behind the last stage's backward),
+    #    the parameter gathers (behind the forward) and the optimizer
     stage_time = {st: sp.Add(*terms.values()) for st, terms in stage_terms.items()}
     t_mb = CO.micro_batch_time(stage_time.values())
+    t_other = CO.other_stages_time(stage_time["first"], stage_time["middle"], stage_time["last"],
+                                   t_mb, S.pp, c.multi)
     w_fill = PP.weight_gradient_fill(c, stage_terms)
-    phases["step"] = (DP.sync_phase(c, params, units, issued, CO.backward_s(stage_terms["last"])),
+    phases["step"] = (DP.sync_phase(c, params, units, issued, CO.backward_s(stage_terms["last"]),
+                                    CO.forward_s(stage_terms["first"])),
                       TP.norm_grad_phase(issued), optimizer_phase(c, params))
-    step_terms = CO.step_terms(phases["step"], c.m, CO.launch_s(collectives),
-                               PP.bubble_s(c.m, t_mb, w_fill))
+    step_terms, step_hidden = CO.step_terms(phases["step"], c.m,
+                                            CO.launch_s(collectives, None, launch),
+                                            PP.bubble_s(c.m, t_other, w_fill))
     # 6. what else a prediction reports
-    parts = part_times(c, forward_s, {p.name: p for p in phases["first"] + phases["last"]},
+    parts = part_times(c, forward_s, {p.name: p for p in phases["last"] + phases["first"]},
                        collectives, units)
+    hidden = {f"{st}:{k}": c.m * x for st, stage in composed.items()
+              for k, x in stage.hidden.items() if x != 0}
+    hidden.update({k: x for k, x in step_hidden.items() if x != 0})
     return Model(
         family=fam,
         time_terms={**{f"{st}:{k}": c.m * t for st in PP.STAGES
@@ -93,6 +115,8 @@ def build(fam: Family) -> Model:
         ledger=[x.ledger_entry(c.m) for x in collectives],
         stage_terms=stage_terms,
         phases=phases,
+        hidden_terms=hidden,
+        stages={st: stage for st, stage in composed.items()},
         **_composition(c, stage_time, step_terms, w_fill),
     )
 
@@ -109,12 +133,14 @@ def _composition(c: Context, stage_time: dict[str, sp.Expr], step_terms: dict[st
                  w_fill: sp.Expr) -> dict[str, dict[sp.Symbol, sp.Expr]]:
     """The step's composition written with the functions that composed it, over the terms'
     symbols (perfmodel.step.compose), and the expression each symbol stands for."""
-    stages = [CO.STAGE_SYMBOLS[st] for st in PP.STAGES]
+    st = CO.STAGE_SYMBOLS
     with sp.evaluate(False):  # as written: explain prints them in this order
         composition = {
             sp.Symbol("T_step"): CO.step_time(CO.M_SYM, CO.T_MB, CO.STEP_SYMBOLS),
-            CO.T_MB: CO.micro_batch_time(stages),
-            CO.STEP_SYMBOLS["pipeline/bubble"]: PP.bubble_s(CO.M_SYM, CO.T_MB, CO.W_FILL),
+            CO.T_MB: CO.micro_batch_time([st[s] for s in PP.STAGES]),
+            CO.T_OTHER: CO.other_stages_time(st["first"], st["middle"], st["last"], CO.T_MB,
+                                             S.pp, c.multi),
+            CO.STEP_SYMBOLS["pipeline/bubble"]: PP.bubble_s(CO.M_SYM, CO.T_OTHER, CO.W_FILL),
         }
     values = {CO.M_SYM: c.m, CO.W_FILL: w_fill,
               **{CO.STAGE_SYMBOLS[st]: t for st, t in stage_time.items()},

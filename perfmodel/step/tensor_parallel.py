@@ -12,6 +12,29 @@ and split fuse into a reduce-scatter (Megatron-LM). Output layer: its input gath
 and reduced backward; cross entropy all-reduces max, sum and target logits over T fp32 values.
 Sequence parallelism leaves the norms' weight gradients partial: one all-reduce per step of every
 norm vector (Megatron-LM allreduce_layernorm_grads).
+
+Overlapped with the GEMMs (tp_comm_overlap: Megatron --tp-comm-overlap, Transformer Engine's
+userbuffers; torchtitan's async TP), as NeMo's H100 configurations run it
+(nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py; NeMo docs, "Communication
+Overlap"), per layer, C one collective's time, G the GEMM it pairs with:
+  - an all-gather feeding a GEMM (forward before QKV and MLP up, backward before the attention
+    output's and MLP down's input-gradient GEMMs): ring exchange, the GEMM in tp chunks, each
+    computed while the next chunk arrives, the first on the local shard:
+        exposed = max(0, C - G (tp - 1) / tp)
+  - a reduce-scatter after a GEMM (forward after the attention output and MLP down): pipelined,
+    the GEMM in RS_SPLITS chunks, each chunk's reduce-scatter behind the next chunk's GEMM, the
+    last chunk's exposed:   exposed = max(C / RS_SPLITS, C - G (RS_SPLITS - 1) / RS_SPLITS)
+  - the backward's reduce-scatter of the QKV and MLP-up input gradients: bulk, behind the weight-
+    gradient GEMM that does not depend on it:  exposed = max(0, C - G)
+  - what the overlapped GEMMs lose: they run in chunks (tp chunks of the tokens for a ring
+    exchange, RS_SPLITS for a pipelined reduce-scatter: smaller GEMMs, less efficient by the
+    hardware's GEMM model, perfmodel.costs.gemm_efficiency); and the pipelined reduce-scatters
+    run on SMs the GEMM gives up (set_sm_margin): the attention output's GEMM runs on
+    1 - 24/132 of them, MLP down's on 1 - 16/132 (num_sm of the H100 configurations' proj_fprop
+    and fc2_fprop, of H100's 132 SMs), 1/(1 - share) times as long; ring exchange and bulk use
+    the copy engines or a few SMs without a margin (num_sm 1-4 for the forward's all-gathers):
+    no slowdown. The windows above are the GEMMs as they run.
+Full recompute repeats the forward's collectives and their overlaps.
 """
 
 from __future__ import annotations
@@ -21,13 +44,18 @@ from collections.abc import Mapping
 import sympy as sp
 
 from perfmodel import symbols as S
+from perfmodel.costs import compute as K
 from perfmodel.costs import layouts as LY
 from perfmodel.costs.compute import FP32_BYTES
 from perfmodel.step.collective import Collective
-from perfmodel.step.compose import Phase
+from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context
 
+ZERO = sp.Integer(0)
 COLLECTIVES_PER_LAYER = 2  # Megatron 1D, per layer and direction: after attention, after MLP
+RS_SPLITS = 4  # num_splits of every PipelineOverlapCfg in NeMo's userbuffers.py
+SM_SHARE = {"attention_output": sp.Rational(24, 132),  # proj_fprop num_sm 24, H100: 132 SMs
+            "mlp_down": sp.Rational(16, 132)}  # fc2_fprop num_sm 16 (Llama 3 70B, tp 4, bf16)
 CROSS_ENTROPY_ALL_REDUCES = 3  # the logits' max, the sum of their exponentials, the target logit
 NORMS_PER_LAYER = 2  # before the attention and before the MLP
 
@@ -51,6 +79,50 @@ def layer_collectives(c: Context) -> list[Collective]:
     if c.fam.tp_layout != "1d":  # 2d / 2.5d / 3d grids: see perfmodel.costs.layouts
         out += _grid_collectives(c)
     return out
+
+
+def layer_overlaps(c: Context, gemms: Mapping[str, sp.Expr], n: sp.Expr
+                   ) -> tuple[dict[str, tuple[Overlap, ...]], dict[str, sp.Expr]]:
+    """The Overlaps of the layers' tensor-parallel collectives with their GEMMs (tp_comm_overlap;
+    see the module doc), by layer phase, and what the overlapped GEMMs lose (compute/tp_overlap),
+    for the n layers of a stage; gemms: one layer's forward GEMM times by name."""
+    on, tp, splits = c.tp_comm_overlap, S.tp, sp.Integer(RS_SPLITS)
+    ag, rs, half = ("tp/layer/all_gather",), ("tp/layer/reduce_scatter",), sp.Rational(1, 2)
+    # the overlapped GEMMs as they run: in chunks of the tokens (tp for the ring exchanges,
+    # RS_SPLITS for the pipelined reduce-scatters), those before a pipelined reduce-scatter on
+    # the SMs it leaves them
+    ring = _chunked(c, tp, ("qkv", "mlp_up", "attention_output", "mlp_down"))
+    pipe = {g: t / (1 - SM_SHARE[g]) for g, t in _chunked(c, splits, tuple(SM_SHARE)).items()}
+
+    def ov(behind: str, time: sp.Expr, of: tuple[str, ...], hides: sp.Expr,
+           floor: sp.Expr = ZERO) -> Overlap:
+        return Overlap(behind, n * hides * time, on, floor=floor, of=of, share=half)
+
+    before, after = (tp - 1) / tp, (splits - 1) / splits
+    forward = (ov("the QKV GEMM", ring["qkv"], ag, before),
+               ov("the MLP up GEMM", ring["mlp_up"], ag, before),
+               ov("the attention output GEMM", pipe["attention_output"], rs, after, 1 / splits),
+               ov("the MLP down GEMM", pipe["mlp_down"], rs, after, 1 / splits))
+    backward = (ov("the attention output's input-gradient GEMM", ring["attention_output"], ag,
+                   before),
+                ov("the MLP down's input-gradient GEMM", ring["mlp_down"], ag, before),
+                ov("the QKV weight-gradient GEMM", gemms["qkv"], rs, sp.Integer(1)),
+                ov("the MLP up weight-gradient GEMM", gemms["mlp_up"], rs, sp.Integer(1)))
+    lost_forward = sum((t - gemms[g] for g, t in (*((g, ring[g]) for g in ("qkv", "mlp_up")),
+                                                   *pipe.items())), sp.Integer(0))
+    lost_backward = sum((ring[g] - gemms[g] for g in ("attention_output", "mlp_down")),
+                        sp.Integer(0))
+    return ({"layers/forward": forward, "layers/backward": backward, "layers/recompute": forward},
+            {"layers/forward": on * n * lost_forward, "layers/backward": on * n * lost_backward,
+             "layers/recompute": c.full * on * n * lost_forward})
+
+
+def _chunked(c: Context, chunks: sp.Expr, names: tuple[str, ...]) -> dict[str, sp.Expr]:
+    """The forward time of some linear layers' GEMMs run in `chunks` pieces of the micro-batch's
+    tokens (Megatron 1D shapes) [s]."""
+    gemms = {g.name: g for g in K.layer_gemms(c.T / chunks, S.b, S.s, S.h, S.a, S.kv, S.f, S.tp,
+                                              c.gated, c.d)}
+    return {name: chunks * K.gemm_time(gemms[name], S.e, c.dev) for name in names}
 
 
 def _grid_collectives(c: Context) -> list[Collective]:
@@ -108,7 +180,7 @@ def output_collectives(c: Context) -> list[Collective]:
 def norm_grad_collectives(c: Context) -> list[Collective]:
     """Per step, with sequence parallelism: one all-reduce of every norm vector of the stage (two
     per layer and the final norm; LayerNorm has a weight and a bias, RMSNorm a weight)."""
-    vectors = (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * c.layers_per_stage + 1)
+    vectors = (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * c.max_stage_layers + 1)
     return [Collective(name="tp/norm_grads/all_reduce", op="all_reduce", axis="tp",
                        nbytes=S.wbytes * vectors, calls=c.seq_parallel, phase="step",
                        in_phase="tensor_parallel/norm_grads", term="comm/tp_grads", fam=c.fam)]

@@ -26,6 +26,7 @@ LAYOUTS = ("1d", "2d", "2.5d", "3d")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "zbv")
 RECOMPUTES = ("none", "selective", "full")
 PLACEMENTS = ("tp,dp,pp", "tp,pp,dp", "dp,tp,pp", "pp,tp,dp")
+STACKS = ("eager", "eager", "compiled", "cuda-graphs")
 RECOMMEND = (  # (model, hardware, gpus, global batch, dtype)
     ("gpt3-175b", "dgx-a100-80gb", 1024, 1536, "bf16"),
     ("llama3-8b", "dgx-h100", 64, 512, "bf16"),
@@ -65,13 +66,22 @@ def _candidate(rng: random.Random, model: Any, dtype: str) -> dict[str, Any]:
         tp ** (1 / 3) if layout == "3d" else (tp // depth) ** 0.5) ** (2 if layout == "3d" else 1)
     micro = split * rng.choice([1, 2, 4])
     micro_batches = rng.choice([1, 2, 4, 8, 16, 32]) * (pp if schedule != "1f1b" else 1)
+    sequence_parallel = layout == "1d" and tp > 1 and rng.random() < 0.5
+    zero = rng.choice([0, 1, 2, 3]) if dp > 1 else 0
+    # an uneven pipeline split now and then: the first and last stages v layers short (or long);
+    # the plan rules throw away the splits that do not divide
+    first = last = 0
+    if pp > 1 and schedule != "zbv" and rng.random() < 0.15:
+        first, last = (max(0, chunks + rng.choice([-virtual, virtual])) for _ in range(2))
     return dict(gpus=dp * tp * pp, dp=dp, tp=tp, pp=pp, micro_batch=micro,
                 global_batch=dp * micro * micro_batches, schedule=schedule,
-                virtual_stages=virtual,
-                sequence_parallel=layout == "1d" and tp > 1 and rng.random() < 0.5,
-                recompute=rng.choice(RECOMPUTES), zero=rng.choice([0, 1, 2, 3]) if dp > 1 else 0,
+                virtual_stages=virtual, sequence_parallel=sequence_parallel,
+                recompute=rng.choice(RECOMPUTES), zero=zero,
                 dtype=dtype, tp_layout=layout, tp_depth=depth,
                 flash_attention=rng.random() < 0.3, overlap_grad_sync=rng.random() < 0.3,
+                overlap_param_gather=zero > 0 and rng.random() < 0.3,
+                tp_comm_overlap=sequence_parallel and rng.random() < 0.5,
+                stack=rng.choice(STACKS), first_stage_layers=first, last_stage_layers=last,
                 placement=rng.choice(PLACEMENTS))
 
 
@@ -119,7 +129,8 @@ def _record(model: str, hardware: str, plan: dict[str, Any]) -> dict[str, Any]:
             "step_time_s": r.step_time_s, "memory_per_gpu_bytes": r.memory_per_gpu_bytes,
             "model_flops_per_step": r.model_flops_per_step,
             "hardware_flops_per_step": r.hardware_flops_per_step, "parameters": r.parameters,
-            "breakdown_s": r.breakdown_s, "memory_breakdown_bytes": r.memory_breakdown_bytes,
+            "breakdown_s": r.breakdown_s, "hidden_s": r.hidden_s,
+            "memory_breakdown_bytes": r.memory_breakdown_bytes,
             "ledger": comm_ledger(model, plan, hardware)}
 
 

@@ -20,7 +20,9 @@ GPT = {S.kv: a, S.f: 4 * h}  # GPT-3 family: multi-head attention, MLP width 4h
 def gpt_family(**options):
     """GPT-3 as in Megatron-LM: biases, LayerNorm, learned positions, tied embeddings, no gating."""
     fixed = dict(schedule="1f1b", recompute="none", sequence_parallel=False, zero=0, flash=False,
-                 overlap_grad_sync=False, gated=False, tied_embeddings=True, learned_positions=True,
+                 overlap_grad_sync=False, overlap_param_gather=False, tp_comm_overlap=False,
+                 stack="eager", uneven_stages=False, gated=False, tied_embeddings=True,
+                 learned_positions=True,
                  bias=True, qkv_bias=True, layernorm=True, tp_layout="1d",
                  scopes=tuple((axis, "intra") for axis in ("tp", "dp", "pp", "tpa", "tpb", "tpc")))
     return Family(**{**fixed, **options})

@@ -49,7 +49,11 @@ def test_the_rules_over_columns_give_each_plan_what_plan_check_says():
             "schedule": rng.integers(0, len(SCHEDULES), n),
             "virtual_stages": rng.choice([1, 1, 2, 3], n),
             "sequence_parallel": rng.integers(0, 2, n), "tp_layout": rng.integers(0, 4, n),
-            "tp_depth": rng.choice([1, 1, 1, 3], n)}
+            "tp_depth": rng.choice([1, 1, 1, 3], n), "zero": rng.integers(0, 4, n),
+            "tp_comm_overlap": rng.choice([0, 0, 0, 1], n),
+            "overlap_param_gather": rng.choice([0, 0, 1], n),
+            "first_stage_layers": rng.choice([0] * 12 + [1, 2, 3, 7, 9], n),
+            "last_stage_layers": rng.choice([0] * 12 + [1, 2, 3, 7, 9], n)}
     cols["gpus"] = cols["dp"] * cols["tp"] * cols["pp"] * rng.choice([1] * 19 + [2], n)
     cols["global_batch"] = cols["dp"] * cols["micro_batch"] * rng.choice([1, 2, 4, 8, 3], n)
     for name in ("llama2-7b", "gpt3-175b", "gpt-22b"):
@@ -102,15 +106,34 @@ def test_terms_sum_to_the_step_time():
     assert sum(r.memory_breakdown_bytes.values()) == pytest.approx(r.memory_per_gpu_bytes)
 
 
-def test_pipeline_bubble_fraction_is_pp_minus_one_over_m():
-    # Narayanan et al. 2021, Sec. 2.2: bubble / ideal = (pp - 1) / m, divided by v when interleaved
+def _stage_times(model, hardware, plan):
+    """One micro-batch's time on the first, a middle and the last stage [s]."""
+    from perfmodel.evaluate import compile_family, family_of, values_of
+
+    model, hardware = load_model(model), load_hardware(hardware)
+    out = compile_family(family_of(model, hardware, plan))(values_of(model, hardware, plan))
+    return {st: float(out[f"stage_time:{st}"]) for st in ("first", "middle", "last")}
+
+
+def test_pipeline_bubble_is_the_fill_and_drain_through_every_stage():
+    """Narayanan et al. 2021, Sec. 2.2: bubble / ideal = (pp - 1) / m (divided by v when
+    interleaved) with equal stages. With unequal ones (the last stage carries the output layer
+    and the loss, the first the embedding) the fill and drain pass through every stage once:
+    (pp - 1)/v micro-batch times of the stages other than the slowest, (sum - max) / (pp - 1)
+    each, less than (pp - 1) x the slowest."""
     model = load_model("gpt3-175b")
     for v, sched in ((1, "1f1b"), (3, "interleaved"), (1, "gpipe")):
-        r = predict(model, "dgx-a100-80gb", Plan(gpus=64, tp=8, pp=8, global_batch=32,
-                                                 schedule=sched, virtual_stages=v))
+        plan = Plan(gpus=64, tp=8, pp=8, global_batch=32, schedule=sched, virtual_stages=v)
+        r = predict(model, "dgx-a100-80gb", plan)
+        t = _stage_times(model, "dgx-a100-80gb", plan)
+        assert t["last"] > t["middle"] and t["first"] > t["middle"]  # the ends carry more
+        slowest = max(t.values())
+        other = (t["first"] + 6 * t["middle"] + t["last"] - slowest) / 7
+        assert r.breakdown_s["pipeline/bubble"] == pytest.approx(7 / v * other, rel=1e-9)
         ideal = r.step_time_s - r.breakdown_s["pipeline/bubble"] - r.breakdown_s["comm/dp"] \
-            - r.breakdown_s["optimizer/step"]
-        assert r.breakdown_s["pipeline/bubble"] / ideal == pytest.approx(7 / 32 / v)
+            - r.breakdown_s["optimizer/step"] - r.breakdown_s["comm/tp_grads"]
+        assert ideal == pytest.approx(32 * slowest, rel=1e-9)
+        assert r.breakdown_s["pipeline/bubble"] / ideal < 7 / 32 / v
 
 
 def test_zero_stages_shrink_memory_monotonically():
@@ -182,9 +205,9 @@ def test_zero_bubble_schedules_shrink_the_bubble_as_the_paper_says():
     # the last); the layers' half of the backward GEMMs is the same on both
     w = zb.breakdown_s["compute/backward/gemm"] / 2
     m = 64
-    t_mb = (zb.step_time_s - zb.breakdown_s["pipeline/bubble"] - zb.breakdown_s["comm/dp"]
-            - zb.breakdown_s["comm/tp_grads"] - zb.breakdown_s["optimizer/step"]) / m
-    assert zb.breakdown_s["pipeline/bubble"] == pytest.approx(7 * (t_mb - 2 * w / m), rel=0.01)
+    t = _stage_times(model, "dgx-a100-80gb", Plan(**kw, schedule="zb"))
+    other = (sum(t.values()) + 5 * t["middle"] - max(t.values())) / 7  # the fill and drain's
+    assert zb.breakdown_s["pipeline/bubble"] == pytest.approx(7 * (other - 2 * w / m), rel=0.01)
     # same activations in flight as 1F1B
     assert zb.memory_per_gpu_bytes == pytest.approx(base.memory_per_gpu_bytes)
 

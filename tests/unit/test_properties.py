@@ -45,7 +45,8 @@ def test_gemm_time_never_falls_when_flops_grow(m, n, k, grow, factor):
 
 def plans(max_tp: int = 8):
     """A valid plan of llama2-7b (32 layers, 32 heads, 4096 hidden): any schedule (zero bubble
-    included), 1D or 2D tensor layout, recompute, ZeRO, precision and placement."""
+    included), 1D or 2D tensor layout, recompute, ZeRO, precision, placement, the overlaps and
+    the software stack."""
 
     @st.composite
     def build_plan(draw):
@@ -61,15 +62,19 @@ def plans(max_tp: int = 8):
         m = draw(st.sampled_from([1, 2, 4, 8]))
         if schedule in ("interleaved", "zb", "zbv"):
             m = max(m - m % pp, pp)
+        sequence_parallel = draw(st.booleans()) and tp > 1 and layout == "1d"
+        zero = draw(st.sampled_from([0, 1, 2, 3])) if dp > 1 else 0
         return Plan(gpus=dp * tp * pp, dp=dp, tp=tp, pp=pp, micro_batch=mb,
                     global_batch=dp * mb * m, schedule=schedule, virtual_stages=v,
-                    tp_layout=layout,
-                    sequence_parallel=draw(st.booleans()) and tp > 1 and layout == "1d",
+                    tp_layout=layout, sequence_parallel=sequence_parallel,
                     recompute=draw(st.sampled_from(["none", "selective", "full"])),
-                    zero=draw(st.sampled_from([0, 1, 2, 3])) if dp > 1 else 0,
+                    zero=zero,
                     dtype=draw(st.sampled_from(["bf16", "fp16", "fp32"])),
                     flash_attention=draw(st.booleans()),
                     overlap_grad_sync=draw(st.booleans()),
+                    overlap_param_gather=draw(st.booleans()) and dp > 1 and zero > 0,
+                    tp_comm_overlap=sequence_parallel and draw(st.booleans()),
+                    stack=draw(st.sampled_from(["eager", "compiled", "cuda-graphs"])),
                     placement=draw(st.sampled_from(["tp,dp,pp", "dp,tp,pp", "pp,dp,tp"])))
 
     return build_plan()
@@ -286,5 +291,8 @@ def test_the_recommended_plans_of_issue_14_pass_predict(name, gpus):
     from perfmodel.search import SearchRequest
 
     rec = recommend(load_model(name), H100, SearchRequest(gpus=(gpus,), global_batch=gpus))
-    assert rec.top and all(p.plan.tp in (1, 2, 4, 8) or not p.plan.sequence_parallel
+    model = load_model(name)
+    assert rec.top and all(model.seq_len % p.plan.tp == 0 or not p.plan.sequence_parallel
                            for p in rec.top)
+    for p in rec.top:
+        p.plan.check(model)  # raises a PlanError where the rules refuse it

@@ -1,0 +1,90 @@
+"""Host time on an asynchronous device: the framework ops a part issues, what each costs the host
+under the plan's software stack, and the training loop's own ops (perfmodel.step.compose
+overlaps it with the device's time; on synchronous CPU ranks the step model keeps its cost per
+kernel launch, perfmodel.step.framework).
+
+    host(part) = ops(part, stack) x t_op(stack)                                              [s]
+    t_op(eager) = t_op(compiled) = t_op (HardwareSpec.host_op_overhead_s, measured by
+                  `calibrate run`'s host stage; kernel_overhead_s where not measured),
+    t_op(cuda-graphs) = 0 for the layers: a graph replays its kernels with one launch.
+
+Op counts: the validation job's own transformer layer (workload.model.Block), counted under
+torch's dispatcher (a TorchDispatchMode counting every aten op, views included, since each is a
+dispatch the host pays for; torch 2.13, CPU, one micro-batch after a warm-up, gradients
+accumulating) for every combination of biases, gated MLP and norm; the counts add up exactly as
+the constants below. Compiled: the same layer under torch.compile (Inductor, the FX graph cache
+off), the generated wrapper's fused kernels plus its extern calls (GEMMs, attention), forward and
+backward graph; the norm's kind makes no difference there (fused either way). The embedding and
+the output layer with its loss stay eager under every stack (torchtitan compiles, and Megatron
+graphs, the transformer blocks only).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from perfmodel import symbols as S
+from perfmodel.step.context import Context
+
+# Eager: aten ops of one layer's forward and backward. Base: LayerNorm, biases, GELU MLP (39, 77
+# without the biases' backward); RMSNorm is composite in eager (pow, mean, add, rsqrt, mul per
+# norm: +12 forward, +30 backward); a gated MLP adds its third linear and the product (+5, +12,
+# +3 more for its bias's gradient); biases add their gradients' reductions and copies (+18).
+EAGER_FORWARD_OPS = 39
+EAGER_FORWARD_RMSNORM = 12
+EAGER_FORWARD_GATED = 5
+EAGER_BACKWARD_OPS = 77
+EAGER_BACKWARD_BIAS = 18
+EAGER_BACKWARD_RMSNORM = 30
+EAGER_BACKWARD_GATED = 12
+EAGER_BACKWARD_GATED_BIAS = 3
+# Compiled (Inductor): forward 4 fused kernels + 6 GEMMs + attention (+1 GEMM gated); backward
+# 4 fused kernels + 12 GEMMs + attention's backward (+1 fused kernel with biases, +2 GEMMs gated).
+COMPILED_FORWARD_KERNELS = 11
+COMPILED_FORWARD_GATED = 1
+COMPILED_BACKWARD_KERNELS = 17
+COMPILED_BACKWARD_BIAS = 1
+COMPILED_BACKWARD_GATED = 2
+# The embedding (token and learned position lookups, their sum) and the output layer with its
+# loss (final norm, logits GEMM, log-softmax and NLL), eager, counted likewise.
+EMBEDDING_FORWARD_OPS, EMBEDDING_BACKWARD_OPS = 4, 6
+OUTPUT_FORWARD_OPS, OUTPUT_BACKWARD_OPS = 10, 18
+# The training loop's ops per micro-batch, counted in Megatron-LM's pretrain_gpt.py (at
+# 000ab9d): get_batch's host-to-device copies of tokens, labels, loss mask, attention mask and
+# positions (5, on the first stage); loss_func's views, casts, masked sum, token count and
+# report (15), the NaN and Inf checks of the loss (check_for_nan_in_loss_and_grad, 4) and the
+# schedule's scaling of the loss by the micro-batches and the loss scale (3), on the last stage.
+LOOP_DATA_OPS = 5
+LOOP_LOSS_OPS = 22
+
+
+def layer_ops(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) framework ops of one layer under the plan's stack (0 under CUDA
+    graphs: see op_s)."""
+    rms, gated, bias = 1 - c.layernorm, c.gated, c.bias
+    eager = (EAGER_FORWARD_OPS + EAGER_FORWARD_RMSNORM * rms + EAGER_FORWARD_GATED * gated,
+             EAGER_BACKWARD_OPS + EAGER_BACKWARD_BIAS * bias + EAGER_BACKWARD_RMSNORM * rms
+             + EAGER_BACKWARD_GATED * gated + EAGER_BACKWARD_GATED_BIAS * gated * bias)
+    compiled = (COMPILED_FORWARD_KERNELS + COMPILED_FORWARD_GATED * gated,
+                COMPILED_BACKWARD_KERNELS + COMPILED_BACKWARD_BIAS * bias
+                + COMPILED_BACKWARD_GATED * gated)
+    fused = c.compiled + c.graphs  # CUDA graphs replay the compiled kernels
+    return ((1 - fused) * eager[0] + fused * compiled[0],
+            (1 - fused) * eager[1] + fused * compiled[1])
+
+
+def op_s(c: Context, layers: bool) -> sp.Expr:
+    """Host time of one framework op [s]: t_op, none for the layers under CUDA graphs."""
+    return S.t_op * (1 - c.graphs) if layers else S.t_op
+
+
+def launch_s(c: Context) -> sp.Expr:
+    """Host time of one collective launch [s]: its dispatch as an op (none when captured in a
+    CUDA graph) and the measured cost beyond (t_coll)."""
+    return S.t_coll + S.t_op * (1 - c.graphs)
+
+
+def loop_s(c: Context, has_embedding: sp.Expr, has_output: sp.Expr) -> sp.Expr:
+    """The training loop's host time per micro-batch on a stage [s]: the data on the stage that
+    holds the embedding, the loss on the one that holds the output layer."""
+    return S.t_op * (LOOP_DATA_OPS * has_embedding + LOOP_LOSS_OPS * has_output)
