@@ -28,6 +28,7 @@ from calibration.framework import (
     dispatch_count,
     optimizer_count,
 )
+from calibration.host import HOST_BLOCKS, bench_host, host_count
 from calibration.layers import LayerSize, bench_layers, layer_count, layer_sizes
 from calibration.measure import Context, Recorder, make_timer, measure
 
@@ -48,13 +49,14 @@ class Sweep:
         "all_to_all",
         "send_recv",
     )
-    stages: tuple[str, ...] = ("gemm", "memory", "collectives", "framework", "layers")
+    stages: tuple[str, ...] = ("gemm", "memory", "collectives", "framework", "host", "layers")
     repeats: int = 7
     warmup: int = 2
     min_rep_s: float = 2e-3  # one repetition lasts at least this long (several inner calls)
     subgroups: bool = True
     chain_lengths: tuple[int, ...] = CHAIN_LENGTHS  # framework stage: ops per kernel chain
     optimizer_hidden: tuple[int, ...] = OPTIMIZER_HIDDEN  # framework stage: optimizer sizes
+    host_blocks: tuple[int, ...] = HOST_BLOCKS  # host stage: tiny blocks per step
     layer_sizes: tuple[LayerSize, ...] = ()  # layers stage: widths and token counts
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -106,7 +108,7 @@ def sweep_for(
         warmup=1 if quick else 2,
         min_rep_s=5e-3 if quick else 1e-2,
         subgroups=True,
-        stages=stages or ("gemm", "memory", "collectives", "framework", "layers"),
+        stages=stages or ("gemm", "memory", "collectives", "framework", "host", "layers"),
     )
 
 
@@ -121,7 +123,7 @@ def sweep_from_dict(data: dict[str, Any]) -> Sweep:
     fields["gemm_shapes"] = tuple(tuple(shape) for shape in fields["gemm_shapes"])
     fields["layer_sizes"] = tuple(LayerSize(**size) for size in fields["layer_sizes"])
     for name in ("memory_bytes", "collective_bytes", "ops", "stages", "chain_lengths",
-                 "optimizer_hidden"):
+                 "optimizer_hidden", "host_blocks"):
         fields[name] = tuple(fields[name])
     return Sweep(**fields)
 
@@ -366,6 +368,8 @@ def count_measurements(sweep: Sweep, world: int, local_world: int, device: str) 
                 total += len(sweep.ops) * sum(1 for b in sweep.collective_bytes if b >= 4 * n)
     if "framework" in sweep.stages:
         total += chain_count(sweep, world) + dispatch_count(world) + optimizer_count(sweep)
+    if "host" in sweep.stages:
+        total += host_count(sweep)
     if "layers" in sweep.stages:
         total += layer_count(sweep, world, local_world)
     return total
@@ -433,6 +437,7 @@ def run_worker(
         "memory": lambda: bench_memory(ctx, sweep, rec),
         "collectives": lambda: bench_collectives(ctx, sweep, rec, support),
         "framework": lambda: _framework(ctx, sweep, rec),
+        "host": lambda: bench_host(ctx, sweep, rec),
         "layers": lambda: bench_layers(ctx, sweep, rec),
     }
     for stage in sweep.stages:

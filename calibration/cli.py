@@ -18,7 +18,7 @@ from rich.table import Table
 
 from perfmodel.errors import PerfmodelError
 
-STAGES = ("gemm", "memory", "collectives", "framework", "layers")
+STAGES = ("gemm", "memory", "collectives", "framework", "host", "layers")
 
 
 def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -88,14 +88,14 @@ def calibrate() -> None:
     "--stages",
     default=",".join(STAGES),
     hidden=True,
-    help="Comma-separated subset of gemm,memory,collectives,framework,layers (for tests).",
+    help="Comma-separated subset of gemm,memory,collectives,framework,host,layers (for tests).",
 )
 @_errors
 def run_cmd(
     out: Path, nprocs: int | None, backend: str, quick: bool, max_bytes: int | None, stages: str
 ) -> None:
-    """Run GEMM, memory-bandwidth, collective, framework and whole-layer microbenchmarks and fit
-    a profile."""
+    """Run GEMM, memory-bandwidth, collective, framework, host (time per framework op) and
+    whole-layer microbenchmarks and fit a profile."""
     chosen = tuple(s.strip() for s in stages.split(",") if s.strip())
     bad = [s for s in chosen if s not in STAGES]
     if bad or not chosen:

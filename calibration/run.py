@@ -50,6 +50,7 @@ MEASURED = (  # record kinds that are measurements
     "optimizer",
     "layer",
     "fsdp_unit",
+    "host_ops",
 )
 
 
@@ -307,6 +308,8 @@ def build_profile(
     }
     if df.empty:
         raise DataError("calibration stopped before any measurement; no profile written")
+    # a GPU's host queues kernels and goes on; CPU ranks run them (perfmodel.step.compose)
+    hardware["asynchronous_device"] = info.get("device_type") != "cpu"
     cpus = info.get("cpu_count")
     if info.get("device_type") == "cpu" and cpus:
         shared = info["local_world"] * info.get("threads_per_rank", 1) / cpus
@@ -317,6 +320,7 @@ def build_profile(
     _fit_memory(df, info, fits, hardware, notes)
     _fit_collectives(df, info, fits, hardware, notes, support)
     _fit_framework(df, fits, hardware, notes)
+    _fit_host(df, fits, hardware, notes)
     _fit_layers(df, fits, hardware, notes)
     # fit kinds this perfmodel's profile reader does not know yet go to the provenance
     framework_fits = {k: fits.pop(k) for k in list(fits) if fits[k]["kind"] not in FIT_KINDS}
@@ -490,6 +494,21 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
             summary["copy_bandwidth_bytes_per_s"] = bw
         fits["memory/adamw_foreach"] = summary
         hardware["optimizer_overhead_s"] = model.alpha_s_  # the step's fixed part
+
+
+def _fit_host(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str]) -> None:
+    """host_op_overhead_s from the host stage (see calibration.host)."""
+    from calibration.host import HostOpModel
+
+    if "kind" not in df or not (df["kind"] == "host_ops").any():
+        return
+    try:
+        model = HostOpModel().fit(df[df["kind"] == "host_ops"])
+    except DataError as exc:
+        notes.append(str(exc))
+        return
+    fits["host_ops"] = model.summary()
+    hardware["host_op_overhead_s"] = model.host_op_overhead_s_
 
 
 def _fit_layers(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str]) -> None:

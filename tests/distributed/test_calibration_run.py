@@ -96,6 +96,9 @@ def test_quick_run_on_two_ranks_writes_a_standalone_profile(tmp_path):
     assert all(c.compute_scale > 0 and c.forward_overhead_s >= 0 for c in hw.layer_costs)
     assert "layer/fsdp_unit/plain/tp1" in profile.fits
     assert hw.ranks_per_device == 1  # 2 ranks on 2 cores (more cores here: still 1)
+    # host stage: the host time per framework op (a CPU's: recorded; CPU ranks stay synchronous)
+    assert "host_ops" in framework and 1e-8 < hw.host_op_overhead_s < 1e-3
+    assert hw.asynchronous_device is False
 
 
 def _interrupt(out, sig=signal.SIGINT, gemms=3):
@@ -129,7 +132,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["complete"] is False
     # the stage it was stopped in and every later one (at least the last, layers)
-    stages = ["gemm", "memory", "collectives", "framework", "layers"]
+    stages = ["gemm", "memory", "collectives", "framework", "host", "layers"]
     missing = doc["missing_stages"]
     assert missing and stages[-len(missing):] == missing
     assert ", ".join(missing) in stdout
