@@ -59,15 +59,22 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     """The model and plan the job really runs, so that the prediction describes the same job.
 
     The job unties the embeddings and learns positions (job_model); it attends with fused SDPA
-    (no s^2 activations: flash_attention); it syncs gradients after backward (no overlap);
-    bf16/fp16 become fp32 on a CPU (gloo). Returns the notes the user should read.
+    (no s^2 activations: flash_attention); it syncs gradients after backward, gathers parameters
+    when it needs them and communicates tensor-parallel between its GEMMs (no overlap); it runs
+    eagerly; bf16/fp16 become fp32 on a CPU (gloo). Returns the notes the user should read.
     """
     plan, note = local_dtype(plan, backend)
     notes = [note] if note else []
     model = job_model(model)
     if plan.overlap_grad_sync:
         notes.append("the job syncs gradients after backward: predicted without overlap")
-    plan = plan.replace(flash_attention=True, overlap_grad_sync=False)
+    if plan.overlap_param_gather or plan.tp_comm_overlap:
+        notes.append("the job overlaps no parameter gather or tensor-parallel communication: "
+                     "predicted without")
+    if plan.stack.value != "eager":
+        notes.append(f"the job runs eagerly, not {plan.stack.value}: predicted eager")
+    plan = plan.replace(flash_attention=True, overlap_grad_sync=False, overlap_param_gather=False,
+                        tp_comm_overlap=False, stack="eager")
     return model, plan, "; ".join(notes)
 
 

@@ -133,13 +133,34 @@ def chunk_ids(plan: dict[str, Any], pp_rank: int) -> list[int]:
     return [pp_rank + k * plan["pp"] for k in range(plan.get("virtual_stages", 1))]
 
 
+def chunk_layers(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> int:
+    """Layers of one chunk: L / (pp v), or with an uneven split (the plan's first_stage_layers /
+    last_stage_layers, Megatron's --decoder-first/last-pipeline-num-layers) its stage's layers
+    (the given ones, the others sharing the rest evenly) over v."""
+    pp, v = plan["pp"], plan.get("virtual_stages", 1)
+    first, last = plan.get("first_stage_layers", 0), plan.get("last_stage_layers", 0)
+    if not (first or last):
+        if m["layers"] % (pp * v):
+            raise ValueError(
+                f"layers ({m['layers']}) must be divisible by pp x virtual_stages ({pp * v})"
+            )
+        return m["layers"] // (pp * v)
+    if plan.get("schedule") == "zbv":
+        raise ValueError("first/last_stage_layers do not apply to schedule zbv")
+    shared = pp - (first > 0) - (last > 0)
+    rest = m["layers"] - first - last
+    stage = chunk % pp  # chunks pp_rank, pp_rank + pp, ... (chunk_ids)
+    layers = first if stage == 0 and first else last if stage == pp - 1 and last else (
+        rest // shared if shared else 0)
+    if layers % v or (shared and rest % shared):
+        raise ValueError(f"the stages' layers ({first} first, {last} last, {rest} shared by "
+                         f"{shared}) must split into {v} chunks each")
+    return layers // v
+
+
 def build_chunk(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> Chunk:
     n_chunks = plan["pp"] * plan.get("virtual_stages", 1)
-    if m["layers"] % n_chunks:
-        raise ValueError(
-            f"layers ({m['layers']}) must be divisible by pp x virtual_stages ({n_chunks})"
-        )
-    mod = Chunk(m, m["layers"] // n_chunks, first=chunk == 0, last=chunk == n_chunks - 1)
+    mod = Chunk(m, chunk_layers(m, plan, chunk), first=chunk == 0, last=chunk == n_chunks - 1)
     recompute = plan.get("recompute", "none")
     for block in mod.layers:
         block.full_recompute = recompute == "full"

@@ -204,6 +204,27 @@ def test_mixed_data_and_pipeline_four_ranks_gpipe(tmp_path):
     assert {c["axis"] for c in report["collectives_rank0"]} == {"dp", "pp"}
 
 
+def test_an_uneven_pipeline_split_runs_as_predicted(tmp_path):
+    """first_stage_layers / last_stage_layers reach the job: tiny-gpt's 4 layers as 1 + 3 over
+    two stages (Megatron --decoder-first/last-pipeline-num-layers), every send in the ledger."""
+    report = _run(
+        tmp_path,
+        run.RunSettings(nprocs=2, steps=2, warmup=1),
+        gpus=2,
+        pp=2,
+        micro_batch=1,
+        global_batch=2,
+        schedule="1f1b",
+        first_stage_layers=1,
+        last_stage_layers=3,
+    )
+    _assert_measured(report, 2)
+    assert report["plan"]["first_stage_layers"] == 1 and report["plan"]["last_stage_layers"] == 3
+    assert report["collectives_vs_ledger"]["rows"] and all(
+        r["agree"] for r in report["collectives_vs_ledger"]["rows"])
+    assert report["prediction"]["bottleneck_stage"] == "last"  # 3 layers and the output layer
+
+
 def _failed(report: dict) -> dict:
     assert report["status"] == "failed"
     return report["launch"]["failure"]
