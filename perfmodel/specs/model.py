@@ -1,4 +1,5 @@
-"""Model specs: what is trained. A transformer is described by its shape; CNNs come later as layer graphs."""
+"""Model specs: what is trained. A transformer is described by its shape; CNNs come later as layer
+graphs."""
 
 from __future__ import annotations
 
@@ -94,7 +95,8 @@ class TransformerSpec:
             raise SpecError(f"norm must be one of {', '.join(NORMS)}, got '{self.norm}'")
         if self.position_embedding not in POSITIONS:
             raise SpecError(
-                f"position_embedding must be one of {', '.join(POSITIONS)}, got '{self.position_embedding}'"
+                f"position_embedding must be one of {', '.join(POSITIONS)}, "
+                f"got '{self.position_embedding}'"
             )
 
     @property

@@ -98,8 +98,8 @@ HF = {
     "gpt2": {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
              "vocab_size": 50257},
     "gpt_neox": {"model_type": "gpt_neox", "hidden_size": 2560, "intermediate_size": 10240,
-                 "num_attention_heads": 32, "num_hidden_layers": 32, "max_position_embeddings": 2048,
-                 "vocab_size": 50432},
+                 "num_attention_heads": 32, "num_hidden_layers": 32,
+                 "max_position_embeddings": 2048, "vocab_size": 50432},
 }
 
 
