@@ -30,6 +30,7 @@ from perfmodel.strategy import (
     Recompute,
     Schedule,
     TPLayout,
+    parse_option,
 )
 
 EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -562,8 +563,8 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
                                           "time_to_train" if pins.get("tokens") else "step_time")
     req = SearchRequest(gpus=gpu_counts, global_batch=global_batch,
-                        dtype=Dtype(dtype or hw.default_dtype()), objective=Objective(objective),
-                        **pins)
+                        dtype=parse_option(Dtype, dtype or hw.default_dtype(), "dtype"),
+                        objective=parse_option(Objective, objective, "objective"), **pins)
     from perfmodel.files import atomic_file
     from perfmodel.predict import parameter_count
     from perfmodel.recommend import PlanCsv
