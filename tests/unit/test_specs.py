@@ -16,7 +16,9 @@ def test_required_presets_exist_and_load():
     assert REQUIRED_MODELS <= set(names["models"])
     for name in names["hardware"]:
         hw = load_hardware(name)
-        assert hw.gpus_per_node == 8 and hw.memory_bytes > 16 * 2**30
+        # eight GPUs per server; an NVL72 rack is one NVLink domain of 72 (its "node")
+        assert hw.gpus_per_node == (72 if name == "gb200-nvl72" else 8), name
+        assert hw.memory_bytes > 16 * 2**30
     for name in names["models"]:
         load_model(name)
 
@@ -419,3 +421,70 @@ def test_a_profile_fit_outside_its_ranges_is_refused(field, value, needle):
            "hardware": {"base": "dgx-h100"}, "fits": {"gemm/bf16": fit}}
     with pytest.raises(SpecError, match=needle):
         profile_from_dict(doc, "p.json")
+
+
+# --- hardware presets of issue 17 ------------------------------------------------------------
+def test_new_hardware_presets_hold_their_datasheet_values():
+    b200, nvl72 = load_hardware("dgx-b200"), load_hardware("gb200-nvl72")
+    assert b200.peak("bf16") == 2.25e15 and b200.peak("fp8") == 4.5e15  # HGX B200 (sparse / 2)
+    assert b200.peak_flops_per_s["fp4"] == 9.0e15
+    assert nvl72.gpus_per_node == 72 and nvl72.peak("bf16") == 2.5e15  # 360 PF sparse / 72 / 2
+    assert nvl72.inter_node.bandwidth_bytes_per_s == 72 * 50e9  # a 400 Gb/s NIC per GPU
+    mi325, mi355 = load_hardware("mi325x"), load_hardware("mi355x")
+    assert mi325.peak("bf16") == load_hardware("mi300x").peak("bf16")  # the same CDNA3 die
+    assert mi325.memory_bytes == 256 * 2**30 and mi355.memory_bytes == 288 * 2**30
+    assert mi355.peak("tf32") == mi355.peak("fp32")  # CDNA4 has no TF32: the FP32 rate
+    assert load_hardware("h100-pcie").peak("bf16") == 756e12
+
+
+# (preset, sweep in tests/data/gemm, table dtype, perfmodel dtype, bytes in, bytes out, the fit's
+# 5-fold hold-out median error (calibrate import-gemm), the sweep's own plateau where the preset
+# took MAMF's higher one instead)
+GEMM_PRESETS = [
+    ("dgx-b200", "b200-sm100-bf16-f32-fp8", "bf16xbf16->bf16", "bf16", 2, 2, 0.017, 0.741),
+    ("dgx-b200", "b200-sm100-bf16-f32-fp8", "f32xf32->f32", "tf32", 4, 4, 0.029, None),
+    ("dgx-b200", "b200-sm100-bf16-f32-fp8", "f8e4m3fnxf8e4m3fn->bf16", "fp8", 1, 2, 0.034, None),
+    ("gb200-nvl72", "b200-sm100-bf16-f32-fp8", "bf16xbf16->bf16", "bf16", 2, 2, 0.017, 0.670),
+    ("gb200-nvl72", "b200-sm100-bf16-f32-fp8", "f8e4m3fnxf8e4m3fn->bf16", "fp8", 1, 2, 0.034,
+     None),
+    ("mi325x", "mi300-gfx942-bf16-f32-fp8", "bf16xbf16->bf16", "bf16", 2, 2, 0.046, 0.504),
+    ("mi325x", "mi300-gfx942-bf16-f32-fp8", "f32xf32->f32", "tf32", 4, 4, 0.067, None),
+    ("mi325x", "mi300-gfx942-bf16-f32-fp8", "f8e4m3fnuzxf8e4m3fnuz->bf16", "fp8", 1, 2, 0.087,
+     None),
+    ("mi355x", "mi350-gfx950-multi-dtype", "bf16xbf16->bf16", "bf16", 2, 2, 0.058, None),
+    ("mi355x", "mi350-gfx950-multi-dtype", "f16xf16->f16", "fp16", 2, 2, 0.052, None),
+    ("mi355x", "mi350-gfx950-multi-dtype", "f8e4m3fnxf8e4m3fn->bf16", "fp8", 1, 2, 0.054, None),
+]
+
+
+@pytest.mark.parametrize("name,sweep,table_dtype,dtype,bpe,out_bpe,holdout,plateau",
+                         GEMM_PRESETS, ids=[f"{g[0]}-{g[3]}" for g in GEMM_PRESETS])
+def test_new_hardware_gemm_fields_reproduce_their_sweep(name, sweep, table_dtype, dtype, bpe,
+                                                        out_bpe, holdout, plateau):
+    """A preset's GEMM fields, as written (rounded to 3 digits), predict every third shape of the
+    sweep they were fitted on within the fit's hold-out median error plus 1%: a transcription
+    slip shows. Where the preset's ceiling is MAMF's (a larger shape than the sweep reaches), the
+    sweep's own plateau is put back for the comparison."""
+    import dataclasses
+
+    import numpy as np
+    import pandas as pd
+
+    from perfmodel.costs.gemm_efficiency import gemm_time_s
+    from tests.conftest import ROOT
+
+    hw = load_hardware(name)
+    rows = pd.read_csv(ROOT / f"tests/data/gemm/xla-matmul-perf-table-{sweep}.csv")
+    rows = rows[rows["dtype"] == table_dtype].iloc[::3]
+    fields = dataclasses.asdict(hw.gemm(dtype))
+    if plateau is not None:
+        assert fields["large_max_fraction"] > plateau  # MAMF's ceiling, above the sweep's
+        fields["large_max_fraction"] = plateau
+    errors = []
+    for r in rows.itertuples():
+        ours = float(gemm_time_s(r.m, r.n, r.k, r.b, bpe, hw.peak(dtype),
+                                 hw.memory_bandwidth_bytes_per_s, output_bytes_per_element=out_bpe,
+                                 **fields))
+        measured = 2 * r.b * r.m * r.n * r.k / r.flops_per_s
+        errors.append(abs(ours - measured) / measured)
+    assert len(errors) == 125 and np.median(errors) < holdout + 0.01
