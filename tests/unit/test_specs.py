@@ -423,7 +423,89 @@ def test_a_profile_fit_outside_its_ranges_is_refused(field, value, needle):
         profile_from_dict(doc, "p.json")
 
 
-# --- hardware presets of issue 17 ------------------------------------------------------------
+# --- mixture of experts, MLA and windows in the spec (issue 17) -------------------------------
+def test_expert_widths_follow_unless_given_and_a_base_plus_overrides_is_the_whole_model(tmp_path):
+    from perfmodel.specs.model import TransformerSpec
+
+    mixtral = load_model("mixtral-8x7b")  # gives ffn_hidden; expert_ffn_hidden follows it
+    assert mixtral.expert_ffn_hidden == 14336 and "expert_ffn_hidden" not in mixtral.explicit
+    wider = mixtral.replace(ffn_hidden=16384)
+    assert wider.expert_ffn_hidden == 16384  # derived: follows the final ffn_hidden
+    qwen = load_model("qwen3-30b-a3b")  # gives expert_ffn_hidden 768: it stays
+    assert qwen.replace(ffn_hidden=8192).expert_ffn_hidden == 768
+    deepseek = load_model("deepseek-v3")
+    assert deepseek.shared_expert_ffn_hidden == 2048  # follows expert_ffn_hidden
+    assert deepseek.moe_layers == tuple(range(3, 61))
+    # a base plus overrides equals the same model written out whole
+    (tmp_path / "child.yaml").write_text("base: deepseek-v3\nname: m\nlayers: 30\n"
+                                         "moe_dense_layers: [10, 20]\n")
+    child = load_model(str(tmp_path / "child.yaml"))
+    whole = TransformerSpec(**{**deepseek.given(), "name": "m", "layers": 30,
+                               "moe_dense_layers": (20, 10)})
+    assert child == whole and child.moe_layer_count == 30 - 3 - 2
+    # a dense model has no experts: the MoE fields are refused, not ignored
+    with pytest.raises(SpecError, match="shared_experts applies to a mixture-of-experts model"):
+        load_model("llama3-8b", shared_experts=1)
+
+
+def test_a_scaled_down_mixture_of_experts_keeps_its_shape():
+    small = load_model("deepseek-v3").scaled(layers=8, hidden=896, heads=16)
+    assert small.experts == 256 and small.top_k == 8  # the routing is the model's, kept
+    assert small.expert_ffn_hidden == 256  # 2048 / 7168 x 896
+    assert (small.kv_lora_rank, small.q_lora_rank) == (64, 192)  # 512 and 1536 / 8
+    assert (small.qk_nope_head_dim, small.qk_rope_head_dim, small.v_head_dim) == (128, 64, 128)
+    assert small.moe_first_dense == 0 and small.moe_layer_count == 8  # 3 x 8 / 61 rounds to 0
+    qwen = load_model("qwen3-30b-a3b").scaled(hidden=512, heads=8)
+    assert qwen.expert_ffn_hidden == 192  # 768 / 2048 x 512
+    assert qwen.attention_width == 2 * qwen.hidden  # 32 x 128 over 2048: 8 x 128 over 512
+
+
+def test_windows_cost_only_when_shorter_than_the_sequence():
+    oss = load_model("gpt-oss-120b")
+    assert oss.windowed_layers == tuple(range(0, 36, 2))
+    assert any("sliding-window attention in 18 of 36" in r for r in oss.uncosted())
+    mistral = load_model("mistral-7b")
+    assert mistral.uncosted() and not load_model("mistral-7b", seq_len=4096).uncosted()
+    from perfmodel import Plan, predict
+
+    with pytest.raises(SpecError, match="the step model does not cost these yet"):
+        predict(mistral, "dgx-h100", Plan(gpus=8, tp=8, global_batch=8))
+
+
+# Published parameter counts of the model presets (the presets are written from the sources in
+# their comments; tests/unit/test_hf_configs.py checks the same counts from the configs).
+PRESET_COUNTS = [  # (preset, total, active or None, leave out the embedding table, source)
+    ("llama3.1-8b", 8.03e9, None, False, "huggingface.co/meta-llama/Llama-3.1-8B: 8.03B params"),
+    ("llama3.1-70b", 70.6e9, None, False, "huggingface.co/meta-llama/Llama-3.1-70B: 70.6B params"),
+    ("llama3.1-405b", 406e9, None, False,
+     "huggingface.co/meta-llama/Llama-3.1-405B: 406B params (Meta: 405B)"),
+    ("mistral-7b", 7.24e9, None, False, "huggingface.co/mistralai/Mistral-7B-v0.1: 7.24B params"),
+    ("mixtral-8x7b", 46.7e9, 12.9e9, False, "mistral.ai/news/mixtral-of-experts: 46.7B, 12.9B"),
+    ("mixtral-8x22b", 141e9, 39e9, False, "mistral.ai/news/mixtral-8x22b: 141B, 39B active"),
+    ("qwen3-32b", 32.8e9, None, False, "huggingface.co/Qwen/Qwen3-32B model card: 32.8B"),
+    ("qwen3-30b-a3b", 30.5e9, None, False, "huggingface.co/Qwen/Qwen3-30B-A3B model card: 30.5B"),
+    ("qwen3-235b-a22b", 235e9, None, False, "huggingface.co/Qwen/Qwen3-235B-A22B card: 235B"),
+    ("deepseek-v3", 671e9, 36.7e9, True,
+     "github.com/deepseek-ai/DeepSeek-V3 README_WEIGHTS.md: 671B, 36.7B activated"),
+    ("gpt-oss-120b", 116.83e9, 5.13e9, True, "gpt-oss model card (OpenAI 2025), Table 1"),
+]
+
+
+@pytest.mark.parametrize("name,total,active,no_embedding,source", PRESET_COUNTS,
+                         ids=[p[0] for p in PRESET_COUNTS])
+def test_model_presets_match_their_published_parameter_counts(name, total, active, no_embedding,
+                                                               source):
+    from perfmodel.params import parameter_counts
+
+    counts = parameter_counts(load_model(name))
+    assert counts.total == pytest.approx(total, rel=0.005), source
+    if active is not None:
+        ours = counts.active - (counts.embedding if no_embedding else 0)
+        assert ours == pytest.approx(active, rel=0.005), source
+    elif not load_model(name).experts:
+        assert counts.active == counts.total
+
+
 def test_new_hardware_presets_hold_their_datasheet_values():
     b200, nvl72 = load_hardware("dgx-b200"), load_hardware("gb200-nvl72")
     assert b200.peak("bf16") == 2.25e15 and b200.peak("fp8") == 4.5e15  # HGX B200 (sparse / 2)
