@@ -346,6 +346,14 @@ def model_summary(model: Any) -> dict[str, Any]:
             "seq_len_from": model.seq_len_from or "the model"}
 
 
+def active_parameters(model: Any, parameters: float) -> float:
+    """The parameters one token uses (perfmodel.params): `parameters` for a dense model."""
+    from perfmodel.params import parameter_counts
+
+    counts = parameter_counts(model)
+    return parameters if not counts.sparse else float(counts.active)
+
+
 def noted_seq_len(model: Any, seq_len: int | None) -> Any:
     """The model with --seq-len noted as where its sequence length came from (when given)."""
     if seq_len is None or not hasattr(model, "noted"):
@@ -364,6 +372,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
         raise click.UsageError(f"model '{model.name}' is a layer graph (CNN/MLP): this takes a "
                                "transformer (layer graphs take --pr/--pc in predict, explain and "
                                "validate runs)")
+    model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
     if kw.get("collective_algorithm"):
         hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
@@ -560,6 +569,7 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     if contributors is not None:
         raise click.UsageError("--contributors applies to layer-graph models (alexnet, vgg16, "
                                "resnet50, mlp or a 'kind: layers' file)")
+    spec.require_costed()
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
                                           "time_to_train" if pins.get("tokens") else "step_time")
     req = SearchRequest(gpus=gpu_counts, global_batch=global_batch,
@@ -573,7 +583,9 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
         csv_file = stack.enter_context(atomic_file(csv_path, what="plans CSV")) if csv_path \
             else None
         rec = run(spec, hw, req, top=top, on_chunk=PlanCsv(csv_file) if csv_file else None)
-    data = {"model": spec.name, "parameters": parameter_count(spec, hw, req.dtype),
+    parameters = parameter_count(spec, hw, req.dtype)
+    data = {"model": spec.name, "parameters": parameters,
+            "active_parameters": active_parameters(spec, parameters),
             **model_summary(spec), **rec.to_dict()}
     if rec.top and sensitivities:
         data["sensitivities"] = sens(spec, hw, rec.top[0].plan)

@@ -115,12 +115,24 @@ def print_collective(res: dict[str, Any]) -> None:
         con.print(other)
 
 
+def preset_parameters(model: Any) -> dict[str, float]:
+    """A model preset's parameters and active parameters (perfmodel.params; a layer graph's
+    parameters, all active)."""
+    if getattr(model, "kind", "") == "layers":
+        return {"parameters": float(model.parameters), "active_parameters": float(model.parameters)}
+    from perfmodel.params import parameter_counts
+
+    counts = parameter_counts(model)
+    return {"parameters": float(counts.total), "active_parameters": float(counts.active)}
+
+
 def print_presets(as_json: bool) -> None:
     from perfmodel.specs import list_presets, load_hardware, load_model
 
     names = list_presets()
     if as_json:
-        print(json_text(names))
+        by_model = {name: preset_parameters(load_model(name)) for name in names["models"]}
+        print(json_text({**names, "model_parameters": by_model}))
         return
     con = _console()
     hw = Table(title="hardware presets")
@@ -135,8 +147,9 @@ def print_presets(as_json: bool) -> None:
                    f"{h.inter_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s")
     con.print(hw)
     md = Table(title="model presets")
-    for col in ("name", "layers", "hidden", "heads", "kv", "ffn", "seq", "vocab", "source"):
-        md.add_column(col)
+    for col in ("name", "layers", "hidden", "heads", "kv", "ffn", "seq", "vocab", "parameters",
+                "source"):
+        md.add_column(col, justify="right" if col == "parameters" else "left")
     graphs = Table(title="layer-graph presets (Pr x Pc grid)")
     for col in ("name", "layers", "parameters", "GFLOPs / sample", "input", "source"):
         graphs.add_column(col)
@@ -147,8 +160,12 @@ def print_presets(as_json: bool) -> None:
                            f"{m.flops_per_sample / 1e9:.2f}", "x".join(map(str, m.input_shape)),
                            m.source)
             continue
+        counts = preset_parameters(m)
+        size = fmt_count(counts["parameters"])
+        if counts["active_parameters"] != counts["parameters"]:
+            size += f" ({fmt_count(counts['active_parameters'])} active)"
         md.add_row(name, str(m.layers), str(m.hidden), str(m.heads), str(m.kv_heads),
-                   str(m.ffn_hidden), str(m.seq_len), str(m.vocab), m.source)
+                   str(m.ffn_hidden), str(m.seq_len), str(m.vocab), size, m.source)
     con.print(md)
     con.print(graphs)
 

@@ -45,7 +45,14 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     """The modules of `known` that the module `name` (source at path) imports anywhere."""
     is_package = path.name == "__init__.py"
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    # `if TYPE_CHECKING:` imports are for annotations only: no dependency when the code runs
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and getattr(block.test, "id", getattr(block.test, "attr", "")) == "TYPE_CHECKING"
+                   for stmt in block.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -174,7 +181,9 @@ def test_the_graph_sees_every_kind_of_import(tmp_path):
         "workload": {"__init__.py": "", "x.py": "from perfmodel.predict import predict\n"
                                                 "from perfmodel.specs.model import load_model\n"},
         "perfmodel": {"__init__.py": "", "predict.py": "", "specs/__init__.py": "",
-                      "specs/model.py": "def g():\n    import validation.run\n"},
+                      "specs/model.py": "def g():\n    import validation.run\n",
+                      "typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                  "    import calibration.a\n"},
         "validation": {"__init__.py": "", "run.py": "import calibration.a\n"},
     }.items():
         for name, text in files.items():
