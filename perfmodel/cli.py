@@ -395,19 +395,28 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
               help="With --batch: write results here (CSV) instead of standard output.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Draw the time and memory breakdowns (PNG).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the predicted step as a Chrome/Perfetto trace (JSON): every stage's "
+                   "passes per the schedule, the bubbles, the sync and the optimizer.")
+@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw the predicted step as a Gantt chart (PNG, SVG or PDF by the suffix).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a self-contained HTML report (plan, breakdown, memory, timeline).")
 def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | None,
+            trace_path: str | None, timeline_path: str | None, html_path: str | None,
             **kw: Any) -> None:
     """Predict step time, throughput and per-GPU memory of one plan (or a CSV of plans)."""
     from perfmodel.predict import predict as run
 
     if out and not batch:
         raise click.UsageError("--out goes with --batch (for one plan: --json > FILE)")
+    outputs = {"plot_path": plot_path, "trace_path": trace_path,
+               "timeline_path": timeline_path, "html_path": html_path}
     if batch:
         given = [name for name in BATCH_REFUSED if _given(click.get_current_context(), name)]
-        if plot_path:
-            given.append("plot_path")
+        given += [name for name, path in outputs.items() if path]
         if given:
-            flag = "--plot" if given[0] == "plot_path" else "--" + given[0].replace("_", "-")
+            flag = "--" + given[0].removesuffix("_path").replace("_", "-")
             raise click.UsageError(
                 f"{flag} does not go with --batch: each row is its own plan (give it as a "
                 f"'{given[0]}' column of the plans file)" if given[0] in BATCH_COLUMNS else
@@ -422,6 +431,9 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
     if graph is not None:
         from perfmodel.layerwise import predict_grid
 
+        if trace_path or timeline_path or html_path:
+            raise click.UsageError("--trace, --timeline and --html draw transformer plans; a "
+                                   "layer graph takes --plot")
         grid = predict_grid(*graph)
         if plot_path:
             from perfmodel.plot import prediction_plot
@@ -441,6 +453,12 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         from perfmodel.plot import prediction_plot
 
         prediction_plot(result, Path(plot_path))
+    if trace_path or timeline_path:
+        notes += _timeline_outputs(model, hardware, plan, trace_path, timeline_path)
+    if html_path:
+        from perfmodel.htmlreport import prediction_html, write_html
+
+        write_html(html_path, prediction_html(result, notes))
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if as_json:
@@ -450,6 +468,22 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         from perfmodel.render import print_prediction
 
         print_prediction(result)
+
+
+def _timeline_outputs(model: Any, hardware: Any, plan: Any, trace_path: str | None,
+                      timeline_path: str | None) -> list[str]:
+    """predict --trace / --timeline: write them; returns the timeline's notes (where its schedule
+    does not take the model's closed-form time)."""
+    from perfmodel.timeline import predicted_timeline, write_trace
+
+    timeline = predicted_timeline(model, hardware, plan)
+    if trace_path:
+        write_trace(trace_path, [timeline])
+    if timeline_path:
+        from perfmodel.plot import timeline_plot
+
+        timeline_plot([timeline], Path(timeline_path))
+    return list(timeline.notes)
 
 
 @cli.command()
@@ -536,6 +570,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "and no step time.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Time-memory Pareto front (PNG).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a self-contained HTML report (best plans, breakdown, memory, timeline, "
+                   "runner-up, Pareto front).")
 @click.option("--validate", is_flag=True,
               help="Run the best plan through `perfmodel validate` (scaled down).")
 @click.option("--validate-profile", type=click.Path(dir_okay=False), default=None,
@@ -544,8 +581,9 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
               dtype: str | None, seq_len: int | None, norm: str, contributors: str | None, top: int,
               what_if: tuple[str, ...],
               sensitivities: bool,
-              as_json: bool, csv_path: str | None, plot_path: str | None, validate: bool,
-              validate_profile: str | None, **pins: Any) -> None:
+              as_json: bool, csv_path: str | None, plot_path: str | None,
+              html_path: str | None, validate: bool, validate_profile: str | None,
+              **pins: Any) -> None:
     """Search every layout for the fastest plan that fits, and say why it wins."""
     from perfmodel.recommend import apply_what_if
     from perfmodel.recommend import recommend as run
@@ -563,6 +601,8 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     if any(not 1 <= g <= MAX_DEGREE for g in gpu_counts):
         raise click.UsageError(f"--gpus must be between 1 and {MAX_DEGREE:g}, got '{gpus}'")
     if getattr(spec, "kind", "") == "layers":
+        if html_path:
+            raise click.UsageError("--html reports transformer plans; a layer graph takes --json")
         _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm,
                         contributors or "auto")
         return
@@ -604,6 +644,10 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
         from perfmodel.plot import pareto_plot
 
         pareto_plot(rec.result, Path(plot_path))
+    if html_path:
+        from perfmodel.htmlreport import recommendation_html, write_html
+
+        write_html(html_path, recommendation_html(rec, data))
     if validate and rec.top:
         local_hw = resolve_hardware(None, validate_profile) if validate_profile else hw
         if not validate_profile:
