@@ -8,9 +8,8 @@ process per rank (ordered by pipeline stage), its passes on the `schedule` track
 prediction names them (F3, B3, W3; /c1 for a rank's second chunk), the sync on `DP comm` and the
 optimizer on `compute` (both also on `schedule`, as the prediction draws them). Tensor-parallel
 communication and recompute run inside the passes and are not separated (workload.timers says
-why). The trace file holds both timelines as separate
-processes ("predicted: stage 0", "measured: rank 0 ..."), the Gantt chart draws them on one
-time axis, predicted above measured.
+why). The trace file holds both timelines as separate processes ("predicted: stage 0",
+"measured: rank 0 ..."), the Gantt chart draws them on one time axis, predicted above measured.
 """
 
 from __future__ import annotations
