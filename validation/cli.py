@@ -259,12 +259,39 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
     show_default=True,
     help="CSV to which one row per run is appended.",
 )
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the predicted and the measured step as one Chrome/Perfetto trace (JSON).",
+)
+@click.option(
+    "--timeline",
+    "timeline_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Draw the predicted and the measured step as Gantt charts on one time axis (PNG).",
+)
+@click.option("--hardware", default=None, help="With --trace/--timeline: the hardware to predict "
+              "with (default: the report's, when it is a preset).")
+@click.option("--profile", default=None, type=click.Path(dir_okay=False),
+              help="With --trace/--timeline: a calibrated profile to predict with.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def collect(directory: Path, out: Path | None, history: Path, as_json: bool) -> None:
+def collect(directory: Path, out: Path | None, history: Path, trace_path: Path | None,
+            timeline_path: Path | None, hardware: str | None, profile: str | None,
+            as_json: bool) -> None:
     """Read the results of an emitted job (--emit DIR) back into a report."""
     from validation import run
 
     report = run.collect(directory)
+    if trace_path or timeline_path:
+        from perfmodel.cli import resolve_hardware
+        from validation import trace
+
+        hw = resolve_hardware(hardware, profile) if hardware or profile else None
+        for note in trace.write_collected(report, hw, trace_path, timeline_path):
+            click.echo(f"note: {note}", err=True)
     out = out or directory / "report.json"
     _finish(report, out, out.with_suffix(".png"), history, as_json)
 

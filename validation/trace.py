@@ -15,11 +15,12 @@ why). The trace file holds both timelines as separate processes ("predicted: sta
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from perfmodel.errors import PlanError
+from perfmodel.errors import DataError, PlanError
 from perfmodel.timeline import Span, Timeline, predicted_timeline, write_trace
 
 _KINDS = {"F": ("F", "forward"), "B": ("B", "backward"), "W": ("W", "weight")}
@@ -32,11 +33,27 @@ def _process(rank: int, coords: Mapping[str, Any]) -> str:
     return f"rank {rank}" + (f" ({where})" if where else "")
 
 
+def _check_events(rank: Any, events: Any) -> None:
+    """A rank's recorded events as the job writes them (a collected file may hold anything):
+    a list of objects with a kind and finite start_s <= end_s; else a DataError naming it."""
+    if not isinstance(events, list):
+        raise DataError(f"measured trace of rank {rank}: 'events' must be a list")
+    for i, e in enumerate(events):
+        ok = isinstance(e, dict) and isinstance(e.get("kind"), str) and all(
+            isinstance(e.get(k), (int, float)) and not isinstance(e.get(k), bool)
+            and math.isfinite(e[k]) for k in ("start_s", "end_s"))
+        if not ok or e["end_s"] < e["start_s"]:
+            raise DataError(f"measured trace of rank {rank}: event {i} must have a kind and "
+                            f"finite start_s <= end_s, got {e!r}"[:300])
+
+
 def measured_timeline(report: Mapping[str, Any]) -> Timeline | None:
     """The measured step of a validation report (None when the job recorded no events)."""
     ranks = [r for r in report.get("measured_trace") or [] if r.get("events")]
     if not ranks:
         return None
+    for r in ranks:
+        _check_events(r.get("rank"), r["events"])
     ranks.sort(key=lambda r: ((r.get("coords") or {}).get("pp", 0), r.get("rank", 0)))
     spans: list[Span] = []
     processes = []
@@ -104,3 +121,37 @@ def write(report: Mapping[str, Any], model: Any, hardware: Any, plan: Any,
 
         timeline_plot(timelines, timeline_path)
     return notes
+
+
+def write_collected(report: Mapping[str, Any], hardware: Any, trace_path: Path | None,
+                    timeline_path: Path | None) -> list[str]:
+    """`validate collect --trace/--timeline`: the emitted job's model and plan from its report
+    (model_spec, plan), predicted on `hardware` (given, or the report's hardware as a preset);
+    without a hardware that loads, the measured side alone and a note."""
+    from perfmodel.errors import SpecError
+    from perfmodel.specs.hardware import load_hardware
+    from perfmodel.specs.model import model_from_dict
+    from perfmodel.strategy import plan_from_dict
+
+    model = model_from_dict(report["model_spec"], "the report's model_spec")
+    plan = plan_from_dict(dict(report["plan"]))
+    notes = []
+    if hardware is None:
+        try:
+            hardware = load_hardware(str(report.get("hardware")))
+        except SpecError:
+            notes.append(f"no predicted timeline: the report's hardware "
+                         f"'{report.get('hardware')}' is not a preset (give --hardware or "
+                         "--profile)")
+    if hardware is None:
+        measured = measured_timeline(report)
+        if measured is None:
+            return [*notes, "no measured timeline: the job recorded no events"]
+        if trace_path is not None:
+            write_trace(trace_path, [measured])
+        if timeline_path is not None:
+            from perfmodel.plot import timeline_plot
+
+            timeline_plot([measured], timeline_path)
+        return notes
+    return notes + write(report, model, hardware, plan, trace_path, timeline_path)

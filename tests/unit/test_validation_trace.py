@@ -52,3 +52,45 @@ def test_side_by_side_says_what_is_missing():
                                     {"gpus": 1, "dtype": "fp32"})
     assert len(timelines) == 1 and timelines[0].title.startswith("predicted: ")
     assert notes == ["no measured timeline: the job recorded no events"]
+
+
+def test_a_malformed_event_is_refused_in_one_line():
+    import pytest
+
+    from perfmodel.errors import DataError
+
+    bad = {"measured_trace": [{"rank": 0, "events": [event("F", 0.2, 0.1, 0, 0)]}]}
+    with pytest.raises(DataError, match="rank 0: event 0 must have a kind and finite start_s"):
+        measured_timeline(bad)
+    with pytest.raises(DataError, match="'events' must be a list"):
+        measured_timeline({"measured_trace": [{"rank": 1, "events": "F0"}]})
+
+
+def test_collect_draws_an_emitted_job_beside_its_prediction(tmp_path):
+    import json
+
+    from perfmodel.timeline import check_trace
+    from tests.unit.test_bad_input import run_main
+    from tests.unit.test_validation_emit import GOOD, _emitted
+
+    out = _emitted(tmp_path, [GOOD])
+    for rank in range(2):
+        path = out / "results" / f"rank{rank}.json"
+        record = json.loads(path.read_text())
+        record["coords"] = {"dp": rank, "tp": 0, "pp": 0}
+        record["trace"] = [event("F", 0.0, 0.1, 0, 0), event("B", 0.1, 0.3, 0, 0),
+                           event("sync", 0.3, 0.4, thread="DP comm")]
+        path.write_text(json.dumps(record))
+    trace = tmp_path / "t.json"
+    code, _, err = run_main(["validate", "collect", str(out), "--history",
+                             str(tmp_path / "h.csv"), "--trace", str(trace)])
+    assert code == 0, err
+    doc = json.loads(trace.read_text())
+    check_trace(doc)
+    names = [e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"]
+    # predicted on the report's hardware (dgx-h100, a preset): dp 2, one stage
+    assert len(names) == 3
+    assert names[0].startswith("predicted: tiny-gpt on dgx-h100: dp=2") and names[0].endswith(
+        ": stage 0")
+    assert names[1].startswith("measured: ") and names[1].endswith(": rank 0 (pp 0 dp 0 tp 0)")
+    assert names[2].endswith(": rank 1 (pp 0 dp 1 tp 0)")
