@@ -543,9 +543,13 @@ def timeline_axes(timeline: Any, ax: Any = None, end_s: float | None = None) -> 
     for s in timeline.spans:
         bars.setdefault((index[(s.process, s.thread)], s.category), []).append(
             (s.start_s * 1e3, s.duration_s * 1e3))
+    per_row: dict[int, int] = {}
+    for (row, _), xs in bars.items():
+        per_row[row] = per_row.get(row, 0) + len(xs)
+    crowded = max(per_row.values(), default=0) > 150  # white edges would wash the colours out
     for (row, category), xs in sorted(bars.items()):
         ax.broken_barh(xs, (row - 0.4, 0.8), facecolors=TIMELINE_COLORS.get(category, "tab:gray"),
-                       edgecolor="white", linewidth=0.3)
+                       edgecolor="white", linewidth=0.0 if crowded else 0.3)
     ax.set_yticks(range(len(rows)), [f"{p}: {t}" for p, t in rows], fontsize=6)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     predicted = getattr(timeline, "predicted_step_time_s", None)
