@@ -322,7 +322,7 @@ def report_cmd(profile: Path, plot: Path | None) -> None:
     from perfmodel.specs.profile import load_profile
 
     loaded = load_profile(profile)
-    print_report(loaded, Console())
+    print_report(loaded)
     if plot is not None:
         click.echo(f"wrote {calibration_plot(loaded, plot)}")
 

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.output import json_text, require_finite
+from perfmodel.output import fmt_bytes, json_text, require_finite
 from perfmodel.specs import resolve as specs_resolve
 from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS
 from perfmodel.strategy import (
@@ -246,7 +246,7 @@ def _collective_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) 
     for record in comm_ledger(model, plan, hardware):
         scope = "intra" if scopes[record["axis"]][1] == "intra" else "inter"
         if profiles.is_extrapolation(prof, record["op"], record["nbytes"], scope):
-            notes.append(f"{record['name']} ({record['op']}, {record['nbytes']:.4g} B, "
+            notes.append(f"{record['name']} ({record['op']}, {fmt_bytes(record['nbytes'])}, "
                          f"{scope}-node) is outside the sizes the profile measured: extrapolated")
     return notes
 
