@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.output import fmt_bytes, json_text, require_finite
+from perfmodel.output import document, fmt_bytes, json_text, require_finite
 from perfmodel.specs import resolve as specs_resolve
 from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS
 from perfmodel.strategy import (
@@ -427,7 +427,7 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 
             prediction_plot(result, Path(plot_path))
         if as_json:
-            click.echo(json_text(result.to_dict()))
+            click.echo(json_text(document("predict.grid", result.to_dict())))
         else:
             from perfmodel.render import print_grid_prediction
 
@@ -443,8 +443,9 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if as_json:
-        click.echo(json_text({**result.to_dict(), **model_summary(model),
-                              "extrapolations": notes, **profile_status(kw.get("profile"))}))
+        click.echo(json_text(document("predict", {
+            **result.to_dict(), **model_summary(model), "extrapolations": notes,
+            **profile_status(kw.get("profile"))})))
     else:
         from perfmodel.render import print_prediction
 
@@ -613,7 +614,7 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
             "predicted_step_time_s", "measured_step_time_s", "relative_error", "ranks", "backend",
             "status", "scaled_from", "plan", "caveats")}
     if as_json:
-        click.echo(json_text(data, default=float))
+        click.echo(json_text(document("recommend", data), default=float))
     else:
         from perfmodel.render import print_recommendation
 
@@ -653,9 +654,9 @@ def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], glob
     feasible = [r for r in results if r.fits_in_memory]
     elapsed = time.perf_counter() - start
     if as_json:
-        click.echo(json_text({"plans": [r.to_dict() for r in feasible[:top]],
-                              "evaluated": len(results), "feasible": len(feasible),
-                              "search_time_s": elapsed}))
+        click.echo(json_text(document("recommend.grid", {
+            "plans": [r.to_dict() for r in feasible[:top]], "evaluated": len(results),
+            "feasible": len(feasible), "search_time_s": elapsed})))
     else:
         from perfmodel.render import print_grid_recommendation
 
@@ -701,7 +702,7 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
     hw = resolve_hardware(hardware, profile)
     result = predict_collective(op, parse_bytes(nbytes), ranks, hw, ranks_per_node, algorithm)
     if as_json:
-        click.echo(json_text(result))
+        click.echo(json_text(document("collective", result)))
     else:
         from perfmodel.render import print_collective
 
@@ -772,7 +773,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
 
         sweep_plot(frame, list(values), Path(plot_path), title=f"{spec.name} on {hw.name}")
     if as_json:
-        click.echo(json_text(frame.to_dict(orient="records")))
+        click.echo(json_text(document("sweep", {"rows": frame.to_dict(orient="records")})))
     else:
         from perfmodel.render import print_frame
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from perfmodel.output import fmt_bytes, json_text
+from perfmodel.output import document, fmt_bytes, json_text
 from perfmodel.predict import Prediction
 
 PIPE_WIDTH = 100  # columns of output that goes to a pipe or a file, when COLUMNS is not set
@@ -197,7 +197,7 @@ def print_presets(as_json: bool) -> None:
     names = list_presets()
     if as_json:
         counts = {name: preset_parameters(load_model(name)) for name in names["models"]}
-        print(json_text({**names, "model_parameters": counts}))
+        print(json_text(document("presets", {**names, "model_parameters": counts})))
         return
     con = console()
     hw_rows = []

@@ -24,7 +24,7 @@ from collections import defaultdict
 from typing import Any
 
 from perfmodel.errors import PlanError
-from perfmodel.output import fmt_bytes, json_text
+from perfmodel.output import fmt_bytes, json_text, schema_id
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
 from validation.jobspec import RunSettings, job_config, job_model, job_model_note
@@ -120,6 +120,7 @@ def dry_run(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
     rows = compare(counted["records"], ledger or [])
     job_total = sum(r["count"] for r in counted["records"])
     return {
+        "schema": schema_id("validate.dry-run"),
         "model": model.name,
         "plan": plan.to_dict(),
         "world_size": plan.gpus,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.files import write_atomic
-from perfmodel.output import fmt_bytes, json_text
+from perfmodel.output import fmt_bytes, json_text, schema_id
 
 # Each measured term and the prefixes of the prediction's breakdown_s names it is compared with.
 # Names of the breakdown that match no prefix go to "other" (e.g. overhead/kernels).
@@ -151,6 +151,7 @@ def build_report(
         )
     rank0 = next((r for r in records if r.get("rank") == 0), records[0] if records else {})
     report = {
+        "schema": schema_id("validate"),
         **meta,
         "status": launch.get("status", "ok" if step is not None else "failed"),
         "predicted_step_time_s": predicted_step,
