@@ -100,6 +100,9 @@ def run_cmd(
     bad = [s for s in chosen if s not in STAGES]
     if bad or not chosen:
         raise click.BadParameter(f"stages must be among {', '.join(STAGES)}", param_hint="--stages")
+    from perfmodel.extras import require_torch
+
+    require_torch("calibrate run")
     from calibration.run import run  # imports torch: after the checks
     console = Console(stderr=True)
     path = run(

@@ -553,6 +553,10 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     from perfmodel.search import SearchRequest
     from perfmodel.specs.model import load_model
 
+    if validate:  # refused before the search, not after it
+        from perfmodel.extras import require_torch
+
+        require_torch("recommend --validate")
     spec = noted_seq_len(load_model(model, seq_len=seq_len), seq_len)
     hw = resolve_hardware(hardware, profile)
     try:
@@ -673,10 +677,7 @@ def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
     hooks = {ep.name: ep for ep in entry_points(group="perfmodel.hooks")}
     if "validate_scaled" not in hooks:
         raise click.ClickException("--validate needs the validation package (pip install -e .)")
-    try:
-        validate_scaled = hooks["validate_scaled"].load()
-    except ImportError as exc:
-        raise click.ClickException(f"--validate needs torch ({exc})") from None
+    validate_scaled = hooks["validate_scaled"].load()  # torch: recommend checked it is here
     return validate_scaled(model, hardware, plan)
 
 
@@ -734,7 +735,8 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
               help="FIELD=V1,V2,...: peak_flops_per_s (node FLOP rate), "
                    "memory_bandwidth_bytes_per_s, inter_node.bandwidth_bytes_per_s, "
                    "intra_node.bandwidth_bytes_per_s, gpus, global_batch. Repeatable.")
-@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON records.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: the table as rows (docs/json.md).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
               help="Write the table here (CSV).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
@@ -864,6 +866,13 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except Exception as exc:  # a bug: say so in one line; --debug shows the traceback
         if debug:
             raise
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "torch":
+            # a command path that needs torch without saying so first (perfmodel.extras)
+            from perfmodel.extras import command_of, missing_torch_message
+
+            command = command_of(argv if argv is not None else sys.argv[1:])
+            click.echo(f"error: {missing_torch_message(command)}", err=True)
+            sys.exit(EXIT_USAGE)
         click.echo(f"internal error: {type(exc).__name__}: {exc} "
                    "(run with --debug for a traceback)", err=True)
         sys.exit(EXIT_INTERNAL)
