@@ -130,9 +130,9 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
                         if c not in header]
     if as_json:  # a result a failed row lacks is null (empty in the CSV)
         missing = {*RESULT_COLUMNS, *RESOLVED_COLUMNS}
-        rows = [{k: None if k in missing and v == "" else v for k, v in r.items()}
-                for r in results]
-        text = json_text(document("predict.batch", {"rows": rows}))
+        nulled = [{k: None if k in missing and v == "" else v for k, v in r.items()}
+                  for r in results]
+        text = json_text(document("predict.batch", {"rows": nulled}))
     else:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
