@@ -227,6 +227,17 @@ def schema(kind: str) -> dict[str, Any]:
             "terms": {"type": "array", "items": term},
             "memory": {"type": "object"}, "launch": obj({"status": STRING}),
             "created": STRING, "prediction": PREDICTION, "caveats": STRINGS,
+            "measured_trace": {
+                "type": "array", "items": obj({
+                    "rank": {"type": "integer"}, "coords": {"type": "object"},
+                    "events": {"type": "array", "items": obj({
+                        "kind": STRING, "start_s": NUMBER, "end_s": NUMBER,
+                        "micro_batch": {"type": ["integer", "null"]},
+                        "chunk": {"type": ["integer", "null"]}, "thread": STRING},
+                        required=["kind", "start_s", "end_s"])},
+                }, required=["rank", "events"]),
+                "description": "Each rank's events of its last timed step, seconds from the "
+                               "step's start (validation.trace draws them: validate --trace)"},
         }, required=["model", "plan", "status", "predicted_step_time_s",
                      "measured_step_time_s", "relative_error", "steps", "terms", "memory",
                      "launch", "created"]))
