@@ -120,7 +120,8 @@ def _plan_rows(plan: Any) -> list[tuple[str, Any]]:
 
 
 def _summary(p: Any) -> str:
-    from perfmodel.render import fmt_bytes, fmt_seconds
+    from perfmodel.output import fmt_bytes
+    from perfmodel.render import fmt_seconds
 
     cards = [("step time", fmt_seconds(p.step_time_s)),
              ("tokens/s", f"{p.tokens_per_s:,.0f}"),
@@ -147,8 +148,8 @@ def _breakdown(p: Any, css_id: str = "breakdown-table") -> str:
 
 
 def _memory(p: Any) -> str:
+    from perfmodel.output import fmt_bytes
     from perfmodel.plot import memory_axes
-    from perfmodel.render import fmt_bytes
 
     rows = [(k, fmt_bytes(v)) for k, v in p.memory_breakdown_bytes.items() if v > 0]
     rows.append(("total", fmt_bytes(p.memory_per_gpu_bytes)))
@@ -205,24 +206,36 @@ def prediction_html(p: Any, notes: Sequence[str] = ()) -> str:
 # --- a recommendation -----------------------------------------------------------------------------
 
 
-def _plans_table(rec: Any) -> str:
-    from perfmodel.render import fmt_bytes, fmt_seconds
+def _plans_table(rec: Any, data: Mapping[str, Any]) -> str:
+    """The best plans; with --tokens / --gpu-hour-price their time to train, GPU-hours and cost
+    (the command's JSON entries, perfmodel.recommend.training_budget)."""
+    from perfmodel.output import fmt_bytes
+    from perfmodel.render import fmt_duration, fmt_price, fmt_seconds
 
+    entries = list(data.get("plans") or [{} for _ in rec.top])
+    budget = [(key, label, fmt) for key, label, fmt in (
+        ("time_to_train_s", "time to train", fmt_duration), ("gpu_hours", "GPU-hours",
+                                                             lambda x: f"{x:,.0f}"),
+        ("cost", "cost", fmt_price), ("cost_per_step", "cost/step", fmt_price))
+        if entries and key in entries[0]]
     rows = []
-    for rank, p in enumerate(rec.top, start=1):
+    for rank, (p, entry) in enumerate(zip(rec.top, entries, strict=False), start=1):
         pl = p.plan
         sched = pl.schedule.value + (f" v={pl.virtual_stages}" if pl.virtual_stages > 1 else "")
-        rows.append((rank, pl.dp, pl.tp, pl.tp_layout.value, pl.pp, pl.micro_batch, sched,
-                     pl.recompute.value, "yes" if pl.sequence_parallel else "", pl.zero,
+        rows.append((rank, pl.gpus, pl.dp, pl.tp, pl.tp_layout.value, pl.pp, pl.micro_batch,
+                     sched, pl.recompute.value, "yes" if pl.sequence_parallel else "", pl.zero,
                      ",".join(pl.placement), fmt_seconds(p.step_time_s),
-                     f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}", fmt_bytes(p.memory_per_gpu_bytes)))
-    headers = ("#", "dp", "tp", "layout", "pp", "mb", "schedule", "recompute", "sp", "zero",
-               "placement", "step time", "tokens/s", "MFU", "memory/GPU")
+                     f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}", fmt_bytes(p.memory_per_gpu_bytes),
+                     *(fmt(entry[key]) for key, _, fmt in budget)))
+    headers = ("#", "GPUs", "dp", "tp", "layout", "pp", "mb", "schedule", "recompute", "sp",
+               "zero", "placement", "step time", "tokens/s", "MFU", "memory/GPU",
+               *(label for _, label, _ in budget))
     return table(headers, rows, left=0, css_id="plans-table", classes=["best"])
 
 
 def _runner_up(rec: Any) -> str:
-    from perfmodel.render import fmt_bytes, fmt_seconds
+    from perfmodel.output import fmt_bytes
+    from perfmodel.render import fmt_seconds
 
     if len(rec.top) < 2:
         return '<p id="runner-up-none">only one plan was found: there is no runner-up.</p>'
@@ -238,7 +251,7 @@ def _runner_up(rec: Any) -> str:
                  f"{(second.step_time_s - best.step_time_s) * 1e3:+.3f} ms"))
     rows.append(("memory per GPU", fmt_bytes(best.memory_per_gpu_bytes),
                  fmt_bytes(second.memory_per_gpu_bytes),
-                 fmt_bytes(second.memory_per_gpu_bytes - best.memory_per_gpu_bytes)))
+                 fmt_bytes(second.memory_per_gpu_bytes - best.memory_per_gpu_bytes, signed=True)))
     trades = ", ".join(info.get("trades", []))
     return (f"<p>best: {esc(rec.explanation.get('best', ''))}<br>runner-up: "
             f"{esc(info.get('plan', ''))}" + (f"<br>it trades {esc(trades)}" if trades else "")
@@ -247,7 +260,8 @@ def _runner_up(rec: Any) -> str:
 
 
 def _curve(rec: Any) -> str:
-    from perfmodel.render import fmt_bytes, fmt_seconds
+    from perfmodel.output import fmt_bytes
+    from perfmodel.render import fmt_seconds
 
     rows = [(r["micro_batch"], fmt_seconds(r["step_time_s"]), f"{r['tokens_per_s']:,.0f}",
              fmt_bytes(r["memory_per_gpu_bytes"]), "yes" if r["fits"] else "no (memory limit)")
@@ -281,7 +295,7 @@ def recommendation_html(rec: Any, data: Mapping[str, Any]) -> str:
         pareto = f'<p class="note">no Pareto front: {esc(exc)}</p>'
     sections = [
         ("search", "The search", f"<p>{esc(search)}</p>"),
-        ("plans", "Best plans", _plans_table(rec)),
+        ("plans", "Best plans", _plans_table(rec, data)),
         ("plan", "The best plan", table(("field", "value"), _plan_rows(best.plan), left=2,
                                         css_id="plan-table")),
         ("summary", "Summary", _summary(best)),

@@ -9,6 +9,7 @@ exit, never on a fixed sleep.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -90,6 +91,18 @@ def test_the_predict_report_is_self_contained(run_cli, tmp_path):
     text = (tmp_path / "report.html").read_text()
     offline(text)
     assert "Content-Security-Policy" in text and "data:image/png;base64," in text
+
+
+def test_the_recommend_report_says_time_to_train_and_cost(run_cli, tmp_path):
+    out = run_cli(*RECOMMEND, "--tokens", "1e12", "--gpu-hour-price", "2.5", "--html",
+                  "report.html", "--json")
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "report.html").read_text()
+    offline(text)
+    for header in ("GPUs", "time to train", "GPU-hours", "cost"):
+        assert f"<th>{header}</th>" in text, header
+    best = json.loads(out.stdout)["plans"][0]
+    assert f"{best['gpu_hours']:,.0f}" in text  # the JSON's number, as the table prints it
 
 
 @needs_chromium
