@@ -107,6 +107,12 @@ SEQ_LEN_HELP = ("The training sequence length (default: the model spec's seq_len
                 "positions reach, not what training uses).")
 
 
+FROM_CONFIG_HELP = ("The job's own config: a Megatron-LM argument file or launch script, a "
+                    "Megatron-Bridge / NeMo 2 YAML, a torchtitan TOML (or its JSON dump) or a "
+                    "DeepSpeed JSON (docs/configs.md). Its model and plan; --model fills what "
+                    "it lacks (a DeepSpeed config's model).")
+
+
 def choice(options: Any) -> click.Choice[str]:
     """The values of an option's enum (or tuple of names) as a click choice: one vocabulary from
     the command line to the formulas."""
@@ -124,6 +130,8 @@ def plan_options(fn: Any) -> Any:
     options = [
         click.option("--model", "model", required=False,
                      help="Model preset or spec file (YAML/JSON, HF config.json)."),
+        click.option("--from-config", "from_config", type=click.Path(dir_okay=False),
+                     default=None, help=FROM_CONFIG_HELP),
         click.option("--hardware", "hardware", default=None, help="Hardware preset or spec file."),
         click.option("--profile", "profile", default=None, type=click.Path(dir_okay=False),
                      help="Calibrated profile (overrides the hardware preset's fields)."),
@@ -202,7 +210,8 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule"
 # the plan options of predict that a plans file's rows give (--dtype and --seq-len are the
 # rows' default; --model, --hardware, --profile and --collective-algorithm apply to every row)
 BATCH_COLUMNS = tuple(k for k in PLAN_KEYS if k != "dtype")
-BATCH_REFUSED = (*BATCH_COLUMNS, "pr", "pc", "norm", "collective_variant", "contributors")
+BATCH_REFUSED = (*BATCH_COLUMNS, "pr", "pc", "norm", "collective_variant", "contributors",
+                 "from_config")
 
 
 def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
@@ -361,10 +370,45 @@ def noted_seq_len(model: Any, seq_len: int | None) -> Any:
     return model.noted(seq_len_from="--seq-len")
 
 
+def given_plan_options(kw: dict[str, Any]) -> dict[str, Any]:
+    """The plan options given on the command line (not left at their defaults)."""
+    ctx = click.get_current_context()
+    return {k: kw[k] for k in PLAN_KEYS if k in kw and _given(ctx, k)}
+
+
+def config_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """(model, hardware, plan, job) of --from-config: the config's model and plan, --model
+    filling what it lacks, the command line's plan options what it leaves open."""
+    from perfmodel.configs import read_config, resolve_model, resolve_plan
+    from perfmodel.strategy import plan_from_dict
+
+    job = read_config(kw["from_config"])
+    model = resolve_model(job, kw.get("model"), kw.get("seq_len"))
+    model.require_costed()
+    hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
+    if kw.get("collective_algorithm"):
+        hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
+    model, plan_kw = resolve_plan(job, model, given_plan_options(kw))
+    plan_kw.setdefault("dtype", hardware.default_dtype())
+    plan = plan_from_dict(plan_kw)
+    plan.check(model)
+    return model, hardware, plan, job
+
+
+def print_job(job: Any) -> None:
+    """What a config held: read, ignored, unknown, assumed (standard error)."""
+    for line in job.report():
+        click.echo(line, err=True)
+
+
 def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     from perfmodel.specs.model import load_model
     from perfmodel.strategy import plan_from_dict
 
+    if kw.get("from_config"):
+        model, hardware, plan, job = config_inputs(kw)
+        print_job(job)
+        return model, hardware, plan
     if not kw.get("model"):
         raise click.UsageError("give --model (a preset, spec file or Hugging Face config.json)")
     model = noted_seq_len(load_model(kw["model"], seq_len=kw.get("seq_len")), kw.get("seq_len"))
@@ -418,7 +462,13 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         if failures:
             sys.exit(5)
         return
-    graph = layer_graph_inputs(kw)
+    job = None
+    if kw.get("from_config"):
+        model, hardware, plan, job = config_inputs(kw)
+        print_job(job)
+        graph = None
+    else:
+        graph = layer_graph_inputs(kw)
     if graph is not None:
         from perfmodel.layerwise import predict_grid
 
@@ -434,7 +484,8 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 
             print_grid_prediction(grid)
         return
-    model, hardware, plan = build_inputs(kw)
+    if job is None:
+        model, hardware, plan = build_inputs(kw)
     result = run(model, hardware, plan)
     notes = profile_extrapolations(kw.get("profile"), model, hardware, plan)
     if plot_path:
@@ -444,8 +495,10 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if as_json:
+        config = {"config": job.to_dict()} if job is not None else {}
         click.echo(json_text({**result.to_dict(), **model_summary(model),
-                              "extrapolations": notes, **profile_status(kw.get("profile"))}))
+                              "extrapolations": notes, **profile_status(kw.get("profile")),
+                              **config}))
     else:
         from perfmodel.render import print_prediction
 
@@ -458,7 +511,7 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 @click.option("--term", "terms", multiple=True, help="Only these terms (repeatable), e.g. comm/tp.")
 def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
     """Print the symbolic formulas of the step time and of each term, with the symbols' values."""
-    graph = layer_graph_inputs(kw)
+    graph = None if kw.get("from_config") else layer_graph_inputs(kw)
     if graph is not None:
         from perfmodel.explain import explain_grid_text
 
