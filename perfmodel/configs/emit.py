@@ -45,6 +45,22 @@ def header(model: Any, hardware: Any, plan: Any, step_time_s: float) -> list[str
             f"{','.join(plan.placement)} from the innermost."]
 
 
+def emit_best(fmt: str, directory: str | Path, model: Any, hardware: Any,
+              ranked: list[Any]) -> tuple[int, list[Path]]:
+    """Write the best of the ranked predictions that `fmt` can run; (its rank from 1, the paths).
+    PlanError with the best plan's reason when none can be written."""
+    first: PlanError | None = None
+    for rank, prediction in enumerate(ranked, 1):
+        try:
+            return rank, emit(fmt, directory, model, hardware, prediction.plan,
+                              prediction.step_time_s)
+        except PlanError as exc:
+            first = first or exc
+    assert first is not None
+    raise PlanError(f"{first} (nor can the {len(ranked)} runners-up: pin what the framework "
+                    "runs, or raise --top)")
+
+
 def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
          step_time_s: float) -> list[Path]:
     """Write the plan as `fmt`'s config into directory (which must exist); the paths written."""
@@ -81,8 +97,8 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
         raise refuse_emit("deepspeed", f"gpus {plan.gpus}", "not whole nodes")
     path = write_atomic(out / "ds_config.json", json.dumps(config, indent=2) + "\n",
                         what="DeepSpeed config")
-    source = model.origin.split(" (")[0] if "Hugging Face" in (model.origin or "") else \
-        "MODEL_DIR"
+    origin = (model.origin or "").split(" (")[0]
+    source = str(Path(origin).parent) if "Hugging Face" in (model.origin or "") else "MODEL_DIR"
     args = ["--deepspeed", "ds_config.json", "--model_name_or_path", source,
             "--per_device_train_batch_size", str(plan.micro_batch),
             "--gradient_accumulation_steps", str(plan.num_micro_batches),
@@ -93,7 +109,8 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
         args.append("--gradient_checkpointing")
     script = ("#!/bin/bash\n" + "".join(f"# {line}\n" for line in lines) +
               "# run_clm.py: transformers' examples/pytorch/language-modeling (give your data "
-              "with --dataset_name or --train_file)\nset -euo pipefail\n"
+              f"with --dataset_name or --train_file); MODEL_DIR: a Hugging Face directory of "
+              f"{model.name}\nset -euo pipefail\n"
               f"deepspeed --num_nodes {plan.gpus // per_node} --num_gpus {per_node} run_clm.py "
               + " ".join(shlex.quote(a) for a in args) + "\n")
     return [path, write_atomic(out / "launch.sh", script, what="DeepSpeed launch script")]

@@ -160,15 +160,15 @@ def parse_words(launch: Launch, where: str, job: JobConfig) -> dict[str, tuple[s
                 i += 1
         if arity is None:
             reason = _ignored_reason(name)
-            value = " ".join(launch.shown(v) for v in values) or True
+            shown: Any = " ".join(launch.shown(v) for v in values) or True
             if reason:
-                job.skipped(word.partition("=")[0], value, reason)
+                job.skipped(word.partition("=")[0], shown, reason)
                 continue
             close = typo(name, READ_OPTIONS)
             if close:
                 raise SpecError(f"{where}: unknown Megatron-LM option --{name}{close}; "
                                 "perfmodel refuses a likely misspelling of an option it reads")
-            job.strange(f"--{name}", value)
+            job.strange(f"--{name}", shown)
             continue
         if arity and len(values) < abs(arity):
             raise SpecError(f"{where}: --{name} needs {abs(arity)} value(s), got "
