@@ -196,8 +196,8 @@ def _statements(text: str) -> list[tuple[int, str]]:
             continue
         head = _skip_prefix(words)
         if head and re.match(r"^[A-Za-z_]\w*\+?=\(", head[0]) and \
-                not any(w.endswith(")") for w in words):
-            continue  # an open array
+                sum(w.count("(") - w.count(")") for w in words) > 0:
+            continue  # an open array (its parentheses, $(( )) inside it too, not balanced)
         if words:
             out.append((start, pending))
         pending = ""
