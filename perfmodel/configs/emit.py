@@ -3,9 +3,9 @@
 megatron: megatron_args.txt (pretrain_gpt.py's arguments, one option a line) and launch.sh
 (torchrun on every node); torchtitan: job.toml; deepspeed: ds_config.json and launch.sh (the
 deepspeed launcher running the Hugging Face Trainer's run_clm.py with the model-side arguments).
-Every file is written atomically (perfmodel.files.write_atomic). Each file starts with what
-perfmodel assumed: the plan, its predicted step, and the options it chose. A plan the framework
-cannot run is refused in one line naming the field (PlanError, exit 4).
+Every file is written atomically (perfmodel.files.write_atomic); DIR is created if missing. Each
+file starts with what perfmodel assumed: the plan, its predicted step, and the options it chose.
+A plan the framework cannot run is refused in one line naming the field (PlanError, exit 4).
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
          step_time_s: float) -> list[Path]:
     """Write the plan as `fmt`'s config into directory (which must exist); the paths written."""
     out = Path(directory)
-    if not out.is_dir():
-        raise OutputError(f"--emit-config: {out} is not a directory (create it first)")
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--emit-config: {out} is not a directory")
     lines = header(model, hardware, plan, step_time_s)
     fmt = EmitFormat(fmt)
     if fmt is EmitFormat.MEGATRON:
@@ -81,14 +81,15 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
         text = "".join(f"# {line}\n" for line in lines) + torchtitan_toml(model, plan)
         if plan.gpus % min(hardware.gpus_per_node, plan.gpus):
             raise refuse_emit("torchtitan", f"gpus {plan.gpus}", "not whole nodes")
-        path = write_atomic(out / "job.toml", text, what="torchtitan job config")
+        path = write_atomic(out / "job.toml", text, what="torchtitan job config", make_parents=True)
         per_node = min(hardware.gpus_per_node, plan.gpus)
         script = ("#!/bin/bash\n" + "".join(f"# {line}\n" for line in lines) +
                   "set -euo pipefail\n"
                   f"torchrun --nnodes {plan.gpus // per_node} --nproc-per-node {per_node} "
                   "--rdzv-backend c10d --rdzv-endpoint \"${MASTER_ADDR:-localhost}:29500\" \\\n"
                   "    -m torchtitan.train --job.config-file job.toml\n")
-        return [path, write_atomic(out / "launch.sh", script, what="torchtitan launch script")]
+        return [path, write_atomic(out / "launch.sh", script, what="torchtitan launch script",
+                                         make_parents=True)]
     from perfmodel.configs.deepspeed import ds_config
 
     config = ds_config(plan)
@@ -96,7 +97,7 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
     if plan.gpus % per_node:
         raise refuse_emit("deepspeed", f"gpus {plan.gpus}", "not whole nodes")
     path = write_atomic(out / "ds_config.json", json.dumps(config, indent=2) + "\n",
-                        what="DeepSpeed config")
+                        what="DeepSpeed config", make_parents=True)
     origin = (model.origin or "").split(" (")[0]
     source = str(Path(origin).parent) if "Hugging Face" in (model.origin or "") else "MODEL_DIR"
     args = ["--deepspeed", "ds_config.json", "--model_name_or_path", source,
@@ -113,4 +114,5 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
               f"{model.name}\nset -euo pipefail\n"
               f"deepspeed --num_nodes {plan.gpus // per_node} --num_gpus {per_node} run_clm.py "
               + " ".join(shlex.quote(a) for a in args) + "\n")
-    return [path, write_atomic(out / "launch.sh", script, what="DeepSpeed launch script")]
+    return [path, write_atomic(out / "launch.sh", script, what="DeepSpeed launch script",
+                                   make_parents=True)]

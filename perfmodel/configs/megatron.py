@@ -827,6 +827,6 @@ def write_megatron(directory: Path, model: Any, plan: Any, hardware: Any, header
               "--master-port 6000 \\\n    pretrain_gpt.py \\\n" + "\n".join(lines) +
               "\n    --train-iters \"${TRAIN_ITERS:-100}\" --lr 3e-4\n")
     out = [directory / "megatron_args.txt", directory / "launch.sh"]
-    write_atomic(out[0], text, what="Megatron-LM arguments")
-    write_atomic(out[1], script, what="Megatron-LM launch script")
+    write_atomic(out[0], text, what="Megatron-LM arguments", make_parents=True)
+    write_atomic(out[1], script, what="Megatron-LM launch script", make_parents=True)
     return out
