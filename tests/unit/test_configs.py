@@ -17,6 +17,7 @@ from perfmodel.configs.torchtitan import SECTIONS, ffn_width, flavor_model, torc
 from perfmodel.errors import PlanError, SpecError
 from perfmodel.specs.model import load_model
 from perfmodel.strategy import plan_from_dict
+from tests.unit.test_json_schemas import check
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "configs"
 ARCHITECTURE = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
@@ -376,6 +377,9 @@ def test_round_trip_emit_then_read_back(run_cli, tmp_path, fmt, pins, read):
     assert again["step_time_s"] == pytest.approx(chosen["step_time_s"], rel=1e-9)
     assert again["memory_per_gpu_bytes"] == pytest.approx(chosen["memory_per_gpu_bytes"],
                                                           rel=1e-9)
+    check(res.stdout, "recommend")  # the published schemas hold "emitted" and "config"
+    check(back.stdout, "predict")
+    assert rec["emitted"]["format"] == fmt and again["config"]["framework"] == fmt
 
 
 def test_recommend_from_config_pins_its_choices(run_cli):
