@@ -87,7 +87,7 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
                   "set -euo pipefail\n"
                   f"torchrun --nnodes {plan.gpus // per_node} --nproc-per-node {per_node} "
                   "--rdzv-backend c10d --rdzv-endpoint \"${MASTER_ADDR:-localhost}:29500\" \\\n"
-                  "    -m torchtitan.train --job.config-file job.toml\n")
+                  "    -m torchtitan.train --job.config_file job.toml\n")
         return [path, write_atomic(out / "launch.sh", script, what="torchtitan launch script",
                                          make_parents=True)]
     from perfmodel.configs.deepspeed import ds_config

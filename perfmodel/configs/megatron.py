@@ -69,7 +69,7 @@ READ_OPTIONS: dict[str, int] = {
         "optimizer-cpu-offload", "account-for-embedding-in-pipeline-split",
         "account-for-loss-in-pipeline-split", "squared-relu", "quick-geglu", "use-legacy-models",
         "use-mcore-models", "mock-data", "no-position-embedding", "fp8-param-gather",
-        "use-precision-aware-optimizer"), 0),
+        "use-precision-aware-optimizer", "checkpoint-activations"), 0),
 }
 
 # options that do not change the step's time or memory, by kind (a prefix ending in '-' names
@@ -507,7 +507,9 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
                                                    "(perfmodel splits layers evenly)"),
             ("use_precision_aware_optimizer", "a precision-aware optimizer (bf16 states) is not "
                                               "modelled"),
-            ("fp8_param_gather", "fp8 training is not modelled")):
+            ("fp8_param_gather", "fp8 training is not modelled"),
+            ("checkpoint_activations", "Megatron-LM no longer takes it (--recompute-activations "
+                                       "or --recompute-granularity)")):
         if _flag(settings, dest, where):
             raise refuse_plan(where, settings[dest][0], True, why)
     for dest in ("fp8_format", "fp4_format", "pipeline_model_parallel_layout",
