@@ -315,6 +315,10 @@ def _layer_extrapolations(prof: Any, model: Any, plan: Any) -> list[str]:
     return notes
 
 
+PR_PC_TRANSFORMER = ("--pr/--pc apply to layer-graph models (alexnet, vgg16, resnet50, mlp or a "
+                     "'kind: layers' file); transformers take --dp/--tp/--pp")
+
+
 def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     """(model, hardware, GridPlan) when --model is a layer graph (CNN/MLP), else None."""
     from perfmodel.specs.layers import LayerGraphSpec
@@ -325,9 +329,7 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     model = load_model(kw["model"]) if kw.get("seq_len") is None else None
     if not isinstance(model, LayerGraphSpec):
         if kw.get("pr") or kw.get("pc"):
-            raise click.UsageError("--pr/--pc apply to layer-graph models (alexnet, vgg16, "
-                                   "resnet50, mlp or a 'kind: layers' file); transformers take "
-                                   "--dp/--tp/--pp")
+            raise click.UsageError(PR_PC_TRANSFORMER)
         return None
     from perfmodel.layerwise import Contributors, GridPlan
 
@@ -416,6 +418,8 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
         raise click.UsageError(f"model '{model.name}' is a layer graph (CNN/MLP): this takes a "
                                "transformer (layer graphs take --pr/--pc in predict, explain and "
                                "validate runs)")
+    if kw.get("pr") or kw.get("pc"):  # validate --emit and --dry-run come here directly
+        raise click.UsageError(PR_PC_TRANSFORMER)
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
     if kw.get("collective_algorithm"):
