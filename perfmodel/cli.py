@@ -508,13 +508,14 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         from perfmodel.plot import prediction_plot
 
         prediction_plot(result, Path(plot_path))
+    drawn = []  # what the timeline says of itself (not an extrapolation of the profile)
     if trace_path or timeline_path:
-        notes += _timeline_outputs(model, hardware, plan, trace_path, timeline_path)
+        drawn = _timeline_outputs(model, hardware, plan, trace_path, timeline_path)
     if html_path:
         from perfmodel.htmlreport import prediction_html, write_html
 
         write_html(html_path, prediction_html(result, notes))
-    for note in notes:
+    for note in notes + drawn:
         click.echo(f"note: {note}", err=True)
     if as_json:
         config = {"config": job.to_dict()} if job is not None else {}
