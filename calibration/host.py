@@ -39,7 +39,7 @@ def count_ops(torch: Any, fn: Any) -> int:
     """The aten ops one call of fn dispatches (views included)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    class Count(TorchDispatchMode):  # type: ignore[misc]
+    class Count(TorchDispatchMode):
         ops = 0
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),

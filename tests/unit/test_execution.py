@@ -221,3 +221,13 @@ def test_the_host_stage_fits_the_host_time_per_op():
     model = HostOpModel().fit(records)
     assert model.host_op_overhead_s_ == pytest.approx(5e-6)
     assert model.summary()["params"]["host_op_overhead_s"] == pytest.approx(5e-6)
+
+
+def test_every_gpu_preset_is_an_asynchronous_device():
+    """Every hardware preset is a GPU node, whose host queues kernels and goes on: a preset that
+    forgot asynchronous_device would silently add its host and device time (CPU ranks' rule)."""
+    from perfmodel.specs.presets import HARDWARE_DIR
+
+    names = sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml"))
+    assert len(names) >= 6
+    assert [n for n in names if not load_hardware(n).asynchronous_device] == []
