@@ -14,7 +14,8 @@ from perfmodel.files import read_text_bounded, write_atomic
 from perfmodel.output import json_text
 
 PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
-                "sequence_parallel", "recompute", "zero", "dtype", "flash_attention",
+                "sequence_parallel", "recompute", "recompute_every", "grad_dtype",
+                "optimizer_dtype", "zero", "dtype", "flash_attention",
                 "overlap_grad_sync", "placement", "tp_layout", "tp_depth")
 MODEL_COLUMNS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads")
 RESULT_COLUMNS = ("step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",

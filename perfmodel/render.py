@@ -60,12 +60,15 @@ def print_prediction(r: Prediction) -> None:
               f"global batch {p.global_batch} ({r.micro_batches} micro-batches), {p.schedule}"
               + (f" v={p.virtual_stages}" if p.virtual_stages > 1 else "")
               + f", recompute {p.recompute}" + (", sequence parallel" if p.sequence_parallel else "")
-              + (f", ZeRO-{p.zero}" if p.zero else "") + f", {p.dtype}")
+              + (f", ZeRO-{p.zero}" if p.zero else "") + f", {p.dtype}"
+              + (", flash attention" if p.flash_attention else ", unfused attention"))
     summary = Table(show_header=False, box=None, pad_edge=False)
     summary.add_row("step time", fmt_seconds(r.step_time_s))
     summary.add_row("throughput", f"{r.samples_per_s:,.2f} samples/s, {r.tokens_per_s:,.0f} tokens/s")
     summary.add_row("model FLOPs / step", f"{r.model_flops_per_step:.3e}")
-    summary.add_row("per GPU", f"{r.tflops_per_gpu:.1f} TFLOP/s, MFU {r.mfu * 100:.1f}%")
+    summary.add_row("per GPU", f"{r.tflops_per_gpu:.1f} TFLOP/s, MFU {r.mfu * 100:.1f}% "
+                    f"(Megatron's FLOPs: causal attention counted as half; "
+                    f"{r.mfu_full_attention * 100:.1f}% counted whole, as torchtitan)")
     fits = "fits" if r.fits_in_memory else "[red]does NOT fit[/]"
     summary.add_row("memory per GPU", f"{fmt_bytes(r.memory_per_gpu_bytes)} of "
                     f"{fmt_bytes(r.memory_capacity_bytes)}: {fits}")

@@ -46,7 +46,8 @@ def plan_label(plan: Plan) -> str:
     if plan.zero:
         parts.append(f"zero{plan.zero}")
     if plan.recompute.value != "none":
-        parts.append(f"rc-{plan.recompute.value}")
+        parts.append(f"rc-{plan.recompute.value}"
+                     + (f"{plan.recompute_every}" if plan.recompute_every > 1 else ""))
     return "-".join(parts)
 
 

@@ -2,7 +2,8 @@
 
     model states   = params_stage x (e_w, e_g, e_o) / their ZeRO divisors
     activations    = a layer's kept activations x L/pp x the micro-batches in flight
-                     (+ one layer's full activations to recompute into, with full recompute)
+                     (+ one layer's full activations to recompute into, with full recompute;
+                     what per-op recompute does not keep of one layer, with it)
     embedding, output: the embedding's dropout mask per in-flight micro-batch; the final norm's
                      input and the fp32 logits on the last stage
     ZeRO 3 buffer  = two gathered layers (the one computing and the next, prefetched)
@@ -31,8 +32,10 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
     div = M.zero_divisors(c.zero1, c.zero2, c.zero3, S.dp)
     act_kw = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d)
     act_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=c.full,
-                                         selective=c.selective, **act_kw)
+                                         selective=c.selective, op=c.op, **act_kw)
     full_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=0, selective=0, **act_kw)
+    op_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=0, selective=0, op=1,
+                                        **act_kw)
     inflight = M.inflight_micro_batches(
         c.gpipe, c.interleaved + c.zero_bubble * (1 - c.zbv) * active(S.v), S.pp, c.m, S.v)
     out: dict[str, dict[str, sp.Expr]] = {}
@@ -42,7 +45,8 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         # the first stage holds the most micro-batches; a later one, at least one
         stage_inflight = inflight if st == "first" else c.single * inflight + c.multi
         mem["activations/layers"] = act_layer * c.layers_per_stage * stage_inflight
-        mem["activations/recompute_buffer"] = c.full * full_layer
+        mem["activations/recompute_buffer"] = c.full_any * full_layer \
+            + c.op_any * (full_layer - op_layer)
         # the embedding's dropout mask per in-flight micro-batch; the final norm's input and the
         # fp32 logits (two of each, as the first step model counted them, 88e7cc9)
         mem["activations/embedding_output"] = \
