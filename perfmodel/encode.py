@@ -322,6 +322,8 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "intra_bandwidth": hardware.intra_node.effective_bandwidth_bytes_per_s,
         "inter_latency_s": hardware.inter_node.latency_s,
         "inter_bandwidth": hardware.inter_node.effective_bandwidth_bytes_per_s,
+        "nccl_buffer_bytes": hardware.nccl_buffer_bytes,
+        "memory_fragmentation": hardware.memory_fragmentation,
         **flash_values(model, hardware, dtype.value),
         "recompute_every": recompute_every,
     }

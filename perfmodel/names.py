@@ -72,6 +72,10 @@ _name("intra_latency_s", "alpha_intra", "intra-node latency per step [s]")
 _name("intra_bandwidth", "beta_intra", "intra-node bandwidth per GPU, effective [B/s]")
 _name("inter_latency_s", "alpha_inter", "inter-node latency per step [s]")
 _name("inter_bandwidth", "beta_inter", "inter-node bandwidth per node, effective [B/s]")
+# what a GPU holds beyond the tensors (HardwareSpec.nccl_buffer_bytes, memory_fragmentation)
+_name("nccl_buffer_bytes", "M_nccl", "GPU memory of one NCCL communicator's buffers [B]")
+_name("memory_fragmentation", "f_frag",
+      "fraction of the caching allocator's reserved memory that no tensor uses")
 # the hardware's fused (flash) attention kernel at the model's head size
 # (HardwareSpec.flash_attention)
 _name("flash_measured", "I_fa",

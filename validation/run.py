@@ -64,7 +64,8 @@ def check_fits(prediction: dict[str, Any] | None, settings: RunSettings) -> None
     if prediction is None or settings.backend != "gloo":
         return
     breakdown = prediction.get("memory_breakdown_bytes") or {}
-    per_rank = sum(v for k, v in breakdown.items() if k != "reserved") + BASELINE_RSS_BYTES
+    per_rank = sum(v for k, v in breakdown.items() if not k.startswith("reserved")) \
+        + BASELINE_RSS_BYTES
     need = per_rank * settings.nprocs
     available = _available_memory_bytes()
     if available and need > 0.9 * available:

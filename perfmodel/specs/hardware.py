@@ -52,6 +52,10 @@ BOUNDS: dict[str, Bound] = {
                                           inclusive=True),
     "memory_bandwidth_efficiency": Bound(0, 1, "a fraction of memory_bandwidth_bytes_per_s"),
     "memory_reserved_bytes": Bound(0, 1e15, "as memory_bytes, and below it", inclusive=True),
+    "nccl_buffer_bytes": Bound(0, 1e12, "one communicator's buffers: 64 channels x 3 protocols "
+                               "of 4 MiB is 0.8 GB; 1 TB is no buffer", inclusive=True),
+    "memory_fragmentation": Bound(0, 0.9, "a fraction of the allocator's reserved pool left "
+                                  "unused: above 0.9 the allocator is broken", inclusive=True),
     "kernel_overhead_s": Bound(0, 1, _SECONDS + " (a GPU launch is ~5 us)", inclusive=True),
     "kernel_overhead_tp_s": Bound(0, 1, _SECONDS, inclusive=True),
     "collective_overhead_s": Bound(0, 1, _SECONDS, inclusive=True),
@@ -347,7 +351,8 @@ class FlashAttention:
 
 # HardwareSpec's numeric fields other than gpus_per_node and the per-dtype peaks
 _SCALAR_FIELDS = ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
-                  "memory_reserved_bytes", "kernel_overhead_s", "kernel_overhead_tp_s",
+                  "memory_reserved_bytes", "nccl_buffer_bytes", "memory_fragmentation",
+                  "kernel_overhead_s", "kernel_overhead_tp_s",
                   "collective_overhead_s", "optimizer_overhead_s",
                   "optimizer_bandwidth_efficiency", "fsdp_forward_overhead_s",
                   "fsdp_backward_overhead_s", "fsdp_reduce_overhead_s", "ranks_per_device")
@@ -379,7 +384,14 @@ class HardwareSpec:
     # bytes per parameter (a framework's optimizer may make more passes than one fused kernel);
     # 0: memory_bandwidth_efficiency, as every other memory-bound kernel
     optimizer_bandwidth_efficiency: float = 0.0
+    # What a GPU holds beyond the training's tensors (perfmodel.step.memory): the CUDA context and
+    # libraries' workspaces (memory_reserved_bytes); each NCCL communicator's connection buffers
+    # (nccl_buffer_bytes, per communicator a rank uses; 0: not measured); and the caching
+    # allocator's fragmentation, the fraction of its reserved pool no tensor uses
+    # (memory_fragmentation: reserved = allocated / (1 - f); 0: not measured)
     memory_reserved_bytes: float = 0.0
+    nccl_buffer_bytes: float = 0.0
+    memory_fragmentation: float = 0.0
     # Measured by `calibrate run` (stage layers): what FSDP2 (ZeRO 1-3) adds per unit beyond its
     # gathers, reduce-scatters and copies (hooks: unshard, reshard, post-backward), per
     # micro-batch forward and backward, and per step for the gradient reduction; 0 = not measured

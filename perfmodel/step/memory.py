@@ -6,7 +6,20 @@
                      what per-op recompute does not keep of one layer, with it)
     embedding, output: the embedding's dropout mask per in-flight micro-batch; the final norm's
                      input and the fp32 logits on the last stage
-    ZeRO 3 buffer  = two gathered layers (the one computing and the next, prefetched)
+    ZeRO 3 buffer  = two gathered layers (the one computing and the next, prefetched), and the
+                     root unit (embedding, final norm, output layer) gathered through the forward
+                     to the loss, where memory peaks (torchtitan apply_fsdp: fully_shard(model),
+                     the root, reshard_after_forward only after the forward)
+    reserved/...   = what the GPU holds beyond tensors: each NCCL communicator's buffers (one for
+                     each of the tp, dp and pp groups the rank is in; HardwareSpec.
+                     nccl_buffer_bytes), and the caching allocator's fragmentation: the
+                     tensors allocated and freed every step (activations, gathered buffers) x
+                     f / (1 - f) (HardwareSpec.memory_fragmentation; the model states sit in
+                     buffers allocated once, which do not fragment). The CUDA context
+                     (memory_reserved_bytes) is added by the prediction ("reserved").
+A stage keeps no copy of what it sent on: the layers' activations are their inputs (Korthikanti),
+and Megatron-LM frees the data of a stage's sent output tensor (megatron/core/pipeline_parallel/
+schedules.py deallocate_output_tensor; NeMo deallocate_pipeline_outputs).
 Sources: Rajbhandari et al. 2020 (ZeRO, Sec. 3); Korthikanti et al. 2022 (Table 2, Sec. 4.2.3).
 """
 
@@ -52,7 +65,15 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         mem["activations/embedding_output"] = \
             has_embed * MASK_BYTES * T * h / c.act_ranks * stage_inflight \
             + has_head * (2 * e * T * h / c.act_ranks + 2 * FP32_BYTES * T * V / tp)
-        mem["buffers/zero3_gather"] = c.zero3 * ZERO3_GATHERED_LAYERS * S.wbytes \
-            * params.layer_per_gpu
+        root = has_embed * (params.embedding["sharded"] / tp + params.embedding["replicated"]) \
+            + has_head * (params.final_norm + (1 - c.tied * c.single) * V * h / tp)
+        mem["buffers/zero3_gather"] = c.zero3 * S.wbytes * (
+            ZERO3_GATHERED_LAYERS * params.layer_per_gpu + root)
+        # the tensors allocated and freed every step (the model states sit in buffers allocated
+        # once: Megatron's contiguous parameter and gradient buffers, FSDP's shards)
+        transient = sp.Add(*(x for k, x in mem.items() if k.startswith(("activations/",
+                                                                         "buffers/"))))
+        mem["reserved/nccl_buffers"] = S.M_nccl * (active(S.tp) + active(S.dp) + active(S.pp))
+        mem["reserved/fragmentation"] = transient * S.f_frag / (1 - S.f_frag)
         out[st] = {k: sp.sympify(x) for k, x in mem.items()}
     return out
