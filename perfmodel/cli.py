@@ -21,6 +21,7 @@ import click
 from perfmodel.costs.precision import STATE_DTYPES
 from perfmodel.errors import PerfmodelError
 from perfmodel.output import json_text, require_finite
+from perfmodel.specs import resolve as specs_resolve
 from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS
 from perfmodel.strategy import (
     DEFAULT_MEMORY_MARGIN,
@@ -121,22 +122,29 @@ CONTRIBUTORS = choice(("standard", "specialised", "auto"))
 
 def plan_options(fn: Any) -> Any:
     options = [
-        click.option("--model", "model", required=False, help="Model preset or spec file (YAML/JSON, HF config.json)."),
+        click.option("--model", "model", required=False,
+                     help="Model preset or spec file (YAML/JSON, HF config.json)."),
         click.option("--hardware", "hardware", default=None, help="Hardware preset or spec file."),
         click.option("--profile", "profile", default=None, type=click.Path(dir_okay=False),
                      help="Calibrated profile (overrides the hardware preset's fields)."),
         click.option("--gpus", type=int, default=None, help="GPU count (default dp x tp x pp)."),
         click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree."),
-        click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
-        click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
-        click.option("--micro-batch", type=int, default=1, show_default=True, help="Micro-batch size [samples]."),
-        click.option("--global-batch", type=int, default=None, help="Global batch [samples] (default dp x micro-batch)."),
+        click.option("--tp", type=int, default=1, show_default=True,
+                     help="Tensor-parallel degree."),
+        click.option("--pp", type=int, default=1, show_default=True,
+                     help="Pipeline-parallel degree."),
+        click.option("--micro-batch", type=int, default=1, show_default=True,
+                     help="Micro-batch size [samples]."),
+        click.option("--global-batch", type=int, default=None,
+                     help="Global batch [samples] (default dp x micro-batch)."),
         click.option("--schedule", type=choice(Schedule), default=Schedule.ONE_F_ONE_B.value,
                      show_default=True,
                      help="Pipeline schedule; zb: interleaved zero bubble (ZB1P), zbv: zero "
                           "bubble V."),
-        click.option("--virtual-stages", type=int, default=1, show_default=True, help="Model chunks per GPU (interleaved)."),
-        click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (needs tp > 1)."),
+        click.option("--virtual-stages", type=int, default=1, show_default=True,
+                     help="Model chunks per GPU (interleaved)."),
+        click.option("--sequence-parallel", is_flag=True,
+                     help="Megatron sequence parallelism (needs tp > 1)."),
         click.option("--recompute", type=choice(Recompute), default=Recompute.NONE.value,
                      show_default=True,
                      help="Activation recompute: none, selective (Megatron: the attention core), "
@@ -151,7 +159,8 @@ def plan_options(fn: Any) -> Any:
         click.option("--optimizer-dtype", type=choice(STATE_DTYPES), default=None,
                      help="bf16: Adam states' dtype (default fp32 with fp32 master weights; bf16: "
                           "no master copy, Apex distributed_fused_adam dtype bf16)."),
-        click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage."),
+        click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
+                     help="ZeRO stage."),
         click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP),
         click.option("--attention", type=choice(Attention), default=Attention.AUTO.value,
                      show_default=True,
@@ -160,13 +169,16 @@ def plan_options(fn: Any) -> Any:
                           "where the hardware has a flash kernel for the dtype."),
         click.option("--flash-attention", is_flag=True, hidden=True,
                      help="The old spelling of --attention flash."),
-        click.option("--overlap-grad-sync", is_flag=True, help="Overlap the data-parallel gradient sync with backward."),
+        click.option("--overlap-grad-sync", is_flag=True,
+                     help="Overlap the data-parallel gradient sync with backward."),
         click.option("--placement", type=choice(Placement), default=Placement.TP_DP_PP.value,
                      show_default=True, help="Axes from innermost (inside a node) out."),
         click.option("--tp-layout", type=choice(TPLayout), default=TPLayout.ONE_D.value,
                      show_default=True,
-                     help="Tensor-parallel layout: Megatron 1d, SUMMA 2d, Tesseract 2.5d, 3d cube."),
-        click.option("--tp-depth", type=int, default=1, show_default=True, help="Depth d of the 2.5d layout (tp = q^2 d)."),
+                     help="Tensor-parallel layout: Megatron 1d, SUMMA 2d, Tesseract 2.5d, "
+                          "3d cube."),
+        click.option("--tp-depth", type=int, default=1, show_default=True,
+                     help="Depth d of the 2.5d layout (tp = q^2 d)."),
         click.option("--pr", type=whole(), default=None,
                      help="Layer graphs (CNN/MLP): ranks splitting each layer (model parallel)."),
         click.option("--pc", type=whole(), default=None,
@@ -212,20 +224,9 @@ BATCH_REFUSED = (*BATCH_COLUMNS, "attention", "pr", "pc", "norm", "collective_va
 
 def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
     """A HardwareSpec from --hardware and/or --profile (the profile's fields win)."""
-    from perfmodel.specs.hardware import load_hardware
-
-    if profile:
-        from perfmodel.specs import profile as profiles
-
-        prof = profiles.load_profile(Path(profile))
-        base = load_hardware(hardware) if hardware else None
-        spec = profiles.apply_profile(base, prof)
-        if not prof.complete:  # said once, by every command that reads the profile
-            click.echo(f"note: {profiles.incomplete_note(prof)}", err=True)
-        return spec
-    if not hardware:
+    if not hardware and not profile:
         raise click.UsageError("give --hardware (a preset or file) or --profile")
-    return load_hardware(hardware)
+    return specs_resolve.resolve_hardware(hardware, profile)
 
 
 def profile_status(profile: str | None) -> dict[str, Any]:
@@ -264,8 +265,8 @@ def _collective_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) 
     for record in comm_ledger(model, plan, hardware):
         scope = "intra" if scopes[record["axis"]][1] == "intra" else "inter"
         if profiles.is_extrapolation(prof, record["op"], record["nbytes"], scope):
-            notes.append(f"{record['name']} ({record['op']}, {record['nbytes']:.4g} B, {scope}-node) "
-                         f"is outside the sizes the profile measured: extrapolated")
+            notes.append(f"{record['name']} ({record['op']}, {record['nbytes']:.4g} B, "
+                         f"{scope}-node) is outside the sizes the profile measured: extrapolated")
     return notes
 
 
@@ -332,8 +333,9 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     model = load_model(kw["model"]) if kw.get("seq_len") is None else None
     if not isinstance(model, LayerGraphSpec):
         if kw.get("pr") or kw.get("pc"):
-            raise click.UsageError("--pr/--pc apply to layer-graph models (alexnet, vgg16, resnet50, "
-                                   "mlp or a 'kind: layers' file); transformers take --dp/--tp/--pp")
+            raise click.UsageError("--pr/--pc apply to layer-graph models (alexnet, vgg16, "
+                                   "resnet50, mlp or a 'kind: layers' file); transformers take "
+                                   "--dp/--tp/--pp")
         return None
     from perfmodel.layerwise import GridPlan
 
@@ -360,6 +362,14 @@ def model_summary(model: Any) -> dict[str, Any]:
     """Where the model was read and where its sequence length came from (for --json)."""
     return {"model_source": model.origin or "given in Python", "seq_len": model.seq_len,
             "seq_len_from": model.seq_len_from or "the model"}
+
+
+def active_parameters(model: Any, parameters: float) -> float:
+    """The parameters one token uses (perfmodel.params): `parameters` for a dense model."""
+    from perfmodel.params import parameter_counts
+
+    counts = parameter_counts(model)
+    return parameters if not counts.sparse else float(counts.active)
 
 
 def noted_seq_len(model: Any, seq_len: int | None) -> Any:
@@ -391,6 +401,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
         raise click.UsageError(f"model '{model.name}' is a layer graph (CNN/MLP): this takes a "
                                "transformer (layer graphs take --pr/--pc in predict, explain and "
                                "validate runs)")
+    model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
     if kw.get("collective_algorithm"):
         hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
@@ -492,8 +503,10 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @cli.command()
 @click.option("--model", "model", required=True, help="Model preset or spec file.")
 @click.option("--hardware", default=None, help="Hardware preset or spec file.")
-@click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
-@click.option("--gpus", required=True, help="GPU count, or several separated by commas (e.g. 512,1024).")
+@click.option("--profile", default=None, type=click.Path(dir_okay=False),
+              help="Calibrated profile.")
+@click.option("--gpus", required=True,
+              help="GPU count, or several separated by commas (e.g. 512,1024).")
 @click.option("--global-batch", type=whole(), required=True, help="Global batch [samples].")
 @click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP)
 @click.option("--seq-len", type=int, default=None, help=SEQ_LEN_HELP)
@@ -552,15 +565,20 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
               help="How many plans to print.")
 @click.option("--what-if", "what_if", multiple=True,
-              help="Change the hardware and search again, e.g. inter_node.bandwidth_bytes_per_s=2x.")
-@click.option("--sensitivities", is_flag=True, help="Elasticity of the best plan's step time to each hardware parameter (sympy derivatives).")
+              help="Change the hardware and search again, e.g. "
+                   "inter_node.bandwidth_bytes_per_s=2x.")
+@click.option("--sensitivities", is_flag=True,
+              help="Elasticity of the best plan's step time to each hardware parameter (sympy "
+                   "derivatives).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
               help="Write every plan the search enumerates here, one per row, as the search "
                    "goes; a plan whose model states alone exceed the memory has evaluated=False "
                    "and no step time.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Time-memory Pareto front (PNG).")
-@click.option("--validate", is_flag=True, help="Run the best plan through `perfmodel validate` (scaled down).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Time-memory Pareto front (PNG).")
+@click.option("--validate", is_flag=True,
+              help="Run the best plan through `perfmodel validate` (scaled down).")
 @click.option("--validate-profile", type=click.Path(dir_okay=False), default=None,
               help="The calibrated profile of this machine, for --validate's prediction.")
 def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, global_batch: int,
@@ -581,7 +599,8 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     try:
         gpu_counts = tuple(int(g) for g in gpus.split(","))
     except ValueError:
-        raise click.UsageError(f"--gpus must be whole numbers separated by commas, got '{gpus}'") from None
+        raise click.UsageError(
+            f"--gpus must be whole numbers separated by commas, got '{gpus}'") from None
     if any(not 1 <= g <= MAX_DEGREE for g in gpu_counts):
         raise click.UsageError(f"--gpus must be between 1 and {MAX_DEGREE:g}, got '{gpus}'")
     if getattr(spec, "kind", "") == "layers":
@@ -591,6 +610,7 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     if contributors is not None:
         raise click.UsageError("--contributors applies to layer-graph models (alexnet, vgg16, "
                                "resnet50, mlp or a 'kind: layers' file)")
+    spec.require_costed()
     pins["flash_attention"] = attention_option(pins)
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
                                           "time_to_train" if pins.get("tokens") else "step_time")
@@ -604,7 +624,9 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
         csv_file = stack.enter_context(atomic_file(csv_path, what="plans CSV")) if csv_path \
             else None
         rec = run(spec, hw, req, top=top, on_chunk=PlanCsv(csv_file) if csv_file else None)
-    data = {"model": spec.name, "parameters": parameter_count(spec, hw, req.dtype),
+    parameters = parameter_count(spec, hw, req.dtype)
+    data = {"model": spec.name, "parameters": parameters,
+            "active_parameters": active_parameters(spec, parameters),
             **model_summary(spec), **rec.to_dict()}
     if rec.top and sensitivities:
         data["sensitivities"] = sens(spec, hw, rec.top[0].plan)
@@ -626,9 +648,9 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     if validate and rec.top:
         local_hw = resolve_hardware(None, validate_profile) if validate_profile else hw
         if not validate_profile:
-            click.echo("note: --validate without --validate-profile predicts the local run with the "
-                       "GPU hardware; calibrate this machine (perfmodel calibrate run) for a fair "
-                       "comparison", err=True)
+            click.echo("note: --validate without --validate-profile predicts the local run with "
+                       "the GPU hardware; calibrate this machine (perfmodel calibrate run) for a "
+                       "fair comparison", err=True)
         report = _validate_best(spec, local_hw, rec.top[0].plan)
         data["validation"] = {k: report.get(k) for k in (
             "predicted_step_time_s", "measured_step_time_s", "relative_error", "ranks", "backend",
@@ -703,11 +725,14 @@ def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
 @cli.command()
 @click.option("--op", required=True, type=choice(COLLECTIVE_OPS),
               help="The collective (nccl-tests' names).")
-@click.option("--bytes", "nbytes", required=True, help="Size in nccl-tests' convention, e.g. 1e9, 256MiB, 64KB.")
+@click.option("--bytes", "nbytes", required=True,
+              help="Size in nccl-tests' convention, e.g. 1e9, 256MiB, 64KB.")
 @click.option("--ranks", required=True, type=int, help="Ranks in the group.")
-@click.option("--ranks-per-node", type=int, default=None, help="Ranks of the group per node (default: GPUs per node).")
+@click.option("--ranks-per-node", type=int, default=None,
+              help="Ranks of the group per node (default: GPUs per node).")
 @click.option("--hardware", default=None, help="Hardware preset or file.")
-@click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
+@click.option("--profile", default=None, type=click.Path(dir_okay=False),
+              help="Calibrated profile.")
 @click.option("--algorithm", type=choice(COLLECTIVE_ALGORITHMS), default="auto", show_default=True,
               help="The algorithm; auto: the cheapest.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -727,14 +752,17 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
 
 
 @cli.command()
-@click.option("--model", required=True, help="A layer-graph model: alexnet, vgg16, resnet50, mlp or a file.")
+@click.option("--model", required=True,
+              help="A layer-graph model: alexnet, vgg16, resnet50, mlp or a file.")
 @click.option("--hardware", default=None, help="Hardware preset or file.")
-@click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
+@click.option("--profile", default=None, type=click.Path(dir_okay=False),
+              help="Calibrated profile.")
 @click.option("--gpus", type=whole(), required=True, help="GPU count.")
 @click.option("--global-batch", type=whole(), required=True, help="Global batch [samples].")
 @click.option("--pr", type=whole(), default=1, show_default=True,
               help="Ranks splitting each layer.")
-@click.option("--best-pr", is_flag=True, help="For every point, take the fastest Pr x Pc split instead.")
+@click.option("--best-pr", is_flag=True,
+              help="For every point, take the fastest Pr x Pc split instead.")
 @click.option("--norm", type=choice(NORMS), default="local",
               show_default=True, help="Batch norm local to a rank, synchronized, or group norm.")
 @click.option("--collective-variant", type=choice(VARIANTS), default="fused",
@@ -745,8 +773,9 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
 @click.option("--dtype", type=choice(Dtype), default=Dtype.FP32.value,
               show_default=True, help="Training precision.")
 @click.option("--vary", multiple=True, required=True,
-              help="FIELD=V1,V2,...: peak_flops_per_s (node FLOP rate), memory_bandwidth_bytes_per_s, "
-                   "inter_node.bandwidth_bytes_per_s, intra_node.bandwidth_bytes_per_s, gpus, global_batch. Repeatable.")
+              help="FIELD=V1,V2,...: peak_flops_per_s (node FLOP rate), "
+                   "memory_bandwidth_bytes_per_s, inter_node.bandwidth_bytes_per_s, "
+                   "intra_node.bandwidth_bytes_per_s, gpus, global_batch. Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON records.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
               help="Write the table here (CSV).")
@@ -755,7 +784,8 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
 def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, global_batch: int,
           pr: int, best_pr: bool, norm: str, collective_variant: str, contributors: str,
           dtype: str,
-          vary: tuple[str, ...], as_json: bool, csv_path: str | None, plot_path: str | None) -> None:
+          vary: tuple[str, ...], as_json: bool, csv_path: str | None,
+          plot_path: str | None) -> None:
     """Sweep a layer graph (CNN/MLP) over node FLOP rate, memory bandwidth, node count, link
     bandwidth and batch size (Castelló et al. 2019's analysis of model parallelism for CNNs): a
     table and a plot."""
@@ -766,8 +796,8 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
 
     spec = load_model(model)
     if not isinstance(spec, LayerGraphSpec):
-        raise click.UsageError("sweep takes a layer-graph model (alexnet, vgg16, resnet50, mlp or a "
-                               "'kind: layers' file)")
+        raise click.UsageError("sweep takes a layer-graph model (alexnet, vgg16, resnet50, mlp or "
+                               "a 'kind: layers' file)")
     hw = resolve_hardware(hardware, profile)
     if gpus % pr:
         raise click.UsageError(f"--pr ({pr}) must divide --gpus ({gpus})")
@@ -876,6 +906,6 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except Exception as exc:  # a bug: say so in one line; --debug shows the traceback
         if debug:
             raise
-        click.echo(f"internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)",
-                   err=True)
+        click.echo(f"internal error: {type(exc).__name__}: {exc} "
+                   "(run with --debug for a traceback)", err=True)
         sys.exit(EXIT_INTERNAL)

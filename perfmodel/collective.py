@@ -12,7 +12,8 @@ from perfmodel.output import require_finite
 from perfmodel.specs.hardware import HardwareSpec
 
 _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30}
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+          "k": 2**10, "m": 2**20, "g": 2**30}
 
 
 MAX_BYTES = 2.0**60  # one collective of more than an exbibyte per rank is a typo, not a plan
@@ -56,7 +57,8 @@ def _compiled(op: str, scope: str, algorithm: str, fitted: tuple[str, ...]) -> d
 
 
 def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpec,
-                       ranks_per_node: int | None = None, algorithm: str = "auto") -> dict[str, Any]:
+                       ranks_per_node: int | None = None,
+                       algorithm: str = "auto") -> dict[str, Any]:
     """Time [s], algorithm bandwidth and bus bandwidth [B/s] (nccl-tests' definitions)."""
     from perfmodel.costs.collectives import ALGORITHMS, Op, bus_factor
 
@@ -64,15 +66,16 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
         raise PlanError(f"--ranks must be between 1 and 1e8, got {ranks}")
     per_node = ranks_per_node if ranks_per_node is not None else min(ranks, hardware.gpus_per_node)
     if per_node < 1 or per_node > ranks or ranks % per_node:
-        raise PlanError(f"--ranks-per-node must divide --ranks ({ranks}) and be >= 1, got {per_node}")
+        raise PlanError(f"--ranks-per-node must divide --ranks ({ranks}) and be >= 1, "
+                        f"got {per_node}")
     if per_node > hardware.gpus_per_node:
         raise PlanError(f"--ranks-per-node ({per_node}) exceeds the hardware's gpus_per_node "
                         f"({hardware.gpus_per_node})")
     scope = "intra" if per_node >= ranks else ("inter" if per_node == 1 else "mixed")
     allowed = [a.value for a in ALGORITHMS[Op(op)]] + (["hierarchical"] if scope == "mixed" else [])
     if algorithm != "auto" and algorithm not in allowed:
-        raise PlanError(f"algorithm '{algorithm}' is not available for {op} on a {scope}-node group; "
-                        f"allowed: auto, {', '.join(allowed)}")
+        raise PlanError(f"algorithm '{algorithm}' is not available for {op} on a {scope}-node "
+                        f"group; allowed: auto, {', '.join(allowed)}")
     fit_scope = "intra" if scope == "intra" else "inter"
     fits = [f for f in hardware.collectives if f.op == op and f.scope == fit_scope]
     fitted = tuple(f"{f.scope}:{f.algorithm}" for f in fits[:1])

@@ -109,7 +109,8 @@ def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:
     if which == "search":
         out = {"step_time": built.step_time,
                "q:model_flops_per_step": built.quantities["model_flops_per_step"]}
-        out.update({f"memory:{st}": sum(terms.values()) for st, terms in built.memory_terms.items()})
+        out.update({f"memory:{st}": sum(terms.values())
+                    for st, terms in built.memory_terms.items()})
         return out
     out: dict[str, Any] = {"step_time": built.step_time}
     out.update({f"time:{k}": v for k, v in built.time_terms.items()})

@@ -75,7 +75,8 @@ class GridPlan:
         if self.dtype not in ("fp32", "tf32", "bf16", "fp16"):
             raise PlanError(f"dtype must be one of fp32, tf32, bf16, fp16, got '{self.dtype}'")
         if self.global_batch % self.pc:
-            raise PlanError(f"global_batch ({self.global_batch}) must be divisible by pc ({self.pc})")
+            raise PlanError(
+                f"global_batch ({self.global_batch}) must be divisible by pc ({self.pc})")
 
     @property
     def gpus(self) -> int:
@@ -251,7 +252,8 @@ def build_terms(model: LayerGraphSpec, fam: Any, norm: Norm | None = None,
             fwd += t
             bwd += 2 * t
             if layer.kind == "norm":
-                comm_norm += sync_flag * 2 * group_time("all_reduce", 2 * 4 * layer.channels, "dp", fam)
+                comm_norm += sync_flag * 2 * group_time("all_reduce", 2 * 4 * layer.channels,
+                                                        "dp", fam)
             if layer.params:
                 comm_dp += group_time("all_reduce", 4 * layer.params, "dp", fam)
                 params_local += layer.params
@@ -400,7 +402,8 @@ def communication_in_pr(model: LayerGraphSpec, gpus: int, global_batch: int,
     return {"total": total, "pr": Pr, "alpha": alpha, "beta": beta, "closed_form": closed}
 
 
-def exact_minimiser(comm: dict[str, Any], gpus: int, alpha: float, beta: float) -> tuple[int, float]:
+def exact_minimiser(comm: dict[str, Any], gpus: int, alpha: float,
+                    beta: float) -> tuple[int, float]:
     import sympy as sp
 
     f = sp.lambdify(comm["pr"], comm["total"].subs({comm["alpha"]: alpha, comm["beta"]: beta}))

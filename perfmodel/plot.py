@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.errors import DataError
-from perfmodel.files import read_text_bounded
+from perfmodel.files import read_text_bounded, write_atomic
 
 GiB = 2**30
 _FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -59,8 +59,6 @@ def figure_bytes(fig: Any, fmt: str = "png") -> bytes:
 
 def save_figure(fig: Any, path: str | Path) -> Path:
     """Render to memory, then write the file atomically: never a half-written image."""
-    from perfmodel.files import write_atomic
-
     path = Path(path)
     write_atomic(path, figure_bytes(fig, _FORMATS.get(path.suffix.lower(), "png")), what="plot")
     return path

@@ -48,6 +48,7 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
               on_chunk: Callable[[Scored], None] | None = None) -> Recommendation:
     """Search, predict the `top` best plans one by one (perfmodel.predict, Plan.check included)
     and explain the best. on_chunk: see perfmodel.search.search."""
+    model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     result = search(model, hardware, req, top=top, on_chunk=on_chunk)
     if not len(result.best):
         reason = infeasible_reason(model, hardware, req, result)

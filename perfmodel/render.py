@@ -59,12 +59,14 @@ def print_prediction(r: Prediction) -> None:
               f"({r.hardware.name}): dp={p.dp} tp={p.tp} pp={p.pp}, micro-batch {p.micro_batch}, "
               f"global batch {p.global_batch} ({r.micro_batches} micro-batches), {p.schedule}"
               + (f" v={p.virtual_stages}" if p.virtual_stages > 1 else "")
-              + f", recompute {p.recompute}" + (", sequence parallel" if p.sequence_parallel else "")
+              + f", recompute {p.recompute}"
+              + (", sequence parallel" if p.sequence_parallel else "")
               + (f", ZeRO-{p.zero}" if p.zero else "") + f", {p.dtype}"
               + (", flash attention" if p.flash_attention else ", unfused attention"))
     summary = Table(show_header=False, box=None, pad_edge=False)
     summary.add_row("step time", fmt_seconds(r.step_time_s))
-    summary.add_row("throughput", f"{r.samples_per_s:,.2f} samples/s, {r.tokens_per_s:,.0f} tokens/s")
+    summary.add_row("throughput",
+                    f"{r.samples_per_s:,.2f} samples/s, {r.tokens_per_s:,.0f} tokens/s")
     summary.add_row("model FLOPs / step", f"{r.model_flops_per_step:.3e}")
     summary.add_row("per GPU", f"{r.tflops_per_gpu:.1f} TFLOP/s, MFU {r.mfu * 100:.1f}% "
                     f"(Megatron's FLOPs: causal attention counted as half; "
@@ -116,12 +118,24 @@ def print_collective(res: dict[str, Any]) -> None:
         con.print(other)
 
 
+def preset_parameters(model: Any) -> dict[str, float]:
+    """A model preset's parameters and active parameters (perfmodel.params; a layer graph's
+    parameters, all active)."""
+    if getattr(model, "kind", "") == "layers":
+        return {"parameters": float(model.parameters), "active_parameters": float(model.parameters)}
+    from perfmodel.params import parameter_counts
+
+    counts = parameter_counts(model)
+    return {"parameters": float(counts.total), "active_parameters": float(counts.active)}
+
+
 def print_presets(as_json: bool) -> None:
     from perfmodel.specs import list_presets, load_hardware, load_model
 
     names = list_presets()
     if as_json:
-        print(json_text(names))
+        counts = {name: preset_parameters(load_model(name)) for name in names["models"]}
+        print(json_text({**names, "model_parameters": counts}))
         return
     con = _console()
     hw = Table(title="hardware presets")
@@ -131,12 +145,14 @@ def print_presets(as_json: bool) -> None:
         h = load_hardware(name)
         peak = h.peak_flops_per_s.get("bf16") or h.peak_flops_per_s.get("fp16", 0)
         hw.add_row(name, h.gpu_name, str(h.gpus_per_node), fmt_bytes(h.memory_bytes),
-                   f"{peak / 1e12:.0f} TFLOP/s", f"{h.intra_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s",
+                   f"{peak / 1e12:.0f} TFLOP/s",
+                   f"{h.intra_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s",
                    f"{h.inter_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s")
     con.print(hw)
     md = Table(title="model presets")
-    for col in ("name", "layers", "hidden", "heads", "kv", "ffn", "seq", "vocab", "source"):
-        md.add_column(col)
+    for col in ("name", "layers", "hidden", "heads", "kv", "ffn", "seq", "vocab", "parameters",
+                "source"):
+        md.add_column(col, justify="right" if col == "parameters" else "left")
     graphs = Table(title="layer-graph presets (Pr x Pc grid)")
     for col in ("name", "layers", "parameters", "GFLOPs / sample", "input", "source"):
         graphs.add_column(col)
@@ -147,8 +163,12 @@ def print_presets(as_json: bool) -> None:
                            f"{m.flops_per_sample / 1e9:.2f}", "x".join(map(str, m.input_shape)),
                            m.source)
             continue
+        counts = preset_parameters(m)
+        size = fmt_count(counts["parameters"])
+        if counts["active_parameters"] != counts["parameters"]:
+            size += f" ({fmt_count(counts['active_parameters'])} active)"
         md.add_row(name, str(m.layers), str(m.hidden), str(m.heads), str(m.kv_heads),
-                   str(m.ffn_hidden), str(m.seq_len), str(m.vocab), m.source)
+                   str(m.ffn_hidden), str(m.seq_len), str(m.vocab), size, m.source)
     con.print(md)
     con.print(graphs)
 
@@ -169,9 +189,10 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         info = rec.explanation["infeasible"]
         con.print(f"[red]no plan[/]: {info['reason']}")
         for near in info["nearest"]:
-            when = (f", {fmt_seconds(near['step_time_s'])} per step" if near["step_time_s"] is not None
-                    else " (model states alone)")
-            con.print(f"  nearest: {near['plan']}: {fmt_bytes(near['memory_per_gpu_bytes'])} per GPU{when}")
+            when = (f", {fmt_seconds(near['step_time_s'])} per step"
+                    if near["step_time_s"] is not None else " (model states alone)")
+            con.print(f"  nearest: {near['plan']}: {fmt_bytes(near['memory_per_gpu_bytes'])} "
+                      f"per GPU{when}")
         return
     table = Table(title="best plans")
     for col in ("#", "dp", "tp", "layout", "pp", "mb", "schedule", "recompute", "sp", "zero",
@@ -182,8 +203,9 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         pl = p.plan
         sched = pl.schedule.value + (f" v={pl.virtual_stages}" if pl.virtual_stages > 1 else "")
         layout = pl.tp_layout.value + (f" d={pl.tp_depth}" if pl.tp_depth > 1 else "")
-        table.add_row(str(rank), str(pl.dp), str(pl.tp), layout, str(pl.pp), str(pl.micro_batch), sched,
-                      pl.recompute.value, "yes" if pl.sequence_parallel else "", str(pl.zero),
+        table.add_row(str(rank), str(pl.dp), str(pl.tp), layout, str(pl.pp), str(pl.micro_batch),
+                      sched, pl.recompute.value, "yes" if pl.sequence_parallel else "",
+                      str(pl.zero),
                       ",".join(pl.placement), fmt_seconds(p.step_time_s), f"{p.tokens_per_s:,.0f}",
                       f"{p.mfu:.1%}", fmt_bytes(p.memory_per_gpu_bytes))
     con.print(table)
@@ -232,9 +254,10 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         if v.get("measured_step_time_s") is None:
             con.print(f"[bold]validation[/] of the scaled-down plan: {v.get('status')}")
         else:
-            con.print(f"[bold]validation[/] of the best plan scaled down to {v['ranks']} {v['backend']} "
-                      f"ranks: predicted {fmt_seconds(v['predicted_step_time_s'])}, measured "
-                      f"{fmt_seconds(v['measured_step_time_s'])} ({v['relative_error']:+.1%})")
+            con.print(f"[bold]validation[/] of the best plan scaled down to {v['ranks']} "
+                      f"{v['backend']} ranks: predicted {fmt_seconds(v['predicted_step_time_s'])}, "
+                      f"measured {fmt_seconds(v['measured_step_time_s'])} "
+                      f"({v['relative_error']:+.1%})")
 
 
 def print_grid_prediction(r: Any) -> None:
@@ -296,5 +319,6 @@ def print_grid_recommendation(plans: list[Any], evaluated: int, seconds: float) 
         comm = sum(v for k, v in r.breakdown_s.items() if k.startswith("comm/"))
         table.add_row(str(rank), str(r.plan.pr), str(r.plan.pc), r.plan.norm.value,
                       r.plan.variant.value, fmt_seconds(r.step_time_s), f"{r.samples_per_s:,.0f}",
-                      f"{r.mfu:.1%}", f"{comm / r.step_time_s:.1%}", fmt_bytes(r.memory_per_gpu_bytes))
+                      f"{r.mfu:.1%}", f"{comm / r.step_time_s:.1%}",
+                      fmt_bytes(r.memory_per_gpu_bytes))
     con.print(table)

@@ -2,13 +2,13 @@
 
 Conventions follow nccl-tests (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md): `nbytes` is the
 size nccl-tests prints: the full buffer for all_reduce, broadcast and reduce; the full *output* of
-all_gather; the full *input* of reduce_scatter; the whole send buffer of one rank for all_to_all; the
-message for send_recv. algbw = nbytes / T and busbw = algbw * bus_factor(op, n).
+all_gather; the full *input* of reduce_scatter; the whole send buffer of one rank for all_to_all;
+the message for send_recv. algbw = nbytes / T and busbw = algbw * bus_factor(op, n).
 
 alpha is the start-up latency of one step [s], beta the bandwidth a rank reaches on the link [B/s].
 Sources: Thakur, Rabenseifner, Gropp, "Optimization of Collective Communication Operations in MPICH"
-(IJHPCA 2005); Sanders, Speck, Träff, "Two-tree algorithms for full bandwidth broadcast, reduction and
-scan" (Parallel Computing 2009) for the double binary tree NCCL uses.
+(IJHPCA 2005); Sanders, Speck, Träff, "Two-tree algorithms for full bandwidth broadcast, reduction
+and scan" (Parallel Computing 2009) for the double binary tree NCCL uses.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def log2(n: sp.Expr) -> sp.Expr:
 def bus_factor(op: Op | str, n: sp.Expr | int) -> sp.Expr:
     """nccl-tests' bus-bandwidth factor: busbw = algbw * factor.
 
-    all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, reduce, send_recv 1.
+    all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, reduce,
+    send_recv 1.
     """
     op = Op(op)
     n = sp.sympify(n)
@@ -74,7 +75,8 @@ def steps(op: Op | str, n: sp.Expr | int, algorithm: Algorithm | str) -> sp.Expr
         return 2 * (n - 1) if op is Op.ALL_REDUCE else n - 1
     if algorithm is Algorithm.TREE:
         return 2 * log2(n) if op is Op.ALL_REDUCE else log2(n)
-    # recursive doubling/halving; Rabenseifner all_reduce = halving reduce-scatter + doubling all-gather
+    # recursive doubling/halving; Rabenseifner all_reduce = halving reduce-scatter + doubling
+    # all-gather
     return 2 * log2(n) if op is Op.ALL_REDUCE else log2(n)
 
 
@@ -111,7 +113,8 @@ def hierarchical_time(op: Op | str, nbytes: sp.Expr, n: sp.Expr | int, per_node:
                       inter_algorithm: Algorithm | str = Algorithm.RING) -> sp.Expr:
     """Two-level collective: inside each node first, then between nodes, then inside again.
 
-    all_reduce    = reduce_scatter(intra, k) + all_reduce(inter, n/k, nbytes/k) + all_gather(intra, k)
+    all_reduce    = reduce_scatter(intra, k) + all_reduce(inter, n/k, nbytes/k)
+                    + all_gather(intra, k)
     all_gather    = all_gather(inter, n/k, nbytes/k ... gathered) + all_gather(intra, k, nbytes)
     reduce_scatter= reduce_scatter(intra, k, nbytes) + reduce_scatter(inter, n/k, nbytes/k)
     broadcast/reduce = the inter-node step on nbytes + the intra-node step on nbytes

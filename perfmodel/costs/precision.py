@@ -46,8 +46,9 @@ def optimizer_step_bytes_per_param(precision: str, grad_dtype: str | None = None
     Adam: read master weights, gradient, momentum, variance (4 x 4), write weights, momentum,
     variance (3 x 4) = 28; gradient-norm clipping reads the gradients (4); zeroing the gradient
     buffer writes them (4 or 2). Mixed precision also copies master weights to the 16-bit weights
-    (read 4, write 2); fp16 first copies 16-bit gradients to fp32 (read 2, write 4) and unscales them
-    with an inf/nan check (read 4, write 4), as Megatron-LM's Float16OptimizerWithFloat16Params does.
+    (read 4, write 2); fp16 first copies 16-bit gradients to fp32 (read 2, write 4) and unscales
+    them with an inf/nan check (read 4, write 4), as Megatron-LM's
+    Float16OptimizerWithFloat16Params does.
     bf16: 28 + 4 + 4 + 6 = 42; fp16: 28 + 4 + 2 + 6 + 6 + 8 = 54; fp32: 28 + 4 + 4 = 36.
     bf16 with other state dtypes, likewise: gradients g and states o bytes, master m (0 or 4):
     read m or 2, g, 2 o; write m or 2, 2 o; clip g; zero g; copy (m + 2 if m).

@@ -15,7 +15,9 @@ from typing import Any
 from perfmodel.errors import SpecError
 from perfmodel.specs.loading import Bound, check_fields, deep_merge, read_mapping, suggest
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+# the dtypes a hardware spec may give peaks and GEMM efficiencies for; fp4 (NVFP4/MXFP4, Blackwell
+# and MI355X) is the datasheets', not yet a plan dtype (perfmodel.strategy.Dtype)
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 COLLECTIVE_ALGORITHMS = ("auto", "ring", "tree", "recursive", "hierarchical")
 # perfmodel.costs.collectives.Op's values (specs do not import costs; a test checks they agree)
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",

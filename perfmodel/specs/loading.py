@@ -131,7 +131,8 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
     except RecursionError:  # thousands of nested brackets
         raise SpecError(f"{what} file {path} is nested too deeply to be a spec") from None
     if not isinstance(data, Mapping):
-        raise SpecError(f"{what} file {path} must hold a mapping of fields, got {type(data).__name__}")
+        raise SpecError(
+            f"{what} file {path} must hold a mapping of fields, got {type(data).__name__}")
     return dict(data)
 
 

@@ -1,7 +1,7 @@
-"""End-to-end iteration times of Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
-Transformer Models", Table 5), measured on DGX A100 80GB (Selene): 2048-token sequences, vocabulary
-51,200, data parallel 1. The target is a mean absolute relative error of at most 4% over the eight
-runs with the preset's documented efficiencies (no per-case factors).
+"""End-to-end iteration times of Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+Large Transformer Models", Table 5), measured on DGX A100 80GB (Selene): 2048-token sequences,
+vocabulary 51,200, data parallel 1. The target is a mean absolute relative error of at most 4% over
+the eight runs with the preset's documented efficiencies (no per-case factors).
 """
 
 import pytest
@@ -44,7 +44,8 @@ def test_each_run_within_10_percent(name, plan, measured):
 
 
 def test_selective_recompute_with_sequence_parallel_is_faster_as_measured():
-    # Table 5: every model trains 23-30% faster with SP + selective recompute than with full recompute
+    # Table 5: every model trains 23-30% faster with SP + selective recompute than with full
+    # recompute
     for name, full_plan, _ in list(_runs())[::2]:
         sel_plan = full_plan.replace(recompute="selective", sequence_parallel=True)
         full = predict(load_model(name), "dgx-a100-80gb", full_plan).step_time_s

@@ -13,7 +13,7 @@ from perfmodel import symbols as S
 from perfmodel.costs.memory import layer_activation_bytes
 from perfmodel.step import Family, build
 
-l, h, a, s, V, B, b, t = S.L, S.h, S.a, S.s, S.V, S.B, S.b, S.tp
+L, h, a, s, V, B, b, t = S.L, S.h, S.a, S.s, S.V, S.B, S.b, S.tp
 GPT = {S.kv: a, S.f: 4 * h}  # GPT-3 family: multi-head attention, MLP width 4h
 
 
@@ -33,7 +33,7 @@ def gpt(expr):
 def test_parameter_count_matches_narayanan_eq2():
     built = build(gpt_family())
     ours = gpt(built.quantities["parameters"]) - 2 * h  # Eq. 2 leaves out the final layer norm
-    eq2 = 12 * l * h**2 * (1 + sp.Rational(13, 12) / h + (V + s) / (12 * l * h))
+    eq2 = 12 * L * h**2 * (1 + sp.Rational(13, 12) / h + (V + s) / (12 * L * h))
     assert sp.simplify(ours - eq2) == 0
 
 
@@ -42,14 +42,14 @@ def test_flops_with_full_recompute_match_narayanan_eq3():
     # every layer recomputed (recompute_every 1), and L / pp is whole (a plan rule)
     ours = gpt(built.quantities["hardware_flops_per_step"]).subs({S.dp: 1, S.N_rc: 1}).replace(
         sp.floor, lambda x: x)
-    eq3 = 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+    eq3 = 96 * B * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
     assert sp.simplify(ours - eq3) == 0
 
 
 def test_model_flops_are_three_forward_passes():
     built = build(gpt_family())
     ours = gpt(built.quantities["model_flops_per_step_full_attention"]).subs(S.dp, 1)
-    expected = 72 * B * s * l * h**2 * (1 + s / (6 * h) + V / (12 * l * h))
+    expected = 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * L * h))
     assert sp.simplify(ours - expected) == 0
 
 
@@ -59,7 +59,7 @@ def test_model_flops_match_megatron_lm_num_floating_point_operations():
     core counted as half ("only half of the attention matrix is non-zero"); GPT: f = 4 h."""
     built = build(gpt_family())
     ours = gpt(built.quantities["model_flops_per_step"]).subs(S.dp, 1)
-    megatron = 12 * B * s * l * h**2 * ((1 + 1 + s / h / 2) + 4 + V / (2 * l * h))
+    megatron = 12 * B * s * L * h**2 * ((1 + 1 + s / h / 2) + 4 + V / (2 * L * h))
     assert sp.simplify(ours - megatron) == 0
 
 
