@@ -5,6 +5,9 @@ The plots (`--plot`) are perfmodel.plot.calibration_figure's: measured against f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 
@@ -20,7 +23,7 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-def _params(fit: dict) -> str:
+def _params(fit: Mapping[str, Any]) -> str:
     p = fit["params"]
     if fit["kind"] == "collective":
         busbw = _si(p["bus_bandwidth_bytes_per_s"], "B/s")

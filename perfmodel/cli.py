@@ -32,6 +32,7 @@ from perfmodel.strategy import (
     Recompute,
     Schedule,
     TPLayout,
+    parse_option,
 )
 
 EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -77,7 +78,8 @@ class LazyGroup(click.Group):
         if ep is None:
             return None
         try:
-            return ep.load()
+            loaded: click.Command = ep.load()
+            return loaded
         except ImportError as exc:
             reason = f"'perfmodel {name}' is not available: {exc}"
 
@@ -107,7 +109,7 @@ SEQ_LEN_HELP = ("The training sequence length (default: the model spec's seq_len
                 "positions reach, not what training uses).")
 
 
-def choice(options: Any) -> click.Choice:
+def choice(options: Any) -> click.Choice[str]:
     """The values of an option's enum (or tuple of names) as a click choice: one vocabulary from
     the command line to the formulas."""
     return click.Choice([str(getattr(o, "value", o)) for o in options])
@@ -337,23 +339,22 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
                                    "resnet50, mlp or a 'kind: layers' file); transformers take "
                                    "--dp/--tp/--pp")
         return None
-    from perfmodel.layerwise import GridPlan
+    from perfmodel.layerwise import Contributors, GridPlan
 
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
-    gpus = kw.get("gpus")
-    pr, pc = kw.get("pr"), kw.get("pc")
-    if pr is None and pc is None:
-        pr, pc = 1, gpus or 1
-    elif pr is None:
-        pr = (gpus or pc) // pc
-    elif pc is None:
+    gpus: int | None = kw.get("gpus")
+    pr: int | None = kw.get("pr")
+    pc: int | None = kw.get("pc")
+    if pr is None:
+        pr = 1 if pc is None else (gpus or pc) // pc
+    if pc is None:
         pc = (gpus or pr) // pr
     if gpus is not None and pr * pc != gpus:
         raise click.UsageError(f"--pr x --pc must equal --gpus: {pr} x {pc} != {gpus}")
     batch = kw.get("global_batch") or pc * kw["micro_batch"]
     plan = GridPlan(pr=pr, pc=pc, global_batch=batch, norm=kw["norm"],
                     variant=kw["collective_variant"],
-                    contributors=kw.get("contributors") or "standard",
+                    contributors=kw.get("contributors") or Contributors.STANDARD,
                     dtype=kw.get("dtype") or "fp32")
     return model, hardware, plan
 
@@ -452,17 +453,17 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
     if graph is not None:
         from perfmodel.layerwise import predict_grid
 
-        result = predict_grid(*graph)
+        grid = predict_grid(*graph)
         if plot_path:
             from perfmodel.plot import prediction_plot
 
-            prediction_plot(result, Path(plot_path))
+            prediction_plot(grid, Path(plot_path))
         if as_json:
-            click.echo(json_text(result.to_dict()))
+            click.echo(json_text(grid.to_dict()))
         else:
             from perfmodel.render import print_grid_prediction
 
-            print_grid_prediction(result)
+            print_grid_prediction(grid)
         return
     model, hardware, plan = build_inputs(kw)
     result = run(model, hardware, plan)
@@ -615,7 +616,8 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
                                           "time_to_train" if pins.get("tokens") else "step_time")
     req = SearchRequest(gpus=gpu_counts, global_batch=global_batch,
-                        dtype=dtype or hw.default_dtype(), objective=objective, **pins)
+                        dtype=parse_option(Dtype, dtype or hw.default_dtype(), "dtype"),
+                        objective=parse_option(Objective, objective, "objective"), **pins)
     from perfmodel.files import atomic_file
     from perfmodel.predict import parameter_count
     from perfmodel.recommend import PlanCsv
@@ -674,7 +676,8 @@ def _evaluated_csv(frame: Any, model: Any, hardware: Any) -> str:
 
     fits = frame["fits_in_memory"].astype(bool)
     require_finite(frame[fits], "an evaluated plan", f"{model.name} on {hardware.name}")
-    return frame.replace([np.inf, -np.inf], np.nan).to_csv(index=False)
+    text: str = frame.replace([np.inf, -np.inf], np.nan).to_csv(index=False)
+    return text
 
 
 def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], global_batch: int,
@@ -719,7 +722,8 @@ def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
         validate_scaled = hooks["validate_scaled"].load()
     except ImportError as exc:
         raise click.ClickException(f"--validate needs torch ({exc})") from None
-    return validate_scaled(model, hardware, plan)
+    report: dict[str, Any] = validate_scaled(model, hardware, plan)
+    return report
 
 
 @cli.command()
@@ -789,7 +793,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
     """Sweep a layer graph (CNN/MLP) over node FLOP rate, memory bandwidth, node count, link
     bandwidth and batch size (Castelló et al. 2019's analysis of model parallelism for CNNs): a
     table and a plot."""
-    from perfmodel.layerwise import GridPlan
+    from perfmodel.layerwise import Contributors, GridPlan, Norm, Variant
     from perfmodel.layerwise import sweep as run_sweep
     from perfmodel.specs.layers import LayerGraphSpec
     from perfmodel.specs.model import load_model
@@ -802,8 +806,9 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
     if gpus % pr:
         raise click.UsageError(f"--pr ({pr}) must divide --gpus ({gpus})")
     values = {field: numbers for field, numbers in (_vary(item, hw) for item in vary)}
-    plan = GridPlan(pr=pr, pc=gpus // pr, global_batch=global_batch, norm=norm,
-                    variant=collective_variant, contributors=contributors, dtype=dtype)
+    plan = GridPlan(pr=pr, pc=gpus // pr, global_batch=global_batch, norm=Norm(norm),
+                    variant=Variant(collective_variant), contributors=Contributors(contributors),
+                    dtype=dtype)
     frame = run_sweep(spec, hw, plan, values, best_pr=best_pr)
     require_finite(frame, "the sweep", f"{spec.name} on {hw.name}")
     if csv_path:

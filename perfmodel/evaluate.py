@@ -38,7 +38,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     (what `perfmodel explain` prints)."""
     from perfmodel.family import Family
 
-    fixed = dict(algorithm=hardware.collective_algorithm,
+    fixed: dict[str, Any] = dict(algorithm=hardware.collective_algorithm,
                  fits=frozenset((fit.op, fit.scope, fit.algorithm) for fit in hardware.collectives),
                  gemm_split_k=any(g.splits_k for g in hardware.gemm_efficiency.values()),
                  gemm_large_kernel=any(g.has_large_kernel
@@ -107,12 +107,12 @@ def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:
         return {f"states:{st}": sum(terms[k] for k in STATES)
                 for st, terms in built.memory_terms.items()}
     if which == "search":
-        out = {"step_time": built.step_time,
-               "q:model_flops_per_step": built.quantities["model_flops_per_step"]}
+        out: dict[str, Any] = {"step_time": built.step_time,
+                               "q:model_flops_per_step": built.quantities["model_flops_per_step"]}
         out.update({f"memory:{st}": sum(terms.values())
                     for st, terms in built.memory_terms.items()})
         return out
-    out: dict[str, Any] = {"step_time": built.step_time}
+    out = {"step_time": built.step_time}
     out.update({f"time:{k}": v for k, v in built.time_terms.items()})
     out.update({f"stage_time:{k}": v for k, v in built.stage_time.items()})
     for stage, terms in built.memory_terms.items():

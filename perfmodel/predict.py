@@ -105,11 +105,12 @@ class Prediction:
 
 def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | Path,
                    plan: Plan | dict[str, Any]) -> tuple[TransformerSpec, HardwareSpec, Plan]:
-    model = load_model(model)
-    if not isinstance(model, TransformerSpec):
-        raise PlanError(f"model '{model.name}' is a layer graph (CNN/MLP): predict it on a Pr x Pc "
+    spec = load_model(model)
+    if not isinstance(spec, TransformerSpec):
+        raise PlanError(f"model '{spec.name}' is a layer graph (CNN/MLP): predict it on a Pr x Pc "
                         "grid (perfmodel predict --pr R --pc C, or "
                         "perfmodel.layerwise.predict_grid)")
+    model = spec
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     hardware = load_hardware(hardware)
     plan = plan if isinstance(plan, Plan) else plan_from_dict(dict(plan))

@@ -164,7 +164,7 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         return {"binding": "pins" if pins and n else "divisibility", "reason": reason,
                 "nearest": []}
     rows, evaluated = result.nearest, result.evaluated > 0
-    nearest = []
+    nearest: list[dict[str, Any]] = []
     for i in range(len(rows)):  # the leanest plan of each of the three leanest labels
         p = result.plan(rows, i)
         label = _short(p)

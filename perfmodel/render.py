@@ -134,8 +134,8 @@ def print_presets(as_json: bool) -> None:
 
     names = list_presets()
     if as_json:
-        counts = {name: preset_parameters(load_model(name)) for name in names["models"]}
-        print(json_text({**names, "model_parameters": counts}))
+        by_model = {name: preset_parameters(load_model(name)) for name in names["models"]}
+        print(json_text({**names, "model_parameters": by_model}))
         return
     con = _console()
     hw = Table(title="hardware presets")

@@ -94,7 +94,7 @@ def fit_symbols(op: str, scope: str) -> tuple[sp.Symbol, ...]:
 def layer_cost_symbols(part: str, style: str, tp: int) -> tuple[sp.Symbol, sp.Symbol, sp.Symbol]:
     """The measured forward and backward overheads [s] and compute scale of one part in one
     tensor-parallel style and degree (HardwareSpec.layer_costs), registered on first use."""
-    return _registered(N.layer_cost_entries(part, style, tp))  # type: ignore[return-value]
+    return _registered(N.layer_cost_entries(part, style, tp))
 
 
 def table() -> dict[str, tuple[sp.Symbol, str]]:

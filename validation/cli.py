@@ -150,7 +150,7 @@ def _finish(
 @click.option("--inject-fault", default=None, hidden=True, help="crash:RANK:STEP or hang:RANK:STEP")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
-def validate(ctx: click.Context, **kw: Any) -> None:
+def validate(ctx: click.Context, /, **kw: Any) -> None:
     """Run the plan as a real torch.distributed job and compare measured with predicted."""
     if ctx.invoked_subcommand is not None:
         return

@@ -79,11 +79,12 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
         with device:
             trainer = Trainer(cfg, mesh, device, DTYPES[plan.dtype.value], pipeline=False)
         # AdamW issues no collective here (gradients already carry their parameters' placements).
-        trainer.optimizer.step = lambda *a, **k: None
+        trainer.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]
         counter = CollectiveCounter(axis_of_group(mesh))
         trainer.counter = counter
         debug = CommDebugMode()
-        debug.advanced_module_tracker = _NoModuleTracker()
+        # a tracker that tracks nothing, in place of torch's (private) one
+        debug.advanced_module_tracker = _NoModuleTracker()  # type: ignore[assignment]
         with debug, counter, warnings.catch_warnings():
             warnings.simplefilter("ignore")  # deprecations inside FSDP2 and DTensor, not ours
             if plan.pp > 1:

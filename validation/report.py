@@ -102,7 +102,8 @@ def measured_terms(
     if not records:
         return None, {name: None for name, _ in TERMS}, 0
     n = min(len(r["steps"]) for r in records)
-    step_times, per_term = [], {name: [] for name, _ in TERMS}
+    step_times: list[float] = []
+    per_term: dict[str, list[float]] = {name: [] for name, _ in TERMS}
     for i in range(n):
         steps = [r["steps"][i] for r in records]
         step_times.append(max(s["step"] for s in steps))

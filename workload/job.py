@@ -127,18 +127,19 @@ def run(cfg: dict[str, Any]) -> None:
         probes = int(cfg.get("probe_steps", 2))
         if probes > 0:
             # Collectives timed one by one in probe steps; the median over them per axis and phase.
-            counters, times = [], []
+            counters: list[CollectiveCounter] = []
+            probe_times: list[dict[str, float]] = []
             for _ in range(probes):
                 counter = CollectiveCounter(axis_of_group(mesh), timed=True)
                 trainer.counter = counter
                 with counter:
-                    times.append(trainer.step())
+                    probe_times.append(trainer.step())
                 trainer.counter = None
                 counters.append(counter)
             keys = sorted({k for c in counters for k in c.seconds})
             record["probe"] = {
                 "steps": probes,
-                "times": times,
+                "times": probe_times,
                 "comm_seconds": [
                     {
                         "axis": a,

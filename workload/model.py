@@ -164,7 +164,7 @@ class Chunk(nn.Module):
             x = self.embedding(x)
         for layer in self.layers:
             x = layer(x)
-        if self.output is not None:
+        if self.output is not None and self.norm is not None:  # both on the last chunk
             x = self.output(self.norm(x))
         return x
 
@@ -198,6 +198,7 @@ def build_chunk(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> Chunk:
     # the blocks a rank holds, numbered 1, 2, ... in the order it builds them (its chunks in
     # order): the policy applies to the N-th, 2N-th, ... (torchtitan's counter)
     first = chunk_ids(plan, _pp_rank_of(plan, chunk)).index(chunk) * per_chunk
+    block: Any  # a Block (a ModuleList yields Module to mypy)
     for i, block in enumerate(mod.layers):
         on = (first + i + 1) % every == 0
         block.full_recompute = on and recompute == "full"

@@ -54,7 +54,9 @@ class Trainer:
                 apply_fsdp(mod, mesh["dp"], self.zero)
             self.chunks.append(mod)
         params = [p for mod in self.chunks for p in mod.parameters()]
-        self.params = params
+        # DTensor or plain parameters: DTensor's attributes (placements, device_mesh) are read
+        # where present
+        self.params: list[Any] = params
         # foreach kernels cannot mix DTensor and plain parameters: one group of each.
         groups = [
             {"params": [p for p in params if hasattr(p, "to_local")]},
@@ -64,6 +66,9 @@ class Trainer:
             [g for g in groups if g["params"]], lr=1e-4, foreach=True
         )
         self.times: dict[str, float] = {}
+        # a CollectiveCounter while one counts the step's collectives (the job's probe steps,
+        # the dry run); the timed phases tell it which phase a collective belongs to
+        self.counter: Any = None
         # pipeline=False (dry-run): no schedule; chunks_step runs this rank's chunks one by one.
         self.schedule = self._schedule() if self.pp > 1 and pipeline else None
         g = torch.Generator().manual_seed(1234 + self.dp_rank)
@@ -85,13 +90,18 @@ class Trainer:
 
         n_chunks = self.pp * self.plan.get("virtual_stages", 1)
         group = self.mesh.get_group("pp")
-        stages = []
+        stages: list[Any] = []  # PipelineStage (the schedules take list[_PipelineStageBase])
         for mod, c in zip(self.chunks, chunk_ids(self.plan, self.pp_rank), strict=True):
             stage = PipelineStage(mod, c, n_chunks, self.device, group=group)
-            stage.forward_one_chunk = self._timed(stage.forward_one_chunk, "forward")
-            stage.backward_one_chunk = self._timed(stage.backward_one_chunk, "backward")
+            # the stage's own passes, timed (assigned over its methods)
+            stage.forward_one_chunk = self._timed(  # type: ignore[method-assign]
+                stage.forward_one_chunk, "forward"
+            )
+            stage.backward_one_chunk = self._timed(  # type: ignore[method-assign]
+                stage.backward_one_chunk, "backward"
+            )
             # zero-bubble schedules run the weight gradients as a separate pass
-            stage.backward_weight_one_chunk = self._timed(
+            stage.backward_weight_one_chunk = self._timed(  # type: ignore[method-assign]
                 stage.backward_weight_one_chunk, "backward"
             )
             stages.append(stage)
@@ -139,8 +149,8 @@ class Trainer:
         mod = self.chunks[0]
         fsdp = self.dp > 1 and self.zero > 0
         for i in range(self.n_mb):
-            if fsdp:
-                mod.set_requires_gradient_sync(i == self.n_mb - 1)
+            if fsdp:  # fully_shard made the chunk an FSDPModule (a class mypy cannot see)
+                mod.set_requires_gradient_sync(i == self.n_mb - 1)  # type: ignore[operator]
             sl = slice(i * self.mb, (i + 1) * self.mb)
             with self._loss_context():
                 self._set_phase("fwd")
@@ -164,6 +174,7 @@ class Trainer:
             kwargs = {"target": self.targets, "losses": []}
         self._set_phase("pipe")  # p2p between chunks; stage compute sets fwd / bwd itself
         start = self.clock.now()
+        assert self.schedule is not None, "the pipeline runs with a schedule (pp > 1)"
         with self._loss_context():
             self.schedule.step(*args, **kwargs)
         total = self.clock.now() - start

@@ -187,7 +187,8 @@ def all_reduce_padded_time(nbytes: sp.Expr, contributors: sp.Expr | int, receive
     return collective_time(Op.ALL_REDUCE, nbytes, receivers, alpha_s, beta_bytes_per_s, algorithm)
 
 
-class ceil_log2(sp.Function):  # noqa: N801  (reads like the formula)
+# sympy ships no types: its Function is Any to mypy
+class ceil_log2(sp.Function):  # type: ignore[misc]  # noqa: N801  (reads like the formula)
     """ceil(log2(x)) for x >= 1, exact: numbers evaluate in integers, and the compiled (numpy) form
     takes numpy.log2, which is exact at powers of two (ceil(log(x)/log(2)) is not: 2^29 -> 30)."""
 

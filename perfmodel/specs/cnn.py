@@ -7,6 +7,8 @@ and plain MLPs. FLOPs count a multiply-add as 2.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from perfmodel.specs.layers import LayerGraphSpec, LayerSpec
 
 
@@ -139,4 +141,5 @@ def mlp(widths: tuple[int, ...] = (4096, 4096, 4096, 4096, 1000),
     return b.graph("mlp", (inputs,), "a fully connected network")
 
 
-BUILDERS = {"alexnet": alexnet, "vgg16": vgg16, "resnet50": resnet50, "mlp": mlp}
+BUILDERS: dict[str, Callable[[], LayerGraphSpec]] = {"alexnet": alexnet, "vgg16": vgg16,
+                                                     "resnet50": resnet50, "mlp": mlp}

@@ -76,9 +76,10 @@ class TransformerSpec:
     heads: int
     seq_len: int
     vocab: int
-    ffn_hidden: int | None = None
-    kv_heads: int | None = None
-    head_dim: int | None = None
+    # None: derived in __post_init__ (DERIVED); an int once the spec exists
+    ffn_hidden: int = None  # type: ignore[assignment]
+    kv_heads: int = None  # type: ignore[assignment]
+    head_dim: int = None  # type: ignore[assignment]
     gated_mlp: bool = False
     tied_embeddings: bool = True
     bias: bool = True
@@ -258,7 +259,7 @@ class TransformerSpec:
     def attention_width(self) -> int:
         """Width of the queries and of the attention output: heads x head_dim (hidden, unless
         head_dim is given otherwise)."""
-        return self.heads * self.head_dim  # type: ignore[operator]
+        return self.heads * self.head_dim
 
     @property
     def moe_layers(self) -> tuple[int, ...]:
@@ -350,7 +351,7 @@ class TransformerSpec:
         if "ffn_hidden" in self.explicit and hidden != self.hidden:
             scaled["ffn_hidden"] = max(1, round(self.ffn_hidden * hidden / self.hidden))
         if "kv_heads" in self.explicit and heads != self.heads:
-            group = self.heads // self.kv_heads  # type: ignore[operator]
+            group = self.heads // self.kv_heads
             want = max(1, heads // group)
             scaled["kv_heads"] = max(k for k in range(1, want + 1) if heads % k == 0)
         if "head_dim" in self.explicit and (hidden, heads) != (self.hidden, self.heads):

@@ -180,10 +180,10 @@ def test_a_non_finite_layer_graph_prediction_is_an_internal_error(monkeypatch):
 
 
 def test_the_cli_says_internal_error_in_one_line_and_exits_1(monkeypatch):
-    import perfmodel.specs.hardware as hardware
+    import perfmodel.specs.resolve as resolve  # where the commands load --hardware
 
     slipped = _slipped()
-    monkeypatch.setattr(hardware, "load_hardware", lambda name: slipped)
+    monkeypatch.setattr(resolve, "load_hardware", lambda name: slipped)
     code, out, err = run_main(["predict", "--model", "tiny-gpt", "--hardware", "dgx-h100",
                                "--dp", "16", "--gpus", "16", "--json"])
     assert code == 1 and out == "" and "Traceback" not in err
