@@ -20,7 +20,7 @@ import click
 
 from perfmodel.costs.precision import STATE_DTYPES
 from perfmodel.errors import PerfmodelError
-from perfmodel.output import json_text, require_finite
+from perfmodel.output import document, fmt_bytes, json_text, require_finite
 from perfmodel.specs import resolve as specs_resolve
 from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS
 from perfmodel.strategy import (
@@ -267,7 +267,7 @@ def _collective_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) 
     for record in comm_ledger(model, plan, hardware):
         scope = "intra" if scopes[record["axis"]][1] == "intra" else "inter"
         if profiles.is_extrapolation(prof, record["op"], record["nbytes"], scope):
-            notes.append(f"{record['name']} ({record['op']}, {record['nbytes']:.4g} B, "
+            notes.append(f"{record['name']} ({record['op']}, {fmt_bytes(record['nbytes'])}, "
                          f"{scope}-node) is outside the sizes the profile measured: extrapolated")
     return notes
 
@@ -325,6 +325,10 @@ def _layer_extrapolations(prof: Any, model: Any, plan: Any) -> list[str]:
     return notes
 
 
+PR_PC_TRANSFORMER = ("--pr/--pc apply to layer-graph models (alexnet, vgg16, resnet50, mlp or a "
+                     "'kind: layers' file); transformers take --dp/--tp/--pp")
+
+
 def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     """(model, hardware, GridPlan) when --model is a layer graph (CNN/MLP), else None."""
     from perfmodel.specs.layers import LayerGraphSpec
@@ -335,9 +339,7 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     model = load_model(kw["model"]) if kw.get("seq_len") is None else None
     if not isinstance(model, LayerGraphSpec):
         if kw.get("pr") or kw.get("pc"):
-            raise click.UsageError("--pr/--pc apply to layer-graph models (alexnet, vgg16, "
-                                   "resnet50, mlp or a 'kind: layers' file); transformers take "
-                                   "--dp/--tp/--pp")
+            raise click.UsageError(PR_PC_TRANSFORMER)
         return None
     from perfmodel.layerwise import Contributors, GridPlan
 
@@ -402,6 +404,8 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
         raise click.UsageError(f"model '{model.name}' is a layer graph (CNN/MLP): this takes a "
                                "transformer (layer graphs take --pr/--pc in predict, explain and "
                                "validate runs)")
+    if kw.get("pr") or kw.get("pc"):  # validate --emit and --dry-run come here directly
+        raise click.UsageError(PR_PC_TRANSFORMER)
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
     if kw.get("collective_algorithm"):
@@ -459,7 +463,7 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 
             prediction_plot(grid, Path(plot_path))
         if as_json:
-            click.echo(json_text(grid.to_dict()))
+            click.echo(json_text(document("predict.grid", grid.to_dict())))
         else:
             from perfmodel.render import print_grid_prediction
 
@@ -475,8 +479,9 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if as_json:
-        click.echo(json_text({**result.to_dict(), **model_summary(model),
-                              "extrapolations": notes, **profile_status(kw.get("profile"))}))
+        click.echo(json_text(document("predict", {
+            **result.to_dict(), **model_summary(model), "extrapolations": notes,
+            **profile_status(kw.get("profile"))})))
     else:
         from perfmodel.render import print_prediction
 
@@ -595,6 +600,10 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     from perfmodel.search import SearchRequest
     from perfmodel.specs.model import load_model
 
+    if validate:  # refused before the search, not after it
+        from perfmodel.extras import require_torch
+
+        require_torch("recommend --validate")
     spec = noted_seq_len(load_model(model, seq_len=seq_len), seq_len)
     hw = resolve_hardware(hardware, profile)
     try:
@@ -658,7 +667,7 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
             "predicted_step_time_s", "measured_step_time_s", "relative_error", "ranks", "backend",
             "status", "scaled_from", "plan", "caveats")}
     if as_json:
-        click.echo(json_text(data, default=float))
+        click.echo(json_text(document("recommend", data), default=float))
     else:
         from perfmodel.render import print_recommendation
 
@@ -699,9 +708,9 @@ def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], glob
     feasible = [r for r in results if r.fits_in_memory]
     elapsed = time.perf_counter() - start
     if as_json:
-        click.echo(json_text({"plans": [r.to_dict() for r in feasible[:top]],
-                              "evaluated": len(results), "feasible": len(feasible),
-                              "search_time_s": elapsed}))
+        click.echo(json_text(document("recommend.grid", {
+            "plans": [r.to_dict() for r in feasible[:top]], "evaluated": len(results),
+            "feasible": len(feasible), "search_time_s": elapsed})))
     else:
         from perfmodel.render import print_grid_recommendation
 
@@ -718,10 +727,7 @@ def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
     hooks = {ep.name: ep for ep in entry_points(group="perfmodel.hooks")}
     if "validate_scaled" not in hooks:
         raise click.ClickException("--validate needs the validation package (pip install -e .)")
-    try:
-        validate_scaled = hooks["validate_scaled"].load()
-    except ImportError as exc:
-        raise click.ClickException(f"--validate needs torch ({exc})") from None
+    validate_scaled = hooks["validate_scaled"].load()  # torch: recommend checked it is here
     report: dict[str, Any] = validate_scaled(model, hardware, plan)
     return report
 
@@ -748,7 +754,7 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
     hw = resolve_hardware(hardware, profile)
     result = predict_collective(op, parse_bytes(nbytes), ranks, hw, ranks_per_node, algorithm)
     if as_json:
-        click.echo(json_text(result))
+        click.echo(json_text(document("collective", result)))
     else:
         from perfmodel.render import print_collective
 
@@ -780,7 +786,8 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
               help="FIELD=V1,V2,...: peak_flops_per_s (node FLOP rate), "
                    "memory_bandwidth_bytes_per_s, inter_node.bandwidth_bytes_per_s, "
                    "intra_node.bandwidth_bytes_per_s, gpus, global_batch. Repeatable.")
-@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON records.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: the table as rows (docs/json.md).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
               help="Write the table here (CSV).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
@@ -820,7 +827,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
 
         sweep_plot(frame, list(values), Path(plot_path), title=f"{spec.name} on {hw.name}")
     if as_json:
-        click.echo(json_text(frame.to_dict(orient="records")))
+        click.echo(json_text(document("sweep", {"rows": frame.to_dict(orient="records")})))
     else:
         from perfmodel.render import print_frame
 
@@ -911,6 +918,13 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except Exception as exc:  # a bug: say so in one line; --debug shows the traceback
         if debug:
             raise
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "torch":
+            # a command path that needs torch without saying so first (perfmodel.extras)
+            from perfmodel.extras import command_of, missing_torch_message
+
+            command = command_of(argv if argv is not None else sys.argv[1:])
+            click.echo(f"error: {missing_torch_message(command)}", err=True)
+            sys.exit(EXIT_USAGE)
         click.echo(f"internal error: {type(exc).__name__}: {exc} "
                    "(run with --debug for a traceback)", err=True)
         sys.exit(EXIT_INTERNAL)
