@@ -109,6 +109,12 @@ SEQ_LEN_HELP = ("The training sequence length (default: the model spec's seq_len
                 "positions reach, not what training uses).")
 
 
+FROM_CONFIG_HELP = ("The job's own config: a Megatron-LM argument file or launch script, a "
+                    "Megatron-Bridge / NeMo 2 YAML, a torchtitan TOML (or its JSON dump) or a "
+                    "DeepSpeed JSON (docs/configs.md). Its model and plan; --model fills what "
+                    "it lacks (a DeepSpeed config's model).")
+
+
 def choice(options: Any) -> click.Choice[str]:
     """The values of an option's enum (or tuple of names) as a click choice: one vocabulary from
     the command line to the formulas."""
@@ -126,6 +132,8 @@ def plan_options(fn: Any) -> Any:
     options = [
         click.option("--model", "model", required=False,
                      help="Model preset or spec file (YAML/JSON, HF config.json)."),
+        click.option("--from-config", "from_config", type=click.Path(dir_okay=False),
+                     default=None, help=FROM_CONFIG_HELP),
         click.option("--hardware", "hardware", default=None, help="Hardware preset or spec file."),
         click.option("--profile", "profile", default=None, type=click.Path(dir_okay=False),
                      help="Calibrated profile (overrides the hardware preset's fields)."),
@@ -221,7 +229,7 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule"
 # rows' default; --model, --hardware, --profile and --collective-algorithm apply to every row)
 BATCH_COLUMNS = tuple(k for k in PLAN_KEYS if k != "dtype")
 BATCH_REFUSED = (*BATCH_COLUMNS, "attention", "pr", "pc", "norm", "collective_variant",
-                 "contributors")
+                 "contributors", "from_config")
 
 
 def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
@@ -393,10 +401,50 @@ def attention_option(kw: dict[str, Any]) -> bool | None:
     return attention.flash
 
 
+def given_plan_options(kw: dict[str, Any]) -> dict[str, Any]:
+    """The plan options given on the command line (not left at their defaults)."""
+    ctx = click.get_current_context()
+    given = {k: kw[k] for k in PLAN_KEYS if k in kw and _given(ctx, k)}
+    if _given(ctx, "attention") or kw.get("flash_attention"):
+        given["flash_attention"] = attention_option(dict(kw))
+    else:
+        given.pop("flash_attention", None)
+    return given
+
+
+def config_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """(model, hardware, plan, job) of --from-config: the config's model and plan, --model
+    filling what it lacks, the command line's plan options what it leaves open."""
+    from perfmodel.configs import read_config, resolve_model, resolve_plan
+    from perfmodel.strategy import plan_from_dict
+
+    job = read_config(kw["from_config"])
+    model = resolve_model(job, kw.get("model"), kw.get("seq_len"))
+    model.require_costed()
+    hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
+    if kw.get("collective_algorithm"):
+        hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
+    model, plan_kw = resolve_plan(job, model, given_plan_options(kw))
+    plan_kw.setdefault("dtype", hardware.default_dtype())
+    plan = plan_from_dict(plan_kw)
+    plan.check(model)
+    return model, hardware, plan, job
+
+
+def print_job(job: Any) -> None:
+    """What a config held: read, ignored, unknown, assumed (standard error)."""
+    for line in job.report():
+        click.echo(line, err=True)
+
+
 def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     from perfmodel.specs.model import load_model
     from perfmodel.strategy import plan_from_dict
 
+    if kw.get("from_config"):
+        model, hardware, plan, job = config_inputs(kw)
+        print_job(job)
+        return model, hardware, plan
     if not kw.get("model"):
         raise click.UsageError("give --model (a preset, spec file or Hugging Face config.json)")
     model = noted_seq_len(load_model(kw["model"], seq_len=kw.get("seq_len")), kw.get("seq_len"))
@@ -430,19 +478,28 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
               help="With --batch: write results here (CSV) instead of standard output.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Draw the time and memory breakdowns (PNG).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the predicted step as a Chrome/Perfetto trace (JSON): every stage's "
+                   "passes per the schedule, the bubbles, the sync and the optimizer.")
+@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw the predicted step as a Gantt chart (PNG, SVG or PDF by the suffix).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a self-contained HTML report (plan, breakdown, memory, timeline).")
 def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | None,
+            trace_path: str | None, timeline_path: str | None, html_path: str | None,
             **kw: Any) -> None:
     """Predict step time, throughput and per-GPU memory of one plan (or a CSV of plans)."""
     from perfmodel.predict import predict as run
 
     if out and not batch:
         raise click.UsageError("--out goes with --batch (for one plan: --json > FILE)")
+    outputs = {"plot_path": plot_path, "trace_path": trace_path,
+               "timeline_path": timeline_path, "html_path": html_path}
     if batch:
         given = [name for name in BATCH_REFUSED if _given(click.get_current_context(), name)]
-        if plot_path:
-            given.append("plot_path")
+        given += [name for name, path in outputs.items() if path]
         if given:
-            flag = "--plot" if given[0] == "plot_path" else "--" + given[0].replace("_", "-")
+            flag = "--" + given[0].removesuffix("_path").replace("_", "-")
             raise click.UsageError(
                 f"{flag} does not go with --batch: each row is its own plan (give it as a "
                 f"'{given[0]}' column of the plans file)" if given[0] in BATCH_COLUMNS else
@@ -453,10 +510,19 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         if failures:
             sys.exit(5)
         return
-    graph = layer_graph_inputs(kw)
+    job = None
+    if kw.get("from_config"):
+        model, hardware, plan, job = config_inputs(kw)
+        print_job(job)
+        graph = None
+    else:
+        graph = layer_graph_inputs(kw)
     if graph is not None:
         from perfmodel.layerwise import predict_grid
 
+        if trace_path or timeline_path or html_path:
+            raise click.UsageError("--trace, --timeline and --html draw transformer plans; a "
+                                   "layer graph takes --plot")
         grid = predict_grid(*graph)
         if plot_path:
             from perfmodel.plot import prediction_plot
@@ -469,23 +535,48 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 
             print_grid_prediction(grid)
         return
-    model, hardware, plan = build_inputs(kw)
+    if job is None:
+        model, hardware, plan = build_inputs(kw)
     result = run(model, hardware, plan)
     notes = profile_extrapolations(kw.get("profile"), model, hardware, plan)
     if plot_path:
         from perfmodel.plot import prediction_plot
 
         prediction_plot(result, Path(plot_path))
-    for note in notes:
+    drawn = []  # what the timeline says of itself (not an extrapolation of the profile)
+    if trace_path or timeline_path:
+        drawn = _timeline_outputs(model, hardware, plan, trace_path, timeline_path)
+    if html_path:
+        from perfmodel.htmlreport import prediction_html, write_html
+
+        write_html(html_path, prediction_html(result, notes))
+    for note in notes + drawn:
         click.echo(f"note: {note}", err=True)
     if as_json:
+        config = {"config": job.to_dict()} if job is not None else {}
         click.echo(json_text(document("predict", {
             **result.to_dict(), **model_summary(model), "extrapolations": notes,
-            **profile_status(kw.get("profile"))})))
+            **profile_status(kw.get("profile")), **config})))
     else:
         from perfmodel.render import print_prediction
 
         print_prediction(result)
+
+
+def _timeline_outputs(model: Any, hardware: Any, plan: Any, trace_path: str | None,
+                      timeline_path: str | None) -> list[str]:
+    """predict --trace / --timeline: write them; returns the timeline's notes (where its schedule
+    does not take the model's closed-form time)."""
+    from perfmodel.timeline import predicted_timeline, write_trace
+
+    timeline = predicted_timeline(model, hardware, plan)
+    if trace_path:
+        write_trace(trace_path, [timeline])
+    if timeline_path:
+        from perfmodel.plot import timeline_plot
+
+        timeline_plot([timeline], Path(timeline_path))
+    return list(timeline.notes)
 
 
 @cli.command()
@@ -494,7 +585,7 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 @click.option("--term", "terms", multiple=True, help="Only these terms (repeatable), e.g. comm/tp.")
 def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
     """Print the symbolic formulas of the step time and of each term, with the symbols' values."""
-    graph = layer_graph_inputs(kw)
+    graph = None if kw.get("from_config") else layer_graph_inputs(kw)
     if graph is not None:
         from perfmodel.explain import explain_grid_text
 
@@ -507,13 +598,24 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 
 
 @cli.command()
-@click.option("--model", "model", required=True, help="Model preset or spec file.")
+@click.option("--model", "model", default=None,
+              help="Model preset or spec file (required unless --from-config gives the model).")
+@click.option("--from-config", "from_config", type=click.Path(dir_okay=False), default=None,
+              help="The job's own config (as predict's): its stated choices are pinned, what it "
+                   "leaves open is searched (docs/configs.md).")
+@click.option("--emit-config", "emit_config", nargs=2, default=None,
+              type=(choice(("megatron", "torchtitan", "deepspeed")),
+                    click.Path(file_okay=False)),
+              help="Write the best plan as FORMAT's config (megatron, torchtitan, deepspeed) "
+                   "into the directory DIR.")
 @click.option("--hardware", default=None, help="Hardware preset or spec file.")
 @click.option("--profile", default=None, type=click.Path(dir_okay=False),
               help="Calibrated profile.")
-@click.option("--gpus", required=True,
-              help="GPU count, or several separated by commas (e.g. 512,1024).")
-@click.option("--global-batch", type=whole(), required=True, help="Global batch [samples].")
+@click.option("--gpus", default=None,
+              help="GPU count, or several separated by commas (e.g. 512,1024); required unless "
+                   "--from-config gives the world size.")
+@click.option("--global-batch", type=whole(), default=None,
+              help="Global batch [samples]; required unless --from-config gives it.")
 @click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP)
 @click.option("--seq-len", type=int, default=None, help=SEQ_LEN_HELP)
 @click.option("--dp", type=whole(), default=None, help="Pin the data-parallel degree.")
@@ -583,16 +685,22 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "and no step time.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Time-memory Pareto front (PNG).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a self-contained HTML report (best plans, breakdown, memory, timeline, "
+                   "runner-up, Pareto front).")
 @click.option("--validate", is_flag=True,
               help="Run the best plan through `perfmodel validate` (scaled down).")
 @click.option("--validate-profile", type=click.Path(dir_okay=False), default=None,
               help="The calibrated profile of this machine, for --validate's prediction.")
-def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, global_batch: int,
+def recommend(model: str | None, from_config: str | None,
+              emit_config: tuple[str, str] | None, hardware: str | None, profile: str | None,
+              gpus: str | None, global_batch: int | None,
               dtype: str | None, seq_len: int | None, norm: str, contributors: str | None, top: int,
               what_if: tuple[str, ...],
               sensitivities: bool,
-              as_json: bool, csv_path: str | None, plot_path: str | None, validate: bool,
-              validate_profile: str | None, **pins: Any) -> None:
+              as_json: bool, csv_path: str | None, plot_path: str | None,
+              html_path: str | None, validate: bool, validate_profile: str | None,
+              **pins: Any) -> None:
     """Search every layout for the fastest plan that fits, and say why it wins."""
     from perfmodel.recommend import apply_what_if
     from perfmodel.recommend import recommend as run
@@ -604,8 +712,22 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
         from perfmodel.extras import require_torch
 
         require_torch("recommend --validate")
-    spec = noted_seq_len(load_model(model, seq_len=seq_len), seq_len)
     hw = resolve_hardware(hardware, profile)
+    job = None
+    if from_config:
+        spec, gpus, global_batch, dtype, job = _config_pins(from_config, model, seq_len, gpus,
+                                                            global_batch, dtype, pins)
+    else:
+        if not model:
+            raise click.UsageError("give --model (or --from-config)")
+        spec = noted_seq_len(load_model(model, seq_len=seq_len), seq_len)
+    if gpus is None or global_batch is None:
+        raise click.UsageError(f"give {'--gpus' if gpus is None else '--global-batch'}")
+    if emit_config:  # every framework written is 1d; DeepSpeed's Trainer data parallel only
+        pins["tp_layout"] = pins.get("tp_layout") or "1d"
+        if emit_config[0] == "deepspeed":
+            pins["tp"] = pins.get("tp") or 1
+            pins["pp"] = pins.get("pp") or 1
     try:
         gpu_counts = tuple(int(g) for g in gpus.split(","))
     except ValueError:
@@ -614,6 +736,8 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     if any(not 1 <= g <= MAX_DEGREE for g in gpu_counts):
         raise click.UsageError(f"--gpus must be between 1 and {MAX_DEGREE:g}, got '{gpus}'")
     if getattr(spec, "kind", "") == "layers":
+        if html_path:
+            raise click.UsageError("--html reports transformer plans; a layer graph takes --json")
         _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm,
                         contributors or "auto")
         return
@@ -650,12 +774,26 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
                            "best": alt.to_dict()["plans"][0] if alt.top else None,
                            "speedup": (rec.top[0].step_time_s / alt.top[0].step_time_s)
                            if rec.top and alt.top else None}
+    if job is not None:
+        data["config"] = job.to_dict()
+    if emit_config and rec.top:
+        from perfmodel.configs.emit import emit_best
+
+        rank, written = emit_best(emit_config[0], emit_config[1], spec, hw, rec.top)
+        data["emitted"] = {"format": emit_config[0], "plan_rank": rank,
+                           "files": [str(p) for p in written]}
+        click.echo(f"wrote plan {rank} as {emit_config[0]}'s config: "
+                   f"{', '.join(map(str, written))}", err=True)
     require_finite(data, "the recommendation", f"{spec.name} on {hw.name}, {gpus} GPUs, "
                    f"global batch {global_batch}")
     if plot_path:
         from perfmodel.plot import pareto_plot
 
         pareto_plot(rec.result, Path(plot_path))
+    if html_path:
+        from perfmodel.htmlreport import recommendation_html, write_html
+
+        write_html(html_path, recommendation_html(rec, data))
     if validate and rec.top:
         local_hw = resolve_hardware(None, validate_profile) if validate_profile else hw
         if not validate_profile:
@@ -676,6 +814,54 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
         reason = rec.explanation.get("infeasible", {}).get("reason", "no plan fits")
         click.echo(f"error: {reason}", err=True)
         sys.exit(4)
+
+
+# the plan fields a config may pin in recommend's search (perfmodel.search.SearchRequest)
+CONFIG_PINS = ("tp", "pp", "micro_batch", "schedule", "virtual_stages", "recompute",
+               "sequence_parallel", "zero", "placement", "tp_layout")
+
+
+def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | None,
+                 global_batch: int | None, dtype: str | None, pins: dict[str, Any]
+                 ) -> tuple[Any, str, int | None, str | None, Any]:
+    """recommend --from-config: the model, world size, global batch and dtype of the config, and
+    its stated plan choices as pins (in `pins`; a pin given on the command line too must agree).
+    What the config leaves open stays searched. Returns (model, gpus, global batch, dtype, job)."""
+    from perfmodel.configs import pad_vocab, read_config, resolve_model, resolve_plan
+
+    job = read_config(path)
+    spec = resolve_model(job, model, seq_len)
+    spec.require_costed()
+    counts = [int(g) for g in gpus.split(",")] if gpus else []
+    if len(counts) > 1:
+        raise click.UsageError("--from-config takes one --gpus (the job's world size)")
+    given = {"gpus": counts[0] if counts else None,
+             **{k: pins[k] for k in CONFIG_PINS if pins.get(k) is not None}}
+    if global_batch is not None:
+        given["global_batch"] = global_batch
+    if dtype is not None:
+        given["dtype"] = dtype
+    _, plan = resolve_plan(job, spec, given)
+    for key in CONFIG_PINS:
+        if key in job.pins:
+            pins[key] = plan[key]
+    for key in ("flash_attention", "overlap_grad_sync"):
+        if key in plan:
+            pins[key] = bool(plan[key]) or bool(pins.get(key))
+    if "tp" in job.pins:
+        spec = pad_vocab(job, spec, int(plan["tp"]))
+    elif job.vocab_multiple:
+        job.notes.append(f"tp is searched: the model keeps vocab {spec.vocab} (Megatron-LM pads "
+                         f"it to a multiple of {job.vocab_multiple} x tp)")
+    batch = plan["global_batch"] if "global_batch" in job.pins or global_batch else None
+    if batch is None:
+        raise click.UsageError(f"{path} gives no global batch: give --global-batch")
+    searched = [k for k in CONFIG_PINS if k not in job.pins and pins.get(k) is None]
+    job.notes.append("recommend pins the config's "
+                     f"{', '.join(f'{k} {plan[k]}' for k in CONFIG_PINS if k in job.pins)}; "
+                     f"searches {', '.join(searched) or 'nothing else'}")
+    print_job(job)
+    return spec, str(plan["gpus"]), batch, plan.get("dtype", dtype), job
 
 
 def _evaluated_csv(frame: Any, model: Any, hardware: Any) -> str:

@@ -224,12 +224,26 @@ def _built(family: Any) -> Any:
 def _source(family: Any, which: str) -> str:
     """The numpy source of a family's outputs: META (argument and output names) and
     `family(*args)` (perfmodel.codegen; sympy.lambdify for a node codegen cannot print)."""
+    return outputs_source(outputs_of(_built(family), which))
+
+
+def compile_outputs(family: Any, name: str,
+                    outputs: Callable[[Any], Mapping[str, Any]]) -> Compiled:
+    """Compile other outputs of a family's built model (`outputs(built)`: name -> expression),
+    cached on disk like compile_family's under `name` (e.g. perfmodel.timeline's pass times)."""
+    key = hashlib.sha256(f"{family!r}/{name}".encode()).hexdigest()[:20]
+    namespace = cached(key, lambda: outputs_source(outputs(_built(family))))
+    meta = namespace["META"]
+    return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"])
+
+
+def outputs_source(outputs: Mapping[str, Any]) -> str:
+    """The numpy source of named expressions (see _source)."""
     import sympy as sp
 
     from perfmodel import codegen
     from perfmodel import symbols as S
 
-    outputs = outputs_of(_built(family), which)
     exprs = [sp.sympify(e) for e in outputs.values()]
     table = S.table()
     used = set().union(*(e.free_symbols for e in exprs))

@@ -86,6 +86,22 @@ PREDICTION = obj({
 
 MODEL_SUMMARY = {"model_source": STRING, "seq_len": WHOLE, "seq_len_from": STRING}
 
+SETTING = obj({"key": STRING, "value": {"description": "As the config gives it."},
+               "note": STRING}, required=["key", "note"],
+              description="One setting of a job config and what perfmodel made of it.")
+JOB_CONFIG = obj({
+    "path": STRING,
+    "framework": {"type": "string", "description": "megatron, nemo, torchtitan or deepspeed"},
+    "read": {"type": "array", "items": SETTING, "description": "Settings read: what each became."},
+    "ignored": {"type": "array", "items": SETTING,
+                "description": "Settings that do not change the step, with why."},
+    "unknown": {"type": "array", "items": SETTING,
+                "description": "Settings perfmodel's reader does not know (not read)."},
+    "notes": STRINGS,
+    "pins": {**STRINGS, "description": "The plan fields the config states (recommend pins "
+                                       "them)."},
+}, description="--from-config: the job config read (perfmodel.configs.JobConfig.to_dict).")
+
 GRID_PLAN = obj({
     "pr": WHOLE, "pc": WHOLE, "global_batch": WHOLE, "norm": STRING, "variant": STRING,
     "contributors": STRING, "dtype": STRING, "gpus": WHOLE,
@@ -163,6 +179,7 @@ def schema(kind: str) -> dict[str, Any]:
                             "missing_stages": {"type": ["array", "null"], "items": STRING},
                             "note": {"type": ["string", "null"]}},
                            required=["path", "complete"]),
+            "config": JOB_CONFIG,
         }, [*MODEL_SUMMARY, "extrapolations"])
         return _document(kind, "perfmodel predict --json", body)
     if kind == "predict.grid":
@@ -197,6 +214,10 @@ def schema(kind: str) -> dict[str, Any]:
                             "best": {"oneOf": [RECOMMENDED, {"type": "null"}]},
                             "speedup": NUMBER_OR_NULL}),
             "validation": {"type": "object"},
+            "config": JOB_CONFIG,
+            "emitted": obj({"format": STRING, "plan_rank": WHOLE, "files": STRINGS},
+                           description="--emit-config: the plan written (its rank in plans) "
+                                       "and the files."),
         }, required=["model", "parameters", "active_parameters", *MODEL_SUMMARY, "plans",
                      "evaluated", "enumerated", "feasible", "search_time_s", "objective",
                      "objective_unit", "tokens", "gpu_hour_price", "memory_margin",
@@ -241,6 +262,17 @@ def schema(kind: str) -> dict[str, Any]:
             "terms": {"type": "array", "items": term},
             "memory": {"type": "object"}, "launch": obj({"status": STRING}),
             "created": STRING, "prediction": PREDICTION, "caveats": STRINGS,
+            "measured_trace": {
+                "type": "array", "items": obj({
+                    "rank": {"type": "integer"}, "coords": {"type": "object"},
+                    "events": {"type": "array", "items": obj({
+                        "kind": STRING, "start_s": NUMBER, "end_s": NUMBER,
+                        "micro_batch": {"type": ["integer", "null"]},
+                        "chunk": {"type": ["integer", "null"]}, "thread": STRING},
+                        required=["kind", "start_s", "end_s"])},
+                }, required=["rank", "events"]),
+                "description": "Each rank's events of its last timed step, seconds from the "
+                               "step's start (validation.trace draws them: validate --trace)"},
         }, required=["model", "plan", "status", "predicted_step_time_s",
                      "measured_step_time_s", "relative_error", "steps", "terms", "memory",
                      "launch", "created"]))

@@ -165,6 +165,12 @@ def build_report(
         "dtype_used": rank0.get("dtype", meta.get("dtype_used")),
         "dtype_note": rank0.get("dtype_note") or meta.get("dtype_note", ""),
         "collectives_rank0": (rank0.get("probe") or {}).get("collectives", []),
+        # each rank's events of its last timed step (validation.trace draws them)
+        "measured_trace": [
+            {"rank": r.get("rank"), "coords": r.get("coords") or {}, "events": r["trace"]}
+            for r in sorted(records, key=lambda r: r.get("rank", 0))
+            if isinstance(r.get("trace"), list)
+        ],
         "launch": launch,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
