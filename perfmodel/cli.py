@@ -728,6 +728,11 @@ def recommend(model: str | None, from_config: str | None,
         if emit_config[0] == "deepspeed":
             pins["tp"] = pins.get("tp") or 1
             pins["pp"] = pins.get("pp") or 1
+        # what each framework runs (perfmodel.configs' emitters refuse the rest)
+        pins["zero_stages"] = {"megatron": (0, 1, 3), "torchtitan": (0, 3)}.get(
+            emit_config[0], (0, 1, 2, 3))
+        if emit_config[0] == "megatron":
+            pins["schedules"] = ("1f1b", "interleaved")
     try:
         gpu_counts = tuple(int(g) for g in gpus.split(","))
     except ValueError:

@@ -73,6 +73,9 @@ class SearchRequest:
     recompute: Recompute | None = None
     sequence_parallel: bool | None = None
     zero: int | None = None
+    # what a framework can run (recommend --emit-config): the ZeRO stages and schedules searched
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    schedules: tuple[Schedule, ...] | None = None  # None: every schedule
     placement: Placement | None = None  # any order; unpinned, the search tries PLACEMENTS
     tp_layout: TPLayout | None = None
     tp_depth: int | None = None
@@ -102,6 +105,11 @@ class SearchRequest:
                           ("tp_layout", TPLayout)):
             if getattr(self, key) is not None or key == "objective":
                 object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
+        if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
+            raise PlanError(f"zero_stages must be some of 0, 1, 2, 3, got {self.zero_stages}")
+        if self.schedules is not None:
+            object.__setattr__(self, "schedules", tuple(
+                parse_option(Schedule, s, "schedules") for s in self.schedules))
         # the options every plan shares, checked as a plan checks them
         shared = Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
                       recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
@@ -204,7 +212,8 @@ class _Candidates:
             req = self.req
             rows = []
             for code, name in enumerate(strategy.SCHEDULES):
-                if req.schedule not in (None, name) or name is Schedule.GPIPE and pp == 1:
+                if req.schedule not in (None, name) or name is Schedule.GPIPE and pp == 1 \
+                        or req.schedules is not None and name not in req.schedules:
                     continue
                 stages = (divisors(self.model.layers // pp)
                           if name in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE)
@@ -303,7 +312,8 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
     recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)
             and not (req.recompute_every > 1 and r == Recompute.NONE.value)]
     for gpus, dp, tp, pp in _degree_triples(model, req, candidates):
-        zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,)) if req.zero in (None, z)]
+        zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,))
+                 if req.zero in (None, z) and (z in req.zero_stages or dp == 1)]
         places = _placements(req, dp, tp, pp)
         scheds = candidates.schedules(pp)
         per_replica = req.global_batch // dp
