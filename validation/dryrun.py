@@ -61,7 +61,7 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
 
     from workload.model import DTYPES
     from workload.parallelize import make_mesh
-    from workload.timers import CollectiveCounter, axis_of_group
+    from workload.timers import CollectiveCounter
     from workload.trainer import Trainer
 
     if plan.pp > 1 and plan.zero and plan.dp > 1:
@@ -80,7 +80,7 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
             trainer = Trainer(cfg, mesh, device, DTYPES[plan.dtype.value], pipeline=False)
         # AdamW issues no collective here (gradients already carry their parameters' placements).
         trainer.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]
-        counter = CollectiveCounter(axis_of_group(mesh))
+        counter = CollectiveCounter(trainer.axis_names())
         trainer.counter = counter
         debug = CommDebugMode()
         # a tracker that tracks nothing, in place of torch's (private) one

@@ -35,7 +35,6 @@ from workload.parallelize import make_mesh
 from workload.process import keep_freed_memory, loopback_rendezvous, watch_parent
 from workload.timers import (
     CollectiveCounter,
-    axis_of_group,
     current_rss_bytes,
     peak_memory_bytes,
     tensor_peak_bytes,
@@ -122,6 +121,7 @@ def run(cfg: dict[str, Any]) -> None:
             times = trainer.step()
             if i >= warmup:
                 record["steps"].append(times)
+            record.setdefault("losses", []).append(trainer.last_loss)
             record["peak_memory_bytes"] = peak_memory_bytes(device)
             write_json(rank_file, record)
         probes = int(cfg.get("probe_steps", 2))
@@ -130,7 +130,7 @@ def run(cfg: dict[str, Any]) -> None:
             counters: list[CollectiveCounter] = []
             probe_times: list[dict[str, float]] = []
             for _ in range(probes):
-                counter = CollectiveCounter(axis_of_group(mesh), timed=True)
+                counter = CollectiveCounter(trainer.axis_names(), timed=True)
                 trainer.counter = counter
                 with counter:
                     probe_times.append(trainer.step())

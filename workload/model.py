@@ -4,6 +4,12 @@ pipeline chunks. Its configuration is a plain dict (the job's JSON config, "mode
 Embeddings are not tied (tying across pipeline stages needs an extra all-reduce the job does not
 do); positions are learned even for rotary models. recompute: ``full`` checkpoints every
 transformer block, ``selective`` only the attention core.
+
+Mixture of experts (model keys experts, top_k, expert_ffn_hidden, shared_experts,
+shared_expert_ffn_hidden, capacity_factor and moe_layers, the global indices of the MoE layers):
+those layers' MLP is workload.moe.MoE. Context parallelism: a block's attention core runs
+workload.context_parallel.attention when ``attention.cp`` is set, and the embedding takes the
+rank's token positions (``embedding.positions``).
 """
 
 from __future__ import annotations
@@ -15,14 +21,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from workload.context_parallel import CPGroup, attention
+from workload.moe import MoE
+
 DTYPES = {
     "fp32": torch.float32,
     "tf32": torch.float32,
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
-
-
 
 
 
@@ -35,9 +42,13 @@ class Embedding(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(m["vocab"], m["hidden"])
         self.pos = nn.Embedding(m["seq_len"], m["hidden"])
+        # the positions of the tokens this rank holds (context parallelism); None: 0 .. s-1
+        self.positions: torch.Tensor | None = None
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(idx.shape[1], device=idx.device)
+        positions = self.positions
+        if positions is None:
+            positions = torch.arange(idx.shape[1], device=idx.device)
         return self.tok(idx) + self.pos(positions)
 
 
@@ -52,8 +63,11 @@ class Attention(nn.Module):
         self.wv = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
         self.wo = nn.Linear(heads * self.head_dim, hidden, bias=bias)
         self.selective = False
+        self.cp: CPGroup | None = None  # context parallelism: this rank's group
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.cp is not None:
+            return attention(q, k, v, self.cp)
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1]
         )
@@ -87,12 +101,12 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, m: dict[str, Any]) -> None:
+    def __init__(self, m: dict[str, Any], moe: bool = False) -> None:
         super().__init__()
         self.attention_norm = _norm(m["norm"], m["hidden"])
         self.attention = Attention(m)
         self.ffn_norm = _norm(m["norm"], m["hidden"])
-        self.feed_forward = MLP(m)
+        self.feed_forward: nn.Module = MoE(m, MLP) if moe else MLP(m)
         self.full_recompute = False
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -108,10 +122,13 @@ class Block(nn.Module):
 class Chunk(nn.Module):
     """One pipeline chunk: [embedding] + blocks + [final norm and LM head]."""
 
-    def __init__(self, m: dict[str, Any], layers: int, first: bool, last: bool) -> None:
+    def __init__(
+        self, m: dict[str, Any], layers: int, first: bool, last: bool, offset: int = 0
+    ) -> None:
         super().__init__()
         self.embedding = Embedding(m) if first else None
-        self.layers = nn.ModuleList(Block(m) for _ in range(layers))
+        moe = set(m.get("moe_layers") or ())  # global layer indices
+        self.layers = nn.ModuleList(Block(m, offset + i in moe) for i in range(layers))
         self.norm = _norm(m["norm"], m["hidden"]) if last else None
         self.output = nn.Linear(m["hidden"], m["vocab"], bias=False) if last else None
 
@@ -139,14 +156,14 @@ def build_chunk(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> Chunk:
         raise ValueError(
             f"layers ({m['layers']}) must be divisible by pp x virtual_stages ({n_chunks})"
         )
-    mod = Chunk(m, m["layers"] // n_chunks, first=chunk == 0, last=chunk == n_chunks - 1)
+    per = m["layers"] // n_chunks
+    mod = Chunk(m, per, first=chunk == 0, last=chunk == n_chunks - 1, offset=chunk * per)
     recompute = plan.get("recompute", "none")
     block: Any  # a Block (a ModuleList yields Module to mypy)
     for block in mod.layers:
         block.full_recompute = recompute == "full"
         block.attention.selective = recompute == "selective"
     return mod
-
 
 
 def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
