@@ -61,7 +61,7 @@ def _global_name(name: str, mod: torch.nn.Module) -> str:
     match = re.match(r"(.*\.feed_forward)\.experts\.(\d+)\.(.*)", name)
     if not match:
         return name
-    first = mod.get_submodule(match.group(1)).first_expert
+    first = int(getattr(mod.get_submodule(match.group(1)), "first_expert", 0))
     return f"{match.group(1)}.experts.{first + int(match.group(2))}.{match.group(3)}"
 
 
