@@ -14,6 +14,14 @@ embeddings and a learned position table, also for rotary models (the report says
 Pipeline plans (pp > 1): the fake group cannot carry tensors between stages, so rank 0's chunks
 run forward and backward one by one (their tp and dp collectives counted as above) and the
 pipeline's point-to-point messages are derived from the chunks' inputs and outputs.
+
+Context and expert parallelism (validation.jobspec.JobParallel): the world is dp x cp x tp x pp
+fake ranks; the ring's send/recv, the K/V all-gathers, the Ulysses and expert all-to-alls are
+counted like every collective (axes "cp", "ep", "dp_cp", "edp"). The meta tensors hold no values
+to route tokens by, so a mixture of experts is counted under balanced routing (assignment n to
+expert n mod E: every rank sends T k / ep rows to each, perfmodel's routing_imbalance = 1). Where
+perfmodel's step model does not cost what the job does (cp or ep outside its Plan, a mixture of
+experts), there is no ledger to compare with: the counts are shown alone and the result says why.
 """
 
 from __future__ import annotations
@@ -27,7 +35,15 @@ from perfmodel.errors import PlanError
 from perfmodel.output import json_text
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
-from validation.jobspec import RunSettings, job_config, job_model, job_model_note
+from validation.jobspec import (
+    JobParallel,
+    RunSettings,
+    job_config,
+    job_model,
+    job_model_note,
+    job_parallel,
+    world_size,
+)
 from validation.ledger import compare, model_ledger, totals
 
 
@@ -52,8 +68,11 @@ class _NoModuleTracker:
         return None
 
 
-def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
-    """Run one step of rank 0 on a fake process group of plan.gpus ranks; count its collectives."""
+def count_collectives(
+    model: TransformerSpec, plan: Plan, parallel: JobParallel | None = None
+) -> dict[str, Any]:
+    """Run one step of rank 0 on a fake process group of the job's world (dp x cp x tp x pp
+    ranks); count its collectives. A mixture of experts routes in balance (module docstring)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.tensor.debug import CommDebugMode
@@ -68,8 +87,12 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
         raise PlanError("--dry-run does not count pipeline plans with FSDP (zero > 0) yet")
     if dist.is_initialized():
         dist.destroy_process_group()
-    cfg = job_config(model, plan, RunSettings(nprocs=plan.gpus, steps=1, warmup=0))
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.gpus)
+    par = job_parallel(plan, parallel)
+    if model.experts:
+        par = JobParallel(**{**par.plan_keys(), "moe_routing": "balanced"})
+    world = world_size(plan, par)
+    cfg = job_config(model, plan, RunSettings(nprocs=world, steps=1, warmup=0), par)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
         mesh = make_mesh(cfg["plan"], "cpu")
         # On the meta device: shapes without storage, so a rank of a 175B model fits anywhere.
@@ -114,16 +137,36 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
     }
 
 
-def dry_run(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
+def uncosted(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> str:
+    """Why perfmodel's ledger cannot describe this job ('' when it can): never the ledger of a
+    dense model, or of a plan without cp / ep, compared as if it were this one."""
+    why = [f"{k} = {getattr(parallel, k)}" for k in ("cp", "ep")
+           if getattr(parallel, k) > 1 and not hasattr(plan, k)]
+    why += model.uncosted()
+    if not why:
+        return ""
+    return f"perfmodel's step model does not cost {'; '.join(why)} yet: the job's counts alone"
+
+
+def dry_run(
+    model: TransformerSpec, plan: Plan, parallel: JobParallel | None = None
+) -> dict[str, Any]:
     as_job = job_model(model)
-    counted = count_collectives(as_job, plan)
-    ledger = model_ledger(as_job, plan)
+    par = job_parallel(plan, parallel)
+    counted = count_collectives(as_job, plan, par)
+    missing = uncosted(as_job, plan, par)
+    ledger = None if missing else model_ledger(as_job, plan)
     rows = compare(counted["records"], ledger or [])
     job_total = sum(r["count"] for r in counted["records"])
+    plan_dict = plan.to_dict()
+    if par != JobParallel():
+        plan_dict.update(par.plan_keys())
+    if model.experts:
+        plan_dict["moe_routing"] = "balanced"
     return {
         "model": model.name,
-        "plan": plan.to_dict(),
-        "world_size": plan.gpus,
+        "plan": plan_dict,
+        "world_size": world_size(plan, par),
         "rows": rows,
         "totals": totals(rows),
         "comm_debug_mode": counted["comm_debug_mode"],
@@ -133,7 +176,7 @@ def dry_run(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
         < 1e-9,
         "ledger_available": ledger is not None,
         "agree": None if ledger is None else all(r["agree"] for r in rows),
-        "notes": [n for n in (job_model_note(model),) if n],
+        "notes": [n for n in (job_model_note(model), missing) if n],
     }
 
 
