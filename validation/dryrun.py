@@ -177,6 +177,9 @@ def dry_run(
     missing = uncosted(as_job, plan, par)
     ledger = None if missing else model_ledger(as_job, plan)
     rows = compare(counted["records"], ledger or [])
+    if ledger is None:  # nothing to agree or differ with
+        for row in rows:
+            row["agree"] = None
     job_total = sum(r["count"] for r in counted["records"])
     plan_dict = plan.to_dict()
     if par != JobParallel():
@@ -220,9 +223,9 @@ def render(result: dict[str, Any], as_json: bool = False) -> None:
             r["op"],
             f"{r['bytes']:,}",
             f"{r['job_count']:g}",
-            f"{r['model_count']:g}",
+            "-" if r["agree"] is None else f"{r['model_count']:g}",
             f"{r['job_phases']} / {r['model_phases']}",
-            "ok" if r["agree"] else "[red]differs[/red]",
+            "" if r["agree"] is None else "ok" if r["agree"] else "[red]differs[/red]",
         )
     console = Console()
     console.print(table)

@@ -155,7 +155,8 @@ def test_the_dry_run_says_when_perfmodel_has_no_ledger_for_the_job():
     assert result["world_size"] == 64
     assert result["ledger_available"] is False and result["agree"] is None
     assert any("does not cost cp = 8" in n for n in result["notes"])
-    assert all(r["model_count"] == 0 for r in result["rows"])  # never a dense plan's ledger
+    # never a dense plan's ledger, and no row said to agree or differ
+    assert all(r["model_count"] == 0 and r["agree"] is None for r in result["rows"])
     moe = dryrun.dry_run(MOE, _plan(64), JobParallel())
     assert moe["agree"] is None and any("mixture-of-experts" in n for n in moe["notes"])
 
