@@ -38,6 +38,7 @@ from calibration.fit import (
 from calibration.profile_io import provenance, write_profile
 from perfmodel.costs.collectives import ALGORITHMS, Op
 from perfmodel.errors import DataError, PerfmodelError
+from perfmodel.output import fmt_bytes
 from perfmodel.specs.profile import FIT_KINDS
 
 MEASURED = (  # record kinds that are measurements
@@ -537,8 +538,9 @@ def _link_bandwidth(model: CollectiveModel, scope: str, notes: list[str]) -> flo
     fitted, seen = model.bus_bandwidth_bytes_per_s_, model.measured_bus_bandwidth_bytes_per_s_
     if fitted <= UNRESOLVED_BANDWIDTH_RATIO * seen:
         return fitted
-    notes.append(f"all_reduce ({scope}): the sizes measured (up to {model.size_range_[1]:.4g} B) "
-                 f"are latency-bound; the link bandwidth is the best measured, {seen:.3g} B/s, "
+    notes.append(f"all_reduce ({scope}): the sizes measured (up to "
+                 f"{fmt_bytes(model.size_range_[1])}) are latency-bound; the link bandwidth is "
+                 f"the best measured, {seen / 1e9:.3g} GB/s, "
                  "a lower bound (measure larger sizes: --max-bytes)")
     return seen
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from perfmodel.errors import DataError, PerfmodelError
 from perfmodel.files import read_text_bounded, write_atomic
-from perfmodel.output import json_text
+from perfmodel.output import document, json_text
 from perfmodel.specs.resolve import resolve_hardware
 
 PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
@@ -128,8 +128,11 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
         results.append(record)
     columns = header + [c for c in (*RESULT_COLUMNS, *RESOLVED_COLUMNS, "error")
                         if c not in header]
-    if as_json:
-        text = json_text(results)
+    if as_json:  # a result a failed row lacks is null (empty in the CSV)
+        missing = {*RESULT_COLUMNS, *RESOLVED_COLUMNS}
+        nulled = [{k: None if k in missing and v == "" else v for k, v in r.items()}
+                  for r in results]
+        text = json_text(document("predict.batch", {"rows": nulled}))
     else:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.output import json_text, require_finite
+from perfmodel.output import document, fmt_bytes, json_text, require_finite
 from perfmodel.specs import resolve as specs_resolve
 from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS
 from perfmodel.strategy import (
@@ -107,6 +107,12 @@ SEQ_LEN_HELP = ("The training sequence length (default: the model spec's seq_len
                 "positions reach, not what training uses).")
 
 
+FROM_CONFIG_HELP = ("The job's own config: a Megatron-LM argument file or launch script, a "
+                    "Megatron-Bridge / NeMo 2 YAML, a torchtitan TOML (or its JSON dump) or a "
+                    "DeepSpeed JSON (docs/configs.md). Its model and plan; --model fills what "
+                    "it lacks (a DeepSpeed config's model).")
+
+
 def choice(options: Any) -> click.Choice[str]:
     """The values of an option's enum (or tuple of names) as a click choice: one vocabulary from
     the command line to the formulas."""
@@ -124,6 +130,8 @@ def plan_options(fn: Any) -> Any:
     options = [
         click.option("--model", "model", required=False,
                      help="Model preset or spec file (YAML/JSON, HF config.json)."),
+        click.option("--from-config", "from_config", type=click.Path(dir_okay=False),
+                     default=None, help=FROM_CONFIG_HELP),
         click.option("--hardware", "hardware", default=None, help="Hardware preset or spec file."),
         click.option("--profile", "profile", default=None, type=click.Path(dir_okay=False),
                      help="Calibrated profile (overrides the hardware preset's fields)."),
@@ -202,7 +210,8 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule"
 # the plan options of predict that a plans file's rows give (--dtype and --seq-len are the
 # rows' default; --model, --hardware, --profile and --collective-algorithm apply to every row)
 BATCH_COLUMNS = tuple(k for k in PLAN_KEYS if k != "dtype")
-BATCH_REFUSED = (*BATCH_COLUMNS, "pr", "pc", "norm", "collective_variant", "contributors")
+BATCH_REFUSED = (*BATCH_COLUMNS, "pr", "pc", "norm", "collective_variant", "contributors",
+                 "from_config")
 
 
 def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
@@ -248,7 +257,7 @@ def _collective_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) 
     for record in comm_ledger(model, plan, hardware):
         scope = "intra" if scopes[record["axis"]][1] == "intra" else "inter"
         if profiles.is_extrapolation(prof, record["op"], record["nbytes"], scope):
-            notes.append(f"{record['name']} ({record['op']}, {record['nbytes']:.4g} B, "
+            notes.append(f"{record['name']} ({record['op']}, {fmt_bytes(record['nbytes'])}, "
                          f"{scope}-node) is outside the sizes the profile measured: extrapolated")
     return notes
 
@@ -306,6 +315,10 @@ def _layer_extrapolations(prof: Any, model: Any, plan: Any) -> list[str]:
     return notes
 
 
+PR_PC_TRANSFORMER = ("--pr/--pc apply to layer-graph models (alexnet, vgg16, resnet50, mlp or a "
+                     "'kind: layers' file); transformers take --dp/--tp/--pp")
+
+
 def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     """(model, hardware, GridPlan) when --model is a layer graph (CNN/MLP), else None."""
     from perfmodel.specs.layers import LayerGraphSpec
@@ -316,9 +329,7 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     model = load_model(kw["model"]) if kw.get("seq_len") is None else None
     if not isinstance(model, LayerGraphSpec):
         if kw.get("pr") or kw.get("pc"):
-            raise click.UsageError("--pr/--pc apply to layer-graph models (alexnet, vgg16, "
-                                   "resnet50, mlp or a 'kind: layers' file); transformers take "
-                                   "--dp/--tp/--pp")
+            raise click.UsageError(PR_PC_TRANSFORMER)
         return None
     from perfmodel.layerwise import Contributors, GridPlan
 
@@ -361,10 +372,45 @@ def noted_seq_len(model: Any, seq_len: int | None) -> Any:
     return model.noted(seq_len_from="--seq-len")
 
 
+def given_plan_options(kw: dict[str, Any]) -> dict[str, Any]:
+    """The plan options given on the command line (not left at their defaults)."""
+    ctx = click.get_current_context()
+    return {k: kw[k] for k in PLAN_KEYS if k in kw and _given(ctx, k)}
+
+
+def config_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """(model, hardware, plan, job) of --from-config: the config's model and plan, --model
+    filling what it lacks, the command line's plan options what it leaves open."""
+    from perfmodel.configs import read_config, resolve_model, resolve_plan
+    from perfmodel.strategy import plan_from_dict
+
+    job = read_config(kw["from_config"])
+    model = resolve_model(job, kw.get("model"), kw.get("seq_len"))
+    model.require_costed()
+    hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
+    if kw.get("collective_algorithm"):
+        hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
+    model, plan_kw = resolve_plan(job, model, given_plan_options(kw))
+    plan_kw.setdefault("dtype", hardware.default_dtype())
+    plan = plan_from_dict(plan_kw)
+    plan.check(model)
+    return model, hardware, plan, job
+
+
+def print_job(job: Any) -> None:
+    """What a config held: read, ignored, unknown, assumed (standard error)."""
+    for line in job.report():
+        click.echo(line, err=True)
+
+
 def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     from perfmodel.specs.model import load_model
     from perfmodel.strategy import plan_from_dict
 
+    if kw.get("from_config"):
+        model, hardware, plan, job = config_inputs(kw)
+        print_job(job)
+        return model, hardware, plan
     if not kw.get("model"):
         raise click.UsageError("give --model (a preset, spec file or Hugging Face config.json)")
     model = noted_seq_len(load_model(kw["model"], seq_len=kw.get("seq_len")), kw.get("seq_len"))
@@ -372,6 +418,8 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
         raise click.UsageError(f"model '{model.name}' is a layer graph (CNN/MLP): this takes a "
                                "transformer (layer graphs take --pr/--pc in predict, explain and "
                                "validate runs)")
+    if kw.get("pr") or kw.get("pc"):  # validate --emit and --dry-run come here directly
+        raise click.UsageError(PR_PC_TRANSFORMER)
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
     if kw.get("collective_algorithm"):
@@ -418,7 +466,13 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         if failures:
             sys.exit(5)
         return
-    graph = layer_graph_inputs(kw)
+    job = None
+    if kw.get("from_config"):
+        model, hardware, plan, job = config_inputs(kw)
+        print_job(job)
+        graph = None
+    else:
+        graph = layer_graph_inputs(kw)
     if graph is not None:
         from perfmodel.layerwise import predict_grid
 
@@ -428,13 +482,14 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 
             prediction_plot(grid, Path(plot_path))
         if as_json:
-            click.echo(json_text(grid.to_dict()))
+            click.echo(json_text(document("predict.grid", grid.to_dict())))
         else:
             from perfmodel.render import print_grid_prediction
 
             print_grid_prediction(grid)
         return
-    model, hardware, plan = build_inputs(kw)
+    if job is None:
+        model, hardware, plan = build_inputs(kw)
     result = run(model, hardware, plan)
     notes = profile_extrapolations(kw.get("profile"), model, hardware, plan)
     if plot_path:
@@ -444,8 +499,10 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if as_json:
-        click.echo(json_text({**result.to_dict(), **model_summary(model),
-                              "extrapolations": notes, **profile_status(kw.get("profile"))}))
+        config = {"config": job.to_dict()} if job is not None else {}
+        click.echo(json_text(document("predict", {
+            **result.to_dict(), **model_summary(model), "extrapolations": notes,
+            **profile_status(kw.get("profile")), **config})))
     else:
         from perfmodel.render import print_prediction
 
@@ -458,7 +515,7 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 @click.option("--term", "terms", multiple=True, help="Only these terms (repeatable), e.g. comm/tp.")
 def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
     """Print the symbolic formulas of the step time and of each term, with the symbols' values."""
-    graph = layer_graph_inputs(kw)
+    graph = None if kw.get("from_config") else layer_graph_inputs(kw)
     if graph is not None:
         from perfmodel.explain import explain_grid_text
 
@@ -471,13 +528,24 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 
 
 @cli.command()
-@click.option("--model", "model", required=True, help="Model preset or spec file.")
+@click.option("--model", "model", default=None,
+              help="Model preset or spec file (required unless --from-config gives the model).")
+@click.option("--from-config", "from_config", type=click.Path(dir_okay=False), default=None,
+              help="The job's own config (as predict's): its stated choices are pinned, what it "
+                   "leaves open is searched (docs/configs.md).")
+@click.option("--emit-config", "emit_config", nargs=2, default=None,
+              type=(choice(("megatron", "torchtitan", "deepspeed")),
+                    click.Path(file_okay=False)),
+              help="Write the best plan as FORMAT's config (megatron, torchtitan, deepspeed) "
+                   "into the directory DIR.")
 @click.option("--hardware", default=None, help="Hardware preset or spec file.")
 @click.option("--profile", default=None, type=click.Path(dir_okay=False),
               help="Calibrated profile.")
-@click.option("--gpus", required=True,
-              help="GPU count, or several separated by commas (e.g. 512,1024).")
-@click.option("--global-batch", type=whole(), required=True, help="Global batch [samples].")
+@click.option("--gpus", default=None,
+              help="GPU count, or several separated by commas (e.g. 512,1024); required unless "
+                   "--from-config gives the world size.")
+@click.option("--global-batch", type=whole(), default=None,
+              help="Global batch [samples]; required unless --from-config gives it.")
 @click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP)
 @click.option("--seq-len", type=int, default=None, help=SEQ_LEN_HELP)
 @click.option("--dp", type=whole(), default=None, help="Pin the data-parallel degree.")
@@ -540,7 +608,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="Run the best plan through `perfmodel validate` (scaled down).")
 @click.option("--validate-profile", type=click.Path(dir_okay=False), default=None,
               help="The calibrated profile of this machine, for --validate's prediction.")
-def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, global_batch: int,
+def recommend(model: str | None, from_config: str | None,
+              emit_config: tuple[str, str] | None, hardware: str | None, profile: str | None,
+              gpus: str | None, global_batch: int | None,
               dtype: str | None, seq_len: int | None, norm: str, contributors: str | None, top: int,
               what_if: tuple[str, ...],
               sensitivities: bool,
@@ -553,8 +623,26 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     from perfmodel.search import SearchRequest
     from perfmodel.specs.model import load_model
 
-    spec = noted_seq_len(load_model(model, seq_len=seq_len), seq_len)
+    if validate:  # refused before the search, not after it
+        from perfmodel.extras import require_torch
+
+        require_torch("recommend --validate")
     hw = resolve_hardware(hardware, profile)
+    job = None
+    if from_config:
+        spec, gpus, global_batch, dtype, job = _config_pins(from_config, model, seq_len, gpus,
+                                                            global_batch, dtype, pins)
+    else:
+        if not model:
+            raise click.UsageError("give --model (or --from-config)")
+        spec = noted_seq_len(load_model(model, seq_len=seq_len), seq_len)
+    if gpus is None or global_batch is None:
+        raise click.UsageError(f"give {'--gpus' if gpus is None else '--global-batch'}")
+    if emit_config:  # every framework written is 1d; DeepSpeed's Trainer data parallel only
+        pins["tp_layout"] = pins.get("tp_layout") or "1d"
+        if emit_config[0] == "deepspeed":
+            pins["tp"] = pins.get("tp") or 1
+            pins["pp"] = pins.get("pp") or 1
     try:
         gpu_counts = tuple(int(g) for g in gpus.split(","))
     except ValueError:
@@ -598,6 +686,16 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
                            "best": alt.to_dict()["plans"][0] if alt.top else None,
                            "speedup": (rec.top[0].step_time_s / alt.top[0].step_time_s)
                            if rec.top and alt.top else None}
+    if job is not None:
+        data["config"] = job.to_dict()
+    if emit_config and rec.top:
+        from perfmodel.configs.emit import emit_best
+
+        rank, written = emit_best(emit_config[0], emit_config[1], spec, hw, rec.top)
+        data["emitted"] = {"format": emit_config[0], "plan_rank": rank,
+                           "files": [str(p) for p in written]}
+        click.echo(f"wrote plan {rank} as {emit_config[0]}'s config: "
+                   f"{', '.join(map(str, written))}", err=True)
     require_finite(data, "the recommendation", f"{spec.name} on {hw.name}, {gpus} GPUs, "
                    f"global batch {global_batch}")
     if plot_path:
@@ -615,7 +713,7 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
             "predicted_step_time_s", "measured_step_time_s", "relative_error", "ranks", "backend",
             "status", "scaled_from", "plan", "caveats")}
     if as_json:
-        click.echo(json_text(data, default=float))
+        click.echo(json_text(document("recommend", data), default=float))
     else:
         from perfmodel.render import print_recommendation
 
@@ -624,6 +722,54 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
         reason = rec.explanation.get("infeasible", {}).get("reason", "no plan fits")
         click.echo(f"error: {reason}", err=True)
         sys.exit(4)
+
+
+# the plan fields a config may pin in recommend's search (perfmodel.search.SearchRequest)
+CONFIG_PINS = ("tp", "pp", "micro_batch", "schedule", "virtual_stages", "recompute",
+               "sequence_parallel", "zero", "placement", "tp_layout")
+
+
+def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | None,
+                 global_batch: int | None, dtype: str | None, pins: dict[str, Any]
+                 ) -> tuple[Any, str, int | None, str | None, Any]:
+    """recommend --from-config: the model, world size, global batch and dtype of the config, and
+    its stated plan choices as pins (in `pins`; a pin given on the command line too must agree).
+    What the config leaves open stays searched. Returns (model, gpus, global batch, dtype, job)."""
+    from perfmodel.configs import pad_vocab, read_config, resolve_model, resolve_plan
+
+    job = read_config(path)
+    spec = resolve_model(job, model, seq_len)
+    spec.require_costed()
+    counts = [int(g) for g in gpus.split(",")] if gpus else []
+    if len(counts) > 1:
+        raise click.UsageError("--from-config takes one --gpus (the job's world size)")
+    given = {"gpus": counts[0] if counts else None,
+             **{k: pins[k] for k in CONFIG_PINS if pins.get(k) is not None}}
+    if global_batch is not None:
+        given["global_batch"] = global_batch
+    if dtype is not None:
+        given["dtype"] = dtype
+    _, plan = resolve_plan(job, spec, given)
+    for key in CONFIG_PINS:
+        if key in job.pins:
+            pins[key] = plan[key]
+    for key in ("flash_attention", "overlap_grad_sync"):
+        if key in plan:
+            pins[key] = bool(plan[key]) or bool(pins.get(key))
+    if "tp" in job.pins:
+        spec = pad_vocab(job, spec, int(plan["tp"]))
+    elif job.vocab_multiple:
+        job.notes.append(f"tp is searched: the model keeps vocab {spec.vocab} (Megatron-LM pads "
+                         f"it to a multiple of {job.vocab_multiple} x tp)")
+    batch = plan["global_batch"] if "global_batch" in job.pins or global_batch else None
+    if batch is None:
+        raise click.UsageError(f"{path} gives no global batch: give --global-batch")
+    searched = [k for k in CONFIG_PINS if k not in job.pins and pins.get(k) is None]
+    job.notes.append("recommend pins the config's "
+                     f"{', '.join(f'{k} {plan[k]}' for k in CONFIG_PINS if k in job.pins)}; "
+                     f"searches {', '.join(searched) or 'nothing else'}")
+    print_job(job)
+    return spec, str(plan["gpus"]), batch, plan.get("dtype", dtype), job
 
 
 def _evaluated_csv(frame: Any, model: Any, hardware: Any) -> str:
@@ -656,9 +802,9 @@ def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], glob
     feasible = [r for r in results if r.fits_in_memory]
     elapsed = time.perf_counter() - start
     if as_json:
-        click.echo(json_text({"plans": [r.to_dict() for r in feasible[:top]],
-                              "evaluated": len(results), "feasible": len(feasible),
-                              "search_time_s": elapsed}))
+        click.echo(json_text(document("recommend.grid", {
+            "plans": [r.to_dict() for r in feasible[:top]], "evaluated": len(results),
+            "feasible": len(feasible), "search_time_s": elapsed})))
     else:
         from perfmodel.render import print_grid_recommendation
 
@@ -675,10 +821,7 @@ def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
     hooks = {ep.name: ep for ep in entry_points(group="perfmodel.hooks")}
     if "validate_scaled" not in hooks:
         raise click.ClickException("--validate needs the validation package (pip install -e .)")
-    try:
-        validate_scaled = hooks["validate_scaled"].load()
-    except ImportError as exc:
-        raise click.ClickException(f"--validate needs torch ({exc})") from None
+    validate_scaled = hooks["validate_scaled"].load()  # torch: recommend checked it is here
     report: dict[str, Any] = validate_scaled(model, hardware, plan)
     return report
 
@@ -705,7 +848,7 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
     hw = resolve_hardware(hardware, profile)
     result = predict_collective(op, parse_bytes(nbytes), ranks, hw, ranks_per_node, algorithm)
     if as_json:
-        click.echo(json_text(result))
+        click.echo(json_text(document("collective", result)))
     else:
         from perfmodel.render import print_collective
 
@@ -737,7 +880,8 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
               help="FIELD=V1,V2,...: peak_flops_per_s (node FLOP rate), "
                    "memory_bandwidth_bytes_per_s, inter_node.bandwidth_bytes_per_s, "
                    "intra_node.bandwidth_bytes_per_s, gpus, global_batch. Repeatable.")
-@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON records.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: the table as rows (docs/json.md).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
               help="Write the table here (CSV).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
@@ -777,7 +921,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
 
         sweep_plot(frame, list(values), Path(plot_path), title=f"{spec.name} on {hw.name}")
     if as_json:
-        click.echo(json_text(frame.to_dict(orient="records")))
+        click.echo(json_text(document("sweep", {"rows": frame.to_dict(orient="records")})))
     else:
         from perfmodel.render import print_frame
 
@@ -868,6 +1012,13 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except Exception as exc:  # a bug: say so in one line; --debug shows the traceback
         if debug:
             raise
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "torch":
+            # a command path that needs torch without saying so first (perfmodel.extras)
+            from perfmodel.extras import command_of, missing_torch_message
+
+            command = command_of(argv if argv is not None else sys.argv[1:])
+            click.echo(f"error: {missing_torch_message(command)}", err=True)
+            sys.exit(EXIT_USAGE)
         click.echo(f"internal error: {type(exc).__name__}: {exc} "
                    "(run with --debug for a traceback)", err=True)
         sys.exit(EXIT_INTERNAL)

@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 from perfmodel.errors import PlanError
-from perfmodel.output import require_finite
+from perfmodel.output import fmt_bytes, require_finite
 from perfmodel.specs.hardware import HardwareSpec
 
 _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
@@ -105,6 +105,6 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
         "busbw_bytes_per_s": nbytes / t * factor if moves else None,
         "bus_factor": factor, "by_algorithm_s": times, "hardware": hardware.name,
     }
-    require_finite(result, "the collective's time", f"{op} of {nbytes:g} B over {ranks} ranks "
-                   f"on {hardware.name}")
+    require_finite(result, "the collective's time",
+                   f"{op} of {fmt_bytes(nbytes)} over {ranks} ranks on {hardware.name}")
     return result

@@ -154,6 +154,10 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
     """Run the plan as a real torch.distributed job and compare measured with predicted."""
     if ctx.invoked_subcommand is not None:
         return
+    if kw["emit_dir"] is None:  # a local run or a dry run: torch here; --emit writes files only
+        from perfmodel.extras import require_torch
+
+        require_torch("validate")
     from validation.layouts.cli_hook import run_from_cli, wants_layout
 
     if wants_layout(kw):  # --tp-layout 2d/3d and --pr/--pc grids: workload.layouts runs them

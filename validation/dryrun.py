@@ -32,7 +32,7 @@ from collections import defaultdict
 from typing import Any
 
 from perfmodel.errors import PlanError
-from perfmodel.output import json_text
+from perfmodel.output import fmt_bytes, json_text, schema_id
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
 from validation.jobspec import (
@@ -187,6 +187,7 @@ def dry_run(
     if model.experts:
         plan_dict["moe_routing"] = "balanced"
     return {
+        "schema": schema_id("validate.dry-run"),
         "model": model.name,
         "plan": plan_dict,
         "world_size": world_size(plan, par),
@@ -208,8 +209,9 @@ def render(result: dict[str, Any], as_json: bool = False) -> None:
     if as_json:
         print(json_text(result, indent=1, default=str))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from perfmodel.render import console as terminal
 
     table = Table(
         title=f"dry-run: {result['model']} on {result['world_size']} fake ranks "
@@ -221,13 +223,13 @@ def render(result: dict[str, Any], as_json: bool = False) -> None:
         table.add_row(
             r["axis"],
             r["op"],
-            f"{r['bytes']:,}",
+            fmt_bytes(r["bytes"]),
             f"{r['job_count']:g}",
             "-" if r["agree"] is None else f"{r['model_count']:g}",
             f"{r['job_phases']} / {r['model_phases']}",
             "" if r["agree"] is None else "ok" if r["agree"] else "[red]differs[/red]",
         )
-    console = Console()
+    console = terminal()
     console.print(table)
     console.print(
         f"CommDebugMode total agrees with the counter: {result['comm_debug_mode_agrees']}"

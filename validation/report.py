@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.files import write_atomic
-from perfmodel.output import json_text
+from perfmodel.output import fmt_bytes, json_text, schema_id
 
 # Each measured term and the prefixes of the prediction's breakdown_s names it is compared with.
 # Names of the breakdown that match no prefix go to "other" (e.g. overhead/kernels).
@@ -152,6 +152,7 @@ def build_report(
         )
     rank0 = next((r for r in records if r.get("rank") == 0), records[0] if records else {})
     report = {
+        "schema": schema_id("validate"),
         **meta,
         "status": launch.get("status", "ok" if step is not None else "failed"),
         "predicted_step_time_s": predicted_step,
@@ -203,10 +204,11 @@ def memory_comparison(
 
 
 def render(report: dict[str, Any], console: Any = None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    from perfmodel.render import console as terminal
+
+    console = console or terminal()
     for caveat in report.get("caveats") or []:  # first: what makes the comparison unfair
         console.print(f"[bold red]warning[/]: {caveat}", soft_wrap=True)  # one line each
 
@@ -239,7 +241,7 @@ def render(report: dict[str, Any], console: Any = None) -> None:
     mem = report.get("memory") or {}
 
     def fmt_b(v: float | None) -> str:
-        return "-" if v is None else f"{v / 2**20:.1f} MiB"
+        return "-" if v is None else fmt_bytes(v)
 
     table.add_section()
     table.add_row(
@@ -275,7 +277,7 @@ def render(report: dict[str, Any], console: Any = None) -> None:
         )
         for r in differ:
             console.print(
-                f"  {r['axis']} {r['op']} {r['bytes']:,} B: job {r['job_count']:g}, "
+                f"  {r['axis']} {r['op']} {fmt_bytes(r['bytes'])}: job {r['job_count']:g}, "
                 f"model {r['model_count']:g} per step"
             )
     if report.get("dtype_note"):

@@ -735,6 +735,11 @@ CASES = [
     C("report", "profile of another version", "calibrate report {d}/profile-v2.json", SPEC,
       ("profile version 2 is not supported", "re-run `perfmodel calibrate`")),
     # --- validate (a run) ----------------------------------------------------------------------
+    C("validate", "layer-graph grid on a transformer (--emit)", "validate --model tiny-gpt "
+      "--hardware dgx-h100 --tp-layout 2d --pr 2 --pc 2 --emit {d}/emitted", USAGE,
+      ("--pr/--pc apply to layer-graph models",)),
+    C("validate", "layer-graph grid on a transformer (--dry-run)",
+      "validate --model tiny-gpt --pr 2 --dry-run", USAGE, ("--pr/--pc apply to layer-graph",)),
     C("validate", "uncosted model (MoE preset)", "validate --model mixtral-8x7b --dry-run --dp 2",
       SPEC, ("model 'mixtral-8x7b'", "mixture-of-experts layers")),
     C("validate", "preset typo", f"{VAL.replace('tiny-gpt', 'tiny-gp')} --dp 2", SPEC,

@@ -226,7 +226,7 @@ def test_batch_rows_take_the_defaults_and_report_the_resolved_model(run_cli, tmp
     out = run_cli("predict", "--model", "tiny-gpt", "--hardware", "dgx-v100", "--batch", plans,
                   "--seq-len", "64", "--json")
     assert out.returncode == 0, out.stderr
-    rows = json.loads(out.stdout)
+    rows = json.loads(out.stdout)["rows"]  # perfmodel.predict.batch: {"schema", "rows"}
     assert [(r["ffn_hidden"], r["kv_heads"]) for r in rows] == [(1024, 8), (4096, 16)]
     assert rows[1]["parameters"] > rows[0]["parameters"] > 0
     assert rows[0]["tokens_per_s"] == pytest.approx(64 / rows[0]["step_time_s"])  # --seq-len
