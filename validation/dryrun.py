@@ -177,9 +177,10 @@ def dry_run(
     missing = uncosted(as_job, plan, par)
     ledger = None if missing else model_ledger(as_job, plan)
     rows = compare(counted["records"], ledger or [])
-    if ledger is None:  # nothing to agree or differ with
+    summed = totals(rows)
+    if ledger is None:  # no model count to compare with (the document's agree is null)
         for row in rows:
-            row["agree"] = None
+            row.update(model_count=None, agree=False)
     job_total = sum(r["count"] for r in counted["records"])
     plan_dict = plan.to_dict()
     if par != JobParallel():
@@ -192,7 +193,7 @@ def dry_run(
         "plan": plan_dict,
         "world_size": world_size(plan, par),
         "rows": rows,
-        "totals": totals(rows),
+        "totals": summed,
         "comm_debug_mode": counted["comm_debug_mode"],
         "comm_debug_mode_agrees": abs(
             counted["comm_debug_mode_total"] + counted["derived_total"] + counted["p2p_total"]
@@ -225,9 +226,9 @@ def render(result: dict[str, Any], as_json: bool = False) -> None:
             r["op"],
             fmt_bytes(r["bytes"]),
             f"{r['job_count']:g}",
-            "-" if r["agree"] is None else f"{r['model_count']:g}",
+            "-" if r["model_count"] is None else f"{r['model_count']:g}",
             f"{r['job_phases']} / {r['model_phases']}",
-            "" if r["agree"] is None else "ok" if r["agree"] else "[red]differs[/red]",
+            "" if r["model_count"] is None else "ok" if r["agree"] else "[red]differs[/red]",
         )
     console = terminal()
     console.print(table)

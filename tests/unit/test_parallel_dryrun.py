@@ -155,8 +155,8 @@ def test_the_dry_run_says_when_perfmodel_has_no_ledger_for_the_job():
     assert result["world_size"] == 64
     assert result["ledger_available"] is False and result["agree"] is None
     assert any("does not cost cp = 8" in n for n in result["notes"])
-    # never a dense plan's ledger, and no row said to agree or differ
-    assert all(r["model_count"] == 0 and r["agree"] is None for r in result["rows"])
+    # never a dense plan's ledger: no model count on any row
+    assert all(r["model_count"] is None for r in result["rows"])
     moe = dryrun.dry_run(MOE, _plan(64), JobParallel())
     assert moe["agree"] is None and any("mixture-of-experts" in n for n in moe["notes"])
 
@@ -190,3 +190,18 @@ def test_a_second_dry_run_in_one_process_counts_on_its_own_groups():
     # 2 layers of rank 0's stage, 2 all-reduces forward and 2 backward each, the embedding's
     # forward one, per micro-batch (4)
     assert counts[("tp", "all_reduce", S * H * F32)] == 4 * (2 * 2 + 2 * 2 + 1)
+
+
+def test_the_dry_run_document_of_a_cp_ep_plan_keeps_the_published_schema():
+    import json
+
+    from jsonschema import Draft202012Validator
+
+    from perfmodel.output import json_text
+    from tests.unit.test_json_schemas import published
+
+    result = dryrun.dry_run(MOE, _plan(8), JobParallel(cp=4, ep=8))
+    doc = json.loads(json_text(result, default=str))
+    Draft202012Validator(published("validate.dry-run")).validate(doc)
+    assert doc["plan"]["cp"] == 4 and doc["plan"]["ep"] == 8
+    assert doc["plan"]["moe_routing"] == "balanced"  # what the dry run routed by
