@@ -7,6 +7,12 @@ transformer block, ``selective`` only the attention core, ``op`` every block wit
 per-op policy (the outputs of every other matmul, of the attention kernel and of the
 reduce-scatters saved, the rest recomputed); ``recompute_every`` N applies the policy to the N-th,
 2N-th, ... block a rank holds (torchtitan's selective layer AC).
+
+Mixture of experts (model keys experts, top_k, expert_ffn_hidden, shared_experts,
+shared_expert_ffn_hidden, capacity_factor and moe_layers, the global indices of the MoE layers):
+those layers' MLP is workload.moe.MoE. Context parallelism: a block's attention core runs
+workload.context_parallel.attention when ``attention.cp`` is set, and the embedding takes the
+rank's token positions (``embedding.positions``).
 """
 
 from __future__ import annotations
@@ -22,14 +28,15 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
+from workload.context_parallel import CPGroup, attention
+from workload.moe import MoE
+
 DTYPES = {
     "fp32": torch.float32,
     "tf32": torch.float32,
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
-
-
 
 
 
@@ -42,9 +49,13 @@ class Embedding(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(m["vocab"], m["hidden"])
         self.pos = nn.Embedding(m["seq_len"], m["hidden"])
+        # the positions of the tokens this rank holds (context parallelism); None: 0 .. s-1
+        self.positions: torch.Tensor | None = None
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(idx.shape[1], device=idx.device)
+        positions = self.positions
+        if positions is None:
+            positions = torch.arange(idx.shape[1], device=idx.device)
         return self.tok(idx) + self.pos(positions)
 
 
@@ -59,8 +70,11 @@ class Attention(nn.Module):
         self.wv = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
         self.wo = nn.Linear(heads * self.head_dim, hidden, bias=bias)
         self.selective = False
+        self.cp: CPGroup | None = None  # context parallelism: this rank's group
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.cp is not None:
+            return attention(q, k, v, self.cp)
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1]
         )
@@ -127,12 +141,12 @@ def _op_policy_context() -> Any:
 
 
 class Block(nn.Module):
-    def __init__(self, m: dict[str, Any]) -> None:
+    def __init__(self, m: dict[str, Any], moe: bool = False) -> None:
         super().__init__()
         self.attention_norm = _norm(m["norm"], m["hidden"])
         self.attention = Attention(m)
         self.ffn_norm = _norm(m["norm"], m["hidden"])
-        self.feed_forward = MLP(m)
+        self.feed_forward: nn.Module = MoE(m, MLP) if moe else MLP(m)
         self.full_recompute = False
         self.op_recompute = False
 
@@ -152,10 +166,13 @@ class Block(nn.Module):
 class Chunk(nn.Module):
     """One pipeline chunk: [embedding] + blocks + [final norm and LM head]."""
 
-    def __init__(self, m: dict[str, Any], layers: int, first: bool, last: bool) -> None:
+    def __init__(
+        self, m: dict[str, Any], layers: int, first: bool, last: bool, offset: int = 0
+    ) -> None:
         super().__init__()
         self.embedding = Embedding(m) if first else None
-        self.layers = nn.ModuleList(Block(m) for _ in range(layers))
+        moe = set(m.get("moe_layers") or ())  # global layer indices
+        self.layers = nn.ModuleList(Block(m, offset + i in moe) for i in range(layers))
         self.norm = _norm(m["norm"], m["hidden"]) if last else None
         self.output = nn.Linear(m["hidden"], m["vocab"], bias=False) if last else None
 
@@ -192,7 +209,8 @@ def build_chunk(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> Chunk:
             f"layers ({m['layers']}) must be divisible by pp x virtual_stages ({n_chunks})"
         )
     per_chunk = m["layers"] // n_chunks
-    mod = Chunk(m, per_chunk, first=chunk == 0, last=chunk == n_chunks - 1)
+    mod = Chunk(m, per_chunk, first=chunk == 0, last=chunk == n_chunks - 1,
+                offset=chunk * per_chunk)
     recompute = plan.get("recompute", "none")
     every = int(plan.get("recompute_every", 1) or 1)
     # the blocks a rank holds, numbered 1, 2, ... in the order it builds them (its chunks in
@@ -205,7 +223,6 @@ def build_chunk(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> Chunk:
         block.op_recompute = on and recompute == "op"
         block.attention.selective = on and recompute == "selective"
     return mod
-
 
 
 def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
