@@ -225,8 +225,13 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
         missing.append(f"context parallel {row['cp']}")
     for feature in _features(str(row["features"])):
         vp = re.fullmatch(r"VP=(\d+)", feature)
-        if feature in ("bf16", "FP8 (TE hybrid)"):
+        if feature == "bf16":
             pass  # the row's dtype column
+        elif feature == "FP8 (TE hybrid)":
+            # the row's dtype column (fp8); Transformer Engine's delayed scaling: NeMo 1's configs
+            # (v24.11.1) set fp8_hybrid with fp8_amax_history_len 1024 and amax_compute_algo max,
+            # TE's DelayedScaling; NeMo 2's bf16_with_fp8_mixed (v25.04) the same
+            plan["fp8_recipe"] = "delayed"
         elif feature == "SP":
             plan["sequence_parallel"] = True
         elif vp:

@@ -22,7 +22,7 @@ from perfmodel.files import write_atomic
 from perfmodel.names import AXES
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import Plan
+from perfmodel.strategy import Dtype, Plan
 
 __all__ = ["Compiled", "axis_per_node", "compile_family", "family_of", "grid_degrees",
            "outputs_of", "values_of"]
@@ -44,7 +44,9 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  gemm_large_kernel=any(g.has_large_kernel
                                        for g in hardware.gemm_efficiency.values()),
                  gemm_epilogue=any(g.has_epilogue for g in hardware.gemm_efficiency.values()),
-                 layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs))
+                 layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs),
+                 fp8=plan.dtype is Dtype.FP8, fp8_output_layer=plan.fp8_output_layer,
+                 windowed=model.windowed_share > 0)
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))
     placement = axis_per_node(plan, hardware.gpus_per_node)

@@ -30,6 +30,7 @@ from perfmodel.strategy import (
     COLUMNS,
     DEFAULT_MEMORY_MARGIN,
     Dtype,
+    Fp8Recipe,
     Objective,
     Placement,
     Plan,
@@ -88,10 +89,29 @@ class SearchRequest:
     recompute_every: int = 1
     grad_dtype: str | None = None
     optimizer_dtype: str | None = None
+    # every plan's, with dtype fp8: Transformer Engine's recipe (None: the hardware's default) and
+    # the output layer in FP8
+    fp8_recipe: Fp8Recipe | None = None
+    fp8_output_layer: bool = False
     memory_margin: float = DEFAULT_MEMORY_MARGIN
     objective: Objective = Objective.STEP_TIME
     tokens: float | None = None
     gpu_hour_price: float | None = None
+
+    def shared_plan(self) -> Plan:
+        """A one-GPU plan with the options every plan of the request shares (checked as a plan
+        checks them; the encoder's fixed values and family are taken from it)."""
+        return Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
+                    recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
+                    optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
+                    fp8_output_layer=self.fp8_output_layer)
+
+    def shared(self) -> dict[str, Any]:
+        """The Plan fields every plan of the request shares beyond dtype, attention and overlap
+        (Plans.plan's keywords)."""
+        return dict(recompute_every=self.recompute_every, grad_dtype=self.grad_dtype,
+                    optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
+                    fp8_output_layer=self.fp8_output_layer)
 
     def __post_init__(self) -> None:
         if not self.gpus or any(g < 1 for g in self.gpus):
@@ -111,10 +131,9 @@ class SearchRequest:
             object.__setattr__(self, "schedules", tuple(
                 parse_option(Schedule, s, "schedules") for s in self.schedules))
         # the options every plan shares, checked as a plan checks them
-        shared = Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
-                      recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
-                      optimizer_dtype=self.optimizer_dtype)
-        for key in ("recompute_every", "grad_dtype", "optimizer_dtype"):
+        shared = self.shared_plan()
+        for key in ("recompute_every", "grad_dtype", "optimizer_dtype", "fp8_recipe",
+                    "fp8_output_layer"):
             object.__setattr__(self, key, getattr(shared, key))
         if self.objective is Objective.TIME_TO_TRAIN and not self.tokens:
             raise PlanError("objective time_to_train needs --tokens (the token budget)")
@@ -498,7 +517,9 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
     return encode.fixed_values(model, hardware, req.dtype, flash_attention=flash,
                                overlap_grad_sync=req.overlap_grad_sync,
                                recompute_every=req.recompute_every, grad_dtype=req.grad_dtype,
-                               optimizer_dtype=req.optimizer_dtype)
+                               optimizer_dtype=req.optimizer_dtype,
+                               fp8_recipe=None if req.fp8_recipe is None
+                               else req.fp8_recipe.value)
 
 
 # --- evaluation -----------------------------------------------------------------------------
@@ -509,7 +530,7 @@ class Evaluator:
 
     def __init__(self, model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest) -> None:
         self.model, self.hardware, self.req = model, hardware, req
-        self.universal = family_of(model, hardware, Plan(gpus=1))
+        self.universal = family_of(model, hardware, req.shared_plan())
         self.scalars = scalar_values(model, hardware, req)
 
     def __call__(self, plans: Plans,
@@ -735,8 +756,7 @@ class SearchResult:
         """Row i of some of this search's plans (best, front, sample, ...) as a Plan."""
         r = self.request
         return rows.plans.plan(int(i), r.dtype, r.flash_attention, r.overlap_grad_sync,
-                               recompute_every=r.recompute_every, grad_dtype=r.grad_dtype,
-                               optimizer_dtype=r.optimizer_dtype)
+                               **r.shared())
 
     def best_plans(self) -> list[Plan]:
         return [self.plan(self.best, i) for i in range(len(self.best))]

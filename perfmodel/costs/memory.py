@@ -33,6 +33,16 @@ def layer_params(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, *, gated: Flag
     return {"sharded": sharded, "replicated": replicated}
 
 
+def linear_weights(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, *, gated: Flag,
+                   d: sp.Expr | None = None) -> sp.Expr:
+    """The weight matrices of one layer's linear layers (QKV, attention output, MLP up (and gate),
+    MLP down), without biases or norms: what an fp8 plan casts to FP8 (perfmodel.costs.fp8).
+
+        (a d + 2 kv d) h + a d h + (1 + gated) f h + f h     (GPT: 12 h^2)"""
+    d = h / a if d is None else d
+    return (a * d + 2 * kv * d) * h + a * d * h + (1 + as_flag(gated)) * f * h + f * h
+
+
 def embedding_params(h: sp.Expr, V: sp.Expr, s: sp.Expr, *,
                      learned_positions: Flag) -> dict[str, sp.Expr]:
     """Word embedding (vocabulary split over tp) and learned positions (replicated)."""
@@ -54,7 +64,8 @@ def zero_divisors(zero1: Flag, zero2: Flag, zero3: Flag, dp: sp.Expr) -> dict[st
 def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: sp.Expr,
                            f: sp.Expr, tp: sp.Expr, e: sp.Expr, *, sequence_parallel: Flag,
                            full: Flag, selective: Flag, flash: Flag, gated: Flag,
-                           op: Flag = 0, d: sp.Expr | None = None) -> sp.Expr:
+                           op: Flag = 0, d: sp.Expr | None = None, fp8: Flag = 0,
+                           fp8_saved: sp.Expr | int = 1) -> sp.Expr:
     """Activation bytes one layer keeps for the backward pass, per micro-batch, on one GPU.
 
     With e = 2 (16-bit), 1-byte dropout masks, kv = a, f = 4h, no gating (Korthikanti et al. 2022,
@@ -84,6 +95,13 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     the two reduce-scatter outputs 2 e T h / tp.
     `full`, `selective` and `op` are the shares of the layers under each policy (0/1 flags, or a
     fraction with Plan.recompute_every); the rest keep everything.
+    FP8 (fp8 = 1; perfmodel.costs.fp8): Transformer Engine saves an FP8 GEMM's input for the
+    weight gradient as its columnwise FP8 copy, fp8_saved bytes per element (1; MXFP8 1 + 1/32)
+    instead of e (TE docs: "one byte per element (FP8 columnwise) instead of two"): the QKV and
+    MLP-up inputs (the norms' outputs) and the MLP-down input; the attention output is kept in
+    bf16 by a flash kernel for its own backward, so the attention-output projection's FP8 copy
+    comes on top of it (TE docs, performance considerations: "if it is the attention output which
+    is saved anyway"); unfused, the copy replaces it. Per-op recompute (torchtitan, no TE) as bf16.
     """
     sequence_parallel, full, selective, flash, gated, op = map(
         as_flag, (sequence_parallel, full, selective, flash, gated, op))
@@ -93,6 +111,10 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     replicated = (4 * e + 2) * T * h
     sharded = e * T * (a * d + kv * d) + e * T * kv * d + e * T * a * d + (2 + gated) * e * T * f
     quadratic = flash * 4 * a * b * s + (1 - flash) * (2 * e + 1) * a * b * s**2
+    fp8 = as_flag(fp8)
+    if fp8 != 0:  # the FP8 copies of the GEMM inputs saved for the weight gradients
+        replicated += fp8 * 2 * (fp8_saved - e) * T * h
+        sharded += fp8 * ((fp8_saved - (1 - flash) * e) * T * a * d + (fp8_saved - e) * T * f)
     everything = replicated / rep + (sharded + quadratic) / tp
     attention_core_recomputed = replicated / rep + sharded / tp
     layer_input = e * T * h / rep

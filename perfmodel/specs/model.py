@@ -281,6 +281,14 @@ class TransformerSpec:
         k = self.full_attention_every
         return tuple(i for i in range(self.layers) if not k or (i + 1) % k)
 
+    @property
+    def windowed_share(self) -> float:
+        """The share of the layers that attend over a sliding window shorter than the sequence
+        (0: none; a window at least as long as the sequence is full attention)."""
+        if self.sliding_window is None or self.sliding_window >= self.seq_len:
+            return 0.0
+        return len(self.windowed_layers) / self.layers
+
     def uncosted(self) -> list[str]:
         """What this model has that perfmodel's step model does not cost yet (empty: all of it
         is costed). A window at least as long as the sequence is full attention: costed."""

@@ -6,6 +6,8 @@
                      what per-op recompute does not keep of one layer, with it)
     embedding, output: the embedding's dropout mask per in-flight micro-batch; the final norm's
                      input and the fp32 logits on the last stage
+    fp8/...        = an fp8 plan's FP8 weight copies and scaling state (perfmodel.step.fp8); its
+                     activations keep FP8 copies of the GEMM inputs (perfmodel.costs.memory)
     ZeRO 3 buffer  = two gathered layers (the one computing and the next, prefetched), and the
                      root unit (embedding, final norm, output layer) gathered through the forward
                      to the loss, where memory peaks (torchtitan apply_fsdp: fully_shard(model),
@@ -30,6 +32,7 @@ import sympy as sp
 from perfmodel import symbols as S
 from perfmodel.costs import memory as M
 from perfmodel.costs.compute import FP32_BYTES
+from perfmodel.step import fp8 as FP8
 from perfmodel.step.context import Context, active
 from perfmodel.step.parameters import Parameters
 from perfmodel.step.pipeline import STAGES, holds
@@ -43,7 +46,8 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
     b, s, h, a, kv, f, tp, e, T, V = S.b, S.s, S.h, S.a, S.kv, S.f, S.tp, S.e, c.T, S.V
     per_param = {"weights": S.wbytes, "gradients": S.gbytes, "optimizer_states": S.obytes}
     div = M.zero_divisors(c.zero1, c.zero2, c.zero3, S.dp)
-    act_kw = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d)
+    act_kw = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d, fp8=c.fp8,
+                  fp8_saved=S.s8 if c.fam.fp8 else sp.Integer(1))
     act_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=c.full,
                                          selective=c.selective, op=c.op, **act_kw)
     full_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=0, selective=0, **act_kw)
@@ -69,6 +73,8 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
             + has_head * (params.final_norm + (1 - c.tied * c.single) * V * h / tp)
         mem["buffers/zero3_gather"] = c.zero3 * S.wbytes * (
             ZERO3_GATHERED_LAYERS * params.layer_per_gpu + root)
+        if c.fam.fp8:  # allocated once and kept: not in the allocator's churn below
+            mem.update(FP8.memory_terms(c, has_head))
         # the tensors allocated and freed every step (the model states sit in buffers allocated
         # once: Megatron's contiguous parameter and gradient buffers, FSDP's shards)
         transient = sp.Add(*(x for k, x in mem.items() if k.startswith(("activations/",
