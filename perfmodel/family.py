@@ -50,6 +50,7 @@ class Family:
     fp8: bool = False
     fp8_output_layer: bool = False
     windowed: bool = False
+    attention_sinks: bool = False  # the model's: a learned logit per head (parameters only)
 
     def scope(self, axis: str) -> str | None:
         return dict(self.scopes)[axis]

@@ -17,17 +17,20 @@ from perfmodel.costs.precision import (  # noqa: F401  (re-exported)
 
 
 def layer_params(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, *, gated: Flag, bias: Flag,
-                 qkv_bias: Flag, layernorm: Flag, d: sp.Expr | None = None) -> dict[str, sp.Expr]:
+                 qkv_bias: Flag, layernorm: Flag, d: sp.Expr | None = None,
+                 sinks: Flag = 0) -> dict[str, sp.Expr]:
     """Parameters of one layer, split into those tensor parallelism shards and those it replicates.
 
     GPT (kv = a, f = 4h, biases, LayerNorm): 12 h^2 + 13 h  (Narayanan et al. 2021, Eq. 2).
     d: head size (default h/a); the queries and the attention output are a*d wide.
+    sinks: GPT-OSS's attention sinks, a learned logit per head (a per layer, split with the heads).
     """
     gated, bias, qkv_bias, layernorm = map(as_flag, (gated, bias, qkv_bias, layernorm))
     d = h / a if d is None else d
     qkv_out = a * d + 2 * kv * d
     up = (1 + gated) * f
-    sharded = qkv_out * h + a * d * h + up * h + f * h + qkv_bias * qkv_out + bias * up
+    sharded = qkv_out * h + a * d * h + up * h + f * h + qkv_bias * qkv_out + bias * up \
+        + as_flag(sinks) * a
     # two norms (LayerNorm: weight and bias; RMSNorm: weight), row-parallel output biases
     replicated = 2 * (1 + layernorm) * h + bias * 2 * h
     return {"sharded": sharded, "replicated": replicated}
@@ -148,7 +151,7 @@ def fsdp_padded(tensors: list[tuple[sp.Expr, sp.Expr]], dp: sp.Expr) -> sp.Expr:
 
 def layer_tensors(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, tp: sp.Expr, *, gated: Flag,
                   bias: Flag, qkv_bias: Flag, layernorm: Flag,
-                  d: sp.Expr | None = None) -> list[tuple[sp.Expr, sp.Expr]]:
+                  d: sp.Expr | None = None, sinks: Flag = 0) -> list[tuple[sp.Expr, sp.Expr]]:
     """(rows, columns) of one layer's parameters on a rank with Megatron 1D tensor parallelism:
     q, k, v and MLP-up (and gate) split by rows (column parallel), attention output and MLP-down
     split by columns (row parallel), their biases and the norms replicated. Sums to
@@ -161,6 +164,8 @@ def layer_tensors(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, tp: sp.Expr, 
            (f / tp, h), (gated * f / tp, h), (bias * f / tp, 1), (bias * gated * f / tp, 1),
            (h, f / tp), (bias * h, 1),  # MLP down and its bias
            ((1 + layernorm) * h, 1), ((1 + layernorm) * h, 1)]  # two norms (weight [and bias])
+    if as_flag(sinks) != 0:  # attention sinks: a logit per head, split with the heads
+        out.append((as_flag(sinks) * a / tp, 1))
     return out
 
 

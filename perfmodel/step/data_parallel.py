@@ -42,7 +42,8 @@ def fsdp_units(c: Context) -> tuple[tuple[sp.Expr, sp.Expr], ...]:
     h, V, tp, dp = S.h, S.V, S.tp, S.dp
     layer = M.fsdp_padded(M.layer_tensors(h, S.a, S.kv, S.f, tp, d=c.d, gated=c.gated,
                                           bias=c.bias, qkv_bias=c.qkv_bias,
-                                          layernorm=c.layernorm), dp)
+                                          layernorm=c.layernorm,
+                                          sinks=int(c.fam.attention_sinks)), dp)
     root_first = M.fsdp_padded(M.root_tensors(
         h, V, S.s, tp, learned_positions=c.learned_positions, layernorm=c.layernorm,
         output=c.single * (1 - c.tied)), dp)
