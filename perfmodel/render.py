@@ -402,6 +402,8 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
     con.print(breakdown)
     con.print("[bold]what binds it[/]")
     con.print(bullets(rec.explanation["binding"]))
+    if "fp8" in rec.explanation:
+        con.print(f"[bold]FP8[/]: {rec.explanation['fp8']['says']}")
     if "runner_up" in rec.explanation:
         ru = rec.explanation["runner_up"]
         con.print(f"[bold]runner-up[/] {ru['plan']}: slower by {fmt_seconds(ru['slower_by_s'])}, "
