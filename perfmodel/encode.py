@@ -309,14 +309,19 @@ def gemm_values(gemm: GemmEfficiency, names: Mapping[str, str]) -> dict[str, flo
     return vals
 
 
-def fp8_values(hardware: HardwareSpec, recipe: str | None) -> dict[str, float]:
+def fp8_values(hardware: HardwareSpec, recipe: str | None,
+               fp8_params: bool = False) -> dict[str, float]:
     """The symbols of FP8 training (perfmodel.costs.fp8) on this hardware with this recipe (None:
     the hardware's default): the FP8 peak and GEMM fit, and the bytes of the recipe's operands,
-    casts, weight copies, saved inputs and scaling state."""
+    casts, weight copies (and their casts each step), saved inputs and scaling state."""
     recipe = hardware.fp8_recipe(recipe)
-    b = fp8_bytes(recipe, hardware.fp8_transpose, BYTES_PER_ELEMENT[Dtype.FP8])
+    if fp8_params and recipe == "mxfp8":
+        raise PlanError("fp8_params is modelled with the per-tensor recipes (delayed, current), "
+                        f"not mxfp8 (hardware '{hardware.name}''s default); give fp8_recipe")
+    b = fp8_bytes(recipe, hardware.fp8_transpose, BYTES_PER_ELEMENT[Dtype.FP8], fp8_params)
     return {"fp8_peak_flops_per_s": hardware.peak("fp8"), "fp8_operand_bytes": b.operand,
             "fp8_quantize_bytes": b.quantize, "fp8_weight_copy_bytes": b.weight_copy,
+            "fp8_weight_cast_bytes": b.weight_cast,
             "fp8_saved_bytes": b.saved, "fp8_scaling_state_bytes": b.scaling_state,
             **gemm_values(hardware.gemm("fp8"), N.FP8_GEMM)}
 
@@ -333,11 +338,12 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
                  flash_attention: bool, overlap_grad_sync: bool,
                  recompute_every: int = 1, grad_dtype: str | None = None,
                  optimizer_dtype: str | None = None,
-                 fp8_recipe: str | None = None) -> dict[str, float]:
+                 fp8_recipe: str | None = None, fp8_params: bool = False) -> dict[str, float]:
     """The symbols that are one number for every plan of a request: the model, the hardware,
     the dtype, and the options every plan shares. An fp8 plan's peak and GEMM fit are bf16's
     (what does not run in FP8) and its FP8 GEMMs have their own (fp8_values)."""
     dtype = Dtype(dtype)
+    fp8 = fp8_values(hardware, fp8_recipe, fp8_params) if dtype is Dtype.FP8 else {}  # first
     gemm = hardware.gemm(compute_dtype(dtype))
     precision = precision_of(dtype)
     state = model_state_bytes_per_param(precision, grad_dtype, optimizer_dtype)
@@ -375,8 +381,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "recompute_every": recompute_every,
         **window_values(model),
     }
-    if dtype is Dtype.FP8:
-        vals.update(fp8_values(hardware, fp8_recipe))
+    vals.update(fp8)
     flags = {
         "flash": flash_attention, "overlap_grad_sync": overlap_grad_sync,
         "gated": model.gated_mlp, "bias": model.bias, "qkv_bias": bool(model.qkv_bias),
@@ -409,7 +414,8 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
                         overlap_grad_sync=plan.overlap_grad_sync,
                         recompute_every=plan.recompute_every, grad_dtype=plan.grad_dtype,
                         optimizer_dtype=plan.optimizer_dtype,
-                        fp8_recipe=None if plan.fp8_recipe is None else plan.fp8_recipe.value)
+                        fp8_recipe=None if plan.fp8_recipe is None else plan.fp8_recipe.value,
+                        fp8_params=plan.fp8_params)
     for name, value in encode_plans(plan_arrays(plan), hardware.gpus_per_node).items():
         vals[name] = float(value[0])
     return vals

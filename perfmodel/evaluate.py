@@ -46,6 +46,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  gemm_epilogue=any(g.has_epilogue for g in hardware.gemm_efficiency.values()),
                  layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs),
                  fp8=plan.dtype is Dtype.FP8, fp8_output_layer=plan.fp8_output_layer,
+                 fp8_params=plan.fp8_params,
                  windowed=model.windowed_share > 0, attention_sinks=model.attention_sinks)
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))

@@ -49,6 +49,7 @@ class Family:
     # layers attend over a sliding window shorter than the sequence (the model's)
     fp8: bool = False
     fp8_output_layer: bool = False
+    fp8_params: bool = False  # the linear weights held in FP8 (Plan.fp8_params)
     windowed: bool = False
     attention_sinks: bool = False  # the model's: a learned logit per head (parameters only)
 

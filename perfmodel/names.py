@@ -100,6 +100,9 @@ _name("fp8_quantize_bytes", "q_8",
 _name("fp8_weight_copy_bytes", "c_w8",
       "bytes per linear-layer parameter of the FP8 weight copies Transformer Engine caches for "
       "the step (rowwise, and columnwise where it is a separate copy)")
+_name("fp8_weight_cast_bytes", "q_w8",
+      "bytes per linear-layer parameter of the step's weight casts: a cast (q_8), or with FP8 "
+      "weights (fp8_params) the transpose of each (Hopper: read 1, write 1; Blackwell: none)")
 _name("fp8_saved_bytes", "s_8",
       "bytes per element of an FP8 GEMM input saved for the weight gradient (its columnwise copy)")
 _name("fp8_scaling_state_bytes", "M_scale8",

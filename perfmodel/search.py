@@ -93,6 +93,7 @@ class SearchRequest:
     # the output layer in FP8
     fp8_recipe: Fp8Recipe | None = None
     fp8_output_layer: bool = False
+    fp8_params: bool = False  # with zero 0-2 only: the search leaves ZeRO-3 out
     memory_margin: float = DEFAULT_MEMORY_MARGIN
     objective: Objective = Objective.STEP_TIME
     tokens: float | None = None
@@ -104,14 +105,14 @@ class SearchRequest:
         return Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
                     recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
                     optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
-                    fp8_output_layer=self.fp8_output_layer)
+                    fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
 
     def shared(self) -> dict[str, Any]:
         """The Plan fields every plan of the request shares beyond dtype, attention and overlap
         (Plans.plan's keywords)."""
         return dict(recompute_every=self.recompute_every, grad_dtype=self.grad_dtype,
                     optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
-                    fp8_output_layer=self.fp8_output_layer)
+                    fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
 
     def __post_init__(self) -> None:
         if not self.gpus or any(g < 1 for g in self.gpus):
@@ -133,8 +134,13 @@ class SearchRequest:
         # the options every plan shares, checked as a plan checks them
         shared = self.shared_plan()
         for key in ("recompute_every", "grad_dtype", "optimizer_dtype", "fp8_recipe",
-                    "fp8_output_layer"):
+                    "fp8_output_layer", "fp8_params"):
             object.__setattr__(self, key, getattr(shared, key))
+        if self.fp8_params:  # FP8 weights with Megatron's distributed optimizer (Plan's rule)
+            if self.zero == 3:
+                raise PlanError("fp8_params is modelled with Megatron's distributed optimizer "
+                                "(zero 0-2), not with zero 3 (FSDP's FP8 all-gather)")
+            object.__setattr__(self, "zero_stages", tuple(z for z in self.zero_stages if z < 3))
         if self.objective is Objective.TIME_TO_TRAIN and not self.tokens:
             raise PlanError("objective time_to_train needs --tokens (the token budget)")
         if self.objective is Objective.COST and not self.gpu_hour_price:
@@ -519,7 +525,7 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                                recompute_every=req.recompute_every, grad_dtype=req.grad_dtype,
                                optimizer_dtype=req.optimizer_dtype,
                                fp8_recipe=None if req.fp8_recipe is None
-                               else req.fp8_recipe.value)
+                               else req.fp8_recipe.value, fp8_params=req.fp8_params)
 
 
 # --- evaluation -----------------------------------------------------------------------------

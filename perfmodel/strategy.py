@@ -244,6 +244,10 @@ class Plan:
     # Primus can run it in FP8: use_turbo_fp8_output_layer)
     fp8_recipe: Fp8Recipe | None = None
     fp8_output_layer: bool = False
+    # dtype fp8 only: the linear layers' weights held in FP8 (TE's fp8_model_init: Megatron-LM
+    # --fp8-param-gather, NeMo fp8_params / fp8_param_gather), the fp32 master weights in the
+    # optimizer: no bf16 copy of them, and the distributed optimizer all-gathers them in FP8
+    fp8_params: bool = False
 
     def __post_init__(self) -> None:
         for key in ("dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "tp_depth",
@@ -279,8 +283,16 @@ class Plan:
             object.__setattr__(self, "fp8_recipe", None)
         object.__setattr__(self, "fp8_output_layer",
                            _bool(self.fp8_output_layer, "fp8_output_layer"))
-        if self.fp8_output_layer and self.dtype is not Dtype.FP8:
-            raise PlanError(f"fp8_output_layer applies to dtype fp8, not {self.dtype.value}")
+        object.__setattr__(self, "fp8_params", _bool(self.fp8_params, "fp8_params"))
+        for key in ("fp8_output_layer", "fp8_params"):
+            if getattr(self, key) and self.dtype is not Dtype.FP8:
+                raise PlanError(f"{key} applies to dtype fp8, not {self.dtype.value}")
+        if self.fp8_params and self.zero >= 3:
+            raise PlanError("fp8_params is modelled with Megatron's distributed optimizer (zero "
+                            "0-2), not with zero 3 (FSDP's FP8 all-gather)")
+        if self.fp8_params and self.fp8_recipe is Fp8Recipe.MXFP8:
+            raise PlanError("fp8_params is modelled with the per-tensor recipes (delayed, "
+                            "current), not mxfp8")
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync"):
             if key == "flash_attention" and (self.flash_attention is None
                                              or str(self.flash_attention).lower() == "auto"):
@@ -553,7 +565,7 @@ def first_broken(plan: PlanColumns, model: TransformerSpec | None, *,
 
 
 PLAN_FIELDS = [f.name for f in dataclasses.fields(Plan)]
-FP8_FIELDS = ("fp8_recipe", "fp8_output_layer")  # fields of dtype fp8 only
+FP8_FIELDS = ("fp8_recipe", "fp8_output_layer", "fp8_params")  # fields of dtype fp8 only
 
 
 def plan_from_dict(data: dict[str, Any]) -> Plan:

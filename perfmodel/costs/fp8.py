@@ -20,7 +20,12 @@ A cast ("quantize") reads the bf16 tensor and writes its FP8 copies; delayed sca
 scale from the amax history of earlier steps (one read), current scaling first reduces the
 tensor's amax (a second read) [TE-delayed, TE-current]. Each GEMM input activation is cast per
 micro-batch in the forward, each grad output in the backward, each weight once per step: TE
-caches the FP8 weight (both usages) from the first micro-batch for the others [TE-linear].
+caches the FP8 weight (both usages) from the first micro-batch for the others [TE-linear]. With the
+weights held in FP8 (fp8_params: TE's fp8_model_init, Megatron-LM --fp8-param-gather, NeMo
+fp8_params) the optimizer writes them from its fp32 master weights, no bf16 copy is kept, the
+distributed optimizer all-gathers them in FP8, and a step only transposes them (Hopper) [TE-perf:
+"model weights are stored directly in low precision, and master weights in optimizer are in
+FP32"].
 
 Sources:
   [TE-delayed]  TE docs, features/low_precision_training/fp8_delayed_scaling: "FP8 Current
@@ -70,6 +75,10 @@ class Fp8Bytes:
     scaling_state: per GEMM, the scaling state of its tensors (delayed: amax history, scale and
                 inverse scale of each; current: amax, scale, inverse scale; MXFP8: none apart
                 from the block scales, which are in the copies)
+    weight_cast: per parameter and step, making the weights' FP8 copies: a cast (quantize), or
+                with FP8 weights (fp8_params: the optimizer writes them) the columnwise copy
+                from the rowwise one, a transpose (read 1, write 1) where it is a separate copy
+                (Hopper), nothing where one copy serves both (Blackwell)
     """
 
     operand: float
@@ -77,6 +86,7 @@ class Fp8Bytes:
     weight_copy: float
     saved: float
     scaling_state: float
+    weight_cast: float
 
 
 def usage_bytes(recipe: str, transpose: bool) -> tuple[float, float]:
@@ -114,9 +124,13 @@ def scaling_state_bytes(recipe: str) -> float:
     return 0.0
 
 
-def fp8_bytes(recipe: str, transpose: bool, source_bytes: float) -> Fp8Bytes:
-    """The bytes per element of one recipe on one GPU (see Fp8Bytes)."""
+def fp8_bytes(recipe: str, transpose: bool, source_bytes: float,
+              fp8_params: bool = False) -> Fp8Bytes:
+    """The bytes per element of one recipe on one GPU (see Fp8Bytes); fp8_params: the weights
+    are held in FP8 (per-tensor recipes only: perfmodel.strategy.Plan)."""
     rowwise, columnwise = usage_bytes(recipe, transpose)
-    return Fp8Bytes(operand=rowwise, quantize=quantize_bytes(recipe, transpose, source_bytes),
-                    weight_copy=rowwise + columnwise, saved=columnwise or rowwise,
-                    scaling_state=scaling_state_bytes(recipe))
+    quantize = quantize_bytes(recipe, transpose, source_bytes)
+    weight_cast = (rowwise + columnwise if columnwise else 0.0) if fp8_params else quantize
+    return Fp8Bytes(operand=rowwise, quantize=quantize, weight_copy=rowwise + columnwise,
+                    saved=columnwise or rowwise, scaling_state=scaling_state_bytes(recipe),
+                    weight_cast=weight_cast)

@@ -59,6 +59,8 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
     for st in STAGES:
         has_embed, has_head = holds(c, st)
         mem = {name: per_param[name] * params.per_stage[st] / div[name] for name in per_param}
+        if c.fam.fp8_params:  # the linear weights are the FP8 copies (fp8/weight_copies)
+            mem["weights"] -= S.wbytes * FP8.fp8_weights_per_gpu(c, has_head) / div["weights"]
         # the first stage holds the most micro-batches; a later one, at least one
         stage_inflight = inflight if st == "first" else c.single * inflight + c.multi
         mem["activations/layers"] = act_layer * c.layers_per_stage * stage_inflight
