@@ -317,7 +317,7 @@ def fp8_values(hardware: HardwareSpec, recipe: str | None,
     recipe = hardware.fp8_recipe(recipe)
     if fp8_params and recipe == "mxfp8":
         raise PlanError("fp8_params is modelled with the per-tensor recipes (delayed, current), "
-                        f"not mxfp8 (hardware '{hardware.name}''s default); give fp8_recipe")
+                        "not mxfp8: give fp8_recipe delayed or current")
     b = fp8_bytes(recipe, hardware.fp8_transpose, BYTES_PER_ELEMENT[Dtype.FP8], fp8_params)
     return {"fp8_peak_flops_per_s": hardware.peak("fp8"), "fp8_operand_bytes": b.operand,
             "fp8_quantize_bytes": b.quantize, "fp8_weight_copy_bytes": b.weight_copy,

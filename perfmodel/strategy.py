@@ -292,7 +292,7 @@ class Plan:
                             "0-2), not with zero 3 (FSDP's FP8 all-gather)")
         if self.fp8_params and self.fp8_recipe is Fp8Recipe.MXFP8:
             raise PlanError("fp8_params is modelled with the per-tensor recipes (delayed, "
-                            "current), not mxfp8")
+                            "current), not mxfp8: give fp8_recipe delayed or current")
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync"):
             if key == "flash_attention" and (self.flash_attention is None
                                              or str(self.flash_attention).lower() == "auto"):

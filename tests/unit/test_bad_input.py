@@ -464,9 +464,14 @@ CASES = [
       ("fp8_recipe applies to dtype fp8, not bf16",)),
     C("predict", "fp8 output layer without fp8", f"{LLAMA} --fp8-output-layer", PLAN,
       ("fp8_output_layer applies to dtype fp8, not bf16",)),
+    C("predict", "fp8 params with ZeRO-3", f"{LLAMA} --dtype fp8 --fp8-params --dp 2 --zero 3",
+      PLAN, ("fp8_params is modelled with Megatron's distributed optimizer (zero 0-2)",)),
+    C("predict", "fp8 params with mxfp8", "predict --model llama2-7b --hardware dgx-b200 "
+      "--dtype fp8 --fp8-params", PLAN, ("fp8_params is modelled with the per-tensor recipes",
+                                         "give fp8_recipe delayed or current")),
     C("predict", "fp8 on a layer graph", "predict --model alexnet --hardware dgx-h100 --pr 2 "
-      "--fp8-recipe delayed", USAGE, ("--fp8-recipe and --fp8-output-layer apply to "
-                                      "transformers",)),
+      "--fp8-recipe delayed", USAGE, ("--fp8-recipe, --fp8-output-layer and --fp8-params apply "
+                                      "to transformers",)),
     C("predict", "fp8 recipe in a hardware file", f"{LLAMA.replace('dgx-h100', '{d}/hw-fp8.yaml')}"
       " --dtype fp8", SPEC, ("fp8_recipes: unknown recipe 'mxfp4'", "allowed: delayed, current, "
                              "mxfp8")),

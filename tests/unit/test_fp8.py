@@ -196,3 +196,28 @@ def test_cli_predict_and_recommend_fp8(run_cli):
     text = run_cli("explain", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8",
                    "--dp", "8", "--dtype", "fp8").stdout
     assert "compute/forward/fp8_cast" in text and "T_fp8_wc" in text and "F_peak^fp8" in text
+
+
+def test_fp8_params_hold_the_linear_weights_in_fp8():
+    """fp8_params (TE fp8_model_init; Megatron-LM --fp8-param-gather, NeMo fp8_params): no bf16
+    copy of the linear weights (2 bytes each fewer in `weights`), their FP8 data and transpose
+    (Hopper: 2 bytes) are the weights; the distributed optimizer (ZeRO 1) all-gathers them at
+    1 byte; a step transposes them (read 1, write 1) instead of casting (4)."""
+    model = load_model("llama3-8b")
+    plan = Plan(**{**PLAN, "zero": 1}, dtype="fp8")
+    copies = predict(model, "dgx-h100", plan)
+    params = predict(model, "dgx-h100", plan.replace(fp8_params=True))
+    linear = L * ((A * D + 2 * KV * D) * H + A * D * H + 2 * FF * H + FF * H) / 2  # tp 2
+    assert copies.memory_breakdown_bytes["weights"] - params.memory_breakdown_bytes["weights"] \
+        == pytest.approx(2 * linear, rel=1e-12)
+    assert params.memory_breakdown_bytes["fp8/weight_copies"] == pytest.approx(2 * linear)
+    assert params.breakdown_s["compute/fp8_weight_cast"] == pytest.approx(
+        copies.breakdown_s["compute/fp8_weight_cast"] * 2 / 4, rel=1e-12)
+    gather = {r["name"]: r["nbytes"] for r in comm_ledger(model, plan, "dgx-h100")}
+    gather8 = {r["name"]: r["nbytes"] for r in comm_ledger(model, plan.replace(fp8_params=True),
+                                                           "dgx-h100")}
+    assert gather["dp/all_gather"] - gather8["dp/all_gather"] == pytest.approx((2 - 1) * linear)
+    with pytest.raises(PlanError, match="not with zero 3"):
+        plan.replace(fp8_params=True, zero=3)
+    with pytest.raises(PlanError, match="not mxfp8"):
+        predict(model, "dgx-b200", plan.replace(fp8_params=True))  # B200's default: mxfp8
