@@ -143,7 +143,7 @@ def print_prediction(r: Prediction) -> None:
     # the full-attention (torchtitan) count beside it
     summary.add_row("per GPU", f"{r.tflops_per_gpu:.1f} TFLOP/s, MFU {r.mfu * 100:.1f}% "
                     f"(Megatron's count; {r.mfu_full_attention * 100:.1f}% with attention whole)"
-                    + (f"; of the bf16 peak, {r.mfu_fp8_peak * 100:.1f}% of the FP8 peak"
+                    + (f"; {r.mfu_fp8_peak * 100:.1f}% of the FP8 peak"
                        if r.mfu_fp8_peak is not None else ""))
     fits = "fits" if r.fits_in_memory else "[red]does NOT fit[/]"
     summary.add_row("memory per GPU", f"{fmt_bytes(r.memory_per_gpu_bytes)} of "
