@@ -92,8 +92,34 @@ def test_megatron_defaults_ffn_and_padding(tmp_path):
     assert padded_vocab(50257, 128, 8) == 51200  # GPT-2's vocabulary at tp 8 (1024 x 50)
 
 
+def test_megatron_fp8_is_read(tmp_path):
+    """Megatron-LM's --fp8-format with --bf16 is dtype fp8 (docs/fp8.md): --fp8-recipe tensorwise
+    is TE's current scaling, the default delayed; --fp8-param-gather holds the weights in FP8.
+    Written back by --emit-config as Megatron-LM takes it."""
+    job = read_config(write(tmp_path, BASE + "--fp8-format hybrid --fp8-recipe tensorwise "
+                                             "--fp8-param-gather --use-distributed-optimizer"))
+    assert (job.plan["dtype"], job.plan["fp8_recipe"], job.plan["fp8_params"]) == \
+        ("fp8", "current", True)
+    plain = read_config(write(tmp_path, BASE + "--fp8-format e4m3", "plain.txt"))
+    assert (plain.plan["dtype"], plain.plan["fp8_recipe"]) == ("fp8", "delayed")
+    assert "fp8_params" not in plain.plan
+    with pytest.raises(PlanError, match="--fp8-recipe.*blockwise"):
+        read_config(write(tmp_path, BASE + "--fp8-format hybrid --fp8-recipe blockwise", "b.txt"))
+    with pytest.raises(PlanError, match="over bf16 mixed precision, not fp16"):
+        read_config(write(tmp_path, BASE.replace("--bf16", "--fp16") + "--fp8-format hybrid",
+                          "f.txt"))
+    from perfmodel.configs.megatron import megatron_arguments
+    from perfmodel.strategy import Plan
+
+    plan = Plan(gpus=8, dp=8, global_batch=8, zero=1, dtype="fp8", fp8_recipe="current",
+                fp8_params=True)
+    args = megatron_arguments(load_model("llama3-8b"), plan)
+    assert [["--bf16"], ["--fp8-format", "hybrid"], ["--fp8-recipe", "tensorwise"],
+            ["--fp8-param-gather"]] == [a for a in args if a[0].startswith(("--bf16", "--fp8"))]
+
+
 @pytest.mark.parametrize("extra, field", [
-    ("--fp8-format hybrid", "--fp8-format"),
+    ("--fp4-format e2m1", "--fp4-format"),
     ("--context-parallel-size 2", "--context-parallel-size"),
     ("--tp-comm-overlap", "--tp-comm-overlap"),
     ("--use-distributed-optimizer --overlap-grad-reduce", "--overlap-grad-reduce"),
