@@ -251,7 +251,8 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "grad_bytes_per_param": state["gradients"],
         "optimizer_bytes_per_param": state["optimizer_states"],
         "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(precision),
-        "peak_flops_per_s": hardware.peak(dtype.value),
+        # the roofline's peak: the datasheet's at the clock the part sustains
+        "peak_flops_per_s": hardware.peak(dtype.value) * hardware.sustained_clock_fraction,
         "memory_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
         * hardware.memory_bandwidth_efficiency,
         "optimizer_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s

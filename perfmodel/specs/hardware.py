@@ -50,6 +50,8 @@ BOUNDS: dict[str, Bound] = {
                                           "wafer-scale engine's on-chip SRAM, 21 PB/s",
                                           inclusive=True),
     "memory_bandwidth_efficiency": Bound(0, 1, "a fraction of memory_bandwidth_bytes_per_s"),
+    "sustained_clock_fraction": Bound(0, 1.5, "the clock a part sustains over the clock of its "
+                                      "datasheet peak: 1.5x is an overclock no datasheet has"),
     "memory_reserved_bytes": Bound(0, 1e15, "as memory_bytes, and below it", inclusive=True),
     "kernel_overhead_s": Bound(0, 1, _SECONDS + " (a GPU launch is ~5 us)", inclusive=True),
     "kernel_overhead_tp_s": Bound(0, 1, _SECONDS, inclusive=True),
@@ -264,6 +266,7 @@ class LayerCost:
 
 # HardwareSpec's numeric fields other than gpus_per_node and the per-dtype peaks
 _SCALAR_FIELDS = ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
+                  "sustained_clock_fraction",
                   "memory_reserved_bytes", "kernel_overhead_s", "kernel_overhead_tp_s",
                   "collective_overhead_s", "optimizer_overhead_s",
                   "optimizer_bandwidth_efficiency", "fsdp_forward_overhead_s",
@@ -284,6 +287,12 @@ class HardwareSpec:
     inter_node: LinkSpec
     gemm_efficiency: Mapping[str, GemmEfficiency]
     memory_bandwidth_efficiency: float = DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY
+    # The tensor-core clock the part sustains in training over the clock its datasheet peak
+    # assumes: the GEMM roofline's peak is peak_flops_per_s x this (MFU keeps the datasheet
+    # peak). 1 in the presets: their GEMM ceilings are measured throughput, at the clock the
+    # measured part held (docs/model.md, "GEMM ceiling"); a part that sustains another clock (a
+    # power-capped H100, an A100 held at its base clock) sets its ratio to the measured part's.
+    sustained_clock_fraction: float = 1.0
     kernel_overhead_s: float = DEFAULT_KERNEL_OVERHEAD_S
     collective_overhead_s: float = 0.0  # fixed cost per collective call beyond alpha (dispatch)
     # Measured by `calibrate run` (framework stage):
