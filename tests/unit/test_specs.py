@@ -306,8 +306,9 @@ def test_every_numeric_hardware_field_has_a_physical_range_with_a_reason():
               | _numeric_fields(LinkSpec, "link.")
               | _numeric_fields(GemmEfficiency, "gemm_efficiency.")
               | _numeric_fields(LayerCost, "layer_costs.")
-              | _numeric_fields(CollectiveFit, "collectives.")
-              - {"collectives.alpha_s_small", "collectives.bus_bandwidth_bytes_per_s_small"})
+              | (_numeric_fields(CollectiveFit, "collectives.")
+                 - {"collectives.alpha_s_small", "collectives.bus_bandwidth_bytes_per_s_small"})
+              | _numeric_fields(H.ProtocolSpec, "protocols."))
     assert fields == set(BOUNDS)  # the small-message regime takes the large one's ranges
     for key, bound in BOUNDS.items():
         assert bound.reason and 0 <= bound.minimum < bound.maximum < float("inf"), key
@@ -334,8 +335,12 @@ def _hardware_with(key, value):
                             "backward_overhead_s": 1e-4}]
     group, _, name = key.rpartition(".")
     if group == "link":
-        for link in ("intra_node", "inter_node"):
+        # NVLS is the intra-node link's only (an NVSwitch node's all-reduce)
+        for link in ("intra_node",) if name.startswith("nvls") else ("intra_node", "inter_node"):
             data[link][name] = value
+    elif group == "protocols":
+        for link in ("intra_node", "inter_node"):
+            data[link]["protocols"][0][name] = value
     elif group == "gemm_efficiency":
         data["gemm_efficiency"]["bf16"][name] = value
     elif group in ("collectives", "layer_costs"):
