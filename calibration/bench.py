@@ -11,6 +11,7 @@ as a job sees them. torch is imported only here, inside the functions.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -134,7 +135,7 @@ def bench_gemm(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
         for b, m, n, k in sweep.gemm_shapes:
             a = torch.randn(b, m, k, device=ctx.device, dtype=tdt[dtype])
             w = torch.randn(b, k, n, device=ctx.device, dtype=tdt[dtype])
-            med, spread = measure(lambda a=a, w=w: torch.bmm(a, w), sweep, ctx)
+            med, spread = measure(functools.partial(torch.bmm, a, w), sweep, ctx)
             rec.add(
                 {
                     "kind": "gemm",
@@ -176,8 +177,8 @@ def bench_memory(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
         n = max(1, nbytes // 4)
         x, y, z = (torch.rand(n, device=ctx.device) for _ in range(3))
         kernels = {
-            "copy": (lambda x=x, y=y: y.copy_(x), 2 * 4 * n),  # read x, write y
-            "triad": (lambda x=x, y=y, z=z: torch.add(y, z, alpha=0.5, out=x), 3 * 4 * n),
+            "copy": (functools.partial(y.copy_, x), 2 * 4 * n),  # read x, write y
+            "triad": (functools.partial(torch.add, y, z, alpha=0.5, out=x), 3 * 4 * n),
         }
         for kernel, (fn, moved) in kernels.items():
             med, spread = measure(fn, sweep, ctx)

@@ -100,6 +100,9 @@ def run_cmd(
     bad = [s for s in chosen if s not in STAGES]
     if bad or not chosen:
         raise click.BadParameter(f"stages must be among {', '.join(STAGES)}", param_hint="--stages")
+    from perfmodel.extras import require_torch
+
+    require_torch("calibrate run")
     from calibration.run import run  # imports torch: after the checks
     console = Console(stderr=True)
     path = run(
@@ -322,7 +325,7 @@ def report_cmd(profile: Path, plot: Path | None) -> None:
     from perfmodel.specs.profile import load_profile
 
     loaded = load_profile(profile)
-    print_report(loaded, Console())
+    print_report(loaded)
     if plot is not None:
         click.echo(f"wrote {calibration_plot(loaded, plot)}")
 

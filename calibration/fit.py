@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import sympy as sp
 from scipy.optimize import least_squares, nnls
@@ -24,11 +25,11 @@ from perfmodel.specs.hardware import CollectiveFit, GemmEfficiency
 from perfmodel.specs.profile import fitted_collective_time
 
 
-def rel_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+def rel_errors(predicted: npt.ArrayLike, measured: npt.ArrayLike) -> np.ndarray:
     return np.abs(np.asarray(predicted) / np.asarray(measured) - 1.0)
 
 
-def residual_summary(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
+def residual_summary(predicted: npt.ArrayLike, measured: npt.ArrayLike) -> dict[str, float]:
     err = rel_errors(predicted, measured)
     return {"median_rel_error": float(np.median(err)), "worst_rel_error": float(np.max(err))}
 
@@ -110,6 +111,8 @@ class CollectiveModel:
             # optimum); the split is kept only if it cuts the median error by a fifth or more.
             # NCCL picks the faster protocol or algorithm, so the curve stays nearly continuous
             # at a switch (within 30% here); a jump larger than that would be fitting noise.
+            # (mean error, median error, (breakpoint, small regime, large regime) or None)
+            best: tuple[float, float, tuple[float, tuple[float, float], tuple[float, float]] | None]
             best = (math.inf, math.inf, None)
             st_mid = float(np.median(a))
             bf_mid = float(np.median(c / nb))
@@ -303,8 +306,12 @@ class GemmModel:
 
         def solve(x0, lo, hi, ratio, large_flops):
             lo, hi = np.array(lo), np.array(hi)
+
+            def residuals(x):
+                return self._time(x, ratio, large_flops, b, m, n, k) / t - 1.0
+
             return least_squares(
-                lambda x: self._time(x, ratio, large_flops, b, m, n, k) / t - 1.0,
+                residuals,
                 np.clip(x0, lo + 1e-9, hi - 1e-9),
                 bounds=(lo, hi),
                 # robust: kernel-selection outliers (2x off) must not pull the fit; cauchy beat
@@ -313,11 +320,9 @@ class GemmModel:
                 f_scale=0.05,
             )
 
-        best = None
-        for ratio in _SPLIT_K_RATIOS:
-            res = solve(x0, lo, hi, ratio, 0.0)
-            if best is None or res.cost < best[0].cost:
-                best = (res, ratio, 0.0)
+        # the first ratio of the lowest cost
+        best = min(((solve(x0, lo, hi, ratio, 0.0), ratio, 0.0) for ratio in _SPLIT_K_RATIOS),
+                   key=lambda tried: tried[0].cost)
         one, ratio, _ = best
         # the large-tile kernel starts as a copy of the one kernel
         x1 = [*one.x, one.x[0], one.x[4]]

@@ -124,7 +124,9 @@ def read_gemm_table(path: str | Path) -> pd.DataFrame:
         raise DataError(f"{path}: not a CSV table ({str(exc).splitlines()[0]})") from None
     cols = set(df.columns)
     if {"m_or_m_per_group", "n", "k", "tflops"} <= cols:  # DeepGEMM
-        groups = pd.to_numeric(df.get("num_groups"), errors="coerce").fillna(1)
+        # a table without num_groups: one group (pd.to_numeric(None) is a scalar NaN)
+        groups = (pd.to_numeric(df["num_groups"], errors="coerce").fillna(1)
+                  if "num_groups" in cols else 1)
         out = pd.DataFrame(
             {
                 "device": "H800",

@@ -192,6 +192,8 @@ def import_gemm(
         if table.empty:
             raise DataError(f"no rows for device '{device}' in the tables given")
     fits, notes, gemm_eff, per_source = {}, [], {}, []
+    dev: Any  # a group's keys: pandas types them Hashable, they are the columns' values
+    dtype: Any
     for (dev, dtype, campaign), rows in table.groupby(["device", "dtype", "campaign"], sort=True):
         if len(rows) < 12:
             notes.append(f"{dev} {dtype}: only {len(rows)} shapes, too few to fit (need 12)")

@@ -142,16 +142,16 @@ def _part_step(ctx: Any, part: str, spec: dict[str, Any], size: LayerSize, mesh:
             with loss_context(tp):
                 return loss_fn(chunk(x), target)
 
-        def backward(loss: Any) -> None:
+        def backward(out: Any) -> None:  # out: the loss
             with loss_context(tp):
-                loss.backward()
+                out.backward()
     else:
 
         def forward() -> Any:
             return chunk(x)
 
-        def backward(y: Any) -> None:
-            y.backward(torch.ones_like(y))  # the gradient a pipeline stage would receive
+        def backward(out: Any) -> None:
+            out.backward(torch.ones_like(out))  # the gradient a pipeline stage would receive
 
     return forward, backward
 
@@ -252,13 +252,15 @@ def _bench_fsdp(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
     mesh = init_device_mesh(ctx.device.type, (ctx.world,), mesh_dim_names=("dp",))
     for size in fsdp_sizes(sweep):
         heads = heads_for(size.hidden, 1)
+        assert heads is not None, "every width of layer_sizes is a multiple of HEAD_DIM"
         for mode in FSDP_MODES:
             dtype = DTYPES[layer_dtype(ctx.device.type)]
             chunk = Chunk(_spec(size, heads), FSDP_LAYERS, first=False, last=False)
             chunk = chunk.to(ctx.device, dtype)
             if mode != "plain":
                 apply_fsdp(chunk, mesh, 3)
-                chunk.set_requires_gradient_sync(mode == "fsdp_sync")
+                # fully_shard made the chunk an FSDPModule (a class mypy cannot see it become)
+                chunk.set_requires_gradient_sync(mode == "fsdp_sync")  # type: ignore[operator]
             x = torch.randn(size.micro_batch, size.seq_len, size.hidden, device=ctx.device,
                             dtype=dtype, requires_grad=True)
 
@@ -281,7 +283,7 @@ def _part_times(r: Any, hardware: Any, dp: int = 1) -> dict[str, dict[str, float
     """perfmodel.predict.part_times of the model and plan of one record (dp > 1: ZeRO-3)."""
     from perfmodel.predict import part_times
     from perfmodel.specs.model import TransformerSpec
-    from perfmodel.strategy import Plan
+    from perfmodel.strategy import Dtype, Plan, parse_option
 
     model = TransformerSpec(
         name="calibration-layer", layers=1, hidden=int(r.hidden), heads=int(r.heads),
@@ -294,7 +296,8 @@ def _part_times(r: Any, hardware: Any, dp: int = 1) -> dict[str, dict[str, float
     dtype = r.get("dtype") if isinstance(r, pd.Series) else getattr(r, "dtype", None)
     plan = Plan(gpus=tp * dp, tp=tp, dp=dp, zero=3 if dp > 1 else 0,
                 micro_batch=int(r.micro_batch), global_batch=int(r.micro_batch) * dp,
-                dtype=dtype if isinstance(dtype, str) else "fp32", flash_attention=True,
+                dtype=parse_option(Dtype, dtype if isinstance(dtype, str) else "fp32", "dtype"),
+                flash_attention=True,
                 sequence_parallel=r.style == "tp_sp")
     return part_times(model, hardware, plan)
 
@@ -303,6 +306,7 @@ def raw_times(records: pd.DataFrame, hardware: Any) -> pd.DataFrame:
     """perfmodel's raw times (perfmodel.predict.part_times) of each record's part: columns
     compute_forward_s, compute_backward_s, comm_forward_s, comm_backward_s."""
     rows = []
+    r: Any  # a row: its fields are attributes
     for r in records.itertuples():
         t = _part_times(r, hardware)[r.part]
         rows.append({"compute_forward_s": t["forward_s"], "compute_backward_s": t["backward_s"],
@@ -412,6 +416,9 @@ def fit_layer_costs(
     rows = rows.astype({c: float for c in ("forward_s", "backward_s")})
     rows = pd.concat([rows, raw_times(rows, hardware)], axis=1)
     costs = []
+    part: Any  # a group's keys: pandas types them Hashable, they are the columns' values
+    style: Any
+    tp: Any
     for (part, style, tp), group in rows.groupby(["part", "style", "tp"], sort=True):
         try:
             model = LayerCostModel().fit(group)
@@ -443,6 +450,8 @@ def fit_fsdp_costs(
     if chunks.empty:
         return {}
     rows = []
+    s_: Any  # a group's keys: pandas types them Hashable, they are the columns' values
+    b: Any
     for (_, s_, b), group in chunks.groupby(["hidden", "seq_len", "micro_batch"]):
         by = {m: g.iloc[0] for m, g in group.groupby("mode")}
         if any(m not in by for m in FSDP_MODES):

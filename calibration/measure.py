@@ -99,7 +99,8 @@ class Recorder:
         on_record: Callable[[dict[str, Any], int, int | None], None] | None = None,
     ) -> None:
         self.path, self.rank, self.on_record = path, rank, on_record
-        self.count, self.total = 0, None
+        self.count = 0
+        self.total: int | None = None
 
     def plan(self, total: int) -> None:
         self.total = total

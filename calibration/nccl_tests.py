@@ -28,7 +28,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import pandas as pd
 
@@ -666,8 +666,7 @@ def _parse_json(
     try:
         doc = decoder.decode(text)
     except (ValueError, RecursionError) as exc:
-        at_end = isinstance(exc, json.JSONDecodeError) and _ends_early(exc, text)
-        if not at_end:
+        if not (isinstance(exc, json.JSONDecodeError) and _ends_early(exc, text)):
             where = (
                 f"{path}:{exc.lineno}:{exc.colno}"
                 if isinstance(exc, json.JSONDecodeError)
@@ -707,7 +706,8 @@ def _parse_json(
     if bad.any():
         notes.append(f"{int(bad.sum())} results with nwrong > 0 dropped")
         records = records[~bad]
-    env = doc.get("env") if isinstance(doc.get("env"), list) else []
+    env = doc.get("env")
+    env = env if isinstance(env, list) else []
     algo = next(
         (
             e.split("=", 1)[1].lower()
@@ -774,7 +774,7 @@ def _json_prefix(path: Path, text: str, decoder: json.JSONDecoder) -> dict:
     return doc
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -844,7 +844,8 @@ def _json_row(path: Path, i: int, result: Any) -> dict:
             f"{where}.out_of_place: 'cpu_time' (nccl-tests -C 1) is not the collective's time: "
             "run the test without -C"
         )
-    inp = result.get("in_place") if isinstance(result.get("in_place"), dict) else {}
+    inp = result.get("in_place")
+    inp = inp if isinstance(inp, dict) else {}
     dtype = result.get("type")
     return _checked(
         _json_number(result, "size", where),

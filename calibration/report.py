@@ -5,22 +5,30 @@ The plots (`--plot`) are perfmodel.plot.calibration_figure's: measured against f
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
+from collections.abc import Mapping
+from typing import Any
 
+from rich.console import Console
+
+from perfmodel.output import fmt_bytes
+from perfmodel.render import console as terminal
+from perfmodel.render import print_with_sources
 from perfmodel.specs.profile import Profile
 
 
 def _si(value: float, unit: str) -> str:
+    """value with an SI prefix (FLOP, B/s); a size in bytes in binary units (KiB, MiB)."""
     if unit.startswith(" "):  # a count (" tokens"): no prefix
         return f"{value:.3g}{unit}"
+    if unit == "B":
+        return fmt_bytes(value)
     for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= factor:
             return f"{value / factor:.3g} {prefix}{unit}"
     return f"{value:.3g} {unit}"
 
 
-def _params(fit: dict) -> str:
+def _params(fit: Mapping[str, Any]) -> str:
     p = fit["params"]
     if fit["kind"] == "collective":
         busbw = _si(p["bus_bandwidth_bytes_per_s"], "B/s")
@@ -49,28 +57,26 @@ def _params(fit: dict) -> str:
 
 
 def print_report(profile: Profile, console: Console | None = None) -> None:
-    console = console or Console()
-    console = Console(width=max(console.width, 150), file=console.file)
+    """The fits as a table at the terminal's width (perfmodel.render: 100 columns in a pipe); the
+    parameters wrap between words."""
+    console = console or terminal()
     prov = profile.provenance
     console.print(
         f"[bold]{profile.path}[/bold]  device {prov.get('device')} x "
         f"{prov.get('device_count')}, {prov.get('nodes')} node(s), "
         f"{prov.get('date')}, complete: {profile.complete}"
     )
-    table = Table("fit", "parameters", "median err", "worst err", "sizes seen", "points")
+    rows = []
     for name, fit in profile.fits.items():
         unit = {"flops": "FLOP"}.get(fit.get("size_unit", ""), "B")
         if fit["kind"] == "layer":
             unit = " tokens"
         lo, hi = fit["size_range"]
-        table.add_row(
-            name,
-            _params(fit),
-            f"{fit['median_rel_error']:.1%}",
-            f"{fit['worst_rel_error']:.1%}",
-            f"{_si(lo, unit)} - {_si(hi, unit)}",
-            str(fit["n_points"]),
-        )
-    console.print(table)
+        rows.append([name, f"{fit['median_rel_error']:.1%}", f"{fit['worst_rel_error']:.1%}",
+                     f"{_si(lo, unit)} - {_si(hi, unit)}", str(fit["n_points"]), _params(fit)])
+    headers = ("fit", "median err", "worst err", "sizes seen", "points", "parameters")
+    columns = [(h, h in ("fit", "parameters"), [row[i] for row in rows])
+               for i, h in enumerate(headers)]
+    print_with_sources(console, "fits", columns, heading="parameters")
     for note in prov.get("notes", []):
         console.print(f"note: {note}")

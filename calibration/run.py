@@ -38,6 +38,7 @@ from calibration.fit import (
 from calibration.profile_io import provenance, write_profile
 from perfmodel.costs.collectives import ALGORITHMS, Op
 from perfmodel.errors import DataError, PerfmodelError
+from perfmodel.output import fmt_bytes
 from perfmodel.specs.profile import FIT_KINDS
 
 MEASURED = (  # record kinds that are measurements
@@ -162,6 +163,8 @@ def _run(
 
         def show(record: dict[str, Any], done: int, total: int | None) -> None:
             label = record.get("op") or record.get("kernel") or record.get("kind")
+            if progress is None or task is None:  # show is given only with a progress bar
+                return
             progress.update(task, completed=done, total=total, description=f"calibrating: {label}")
 
         if progress is not None:
@@ -225,7 +228,7 @@ def _launch(nprocs: int, backend: str, sweep: Sweep, records: Path, console: Con
             recs = read_records(records)
             plan = next((r["plan"] for r in recs if "plan" in r), None)
             done = sum(1 for r in recs if r.get("kind") in MEASURED)
-            latest = next((r for r in reversed(recs) if "kind" in r), {})
+            latest: dict[str, Any] = next((r for r in reversed(recs) if "kind" in r), {})
             label = latest.get("op") or latest.get("kernel") or latest.get("kind") or "starting"
             progress.update(task, total=plan, completed=done, description=f"calibrating: {label}")
 
@@ -292,7 +295,7 @@ def build_profile(
     info = next((r for r in records if r.get("kind") == "info"), None)
     if info is None:
         raise DataError("calibration stopped before any measurement; no profile written")
-    support = next((r["ops"] for r in records if r.get("kind") == "support"), {})
+    support: dict[str, Any] = next((r["ops"] for r in records if r.get("kind") == "support"), {})
     complete = complete and any(r.get("kind") == "done" for r in records)
     finished = {r.get("stage") for r in records if r.get("kind") == "stage_done"}
     missing = [] if complete or stages is None else [s for s in stages if s not in finished]
@@ -360,6 +363,7 @@ def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: l
     if gemm.empty:
         return
     peaks, effs = {}, {}
+    dtype: Any  # a group's key: pandas types it Hashable, it is the column's value
     for dtype, rows in gemm.groupby("dtype"):
         rows = rows.assign(time_s=rows["time_s"].astype(float))
         best = float((2 * rows.b * rows.m * rows.n * rows.k / rows.time_s).max())
@@ -400,6 +404,7 @@ def _fit_memory(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes:
     if mem.empty:
         mem = pd.DataFrame(columns=["kernel", "nbytes", "time_s"])
     llc = info.get("last_level_cache_bytes")
+    kernel: Any  # a group's key: pandas types it Hashable, it is the column's value
     for kernel, rows in mem.groupby("kernel"):
         sizes = np.sort(rows["nbytes"].unique())
         if len(sizes) < 2:
@@ -480,16 +485,16 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
             }
     opt = rows_of("optimizer", ("params", "time_s"))
     if not opt.empty and opt["params"].nunique() >= 2:
-        model = OptimizerModel(optimizer_step_bytes_per_param("fp32")).fit(opt)
-        summary = model.summary()
+        optimizer = OptimizerModel(optimizer_step_bytes_per_param("fp32")).fit(opt)
+        summary = optimizer.summary()
         bw = hardware.get("memory_bandwidth_bytes_per_s")
         if bw:
-            eff = min(1.0, model.bandwidth_bytes_per_s_ / bw)
+            eff = min(1.0, optimizer.bandwidth_bytes_per_s_ / bw)
             hardware["optimizer_bandwidth_efficiency"] = eff
             summary["optimizer_bandwidth_efficiency"] = eff
             summary["copy_bandwidth_bytes_per_s"] = bw
         fits["memory/adamw_foreach"] = summary
-        hardware["optimizer_overhead_s"] = model.alpha_s_  # the step's fixed part
+        hardware["optimizer_overhead_s"] = optimizer.alpha_s_  # the step's fixed part
 
 
 def _fit_layers(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str]) -> None:
@@ -533,8 +538,9 @@ def _link_bandwidth(model: CollectiveModel, scope: str, notes: list[str]) -> flo
     fitted, seen = model.bus_bandwidth_bytes_per_s_, model.measured_bus_bandwidth_bytes_per_s_
     if fitted <= UNRESOLVED_BANDWIDTH_RATIO * seen:
         return fitted
-    notes.append(f"all_reduce ({scope}): the sizes measured (up to {model.size_range_[1]:.4g} B) "
-                 f"are latency-bound; the link bandwidth is the best measured, {seen:.3g} B/s, "
+    notes.append(f"all_reduce ({scope}): the sizes measured (up to "
+                 f"{fmt_bytes(model.size_range_[1])}) are latency-bound; the link bandwidth is "
+                 f"the best measured, {seen / 1e9:.3g} GB/s, "
                  "a lower bound (measure larger sizes: --max-bytes)")
     return seen
 
@@ -547,6 +553,8 @@ def _fit_collectives(
     if coll.empty:
         notes.append("no collective measured: no link or collective fits")
         return
+    op: Any  # a group's keys: pandas types them Hashable, they are the columns' values
+    scope: Any
     for (op, scope), rows in coll.groupby(["op", "scope"]):
         if rows["nbytes"].nunique() < 2:
             continue

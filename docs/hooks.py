@@ -192,11 +192,17 @@ def _hardware_row(name: str) -> str:
 
 
 def _model_row(name: str) -> str:
+    from perfmodel.params import parameter_counts
     from perfmodel.specs.model import load_model
 
     m = load_model(name)
+    counts = parameter_counts(m)
+    size = f"{counts.total / 1e9:.2f}B"
+    if counts.sparse:
+        size += f" ({counts.active / 1e9:.2f}B active)"
     return (f"| [`{name}`](#{anchor('model ' + name)}) | {m.layers} | {m.hidden} | {m.heads} | "
-            f"{m.kv_heads} | {m.ffn_hidden} | {m.seq_len} | {m.vocab} | {_escape(m.source)} |")
+            f"{m.kv_heads} | {m.ffn_hidden} | {m.seq_len} | {m.vocab} | {size} | "
+            f"{_escape(m.source)} |")
 
 
 def _preset_file_section(kind: str, path: Path) -> str:
@@ -238,11 +244,14 @@ def presets_page() -> str:
         *[_preset_file_section("hardware", HARDWARE_DIR / f"{n}.yaml") for n in hardware],
         "## Transformer models", "",
         "| preset | layers | hidden | heads | kv heads | ffn hidden | sequence | vocabulary "
-        "| source |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| parameters | source |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *[_model_row(n) for n in models], "",
         "The numbers of a model preset are those of the paper or configuration its file names "
-        "(the comment at its top and `source`); a comment on a line adds to it.", "",
+        "(the comment at its top and `source`); a comment on a line adds to it. Parameters are "
+        "perfmodel's count of the spec (`perfmodel.params`): for a mixture of experts, also those "
+        "one token uses, the embedding table included (DeepSeek-V3's multi-token-prediction "
+        "module apart); the files' comments give the published counts.", "",
         *[_preset_file_section("model", MODELS_DIR / f"{n}.yaml") for n in models],
         "## Layer graphs (CNNs and MLPs)", "",
         "Built from the networks' definitions in `perfmodel/specs/cnn.py` (no file; FLOPs count a "

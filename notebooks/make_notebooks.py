@@ -36,6 +36,7 @@ ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "tests" / "data
 def show(label, expr):
     """Render one formula: label = expr."""
     display(Math(f"{label} = {sp.latex(expr)}"))'''
+SETUP_NO_NUMPY = SETUP.replace("import numpy as np\n", "")  # for the notebooks that do not use it
 
 
 def md(text: str) -> nbformat.NotebookNode:
@@ -56,7 +57,7 @@ ROOFLINE = [
 reaches only a shape-dependent fraction of the peak. perfmodel prices every GEMM of a step with
 this roofline; here it is against the real sweeps of H100 GPUs and of this machine.
 '''),
-    code(SETUP),
+    code(SETUP_NO_NUMPY),
     md(r'''
 ## The formula
 
@@ -251,7 +252,7 @@ display(residuals[["source", "op", "ranks", "nodes", "n_points", "median_rel_err
                    "worst_rel_error"]].round(3))
 figure = plot.new_figure(15, 7)
 panels = figure.subplots(2, 3).ravel()
-for ax, (name, result) in zip(panels, imported.items()):
+for ax, (name, result) in zip(panels, imported.items(), strict=False):  # 5 logs, 6 panels
     (fit,) = result.fits.values()
     plot.collective_fit_axes(fit, result.measurements, ax, title=name.split("-nccl")[0])
 panels[-1].axis("off")
@@ -327,8 +328,7 @@ along $P_c$ an all-reduce of the weight gradients (which shrink as $P_r$ grows).
 on a uniform $\alpha$-$\beta$ network, as in the paper.
 '''),
     code(r'''
-from perfmodel.layerwise import (GridPlan, best_grid, communication_in_pr, divisors,
-                                 exact_minimiser)
+from perfmodel.layerwise import best_grid, communication_in_pr, divisors, exact_minimiser
 
 alexnet = perfmodel.load_model("alexnet")
 v100 = perfmodel.load_hardware("dgx-v100")
@@ -413,7 +413,7 @@ BIAN2021 = [
 transformer over a $q \times q \times q$ cube and report, on 64 V100s, 2.32x the speed of 1D
 (Megatron) and 1.57x that of 2D (SUMMA) tensor parallelism. perfmodel models all four layouts.
 '''),
-    code(SETUP),
+    code(SETUP_NO_NUMPY),
     md(r'''
 ## The formula: bytes one rank moves per linear layer
 
@@ -500,8 +500,8 @@ for layout, gpus_list in counts.items():
                      "step_s": step(layout, gpus, batch=gpus).step_time_s})
 layouts["2.5d"] = {"tp_depth": 4}
 figure = plot.new_figure(11, 4)
-for ax, rows, title in zip(figure.subplots(1, 2), (strong, weak),
-                           ("strong scaling: batch 64", "weak scaling: batch = GPUs")):
+titles = ("strong scaling: batch 64", "weak scaling: batch = GPUs")
+for ax, rows, title in zip(figure.subplots(1, 2), (strong, weak), titles, strict=True):
     frame = pd.DataFrame(rows)
     for layout, group in frame.groupby("layout"):
         ax.plot(group["gpus"], group["step_s"], "o-", label=layout)
@@ -556,7 +556,7 @@ distributed deep learning systems" (18(11) e0293338, 2023) searches the micro-ba
 reports up to 12% more throughput than the conventional choice. Which size wins, and which
 normalization to use when the batch is split?
 '''),
-    code(SETUP),
+    code(SETUP_NO_NUMPY),
     md(r'''
 ## The formulas
 
@@ -687,7 +687,7 @@ training of CNNs and ask how the time responds to the node's FLOP rate and memor
 node count, the link bandwidth and the batch size, and to the collective variant. perfmodel's
 `layerwise.sweep` is that analysis.
 '''),
-    code(SETUP),
+    code(SETUP_NO_NUMPY),
     md(r'''
 ## The formula
 
@@ -826,7 +826,7 @@ PLANNING = [
 limits it, what a better network would buy, and how far to trust the numbers, checked against
 real training runs on this machine.
 '''),
-    code(SETUP),
+    code(SETUP_NO_NUMPY),
     md(r'''
 ## The formula
 

@@ -1,4 +1,5 @@
-"""`perfmodel predict --batch PLANS.csv`: many plans in one call; a bad row does not stop the others."""
+"""`perfmodel predict --batch PLANS.csv`: many plans in one call; a bad row does not stop the
+others."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from typing import Any
 
 from perfmodel.errors import DataError, PerfmodelError
 from perfmodel.files import read_text_bounded, write_atomic
-from perfmodel.output import json_text
+from perfmodel.output import document, json_text
+from perfmodel.specs.resolve import resolve_hardware
 
-PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
-                "sequence_parallel", "recompute", "zero", "dtype", "flash_attention",
-                "overlap_grad_sync", "placement", "tp_layout", "tp_depth")
+PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
+                "virtual_stages", "sequence_parallel", "recompute", "zero", "dtype",
+                "flash_attention", "overlap_grad_sync", "placement", "tp_layout", "tp_depth")
 MODEL_COLUMNS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads")
 RESULT_COLUMNS = ("step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",
                   "tflops_per_gpu", "mfu", "memory_per_gpu_bytes", "fits_in_memory")
@@ -40,7 +42,8 @@ def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str], st
         from perfmodel.specs.loading import suggest
 
         raise DataError(f"plans file {path}: unknown column '{unknown[0]}'"
-                        f"{suggest(unknown[0], sorted(allowed))}; allowed: {', '.join(sorted(allowed))}")
+                        f"{suggest(unknown[0], sorted(allowed))}; "
+                        f"allowed: {', '.join(sorted(allowed))}")
     rows = []
     for row in reader:
         line = reader.line_num  # the row's last line (a quoted cell may span lines)
@@ -71,7 +74,8 @@ def whole(text: Any, column: str) -> int:
 
 
 def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -> int:
-    """Predict every row; write the input columns plus the prediction fields. Returns failed rows."""
+    """Predict every row; write the input columns plus the prediction fields. Returns failed
+    rows."""
     from perfmodel.predict import predict
     from perfmodel.specs.model import load_model
     from perfmodel.strategy import plan_from_dict
@@ -80,8 +84,6 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
     base_model = kw.get("model")
     hardware = None
     if kw.get("hardware") or kw.get("profile"):
-        from perfmodel.cli import resolve_hardware
-
         hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
         if kw.get("collective_algorithm"):
             hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
@@ -126,8 +128,11 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
         results.append(record)
     columns = header + [c for c in (*RESULT_COLUMNS, *RESOLVED_COLUMNS, "error")
                         if c not in header]
-    if as_json:
-        text = json_text(results)
+    if as_json:  # a result a failed row lacks is null (empty in the CSV)
+        missing = {*RESULT_COLUMNS, *RESOLVED_COLUMNS}
+        nulled = [{k: None if k in missing and v == "" else v for k, v in r.items()}
+                  for r in results]
+        text = json_text(document("predict.batch", {"rows": nulled}))
     else:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")

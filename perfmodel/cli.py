@@ -19,7 +19,8 @@ from typing import Any
 import click
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.output import json_text, require_finite
+from perfmodel.output import document, fmt_bytes, json_text, require_finite
+from perfmodel.specs import resolve as specs_resolve
 from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS, LINK_PROTOCOLS
 from perfmodel.strategy import (
     DEFAULT_MEMORY_MARGIN,
@@ -29,6 +30,7 @@ from perfmodel.strategy import (
     Recompute,
     Schedule,
     TPLayout,
+    parse_option,
 )
 
 EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -74,7 +76,8 @@ class LazyGroup(click.Group):
         if ep is None:
             return None
         try:
-            return ep.load()
+            loaded: click.Command = ep.load()
+            return loaded
         except ImportError as exc:
             reason = f"'perfmodel {name}' is not available: {exc}"
 
@@ -104,7 +107,13 @@ SEQ_LEN_HELP = ("The training sequence length (default: the model spec's seq_len
                 "positions reach, not what training uses).")
 
 
-def choice(options: Any) -> click.Choice:
+FROM_CONFIG_HELP = ("The job's own config: a Megatron-LM argument file or launch script, a "
+                    "Megatron-Bridge / NeMo 2 YAML, a torchtitan TOML (or its JSON dump) or a "
+                    "DeepSpeed JSON (docs/configs.md). Its model and plan; --model fills what "
+                    "it lacks (a DeepSpeed config's model).")
+
+
+def choice(options: Any) -> click.Choice[str]:
     """The values of an option's enum (or tuple of names) as a click choice: one vocabulary from
     the command line to the formulas."""
     return click.Choice([str(getattr(o, "value", o)) for o in options])
@@ -119,35 +128,50 @@ CONTRIBUTORS = choice(("standard", "specialised", "auto"))
 
 def plan_options(fn: Any) -> Any:
     options = [
-        click.option("--model", "model", required=False, help="Model preset or spec file (YAML/JSON, HF config.json)."),
+        click.option("--model", "model", required=False,
+                     help="Model preset or spec file (YAML/JSON, HF config.json)."),
+        click.option("--from-config", "from_config", type=click.Path(dir_okay=False),
+                     default=None, help=FROM_CONFIG_HELP),
         click.option("--hardware", "hardware", default=None, help="Hardware preset or spec file."),
         click.option("--profile", "profile", default=None, type=click.Path(dir_okay=False),
                      help="Calibrated profile (overrides the hardware preset's fields)."),
         click.option("--gpus", type=int, default=None, help="GPU count (default dp x tp x pp)."),
         click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree."),
-        click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
-        click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
-        click.option("--micro-batch", type=int, default=1, show_default=True, help="Micro-batch size [samples]."),
-        click.option("--global-batch", type=int, default=None, help="Global batch [samples] (default dp x micro-batch)."),
+        click.option("--tp", type=int, default=1, show_default=True,
+                     help="Tensor-parallel degree."),
+        click.option("--pp", type=int, default=1, show_default=True,
+                     help="Pipeline-parallel degree."),
+        click.option("--micro-batch", type=int, default=1, show_default=True,
+                     help="Micro-batch size [samples]."),
+        click.option("--global-batch", type=int, default=None,
+                     help="Global batch [samples] (default dp x micro-batch)."),
         click.option("--schedule", type=choice(Schedule), default=Schedule.ONE_F_ONE_B.value,
                      show_default=True,
                      help="Pipeline schedule; zb: interleaved zero bubble (ZB1P), zbv: zero "
                           "bubble V."),
-        click.option("--virtual-stages", type=int, default=1, show_default=True, help="Model chunks per GPU (interleaved)."),
-        click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (needs tp > 1)."),
+        click.option("--virtual-stages", type=int, default=1, show_default=True,
+                     help="Model chunks per GPU (interleaved)."),
+        click.option("--sequence-parallel", is_flag=True,
+                     help="Megatron sequence parallelism (needs tp > 1)."),
         click.option("--recompute", type=choice(Recompute), default=Recompute.NONE.value,
                      show_default=True,
-                     help="Activation recompute: none, selective (attention core) or full (every layer)."),
-        click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage."),
+                     help="Activation recompute: none, selective (attention core) or full "
+                          "(every layer)."),
+        click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
+                     help="ZeRO stage."),
         click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP),
-        click.option("--flash-attention", is_flag=True, help="Fused attention: no s^2 activations or traffic."),
-        click.option("--overlap-grad-sync", is_flag=True, help="Overlap the data-parallel gradient sync with backward."),
+        click.option("--flash-attention", is_flag=True,
+                     help="Fused attention: no s^2 activations or traffic."),
+        click.option("--overlap-grad-sync", is_flag=True,
+                     help="Overlap the data-parallel gradient sync with backward."),
         click.option("--placement", type=choice(Placement), default=Placement.TP_DP_PP.value,
                      show_default=True, help="Axes from innermost (inside a node) out."),
         click.option("--tp-layout", type=choice(TPLayout), default=TPLayout.ONE_D.value,
                      show_default=True,
-                     help="Tensor-parallel layout: Megatron 1d, SUMMA 2d, Tesseract 2.5d, 3d cube."),
-        click.option("--tp-depth", type=int, default=1, show_default=True, help="Depth d of the 2.5d layout (tp = q^2 d)."),
+                     help="Tensor-parallel layout: Megatron 1d, SUMMA 2d, Tesseract 2.5d, "
+                          "3d cube."),
+        click.option("--tp-depth", type=int, default=1, show_default=True,
+                     help="Depth d of the 2.5d layout (tp = q^2 d)."),
         click.option("--pr", type=whole(), default=None,
                      help="Layer graphs (CNN/MLP): ranks splitting each layer (model parallel)."),
         click.option("--pc", type=whole(), default=None,
@@ -186,25 +210,15 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule"
 # the plan options of predict that a plans file's rows give (--dtype and --seq-len are the
 # rows' default; --model, --hardware, --profile and --collective-algorithm apply to every row)
 BATCH_COLUMNS = tuple(k for k in PLAN_KEYS if k != "dtype")
-BATCH_REFUSED = (*BATCH_COLUMNS, "pr", "pc", "norm", "collective_variant", "contributors")
+BATCH_REFUSED = (*BATCH_COLUMNS, "pr", "pc", "norm", "collective_variant", "contributors",
+                 "from_config")
 
 
 def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
     """A HardwareSpec from --hardware and/or --profile (the profile's fields win)."""
-    from perfmodel.specs.hardware import load_hardware
-
-    if profile:
-        from perfmodel.specs import profile as profiles
-
-        prof = profiles.load_profile(Path(profile))
-        base = load_hardware(hardware) if hardware else None
-        spec = profiles.apply_profile(base, prof)
-        if not prof.complete:  # said once, by every command that reads the profile
-            click.echo(f"note: {profiles.incomplete_note(prof)}", err=True)
-        return spec
-    if not hardware:
+    if not hardware and not profile:
         raise click.UsageError("give --hardware (a preset or file) or --profile")
-    return load_hardware(hardware)
+    return specs_resolve.resolve_hardware(hardware, profile)
 
 
 def profile_status(profile: str | None) -> dict[str, Any]:
@@ -243,8 +257,8 @@ def _collective_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) 
     for record in comm_ledger(model, plan, hardware):
         scope = "intra" if scopes[record["axis"]][1] == "intra" else "inter"
         if profiles.is_extrapolation(prof, record["op"], record["nbytes"], scope):
-            notes.append(f"{record['name']} ({record['op']}, {record['nbytes']:.4g} B, {scope}-node) "
-                         f"is outside the sizes the profile measured: extrapolated")
+            notes.append(f"{record['name']} ({record['op']}, {fmt_bytes(record['nbytes'])}, "
+                         f"{scope}-node) is outside the sizes the profile measured: extrapolated")
     return notes
 
 
@@ -301,6 +315,10 @@ def _layer_extrapolations(prof: Any, model: Any, plan: Any) -> list[str]:
     return notes
 
 
+PR_PC_TRANSFORMER = ("--pr/--pc apply to layer-graph models (alexnet, vgg16, resnet50, mlp or a "
+                     "'kind: layers' file); transformers take --dp/--tp/--pp")
+
+
 def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     """(model, hardware, GridPlan) when --model is a layer graph (CNN/MLP), else None."""
     from perfmodel.specs.layers import LayerGraphSpec
@@ -311,26 +329,24 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     model = load_model(kw["model"]) if kw.get("seq_len") is None else None
     if not isinstance(model, LayerGraphSpec):
         if kw.get("pr") or kw.get("pc"):
-            raise click.UsageError("--pr/--pc apply to layer-graph models (alexnet, vgg16, resnet50, "
-                                   "mlp or a 'kind: layers' file); transformers take --dp/--tp/--pp")
+            raise click.UsageError(PR_PC_TRANSFORMER)
         return None
-    from perfmodel.layerwise import GridPlan
+    from perfmodel.layerwise import Contributors, GridPlan
 
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
-    gpus = kw.get("gpus")
-    pr, pc = kw.get("pr"), kw.get("pc")
-    if pr is None and pc is None:
-        pr, pc = 1, gpus or 1
-    elif pr is None:
-        pr = (gpus or pc) // pc
-    elif pc is None:
+    gpus: int | None = kw.get("gpus")
+    pr: int | None = kw.get("pr")
+    pc: int | None = kw.get("pc")
+    if pr is None:
+        pr = 1 if pc is None else (gpus or pc) // pc
+    if pc is None:
         pc = (gpus or pr) // pr
     if gpus is not None and pr * pc != gpus:
         raise click.UsageError(f"--pr x --pc must equal --gpus: {pr} x {pc} != {gpus}")
     batch = kw.get("global_batch") or pc * kw["micro_batch"]
     plan = GridPlan(pr=pr, pc=pc, global_batch=batch, norm=kw["norm"],
                     variant=kw["collective_variant"],
-                    contributors=kw.get("contributors") or "standard",
+                    contributors=kw.get("contributors") or Contributors.STANDARD,
                     dtype=kw.get("dtype") or "fp32")
     return model, hardware, plan
 
@@ -341,6 +357,14 @@ def model_summary(model: Any) -> dict[str, Any]:
             "seq_len_from": model.seq_len_from or "the model"}
 
 
+def active_parameters(model: Any, parameters: float) -> float:
+    """The parameters one token uses (perfmodel.params): `parameters` for a dense model."""
+    from perfmodel.params import parameter_counts
+
+    counts = parameter_counts(model)
+    return parameters if not counts.sparse else float(counts.active)
+
+
 def noted_seq_len(model: Any, seq_len: int | None) -> Any:
     """The model with --seq-len noted as where its sequence length came from (when given)."""
     if seq_len is None or not hasattr(model, "noted"):
@@ -348,10 +372,45 @@ def noted_seq_len(model: Any, seq_len: int | None) -> Any:
     return model.noted(seq_len_from="--seq-len")
 
 
+def given_plan_options(kw: dict[str, Any]) -> dict[str, Any]:
+    """The plan options given on the command line (not left at their defaults)."""
+    ctx = click.get_current_context()
+    return {k: kw[k] for k in PLAN_KEYS if k in kw and _given(ctx, k)}
+
+
+def config_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """(model, hardware, plan, job) of --from-config: the config's model and plan, --model
+    filling what it lacks, the command line's plan options what it leaves open."""
+    from perfmodel.configs import read_config, resolve_model, resolve_plan
+    from perfmodel.strategy import plan_from_dict
+
+    job = read_config(kw["from_config"])
+    model = resolve_model(job, kw.get("model"), kw.get("seq_len"))
+    model.require_costed()
+    hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
+    if kw.get("collective_algorithm"):
+        hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
+    model, plan_kw = resolve_plan(job, model, given_plan_options(kw))
+    plan_kw.setdefault("dtype", hardware.default_dtype())
+    plan = plan_from_dict(plan_kw)
+    plan.check(model)
+    return model, hardware, plan, job
+
+
+def print_job(job: Any) -> None:
+    """What a config held: read, ignored, unknown, assumed (standard error)."""
+    for line in job.report():
+        click.echo(line, err=True)
+
+
 def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     from perfmodel.specs.model import load_model
     from perfmodel.strategy import plan_from_dict
 
+    if kw.get("from_config"):
+        model, hardware, plan, job = config_inputs(kw)
+        print_job(job)
+        return model, hardware, plan
     if not kw.get("model"):
         raise click.UsageError("give --model (a preset, spec file or Hugging Face config.json)")
     model = noted_seq_len(load_model(kw["model"], seq_len=kw.get("seq_len")), kw.get("seq_len"))
@@ -359,6 +418,9 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
         raise click.UsageError(f"model '{model.name}' is a layer graph (CNN/MLP): this takes a "
                                "transformer (layer graphs take --pr/--pc in predict, explain and "
                                "validate runs)")
+    if kw.get("pr") or kw.get("pc"):  # validate --emit and --dry-run come here directly
+        raise click.UsageError(PR_PC_TRANSFORMER)
+    model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
     if kw.get("collective_algorithm"):
         hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
@@ -381,19 +443,28 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
               help="With --batch: write results here (CSV) instead of standard output.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Draw the time and memory breakdowns (PNG).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the predicted step as a Chrome/Perfetto trace (JSON): every stage's "
+                   "passes per the schedule, the bubbles, the sync and the optimizer.")
+@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw the predicted step as a Gantt chart (PNG, SVG or PDF by the suffix).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a self-contained HTML report (plan, breakdown, memory, timeline).")
 def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | None,
+            trace_path: str | None, timeline_path: str | None, html_path: str | None,
             **kw: Any) -> None:
     """Predict step time, throughput and per-GPU memory of one plan (or a CSV of plans)."""
     from perfmodel.predict import predict as run
 
     if out and not batch:
         raise click.UsageError("--out goes with --batch (for one plan: --json > FILE)")
+    outputs = {"plot_path": plot_path, "trace_path": trace_path,
+               "timeline_path": timeline_path, "html_path": html_path}
     if batch:
         given = [name for name in BATCH_REFUSED if _given(click.get_current_context(), name)]
-        if plot_path:
-            given.append("plot_path")
+        given += [name for name, path in outputs.items() if path]
         if given:
-            flag = "--plot" if given[0] == "plot_path" else "--" + given[0].replace("_", "-")
+            flag = "--" + given[0].removesuffix("_path").replace("_", "-")
             raise click.UsageError(
                 f"{flag} does not go with --batch: each row is its own plan (give it as a "
                 f"'{given[0]}' column of the plans file)" if given[0] in BATCH_COLUMNS else
@@ -404,38 +475,73 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         if failures:
             sys.exit(5)
         return
-    graph = layer_graph_inputs(kw)
+    job = None
+    if kw.get("from_config"):
+        model, hardware, plan, job = config_inputs(kw)
+        print_job(job)
+        graph = None
+    else:
+        graph = layer_graph_inputs(kw)
     if graph is not None:
         from perfmodel.layerwise import predict_grid
 
-        result = predict_grid(*graph)
+        if trace_path or timeline_path or html_path:
+            raise click.UsageError("--trace, --timeline and --html draw transformer plans; a "
+                                   "layer graph takes --plot")
+        grid = predict_grid(*graph)
         if plot_path:
             from perfmodel.plot import prediction_plot
 
-            prediction_plot(result, Path(plot_path))
+            prediction_plot(grid, Path(plot_path))
         if as_json:
-            click.echo(json_text(result.to_dict()))
+            click.echo(json_text(document("predict.grid", grid.to_dict())))
         else:
             from perfmodel.render import print_grid_prediction
 
-            print_grid_prediction(result)
+            print_grid_prediction(grid)
         return
-    model, hardware, plan = build_inputs(kw)
+    if job is None:
+        model, hardware, plan = build_inputs(kw)
     result = run(model, hardware, plan)
     notes = profile_extrapolations(kw.get("profile"), model, hardware, plan)
     if plot_path:
         from perfmodel.plot import prediction_plot
 
         prediction_plot(result, Path(plot_path))
-    for note in notes:
+    drawn = []  # what the timeline says of itself (not an extrapolation of the profile)
+    if trace_path or timeline_path:
+        drawn = _timeline_outputs(model, hardware, plan, trace_path, timeline_path)
+    if html_path:
+        from perfmodel.htmlreport import prediction_html, write_html
+
+        write_html(html_path, prediction_html(result, notes))
+    for note in notes + drawn:
         click.echo(f"note: {note}", err=True)
     if as_json:
-        click.echo(json_text({**result.to_dict(), **model_summary(model),
-                              "extrapolations": notes, **profile_status(kw.get("profile"))}))
+        config = {"config": job.to_dict()} if job is not None else {}
+        click.echo(json_text(document("predict", {
+            **result.to_dict(), **model_summary(model), "extrapolations": notes,
+            **profile_status(kw.get("profile")), **config})))
     else:
         from perfmodel.render import print_prediction
 
         print_prediction(result)
+
+
+def _timeline_outputs(model: Any, hardware: Any, plan: Any, trace_path: str | None,
+                      timeline_path: str | None) -> list[str]:
+    """predict --trace / --timeline: write them; returns the timeline's notes (where its schedule
+    does not take the model's closed-form time)."""
+    from perfmodel.timeline import predicted_timeline, write_trace
+
+    timeline = predicted_timeline(model, hardware, plan)
+    if trace_path:
+        write_trace(trace_path, [timeline])
+    if timeline_path:
+        from perfmodel.plot import timeline_plot
+
+        timeline_plot([timeline], Path(timeline_path))
+    return list(timeline.notes)
 
 
 @cli.command()
@@ -444,7 +550,7 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 @click.option("--term", "terms", multiple=True, help="Only these terms (repeatable), e.g. comm/tp.")
 def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
     """Print the symbolic formulas of the step time and of each term, with the symbols' values."""
-    graph = layer_graph_inputs(kw)
+    graph = None if kw.get("from_config") else layer_graph_inputs(kw)
     if graph is not None:
         from perfmodel.explain import explain_grid_text
 
@@ -457,11 +563,24 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 
 
 @cli.command()
-@click.option("--model", "model", required=True, help="Model preset or spec file.")
+@click.option("--model", "model", default=None,
+              help="Model preset or spec file (required unless --from-config gives the model).")
+@click.option("--from-config", "from_config", type=click.Path(dir_okay=False), default=None,
+              help="The job's own config (as predict's): its stated choices are pinned, what it "
+                   "leaves open is searched (docs/configs.md).")
+@click.option("--emit-config", "emit_config", nargs=2, default=None,
+              type=(choice(("megatron", "torchtitan", "deepspeed")),
+                    click.Path(file_okay=False)),
+              help="Write the best plan as FORMAT's config (megatron, torchtitan, deepspeed) "
+                   "into the directory DIR.")
 @click.option("--hardware", default=None, help="Hardware preset or spec file.")
-@click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
-@click.option("--gpus", required=True, help="GPU count, or several separated by commas (e.g. 512,1024).")
-@click.option("--global-batch", type=whole(), required=True, help="Global batch [samples].")
+@click.option("--profile", default=None, type=click.Path(dir_okay=False),
+              help="Calibrated profile.")
+@click.option("--gpus", default=None,
+              help="GPU count, or several separated by commas (e.g. 512,1024); required unless "
+                   "--from-config gives the world size.")
+@click.option("--global-batch", type=whole(), default=None,
+              help="Global batch [samples]; required unless --from-config gives it.")
 @click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP)
 @click.option("--seq-len", type=int, default=None, help=SEQ_LEN_HELP)
 @click.option("--dp", type=whole(), default=None, help="Pin the data-parallel degree.")
@@ -508,23 +627,34 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
               help="How many plans to print.")
 @click.option("--what-if", "what_if", multiple=True,
-              help="Change the hardware and search again, e.g. inter_node.bandwidth_bytes_per_s=2x.")
-@click.option("--sensitivities", is_flag=True, help="Elasticity of the best plan's step time to each hardware parameter (sympy derivatives).")
+              help="Change the hardware and search again, e.g. "
+                   "inter_node.bandwidth_bytes_per_s=2x.")
+@click.option("--sensitivities", is_flag=True,
+              help="Elasticity of the best plan's step time to each hardware parameter (sympy "
+                   "derivatives).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
               help="Write every plan the search enumerates here, one per row, as the search "
                    "goes; a plan whose model states alone exceed the memory has evaluated=False "
                    "and no step time.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Time-memory Pareto front (PNG).")
-@click.option("--validate", is_flag=True, help="Run the best plan through `perfmodel validate` (scaled down).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Time-memory Pareto front (PNG).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a self-contained HTML report (best plans, breakdown, memory, timeline, "
+                   "runner-up, Pareto front).")
+@click.option("--validate", is_flag=True,
+              help="Run the best plan through `perfmodel validate` (scaled down).")
 @click.option("--validate-profile", type=click.Path(dir_okay=False), default=None,
               help="The calibrated profile of this machine, for --validate's prediction.")
-def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, global_batch: int,
+def recommend(model: str | None, from_config: str | None,
+              emit_config: tuple[str, str] | None, hardware: str | None, profile: str | None,
+              gpus: str | None, global_batch: int | None,
               dtype: str | None, seq_len: int | None, norm: str, contributors: str | None, top: int,
               what_if: tuple[str, ...],
               sensitivities: bool,
-              as_json: bool, csv_path: str | None, plot_path: str | None, validate: bool,
-              validate_profile: str | None, **pins: Any) -> None:
+              as_json: bool, csv_path: str | None, plot_path: str | None,
+              html_path: str | None, validate: bool, validate_profile: str | None,
+              **pins: Any) -> None:
     """Search every layout for the fastest plan that fits, and say why it wins."""
     from perfmodel.recommend import apply_what_if
     from perfmodel.recommend import recommend as run
@@ -532,25 +662,48 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
     from perfmodel.search import SearchRequest
     from perfmodel.specs.model import load_model
 
-    spec = noted_seq_len(load_model(model, seq_len=seq_len), seq_len)
+    if validate:  # refused before the search, not after it
+        from perfmodel.extras import require_torch
+
+        require_torch("recommend --validate")
     hw = resolve_hardware(hardware, profile)
+    job = None
+    if from_config:
+        spec, gpus, global_batch, dtype, job = _config_pins(from_config, model, seq_len, gpus,
+                                                            global_batch, dtype, pins)
+    else:
+        if not model:
+            raise click.UsageError("give --model (or --from-config)")
+        spec = noted_seq_len(load_model(model, seq_len=seq_len), seq_len)
+    if gpus is None or global_batch is None:
+        raise click.UsageError(f"give {'--gpus' if gpus is None else '--global-batch'}")
+    if emit_config:  # every framework written is 1d; DeepSpeed's Trainer data parallel only
+        pins["tp_layout"] = pins.get("tp_layout") or "1d"
+        if emit_config[0] == "deepspeed":
+            pins["tp"] = pins.get("tp") or 1
+            pins["pp"] = pins.get("pp") or 1
     try:
         gpu_counts = tuple(int(g) for g in gpus.split(","))
     except ValueError:
-        raise click.UsageError(f"--gpus must be whole numbers separated by commas, got '{gpus}'") from None
+        raise click.UsageError(
+            f"--gpus must be whole numbers separated by commas, got '{gpus}'") from None
     if any(not 1 <= g <= MAX_DEGREE for g in gpu_counts):
         raise click.UsageError(f"--gpus must be between 1 and {MAX_DEGREE:g}, got '{gpus}'")
     if getattr(spec, "kind", "") == "layers":
+        if html_path:
+            raise click.UsageError("--html reports transformer plans; a layer graph takes --json")
         _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm,
                         contributors or "auto")
         return
     if contributors is not None:
         raise click.UsageError("--contributors applies to layer-graph models (alexnet, vgg16, "
                                "resnet50, mlp or a 'kind: layers' file)")
+    spec.require_costed()
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
                                           "time_to_train" if pins.get("tokens") else "step_time")
     req = SearchRequest(gpus=gpu_counts, global_batch=global_batch,
-                        dtype=dtype or hw.default_dtype(), objective=objective, **pins)
+                        dtype=parse_option(Dtype, dtype or hw.default_dtype(), "dtype"),
+                        objective=parse_option(Objective, objective, "objective"), **pins)
     from perfmodel.files import atomic_file
     from perfmodel.predict import parameter_count
     from perfmodel.recommend import PlanCsv
@@ -559,7 +712,9 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
         csv_file = stack.enter_context(atomic_file(csv_path, what="plans CSV")) if csv_path \
             else None
         rec = run(spec, hw, req, top=top, on_chunk=PlanCsv(csv_file) if csv_file else None)
-    data = {"model": spec.name, "parameters": parameter_count(spec, hw, req.dtype),
+    parameters = parameter_count(spec, hw, req.dtype)
+    data = {"model": spec.name, "parameters": parameters,
+            "active_parameters": active_parameters(spec, parameters),
             **model_summary(spec), **rec.to_dict()}
     if rec.top and sensitivities:
         data["sensitivities"] = sens(spec, hw, rec.top[0].plan)
@@ -572,24 +727,38 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
                            "best": alt.to_dict()["plans"][0] if alt.top else None,
                            "speedup": (rec.top[0].step_time_s / alt.top[0].step_time_s)
                            if rec.top and alt.top else None}
+    if job is not None:
+        data["config"] = job.to_dict()
+    if emit_config and rec.top:
+        from perfmodel.configs.emit import emit_best
+
+        rank, written = emit_best(emit_config[0], emit_config[1], spec, hw, rec.top)
+        data["emitted"] = {"format": emit_config[0], "plan_rank": rank,
+                           "files": [str(p) for p in written]}
+        click.echo(f"wrote plan {rank} as {emit_config[0]}'s config: "
+                   f"{', '.join(map(str, written))}", err=True)
     require_finite(data, "the recommendation", f"{spec.name} on {hw.name}, {gpus} GPUs, "
                    f"global batch {global_batch}")
     if plot_path:
         from perfmodel.plot import pareto_plot
 
         pareto_plot(rec.result, Path(plot_path))
+    if html_path:
+        from perfmodel.htmlreport import recommendation_html, write_html
+
+        write_html(html_path, recommendation_html(rec, data))
     if validate and rec.top:
         local_hw = resolve_hardware(None, validate_profile) if validate_profile else hw
         if not validate_profile:
-            click.echo("note: --validate without --validate-profile predicts the local run with the "
-                       "GPU hardware; calibrate this machine (perfmodel calibrate run) for a fair "
-                       "comparison", err=True)
+            click.echo("note: --validate without --validate-profile predicts the local run with "
+                       "the GPU hardware; calibrate this machine (perfmodel calibrate run) for a "
+                       "fair comparison", err=True)
         report = _validate_best(spec, local_hw, rec.top[0].plan)
         data["validation"] = {k: report.get(k) for k in (
             "predicted_step_time_s", "measured_step_time_s", "relative_error", "ranks", "backend",
             "status", "scaled_from", "plan", "caveats")}
     if as_json:
-        click.echo(json_text(data, default=float))
+        click.echo(json_text(document("recommend", data), default=float))
     else:
         from perfmodel.render import print_recommendation
 
@@ -600,6 +769,54 @@ def recommend(model: str, hardware: str | None, profile: str | None, gpus: str, 
         sys.exit(4)
 
 
+# the plan fields a config may pin in recommend's search (perfmodel.search.SearchRequest)
+CONFIG_PINS = ("tp", "pp", "micro_batch", "schedule", "virtual_stages", "recompute",
+               "sequence_parallel", "zero", "placement", "tp_layout")
+
+
+def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | None,
+                 global_batch: int | None, dtype: str | None, pins: dict[str, Any]
+                 ) -> tuple[Any, str, int | None, str | None, Any]:
+    """recommend --from-config: the model, world size, global batch and dtype of the config, and
+    its stated plan choices as pins (in `pins`; a pin given on the command line too must agree).
+    What the config leaves open stays searched. Returns (model, gpus, global batch, dtype, job)."""
+    from perfmodel.configs import pad_vocab, read_config, resolve_model, resolve_plan
+
+    job = read_config(path)
+    spec = resolve_model(job, model, seq_len)
+    spec.require_costed()
+    counts = [int(g) for g in gpus.split(",")] if gpus else []
+    if len(counts) > 1:
+        raise click.UsageError("--from-config takes one --gpus (the job's world size)")
+    given = {"gpus": counts[0] if counts else None,
+             **{k: pins[k] for k in CONFIG_PINS if pins.get(k) is not None}}
+    if global_batch is not None:
+        given["global_batch"] = global_batch
+    if dtype is not None:
+        given["dtype"] = dtype
+    _, plan = resolve_plan(job, spec, given)
+    for key in CONFIG_PINS:
+        if key in job.pins:
+            pins[key] = plan[key]
+    for key in ("flash_attention", "overlap_grad_sync"):
+        if key in plan:
+            pins[key] = bool(plan[key]) or bool(pins.get(key))
+    if "tp" in job.pins:
+        spec = pad_vocab(job, spec, int(plan["tp"]))
+    elif job.vocab_multiple:
+        job.notes.append(f"tp is searched: the model keeps vocab {spec.vocab} (Megatron-LM pads "
+                         f"it to a multiple of {job.vocab_multiple} x tp)")
+    batch = plan["global_batch"] if "global_batch" in job.pins or global_batch else None
+    if batch is None:
+        raise click.UsageError(f"{path} gives no global batch: give --global-batch")
+    searched = [k for k in CONFIG_PINS if k not in job.pins and pins.get(k) is None]
+    job.notes.append("recommend pins the config's "
+                     f"{', '.join(f'{k} {plan[k]}' for k in CONFIG_PINS if k in job.pins)}; "
+                     f"searches {', '.join(searched) or 'nothing else'}")
+    print_job(job)
+    return spec, str(plan["gpus"]), batch, plan.get("dtype", dtype), job
+
+
 def _evaluated_csv(frame: Any, model: Any, hardware: Any) -> str:
     """recommend --csv: every evaluated plan. The search leaves the step time of a plan that does
     not fit in memory infinite (never ranked): an empty cell here; a plan that fits is finite."""
@@ -607,7 +824,8 @@ def _evaluated_csv(frame: Any, model: Any, hardware: Any) -> str:
 
     fits = frame["fits_in_memory"].astype(bool)
     require_finite(frame[fits], "an evaluated plan", f"{model.name} on {hardware.name}")
-    return frame.replace([np.inf, -np.inf], np.nan).to_csv(index=False)
+    text: str = frame.replace([np.inf, -np.inf], np.nan).to_csv(index=False)
+    return text
 
 
 def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], global_batch: int,
@@ -629,9 +847,9 @@ def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], glob
     feasible = [r for r in results if r.fits_in_memory]
     elapsed = time.perf_counter() - start
     if as_json:
-        click.echo(json_text({"plans": [r.to_dict() for r in feasible[:top]],
-                              "evaluated": len(results), "feasible": len(feasible),
-                              "search_time_s": elapsed}))
+        click.echo(json_text(document("recommend.grid", {
+            "plans": [r.to_dict() for r in feasible[:top]], "evaluated": len(results),
+            "feasible": len(feasible), "search_time_s": elapsed})))
     else:
         from perfmodel.render import print_grid_recommendation
 
@@ -648,21 +866,22 @@ def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
     hooks = {ep.name: ep for ep in entry_points(group="perfmodel.hooks")}
     if "validate_scaled" not in hooks:
         raise click.ClickException("--validate needs the validation package (pip install -e .)")
-    try:
-        validate_scaled = hooks["validate_scaled"].load()
-    except ImportError as exc:
-        raise click.ClickException(f"--validate needs torch ({exc})") from None
-    return validate_scaled(model, hardware, plan)
+    validate_scaled = hooks["validate_scaled"].load()  # torch: recommend checked it is here
+    report: dict[str, Any] = validate_scaled(model, hardware, plan)
+    return report
 
 
 @cli.command()
 @click.option("--op", required=True, type=choice(COLLECTIVE_OPS),
               help="The collective (nccl-tests' names).")
-@click.option("--bytes", "nbytes", required=True, help="Size in nccl-tests' convention, e.g. 1e9, 256MiB, 64KB.")
+@click.option("--bytes", "nbytes", required=True,
+              help="Size in nccl-tests' convention, e.g. 1e9, 256MiB, 64KB.")
 @click.option("--ranks", required=True, type=int, help="Ranks in the group.")
-@click.option("--ranks-per-node", type=int, default=None, help="Ranks of the group per node (default: GPUs per node).")
+@click.option("--ranks-per-node", type=int, default=None,
+              help="Ranks of the group per node (default: GPUs per node).")
 @click.option("--hardware", default=None, help="Hardware preset or file.")
-@click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
+@click.option("--profile", default=None, type=click.Path(dir_okay=False),
+              help="Calibrated profile.")
 @click.option("--algorithm", type=choice(COLLECTIVE_ALGORITHMS), default="auto", show_default=True,
               help="The algorithm (NCCL_ALGO); auto: the cheapest the hardware's library has.")
 @click.option("--protocol", type=choice(("auto", "simple", *LINK_PROTOCOLS)), default="auto",
@@ -679,7 +898,7 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
     result = predict_collective(op, parse_bytes(nbytes), ranks, hw, ranks_per_node, algorithm,
                                 protocol)
     if as_json:
-        click.echo(json_text(result))
+        click.echo(json_text(document("collective", result)))
     else:
         from perfmodel.render import print_collective
 
@@ -687,14 +906,17 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
 
 
 @cli.command()
-@click.option("--model", required=True, help="A layer-graph model: alexnet, vgg16, resnet50, mlp or a file.")
+@click.option("--model", required=True,
+              help="A layer-graph model: alexnet, vgg16, resnet50, mlp or a file.")
 @click.option("--hardware", default=None, help="Hardware preset or file.")
-@click.option("--profile", default=None, type=click.Path(dir_okay=False), help="Calibrated profile.")
+@click.option("--profile", default=None, type=click.Path(dir_okay=False),
+              help="Calibrated profile.")
 @click.option("--gpus", type=whole(), required=True, help="GPU count.")
 @click.option("--global-batch", type=whole(), required=True, help="Global batch [samples].")
 @click.option("--pr", type=whole(), default=1, show_default=True,
               help="Ranks splitting each layer.")
-@click.option("--best-pr", is_flag=True, help="For every point, take the fastest Pr x Pc split instead.")
+@click.option("--best-pr", is_flag=True,
+              help="For every point, take the fastest Pr x Pc split instead.")
 @click.option("--norm", type=choice(NORMS), default="local",
               show_default=True, help="Batch norm local to a rank, synchronized, or group norm.")
 @click.option("--collective-variant", type=choice(VARIANTS), default="fused",
@@ -705,9 +927,11 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
 @click.option("--dtype", type=choice(Dtype), default=Dtype.FP32.value,
               show_default=True, help="Training precision.")
 @click.option("--vary", multiple=True, required=True,
-              help="FIELD=V1,V2,...: peak_flops_per_s (node FLOP rate), memory_bandwidth_bytes_per_s, "
-                   "inter_node.bandwidth_bytes_per_s, intra_node.bandwidth_bytes_per_s, gpus, global_batch. Repeatable.")
-@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON records.")
+              help="FIELD=V1,V2,...: peak_flops_per_s (node FLOP rate), "
+                   "memory_bandwidth_bytes_per_s, inter_node.bandwidth_bytes_per_s, "
+                   "intra_node.bandwidth_bytes_per_s, gpus, global_batch. Repeatable.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: the table as rows (docs/json.md).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
               help="Write the table here (CSV).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
@@ -715,25 +939,27 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
 def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, global_batch: int,
           pr: int, best_pr: bool, norm: str, collective_variant: str, contributors: str,
           dtype: str,
-          vary: tuple[str, ...], as_json: bool, csv_path: str | None, plot_path: str | None) -> None:
+          vary: tuple[str, ...], as_json: bool, csv_path: str | None,
+          plot_path: str | None) -> None:
     """Sweep a layer graph (CNN/MLP) over node FLOP rate, memory bandwidth, node count, link
     bandwidth and batch size (Castelló et al. 2019's analysis of model parallelism for CNNs): a
     table and a plot."""
-    from perfmodel.layerwise import GridPlan
+    from perfmodel.layerwise import Contributors, GridPlan, Norm, Variant
     from perfmodel.layerwise import sweep as run_sweep
     from perfmodel.specs.layers import LayerGraphSpec
     from perfmodel.specs.model import load_model
 
     spec = load_model(model)
     if not isinstance(spec, LayerGraphSpec):
-        raise click.UsageError("sweep takes a layer-graph model (alexnet, vgg16, resnet50, mlp or a "
-                               "'kind: layers' file)")
+        raise click.UsageError("sweep takes a layer-graph model (alexnet, vgg16, resnet50, mlp or "
+                               "a 'kind: layers' file)")
     hw = resolve_hardware(hardware, profile)
     if gpus % pr:
         raise click.UsageError(f"--pr ({pr}) must divide --gpus ({gpus})")
     values = {field: numbers for field, numbers in (_vary(item, hw) for item in vary)}
-    plan = GridPlan(pr=pr, pc=gpus // pr, global_batch=global_batch, norm=norm,
-                    variant=collective_variant, contributors=contributors, dtype=dtype)
+    plan = GridPlan(pr=pr, pc=gpus // pr, global_batch=global_batch, norm=Norm(norm),
+                    variant=Variant(collective_variant), contributors=Contributors(contributors),
+                    dtype=dtype)
     frame = run_sweep(spec, hw, plan, values, best_pr=best_pr)
     require_finite(frame, "the sweep", f"{spec.name} on {hw.name}")
     if csv_path:
@@ -745,7 +971,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
 
         sweep_plot(frame, list(values), Path(plot_path), title=f"{spec.name} on {hw.name}")
     if as_json:
-        click.echo(json_text(frame.to_dict(orient="records")))
+        click.echo(json_text(document("sweep", {"rows": frame.to_dict(orient="records")})))
     else:
         from perfmodel.render import print_frame
 
@@ -836,6 +1062,13 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except Exception as exc:  # a bug: say so in one line; --debug shows the traceback
         if debug:
             raise
-        click.echo(f"internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)",
-                   err=True)
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "torch":
+            # a command path that needs torch without saying so first (perfmodel.extras)
+            from perfmodel.extras import command_of, missing_torch_message
+
+            command = command_of(argv if argv is not None else sys.argv[1:])
+            click.echo(f"error: {missing_torch_message(command)}", err=True)
+            sys.exit(EXIT_USAGE)
+        click.echo(f"internal error: {type(exc).__name__}: {exc} "
+                   "(run with --debug for a traceback)", err=True)
         sys.exit(EXIT_INTERNAL)

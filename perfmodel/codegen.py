@@ -197,8 +197,8 @@ def _number(node: Any) -> tuple[str, bool]:
         return f"{NUMPY}.nan", True
     if node is sp.zoo:
         raise Unsupported("complex infinity")
-    value = float(node)
-    return repr(value), value >= 0
+    number = float(node)
+    return repr(number), number >= 0
 
 
 def _count_uses(exprs: Sequence[Any]) -> dict[Any, int]:

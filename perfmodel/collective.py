@@ -8,11 +8,12 @@ from functools import lru_cache
 from typing import Any
 
 from perfmodel.errors import PlanError
-from perfmodel.output import require_finite
+from perfmodel.output import fmt_bytes, require_finite
 from perfmodel.specs.hardware import HardwareSpec
 
 _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30}
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+          "k": 2**10, "m": 2**20, "g": 2**30}
 
 
 MAX_BYTES = 2.0**60  # one collective of more than an exbibyte per rank is a typo, not a plan
@@ -89,7 +90,8 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
         raise PlanError(f"--ranks must be between 1 and 1e8, got {ranks}")
     per_node = ranks_per_node if ranks_per_node is not None else min(ranks, hardware.gpus_per_node)
     if per_node < 1 or per_node > ranks or ranks % per_node:
-        raise PlanError(f"--ranks-per-node must divide --ranks ({ranks}) and be >= 1, got {per_node}")
+        raise PlanError(f"--ranks-per-node must divide --ranks ({ranks}) and be >= 1, "
+                        f"got {per_node}")
     if per_node > hardware.gpus_per_node:
         raise PlanError(f"--ranks-per-node ({per_node}) exceeds the hardware's gpus_per_node "
                         f"({hardware.gpus_per_node})")
@@ -133,8 +135,9 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
     for alg, proto in choices:
         names, fn = _compiled(op, scope, alg, proto, fitted, library, features)
         times[alg, proto] = float(fn(*(values[name] for name in names)))
-    (best, best_protocol), t = min(times.items(), key=lambda kv: kv[1])
-    by_algorithm = {}
+    (best, fastest_protocol), t = min(times.items(), key=lambda kv: kv[1])
+    best_protocol: str | None = fastest_protocol
+    by_algorithm: dict[str, float] = {}
     for (alg, _), value in times.items():
         by_algorithm[alg] = min(value, by_algorithm.get(alg, math.inf))
     if fits:
@@ -152,6 +155,6 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
         "by_option_s": {} if fits else {f"{a}/{p}": v for (a, p), v in times.items()},
         "hardware": hardware.name,
     }
-    require_finite(result, "the collective's time", f"{op} of {nbytes:g} B over {ranks} ranks "
-                   f"on {hardware.name}")
+    require_finite(result, "the collective's time",
+                   f"{op} of {fmt_bytes(nbytes)} over {ranks} ranks on {hardware.name}")
     return result

@@ -74,7 +74,8 @@ def _ranks_per_node(n: np.ndarray, stride: np.ndarray, gpus_per_node: int) -> np
     """Ranks of one group inside one node: a group of n ranks `stride` apart (ranks numbered
     node by node) has min(n, G / stride) of them in a node, 1 once stride >= G."""
     k = np.where(stride >= gpus_per_node, 1, gpus_per_node // np.maximum(stride, 1))
-    return np.maximum(1, np.minimum(n, k))
+    ranks: np.ndarray = np.maximum(1, np.minimum(n, k))
+    return ranks
 
 
 def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:

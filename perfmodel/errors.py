@@ -34,6 +34,14 @@ class OutputError(PerfmodelError):
     exit_code = 7
 
 
+class MissingExtraError(PerfmodelError):
+    """A command needs an optional dependency that is not installed (torch, for `calibrate run`,
+    `validate` and `recommend --validate`): the message names the extra that brings it. A usage
+    error: the command cannot be used as installed."""
+
+    exit_code = 2
+
+
 class InternalError(PerfmodelError):
     """perfmodel computed what it must not print (a NaN or an infinity): a bug, not the user's."""
 

@@ -38,7 +38,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     (what `perfmodel explain` prints)."""
     from perfmodel.family import Family
 
-    fixed = dict(algorithm=hardware.collective_algorithm,
+    fixed: dict[str, Any] = dict(algorithm=hardware.collective_algorithm,
                  fits=frozenset((fit.op, fit.scope, fit.algorithm) for fit in hardware.collectives),
                  collective_library=hardware.collective_library,
                  link_features=link_features(hardware),
@@ -112,11 +112,12 @@ def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:
         return {f"states:{st}": sum(terms[k] for k in STATES)
                 for st, terms in built.memory_terms.items()}
     if which == "search":
-        out = {"step_time": built.step_time,
-               "q:model_flops_per_step": built.quantities["model_flops_per_step"]}
-        out.update({f"memory:{st}": sum(terms.values()) for st, terms in built.memory_terms.items()})
+        out: dict[str, Any] = {"step_time": built.step_time,
+                               "q:model_flops_per_step": built.quantities["model_flops_per_step"]}
+        out.update({f"memory:{st}": sum(terms.values())
+                    for st, terms in built.memory_terms.items()})
         return out
-    out: dict[str, Any] = {"step_time": built.step_time}
+    out = {"step_time": built.step_time}
     out.update({f"time:{k}": v for k, v in built.time_terms.items()})
     out.update({f"stage_time:{k}": v for k, v in built.stage_time.items()})
     for stage, terms in built.memory_terms.items():
@@ -228,12 +229,26 @@ def _built(family: Any) -> Any:
 def _source(family: Any, which: str) -> str:
     """The numpy source of a family's outputs: META (argument and output names) and
     `family(*args)` (perfmodel.codegen; sympy.lambdify for a node codegen cannot print)."""
+    return outputs_source(outputs_of(_built(family), which))
+
+
+def compile_outputs(family: Any, name: str,
+                    outputs: Callable[[Any], Mapping[str, Any]]) -> Compiled:
+    """Compile other outputs of a family's built model (`outputs(built)`: name -> expression),
+    cached on disk like compile_family's under `name` (e.g. perfmodel.timeline's pass times)."""
+    key = hashlib.sha256(f"{family!r}/{name}".encode()).hexdigest()[:20]
+    namespace = cached(key, lambda: outputs_source(outputs(_built(family))))
+    meta = namespace["META"]
+    return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"])
+
+
+def outputs_source(outputs: Mapping[str, Any]) -> str:
+    """The numpy source of named expressions (see _source)."""
     import sympy as sp
 
     from perfmodel import codegen
     from perfmodel import symbols as S
 
-    outputs = outputs_of(_built(family), which)
     exprs = [sp.sympify(e) for e in outputs.values()]
     table = S.table()
     used = set().union(*(e.free_symbols for e in exprs))

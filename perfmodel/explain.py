@@ -85,8 +85,8 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     for sym in sorted(used, key=lambda s_: s_.name):
         name, meaning = by_sym.get(sym, (sym.name, ""))
         label = sp.latex(sym) if latex else sym.name
-        value = f"{values[name]:<14.6g}" if name in values else f"{'-':<14}"  # never 'nan'
-        lines.append(f"  {label:>22} = {value} {meaning}")
+        shown = f"{values[name]:<14.6g}" if name in values else f"{'-':<14}"  # never 'nan'
+        lines.append(f"  {label:>22} = {shown} {meaning}")
     return "\n".join(lines)
 
 

@@ -75,7 +75,8 @@ class GridPlan:
         if self.dtype not in ("fp32", "tf32", "bf16", "fp16"):
             raise PlanError(f"dtype must be one of fp32, tf32, bf16, fp16, got '{self.dtype}'")
         if self.global_batch % self.pc:
-            raise PlanError(f"global_batch ({self.global_batch}) must be divisible by pc ({self.pc})")
+            raise PlanError(
+                f"global_batch ({self.global_batch}) must be divisible by pc ({self.pc})")
 
     @property
     def gpus(self) -> int:
@@ -251,7 +252,8 @@ def build_terms(model: LayerGraphSpec, fam: Any, norm: Norm | None = None,
             fwd += t
             bwd += 2 * t
             if layer.kind == "norm":
-                comm_norm += sync_flag * 2 * group_time("all_reduce", 2 * 4 * layer.channels, "dp", fam)
+                comm_norm += sync_flag * 2 * group_time("all_reduce", 2 * 4 * layer.channels,
+                                                        "dp", fam)
             if layer.params:
                 comm_dp += group_time("all_reduce", 4 * layer.params, "dp", fam)
                 params_local += layer.params
@@ -286,11 +288,11 @@ def _as_transformer_plan(plan: GridPlan) -> tuple[Any, Any]:
     """The link model's view of a grid: Pr on the "tp" axis, Pc on "dp" (a placeholder
     transformer supplies the symbols the layer graph does not use)."""
     from perfmodel.specs.model import TransformerSpec
-    from perfmodel.strategy import Plan
+    from perfmodel.strategy import Dtype, Plan
 
     dummy = TransformerSpec(name="-", layers=1, hidden=1, heads=1, seq_len=1, vocab=1)
     proxy = Plan(gpus=plan.gpus, tp=plan.pr, dp=plan.pc, global_batch=plan.global_batch,
-                 micro_batch=plan.global_batch // plan.pc, dtype=plan.dtype)
+                 micro_batch=plan.global_batch // plan.pc, dtype=Dtype(plan.dtype))
     return dummy, proxy
 
 
@@ -367,8 +369,8 @@ def communication_in_pr(model: LayerGraphSpec, gpus: int, global_batch: int,
 
     how = _enum(Contributors, contributors, "contributors")
     Pr = sp.Symbol("P_r", positive=True)
-    P, Bt, alpha, beta = sp.Integer(gpus), sp.Integer(global_batch), *sp.symbols("alpha beta",
-                                                                                 positive=True)
+    P, Bt = sp.Integer(gpus), sp.Integer(global_batch)
+    alpha, beta = sp.symbols("alpha beta", positive=True)
     Pc = P / Pr
     e = bytes_per_element
     total = sp.Integer(0)
@@ -400,7 +402,8 @@ def communication_in_pr(model: LayerGraphSpec, gpus: int, global_batch: int,
     return {"total": total, "pr": Pr, "alpha": alpha, "beta": beta, "closed_form": closed}
 
 
-def exact_minimiser(comm: dict[str, Any], gpus: int, alpha: float, beta: float) -> tuple[int, float]:
+def exact_minimiser(comm: dict[str, Any], gpus: int, alpha: float,
+                    beta: float) -> tuple[int, float]:
     import sympy as sp
 
     f = sp.lambdify(comm["pr"], comm["total"].subs({comm["alpha"]: alpha, comm["beta"]: beta}))
@@ -420,9 +423,10 @@ def sweep(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan,
     keys = list(vary)
     rows = []
     for combo in itertools.product(*(vary[k] for k in keys)):
-        hw, kw = hardware, {"pr": plan.pr, "pc": plan.pc, "global_batch": plan.global_batch,
-                            "norm": plan.norm, "variant": plan.variant,
-                            "contributors": plan.contributors, "dtype": plan.dtype}
+        hw = hardware
+        kw: dict[str, Any] = {"pr": plan.pr, "pc": plan.pc, "global_batch": plan.global_batch,
+                              "norm": plan.norm, "variant": plan.variant,
+                              "contributors": plan.contributors, "dtype": plan.dtype}
         for key, value in zip(keys, combo, strict=True):
             if key == "gpus":
                 if int(value) % plan.pr:

@@ -7,6 +7,13 @@ the specs' physical ranges (perfmodel.specs.*.BOUNDS) refuse it first, as a spec
 
 `json_text` is the one JSON writer of every command's --json output: strict JSON (RFC 8259 has
 no NaN or Infinity, which Python's json writes by default and strict parsers refuse).
+
+`document` puts the "schema" field first in a --json document: "perfmodel.KIND/VERSION", whose
+JSON Schema perfmodel.schemas builds and docs/schemas/KIND.json publishes (docs/json.md: an
+added field keeps the version; a renamed, removed or retyped field bumps it).
+
+`fmt_bytes` is how every text output writes a size: binary units (KiB, MiB, GiB, TiB), never a
+raw count like 3.277e+04 B.
 """
 
 from __future__ import annotations
@@ -60,6 +67,32 @@ def require_finite(data: Any, what: str, context: str = "") -> None:
     raise InternalError(f"{what} is not finite ({named}{more}){where}; please report it")
 
 
+# the kinds of --json document and their versions (perfmodel.schemas, docs/json.md)
+SCHEMA_VERSIONS = {
+    "predict": 1, "predict.grid": 1, "predict.batch": 1, "recommend": 1, "recommend.grid": 1,
+    "collective": 1, "sweep": 1, "presets": 1, "validate": 1, "validate.dry-run": 1,
+}
+
+
+def schema_id(kind: str) -> str:
+    """'perfmodel.KIND/VERSION', the value of a document's "schema" field."""
+    return f"perfmodel.{kind}/{SCHEMA_VERSIONS[kind]}"
+
+
+def document(kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """data as a --json document of kind: its "schema" field first, then data's fields."""
+    return {"schema": schema_id(kind), **{k: v for k, v in data.items() if k != "schema"}}
+
+
+def fmt_bytes(n: float, signed: bool = False) -> str:
+    """A size in binary units: 512 B, 32.00 KiB, 1.50 GiB (with its sign when signed)."""
+    sign = "+" if signed else ""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:{sign}.2f} {unit}"
+    return f"{n:{sign}.0f} B"
+
+
 def _plain(value: Any) -> Any:
     """JSON for what json does not know: numpy and sympy numbers, arrays, paths, enums."""
     if isinstance(value, enum.Enum):
@@ -92,4 +125,5 @@ def json_text(data: Any, *, indent: int | None = 2,
         raise  # a non-finite value that non_finite cannot reach (inside an object's default)
 
 
-__all__ = ["json_text", "non_finite", "require_finite"]
+__all__ = ["SCHEMA_VERSIONS", "document", "fmt_bytes", "json_text", "non_finite", "require_finite",
+           "schema_id"]

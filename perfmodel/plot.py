@@ -17,6 +17,8 @@ Charts and what they draw:
 - predicted_vs_measured_axes: predicted against measured step time over many runs (reports or
   the history CSV `perfmodel validate` appends to)
 - sweep_figure: a layer-graph sweep (step time and communication share against one field)
+- timeline_axes, timeline_figure: Gantt charts of perfmodel.timeline timelines (predicted, and
+  measured beside it for validate)
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.errors import DataError
-from perfmodel.files import read_text_bounded
+from perfmodel.files import read_text_bounded, write_atomic
 
 GiB = 2**30
 _FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -59,8 +61,6 @@ def figure_bytes(fig: Any, fmt: str = "png") -> bytes:
 
 def save_figure(fig: Any, path: str | Path) -> Path:
     """Render to memory, then write the file atomically: never a half-written image."""
-    from perfmodel.files import write_atomic
-
     path = Path(path)
     write_atomic(path, figure_bytes(fig, _FORMATS.get(path.suffix.lower(), "png")), what="plot")
     return path
@@ -521,6 +521,70 @@ def predicted_vs_measured_axes(data: Any, ax: Any = None, band: float = 0.2,
     return ax
 
 
+# --- timelines (perfmodel.timeline) -------------------------------------------------------------
+
+TIMELINE_COLORS = {"forward": "tab:blue", "recompute": "tab:orange", "backward": "tab:green",
+                   "weight": "tab:purple", "bubble": "#dddddd", "sync": "tab:red",
+                   "step": "tab:olive"}
+
+
+def timeline_axes(timeline: Any, ax: Any = None, end_s: float | None = None) -> Any:
+    """A Gantt chart of one perfmodel.timeline.Timeline: one row per track of each process (top
+    to bottom as listed), one bar per span [ms], coloured by its category (the pass, the bubble,
+    the step's sync and optimizer); a dashed line at the predicted step time where given."""
+    for attr in ("processes", "spans", "threads", "step_time_s"):
+        if not hasattr(timeline, attr):
+            raise TypeError(f"timeline_axes needs a perfmodel.timeline.Timeline; got "
+                            f"{type(timeline).__name__} without {attr}")
+    rows = [(proc, thread) for proc in timeline.processes for thread in timeline.threads(proc)]
+    ax = _axes(ax, 11, 0.22 * len(rows) + 1.2)
+    index = {row: i for i, row in enumerate(rows)}
+    bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    for s in timeline.spans:
+        bars.setdefault((index[(s.process, s.thread)], s.category), []).append(
+            (s.start_s * 1e3, s.duration_s * 1e3))
+    per_row: dict[int, int] = {}
+    for (row, _), xs in bars.items():
+        per_row[row] = per_row.get(row, 0) + len(xs)
+    crowded = max(per_row.values(), default=0) > 150  # white edges would wash the colours out
+    for (row, category), xs in sorted(bars.items()):
+        ax.broken_barh(xs, (row - 0.4, 0.8), facecolors=TIMELINE_COLORS.get(category, "tab:gray"),
+                       edgecolor="white", linewidth=0.0 if crowded else 0.3)
+    ax.set_yticks(range(len(rows)), [f"{p}: {t}" for p, t in rows], fontsize=6)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    predicted = getattr(timeline, "predicted_step_time_s", None)
+    if predicted:
+        ax.axvline(predicted * 1e3, color="black", ls="--", lw=0.8, label="predicted step")
+    ax.set_xlim(0, 1.02e3 * max(end_s or 0.0, timeline.step_time_s, predicted or 0.0))
+    ax.set_xlabel("time in the step [ms]")
+    ax.set_title(f"{timeline.title}: {timeline.step_time_s * 1e3:.4g} ms", fontsize=9)
+    shown = sorted({c for _, c in bars}, key=lambda c: list(TIMELINE_COLORS).index(c)
+                   if c in TIMELINE_COLORS else len(TIMELINE_COLORS))
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=TIMELINE_COLORS.get(c, "tab:gray"), label=c) for c in shown]
+    if predicted:
+        handles += ax.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return ax
+
+
+def timeline_figure(timelines: Any) -> Any:
+    """One Gantt chart per timeline, stacked on one time axis (predicted above measured)."""
+    timelines = list(timelines)
+    if not timelines:
+        raise DataError("timeline_figure: no timeline to draw")
+    end = max(max(t.step_time_s, t.predicted_step_time_s or 0.0) for t in timelines)
+    heights = [0.22 * sum(len(t.threads(p)) for p in t.processes) + 1.2 for t in timelines]
+    fig = new_figure(12, min(sum(heights), 60.0))
+    axes = fig.subplots(len(timelines), 1, sharex=True, squeeze=False,
+                        gridspec_kw={"height_ratios": heights})[:, 0]
+    for tl, ax in zip(timelines, axes, strict=True):
+        timeline_axes(tl, ax, end_s=end)
+    fig.tight_layout()
+    return fig
+
+
 # --- the CLI's --plot: render and write atomically ------------------------------------------------
 
 
@@ -559,3 +623,8 @@ def validation_plot(report: Mapping[str, Any], path: str | Path) -> Path:
 
 def history_plot(data: Any, path: str | Path) -> Path:
     return save_figure(_figure_of(predicted_vs_measured_axes(data)), path)
+
+
+def timeline_plot(timelines: Any, path: str | Path) -> Path:
+    """`perfmodel predict --timeline`, `perfmodel validate --timeline`."""
+    return save_figure(timeline_figure(timelines), path)

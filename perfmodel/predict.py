@@ -57,11 +57,21 @@ class Prediction:
             "memory_breakdown_bytes": dict(self.memory_breakdown_bytes),
             "bottleneck_stage": self.bottleneck_stage,
             "parameters": self.parameters,
+            "active_parameters": self.active_parameters,
             "micro_batches": self.micro_batches,
             "plan": self.plan.to_dict(),
             "model": self.model.name,
             "hardware": self.hardware.name,
         }
+
+    @property
+    def active_parameters(self) -> float:
+        """The parameters one token's forward pass uses (perfmodel.params): `parameters` for a
+        dense model, less the routed experts a token is not sent to for a mixture of experts."""
+        from perfmodel.params import parameter_counts
+
+        counts = parameter_counts(self.model)
+        return self.parameters if not counts.sparse else float(counts.active)
 
     def breakdown_frame(self) -> pd.DataFrame:
         """The time breakdown as a DataFrame: term, seconds, share of the step."""
@@ -79,11 +89,13 @@ class Prediction:
 
 def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | Path,
                    plan: Plan | dict[str, Any]) -> tuple[TransformerSpec, HardwareSpec, Plan]:
-    model = load_model(model)
-    if not isinstance(model, TransformerSpec):
-        raise PlanError(f"model '{model.name}' is a layer graph (CNN/MLP): predict it on a Pr x Pc "
+    spec = load_model(model)
+    if not isinstance(spec, TransformerSpec):
+        raise PlanError(f"model '{spec.name}' is a layer graph (CNN/MLP): predict it on a Pr x Pc "
                         "grid (perfmodel predict --pr R --pc C, or "
                         "perfmodel.layerwise.predict_grid)")
+    model = spec
+    model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     hardware = load_hardware(hardware)
     plan = plan if isinstance(plan, Plan) else plan_from_dict(dict(plan))
     plan.check(model)

@@ -14,6 +14,7 @@ from perfmodel.search import Scored, SearchRequest, SearchResult, divisors, sear
 from perfmodel.specs.hardware import HardwareSpec, hardware_from_dict
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
+from perfmodel.strategy import Objective
 
 COMM_TERMS = ("comm/tp", "comm/dp", "pipeline/p2p")
 
@@ -26,10 +27,14 @@ class Recommendation:
 
     def to_dict(self) -> dict[str, Any]:
         r = self.result
+        req = r.request
         plans = []
         for i, p in enumerate(self.top):
             entry = p.to_dict()
             entry["objective"] = float(r.best.objective[i])
+            entry["objective_name"] = req.objective.value
+            entry["gpus"] = p.plan.gpus
+            entry.update(training_budget(req, p))
             plans.append(entry)
         return {
             "plans": plans,
@@ -37,7 +42,10 @@ class Recommendation:
             "enumerated": int(r.enumerated),
             "feasible": int(r.feasible),
             "search_time_s": r.search_time_s,
-            "objective": r.request.objective.value,
+            "objective": req.objective.value,
+            "objective_unit": objective_unit(req),
+            "tokens": req.tokens,
+            "gpu_hour_price": req.gpu_hour_price,
             "memory_margin": r.request.memory_margin,
             "memory_limit_bytes": r.capacity_bytes,
             "explanation": self.explanation,
@@ -48,6 +56,7 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
               on_chunk: Callable[[Scored], None] | None = None) -> Recommendation:
     """Search, predict the `top` best plans one by one (perfmodel.predict, Plan.check included)
     and explain the best. on_chunk: see perfmodel.search.search."""
+    model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     result = search(model, hardware, req, top=top, on_chunk=on_chunk)
     if not len(result.best):
         reason = infeasible_reason(model, hardware, req, result)
@@ -56,12 +65,40 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
     return Recommendation(result, best_plans, explain_best(model, hardware, result, best_plans))
 
 
+def objective_unit(req: SearchRequest) -> str:
+    """The unit of a plan's "objective": seconds (per step or to train the token budget), or
+    the units of --gpu-hour-price (for the budget, or for one step without --tokens)."""
+    if req.objective is not Objective.COST:
+        return "s"
+    return "price units" if req.tokens else "price units per step"
+
+
+def training_budget(req: SearchRequest, p: Prediction) -> dict[str, float]:
+    """What the token budget (--tokens) takes with the plan and what it costs (--gpu-hour-price),
+    as perfmodel.search.objective_of ranks them:
+        steps_to_train = tokens / (global batch x sequence length)
+        time_to_train_s = steps_to_train x step time
+        gpu_hours = time_to_train_s / 3600 x GPUs
+        cost = gpu_hours x price;  cost_per_step = step time / 3600 x GPUs x price
+    Only what the request gives: nothing without --tokens and --gpu-hour-price."""
+    out: dict[str, float] = {}
+    if req.tokens:
+        steps = req.tokens / (p.plan.global_batch * p.model.seq_len)
+        out.update(steps_to_train=steps, time_to_train_s=steps * p.step_time_s,
+                   gpu_hours=steps * p.step_time_s / 3600 * p.plan.gpus)
+    if req.gpu_hour_price:
+        out["cost_per_step"] = p.step_time_s / 3600 * p.plan.gpus * req.gpu_hour_price
+        if req.tokens:
+            out["cost"] = out["gpu_hours"] * req.gpu_hour_price
+    return out
+
+
 def memory_limit_line(result: SearchResult) -> str:
     """The memory a recommended plan may use, and why it is less than the GPU's."""
     r = result.request
     return (f"memory limit {result.capacity_bytes / 2**30:.1f} GiB per GPU: memory_margin "
-            f"{r.memory_margin:.0%} kept free for allocator fragmentation and communication "
-            f"buffers (--memory-margin)")
+            f"{r.memory_margin:.0%} kept free for allocator fragmentation and buffers "
+            f"(--memory-margin)")
 
 
 class PlanCsv:
@@ -163,7 +200,7 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         return {"binding": "pins" if pins and n else "divisibility", "reason": reason,
                 "nearest": []}
     rows, evaluated = result.nearest, result.evaluated > 0
-    nearest = []
+    nearest: list[dict[str, Any]] = []
     for i in range(len(rows)):  # the leanest plan of each of the three leanest labels
         p = result.plan(rows, i)
         label = _short(p)

@@ -1,22 +1,42 @@
-"""Readable output for the terminal (rich tables)."""
+"""Readable output for the terminal (rich tables).
+
+Width: a terminal's own (rich reads COLUMNS, then asks the terminal); in a pipe or a file,
+COLUMNS when it is set, else 100 columns. Tables wider than that are laid out again (recommend's
+plans: one table, then two, then two without vertical rules) rather than cut; text wraps between
+words.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Sequence
 from typing import Any
 
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
-from perfmodel.output import json_text
+from perfmodel.output import document, fmt_bytes, json_text
 from perfmodel.predict import Prediction
 
+PIPE_WIDTH = 100  # columns of output that goes to a pipe or a file, when COLUMNS is not set
+MIN_WIDTH = 40  # narrower than this, rich cuts words: lay out for 40 columns
 
-def _console() -> Console:
-    import sys
 
-    # piped output is not cut to 80 columns: tables stay whole in files and logs
-    width = None if sys.stdout.isatty() else 200
-    return Console(highlight=False, soft_wrap=False, width=width)
+def console_width() -> int | None:
+    """The width to lay output out for: None in a terminal (rich takes COLUMNS, else the
+    terminal's size); in a pipe or a file, COLUMNS when it is a whole number, else PIPE_WIDTH."""
+    if sys.stdout.isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "").strip()
+    return max(MIN_WIDTH, int(columns)) if columns.isdigit() else PIPE_WIDTH
+
+
+def console() -> Console:
+    """The console every command prints its tables with (console_width's width)."""
+    return Console(highlight=False, soft_wrap=False, width=console_width())
 
 
 def fmt_seconds(t: float) -> str:
@@ -27,11 +47,20 @@ def fmt_seconds(t: float) -> str:
     return f"{t * 1e6:.1f} us"
 
 
-def fmt_bytes(n: float) -> str:
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f} B"
+def fmt_duration(t: float) -> str:
+    """A time to train: seconds below 2 minutes, then minutes, hours, days."""
+    if t < 120:
+        return fmt_seconds(t)
+    if t < 2 * 3600:
+        return f"{t / 60:.1f} min"
+    if t < 2 * 86400:
+        return f"{t / 3600:.1f} h"
+    return f"{t / 86400:,.1f} days"
+
+
+def fmt_price(x: float) -> str:
+    """A price in the units of --gpu-hour-price: whole units from 100 on, else cents."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.2f}"
 
 
 def fmt_count(n: float) -> str:
@@ -45,25 +74,63 @@ def fmt_count(n: float) -> str:
 
 def model_line(name: str, source: str, parameters: float, seq_len: int, seq_len_from: str) -> str:
     """The header line naming the model: where it was read, its parameters, its sequence length
-    and where that length came from."""
-    return (f"model {name} from {source or 'Python'}: {fmt_count(parameters)} parameters, "
-            f"sequence length {seq_len} (from {seq_len_from or 'the model'})")
+    and where that length came from (when not from the same place as the model)."""
+    source = source or "Python"
+    origin = "" if seq_len_from in ("", source) else f" (from {seq_len_from})"
+    return (f"model {name} from {source}: {fmt_count(parameters)} parameters, "
+            f"sequence length {seq_len}{origin}")
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
+
+
+def _value(option: Any) -> str:
+    """An enum option's name as the command line spells it."""
+    return str(getattr(option, "value", option))
+
+
+def layout_text(plan: Any) -> str:
+    """The tensor layout of a plan: 1d (Megatron), 2d, 2.5d with its depth, 3d."""
+    layout = _value(plan.tp_layout)
+    return f"{layout} d={plan.tp_depth}" if plan.tp_depth > 1 else layout
+
+
+def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
+    """The header of a prediction under the model line (which names the sequence length): the
+    hardware and precision, the layout (degrees, tensor layout, placement, sequence parallelism,
+    ZeRO) and the schedule (micro-batch, global batch, recompute, options)."""
+    layout = [f"dp={p.dp} tp={p.tp} pp={p.pp}", f"tensor layout {layout_text(p)}",
+              f"placement {','.join(p.placement)}"]
+    if p.sequence_parallel:
+        layout.append("sequence parallel")
+    if p.zero:
+        layout.append(f"ZeRO-{p.zero}")
+    schedule = [_value(p.schedule) + (f" v={p.virtual_stages}" if p.virtual_stages > 1 else ""),
+                f"micro-batch {p.micro_batch}",
+                f"global batch {p.global_batch} "
+                f"({_plural(micro_batches, 'micro-batch', 'micro-batches')})",
+                f"recompute {_value(p.recompute)}"]
+    if p.flash_attention:
+        schedule.append("flash attention")
+    if p.overlap_grad_sync:
+        schedule.append("gradient sync overlapped")
+    return [f"hardware: [bold]{p.gpus} x {hardware.gpu_name}[/] ({hardware.name}), "
+            f"{_value(p.dtype)}",
+            "layout: " + ", ".join(layout), "schedule: " + ", ".join(schedule)]
 
 
 def print_prediction(r: Prediction) -> None:
-    con = _console()
+    con = console()
     p = r.plan
     m = r.model
     con.print(model_line(m.name, m.origin, r.parameters, m.seq_len, m.seq_len_from), markup=False)
-    con.print(f"[bold]{r.model.name}[/] on [bold]{p.gpus} x {r.hardware.gpu_name}[/] "
-              f"({r.hardware.name}): dp={p.dp} tp={p.tp} pp={p.pp}, micro-batch {p.micro_batch}, "
-              f"global batch {p.global_batch} ({r.micro_batches} micro-batches), {p.schedule}"
-              + (f" v={p.virtual_stages}" if p.virtual_stages > 1 else "")
-              + f", recompute {p.recompute}" + (", sequence parallel" if p.sequence_parallel else "")
-              + (f", ZeRO-{p.zero}" if p.zero else "") + f", {p.dtype}")
+    for line in plan_lines(p, r.hardware, r.micro_batches):
+        con.print(line)
     summary = Table(show_header=False, box=None, pad_edge=False)
     summary.add_row("step time", fmt_seconds(r.step_time_s))
-    summary.add_row("throughput", f"{r.samples_per_s:,.2f} samples/s, {r.tokens_per_s:,.0f} tokens/s")
+    summary.add_row("throughput",
+                    f"{r.samples_per_s:,.2f} samples/s, {r.tokens_per_s:,.0f} tokens/s")
     summary.add_row("model FLOPs / step", f"{r.model_flops_per_step:.3e}")
     summary.add_row("per GPU", f"{r.tflops_per_gpu:.1f} TFLOP/s, MFU {r.mfu * 100:.1f}%")
     fits = "fits" if r.fits_in_memory else "[red]does NOT fit[/]"
@@ -90,7 +157,7 @@ def print_prediction(r: Prediction) -> None:
 
 
 def print_collective(res: dict[str, Any]) -> None:
-    con = _console()
+    con = console()
     con.print(f"{res['op']} of {fmt_bytes(res['bytes'])} over {res['ranks']} ranks "
               f"({res['ranks_per_node']} per node, {res['scope']}) on {res['hardware']}")
     table = Table(show_header=False, box=None, pad_edge=False)
@@ -115,79 +182,213 @@ def print_collective(res: dict[str, Any]) -> None:
         con.print(other)
 
 
+def preset_parameters(model: Any) -> dict[str, float]:
+    """A model preset's parameters and active parameters (perfmodel.params; a layer graph's
+    parameters, all active)."""
+    if getattr(model, "kind", "") == "layers":
+        return {"parameters": float(model.parameters), "active_parameters": float(model.parameters)}
+    from perfmodel.params import parameter_counts
+
+    counts = parameter_counts(model)
+    return {"parameters": float(counts.total), "active_parameters": float(counts.active)}
+
+
 def print_presets(as_json: bool) -> None:
     from perfmodel.specs import list_presets, load_hardware, load_model
 
     names = list_presets()
     if as_json:
-        print(json_text(names))
+        by_model = {name: preset_parameters(load_model(name)) for name in names["models"]}
+        print(json_text(document("presets", {**names, "model_parameters": by_model})))
         return
-    con = _console()
-    hw = Table(title="hardware presets")
-    for col in ("name", "GPU", "GPUs/node", "memory", "bf16 peak", "intra-node", "inter-node/node"):
-        hw.add_column(col)
+    con = console()
+    hw_rows = []
     for name in names["hardware"]:
         h = load_hardware(name)
         peak = h.peak_flops_per_s.get("bf16") or h.peak_flops_per_s.get("fp16", 0)
-        hw.add_row(name, h.gpu_name, str(h.gpus_per_node), fmt_bytes(h.memory_bytes),
-                   f"{peak / 1e12:.0f} TFLOP/s", f"{h.intra_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s",
-                   f"{h.inter_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s")
-    con.print(hw)
-    md = Table(title="model presets")
-    for col in ("name", "layers", "hidden", "heads", "kv", "ffn", "seq", "vocab", "source"):
-        md.add_column(col)
-    graphs = Table(title="layer-graph presets (Pr x Pc grid)")
-    for col in ("name", "layers", "parameters", "GFLOPs / sample", "input", "source"):
-        graphs.add_column(col)
+        hw_rows.append([name, h.gpu_name, str(h.gpus_per_node), fmt_bytes(h.memory_bytes),
+                        f"{peak / 1e12:.0f} TFLOP/s",
+                        f"{h.intra_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s",
+                        f"{h.inter_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s"])
+    print_fitted(con, "hardware presets", _columns(
+        ("name", "GPU", "GPUs/node", "memory", "bf16 peak", "intra-node", "inter-node/node"),
+        hw_rows, right=("GPUs/node", "memory", "bf16 peak", "intra-node", "inter-node/node")))
+    models, graphs = [], []
     for name in names["models"]:
         m = load_model(name)
         if getattr(m, "kind", "") == "layers":
-            graphs.add_row(name, str(len(m.layers)), f"{m.parameters / 1e6:.1f}M",
+            graphs.append([name, str(len(m.layers)), f"{m.parameters / 1e6:.1f}M",
                            f"{m.flops_per_sample / 1e9:.2f}", "x".join(map(str, m.input_shape)),
-                           m.source)
+                           m.source])
             continue
-        md.add_row(name, str(m.layers), str(m.hidden), str(m.heads), str(m.kv_heads),
-                   str(m.ffn_hidden), str(m.seq_len), str(m.vocab), m.source)
-    con.print(md)
-    con.print(graphs)
+        counts = preset_parameters(m)
+        size = fmt_count(counts["parameters"])
+        if counts["active_parameters"] != counts["parameters"]:
+            size += f" ({fmt_count(counts['active_parameters'])} active)"
+        models.append([name, str(m.layers), str(m.hidden), str(m.heads), str(m.kv_heads),
+                       str(m.ffn_hidden), str(m.seq_len), str(m.vocab), size, m.source])
+    print_with_sources(con, "model presets", _columns(
+        ("name", "layers", "hidden", "heads", "kv", "ffn", "seq", "vocab", "parameters",
+         "source"), models, right=("layers", "hidden", "heads", "kv", "ffn", "seq", "vocab",
+                                   "parameters")))
+    print_with_sources(con, "layer-graph presets (Pr x Pc grid)", _columns(
+        ("name", "layers", "parameters", "GFLOPs / sample", "input", "source"), graphs,
+        right=("layers", "parameters", "GFLOPs / sample")))
+
+
+def _columns(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[str] = ()
+             ) -> list[tuple[str, bool, list[str]]]:
+    """Rows of cells as print_fitted's columns (left-aligned unless named in `right`)."""
+    return [(h, h not in right, [row[i] for row in rows]) for i, h in enumerate(headers)]
+
+
+def print_with_sources(con: Console, title: str, columns: Sequence[tuple[str, bool, list[str]]],
+                       heading: str = "sources") -> None:
+    """A table whose last column is long text (a source): whole when it fits; else the table
+    without it, then under `heading` one wrapped line per row: first cell, that text."""
+    if natural_width(con, _table(title, columns, ruled=True)) <= con.width:
+        con.print(_table(title, columns, ruled=True))
+        return
+    print_fitted(con, title, columns[:-1])
+    sources = Table.grid(padding=(0, 1))
+    sources.add_column(no_wrap=True)
+    sources.add_column()
+    for name, source in zip(columns[0][2], columns[-1][2], strict=True):
+        sources.add_row(f"  {name}:", source)
+    con.print(heading)
+    con.print(sources)
+
+
+OBJECTIVE_UNITS = {"s": "seconds", "price units": "in the units of --gpu-hour-price",
+                   "price units per step": "per step, in the units of --gpu-hour-price"}
+PLAN_COLUMN_COUNT = 11  # the columns that describe a plan; the rest are what it achieves
+
+
+def plan_columns(top: Sequence[Any], plans: Sequence[dict[str, Any]]
+                 ) -> list[tuple[str, bool, list[str]]]:
+    """recommend's table as (header, left-aligned, cells) columns: the plan's options, then its
+    step time, throughput, MFU, memory and, with --tokens / --gpu-hour-price, its GPUs, time to
+    train, GPU-hours and cost (plans: Recommendation.to_dict's, in the same order as top)."""
+    rows = []
+    for rank, (p, d) in enumerate(zip(top, plans, strict=True), start=1):
+        pl = p.plan
+        sched = _value(pl.schedule) + (f" v={pl.virtual_stages}" if pl.virtual_stages > 1 else "")
+        row = {"#": str(rank), "dp": str(pl.dp), "tp": str(pl.tp), "layout": layout_text(pl),
+               "pp": str(pl.pp), "mb": str(pl.micro_batch), "schedule": sched,
+               "recompute": _value(pl.recompute), "sp": "yes" if pl.sequence_parallel else "",
+               "zero": str(pl.zero), "placement": ",".join(pl.placement),
+               "step time": fmt_seconds(p.step_time_s), "tokens/s": f"{p.tokens_per_s:,.0f}",
+               "MFU": f"{p.mfu:.1%}", "memory/GPU": fmt_bytes(p.memory_per_gpu_bytes)}
+        if "time_to_train_s" in d or "cost_per_step" in d:
+            row["GPUs"] = f"{pl.gpus:,}"
+        if "time_to_train_s" in d:
+            row["time to train"] = fmt_duration(d["time_to_train_s"])
+            row["GPU-hours"] = f"{d['gpu_hours']:,.0f}"
+        if "cost" in d:
+            row["cost"] = fmt_price(d["cost"])
+        elif "cost_per_step" in d:
+            row["cost/step"] = fmt_price(d["cost_per_step"])
+        rows.append(row)
+    left = {"layout", "schedule", "recompute", "placement"}
+    headers = list(rows[0]) if rows else []
+    return [(h, h in left, [row[h] for row in rows]) for h in headers]
+
+
+def _table(title: str, columns: Sequence[tuple[str, bool, list[str]]], ruled: bool) -> Table:
+    """The columns as a table: with heavy rules, or (narrow) only a line under the headers and
+    one space between columns."""
+    table = (Table(title=title, box=box.HEAVY_HEAD) if ruled else
+             Table(title=title, box=box.SIMPLE_HEAD, padding=0, pad_edge=False,
+                   show_edge=False))
+    for header, left, _ in columns:
+        table.add_column(header, justify="left" if left else "right", no_wrap=True)
+    for cells in zip(*(c[2] for c in columns), strict=True):
+        table.add_row(*cells)
+    return table
+
+
+def natural_width(con: Console, table: Table) -> int:
+    """The width a table takes when nothing limits it (Console.measure clamps to the console)."""
+    return Measurement.get(con, con.options.update(max_width=10**6), table).maximum
+
+
+def print_fitted(con: Console, title: str, columns: Sequence[tuple[str, bool, list[str]]],
+                 split: int | None = None) -> None:
+    """Columns (header, left-aligned, cells) laid out to fit the console without cutting a cell,
+    the first layout that fits: one table; two that share the first column, split after `split`
+    columns (when given); the same without vertical rules; else one line of text per row (which
+    wraps between words)."""
+    layouts = [[(title, columns)]]
+    if split is not None:
+        layouts.append([(title, columns[:split]),
+                        (f"{title} (continued)", [columns[0], *columns[split:]])])
+    for ruled in (True, False):
+        for layout in layouts:
+            tables = [_table(t, c, ruled) for t, c in layout]
+            if all(natural_width(con, t) <= con.width for t in tables):
+                for t in tables:
+                    con.print(t)
+                return
+    con.print(title)
+    for row in zip(*(c[2] for c in columns), strict=True):
+        cells = [f"{h} {v}" for (h, _, _), v in zip(columns[1:], row[1:], strict=True) if v]
+        con.print(f"{columns[0][0]} {row[0]}: " + ", ".join(cells), markup=False)
+
+
+def budget_line(data: dict[str, Any], first: dict[str, Any]) -> str:
+    """What the time to train and the cost are of, when --tokens / --gpu-hour-price are given."""
+    parts = []
+    if data.get("tokens"):
+        per_step = first["plan"]["global_batch"] * data["seq_len"]
+        parts.append(f"time to train {data['tokens']:.4g} tokens: {first['steps_to_train']:,.0f} "
+                     f"steps of {per_step:,} tokens (global batch x sequence length)")
+    if data.get("gpu_hour_price"):
+        what = "the token budget" if data.get("tokens") else "one step"
+        parts.append(f"cost of {what} at {data['gpu_hour_price']:g} per GPU-hour (in the "
+                     "price's units)")
+    return "; ".join(parts)
+
+
+def bullets(lines: Sequence[str]) -> Table:
+    """Lines as an indented list whose wrapped lines stay under their text."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for line in lines:
+        grid.add_row("  -", line)
+    return grid
 
 
 def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
-    con = _console()
+    con = console()
     r = rec.result
     from perfmodel.recommend import memory_limit_line
 
     if "parameters" in data:
         con.print(model_line(data["model"], data["model_source"], data["parameters"],
                              data["seq_len"], data["seq_len_from"]), markup=False)
-    con.print(f"searched {r.enumerated:,} plans ({r.evaluated:,} evaluated after the memory bound, "
-              f"{r.feasible:,} fit) in {r.search_time_s:.2f} s; objective "
-              f"{r.request.objective.value}")
+    con.print(f"searched {r.enumerated:,} plans in {r.search_time_s:.2f} s: {r.evaluated:,} "
+              f"evaluated after the memory bound, {r.feasible:,} fit")
+    con.print(f"ranked by {r.request.objective.value.replace('_', ' ')} "
+              f"({OBJECTIVE_UNITS[data.get('objective_unit', 's')]})")
     con.print(memory_limit_line(r))
     if not rec.top:
         info = rec.explanation["infeasible"]
         con.print(f"[red]no plan[/]: {info['reason']}")
         for near in info["nearest"]:
-            when = (f", {fmt_seconds(near['step_time_s'])} per step" if near["step_time_s"] is not None
-                    else " (model states alone)")
-            con.print(f"  nearest: {near['plan']}: {fmt_bytes(near['memory_per_gpu_bytes'])} per GPU{when}")
+            when = (f", {fmt_seconds(near['step_time_s'])} per step"
+                    if near["step_time_s"] is not None else " (model states alone)")
+            con.print(f"  nearest: {near['plan']}: {fmt_bytes(near['memory_per_gpu_bytes'])} "
+                      f"per GPU{when}")
         return
-    table = Table(title="best plans")
-    for col in ("#", "dp", "tp", "layout", "pp", "mb", "schedule", "recompute", "sp", "zero",
-                "placement", "step time", "tokens/s", "MFU", "memory/GPU"):
-        left = col in ("layout", "schedule", "recompute", "placement")
-        table.add_column(col, justify="left" if left else "right")
-    for rank, p in enumerate(rec.top, start=1):
-        pl = p.plan
-        sched = pl.schedule.value + (f" v={pl.virtual_stages}" if pl.virtual_stages > 1 else "")
-        layout = pl.tp_layout.value + (f" d={pl.tp_depth}" if pl.tp_depth > 1 else "")
-        table.add_row(str(rank), str(pl.dp), str(pl.tp), layout, str(pl.pp), str(pl.micro_batch), sched,
-                      pl.recompute.value, "yes" if pl.sequence_parallel else "", str(pl.zero),
-                      ",".join(pl.placement), fmt_seconds(p.step_time_s), f"{p.tokens_per_s:,.0f}",
-                      f"{p.mfu:.1%}", fmt_bytes(p.memory_per_gpu_bytes))
-    con.print(table)
+    plans = data["plans"]
+    budget = budget_line(data, plans[0]) if plans else ""
+    if budget:
+        con.print(budget, markup=False)
+    print_fitted(con, "best plans", plan_columns(rec.top, plans), PLAN_COLUMN_COUNT)
     best = rec.top[0]
-    breakdown = Table(title=f"best plan: {rec.explanation['best']}")
+    con.print(f"[bold]best plan[/]: {rec.explanation['best']}")
+    breakdown = Table(title="its step time")
     breakdown.add_column("term")
     breakdown.add_column("time", justify="right")
     breakdown.add_column("share", justify="right")
@@ -196,21 +397,19 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
             breakdown.add_row(name, fmt_seconds(t), f"{t / best.step_time_s:.1%}")
     con.print(breakdown)
     con.print("[bold]what binds it[/]")
-    for line in rec.explanation["binding"]:
-        con.print(f"  - {line}")
+    con.print(bullets(rec.explanation["binding"]))
     if "runner_up" in rec.explanation:
         ru = rec.explanation["runner_up"]
         con.print(f"[bold]runner-up[/] {ru['plan']}: slower by {fmt_seconds(ru['slower_by_s'])}, "
-                  f"memory {ru['memory_delta_bytes'] / 2**30:+.1f} GiB; trades "
+                  f"memory {fmt_bytes(ru['memory_delta_bytes'], signed=True)}; trades "
                   + ", ".join(ru["trades"]))
-    curve = Table(title="throughput against micro-batch size (same layout)")
-    for col in ("micro-batch", "step time", "tokens/s", "memory/GPU", "fits"):
-        curve.add_column(col, justify="right")
-    for row in rec.explanation["micro_batch_curve"]:
-        curve.add_row(str(row["micro_batch"]), fmt_seconds(row["step_time_s"]),
-                      f"{row['tokens_per_s']:,.0f}", fmt_bytes(row["memory_per_gpu_bytes"]),
-                      "yes" if row["fits"] else "[red]no (memory limit)[/]")
-    con.print(curve)
+    curve = rec.explanation["micro_batch_curve"]
+    print_fitted(con, "throughput against micro-batch size (same layout)", [
+        ("micro-batch", False, [str(row["micro_batch"]) for row in curve]),
+        ("step time", False, [fmt_seconds(row["step_time_s"]) for row in curve]),
+        ("tokens/s", False, [f"{row['tokens_per_s']:,.0f}" for row in curve]),
+        ("memory/GPU", False, [fmt_bytes(row["memory_per_gpu_bytes"]) for row in curve]),
+        ("fits", False, ["yes" if row["fits"] else "no (memory limit)" for row in curve])])
     if "sensitivities" in data:
         sens = Table(title="sensitivity of the step time (elasticity: % change per +1%)")
         sens.add_column("hardware parameter")
@@ -231,13 +430,14 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         if v.get("measured_step_time_s") is None:
             con.print(f"[bold]validation[/] of the scaled-down plan: {v.get('status')}")
         else:
-            con.print(f"[bold]validation[/] of the best plan scaled down to {v['ranks']} {v['backend']} "
-                      f"ranks: predicted {fmt_seconds(v['predicted_step_time_s'])}, measured "
-                      f"{fmt_seconds(v['measured_step_time_s'])} ({v['relative_error']:+.1%})")
+            con.print(f"[bold]validation[/] of the best plan scaled down to {v['ranks']} "
+                      f"{v['backend']} ranks: predicted {fmt_seconds(v['predicted_step_time_s'])}, "
+                      f"measured {fmt_seconds(v['measured_step_time_s'])} "
+                      f"({v['relative_error']:+.1%})")
 
 
 def print_grid_prediction(r: Any) -> None:
-    con = _console()
+    con = console()
     p = r.plan
     con.print(f"[bold]{r.model.name}[/] on [bold]{p.gpus} x {r.hardware.gpu_name}[/]: Pr={p.pr} "
               f"(model) x Pc={p.pc} (data), batch {p.global_batch}, norm {p.norm.value}, "
@@ -259,30 +459,29 @@ def print_grid_prediction(r: Any) -> None:
     con.print(table)
 
 
+FRAME_HEADERS = {"step_time_s": "step time", "samples_per_s": "samples/s", "mfu": "MFU",
+                 "communication_share": "communication", "global_batch": "global batch"}
+
+
 def print_frame(frame: Any, title: str) -> None:
-    con = _console()
-    table = Table(title=title)
+    """A sweep's table; a dotted hardware field is a header on two lines (inter_node. /
+    bandwidth_bytes_per_s)."""
+    con = console()
     columns = [c for c in frame.columns if not c.startswith("time:")]
-    for col in columns:
-        table.add_column(col, justify="right")
-    for _, row in frame.iterrows():
-        cells = []
-        for col in columns:
-            value = row[col]
-            if col == "step_time_s":
-                cells.append(fmt_seconds(value))
-            elif col in ("mfu", "communication_share"):
-                cells.append(f"{value:.1%}")
-            elif isinstance(value, float):
-                cells.append(f"{value:.4g}")
-            else:
-                cells.append(str(value))
-        table.add_row(*cells)
-    con.print(table)
+
+    def cell(col: str, value: Any) -> str:
+        if col == "step_time_s":
+            return fmt_seconds(value)
+        if col in ("mfu", "communication_share"):
+            return f"{value:.1%}"
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+    print_fitted(con, title, [(FRAME_HEADERS.get(col, col.replace(".", ".\n")), False,
+                               [cell(col, v) for v in frame[col]]) for col in columns])
 
 
 def print_grid_recommendation(plans: list[Any], evaluated: int, seconds: float) -> None:
-    con = _console()
+    con = console()
     con.print(f"evaluated {evaluated} Pr x Pc plans in {seconds:.2f} s")
     if not plans:
         con.print("[red]no plan fits in memory[/]")
@@ -295,5 +494,6 @@ def print_grid_recommendation(plans: list[Any], evaluated: int, seconds: float) 
         comm = sum(v for k, v in r.breakdown_s.items() if k.startswith("comm/"))
         table.add_row(str(rank), str(r.plan.pr), str(r.plan.pc), r.plan.norm.value,
                       r.plan.variant.value, fmt_seconds(r.step_time_s), f"{r.samples_per_s:,.0f}",
-                      f"{r.mfu:.1%}", f"{comm / r.step_time_s:.1%}", fmt_bytes(r.memory_per_gpu_bytes))
+                      f"{r.mfu:.1%}", f"{comm / r.step_time_s:.1%}",
+                      fmt_bytes(r.memory_per_gpu_bytes))
     con.print(table)

@@ -131,7 +131,7 @@ class Plans:
     def empty() -> Plans:
         return Plans({k: np.zeros(0, dtype=np.int64) for k in COLUMNS})
 
-    def plan(self, i: int, dtype: str, flash: bool, overlap: bool) -> Plan:
+    def plan(self, i: int, dtype: Dtype, flash: bool, overlap: bool) -> Plan:
         c = self.cols
         return Plan(gpus=int(c["gpus"][i]), dp=int(c["dp"][i]), tp=int(c["tp"][i]),
                     pp=int(c["pp"][i]), micro_batch=int(c["micro_batch"][i]),
@@ -199,11 +199,12 @@ class _Candidates:
                 rows += [(code, v) for v in stages if req.virtual_stages in (None, v)]
             out = []
             if rows:
-                codes, stages = (np.array(x) for x in zip(*rows, strict=True))
-                c = PlanColumns({"pp": np.full(len(rows), pp), "schedule": codes,
-                                 "virtual_stages": stages})
+                code_col, stage_col = (np.array(x) for x in zip(*rows, strict=True))
+                c = PlanColumns({"pp": np.full(len(rows), pp), "schedule": code_col,
+                                 "virtual_stages": stage_col})
                 keep = allowed(c, self.model, partial=True)
-                out = [(int(a), int(b)) for a, b in zip(codes[keep], stages[keep], strict=True)]
+                out = [(int(a), int(b))
+                       for a, b in zip(code_col[keep], stage_col[keep], strict=True)]
             self._schedules[pp] = out
         return self._schedules[pp]
 
@@ -502,6 +503,8 @@ class Evaluator:
             hi = int(np.searchsorted(layouts, codes[-1], side="right"))
             if lo == hi:
                 continue
+            rows: slice | np.ndarray
+            index: np.ndarray | None
             if lo == 0 and hi == topology.card:
                 rows, index = slice(None), None
             else:
@@ -555,7 +558,8 @@ def objective_of(req: SearchRequest, model: TransformerSpec, step: np.ndarray,
     seconds = step * (req.tokens / tokens_per_step) if req.tokens else step
     if req.objective is Objective.TIME_TO_TRAIN:
         return seconds
-    return seconds / 3600 * gpus * req.gpu_hour_price
+    price: np.ndarray = seconds / 3600 * gpus * req.gpu_hour_price
+    return price
 
 
 # --- what a search keeps ----------------------------------------------------------------------
@@ -578,7 +582,8 @@ class Scored:
 
     @property
     def evaluated(self) -> np.ndarray:
-        return np.isfinite(self.step_time_s)
+        finite: np.ndarray = np.isfinite(self.step_time_s)
+        return finite
 
     def take(self, index: np.ndarray) -> Scored:
         return Scored(self.plans.take(index), *(getattr(self, f.name)[index]
@@ -649,7 +654,7 @@ def _beaten(rows: Scored, at: np.ndarray, front: Scored) -> np.ndarray:
     step, memory, index = rows.step_time_s[at], rows.memory_bytes[at], rows.index[at]
     j = np.maximum(np.searchsorted(front.step_time_s, step, side="right") - 1, 0)
     f_step, f_memory = front.step_time_s[j], front.memory_bytes[j]
-    beats = (f_step <= step) & ((f_memory < memory) | (f_memory == memory)
+    beats: np.ndarray = (f_step <= step) & ((f_memory < memory) | (f_memory == memory)
                                 & ((f_step < step) | (front.index[j] < index)))
     return beats
 

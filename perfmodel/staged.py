@@ -70,7 +70,7 @@ class GroupValues:
 
 
 def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
-           order: Sequence[str]) -> tuple[dict, dict]:
+           order: Sequence[str]) -> tuple[dict[frozenset[str], dict[Any, Any]], dict[str, Any]]:
     """Split expressions by level: every sub-expression whose groups are fewer than its parent's
     becomes a term of its own level. The terms of a sum (or product) that lack a group are summed
     apart, at the level of the groups they have, so that a plan gathers one number for them."""
@@ -244,7 +244,8 @@ def run(staged: Staged, scalars: Mapping[str, Any], groups: Mapping[str, GroupVa
             wanted.append((name, term))
     if not per_plan:
         return out
-    sources = {}  # how each input of a per-plan level is found: ("local" | "shared" | "group", ...)
+    # how each input of a per-plan level is found: ("local" | "shared" | "group", ...)
+    sources: dict[str, tuple[Any, ...]] = {}
     for level in per_plan:
         for k in level.inputs:
             if k in planned:
@@ -324,7 +325,7 @@ def _flat_index(level_groups: Sequence[str], card: Mapping[str, int],
         return memo[key]
     head = _flat_index(level_groups[:-1], card, groups, rows, memo)
     last = level_groups[-1]
-    index = head * card[last] + groups[last].codes[rows]
+    index: np.ndarray = head * card[last] + groups[last].codes[rows]
     if memo is not None:
         memo[key] = index
     return index

@@ -13,7 +13,7 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -86,7 +86,7 @@ class Objective(StrEnum):
 
 def integer_root(n: int, k: int) -> int | None:
     """The whole number r with r**k == n, or None."""
-    r = round(n ** (1 / k))
+    r: int = round(n ** (1 / k))
     for c in (r - 1, r, r + 1):
         if c >= 1 and c**k == n:
             return c
@@ -105,7 +105,10 @@ DEFAULT_MEMORY_MARGIN = 0.10
 BYTES_PER_ELEMENT = {Dtype.BF16: 2, Dtype.FP16: 2, Dtype.FP32: 4, Dtype.TF32: 4}
 
 
-def parse_option(cls: type[StrEnum], value: Any, field: str) -> Any:
+E = TypeVar("E", bound=StrEnum)
+
+
+def parse_option(cls: type[E], value: Any, field: str) -> E:
     """The member of an option's enum that value names (case and spaces aside), or a PlanError
     naming the field and the allowed values."""
     if isinstance(value, cls):

@@ -97,7 +97,7 @@ def protocol_symbols(link: str, protocol: str) -> tuple[sp.Symbol, sp.Symbol, sp
 def layer_cost_symbols(part: str, style: str, tp: int) -> tuple[sp.Symbol, sp.Symbol, sp.Symbol]:
     """The measured forward and backward overheads [s] and compute scale of one part in one
     tensor-parallel style and degree (HardwareSpec.layer_costs), registered on first use."""
-    return _registered(N.layer_cost_entries(part, style, tp))  # type: ignore[return-value]
+    return _registered(N.layer_cost_entries(part, style, tp))
 
 
 def table() -> dict[str, tuple[sp.Symbol, str]]:

@@ -29,13 +29,15 @@ def scale_down(model: TransformerSpec, plan: Plan) -> tuple[TransformerSpec, Pla
         small = small.replace(kv_heads=tp)
     micro = min(plan.micro_batch, 2)
     m = max(2, pp * v) if pp > 1 else 2
-    layout = plan.replace(gpus=dp * tp * pp, dp=dp, tp=tp, pp=pp, virtual_stages=v, micro_batch=micro,
-                          global_batch=dp * micro * m, sequence_parallel=plan.sequence_parallel and tp > 1,
+    layout = plan.replace(gpus=dp * tp * pp, dp=dp, tp=tp, pp=pp, virtual_stages=v,
+                          micro_batch=micro, global_batch=dp * micro * m,
+                          sequence_parallel=plan.sequence_parallel and tp > 1,
                           zero=plan.zero if dp > 1 else 0, tp_layout="1d", tp_depth=1)
     return small, layout.check(small)
 
 
-def validate_scaled(model: TransformerSpec, hardware: Any, plan: Plan, steps: int = 3) -> dict[str, Any]:
+def validate_scaled(model: TransformerSpec, hardware: Any, plan: Plan,
+                    steps: int = 3) -> dict[str, Any]:
     """Scale the plan down, run it with gloo (NCCL where GPUs are), return the report."""
     small, local = scale_down(model, plan)
     backend = "nccl" if _has_cuda() and local.gpus <= _cuda_count() else "gloo"

@@ -1,6 +1,8 @@
 """`perfmodel validate`: predict, run a real distributed job, measure, compare.
 
 perfmodel validate --model tiny-gpt --profile P --dp 2 --nprocs 2 --steps 5 --out report.json
+perfmodel validate --model tiny-gpt --profile P --pp 2 --global-batch 8 --trace t.json \
+    --timeline t.png
 perfmodel validate --model gpt3-175b --hardware dgx-a100-80gb --tp 8 --dp 64 --dry-run
 perfmodel validate --model M --hardware H --tp 8 --pp 4 --dp 2 --emit DIR --nodes 8
 perfmodel validate collect DIR
@@ -147,13 +149,31 @@ def _finish(
 @click.option(
     "--gpus-per-node", type=whole(), default=None, help="With --emit: GPUs per node (default 8)."
 )
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the predicted and the measured step as one Chrome/Perfetto trace (JSON).",
+)
+@click.option(
+    "--timeline",
+    "timeline_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Draw the predicted and the measured step as Gantt charts on one time axis (PNG).",
+)
 @click.option("--inject-fault", default=None, hidden=True, help="crash:RANK:STEP or hang:RANK:STEP")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
-def validate(ctx: click.Context, **kw: Any) -> None:
+def validate(ctx: click.Context, /, **kw: Any) -> None:
     """Run the plan as a real torch.distributed job and compare measured with predicted."""
     if ctx.invoked_subcommand is not None:
         return
+    if kw["emit_dir"] is None:  # a local run or a dry run: torch here; --emit writes files only
+        from perfmodel.extras import require_torch
+
+        require_torch("validate")
     from validation.layouts.cli_hook import run_from_cli, wants_layout
 
     if wants_layout(kw):  # --tp-layout 2d/3d and --pr/--pc grids: workload.layouts runs them
@@ -172,6 +192,8 @@ def validate(ctx: click.Context, **kw: Any) -> None:
     model, hardware, plan = build_inputs(kw)
     model = jobspec.model_overrides(model, kw)
     plan.check(model)
+    if (kw["trace_path"] or kw["timeline_path"]) and (kw["dry_run"] or kw["emit_dir"]):
+        raise click.UsageError("--trace and --timeline draw a local run (not --dry-run or --emit)")
     if kw["dry_run"]:
         from validation import dryrun
 
@@ -215,6 +237,13 @@ def validate(ctx: click.Context, **kw: Any) -> None:
         return
     run_dir = kw["run_dir"] or run.default_run_dir(plan)
     report = run.validate(model, hardware, plan, settings, run_dir)
+    if (kw["trace_path"] or kw["timeline_path"]) and report.get("status") == "ok":
+        from validation import trace
+
+        ran_model, ran_plan, _ = jobspec.as_run(model, plan, backend)  # what was predicted
+        for note in trace.write(report, ran_model, hardware, ran_plan, kw["trace_path"],
+                                kw["timeline_path"]):
+            click.echo(f"note: {note}", err=True)
     out = kw["out"] or run_dir / "report.json"
     _finish(report, out, kw["plot_path"] or out.with_suffix(".png"), kw["history"], kw["as_json"])
 
@@ -234,12 +263,39 @@ def validate(ctx: click.Context, **kw: Any) -> None:
     show_default=True,
     help="CSV to which one row per run is appended.",
 )
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the predicted and the measured step as one Chrome/Perfetto trace (JSON).",
+)
+@click.option(
+    "--timeline",
+    "timeline_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Draw the predicted and the measured step as Gantt charts on one time axis (PNG).",
+)
+@click.option("--hardware", default=None, help="With --trace/--timeline: the hardware to predict "
+              "with (default: the report's, when it is a preset).")
+@click.option("--profile", default=None, type=click.Path(dir_okay=False),
+              help="With --trace/--timeline: a calibrated profile to predict with.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def collect(directory: Path, out: Path | None, history: Path, as_json: bool) -> None:
+def collect(directory: Path, out: Path | None, history: Path, trace_path: Path | None,
+            timeline_path: Path | None, hardware: str | None, profile: str | None,
+            as_json: bool) -> None:
     """Read the results of an emitted job (--emit DIR) back into a report."""
     from validation import run
 
     report = run.collect(directory)
+    if trace_path or timeline_path:
+        from perfmodel.cli import resolve_hardware
+        from validation import trace
+
+        hw = resolve_hardware(hardware, profile) if hardware or profile else None
+        for note in trace.write_collected(report, hw, trace_path, timeline_path):
+            click.echo(f"note: {note}", err=True)
     out = out or directory / "report.json"
     _finish(report, out, out.with_suffix(".png"), history, as_json)
 

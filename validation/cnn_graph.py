@@ -95,7 +95,8 @@ def _pair(k: Any, n: int) -> tuple[int, ...]:
     return tuple(k) if isinstance(k, Sequence) else (int(k),) * n
 
 
-def _flops(m: nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor) -> float:
+def _flops(m: Any, kind: str, x: torch.Tensor, y: torch.Tensor) -> float:
+    """m: the module of its kind (nn.Conv2d, nn.Linear, ...), whose attributes are read."""
     out = y.numel()
     if kind == "conv":
         return 2.0 * out * (m.in_channels // m.groups) * math.prod(m.kernel_size)
@@ -129,7 +130,7 @@ def layer_graph(module: nn.Module, input_shape: Sequence[int]) -> list[dict[str,
     hooks = []
 
     def hook(name: str) -> Any:
-        def fn(m: nn.Module, args: tuple, y: Any) -> None:
+        def fn(m: Any, args: tuple, y: Any) -> None:  # m: any module, its attributes by kind
             x = args[0] if args and isinstance(args[0], torch.Tensor) else None
             if not isinstance(y, torch.Tensor):
                 return

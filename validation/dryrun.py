@@ -24,7 +24,7 @@ from collections import defaultdict
 from typing import Any
 
 from perfmodel.errors import PlanError
-from perfmodel.output import json_text
+from perfmodel.output import fmt_bytes, json_text, schema_id
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
 from validation.jobspec import RunSettings, job_config, job_model, job_model_note
@@ -79,11 +79,12 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
         with device:
             trainer = Trainer(cfg, mesh, device, DTYPES[plan.dtype.value], pipeline=False)
         # AdamW issues no collective here (gradients already carry their parameters' placements).
-        trainer.optimizer.step = lambda *a, **k: None
+        trainer.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]
         counter = CollectiveCounter(axis_of_group(mesh))
         trainer.counter = counter
         debug = CommDebugMode()
-        debug.advanced_module_tracker = _NoModuleTracker()
+        # a tracker that tracks nothing, in place of torch's (private) one
+        debug.advanced_module_tracker = _NoModuleTracker()  # type: ignore[assignment]
         with debug, counter, warnings.catch_warnings():
             warnings.simplefilter("ignore")  # deprecations inside FSDP2 and DTensor, not ours
             if plan.pp > 1:
@@ -120,6 +121,7 @@ def dry_run(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
     rows = compare(counted["records"], ledger or [])
     job_total = sum(r["count"] for r in counted["records"])
     return {
+        "schema": schema_id("validate.dry-run"),
         "model": model.name,
         "plan": plan.to_dict(),
         "world_size": plan.gpus,
@@ -140,8 +142,9 @@ def render(result: dict[str, Any], as_json: bool = False) -> None:
     if as_json:
         print(json_text(result, indent=1, default=str))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from perfmodel.render import console as terminal
 
     table = Table(
         title=f"dry-run: {result['model']} on {result['world_size']} fake ranks "
@@ -153,13 +156,13 @@ def render(result: dict[str, Any], as_json: bool = False) -> None:
         table.add_row(
             r["axis"],
             r["op"],
-            f"{r['bytes']:,}",
+            fmt_bytes(r["bytes"]),
             f"{r['job_count']:g}",
             f"{r['model_count']:g}",
             f"{r['job_phases']} / {r['model_phases']}",
             "ok" if r["agree"] else "[red]differs[/red]",
         )
-    console = Console()
+    console = terminal()
     console.print(table)
     console.print(
         f"CommDebugMode total agrees with the counter: {result['comm_debug_mode_agrees']}"

@@ -20,14 +20,7 @@ def model_ledger(
 
     With pp > 1, only the ops of one pipeline stage: "first" (rank 0's), "last" or "middle".
     """
-    try:
-        from perfmodel.step import comm_ledger  # the public API, once it exists
-
-        records = [dict(r) for r in comm_ledger(model, plan)]
-        return [r for r in records if plan.pp == 1 or r.get("stage", "every") in ("every", stage)]
-    except ImportError:
-        pass
-    try:  # until then: the ledger the step model builds, evaluated for this plan
+    try:  # the ledger the step model builds, evaluated for this plan
         from perfmodel.evaluate import compile_family, family_of, values_of
         from perfmodel.specs.hardware import load_hardware
         from perfmodel.step import build

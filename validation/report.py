@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.files import write_atomic
-from perfmodel.output import json_text
+from perfmodel.output import fmt_bytes, json_text, schema_id
 
 # Each measured term and the prefixes of the prediction's breakdown_s names it is compared with.
 # Names of the breakdown that match no prefix go to "other" (e.g. overhead/kernels).
@@ -101,7 +101,8 @@ def measured_terms(
     if not records:
         return None, {name: None for name, _ in TERMS}, 0
     n = min(len(r["steps"]) for r in records)
-    step_times, per_term = [], {name: [] for name, _ in TERMS}
+    step_times: list[float] = []
+    per_term: dict[str, list[float]] = {name: [] for name, _ in TERMS}
     for i in range(n):
         steps = [r["steps"][i] for r in records]
         step_times.append(max(s["step"] for s in steps))
@@ -151,6 +152,7 @@ def build_report(
         )
     rank0 = next((r for r in records if r.get("rank") == 0), records[0] if records else {})
     report = {
+        "schema": schema_id("validate"),
         **meta,
         "status": launch.get("status", "ok" if step is not None else "failed"),
         "predicted_step_time_s": predicted_step,
@@ -162,6 +164,12 @@ def build_report(
         "dtype_used": rank0.get("dtype", meta.get("dtype_used")),
         "dtype_note": rank0.get("dtype_note") or meta.get("dtype_note", ""),
         "collectives_rank0": (rank0.get("probe") or {}).get("collectives", []),
+        # each rank's events of its last timed step (validation.trace draws them)
+        "measured_trace": [
+            {"rank": r.get("rank"), "coords": r.get("coords") or {}, "events": r["trace"]}
+            for r in sorted(records, key=lambda r: r.get("rank", 0))
+            if isinstance(r.get("trace"), list)
+        ],
         "launch": launch,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
@@ -202,10 +210,11 @@ def memory_comparison(
 
 
 def render(report: dict[str, Any], console: Any = None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    from perfmodel.render import console as terminal
+
+    console = console or terminal()
     for caveat in report.get("caveats") or []:  # first: what makes the comparison unfair
         console.print(f"[bold red]warning[/]: {caveat}", soft_wrap=True)  # one line each
 
@@ -238,7 +247,7 @@ def render(report: dict[str, Any], console: Any = None) -> None:
     mem = report.get("memory") or {}
 
     def fmt_b(v: float | None) -> str:
-        return "-" if v is None else f"{v / 2**20:.1f} MiB"
+        return "-" if v is None else fmt_bytes(v)
 
     table.add_section()
     table.add_row(
@@ -274,7 +283,7 @@ def render(report: dict[str, Any], console: Any = None) -> None:
         )
         for r in differ:
             console.print(
-                f"  {r['axis']} {r['op']} {r['bytes']:,} B: job {r['job_count']:g}, "
+                f"  {r['axis']} {r['op']} {fmt_bytes(r['bytes'])}: job {r['job_count']:g}, "
                 f"model {r['model_count']:g} per step"
             )
     if report.get("dtype_note"):

@@ -343,8 +343,8 @@ def emit(
     for name, data in job_files().items():
         write_atomic(out / name, data, what="job", make_parents=True)
         written.append(out / name)
-    for name, data in (("config.json", cfg), ("meta.json", meta)):
-        write_atomic(out / name, json_text(data, indent=1), what=name, make_parents=True)
+    for name, doc in (("config.json", cfg), ("meta.json", meta)):
+        write_atomic(out / name, json_text(doc, indent=1), what=name, make_parents=True)
         written.append(out / name)
     env = "\n".join(f"export {k}={v}" for k, v in NCCL_ENV.items())
     torchrun = (

@@ -10,9 +10,11 @@ It trains the model of workload.model on synthetic tokens under the plan (worklo
 workload.trainer): ``warmup`` untimed steps, then ``steps`` timed steps, then ``probe_steps`` steps
 in which every collective is timed (workload.timers), then on a CPU one step under the profiler for
 the peak of tensor allocations. bf16/fp16 run as fp32 on a CPU (no fast path there).
-Every rank writes ``rank<R>.json`` after each step (so a crash keeps what was measured); rank 0
-writes the merged results file at the end. Files are written atomically (temp file + os.replace):
-write_json is the job's own writer, as the job runs where perfmodel is not installed.
+Each rank's record keeps the events of its last timed step (``trace``: workload.trainer's
+Trainer.events). Every rank writes ``rank<R>.json`` after each step (so a crash keeps what was
+measured); rank 0 writes the merged results file at the end. Files are written atomically (temp
+file + os.replace): write_json is the job's own writer, as the job runs where perfmodel is not
+installed.
 """
 
 from __future__ import annotations
@@ -122,23 +124,25 @@ def run(cfg: dict[str, Any]) -> None:
             times = trainer.step()
             if i >= warmup:
                 record["steps"].append(times)
+                record["trace"] = trainer.events  # the last timed step's events
             record["peak_memory_bytes"] = peak_memory_bytes(device)
             write_json(rank_file, record)
         probes = int(cfg.get("probe_steps", 2))
         if probes > 0:
             # Collectives timed one by one in probe steps; the median over them per axis and phase.
-            counters, times = [], []
+            counters: list[CollectiveCounter] = []
+            probe_times: list[dict[str, float]] = []
             for _ in range(probes):
                 counter = CollectiveCounter(axis_of_group(mesh), timed=True)
                 trainer.counter = counter
                 with counter:
-                    times.append(trainer.step())
+                    probe_times.append(trainer.step())
                 trainer.counter = None
                 counters.append(counter)
             keys = sorted({k for c in counters for k in c.seconds})
             record["probe"] = {
                 "steps": probes,
-                "times": times,
+                "times": probe_times,
                 "comm_seconds": [
                     {
                         "axis": a,

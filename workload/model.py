@@ -120,7 +120,7 @@ class Chunk(nn.Module):
             x = self.embedding(x)
         for layer in self.layers:
             x = layer(x)
-        if self.output is not None:
+        if self.output is not None and self.norm is not None:  # both on the last chunk
             x = self.output(self.norm(x))
         return x
 
@@ -141,6 +141,7 @@ def build_chunk(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> Chunk:
         )
     mod = Chunk(m, m["layers"] // n_chunks, first=chunk == 0, last=chunk == n_chunks - 1)
     recompute = plan.get("recompute", "none")
+    block: Any  # a Block (a ModuleList yields Module to mypy)
     for block in mod.layers:
         block.full_recompute = recompute == "full"
         block.attention.selective = recompute == "selective"

@@ -68,6 +68,7 @@ def apply_tp(mod: Chunk, tp_mesh: Any, sequence_parallel: bool) -> None:
                     )
                 },
             )
+    block: Any  # a Block (a ModuleList yields Module to mypy)
     for block in mod.layers:
         styles: dict[str, Any] = {
             "attention.wq": ColwiseParallel(),

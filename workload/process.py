@@ -61,7 +61,10 @@ def loopback_rendezvous(rank: int, world: int, timeout: datetime.timedelta) -> d
         sock.listen(max(world, 16))
         _LISTENING.append(sock)
         listen_fd = sock.fileno()
-    store = dist.TCPStore(addr, port, world, rank == 0, timeout, master_listen_fd=listen_fd)
+    # TCPStore is torch.distributed's documented API, exported without __all__
+    store = dist.TCPStore(  # type: ignore[attr-defined]
+        addr, port, world, rank == 0, timeout, master_listen_fd=listen_fd
+    )
     return {"store": store, "rank": rank, "world_size": world}
 
 

@@ -2,7 +2,10 @@
 
 Per step, the wall time of forward, backward, gradient sync, optimizer step and, for pipelines,
 the time spent outside stage compute (pipeline waits and p2p), with a barrier at the start of each
-step (workload.timers.Clock waits for the device before reading the time). Pipelines run with
+step (workload.timers.Clock waits for the device before reading the time). The same clock readings
+give the step's events (``Trainer.events``: every micro-batch's forward, backward and weight
+gradient pass per chunk, the gradient sync, the optimizer step, from the step's start), what
+``perfmodel validate --trace`` draws beside the predicted timeline. Pipelines run with
 ``torch.distributed.pipelining`` (GPipe, 1F1B, interleaved 1F1B, zero-bubble). Data parallel,
 zero 0: one flat all-reduce of all gradients over the dp group after the last backward, averaged;
 bf16 gradients are reduced in fp32, as Megatron-LM does. SP norm gradients (Partial over tp) are
@@ -54,7 +57,9 @@ class Trainer:
                 apply_fsdp(mod, mesh["dp"], self.zero)
             self.chunks.append(mod)
         params = [p for mod in self.chunks for p in mod.parameters()]
-        self.params = params
+        # DTensor or plain parameters: DTensor's attributes (placements, device_mesh) are read
+        # where present
+        self.params: list[Any] = params
         # foreach kernels cannot mix DTensor and plain parameters: one group of each.
         groups = [
             {"params": [p for p in params if hasattr(p, "to_local")]},
@@ -64,6 +69,12 @@ class Trainer:
             [g for g in groups if g["params"]], lr=1e-4, foreach=True
         )
         self.times: dict[str, float] = {}
+        # the step's events, seconds from its start (after the barrier): see event()
+        self.events: list[dict[str, Any]] = []
+        self._step_start = 0.0
+        # a CollectiveCounter while one counts the step's collectives (the job's probe steps,
+        # the dry run); the timed phases tell it which phase a collective belongs to
+        self.counter: Any = None
         # pipeline=False (dry-run): no schedule; chunks_step runs this rank's chunks one by one.
         self.schedule = self._schedule() if self.pp > 1 and pipeline else None
         g = torch.Generator().manual_seed(1234 + self.dp_rank)
@@ -85,18 +96,23 @@ class Trainer:
 
         n_chunks = self.pp * self.plan.get("virtual_stages", 1)
         group = self.mesh.get_group("pp")
-        stages = []
+        stages: list[Any] = []  # PipelineStage (the schedules take list[_PipelineStageBase])
         for mod, c in zip(self.chunks, chunk_ids(self.plan, self.pp_rank), strict=True):
             stage = PipelineStage(mod, c, n_chunks, self.device, group=group)
-            stage.forward_one_chunk = self._timed(stage.forward_one_chunk, "forward")
-            stage.backward_one_chunk = self._timed(stage.backward_one_chunk, "backward")
+            # the stage's own passes, timed (assigned over its methods)
+            stage.forward_one_chunk = self._timed(  # type: ignore[method-assign]
+                stage.forward_one_chunk, "forward", "F", c
+            )
+            stage.backward_one_chunk = self._timed(  # type: ignore[method-assign]
+                stage.backward_one_chunk, "backward", "B", c
+            )
             # zero-bubble schedules run the weight gradients as a separate pass
-            stage.backward_weight_one_chunk = self._timed(
-                stage.backward_weight_one_chunk, "backward"
+            stage.backward_weight_one_chunk = self._timed(  # type: ignore[method-assign]
+                stage.backward_weight_one_chunk, "backward", "W", c
             )
             stages.append(stage)
         self.stages = stages
-        timed_loss = self._timed(loss_fn, "forward")
+        timed_loss = self._timed(loss_fn, "forward", "loss")
         kind = self.plan.get("schedule", "1f1b")
         if kind == "interleaved":
             return ScheduleInterleaved1F1B(stages, self.n_mb, loss_fn=timed_loss)
@@ -107,7 +123,9 @@ class Trainer:
         cls = ScheduleGPipe if kind == "gpipe" else Schedule1F1B
         return cls(stages[0], self.n_mb, loss_fn=timed_loss)
 
-    def _timed(self, fn: Any, name: str) -> Any:
+    def _timed(self, fn: Any, name: str, kind: str, chunk: int | None = None) -> Any:
+        """fn timed into self.times[name], and each call an event of `kind` (F, B, W, loss) of
+        its micro-batch (the stage methods' first argument) on model chunk `chunk`."""
         counter_phase = {"forward": "fwd", "backward": "bwd"}[name]
 
         @functools.wraps(fn)
@@ -119,11 +137,30 @@ class Trainer:
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.times[name] = self.times.get(name, 0.0) + self.clock.now() - start
+                end = self.clock.now()
+                self.times[name] = self.times.get(name, 0.0) + end - start
+                mb = None
+                if chunk is not None:
+                    mb = args[0] if args else kwargs.get("fwd_chunk_id",
+                                                         kwargs.get("bwd_chunk_id"))
+                self.event(kind, start, end, micro_batch=mb, chunk=chunk)
                 if counter is not None:
                     counter.phase = previous
 
         return wrapper
+
+    def event(self, kind: str, start: float, end: float, micro_batch: Any = None,
+              chunk: int | None = None, thread: str = "schedule") -> None:
+        """Record one event of the step: kind F (forward), B (backward; input gradient only
+        where a W follows), W (weight gradient), loss, sync or optimizer; clock readings."""
+        self.events.append({
+            "kind": kind,
+            "micro_batch": micro_batch if isinstance(micro_batch, int) else None,
+            "chunk": chunk,
+            "thread": thread,
+            "start_s": start - self._step_start,
+            "end_s": end - self._step_start,
+        })
 
     # -- one step ------------------------------------------------------------------------------
     def _loss_context(self) -> Any:
@@ -139,8 +176,8 @@ class Trainer:
         mod = self.chunks[0]
         fsdp = self.dp > 1 and self.zero > 0
         for i in range(self.n_mb):
-            if fsdp:
-                mod.set_requires_gradient_sync(i == self.n_mb - 1)
+            if fsdp:  # fully_shard made the chunk an FSDPModule (a class mypy cannot see)
+                mod.set_requires_gradient_sync(i == self.n_mb - 1)  # type: ignore[operator]
             sl = slice(i * self.mb, (i + 1) * self.mb)
             with self._loss_context():
                 self._set_phase("fwd")
@@ -152,6 +189,8 @@ class Trainer:
                 end = self.clock.now()
             self.times["forward"] = self.times.get("forward", 0.0) + mid - start
             self.times["backward"] = self.times.get("backward", 0.0) + end - mid
+            self.event("F", start, mid, micro_batch=i, chunk=0)
+            self.event("B", mid, end, micro_batch=i, chunk=0)
 
     def _pipeline(self) -> None:
         kwargs: dict[str, Any] = {}
@@ -164,6 +203,7 @@ class Trainer:
             kwargs = {"target": self.targets, "losses": []}
         self._set_phase("pipe")  # p2p between chunks; stage compute sets fwd / bwd itself
         start = self.clock.now()
+        assert self.schedule is not None, "the pipeline runs with a schedule (pp > 1)"
         with self._loss_context():
             self.schedule.step(*args, **kwargs)
         total = self.clock.now() - start
@@ -275,20 +315,24 @@ class Trainer:
 
     def step(self) -> dict[str, float]:
         self.times = {}
+        self.events = []
         dist.barrier()
-        start = self.clock.now()
+        start = self._step_start = self.clock.now()
         if self.schedule is not None:
             self._pipeline()
         else:
             self._fwd_bwd()
         t = self.clock.now()
         self._grad_sync()
-        self.times["grad_sync"] = self.clock.now() - t
+        synced = self.clock.now()
+        self.times["grad_sync"] = synced - t
+        self.event("sync", t, synced, thread="DP comm")
         t = self.clock.now()
         self._set_phase("step")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         end = self.clock.now()
         self.times["optimizer"] = end - t
+        self.event("optimizer", t, end, thread="compute")
         self.times["step"] = end - start
         return dict(self.times)

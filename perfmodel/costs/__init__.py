@@ -1,1 +1,2 @@
-"""Cost formulas only: each function returns a sympy expression (or a number) with its units in its name."""
+"""Cost formulas only: each function returns a sympy expression (or a number) with its units in
+its name."""

@@ -2,13 +2,13 @@
 
 Conventions follow nccl-tests (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md): `nbytes` is the
 size nccl-tests prints: the full buffer for all_reduce, broadcast and reduce; the full *output* of
-all_gather; the full *input* of reduce_scatter; the whole send buffer of one rank for all_to_all; the
-message for send_recv. algbw = nbytes / T and busbw = algbw * bus_factor(op, n).
+all_gather; the full *input* of reduce_scatter; the whole send buffer of one rank for all_to_all;
+the message for send_recv. algbw = nbytes / T and busbw = algbw * bus_factor(op, n).
 
 alpha is the start-up latency of one step [s], beta the bandwidth a rank reaches on the link [B/s].
 Sources: Thakur, Rabenseifner, Gropp, "Optimization of Collective Communication Operations in MPICH"
-(IJHPCA 2005); Sanders, Speck, Träff, "Two-tree algorithms for full bandwidth broadcast, reduction and
-scan" (Parallel Computing 2009) for the double binary tree NCCL uses.
+(IJHPCA 2005); Sanders, Speck, Träff, "Two-tree algorithms for full bandwidth broadcast, reduction
+and scan" (Parallel Computing 2009) for the double binary tree NCCL uses.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def log2(n: sp.Expr) -> sp.Expr:
 def bus_factor(op: Op | str, n: sp.Expr | int) -> sp.Expr:
     """nccl-tests' bus-bandwidth factor: busbw = algbw * factor.
 
-    all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, reduce, send_recv 1.
+    all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, reduce,
+    send_recv 1.
     """
     op = Op(op)
     n = sp.sympify(n)
@@ -103,7 +104,8 @@ def steps(op: Op | str, n: sp.Expr | int, algorithm: Algorithm | str) -> sp.Expr
         return 2 * (n - 1) if op is Op.ALL_REDUCE else n - 1
     if algorithm is Algorithm.TREE:
         return 2 * log2(n) if op is Op.ALL_REDUCE else log2(n)
-    # recursive doubling/halving; Rabenseifner all_reduce = halving reduce-scatter + doubling all-gather
+    # recursive doubling/halving; Rabenseifner all_reduce = halving reduce-scatter + doubling
+    # all-gather
     return 2 * log2(n) if op is Op.ALL_REDUCE else log2(n)
 
 
@@ -251,7 +253,8 @@ def hierarchical_time(op: Op | str, nbytes: sp.Expr, n: sp.Expr | int, per_node:
                       inter_algorithm: Algorithm | str = Algorithm.RING) -> sp.Expr:
     """Two-level collective: inside each node first, then between nodes, then inside again.
 
-    all_reduce    = reduce_scatter(intra, k) + all_reduce(inter, n/k, nbytes/k) + all_gather(intra, k)
+    all_reduce    = reduce_scatter(intra, k) + all_reduce(inter, n/k, nbytes/k)
+                    + all_gather(intra, k)
     all_gather    = all_gather(inter, n/k, nbytes/k ... gathered) + all_gather(intra, k, nbytes)
     reduce_scatter= reduce_scatter(intra, k, nbytes) + reduce_scatter(inter, n/k, nbytes/k)
     broadcast/reduce = the inter-node step on nbytes + the intra-node step on nbytes
@@ -324,7 +327,8 @@ def all_reduce_padded_time(nbytes: sp.Expr, contributors: sp.Expr | int, receive
     return collective_time(Op.ALL_REDUCE, nbytes, receivers, alpha_s, beta_bytes_per_s, algorithm)
 
 
-class ceil_log2(sp.Function):  # noqa: N801  (reads like the formula)
+# sympy ships no types: its Function is Any to mypy
+class ceil_log2(sp.Function):  # type: ignore[misc]  # noqa: N801  (reads like the formula)
     """ceil(log2(x)) for x >= 1, exact: numbers evaluate in integers, and the compiled (numpy) form
     takes numpy.log2, which is exact at powers of two (ceil(log(x)/log(2)) is not: 2^29 -> 30)."""
 

@@ -11,6 +11,7 @@ Times are per GPU and per micro-batch [s]; FLOPs count a multiply-add as 2.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import sympy as sp
 
@@ -18,7 +19,7 @@ from perfmodel.costs.gemm_efficiency import gemm_time_s
 
 # An option is a Flag: True/False, 0/1, or a 0/1 indicator symbol, so one expression can cover every
 # option (evaluated over arrays of plans) or be specialised to one (printed by `perfmodel explain`).
-Flag = bool | int | sp.Expr
+Flag: TypeAlias = bool | int | sp.Expr
 
 
 def as_flag(value: Flag) -> sp.Expr:

@@ -1,9 +1,9 @@
 """Communication and compute of one linear layer Y = X W under the 2D, 2.5D and 3D tensor layouts.
 
-X is N x K (N tokens of a micro-batch), W is K x M. The tensor-parallel group is a grid with sub-axes
-a, b, c (a innermost) of q_a, q_b, q_c ranks. Every collective below is issued by every rank of the
-grid; `nbytes` follows nccl-tests (output of all_gather, input of reduce_scatter, the buffer of
-broadcast/reduce/all_reduce). e is bytes per element.
+X is N x K (N tokens of a micro-batch), W is K x M. The tensor-parallel group is a grid with
+sub-axes a, b, c (a innermost) of q_a, q_b, q_c ranks. Every collective below is issued by every
+rank of the grid; `nbytes` follows nccl-tests (output of all_gather, input of reduce_scatter, the
+buffer of broadcast/reduce/all_reduce). e is bytes per element.
 
 2D, SUMMA / Optimus (Xu et al. 2021, arXiv 2104.05343), q x q grid, q_a = q_b = q, q_c = 1; 2.5D,
 Tesseract (Wang et al. 2021, arXiv 2105.14500), the same on each of d = q_c stacked grids that split

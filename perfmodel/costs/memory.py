@@ -33,7 +33,8 @@ def layer_params(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, *, gated: Flag
     return {"sharded": sharded, "replicated": replicated}
 
 
-def embedding_params(h: sp.Expr, V: sp.Expr, s: sp.Expr, *, learned_positions: Flag) -> dict[str, sp.Expr]:
+def embedding_params(h: sp.Expr, V: sp.Expr, s: sp.Expr, *,
+                     learned_positions: Flag) -> dict[str, sp.Expr]:
     """Word embedding (vocabulary split over tp) and learned positions (replicated)."""
     return {"sharded": V * h, "replicated": as_flag(learned_positions) * s * h}
 
@@ -88,7 +89,8 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
 
 def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Expr,
                            v: sp.Expr) -> sp.Expr:
-    """Micro-batches whose activations the first stage holds at its peak, in units of the stage's layers.
+    """Micro-batches whose activations the first stage holds at its peak, in units of the stage's
+    layers.
 
     GPipe: all m. 1F1B: min(pp, m). Interleaved 1F1B: pp (1 + (pp - 1)/(pp v)) (Korthikanti et al.
     2022, Sec. 4.2.3), also capped by m.

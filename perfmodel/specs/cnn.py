@@ -7,6 +7,8 @@ and plain MLPs. FLOPs count a multiply-add as 2.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from perfmodel.specs.layers import LayerGraphSpec, LayerSpec
 
 
@@ -25,8 +27,9 @@ class _Builder:
         w = (self.w + 2 * pad - kernel) // stride + 1
         k = self.c * kernel * kernel
         self.layers.append(LayerSpec(
-            name=name, kind="conv", params=k * out + (out if bias else 0), flops=2.0 * h * w * k * out,
-            in_elements=self.size, out_elements=out * h * w, gemm_m=h * w, gemm_n=out, gemm_k=k))
+            name=name, kind="conv", params=k * out + (out if bias else 0),
+            flops=2.0 * h * w * k * out, in_elements=self.size, out_elements=out * h * w,
+            gemm_m=h * w, gemm_n=out, gemm_k=k))
         self.c, self.h, self.w = out, h, w
 
     def pool(self, name: str, kernel: int, stride: int, pad: int = 0) -> None:
@@ -34,7 +37,8 @@ class _Builder:
         w = (self.w + 2 * pad - kernel) // stride + 1
         before = self.size
         self.c, self.h, self.w = self.c, h, w
-        self.layers.append(LayerSpec(name=name, kind="pool", flops=float(self.size * kernel * kernel),
+        self.layers.append(LayerSpec(name=name, kind="pool",
+                                     flops=float(self.size * kernel * kernel),
                                      in_elements=before, out_elements=self.size))
 
     def act(self, name: str) -> None:
@@ -54,7 +58,8 @@ class _Builder:
         self.c, self.h, self.w = out, 1, 1
 
     def graph(self, name: str, shape: tuple[int, ...], source: str) -> LayerGraphSpec:
-        return LayerGraphSpec(name=name, input_shape=shape, layers=tuple(self.layers), source=source)
+        return LayerGraphSpec(name=name, input_shape=shape, layers=tuple(self.layers),
+                              source=source)
 
 
 def alexnet(classes: int = 1000) -> LayerGraphSpec:
@@ -126,7 +131,8 @@ def resnet50(classes: int = 1000) -> LayerGraphSpec:
     return b.graph("resnet50", (3, 224, 224), "He et al. 2016, Table 1 (50-layer)")
 
 
-def mlp(widths: tuple[int, ...] = (4096, 4096, 4096, 4096, 1000), inputs: int = 4096) -> LayerGraphSpec:
+def mlp(widths: tuple[int, ...] = (4096, 4096, 4096, 4096, 1000),
+        inputs: int = 4096) -> LayerGraphSpec:
     b = _Builder(inputs, 1, 1)
     for i, out in enumerate(widths, start=1):
         b.linear(f"fc{i}", out)
@@ -135,4 +141,5 @@ def mlp(widths: tuple[int, ...] = (4096, 4096, 4096, 4096, 1000), inputs: int = 
     return b.graph("mlp", (inputs,), "a fully connected network")
 
 
-BUILDERS = {"alexnet": alexnet, "vgg16": vgg16, "resnet50": resnet50, "mlp": mlp}
+BUILDERS: dict[str, Callable[[], LayerGraphSpec]] = {"alexnet": alexnet, "vgg16": vgg16,
+                                                     "resnet50": resnet50, "mlp": mlp}

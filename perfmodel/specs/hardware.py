@@ -15,7 +15,9 @@ from typing import Any
 from perfmodel.errors import SpecError
 from perfmodel.specs.loading import Bound, check_fields, deep_merge, read_mapping, suggest
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+# the dtypes a hardware spec may give peaks and GEMM efficiencies for; fp4 (NVFP4/MXFP4, Blackwell
+# and MI355X) is the datasheets', not yet a plan dtype (perfmodel.strategy.Dtype)
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 COLLECTIVE_ALGORITHMS = ("auto", "ring", "tree", "recursive", "hierarchical", "nvls")
 # The collective library and the algorithms it has (perfmodel.costs.collectives.LIBRARY_ALGORITHMS):
 # generic: every algorithm perfmodel models (ring, tree, recursive doubling/halving and, in groups
@@ -374,9 +376,9 @@ class HardwareSpec:
     memory_bandwidth_efficiency: float = DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY
     # The tensor-core clock the part sustains in training over the clock its datasheet peak
     # assumes: the GEMM roofline's peak is peak_flops_per_s x this (MFU keeps the datasheet
-    # peak). 1 in the presets: their GEMM ceilings are measured throughput, at the clock the
-    # measured part held (docs/model.md, "GEMM ceiling"); a part that sustains another clock (a
-    # power-capped H100, an A100 held at its base clock) sets its ratio to the measured part's.
+    # peak). 1 where the GEMM ceiling was measured on the part itself (measured throughput, at
+    # the clock that part held: docs/model.md, "GEMM ceiling"); a part that takes another part's
+    # ceiling and sustains another clock (h100-pcie, power-capped at 350 W) sets its ratio to it.
     sustained_clock_fraction: float = 1.0
     kernel_overhead_s: float = DEFAULT_KERNEL_OVERHEAD_S
     collective_overhead_s: float = 0.0  # fixed cost per collective call beyond alpha (dispatch)

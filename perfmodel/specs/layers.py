@@ -34,8 +34,8 @@ BOUNDS: dict[str, Bound] = {
     "input_shape": Bound(1, 1e9, "one dimension of a sample", inclusive=True, integer=True),
 }
 
-LAYER_KINDS = ("conv", "linear", "pool", "norm", "activation", "add", "flatten", "dropout", "softmax",
-               "other")
+LAYER_KINDS = ("conv", "linear", "pool", "norm", "activation", "add", "flatten", "dropout",
+               "softmax", "other")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +60,8 @@ class LayerSpec:
             object.__setattr__(self, fld, BOUNDS[fld].check(getattr(self, fld),
                                                             f"layer '{self.name}'.{fld}"))
         if self.kind in ("conv", "linear") and min(self.gemm_m, self.gemm_n, self.gemm_k) <= 0:
-            raise SpecError(f"layer '{self.name}' ({self.kind}) needs gemm_m, gemm_n and gemm_k > 0")
+            raise SpecError(
+                f"layer '{self.name}' ({self.kind}) needs gemm_m, gemm_n and gemm_k > 0")
 
     @property
     def splits(self) -> bool:

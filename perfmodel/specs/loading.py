@@ -53,6 +53,11 @@ MAX_YAML_NODES = 200_000  # values, aliases expanded: a spec has tens; a 10,000-
 MAX_YAML_DEPTH = 100  # nested collections: a spec nests 3 deep (gemm_efficiency.bf16.max_fraction)
 
 
+def _line(event: yaml.Event) -> int | str:
+    """The line (from 1) where a parser event starts (the parser marks every event)."""
+    return event.start_mark.line + 1 if event.start_mark is not None else "?"
+
+
 def check_yaml_size(text: str, where: str) -> None:
     """SpecError when the YAML document's values, counting each alias as the values of the node
     it names, exceed MAX_YAML_NODES, when an alias names a node that contains it (a cycle), or
@@ -72,7 +77,7 @@ def check_yaml_size(text: str, where: str) -> None:
                     total += sizes[event.anchor]
                 elif any(anchor == event.anchor for anchor, _ in open_):
                     raise SpecError(f"{where}: alias *{event.anchor} (line "
-                                    f"{event.start_mark.line + 1}) is inside the node it names; "
+                                    f"{_line(event)}) is inside the node it names; "
                                     "a spec cannot contain itself")
             elif isinstance(event, yaml.ScalarEvent):
                 total += 1
@@ -83,7 +88,7 @@ def check_yaml_size(text: str, where: str) -> None:
                 total += 1
                 if len(open_) > MAX_YAML_DEPTH:
                     raise SpecError(f"{where} is nested too deeply to be a spec (more than "
-                                    f"{MAX_YAML_DEPTH} levels, line {event.start_mark.line + 1})")
+                                    f"{MAX_YAML_DEPTH} levels, line {_line(event)})")
             elif isinstance(event, yaml.CollectionEndEvent):
                 anchor, before = open_.pop()
                 if anchor:
@@ -131,7 +136,8 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
     except RecursionError:  # thousands of nested brackets
         raise SpecError(f"{what} file {path} is nested too deeply to be a spec") from None
     if not isinstance(data, Mapping):
-        raise SpecError(f"{what} file {path} must hold a mapping of fields, got {type(data).__name__}")
+        raise SpecError(
+            f"{what} file {path} must hold a mapping of fields, got {type(data).__name__}")
     return dict(data)
 
 

@@ -1,4 +1,5 @@
-"""Model specs: what is trained. A transformer is described by its shape; CNNs come later as layer graphs."""
+"""Model specs: what is trained. A transformer is described by its shape; CNNs come later as layer
+graphs."""
 
 from __future__ import annotations
 
@@ -17,18 +18,50 @@ NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rotary")
 # the fields that follow others unless given: what each derives from, and how
 DERIVED = {"ffn_hidden": "4 x hidden", "kv_heads": "heads", "head_dim": "hidden / heads",
-           "qkv_bias": "bias"}
+           "qkv_bias": "bias", "expert_ffn_hidden": "ffn_hidden (with experts)",
+           "shared_expert_ffn_hidden": "expert_ffn_hidden (with shared experts)"}
+# the fields of a mixture of experts and of multi-head latent attention (MLA), which mean nothing
+# without experts, or without kv_lora_rank
+MOE_FIELDS = ("top_k", "expert_ffn_hidden", "shared_experts", "shared_expert_ffn_hidden",
+              "moe_first_dense", "moe_dense_layers", "capacity_factor", "routing_imbalance")
+MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 @dataclass(frozen=True, kw_only=True)
 class TransformerSpec:
-    """A decoder-only transformer (GPT / Llama families).
+    """A decoder-only transformer (GPT / Llama families, and their mixture-of-experts, MLA and
+    sliding-window kin).
 
     layers, hidden, heads, seq_len, vocab: as in Megatron-LM (l, h, a, s, V).
     ffn_hidden: width of the MLP (default 4 * hidden); kv_heads: key/value heads (grouped-query
     attention; default heads); head_dim: size of one attention head (default hidden / heads; the
     attention is heads x head_dim wide, which may differ from hidden as in Qwen3 or Mistral-NeMo);
     gated_mlp: SwiGLU (three MLP matrices instead of two).
+
+    Mixture of experts (Shazeer et al. 2017; GShard; Mixtral, DeepSeekMoE): `experts` routed
+    experts per MoE layer (0: a dense model), each token sent to `top_k` of them; each expert an
+    MLP `expert_ffn_hidden` wide (default ffn_hidden, as Mixtral), gated and with biases as the
+    dense MLP; `shared_experts` experts every token passes through (DeepSeekMoE, Qwen2-MoE), each
+    `shared_expert_ffn_hidden` wide (default expert_ffn_hidden); a router (hidden x experts, with
+    a bias when `bias`). Layers 0 .. moe_first_dense-1 and those listed in moe_dense_layers keep
+    the dense MLP (ffn_hidden wide); every other layer is MoE. capacity_factor: the tokens an
+    expert takes at most, as a multiple of its even share (GShard; None: dropless, as Mixtral,
+    DeepSeek-V3 and Megatron-Core's default); routing_imbalance: the busiest expert's tokens over
+    the mean (>= 1; 1: an even routing).
+
+    Multi-head latent attention (DeepSeek-V2, Sec. 2.1; V3): given by kv_lora_rank. Queries are
+    compressed to q_lora_rank (None: not compressed, as DeepSeek-V2-Lite), keys and values to
+    kv_lora_rank plus a shared rotary key of qk_rope_head_dim; each head has qk_nope_head_dim +
+    qk_rope_head_dim for queries and keys and v_head_dim for values.
+
+    sliding_window: tokens a windowed layer attends back over (None: every layer attends over the
+    whole sequence; a window as long as the sequence is full attention); full_attention_every k:
+    layers k-1, 2k-1, ... (every k-th, counted from 1) attend fully and the others over the
+    window (GPT-OSS and Gemma-2: 2; Gemma-3: 6), 0: every layer is windowed (Mistral 7B).
+    attention_sinks: a learned logit per head in each softmax's denominator (GPT-OSS).
+    mtp_layers: DeepSeek-V3's multi-token-prediction modules, trained beside the model (each a
+    layer like the last, a 2 hidden x hidden projection and two norms, sharing the embedding and
+    the output layer); perfmodel.params counts them apart from the model's parameters.
 
     The derived fields (DERIVED) hold their resolved values; which of them were given explicitly is
     kept (`explicit`), so that a model built on this one (`replace`, a file's `base:`, overrides)
@@ -43,15 +76,34 @@ class TransformerSpec:
     heads: int
     seq_len: int
     vocab: int
-    ffn_hidden: int | None = None
-    kv_heads: int | None = None
-    head_dim: int | None = None
+    # None: derived in __post_init__ (DERIVED); an int once the spec exists
+    ffn_hidden: int = None  # type: ignore[assignment]
+    kv_heads: int = None  # type: ignore[assignment]
+    head_dim: int = None  # type: ignore[assignment]
     gated_mlp: bool = False
     tied_embeddings: bool = True
     bias: bool = True
     qkv_bias: bool | None = None
     norm: str = "layernorm"
     position_embedding: str = "learned"
+    experts: int = 0
+    top_k: int | None = None
+    expert_ffn_hidden: int | None = None
+    shared_experts: int = 0
+    shared_expert_ffn_hidden: int | None = None
+    moe_first_dense: int = 0
+    moe_dense_layers: tuple[int, ...] = ()
+    capacity_factor: float | None = None
+    routing_imbalance: float = 1.0
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    sliding_window: int | None = None
+    full_attention_every: int = 0
+    attention_sinks: bool = False
+    mtp_layers: int = 0
     source: str = ""
     # where the spec was read and where its seq_len came from (shown by predict and recommend;
     # not part of the model: the same model compares equal wherever it was read)
@@ -67,6 +119,8 @@ class TransformerSpec:
             number(getattr(self, key), key, integer=True, maximum=limit)
         given = {key for key in DERIVED if not _unset(getattr(self, key), key)}
         object.__setattr__(self, "explicit", frozenset(given))
+        if isinstance(self.moe_dense_layers, list):  # as YAML and JSON give it: hashable
+            object.__setattr__(self, "moe_dense_layers", tuple(self.moe_dense_layers))
         if "head_dim" not in given and self.hidden % self.heads:
             raise SpecError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) "
                             "(or give head_dim)")
@@ -78,30 +132,186 @@ class TransformerSpec:
         number(self.ffn_hidden, "ffn_hidden", integer=True, maximum=1e10)
         number(self.kv_heads, "kv_heads", integer=True, maximum=1e9)
         number(self.head_dim, "head_dim", integer=True, maximum=1e6)
+        self._check_experts(given)
+        self._check_mla(given)
+        self._check_window()
         approx = 12 * self.layers * self.hidden * max(self.hidden, self.ffn_hidden // 4,
                                                       self.attention_width) \
-            + 2 * self.vocab * self.hidden
+            + 2 * self.vocab * self.hidden \
+            + 3 * self.layers * self.hidden * self.experts * (self.expert_ffn_hidden or 0)
         if approx > 1e16:
             raise SpecError(f"the model would have about {approx:.1e} parameters; more than 1e16 "
                             "is refused as absurd (check layers, hidden, ffn_hidden, head_dim, "
-                            "vocab)")
+                            "experts, expert_ffn_hidden, vocab)")
         if self.heads % self.kv_heads:
             raise SpecError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
-        for key in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias"):
+        for key in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "attention_sinks"):
             if not isinstance(getattr(self, key), bool):
                 raise SpecError(f"{key} must be true or false, got {getattr(self, key)!r}")
         if self.norm not in NORMS:
             raise SpecError(f"norm must be one of {', '.join(NORMS)}, got '{self.norm}'")
         if self.position_embedding not in POSITIONS:
             raise SpecError(
-                f"position_embedding must be one of {', '.join(POSITIONS)}, got '{self.position_embedding}'"
+                f"position_embedding must be one of {', '.join(POSITIONS)}, "
+                f"got '{self.position_embedding}'"
             )
+        number(self.mtp_layers, "mtp_layers", integer=True, strict=False, maximum=100)
+
+    def _check_experts(self, given: set[str]) -> None:
+        """The mixture-of-experts fields: in range, and only with experts."""
+        number(self.experts, "experts", integer=True, strict=False, maximum=1e5)
+        if not self.experts:
+            moe = {"top_k": None, "expert_ffn_hidden": None, "shared_experts": 0,
+                   "shared_expert_ffn_hidden": None, "moe_first_dense": 0, "moe_dense_layers": (),
+                   "capacity_factor": None, "routing_imbalance": 1.0}
+            for key, default in moe.items():
+                value = getattr(self, key)
+                if value != default and not (key in DERIVED and key not in given):
+                    raise SpecError(f"{key} applies to a mixture-of-experts model: give experts "
+                                    "(routed experts per layer, > 0) or leave it out")
+            return
+        if self.top_k is None:
+            raise SpecError(f"top_k must be given with experts ({self.experts}): the routed "
+                            "experts each token is sent to")
+        number(self.top_k, "top_k", integer=True, maximum=self.experts,
+               reason=f"at most the {self.experts} experts")
+        if "expert_ffn_hidden" not in given:
+            object.__setattr__(self, "expert_ffn_hidden", self.ffn_hidden)
+        number(self.expert_ffn_hidden, "expert_ffn_hidden", integer=True, maximum=1e10)
+        number(self.shared_experts, "shared_experts", integer=True, strict=False, maximum=1e5)
+        if self.shared_experts and "shared_expert_ffn_hidden" not in given:
+            object.__setattr__(self, "shared_expert_ffn_hidden", self.expert_ffn_hidden)
+        if self.shared_experts:
+            number(self.shared_expert_ffn_hidden, "shared_expert_ffn_hidden", integer=True,
+                   maximum=1e10)
+        elif "shared_expert_ffn_hidden" in given:
+            raise SpecError("shared_expert_ffn_hidden applies to shared experts: give "
+                            "shared_experts (> 0) or leave it out")
+        number(self.moe_first_dense, "moe_first_dense", integer=True, strict=False,
+               maximum=self.layers - 1,
+               reason=f"a mixture-of-experts model keeps at least one of its {self.layers} "
+                      "layers MoE")
+        dense = self.moe_dense_layers
+        if not isinstance(dense, (list, tuple)):
+            raise SpecError("moe_dense_layers must be a list of layer indices (from 0), got "
+                            f"{type(dense).__name__}")
+        for index in dense:
+            number(index, "moe_dense_layers", integer=True, strict=False,
+                   maximum=self.layers - 1, reason=f"layer indices of the {self.layers} layers, "
+                   "from 0")
+        dense = tuple(sorted(int(i) for i in dense))
+        if len(set(dense)) != len(dense):
+            raise SpecError(f"moe_dense_layers lists a layer twice: {list(dense)}")
+        object.__setattr__(self, "moe_dense_layers", dense)
+        if self.moe_layer_count == 0:
+            raise SpecError("moe_first_dense and moe_dense_layers leave no mixture-of-experts "
+                            f"layer of the {self.layers} layers")
+        if self.capacity_factor is not None:
+            number(self.capacity_factor, "capacity_factor", maximum=self.experts / self.top_k,
+                   reason="an expert takes at most every token: experts / top_k times its share")
+        number(self.routing_imbalance, "routing_imbalance", minimum=1.0, strict=False,
+               maximum=self.experts / self.top_k,
+               reason="the busiest expert over the mean: 1 (even) to experts / top_k (every "
+                      "token to it)")
+
+    def _check_mla(self, given: set[str]) -> None:
+        """Multi-head latent attention: its dimensions together, and none without it."""
+        if self.kv_lora_rank is None:
+            for key in MLA_FIELDS:
+                if getattr(self, key) is not None:
+                    raise SpecError(f"{key} applies to multi-head latent attention (MLA): give "
+                                    "kv_lora_rank or leave it out")
+            return
+        number(self.kv_lora_rank, "kv_lora_rank", integer=True, maximum=1e6)
+        if self.q_lora_rank is not None:
+            number(self.q_lora_rank, "q_lora_rank", integer=True, maximum=1e6)
+        for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            if getattr(self, key) is None:
+                raise SpecError(f"{key} must be given with kv_lora_rank (multi-head latent "
+                                "attention)")
+            number(getattr(self, key), key, integer=True, strict=key != "qk_rope_head_dim",
+                   maximum=1e5)
+        if self.qk_nope_head_dim + self.qk_rope_head_dim <= 0:  # type: ignore[operator]
+            raise SpecError("qk_nope_head_dim + qk_rope_head_dim must be > 0")
+        for key in ("kv_heads", "head_dim"):
+            if key in given and getattr(self, key) != (self.heads if key == "kv_heads"
+                                                       else self.hidden // self.heads):
+                raise SpecError(f"{key} does not apply to multi-head latent attention (its heads "
+                                "are qk_nope_head_dim + qk_rope_head_dim wide for queries and "
+                                "keys, v_head_dim for values): leave it out")
+        if self.qkv_bias:
+            raise SpecError("qkv_bias with multi-head latent attention is not modelled (its "
+                            "projections have no biases in DeepSeek-V2/V3)")
+
+    def _check_window(self) -> None:
+        if self.sliding_window is not None:
+            number(self.sliding_window, "sliding_window", integer=True, maximum=1e8)
+        number(self.full_attention_every, "full_attention_every", integer=True, strict=False,
+               maximum=1e5)
+        if self.full_attention_every and self.sliding_window is None:
+            raise SpecError("full_attention_every applies to sliding-window attention: give "
+                            "sliding_window or leave it out")
+        if self.full_attention_every == 1:
+            raise SpecError("full_attention_every 1 makes every layer full attention: leave "
+                            "sliding_window and full_attention_every out")
 
     @property
     def attention_width(self) -> int:
         """Width of the queries and of the attention output: heads x head_dim (hidden, unless
         head_dim is given otherwise)."""
-        return self.heads * self.head_dim  # type: ignore[operator]
+        return self.heads * self.head_dim
+
+    @property
+    def moe_layers(self) -> tuple[int, ...]:
+        """The mixture-of-experts layers (from 0); () for a dense model."""
+        if not self.experts:
+            return ()
+        dense = set(self.moe_dense_layers)
+        return tuple(i for i in range(self.moe_first_dense, self.layers) if i not in dense)
+
+    @property
+    def moe_layer_count(self) -> int:
+        return len(self.moe_layers)
+
+    @property
+    def windowed_layers(self) -> tuple[int, ...]:
+        """The layers that attend over sliding_window tokens only (from 0)."""
+        if self.sliding_window is None:
+            return ()
+        k = self.full_attention_every
+        return tuple(i for i in range(self.layers) if not k or (i + 1) % k)
+
+    def uncosted(self) -> list[str]:
+        """What this model has that perfmodel's step model does not cost yet (empty: all of it
+        is costed). A window at least as long as the sequence is full attention: costed."""
+        out = []
+        if self.experts:
+            out.append(f"mixture-of-experts layers ({self.moe_layer_count} of {self.layers}, "
+                       f"{self.experts} routed experts, top {self.top_k})")
+        if self.kv_lora_rank is not None:
+            out.append("multi-head latent attention (MLA)")
+        if self.windowed_layers and self.sliding_window < self.seq_len:  # type: ignore[operator]
+            out.append(f"sliding-window attention in {len(self.windowed_layers)} of "
+                       f"{self.layers} layers (window {self.sliding_window} < seq_len "
+                       f"{self.seq_len})")
+        if self.attention_sinks:
+            out.append("attention sinks")
+        if self.mtp_layers:
+            out.append(f"multi-token-prediction modules ({self.mtp_layers})")
+        return out
+
+    def require_costed(self) -> TransformerSpec:
+        """self, or a SpecError (one line) naming what the step model does not cost yet: never an
+        answer as if the model were a dense one. Returns self so calls chain."""
+        missing = self.uncosted()
+        if missing:
+            from perfmodel.params import parameter_counts
+
+            raise SpecError(f"model '{self.name}' ({parameter_counts(self).describe()}) has "
+                            f"{'; '.join(missing)}: the step model does not cost these yet "
+                            "(its parameter counts do: perfmodel presets --json, "
+                            "perfmodel.params.parameter_counts)")
+        return self
 
     def given(self) -> dict[str, Any]:
         """The spec's fields as they were given: a derived field (DERIVED) that was not given
@@ -125,19 +335,43 @@ class TransformerSpec:
         `changes` does not, they keep their proportions to the changed fields: ffn_hidden /
         hidden, heads / kv_heads (the grouping) and heads x head_dim / hidden (the attention
         width), rounded to whole numbers (kv_heads to a divisor of heads). Derived fields follow
-        the new values anyway."""
+        the new values anyway. Likewise the experts' widths keep theirs to hidden, MLA's ranks to
+        hidden and its head sizes to hidden / heads, and with fewer layers the dense layers of a
+        mixture of experts keep their places in proportion (at least one layer stays MoE)."""
         hidden = changes.get("hidden", self.hidden)
         heads = changes.get("heads", self.heads)
+        layers = changes.get("layers", self.layers)
         scaled: dict[str, Any] = {}
+
+        def keep(key: str, ratio: float) -> None:
+            value = getattr(self, key)
+            if value and ratio != 1 and key not in changes:
+                scaled[key] = max(1, round(value * ratio))
+
         if "ffn_hidden" in self.explicit and hidden != self.hidden:
             scaled["ffn_hidden"] = max(1, round(self.ffn_hidden * hidden / self.hidden))
         if "kv_heads" in self.explicit and heads != self.heads:
-            group = self.heads // self.kv_heads  # type: ignore[operator]
+            group = self.heads // self.kv_heads
             want = max(1, heads // group)
             scaled["kv_heads"] = max(k for k in range(1, want + 1) if heads % k == 0)
         if "head_dim" in self.explicit and (hidden, heads) != (self.hidden, self.heads):
             width_ratio = self.attention_width / self.hidden
             scaled["head_dim"] = max(1, round(width_ratio * hidden / heads))
+        for key in ("expert_ffn_hidden", "shared_expert_ffn_hidden"):
+            if key in self.explicit:
+                keep(key, hidden / self.hidden)
+        for key in ("q_lora_rank", "kv_lora_rank"):
+            keep(key, hidden / self.hidden)
+        for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            keep(key, (hidden / heads) / (self.hidden / self.heads))
+        if self.experts and layers != self.layers:
+            first = min(round(self.moe_first_dense * layers / self.layers), layers - 1)
+            dense = sorted({i * layers // self.layers for i in self.moe_dense_layers} - set(
+                range(first)))
+            if len(dense) + first >= layers:
+                dense = dense[:layers - first - 1]
+            scaled.setdefault("moe_first_dense", first)
+            scaled.setdefault("moe_dense_layers", tuple(dense))
         return self.replace(**{**scaled, **changes})
 
     def noted(self, *, origin: str | None = None,
@@ -162,7 +396,10 @@ def _unset(value: Any, key: str = "") -> bool:
 
 MODEL_FIELDS = [f.name for f in dataclasses.fields(TransformerSpec) if f.init and f.compare]
 _INT_FIELDS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads",
-               "head_dim")
+               "head_dim", "experts", "top_k", "expert_ffn_hidden", "shared_experts",
+               "shared_expert_ffn_hidden", "moe_first_dense", "q_lora_rank", "kv_lora_rank",
+               "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "sliding_window",
+               "full_attention_every", "mtp_layers")
 
 
 def model_from_dict(data: Mapping[str, Any], where: str) -> TransformerSpec:
@@ -187,17 +424,18 @@ def model_from_dict(data: Mapping[str, Any], where: str) -> TransformerSpec:
 # must be given (--seq-len). What the families' modelling code (transformers) builds from the
 # fields read below is what perfmodel models; a field that would change the math and that
 # perfmodel cannot model is refused with its reason, never answered for the nearest family.
-_HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox")
+_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox")
+_MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
+_HF_FAMILIES = _DENSE_FAMILIES + _MOE_FAMILIES
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
              "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size")
-_MOE = "a mixture-of-experts model"
-_SLIDING = "a model with sliding-window attention layers"
+_MOE = "a mixture-of-experts model of a family perfmodel does not read"
 _UNMODELLED_TYPES = {
-    **dict.fromkeys(("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx",
-                     "olmoe", "jamba", "granitemoe", "jetmoe", "phimoe", "arctic", "grok-1",
-                     "minimax", "llama4"), _MOE),
+    **dict.fromkeys(("dbrx", "olmoe", "jamba", "granitemoe", "jetmoe", "phimoe", "arctic",
+                     "grok-1", "minimax", "llama4"), _MOE),
     **dict.fromkeys(("gemma2", "gemma3", "gemma3_text", "cohere2"),
-                    "a model that alternates sliding-window and global attention layers"),
+                    "a model that alternates sliding-window and global attention layers with "
+                    "logit soft-capping or norms perfmodel does not read"),
     **dict.fromkeys(("mamba", "mamba2", "rwkv", "falcon_mamba", "recurrent_gemma"),
                     "a state-space or recurrent model, not a transformer"),
     **dict.fromkeys(("t5", "mt5", "umt5", "bart", "mbart", "pegasus", "marian", "whisper",
@@ -211,7 +449,7 @@ def _hf_refusal(cfg: Mapping[str, Any], mtype: str) -> str | None:
     what = f" ({experts[0]}: {cfg[experts[0]]})" if experts else ""
     if mtype in _UNMODELLED_TYPES:
         return f"model_type '{mtype}' is {_UNMODELLED_TYPES[mtype]}{what}"
-    if experts or "moe" in mtype:
+    if mtype not in _MOE_FAMILIES and (experts or "moe" in mtype):
         return f"model_type '{mtype}' is {_MOE}{what}"
     if cfg.get("is_encoder_decoder") is True:
         return f"model_type '{mtype}' is an encoder-decoder model"
@@ -225,7 +463,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str,
     refusal = _hf_refusal(cfg, mtype)
     if refusal:
         raise SpecError(f"{where}: Hugging Face {refusal}, which perfmodel does not model "
-                        f"(it models dense decoder-only transformers: {', '.join(_HF_FAMILIES)})")
+                        f"(it reads: {', '.join(_HF_FAMILIES)})")
     if mtype not in _HF_FAMILIES:
         raise SpecError(
             f"{where}: Hugging Face model_type '{mtype}' is not supported"
@@ -242,7 +480,8 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str,
         value = cfg.get(key)
         if value is None and default is not None:
             return default
-        return int(number(value, f"{where}: {key}", integer=True, maximum=1e10))
+        return int(number(value, f"{where}: {key}", integer=True, strict=default != 0,
+                          maximum=1e10))
 
     def flag(key: str, default: bool) -> bool:
         value = cfg.get(key)
@@ -255,30 +494,39 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str,
     positions_key = {"gpt2": "n_positions"}.get(mtype, "max_position_embeddings")
     positions = cfg.get(positions_key, cfg.get("n_ctx") if mtype == "gpt2" else None)
     fields = _hf_fields(cfg, mtype, where, need, count, flag)
+    if mtype in _MOE_FAMILIES:
+        fields.update(_hf_experts(cfg, mtype, where, fields["layers"], need, count))
+    fields.update(_hf_window(cfg, mtype, where, fields["layers"], count))
     if seq_len is None:
         reach = f" (its {positions_key} is {positions})" if positions is not None else ""
         raise SpecError(f"{where} (Hugging Face config) has no training sequence length: give "
                         f"--seq-len{reach}")
     seq_len = int(number(seq_len, "seq_len", integer=True, maximum=1e8))
-    _check_window(cfg, mtype, where, seq_len)
     if mtype == "gpt2" and positions is not None and seq_len > int(number(
             positions, f"{where}: {positions_key}", integer=True, maximum=1e10)):
         raise SpecError(f"{where}: seq_len ({seq_len}) is longer than the learned position "
                         f"table ({positions_key} {positions})")
     name = str(cfg.get("_name_or_path") or mtype)
-    return TransformerSpec(name=name, seq_len=seq_len, source=f"Hugging Face config ({mtype})",
-                           **fields)
+    try:
+        return TransformerSpec(name=name, seq_len=seq_len,
+                               source=f"Hugging Face config ({mtype})", **fields)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
 
 
 def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count: Any,
                flag: Any) -> dict[str, Any]:
-    """The TransformerSpec fields (all but name, seq_len and source) of a supported family."""
-    if mtype in ("llama", "mistral", "qwen2", "qwen3"):
+    """The dense TransformerSpec fields (all but name, seq_len, source, the experts and the
+    window) of a supported family."""
+    if mtype in ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe"):
         heads = need("num_attention_heads")
-        # biases: qwen2 has them on q, k and v only (its modelling code); llama and qwen3 on
-        # q, k, v and o with attention_bias and on the MLP with mlp_bias; mistral none
-        if mtype == "qwen2":
+        # biases: qwen2 (and qwen2_moe) have them on q, k and v only (their modelling code);
+        # llama and qwen3 on q, k, v and o with attention_bias and on the MLP with mlp_bias;
+        # mistral and mixtral none
+        if mtype in ("qwen2", "qwen2_moe"):
             bias, qkv_bias = False, True
+        elif mtype in ("mistral", "mixtral"):
+            bias, qkv_bias = False, False
         else:
             bias, qkv_bias = _hf_biases(flag("attention_bias", False), flag("mlp_bias", False),
                                         where)
@@ -289,6 +537,36 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
             ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"), gated_mlp=True,
             tied_embeddings=flag("tie_word_embeddings", False), bias=bias, qkv_bias=qkv_bias,
             norm="rmsnorm", position_embedding="rotary",
+        )
+    if mtype in ("deepseek_v2", "deepseek_v3"):
+        # multi-head latent attention: q_a/kv_a/o take attention_bias, q_b/kv_b none
+        # (transformers' modeling_deepseek_v3); perfmodel models MLA without biases
+        if flag("attention_bias", False):
+            raise SpecError(f"{where}: attention_bias true with multi-head latent attention is "
+                            "not modelled")
+        rank = cfg.get("q_lora_rank")
+        return dict(
+            layers=need("num_hidden_layers"), hidden=need("hidden_size"),
+            heads=need("num_attention_heads"), ffn_hidden=need("intermediate_size"),
+            vocab=need("vocab_size"), gated_mlp=True,
+            tied_embeddings=flag("tie_word_embeddings", False), bias=False, qkv_bias=False,
+            norm="rmsnorm", position_embedding="rotary",
+            q_lora_rank=None if rank is None else count("q_lora_rank"),
+            kv_lora_rank=need("kv_lora_rank"), qk_nope_head_dim=need("qk_nope_head_dim"),
+            qk_rope_head_dim=count("qk_rope_head_dim", 0), v_head_dim=need("v_head_dim"),
+            mtp_layers=count("num_nextn_predict_layers", 0),
+        )
+    if mtype == "gpt_oss":
+        # transformers' modeling_gpt_oss: q, k, v and o biases with attention_bias; the experts'
+        # (gate_up, down) and the router's biases always; a learned sink per head
+        bias, qkv_bias = _hf_biases(flag("attention_bias", True), True, where)
+        heads = need("num_attention_heads")
+        return dict(
+            layers=need("num_hidden_layers"), hidden=need("hidden_size"), heads=heads,
+            kv_heads=count("num_key_value_heads", heads), head_dim=need("head_dim"),
+            ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"), gated_mlp=True,
+            tied_embeddings=flag("tie_word_embeddings", False), bias=bias, qkv_bias=qkv_bias,
+            norm="rmsnorm", position_embedding="rotary", attention_sinks=True,
         )
     if mtype == "gpt2":
         if flag("add_cross_attention", False):
@@ -310,6 +588,102 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
     )
 
 
+def _hf_experts(cfg: Mapping[str, Any], mtype: str, where: str, layers: int, need: Any,
+                count: Any) -> dict[str, Any]:
+    """The mixture-of-experts fields of a family, as its modelling code (transformers) builds
+    them: which layers are MoE, the experts' and the shared experts' widths."""
+    if mtype in ("mixtral", "gpt_oss"):  # every layer MoE, experts as wide as intermediate_size
+        # gpt_oss configs carry both num_experts_per_tok and (the original) experts_per_token
+        key = ("experts_per_token" if cfg.get("num_experts_per_tok") is None
+               and cfg.get("experts_per_token") is not None else "num_experts_per_tok")
+        return dict(experts=need("num_local_experts"), top_k=need(key))
+    if mtype in ("qwen2_moe", "qwen3_moe"):
+        # Qwen2MoeDecoderLayer: layer i is sparse when i is not in mlp_only_layers and
+        # (i + 1) % decoder_sparse_step == 0; Qwen2-MoE adds one shared expert
+        # (shared_expert_intermediate_size wide, with a hidden x 1 sigmoid gate whose
+        # 1 x hidden weights per layer perfmodel does not count: 49,152 of Qwen1.5-MoE-A2.7B's
+        # 14.3 billion)
+        step = count("decoder_sparse_step", 1)
+        only = cfg.get("mlp_only_layers") or []
+        if not isinstance(only, list):
+            raise SpecError(f"{where}: mlp_only_layers must be a list of layer indices")
+        dense = sorted({int(number(i, f"{where}: mlp_only_layers", integer=True, strict=False,
+                                   maximum=layers - 1)) for i in only}
+                       | {i for i in range(layers) if (i + 1) % step})
+        out = dict(experts=need("num_experts"), top_k=need("num_experts_per_tok"),
+                   expert_ffn_hidden=need("moe_intermediate_size"),
+                   moe_dense_layers=tuple(dense))
+        shared = count("shared_expert_intermediate_size", 0)
+        if shared:
+            out.update(shared_experts=1, shared_expert_ffn_hidden=shared)
+        return out
+    # deepseek_v2 / v3 (DeepseekV3DecoderLayer): layer i is MoE when n_routed_experts is set,
+    # i >= first_k_dense_replace and i % moe_layer_freq == 0; n_shared_experts experts
+    # moe_intermediate_size wide (one MLP n_shared_experts x as wide: the same parameters)
+    if cfg.get("n_routed_experts") is None:
+        return {}
+    first = count("first_k_dense_replace", 0)
+    freq = count("moe_layer_freq", 1)
+    return dict(experts=need("n_routed_experts"), top_k=need("num_experts_per_tok"),
+                expert_ffn_hidden=need("moe_intermediate_size"),
+                shared_experts=count("n_shared_experts", 0), moe_first_dense=first,
+                moe_dense_layers=tuple(i for i in range(first, layers) if i % freq))
+
+
+_ATTENTION_TYPES = ("full_attention", "sliding_attention")
+
+
+def _hf_window(cfg: Mapping[str, Any], mtype: str, where: str, layers: int,
+               count: Any) -> dict[str, Any]:
+    """sliding_window and full_attention_every from a config: its layer_types where it has them,
+    else the family's rule (mistral, mixtral: every layer windowed; qwen families: only with
+    use_sliding_window, the layers from max_window_layers on; gpt_oss: every other layer, from
+    the first). A pattern perfmodel cannot express is refused with its reason."""
+    if mtype in ("gpt2", "gpt_neox", "deepseek_v2", "deepseek_v3", "llama"):
+        types = cfg.get("layer_types")
+        if types and any(t != "full_attention" for t in types):
+            raise SpecError(f"{where}: layer_types other than full_attention in a {mtype} "
+                            "config are not modelled")
+        return {}
+    window = cfg.get("sliding_window")
+    qwen = mtype.startswith("qwen")
+    if qwen and cfg.get("use_sliding_window") is not True:
+        return {}  # their configs carry a window that only use_sliding_window turns on
+    if window is None:
+        types = cfg.get("layer_types") or []
+        if any(t != "full_attention" for t in types):
+            raise SpecError(f"{where}: layer_types has sliding_attention layers but "
+                            "sliding_window is not given")
+        return {}
+    width = int(number(window, f"{where}: sliding_window", integer=True, maximum=1e10))
+    types = cfg.get("layer_types")
+    if types is None:
+        if qwen:
+            first = count("max_window_layers", 0)
+            types = ["sliding_attention" if i >= first else "full_attention"
+                     for i in range(layers)]
+        elif mtype == "gpt_oss":
+            types = ["sliding_attention" if (i + 1) % 2 else "full_attention"
+                     for i in range(layers)]
+        else:
+            types = ["sliding_attention"] * layers
+    if not isinstance(types, list) or len(types) != layers:
+        raise SpecError(f"{where}: layer_types must list the {layers} layers' attention")
+    unknown = sorted({str(t) for t in types} - set(_ATTENTION_TYPES))
+    if unknown:
+        raise SpecError(f"{where}: layer_types {', '.join(unknown)} is not modelled (perfmodel "
+                        f"models {', '.join(_ATTENTION_TYPES)})")
+    full = [i for i, t in enumerate(types) if t == "full_attention"]
+    if len(full) == layers:
+        return {}
+    every = full[0] + 1 if full else 0
+    if every == 1 or (every and full != [i for i in range(layers) if (i + 1) % every == 0]):
+        raise SpecError(f"{where}: layer_types puts full attention in layers {full[:6]}"
+                        f"{' ...' if len(full) > 6 else ''}: perfmodel models every layer "
+                        "windowed or every k-th (layers k-1, 2k-1, ...) full")
+    return dict(sliding_window=width, full_attention_every=every)
+
+
 def _hf_biases(attention: bool, mlp: bool, where: str) -> tuple[bool, bool]:
     """(bias, qkv_bias) of a config's attention_bias (q, k, v and output projections) and
     mlp_bias; perfmodel's `bias` covers the attention output and the MLP together."""
@@ -318,25 +692,6 @@ def _hf_biases(attention: bool, mlp: bool, where: str) -> tuple[bool, bool]:
                         f"{str(mlp).lower()} is not modelled (perfmodel's bias covers the "
                         "attention output and the MLP together)")
     return mlp, attention
-
-
-def _check_window(cfg: Mapping[str, Any], mtype: str, where: str, seq_len: int) -> None:
-    """Refuse sliding-window attention that reaches less than the sequence (a window as long as
-    the sequence is full causal attention)."""
-    window = cfg.get("sliding_window")
-    types = cfg.get("layer_types") or []
-    if mtype in ("qwen2", "qwen3") and cfg.get("use_sliding_window") is not True:
-        window = None  # their configs carry a window that only use_sliding_window turns on
-    sliding = isinstance(types, list) and any(t != "full_attention" for t in types)
-    if window is not None:
-        width = int(number(window, f"{where}: sliding_window", integer=True, maximum=1e10))
-        if width < seq_len:
-            raise SpecError(f"{where}: Hugging Face model_type '{mtype}' is {_SLIDING} "
-                            f"(sliding_window {width} < seq_len {seq_len}), which perfmodel does "
-                            "not model; a seq_len up to the window is full attention")
-    elif sliding:
-        raise SpecError(f"{where}: Hugging Face model_type '{mtype}' is {_SLIDING} (layer_types), "
-                        "which perfmodel does not model")
 
 
 def load_model(name_or_path: str | Path | TransformerSpec, **overrides: Any) -> Any:

@@ -46,7 +46,8 @@ def resolve(name_or_path: str | Path, directory: Path, what: str,
         if path.exists():
             return path
     except (OSError, ValueError) as exc:  # a name too long, or with a NUL byte, for the system
-        raise SpecError(f"{what}: '{text[:60]}' is not a preset or a readable path ({exc})") from None
+        raise SpecError(
+            f"{what}: '{text[:60]}' is not a preset or a readable path ({exc})") from None
     names = preset_names(directory)
     if directory == MODELS_DIR:
         from perfmodel.specs.cnn import BUILDERS

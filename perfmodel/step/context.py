@@ -52,7 +52,7 @@ def device(fam: Family | None = None) -> K.Device:
 def _option(fam: Family, name: str, value: str) -> sp.Expr:
     """1 if the family's option `name` is `value`, its indicator if the option is open."""
     option = getattr(fam, name)
-    return option if option is None else option == value  # type: ignore[no-any-return]
+    return option if option is None else option == value
 
 
 @dataclass(frozen=True)

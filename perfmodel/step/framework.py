@@ -12,6 +12,7 @@ where measured): kernels x t_kernel forward and 2 x that backward.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sympy as sp
 
@@ -53,7 +54,7 @@ def part_costs(c: Context) -> dict[str, PartCost]:
     tp_on = active(S.tp)
     styles = {"plain": 1 - c.megatron * tp_on, "tp": c.megatron * tp_on * (1 - c.seq_parallel),
               "tp_sp": c.megatron * tp_on * c.seq_parallel}
-    measured: dict[str, dict[str, list]] = {}
+    measured: dict[str, dict[str, list[Any]]] = {}
     for part, style, degree in sorted(c.fam.layer_costs):
         measured.setdefault(part, {}).setdefault(style, []).append(
             (degree, S.layer_cost_symbols(part, style, degree)))

@@ -5,7 +5,8 @@ A fenced block is a sample; an HTML comment `<!-- docs-check: ... -->` on the li
 (blank lines allowed) says what to do with it:
 
 - `file KIND NAME`: write the block to NAME in the sandbox and load it with the reader of KIND
-  (hardware, model, plans, profile, measurements, report, history); later commands may use it.
+  (hardware, model, plans, profile, measurements, report, history, trace); later commands may use
+  it.
 - `output`: the block is the standard output of the previous block's last command; compared line
   by line, numbers within a tolerance.
 - `skip "PREFIX" because REASON`: do not run the commands that start with PREFIX (all commands of

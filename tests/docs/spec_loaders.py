@@ -94,6 +94,15 @@ def history(path: Path) -> Any:
     return runs
 
 
+def trace(path: Path) -> Any:
+    """A Chrome/Perfetto trace as predict --trace writes it: valid, named, monotone per track."""
+    from perfmodel.timeline import check_trace
+
+    tracks = check_trace(json.loads(path.read_text()))
+    assert tracks, f"{path}: no complete event"
+    return tracks
+
+
 LOADERS: dict[str, Callable[[Path], Any]] = {
     "hardware": hardware,
     "model": model,
@@ -102,4 +111,5 @@ LOADERS: dict[str, Callable[[Path], Any]] = {
     "measurements": measurements,
     "report": report,
     "history": history,
+    "trace": trace,
 }

@@ -201,15 +201,21 @@ def _check_pip(command: str) -> None:
     words = shlex.split(command)
     assert words[:2] == ["pip", "install"], command
     extras_defined = _extras()
-    for w in words[2:]:
+    words = words[2:]
+    while words:
+        w = words.pop(0)
         if w in ("-e", "--quiet", "-q", "--upgrade", "-U"):
             continue
-        if w.startswith((".", "/")):
-            for extra in re.findall(r"\[([^\]]+)\]", w):
-                for name in extra.split(","):
-                    assert name.strip() in extras_defined, f"no extra '{name}' in pyproject.toml"
+        if w == "--index-url":  # the CPU-only torch's index (docs/install.md)
+            assert words and words.pop(0) == "https://download.pytorch.org/whl/cpu", command
             continue
-        Requirement(w)  # raises on a malformed requirement
+        if w.startswith((".", "/")):
+            extras = [e for group in re.findall(r"\[([^\]]+)\]", w) for e in group.split(",")]
+        else:
+            requirement = Requirement(w)  # raises on a malformed requirement
+            extras = list(requirement.extras) if requirement.name == "perfmodel" else []
+        for name in extras:
+            assert name.strip() in extras_defined, f"no extra '{name}' in pyproject.toml"
 
 
 def _extras() -> set[str]:

@@ -1,6 +1,6 @@
-"""End-to-end iteration times of Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
-Transformer Models", Table 5), measured on DGX A100 80GB (Selene): 2048-token sequences, vocabulary
-51,200, data parallel 1.
+"""End-to-end iteration times of Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+Large Transformer Models", Table 5), measured on DGX A100 80GB (Selene): 2048-token sequences,
+vocabulary 51,200, data parallel 1.
 
 A prediction, not a fit: no preset value is chosen to match these runs (until issue 16 the A100
 GEMM ceiling was; it now follows the rule every GPU follows, docs/model.md "GEMM ceiling"). The
@@ -38,7 +38,8 @@ def test_each_run_within_12_percent(name, plan, measured):
 
 
 def test_selective_recompute_with_sequence_parallel_is_faster_as_measured():
-    # Table 5: every model trains 23-30% faster with SP + selective recompute than with full recompute
+    # Table 5: every model trains 23-30% faster with SP + selective recompute than with full
+    # recompute
     for name, full_plan, _ in list(_runs())[::2]:
         sel_plan = full_plan.replace(recompute="selective", sequence_parallel=True)
         full = predict(load_model(name), "dgx-a100-80gb", full_plan).step_time_s

@@ -13,7 +13,7 @@ from perfmodel import symbols as S
 from perfmodel.costs.memory import layer_activation_bytes
 from perfmodel.step import Family, build
 
-l, h, a, s, V, B, b, t = S.L, S.h, S.a, S.s, S.V, S.B, S.b, S.tp
+L, h, a, s, V, B, b, t = S.L, S.h, S.a, S.s, S.V, S.B, S.b, S.tp
 GPT = {S.kv: a, S.f: 4 * h}  # GPT-3 family: multi-head attention, MLP width 4h
 
 
@@ -33,21 +33,21 @@ def gpt(expr):
 def test_parameter_count_matches_narayanan_eq2():
     built = build(gpt_family())
     ours = gpt(built.quantities["parameters"]) - 2 * h  # Eq. 2 leaves out the final layer norm
-    eq2 = 12 * l * h**2 * (1 + sp.Rational(13, 12) / h + (V + s) / (12 * l * h))
+    eq2 = 12 * L * h**2 * (1 + sp.Rational(13, 12) / h + (V + s) / (12 * L * h))
     assert sp.simplify(ours - eq2) == 0
 
 
 def test_flops_with_full_recompute_match_narayanan_eq3():
     built = build(gpt_family(recompute="full"))
     ours = gpt(built.quantities["hardware_flops_per_step"]).subs(S.dp, 1)
-    eq3 = 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+    eq3 = 96 * B * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
     assert sp.simplify(ours - eq3) == 0
 
 
 def test_model_flops_are_three_forward_passes():
     built = build(gpt_family())
     ours = gpt(built.quantities["model_flops_per_step"]).subs(S.dp, 1)
-    expected = 72 * B * s * l * h**2 * (1 + s / (6 * h) + V / (12 * l * h))
+    expected = 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * L * h))
     assert sp.simplify(ours - expected) == 0
 
 

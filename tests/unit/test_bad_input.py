@@ -83,6 +83,24 @@ FILES: dict[str, str | bytes] = {
                     '"max_position_embeddings": 512, "attention_bias": true}',
     "hf-wrong-type.json": '{"model_type": "gpt2", "n_layer": "twelve", "n_embd": 768, '
                           '"n_head": 12, "vocab_size": 50257, "n_positions": 1024}',
+    "hf-llama-experts.json": '{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, '
+                             '"num_attention_heads": 8, "intermediate_size": 512, '
+                             '"vocab_size": 1000, "num_local_experts": 4}',
+    "hf-layer-types.json": '{"model_type": "mistral", "num_hidden_layers": 4, "hidden_size": 256, '
+                           '"num_attention_heads": 8, "intermediate_size": 512, '
+                           '"vocab_size": 1000, "sliding_window": 64, "layer_types": '
+                           '["full_attention", "sliding_attention", "sliding_attention", '
+                           '"full_attention"]}',
+    "model-experts-no-top-k.yaml": TINY + "experts: 8\n",
+    "model-top-k-dense.yaml": TINY + "top_k: 2\n",
+    "model-top-k-too-many.yaml": TINY + "experts: 8\ntop_k: 9\n",
+    "model-all-dense.yaml": TINY + "experts: 8\ntop_k: 2\nmoe_first_dense: 4\n",
+    "model-imbalance.yaml": TINY + "experts: 8\ntop_k: 2\nrouting_imbalance: 0.5\n",
+    "model-dense-layer.yaml": TINY + "experts: 8\ntop_k: 2\nmoe_dense_layers: [1, 7]\n",
+    "model-mla-partial.yaml": TINY + "kv_lora_rank: 64\nqk_nope_head_dim: 32\n",
+    "model-mla-no-rank.yaml": TINY + "q_lora_rank: 64\n",
+    "model-window-every.yaml": TINY + "full_attention_every: 2\n",
+    "model-window-one.yaml": TINY + "sliding_window: 64\nfull_attention_every: 1\n",
     "model-alias-bomb.yaml": _alias_bomb(TINY),
     "model-recursive-alias.yaml": TINY + "source: &loop [*loop]\n",
     "model-nested.yaml": TINY + "source: " + "[" * 150 + "]" * 150 + "\n",
@@ -268,12 +286,50 @@ CASES = [
     C("predict", "missing field (HF config: no training length)", f"{PRED} --model "
       f"{HF}/llama-3.1-8b", SPEC, ("(Hugging Face config) has no training sequence length",
                                    "give --seq-len", "its max_position_embeddings is 131072")),
-    C("predict", "unknown field (HF mixture of experts)", f"{PRED} --model "
+    # a mixture of experts (or MLA, a window shorter than the sequence) is read, and refused by
+    # what costs it: never predicted as the nearest dense model (issue 17)
+    C("predict", "uncosted model (HF mixture of experts)", f"{PRED} --model "
       f"{HF}/mixtral-8x7b-v0.1 --seq-len 4096", SPEC,
-      ("model_type 'mixtral' is a mixture-of-experts model (num_local_experts: 8)",
-       "which perfmodel does not model")),
-    C("predict", "unknown field (HF sliding window)", f"{PRED} --model {HF}/mistral-7b-v0.1 "
-      "--seq-len 8192", SPEC, ("sliding-window attention", "sliding_window 4096 < seq_len 8192")),
+      ("(46.70B parameters, 12.88B active)",
+       "mixture-of-experts layers (32 of 32, 8 routed experts, top 2)",
+       "the step model does not cost these yet")),
+    C("predict", "uncosted model (HF sliding window)", f"{PRED} --model {HF}/mistral-7b-v0.1 "
+      "--seq-len 8192", SPEC, ("sliding-window attention in 32 of 32 layers (window 4096 < "
+                               "seq_len 8192)",)),
+    C("predict", "uncosted model (MoE and MLA preset)", f"{PRED} --model deepseek-v3", SPEC,
+      ("model 'deepseek-v3' (671.03B parameters, 37.55B active)",
+       "mixture-of-experts layers (58 of 61", "multi-head latent attention (MLA)",
+       "multi-token-prediction modules (1)")),
+    C("predict", "unknown field (HF experts in a dense family)", f"{PRED} --model "
+      "{d}/hf-llama-experts.json --seq-len 512", SPEC,
+      ("model_type 'llama' is a mixture-of-experts model of a family perfmodel does not read "
+       "(num_local_experts: 4)",)),
+    C("predict", "unknown field (HF layer_types)", f"{PRED} --model {{d}}/hf-layer-types.json "
+      "--seq-len 512", SPEC, ("layer_types puts full attention in layers [0, 3]",
+                              "every k-th (layers k-1, 2k-1, ...) full")),
+    C("predict", "missing field (experts)", f"{PRED} --model {{d}}/model-experts-no-top-k.yaml",
+      SPEC, ("top_k must be given with experts (8)",)),
+    C("predict", "unknown field (top_k of a dense model)", f"{PRED} --model "
+      "{d}/model-top-k-dense.yaml", SPEC, ("top_k applies to a mixture-of-experts model: give "
+                                           "experts",)),
+    C("predict", "absurd (top_k)", f"{PRED} --model {{d}}/model-top-k-too-many.yaml", SPEC,
+      ("top_k must be > 0 and <= 8, got 9 (at most the 8 experts)",)),
+    C("predict", "absurd (every layer dense)", f"{PRED} --model {{d}}/model-all-dense.yaml", SPEC,
+      ("moe_first_dense must be >= 0 and <= 3, got 4",)),
+    C("predict", "zero (routing imbalance)", f"{PRED} --model {{d}}/model-imbalance.yaml", SPEC,
+      ("routing_imbalance must be >= 1 and <= 4, got 0.5",)),
+    C("predict", "absurd (dense layer index)", f"{PRED} --model {{d}}/model-dense-layer.yaml",
+      SPEC, ("moe_dense_layers must be >= 0 and <= 3, got 7",)),
+    C("predict", "missing field (MLA)", f"{PRED} --model {{d}}/model-mla-partial.yaml", SPEC,
+      ("qk_rope_head_dim must be given with kv_lora_rank",)),
+    C("predict", "unknown field (MLA without kv_lora_rank)", f"{PRED} --model "
+      "{d}/model-mla-no-rank.yaml", SPEC, ("q_lora_rank applies to multi-head latent attention",)),
+    C("predict", "unknown field (full attention without a window)", f"{PRED} --model "
+      "{d}/model-window-every.yaml", SPEC, ("full_attention_every applies to sliding-window "
+                                            "attention",)),
+    C("predict", "absurd (full attention every layer)", f"{PRED} --model "
+      "{d}/model-window-one.yaml", SPEC, ("full_attention_every 1 makes every layer full "
+                                          "attention",)),
     C("predict", "unknown field (HF biases)", f"{PRED} --model {{d}}/hf-bias.json --seq-len 512",
       SPEC, ("attention_bias true with mlp_bias false is not modelled",)),
     C("predict", "missing flag", "predict --model llama2-7b", USAGE, ("--hardware",)),
@@ -396,6 +452,10 @@ CASES = [
     C("predict", "layer graph: wrong type", "predict --model {d}/graph-shape.yaml --hardware "
       "dgx-v100", SPEC, ("input_shape must be a list of positive whole numbers",)),
     # --- explain -------------------------------------------------------------------------------
+    C("explain", "uncosted model (MoE, window, sinks)", "explain --model gpt-oss-120b --hardware "
+      "dgx-b200", SPEC, ("mixture-of-experts layers (36 of 36, 128 routed experts, top 4)",
+                         "sliding-window attention in 18 of 36 layers (window 128 < seq_len "
+                         "4096)", "attention sinks")),
     C("explain", "preset typo", "explain --model tiny-gtp --hardware dgx-h100", SPEC,
       ("did you mean 'tiny-gpt'",)),
     C("explain", "term typo", f"{EXPL} --term comm/tpp", USAGE,
@@ -494,9 +554,12 @@ CASES = [
     C("recommend", "missing field (HF config: no training length)", f"recommend --model "
       f"{HF}/qwen3-0.6b --hardware dgx-h100 --gpus 8 --global-batch 8", SPEC,
       ("has no training sequence length: give --seq-len", "max_position_embeddings is 40960")),
-    C("recommend", "unknown field (HF mixture of experts)", f"recommend --model "
+    C("recommend", "uncosted model (HF mixture of experts)", f"recommend --model "
       f"{HF}/mixtral-8x7b-v0.1 --hardware dgx-h100 --gpus 8 --global-batch 8 --seq-len 4096",
-      SPEC, ("mixture-of-experts",)),
+      SPEC, ("mixture-of-experts layers", "the step model does not cost these yet")),
+    C("recommend", "uncosted model (MoE preset)", "recommend --model qwen3-30b-a3b --hardware "
+      "gb200-nvl72 --gpus 72 --global-batch 72", SPEC,
+      ("model 'qwen3-30b-a3b' (30.53B parameters, 3.35B active)",)),
     C("recommend", "unknown field", f"{REC} --what-if inter_node.bandwith_bytes_per_s=2x", PLAN,
       ("unknown numeric hardware field 'inter_node.bandwith_bytes_per_s'",
        "did you mean 'inter_node.bandwidth_bytes_per_s'")),
@@ -672,6 +735,13 @@ CASES = [
     C("report", "profile of another version", "calibrate report {d}/profile-v2.json", SPEC,
       ("profile version 2 is not supported", "re-run `perfmodel calibrate`")),
     # --- validate (a run) ----------------------------------------------------------------------
+    C("validate", "layer-graph grid on a transformer (--emit)", "validate --model tiny-gpt "
+      "--hardware dgx-h100 --tp-layout 2d --pr 2 --pc 2 --emit {d}/emitted", USAGE,
+      ("--pr/--pc apply to layer-graph models",)),
+    C("validate", "layer-graph grid on a transformer (--dry-run)",
+      "validate --model tiny-gpt --pr 2 --dry-run", USAGE, ("--pr/--pc apply to layer-graph",)),
+    C("validate", "uncosted model (MoE preset)", "validate --model mixtral-8x7b --dry-run --dp 2",
+      SPEC, ("model 'mixtral-8x7b'", "mixture-of-experts layers")),
     C("validate", "preset typo", f"{VAL.replace('tiny-gpt', 'tiny-gp')} --dp 2", SPEC,
       ("did you mean 'tiny-gpt'",)),
     C("validate", "missing file", "validate --model tiny-gpt --profile {d}/nope.json --dp 2",

@@ -110,6 +110,15 @@ def test_deepgemm_table_reads_shapes_and_groups():
     assert row["flops_per_s"] == pytest.approx(1297e12)
 
 
+def test_deepgemm_table_without_a_groups_column_is_dense(tmp_path):
+    # found by mypy: pd.to_numeric of the missing column gave a scalar NaN, whose .fillna failed
+    table = tmp_path / "dense.csv"
+    table.write_text("m_or_m_per_group,n,k,tflops\n64,2112,7168,206\n128,2112,7168,352\n")
+    rows = read_gemm_table(table)
+    assert list(rows["b"]) == [1, 1] and list(rows["dtype"]) == ["fp8e4m3-blockscaled"] * 2
+    assert list(rows["flops_per_s"]) == [206e12, 352e12]
+
+
 def test_best_shape_only_table_is_refused_clearly():
     with pytest.raises(DataError, match="not a GEMM sweep"):
         read_gemm_table(DATA / "mamf-best-per-accelerator-ml-engineering.csv")

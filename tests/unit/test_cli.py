@@ -52,6 +52,25 @@ def test_presets(run_cli):
     out = run_cli("presets", "--json")
     data = json.loads(out.stdout)
     assert "dgx-a100-80gb" in data["hardware"] and "llama3-70b" in data["models"]
+    counts = data["model_parameters"]
+    assert set(counts) == set(data["models"])
+    # a dense model: every parameter active; Mixtral 8x7B: 46.7B, 12.9B per token
+    # (mistral.ai/news/mixtral-of-experts)
+    assert counts["llama3-8b"]["active_parameters"] == counts["llama3-8b"]["parameters"]
+    assert counts["mixtral-8x7b"]["parameters"] == pytest.approx(46.7e9, rel=0.005)
+    assert counts["mixtral-8x7b"]["active_parameters"] == pytest.approx(12.9e9, rel=0.005)
+    table = run_cli("presets").stdout
+    assert "46.70B (12.88B active)" in table and "gb200-nvl72" in table
+
+
+def test_predict_and_recommend_json_give_active_parameters(run_cli):
+    predicted = json.loads(run_cli("predict", "--model", "llama3-8b", "--hardware", "dgx-b200",
+                                   "--tp", "8", "--json").stdout)
+    assert predicted["active_parameters"] == predicted["parameters"] == 8030261248
+    recommended = json.loads(run_cli("recommend", "--model", "tiny-gpt", "--hardware",
+                                     "gb200-nvl72", "--gpus", "8", "--global-batch", "8",
+                                     "--json").stdout)
+    assert recommended["active_parameters"] == recommended["parameters"] > 0
 
 
 def test_batch_with_a_bad_row(run_cli, tmp_path):
@@ -207,7 +226,7 @@ def test_batch_rows_take_the_defaults_and_report_the_resolved_model(run_cli, tmp
     out = run_cli("predict", "--model", "tiny-gpt", "--hardware", "dgx-v100", "--batch", plans,
                   "--seq-len", "64", "--json")
     assert out.returncode == 0, out.stderr
-    rows = json.loads(out.stdout)
+    rows = json.loads(out.stdout)["rows"]  # perfmodel.predict.batch: {"schema", "rows"}
     assert [(r["ffn_hidden"], r["kv_heads"]) for r in rows] == [(1024, 8), (4096, 16)]
     assert rows[1]["parameters"] > rows[0]["parameters"] > 0
     assert rows[0]["tokens_per_s"] == pytest.approx(64 / rows[0]["step_time_s"])  # --seq-len

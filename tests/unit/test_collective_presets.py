@@ -33,7 +33,9 @@ NVLS_LOG = LOGS / "h100x8-allreduce-nvls-together-nccl-tests.txt"
 # [GB/s of bus bandwidth]; LL128 = 120/128 of Simple ("0.92"); nvlsEfficiency by generation.
 BASE_LAT = {"simple": 8.4e-6, "ll": 6.6e-6, "ll128": 14.0e-6}
 HW_LAT = {"nvlink": {"simple": 3.4e-6, "ll": 0.6e-6, "ll128": 1.9e-6},
+          "pci": {"simple": 5.7e-6, "ll": 1.0e-6, "ll128": 2.5e-6},
           "net": {"simple": 14.0e-6, "ll": 2.7e-6, "ll128": 4.0e-6}}
+NVLS_LATENCY = 25.0e-6  # hwLat, NVLink, NVLS: presets without a shared NVLS log of their GPU
 LL_MAX_BW_ONE_NODE = {"volta": 39.0e9, "ampere": 87.7e9, "hopper": 141.0e9, "blackwell": 282.0e9}
 LL_MAX_BW_NET = {"intel": 20.4e9, "amd": 19.0e9}  # > 2 nodes
 LL128_FRACTION = 0.92
@@ -43,6 +45,9 @@ NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
 GENERATIONS = {"V100": "volta", "A100": "ampere", "H100": "hopper", "H200": "hopper",
                "B200": "blackwell", "GB200": "blackwell", "B300": "blackwell"}
 AMD_CPU = {"dgx-a100-80gb", "dgx-a100-40gb"}
+# GPUs joined over PCIe inside the node (NCCL's PCI latencies; LL128 is on by default over NVLink
+# only, tuning.cc)
+PCIE = {"h100-pcie"}
 
 
 def _nccl_presets() -> list[str]:
@@ -64,13 +69,18 @@ def test_nccl_presets_carry_nccls_tuning_constants(name):
     hw = load_hardware(name)
     gen = _generation(hw.gpu_name)
     cpu = "amd" if name in AMD_CPU else "intel"
-    for link, kind in ((hw.intra_node, "nvlink"), (hw.inter_node, "net")):
+    intra = "pci" if name in PCIE else "nvlink"
+    for link, kind in ((hw.intra_node, intra), (hw.inter_node, "net")):
         assert link.latency_s == pytest.approx(HW_LAT[kind]["simple"])
         assert link.call_latency_s == pytest.approx(BASE_LAT["simple"])
         simple = link.effective_bandwidth_bytes_per_s
-        ll_max = (LL_MAX_BW_ONE_NODE[gen] if kind == "nvlink"
-                  else LL_MAX_BW_NET[cpu] * hw.gpus_per_node)  # per rank -> per node
-        for proto, fraction in (("ll", min(0.5, ll_max / simple)), ("ll128", LL128_FRACTION)):
+        ll_max = (LL_MAX_BW_NET[cpu] * hw.gpus_per_node if kind == "net"  # per rank -> per node
+                  else LL_MAX_BW_ONE_NODE[gen])
+        protocols = [("ll", min(0.5, ll_max / simple)), ("ll128", LL128_FRACTION)]
+        if kind == "pci":
+            assert link.protocol("ll128") is None, f"{name}: LL128 over PCIe"
+            protocols = protocols[:1]
+        for proto, fraction in protocols:
             p = link.protocol(proto)
             assert p is not None, f"{name}: {kind} has no {proto}"
             assert p.call_latency_s == pytest.approx(BASE_LAT[proto])
@@ -78,6 +88,11 @@ def test_nccl_presets_carry_nccls_tuning_constants(name):
             assert p.bandwidth_fraction == pytest.approx(fraction, abs=0.001), (kind, proto)
     if hw.intra_node.has_nvls:
         assert hw.intra_node.nvls_bandwidth_fraction == NVLS_EFFICIENCY[gen]
+        # Hopper: the latency fitted on the shared H100 NVLS log (below); others: NCCL's
+        fitted = load_hardware("dgx-h100").intra_node.nvls_latency_s
+        want = fitted if gen == "hopper" else NVLS_LATENCY
+        assert hw.intra_node.nvls_latency_s == pytest.approx(want)
+    assert not (name in PCIE and hw.intra_node.has_nvls), f"{name}: NVLS needs an NVSwitch"
 
 
 def test_hgx_h200_has_the_h100_links():

@@ -2,7 +2,8 @@
 
 A layer of u output units on Pr > u model-parallel processes is split over c = min(Pr, u) of them;
 its output all-gather and its input-gradient all-reduce then have c contributors and Pr receivers.
-Worked by hand with a ring on one alpha-beta link (n bytes: the gathered output, the reduced vector):
+Worked by hand with a ring on one alpha-beta link (n bytes: the gathered output, the reduced
+vector):
 
   64 contributors, 128 receivers          latency       bandwidth
   all-gather  standard (padded, over 128) 127 alpha     127/64 n / beta   (127 steps of n/64)
@@ -83,8 +84,9 @@ def test_64_filters_on_128_processes_by_hand(op, how, steps, factor):
 @pytest.mark.parametrize("algorithm", ["ring", "recursive"])
 def test_every_contributor_is_the_ordinary_collective(fn, op, algorithm):
     # c = r: symbolically, for any r
-    assert sp.simplify(fn(n, r, r, a, b, algorithm) - collective_time(op, n, r, a, b, algorithm)) == 0
-    assert sp.simplify(fn(n, 16, 16, a, b, algorithm) - collective_time(op, n, 16, a, b, algorithm)) == 0
+    for c in (r, 16):
+        assert sp.simplify(fn(n, c, c, a, b, algorithm) - collective_time(op, n, c, a, b,
+                                                                          algorithm)) == 0
 
 
 def test_the_copy_to_the_non_contributors_takes_doubling_rounds():
@@ -144,9 +146,10 @@ def test_the_link_model_is_the_formula_inside_a_node():
     batch = 1024
     for how in ("standard", "specialised", "auto"):
         got = predict_grid(g, RING_V100, GridPlan(pr=4, pc=1, global_batch=batch, contributors=how))
-        want = (contributed_time("all_gather", 4 * 8 * batch, 4, 4, alpha, beta, how)   # fc1 output
-                + contributed_time("all_gather", 4 * 2 * batch, 2, 4, alpha, beta, how)  # fc2 output
-                + contributed_time("all_reduce", 4 * 8 * batch, 2, 4, alpha, beta, how))  # fc2 input grad
+        # fc1's output, fc2's output, fc2's input gradient
+        want = (contributed_time("all_gather", 4 * 8 * batch, 4, 4, alpha, beta, how)
+                + contributed_time("all_gather", 4 * 2 * batch, 2, 4, alpha, beta, how)
+                + contributed_time("all_reduce", 4 * 8 * batch, 2, 4, alpha, beta, how))
         assert got.breakdown_s["comm/model_parallel"] == pytest.approx(float(want), rel=1e-12)
         assert got.layer_degrees == {"fc1": 4, "fc2": 2}
 
@@ -209,14 +212,16 @@ def test_alexnet_on_more_processes_than_its_narrowest_layer():
     std = runs["standard"]
     assert std.layer_degrees["conv1"] == 64 and std.layer_degrees["conv2"] == 128
     # conv1's weights live on 64 processes, the others' on 128
-    weights = 4 * sum(layer.params / std.layer_degrees[layer.name] for layer in g.layers if layer.splits)
+    weights = 4 * sum(layer.params / std.layer_degrees[layer.name]
+                      for layer in g.layers if layer.splits)
     weights += 4 * sum(layer.params for layer in g.layers if not layer.splits)
     assert std.memory_breakdown_bytes["weights"] == pytest.approx(weights, rel=1e-12)
     assert conv1.params / 64 > conv1.params / 128
     for how in ("specialised", "auto"):  # the realisation changes the model-parallel comm only
         for term in ("compute/forward", "compute/backward", "comm/data_parallel"):
             assert runs[how].breakdown_s[term] == std.breakdown_s[term]
-    assert runs["specialised"].breakdown_s["comm/model_parallel"] != std.breakdown_s["comm/model_parallel"]
+    model_parallel = "comm/model_parallel"
+    assert runs["specialised"].breakdown_s[model_parallel] != std.breakdown_s[model_parallel]
     assert runs["auto"].step_time_s <= min(std.step_time_s, runs["specialised"].step_time_s)
 
 
@@ -249,7 +254,8 @@ def test_communication_in_pr_with_narrow_layers_takes_the_exact_minimiser():
 def test_grid_plan_refuses_an_unknown_realisation():
     with pytest.raises(PlanError, match="contributors must be one of standard, specialised, auto"):
         GridPlan(pr=2, pc=1, global_batch=8, contributors="specialized")
-    assert GridPlan(pr=2, pc=1, global_batch=8, contributors="auto").to_dict()["contributors"] == "auto"
+    plan = GridPlan(pr=2, pc=1, global_batch=8, contributors="auto")
+    assert plan.to_dict()["contributors"] == "auto"
 
 
 def test_cli_contributors_option(run_cli):

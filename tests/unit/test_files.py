@@ -143,6 +143,10 @@ def _plans(tmp_path: Path) -> Path:
 
 OUTPUTS = {  # command -> the arguments before the output path
     "predict --plot": lambda d: [*LLAMA, "--plot"],
+    "predict --trace": lambda d: [*LLAMA, "--trace"],
+    "predict --timeline": lambda d: [*LLAMA, "--timeline"],
+    "predict --html": lambda d: [*LLAMA, "--html"],
+    "recommend --html": lambda d: [*REC, "--html"],
     "predict --batch --out": lambda d: [*LLAMA, "--batch", _plans(d), "--out"],
     "recommend --csv": lambda d: [*REC, "--csv"],
     "recommend --plot": lambda d: [*REC, "--plot"],

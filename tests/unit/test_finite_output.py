@@ -180,10 +180,10 @@ def test_a_non_finite_layer_graph_prediction_is_an_internal_error(monkeypatch):
 
 
 def test_the_cli_says_internal_error_in_one_line_and_exits_1(monkeypatch):
-    import perfmodel.specs.hardware as hardware
+    import perfmodel.specs.resolve as resolve  # where the commands load --hardware
 
     slipped = _slipped()
-    monkeypatch.setattr(hardware, "load_hardware", lambda name: slipped)
+    monkeypatch.setattr(resolve, "load_hardware", lambda name: slipped)
     code, out, err = run_main(["predict", "--model", "tiny-gpt", "--hardware", "dgx-h100",
                                "--dp", "16", "--gpus", "16", "--json"])
     assert code == 1 and out == "" and "Traceback" not in err
@@ -220,8 +220,9 @@ def test_predict_batch_json_is_strict_json(tmp_path: Path):
     code, out, _ = run_main(["predict", "--model", "llama2-7b", "--hardware", "dgx-h100",
                              "--batch", str(plans), "--json"])
     assert code == 5  # the bad row
-    rows = _strict(out)
+    rows = _strict(out)["rows"]
     assert [bool(r["error"]) for r in rows] == [False, False, True]
+    assert rows[2]["step_time_s"] is None  # what the bad row lacks is null, not ""
 
 
 def test_a_collective_over_one_rank_takes_no_time_and_has_no_bandwidth():

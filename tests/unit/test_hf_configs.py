@@ -138,37 +138,52 @@ def test_a_config_has_no_training_sequence_length():
     assert "Hugging Face config" in model.origin
 
 
-def test_mixture_of_experts_is_refused_never_the_nearest_dense_family():
+def test_mixture_of_experts_is_read_and_refused_by_predict_never_the_nearest_dense_family():
+    """Mixtral is read as what it is (8 experts, top 2), and predict refuses what its step model
+    does not cost yet instead of answering for Mistral."""
+    mixtral = _model("mixtral-8x7b-v0.1", 4096)
+    assert (mixtral.experts, mixtral.top_k, mixtral.expert_ffn_hidden) == (8, 2, 14336)
+    assert mixtral.moe_layers == tuple(range(32))
     with pytest.raises(SpecError) as err:
-        _model("mixtral-8x7b-v0.1")
+        predict(mixtral, "dgx-h100", Plan(gpus=8, tp=8, global_batch=8))
     message = str(err.value)
-    assert "mixture-of-experts model (num_local_experts: 8)" in message
+    assert "mixture-of-experts layers (32 of 32, 8 routed experts, top 2)" in message
     assert "did you mean" not in message and "mistral'" not in message
-    # experts in a family perfmodel reads are refused too
+    # experts in a family perfmodel reads as dense are refused on import
     cfg = json.loads((HF / "meta-llama-3-8b" / "config.json").read_text())
     from perfmodel.specs.model import model_from_hf_config
 
     for key in ("num_local_experts", "num_experts", "n_routed_experts"):
-        with pytest.raises(SpecError, match=f"mixture-of-experts model \\({key}: 4\\)"):
+        with pytest.raises(SpecError, match=f"mixture-of-experts model of a family perfmodel "
+                                            f"does not read \\({key}: 4\\)"):
             model_from_hf_config({**cfg, key: 4}, "m", seq_len=2048)
-    with pytest.raises(SpecError, match="'qwen3_moe' is a mixture-of-experts model"):
+    # a MoE family's config without its experts is missing a field, not a dense model
+    with pytest.raises(SpecError, match="qwen3_moe\\) is missing 'num_experts'"):
         model_from_hf_config({**cfg, "model_type": "qwen3_moe"}, "m", seq_len=2048)
 
 
-def test_sliding_window_attention_shorter_than_the_sequence_is_refused():
-    """Mistral 7B v0.1 attends over a 4096-token window: at 4096 tokens that is full attention,
-    longer it is not what perfmodel models."""
-    assert _model("mistral-7b-v0.1", 4096).seq_len == 4096
-    with pytest.raises(SpecError, match="sliding_window 4096 < seq_len 8192"):
-        _model("mistral-7b-v0.1", 8192)
-    # qwen2's window only counts with use_sliding_window
+def test_sliding_window_is_read_and_refused_by_predict_when_shorter_than_the_sequence():
+    """Mistral 7B v0.1 attends over a 4096-token window: at 4096 tokens that is full attention
+    (predicted), longer the window is recorded and predict refuses."""
+    short = _model("mistral-7b-v0.1", 4096)
+    assert short.sliding_window == 4096 and short.uncosted() == []
+    assert predict(short, "dgx-h100", Plan(gpus=8, tp=8, global_batch=8)).step_time_s > 0
+    long = _model("mistral-7b-v0.1", 8192)
+    assert (long.sliding_window, long.full_attention_every) == (4096, 0)
+    with pytest.raises(SpecError, match=r"sliding-window attention in 32 of 32 layers \(window "
+                                        r"4096 < seq_len 8192\)"):
+        predict(long, "dgx-h100", Plan(gpus=8, tp=8, global_batch=8))
+    # qwen2's window only counts with use_sliding_window, and then from max_window_layers on
     cfg = json.loads((HF / "qwen2.5-7b" / "config.json").read_text())
     from perfmodel.specs.model import model_from_hf_config
 
-    assert model_from_hf_config(cfg, "q", seq_len=200_000).seq_len == 200_000
-    with pytest.raises(SpecError, match="sliding-window attention"):
-        model_from_hf_config({**cfg, "use_sliding_window": True, "sliding_window": 4096}, "q",
-                             seq_len=8192)
+    assert model_from_hf_config(cfg, "q", seq_len=200_000).sliding_window is None
+    on = {**cfg, "use_sliding_window": True, "sliding_window": 4096}
+    assert model_from_hf_config(on, "q", seq_len=8192).sliding_window is None  # 28 of 28 full
+    every = model_from_hf_config({**on, "max_window_layers": 0}, "q", seq_len=8192)
+    assert (every.sliding_window, every.windowed_layers) == (4096, tuple(range(28)))
+    with pytest.raises(SpecError, match=r"layer_types puts full attention in layers \[0, 1, 2"):
+        model_from_hf_config({**on, "max_window_layers": 14}, "q", seq_len=8192)
     with pytest.raises(SpecError, match="alternates sliding-window and global attention"):
         model_from_hf_config({**cfg, "model_type": "gemma2"}, "g", seq_len=8192)
 
@@ -202,3 +217,160 @@ def test_predict_header_names_source_parameters_and_sequence_length(run_cli):
     assert data["seq_len"] == 4096 and data["seq_len_from"] == "--seq-len"
     refused = run_cli("predict", *args[:4])
     assert refused.returncode == 3 and "give --seq-len" in refused.stderr
+
+
+# --- mixture-of-experts, MLA and windowed families (issue 17) --------------------------------
+# tests/data/hf/*/config.json of these models are the published config.json values, read from
+# copies in public repositories where the Hugging Face file itself was not at hand:
+# - mixtral-8x22b-v0.1: huggingface.co/mistralai/Mixtral-8x22B-v0.1 config.json (hidden 6144,
+#   56 layers, 48 heads, 8 kv heads, 16384, 8 experts top 2; vocab 32000 as the base model's,
+#   mistral-community/Mixtral-8x22B-v0.1 and Cerebras modelzoo's mixtral 8x22B config)
+# - qwen1.5-moe-a2.7b: huggingface.co/Qwen/Qwen1.5-MoE-A2.7B config.json (as vendored in public
+#   planners' fixtures: 60 experts of 1408, top 4, shared expert 5632)
+# - qwen3-30b-a3b, qwen3-32b: the Qwen/Qwen3-30B-A3B and Qwen/Qwen3-32B config.json files as
+#   collected whole in a public repository (find_string "moe_intermediate_size": 768)
+# - qwen3-235b-a22b: Qwen/Qwen3-235B-A22B config.json (a public repository's hard-coded copy)
+# - deepseek-v3: deepseek-ai/DeepSeek-V3 config.json (fields of DeepSeek-R1's identical
+#   config.json copied in a public repository), checked against github.com/deepseek-ai/DeepSeek-V3
+#   inference/configs/config_671B.json (dim 7168, inter_dim 18432, moe_inter_dim 2048, 61 layers,
+#   3 dense, 128 heads, 256 routed + 1 shared, 8 activated, q_lora_rank 1536, kv_lora_rank 512,
+#   qk_nope 128, qk_rope 64, v 128, vocab 129280)
+# - deepseek-v2.5: deepseek-ai/DeepSeek-V2.5 config.json (a public repository's copy)
+# - gpt-oss-120b: huggingface.co/openai/gpt-oss-120b/raw/main/config.json (a public test's copy,
+#   read 2026-10-02); gpt-oss-20b: the same with 24 layers and 32 experts (its model card, Table 1;
+#   github.com/openai/gpt-oss gpt_oss/torch/model.py builds both from these fields)
+from perfmodel.params import parameter_counts  # noqa: E402
+
+# (config, published total, published active, whether the card's active count leaves out the
+# input embedding table, where). A card that counts the embedding table in its active parameters
+# (Mistral AI, Qwen) is compared with ours; one that leaves it out (OpenAI: 5.13B = attention + 4
+# experts + router + unembedding, its Table 1 sums; DeepSeek: README_WEIGHTS.md's 36.7B, which its
+# own 671B and 0.9B embedding sum to only without it) with ours less the table.
+MOE_PUBLISHED = [
+    ("mixtral-8x7b-v0.1", 46.7e9, 12.9e9, False,
+     "mistral.ai/news/mixtral-of-experts: 'Mixtral has 46.7B total parameters but only uses "
+     "12.9B parameters per token'"),
+    ("mixtral-8x22b-v0.1", 141e9, 39e9, False,
+     "mistral.ai/news/mixtral-8x22b: 'using only 39B active parameters out of 141B'"),
+    ("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9, False,
+     "huggingface.co/Qwen/Qwen1.5-MoE-A2.7B, model card: '14.3B parameters in total and 2.7B "
+     "activated parameters during runtime'"),
+    ("deepseek-v3", 671e9, 36.7e9, True,
+     "github.com/deepseek-ai/DeepSeek-V3 README_WEIGHTS.md: main model 'Total parameters: 671B', "
+     "'Activation parameters: 36.7B'"),
+    ("gpt-oss-120b", 116.83e9, 5.13e9, True,
+     "gpt-oss-120b & gpt-oss-20b Model Card (OpenAI 2025), Table 1: 116.83B total, 5.13B active"),
+    ("gpt-oss-20b", 20.91e9, 3.61e9, True,
+     "gpt-oss-120b & gpt-oss-20b Model Card (OpenAI 2025), Table 1: 20.91B total, 3.61B active"),
+]
+# (config, published total, published non-embedding (without embedding and output layer), where)
+MOE_TOTALS = [
+    ("qwen3-30b-a3b", 30.5e9, 29.9e9,
+     "huggingface.co/Qwen/Qwen3-30B-A3B, model card: 'Number of Parameters: 30.5B in total and "
+     "3.3B activated', 'Number of Paramaters (Non-Embedding): 29.9B'"),
+    ("qwen3-235b-a22b", 235e9, 234e9,
+     "huggingface.co/Qwen/Qwen3-235B-A22B, model card: '235B in total and 22B activated', "
+     "'(Non-Embedding): 234B'"),
+    ("qwen3-32b", 32.8e9, 31.2e9,
+     "huggingface.co/Qwen/Qwen3-32B, model card: 'Number of Parameters: 32.8B', "
+     "'(Non-Embedding): 31.2B'"),
+    ("deepseek-v2.5", 236e9, None,
+     "github.com/deepseek-ai/DeepSeek-V3 README, Table: DeepSeek-V2 '# Total Params 236B' "
+     "(DeepSeek-V2.5 has DeepSeek-V2's architecture)"),
+]
+
+
+@pytest.mark.parametrize("name,total,active,no_embedding,source", MOE_PUBLISHED,
+                         ids=[p[0] for p in MOE_PUBLISHED])
+def test_moe_total_and_active_parameters_match_the_published_ones(name, total, active,
+                                                                  no_embedding, source):
+    counts = parameter_counts(_model(name, 4096))
+    assert counts.total == pytest.approx(total, rel=0.005), source
+    ours = counts.active - (counts.embedding if no_embedding else 0)
+    assert ours == pytest.approx(active, rel=0.005), source
+
+
+@pytest.mark.parametrize("name,total,non_embedding,source", MOE_TOTALS,
+                         ids=[p[0] for p in MOE_TOTALS])
+def test_moe_totals_match_the_published_ones(name, total, non_embedding, source):
+    model = _model(name, 4096)
+    counts = parameter_counts(model)
+    assert counts.total == pytest.approx(total, rel=0.005), source
+    if non_embedding is not None:
+        embeddings = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
+        assert counts.total - embeddings == pytest.approx(non_embedding, rel=0.005), source
+
+
+def test_two_digit_active_counts_agree_to_their_digits():
+    """Cards that round the active count to two digits: Qwen3-235B-A22B '22B activated' (ours
+    22.19B), DeepSeek-V2 '21B activated' (github.com/deepseek-ai/DeepSeek-V3 README table; ours
+    21.38B). Qwen3-30B-A3B's '3.3B activated' is 1.6% under ours (3.353B, the embedding table
+    counted as Qwen counts it for Qwen1.5-MoE-A2.7B's 2.7B; without it 3.04B): no convention
+    reaches it, and its total and non-embedding counts agree within 0.1%."""
+    assert round(parameter_counts(_model("qwen3-235b-a22b")).active / 1e9) == 22
+    assert round(parameter_counts(_model("deepseek-v2.5")).active / 1e9) == 21
+    assert parameter_counts(_model("qwen3-30b-a3b")).active == pytest.approx(3.353e9, rel=1e-3)
+
+
+def test_deepseek_v3_mtp_module_is_counted_apart():
+    """The main model is the published 671B; the multi-token-prediction module (a MoE layer, a
+    2h x h projection, two norms) shares its embedding and output layer. The Hugging Face
+    checkpoint keeps its own copies of both: 685B in all (README: 'The total size of DeepSeek-V3
+    models on Hugging Face is 685B, which includes 671B of the Main Model weights and 14B of the
+    Multi-Token Prediction (MTP) Module weights')."""
+    model = _model("deepseek-v3", 4096)
+    assert model.mtp_layers == 1 and model.kv_lora_rank == 512 and model.q_lora_rank == 1536
+    assert (model.moe_first_dense, model.moe_layer_count, model.shared_experts) == (3, 58, 1)
+    counts = parameter_counts(model)
+    moe_layer = 11_507_286_016  # one MoE layer of DeepSeek-V3: its terms below
+    attention = (7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * (512 + 64) + 512
+                 + 512 * 128 * 256 + 128 * 128 * 7168)
+    assert moe_layer == attention + 257 * 3 * 7168 * 2048 + 7168 * 256 + 2 * 7168
+    assert counts.mtp == moe_layer + 2 * 7168 * 7168 + 2 * 7168
+    hf_copies = 2 * 129280 * 7168  # the MTP module's embed_tokens and shared_head in the checkpoint
+    assert counts.total + counts.mtp + hf_copies == pytest.approx(685e9, rel=0.005)
+
+
+def test_gpt_oss_windows_sinks_and_biases_are_read():
+    model = _model("gpt-oss-120b", 4096)
+    assert (model.sliding_window, model.full_attention_every) == (128, 2)
+    assert model.windowed_layers == tuple(range(0, 36, 2))  # even layers banded, odd full
+    assert model.attention_sinks and model.bias and model.qkv_bias
+    assert (model.experts, model.top_k, model.expert_ffn_hidden, model.head_dim) == (128, 4, 2880,
+                                                                                       64)
+    # Table 1 of the model card: attention 0.96B, MLP 114.71B, embed + unembed 1.16B
+    from perfmodel.params import attention_parameters, moe_ffn_parameters
+
+    assert 36 * attention_parameters(model) == pytest.approx(0.96e9, rel=0.005)
+    assert 36 * moe_ffn_parameters(model) == pytest.approx(114.71e9, rel=0.005)
+    assert 2 * model.vocab * model.hidden == pytest.approx(1.16e9, rel=0.005)
+
+
+def test_qwen2_moe_shared_expert_and_dense_layers_are_read():
+    model = _model("qwen1.5-moe-a2.7b")
+    assert (model.experts, model.top_k, model.expert_ffn_hidden) == (60, 4, 1408)
+    assert (model.shared_experts, model.shared_expert_ffn_hidden) == (1, 5632)
+    assert model.qkv_bias and not model.bias and model.moe_dense_layers == ()
+    from perfmodel.specs.model import model_from_hf_config
+
+    cfg = json.loads((HF / "qwen1.5-moe-a2.7b" / "config.json").read_text())
+    # transformers' Qwen2MoeDecoderLayer: sparse when (i + 1) % decoder_sparse_step == 0 and i is
+    # not in mlp_only_layers
+    sparse = model_from_hf_config({**cfg, "decoder_sparse_step": 2, "mlp_only_layers": [5]}, "q",
+                                  seq_len=2048)
+    assert sparse.moe_layers == tuple(i for i in range(24) if (i + 1) % 2 == 0 and i != 5)
+
+
+def test_dense_counts_equal_the_step_models_for_every_dense_config_and_preset():
+    """perfmodel.params counts a dense model term for term as perfmodel.step does (the golden
+    corpus' `parameters`): equal, not approximately."""
+    from perfmodel import list_presets
+
+    names = [str(p) for p in sorted(HF.iterdir())]
+    for name in names + list_presets()["models"]:
+        model = load_model(name, seq_len=1024) if name in names else load_model(name)
+        if getattr(model, "kind", "") == "layers" or model.uncosted():
+            continue
+        counts = parameter_counts(model)
+        assert counts.active == counts.total
+        assert counts.total == parameter_count(model, "dgx-h100"), name

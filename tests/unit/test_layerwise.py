@@ -22,7 +22,8 @@ V100 = load_hardware("dgx-v100")
 @pytest.mark.parametrize("builder,params,gflops", [
     (alexnet, 61.10e6, 1.43),   # torchvision AlexNet: 61,100,840 parameters, 0.71 GMACs
     (vgg16, 138.36e6, 30.96),   # Simonyan & Zisserman 2015, Table 2: 138M; 15.5 GMACs
-    (resnet50, 25.56e6, 8.24),  # He et al. 2016, Table 1: 3.8e9 FLOPs (multiply-adds 4.1 GMACs in torchvision)
+    # He et al. 2016, Table 1: 3.8e9 FLOPs (multiply-adds 4.1 GMACs in torchvision)
+    (resnet50, 25.56e6, 8.24),
 ])
 def test_classic_networks_match_their_published_sizes(builder, params, gflops):
     g = builder()
@@ -34,8 +35,9 @@ def test_pure_data_and_pure_model_parallel_limits():
     g = alexnet()
     data = predict_grid(g, V100, GridPlan(pr=1, pc=16, global_batch=256))
     model = predict_grid(g, V100, GridPlan(pr=16, pc=1, global_batch=256))
-    assert data.breakdown_s["comm/model_parallel"] == 0 and data.breakdown_s["comm/data_parallel"] > 0
-    assert model.breakdown_s["comm/data_parallel"] == 0 and model.breakdown_s["comm/model_parallel"] > 0
+    mp, dp = "comm/model_parallel", "comm/data_parallel"
+    assert data.breakdown_s[mp] == 0 and data.breakdown_s[dp] > 0
+    assert model.breakdown_s[dp] == 0 and model.breakdown_s[mp] > 0
     single = predict_grid(g, V100, GridPlan(pr=1, pc=1, global_batch=256))
     assert sum(v for k, v in single.breakdown_s.items() if k.startswith("comm/")) == 0
 
@@ -93,14 +95,17 @@ def test_seed_003_split_collectives_cost_more_than_fused():
 
 
 def test_seed_003_sweep_trends():
-    # Castello et al. 2019: faster nodes make communication a larger share; faster links a smaller one
+    # Castello et al. 2019: faster nodes make communication a larger share; faster links a
+    # smaller one
     frame = sweep(alexnet(), V100, GridPlan(pr=4, pc=4, global_batch=256),
-                  {"peak_flops_per_s": [1e13, 1e14], "inter_node.bandwidth_bytes_per_s": [1e10, 1e11],
+                  {"peak_flops_per_s": [1e13, 1e14],
+                   "inter_node.bandwidth_bytes_per_s": [1e10, 1e11],
                    "gpus": [16, 32]})
     assert len(frame) == 8
     for bw in (1e10, 1e11):
         for gpus in (16, 32):
-            rows = frame[(frame["inter_node.bandwidth_bytes_per_s"] == bw) & (frame["gpus"] == gpus)]
+            rows = frame[(frame["inter_node.bandwidth_bytes_per_s"] == bw)
+                         & (frame["gpus"] == gpus)]
             shares = rows.sort_values("peak_flops_per_s")["communication_share"].tolist()
             assert shares[0] < shares[1]
     slow = frame[frame["inter_node.bandwidth_bytes_per_s"] == 1e10]["step_time_s"].to_numpy()
@@ -125,8 +130,8 @@ def test_layer_graph_file_round_trip(tmp_path):
 
 
 def test_cli_predict_explain_and_sweep(run_cli, tmp_path):
-    out = run_cli("predict", "--model", "alexnet", "--hardware", "dgx-v100", "--pr", "2", "--pc", "8",
-                  "--global-batch", "256", "--json")
+    out = run_cli("predict", "--model", "alexnet", "--hardware", "dgx-v100", "--pr", "2",
+                  "--pc", "8", "--global-batch", "256", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["plan"]["pr"] == 2 and data["step_time_s"] > 0
@@ -149,13 +154,15 @@ def test_a_traced_graph_reads_with_shapes_instead_of_gemm_sizes():
     # the format validation.cnn_graph writes: shapes with the batch first, no GEMM view
     from perfmodel.specs.layers import layer_graph_from_dict
 
-    g = layer_graph_from_dict({"kind": "layers", "name": "t", "input_shape": [1, 3, 8, 8], "layers": [
+    layers = [
         {"name": "c1", "kind": "conv", "input_shape": [1, 3, 8, 8], "output_shape": [1, 4, 8, 8],
          "out_channels": 4, "params": 112, "flops": 2 * 8 * 8 * 27 * 4},
         {"name": "bn", "kind": "norm", "input_shape": [1, 4, 8, 8], "output_shape": [1, 4, 8, 8],
          "params": 8, "flops": 100},
         {"name": "fc", "kind": "linear", "input_shape": [1, 256], "output_shape": [1, 10],
-         "out_features": 10, "params": 2570, "flops": 2 * 256 * 10}]}, "t")
+         "out_features": 10, "params": 2570, "flops": 2 * 256 * 10}]
+    g = layer_graph_from_dict({"kind": "layers", "name": "t", "input_shape": [1, 3, 8, 8],
+                               "layers": layers}, "t")
     conv, bn, fc = g.layers
     assert (conv.gemm_m, conv.gemm_n, conv.gemm_k) == (64, 4, 27)  # 8x8 pixels, 4 filters, 3x3x3
     assert bn.channels == 4 and (fc.gemm_m, fc.gemm_n, fc.gemm_k) == (1, 10, 256)
@@ -178,7 +185,8 @@ def test_recommend_a_layer_graph(run_cli):
 
 @pytest.mark.parametrize("name", ["alexnet", "vgg16", "resnet50"])
 def test_graphs_traced_from_torch_agree_with_the_builders(name):
-    # tests/data/cnn/*.json: written by validation.cnn_graph from plain-torch models on the meta device
+    # tests/data/cnn/*.json: written by validation.cnn_graph from plain-torch models on the meta
+    # device
     from tests.conftest import ROOT
 
     traced = load_model(str(ROOT / "tests/data/cnn" / f"{name}.json"))

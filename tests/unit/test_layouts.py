@@ -83,7 +83,8 @@ def test_weights_spread_over_the_grid():
     w = one.memory_breakdown_bytes["weights"]
     # the layers' matrices dominate; embeddings stay vocabulary-parallel over all tp ranks
     assert w / two.memory_breakdown_bytes["weights"] == pytest.approx(16, rel=0.02)
-    assert w / depth.memory_breakdown_bytes["weights"] == pytest.approx(16, rel=0.05)  # copied over d
+    # copied over d
+    assert w / depth.memory_breakdown_bytes["weights"] == pytest.approx(16, rel=0.05)
     # norms and learned positions are split along a only (q = 4), so a little under 64
     assert w / cube.memory_breakdown_bytes["weights"] == pytest.approx(64, rel=0.05)
 

@@ -2,8 +2,11 @@
 processes that launch ranks (validate, calibrate run) import torch only in the ranks: the
 launcher and the modules that drive it import without it."""
 
+import json
 import subprocess
 import sys
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -81,3 +84,96 @@ def test_a_warm_predict_imports_no_sympy_pandas_matplotlib_or_torch(tmp_path):
     for extra in (["--json"], []):  # JSON, and the table
         warm = _predict_modules([*args, *extra], str(tmp_path))
         assert [m for m in HEAVY if m in warm] == [], extra
+
+
+# The command line with torch absent, as after `pip install perfmodel` (no extra): torch set to
+# None in sys.modules makes `import torch` raise ModuleNotFoundError(name='torch'), as a missing
+# package does, and importlib.util.find_spec('torch') answer None.
+CLI_WITHOUT_TORCH = """
+import sys
+sys.modules["torch"] = None
+from perfmodel.cli import main
+main(sys.argv[1:])
+"""
+
+
+def _cli_without_torch(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100",
+               PERFMODEL_CACHE_DIR=str(tmp_path / "cache"))
+    return subprocess.run([sys.executable, "-c", CLI_WITHOUT_TORCH, *args], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+PLAN = ["--model", "gpt-22b", "--hardware", "dgx-a100-80gb", "--gpus", "8"]
+
+
+def test_predict_and_recommend_run_without_torch(tmp_path):
+    """Issue 18 item 7: the core commands need no extra."""
+    out = _cli_without_torch(tmp_path, "predict", *PLAN, "--tp", "8", "--micro-batch", "4",
+                             "--global-batch", "4", "--recompute", "full", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["schema"].startswith("perfmodel.predict/")
+    out = _cli_without_torch(tmp_path, "recommend", *PLAN, "--global-batch", "16", "--top", "2")
+    assert out.returncode == 0, out.stderr
+    assert "step time" in out.stdout
+
+
+@pytest.mark.parametrize(("args", "command", "extra"), [
+    (["calibrate", "run", "--out", "here.json", "--nprocs", "2", "--quick"], "calibrate run",
+     "calibration"),
+    (["validate", "--model", "tiny-gpt", "--hardware", "dgx-a100-80gb", "--dp", "2",
+      "--global-batch", "8", "--micro-batch", "2", "--nprocs", "2", "--steps", "2"], "validate",
+     "validation"),
+    (["validate", "--model", "tiny-gpt", "--dp", "2", "--global-batch", "8", "--micro-batch", "2",
+      "--dry-run"], "validate", "validation"),
+    (["recommend", "--model", "tiny-gpt", "--hardware", "dgx-a100-80gb", "--gpus", "2",
+      "--global-batch", "8", "--validate"], "recommend --validate", "validation"),
+])
+def test_a_command_that_needs_torch_names_the_extra_in_one_line(tmp_path, args, command, extra):
+    out = _cli_without_torch(tmp_path, *args)
+    assert out.returncode == 2, out.stderr  # usage: the command cannot run as installed
+    assert out.stderr.splitlines() == [
+        f"error: 'perfmodel {command}' needs torch, which is not installed: pip install "
+        f"'perfmodel[{extra}]' (without a GPU, the CPU-only torch: docs/install.md)"]
+    assert not list(tmp_path.glob("*.json")), "nothing written before the refusal"
+
+
+def test_what_needs_no_torch_in_calibrate_and_validate_runs_without_it(tmp_path):
+    """Importing nccl-tests logs fits a profile, and --emit writes a job, without torch."""
+    log = ROOT / "tests/data/nccl-tests/a100x16-2node-roce-allreduce-oci-bm-gpu4-ocitutorials.txt"
+    out = _cli_without_torch(tmp_path, "calibrate", "import-nccl-tests", str(log), "--out",
+                             "cluster.json")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "cluster.json").is_file()
+    out = _cli_without_torch(tmp_path, "validate", "--model", "tiny-gpt", "--hardware",
+                             "dgx-a100-80gb", "--dp", "2", "--global-batch", "8",
+                             "--micro-batch", "2", "--emit", "job")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "job" / "job.sbatch").is_file()
+
+
+def test_a_torch_import_no_check_caught_is_still_one_line(capsys):
+    """The safety net of perfmodel.cli: a ModuleNotFoundError of torch anywhere under a command
+    becomes the same one line (exit 2), never an 'internal error'; another module's stays one."""
+    from perfmodel import cli
+
+    def raising(name: str) -> None:
+        raise ModuleNotFoundError(f"No module named '{name}'", name=name)
+
+    for name, code in (("torch", 2), ("torch.distributed", 2), ("somethingelse", 1)):
+        command = cli.cli.command("needs-a-module-test", hidden=True)(lambda n=name: raising(n))
+        try:
+            with pytest.raises(SystemExit) as exit_info:
+                cli.main(["needs-a-module-test"])
+        finally:
+            cli.cli.commands.pop(command.name)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == code, err
+        assert len(err.splitlines()) == 1
+        if code == 2:
+            assert err.startswith("error: 'perfmodel needs-a-module-test' needs torch") and \
+                "'perfmodel[validation]'" in err
+        else:
+            assert err.startswith("internal error: ModuleNotFoundError")

@@ -16,7 +16,9 @@ def test_required_presets_exist_and_load():
     assert REQUIRED_MODELS <= set(names["models"])
     for name in names["hardware"]:
         hw = load_hardware(name)
-        assert hw.gpus_per_node == 8 and hw.memory_bytes > 16 * 2**30
+        # eight GPUs per server; an NVL72 rack is one NVLink domain of 72 (its "node")
+        assert hw.gpus_per_node == (72 if name == "gb200-nvl72" else 8), name
+        assert hw.memory_bytes > 16 * 2**30
     for name in names["models"]:
         load_model(name)
 
@@ -98,8 +100,8 @@ HF = {
     "gpt2": {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
              "vocab_size": 50257},
     "gpt_neox": {"model_type": "gpt_neox", "hidden_size": 2560, "intermediate_size": 10240,
-                 "num_attention_heads": 32, "num_hidden_layers": 32, "max_position_embeddings": 2048,
-                 "vocab_size": 50432},
+                 "num_attention_heads": 32, "num_hidden_layers": 32,
+                 "max_position_embeddings": 2048, "vocab_size": 50432},
 }
 
 
@@ -424,3 +426,154 @@ def test_a_profile_fit_outside_its_ranges_is_refused(field, value, needle):
            "hardware": {"base": "dgx-h100"}, "fits": {"gemm/bf16": fit}}
     with pytest.raises(SpecError, match=needle):
         profile_from_dict(doc, "p.json")
+
+
+# --- mixture of experts, MLA and windows in the spec (issue 17) -------------------------------
+def test_expert_widths_follow_unless_given_and_a_base_plus_overrides_is_the_whole_model(tmp_path):
+    from perfmodel.specs.model import TransformerSpec
+
+    mixtral = load_model("mixtral-8x7b")  # gives ffn_hidden; expert_ffn_hidden follows it
+    assert mixtral.expert_ffn_hidden == 14336 and "expert_ffn_hidden" not in mixtral.explicit
+    wider = mixtral.replace(ffn_hidden=16384)
+    assert wider.expert_ffn_hidden == 16384  # derived: follows the final ffn_hidden
+    qwen = load_model("qwen3-30b-a3b")  # gives expert_ffn_hidden 768: it stays
+    assert qwen.replace(ffn_hidden=8192).expert_ffn_hidden == 768
+    deepseek = load_model("deepseek-v3")
+    assert deepseek.shared_expert_ffn_hidden == 2048  # follows expert_ffn_hidden
+    assert deepseek.moe_layers == tuple(range(3, 61))
+    # a base plus overrides equals the same model written out whole
+    (tmp_path / "child.yaml").write_text("base: deepseek-v3\nname: m\nlayers: 30\n"
+                                         "moe_dense_layers: [10, 20]\n")
+    child = load_model(str(tmp_path / "child.yaml"))
+    whole = TransformerSpec(**{**deepseek.given(), "name": "m", "layers": 30,
+                               "moe_dense_layers": (20, 10)})
+    assert child == whole and child.moe_layer_count == 30 - 3 - 2
+    # a dense model has no experts: the MoE fields are refused, not ignored
+    with pytest.raises(SpecError, match="shared_experts applies to a mixture-of-experts model"):
+        load_model("llama3-8b", shared_experts=1)
+
+
+def test_a_scaled_down_mixture_of_experts_keeps_its_shape():
+    small = load_model("deepseek-v3").scaled(layers=8, hidden=896, heads=16)
+    assert small.experts == 256 and small.top_k == 8  # the routing is the model's, kept
+    assert small.expert_ffn_hidden == 256  # 2048 / 7168 x 896
+    assert (small.kv_lora_rank, small.q_lora_rank) == (64, 192)  # 512 and 1536 / 8
+    assert (small.qk_nope_head_dim, small.qk_rope_head_dim, small.v_head_dim) == (128, 64, 128)
+    assert small.moe_first_dense == 0 and small.moe_layer_count == 8  # 3 x 8 / 61 rounds to 0
+    qwen = load_model("qwen3-30b-a3b").scaled(hidden=512, heads=8)
+    assert qwen.expert_ffn_hidden == 192  # 768 / 2048 x 512
+    assert qwen.attention_width == 2 * qwen.hidden  # 32 x 128 over 2048: 8 x 128 over 512
+
+
+def test_windows_cost_only_when_shorter_than_the_sequence():
+    oss = load_model("gpt-oss-120b")
+    assert oss.windowed_layers == tuple(range(0, 36, 2))
+    assert any("sliding-window attention in 18 of 36" in r for r in oss.uncosted())
+    mistral = load_model("mistral-7b")
+    assert mistral.uncosted() and not load_model("mistral-7b", seq_len=4096).uncosted()
+    from perfmodel import Plan, predict
+
+    with pytest.raises(SpecError, match="the step model does not cost these yet"):
+        predict(mistral, "dgx-h100", Plan(gpus=8, tp=8, global_batch=8))
+
+
+# Published parameter counts of the model presets (the presets are written from the sources in
+# their comments; tests/unit/test_hf_configs.py checks the same counts from the configs).
+PRESET_COUNTS = [  # (preset, total, active or None, leave out the embedding table, source)
+    ("llama3.1-8b", 8.03e9, None, False, "huggingface.co/meta-llama/Llama-3.1-8B: 8.03B params"),
+    ("llama3.1-70b", 70.6e9, None, False, "huggingface.co/meta-llama/Llama-3.1-70B: 70.6B params"),
+    ("llama3.1-405b", 406e9, None, False,
+     "huggingface.co/meta-llama/Llama-3.1-405B: 406B params (Meta: 405B)"),
+    ("mistral-7b", 7.24e9, None, False, "huggingface.co/mistralai/Mistral-7B-v0.1: 7.24B params"),
+    ("mixtral-8x7b", 46.7e9, 12.9e9, False, "mistral.ai/news/mixtral-of-experts: 46.7B, 12.9B"),
+    ("mixtral-8x22b", 141e9, 39e9, False, "mistral.ai/news/mixtral-8x22b: 141B, 39B active"),
+    ("qwen3-32b", 32.8e9, None, False, "huggingface.co/Qwen/Qwen3-32B model card: 32.8B"),
+    ("qwen3-30b-a3b", 30.5e9, None, False, "huggingface.co/Qwen/Qwen3-30B-A3B model card: 30.5B"),
+    ("qwen3-235b-a22b", 235e9, None, False, "huggingface.co/Qwen/Qwen3-235B-A22B card: 235B"),
+    ("deepseek-v3", 671e9, 36.7e9, True,
+     "github.com/deepseek-ai/DeepSeek-V3 README_WEIGHTS.md: 671B, 36.7B activated"),
+    ("gpt-oss-120b", 116.83e9, 5.13e9, True, "gpt-oss model card (OpenAI 2025), Table 1"),
+]
+
+
+@pytest.mark.parametrize("name,total,active,no_embedding,source", PRESET_COUNTS,
+                         ids=[p[0] for p in PRESET_COUNTS])
+def test_model_presets_match_their_published_parameter_counts(name, total, active, no_embedding,
+                                                               source):
+    from perfmodel.params import parameter_counts
+
+    counts = parameter_counts(load_model(name))
+    assert counts.total == pytest.approx(total, rel=0.005), source
+    if active is not None:
+        ours = counts.active - (counts.embedding if no_embedding else 0)
+        assert ours == pytest.approx(active, rel=0.005), source
+    elif not load_model(name).experts:
+        assert counts.active == counts.total
+
+
+def test_new_hardware_presets_hold_their_datasheet_values():
+    b200, nvl72 = load_hardware("dgx-b200"), load_hardware("gb200-nvl72")
+    assert b200.peak("bf16") == 2.25e15 and b200.peak("fp8") == 4.5e15  # HGX B200 (sparse / 2)
+    assert b200.peak_flops_per_s["fp4"] == 9.0e15
+    assert nvl72.gpus_per_node == 72 and nvl72.peak("bf16") == 2.5e15  # 360 PF sparse / 72 / 2
+    assert nvl72.inter_node.bandwidth_bytes_per_s == 72 * 50e9  # a 400 Gb/s NIC per GPU
+    mi325, mi355 = load_hardware("mi325x"), load_hardware("mi355x")
+    assert mi325.peak("bf16") == load_hardware("mi300x").peak("bf16")  # the same CDNA3 die
+    assert mi325.memory_bytes == 256 * 2**30 and mi355.memory_bytes == 288 * 2**30
+    assert mi355.peak("tf32") == mi355.peak("fp32")  # CDNA4 has no TF32: the FP32 rate
+    assert load_hardware("h100-pcie").peak("bf16") == 756e12
+
+
+# (preset, sweep in tests/data/gemm, table dtype, perfmodel dtype, bytes in, bytes out, the fit's
+# 5-fold hold-out median error (calibrate import-gemm), the fit's own plateau where the preset's
+# ceiling is the GEMM-ceiling rule's instead: a measured ceiling, never a plateau extrapolated
+# beyond the sweep's 4096^3, docs/model.md)
+GEMM_PRESETS = [
+    ("dgx-b200", "b200-sm100-bf16-f32-fp8", "bf16xbf16->bf16", "bf16", 2, 2, 0.017, 0.741),
+    ("dgx-b200", "b200-sm100-bf16-f32-fp8", "f32xf32->f32", "tf32", 4, 4, 0.029, 0.796),
+    ("dgx-b200", "b200-sm100-bf16-f32-fp8", "f8e4m3fnxf8e4m3fn->bf16", "fp8", 1, 2, 0.034, 0.853),
+    ("gb200-nvl72", "b200-sm100-bf16-f32-fp8", "bf16xbf16->bf16", "bf16", 2, 2, 0.017, 0.670),
+    ("gb200-nvl72", "b200-sm100-bf16-f32-fp8", "f8e4m3fnxf8e4m3fn->bf16", "fp8", 1, 2, 0.034,
+     0.768),
+    ("mi325x", "mi300-gfx942-bf16-f32-fp8", "bf16xbf16->bf16", "bf16", 2, 2, 0.046, 0.504),
+    ("mi325x", "mi300-gfx942-bf16-f32-fp8", "f32xf32->f32", "tf32", 4, 4, 0.067, 0.403),
+    ("mi325x", "mi300-gfx942-bf16-f32-fp8", "f8e4m3fnuzxf8e4m3fnuz->bf16", "fp8", 1, 2, 0.087,
+     0.878),
+    ("mi355x", "mi350-gfx950-multi-dtype", "bf16xbf16->bf16", "bf16", 2, 2, 0.058, 0.725),
+    ("mi355x", "mi350-gfx950-multi-dtype", "f16xf16->f16", "fp16", 2, 2, 0.052, 0.585),
+    ("mi355x", "mi350-gfx950-multi-dtype", "f8e4m3fnxf8e4m3fn->bf16", "fp8", 1, 2, 0.054, 0.559),
+]
+
+
+@pytest.mark.parametrize("name,sweep,table_dtype,dtype,bpe,out_bpe,holdout,plateau",
+                         GEMM_PRESETS, ids=[f"{g[0]}-{g[3]}" for g in GEMM_PRESETS])
+def test_new_hardware_gemm_fields_reproduce_their_sweep(name, sweep, table_dtype, dtype, bpe,
+                                                        out_bpe, holdout, plateau):
+    """A preset's GEMM fields, as written (rounded to 3 digits), predict every third shape of the
+    sweep they were fitted on within the fit's hold-out median error plus 1%: a transcription
+    slip shows. Where the preset's ceiling is the GEMM-ceiling rule's (MAMF's, or the sweep's best
+    measured shape) rather than the fit's plateau, the fit's plateau is put back for the
+    comparison."""
+    import dataclasses
+
+    import numpy as np
+    import pandas as pd
+
+    from perfmodel.costs.gemm_efficiency import gemm_time_s
+    from tests.conftest import ROOT
+
+    hw = load_hardware(name)
+    rows = pd.read_csv(ROOT / f"tests/data/gemm/xla-matmul-perf-table-{sweep}.csv")
+    rows = rows[rows["dtype"] == table_dtype].iloc[::3]
+    fields = dataclasses.asdict(hw.gemm(dtype))
+    if plateau is not None:
+        assert fields["large_max_fraction"] != plateau  # the rule's ceiling, not the fit's
+        fields["large_max_fraction"] = plateau
+    errors = []
+    for r in rows.itertuples():
+        ours = float(gemm_time_s(r.m, r.n, r.k, r.b, bpe, hw.peak(dtype),
+                                 hw.memory_bandwidth_bytes_per_s, output_bytes_per_element=out_bpe,
+                                 **fields))
+        measured = 2 * r.b * r.m * r.n * r.k / r.flops_per_s
+        errors.append(abs(ours - measured) / measured)
+    assert len(errors) == 125 and np.median(errors) < holdout + 0.01

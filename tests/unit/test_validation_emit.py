@@ -238,8 +238,8 @@ def test_the_report_prints_caveats_first_and_compares_memory(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "warning: CPU run, GPU prediction: because"
     row = next(line for line in lines if "peak memory / rank" in line)
-    assert "75.0 MiB" in row and "81.0 MiB" in row and "+8.0%" in row
-    assert any(line.startswith("process peak (RSS) per rank: 400.0 MiB, 220.0 MiB of it before "
+    assert "75.00 MiB" in row and "81.00 MiB" in row and "+8.0%" in row  # fmt_bytes
+    assert any(line.startswith("process peak (RSS) per rank: 400.00 MiB, 220.00 MiB of it before "
                                "the model") for line in lines)
 
 

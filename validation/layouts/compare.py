@@ -211,7 +211,7 @@ def validate_grid(
         timeout_s,
     )
     prediction = predict_grid(model, hardware, plan).to_dict()
-    per_axis = defaultdict(float)
+    per_axis: defaultdict[str, float] = defaultdict(float)
     for c in measured["collectives"]:
         per_axis[c["axis"]] += c["seconds"]
     pred = prediction["breakdown_s"]

@@ -106,13 +106,16 @@ class GridLayer(nn.Module):
         rows = ref.weight.shape[0]
         self.c = degree(rows, pr, tag)
         n = rows // self.c
-        self.grid, self.tag, self.ref, self.rows = grid, tag, ref, rows
+        self.grid, self.tag, self.rows = grid, tag, rows
+        # nn.Linear or nn.Conv2d: the convolution's attributes are read where self.conv
+        self.ref: Any = ref
         self.specialised = contributors == "specialised" and self.c < pr
         self.holds = i < self.c
         self.conv = isinstance(ref, nn.Conv2d)
         self.first = False
         # a process beyond the first c holds an empty slice
         self.weight = nn.Parameter(ref.weight.detach()[i * n : (i + 1) * n].clone())
+        assert ref.bias is not None, "the reference layers have biases"
         self.bias = nn.Parameter(ref.bias.detach()[i * n : (i + 1) * n].clone())
         if self.specialised and self.c > 1:
             grid.subgroup("pr", self.c)  # created by every rank, in layer order
@@ -214,7 +217,8 @@ class GridModel(nn.Module):
     def shard_pairs(self, ref: nn.Sequential) -> list[tuple[str, torch.Tensor, torch.Tensor, Any]]:
         """(name, local parameter, reference parameter, reference tensor -> the slice held here)."""
         i = self.grid.coord["pr"]
-        out = []
+        out: list[tuple[str, torch.Tensor, torch.Tensor, Any]] = []
+        r: Any  # the reference's layer k (nn.Linear or nn.Conv2d)
         for k, m in enumerate(self.body):
             if isinstance(m, GridLayer):
                 r = ref[k]

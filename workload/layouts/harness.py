@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # --- building a layout ---------------------------------------------------------------------
 
 
-def mesh_shape(layout: str, plan: dict[str, int], world: int) -> tuple[tuple[int, ...], tuple]:
+def mesh_shape(layout: str, plan: dict[str, Any], world: int) -> tuple[tuple[int, ...], tuple]:
     """The mesh shape and axes of a plan; PlanError if it does not fit `world` ranks."""
     if layout == "prpc":
         if "pr" not in plan or "pc" not in plan:
@@ -59,10 +59,10 @@ def mesh_shape(layout: str, plan: dict[str, int], world: int) -> tuple[tuple[int
 
 
 def build(
-    layout: str, dims: dict[str, Any], plan: dict[str, int], log: CommLog, seed: int = 0
-) -> tuple[nn.Module, nn.Module, Any]:
+    layout: str, dims: dict[str, Any], plan: dict[str, Any], log: CommLog, seed: int = 0
+) -> tuple[Any, nn.Module, Any]:
     """(distributed model, reference model, input maker); the input maker turns a full tensor into
-    this rank's piece."""
+    this rank's piece. The distributed model (GridModel, Block2D or Block3D) has shard_pairs."""
     shape, axes = mesh_shape(layout, plan, dist.get_world_size())
     grid = Grid.build(shape, axes, log)
     if layout == "prpc":
@@ -83,9 +83,9 @@ def build(
         rows = model.batch_slice(int(dims["batch"]))
         return model, ref, lambda t: t[rows].contiguous()
     bd = BlockDims(**{k: int(dims[k]) for k in ("batch", "seq", "hidden", "heads", "ffn")})
-    ref = RefBlock(bd, seed)
-    model = summa2d.Block2D(grid, ref) if layout == "2d" else cube3d.Block3D(grid, ref)
-    return model, ref, model.shard_input
+    block = RefBlock(bd, seed)
+    grid_block = summa2d.Block2D(grid, block) if layout == "2d" else cube3d.Block3D(grid, block)
+    return grid_block, block, grid_block.shard_input
 
 
 def input_shape(layout: str, dims: dict[str, Any]) -> tuple[int, ...]:
@@ -113,7 +113,7 @@ def _compare(name: str, got: torch.Tensor | None, want: torch.Tensor | None) -> 
     return {"name": name, "ok": ok, "max_abs_err": float(err.max()) if err.numel() else 0.0}
 
 
-def check(layout: str, dims: dict[str, Any], plan: dict[str, int], seed: int = 0) -> dict[str, Any]:
+def check(layout: str, dims: dict[str, Any], plan: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     """Forward and backward once, distributed and single-process, on the same weights and input;
     compare the output, the input gradient and every parameter's gradient: each rank its pieces
     with the same pieces of the reference, and all pieces gathered back into full tensors
@@ -222,7 +222,7 @@ def check_suite() -> list[dict[str, Any]]:
 def time_layout(
     layout: str,
     model_dims: dict[str, Any],
-    plan: dict[str, int],
+    plan: dict[str, Any],
     steps: int = 5,
     warmup: int = 2,
     probe_steps: int = 2,
@@ -362,7 +362,7 @@ def _tail(log: str, lines: int = 8) -> str:
 def run_layout(
     layout: str,
     model_dims: dict[str, Any],
-    plan: dict[str, int],
+    plan: dict[str, Any],
     nprocs: int,
     out_dir: Path,
     steps: int = 5,

@@ -1,0 +1,168 @@
+"""A job's own config in, a launchable config out.
+
+`read_config(path)` reads a Megatron-LM argument list or launch script, a Megatron-Bridge / NeMo 2
+YAML, a torchtitan job config (TOML or its JSON dump) or a DeepSpeed JSON into a JobConfig;
+`resolve_model` and `resolve_plan` turn it and the command line into a TransformerSpec and the
+Plan fields; perfmodel.configs.emit writes a plan back as a framework's config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perfmodel.configs.job import Framework, JobConfig, Setting
+from perfmodel.errors import PlanError, SpecError
+
+__all__ = ["Framework", "JobConfig", "Setting", "read_config", "resolve_model", "resolve_plan"]
+
+_DEEPSPEED_KEYS = ("zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
+                   "gradient_accumulation_steps")
+_TORCHTITAN_KEYS = ("parallelism", "training", "activation_checkpoint", "job", "model")
+
+
+def detect(path: Path, text: str) -> tuple[Framework, Any]:
+    """The framework a config file is written for, and its parsed content (a mapping; the text
+    for an argument list or script): TOML is torchtitan's; JSON DeepSpeed's (its batch or ZeRO
+    keys) or torchtitan's dump (its sections); YAML Megatron-Bridge's or NeMo 2's; anything else
+    Megatron-LM arguments."""
+    from perfmodel.specs.loading import read_mapping
+
+    suffix = path.suffix.lower()
+    if suffix not in (".toml", ".json", ".yaml", ".yml"):
+        return Framework.MEGATRON, text
+    data = read_mapping(path, "job config")
+    if suffix == ".toml":
+        return Framework.TORCHTITAN, data
+    if suffix == ".json":
+        if any(k in data for k in _DEEPSPEED_KEYS):
+            return Framework.DEEPSPEED, data
+        if sum(k in data for k in _TORCHTITAN_KEYS) >= 2:
+            return Framework.TORCHTITAN, data
+        raise SpecError(f"job config {path}: a JSON file perfmodel reads is a DeepSpeed config "
+                        f"(with one of {', '.join(_DEEPSPEED_KEYS)}) or a torchtitan job config "
+                        f"dump (with sections {', '.join(_TORCHTITAN_KEYS)})")
+    return Framework.NEMO, data
+
+
+def read_config(path: str | Path) -> JobConfig:
+    """The job config at path, read (SpecError/PlanError in one line for what cannot be)."""
+    from perfmodel.files import read_text_bounded
+
+    path = Path(path)
+    text = read_text_bounded(path, "job config", error=SpecError)
+    framework, data = detect(path, text)
+    if framework is Framework.MEGATRON:
+        from perfmodel.configs.megatron import read_megatron
+
+        return read_megatron(text, path)
+    if framework is Framework.NEMO:
+        from perfmodel.configs.nemo import read_nemo
+
+        return read_nemo(data, path)
+    if framework is Framework.TORCHTITAN:
+        from perfmodel.configs.torchtitan import read_torchtitan
+
+        return read_torchtitan(data, path)
+    from perfmodel.configs.deepspeed import read_deepspeed
+
+    return read_deepspeed(data, path)
+
+
+def resolve_model(job: JobConfig, model: str | None, seq_len: int | None) -> Any:
+    """The TransformerSpec of a config: its fields, over --model (a preset, spec file or Hugging
+    Face config) or the preset it names. A field the config and --model both give must agree
+    (SpecError naming it); the vocabulary is padded per Megatron-LM later (resolve_plan)."""
+    from perfmodel.specs.model import TransformerSpec, load_model, model_from_dict
+
+    fields = dict(job.model)
+    if seq_len is not None:
+        if "seq_len" in fields and fields["seq_len"] != seq_len:
+            raise SpecError(f"--seq-len {seq_len} contradicts the config's sequence length "
+                            f"{fields['seq_len']} ({job.path}); drop one")
+        fields["seq_len"] = seq_len
+    base = None
+    if model:
+        base = load_model(model, seq_len=fields.get("seq_len"))
+        if not isinstance(base, TransformerSpec):
+            raise SpecError(f"model '{model}' is a layer graph: a job config trains a transformer")
+        for key, value in fields.items():
+            if key != "seq_len" and getattr(base, key) != value:
+                raise SpecError(f"{job.path}: the config's {key} ({value}) differs from model "
+                                f"'{model}' ({getattr(base, key)}); the config's model is "
+                                "another: give the matching --model, or none")
+    elif job.preset:
+        base = load_model(job.preset, seq_len=fields.get("seq_len"))
+    elif job.needs_model:
+        raise SpecError(f"{job.path}: {job.needs_model}: give --model")
+    if base is not None:
+        spec = base.replace(**fields) if fields else base
+        origin = f"{base.origin}, with {job.framework.value} config {job.path}"
+    else:
+        spec = model_from_dict({"name": Path(job.path).stem, **fields},
+                               f"{job.framework.value} config {job.path}")
+        origin = f"{job.framework.value} config {job.path}"
+    return spec.noted(origin=origin, seq_len_from=f"{job.framework.value} config {job.path}"
+                      if "seq_len" in job.model else spec.seq_len_from or "--seq-len")
+
+
+def resolve_plan(job: JobConfig, model: Any, given: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """(model, Plan fields) of a config with the command line's plan options (`given`: only
+    those given explicitly). A given option the config also fixes must agree (PlanError); the
+    world size is the config's or --gpus. The model comes back with Megatron's vocabulary
+    padding at the plan's tp."""
+    gpus = job.gpus
+    if given.get("gpus") is not None:
+        if gpus is not None and gpus != given["gpus"]:
+            raise PlanError(f"--gpus {given['gpus']} contradicts the config's world size {gpus} "
+                            f"({job.gpus_from}); drop one")
+        gpus = given["gpus"]
+    if gpus is None:
+        raise PlanError(f"{job.path}: the config does not give the world size (the launcher "
+                        "does): give --gpus")
+    for key, value in given.items():
+        if key == "gpus" or value is None:
+            continue
+        if key in job.plan and job.plan[key] != value and str(job.plan[key]) != str(value):
+            raise PlanError(f"--{key.replace('_', '-')} {value} contradicts the config's "
+                            f"{key} {job.plan[key]} ({job.path}); drop one")
+        job.plan[key] = value
+    finish = _finisher(job)
+    if finish is not None:
+        finish(job, gpus)
+    plan = {k: v for k, v in job.plan.items() if not k.startswith("_")}
+    tp, pp = int(plan.get("tp", 1)), int(plan.get("pp", 1))
+    if gpus % (tp * pp):
+        raise PlanError(f"{job.path}: {gpus} GPUs do not divide into tp {tp} x pp {pp}")
+    plan["gpus"] = gpus
+    plan.setdefault("dp", gpus // (tp * pp))
+    plan.setdefault("micro_batch", 1)
+    plan.setdefault("global_batch", plan["dp"] * plan["micro_batch"])
+    return pad_vocab(job, model, tp), plan
+
+
+def pad_vocab(job: JobConfig, model: Any, tp: int) -> Any:
+    """The model with Megatron-LM's padded vocabulary (a multiple of
+    make_vocab_size_divisible_by x tp), noted in the job; the model as it is otherwise."""
+    if not job.vocab_multiple:
+        return model
+    from perfmodel.configs.megatron import padded_vocab
+
+    vocab = padded_vocab(model.vocab, job.vocab_multiple, tp)
+    if vocab == model.vocab:
+        return model
+    job.notes.append(f"vocab {model.vocab} padded to {vocab}: Megatron-LM's multiple of "
+                     f"make-vocab-size-divisible-by {job.vocab_multiple} x tp {tp}")
+    return model.replace(vocab=vocab).noted(origin=model.origin, seq_len_from=model.seq_len_from)
+
+
+def _finisher(job: JobConfig) -> Any:
+    if job.framework is Framework.TORCHTITAN:
+        from perfmodel.configs.torchtitan import finish
+
+        return finish
+    if job.framework is Framework.DEEPSPEED:
+        from perfmodel.configs.deepspeed import finish as ds_finish
+
+        return ds_finish
+    return None

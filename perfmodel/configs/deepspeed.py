@@ -1,0 +1,279 @@
+"""DeepSpeed: a config JSON (ds_config.json) beside a Hugging Face model, read as a plan, and a plan
+written as one with the launch arguments of the Hugging Face Trainer.
+
+Keys and defaults are DeepSpeed's (deepspeed/runtime/config.py, constants.py and
+zero/config.py; the config-json documentation):
+  - train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x data-
+    parallel ranks (any two give the third); "auto" is filled in by the Hugging Face Trainer from
+    its own arguments, which perfmodel does not see (give --micro-batch, --global-batch);
+  - zero_optimization.stage 0-3 is ZeRO's stage; overlap_comm defaults to true at stage 3 and
+    false below; offload_optimizer / offload_param (the host or NVMe) are not modelled;
+  - bf16.enabled / fp16.enabled choose the 16-bit type, neither: fp32.
+The config holds no model (give --model, a Hugging Face config.json or a preset) and no activation
+checkpointing of a Hugging Face model (the Trainer's gradient_checkpointing: give --recompute
+full); the model's attention is the Hugging Face default, SDPA (fused).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from perfmodel.configs.job import Framework, JobConfig, refuse_plan, typo, whole
+from perfmodel.errors import PlanError, SpecError
+
+_IGNORED = {
+    "an optimizer or schedule hyperparameter": (
+        "scheduler", "gradient_clipping", "prescale_gradients", "gradient_predivide_factor",
+        "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "sparse_gradients"),
+    "logging or monitoring": (
+        "steps_per_print", "wall_clock_breakdown", "dump_state", "memory_breakdown",
+        "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger", "flops_profiler",
+        "timers", "checkpoint", "aio", "data_efficiency", "curriculum_learning",
+        "train_micro_batch_size_per_gpu_comment"),
+}
+_READ = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+         "zero_optimization", "bf16", "bfloat16", "fp16", "optimizer", "activation_checkpointing",
+         "communication_data_type", "data_types", "amp", "pipeline", "tensor_parallel",
+         "sequence_parallel_size", "elasticity", "compression_training", "autotuning",
+         "sparse_attention", "zero_optimization_comment")
+_ZERO_READ = ("stage", "overlap_comm", "offload_optimizer", "offload_param", "cpu_offload",
+              "cpu_offload_params")
+_ZERO_IGNORED = ("allgather_partitions", "allgather_bucket_size", "reduce_scatter",
+                 "reduce_bucket_size", "contiguous_gradients", "round_robin_gradients",
+                 "sub_group_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                 "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                 "stage3_gather_16bit_weights_on_model_save",
+                 "stage3_gather_fp16_weights_on_model_save", "elastic_checkpoint",
+                 "load_from_fp32_weights", "ignore_unused_parameters", "legacy_stage1",
+                 "memory_efficient_linear", "model_persistence_threshold", "max_live_parameters",
+                 "max_reuse_distance", "prefetch_bucket_size", "param_persistence_threshold",
+                 "use_multi_rank_bucket_allreduce", "log_trace_cache_warnings")
+
+
+def _auto(value: Any) -> bool:
+    return isinstance(value, str) and value.strip().lower() == "auto"
+
+
+def read_deepspeed(data: dict[str, Any], path: Path) -> JobConfig:
+    """A DeepSpeed config, read."""
+    where = str(path)
+    job = JobConfig(path=where, framework=Framework.DEEPSPEED)
+    job.needs_model = "a DeepSpeed config holds no model (give --model: a Hugging Face " \
+                      "directory or config.json, or a preset)"
+    ignored = {k: reason for reason, keys in _IGNORED.items() for k in keys}
+    for key, value in data.items():
+        if key == "_comment":  # JSON's stand-in for a comment
+            continue
+        if key in ignored:
+            job.skipped(key, _short(value), ignored[key])
+        elif key not in _READ:
+            close = typo(key, (*_READ, *ignored))
+            if close:
+                raise SpecError(f"{where}: unknown DeepSpeed key '{key}'{close}")
+            job.strange(key, _short(value))
+    for key, why in (("pipeline", "DeepSpeed's pipeline engine"),
+                     ("tensor_parallel", "DeepSpeed's automatic tensor parallelism"),
+                     ("sparse_attention", "sparse attention"),
+                     ("compression_training", "compression training"),
+                     ("amp", "Apex AMP")):
+        section = data.get(key)
+        if section and not (isinstance(section, dict) and section.get("enabled") is False):
+            raise refuse_plan(where, key, "(a section)", f"{why} is not modelled")
+    _zero(data, job, where)
+    _precision(data, job, where)
+    _batch(data, job, where)
+    optimizer = data.get("optimizer")
+    if isinstance(optimizer, dict):
+        kind = str(optimizer.get("type", "Adam"))
+        if kind.lower() not in ("adam", "adamw", "fusedadam"):
+            raise refuse_plan(where, "optimizer.type", kind,
+                              "perfmodel models Adam's states (2 fp32 moments)")
+        job.took("optimizer.type", kind, "Adam")
+    checkpointing = data.get("activation_checkpointing") or {}
+    for key in ("partition_activations", "cpu_checkpointing"):
+        if checkpointing.get(key) is True:
+            raise refuse_plan(where, f"activation_checkpointing.{key}", True,
+                              "partitioned or host-offloaded checkpoints are not modelled")
+    if checkpointing:
+        job.skipped("activation_checkpointing", _short(checkpointing),
+                    "configures deepspeed.checkpointing for models that call it; a Hugging Face "
+                    "model's recompute is the Trainer's gradient_checkpointing (give --recompute)")
+    comm = data.get("communication_data_type")
+    if comm not in (None, "fp32", "float32"):
+        raise refuse_plan(where, "communication_data_type", comm,
+                          "perfmodel reduces gradients in fp32")
+    grad_dtype = (data.get("data_types") or {}).get("grad_accum_dtype")
+    if grad_dtype not in (None, "fp32", "float32"):
+        raise refuse_plan(where, "data_types.grad_accum_dtype", grad_dtype,
+                          "perfmodel accumulates fp32 gradients")
+    for key in ("sequence_parallel_size",):
+        if data.get(key) not in (None, 1):
+            raise refuse_plan(where, key, data[key], "Ulysses sequence parallelism is not "
+                                                     "modelled")
+    if isinstance(data.get("elasticity"), dict) and data["elasticity"].get("enabled"):
+        raise refuse_plan(where, "elasticity.enabled", True, "an elastic batch is not modelled")
+    for key in ("tp", "pp"):
+        job.fix(key, 1)
+    job.fix("virtual_stages", 1)
+    job.fix("schedule", "1f1b")
+    job.fix("sequence_parallel", False)
+    job.fix("tp_layout", "1d")
+    job.fix("placement", "tp,dp,pp")
+    job.fix("flash_attention", True)
+    job.notes.append("attention: the Hugging Face model's default, SDPA (fused: "
+                     "flash_attention)")
+    job.notes.append("recompute: the Trainer's gradient_checkpointing is not in the DeepSpeed "
+                     "config; none unless --recompute full is given")
+    return job
+
+
+def _short(value: Any) -> Any:
+    return json.dumps(value, sort_keys=True)[:60] if isinstance(value, (dict, list)) else value
+
+
+def _zero(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    zero = data.get("zero_optimization") or {}
+    if not isinstance(zero, dict):
+        raise SpecError(f"{where}: zero_optimization must be an object")
+    for key, value in zero.items():
+        if key in _ZERO_IGNORED:
+            job.skipped(f"zero_optimization.{key}", value, "a bucket size, threshold or saving "
+                                                           "option (the same communication)")
+        elif key not in _ZERO_READ:
+            close = typo(key, (*_ZERO_READ, *_ZERO_IGNORED))
+            if close:
+                raise SpecError(f"{where}: unknown DeepSpeed key zero_optimization.{key}{close}")
+            job.strange(f"zero_optimization.{key}", value)
+    for key in ("offload_optimizer", "offload_param"):
+        section = zero.get(key)
+        device = section.get("device", "none") if isinstance(section, dict) else section
+        if section and str(device).lower() not in ("none", "false"):
+            raise refuse_plan(where, f"zero_optimization.{key}.device", device,
+                              "offloading optimizer states or weights to the host or NVMe is not "
+                              "modelled (perfmodel keeps every state in GPU memory)")
+    for key in ("cpu_offload", "cpu_offload_params"):
+        if zero.get(key) is True:
+            raise refuse_plan(where, f"zero_optimization.{key}", True,
+                              "offloading to the host is not modelled")
+    stage = zero.get("stage", 0)
+    if _auto(stage) or isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+        raise SpecError(f"{where}: zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")
+    job.fix("zero", stage)
+    job.took("zero_optimization.stage", stage, f"zero {stage}")
+    overlap = zero.get("overlap_comm")
+    if overlap is None or _auto(overlap):
+        overlap = stage == 3
+        job.notes.append(f"zero_optimization.overlap_comm not given: DeepSpeed's default for "
+                         f"stage {stage}, {str(overlap).lower()}")
+    else:
+        job.took("zero_optimization.overlap_comm", overlap, "overlap_grad_sync")
+    job.fix("overlap_grad_sync", bool(overlap))
+
+
+def _precision(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    found = {}
+    for key in ("bf16", "bfloat16", "fp16"):
+        section = data.get(key)
+        if isinstance(section, dict) and "enabled" in section:
+            found[key] = section["enabled"]
+            job.took(f"{key}.enabled", section["enabled"], "the dtype")
+            for k, v in section.items():
+                if k != "enabled":
+                    job.skipped(f"{key}.{k}", v, "loss scaling (the same step)")
+    if any(_auto(v) for v in found.values()):
+        job.plan["_dtype_auto"] = True
+        return
+    on = [k for k, v in found.items() if v is True]
+    if len(on) > 1:
+        raise SpecError(f"{where}: {' and '.join(on)} are both enabled; DeepSpeed takes one")
+    dtype = "fp16" if on == ["fp16"] else "bf16" if on else "fp32"
+    job.fix("dtype", dtype)
+    if not on:
+        job.notes.append("neither bf16 nor fp16 enabled: DeepSpeed trains fp32")
+
+
+def _batch(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    values = {}
+    for key in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                "gradient_accumulation_steps"):
+        if key in data:
+            value = data[key]
+            if _auto(value):
+                job.took(key, value, "filled in by the Hugging Face Trainer: give it to "
+                                     "perfmodel (--micro-batch, --global-batch)")
+                job.plan.setdefault("_auto", []).append(key)
+                continue
+            values[key] = whole(value, key, where)
+            job.took(key, value, {"train_batch_size": "global_batch",
+                                  "train_micro_batch_size_per_gpu": "micro_batch",
+                                  "gradient_accumulation_steps": "micro-batches per step"}[key])
+    micro = values.get("train_micro_batch_size_per_gpu")
+    accum = values.get("gradient_accumulation_steps")
+    batch = values.get("train_batch_size")
+    if micro is not None:
+        job.fix("micro_batch", micro)
+    if batch is not None:
+        job.fix("global_batch", batch)
+    if micro is not None and accum is not None and batch is not None:
+        if batch % (micro * accum):
+            raise SpecError(f"{where}: train_batch_size {batch} is not train_micro_batch_size_"
+                            f"per_gpu {micro} x gradient_accumulation_steps {accum} x the GPUs "
+                            "(DeepSpeed refuses it)")
+        job.gpus = batch // (micro * accum)
+        job.gpus_from = "train_batch_size / (micro-batch x gradient accumulation)"
+    elif micro is not None and accum is not None:
+        job.plan["_accumulation"] = accum
+    elif accum is not None and batch is not None:
+        job.plan["_accumulation_batch"] = accum
+
+
+def finish(job: JobConfig, gpus: int) -> None:
+    """The batch fields that follow from the world size (every GPU a data-parallel rank)."""
+    accum = job.plan.pop("_accumulation", None)
+    if accum is not None:
+        job.fix("global_batch", job.plan["micro_batch"] * accum * gpus)
+    accum = job.plan.pop("_accumulation_batch", None)
+    if accum is not None:
+        micro, left = divmod(job.plan["global_batch"], accum * gpus)
+        if left or micro < 1:
+            raise SpecError(f"{job.path}: train_batch_size {job.plan['global_batch']} is not a "
+                            f"multiple of gradient_accumulation_steps {accum} x {gpus} GPUs")
+        job.fix("micro_batch", micro)
+    if job.plan.pop("_dtype_auto", False) and "dtype" not in job.plan:
+        raise PlanError(f"{job.path}: bf16/fp16 enabled 'auto' (the Hugging Face Trainer fills "
+                        "it in from its own arguments): give --dtype")
+    for key, field_name, flag in (("train_micro_batch_size_per_gpu", "micro_batch",
+                                   "--micro-batch"),
+                                  ("train_batch_size", "global_batch", "--global-batch")):
+        if key in job.plan.pop("_auto", ()) and field_name not in job.plan:
+            raise PlanError(f"{job.path}: {key} 'auto' (the Hugging Face Trainer fills it in "
+                            f"from its own arguments): give {flag}")
+
+
+def ds_config(plan: Any) -> dict[str, Any]:
+    """The DeepSpeed config of a plan; PlanError for what DeepSpeed with a Hugging Face model
+    cannot run."""
+    from perfmodel.configs.emit import refuse_emit
+
+    if plan.tp > 1 or plan.pp > 1:
+        raise refuse_emit("deepspeed", f"tp {plan.tp}, pp {plan.pp}",
+                          "DeepSpeed with a Hugging Face model is data parallel (ZeRO) only: "
+                          "pin --tp 1 --pp 1, or emit megatron")
+    if plan.recompute.value == "selective":
+        raise refuse_emit("deepspeed", "recompute selective",
+                          "the Trainer's gradient_checkpointing recomputes whole layers")
+    if plan.dtype.value not in ("bf16", "fp16", "fp32"):
+        raise refuse_emit("deepspeed", f"dtype {plan.dtype.value}", "DeepSpeed trains bf16, "
+                                                                     "fp16 or fp32")
+    if plan.flash_attention is False:
+        raise refuse_emit("deepspeed", "flash_attention false",
+                          "a Hugging Face model runs SDPA (fused) by default")
+    return {"train_batch_size": plan.global_batch,
+            "train_micro_batch_size_per_gpu": plan.micro_batch,
+            "gradient_accumulation_steps": plan.num_micro_batches,
+            "bf16": {"enabled": plan.dtype.value == "bf16"},
+            "fp16": {"enabled": plan.dtype.value == "fp16"},
+            "zero_optimization": {"stage": plan.zero, "overlap_comm": plan.overlap_grad_sync},
+            "gradient_clipping": 1.0, "steps_per_print": 100, "wall_clock_breakdown": False}

@@ -1,0 +1,118 @@
+"""A plan written as a framework's config, to launch: `recommend --emit-config FORMAT DIR`.
+
+megatron: megatron_args.txt (pretrain_gpt.py's arguments, one option a line) and launch.sh
+(torchrun on every node); torchtitan: job.toml; deepspeed: ds_config.json and launch.sh (the
+deepspeed launcher running the Hugging Face Trainer's run_clm.py with the model-side arguments).
+Every file is written atomically (perfmodel.files.write_atomic); DIR is created if missing. Each
+file starts with what perfmodel assumed: the plan, its predicted step, and the options it chose.
+A plan the framework cannot run is refused in one line naming the field (PlanError, exit 4).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from perfmodel.errors import OutputError, PlanError
+
+
+class EmitFormat(StrEnum):
+    MEGATRON = "megatron"
+    TORCHTITAN = "torchtitan"
+    DEEPSPEED = "deepspeed"
+
+
+def refuse_emit(framework: str, field: str, why: str) -> PlanError:
+    return PlanError(f"--emit-config {framework}: the plan's {field} cannot be written: {why}")
+
+
+def header(model: Any, hardware: Any, plan: Any, step_time_s: float) -> list[str]:
+    """The lines every emitted file starts with: what it is and what perfmodel assumed."""
+    flash = {True: "flash (fused) attention", False: "unfused attention",
+             None: "attention as the hardware allows"}[plan.flash_attention]
+    overlap = "the data-parallel sync overlapped with the backward" if plan.overlap_grad_sync \
+        else "the data-parallel sync not overlapped"
+    return [f"Written by perfmodel recommend: {model.name} on {plan.gpus} x {hardware.name}, "
+            f"predicted step {step_time_s:.6g} s.",
+            f"Plan: dp {plan.dp}, tp {plan.tp}, pp {plan.pp}, micro-batch {plan.micro_batch}, "
+            f"global batch {plan.global_batch}, schedule {plan.schedule.value}, virtual stages "
+            f"{plan.virtual_stages}, sequence parallel {str(plan.sequence_parallel).lower()}, "
+            f"ZeRO {plan.zero}, {plan.dtype.value}.",
+            f"Assumed: recompute {plan.recompute.value}, {flash}, {overlap}, ranks ordered "
+            f"{','.join(plan.placement)} from the innermost."]
+
+
+def emit_best(fmt: str, directory: str | Path, model: Any, hardware: Any,
+              ranked: list[Any]) -> tuple[int, list[Path]]:
+    """Write the best of the ranked predictions that `fmt` can run; (its rank from 1, the paths).
+    PlanError with the best plan's reason when none can be written."""
+    first: PlanError | None = None
+    for rank, prediction in enumerate(ranked, 1):
+        try:
+            return rank, emit(fmt, directory, model, hardware, prediction.plan,
+                              prediction.step_time_s)
+        except PlanError as exc:
+            first = first or exc
+    assert first is not None
+    raise PlanError(f"{first} (nor can the {len(ranked)} runners-up: pin what the framework "
+                    "runs, or raise --top)")
+
+
+def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
+         step_time_s: float) -> list[Path]:
+    """Write the plan as `fmt`'s config into directory (which must exist); the paths written."""
+    out = Path(directory)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--emit-config: {out} is not a directory")
+    lines = header(model, hardware, plan, step_time_s)
+    fmt = EmitFormat(fmt)
+    if fmt is EmitFormat.MEGATRON:
+        from perfmodel.configs.megatron import write_megatron
+
+        return write_megatron(out, model, plan, hardware, lines)
+    from perfmodel.files import write_atomic
+
+    if fmt is EmitFormat.TORCHTITAN:
+        from perfmodel.configs.torchtitan import torchtitan_toml
+
+        text = "".join(f"# {line}\n" for line in lines) + torchtitan_toml(model, plan)
+        if plan.gpus % min(hardware.gpus_per_node, plan.gpus):
+            raise refuse_emit("torchtitan", f"gpus {plan.gpus}", "not whole nodes")
+        path = write_atomic(out / "job.toml", text, what="torchtitan job config", make_parents=True)
+        per_node = min(hardware.gpus_per_node, plan.gpus)
+        script = ("#!/bin/bash\n" + "".join(f"# {line}\n" for line in lines) +
+                  "set -euo pipefail\n"
+                  f"torchrun --nnodes {plan.gpus // per_node} --nproc-per-node {per_node} "
+                  "--rdzv-backend c10d --rdzv-endpoint \"${MASTER_ADDR:-localhost}:29500\" \\\n"
+                  "    -m torchtitan.train --job.config_file job.toml\n")
+        return [path, write_atomic(out / "launch.sh", script, what="torchtitan launch script",
+                                         make_parents=True)]
+    from perfmodel.configs.deepspeed import ds_config
+
+    config = ds_config(plan)
+    per_node = min(hardware.gpus_per_node, plan.gpus)
+    if plan.gpus % per_node:
+        raise refuse_emit("deepspeed", f"gpus {plan.gpus}", "not whole nodes")
+    path = write_atomic(out / "ds_config.json", json.dumps(config, indent=2) + "\n",
+                        what="DeepSpeed config", make_parents=True)
+    origin = (model.origin or "").split(" (")[0]
+    source = str(Path(origin).parent) if "Hugging Face" in (model.origin or "") else "MODEL_DIR"
+    args = ["--deepspeed", "ds_config.json", "--model_name_or_path", source,
+            "--per_device_train_batch_size", str(plan.micro_batch),
+            "--gradient_accumulation_steps", str(plan.num_micro_batches),
+            "--block_size", str(model.seq_len), "--do_train", "--output_dir", "out"]
+    if plan.dtype.value in ("bf16", "fp16"):
+        args.append(f"--{plan.dtype.value}")
+    if plan.recompute.value == "full":
+        args.append("--gradient_checkpointing")
+    script = ("#!/bin/bash\n" + "".join(f"# {line}\n" for line in lines) +
+              "# run_clm.py: transformers' examples/pytorch/language-modeling (give your data "
+              f"with --dataset_name or --train_file); MODEL_DIR: a Hugging Face directory of "
+              f"{model.name}\nset -euo pipefail\n"
+              f"deepspeed --num_nodes {plan.gpus // per_node} --num_gpus {per_node} run_clm.py "
+              + " ".join(shlex.quote(a) for a in args) + "\n")
+    return [path, write_atomic(out / "launch.sh", script, what="DeepSpeed launch script",
+                                   make_parents=True)]

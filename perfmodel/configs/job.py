@@ -1,0 +1,144 @@
+"""What a job's own config says, in perfmodel's terms: the model fields, the plan fields and the
+world size it fixes, and a record of every setting it holds (read, ignored with a reason, or not
+known to perfmodel). The readers (megatron, nemo, torchtitan, deepspeed) build one; `resolve`
+turns it and the command line into a model and a plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from perfmodel.errors import PlanError, SpecError
+
+
+class Framework(StrEnum):
+    MEGATRON = "megatron"  # a Megatron-LM pretrain_gpt.py argument list or launch script
+    NEMO = "nemo"  # a Megatron-Bridge ConfigContainer or NeMo 2 recipe YAML
+    TORCHTITAN = "torchtitan"  # a torchtitan job config (TOML, or the JSON it dumps)
+    DEEPSPEED = "deepspeed"  # a DeepSpeed config JSON
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """One setting of a config: its key as the config writes it, its value, and what perfmodel
+    made of it (read: the model or plan field it became; ignored: why it does not change the
+    step; unknown: not a setting perfmodel knows)."""
+
+    key: str
+    value: Any
+    note: str = ""
+
+    def line(self) -> str:
+        value = "" if self.value is True or self.value is None else f" {_shown(self.value)}"
+        return f"{self.key}{value}" + (f": {self.note}" if self.note else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        value = self.value if isinstance(self.value, (bool, int, float, str)) or \
+            self.value is None else _shown(self.value)
+        return {"key": self.key, "value": value, "note": self.note}
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(str, value))
+    return str(value)
+
+
+@dataclass(kw_only=True)
+class JobConfig:
+    """A config, read. model: TransformerSpec fields the config gives (`preset`: a perfmodel
+    preset it names, e.g. a torchtitan flavor, whose fields the given ones override); plan: Plan
+    fields it fixes (perfmodel.strategy names), `pins`: the names among them the config states
+    (recommend pins these and searches the rest); gpus: its world size, or None; vocab_multiple:
+    Megatron pads the vocabulary to a multiple of this times tp (0: no padding)."""
+
+    path: str
+    framework: Framework
+    model: dict[str, Any] = field(default_factory=dict)
+    preset: str | None = None
+    preset_source: str = ""
+    plan: dict[str, Any] = field(default_factory=dict)
+    pins: set[str] = field(default_factory=set)
+    gpus: int | None = None
+    gpus_from: str = ""
+    vocab_multiple: int = 0
+    needs_model: str = ""  # why the config alone does not give the model (--model needed)
+    read: list[Setting] = field(default_factory=list)
+    ignored: list[Setting] = field(default_factory=list)
+    unknown: list[Setting] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def took(self, key: str, value: Any, note: str) -> None:
+        self.read.append(Setting(key=key, value=value, note=note))
+
+    def skipped(self, key: str, value: Any, reason: str) -> None:
+        self.ignored.append(Setting(key=key, value=value, note=reason))
+
+    def strange(self, key: str, value: Any, note: str = "") -> None:
+        self.unknown.append(Setting(key=key, value=value, note=note))
+
+    def fix(self, field_name: str, value: Any, *, pin: bool = True) -> None:
+        """Set a plan field; pinned (recommend keeps it) when the config states it."""
+        self.plan[field_name] = value
+        if pin:
+            self.pins.add(field_name)
+
+    def report(self) -> list[str]:
+        """The lines `predict --from-config` prints (standard error): what was read, ignored,
+        not known, and assumed."""
+        lines = [f"read {self.framework.value} config {self.path}:"]
+        lines += [f"  {s.line()}" for s in self.read]
+        if self.ignored:
+            lines.append("ignored (does not change the predicted step):")
+            lines += [f"  {s.line()}" for s in self.ignored]
+        if self.unknown:
+            lines.append("not read (unknown to perfmodel's reader; check it does not change the "
+                         "step):")
+            lines += [f"  {s.line()}" for s in self.unknown]
+        lines += [f"note: {n}" for n in self.notes]
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "framework": self.framework.value,
+                "read": [s.to_dict() for s in self.read],
+                "ignored": [s.to_dict() for s in self.ignored],
+                "unknown": [s.to_dict() for s in self.unknown],
+                "notes": list(self.notes), "pins": sorted(self.pins)}
+
+
+def typo(name: str, known: Any) -> str:
+    """' (did you mean X?)' when name is a near-miss of a known key (difflib ratio >= 0.85: a
+    letter or two apart), else ''. A config key perfmodel does not know is named and skipped; one
+    this close to a key it reads is refused as a likely misspelling."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.85)
+    return f" (did you mean '{close[0]}'?)" if close and close[0] != name else ""
+
+
+def whole(value: Any, key: str, where: str, *, minimum: int = 1,
+          error: type[Exception] = SpecError) -> int:
+    """A whole number of a config (a string of digits too), or error naming the key."""
+    if isinstance(value, bool):
+        raise error(f"{where}: {key} must be a whole number, got {value}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise error(f"{where}: {key} must be a whole number, got '{value}'") from None
+    if number != number or number in (float("inf"), -float("inf")) or number != int(number):
+        raise error(f"{where}: {key} must be a whole number, got '{value}'")
+    if number < minimum or number > 1e10:
+        raise error(f"{where}: {key} must be >= {minimum}, got {int(number)}")
+    return int(number)
+
+
+def refuse_plan(where: str, key: str, value: Any, why: str) -> PlanError:
+    """The one-line refusal of a setting perfmodel cannot model (a plan capability)."""
+    shown = "" if value is True else f" {_shown(value)}"
+    return PlanError(f"{where}: {key}{shown}: {why}")
+
+
+def refuse_spec(where: str, key: str, value: Any, why: str) -> SpecError:
+    shown = "" if value is True else f" {_shown(value)}"
+    return SpecError(f"{where}: {key}{shown}: {why}")

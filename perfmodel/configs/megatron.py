@@ -1,0 +1,834 @@
+"""Megatron-LM: a `pretrain_gpt.py` argument list (a file of arguments, or a shell script that
+launches pretrain_gpt.py with torchrun or python) read as a model and a plan, and a plan written
+as one.
+
+Option names, defaults and rules are Megatron-LM's (megatron/training/arguments.py and
+megatron/core/transformer/transformer_config.py at NVIDIA/Megatron-LM commit d98e8a64, 2026-08):
+  - --ffn-hidden-size defaults to 4 h, or int(4 h 2/3 / 64) 64 with --swiglu;
+  - --num-query-groups applies with --group-query-attention (default 1), else kv heads = heads;
+  - --disable-bias-linear turns off every linear bias; --add-bias-linear implies --add-qkv-bias;
+  - the vocabulary is padded to a multiple of --make-vocab-size-divisible-by (128) x tp
+    (megatron/core/tokenizers/utils/build_tokenizer.py, vocab_size_with_padding);
+  - --global-batch-size defaults to micro-batch x data-parallel size;
+  - --sequence-parallel is switched off when tp = 1;
+  - --recompute-activations is --recompute-granularity selective (the core attention,
+    --recompute-modules core_attn); full needs --recompute-method;
+  - --use-distributed-optimizer shards the optimizer states (and fp32 main weights) over the
+    data-parallel ranks, reduce-scattering gradients and all-gathering weights: ZeRO stage 1;
+  - the rank order is tp, cp, ep, dp, pp from the innermost (--use-tp-pp-dp-mapping: tp, pp, dp);
+  - --attention-backend defaults to auto (Transformer Engine's fused or flash attention where it
+    supports the dtype: bf16 and fp16).
+The world size is the launcher's: torchrun's --nnodes x --nproc-per-node (python -m
+torch.distributed.run and .launch alike), or perfmodel's --gpus.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from perfmodel.configs.job import Framework, JobConfig, refuse_plan, refuse_spec, typo, whole
+from perfmodel.configs.shell import Launch, argument_words, launch_command
+from perfmodel.errors import SpecError
+
+SCRIPTS = ("pretrain_gpt.py",)
+DEFAULT_VOCAB_MULTIPLE = 128  # --make-vocab-size-divisible-by's default
+GPT2_VOCAB = 50257  # GPT2BPETokenizer's vocabulary (gpt2-vocab.json)
+
+# options perfmodel reads: name -> number of values (0: a flag; -1: one or more)
+READ_OPTIONS: dict[str, int] = {
+    **dict.fromkeys((
+        "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
+        "kv-channels", "seq-length", "max-position-embeddings", "vocab-size",
+        "make-vocab-size-divisible-by", "tokenizer-type", "micro-batch-size",
+        "global-batch-size", "tensor-model-parallel-size", "pipeline-model-parallel-size",
+        "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank",
+        "context-parallel-size", "expert-model-parallel-size", "expert-tensor-parallel-size",
+        "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
+        "moe-shared-expert-intermediate-size", "fp8-format", "fp4-format",
+        "recompute-granularity", "recompute-method", "recompute-num-layers", "normalization",
+        "position-embedding-type", "attention-backend", "hidden-dropout", "attention-dropout",
+        "data-parallel-sharding-strategy", "pipeline-model-parallel-layout",
+        "num-layers-in-first-pipeline-stage", "num-layers-in-last-pipeline-stage",
+        "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "mtp-num-layers",
+        "optimizer", "transformer-impl", "window-size", "tokenizer-model", "vocab-file",
+        "cpu-offloading-num-layers", "main-grads-dtype", "main-params-dtype",
+        "exp-avg-dtype", "exp-avg-sq-dtype"), 1),
+    **dict.fromkeys(("recompute-modules",), -1),
+    "rampup-batch-size": 3,
+    **dict.fromkeys((
+        "group-query-attention", "sequence-parallel", "bf16", "fp16", "use-distributed-optimizer",
+        "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "use-flash-attn",
+        "swiglu", "untie-embeddings-and-output-weights", "disable-bias-linear", "add-bias-linear",
+        "add-qkv-bias", "recompute-activations", "distribute-saved-activations",
+        "use-torch-fsdp2", "use-megatron-fsdp", "use-custom-fsdp", "grad-reduce-in-bf16",
+        "use-tp-pp-dp-mapping", "multi-latent-attention", "cpu-offloading",
+        "optimizer-cpu-offload", "account-for-embedding-in-pipeline-split",
+        "account-for-loss-in-pipeline-split", "squared-relu", "quick-geglu", "use-legacy-models",
+        "use-mcore-models", "mock-data", "no-position-embedding", "fp8-param-gather",
+        "use-precision-aware-optimizer", "checkpoint-activations"), 0),
+}
+
+# options that do not change the step's time or memory, by kind (a prefix ending in '-' names
+# every option starting with it)
+_IGNORED_KINDS = {
+    "an optimizer hyperparameter (the step's cost is Adam's whatever its rates)": (
+        "lr", "lr-", "min-lr", "weight-decay", "start-weight-decay", "end-weight-decay",
+        "weight-decay-incr-style", "adam-", "sgd-momentum", "clip-grad", "decoupled-lr",
+        "decoupled-min-lr", "init-method-std", "init-method-xavier-uniform", "seed",
+        "loss-scale", "initial-loss-scale", "min-loss-scale", "loss-scale-window",
+        "hysteresis"),
+    "the run's length, data or tokenizer files (not its step)": (
+        "train-iters", "train-samples", "exit-", "data-path", "train-data-path",
+        "valid-data-path", "test-data-path", "split", "merge-file", "data-cache-path",
+        "num-workers", "tiktoken-pattern", "no-mmap-bin-files", "mmap-bin-files",
+        "no-create-attention-mask-in-dataloader", "dataloader-type", "eod-mask-loss",
+        "reset-position-ids", "reset-attention-mask", "per-split-data-args-path",
+        "data-args-path", "tokenizer-prompt-format", "skip-train", "full-validation",
+        "object-storage-cache-path", "mid-level-dataset-surplus"),
+    "logging, checkpointing, evaluation or profiling": (
+        "log-", "save", "save-", "load", "no-load-", "eval-", "tensorboard-", "wandb-", "ckpt-",
+        "profile", "profile-", "timing-log-", "distributed-timeout-minutes", "async-save",
+        "use-dist-ckpt", "auto-detect-ckpt-format", "non-persistent-", "finetune",
+        "pretrained-checkpoint", "no-save-", "use-checkpoint-args", "record-memory-history",
+        "memory-snapshot-path", "logging-level", "straggler-", "check-for-", "no-check-for-",
+        "rerun-mode", "enable-ft-package", "one-logger-", "result-rejected-tracker-filename",
+        "use-pytorch-profiler", "tensorboard-dir", "dist-ckpt-", "calculate-per-token-loss",
+        "manual-gc", "manual-gc-", "empty-unused-memory-level", "deterministic-mode"),
+    "numerics or initialization with the same cost": (
+        "rotary-", "rope-scaling", "rope-scaling-factor", "apply-layernorm-1p",
+        "norm-epsilon", "layernorm-epsilon", "attention-softmax-in-fp32",
+        "accumulate-allreduce-grads-in-fp32", "apply-query-key-layer-scaling",
+        "apply-residual-connection-post-layernorm", "no-persist-layer-norm",
+        "qk-layernorm", "no-rope-fusion", "use-rotary-position-embeddings", "yarn-",
+        "untie-embeddings-and-output-weights-init", "fp32-residual-connection",
+        "bias-swiglu-fusion", "no-bias-swiglu-fusion", "no-bias-gelu-fusion",
+        "no-bias-dropout-fusion", "no-masked-softmax-fusion", "no-gradient-accumulation-fusion",
+        "cross-entropy-loss-fusion", "cross-entropy-fusion-impl", "no-async-tensor-model-"
+        "parallel-allreduce", "use-cpu-initialization", "no-initialization",
+        "disable-tp-comm-split-ag", "disable-tp-comm-split-rs", "ddp-bucket-size",
+        "ddp-average-in-collective", "no-overlap-p2p-communication", "overlap-p2p-communication",
+        "distributed-backend", "local-rank", "lazy-mpu-init", "use-ring-exchange-p2p",
+        "barrier-with-L1-time", "no-barrier-with-level-1-timing", "high-priority-stream-groups",
+        "moe-router-load-balancing-type", "moe-aux-loss-coeff", "moe-z-loss-coeff",
+        "moe-grouped-gemm", "moe-token-dispatcher-type", "moe-router-dtype"),
+}
+
+
+def _ignored_reason(name: str) -> str | None:
+    for reason, names in _IGNORED_KINDS.items():
+        for n in names:
+            if name == n or (n.endswith("-") and name.startswith(n)):
+                return reason
+    return None
+
+
+def is_script(word: str) -> bool:
+    return word.rsplit("/", 1)[-1] in SCRIPTS
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+def parse_words(launch: Launch, where: str, job: JobConfig) -> dict[str, tuple[str, Any]]:
+    """The arguments as {dest: (option as written, value)}: flags True, others their words
+    (a list for options of several values). Options perfmodel does not read are recorded in job
+    (ignored with a reason, or unknown); a repeated option keeps its last value, as argparse."""
+    out: dict[str, tuple[str, Any]] = {}
+    words, i = launch.args, 0
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("--"):
+            reason = launch.reason(word)
+            if reason:
+                raise SpecError(f"{where}: the arguments {launch.shown(word)} cannot be read: "
+                                f"{reason.split(': ', 1)[1]}; give them literally")
+            job.strange(word, None, "a word that is no option's value")
+            i += 1
+            continue
+        name, _, inline = word[2:].partition("=")
+        arity = READ_OPTIONS.get(name)
+        values: list[str] = [inline] if inline else []
+        i += 1
+        if arity is None or arity != 0:
+            while i < len(words) and not words[i].startswith("--") and (
+                    arity is None or arity < 0 or len(values) < arity):
+                values.append(words[i])
+                i += 1
+        if arity is None:
+            reason = _ignored_reason(name)
+            shown: Any = " ".join(launch.shown(v) for v in values) or True
+            if reason:
+                job.skipped(word.partition("=")[0], shown, reason)
+                continue
+            close = typo(name, READ_OPTIONS)
+            if close:
+                raise SpecError(f"{where}: unknown Megatron-LM option --{name}{close}; "
+                                "perfmodel refuses a likely misspelling of an option it reads")
+            job.strange(f"--{name}", shown)
+            continue
+        if arity and len(values) < abs(arity):
+            raise SpecError(f"{where}: --{name} needs {abs(arity)} value(s), got "
+                            f"{len(values)}")
+        for v in values if name not in _PATHS else ():
+            reason = launch.reason(v)
+            if reason:
+                raise SpecError(f"{where}: --{name} {launch.shown(v)} cannot be read: "
+                                f"{reason.split(': ', 1)[1]}; give the value")
+        if name in _PATHS:
+            values = [launch.shown(v) for v in values]
+        value: Any = True if arity == 0 else values[0] if arity == 1 else values
+        dest = name.replace("-", "_")
+        if dest in out:
+            job.notes.append(f"--{name} is given twice; Megatron-LM takes the last, "
+                             f"{_text(value)}")
+        out[dest] = (f"--{name}", value)
+    return out
+
+
+_PATHS = ("tokenizer-model", "vocab-file")  # read for what they are, not their paths
+
+
+def _text(value: Any) -> str:
+    return " ".join(value) if isinstance(value, list) else str(value)
+
+
+_LAUNCH_OPTIONS = {"nproc_per_node": "nproc-per-node", "nproc-per-node": "nproc-per-node",
+                   "nnodes": "nnodes", "num_gpus": "nproc-per-node", "num-gpus": "nproc-per-node",
+                   "num_nodes": "nnodes", "num-nodes": "nnodes"}
+
+
+def launcher_world(launch: Launch, where: str, job: JobConfig) -> None:
+    """The world size from torchrun (or python -m torch.distributed.run/launch, deepspeed):
+    --nnodes x --nproc-per-node (each 1 when not given, as torchrun's defaults)."""
+    words = launch.launcher
+    if not words:
+        return
+    first = words[0].rsplit("/", 1)[-1]
+    module = words[words.index("-m") + 1] if "-m" in words[:-1] else ""
+    if first not in ("torchrun", "deepspeed") and module not in (
+            "torch.distributed.run", "torch.distributed.launch"):
+        job.notes.append(f"launched by '{' '.join(words[:2])}': perfmodel reads the world size "
+                         "from torchrun's --nnodes and --nproc-per-node only; give --gpus")
+        return
+    found = {"nnodes": "1", "nproc-per-node": "1"}
+    for i, w in enumerate(words):
+        name, _, inline = w.lstrip("-").partition("=")
+        if w.startswith("-") and name in _LAUNCH_OPTIONS:
+            value = inline or (words[i + 1] if i + 1 < len(words) else "")
+            reason = launch.reason(value)
+            if reason:
+                raise SpecError(f"{where}: {first} --{name} {launch.shown(value)} cannot be "
+                                f"read: {reason.split(': ', 1)[1]}; give its value (or --gpus)")
+            found[_LAUNCH_OPTIONS[name]] = value
+            job.took(f"{first} --{name}", value, "world size")
+    for key, value in found.items():
+        if not value.isdigit() or int(value) < 1:
+            raise SpecError(f"{where}: {first} --{key} {value}: perfmodel reads a whole number of "
+                            "nodes and of processes per node (not a range or 'gpu'); give --gpus")
+    job.gpus = int(found["nnodes"]) * int(found["nproc-per-node"])
+    job.gpus_from = f"{first} --nnodes {found['nnodes']} --nproc-per-node " \
+                    f"{found['nproc-per-node']}"
+
+
+def read_megatron(text: str, path: Path) -> JobConfig:
+    """A Megatron-LM argument file or launch script, read."""
+    where = str(path)
+    job = JobConfig(path=where, framework=Framework.MEGATRON)
+    launch = launch_command(text, where, is_script)
+    if launch is None:
+        launch = argument_words(text, where)
+        if launch.args and not launch.args[0].startswith("--"):
+            raise SpecError(f"{where}: neither a file of Megatron-LM arguments (starting with "
+                            "--) nor a script that runs pretrain_gpt.py")
+    else:
+        job.took("launch", " ".join(launch.launcher + [launch.script]),
+                 f"line {launch.line}")
+        launcher_world(launch, where, job)
+    job.notes += launch.notes
+    settings = parse_words(launch, where, job)
+    apply_settings(settings, job, where)
+    return job
+
+
+# --- Megatron settings -> model and plan (shared with the Megatron-Bridge / NeMo YAML reader) ---
+
+Settings = dict[str, tuple[str, Any]]
+
+
+def _flag(settings: Settings, dest: str, where: str) -> bool:
+    if dest not in settings:
+        return False
+    key, value = settings[dest]
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", "none", "null", ""):
+        return False
+    raise SpecError(f"{where}: {key} must be true or false, got '{value}'")
+
+
+def _int(settings: Settings, dest: str, where: str, default: int | None = None, *,
+         minimum: int = 1) -> int | None:
+    if dest not in settings or settings[dest][1] in (None, "None", "null"):
+        return default
+    key, value = settings[dest]
+    return whole(value, key, where, minimum=minimum)
+
+
+def _str(settings: Settings, dest: str, default: str | None = None) -> str | None:
+    if dest not in settings or settings[dest][1] is None:
+        return default
+    return str(settings[dest][1])
+
+
+def apply_settings(settings: Settings, job: JobConfig, where: str) -> None:
+    """Megatron settings (argument dests) as the job's model and plan fields."""
+    used: set[str] = set()
+
+    def take(dest: str, note: str) -> None:
+        if dest in settings:
+            used.add(dest)
+            job.took(settings[dest][0], settings[dest][1], note)
+
+    _model(settings, job, where, take)
+    _plan(settings, job, where, take)
+    for dest, (key, value) in settings.items():
+        if dest not in used:
+            job.skipped(key, value, "read: no effect on the step here")
+
+
+def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
+           ) -> None:
+    for dest in ("multi_latent_attention", "no_position_embedding", "quick_geglu"):
+        if _flag(settings, dest, where):
+            raise refuse_spec(where, settings[dest][0], True, {
+                "multi_latent_attention": "multi-head latent attention from Megatron arguments "
+                                          "is not read (give --model a DeepSeek config)",
+                "no_position_embedding": "a model without position embeddings is not modelled",
+                "quick_geglu": "a quick-GeGLU MLP is not modelled (SwiGLU and GeLU are)"}[dest])
+    for dest in ("window_size", "mtp_num_layers"):
+        if _str(settings, dest) not in (None, "0", "None"):
+            raise refuse_spec(where, settings[dest][0], settings[dest][1],
+                              "sliding windows and multi-token prediction from Megatron "
+                              "arguments are not read")
+    if job.preset:
+        _preset_overrides(settings, job, where, take)
+        return
+    model = job.model
+    for dest, field_name in (("num_layers", "layers"), ("hidden_size", "hidden"),
+                             ("num_attention_heads", "heads"), ("seq_length", "seq_len")):
+        value = _int(settings, dest, where)
+        if value is None:
+            job.needs_model = job.needs_model or f"no --{dest.replace('_', '-')}"
+            continue
+        model[field_name] = value
+        take(dest, f"{field_name} {value}")
+    swiglu = _flag(settings, "swiglu", where)
+    model["gated_mlp"] = swiglu
+    take("swiglu", "gated_mlp (SwiGLU)")
+    take("squared_relu", "a squared-ReLU MLP: two matrices, as GeLU's (the activation's "
+                         "elementwise cost is GeLU's)")
+    ffn = _int(settings, "ffn_hidden_size", where)
+    if ffn is not None:
+        model["ffn_hidden"] = ffn
+        take("ffn_hidden_size", f"ffn_hidden {ffn}")
+    elif "hidden" in model:
+        hidden = model["hidden"]
+        model["ffn_hidden"] = int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
+        job.notes.append(f"ffn_hidden {model['ffn_hidden']}: Megatron-LM's default for "
+                         f"--hidden-size {hidden}{' with --swiglu' if swiglu else ''}")
+    gqa = _flag(settings, "group_query_attention", where)
+    groups = _int(settings, "num_query_groups", where)
+    if job.framework is Framework.MEGATRON:
+        take("group_query_attention", "grouped-query attention")
+        if gqa:
+            model["kv_heads"] = groups if groups is not None else 1
+            take("num_query_groups", f"kv_heads {model['kv_heads']}")
+        elif groups is not None:
+            job.skipped(settings.pop("num_query_groups")[0], groups,
+                        "applies with --group-query-attention only (Megatron-LM)")
+    elif groups is not None:
+        model["kv_heads"] = groups
+        take("num_query_groups", f"kv_heads {groups}")
+    kv_channels = _int(settings, "kv_channels", where)
+    if kv_channels is not None:
+        model["head_dim"] = kv_channels
+        take("kv_channels", f"head_dim {kv_channels}")
+    model["tied_embeddings"] = not _flag(settings, "untie_embeddings_and_output_weights", where)
+    take("untie_embeddings_and_output_weights", "tied_embeddings false")
+    bias = not _flag(settings, "disable_bias_linear", where)
+    if "add_bias_linear" in settings:
+        bias = _flag(settings, "add_bias_linear", where)
+        take("add_bias_linear", f"bias {str(bias).lower()}")
+    model["bias"] = bias
+    model["qkv_bias"] = bias or _flag(settings, "add_qkv_bias", where)
+    take("disable_bias_linear", "bias false")
+    take("add_qkv_bias", "qkv_bias true")
+    norm = _str(settings, "normalization", "LayerNorm")
+    if norm not in ("LayerNorm", "RMSNorm"):
+        raise refuse_spec(where, settings["normalization"][0], norm,
+                          "perfmodel models LayerNorm and RMSNorm")
+    model["norm"] = norm.lower()
+    take("normalization", f"norm {norm.lower()}")
+    positions = _str(settings, "position_embedding_type", "learned_absolute")
+    kinds = {"learned_absolute": "learned", "rope": "rotary", "yarn": "rotary"}
+    if positions not in kinds:
+        raise refuse_spec(where, settings["position_embedding_type"][0], positions,
+                          "perfmodel models learned_absolute, rope and yarn")
+    model["position_embedding"] = kinds[positions]
+    take("position_embedding_type", f"position_embedding {kinds[positions]}")
+    max_positions = _int(settings, "max_position_embeddings", where)
+    if max_positions is not None:
+        if kinds[positions] == "learned" and max_positions != model.get("seq_len"):
+            raise refuse_spec(where, "--max-position-embeddings", max_positions,
+                              f"with learned positions perfmodel's position table is "
+                              f"seq_len ({model.get('seq_len')}) long; give them equal")
+        take("max_position_embeddings", "the position table (learned) or the reach of "
+                                        "rotary positions")
+    experts = _int(settings, "num_experts", where, minimum=0)
+    if experts:
+        model["experts"] = experts
+        model["top_k"] = _int(settings, "moe_router_topk", where, 2)
+        take("num_experts", f"experts {experts}")
+        take("moe_router_topk", f"top_k {model['top_k']}")
+        width = _int(settings, "moe_ffn_hidden_size", where)
+        if width is not None:
+            model["expert_ffn_hidden"] = width
+            take("moe_ffn_hidden_size", f"expert_ffn_hidden {width}")
+        shared = _int(settings, "moe_shared_expert_intermediate_size", where)
+        if shared is not None:
+            model["shared_experts"] = 1
+            model["shared_expert_ffn_hidden"] = shared
+            take("moe_shared_expert_intermediate_size", f"a shared expert {shared} wide")
+    _vocab(settings, job, where, take)
+    for dest in ("hidden_dropout", "attention_dropout"):
+        if dest in settings:
+            rate = float(settings[dest][1])
+            take(dest, "dropout" + ("" if rate else ": perfmodel counts dropout masks in "
+                                    "activation memory (Korthikanti et al. 2022) whatever the "
+                                    "rate; with 0 Megatron keeps none (memory over-counted by "
+                                    "2 s b h bytes a layer)"))
+
+
+_OVERRIDES = {"num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
+              "seq_length": "seq_len", "ffn_hidden_size": "ffn_hidden",
+              "num_query_groups": "kv_heads", "kv_channels": "head_dim", "vocab_size": "vocab",
+              "num_experts": "experts", "moe_router_topk": "top_k"}
+
+
+def _preset_overrides(settings: Settings, job: JobConfig, where: str,
+                      take: Callable[[str, str], None]) -> None:
+    """The model fields a config gives over the preset it names (NeMo 2's config classes):
+    only those it states, never Megatron-LM's defaults for the others."""
+    for dest, field_name in _OVERRIDES.items():
+        value = _int(settings, dest, where, minimum=0)
+        if value is not None:
+            job.model[field_name] = value
+            take(dest, f"{field_name} {value} (over the preset's)")
+    for dest, field_name, invert in (("swiglu", "gated_mlp", False),
+                                     ("untie_embeddings_and_output_weights", "tied_embeddings",
+                                      True), ("add_bias_linear", "bias", False)):
+        if dest in settings:
+            job.model[field_name] = _flag(settings, dest, where) != invert
+            take(dest, f"{field_name} {str(job.model[field_name]).lower()} (over the preset's)")
+    if "normalization" in settings:
+        job.model["norm"] = str(settings["normalization"][1]).lower()
+        take("normalization", f"norm {job.model['norm']}")
+    job.vocab_multiple = _int(settings, "make_vocab_size_divisible_by", where,
+                              DEFAULT_VOCAB_MULTIPLE) or DEFAULT_VOCAB_MULTIPLE
+
+
+def _vocab(settings: Settings, job: JobConfig, where: str,
+           take: Callable[[str, str], None]) -> None:
+    vocab = _int(settings, "vocab_size", where)
+    tokenizer = _str(settings, "tokenizer_type")
+    take("tokenizer_type", "the vocabulary's source")
+    if vocab is not None:
+        job.model["vocab"] = vocab
+        take("vocab_size", f"vocab {vocab} (before Megatron's padding)")
+    elif tokenizer == "GPT2BPETokenizer":
+        job.model["vocab"] = GPT2_VOCAB
+        job.notes.append(f"vocab {GPT2_VOCAB}: GPT2BPETokenizer's vocabulary (gpt2-vocab.json), "
+                         "before Megatron's padding")
+    else:
+        source = f"--tokenizer-type {tokenizer}" if tokenizer else \
+            "no --vocab-size" + (" (a --vocab-file)" if "vocab_file" in settings else "")
+        job.needs_model = job.needs_model or f"{source} (the tokenizer's files give the " \
+                                             "vocabulary)"
+    job.vocab_multiple = _int(settings, "make_vocab_size_divisible_by", where,
+                              DEFAULT_VOCAB_MULTIPLE) or DEFAULT_VOCAB_MULTIPLE
+    take("make_vocab_size_divisible_by", "the vocabulary's padding")
+
+
+def padded_vocab(vocab: int, multiple: int, tp: int) -> int:
+    """Megatron-LM's vocab_size_with_padding: the vocabulary rounded up to a multiple of
+    make_vocab_size_divisible_by x tp (megatron/core/tokenizers/utils/build_tokenizer.py)."""
+    step = multiple * tp
+    return int(math.ceil(vocab / step) * step)
+
+
+def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
+          ) -> None:
+    for dest in ("context_parallel_size", "expert_model_parallel_size",
+                 "expert_tensor_parallel_size"):
+        value = _int(settings, dest, where)
+        take(dest, "1")
+        if value is not None and value > 1 and not (
+                dest == "expert_tensor_parallel_size" and not job.model.get("experts")):
+            raise refuse_plan(where, settings[dest][0], value, {
+                "context_parallel_size": "context parallelism is not modelled (perfmodel "
+                                         "plans have dp, tp and pp)",
+            }.get(dest, "expert parallelism is not modelled (perfmodel plans have dp, tp "
+                        "and pp)"))
+    for dest, why in (
+            ("tp_comm_overlap", "overlapping the tensor-parallel communication with the GEMMs is "
+                                "not modelled (perfmodel exposes it)"),
+            ("distribute_saved_activations", "distributing the checkpointed inputs over the "
+                                             "tensor-parallel ranks is not modelled"),
+            ("grad_reduce_in_bf16", "bf16 gradient reduction is not modelled (perfmodel "
+                                    "reduces fp32 main gradients)"),
+            ("cpu_offloading", "offloading activations or weights to the host is not "
+                               "modelled"),
+            ("optimizer_cpu_offload", "an optimizer on the host is not modelled"),
+            ("use_megatron_fsdp", "Megatron FSDP is not modelled (--use-torch-fsdp2 is: ZeRO "
+                                  "stage 3)"),
+            ("use_custom_fsdp", "Megatron FSDP is not modelled (--use-torch-fsdp2 is: ZeRO "
+                                "stage 3)"),
+            ("account_for_embedding_in_pipeline_split", "an uneven pipeline split is not "
+                                                        "modelled (perfmodel splits layers "
+                                                        "evenly)"),
+            ("account_for_loss_in_pipeline_split", "an uneven pipeline split is not modelled "
+                                                   "(perfmodel splits layers evenly)"),
+            ("use_precision_aware_optimizer", "a precision-aware optimizer (bf16 states) is not "
+                                              "modelled"),
+            ("fp8_param_gather", "fp8 training is not modelled"),
+            ("checkpoint_activations", "Megatron-LM no longer takes it (--recompute-activations "
+                                       "or --recompute-granularity)")):
+        if _flag(settings, dest, where):
+            raise refuse_plan(where, settings[dest][0], True, why)
+    for dest in ("fp8_format", "fp4_format", "pipeline_model_parallel_layout",
+                 "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage",
+                 "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                 "main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        text = _str(settings, dest)
+        if text in (None, "None", "null") or (dest.endswith("dtype") and text == "fp32"):
+            continue
+        raise refuse_plan(where, settings[dest][0], text, {
+            "fp8_format": "fp8 training is not modelled (perfmodel's dtypes: bf16, fp16, fp32, "
+                          "tf32)",
+            "fp4_format": "fp4 training is not modelled",
+        }.get(dest, "an uneven pipeline split is not modelled (perfmodel splits layers evenly)"
+              if "pipeline" in dest else "optimizer states and main gradients other than fp32 "
+                                         "are not modelled"))
+    optimizer = _str(settings, "optimizer", "adam")
+    if optimizer != "adam":
+        raise refuse_plan(where, settings["optimizer"][0], optimizer,
+                          "perfmodel models Adam's states (2 fp32 moments)")
+    take("optimizer", "Adam")
+    take("transformer_impl", "the same GEMMs")
+    take("use_mcore_models", "the same model")
+    take("use_legacy_models", "the same model")
+    take("mock_data", "synthetic data")
+    take("tokenizer_model", "the tokenizer's file")
+    take("vocab_file", "the tokenizer's file")
+    _degrees(settings, job, where, take)
+    _options(settings, job, where, take)
+
+
+def _degrees(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
+             ) -> None:
+    explicit = {dest for dest in settings if settings[dest][1] is not None}
+    tp = _int(settings, "tensor_model_parallel_size", where, 1) or 1
+    pp = _int(settings, "pipeline_model_parallel_size", where, 1) or 1
+    job.fix("tp", tp, pin="tensor_model_parallel_size" in explicit)
+    job.fix("pp", pp, pin="pipeline_model_parallel_size" in explicit)
+    take("tensor_model_parallel_size", f"tp {tp}")
+    take("pipeline_model_parallel_size", f"pp {pp}")
+    per_stage = _int(settings, "num_layers_per_virtual_pipeline_stage", where)
+    chunks = _int(settings, "num_virtual_stages_per_pipeline_rank", where)
+    if per_stage is not None and chunks is not None:
+        raise SpecError(f"{where}: give --num-layers-per-virtual-pipeline-stage or "
+                        "--num-virtual-stages-per-pipeline-rank, not both (Megatron-LM)")
+    if per_stage is not None:
+        layers = job.model.get("layers")
+        if layers is None or layers % (pp * per_stage):
+            raise refuse_plan(where, "--num-layers-per-virtual-pipeline-stage", per_stage,
+                              f"the layers ({layers}) must split into pp ({pp}) x whole "
+                              f"chunks of {per_stage}")
+        chunks = layers // (pp * per_stage)
+        take("num_layers_per_virtual_pipeline_stage", f"virtual_stages {chunks}")
+    elif chunks is not None:
+        take("num_virtual_stages_per_pipeline_rank", f"virtual_stages {chunks}")
+    if chunks is not None:
+        job.fix("virtual_stages", chunks)
+        job.fix("schedule", "interleaved" if chunks > 1 else "1f1b")
+    else:
+        job.fix("virtual_stages", 1, pin="pipeline_model_parallel_size" in explicit)
+        job.fix("schedule", "1f1b", pin="pipeline_model_parallel_size" in explicit)
+    job.fix("tp_layout", "1d")
+    mapping = _flag(settings, "use_tp_pp_dp_mapping", where)
+    job.fix("placement", "tp,pp,dp" if mapping else "tp,dp,pp")
+    take("use_tp_pp_dp_mapping", "placement tp,pp,dp")
+    sp = _flag(settings, "sequence_parallel", where)
+    if sp and tp == 1:
+        job.notes.append("--sequence-parallel with tp 1: Megatron-LM switches it off")
+        sp = False
+    job.fix("sequence_parallel", sp, pin="sequence_parallel" in explicit or tp > 1)
+    take("sequence_parallel", f"sequence_parallel {str(sp).lower()}")
+    micro = _int(settings, "micro_batch_size", where, 1) or 1
+    job.fix("micro_batch", micro, pin="micro_batch_size" in explicit)
+    take("micro_batch_size", f"micro_batch {micro}")
+    batch = _int(settings, "global_batch_size", where)
+    if batch is not None:
+        job.fix("global_batch", batch)
+        take("global_batch_size", f"global_batch {batch}")
+    else:
+        job.notes.append("no --global-batch-size: Megatron-LM's default, micro-batch x "
+                         "data-parallel size (one micro-batch per step)")
+    if "rampup_batch_size" in settings:
+        take("rampup_batch_size", "the step after the ramp-up (the full global batch) is "
+                                  "predicted")
+
+
+def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
+             ) -> None:
+    bf16, fp16 = _flag(settings, "bf16", where), _flag(settings, "fp16", where)
+    if bf16 and fp16:
+        raise SpecError(f"{where}: --bf16 and --fp16 are both given; Megatron-LM takes one")
+    dtype = "bf16" if bf16 else "fp16" if fp16 else "fp32"
+    job.fix("dtype", dtype)
+    take("bf16", "dtype bf16")
+    take("fp16", "dtype fp16")
+    if dtype == "fp32":
+        job.notes.append("neither --bf16 nor --fp16: Megatron-LM trains in fp32 (dtype fp32)")
+    _recompute(settings, job, where, take)
+    torch_fsdp = _flag(settings, "use_torch_fsdp2", where)
+    dist_opt = _flag(settings, "use_distributed_optimizer", where)
+    zero = 3 if torch_fsdp else 1 if dist_opt else 0
+    strategy = _str(settings, "data_parallel_sharding_strategy")
+    if strategy not in (None, "no_shard"):
+        raise refuse_plan(where, settings["data_parallel_sharding_strategy"][0], strategy,
+                          "Megatron FSDP's sharding is not modelled (--use-torch-fsdp2 is: ZeRO "
+                          "stage 3; --use-distributed-optimizer: stage 1)")
+    job.fix("zero", zero)
+    take("use_distributed_optimizer", "zero 1 (optimizer states sharded over dp)")
+    take("use_torch_fsdp2", "zero 3 (PyTorch FSDP2)")
+    take("data_parallel_sharding_strategy", "no sharding")
+    grad = _flag(settings, "overlap_grad_reduce", where)
+    param = _flag(settings, "overlap_param_gather", where)
+    if zero == 1 and grad != param:
+        given = "--overlap-grad-reduce" if grad else "--overlap-param-gather"
+        raise refuse_plan(where, given, True,
+                          "with --use-distributed-optimizer perfmodel overlaps the gradient "
+                          "reduce-scatter and the weight all-gather together "
+                          "(overlap_grad_sync): give both --overlap-grad-reduce and "
+                          "--overlap-param-gather, or neither")
+    if param and zero != 1:
+        raise refuse_plan(where, "--overlap-param-gather", True,
+                          "applies to --use-distributed-optimizer (Megatron-LM)")
+    job.fix("overlap_grad_sync", grad)
+    take("overlap_grad_reduce", "overlap_grad_sync (the data-parallel sync hides behind the "
+                                "backward)")
+    take("overlap_param_gather", "with overlap_grad_sync: the weight all-gather hides too")
+    backend = _str(settings, "attention_backend", "auto")
+    if _flag(settings, "use_flash_attn", where):
+        flash = True
+        take("use_flash_attn", "flash_attention")
+    elif backend in ("flash", "fused"):
+        flash = True
+    elif backend in ("unfused", "local"):
+        flash = False
+    elif backend == "auto":
+        flash = dtype in ("bf16", "fp16")
+        default = " (the default)" if "attention_backend" not in settings else ""
+        job.notes.append(f"--attention-backend auto{default}: Transformer Engine's fused or "
+                         f"flash attention for {dtype}" if flash else
+                         f"--attention-backend auto{default} with fp32: unfused attention")
+    else:
+        raise refuse_plan(where, "--attention-backend", backend,
+                          "Megatron-LM's backends are flash, fused, unfused, local and auto")
+    job.fix("flash_attention", flash)
+    take("attention_backend", f"flash_attention {str(flash).lower()}")
+
+
+def _recompute(settings: Settings, job: JobConfig, where: str,
+               take: Callable[[str, str], None]) -> None:
+    granularity = _str(settings, "recompute_granularity")
+    if granularity in ("None", "null"):
+        granularity = None
+    if _flag(settings, "recompute_activations", where):
+        if granularity not in (None, "selective"):
+            raise SpecError(f"{where}: --recompute-activations (selective) contradicts "
+                            f"--recompute-granularity {granularity}")
+        granularity = "selective"
+        take("recompute_activations", "recompute selective")
+    method = _str(settings, "recompute_method")
+    method = None if method in ("None", "null") else method
+    count = _int(settings, "recompute_num_layers", where)
+    modules = settings.get("recompute_modules", ("", None))[1]
+    if granularity is None:
+        job.fix("recompute", "none", pin="recompute_granularity" in settings)
+        return
+    if granularity == "selective":
+        if modules not in (None, ["core_attn"], "core_attn") and list(modules) != ["core_attn"]:
+            raise refuse_plan(where, settings["recompute_modules"][0], modules,
+                              "perfmodel's selective recompute is the core attention "
+                              "(core_attn) only")
+        job.fix("recompute", "selective")
+        take("recompute_granularity", "recompute selective (the core attention)")
+        take("recompute_modules", "core_attn")
+        return
+    if granularity != "full":
+        raise refuse_plan(where, "--recompute-granularity", granularity,
+                          "Megatron-LM's granularities are full and selective")
+    stage_layers = None
+    layers = job.model.get("layers")
+    if layers is not None:
+        stage_layers = layers // (job.plan.get("pp", 1) * job.plan.get("virtual_stages", 1))
+    if method is None:
+        raise refuse_plan(where, "--recompute-granularity full", True,
+                          "needs --recompute-method uniform or block (Megatron-LM)")
+    if method == "uniform" and count in (None, 1):
+        pass
+    elif method == "block" and count is not None and count == stage_layers:
+        pass
+    else:
+        raise refuse_plan(where, f"--recompute-method {method} --recompute-num-layers", count,
+                          "perfmodel's full recompute checkpoints every layer alone (uniform "
+                          f"with 1 layer, or block with all {stage_layers} layers of a stage)")
+    job.fix("recompute", "full")
+    take("recompute_granularity", "recompute full (every layer)")
+    take("recompute_method", method)
+    take("recompute_num_layers", "every layer")
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
+    """The pretrain_gpt.py arguments of a model and a plan, in groups (one option and its
+    value each); PlanError for what Megatron-LM cannot run."""
+    from perfmodel.configs.emit import refuse_emit
+
+    if plan.tp_layout.value != "1d":
+        raise refuse_emit("megatron", f"tp_layout {plan.tp_layout.value}",
+                          "Megatron-LM's tensor parallelism is 1d")
+    if plan.schedule.value not in ("1f1b", "interleaved"):
+        raise refuse_emit("megatron", f"schedule {plan.schedule.value}",
+                          "Megatron-LM runs 1f1b and interleaved (pin --schedule)")
+    if plan.zero == 2:
+        raise refuse_emit("megatron", "zero 2",
+                          "Megatron-LM has the distributed optimizer (zero 1) and FSDP2 "
+                          "(zero 3), no stage 2 (pin --zero)")
+    placements = {"tp,dp,pp": [], "tp,pp,dp": [["--use-tp-pp-dp-mapping"]]}
+    placement = ",".join(plan.placement)
+    if placement not in placements:
+        raise refuse_emit("megatron", f"placement {placement}",
+                          "Megatron-LM orders ranks tp,dp,pp (or tp,pp,dp with "
+                          "--use-tp-pp-dp-mapping)")
+    if model.uncosted():
+        raise refuse_emit("megatron", "the model", "; ".join(model.uncosted()))
+    if model.position_embedding == "learned" and model.experts:
+        raise refuse_emit("megatron", "the model", "mixture of experts")
+    args = [["--num-layers", str(model.layers)], ["--hidden-size", str(model.hidden)],
+            ["--ffn-hidden-size", str(model.ffn_hidden)],
+            ["--num-attention-heads", str(model.heads)], ["--kv-channels", str(model.head_dim)]]
+    if model.kv_heads != model.heads:
+        args += [["--group-query-attention"], ["--num-query-groups", str(model.kv_heads)]]
+    args += [["--seq-length", str(model.seq_len)],
+             ["--max-position-embeddings", str(model.seq_len)],
+             ["--position-embedding-type",
+              "rope" if model.position_embedding == "rotary" else "learned_absolute"],
+             ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]]
+    if model.gated_mlp:
+        args.append(["--swiglu"])
+    if not model.tied_embeddings:
+        args.append(["--untie-embeddings-and-output-weights"])
+    if not model.bias:
+        args.append(["--disable-bias-linear"])
+        if model.qkv_bias:
+            args.append(["--add-qkv-bias"])
+    elif not model.qkv_bias:
+        raise refuse_emit("megatron", "bias without qkv_bias",
+                          "Megatron-LM's --add-bias-linear adds the QKV bias too")
+    multiple = vocab_multiple(model.vocab, plan.tp)
+    args += [["--tokenizer-type", "NullTokenizer"], ["--vocab-size", str(model.vocab)],
+             ["--make-vocab-size-divisible-by", str(multiple)], ["--mock-data"],
+             ["--micro-batch-size", str(plan.micro_batch)],
+             ["--global-batch-size", str(plan.global_batch)],
+             ["--tensor-model-parallel-size", str(plan.tp)],
+             ["--pipeline-model-parallel-size", str(plan.pp)]]
+    if plan.virtual_stages > 1:
+        args.append(["--num-virtual-stages-per-pipeline-rank", str(plan.virtual_stages)])
+    if plan.sequence_parallel:
+        args.append(["--sequence-parallel"])
+    args += placements[placement]
+    dtype = plan.dtype.value
+    if dtype in ("bf16", "fp16"):
+        args.append([f"--{dtype}"])
+    elif dtype == "tf32":
+        raise refuse_emit("megatron", "dtype tf32", "Megatron-LM trains bf16, fp16 or fp32")
+    if plan.recompute.value == "selective":
+        args.append(["--recompute-granularity", "selective"])
+    elif plan.recompute.value == "full":
+        args += [["--recompute-granularity", "full"], ["--recompute-method", "uniform"],
+                 ["--recompute-num-layers", "1"]]
+    if plan.zero == 1:
+        args.append(["--use-distributed-optimizer"])
+    elif plan.zero == 3:
+        args.append(["--use-torch-fsdp2"])
+    if plan.overlap_grad_sync:
+        args.append(["--overlap-grad-reduce"])
+        if plan.zero == 1:
+            args.append(["--overlap-param-gather"])
+    args.append(["--attention-backend", "flash" if plan.flash_attention else "unfused"])
+    return args
+
+
+def vocab_multiple(vocab: int, tp: int) -> int:
+    """The largest --make-vocab-size-divisible-by, at most Megatron-LM's 128, that leaves the
+    vocabulary unpadded at this tp (1 when only 1 does; Megatron then pads to a multiple of tp)."""
+    for multiple in range(DEFAULT_VOCAB_MULTIPLE, 0, -1):
+        if vocab % (multiple * tp) == 0:
+            return multiple
+    return 1
+
+
+def write_megatron(directory: Path, model: Any, plan: Any, hardware: Any, header: list[str]
+                   ) -> list[Path]:
+    """megatron_args.txt (the arguments, one option a line) and launch.sh (torchrun on every
+    node), written atomically into directory."""
+    from perfmodel.files import write_atomic
+
+    args = megatron_arguments(model, plan)
+    if padded_vocab(model.vocab, vocab_multiple(model.vocab, plan.tp), plan.tp) != model.vocab:
+        header = [*header, f"Megatron-LM pads the vocabulary {model.vocab} to "
+                           f"{padded_vocab(model.vocab, 1, plan.tp)} rows at tp {plan.tp}: "
+                           "the job trains a few more rows than perfmodel predicted"]
+    per_node = min(hardware.gpus_per_node, plan.gpus)
+    if plan.gpus % per_node:
+        from perfmodel.configs.emit import refuse_emit
+
+        raise refuse_emit("megatron", f"gpus {plan.gpus}",
+                          f"not whole nodes of {hardware.gpus_per_node} GPUs")
+    nodes = plan.gpus // per_node
+    comment = "".join(f"# {line}\n" for line in header)
+    text = comment + "".join(shlex.join(group) + "\n" for group in args)
+    lines = [f"    {shlex.join(group)} \\" for group in args]
+    script = ("#!/bin/bash\n" + comment + "# Run on every node; NODE_RANK and MASTER_ADDR "
+              "name this node and the first.\nset -euo pipefail\n"
+              "export CUDA_DEVICE_MAX_CONNECTIONS=1\n\n"
+              f"torchrun --nnodes {nodes} --nproc-per-node {per_node} "
+              "--node-rank \"${NODE_RANK:-0}\" --master-addr \"${MASTER_ADDR:-localhost}\" "
+              "--master-port 6000 \\\n    pretrain_gpt.py \\\n" + "\n".join(lines) +
+              "\n    --train-iters \"${TRAIN_ITERS:-100}\" --lr 3e-4\n")
+    out = [directory / "megatron_args.txt", directory / "launch.sh"]
+    write_atomic(out[0], text, what="Megatron-LM arguments", make_parents=True)
+    write_atomic(out[1], script, what="Megatron-LM launch script", make_parents=True)
+    return out

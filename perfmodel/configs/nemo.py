@@ -1,0 +1,258 @@
+"""Megatron-Bridge and NeMo 2 recipe YAML, read as Megatron settings (perfmodel.configs.megatron
+maps those onto a model and a plan).
+
+Megatron-Bridge (NVIDIA-NeMo/Megatron-Bridge, megatron/bridge/training/config.py): a
+ConfigContainer dumped as YAML (`_target_: megatron.bridge.training.config.ConfigContainer`), or
+an override file of its sections: `model` (a GPTModelProvider: Megatron-Core TransformerConfig's
+fields, parallel sizes among them), `train` (micro_batch_size, global_batch_size), `ddp`
+(use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather), `optimizer`,
+`mixed_precision` (a MixedPrecisionConfig or a recipe name such as bf16_mixed), `comm_overlap`,
+`dataset` (sequence_length), `tokenizer`, `dist`; the older override names `model_config`,
+`train_config`, `ddp_config`, `optimizer_config` and `dataset_config` too. It holds no world
+size: give --gpus.
+
+NeMo 2 (NVIDIA/NeMo, nemo.collections.llm recipes serialized by nemo_run): `trainer` (devices,
+num_nodes, strategy: MegatronStrategy's tensor/pipeline/virtual-pipeline/context/expert parallel
+sizes, sequence_parallel, ddp; plugins: MegatronMixedPrecision's precision), `data`
+(micro_batch_size, global_batch_size, seq_length), `model.config` (a GPTConfig subclass named by
+`_target_`, e.g. Llama3Config8B, with fields overriding its defaults), `optim.config`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perfmodel.configs.job import Framework, JobConfig, whole
+from perfmodel.configs.megatron import Settings, apply_settings
+from perfmodel.errors import SpecError
+
+# TransformerConfig / provider fields -> Megatron argument dests (the same name unless listed)
+_MODEL_FIELDS = (
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+    "kv_channels", "seq_length", "vocab_size", "make_vocab_size_divisible_by",
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+    "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
+    "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+    "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
+    "distribute_saved_activations", "add_bias_linear", "add_qkv_bias", "normalization",
+    "position_embedding_type", "attention_backend", "hidden_dropout", "attention_dropout",
+    "bf16", "fp16", "tp_comm_overlap", "cpu_offloading", "multi_latent_attention",
+    "window_size", "pipeline_model_parallel_layout", "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage", "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split", "max_position_embeddings", "use_tp_pp_dp_mapping")
+_RENAMED = {"num_moe_experts": "num_experts", "gated_linear_unit": "swiglu",
+            "virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
+            "fp8": "fp8_format", "fp4": "fp4_format", "seq_len": "seq_length",
+            "sequence_length": "seq_length", "use_torch_fsdp2": "use_torch_fsdp2",
+            "use_megatron_fsdp": "use_megatron_fsdp", "use_custom_fsdp": "use_custom_fsdp",
+            "data_parallel_sharding_strategy": "data_parallel_sharding_strategy",
+            "use_distributed_optimizer": "use_distributed_optimizer",
+            "overlap_grad_reduce": "overlap_grad_reduce",
+            "overlap_param_gather": "overlap_param_gather", "micro_batch_size": "micro_batch_size",
+            "global_batch_size": "global_batch_size", "optimizer": "optimizer",
+            "grad_reduce_in_fp32": "grad_reduce_in_fp32"}
+# model fields that do not change the step's cost (numerics, initialization, fusions of the same
+# work, inference, bookkeeping)
+_HARMLESS = frozenset((
+    "_target_", "activation_func", "layernorm_epsilon", "init_method_std", "init_method",
+    "output_layer_init_method", "rotary_base", "rotary_percent", "rotary_interleaved",
+    "rope_scaling", "rope_scaling_factor", "seq_len_interpolation_factor", "apply_rope_fusion",
+    "bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion", "persist_layer_norm",
+    "gradient_accumulation_fusion", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
+    "deallocate_pipeline_outputs", "batch_p2p_comm", "batch_p2p_sync", "perform_initialization",
+    "parallel_output", "hf_model_id", "clone_scatter_output_in_embedding",
+    "scatter_embedding_sequence_parallel", "attention_softmax_in_fp32", "params_dtype",
+    "pipeline_dtype", "autocast_dtype", "timers", "layernorm_zero_centered_gamma",
+    "apply_query_key_layer_scaling", "apply_residual_connection_post_layernorm",
+    "fp16_lm_cross_entropy", "share_embeddings_and_output_weights", "tp_comm_bootstrap_backend",
+    "config_logger_dir", "memory_efficient_layer_norm", "embedding_init_method_std",
+    "embedding_init_method", "barrier_with_L1_time", "test_mode", "make_vocab_size_divisible_by",
+    "should_pad_vocab", "transformer_layer_spec", "generation_config", "vocab_size_from_tokenizer",
+    "tp_comm_overlap_cfg", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
+    "inference_rng_tracker", "flash_decode", "use_te_rng_tracker", "enable_autocast",
+    "mscale", "mscale_all_dim", "beta_fast", "beta_slow", "rotary_scaling_factor",
+    "original_max_position_embeddings", "rope_type", "fp8_recipe", "fp8_margin",
+    "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_interval", "fp8_wgrad",
+    "fp8_dot_product_attention", "fp8_multi_head_attention", "fp4_recipe", "qk_layernorm",
+    "softmax_scale", "forward_step_fn", "data_step_fn", "moe_aux_loss_coeff",
+    "moe_router_load_balancing_type", "moe_token_dispatcher_type", "moe_grouped_gemm",
+    "moe_router_dtype", "moe_z_loss_coeff", "moe_router_pre_softmax", "moe_router_score_function",
+    "moe_permute_fusion", "seq_length_from_data"))
+_IGNORED_SECTIONS = {
+    **dict.fromkeys(("checkpoint", "checkpoint_config", "logger", "logger_config", "log", "rng",
+                     "rng_config", "profiling", "profiling_config", "ft", "straggler",
+                     "nvrx_straggler", "inprocess_restart", "rerun_state_machine",
+                     "tensor_inspect", "resume", "scheduler", "scheduler_config", "lr_scheduler",
+                     "peft", "dist", "mixed_precision"), "logging, checkpointing, "
+                                                         "scheduling or restarts"),
+}
+_PRESETS = {  # NeMo 2 config classes (nemo.collections.llm.gpt.model) -> perfmodel presets
+    "Llama3Config8B": "llama3-8b", "Llama3Config70B": "llama3-70b",
+    "Llama31Config8B": "llama3.1-8b", "Llama31Config70B": "llama3.1-70b",
+    "Llama31Config405B": "llama3.1-405b", "Llama2Config7B": "llama2-7b",
+    "Llama2Config70B": "llama2-70b", "GPTConfig175B": "gpt3-175b"}
+_PRECISIONS = {"bf16-mixed": "bf16", "bf16_mixed": "bf16", "bf16": "bf16", "16-mixed": "fp16",
+               "fp16-mixed": "fp16", "fp16_mixed": "fp16", "16": "fp16", "32": "fp32",
+               "32-true": "fp32", "fp32": "fp32"}
+
+
+def _section(data: dict[str, Any], *names: str) -> tuple[str, dict[str, Any]]:
+    for name in names:
+        if isinstance(data.get(name), dict):
+            return name, data[name]
+    return "", {}
+
+
+def read_nemo(data: dict[str, Any], path: Path) -> JobConfig:
+    """A Megatron-Bridge or NeMo 2 YAML, read (its settings to Megatron's, then mapped)."""
+    where = str(path)
+    job = JobConfig(path=where, framework=Framework.NEMO)
+    settings: Settings = {}
+    nemo2 = isinstance(data.get("trainer"), dict)
+    if nemo2:
+        _nemo2(data, settings, job, where)
+    else:
+        _bridge(data, settings, job, where)
+    for dest in ("grad_reduce_in_fp32",):
+        if dest in settings:
+            key, value = settings.pop(dest)
+            if value is False or str(value).lower() == "false":
+                settings["grad_reduce_in_bf16"] = (key + " false", True)
+            else:
+                job.took(key, value, "fp32 gradient reduction (perfmodel's)")
+    apply_settings(settings, job, where)
+    return job
+
+
+def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any],
+         model: bool = False) -> None:
+    """The fields of a section as settings; the others recorded as ignored or unknown."""
+    for name, value in fields.items():
+        key = f"{prefix}.{name}"
+        dest = _RENAMED.get(name, name if name in _MODEL_FIELDS else None)
+        if name == "share_embeddings_and_output_weights":
+            settings["untie_embeddings_and_output_weights"] = (key, not _truth(value))
+        elif dest is not None:
+            if isinstance(value, dict):
+                value = value.get("_target_", value)
+            if dest == "attention_backend" and isinstance(value, str):
+                value = value.rsplit(".", 1)[-1]
+            settings[dest] = (key, value)
+        elif name in _HARMLESS:
+            job.skipped(key, value, "the same cost (numerics, fusion, initialization)")
+        elif value in (None, False, 0, [], "", {}) or not model:
+            job.skipped(key, value, "off" if model else "not the step's (run length, data, "
+                                                        "hyperparameters)")
+        else:
+            job.strange(key, value)
+
+
+def _truth(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1")
+
+
+def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:
+    known = {"_target_"}
+    for names, model in ((("model", "model_config"), True), (("train", "train_config"), False),
+                         (("ddp", "ddp_config"), False),
+                         (("optimizer", "optimizer_config"), False),
+                         (("comm_overlap",), False), (("dataset", "dataset_config"), False),
+                         (("tokenizer", "tokenizer_config"), False)):
+        name, fields = _section(data, *names)
+        known.update(names)
+        if not name:
+            continue
+        if name.startswith("dataset"):
+            fields = {k: v for k, v in fields.items() if k in ("sequence_length", "seq_length")}
+            for k, v in data[name].items():
+                if k not in fields:
+                    job.skipped(f"{name}.{k}", v, "the data, not the step")
+        if name.startswith("tokenizer"):
+            fields = {k: v for k, v in fields.items() if k in ("vocab_size",)}
+        if name == "comm_overlap":  # its None fields defer to ddp's and the model's
+            fields = {k: v for k, v in fields.items() if v is not None}
+        _put(settings, job, name, fields, model=model)
+    _, precision = _section(data, "mixed_precision")
+    if isinstance(data.get("mixed_precision"), str):
+        _precision(settings, "mixed_precision", data["mixed_precision"], where)
+    elif precision:
+        for name in ("bf16", "fp16", "fp8", "fp4"):
+            if name in precision:
+                dest = {"fp8": "fp8_format", "fp4": "fp4_format"}.get(name, name)
+                settings[dest] = (f"mixed_precision.{name}", precision[name])
+        if "grad_reduce_in_fp32" in precision:
+            settings["grad_reduce_in_fp32"] = ("mixed_precision.grad_reduce_in_fp32",
+                                               precision["grad_reduce_in_fp32"])
+    _, dist = _section(data, "dist")
+    for name in ("use_torch_fsdp2", "use_megatron_fsdp", "use_tp_pp_dp_mapping"):
+        if dist.get(name):
+            settings[name] = (f"dist.{name}", dist[name])
+    for name, value in data.items():
+        if name in known:
+            continue
+        if name in _IGNORED_SECTIONS:
+            job.skipped(f"{name}.*", f"({len(value) if isinstance(value, dict) else 1} "
+                                     "settings)", _IGNORED_SECTIONS[name])
+        else:
+            job.strange(name, "(a section)" if isinstance(value, dict) else value)
+    if "seq_length" not in settings:
+        raise SpecError(f"{where}: no model.seq_length or dataset.sequence_length: the training "
+                        "sequence length is not given")
+
+
+def _precision(settings: Settings, key: str, value: Any, where: str) -> None:
+    text = str(value.get("precision") if isinstance(value, dict) else value).lower()
+    if "fp8" in text:
+        settings["fp8_format"] = (key, text)
+        return
+    if text not in _PRECISIONS:
+        raise SpecError(f"{where}: {key} {text}: perfmodel reads {', '.join(_PRECISIONS)}")
+    dtype = _PRECISIONS[text]
+    settings["bf16"] = (key, dtype == "bf16")
+    settings["fp16"] = (key, dtype == "fp16")
+
+
+def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:
+    trainer = data["trainer"]
+    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+    job.gpus = whole(devices, "trainer.devices", where) * whole(nodes, "trainer.num_nodes", where)
+    job.gpus_from = f"trainer.devices {devices} x trainer.num_nodes {nodes}"
+    job.took("trainer.devices", devices, "GPUs per node")
+    job.took("trainer.num_nodes", nodes, "nodes")
+    strategy = trainer.get("strategy") or {}
+    if isinstance(strategy, dict):
+        ddp = strategy.get("ddp")
+        _put(settings, job, "trainer.strategy",
+             {k: v for k, v in strategy.items() if k != "ddp"})
+        if isinstance(ddp, dict):
+            _put(settings, job, "trainer.strategy.ddp", ddp)
+    plugins = trainer.get("plugins")
+    for plugin in plugins if isinstance(plugins, list) else [plugins]:
+        if isinstance(plugin, dict) and "precision" in plugin:
+            _precision(settings, "trainer.plugins.precision", plugin, where)
+    for name, value in trainer.items():
+        if name not in ("devices", "num_nodes", "strategy", "plugins"):
+            job.skipped(f"trainer.{name}", value, "not the step's (run length, logging)")
+    data_section = data.get("data") or {}
+    for name in ("micro_batch_size", "global_batch_size", "seq_length"):
+        if name in data_section:
+            settings[name] = (f"data.{name}", data_section[name])
+    model = data.get("model") or {}
+    config = model.get("config") if isinstance(model, dict) else None
+    if isinstance(config, dict):
+        target = str(config.get("_target_", "")).rsplit(".", 1)[-1]
+        if target in _PRESETS:
+            job.preset = _PRESETS[target]
+            job.preset_source = f"NeMo 2's {target} (nemo.collections.llm.gpt.model)"
+            job.took("model.config._target_", target, f"the model of preset {job.preset}")
+        elif target:
+            job.needs_model = f"model.config._target_ {target} is not a config class perfmodel " \
+                              "maps to a preset"
+        _put(settings, job, "model.config", {k: v for k, v in config.items()
+                                             if k != "_target_"}, model=True)
+    optim = (data.get("optim") or {}).get("config") if isinstance(data.get("optim"), dict) \
+        else None
+    if isinstance(optim, dict):
+        _put(settings, job, "optim.config", {k: v for k, v in optim.items()
+                                             if k in ("optimizer", "use_distributed_optimizer")})

@@ -1,0 +1,305 @@
+"""The launch command of a shell script (a Megatron-LM training script), with the script's own
+variables expanded: what bash would run, for the subset of bash such scripts use.
+
+Tokens come from shlex (POSIX rules: quotes, backslash escapes, comments); this module only
+decides statement boundaries (a line, continued by a backslash, an open quote or an open array),
+and expands parameters. Understood: assignments `NAME=word`, `NAME+=word`, arrays `NAME=( ... )`
+and `NAME+=( ... )` (with `export`, `declare`, `readonly`, `local` before them), and the expansions
+`$NAME`, `${NAME}`, `${NAME[@]}`, `${NAME[n]}`, `${NAME:-word}`, `${NAME-word}`, `${NAME:=word}`,
+`${NAME:+word}` and integer arithmetic `$(( ... ))`. A variable the script does not set (an
+environment variable, a script argument `$1`), one it sets inside if/for/while/case or a function,
+and a command substitution `$( ... )` are not guessed: they expand to a marker that names them, and
+the reader refuses a value it needs that holds one (`unresolved`). Single quotes do not stop an
+expansion here (bash's would); Megatron-LM's example scripts do not rely on that.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from perfmodel.errors import SpecError
+
+_ASSIGN = re.compile(r"^([A-Za-z_]\w*)(\+?)=(.*)$", re.S)
+_ARRAY = re.compile(r"^\s*(?:(?:export|declare|readonly|local)\s+(?:-\w+\s+)*)?"
+                    r"([A-Za-z_]\w*)(\+?)=\((.*)\)\s*(?:#[^\n]*)?$", re.S)
+_PARAM = re.compile(r"\$\{(?P<name>[A-Za-z_]\w*|\d+|[@*#?$!])(?P<index>\[[^\]]*\])?"
+                    r"(?:(?P<op>:?[-=+?])(?P<word>[^}]*))?\}"
+                    r"|\$(?P<simple>[A-Za-z_]\w*|\d|[@*#?$!])")
+_MARK = "@@UNRESOLVED{}@@"
+_MARK_RE = re.compile(r"@@UNRESOLVED(\d+)@@")
+_OPEN = {"if", "for", "while", "until", "case", "{", "function"}
+_CLOSE = {"fi", "done", "esac", "}"}
+_PREFIX = {"export", "declare", "readonly", "local"}
+
+
+@dataclass
+class Launch:
+    """The command that runs `script`: the words before it (the launcher and its options), the
+    script's path and the words after it; `unresolved` names what each marker stands for."""
+
+    launcher: list[str]
+    script: str
+    args: list[str]
+    line: int
+    unresolved: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def reason(self, word: str) -> str | None:
+        """Why a word cannot be read (it holds a marker), or None."""
+        found = _MARK_RE.search(word)
+        return self.unresolved.get(found.group(0)) if found else None
+
+    def shown(self, word: str) -> str:
+        """A word with its markers written back as the references they stand for."""
+        return _MARK_RE.sub(lambda m: self.unresolved[m.group(0)].split(":")[0], word)
+
+
+@dataclass
+class _State:
+    scalars: dict[str, str] = field(default_factory=dict)
+    arrays: dict[str, list[str]] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)  # name -> why it cannot be read
+    marks: dict[str, str] = field(default_factory=dict)  # marker -> what it stands for
+    notes: list[str] = field(default_factory=list)
+
+    def mark(self, what: str) -> str:
+        marker = _MARK.format(len(self.marks))
+        self.marks[marker] = what
+        return marker
+
+
+_ARITH: dict[type, Callable[..., int]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod,
+    ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+def _arith(text: str) -> int | None:
+    """bash's integer arithmetic for + - * / % and parentheses over whole numbers, or None."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        return None
+
+    def value(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+            right = value(node.right)
+            if isinstance(node.op, (ast.FloorDiv, ast.Div, ast.Mod)) and right == 0:
+                raise ValueError("division by zero")
+            return _ARITH[type(node.op)](value(node.left), right)
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _ARITH:
+            return _ARITH[type(node.op)](value(node.operand))
+        raise ValueError("not integer arithmetic")
+
+    try:
+        return value(tree.body)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _closing(text: str, start: int) -> int:
+    """The index just past the ')' closing the '(' at text[start] (or len(text))."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i + 1
+    return len(text)
+
+
+def expand(text: str, state: _State, line: int) -> str:
+    """text with every parameter, arithmetic and command substitution expanded (or marked)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$((", i):
+            end = _closing(text, i + 1)
+            inner = expand(text[i + 3:end - 2], state, line)
+            inner = re.sub(r"\b([A-Za-z_]\w*)\b",
+                           lambda m: state.scalars.get(m.group(1), m.group(0)), inner)
+            number = None if _MARK_RE.search(inner) else _arith(inner)
+            out.append(str(number) if number is not None else state.mark(
+                f"{text[i:end]}: arithmetic perfmodel cannot evaluate (line {line})"))
+            i = end
+        elif text.startswith("$(", i) or text[i] == "`":
+            end = _closing(text, i + 1) if text[i] == "$" else text.find("`", i + 1) + 1 or len(
+                text)
+            out.append(state.mark(f"{text[i:end]}: a command substitution (line {line}); "
+                                  "perfmodel does not run commands"))
+            i = end
+        else:
+            found = _PARAM.match(text, i) if text[i] == "$" else None
+            if found is None:
+                out.append(text[i])
+                i += 1
+                continue
+            out.append(_parameter(found, state, line))
+            i = found.end()
+    return "".join(out)
+
+
+def _parameter(found: re.Match[str], state: _State, line: int) -> str:
+    name = found.group("name") or found.group("simple")
+    index, op, word = found.group("index"), found.group("op"), found.group("word")
+    ref = found.group(0)
+    if name in state.unknown:
+        return state.mark(f"{ref}: {state.unknown[name]}")
+    is_set = name in state.scalars or name in state.arrays
+    value = None
+    if name in state.arrays:
+        items = state.arrays[name]
+        if index in ("[@]", "[*]"):
+            value = " ".join(items)
+        else:
+            position = _arith(index[1:-1]) if index else 0
+            value = items[position] if position is not None and 0 <= position < len(items) \
+                else ""
+    elif name in state.scalars:
+        value = state.scalars[name]
+    empty = not value
+    if op in ("-", ":-", "=", ":="):
+        if not is_set or (op.startswith(":") and empty):
+            default = expand(word or "", state, line)
+            if op.endswith("="):
+                state.scalars[name] = default
+            where = "a script argument" if name.isdigit() else "not set in the script"
+            state.notes.append(f"{ref} ({where}) read as its default '{default}' (line {line})")
+            return default
+        return value or ""
+    if op in ("+", ":+"):
+        return expand(word or "", state, line) if is_set and not (op == ":+" and empty) else ""
+    if not is_set:
+        what = "a script argument" if name.isdigit() or name in "@*#" else \
+            "not set in the script (an environment variable?)"
+        return state.mark(f"{ref}: {what}")
+    return value or ""
+
+
+def _statements(text: str) -> list[tuple[int, str]]:
+    """(first line, text) of each statement: a line with its backslash continuations, more lines
+    while a quote or an array `NAME=(` is open."""
+    text = re.sub(r"\\\n", " ", text)
+    out, pending, start = [], "", 0
+    for number, line in enumerate(text.split("\n"), 1):
+        if not pending:
+            start = number
+        pending = f"{pending}\n{line}" if pending else line
+        try:
+            words = shlex.split(pending, comments=True)
+        except ValueError:  # an open quote: the statement goes on
+            continue
+        head = _skip_prefix(words)
+        if head and re.match(r"^[A-Za-z_]\w*\+?=\(", head[0]) and \
+                sum(w.count("(") - w.count(")") for w in words) > 0:
+            continue  # an open array (its parentheses, $(( )) inside it too, not balanced)
+        if words:
+            out.append((start, pending))
+        pending = ""
+    if pending.strip():
+        raise SpecError(f"unterminated quote or array from line {start}")
+    return out
+
+
+def _skip_prefix(words: list[str]) -> list[str]:
+    i = 0
+    while i < len(words) and (words[i] in _PREFIX or (i and words[i].startswith("-")
+                                                       and words[0] in _PREFIX)):
+        i += 1
+    return words[i:]
+
+
+LAUNCHERS = ("torchrun", "python", "python3", "deepspeed", "srun", "mpirun", "uv", "exec",
+             "numactl", "nsys")
+
+
+def _skip_assignments(words: list[str]) -> list[str]:
+    """words without the environment assignments before a command (`A=1 torchrun ...`)."""
+    i = 0
+    while i < len(words) and _ASSIGN.match(words[i]):
+        i += 1
+    return words[i:]
+
+
+def _launches(words: list[str], is_script: Callable[[str], bool]) -> bool:
+    """Whether a command runs the script: the script itself, or a launcher (torchrun, python,
+    ...) whose words include it; `echo`, `[` and the like only mention it."""
+    if not words or not any(is_script(w) for w in words):
+        return False
+    first = words[0].rsplit("/", 1)[-1]
+    return is_script(words[0]) or first in LAUNCHERS or re.fullmatch(r"python3\.\d+", first) \
+        is not None
+
+
+def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> Launch | None:
+    """The command of the script that runs a word `is_script` accepts (e.g. pretrain_gpt.py),
+    with the script's variables expanded; None when no statement runs one. SpecError when more
+    than one does, or the one that does is inside a condition or loop."""
+    state = _State()
+    depth, found = 0, []
+    for line, statement in _statements(text):
+        raw_words = shlex.split(statement, comments=True)
+        opened = sum(w.rstrip(";") in _OPEN for w in raw_words) + sum(
+            w.endswith("()") and "=" not in w for w in raw_words)
+        closed = sum(w.lstrip(";").rstrip(";") in _CLOSE for w in raw_words)
+        inside = depth > 0 or opened > 0
+        array = _ARRAY.match(statement)
+        if array:
+            name, plus, body = array.groups()
+            if inside:
+                state.unknown[name] = f"set inside an if/for/while/case block (line {line})"
+            else:
+                items = shlex.split(expand(body, state, line), comments=True)
+                state.arrays[name] = (state.arrays.get(name, []) if plus else []) + items
+                state.scalars.pop(name, None)
+        else:
+            words = _skip_prefix(raw_words)
+            assigns = []
+            while words and _ASSIGN.match(words[0]):
+                assigns.append(_ASSIGN.match(words[0]))
+                words = words[1:]
+            if assigns and not words:  # assignments alone (an environment prefix otherwise)
+                for match in assigns:
+                    name, plus, value = match.groups()  # type: ignore[union-attr]
+                    if inside:
+                        state.unknown[name] = \
+                            f"set inside an if/for/while/case block (line {line})"
+                        continue
+                    value = expand(value, state, line)
+                    state.scalars[name] = (state.scalars.get(name, "") if plus else "") + value
+                    state.arrays.pop(name, None)
+            else:
+                expanded = shlex.split(expand(statement, state, line), comments=True)
+                if _launches(_skip_assignments(expanded), is_script):
+                    found.append((line, inside, _skip_assignments(expanded)))
+        depth = max(0, depth + opened - closed)
+    if not found:
+        return None
+    if len(found) > 1:
+        lines = ", ".join(str(f[0]) for f in found)
+        raise SpecError(f"{where}: more than one command runs the training script (lines "
+                        f"{lines}); perfmodel reads one launch: keep one")
+    line, inside, words = found[0]
+    if inside:
+        raise SpecError(f"{where}: the training script runs inside an if/for/while/case block "
+                        f"(line {line}); perfmodel cannot tell whether that branch runs")
+    at = next(i for i, w in enumerate(words) if is_script(w))
+    return Launch(launcher=words[:at], script=words[at], args=words[at + 1:], line=line,
+                  unresolved=dict(state.marks), notes=list(state.notes))
+
+
+def argument_words(text: str, where: str) -> Launch:
+    """A plain file of arguments (no launch command): its words, comments dropped; a `$` in it
+    is a reference perfmodel cannot resolve (the file sets no variables)."""
+    state = _State()
+    try:
+        words = shlex.split(expand(re.sub(r"\\\n", " ", text), state, 1), comments=True)
+    except ValueError as exc:
+        raise SpecError(f"{where}: cannot split into arguments: {exc}") from None
+    return Launch(launcher=[], script="", args=words, line=1, unresolved=dict(state.marks),
+                  notes=list(state.notes))

@@ -1,0 +1,514 @@
+"""torchtitan: a job config (its TOML, or the JSON it dumps) read as a model and a plan, and a
+plan written as one.
+
+Field names, defaults and rules are torchtitan's (pytorch/torchtitan torchtitan/config/
+job_config.py and torchtitan/distributed/pipeline_parallel.py at commit 9810191bb~1, 2026-02, the
+last with TOML job configs):
+  - data_parallel_shard_degree -1 takes the ranks left after the other degrees; shard > 1 is
+    FSDP2 (ZeRO stage 3), replicate > 1 alone DDP, both HSDP (not modelled);
+  - mixed precision (mixed_precision_param, bf16) applies under FSDP, and by autocast under DDP or
+    on one device; with TP or PP and no FSDP the model trains in training.dtype (float32);
+  - tensor parallelism shards the norms' activations along the sequence (sequence parallel);
+  - global_batch_size -1 is local_batch_size x data-parallel degree; with PP each local batch is
+    split into pipeline_parallel_microbatch_size micro-batches;
+  - single-stage schedules (GPipe, 1F1B) hold one stage per rank, multi-stage ones two unless
+    pipeline_parallel_layers_per_stage says otherwise; the first and last stages get
+    pipeline_parallel_first/last_stage_less_layers (default 1) fewer layers;
+  - activation_checkpoint mode defaults to selective with selective_ac_option "2" (every second
+    layer checkpointed whole); "op" is the per-op policy;
+  - the model's attention is PyTorch SDPA (fused kernels, no s^2 scores kept); FSDP2 and DDP
+    overlap their communication with the backward.
+The llama3 flavors (torchtitan/models/llama3/__init__.py, llama3_args) map to TransformerModelArgs:
+FFN width 4 dim, x 2/3, x ffn_dim_multiplier, rounded up to multiple_of; vocabulary 128256;
+untied output; no biases; RMSNorm; rotary positions.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from perfmodel.configs.job import Framework, JobConfig, refuse_plan, refuse_spec, typo, whole
+from perfmodel.errors import SpecError
+
+# torchtitan's JobConfig sections and fields (job_config.py at 9810191bb~1; older names last)
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "job": ("config_file", "dump_folder", "description", "print_config", "save_config_file",
+            "custom_config_module", "use_for_integration_test"),
+    "profiling": ("enable_profiling", "save_traces_folder", "profile_freq", "profiler_active",
+                  "profiler_warmup", "enable_memory_snapshot", "save_memory_snapshot_folder"),
+    "metrics": ("log_freq", "enable_tensorboard", "disable_color_printing", "save_tb_folder",
+                "save_for_all_ranks", "enable_wandb", "rank_0_only"),
+    "model": ("name", "flavor", "hf_assets_path", "tokenizer_path", "converters",
+              "print_after_conversion", "norm_type"),
+    "optimizer": ("name", "lr", "beta1", "beta2", "eps", "weight_decay", "implementation",
+                  "early_step_in_backward"),
+    "lr_scheduler": ("warmup_steps", "total_steps", "decay_ratio", "decay_type",
+                     "min_lr_factor", "lr_min"),
+    "training": ("dataset", "dataset_path", "local_batch_size", "global_batch_size", "seq_len",
+                 "max_norm", "steps", "enable_cpu_offload", "dtype", "mixed_precision_param",
+                 "mixed_precision_reduce", "gc_freq", "gc_debug", "dataloader", "batch_size",
+                 "compile", "seed", "deterministic", "warmup_steps", "gradient_accumulation_steps"),
+    "parallelism": ("data_parallel_replicate_degree", "data_parallel_shard_degree",
+                    "fsdp_reshard_after_forward", "tensor_parallel_degree",
+                    "disable_loss_parallel", "enable_async_tensor_parallel",
+                    "pipeline_parallel_degree", "module_fqns_per_model_part",
+                    "pipeline_parallel_first_stage_less_layers",
+                    "pipeline_parallel_last_stage_less_layers",
+                    "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule",
+                    "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size",
+                    "pipeline_parallel_expert_parallel_overlap", "context_parallel_degree",
+                    "context_parallel_load_balancer", "context_parallel_rotate_method",
+                    "expert_parallel_degree", "expert_tensor_parallel_degree",
+                    "expert_parallel_comm_backend", "pipeline_parallel_split_points",
+                    "enable_compiled_autograd"),
+    "checkpoint": ("enable", "enable_checkpoint", "enable_ft_dataloader_checkpoints", "folder",
+                   "interval", "initial_load_path", "initial_load_model_only",
+                   "initial_load_in_hf", "initial_load_in_hf_quantized", "last_save_model_only",
+                   "last_save_in_hf", "export_dtype", "async_mode", "keep_latest_k",
+                   "load_step", "exclude_from_loading", "enable_first_step_checkpoint",
+                   "create_seed_checkpoint", "load_only", "model_weights_only",
+                   "interval_type"),
+    "activation_checkpoint": ("mode", "selective_ac_option",
+                              "per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop",
+                              "memory_budget", "visualize_memory_budget_pareto",
+                              "preserve_rng_state", "determinism_check", "debug"),
+    "compile": ("enable", "components", "backend"),
+    "quantize": ("linear", "grouped_mm"),
+    "float8": ("enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
+               "force_recompute_fp8_weight_in_bwd", "recipe_name", "filter_fqns", "emulate",
+               "moe_fqns_prototype"),
+    "mx": ("mxfp8_dim1_cast_kernel_choice", "recipe_name", "filter_fqns"),
+    "comm": ("init_timeout_seconds", "train_timeout_seconds", "trace_buf_size",
+             "save_traces_folder", "save_traces_file_prefix", "mode"),
+    "memory_estimation": ("enable", "disable_fake_mode"),
+    "fault_tolerance": ("enable", "process_group", "process_group_timeout_ms", "replica_id",
+                        "group_size", "min_replica_size", "semi_sync_method"),
+    "experimental": ("custom_import", "custom_args_module"),
+    "validation": ("enable", "enabled", "dataset", "dataset_path", "local_batch_size", "seq_len",
+                   "freq", "steps", "dataloader"),
+    "debug": ("seed", "deterministic", "deterministic_warn_only", "moe_force_load_balance"),
+}
+_NOT_STEP = {"job", "profiling", "metrics", "optimizer", "lr_scheduler", "checkpoint", "comm",
+             "memory_estimation", "experimental", "validation", "debug", "float8", "mx",
+             "quantize"}
+SCHEDULES = {"gpipe": "gpipe", "1f1b": "1f1b", "interleaved1f1b": "interleaved",
+             "interleavedzerobubble": "zb", "zbvzerobubble": "zbv"}
+SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
+                  "zb": "InterleavedZeroBubble", "zbv": "ZBVZeroBubble"}
+_SINGLE_STAGE = {"gpipe", "1f1b"}
+
+# torchtitan/models/llama3/__init__.py llama3_args (9810191bb~1): TransformerModelArgs fields
+FLAVORS: dict[str, dict[str, Any]] = {
+    "8B": dict(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim_multiplier=1.3,
+               multiple_of=1024),
+    "70B": dict(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, ffn_dim_multiplier=1.3,
+                multiple_of=4096),
+    "405B": dict(dim=16384, n_layers=126, n_heads=128, n_kv_heads=8, ffn_dim_multiplier=1.2,
+                 multiple_of=4096),
+    "debugmodel": dict(dim=256, n_layers=6, n_heads=16, vocab_size=2048),
+}
+LLAMA3_VOCAB = 128256  # TransformerModelArgs.vocab_size's default
+
+
+def ffn_width(dim: int, multiplier: float | None, multiple_of: int) -> int:
+    """torchtitan's FeedForward hidden width (models/llama3/model/model.py):
+    h = int(2 (4 dim) / 3); h = int(multiplier h) when given; rounded up to multiple_of."""
+    hidden = int(2 * (4 * dim) / 3)
+    if multiplier is not None:
+        hidden = int(multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+def flavor_model(flavor: str) -> dict[str, Any]:
+    """The TransformerSpec fields of a llama3 flavor."""
+    args = {"n_kv_heads": None, "vocab_size": LLAMA3_VOCAB, "multiple_of": 256,
+            "ffn_dim_multiplier": None, **FLAVORS[flavor]}
+    return dict(layers=args["n_layers"], hidden=args["dim"], heads=args["n_heads"],
+                kv_heads=args["n_kv_heads"] or args["n_heads"], vocab=args["vocab_size"],
+                ffn_hidden=ffn_width(args["dim"], args["ffn_dim_multiplier"],
+                                     args["multiple_of"]),
+                gated_mlp=True, tied_embeddings=False, bias=False, qkv_bias=False,
+                norm="rmsnorm", position_embedding="rotary")
+
+
+def _get(data: dict[str, Any], section: str, key: str, default: Any) -> Any:
+    part = data.get(section)
+    return part.get(key, default) if isinstance(part, dict) else default
+
+
+def _check_keys(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    for section, fields in data.items():
+        if section == "_comment":  # JSON's stand-in for a comment (perfmodel's test data)
+            continue
+        if section not in SECTIONS:
+            close = typo(section, SECTIONS)
+            if close:
+                raise SpecError(f"{where}: unknown torchtitan section [{section}]{close}")
+            job.strange(f"[{section}]", "(a section)")
+            continue
+        if not isinstance(fields, dict):
+            raise SpecError(f"{where}: [{section}] must be a table of fields")
+        for key, value in fields.items():
+            if key not in SECTIONS[section]:
+                close = typo(key, SECTIONS[section])
+                if close:
+                    raise SpecError(f"{where}: unknown torchtitan field {section}.{key}{close}")
+                job.strange(f"{section}.{key}", value)
+            elif section in _NOT_STEP:
+                job.skipped(f"{section}.{key}", value, _why(section))
+
+
+def _why(section: str) -> str:
+    if section in ("float8", "mx", "quantize"):
+        return "applies when model.converters names it"
+    if section == "optimizer":
+        return "an optimizer hyperparameter (AdamW's states whatever its rates)"
+    return "logging, checkpointing, validation or debugging"
+
+
+def read_torchtitan(data: dict[str, Any], path: Path) -> JobConfig:
+    """A torchtitan job config (TOML or its JSON dump), read."""
+    where = str(path)
+    job = JobConfig(path=where, framework=Framework.TORCHTITAN)
+    _check_keys(data, job, where)
+    _model(data, job, where)
+    _training(data, job, where)
+    _parallelism(data, job, where)
+    _checkpointing(data, job, where)
+    return job
+
+
+def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    name = str(_get(data, "model", "name", "llama3"))
+    flavor = str(_get(data, "model", "flavor", "debugmodel"))
+    converters = _get(data, "model", "converters", [])
+    converters = [converters] if isinstance(converters, str) else list(converters or [])
+    if converters:
+        raise refuse_plan(where, "model.converters", converters,
+                          "float8 and MX training are not modelled")
+    for key in ("hf_assets_path", "tokenizer_path", "print_after_conversion"):
+        if key in data.get("model", {}):
+            job.skipped(f"model.{key}", data["model"][key], "the tokenizer's files")
+    if name != "llama3":
+        job.needs_model = f"model.name {name}: perfmodel maps torchtitan's llama3 flavors only"
+        job.took("model.name", name, "give --model")
+        return
+    if flavor not in FLAVORS:
+        if flavor.endswith(("_flex", "_varlen", "_flex_attn", "_varlen_attn")):
+            raise refuse_spec(where, "model.flavor", flavor,
+                              "flex and varlen attention with block-causal masks are not "
+                              "modelled (perfmodel's attention is causal over the sequence)")
+        raise refuse_spec(where, "model.flavor", flavor,
+                          f"perfmodel maps torchtitan's llama3 flavors "
+                          f"{', '.join(FLAVORS)} (torchtitan/models/llama3/__init__.py)")
+    job.model.update(flavor_model(flavor))
+    job.took("model.name", name, "torchtitan's Llama 3")
+    job.took("model.flavor", flavor, f"{job.model['layers']} layers, hidden "
+                                     f"{job.model['hidden']}, ffn {job.model['ffn_hidden']}")
+
+
+def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    training = data.get("training", {})
+    for key in ("dataset", "dataset_path", "max_norm", "steps", "gc_freq", "gc_debug",
+                "dataloader", "seed", "deterministic", "warmup_steps"):
+        if key in training:
+            job.skipped(f"training.{key}", training[key], "the run's data, length or "
+                                                          "numerics")
+    seq = training.get("seq_len", 2048)
+    job.model["seq_len"] = whole(seq, "training.seq_len", where)
+    job.took("training.seq_len", seq, f"seq_len {seq}" + (
+        "" if "seq_len" in training else " (torchtitan's default)"))
+    if training.get("enable_cpu_offload"):
+        raise refuse_plan(where, "training.enable_cpu_offload", True,
+                          "offloading FSDP's states to the host is not modelled")
+    if training.get("compile") or _get(data, "compile", "enable", False):
+        key = "training.compile" if training.get("compile") else "compile.enable"
+        raise refuse_plan(where, key, True, "torch.compile's fused kernels are not modelled "
+                                            "(perfmodel predicts the eager step)")
+    if "compile" in data:
+        for key, value in data["compile"].items():
+            job.took(f"compile.{key}", value, "eager")
+    if "gradient_accumulation_steps" in training:
+        raise SpecError(f"{where}: training.gradient_accumulation_steps is an old torchtitan "
+                        "field: give global_batch_size")
+    local_key = "local_batch_size" if "local_batch_size" in training else "batch_size"
+    local = whole(training.get(local_key, 8), f"training.{local_key}", where)
+    job.took(f"training.{local_key}", local, "samples per data-parallel rank per micro-batch "
+                                             "(or per local batch with PP)")
+    job.plan["_local_batch"] = local
+    batch = int(training.get("global_batch_size", -1))
+    if batch != -1:
+        job.fix("global_batch", whole(batch, "training.global_batch_size", where))
+        job.took("training.global_batch_size", batch, f"global_batch {batch}")
+    dtype = str(training.get("dtype", "float32"))
+    param = str(training.get("mixed_precision_param", "bfloat16"))
+    reduce = str(training.get("mixed_precision_reduce", "float32"))
+    for key, value, allowed in (("dtype", dtype, ("bfloat16", "float32")),
+                                ("mixed_precision_param", param, ("bfloat16", "float32")),
+                                ("mixed_precision_reduce", reduce, ("float32",))):
+        if value not in allowed:
+            raise refuse_plan(where, f"training.{key}", value,
+                              f"torchtitan's values: {', '.join(allowed)}")
+    if dtype == "bfloat16":
+        raise refuse_plan(where, "training.dtype", dtype,
+                          "pure bf16 training (bf16 weights and optimizer states, no fp32 copy) "
+                          "is not modelled")
+    job.plan["_dtypes"] = (param, dtype)
+    for key in ("dtype", "mixed_precision_param", "mixed_precision_reduce"):
+        if key in training:
+            job.took(f"training.{key}", training[key], "the dtype (with the parallelism)")
+
+
+def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    par = data.get("parallelism", {})
+    for key, why in (("context_parallel_degree", "context parallelism"),
+                     ("expert_parallel_degree", "expert parallelism"),
+                     ("expert_tensor_parallel_degree", "expert tensor parallelism")):
+        value = whole(par.get(key, 1), f"parallelism.{key}", where)
+        if value > 1:
+            raise refuse_plan(where, f"parallelism.{key}", value, f"{why} is not modelled "
+                                                                  "(perfmodel plans have dp, "
+                                                                  "tp and pp)")
+        if key in par:
+            job.took(f"parallelism.{key}", value, "1")
+    if par.get("enable_async_tensor_parallel"):
+        raise refuse_plan(where, "parallelism.enable_async_tensor_parallel", True,
+                          "overlapping the tensor-parallel communication with the matmuls is "
+                          "not modelled")
+    if par.get("fsdp_reshard_after_forward", "default") not in ("default", "always"):
+        raise refuse_plan(where, "parallelism.fsdp_reshard_after_forward",
+                          par["fsdp_reshard_after_forward"],
+                          "perfmodel's FSDP gathers each layer's weights for the forward and "
+                          "again for the backward (reshard after forward)")
+    for key in ("module_fqns_per_model_part", "pipeline_parallel_schedule_csv",
+                "pipeline_parallel_split_points"):
+        if par.get(key):
+            raise refuse_plan(where, f"parallelism.{key}", par[key],
+                              "a hand-made pipeline split or schedule is not modelled")
+    replicate = whole(par.get("data_parallel_replicate_degree", 1),
+                      "parallelism.data_parallel_replicate_degree", where)
+    shard = int(par.get("data_parallel_shard_degree", -1))
+    if shard != -1:
+        shard = whole(shard, "parallelism.data_parallel_shard_degree", where)
+    tp = whole(par.get("tensor_parallel_degree", 1), "parallelism.tensor_parallel_degree", where)
+    pp = whole(par.get("pipeline_parallel_degree", 1), "parallelism.pipeline_parallel_degree",
+               where)
+    for key in ("data_parallel_replicate_degree", "data_parallel_shard_degree",
+                "tensor_parallel_degree", "pipeline_parallel_degree"):
+        if key in par:
+            job.took(f"parallelism.{key}", par[key], {
+                "data_parallel_shard_degree": "FSDP ranks (-1: the rest)",
+                "data_parallel_replicate_degree": "DDP ranks",
+                "tensor_parallel_degree": f"tp {tp}",
+                "pipeline_parallel_degree": f"pp {pp}"}[key])
+    if replicate > 1 and shard not in (1,):
+        raise refuse_plan(where, "parallelism.data_parallel_replicate_degree", replicate,
+                          "with data_parallel_shard_degree "
+                          f"{shard} this is HSDP (replicated shards), not modelled")
+    job.fix("tp", tp, pin="tensor_parallel_degree" in par)
+    job.fix("pp", pp, pin="pipeline_parallel_degree" in par)
+    job.fix("sequence_parallel", tp > 1, pin="tensor_parallel_degree" in par)
+    job.fix("tp_layout", "1d")
+    job.fix("placement", "tp,dp,pp")
+    job.fix("flash_attention", True)
+    job.notes.append("attention: torchtitan's llama3 runs PyTorch SDPA (fused, flash_attention)")
+    job.fix("overlap_grad_sync", True)
+    if shard != -1:
+        job.gpus = replicate * shard * tp * pp
+        job.gpus_from = "the parallel degrees (replicate x shard x tp x pp)"
+    job.plan["_dp_degrees"] = (replicate, shard)
+    if "disable_loss_parallel" in par:
+        job.skipped("parallelism.disable_loss_parallel", par["disable_loss_parallel"],
+                    "where the loss is computed (the output layer's cost is the same)")
+    for key in ("context_parallel_load_balancer", "context_parallel_rotate_method",
+                "expert_parallel_comm_backend", "pipeline_parallel_expert_parallel_overlap",
+                "enable_compiled_autograd"):
+        if key in par:
+            job.skipped(f"parallelism.{key}", par[key], "applies to parallelism perfmodel "
+                                                         "refuses above (off here)")
+    _pipeline(par, job, where, pp)
+
+
+def _pipeline(par: dict[str, Any], job: JobConfig, where: str, pp: int) -> None:
+    name = str(par.get("pipeline_parallel_schedule", "1F1B"))
+    schedule = SCHEDULES.get(name.lower())
+    if schedule is None:
+        raise refuse_plan(where, "parallelism.pipeline_parallel_schedule", name,
+                          f"perfmodel models {', '.join(SCHEDULE_NAMES.values())}")
+    micro = whole(par.get("pipeline_parallel_microbatch_size", 1),
+                  "parallelism.pipeline_parallel_microbatch_size", where)
+    for key in ("pipeline_parallel_schedule", "pipeline_parallel_microbatch_size",
+                "pipeline_parallel_layers_per_stage",
+                "pipeline_parallel_first_stage_less_layers",
+                "pipeline_parallel_last_stage_less_layers"):
+        if key in par:
+            job.took(f"parallelism.{key}", par[key], "the pipeline" if pp > 1 else
+                     "no effect with pipeline_parallel_degree 1")
+    if pp == 1:
+        job.fix("schedule", "1f1b", pin=False)
+        job.fix("virtual_stages", 1, pin=False)
+        job.fix("micro_batch", job.plan["_local_batch"])
+        return
+    first = int(par.get("pipeline_parallel_first_stage_less_layers", 1))
+    last = int(par.get("pipeline_parallel_last_stage_less_layers", 1))
+    if first or last:
+        key = "first" if first else "last"
+        raise refuse_plan(where, f"parallelism.pipeline_parallel_{key}_stage_less_layers",
+                          first or last, "torchtitan then gives the first and last stages "
+                          "fewer layers (1 is its default); perfmodel splits layers evenly: "
+                          "set both to 0")
+    layers = job.model.get("layers")
+    per_stage = par.get("pipeline_parallel_layers_per_stage")
+    if per_stage is not None and layers is not None:
+        stages = math.ceil(layers / whole(per_stage, "parallelism.pipeline_parallel_layers_per_"
+                                                     "stage", where))
+        if stages % pp:
+            raise refuse_plan(where, "parallelism.pipeline_parallel_layers_per_stage", per_stage,
+                              f"{stages} stages do not divide over pp {pp} (torchtitan refuses)")
+        chunks = stages // pp
+        if layers % stages:
+            raise refuse_plan(where, "parallelism.pipeline_parallel_layers_per_stage", per_stage,
+                              f"{layers} layers do not split evenly into {stages} stages")
+    else:
+        chunks = 1 if schedule in _SINGLE_STAGE else 2
+    if (schedule in _SINGLE_STAGE) != (chunks == 1):
+        raise refuse_plan(where, "parallelism.pipeline_parallel_schedule", name,
+                          f"with {chunks} stages per rank (torchtitan refuses)")
+    job.fix("schedule", schedule)
+    job.fix("virtual_stages", chunks)
+    if job.plan["_local_batch"] % micro:
+        raise refuse_plan(where, "parallelism.pipeline_parallel_microbatch_size", micro,
+                          f"must divide training.local_batch_size "
+                          f"({job.plan['_local_batch']})")
+    job.fix("micro_batch", micro)
+
+
+def _checkpointing(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    ac = data.get("activation_checkpoint", {})
+    mode = str(ac.get("mode", "selective"))
+    option = str(ac.get("selective_ac_option", "2"))
+    for key in ("mode", "selective_ac_option"):
+        if key in ac:
+            job.took(f"activation_checkpoint.{key}", ac[key], "recompute")
+    for key in ("per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop",
+                "preserve_rng_state", "determinism_check", "debug", "memory_budget",
+                "visualize_memory_budget_pareto"):
+        if key in ac:
+            job.skipped(f"activation_checkpoint.{key}", ac[key], "the same recompute's cost")
+    default = "" if "mode" in ac else " (torchtitan's default)"
+    if mode == "none":
+        job.fix("recompute", "none", pin="mode" in ac)
+    elif mode == "full" or (mode == "selective" and option == "1"):
+        job.fix("recompute", "full", pin="mode" in ac)
+    elif mode == "selective" and option == "op":
+        raise refuse_plan(where, f"activation_checkpoint.mode selective{default}, "
+                                 "selective_ac_option", option,
+                          "torchtitan's per-op policy is not modelled (perfmodel's recompute: "
+                          "none, full, or Megatron's attention core)")
+    elif mode == "selective" and option.isdigit():
+        raise refuse_plan(where, f"activation_checkpoint.mode selective{default}, "
+                                 "selective_ac_option", option,
+                          f"checkpointing one layer in {option} is not modelled (perfmodel's "
+                          "recompute: none, or full on every layer)")
+    else:
+        raise refuse_plan(where, "activation_checkpoint.mode", mode,
+                          "perfmodel models none, full and selective with option 1")
+
+
+def finish(job: JobConfig, gpus: int) -> None:
+    """The plan fields that follow from the world size: the data-parallel degree that
+    data_parallel_shard_degree -1 takes, FSDP or DDP, the dtype, the global batch."""
+    replicate, shard = job.plan.pop("_dp_degrees", (1, -1))
+    param, dtype = job.plan.pop("_dtypes", ("bfloat16", "float32"))
+    local = job.plan.pop("_local_batch", 1)
+    tp, pp = job.plan.get("tp", 1), job.plan.get("pp", 1)
+    if shard == -1:
+        rest, left = divmod(gpus, replicate * tp * pp)
+        if left or rest < 1:
+            raise refuse_plan(job.path, "parallelism.data_parallel_shard_degree", -1,
+                              f"{gpus} GPUs do not divide by replicate x tp x pp = "
+                              f"{replicate * tp * pp}")
+        shard = rest
+        if replicate > 1 and shard > 1:
+            raise refuse_plan(job.path, "parallelism.data_parallel_replicate_degree", replicate,
+                              f"with {shard} shard ranks this is HSDP, not modelled")
+    dp = replicate * shard
+    fsdp = shard > 1
+    job.fix("zero", 3 if fsdp else 0, pin=True)
+    mixed = fsdp or (tp == 1 and pp == 1)
+    chosen = param if mixed else dtype
+    job.fix("dtype", "bf16" if chosen == "bfloat16" else "fp32")
+    if not mixed:
+        job.notes.append("TP or PP without FSDP: torchtitan trains in training.dtype "
+                         f"({dtype}), its mixed precision applies under FSDP only")
+    if "global_batch" not in job.plan:
+        job.fix("global_batch", local * dp, pin=False)
+    if pp > 1 and job.plan["global_batch"] % (dp * local):
+        raise refuse_plan(job.path, "training.global_batch_size", job.plan["global_batch"],
+                          f"must be a multiple of local_batch_size x dp ({local} x {dp})")
+
+
+def torchtitan_toml(model: Any, plan: Any) -> str:
+    """The torchtitan job config of a plan (TOML); PlanError for what torchtitan cannot run."""
+    from perfmodel.configs.emit import refuse_emit
+
+    flavor = next((f for f in ("8B", "70B", "405B") if all(
+        getattr(model, k) == v for k, v in flavor_model(f).items())), None)
+    if flavor is None:
+        raise refuse_emit("torchtitan", f"model {model.name}",
+                          "not one of torchtitan's llama3 flavors 8B, 70B, 405B")
+    if plan.tp_layout.value != "1d" or ",".join(plan.placement) != "tp,dp,pp":
+        raise refuse_emit("torchtitan", "the layout", "torchtitan's mesh is tp innermost, then "
+                                                      "dp, then pp (1d tensor parallelism)")
+    if plan.zero not in (0, 3):
+        raise refuse_emit("torchtitan", f"zero {plan.zero}", "torchtitan shards with FSDP2 "
+                                                            "(zero 3) or replicates (DDP, zero 0)")
+    if plan.dtype.value not in ("bf16", "fp32"):
+        raise refuse_emit("torchtitan", f"dtype {plan.dtype.value}",
+                          "torchtitan trains bf16 (mixed) or fp32")
+    fsdp = plan.zero == 3 and plan.dp > 1
+    mixed = fsdp or (plan.tp == 1 and plan.pp == 1)
+    if plan.dtype.value == "bf16" and not mixed:
+        raise refuse_emit("torchtitan", "dtype bf16 with tp or pp and no FSDP",
+                          "torchtitan's mixed precision needs FSDP there (pin --zero 3)")
+    if plan.zero == 3 and plan.dp == 1:
+        raise refuse_emit("torchtitan", "zero 3 with dp 1", "torchtitan shards over dp ranks")
+    if plan.recompute.value == "selective":
+        raise refuse_emit("torchtitan", "recompute selective",
+                          "torchtitan has no attention-core recompute (pin --recompute)")
+    if plan.sequence_parallel != (plan.tp > 1):
+        raise refuse_emit("torchtitan", f"sequence_parallel {plan.sequence_parallel}",
+                          "torchtitan's tensor parallelism is always sequence parallel")
+    if plan.flash_attention is False:
+        raise refuse_emit("torchtitan", "flash_attention false", "torchtitan runs SDPA")
+    if not plan.overlap_grad_sync and plan.dp > 1:
+        raise refuse_emit("torchtitan", "overlap_grad_sync false",
+                          "FSDP2 and DDP overlap the sync with the backward")
+    lines = ["[job]", 'description = "perfmodel recommend"', "", "[model]",
+             'name = "llama3"', f'flavor = "{flavor}"', "", "[training]"]
+    param = "bfloat16" if plan.dtype.value == "bf16" else "float32"
+    if plan.pp > 1:
+        local = plan.global_batch // plan.dp
+    else:
+        local = plan.micro_batch
+    lines += [f"local_batch_size = {local}", f"global_batch_size = {plan.global_batch}",
+              f"seq_len = {model.seq_len}",
+              f'mixed_precision_param = "{param}"',
+              'dtype = "float32"', "", "[parallelism]",
+              f"data_parallel_replicate_degree = {1 if fsdp else plan.dp}",
+              f"data_parallel_shard_degree = {plan.dp if fsdp else 1}",
+              f"tensor_parallel_degree = {plan.tp}",
+              f"pipeline_parallel_degree = {plan.pp}", "context_parallel_degree = 1"]
+    if plan.pp > 1:
+        per_stage = model.layers // (plan.pp * plan.virtual_stages)
+        lines += [f'pipeline_parallel_schedule = "{SCHEDULE_NAMES[plan.schedule.value]}"',
+                  f"pipeline_parallel_microbatch_size = {plan.micro_batch}",
+                  f"pipeline_parallel_layers_per_stage = {per_stage}",
+                  "pipeline_parallel_first_stage_less_layers = 0",
+                  "pipeline_parallel_last_stage_less_layers = 0"]
+    mode = {"none": "none", "full": "full"}[plan.recompute.value]
+    lines += ["", "[activation_checkpoint]", f'mode = "{mode}"', "", "[compile]",
+              "enable = false", ""]
+    return "\n".join(lines)

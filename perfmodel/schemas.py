@@ -1,0 +1,296 @@
+"""The JSON Schemas (draft 2020-12) of what the commands print with --json.
+
+Every --json document is an object whose first field, "schema", names its kind and version,
+"perfmodel.KIND/VERSION" (perfmodel.output.document writes it; SCHEMA_VERSIONS lists them). The
+schema of each kind is built here and published in docs/schemas/KIND.json:
+
+    python -m perfmodel.schemas docs/schemas      # writes them (tests/unit/test_json_schemas.py
+                                                  # checks that the files are these)
+
+The rule (docs/json.md): a field added keeps the version, so a reader ignores fields it does not
+know (every object here allows more properties); a field renamed, removed or given another type
+or meaning bumps the version. The schemas name what a reader may rely on: the required fields and
+their types. Option values (schedule, recompute, dtype, ...) are strings, the choices of the
+command's --help, so that a new choice is an addition.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from perfmodel.output import SCHEMA_VERSIONS, schema_id
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+NUMBER: dict[str, Any] = {"type": "number"}
+NUMBER_OR_NULL: dict[str, Any] = {"type": ["number", "null"]}
+STRING: dict[str, Any] = {"type": "string"}
+STRINGS: dict[str, Any] = {"type": "array", "items": STRING}
+BOOLEAN: dict[str, Any] = {"type": "boolean"}
+WHOLE: dict[str, Any] = {"type": "integer", "minimum": 1}
+SECONDS_BY_TERM: dict[str, Any] = {
+    "type": "object", "additionalProperties": NUMBER,
+    "description": "Seconds per step by named term (perfmodel explain names them)."}
+BYTES_BY_TERM: dict[str, Any] = {
+    "type": "object", "additionalProperties": NUMBER,
+    "description": "Bytes per GPU by named term."}
+
+
+def obj(properties: dict[str, Any], required: list[str] | None = None,
+        description: str = "") -> dict[str, Any]:
+    """An object with these properties, all required unless `required` says which; more
+    properties are allowed (an added field keeps the version)."""
+    out: dict[str, Any] = {"type": "object", "properties": properties,
+                           "required": list(properties) if required is None else required}
+    if description:
+        out["description"] = description
+    return out
+
+
+PLAN = obj({
+    "gpus": WHOLE, "dp": WHOLE, "tp": WHOLE, "pp": WHOLE, "micro_batch": WHOLE,
+    "global_batch": WHOLE, "schedule": STRING, "virtual_stages": WHOLE,
+    "sequence_parallel": BOOLEAN, "recompute": STRING,
+    "zero": {"type": "integer", "minimum": 0, "maximum": 3}, "dtype": STRING,
+    "tp_layout": STRING, "tp_depth": WHOLE, "flash_attention": BOOLEAN,
+    "overlap_grad_sync": BOOLEAN,
+    "placement": {"type": "string", "description": "The axes, innermost first: tp,dp,pp ..."},
+}, description="A transformer's parallel plan (perfmodel.strategy.Plan); option values as the "
+               "command line spells them.")
+
+PREDICTION = obj({
+    "step_time_s": NUMBER, "samples_per_s": NUMBER, "tokens_per_s": NUMBER,
+    "model_flops_per_step": NUMBER, "hardware_flops_per_step": NUMBER,
+    "tflops_per_gpu": NUMBER, "mfu": NUMBER, "memory_per_gpu_bytes": NUMBER,
+    "memory_capacity_bytes": NUMBER, "fits_in_memory": BOOLEAN,
+    "breakdown_s": SECONDS_BY_TERM, "memory_breakdown_bytes": BYTES_BY_TERM,
+    "bottleneck_stage": STRING, "parameters": NUMBER, "active_parameters": NUMBER,
+    "micro_batches": WHOLE, "plan": PLAN, "model": STRING, "hardware": STRING,
+}, description="One plan's prediction (perfmodel.predict.Prediction.to_dict).")
+
+MODEL_SUMMARY = {"model_source": STRING, "seq_len": WHOLE, "seq_len_from": STRING}
+
+SETTING = obj({"key": STRING, "value": {"description": "As the config gives it."},
+               "note": STRING}, required=["key", "note"],
+              description="One setting of a job config and what perfmodel made of it.")
+JOB_CONFIG = obj({
+    "path": STRING,
+    "framework": {"type": "string", "description": "megatron, nemo, torchtitan or deepspeed"},
+    "read": {"type": "array", "items": SETTING, "description": "Settings read: what each became."},
+    "ignored": {"type": "array", "items": SETTING,
+                "description": "Settings that do not change the step, with why."},
+    "unknown": {"type": "array", "items": SETTING,
+                "description": "Settings perfmodel's reader does not know (not read)."},
+    "notes": STRINGS,
+    "pins": {**STRINGS, "description": "The plan fields the config states (recommend pins "
+                                       "them)."},
+}, description="--from-config: the job config read (perfmodel.configs.JobConfig.to_dict).")
+
+GRID_PLAN = obj({
+    "pr": WHOLE, "pc": WHOLE, "global_batch": WHOLE, "norm": STRING, "variant": STRING,
+    "contributors": STRING, "dtype": STRING, "gpus": WHOLE,
+}, description="A layer graph's Pr x Pc plan (perfmodel.layerwise.GridPlan).")
+
+GRID_PREDICTION = obj({
+    "step_time_s": NUMBER, "samples_per_s": NUMBER, "breakdown_s": SECONDS_BY_TERM,
+    "memory_per_gpu_bytes": NUMBER, "memory_breakdown_bytes": BYTES_BY_TERM,
+    "fits_in_memory": BOOLEAN, "model_flops_per_step": NUMBER, "mfu": NUMBER,
+    "plan": GRID_PLAN, "model": STRING, "hardware": STRING,
+    "layer_degrees": {"type": "object", "additionalProperties": {"type": "integer"}},
+}, description="A layer graph's prediction (perfmodel.layerwise.GridPrediction.to_dict).")
+
+RECOMMENDED = {
+    "allOf": [PREDICTION, obj({
+        "objective": NUMBER,
+        "objective_name": STRING,
+        "gpus": WHOLE,
+        "steps_to_train": NUMBER, "time_to_train_s": NUMBER, "gpu_hours": NUMBER,
+        "cost": NUMBER, "cost_per_step": NUMBER,
+    }, required=["objective", "objective_name", "gpus"])],
+    "description": "A recommended plan: its prediction, the value it is ranked by (objective, "
+                   "in the document's objective_unit) and, with --tokens, steps_to_train, "
+                   "time_to_train_s and gpu_hours; with --gpu-hour-price, cost_per_step and, "
+                   "with both, cost (of the token budget), in the units of the price.",
+}
+
+CURVE_POINT = obj({"micro_batch": WHOLE, "step_time_s": NUMBER, "tokens_per_s": NUMBER,
+                   "memory_per_gpu_bytes": NUMBER, "fits": BOOLEAN})
+
+EXPLANATION = {
+    "description": "Why the best plan wins (best, binding, shares, runner_up, micro_batch_curve) "
+                   "or, when no plan fits, why (infeasible).",
+    "oneOf": [
+        obj({"best": STRING, "binding": STRINGS,
+             "shares": {"type": "object", "additionalProperties": NUMBER},
+             "runner_up": obj({"plan": STRING, "slower_by_s": NUMBER,
+                               "memory_delta_bytes": NUMBER, "trades": STRINGS}),
+             "micro_batch_curve": {"type": "array", "items": CURVE_POINT}},
+            required=["best", "binding", "shares", "micro_batch_curve"]),
+        obj({"infeasible": obj({
+            "binding": STRING, "reason": STRING,
+            "nearest": {"type": "array", "items": obj({
+                "plan": STRING, "memory_per_gpu_bytes": NUMBER,
+                "step_time_s": NUMBER_OR_NULL, "bound_only": BOOLEAN})}})}),
+    ],
+}
+
+
+def _document(kind: str, title: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A schema of kind: body's properties after the "schema" field, whose value it fixes."""
+    props = {"schema": {"const": schema_id(kind),
+                        "description": "The kind and version of this document."}}
+    props.update(body.get("properties", {}))
+    out = {"$schema": DIALECT, "$id": f"urn:perfmodel:schema:{kind}:{SCHEMA_VERSIONS[kind]}",
+           "title": title, **{k: v for k, v in body.items() if k != "properties"}}
+    out["type"] = "object"
+    out["properties"] = props
+    out["required"] = ["schema", *body.get("required", [])]
+    return out
+
+
+def _with(base: dict[str, Any], extra: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {**base, "properties": {**base["properties"], **extra},
+            "required": [*base["required"], *required]}
+
+
+def schema(kind: str) -> dict[str, Any]:
+    """The JSON Schema of the --json documents of kind (a key of SCHEMA_VERSIONS)."""
+    if kind == "predict":
+        body = _with(PREDICTION, {
+            **MODEL_SUMMARY,
+            "extrapolations": {**STRINGS, "description": "Sizes outside a --profile's fits."},
+            "profile": obj({"path": STRING, "complete": BOOLEAN,
+                            "missing_stages": {"type": ["array", "null"], "items": STRING},
+                            "note": {"type": ["string", "null"]}},
+                           required=["path", "complete"]),
+            "config": JOB_CONFIG,
+        }, [*MODEL_SUMMARY, "extrapolations"])
+        return _document(kind, "perfmodel predict --json", body)
+    if kind == "predict.grid":
+        return _document(kind, "perfmodel predict --json (a layer graph)", GRID_PREDICTION)
+    if kind == "predict.batch":
+        row = {"type": "object", "properties": {
+            "error": {"type": "string", "description": "Empty when the row was predicted."},
+            **{k: NUMBER_OR_NULL for k in ("step_time_s", "samples_per_s", "tokens_per_s",
+                                           "model_flops_per_step", "tflops_per_gpu", "mfu",
+                                           "memory_per_gpu_bytes", "parameters")},
+            "fits_in_memory": {"type": ["boolean", "null"]}},
+            "required": ["error", "step_time_s", "memory_per_gpu_bytes", "fits_in_memory"],
+            "description": "A row of the plans file: its columns as given (strings), then the "
+                           "prediction (null when the row failed, with error saying why)."}
+        return _document(kind, "perfmodel predict --batch --json", obj(
+            {"rows": {"type": "array", "items": row}}))
+    if kind == "recommend":
+        body = obj({
+            "model": STRING, "parameters": NUMBER, "active_parameters": NUMBER,
+            **MODEL_SUMMARY,
+            "plans": {"type": "array", "items": RECOMMENDED, "description": "Best first."},
+            "evaluated": {"type": "integer"}, "enumerated": {"type": "integer"},
+            "feasible": {"type": "integer"}, "search_time_s": NUMBER,
+            "objective": STRING,
+            "objective_unit": {"type": "string", "description": "s, price units or price "
+                                                                 "units per step"},
+            "tokens": NUMBER_OR_NULL, "gpu_hour_price": NUMBER_OR_NULL,
+            "memory_margin": NUMBER, "memory_limit_bytes": NUMBER,
+            "explanation": EXPLANATION,
+            "sensitivities": {"type": "object", "additionalProperties": NUMBER},
+            "what_if": obj({"changes": STRINGS,
+                            "best": {"oneOf": [RECOMMENDED, {"type": "null"}]},
+                            "speedup": NUMBER_OR_NULL}),
+            "validation": {"type": "object"},
+            "config": JOB_CONFIG,
+            "emitted": obj({"format": STRING, "plan_rank": WHOLE, "files": STRINGS},
+                           description="--emit-config: the plan written (its rank in plans) "
+                                       "and the files."),
+        }, required=["model", "parameters", "active_parameters", *MODEL_SUMMARY, "plans",
+                     "evaluated", "enumerated", "feasible", "search_time_s", "objective",
+                     "objective_unit", "tokens", "gpu_hour_price", "memory_margin",
+                     "memory_limit_bytes", "explanation"])
+        return _document(kind, "perfmodel recommend --json", body)
+    if kind == "recommend.grid":
+        return _document(kind, "perfmodel recommend --json (a layer graph)", obj({
+            "plans": {"type": "array", "items": GRID_PREDICTION},
+            "evaluated": {"type": "integer"}, "feasible": {"type": "integer"},
+            "search_time_s": NUMBER}))
+    if kind == "collective":
+        return _document(kind, "perfmodel collective --json", obj({
+            "op": STRING, "bytes": NUMBER, "ranks": WHOLE, "ranks_per_node": WHOLE,
+            "scope": STRING, "algorithm": STRING, "time_s": NUMBER,
+            "algbw_bytes_per_s": {**NUMBER_OR_NULL, "description": "null for one rank"},
+            "busbw_bytes_per_s": NUMBER_OR_NULL, "bus_factor": NUMBER,
+            "by_algorithm_s": {"type": "object", "additionalProperties": NUMBER},
+            "protocol": {"type": ["string", "null"],
+                         "description": "simple, ll or ll128; null for a calibrated fit"},
+            "by_option_s": {"type": "object", "additionalProperties": NUMBER,
+                            "description": "seconds by 'algorithm/protocol' (empty for a fit)"},
+            "hardware": STRING}))
+    if kind == "sweep":
+        point = {"type": "object", "properties": {
+            "pr": WHOLE, "pc": WHOLE, "step_time_s": NUMBER, "samples_per_s": NUMBER,
+            "mfu": NUMBER, "communication_share": NUMBER},
+            "required": ["pr", "pc", "step_time_s", "samples_per_s", "mfu"],
+            "additionalProperties": NUMBER,
+            "description": "One point: the varied fields' values, the split, the results and "
+                           "'time:TERM' seconds per term."}
+        return _document(kind, "perfmodel sweep --json", obj(
+            {"rows": {"type": "array", "items": point}}))
+    if kind == "presets":
+        counts = obj({"parameters": NUMBER, "active_parameters": NUMBER})
+        return _document(kind, "perfmodel presets --json", obj({
+            "hardware": STRINGS, "models": STRINGS,
+            "model_parameters": {"type": "object", "additionalProperties": counts}}))
+    if kind == "validate":
+        term = obj({"name": STRING, "predicted_s": NUMBER_OR_NULL,
+                    "measured_s": NUMBER_OR_NULL, "relative_error": NUMBER_OR_NULL})
+        return _document(kind, "perfmodel validate --json (and its report.json)", obj({
+            "model": STRING, "hardware": STRING, "plan": PLAN, "ranks": WHOLE,
+            "backend": STRING, "status": STRING,
+            "predicted_step_time_s": NUMBER_OR_NULL, "measured_step_time_s": NUMBER_OR_NULL,
+            "relative_error": NUMBER_OR_NULL, "steps": {"type": ["integer", "null"]},
+            "terms": {"type": "array", "items": term},
+            "memory": {"type": "object"}, "launch": obj({"status": STRING}),
+            "created": STRING, "prediction": PREDICTION, "caveats": STRINGS,
+            "measured_trace": {
+                "type": "array", "items": obj({
+                    "rank": {"type": "integer"}, "coords": {"type": "object"},
+                    "events": {"type": "array", "items": obj({
+                        "kind": STRING, "start_s": NUMBER, "end_s": NUMBER,
+                        "micro_batch": {"type": ["integer", "null"]},
+                        "chunk": {"type": ["integer", "null"]}, "thread": STRING},
+                        required=["kind", "start_s", "end_s"])},
+                }, required=["rank", "events"]),
+                "description": "Each rank's events of its last timed step, seconds from the "
+                               "step's start (validation.trace draws them: validate --trace)"},
+        }, required=["model", "plan", "status", "predicted_step_time_s",
+                     "measured_step_time_s", "relative_error", "steps", "terms", "memory",
+                     "launch", "created"]))
+    if kind == "validate.dry-run":
+        row = obj({"axis": STRING, "op": STRING, "bytes": NUMBER, "job_count": NUMBER,
+                   "model_count": NUMBER_OR_NULL, "agree": BOOLEAN},
+                  required=["axis", "op", "bytes", "job_count", "agree"])
+        return _document(kind, "perfmodel validate --dry-run --json", obj({
+            "model": STRING, "plan": PLAN, "world_size": WHOLE,
+            "rows": {"type": "array", "items": row}, "totals": {"type": "array"},
+            "comm_debug_mode_agrees": BOOLEAN, "ledger_available": BOOLEAN,
+            "agree": {"type": ["boolean", "null"]}, "notes": STRINGS}))
+    raise KeyError(f"no JSON schema of kind '{kind}'; kinds: {', '.join(SCHEMA_VERSIONS)}")
+
+
+def write_all(directory: Path) -> list[Path]:
+    """Write every kind's schema to directory/KIND.json; the paths written."""
+    from perfmodel.files import write_atomic
+    from perfmodel.output import json_text
+
+    paths = []
+    for kind in SCHEMA_VERSIONS:
+        path = directory / f"{kind}.json"
+        write_atomic(path, json_text(schema(kind)) + "\n", what="JSON schema", make_parents=True)
+        paths.append(path)
+    return paths
+
+
+if __name__ == "__main__":  # python -m perfmodel.schemas DIR
+    for written in write_all(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/schemas")):
+        print(f"wrote {written}")

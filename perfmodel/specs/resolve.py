@@ -1,0 +1,33 @@
+"""The hardware a command runs on, from a hardware preset or file and/or a calibration profile.
+
+Every command that takes --hardware/--profile (predict, its --batch, recommend, explain, sweep,
+collective) resolves them here, once. The profile module (sympy for its fits) is imported only
+when a profile is given: a plain `predict --hardware` stays fast to start.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from perfmodel.errors import PerfmodelError
+from perfmodel.specs.hardware import HardwareSpec, load_hardware
+
+
+def resolve_hardware(hardware: str | None, profile: str | Path | None) -> HardwareSpec:
+    """A HardwareSpec from a preset or file and/or a profile (the profile's fields win).
+
+    An incomplete profile is said once on standard error, by every command that reads it.
+    """
+    if profile:
+        from perfmodel.specs import profile as profiles  # start-up: sympy only with a profile
+
+        prof = profiles.load_profile(Path(profile))
+        base = load_hardware(hardware) if hardware else None
+        spec = profiles.apply_profile(base, prof)
+        if not prof.complete:
+            print(f"note: {profiles.incomplete_note(prof)}", file=sys.stderr)
+        return spec
+    if not hardware:
+        raise PerfmodelError("give --hardware (a preset or file) or --profile")
+    return load_hardware(hardware)

@@ -1,0 +1,394 @@
+"""A job's own config in (perfmodel.configs readers), a launchable config out (emit), and the
+round trip between them. Test data: tests/data/configs/, each file naming its source."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from perfmodel.configs import read_config, resolve_model, resolve_plan
+from perfmodel.configs.deepspeed import ds_config
+from perfmodel.configs.megatron import READ_OPTIONS, megatron_arguments, padded_vocab
+from perfmodel.configs.shell import launch_command
+from perfmodel.configs.torchtitan import SECTIONS, ffn_width, flavor_model, torchtitan_toml
+from perfmodel.errors import PlanError, SpecError
+from perfmodel.specs.model import load_model
+from perfmodel.strategy import plan_from_dict
+from tests.unit.test_json_schemas import check
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "configs"
+ARCHITECTURE = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
+                "gated_mlp", "tied_embeddings", "bias", "qkv_bias", "norm",
+                "position_embedding")
+
+
+def job_plan(name, model=None, seq_len=None, **given):
+    job = read_config(DATA / name)
+    spec = resolve_model(job, model, seq_len)
+    spec, plan = resolve_plan(job, spec, given)
+    return job, spec, plan
+
+
+def architecture(spec):
+    return {k: getattr(spec, k) for k in ARCHITECTURE}
+
+
+# --- Megatron-LM ----------------------------------------------------------------------------
+
+
+def test_megatron_gpt3_script_reads_torchrun_world_and_layout():
+    # examples/gpt3/train_gpt3_175b_distributed.sh with 16 nodes: 16 x 8 GPUs, tp 8 x pp 16
+    job, spec, plan = job_plan("megatron_gpt3_175b.sh", model="gpt3-175b")
+    assert job.gpus == 128
+    assert (plan["tp"], plan["pp"], plan["dp"]) == (8, 16, 1)
+    assert (plan["micro_batch"], plan["global_batch"]) == (1, 1536)
+    assert plan["dtype"] == "fp16" and plan["flash_attention"] is True  # attention-backend auto
+    assert plan["zero"] == 0 and plan["recompute"] == "none"
+    # the arguments agree with the preset (Brown et al. 2020, Table 2.1): the config's fields
+    # were checked against it, and the vocabulary is the preset's (the script has a vocab file)
+    assert architecture(spec) == architecture(load_model("gpt3-175b"))
+    assert "--data-path" in {s.key for s in job.ignored}  # its value is the script's $5
+
+
+def test_megatron_script_without_model_needs_the_vocabulary():
+    with pytest.raises(SpecError, match="give --model"):
+        job_plan("megatron_gpt3_175b.sh")
+
+
+def test_megatron_llama3_args_are_the_llama3_8b_architecture():
+    # Llama 3 8B (Meta 2024, Table 3; the llama3-8b preset) from Megatron-LM's example arguments
+    job, spec, plan = job_plan("megatron_llama3_8b.txt", gpus=8)
+    assert architecture(spec) == architecture(load_model("llama3-8b"))
+    assert spec.seq_len == 8192
+    assert (plan["tp"], plan["dp"], plan["sequence_parallel"]) == (2, 4, True)
+    assert (plan["zero"], plan["overlap_grad_sync"], plan["dtype"]) == (1, True, "bf16")
+    assert plan["flash_attention"] is True  # --attention-backend fused
+    assert job.pins >= {"tp", "micro_batch", "zero", "sequence_parallel"}
+    assert "pp" not in job.pins  # not stated: recommend searches it
+
+
+def write(tmp_path, text, name="args.txt"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+BASE = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 "
+        "--max-position-embeddings 512 --vocab-size 1000 --micro-batch-size 2 --bf16 ")
+
+
+def test_megatron_defaults_ffn_and_padding(tmp_path):
+    # --swiglu without --ffn-hidden-size: int(4 h 2/3 / 64) 64 = int(682.67 / 64) 64 = 640;
+    # --vocab-size 1000 padded to a multiple of 128 x tp 2 = 256: 1024 (arguments.py,
+    # build_tokenizer.py's vocab_size_with_padding)
+    job = read_config(write(tmp_path, BASE + "--swiglu --tensor-model-parallel-size 2"))
+    spec = resolve_model(job, None, None)
+    spec, plan = resolve_plan(job, spec, {"gpus": 4})
+    assert spec.ffn_hidden == 640 and spec.vocab == 1024
+    assert plan["global_batch"] == 2 * 2  # Megatron's default: micro-batch x dp
+    assert padded_vocab(50257, 128, 8) == 51200  # GPT-2's vocabulary at tp 8 (1024 x 50)
+
+
+@pytest.mark.parametrize("extra, field", [
+    ("--fp8-format hybrid", "--fp8-format"),
+    ("--context-parallel-size 2", "--context-parallel-size"),
+    ("--tp-comm-overlap", "--tp-comm-overlap"),
+    ("--use-distributed-optimizer --overlap-grad-reduce", "--overlap-grad-reduce"),
+    ("--recompute-granularity full", "--recompute-granularity"),
+    ("--recompute-granularity full --recompute-method block --recompute-num-layers 1",
+     "--recompute-method block"),
+    ("--optimizer-cpu-offload", "--optimizer-cpu-offload"),
+    ("--grad-reduce-in-bf16", "--grad-reduce-in-bf16"),
+])
+def test_megatron_refuses_what_is_not_modelled(tmp_path, extra, field):
+    with pytest.raises(PlanError, match=field):
+        read_config(write(tmp_path, BASE + extra))
+
+
+def test_megatron_unknown_option_is_named_and_a_misspelling_refused(tmp_path):
+    job = read_config(write(tmp_path, BASE + "--my-custom-flag 3"))
+    assert [(s.key, s.value) for s in job.unknown] == [("--my-custom-flag", "3")]
+    with pytest.raises(SpecError, match="did you mean 'num-layers'"):
+        read_config(DATA / "megatron_typo.txt")
+
+
+def test_megatron_full_recompute_uniform_one_layer(tmp_path):
+    job = read_config(write(tmp_path, BASE + "--recompute-granularity full "
+                                             "--recompute-method uniform --recompute-num-layers 1"))
+    assert job.plan["recompute"] == "full"
+
+
+def test_megatron_world_needs_gpus_for_an_argument_file(tmp_path):
+    job = read_config(write(tmp_path, BASE))
+    with pytest.raises(PlanError, match="give --gpus"):
+        resolve_plan(job, resolve_model(job, None, None), {})
+
+
+# --- the shell subset -------------------------------------------------------------------------
+
+
+def test_shell_expands_arrays_defaults_and_arithmetic():
+    script = """
+N=2
+PER=${GPUS_PER_NODE:-8}
+ARGS=(
+    --num-layers 4   # a comment (with parentheses)
+    --hidden-size $((64 * N))
+)
+EXTRA="--bf16 --micro-batch-size ${MB:-3}"
+torchrun --nnodes $N --nproc-per-node $PER pretrain_gpt.py \\
+    ${ARGS[@]} $EXTRA --save $1
+"""
+    launch = launch_command(script, "s.sh", lambda w: w.endswith("pretrain_gpt.py"))
+    assert launch.launcher == ["torchrun", "--nnodes", "2", "--nproc-per-node", "8"]
+    assert launch.args[:7] == ["--num-layers", "4", "--hidden-size", "128", "--bf16",
+                               "--micro-batch-size", "3"]
+    assert launch.reason(launch.args[-1]) == "$1: a script argument"
+
+
+def test_shell_refuses_arguments_set_under_a_condition(tmp_path):
+    script = """
+DTYPE_ARGS=()
+if [[ "$DTYPE" == "fp8" ]]; then
+    DTYPE_ARGS+=("--fp8-format hybrid")
+fi
+torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 ${DTYPE_ARGS[@]}
+"""
+    with pytest.raises(SpecError, match=r"DTYPE_ARGS.*if/for/while/case"):
+        read_config(write(tmp_path, script, "run.sh"))
+
+
+def test_shell_refuses_a_needed_value_from_the_environment(tmp_path):
+    with pytest.raises(SpecError, match=r"--tensor-model-parallel-size \$TP.*environment"):
+        read_config(write(tmp_path, "torchrun pretrain_gpt.py " + BASE +
+                          "--tensor-model-parallel-size $TP", "run.sh"))
+
+
+# --- torchtitan -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavor, preset, ffn", [("8B", "llama3-8b", 14336),
+                                                 ("70B", "llama3-70b", 28672),
+                                                 ("405B", "llama3-405b", 53248)])
+def test_torchtitan_flavors_are_the_llama3_presets(flavor, preset, ffn):
+    # torchtitan/models/llama3/__init__.py llama3_args (dim, n_layers, n_heads, n_kv_heads,
+    # ffn_dim_multiplier, multiple_of) against the Llama 3 Herd of Models, Table 3
+    fields = flavor_model(flavor)
+    assert fields["ffn_hidden"] == ffn
+    spec = load_model(preset)
+    assert {k: getattr(spec, k) for k in fields} == fields
+
+
+def test_torchtitan_ffn_width_by_hand():
+    # 8B: int(2 x 16384 / 3) = 10922; int(1.3 x 10922) = 14198; up to a multiple of 1024: 14336
+    assert ffn_width(4096, 1.3, 1024) == 14336
+
+
+def test_torchtitan_70b_toml_on_64_gpus():
+    job, spec, plan = job_plan("torchtitan_llama3_70b.toml", gpus=64)
+    assert (plan["dp"], plan["tp"], plan["pp"]) == (8, 8, 1)  # data_parallel_shard_degree -1
+    assert (plan["zero"], plan["dtype"], plan["recompute"]) == (3, "bf16", "full")
+    assert (plan["micro_batch"], plan["global_batch"]) == (8, 64)
+    assert plan["sequence_parallel"] is True and plan["overlap_grad_sync"] is True
+    assert architecture(spec) == architecture(load_model("llama3-70b"))
+
+
+def test_torchtitan_per_op_checkpointing_is_refused():
+    with pytest.raises(PlanError, match="selective_ac_option op"):
+        read_config(DATA / "torchtitan_llama3_8b.toml")
+
+
+def test_torchtitan_json_dump_with_interleaved_pipeline():
+    job, spec, plan = job_plan("torchtitan_llama3_8b_pp.json", gpus=16)
+    # 32 layers / 4 per stage = 8 stages over pp 2: 4 per rank; 16 GPUs / pp 2 = dp 8 (FSDP)
+    assert (plan["pp"], plan["virtual_stages"], plan["schedule"]) == (2, 4, "interleaved")
+    assert (plan["dp"], plan["zero"], plan["micro_batch"], plan["global_batch"]) == (8, 3, 1, 64)
+    assert plan_from_dict({**plan}).num_micro_batches == 8  # local batch 8 / micro-batch 1
+
+
+def test_torchtitan_uneven_stages_and_tp_without_fsdp(tmp_path):
+    data = tomllib.loads((DATA / "torchtitan_llama3_70b.toml").read_text())
+    data["parallelism"].update(pipeline_parallel_degree=2)
+    path = tmp_path / "pp.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlanError, match="first_stage_less_layers"):
+        read_config(path)
+    data["parallelism"].update(pipeline_parallel_degree=1, data_parallel_shard_degree=1)
+    path.write_text(json.dumps(data))
+    job, _, plan = job_plan(path, gpus=8)
+    assert plan["zero"] == 0 and plan["dtype"] == "fp32"  # no FSDP: training.dtype float32
+
+
+# --- DeepSpeed --------------------------------------------------------------------------------
+
+
+def test_deepspeed_zero3_beside_a_model():
+    job, spec, plan = job_plan("deepspeed_zero3.json", model="llama3-8b", seq_len=4096)
+    assert job.gpus == 512 // (4 * 8)
+    assert (plan["zero"], plan["overlap_grad_sync"], plan["dtype"]) == (3, True, "bf16")
+    assert (plan["micro_batch"], plan["global_batch"], plan["dp"]) == (4, 512, 16)
+    with pytest.raises(SpecError, match="give --model"):
+        job_plan("deepspeed_zero3.json")
+
+
+def test_deepspeed_offload_and_auto():
+    with pytest.raises(PlanError, match="offload_optimizer.device cpu"):
+        read_config(DATA / "deepspeed_offload.json")
+    with pytest.raises(PlanError, match="give --dtype"):
+        job_plan("deepspeed_auto.json", model="llama3-8b", gpus=8)
+    with pytest.raises(PlanError, match="train_micro_batch_size_per_gpu 'auto'"):
+        job_plan("deepspeed_auto.json", model="llama3-8b", gpus=8, dtype="bf16")
+    _, _, plan = job_plan("deepspeed_auto.json", model="llama3-8b", gpus=8, dtype="bf16",
+                          micro_batch=2, global_batch=32)
+    assert (plan["zero"], plan["overlap_grad_sync"], plan["dp"]) == (2, True, 8)
+
+
+# --- Megatron-Bridge / NeMo 2 -----------------------------------------------------------------
+
+
+def test_bridge_container_yaml():
+    job, spec, plan = job_plan("bridge_llama3_8b.yaml", gpus=16)
+    assert architecture(spec) == architecture(load_model("llama3-8b"))
+    assert (plan["tp"], plan["dp"], plan["sequence_parallel"], plan["zero"]) == (2, 8, True, 1)
+    assert (plan["overlap_grad_sync"], plan["dtype"], plan["global_batch"]) == (True, "bf16", 512)
+
+
+def test_nemo2_recipe_yaml_names_a_preset():
+    job, spec, plan = job_plan("nemo2_llama3_8b.yaml")
+    assert job.gpus == 16 and job.preset == "llama3-8b"
+    assert architecture(spec) == architecture(load_model("llama3-8b"))
+    assert (plan["dp"], plan["micro_batch"], plan["global_batch"], plan["zero"]) == \
+        (16, 1, 512, 1)
+
+
+def test_nemo_context_parallel_is_refused(tmp_path):
+    text = (DATA / "bridge_llama3_8b.yaml").read_text().replace(
+        "  context_parallel_size: 1", "  context_parallel_size: 2")
+    with pytest.raises(PlanError, match="model.context_parallel_size 2"):
+        read_config(write(tmp_path, text, "cp.yaml"))
+
+
+# --- malformed files --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, text", [("bad.toml", "[training]\nseq_len = \n"),
+                                        ("bad.json", '{"train_batch_size": 8,'),
+                                        ("bad.yaml", "- a list\n- not a mapping\n"),
+                                        ("other.json", '{"hello": 1}')])
+def test_malformed_configs_are_one_line_spec_errors(tmp_path, name, text):
+    with pytest.raises(SpecError) as err:
+        read_config(write(tmp_path, text, name))
+    assert "\n" not in str(err.value)
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def plan(**kw):
+    base = dict(gpus=16, dp=8, tp=2, pp=1, micro_batch=1, global_batch=64, dtype="bf16",
+                zero=1, flash_attention=True, sequence_parallel=True)
+    return plan_from_dict({**base, **kw})
+
+
+def test_emitted_names_are_the_frameworks():
+    """Every Megatron option written is one the reader reads (Megatron-LM's arguments.py names);
+    every torchtitan key is a field of its JobConfig; every DeepSpeed key one it documents."""
+    model = load_model("llama3-8b")
+    for group in megatron_arguments(model, plan()):
+        assert group[0][2:] in READ_OPTIONS, group
+    data = tomllib.loads(torchtitan_toml(model, plan(zero=3, tp=1, dp=16,
+                                                     sequence_parallel=False,
+                                                     overlap_grad_sync=True)))
+    for section, fields in data.items():
+        assert set(fields) <= set(SECTIONS[section]), section
+    config = ds_config(plan(tp=1, dp=16, sequence_parallel=False, zero=3))
+    assert set(config) <= {"train_batch_size", "train_micro_batch_size_per_gpu",
+                           "gradient_accumulation_steps", "bf16", "fp16", "zero_optimization",
+                           "gradient_clipping", "steps_per_print", "wall_clock_breakdown"}
+
+
+@pytest.mark.parametrize("emit, kw, field", [
+    ("megatron", dict(schedule="zb", pp=2, dp=4, global_batch=64), "schedule zb"),
+    ("megatron", dict(zero=2), "zero 2"),
+    ("torchtitan", dict(zero=1), "zero 1"),
+    ("deepspeed", dict(), "tp 2"),
+])
+def test_emit_refuses_what_the_framework_cannot_run(emit, kw, field):
+    model = load_model("llama3-8b")
+    write_fn = {"megatron": lambda p: megatron_arguments(model, p),
+                "torchtitan": lambda p: torchtitan_toml(model, p),
+                "deepspeed": ds_config}[emit]
+    with pytest.raises(PlanError, match=field):
+        write_fn(plan(**kw))
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+def test_cli_predict_from_config_prints_what_it_read(run_cli):
+    res = run_cli("predict", "--from-config", DATA / "megatron_llama3_8b.txt", "--hardware",
+                  "dgx-h100", "--gpus", "8", "--json")
+    assert res.returncode == 0, res.stderr
+    assert "read megatron config" in res.stderr and "--rotary-base" in res.stderr
+    data = json.loads(res.stdout)
+    assert data["config"]["framework"] == "megatron"
+    assert data["plan"]["tp"] == 2
+
+
+@pytest.mark.parametrize("args, code, text", [
+    (["megatron_typo.txt"], 3, "did you mean"),
+    (["deepspeed_offload.json", "--model", "llama3-8b"], 4, "offload_optimizer"),
+    (["malformed.toml", "--gpus", "8"], 3, "not valid TOML"),
+    (["megatron_llama3_8b.txt", "--gpus", "8", "--tp", "4"], 4, "contradicts the config's tp 2"),
+    (["megatron_llama3_8b.txt"], 4, "give --gpus"),
+])
+def test_cli_bad_configs(run_cli, args, code, text):
+    res = run_cli("predict", "--hardware", "dgx-h100", "--from-config", DATA / args[0],
+                  *args[1:])
+    assert res.returncode == code, res.stderr
+    assert text in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("fmt, pins, read", [
+    ("megatron", [], ["launch.sh"]),
+    ("torchtitan", ["--zero", "3", "--flash-attention", "--overlap-grad-sync", "--recompute",
+                    "full"], ["job.toml", "--gpus", "16"]),
+    ("deepspeed", ["--flash-attention", "--recompute", "full"],
+     ["ds_config.json", "--model", "llama3-8b", "--recompute", "full"]),
+])
+def test_round_trip_emit_then_read_back(run_cli, tmp_path, fmt, pins, read):
+    """recommend --emit-config, read back with predict --from-config: the same step (1e-9)."""
+    out = tmp_path / fmt
+    out.mkdir()
+    res = run_cli("recommend", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "16",
+                  "--global-batch", "64", *pins, "--json", "--emit-config", fmt, out)
+    assert res.returncode == 0, res.stderr
+    rec = json.loads(res.stdout)
+    chosen = rec["plans"][rec["emitted"]["plan_rank"] - 1]
+    back = run_cli("predict", "--hardware", "dgx-h100", "--from-config", out / read[0],
+                   *read[1:], "--json")
+    assert back.returncode == 0, back.stderr
+    again = json.loads(back.stdout)
+    assert again["plan"] == chosen["plan"]
+    assert again["step_time_s"] == pytest.approx(chosen["step_time_s"], rel=1e-9)
+    assert again["memory_per_gpu_bytes"] == pytest.approx(chosen["memory_per_gpu_bytes"],
+                                                          rel=1e-9)
+    check(res.stdout, "recommend")  # the published schemas hold "emitted" and "config"
+    check(back.stdout, "predict")
+    assert rec["emitted"]["format"] == fmt and again["config"]["framework"] == fmt
+
+
+def test_recommend_from_config_pins_its_choices(run_cli):
+    res = run_cli("recommend", "--from-config", DATA / "bridge_llama3_8b.yaml", "--hardware",
+                  "dgx-h100", "--gpus", "16", "--json", "--top", "2")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    for entry in data["plans"]:
+        p = entry["plan"]
+        assert (p["tp"], p["pp"], p["zero"], p["micro_batch"], p["global_batch"]) == \
+            (2, 1, 1, 1, 512)
+    assert "recommend pins the config's" in res.stderr

@@ -1,0 +1,207 @@
+"""predict --trace / --timeline: the predicted step as a Chrome/Perfetto trace and a Gantt chart.
+
+The trace must be valid Trace Event Format (JSON, complete events with ts/dur, named processes and
+threads, monotone and non-overlapping per track) and add up to the predicted step time for every
+schedule whose order takes the model's closed form (perfmodel.schedule: all but zbv).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from perfmodel.errors import DataError, PlanError
+from perfmodel.predict import predict
+from perfmodel.specs.hardware import load_hardware
+from perfmodel.timeline import (
+    ROLES,
+    check_trace,
+    pass_times,
+    predicted_timeline,
+    trace_document,
+    write_trace,
+)
+
+MODEL, HARDWARE = "llama3-8b", "dgx-h100"  # 32 layers: pp 4 x v 2 or 4 divide them
+
+
+def plan(**kw):
+    base = {"dp": 1, "tp": 1, "pp": 1, "micro_batch": 1, "dtype": "bf16"}
+    base.update(kw)
+    base.setdefault("global_batch", base["dp"] * 8)
+    base["gpus"] = base["dp"] * base["tp"] * base["pp"]
+    return base
+
+
+PLANS = {
+    "one stage, dp 2": plan(dp=2),
+    "gpipe": plan(pp=4, schedule="gpipe"),
+    "1f1b, tp, dp, full recompute, zero 1, overlap": plan(
+        pp=4, tp=2, dp=2, global_batch=32, schedule="1f1b", recompute="full", zero=1,
+        overlap_grad_sync=True, sequence_parallel=True),
+    "interleaved v 2": plan(pp=4, schedule="interleaved", virtual_stages=2),
+    "interleaved v 4, selective": plan(pp=4, schedule="interleaved", virtual_stages=4,
+                                       recompute="selective"),
+    "zb (ZB1P)": plan(pp=4, schedule="zb"),
+    "zb v 2, zero 3": plan(pp=2, dp=2, schedule="zb", virtual_stages=2, zero=3,
+                           global_batch=16),
+}
+
+
+def tracks(doc):
+    """Complete events by (pid, tid), as Perfetto groups them, in file order."""
+    out = {}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X":
+            out.setdefault((e["pid"], e["tid"]), []).append(e)
+    return out
+
+
+@pytest.mark.parametrize("name", PLANS)
+def test_the_trace_is_valid_and_ends_at_the_predicted_step(name, tmp_path):
+    p = PLANS[name]
+    timeline = predicted_timeline(MODEL, HARDWARE, p)
+    path = tmp_path / "step.json"
+    write_trace(path, [timeline])
+    doc = json.loads(path.read_text())  # strict JSON a trace viewer loads
+    assert isinstance(doc["traceEvents"], list) and doc["displayTimeUnit"] == "ms"
+    named = {(e["pid"], e["tid"]) for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    processes = {e["pid"] for e in doc["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+    assert len(processes) == p["pp"]
+    end = 0.0
+    for track, events in tracks(doc).items():
+        assert track in named
+        for e in events:
+            assert {"name", "cat", "ph", "ts", "dur", "pid", "tid"} <= set(e)
+            assert math.isfinite(e["ts"]) and e["dur"] >= 0
+        for a, b in zip(events, events[1:], strict=False):  # monotone, no overlap
+            assert b["ts"] >= a["ts"] + a["dur"] - 1e-6
+        end = max(end, max(e["ts"] + e["dur"] for e in events))
+    predicted = predict(MODEL, HARDWARE, p).step_time_s
+    assert end / 1e6 == pytest.approx(predicted, rel=1e-9)
+    assert timeline.step_time_s == pytest.approx(predicted, rel=1e-9)
+    assert timeline.notes == ()
+
+
+@pytest.mark.parametrize("name", ["gpipe", "interleaved v 2", "zb (ZB1P)"])
+def test_every_micro_batch_passes_every_chunk_of_every_stage(name):
+    p = PLANS[name]
+    timeline = predicted_timeline(MODEL, HARDWARE, p)
+    m = p["global_batch"] // (p["dp"] * p["micro_batch"])
+    v = p.get("virtual_stages", 1)
+    for stage in timeline.processes:
+        names = [s.name for s in timeline.spans if s.process == stage and s.thread == "schedule"]
+        for kind in ("F", "B") + (("W",) if p.get("schedule") == "zb" else ()):
+            assert len([n for n in names if n.startswith(kind)]) == m * v, (stage, kind)
+
+
+def test_the_bubbles_are_the_predicted_bubble():
+    # gpipe: every stage idles (pp - 1) micro-batch times in the pipeline: the bubble term
+    p = PLANS["gpipe"]
+    timeline = predicted_timeline(MODEL, HARDWARE, p)
+    bubble = predict(MODEL, HARDWARE, p).breakdown_s["pipeline/bubble"]
+    for stage in timeline.processes:
+        idle = sum(s.duration_s for s in timeline.spans
+                   if s.process == stage and s.category == "bubble")
+        assert idle == pytest.approx(bubble, rel=1e-9)
+
+
+def test_the_pass_times_add_up_to_each_stage_s_micro_batch():
+    from perfmodel.predict import resolve_inputs
+
+    for p in PLANS.values():
+        times = pass_times(*resolve_inputs(MODEL, HARDWARE, p))
+        for stage in ("first", "last"):
+            parts = times.stage(stage)
+            total = sum(sum(parts[r].values()) for r in ROLES)
+            assert total == pytest.approx(times.values[f"stage_time|{stage}"], rel=1e-12)
+
+
+def test_hidden_gradient_sync_overlaps_the_backward_on_its_own_track():
+    p = PLANS["1f1b, tp, dp, full recompute, zero 1, overlap"]
+    timeline = predicted_timeline(MODEL, HARDWARE, p)
+    result = predict(MODEL, HARDWARE, p)
+    sync = [s for s in timeline.spans if s.thread == "DP comm" and s.process == "stage 0 (first)"]
+    assert len(sync) == 1
+    pipeline_end = max(s.end_s for s in timeline.spans
+                       if s.thread == "schedule" and s.category in ("forward", "backward"))
+    assert sync[0].start_s < pipeline_end  # its hidden part runs beside the last backward
+    assert sync[0].args["exposed_s"] == pytest.approx(result.breakdown_s["comm/dp"], rel=1e-9)
+
+
+def test_zbv_shows_its_schedule_and_says_how_much_longer_it_is():
+    p = plan(pp=4, schedule="zbv", virtual_stages=2)
+    timeline = predicted_timeline(MODEL, HARDWARE, p)
+    predicted = predict(MODEL, HARDWARE, p).step_time_s
+    assert timeline.step_time_s > predicted
+    assert len(timeline.notes) == 1 and "zbv schedule" in timeline.notes[0]
+    check_trace(trace_document([timeline]))
+
+
+def test_ranks_time_sharing_a_device_are_refused_with_a_pipeline():
+    hw = load_hardware(HARDWARE).replace(ranks_per_device=2.0)
+    with pytest.raises(PlanError, match="ranks_per_device 2"):
+        predicted_timeline(MODEL, hw, plan(pp=2, schedule="1f1b"))
+    predicted_timeline(MODEL, hw, plan(dp=2))  # one stage: no bubble to lay out
+
+
+def test_check_trace_finds_an_overlap_and_an_unnamed_track():
+    doc = trace_document([predicted_timeline(MODEL, HARDWARE, PLANS["gpipe"])])
+    events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    events[1]["ts"] = events[0]["ts"] + events[0]["dur"] / 2  # same track: the first two
+    with pytest.raises(DataError, match="starts before the previous event ends"):
+        check_trace(doc)
+    with pytest.raises(DataError, match="no thread_name"):
+        check_trace({"traceEvents": [{"ph": "X", "pid": 1, "tid": 9, "name": "x", "ts": 0,
+                                      "dur": 1}]})
+    with pytest.raises(DataError, match="traceEvents"):
+        check_trace({"events": []})
+
+
+def test_two_timelines_are_separate_processes():
+    a = predicted_timeline(MODEL, HARDWARE, PLANS["gpipe"])
+    b = predicted_timeline(MODEL, HARDWARE, PLANS["zb (ZB1P)"])
+    doc = trace_document([a, b])
+    names = [e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"]
+    assert len(names) == 8 and len(set(names)) == 8
+    check_trace(doc)
+
+
+def test_predict_writes_the_trace_and_the_gantt_chart(run_cli, tmp_path):
+    import matplotlib.image as mpimg
+
+    out = run_cli("predict", "--model", MODEL, "--hardware", HARDWARE, "--pp", "4",
+                  "--global-batch", "8", "--schedule", "interleaved", "--virtual-stages", "2",
+                  "--trace", "step.json", "--timeline", "step.png", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp_path / "step.json").read_text())
+    check_trace(doc)
+    end = max(e["ts"] + e["dur"] for e in doc["traceEvents"] if e["ph"] == "X")
+    assert end / 1e6 == pytest.approx(json.loads(out.stdout)["step_time_s"], rel=1e-9)
+    image = mpimg.imread(tmp_path / "step.png")
+    assert image.shape[0] > 200 and image.shape[1] > 600 and image.std() > 0.01
+
+
+def test_predict_says_where_the_zbv_timeline_differs(run_cli, tmp_path):
+    out = run_cli("predict", "--model", MODEL, "--hardware", HARDWARE, "--pp", "2",
+                  "--global-batch", "8", "--schedule", "zbv", "--virtual-stages", "2",
+                  "--trace", "step.json")
+    assert out.returncode == 0, out.stderr
+    assert "note: the zbv schedule laid out with the model's pass times takes" in out.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--batch", "plans.csv", "--trace", "t.json"), "--trace does not go with --batch"),
+    (("--model", "alexnet", "--hardware", HARDWARE, "--pr", "2", "--timeline", "t.png"),
+     "--trace, --timeline and --html draw transformer plans"),
+])
+def test_what_cannot_be_drawn_is_refused_in_one_line(run_cli, tmp_path, args, message):
+    (tmp_path / "plans.csv").write_text("dp\n1\n")
+    if "--batch" in args:
+        args = ("--model", MODEL, "--hardware", HARDWARE, *args)
+    out = run_cli("predict", *args)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
