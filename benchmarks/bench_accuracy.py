@@ -52,6 +52,33 @@ ARCHITECTURES: dict[tuple[int, int], dict[str, Any]] = {
                         position_embedding="rotary", norm="rmsnorm", tied_embeddings=False),
 }
 
+# What the published dgxc runs' configs state beyond the CSV's features, by release and model (the
+# release is in the row's source_ref: "...: v24.11.1 nemotron/README_340b.md"), from
+# github NVIDIA/dgxc-benchmarking at those releases and the NeMo they ran:
+STACK_OPTIONS: dict[tuple[str, str], dict[str, Any]] = {
+    # v24.11.1 nemotron/nemotron4-340b-synth.yaml, optim distributed_fused_adam: dtype bf16,
+    # grad_sync_dtype bf16 (NeMo then stores no fp32 master weights: megatron_base_model.py)
+    ("v24.11.1", "nemotron4-340b"): dict(grad_dtype="bf16", optimizer_dtype="bf16"),
+    # v25.04 (NeMo 25.02) scripts/performance: pretrain_recipe(performance_mode=True), whose
+    # pretrain_performance_optimizations set trainer.plugins.grad_reduce_in_fp32 = False
+    ("v25.04", "nemotron4-15b"): dict(grad_dtype="bf16"),
+    ("v25.04", "nemotron4-340b"): dict(grad_dtype="bf16"),
+}
+# ... and what they ran that the model takes otherwise (listed as not modelled)
+STACK_NOT_MODELLED: dict[tuple[str, str], list[str]] = {
+    # v24.11.1 nemotron/configure.sh: 340b exports NVTE_FUSED_ATTN=0 (Transformer Engine then runs
+    # FlashAttention-2, not cuDNN); the H100 preset's flash kernel is cuDNN's
+    ("v24.11.1", "nemotron4-340b"): ["FlashAttention-2 via TE (NVTE_FUSED_ATTN=0), taken as the "
+                                     "preset's cuDNN kernel"],
+}
+
+
+def release_of(row: dict[str, Any]) -> str:
+    """The dgxc release a row's source_ref names last ('v24.11.1', 'v25.04'), or ''."""
+    found = re.findall(r"(v\d+\.\d+(?:\.\d+)?) \S+\.md", str(row.get("source_ref", "")))
+    return found[-1] if found else ""
+
+
 # Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"),
 # Table 5, DGX A100 80GB (Selene), data parallel 1: model, tp, pp, global batch, micro-batch,
 # schedule, virtual stages, seconds with full recompute, seconds with SP + selective recompute.
@@ -61,6 +88,85 @@ TABLE5 = [
     ("gpt-530b", 8, 35, 280, 1, "interleaved", 3, 49.05, 37.83),
     ("gpt-1t", 8, 64, 512, 1, "1f1b", 1, 94.42, 71.49),
 ]
+
+
+@dataclass(frozen=True)
+class MemoryCase:
+    """A published peak memory per GPU, with the run's model and plan."""
+
+    label: str
+    model: dict[str, Any]
+    hardware: str
+    plan: dict[str, Any]
+    published_bytes: float
+    measured_by: str  # "max_allocated" or "max_reserved" (torch.cuda's peak statistics)
+    source: str
+
+
+# Megatron-LM's GPT defaults where a functional test's model_config.yaml leaves them: GeLU MLP of
+# 4 h, biases, LayerNorm, learned absolute positions, dropout 0.1; the vocabulary padded to a
+# multiple of 128 x tp (--make-vocab-size-divisible-by 128)
+_MCORE_7B = dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=16384, seq_len=8192,
+                 gated_mlp=False, bias=True, norm="layernorm", position_embedding="learned",
+                 tied_embeddings=False)
+_MCORE_TESTS = ("NVIDIA/Megatron-LM tests/functional_tests/test_cases/gpt/{}/model_config.yaml and "
+                "golden_values_dev_dgx_h100.json (mem-max-allocated-bytes, steps 2-25; "
+                "6e091e1b68, 2026-05-29); 8 GPUs")
+# torchtitan's Llama 3.1 8B (benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3: FSDP,
+# eager, local batch 2, sequence 8192, selective (per-op) AC; H100 96GB HBM2e; torchtitan logs
+# max_reserved_gib)
+_LLAMA31_8B = dict(name="llama3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8,
+                   ffn_hidden=14336, vocab=128256, seq_len=8192, gated_mlp=True, bias=False,
+                   norm="rmsnorm", position_embedding="rotary", tied_embeddings=False)
+_TORCHTITAN = ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (torchtitan "
+               "9dec370, 2024-12-26), Table {}, FSDP (eager)")
+MEMORY: list[MemoryCase] = [
+    MemoryCase("Megatron-Core 7B tp1 pp4 vp8 mb1 dist-opt", dict(_MCORE_7B, name="mcore-7b",
+               vocab=131200), "dgx-h100",
+               dict(gpus=8, dp=2, pp=4, schedule="interleaved", virtual_stages=8, micro_batch=1,
+                    global_batch=8, zero=1, overlap_grad_sync=True),
+               60720852992, "max_allocated",
+               _MCORE_TESTS.format("gpt3_7b_tp1_pp4_memory_speed")),
+    MemoryCase("Megatron-Core 7B tp4 pp1 mb2 dist-opt", dict(_MCORE_7B, name="mcore-7b",
+               vocab=131584), "dgx-h100",
+               dict(gpus=8, dp=2, tp=4, micro_batch=2, global_batch=8, zero=1,
+                    overlap_grad_sync=True),
+               57143791616, "max_allocated",
+               _MCORE_TESTS.format("gpt3_7b_tp4_pp1_memory_speed")),
+    # --attention-backend unfused: the s^2 scores in memory; tied embeddings (Megatron's default)
+    MemoryCase("Megatron-Core GPT 12 x 512 unfused attention dist-opt",
+               dict(name="mcore-tiny", layers=12, hidden=512, heads=8, seq_len=1024, vocab=50304,
+                    bias=True, tied_embeddings=True), "dgx-h100",
+               dict(gpus=8, dp=8, micro_batch=4, global_batch=32, zero=1,
+                    flash_attention=False),
+               4702430720, "max_allocated",
+               _MCORE_TESTS.format("gpt3_mcore_te_tp1_pp1_dist_optimizer_no_mmap_bin_files")),
+    MemoryCase("torchtitan Llama 3.1 8B FSDP 8 mb2 op AC", _LLAMA31_8B, "dgx-h100",
+               dict(gpus=8, dp=8, zero=3, micro_batch=2, global_batch=16, recompute="op",
+                    flash_attention=True),
+               82.4 * 2**30, "max_reserved", _TORCHTITAN.format(1)),
+    MemoryCase("torchtitan Llama 3.1 8B FSDP 128 mb2 op AC", _LLAMA31_8B, "dgx-h100",
+               dict(gpus=128, dp=128, zero=3, micro_batch=2, global_batch=256, recompute="op",
+                    flash_attention=True),
+               67.0 * 2**30, "max_reserved", _TORCHTITAN.format(3)),
+]
+
+
+def allocator_view(p: Any, measured_by: str) -> float:
+    """What torch.cuda's peak statistic would read of a prediction: max_allocated the tensors
+    (without the "reserved" terms), max_reserved also the allocator's fragmentation (the CUDA
+    context and NCCL's buffers lie outside PyTorch's allocator)."""
+    skip = {"reserved", "reserved/nccl_buffers"}
+    if measured_by == "max_allocated":
+        skip.add("reserved/fragmentation")
+    return float(sum(v for k, v in p.memory_breakdown_bytes.items() if k not in skip))
+
+
+def memory_rows() -> list[tuple[MemoryCase, float]]:
+    from perfmodel import TransformerSpec, predict
+
+    return [(c, allocator_view(predict(TransformerSpec(**c.model), c.hardware, c.plan),
+                               c.measured_by)) for c in MEMORY]
 
 
 @dataclass
@@ -141,13 +247,21 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
         elif feature == "full AC":
             plan["recompute"] = "full"
         elif feature == "FSDP2":
-            plan["zero"] = 3
+            # torchtitan: FSDP2 shards parameters, gradients and optimizer states; its attention
+            # is F.scaled_dot_product_attention, whose flash backend (FlashAttention-2) runs
+            # bf16 on A100
+            plan.update(zero=3, flash_attention=True)
         elif feature == "selective op AC":
-            missing.append("torchtitan per-op selective recompute (taken as none)")
+            plan["recompute"] = "op"  # torchtitan selective_ac_option 'op'
         elif feature == "selective layer AC":
-            missing.append("every-second-layer recompute (taken as none)")
+            # torchtitan selective_ac_option '2' (the train configs' value): every second layer
+            plan.update(recompute="full", recompute_every=2)
         else:
             missing.append(f"unknown feature '{feature}' (not mapped)")
+    if row.get("source") == "dgxc":
+        key = (release_of(row), model["name"])
+        plan.update(STACK_OPTIONS.get(key, {}))
+        missing += STACK_NOT_MODELLED.get(key, [])
     return model, plan, missing
 
 
@@ -189,8 +303,10 @@ def table5_rows() -> list[Row]:
 
     rows = []
     for name, tp, pp, batch, micro, schedule, v, full, selective in TABLE5:
+        # Megatron-LM in 2022 ran the attention unfused (two GEMMs around its fused
+        # scale-mask-softmax kernel)
         base = dict(gpus=tp * pp, tp=tp, pp=pp, global_batch=batch, micro_batch=micro,
-                    schedule=schedule, virtual_stages=v)
+                    schedule=schedule, virtual_stages=v, flash_attention=False)
         for extra, seconds, what in ((dict(recompute="full"), full, "full recompute"),
                                      (dict(recompute="selective", sequence_parallel=True),
                                       selective, "SP + selective")):
@@ -360,6 +476,10 @@ def print_report(rows: list[Row], nccl: list[dict[str, Any]]) -> None:
     for r in pub:
         con.print(f"  peak memory {r.label}: published {r.published_memory_gib:.1f} GiB, "
                   f"predicted {r.memory_gib:.1f} GiB")
+    for case, predicted in memory_rows():
+        con.print(f"  published peak memory, {case.label} ({case.measured_by}): "
+                  f"{case.published_bytes / 2**30:.1f} GiB, predicted {predicted / 2**30:.1f} "
+                  f"GiB ({predicted / case.published_bytes - 1:+.1%})")
     nt = Table(title="nccl-tests logs against the presets (predicted time / measured - 1)")
     for col in ("log", "op", "ranks", "preset", "median (all)", "median (>= 1 MiB)",
                 "median |e| (>= 1 MiB)", "worst", "held"):

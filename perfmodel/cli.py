@@ -18,12 +18,14 @@ from typing import Any
 
 import click
 
+from perfmodel.costs.precision import STATE_DTYPES
 from perfmodel.errors import PerfmodelError
 from perfmodel.output import document, fmt_bytes, json_text, require_finite
 from perfmodel.specs import resolve as specs_resolve
 from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS, LINK_PROTOCOLS
 from perfmodel.strategy import (
     DEFAULT_MEMORY_MARGIN,
+    Attention,
     Dtype,
     Objective,
     Placement,
@@ -155,13 +157,28 @@ def plan_options(fn: Any) -> Any:
                      help="Megatron sequence parallelism (needs tp > 1)."),
         click.option("--recompute", type=choice(Recompute), default=Recompute.NONE.value,
                      show_default=True,
-                     help="Activation recompute: none, selective (attention core) or full "
-                          "(every layer)."),
+                     help="Activation recompute: none, selective (Megatron: the attention core), "
+                          "full (every layer), or op (torchtitan's per-op selective AC: every "
+                          "other matmul's output and the attention kept)."),
+        click.option("--recompute-every", type=int, default=None,
+                     help="Apply the recompute policy to one layer in N (torchtitan "
+                          "selective_ac_option N with --recompute full; default 1: every layer)."),
+        click.option("--grad-dtype", type=choice(STATE_DTYPES), default=None,
+                     help="bf16: main gradients' dtype (default fp32, Megatron-LM's; bf16: NeMo's "
+                          "grad_reduce_in_fp32 False)."),
+        click.option("--optimizer-dtype", type=choice(STATE_DTYPES), default=None,
+                     help="bf16: Adam states' dtype (default fp32 with fp32 master weights; bf16: "
+                          "no master copy, Apex distributed_fused_adam dtype bf16)."),
         click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
                      help="ZeRO stage."),
         click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP),
-        click.option("--flash-attention", is_flag=True,
-                     help="Fused attention: no s^2 activations or traffic."),
+        click.option("--attention", type=choice(Attention), default=Attention.AUTO.value,
+                     show_default=True,
+                     help="Attention core: flash (one fused kernel, causal half of the s^2 FLOPs, "
+                          "no s^2 memory), unfused (two GEMMs and a softmax), or auto: flash "
+                          "where the hardware has a flash kernel for the dtype."),
+        click.option("--flash-attention", is_flag=True, hidden=True,
+                     help="The old spelling of --attention flash."),
         click.option("--overlap-grad-sync", is_flag=True,
                      help="Overlap the data-parallel gradient sync with backward."),
         click.option("--placement", type=choice(Placement), default=Placement.TP_DP_PP.value,
@@ -203,15 +220,16 @@ def _given(ctx: click.Context, name: str) -> bool:
 
 
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
-             "sequence_parallel", "recompute", "zero", "dtype", "flash_attention",
+             "sequence_parallel", "recompute", "recompute_every", "grad_dtype", "optimizer_dtype",
+             "zero", "dtype", "flash_attention",
              "overlap_grad_sync", "placement", "tp_layout", "tp_depth")
 
 
 # the plan options of predict that a plans file's rows give (--dtype and --seq-len are the
 # rows' default; --model, --hardware, --profile and --collective-algorithm apply to every row)
 BATCH_COLUMNS = tuple(k for k in PLAN_KEYS if k != "dtype")
-BATCH_REFUSED = (*BATCH_COLUMNS, "pr", "pc", "norm", "collective_variant", "contributors",
-                 "from_config")
+BATCH_REFUSED = (*BATCH_COLUMNS, "attention", "pr", "pc", "norm", "collective_variant",
+                 "contributors", "from_config")
 
 
 def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
@@ -372,10 +390,26 @@ def noted_seq_len(model: Any, seq_len: int | None) -> Any:
     return model.noted(seq_len_from="--seq-len")
 
 
+def attention_option(kw: dict[str, Any]) -> bool | None:
+    """--attention (auto, flash, unfused) as the plan's flash_attention (None, True, False);
+    the old flag --flash-attention is --attention flash."""
+    attention = Attention(kw.pop("attention", None) or Attention.AUTO.value)
+    if kw.pop("flash_attention", False):
+        if attention is Attention.UNFUSED:
+            raise click.UsageError("--flash-attention contradicts --attention unfused; give one")
+        attention = Attention.FLASH
+    return attention.flash
+
+
 def given_plan_options(kw: dict[str, Any]) -> dict[str, Any]:
     """The plan options given on the command line (not left at their defaults)."""
     ctx = click.get_current_context()
-    return {k: kw[k] for k in PLAN_KEYS if k in kw and _given(ctx, k)}
+    given = {k: kw[k] for k in PLAN_KEYS if k in kw and _given(ctx, k)}
+    if _given(ctx, "attention") or kw.get("flash_attention"):
+        given["flash_attention"] = attention_option(dict(kw))
+    else:
+        given.pop("flash_attention", None)
+    return given
 
 
 def config_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
@@ -424,6 +458,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
     if kw.get("collective_algorithm"):
         hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
+    kw["flash_attention"] = attention_option(kw)
     plan_kw = {k: kw[k] for k in PLAN_KEYS if kw.get(k) is not None}
     plan_kw.setdefault("dtype", hardware.default_dtype())
     plan_kw.setdefault("gpus", kw["dp"] * kw["tp"] * kw["pp"])
@@ -591,6 +626,12 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--virtual-stages", type=whole(), default=None, help="Pin the model chunks per GPU.")
 @click.option("--recompute", type=choice(Recompute), default=None,
               help="Pin the activation recompute.")
+@click.option("--recompute-every", type=whole(), default=1, show_default=True,
+              help="Every plan applies its recompute policy to one layer in N.")
+@click.option("--grad-dtype", type=choice(STATE_DTYPES), default=None,
+              help="bf16: every plan's main-gradient dtype (default fp32).")
+@click.option("--optimizer-dtype", type=choice(STATE_DTYPES), default=None,
+              help="bf16: every plan's Adam-state dtype (default fp32, with master weights).")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None,
               help="Pin sequence parallelism on or off.")
 @click.option("--zero", type=click.IntRange(0, 3), default=None, help="Pin the ZeRO stage.")
@@ -603,7 +644,12 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--max-tp", type=whole(), default=None, help="Largest tensor-parallel degree.")
 @click.option("--max-pp", type=whole(), default=None, help="Largest pipeline-parallel degree.")
 @click.option("--max-micro-batch", type=whole(), default=None, help="Largest micro-batch.")
-@click.option("--flash-attention", is_flag=True, help="Every plan uses fused (flash) attention.")
+@click.option("--attention", type=choice(Attention), default=Attention.AUTO.value,
+              show_default=True,
+              help="Every plan's attention core: flash, unfused, or auto (flash where the "
+                   "hardware has a flash kernel for the dtype).")
+@click.option("--flash-attention", is_flag=True, hidden=True,
+              help="The old spelling of --attention flash.")
 @click.option("--overlap-grad-sync", is_flag=True,
               help="Every plan overlaps the data-parallel gradient sync with backward.")
 @click.option("--norm", type=choice(NORMS), default="local", show_default=True,
@@ -682,6 +728,11 @@ def recommend(model: str | None, from_config: str | None,
         if emit_config[0] == "deepspeed":
             pins["tp"] = pins.get("tp") or 1
             pins["pp"] = pins.get("pp") or 1
+        # what each framework runs (perfmodel.configs' emitters refuse the rest)
+        pins["zero_stages"] = {"megatron": (0, 1, 3), "torchtitan": (0, 3)}.get(
+            emit_config[0], (0, 1, 2, 3))
+        if emit_config[0] == "megatron":
+            pins["schedules"] = ("1f1b", "interleaved")
     try:
         gpu_counts = tuple(int(g) for g in gpus.split(","))
     except ValueError:
@@ -699,6 +750,7 @@ def recommend(model: str | None, from_config: str | None,
         raise click.UsageError("--contributors applies to layer-graph models (alexnet, vgg16, "
                                "resnet50, mlp or a 'kind: layers' file)")
     spec.require_costed()
+    pins["flash_attention"] = attention_option(pins)
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
                                           "time_to_train" if pins.get("tokens") else "step_time")
     req = SearchRequest(gpus=gpu_counts, global_batch=global_batch,

@@ -23,6 +23,7 @@ import numpy as np
 
 from perfmodel import names as N
 from perfmodel.costs.precision import model_state_bytes_per_param, optimizer_step_bytes_per_param
+from perfmodel.errors import PlanError
 from perfmodel.specs.hardware import LINK_PROTOCOLS, HardwareSpec
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import (
@@ -148,7 +149,8 @@ def _schedule(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
 def _recompute(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
     code = c["recompute"]
     return {"is_recompute_full": code == _code(RECOMPUTES, Recompute.FULL),
-            "is_recompute_selective": code == _code(RECOMPUTES, Recompute.SELECTIVE)}
+            "is_recompute_selective": code == _code(RECOMPUTES, Recompute.SELECTIVE),
+            "is_recompute_op": code == _code(RECOMPUTES, Recompute.OP)}
 
 
 def _sequence_parallel(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
@@ -180,8 +182,8 @@ GROUPS: tuple[Group, ...] = (
     Group("micro_batch", ("micro_batch",), ("micro_batch",), _micro_batch),
     Group("schedule", ("schedule", "virtual_stages"),
           ("virtual_stages", "is_gpipe", "is_interleaved", "is_zero_bubble", "is_zbv"), _schedule),
-    Group("recompute", ("recompute",), ("is_recompute_full", "is_recompute_selective"),
-          _recompute),
+    Group("recompute", ("recompute",),
+          ("is_recompute_full", "is_recompute_selective", "is_recompute_op"), _recompute),
     Group("sequence_parallel", ("sequence_parallel",), ("is_sequence_parallel",),
           _sequence_parallel),
     Group("zero", ("zero",), ("is_zero1", "is_zero2", "is_zero3"), _zero),
@@ -271,14 +273,64 @@ def link_values(hardware: HardwareSpec) -> dict[str, float]:
     return vals
 
 
+# The largest head size flash kernels run: FlashAttention-2 "all head dimensions up to 256"
+# (github Dao-AILab/flash-attention README); cuDNN's fused attention and FlashAttention-3 likewise.
+FLASH_MAX_HEAD_DIM = 256
+
+
+def resolve_flash(flash_attention: bool | None, model: TransformerSpec, hardware: HardwareSpec,
+                  dtype: Dtype | str) -> bool:
+    """Whether a plan attends with a fused (flash) kernel.
+
+    None (the default): yes where the hardware has a measured flash kernel for the dtype
+    (HardwareSpec.flash_attention: FlashAttention-2 on A100, cuDNN on H100/H200) and the model's
+    head size is one flash kernels run (<= 256); else the unfused path. True on hardware that has
+    no flash kernel (its spec lists no dtypes: V100), or with a larger head size than its
+    kernel runs, is refused; True where no kernel is measured for the dtype (a calibrated CPU,
+    MI300X, fp32) costs the fused kernel's FLOPs at the GEMM efficiency
+    (perfmodel.step.layer.flash_attention)."""
+    dtype = Dtype(dtype).value
+    fa = hardware.flash_attention
+    if flash_attention is None:
+        return hardware.flash_kernel(dtype) is not None and model.head_dim <= FLASH_MAX_HEAD_DIM
+    if flash_attention and fa is not None and not fa.dtypes:
+        raise PlanError(f"flash_attention: hardware '{hardware.name}' has no flash-attention "
+                        f"kernel ({fa.kernel}); use --attention unfused")
+    if flash_attention and hardware.flash_kernel(dtype) is not None \
+            and model.head_dim > FLASH_MAX_HEAD_DIM:
+        raise PlanError(f"flash_attention: head_dim {model.head_dim} is above the "
+                        f"{FLASH_MAX_HEAD_DIM} flash kernels run; use --attention unfused")
+    return bool(flash_attention)
+
+
+def flash_values(model: TransformerSpec, hardware: HardwareSpec, dtype: str) -> dict[str, float]:
+    """The flash kernel's symbols at the model's head size (HardwareSpec.flash_attention.at);
+    where no kernel is measured for the dtype, flash_measured 0 (and 1 for its unused
+    parameters, so that no 0 divides)."""
+    kernel = hardware.flash_kernel(dtype)
+    if kernel is None:
+        point = dict(flash_measured=0.0, flash_forward_max_fraction=1.0,
+                     flash_forward_half_seq=1.0, flash_backward_max_fraction=1.0,
+                     flash_backward_half_seq=1.0)
+        return point
+    at = kernel.at(model.head_dim)
+    return {"flash_measured": 1.0,
+            "flash_forward_max_fraction": at.forward_max_fraction,
+            "flash_forward_half_seq": at.forward_half_seq,
+            "flash_backward_max_fraction": at.backward_max_fraction,
+            "flash_backward_half_seq": at.backward_half_seq}
+
+
 def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | str, *,
-                 flash_attention: bool, overlap_grad_sync: bool) -> dict[str, float]:
+                 flash_attention: bool, overlap_grad_sync: bool,
+                 recompute_every: int = 1, grad_dtype: str | None = None,
+                 optimizer_dtype: str | None = None) -> dict[str, float]:
     """The symbols that are one number for every plan of a request: the model, the hardware,
     the dtype, and the options every plan shares."""
     dtype = Dtype(dtype)
     gemm = hardware.gemm(dtype.value)
     precision = precision_of(dtype)
-    state = model_state_bytes_per_param(precision)
+    state = model_state_bytes_per_param(precision, grad_dtype, optimizer_dtype)
     vals: dict[str, float] = {
         "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
         "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden, "head_dim": model.head_dim,
@@ -287,7 +339,8 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "weight_bytes_per_param": state["weights"],
         "grad_bytes_per_param": state["gradients"],
         "optimizer_bytes_per_param": state["optimizer_states"],
-        "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(precision),
+        "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(
+            precision, grad_dtype, optimizer_dtype),
         # the roofline's peak: the datasheet's at the clock the part sustains
         "peak_flops_per_s": hardware.peak(dtype.value) * hardware.sustained_clock_fraction,
         "memory_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
@@ -304,6 +357,10 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "fsdp_backward_overhead_s": hardware.fsdp_backward_overhead_s,
         "fsdp_reduce_overhead_s": hardware.fsdp_reduce_overhead_s,
         **link_values(hardware),
+        "nccl_buffer_bytes": hardware.nccl_buffer_bytes,
+        "memory_fragmentation": hardware.memory_fragmentation,
+        **flash_values(model, hardware, dtype.value),
+        "recompute_every": recompute_every,
     }
     flags = {
         "flash": flash_attention, "overlap_grad_sync": overlap_grad_sync,
@@ -345,8 +402,11 @@ def fit_values(hardware: HardwareSpec) -> dict[str, float]:
 
 def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dict[str, float]:
     """The numeric value of every symbol of one plan, by symbol name (see perfmodel.names)."""
-    vals = fixed_values(model, hardware, plan.dtype, flash_attention=plan.flash_attention,
-                        overlap_grad_sync=plan.overlap_grad_sync)
+    flash = resolve_flash(plan.flash_attention, model, hardware, plan.dtype)
+    vals = fixed_values(model, hardware, plan.dtype, flash_attention=flash,
+                        overlap_grad_sync=plan.overlap_grad_sync,
+                        recompute_every=plan.recompute_every, grad_dtype=plan.grad_dtype,
+                        optimizer_dtype=plan.optimizer_dtype)
     for name, value in encode_plans(plan_arrays(plan), hardware.gpus_per_node).items():
         vals[name] = float(value[0])
     return vals

@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.encode import axis_per_node, grid_degrees, layout_family, link_features, values_of
+from perfmodel.encode import (
+    axis_per_node,
+    grid_degrees,
+    layout_family,
+    link_features,
+    resolve_flash,
+    values_of,
+)
 from perfmodel.errors import InternalError, OutputError
 from perfmodel.files import write_atomic
 from perfmodel.names import AXES
@@ -55,7 +62,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
         recompute=plan.recompute.value,
         sequence_parallel=plan.sequence_parallel,
         zero=plan.zero,
-        flash=plan.flash_attention,
+        flash=resolve_flash(plan.flash_attention, model, hardware, plan.dtype),
         overlap_grad_sync=plan.overlap_grad_sync,
         gated=model.gated_mlp,
         tied_embeddings=model.tied_embeddings,

@@ -37,6 +37,8 @@ _name("micro_batch", "b", "micro-batch size [samples]")
 _name("global_batch", "B", "global batch size [samples]")
 _name("virtual_stages", "v", "virtual pipeline stages per GPU (interleaving)")
 _name("bytes_per_element", "e", "bytes per activation/weight element")
+_name("recompute_every", "N_rc",
+      "the recompute policy applies to one layer in every N_rc of a stage (1: every layer)")
 _name("tp_per_node", "k_tp", "ranks of one tensor-parallel group inside one node")
 _name("dp_per_node", "k_dp", "ranks of one data-parallel group inside one node")
 _name("pp_per_node", "k_pp", "ranks of one pipeline group inside one node")
@@ -86,6 +88,23 @@ for _link, _where in (("intra", "inside a node"), ("inter", "between nodes")):
 _name("intra_nvls_latency_s", "t_nvls", "NVLink SHARP all-reduce: latency of one call [s]")
 _name("intra_nvls_bandwidth_fraction", "f_nvls",
       "NVLink SHARP all-reduce: bandwidth as a fraction of the intra-node Simple bandwidth")
+# what a GPU holds beyond the tensors (HardwareSpec.nccl_buffer_bytes, memory_fragmentation)
+_name("nccl_buffer_bytes", "M_nccl", "GPU memory of one NCCL communicator's buffers [B]")
+_name("memory_fragmentation", "f_frag",
+      "fraction of the caching allocator's reserved memory that no tensor uses")
+# the hardware's fused (flash) attention kernel at the model's head size
+# (HardwareSpec.flash_attention)
+_name("flash_measured", "I_fa",
+      "1 if the hardware's flash-attention kernel is measured for the dtype, else 0 (fused "
+      "attention's products then run at the GEMM efficiency)")
+_name("flash_forward_max_fraction", "E_fa^fwd",
+      "flash-attention forward: fraction of peak reached by long sequences")
+_name("flash_forward_half_seq", "s_fa^fwd",
+      "flash-attention forward: sequence length at which it reaches half of that [tokens]")
+_name("flash_backward_max_fraction", "E_fa^bwd",
+      "flash-attention backward: fraction of peak reached by long sequences")
+_name("flash_backward_half_seq", "s_fa^bwd",
+      "flash-attention backward: sequence length at which it reaches half of that [tokens]")
 # bytes per parameter, by precision (see perfmodel.costs.memory)
 _name("weight_bytes_per_param", "e_w", "bytes per parameter of the weights")
 _name("grad_bytes_per_param", "e_g", "bytes per parameter of the gradients")
@@ -103,6 +122,7 @@ FLAGS: dict[str, str] = {
         ("sequence_parallel", "sequence parallelism"),
         ("recompute_full", "full recompute"),
         ("recompute_selective", "selective recompute"),
+        ("recompute_op", "per-op selective recompute (torchtitan)"),
         ("zero1", "ZeRO stage >= 1"),
         ("zero2", "ZeRO stage >= 2"),
         ("zero3", "ZeRO stage 3"),

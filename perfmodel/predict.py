@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perfmodel.encode import resolve_flash
 from perfmodel.errors import PlanError
 from perfmodel.evaluate import compile_family, family_of, values_of
 from perfmodel.output import require_finite
@@ -17,9 +18,19 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+# The convention of model_flops_per_step and mfu (perfmodel.step.quantities)
+FLOPS_CONVENTION = ("megatron: Megatron-LM num_floating_point_operations (6 x GEMM parameters x "
+                    "tokens + the causal attention core counted as half, since 8873b55, "
+                    "2025-03); *_full_attention: the core counted whole, as torchtitan's "
+                    "get_num_flop_per_token")
+
+
 @dataclass(frozen=True)
 class Prediction:
-    """A prediction with its breakdown: every number explains itself by named terms."""
+    """A prediction with its breakdown: every number explains itself by named terms.
+
+    model_flops_per_step and mfu follow Megatron-LM (causal attention core counted as half);
+    model_flops_per_step_full_attention and mfu_full_attention count it whole (torchtitan)."""
 
     step_time_s: float
     samples_per_s: float
@@ -40,6 +51,8 @@ class Prediction:
     model: TransformerSpec
     hardware: HardwareSpec
     comm_ledger: list[dict[str, Any]] = field(default_factory=list)
+    model_flops_per_step_full_attention: float = 0.0
+    mfu_full_attention: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +63,9 @@ class Prediction:
             "hardware_flops_per_step": self.hardware_flops_per_step,
             "tflops_per_gpu": self.tflops_per_gpu,
             "mfu": self.mfu,
+            "model_flops_per_step_full_attention": self.model_flops_per_step_full_attention,
+            "mfu_full_attention": self.mfu_full_attention,
+            "flops_convention": FLOPS_CONVENTION,
             "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits_in_memory": self.fits_in_memory,
@@ -99,6 +115,9 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
     hardware = load_hardware(hardware)
     plan = plan if isinstance(plan, Plan) else plan_from_dict(dict(plan))
     plan.check(model)
+    flash = resolve_flash(plan.flash_attention, model, hardware, plan.dtype)
+    if flash != plan.flash_attention:  # the default (None) decided for this hardware and model
+        plan = plan.replace(flash_attention=flash)
     return model, hardware, plan
 
 
@@ -147,6 +166,7 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
     require_finite({**breakdown, "step_time_s": step}, "step time", context)
     require_finite(memory, "memory per GPU", context)
     model_flops = float(out["q:model_flops_per_step"])
+    full_attention_flops = float(out["q:model_flops_per_step_full_attention"])
     peak = hardware.peak(plan.dtype.value)
     mem_total = sum(memory.values())
     result = Prediction(
@@ -168,6 +188,8 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
         plan=plan,
         model=model,
         hardware=hardware,
+        model_flops_per_step_full_attention=full_attention_flops,
+        mfu_full_attention=full_attention_flops / (step * plan.gpus * peak),
     )
     require_finite(result.to_dict(), "prediction", context)
     return result

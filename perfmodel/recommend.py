@@ -97,8 +97,8 @@ def memory_limit_line(result: SearchResult) -> str:
     """The memory a recommended plan may use, and why it is less than the GPU's."""
     r = result.request
     return (f"memory limit {result.capacity_bytes / 2**30:.1f} GiB per GPU: memory_margin "
-            f"{r.memory_margin:.0%} kept free for allocator fragmentation and buffers "
-            f"(--memory-margin)")
+            f"{r.memory_margin:.0%} kept free beyond what the model counts (tensors, reserve, "
+            f"NCCL buffers, fragmentation) (--memory-margin)")
 
 
 class PlanCsv:

@@ -110,9 +110,12 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
                 f"micro-batch {p.micro_batch}",
                 f"global batch {p.global_batch} "
                 f"({_plural(micro_batches, 'micro-batch', 'micro-batches')})",
-                f"recompute {_value(p.recompute)}"]
-    if p.flash_attention:
-        schedule.append("flash attention")
+                f"recompute {_value(p.recompute)}"
+                + (f" (one layer in {p.recompute_every})" if p.recompute_every > 1 else "")]
+    schedule.append("flash attention" if p.flash_attention else "unfused attention")
+    if p.grad_dtype or p.optimizer_dtype:
+        schedule.append(f"gradients {p.grad_dtype or 'fp32'}, optimizer states "
+                        f"{p.optimizer_dtype or 'fp32'}")
     if p.overlap_grad_sync:
         schedule.append("gradient sync overlapped")
     return [f"hardware: [bold]{p.gpus} x {hardware.gpu_name}[/] ({hardware.name}), "
@@ -132,7 +135,10 @@ def print_prediction(r: Prediction) -> None:
     summary.add_row("throughput",
                     f"{r.samples_per_s:,.2f} samples/s, {r.tokens_per_s:,.0f} tokens/s")
     summary.add_row("model FLOPs / step", f"{r.model_flops_per_step:.3e}")
-    summary.add_row("per GPU", f"{r.tflops_per_gpu:.1f} TFLOP/s, MFU {r.mfu * 100:.1f}%")
+    # MFU in Megatron-LM's convention (the causal attention core counted as half; docs/model.md),
+    # the full-attention (torchtitan) count beside it
+    summary.add_row("per GPU", f"{r.tflops_per_gpu:.1f} TFLOP/s, MFU {r.mfu * 100:.1f}% "
+                    f"(Megatron's count; {r.mfu_full_attention * 100:.1f}% with attention whole)")
     fits = "fits" if r.fits_in_memory else "[red]does NOT fit[/]"
     summary.add_row("memory per GPU", f"{fmt_bytes(r.memory_per_gpu_bytes)} of "
                     f"{fmt_bytes(r.memory_capacity_bytes)}: {fits}")

@@ -53,10 +53,18 @@ PLAN = obj({
     "gpus": WHOLE, "dp": WHOLE, "tp": WHOLE, "pp": WHOLE, "micro_batch": WHOLE,
     "global_batch": WHOLE, "schedule": STRING, "virtual_stages": WHOLE,
     "sequence_parallel": BOOLEAN, "recompute": STRING,
+    "recompute_every": {**WHOLE, "description": "The recompute policy applies to one layer in N."},
     "zero": {"type": "integer", "minimum": 0, "maximum": 3}, "dtype": STRING,
-    "tp_layout": STRING, "tp_depth": WHOLE, "flash_attention": BOOLEAN,
+    "tp_layout": STRING, "tp_depth": WHOLE,
+    "flash_attention": {**BOOLEAN,
+                        "description": "Flash (true) or unfused (false) attention, --attention "
+                                       "auto resolved (true where the hardware has a flash kernel "
+                                       "for the dtype; the validation job: fused SDPA)."},
     "overlap_grad_sync": BOOLEAN,
     "placement": {"type": "string", "description": "The axes, innermost first: tp,dp,pp ..."},
+    "grad_dtype": {"type": ["string", "null"], "description": "Main gradients' dtype; null: fp32."},
+    "optimizer_dtype": {"type": ["string", "null"],
+                        "description": "Optimizer states' dtype; null: fp32 with master weights."},
 }, description="A transformer's parallel plan (perfmodel.strategy.Plan); option values as the "
                "command line spells them.")
 
@@ -68,6 +76,12 @@ PREDICTION = obj({
     "breakdown_s": SECONDS_BY_TERM, "memory_breakdown_bytes": BYTES_BY_TERM,
     "bottleneck_stage": STRING, "parameters": NUMBER, "active_parameters": NUMBER,
     "micro_batches": WHOLE, "plan": PLAN, "model": STRING, "hardware": STRING,
+    "model_flops_per_step_full_attention": {
+        **NUMBER, "description": "Model FLOPs with the attention core counted whole "
+                                 "(torchtitan); model_flops_per_step counts the causal half "
+                                 "(Megatron-LM)."},
+    "mfu_full_attention": {**NUMBER, "description": "MFU of model_flops_per_step_full_attention."},
+    "flops_convention": {**STRING, "description": "How model_flops_per_step and mfu count."},
 }, description="One plan's prediction (perfmodel.predict.Prediction.to_dict).")
 
 MODEL_SUMMARY = {"model_source": STRING, "seq_len": WHOLE, "seq_len_from": STRING}

@@ -73,14 +73,21 @@ class SearchRequest:
     recompute: Recompute | None = None
     sequence_parallel: bool | None = None
     zero: int | None = None
+    # what a framework can run (recommend --emit-config): the ZeRO stages and schedules searched
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    schedules: tuple[Schedule, ...] | None = None  # None: every schedule
     placement: Placement | None = None  # any order; unpinned, the search tries PLACEMENTS
     tp_layout: TPLayout | None = None
     tp_depth: int | None = None
     max_tp: int | None = None
     max_pp: int | None = None
     max_micro_batch: int | None = None
-    flash_attention: bool = False
+    flash_attention: bool | None = None  # None: where the hardware has a flash kernel (search())
     overlap_grad_sync: bool = False
+    # every plan's: the recompute policy on one layer in N; bf16's gradient and optimizer dtypes
+    recompute_every: int = 1
+    grad_dtype: str | None = None
+    optimizer_dtype: str | None = None
     memory_margin: float = DEFAULT_MEMORY_MARGIN
     objective: Objective = Objective.STEP_TIME
     tokens: float | None = None
@@ -98,6 +105,17 @@ class SearchRequest:
                           ("tp_layout", TPLayout)):
             if getattr(self, key) is not None or key == "objective":
                 object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
+        if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
+            raise PlanError(f"zero_stages must be some of 0, 1, 2, 3, got {self.zero_stages}")
+        if self.schedules is not None:
+            object.__setattr__(self, "schedules", tuple(
+                parse_option(Schedule, s, "schedules") for s in self.schedules))
+        # the options every plan shares, checked as a plan checks them
+        shared = Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
+                      recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
+                      optimizer_dtype=self.optimizer_dtype)
+        for key in ("recompute_every", "grad_dtype", "optimizer_dtype"):
+            object.__setattr__(self, key, getattr(shared, key))
         if self.objective is Objective.TIME_TO_TRAIN and not self.tokens:
             raise PlanError("objective time_to_train needs --tokens (the token budget)")
         if self.objective is Objective.COST and not self.gpu_hour_price:
@@ -131,7 +149,10 @@ class Plans:
     def empty() -> Plans:
         return Plans({k: np.zeros(0, dtype=np.int64) for k in COLUMNS})
 
-    def plan(self, i: int, dtype: Dtype, flash: bool, overlap: bool) -> Plan:
+    def plan(self, i: int, dtype: Dtype, flash: bool | None, overlap: bool,
+             **shared: Any) -> Plan:
+        """Row i as a Plan; shared: the request's options every plan has (recompute_every,
+        grad_dtype, optimizer_dtype)."""
         c = self.cols
         return Plan(gpus=int(c["gpus"][i]), dp=int(c["dp"][i]), tp=int(c["tp"][i]),
                     pp=int(c["pp"][i]), micro_batch=int(c["micro_batch"][i]),
@@ -143,7 +164,7 @@ class Plans:
                     dtype=dtype, flash_attention=flash, overlap_grad_sync=overlap,
                     placement=strategy.PLACEMENTS[int(c["placement"][i])].axes,
                     tp_layout=strategy.LAYOUTS[int(c["tp_layout"][i])],
-                    tp_depth=int(c["tp_depth"][i]))
+                    tp_depth=int(c["tp_depth"][i]), **shared)
 
 
 # --- enumeration ----------------------------------------------------------------------------
@@ -191,7 +212,8 @@ class _Candidates:
             req = self.req
             rows = []
             for code, name in enumerate(strategy.SCHEDULES):
-                if req.schedule not in (None, name) or name is Schedule.GPIPE and pp == 1:
+                if req.schedule not in (None, name) or name is Schedule.GPIPE and pp == 1 \
+                        or req.schedules is not None and name not in req.schedules:
                     continue
                 stages = (divisors(self.model.layers // pp)
                           if name in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE)
@@ -287,9 +309,11 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
     layout, some micro-batches): every micro-batch, schedule, recompute, sp, ZeRO stage and
     placement."""
     candidates = _Candidates(model, req)
-    recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)]
+    recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)
+            and not (req.recompute_every > 1 and r == Recompute.NONE.value)]
     for gpus, dp, tp, pp in _degree_triples(model, req, candidates):
-        zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,)) if req.zero in (None, z)]
+        zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,))
+                 if req.zero in (None, z) and (z in req.zero_stages or dp == 1)]
         places = _placements(req, dp, tp, pp)
         scheds = candidates.schedules(pp)
         per_replica = req.global_batch // dp
@@ -470,8 +494,11 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                   req: SearchRequest) -> dict[str, Any]:
     """The symbols that are one number for every plan of a request: model, hardware, dtype and
     the options every plan shares (the encoder's fixed values)."""
-    return encode.fixed_values(model, hardware, req.dtype, flash_attention=req.flash_attention,
-                               overlap_grad_sync=req.overlap_grad_sync)
+    flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype)
+    return encode.fixed_values(model, hardware, req.dtype, flash_attention=flash,
+                               overlap_grad_sync=req.overlap_grad_sync,
+                               recompute_every=req.recompute_every, grad_dtype=req.grad_dtype,
+                               optimizer_dtype=req.optimizer_dtype)
 
 
 # --- evaluation -----------------------------------------------------------------------------
@@ -707,7 +734,9 @@ class SearchResult:
     def plan(self, rows: Scored, i: int) -> Plan:
         """Row i of some of this search's plans (best, front, sample, ...) as a Plan."""
         r = self.request
-        return rows.plans.plan(int(i), r.dtype, r.flash_attention, r.overlap_grad_sync)
+        return rows.plans.plan(int(i), r.dtype, r.flash_attention, r.overlap_grad_sync,
+                               recompute_every=r.recompute_every, grad_dtype=r.grad_dtype,
+                               optimizer_dtype=r.optimizer_dtype)
 
     def best_plans(self) -> list[Plan]:
         return [self.plan(self.best, i) for i in range(len(self.best))]
@@ -818,6 +847,9 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     of them, evaluated or not) and its numbers, in order (e.g. to write them out).
     """
     start = time.perf_counter()
+    flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype)
+    if flash != req.flash_attention:  # the default decided for this hardware and model
+        req = dataclasses.replace(req, flash_attention=flash)
     reserved = hardware.memory_reserved_bytes
     capacity = hardware.memory_bytes * (1 - req.memory_margin) - reserved
     keeper = _Keeper(model, req, top)

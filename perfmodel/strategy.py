@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from perfmodel.costs.precision import STATE_DTYPES
 from perfmodel.errors import PlanError
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
@@ -31,9 +32,38 @@ class Schedule(StrEnum):
 
 
 class Recompute(StrEnum):
+    """Activation recompute (checkpointing), by the policies the stacks name:
+
+    selective: Megatron-LM's --recompute-granularity selective: the attention core (Korthikanti
+        et al. 2022, Sec. 5);
+    full: every layer recomputed from its input (Megatron --recompute-granularity full
+        --recompute-method uniform --recompute-num-layers 1; torchtitan mode full);
+    op: torchtitan's per-op selective AC (mode selective, selective_ac_option op): the outputs of
+        every other matmul, of the attention kernel and of the reduce-scatters are kept, the rest
+        (the other matmuls, norms, activations) recomputed.
+    With Plan.recompute_every N > 1 the policy applies to one layer in N, the others keep every
+    activation (torchtitan selective_ac_option N with full; Megatron --recompute-method block
+    --recompute-num-layers k recomputes k of a stage's n layers: N = n / k).
+    """
+
     NONE = "none"
     SELECTIVE = "selective"
     FULL = "full"
+    OP = "op"
+
+
+class Attention(StrEnum):
+    """How the attention core runs: auto (flash where the hardware has a kernel for the dtype,
+    perfmodel.encode.resolve_flash), flash (one fused kernel), unfused (two GEMMs around a fused
+    softmax, s^2 scores in memory). A Plan holds it as flash_attention: None, True, False."""
+
+    AUTO = "auto"
+    FLASH = "flash"
+    UNFUSED = "unfused"
+
+    @property
+    def flash(self) -> bool | None:
+        return {"auto": None, "flash": True, "unfused": False}[self.value]
 
 
 class Dtype(StrEnum):
@@ -165,24 +195,54 @@ class Plan:
     virtual_stages: int = 1
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
+    # the recompute policy applies to one layer in every N of a stage (floor(n / N) of its n
+    # layers; torchtitan wraps layers N, 2N, ...); 1: every layer
+    recompute_every: int = 1
     zero: int = 0
     dtype: Dtype = Dtype.BF16
     tp_layout: TPLayout = TPLayout.ONE_D
     tp_depth: int = 1
-    flash_attention: bool = False
+    # fused (flash) attention: True, False (unfused: Megatron's fused softmax between two GEMMs), or
+    # None: flash where the hardware has a flash kernel for the dtype and the model's head size
+    # (predict and recommend decide; perfmodel.encode.resolve_flash)
+    flash_attention: bool | None = None
     overlap_grad_sync: bool = False
     placement: tuple[str, ...] = AXES
+    # bf16 mixed precision's main-gradient and optimizer-state dtypes, fp32 or bf16
+    # (perfmodel.costs.precision); None: Megatron-LM's, fp32 and fp32
+    grad_dtype: str | None = None
+    optimizer_dtype: str | None = None
 
     def __post_init__(self) -> None:
         for key in ("dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "tp_depth",
-                    "gpus"):
+                    "gpus", "recompute_every"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key))
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
         object.__setattr__(self, "schedule", parse_option(Schedule, self.schedule, "schedule"))
         object.__setattr__(self, "recompute", parse_option(Recompute, self.recompute, "recompute"))
+        if self.recompute_every > 1 and self.recompute is Recompute.NONE:
+            raise PlanError(f"recompute_every {self.recompute_every} needs a recompute policy "
+                            "(it applies the policy to one layer in N): give recompute full, "
+                            "selective or op")
         object.__setattr__(self, "dtype", parse_option(Dtype, self.dtype, "dtype"))
         object.__setattr__(self, "tp_layout", parse_option(TPLayout, self.tp_layout, "tp_layout"))
+        for key in ("grad_dtype", "optimizer_dtype"):
+            value = getattr(self, key)
+            if value is None or str(value).strip() == "":
+                object.__setattr__(self, key, None)
+                continue
+            text = str(value).strip().lower()
+            if text not in STATE_DTYPES:
+                raise PlanError(f"{key} must be one of {', '.join(STATE_DTYPES)}, got '{value}'")
+            if self.dtype is not Dtype.BF16:
+                raise PlanError(f"{key} applies to bf16 mixed precision, not dtype "
+                                f"{self.dtype.value}")
+            object.__setattr__(self, key, text)
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync"):
+            if key == "flash_attention" and (self.flash_attention is None
+                                             or str(self.flash_attention).lower() == "auto"):
+                object.__setattr__(self, key, None)
+                continue
             object.__setattr__(self, key, _bool(getattr(self, key), key))
         placement = tuple(self.placement) if not isinstance(self.placement, str) else tuple(
             p.strip() for p in self.placement.split(",")

@@ -41,6 +41,7 @@ L, h, a, kv, f, d, s, V = (_of(n) for n in ("layers", "hidden", "heads", "kv_hea
 # plan
 dp, tp, pp, b, B, v, e = (_of(n) for n in ("dp", "tp", "pp", "micro_batch", "global_batch",
                                            "virtual_stages", "bytes_per_element"))
+N_rc = _of("recompute_every")
 k_tp, k_dp, k_pp = (_of(n) for n in ("tp_per_node", "dp_per_node", "pp_per_node"))
 # the tensor-parallel grid of the 2d / 2.5d / 3d layouts: sub-axes a (innermost), b, c
 q_a, q_b, q_c = (_of(n) for n in ("tpa", "tpb", "tpc"))
@@ -62,6 +63,11 @@ alpha_i, beta_i = _of("intra_latency_s"), _of("intra_bandwidth")
 alpha_o, beta_o = _of("inter_latency_s"), _of("inter_bandwidth")
 call_i, call_o = _of("intra_call_latency_s"), _of("inter_call_latency_s")
 t_nvls, f_nvls = _of("intra_nvls_latency_s"), _of("intra_nvls_bandwidth_fraction")
+M_nccl, f_frag = _of("nccl_buffer_bytes"), _of("memory_fragmentation")
+# the flash-attention kernel (perfmodel.costs.compute.flash_attention_s)
+I_fa = _of("flash_measured")
+E_fa_fwd, s_fa_fwd = _of("flash_forward_max_fraction"), _of("flash_forward_half_seq")
+E_fa_bwd, s_fa_bwd = _of("flash_backward_max_fraction"), _of("flash_backward_half_seq")
 # bytes per parameter, by precision (see perfmodel.costs.memory)
 wbytes = _of("weight_bytes_per_param")
 gbytes = _of("grad_bytes_per_param")

@@ -255,7 +255,7 @@ def finish(job: JobConfig, gpus: int) -> None:
 def ds_config(plan: Any) -> dict[str, Any]:
     """The DeepSpeed config of a plan; PlanError for what DeepSpeed with a Hugging Face model
     cannot run."""
-    from perfmodel.configs.emit import refuse_emit
+    from perfmodel.configs.job import refuse_emit
 
     if plan.tp > 1 or plan.pp > 1:
         raise refuse_emit("deepspeed", f"tp {plan.tp}, pp {plan.pp}",

@@ -714,7 +714,7 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
 def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
     """The pretrain_gpt.py arguments of a model and a plan, in groups (one option and its
     value each); PlanError for what Megatron-LM cannot run."""
-    from perfmodel.configs.emit import refuse_emit
+    from perfmodel.configs.job import refuse_emit
 
     if plan.tp_layout.value != "1d":
         raise refuse_emit("megatron", f"tp_layout {plan.tp_layout.value}",
@@ -813,7 +813,7 @@ def write_megatron(directory: Path, model: Any, plan: Any, hardware: Any, header
                            "the job trains a few more rows than perfmodel predicted"]
     per_node = min(hardware.gpus_per_node, plan.gpus)
     if plan.gpus % per_node:
-        from perfmodel.configs.emit import refuse_emit
+        from perfmodel.configs.job import refuse_emit
 
         raise refuse_emit("megatron", f"gpus {plan.gpus}",
                           f"not whole nodes of {hardware.gpus_per_node} GPUs")

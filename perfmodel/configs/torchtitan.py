@@ -452,7 +452,7 @@ def finish(job: JobConfig, gpus: int) -> None:
 
 def torchtitan_toml(model: Any, plan: Any) -> str:
     """The torchtitan job config of a plan (TOML); PlanError for what torchtitan cannot run."""
-    from perfmodel.configs.emit import refuse_emit
+    from perfmodel.configs.job import refuse_emit
 
     flavor = next((f for f in ("8B", "70B", "405B") if all(
         getattr(model, k) == v for k, v in flavor_model(f).items())), None)

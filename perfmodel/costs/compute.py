@@ -76,6 +76,36 @@ def layer_gemms(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: 
 
 ATTENTION_CORE = ("attention_scores", "attention_context")
 
+# Causal (decoder) self-attention: a fused kernel skips the masked upper triangle of the scores, so
+# it does half of the two s^2 products' FLOPs (FlashAttention-2, Dao 2023, Sec. 4.1: "with causal
+# mask, we divide this number by 2"; Megatron-LM's num_floating_point_operations counts the core
+# attention so since 8873b55, 2025-03: "only half of the attention matrix is non-zero"). Every
+# model perfmodel predicts is a causal decoder.
+CAUSAL_FRACTION = sp.Rational(1, 2)
+# A flash kernel's backward does 2.5 x its forward's FLOPs: 5 matmuls against 2, because it
+# recomputes the scores S = Q K^T and P instead of storing them (FlashAttention-2, Sec. 4.1).
+FLASH_BACKWARD_PER_FORWARD = sp.Rational(5, 2)
+
+
+def attention_core_flops(b: sp.Expr, s: sp.Expr, a: sp.Expr, d: sp.Expr, tp: sp.Expr, *,
+                         causal: bool = True) -> sp.Expr:
+    """FLOPs of one layer's attention core forward on one GPU: scores Q K^T and context A V,
+    2 x 2 b (a / tp) s^2 d, halved for a causal mask (CAUSAL_FRACTION)."""
+    full = 4 * b * a * s**2 * d / tp
+    return CAUSAL_FRACTION * full if causal else full
+
+
+def flash_attention_s(flops: sp.Expr, peak_flops_per_s: sp.Expr, max_fraction: sp.Expr,
+                      half_seq: sp.Expr, s: sp.Expr) -> sp.Expr:
+    """Time of a fused (flash) attention kernel [s]: compute-bound, no s^2 bytes,
+
+        t = FLOPs / (F_peak E) (1 + s_half / s)
+
+    i.e. it reaches E (max_fraction) of the peak on long sequences and half of that at s_half
+    tokens (a per-row cost: loading Q, rescaling, writing O and the log-sum-exp). E and s_half
+    are fitted per hardware to the kernel's published benchmark (HardwareSpec.flash_attention)."""
+    return flops / (peak_flops_per_s * max_fraction) * (1 + half_seq / s)
+
 
 def logits_gemm(T: sp.Expr, h: sp.Expr, V: sp.Expr, tp: sp.Expr) -> Gemm:
     """The output layer (vocabulary split over tp): T x h @ h x V/tp."""

@@ -54,7 +54,7 @@ def zero_divisors(zero1: Flag, zero2: Flag, zero3: Flag, dp: sp.Expr) -> dict[st
 def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: sp.Expr,
                            f: sp.Expr, tp: sp.Expr, e: sp.Expr, *, sequence_parallel: Flag,
                            full: Flag, selective: Flag, flash: Flag, gated: Flag,
-                           d: sp.Expr | None = None) -> sp.Expr:
+                           op: Flag = 0, d: sp.Expr | None = None) -> sp.Expr:
     """Activation bytes one layer keeps for the backward pass, per micro-batch, on one GPU.
 
     With e = 2 (16-bit), 1-byte dropout masks, kv = a, f = 4h, no gating (Korthikanti et al. 2022,
@@ -73,18 +73,33 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     fp32 log-sum-exp, 4 a b s). Selective recompute drops either: it checkpoints the core attention,
     keeping only its inputs (Q, K, V), so what the attention kernel stores for its backward is
     recomputed with it.
-    `full` and `selective` are the recompute mode as flags (at most one is set).
+    Per-op recompute (`op`, torchtitan's op-level selective AC, torchtitan/distributed/
+    activation_checkpoint.py: the outputs of every other matmul (the 1st, 3rd, ... of the layer,
+    counted per layer: Q, V, MLP up (w1) and, SwiGLU, MLP down (w2)), of the flash attention kernel
+    and of the reduce-scatters are saved, the rest recomputed) keeps per layer: its input e T h
+    (/tp with sequence parallelism), e T (a d + kv d + f) / tp (the column-parallel outputs),
+    SwiGLU's MLP-down output e T h (a row-parallel output: partial sums, whole on each rank), the
+    attention output e T a d / tp and its fp32 log-sum-exp 4 a b s / tp (flash; an unfused core's
+    batched products are not in the save list and are recomputed), and with sequence parallelism
+    the two reduce-scatter outputs 2 e T h / tp.
+    `full`, `selective` and `op` are the shares of the layers under each policy (0/1 flags, or a
+    fraction with Plan.recompute_every); the rest keep everything.
     """
-    sequence_parallel, full, selective, flash, gated = map(
-        as_flag, (sequence_parallel, full, selective, flash, gated))
+    sequence_parallel, full, selective, flash, gated, op = map(
+        as_flag, (sequence_parallel, full, selective, flash, gated, op))
     T = b * s
     rep = 1 + sequence_parallel * (tp - 1)
     d = h / a if d is None else d
     replicated = (4 * e + 2) * T * h
     sharded = e * T * (a * d + kv * d) + e * T * kv * d + e * T * a * d + (2 + gated) * e * T * f
-    quadratic = (1 - selective) * (flash * 4 * a * b * s + (1 - flash) * (2 * e + 1) * a * b * s**2)
-    stored = replicated / rep + (sharded + quadratic) / tp
-    return full * e * T * h / rep + (1 - full) * stored
+    quadratic = flash * 4 * a * b * s + (1 - flash) * (2 * e + 1) * a * b * s**2
+    everything = replicated / rep + (sharded + quadratic) / tp
+    attention_core_recomputed = replicated / rep + sharded / tp
+    layer_input = e * T * h / rep
+    per_op = layer_input + e * T * (a * d + kv * d + f) / tp + gated * e * T * h \
+        + flash * (e * T * a * d + 4 * a * b * s) / tp + sequence_parallel * 2 * e * T * h / tp
+    return full * layer_input + selective * attention_core_recomputed + op * per_op \
+        + (1 - full - selective - op) * everything
 
 
 def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Expr,

@@ -49,6 +49,7 @@ DEFAULT_KERNEL_OVERHEAD_S = 4e-6
 # "collectives.", "gemm_efficiency." and "layer_costs." for the entries of those lists.
 _SECONDS = "a fixed cost above this is a hang, not an overhead"
 _FRACTION = "a fraction of the peak"
+_SEQ = "a sequence length [tokens]: 1e7 is beyond any context window"
 _DIM = "a GEMM dimension: 1e9 is far beyond any layer (a step's tokens are ~1e7)"
 BOUNDS: dict[str, Bound] = {
     "gpus_per_node": Bound(1, 65_536, "a node: NVL576 is the largest NVLink domain, a TPU v5p pod "
@@ -64,6 +65,10 @@ BOUNDS: dict[str, Bound] = {
     "sustained_clock_fraction": Bound(0, 1.5, "the clock a part sustains over the clock of its "
                                       "datasheet peak: 1.5x is an overclock no datasheet has"),
     "memory_reserved_bytes": Bound(0, 1e15, "as memory_bytes, and below it", inclusive=True),
+    "nccl_buffer_bytes": Bound(0, 1e12, "one communicator's buffers: 64 channels x 3 protocols "
+                               "of 4 MiB is 0.8 GB; 1 TB is no buffer", inclusive=True),
+    "memory_fragmentation": Bound(0, 0.9, "a fraction of the allocator's reserved pool left "
+                                  "unused: above 0.9 the allocator is broken", inclusive=True),
     "kernel_overhead_s": Bound(0, 1, _SECONDS + " (a GPU launch is ~5 us)", inclusive=True),
     "kernel_overhead_tp_s": Bound(0, 1, _SECONDS, inclusive=True),
     "collective_overhead_s": Bound(0, 1, _SECONDS, inclusive=True),
@@ -121,6 +126,12 @@ BOUNDS: dict[str, Bound] = {
     "layer_costs.backward_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
     "layer_costs.compute_scale": Bound(0, 100, "a framework 100x slower than the roofline is "
                                        "broken, not slow"),
+    "flash_attention.head_dim": Bound(1, 4096, "an attention head's width (kernels stop at 256)",
+                                      inclusive=True, integer=True),
+    "flash_attention.forward_max_fraction": Bound(0, 1, _FRACTION),
+    "flash_attention.backward_max_fraction": Bound(0, 1, _FRACTION),
+    "flash_attention.forward_half_seq": Bound(0, 1e7, _SEQ, inclusive=True),
+    "flash_attention.backward_half_seq": Bound(0, 1e7, _SEQ, inclusive=True),
 }
 
 
@@ -351,10 +362,87 @@ class LayerCost:
             bounded(f"layer_costs.{name}", getattr(self, name))
 
 
+@dataclass(frozen=True, kw_only=True)
+class FlashAttentionPoint:
+    """A fused (flash) attention kernel's speed at one head size, fitted to its published
+    benchmark (TFLOP/s against sequence length; perfmodel.costs.compute.flash_attention_s):
+
+        achieved FLOP/s = peak x max_fraction x s / (s + half_seq)
+
+    for the forward and for the backward, FLOPs counted as the kernel's authors count them
+    (FlashAttention-2, Dao 2023, Sec. 4.1: forward 4 s^2 d heads, halved with a causal mask;
+    backward 2.5 x the forward).
+    """
+
+    head_dim: int
+    forward_max_fraction: float
+    forward_half_seq: float
+    backward_max_fraction: float
+    backward_half_seq: float
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # stored as floats (YAML reads 4.8e2 as text)
+            value = bounded(f"flash_attention.{f.name}", getattr(self, f.name),
+                            f"flash_attention.by_head_dim.{f.name}")
+            object.__setattr__(self, f.name, int(value) if f.name == "head_dim" else value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlashAttention:
+    """The hardware's fused (flash) attention kernel: which one, the dtypes it runs, and its
+    speed by head size (FlashAttentionPoint). No dtypes: the GPU has no such kernel (V100:
+    FlashAttention-2 needs Ampere or newer), and a plan that asks for one is refused.
+
+    Between two measured head sizes the parameters are interpolated linearly; beyond the
+    smallest or the largest, the nearest measured one's are taken (the spec says which kernel
+    configurations were measured)."""
+
+    kernel: str
+    dtypes: tuple[str, ...] = ()
+    by_head_dim: tuple[FlashAttentionPoint, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtypes", tuple(str(d) for d in self.dtypes))
+        for dtype in self.dtypes:
+            if dtype not in DTYPES:
+                raise SpecError(f"flash_attention.dtypes: unknown dtype '{dtype}'"
+                                f"{suggest(dtype, DTYPES)}; allowed: {', '.join(DTYPES)}")
+        points = tuple(sorted(self.by_head_dim, key=lambda p: p.head_dim))
+        if self.dtypes and not points:
+            raise SpecError("flash_attention.by_head_dim must give at least one head size when "
+                            "dtypes are listed")
+        if len({p.head_dim for p in points}) != len(points):
+            raise SpecError("flash_attention.by_head_dim gives a head_dim twice")
+        object.__setattr__(self, "by_head_dim", points)
+
+    def runs(self, dtype: str) -> bool:
+        return dtype in self.dtypes
+
+    def at(self, head_dim: float) -> FlashAttentionPoint:
+        """The kernel's parameters at a head size: linear in head_dim between measured points,
+        the nearest point's beyond them."""
+        import bisect
+
+        points = self.by_head_dim
+        dims = [p.head_dim for p in points]
+        i = bisect.bisect_left(dims, head_dim)
+        if i < len(points) and dims[i] == head_dim:
+            return points[i]
+        if i == 0 or i == len(points):
+            near = points[0 if i == 0 else -1]
+            return dataclasses.replace(near, head_dim=int(head_dim))
+        lo, hi = points[i - 1], points[i]
+        w = (head_dim - lo.head_dim) / (hi.head_dim - lo.head_dim)
+        mix = {f.name: (1 - w) * getattr(lo, f.name) + w * getattr(hi, f.name)
+               for f in dataclasses.fields(FlashAttentionPoint) if f.name != "head_dim"}
+        return FlashAttentionPoint(head_dim=int(head_dim), **mix)
+
+
 # HardwareSpec's numeric fields other than gpus_per_node and the per-dtype peaks
 _SCALAR_FIELDS = ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
                   "sustained_clock_fraction",
-                  "memory_reserved_bytes", "kernel_overhead_s", "kernel_overhead_tp_s",
+                  "memory_reserved_bytes", "nccl_buffer_bytes", "memory_fragmentation",
+                  "kernel_overhead_s", "kernel_overhead_tp_s",
                   "collective_overhead_s", "optimizer_overhead_s",
                   "optimizer_bandwidth_efficiency", "fsdp_forward_overhead_s",
                   "fsdp_backward_overhead_s", "fsdp_reduce_overhead_s", "ranks_per_device")
@@ -392,7 +480,14 @@ class HardwareSpec:
     # bytes per parameter (a framework's optimizer may make more passes than one fused kernel);
     # 0: memory_bandwidth_efficiency, as every other memory-bound kernel
     optimizer_bandwidth_efficiency: float = 0.0
+    # What a GPU holds beyond the training's tensors (perfmodel.step.memory): the CUDA context and
+    # libraries' workspaces (memory_reserved_bytes); each NCCL communicator's connection buffers
+    # (nccl_buffer_bytes, per communicator a rank uses; 0: not measured); and the caching
+    # allocator's fragmentation, the fraction of its reserved pool no tensor uses
+    # (memory_fragmentation: reserved = allocated / (1 - f); 0: not measured)
     memory_reserved_bytes: float = 0.0
+    nccl_buffer_bytes: float = 0.0
+    memory_fragmentation: float = 0.0
     # Measured by `calibrate run` (stage layers): what FSDP2 (ZeRO 1-3) adds per unit beyond its
     # gathers, reduce-scatters and copies (hooks: unshard, reshard, post-backward), per
     # micro-batch forward and backward, and per step for the gradient reduction; 0 = not measured
@@ -409,6 +504,9 @@ class HardwareSpec:
     # Measured by `calibrate run` (stage layers); empty: the framework's cost is
     # kernel_overhead_s per kernel (see LayerCost)
     layer_costs: tuple[LayerCost, ...] = ()
+    # the fused (flash) attention kernel and its measured speed; None: not measured (a plan that
+    # asks for fused attention then costs its products at the GEMM efficiency)
+    flash_attention: FlashAttention | None = None
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -486,6 +584,12 @@ class HardwareSpec:
             return self.gemm_efficiency[dtype]
         return self.gemm_efficiency["default"]
 
+    def flash_kernel(self, dtype: str) -> FlashAttention | None:
+        """The flash-attention kernel that runs this dtype, or None (not measured, or a dtype the
+        kernel does not run)."""
+        fa = self.flash_attention
+        return fa if fa is not None and fa.runs(dtype) else None
+
     def replace(self, **changes: Any) -> HardwareSpec:
         return dataclasses.replace(self, **changes)
 
@@ -500,6 +604,8 @@ _FIT_FIELDS = [f.name for f in dataclasses.fields(CollectiveFit)]
 _FIT_REQUIRED = [f.name for f in dataclasses.fields(CollectiveFit)
                  if f.default is dataclasses.MISSING]
 _LAYER_COST_FIELDS = [f.name for f in dataclasses.fields(LayerCost)]
+_FLASH_FIELDS = [f.name for f in dataclasses.fields(FlashAttention)]
+_FLASH_POINT_FIELDS = [f.name for f in dataclasses.fields(FlashAttentionPoint)]
 _LAYER_COST_REQUIRED = [f.name for f in dataclasses.fields(LayerCost)
                         if f.default is dataclasses.MISSING]
 
@@ -535,6 +641,7 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
                         where)
         fields["collectives"] = tuple(CollectiveFit(**fit) for fit in fits)
         fields["layer_costs"] = _layer_costs_from(fields.get("layer_costs", ()), where)
+        fields["flash_attention"] = _flash_from(fields.get("flash_attention"), where)
         fields.setdefault("name", where)
         fields.setdefault("gpu_name", fields["name"])
         for key in _SCALAR_FIELDS:
@@ -597,6 +704,30 @@ def _layer_costs_from(value: Any, where: str) -> tuple[LayerCost, ...]:
         except SpecError as exc:
             raise SpecError(f"{where}: layer_costs[{i}]: {exc}") from None
     return tuple(out)
+
+
+def _flash_from(value: Any, where: str) -> FlashAttention | None:
+    """flash_attention: {kernel, dtypes: [...], by_head_dim: [{head_dim, forward_max_fraction,
+    forward_half_seq, backward_max_fraction, backward_half_seq}, ...]}, or absent."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{where}: flash_attention must be a mapping with "
+                        f"{', '.join(_FLASH_FIELDS)}")
+    check_fields(value, _FLASH_FIELDS, f"{where}: flash_attention")
+    if "kernel" not in value:
+        raise SpecError(f"{where}: missing required field 'flash_attention.kernel'")
+    dtypes = value.get("dtypes", ())
+    if isinstance(dtypes, str) or not isinstance(dtypes, (list, tuple)):
+        raise SpecError(f"{where}: flash_attention.dtypes must be a list of dtypes "
+                        f"({', '.join(DTYPES)})")
+    points = _entries(value.get("by_head_dim", ()), "flash_attention.by_head_dim",
+                      _FLASH_POINT_FIELDS, _FLASH_POINT_FIELDS, where)
+    try:
+        return FlashAttention(kernel=str(value["kernel"]), dtypes=tuple(dtypes),
+                              by_head_dim=tuple(FlashAttentionPoint(**p) for p in points))
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
 
 
 def _gemm_from(value: Any, where: str) -> dict[str, GemmEfficiency]:
@@ -670,6 +801,6 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
 
 
 __all__ = ["BOUNDS", "COLLECTIVE_LIBRARIES", "DTYPES", "LAYER_PARTS", "LAYER_STYLES",
-           "LINK_PROTOCOLS", "CollectiveFit", "GemmEfficiency", "HardwareSpec", "LayerCost",
-           "LinkSpec", "ProtocolSpec",
+           "LINK_PROTOCOLS", "CollectiveFit", "FlashAttention", "FlashAttentionPoint",
+           "GemmEfficiency", "HardwareSpec", "LayerCost", "LinkSpec", "ProtocolSpec",
            "hardware_from_dict", "load_hardware", "load_hardware_dict"]

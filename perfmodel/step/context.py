@@ -72,8 +72,15 @@ class Context:
     multi: sp.Expr  # 1 with several pipeline stages, 0 with one
     single: sp.Expr  # 1 - multi
     seq_parallel: sp.Expr
+    # the share of a stage's layers under each recompute policy (the option's 0/1 times
+    # floor(n / N) / n with Plan.recompute_every N; 0 under the others)
     full: sp.Expr  # full recompute
-    selective: sp.Expr  # selective recompute
+    selective: sp.Expr  # selective recompute (Megatron: the attention core)
+    op: sp.Expr  # per-op selective recompute (torchtitan)
+    # 1 where some layer of the stage recomputes fully (resp. per op): it needs a buffer to
+    # recompute into
+    full_any: sp.Expr
+    op_any: sp.Expr
     zero1: sp.Expr  # ZeRO stage >= 1 (and likewise zero2, zero3)
     zero2: sp.Expr
     zero3: sp.Expr
@@ -104,12 +111,20 @@ class Context:
         split = megatron * seq_parallel + (1 - megatron)
         multi = active(S.pp)
         zero = [flag(None if fam.zero is None else fam.zero >= k, f"zero{k}") for k in (1, 2, 3)]
+        n = S.L / S.pp
+        # the layers the policy applies to: floor(n / N) of the stage's n (torchtitan wraps the
+        # N-th, 2N-th, ... layer it builds); any: 1 if there is one
+        recomputed = sp.floor(n / S.N_rc)
+        share, any_ = recomputed / n, sp.Min(1, recomputed, evaluate=False)
+        full = flag(_option(fam, "recompute", "full"), "recompute_full")
+        op = flag(_option(fam, "recompute", "op"), "recompute_op")
         return cls(
             fam=fam, dev=device(fam), d=S.d if fam.free_head_dim else S.h / S.a,
-            T=S.b * S.s, m=S.B / (S.dp * S.b), layers_per_stage=S.L / S.pp,
+            T=S.b * S.s, m=S.B / (S.dp * S.b), layers_per_stage=n,
             multi=multi, single=1 - multi, seq_parallel=seq_parallel,
-            full=flag(_option(fam, "recompute", "full"), "recompute_full"),
-            selective=flag(_option(fam, "recompute", "selective"), "recompute_selective"),
+            full=full * share,
+            selective=flag(_option(fam, "recompute", "selective"), "recompute_selective") * share,
+            op=op * share, full_any=full * any_, op_any=op * any_,
             zero1=zero[0], zero2=zero[1], zero3=zero[2],
             gpipe=flag(_option(fam, "schedule", "gpipe"), "gpipe"),
             interleaved=flag(_option(fam, "schedule", "interleaved"), "interleaved"),

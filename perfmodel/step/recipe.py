@@ -80,8 +80,9 @@ def build(fam: Family) -> Model:
     step_terms = CO.step_terms(phases["step"], c.m, CO.launch_s(collectives),
                                PP.bubble_s(c.m, t_mb, w_fill))
     # 6. what else a prediction reports
-    parts = part_times(c, forward_s, {p.name: p for p in phases["first"] + phases["last"]},
-                       collectives, units)
+    backward_s = {"layer": layer.backward_s}
+    parts = part_times(c, forward_s, backward_s,
+                       {p.name: p for p in phases["first"] + phases["last"]}, collectives, units)
     return Model(
         family=fam,
         time_terms={**{f"{st}:{k}": c.m * t for st in PP.STAGES

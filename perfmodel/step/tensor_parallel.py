@@ -43,10 +43,16 @@ def layer_collectives(c: Context) -> list[Collective]:
     n, sp_ = c.layers_per_stage, c.seq_parallel
     act_bytes = S.e * c.T * S.h
     out = []
-    for in_phase, phase, repeat in (("layers/forward", "fwd", 1), ("layers/backward", "bwd", 1),
-                                    ("layers/recompute", "bwd", c.full)):
+    # recompute repeats the forward's (full), or all but the reduce-scatters, whose outputs
+    # torchtitan's per-op recompute keeps (op)
+    recompute = {"all_gather": c.full + c.op, "reduce_scatter": c.full,
+                 "all_reduce": c.full + c.op}
+    for in_phase, phase, repeat in (("layers/forward", "fwd", None),
+                                    ("layers/backward", "bwd", None),
+                                    ("layers/recompute", "bwd", recompute)):
         for op, share in (("all_gather", sp_), ("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
-            calls = c.megatron * repeat * COLLECTIVES_PER_LAYER * share * n
+            times = 1 if repeat is None else repeat[op]
+            calls = c.megatron * times * COLLECTIVES_PER_LAYER * share * n
             out.append(_tp(c, f"tp/layer/{op}", op, act_bytes, calls, phase, in_phase))
     if c.fam.tp_layout != "1d":  # 2d / 2.5d / 3d grids: see perfmodel.costs.layouts
         out += _grid_collectives(c)
@@ -70,7 +76,7 @@ def _grid_collectives(c: Context) -> list[Collective]:
     for weight, op in ops:
         issued = [(op.phase, "layers/forward" if op.phase == "fwd" else "layers/backward", 1)]
         if op.phase == "fwd":  # recomputed with the forward
-            issued.append(("bwd", "layers/recompute", c.full))
+            issued.append(("bwd", "layers/recompute", c.full + c.op))
         for phase, in_phase, repeat in issued:
             calls = weight * repeat * op.count * c.layers_per_stage
             out.append(_tp(c, f"{op.axis}/layer/{op.op}", op.op, op.nbytes, calls, phase,

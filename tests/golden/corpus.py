@@ -25,7 +25,7 @@ SEED = 20261124
 PER_PAIR = 36  # plans per (model, hardware) pair: 11 x 6 x 36 = 2376
 LAYOUTS = ("1d", "2d", "2.5d", "3d")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "zbv")
-RECOMPUTES = ("none", "selective", "full")
+RECOMPUTES = ("none", "selective", "full", "op")
 PLACEMENTS = ("tp,dp,pp", "tp,pp,dp", "dp,tp,pp", "pp,tp,dp")
 RECOMMEND = (  # (model, hardware, gpus, global batch, dtype)
     ("gpt3-175b", "dgx-a100-80gb", 1024, 1536, "bf16"),
@@ -77,13 +77,21 @@ def _candidate(rng: random.Random, model: Any, dtype: str) -> dict[str, Any]:
         tp ** (1 / 3) if layout == "3d" else (tp // depth) ** 0.5) ** (2 if layout == "3d" else 1)
     micro = split * rng.choice([1, 2, 4])
     micro_batches = rng.choice([1, 2, 4, 8, 16, 32]) * (pp if schedule != "1f1b" else 1)
+    recompute = rng.choice(RECOMPUTES)
+    bf16 = dtype == "bf16"
     return dict(gpus=dp * tp * pp, dp=dp, tp=tp, pp=pp, micro_batch=micro,
                 global_batch=dp * micro * micro_batches, schedule=schedule,
                 virtual_stages=virtual,
                 sequence_parallel=layout == "1d" and tp > 1 and rng.random() < 0.5,
-                recompute=rng.choice(RECOMPUTES), zero=rng.choice([0, 1, 2, 3]) if dp > 1 else 0,
+                recompute=recompute,
+                recompute_every=rng.choice([2, 3]) if recompute != "none" and rng.random() < 0.2
+                else 1,
+                zero=rng.choice([0, 1, 2, 3]) if dp > 1 else 0,
                 dtype=dtype, tp_layout=layout, tp_depth=depth,
-                flash_attention=rng.random() < 0.3, overlap_grad_sync=rng.random() < 0.3,
+                flash_attention=rng.choice([True, False, None]),
+                overlap_grad_sync=rng.random() < 0.3,
+                grad_dtype="bf16" if bf16 and rng.random() < 0.2 else None,
+                optimizer_dtype="bf16" if bf16 and rng.random() < 0.2 else None,
                 placement=rng.choice(PLACEMENTS))
 
 
@@ -105,6 +113,9 @@ def plans() -> list[tuple[str, str, dict[str, Any]]]:
             kept = 0
             for _ in range(20000):
                 plan = _candidate(rng, model, rng.choice(dtypes))
+                if hw.flash_attention is not None and not hw.flash_attention.dtypes \
+                        and plan["flash_attention"]:
+                    plan["flash_attention"] = False  # no flash kernel on this GPU (V100)
                 try:
                     plan_from_dict(dict(plan)).check(model)
                 except PerfmodelError:

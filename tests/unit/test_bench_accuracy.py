@@ -34,3 +34,24 @@ def test_every_feature_is_mapped_or_named(row):
 def test_an_unknown_feature_is_named():
     row = dict(ROWS[0], features="bf16; SP, a new trick")
     assert "unknown feature 'a new trick' (not mapped)" in B.plan_of(row)[2]
+
+
+def test_the_dgxc_configs_state_dtypes_are_mapped_by_release():
+    # v24.11.1 nemotron4-340b-synth.yaml: distributed_fused_adam dtype bf16, grad_sync_dtype bf16
+    row = next(r for r in ROWS if r["source"] == "dgxc" and r["hidden"] == 18432
+               and "v24.11.1" in r["source_ref"] and r["dtype"] == "bf16")
+    assert B.release_of(row) == "v24.11.1"
+    _, plan, missing = B.plan_of(row)
+    assert plan["grad_dtype"] == "bf16" and plan["optimizer_dtype"] == "bf16"
+    assert any("NVTE_FUSED_ATTN=0" in m for m in missing)
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if r["dtype"] == "bf16"],
+                         ids=lambda r: f"{r['source']}-{r['hidden']}-{r['gpus']}")
+def test_every_published_run_fits(row):
+    """Issue 16: no plan that ran is predicted not to fit."""
+    from perfmodel import predict
+
+    model, plan, _ = B.plan_of(row)
+    r = predict(TransformerSpec(**model), B.HARDWARE[row["gpu"]], plan)
+    assert r.fits_in_memory, f"{r.memory_per_gpu_bytes / 2**30:.1f} GiB"
