@@ -755,6 +755,11 @@ def recommend(model: str | None, from_config: str | None,
             emit_config[0], (0, 1, 2, 3))
         if emit_config[0] == "megatron":
             pins["schedules"] = ("1f1b", "interleaved")
+        if emit_config[0] == "torchtitan":  # FSDP2 and DDP overlap the sync with the backward
+            pins["overlap_grad_sync"] = True
+        pins["recomputes"] = {"megatron": ("none", "selective", "full"),
+                              "torchtitan": ("none", "full", "op")}.get(emit_config[0],
+                                                                         ("none", "full"))
     try:
         gpu_counts = tuple(int(g) for g in gpus.split(","))
     except ValueError:

@@ -77,6 +77,7 @@ class SearchRequest:
     # what a framework can run (recommend --emit-config): the ZeRO stages and schedules searched
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     schedules: tuple[Schedule, ...] | None = None  # None: every schedule
+    recomputes: tuple[Recompute, ...] | None = None  # None: every policy
     placement: Placement | None = None  # any order; unpinned, the search tries PLACEMENTS
     tp_layout: TPLayout | None = None
     tp_depth: int | None = None
@@ -128,6 +129,9 @@ class SearchRequest:
                 object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
         if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
             raise PlanError(f"zero_stages must be some of 0, 1, 2, 3, got {self.zero_stages}")
+        if self.recomputes is not None:
+            object.__setattr__(self, "recomputes", tuple(
+                parse_option(Recompute, r, "recomputes") for r in self.recomputes))
         if self.schedules is not None:
             object.__setattr__(self, "schedules", tuple(
                 parse_option(Schedule, s, "schedules") for s in self.schedules))
@@ -335,6 +339,7 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
     placement."""
     candidates = _Candidates(model, req)
     recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)
+            and (req.recomputes is None or r in req.recomputes)
             and not (req.recompute_every > 1 and r == Recompute.NONE.value)]
     for gpus, dp, tp, pp in _degree_triples(model, req, candidates):
         zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,))

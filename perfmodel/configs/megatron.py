@@ -491,8 +491,6 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
                                 "not modelled (perfmodel exposes it)"),
             ("distribute_saved_activations", "distributing the checkpointed inputs over the "
                                              "tensor-parallel ranks is not modelled"),
-            ("grad_reduce_in_bf16", "bf16 gradient reduction is not modelled (perfmodel "
-                                    "reduces fp32 main gradients)"),
             ("cpu_offloading", "offloading activations or weights to the host is not "
                                "modelled"),
             ("optimizer_cpu_offload", "an optimizer on the host is not modelled"),
@@ -637,6 +635,15 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     if dtype == "fp32":
         job.notes.append("neither --bf16 nor --fp16: Megatron-LM trains in fp32 (dtype fp32)")
     _fp8(settings, job, where, take, dtype)
+    if _flag(settings, "grad_reduce_in_bf16", where):
+        if dtype != "bf16":
+            raise refuse_plan(where, "--grad-reduce-in-bf16", True,
+                              f"a bf16 gradient buffer needs --bf16 (dtype here: {dtype})")
+        # DistributedDataParallelConfig.grad_reduce_in_fp32 = False: the main-gradient buffer
+        # and its reduction in bf16 (Megatron-LM training/arguments.py, distributed/
+        # distributed_data_parallel_config.py)
+        job.fix("grad_dtype", "bf16")
+        take("grad_reduce_in_bf16", "grad_dtype bf16 (main gradients kept and reduced in bf16)")
     _recompute(settings, job, where, take)
     torch_fsdp = _flag(settings, "use_torch_fsdp2", where)
     dist_opt = _flag(settings, "use_distributed_optimizer", where)
@@ -724,15 +731,29 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
     if method is None:
         raise refuse_plan(where, "--recompute-granularity full", True,
                           "needs --recompute-method uniform or block (Megatron-LM)")
+    every = 1
     if method == "uniform" and count in (None, 1):
         pass
     elif method == "block" and count is not None and count == stage_layers:
         pass
+    elif (method == "block" and count is not None and stage_layers and 0 < count < stage_layers
+          and stage_layers % count == 0):
+        # the first k of a stage's n layers recomputed whole: the same memory and recompute as
+        # one layer in n / k (Plan.recompute_every; the order within the stage does not change
+        # either total)
+        every = stage_layers // count
     else:
         raise refuse_plan(where, f"--recompute-method {method} --recompute-num-layers", count,
                           "perfmodel's full recompute checkpoints every layer alone (uniform "
-                          f"with 1 layer, or block with all {stage_layers} layers of a stage)")
+                          f"with 1 layer), or k of a stage's {stage_layers} layers (block, k "
+                          "dividing them)")
     job.fix("recompute", "full")
+    if every > 1:
+        job.fix("recompute_every", every)
+        take("recompute_granularity", f"recompute full (one layer in {every})")
+        take("recompute_method", method)
+        take("recompute_num_layers", f"{count} of {stage_layers} layers a stage")
+        return
     take("recompute_granularity", "recompute full (every layer)")
     take("recompute_method", method)
     take("recompute_num_layers", "every layer")
@@ -813,11 +834,29 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
                               "bf16 ColumnParallelLinear")
     elif dtype == "tf32":
         raise refuse_emit("megatron", "dtype tf32", "Megatron-LM trains bf16, fp16 or fp32")
+    stage_layers = model.layers // (plan.pp * plan.virtual_stages)
+    if plan.recompute.value == "op":
+        raise refuse_emit("megatron", "recompute op", "Megatron-LM has no per-op policy "
+                                                      "(torchtitan's); pin --recompute")
+    if plan.recompute_every > 1 and (plan.recompute.value != "full"
+                                     or stage_layers % plan.recompute_every):
+        raise refuse_emit("megatron", f"recompute {plan.recompute.value} on one layer in "
+                                      f"{plan.recompute_every}",
+                          "Megatron-LM's block method recomputes k whole layers of a stage's "
+                          f"{stage_layers} (full, k dividing them)")
+    if plan.optimizer_dtype not in (None, "fp32"):
+        raise refuse_emit("megatron", f"optimizer_dtype {plan.optimizer_dtype}",
+                          "written configs keep Megatron-LM's fp32 optimizer states")
     if plan.recompute.value == "selective":
         args.append(["--recompute-granularity", "selective"])
+    elif plan.recompute.value == "full" and plan.recompute_every > 1:
+        args += [["--recompute-granularity", "full"], ["--recompute-method", "block"],
+                 ["--recompute-num-layers", str(stage_layers // plan.recompute_every)]]
     elif plan.recompute.value == "full":
         args += [["--recompute-granularity", "full"], ["--recompute-method", "uniform"],
                  ["--recompute-num-layers", "1"]]
+    if plan.grad_dtype == "bf16":
+        args.append(["--grad-reduce-in-bf16"])
     if plan.zero == 1:
         args.append(["--use-distributed-optimizer"])
     elif plan.zero == 3:
