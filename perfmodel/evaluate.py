@@ -220,10 +220,27 @@ def _import(path: Path) -> dict[str, Any]:
     return vars(module)
 
 
+def family_key(family: Any) -> str:
+    """The family as text that is the same in every process: its fields in order, a set's items
+    sorted (a frozenset of strings iterates in an order that changes with PYTHONHASHSEED, so its
+    repr cannot key the disk cache)."""
+    import dataclasses
+
+    def stable(value: Any) -> Any:
+        if isinstance(value, frozenset | set):
+            return sorted((stable(v) for v in value), key=repr)
+        if isinstance(value, tuple):
+            return tuple(stable(v) for v in value)
+        return value
+
+    return repr([(f.name, stable(getattr(family, f.name)))
+                 for f in dataclasses.fields(family)])
+
+
 @lru_cache(maxsize=256)
 def compile_family(family: Any, which: str = "all") -> Compiled:
     """Lambdify a family once per process (and once per machine, through the disk cache)."""
-    key = hashlib.sha256(f"{family!r}/{which}".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{family_key(family)}/{which}".encode()).hexdigest()[:20]
     namespace = cached(key, lambda: _source(family, which))
     meta = namespace["META"]
     return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"])
@@ -246,7 +263,7 @@ def compile_outputs(family: Any, name: str,
                     outputs: Callable[[Any], Mapping[str, Any]]) -> Compiled:
     """Compile other outputs of a family's built model (`outputs(built)`: name -> expression),
     cached on disk like compile_family's under `name` (e.g. perfmodel.timeline's pass times)."""
-    key = hashlib.sha256(f"{family!r}/{name}".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{family_key(family)}/{name}".encode()).hexdigest()[:20]
     namespace = cached(key, lambda: outputs_source(outputs(_built(family))))
     meta = namespace["META"]
     return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"])
