@@ -52,6 +52,33 @@ ARCHITECTURES: dict[tuple[int, int], dict[str, Any]] = {
                         position_embedding="rotary", norm="rmsnorm", tied_embeddings=False),
 }
 
+# What the published dgxc runs' configs state beyond the CSV's features, by release and model (the
+# release is in the row's source_ref: "...: v24.11.1 nemotron/README_340b.md"), from
+# github NVIDIA/dgxc-benchmarking at those releases and the NeMo they ran:
+STACK_OPTIONS: dict[tuple[str, str], dict[str, Any]] = {
+    # v24.11.1 nemotron/nemotron4-340b-synth.yaml, optim distributed_fused_adam: dtype bf16,
+    # grad_sync_dtype bf16 (NeMo then stores no fp32 master weights: megatron_base_model.py)
+    ("v24.11.1", "nemotron4-340b"): dict(grad_dtype="bf16", optimizer_dtype="bf16"),
+    # v25.04 (NeMo 25.02) scripts/performance: pretrain_recipe(performance_mode=True), whose
+    # pretrain_performance_optimizations set trainer.plugins.grad_reduce_in_fp32 = False
+    ("v25.04", "nemotron4-15b"): dict(grad_dtype="bf16"),
+    ("v25.04", "nemotron4-340b"): dict(grad_dtype="bf16"),
+}
+# ... and what they ran that the model takes otherwise (listed as not modelled)
+STACK_NOT_MODELLED: dict[tuple[str, str], list[str]] = {
+    # v24.11.1 nemotron/configure.sh: 340b exports NVTE_FUSED_ATTN=0 (Transformer Engine then runs
+    # FlashAttention-2, not cuDNN); the H100 preset's flash kernel is cuDNN's
+    ("v24.11.1", "nemotron4-340b"): ["FlashAttention-2 via TE (NVTE_FUSED_ATTN=0), taken as the "
+                                     "preset's cuDNN kernel"],
+}
+
+
+def release_of(row: dict[str, Any]) -> str:
+    """The dgxc release a row's source_ref names last ('v24.11.1', 'v25.04'), or ''."""
+    found = re.findall(r"(v\d+\.\d+(?:\.\d+)?) \S+\.md", str(row.get("source_ref", "")))
+    return found[-1] if found else ""
+
+
 # Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"),
 # Table 5, DGX A100 80GB (Selene), data parallel 1: model, tp, pp, global batch, micro-batch,
 # schedule, virtual stages, seconds with full recompute, seconds with SP + selective recompute.
@@ -61,6 +88,85 @@ TABLE5 = [
     ("gpt-530b", 8, 35, 280, 1, "interleaved", 3, 49.05, 37.83),
     ("gpt-1t", 8, 64, 512, 1, "1f1b", 1, 94.42, 71.49),
 ]
+
+
+@dataclass(frozen=True)
+class MemoryCase:
+    """A published peak memory per GPU, with the run's model and plan."""
+
+    label: str
+    model: dict[str, Any]
+    hardware: str
+    plan: dict[str, Any]
+    published_bytes: float
+    measured_by: str  # "max_allocated" or "max_reserved" (torch.cuda's peak statistics)
+    source: str
+
+
+# Megatron-LM's GPT defaults where a functional test's model_config.yaml leaves them: GeLU MLP of
+# 4 h, biases, LayerNorm, learned absolute positions, dropout 0.1; the vocabulary padded to a
+# multiple of 128 x tp (--make-vocab-size-divisible-by 128)
+_MCORE_7B = dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=16384, seq_len=8192,
+                 gated_mlp=False, bias=True, norm="layernorm", position_embedding="learned",
+                 tied_embeddings=False)
+_MCORE_TESTS = ("NVIDIA/Megatron-LM tests/functional_tests/test_cases/gpt/{}/model_config.yaml and "
+                "golden_values_dev_dgx_h100.json (mem-max-allocated-bytes, steps 2-25; "
+                "6e091e1b68, 2026-05-29); 8 GPUs")
+# torchtitan's Llama 3.1 8B (benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3: FSDP,
+# eager, local batch 2, sequence 8192, selective (per-op) AC; H100 96GB HBM2e; torchtitan logs
+# max_reserved_gib)
+_LLAMA31_8B = dict(name="llama3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8,
+                   ffn_hidden=14336, vocab=128256, seq_len=8192, gated_mlp=True, bias=False,
+                   norm="rmsnorm", position_embedding="rotary", tied_embeddings=False)
+_TORCHTITAN = ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (torchtitan "
+               "9dec370, 2024-12-26), Table {}, FSDP (eager)")
+MEMORY: list[MemoryCase] = [
+    MemoryCase("Megatron-Core 7B tp1 pp4 vp8 mb1 dist-opt", dict(_MCORE_7B, name="mcore-7b",
+               vocab=131200), "dgx-h100",
+               dict(gpus=8, dp=2, pp=4, schedule="interleaved", virtual_stages=8, micro_batch=1,
+                    global_batch=8, zero=1, overlap_grad_sync=True),
+               60720852992, "max_allocated",
+               _MCORE_TESTS.format("gpt3_7b_tp1_pp4_memory_speed")),
+    MemoryCase("Megatron-Core 7B tp4 pp1 mb2 dist-opt", dict(_MCORE_7B, name="mcore-7b",
+               vocab=131584), "dgx-h100",
+               dict(gpus=8, dp=2, tp=4, micro_batch=2, global_batch=8, zero=1,
+                    overlap_grad_sync=True),
+               57143791616, "max_allocated",
+               _MCORE_TESTS.format("gpt3_7b_tp4_pp1_memory_speed")),
+    # --attention-backend unfused: the s^2 scores in memory; tied embeddings (Megatron's default)
+    MemoryCase("Megatron-Core GPT 12 x 512 unfused attention dist-opt",
+               dict(name="mcore-tiny", layers=12, hidden=512, heads=8, seq_len=1024, vocab=50304,
+                    bias=True, tied_embeddings=True), "dgx-h100",
+               dict(gpus=8, dp=8, micro_batch=4, global_batch=32, zero=1,
+                    flash_attention=False),
+               4702430720, "max_allocated",
+               _MCORE_TESTS.format("gpt3_mcore_te_tp1_pp1_dist_optimizer_no_mmap_bin_files")),
+    MemoryCase("torchtitan Llama 3.1 8B FSDP 8 mb2 op AC", _LLAMA31_8B, "dgx-h100",
+               dict(gpus=8, dp=8, zero=3, micro_batch=2, global_batch=16, recompute="op",
+                    flash_attention=True),
+               82.4 * 2**30, "max_reserved", _TORCHTITAN.format(1)),
+    MemoryCase("torchtitan Llama 3.1 8B FSDP 128 mb2 op AC", _LLAMA31_8B, "dgx-h100",
+               dict(gpus=128, dp=128, zero=3, micro_batch=2, global_batch=256, recompute="op",
+                    flash_attention=True),
+               67.0 * 2**30, "max_reserved", _TORCHTITAN.format(3)),
+]
+
+
+def allocator_view(p: Any, measured_by: str) -> float:
+    """What torch.cuda's peak statistic would read of a prediction: max_allocated the tensors
+    (without the "reserved" terms), max_reserved also the allocator's fragmentation (the CUDA
+    context and NCCL's buffers lie outside PyTorch's allocator)."""
+    skip = {"reserved", "reserved/nccl_buffers"}
+    if measured_by == "max_allocated":
+        skip.add("reserved/fragmentation")
+    return float(sum(v for k, v in p.memory_breakdown_bytes.items() if k not in skip))
+
+
+def memory_rows() -> list[tuple[MemoryCase, float]]:
+    from perfmodel import TransformerSpec, predict
+
+    return [(c, allocator_view(predict(TransformerSpec(**c.model), c.hardware, c.plan),
+                               c.measured_by)) for c in MEMORY]
 
 
 @dataclass
@@ -119,8 +225,17 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
         missing.append(f"context parallel {row['cp']}")
     for feature in _features(str(row["features"])):
         vp = re.fullmatch(r"VP=(\d+)", feature)
-        if feature in ("bf16", "FP8 (TE hybrid)"):
+        if feature == "bf16":
             pass  # the row's dtype column
+        elif feature == "FP8 (TE hybrid)":
+            # the row's dtype column (fp8); Transformer Engine's delayed scaling with the weights
+            # held in FP8: v24.11.1's configs set fp8_hybrid, fp8_amax_history_len 1024 and
+            # fp8_amax_compute_algo max (TE's DelayedScaling) and FP8 weights
+            # (nemotron/configure.sh: +model.fp8_params=${FP8_ENABLED};
+            # nemo_megatron/gpt3_175b_hydra.yaml: fp8_params: true); v25.04's NeMo 2
+            # bf16_with_fp8_mixed() the same (fp8_recipe "delayed", fp8_params /
+            # fp8_param_gather True)
+            plan.update(fp8_recipe="delayed", fp8_params=True)
         elif feature == "SP":
             plan["sequence_parallel"] = True
         elif vp:
@@ -140,15 +255,24 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
         elif feature == "full AC":
             plan["recompute"] = "full"
         elif feature == "FSDP2":
-            # FSDP2 reduce-scatters on its own stream during the backward and prefetches the
-            # next unit's all-gather (implicit prefetching): both overlaps are its defaults
-            plan.update(zero=3, overlap_grad_sync=True, overlap_param_gather=True)
+            # torchtitan: FSDP2 shards parameters, gradients and optimizer states, reduce-scatters
+            # on its own stream during the backward and prefetches the next unit's all-gather
+            # (implicit prefetching): both overlaps are its defaults; its attention is
+            # F.scaled_dot_product_attention, whose flash backend (FlashAttention-2) runs bf16 on
+            # A100
+            plan.update(zero=3, flash_attention=True, overlap_grad_sync=True,
+                        overlap_param_gather=True)
         elif feature == "selective op AC":
-            missing.append("torchtitan per-op selective recompute (taken as none)")
+            plan["recompute"] = "op"  # torchtitan selective_ac_option 'op'
         elif feature == "selective layer AC":
-            missing.append("every-second-layer recompute (taken as none)")
+            # torchtitan selective_ac_option '2' (the train configs' value): every second layer
+            plan.update(recompute="full", recompute_every=2)
         else:
             missing.append(f"unknown feature '{feature}' (not mapped)")
+    if row.get("source") == "dgxc":
+        key = (release_of(row), model["name"])
+        plan.update(STACK_OPTIONS.get(key, {}))
+        missing += STACK_NOT_MODELLED.get(key, [])
     return model, plan, missing
 
 
@@ -190,8 +314,10 @@ def table5_rows() -> list[Row]:
 
     rows = []
     for name, tp, pp, batch, micro, schedule, v, full, selective in TABLE5:
+        # Megatron-LM in 2022 ran the attention unfused (two GEMMs around its fused
+        # scale-mask-softmax kernel)
         base = dict(gpus=tp * pp, tp=tp, pp=pp, global_batch=batch, micro_batch=micro,
-                    schedule=schedule, virtual_stages=v)
+                    schedule=schedule, virtual_stages=v, flash_attention=False)
         for extra, seconds, what in ((dict(recompute="full"), full, "full recompute"),
                                      (dict(recompute="selective", sequence_parallel=True),
                                       selective, "SP + selective")):
@@ -201,29 +327,75 @@ def table5_rows() -> list[Row]:
     return rows
 
 
-def nccl_rows(directory: Path) -> list[dict[str, Any]]:
-    """Per shared nccl-tests log: the median and worst relative error of the predicted time over
-    its sizes (1 MiB and up, and all sizes)."""
-    from calibration.nccl_tests import parse_nccl_tests
+# Each shared nccl-tests log, by file-name prefix: the preset of its GPU it is compared with, and
+# why the preset is not held to it (tests/unit/test_collective_presets.py holds the others: median
+# |error| <= 15% over sizes from 1 MiB). Every log is printed either way. See SOURCES.md.
+NCCL_LOGS: dict[str, tuple[str, str]] = {
+    "h100x8-": ("dgx-h100", ""),  # one HGX H100 node: NVLink4 + NVSwitch, as the preset's
+    "h100x80-10node-": ("dgx-h100", "fabric unknown: the 10-node cluster's network is not "
+                        "documented (the preset's: DGX H100, 8 x 400 Gb/s NDR InfiniBand)"),
+    "h100x16-2node-a3mega-": ("dgx-h100", "another fabric: GCP A3 Mega, GPUDirect-TCPXO over "
+                              "8 x 200 Gb/s Ethernet (the preset's: 8 x 400 Gb/s InfiniBand)"),
+    "a100x16-2node-roce-": ("dgx-a100-80gb", "another fabric, untuned: OCI RoCE whose source "
+                            "reports 72 GB/s busbw untuned, 172 GB/s tuned (the preset's: DGX "
+                            "A100, 8 x 200 Gb/s HDR InfiniBand)"),
+}
+NCCL_MIN_BYTES = 2**20  # the sizes a log is held to: from 1 MiB (below: launch-bound)
+
+
+def nccl_preset(name: str) -> tuple[str, str]:
+    """(preset, why not held) of a shared nccl-tests log, by its file name."""
+    for prefix, entry in NCCL_LOGS.items():
+        if name.startswith(prefix):
+            return entry
+    raise ValueError(f"{name}: no preset for this nccl-tests log (add it to NCCL_LOGS)")
+
+
+def nccl_predicted_s(run: Any, nbytes: float, hw: Any) -> float:
+    """The time nccl-tests would print for one size of a run, as the preset predicts it.
+
+    The collective's device time (`perfmodel collective`), in the algorithm the log forced (a
+    `-ring-` log ran with NCCL_ALGO=RING: SOURCES.md), and no less than the host's launches: with
+    -g G (one thread drives G GPUs) every iteration launches G kernels from one thread, so a small
+    collective takes G x kernel_overhead_s (nccl-tests times back-to-back iterations: the device
+    hides behind the host, or the host behind the device).
+    """
     from perfmodel.collective import predict_collective
+
+    per_node = run.ranks // max(run.nodes, 1)
+    algorithm = "ring" if "-ring-" in run.path.name else "auto"
+    device = predict_collective(str(run.op), nbytes, run.ranks, hw, per_node,
+                                algorithm)["time_s"]
+    host = run.gpus_per_thread * hw.kernel_overhead_s if run.gpus_per_thread > 1 else 0.0
+    return max(device, host)
+
+
+def nccl_rows(directory: Path) -> list[dict[str, Any]]:
+    """Per shared nccl-tests log: its preset, whether the preset is held to it (and why not), and
+    the median and worst relative error of the predicted time over its sizes (all, and from
+    1 MiB)."""
+    from calibration.nccl_tests import parse_nccl_tests
     from perfmodel.specs.hardware import load_hardware
 
     out = []
     for path in sorted(directory.glob("*.txt")):
-        gpu = "H100" if path.name.startswith("h100") else "A100"
-        hw = load_hardware(HARDWARE[gpu])
+        preset, excluded = nccl_preset(path.name)
+        hw = load_hardware(preset)
         for run in parse_nccl_tests(path):
             errors, big = [], []
-            per_node = run.ranks // max(run.nodes, 1)
             for rec in run.records.itertuples():
-                pred = predict_collective(str(run.op), float(rec.nbytes), run.ranks, hw, per_node)
-                err = (pred["time_s"] - rec.time_s) / rec.time_s
+                if rec.nbytes == 0:  # a count of 0 per rank (all_gather of 8 B on 8 ranks): NCCL
+                    continue  # returns without a kernel; `perfmodel collective` takes > 0 bytes
+                err = (nccl_predicted_s(run, float(rec.nbytes), hw) - rec.time_s) / rec.time_s
                 errors.append(err)
-                if rec.nbytes >= 2**20:
+                if rec.nbytes >= NCCL_MIN_BYTES:
                     big.append(err)
             out.append({"log": path.name, "op": str(run.op), "ranks": run.ranks,
+                        "preset": preset, "held": not excluded, "why_not_held": excluded,
                         "median_all": statistics.median(errors),
                         "median_1mib_up": statistics.median(big) if big else math.nan,
+                        "median_abs_1mib_up": (statistics.median(abs(e) for e in big)
+                                               if big else math.nan),
                         "worst": max(errors, key=abs)})
     return out
 
@@ -277,11 +449,14 @@ def markdown(rows: list[Row], nccl: list[dict[str, Any]]) -> str:
     lines += ["", "| set | predicted | refused | MAPE | worst |", "|---|---|---|---|---|"]
     for key, n, refused, m, worst in summary(rows):
         lines.append(f"| {key} | {n} | {refused} | {_pct(m)} | {_pct(worst)} |")
-    lines += ["", "| nccl-tests log | op | ranks | median error (all sizes) | median (>= 1 MiB) | "
-              "worst |", "|---|---|---|---|---|---|"]
+    lines += ["", "| nccl-tests log | op | ranks | preset | median error (all sizes) | "
+              "median (>= 1 MiB) | median abs (>= 1 MiB) | worst | held (15%) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for n in nccl:
-        lines.append(f"| {n['log']} | {n['op']} | {n['ranks']} | {n['median_all']:+.1%} | "
-                     f"{n['median_1mib_up']:+.1%} | {n['worst']:+.1%} |")
+        held = "yes" if n["held"] else f"no: {n['why_not_held']}"
+        lines.append(f"| {n['log']} | {n['op']} | {n['ranks']} | {n['preset']} | "
+                     f"{n['median_all']:+.1%} | {n['median_1mib_up']:+.1%} | "
+                     f"{n['median_abs_1mib_up']:.1%} | {n['worst']:+.1%} | {held} |")
     return "\n".join(lines) + "\n"
 
 
@@ -312,13 +487,22 @@ def print_report(rows: list[Row], nccl: list[dict[str, Any]]) -> None:
     for r in pub:
         con.print(f"  peak memory {r.label}: published {r.published_memory_gib:.1f} GiB, "
                   f"predicted {r.memory_gib:.1f} GiB")
+    for case, predicted in memory_rows():
+        con.print(f"  published peak memory, {case.label} ({case.measured_by}): "
+                  f"{case.published_bytes / 2**30:.1f} GiB, predicted {predicted / 2**30:.1f} "
+                  f"GiB ({predicted / case.published_bytes - 1:+.1%})")
     nt = Table(title="nccl-tests logs against the presets (predicted time / measured - 1)")
-    for col in ("log", "op", "ranks", "median (all)", "median (>= 1 MiB)", "worst"):
+    for col in ("log", "op", "ranks", "preset", "median (all)", "median (>= 1 MiB)",
+                "median |e| (>= 1 MiB)", "worst", "held"):
         nt.add_column(col)
     for n in nccl:
-        nt.add_row(n["log"], n["op"], str(n["ranks"]), f"{n['median_all']:+.1%}",
-                   f"{n['median_1mib_up']:+.1%}", f"{n['worst']:+.1%}")
+        nt.add_row(n["log"], n["op"], str(n["ranks"]), n["preset"], f"{n['median_all']:+.1%}",
+                   f"{n['median_1mib_up']:+.1%}", f"{n['median_abs_1mib_up']:.1%}",
+                   f"{n['worst']:+.1%}", "yes" if n["held"] else "no")
     con.print(nt)
+    for n in nccl:
+        if not n["held"]:
+            con.print(f"  not held: {n['log']}: {n['why_not_held']}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,13 +18,16 @@ from typing import Any
 
 import click
 
-from perfmodel.errors import PerfmodelError
+from perfmodel.costs.precision import STATE_DTYPES
+from perfmodel.errors import PerfmodelError, PlanError
 from perfmodel.output import document, fmt_bytes, json_text, require_finite
 from perfmodel.specs import resolve as specs_resolve
-from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS
+from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS, LINK_PROTOCOLS
 from perfmodel.strategy import (
     DEFAULT_MEMORY_MARGIN,
+    Attention,
     Dtype,
+    Fp8Recipe,
     Objective,
     Placement,
     Recompute,
@@ -102,7 +105,17 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 # --- shared plan options -------------------------------------------------------------------------
 DTYPE_HELP = ("Training precision (default: the hardware's fastest 16-bit type, bf16 on a tie: "
-              "bf16 on H100, A100 and MI300X, fp16 on V100; fp32 for layer graphs).")
+              "bf16 on H100, A100 and MI300X, fp16 on V100; fp32 for layer graphs). fp8: bf16 "
+              "mixed precision whose linear layers' GEMMs run in FP8 (Transformer Engine; "
+              "docs/fp8.md).")
+FP8_RECIPE_HELP = ("With --dtype fp8: Transformer Engine's scaling recipe, delayed or current "
+                   "(per-tensor) or mxfp8 (32-value blocks, Blackwell); default: the hardware's "
+                   "(mxfp8 on B200/GB200, delayed elsewhere).")
+FP8_OUTPUT_LAYER_HELP = ("With --dtype fp8: the output layer's GEMM in FP8 too (default: bf16, "
+                         "as Megatron-LM and NeMo keep it).")
+FP8_PARAMS_HELP = ("With --dtype fp8 (per-tensor recipes, ZeRO 0-2): the linear weights held in "
+                   "FP8, fp32 master weights in the optimizer, the parameter all-gather in FP8 "
+                   "(Megatron-LM --fp8-param-gather, NeMo fp8_params).")
 SEQ_LEN_HELP = ("The training sequence length (default: the model spec's seq_len). Required for a "
                 "Hugging Face config.json, which has none (its max_position_embeddings is how far "
                 "positions reach, not what training uses).")
@@ -156,13 +169,32 @@ def plan_options(fn: Any) -> Any:
                      help="Megatron sequence parallelism (needs tp > 1)."),
         click.option("--recompute", type=choice(Recompute), default=Recompute.NONE.value,
                      show_default=True,
-                     help="Activation recompute: none, selective (attention core) or full "
-                          "(every layer)."),
+                     help="Activation recompute: none, selective (Megatron: the attention core), "
+                          "full (every layer), or op (torchtitan's per-op selective AC: every "
+                          "other matmul's output and the attention kept)."),
+        click.option("--recompute-every", type=int, default=None,
+                     help="Apply the recompute policy to one layer in N (torchtitan "
+                          "selective_ac_option N with --recompute full; default 1: every layer)."),
+        click.option("--grad-dtype", type=choice(STATE_DTYPES), default=None,
+                     help="bf16: main gradients' dtype (default fp32, Megatron-LM's; bf16: NeMo's "
+                          "grad_reduce_in_fp32 False)."),
+        click.option("--optimizer-dtype", type=choice(STATE_DTYPES), default=None,
+                     help="bf16: Adam states' dtype (default fp32 with fp32 master weights; bf16: "
+                          "no master copy, Apex distributed_fused_adam dtype bf16)."),
         click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
                      help="ZeRO stage."),
         click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP),
-        click.option("--flash-attention", is_flag=True,
-                     help="Fused attention: no s^2 activations or traffic."),
+        click.option("--fp8-recipe", type=choice(Fp8Recipe), default=None, help=FP8_RECIPE_HELP),
+        click.option("--fp8-output-layer", is_flag=True, default=None,
+                     help=FP8_OUTPUT_LAYER_HELP),
+        click.option("--fp8-params", is_flag=True, default=None, help=FP8_PARAMS_HELP),
+        click.option("--attention", type=choice(Attention), default=Attention.AUTO.value,
+                     show_default=True,
+                     help="Attention core: flash (one fused kernel, causal half of the s^2 FLOPs, "
+                          "no s^2 memory), unfused (two GEMMs and a softmax), or auto: flash "
+                          "where the hardware has a flash kernel for the dtype."),
+        click.option("--flash-attention", is_flag=True, hidden=True,
+                     help="The old spelling of --attention flash."),
         click.option("--overlap-grad-sync", is_flag=True,
                      help="Overlap the data-parallel gradient sync with backward."),
         click.option("--overlap-param-gather", is_flag=True,
@@ -218,7 +250,8 @@ def _given(ctx: click.Context, name: str) -> bool:
 
 
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
-             "sequence_parallel", "recompute", "zero", "dtype", "flash_attention",
+             "sequence_parallel", "recompute", "recompute_every", "grad_dtype", "optimizer_dtype",
+             "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "stack",
              "first_stage_layers", "last_stage_layers", "placement", "tp_layout", "tp_depth")
 
@@ -226,8 +259,8 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule"
 # the plan options of predict that a plans file's rows give (--dtype and --seq-len are the
 # rows' default; --model, --hardware, --profile and --collective-algorithm apply to every row)
 BATCH_COLUMNS = tuple(k for k in PLAN_KEYS if k != "dtype")
-BATCH_REFUSED = (*BATCH_COLUMNS, "pr", "pc", "norm", "collective_variant", "contributors",
-                 "from_config")
+BATCH_REFUSED = (*BATCH_COLUMNS, "attention", "pr", "pc", "norm", "collective_variant",
+                 "contributors", "from_config")
 
 
 def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
@@ -347,6 +380,10 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
         if kw.get("pr") or kw.get("pc"):
             raise click.UsageError(PR_PC_TRANSFORMER)
         return None
+    if kw.get("fp8_recipe") or kw.get("fp8_output_layer") or kw.get("fp8_params"):
+        raise click.UsageError("--fp8-recipe, --fp8-output-layer and --fp8-params apply to "
+                               "transformers trained in fp8 (--dtype fp8); a layer graph trains "
+                               "in fp32, tf32, bf16 or fp16")
     from perfmodel.layerwise import Contributors, GridPlan
 
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
@@ -388,10 +425,26 @@ def noted_seq_len(model: Any, seq_len: int | None) -> Any:
     return model.noted(seq_len_from="--seq-len")
 
 
+def attention_option(kw: dict[str, Any]) -> bool | None:
+    """--attention (auto, flash, unfused) as the plan's flash_attention (None, True, False);
+    the old flag --flash-attention is --attention flash."""
+    attention = Attention(kw.pop("attention", None) or Attention.AUTO.value)
+    if kw.pop("flash_attention", False):
+        if attention is Attention.UNFUSED:
+            raise click.UsageError("--flash-attention contradicts --attention unfused; give one")
+        attention = Attention.FLASH
+    return attention.flash
+
+
 def given_plan_options(kw: dict[str, Any]) -> dict[str, Any]:
     """The plan options given on the command line (not left at their defaults)."""
     ctx = click.get_current_context()
-    return {k: kw[k] for k in PLAN_KEYS if k in kw and _given(ctx, k)}
+    given = {k: kw[k] for k in PLAN_KEYS if k in kw and _given(ctx, k)}
+    if _given(ctx, "attention") or kw.get("flash_attention"):
+        given["flash_attention"] = attention_option(dict(kw))
+    else:
+        given.pop("flash_attention", None)
+    return given
 
 
 def config_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
@@ -440,6 +493,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
     if kw.get("collective_algorithm"):
         hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
+    kw["flash_attention"] = attention_option(kw)
     plan_kw = {k: kw[k] for k in PLAN_KEYS if kw.get(k) is not None}
     plan_kw.setdefault("dtype", hardware.default_dtype())
     plan_kw.setdefault("gpus", kw["dp"] * kw["tp"] * kw["pp"])
@@ -598,6 +652,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--global-batch", type=whole(), default=None,
               help="Global batch [samples]; required unless --from-config gives it.")
 @click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP)
+@click.option("--fp8-recipe", type=choice(Fp8Recipe), default=None, help=FP8_RECIPE_HELP)
+@click.option("--fp8-output-layer", is_flag=True, default=False, help=FP8_OUTPUT_LAYER_HELP)
+@click.option("--fp8-params", is_flag=True, default=False, help=FP8_PARAMS_HELP)
 @click.option("--seq-len", type=int, default=None, help=SEQ_LEN_HELP)
 @click.option("--dp", type=whole(), default=None, help="Pin the data-parallel degree.")
 @click.option("--tp", type=whole(), default=None, help="Pin the tensor-parallel degree.")
@@ -607,6 +664,12 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--virtual-stages", type=whole(), default=None, help="Pin the model chunks per GPU.")
 @click.option("--recompute", type=choice(Recompute), default=None,
               help="Pin the activation recompute.")
+@click.option("--recompute-every", type=whole(), default=1, show_default=True,
+              help="Every plan applies its recompute policy to one layer in N.")
+@click.option("--grad-dtype", type=choice(STATE_DTYPES), default=None,
+              help="bf16: every plan's main-gradient dtype (default fp32).")
+@click.option("--optimizer-dtype", type=choice(STATE_DTYPES), default=None,
+              help="bf16: every plan's Adam-state dtype (default fp32, with master weights).")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None,
               help="Pin sequence parallelism on or off.")
 @click.option("--zero", type=click.IntRange(0, 3), default=None, help="Pin the ZeRO stage.")
@@ -619,7 +682,12 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--max-tp", type=whole(), default=None, help="Largest tensor-parallel degree.")
 @click.option("--max-pp", type=whole(), default=None, help="Largest pipeline-parallel degree.")
 @click.option("--max-micro-batch", type=whole(), default=None, help="Largest micro-batch.")
-@click.option("--flash-attention", is_flag=True, help="Every plan uses fused (flash) attention.")
+@click.option("--attention", type=choice(Attention), default=Attention.AUTO.value,
+              show_default=True,
+              help="Every plan's attention core: flash, unfused, or auto (flash where the "
+                   "hardware has a flash kernel for the dtype).")
+@click.option("--flash-attention", is_flag=True, hidden=True,
+              help="The old spelling of --attention flash.")
 @click.option("--overlap-grad-sync/--no-overlap-grad-sync", default=None,
               help="Pin the data-parallel gradient sync overlapped with backward, or not "
                    "(default: overlapped wherever dp > 1).")
@@ -707,6 +775,18 @@ def recommend(model: str | None, from_config: str | None,
         if emit_config[0] == "deepspeed":
             pins["tp"] = pins.get("tp") or 1
             pins["pp"] = pins.get("pp") or 1
+        # what each framework runs (perfmodel.configs' emitters refuse the rest)
+        pins["zero_stages"] = {"megatron": (0, 1, 3), "torchtitan": (0, 3)}.get(
+            emit_config[0], (0, 1, 2, 3))
+        if emit_config[0] == "megatron":
+            pins["schedules"] = ("1f1b", "interleaved")
+        if emit_config[0] == "torchtitan":  # FSDP2 and DDP overlap the sync with the backward
+            pins["overlap_grad_sync"] = True
+            if pins.get("stack") != "compiled" and pins.get("tp_comm_overlap") is None:
+                pins["tp_comm_overlap"] = False  # its async TP needs torch.compile
+        pins["recomputes"] = {"megatron": ("none", "selective", "full"),
+                              "torchtitan": ("none", "full", "op")}.get(emit_config[0],
+                                                                         ("none", "full"))
     try:
         gpu_counts = tuple(int(g) for g in gpus.split(","))
     except ValueError:
@@ -715,6 +795,9 @@ def recommend(model: str | None, from_config: str | None,
     if any(not 1 <= g <= MAX_DEGREE for g in gpu_counts):
         raise click.UsageError(f"--gpus must be between 1 and {MAX_DEGREE:g}, got '{gpus}'")
     if getattr(spec, "kind", "") == "layers":
+        if pins.get("fp8_recipe") or pins.get("fp8_output_layer") or pins.get("fp8_params"):
+            raise click.UsageError("--fp8-recipe, --fp8-output-layer and --fp8-params apply to "
+                                   "transformers trained in fp8 (--dtype fp8)")
         if html_path:
             raise click.UsageError("--html reports transformer plans; a layer graph takes --json")
         _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm,
@@ -724,6 +807,7 @@ def recommend(model: str | None, from_config: str | None,
         raise click.UsageError("--contributors applies to layer-graph models (alexnet, vgg16, "
                                "resnet50, mlp or a 'kind: layers' file)")
     spec.require_costed()
+    pins["flash_attention"] = attention_option(pins)
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
                                           "time_to_train" if pins.get("tokens") else "step_time")
     req = SearchRequest(gpus=gpu_counts, global_batch=global_batch,
@@ -823,9 +907,15 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     for key in CONFIG_PINS:
         if key in job.pins:
             pins[key] = plan[key]
-    for key in ("flash_attention", "overlap_grad_sync"):
+    for key in ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap"):
         if key in plan:
             pins[key] = bool(plan[key]) or bool(pins.get(key))
+    if "stack" in plan:
+        pins["stack"] = plan["stack"]
+    uneven = {k: plan[k] for k in ("first_stage_layers", "last_stage_layers") if plan.get(k)}
+    if uneven:
+        raise PlanError(f"{path}: {', '.join(f'{k} {v}' for k, v in uneven.items())}: recommend "
+                        "searches even pipeline splits; predict --from-config takes this one")
     if "tp" in job.pins:
         spec = pad_vocab(job, spec, int(plan["tp"]))
     elif job.vocab_multiple:
@@ -908,15 +998,20 @@ def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
 @click.option("--profile", default=None, type=click.Path(dir_okay=False),
               help="Calibrated profile.")
 @click.option("--algorithm", type=choice(COLLECTIVE_ALGORITHMS), default="auto", show_default=True,
-              help="The algorithm; auto: the cheapest.")
+              help="The algorithm (NCCL_ALGO); auto: the cheapest the hardware's library has.")
+@click.option("--protocol", type=choice(("auto", "simple", *LINK_PROTOCOLS)), default="auto",
+              show_default=True,
+              help="The protocol (NCCL_PROTO); auto: the cheapest the hardware's links have.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, hardware: str | None,
-               profile: str | None, algorithm: str, as_json: bool) -> None:
-    """Predicted time, algorithm and bus bandwidth of one collective."""
+               profile: str | None, algorithm: str, protocol: str, as_json: bool) -> None:
+    """Predicted time, algorithm, protocol and bus bandwidth of one collective (its device time,
+    from the call's start to its end)."""
     from perfmodel.collective import parse_bytes, predict_collective
 
     hw = resolve_hardware(hardware, profile)
-    result = predict_collective(op, parse_bytes(nbytes), ranks, hw, ranks_per_node, algorithm)
+    result = predict_collective(op, parse_bytes(nbytes), ranks, hw, ranks_per_node, algorithm,
+                                protocol)
     if as_json:
         click.echo(json_text(document("collective", result)))
     else:

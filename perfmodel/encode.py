@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 
 from perfmodel import names as N
+from perfmodel.costs.fp8 import fp8_bytes
 from perfmodel.costs.precision import model_state_bytes_per_param, optimizer_step_bytes_per_param
-from perfmodel.specs.hardware import HardwareSpec
+from perfmodel.errors import PlanError
+from perfmodel.specs.hardware import LINK_PROTOCOLS, GemmEfficiency, HardwareSpec
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import (
     BYTES_PER_ELEMENT,
@@ -149,7 +151,8 @@ def _schedule(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
 def _recompute(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
     code = c["recompute"]
     return {"is_recompute_full": code == _code(RECOMPUTES, Recompute.FULL),
-            "is_recompute_selective": code == _code(RECOMPUTES, Recompute.SELECTIVE)}
+            "is_recompute_selective": code == _code(RECOMPUTES, Recompute.SELECTIVE),
+            "is_recompute_op": code == _code(RECOMPUTES, Recompute.OP)}
 
 
 def _sequence_parallel(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
@@ -190,8 +193,8 @@ GROUPS: tuple[Group, ...] = (
     Group("micro_batch", ("micro_batch",), ("micro_batch",), _micro_batch),
     Group("schedule", ("schedule", "virtual_stages"),
           ("virtual_stages", "is_gpipe", "is_interleaved", "is_zero_bubble", "is_zbv"), _schedule),
-    Group("recompute", ("recompute",), ("is_recompute_full", "is_recompute_selective"),
-          _recompute),
+    Group("recompute", ("recompute",),
+          ("is_recompute_full", "is_recompute_selective", "is_recompute_op"), _recompute),
     Group("sequence_parallel", ("sequence_parallel",), ("is_sequence_parallel",),
           _sequence_parallel),
     Group("zero", ("zero",), ("is_zero1", "is_zero2", "is_zero3"), _zero),
@@ -245,18 +248,157 @@ def grid_degrees(plan: Plan) -> tuple[int, int, int]:
 
 
 def precision_of(dtype: Dtype) -> str:
-    """The precision of the model states: bf16 and fp16 mixed precision, else fp32."""
+    """The precision of the model states: bf16 and fp16 mixed precision (fp8 training keeps bf16
+    mixed precision's: Transformer Engine casts the bf16 weights to FP8 for its GEMMs), else
+    fp32."""
+    if dtype is Dtype.FP8:
+        return "bf16"
     return dtype.value if dtype in (Dtype.BF16, Dtype.FP16) else "fp32"
 
 
+def compute_dtype(dtype: Dtype | str) -> str:
+    """The dtype of the kernels that do not run in FP8: an fp8 plan's attention, norms,
+    element-wise kernels, embedding and output layer run in bf16 (its mixed precision,
+    perfmodel.costs.fp8); any other plan runs everything in its dtype."""
+    dtype = Dtype(dtype)
+    return "bf16" if dtype is Dtype.FP8 else dtype.value
+
+
+def link_features(hardware: HardwareSpec) -> frozenset[str]:
+    """The parts of the hardware's link model the step model's expressions hold (Family):
+    "intra:call" (a call start-up), "intra:ll" / "intra:ll128" (a low-latency protocol),
+    "intra:nvls" (NVLink SHARP all-reduce), and "inter:..." likewise."""
+    out = set()
+    for link, spec in (("intra", hardware.intra_node), ("inter", hardware.inter_node)):
+        if spec.call_latency_s > 0:
+            out.add(f"{link}:call")
+        out.update(f"{link}:{p.name}" for p in spec.protocols)
+        if spec.has_nvls:
+            out.add(f"{link}:nvls")
+    return frozenset(out)
+
+
+def link_values(hardware: HardwareSpec) -> dict[str, float]:
+    """The link model's symbols by name (perfmodel.names): latency per step, effective
+    bandwidth and call start-up of each link, and of each low-latency protocol its call, step and
+    bandwidth fraction (a protocol a link lacks takes the Simple protocol's values: the same
+    option twice), and NVLS's latency and fraction (1 where the link has none: never used)."""
+    vals: dict[str, float] = {}
+    for link, spec in (("intra", hardware.intra_node), ("inter", hardware.inter_node)):
+        vals[f"{link}_latency_s"] = spec.latency_s
+        vals[f"{link}_bandwidth"] = spec.effective_bandwidth_bytes_per_s
+        vals[f"{link}_call_latency_s"] = spec.call_latency_s
+        for name in LINK_PROTOCOLS:
+            proto = spec.protocol(name)
+            vals[f"{link}_{name}_call_latency_s"] = (proto.call_latency_s if proto
+                                                     else spec.call_latency_s)
+            vals[f"{link}_{name}_latency_s"] = proto.latency_s if proto else spec.latency_s
+            vals[f"{link}_{name}_bandwidth_fraction"] = proto.bandwidth_fraction if proto else 1.0
+    nvls = hardware.intra_node
+    vals["intra_nvls_latency_s"] = nvls.nvls_latency_s
+    vals["intra_nvls_bandwidth_fraction"] = nvls.nvls_bandwidth_fraction if nvls.has_nvls else 1.0
+    return vals
+
+
+# The largest head size flash kernels run: FlashAttention-2 "all head dimensions up to 256"
+# (github Dao-AILab/flash-attention README); cuDNN's fused attention and FlashAttention-3 likewise.
+FLASH_MAX_HEAD_DIM = 256
+
+
+def resolve_flash(flash_attention: bool | None, model: TransformerSpec, hardware: HardwareSpec,
+                  dtype: Dtype | str) -> bool:
+    """Whether a plan attends with a fused (flash) kernel.
+
+    None (the default): yes where the hardware has a measured flash kernel for the dtype
+    (HardwareSpec.flash_attention: FlashAttention-2 on A100, cuDNN on H100/H200) and the model's
+    head size is one flash kernels run (<= 256); else the unfused path. True on hardware that has
+    no flash kernel (its spec lists no dtypes: V100), or with a larger head size than its
+    kernel runs, is refused; True where no kernel is measured for the dtype (a calibrated CPU,
+    MI300X, fp32) costs the fused kernel's FLOPs at the GEMM efficiency
+    (perfmodel.step.layer.flash_attention)."""
+    dtype = compute_dtype(dtype)
+    fa = hardware.flash_attention
+    if flash_attention is None:
+        return hardware.flash_kernel(dtype) is not None and model.head_dim <= FLASH_MAX_HEAD_DIM
+    if flash_attention and fa is not None and not fa.dtypes:
+        raise PlanError(f"flash_attention: hardware '{hardware.name}' has no flash-attention "
+                        f"kernel ({fa.kernel}); use --attention unfused")
+    if flash_attention and hardware.flash_kernel(dtype) is not None \
+            and model.head_dim > FLASH_MAX_HEAD_DIM:
+        raise PlanError(f"flash_attention: head_dim {model.head_dim} is above the "
+                        f"{FLASH_MAX_HEAD_DIM} flash kernels run; use --attention unfused")
+    return bool(flash_attention)
+
+
+def flash_values(model: TransformerSpec, hardware: HardwareSpec, dtype: str) -> dict[str, float]:
+    """The flash kernel's symbols at the model's head size (HardwareSpec.flash_attention.at);
+    where no kernel is measured for the dtype, flash_measured 0 (and 1 for its unused
+    parameters, so that no 0 divides)."""
+    kernel = hardware.flash_kernel(dtype)
+    if kernel is None:
+        point = dict(flash_measured=0.0, flash_forward_max_fraction=1.0,
+                     flash_forward_half_seq=1.0, flash_backward_max_fraction=1.0,
+                     flash_backward_half_seq=1.0)
+        return point
+    at = kernel.at(model.head_dim)
+    return {"flash_measured": 1.0,
+            "flash_forward_max_fraction": at.forward_max_fraction,
+            "flash_forward_half_seq": at.forward_half_seq,
+            "flash_backward_max_fraction": at.backward_max_fraction,
+            "flash_backward_half_seq": at.backward_half_seq}
+
+
+def gemm_values(gemm: GemmEfficiency, names: Mapping[str, str]) -> dict[str, float]:
+    """The symbols of one GEMM efficiency fit (names: perfmodel.names.GEMM or FP8_GEMM)."""
+    vals = {names[fld.name]: float(getattr(gemm, fld.name)) for fld in dataclasses.fields(gemm)}
+    # no large-tile kernel: a threshold no GEMM reaches (perfmodel.costs.gemm_efficiency.at_least);
+    # no split-K: any chunk (k / chunk is computed, then multiplied by 0), but not 0
+    vals[names["large_flops"]] = gemm.large_flops or math.inf
+    if not gemm.splits_k:
+        vals[names["split_k_chunk"]] = 1.0
+    return vals
+
+
+def fp8_values(hardware: HardwareSpec, recipe: str | None,
+               fp8_params: bool = False) -> dict[str, float]:
+    """The symbols of FP8 training (perfmodel.costs.fp8) on this hardware with this recipe (None:
+    the hardware's default): the FP8 peak and GEMM fit, and the bytes of the recipe's operands,
+    casts, weight copies (and their casts each step), saved inputs and scaling state."""
+    recipe = hardware.fp8_recipe(recipe)
+    if fp8_params and recipe == "mxfp8":
+        raise PlanError("fp8_params is modelled with the per-tensor recipes (delayed, current), "
+                        "not mxfp8: give fp8_recipe delayed or current")
+    b = fp8_bytes(recipe, hardware.fp8_transpose, BYTES_PER_ELEMENT[Dtype.FP8], fp8_params)
+    return {"fp8_peak_flops_per_s": hardware.peak("fp8") * hardware.sustained_clock_fraction,
+            "fp8_operand_bytes": b.operand,
+            "fp8_quantize_bytes": b.quantize, "fp8_weight_copy_bytes": b.weight_copy,
+            "fp8_weight_cast_bytes": b.weight_cast,
+            "fp8_saved_bytes": b.saved, "fp8_scaling_state_bytes": b.scaling_state,
+            **gemm_values(hardware.gemm("fp8"), N.FP8_GEMM)}
+
+
+def window_values(model: TransformerSpec) -> dict[str, float]:
+    """The sliding window's symbols (perfmodel.costs.compute.windowed_pairs): the window and the
+    share of the layers it applies to; none for a model without one shorter than its sequence."""
+    if not model.windowed_share:
+        return {}
+    return {"window": float(model.sliding_window or 0), "windowed_share": model.windowed_share}
+
+
 def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | str, *,
-                 flash_attention: bool, stack: Stack | str = Stack.EAGER) -> dict[str, float]:
+                 flash_attention: bool, stack: Stack | str = Stack.EAGER,
+                 recompute_every: int = 1, grad_dtype: str | None = None,
+                 optimizer_dtype: str | None = None,
+                 fp8_recipe: str | None = None, fp8_params: bool = False) -> dict[str, float]:
     """The symbols that are one number for every plan of a request: the model, the hardware,
-    the dtype, and the options every plan shares (fused attention, the software stack)."""
+    the dtype, and the options every plan shares (fused attention, the software stack, ...). An
+    fp8 plan's peak and GEMM fit are bf16's (what does not run in FP8) and its FP8 GEMMs have
+    their own (fp8_values)."""
     dtype, stack = Dtype(dtype), Stack(stack)
-    gemm = hardware.gemm(dtype.value)
+    fp8 = fp8_values(hardware, fp8_recipe, fp8_params) if dtype is Dtype.FP8 else {}  # first
+    gemm = hardware.gemm(compute_dtype(dtype))
     precision = precision_of(dtype)
-    state = model_state_bytes_per_param(precision)
+    state = model_state_bytes_per_param(precision, grad_dtype, optimizer_dtype)
     vals: dict[str, float] = {
         "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
         "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden, "head_dim": model.head_dim,
@@ -265,8 +407,11 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "weight_bytes_per_param": state["weights"],
         "grad_bytes_per_param": state["gradients"],
         "optimizer_bytes_per_param": state["optimizer_states"],
-        "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(precision),
-        "peak_flops_per_s": hardware.peak(dtype.value),
+        "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(
+            precision, grad_dtype, optimizer_dtype),
+        # the roofline's peak: the datasheet's at the clock the part sustains (bf16's for what an
+        # fp8 plan does not run in FP8)
+        "peak_flops_per_s": hardware.peak(compute_dtype(dtype)) * hardware.sustained_clock_fraction,
         "memory_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
         * hardware.memory_bandwidth_efficiency,
         "optimizer_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
@@ -281,11 +426,14 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "fsdp_forward_overhead_s": hardware.fsdp_forward_overhead_s,
         "fsdp_backward_overhead_s": hardware.fsdp_backward_overhead_s,
         "fsdp_reduce_overhead_s": hardware.fsdp_reduce_overhead_s,
-        "intra_latency_s": hardware.intra_node.latency_s,
-        "intra_bandwidth": hardware.intra_node.effective_bandwidth_bytes_per_s,
-        "inter_latency_s": hardware.inter_node.latency_s,
-        "inter_bandwidth": hardware.inter_node.effective_bandwidth_bytes_per_s,
+        **link_values(hardware),
+        "nccl_buffer_bytes": hardware.nccl_buffer_bytes,
+        "memory_fragmentation": hardware.memory_fragmentation,
+        **flash_values(model, hardware, compute_dtype(dtype)),
+        "recompute_every": recompute_every,
+        **window_values(model),
     }
+    vals.update(fp8)
     flags = {
         "flash": flash_attention, "stack_compiled": stack is Stack.COMPILED,
         "stack_graphs": stack is Stack.CUDA_GRAPHS,
@@ -294,16 +442,17 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "learned_positions": model.position_embedding == "learned",
     }
     vals.update({N.FLAGS[option]: float(value) for option, value in flags.items()})
-    for fld in dataclasses.fields(gemm):
-        vals[N.GEMM[fld.name]] = float(getattr(gemm, fld.name))
-    # no large-tile kernel: a threshold no GEMM reaches (perfmodel.costs.gemm_efficiency.at_least);
-    # no split-K: any chunk (k / chunk is computed, then multiplied by 0), but not 0
-    vals[N.GEMM["large_flops"]] = gemm.large_flops or math.inf
-    if not gemm.splits_k:
-        vals[N.GEMM["split_k_chunk"]] = 1.0
+    vals.update(gemm_values(gemm, N.GEMM))
     for cost in hardware.layer_costs:
         vals.update(zip(N.layer_cost_names(cost.part, cost.style, cost.tp),
                         (getattr(cost, name) for name in N.LAYER_COST_FIELDS), strict=True))
+    vals.update(fit_values(hardware))
+    return vals
+
+
+def fit_values(hardware: HardwareSpec) -> dict[str, float]:
+    """The symbols of the hardware's calibrated collective fits, by name."""
+    vals: dict[str, float] = {}
     for fit in hardware.collectives:
         alpha, busbw, alpha_small, busbw_small, breakpoint = (
             name for name, _, _ in N.fit_names(fit.op, fit.scope))
@@ -320,8 +469,13 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
 
 def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dict[str, float]:
     """The numeric value of every symbol of one plan, by symbol name (see perfmodel.names)."""
-    vals = fixed_values(model, hardware, plan.dtype, flash_attention=plan.flash_attention,
-                        stack=plan.stack)
+    flash = resolve_flash(plan.flash_attention, model, hardware, plan.dtype)
+    vals = fixed_values(model, hardware, plan.dtype, flash_attention=flash,
+                        stack=plan.stack, recompute_every=plan.recompute_every,
+                        grad_dtype=plan.grad_dtype,
+                        optimizer_dtype=plan.optimizer_dtype,
+                        fp8_recipe=None if plan.fp8_recipe is None else plan.fp8_recipe.value,
+                        fp8_params=plan.fp8_params)
     for name, value in encode_plans(plan_arrays(plan), hardware.gpus_per_node).items():
         vals[name] = float(value[0])
     return vals

@@ -16,13 +16,20 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.encode import axis_per_node, grid_degrees, layout_family, values_of
+from perfmodel.encode import (
+    axis_per_node,
+    grid_degrees,
+    layout_family,
+    link_features,
+    resolve_flash,
+    values_of,
+)
 from perfmodel.errors import InternalError, OutputError
 from perfmodel.files import write_atomic
 from perfmodel.names import AXES
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import Plan
+from perfmodel.strategy import Dtype, Plan
 
 __all__ = ["Compiled", "axis_per_node", "compile_family", "family_of", "grid_degrees",
            "outputs_of", "values_of"]
@@ -40,12 +47,17 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
 
     fixed: dict[str, Any] = dict(algorithm=hardware.collective_algorithm,
                  fits=frozenset((fit.op, fit.scope, fit.algorithm) for fit in hardware.collectives),
+                 collective_library=hardware.collective_library,
+                 link_features=link_features(hardware),
                  gemm_split_k=any(g.splits_k for g in hardware.gemm_efficiency.values()),
                  gemm_large_kernel=any(g.has_large_kernel
                                        for g in hardware.gemm_efficiency.values()),
                  gemm_epilogue=any(g.has_epilogue for g in hardware.gemm_efficiency.values()),
                  layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs),
-                 asynchronous=hardware.asynchronous_device)
+                 asynchronous=hardware.asynchronous_device,
+                 fp8=plan.dtype is Dtype.FP8, fp8_output_layer=plan.fp8_output_layer,
+                 fp8_params=plan.fp8_params,
+                 windowed=model.windowed_share > 0, attention_sinks=model.attention_sinks)
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))
     placement = axis_per_node(plan, hardware.gpus_per_node)
@@ -54,7 +66,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
         recompute=plan.recompute.value,
         sequence_parallel=plan.sequence_parallel,
         zero=plan.zero,
-        flash=plan.flash_attention,
+        flash=resolve_flash(plan.flash_attention, model, hardware, plan.dtype),
         overlap_grad_sync=plan.overlap_grad_sync,
         overlap_param_gather=plan.overlap_param_gather,
         tp_comm_overlap=plan.tp_comm_overlap,
@@ -93,7 +105,10 @@ class Compiled:
     fn: Callable[..., Any]
 
     def __call__(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        args = [value_of(values, name) for name in self.arg_names]
+        # numbers as numpy floats: x / 0.0 is then inf (refused by its consumer), not a Python
+        # ZeroDivisionError (a product of tiny factors, as a bandwidth times a fraction, is 0.0)
+        args = [np.float64(v) if type(v) in (float, int) else v
+                for v in (value_of(values, name) for name in self.arg_names)]
         with np.errstate(all="ignore"):  # a non-finite result is refused by its consumer
             out = self.fn(*args)
         return dict(zip(self.out_names, out, strict=True))
@@ -211,10 +226,27 @@ def _import(path: Path) -> dict[str, Any]:
     return vars(module)
 
 
+def family_key(family: Any) -> str:
+    """The family as text that is the same in every process: its fields in order, a set's items
+    sorted (a frozenset of strings iterates in an order that changes with PYTHONHASHSEED, so its
+    repr cannot key the disk cache)."""
+    import dataclasses
+
+    def stable(value: Any) -> Any:
+        if isinstance(value, frozenset | set):
+            return sorted((stable(v) for v in value), key=repr)
+        if isinstance(value, tuple):
+            return tuple(stable(v) for v in value)
+        return value
+
+    return repr([(f.name, stable(getattr(family, f.name)))
+                 for f in dataclasses.fields(family)])
+
+
 @lru_cache(maxsize=256)
 def compile_family(family: Any, which: str = "all") -> Compiled:
     """Lambdify a family once per process (and once per machine, through the disk cache)."""
-    key = hashlib.sha256(f"{family!r}/{which}".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{family_key(family)}/{which}".encode()).hexdigest()[:20]
     namespace = cached(key, lambda: _source(family, which))
     meta = namespace["META"]
     return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"])
@@ -237,7 +269,7 @@ def compile_outputs(family: Any, name: str,
                     outputs: Callable[[Any], Mapping[str, Any]]) -> Compiled:
     """Compile other outputs of a family's built model (`outputs(built)`: name -> expression),
     cached on disk like compile_family's under `name` (e.g. perfmodel.timeline's pass times)."""
-    key = hashlib.sha256(f"{family!r}/{name}".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{family_key(family)}/{name}".encode()).hexdigest()[:20]
     namespace = cached(key, lambda: outputs_source(outputs(_built(family))))
     meta = namespace["META"]
     return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"])

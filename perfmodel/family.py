@@ -41,6 +41,12 @@ class Family:
     # have calibrated fits, as (op, scope, algorithm)
     algorithm: str = "auto"
     fits: frozenset[tuple[str, str, str]] = frozenset()
+    # and the hardware's collective library (the algorithms "auto" chooses from), the parts of its
+    # link model ("intra:call", "intra:ll", "intra:ll128", "intra:nvls", "inter:..."; see
+    # link_features), and the protocol when one is fixed ("auto": the cheapest)
+    collective_library: str = "generic"
+    link_features: frozenset[str] = frozenset()
+    protocol: str = "auto"
     # fixed too: which optional terms the hardware's GEMM model has: a split-K switch (AMD fits
     # do), a large-tile kernel, an epilogue time (perfmodel.costs.gemm_efficiency)
     gemm_split_k: bool = False
@@ -51,6 +57,14 @@ class Family:
     # and whether the device runs what the host queues while the host goes on (a GPU: host and
     # device time overlap) or the host runs it (CPU ranks: they add); perfmodel.step.compose
     asynchronous: bool = False
+    # fixed for a request: FP8 training (the linear layers' GEMMs in FP8, the casts, copies and
+    # scaling state; perfmodel.costs.fp8), the output layer's GEMM in FP8 too, and whether some
+    # layers attend over a sliding window shorter than the sequence (the model's)
+    fp8: bool = False
+    fp8_output_layer: bool = False
+    fp8_params: bool = False  # the linear weights held in FP8 (Plan.fp8_params)
+    windowed: bool = False
+    attention_sinks: bool = False  # the model's: a learned logit per head (parameters only)
 
     def scope(self, axis: str) -> str | None:
         return dict(self.scopes)[axis]

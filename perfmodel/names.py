@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from perfmodel.specs.hardware import GemmEfficiency
+from perfmodel.specs.hardware import LINK_PROTOCOLS, GemmEfficiency
 
 # name -> (typeset name, meaning), in the order the symbols are made
 NAMES: dict[str, tuple[str, str]] = {}
@@ -41,6 +41,8 @@ _name("first_stage_layers", "L_first",
 _name("last_stage_layers", "L_last",
       "layers of the last pipeline stage when given (0: the layers split evenly)")
 _name("bytes_per_element", "e", "bytes per activation/weight element")
+_name("recompute_every", "N_rc",
+      "the recompute policy applies to one layer in every N_rc of a stage (1: every layer)")
 _name("tp_per_node", "k_tp", "ranks of one tensor-parallel group inside one node")
 _name("dp_per_node", "k_dp", "ranks of one data-parallel group inside one node")
 _name("pp_per_node", "k_pp", "ranks of one pipeline group inside one node")
@@ -76,6 +78,61 @@ _name("intra_latency_s", "alpha_intra", "intra-node latency per step [s]")
 _name("intra_bandwidth", "beta_intra", "intra-node bandwidth per GPU, effective [B/s]")
 _name("inter_latency_s", "alpha_inter", "inter-node latency per step [s]")
 _name("inter_bandwidth", "beta_inter", "inter-node bandwidth per node, effective [B/s]")
+# the link model of a GPU preset (perfmodel.specs.hardware.LinkSpec): a collective call's start-up,
+# the low-latency protocols, NVLink SHARP inside a node
+LINKS = ("intra", "inter")
+for _link, _where in (("intra", "inside a node"), ("inter", "between nodes")):
+    _name(f"{_link}_call_latency_s", f"t_call_{_link}",
+          f"start-up of one collective call {_where}, Simple protocol [s]")
+    for _p in LINK_PROTOCOLS:
+        _name(f"{_link}_{_p}_call_latency_s", f"t_call_{_link}^{_p}",
+              f"start-up of one collective call {_where}, {_p.upper()} protocol [s]")
+        _name(f"{_link}_{_p}_latency_s", f"alpha_{_link}^{_p}",
+              f"latency per step {_where}, {_p.upper()} protocol [s]")
+        _name(f"{_link}_{_p}_bandwidth_fraction", f"f_{_link}^{_p}",
+              f"bandwidth of the {_p.upper()} protocol {_where}, as a fraction of Simple's")
+_name("intra_nvls_latency_s", "t_nvls", "NVLink SHARP all-reduce: latency of one call [s]")
+_name("intra_nvls_bandwidth_fraction", "f_nvls",
+      "NVLink SHARP all-reduce: bandwidth as a fraction of the intra-node Simple bandwidth")
+# what a GPU holds beyond the tensors (HardwareSpec.nccl_buffer_bytes, memory_fragmentation)
+_name("nccl_buffer_bytes", "M_nccl", "GPU memory of one NCCL communicator's buffers [B]")
+_name("memory_fragmentation", "f_frag",
+      "fraction of the caching allocator's reserved memory that no tensor uses")
+# the hardware's fused (flash) attention kernel at the model's head size
+# (HardwareSpec.flash_attention)
+_name("flash_measured", "I_fa",
+      "1 if the hardware's flash-attention kernel is measured for the dtype, else 0 (fused "
+      "attention's products then run at the GEMM efficiency)")
+_name("flash_forward_max_fraction", "E_fa^fwd",
+      "flash-attention forward: fraction of peak reached by long sequences")
+_name("flash_forward_half_seq", "s_fa^fwd",
+      "flash-attention forward: sequence length at which it reaches half of that [tokens]")
+_name("flash_backward_max_fraction", "E_fa^bwd",
+      "flash-attention backward: fraction of peak reached by long sequences")
+_name("flash_backward_half_seq", "s_fa^bwd",
+      "flash-attention backward: sequence length at which it reaches half of that [tokens]")
+# FP8 training (perfmodel.costs.fp8): the linear layers' GEMMs at the FP8 rate and efficiency,
+# the bytes of the casts, copies and scaling state of the plan's Transformer Engine recipe
+_name("fp8_peak_flops_per_s", "F_peak^fp8", "peak FLOP/s of one GPU in FP8 (dense)")
+_name("fp8_operand_bytes", "e_8",
+      "bytes per element of an FP8 GEMM operand (1; MXFP8: 1 + 1/32 for its E8M0 scales)")
+_name("fp8_quantize_bytes", "q_8",
+      "bytes a cast to FP8 moves per element: reads it in bf16 (current scaling: twice, an amax "
+      "pass first), writes its rowwise and columnwise FP8 copies")
+_name("fp8_weight_copy_bytes", "c_w8",
+      "bytes per linear-layer parameter of the FP8 weight copies Transformer Engine caches for "
+      "the step (rowwise, and columnwise where it is a separate copy)")
+_name("fp8_weight_cast_bytes", "q_w8",
+      "bytes per linear-layer parameter of the step's weight casts: a cast (q_8), or with FP8 "
+      "weights (fp8_params) the transpose of each (Hopper: read 1, write 1; Blackwell: none)")
+_name("fp8_saved_bytes", "s_8",
+      "bytes per element of an FP8 GEMM input saved for the weight gradient (its columnwise copy)")
+_name("fp8_scaling_state_bytes", "M_scale8",
+      "bytes of scaling state per FP8 GEMM (delayed scaling: amax history, scale, inverse "
+      "scale of each of its tensors)")
+# sliding-window attention (perfmodel.costs.compute.windowed_pairs)
+_name("window", "w", "tokens a windowed layer attends back over (sliding_window)")
+_name("windowed_share", "rho_w", "share of the layers that attend over a sliding window")
 # bytes per parameter, by precision (see perfmodel.costs.memory)
 _name("weight_bytes_per_param", "e_w", "bytes per parameter of the weights")
 _name("grad_bytes_per_param", "e_g", "bytes per parameter of the gradients")
@@ -93,6 +150,7 @@ FLAGS: dict[str, str] = {
         ("sequence_parallel", "sequence parallelism"),
         ("recompute_full", "full recompute"),
         ("recompute_selective", "selective recompute"),
+        ("recompute_op", "per-op selective recompute (torchtitan)"),
         ("zero1", "ZeRO stage >= 1"),
         ("zero2", "ZeRO stage >= 2"),
         ("zero3", "ZeRO stage 3"),
@@ -130,6 +188,12 @@ LAYER_GRAPH_FLAGS = ("sync_bn", "split_collectives", "contributors_specialised",
 # GemmEfficiency field -> symbol name
 GEMM: dict[str, str] = {
     fld.name: _name(f"gemm_{fld.name}", f"gemm_{fld.name}", f"GEMM efficiency parameter {fld.name}")
+    for fld in dataclasses.fields(GemmEfficiency)
+}
+# the same for the FP8 GEMMs of an fp8 plan's linear layers (HardwareSpec.gemm("fp8"))
+FP8_GEMM: dict[str, str] = {
+    fld.name: _name(f"fp8_gemm_{fld.name}", f"gemm8_{fld.name}",
+                    f"FP8 GEMM efficiency parameter {fld.name}")
     for fld in dataclasses.fields(GemmEfficiency)
 }
 

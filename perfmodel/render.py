@@ -110,9 +110,12 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
                 f"micro-batch {p.micro_batch}",
                 f"global batch {p.global_batch} "
                 f"({_plural(micro_batches, 'micro-batch', 'micro-batches')})",
-                f"recompute {_value(p.recompute)}"]
-    if p.flash_attention:
-        schedule.append("flash attention")
+                f"recompute {_value(p.recompute)}"
+                + (f" (one layer in {p.recompute_every})" if p.recompute_every > 1 else "")]
+    schedule.append("flash attention" if p.flash_attention else "unfused attention")
+    if p.grad_dtype or p.optimizer_dtype:
+        schedule.append(f"gradients {p.grad_dtype or 'fp32'}, optimizer states "
+                        f"{p.optimizer_dtype or 'fp32'}")
     if overlaps(p):
         schedule.append(f"overlapped: {overlaps(p)}")
     if _value(p.stack) != "eager":
@@ -120,8 +123,12 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
     if p.first_stage_layers or p.last_stage_layers:
         schedule.append(f"stages' layers {p.first_stage_layers or '-'} first, "
                         f"{p.last_stage_layers or '-'} last")
-    return [f"hardware: [bold]{p.gpus} x {hardware.gpu_name}[/] ({hardware.name}), "
-            f"{_value(p.dtype)}",
+    dtype = _value(p.dtype)
+    if p.fp8_recipe is not None:  # an fp8 plan: its recipe, and where the output layer runs
+        dtype += (f" ({_value(p.fp8_recipe)} scaling; output layer "
+                  f"{'fp8' if p.fp8_output_layer else 'bf16'}"
+                  f"{'; FP8 weights' if p.fp8_params else ''})")
+    return [f"hardware: [bold]{p.gpus} x {hardware.gpu_name}[/] ({hardware.name}), {dtype}",
             "layout: " + ", ".join(layout), "schedule: " + ", ".join(schedule)]
 
 
@@ -145,7 +152,12 @@ def print_prediction(r: Prediction) -> None:
     summary.add_row("throughput",
                     f"{r.samples_per_s:,.2f} samples/s, {r.tokens_per_s:,.0f} tokens/s")
     summary.add_row("model FLOPs / step", f"{r.model_flops_per_step:.3e}")
-    summary.add_row("per GPU", f"{r.tflops_per_gpu:.1f} TFLOP/s, MFU {r.mfu * 100:.1f}%")
+    # MFU in Megatron-LM's convention (the causal attention core counted as half; docs/model.md),
+    # the full-attention (torchtitan) count beside it
+    summary.add_row("per GPU", f"{r.tflops_per_gpu:.1f} TFLOP/s, MFU {r.mfu * 100:.1f}% "
+                    f"(Megatron's count; {r.mfu_full_attention * 100:.1f}% with attention whole)"
+                    + (f"; {r.mfu_fp8_peak * 100:.1f}% of the FP8 peak"
+                       if r.mfu_fp8_peak is not None else ""))
     fits = "fits" if r.fits_in_memory else "[red]does NOT fit[/]"
     summary.add_row("memory per GPU", f"{fmt_bytes(r.memory_per_gpu_bytes)} of "
                     f"{fmt_bytes(r.memory_capacity_bytes)}: {fits}")
@@ -184,7 +196,8 @@ def print_collective(res: dict[str, Any]) -> None:
               f"({res['ranks_per_node']} per node, {res['scope']}) on {res['hardware']}")
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_row("time", fmt_seconds(res["time_s"]))
-    table.add_row("algorithm", res["algorithm"])
+    protocol = f" ({res['protocol']} protocol)" if res.get("protocol") else ""
+    table.add_row("algorithm", res["algorithm"] + protocol)
     if res["algbw_bytes_per_s"] is None:  # one rank: nothing moves
         table.add_row("algbw", "n/a (one rank moves nothing)")
         table.add_row("busbw", "n/a")
@@ -193,11 +206,12 @@ def print_collective(res: dict[str, Any]) -> None:
         table.add_row("busbw", f"{res['busbw_bytes_per_s'] / 1e9:.2f} GB/s "
                       f"(factor {res['bus_factor']:.3f})")
     con.print(table)
-    if len(res["by_algorithm_s"]) > 1:
-        other = Table(title="by algorithm")
-        other.add_column("algorithm")
+    options = res.get("by_option_s") or res["by_algorithm_s"]
+    if len(options) > 1:
+        other = Table(title="by algorithm / protocol")
+        other.add_column("algorithm / protocol")
         other.add_column("time", justify="right")
-        for alg, t in sorted(res["by_algorithm_s"].items(), key=lambda kv: kv[1]):
+        for alg, t in sorted(options.items(), key=lambda kv: kv[1]):
             other.add_row(alg, fmt_seconds(t))
         con.print(other)
 
@@ -419,6 +433,8 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
     con.print(breakdown)
     con.print("[bold]what binds it[/]")
     con.print(bullets(rec.explanation["binding"]))
+    if "fp8" in rec.explanation:
+        con.print(f"[bold]FP8[/]: {rec.explanation['fp8']['says']}")
     if "runner_up" in rec.explanation:
         ru = rec.explanation["runner_up"]
         con.print(f"[bold]runner-up[/] {ru['plan']}: slower by {fmt_seconds(ru['slower_by_s'])}, "

@@ -28,9 +28,9 @@ weight-gradient time the model fills with: (pp - 1)(F + B - W) per chunk
 pace (simulate takes one duration per stage) the slowest stage sets the steady state and the
 others the fill and drain: the model's T_bubble = (pp - 1)/v x the other stages' mean time, exact
 where one stage is the slowest in its forward and its backward alike (tests/unit/test_timeline.py
-lays the step out so). zbv's closed form, (pp - 1)(F + B - 2W) per chunk, is below what its order takes
-(its last stage cannot start before one forward has crossed the others): the timeline shows the
-order's time and says by how much it exceeds the prediction (perfmodel.timeline).
+lays the step out so). zbv's closed form, (pp - 1)(F + B - 2W) per chunk, is below what its
+order takes (its last stage cannot start before one forward has crossed the others): the timeline
+shows the order's time and says by how much it exceeds the prediction (perfmodel.timeline).
 """
 
 from __future__ import annotations

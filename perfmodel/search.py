@@ -30,6 +30,7 @@ from perfmodel.strategy import (
     COLUMNS,
     DEFAULT_MEMORY_MARGIN,
     Dtype,
+    Fp8Recipe,
     Objective,
     Placement,
     Plan,
@@ -74,13 +75,17 @@ class SearchRequest:
     recompute: Recompute | None = None
     sequence_parallel: bool | None = None
     zero: int | None = None
+    # what a framework can run (recommend --emit-config): the ZeRO stages and schedules searched
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    schedules: tuple[Schedule, ...] | None = None  # None: every schedule
+    recomputes: tuple[Recompute, ...] | None = None  # None: every policy
     placement: Placement | None = None  # any order; unpinned, the search tries PLACEMENTS
     tp_layout: TPLayout | None = None
     tp_depth: int | None = None
     max_tp: int | None = None
     max_pp: int | None = None
     max_micro_batch: int | None = None
-    flash_attention: bool = False
+    flash_attention: bool | None = None  # None: where the hardware has a flash kernel (search())
     # the overlaps: pinned, or None: searched where the plan allows them (the data-parallel ones
     # cost nothing in the model and never lose: on wherever dp > 1, the parameter gather with
     # ZeRO >= 1; tensor-parallel overlap costs SMs: both, with sequence parallelism)
@@ -88,10 +93,34 @@ class SearchRequest:
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool | None = None
     stack: Stack = Stack.EAGER
+    # every plan's: the recompute policy on one layer in N; bf16's gradient and optimizer dtypes
+    recompute_every: int = 1
+    grad_dtype: str | None = None
+    optimizer_dtype: str | None = None
+    # every plan's, with dtype fp8: Transformer Engine's recipe (None: the hardware's default) and
+    # the output layer in FP8
+    fp8_recipe: Fp8Recipe | None = None
+    fp8_output_layer: bool = False
+    fp8_params: bool = False  # with zero 0-2 only: the search leaves ZeRO-3 out
     memory_margin: float = DEFAULT_MEMORY_MARGIN
     objective: Objective = Objective.STEP_TIME
     tokens: float | None = None
     gpu_hour_price: float | None = None
+
+    def shared_plan(self) -> Plan:
+        """A one-GPU plan with the options every plan of the request shares (checked as a plan
+        checks them; the encoder's fixed values and family are taken from it)."""
+        return Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
+                    recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
+                    optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
+                    fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
+
+    def shared(self) -> dict[str, Any]:
+        """The Plan fields every plan of the request shares beyond dtype, attention and overlap
+        (Plans.plan's keywords)."""
+        return dict(recompute_every=self.recompute_every, grad_dtype=self.grad_dtype,
+                    optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
+                    fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
 
     def __post_init__(self) -> None:
         if not self.gpus or any(g < 1 for g in self.gpus):
@@ -105,6 +134,24 @@ class SearchRequest:
                           ("tp_layout", TPLayout), ("stack", Stack)):
             if getattr(self, key) is not None or key == "objective":
                 object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
+        if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
+            raise PlanError(f"zero_stages must be some of 0, 1, 2, 3, got {self.zero_stages}")
+        if self.recomputes is not None:
+            object.__setattr__(self, "recomputes", tuple(
+                parse_option(Recompute, r, "recomputes") for r in self.recomputes))
+        if self.schedules is not None:
+            object.__setattr__(self, "schedules", tuple(
+                parse_option(Schedule, s, "schedules") for s in self.schedules))
+        # the options every plan shares, checked as a plan checks them
+        shared = self.shared_plan()
+        for key in ("recompute_every", "grad_dtype", "optimizer_dtype", "fp8_recipe",
+                    "fp8_output_layer", "fp8_params"):
+            object.__setattr__(self, key, getattr(shared, key))
+        if self.fp8_params:  # FP8 weights with Megatron's distributed optimizer (Plan's rule)
+            if self.zero == 3:
+                raise PlanError("fp8_params is modelled with Megatron's distributed optimizer "
+                                "(zero 0-2), not with zero 3 (FSDP's FP8 all-gather)")
+            object.__setattr__(self, "zero_stages", tuple(z for z in self.zero_stages if z < 3))
         if self.objective is Objective.TIME_TO_TRAIN and not self.tokens:
             raise PlanError("objective time_to_train needs --tokens (the token budget)")
         if self.objective is Objective.COST and not self.gpu_hour_price:
@@ -138,7 +185,10 @@ class Plans:
     def empty() -> Plans:
         return Plans({k: np.zeros(0, dtype=np.int64) for k in COLUMNS})
 
-    def plan(self, i: int, dtype: Dtype, flash: bool, stack: Stack = Stack.EAGER) -> Plan:
+    def plan(self, i: int, dtype: Dtype, flash: bool | None, stack: Stack = Stack.EAGER,
+             **shared: Any) -> Plan:
+        """Row i as a Plan; shared: the request's options every plan has (recompute_every,
+        grad_dtype, optimizer_dtype)."""
         c = self.cols
         return Plan(gpus=int(c["gpus"][i]), dp=int(c["dp"][i]), tp=int(c["tp"][i]),
                     pp=int(c["pp"][i]), micro_batch=int(c["micro_batch"][i]),
@@ -155,7 +205,7 @@ class Plans:
                     last_stage_layers=int(c["last_stage_layers"][i]),
                     placement=strategy.PLACEMENTS[int(c["placement"][i])].axes,
                     tp_layout=strategy.LAYOUTS[int(c["tp_layout"][i])],
-                    tp_depth=int(c["tp_depth"][i]))
+                    tp_depth=int(c["tp_depth"][i]), **shared)
 
 
 # --- enumeration ----------------------------------------------------------------------------
@@ -203,7 +253,8 @@ class _Candidates:
             req = self.req
             rows = []
             for code, name in enumerate(strategy.SCHEDULES):
-                if req.schedule not in (None, name) or name is Schedule.GPIPE and pp == 1:
+                if req.schedule not in (None, name) or name is Schedule.GPIPE and pp == 1 \
+                        or req.schedules is not None and name not in req.schedules:
                     continue
                 stages = (divisors(self.model.layers // pp)
                           if name in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE)
@@ -243,7 +294,8 @@ class _Candidates:
         overlaps on where the plan has them unless pinned (they never lose in the model), ZeRO
         only with dp > 1 (else it repeats ZeRO 0)."""
         req = self.req
-        zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,)) if req.zero in (None, z)]
+        zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,))
+                 if req.zero in (None, z) and (z in req.zero_stages or dp == 1)]
         grad = [int(req.overlap_grad_sync)] if req.overlap_grad_sync is not None else [int(dp > 1)]
         return [(z, g, int(req.overlap_param_gather) if req.overlap_param_gather is not None
                  else int(dp > 1 and z >= 1)) for z in zeros for g in grad]
@@ -316,7 +368,9 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
     layout, some micro-batches): every micro-batch, schedule, recompute, sp, ZeRO stage and
     placement."""
     candidates = _Candidates(model, req)
-    recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)]
+    recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)
+            and (req.recomputes is None or r in req.recomputes)
+            and not (req.recompute_every > 1 and r == Recompute.NONE.value)]
     for gpus, dp, tp, pp in _degree_triples(model, req, candidates):
         zeros = candidates.data_parallel(dp)
         places = _placements(req, dp, tp, pp)
@@ -505,8 +559,12 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                   req: SearchRequest) -> dict[str, Any]:
     """The symbols that are one number for every plan of a request: model, hardware, dtype and
     the options every plan shares (the encoder's fixed values)."""
-    return encode.fixed_values(model, hardware, req.dtype, flash_attention=req.flash_attention,
-                               stack=req.stack)
+    flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype)
+    return encode.fixed_values(model, hardware, req.dtype, flash_attention=flash,
+                               stack=req.stack, recompute_every=req.recompute_every,
+                               grad_dtype=req.grad_dtype, optimizer_dtype=req.optimizer_dtype,
+                               fp8_recipe=None if req.fp8_recipe is None
+                               else req.fp8_recipe.value, fp8_params=req.fp8_params)
 
 
 # --- evaluation -----------------------------------------------------------------------------
@@ -517,7 +575,7 @@ class Evaluator:
 
     def __init__(self, model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest) -> None:
         self.model, self.hardware, self.req = model, hardware, req
-        self.universal = family_of(model, hardware, Plan(gpus=1))
+        self.universal = family_of(model, hardware, req.shared_plan())
         self.scalars = scalar_values(model, hardware, req)
 
     def __call__(self, plans: Plans,
@@ -745,7 +803,7 @@ class SearchResult:
     def plan(self, rows: Scored, i: int) -> Plan:
         """Row i of some of this search's plans (best, front, sample, ...) as a Plan."""
         r = self.request
-        return rows.plans.plan(int(i), r.dtype, r.flash_attention, r.stack)
+        return rows.plans.plan(int(i), r.dtype, r.flash_attention, r.stack, **r.shared())
 
     def best_plans(self) -> list[Plan]:
         return [self.plan(self.best, i) for i in range(len(self.best))]
@@ -856,6 +914,9 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     of them, evaluated or not) and its numbers, in order (e.g. to write them out).
     """
     start = time.perf_counter()
+    flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype)
+    if flash != req.flash_attention:  # the default decided for this hardware and model
+        req = dataclasses.replace(req, flash_attention=flash)
     reserved = hardware.memory_reserved_bytes
     capacity = hardware.memory_bytes * (1 - req.memory_margin) - reserved
     keeper = _Keeper(model, req, top)

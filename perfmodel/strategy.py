@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from perfmodel.costs.precision import STATE_DTYPES
 from perfmodel.errors import PlanError
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
@@ -31,16 +32,66 @@ class Schedule(StrEnum):
 
 
 class Recompute(StrEnum):
+    """Activation recompute (checkpointing), by the policies the stacks name:
+
+    selective: Megatron-LM's --recompute-granularity selective: the attention core (Korthikanti
+        et al. 2022, Sec. 5);
+    full: every layer recomputed from its input (Megatron --recompute-granularity full
+        --recompute-method uniform --recompute-num-layers 1; torchtitan mode full);
+    op: torchtitan's per-op selective AC (mode selective, selective_ac_option op): the outputs of
+        every other matmul, of the attention kernel and of the reduce-scatters are kept, the rest
+        (the other matmuls, norms, activations) recomputed.
+    With Plan.recompute_every N > 1 the policy applies to one layer in N, the others keep every
+    activation (torchtitan selective_ac_option N with full; Megatron --recompute-method block
+    --recompute-num-layers k recomputes k of a stage's n layers: N = n / k).
+    """
+
     NONE = "none"
     SELECTIVE = "selective"
     FULL = "full"
+    OP = "op"
+
+
+class Attention(StrEnum):
+    """How the attention core runs: auto (flash where the hardware has a kernel for the dtype,
+    perfmodel.encode.resolve_flash), flash (one fused kernel), unfused (two GEMMs around a fused
+    softmax, s^2 scores in memory). A Plan holds it as flash_attention: None, True, False."""
+
+    AUTO = "auto"
+    FLASH = "flash"
+    UNFUSED = "unfused"
+
+    @property
+    def flash(self) -> bool | None:
+        return {"auto": None, "flash": True, "unfused": False}[self.value]
 
 
 class Dtype(StrEnum):
+    """The training precision. fp8: bf16 mixed precision whose linear layers' GEMMs run in FP8
+    (Transformer Engine, Micikevicius et al. 2022, "FP8 Formats for Deep Learning"); the
+    attention core, softmax, norms, embedding and output layer stay bf16 (perfmodel.costs.fp8)."""
+
     BF16 = "bf16"
     FP16 = "fp16"
     FP32 = "fp32"
     TF32 = "tf32"
+    FP8 = "fp8"
+
+
+class Fp8Recipe(StrEnum):
+    """How Transformer Engine scales FP8 tensors (transformer_engine.common.recipe):
+
+    delayed: DelayedScaling, one scale per tensor from an amax history of earlier steps (TE's
+        default on Hopper; NeMo's fp8_recipe "delayed");
+    current: Float8CurrentScaling, one scale per tensor from the tensor itself (an extra amax
+        pass before each cast);
+    mxfp8: MXFP8BlockScaling, one E8M0 scale per 32 consecutive values, Blackwell's tensor cores
+        (SM 10.0+) apply them in the GEMM.
+    A plan with dtype fp8 and no recipe takes the hardware's default (HardwareSpec.fp8_recipe)."""
+
+    DELAYED = "delayed"
+    CURRENT = "current"
+    MXFP8 = "mxfp8"
 
 
 class TPLayout(StrEnum):
@@ -112,7 +163,12 @@ AXES = ("tp", "dp", "pp")
 # memory estimator lists both as not included). 10% keeps a plan the model puts at the limit
 # from running out of memory; `recommend --memory-margin 0` lets a plan fill the memory.
 DEFAULT_MEMORY_MARGIN = 0.10
-BYTES_PER_ELEMENT = {Dtype.BF16: 2, Dtype.FP16: 2, Dtype.FP32: 4, Dtype.TF32: 4}
+# bytes of an activation element: fp8 training keeps its activations (and the weights it holds)
+# in bf16, casting to FP8 only the GEMMs' operands (perfmodel.costs.fp8)
+BYTES_PER_ELEMENT = {Dtype.BF16: 2, Dtype.FP16: 2, Dtype.FP32: 4, Dtype.TF32: 4, Dtype.FP8: 2}
+# the dtypes that train with bf16 mixed precision's model states (fp8: TE's bf16 weights with
+# fp32 master weights in the optimizer)
+BF16_STATES = (Dtype.BF16, Dtype.FP8)
 
 
 E = TypeVar("E", bound=StrEnum)
@@ -175,11 +231,17 @@ class Plan:
     virtual_stages: int = 1
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.NONE
+    # the recompute policy applies to one layer in every N of a stage (floor(n / N) of its n
+    # layers; torchtitan wraps layers N, 2N, ...); 1: every layer
+    recompute_every: int = 1
     zero: int = 0
     dtype: Dtype = Dtype.BF16
     tp_layout: TPLayout = TPLayout.ONE_D
     tp_depth: int = 1
-    flash_attention: bool = False
+    # fused (flash) attention: True, False (unfused: Megatron's fused softmax between two GEMMs), or
+    # None: flash where the hardware has a flash kernel for the dtype and the model's head size
+    # (predict and recommend decide; perfmodel.encode.resolve_flash)
+    flash_attention: bool | None = None
     overlap_grad_sync: bool = False
     # the distributed optimizer's (ZeRO 1-2) or FSDP's (ZeRO 3) parameter all-gather overlapped
     # with the forward (Megatron --overlap-param-gather, FSDP2's prefetch)
@@ -195,10 +257,24 @@ class Plan:
     first_stage_layers: int = 0
     last_stage_layers: int = 0
     placement: tuple[str, ...] = AXES
+    # bf16 mixed precision's main-gradient and optimizer-state dtypes, fp32 or bf16
+    # (perfmodel.costs.precision); None: Megatron-LM's, fp32 and fp32
+    grad_dtype: str | None = None
+    optimizer_dtype: str | None = None
+    # dtype fp8 only: Transformer Engine's scaling recipe (None: the hardware's default, decided
+    # by perfmodel.predict.resolve_inputs), and whether the output layer's GEMM runs in FP8 too
+    # (Megatron-LM's output layer is a bf16 ColumnParallelLinear outside TE's FP8 autocast; AMD
+    # Primus can run it in FP8: use_turbo_fp8_output_layer)
+    fp8_recipe: Fp8Recipe | None = None
+    fp8_output_layer: bool = False
+    # dtype fp8 only: the linear layers' weights held in FP8 (TE's fp8_model_init: Megatron-LM
+    # --fp8-param-gather, NeMo fp8_params / fp8_param_gather), the fp32 master weights in the
+    # optimizer: no bf16 copy of them, and the distributed optimizer all-gathers them in FP8
+    fp8_params: bool = False
 
     def __post_init__(self) -> None:
         for key in ("dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "tp_depth",
-                    "gpus"):
+                    "gpus", "recompute_every"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key))
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
         for key in ("first_stage_layers", "last_stage_layers"):
@@ -206,10 +282,49 @@ class Plan:
         object.__setattr__(self, "stack", parse_option(Stack, self.stack, "stack"))
         object.__setattr__(self, "schedule", parse_option(Schedule, self.schedule, "schedule"))
         object.__setattr__(self, "recompute", parse_option(Recompute, self.recompute, "recompute"))
+        if self.recompute_every > 1 and self.recompute is Recompute.NONE:
+            raise PlanError(f"recompute_every {self.recompute_every} needs a recompute policy "
+                            "(it applies the policy to one layer in N): give recompute full, "
+                            "selective or op")
         object.__setattr__(self, "dtype", parse_option(Dtype, self.dtype, "dtype"))
         object.__setattr__(self, "tp_layout", parse_option(TPLayout, self.tp_layout, "tp_layout"))
+        for key in ("grad_dtype", "optimizer_dtype"):
+            value = getattr(self, key)
+            if value is None or str(value).strip() == "":
+                object.__setattr__(self, key, None)
+                continue
+            text = str(value).strip().lower()
+            if text not in STATE_DTYPES:
+                raise PlanError(f"{key} must be one of {', '.join(STATE_DTYPES)}, got '{value}'")
+            if self.dtype not in BF16_STATES:
+                raise PlanError(f"{key} applies to bf16 mixed precision (bf16, fp8), not dtype "
+                                f"{self.dtype.value}")
+            object.__setattr__(self, key, text)
+        if self.fp8_recipe is not None and str(self.fp8_recipe).strip() != "":
+            if self.dtype is not Dtype.FP8:
+                raise PlanError(f"fp8_recipe applies to dtype fp8, not {self.dtype.value}")
+            object.__setattr__(self, "fp8_recipe",
+                               parse_option(Fp8Recipe, self.fp8_recipe, "fp8_recipe"))
+        else:
+            object.__setattr__(self, "fp8_recipe", None)
+        object.__setattr__(self, "fp8_output_layer",
+                           _bool(self.fp8_output_layer, "fp8_output_layer"))
+        object.__setattr__(self, "fp8_params", _bool(self.fp8_params, "fp8_params"))
+        for key in ("fp8_output_layer", "fp8_params"):
+            if getattr(self, key) and self.dtype is not Dtype.FP8:
+                raise PlanError(f"{key} applies to dtype fp8, not {self.dtype.value}")
+        if self.fp8_params and self.zero >= 3:
+            raise PlanError("fp8_params is modelled with Megatron's distributed optimizer (zero "
+                            "0-2), not with zero 3 (FSDP's FP8 all-gather)")
+        if self.fp8_params and self.fp8_recipe is Fp8Recipe.MXFP8:
+            raise PlanError("fp8_params is modelled with the per-tensor recipes (delayed, "
+                            "current), not mxfp8: give fp8_recipe delayed or current")
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync",
                     "overlap_param_gather", "tp_comm_overlap"):
+            if key == "flash_attention" and (self.flash_attention is None
+                                             or str(self.flash_attention).lower() == "auto"):
+                object.__setattr__(self, key, None)
+                continue
             object.__setattr__(self, key, _bool(getattr(self, key), key))
         placement = tuple(self.placement) if not isinstance(self.placement, str) else tuple(
             p.strip() for p in self.placement.split(",")
@@ -259,11 +374,16 @@ class Plan:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        """The plan's fields; those of dtype fp8 only (FP8_FIELDS) are left out of another
+        dtype's plan (they do not apply to it)."""
         out = dataclasses.asdict(self)
         for key, value in out.items():
             if isinstance(value, StrEnum):
                 out[key] = value.value
         out["placement"] = ",".join(self.placement)
+        if self.dtype is not Dtype.FP8:
+            for key in FP8_FIELDS:
+                del out[key]
         return out
 
 
@@ -521,6 +641,7 @@ def first_broken(plan: PlanColumns, model: TransformerSpec | None, *,
 
 
 PLAN_FIELDS = [f.name for f in dataclasses.fields(Plan)]
+FP8_FIELDS = ("fp8_recipe", "fp8_output_layer", "fp8_params")  # fields of dtype fp8 only
 
 
 def plan_from_dict(data: dict[str, Any]) -> Plan:

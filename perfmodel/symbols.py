@@ -12,8 +12,8 @@ import sympy as sp
 from perfmodel import names as N
 from perfmodel.names import LAYER_COST_FIELDS, layer_cost_names
 
-__all__ = ["FLAGS", "GEMM", "LAYER_COST_FIELDS", "by_symbol", "fit_symbols", "layer_cost_names",
-           "layer_cost_symbols", "table"]
+__all__ = ["FLAGS", "FP8_GEMM", "GEMM", "LAYER_COST_FIELDS", "by_symbol", "fit_symbols",
+           "layer_cost_names", "layer_cost_symbols", "protocol_symbols", "table"]
 
 _P = {"positive": True}
 
@@ -42,6 +42,7 @@ L, h, a, kv, f, d, s, V = (_of(n) for n in ("layers", "hidden", "heads", "kv_hea
 dp, tp, pp, b, B, v, e = (_of(n) for n in ("dp", "tp", "pp", "micro_batch", "global_batch",
                                            "virtual_stages", "bytes_per_element"))
 L_first, L_last = _of("first_stage_layers"), _of("last_stage_layers")
+N_rc = _of("recompute_every")
 k_tp, k_dp, k_pp = (_of(n) for n in ("tp_per_node", "dp_per_node", "pp_per_node"))
 # the tensor-parallel grid of the 2d / 2.5d / 3d layouts: sub-axes a (innermost), b, c
 q_a, q_b, q_c = (_of(n) for n in ("tpa", "tpb", "tpc"))
@@ -62,6 +63,21 @@ G = _of("gpus_per_node")
 rho = _of("ranks_per_device")
 alpha_i, beta_i = _of("intra_latency_s"), _of("intra_bandwidth")
 alpha_o, beta_o = _of("inter_latency_s"), _of("inter_bandwidth")
+call_i, call_o = _of("intra_call_latency_s"), _of("inter_call_latency_s")
+t_nvls, f_nvls = _of("intra_nvls_latency_s"), _of("intra_nvls_bandwidth_fraction")
+M_nccl, f_frag = _of("nccl_buffer_bytes"), _of("memory_fragmentation")
+# the flash-attention kernel (perfmodel.costs.compute.flash_attention_s)
+I_fa = _of("flash_measured")
+E_fa_fwd, s_fa_fwd = _of("flash_forward_max_fraction"), _of("flash_forward_half_seq")
+E_fa_bwd, s_fa_bwd = _of("flash_backward_max_fraction"), _of("flash_backward_half_seq")
+# FP8 training (perfmodel.costs.fp8)
+F8 = _of("fp8_peak_flops_per_s")
+e8, q8, cw8, s8, M_scale8 = (_of(n) for n in ("fp8_operand_bytes", "fp8_quantize_bytes",
+                                              "fp8_weight_copy_bytes", "fp8_saved_bytes",
+                                              "fp8_scaling_state_bytes"))
+qw8 = _of("fp8_weight_cast_bytes")
+# sliding-window attention
+w, rho_w = _of("window"), _of("windowed_share")
 # bytes per parameter, by precision (see perfmodel.costs.memory)
 wbytes = _of("weight_bytes_per_param")
 gbytes = _of("grad_bytes_per_param")
@@ -72,6 +88,7 @@ stepbytes = _of("optimizer_step_bytes_per_param")
 FLAGS: dict[str, sp.Symbol] = {option: _of(name) for option, name in N.FLAGS.items()}
 
 GEMM: dict[str, sp.Symbol] = {field: _of(name) for field, name in N.GEMM.items()}
+FP8_GEMM: dict[str, sp.Symbol] = {field: _of(name) for field, name in N.FP8_GEMM.items()}
 
 
 def _registered(entries: tuple[tuple[str, str, str], ...]) -> tuple[sp.Symbol, ...]:
@@ -85,6 +102,13 @@ def fit_symbols(op: str, scope: str) -> tuple[sp.Symbol, ...]:
     """alpha and bus bandwidth of a calibrated collective fit, for messages from the breakpoint on
     and below it, and the breakpoint (registered on first use; see perfmodel.names.fit_names)."""
     return _registered(N.fit_names(op, scope))
+
+
+def protocol_symbols(link: str, protocol: str) -> tuple[sp.Symbol, sp.Symbol, sp.Symbol]:
+    """Start-up of a call [s], latency per step [s] and bandwidth fraction of a low-latency
+    protocol (ll, ll128) on a link (intra, inter)."""
+    return (_of(f"{link}_{protocol}_call_latency_s"), _of(f"{link}_{protocol}_latency_s"),
+            _of(f"{link}_{protocol}_bandwidth_fraction"))
 
 
 def layer_cost_symbols(part: str, style: str, tp: int) -> tuple[sp.Symbol, sp.Symbol, sp.Symbol]:

@@ -14,6 +14,14 @@ embeddings and a learned position table, also for rotary models (the report says
 Pipeline plans (pp > 1): the fake group cannot carry tensors between stages, so rank 0's chunks
 run forward and backward one by one (their tp and dp collectives counted as above) and the
 pipeline's point-to-point messages are derived from the chunks' inputs and outputs.
+
+Context and expert parallelism (validation.jobspec.JobParallel): the world is dp x cp x tp x pp
+fake ranks; the ring's send/recv, the K/V all-gathers, the Ulysses and expert all-to-alls are
+counted like every collective (axes "cp", "ep", "dp_cp", "edp"). The meta tensors hold no values
+to route tokens by, so a mixture of experts is counted under balanced routing (assignment n to
+expert n mod E: every rank sends T k / ep rows to each, perfmodel's routing_imbalance = 1). Where
+perfmodel's step model does not cost what the job does (cp or ep outside its Plan, a mixture of
+experts), there is no ledger to compare with: the counts are shown alone and the result says why.
 """
 
 from __future__ import annotations
@@ -27,8 +35,22 @@ from perfmodel.errors import PlanError
 from perfmodel.output import fmt_bytes, json_text, schema_id
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
-from validation.jobspec import RunSettings, job_config, job_model, job_model_note
+from validation.jobspec import (
+    FP8_NOTE,
+    JobParallel,
+    RunSettings,
+    job_config,
+    job_model,
+    job_model_note,
+    job_parallel,
+    without_fp8,
+    world_size,
+)
 from validation.ledger import compare, model_ledger, totals
+
+FP8_DRY_RUN_NOTE = (f"{FP8_NOTE}: counted and compared in bf16; in fp8 perfmodel's ledger "
+                    "carries the sequence-parallel forward all-gathers at 1 byte per element "
+                    "(Transformer Engine casts before gathering), the rest as here")
 
 
 class _NoModuleTracker:
@@ -52,8 +74,26 @@ class _NoModuleTracker:
         return None
 
 
-def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
-    """Run one step of rank 0 on a fake process group of plan.gpus ranks; count its collectives."""
+def _forget_meshes() -> None:
+    """Drop DTensor's caches of sharding decisions and redistribute plans: torch 2.13 keys them by
+    specs whose meshes compare equal to an earlier run's of the same ranks and dim names, so a
+    second dry run in one process would reuse the first run's process groups, and their
+    collectives would be counted on no axis of this run."""
+    with contextlib.suppress(ImportError, AttributeError):
+        import torch
+        from torch.distributed.tensor import DTensor, _redistribute
+
+        torch._C._clear_DTensor_sharding_propagator_cache()  # the C++ fast path's
+        DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding.cache_clear()
+        _redistribute.clear_redistribute_planner_cache()
+        _redistribute._gen_transform_infos.cache_clear()
+
+
+def count_collectives(
+    model: TransformerSpec, plan: Plan, parallel: JobParallel | None = None
+) -> dict[str, Any]:
+    """Run one step of rank 0 on a fake process group of the job's world (dp x cp x tp x pp
+    ranks); count its collectives. A mixture of experts routes in balance (module docstring)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.tensor.debug import CommDebugMode
@@ -61,15 +101,20 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
 
     from workload.model import DTYPES
     from workload.parallelize import make_mesh
-    from workload.timers import CollectiveCounter, axis_of_group
+    from workload.timers import CollectiveCounter
     from workload.trainer import Trainer
 
     if plan.pp > 1 and plan.zero and plan.dp > 1:
         raise PlanError("--dry-run does not count pipeline plans with FSDP (zero > 0) yet")
     if dist.is_initialized():
         dist.destroy_process_group()
-    cfg = job_config(model, plan, RunSettings(nprocs=plan.gpus, steps=1, warmup=0))
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.gpus)
+    _forget_meshes()
+    par = job_parallel(plan, parallel)
+    if model.experts:
+        par = JobParallel(**{**par.plan_keys(), "moe_routing": "balanced"})
+    world = world_size(plan, par)
+    cfg = job_config(model, plan, RunSettings(nprocs=world, steps=1, warmup=0), par)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
         mesh = make_mesh(cfg["plan"], "cpu")
         # On the meta device: shapes without storage, so a rank of a 175B model fits anywhere.
@@ -80,7 +125,7 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
             trainer = Trainer(cfg, mesh, device, DTYPES[plan.dtype.value], pipeline=False)
         # AdamW issues no collective here (gradients already carry their parameters' placements).
         trainer.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]
-        counter = CollectiveCounter(axis_of_group(mesh))
+        counter = CollectiveCounter(trainer.axis_names())
         trainer.counter = counter
         debug = CommDebugMode()
         # a tracker that tracks nothing, in place of torch's (private) one
@@ -97,6 +142,9 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
     records = [r for r in counter.table() if r["op"] != "barrier"]
+    # point-to-point calls the job issued itself (ring attention): CommDebugMode counts
+    # collectives only
+    issued_p2p = sum(r["count"] for r in records if r["op"] == "send_recv")
     derived: dict[tuple[str, str, str, int], int] = {}
     for msg in p2p:
         key = (msg["axis"], msg["op"], msg["phase"], msg["bytes"])
@@ -111,30 +159,62 @@ def count_collectives(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
         "comm_debug_mode": debug_counts,
         "comm_debug_mode_total": sum(debug_counts.values()) - debug_counts.get("barrier", 0),
         "derived_total": sum(derived.values()),
+        "p2p_total": issued_p2p,
     }
 
 
-def dry_run(model: TransformerSpec, plan: Plan) -> dict[str, Any]:
+def uncosted(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> str:
+    """Why perfmodel's ledger cannot describe this job ('' when it can): never the ledger of a
+    dense model, or of a plan without cp / ep, compared as if it were this one."""
+    why = [f"{k} = {getattr(parallel, k)}" for k in ("cp", "ep")
+           if getattr(parallel, k) > 1 and not hasattr(plan, k)]
+    why += model.uncosted()
+    if not why:
+        return ""
+    return f"perfmodel's step model does not cost {'; '.join(why)} yet: the job's counts alone"
+
+
+def dry_run(
+    model: TransformerSpec, plan: Plan, parallel: JobParallel | None = None
+) -> dict[str, Any]:
     as_job = job_model(model)
-    counted = count_collectives(as_job, plan)
-    ledger = model_ledger(as_job, plan)
+    fp8 = plan.dtype.value == "fp8"
+    if fp8:  # the job runs bf16 (no Transformer Engine): counted and compared so
+        plan = without_fp8(plan)
+    if plan.flash_attention is None:  # --attention auto: the job attends with fused SDPA
+        plan = plan.replace(flash_attention=True)  # (jobspec.as_run)
+    par = job_parallel(plan, parallel)
+    counted = count_collectives(as_job, plan, par)
+    missing = uncosted(as_job, plan, par)
+    ledger = None if missing else model_ledger(as_job, plan)
     rows = compare(counted["records"], ledger or [])
+    summed = totals(rows)
+    if ledger is None:  # no model count to compare with (the document's agree is null)
+        for row in rows:
+            row.update(model_count=None, agree=False)
     job_total = sum(r["count"] for r in counted["records"])
+    plan_dict = plan.to_dict()
+    if par != JobParallel():
+        plan_dict.update(par.plan_keys())
+    if model.experts:
+        plan_dict["moe_routing"] = "balanced"
     return {
         "schema": schema_id("validate.dry-run"),
         "model": model.name,
-        "plan": plan.to_dict(),
-        "world_size": plan.gpus,
+        "plan": plan_dict,
+        "world_size": world_size(plan, par),
         "rows": rows,
-        "totals": totals(rows),
+        "totals": summed,
         "comm_debug_mode": counted["comm_debug_mode"],
         "comm_debug_mode_agrees": abs(
-            counted["comm_debug_mode_total"] + counted["derived_total"] - job_total
+            counted["comm_debug_mode_total"] + counted["derived_total"] + counted["p2p_total"]
+            - job_total
         )
         < 1e-9,
         "ledger_available": ledger is not None,
         "agree": None if ledger is None else all(r["agree"] for r in rows),
-        "notes": [n for n in (job_model_note(model),) if n],
+        "notes": [n for n in (job_model_note(model), missing, FP8_DRY_RUN_NOTE if fp8 else "")
+                  if n],
     }
 
 
@@ -158,9 +238,9 @@ def render(result: dict[str, Any], as_json: bool = False) -> None:
             r["op"],
             fmt_bytes(r["bytes"]),
             f"{r['job_count']:g}",
-            f"{r['model_count']:g}",
+            "-" if r["model_count"] is None else f"{r['model_count']:g}",
             f"{r['job_phases']} / {r['model_phases']}",
-            "ok" if r["agree"] else "[red]differs[/red]",
+            "" if r["model_count"] is None else "ok" if r["agree"] else "[red]differs[/red]",
         )
     console = terminal()
     console.print(table)

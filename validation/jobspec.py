@@ -1,6 +1,11 @@
 """The job as validation runs it: the model and plan as workload builds and runs them, its JSON
 config (workload.job reads it), and the settings of a run. Used by the real run (validation.run),
 the dry run (validation.dryrun), the ledger check (validation.ledger) and the layouts' command.
+
+Context and expert parallelism: perfmodel's Plan has no cp / ep yet, so the job's degrees travel
+beside it in JobParallel (cp, cp_comm, ep, moe_routing); once the Plan grows fields of those
+names, job_parallel takes them from the plan. The world is dp x cp x tp x pp ranks; ep is carved
+out of dp x cp (workload.parallelize).
 """
 
 from __future__ import annotations
@@ -8,8 +13,82 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfmodel.errors import PlanError, SpecError
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
+from workload.settings import CPComm, MoERouting, check_parallel
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobParallel:
+    """The job's degrees that perfmodel's Plan does not hold: context parallelism (cp ranks,
+    attention across them by cp_comm), expert parallelism (ep ranks) and how tokens choose their
+    experts (moe_routing)."""
+
+    cp: int = 1
+    cp_comm: CPComm = CPComm.P2P
+    ep: int = 1
+    moe_routing: MoERouting = MoERouting.LEARNED
+
+    def __post_init__(self) -> None:
+        for key in ("cp", "ep"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PlanError(f"{key} must be a positive integer, got {value!r}")
+        for key, enum in (("cp_comm", CPComm), ("moe_routing", MoERouting)):
+            value = getattr(self, key)
+            try:
+                object.__setattr__(self, key, enum(value))
+            except ValueError:
+                allowed = ", ".join(e.value for e in enum)
+                raise PlanError(f"{key} must be one of {allowed}, got {value!r}") from None
+
+    def plan_keys(self) -> dict[str, Any]:
+        """The job config's plan keys (workload.settings)."""
+        return {"cp": self.cp, "cp_comm": self.cp_comm.value, "ep": self.ep,
+                "moe_routing": self.moe_routing.value}
+
+
+def job_parallel(plan: Plan, given: JobParallel | None = None) -> JobParallel:
+    """The plan's cp / ep where perfmodel's Plan holds them (fields cp, ep, and cp_comm if it has
+    one), else the given ones (default: none). A degree given both ways must agree."""
+    given = given or JobParallel()
+    changes = {}
+    for key in ("cp", "ep", "cp_comm"):
+        if hasattr(plan, key):
+            value = getattr(plan, key)
+            value = getattr(value, "value", value)
+            mine = getattr(given, key)
+            if mine != getattr(JobParallel(), key) and mine != value:
+                raise PlanError(f"{key} is {value} in the plan but {getattr(mine, 'value', mine)} "
+                                "in the job's settings: give it once")
+            changes[key] = value
+    return JobParallel(**{**given.plan_keys(), **changes})
+
+
+def world_size(plan: Plan, parallel: JobParallel) -> int:
+    """The job's ranks: dp x cp x tp x pp (the plan's gpus already count cp once it holds it)."""
+    return plan.gpus if hasattr(plan, "cp") else plan.gpus * parallel.cp
+
+
+def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None:
+    """What the job cannot build (SpecError) or run (PlanError), in one line naming the field."""
+    missing = []
+    if model.kv_lora_rank is not None:
+        missing.append("multi-head latent attention (kv_lora_rank)")
+    if model.windowed_layers and model.sliding_window is not None and (
+            model.sliding_window < model.seq_len):
+        missing.append("sliding-window attention (sliding_window)")
+    if model.attention_sinks:
+        missing.append("attention sinks (attention_sinks)")
+    if model.mtp_layers:
+        missing.append("multi-token-prediction modules (mtp_layers)")
+    if missing:
+        raise SpecError(f"model '{model.name}' has {'; '.join(missing)}: the validation job does "
+                        "not build these")
+    broken = check_parallel(model_keys(model), {**plan.to_dict(), **parallel.plan_keys()})
+    if broken is not None:
+        raise PlanError(broken)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,8 +104,21 @@ class RunSettings:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+FP8_NOTE = ("the validation job has no FP8 path (no Transformer Engine): it runs the plan's bf16 "
+            "mixed precision, and is predicted so")
+
+
+def without_fp8(plan: Plan) -> Plan:
+    """The plan with dtype fp8 as the job runs it: its bf16 mixed precision, no FP8 GEMMs."""
+    return plan.replace(dtype="bf16", fp8_recipe=None, fp8_output_layer=False)
+
+
 def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:
-    """The plan the local job really runs: bf16/fp16 become fp32 on a CPU (no fast path there)."""
+    """The plan the local job really runs: fp8 becomes bf16 (FP8_NOTE), and bf16/fp16 become fp32
+    on a CPU (no fast path there)."""
+    if plan.dtype.value == "fp8":
+        plan, note = local_dtype(without_fp8(plan), backend)
+        return plan, "; ".join(n for n in (FP8_NOTE, note) if n)
     if backend == "gloo" and plan.dtype.value in ("bf16", "fp16"):
         note = (
             f"{plan.dtype.value} has no fast path on this CPU (60-200x slower than fp32): "
@@ -78,23 +170,50 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     return model, plan, "; ".join(notes)
 
 
-def job_config(model: TransformerSpec, plan: Plan, settings: RunSettings) -> dict[str, Any]:
-    """The job's JSON config (see workload.job)."""
+def model_keys(model: TransformerSpec) -> dict[str, Any]:
+    """The job config's model (workload.model): a mixture of experts adds its keys."""
+    keys = {
+        "layers": model.layers,
+        "hidden": model.hidden,
+        "heads": model.heads,
+        "seq_len": model.seq_len,
+        "vocab": model.vocab,
+        "ffn_hidden": model.ffn_hidden,
+        "kv_heads": model.kv_heads,
+        "head_dim": model.head_dim,
+        "gated_mlp": model.gated_mlp,
+        "bias": model.bias,
+        "norm": model.norm,
+    }
+    if model.experts:
+        keys.update(
+            experts=model.experts,
+            top_k=model.top_k,
+            expert_ffn_hidden=model.expert_ffn_hidden,
+            shared_experts=model.shared_experts,
+            shared_expert_ffn_hidden=model.shared_expert_ffn_hidden,
+            capacity_factor=model.capacity_factor,
+            moe_layers=list(model.moe_layers),
+        )
+    return keys
+
+
+def job_config(
+    model: TransformerSpec,
+    plan: Plan,
+    settings: RunSettings,
+    parallel: JobParallel | None = None,
+) -> dict[str, Any]:
+    """The job's JSON config (see workload.job). Context / expert parallelism (job_parallel) and a
+    mixture of experts add their keys; a plan without them gives the config it always gave."""
+    par = job_parallel(plan, parallel)
+    check_job(model, plan, par)
+    plan_keys = plan.to_dict()
+    if par != JobParallel() or model.experts:
+        plan_keys.update(par.plan_keys())
     return {
-        "model": {
-            "layers": model.layers,
-            "hidden": model.hidden,
-            "heads": model.heads,
-            "seq_len": model.seq_len,
-            "vocab": model.vocab,
-            "ffn_hidden": model.ffn_hidden,
-            "kv_heads": model.kv_heads,
-            "head_dim": model.head_dim,
-            "gated_mlp": model.gated_mlp,
-            "bias": model.bias,
-            "norm": model.norm,
-        },
-        "plan": plan.to_dict(),
+        "model": model_keys(model),
+        "plan": plan_keys,
         "backend": settings.backend,
         "steps": settings.steps,
         "warmup": settings.warmup,

@@ -7,7 +7,8 @@ in the probe step and taken out of forward and backward, so the terms add up to 
 way the model's terms do.
 
 Memory: the peak of tensor memory per rank (max over ranks) against the prediction's memory per GPU
-less what it reserves outside tensors ("reserved": the CUDA context and allocator slack). On GPUs
+less what it reserves outside tensors (the "reserved" terms: the CUDA context, NCCL buffers and the
+allocator's fragmentation). On GPUs
 the job reads torch.cuda.max_memory_allocated; on CPUs it measures the same quantity with torch's
 profiler (workload.timers.tensor_peak_bytes). The process's peak resident set is shown beside it on
 CPUs: it also holds the torch runtime (the baseline measured before the model), gloo's buffers and
@@ -190,7 +191,9 @@ def memory_comparison(
     ]
     breakdown = (prediction or {}).get("memory_breakdown_bytes") or {}
     predicted = prediction["memory_per_gpu_bytes"] if prediction else None
-    tensors = None if predicted is None else predicted - float(breakdown.get("reserved", 0.0))
+    # without what the GPU holds beyond tensors: the context, NCCL buffers, fragmentation
+    outside = sum(float(v) for k, v in breakdown.items() if k.startswith("reserved"))
+    tensors = None if predicted is None else predicted - outside
     measured = max(tensor) if tensor else None
     notes = [
         r["tensor_memory_note"] for r in records[:1] if r.get("tensor_memory_note")

@@ -46,7 +46,8 @@ def plan_label(plan: Plan) -> str:
     if plan.zero:
         parts.append(f"zero{plan.zero}")
     if plan.recompute.value != "none":
-        parts.append(f"rc-{plan.recompute.value}")
+        parts.append(f"rc-{plan.recompute.value}"
+                     + (f"{plan.recompute_every}" if plan.recompute_every > 1 else ""))
     return "-".join(parts)
 
 
@@ -63,7 +64,8 @@ def check_fits(prediction: dict[str, Any] | None, settings: RunSettings) -> None
     if prediction is None or settings.backend != "gloo":
         return
     breakdown = prediction.get("memory_breakdown_bytes") or {}
-    per_rank = sum(v for k, v in breakdown.items() if k != "reserved") + BASELINE_RSS_BYTES
+    per_rank = sum(v for k, v in breakdown.items() if not k.startswith("reserved")) \
+        + BASELINE_RSS_BYTES
     need = per_rank * settings.nprocs
     available = _available_memory_bytes()
     if available and need > 0.9 * available:

@@ -3,7 +3,11 @@
 In the spirit of torchtitan's split:
 
 - model.py        the GPT-style transformer, cut into pipeline chunks
-- parallelize.py  its DeviceMesh, DTensor tensor/sequence parallel styles, FSDP2
+- parallelize.py  its DeviceMesh, DTensor tensor/sequence parallel styles, FSDP2, cp / ep groups
+- context_parallel.py  the sequence over cp ranks: ring (send/recv), all-gather, Ulysses attention
+- moe.py          the mixture-of-experts MLP and its expert-parallel all-to-all dispatch
+- settings.py     the cp / ep settings and their rules (standard library only)
+- equivalence.py  one step of a plan against one process (python -m workload.equivalence)
 - trainer.py      one rank's training loop: micro-batches, pipeline schedules, gradient sync
 - timers.py       what a rank measures: clock, collectives (counted and timed), peak memory
 - process.py      a rank's process: loopback rendezvous, exit with the launcher, allocator

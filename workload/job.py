@@ -37,7 +37,6 @@ from workload.parallelize import make_mesh
 from workload.process import keep_freed_memory, loopback_rendezvous, watch_parent
 from workload.timers import (
     CollectiveCounter,
-    axis_of_group,
     current_rss_bytes,
     peak_memory_bytes,
     tensor_peak_bytes,
@@ -125,6 +124,7 @@ def run(cfg: dict[str, Any]) -> None:
             if i >= warmup:
                 record["steps"].append(times)
                 record["trace"] = trainer.events  # the last timed step's events
+            record.setdefault("losses", []).append(trainer.last_loss)
             record["peak_memory_bytes"] = peak_memory_bytes(device)
             write_json(rank_file, record)
         probes = int(cfg.get("probe_steps", 2))
@@ -133,7 +133,7 @@ def run(cfg: dict[str, Any]) -> None:
             counters: list[CollectiveCounter] = []
             probe_times: list[dict[str, float]] = []
             for _ in range(probes):
-                counter = CollectiveCounter(axis_of_group(mesh), timed=True)
+                counter = CollectiveCounter(trainer.axis_names(), timed=True)
                 trainer.counter = counter
                 with counter:
                     probe_times.append(trainer.step())

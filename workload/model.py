@@ -3,7 +3,16 @@ pipeline chunks. Its configuration is a plain dict (the job's JSON config, "mode
 
 Embeddings are not tied (tying across pipeline stages needs an extra all-reduce the job does not
 do); positions are learned even for rotary models. recompute: ``full`` checkpoints every
-transformer block, ``selective`` only the attention core.
+transformer block, ``selective`` only the attention core, ``op`` every block with torchtitan's
+per-op policy (the outputs of every other matmul, of the attention kernel and of the
+reduce-scatters saved, the rest recomputed); ``recompute_every`` N applies the policy to the N-th,
+2N-th, ... block a rank holds (torchtitan's selective layer AC).
+
+Mixture of experts (model keys experts, top_k, expert_ffn_hidden, shared_experts,
+shared_expert_ffn_hidden, capacity_factor and moe_layers, the global indices of the MoE layers):
+those layers' MLP is workload.moe.MoE. Context parallelism: a block's attention core runs
+workload.context_parallel.attention when ``attention.cp`` is set, and the embedding takes the
+rank's token positions (``embedding.positions``).
 """
 
 from __future__ import annotations
@@ -13,7 +22,14 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+)
+
+from workload.context_parallel import CPGroup, attention
+from workload.moe import MoE
 
 DTYPES = {
     "fp32": torch.float32,
@@ -21,8 +37,6 @@ DTYPES = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
-
-
 
 
 
@@ -35,9 +49,13 @@ class Embedding(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(m["vocab"], m["hidden"])
         self.pos = nn.Embedding(m["seq_len"], m["hidden"])
+        # the positions of the tokens this rank holds (context parallelism); None: 0 .. s-1
+        self.positions: torch.Tensor | None = None
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(idx.shape[1], device=idx.device)
+        positions = self.positions
+        if positions is None:
+            positions = torch.arange(idx.shape[1], device=idx.device)
         return self.tok(idx) + self.pos(positions)
 
 
@@ -52,8 +70,11 @@ class Attention(nn.Module):
         self.wv = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
         self.wo = nn.Linear(heads * self.head_dim, hidden, bias=bias)
         self.selective = False
+        self.cp: CPGroup | None = None  # context parallelism: this rank's group
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.cp is not None:
+            return attention(q, k, v, self.cp)
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1]
         )
@@ -86,14 +107,48 @@ class MLP(nn.Module):
         return self.w2(F.gelu(self.w1(x)))
 
 
+def _op_save_list() -> set[Any]:
+    """The ops whose outputs torchtitan's per-op recompute keeps (torchtitan
+    parallelize_llama.py _save_list, 2024): matmuls, the SDPA kernels (here also the CPU flash
+    kernel the job runs) and reduce-scatters. The job's linear layers have biases, which run as
+    addmm: counted with the matmuls."""
+    aten = torch.ops.aten
+    ops = {aten.mm.default, aten.addmm.default,
+           aten._scaled_dot_product_efficient_attention.default,
+           aten._scaled_dot_product_flash_attention.default,
+           torch.ops._c10d_functional.reduce_scatter_tensor.default}
+    cpu_flash = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if cpu_flash is not None:
+        ops.add(cpu_flash.default)
+    return ops
+
+
+def _op_policy_context() -> Any:
+    """torchtitan's per-op policy for one block: save what the save list makes, except every
+    second matmul (counted in the block's forward, and again in its recompute)."""
+    save, matmuls = _op_save_list(), {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+    counts = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func in matmuls:
+            counts[mode] += 1
+        if func in save and not (func in matmuls and counts[mode] % 2 == 0):
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
 class Block(nn.Module):
-    def __init__(self, m: dict[str, Any]) -> None:
+    def __init__(self, m: dict[str, Any], moe: bool = False) -> None:
         super().__init__()
         self.attention_norm = _norm(m["norm"], m["hidden"])
         self.attention = Attention(m)
         self.ffn_norm = _norm(m["norm"], m["hidden"])
-        self.feed_forward = MLP(m)
+        self.feed_forward: nn.Module = MoE(m, MLP) if moe else MLP(m)
         self.full_recompute = False
+        self.op_recompute = False
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x))
@@ -102,16 +157,22 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.full_recompute and torch.is_grad_enabled():
             return checkpoint(self._forward, x, use_reentrant=False)
+        if self.op_recompute and torch.is_grad_enabled():
+            return checkpoint(self._forward, x, use_reentrant=False,
+                              context_fn=_op_policy_context)
         return self._forward(x)
 
 
 class Chunk(nn.Module):
     """One pipeline chunk: [embedding] + blocks + [final norm and LM head]."""
 
-    def __init__(self, m: dict[str, Any], layers: int, first: bool, last: bool) -> None:
+    def __init__(
+        self, m: dict[str, Any], layers: int, first: bool, last: bool, offset: int = 0
+    ) -> None:
         super().__init__()
         self.embedding = Embedding(m) if first else None
-        self.layers = nn.ModuleList(Block(m) for _ in range(layers))
+        moe = set(m.get("moe_layers") or ())  # global layer indices
+        self.layers = nn.ModuleList(Block(m, offset + i in moe) for i in range(layers))
         self.norm = _norm(m["norm"], m["hidden"]) if last else None
         self.output = nn.Linear(m["hidden"], m["vocab"], bias=False) if last else None
 
@@ -133,6 +194,14 @@ def chunk_ids(plan: dict[str, Any], pp_rank: int) -> list[int]:
     return [pp_rank + k * plan["pp"] for k in range(plan.get("virtual_stages", 1))]
 
 
+def _pp_rank_of(plan: dict[str, Any], chunk: int) -> int:
+    """The pipeline rank that holds a chunk (chunk_ids inverted)."""
+    pp = plan["pp"]
+    if plan.get("schedule") == "zbv":
+        return chunk if chunk < pp else 2 * pp - 1 - chunk
+    return chunk % pp
+
+
 def chunk_layers(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> int:
     """Layers of one chunk: L / (pp v), or with an uneven split (the plan's first_stage_layers /
     last_stage_layers, Megatron's --decoder-first/last-pipeline-num-layers) its stage's layers
@@ -149,7 +218,7 @@ def chunk_layers(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> int:
         raise ValueError("first/last_stage_layers do not apply to schedule zbv")
     shared = pp - (first > 0) - (last > 0)
     rest = m["layers"] - first - last
-    stage = chunk % pp  # chunks pp_rank, pp_rank + pp, ... (chunk_ids)
+    stage = _pp_rank_of(plan, chunk)
     layers = first if stage == 0 and first else last if stage == pp - 1 and last else (
         rest // shared if shared else 0)
     if layers % v or (shared and rest % shared):
@@ -160,14 +229,22 @@ def chunk_layers(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> int:
 
 def build_chunk(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> Chunk:
     n_chunks = plan["pp"] * plan.get("virtual_stages", 1)
-    mod = Chunk(m, chunk_layers(m, plan, chunk), first=chunk == 0, last=chunk == n_chunks - 1)
+    layers = chunk_layers(m, plan, chunk)
+    offset = sum(chunk_layers(m, plan, c) for c in range(chunk))  # the chunks before it
+    mod = Chunk(m, layers, first=chunk == 0, last=chunk == n_chunks - 1, offset=offset)
     recompute = plan.get("recompute", "none")
+    every = int(plan.get("recompute_every", 1) or 1)
+    # the blocks a rank holds, numbered 1, 2, ... in the order it builds them (its chunks in
+    # order): the policy applies to the N-th, 2N-th, ... (torchtitan's counter)
+    held = chunk_ids(plan, _pp_rank_of(plan, chunk))
+    first = sum(chunk_layers(m, plan, c) for c in held[:held.index(chunk)])
     block: Any  # a Block (a ModuleList yields Module to mypy)
-    for block in mod.layers:
-        block.full_recompute = recompute == "full"
-        block.attention.selective = recompute == "selective"
+    for i, block in enumerate(mod.layers):
+        on = (first + i + 1) % every == 0
+        block.full_recompute = on and recompute == "full"
+        block.op_recompute = on and recompute == "op"
+        block.attention.selective = on and recompute == "selective"
     return mod
-
 
 
 def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """How a rank's chunks are parallelised, all on one DeviceMesh with dims named after the plan's axes
-("pp", "dp", "tp", outermost first by default). NCCL on GPUs, gloo on CPUs: the same code.
+("pp", "dp", "tp", outermost first by default; "pp", "dp", "cp", "tp" with context parallelism).
+NCCL on GPUs, gloo on CPUs: the same code.
 
 - data parallel, zero 0: gradients averaged by one flat all-reduce over the dp group after the last
   backward (workload.trainer; not overlapped, so that it can be timed). zero 1 and 2: FSDP2
@@ -14,6 +15,14 @@
   (all-gather backward), as Megatron does with learned positions.
 - pipeline parallel: workload.trainer (``torch.distributed.pipelining``).
 - bf16 gradients are reduced in fp32 (FSDP2's reduce_dtype), as Megatron-LM does.
+- context parallelism (plan key ``cp``, attention by ``cp_comm``: workload.context_parallel): a
+  mesh dim "cp", placed right outside tp unless the placement names it (Megatron's order
+  tp-cp-dp-pp, tp innermost); gradients are then averaged over the dp x cp ranks of a model replica
+  (axis "dp_cp", Megatron's data-parallel group with context parallelism).
+- expert parallelism (plan key ``ep``, workload.moe): the dp x cp ranks of each (pp, tp)
+  coordinate, flattened with cp inner, are cut into expert-data-parallel x ep with ep inner
+  (Megatron's expert rank order): groups "ep" (the experts' all-to-alls) and "edp" (the experts'
+  gradient all-reduce, dp cp / ep ranks).
 """
 
 from __future__ import annotations
@@ -26,15 +35,110 @@ import torch
 from workload.model import Chunk
 
 
+def placement_of(plan: dict[str, Any]) -> list[str]:
+    """The mesh's axes, innermost first: the plan's placement, with "cp" right outside "tp" when
+    cp > 1 and the placement does not name it."""
+    placement = plan.get("placement", "tp,dp,pp")
+    inner_first = list(
+        [a.strip() for a in placement.split(",")] if isinstance(placement, str) else placement
+    )
+    if plan.get("cp", 1) > 1 and "cp" not in inner_first:
+        inner_first.insert(inner_first.index("tp") + 1, "cp")
+    return inner_first
+
+
 def make_mesh(plan: dict[str, Any], device_type: str) -> Any:
     from torch.distributed.device_mesh import init_device_mesh
 
-    placement = plan.get("placement", "tp,dp,pp")
-    inner_first = (
-        [a.strip() for a in placement.split(",")] if isinstance(placement, str) else placement
+    names = tuple(reversed(placement_of(plan)))
+    return init_device_mesh(
+        device_type, tuple(plan.get(a, 1) for a in names), mesh_dim_names=names
     )
-    names = tuple(reversed(inner_first))
-    return init_device_mesh(device_type, tuple(plan[a] for a in names), mesh_dim_names=names)
+
+
+def extra_groups(mesh: Any, plan: dict[str, Any]) -> dict[str, tuple[Any, int, int]]:
+    """The groups beyond the mesh's dims, as {axis: (group, rank in it, size)}: "dp_cp" when
+    cp > 1; "ep" and, when dp cp / ep > 1, "edp" when ep > 1 (see the module docstring).
+    Every rank calls this, in the same order (new_subgroups_by_enumeration is collective)."""
+    import torch.distributed as dist
+
+    cp, ep = plan.get("cp", 1), plan.get("ep", 1)
+    names = list(mesh.mesh_dim_names)
+    ranks = mesh.mesh
+    for axis in ("pp", "dp", "cp", "tp"):  # absent dims (size 1) added, then ordered
+        if axis not in names:
+            ranks, names = ranks.unsqueeze(-1), [*names, axis]
+    ranks = ranks.permute(*(names.index(a) for a in ("pp", "dp", "cp", "tp")))
+    pp, dp, _, tp = ranks.shape
+    flat = ranks.reshape(pp, dp * cp, tp)  # cp inner
+    layouts: dict[str, list[list[int]]] = {}
+    if cp > 1:
+        layouts["dp_cp"] = [flat[p, :, t].tolist() for p in range(pp) for t in range(tp)]
+    if ep > 1:
+        cut = flat.reshape(pp, dp * cp // ep, ep, tp)
+        layouts["ep"] = [
+            cut[p, e, :, t].tolist() for p in range(pp) for e in range(cut.shape[1])
+            for t in range(tp)
+        ]
+        if cut.shape[1] > 1:
+            layouts["edp"] = [
+                cut[p, :, j, t].tolist() for p in range(pp) for j in range(ep) for t in range(tp)
+            ]
+    me = dist.get_rank()
+    out = {}
+    for axis, lists in layouts.items():
+        group, _ = dist.new_subgroups_by_enumeration(lists)
+        mine = next(r for r in lists if me in r)
+        out[axis] = (group, mine.index(me), len(mine))
+    return out
+
+
+def check_parallel(m: dict[str, Any], plan: dict[str, Any]) -> None:
+    """ValueError (one line naming the field) for a cp / ep setting the job cannot run."""
+    from workload.settings import check_parallel as broken
+
+    why = broken(m, plan)
+    if why is not None:
+        raise ValueError(why)
+
+
+def apply_cp(mod: Chunk, group: Any, rank: int, size: int, comm: str, seq_len: int) -> None:
+    """Context parallelism: every attention core of the chunk attends across the cp ranks; the
+    embedding (first chunk) takes this rank's token positions."""
+    from workload.context_parallel import CPGroup, local_positions
+
+    cpg = CPGroup(group=group, rank=rank, size=size, comm=comm)
+    block: Any  # a Block (a ModuleList yields Module to mypy)
+    for block in mod.layers:
+        block.attention.cp = cpg
+    if mod.embedding is not None:
+        device = mod.embedding.pos.weight.device
+        mod.embedding.positions = local_positions(seq_len, size, rank).to(device)
+
+
+def apply_ep(mod: Chunk, group: Any, rank: int, size: int, routing: str) -> None:
+    """Expert parallelism: each MoE layer keeps this ep rank's experts; the routing mode."""
+    from workload.moe import MoE
+
+    for block in mod.layers:
+        ffn = block.feed_forward
+        if isinstance(ffn, MoE):
+            ffn.routing = routing
+            if size > 1:
+                ffn.shard_experts(group, rank, size)
+
+
+def expert_parameters(mods: list[Any]) -> set[int]:
+    """ids of the routed experts' parameters (their gradients are reduced over edp)."""
+    from workload.moe import MoE
+
+    return {
+        id(p)
+        for mod in mods
+        for sub in mod.modules()
+        if isinstance(sub, MoE)
+        for p in sub.experts.parameters()
+    }
 
 
 

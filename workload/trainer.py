@@ -11,6 +11,12 @@ zero 0: one flat all-reduce of all gradients over the dp group after the last ba
 bf16 gradients are reduced in fp32, as Megatron-LM does. SP norm gradients (Partial over tp) are
 all-reduced in one call, as Megatron's allreduce_layernorm_grads. Parameters are kept in the run's
 dtype (no fp32 master copy).
+
+Context parallelism: each rank trains on its cp share of every sequence (workload.context_parallel)
+and the gradient all-reduce runs over the dp x cp ranks of a replica (axis "dp_cp"), averaged over
+dp cp. Expert parallelism (ep > 1): the routed experts' gradients are all-reduced in a second flat
+call over the expert-data-parallel group (axis "edp", dp cp / ep ranks; none when that is 1) and
+averaged over dp cp as well; with ep = 1 they join the first call.
 """
 
 from __future__ import annotations
@@ -22,9 +28,26 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from workload.context_parallel import local_positions
 from workload.model import build_chunk, chunk_ids, loss_fn
-from workload.parallelize import apply_fsdp, apply_tp, loss_context
-from workload.timers import Clock
+from workload.parallelize import (
+    apply_cp,
+    apply_ep,
+    apply_fsdp,
+    apply_tp,
+    check_parallel,
+    expert_parameters,
+    extra_groups,
+    loss_context,
+)
+from workload.timers import Clock, axis_of_group
+
+
+def _scalar(loss: torch.Tensor) -> float:
+    """A loss as a float (a DTensor's replicated local value; 0 on the meta device)."""
+    t = loss.detach()
+    t = t.to_local() if hasattr(t, "to_local") else t
+    return 0.0 if t.device.type == "meta" else float(t.float())
 
 
 class Trainer:
@@ -42,6 +65,11 @@ class Trainer:
         m, plan = cfg["model"], cfg["plan"]
         self.plan = plan
         self.pp, self.dp, self.tp = plan["pp"], plan["dp"], plan["tp"]
+        self.cp, self.ep = plan.get("cp", 1), plan.get("ep", 1)
+        check_parallel(m, plan)
+        # dp_cp, ep, edp: {axis: (group, rank in it, size)}
+        self.groups = extra_groups(mesh, plan)
+        self.cp_rank = mesh.get_local_rank("cp") if self.cp > 1 else 0
         self.mb = plan["micro_batch"]
         self.n_mb = plan["global_batch"] // (self.dp * self.mb)
         self.pp_rank = mesh.get_local_rank("pp") if self.pp > 1 else 0
@@ -51,12 +79,20 @@ class Trainer:
         self.chunks: list[nn.Module] = []
         for c in chunk_ids(plan, self.pp_rank):
             mod = build_chunk(m, plan, c).to(device=device, dtype=dtype)
+            if m.get("experts"):
+                group, rank, size = self.groups.get("ep", (None, 0, 1))
+                apply_ep(mod, group, rank, size, plan.get("moe_routing", "learned"))
+            if self.cp > 1:
+                comm = plan.get("cp_comm", "p2p")
+                apply_cp(mod, mesh.get_group("cp"), self.cp_rank, self.cp, comm, m["seq_len"])
             if self.tp > 1:
                 apply_tp(mod, mesh["tp"], plan.get("sequence_parallel", False))
             if self.dp > 1 and self.zero > 0:
                 apply_fsdp(mod, mesh["dp"], self.zero)
             self.chunks.append(mod)
         params = [p for mod in self.chunks for p in mod.parameters()]
+        # with ep > 1, the routed experts' parameters sync over edp, apart from the rest
+        self.expert_ids = expert_parameters(self.chunks) if self.ep > 1 else set()
         # DTensor or plain parameters: DTensor's attributes (placements, device_mesh) are read
         # where present
         self.params: list[Any] = params
@@ -79,9 +115,24 @@ class Trainer:
         self.schedule = self._schedule() if self.pp > 1 and pipeline else None
         g = torch.Generator().manual_seed(1234 + self.dp_rank)
         shape = (self.n_mb * self.mb, m["seq_len"])
-        # The same tokens on every tensor-parallel rank of a replica (seeded by dp rank only).
-        self.tokens = torch.randint(0, m["vocab"], shape, generator=g).to(device)
-        self.targets = torch.randint(0, m["vocab"], shape, generator=g).to(device)
+        # The same tokens on every tensor-parallel rank of a replica (seeded by dp rank only);
+        # with cp, each rank keeps its two chunks of every sequence.
+        self.tokens = torch.randint(0, m["vocab"], shape, generator=g)
+        self.targets = torch.randint(0, m["vocab"], shape, generator=g)
+        if self.cp > 1:
+            keep = local_positions(m["seq_len"], self.cp, self.cp_rank)
+            self.tokens, self.targets = self.tokens[:, keep], self.targets[:, keep]
+        self.tokens, self.targets = self.tokens.to(device), self.targets.to(device)
+        # the last step's loss on this rank (its local tokens); None where it has no loss (a
+        # pipeline rank without the last chunk)
+        self.last_loss: float | None = None
+
+    def axis_names(self) -> dict[str, str]:
+        """Group name -> axis, for CollectiveCounter: the mesh's dims and the extra groups."""
+        names = axis_of_group(self.mesh)
+        for axis, (group, _, _) in self.groups.items():
+            names[group.group_name] = axis
+        return names
 
     # -- pipeline ------------------------------------------------------------------------------
     def _schedule(self) -> Any:
@@ -175,6 +226,7 @@ class Trainer:
         """Forward and backward over all micro-batches without a pipeline (pp = 1)."""
         mod = self.chunks[0]
         fsdp = self.dp > 1 and self.zero > 0
+        total = 0.0
         for i in range(self.n_mb):
             if fsdp:  # fully_shard made the chunk an FSDPModule (a class mypy cannot see)
                 mod.set_requires_gradient_sync(i == self.n_mb - 1)  # type: ignore[operator]
@@ -187,10 +239,12 @@ class Trainer:
                 self._set_phase("bwd")
                 loss.backward()
                 end = self.clock.now()
+            total += _scalar(loss)
             self.times["forward"] = self.times.get("forward", 0.0) + mid - start
             self.times["backward"] = self.times.get("backward", 0.0) + end - mid
             self.event("F", start, mid, micro_batch=i, chunk=0)
             self.event("B", mid, end, micro_batch=i, chunk=0)
+        self.last_loss = total
 
     def _pipeline(self) -> None:
         kwargs: dict[str, Any] = {}
@@ -207,6 +261,8 @@ class Trainer:
         with self._loss_context():
             self.schedule.step(*args, **kwargs)
         total = self.clock.now() - start
+        if kwargs.get("losses"):  # the last chunk's rank: the mean of its micro-batches' losses
+            self.last_loss = sum(_scalar(x) for x in kwargs["losses"]) / len(kwargs["losses"])
         self.times["pipeline_wait"] = (
             total - self.times.get("forward", 0.0) - self.times.get("backward", 0.0)
         )
@@ -265,7 +321,7 @@ class Trainer:
                     x = self.tokens[sl]
                 else:
                     sp = self.plan.get("sequence_parallel", False) and self.tp > 1
-                    seq = m["seq_len"] // (self.tp if sp else 1)
+                    seq = m["seq_len"] // self.cp // (self.tp if sp else 1)
                     x = torch.zeros(
                         self.mb,
                         seq,
@@ -292,26 +348,50 @@ class Trainer:
         return p2p
 
     def _grad_sync(self) -> None:
-        """zero 0: one flat all-reduce of all gradients over the dp group, then averaged."""
+        """zero 0: one flat all-reduce of the gradients over the dp group (dp x cp with context
+        parallelism), averaged; with ep > 1 the routed experts' in a second one over edp."""
         self._reduce_partial_grads()
-        if self.dp == 1 or self.zero > 0:
+        if self.zero > 0:
+            return
+        replicas = self.dp * self.cp
+        dense: list[torch.Tensor] = []
+        experts: list[torch.Tensor] = []
+        for p in self.params:
+            if p.grad is not None:
+                g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+                (experts if id(p) in self.expert_ids else dense).append(g)
+        if replicas > 1:
+            group = self.groups["dp_cp"][0] if self.cp > 1 else self.mesh.get_group("dp")
+            self._all_reduce_mean(dense, group, replicas)
+        if "edp" in self.groups:
+            self._all_reduce_mean(experts, self.groups["edp"][0], replicas)
+        elif experts and replicas > 1:  # every replica of these experts is in this ep group
+            for g in experts:
+                g.div_(replicas)
+
+    def _all_reduce_mean(self, grads: list[torch.Tensor], group: Any, replicas: int) -> None:
+        """One flat all-reduce of grads over group, divided by the model's replicas (dp cp)."""
+        if not grads:
             return
         self._set_phase("grad")
-        grads = []
-        for p in self.params:
-            if p.grad is None:
-                continue
-            g = p.grad
-            grads.append(g.to_local() if hasattr(g, "to_local") else g)
         flat = torch._utils._flatten_dense_tensors(grads)
         if flat.dtype == torch.bfloat16:  # Megatron-LM reduces bf16 gradients in fp32
             flat = flat.float()
-        dist.all_reduce(flat, group=self.mesh.get_group("dp"))
-        flat.div_(self.dp)
+        dist.all_reduce(flat, group=group)
+        flat.div_(replicas)
         for g, synced in zip(
             grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True
         ):
             g.copy_(synced)
+
+    def gradients(self) -> None:
+        """Forward, backward and the gradient sync of one step, without the optimizer step (the
+        equivalence checks read the gradients)."""
+        if self.schedule is not None:
+            self._pipeline()
+        else:
+            self._fwd_bwd()
+        self._grad_sync()
 
     def step(self) -> dict[str, float]:
         self.times = {}

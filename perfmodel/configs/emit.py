@@ -16,6 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from perfmodel.configs.job import refuse_emit
 from perfmodel.errors import OutputError, PlanError
 
 
@@ -23,10 +24,6 @@ class EmitFormat(StrEnum):
     MEGATRON = "megatron"
     TORCHTITAN = "torchtitan"
     DEEPSPEED = "deepspeed"
-
-
-def refuse_emit(framework: str, field: str, why: str) -> PlanError:
-    return PlanError(f"--emit-config {framework}: the plan's {field} cannot be written: {why}")
 
 
 def header(model: Any, hardware: Any, plan: Any, step_time_s: float) -> list[str]:

@@ -142,3 +142,9 @@ def refuse_plan(where: str, key: str, value: Any, why: str) -> PlanError:
 def refuse_spec(where: str, key: str, value: Any, why: str) -> SpecError:
     shown = "" if value is True else f" {_shown(value)}"
     return SpecError(f"{where}: {key}{shown}: {why}")
+
+
+def refuse_emit(framework: str, field: str, why: str) -> PlanError:
+    """--emit-config's one line for a plan the framework cannot run (here, not in emit.py, so that
+    the writers, which emit.py imports, need not import emit.py)."""
+    return PlanError(f"--emit-config {framework}: the plan's {field} cannot be written: {why}")

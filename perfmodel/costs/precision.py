@@ -2,22 +2,45 @@
 
 from __future__ import annotations
 
+# The dtypes of the main gradients and of the optimizer states that mixed precision can keep
+STATE_DTYPES = ("fp32", "bf16")
+_BYTES = {"fp32": 4, "bf16": 2}
 
-def model_state_bytes_per_param(precision: str) -> dict[str, int]:
-    """Bytes per parameter of weights, gradients and Adam states, as Megatron-LM keeps them.
 
-    bf16: 2 (weights) + 4 (fp32 main gradients: Megatron-LM accumulates and reduces gradients in
-    fp32 with --bf16) + 12 (fp32 master weights, momentum, variance) = 18.
-    fp16: 2 + 2 + 12 = 16 (ZeRO, Rajbhandari et al. 2020, Sec. 3.1). fp32/tf32: 4 + 4 + 8 = 16.
+def model_state_bytes_per_param(precision: str, grad_dtype: str | None = None,
+                                optimizer_dtype: str | None = None) -> dict[str, int]:
+    """Bytes per parameter of weights, gradients and optimizer states, as Megatron-LM keeps them
+    (docs/user-guide/features/dist_optimizer.md, bytes per parameter, d data-parallel ranks:
+    bf16 parameters and fp32 gradients 18, distributed 6 + 12/d; fp16 20, 4 + 16/d; fp32 16,
+    8 + 8/d; the distributed optimizer shards the optimizer states, here "optimizer_states").
+
+    bf16: 2 (weights) + 4 (fp32 main gradients: --accumulate-allreduce-grads-in-fp32, Megatron's
+    default with --bf16) + 12 (fp32 master weights, momentum, variance) = 18.
+      grad_dtype "bf16": main gradients kept and reduced in bf16 (NeMo 2's performance recipes:
+      grad_reduce_in_fp32 False; Apex DistributedFusedAdam grad_sync_dtype bf16): 2.
+      optimizer_dtype "bf16": momentum and variance in bf16 and no fp32 master copy, the bf16
+      weights updated in place (Apex DistributedFusedAdam dtype bf16, NeMo's Nemotron-4 340B
+      config; NeMo stores master weights only when the optimizer's dtype differs from the
+      model's): 4.
+    fp16: 2 + 2 + 16 (fp32 master weights, momentum, variance and an fp32 copy of the gradients
+    for the step) = 20. fp32/tf32: 4 + 4 + 8 = 16.
+    Not modelled: Apex's 16-bit master-weight remainders (NeMo with an fp32 optimizer and bf16
+    weights: 2 bytes instead of 4) and its separate gradient shard (grad_sync_dtype / d).
     """
+    if precision != "bf16" and (grad_dtype or optimizer_dtype):
+        raise ValueError(f"grad_dtype and optimizer_dtype apply to bf16 mixed precision, not "
+                         f"{precision}")
     if precision == "bf16":
-        return {"weights": 2, "gradients": 4, "optimizer_states": 12}
+        grads = _BYTES[grad_dtype or "fp32"]
+        states = 12 if (optimizer_dtype or "fp32") == "fp32" else 2 * _BYTES["bf16"]
+        return {"weights": 2, "gradients": grads, "optimizer_states": states}
     if precision == "fp16":
-        return {"weights": 2, "gradients": 2, "optimizer_states": 12}
+        return {"weights": 2, "gradients": 2, "optimizer_states": 16}
     return {"weights": 4, "gradients": 4, "optimizer_states": 8}
 
 
-def optimizer_step_bytes_per_param(precision: str) -> int:
+def optimizer_step_bytes_per_param(precision: str, grad_dtype: str | None = None,
+                                   optimizer_dtype: str | None = None) -> int:
     """Bytes the optimizer step reads and writes per local parameter (memory-bound kernels).
 
     Adam: read master weights, gradient, momentum, variance (4 x 4), write weights, momentum,
@@ -27,5 +50,13 @@ def optimizer_step_bytes_per_param(precision: str) -> int:
     them with an inf/nan check (read 4, write 4), as Megatron-LM's
     Float16OptimizerWithFloat16Params does.
     bf16: 28 + 4 + 4 + 6 = 42; fp16: 28 + 4 + 2 + 6 + 6 + 8 = 54; fp32: 28 + 4 + 4 = 36.
+    bf16 with other state dtypes, likewise: gradients g and states o bytes, master m (0 or 4):
+    read m or 2, g, 2 o; write m or 2, 2 o; clip g; zero g; copy (m + 2 if m).
     """
+    if precision == "bf16" and (grad_dtype or optimizer_dtype):
+        g = _BYTES[grad_dtype or "fp32"]
+        o = _BYTES[optimizer_dtype or "fp32"]
+        m = 4 if o == 4 else 0  # an fp32 optimizer keeps fp32 master weights
+        weights = m or 2
+        return weights + g + 2 * o + weights + 2 * o + g + g + (m + 2 if m else 0)
     return {"bf16": 42, "fp16": 54}.get(precision, 36)

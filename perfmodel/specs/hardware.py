@@ -12,13 +12,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfmodel.errors import SpecError
+from perfmodel.errors import PlanError, SpecError
 from perfmodel.specs.loading import Bound, check_fields, deep_merge, read_mapping, suggest
 
 # the dtypes a hardware spec may give peaks and GEMM efficiencies for; fp4 (NVFP4/MXFP4, Blackwell
 # and MI355X) is the datasheets', not yet a plan dtype (perfmodel.strategy.Dtype)
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
-COLLECTIVE_ALGORITHMS = ("auto", "ring", "tree", "recursive", "hierarchical")
+# Transformer Engine's FP8 scaling recipes (perfmodel.strategy.Fp8Recipe, perfmodel.costs.fp8)
+FP8_RECIPES = ("delayed", "current", "mxfp8")
+COLLECTIVE_ALGORITHMS = ("auto", "ring", "tree", "recursive", "hierarchical", "nvls")
+# The collective library and the algorithms it has (perfmodel.costs.collectives.LIBRARY_ALGORITHMS):
+# generic: every algorithm perfmodel models (ring, tree, recursive doubling/halving and, in groups
+# over nodes, the hierarchical form), as MPI libraries and gloo have; nccl: NCCL's (and RCCL's),
+# ring and tree for all_reduce (NVLS inside an NVSwitch node, hierarchical across nodes), ring for
+# the others (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel).
+COLLECTIVE_LIBRARIES = ("generic", "nccl")
+# The low-latency protocols a link may list beside its large-message (Simple) protocol: NCCL's LL
+# (8-byte lines carrying 4 bytes and a flag) and LL128 (128-byte lines carrying 120 bytes).
+LINK_PROTOCOLS = ("ll", "ll128")
 # perfmodel.costs.collectives.Op's values (specs do not import costs; a test checks they agree)
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
                   "all_to_all", "send_recv")
@@ -40,6 +51,7 @@ DEFAULT_KERNEL_OVERHEAD_S = 4e-6
 # "collectives.", "gemm_efficiency." and "layer_costs." for the entries of those lists.
 _SECONDS = "a fixed cost above this is a hang, not an overhead"
 _FRACTION = "a fraction of the peak"
+_SEQ = "a sequence length [tokens]: 1e7 is beyond any context window"
 _DIM = "a GEMM dimension: 1e9 is far beyond any layer (a step's tokens are ~1e7)"
 BOUNDS: dict[str, Bound] = {
     "gpus_per_node": Bound(1, 65_536, "a node: NVL576 is the largest NVLink domain, a TPU v5p pod "
@@ -52,7 +64,13 @@ BOUNDS: dict[str, Bound] = {
                                           "wafer-scale engine's on-chip SRAM, 21 PB/s",
                                           inclusive=True),
     "memory_bandwidth_efficiency": Bound(0, 1, "a fraction of memory_bandwidth_bytes_per_s"),
+    "sustained_clock_fraction": Bound(0, 1.5, "the clock a part sustains over the clock of its "
+                                      "datasheet peak: 1.5x is an overclock no datasheet has"),
     "memory_reserved_bytes": Bound(0, 1e15, "as memory_bytes, and below it", inclusive=True),
+    "nccl_buffer_bytes": Bound(0, 1e12, "one communicator's buffers: 64 channels x 3 protocols "
+                               "of 4 MiB is 0.8 GB; 1 TB is no buffer", inclusive=True),
+    "memory_fragmentation": Bound(0, 0.9, "a fraction of the allocator's reserved pool left "
+                                  "unused: above 0.9 the allocator is broken", inclusive=True),
     "kernel_overhead_s": Bound(0, 1, _SECONDS + " (a GPU launch is ~5 us)", inclusive=True),
     "kernel_overhead_tp_s": Bound(0, 1, _SECONDS, inclusive=True),
     "host_op_overhead_s": Bound(0, 1, _SECONDS + " (an eager framework op: ~3-10 us)",
@@ -71,6 +89,14 @@ BOUNDS: dict[str, Bound] = {
     "link.latency_s": Bound(0, 1, "a start-up above 1 s is a timeout, not a link",
                             inclusive=True),
     "link.efficiency": Bound(0, 1, "a fraction of the link's bandwidth"),
+    "link.call_latency_s": Bound(0, 1, "a start-up above 1 s is a timeout, not a link",
+                                 inclusive=True),
+    "link.nvls_bandwidth_fraction": Bound(0, 1, "0: no NVLS; else a fraction of the link's "
+                                          "Simple bandwidth", inclusive=True),
+    "link.nvls_latency_s": Bound(0, 1, "a start-up above 1 s is a timeout", inclusive=True),
+    "protocols.call_latency_s": Bound(0, 1, "a start-up above 1 s is a timeout", inclusive=True),
+    "protocols.latency_s": Bound(0, 1, "a step above 1 s is a timeout", inclusive=True),
+    "protocols.bandwidth_fraction": Bound(0, 1, "a fraction of the link's Simple bandwidth"),
     "collectives.alpha_s": Bound(0, 1, "a start-up above 1 s is a timeout", inclusive=True),
     "collectives.bus_bandwidth_bytes_per_s": Bound(
         1e3, 1e30, "fitted: a latency-bound regime leaves the bandwidth loose, and "
@@ -104,6 +130,12 @@ BOUNDS: dict[str, Bound] = {
     "layer_costs.backward_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
     "layer_costs.compute_scale": Bound(0, 100, "a framework 100x slower than the roofline is "
                                        "broken, not slow"),
+    "flash_attention.head_dim": Bound(1, 4096, "an attention head's width (kernels stop at 256)",
+                                      inclusive=True, integer=True),
+    "flash_attention.forward_max_fraction": Bound(0, 1, _FRACTION),
+    "flash_attention.backward_max_fraction": Bound(0, 1, _FRACTION),
+    "flash_attention.forward_half_seq": Bound(0, 1e7, _SEQ, inclusive=True),
+    "flash_attention.backward_half_seq": Bound(0, 1e7, _SEQ, inclusive=True),
 }
 
 
@@ -113,25 +145,92 @@ def bounded(key: str, value: Any, field: str | None = None) -> Any:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProtocolSpec:
+    """A low-latency protocol of a link (NCCL's LL or LL128), beside its large-message one.
+
+    A collective on the link costs, in this protocol,
+        T = call_latency_s + steps x latency_s + volume x nbytes / (bandwidth_fraction x B)
+    with B the link's Simple bandwidth (bandwidth_bytes_per_s x efficiency); the cheapest protocol
+    is taken, as NCCL's tuner does (perfmodel.costs.collectives.protocol_time).
+    """
+
+    name: str
+    call_latency_s: float  # start-up of one call in this protocol [s] (NCCL's baseLat)
+    latency_s: float  # per step of the algorithm [s] (NCCL's hwLat)
+    bandwidth_fraction: float  # of the link's Simple bandwidth this protocol reaches
+
+    def __post_init__(self) -> None:
+        if self.name not in LINK_PROTOCOLS:
+            raise SpecError(f"protocols.name must be one of {', '.join(LINK_PROTOCOLS)}, got "
+                            f"{self.name!r}{suggest(str(self.name), LINK_PROTOCOLS)}")
+        for name in ("call_latency_s", "latency_s", "bandwidth_fraction"):
+            object.__setattr__(self, name, bounded(f"protocols.{name}", getattr(self, name),
+                                                   f"protocols.{name}"))
+
+
+@dataclass(frozen=True, kw_only=True)
 class LinkSpec:
     """A link class (inside a node, or between nodes).
 
     bandwidth_bytes_per_s: one direction; per GPU inside a node, per node (all NICs) between nodes.
     latency_s: the per-message start-up cost (alpha) of one step of a collective on this link.
     efficiency: fraction of bandwidth_bytes_per_s that collectives reach (nccl-tests bus bandwidth).
+    These three are the large-message protocol (NCCL's Simple); a GPU preset adds
+    call_latency_s: the start-up of one collective call in that protocol, paid once per call;
+    protocols: the low-latency protocols (ll, ll128), each with its own call and step latency and
+    a fraction of the Simple bandwidth: small messages take the cheapest;
+    nvls_bandwidth_fraction, nvls_latency_s: NVLink SHARP all-reduce inside an NVSwitch node (the
+    switch reduces): its bandwidth as a fraction of the Simple bandwidth and its latency per call
+    (0: the link has no NVLS). See perfmodel.costs.collectives and docs/model.md.
     """
 
     bandwidth_bytes_per_s: float
     latency_s: float
     efficiency: float = 1.0
+    call_latency_s: float = 0.0
+    protocols: tuple[ProtocolSpec, ...] = ()
+    nvls_bandwidth_fraction: float = 0.0
+    nvls_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("bandwidth_bytes_per_s", "latency_s", "efficiency"):  # stored as floats
+        for name in ("bandwidth_bytes_per_s", "latency_s", "efficiency", "call_latency_s",
+                     "nvls_bandwidth_fraction", "nvls_latency_s"):  # stored as floats
             object.__setattr__(self, name, bounded(f"link.{name}", getattr(self, name), name))
+        protocols = tuple(p if isinstance(p, ProtocolSpec) else _protocol_from(p, i)
+                          for i, p in enumerate(self.protocols))
+        names = [p.name for p in protocols]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise SpecError(f"protocols: '{dup}' is given twice")
+        object.__setattr__(self, "protocols", protocols)
 
     @property
     def effective_bandwidth_bytes_per_s(self) -> float:
         return self.bandwidth_bytes_per_s * self.efficiency
+
+    @property
+    def has_nvls(self) -> bool:
+        return self.nvls_bandwidth_fraction > 0
+
+    def protocol(self, name: str) -> ProtocolSpec | None:
+        return next((p for p in self.protocols if p.name == name), None)
+
+
+_PROTOCOL_FIELDS = ("name", "call_latency_s", "latency_s", "bandwidth_fraction")
+
+
+def _protocol_from(value: Any, i: int) -> ProtocolSpec:
+    """protocols[i] of a link, from a mapping (a spec file) or a ProtocolSpec."""
+    if not isinstance(value, Mapping):
+        raise SpecError(f"protocols[{i}] must be a mapping with {', '.join(_PROTOCOL_FIELDS)}")
+    check_fields(value, list(_PROTOCOL_FIELDS), f"protocols[{i}]")
+    missing = [k for k in _PROTOCOL_FIELDS if k not in value]
+    if missing:
+        raise SpecError(f"protocols[{i}] is missing field '{missing[0]}'")
+    try:
+        return ProtocolSpec(**value)
+    except SpecError as exc:
+        raise SpecError(f"protocols[{i}]: {exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,9 +260,10 @@ class CollectiveFit:
                             f"{self.op!r}{suggest(str(self.op), COLLECTIVE_OPS)}")
         if self.scope not in ("intra", "inter"):
             raise SpecError(f"collectives.scope must be 'intra' or 'inter', got '{self.scope}'")
-        if self.algorithm not in COLLECTIVE_ALGORITHMS[1:]:
+        fit_algorithms = COLLECTIVE_ALGORITHMS[1:5]  # not auto, not nvls (a link's, not a fit's)
+        if self.algorithm not in fit_algorithms:
             raise SpecError(f"collectives.algorithm must be one of "
-                            f"{', '.join(COLLECTIVE_ALGORITHMS[1:])}, got {self.algorithm!r}")
+                            f"{', '.join(fit_algorithms)}, got {self.algorithm!r}")
         def check(name: str, key: str) -> None:  # stored as floats (YAML reads 4.7e11 as text)
             object.__setattr__(self, name, bounded(key, getattr(self, name), f"collectives.{name}"))
 
@@ -266,9 +366,87 @@ class LayerCost:
             bounded(f"layer_costs.{name}", getattr(self, name))
 
 
+@dataclass(frozen=True, kw_only=True)
+class FlashAttentionPoint:
+    """A fused (flash) attention kernel's speed at one head size, fitted to its published
+    benchmark (TFLOP/s against sequence length; perfmodel.costs.compute.flash_attention_s):
+
+        achieved FLOP/s = peak x max_fraction x s / (s + half_seq)
+
+    for the forward and for the backward, FLOPs counted as the kernel's authors count them
+    (FlashAttention-2, Dao 2023, Sec. 4.1: forward 4 s^2 d heads, halved with a causal mask;
+    backward 2.5 x the forward).
+    """
+
+    head_dim: int
+    forward_max_fraction: float
+    forward_half_seq: float
+    backward_max_fraction: float
+    backward_half_seq: float
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # stored as floats (YAML reads 4.8e2 as text)
+            value = bounded(f"flash_attention.{f.name}", getattr(self, f.name),
+                            f"flash_attention.by_head_dim.{f.name}")
+            object.__setattr__(self, f.name, int(value) if f.name == "head_dim" else value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlashAttention:
+    """The hardware's fused (flash) attention kernel: which one, the dtypes it runs, and its
+    speed by head size (FlashAttentionPoint). No dtypes: the GPU has no such kernel (V100:
+    FlashAttention-2 needs Ampere or newer), and a plan that asks for one is refused.
+
+    Between two measured head sizes the parameters are interpolated linearly; beyond the
+    smallest or the largest, the nearest measured one's are taken (the spec says which kernel
+    configurations were measured)."""
+
+    kernel: str
+    dtypes: tuple[str, ...] = ()
+    by_head_dim: tuple[FlashAttentionPoint, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtypes", tuple(str(d) for d in self.dtypes))
+        for dtype in self.dtypes:
+            if dtype not in DTYPES:
+                raise SpecError(f"flash_attention.dtypes: unknown dtype '{dtype}'"
+                                f"{suggest(dtype, DTYPES)}; allowed: {', '.join(DTYPES)}")
+        points = tuple(sorted(self.by_head_dim, key=lambda p: p.head_dim))
+        if self.dtypes and not points:
+            raise SpecError("flash_attention.by_head_dim must give at least one head size when "
+                            "dtypes are listed")
+        if len({p.head_dim for p in points}) != len(points):
+            raise SpecError("flash_attention.by_head_dim gives a head_dim twice")
+        object.__setattr__(self, "by_head_dim", points)
+
+    def runs(self, dtype: str) -> bool:
+        return dtype in self.dtypes
+
+    def at(self, head_dim: float) -> FlashAttentionPoint:
+        """The kernel's parameters at a head size: linear in head_dim between measured points,
+        the nearest point's beyond them."""
+        import bisect
+
+        points = self.by_head_dim
+        dims = [p.head_dim for p in points]
+        i = bisect.bisect_left(dims, head_dim)
+        if i < len(points) and dims[i] == head_dim:
+            return points[i]
+        if i == 0 or i == len(points):
+            near = points[0 if i == 0 else -1]
+            return dataclasses.replace(near, head_dim=int(head_dim))
+        lo, hi = points[i - 1], points[i]
+        w = (head_dim - lo.head_dim) / (hi.head_dim - lo.head_dim)
+        mix = {f.name: (1 - w) * getattr(lo, f.name) + w * getattr(hi, f.name)
+               for f in dataclasses.fields(FlashAttentionPoint) if f.name != "head_dim"}
+        return FlashAttentionPoint(head_dim=int(head_dim), **mix)
+
+
 # HardwareSpec's numeric fields other than gpus_per_node and the per-dtype peaks
 _SCALAR_FIELDS = ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
-                  "memory_reserved_bytes", "kernel_overhead_s", "kernel_overhead_tp_s",
+                  "sustained_clock_fraction",
+                  "memory_reserved_bytes", "nccl_buffer_bytes", "memory_fragmentation",
+                  "kernel_overhead_s", "kernel_overhead_tp_s",
                   "collective_overhead_s", "optimizer_overhead_s",
                   "optimizer_bandwidth_efficiency", "fsdp_forward_overhead_s",
                   "fsdp_backward_overhead_s", "fsdp_reduce_overhead_s", "ranks_per_device",
@@ -289,6 +467,12 @@ class HardwareSpec:
     inter_node: LinkSpec
     gemm_efficiency: Mapping[str, GemmEfficiency]
     memory_bandwidth_efficiency: float = DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY
+    # The tensor-core clock the part sustains in training over the clock its datasheet peak
+    # assumes: the GEMM roofline's peak is peak_flops_per_s x this (MFU keeps the datasheet
+    # peak). 1 where the GEMM ceiling was measured on the part itself (measured throughput, at
+    # the clock that part held: docs/model.md, "GEMM ceiling"); a part that takes another part's
+    # ceiling and sustains another clock (h100-pcie, power-capped at 350 W) sets its ratio to it.
+    sustained_clock_fraction: float = 1.0
     kernel_overhead_s: float = DEFAULT_KERNEL_OVERHEAD_S
     collective_overhead_s: float = 0.0  # fixed cost per collective call beyond alpha (dispatch)
     # Measured by `calibrate run` (framework stage):
@@ -301,7 +485,14 @@ class HardwareSpec:
     # bytes per parameter (a framework's optimizer may make more passes than one fused kernel);
     # 0: memory_bandwidth_efficiency, as every other memory-bound kernel
     optimizer_bandwidth_efficiency: float = 0.0
+    # What a GPU holds beyond the training's tensors (perfmodel.step.memory): the CUDA context and
+    # libraries' workspaces (memory_reserved_bytes); each NCCL communicator's connection buffers
+    # (nccl_buffer_bytes, per communicator a rank uses; 0: not measured); and the caching
+    # allocator's fragmentation, the fraction of its reserved pool no tensor uses
+    # (memory_fragmentation: reserved = allocated / (1 - f); 0: not measured)
     memory_reserved_bytes: float = 0.0
+    nccl_buffer_bytes: float = 0.0
+    memory_fragmentation: float = 0.0
     # Measured by `calibrate run` (stage layers): what FSDP2 (ZeRO 1-3) adds per unit beyond its
     # gathers, reduce-scatters and copies (hooks: unshard, reshard, post-backward), per
     # micro-batch forward and backward, and per step for the gradient reduction; 0 = not measured
@@ -321,10 +512,21 @@ class HardwareSpec:
     # device's queue waits on; measured by `calibrate run` (stage host). 0: kernel_overhead_s.
     host_op_overhead_s: float = 0.0
     collective_algorithm: str = "auto"
+    collective_library: str = "generic"  # the algorithms it has: generic (all) or nccl
     collectives: tuple[CollectiveFit, ...] = ()
     # Measured by `calibrate run` (stage layers); empty: the framework's cost is
     # kernel_overhead_s per kernel (see LayerCost)
     layer_costs: tuple[LayerCost, ...] = ()
+    # the fused (flash) attention kernel and its measured speed; None: not measured (a plan that
+    # asks for fused attention then costs its products at the GEMM efficiency)
+    flash_attention: FlashAttention | None = None
+    # FP8 training (perfmodel.costs.fp8): the Transformer Engine scaling recipes the GPU runs, its
+    # default first (TE's get_default_fp8_recipe: MXFP8 where the GPU has block-scaled tensor
+    # cores, Blackwell, else per-tensor delayed scaling, which every FP8 GPU runs), and whether a
+    # columnwise FP8 operand is a physical transpose (Hopper: TE docs, "cannot efficiently access
+    # elements in columnwise fashion"; Blackwell: "no transpose is needed")
+    fp8_recipes: tuple[str, ...] = ("delayed", "current")
+    fp8_transpose: bool = True
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -359,11 +561,36 @@ class HardwareSpec:
                              if (c.op, c.scope) == (op, scope))
             raise SpecError(f"collectives: {op} {scope} has {fitted.count((op, scope))} fits "
                             f"({algs}): perfmodel uses one fit per op and scope; keep one")
+        recipes = self.fp8_recipes
+        if isinstance(recipes, str) or not isinstance(recipes, (list, tuple)) or not recipes:
+            raise SpecError(f"fp8_recipes must be a list of some of {', '.join(FP8_RECIPES)}, "
+                            f"the default first, got {recipes!r}")
+        for recipe in recipes:
+            if recipe not in FP8_RECIPES:
+                raise SpecError(f"fp8_recipes: unknown recipe {recipe!r}"
+                                f"{suggest(str(recipe), FP8_RECIPES)}; allowed: "
+                                f"{', '.join(FP8_RECIPES)}")
+        object.__setattr__(self, "fp8_recipes", tuple(str(r) for r in recipes))
+        if not isinstance(self.fp8_transpose, bool):
+            raise SpecError(f"fp8_transpose must be true or false, got {self.fp8_transpose!r}")
         if self.collective_algorithm not in COLLECTIVE_ALGORITHMS:
             raise SpecError(
                 f"collective_algorithm must be one of {', '.join(COLLECTIVE_ALGORITHMS)}, "
                 f"got '{self.collective_algorithm}'"
             )
+        if self.collective_library not in COLLECTIVE_LIBRARIES:
+            lib = str(self.collective_library)
+            raise SpecError(f"collective_library must be one of {', '.join(COLLECTIVE_LIBRARIES)}"
+                            f", got {lib!r}{suggest(lib, COLLECTIVE_LIBRARIES)}")
+        if self.collective_algorithm == "nvls" and not self.intra_node.has_nvls:
+            raise SpecError("collective_algorithm 'nvls' needs NVLink SHARP: set "
+                            "intra_node.nvls_bandwidth_fraction (an NVSwitch node that has it)")
+        if self.collective_library == "nccl" and self.collective_algorithm == "recursive":
+            raise SpecError("collective_algorithm 'recursive' is not one of NCCL's "
+                            "(collective_library nccl: auto, ring, tree, hierarchical, nvls)")
+        if self.inter_node.has_nvls:
+            raise SpecError("inter_node.nvls_bandwidth_fraction must be 0: NVLS is the NVSwitch's "
+                            "all-reduce inside a node (give it on intra_node)")
 
     def peak(self, dtype: str) -> float:
         """Peak dense FLOP/s for a dtype; tf32 falls back to fp32 where the GPU has no TF32."""
@@ -387,10 +614,34 @@ class HardwareSpec:
                 return max(present, key=lambda d: peaks[d])  # the first (bf16, fp32) on a tie
         return max(peaks, key=lambda d: peaks[d])  # fp8 only: what it has
 
+    def fp8_recipe(self, recipe: str | None = None) -> str:
+        """The FP8 scaling recipe a plan runs: `recipe`, or the hardware's default (the first of
+        fp8_recipes); a PlanError naming the field where the hardware has no FP8 peak, or does not
+        run the recipe (MXFP8 on Hopper)."""
+        if "fp8" not in self.peak_flops_per_s:
+            raise PlanError(f"dtype fp8: hardware '{self.name}' ({self.gpu_name}) has no "
+                            f"peak_flops_per_s.fp8 (it has {', '.join(self.peak_flops_per_s)}): "
+                            "give its FP8 tensor-core peak, or train in "
+                            f"{self.default_dtype()}")
+        if recipe is None:
+            return self.fp8_recipes[0]
+        if recipe not in self.fp8_recipes:
+            why = " (MXFP8 needs block-scaled tensor cores: Blackwell, CDNA4)" \
+                if recipe == "mxfp8" else ""
+            raise PlanError(f"fp8_recipe {recipe}: hardware '{self.name}' runs fp8_recipes "
+                            f"{', '.join(self.fp8_recipes)}{why}")
+        return recipe
+
     def gemm(self, dtype: str) -> GemmEfficiency:
         if dtype in self.gemm_efficiency:
             return self.gemm_efficiency[dtype]
         return self.gemm_efficiency["default"]
+
+    def flash_kernel(self, dtype: str) -> FlashAttention | None:
+        """The flash-attention kernel that runs this dtype, or None (not measured, or a dtype the
+        kernel does not run)."""
+        fa = self.flash_attention
+        return fa if fa is not None and fa.runs(dtype) else None
 
     def replace(self, **changes: Any) -> HardwareSpec:
         return dataclasses.replace(self, **changes)
@@ -406,6 +657,8 @@ _FIT_FIELDS = [f.name for f in dataclasses.fields(CollectiveFit)]
 _FIT_REQUIRED = [f.name for f in dataclasses.fields(CollectiveFit)
                  if f.default is dataclasses.MISSING]
 _LAYER_COST_FIELDS = [f.name for f in dataclasses.fields(LayerCost)]
+_FLASH_FIELDS = [f.name for f in dataclasses.fields(FlashAttention)]
+_FLASH_POINT_FIELDS = [f.name for f in dataclasses.fields(FlashAttentionPoint)]
 _LAYER_COST_REQUIRED = [f.name for f in dataclasses.fields(LayerCost)
                         if f.default is dataclasses.MISSING]
 
@@ -428,8 +681,7 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
             for key in ("bandwidth_bytes_per_s", "latency_s"):
                 if key not in value:
                     raise SpecError(f"{where}: missing required field '{link}.{key}'")
-            fields[link] = LinkSpec(**{k: bounded(f"link.{k}", v, f"{link}.{k}")
-                                       for k, v in value.items()})
+            fields[link] = _link_from(value, link)
         peaks = fields["peak_flops_per_s"]
         if not isinstance(peaks, Mapping):
             raise SpecError(f"{where}: peak_flops_per_s must map dtypes ({', '.join(DTYPES)}) "
@@ -442,6 +694,7 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
                         where)
         fields["collectives"] = tuple(CollectiveFit(**fit) for fit in fits)
         fields["layer_costs"] = _layer_costs_from(fields.get("layer_costs", ()), where)
+        fields["flash_attention"] = _flash_from(fields.get("flash_attention"), where)
         fields.setdefault("name", where)
         fields.setdefault("gpu_name", fields["name"])
         for key in _SCALAR_FIELDS:
@@ -455,6 +708,26 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
         if str(exc).startswith(where):
             raise
         raise SpecError(f"{where}: {exc}") from None
+
+
+def _link_from(value: Mapping[str, Any], link: str) -> LinkSpec:
+    """intra_node or inter_node from its mapping: numbers checked, protocols from their list."""
+    fields: dict[str, Any] = {}
+    for k, v in value.items():
+        if k == "protocols":
+            if not isinstance(v, (list, tuple)):
+                raise SpecError(f"{link}.protocols must be a list of entries with "
+                                f"{', '.join(_PROTOCOL_FIELDS)}")
+            try:
+                fields[k] = tuple(_protocol_from(p, i) for i, p in enumerate(v))
+            except SpecError as exc:
+                raise SpecError(f"{link}.{exc}") from None
+        else:
+            fields[k] = bounded(f"link.{k}", v, f"{link}.{k}")
+    try:
+        return LinkSpec(**fields)
+    except SpecError as exc:
+        raise SpecError(f"{link}.{exc}") from None
 
 
 def _entries(value: Any, name: str, allowed: list[str], required: list[str],
@@ -484,6 +757,30 @@ def _layer_costs_from(value: Any, where: str) -> tuple[LayerCost, ...]:
         except SpecError as exc:
             raise SpecError(f"{where}: layer_costs[{i}]: {exc}") from None
     return tuple(out)
+
+
+def _flash_from(value: Any, where: str) -> FlashAttention | None:
+    """flash_attention: {kernel, dtypes: [...], by_head_dim: [{head_dim, forward_max_fraction,
+    forward_half_seq, backward_max_fraction, backward_half_seq}, ...]}, or absent."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{where}: flash_attention must be a mapping with "
+                        f"{', '.join(_FLASH_FIELDS)}")
+    check_fields(value, _FLASH_FIELDS, f"{where}: flash_attention")
+    if "kernel" not in value:
+        raise SpecError(f"{where}: missing required field 'flash_attention.kernel'")
+    dtypes = value.get("dtypes", ())
+    if isinstance(dtypes, str) or not isinstance(dtypes, (list, tuple)):
+        raise SpecError(f"{where}: flash_attention.dtypes must be a list of dtypes "
+                        f"({', '.join(DTYPES)})")
+    points = _entries(value.get("by_head_dim", ()), "flash_attention.by_head_dim",
+                      _FLASH_POINT_FIELDS, _FLASH_POINT_FIELDS, where)
+    try:
+        return FlashAttention(kernel=str(value["kernel"]), dtypes=tuple(dtypes),
+                              by_head_dim=tuple(FlashAttentionPoint(**p) for p in points))
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
 
 
 def _gemm_from(value: Any, where: str) -> dict[str, GemmEfficiency]:
@@ -556,6 +853,7 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
     return hardware_from_dict(data, f"hardware '{data['name']}'")
 
 
-__all__ = ["BOUNDS", "DTYPES", "LAYER_PARTS", "LAYER_STYLES", "CollectiveFit", "GemmEfficiency",
-           "HardwareSpec", "LayerCost", "LinkSpec",
+__all__ = ["BOUNDS", "COLLECTIVE_LIBRARIES", "DTYPES", "LAYER_PARTS", "LAYER_STYLES",
+           "LINK_PROTOCOLS", "CollectiveFit", "FlashAttention", "FlashAttentionPoint",
+           "GemmEfficiency", "HardwareSpec", "LayerCost", "LinkSpec", "ProtocolSpec",
            "hardware_from_dict", "load_hardware", "load_hardware_dict"]

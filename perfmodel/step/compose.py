@@ -92,6 +92,17 @@ HOST_DEVICE_SHARPNESS = 8
 # A segment with neither host nor device time divides by this instead of 0 [s^(p-1)]: its host
 # terms are 0 either way.
 _NO_TIME_S8 = sp.Float(1e-300)
+# Terms only some families have (an fp8 plan's casts, perfmodel.step.fp8): a breakdown shows them
+# where a phase gives them, after the terms above.
+OPTIONAL_STAGE_TERMS = ("compute/forward/fp8_cast", "compute/backward/fp8_cast")
+OPTIONAL_STEP_TERMS = ("compute/fp8_weight_cast",)
+
+
+def _present(terms: tuple[str, ...], optional: tuple[str, ...],
+             phases: Sequence[Phase]) -> tuple[str, ...]:
+    """terms, and those of `optional` that some phase gives."""
+    given = {t for p in phases for t in (*p.device, *p.host)}
+    return terms + tuple(t for t in optional if t in given)
 
 
 @dataclass(frozen=True)
@@ -125,7 +136,8 @@ class Phase:
     comm_scale: sp.Expr = ONE
 
     def __post_init__(self) -> None:
-        known = STEP_TERMS if self.per_step else STAGE_TERMS
+        known = STEP_TERMS + OPTIONAL_STEP_TERMS if self.per_step \
+            else STAGE_TERMS + OPTIONAL_STAGE_TERMS
         for term in (*self.device, *self.host, *(c.term for c in self.comms)):
             if term not in known:
                 raise ValueError(f"phase {self.name}: '{term}' is not a term of "
@@ -260,17 +272,18 @@ def stage_terms(phases: Sequence[Phase], launches_s: sp.Expr, asynchronous: bool
     """One micro-batch on one stage, by breakdown term [s]: its phases and its launches, host
     and device composed as the module doc says; and what its terms hide (communication behind
     compute, host time behind the device's), by term."""
-    t = _add((phase_terms(p) for p in phases), launches_s, STAGE_TERMS)
+    names = _present(STAGE_TERMS, OPTIONAL_STAGE_TERMS, phases)
+    t = _add((phase_terms(p) for p in phases), launches_s, names)
     if not asynchronous:
-        terms = {k: t.device[k] + t.host[k] + t.comm[k] for k in STAGE_TERMS}
-        return Stage(terms, {k: t.hidden[k] for k in STAGE_TERMS}, terms)
+        terms = {k: t.device[k] + t.host[k] + t.comm[k] for k in names}
+        return Stage(terms, {k: t.hidden[k] for k in names}, terms)
     host = sp.Add(*t.host.values())
     device = sp.Add(*t.device.values(), *(x for k, x in t.comm.items() if k != "pipeline/p2p"))
     shown = host_share(host, device)
     x = sp.Symbol(f"x_host_{stage}")
-    return Stage({k: t.device[k] + shown * t.host[k] + t.comm[k] for k in STAGE_TERMS},
-                 {k: t.hidden[k] + (1 - shown) * t.host[k] for k in STAGE_TERMS},
-                 {k: t.device[k] + x * t.host[k] + t.comm[k] for k in STAGE_TERMS},
+    return Stage({k: t.device[k] + shown * t.host[k] + t.comm[k] for k in names},
+                 {k: t.hidden[k] + (1 - shown) * t.host[k] for k in names},
+                 {k: t.device[k] + x * t.host[k] + t.comm[k] for k in names},
                  (x, shown, host, device))
 
 
@@ -289,8 +302,9 @@ def step_terms(phases: Sequence[Phase], m: sp.Expr, launches_s: sp.Expr,
     """The step's terms beyond its m micro-batches [s]: the pipeline bubble, the step phases, and
     the launches of the per-step collectives (charged to the optimizer step); and what their
     communication hides."""
-    t = _add((phase_terms(p, m) for p in phases), launches_s, STEP_TERMS)
-    terms = {k: t.device[k] + t.host[k] + t.comm[k] for k in STEP_TERMS}
+    names = _present(STEP_TERMS, OPTIONAL_STEP_TERMS, phases)
+    t = _add((phase_terms(p, m) for p in phases), launches_s, names)
+    terms = {k: t.device[k] + t.host[k] + t.comm[k] for k in names}
     terms["pipeline/bubble"] = terms["pipeline/bubble"] + bubble_s
     return terms, dict(t.hidden)
 
@@ -315,8 +329,10 @@ def other_stages_time(first: sp.Expr, middle: sp.Expr, last: sp.Expr, t_mb: sp.E
 
 
 def step_time(m: sp.Expr, t_mb: sp.Expr, terms: Mapping[str, sp.Expr]) -> sp.Expr:
-    """T_step = m t_mb + T_bubble + T_dp + T_dp_framework + T_tp_grads + T_opt [s]."""
-    return sp.Add(m * t_mb, *(terms[name] for name in STEP_TERMS))
+    """T_step = m t_mb + T_bubble + T_dp + T_dp_framework + T_tp_grads + T_opt [s] (+ T_fp8_wc,
+    an fp8 plan's weight casts)."""
+    return sp.Add(m * t_mb, *(terms[name] for name in (*STEP_TERMS, *OPTIONAL_STEP_TERMS)
+                              if name in terms))
 
 
 # the symbols of the composition, as `explain` prints it
@@ -326,4 +342,5 @@ STAGE_SYMBOLS = {"first": sp.Symbol("t_first"), "last": sp.Symbol("t_last"),
                  "middle": sp.Symbol("t_middle")}
 STEP_SYMBOLS = {"pipeline/bubble": sp.Symbol("T_bubble"), "comm/dp": sp.Symbol("T_dp"),
                 "comm/dp_framework": sp.Symbol("T_dp_framework"),
-                "comm/tp_grads": sp.Symbol("T_tp_grads"), "optimizer/step": sp.Symbol("T_opt")}
+                "comm/tp_grads": sp.Symbol("T_tp_grads"), "optimizer/step": sp.Symbol("T_opt"),
+                "compute/fp8_weight_cast": sp.Symbol("T_fp8_wc")}

@@ -39,14 +39,16 @@ _GEMM_OPTIONAL = {
 }
 
 
-def device(fam: Family | None = None) -> K.Device:
+def device(fam: Family | None = None, *, fp8: bool = False) -> K.Device:
     """The device's symbols. The optional terms of the GEMM model (perfmodel.costs.gemm_efficiency:
     split-K, the large-tile kernel, the epilogue) enter the expressions only for hardware whose
-    GEMM fit has them (Family.gemm_split_k, gemm_large_kernel, gemm_epilogue)."""
+    GEMM fit has them (Family.gemm_split_k, gemm_large_kernel, gemm_epilogue). fp8: the FP8 GEMMs'
+    (their peak and fit; perfmodel.costs.fp8)."""
     dropped = {name for flag_, names in _GEMM_OPTIONAL.items()
                if fam is None or not getattr(fam, flag_) for name in names}
-    gemm = {name: sym for name, sym in S.GEMM.items() if name not in dropped}
-    return K.Device(S.F, S.W, S.t_k, gemm)
+    table = S.FP8_GEMM if fp8 else S.GEMM
+    gemm = {name: sym for name, sym in table.items() if name not in dropped}
+    return K.Device(S.F8 if fp8 else S.F, S.W, S.t_k, gemm)
 
 
 def stage_layers(fam: Family) -> dict[str, sp.Expr]:
@@ -90,8 +92,15 @@ class Context:
     multi: sp.Expr  # 1 with several pipeline stages, 0 with one
     single: sp.Expr  # 1 - multi
     seq_parallel: sp.Expr
+    # the share of a stage's layers under each recompute policy (the option's 0/1 times
+    # floor(n / N) / n with Plan.recompute_every N; 0 under the others)
     full: sp.Expr  # full recompute
-    selective: sp.Expr  # selective recompute
+    selective: sp.Expr  # selective recompute (Megatron: the attention core)
+    op: sp.Expr  # per-op selective recompute (torchtitan)
+    # 1 where some layer of the stage recomputes fully (resp. per op): it needs a buffer to
+    # recompute into
+    full_any: sp.Expr
+    op_any: sp.Expr
     zero1: sp.Expr  # ZeRO stage >= 1 (and likewise zero2, zero3)
     zero2: sp.Expr
     zero3: sp.Expr
@@ -117,6 +126,16 @@ class Context:
     megatron: sp.Expr  # Megatron 1D: 1 - grid2 - grid3
     split: sp.Expr  # 1 where every activation is split over the tp ranks (SP, or a grid)
     act_ranks: sp.Expr  # ranks an activation is split over: 1 + split (tp - 1)
+    # FP8 training (perfmodel.costs.fp8): 1 for an fp8 plan; the device of its linear layers'
+    # GEMMs (FP8 peak and fit; dev for other plans) and the bytes of their operands (e_8; e)
+    fp8: sp.Expr = sp.Integer(0)
+    linear_dev: K.Device | None = None
+    fp8_output: sp.Expr = sp.Integer(0)  # 1: the output layer's GEMM in FP8 too
+
+    @property
+    def linear(self) -> K.Device:
+        """The device the linear layers' GEMMs run on: FP8 for an fp8 plan."""
+        return self.linear_dev or self.dev
 
     @property
     def max_stage_layers(self) -> sp.Expr:
@@ -133,13 +152,21 @@ class Context:
         multi = active(S.pp)
         zero = [flag(None if fam.zero is None else fam.zero >= k, f"zero{k}") for k in (1, 2, 3)]
         layers = stage_layers(fam)
+        n = layers["first"]
+        # the layers the policy applies to: floor(n / N) of the stage's n (torchtitan wraps the
+        # N-th, 2N-th, ... layer it builds); any: 1 if there is one (an uneven pipeline split
+        # takes the first stage's share for every stage)
+        recomputed = sp.floor(n / S.N_rc)
+        share, any_ = recomputed / n, sp.Min(1, recomputed, evaluate=False)
+        full = flag(_option(fam, "recompute", "full"), "recompute_full")
+        op = flag(_option(fam, "recompute", "op"), "recompute_op")
         return cls(
             fam=fam, dev=device(fam), d=S.d if fam.free_head_dim else S.h / S.a,
-            T=S.b * S.s, m=S.B / (S.dp * S.b), layers_per_stage=layers["first"],
-            stage_layers=layers,
+            T=S.b * S.s, m=S.B / (S.dp * S.b), layers_per_stage=n, stage_layers=layers,
             multi=multi, single=1 - multi, seq_parallel=seq_parallel,
-            full=flag(_option(fam, "recompute", "full"), "recompute_full"),
-            selective=flag(_option(fam, "recompute", "selective"), "recompute_selective"),
+            full=full * share,
+            selective=flag(_option(fam, "recompute", "selective"), "recompute_selective") * share,
+            op=op * share, full_any=full * any_, op_any=op * any_,
             zero1=zero[0], zero2=zero[1], zero3=zero[2],
             gpipe=flag(_option(fam, "schedule", "gpipe"), "gpipe"),
             interleaved=flag(_option(fam, "schedule", "interleaved"), "interleaved"),
@@ -159,4 +186,7 @@ class Context:
             learned_positions=flag(fam.learned_positions, "learned_positions"),
             grid2=grid2, grid3=grid3, megatron=megatron, split=split,
             act_ranks=1 + split * (S.tp - 1),
+            fp8=sp.Integer(int(fam.fp8)),
+            linear_dev=device(fam, fp8=True) if fam.fp8 else None,
+            fp8_output=sp.Integer(int(fam.fp8 and fam.fp8_output_layer)),
         )

@@ -4,12 +4,22 @@ micro-batch (forward, backward, recompute).
 Forward of one layer, one micro-batch [s] (perfmodel.costs.compute; Megatron-LM's layer):
     t_gemm      = the four linear layers' GEMMs (QKV, attention output, MLP up (and gate), down);
                   on a 2d / 2.5d / 3d grid their blocks (perfmodel.costs.layouts)
-    t_attention = the scores and context GEMMs + softmax and dropout bytes / W (0 bytes with
-                  flash attention, which fuses them)
+    t_attention = unfused: the scores and context GEMMs (all s^2 of them) + the softmax and
+                  dropout bytes / W;
+                  flash: one compute-bound kernel doing the causal half of those FLOPs at the
+                  hardware's measured flash efficiency (perfmodel.costs.compute.flash_attention_s),
+                  no s^2 bytes; where the hardware has no measured kernel, those FLOPs as GEMMs
     t_elementwise = norms, activation, dropout-adds bytes / W
+    t_fp8_cast  = fp8 plans: the casts of the FP8 GEMMs' inputs, q_8 x elements / W
+                  (perfmodel.costs.compute.fp8_cast_elements; their grad outputs in the backward)
+An fp8 plan's linear-layer GEMMs run on the FP8 device (peak F_peak^fp8, its own GEMM fit), read
+e_8-byte operands and write bf16 (perfmodel.costs.fp8); a sliding window shrinks a flash kernel's
+FLOPs to the pairs it attends (perfmodel.costs.compute.attended_share).
 Backward = 2 x forward: a GEMM's input gradient and its weight gradient each cost one forward
-(Narayanan et al. SC21, appendix on FLOPs). Recompute repeats the forward (full) or the attention
-core (selective) before the backward (Korthikanti et al. 2022, Sec. 5).
+(Narayanan et al. SC21, appendix on FLOPs); a flash kernel's backward 2.5 x its forward's FLOPs
+(it recomputes the scores; FlashAttention-2, Sec. 4.1) at its backward efficiency. Recompute
+repeats the forward (full) or the attention core (selective) before the backward (Korthikanti et
+al. 2022, Sec. 5).
 """
 
 from __future__ import annotations
@@ -32,44 +42,144 @@ ZERO = sp.Integer(0)
 
 @dataclass(frozen=True)
 class LayerWork:
-    """Device time of one layer's forward on one rank, per micro-batch [s]."""
+    """Device time of one layer's forward on one rank, per micro-batch [s], and of its
+    attention's backward (the rest of the backward is BACKWARD_PER_FORWARD x the forward)."""
 
     gemm_s: sp.Expr
     attention_s: sp.Expr
     elementwise_s: sp.Expr
+    attention_backward_s: sp.Expr
+    # fp8 plans: the casts to FP8 of the GEMMs' inputs (forward) and grad outputs (backward);
+    # None for other plans (no term)
+    fp8_cast_s: sp.Expr | None = None
+    fp8_cast_backward_s: sp.Expr | None = None
     gemms: dict[str, sp.Expr] = field(default_factory=dict)  # each GEMM's, by name
 
     @property
     def total_s(self) -> sp.Expr:
-        return self.gemm_s + self.attention_s + self.elementwise_s
+        return self.gemm_s + self.attention_s + self.elementwise_s + (self.fp8_cast_s or ZERO)
 
-    def by_term(self, direction: str, factor: sp.Expr) -> dict[str, sp.Expr]:
-        """factor x each part, named compute/<direction>/<part>."""
-        return {f"compute/{direction}/gemm": factor * self.gemm_s,
-                f"compute/{direction}/attention": factor * self.attention_s,
-                f"compute/{direction}/elementwise": factor * self.elementwise_s}
+    @property
+    def backward_s(self) -> sp.Expr:
+        return BACKWARD_PER_FORWARD * (self.gemm_s + self.elementwise_s) \
+            + self.attention_backward_s + (self.fp8_cast_backward_s or ZERO)
+
+    def forward_terms(self, n: sp.Expr) -> dict[str, sp.Expr]:
+        """n layers' forward, by term compute/forward/<part>."""
+        out = {"compute/forward/gemm": n * self.gemm_s,
+               "compute/forward/attention": n * self.attention_s,
+               "compute/forward/elementwise": n * self.elementwise_s}
+        if self.fp8_cast_s is not None:
+            out["compute/forward/fp8_cast"] = n * self.fp8_cast_s
+        return out
+
+    def backward_terms(self, n: sp.Expr) -> dict[str, sp.Expr]:
+        """n layers' backward, by term compute/backward/<part>."""
+        out = {"compute/backward/gemm": BACKWARD_PER_FORWARD * n * self.gemm_s,
+               "compute/backward/attention": n * self.attention_backward_s,
+               "compute/backward/elementwise": BACKWARD_PER_FORWARD * n * self.elementwise_s}
+        if self.fp8_cast_backward_s is not None:
+            out["compute/backward/fp8_cast"] = n * self.fp8_cast_backward_s
+        return out
+
+
+def linear_gemm_time(c: Context, g: K.Gemm) -> sp.Expr:
+    """One linear layer's GEMM [s]: in bf16 (the plan's dtype) on the device, or, for an fp8
+    plan, on the FP8 device with e_8-byte operands and a bf16 output (perfmodel.costs.fp8)."""
+    if c.fam.fp8:
+        return K.gemm_time(g, S.e8, c.linear, output_bytes_per_element=S.e)
+    return K.gemm_time(g, S.e, c.dev)
 
 
 def layer_work(c: Context) -> LayerWork:
-    """One layer's forward: GEMMs (Megatron 1D, or a grid's blocks), attention, element-wise."""
+    """One layer's forward: GEMMs (Megatron 1D, or a grid's blocks), attention, element-wise,
+    and an fp8 plan's casts."""
     h, a, kv, f, s, b, tp, e = S.h, S.a, S.kv, S.f, S.s, S.b, S.tp, S.e
-    gemm_t = {g.name: K.gemm_time(g, e, c.dev)
+    gemm_t = {g.name: K.gemm_time(g, e, c.dev) if g.name in K.ATTENTION_CORE
+              else linear_gemm_time(c, g)
               for g in K.layer_gemms(c.T, b, s, h, a, kv, f, tp, c.gated, c.d)}
     if c.fam.tp_layout != "1d":  # the grid layouts replace the four linear layers' GEMMs
         for name, K_, M_ in LY.linear_shapes(h, a, kv, f, c.gated, c.d):
             grid = LY.grid_gemms(name, c.T, K_, M_, S.q_a, S.q_c)
-            grid_t = c.grid2 * K.gemm_time(grid["2d"], e, c.dev) \
-                + c.grid3 * K.gemm_time(grid["3d"], e, c.dev)
+            grid_t = c.grid2 * linear_gemm_time(c, grid["2d"]) \
+                + c.grid3 * linear_gemm_time(c, grid["3d"])
             gemm_t[name] = c.megatron * gemm_t[name] + grid_t
     ew = K.elementwise_bytes(c.T, b, s, h, a, f, tp, e, sequence_parallel=c.split,
                              flash=c.flash, gated=c.gated)
+    core_gemms_s = sum((gemm_t[n] for n in K.ATTENTION_CORE), ZERO)
+    unfused_s = core_gemms_s + K.memory_time(ew["softmax"] + ew["attention_dropout"], c.dev)
+    fused_s, fused_backward_s = flash_attention(c, core_gemms_s)
+    cast_s = cast_backward_s = None
+    if c.fam.fp8:
+        forward, backward = K.fp8_cast_elements(c.T, h, a, kv, f, tp, c.act_ranks, c.gated, c.d)
+        cast_s = K.memory_time(S.q8 * forward, c.dev)
+        cast_backward_s = K.memory_time(S.q8 * backward, c.dev)
     return LayerWork(
         gemm_s=sum((t for n, t in gemm_t.items() if n not in K.ATTENTION_CORE), ZERO),
-        attention_s=sum((gemm_t[n] for n in K.ATTENTION_CORE), ZERO)
-        + K.memory_time(ew["softmax"] + ew["attention_dropout"], c.dev),
+        attention_s=c.flash * fused_s + (1 - c.flash) * unfused_s,
         elementwise_s=K.memory_time(ew["layernorm"] + ew["activation"] + ew["dropout_add"], c.dev),
+        attention_backward_s=c.flash * fused_backward_s
+        + (1 - c.flash) * BACKWARD_PER_FORWARD * unfused_s,
+        fp8_cast_s=cast_s, fp8_cast_backward_s=cast_backward_s,
         gemms=gemm_t,
     )
+
+
+def attended_share(c: Context) -> sp.Expr:
+    """The query-key pairs a layer attends over s^2, on average over the layers: 1/2 (causal), or
+    with a sliding window in a share rho_w of the layers (1 - rho_w) / 2 + rho_w P(w) / s^2
+    (perfmodel.costs.compute.attended_share)."""
+    if c.fam.windowed:
+        return K.attended_share(S.s, S.w, S.rho_w)
+    return K.CAUSAL_FRACTION
+
+
+def flash_attention(c: Context, core_gemms_s: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) of one layer's fused causal attention on one rank [s].
+
+    Measured kernel (I_fa = 1): the causal half of the core's FLOPs (forward) and 2.5 x that
+    (backward) at the hardware's flash efficiencies (perfmodel.costs.compute.flash_attention_s).
+    Not measured (I_fa = 0: a calibrated CPU, a GPU without flash benchmarks): the same FLOPs at
+    the GEMM efficiency of the scores and context products (core_gemms_s, all s^2 of them).
+    Sliding window (a share rho_w of the layers, window w): those layers' kernels do P(w) of the
+    s^2 pairs (perfmodel.costs.compute.windowed_pairs), and their per-row cost is that of a
+    causal kernel whose rows are as long on average: s_eff = 2 P(w) / s tokens (s for full
+    causal attention, whose rows average s / 2 keys) in the fit's (1 + s_half / s_eff)."""
+    fwd, bwd = K.FLASH_BACKWARD_PER_FORWARD, (S.E_fa_bwd, S.s_fa_bwd)
+
+    def measured(share: sp.Expr, s_eff: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+        flops = K.attention_core_flops(S.b, S.s, S.a, c.d, S.tp, share=share)
+        return (K.flash_attention_s(flops, S.F, S.E_fa_fwd, S.s_fa_fwd, s_eff),
+                K.flash_attention_s(fwd * flops, S.F, *bwd, s_eff))
+
+    full, full_bwd = measured(K.CAUSAL_FRACTION, S.s)
+    as_gemms = attended_share(c) * core_gemms_s
+    if c.fam.windowed:
+        pairs = K.windowed_pairs(S.s, S.w)
+        win, win_bwd = measured(pairs / S.s**2, 2 * pairs / S.s)
+        full = (1 - S.rho_w) * full + S.rho_w * win
+        full_bwd = (1 - S.rho_w) * full_bwd + S.rho_w * win_bwd
+    return (S.I_fa * full + (1 - S.I_fa) * as_gemms,
+            S.I_fa * full_bwd + (1 - S.I_fa) * fwd * as_gemms)
+
+
+def op_recomputed_gemm_share(c: Context) -> sp.Expr:
+    """The share of a layer's linear-layer FLOPs that torchtitan's per-op recompute repeats: of
+    the matmuls Q, K, V, attention output, MLP up (w1), [gate (w3),] down (w2) it keeps every
+    other output (the 1st, 3rd, ...) and recomputes K, the attention output and w3 (SwiGLU) or
+    w2 (GeLU): (kv d + a d + f) h of (a d + 2 kv d + a d + (2 + gated) f) h."""
+    d, a, kv, f = c.d, S.a, S.kv, S.f
+    return (kv * d + a * d + f) / (2 * a * d + 2 * kv * d + (2 + c.gated) * f)
+
+
+def op_recompute_s(c: Context, work: LayerWork) -> sp.Expr:
+    """What per-op recompute repeats of one layer's forward [s]: its recomputed matmuls (their
+    share of the linear FLOPs, at the layer's GEMM time per FLOP), every element-wise operation,
+    and an unfused attention core (its batched products and softmax are not kept; a flash
+    kernel's output is)."""
+    share = op_recomputed_gemm_share(c)
+    return share * work.gemm_s + work.elementwise_s + (1 - c.flash) * work.attention_s \
+        + share * (work.fp8_cast_s or ZERO)
 
 
 def layer_phases(c: Context, work: LayerWork, cost: PartCost,
@@ -82,24 +192,28 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
 
     device: n x work (x 2 backward); where calibrated, (s - 1) x that (the framework's scale)
     host:   n x c_fwd (c_bwd); n x ops x t_op (framework.PartCost) where not calibrated
-    recompute: full x forward + selective x attention, device and host (charged to
-    compute/recompute), and full x the forward's collectives.
+    recompute: full x forward + selective x attention + op x what per-op recompute repeats
+    (op_recompute_s), device and host (charged to compute/recompute), and the forward's
+    collectives (full; op: all but the reduce-scatters, whose outputs it keeps). full, selective
+    and op are the shares of the stage's layers under each policy (Context).
     overlap, overlap_device: by phase, the Overlaps of its tensor-parallel collectives and what
     the overlapped GEMMs lose (perfmodel.step.tensor_parallel.layer_overlaps).
     """
-    n, back = c.stage_layers[stage], BACKWARD_PER_FORWARD
+    n = c.stage_layers[stage]
     scale = n / c.layers_per_stage  # the collectives are declared for the first stage's layers
     overlap, extra = overlap or {}, overlap_device or {}
     kernels = n * cost.kernel_s * cost.forward_ops
     back_kernels = n * cost.kernel_s * cost.backward_ops
     slower = cost.scale - 1  # what the framework's scale adds to the rooflines
-    recomputed = c.full * work.total_s + c.selective * work.attention_s
+    recomputed = c.full * work.total_s + c.selective * work.attention_s \
+        + c.op * op_recompute_s(c, work)
+
     def lost(name: str) -> dict[str, sp.Expr]:
         return {"compute/tp_overlap": extra[name]} if name in extra else {}
 
     forward = Phase(
         name="layers/forward",
-        device={**work.by_term("forward", n),
+        device={**work.forward_terms(n),
                 "compute/forward/framework": n * slower * work.total_s,
                 **lost("layers/forward")},
         host={"compute/forward/framework": n * cost.forward_s, "overhead/kernels": kernels},
@@ -107,8 +221,8 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
         comm_scale=scale)
     backward = Phase(
         name="layers/backward",
-        device={**work.by_term("backward", back * n),
-                "compute/backward/framework": n * slower * back * work.total_s,
+        device={**work.backward_terms(n),
+                "compute/backward/framework": n * slower * work.backward_s,
                 **lost("layers/backward")},
         host={"compute/backward/framework": n * cost.backward_s,
               "overhead/kernels": back_kernels},
@@ -118,8 +232,8 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
         name="layers/recompute",
         device={"compute/recompute": n * (recomputed + slower * recomputed),
                 **lost("layers/recompute")},
-        host={"compute/recompute": n * c.full * cost.forward_s,
-              "overhead/kernels": c.full * kernels},
+        host={"compute/recompute": n * (c.full + c.op) * cost.forward_s,
+              "overhead/kernels": (c.full + c.op) * kernels},
         comms=issued.get("layers/recompute", ()), overlaps=overlap.get("layers/recompute", ()),
         comm_scale=scale)
     return forward, backward, recompute

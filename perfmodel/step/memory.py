@@ -2,10 +2,26 @@
 
     model states   = params_stage x (e_w, e_g, e_o) / their ZeRO divisors
     activations    = a layer's kept activations x L/pp x the micro-batches in flight
-                     (+ one layer's full activations to recompute into, with full recompute)
+                     (+ one layer's full activations to recompute into, with full recompute;
+                     what per-op recompute does not keep of one layer, with it)
     embedding, output: the embedding's dropout mask per in-flight micro-batch; the final norm's
                      input and the fp32 logits on the last stage
-    ZeRO 3 buffer  = two gathered layers (the one computing and the next, prefetched)
+    fp8/...        = an fp8 plan's FP8 weight copies and scaling state (perfmodel.step.fp8); its
+                     activations keep FP8 copies of the GEMM inputs (perfmodel.costs.memory)
+    ZeRO 3 buffer  = two gathered layers (the one computing and the next, prefetched), and the
+                     root unit (embedding, final norm, output layer) gathered through the forward
+                     to the loss, where memory peaks (torchtitan apply_fsdp: fully_shard(model),
+                     the root, reshard_after_forward only after the forward)
+    reserved/...   = what the GPU holds beyond tensors: each NCCL communicator's buffers (one for
+                     each of the tp, dp and pp groups the rank is in; HardwareSpec.
+                     nccl_buffer_bytes), and the caching allocator's fragmentation: the
+                     tensors allocated and freed every step (activations, gathered buffers) x
+                     f / (1 - f) (HardwareSpec.memory_fragmentation; the model states sit in
+                     buffers allocated once, which do not fragment). The CUDA context
+                     (memory_reserved_bytes) is added by the prediction ("reserved").
+A stage keeps no copy of what it sent on: the layers' activations are their inputs (Korthikanti),
+and Megatron-LM frees the data of a stage's sent output tensor (megatron/core/pipeline_parallel/
+schedules.py deallocate_output_tensor; NeMo deallocate_pipeline_outputs).
 Sources: Rajbhandari et al. 2020 (ZeRO, Sec. 3); Korthikanti et al. 2022 (Table 2, Sec. 4.2.3).
 """
 
@@ -16,6 +32,7 @@ import sympy as sp
 from perfmodel import symbols as S
 from perfmodel.costs import memory as M
 from perfmodel.costs.compute import FP32_BYTES
+from perfmodel.step import fp8 as FP8
 from perfmodel.step.context import Context, active
 from perfmodel.step.parameters import Parameters
 from perfmodel.step.pipeline import STAGES, holds
@@ -29,28 +46,44 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
     b, s, h, a, kv, f, tp, e, T, V = S.b, S.s, S.h, S.a, S.kv, S.f, S.tp, S.e, c.T, S.V
     per_param = {"weights": S.wbytes, "gradients": S.gbytes, "optimizer_states": S.obytes}
     div = M.zero_divisors(c.zero1, c.zero2, c.zero3, S.dp)
-    act_kw = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d)
+    act_kw = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d, fp8=c.fp8,
+                  fp8_saved=S.s8 if c.fam.fp8 else sp.Integer(1))
     act_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=c.full,
-                                         selective=c.selective, **act_kw)
+                                         selective=c.selective, op=c.op, **act_kw)
     full_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=0, selective=0, **act_kw)
+    op_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=0, selective=0, op=1,
+                                        **act_kw)
     inflight = M.inflight_micro_batches(
         c.gpipe, c.interleaved + c.zero_bubble * (1 - c.zbv) * active(S.v), S.pp, c.m, S.v)
     out: dict[str, dict[str, sp.Expr]] = {}
     for st in STAGES:
         has_embed, has_head = holds(c, st)
         mem = {name: per_param[name] * params.per_stage[st] / div[name] for name in per_param}
+        if c.fam.fp8_params:  # the linear weights are the FP8 copies (fp8/weight_copies)
+            mem["weights"] -= S.wbytes * FP8.fp8_weights_per_gpu(c, has_head) / div["weights"]
         # the first stage holds the most micro-batches; the last, at least one; a middle one
         # (the second, the fullest: 1F1B's pp - 1) one fewer than the first (all m with GPipe)
         stage_inflight = {"first": inflight, "last": c.single * inflight + c.multi,
                           "middle": inflight - c.multi * (1 - c.gpipe)}[st]
         mem["activations/layers"] = act_layer * c.stage_layers[st] * stage_inflight
-        mem["activations/recompute_buffer"] = c.full * full_layer
+        mem["activations/recompute_buffer"] = c.full_any * full_layer \
+            + c.op_any * (full_layer - op_layer)
         # the embedding's dropout mask per in-flight micro-batch; the final norm's input and the
         # fp32 logits (two of each, as the first step model counted them, 88e7cc9)
         mem["activations/embedding_output"] = \
             has_embed * MASK_BYTES * T * h / c.act_ranks * stage_inflight \
             + has_head * (2 * e * T * h / c.act_ranks + 2 * FP32_BYTES * T * V / tp)
-        mem["buffers/zero3_gather"] = c.zero3 * ZERO3_GATHERED_LAYERS * S.wbytes \
-            * params.layer_per_gpu
+        root = has_embed * (params.embedding["sharded"] / tp + params.embedding["replicated"]) \
+            + has_head * (params.final_norm + (1 - c.tied * c.single) * V * h / tp)
+        mem["buffers/zero3_gather"] = c.zero3 * S.wbytes * (
+            ZERO3_GATHERED_LAYERS * params.layer_per_gpu + root)
+        if c.fam.fp8:  # allocated once and kept: not in the allocator's churn below
+            mem.update(FP8.memory_terms(c, has_head))
+        # the tensors allocated and freed every step (the model states sit in buffers allocated
+        # once: Megatron's contiguous parameter and gradient buffers, FSDP's shards)
+        transient = sp.Add(*(x for k, x in mem.items() if k.startswith(("activations/",
+                                                                         "buffers/"))))
+        mem["reserved/nccl_buffers"] = S.M_nccl * (active(S.tp) + active(S.dp) + active(S.pp))
+        mem["reserved/fragmentation"] = transient * S.f_frag / (1 - S.f_frag)
         out[st] = {k: sp.sympify(x) for k, x in mem.items()}
     return out

@@ -33,7 +33,7 @@ def parameters(c: Context) -> Parameters:
     h, V, L, tp, qa, qb = S.h, S.V, S.L, S.tp, S.q_a, S.q_b
     n, single, tied = c.stage_layers, c.single, c.tied
     lp = M.layer_params(h, S.a, S.kv, S.f, gated=c.gated, bias=c.bias, qkv_bias=c.qkv_bias,
-                        layernorm=c.layernorm, d=c.d)
+                        layernorm=c.layernorm, d=c.d, sinks=int(c.fam.attention_sinks))
     layer_gpu = lp["sharded"] / (c.megatron * tp + c.grid2 * qa * qb + c.grid3 * tp) \
         + lp["replicated"] / (c.megatron + (1 - c.megatron) * qa)
     emb = M.embedding_params(h, V, S.s, learned_positions=c.learned_positions)

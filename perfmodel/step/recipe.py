@@ -11,6 +11,7 @@ from perfmodel.family import Family
 from perfmodel.step import compose as CO
 from perfmodel.step import data_parallel as DP
 from perfmodel.step import embedding_head as EH
+from perfmodel.step import fp8 as FP8
 from perfmodel.step import host as H
 from perfmodel.step import pipeline as PP
 from perfmodel.step import tensor_parallel as TP
@@ -94,13 +95,15 @@ def build(fam: Family) -> Model:
     w_fill = PP.weight_gradient_fill(c, stage_terms)
     phases["step"] = (DP.sync_phase(c, params, units, issued, CO.backward_s(stage_terms["last"]),
                                     CO.forward_s(stage_terms["first"])),
-                      TP.norm_grad_phase(issued), optimizer_phase(c, params))
+                      TP.norm_grad_phase(issued), optimizer_phase(c, params),
+                      *((FP8.weight_cast_phase(c),) if fam.fp8 else ()))
     step_terms, step_hidden = CO.step_terms(phases["step"], c.m,
                                             CO.launch_s(collectives, None, launch),
                                             PP.bubble_s(c.m, t_other, w_fill))
     # 6. what else a prediction reports
-    parts = part_times(c, forward_s, {p.name: p for p in phases["last"] + phases["first"]},
-                       collectives, units)
+    backward_s = {"layer": layer.backward_s}
+    parts = part_times(c, forward_s, backward_s,
+                       {p.name: p for p in phases["last"] + phases["first"]}, collectives, units)
     hidden = {f"{st}:{k}": c.m * x for st, stage in composed.items()
               for k, x in stage.hidden.items() if x != 0}
     hidden.update({k: x for k, x in step_hidden.items() if x != 0})
@@ -134,9 +137,10 @@ def _composition(c: Context, stage_time: dict[str, sp.Expr], step_terms: dict[st
     """The step's composition written with the functions that composed it, over the terms'
     symbols (perfmodel.step.compose), and the expression each symbol stands for."""
     st = CO.STAGE_SYMBOLS
+    symbols = {name: sym for name, sym in CO.STEP_SYMBOLS.items() if name in step_terms}
     with sp.evaluate(False):  # as written: explain prints them in this order
         composition = {
-            sp.Symbol("T_step"): CO.step_time(CO.M_SYM, CO.T_MB, CO.STEP_SYMBOLS),
+            sp.Symbol("T_step"): CO.step_time(CO.M_SYM, CO.T_MB, symbols),
             CO.T_MB: CO.micro_batch_time([st[s] for s in PP.STAGES]),
             CO.T_OTHER: CO.other_stages_time(st["first"], st["middle"], st["last"], CO.T_MB,
                                              S.pp, c.multi),
@@ -144,6 +148,6 @@ def _composition(c: Context, stage_time: dict[str, sp.Expr], step_terms: dict[st
         }
     values = {CO.M_SYM: c.m, CO.W_FILL: w_fill,
               **{CO.STAGE_SYMBOLS[st]: t for st, t in stage_time.items()},
-              **{sym: step_terms[name] for name, sym in CO.STEP_SYMBOLS.items()
+              **{sym: step_terms[name] for name, sym in symbols.items()
                  if name != "pipeline/bubble"}}
     return {"composition": composition, "term_values": values}

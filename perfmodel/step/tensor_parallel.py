@@ -4,7 +4,11 @@ Megatron 1D (Shoeybi et al. 2019, Sec. 3): per layer, forward, an all-reduce aft
 and one after the MLP (the f and g operators of their Fig. 3); with sequence parallelism each
 becomes an all-gather before and a reduce-scatter after (Korthikanti et al. 2022, Sec. 4.2.2).
 The backward issues the same collectives again (their adjoints), recompute repeats the forward's.
-All carry a full activation, e T h bytes.
+All carry a full activation, e T h bytes; an fp8 plan's forward all-gathers (and recompute's) carry
+the QKV and MLP-up inputs in FP8, e_8 T h: Transformer Engine casts the shard, then gathers it
+(TE docs, the te.Linear walkthrough: "quantize locally first, then all-gather the quantized data";
+TE 1.x's LayerNormLinear gathers the norm's FP8 output likewise). The backward's all-gathers (of
+grad outputs) and every reduce-scatter and all-reduce (GEMM outputs, bf16) stay e T h.
 2d / 2.5d / 3d grids: the collectives of each linear layer and norm (perfmodel.costs.layouts).
 Embedding (vocabulary-parallel): its output all-reduced forward; with sequence parallelism the
 sequence is then split (its backward all-gathers), and without learned positions the all-reduce
@@ -70,12 +74,21 @@ def layer_collectives(c: Context) -> list[Collective]:
     """The collectives of the stage's L/pp layers per micro-batch: Megatron 1D, then the grids'."""
     n, sp_ = c.layers_per_stage, c.seq_parallel
     act_bytes = S.e * c.T * S.h
+    fp8_gather = S.e8 * c.T * S.h if c.fam.fp8 else act_bytes  # the GEMM inputs, cast first
     out = []
-    for in_phase, phase, repeat in (("layers/forward", "fwd", 1), ("layers/backward", "bwd", 1),
-                                    ("layers/recompute", "bwd", c.full)):
+    # recompute repeats the forward's (full), or all but the reduce-scatters, whose outputs
+    # torchtitan's per-op recompute keeps (op)
+    recompute = {"all_gather": c.full + c.op, "reduce_scatter": c.full,
+                 "all_reduce": c.full + c.op}
+    for in_phase, phase, repeat in (("layers/forward", "fwd", None),
+                                    ("layers/backward", "bwd", None),
+                                    ("layers/recompute", "bwd", recompute)):
         for op, share in (("all_gather", sp_), ("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
-            calls = c.megatron * repeat * COLLECTIVES_PER_LAYER * share * n
-            out.append(_tp(c, f"tp/layer/{op}", op, act_bytes, calls, phase, in_phase))
+            times = 1 if repeat is None else repeat[op]
+            calls = c.megatron * times * COLLECTIVES_PER_LAYER * share * n
+            forward_gather = op == "all_gather" and in_phase != "layers/backward"
+            nbytes = fp8_gather if forward_gather else act_bytes
+            out.append(_tp(c, f"tp/layer/{op}", op, nbytes, calls, phase, in_phase))
     if c.fam.tp_layout != "1d":  # 2d / 2.5d / 3d grids: see perfmodel.costs.layouts
         out += _grid_collectives(c)
     return out
@@ -122,6 +135,9 @@ def _chunked(c: Context, chunks: sp.Expr, names: tuple[str, ...]) -> dict[str, s
     tokens (Megatron 1D shapes) [s]."""
     gemms = {g.name: g for g in K.layer_gemms(c.T / chunks, S.b, S.s, S.h, S.a, S.kv, S.f, S.tp,
                                               c.gated, c.d)}
+    if c.fam.fp8:  # on the FP8 device, e_8-byte operands, bf16 out (perfmodel.step.layer)
+        return {name: chunks * K.gemm_time(gemms[name], S.e8, c.linear,
+                                           output_bytes_per_element=S.e) for name in names}
     return {name: chunks * K.gemm_time(gemms[name], S.e, c.dev) for name in names}
 
 
@@ -142,7 +158,7 @@ def _grid_collectives(c: Context) -> list[Collective]:
     for weight, op in ops:
         issued = [(op.phase, "layers/forward" if op.phase == "fwd" else "layers/backward", 1)]
         if op.phase == "fwd":  # recomputed with the forward
-            issued.append(("bwd", "layers/recompute", c.full))
+            issued.append(("bwd", "layers/recompute", c.full + c.op))
         for phase, in_phase, repeat in issued:
             calls = weight * repeat * op.count * c.layers_per_stage
             out.append(_tp(c, f"{op.axis}/layer/{op.op}", op.op, op.nbytes, calls, phase,

@@ -166,6 +166,29 @@ def test_tensor_and_sequence_parallel_two_ranks(tmp_path):
     assert {"all_gather", "reduce_scatter"} <= ops
 
 
+def test_per_op_recompute_with_tensor_and_sequence_parallel(tmp_path):
+    """torchtitan's per-op recompute in the job: the recompute re-issues the forward's
+    all-gathers but not its reduce-scatters (their outputs are kept), as the model's ledger
+    says; the run is measured like any other."""
+    report = _run(tmp_path, run.RunSettings(nprocs=2, steps=2, warmup=1), gpus=2, tp=2,
+                  sequence_parallel=True, micro_batch=2, global_batch=4, recompute="op")
+    _assert_measured(report, 2)
+    assert report["collectives_vs_ledger"]["agree"], report["collectives_vs_ledger"]
+    tp = {r["op"]: r for r in report["collectives_vs_ledger"]["rows"]
+          if r["axis"] == "tp" and r["bytes"] == max(x["bytes"] for x in
+                                                      report["collectives_vs_ledger"]["rows"])}
+    # tiny-gpt: 4 layers x 2 per layer, forward + backward (+ recompute for the all-gathers)
+    assert tp["all_gather"]["job_count"] > tp["reduce_scatter"]["job_count"]
+
+
+def test_every_second_layer_recomputed_in_a_pipeline(tmp_path):
+    """recompute full on one layer in two (torchtitan's selective layer AC) on 2 stages."""
+    report = _run(tmp_path, run.RunSettings(nprocs=2, steps=2, warmup=1), gpus=2, pp=2,
+                  micro_batch=1, global_batch=2, recompute="full", recompute_every=2)
+    _assert_measured(report, 2)
+    assert report["prediction"]["breakdown_s"]["compute/recompute"] > 0
+
+
 def test_pipeline_two_ranks_1f1b_on_a_busy_port(tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

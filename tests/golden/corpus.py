@@ -25,7 +25,7 @@ SEED = 20261124
 PER_PAIR = 36  # plans per (model, hardware) pair: 11 x 6 x 36 = 2376
 LAYOUTS = ("1d", "2d", "2.5d", "3d")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "zbv")
-RECOMPUTES = ("none", "selective", "full")
+RECOMPUTES = ("none", "selective", "full", "op")
 PLACEMENTS = ("tp,dp,pp", "tp,pp,dp", "dp,tp,pp", "pp,tp,dp")
 STACKS = ("eager", "eager", "compiled", "cuda-graphs")
 RECOMMEND = (  # (model, hardware, gpus, global batch, dtype)
@@ -80,6 +80,8 @@ def _candidate(rng: random.Random, model: Any, dtype: str) -> dict[str, Any]:
     micro_batches = rng.choice([1, 2, 4, 8, 16, 32]) * (pp if schedule != "1f1b" else 1)
     sequence_parallel = layout == "1d" and tp > 1 and rng.random() < 0.5
     zero = rng.choice([0, 1, 2, 3]) if dp > 1 else 0
+    recompute = rng.choice(RECOMPUTES)
+    bf16 = dtype == "bf16"
     # an uneven pipeline split now and then: the first and last stages v layers short (or long);
     # the plan rules throw away the splits that do not divide
     first = last = 0
@@ -88,9 +90,14 @@ def _candidate(rng: random.Random, model: Any, dtype: str) -> dict[str, Any]:
     return dict(gpus=dp * tp * pp, dp=dp, tp=tp, pp=pp, micro_batch=micro,
                 global_batch=dp * micro * micro_batches, schedule=schedule,
                 virtual_stages=virtual, sequence_parallel=sequence_parallel,
-                recompute=rng.choice(RECOMPUTES), zero=zero,
-                dtype=dtype, tp_layout=layout, tp_depth=depth,
-                flash_attention=rng.random() < 0.3, overlap_grad_sync=rng.random() < 0.3,
+                recompute=recompute,
+                recompute_every=rng.choice([2, 3]) if recompute != "none" and rng.random() < 0.2
+                else 1,
+                zero=zero, dtype=dtype, tp_layout=layout, tp_depth=depth,
+                flash_attention=rng.choice([True, False, None]),
+                overlap_grad_sync=rng.random() < 0.3,
+                grad_dtype="bf16" if bf16 and rng.random() < 0.2 else None,
+                optimizer_dtype="bf16" if bf16 and rng.random() < 0.2 else None,
                 overlap_param_gather=zero > 0 and rng.random() < 0.3,
                 tp_comm_overlap=sequence_parallel and rng.random() < 0.5,
                 stack=rng.choice(STACKS), first_stage_layers=first, last_stage_layers=last,
@@ -115,6 +122,9 @@ def plans() -> list[tuple[str, str, dict[str, Any]]]:
             kept = 0
             for _ in range(20000):
                 plan = _candidate(rng, model, rng.choice(dtypes))
+                if hw.flash_attention is not None and not hw.flash_attention.dtypes \
+                        and plan["flash_attention"]:
+                    plan["flash_attention"] = False  # no flash kernel on this GPU (V100)
                 try:
                     plan_from_dict(dict(plan)).check(model)
                 except PerfmodelError:

@@ -290,8 +290,8 @@ def test_the_recommended_plans_of_issue_14_pass_predict(name, gpus):
     from perfmodel.recommend import recommend
     from perfmodel.search import SearchRequest
 
-    rec = recommend(load_model(name), H100, SearchRequest(gpus=(gpus,), global_batch=gpus))
     model = load_model(name)
+    rec = recommend(model, H100, SearchRequest(gpus=(gpus,), global_batch=gpus))
     assert rec.top and all(model.seq_len % p.plan.tp == 0 or not p.plan.sequence_parallel
                            for p in rec.top)
     for p in rec.top:

@@ -10,7 +10,14 @@ import pytest
 from perfmodel import PlanError, load_hardware, load_model, predict
 from perfmodel.evaluate import family_of
 from perfmodel.recommend import apply_what_if, recommend, sensitivities
-from perfmodel.search import Scored, SearchRequest, enumerate_plans, evaluate_all, search
+from perfmodel.search import (
+    SCHEDULES,
+    Scored,
+    SearchRequest,
+    enumerate_plans,
+    evaluate_all,
+    search,
+)
 from perfmodel.strategy import Plan
 
 MODEL = "llama2-7b"
@@ -21,7 +28,7 @@ HW = "dgx-h100"
 def small():
     """A small search, with every plan it enumerated (search hands them over chunk by chunk)."""
     model, hw = load_model(MODEL), load_hardware(HW)
-    req = SearchRequest(gpus=(16,), global_batch=32, max_micro_batch=4)
+    req = SearchRequest(gpus=(16,), global_batch=32, max_micro_batch=2)  # under SAMPLE_PLANS
     chunks = []
     result = search(model, hw, req, top=10**6, on_chunk=chunks.append)
     return model, hw, req, result, Scored.concat(chunks)
@@ -144,6 +151,22 @@ def test_pins_are_respected():
     assert len(plans) > 0
     assert (plans.cols["tp"] == 8).all() and (plans.cols["recompute"] == 1).all()
     assert set(plans.cols["zero"]) == {1}
+
+
+def test_a_framework_s_stages_and_schedules_bound_the_search():
+    """recommend --emit-config searches only what the framework runs (Megatron: ZeRO 0/1/3,
+    1f1b and interleaved), so that the best plan it writes is the best one it can run."""
+    model = load_model(MODEL)
+    free = enumerate_plans(model, SearchRequest(gpus=(16,), global_batch=32, pp=2))
+    bound = enumerate_plans(model, SearchRequest(gpus=(16,), global_batch=32, pp=2,
+                                                 zero_stages=(0, 1, 3),
+                                                 schedules=("1f1b", "interleaved")))
+    assert 2 in set(free.cols["zero"]) and 2 not in set(bound.cols["zero"])
+    names = SCHEDULES
+    assert {names[c] for c in set(free.cols["schedule"])} > {"1f1b", "interleaved"}
+    assert {names[c] for c in set(bound.cols["schedule"])} == {"1f1b", "interleaved"}
+    with pytest.raises(PlanError, match="zero_stages"):
+        SearchRequest(gpus=(16,), global_batch=32, zero_stages=(4,))
 
 
 def test_contradicting_pins_explain_the_rule():

@@ -1,0 +1,142 @@
+"""Context and expert parallelism on gloo ranks against one process (issue 17 items 2 and 3).
+
+Each case launches the job's equivalence check (validation.parallel.check_equivalence, which runs
+workload.equivalence on 2 or 4 forked ranks): one step of the job (forward, backward, gradient
+sync) and, in every rank, the whole model on one process from the same weights over the same
+batches; the loss and every gradient a rank holds must agree to fp32 tolerance (rtol 1e-4, atol
+1e-5). The collectives the ranks issued are checked against the counts written below from the
+algorithms (workload.context_parallel, workload.moe), which is also what proves the sharded path
+ran (a cp plan whose attention did not cross ranks would issue no cp call).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("torch")
+
+from perfmodel.specs.model import TransformerSpec  # noqa: E402
+from perfmodel.strategy import Plan  # noqa: E402
+from validation.jobspec import JobParallel  # noqa: E402
+from validation.parallel import check_equivalence  # noqa: E402
+
+pytestmark = pytest.mark.distributed
+F32 = 4
+B, S, H, HEADS, KV, HD = 2, 16, 32, 4, 2, 8  # micro-batch, sequence, hidden, heads, kv heads
+DENSE = TransformerSpec(name="tiny-dense", layers=2, hidden=H, heads=HEADS, kv_heads=KV,
+                        seq_len=S, vocab=64, ffn_hidden=64, gated_mlp=True, bias=False,
+                        norm="rmsnorm", tied_embeddings=False)
+# layer 0 dense, layer 1 a mixture of 4 experts (top 2) and one shared expert
+MOE = DENSE.replace(name="tiny-moe", experts=4, top_k=2, expert_ffn_hidden=32, shared_experts=1,
+                    shared_expert_ffn_hidden=16, moe_first_dense=1)
+
+
+def _plan(dp: int = 1, tp: int = 1) -> Plan:
+    return Plan(gpus=dp * tp, dp=dp, tp=tp, micro_batch=B, global_batch=dp * B, dtype="fp32")
+
+
+def _calls(rank: dict, axis: str, op: str, phase: str | None = None) -> dict[int, float]:
+    """bytes per call -> calls, of one rank's collectives on axis/op (and phase)."""
+    out: dict[int, float] = {}
+    for c in rank["collectives"]:
+        if c["axis"] == axis and c["op"] == op and phase in (None, c["phase"]):
+            out[c["bytes"]] = out.get(c["bytes"], 0) + c["count"]
+    return out
+
+
+def _equivalent(result: dict) -> None:
+    for rank in result["ranks"]:
+        bad = [r for r in rank["results"] if not r["ok"]]
+        assert not bad, f"rank {rank['rank']} {rank['coords']}: {bad}"
+        assert len(rank["results"]) > 10  # the loss and every parameter's gradient
+    assert result["ok"]
+
+
+# --- context parallelism ------------------------------------------------------------------------
+
+
+def _ring(cp: int, tp: int = 1) -> dict[str, dict[int, float]]:
+    """Ring attention per rank per step, one micro-batch, L = 2 layers. C = b (s/cp) (kv/tp) hd
+    elements (K or V of the local chunk); every exchange is one send and one recv record.
+    Forward: (cp - 1) exchanges of 2C per layer. Backward: one of 2C (K, V), cp - 2 of 4C (K, V,
+    dK, dV), one of 2C (dK, dV) per layer."""
+    c = B * (S // cp) * (KV // tp) * HD
+    fwd = {2 * c * F32: 2 * 2 * (cp - 1)}
+    bwd = {2 * c * F32: 2 * 2 * 2}
+    if cp > 2:
+        bwd[4 * c * F32] = 2 * 2 * (cp - 2)
+    return {"fwd": fwd, "bwd": bwd}
+
+
+@pytest.mark.parametrize(("cp", "tp"), [(2, 1), (4, 1), (2, 2)], ids=["cp2", "cp4", "cp2-tp2"])
+def test_ring_attention_matches_one_process(tmp_path, cp, tp):
+    result = check_equivalence(DENSE, _plan(tp=tp), JobParallel(cp=cp), tmp_path)
+    _equivalent(result)
+    want = _ring(cp, tp)
+    for rank in result["ranks"]:
+        assert _calls(rank, "cp", "send_recv", "fwd") == want["fwd"]
+        assert _calls(rank, "cp", "send_recv", "bwd") == want["bwd"]
+        assert len(_calls(rank, "dp_cp", "all_reduce", "grad")) == 1  # one flat gradient call
+
+
+def test_allgather_and_ulysses_attention_match_one_process(tmp_path):
+    c = B * (S // 2) * KV * HD  # K or V of the local chunk, cp = 2
+    q = B * (S // 2) * HEADS * HD  # Q or the output of the local chunk
+    ag = check_equivalence(DENSE, _plan(), JobParallel(cp=2, cp_comm="allgather"), tmp_path / "ag")
+    _equivalent(ag)
+    for rank in ag["ranks"]:
+        # per layer: forward all-gathers K and V (cp C gathered each); backward gathers them
+        # again and reduce-scatters dK and dV
+        assert _calls(rank, "cp", "all_gather", "fwd") == {2 * c * F32: 2 * 2}
+        assert _calls(rank, "cp", "all_gather", "bwd") == {2 * c * F32: 2 * 2}
+        assert _calls(rank, "cp", "reduce_scatter", "bwd") == {2 * c * F32: 2 * 2}
+    a2a = check_equivalence(DENSE, _plan(), JobParallel(cp=2, cp_comm="a2a"), tmp_path / "a2a")
+    _equivalent(a2a)
+    for rank in a2a["ranks"]:
+        # per layer: Q, K, V to head shards and the output back; the backward the same four
+        for phase in ("fwd", "bwd"):
+            assert _calls(rank, "cp", "all_to_all", phase) == {q * F32: 2 * 2, c * F32: 2 * 2}
+
+
+# --- mixture of experts ---------------------------------------------------------------------------
+
+
+def test_expert_parallel_dropless_matches_one_process(tmp_path):
+    result = check_equivalence(MOE, _plan(dp=2), JobParallel(ep=2), tmp_path)
+    _equivalent(result)
+    for rank in result["ranks"]:
+        # one MoE layer: the E token counts all-gathered over ep (int64), then dispatch and
+        # combine forward and both back; the rows a rank sends depend on the learned routing
+        assert _calls(rank, "ep", "all_gather", "fwd") == {2 * 4 * 8: 1}
+        assert sum(_calls(rank, "ep", "all_to_all", "fwd").values()) == 2
+        assert sum(_calls(rank, "ep", "all_to_all", "bwd").values()) == 2
+        assert "edp" not in {c["axis"] for c in rank["collectives"]}  # dp cp / ep = 1
+
+
+def test_expert_parallel_with_capacity_drops_and_matches_one_process(tmp_path):
+    # capacity factor 0.5: C = ceil(0.5 T k / E) = 8 of the T k = 64 assignments' 16 per expert
+    # on average, so tokens are dropped whatever the routing
+    tokens, k, experts = B * S, 2, 4
+    cap = math.ceil(0.5 * tokens * k / experts)
+    assert cap * experts < tokens * k
+    result = check_equivalence(MOE.replace(capacity_factor=0.5), _plan(dp=2), JobParallel(ep=2),
+                               tmp_path)
+    _equivalent(result)
+    for rank in result["ranks"]:
+        # fixed-size buffers: E C rows of h, no count exchange
+        for phase in ("fwd", "bwd"):
+            assert _calls(rank, "ep", "all_to_all", phase) == {experts * cap * H * F32: 2}
+        assert not _calls(rank, "ep", "all_gather")
+
+
+def test_expert_and_context_parallel_together_match_one_process(tmp_path):
+    # dp 2 x cp 2 = 4 ranks, ep 2 inside them: expert gradients over edp (dp cp / ep = 2 ranks)
+    result = check_equivalence(MOE, _plan(dp=2), JobParallel(cp=2, ep=2), tmp_path)
+    _equivalent(result)
+    for rank in result["ranks"]:
+        assert _calls(rank, "cp", "send_recv", "fwd") == _ring(2)["fwd"]
+        assert len(_calls(rank, "edp", "all_reduce", "grad")) == 1
+        # the experts of one MoE layer a rank keeps: 2 of 4, each gated (3 h x 32 weights)
+        assert _calls(rank, "edp", "all_reduce", "grad") == {2 * 3 * H * 32 * F32: 1}

@@ -1,0 +1,207 @@
+"""--dry-run of context- and expert-parallel plans on a fake process group of 64 and 512 ranks.
+
+Every count is written from the algorithms (workload.context_parallel, workload.moe), for rank 0,
+one step, fp32 (4 bytes). Ring attention and all-to-all calls are per layer and micro-batch; a
+send/recv exchange is one send and one recv record (as the pipeline's p2p). The model is the
+job's (untied embeddings, learned positions), so the ledger entries perfmodel will cost can be
+compared entry by entry with these: axis, op, bytes per call, calls.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+pytest.importorskip("torch")
+
+from perfmodel.errors import PlanError  # noqa: E402
+from perfmodel.specs.model import TransformerSpec  # noqa: E402
+from perfmodel.strategy import Plan  # noqa: E402
+from validation import dryrun  # noqa: E402
+from validation.jobspec import JobParallel  # noqa: E402
+
+F32 = 4
+L, H, HEADS, KV, S, V = 4, 256, 8, 4, 1024, 1024
+HD = H // HEADS
+DENSE = TransformerSpec(name="dense", layers=L, hidden=H, heads=HEADS, kv_heads=KV, seq_len=S,
+                        vocab=V, gated_mlp=True, bias=False, norm="rmsnorm",
+                        tied_embeddings=False)
+# 64 routed experts (top 4, 128 wide), one shared expert, layer 0 dense: 3 MoE layers
+E, K, EF = 64, 4, 128
+MOE = DENSE.replace(name="moe", experts=E, top_k=K, expert_ffn_hidden=EF, shared_experts=1,
+                    moe_first_dense=1)
+MOE_LAYERS = L - 1
+
+
+def _counts(model: TransformerSpec, plan: Plan, par: JobParallel) -> dict[tuple, float]:
+    """(axis, op, bytes per call) -> calls per step, on rank 0."""
+    counted = dryrun.count_collectives(model, plan, par)
+    out: dict[tuple, float] = {}
+    for r in counted["records"]:
+        key = (r["axis"], r["op"], r["bytes"])
+        out[key] = out.get(key, 0) + r["count"]
+    # torch's CommDebugMode sees exactly as many collectives as the job's counter (it does not
+    # count point-to-point calls: the ring's are counted apart)
+    p2p = sum(v for k, v in out.items() if k[0] == "cp" and k[1] == "send_recv")
+    assert counted["p2p_total"] == p2p
+    assert counted["comm_debug_mode_total"] + counted["derived_total"] + p2p == sum(out.values())
+    return out
+
+
+def _axis(counts: dict[tuple, float], axis: str) -> dict[tuple, float]:
+    return {k: v for k, v in counts.items() if k[0] == axis}
+
+
+def _plan(dp: int, tp: int = 1, pp: int = 1, mb: int = 1, n_mb: int = 1) -> Plan:
+    return Plan(gpus=dp * tp * pp, dp=dp, tp=tp, pp=pp, micro_batch=mb,
+                global_batch=dp * mb * n_mb, dtype="fp32")
+
+
+# --- context parallelism ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("dp", "cp", "tp"), [(4, 8, 2), (16, 32, 1)], ids=["64", "512"])
+def test_ring_attention_sends_kv_round_the_ring(dp, cp, tp):
+    mb, n_mb = 2, 2
+    counts = _counts(DENSE, _plan(dp, tp, mb=mb, n_mb=n_mb), JobParallel(cp=cp))
+    # C = b (s/cp) (kv/tp) hd elements: K or V of the local chunk
+    c = mb * (S // cp) * (KV // tp) * HD
+    calls = L * n_mb * 2  # per layer and micro-batch; one send and one recv record each
+    # forward: cp - 1 exchanges of 2C; backward: one of 2C (K, V), cp - 2 of 4C (K, V, dK, dV),
+    # one of 2C (dK, dV)
+    assert _axis(counts, "cp") == {
+        ("cp", "send_recv", 2 * c * F32): calls * (cp - 1 + 2),
+        ("cp", "send_recv", 4 * c * F32): calls * (cp - 2),
+    }
+    # the gradients of a replica's dp x cp ranks in one flat all-reduce; nothing on dp alone
+    assert sum(_axis(counts, "dp_cp").values()) == 1
+    assert not _axis(counts, "dp")
+
+
+def test_allgather_attention_gathers_kv_twice_and_reduce_scatters_their_gradients():
+    dp, cp, tp = 4, 8, 2  # 64 ranks
+    counts = _counts(DENSE, _plan(dp, tp), JobParallel(cp=cp, cp_comm="allgather"))
+    gathered = cp * 1 * (S // cp) * (KV // tp) * HD * F32  # cp C elements per call
+    # forward: K and V gathered; backward: gathered again, dK and dV reduce-scattered
+    assert _axis(counts, "cp") == {
+        ("cp", "all_gather", gathered): L * (2 + 2),
+        ("cp", "reduce_scatter", gathered): L * 2,
+    }
+
+
+def test_ulysses_swaps_sequence_for_heads_four_times_each_way():
+    dp, cp, tp = 128, 4, 1  # 512 ranks; heads 8 and kv heads 4 divisible by cp
+    counts = _counts(DENSE, _plan(dp, tp), JobParallel(cp=cp, cp_comm="a2a"))
+    q = (S // cp) * HEADS * HD * F32  # Q or the output of the local chunk (micro-batch 1)
+    kv = (S // cp) * KV * HD * F32  # K or V
+    # forward Q, K, V to head shards and the output back; backward the four gradients
+    assert _axis(counts, "cp") == {
+        ("cp", "all_to_all", q): L * 2 * 2,
+        ("cp", "all_to_all", kv): L * 2 * 2,
+    }
+
+
+def test_context_parallel_pipeline_sends_the_local_chunk():
+    dp, cp, tp, pp = 2, 4, 2, 4  # 64 ranks
+    counts = _counts(DENSE, _plan(dp, tp, pp, n_mb=4), JobParallel(cp=cp))
+    # rank 0 holds the first stage: it sends each micro-batch's activation of its s/cp tokens and
+    # receives its gradient
+    assert _axis(counts, "pp") == {("pp", "send_recv", (S // cp) * H * F32): 4 * 2}
+    c = (S // cp) * (KV // tp) * HD
+    per_layer = {("cp", "send_recv", 2 * c * F32): (cp - 1 + 2) * 2,
+                 ("cp", "send_recv", 4 * c * F32): (cp - 2) * 2}
+    assert _axis(counts, "cp") == {k: v * (L // pp) * 4 for k, v in per_layer.items()}
+
+
+# --- expert parallelism ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("dp", "cp", "ep"), [(8, 8, 16), (64, 8, 64)], ids=["64", "512"])
+def test_dropless_experts_exchange_their_tokens_by_all_to_all(dp, cp, ep):
+    mb = 2
+    counts = _counts(MOE, _plan(dp, mb=mb), JobParallel(cp=cp, ep=ep))
+    tokens = mb * S // cp  # T: the rank's tokens of a micro-batch
+    # per MoE layer: the E counts all-gathered over ep (int64), dispatch and combine forward and
+    # backward, each T k rows of h sent (and, routed in balance, received)
+    assert _axis(counts, "ep") == {
+        ("ep", "all_gather", ep * E * 8): MOE_LAYERS,
+        ("ep", "all_to_all", tokens * K * H * F32): MOE_LAYERS * 4,
+    }
+    # the experts a rank keeps (E / ep per MoE layer, gated: 3 h f weights) reduced over the
+    # dp cp / ep ranks holding the same ones; everything else over dp x cp
+    edp = dp * cp // ep
+    expert_bytes = MOE_LAYERS * (E // ep) * 3 * H * EF * F32
+    assert _axis(counts, "edp") == ({("edp", "all_reduce", expert_bytes): 1} if edp > 1 else {})
+    assert sum(_axis(counts, "dp_cp").values()) == 1
+
+
+def test_experts_with_a_capacity_exchange_fixed_buffers():
+    dp, ep, mb = 64, 8, 4  # 64 ranks, no cp
+    model = MOE.replace(capacity_factor=1.25)
+    counts = _counts(model, _plan(dp, mb=mb), JobParallel(ep=ep))
+    cap = math.ceil(1.25 * mb * S * K / E)  # C = ceil(cf T k / E)
+    # dispatch and combine forward and backward, E C rows of h each; no count exchange
+    assert _axis(counts, "ep") == {("ep", "all_to_all", E * cap * H * F32): MOE_LAYERS * 4}
+    assert _axis(counts, "edp") == {
+        ("edp", "all_reduce", MOE_LAYERS * (E // ep) * 3 * H * EF * F32): 1
+    }
+    assert sum(_axis(counts, "dp").values()) == 1  # cp = 1: the others over dp, as before
+
+
+def test_the_dry_run_says_when_perfmodel_has_no_ledger_for_the_job():
+    result = dryrun.dry_run(DENSE, _plan(8), JobParallel(cp=8))
+    assert result["world_size"] == 64
+    assert result["ledger_available"] is False and result["agree"] is None
+    assert any("does not cost cp = 8" in n for n in result["notes"])
+    # never a dense plan's ledger: no model count on any row
+    assert all(r["model_count"] is None for r in result["rows"])
+    moe = dryrun.dry_run(MOE, _plan(64), JobParallel())
+    assert moe["agree"] is None and any("mixture-of-experts" in n for n in moe["notes"])
+
+
+@pytest.mark.parametrize(
+    ("model", "plan", "par", "field"),
+    [
+        (DENSE, _plan(8), JobParallel(cp=3), "seq_len"),
+        (DENSE, _plan(8), JobParallel(cp=8, cp_comm="a2a"), "heads"),
+        (DENSE, _plan(8), JobParallel(ep=2), "ep applies"),
+        (MOE, _plan(8), JobParallel(ep=3), "ep (3) must divide the experts"),
+        (MOE, _plan(2), JobParallel(ep=4), "dp x cp"),
+        (MOE, _plan(4, tp=2), JobParallel(), "tp = 1"),
+    ],
+)
+def test_plans_the_job_cannot_run_are_refused_in_one_line(model, plan, par, field):
+    with pytest.raises(PlanError, match=re.escape(field)) as err:
+        dryrun.count_collectives(model, plan, par)
+    assert "\n" not in str(err.value)
+
+
+def test_a_second_dry_run_in_one_process_counts_on_its_own_groups():
+    # Regression: DTensor caches sharding decisions by specs whose meshes compare equal across
+    # runs (same ranks, same dim names), so the second run's embedding all-reduce went to the
+    # first run's tp group and was counted on axis "world".
+    first = _plan(4, tp=2)
+    _counts(DENSE, first, JobParallel(cp=8))
+    counts = _counts(DENSE, Plan(gpus=64, pp=2, tp=2, dp=16, global_batch=64, dtype="fp32"),
+                     JobParallel())
+    assert not _axis(counts, "world")
+    # 2 layers of rank 0's stage, 2 all-reduces forward and 2 backward each, the embedding's
+    # forward one, per micro-batch (4)
+    assert counts[("tp", "all_reduce", S * H * F32)] == 4 * (2 * 2 + 2 * 2 + 1)
+
+
+def test_the_dry_run_document_of_a_cp_ep_plan_keeps_the_published_schema():
+    import json
+
+    from jsonschema import Draft202012Validator
+
+    from perfmodel.output import json_text
+    from tests.unit.test_json_schemas import published
+
+    result = dryrun.dry_run(MOE, _plan(8), JobParallel(cp=4, ep=8))
+    doc = json.loads(json_text(result, default=str))
+    Draft202012Validator(published("validate.dry-run")).validate(doc)
+    assert doc["plan"]["cp"] == 4 and doc["plan"]["ep"] == 8
+    assert doc["plan"]["moe_routing"] == "balanced"  # what the dry run routed by

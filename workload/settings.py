@@ -1,0 +1,66 @@
+"""The job's context- and expert-parallel settings and the rules a plan with them obeys.
+
+Standard library only: validation checks a plan before it starts torch. Plan keys (the job's JSON
+config): ``cp`` (context-parallel degree), ``cp_comm`` (how attention communicates across the cp
+ranks: CPComm), ``ep`` (expert-parallel degree) and ``moe_routing`` (MoERouting). The model keys of
+a mixture of experts: workload.model.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class CPComm(StrEnum):
+    """Attention across the cp ranks (Megatron-Core's cp_comm_type): workload.context_parallel."""
+
+    P2P = "p2p"  # ring attention: K/V passed round the ring by send/recv
+    ALLGATHER = "allgather"  # K/V all-gathered, dK/dV reduce-scattered
+    A2A = "a2a"  # Ulysses: all-to-alls swap sequence shards for head shards
+
+
+class MoERouting(StrEnum):
+    """How tokens choose experts: workload.moe."""
+
+    LEARNED = "learned"  # the router's top-k
+    BALANCED = "balanced"  # assignment n to expert n mod E (exchange sizes known from shapes)
+
+
+def _options(enum: type[StrEnum]) -> str:
+    return ", ".join(e.value for e in enum)
+
+
+def check_parallel(m: dict[str, Any], plan: dict[str, Any]) -> str | None:
+    """The first rule a cp / ep setting breaks, as one line naming the field; None if none."""
+    cp, ep, tp = plan.get("cp", 1), plan.get("ep", 1), plan.get("tp", 1)
+    experts = m.get("experts", 0)
+    comm, routing = plan.get("cp_comm", "p2p"), plan.get("moe_routing", "learned")
+    if not isinstance(cp, int) or cp < 1:
+        return f"cp must be a positive integer, got {cp!r}"
+    if not isinstance(ep, int) or ep < 1:
+        return f"ep must be a positive integer, got {ep!r}"
+    if comm not in {e.value for e in CPComm}:
+        return f"cp_comm must be one of {_options(CPComm)}, got {comm!r}"
+    if routing not in {e.value for e in MoERouting}:
+        return f"moe_routing must be one of {_options(MoERouting)}, got {routing!r}"
+    if cp > 1 and m["seq_len"] % (2 * cp):
+        return (f"seq_len ({m['seq_len']}) must be divisible by 2 cp ({2 * cp}): each cp rank "
+                "holds two load-balanced chunks of every sequence")
+    heads, kv_heads = m["heads"] // tp, m["kv_heads"] // tp
+    if cp > 1 and comm == CPComm.A2A and (heads % cp or kv_heads % cp):
+        return (f"cp_comm a2a (Ulysses) needs heads / tp ({heads}) and kv_heads / tp "
+                f"({kv_heads}) divisible by cp ({cp})")
+    if ep > 1 and not experts:
+        return "ep applies to a mixture-of-experts model: the model has no experts"
+    if experts and experts % ep:
+        return f"ep ({ep}) must divide the experts ({experts})"
+    if ep > 1 and (plan["dp"] * cp) % ep:
+        return (f"ep ({ep}) must divide dp x cp ({plan['dp'] * cp}): the experts are sharded "
+                "over the data- and context-parallel ranks")
+    if experts and tp > 1:
+        return ("the job's mixture-of-experts layers run with tp = 1 (expert tensor parallelism "
+                f"is not built): got tp {tp}")
+    if plan.get("zero", 0) > 0 and (cp > 1 or ep > 1):
+        return "the job shards parameters (zero > 0, FSDP2) over dp only: with cp or ep use zero 0"
+    return None
