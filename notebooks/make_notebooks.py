@@ -222,7 +222,7 @@ for label, (ranks, link) in links.items():
 
 sizes = np.geomspace(2**10, 2**32, 45)
 ax = plot.new_figure(7, 4).add_subplot()
-for alg in ("ring", "tree", "recursive"):
+for alg in ("ring", "tree", "nvls"):  # NCCL's all-reduce algorithms inside an NVSwitch node
     t = [predict_collective("all_reduce", s, 8, hw, algorithm=alg)["time_s"] for s in sizes]
     ax.loglog(sizes, np.array(t) * 1e6, label=f"all-reduce, 8 GPUs, {alg}")
 ax.set_xlabel("size [B]")
