@@ -45,6 +45,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                                        for g in hardware.gemm_efficiency.values()),
                  gemm_epilogue=any(g.has_epilogue for g in hardware.gemm_efficiency.values()),
                  layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs))
+    fixed.update(architecture_family(model))
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))
     placement = axis_per_node(plan, hardware.gpus_per_node)
@@ -64,8 +65,25 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
         tp_layout=layout_family(plan.tp_layout),
         free_head_dim=model.attention_width != model.hidden,
         scopes=tuple((axis, placement[axis][1]) for axis in AXES),
+        cp_comm=plan.cp_comm.value,
         **fixed,
     )
+
+
+def architecture_family(model: TransformerSpec) -> dict[str, Any]:
+    """The Family fields a model fixes: its mixture of experts (dense layers, shared experts,
+    capacity), multi-head latent attention, multi-token-prediction modules; a model without them
+    has none of their terms."""
+    if not isinstance(model, TransformerSpec):
+        return {}
+    moe = bool(model.experts)
+    dense = tuple(i for i in range(model.layers) if i not in set(model.moe_layers)) if moe else ()
+    return dict(moe=moe, moe_dense_layers=dense, moe_shared=moe and model.shared_experts > 0,
+                moe_capacity=moe and model.capacity_factor is not None,
+                mla=model.kv_lora_rank is not None,
+                mla_q_lora=model.kv_lora_rank is not None and model.q_lora_rank is not None,
+                mtp=model.mtp_layers > 0,
+                mtp_last_moe=model.mtp_layers > 0 and (model.layers - 1) in model.moe_layers)
 
 
 def value_of(values: Mapping[str, Any], name: str) -> Any:

@@ -23,9 +23,10 @@ from perfmodel.costs import collectives as C
 from perfmodel.family import SCOPES, Family
 from perfmodel.step.context import I, active
 
-AXIS_DEGREE = {"tp": S.tp, "dp": S.dp, "pp": S.pp, "tpa": S.q_a, "tpb": S.q_b, "tpc": S.q_c}
+AXIS_DEGREE = {"tp": S.tp, "dp": S.dp, "pp": S.pp, "tpa": S.q_a, "tpb": S.q_b, "tpc": S.q_c,
+               "cp": S.cp, "ep": S.ep, "dp_cp": S.dp * S.cp, "edp": S.tp * S.dp * S.cp / S.ep}
 _AXIS_PER_NODE = {"tp": S.k_tp, "dp": S.k_dp, "pp": S.k_pp, "tpa": S.k_a, "tpb": S.k_b,
-                  "tpc": S.k_c}
+                  "tpc": S.k_c, "cp": S.k_cp, "ep": S.k_ep, "dp_cp": S.k_dpcp, "edp": S.k_edp}
 # when a collective is issued: in a micro-batch's forward, backward, both, or once per step
 LEDGER_PHASES = ("fwd", "bwd", "fwd+bwd", "step")
 # on which pipeline stages: every one, or only the first (embedding), the last (output layer) or
@@ -56,6 +57,9 @@ class Collective:
     time's group_time is 0). transfers: the calls on the critical path, where fewer than calls (a
     pipeline receive waits for its peer's send: one transfer for the pair). in_phase: the Phase
     whose time holds this collective's time; term: the breakdown term it adds to.
+    time_nbytes: the bytes its time is taken for, where not nbytes (an expert all-to-all: the
+    busiest rank receives more than a rank sends). ledger_share: a factor of its ledger calls
+    (a per-stage twin of a collective that one stage already counts with pp = 1: multi).
     """
 
     name: str
@@ -69,6 +73,8 @@ class Collective:
     fam: Family
     stage: str = "every"
     transfers: sp.Expr | None = None
+    time_nbytes: sp.Expr | None = None
+    ledger_share: sp.Expr = sp.Integer(1)
 
     def __post_init__(self) -> None:
         C.Op(self.op)
@@ -92,7 +98,8 @@ class Collective:
     @cached_property
     def call_s(self) -> sp.Expr:
         """Time of one call [s]: 0 for a group of one rank."""
-        return group_time(self.op, self.nbytes, self.axis, self.fam)
+        nbytes = self.nbytes if self.time_nbytes is None else self.time_nbytes
+        return group_time(self.op, nbytes, self.axis, self.fam)
 
     @cached_property
     def time_s(self) -> sp.Expr:
@@ -110,7 +117,7 @@ class Collective:
 
     def ledger_entry(self, m: sp.Expr) -> CommOp:
         """Its ledger record: calls per step."""
-        calls = self.launches if self.per_step else self.launches * m
+        calls = (self.launches if self.per_step else self.launches * m) * self.ledger_share
         return CommOp(self.name, self.axis, self.op, self.phase, calls, self.nbytes, self.stage)
 
 

@@ -47,7 +47,7 @@ STAGE_TERMS = (
     "compute/backward/gemm", "compute/backward/attention", "compute/backward/elementwise",
     "compute/backward/embedding_logits",
     "compute/forward/framework", "compute/backward/framework", "compute/recompute",
-    "comm/tp", "overhead/kernels", "pipeline/p2p", "overhead/collectives",
+    "comm/tp", "comm/cp", "comm/ep", "overhead/kernels", "pipeline/p2p", "overhead/collectives",
 )
 STEP_TERMS = ("pipeline/bubble", "comm/dp", "comm/dp_framework", "comm/tp_grads", "optimizer/step")
 

@@ -27,6 +27,7 @@ from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
 
+ONE = sp.Integer(1)
 COLLECTIVES_PER_LAYER = 2  # Megatron 1D, per layer and direction: after attention, after MLP
 CROSS_ENTROPY_ALL_REDUCES = 3  # the logits' max, the sum of their exponentials, the target logit
 NORMS_PER_LAYER = 2  # before the attention and before the MLP
@@ -38,22 +39,49 @@ def _tp(c: Context, name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: 
                       in_phase=in_phase, term="comm/tp", fam=c.fam, stage=stage)
 
 
-def layer_collectives(c: Context) -> list[Collective]:
-    """The collectives of the stage's L/pp layers per micro-batch: Megatron 1D, then the grids'."""
-    n, sp_ = c.layers_per_stage, c.seq_parallel
+def megatron_collectives(c: Context, count: sp.Expr, prefix: str = "layers",
+                         stage: str = "every", share: sp.Expr = ONE,
+                         recomputed: bool = True) -> list[Collective]:
+    """Megatron 1D's collectives of `count` sub-layers (an attention or an MLP each) per
+    micro-batch, issued in the phases <prefix>/forward, /backward, /recompute on `stage` (its
+    ledger calls x share)."""
+    sp_ = c.seq_parallel
     act_bytes = S.e * c.T * S.h
     out = []
     # recompute repeats the forward's (full), or all but the reduce-scatters, whose outputs
     # torchtitan's per-op recompute keeps (op)
     recompute = {"all_gather": c.full + c.op, "reduce_scatter": c.full,
                  "all_reduce": c.full + c.op}
-    for in_phase, phase, repeat in (("layers/forward", "fwd", None),
-                                    ("layers/backward", "bwd", None),
-                                    ("layers/recompute", "bwd", recompute)):
-        for op, share in (("all_gather", sp_), ("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
+    suffix = "" if stage == "every" else f"@{stage}"
+    directions: list[tuple[str, str, dict[str, sp.Expr] | None]] = [
+        (f"{prefix}/forward{suffix}", "fwd", None), (f"{prefix}/backward{suffix}", "bwd", None)]
+    if recomputed:
+        directions.append((f"{prefix}/recompute{suffix}", "bwd", recompute))
+    for in_phase, phase, repeat in directions:
+        for op, part in (("all_gather", sp_), ("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
             times = 1 if repeat is None else repeat[op]
-            calls = c.megatron * times * COLLECTIVES_PER_LAYER * share * n
-            out.append(_tp(c, f"tp/layer/{op}", op, act_bytes, calls, phase, in_phase))
+            calls = c.megatron * times * part * count
+            out.append(Collective(name=f"tp/layer/{op}", op=op, axis="tp", nbytes=act_bytes,
+                                  calls=calls, phase=phase, in_phase=in_phase, term="comm/tp",
+                                  fam=c.fam, stage=stage, ledger_share=share))
+    return out
+
+
+def layer_collectives(c: Context) -> list[Collective]:
+    """The collectives of the stage's L/pp layers per micro-batch: Megatron 1D, then the grids'.
+    A mixture of experts whose MoE layers have no shared experts issues none for their MLP (the
+    experts are whole on each rank, which routes its own tokens): the attention's of every
+    layer, the MLP's of each stage's dense layers."""
+    n = c.layers_per_stage
+    if c.fam.moe and not c.fam.moe_shared:
+        from perfmodel.step.moe import moe_layers
+
+        moe = moe_layers(c)
+        out = megatron_collectives(c, n)
+        for st, share in (("first", sp.Integer(1)), ("last", c.multi)):
+            out += megatron_collectives(c, n - moe[st], stage=st, share=share)
+        return out
+    out = megatron_collectives(c, COLLECTIVES_PER_LAYER * n)
     if c.fam.tp_layout != "1d":  # 2d / 2.5d / 3d grids: see perfmodel.costs.layouts
         out += _grid_collectives(c)
     return out
@@ -113,8 +141,15 @@ def output_collectives(c: Context) -> list[Collective]:
 
 def norm_grad_collectives(c: Context) -> list[Collective]:
     """Per step, with sequence parallelism: one all-reduce of every norm vector of the stage (two
-    per layer and the final norm; LayerNorm has a weight and a bias, RMSNorm a weight)."""
+    per layer and the final norm; LayerNorm has a weight and a bias, RMSNorm a weight), and of
+    an MoE layer's router (Megatron-Core all-reduces the routers' gradients over tp with the
+    norms')."""
     vectors = (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * c.layers_per_stage + 1)
+    if c.fam.moe:  # the routers, whole on every tp rank, each rank's over its own tokens
+        from perfmodel.costs.moe import router_params
+        from perfmodel.step.moe import moe_layers
+
+        vectors += moe_layers(c)["first"] * router_params(S.h, S.E, bias=c.bias)
     return [Collective(name="tp/norm_grads/all_reduce", op="all_reduce", axis="tp",
                        nbytes=S.wbytes * vectors, calls=c.seq_parallel, phase="step",
                        in_phase="tensor_parallel/norm_grads", term="comm/tp_grads", fam=c.fam)]
