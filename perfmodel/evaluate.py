@@ -264,7 +264,7 @@ def outputs_source(outputs: Mapping[str, Any]) -> str:
 
     exprs = [sp.sympify(e) for e in outputs.values()]
     table = S.table()
-    used = set().union(*(e.free_symbols for e in exprs))
+    used = codegen.free_symbols(exprs)
     arg_names = tuple(name for name, (sym, _) in table.items() if sym in used)
     taken: set[str] = set()
     params = [(table[name][0], codegen.identifier(name, taken)) for name in arg_names]

@@ -20,6 +20,7 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import collectives as C
+from perfmodel.costs.lattice import lmin
 from perfmodel.family import SCOPES, Family
 from perfmodel.step.context import I, active
 
@@ -174,7 +175,7 @@ def _scope_time(op: str, nbytes: sp.Expr, axis: str, scope: str, fam: Family) ->
         options = [hier] if fam.algorithm == "hierarchical" else [*options, hier]
     if fam.algorithm == "hierarchical" and scope != "mixed":
         options = options[:1]
-    return options[0] if len(options) == 1 else sp.Min(*options, evaluate=False)
+    return options[0] if len(options) == 1 else lmin(*options)
 
 
 _NEVER_S = sp.Float(1e30)  # a time no algorithm takes: removes an option from a Min
@@ -201,4 +202,4 @@ def _open_scope_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Exp
             # fixed: hierarchical in mixed groups, the first algorithm elsewhere
             return i_mixed * hier + (1 - i_mixed) * options[0]
         options.append(hier + _NEVER_S * (1 - i_mixed))
-    return options[0] if len(options) == 1 else sp.Min(*options, evaluate=False)
+    return options[0] if len(options) == 1 else lmin(*options)

@@ -28,6 +28,7 @@ from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import layouts as LY
 from perfmodel.costs import mla as MLA
+from perfmodel.family import Family
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
@@ -107,9 +108,20 @@ def layer_gemms(c: Context, *, moe: bool = False) -> list[K.Gemm]:
     return list(gemms.values())
 
 
+_WORK: dict[tuple[Family, bool], LayerWork] = {}
+
+
 def layer_work(c: Context, *, moe: bool = False) -> LayerWork:
     """One layer's forward: GEMMs (Megatron 1D, or a grid's blocks), attention, element-wise; an
-    MoE layer's MLP from perfmodel.step.moe."""
+    MoE layer's MLP from perfmodel.step.moe. Built once per family and kind (the stages, the
+    MTP modules and the parts ask for it again)."""
+    key = (c.fam, moe)
+    if key not in _WORK:
+        _WORK[key] = _layer_work(c, moe)
+    return _WORK[key]
+
+
+def _layer_work(c: Context, moe: bool) -> LayerWork:
     h, a, kv, f, s, b, tp, e = S.h, S.a, S.kv, S.f, S.s, S.b, S.tp, S.e
     gemm_t = {g.name: K.gemm_time(g, e, c.dev) for g in layer_gemms(c, moe=moe)}
     if c.fam.tp_layout != "1d":  # the grid layouts replace the four linear layers' GEMMs

@@ -39,6 +39,7 @@ from perfmodel.costs import memory as M
 from perfmodel.costs import mla as MLA
 from perfmodel.costs import moe as CM
 from perfmodel.costs.compute import FP32_BYTES
+from perfmodel.costs.lattice import lmax
 from perfmodel.step import data_parallel as DP
 from perfmodel.step import moe as MOE
 from perfmodel.step.context import Context, active
@@ -78,8 +79,7 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
     moe_count = MOE.moe_layers(c) if c.fam.moe else {"first": 0, "last": 0}
     if c.fam.moe:
         act_moe = activations(full=c.full, selective=c.selective, op=c.op, moe=True)
-        full_layer = sp.Max(full_layer, activations(full=0, selective=0, moe=True),
-                            evaluate=False)
+        full_layer = lmax(full_layer, activations(full=0, selective=0, moe=True))
     inflight = M.inflight_micro_batches(
         c.gpipe, c.interleaved + c.zero_bubble * (1 - c.zbv) * active(S.v), S.pp, c.m, S.v)
     out: dict[str, dict[str, sp.Expr]] = {}

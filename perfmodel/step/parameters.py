@@ -26,6 +26,7 @@ from perfmodel import symbols as S
 from perfmodel.costs import memory as M
 from perfmodel.costs import mla as MLA
 from perfmodel.costs import moe as MOE
+from perfmodel.costs.lattice import lmax
 from perfmodel.step.context import Context
 
 ZERO = sp.Integer(0)
@@ -75,8 +76,7 @@ class Parameters:
         routed experts (all of them without experts)."""
         if self.experts_per_gpu == 0:
             return self.per_gpu
-        return sp.Max(*(self.per_stage[st] - self.experts[st] for st in self.per_stage),
-                      evaluate=False)
+        return lmax(*(self.per_stage[st] - self.experts[st] for st in self.per_stage))
 
 
 def parameters(c: Context) -> Parameters:
@@ -130,6 +130,6 @@ def parameters(c: Context) -> Parameters:
     total = total_layers + emb["sharded"] + emb["replicated"] \
         + final_norm + (1 - tied) * V * h
     return Parameters(lp, layer_gpu, emb, final_norm, per_stage,
-                      sp.Max(per_stage["first"], per_stage["last"], evaluate=False), total,
-                      experts, sp.Max(experts["first"], experts["last"], evaluate=False)
+                      lmax(per_stage["first"], per_stage["last"]), total,
+                      experts, lmax(experts["first"], experts["last"])
                       if c.fam.moe else ZERO)
