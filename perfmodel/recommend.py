@@ -177,20 +177,22 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
                       result: SearchResult) -> dict[str, Any]:
     """Why nothing was recommended: the rule that removed every plan, or the nearest plans."""
     if result.enumerated == 0:
-        relaxed = dataclasses.replace(req, dp=None, tp=None, pp=None, micro_batch=None,
-                                      schedule=None, virtual_stages=None, max_tp=None, max_pp=None,
-                                      max_micro_batch=None, tp_layout=None, tp_depth=None)
+        pinned = ("dp", "tp", "pp", "cp", "ep", "cp_comm", "micro_batch", "schedule",
+                  "virtual_stages", "max_tp", "max_pp", "max_micro_batch", "tp_layout",
+                  "tp_depth")
+        relaxed = dataclasses.replace(req, **dict.fromkeys(pinned))
         from perfmodel.search import count_plans
 
-        pins = {k: getattr(req, k) for k in ("dp", "tp", "pp", "micro_batch", "schedule",
-                                             "virtual_stages", "max_tp", "max_pp",
-                                             "max_micro_batch", "tp_layout", "tp_depth")
+        pins = {k: getattr(getattr(req, k), "value", getattr(req, k)) for k in pinned
                 if getattr(req, k) is not None}
         n = count_plans(model, relaxed) if pins else 0
-        rules = (f"dp x tp x pp must equal the GPU count, tp must divide heads ({model.heads}) "
-                 f"or make a 2D/2.5D/3D grid whose side divides it, pp must divide layers "
-                 f"({model.layers}), dp x micro-batch must divide the global batch "
-                 f"({req.global_batch}); `perfmodel predict` names the rule a given plan breaks")
+        experts = (f", ep must divide the experts ({model.experts}) and dp x cp"
+                   if model.experts else "")
+        rules = (f"dp x cp x tp x pp must equal the GPU count, tp must divide heads "
+                 f"({model.heads}) or make a 2D/2.5D/3D grid whose side divides it, pp must "
+                 f"divide layers ({model.layers}), dp x micro-batch must divide the global batch "
+                 f"({req.global_batch}), 2 cp must divide seq_len ({model.seq_len}){experts}; "
+                 "`perfmodel predict` names the rule a given plan breaks")
         gpus = ", ".join(map(str, req.gpus))
         if pins and n:
             reason = (f"no plan satisfies the pins {pins} with {gpus} GPUs ({rules}); without the "
