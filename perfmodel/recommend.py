@@ -16,7 +16,9 @@ from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Objective
 
-COMM_TERMS = ("comm/tp", "comm/dp", "pipeline/p2p")
+COMM_TERMS = ("comm/tp", "comm/cp", "comm/ep", "comm/dp", "pipeline/p2p")
+# the degrees whose part in the best plan's win recommend reports (parallelism_wins)
+WIN_AXES = (("cp", "context parallelism"), ("ep", "expert parallelism"))
 
 
 @dataclass
@@ -62,7 +64,43 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
         reason = infeasible_reason(model, hardware, req, result)
         return Recommendation(result, [], {"infeasible": reason})
     best_plans = [predict(model, hardware, plan) for plan in result.best_plans()]
-    return Recommendation(result, best_plans, explain_best(model, hardware, result, best_plans))
+    explanation = explain_best(model, hardware, result, best_plans)
+    wins = parallelism_wins(model, hardware, result, best_plans[0])
+    if wins:
+        explanation["parallelism"] = wins
+    return Recommendation(result, best_plans, explanation)
+
+
+def parallelism_wins(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
+                     best: Prediction) -> list[dict[str, Any]]:
+    """Whether context or expert parallelism is what makes the best plan win: for each of cp
+    and ep the best plan uses (and the request did not pin), the same search without it (cp = 1,
+    ep = 1): its best plan and how much slower it is (by the request's objective), or that no
+    plan without it fits."""
+    out = []
+    req = result.request
+    for axis, label in WIN_AXES:
+        degree = getattr(best.plan, axis)
+        if degree == 1 or getattr(req, axis) is not None:
+            continue
+        without: dict[str, Any] = {axis: 1}
+        alt = search(model, hardware, dataclasses.replace(req, **without), top=1)
+        entry: dict[str, Any] = {"axis": axis, "degree": degree, "best_without": None,
+                                 "objective_without": None, "step_time_without_s": None}
+        if len(alt.best):
+            objective = float(result.best.objective[0])
+            other = float(alt.best.objective[0])
+            entry.update(best_without=_short(alt.plan(alt.best, 0)), objective_without=other,
+                         step_time_without_s=float(alt.best.step_time_s[0]))
+            note = (f"{label} ({axis}={degree}) makes the best plan win: without it the best "
+                    f"plan is {entry['best_without']}, {other / objective - 1:+.1%} "
+                    f"({req.objective.value})")
+        else:
+            note = (f"{label} ({axis}={degree}) makes the best plan win: without it no plan fits "
+                    "(or none is valid)")
+        entry["note"] = note
+        out.append(entry)
+    return out
 
 
 def objective_unit(req: SearchRequest) -> str:
@@ -233,7 +271,12 @@ def _short(plan: Any) -> str:
         extra.append("sp")
     if plan.zero:
         extra.append(f"zero{plan.zero}")
-    return (f"dp={plan.dp} tp={plan.tp} pp={plan.pp} mb={plan.micro_batch} {plan.schedule.value} "
+    degrees = f"dp={plan.dp} tp={plan.tp} pp={plan.pp}"
+    if plan.cp > 1:
+        degrees += f" cp={plan.cp}({plan.cp_comm.value})"
+    if plan.ep > 1:
+        degrees += f" ep={plan.ep}"
+    return (f"{degrees} mb={plan.micro_batch} {plan.schedule.value} "
             f"recompute={plan.recompute.value}" + ("".join(f" {e}" for e in extra)))
 
 

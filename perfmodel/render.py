@@ -417,6 +417,9 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
     con.print(breakdown)
     con.print("[bold]what binds it[/]")
     con.print(bullets(rec.explanation["binding"]))
+    if rec.explanation.get("parallelism"):
+        con.print("[bold]what context / expert parallelism does[/]")
+        con.print(bullets([w["note"] for w in rec.explanation["parallelism"]]))
     if "runner_up" in rec.explanation:
         ru = rec.explanation["runner_up"]
         con.print(f"[bold]runner-up[/] {ru['plan']}: slower by {fmt_seconds(ru['slower_by_s'])}, "

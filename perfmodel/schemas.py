@@ -50,7 +50,12 @@ def obj(properties: dict[str, Any], required: list[str] | None = None,
 
 
 PLAN = obj({
-    "gpus": WHOLE, "dp": WHOLE, "tp": WHOLE, "pp": WHOLE, "micro_batch": WHOLE,
+    "gpus": WHOLE, "dp": WHOLE, "tp": WHOLE, "pp": WHOLE,
+    "cp": {**WHOLE, "description": "Context-parallel degree (gpus = dp x cp x tp x pp)."},
+    "cp_comm": {**STRING, "description": "How attention crosses the cp ranks: p2p, allgather, "
+                                         "a2a."},
+    "ep": {**WHOLE, "description": "Expert-parallel degree (of the dp x cp ranks)."},
+    "micro_batch": WHOLE,
     "global_batch": WHOLE, "schedule": STRING, "virtual_stages": WHOLE,
     "sequence_parallel": BOOLEAN, "recompute": STRING,
     "recompute_every": {**WHOLE, "description": "The recompute policy applies to one layer in N."},
@@ -140,7 +145,15 @@ EXPLANATION = {
              "shares": {"type": "object", "additionalProperties": NUMBER},
              "runner_up": obj({"plan": STRING, "slower_by_s": NUMBER,
                                "memory_delta_bytes": NUMBER, "trades": STRINGS}),
-             "micro_batch_curve": {"type": "array", "items": CURVE_POINT}},
+             "micro_batch_curve": {"type": "array", "items": CURVE_POINT},
+             "parallelism": {
+                 "type": "array", "description": "Where the best plan has context or expert "
+                 "parallelism that the request left free: the best plan without it (the same "
+                 "search with cp = 1 or ep = 1), null where none fits.",
+                 "items": obj({"axis": STRING, "degree": WHOLE,
+                               "best_without": {"type": ["string", "null"]},
+                               "objective_without": NUMBER_OR_NULL,
+                               "step_time_without_s": NUMBER_OR_NULL, "note": STRING})}},
             required=["best", "binding", "shares", "micro_batch_curve"]),
         obj({"infeasible": obj({
             "binding": STRING, "reason": STRING,
