@@ -218,7 +218,8 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         pinned = ("dp", "tp", "pp", "cp", "ep", "cp_comm", "micro_batch", "schedule",
                   "virtual_stages", "max_tp", "max_pp", "max_micro_batch", "tp_layout",
                   "tp_depth")
-        relaxed = dataclasses.replace(req, **dict.fromkeys(pinned))
+        unpinned: dict[str, Any] = dict.fromkeys(pinned)
+        relaxed = dataclasses.replace(req, **unpinned)
         from perfmodel.search import count_plans
 
         pins = {k: getattr(getattr(req, k), "value", getattr(req, k)) for k in pinned
