@@ -136,6 +136,9 @@ class NcclTestsRun:
     complete: bool  # the section reached its `# Avg bus bandwidth` line (JSON: its footer)
     notes: list[str] = field(default_factory=list)
     json: bool = False  # read from nccl-tests' -J JSON output
+    # GPUs one thread drives (`-g`, the header's nGpus): with more than one, a thread launches a
+    # kernel per GPU every iteration, so a small collective's time is the host's launches
+    gpus_per_thread: int = 1
 
     @property
     def scope(self) -> str:
@@ -526,6 +529,7 @@ def _section(
         if m := _VERSION.search(ln.text):
             version = m.group(1)
     header_line = lines[start]
+    gpus = re.search(r"\bnGpus\s+(\d+)", header_line.text)
     complete, notes, layout = False, [], None
     found: list[tuple[_Line, _Layout | None]] = []
     for ln in lines[start:end]:
@@ -620,6 +624,7 @@ def _section(
         records=records.reset_index(drop=True),
         complete=complete,
         notes=notes,
+        gpus_per_thread=max(int(gpus.group(1)), 1) if gpus else 1,
     )
 
 
@@ -728,6 +733,7 @@ def _parse_json(
         complete=complete,
         notes=notes,
         json=True,
+        gpus_per_thread=int(config.get("ngpus", 1)),
     )
 
 

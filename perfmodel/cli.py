@@ -22,7 +22,7 @@ from perfmodel.costs.precision import STATE_DTYPES
 from perfmodel.errors import PerfmodelError
 from perfmodel.output import document, fmt_bytes, json_text, require_finite
 from perfmodel.specs import resolve as specs_resolve
-from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS
+from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS, LINK_PROTOCOLS
 from perfmodel.strategy import (
     DEFAULT_MEMORY_MARGIN,
     Attention,
@@ -961,15 +961,20 @@ def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
 @click.option("--profile", default=None, type=click.Path(dir_okay=False),
               help="Calibrated profile.")
 @click.option("--algorithm", type=choice(COLLECTIVE_ALGORITHMS), default="auto", show_default=True,
-              help="The algorithm; auto: the cheapest.")
+              help="The algorithm (NCCL_ALGO); auto: the cheapest the hardware's library has.")
+@click.option("--protocol", type=choice(("auto", "simple", *LINK_PROTOCOLS)), default="auto",
+              show_default=True,
+              help="The protocol (NCCL_PROTO); auto: the cheapest the hardware's links have.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, hardware: str | None,
-               profile: str | None, algorithm: str, as_json: bool) -> None:
-    """Predicted time, algorithm and bus bandwidth of one collective."""
+               profile: str | None, algorithm: str, protocol: str, as_json: bool) -> None:
+    """Predicted time, algorithm, protocol and bus bandwidth of one collective (its device time,
+    from the call's start to its end)."""
     from perfmodel.collective import parse_bytes, predict_collective
 
     hw = resolve_hardware(hardware, profile)
-    result = predict_collective(op, parse_bytes(nbytes), ranks, hw, ranks_per_node, algorithm)
+    result = predict_collective(op, parse_bytes(nbytes), ranks, hw, ranks_per_node, algorithm,
+                                protocol)
     if as_json:
         click.echo(json_text(document("collective", result)))
     else:

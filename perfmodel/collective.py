@@ -32,35 +32,59 @@ def parse_bytes(text: str) -> float:
     return value
 
 
-@lru_cache(maxsize=64)
-def _compiled(op: str, scope: str, algorithm: str, fitted: tuple[str, ...]) -> dict[str, Any]:
+@lru_cache(maxsize=256)
+def _compiled(op: str, scope: str, algorithm: str, protocol: str, fitted: tuple[str, ...],
+              library: str, features: frozenset[str]) -> tuple[tuple[str, ...], Any]:
+    """One option's time as a numpy function: (argument names, function). The expression is the
+    step model's own (perfmodel.step.group_time) for a tensor-parallel group of --ranks."""
     import sympy as sp
 
     from perfmodel import symbols as S
-    from perfmodel.costs import collectives as C
     from perfmodel.step import Family, group_time
 
     nbytes = sp.Symbol("nbytes", positive=True)
-    options: dict[str, Any] = {}
-    algs = [a.value for a in C.ALGORITHMS[C.Op(op)]]
-    if scope == "mixed" and op not in ("all_to_all", "send_recv"):
+    fam = Family(scopes=(("tp", scope), ("dp", "intra"), ("pp", "intra")), algorithm=algorithm,
+                 protocol=protocol, collective_library=library, link_features=features,
+                 fits=frozenset((op, fs, fa) for fs, fa in (f.split(":") for f in fitted)))
+    expr = group_time(op, nbytes, "tp", fam)
+    names = {sym: name for sym, (name, _) in S.by_symbol().items()}
+    names[nbytes] = "nbytes"
+    args = sorted(expr.free_symbols, key=str)
+    return tuple(names[a] for a in args), sp.lambdify(args, expr, modules="numpy")
+
+
+def _options(op: str, scope: str, algorithm: str, protocol: str,
+             hardware: HardwareSpec) -> list[tuple[str, str]]:
+    """The (algorithm, protocol) pairs to cost: every one the hardware's library and links have
+    for the op and scope (auto), or the ones asked for."""
+    from perfmodel.costs.collectives import LIBRARY_ALGORITHMS, Op, Protocol
+
+    algs = [a.value for a in LIBRARY_ALGORITHMS[hardware.collective_library][Op(op)]]
+    two_level = op not in ("all_to_all", "send_recv") and (
+        hardware.collective_library == "generic" or op == "all_reduce")
+    if scope == "mixed" and two_level:
         algs.append("hierarchical")
-    choices = algs if algorithm == "auto" else [algorithm]
-    for alg in choices:
-        fam = Family(scopes=(("tp", scope), ("dp", "intra"), ("pp", "intra")), algorithm=alg,
-                     fits=frozenset((op, fs, fa) for fs, fa in (f.split(":") for f in fitted)))
-        expr = group_time(op, nbytes, "tp", fam)
-        args = [nbytes, S.tp, S.k_tp, S.G, S.alpha_i, S.beta_i, S.alpha_o, S.beta_o]
-        fit_args = [sym for f in fitted for sym in S.fit_symbols(op, f.split(":")[0])]  # 5 each
-        options[alg] = sp.lambdify(args + fit_args, expr, modules="numpy")
-    return options
+    nvls = op == "all_reduce" and scope == "intra" and hardware.intra_node.has_nvls
+    if nvls:
+        algs.append("nvls")
+    if algorithm != "auto":
+        algs = [algorithm]
+    links = {"intra": (hardware.intra_node,), "inter": (hardware.inter_node,),
+             "mixed": (hardware.intra_node, hardware.inter_node)}[scope]
+    names = list(dict.fromkeys([Protocol.SIMPLE.value,
+                                *(p.name for link in links for p in link.protocols)]))
+    protos = names if protocol == "auto" else [protocol]
+    return [(a, p) for a in algs for p in protos if a != "nvls" or p == Protocol.SIMPLE.value]
 
 
 def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpec,
-                       ranks_per_node: int | None = None,
-                       algorithm: str = "auto") -> dict[str, Any]:
-    """Time [s], algorithm bandwidth and bus bandwidth [B/s] (nccl-tests' definitions)."""
-    from perfmodel.costs.collectives import ALGORITHMS, Op, bus_factor
+                       ranks_per_node: int | None = None, algorithm: str = "auto",
+                       protocol: str = "auto") -> dict[str, Any]:
+    """Time [s], algorithm, protocol, algorithm bandwidth and bus bandwidth [B/s] (nccl-tests'
+    definitions) of one collective: the device's time from the start of the call to its end (a
+    framework's time to issue it is not in it)."""
+    from perfmodel.costs.collectives import ALGORITHMS, LIBRARY_ALGORITHMS, Op, bus_factor
+    from perfmodel.encode import fit_values, link_features, link_values
 
     if ranks < 1 or ranks > 10**8:
         raise PlanError(f"--ranks must be between 1 and 1e8, got {ranks}")
@@ -72,38 +96,64 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
         raise PlanError(f"--ranks-per-node ({per_node}) exceeds the hardware's gpus_per_node "
                         f"({hardware.gpus_per_node})")
     scope = "intra" if per_node >= ranks else ("inter" if per_node == 1 else "mixed")
-    allowed = [a.value for a in ALGORITHMS[Op(op)]] + (["hierarchical"] if scope == "mixed" else [])
+    library = hardware.collective_library
+    allowed = [a.value for a in LIBRARY_ALGORITHMS[library][Op(op)]]
+    if scope == "mixed" and op not in ("all_to_all", "send_recv") and (
+            library == "generic" or op == "all_reduce"):
+        allowed.append("hierarchical")
+    if op == "all_reduce" and scope == "intra" and hardware.intra_node.has_nvls:
+        allowed.append("nvls")
     if algorithm != "auto" and algorithm not in allowed:
-        raise PlanError(f"algorithm '{algorithm}' is not available for {op} on a {scope}-node "
-                        f"group; allowed: auto, {', '.join(allowed)}")
+        lib = "" if library == "generic" else f" in {library}"
+        known = [a.value for a in ALGORITHMS[Op(op)]] + ["hierarchical", "nvls"]
+        why = (" (NVLS: all_reduce inside an NVSwitch node whose intra_node has "
+               "nvls_bandwidth_fraction)" if algorithm == "nvls" else "")
+        if algorithm not in known:
+            why = ""
+        where = {"intra": "inside one node", "inter": "one rank per node",
+                 "mixed": "over nodes, several ranks each"}[scope]
+        raise PlanError(f"algorithm '{algorithm}' is not available for {op} {where}{lib}{why}; "
+                        f"allowed: auto, {', '.join(allowed)}")
+    links = {"intra": (hardware.intra_node,), "inter": (hardware.inter_node,),
+             "mixed": (hardware.intra_node, hardware.inter_node)}[scope]
+    protocols = list(dict.fromkeys(["simple", *(p.name for ln in links for p in ln.protocols)]))
+    if protocol != "auto" and protocol not in protocols:
+        raise PlanError(f"protocol '{protocol}' is not one of the links of '{hardware.name}' "
+                        f"({scope} group); allowed: auto, {', '.join(protocols)}")
     fit_scope = "intra" if scope == "intra" else "inter"
     fits = [f for f in hardware.collectives if f.op == op and f.scope == fit_scope]
     fitted = tuple(f"{f.scope}:{f.algorithm}" for f in fits[:1])
-    fns = _compiled(op, scope, algorithm, fitted)
-    args = [nbytes, ranks, per_node, hardware.gpus_per_node, hardware.intra_node.latency_s,
-            hardware.intra_node.effective_bandwidth_bytes_per_s, hardware.inter_node.latency_s,
-            hardware.inter_node.effective_bandwidth_bytes_per_s]
-    for f in fits[:1]:
-        two = f.breakpoint_bytes > 0
-        args += [f.alpha_s, f.bus_bandwidth_bytes_per_s,
-                 f.alpha_s_small if two else f.alpha_s,
-                 f.bus_bandwidth_bytes_per_s_small if two else f.bus_bandwidth_bytes_per_s,
-                 f.breakpoint_bytes]
-    times = {alg: float(fn(*args)) for alg, fn in fns.items()}
-    best = min(times, key=times.__getitem__)
+    values: dict[str, float] = {"nbytes": nbytes, "tp": ranks, "tp_per_node": per_node,
+                                "gpus_per_node": hardware.gpus_per_node,
+                                **link_values(hardware), **fit_values(hardware)}
+    features = link_features(hardware)
+    choices = [("auto", "auto")] if fits else _options(op, scope, algorithm, protocol, hardware)
+    if not choices:
+        raise PlanError(f"algorithm 'nvls' runs in the simple protocol only, got --protocol "
+                        f"'{protocol}'")
+    times: dict[tuple[str, str], float] = {}
+    for alg, proto in choices:
+        names, fn = _compiled(op, scope, alg, proto, fitted, library, features)
+        times[alg, proto] = float(fn(*(values[name] for name in names)))
+    (best, fastest_protocol), t = min(times.items(), key=lambda kv: kv[1])
+    best_protocol: str | None = fastest_protocol
+    by_algorithm: dict[str, float] = {}
+    for (alg, _), value in times.items():
+        by_algorithm[alg] = min(value, by_algorithm.get(alg, math.inf))
     if fits:
-        best = f"calibrated ({fits[0].algorithm})"
-        times = {best: next(iter(times.values()))}
-    t = min(times.values())
+        best, best_protocol = f"calibrated ({fits[0].algorithm})", None
+        by_algorithm = {best: t}
     factor = float(bus_factor(op, ranks))
     # one rank moves nothing (time 0): its bandwidths are undefined, not infinite (null in JSON)
     moves = ranks > 1
     result = {
         "op": op, "bytes": nbytes, "ranks": ranks, "ranks_per_node": per_node, "scope": scope,
-        "algorithm": best, "time_s": t,
+        "algorithm": best, "protocol": best_protocol, "time_s": t,
         "algbw_bytes_per_s": nbytes / t if moves else None,
         "busbw_bytes_per_s": nbytes / t * factor if moves else None,
-        "bus_factor": factor, "by_algorithm_s": times, "hardware": hardware.name,
+        "bus_factor": factor, "by_algorithm_s": by_algorithm,
+        "by_option_s": {} if fits else {f"{a}/{p}": v for (a, p), v in times.items()},
+        "hardware": hardware.name,
     }
     require_finite(result, "the collective's time",
                    f"{op} of {fmt_bytes(nbytes)} over {ranks} ranks on {hardware.name}")

@@ -24,7 +24,7 @@ import numpy as np
 from perfmodel import names as N
 from perfmodel.costs.precision import model_state_bytes_per_param, optimizer_step_bytes_per_param
 from perfmodel.errors import PlanError
-from perfmodel.specs.hardware import HardwareSpec
+from perfmodel.specs.hardware import LINK_PROTOCOLS, HardwareSpec
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import (
     BYTES_PER_ELEMENT,
@@ -278,6 +278,42 @@ def precision_of(dtype: Dtype) -> str:
     return dtype.value if dtype in (Dtype.BF16, Dtype.FP16) else "fp32"
 
 
+def link_features(hardware: HardwareSpec) -> frozenset[str]:
+    """The parts of the hardware's link model the step model's expressions hold (Family):
+    "intra:call" (a call start-up), "intra:ll" / "intra:ll128" (a low-latency protocol),
+    "intra:nvls" (NVLink SHARP all-reduce), and "inter:..." likewise."""
+    out = set()
+    for link, spec in (("intra", hardware.intra_node), ("inter", hardware.inter_node)):
+        if spec.call_latency_s > 0:
+            out.add(f"{link}:call")
+        out.update(f"{link}:{p.name}" for p in spec.protocols)
+        if spec.has_nvls:
+            out.add(f"{link}:nvls")
+    return frozenset(out)
+
+
+def link_values(hardware: HardwareSpec) -> dict[str, float]:
+    """The link model's symbols by name (perfmodel.names): latency per step, effective
+    bandwidth and call start-up of each link, and of each low-latency protocol its call, step and
+    bandwidth fraction (a protocol a link lacks takes the Simple protocol's values: the same
+    option twice), and NVLS's latency and fraction (1 where the link has none: never used)."""
+    vals: dict[str, float] = {}
+    for link, spec in (("intra", hardware.intra_node), ("inter", hardware.inter_node)):
+        vals[f"{link}_latency_s"] = spec.latency_s
+        vals[f"{link}_bandwidth"] = spec.effective_bandwidth_bytes_per_s
+        vals[f"{link}_call_latency_s"] = spec.call_latency_s
+        for name in LINK_PROTOCOLS:
+            proto = spec.protocol(name)
+            vals[f"{link}_{name}_call_latency_s"] = (proto.call_latency_s if proto
+                                                     else spec.call_latency_s)
+            vals[f"{link}_{name}_latency_s"] = proto.latency_s if proto else spec.latency_s
+            vals[f"{link}_{name}_bandwidth_fraction"] = proto.bandwidth_fraction if proto else 1.0
+    nvls = hardware.intra_node
+    vals["intra_nvls_latency_s"] = nvls.nvls_latency_s
+    vals["intra_nvls_bandwidth_fraction"] = nvls.nvls_bandwidth_fraction if nvls.has_nvls else 1.0
+    return vals
+
+
 # The largest head size flash kernels run: FlashAttention-2 "all head dimensions up to 256"
 # (github Dao-AILab/flash-attention README); cuDNN's fused attention and FlashAttention-3 likewise.
 FLASH_MAX_HEAD_DIM = 256
@@ -348,7 +384,8 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "optimizer_bytes_per_param": state["optimizer_states"],
         "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(
             precision, grad_dtype, optimizer_dtype),
-        "peak_flops_per_s": hardware.peak(dtype.value),
+        # the roofline's peak: the datasheet's at the clock the part sustains
+        "peak_flops_per_s": hardware.peak(dtype.value) * hardware.sustained_clock_fraction,
         "memory_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
         * hardware.memory_bandwidth_efficiency,
         "optimizer_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
@@ -362,10 +399,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "fsdp_forward_overhead_s": hardware.fsdp_forward_overhead_s,
         "fsdp_backward_overhead_s": hardware.fsdp_backward_overhead_s,
         "fsdp_reduce_overhead_s": hardware.fsdp_reduce_overhead_s,
-        "intra_latency_s": hardware.intra_node.latency_s,
-        "intra_bandwidth": hardware.intra_node.effective_bandwidth_bytes_per_s,
-        "inter_latency_s": hardware.inter_node.latency_s,
-        "inter_bandwidth": hardware.inter_node.effective_bandwidth_bytes_per_s,
+        **link_values(hardware),
         "nccl_buffer_bytes": hardware.nccl_buffer_bytes,
         "memory_fragmentation": hardware.memory_fragmentation,
         **flash_values(model, hardware, dtype.value),
@@ -388,6 +422,13 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
     for cost in hardware.layer_costs:
         vals.update(zip(N.layer_cost_names(cost.part, cost.style, cost.tp),
                         (getattr(cost, name) for name in N.LAYER_COST_FIELDS), strict=True))
+    vals.update(fit_values(hardware))
+    return vals
+
+
+def fit_values(hardware: HardwareSpec) -> dict[str, float]:
+    """The symbols of the hardware's calibrated collective fits, by name."""
+    vals: dict[str, float] = {}
     for fit in hardware.collectives:
         alpha, busbw, alpha_small, busbw_small, breakpoint = (
             name for name, _, _ in N.fit_names(fit.op, fit.scope))

@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.encode import axis_per_node, grid_degrees, layout_family, resolve_flash, values_of
+from perfmodel.encode import (
+    axis_per_node,
+    grid_degrees,
+    layout_family,
+    link_features,
+    resolve_flash,
+    values_of,
+)
 from perfmodel.errors import InternalError, OutputError
 from perfmodel.files import write_atomic
 from perfmodel.names import AXES
@@ -40,6 +47,8 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
 
     fixed: dict[str, Any] = dict(algorithm=hardware.collective_algorithm,
                  fits=frozenset((fit.op, fit.scope, fit.algorithm) for fit in hardware.collectives),
+                 collective_library=hardware.collective_library,
+                 link_features=link_features(hardware),
                  gemm_split_k=any(g.splits_k for g in hardware.gemm_efficiency.values()),
                  gemm_large_kernel=any(g.has_large_kernel
                                        for g in hardware.gemm_efficiency.values()),
@@ -106,7 +115,10 @@ class Compiled:
     fn: Callable[..., Any]
 
     def __call__(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        args = [value_of(values, name) for name in self.arg_names]
+        # numbers as numpy floats: x / 0.0 is then inf (refused by its consumer), not a Python
+        # ZeroDivisionError (a product of tiny factors, as a bandwidth times a fraction, is 0.0)
+        args = [np.float64(v) if type(v) in (float, int) else v
+                for v in (value_of(values, name) for name in self.arg_names)]
         with np.errstate(all="ignore"):  # a non-finite result is refused by its consumer
             out = self.fn(*args)
         return dict(zip(self.out_names, out, strict=True))

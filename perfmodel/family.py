@@ -53,6 +53,12 @@ class Family:
     # have calibrated fits, as (op, scope, algorithm)
     algorithm: str = "auto"
     fits: frozenset[tuple[str, str, str]] = frozenset()
+    # and the hardware's collective library (the algorithms "auto" chooses from), the parts of its
+    # link model ("intra:call", "intra:ll", "intra:ll128", "intra:nvls", "inter:..."; see
+    # link_features), and the protocol when one is fixed ("auto": the cheapest)
+    collective_library: str = "generic"
+    link_features: frozenset[str] = frozenset()
+    protocol: str = "auto"
     # fixed too: which optional terms the hardware's GEMM model has: a split-K switch (AMD fits
     # do), a large-tile kernel, an epilogue time (perfmodel.costs.gemm_efficiency)
     gemm_split_k: bool = False

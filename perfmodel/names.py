@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from perfmodel.specs.hardware import GemmEfficiency
+from perfmodel.specs.hardware import LINK_PROTOCOLS, GemmEfficiency
 
 # name -> (typeset name, meaning), in the order the symbols are made
 NAMES: dict[str, tuple[str, str]] = {}
@@ -96,6 +96,22 @@ _name("intra_latency_s", "alpha_intra", "intra-node latency per step [s]")
 _name("intra_bandwidth", "beta_intra", "intra-node bandwidth per GPU, effective [B/s]")
 _name("inter_latency_s", "alpha_inter", "inter-node latency per step [s]")
 _name("inter_bandwidth", "beta_inter", "inter-node bandwidth per node, effective [B/s]")
+# the link model of a GPU preset (perfmodel.specs.hardware.LinkSpec): a collective call's start-up,
+# the low-latency protocols, NVLink SHARP inside a node
+LINKS = ("intra", "inter")
+for _link, _where in (("intra", "inside a node"), ("inter", "between nodes")):
+    _name(f"{_link}_call_latency_s", f"t_call_{_link}",
+          f"start-up of one collective call {_where}, Simple protocol [s]")
+    for _p in LINK_PROTOCOLS:
+        _name(f"{_link}_{_p}_call_latency_s", f"t_call_{_link}^{_p}",
+              f"start-up of one collective call {_where}, {_p.upper()} protocol [s]")
+        _name(f"{_link}_{_p}_latency_s", f"alpha_{_link}^{_p}",
+              f"latency per step {_where}, {_p.upper()} protocol [s]")
+        _name(f"{_link}_{_p}_bandwidth_fraction", f"f_{_link}^{_p}",
+              f"bandwidth of the {_p.upper()} protocol {_where}, as a fraction of Simple's")
+_name("intra_nvls_latency_s", "t_nvls", "NVLink SHARP all-reduce: latency of one call [s]")
+_name("intra_nvls_bandwidth_fraction", "f_nvls",
+      "NVLink SHARP all-reduce: bandwidth as a fraction of the intra-node Simple bandwidth")
 # what a GPU holds beyond the tensors (HardwareSpec.nccl_buffer_bytes, memory_fragmentation)
 _name("nccl_buffer_bytes", "M_nccl", "GPU memory of one NCCL communicator's buffers [B]")
 _name("memory_fragmentation", "f_frag",

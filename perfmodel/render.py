@@ -178,7 +178,8 @@ def print_collective(res: dict[str, Any]) -> None:
               f"({res['ranks_per_node']} per node, {res['scope']}) on {res['hardware']}")
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_row("time", fmt_seconds(res["time_s"]))
-    table.add_row("algorithm", res["algorithm"])
+    protocol = f" ({res['protocol']} protocol)" if res.get("protocol") else ""
+    table.add_row("algorithm", res["algorithm"] + protocol)
     if res["algbw_bytes_per_s"] is None:  # one rank: nothing moves
         table.add_row("algbw", "n/a (one rank moves nothing)")
         table.add_row("busbw", "n/a")
@@ -187,11 +188,12 @@ def print_collective(res: dict[str, Any]) -> None:
         table.add_row("busbw", f"{res['busbw_bytes_per_s'] / 1e9:.2f} GB/s "
                       f"(factor {res['bus_factor']:.3f})")
     con.print(table)
-    if len(res["by_algorithm_s"]) > 1:
-        other = Table(title="by algorithm")
-        other.add_column("algorithm")
+    options = res.get("by_option_s") or res["by_algorithm_s"]
+    if len(options) > 1:
+        other = Table(title="by algorithm / protocol")
+        other.add_column("algorithm / protocol")
         other.add_column("time", justify="right")
-        for alg, t in sorted(res["by_algorithm_s"].items(), key=lambda kv: kv[1]):
+        for alg, t in sorted(options.items(), key=lambda kv: kv[1]):
             other.add_row(alg, fmt_seconds(t))
         con.print(other)
 

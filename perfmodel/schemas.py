@@ -248,6 +248,10 @@ def schema(kind: str) -> dict[str, Any]:
             "algbw_bytes_per_s": {**NUMBER_OR_NULL, "description": "null for one rank"},
             "busbw_bytes_per_s": NUMBER_OR_NULL, "bus_factor": NUMBER,
             "by_algorithm_s": {"type": "object", "additionalProperties": NUMBER},
+            "protocol": {"type": ["string", "null"],
+                         "description": "simple, ll or ll128; null for a calibrated fit"},
+            "by_option_s": {"type": "object", "additionalProperties": NUMBER,
+                            "description": "seconds by 'algorithm/protocol' (empty for a fit)"},
             "hardware": STRING}))
     if kind == "sweep":
         point = {"type": "object", "properties": {

@@ -13,7 +13,7 @@ from perfmodel import names as N
 from perfmodel.names import LAYER_COST_FIELDS, layer_cost_names
 
 __all__ = ["FLAGS", "GEMM", "LAYER_COST_FIELDS", "by_symbol", "fit_symbols", "layer_cost_names",
-           "layer_cost_symbols", "table"]
+           "layer_cost_symbols", "protocol_symbols", "table"]
 
 _P = {"positive": True}
 
@@ -73,6 +73,8 @@ G = _of("gpus_per_node")
 rho = _of("ranks_per_device")
 alpha_i, beta_i = _of("intra_latency_s"), _of("intra_bandwidth")
 alpha_o, beta_o = _of("inter_latency_s"), _of("inter_bandwidth")
+call_i, call_o = _of("intra_call_latency_s"), _of("inter_call_latency_s")
+t_nvls, f_nvls = _of("intra_nvls_latency_s"), _of("intra_nvls_bandwidth_fraction")
 M_nccl, f_frag = _of("nccl_buffer_bytes"), _of("memory_fragmentation")
 # the flash-attention kernel (perfmodel.costs.compute.flash_attention_s)
 I_fa = _of("flash_measured")
@@ -101,6 +103,13 @@ def fit_symbols(op: str, scope: str) -> tuple[sp.Symbol, ...]:
     """alpha and bus bandwidth of a calibrated collective fit, for messages from the breakpoint on
     and below it, and the breakpoint (registered on first use; see perfmodel.names.fit_names)."""
     return _registered(N.fit_names(op, scope))
+
+
+def protocol_symbols(link: str, protocol: str) -> tuple[sp.Symbol, sp.Symbol, sp.Symbol]:
+    """Start-up of a call [s], latency per step [s] and bandwidth fraction of a low-latency
+    protocol (ll, ll128) on a link (intra, inter)."""
+    return (_of(f"{link}_{protocol}_call_latency_s"), _of(f"{link}_{protocol}_latency_s"),
+            _of(f"{link}_{protocol}_bandwidth_fraction"))
 
 
 def layer_cost_symbols(part: str, style: str, tp: int) -> tuple[sp.Symbol, sp.Symbol, sp.Symbol]:

@@ -13,6 +13,7 @@ and scan" (Parallel Computing 2009) for the double binary tree NCCL uses.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -35,6 +36,14 @@ class Algorithm(StrEnum):
     RECURSIVE = "recursive"  # recursive doubling / halving; Rabenseifner for all_reduce
 
 
+class Protocol(StrEnum):
+    """NCCL's protocols (src/device/prims_*.h): how a step's data and its ready flag travel."""
+
+    SIMPLE = "simple"  # bulk copies, a fence and a flag per chunk: full bandwidth, slow start
+    LL = "ll"  # 8-byte stores of 4 data bytes + a 4-byte flag: no fence, half the bandwidth at most
+    LL128 = "ll128"  # 128-byte lines of 120 data bytes + a flag (NVLink, NVIDIA's NICs): 120/128
+
+
 # Which algorithms each op has; the first is the default when latency does not matter.
 ALGORITHMS: dict[Op, tuple[Algorithm, ...]] = {
     Op.ALL_REDUCE: (Algorithm.RING, Algorithm.TREE, Algorithm.RECURSIVE),
@@ -45,6 +54,26 @@ ALGORITHMS: dict[Op, tuple[Algorithm, ...]] = {
     Op.ALL_TO_ALL: (Algorithm.RING,),  # pairwise exchange: n-1 steps, one peer each
     Op.SEND_RECV: (Algorithm.RING,),  # one point-to-point message
 }
+
+
+# The algorithms NCCL (and RCCL, its AMD port) has (src/graph/tuning.cc, ncclTopoTuneModel):
+# all_reduce runs a ring or a tree (NVLS inside an NVSwitch node and a hierarchical form across
+# nodes are added by perfmodel.step.collective where the hardware has them); all_gather,
+# reduce_scatter, broadcast and reduce run a ring; all_to_all and send_recv are point-to-point.
+# NCCL has no recursive doubling/halving: PAT (all_gather/reduce_scatter with one rank per node)
+# is not modelled.
+NCCL_ALGORITHMS: dict[Op, tuple[Algorithm, ...]] = {
+    Op.ALL_REDUCE: (Algorithm.RING, Algorithm.TREE),
+    Op.ALL_GATHER: (Algorithm.RING,),
+    Op.REDUCE_SCATTER: (Algorithm.RING,),
+    Op.BROADCAST: (Algorithm.RING,),
+    Op.REDUCE: (Algorithm.RING,),
+    Op.ALL_TO_ALL: (Algorithm.RING,),
+    Op.SEND_RECV: (Algorithm.RING,),
+}
+# per collective library (HardwareSpec.collective_library)
+LIBRARY_ALGORITHMS: dict[str, dict[Op, tuple[Algorithm, ...]]] = {
+    "generic": ALGORITHMS, "nccl": NCCL_ALGORITHMS}
 
 
 def log2(n: sp.Expr) -> sp.Expr:
@@ -105,6 +134,117 @@ def collective_time(op: Op | str, nbytes: sp.Expr, n: sp.Expr | int, alpha_s: sp
         return sp.Integer(0)
     return (steps(op, n, algorithm) * alpha_s
             + volume_factor(op, n, algorithm) * nbytes / beta_bytes_per_s)
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """One protocol on one link class, as expressions: the start-up of a call [s], the latency of
+    one step [s] and the bandwidth one rank reaches [B/s]."""
+
+    call_s: sp.Expr
+    step_s: sp.Expr
+    bandwidth: sp.Expr
+
+
+def protocol_time(op: Op | str, nbytes: sp.Expr, n: sp.Expr | int, cost: LinkCost,
+                  algorithm: Algorithm | str) -> sp.Expr:
+    """Time of one collective in one protocol on one link [s]: its call's start-up, then the
+    algorithm's steps (0 for a group of one rank).
+
+    T = call_s + steps(op, n, alg) * step_s + volume_factor(op, n, alg) * nbytes / bandwidth
+    NCCL's tuning model (src/graph/tuning.cc, ncclTopoGetAlgoTime) has this form per algorithm
+    and protocol, time = latency + nbytes / bandwidth, latency = baseLat (call) + steps x hwLat,
+    and picks the cheapest; LL and LL128 start faster than Simple and move less per second.
+    """
+    n = sp.sympify(n)
+    if n == 1:
+        return sp.Integer(0)
+    return cost.call_s + collective_time(op, nbytes, n, cost.step_s, cost.bandwidth, algorithm)
+
+
+def nvls_all_reduce_time(nbytes: sp.Expr, n: sp.Expr | int, latency_s: sp.Expr,
+                         bandwidth: sp.Expr) -> sp.Expr:
+    """All-reduce inside an NVSwitch node with NVLink SHARP (NVLS): the switch adds [s].
+
+    T = latency_s + (n + 1)/n * nbytes / bandwidth
+    Each rank reduces one n-th of the buffer with multimem.ld_reduce (the switch reads that piece
+    from all n GPUs: the rank's link sends nbytes in all, and receives nbytes/n) and writes it back
+    with multimem.st (the switch copies it to all n: the link receives nbytes, sends nbytes/n):
+    (n + 1)/n * nbytes each way, against 2 (n - 1)/n for a ring; 1.125 against 1.75 at n = 8.
+    Source: NVIDIA, "NVLink SHARP" (Hopper NVSwitch, 2022); NCCL src/device/all_reduce.h
+    (runRing vs the NVLS path) and src/graph/tuning.cc (nvlsEfficiency: 0.85 on Hopper).
+    """
+    n = sp.sympify(n)
+    if n == 1:
+        return sp.Integer(0)
+    return latency_s + (n + 1) / n * nbytes / bandwidth
+
+
+def nccl_tree_all_reduce_time(nbytes: sp.Expr, n: sp.Expr | int, per_node: sp.Expr | int,
+                              call_s: sp.Expr, intra_step_s: sp.Expr, inter_step_s: sp.Expr,
+                              beta_bytes_per_s: sp.Expr) -> sp.Expr:
+    """NCCL's tree all_reduce: a chain through the k ranks of each node, a double binary tree
+    across the n/k nodes, reduce up and broadcast down, pipelined [s].
+
+    T = call + 2 ((k - 1) intra_step + log2(n / k) inter_step) + 2 nbytes / beta
+    Latency: NCCL src/graph/tuning.cc (2 ((nRanks/nNodes - 1) intraLat + log2(nNodes) interLat)):
+    inside one node the tree is a chain, as slow to start as a ring. Bandwidth: as volume_factor's
+    tree (every rank receives and sends the buffer once each way). k = n: one node; k = 1: the
+    binary tree of `steps`.
+    """
+    n, k = sp.sympify(n), sp.sympify(per_node)
+    if n == 1:
+        return sp.Integer(0)
+    return (call_s + 2 * ((k - 1) * intra_step_s + log2(n / k) * inter_step_s)
+            + 2 * nbytes / beta_bytes_per_s)
+
+
+def ring_inter_steps(op: Op | str, nodes: sp.Expr | int) -> sp.Expr:
+    """Steps of a flat ring that cross between nodes when its ranks fill `nodes` nodes in order:
+    2 (nodes - 1) for all_reduce (a reduce-scatter and an all-gather pass), nodes - 1 otherwise.
+    NCCL src/graph/tuning.cc: nInterSteps, the rest of the nsteps at the intra-node latency."""
+    nodes = sp.sympify(nodes)
+    return 2 * (nodes - 1) if Op(op) is Op.ALL_REDUCE else nodes - 1
+
+
+def mixed_flat_time(op: Op | str, nbytes: sp.Expr, n: sp.Expr | int, nodes: sp.Expr | int,
+                    call_s: sp.Expr, intra_step_s: sp.Expr, inter_step_s: sp.Expr,
+                    beta_bytes_per_s: sp.Expr, algorithm: Algorithm | str) -> sp.Expr:
+    """A flat (one-level) collective over n ranks that lie in `nodes` nodes [s].
+
+    ring:  T = call + x inter_step + (steps - x) intra_step + volume * nbytes / beta,
+           x = ring_inter_steps(op, nodes)   (NCCL tuning.cc: the ring's latency)
+    tree, recursive: every step at the inter-node latency.
+    beta is the bandwidth of the ring's slowest hop: the NIC share of a rank that crosses.
+    """
+    n = sp.sympify(n)
+    if n == 1:
+        return sp.Integer(0)
+    st = steps(op, n, algorithm)
+    if Algorithm(algorithm) is Algorithm.RING and Op(op) is not Op.SEND_RECV:
+        x = ring_inter_steps(op, nodes)
+        latency = x * inter_step_s + (st - x) * intra_step_s
+    else:
+        latency = st * inter_step_s
+    return call_s + latency + volume_factor(op, n, algorithm) * nbytes / beta_bytes_per_s
+
+
+def all_to_all_mixed_time(nbytes: sp.Expr, n: sp.Expr | int, per_node: sp.Expr | int,
+                          call_s: sp.Expr, inter_step_s: sp.Expr, intra_beta: sp.Expr,
+                          nic_beta: sp.Expr) -> sp.Expr:
+    """All-to-all over n ranks, k of them in each node [s]: every rank sends nbytes/n to each
+    other rank, (n - k)/n of its buffer through its share of the node's NICs, (k - 1)/n over the
+    links inside the node, both at once.
+
+    T = call + (n - 1) inter_step
+        + max((n - k)/n * nbytes / nic_beta, (k - 1)/n * nbytes / intra_beta)
+    (pairwise exchange: n - 1 steps; Thakur, Rabenseifner, Gropp 2005, Sec. 4.5)
+    """
+    n, k = sp.sympify(n), sp.sympify(per_node)
+    if n == 1:
+        return sp.Integer(0)
+    return call_s + (n - 1) * inter_step_s + sp.Max(
+        (n - k) / n * nbytes / nic_beta, (k - 1) / n * nbytes / intra_beta, evaluate=False)
 
 
 def hierarchical_time(op: Op | str, nbytes: sp.Expr, n: sp.Expr | int, per_node: sp.Expr | int,

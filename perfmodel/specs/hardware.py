@@ -18,7 +18,16 @@ from perfmodel.specs.loading import Bound, check_fields, deep_merge, read_mappin
 # the dtypes a hardware spec may give peaks and GEMM efficiencies for; fp4 (NVFP4/MXFP4, Blackwell
 # and MI355X) is the datasheets', not yet a plan dtype (perfmodel.strategy.Dtype)
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
-COLLECTIVE_ALGORITHMS = ("auto", "ring", "tree", "recursive", "hierarchical")
+COLLECTIVE_ALGORITHMS = ("auto", "ring", "tree", "recursive", "hierarchical", "nvls")
+# The collective library and the algorithms it has (perfmodel.costs.collectives.LIBRARY_ALGORITHMS):
+# generic: every algorithm perfmodel models (ring, tree, recursive doubling/halving and, in groups
+# over nodes, the hierarchical form), as MPI libraries and gloo have; nccl: NCCL's (and RCCL's),
+# ring and tree for all_reduce (NVLS inside an NVSwitch node, hierarchical across nodes), ring for
+# the others (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel).
+COLLECTIVE_LIBRARIES = ("generic", "nccl")
+# The low-latency protocols a link may list beside its large-message (Simple) protocol: NCCL's LL
+# (8-byte lines carrying 4 bytes and a flag) and LL128 (128-byte lines carrying 120 bytes).
+LINK_PROTOCOLS = ("ll", "ll128")
 # perfmodel.costs.collectives.Op's values (specs do not import costs; a test checks they agree)
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
                   "all_to_all", "send_recv")
@@ -53,6 +62,8 @@ BOUNDS: dict[str, Bound] = {
                                           "wafer-scale engine's on-chip SRAM, 21 PB/s",
                                           inclusive=True),
     "memory_bandwidth_efficiency": Bound(0, 1, "a fraction of memory_bandwidth_bytes_per_s"),
+    "sustained_clock_fraction": Bound(0, 1.5, "the clock a part sustains over the clock of its "
+                                      "datasheet peak: 1.5x is an overclock no datasheet has"),
     "memory_reserved_bytes": Bound(0, 1e15, "as memory_bytes, and below it", inclusive=True),
     "nccl_buffer_bytes": Bound(0, 1e12, "one communicator's buffers: 64 channels x 3 protocols "
                                "of 4 MiB is 0.8 GB; 1 TB is no buffer", inclusive=True),
@@ -74,6 +85,14 @@ BOUNDS: dict[str, Bound] = {
     "link.latency_s": Bound(0, 1, "a start-up above 1 s is a timeout, not a link",
                             inclusive=True),
     "link.efficiency": Bound(0, 1, "a fraction of the link's bandwidth"),
+    "link.call_latency_s": Bound(0, 1, "a start-up above 1 s is a timeout, not a link",
+                                 inclusive=True),
+    "link.nvls_bandwidth_fraction": Bound(0, 1, "0: no NVLS; else a fraction of the link's "
+                                          "Simple bandwidth", inclusive=True),
+    "link.nvls_latency_s": Bound(0, 1, "a start-up above 1 s is a timeout", inclusive=True),
+    "protocols.call_latency_s": Bound(0, 1, "a start-up above 1 s is a timeout", inclusive=True),
+    "protocols.latency_s": Bound(0, 1, "a step above 1 s is a timeout", inclusive=True),
+    "protocols.bandwidth_fraction": Bound(0, 1, "a fraction of the link's Simple bandwidth"),
     "collectives.alpha_s": Bound(0, 1, "a start-up above 1 s is a timeout", inclusive=True),
     "collectives.bus_bandwidth_bytes_per_s": Bound(
         1e3, 1e30, "fitted: a latency-bound regime leaves the bandwidth loose, and "
@@ -122,25 +141,92 @@ def bounded(key: str, value: Any, field: str | None = None) -> Any:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProtocolSpec:
+    """A low-latency protocol of a link (NCCL's LL or LL128), beside its large-message one.
+
+    A collective on the link costs, in this protocol,
+        T = call_latency_s + steps x latency_s + volume x nbytes / (bandwidth_fraction x B)
+    with B the link's Simple bandwidth (bandwidth_bytes_per_s x efficiency); the cheapest protocol
+    is taken, as NCCL's tuner does (perfmodel.costs.collectives.protocol_time).
+    """
+
+    name: str
+    call_latency_s: float  # start-up of one call in this protocol [s] (NCCL's baseLat)
+    latency_s: float  # per step of the algorithm [s] (NCCL's hwLat)
+    bandwidth_fraction: float  # of the link's Simple bandwidth this protocol reaches
+
+    def __post_init__(self) -> None:
+        if self.name not in LINK_PROTOCOLS:
+            raise SpecError(f"protocols.name must be one of {', '.join(LINK_PROTOCOLS)}, got "
+                            f"{self.name!r}{suggest(str(self.name), LINK_PROTOCOLS)}")
+        for name in ("call_latency_s", "latency_s", "bandwidth_fraction"):
+            object.__setattr__(self, name, bounded(f"protocols.{name}", getattr(self, name),
+                                                   f"protocols.{name}"))
+
+
+@dataclass(frozen=True, kw_only=True)
 class LinkSpec:
     """A link class (inside a node, or between nodes).
 
     bandwidth_bytes_per_s: one direction; per GPU inside a node, per node (all NICs) between nodes.
     latency_s: the per-message start-up cost (alpha) of one step of a collective on this link.
     efficiency: fraction of bandwidth_bytes_per_s that collectives reach (nccl-tests bus bandwidth).
+    These three are the large-message protocol (NCCL's Simple); a GPU preset adds
+    call_latency_s: the start-up of one collective call in that protocol, paid once per call;
+    protocols: the low-latency protocols (ll, ll128), each with its own call and step latency and
+    a fraction of the Simple bandwidth: small messages take the cheapest;
+    nvls_bandwidth_fraction, nvls_latency_s: NVLink SHARP all-reduce inside an NVSwitch node (the
+    switch reduces): its bandwidth as a fraction of the Simple bandwidth and its latency per call
+    (0: the link has no NVLS). See perfmodel.costs.collectives and docs/model.md.
     """
 
     bandwidth_bytes_per_s: float
     latency_s: float
     efficiency: float = 1.0
+    call_latency_s: float = 0.0
+    protocols: tuple[ProtocolSpec, ...] = ()
+    nvls_bandwidth_fraction: float = 0.0
+    nvls_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("bandwidth_bytes_per_s", "latency_s", "efficiency"):  # stored as floats
+        for name in ("bandwidth_bytes_per_s", "latency_s", "efficiency", "call_latency_s",
+                     "nvls_bandwidth_fraction", "nvls_latency_s"):  # stored as floats
             object.__setattr__(self, name, bounded(f"link.{name}", getattr(self, name), name))
+        protocols = tuple(p if isinstance(p, ProtocolSpec) else _protocol_from(p, i)
+                          for i, p in enumerate(self.protocols))
+        names = [p.name for p in protocols]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise SpecError(f"protocols: '{dup}' is given twice")
+        object.__setattr__(self, "protocols", protocols)
 
     @property
     def effective_bandwidth_bytes_per_s(self) -> float:
         return self.bandwidth_bytes_per_s * self.efficiency
+
+    @property
+    def has_nvls(self) -> bool:
+        return self.nvls_bandwidth_fraction > 0
+
+    def protocol(self, name: str) -> ProtocolSpec | None:
+        return next((p for p in self.protocols if p.name == name), None)
+
+
+_PROTOCOL_FIELDS = ("name", "call_latency_s", "latency_s", "bandwidth_fraction")
+
+
+def _protocol_from(value: Any, i: int) -> ProtocolSpec:
+    """protocols[i] of a link, from a mapping (a spec file) or a ProtocolSpec."""
+    if not isinstance(value, Mapping):
+        raise SpecError(f"protocols[{i}] must be a mapping with {', '.join(_PROTOCOL_FIELDS)}")
+    check_fields(value, list(_PROTOCOL_FIELDS), f"protocols[{i}]")
+    missing = [k for k in _PROTOCOL_FIELDS if k not in value]
+    if missing:
+        raise SpecError(f"protocols[{i}] is missing field '{missing[0]}'")
+    try:
+        return ProtocolSpec(**value)
+    except SpecError as exc:
+        raise SpecError(f"protocols[{i}]: {exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,9 +256,10 @@ class CollectiveFit:
                             f"{self.op!r}{suggest(str(self.op), COLLECTIVE_OPS)}")
         if self.scope not in ("intra", "inter"):
             raise SpecError(f"collectives.scope must be 'intra' or 'inter', got '{self.scope}'")
-        if self.algorithm not in COLLECTIVE_ALGORITHMS[1:]:
+        fit_algorithms = COLLECTIVE_ALGORITHMS[1:5]  # not auto, not nvls (a link's, not a fit's)
+        if self.algorithm not in fit_algorithms:
             raise SpecError(f"collectives.algorithm must be one of "
-                            f"{', '.join(COLLECTIVE_ALGORITHMS[1:])}, got {self.algorithm!r}")
+                            f"{', '.join(fit_algorithms)}, got {self.algorithm!r}")
         def check(name: str, key: str) -> None:  # stored as floats (YAML reads 4.7e11 as text)
             object.__setattr__(self, name, bounded(key, getattr(self, name), f"collectives.{name}"))
 
@@ -353,6 +440,7 @@ class FlashAttention:
 
 # HardwareSpec's numeric fields other than gpus_per_node and the per-dtype peaks
 _SCALAR_FIELDS = ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
+                  "sustained_clock_fraction",
                   "memory_reserved_bytes", "nccl_buffer_bytes", "memory_fragmentation",
                   "kernel_overhead_s", "kernel_overhead_tp_s",
                   "collective_overhead_s", "optimizer_overhead_s",
@@ -374,6 +462,12 @@ class HardwareSpec:
     inter_node: LinkSpec
     gemm_efficiency: Mapping[str, GemmEfficiency]
     memory_bandwidth_efficiency: float = DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY
+    # The tensor-core clock the part sustains in training over the clock its datasheet peak
+    # assumes: the GEMM roofline's peak is peak_flops_per_s x this (MFU keeps the datasheet
+    # peak). 1 where the GEMM ceiling was measured on the part itself (measured throughput, at
+    # the clock that part held: docs/model.md, "GEMM ceiling"); a part that takes another part's
+    # ceiling and sustains another clock (h100-pcie, power-capped at 350 W) sets its ratio to it.
+    sustained_clock_fraction: float = 1.0
     kernel_overhead_s: float = DEFAULT_KERNEL_OVERHEAD_S
     collective_overhead_s: float = 0.0  # fixed cost per collective call beyond alpha (dispatch)
     # Measured by `calibrate run` (framework stage):
@@ -405,6 +499,7 @@ class HardwareSpec:
     # faster while others wait (a pipeline's bubble); 1 on GPUs
     ranks_per_device: float = 1.0
     collective_algorithm: str = "auto"
+    collective_library: str = "generic"  # the algorithms it has: generic (all) or nccl
     collectives: tuple[CollectiveFit, ...] = ()
     # Measured by `calibrate run` (stage layers); empty: the framework's cost is
     # kernel_overhead_s per kernel (see LayerCost)
@@ -448,6 +543,19 @@ class HardwareSpec:
                 f"collective_algorithm must be one of {', '.join(COLLECTIVE_ALGORITHMS)}, "
                 f"got '{self.collective_algorithm}'"
             )
+        if self.collective_library not in COLLECTIVE_LIBRARIES:
+            lib = str(self.collective_library)
+            raise SpecError(f"collective_library must be one of {', '.join(COLLECTIVE_LIBRARIES)}"
+                            f", got {lib!r}{suggest(lib, COLLECTIVE_LIBRARIES)}")
+        if self.collective_algorithm == "nvls" and not self.intra_node.has_nvls:
+            raise SpecError("collective_algorithm 'nvls' needs NVLink SHARP: set "
+                            "intra_node.nvls_bandwidth_fraction (an NVSwitch node that has it)")
+        if self.collective_library == "nccl" and self.collective_algorithm == "recursive":
+            raise SpecError("collective_algorithm 'recursive' is not one of NCCL's "
+                            "(collective_library nccl: auto, ring, tree, hierarchical, nvls)")
+        if self.inter_node.has_nvls:
+            raise SpecError("inter_node.nvls_bandwidth_fraction must be 0: NVLS is the NVSwitch's "
+                            "all-reduce inside a node (give it on intra_node)")
 
     def peak(self, dtype: str) -> float:
         """Peak dense FLOP/s for a dtype; tf32 falls back to fp32 where the GPU has no TF32."""
@@ -520,8 +628,7 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
             for key in ("bandwidth_bytes_per_s", "latency_s"):
                 if key not in value:
                     raise SpecError(f"{where}: missing required field '{link}.{key}'")
-            fields[link] = LinkSpec(**{k: bounded(f"link.{k}", v, f"{link}.{k}")
-                                       for k, v in value.items()})
+            fields[link] = _link_from(value, link)
         peaks = fields["peak_flops_per_s"]
         if not isinstance(peaks, Mapping):
             raise SpecError(f"{where}: peak_flops_per_s must map dtypes ({', '.join(DTYPES)}) "
@@ -548,6 +655,26 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
         if str(exc).startswith(where):
             raise
         raise SpecError(f"{where}: {exc}") from None
+
+
+def _link_from(value: Mapping[str, Any], link: str) -> LinkSpec:
+    """intra_node or inter_node from its mapping: numbers checked, protocols from their list."""
+    fields: dict[str, Any] = {}
+    for k, v in value.items():
+        if k == "protocols":
+            if not isinstance(v, (list, tuple)):
+                raise SpecError(f"{link}.protocols must be a list of entries with "
+                                f"{', '.join(_PROTOCOL_FIELDS)}")
+            try:
+                fields[k] = tuple(_protocol_from(p, i) for i, p in enumerate(v))
+            except SpecError as exc:
+                raise SpecError(f"{link}.{exc}") from None
+        else:
+            fields[k] = bounded(f"link.{k}", v, f"{link}.{k}")
+    try:
+        return LinkSpec(**fields)
+    except SpecError as exc:
+        raise SpecError(f"{link}.{exc}") from None
 
 
 def _entries(value: Any, name: str, allowed: list[str], required: list[str],
@@ -673,7 +800,7 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
     return hardware_from_dict(data, f"hardware '{data['name']}'")
 
 
-__all__ = ["BOUNDS", "DTYPES", "LAYER_PARTS", "LAYER_STYLES", "CollectiveFit", "FlashAttention",
-           "FlashAttentionPoint", "GemmEfficiency",
-           "HardwareSpec", "LayerCost", "LinkSpec",
+__all__ = ["BOUNDS", "COLLECTIVE_LIBRARIES", "DTYPES", "LAYER_PARTS", "LAYER_STYLES",
+           "LINK_PROTOCOLS", "CollectiveFit", "FlashAttention", "FlashAttentionPoint",
+           "GemmEfficiency", "HardwareSpec", "LayerCost", "LinkSpec", "ProtocolSpec",
            "hardware_from_dict", "load_hardware", "load_hardware_dict"]

@@ -22,6 +22,7 @@ from perfmodel import symbols as S
 from perfmodel.costs import collectives as C
 from perfmodel.costs.lattice import lmin
 from perfmodel.family import SCOPES, Family
+from perfmodel.specs.hardware import LINK_PROTOCOLS
 from perfmodel.step.context import I, active
 
 AXIS_DEGREE = {"tp": S.tp, "dp": S.dp, "pp": S.pp, "tpa": S.q_a, "tpb": S.q_b, "tpc": S.q_c,
@@ -151,7 +152,7 @@ def _group_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Expr:
 
 def _scope_time(op: str, nbytes: sp.Expr, axis: str, scope: str, fam: Family) -> sp.Expr:
     """Time of one collective of an axis's group when the group lies `scope` (intra/inter/mixed)."""
-    n, k = AXIS_DEGREE[axis], _AXIS_PER_NODE[axis]
+    n = AXIS_DEGREE[axis]
     fit_scope = "intra" if scope == "intra" else "inter"
     fitted = sorted(alg for (o, sc, alg) in fam.fits if o == op and sc == fit_scope)
     if fitted:  # one per op and scope: HardwareSpec and profiles refuse a second
@@ -160,46 +161,141 @@ def _scope_time(op: str, nbytes: sp.Expr, axis: str, scope: str, fam: Family) ->
         large = steps * alpha + factor * nbytes / busbw
         small = steps * alpha_small + factor * nbytes / busbw_small
         return sp.Piecewise((small, nbytes < breakpoint), (large, True))
-    algs = list(C.ALGORITHMS[C.Op(op)])
-    if fam.algorithm not in ("auto", "hierarchical") and C.Algorithm(fam.algorithm) in algs:
-        algs = [C.Algorithm(fam.algorithm)]
-    if scope == "intra":
-        options = [C.collective_time(op, nbytes, n, S.alpha_i, S.beta_i, alg) for alg in algs]
-    elif scope == "inter":
-        beta = S.beta_o / S.G
-        options = [C.collective_time(op, nbytes, n, S.alpha_o, beta, alg) for alg in algs]
-    else:
-        flat_beta = sp.Min(S.beta_i, S.beta_o * k / S.G, evaluate=False)
-        options = [C.collective_time(op, nbytes, n, S.alpha_o, flat_beta, alg) for alg in algs]
-        hier = C.hierarchical_time(op, nbytes, n, k, S.alpha_i, S.beta_i, S.alpha_o, S.beta_o / S.G)
-        options = [hier] if fam.algorithm == "hierarchical" else [*options, hier]
-    if fam.algorithm == "hierarchical" and scope != "mixed":
-        options = options[:1]
-    return options[0] if len(options) == 1 else lmin(*options)
+    options = _options(op, nbytes, axis, fam)
+    chosen = [times[scope] for times in options if times[scope] is not None]
+    return chosen[0] if len(chosen) == 1 else lmin(*chosen)
 
 
 _NEVER_S = sp.Float(1e30)  # a time no algorithm takes: removes an option from a Min
 
 
 def _open_scope_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Expr:
-    """The generic link model of _scope_time for a scope left open, written once: the scope picks
-    the latency and bandwidth through its indicators, and the hierarchical form competes only in
-    mixed groups. Equal to sum(I_scope * _scope_time(scope)) with a third of the operations."""
-    n, k = AXIS_DEGREE[axis], _AXIS_PER_NODE[axis]
-    i_intra, i_inter, i_mixed = (I[f"{axis}_{sc}"] for sc in SCOPES)
-    alpha = i_intra * S.alpha_i + (1 - i_intra) * S.alpha_o
-    beta = i_intra * S.beta_i + i_inter * S.beta_o / S.G + i_mixed * sp.Min(
-        S.beta_i, S.beta_o * k / S.G, evaluate=False)
-    algs = list(C.ALGORITHMS[C.Op(op)])
-    if fam.algorithm not in ("auto", "hierarchical") and C.Algorithm(fam.algorithm) in algs:
-        algs = [C.Algorithm(fam.algorithm)]
+    """The generic link model of _scope_time for a scope left open: each option (an algorithm in
+    a protocol) is the sum of its three scopes' times, each weighted by its indicator; an option
+    a scope lacks (NVLS outside a node, the hierarchical form outside mixed groups) costs
+    _NEVER_S there. Equal to sum(I_scope * _scope_time(scope)): one indicator is 1."""
+    ind = {sc: I[f"{axis}_{sc}"] for sc in SCOPES}
+    chosen = []
+    for times in _options(op, nbytes, axis, fam, guards=ind):
+        chosen.append(sum((ind[sc] * (t if t is not None else _NEVER_S)
+                           for sc, t in times.items()), sp.Integer(0)))
+    return chosen[0] if len(chosen) == 1 else lmin(*chosen)
+
+
+def _links(fam: Family) -> dict[str, dict[str, C.LinkCost]]:
+    """Each link's protocols in the family, by name: simple (the link's latency per step and
+    effective bandwidth, and its call start-up where the hardware gives one) and the low-latency
+    protocols the hardware lists; the bandwidth is per GPU inside a node, per node between nodes.
+    A protocol one link lacks is its Simple protocol there (perfmodel.encode.link_values)."""
+    out: dict[str, dict[str, C.LinkCost]] = {}
+    for link, alpha, beta, call in (("intra", S.alpha_i, S.beta_i, S.call_i),
+                                    ("inter", S.alpha_o, S.beta_o, S.call_o)):
+        simple = C.LinkCost(call if f"{link}:call" in fam.link_features else sp.Integer(0),
+                            alpha, beta)
+        costs = {C.Protocol.SIMPLE.value: simple}
+        for proto in LINK_PROTOCOLS:
+            if any(f"{lk}:{proto}" in fam.link_features for lk in ("intra", "inter")):
+                if f"{link}:{proto}" in fam.link_features:
+                    call_p, step_p, fraction = S.protocol_symbols(link, proto)
+                    costs[proto] = C.LinkCost(call_p, step_p, beta * fraction)
+                else:
+                    costs[proto] = simple
+        out[link] = costs
+    return out
+
+
+def _algorithms(op: str, fam: Family) -> list[C.Algorithm]:
+    """The algorithms "auto" chooses from for op: the library's, or the one the family fixes."""
+    library = list(C.LIBRARY_ALGORITHMS[fam.collective_library][C.Op(op)])
+    if fam.algorithm in ("auto", "nvls"):
+        return library
     if fam.algorithm == "hierarchical":
-        algs = algs[:1]
-    options = [C.collective_time(op, nbytes, n, alpha, beta, alg) for alg in algs]
-    if op not in ("all_to_all", "send_recv"):
-        hier = C.hierarchical_time(op, nbytes, n, k, S.alpha_i, S.beta_i, S.alpha_o, S.beta_o / S.G)
-        if fam.algorithm == "hierarchical":
-            # fixed: hierarchical in mixed groups, the first algorithm elsewhere
-            return i_mixed * hier + (1 - i_mixed) * options[0]
-        options.append(hier + _NEVER_S * (1 - i_mixed))
-    return options[0] if len(options) == 1 else lmin(*options)
+        return library[:1]  # outside mixed groups: the first (ring)
+    fixed = C.Algorithm(fam.algorithm)
+    return [fixed] if fixed in C.ALGORITHMS[C.Op(op)] else library
+
+
+def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
+             guards: dict[str, sp.Expr] | None = None) -> list[dict[str, sp.Expr | None]]:
+    """Every way the library can run one collective of the axis's group, each as its time in the
+    three scopes (None: not available there).
+
+    intra: the group inside one node, over NVLink (per-GPU bandwidth beta_i);
+    inter: one rank per node, each with its share beta_o / G of the node's NICs;
+    mixed: k ranks per node: a flat ring or tree whose slowest hop is the NIC share of the group,
+    min(beta_i, beta_o k / G), its steps at the intra- or inter-node latency as they cross
+    (costs.collectives.mixed_flat_time); all_to_all and send_recv, whose every rank sends through
+    its own NIC share (beta_o / G); and the hierarchical form (all_reduce in nccl, every
+    two-level op in generic).
+    Each algorithm runs in each protocol of the links (Simple, LL, LL128 where the hardware lists
+    them); NVLS is one more option for all_reduce inside an NVSwitch node.
+    guards (an open scope's indicators): each scope's bandwidths become I beta + (1 - I), so that
+    a scope the plan does not have divides by 1, never by a broken link's 0 (0 x inf = nan).
+    """
+
+    def g(scope: str, cost: C.LinkCost) -> C.LinkCost:
+        if guards is None:
+            return cost
+        ind = guards[scope]
+        return C.LinkCost(cost.call_s, cost.step_s, ind * cost.bandwidth + (1 - ind))
+
+    n, k = AXIS_DEGREE[axis], _AXIS_PER_NODE[axis]
+    links = _links(fam)
+    intra, inter = links["intra"], links["inter"]
+    nic = {p: C.LinkCost(c.call_s, c.step_s, c.bandwidth / S.G) for p, c in inter.items()}
+    protocols = list(dict.fromkeys([*intra, *inter]))
+    if fam.protocol != "auto":
+        protocols = [fam.protocol]
+    has_nvls = op == "all_reduce" and "intra:nvls" in fam.link_features
+    nvls_fixed = fam.algorithm == "nvls" and has_nvls
+    hier_fixed = fam.algorithm == "hierarchical" and _has_hierarchical(op, fam)
+    options: list[dict[str, sp.Expr | None]] = []
+    for alg in _algorithms(op, fam):
+        for p in protocols:
+            i0, o0 = intra.get(p, intra["simple"]), nic.get(p, nic["simple"])
+            t_intra = C.protocol_time(op, nbytes, n, g("intra", i0), alg)
+            t_inter = C.protocol_time(op, nbytes, n, g("inter", o0), alg)
+            i, o = g("mixed", i0), g("mixed", o0)
+            if fam.collective_library == "nccl" and alg is C.Algorithm.TREE:
+                beta = sp.Min(i.bandwidth, o.bandwidth * k, evaluate=False)
+                intra_i = g("intra", i0)
+                t_intra = C.nccl_tree_all_reduce_time(nbytes, n, n, intra_i.call_s, intra_i.step_s,
+                                                      o.step_s, intra_i.bandwidth)
+                t_mixed = C.nccl_tree_all_reduce_time(nbytes, n, k, o.call_s, i.step_s, o.step_s,
+                                                      beta)
+            elif op == "send_recv":
+                t_mixed = C.protocol_time(op, nbytes, n, o, alg)
+            elif op == "all_to_all":
+                t_mixed = C.all_to_all_mixed_time(nbytes, n, k, o.call_s, o.step_s, i.bandwidth,
+                                                  o.bandwidth)
+            else:
+                beta = sp.Min(i.bandwidth, o.bandwidth * k, evaluate=False)
+                t_mixed = C.mixed_flat_time(op, nbytes, n, n / k, o.call_s, i.step_s, o.step_s,
+                                            beta, alg)
+            options.append({"intra": None if nvls_fixed else t_intra, "inter": t_inter,
+                            "mixed": None if hier_fixed else t_mixed})
+    if has_nvls and fam.protocol in ("auto", "simple") and fam.algorithm in ("auto", "nvls"):
+        nvls = g("intra", C.LinkCost(sp.Integer(0), S.t_nvls, S.beta_i * S.f_nvls))
+        t_nvls = C.nvls_all_reduce_time(nbytes, n, nvls.step_s, nvls.bandwidth)
+        options.append({"intra": t_nvls, "inter": None, "mixed": None})
+    # the two-level form competes in mixed groups; with a fixed flat algorithm too in generic (as
+    # before the libraries: the algorithm fixes the flat collective, the hierarchy is placement),
+    # not in nccl (NCCL_ALGO=RING runs a ring)
+    if _has_hierarchical(op, fam) and (fam.algorithm in ("auto", "hierarchical")
+                                       or fam.collective_library == "generic"):
+        for p in protocols:
+            i = g("mixed", intra.get(p, intra["simple"]))
+            o = g("mixed", nic.get(p, nic["simple"]))
+            hier = o.call_s + C.hierarchical_time(op, nbytes, n, k, i.step_s, i.bandwidth,
+                                                  o.step_s, o.bandwidth)
+            options.append({"intra": None, "inter": None, "mixed": hier})
+    return options
+
+
+def _has_hierarchical(op: str, fam: Family) -> bool:
+    """Whether the library runs op in two levels in groups over nodes: every op with a two-level
+    form in generic; all_reduce in nccl (NVLS tree / CollNet: reduce in the node, across nodes
+    one rank per NIC, then broadcast in the node)."""
+    if op in ("all_to_all", "send_recv"):
+        return False
+    return fam.collective_library == "generic" or op == "all_reduce"

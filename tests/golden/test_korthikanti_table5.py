@@ -1,7 +1,12 @@
 """End-to-end iteration times of Korthikanti et al. 2022 ("Reducing Activation Recomputation in
 Large Transformer Models", Table 5), measured on DGX A100 80GB (Selene): 2048-token sequences,
-vocabulary 51,200, data parallel 1. The target is a mean absolute relative error of at most 4% over
-the eight runs with the preset's documented efficiencies (no per-case factors).
+vocabulary 51,200, data parallel 1.
+
+A prediction, not a fit: no preset value is chosen to match these runs (until issue 16 the A100
+GEMM ceiling was; it now follows the rule every GPU follows, docs/model.md "GEMM ceiling"). The
+tolerance is the model's documented expectation for any published run (issue 16: no row beyond
+12%); the errors themselves are reported by `python benchmarks/bench_accuracy.py` and in
+docs/accuracy.md (mean absolute 2.4% before issue 16, with the fitted ceiling).
 """
 
 import pytest
@@ -28,19 +33,10 @@ def _runs():
         yield name, Plan(**plan, recompute="selective", sequence_parallel=True), selective
 
 
-def test_mean_absolute_error_at_most_4_percent():
-    errors = []
-    for name, plan, measured in _runs():
-        predicted = predict(load_model(name), "dgx-a100-80gb", plan).step_time_s
-        errors.append(abs(predicted - measured) / measured)
-    mae = sum(errors) / len(errors)
-    assert mae <= 0.04, f"MAE {mae:.3%}; per run {[f'{e:.1%}' for e in errors]}"
-
-
 @pytest.mark.parametrize("name,plan,measured", list(_runs()))
-def test_each_run_within_10_percent(name, plan, measured):
+def test_each_run_within_12_percent(name, plan, measured):
     predicted = predict(load_model(name), "dgx-a100-80gb", plan).step_time_s
-    assert abs(predicted - measured) / measured < 0.10
+    assert abs(predicted - measured) / measured <= 0.12, f"{predicted:.3f} s vs {measured} s"
 
 
 def test_selective_recompute_with_sequence_parallel_is_faster_as_measured():
