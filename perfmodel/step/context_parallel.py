@@ -39,7 +39,9 @@ from perfmodel.step.context import Context
 from perfmodel.step.layer import LayerWork
 
 ZERO, ONE = sp.Integer(0), sp.Integer(1)
-PHASES = ("forward", "backward_first", "backward_steps", "backward_last", "recompute", "exposed")
+# the phases of a stage's cp collectives (<prefix>/<name>), each ending in the pass it runs in
+PHASES = ("ring/forward", "ring_first/backward", "ring_steps/backward", "ring_last/backward",
+          "ring/recompute", "exposed/forward", "exposed/backward")
 RECORDS_PER_EXCHANGE = 2  # a send and a receive
 
 
@@ -71,31 +73,31 @@ def cp_collectives(c: Context, layers: sp.Expr | None = None, prefix: str = "cp"
         return x(name, "send_recv", nbytes, RECORDS_PER_EXCHANGE * count, phase, in_phase,
                  transfers=count)
 
-    out = [ring("cp/ring/send_recv", kv, cp - 1, "fwd", "forward"),
-           ring("cp/ring/send_recv", kv, ONE, "bwd", "backward_first"),
+    out = [ring("cp/ring/send_recv", kv, cp - 1, "fwd", "ring/forward"),
+           ring("cp/ring/send_recv", kv, ONE, "bwd", "ring_first/backward"),
            ring("cp/ring/send_recv", 2 * kv, sp.Max(0, cp - 2, evaluate=False), "bwd",
-                "backward_steps"),
-           ring("cp/ring/send_recv", kv, ONE, "bwd", "backward_last")]
+                "ring_steps/backward"),
+           ring("cp/ring/send_recv", kv, ONE, "bwd", "ring_last/backward")]
     if recomputed:
-        out.append(ring("cp/ring/send_recv", kv, recompute * (cp - 1), "bwd", "recompute"))
+        out.append(ring("cp/ring/send_recv", kv, recompute * (cp - 1), "bwd", "ring/recompute"))
     gathered = {"k": e * cp * ck, "v": e * cp * cv}
     for part, nbytes in gathered.items():
         calls = c.cp_allgather * n
         out += [x(f"cp/all_gather_{part}/all_gather", "all_gather", nbytes, calls, "fwd",
-                  "exposed"),
+                  "exposed/forward"),
                 x(f"cp/all_gather_{part}/all_gather", "all_gather", nbytes, (1 + recompute) * calls,
-                  "bwd", "exposed"),
+                  "bwd", "exposed/backward"),
                 x(f"cp/all_gather_{part}/reduce_scatter", "reduce_scatter", nbytes, calls, "bwd",
-                  "exposed")]
+                  "exposed/backward")]
     heads = c.T / S.tp
     swapped = {"q": e * heads * S.a * c.d_qk, "k": e * heads * c.kv_heads * c.d_qk,
                "v": e * heads * c.kv_heads * c.d_v, "out": e * heads * S.a * c.d_v}
     for part, nbytes in swapped.items():
         calls = c.cp_a2a * n
         out += [x(f"cp/ulysses_{part}/all_to_all", "all_to_all", nbytes, calls, "fwd",
-                  "exposed"),
+                  "exposed/forward"),
                 x(f"cp/ulysses_{part}/all_to_all", "all_to_all", nbytes, (1 + recompute) * calls,
-                  "bwd", "exposed")]
+                  "bwd", "exposed/backward")]
     return out
 
 
@@ -107,12 +109,12 @@ def cp_phases(c: Context, work: LayerWork, issued: Mapping[str, tuple[Collective
     cp = S.cp
     step_fwd = work.attention_s / cp  # one ring step of every layer's attention forward
     step_bwd = work.attention_backward_s / cp
-    windows = {"forward": (cp - 1) * step_fwd, "backward_first": step_bwd,
-               "backward_steps": sp.Max(0, cp - 2, evaluate=False) * step_bwd,
-               "recompute": (c.full + c.selective) * (cp - 1) * step_fwd}
+    windows = {"ring/forward": (cp - 1) * step_fwd, "ring_first/backward": step_bwd,
+               "ring_steps/backward": sp.Max(0, cp - 2, evaluate=False) * step_bwd,
+               "ring/recompute": (c.full + c.selective) * (cp - 1) * step_fwd}
     out = []
     for name in PHASES:
-        if name == "recompute" and not recomputed:
+        if name == "ring/recompute" and not recomputed:
             continue
         window = windows.get(name)
         overlap = None if window is None else Overlap(

@@ -125,9 +125,10 @@ def extra_kernels(c: Context, stage: str) -> sp.Expr:
 def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix: str = "layers",
                    recomputed: bool = True) -> list[Collective]:
     """The expert-parallel collectives of each stage's MoE layers (module doc; layers: stage ->
-    MoE layers, default moe_layers), in the phases <prefix>/forward@<stage>, ...: declared per
-    stage (their MoE layers differ); the last stage's enter the ledger only with several stages
-    (with one, the first's are its) unless the first has none declared here."""
+    MoE layers, default moe_layers): declared per stage (their MoE layers differ); the last
+    stage's enter the ledger only with several stages (with one, the first's are its) unless the
+    first has none declared here. Their phases: <prefix>@<stage>/forward, /backward,
+    /recompute."""
     if not c.fam.moe:
         return []
     T_r, _, _, A_r = routed_tokens(c)
@@ -145,7 +146,7 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
         if recomputed:  # full recompute repeats an MoE layer's forward, its exchanges with it
             directions.append(("recompute", "bwd", c.full))
         for direction, phase, times in directions:
-            in_phase = f"{prefix}/{direction}@{st}"
+            in_phase = f"{prefix}@{st}/{direction}"
             out.append(Collective(
                 name="ep/dispatch_combine/all_to_all", op="all_to_all", axis="ep",
                 nbytes=e * sent * h, time_nbytes=e * busiest * h,
@@ -164,6 +165,6 @@ def stage_phases(stage: str, issued: Mapping[str, tuple[Collective, ...]],
     """The phases that hold one stage's own collectives (its MoE layers' exchanges, and the
     tensor-parallel collectives of its dense layers' MLPs where they differ by stage): no device
     time of their own, their communication not overlapped."""
-    return tuple(Phase(name=f"{prefix}/{direction}@{stage}",
-                       comms=issued.get(f"{prefix}/{direction}@{stage}", ()))
+    return tuple(Phase(name=f"{prefix}@{stage}/{direction}",
+                       comms=issued.get(f"{prefix}@{stage}/{direction}", ()))
                  for direction in ("forward", "backward", "recompute"))

@@ -75,16 +75,16 @@ def mtp_phases(c: Context, cost: PartCost, issued: Mapping[str, tuple[Collective
     kernels = d * cost.kernel_s * (K.kernels_per_layer_forward(
         sequence_parallel=c.seq_parallel, flash=c.flash) + OUTPUT_FORWARD_KERNELS)
     forward = Phase(
-        name=f"{PREFIX}/forward@last", present=present,
+        name=f"{PREFIX}@last/forward", present=present,
         device={**{k: d * v for k, v in work.forward_terms().items()},
                 "compute/forward/embedding_logits": d * ends},
-        host={"overhead/kernels": kernels}, comms=issued.get(f"{PREFIX}/forward@last", ()))
+        host={"overhead/kernels": kernels}, comms=issued.get(f"{PREFIX}@last/forward", ()))
     backward = Phase(
-        name=f"{PREFIX}/backward@last", present=present,
+        name=f"{PREFIX}@last/backward", present=present,
         device={**{k: d * v for k, v in work.backward_terms().items()},
                 "compute/backward/embedding_logits": BACKWARD_PER_FORWARD * d * ends},
         host={"overhead/kernels": BACKWARD_PER_FORWARD * kernels},
-        comms=issued.get(f"{PREFIX}/backward@last", ()))
+        comms=issued.get(f"{PREFIX}@last/backward", ()))
     cp = CP.cp_phases(c, work.times(d), issued, prefix=f"{PREFIX}/cp", recomputed=False,
                       present=present)
     return (forward, backward, *cp)

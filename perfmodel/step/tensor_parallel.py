@@ -52,11 +52,11 @@ def megatron_collectives(c: Context, count: sp.Expr, prefix: str = "layers",
     # torchtitan's per-op recompute keeps (op)
     recompute = {"all_gather": c.full + c.op, "reduce_scatter": c.full,
                  "all_reduce": c.full + c.op}
-    suffix = "" if stage == "every" else f"@{stage}"
+    where = prefix if stage == "every" else f"{prefix}@{stage}"
     directions: list[tuple[str, str, dict[str, sp.Expr] | None]] = [
-        (f"{prefix}/forward{suffix}", "fwd", None), (f"{prefix}/backward{suffix}", "bwd", None)]
+        (f"{where}/forward", "fwd", None), (f"{where}/backward", "bwd", None)]
     if recomputed:
-        directions.append((f"{prefix}/recompute{suffix}", "bwd", recompute))
+        directions.append((f"{where}/recompute", "bwd", recompute))
     for in_phase, phase, repeat in directions:
         for op, part in (("all_gather", sp_), ("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
             times = 1 if repeat is None else repeat[op]
