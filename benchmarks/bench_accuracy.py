@@ -226,8 +226,17 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
         plan["cp"] = cp
     for feature in _features(str(row["features"])):
         vp = re.fullmatch(r"VP=(\d+)", feature)
-        if feature in ("bf16", "FP8 (TE hybrid)"):
+        if feature == "bf16":
             pass  # the row's dtype column
+        elif feature == "FP8 (TE hybrid)":
+            # the row's dtype column (fp8); Transformer Engine's delayed scaling with the weights
+            # held in FP8: v24.11.1's configs set fp8_hybrid, fp8_amax_history_len 1024 and
+            # fp8_amax_compute_algo max (TE's DelayedScaling) and FP8 weights
+            # (nemotron/configure.sh: +model.fp8_params=${FP8_ENABLED};
+            # nemo_megatron/gpt3_175b_hydra.yaml: fp8_params: true); v25.04's NeMo 2
+            # bf16_with_fp8_mixed() the same (fp8_recipe "delayed", fp8_params /
+            # fp8_param_gather True)
+            plan.update(fp8_recipe="delayed", fp8_params=True)
         elif feature == "SP":
             plan["sequence_parallel"] = True
         elif vp:

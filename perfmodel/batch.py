@@ -17,8 +17,9 @@ from perfmodel.specs.resolve import resolve_hardware
 
 PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
                 "virtual_stages", "sequence_parallel", "recompute", "recompute_every",
-                "grad_dtype", "optimizer_dtype", "zero", "dtype", "flash_attention",
-                "overlap_grad_sync", "placement", "tp_layout", "tp_depth")
+                "grad_dtype", "optimizer_dtype", "zero", "dtype", "fp8_recipe",
+                "fp8_output_layer", "fp8_params", "flash_attention", "overlap_grad_sync",
+                "placement", "tp_layout", "tp_depth")
 MODEL_COLUMNS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads")
 RESULT_COLUMNS = ("step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",
                   "tflops_per_gpu", "mfu", "memory_per_gpu_bytes", "fits_in_memory")

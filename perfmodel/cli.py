@@ -28,6 +28,7 @@ from perfmodel.strategy import (
     Attention,
     CPComm,
     Dtype,
+    Fp8Recipe,
     Objective,
     Placement,
     Recompute,
@@ -104,7 +105,17 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 # --- shared plan options -------------------------------------------------------------------------
 DTYPE_HELP = ("Training precision (default: the hardware's fastest 16-bit type, bf16 on a tie: "
-              "bf16 on H100, A100 and MI300X, fp16 on V100; fp32 for layer graphs).")
+              "bf16 on H100, A100 and MI300X, fp16 on V100; fp32 for layer graphs). fp8: bf16 "
+              "mixed precision whose linear layers' GEMMs run in FP8 (Transformer Engine; "
+              "docs/fp8.md).")
+FP8_RECIPE_HELP = ("With --dtype fp8: Transformer Engine's scaling recipe, delayed or current "
+                   "(per-tensor) or mxfp8 (32-value blocks, Blackwell); default: the hardware's "
+                   "(mxfp8 on B200/GB200, delayed elsewhere).")
+FP8_OUTPUT_LAYER_HELP = ("With --dtype fp8: the output layer's GEMM in FP8 too (default: bf16, "
+                         "as Megatron-LM and NeMo keep it).")
+FP8_PARAMS_HELP = ("With --dtype fp8 (per-tensor recipes, ZeRO 0-2): the linear weights held in "
+                   "FP8, fp32 master weights in the optimizer, the parameter all-gather in FP8 "
+                   "(Megatron-LM --fp8-param-gather, NeMo fp8_params).")
 SEQ_LEN_HELP = ("The training sequence length (default: the model spec's seq_len). Required for a "
                 "Hugging Face config.json, which has none (its max_position_embeddings is how far "
                 "positions reach, not what training uses).")
@@ -184,6 +195,10 @@ def plan_options(fn: Any) -> Any:
         click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
                      help="ZeRO stage."),
         click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP),
+        click.option("--fp8-recipe", type=choice(Fp8Recipe), default=None, help=FP8_RECIPE_HELP),
+        click.option("--fp8-output-layer", is_flag=True, default=None,
+                     help=FP8_OUTPUT_LAYER_HELP),
+        click.option("--fp8-params", is_flag=True, default=None, help=FP8_PARAMS_HELP),
         click.option("--attention", type=choice(Attention), default=Attention.AUTO.value,
                      show_default=True,
                      help="Attention core: flash (one fused kernel, causal half of the s^2 FLOPs, "
@@ -234,7 +249,7 @@ def _given(ctx: click.Context, name: str) -> bool:
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "micro_batch", "global_batch",
              "schedule", "virtual_stages",
              "sequence_parallel", "recompute", "recompute_every", "grad_dtype", "optimizer_dtype",
-             "zero", "dtype", "flash_attention",
+             "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "placement", "tp_layout", "tp_depth")
 
 
@@ -362,6 +377,10 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
         if kw.get("pr") or kw.get("pc"):
             raise click.UsageError(PR_PC_TRANSFORMER)
         return None
+    if kw.get("fp8_recipe") or kw.get("fp8_output_layer") or kw.get("fp8_params"):
+        raise click.UsageError("--fp8-recipe, --fp8-output-layer and --fp8-params apply to "
+                               "transformers trained in fp8 (--dtype fp8); a layer graph trains "
+                               "in fp32, tf32, bf16 or fp16")
     from perfmodel.layerwise import Contributors, GridPlan
 
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
@@ -630,6 +649,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--global-batch", type=whole(), default=None,
               help="Global batch [samples]; required unless --from-config gives it.")
 @click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP)
+@click.option("--fp8-recipe", type=choice(Fp8Recipe), default=None, help=FP8_RECIPE_HELP)
+@click.option("--fp8-output-layer", is_flag=True, default=False, help=FP8_OUTPUT_LAYER_HELP)
+@click.option("--fp8-params", is_flag=True, default=False, help=FP8_PARAMS_HELP)
 @click.option("--seq-len", type=int, default=None, help=SEQ_LEN_HELP)
 @click.option("--dp", type=whole(), default=None, help="Pin the data-parallel degree.")
 @click.option("--tp", type=whole(), default=None, help="Pin the tensor-parallel degree.")
@@ -754,6 +776,11 @@ def recommend(model: str | None, from_config: str | None,
             emit_config[0], (0, 1, 2, 3))
         if emit_config[0] == "megatron":
             pins["schedules"] = ("1f1b", "interleaved")
+        if emit_config[0] == "torchtitan":  # FSDP2 and DDP overlap the sync with the backward
+            pins["overlap_grad_sync"] = True
+        pins["recomputes"] = {"megatron": ("none", "selective", "full"),
+                              "torchtitan": ("none", "full", "op")}.get(emit_config[0],
+                                                                         ("none", "full"))
         # the writers write no context or expert parallelism yet: plans without them
         for key in ("cp", "ep"):
             if pins.get(key) not in (None, 1):
@@ -767,6 +794,9 @@ def recommend(model: str | None, from_config: str | None,
     if any(not 1 <= g <= MAX_DEGREE for g in gpu_counts):
         raise click.UsageError(f"--gpus must be between 1 and {MAX_DEGREE:g}, got '{gpus}'")
     if getattr(spec, "kind", "") == "layers":
+        if pins.get("fp8_recipe") or pins.get("fp8_output_layer") or pins.get("fp8_params"):
+            raise click.UsageError("--fp8-recipe, --fp8-output-layer and --fp8-params apply to "
+                                   "transformers trained in fp8 (--dtype fp8)")
         if html_path:
             raise click.UsageError("--html reports transformer plans; a layer graph takes --json")
         _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm,

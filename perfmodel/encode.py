@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from perfmodel import names as N
+from perfmodel.costs.fp8 import fp8_bytes
 from perfmodel.costs.precision import model_state_bytes_per_param, optimizer_step_bytes_per_param
 from perfmodel.errors import PlanError
-from perfmodel.specs.hardware import LINK_PROTOCOLS, HardwareSpec
+from perfmodel.specs.hardware import LINK_PROTOCOLS, GemmEfficiency, HardwareSpec
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import (
     BYTES_PER_ELEMENT,
@@ -274,8 +275,20 @@ def grid_degrees(plan: Plan) -> tuple[int, int, int]:
 
 
 def precision_of(dtype: Dtype) -> str:
-    """The precision of the model states: bf16 and fp16 mixed precision, else fp32."""
+    """The precision of the model states: bf16 and fp16 mixed precision (fp8 training keeps bf16
+    mixed precision's: Transformer Engine casts the bf16 weights to FP8 for its GEMMs), else
+    fp32."""
+    if dtype is Dtype.FP8:
+        return "bf16"
     return dtype.value if dtype in (Dtype.BF16, Dtype.FP16) else "fp32"
+
+
+def compute_dtype(dtype: Dtype | str) -> str:
+    """The dtype of the kernels that do not run in FP8: an fp8 plan's attention, norms,
+    element-wise kernels, embedding and output layer run in bf16 (its mixed precision,
+    perfmodel.costs.fp8); any other plan runs everything in its dtype."""
+    dtype = Dtype(dtype)
+    return "bf16" if dtype is Dtype.FP8 else dtype.value
 
 
 def link_features(hardware: HardwareSpec) -> frozenset[str]:
@@ -330,7 +343,7 @@ def resolve_flash(flash_attention: bool | None, model: TransformerSpec, hardware
     kernel runs, is refused; True where no kernel is measured for the dtype (a calibrated CPU,
     MI300X, fp32) costs the fused kernel's FLOPs at the GEMM efficiency
     (perfmodel.step.layer.flash_attention)."""
-    dtype = Dtype(dtype).value
+    dtype = compute_dtype(dtype)
     fa = hardware.flash_attention
     if flash_attention is None:
         return hardware.flash_kernel(dtype) is not None \
@@ -363,14 +376,54 @@ def flash_values(model: TransformerSpec, hardware: HardwareSpec, dtype: str) -> 
             "flash_backward_half_seq": at.backward_half_seq}
 
 
+def gemm_values(gemm: GemmEfficiency, names: Mapping[str, str]) -> dict[str, float]:
+    """The symbols of one GEMM efficiency fit (names: perfmodel.names.GEMM or FP8_GEMM)."""
+    vals = {names[fld.name]: float(getattr(gemm, fld.name)) for fld in dataclasses.fields(gemm)}
+    # no large-tile kernel: a threshold no GEMM reaches (perfmodel.costs.gemm_efficiency.at_least);
+    # no split-K: any chunk (k / chunk is computed, then multiplied by 0), but not 0
+    vals[names["large_flops"]] = gemm.large_flops or math.inf
+    if not gemm.splits_k:
+        vals[names["split_k_chunk"]] = 1.0
+    return vals
+
+
+def fp8_values(hardware: HardwareSpec, recipe: str | None,
+               fp8_params: bool = False) -> dict[str, float]:
+    """The symbols of FP8 training (perfmodel.costs.fp8) on this hardware with this recipe (None:
+    the hardware's default): the FP8 peak and GEMM fit, and the bytes of the recipe's operands,
+    casts, weight copies (and their casts each step), saved inputs and scaling state."""
+    recipe = hardware.fp8_recipe(recipe)
+    if fp8_params and recipe == "mxfp8":
+        raise PlanError("fp8_params is modelled with the per-tensor recipes (delayed, current), "
+                        "not mxfp8: give fp8_recipe delayed or current")
+    b = fp8_bytes(recipe, hardware.fp8_transpose, BYTES_PER_ELEMENT[Dtype.FP8], fp8_params)
+    return {"fp8_peak_flops_per_s": hardware.peak("fp8") * hardware.sustained_clock_fraction,
+            "fp8_operand_bytes": b.operand,
+            "fp8_quantize_bytes": b.quantize, "fp8_weight_copy_bytes": b.weight_copy,
+            "fp8_weight_cast_bytes": b.weight_cast,
+            "fp8_saved_bytes": b.saved, "fp8_scaling_state_bytes": b.scaling_state,
+            **gemm_values(hardware.gemm("fp8"), N.FP8_GEMM)}
+
+
+def window_values(model: TransformerSpec) -> dict[str, float]:
+    """The sliding window's symbols (perfmodel.costs.compute.windowed_pairs): the window and the
+    share of the layers it applies to; none for a model without one shorter than its sequence."""
+    if not model.windowed_share:
+        return {}
+    return {"window": float(model.sliding_window or 0), "windowed_share": model.windowed_share}
+
+
 def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | str, *,
                  flash_attention: bool, overlap_grad_sync: bool,
                  recompute_every: int = 1, grad_dtype: str | None = None,
-                 optimizer_dtype: str | None = None) -> dict[str, float]:
+                 optimizer_dtype: str | None = None,
+                 fp8_recipe: str | None = None, fp8_params: bool = False) -> dict[str, float]:
     """The symbols that are one number for every plan of a request: the model, the hardware,
-    the dtype, and the options every plan shares."""
+    the dtype, and the options every plan shares. An fp8 plan's peak and GEMM fit are bf16's
+    (what does not run in FP8) and its FP8 GEMMs have their own (fp8_values)."""
     dtype = Dtype(dtype)
-    gemm = hardware.gemm(dtype.value)
+    fp8 = fp8_values(hardware, fp8_recipe, fp8_params) if dtype is Dtype.FP8 else {}  # first
+    gemm = hardware.gemm(compute_dtype(dtype))
     precision = precision_of(dtype)
     state = model_state_bytes_per_param(precision, grad_dtype, optimizer_dtype)
     vals: dict[str, float] = {
@@ -384,8 +437,9 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "optimizer_bytes_per_param": state["optimizer_states"],
         "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(
             precision, grad_dtype, optimizer_dtype),
-        # the roofline's peak: the datasheet's at the clock the part sustains
-        "peak_flops_per_s": hardware.peak(dtype.value) * hardware.sustained_clock_fraction,
+        # the roofline's peak: the datasheet's at the clock the part sustains (bf16's for what an
+        # fp8 plan does not run in FP8)
+        "peak_flops_per_s": hardware.peak(compute_dtype(dtype)) * hardware.sustained_clock_fraction,
         "memory_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
         * hardware.memory_bandwidth_efficiency,
         "optimizer_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
@@ -402,9 +456,11 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         **link_values(hardware),
         "nccl_buffer_bytes": hardware.nccl_buffer_bytes,
         "memory_fragmentation": hardware.memory_fragmentation,
-        **flash_values(model, hardware, dtype.value),
+        **flash_values(model, hardware, compute_dtype(dtype)),
         "recompute_every": recompute_every,
+        **window_values(model),
     }
+    vals.update(fp8)
     flags = {
         "flash": flash_attention, "overlap_grad_sync": overlap_grad_sync,
         "gated": model.gated_mlp, "bias": model.bias, "qkv_bias": bool(model.qkv_bias),
@@ -412,13 +468,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "learned_positions": model.position_embedding == "learned",
     }
     vals.update({N.FLAGS[option]: float(value) for option, value in flags.items()})
-    for fld in dataclasses.fields(gemm):
-        vals[N.GEMM[fld.name]] = float(getattr(gemm, fld.name))
-    # no large-tile kernel: a threshold no GEMM reaches (perfmodel.costs.gemm_efficiency.at_least);
-    # no split-K: any chunk (k / chunk is computed, then multiplied by 0), but not 0
-    vals[N.GEMM["large_flops"]] = gemm.large_flops or math.inf
-    if not gemm.splits_k:
-        vals[N.GEMM["split_k_chunk"]] = 1.0
+    vals.update(gemm_values(gemm, N.GEMM))
     for cost in hardware.layer_costs:
         vals.update(zip(N.layer_cost_names(cost.part, cost.style, cost.tp),
                         (getattr(cost, name) for name in N.LAYER_COST_FIELDS), strict=True))
@@ -467,7 +517,9 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
     vals = fixed_values(model, hardware, plan.dtype, flash_attention=flash,
                         overlap_grad_sync=plan.overlap_grad_sync,
                         recompute_every=plan.recompute_every, grad_dtype=plan.grad_dtype,
-                        optimizer_dtype=plan.optimizer_dtype)
+                        optimizer_dtype=plan.optimizer_dtype,
+                        fp8_recipe=None if plan.fp8_recipe is None else plan.fp8_recipe.value,
+                        fp8_params=plan.fp8_params)
     for name, value in encode_plans(plan_arrays(plan), hardware.gpus_per_node).items():
         vals[name] = float(value[0])
     return vals

@@ -29,7 +29,7 @@ from perfmodel.files import write_atomic
 from perfmodel.names import AXES
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import Plan
+from perfmodel.strategy import Dtype, Plan
 
 __all__ = ["Compiled", "axis_per_node", "compile_family", "family_of", "grid_degrees",
            "outputs_of", "values_of"]
@@ -53,7 +53,10 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  gemm_large_kernel=any(g.has_large_kernel
                                        for g in hardware.gemm_efficiency.values()),
                  gemm_epilogue=any(g.has_epilogue for g in hardware.gemm_efficiency.values()),
-                 layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs))
+                 layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs),
+                 fp8=plan.dtype is Dtype.FP8, fp8_output_layer=plan.fp8_output_layer,
+                 fp8_params=plan.fp8_params,
+                 windowed=model.windowed_share > 0, attention_sinks=model.attention_sinks)
     fixed.update(architecture_family(model))
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))
@@ -235,10 +238,27 @@ def _import(path: Path) -> dict[str, Any]:
     return vars(module)
 
 
+def family_key(family: Any) -> str:
+    """The family as text that is the same in every process: its fields in order, a set's items
+    sorted (a frozenset of strings iterates in an order that changes with PYTHONHASHSEED, so its
+    repr cannot key the disk cache)."""
+    import dataclasses
+
+    def stable(value: Any) -> Any:
+        if isinstance(value, frozenset | set):
+            return sorted((stable(v) for v in value), key=repr)
+        if isinstance(value, tuple):
+            return tuple(stable(v) for v in value)
+        return value
+
+    return repr([(f.name, stable(getattr(family, f.name)))
+                 for f in dataclasses.fields(family)])
+
+
 @lru_cache(maxsize=256)
 def compile_family(family: Any, which: str = "all") -> Compiled:
     """Lambdify a family once per process (and once per machine, through the disk cache)."""
-    key = hashlib.sha256(f"{family!r}/{which}".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{family_key(family)}/{which}".encode()).hexdigest()[:20]
     namespace = cached(key, lambda: _source(family, which))
     meta = namespace["META"]
     return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"])
@@ -261,7 +281,7 @@ def compile_outputs(family: Any, name: str,
                     outputs: Callable[[Any], Mapping[str, Any]]) -> Compiled:
     """Compile other outputs of a family's built model (`outputs(built)`: name -> expression),
     cached on disk like compile_family's under `name` (e.g. perfmodel.timeline's pass times)."""
-    key = hashlib.sha256(f"{family!r}/{name}".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{family_key(family)}/{name}".encode()).hexdigest()[:20]
     namespace = cached(key, lambda: outputs_source(outputs(_built(family))))
     meta = namespace["META"]
     return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"])

@@ -60,7 +60,8 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     def wanted(name: str) -> bool:
         return not only or any(name == o or name.startswith(o) for o in only)
 
-    names = sorted({*built.stage_terms[stage], *STEP_TERMS})
+    names = sorted({*built.stage_terms[stage], *STEP_TERMS,
+                    *(t for t in built.time_terms if t in STEP_SYMBOLS)})
     for o in only:  # a typo must not silently print nothing
         if not any(n == o or n.startswith(o) for n in names):
             raise PerfmodelError(f"--term: no term '{o}'{suggest(o, names)}; terms (or a prefix "
@@ -74,7 +75,7 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
         lines.append("    " + show(per_mb))
     lines += ["", "step terms (per step):"]
     for name, sym in STEP_SYMBOLS.items():
-        if not wanted(name):
+        if not wanted(name) or name not in built.time_terms:  # an fp8 plan's alone: its own
             continue
         lines.append(f"- {name} ({sym}) = {result.breakdown_s[name]:.6g} s per step")
         if name != "pipeline/bubble":  # its formula is the composition's, above

@@ -66,6 +66,14 @@ class Family:
     gemm_epilogue: bool = False
     # and which (part, style, tp degree) the hardware's measured layer costs cover
     layer_costs: frozenset[tuple[str, str, int]] = frozenset()
+    # fixed for a request: FP8 training (the linear layers' GEMMs in FP8, the casts, copies and
+    # scaling state; perfmodel.costs.fp8), the output layer's GEMM in FP8 too, and whether some
+    # layers attend over a sliding window shorter than the sequence (the model's)
+    fp8: bool = False
+    fp8_output_layer: bool = False
+    fp8_params: bool = False  # the linear weights held in FP8 (Plan.fp8_params)
+    windowed: bool = False
+    attention_sinks: bool = False  # the model's: a learned logit per head (parameters only)
 
     def scope(self, axis: str) -> str | None:
         return dict(self.scopes)[axis]

@@ -129,6 +129,28 @@ _name("flash_backward_max_fraction", "E_fa^bwd",
       "flash-attention backward: fraction of peak reached by long sequences")
 _name("flash_backward_half_seq", "s_fa^bwd",
       "flash-attention backward: sequence length at which it reaches half of that [tokens]")
+# FP8 training (perfmodel.costs.fp8): the linear layers' GEMMs at the FP8 rate and efficiency,
+# the bytes of the casts, copies and scaling state of the plan's Transformer Engine recipe
+_name("fp8_peak_flops_per_s", "F_peak^fp8", "peak FLOP/s of one GPU in FP8 (dense)")
+_name("fp8_operand_bytes", "e_8",
+      "bytes per element of an FP8 GEMM operand (1; MXFP8: 1 + 1/32 for its E8M0 scales)")
+_name("fp8_quantize_bytes", "q_8",
+      "bytes a cast to FP8 moves per element: reads it in bf16 (current scaling: twice, an amax "
+      "pass first), writes its rowwise and columnwise FP8 copies")
+_name("fp8_weight_copy_bytes", "c_w8",
+      "bytes per linear-layer parameter of the FP8 weight copies Transformer Engine caches for "
+      "the step (rowwise, and columnwise where it is a separate copy)")
+_name("fp8_weight_cast_bytes", "q_w8",
+      "bytes per linear-layer parameter of the step's weight casts: a cast (q_8), or with FP8 "
+      "weights (fp8_params) the transpose of each (Hopper: read 1, write 1; Blackwell: none)")
+_name("fp8_saved_bytes", "s_8",
+      "bytes per element of an FP8 GEMM input saved for the weight gradient (its columnwise copy)")
+_name("fp8_scaling_state_bytes", "M_scale8",
+      "bytes of scaling state per FP8 GEMM (delayed scaling: amax history, scale, inverse "
+      "scale of each of its tensors)")
+# sliding-window attention (perfmodel.costs.compute.windowed_pairs)
+_name("window", "w", "tokens a windowed layer attends back over (sliding_window)")
+_name("windowed_share", "rho_w", "share of the layers that attend over a sliding window")
 # bytes per parameter, by precision (see perfmodel.costs.memory)
 _name("weight_bytes_per_param", "e_w", "bytes per parameter of the weights")
 _name("grad_bytes_per_param", "e_g", "bytes per parameter of the gradients")
@@ -185,6 +207,12 @@ LAYER_GRAPH_FLAGS = ("sync_bn", "split_collectives", "contributors_specialised",
 # GemmEfficiency field -> symbol name
 GEMM: dict[str, str] = {
     fld.name: _name(f"gemm_{fld.name}", f"gemm_{fld.name}", f"GEMM efficiency parameter {fld.name}")
+    for fld in dataclasses.fields(GemmEfficiency)
+}
+# the same for the FP8 GEMMs of an fp8 plan's linear layers (HardwareSpec.gemm("fp8"))
+FP8_GEMM: dict[str, str] = {
+    fld.name: _name(f"fp8_gemm_{fld.name}", f"gemm8_{fld.name}",
+                    f"FP8 GEMM efficiency parameter {fld.name}")
     for fld in dataclasses.fields(GemmEfficiency)
 }
 

@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfmodel.encode import resolve_flash
+from perfmodel.encode import compute_dtype, resolve_flash
 from perfmodel.errors import PlanError
 from perfmodel.evaluate import compile_family, family_of, values_of
 from perfmodel.output import require_finite
 from perfmodel.specs.hardware import HardwareSpec, load_hardware
 from perfmodel.specs.model import TransformerSpec, load_model
-from perfmodel.strategy import Plan, plan_from_dict
+from perfmodel.strategy import Dtype, Plan, plan_from_dict
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,6 +23,12 @@ FLOPS_CONVENTION = ("megatron: Megatron-LM num_floating_point_operations (6 x GE
                     "tokens + the causal attention core counted as half, since 8873b55, "
                     "2025-03); *_full_attention: the core counted whole, as torchtitan's "
                     "get_num_flop_per_token")
+# The peak MFU divides by (mfu_peak_dtype): an fp8 plan's against the bf16 dense peak, as
+# torchtitan's MFU (tools/utils.py get_peak_flops: "BF16 peak", also for float8 training) and
+# NVIDIA's published FP8 runs (model TFLOP/s per GPU next to bf16's) report it; mfu_fp8_peak
+# divides by the FP8 peak.
+MFU_CONVENTION = ("mfu: model FLOP/s per GPU over the dense peak of the plan's dtype, of bf16 "
+                  "for an fp8 plan (torchtitan's convention); mfu_fp8_peak: over the FP8 peak")
 
 
 @dataclass(frozen=True)
@@ -53,8 +59,17 @@ class Prediction:
     comm_ledger: list[dict[str, Any]] = field(default_factory=list)
     model_flops_per_step_full_attention: float = 0.0
     mfu_full_attention: float = 0.0
+    # an fp8 plan's MFU over the FP8 peak (mfu is over the bf16 peak: MFU_CONVENTION); None else
+    mfu_fp8_peak: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        out = self._dict()
+        if self.mfu_fp8_peak is not None:
+            out["mfu_fp8_peak"] = self.mfu_fp8_peak
+            out["mfu_convention"] = MFU_CONVENTION
+        return out
+
+    def _dict(self) -> dict[str, Any]:
         return {
             "step_time_s": self.step_time_s,
             "samples_per_s": self.samples_per_s,
@@ -118,6 +133,9 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
     flash = resolve_flash(plan.flash_attention, model, hardware, plan.dtype)
     if flash != plan.flash_attention:  # the default (None) decided for this hardware and model
         plan = plan.replace(flash_attention=flash)
+    if plan.dtype is Dtype.FP8:  # the recipe: the given one, if the GPU runs it, or its default
+        recipe = hardware.fp8_recipe(None if plan.fp8_recipe is None else plan.fp8_recipe.value)
+        plan = plan.replace(fp8_recipe=recipe)
     require_fused_for_cp(plan)
     return model, hardware, plan
 
@@ -178,7 +196,7 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
     require_finite(memory, "memory per GPU", context)
     model_flops = float(out["q:model_flops_per_step"])
     full_attention_flops = float(out["q:model_flops_per_step_full_attention"])
-    peak = hardware.peak(plan.dtype.value)
+    peak = hardware.peak(compute_dtype(plan.dtype))  # bf16's for an fp8 plan (MFU_CONVENTION)
     mem_total = sum(memory.values())
     result = Prediction(
         step_time_s=step,
@@ -201,6 +219,8 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
         hardware=hardware,
         model_flops_per_step_full_attention=full_attention_flops,
         mfu_full_attention=full_attention_flops / (step * plan.gpus * peak),
+        mfu_fp8_peak=model_flops / (step * plan.gpus * hardware.peak("fp8"))
+        if plan.dtype is Dtype.FP8 else None,
     )
     require_finite(result.to_dict(), "prediction", context)
     return result

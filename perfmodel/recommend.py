@@ -8,13 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from perfmodel.encode import compute_dtype
 from perfmodel.errors import PlanError
 from perfmodel.predict import Prediction, predict
 from perfmodel.search import Scored, SearchRequest, SearchResult, divisors, search
 from perfmodel.specs.hardware import HardwareSpec, hardware_from_dict
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import Objective
+from perfmodel.strategy import Dtype, Objective
 
 COMM_TERMS = ("comm/tp", "comm/cp", "comm/ep", "comm/dp", "pipeline/p2p")
 # the degrees whose part in the best plan's win recommend reports (parallelism_wins)
@@ -65,10 +66,66 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
         return Recommendation(result, [], {"infeasible": reason})
     best_plans = [predict(model, hardware, plan) for plan in result.best_plans()]
     explanation = explain_best(model, hardware, result, best_plans)
+    if req.dtype is Dtype.FP8:
+        explanation["fp8"] = fp8_explanation(model, hardware, result, best_plans[0])
     wins = parallelism_wins(model, hardware, result, best_plans[0])
     if wins:
         explanation["parallelism"] = wins
     return Recommendation(result, best_plans, explanation)
+
+
+FP8_GEMM_TERMS = ("compute/forward/gemm", "compute/backward/gemm")
+FP8_CAST_TERMS = ("compute/forward/fp8_cast", "compute/backward/fp8_cast",
+                  "compute/fp8_weight_cast")
+
+
+def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
+                    best: Prediction) -> dict[str, Any]:
+    """What FP8 does for the best plan of an fp8 search: the same search in bf16 (the plan's
+    mixed precision without FP8 GEMMs) and its best plan, the best plan itself in bf16, and the
+    terms FP8 changes (its GEMMs, its casts); `says` puts it in a sentence, and `wins` is whether
+    FP8 is what makes the best plan win (it beats the best bf16 plan)."""
+    req = result.request
+    bf16 = Dtype(compute_dtype(req.dtype))
+    alt_req = dataclasses.replace(req, dtype=bf16, fp8_recipe=None, fp8_output_layer=False)
+    alt = search(model, hardware, alt_req, top=1)
+    as_bf16 = best.plan.replace(dtype=bf16, fp8_recipe=None, fp8_output_layer=False)
+    same = predict(model, hardware, as_bf16)
+    gemm_s = sum(same.breakdown_s[k] - best.breakdown_s[k] for k in FP8_GEMM_TERMS)
+    cast_s = sum(best.breakdown_s.get(k, 0.0) for k in FP8_CAST_TERMS)
+    recipe = best.plan.fp8_recipe.value if best.plan.fp8_recipe else ""
+    out: dict[str, Any] = {
+        "recipe": recipe, "step_time_s": best.step_time_s,
+        "same_plan_in_bf16_s": same.step_time_s,
+        "same_plan_in_bf16_fits": same.memory_per_gpu_bytes <= result.capacity_bytes,
+        "gemm_saved_s": gemm_s, "casts_s": cast_s,
+        "best_bf16_plan": None, "best_bf16_step_time_s": None, "best_bf16_objective": None,
+        "speedup_over_best_bf16": None}
+    why = (f"its linear layers' GEMMs in FP8 ({recipe} scaling) save {gemm_s:.4g} s per step "
+           f"and its casts cost {cast_s:.4g} s")
+    if len(alt.best):
+        alt_plan = alt.plan(alt.best, 0)
+        objective = float(result.best.objective[0])
+        alt_objective = float(alt.best.objective[0])
+        out.update(best_bf16_plan=_short(alt_plan),
+                   best_bf16_step_time_s=float(alt.best.step_time_s[0]),
+                   best_bf16_objective=alt_objective,
+                   speedup_over_best_bf16=alt_objective / objective)
+        wins = objective < alt_objective
+        layout = "" if _short(alt_plan) == _short(best.plan) else f" ({_short(alt_plan)})"
+        unit = objective_unit(req)
+        if wins:
+            says = (f"FP8 is what makes the best plan win: {objective:.4g} {unit} against "
+                    f"{alt_objective:.4g} {unit} for the best bf16 plan{layout}, "
+                    f"{alt_objective / objective:.2f}x; {why}")
+        else:
+            says = (f"FP8 does not win here: the best bf16 plan{layout} reaches "
+                    f"{alt_objective:.4g} {unit} against {objective:.4g} {unit}; {why}")
+    else:
+        wins = True
+        says = f"FP8 is what makes a plan fit: no plan fits in bf16 ({alt_req.dtype.value}); {why}"
+    out.update(wins=wins, says=says)
+    return out
 
 
 def parallelism_wins(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,

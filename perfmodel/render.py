@@ -128,8 +128,12 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
                         f"{p.optimizer_dtype or 'fp32'}")
     if p.overlap_grad_sync:
         schedule.append("gradient sync overlapped")
-    return [f"hardware: [bold]{p.gpus} x {hardware.gpu_name}[/] ({hardware.name}), "
-            f"{_value(p.dtype)}",
+    dtype = _value(p.dtype)
+    if p.fp8_recipe is not None:  # an fp8 plan: its recipe, and where the output layer runs
+        dtype += (f" ({_value(p.fp8_recipe)} scaling; output layer "
+                  f"{'fp8' if p.fp8_output_layer else 'bf16'}"
+                  f"{'; FP8 weights' if p.fp8_params else ''})")
+    return [f"hardware: [bold]{p.gpus} x {hardware.gpu_name}[/] ({hardware.name}), {dtype}",
             "layout: " + ", ".join(layout), "schedule: " + ", ".join(schedule)]
 
 
@@ -148,7 +152,9 @@ def print_prediction(r: Prediction) -> None:
     # MFU in Megatron-LM's convention (the causal attention core counted as half; docs/model.md),
     # the full-attention (torchtitan) count beside it
     summary.add_row("per GPU", f"{r.tflops_per_gpu:.1f} TFLOP/s, MFU {r.mfu * 100:.1f}% "
-                    f"(Megatron's count; {r.mfu_full_attention * 100:.1f}% with attention whole)")
+                    f"(Megatron's count; {r.mfu_full_attention * 100:.1f}% with attention whole)"
+                    + (f"; {r.mfu_fp8_peak * 100:.1f}% of the FP8 peak"
+                       if r.mfu_fp8_peak is not None else ""))
     fits = "fits" if r.fits_in_memory else "[red]does NOT fit[/]"
     summary.add_row("memory per GPU", f"{fmt_bytes(r.memory_per_gpu_bytes)} of "
                     f"{fmt_bytes(r.memory_capacity_bytes)}: {fits}")
@@ -419,6 +425,8 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
     con.print(breakdown)
     con.print("[bold]what binds it[/]")
     con.print(bullets(rec.explanation["binding"]))
+    if "fp8" in rec.explanation:
+        con.print(f"[bold]FP8[/]: {rec.explanation['fp8']['says']}")
     if rec.explanation.get("parallelism"):
         con.print("[bold]what context / expert parallelism does[/]")
         con.print(bullets([w["note"] for w in rec.explanation["parallelism"]]))

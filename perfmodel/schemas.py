@@ -70,8 +70,19 @@ PLAN = obj({
     "grad_dtype": {"type": ["string", "null"], "description": "Main gradients' dtype; null: fp32."},
     "optimizer_dtype": {"type": ["string", "null"],
                         "description": "Optimizer states' dtype; null: fp32 with master weights."},
-}, description="A transformer's parallel plan (perfmodel.strategy.Plan); option values as the "
-               "command line spells them.")
+    "fp8_recipe": {"type": ["string", "null"],
+                   "description": "dtype fp8 only: Transformer Engine's scaling recipe (delayed, "
+                                  "current, mxfp8), the hardware's default resolved."},
+    "fp8_output_layer": {**BOOLEAN, "description": "dtype fp8 only: the output layer's GEMM in "
+                                                   "FP8 too."},
+    "fp8_params": {**BOOLEAN, "description": "dtype fp8 only: the linear weights held in FP8 "
+                                             "(Megatron-LM --fp8-param-gather)."},
+}, required=["gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
+             "sequence_parallel", "recompute", "recompute_every", "zero", "dtype", "tp_layout",
+             "tp_depth", "flash_attention", "overlap_grad_sync", "placement", "grad_dtype",
+             "optimizer_dtype"],
+    description="A transformer's parallel plan (perfmodel.strategy.Plan); option values as the "
+                "command line spells them.")
 
 PREDICTION = obj({
     "step_time_s": NUMBER, "samples_per_s": NUMBER, "tokens_per_s": NUMBER,
@@ -87,7 +98,17 @@ PREDICTION = obj({
                                  "(Megatron-LM)."},
     "mfu_full_attention": {**NUMBER, "description": "MFU of model_flops_per_step_full_attention."},
     "flops_convention": {**STRING, "description": "How model_flops_per_step and mfu count."},
-}, description="One plan's prediction (perfmodel.predict.Prediction.to_dict).")
+    "mfu_fp8_peak": {**NUMBER, "description": "dtype fp8 only: MFU over the FP8 dense peak (mfu "
+                                              "is over the bf16 peak: mfu_convention)."},
+    "mfu_convention": {**STRING, "description": "dtype fp8 only: which peak each MFU divides "
+                                                "by."},
+}, required=["step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",
+             "hardware_flops_per_step", "tflops_per_gpu", "mfu", "memory_per_gpu_bytes",
+             "memory_capacity_bytes", "fits_in_memory", "breakdown_s", "memory_breakdown_bytes",
+             "bottleneck_stage", "parameters", "active_parameters", "micro_batches", "plan",
+             "model", "hardware", "model_flops_per_step_full_attention", "mfu_full_attention",
+             "flops_convention"],
+    description="One plan's prediction (perfmodel.predict.Prediction.to_dict).")
 
 MODEL_SUMMARY = {"model_source": STRING, "seq_len": WHOLE, "seq_len_from": STRING}
 
@@ -146,6 +167,14 @@ EXPLANATION = {
              "runner_up": obj({"plan": STRING, "slower_by_s": NUMBER,
                                "memory_delta_bytes": NUMBER, "trades": STRINGS}),
              "micro_batch_curve": {"type": "array", "items": CURVE_POINT},
+             "fp8": obj({
+                 "recipe": STRING, "step_time_s": NUMBER, "same_plan_in_bf16_s": NUMBER,
+                 "same_plan_in_bf16_fits": BOOLEAN, "gemm_saved_s": NUMBER, "casts_s": NUMBER,
+                 "best_bf16_plan": {"type": ["string", "null"]},
+                 "best_bf16_step_time_s": NUMBER_OR_NULL, "best_bf16_objective": NUMBER_OR_NULL,
+                 "speedup_over_best_bf16": NUMBER_OR_NULL, "wins": BOOLEAN, "says": STRING},
+                 description="--dtype fp8: the same search in bf16, its best plan, the best "
+                             "plan in bf16, and whether FP8 is what makes the best plan win."),
              "parallelism": {
                  "type": "array", "description": "Where the best plan has context or expert "
                  "parallelism that the request left free: the best plan without it (the same "

@@ -31,6 +31,7 @@ from perfmodel.strategy import (
     DEFAULT_MEMORY_MARGIN,
     CPComm,
     Dtype,
+    Fp8Recipe,
     Objective,
     Placement,
     Plan,
@@ -83,6 +84,7 @@ class SearchRequest:
     # what a framework can run (recommend --emit-config): the ZeRO stages and schedules searched
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     schedules: tuple[Schedule, ...] | None = None  # None: every schedule
+    recomputes: tuple[Recompute, ...] | None = None  # None: every policy
     placement: Placement | None = None  # any order; unpinned, the search tries PLACEMENTS
     tp_layout: TPLayout | None = None
     tp_depth: int | None = None
@@ -95,10 +97,30 @@ class SearchRequest:
     recompute_every: int = 1
     grad_dtype: str | None = None
     optimizer_dtype: str | None = None
+    # every plan's, with dtype fp8: Transformer Engine's recipe (None: the hardware's default) and
+    # the output layer in FP8
+    fp8_recipe: Fp8Recipe | None = None
+    fp8_output_layer: bool = False
+    fp8_params: bool = False  # with zero 0-2 only: the search leaves ZeRO-3 out
     memory_margin: float = DEFAULT_MEMORY_MARGIN
     objective: Objective = Objective.STEP_TIME
     tokens: float | None = None
     gpu_hour_price: float | None = None
+
+    def shared_plan(self) -> Plan:
+        """A one-GPU plan with the options every plan of the request shares (checked as a plan
+        checks them; the encoder's fixed values and family are taken from it)."""
+        return Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
+                    recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
+                    optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
+                    fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
+
+    def shared(self) -> dict[str, Any]:
+        """The Plan fields every plan of the request shares beyond dtype, attention and overlap
+        (Plans.plan's keywords)."""
+        return dict(recompute_every=self.recompute_every, grad_dtype=self.grad_dtype,
+                    optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
+                    fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
 
     def __post_init__(self) -> None:
         if not self.gpus or any(g < 1 for g in self.gpus):
@@ -114,15 +136,22 @@ class SearchRequest:
                 object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
         if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
             raise PlanError(f"zero_stages must be some of 0, 1, 2, 3, got {self.zero_stages}")
+        if self.recomputes is not None:
+            object.__setattr__(self, "recomputes", tuple(
+                parse_option(Recompute, r, "recomputes") for r in self.recomputes))
         if self.schedules is not None:
             object.__setattr__(self, "schedules", tuple(
                 parse_option(Schedule, s, "schedules") for s in self.schedules))
         # the options every plan shares, checked as a plan checks them
-        shared = Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
-                      recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
-                      optimizer_dtype=self.optimizer_dtype)
-        for key in ("recompute_every", "grad_dtype", "optimizer_dtype"):
+        shared = self.shared_plan()
+        for key in ("recompute_every", "grad_dtype", "optimizer_dtype", "fp8_recipe",
+                    "fp8_output_layer", "fp8_params"):
             object.__setattr__(self, key, getattr(shared, key))
+        if self.fp8_params:  # FP8 weights with Megatron's distributed optimizer (Plan's rule)
+            if self.zero == 3:
+                raise PlanError("fp8_params is modelled with Megatron's distributed optimizer "
+                                "(zero 0-2), not with zero 3 (FSDP's FP8 all-gather)")
+            object.__setattr__(self, "zero_stages", tuple(z for z in self.zero_stages if z < 3))
         if self.objective is Objective.TIME_TO_TRAIN and not self.tokens:
             raise PlanError("objective time_to_train needs --tokens (the token budget)")
         if self.objective is Objective.COST and not self.gpu_hour_price:
@@ -342,6 +371,7 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
     placement."""
     candidates = _Candidates(model, req)
     recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)
+            and (req.recomputes is None or r in req.recomputes)
             and not (req.recompute_every > 1 and r == Recompute.NONE.value)]
     for gpus, dp, tp, pp, cp in _degree_triples(model, req, candidates):
         zeros = [z for z in ((0, 1, 2, 3) if dp * cp > 1 else (0,))
@@ -539,7 +569,9 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
     return encode.fixed_values(model, hardware, req.dtype, flash_attention=flash,
                                overlap_grad_sync=req.overlap_grad_sync,
                                recompute_every=req.recompute_every, grad_dtype=req.grad_dtype,
-                               optimizer_dtype=req.optimizer_dtype)
+                               optimizer_dtype=req.optimizer_dtype,
+                               fp8_recipe=None if req.fp8_recipe is None
+                               else req.fp8_recipe.value, fp8_params=req.fp8_params)
 
 
 # --- evaluation -----------------------------------------------------------------------------
@@ -550,7 +582,7 @@ class Evaluator:
 
     def __init__(self, model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest) -> None:
         self.model, self.hardware, self.req = model, hardware, req
-        self.universal = family_of(model, hardware, Plan(gpus=1))
+        self.universal = family_of(model, hardware, req.shared_plan())
         self.scalars = scalar_values(model, hardware, req)
 
     def __call__(self, plans: Plans,
@@ -778,8 +810,7 @@ class SearchResult:
         """Row i of some of this search's plans (best, front, sample, ...) as a Plan."""
         r = self.request
         return rows.plans.plan(int(i), r.dtype, r.flash_attention, r.overlap_grad_sync,
-                               recompute_every=r.recompute_every, grad_dtype=r.grad_dtype,
-                               optimizer_dtype=r.optimizer_dtype)
+                               **r.shared())
 
     def best_plans(self) -> list[Plan]:
         return [self.plan(self.best, i) for i in range(len(self.best))]
@@ -890,6 +921,7 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     of them, evaluated or not) and its numbers, in order (e.g. to write them out).
     """
     start = time.perf_counter()
+    strategy.require_dtype_costed(req.dtype, model)
     flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype)
     if flash != req.flash_attention:  # the default decided for this hardware and model
         req = dataclasses.replace(req, flash_attention=flash)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.evaluate import _built, cached, outputs_of, value_of
+from perfmodel.evaluate import _built, cached, family_key, outputs_of, value_of
 
 CHUNK_ROWS = 8192  # rows per numpy pass: temporaries stay in cache
 SHARED = 0.5  # a level with at most this many combinations per plan is evaluated per combination
@@ -199,7 +199,7 @@ def compile_staged(family: Any, which: str,
 
     groups: (name, symbol names) in axis order; every other symbol is one number for all plans.
     """
-    key = hashlib.sha256(f"{family!r}/{which}/{groups!r}".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{family_key(family)}/{which}/{groups!r}".encode()).hexdigest()[:20]
     return _staged(cached(f"staged-{key}", lambda: _build(family, which, groups)))
 
 

@@ -68,10 +68,31 @@ class Attention(StrEnum):
 
 
 class Dtype(StrEnum):
+    """The training precision. fp8: bf16 mixed precision whose linear layers' GEMMs run in FP8
+    (Transformer Engine, Micikevicius et al. 2022, "FP8 Formats for Deep Learning"); the
+    attention core, softmax, norms, embedding and output layer stay bf16 (perfmodel.costs.fp8)."""
+
     BF16 = "bf16"
     FP16 = "fp16"
     FP32 = "fp32"
     TF32 = "tf32"
+    FP8 = "fp8"
+
+
+class Fp8Recipe(StrEnum):
+    """How Transformer Engine scales FP8 tensors (transformer_engine.common.recipe):
+
+    delayed: DelayedScaling, one scale per tensor from an amax history of earlier steps (TE's
+        default on Hopper; NeMo's fp8_recipe "delayed");
+    current: Float8CurrentScaling, one scale per tensor from the tensor itself (an extra amax
+        pass before each cast);
+    mxfp8: MXFP8BlockScaling, one E8M0 scale per 32 consecutive values, Blackwell's tensor cores
+        (SM 10.0+) apply them in the GEMM.
+    A plan with dtype fp8 and no recipe takes the hardware's default (HardwareSpec.fp8_recipe)."""
+
+    DELAYED = "delayed"
+    CURRENT = "current"
+    MXFP8 = "mxfp8"
 
 
 class TPLayout(StrEnum):
@@ -188,7 +209,12 @@ def placement_order(axes: tuple[str, ...]) -> tuple[str, ...]:
 # memory estimator lists both as not included). 10% keeps a plan the model puts at the limit
 # from running out of memory; `recommend --memory-margin 0` lets a plan fill the memory.
 DEFAULT_MEMORY_MARGIN = 0.10
-BYTES_PER_ELEMENT = {Dtype.BF16: 2, Dtype.FP16: 2, Dtype.FP32: 4, Dtype.TF32: 4}
+# bytes of an activation element: fp8 training keeps its activations (and the weights it holds)
+# in bf16, casting to FP8 only the GEMMs' operands (perfmodel.costs.fp8)
+BYTES_PER_ELEMENT = {Dtype.BF16: 2, Dtype.FP16: 2, Dtype.FP32: 4, Dtype.TF32: 4, Dtype.FP8: 2}
+# the dtypes that train with bf16 mixed precision's model states (fp8: TE's bf16 weights with
+# fp32 master weights in the optimizer)
+BF16_STATES = (Dtype.BF16, Dtype.FP8)
 
 
 E = TypeVar("E", bound=StrEnum)
@@ -275,6 +301,16 @@ class Plan:
     # (perfmodel.costs.precision); None: Megatron-LM's, fp32 and fp32
     grad_dtype: str | None = None
     optimizer_dtype: str | None = None
+    # dtype fp8 only: Transformer Engine's scaling recipe (None: the hardware's default, decided
+    # by perfmodel.predict.resolve_inputs), and whether the output layer's GEMM runs in FP8 too
+    # (Megatron-LM's output layer is a bf16 ColumnParallelLinear outside TE's FP8 autocast; AMD
+    # Primus can run it in FP8: use_turbo_fp8_output_layer)
+    fp8_recipe: Fp8Recipe | None = None
+    fp8_output_layer: bool = False
+    # dtype fp8 only: the linear layers' weights held in FP8 (TE's fp8_model_init: Megatron-LM
+    # --fp8-param-gather, NeMo fp8_params / fp8_param_gather), the fp32 master weights in the
+    # optimizer: no bf16 copy of them, and the distributed optimizer all-gathers them in FP8
+    fp8_params: bool = False
 
     def __post_init__(self) -> None:
         for key in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "virtual_stages",
@@ -298,10 +334,29 @@ class Plan:
             text = str(value).strip().lower()
             if text not in STATE_DTYPES:
                 raise PlanError(f"{key} must be one of {', '.join(STATE_DTYPES)}, got '{value}'")
-            if self.dtype is not Dtype.BF16:
-                raise PlanError(f"{key} applies to bf16 mixed precision, not dtype "
+            if self.dtype not in BF16_STATES:
+                raise PlanError(f"{key} applies to bf16 mixed precision (bf16, fp8), not dtype "
                                 f"{self.dtype.value}")
             object.__setattr__(self, key, text)
+        if self.fp8_recipe is not None and str(self.fp8_recipe).strip() != "":
+            if self.dtype is not Dtype.FP8:
+                raise PlanError(f"fp8_recipe applies to dtype fp8, not {self.dtype.value}")
+            object.__setattr__(self, "fp8_recipe",
+                               parse_option(Fp8Recipe, self.fp8_recipe, "fp8_recipe"))
+        else:
+            object.__setattr__(self, "fp8_recipe", None)
+        object.__setattr__(self, "fp8_output_layer",
+                           _bool(self.fp8_output_layer, "fp8_output_layer"))
+        object.__setattr__(self, "fp8_params", _bool(self.fp8_params, "fp8_params"))
+        for key in ("fp8_output_layer", "fp8_params"):
+            if getattr(self, key) and self.dtype is not Dtype.FP8:
+                raise PlanError(f"{key} applies to dtype fp8, not {self.dtype.value}")
+        if self.fp8_params and self.zero >= 3:
+            raise PlanError("fp8_params is modelled with Megatron's distributed optimizer (zero "
+                            "0-2), not with zero 3 (FSDP's FP8 all-gather)")
+        if self.fp8_params and self.fp8_recipe is Fp8Recipe.MXFP8:
+            raise PlanError("fp8_params is modelled with the per-tensor recipes (delayed, "
+                            "current), not mxfp8: give fp8_recipe delayed or current")
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync"):
             if key == "flash_attention" and (self.flash_attention is None
                                              or str(self.flash_attention).lower() == "auto"):
@@ -347,18 +402,34 @@ class Plan:
         broken = first_broken(self.columns(), model, model_rules_only=True)
         if broken is not None:
             raise PlanError(broken)
+        require_dtype_costed(self.dtype, model)
         return self
 
     def replace(self, **changes: Any) -> Plan:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        """The plan's fields; those of dtype fp8 only (FP8_FIELDS) are left out of another
+        dtype's plan (they do not apply to it)."""
         out = dataclasses.asdict(self)
         for key, value in out.items():
             if isinstance(value, StrEnum):
                 out[key] = value.value
         out["placement"] = ",".join(self.placement)
+        if self.dtype is not Dtype.FP8:
+            for key in FP8_FIELDS:
+                del out[key]
         return out
+
+
+def require_dtype_costed(dtype: Dtype, model: TransformerSpec) -> None:
+    """A PlanError for a precision the step model does not cost on this model: FP8 with a
+    mixture of experts or MLA (their experts' and latent projections' FP8 weight copies and
+    casts are not modelled)."""
+    if dtype is Dtype.FP8 and (model.experts or model.kv_lora_rank is not None):
+        what = "a mixture of experts" if model.experts else "multi-head latent attention (MLA)"
+        raise PlanError(f"dtype fp8 with {what} is not modelled (its FP8 weight copies and casts): "
+                        "use bf16")
 
 
 # --- the plan rules, written once ------------------------------------------------------------
@@ -562,6 +633,9 @@ RULES: tuple[Rule, ...] = (
     _rule("cp", lambda c, m: m.seq_len % (2 * c.cp) == 0,
           lambda c, m: f"seq_len ({m.seq_len}) must be divisible by 2 cp ({2 * c.cp}): each cp "
                        "rank holds two load-balanced chunks of every sequence", model=True),
+    _rule("cp", lambda c, m: (c.cp == 1) | (m.windowed_share == 0),
+          lambda c, m: f"context parallelism (cp {c.cp}) with sliding-window attention is not "
+                       "modelled (the ring skips the chunks outside the window)", model=True),
     _rule("cp cp_comm tp",
           lambda c, m: (c.cp == 1) | (c.cp_comm != _A2A)
           | (((m.heads // c.tp) % c.cp == 0) & ((m.kv_heads // c.tp) % c.cp == 0)),
@@ -631,6 +705,7 @@ def first_broken(plan: PlanColumns, model: TransformerSpec | None, *,
 
 
 PLAN_FIELDS = [f.name for f in dataclasses.fields(Plan)]
+FP8_FIELDS = ("fp8_recipe", "fp8_output_layer", "fp8_params")  # fields of dtype fp8 only
 
 
 def plan_from_dict(data: dict[str, Any]) -> Plan:

@@ -12,8 +12,8 @@ import sympy as sp
 from perfmodel import names as N
 from perfmodel.names import LAYER_COST_FIELDS, layer_cost_names
 
-__all__ = ["FLAGS", "GEMM", "LAYER_COST_FIELDS", "by_symbol", "fit_symbols", "layer_cost_names",
-           "layer_cost_symbols", "protocol_symbols", "table"]
+__all__ = ["FLAGS", "FP8_GEMM", "GEMM", "LAYER_COST_FIELDS", "by_symbol", "fit_symbols",
+           "layer_cost_names", "layer_cost_symbols", "protocol_symbols", "table"]
 
 _P = {"positive": True}
 
@@ -80,6 +80,14 @@ M_nccl, f_frag = _of("nccl_buffer_bytes"), _of("memory_fragmentation")
 I_fa = _of("flash_measured")
 E_fa_fwd, s_fa_fwd = _of("flash_forward_max_fraction"), _of("flash_forward_half_seq")
 E_fa_bwd, s_fa_bwd = _of("flash_backward_max_fraction"), _of("flash_backward_half_seq")
+# FP8 training (perfmodel.costs.fp8)
+F8 = _of("fp8_peak_flops_per_s")
+e8, q8, cw8, s8, M_scale8 = (_of(n) for n in ("fp8_operand_bytes", "fp8_quantize_bytes",
+                                              "fp8_weight_copy_bytes", "fp8_saved_bytes",
+                                              "fp8_scaling_state_bytes"))
+qw8 = _of("fp8_weight_cast_bytes")
+# sliding-window attention
+w, rho_w = _of("window"), _of("windowed_share")
 # bytes per parameter, by precision (see perfmodel.costs.memory)
 wbytes = _of("weight_bytes_per_param")
 gbytes = _of("grad_bytes_per_param")
@@ -90,6 +98,7 @@ stepbytes = _of("optimizer_step_bytes_per_param")
 FLAGS: dict[str, sp.Symbol] = {option: _of(name) for option, name in N.FLAGS.items()}
 
 GEMM: dict[str, sp.Symbol] = {field: _of(name) for field, name in N.GEMM.items()}
+FP8_GEMM: dict[str, sp.Symbol] = {field: _of(name) for field, name in N.FP8_GEMM.items()}
 
 
 def _registered(entries: tuple[tuple[str, str, str], ...]) -> tuple[sp.Symbol, ...]:

@@ -41,7 +41,8 @@ ROLES = ("forward", "recompute", "backward")
 _COMM_STREAM = {"comm/tp": "TP comm", "pipeline/p2p": "PP p2p", "comm/dp": "DP comm",
                 "comm/tp_grads": "TP comm", "comm/cp": "CP comm", "comm/ep": "EP comm"}
 _STEP_LABEL = {"data_parallel/sync": "gradient sync", "tensor_parallel/norm_grads":
-               "TP norm gradients", "optimizer/step": "optimizer step"}
+               "TP norm gradients", "optimizer/step": "optimizer step",
+               "fp8/weight_cast": "FP8 weight casts"}
 _STAGES = ("first", "last")  # the stage positions the step model composes
 TOLERANCE = 1e-9  # relative: the span against the predicted step, overlaps within a track
 

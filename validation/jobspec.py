@@ -104,8 +104,21 @@ class RunSettings:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+FP8_NOTE = ("the validation job has no FP8 path (no Transformer Engine): it runs the plan's bf16 "
+            "mixed precision, and is predicted so")
+
+
+def without_fp8(plan: Plan) -> Plan:
+    """The plan with dtype fp8 as the job runs it: its bf16 mixed precision, no FP8 GEMMs."""
+    return plan.replace(dtype="bf16", fp8_recipe=None, fp8_output_layer=False)
+
+
 def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:
-    """The plan the local job really runs: bf16/fp16 become fp32 on a CPU (no fast path there)."""
+    """The plan the local job really runs: fp8 becomes bf16 (FP8_NOTE), and bf16/fp16 become fp32
+    on a CPU (no fast path there)."""
+    if plan.dtype.value == "fp8":
+        plan, note = local_dtype(without_fp8(plan), backend)
+        return plan, "; ".join(n for n in (FP8_NOTE, note) if n)
     if backend == "gloo" and plan.dtype.value in ("bf16", "fp16"):
         note = (
             f"{plan.dtype.value} has no fast path on this CPU (60-200x slower than fp32): "

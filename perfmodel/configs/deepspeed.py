@@ -261,9 +261,15 @@ def ds_config(plan: Any) -> dict[str, Any]:
         raise refuse_emit("deepspeed", f"tp {plan.tp}, pp {plan.pp}",
                           "DeepSpeed with a Hugging Face model is data parallel (ZeRO) only: "
                           "pin --tp 1 --pp 1, or emit megatron")
-    if plan.recompute.value == "selective":
-        raise refuse_emit("deepspeed", "recompute selective",
-                          "the Trainer's gradient_checkpointing recomputes whole layers")
+    if plan.recompute.value in ("selective", "op") or plan.recompute_every > 1:
+        raise refuse_emit("deepspeed", f"recompute {plan.recompute.value}"
+                                       + (f" on one layer in {plan.recompute_every}"
+                                          if plan.recompute_every > 1 else ""),
+                          "the Trainer's gradient_checkpointing recomputes every layer whole")
+    if plan.grad_dtype not in (None, "fp32") or plan.optimizer_dtype not in (None, "fp32"):
+        raise refuse_emit("deepspeed", "bf16 gradient or optimizer dtypes",
+                          "written configs keep DeepSpeed's fp32 gradient accumulation and "
+                          "optimizer states")
     if plan.dtype.value not in ("bf16", "fp16", "fp32"):
         raise refuse_emit("deepspeed", f"dtype {plan.dtype.value}", "DeepSpeed trains bf16, "
                                                                      "fp16 or fp32")

@@ -49,7 +49,7 @@ READ_OPTIONS: dict[str, int] = {
         "context-parallel-size", "cp-comm-type", "expert-model-parallel-size",
         "expert-tensor-parallel-size",
         "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
-        "moe-shared-expert-intermediate-size", "fp8-format", "fp4-format",
+        "moe-shared-expert-intermediate-size", "fp8-format", "fp8-recipe", "fp4-format",
         "recompute-granularity", "recompute-method", "recompute-num-layers", "normalization",
         "position-embedding-type", "attention-backend", "hidden-dropout", "attention-dropout",
         "data-parallel-sharding-strategy", "pipeline-model-parallel-layout",
@@ -509,8 +509,6 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
                                 "not modelled (perfmodel exposes it)"),
             ("distribute_saved_activations", "distributing the checkpointed inputs over the "
                                              "tensor-parallel ranks is not modelled"),
-            ("grad_reduce_in_bf16", "bf16 gradient reduction is not modelled (perfmodel "
-                                    "reduces fp32 main gradients)"),
             ("cpu_offloading", "offloading activations or weights to the host is not "
                                "modelled"),
             ("optimizer_cpu_offload", "an optimizer on the host is not modelled"),
@@ -525,12 +523,11 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
                                                    "(perfmodel splits layers evenly)"),
             ("use_precision_aware_optimizer", "a precision-aware optimizer (bf16 states) is not "
                                               "modelled"),
-            ("fp8_param_gather", "fp8 training is not modelled"),
             ("checkpoint_activations", "Megatron-LM no longer takes it (--recompute-activations "
                                        "or --recompute-granularity)")):
         if _flag(settings, dest, where):
             raise refuse_plan(where, settings[dest][0], True, why)
-    for dest in ("fp8_format", "fp4_format", "pipeline_model_parallel_layout",
+    for dest in ("fp4_format", "pipeline_model_parallel_layout",
                  "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage",
                  "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
                  "main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
@@ -538,8 +535,6 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
         if text in (None, "None", "null") or (dest.endswith("dtype") and text == "fp32"):
             continue
         raise refuse_plan(where, settings[dest][0], text, {
-            "fp8_format": "fp8 training is not modelled (perfmodel's dtypes: bf16, fp16, fp32, "
-                          "tf32)",
             "fp4_format": "fp4 training is not modelled",
         }.get(dest, "an uneven pipeline split is not modelled (perfmodel splits layers evenly)"
               if "pipeline" in dest else "optimizer states and main gradients other than fp32 "
@@ -614,6 +609,38 @@ def _degrees(settings: Settings, job: JobConfig, where: str, take: Callable[[str
                                   "predicted")
 
 
+# Megatron-LM's --fp8-recipe (Transformer Engine's recipes) as perfmodel's Plan.fp8_recipe:
+# tensorwise is TE's Float8CurrentScaling; blockwise (DeepSeek-style 128-blocks) is not modelled
+FP8_RECIPES = {"delayed": "delayed", "tensorwise": "current", "mxfp8": "mxfp8"}
+
+
+def _fp8(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None],
+         dtype: str) -> None:
+    """--fp8-format (e4m3 or hybrid: they cost alike) with --bf16: dtype fp8 (docs/fp8.md), with
+    --fp8-recipe (default delayed, Megatron-LM's) and --fp8-param-gather (fp8_params)."""
+    fmt = _str(settings, "fp8_format")
+    if fmt in (None, "None", "null", "False", "false"):
+        for dest in ("fp8_recipe", "fp8_param_gather"):
+            take(dest, "no --fp8-format: not used")
+        return
+    if dtype != "bf16":
+        raise refuse_plan(where, settings["fp8_format"][0], fmt,
+                          f"FP8 is modelled over bf16 mixed precision, not {dtype} (give --bf16)")
+    recipe = _str(settings, "fp8_recipe", "delayed") or "delayed"
+    if recipe not in FP8_RECIPES:
+        raise refuse_plan(where, settings["fp8_recipe"][0], recipe,
+                          f"perfmodel models the FP8 recipes {', '.join(FP8_RECIPES)}")
+    job.fix("dtype", "fp8")
+    job.fix("fp8_recipe", FP8_RECIPES[recipe])
+    take("fp8_format", f"dtype fp8 (format {fmt}: E4M3 and E5M2 GEMMs cost alike)")
+    take("fp8_recipe", f"fp8_recipe {FP8_RECIPES[recipe]}")
+    if "fp8_recipe" not in settings:
+        job.notes.append("no --fp8-recipe: Megatron-LM's default, delayed scaling")
+    if _flag(settings, "fp8_param_gather", where):
+        job.fix("fp8_params", True)
+        take("fp8_param_gather", "fp8_params (the weights held and all-gathered in FP8)")
+
+
 def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
              ) -> None:
     bf16, fp16 = _flag(settings, "bf16", where), _flag(settings, "fp16", where)
@@ -625,6 +652,16 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     take("fp16", "dtype fp16")
     if dtype == "fp32":
         job.notes.append("neither --bf16 nor --fp16: Megatron-LM trains in fp32 (dtype fp32)")
+    _fp8(settings, job, where, take, dtype)
+    if _flag(settings, "grad_reduce_in_bf16", where):
+        if dtype != "bf16":
+            raise refuse_plan(where, "--grad-reduce-in-bf16", True,
+                              f"a bf16 gradient buffer needs --bf16 (dtype here: {dtype})")
+        # DistributedDataParallelConfig.grad_reduce_in_fp32 = False: the main-gradient buffer
+        # and its reduction in bf16 (Megatron-LM training/arguments.py, distributed/
+        # distributed_data_parallel_config.py)
+        job.fix("grad_dtype", "bf16")
+        take("grad_reduce_in_bf16", "grad_dtype bf16 (main gradients kept and reduced in bf16)")
     _recompute(settings, job, where, take)
     torch_fsdp = _flag(settings, "use_torch_fsdp2", where)
     dist_opt = _flag(settings, "use_distributed_optimizer", where)
@@ -712,15 +749,29 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
     if method is None:
         raise refuse_plan(where, "--recompute-granularity full", True,
                           "needs --recompute-method uniform or block (Megatron-LM)")
+    every = 1
     if method == "uniform" and count in (None, 1):
         pass
     elif method == "block" and count is not None and count == stage_layers:
         pass
+    elif (method == "block" and count is not None and stage_layers and 0 < count < stage_layers
+          and stage_layers % count == 0):
+        # the first k of a stage's n layers recomputed whole: the same memory and recompute as
+        # one layer in n / k (Plan.recompute_every; the order within the stage does not change
+        # either total)
+        every = stage_layers // count
     else:
         raise refuse_plan(where, f"--recompute-method {method} --recompute-num-layers", count,
                           "perfmodel's full recompute checkpoints every layer alone (uniform "
-                          f"with 1 layer, or block with all {stage_layers} layers of a stage)")
+                          f"with 1 layer), or k of a stage's {stage_layers} layers (block, k "
+                          "dividing them)")
     job.fix("recompute", "full")
+    if every > 1:
+        job.fix("recompute_every", every)
+        take("recompute_granularity", f"recompute full (one layer in {every})")
+        take("recompute_method", method)
+        take("recompute_num_layers", f"{count} of {stage_layers} layers a stage")
+        return
     take("recompute_granularity", "recompute full (every layer)")
     take("recompute_method", method)
     take("recompute_num_layers", "every layer")
@@ -790,13 +841,40 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
     dtype = plan.dtype.value
     if dtype in ("bf16", "fp16"):
         args.append([f"--{dtype}"])
+    elif dtype == "fp8":  # Transformer Engine's FP8 over bf16 (docs/fp8.md)
+        recipe = {v: k for k, v in FP8_RECIPES.items()}[plan.fp8_recipe.value
+                                                        if plan.fp8_recipe else "delayed"]
+        args += [["--bf16"], ["--fp8-format", "hybrid"], ["--fp8-recipe", recipe]]
+        if plan.fp8_params:
+            args.append(["--fp8-param-gather"])
+        if plan.fp8_output_layer:
+            raise refuse_emit("megatron", "fp8_output_layer", "Megatron-LM's output layer is a "
+                              "bf16 ColumnParallelLinear")
     elif dtype == "tf32":
         raise refuse_emit("megatron", "dtype tf32", "Megatron-LM trains bf16, fp16 or fp32")
+    stage_layers = model.layers // (plan.pp * plan.virtual_stages)
+    if plan.recompute.value == "op":
+        raise refuse_emit("megatron", "recompute op", "Megatron-LM has no per-op policy "
+                                                      "(torchtitan's); pin --recompute")
+    if plan.recompute_every > 1 and (plan.recompute.value != "full"
+                                     or stage_layers % plan.recompute_every):
+        raise refuse_emit("megatron", f"recompute {plan.recompute.value} on one layer in "
+                                      f"{plan.recompute_every}",
+                          "Megatron-LM's block method recomputes k whole layers of a stage's "
+                          f"{stage_layers} (full, k dividing them)")
+    if plan.optimizer_dtype not in (None, "fp32"):
+        raise refuse_emit("megatron", f"optimizer_dtype {plan.optimizer_dtype}",
+                          "written configs keep Megatron-LM's fp32 optimizer states")
     if plan.recompute.value == "selective":
         args.append(["--recompute-granularity", "selective"])
+    elif plan.recompute.value == "full" and plan.recompute_every > 1:
+        args += [["--recompute-granularity", "full"], ["--recompute-method", "block"],
+                 ["--recompute-num-layers", str(stage_layers // plan.recompute_every)]]
     elif plan.recompute.value == "full":
         args += [["--recompute-granularity", "full"], ["--recompute-method", "uniform"],
                  ["--recompute-num-layers", "1"]]
+    if plan.grad_dtype == "bf16":
+        args.append(["--grad-reduce-in-bf16"])
     if plan.zero == 1:
         args.append(["--use-distributed-optimizer"])
     elif plan.zero == 3:

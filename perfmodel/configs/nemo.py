@@ -185,6 +185,10 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
         if "grad_reduce_in_fp32" in precision:
             settings["grad_reduce_in_fp32"] = ("mixed_precision.grad_reduce_in_fp32",
                                                precision["grad_reduce_in_fp32"])
+        for name, dest in (("fp8_recipe", "fp8_recipe"), ("fp8_param_gather", "fp8_param_gather"),
+                           ("fp8_params", "fp8_param_gather")):
+            if name in precision:  # Transformer Engine's recipe, FP8 weights (docs/fp8.md)
+                settings[dest] = (f"mixed_precision.{name}", precision[name])
     _, dist = _section(data, "dist")
     for name in ("use_torch_fsdp2", "use_megatron_fsdp", "use_tp_pp_dp_mapping"):
         if dist.get(name):
@@ -202,10 +206,21 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
                         "sequence length is not given")
 
 
+# the FP8 recipe a Megatron-Bridge precision preset's name states, as Megatron-LM's --fp8-recipe
+_FP8_PRESET_RECIPES = {"mxfp8": "mxfp8", "current_scaling": "tensorwise",
+                       "delayed_scaling": "delayed", "subchannel": "blockwise",
+                       "blockwise": "blockwise"}
+
+
 def _precision(settings: Settings, key: str, value: Any, where: str) -> None:
     text = str(value.get("precision") if isinstance(value, dict) else value).lower()
-    if "fp8" in text:
+    if "fp8" in text:  # Megatron-Bridge's presets: bf16_with_fp8_delayed_scaling_mixed, ...
         settings["fp8_format"] = (key, text)
+        settings["bf16"] = (key, "bf16" in text)
+        settings["fp16"] = (key, "fp16" in text)
+        recipe = next((r for word, r in _FP8_PRESET_RECIPES.items() if word in text), None)
+        if recipe is not None:
+            settings["fp8_recipe"] = (key, recipe)
         return
     if text not in _PRECISIONS:
         raise SpecError(f"{where}: {key} {text}: perfmodel reads {', '.join(_PRECISIONS)}")

@@ -398,24 +398,21 @@ def _checkpointing(data: dict[str, Any], job: JobConfig, where: str) -> None:
                 "visualize_memory_budget_pareto"):
         if key in ac:
             job.skipped(f"activation_checkpoint.{key}", ac[key], "the same recompute's cost")
-    default = "" if "mode" in ac else " (torchtitan's default)"
     if mode == "none":
         job.fix("recompute", "none", pin="mode" in ac)
     elif mode == "full" or (mode == "selective" and option == "1"):
         job.fix("recompute", "full", pin="mode" in ac)
-    elif mode == "selective" and option == "op":
-        raise refuse_plan(where, f"activation_checkpoint.mode selective{default}, "
-                                 "selective_ac_option", option,
-                          "torchtitan's per-op policy is not modelled (perfmodel's recompute: "
-                          "none, full, or Megatron's attention core)")
-    elif mode == "selective" and option.isdigit():
-        raise refuse_plan(where, f"activation_checkpoint.mode selective{default}, "
-                                 "selective_ac_option", option,
-                          f"checkpointing one layer in {option} is not modelled (perfmodel's "
-                          "recompute: none, or full on every layer)")
+    elif mode == "selective" and option == "op":  # torchtitan's per-op save list
+        job.fix("recompute", "op", pin="mode" in ac)
+    elif mode == "selective" and option.isdigit() and int(option) > 1:
+        # selective layer AC: every option-th block wrapped whole (torchtitan
+        # torchtitan/distributed/activation_checkpoint.py, _apply_layer_sac)
+        job.fix("recompute", "full", pin="mode" in ac)
+        job.fix("recompute_every", int(option), pin="mode" in ac)
     else:
         raise refuse_plan(where, "activation_checkpoint.mode", mode,
-                          "perfmodel models none, full and selective with option 1")
+                          "perfmodel models none, full, and selective with option op or a "
+                          "whole number")
 
 
 def finish(job: JobConfig, gpus: int) -> None:
@@ -479,6 +476,12 @@ def torchtitan_toml(model: Any, plan: Any) -> str:
     if plan.recompute.value == "selective":
         raise refuse_emit("torchtitan", "recompute selective",
                           "torchtitan has no attention-core recompute (pin --recompute)")
+    if plan.recompute.value == "op" and plan.recompute_every > 1:
+        raise refuse_emit("torchtitan", f"recompute op on one layer in {plan.recompute_every}",
+                          "torchtitan's per-op policy applies to every layer")
+    if plan.grad_dtype not in (None, "fp32") or plan.optimizer_dtype not in (None, "fp32"):
+        raise refuse_emit("torchtitan", "bf16 gradient or optimizer dtypes",
+                          "torchtitan's FSDP2 keeps fp32 parameters, gradients and states")
     if plan.sequence_parallel != (plan.tp > 1):
         raise refuse_emit("torchtitan", f"sequence_parallel {plan.sequence_parallel}",
                           "torchtitan's tensor parallelism is always sequence parallel")
@@ -509,7 +512,11 @@ def torchtitan_toml(model: Any, plan: Any) -> str:
                   f"pipeline_parallel_layers_per_stage = {per_stage}",
                   "pipeline_parallel_first_stage_less_layers = 0",
                   "pipeline_parallel_last_stage_less_layers = 0"]
-    mode = {"none": "none", "full": "full"}[plan.recompute.value]
-    lines += ["", "[activation_checkpoint]", f'mode = "{mode}"', "", "[compile]",
-              "enable = false", ""]
+    if plan.recompute.value == "op":  # the per-op save list
+        checkpoint = ['mode = "selective"', 'selective_ac_option = "op"']
+    elif plan.recompute.value == "full" and plan.recompute_every > 1:  # selective layer AC
+        checkpoint = ['mode = "selective"', f'selective_ac_option = "{plan.recompute_every}"']
+    else:
+        checkpoint = [f'mode = "{plan.recompute.value}"']
+    lines += ["", "[activation_checkpoint]", *checkpoint, "", "[compile]", "enable = false", ""]
     return "\n".join(lines)

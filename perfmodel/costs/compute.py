@@ -88,11 +88,42 @@ FLASH_BACKWARD_PER_FORWARD = sp.Rational(5, 2)
 
 
 def attention_core_flops(b: sp.Expr, s: sp.Expr, a: sp.Expr, d: sp.Expr, tp: sp.Expr, *,
-                         causal: bool = True) -> sp.Expr:
+                         causal: bool = True, share: sp.Expr | None = None) -> sp.Expr:
     """FLOPs of one layer's attention core forward on one GPU: scores Q K^T and context A V,
-    2 x 2 b (a / tp) s^2 d, halved for a causal mask (CAUSAL_FRACTION)."""
+    2 x 2 b (a / tp) s^2 d, halved for a causal mask (CAUSAL_FRACTION), or `share` of it (the
+    query-key pairs computed over s^2: attended_share)."""
     full = 4 * b * a * s**2 * d / tp
+    if share is not None:
+        return share * full
     return CAUSAL_FRACTION * full if causal else full
+
+
+def windowed_pairs(s: sp.Expr, w: sp.Expr) -> sp.Expr:
+    """Query-key pairs of one sequence in a causal layer with a sliding window of w <= s tokens:
+    query i (from 0) attends min(i + 1, w) keys (itself and the w - 1 before it; Mistral 7B,
+    Jiang et al. 2023, Sec. 2; GPT-OSS's and Gemma-2's alternating layers), so
+
+        P(w) = sum_i min(i + 1, w) = w (w + 1) / 2 + (s - w) w = w s - w (w - 1) / 2   [pairs]
+
+    exactly (w = s: s (s + 1) / 2; w = 1: s)."""
+    return w * s - w * (w - 1) / 2
+
+
+def attended_share(s: sp.Expr, w: sp.Expr | None = None,
+                   windowed_share: sp.Expr = 0) -> sp.Expr:
+    """The query-key pairs a layer's causal attention computes, over s^2, on average over the
+    layers [dimensionless]:
+
+        (1 - rho) / 2 + rho P(w) / s^2
+
+    full-attention layers compute the causal half (CAUSAL_FRACTION, FlashAttention-2's and
+    Megatron-LM's count), the share rho of windowed layers P(w) (windowed_pairs). A flash kernel
+    with a window skips the blocks outside it (its FLOPs follow P(w)); an attention sink (GPT-OSS:
+    a learned logit per head in each softmax's denominator) adds one exponential per query and
+    head, a * s per layer: nothing next to the 4 a d s^2 / 2 of the products."""
+    if w is None:
+        return CAUSAL_FRACTION
+    return (1 - windowed_share) * CAUSAL_FRACTION + windowed_share * windowed_pairs(s, w) / s**2
 
 
 def flash_attention_s(flops: sp.Expr, peak_flops_per_s: sp.Expr, max_fraction: sp.Expr,
@@ -112,10 +143,13 @@ def logits_gemm(T: sp.Expr, h: sp.Expr, V: sp.Expr, tp: sp.Expr) -> Gemm:
     return Gemm("logits", T, V / tp, h)
 
 
-def gemm_time(g: Gemm, bytes_per_element: sp.Expr, dev: Device) -> sp.Expr:
-    """Roofline time of one GEMM [s] (see perfmodel.costs.gemm_efficiency)."""
+def gemm_time(g: Gemm, bytes_per_element: sp.Expr, dev: Device,
+              output_bytes_per_element: sp.Expr | None = None) -> sp.Expr:
+    """Roofline time of one GEMM [s] (see perfmodel.costs.gemm_efficiency); an FP8 GEMM reads
+    1-byte operands and writes a bf16 output (output_bytes_per_element)."""
     return gemm_time_s(g.m, g.n, g.k, g.batch, bytes_per_element, dev.peak_flops_per_s,
-                       dev.memory_bandwidth_bytes_per_s, **dev.gemm_params)
+                       dev.memory_bandwidth_bytes_per_s, **dev.gemm_params,
+                       output_bytes_per_element=output_bytes_per_element)
 
 
 def elementwise_bytes(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, f: sp.Expr,
@@ -140,6 +174,28 @@ def elementwise_bytes(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr
         "softmax": (1 - flash) * 2 * a * b * s**2 * e / tp,
         "attention_dropout": (1 - flash) * (2 * e + 1) * a * b * s**2 / tp,
     }
+
+
+def fp8_cast_elements(T: sp.Expr, h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr,
+                      tp: sp.Expr, ranks: sp.Expr, gated: Flag,
+                      d: sp.Expr | None = None) -> tuple[sp.Expr, sp.Expr]:
+    """Elements one rank casts to FP8 in one layer's forward and in its backward, per micro-batch
+    (perfmodel.costs.fp8: each FP8 GEMM's activation operand in the forward, its grad output in
+    the backward; the weights once per step, apart):
+
+        forward  = 2 T h / r + T (a d + f) / tp
+                   (QKV and MLP-up inputs, cast on the rank's shard before the sequence-parallel
+                   all-gather; attention-output and MLP-down inputs)
+        backward = 2 T h / r + T (a d + 2 kv d + (1 + gated) f) / tp
+                   (the grad outputs of the attention output and MLP down, then of QKV and MLP up)
+
+    r: the ranks an activation is split over (tp with sequence parallelism, else 1: every rank
+    casts the whole replicated tensor). Grid layouts (2d, 3d) hold 1/tp of each: r = tp."""
+    d = h / a if d is None else d
+    gated = as_flag(gated)
+    forward = 2 * T * h / ranks + T * (a * d + f) / tp
+    backward = 2 * T * h / ranks + T * (a * d + 2 * kv * d + (1 + gated) * f) / tp
+    return forward, backward
 
 
 def memory_time(nbytes: sp.Expr, dev: Device) -> sp.Expr:

@@ -17,20 +17,33 @@ from perfmodel.costs.precision import (  # noqa: F401  (re-exported)
 
 
 def layer_params(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, *, gated: Flag, bias: Flag,
-                 qkv_bias: Flag, layernorm: Flag, d: sp.Expr | None = None) -> dict[str, sp.Expr]:
+                 qkv_bias: Flag, layernorm: Flag, d: sp.Expr | None = None,
+                 sinks: Flag = 0) -> dict[str, sp.Expr]:
     """Parameters of one layer, split into those tensor parallelism shards and those it replicates.
 
     GPT (kv = a, f = 4h, biases, LayerNorm): 12 h^2 + 13 h  (Narayanan et al. 2021, Eq. 2).
     d: head size (default h/a); the queries and the attention output are a*d wide.
+    sinks: GPT-OSS's attention sinks, a learned logit per head (a per layer, split with the heads).
     """
     gated, bias, qkv_bias, layernorm = map(as_flag, (gated, bias, qkv_bias, layernorm))
     d = h / a if d is None else d
     qkv_out = a * d + 2 * kv * d
     up = (1 + gated) * f
-    sharded = qkv_out * h + a * d * h + up * h + f * h + qkv_bias * qkv_out + bias * up
+    sharded = qkv_out * h + a * d * h + up * h + f * h + qkv_bias * qkv_out + bias * up \
+        + as_flag(sinks) * a
     # two norms (LayerNorm: weight and bias; RMSNorm: weight), row-parallel output biases
     replicated = 2 * (1 + layernorm) * h + bias * 2 * h
     return {"sharded": sharded, "replicated": replicated}
+
+
+def linear_weights(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, *, gated: Flag,
+                   d: sp.Expr | None = None) -> sp.Expr:
+    """The weight matrices of one layer's linear layers (QKV, attention output, MLP up (and gate),
+    MLP down), without biases or norms: what an fp8 plan casts to FP8 (perfmodel.costs.fp8).
+
+        (a d + 2 kv d) h + a d h + (1 + gated) f h + f h     (GPT: 12 h^2)"""
+    d = h / a if d is None else d
+    return (a * d + 2 * kv * d) * h + a * d * h + (1 + as_flag(gated)) * f * h + f * h
 
 
 def embedding_params(h: sp.Expr, V: sp.Expr, s: sp.Expr, *,
@@ -54,7 +67,8 @@ def zero_divisors(zero1: Flag, zero2: Flag, zero3: Flag, dp: sp.Expr) -> dict[st
 def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: sp.Expr,
                            f: sp.Expr, tp: sp.Expr, e: sp.Expr, *, sequence_parallel: Flag,
                            full: Flag, selective: Flag, flash: Flag, gated: Flag,
-                           op: Flag = 0, d: sp.Expr | None = None,
+                           op: Flag = 0, d: sp.Expr | None = None, fp8: Flag = 0,
+                           fp8_saved: sp.Expr | int = 1,
                            attention: dict[str, sp.Expr] | None = None,
                            mlp: sp.Expr | None = None) -> sp.Expr:
     """Activation bytes one layer keeps for the backward pass, per micro-batch, on one GPU.
@@ -86,6 +100,13 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     the two reduce-scatter outputs 2 e T h / tp.
     `full`, `selective` and `op` are the shares of the layers under each policy (0/1 flags, or a
     fraction with Plan.recompute_every); the rest keep everything.
+    FP8 (fp8 = 1; perfmodel.costs.fp8): Transformer Engine saves an FP8 GEMM's input for the
+    weight gradient as its columnwise FP8 copy, fp8_saved bytes per element (1; MXFP8 1 + 1/32)
+    instead of e (TE docs: "one byte per element (FP8 columnwise) instead of two"): the QKV and
+    MLP-up inputs (the norms' outputs) and the MLP-down input; the attention output is kept in
+    bf16 by a flash kernel for its own backward, so the attention-output projection's FP8 copy
+    comes on top of it (TE docs, performance considerations: "if it is the attention output which
+    is saved anyway"); unfused, the copy replaces it. Per-op recompute (torchtitan, no TE) as bf16.
     Context parallelism: s is a cp rank's s / cp tokens of each sequence (Korthikanti's formulas
     with s / cp: every activation is the rank's tokens'; the flash kernel's log-sum-exp is per
     query). Other attentions and MLPs replace their terms: `attention` ({"sharded": bytes split
@@ -104,6 +125,12 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
         sharded, replicated = attention["sharded"], replicated + attention["replicated"] * rep
     mlp_rank = (2 + gated) * e * T * f / tp if mlp is None else mlp
     quadratic = flash * 4 * a * b * s + (1 - flash) * (2 * e + 1) * a * b * s**2
+    fp8 = as_flag(fp8)
+    if fp8 != 0:  # the FP8 copies of the GEMM inputs saved for the weight gradients
+        replicated += fp8 * 2 * (fp8_saved - e) * T * h
+        sharded += fp8 * (fp8_saved - (1 - flash) * e) * T * a * d
+        if mlp is None:
+            mlp_rank += fp8 * (fp8_saved - e) * T * f / tp
     everything = replicated / rep + (sharded + quadratic) / tp + mlp_rank
     attention_core_recomputed = replicated / rep + sharded / tp + mlp_rank
     layer_input = e * T * h / rep
@@ -137,7 +164,7 @@ def fsdp_padded(tensors: list[tuple[sp.Expr, sp.Expr]], dp: sp.Expr) -> sp.Expr:
 
 def layer_tensors(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, tp: sp.Expr, *, gated: Flag,
                   bias: Flag, qkv_bias: Flag, layernorm: Flag,
-                  d: sp.Expr | None = None) -> list[tuple[sp.Expr, sp.Expr]]:
+                  d: sp.Expr | None = None, sinks: Flag = 0) -> list[tuple[sp.Expr, sp.Expr]]:
     """(rows, columns) of one layer's parameters on a rank with Megatron 1D tensor parallelism:
     q, k, v and MLP-up (and gate) split by rows (column parallel), attention output and MLP-down
     split by columns (row parallel), their biases and the norms replicated. Sums to
@@ -150,6 +177,8 @@ def layer_tensors(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, tp: sp.Expr, 
            (f / tp, h), (gated * f / tp, h), (bias * f / tp, 1), (bias * gated * f / tp, 1),
            (h, f / tp), (bias * h, 1),  # MLP down and its bias
            ((1 + layernorm) * h, 1), ((1 + layernorm) * h, 1)]  # two norms (weight [and bias])
+    if as_flag(sinks) != 0:  # attention sinks: a logit per head, split with the heads
+        out.append((as_flag(sinks) * a / tp, 1))
     return out
 
 

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfmodel.errors import SpecError
+from perfmodel.errors import PlanError, SpecError
 from perfmodel.specs.loading import Bound, check_fields, deep_merge, read_mapping, suggest
 
 # the dtypes a hardware spec may give peaks and GEMM efficiencies for; fp4 (NVFP4/MXFP4, Blackwell
 # and MI355X) is the datasheets', not yet a plan dtype (perfmodel.strategy.Dtype)
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+# Transformer Engine's FP8 scaling recipes (perfmodel.strategy.Fp8Recipe, perfmodel.costs.fp8)
+FP8_RECIPES = ("delayed", "current", "mxfp8")
 COLLECTIVE_ALGORITHMS = ("auto", "ring", "tree", "recursive", "hierarchical", "nvls")
 # The collective library and the algorithms it has (perfmodel.costs.collectives.LIBRARY_ALGORITHMS):
 # generic: every algorithm perfmodel models (ring, tree, recursive doubling/halving and, in groups
@@ -507,6 +509,13 @@ class HardwareSpec:
     # the fused (flash) attention kernel and its measured speed; None: not measured (a plan that
     # asks for fused attention then costs its products at the GEMM efficiency)
     flash_attention: FlashAttention | None = None
+    # FP8 training (perfmodel.costs.fp8): the Transformer Engine scaling recipes the GPU runs, its
+    # default first (TE's get_default_fp8_recipe: MXFP8 where the GPU has block-scaled tensor
+    # cores, Blackwell, else per-tensor delayed scaling, which every FP8 GPU runs), and whether a
+    # columnwise FP8 operand is a physical transpose (Hopper: TE docs, "cannot efficiently access
+    # elements in columnwise fashion"; Blackwell: "no transpose is needed")
+    fp8_recipes: tuple[str, ...] = ("delayed", "current")
+    fp8_transpose: bool = True
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -538,6 +547,18 @@ class HardwareSpec:
                              if (c.op, c.scope) == (op, scope))
             raise SpecError(f"collectives: {op} {scope} has {fitted.count((op, scope))} fits "
                             f"({algs}): perfmodel uses one fit per op and scope; keep one")
+        recipes = self.fp8_recipes
+        if isinstance(recipes, str) or not isinstance(recipes, (list, tuple)) or not recipes:
+            raise SpecError(f"fp8_recipes must be a list of some of {', '.join(FP8_RECIPES)}, "
+                            f"the default first, got {recipes!r}")
+        for recipe in recipes:
+            if recipe not in FP8_RECIPES:
+                raise SpecError(f"fp8_recipes: unknown recipe {recipe!r}"
+                                f"{suggest(str(recipe), FP8_RECIPES)}; allowed: "
+                                f"{', '.join(FP8_RECIPES)}")
+        object.__setattr__(self, "fp8_recipes", tuple(str(r) for r in recipes))
+        if not isinstance(self.fp8_transpose, bool):
+            raise SpecError(f"fp8_transpose must be true or false, got {self.fp8_transpose!r}")
         if self.collective_algorithm not in COLLECTIVE_ALGORITHMS:
             raise SpecError(
                 f"collective_algorithm must be one of {', '.join(COLLECTIVE_ALGORITHMS)}, "
@@ -578,6 +599,24 @@ class HardwareSpec:
             if present:
                 return max(present, key=lambda d: peaks[d])  # the first (bf16, fp32) on a tie
         return max(peaks, key=lambda d: peaks[d])  # fp8 only: what it has
+
+    def fp8_recipe(self, recipe: str | None = None) -> str:
+        """The FP8 scaling recipe a plan runs: `recipe`, or the hardware's default (the first of
+        fp8_recipes); a PlanError naming the field where the hardware has no FP8 peak, or does not
+        run the recipe (MXFP8 on Hopper)."""
+        if "fp8" not in self.peak_flops_per_s:
+            raise PlanError(f"dtype fp8: hardware '{self.name}' ({self.gpu_name}) has no "
+                            f"peak_flops_per_s.fp8 (it has {', '.join(self.peak_flops_per_s)}): "
+                            "give its FP8 tensor-core peak, or train in "
+                            f"{self.default_dtype()}")
+        if recipe is None:
+            return self.fp8_recipes[0]
+        if recipe not in self.fp8_recipes:
+            why = " (MXFP8 needs block-scaled tensor cores: Blackwell, CDNA4)" \
+                if recipe == "mxfp8" else ""
+            raise PlanError(f"fp8_recipe {recipe}: hardware '{self.name}' runs fp8_recipes "
+                            f"{', '.join(self.fp8_recipes)}{why}")
+        return recipe
 
     def gemm(self, dtype: str) -> GemmEfficiency:
         if dtype in self.gemm_efficiency:

@@ -281,17 +281,21 @@ class TransformerSpec:
         k = self.full_attention_every
         return tuple(i for i in range(self.layers) if not k or (i + 1) % k)
 
+    @property
+    def windowed_share(self) -> float:
+        """The share of the layers that attend over a sliding window shorter than the sequence
+        (0: none; a window at least as long as the sequence is full attention)."""
+        if self.sliding_window is None or self.sliding_window >= self.seq_len:
+            return 0.0
+        return len(self.windowed_layers) / self.layers
+
     def uncosted(self) -> list[str]:
         """What this model has that perfmodel's step model does not cost yet (empty: all of it
-        is costed). A window at least as long as the sequence is full attention: costed.
-        Mixtures of experts, MLA and MTP modules are costed (perfmodel.step.moe, .mla, .mtp)."""
-        out = []
-        if self.windowed_layers and self.sliding_window < self.seq_len:  # type: ignore[operator]
-            out.append(f"sliding-window attention in {len(self.windowed_layers)} of "
-                       f"{self.layers} layers (window {self.sliding_window} < seq_len "
-                       f"{self.seq_len})")
-        if self.attention_sinks:
-            out.append("attention sinks")
+        is costed). Costed since issue 17: sliding-window attention (the pairs each windowed
+        layer attends, perfmodel.costs.compute.attended_share), attention sinks (a logit per
+        head: no FLOPs worth counting, their parameters counted), mixtures of experts, MLA and
+        MTP modules (perfmodel.step.moe, perfmodel.costs.mla, perfmodel.step.mtp)."""
+        out: list[str] = []
         return out
 
     @property

@@ -51,6 +51,17 @@ STAGE_TERMS = (
     "comm/tp", "comm/cp", "comm/ep", "overhead/kernels", "pipeline/p2p", "overhead/collectives",
 )
 STEP_TERMS = ("pipeline/bubble", "comm/dp", "comm/dp_framework", "comm/tp_grads", "optimizer/step")
+# Terms only some families have (an fp8 plan's casts, perfmodel.step.fp8): a breakdown shows them
+# where a phase gives them, after the terms above.
+OPTIONAL_STAGE_TERMS = ("compute/forward/fp8_cast", "compute/backward/fp8_cast")
+OPTIONAL_STEP_TERMS = ("compute/fp8_weight_cast",)
+
+
+def _present(terms: tuple[str, ...], optional: tuple[str, ...],
+             phases: Sequence[Phase]) -> tuple[str, ...]:
+    """terms, and those of `optional` that some phase gives."""
+    given = {t for p in phases for t in (*p.device, *p.host)}
+    return terms + tuple(t for t in optional if t in given)
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,8 @@ class Phase:
     per_step: bool = False
 
     def __post_init__(self) -> None:
-        known = STEP_TERMS if self.per_step else STAGE_TERMS
+        known = STEP_TERMS + OPTIONAL_STEP_TERMS if self.per_step \
+            else STAGE_TERMS + OPTIONAL_STAGE_TERMS
         for term in (*self.device, *self.host, *(c.term for c in self.comms)):
             if term not in known:
                 raise ValueError(f"phase {self.name}: '{term}' is not a term of "
@@ -126,7 +138,8 @@ def launch_s(collectives: Iterable[Collective], stage: str | None = None) -> sp.
 
 def stage_terms(phases: Sequence[Phase], launches_s: sp.Expr) -> dict[str, sp.Expr]:
     """One micro-batch on one stage, by breakdown term [s]: its phases and its launches."""
-    parts: dict[str, list[sp.Expr]] = {term: [] for term in STAGE_TERMS}
+    parts: dict[str, list[sp.Expr]] = {
+        term: [] for term in _present(STAGE_TERMS, OPTIONAL_STAGE_TERMS, phases)}
     for phase in phases:
         for term, seconds in phase_terms(phase).items():
             parts[term].append(seconds)
@@ -143,7 +156,8 @@ def step_terms(phases: Sequence[Phase], m: sp.Expr, launches_s: sp.Expr,
                bubble_s: sp.Expr) -> dict[str, sp.Expr]:
     """The step's terms beyond its m micro-batches [s]: the pipeline bubble, the step phases, and
     the launches of the per-step collectives (charged to the optimizer step)."""
-    parts: dict[str, list[sp.Expr]] = {term: [] for term in STEP_TERMS}
+    parts: dict[str, list[sp.Expr]] = {
+        term: [] for term in _present(STEP_TERMS, OPTIONAL_STEP_TERMS, phases)}
     parts["pipeline/bubble"].append(bubble_s)
     for phase in phases:
         for term, seconds in phase_terms(phase, m).items():
@@ -161,8 +175,10 @@ def micro_batch_time(stage_times: Iterable[sp.Expr]) -> sp.Expr:
 
 
 def step_time(m: sp.Expr, t_mb: sp.Expr, terms: Mapping[str, sp.Expr]) -> sp.Expr:
-    """T_step = m t_mb + T_bubble + T_dp + T_dp_framework + T_tp_grads + T_opt [s]."""
-    return sp.Add(m * t_mb, *(terms[name] for name in STEP_TERMS))
+    """T_step = m t_mb + T_bubble + T_dp + T_dp_framework + T_tp_grads + T_opt [s] (+ T_fp8_wc,
+    an fp8 plan's weight casts)."""
+    return sp.Add(m * t_mb, *(terms[name] for name in (*STEP_TERMS, *OPTIONAL_STEP_TERMS)
+                              if name in terms))
 
 
 # the symbols of the composition, as `explain` prints it
@@ -170,4 +186,5 @@ M_SYM, T_MB, W_FILL = sp.Symbol("m"), sp.Symbol("t_mb"), sp.Symbol("W_fill")
 STAGE_SYMBOLS = {"first": sp.Symbol("t_first"), "last": sp.Symbol("t_last")}
 STEP_SYMBOLS = {"pipeline/bubble": sp.Symbol("T_bubble"), "comm/dp": sp.Symbol("T_dp"),
                 "comm/dp_framework": sp.Symbol("T_dp_framework"),
-                "comm/tp_grads": sp.Symbol("T_tp_grads"), "optimizer/step": sp.Symbol("T_opt")}
+                "comm/tp_grads": sp.Symbol("T_tp_grads"), "optimizer/step": sp.Symbol("T_opt"),
+                "compute/fp8_weight_cast": sp.Symbol("T_fp8_wc")}

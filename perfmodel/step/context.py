@@ -39,14 +39,16 @@ _GEMM_OPTIONAL = {
 }
 
 
-def device(fam: Family | None = None) -> K.Device:
+def device(fam: Family | None = None, *, fp8: bool = False) -> K.Device:
     """The device's symbols. The optional terms of the GEMM model (perfmodel.costs.gemm_efficiency:
     split-K, the large-tile kernel, the epilogue) enter the expressions only for hardware whose
-    GEMM fit has them (Family.gemm_split_k, gemm_large_kernel, gemm_epilogue)."""
+    GEMM fit has them (Family.gemm_split_k, gemm_large_kernel, gemm_epilogue). fp8: the FP8 GEMMs'
+    (their peak and fit; perfmodel.costs.fp8)."""
     dropped = {name for flag_, names in _GEMM_OPTIONAL.items()
                if fam is None or not getattr(fam, flag_) for name in names}
-    gemm = {name: sym for name, sym in S.GEMM.items() if name not in dropped}
-    return K.Device(S.F, S.W, S.t_k, gemm)
+    table = S.FP8_GEMM if fp8 else S.GEMM
+    gemm = {name: sym for name, sym in table.items() if name not in dropped}
+    return K.Device(S.F8 if fp8 else S.F, S.W, S.t_k, gemm)
 
 
 def _option(fam: Family, name: str, value: str) -> sp.Expr:
@@ -111,6 +113,16 @@ class Context:
     d_qk: sp.Expr
     d_v: sp.Expr
     kv_heads: sp.Expr
+    # FP8 training (perfmodel.costs.fp8): 1 for an fp8 plan; the device of its linear layers'
+    # GEMMs (FP8 peak and fit; dev for other plans) and the bytes of their operands (e_8; e)
+    fp8: sp.Expr = sp.Integer(0)
+    linear_dev: K.Device | None = None
+    fp8_output: sp.Expr = sp.Integer(0)  # 1: the output layer's GEMM in FP8 too
+
+    @property
+    def linear(self) -> K.Device:
+        """The device the linear layers' GEMMs run on: FP8 for an fp8 plan."""
+        return self.linear_dev or self.dev
 
     @property
     def tokens(self) -> sp.Expr:
@@ -161,4 +173,7 @@ class Context:
             d_qk=S.d_nope + S.d_rope if fam.mla else d,
             d_v=S.d_v if fam.mla else d,
             kv_heads=S.a if fam.mla else S.kv,
+            fp8=sp.Integer(int(fam.fp8)),
+            linear_dev=device(fam, fp8=True) if fam.fp8 else None,
+            fp8_output=sp.Integer(int(fam.fp8 and fam.fp8_output_layer)),
         )

@@ -32,6 +32,7 @@ import sympy as sp
 from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import memory as M
+from perfmodel.step import fp8 as FP8
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, active
@@ -64,7 +65,8 @@ def fsdp_units(c: Context) -> tuple[tuple[sp.Expr, sp.Expr], ...]:
     h, V, tp, dp = S.h, S.V, S.tp, replicas(c)
     layer = M.fsdp_padded(M.layer_tensors(h, S.a, S.kv, S.f, tp, d=c.d, gated=c.gated,
                                           bias=c.bias, qkv_bias=c.qkv_bias,
-                                          layernorm=c.layernorm), dp)
+                                          layernorm=c.layernorm,
+                                          sinks=int(c.fam.attention_sinks)), dp)
     root_first = M.fsdp_padded(M.root_tensors(
         h, V, S.s, tp, learned_positions=c.learned_positions, layernorm=c.layernorm,
         output=c.single * (1 - c.tied)), dp)
@@ -75,13 +77,14 @@ def fsdp_units(c: Context) -> tuple[tuple[sp.Expr, sp.Expr], ...]:
 
 def sync_collectives(c: Context, params: Parameters,
                      units: tuple[tuple[sp.Expr, sp.Expr], ...]) -> list[Collective]:
-    """The gradient sync of one step: the stage's gradients (gbytes each) and weights (wbytes),
-    over dp x cp; a mixture of experts' routed experts over edp where they sync apart."""
-    params_dp = params.dense_per_gpu
+    """The gradient sync of one step: the stage's gradients (gbytes each) and weights (wbytes;
+    an fp8 plan's FP8 weights, fp8_params, at e_8), over dp x cp; a mixture of experts' routed
+    experts over edp where they sync apart."""
+    grad_bytes, weight_bytes = S.gbytes * params.per_gpu, gathered_weight_bytes(c, params)
     if c.fam.moe:  # the experts with the others where they do not sync apart
         apart = expert_sync_apart(c)
-        params_dp = params_dp + (1 - apart) * params.experts_per_gpu
-    grad_bytes, weight_bytes = S.gbytes * params_dp, S.wbytes * params_dp
+        params_dp = params.dense_per_gpu + (1 - apart) * params.experts_per_gpu
+        grad_bytes, weight_bytes = S.gbytes * params_dp, S.wbytes * params_dp
     z1, z3 = c.zero1, c.zero3
 
     def dp(name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: str = "step",
@@ -110,6 +113,17 @@ def sync_collectives(c: Context, params: Parameters,
     return out
 
 
+def gathered_weight_bytes(c: Context, params: Parameters) -> sp.Expr:
+    """The bytes of the weights the distributed optimizer all-gathers (ZeRO 1-2): wbytes each, or
+    for an fp8 plan with FP8 weights (fp8_params) e_8 for its FP8 weights (Megatron-LM
+    --fp8-param-gather: "perform the param all-gather in fp8"), of the first stage's (the
+    larger of the stages' counts, as params.per_gpu)."""
+    out = S.wbytes * params.per_gpu
+    if c.fam.fp8_params:
+        out -= (S.wbytes - S.e8) * FP8.fp8_weights_per_gpu(c, sp.Integer(0))
+    return out
+
+
 def fsdp_copy_passes(c: Context) -> sp.Expr:
     """FSDP2's copies of a unit: a read and a write of (1 + 1/dp) of it (the shard and the
     gathered unit), each way (dp x cp with context parallelism)."""
@@ -121,7 +135,7 @@ def sync_phase(c: Context, params: Parameters, units: tuple[tuple[sp.Expr, sp.Ex
     """The step's gradient sync: its collectives (hidden behind `backward_s`, one micro-batch's
     backward on the last stage, with overlap_grad_sync), its memory passes and FSDP's reduction
     hooks (comm/dp_framework)."""
-    grad_bytes, weight_bytes = S.gbytes * params.per_gpu, S.wbytes * params.per_gpu
+    grad_bytes, weight_bytes = S.gbytes * params.per_gpu, gathered_weight_bytes(c, params)
     z1, z3, m, copies = c.zero1, c.zero3, c.m, fsdp_copy_passes(c)
     # (the copies of the experts' sync, over their replicas, as the others')
     copy_bytes = (1 - z1) * DDP_GRADIENT_PASSES * grad_bytes \

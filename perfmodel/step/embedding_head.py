@@ -3,6 +3,7 @@ loss (on the last stage); with one stage, both. Their forward's device time and 
 
     t_embedding = 2 e T h / r / W          the lookup reads the rows and writes the output
     t_output    = GEMM(T x h @ h x V/tp) + 3 x 4 T V/tp / W     logits, cross entropy's passes
+                  (an fp8 plan's logits GEMM in bf16, or in FP8 with its casts: fp8_output_layer)
 r: the ranks an activation is split over (tp with sequence parallelism or a grid, else 1).
 """
 
@@ -33,28 +34,45 @@ def embedding_forward_s(c: Context) -> sp.Expr:
 
 
 def output_forward_s(c: Context) -> sp.Expr:
-    """The output layer's forward on one rank [s]: the logits GEMM and cross entropy."""
+    """The output layer's forward on one rank [s]: the logits GEMM (bf16; in FP8 with
+    Plan.fp8_output_layer) and cross entropy."""
     logits = K.logits_gemm(c.T, S.h, S.V, S.tp)
-    return K.gemm_time(logits, S.e, c.dev) \
-        + K.memory_time(K.cross_entropy_bytes(c.T, S.V, S.tp), c.dev)
+    if c.fam.fp8 and c.fam.fp8_output_layer:
+        gemm = K.gemm_time(logits, S.e8, c.linear, output_bytes_per_element=S.e)
+    else:
+        gemm = K.gemm_time(logits, S.e, c.dev)
+    return gemm + K.memory_time(K.cross_entropy_bytes(c.T, S.V, S.tp), c.dev)
+
+
+def output_fp8_casts(c: Context) -> tuple[sp.Expr, sp.Expr] | None:
+    """The output layer's casts to FP8 when its GEMM runs in FP8 [s]: its input q_8 T h / r
+    (forward) and the logits' gradient q_8 T V / tp (backward); None otherwise."""
+    if not (c.fam.fp8 and c.fam.fp8_output_layer):
+        return None
+    return (K.memory_time(S.q8 * c.T * S.h / c.act_ranks, c.dev),
+            K.memory_time(S.q8 * c.T * S.V / S.tp, c.dev))
 
 
 def end_phases(part: str, forward_s: sp.Expr, cost: PartCost, forward_kernels: int,
                issued: Mapping[str, tuple[Collective, ...]],
-               present: sp.Expr) -> tuple[Phase, Phase]:
+               present: sp.Expr,
+               fp8_casts: tuple[sp.Expr, sp.Expr] | None = None) -> tuple[Phase, Phase]:
     """The forward and backward of the embedding or the output layer (part), on a stage that
     holds it (present = 1) or not (0):
         device: C (2C backward) + (s - 1) C (2C): compute/<dir>/embedding_logits and framework
         host:   c_fwd (c_bwd) + kernels x t_kernel (x 2 backward) where not measured
     """
     phases = []
-    for direction, factor, fixed in (("forward", 1, cost.forward_s),
-                                     ("backward", BACKWARD_PER_FORWARD, cost.backward_s)):
+    for i, (direction, factor, fixed) in enumerate((
+            ("forward", 1, cost.forward_s), ("backward", BACKWARD_PER_FORWARD, cost.backward_s))):
         name = f"{part}/{direction}"
+        device = {f"compute/{direction}/embedding_logits": factor * forward_s,
+                  f"compute/{direction}/framework": (cost.scale - 1) * factor * forward_s}
+        if fp8_casts is not None:
+            device[f"compute/{direction}/fp8_cast"] = fp8_casts[i]
         phases.append(Phase(
             name=name, present=present,
-            device={f"compute/{direction}/embedding_logits": factor * forward_s,
-                    f"compute/{direction}/framework": (cost.scale - 1) * factor * forward_s},
+            device=device,
             host={f"compute/{direction}/framework": fixed,
                   "overhead/kernels": factor * forward_kernels * cost.kernel_s},
             comms=issued.get(name, ())))
@@ -70,4 +88,4 @@ def embedding_phases(c: Context, cost: PartCost, issued: Mapping[str, tuple[Coll
 def output_phases(c: Context, cost: PartCost, issued: Mapping[str, tuple[Collective, ...]],
                   present: sp.Expr) -> tuple[Phase, Phase]:
     return end_phases("output", output_forward_s(c), cost, OUTPUT_FORWARD_KERNELS, issued,
-                      present)
+                      present, output_fp8_casts(c))

@@ -10,6 +10,11 @@ Forward of one layer, one micro-batch [s] (perfmodel.costs.compute; Megatron-LM'
                   hardware's measured flash efficiency (perfmodel.costs.compute.flash_attention_s),
                   no s^2 bytes; where the hardware has no measured kernel, those FLOPs as GEMMs
     t_elementwise = norms, activation, dropout-adds bytes / W
+    t_fp8_cast  = fp8 plans: the casts of the FP8 GEMMs' inputs, q_8 x elements / W
+                  (perfmodel.costs.compute.fp8_cast_elements; their grad outputs in the backward)
+An fp8 plan's linear-layer GEMMs run on the FP8 device (peak F_peak^fp8, its own GEMM fit), read
+e_8-byte operands and write bf16 (perfmodel.costs.fp8); a sliding window shrinks a flash kernel's
+FLOPs to the pairs it attends (perfmodel.costs.compute.attended_share).
 Backward = 2 x forward: a GEMM's input gradient and its weight gradient each cost one forward
 (Narayanan et al. SC21, appendix on FLOPs); a flash kernel's backward 2.5 x its forward's FLOPs
 (it recomputes the scores; FlashAttention-2, Sec. 4.1) at its backward efficiency. Recompute
@@ -47,37 +52,63 @@ class LayerWork:
     attention_s: sp.Expr
     elementwise_s: sp.Expr
     attention_backward_s: sp.Expr
+    # fp8 plans: the casts to FP8 of the GEMMs' inputs (forward) and grad outputs (backward);
+    # None for other plans (no term)
+    fp8_cast_s: sp.Expr | None = None
+    fp8_cast_backward_s: sp.Expr | None = None
 
     @property
     def total_s(self) -> sp.Expr:
-        return self.gemm_s + self.attention_s + self.elementwise_s
+        return self.gemm_s + self.attention_s + self.elementwise_s + (self.fp8_cast_s or ZERO)
 
     @property
     def backward_s(self) -> sp.Expr:
         return BACKWARD_PER_FORWARD * (self.gemm_s + self.elementwise_s) \
-            + self.attention_backward_s
+            + self.attention_backward_s + (self.fp8_cast_backward_s or ZERO)
 
     def times(self, n: sp.Expr) -> LayerWork:
         """n such layers."""
         return LayerWork(n * self.gemm_s, n * self.attention_s, n * self.elementwise_s,
-                         n * self.attention_backward_s)
+                         n * self.attention_backward_s,
+                         None if self.fp8_cast_s is None else n * self.fp8_cast_s,
+                         None if self.fp8_cast_backward_s is None
+                         else n * self.fp8_cast_backward_s)
 
     def __add__(self, other: LayerWork) -> LayerWork:
+        def add(x: sp.Expr | None, y: sp.Expr | None) -> sp.Expr | None:
+            return None if x is None and y is None else (x or ZERO) + (y or ZERO)
+
         return LayerWork(self.gemm_s + other.gemm_s, self.attention_s + other.attention_s,
                          self.elementwise_s + other.elementwise_s,
-                         self.attention_backward_s + other.attention_backward_s)
+                         self.attention_backward_s + other.attention_backward_s,
+                         add(self.fp8_cast_s, other.fp8_cast_s),
+                         add(self.fp8_cast_backward_s, other.fp8_cast_backward_s))
 
     def forward_terms(self) -> dict[str, sp.Expr]:
         """The forward, by term compute/forward/<part>."""
-        return {"compute/forward/gemm": self.gemm_s,
-                "compute/forward/attention": self.attention_s,
-                "compute/forward/elementwise": self.elementwise_s}
+        out = {"compute/forward/gemm": self.gemm_s,
+               "compute/forward/attention": self.attention_s,
+               "compute/forward/elementwise": self.elementwise_s}
+        if self.fp8_cast_s is not None:
+            out["compute/forward/fp8_cast"] = self.fp8_cast_s
+        return out
 
     def backward_terms(self) -> dict[str, sp.Expr]:
         """The backward, by term compute/backward/<part>."""
-        return {"compute/backward/gemm": BACKWARD_PER_FORWARD * self.gemm_s,
-                "compute/backward/attention": self.attention_backward_s,
-                "compute/backward/elementwise": BACKWARD_PER_FORWARD * self.elementwise_s}
+        out = {"compute/backward/gemm": BACKWARD_PER_FORWARD * self.gemm_s,
+               "compute/backward/attention": self.attention_backward_s,
+               "compute/backward/elementwise": BACKWARD_PER_FORWARD * self.elementwise_s}
+        if self.fp8_cast_backward_s is not None:
+            out["compute/backward/fp8_cast"] = self.fp8_cast_backward_s
+        return out
+
+
+def linear_gemm_time(c: Context, g: K.Gemm) -> sp.Expr:
+    """One linear layer's GEMM [s]: in bf16 (the plan's dtype) on the device, or, for an fp8
+    plan, on the FP8 device with e_8-byte operands and a bf16 output (perfmodel.costs.fp8)."""
+    if c.fam.fp8:
+        return K.gemm_time(g, S.e8, c.linear, output_bytes_per_element=S.e)
+    return K.gemm_time(g, S.e, c.dev)
 
 
 def attention_core_gemms(c: Context) -> list[K.Gemm]:
@@ -112,9 +143,9 @@ _WORK: dict[tuple[Family, bool], LayerWork] = {}
 
 
 def layer_work(c: Context, *, moe: bool = False) -> LayerWork:
-    """One layer's forward: GEMMs (Megatron 1D, or a grid's blocks), attention, element-wise; an
-    MoE layer's MLP from perfmodel.step.moe. Built once per family and kind (the stages, the
-    MTP modules and the parts ask for it again)."""
+    """One layer's forward: GEMMs (Megatron 1D, or a grid's blocks), attention, element-wise,
+    and an fp8 plan's casts; an MoE layer's MLP from perfmodel.step.moe. Built once per family
+    and kind (the stages, the MTP modules and the parts ask for it again)."""
     key = (c.fam, moe)
     if key not in _WORK:
         _WORK[key] = _layer_work(c, moe)
@@ -123,12 +154,13 @@ def layer_work(c: Context, *, moe: bool = False) -> LayerWork:
 
 def _layer_work(c: Context, moe: bool) -> LayerWork:
     h, a, kv, f, s, b, tp, e = S.h, S.a, S.kv, S.f, S.s, S.b, S.tp, S.e
-    gemm_t = {g.name: K.gemm_time(g, e, c.dev) for g in layer_gemms(c, moe=moe)}
+    gemm_t = {g.name: K.gemm_time(g, e, c.dev) if g.name in K.ATTENTION_CORE
+              else linear_gemm_time(c, g) for g in layer_gemms(c, moe=moe)}
     if c.fam.tp_layout != "1d":  # the grid layouts replace the four linear layers' GEMMs
         for name, K_, M_ in LY.linear_shapes(h, a, kv, f, c.gated, c.d):
             grid = LY.grid_gemms(name, c.T, K_, M_, S.q_a, S.q_c)
-            grid_t = c.grid2 * K.gemm_time(grid["2d"], e, c.dev) \
-                + c.grid3 * K.gemm_time(grid["3d"], e, c.dev)
+            grid_t = c.grid2 * linear_gemm_time(c, grid["2d"]) \
+                + c.grid3 * linear_gemm_time(c, grid["3d"])
             gemm_t[name] = c.megatron * gemm_t[name] + grid_t
     ew = K.elementwise_bytes(c.T, b, s, h, a, f, tp, e, sequence_parallel=c.split,
                              flash=c.flash, gated=c.gated)
@@ -142,18 +174,28 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
         elementwise += 2 * e * c.T * ((S.r_q if c.fam.mla_q_lora else 0) + S.r_kv)
     gemm_s = sum((t for n, t in gemm_t.items() if n not in K.ATTENTION_CORE), ZERO)
     if moe:
-        from perfmodel.step.moe import moe_mlp_work
+        from perfmodel.step.moe import moe_fp8_cast_elements, moe_mlp_work
 
         mlp_gemm_s, mlp_elementwise = moe_mlp_work(c)
         gemm_s, elementwise = gemm_s + mlp_gemm_s, elementwise + mlp_elementwise
     else:
         elementwise += ew["activation"]
+    cast_s = cast_backward_s = None
+    if c.fam.fp8:
+        if moe:  # the attention's casts, then the routed and shared experts' (moe.py)
+            forward, backward = moe_fp8_cast_elements(c)
+        else:
+            forward, backward = K.fp8_cast_elements(c.T, h, a, kv, f, tp, c.act_ranks, c.gated,
+                                                    c.d)
+        cast_s = K.memory_time(S.q8 * forward, c.dev)
+        cast_backward_s = K.memory_time(S.q8 * backward, c.dev)
     return LayerWork(
         gemm_s=gemm_s,
         attention_s=c.flash * fused_s + (1 - c.flash) * unfused_s,
         elementwise_s=K.memory_time(elementwise, c.dev),
         attention_backward_s=c.flash * fused_backward_s
         + (1 - c.flash) * BACKWARD_PER_FORWARD * unfused_s,
+        fp8_cast_s=cast_s, fp8_cast_backward_s=cast_backward_s,
     )
 
 
@@ -169,6 +211,15 @@ def stage_work(c: Context, stage: str) -> LayerWork:
     return layer_work(c).times(n - moe) + layer_work(c, moe=True).times(moe)
 
 
+def attended_share(c: Context) -> sp.Expr:
+    """The query-key pairs a layer attends over s^2, on average over the layers: 1/2 (causal), or
+    with a sliding window in a share rho_w of the layers (1 - rho_w) / 2 + rho_w P(w) / s^2
+    (perfmodel.costs.compute.attended_share)."""
+    if c.fam.windowed:
+        return K.attended_share(S.s, S.w, S.rho_w)
+    return K.CAUSAL_FRACTION
+
+
 def flash_attention(c: Context, core_gemms_s: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) of one layer's fused causal attention on one rank [s].
 
@@ -176,21 +227,34 @@ def flash_attention(c: Context, core_gemms_s: sp.Expr) -> tuple[sp.Expr, sp.Expr
     (backward) at the hardware's flash efficiencies (perfmodel.costs.compute.flash_attention_s).
     Not measured (I_fa = 0: a calibrated CPU, a GPU without flash benchmarks): the same FLOPs at
     the GEMM efficiency of the scores and context products (core_gemms_s, all s^2 of them).
-    Context parallelism: each cp rank does 1/cp of the causal FLOPs (load-balanced chunks: cp
-    rank i holds chunks i and 2 cp - 1 - i of 2 cp; Megatron-Core, Transformer Engine). The
-    kernel's per-row cost is paid once per launch: ring attention (p2p) launches it for each of
-    its cp steps over s / cp keys, the all-gather and Ulysses forms over all s:
-        s_kernel = s / (1 + I_p2p (cp - 1)).
-    MLA: the scores d_qk and the context d_v wide, the FLOPs of a head of (d_qk + d_v) / 2."""
+    Context parallelism: each cp rank does 1/cp of the FLOPs (load-balanced chunks: cp rank i
+    holds chunks i and 2 cp - 1 - i of 2 cp; Megatron-Core, Transformer Engine). The kernel's
+    per-row cost is paid once per launch: ring attention (p2p) launches it for each of its cp
+    steps over s / cp keys, the all-gather and Ulysses forms over all s:
+        s_kernel = s_eff / (1 + I_p2p (cp - 1)).
+    MLA: the scores d_qk and the context d_v wide, the FLOPs of a head of (d_qk + d_v) / 2.
+    Sliding window (a share rho_w of the layers, window w): those layers' kernels do P(w) of the
+    s^2 pairs (perfmodel.costs.compute.windowed_pairs), and their per-row cost is that of a
+    causal kernel whose rows are as long on average: s_eff = 2 P(w) / s tokens (s for full
+    causal attention, whose rows average s / 2 keys) in the fit's (1 + s_half / s_eff)."""
+    fwd, bwd = K.FLASH_BACKWARD_PER_FORWARD, (S.E_fa_bwd, S.s_fa_bwd)
     d_core = (c.d_qk + c.d_v) / 2
-    flops = K.attention_core_flops(S.b, S.s, S.a, d_core, S.tp) / S.cp
-    s_kernel = S.s / (1 + c.cp_p2p * (S.cp - 1))
-    measured = K.flash_attention_s(flops, S.F, S.E_fa_fwd, S.s_fa_fwd, s_kernel)
-    measured_bwd = K.flash_attention_s(K.FLASH_BACKWARD_PER_FORWARD * flops, S.F, S.E_fa_bwd,
-                                       S.s_fa_bwd, s_kernel)
-    as_gemms = K.CAUSAL_FRACTION * core_gemms_s
-    return (S.I_fa * measured + (1 - S.I_fa) * as_gemms,
-            S.I_fa * measured_bwd + (1 - S.I_fa) * K.FLASH_BACKWARD_PER_FORWARD * as_gemms)
+    launches = 1 + c.cp_p2p * (S.cp - 1)
+
+    def measured(share: sp.Expr, s_eff: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+        flops = K.attention_core_flops(S.b, S.s, S.a, d_core, S.tp, share=share) / S.cp
+        return (K.flash_attention_s(flops, S.F, S.E_fa_fwd, S.s_fa_fwd, s_eff / launches),
+                K.flash_attention_s(fwd * flops, S.F, *bwd, s_eff / launches))
+
+    full, full_bwd = measured(K.CAUSAL_FRACTION, S.s)
+    as_gemms = attended_share(c) * core_gemms_s
+    if c.fam.windowed:
+        pairs = K.windowed_pairs(S.s, S.w)
+        win, win_bwd = measured(pairs / S.s**2, 2 * pairs / S.s)
+        full = (1 - S.rho_w) * full + S.rho_w * win
+        full_bwd = (1 - S.rho_w) * full_bwd + S.rho_w * win_bwd
+    return (S.I_fa * full + (1 - S.I_fa) * as_gemms,
+            S.I_fa * full_bwd + (1 - S.I_fa) * fwd * as_gemms)
 
 
 def op_recomputed_gemm_share(c: Context) -> sp.Expr:
@@ -207,8 +271,9 @@ def op_recompute_s(c: Context, work: LayerWork) -> sp.Expr:
     share of the linear FLOPs, at the layer's GEMM time per FLOP), every element-wise operation,
     and an unfused attention core (its batched products and softmax are not kept; a flash
     kernel's output is)."""
-    return op_recomputed_gemm_share(c) * work.gemm_s + work.elementwise_s \
-        + (1 - c.flash) * work.attention_s
+    share = op_recomputed_gemm_share(c)
+    return share * work.gemm_s + work.elementwise_s + (1 - c.flash) * work.attention_s \
+        + share * (work.fp8_cast_s or ZERO)
 
 
 def layer_phases(c: Context, work: LayerWork, cost: PartCost,

@@ -6,6 +6,8 @@
                      what per-op recompute does not keep of one layer, with it)
     embedding, output: the embedding's dropout mask per in-flight micro-batch; the final norm's
                      input and the fp32 logits on the last stage
+    fp8/...        = an fp8 plan's FP8 weight copies and scaling state (perfmodel.step.fp8); its
+                     activations keep FP8 copies of the GEMM inputs (perfmodel.costs.memory)
     ZeRO 3 buffer  = two gathered layers (the one computing and the next, prefetched), and the
                      root unit (embedding, final norm, output layer) gathered through the forward
                      to the loss, where memory peaks (torchtitan apply_fsdp: fully_shard(model),
@@ -41,6 +43,7 @@ from perfmodel.costs import moe as CM
 from perfmodel.costs.compute import FP32_BYTES
 from perfmodel.costs.lattice import lmax
 from perfmodel.step import data_parallel as DP
+from perfmodel.step import fp8 as FP8
 from perfmodel.step import moe as MOE
 from perfmodel.step.context import Context, active
 from perfmodel.step.parameters import Parameters
@@ -57,7 +60,8 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
     per_param = {"weights": S.wbytes, "gradients": S.gbytes, "optimizer_states": S.obytes}
     div = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.replicas(c))
     div_experts = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.expert_replicas(c))
-    act_kw: dict[str, Any] = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d)
+    act_kw: dict[str, Any] = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d,
+                                  fp8=c.fp8, fp8_saved=S.s8 if c.fam.fp8 else sp.Integer(1))
     if c.fam.mla:
         act_kw["attention"] = MLA.mla_activation_bytes(T, a, S.r_q, S.r_kv, S.d_nope, S.d_rope,
                                                        S.d_v, e, q_lora=c.fam.mla_q_lora)
@@ -91,6 +95,8 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
             mem = {name: per_param[name] * ((params.per_stage[st] - experts) / div[name]
                                             + experts / div_experts[name])
                    for name in per_param}
+        if c.fam.fp8_params:  # the linear weights are the FP8 copies (fp8/weight_copies)
+            mem["weights"] -= S.wbytes * FP8.fp8_weights_per_gpu(c, has_head) / div["weights"]
         # the first stage holds the most micro-batches; a later one, at least one
         stage_inflight = inflight if st == "first" else c.single * inflight + c.multi
         layers = act_layer * c.layers_per_stage
@@ -111,6 +117,8 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
             + has_head * (params.final_norm + (1 - c.tied * c.single) * V * h / tp)
         mem["buffers/zero3_gather"] = c.zero3 * S.wbytes * (
             ZERO3_GATHERED_LAYERS * params.layer_per_gpu + root)
+        if c.fam.fp8:  # allocated once and kept: not in the allocator's churn below
+            mem.update(FP8.memory_terms(c, has_head))
         # the tensors allocated and freed every step (the model states sit in buffers allocated
         # once: Megatron's contiguous parameter and gradient buffers, FSDP's shards)
         transient = sp.Add(*(x for k, x in mem.items() if k.startswith(("activations/",

@@ -88,11 +88,33 @@ def routed_tokens(c: Context) -> tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]:
 
 
 def _expert_s(c: Context, m: sp.Expr) -> sp.Expr:
-    """One expert's up and down GEMMs over m tokens, without the kernel floor [s]."""
-    params = {k: v for k, v in c.dev.gemm_params.items() if k != "min_time_s"}
-    return sum((gemm_time_s(g.m, g.n, g.k, g.batch, S.e, c.dev.peak_flops_per_s,
-                            c.dev.memory_bandwidth_bytes_per_s, **params)
+    """One expert's up and down GEMMs over m tokens, without the kernel floor [s]; an fp8 plan's
+    on the FP8 device with e_8-byte operands and bf16 outputs, as the other linear layers'
+    (perfmodel.step.layer.linear_gemm_time)."""
+    dev = c.linear
+    params = {k: v for k, v in dev.gemm_params.items() if k != "min_time_s"}
+    operand = S.e8 if c.fam.fp8 else S.e
+    return sum((gemm_time_s(g.m, g.n, g.k, g.batch, operand, dev.peak_flops_per_s,
+                            dev.memory_bandwidth_bytes_per_s, output_bytes_per_element=S.e,
+                            **params)
                 for g in MOE.expert_gemms(m, S.h, S.f_E, c.gated)), ZERO)
+
+
+def moe_fp8_cast_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """Elements an fp8 plan's MoE layer casts to FP8 on one rank, forward and backward
+    (perfmodel.costs.compute.fp8_cast_elements' counting): the attention's (a dense layer's with
+    no MLP, less its MLP input and grad output, h T / r each), the routed experts' inputs A_r h
+    (up) and A_r f_E (down) forward and grad outputs A_r h (down) and A_r (1 + gated) f_E (up)
+    backward, and the shared experts' as a dense MLP's; the router runs in bf16 (Megatron-Core)."""
+    T, h, tp, r = c.T, S.h, S.tp, c.act_ranks
+    _, _, _, A_r = routed_tokens(c)
+    shared = S.f_sh if c.fam.moe_shared else 0
+    forward, backward = K.fp8_cast_elements(T, h, S.a, S.kv, shared, tp, r, c.gated, c.d)
+    if not c.fam.moe_shared:
+        forward, backward = forward - T * h / r, backward - T * h / r
+    forward += A_r * (h + S.f_E)
+    backward += A_r * (h + (1 + c.gated) * S.f_E)
+    return forward, backward
 
 
 def moe_mlp_work(c: Context) -> tuple[sp.Expr, sp.Expr]:
@@ -108,7 +130,9 @@ def moe_mlp_work(c: Context) -> tuple[sp.Expr, sp.Expr]:
     gemm = K.gemm_time(MOE.router_gemm(T_r, S.h, S.E), S.e, c.dev) + experts
     elementwise = MOE.moe_elementwise_bytes(T_r, A_r, S.h, S.E, S.f_E, S.e, gated=c.gated)
     if c.fam.moe_shared:
-        gemm += sum((K.gemm_time(g, S.e, c.dev)
+        from perfmodel.step.layer import linear_gemm_time
+
+        gemm += sum((linear_gemm_time(c, g)
                      for g in MOE.shared_gemms(c.T, S.h, S.f_sh, S.tp, c.gated)), ZERO)
         elementwise += (2 + c.gated) * S.e * c.T * S.f_sh / S.tp
     return gemm, elementwise

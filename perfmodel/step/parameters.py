@@ -37,12 +37,13 @@ def _layer_params(c: Context) -> dict[str, sp.Expr]:
     """A dense layer's parameters, "sharded" over tp and "replicated" (perfmodel.costs.memory.
     layer_params; MLA's attention from perfmodel.costs.mla)."""
     h, a, f = S.h, S.a, S.f
+    sinks = int(c.fam.attention_sinks)
     lp = M.layer_params(h, a, S.kv, f, gated=c.gated, bias=c.bias, qkv_bias=c.qkv_bias,
-                        layernorm=c.layernorm, d=c.d)
+                        layernorm=c.layernorm, d=c.d, sinks=sinks)
     if not c.fam.mla:
         return lp
     standard = M.layer_params(h, a, S.kv, f, gated=c.gated, bias=c.bias, qkv_bias=0,
-                              layernorm=c.layernorm, d=c.d)
+                              layernorm=c.layernorm, d=c.d, sinks=sinks)
     attention = (a * c.d + 2 * S.kv * c.d) * h + a * c.d * h  # the standard q, k, v, o
     mla = MLA.mla_params(h, a, S.r_q, S.r_kv, S.d_nope, S.d_rope, S.d_v,
                          q_lora=c.fam.mla_q_lora, bias=0)

@@ -9,6 +9,9 @@ Eq. 3 without recompute), in two conventions:
   model_flops_per_step_full_attention: the core counted whole, as torchtitan's
       get_num_flop_per_token (6 N + 12 L heads head_dim s per token) and Megatron-LM before 2025-03
       do (torchtitan's 6 N also counts the norms' weights: 12 h per layer and token, < 0.01%).
+With a sliding window (perfmodel.costs.compute.attended_share) both the model's and a flash
+kernel's core count the query-key pairs attended (each query min(i + 1, w) keys in a windowed
+layer); the full-attention convention keeps s^2 in every layer, as torchtitan's formula does.
 Hardware FLOPs: what the kernels execute: the unfused core's full s^2 products (3 x), or a flash
 kernel's causal half (forward) and 2.5 x that (backward, which recomputes the scores); plus what
 recompute repeats (full: every layer's forward; selective: the attention core; op: its recomputed
@@ -30,7 +33,7 @@ from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
 from perfmodel.step.data_parallel import fsdp_copy_passes
 from perfmodel.step.framework import BACKWARD_PER_FORWARD
-from perfmodel.step.layer import op_recomputed_gemm_share
+from perfmodel.step.layer import attended_share, op_recomputed_gemm_share
 from perfmodel.step.parameters import Parameters
 
 ZERO, ONE = sp.Integer(0), sp.Integer(1)
@@ -73,19 +76,21 @@ def flops(c: Context) -> dict[str, sp.Expr]:
         L_moe = moe_layers_total(c)
         layers_linear = layers_linear + L_moe * (rest + routed * expert)
         layers_linear_hw = S.L * linear + L_moe * (rest + routed_hw * expert)
+    attended = attended_share(c)  # 1/2 (causal), less with a sliding window
     extra = extra_hw = ZERO
     if c.fam.mtp:  # the modules: a layer like the last, the projection, the output layer
         from perfmodel.step.mtp import mtp_flops
 
         last = linear + (rest + routed * expert if c.fam.mtp_last_moe else 0)
         last_hw = linear + (rest + routed_hw * expert if c.fam.mtp_last_moe else 0)
-        extra = mtp_flops(c, last + K.CAUSAL_FRACTION * core, logits)
-        extra_hw = mtp_flops(c, last_hw + K.CAUSAL_FRACTION * core, logits)
-    model = steps * (layers_linear + S.L * K.CAUSAL_FRACTION * core + logits + extra)
+        extra = mtp_flops(c, last + attended * core, logits)
+        extra_hw = mtp_flops(c, last_hw + attended * core, logits)
+    model = steps * (layers_linear + S.L * attended * core + logits + extra)
     full_attention = steps * (layers_linear + S.L * core + logits
-                              + extra + (S.D_mtp * K.CAUSAL_FRACTION * core if c.fam.mtp else 0))
-    # the core as it runs: a flash kernel its causal half, forward and 2.5 x backward
-    fused = K.CAUSAL_FRACTION * core
+                              + extra + (S.D_mtp * attended * core if c.fam.mtp else 0))
+    # the core as it runs: a flash kernel its causal half (the pairs it attends), forward and
+    # 2.5 x backward
+    fused = attended * core
     core_run = c.flash * fused * (1 + K.FLASH_BACKWARD_PER_FORWARD) \
         + (1 - c.flash) * (1 + BACKWARD_PER_FORWARD) * core
     core_forward = c.flash * fused + (1 - c.flash) * core

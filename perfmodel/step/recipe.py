@@ -11,6 +11,7 @@ from perfmodel.step import compose as CO
 from perfmodel.step import context_parallel as CP
 from perfmodel.step import data_parallel as DP
 from perfmodel.step import embedding_head as EH
+from perfmodel.step import fp8 as FP8
 from perfmodel.step import moe as MOE
 from perfmodel.step import mtp as MTP
 from perfmodel.step import pipeline as PP
@@ -84,7 +85,8 @@ def build(fam: Family) -> Model:
     t_mb = CO.micro_batch_time(stage_time.values())
     w_fill = PP.weight_gradient_fill(c, stage_terms)
     phases["step"] = (DP.sync_phase(c, params, units, issued, CO.backward_s(stage_terms["last"])),
-                      TP.norm_grad_phase(issued), optimizer_phase(c, params))
+                      TP.norm_grad_phase(issued), optimizer_phase(c, params),
+                      *((FP8.weight_cast_phase(c),) if fam.fp8 else ()))
     step_terms = CO.step_terms(phases["step"], c.m, CO.launch_s(collectives),
                                PP.bubble_s(c.m, t_mb, w_fill))
     # 6. what else a prediction reports
@@ -119,14 +121,15 @@ def _composition(c: Context, stage_time: dict[str, sp.Expr], step_terms: dict[st
     """The step's composition written with the functions that composed it, over the terms'
     symbols (perfmodel.step.compose), and the expression each symbol stands for."""
     stages = [CO.STAGE_SYMBOLS[st] for st in PP.STAGES]
+    symbols = {name: sym for name, sym in CO.STEP_SYMBOLS.items() if name in step_terms}
     with sp.evaluate(False):  # as written: explain prints them in this order
         composition = {
-            sp.Symbol("T_step"): CO.step_time(CO.M_SYM, CO.T_MB, CO.STEP_SYMBOLS),
+            sp.Symbol("T_step"): CO.step_time(CO.M_SYM, CO.T_MB, symbols),
             CO.T_MB: CO.micro_batch_time(stages),
             CO.STEP_SYMBOLS["pipeline/bubble"]: PP.bubble_s(CO.M_SYM, CO.T_MB, CO.W_FILL),
         }
     values = {CO.M_SYM: c.m, CO.W_FILL: w_fill,
               **{CO.STAGE_SYMBOLS[st]: t for st, t in stage_time.items()},
-              **{sym: step_terms[name] for name, sym in CO.STEP_SYMBOLS.items()
+              **{sym: step_terms[name] for name, sym in symbols.items()
                  if name != "pipeline/bubble"}}
     return {"composition": composition, "term_values": values}

@@ -4,7 +4,11 @@ Megatron 1D (Shoeybi et al. 2019, Sec. 3): per layer, forward, an all-reduce aft
 and one after the MLP (the f and g operators of their Fig. 3); with sequence parallelism each
 becomes an all-gather before and a reduce-scatter after (Korthikanti et al. 2022, Sec. 4.2.2).
 The backward issues the same collectives again (their adjoints), recompute repeats the forward's.
-All carry a full activation, e T h bytes.
+All carry a full activation, e T h bytes; an fp8 plan's forward all-gathers (and recompute's) carry
+the QKV and MLP-up inputs in FP8, e_8 T h: Transformer Engine casts the shard, then gathers it
+(TE docs, the te.Linear walkthrough: "quantize locally first, then all-gather the quantized data";
+TE 1.x's LayerNormLinear gathers the norm's FP8 output likewise). The backward's all-gathers (of
+grad outputs) and every reduce-scatter and all-reduce (GEMM outputs, bf16) stay e T h.
 2d / 2.5d / 3d grids: the collectives of each linear layer and norm (perfmodel.costs.layouts).
 Embedding (vocabulary-parallel): its output all-reduced forward; with sequence parallelism the
 sequence is then split (its backward all-gathers), and without learned positions the all-reduce
@@ -47,6 +51,7 @@ def megatron_collectives(c: Context, count: sp.Expr, prefix: str = "layers",
     ledger calls x share)."""
     sp_ = c.seq_parallel
     act_bytes = S.e * c.T * S.h
+    fp8_gather = S.e8 * c.T * S.h if c.fam.fp8 else act_bytes  # the GEMM inputs, cast first
     out = []
     # recompute repeats the forward's (full), or all but the reduce-scatters, whose outputs
     # torchtitan's per-op recompute keeps (op)
@@ -61,7 +66,9 @@ def megatron_collectives(c: Context, count: sp.Expr, prefix: str = "layers",
         for op, part in (("all_gather", sp_), ("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
             times = 1 if repeat is None else repeat[op]
             calls = c.megatron * times * part * count
-            out.append(Collective(name=f"tp/layer/{op}", op=op, axis="tp", nbytes=act_bytes,
+            forward_gather = op == "all_gather" and not in_phase.endswith("/backward")
+            nbytes = fp8_gather if forward_gather else act_bytes
+            out.append(Collective(name=f"tp/layer/{op}", op=op, axis="tp", nbytes=nbytes,
                                   calls=calls, phase=phase, in_phase=in_phase, term="comm/tp",
                                   fam=c.fam, stage=stage, ledger_share=share))
     return out

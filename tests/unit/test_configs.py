@@ -92,18 +92,44 @@ def test_megatron_defaults_ffn_and_padding(tmp_path):
     assert padded_vocab(50257, 128, 8) == 51200  # GPT-2's vocabulary at tp 8 (1024 x 50)
 
 
+def test_megatron_fp8_is_read(tmp_path):
+    """Megatron-LM's --fp8-format with --bf16 is dtype fp8 (docs/fp8.md): --fp8-recipe tensorwise
+    is TE's current scaling, the default delayed; --fp8-param-gather holds the weights in FP8.
+    Written back by --emit-config as Megatron-LM takes it."""
+    job = read_config(write(tmp_path, BASE + "--fp8-format hybrid --fp8-recipe tensorwise "
+                                             "--fp8-param-gather --use-distributed-optimizer"))
+    assert (job.plan["dtype"], job.plan["fp8_recipe"], job.plan["fp8_params"]) == \
+        ("fp8", "current", True)
+    plain = read_config(write(tmp_path, BASE + "--fp8-format e4m3", "plain.txt"))
+    assert (plain.plan["dtype"], plain.plan["fp8_recipe"]) == ("fp8", "delayed")
+    assert "fp8_params" not in plain.plan
+    with pytest.raises(PlanError, match="--fp8-recipe.*blockwise"):
+        read_config(write(tmp_path, BASE + "--fp8-format hybrid --fp8-recipe blockwise", "b.txt"))
+    with pytest.raises(PlanError, match="over bf16 mixed precision, not fp16"):
+        read_config(write(tmp_path, BASE.replace("--bf16", "--fp16") + "--fp8-format hybrid",
+                          "f.txt"))
+    from perfmodel.configs.megatron import megatron_arguments
+    from perfmodel.strategy import Plan
+
+    plan = Plan(gpus=8, dp=8, global_batch=8, zero=1, dtype="fp8", fp8_recipe="current",
+                fp8_params=True)
+    args = megatron_arguments(load_model("llama3-8b"), plan)
+    assert [["--bf16"], ["--fp8-format", "hybrid"], ["--fp8-recipe", "tensorwise"],
+            ["--fp8-param-gather"]] == [a for a in args if a[0].startswith(("--bf16", "--fp8"))]
+
+
 @pytest.mark.parametrize("extra, field", [
-    ("--fp8-format hybrid", "--fp8-format"),
+    ("--fp4-format e2m1", "--fp4-format"),
     ("--context-parallel-size 2 --cp-comm-type a2a+p2p", "--cp-comm-type"),
     ("--num-experts 8 --moe-router-topk 2 --tensor-model-parallel-size 2",
      "--expert-tensor-parallel-size \\(default: tp\\)"),
     ("--tp-comm-overlap", "--tp-comm-overlap"),
     ("--use-distributed-optimizer --overlap-grad-reduce", "--overlap-grad-reduce"),
     ("--recompute-granularity full", "--recompute-granularity"),
-    ("--recompute-granularity full --recompute-method block --recompute-num-layers 1",
+    # 4 layers a stage: block recomputes k of them whole, modelled as one layer in 4 / k
+    ("--recompute-granularity full --recompute-method block --recompute-num-layers 3",
      "--recompute-method block"),
     ("--optimizer-cpu-offload", "--optimizer-cpu-offload"),
-    ("--grad-reduce-in-bf16", "--grad-reduce-in-bf16"),
 ])
 def test_megatron_refuses_what_is_not_modelled(tmp_path, extra, field):
     with pytest.raises(PlanError, match=field):
@@ -213,9 +239,24 @@ def test_torchtitan_70b_toml_on_64_gpus():
     assert architecture(spec) == architecture(load_model("llama3-70b"))
 
 
-def test_torchtitan_per_op_checkpointing_is_refused():
-    with pytest.raises(PlanError, match="selective_ac_option op"):
-        read_config(DATA / "torchtitan_llama3_8b.toml")
+def test_torchtitan_per_op_and_layer_checkpointing(tmp_path):
+    job, spec, plan = job_plan("torchtitan_llama3_8b.toml", gpus=8)  # selective_ac_option "op"
+    assert (plan["recompute"], plan.get("recompute_every", 1)) == ("op", 1)
+    data = tomllib.loads((DATA / "torchtitan_llama3_8b.toml").read_text())
+    data["activation_checkpoint"]["selective_ac_option"] = "2"  # every 2nd block wrapped whole
+    job = read_config(write(tmp_path, json.dumps(data), name="every2.json"))
+    assert (job.plan["recompute"], job.plan["recompute_every"]) == ("full", 2)
+
+
+def test_megatron_block_recompute_and_bf16_gradients(tmp_path):
+    job = read_config(write(tmp_path, BASE + "--recompute-granularity full --recompute-method "
+                                             "block --recompute-num-layers 2 "
+                                             "--grad-reduce-in-bf16"))
+    # 4 layers a stage, 2 of them recomputed whole: one layer in 2
+    assert (job.plan["recompute"], job.plan["recompute_every"]) == ("full", 2)
+    assert job.plan["grad_dtype"] == "bf16"
+    with pytest.raises(PlanError, match="--grad-reduce-in-bf16.*needs --bf16"):
+        read_config(write(tmp_path, BASE.replace("--bf16 ", "") + "--grad-reduce-in-bf16"))
 
 
 def test_torchtitan_json_dump_with_interleaved_pipeline():
@@ -382,6 +423,11 @@ def test_cli_bad_configs(run_cli, args, code, text):
                     "full"], ["job.toml", "--gpus", "16"]),
     ("deepspeed", ["--flash-attention", "--recompute", "full"],
      ["ds_config.json", "--model", "llama3-8b", "--recompute", "full"]),
+    # the policies written as each framework spells them: Megatron's block method, torchtitan's
+    # per-op save list and selective layer AC
+    ("megatron", ["--recompute", "full", "--recompute-every", "2"], ["launch.sh"]),
+    ("torchtitan", ["--recompute", "op"], ["job.toml", "--gpus", "16"]),
+    ("torchtitan", ["--recompute", "full", "--recompute-every", "2"], ["job.toml", "--gpus", "16"]),
 ])
 def test_round_trip_emit_then_read_back(run_cli, tmp_path, fmt, pins, read):
     """recommend --emit-config, read back with predict --from-config: the same step (1e-9)."""

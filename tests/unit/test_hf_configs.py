@@ -165,17 +165,24 @@ def test_mixture_of_experts_is_read_and_predicted_as_one_never_the_nearest_dense
         model_from_hf_config({**cfg, "model_type": "qwen3_moe"}, "m", seq_len=2048)
 
 
-def test_sliding_window_is_read_and_refused_by_predict_when_shorter_than_the_sequence():
-    """Mistral 7B v0.1 attends over a 4096-token window: at 4096 tokens that is full attention
-    (predicted), longer the window is recorded and predict refuses."""
+def test_sliding_window_is_read_and_costed_when_shorter_than_the_sequence():
+    """Mistral 7B v0.1 attends over a 4096-token window: at 4096 tokens that is full attention;
+    at 8192 every query attends min(i + 1, 4096) keys, 3/4 of the causal s^2 / 2 pairs
+    (perfmodel.costs.compute.windowed_pairs), and the prediction counts them."""
     short = _model("mistral-7b-v0.1", 4096)
-    assert short.sliding_window == 4096 and short.uncosted() == []
+    assert short.sliding_window == 4096 and short.windowed_share == 0 and short.uncosted() == []
     assert predict(short, "dgx-h100", Plan(gpus=8, tp=8, global_batch=8)).step_time_s > 0
     long = _model("mistral-7b-v0.1", 8192)
     assert (long.sliding_window, long.full_attention_every) == (4096, 0)
-    with pytest.raises(SpecError, match=r"sliding-window attention in 32 of 32 layers \(window "
-                                        r"4096 < seq_len 8192\)"):
-        predict(long, "dgx-h100", Plan(gpus=8, tp=8, global_batch=8))
+    assert long.windowed_share == 1 and long.uncosted() == []
+    plan = Plan(gpus=8, tp=8, global_batch=8, flash_attention=True)
+    windowed = predict(long, "dgx-h100", plan)
+    full = predict(long.replace(sliding_window=None), "dgx-h100", plan)
+    # by hand: 4096 x 8192 - 4096 x 4095 / 2 = 25,167,872 pairs against 8192^2 / 2 = 33,554,432,
+    # 4 a d FLOPs each (a = 32 heads of d = 128), x 3 (forward, backward), 32 layers, 8 sequences
+    saved = 3 * 8 * 32 * 4 * 32 * 128 * (33_554_432 - 25_167_872)
+    assert full.model_flops_per_step - windowed.model_flops_per_step == pytest.approx(saved)
+    assert windowed.step_time_s < full.step_time_s
     # qwen2's window only counts with use_sliding_window, and then from max_window_layers on
     cfg = json.loads((HF / "qwen2.5-7b" / "config.json").read_text())
     from perfmodel.specs.model import model_from_hf_config

@@ -1,0 +1,223 @@
+"""FP8 training (perfmodel.costs.fp8, docs/fp8.md): the linear layers' GEMMs at the FP8 rate, the
+casts, the FP8 copies and scaling state in memory, the communication dtype, the MFU convention;
+each number against a hand computation from the preset's fields and the cited sources."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfmodel import Plan, load_hardware, load_model, predict
+from perfmodel.costs import fp8 as F
+from perfmodel.errors import PlanError
+from perfmodel.predict import comm_ledger
+
+H100 = load_hardware("dgx-h100")
+W_H100 = 3.35e12 * 0.88  # dgx-h100: datasheet bandwidth x the copy kernels' efficiency
+# llama3-8b (Meta's Llama 3 card): 32 layers, hidden 4096, 32 heads of 128, 8 kv heads, SwiGLU 14336
+L, H, A, KV, FF, D = 32, 4096, 32, 8, 14336, 128
+PLAN = dict(gpus=8, dp=4, tp=2, sequence_parallel=True, micro_batch=1, global_batch=16,
+            flash_attention=True)
+
+
+def _pair(**extra):
+    model = load_model("llama3-8b")
+    fp8 = predict(model, "dgx-h100", Plan(**PLAN, dtype="fp8", **extra))
+    bf16 = predict(model, "dgx-h100", Plan(**PLAN, dtype="bf16"))
+    return fp8, bf16
+
+
+def test_recipe_bytes_by_hand():
+    # TE docs: delayed scaling reads a tensor once to cast it, current scaling twice (amax, then
+    # cast); Hopper writes a rowwise and a transposed copy, Blackwell one per-tensor copy; MXFP8
+    # two copies, each with one E8M0 byte per 32 values
+    assert F.quantize_bytes("delayed", True, 2) == 2 + 1 + 1
+    assert F.quantize_bytes("current", True, 2) == 2 * 2 + 1 + 1
+    assert F.quantize_bytes("delayed", False, 2) == 2 + 1
+    assert F.quantize_bytes("mxfp8", False, 2) == 2 + 2 * (1 + 1 / 32)
+    hopper, blackwell = F.fp8_bytes("delayed", True, 2), F.fp8_bytes("delayed", False, 2)
+    assert (hopper.weight_copy, hopper.saved, hopper.operand) == (2, 1, 1)
+    assert (blackwell.weight_copy, blackwell.saved) == (1, 1)
+    assert F.fp8_bytes("mxfp8", False, 2).weight_copy == 2 * 33 / 32
+    # DelayedScaling(amax_history_len=1024): 5 tensors x (1024 + 2) fp32 per GEMM
+    assert F.scaling_state_bytes("delayed") == 5 * 4 * 1026
+    with pytest.raises(ValueError, match="fp8 recipe must be one of"):
+        F.usage_bytes("mxfp4", True)
+
+
+def _gemm_s(m, n, k, g, peak, bpe, out_bpe):
+    """One GEMM by the roofline of perfmodel.costs.gemm_efficiency, written out by hand."""
+    eff = g.max_fraction * m / (m + g.m_half_dim) * n / (n + g.n_half_dim) \
+        * k / (k + g.k_half_dim) * 1 / (1 + g.batch_half)
+    compute = 2 * m * n * k / (peak * eff)
+    memory = (bpe * (m * k + k * n) + out_bpe * m * n) / W_H100
+    return g.min_time_s + max(compute, memory)
+
+
+def test_fp8_gemm_time_by_hand():
+    """The forward GEMM term of an fp8 plan: the four linear GEMMs at the H100's FP8 peak
+    (1978.9 TFLOP/s, datasheet) and FP8 fit (max_fraction 0.709: MAMF H100 SXM fp8 1402.6 / 1978.9,
+    shared/data/gemm dataset 7), 1-byte operands and bf16 outputs; tp 2 (column / row parallel)."""
+    fp8, _ = _pair()
+    g = H100.gemm("fp8")
+    T, tp = 8192, 2
+    qkv = (A * D + 2 * KV * D) // tp
+    shapes = [(T, qkv, H), (T, H, A * D // tp), (T, 2 * FF // tp, H), (T, H, FF // tp)]
+    per_layer = sum(_gemm_s(m, n, k, g, 1978.9e12, 1, 2) for m, n, k in shapes)
+    m = 16 // 4  # micro-batches
+    assert fp8.breakdown_s["compute/forward/gemm"] == pytest.approx(L * per_layer * m, rel=1e-9)
+    assert fp8.breakdown_s["compute/backward/gemm"] == pytest.approx(2 * L * per_layer * m,
+                                                                     rel=1e-9)
+
+
+def test_what_stays_bf16_is_bf16s():
+    """Attention, element-wise kernels, embedding and output layer, and the data-parallel
+    gradient sync are the bf16 plan's; the GEMMs are faster; casts appear only in fp8."""
+    fp8, bf16 = _pair()
+    for term in ("compute/forward/attention", "compute/backward/attention",
+                 "compute/forward/elementwise", "compute/forward/embedding_logits",
+                 "compute/backward/embedding_logits", "comm/dp"):
+        assert fp8.breakdown_s[term] == pytest.approx(bf16.breakdown_s[term], rel=1e-12), term
+    assert fp8.breakdown_s["compute/forward/gemm"] < 0.7 * bf16.breakdown_s["compute/forward/gemm"]
+    assert "compute/forward/fp8_cast" not in bf16.breakdown_s
+    assert fp8.parameters == bf16.parameters and fp8.model_flops_per_step == \
+        bf16.model_flops_per_step
+
+
+def test_cast_terms_by_hand():
+    """Delayed scaling on Hopper: 4 bytes per element cast (read bf16, write the FP8 copy and its
+    transpose). Per layer and micro-batch (tp 2 with sequence parallelism: r = 2): forward the QKV
+    and MLP-up inputs T h / 2 each, the attention-output input T a d / 2 and the MLP-down input
+    T f / 2; backward the grad outputs T h / 2 (x 2), T (a d + 2 kv d) / 2 and T 2 f / 2. The
+    weights once per step: every layer's linear weights on the rank (the pipeline fill)."""
+    fp8, _ = _pair()
+    T, tp, m = 8192, 2, 4
+    forward = 2 * T * H / 2 + T * (A * D + FF) / tp
+    backward = 2 * T * H / 2 + T * (A * D + 2 * KV * D + 2 * FF) / tp
+    assert fp8.breakdown_s["compute/forward/fp8_cast"] == pytest.approx(
+        L * m * 4 * forward / W_H100, rel=1e-12)
+    assert fp8.breakdown_s["compute/backward/fp8_cast"] == pytest.approx(
+        L * m * 4 * backward / W_H100, rel=1e-12)
+    linear = (A * D + 2 * KV * D) * H + A * D * H + 2 * FF * H + FF * H  # one layer's matrices
+    assert fp8.breakdown_s["compute/fp8_weight_cast"] == pytest.approx(
+        4 * L * linear / tp / W_H100, rel=1e-12)
+    current, _ = _pair(fp8_recipe="current")  # an amax pass first: 6 bytes instead of 4
+    assert current.breakdown_s["compute/forward/fp8_cast"] == pytest.approx(
+        1.5 * fp8.breakdown_s["compute/forward/fp8_cast"], rel=1e-12)
+
+
+def test_memory_terms_by_hand():
+    """TE caches each linear weight in FP8 with its transpose on Hopper (2 bytes per parameter),
+    keeps 5 x (1024 + 2) fp32 of delayed-scaling state per GEMM, and saves the GEMM inputs for the
+    weight gradients as 1-byte FP8 copies instead of bf16: the QKV and MLP-up inputs (norm
+    outputs, T h / r each), the MLP-down input (T f / tp); the attention output stays bf16 for the
+    flash backward and gains its FP8 copy (T a d / tp)."""
+    fp8, bf16 = _pair()
+    linear = (A * D + 2 * KV * D) * H + A * D * H + 2 * FF * H + FF * H
+    mem = fp8.memory_breakdown_bytes
+    assert mem["fp8/weight_copies"] == pytest.approx(2 * L * linear / 2, rel=1e-12)
+    assert mem["fp8/scaling_state"] == pytest.approx(4 * L * 5 * 4 * 1026, rel=1e-12)
+    T, tp, inflight = 8192, 2, 1  # 1f1b, one stage: one micro-batch in flight
+    per_layer = 2 * (1 - 2) * T * H / 2 + (1 * T * A * D + (1 - 2) * T * FF) / tp
+    assert mem["activations/layers"] - bf16.memory_breakdown_bytes["activations/layers"] == \
+        pytest.approx(L * inflight * per_layer, rel=1e-9)
+
+
+def test_the_sequence_parallel_forward_gathers_carry_fp8():
+    """TE casts the QKV and MLP-up inputs on the rank's shard, then all-gathers the FP8 copy
+    (TE docs, te.Linear walkthrough): half the bytes of bf16's; the backward's collectives and
+    every reduce-scatter stay bf16."""
+    model = load_model("llama3-8b")
+    fp8 = comm_ledger(model, Plan(**PLAN, dtype="fp8"), "dgx-h100")
+    bf16 = comm_ledger(model, Plan(**PLAN, dtype="bf16"), "dgx-h100")
+    gathers = [(r["phase"], r["nbytes"]) for r in fp8 if r["name"] == "tp/layer/all_gather"]
+    full = 2 * 8192 * H
+    assert gathers == [("fwd", full / 2), ("bwd", full)]
+    assert [r["nbytes"] for r in fp8 if r["name"] != "tp/layer/all_gather"] == \
+        [r["nbytes"] for r in bf16 if r["name"] != "tp/layer/all_gather"]
+
+
+def test_mfu_is_against_the_bf16_peak():
+    """torchtitan's MFU (tools/utils.py get_peak_flops: the BF16 peak) for float8 runs too;
+    mfu_fp8_peak against the FP8 peak (H100 SXM datasheet: 989.4 and 1978.9 TFLOP/s dense)."""
+    fp8, _ = _pair()
+    flops_per_gpu_s = fp8.model_flops_per_step / fp8.step_time_s / 8
+    assert fp8.mfu == pytest.approx(flops_per_gpu_s / 989.4e12, rel=1e-12)
+    assert fp8.mfu_fp8_peak == pytest.approx(flops_per_gpu_s / 1978.9e12, rel=1e-12)
+    assert "mfu_fp8_peak" in fp8.to_dict() and "mfu_fp8_peak" not in _pair()[1].to_dict()
+
+
+def test_the_recipe_is_the_hardwares_default_and_refused_where_not_run():
+    model = load_model("llama3-8b")
+    plan = Plan(gpus=8, dp=8, global_batch=8, dtype="fp8")
+    assert predict(model, "dgx-h100", plan).plan.fp8_recipe.value == "delayed"
+    b200 = predict(model, "dgx-b200", plan)
+    assert b200.plan.fp8_recipe.value == "mxfp8"  # TE's get_default_fp8_recipe on Blackwell
+    # Blackwell: no transposed copy; MXFP8's two copies with their scales
+    assert b200.memory_breakdown_bytes["fp8/weight_copies"] == pytest.approx(
+        2 * 33 / 32 * 32 * ((A * D + 2 * KV * D) * H + A * D * H + 3 * FF * H), rel=1e-12)
+    with pytest.raises(PlanError, match="fp8_recipe mxfp8: hardware 'dgx-h100' runs"):
+        predict(model, "dgx-h100", plan.replace(fp8_recipe="mxfp8"))
+    with pytest.raises(PlanError, match="has no peak_flops_per_s.fp8"):
+        predict(model, "dgx-a100-80gb", plan)
+
+
+def test_fp8_output_layer_moves_the_logits_gemm():
+    fp8, _ = _pair()
+    out, _ = _pair(fp8_output_layer=True)
+    assert out.breakdown_s["compute/forward/embedding_logits"] < \
+        fp8.breakdown_s["compute/forward/embedding_logits"]
+    assert out.memory_breakdown_bytes["fp8/weight_copies"] - \
+        fp8.memory_breakdown_bytes["fp8/weight_copies"] == pytest.approx(2 * 128256 * H / 2)
+
+
+def test_a_plan_dict_leaves_fp8_fields_out_unless_fp8():
+    assert "fp8_recipe" not in Plan(gpus=1).to_dict()
+    assert Plan(gpus=1, dtype="fp8").to_dict()["fp8_recipe"] is None
+    with pytest.raises(PlanError, match="fp8_recipe applies to dtype fp8"):
+        Plan(gpus=1, fp8_recipe="delayed")
+
+
+def test_cli_predict_and_recommend_fp8(run_cli):
+    out = json.loads(run_cli("predict", "--model", "llama3-8b", "--hardware", "dgx-h100",
+                             "--gpus", "8", "--dp", "8", "--dtype", "fp8", "--json").stdout)
+    assert out["plan"]["dtype"] == "fp8" and out["plan"]["fp8_recipe"] == "delayed"
+    assert out["mfu_fp8_peak"] == pytest.approx(out["mfu"] * 989.4 / 1978.9, rel=1e-9)
+    assert "compute/forward/fp8_cast" in out["breakdown_s"]
+    rec = json.loads(run_cli("recommend", "--model", "llama3-8b", "--hardware", "dgx-h100",
+                             "--gpus", "64", "--global-batch", "512", "--dtype", "fp8",
+                             "--top", "1", "--json").stdout)
+    why = rec["explanation"]["fp8"]
+    assert why["recipe"] == "delayed" and why["best_bf16_plan"]
+    assert why["wins"] == (why["speedup_over_best_bf16"] > 1)
+    assert why["says"].startswith("FP8 is what makes the best plan win" if why["wins"]
+                                  else "FP8 does not win here")
+    text = run_cli("explain", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8",
+                   "--dp", "8", "--dtype", "fp8").stdout
+    assert "compute/forward/fp8_cast" in text and "T_fp8_wc" in text and "F_peak^fp8" in text
+
+
+def test_fp8_params_hold_the_linear_weights_in_fp8():
+    """fp8_params (TE fp8_model_init; Megatron-LM --fp8-param-gather, NeMo fp8_params): no bf16
+    copy of the linear weights (2 bytes each fewer in `weights`), their FP8 data and transpose
+    (Hopper: 2 bytes) are the weights; the distributed optimizer (ZeRO 1) all-gathers them at
+    1 byte; a step transposes them (read 1, write 1) instead of casting (4)."""
+    model = load_model("llama3-8b")
+    plan = Plan(**{**PLAN, "zero": 1}, dtype="fp8")
+    copies = predict(model, "dgx-h100", plan)
+    params = predict(model, "dgx-h100", plan.replace(fp8_params=True))
+    linear = L * ((A * D + 2 * KV * D) * H + A * D * H + 2 * FF * H + FF * H) / 2  # tp 2
+    assert copies.memory_breakdown_bytes["weights"] - params.memory_breakdown_bytes["weights"] \
+        == pytest.approx(2 * linear, rel=1e-12)
+    assert params.memory_breakdown_bytes["fp8/weight_copies"] == pytest.approx(2 * linear)
+    assert params.breakdown_s["compute/fp8_weight_cast"] == pytest.approx(
+        copies.breakdown_s["compute/fp8_weight_cast"] * 2 / 4, rel=1e-12)
+    gather = {r["name"]: r["nbytes"] for r in comm_ledger(model, plan, "dgx-h100")}
+    gather8 = {r["name"]: r["nbytes"] for r in comm_ledger(model, plan.replace(fp8_params=True),
+                                                           "dgx-h100")}
+    assert gather["dp/all_gather"] - gather8["dp/all_gather"] == pytest.approx((2 - 1) * linear)
+    with pytest.raises(PlanError, match="not with zero 3"):
+        plan.replace(fp8_params=True, zero=3)
+    with pytest.raises(PlanError, match="not mxfp8"):
+        predict(model, "dgx-b200", plan.replace(fp8_params=True))  # B200's default: mxfp8
