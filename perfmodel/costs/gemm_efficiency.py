@@ -51,8 +51,11 @@ from perfmodel.costs.lattice import lmax
 
 
 def _zero(x: sp.Expr) -> bool:
-    """x is the number 0 (0 or 0.0: sympy's Float(0.0) != Integer(0)); a symbol is not."""
-    return sp.sympify(x).is_zero is True
+    """x is the number 0 (0 or 0.0: sympy's Float(0.0) != Integer(0)); a symbol is not (asked
+    of the number only: sympy's assumption queries on the GEMM parameters' symbols cost a third of
+    a mixture of experts' build)."""
+    x = sp.sympify(x)
+    return bool(x.is_Number and x.is_zero)
 
 
 def harmonic_dim(m: sp.Expr, n: sp.Expr, k: sp.Expr) -> sp.Expr:
