@@ -663,10 +663,6 @@ RULES: tuple[Rule, ...] = (
           lambda c, m: "recompute op (torchtitan's per-op selective recompute) is modelled for "
                        "dense layers with standard attention: use none, selective or full",
           model=True),
-    _rule("tp", lambda c, m: (m.kv_lora_rank is None) | (c.tp == 1),
-          lambda c, m: f"multi-head latent attention (MLA) with tp > 1 ({c.tp}) is not modelled "
-                       "(Megatron-Core gathers the compressed latents over tp): use tp 1",
-          model=True),
 )
 
 

@@ -9,6 +9,14 @@ are compressed together to r_kv, beside one rotary key of d_rope shared by the h
 The attention core then has a heads of d_qk = d_nope + d_rope (scores) and d_v (context). In
 training the key/value cache plays no part: the latents are expanded for every token. Megatron-Core
 (MLASelfAttention) and the DeepSeek reference code build it so.
+
+Tensor parallelism (Megatron-Core's MLASelfAttention): the down projections and the latents' norms
+are whole on every tp rank ("duplicated"), the up projections column-parallel and the output
+row-parallel, split by heads. With sequence parallelism the down projections run on the rank's
+s / tp tokens and the latents (q: r_q, kv: r_kv, the rotary key: d_rope) are all-gathered over tp
+before the up projections, their gradients reduce-scattered back; without it every rank computes
+the down projections over all tokens and the latents' gradients are all-reduced (the up
+projections' input gradients). The output is reduced as any attention's.
 """
 
 from __future__ import annotations
@@ -19,13 +27,16 @@ from perfmodel.costs.compute import Flag, Gemm, as_flag
 
 
 def mla_gemms(T: sp.Expr, h: sp.Expr, a: sp.Expr, r_q: sp.Expr, r_kv: sp.Expr, d_nope: sp.Expr,
-              d_rope: sp.Expr, d_v: sp.Expr, tp: sp.Expr, *, q_lora: bool) -> list[Gemm]:
+              d_rope: sp.Expr, d_v: sp.Expr, tp: sp.Expr, *, q_lora: bool,
+              T_down: sp.Expr | None = None) -> list[Gemm]:
     """The projections' forward GEMMs over T tokens; the up projections and the output split
-    by heads over tp, the down projections whole."""
+    by heads over tp, the down projections whole, over T_down tokens (the rank's s / tp of them
+    with sequence parallelism; default T)."""
     d_qk = d_nope + d_rope
-    q = [Gemm("q_down", T, r_q, h), Gemm("q_up", T, a * d_qk / tp, r_q)] if q_lora \
+    T_down = T if T_down is None else T_down
+    q = [Gemm("q_down", T_down, r_q, h), Gemm("q_up", T, a * d_qk / tp, r_q)] if q_lora \
         else [Gemm("q", T, a * d_qk / tp, h)]
-    return [*q, Gemm("kv_down", T, r_kv + d_rope, h),
+    return [*q, Gemm("kv_down", T_down, r_kv + d_rope, h),
             Gemm("kv_up", T, a * (d_nope + d_v) / tp, r_kv),
             Gemm("attention_output", T, h, a * d_v / tp)]
 
@@ -43,6 +54,14 @@ def mla_params(h: sp.Expr, a: sp.Expr, r_q: sp.Expr, r_kv: sp.Expr, d_nope: sp.E
     replicated = (h * r_q + r_q if q_lora else 0) + h * (r_kv + d_rope) + r_kv \
         + as_flag(bias) * h
     return {"sharded": sharded, "replicated": replicated}
+
+
+def latent_widths(r_q: sp.Expr, r_kv: sp.Expr, d_rope: sp.Expr, h: sp.Expr, *,
+                  q_lora: bool) -> list[sp.Expr]:
+    """The widths of what crosses the tp ranks between the down and the up projections: the
+    query latent (r_q; the hidden state itself, h, when the queries are not compressed), the
+    key/value latent (r_kv) and the shared rotary key (d_rope)."""
+    return [r_q if q_lora else h, r_kv, d_rope]
 
 
 def mla_activation_bytes(T: sp.Expr, a: sp.Expr, r_q: sp.Expr, r_kv: sp.Expr, d_nope: sp.Expr,

@@ -133,7 +133,8 @@ def layer_gemms(c: Context, *, moe: bool = False) -> list[K.Gemm]:
         del gemms["qkv"]
         gemms.update({g.name: g for g in MLA.mla_gemms(c.T, h, a, S.r_q, S.r_kv, S.d_nope,
                                                        S.d_rope, S.d_v, tp,
-                                                       q_lora=c.fam.mla_q_lora)})
+                                                       q_lora=c.fam.mla_q_lora,
+                                                       T_down=c.T / c.act_ranks)})
     if moe:
         del gemms["mlp_up"], gemms["mlp_down"]
     return list(gemms.values())

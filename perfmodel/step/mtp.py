@@ -55,9 +55,14 @@ def mtp_collectives(c: Context) -> list[Collective]:
     from perfmodel.step.moe import ep_collectives
 
     d = S.D_mtp
-    per_layer = 1 if c.fam.mtp_last_moe and not c.fam.moe_shared else TP.COLLECTIVES_PER_LAYER
-    out = TP.megatron_collectives(c, per_layer * d, prefix=PREFIX, stage="last",
-                                  recomputed=False)
+    mlp = 0 if c.fam.mtp_last_moe and not c.fam.moe_shared else 1  # an MLP's tp collectives
+    if c.fam.mla:
+        out = TP.mla_collectives(c, d, prefix=PREFIX, stage="last", recomputed=False)
+        out += TP.megatron_collectives(c, mlp * d, prefix=PREFIX, stage="last",
+                                       recomputed=False)
+    else:
+        out = TP.megatron_collectives(c, (1 + mlp) * d, prefix=PREFIX, stage="last",
+                                      recomputed=False)
     out += CP.cp_collectives(c, d, prefix=f"{PREFIX}/cp", stage="last", recomputed=False)
     if c.fam.mtp_last_moe:
         out += ep_collectives(c, {"last": d}, prefix=PREFIX, recomputed=False)

@@ -26,6 +26,7 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import layouts as LY
+from perfmodel.costs import mla as MLA
 from perfmodel.costs.compute import FP32_BYTES
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
@@ -74,12 +75,56 @@ def megatron_collectives(c: Context, count: sp.Expr, prefix: str = "layers",
     return out
 
 
+def mla_collectives(c: Context, count: sp.Expr, prefix: str = "layers", stage: str = "every",
+                    recomputed: bool = True) -> list[Collective]:
+    """Multi-head latent attention's tensor-parallel collectives of `count` layers per micro-batch
+    (perfmodel.costs.mla): with sequence parallelism, forward an all-gather of each latent (e T
+    w, w = r_q (or h), r_kv, d_rope) and a reduce-scatter of the output (e T h), backward their
+    adjoints (reduce-scatters of the latents' gradients, an all-gather of the output's);
+    without it, an all-reduce of the output forward and of each latent's gradient backward.
+    Full recompute repeats the forward's."""
+    sp_, e, T = c.seq_parallel, S.e, c.T
+    latents = MLA.latent_widths(S.r_q, S.r_kv, S.d_rope, S.h, q_lora=c.fam.mla_q_lora)
+    where = prefix if stage == "every" else f"{prefix}@{stage}"
+    out: list[Collective] = []
+
+    def add(op: str, width: sp.Expr, calls: sp.Expr, phase: str, pass_: str) -> None:
+        out.append(Collective(name=f"tp/mla/{op}", op=op, axis="tp", nbytes=e * T * width,
+                              calls=c.megatron * calls * count, phase=phase,
+                              in_phase=f"{where}/{pass_}", term="comm/tp", fam=c.fam,
+                              stage=stage))
+
+    repeats = [("forward", "fwd", sp.Integer(1))]
+    if recomputed:
+        repeats.append(("recompute", "bwd", c.full))
+    for pass_, phase, times in repeats:
+        for w in latents:
+            add("all_gather", w, times * sp_, phase, pass_)
+        add("reduce_scatter", S.h, times * sp_, phase, pass_)
+        add("all_reduce", S.h, times * (1 - sp_), phase, pass_)
+    for w in latents:
+        add("reduce_scatter", w, sp_, "bwd", "backward")
+        add("all_reduce", w, 1 - sp_, "bwd", "backward")
+    add("all_gather", S.h, sp_, "bwd", "backward")
+    return out
+
+
 def layer_collectives(c: Context) -> list[Collective]:
     """The collectives of the stage's L/pp layers per micro-batch: Megatron 1D, then the grids'.
     A mixture of experts whose MoE layers have no shared experts issues none for their MLP (the
     experts are whole on each rank, which routes its own tokens): the attention's of every
     layer, the MLP's of each stage's dense layers."""
     n = c.layers_per_stage
+    if c.fam.mla:  # the attention's own (mla_collectives), the MLPs' as a dense layer's
+        out = mla_collectives(c, n)
+        if not c.fam.moe or c.fam.moe_shared:
+            return out + megatron_collectives(c, n)
+        from perfmodel.step.moe import moe_layers
+
+        moe = moe_layers(c)
+        for st, share in (("first", sp.Integer(1)), ("last", c.multi)):
+            out += megatron_collectives(c, n - moe[st], stage=st, share=share)
+        return out
     if c.fam.moe and not c.fam.moe_shared:
         from perfmodel.step.moe import moe_layers
 
@@ -157,6 +202,11 @@ def norm_grad_collectives(c: Context) -> list[Collective]:
         from perfmodel.step.moe import moe_layers
 
         vectors += moe_layers(c)["first"] * router_params(S.h, S.E, bias=c.bias)
+    if c.fam.mla:  # the down projections and the latents' norms, whole on every tp rank, each
+        # over its own tokens with sequence parallelism
+        down = MLA.mla_params(S.h, S.a, S.r_q, S.r_kv, S.d_nope, S.d_rope, S.d_v,
+                              q_lora=c.fam.mla_q_lora, bias=0)["replicated"]
+        vectors += c.layers_per_stage * down
     return [Collective(name="tp/norm_grads/all_reduce", op="all_reduce", axis="tp",
                        nbytes=S.wbytes * vectors, calls=c.seq_parallel, phase="step",
                        in_phase="tensor_parallel/norm_grads", term="comm/tp_grads", fam=c.fam)]
