@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from perfmodel import symbols as S
+from perfmodel.costs.lattice import lmax
 from perfmodel.step.collective import Collective
 
 ZERO, ONE = sp.Integer(0), sp.Integer(1)
@@ -47,7 +48,7 @@ STAGE_TERMS = (
     "compute/backward/gemm", "compute/backward/attention", "compute/backward/elementwise",
     "compute/backward/embedding_logits",
     "compute/forward/framework", "compute/backward/framework", "compute/recompute",
-    "comm/tp", "overhead/kernels", "pipeline/p2p", "overhead/collectives",
+    "comm/tp", "comm/cp", "comm/ep", "overhead/kernels", "pipeline/p2p", "overhead/collectives",
 )
 STEP_TERMS = ("pipeline/bubble", "comm/dp", "comm/dp_framework", "comm/tp_grads", "optimizer/step")
 # Terms only some families have (an fp8 plan's casts, perfmodel.step.fp8): a breakdown shows them
@@ -100,7 +101,7 @@ def exposed(comm_s: sp.Expr, overlap: Overlap | None) -> sp.Expr:
     """The part of a phase's communication time that is not hidden [s]."""
     if overlap is None:
         return comm_s
-    hidden_rest = sp.Max(0, comm_s - overlap.window_s, evaluate=False)
+    hidden_rest = lmax(0, comm_s - overlap.window_s)
     return overlap.enabled * hidden_rest + (1 - overlap.enabled) * comm_s
 
 
@@ -170,7 +171,7 @@ def step_terms(phases: Sequence[Phase], m: sp.Expr, launches_s: sp.Expr,
 
 def micro_batch_time(stage_times: Iterable[sp.Expr]) -> sp.Expr:
     """t_mb = max over the stages of one micro-batch's time [s]: the slowest sets the pace."""
-    return sp.Max(*stage_times, evaluate=False)
+    return lmax(*stage_times)
 
 
 def step_time(m: sp.Expr, t_mb: sp.Expr, terms: Mapping[str, sp.Expr]) -> sp.Expr:

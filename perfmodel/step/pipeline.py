@@ -22,6 +22,7 @@ from collections.abc import Mapping
 import sympy as sp
 
 from perfmodel import symbols as S
+from perfmodel.costs.lattice import lmax, lmin
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
@@ -63,11 +64,11 @@ def weight_gradient_fill(c: Context, stage_terms: Mapping[str, Mapping[str, sp.E
     backward GEMMs (a backward is two forwards: input and weight gradients)."""
     w = [(terms["compute/backward/gemm"] + terms["compute/backward/embedding_logits"])
          / BACKWARD_PER_FORWARD for terms in stage_terms.values()]
-    return c.zero_bubble * (2 + c.zbv) * sp.Min(*w, evaluate=False)
+    return c.zero_bubble * (2 + c.zbv) * lmin(*w)
 
 
 def bubble_s(m: sp.Expr, t_mb: sp.Expr, w_fill: sp.Expr) -> sp.Expr:
     """T_bubble [s] (see the module doc); m, t_mb and W_fill as expressions or as symbols."""
     bubble = (S.pp - 1) / S.v
-    kept = sp.Min(bubble, sp.Max(0, (m + bubble) / S.rho - m, evaluate=False), evaluate=False)
-    return kept * sp.Max(0, t_mb - w_fill, evaluate=False)
+    kept = lmin(bubble, lmax(0, (m + bubble) / S.rho - m))
+    return kept * lmax(0, t_mb - w_fill)

@@ -8,16 +8,19 @@ import sympy as sp
 
 from perfmodel.family import Family
 from perfmodel.step import compose as CO
+from perfmodel.step import context_parallel as CP
 from perfmodel.step import data_parallel as DP
 from perfmodel.step import embedding_head as EH
 from perfmodel.step import fp8 as FP8
+from perfmodel.step import moe as MOE
+from perfmodel.step import mtp as MTP
 from perfmodel.step import pipeline as PP
 from perfmodel.step import tensor_parallel as TP
 from perfmodel.step.collective import Collective, CommOp
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
 from perfmodel.step.framework import part_costs
-from perfmodel.step.layer import layer_phases, layer_work
+from perfmodel.step.layer import layer_phases, layer_work, stage_work
 from perfmodel.step.memory import memory_terms
 from perfmodel.step.optimizer import optimizer_phase
 from perfmodel.step.parameters import parameters
@@ -49,13 +52,15 @@ def build(fam: Family) -> Model:
     # 1. the work of one micro-batch: a layer's forward (GEMMs, attention, element-wise), the
     #    embedding's and the output layer's, and what the framework adds to each
     layer = layer_work(c)
+    works = {st: stage_work(c, st) for st in PP.STAGES}  # its dense and MoE layers
     forward_s = {"layer": layer.total_s, "embedding": EH.embedding_forward_s(c),
                  "output": EH.output_forward_s(c)}
     costs = part_costs(c)
     # 2. its communication: every collective a rank issues, declared once, in ledger order
     params, units = parameters(c), DP.fsdp_units(c)
     p2p = PP.p2p_collectives(c)
-    collectives = [*TP.layer_collectives(c), *TP.embedding_collectives(c),
+    collectives = [*TP.layer_collectives(c), *CP.cp_collectives(c), *MOE.ep_collectives(c),
+                   *MTP.mtp_collectives(c), *TP.embedding_collectives(c),
                    *TP.output_collectives(c), *p2p.values(), *DP.sync_collectives(c, params, units),
                    *TP.norm_grad_collectives(c)]
     issued = _by_phase(collectives)
@@ -63,7 +68,10 @@ def build(fam: Family) -> Model:
     phases: dict[str, tuple[Phase, ...]] = {}
     for st in PP.STAGES:
         has_embedding, has_output = PP.holds(c, st)
-        phases[st] = (*layer_phases(c, layer, costs["layer"], issued),
+        phases[st] = (*layer_phases(c, works[st], costs["layer"], issued,
+                                    MOE.extra_kernels(c, st)),
+                      *CP.cp_phases(c, works[st], issued), *MOE.stage_phases(st, issued),
+                      *MTP.mtp_phases(c, costs["layer"], issued, has_output),
                       *EH.embedding_phases(c, costs["embedding"], issued, has_embedding),
                       *EH.output_phases(c, costs["output"], issued, has_output),
                       PP.p2p_phase(p2p[st]), DP.fsdp_hook_phase(c))
