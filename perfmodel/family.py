@@ -76,4 +76,6 @@ class Family:
     attention_sinks: bool = False  # the model's: a learned logit per head (parameters only)
 
     def scope(self, axis: str) -> str | None:
-        return dict(self.scopes)[axis]
+        """Where the axis's groups lie (intra, inter, mixed), or None: open (an axis a family
+        does not list, as one written before cp and ep, is open)."""
+        return dict(self.scopes).get(axis)

@@ -310,3 +310,20 @@ def test_mla_gathers_its_latents_over_tp():
     tp2 = predict(model, HW, plan)
     assert tp2.memory_breakdown_bytes["weights"] < tp1.memory_breakdown_bytes["weights"]
     assert tp2.breakdown_s["comm/tp"] > 0 and tp1.breakdown_s["comm/tp"] == 0
+
+
+def test_explain_prints_the_new_terms_formulas():
+    """explain writes comm/cp and comm/ep as formulas of the plan's own family (cp, the experts'
+    token counts), evaluated to the prediction's numbers."""
+    from perfmodel.explain import explain_text
+
+    model, hw = load_model("qwen3-30b-a3b"), load_hardware(HW)
+    plan = _plan(dp=4, cp=2, ep=8, global_batch=16)
+    text = explain_text(model, hw, plan)
+    p = predict(model, hw, plan)
+    for term, symbol in (("comm/cp", "cp"), ("comm/ep", "k_E")):
+        line = next(i for i, x in enumerate(text.splitlines()) if x.startswith(f"- {term} ="))
+        formula = text.splitlines()[line + 1]
+        assert symbol in formula
+        per_step = float(text.splitlines()[line].split(",")[1].split()[0])
+        assert per_step == pytest.approx(p.breakdown_s[term], rel=1e-5)
