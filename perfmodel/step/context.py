@@ -177,3 +177,11 @@ class Context:
             linear_dev=device(fam, fp8=True) if fam.fp8 else None,
             fp8_output=sp.Integer(int(fam.fp8 and fam.fp8_output_layer)),
         )
+
+
+def linear_gemm_time(c: Context, g: K.Gemm) -> sp.Expr:
+    """One linear layer's GEMM [s]: in bf16 (the plan's dtype) on the device, or, for an fp8
+    plan, on the FP8 device with e_8-byte operands and a bf16 output (perfmodel.costs.fp8)."""
+    if c.fam.fp8:
+        return K.gemm_time(g, S.e8, c.linear, output_bytes_per_element=S.e)
+    return K.gemm_time(g, S.e, c.dev)

@@ -36,7 +36,7 @@ from perfmodel.costs import mla as MLA
 from perfmodel.family import Family
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
-from perfmodel.step.context import Context
+from perfmodel.step.context import Context, linear_gemm_time
 from perfmodel.step.framework import BACKWARD_PER_FORWARD, PartCost
 
 ZERO = sp.Integer(0)
@@ -101,14 +101,6 @@ class LayerWork:
         if self.fp8_cast_backward_s is not None:
             out["compute/backward/fp8_cast"] = self.fp8_cast_backward_s
         return out
-
-
-def linear_gemm_time(c: Context, g: K.Gemm) -> sp.Expr:
-    """One linear layer's GEMM [s]: in bf16 (the plan's dtype) on the device, or, for an fp8
-    plan, on the FP8 device with e_8-byte operands and a bf16 output (perfmodel.costs.fp8)."""
-    if c.fam.fp8:
-        return K.gemm_time(g, S.e8, c.linear, output_bytes_per_element=S.e)
-    return K.gemm_time(g, S.e, c.dev)
 
 
 def attention_core_gemms(c: Context) -> list[K.Gemm]:

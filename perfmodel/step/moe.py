@@ -33,7 +33,7 @@ from perfmodel.costs import moe as MOE
 from perfmodel.costs.gemm_efficiency import gemm_time_s
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
-from perfmodel.step.context import Context
+from perfmodel.step.context import Context, linear_gemm_time
 
 ZERO = sp.Integer(0)
 # Kernels an MoE layer's MLP launches beyond a dense MLP's, where not measured, counted from the
@@ -90,7 +90,7 @@ def routed_tokens(c: Context) -> tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]:
 def _expert_s(c: Context, m: sp.Expr) -> sp.Expr:
     """One expert's up and down GEMMs over m tokens, without the kernel floor [s]; an fp8 plan's
     on the FP8 device with e_8-byte operands and bf16 outputs, as the other linear layers'
-    (perfmodel.step.layer.linear_gemm_time)."""
+    (perfmodel.step.context.linear_gemm_time)."""
     dev = c.linear
     params = {k: v for k, v in dev.gemm_params.items() if k != "min_time_s"}
     operand = S.e8 if c.fam.fp8 else S.e
@@ -130,8 +130,6 @@ def moe_mlp_work(c: Context) -> tuple[sp.Expr, sp.Expr]:
     gemm = K.gemm_time(MOE.router_gemm(T_r, S.h, S.E), S.e, c.dev) + experts
     elementwise = MOE.moe_elementwise_bytes(T_r, A_r, S.h, S.E, S.f_E, S.e, gated=c.gated)
     if c.fam.moe_shared:
-        from perfmodel.step.layer import linear_gemm_time
-
         gemm += sum((linear_gemm_time(c, g)
                      for g in MOE.shared_gemms(c.T, S.h, S.f_sh, S.tp, c.gated)), ZERO)
         elementwise += (2 + c.gated) * S.e * c.T * S.f_sh / S.tp
