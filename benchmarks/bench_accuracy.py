@@ -221,8 +221,9 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
                                 dp=int(row["dp"]), micro_batch=int(row["micro_batch"]),
                                 global_batch=int(row["global_batch"]), dtype=row["dtype"])
     missing: list[str] = []
-    if int(row.get("cp", 1) or 1) > 1:
-        missing.append(f"context parallel {row['cp']}")
+    cp = int(row.get("cp", 1) or 1)
+    if cp > 1:  # Megatron-Core's default cp_comm_type, p2p (ring attention); gpus = dp cp tp pp
+        plan["cp"] = cp
     for feature in _features(str(row["features"])):
         vp = re.fullmatch(r"VP=(\d+)", feature)
         if feature == "bf16":

@@ -5,6 +5,10 @@
   whole space);
 - the first `recommend` after an install or upgrade (an empty cache: the formulas are built) in
   <= 2 s wall;
+- issue 17: `recommend --model deepseek-v3 --hardware gb200-nvl72 --gpus 256` (a mixture of
+  experts with MLA and an MTP module; the search over ep and, with fused attention, cp) within the
+  same two limits, also with --attention flash (GB200's preset measures no flash kernel: its
+  default attention is unfused, under which no cp plan runs);
 - `recommend` under 1 GB of memory (peak resident set) on any query: a 5040-GPU query with many
   divisors and a million-GPU one are measured.
 
@@ -41,6 +45,12 @@ SINGLE_COUNT = {  # issue 15: <= 0.5 s warm, <= 2 s with an empty cache
                                      "dgx-h100", "--gpus", "64", "--global-batch", "512",
                                      "--json"],
     "gpt3-175b, dgx-a100-80gb, 1024 GPUs": CLI,
+    "deepseek-v3, gb200-nvl72, 256 GPUs": ["recommend", "--model", "deepseek-v3", "--hardware",
+                                          "gb200-nvl72", "--gpus", "256", "--global-batch",
+                                          "4096", "--seq-len", "4096", "--json"],
+    "deepseek-v3, gb200-nvl72, 256 GPUs, flash": [
+        "recommend", "--model", "deepseek-v3", "--hardware", "gb200-nvl72", "--gpus", "256",
+        "--global-batch", "4096", "--seq-len", "4096", "--attention", "flash", "--json"],
 }
 WARM_LIMIT_S, COLD_LIMIT_S = 0.5, 2.0
 MEMORY_QUERIES = {  # issue 14: bounded memory whatever the GPU count and batch

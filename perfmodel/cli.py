@@ -26,6 +26,7 @@ from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS, LINK
 from perfmodel.strategy import (
     DEFAULT_MEMORY_MARGIN,
     Attention,
+    CPComm,
     Dtype,
     Fp8Recipe,
     Objective,
@@ -155,6 +156,17 @@ def plan_options(fn: Any) -> Any:
                      help="Tensor-parallel degree."),
         click.option("--pp", type=int, default=1, show_default=True,
                      help="Pipeline-parallel degree."),
+        click.option("--cp", type=int, default=1, show_default=True,
+                     help="Context-parallel degree: each sequence split over cp ranks "
+                          "(load-balanced causal chunks; docs/context-parallel.md)."),
+        click.option("--cp-comm", type=choice(CPComm), default=CPComm.P2P.value,
+                     show_default=True,
+                     help="How attention crosses the cp ranks: p2p (ring attention, send/recv "
+                          "overlapped with the attention), allgather (of K and V) or a2a "
+                          "(Ulysses)."),
+        click.option("--ep", type=int, default=1, show_default=True,
+                     help="Expert-parallel degree of a mixture of experts: its experts split over "
+                          "ep of the dp x cp ranks (docs/moe.md)."),
         click.option("--micro-batch", type=int, default=1, show_default=True,
                      help="Micro-batch size [samples]."),
         click.option("--global-batch", type=int, default=None,
@@ -249,7 +261,8 @@ def _given(ctx: click.Context, name: str) -> bool:
                                                  click.core.ParameterSource.DEFAULT_MAP)
 
 
-PLAN_KEYS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
+PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "micro_batch", "global_batch",
+             "schedule", "virtual_stages",
              "sequence_parallel", "recompute", "recompute_every", "grad_dtype", "optimizer_dtype",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "stack",
@@ -496,7 +509,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     kw["flash_attention"] = attention_option(kw)
     plan_kw = {k: kw[k] for k in PLAN_KEYS if kw.get(k) is not None}
     plan_kw.setdefault("dtype", hardware.default_dtype())
-    plan_kw.setdefault("gpus", kw["dp"] * kw["tp"] * kw["pp"])
+    plan_kw.setdefault("gpus", kw["dp"] * kw["tp"] * kw["pp"] * kw.get("cp", 1))
     plan_kw.setdefault("global_batch", kw["dp"] * kw["micro_batch"])
     plan = plan_from_dict(plan_kw)
     plan.check(model)
@@ -659,6 +672,14 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--dp", type=whole(), default=None, help="Pin the data-parallel degree.")
 @click.option("--tp", type=whole(), default=None, help="Pin the tensor-parallel degree.")
 @click.option("--pp", type=whole(), default=None, help="Pin the pipeline-parallel degree.")
+@click.option("--cp", type=whole(), default=None,
+              help="Pin the context-parallel degree (default: search 1 and, with fused "
+                   "attention, those dividing the sequence into 2 cp chunks).")
+@click.option("--cp-comm", type=choice(CPComm), default=None,
+              help="Pin how attention crosses the cp ranks (default: search p2p, allgather, a2a).")
+@click.option("--ep", type=whole(), default=None,
+              help="Pin the expert-parallel degree of a mixture of experts (default: search those "
+                   "dividing the experts and dp x cp).")
 @click.option("--micro-batch", type=whole(), default=None, help="Pin the micro-batch size.")
 @click.option("--schedule", type=choice(Schedule), default=None, help="Pin the pipeline schedule.")
 @click.option("--virtual-stages", type=whole(), default=None, help="Pin the model chunks per GPU.")
@@ -787,6 +808,11 @@ def recommend(model: str | None, from_config: str | None,
         pins["recomputes"] = {"megatron": ("none", "selective", "full"),
                               "torchtitan": ("none", "full", "op")}.get(emit_config[0],
                                                                          ("none", "full"))
+        # the writers write no context or expert parallelism yet: plans without them
+        for key in ("cp", "ep"):
+            if pins.get(key) not in (None, 1):
+                raise click.UsageError(f"--emit-config writes no {key} yet: leave --{key} out")
+            pins[key] = 1
     try:
         gpu_counts = tuple(int(g) for g in gpus.split(","))
     except ValueError:

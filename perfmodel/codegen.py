@@ -20,6 +20,8 @@ from typing import Any
 
 import sympy as sp
 
+from perfmodel.costs.lattice import rebuilt
+
 HUGE = 1e20  # a coefficient this large is a sentinel (step.py's 1e30 that removes a Min option)
 MAX_INLINE = 400  # characters of an inline sub-expression before it gets its own assignment
 NUMPY = "_np"  # the name the generated module binds numpy to
@@ -50,7 +52,7 @@ def keep_huge_together(expr: Any, memo: dict[Any, Any]) -> Any:
         if args == list(expr.args):
             done = expr
         elif isinstance(expr, (sp.Min, sp.Max)):
-            done = expr.func(*args, evaluate=False)
+            done = rebuilt(expr, args)
         else:
             done = expr.func(*args)
     memo[expr] = done
@@ -199,6 +201,24 @@ def _number(node: Any) -> tuple[str, bool]:
         raise Unsupported("complex infinity")
     number = float(node)
     return repr(number), number >= 0
+
+
+def free_symbols(exprs: Sequence[Any]) -> set[Any]:
+    """The symbols of expressions, each shared node visited once (sympy's free_symbols walks a
+    shared sub-expression again from every parent: quadratic on the step model's graph)."""
+    seen: set[Any] = set()
+    out: set[Any] = set()
+    stack = list(exprs)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.is_Symbol:
+            out.add(node)
+        elif not node.is_Atom:
+            stack.extend(node.args)
+    return out
 
 
 def _count_uses(exprs: Sequence[Any]) -> dict[Any, int]:

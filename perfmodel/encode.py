@@ -29,10 +29,12 @@ from perfmodel.specs.hardware import LINK_PROTOCOLS, GemmEfficiency, HardwareSpe
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import (
     BYTES_PER_ELEMENT,
+    CP_COMMS,
     LAYOUTS,
     PLACEMENTS,
     RECOMPUTES,
     SCHEDULES,
+    CPComm,
     Dtype,
     Plan,
     PlanColumns,
@@ -81,32 +83,64 @@ def _ranks_per_node(n: np.ndarray, stride: np.ndarray, gpus_per_node: int) -> np
     return ranks
 
 
-def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """For each axis (tp, dp, pp and the grid's tpa, tpb, tpc): its degree and the ranks of one
-    of its groups inside one node.
+def _column(c: Columns, name: str) -> np.ndarray:
+    """A plan column, or ones where the columns lack it (cp and ep: a plan of issue 16)."""
+    if name in c:
+        return np.asarray(c[name])
+    return np.ones(len(c["tp"]), dtype=np.int64)
 
-    Ranks are numbered with the first axis of the placement varying fastest; a group of an axis
-    holds ranks `stride` apart, stride = product of the degrees of the axes inside it. The
-    tensor-parallel group is laid out as its grid's sub-axes a, b, c (a fastest).
+
+def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """For each axis (perfmodel.names.AXES): its degree and the ranks of one of its groups inside
+    one node.
+
+    Ranks are numbered with the first axis of the placement varying fastest (cp right outside tp
+    where the placement does not name it); a group of an axis holds ranks `stride` apart, stride =
+    product of the degrees of the axes inside it. The tensor-parallel group is laid out as its
+    grid's sub-axes a, b, c (a fastest). A group made of several axes' ranks (its sub-axes, each
+    `stride_i` apart) has the product of theirs in a node:
+        dp_cp  the dp x cp ranks of a replica (cp and dp);
+        ep     ep consecutive of those ranks flattened cp inner (Megatron's expert rank order):
+               ep <= cp: ep of the cp axis; else all of cp and ep / cp of the dp axis;
+        edp    the ranks holding the same experts: every ep-th of the flattened dp x cp ranks,
+               and the tp ranks (expert tensor parallelism 1: each tp rank routes its own
+               tokens through the same experts): ep >= cp: dp cp / ep of the dp axis, ep / cp
+               strides apart; else cp / ep of the cp axis, ep strides apart, and all of dp.
     """
     sides = dict(zip(GRID_AXES, grid_sides(c), strict=True))
-    degree = {"tp": c["tp"], "dp": c["dp"], "pp": c["pp"], **sides}
+    cp, ep = _column(c, "cp"), _column(c, "ep")
+    degree = {"tp": c["tp"], "dp": c["dp"], "pp": c["pp"], "cp": cp, **sides}
     n = len(c["tp"])
     per_node = {axis: np.ones(n, dtype=np.int64) for axis in degree}
+    stride = {axis: np.ones(n, dtype=np.int64) for axis in degree}
     placement = c["placement"]
     for code in sorted(set(placement.tolist())):  # (np.unique would import numpy.ma: 5 ms)
         rows = placement == code
-        stride = np.ones(n, dtype=np.int64)
-        for axis in PLACEMENTS[int(code)].axes:
-            per_node[axis] = np.where(rows, _ranks_per_node(degree[axis], stride, gpus_per_node),
+        inner = np.ones(n, dtype=np.int64)
+        for axis in PLACEMENTS[int(code)].order:
+            per_node[axis] = np.where(rows, _ranks_per_node(degree[axis], inner, gpus_per_node),
                                       per_node[axis])
+            stride[axis] = np.where(rows, inner, stride[axis])
             if axis == "tp":
-                sub = stride
+                sub = inner
                 for name in GRID_AXES:
                     per_node[name] = np.where(
                         rows, _ranks_per_node(degree[name], sub, gpus_per_node), per_node[name])
                     sub = sub * degree[name]
-            stride = stride * degree[axis]
+            inner = inner * degree[axis]
+    g = gpus_per_node
+    ep_in_cp = ep <= cp
+    degree["dp_cp"] = c["dp"] * cp
+    per_node["dp_cp"] = per_node["cp"] * per_node["dp"]
+    degree["ep"] = ep
+    per_node["ep"] = np.where(
+        ep_in_cp, _ranks_per_node(ep, stride["cp"], g),
+        per_node["cp"] * _ranks_per_node(ep // np.maximum(cp, 1), stride["dp"], g))
+    degree["edp"] = c["tp"] * c["dp"] * cp // np.maximum(ep, 1)
+    per_node["edp"] = per_node["tp"] * np.where(
+        ep_in_cp,
+        _ranks_per_node(cp // np.maximum(ep, 1), stride["cp"] * ep, g) * per_node["dp"],
+        _ranks_per_node(c["dp"] * cp // np.maximum(ep, 1), stride["dp"] * (ep // cp), g))
     return {axis: (degree[axis], per_node[axis]) for axis in N.AXES}
 
 
@@ -124,6 +158,7 @@ def scope_of(degree: np.ndarray, per_node: np.ndarray) -> dict[str, np.ndarray]:
 def _topology(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
     """Degrees, batch, the grid's sub-axes and layout, and each axis's ranks per node and scope."""
     out = {k: c[k] for k in ("dp", "tp", "pp", "global_batch")}
+    out.update(cp=_column(c, "cp"), ep=_column(c, "ep"))
     out.update(zip(GRID_AXES, grid_sides(c), strict=True))
     out["is_tp2d"] = np.isin(c["tp_layout"], _GRID_2D)
     out["is_tp3d"] = c["tp_layout"] == _3D
@@ -132,6 +167,11 @@ def _topology(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
         out.update({f"is_{axis}_{scope}": flag
                     for scope, flag in scope_of(degree, per_node).items()})
     return out
+
+
+def _cp_comm(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+    code = c["cp_comm"]
+    return {f"is_cp_{comm.value}": code == _code(CP_COMMS, comm) for comm in CPComm}
 
 
 def _micro_batch(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
@@ -183,13 +223,13 @@ class Group:
     encode: Callable[[Columns, int], dict[str, np.ndarray]]
 
 
-_TOPOLOGY_SYMBOLS = ("dp", "tp", "pp", "global_batch", *GRID_AXES, "is_tp2d", "is_tp3d",
+_TOPOLOGY_SYMBOLS = ("dp", "tp", "pp", "cp", "ep", "global_batch", *GRID_AXES, "is_tp2d", "is_tp3d",
                      *(f"{axis}_per_node" for axis in N.AXES),
                      *(f"is_{axis}_{scope}" for axis in N.AXES for scope in N.SCOPES))
 # The topology comes first: its values are the most numerous (perfmodel.staged's axis order).
 GROUPS: tuple[Group, ...] = (
-    Group("topology", ("tp_layout", "tp_depth", "dp", "tp", "pp", "placement", "global_batch"),
-          _TOPOLOGY_SYMBOLS, _topology),
+    Group("topology", ("tp_layout", "tp_depth", "dp", "tp", "pp", "cp", "ep", "placement",
+                       "global_batch"), _TOPOLOGY_SYMBOLS, _topology),
     Group("micro_batch", ("micro_batch",), ("micro_batch",), _micro_batch),
     Group("schedule", ("schedule", "virtual_stages"),
           ("virtual_stages", "is_gpipe", "is_interleaved", "is_zero_bubble", "is_zbv"), _schedule),
@@ -202,6 +242,7 @@ GROUPS: tuple[Group, ...] = (
           ("is_tp_comm_overlap", "is_overlap_grad_sync", "is_overlap_param_gather"), _overlap),
     Group("stage_layers", ("first_stage_layers", "last_stage_layers"),
           ("first_stage_layers", "last_stage_layers"), _stage_layers),
+    Group("cp_comm", ("cp_comm",), tuple(f"is_cp_{comm.value}" for comm in CPComm), _cp_comm),
 )
 PLAN_SYMBOLS = frozenset(name for group in GROUPS for name in group.symbols)
 
@@ -319,13 +360,14 @@ def resolve_flash(flash_attention: bool | None, model: TransformerSpec, hardware
     dtype = compute_dtype(dtype)
     fa = hardware.flash_attention
     if flash_attention is None:
-        return hardware.flash_kernel(dtype) is not None and model.head_dim <= FLASH_MAX_HEAD_DIM
+        return hardware.flash_kernel(dtype) is not None \
+            and model.attention_head_dim <= FLASH_MAX_HEAD_DIM
     if flash_attention and fa is not None and not fa.dtypes:
         raise PlanError(f"flash_attention: hardware '{hardware.name}' has no flash-attention "
                         f"kernel ({fa.kernel}); use --attention unfused")
     if flash_attention and hardware.flash_kernel(dtype) is not None \
-            and model.head_dim > FLASH_MAX_HEAD_DIM:
-        raise PlanError(f"flash_attention: head_dim {model.head_dim} is above the "
+            and model.attention_head_dim > FLASH_MAX_HEAD_DIM:
+        raise PlanError(f"flash_attention: head_dim {model.attention_head_dim} is above the "
                         f"{FLASH_MAX_HEAD_DIM} flash kernels run; use --attention unfused")
     return bool(flash_attention)
 
@@ -340,7 +382,7 @@ def flash_values(model: TransformerSpec, hardware: HardwareSpec, dtype: str) -> 
                      flash_forward_half_seq=1.0, flash_backward_max_fraction=1.0,
                      flash_backward_half_seq=1.0)
         return point
-    at = kernel.at(model.head_dim)
+    at = kernel.at(model.attention_head_dim)
     return {"flash_measured": 1.0,
             "flash_forward_max_fraction": at.forward_max_fraction,
             "flash_forward_half_seq": at.forward_half_seq,
@@ -403,6 +445,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
         "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden, "head_dim": model.head_dim,
         "seq_len": model.seq_len, "vocab": model.vocab,
+        **architecture_values(model),
         "bytes_per_element": BYTES_PER_ELEMENT[dtype],
         "weight_bytes_per_param": state["weights"],
         "grad_bytes_per_param": state["gradients"],
@@ -465,6 +508,24 @@ def fit_values(hardware: HardwareSpec) -> dict[str, float]:
             breakpoint: fit.breakpoint_bytes,
         })
     return vals
+
+
+def architecture_values(model: TransformerSpec) -> dict[str, float]:
+    """The symbols of a mixture of experts, of multi-head latent attention and of the
+    multi-token-prediction modules (perfmodel.step.moe, .mla); a model without them gives
+    placeholders its family never reads (perfmodel.evaluate.family_of leaves their terms out)."""
+    shared = model.shared_experts * (model.shared_expert_ffn_hidden or 0)
+    return {
+        "experts": float(model.experts or 1), "top_k": float(model.top_k or 1),
+        "expert_ffn_hidden": float(model.expert_ffn_hidden or 1),
+        "shared_ffn_hidden": float(shared or 1),
+        "capacity_factor": float(model.capacity_factor or 1.0),
+        "routing_imbalance": float(model.routing_imbalance),
+        "mtp_layers": float(model.mtp_layers or 1),
+        **{key: 1.0 if getattr(model, key) is None else float(getattr(model, key))
+           for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                       "v_head_dim")},
+    }
 
 
 def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dict[str, float]:

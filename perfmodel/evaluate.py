@@ -58,6 +58,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  fp8=plan.dtype is Dtype.FP8, fp8_output_layer=plan.fp8_output_layer,
                  fp8_params=plan.fp8_params,
                  windowed=model.windowed_share > 0, attention_sinks=model.attention_sinks)
+    fixed.update(architecture_family(model))
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))
     placement = axis_per_node(plan, hardware.gpus_per_node)
@@ -81,8 +82,25 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
         tp_layout=layout_family(plan.tp_layout),
         free_head_dim=model.attention_width != model.hidden,
         scopes=tuple((axis, placement[axis][1]) for axis in AXES),
+        cp_comm=plan.cp_comm.value,
         **fixed,
     )
+
+
+def architecture_family(model: TransformerSpec) -> dict[str, Any]:
+    """The Family fields a model fixes: its mixture of experts (dense layers, shared experts,
+    capacity), multi-head latent attention, multi-token-prediction modules; a model without them
+    has none of their terms."""
+    if not isinstance(model, TransformerSpec):
+        return {}
+    moe = bool(model.experts)
+    dense = tuple(i for i in range(model.layers) if i not in set(model.moe_layers)) if moe else ()
+    return dict(moe=moe, moe_dense_layers=dense, moe_shared=moe and model.shared_experts > 0,
+                moe_capacity=moe and model.capacity_factor is not None,
+                mla=model.kv_lora_rank is not None,
+                mla_q_lora=model.kv_lora_rank is not None and model.q_lora_rank is not None,
+                mtp=model.mtp_layers > 0,
+                mtp_last_moe=model.mtp_layers > 0 and (model.layers - 1) in model.moe_layers)
 
 
 def value_of(values: Mapping[str, Any], name: str) -> Any:
@@ -284,7 +302,7 @@ def outputs_source(outputs: Mapping[str, Any]) -> str:
 
     exprs = [sp.sympify(e) for e in outputs.values()]
     table = S.table()
-    used = set().union(*(e.free_symbols for e in exprs))
+    used = codegen.free_symbols(exprs)
     arg_names = tuple(name for name, (sym, _) in table.items() if sym in used)
     taken: set[str] = set()
     params = [(table[name][0], codegen.identifier(name, taken)) for name in arg_names]

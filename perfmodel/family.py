@@ -36,7 +36,23 @@ class Family:
     # wide, and the universal family), or h/a (every other model: the formulas as published)
     free_head_dim: bool = False
     scopes: tuple[tuple[str, str | None], ...] = (
-        ("tp", None), ("dp", None), ("pp", None), ("tpa", None), ("tpb", None), ("tpc", None))
+        ("tp", None), ("dp", None), ("pp", None), ("tpa", None), ("tpb", None), ("tpc", None),
+        ("cp", None), ("ep", None), ("dp_cp", None), ("edp", None))
+    # how attention crosses the cp ranks (perfmodel.strategy.CPComm): p2p, allgather, a2a, or
+    # None (open: indicators)
+    cp_comm: str | None = None
+    # fixed by the model (a model without them has none of their terms): a mixture of experts
+    # (perfmodel.step.moe) with its dense layers (indices from 0), whether it has shared experts
+    # and a capacity factor (else dropless); multi-head latent attention, its queries compressed
+    # or not; multi-token-prediction modules
+    moe: bool = False
+    moe_dense_layers: tuple[int, ...] = ()
+    moe_shared: bool = False
+    moe_capacity: bool = False
+    mla: bool = False
+    mla_q_lora: bool = False
+    mtp: bool = False
+    mtp_last_moe: bool = False  # the MTP modules' layer is an MoE layer (the model's last is)
     # fixed in every family: the collective algorithm the hardware asks for, and which collectives
     # have calibrated fits, as (op, scope, algorithm)
     algorithm: str = "auto"
@@ -67,4 +83,6 @@ class Family:
     attention_sinks: bool = False  # the model's: a learned logit per head (parameters only)
 
     def scope(self, axis: str) -> str | None:
-        return dict(self.scopes)[axis]
+        """Where the axis's groups lie (intra, inter, mixed), or None: open (an axis a family
+        does not list, as one written before cp and ep, is open)."""
+        return dict(self.scopes).get(axis)

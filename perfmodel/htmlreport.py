@@ -179,7 +179,10 @@ def _timeline(p: Any) -> str:
 def _header(p: Any) -> tuple[str, str]:
     pl = p.plan
     title = f"{p.model.name} on {pl.gpus} x {p.hardware.gpu_name} ({p.hardware.name})"
-    sub = (f"dp={pl.dp} tp={pl.tp} pp={pl.pp}, micro-batch {pl.micro_batch}, global batch "
+    sub = (f"dp={pl.dp} tp={pl.tp} pp={pl.pp}"
+           + (f" cp={pl.cp} ({pl.cp_comm.value})" if pl.cp > 1 else "")
+           + (f" ep={pl.ep}" if pl.ep > 1 else "")
+           + f", micro-batch {pl.micro_batch}, global batch "
            f"{pl.global_batch}, sequence length {p.model.seq_len}, {pl.schedule.value}"
            + (f" v={pl.virtual_stages}" if pl.virtual_stages > 1 else "")
            + f", recompute {pl.recompute.value}, {pl.dtype.value}")

@@ -29,10 +29,28 @@ _name("ffn_hidden", "f", "MLP hidden size")
 _name("head_dim", "d", "size of one attention head (the attention is a d wide)")
 _name("seq_len", "s", "sequence length [tokens]")
 _name("vocab", "V", "vocabulary size")
+# a mixture of experts (perfmodel.step.moe)
+_name("experts", "E", "routed experts per mixture-of-experts layer")
+_name("top_k", "k_E", "routed experts each token is sent to")
+_name("expert_ffn_hidden", "f_E", "MLP width of one routed expert")
+_name("shared_ffn_hidden", "f_sh",
+      "MLP width of the shared experts together (shared_experts x their width; 0: none)")
+_name("capacity_factor", "c_E",
+      "tokens an expert takes at most, as a multiple of its even share (GShard)")
+_name("routing_imbalance", "rho_E", "the busiest expert's tokens over the mean (1: even)")
+# multi-head latent attention (DeepSeek-V2, Sec. 2.1)
+_name("q_lora_rank", "r_q", "MLA: rank of the compressed queries (0: not compressed)")
+_name("kv_lora_rank", "r_kv", "MLA: rank of the compressed keys and values")
+_name("qk_nope_head_dim", "d_nope", "MLA: query/key head size without rotary embedding")
+_name("qk_rope_head_dim", "d_rope", "MLA: query/key head size with rotary embedding")
+_name("v_head_dim", "d_v", "MLA: value head size")
+_name("mtp_layers", "D_mtp", "multi-token-prediction modules (DeepSeek-V3, Sec. 2.2)")
 # plan
 _name("dp", "dp", "data-parallel degree")
 _name("tp", "tp", "tensor-parallel degree")
 _name("pp", "pp", "pipeline-parallel degree")
+_name("cp", "cp", "context-parallel degree (each sequence split over cp ranks)")
+_name("ep", "ep", "expert-parallel degree (the experts split over ep of the dp x cp ranks)")
 _name("micro_batch", "b", "micro-batch size [samples]")
 _name("global_batch", "B", "global batch size [samples]")
 _name("virtual_stages", "v", "virtual pipeline stages per GPU (interleaving)")
@@ -46,6 +64,12 @@ _name("recompute_every", "N_rc",
 _name("tp_per_node", "k_tp", "ranks of one tensor-parallel group inside one node")
 _name("dp_per_node", "k_dp", "ranks of one data-parallel group inside one node")
 _name("pp_per_node", "k_pp", "ranks of one pipeline group inside one node")
+_name("cp_per_node", "k_cp", "ranks of one context-parallel group inside one node")
+_name("ep_per_node", "k_ep", "ranks of one expert-parallel group inside one node")
+_name("dp_cp_per_node", "k_dpcp",
+      "ranks of one data x context-parallel group (the gradients' group) inside one node")
+_name("edp_per_node", "k_edp",
+      "ranks of one expert-data-parallel group (the experts' gradients' group) inside one node")
 # the tensor-parallel grid of the 2d / 2.5d / 3d layouts: sub-axes a (innermost), b, c
 _name("tpa", "q_a", "tensor-parallel grid: ranks along its first axis (q)")
 _name("tpb", "q_b", "tensor-parallel grid: ranks along its second axis (q)")
@@ -140,7 +164,9 @@ _name("optimizer_bytes_per_param", "e_o", "bytes per parameter of the optimizer 
 _name("optimizer_step_bytes_per_param", "e_step",
       "bytes the optimizer step reads and writes per local parameter")
 
-AXES = ("tp", "dp", "pp", "tpa", "tpb", "tpc")  # the groups a collective runs over
+# the groups a collective runs over: dp_cp, the dp x cp ranks of a replica (its gradients); ep, the
+# ranks that exchange tokens for the experts; edp, those holding the same experts (their gradients)
+AXES = ("tp", "dp", "pp", "tpa", "tpb", "tpc", "cp", "ep", "dp_cp", "edp")
 SCOPES = ("intra", "inter", "mixed")  # where a group's ranks lie: one node, one per node, both
 
 # options as 0/1 indicators, so that one expression covers every plan: option -> symbol name
@@ -172,6 +198,9 @@ FLAGS: dict[str, str] = {
         ("learned_positions", "learned position embeddings"),
         ("tp2d", "tensor parallelism on a 2d grid (SUMMA; 2.5d with depth)"),
         ("tp3d", "tensor parallelism on a 3d cube"),
+        ("cp_p2p", "context parallelism passes K/V round a ring (p2p)"),
+        ("cp_allgather", "context parallelism all-gathers K/V (allgather)"),
+        ("cp_a2a", "context parallelism swaps sequence for heads by all-to-all (a2a, Ulysses)"),
         ("sync_bn", "synchronized batch norm (layer graphs)"),
         ("split_collectives", "Gather+Bcast / Reduce+Bcast instead of Allgather / Allreduce"),
         ("contributors_specialised", "a layer split over fewer ranks than Pr gathers/reduces "

@@ -140,7 +140,18 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
     if plan.dtype is Dtype.FP8:  # the recipe: the given one, if the GPU runs it, or its default
         recipe = hardware.fp8_recipe(None if plan.fp8_recipe is None else plan.fp8_recipe.value)
         plan = plan.replace(fp8_recipe=recipe)
+    require_fused_for_cp(plan)
     return model, hardware, plan
+
+
+def require_fused_for_cp(plan: Plan) -> None:
+    """Context parallelism runs on a fused attention kernel (ring attention merges each step's
+    partial result by its log-sum-exp: Transformer Engine's fused attention; Megatron-Core
+    needs it): refused with unfused attention."""
+    if plan.cp > 1 and not plan.flash_attention:
+        raise PlanError(f"cp {plan.cp} needs fused (flash) attention: its ring, all-gather and "
+                        "Ulysses forms run on a fused kernel; the hardware has none for this dtype "
+                        "or --attention unfused was given")
 
 
 def predict(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | Path,
@@ -259,7 +270,8 @@ def comm_ledger(model: TransformerSpec | str | Path, plan: Plan | dict[str, Any]
         calls = float(out[f"ledger:{i}:calls"])
         if calls == 0:
             continue
-        records.append({"name": op.name, "axis": op.axis, "op": op.op, "phase": op.phase,
+        records.append({"name": op.name, "axis": ledger_axis(op.axis, plan), "op": op.op,
+                        "phase": op.phase,
                         "stage": op.stage, "calls": calls,
                         "nbytes": float(out[f"ledger:{i}:nbytes"])})
     return records
@@ -296,6 +308,13 @@ def gemm_shapes(model: TransformerSpec | str | Path,
     return [{"name": g.name, **{key: float(sp.sympify(getattr(g, key)))
                                 for key in ("batch", "m", "n", "k")},
              "flops": float(sp.sympify(g.flops))} for g in gemms.values()]
+
+
+def ledger_axis(axis: str, plan: Plan) -> str:
+    """The name of a ledger record's group as the job names it: the dp x cp group is the dp group
+    when cp = 1 (validation's job names its gradients' group dp then, dp_cp with context
+    parallelism)."""
+    return "dp" if axis == "dp_cp" and plan.cp == 1 else axis
 
 
 _LEDGER_META: dict[Any, list[Any]] = {}

@@ -17,7 +17,9 @@ from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Dtype, Objective
 
-COMM_TERMS = ("comm/tp", "comm/dp", "pipeline/p2p")
+COMM_TERMS = ("comm/tp", "comm/cp", "comm/ep", "comm/dp", "pipeline/p2p")
+# the degrees whose part in the best plan's win recommend reports (parallelism_wins)
+WIN_AXES = (("cp", "context parallelism"), ("ep", "expert parallelism"))
 
 
 @dataclass
@@ -66,6 +68,9 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
     explanation = explain_best(model, hardware, result, best_plans)
     if req.dtype is Dtype.FP8:
         explanation["fp8"] = fp8_explanation(model, hardware, result, best_plans[0])
+    wins = parallelism_wins(model, hardware, result, best_plans[0])
+    if wins:
+        explanation["parallelism"] = wins
     return Recommendation(result, best_plans, explanation)
 
 
@@ -120,6 +125,38 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
         wins = True
         says = f"FP8 is what makes a plan fit: no plan fits in bf16 ({alt_req.dtype.value}); {why}"
     out.update(wins=wins, says=says)
+    return out
+
+
+def parallelism_wins(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
+                     best: Prediction) -> list[dict[str, Any]]:
+    """Whether context or expert parallelism is what makes the best plan win: for each of cp
+    and ep the best plan uses (and the request did not pin), the same search without it (cp = 1,
+    ep = 1): its best plan and how much slower it is (by the request's objective), or that no
+    plan without it fits."""
+    out = []
+    req = result.request
+    for axis, label in WIN_AXES:
+        degree = getattr(best.plan, axis)
+        if degree == 1 or getattr(req, axis) is not None:
+            continue
+        without: dict[str, Any] = {axis: 1}
+        alt = search(model, hardware, dataclasses.replace(req, **without), top=1)
+        entry: dict[str, Any] = {"axis": axis, "degree": degree, "best_without": None,
+                                 "objective_without": None, "step_time_without_s": None}
+        if len(alt.best):
+            objective = float(result.best.objective[0])
+            other = float(alt.best.objective[0])
+            entry.update(best_without=_short(alt.plan(alt.best, 0)), objective_without=other,
+                         step_time_without_s=float(alt.best.step_time_s[0]))
+            note = (f"{label} ({axis}={degree}) makes the best plan win: without it the best "
+                    f"plan is {entry['best_without']}, {other / objective - 1:+.1%} "
+                    f"({req.objective.value})")
+        else:
+            note = (f"{label} ({axis}={degree}) makes the best plan win: without it no plan fits "
+                    "(or none is valid)")
+        entry["note"] = note
+        out.append(entry)
     return out
 
 
@@ -235,20 +272,23 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
                       result: SearchResult) -> dict[str, Any]:
     """Why nothing was recommended: the rule that removed every plan, or the nearest plans."""
     if result.enumerated == 0:
-        relaxed = dataclasses.replace(req, dp=None, tp=None, pp=None, micro_batch=None,
-                                      schedule=None, virtual_stages=None, max_tp=None, max_pp=None,
-                                      max_micro_batch=None, tp_layout=None, tp_depth=None)
+        pinned = ("dp", "tp", "pp", "cp", "ep", "cp_comm", "micro_batch", "schedule",
+                  "virtual_stages", "max_tp", "max_pp", "max_micro_batch", "tp_layout",
+                  "tp_depth")
+        unpinned: dict[str, Any] = dict.fromkeys(pinned)
+        relaxed = dataclasses.replace(req, **unpinned)
         from perfmodel.search import count_plans
 
-        pins = {k: getattr(req, k) for k in ("dp", "tp", "pp", "micro_batch", "schedule",
-                                             "virtual_stages", "max_tp", "max_pp",
-                                             "max_micro_batch", "tp_layout", "tp_depth")
+        pins = {k: getattr(getattr(req, k), "value", getattr(req, k)) for k in pinned
                 if getattr(req, k) is not None}
         n = count_plans(model, relaxed) if pins else 0
-        rules = (f"dp x tp x pp must equal the GPU count, tp must divide heads ({model.heads}) "
-                 f"or make a 2D/2.5D/3D grid whose side divides it, pp must divide layers "
-                 f"({model.layers}), dp x micro-batch must divide the global batch "
-                 f"({req.global_batch}); `perfmodel predict` names the rule a given plan breaks")
+        experts = (f", ep must divide the experts ({model.experts}) and dp x cp"
+                   if model.experts else "")
+        rules = (f"dp x cp x tp x pp must equal the GPU count, tp must divide heads "
+                 f"({model.heads}) or make a 2D/2.5D/3D grid whose side divides it, pp must "
+                 f"divide layers ({model.layers}), dp x micro-batch must divide the global batch "
+                 f"({req.global_batch}), 2 cp must divide seq_len ({model.seq_len}){experts}; "
+                 "`perfmodel predict` names the rule a given plan breaks")
         gpus = ", ".join(map(str, req.gpus))
         if pins and n:
             reason = (f"no plan satisfies the pins {pins} with {gpus} GPUs ({rules}); without the "
@@ -292,7 +332,12 @@ def _short(plan: Any) -> str:
     extra += [name for name, on in (("tp-overlap", plan.tp_comm_overlap),
                                     ("grad-overlap", plan.overlap_grad_sync),
                                     ("param-overlap", plan.overlap_param_gather)) if on]
-    return (f"dp={plan.dp} tp={plan.tp} pp={plan.pp} mb={plan.micro_batch} {plan.schedule.value} "
+    degrees = f"dp={plan.dp} tp={plan.tp} pp={plan.pp}"
+    if plan.cp > 1:
+        degrees += f" cp={plan.cp}({plan.cp_comm.value})"
+    if plan.ep > 1:
+        degrees += f" ep={plan.ep}"
+    return (f"{degrees} mb={plan.micro_batch} {plan.schedule.value} "
             f"recompute={plan.recompute.value}" + ("".join(f" {e}" for e in extra)))
 
 

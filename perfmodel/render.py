@@ -96,11 +96,21 @@ def layout_text(plan: Any) -> str:
     return f"{layout} d={plan.tp_depth}" if plan.tp_depth > 1 else layout
 
 
+def degrees_text(p: Any) -> str:
+    """dp=.. tp=.. pp=.., with cp (and how attention crosses it) and ep where not 1."""
+    text = f"dp={p.dp} tp={p.tp} pp={p.pp}"
+    if getattr(p, "cp", 1) > 1:
+        text += f" cp={p.cp} ({_value(p.cp_comm)})"
+    if getattr(p, "ep", 1) > 1:
+        text += f" ep={p.ep}"
+    return text
+
+
 def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
     """The header of a prediction under the model line (which names the sequence length): the
     hardware and precision, the layout (degrees, tensor layout, placement, sequence parallelism,
     ZeRO) and the schedule (micro-batch, global batch, recompute, options)."""
-    layout = [f"dp={p.dp} tp={p.tp} pp={p.pp}", f"tensor layout {layout_text(p)}",
+    layout = [degrees_text(p), f"tensor layout {layout_text(p)}",
               f"placement {','.join(p.placement)}"]
     if p.sequence_parallel:
         layout.append("sequence parallel")
@@ -308,7 +318,9 @@ def plan_columns(top: Sequence[Any], plans: Sequence[dict[str, Any]]
         pl = p.plan
         sched = _value(pl.schedule) + (f" v={pl.virtual_stages}" if pl.virtual_stages > 1 else "")
         row = {"#": str(rank), "dp": str(pl.dp), "tp": str(pl.tp), "layout": layout_text(pl),
-               "pp": str(pl.pp), "mb": str(pl.micro_batch), "schedule": sched,
+               "pp": str(pl.pp), "cp": str(pl.cp) + (f" {_value(pl.cp_comm)}" if pl.cp > 1
+                                                     else ""),
+               "ep": str(pl.ep), "mb": str(pl.micro_batch), "schedule": sched,
                "recompute": _value(pl.recompute), "sp": "yes" if pl.sequence_parallel else "",
                "zero": str(pl.zero), "overlap": overlaps(pl),
                "placement": ",".join(pl.placement),
@@ -324,8 +336,11 @@ def plan_columns(top: Sequence[Any], plans: Sequence[dict[str, Any]]
         elif "cost_per_step" in d:
             row["cost/step"] = fmt_price(d["cost_per_step"])
         rows.append(row)
-    left = {"layout", "schedule", "recompute", "placement"}
+    left = {"layout", "schedule", "recompute", "placement", "cp"}
     headers = list(rows[0]) if rows else []
+    # context and expert parallelism: their columns only where a plan has them
+    headers = [h for h in headers if h not in ("cp", "ep")
+               or any(row[h] != "1" for row in rows)]
     return [(h, h in left, [row[h] for row in rows]) for h in headers]
 
 
@@ -435,6 +450,9 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
     con.print(bullets(rec.explanation["binding"]))
     if "fp8" in rec.explanation:
         con.print(f"[bold]FP8[/]: {rec.explanation['fp8']['says']}")
+    if rec.explanation.get("parallelism"):
+        con.print("[bold]what context / expert parallelism does[/]")
+        con.print(bullets([w["note"] for w in rec.explanation["parallelism"]]))
     if "runner_up" in rec.explanation:
         ru = rec.explanation["runner_up"]
         con.print(f"[bold]runner-up[/] {ru['plan']}: slower by {fmt_seconds(ru['slower_by_s'])}, "

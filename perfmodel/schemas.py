@@ -50,7 +50,12 @@ def obj(properties: dict[str, Any], required: list[str] | None = None,
 
 
 PLAN = obj({
-    "gpus": WHOLE, "dp": WHOLE, "tp": WHOLE, "pp": WHOLE, "micro_batch": WHOLE,
+    "gpus": WHOLE, "dp": WHOLE, "tp": WHOLE, "pp": WHOLE,
+    "cp": {**WHOLE, "description": "Context-parallel degree (gpus = dp x cp x tp x pp)."},
+    "cp_comm": {**STRING, "description": "How attention crosses the cp ranks: p2p, allgather, "
+                                         "a2a."},
+    "ep": {**WHOLE, "description": "Expert-parallel degree (of the dp x cp ranks)."},
+    "micro_batch": WHOLE,
     "global_batch": WHOLE, "schedule": STRING, "virtual_stages": WHOLE,
     "sequence_parallel": BOOLEAN, "recompute": STRING,
     "recompute_every": {**WHOLE, "description": "The recompute policy applies to one layer in N."},
@@ -178,7 +183,15 @@ EXPLANATION = {
                  "best_bf16_step_time_s": NUMBER_OR_NULL, "best_bf16_objective": NUMBER_OR_NULL,
                  "speedup_over_best_bf16": NUMBER_OR_NULL, "wins": BOOLEAN, "says": STRING},
                  description="--dtype fp8: the same search in bf16, its best plan, the best "
-                             "plan in bf16, and whether FP8 is what makes the best plan win.")},
+                             "plan in bf16, and whether FP8 is what makes the best plan win."),
+             "parallelism": {
+                 "type": "array", "description": "Where the best plan has context or expert "
+                 "parallelism that the request left free: the best plan without it (the same "
+                 "search with cp = 1 or ep = 1), null where none fits.",
+                 "items": obj({"axis": STRING, "degree": WHOLE,
+                               "best_without": {"type": ["string", "null"]},
+                               "objective_without": NUMBER_OR_NULL,
+                               "step_time_without_s": NUMBER_OR_NULL, "note": STRING})}},
             required=["best", "binding", "shares", "micro_batch_curve"]),
         obj({"infeasible": obj({
             "binding": STRING, "reason": STRING,

@@ -29,6 +29,7 @@ from perfmodel.staged import GroupValues, compile_staged, run
 from perfmodel.strategy import (
     COLUMNS,
     DEFAULT_MEMORY_MARGIN,
+    CPComm,
     Dtype,
     Fp8Recipe,
     Objective,
@@ -49,10 +50,13 @@ __all__ = ["COLUMNS", "Objective", "Plans", "SearchRequest", "SearchResult", "se
 SCHEDULES = tuple(s.value for s in strategy.SCHEDULES)
 LAYOUTS = tuple(s.value for s in strategy.LAYOUTS)
 RECOMPUTES = tuple(s.value for s in strategy.RECOMPUTES)
+CP_COMMS = tuple(s.value for s in strategy.CP_COMMS)
 PLACEMENT_NAMES = tuple(p.value for p in strategy.PLACEMENTS)
 # the placements the search tries unless one is pinned: the tensor-parallel group innermost, then
-# data or pipeline parallelism; or data parallelism innermost
+# data or pipeline parallelism; or data parallelism innermost (cp right outside tp); with context
+# parallelism also cp outside the data- or the pipeline-parallel ranks (across nodes)
 PLACEMENTS = tuple(p.value for p in (Placement.TP_DP_PP, Placement.TP_PP_DP, Placement.DP_TP_PP))
+CP_PLACEMENTS = tuple(p.value for p in (Placement.TP_DP_CP_PP, Placement.TP_PP_CP_DP))
 
 CHUNK_PLANS = 1 << 18  # plans enumerated and evaluated at once: ~100 MB of columns and terms
 SAMPLE_PLANS = 20_000  # evaluated plans kept at random (the plot's scatter, the tests' sample)
@@ -69,6 +73,9 @@ class SearchRequest:
     dp: int | None = None
     tp: int | None = None
     pp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    cp_comm: CPComm | None = None
     micro_batch: int | None = None
     schedule: Schedule | None = None
     virtual_stages: int | None = None
@@ -131,7 +138,7 @@ class SearchRequest:
             raise PlanError(f"memory_margin must be in [0, 1), got {self.memory_margin}")
         for key, enum in (("objective", Objective), ("dtype", Dtype), ("schedule", Schedule),
                           ("recompute", Recompute), ("placement", Placement),
-                          ("tp_layout", TPLayout), ("stack", Stack)):
+                          ("tp_layout", TPLayout), ("stack", Stack), ("cp_comm", CPComm)):
             if getattr(self, key) is not None or key == "objective":
                 object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
         if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
@@ -191,7 +198,9 @@ class Plans:
         grad_dtype, optimizer_dtype)."""
         c = self.cols
         return Plan(gpus=int(c["gpus"][i]), dp=int(c["dp"][i]), tp=int(c["tp"][i]),
-                    pp=int(c["pp"][i]), micro_batch=int(c["micro_batch"][i]),
+                    pp=int(c["pp"][i]), cp=int(c["cp"][i]), ep=int(c["ep"][i]),
+                    cp_comm=strategy.CP_COMMS[int(c["cp_comm"][i])],
+                    micro_batch=int(c["micro_batch"][i]),
                     global_batch=int(c["global_batch"][i]),
                     schedule=strategy.SCHEDULES[int(c["schedule"][i])],
                     virtual_stages=int(c["virtual_stages"][i]),
@@ -290,9 +299,9 @@ class _Candidates:
         return self._sps[key]
 
     def data_parallel(self, dp: int) -> list[tuple[int, int, int]]:
-        """(ZeRO stage, gradient sync overlapped, parameter gather overlapped) with dp: the
-        overlaps on where the plan has them unless pinned (they never lose in the model), ZeRO
-        only with dp > 1 (else it repeats ZeRO 0)."""
+        """(ZeRO stage, gradient sync overlapped, parameter gather overlapped) with dp replicas
+        (dp x cp: the ranks that sync): the overlaps on where the plan has them unless pinned
+        (they never lose in the model), ZeRO only with dp > 1 (else it repeats ZeRO 0)."""
         req = self.req
         zeros = [z for z in ((0, 1, 2, 3) if dp > 1 else (0,))
                  if req.zero in (None, z) and (z in req.zero_stages or dp == 1)]
@@ -301,10 +310,32 @@ class _Candidates:
                  else int(dp > 1 and z >= 1)) for z in zeros for g in grad]
 
 
+def _context_degrees(model: TransformerSpec, req: SearchRequest, rest: int) -> list[int]:
+    """The context-parallel degrees dividing `rest` GPUs: 1, and where the plans attend with a
+    fused kernel (ring attention needs one), those that cut the sequence into 2 cp chunks."""
+    if req.cp is not None:
+        return [req.cp] if rest % req.cp == 0 else []
+    out = [1]
+    if req.flash_attention:
+        out += [cp for cp in divisors(rest) if cp > 1 and model.seq_len % (2 * cp) == 0]
+    return out
+
+
+def expert_degrees(model: TransformerSpec, req: SearchRequest, dp: int, cp: int) -> list[int]:
+    """The expert-parallel degrees of a mixture of experts with dp x cp data and context ranks:
+    those dividing the experts and dp x cp that divide cp or that cp divides (1 without
+    experts)."""
+    if not model.experts:
+        return [1] if req.ep in (None, 1) else []
+    out = [ep for ep in divisors(dp * cp) if model.experts % ep == 0
+           and (cp % ep == 0 or ep % cp == 0)]
+    return [ep for ep in out if req.ep in (None, ep)]
+
+
 def _degree_triples(model: TransformerSpec, req: SearchRequest,
-                    candidates: _Candidates) -> Iterator[tuple[int, int, int, int]]:
-    """(gpus, dp, tp, pp) that multiply out, with a tensor layout, pp dividing the layers and dp
-    the batch (necessary for the rules on layers / (pp v) and batch / (dp micro_batch))."""
+                    candidates: _Candidates) -> Iterator[tuple[int, int, int, int, int]]:
+    """(gpus, dp, tp, pp, cp) that multiply out, with a tensor layout, pp dividing the layers and
+    dp the batch (necessary for the rules on layers / (pp v) and batch / (dp micro_batch))."""
     for gpus in req.gpus:
         for tp in divisors(gpus):
             if req.tp is not None and tp != req.tp or req.max_tp is not None and tp > req.max_tp:
@@ -317,10 +348,11 @@ def _degree_triples(model: TransformerSpec, req: SearchRequest,
                     continue
                 if model.layers % pp:
                     continue
-                dp = gpus // (tp * pp)
-                if req.dp is not None and dp != req.dp or req.global_batch % dp:
-                    continue
-                yield gpus, dp, tp, pp
+                for cp in _context_degrees(model, req, gpus // (tp * pp)):
+                    dp = gpus // (tp * pp * cp)
+                    if req.dp is not None and dp != req.dp or req.global_batch % dp:
+                        continue
+                    yield gpus, dp, tp, pp, cp
 
 
 @dataclass
@@ -371,35 +403,42 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
     recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)
             and (req.recomputes is None or r in req.recomputes)
             and not (req.recompute_every > 1 and r == Recompute.NONE.value)]
-    for gpus, dp, tp, pp in _degree_triples(model, req, candidates):
-        zeros = candidates.data_parallel(dp)
-        places = _placements(req, dp, tp, pp)
+    for gpus, dp, tp, pp, cp in _degree_triples(model, req, candidates):
+        zeros = candidates.data_parallel(dp * cp)
+        places = _placements(req, dp, tp, pp, cp)
         scheds = candidates.schedules(pp)
         per_replica = req.global_batch // dp
+        comms = [0] if cp == 1 else [i for i, name in enumerate(CP_COMMS)
+                                     if req.cp_comm in (None, name)]
+        experts = expert_degrees(model, req, dp, cp)
         for layout, depth, split in candidates.layouts(tp):
+            if cp > 1 and layout != 0:
+                continue
             mbs = [b for b in divisors(per_replica)
                    if req.micro_batch in (None, b) and b % split == 0
                    and (req.max_micro_batch is None or b <= req.max_micro_batch)]
             sps = candidates.sequence_parallel(tp, layout)
-            if not (mbs and scheds and recs and sps and zeros and places):
+            if not (mbs and scheds and recs and sps and zeros and places and comms and experts):
                 continue
-            fixed = {"gpus": gpus, "dp": dp, "tp": tp, "pp": pp,
-                     "global_batch": req.global_batch, "tp_layout": layout, "tp_depth": depth,
-                     "first_stage_layers": 0, "last_stage_layers": 0}
-            per_mb = len(scheds) * len(recs) * len(sps) * len(zeros) * len(places)
-            step = max(1, size // per_mb)
-            for i in range(0, len(mbs), step):
-                yield _Grid(fixed, (
-                    {"micro_batch": np.array(mbs[i:i + step])},
-                    {"schedule": np.array([c for c, _ in scheds]),
-                     "virtual_stages": np.array([v for _, v in scheds])},
-                    {"recompute": np.array(recs)},
-                    {"sequence_parallel": np.array([a for a, _ in sps]),
-                     "tp_comm_overlap": np.array([b for _, b in sps])},
-                    {"zero": np.array([z for z, _, _ in zeros]),
-                     "overlap_grad_sync": np.array([g for _, g, _ in zeros]),
-                     "overlap_param_gather": np.array([o for _, _, o in zeros])},
-                    {"placement": np.array(places)}))
+            for ep in experts:
+                fixed = {"gpus": gpus, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep,
+                         "global_batch": req.global_batch, "tp_layout": layout,
+                         "tp_depth": depth, "first_stage_layers": 0, "last_stage_layers": 0}
+                per_mb = len(scheds) * len(recs) * len(sps) * len(zeros) * len(places) \
+                    * len(comms)
+                step = max(1, size // per_mb)
+                for i in range(0, len(mbs), step):
+                    yield _Grid(fixed, (
+                        {"micro_batch": np.array(mbs[i:i + step])},
+                        {"schedule": np.array([c for c, _ in scheds]),
+                         "virtual_stages": np.array([v for _, v in scheds])},
+                        {"recompute": np.array(recs)},
+                        {"sequence_parallel": np.array([a for a, _ in sps]),
+                         "tp_comm_overlap": np.array([b for _, b in sps])},
+                        {"zero": np.array([z for z, _, _ in zeros]),
+                         "overlap_grad_sync": np.array([g for _, g, _ in zeros]),
+                         "overlap_param_gather": np.array([o for _, _, o in zeros])},
+                        {"placement": np.array(places)}, {"cp_comm": np.array(comms)}))
 
 
 RULE_BATCH = 8192  # combinations of ruled axes checked by one call of the plan rules
@@ -438,15 +477,15 @@ def _blocks(model: TransformerSpec, req: SearchRequest,
         yield from check()
 
 
-def _placements(req: SearchRequest, dp: int, tp: int, pp: int) -> list[int]:
+def _placements(req: SearchRequest, dp: int, tp: int, pp: int, cp: int = 1) -> list[int]:
     """The placements to search: orders that differ only in an axis of degree 1 are the same."""
     if req.placement is not None:
         return [PLACEMENT_NAMES.index(req.placement)]
-    places = [PLACEMENT_NAMES.index(p) for p in PLACEMENTS]
+    places = [PLACEMENT_NAMES.index(p) for p in PLACEMENTS + (CP_PLACEMENTS if cp > 1 else ())]
     seen, unique = set(), []
     for i in places:
-        key = tuple(a for a in strategy.PLACEMENTS[i].axes
-                    if {"tp": tp, "dp": dp, "pp": pp}[a] > 1)
+        key = tuple(a for a in strategy.PLACEMENTS[i].order
+                    if {"tp": tp, "dp": dp, "pp": pp, "cp": cp}[a] > 1)
         if key not in seen:
             seen.add(key)
             unique.append(i)
@@ -521,7 +560,7 @@ def _distinct(group: str, plans: Plans) -> tuple[np.ndarray, int, dict[str, np.n
     """Each plan's code among the distinct rows of a group's columns, their number, and the rows."""
     names = _GROUP[group].columns
     columns = [np.asarray(plans.cols[k], dtype=np.intp) for k in names]
-    if group in ("recompute", "sequence_parallel", "zero"):  # small codes already
+    if group in ("recompute", "sequence_parallel", "zero", "cp_comm"):  # small codes already
         card = int(columns[0].max()) + 1
         return columns[0], card, {names[0]: np.arange(card)}
     if group != "topology":
@@ -705,7 +744,8 @@ class Scored:
         c = self.plans.cols
         df = pd.DataFrame({k: c[k] for k in COLUMNS})
         for key, names in (("schedule", SCHEDULES), ("recompute", RECOMPUTES),
-                           ("placement", PLACEMENT_NAMES), ("tp_layout", LAYOUTS)):
+                           ("placement", PLACEMENT_NAMES), ("tp_layout", LAYOUTS),
+                           ("cp_comm", CP_COMMS)):
             df[key] = np.asarray(names, dtype=object)[c[key]]
         for key in ("sequence_parallel", "tp_comm_overlap", "overlap_grad_sync",
                     "overlap_param_gather"):
@@ -773,10 +813,11 @@ def _leanest(rows: Scored, label: tuple[str, ...], k: int = 3,
     return some.take(order[np.sort(first)[:k]])
 
 
-NEAREST_LABEL = ("dp", "tp", "pp", "micro_batch", "schedule", "virtual_stages", "recompute",
-                 "sequence_parallel", "zero", "tp_layout", "tp_depth", "tp_comm_overlap",
-                 "overlap_grad_sync", "overlap_param_gather")  # a plan but its placement
-BOUND_LABEL = ("dp", "tp", "pp", "tp_layout", "zero")  # the columns of the model states' bound
+NEAREST_LABEL = ("dp", "tp", "pp", "cp", "ep", "cp_comm", "micro_batch", "schedule",
+                 "virtual_stages", "recompute", "sequence_parallel", "zero", "tp_layout",
+                 "tp_depth", "tp_comm_overlap", "overlap_grad_sync",
+                 "overlap_param_gather")  # a plan but its placement
+BOUND_LABEL = ("dp", "tp", "pp", "cp", "ep", "tp_layout", "zero")  # the model states' bound
 UNFIT_KEPT = 1_000_000  # step times of plans that do not fit, kept to count the faster ones
 
 
@@ -914,6 +955,7 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     of them, evaluated or not) and its numbers, in order (e.g. to write them out).
     """
     start = time.perf_counter()
+    strategy.require_dtype_costed(req.dtype, model)
     flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype)
     if flash != req.flash_attention:  # the default decided for this hardware and model
         req = dataclasses.replace(req, flash_attention=flash)

@@ -78,6 +78,7 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
     from sympy.functions.elementary.piecewise import ExprCondPair
 
     from perfmodel.codegen import keep_huge_together
+    from perfmodel.costs.lattice import rebuilt as lattice_rebuilt
 
     levels: dict[frozenset[str], dict[Any, Any]] = defaultdict(dict)  # level -> body -> term
     level_of: dict[Any, frozenset[str]] = {}
@@ -138,7 +139,7 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
                 or isinstance(arg, (ExprCondPair, sp.logic.boolalg.Boolean)) else lift(arg)
                 for arg in expr.args]
         if isinstance(expr, (sp.Min, sp.Max)):
-            return expr.func(*args, evaluate=False)
+            return lattice_rebuilt(expr, args)
         return expr.func(*args)
 
     terms = {}
@@ -169,7 +170,7 @@ def _build(family: Any, which: str, groups: tuple[tuple[str, tuple[str, ...]], .
     for i, level in enumerate(ranked):
         exprs = list(levels[level])
         outs = [str(levels[level][e]) for e in exprs]
-        used = set().union(*(e.free_symbols for e in exprs))
+        used = codegen.free_symbols(exprs)
         inputs = sorted(used, key=lambda s: (s not in name_of, name_of.get(s, ""), str(s)))
         names = [name_of.get(s, str(s)) for s in inputs]
         taken: set[str] = set()

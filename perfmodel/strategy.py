@@ -1,9 +1,10 @@
 """HOW a model is trained: the parallel plan (degrees, layout, micro-batch, schedule) and its rules.
 
-One vocabulary of parallel degrees everywhere: dp (data), tp (tensor), pp (pipeline); "axis" is a
-mesh axis. Options are enums. The rules a plan obeys are written once (RULES), over plan columns:
-`Plan()` and `Plan.check(model)` refuse a plan that breaks one, naming it; the search applies the
-same rules to millions of plans at once (`allowed`).
+One vocabulary of parallel degrees everywhere: dp (data), tp (tensor), pp (pipeline), cp (context:
+each sequence split over cp ranks), ep (expert: a mixture of experts' experts split over ep ranks,
+carved out of the dp x cp ranks); "axis" is a mesh axis. Options are enums. The rules a plan obeys
+are written once (RULES), over plan columns: `Plan()` and `Plan.check(model)` refuse a plan that
+breaks one, naming it; the search applies the same rules to millions of plans at once (`allowed`).
 """
 
 from __future__ import annotations
@@ -112,7 +113,11 @@ class TPLayout(StrEnum):
 class Placement(StrEnum):
     """The order of the axes over the ranks, innermost (fastest-varying rank, inside a node
     first) out: a group of an axis holds ranks `stride` apart, stride = the product of the degrees
-    of the axes inside it (perfmodel.encode)."""
+    of the axes inside it (perfmodel.encode). An order of tp, dp and pp alone puts cp right
+    outside tp (Megatron's order tp-cp-dp-pp; the validation job's mesh, workload.parallelize);
+    the orders of all four place cp anywhere (inside a node or across nodes). Expert parallelism
+    has no place of its own: its ranks are carved out of the dp x cp ranks, cp inner (Megatron's
+    expert rank order)."""
 
     TP_DP_PP = "tp,dp,pp"
     TP_PP_DP = "tp,pp,dp"
@@ -120,10 +125,52 @@ class Placement(StrEnum):
     DP_PP_TP = "dp,pp,tp"
     PP_TP_DP = "pp,tp,dp"
     PP_DP_TP = "pp,dp,tp"
+    TP_CP_DP_PP = "tp,cp,dp,pp"
+    TP_CP_PP_DP = "tp,cp,pp,dp"
+    TP_DP_CP_PP = "tp,dp,cp,pp"
+    TP_DP_PP_CP = "tp,dp,pp,cp"
+    TP_PP_CP_DP = "tp,pp,cp,dp"
+    TP_PP_DP_CP = "tp,pp,dp,cp"
+    CP_TP_DP_PP = "cp,tp,dp,pp"
+    CP_TP_PP_DP = "cp,tp,pp,dp"
+    CP_DP_TP_PP = "cp,dp,tp,pp"
+    CP_DP_PP_TP = "cp,dp,pp,tp"
+    CP_PP_TP_DP = "cp,pp,tp,dp"
+    CP_PP_DP_TP = "cp,pp,dp,tp"
+    DP_TP_CP_PP = "dp,tp,cp,pp"
+    DP_TP_PP_CP = "dp,tp,pp,cp"
+    DP_CP_TP_PP = "dp,cp,tp,pp"
+    DP_CP_PP_TP = "dp,cp,pp,tp"
+    DP_PP_TP_CP = "dp,pp,tp,cp"
+    DP_PP_CP_TP = "dp,pp,cp,tp"
+    PP_TP_CP_DP = "pp,tp,cp,dp"
+    PP_TP_DP_CP = "pp,tp,dp,cp"
+    PP_CP_TP_DP = "pp,cp,tp,dp"
+    PP_CP_DP_TP = "pp,cp,dp,tp"
+    PP_DP_TP_CP = "pp,dp,tp,cp"
+    PP_DP_CP_TP = "pp,dp,cp,tp"
 
     @property
     def axes(self) -> tuple[str, ...]:
         return tuple(self.value.split(","))
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """The four axes innermost first: cp right outside tp where the placement does not name
+        it."""
+        return placement_order(self.axes)
+
+
+class CPComm(StrEnum):
+    """How attention crosses the cp ranks (Megatron-Core's cp_comm_type; Transformer Engine's
+    context-parallel attention): p2p, ring attention (K and V passed round the ring by
+    send/recv, each step's transfer behind the previous chunk's attention); allgather, K and V
+    all-gathered (dK and dV reduce-scattered); a2a, Ulysses (all-to-alls swap sequence shards for
+    head shards: Jacobs et al., DeepSpeed-Ulysses, 2023)."""
+
+    P2P = "p2p"
+    ALLGATHER = "allgather"
+    A2A = "a2a"
 
 
 class Stack(StrEnum):
@@ -155,6 +202,15 @@ def integer_root(n: int, k: int) -> int | None:
 
 
 AXES = ("tp", "dp", "pp")
+ORDER_AXES = ("tp", "cp", "dp", "pp")
+
+
+def placement_order(axes: tuple[str, ...]) -> tuple[str, ...]:
+    """A placement's axes, innermost first, with cp right outside tp where they do not name it."""
+    if "cp" in axes:
+        return axes
+    at = axes.index("tp") + 1
+    return (*axes[:at], "cp", *axes[at:])
 # Fraction of each GPU's memory a recommended plan leaves free, beyond the hardware's
 # memory_reserved_bytes (the CUDA context, ~2 GiB): for what the model does not count. The PyTorch
 # caching allocator fragments memory: Guo et al., "GMLake" (ASPLOS 2024), measured 9.2 GB per 80 GB
@@ -216,15 +272,22 @@ def _bool(value: Any, field: str) -> bool:
 class Plan:
     """A parallel training plan.
 
-    gpus = dp * tp * pp. The global batch (in samples) is split into dp replicas and, on each, into
-    micro-batches of micro_batch samples: num_micro_batches = global_batch / (dp * micro_batch).
-    placement lists the axes from the innermost (fastest-varying rank, inside a node first) out.
+    gpus = dp * cp * tp * pp. The global batch (in samples) is split into dp replicas and, on each,
+    into micro-batches of micro_batch samples: num_micro_batches = global_batch / (dp *
+    micro_batch). Context parallelism splits each sequence over cp ranks (cp_comm: how attention
+    crosses them); expert parallelism splits a mixture of experts' experts over ep ranks, carved
+    out of the dp x cp ranks (ep divides dp x cp; experts are not split by tp: expert tensor
+    parallelism 1). placement lists the axes from the innermost (fastest-varying rank, inside a
+    node first) out.
     """
 
     gpus: int
     dp: int = 1
     tp: int = 1
     pp: int = 1
+    cp: int = 1
+    cp_comm: CPComm = CPComm.P2P
+    ep: int = 1
     micro_batch: int = 1
     global_batch: int = 1
     schedule: Schedule = Schedule.ONE_F_ONE_B
@@ -273,8 +336,8 @@ class Plan:
     fp8_params: bool = False
 
     def __post_init__(self) -> None:
-        for key in ("dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "tp_depth",
-                    "gpus", "recompute_every"):
+        for key in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "virtual_stages",
+                    "tp_depth", "gpus", "recompute_every"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key))
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
         for key in ("first_stage_layers", "last_stage_layers"):
@@ -288,6 +351,7 @@ class Plan:
                             "selective or op")
         object.__setattr__(self, "dtype", parse_option(Dtype, self.dtype, "dtype"))
         object.__setattr__(self, "tp_layout", parse_option(TPLayout, self.tp_layout, "tp_layout"))
+        object.__setattr__(self, "cp_comm", parse_option(CPComm, self.cp_comm, "cp_comm"))
         for key in ("grad_dtype", "optimizer_dtype"):
             value = getattr(self, key)
             if value is None or str(value).strip() == "":
@@ -330,8 +394,9 @@ class Plan:
             p.strip() for p in self.placement.split(",")
         )
         if ",".join(map(str, placement)) not in _PLACEMENT_NAMES:
-            raise PlanError(f"placement must order the axes {', '.join(AXES)} (innermost first), "
-                            f"got {','.join(map(str, placement))}")
+            raise PlanError(f"placement must order the axes {', '.join(AXES)} (cp right outside "
+                            f"tp) or {', '.join(ORDER_AXES)} (innermost first), got "
+                            f"{','.join(map(str, placement))}")
         object.__setattr__(self, "placement", placement)
         broken = first_broken(self.columns(), None)
         if broken is not None:
@@ -350,7 +415,8 @@ class Plan:
         """This plan as one row of plan columns (what the search holds for millions of plans):
         every column of COLUMNS, options as codes."""
         return PlanColumns({
-            "gpus": self.gpus, "dp": self.dp, "tp": self.tp, "pp": self.pp,
+            "gpus": self.gpus, "dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp,
+            "ep": self.ep, "cp_comm": CP_COMMS.index(self.cp_comm),
             "micro_batch": self.micro_batch, "global_batch": self.global_batch,
             "schedule": SCHEDULES.index(self.schedule), "virtual_stages": self.virtual_stages,
             "recompute": RECOMPUTES.index(self.recompute),
@@ -368,6 +434,7 @@ class Plan:
         broken = first_broken(self.columns(), model, model_rules_only=True)
         if broken is not None:
             raise PlanError(broken)
+        require_dtype_costed(self.dtype, model)
         return self
 
     def replace(self, **changes: Any) -> Plan:
@@ -387,6 +454,16 @@ class Plan:
         return out
 
 
+def require_dtype_costed(dtype: Dtype, model: TransformerSpec) -> None:
+    """A PlanError for a precision the step model does not cost on this model: FP8 with a
+    mixture of experts or MLA (their experts' and latent projections' FP8 weight copies and
+    casts are not modelled)."""
+    if dtype is Dtype.FP8 and (model.experts or model.kv_lora_rank is not None):
+        what = "a mixture of experts" if model.experts else "multi-head latent attention (MLA)"
+        raise PlanError(f"dtype fp8 with {what} is not modelled (its FP8 weight copies and casts): "
+                        "use bf16")
+
+
 # --- the plan rules, written once ------------------------------------------------------------
 # A plan as columns: whole numbers, one per plan (numpy arrays in the search, plain ints for one
 # Plan); an option is its position in its enum (SCHEDULES, LAYOUTS, RECOMPUTES, PLACEMENTS: the
@@ -397,17 +474,20 @@ class Plan:
 
 SCHEDULES: tuple[Schedule, ...] = tuple(Schedule)
 LAYOUTS: tuple[TPLayout, ...] = tuple(TPLayout)
+CP_COMMS: tuple[CPComm, ...] = tuple(CPComm)
 RECOMPUTES: tuple[Recompute, ...] = tuple(Recompute)
 PLACEMENTS: tuple[Placement, ...] = tuple(Placement)
 _PLACEMENT_NAMES = tuple(p.value for p in PLACEMENTS)
 # the columns of a plan (Plan.columns, the search's Plans); options as codes
 COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
-           "recompute", "sequence_parallel", "zero", "placement", "tp_layout", "tp_depth",
-           "tp_comm_overlap", "overlap_grad_sync", "overlap_param_gather", "first_stage_layers",
-           "last_stage_layers")
+           "recompute", "sequence_parallel", "zero", "placement", "tp_layout", "tp_depth", "cp",
+           "ep", "cp_comm", "tp_comm_overlap", "overlap_grad_sync", "overlap_param_gather",
+           "first_stage_layers", "last_stage_layers")
 _INTERLEAVED, _ZB, _ZBV = (SCHEDULES.index(s) for s in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE,
                                                          Schedule.ZBV))
 _1D, _2D, _25D, _3D = range(len(LAYOUTS))
+_A2A = CP_COMMS.index(CPComm.A2A)
+_OP = RECOMPUTES.index(Recompute.OP)
 
 
 def _root(n: Any, k: int) -> Any:
@@ -520,10 +600,31 @@ def _grid_field(field: str) -> Rule:
                  model=True)
 
 
+def _moe(m: Any) -> bool:
+    return bool(m.experts)
+
+
+def _ep_fits(c: PlanColumns, m: Any) -> Any:
+    """ep ranks are whole cp groups, or a whole number of them lies in an ep group (their rank
+    order: the dp x cp ranks flattened cp inner, ep consecutive ones an ep group)."""
+    return (c.cp % c.ep == 0) | (c.ep % c.cp == 0)
+
+
 RULES: tuple[Rule, ...] = (
-    _rule("gpus dp tp pp", lambda c, m: c.dp * c.tp * c.pp == c.gpus,
-          lambda c, m: f"dp x tp x pp must equal gpus: {c.dp} x {c.tp} x {c.pp} = "
-                       f"{c.dp * c.tp * c.pp}, but gpus = {c.gpus}"),
+    _rule("gpus dp tp pp cp", lambda c, m: c.dp * c.cp * c.tp * c.pp == c.gpus,
+          lambda c, m: f"dp x cp x tp x pp must equal gpus: {c.dp} x {c.cp} x {c.tp} x {c.pp} = "
+                       f"{c.dp * c.cp * c.tp * c.pp}, but gpus = {c.gpus}"
+          if c.cp > 1 else f"dp x tp x pp must equal gpus: {c.dp} x {c.tp} x {c.pp} = "
+                           f"{c.dp * c.tp * c.pp}, but gpus = {c.gpus}"),
+    _rule("cp tp_layout", lambda c, m: (c.cp == 1) | (c.tp_layout == _1D),
+          lambda c, m: f"context parallelism (cp {c.cp}) is modelled with tp_layout 1d, got "
+                       f"tp_layout {c.name(LAYOUTS, 'tp_layout')}"),
+    _rule("ep dp cp", lambda c, m: (c.dp * c.cp) % c.ep == 0,
+          lambda c, m: f"ep ({c.ep}) must divide dp x cp ({c.dp} x {c.cp} = {c.dp * c.cp}): the "
+                       "experts are sharded over the data- and context-parallel ranks"),
+    _rule("ep cp", _ep_fits,
+          lambda c, m: f"ep ({c.ep}) and cp ({c.cp}) must divide one another (an ep group is "
+                       "ep consecutive ranks of the dp x cp ranks, cp inner)"),
     _rule("global_batch dp micro_batch", lambda c, m: c.global_batch % (c.dp * c.micro_batch) == 0,
           lambda c, m: f"global_batch must be divisible by dp x micro_batch: {c.global_batch} is "
                        f"not a multiple of {c.dp} x {c.micro_batch} = {c.dp * c.micro_batch}"),
@@ -603,6 +704,40 @@ RULES: tuple[Rule, ...] = (
     _rule("sequence_parallel tp", lambda c, m: (c.sequence_parallel == 0) | (m.seq_len % c.tp == 0),
           lambda c, m: f"seq_len ({m.seq_len}) must be divisible by tp ({c.tp}) for "
                        f"sequence_parallel", model=True),
+    # context parallelism (Megatron-Core: load-balanced causal chunks, 2 cp of them)
+    _rule("cp", lambda c, m: m.seq_len % (2 * c.cp) == 0,
+          lambda c, m: f"seq_len ({m.seq_len}) must be divisible by 2 cp ({2 * c.cp}): each cp "
+                       "rank holds two load-balanced chunks of every sequence", model=True),
+    _rule("cp", lambda c, m: (c.cp == 1) | (m.windowed_share == 0),
+          lambda c, m: f"context parallelism (cp {c.cp}) with sliding-window attention is not "
+                       "modelled (the ring skips the chunks outside the window)", model=True),
+    _rule("cp cp_comm tp",
+          lambda c, m: (c.cp == 1) | (c.cp_comm != _A2A)
+          | (((m.heads // c.tp) % c.cp == 0) & ((m.kv_heads // c.tp) % c.cp == 0)),
+          lambda c, m: f"cp_comm a2a (Ulysses) needs heads / tp ({m.heads // c.tp}) and kv_heads "
+                       f"/ tp ({m.kv_heads // c.tp}) divisible by cp ({c.cp})", model=True),
+    # a mixture of experts (expert tensor parallelism 1: the experts are whole on each rank)
+    _rule("ep", lambda c, m: (c.ep == 1) | _moe(m),
+          lambda c, m: f"ep ({c.ep}) applies to a mixture-of-experts model: the model has no "
+                       "experts", model=True),
+    _rule("ep", lambda c, m: not _moe(m) or m.experts % c.ep == 0,
+          lambda c, m: f"ep ({c.ep}) must divide the experts ({m.experts})", model=True),
+    _rule("tp_layout", lambda c, m: not _moe(m) or c.tp_layout == _1D,
+          lambda c, m: f"a mixture of experts is modelled with tp_layout 1d, got tp_layout "
+                       f"{c.name(LAYOUTS, 'tp_layout')}", model=True),
+    _rule("tp sequence_parallel",
+          lambda c, m: (not _moe(m)) | (c.tp == 1) | (c.sequence_parallel == 1),
+          lambda c, m: f"a mixture of experts with tp > 1 ({c.tp}) needs sequence_parallel "
+                       "(Megatron-Core requires it: each rank routes its own tokens)", model=True),
+    _rule("zero", lambda c, m: (not _moe(m)) | (c.zero < 3),
+          lambda c, m: "zero 3 (FSDP) with a mixture of experts is not modelled (the experts' "
+                       "units over the expert-data-parallel group): use zero 0, 1 or 2",
+          model=True),
+    _rule("recompute", lambda c, m: (not _moe(m) and m.kv_lora_rank is None)
+          | (c.recompute != _OP),
+          lambda c, m: "recompute op (torchtitan's per-op selective recompute) is modelled for "
+                       "dense layers with standard attention: use none, selective or full",
+          model=True),
 )
 
 
@@ -651,7 +786,8 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
                         f"allowed: {', '.join(PLAN_FIELDS)}")
     if "gpus" not in data:
         data = {**data,
-                "gpus": int(data.get("dp", 1)) * int(data.get("tp", 1)) * int(data.get("pp", 1))}
+                "gpus": int(data.get("dp", 1)) * int(data.get("tp", 1)) * int(data.get("pp", 1))
+                * int(data.get("cp", 1))}
     try:
         return Plan(**data)
     except TypeError as exc:

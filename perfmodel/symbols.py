@@ -44,6 +44,18 @@ dp, tp, pp, b, B, v, e = (_of(n) for n in ("dp", "tp", "pp", "micro_batch", "glo
 L_first, L_last = _of("first_stage_layers"), _of("last_stage_layers")
 N_rc = _of("recompute_every")
 k_tp, k_dp, k_pp = (_of(n) for n in ("tp_per_node", "dp_per_node", "pp_per_node"))
+# context and expert parallelism, and the groups they make (perfmodel.names.AXES)
+cp, ep = _of("cp"), _of("ep")
+k_cp, k_ep, k_dpcp, k_edp = (_of(n) for n in ("cp_per_node", "ep_per_node", "dp_cp_per_node",
+                                              "edp_per_node"))
+# a mixture of experts, multi-head latent attention, multi-token prediction
+E, k_E, f_E, f_sh, c_E, rho_E = (_of(n) for n in ("experts", "top_k", "expert_ffn_hidden",
+                                                   "shared_ffn_hidden", "capacity_factor",
+                                                   "routing_imbalance"))
+r_q, r_kv, d_nope, d_rope, d_v = (_of(n) for n in ("q_lora_rank", "kv_lora_rank",
+                                                    "qk_nope_head_dim", "qk_rope_head_dim",
+                                                    "v_head_dim"))
+D_mtp = _of("mtp_layers")
 # the tensor-parallel grid of the 2d / 2.5d / 3d layouts: sub-axes a (innermost), b, c
 q_a, q_b, q_c = (_of(n) for n in ("tpa", "tpb", "tpc"))
 k_a, k_b, k_c = (_of(n) for n in ("tpa_per_node", "tpb_per_node", "tpc_per_node"))

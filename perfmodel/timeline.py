@@ -36,11 +36,13 @@ from typing import Any
 from perfmodel.errors import DataError, InternalError, PlanError
 from perfmodel.schedule import BACKWARD, FORWARD, WEIGHT, Timed, orders, simulate
 
-STREAMS = ("schedule", "compute", "host", "TP comm", "PP p2p", "DP comm")
-PASS_STREAMS = ("host", "compute", "TP comm", "PP p2p")  # a pass's parts, in the order drawn
+STREAMS = ("schedule", "compute", "host", "TP comm", "CP comm", "EP comm", "PP p2p",
+           "DP comm")
+# a pass's parts, in the order drawn
+PASS_STREAMS = ("host", "compute", "TP comm", "CP comm", "EP comm", "PP p2p")
 ROLES = ("forward", "recompute", "backward")
 _COMM_STREAM = {"comm/tp": "TP comm", "pipeline/p2p": "PP p2p", "comm/dp": "DP comm",
-                "comm/tp_grads": "TP comm"}
+                "comm/tp_grads": "TP comm", "comm/cp": "CP comm", "comm/ep": "EP comm"}
 _STEP_LABEL = {"data_parallel/sync": "gradient sync", "tensor_parallel/norm_grads":
                "TP norm gradients", "optimizer/step": "optimizer step",
                "fp8/weight_cast": "FP8 weight casts"}
@@ -342,7 +344,9 @@ def predicted_timeline(model: Any, hardware: Any, plan: Any) -> Timeline:
                      f"{closed:.6g} s ({pipeline_s / closed - 1:+.2%}); the timeline shows the "
                      f"schedule, so it ends at {end_s:.6g} s against the predicted "
                      f"{predicted:.6g} s")
-    title = (f"{model.name} on {hardware.name}: dp={plan.dp} tp={plan.tp} pp={plan.pp} "
+    degrees = f"dp={plan.dp} tp={plan.tp} pp={plan.pp}" \
+        + (f" cp={plan.cp}" if plan.cp > 1 else "") + (f" ep={plan.ep}" if plan.ep > 1 else "")
+    title = (f"{model.name} on {hardware.name}: {degrees} "
              f"{sched}{f' v={v}' if v > 1 else ''}, {m} micro-batches of {plan.micro_batch}")
     meta = {"model": model.name, "hardware": hardware.name, "plan": plan.to_dict(),
             "paced_by": slowest, "micro_batches": m,

@@ -22,6 +22,7 @@ def model_ledger(
     """
     try:  # the ledger the step model builds, evaluated for this plan
         from perfmodel.evaluate import compile_family, family_of, values_of
+        from perfmodel.predict import ledger_axis
         from perfmodel.specs.hardware import load_hardware
         from perfmodel.step import build
     except ImportError:
@@ -39,7 +40,7 @@ def model_ledger(
             ledger.append(
                 {
                     "name": op.name,
-                    "axis": op.axis,
+                    "axis": ledger_axis(op.axis, plan),
                     "op": op.op,
                     "phase": op.phase,
                     "count": count,

@@ -1,5 +1,6 @@
-"""The job with context parallelism, expert parallelism or a mixture of experts, until perfmodel's
-plan and step model hold them (`perfmodel validate` takes --cp / --ep then):
+"""The job with context parallelism, expert parallelism or a mixture of experts, on its own:
+its runs, its equivalence check with one process and its dry run (`perfmodel validate --cp / --ep`
+runs it against perfmodel's prediction and ledger):
 
     python -m validation.parallel --model tiny-gpt --cp 2 --nprocs 2
     python -m validation.parallel --model mixtral-8x7b --layers 2 --hidden 64 --heads 4 \\
@@ -157,12 +158,12 @@ def cli(**kw: Any) -> None:
     if not isinstance(model, TransformerSpec):
         raise click.UsageError(f"model '{model.name}' is not a transformer")
     model = model_overrides(model, kw)
-    plan_kw = {k: kw[k] for k in ("dp", "tp", "pp", "micro_batch", "dtype", "schedule",
-                                  "recompute") if kw[k] is not None}
+    plan_kw = {k: kw[k] for k in ("dp", "tp", "pp", "cp", "cp_comm", "ep", "micro_batch",
+                                  "dtype", "schedule", "recompute") if kw[k] is not None}
     plan_kw["sequence_parallel"] = kw["sequence_parallel"]
     plan_kw["global_batch"] = kw["global_batch"] or kw["dp"] * kw["micro_batch"]
     plan = plan_from_dict(plan_kw).check(model)
-    par = JobParallel(cp=kw["cp"], cp_comm=kw["cp_comm"], ep=kw["ep"],
+    par = JobParallel(cp=plan.cp, cp_comm=CPComm(plan.cp_comm.value), ep=plan.ep,
                       moe_routing=kw["moe_routing"])
     world = world_size(plan, par)
     if kw["nprocs"] is not None and kw["nprocs"] != world:

@@ -131,11 +131,12 @@ def resolve_plan(job: JobConfig, model: Any, given: dict[str, Any]) -> tuple[Any
     if finish is not None:
         finish(job, gpus)
     plan = {k: v for k, v in job.plan.items() if not k.startswith("_")}
-    tp, pp = int(plan.get("tp", 1)), int(plan.get("pp", 1))
-    if gpus % (tp * pp):
-        raise PlanError(f"{job.path}: {gpus} GPUs do not divide into tp {tp} x pp {pp}")
+    tp, pp, cp = int(plan.get("tp", 1)), int(plan.get("pp", 1)), int(plan.get("cp", 1))
+    if gpus % (tp * pp * cp):
+        raise PlanError(f"{job.path}: {gpus} GPUs do not divide into tp {tp} x pp {pp}"
+                        + (f" x cp {cp}" if cp > 1 else ""))
     plan["gpus"] = gpus
-    plan.setdefault("dp", gpus // (tp * pp))
+    plan.setdefault("dp", gpus // (tp * pp * cp))
     plan.setdefault("micro_batch", 1)
     plan.setdefault("global_batch", plan["dp"] * plan["micro_batch"])
     return pad_vocab(job, model, tp), plan

@@ -46,7 +46,8 @@ READ_OPTIONS: dict[str, int] = {
         "make-vocab-size-divisible-by", "tokenizer-type", "micro-batch-size",
         "global-batch-size", "tensor-model-parallel-size", "pipeline-model-parallel-size",
         "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank",
-        "context-parallel-size", "expert-model-parallel-size", "expert-tensor-parallel-size",
+        "context-parallel-size", "cp-comm-type", "expert-model-parallel-size",
+        "expert-tensor-parallel-size",
         "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
         "moe-shared-expert-intermediate-size", "fp8-format", "fp8-recipe", "fp4-format",
         "recompute-granularity", "recompute-method", "recompute-num-layers", "normalization",
@@ -473,19 +474,36 @@ def padded_vocab(vocab: int, multiple: int, tp: int) -> int:
     return int(math.ceil(vocab / step) * step)
 
 
+# Megatron-LM's --cp-comm-type and perfmodel's cp_comm (its hierarchical a2a+p2p is not modelled)
+CP_COMM_TYPES = {"p2p": "p2p", "all_gather": "allgather", "a2a": "a2a"}
+
+
 def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
           ) -> None:
-    for dest in ("context_parallel_size", "expert_model_parallel_size",
-                 "expert_tensor_parallel_size"):
-        value = _int(settings, dest, where)
-        take(dest, "1")
-        if value is not None and value > 1 and not (
-                dest == "expert_tensor_parallel_size" and not job.model.get("experts")):
-            raise refuse_plan(where, settings[dest][0], value, {
-                "context_parallel_size": "context parallelism is not modelled (perfmodel "
-                                         "plans have dp, tp and pp)",
-            }.get(dest, "expert parallelism is not modelled (perfmodel plans have dp, tp "
-                        "and pp)"))
+    explicit = {dest for dest in settings if settings[dest][1] is not None}
+    cp = _int(settings, "context_parallel_size", where, 1) or 1
+    job.fix("cp", cp, pin="context_parallel_size" in explicit)
+    take("context_parallel_size", f"cp {cp}")
+    comm = _str(settings, "cp_comm_type", "p2p") or "p2p"
+    if comm not in CP_COMM_TYPES:
+        raise refuse_plan(where, settings["cp_comm_type"][0], comm,
+                          f"cp_comm_type {comm} is not modelled (perfmodel models "
+                          f"{', '.join(CP_COMM_TYPES)})")
+    job.fix("cp_comm", CP_COMM_TYPES[comm], pin="cp_comm_type" in explicit)
+    take("cp_comm_type", f"cp_comm {CP_COMM_TYPES[comm]}")
+    ep = _int(settings, "expert_model_parallel_size", where, 1) or 1
+    job.fix("ep", ep, pin="expert_model_parallel_size" in explicit)
+    take("expert_model_parallel_size", f"ep {ep}")
+    # Megatron-LM: --expert-tensor-parallel-size defaults to --tensor-model-parallel-size
+    tp = _int(settings, "tensor_model_parallel_size", where, 1) or 1
+    etp = _int(settings, "expert_tensor_parallel_size", where, tp)
+    take("expert_tensor_parallel_size", "1")
+    if job.model.get("experts") and etp is not None and etp > 1:
+        given = "expert_tensor_parallel_size" in explicit
+        raise refuse_plan(where, settings["expert_tensor_parallel_size"][0] if given
+                          else "--expert-tensor-parallel-size (default: tp)", etp,
+                          "expert tensor parallelism is not modelled (perfmodel's experts are "
+                          "whole on every rank): give --expert-tensor-parallel-size 1")
     for dest, why in (
             ("distribute_saved_activations", "distributing the checkpointed inputs over the "
                                              "tensor-parallel ranks is not modelled"),

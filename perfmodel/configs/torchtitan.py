@@ -274,9 +274,10 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                      ("expert_tensor_parallel_degree", "expert tensor parallelism")):
         value = whole(par.get(key, 1), f"parallelism.{key}", where)
         if value > 1:
-            raise refuse_plan(where, f"parallelism.{key}", value, f"{why} is not modelled "
-                                                                  "(perfmodel plans have dp, "
-                                                                  "tp and pp)")
+            raise refuse_plan(where, f"parallelism.{key}", value,
+                              f"torchtitan's {why} is not read yet (its rotate methods and "
+                              "expert layout differ from Megatron-Core's, which perfmodel "
+                              "models: give the plan with --cp / --ep)")
         if key in par:
             job.took(f"parallelism.{key}", value, "1")
     async_tp = bool(par.get("enable_async_tensor_parallel"))

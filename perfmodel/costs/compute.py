@@ -11,6 +11,7 @@ Times are per GPU and per micro-batch [s]; FLOPs count a multiply-add as 2.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TypeAlias
 
 import sympy as sp
@@ -146,9 +147,18 @@ def logits_gemm(T: sp.Expr, h: sp.Expr, V: sp.Expr, tp: sp.Expr) -> Gemm:
 def gemm_time(g: Gemm, bytes_per_element: sp.Expr, dev: Device,
               output_bytes_per_element: sp.Expr | None = None) -> sp.Expr:
     """Roofline time of one GEMM [s] (see perfmodel.costs.gemm_efficiency); an FP8 GEMM reads
-    1-byte operands and writes a bf16 output (output_bytes_per_element)."""
-    return gemm_time_s(g.m, g.n, g.k, g.batch, bytes_per_element, dev.peak_flops_per_s,
-                       dev.memory_bandwidth_bytes_per_s, **dev.gemm_params,
+    1-byte operands and writes a bf16 output (output_bytes_per_element). Built once per shape
+    and device (a layer's attention GEMMs are the same in its dense and MoE layers)."""
+    return _gemm_time(g.m, g.n, g.k, g.batch, sp.sympify(bytes_per_element),
+                      dev.peak_flops_per_s, dev.memory_bandwidth_bytes_per_s,
+                      tuple(sorted(dev.gemm_params.items())), output_bytes_per_element)
+
+
+@lru_cache(maxsize=4096)
+def _gemm_time(m: sp.Expr, n: sp.Expr, k: sp.Expr, batch: sp.Expr, bytes_per_element: sp.Expr,
+               peak: sp.Expr, bandwidth: sp.Expr, params: tuple[tuple[str, sp.Expr], ...],
+               output_bytes_per_element: sp.Expr | None) -> sp.Expr:
+    return gemm_time_s(m, n, k, batch, bytes_per_element, peak, bandwidth, **dict(params),
                        output_bytes_per_element=output_bytes_per_element)
 
 

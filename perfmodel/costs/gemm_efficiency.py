@@ -47,10 +47,15 @@ from __future__ import annotations
 
 import sympy as sp
 
+from perfmodel.costs.lattice import lmax
+
 
 def _zero(x: sp.Expr) -> bool:
-    """x is the number 0 (0 or 0.0: sympy's Float(0.0) != Integer(0)); a symbol is not."""
-    return sp.sympify(x).is_zero is True
+    """x is the number 0 (0 or 0.0: sympy's Float(0.0) != Integer(0)); a symbol is not (asked
+    of the number only: sympy's assumption queries on the GEMM parameters' symbols cost a third of
+    a mixture of experts' build)."""
+    x = sp.sympify(x)
+    return bool(x.is_Number and x.is_zero)
 
 
 def harmonic_dim(m: sp.Expr, n: sp.Expr, k: sp.Expr) -> sp.Expr:
@@ -70,7 +75,7 @@ def split_k_factor(
         return sp.Integer(1)
 
     def step(x: sp.Expr) -> sp.Expr:
-        return sp.Max(0, sp.sign(x))
+        return sp.Max(0, sp.sign(x)) if sp.sympify(x).is_number else lmax(0, sp.sign(x))
 
     split = step(ratio * k - batch * m * n) * step(k - chunk)
     return 1 + split * (k / chunk - 1)
@@ -83,7 +88,8 @@ def at_least(x: sp.Expr, threshold: sp.Expr) -> sp.Expr:
     threshold of infinity never switches: numeric evaluation of a symbolic threshold passes inf
     for large_flops = 0 (perfmodel.evaluate.values_of), as the symbols are positive.
     """
-    return 1 - sp.Max(0, sp.sign(threshold - x))
+    diff = sp.sympify(threshold - x)
+    return 1 - (sp.Max(0, sp.sign(diff)) if diff.is_number else lmax(0, sp.sign(diff)))
 
 
 def gemm_efficiency(
@@ -171,4 +177,4 @@ def gemm_time_s(
     # symbolic arguments stay unevaluated: sympy's search for a dominated argument costs most of
     # the step model's build time and finds none (numbers still evaluate)
     numbers = sp.sympify(compute).is_number and sp.sympify(memory).is_number
-    return min_time_s + sp.Max(compute, memory, evaluate=bool(numbers))
+    return min_time_s + (sp.Max(compute, memory) if numbers else lmax(compute, memory))

@@ -68,7 +68,9 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
                            f: sp.Expr, tp: sp.Expr, e: sp.Expr, *, sequence_parallel: Flag,
                            full: Flag, selective: Flag, flash: Flag, gated: Flag,
                            op: Flag = 0, d: sp.Expr | None = None, fp8: Flag = 0,
-                           fp8_saved: sp.Expr | int = 1) -> sp.Expr:
+                           fp8_saved: sp.Expr | int = 1,
+                           attention: dict[str, sp.Expr] | None = None,
+                           mlp: sp.Expr | None = None) -> sp.Expr:
     """Activation bytes one layer keeps for the backward pass, per micro-batch, on one GPU.
 
     With e = 2 (16-bit), 1-byte dropout masks, kv = a, f = 4h, no gating (Korthikanti et al. 2022,
@@ -105,6 +107,12 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     bf16 by a flash kernel for its own backward, so the attention-output projection's FP8 copy
     comes on top of it (TE docs, performance considerations: "if it is the attention output which
     is saved anyway"); unfused, the copy replaces it. Per-op recompute (torchtitan, no TE) as bf16.
+    Context parallelism: s is a cp rank's s / cp tokens of each sequence (Korthikanti's formulas
+    with s / cp: every activation is the rank's tokens'; the flash kernel's log-sum-exp is per
+    query). Other attentions and MLPs replace their terms: `attention` ({"sharded": bytes split
+    over tp, "replicated": whole on each tp rank}) the Q, K, V and output-projection inputs
+    (perfmodel.costs.mla), `mlp` the MLP's (2 + gated) e T f / tp with the bytes one rank keeps
+    (perfmodel.costs.moe).
     """
     sequence_parallel, full, selective, flash, gated, op = map(
         as_flag, (sequence_parallel, full, selective, flash, gated, op))
@@ -112,14 +120,19 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     rep = 1 + sequence_parallel * (tp - 1)
     d = h / a if d is None else d
     replicated = (4 * e + 2) * T * h
-    sharded = e * T * (a * d + kv * d) + e * T * kv * d + e * T * a * d + (2 + gated) * e * T * f
+    sharded = e * T * (a * d + kv * d) + e * T * kv * d + e * T * a * d
+    if attention is not None:
+        sharded, replicated = attention["sharded"], replicated + attention["replicated"] * rep
+    mlp_rank = (2 + gated) * e * T * f / tp if mlp is None else mlp
     quadratic = flash * 4 * a * b * s + (1 - flash) * (2 * e + 1) * a * b * s**2
     fp8 = as_flag(fp8)
     if fp8 != 0:  # the FP8 copies of the GEMM inputs saved for the weight gradients
         replicated += fp8 * 2 * (fp8_saved - e) * T * h
-        sharded += fp8 * ((fp8_saved - (1 - flash) * e) * T * a * d + (fp8_saved - e) * T * f)
-    everything = replicated / rep + (sharded + quadratic) / tp
-    attention_core_recomputed = replicated / rep + sharded / tp
+        sharded += fp8 * (fp8_saved - (1 - flash) * e) * T * a * d
+        if mlp is None:
+            mlp_rank += fp8 * (fp8_saved - e) * T * f / tp
+    everything = replicated / rep + (sharded + quadratic) / tp + mlp_rank
+    attention_core_recomputed = replicated / rep + sharded / tp + mlp_rank
     layer_input = e * T * h / rep
     per_op = layer_input + e * T * (a * d + kv * d + f) / tp + gated * e * T * h \
         + flash * (e * T * a * d + 4 * a * b * s) / tp + sequence_parallel * 2 * e * T * h / tp

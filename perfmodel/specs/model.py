@@ -292,17 +292,21 @@ class TransformerSpec:
     def uncosted(self) -> list[str]:
         """What this model has that perfmodel's step model does not cost yet (empty: all of it
         is costed). Costed since issue 17: sliding-window attention (the pairs each windowed
-        layer attends, perfmodel.costs.compute.attended_share) and attention sinks (a logit per
-        head: no FLOPs worth counting, their parameters counted)."""
-        out = []
-        if self.experts:
-            out.append(f"mixture-of-experts layers ({self.moe_layer_count} of {self.layers}, "
-                       f"{self.experts} routed experts, top {self.top_k})")
-        if self.kv_lora_rank is not None:
-            out.append("multi-head latent attention (MLA)")
-        if self.mtp_layers:
-            out.append(f"multi-token-prediction modules ({self.mtp_layers})")
+        layer attends, perfmodel.costs.compute.attended_share), attention sinks (a logit per
+        head: no FLOPs worth counting, their parameters counted), mixtures of experts, MLA and
+        MTP modules (perfmodel.step.moe, perfmodel.costs.mla, perfmodel.step.mtp)."""
+        out: list[str] = []
         return out
+
+    @property
+    def attention_head_dim(self) -> int:
+        """The largest head size the attention kernel runs: head_dim, or MLA's query/key
+        (qk_nope_head_dim + qk_rope_head_dim) or value head (v_head_dim)."""
+        if self.kv_lora_rank is None:
+            return self.head_dim
+        nope, rope, v = self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim
+        assert nope is not None and rope is not None and v is not None  # checked with the rank
+        return max(nope + rope, v)
 
     def require_costed(self) -> TransformerSpec:
         """self, or a SpecError (one line) naming what the step model does not cost yet: never an

@@ -20,13 +20,15 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import collectives as C
+from perfmodel.costs.lattice import lmin
 from perfmodel.family import SCOPES, Family
 from perfmodel.specs.hardware import LINK_PROTOCOLS
 from perfmodel.step.context import I, active
 
-AXIS_DEGREE = {"tp": S.tp, "dp": S.dp, "pp": S.pp, "tpa": S.q_a, "tpb": S.q_b, "tpc": S.q_c}
+AXIS_DEGREE = {"tp": S.tp, "dp": S.dp, "pp": S.pp, "tpa": S.q_a, "tpb": S.q_b, "tpc": S.q_c,
+               "cp": S.cp, "ep": S.ep, "dp_cp": S.dp * S.cp, "edp": S.tp * S.dp * S.cp / S.ep}
 _AXIS_PER_NODE = {"tp": S.k_tp, "dp": S.k_dp, "pp": S.k_pp, "tpa": S.k_a, "tpb": S.k_b,
-                  "tpc": S.k_c}
+                  "tpc": S.k_c, "cp": S.k_cp, "ep": S.k_ep, "dp_cp": S.k_dpcp, "edp": S.k_edp}
 # when a collective is issued: in a micro-batch's forward, backward, both, or once per step
 LEDGER_PHASES = ("fwd", "bwd", "fwd+bwd", "step")
 # on which pipeline stages: every one, or only the first (embedding), the last (output layer) or
@@ -57,6 +59,9 @@ class Collective:
     time's group_time is 0). transfers: the calls on the critical path, where fewer than calls (a
     pipeline receive waits for its peer's send: one transfer for the pair). in_phase: the Phase
     whose time holds this collective's time; term: the breakdown term it adds to.
+    time_nbytes: the bytes its time is taken for, where not nbytes (an expert all-to-all: the
+    busiest rank receives more than a rank sends). ledger_share: a factor of its ledger calls
+    (a per-stage twin of a collective that one stage already counts with pp = 1: multi).
     """
 
     name: str
@@ -70,6 +75,8 @@ class Collective:
     fam: Family
     stage: str = "every"
     transfers: sp.Expr | None = None
+    time_nbytes: sp.Expr | None = None
+    ledger_share: sp.Expr = sp.Integer(1)
 
     def __post_init__(self) -> None:
         C.Op(self.op)
@@ -93,7 +100,8 @@ class Collective:
     @cached_property
     def call_s(self) -> sp.Expr:
         """Time of one call [s]: 0 for a group of one rank."""
-        return group_time(self.op, self.nbytes, self.axis, self.fam)
+        nbytes = self.nbytes if self.time_nbytes is None else self.time_nbytes
+        return group_time(self.op, nbytes, self.axis, self.fam)
 
     @cached_property
     def time_s(self) -> sp.Expr:
@@ -111,7 +119,7 @@ class Collective:
 
     def ledger_entry(self, m: sp.Expr) -> CommOp:
         """Its ledger record: calls per step."""
-        calls = self.launches if self.per_step else self.launches * m
+        calls = (self.launches if self.per_step else self.launches * m) * self.ledger_share
         return CommOp(self.name, self.axis, self.op, self.phase, calls, self.nbytes, self.stage)
 
 
@@ -155,7 +163,7 @@ def _scope_time(op: str, nbytes: sp.Expr, axis: str, scope: str, fam: Family) ->
         return sp.Piecewise((small, nbytes < breakpoint), (large, True))
     options = _options(op, nbytes, axis, fam)
     chosen = [times[scope] for times in options if times[scope] is not None]
-    return chosen[0] if len(chosen) == 1 else sp.Min(*chosen, evaluate=False)
+    return chosen[0] if len(chosen) == 1 else lmin(*chosen)
 
 
 _NEVER_S = sp.Float(1e30)  # a time no algorithm takes: removes an option from a Min
@@ -171,7 +179,7 @@ def _open_scope_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Exp
     for times in _options(op, nbytes, axis, fam, guards=ind):
         chosen.append(sum((ind[sc] * (t if t is not None else _NEVER_S)
                            for sc, t in times.items()), sp.Integer(0)))
-    return chosen[0] if len(chosen) == 1 else sp.Min(*chosen, evaluate=False)
+    return chosen[0] if len(chosen) == 1 else lmin(*chosen)
 
 
 def _links(fam: Family) -> dict[str, dict[str, C.LinkCost]]:

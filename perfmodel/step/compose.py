@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from perfmodel import symbols as S
+from perfmodel.costs.lattice import lmax
 from perfmodel.step.collective import Collective
 
 ZERO, ONE = sp.Integer(0), sp.Integer(1)
@@ -81,8 +82,8 @@ STAGE_TERMS = (
     "compute/backward/gemm", "compute/backward/attention", "compute/backward/elementwise",
     "compute/backward/embedding_logits",
     "compute/forward/framework", "compute/backward/framework", "compute/recompute",
-    "compute/tp_overlap", "comm/tp", "overhead/kernels", "overhead/loop", "pipeline/p2p",
-    "overhead/collectives",
+    "compute/tp_overlap", "comm/tp", "comm/cp", "comm/ep", "overhead/kernels", "overhead/loop",
+    "pipeline/p2p", "overhead/collectives",
 )
 STEP_TERMS = ("pipeline/bubble", "comm/dp", "comm/dp_framework", "comm/tp_grads", "optimizer/step")
 HIDDEN = ":hidden"  # a term's hidden part: term + HIDDEN (reported, not in the step time)
@@ -159,7 +160,7 @@ def exposed(comm_s: sp.Expr, overlap: Overlap | None) -> sp.Expr:
     covers, its share taken)."""
     if overlap is None:
         return comm_s
-    rest = sp.Max(overlap.floor * comm_s, comm_s - overlap.window_s, evaluate=False)
+    rest = lmax(overlap.floor * comm_s, comm_s - overlap.window_s)
     return overlap.enabled * rest + (1 - overlap.enabled) * comm_s
 
 
@@ -239,7 +240,7 @@ def host_share(host_s: sp.Expr, device_s: sp.Expr) -> sp.Expr:
     p = HOST_DEVICE_SHARPNESS
     s = smooth_max(host_s, device_s)
     denominator = sp.Add(*(s**k * device_s ** (p - 1 - k) for k in range(p)))
-    return host_s ** (p - 1) / sp.Max(denominator, _NO_TIME_S8, evaluate=False)
+    return host_s ** (p - 1) / lmax(denominator, _NO_TIME_S8)
 
 
 def _add(parts: Iterable[Terms], launches_s: sp.Expr, terms: Sequence[str]) -> Terms:
@@ -314,7 +315,7 @@ def step_terms(phases: Sequence[Phase], m: sp.Expr, launches_s: sp.Expr,
 
 def micro_batch_time(stage_times: Iterable[sp.Expr]) -> sp.Expr:
     """t_mb = max over the stages of one micro-batch's time [s]: the slowest sets the pace."""
-    return sp.Max(*stage_times, evaluate=False)
+    return lmax(*stage_times)
 
 
 def other_stages_time(first: sp.Expr, middle: sp.Expr, last: sp.Expr, t_mb: sp.Expr,

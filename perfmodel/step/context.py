@@ -78,14 +78,15 @@ def _option(fam: Family, name: str, value: str) -> sp.Expr:
 class Context:
     """The family, the device, and what the phases derive from the plan's symbols.
 
-    T = b s tokens per micro-batch; m = B / (dp b) micro-batches per step (Narayanan et al. SC21,
-    Sec. 2.2); L / pp layers per stage. Options are 0/1 (or indicator symbols when open).
+    T = b s / cp tokens of a micro-batch on one rank (context parallelism splits each sequence);
+    m = B / (dp b) micro-batches per step (Narayanan et al. SC21, Sec. 2.2); L / pp layers per
+    stage. Options are 0/1 (or indicator symbols when open).
     """
 
     fam: Family
     dev: K.Device
     d: sp.Expr  # the head size: its own symbol d, or h / a (the attention is a d wide)
-    T: sp.Expr  # tokens of a micro-batch
+    T: sp.Expr  # tokens of a micro-batch on one rank: b s / cp
     m: sp.Expr  # micro-batches per step
     layers_per_stage: sp.Expr  # the first stage's: what the ledger counts (rank 0's)
     stage_layers: dict[str, sp.Expr]  # first, middle, last (see stage_layers)
@@ -126,6 +127,15 @@ class Context:
     megatron: sp.Expr  # Megatron 1D: 1 - grid2 - grid3
     split: sp.Expr  # 1 where every activation is split over the tp ranks (SP, or a grid)
     act_ranks: sp.Expr  # ranks an activation is split over: 1 + split (tp - 1)
+    # context parallelism: how attention crosses the cp ranks (one of the three is 1)
+    cp_p2p: sp.Expr
+    cp_allgather: sp.Expr
+    cp_a2a: sp.Expr
+    # the attention's head sizes: queries and keys d_qk, values d_v (d each, or MLA's), and the
+    # heads of K and V (kv, or a with MLA)
+    d_qk: sp.Expr
+    d_v: sp.Expr
+    kv_heads: sp.Expr
     # FP8 training (perfmodel.costs.fp8): 1 for an fp8 plan; the device of its linear layers'
     # GEMMs (FP8 peak and fit; dev for other plans) and the bytes of their operands (e_8; e)
     fp8: sp.Expr = sp.Integer(0)
@@ -141,6 +151,11 @@ class Context:
     def max_stage_layers(self) -> sp.Expr:
         """The layers of the stage that holds the most (what a per-step sync waits on)."""
         return sp.Max(*self.stage_layers.values())
+
+    @property
+    def tokens(self) -> sp.Expr:
+        """Tokens of a micro-batch of one replica, b s (every cp rank's together)."""
+        return S.b * S.s
 
     @classmethod
     def of(cls, fam: Family) -> Context:
@@ -160,9 +175,10 @@ class Context:
         share, any_ = recomputed / n, sp.Min(1, recomputed, evaluate=False)
         full = flag(_option(fam, "recompute", "full"), "recompute_full")
         op = flag(_option(fam, "recompute", "op"), "recompute_op")
+        d = S.d if fam.free_head_dim else S.h / S.a
         return cls(
-            fam=fam, dev=device(fam), d=S.d if fam.free_head_dim else S.h / S.a,
-            T=S.b * S.s, m=S.B / (S.dp * S.b), layers_per_stage=n, stage_layers=layers,
+            fam=fam, dev=device(fam), d=d,
+            T=S.b * S.s / S.cp, m=S.B / (S.dp * S.b), layers_per_stage=n, stage_layers=layers,
             multi=multi, single=1 - multi, seq_parallel=seq_parallel,
             full=full * share,
             selective=flag(_option(fam, "recompute", "selective"), "recompute_selective") * share,
@@ -186,7 +202,21 @@ class Context:
             learned_positions=flag(fam.learned_positions, "learned_positions"),
             grid2=grid2, grid3=grid3, megatron=megatron, split=split,
             act_ranks=1 + split * (S.tp - 1),
+            cp_p2p=flag(_option(fam, "cp_comm", "p2p"), "cp_p2p"),
+            cp_allgather=flag(_option(fam, "cp_comm", "allgather"), "cp_allgather"),
+            cp_a2a=flag(_option(fam, "cp_comm", "a2a"), "cp_a2a"),
+            d_qk=S.d_nope + S.d_rope if fam.mla else d,
+            d_v=S.d_v if fam.mla else d,
+            kv_heads=S.a if fam.mla else S.kv,
             fp8=sp.Integer(int(fam.fp8)),
             linear_dev=device(fam, fp8=True) if fam.fp8 else None,
             fp8_output=sp.Integer(int(fam.fp8 and fam.fp8_output_layer)),
         )
+
+
+def linear_gemm_time(c: Context, g: K.Gemm) -> sp.Expr:
+    """One linear layer's GEMM [s]: in bf16 (the plan's dtype) on the device, or, for an fp8
+    plan, on the FP8 device with e_8-byte operands and a bf16 output (perfmodel.costs.fp8)."""
+    if c.fam.fp8:
+        return K.gemm_time(g, S.e8, c.linear, output_bytes_per_element=S.e)
+    return K.gemm_time(g, S.e, c.dev)

@@ -29,6 +29,13 @@ flat buckets, scales them and copies them back (PyTorch DDP's default, without
 gradient_as_bucket_view); FSDP2 copies a unit's shard into the all-gather buffer and the gathered
 unit out of it, and the gradients into the reduce-scatter buffer and the reduced shard out.
 FSDP2's hooks per unit (unshard, reshard, post-backward) cost what `calibrate run` measured.
+Context parallelism: a replica's gradients are partial over its dp x cp ranks (each cp rank's over
+its s / cp tokens), so every sync and ZeRO shard spans the dp x cp group (axis dp_cp, Megatron's
+data-parallel group with context parallelism; the ledger names it dp when cp = 1). A mixture of
+experts: the routed experts' gradients are reduced (and ZeRO-sharded) over the ranks holding the
+same experts, the expert-data-parallel group (axis edp, tp dp cp / ep ranks), in a sync of their
+own where that group differs from dp x cp (ep > 1 or tp > 1: Megatron-Core's expert data
+parallelism; the validation job's), with the others otherwise.
 """
 
 from __future__ import annotations
@@ -51,11 +58,26 @@ DDP_GRADIENT_PASSES = 6  # into the bucket, scaled, back: 3 reads and 3 writes o
 SYNC = "data_parallel/sync"
 
 
+def replicas(c: Context) -> sp.Expr:
+    """The ranks a replica's (non-expert) gradients are reduced and sharded over: dp x cp."""
+    return S.dp * S.cp
+
+
+def expert_replicas(c: Context) -> sp.Expr:
+    """The ranks holding the same routed experts: tp dp cp / ep (the axis edp)."""
+    return S.tp * S.dp * S.cp / S.ep
+
+
+def expert_sync_apart(c: Context) -> sp.Expr:
+    """1 where the experts' gradients sync apart from the others' (ep > 1 or tp > 1)."""
+    return sp.Max(active(S.ep), active(S.tp), evaluate=False)
+
+
 def fsdp_units(c: Context) -> tuple[tuple[sp.Expr, sp.Expr], ...]:
     """(units, elements each) of a stage under ZeRO 3: its layers, and one root unit (the first
     stage's embedding, positions, final norm and an untied output layer; a last stage alone holds
     the final norm and the output layer)."""
-    h, V, tp, dp = S.h, S.V, S.tp, S.dp
+    h, V, tp, dp = S.h, S.V, S.tp, replicas(c)
     layer = M.fsdp_padded(M.layer_tensors(h, S.a, S.kv, S.f, tp, d=c.d, gated=c.gated,
                                           bias=c.bias, qkv_bias=c.qkv_bias,
                                           layernorm=c.layernorm,
@@ -71,17 +93,33 @@ def fsdp_units(c: Context) -> tuple[tuple[sp.Expr, sp.Expr], ...]:
 def sync_collectives(c: Context, params: Parameters,
                      units: tuple[tuple[sp.Expr, sp.Expr], ...]) -> list[Collective]:
     """The gradient sync of one step: the stage's gradients (gbytes each) and weights (wbytes;
-    an fp8 plan's FP8 weights, fp8_params, at e_8)."""
+    an fp8 plan's FP8 weights, fp8_params, at e_8), over dp x cp; a mixture of experts' routed
+    experts over edp where they sync apart."""
     grad_bytes, weight_bytes = S.gbytes * params.per_gpu, gathered_weight_bytes(c, params)
+    if c.fam.moe:  # the experts with the others where they do not sync apart
+        apart = expert_sync_apart(c)
+        params_dp = params.dense_per_gpu + (1 - apart) * params.experts_per_gpu
+        grad_bytes, weight_bytes = S.gbytes * params_dp, S.wbytes * params_dp
     z1, z3 = c.zero1, c.zero3
 
-    def dp(name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: str = "step") -> Collective:
-        return Collective(name=name, op=op, axis="dp", nbytes=nbytes, calls=calls, phase=phase,
+    def dp(name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: str = "step",
+           axis: str = "dp_cp") -> Collective:
+        return Collective(name=name, op=op, axis=axis, nbytes=nbytes, calls=calls, phase=phase,
                           in_phase=SYNC, term="comm/dp", fam=c.fam)
 
     out = [dp("dp/all_reduce", "all_reduce", grad_bytes, 1 - z1),
            dp("dp/reduce_scatter", "reduce_scatter", grad_bytes, z1 - z3),
            dp("dp/all_gather", "all_gather", weight_bytes, z1 - z3)]
+    if c.fam.moe:  # the ledger's bytes rank 0's (the first stage's experts), the time the larger
+        # stage's (every stage syncs at once)
+        first, most = params.experts["first"], params.experts_per_gpu
+        for name, op, per_param, calls in (
+                ("edp/all_reduce", "all_reduce", S.gbytes, apart * (1 - z1)),
+                ("edp/reduce_scatter", "reduce_scatter", S.gbytes, apart * (z1 - z3)),
+                ("edp/all_gather", "all_gather", S.wbytes, apart * (z1 - z3))):
+            out.append(Collective(name=name, op=op, axis="edp", nbytes=per_param * first,
+                                  time_nbytes=per_param * most, calls=calls, phase="step",
+                                  in_phase=SYNC, term="comm/dp", fam=c.fam))
     for unit, (count, elements) in zip(("layer", "root"), units, strict=True):
         out.append(dp(f"dp/fsdp_{unit}/all_gather", "all_gather", S.wbytes * elements,
                       z3 * FSDP_GATHERS_PER_MICRO_BATCH * count, phase="fwd+bwd"))
@@ -103,8 +141,8 @@ def gathered_weight_bytes(c: Context, params: Parameters) -> sp.Expr:
 
 def fsdp_copy_passes(c: Context) -> sp.Expr:
     """FSDP2's copies of a unit: a read and a write of (1 + 1/dp) of it (the shard and the
-    gathered unit), each way."""
-    return 2 * (1 + 1 / S.dp)
+    gathered unit), each way (dp x cp with context parallelism)."""
+    return 2 * (1 + 1 / replicas(c))
 
 
 def sync_phase(c: Context, params: Parameters, units: tuple[tuple[sp.Expr, sp.Expr], ...],
@@ -116,13 +154,17 @@ def sync_phase(c: Context, params: Parameters, units: tuple[tuple[sp.Expr, sp.Ex
     (comm/dp_framework)."""
     grad_bytes, weight_bytes = S.gbytes * params.per_gpu, gathered_weight_bytes(c, params)
     z1, z3, m, copies = c.zero1, c.zero3, c.m, fsdp_copy_passes(c)
+    # (the copies of the experts' sync, over their replicas, as the others')
     copy_bytes = (1 - z1) * DDP_GRADIENT_PASSES * grad_bytes \
         + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
         + z3 * sum((n * copies * p * (FSDP_GATHERS_PER_MICRO_BATCH * m * S.wbytes + S.gbytes)
                     for n, p in units), sp.Integer(0))
     layers = c.max_stage_layers
-    grads, fsdp_grads = ("dp/all_reduce", "dp/reduce_scatter"), \
-        ("dp/fsdp_layer/reduce_scatter", "dp/fsdp_root/reduce_scatter")
+    # (a mixture of experts' own sync over edp with the others', behind the same compute)
+    grads = ("dp/all_reduce", "dp/reduce_scatter") \
+        + (("edp/all_reduce", "edp/reduce_scatter") if c.fam.moe else ())
+    fsdp_grads = ("dp/fsdp_layer/reduce_scatter", "dp/fsdp_root/reduce_scatter")
+    param_gathers = ("dp/all_gather",) + (("edp/all_gather",) if c.fam.moe else ())
     gathers = ("dp/fsdp_layer/all_gather", "dp/fsdp_root/all_gather")
     overlaps = (
         Overlap("the last micro-batch's backward", backward_s, c.overlap_grad_sync,
@@ -130,19 +172,21 @@ def sync_phase(c: Context, params: Parameters, units: tuple[tuple[sp.Expr, sp.Ex
         Overlap("the last micro-batch's backward", backward_s, c.overlap_grad_sync,
                 floor=1 / (layers + 1), of=fsdp_grads),
         Overlap("the next step's first forward", forward_s, c.overlap_param_gather,
-                floor=1 / layers, of=("dp/all_gather",)),
+                floor=1 / layers, of=param_gathers),
         Overlap("every micro-batch's forward and backward", m * (forward_s + backward_s),
                 c.overlap_param_gather, floor=1 / (FSDP_GATHERS_PER_MICRO_BATCH * (layers + 1)),
                 of=gathers))
     return Phase(name=SYNC, per_step=True, comms=issued.get(SYNC, ()),
-                 device={"comm/dp_framework": active(S.dp) * K.memory_time(copy_bytes, c.dev)},
+                 device={"comm/dp_framework": active(replicas(c))
+                         * K.memory_time(copy_bytes, c.dev)},
                  host={"comm/dp_framework": fsdp_hooked_units(c, layers) * S.t_fsdp_r},
                  overlaps=overlaps)
 
 
 def fsdp_hooked_units(c: Context, layers: sp.Expr) -> sp.Expr:
-    """Units whose FSDP2 hooks run (ZeRO 1-3 with dp > 1): a stage's layers and its root."""
-    return c.zero1 * active(S.dp) * (layers + 1)
+    """Units whose FSDP2 hooks run (ZeRO 1-3 with dp x cp > 1): a stage's layers and its
+    root."""
+    return c.zero1 * active(replicas(c)) * (layers + 1)
 
 
 def fsdp_hook_phase(c: Context, stage: str) -> Phase:

@@ -25,16 +25,18 @@ al. 2022, Sec. 5).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import layouts as LY
+from perfmodel.costs import mla as MLA
+from perfmodel.family import Family
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
-from perfmodel.step.context import Context
+from perfmodel.step.context import Context, linear_gemm_time
 from perfmodel.step.framework import BACKWARD_PER_FORWARD, PartCost
 
 ZERO = sp.Integer(0)
@@ -43,7 +45,8 @@ ZERO = sp.Integer(0)
 @dataclass(frozen=True)
 class LayerWork:
     """Device time of one layer's forward on one rank, per micro-batch [s], and of its
-    attention's backward (the rest of the backward is BACKWARD_PER_FORWARD x the forward)."""
+    attention's backward (the rest of the backward is BACKWARD_PER_FORWARD x the forward); or
+    of several layers together (`+`, `times`: a stage's layers)."""
 
     gemm_s: sp.Expr
     attention_s: sp.Expr
@@ -53,7 +56,6 @@ class LayerWork:
     # None for other plans (no term)
     fp8_cast_s: sp.Expr | None = None
     fp8_cast_backward_s: sp.Expr | None = None
-    gemms: dict[str, sp.Expr] = field(default_factory=dict)  # each GEMM's, by name
 
     @property
     def total_s(self) -> sp.Expr:
@@ -64,40 +66,89 @@ class LayerWork:
         return BACKWARD_PER_FORWARD * (self.gemm_s + self.elementwise_s) \
             + self.attention_backward_s + (self.fp8_cast_backward_s or ZERO)
 
-    def forward_terms(self, n: sp.Expr) -> dict[str, sp.Expr]:
-        """n layers' forward, by term compute/forward/<part>."""
-        out = {"compute/forward/gemm": n * self.gemm_s,
-               "compute/forward/attention": n * self.attention_s,
-               "compute/forward/elementwise": n * self.elementwise_s}
+    def times(self, n: sp.Expr) -> LayerWork:
+        """n such layers."""
+        return LayerWork(n * self.gemm_s, n * self.attention_s, n * self.elementwise_s,
+                         n * self.attention_backward_s,
+                         None if self.fp8_cast_s is None else n * self.fp8_cast_s,
+                         None if self.fp8_cast_backward_s is None
+                         else n * self.fp8_cast_backward_s)
+
+    def __add__(self, other: LayerWork) -> LayerWork:
+        def add(x: sp.Expr | None, y: sp.Expr | None) -> sp.Expr | None:
+            return None if x is None and y is None else (x or ZERO) + (y or ZERO)
+
+        return LayerWork(self.gemm_s + other.gemm_s, self.attention_s + other.attention_s,
+                         self.elementwise_s + other.elementwise_s,
+                         self.attention_backward_s + other.attention_backward_s,
+                         add(self.fp8_cast_s, other.fp8_cast_s),
+                         add(self.fp8_cast_backward_s, other.fp8_cast_backward_s))
+
+    def forward_terms(self) -> dict[str, sp.Expr]:
+        """The forward, by term compute/forward/<part>."""
+        out = {"compute/forward/gemm": self.gemm_s,
+               "compute/forward/attention": self.attention_s,
+               "compute/forward/elementwise": self.elementwise_s}
         if self.fp8_cast_s is not None:
-            out["compute/forward/fp8_cast"] = n * self.fp8_cast_s
+            out["compute/forward/fp8_cast"] = self.fp8_cast_s
         return out
 
-    def backward_terms(self, n: sp.Expr) -> dict[str, sp.Expr]:
-        """n layers' backward, by term compute/backward/<part>."""
-        out = {"compute/backward/gemm": BACKWARD_PER_FORWARD * n * self.gemm_s,
-               "compute/backward/attention": n * self.attention_backward_s,
-               "compute/backward/elementwise": BACKWARD_PER_FORWARD * n * self.elementwise_s}
+    def backward_terms(self) -> dict[str, sp.Expr]:
+        """The backward, by term compute/backward/<part>."""
+        out = {"compute/backward/gemm": BACKWARD_PER_FORWARD * self.gemm_s,
+               "compute/backward/attention": self.attention_backward_s,
+               "compute/backward/elementwise": BACKWARD_PER_FORWARD * self.elementwise_s}
         if self.fp8_cast_backward_s is not None:
-            out["compute/backward/fp8_cast"] = n * self.fp8_cast_backward_s
+            out["compute/backward/fp8_cast"] = self.fp8_cast_backward_s
         return out
 
 
-def linear_gemm_time(c: Context, g: K.Gemm) -> sp.Expr:
-    """One linear layer's GEMM [s]: in bf16 (the plan's dtype) on the device, or, for an fp8
-    plan, on the FP8 device with e_8-byte operands and a bf16 output (perfmodel.costs.fp8)."""
-    if c.fam.fp8:
-        return K.gemm_time(g, S.e8, c.linear, output_bytes_per_element=S.e)
-    return K.gemm_time(g, S.e, c.dev)
+def attention_core_gemms(c: Context) -> list[K.Gemm]:
+    """The attention core's two batched products on one rank: scores Q K^T (d_qk wide) and
+    context A V (d_v wide), heads split over tp and the queries over cp (each cp rank computes
+    its s / cp queries against all s keys, whichever way K and V reach it)."""
+    s, b, cp = S.s, S.b, S.cp
+    heads = b * S.a / S.tp
+    return [K.Gemm("attention_scores", s / cp, s, c.d_qk, batch=heads),
+            K.Gemm("attention_context", s / cp, c.d_v, s, batch=heads)]
 
 
-def layer_work(c: Context) -> LayerWork:
+def layer_gemms(c: Context, *, moe: bool = False) -> list[K.Gemm]:
+    """One layer's forward GEMMs on one rank over its c.T = b s / cp tokens: the attention's
+    projections (Megatron 1D: QKV and output, or MLA's, perfmodel.costs.mla), the core
+    (attention_core_gemms) and, in a dense layer, the MLP (up and gate, down); an MoE layer's MLP
+    is perfmodel.step.moe's."""
+    h, a, kv, f, s, b, tp = S.h, S.a, S.kv, S.f, S.s, S.b, S.tp
+    gemms = {g.name: g for g in K.layer_gemms(c.T, b, s, h, a, kv, f, tp, c.gated, c.d)}
+    gemms.update({g.name: g for g in attention_core_gemms(c)})
+    if c.fam.mla:
+        del gemms["qkv"]
+        gemms.update({g.name: g for g in MLA.mla_gemms(c.T, h, a, S.r_q, S.r_kv, S.d_nope,
+                                                       S.d_rope, S.d_v, tp,
+                                                       q_lora=c.fam.mla_q_lora,
+                                                       T_down=c.T / c.act_ranks)})
+    if moe:
+        del gemms["mlp_up"], gemms["mlp_down"]
+    return list(gemms.values())
+
+
+_WORK: dict[tuple[Family, bool], LayerWork] = {}
+
+
+def layer_work(c: Context, *, moe: bool = False) -> LayerWork:
     """One layer's forward: GEMMs (Megatron 1D, or a grid's blocks), attention, element-wise,
-    and an fp8 plan's casts."""
+    and an fp8 plan's casts; an MoE layer's MLP from perfmodel.step.moe. Built once per family
+    and kind (the stages, the MTP modules and the parts ask for it again)."""
+    key = (c.fam, moe)
+    if key not in _WORK:
+        _WORK[key] = _layer_work(c, moe)
+    return _WORK[key]
+
+
+def _layer_work(c: Context, moe: bool) -> LayerWork:
     h, a, kv, f, s, b, tp, e = S.h, S.a, S.kv, S.f, S.s, S.b, S.tp, S.e
     gemm_t = {g.name: K.gemm_time(g, e, c.dev) if g.name in K.ATTENTION_CORE
-              else linear_gemm_time(c, g)
-              for g in K.layer_gemms(c.T, b, s, h, a, kv, f, tp, c.gated, c.d)}
+              else linear_gemm_time(c, g) for g in layer_gemms(c, moe=moe)}
     if c.fam.tp_layout != "1d":  # the grid layouts replace the four linear layers' GEMMs
         for name, K_, M_ in LY.linear_shapes(h, a, kv, f, c.gated, c.d):
             grid = LY.grid_gemms(name, c.T, K_, M_, S.q_a, S.q_c)
@@ -106,23 +157,52 @@ def layer_work(c: Context) -> LayerWork:
             gemm_t[name] = c.megatron * gemm_t[name] + grid_t
     ew = K.elementwise_bytes(c.T, b, s, h, a, f, tp, e, sequence_parallel=c.split,
                              flash=c.flash, gated=c.gated)
+    # each cp rank holds s / cp of the s^2 scores an unfused softmax reads and writes
+    quadratic = (ew["softmax"] + ew["attention_dropout"]) / S.cp
     core_gemms_s = sum((gemm_t[n] for n in K.ATTENTION_CORE), ZERO)
-    unfused_s = core_gemms_s + K.memory_time(ew["softmax"] + ew["attention_dropout"], c.dev)
+    unfused_s = core_gemms_s + K.memory_time(quadratic, c.dev)
     fused_s, fused_backward_s = flash_attention(c, core_gemms_s)
+    elementwise = ew["layernorm"] + ew["dropout_add"]
+    if c.fam.mla:  # the latents' RMSNorms: read and write e T (r_q + r_kv)
+        elementwise += 2 * e * c.T * ((S.r_q if c.fam.mla_q_lora else 0) + S.r_kv)
+    gemm_s = sum((t for n, t in gemm_t.items() if n not in K.ATTENTION_CORE), ZERO)
+    if moe:
+        from perfmodel.step.moe import moe_fp8_cast_elements, moe_mlp_work
+
+        mlp_gemm_s, mlp_elementwise = moe_mlp_work(c)
+        gemm_s, elementwise = gemm_s + mlp_gemm_s, elementwise + mlp_elementwise
+    else:
+        elementwise += ew["activation"]
     cast_s = cast_backward_s = None
     if c.fam.fp8:
-        forward, backward = K.fp8_cast_elements(c.T, h, a, kv, f, tp, c.act_ranks, c.gated, c.d)
+        if moe:  # the attention's casts, then the routed and shared experts' (moe.py)
+            forward, backward = moe_fp8_cast_elements(c)
+        else:
+            forward, backward = K.fp8_cast_elements(c.T, h, a, kv, f, tp, c.act_ranks, c.gated,
+                                                    c.d)
         cast_s = K.memory_time(S.q8 * forward, c.dev)
         cast_backward_s = K.memory_time(S.q8 * backward, c.dev)
     return LayerWork(
-        gemm_s=sum((t for n, t in gemm_t.items() if n not in K.ATTENTION_CORE), ZERO),
+        gemm_s=gemm_s,
         attention_s=c.flash * fused_s + (1 - c.flash) * unfused_s,
-        elementwise_s=K.memory_time(ew["layernorm"] + ew["activation"] + ew["dropout_add"], c.dev),
+        elementwise_s=K.memory_time(elementwise, c.dev),
         attention_backward_s=c.flash * fused_backward_s
         + (1 - c.flash) * BACKWARD_PER_FORWARD * unfused_s,
         fp8_cast_s=cast_s, fp8_cast_backward_s=cast_backward_s,
-        gemms=gemm_t,
     )
+
+
+def stage_work(c: Context, stage: str) -> LayerWork:
+    """The layers of a stage (first, middle or last; perfmodel.step.context.stage_layers) in one
+    micro-batch: its dense layers and, in a mixture of experts, its MoE layers
+    (perfmodel.step.moe.moe_layers)."""
+    n = c.stage_layers[stage]
+    if not c.fam.moe:
+        return layer_work(c).times(n)
+    from perfmodel.step.moe import moe_layers
+
+    moe = moe_layers(c)[stage]
+    return layer_work(c).times(n - moe) + layer_work(c, moe=True).times(moe)
 
 
 def attended_share(c: Context) -> sp.Expr:
@@ -141,16 +221,24 @@ def flash_attention(c: Context, core_gemms_s: sp.Expr) -> tuple[sp.Expr, sp.Expr
     (backward) at the hardware's flash efficiencies (perfmodel.costs.compute.flash_attention_s).
     Not measured (I_fa = 0: a calibrated CPU, a GPU without flash benchmarks): the same FLOPs at
     the GEMM efficiency of the scores and context products (core_gemms_s, all s^2 of them).
+    Context parallelism: each cp rank does 1/cp of the FLOPs (load-balanced chunks: cp rank i
+    holds chunks i and 2 cp - 1 - i of 2 cp; Megatron-Core, Transformer Engine). The kernel's
+    per-row cost is paid once per launch: ring attention (p2p) launches it for each of its cp
+    steps over s / cp keys, the all-gather and Ulysses forms over all s:
+        s_kernel = s_eff / (1 + I_p2p (cp - 1)).
+    MLA: the scores d_qk and the context d_v wide, the FLOPs of a head of (d_qk + d_v) / 2.
     Sliding window (a share rho_w of the layers, window w): those layers' kernels do P(w) of the
     s^2 pairs (perfmodel.costs.compute.windowed_pairs), and their per-row cost is that of a
     causal kernel whose rows are as long on average: s_eff = 2 P(w) / s tokens (s for full
     causal attention, whose rows average s / 2 keys) in the fit's (1 + s_half / s_eff)."""
     fwd, bwd = K.FLASH_BACKWARD_PER_FORWARD, (S.E_fa_bwd, S.s_fa_bwd)
+    d_core = (c.d_qk + c.d_v) / 2
+    launches = 1 + c.cp_p2p * (S.cp - 1)
 
     def measured(share: sp.Expr, s_eff: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
-        flops = K.attention_core_flops(S.b, S.s, S.a, c.d, S.tp, share=share)
-        return (K.flash_attention_s(flops, S.F, S.E_fa_fwd, S.s_fa_fwd, s_eff),
-                K.flash_attention_s(fwd * flops, S.F, *bwd, s_eff))
+        flops = K.attention_core_flops(S.b, S.s, S.a, d_core, S.tp, share=share) / S.cp
+        return (K.flash_attention_s(flops, S.F, S.E_fa_fwd, S.s_fa_fwd, s_eff / launches),
+                K.flash_attention_s(fwd * flops, S.F, *bwd, s_eff / launches))
 
     full, full_bwd = measured(K.CAUSAL_FRACTION, S.s)
     as_gemms = attended_share(c) * core_gemms_s
@@ -185,13 +273,16 @@ def op_recompute_s(c: Context, work: LayerWork) -> sp.Expr:
 def layer_phases(c: Context, work: LayerWork, cost: PartCost,
                  issued: Mapping[str, tuple[Collective, ...]], stage: str = "first",
                  overlap: Mapping[str, tuple[Overlap, ...]] | None = None,
-                 overlap_device: Mapping[str, sp.Expr] | None = None
-                 ) -> tuple[Phase, Phase, Phase]:
-    """The stage's n layers in one micro-batch (n: c.stage_layers[stage]): forward, backward,
-    recompute.
+                 overlap_device: Mapping[str, sp.Expr] | None = None,
+                 extra_kernels: sp.Expr = ZERO) -> tuple[Phase, Phase, Phase]:
+    """The stage's n layers in one micro-batch (n: c.stage_layers[stage]; `work`: all of them,
+    stage_work): forward, backward, recompute.
 
-    device: n x work (x 2 backward); where calibrated, (s - 1) x that (the framework's scale)
-    host:   n x c_fwd (c_bwd); n x ops x t_op (framework.PartCost) where not calibrated
+    device: the layers' work (x 2 backward); where calibrated, (s - 1) x that (the framework's
+            scale)
+    host:   n x c_fwd (c_bwd); n x ops x t_op (framework.PartCost) where not calibrated, and
+            what the stage's MoE layers launch beyond dense ones (extra_kernels, per
+            micro-batch forward, x 2 backward, at the same cost each)
     recompute: full x forward + selective x attention + op x what per-op recompute repeats
     (op_recompute_s), device and host (charged to compute/recompute), and the forward's
     collectives (full; op: all but the reduce-scatters, whose outputs it keeps). full, selective
@@ -202,8 +293,8 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
     n = c.stage_layers[stage]
     scale = n / c.layers_per_stage  # the collectives are declared for the first stage's layers
     overlap, extra = overlap or {}, overlap_device or {}
-    kernels = n * cost.kernel_s * cost.forward_ops
-    back_kernels = n * cost.kernel_s * cost.backward_ops
+    kernels = cost.kernel_s * (n * cost.forward_ops + extra_kernels)
+    back_kernels = cost.kernel_s * (n * cost.backward_ops + BACKWARD_PER_FORWARD * extra_kernels)
     slower = cost.scale - 1  # what the framework's scale adds to the rooflines
     recomputed = c.full * work.total_s + c.selective * work.attention_s \
         + c.op * op_recompute_s(c, work)
@@ -213,16 +304,16 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
 
     forward = Phase(
         name="layers/forward",
-        device={**work.forward_terms(n),
-                "compute/forward/framework": n * slower * work.total_s,
+        device={**work.forward_terms(),
+                "compute/forward/framework": slower * work.total_s,
                 **lost("layers/forward")},
         host={"compute/forward/framework": n * cost.forward_s, "overhead/kernels": kernels},
         comms=issued.get("layers/forward", ()), overlaps=overlap.get("layers/forward", ()),
         comm_scale=scale)
     backward = Phase(
         name="layers/backward",
-        device={**work.backward_terms(n),
-                "compute/backward/framework": n * slower * work.backward_s,
+        device={**work.backward_terms(),
+                "compute/backward/framework": slower * work.backward_s,
                 **lost("layers/backward")},
         host={"compute/backward/framework": n * cost.backward_s,
               "overhead/kernels": back_kernels},
@@ -230,7 +321,7 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
         comm_scale=scale)
     recompute = Phase(
         name="layers/recompute",
-        device={"compute/recompute": n * (recomputed + slower * recomputed),
+        device={"compute/recompute": recomputed + slower * recomputed,
                 **lost("layers/recompute")},
         host={"compute/recompute": n * (c.full + c.op) * cost.forward_s,
               "overhead/kernels": (c.full + c.op) * kernels},

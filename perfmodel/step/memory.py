@@ -1,7 +1,7 @@
 """Memory per GPU, per stage [bytes] (perfmodel.costs.memory).
 
     model states   = params_stage x (e_w, e_g, e_o) / their ZeRO divisors
-    activations    = a layer's kept activations x L/pp x the micro-batches in flight
+    activations    = a layer's kept activations x the stage's layers x the micro-batches in flight
                      (+ one layer's full activations to recompute into, with full recompute;
                      what per-op recompute does not keep of one layer, with it)
     embedding, output: the embedding's dropout mask per in-flight micro-batch; the final norm's
@@ -22,17 +22,29 @@
 A stage keeps no copy of what it sent on: the layers' activations are their inputs (Korthikanti),
 and Megatron-LM frees the data of a stage's sent output tensor (megatron/core/pipeline_parallel/
 schedules.py deallocate_output_tensor; NeMo deallocate_pipeline_outputs).
+Context parallelism: activations are a cp rank's s / cp tokens' (Korthikanti's formulas with s /
+cp); ZeRO shards over the dp x cp ranks. A mixture of experts: an MoE layer keeps its routed part's
+activations (perfmodel.costs.moe) in place of the dense MLP's; the routed experts' gradients and
+optimizer states are ZeRO-sharded over the expert-data-parallel group (tp dp cp / ep ranks).
+Multi-token prediction: the last stage keeps its modules' layers' activations and logits.
 Sources: Rajbhandari et al. 2020 (ZeRO, Sec. 3); Korthikanti et al. 2022 (Table 2, Sec. 4.2.3).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import memory as M
+from perfmodel.costs import mla as MLA
+from perfmodel.costs import moe as CM
 from perfmodel.costs.compute import FP32_BYTES
+from perfmodel.costs.lattice import lmax
+from perfmodel.step import data_parallel as DP
 from perfmodel.step import fp8 as FP8
+from perfmodel.step import moe as MOE
 from perfmodel.step.context import Context, active
 from perfmodel.step.parameters import Parameters
 from perfmodel.step.pipeline import STAGES, holds
@@ -43,36 +55,67 @@ MASK_BYTES = 1  # a dropout mask keeps one byte per element
 
 def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]]:
     """stage -> term -> bytes on one GPU of that stage."""
-    b, s, h, a, kv, f, tp, e, T, V = S.b, S.s, S.h, S.a, S.kv, S.f, S.tp, S.e, c.T, S.V
+    b, h, a, kv, f, tp, e, T, V = S.b, S.h, S.a, S.kv, S.f, S.tp, S.e, c.T, S.V
+    s = S.s / S.cp  # a cp rank's tokens of each sequence
     per_param = {"weights": S.wbytes, "gradients": S.gbytes, "optimizer_states": S.obytes}
-    div = M.zero_divisors(c.zero1, c.zero2, c.zero3, S.dp)
-    act_kw = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d, fp8=c.fp8,
-                  fp8_saved=S.s8 if c.fam.fp8 else sp.Integer(1))
-    act_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=c.full,
-                                         selective=c.selective, op=c.op, **act_kw)
-    full_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=0, selective=0, **act_kw)
-    op_layer = M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, full=0, selective=0, op=1,
-                                        **act_kw)
+    div = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.replicas(c))
+    div_experts = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.expert_replicas(c))
+    act_kw: dict[str, Any] = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d,
+                                  fp8=c.fp8, fp8_saved=S.s8 if c.fam.fp8 else sp.Integer(1))
+    if c.fam.mla:
+        act_kw["attention"] = MLA.mla_activation_bytes(T, a, S.r_q, S.r_kv, S.d_nope, S.d_rope,
+                                                       S.d_v, e, q_lora=c.fam.mla_q_lora)
+
+    def activations(**kw: Any) -> sp.Expr:
+        """One layer's kept bytes under the given policy shares: a dense layer's, and with
+        experts (kw moe=True) an MoE layer's."""
+        mlp = None
+        if kw.pop("moe", False):
+            T_r, _, _, A_r = MOE.routed_tokens(c)
+            mlp = CM.moe_activation_bytes(T_r, A_r, h, S.E, S.f_E, e, gated=c.gated)
+            if c.fam.moe_shared:
+                mlp += (2 + c.gated) * e * T * S.f_sh / tp
+        return M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, mlp=mlp, **kw, **act_kw)
+
+    act_layer = activations(full=c.full, selective=c.selective, op=c.op)
+    full_layer = activations(full=0, selective=0)
+    op_layer = activations(full=0, selective=0, op=1)
+    moe_count = MOE.moe_layers(c) if c.fam.moe else {st: 0 for st in STAGES}
+    if c.fam.moe:
+        act_moe = activations(full=c.full, selective=c.selective, op=c.op, moe=True)
+        full_layer = lmax(full_layer, activations(full=0, selective=0, moe=True))
     inflight = M.inflight_micro_batches(
         c.gpipe, c.interleaved + c.zero_bubble * (1 - c.zbv) * active(S.v), S.pp, c.m, S.v)
     out: dict[str, dict[str, sp.Expr]] = {}
     for st in STAGES:
         has_embed, has_head = holds(c, st)
+        experts = params.experts[st]
         mem = {name: per_param[name] * params.per_stage[st] / div[name] for name in per_param}
+        if c.fam.moe:
+            mem = {name: per_param[name] * ((params.per_stage[st] - experts) / div[name]
+                                            + experts / div_experts[name])
+                   for name in per_param}
         if c.fam.fp8_params:  # the linear weights are the FP8 copies (fp8/weight_copies)
             mem["weights"] -= S.wbytes * FP8.fp8_weights_per_gpu(c, has_head) / div["weights"]
         # the first stage holds the most micro-batches; the last, at least one; a middle one
         # (the second, the fullest: 1F1B's pp - 1) one fewer than the first (all m with GPipe)
         stage_inflight = {"first": inflight, "last": c.single * inflight + c.multi,
                           "middle": inflight - c.multi * (1 - c.gpipe)}[st]
-        mem["activations/layers"] = act_layer * c.stage_layers[st] * stage_inflight
+        n = c.stage_layers[st]
+        layers = act_layer * n
+        if c.fam.moe:
+            layers = act_layer * (n - moe_count[st]) + act_moe * moe_count[st]
+        if c.fam.mtp:  # the modules' layers, as the last's, on the stage with the output layer
+            layers += has_head * S.D_mtp * (act_moe if c.fam.mtp_last_moe else act_layer)
+        mem["activations/layers"] = layers * stage_inflight
         mem["activations/recompute_buffer"] = c.full_any * full_layer \
             + c.op_any * (full_layer - op_layer)
         # the embedding's dropout mask per in-flight micro-batch; the final norm's input and the
         # fp32 logits (two of each, as the first step model counted them, 88e7cc9)
         mem["activations/embedding_output"] = \
             has_embed * MASK_BYTES * T * h / c.act_ranks * stage_inflight \
-            + has_head * (2 * e * T * h / c.act_ranks + 2 * FP32_BYTES * T * V / tp)
+            + has_head * (2 * e * T * h / c.act_ranks + 2 * FP32_BYTES * T * V / tp) \
+            * (1 + (S.D_mtp if c.fam.mtp else 0))
         root = has_embed * (params.embedding["sharded"] / tp + params.embedding["replicated"]) \
             + has_head * (params.final_norm + (1 - c.tied * c.single) * V * h / tp)
         mem["buffers/zero3_gather"] = c.zero3 * S.wbytes * (
@@ -83,7 +126,11 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         # once: Megatron's contiguous parameter and gradient buffers, FSDP's shards)
         transient = sp.Add(*(x for k, x in mem.items() if k.startswith(("activations/",
                                                                          "buffers/"))))
-        mem["reserved/nccl_buffers"] = S.M_nccl * (active(S.tp) + active(S.dp) + active(S.pp))
+        groups = active(S.tp) + active(S.dp) + active(S.pp)
+        if c.fam.moe:  # the expert-parallel group, and the experts' own where they sync apart
+            groups += active(S.ep) + DP.expert_sync_apart(c) * active(DP.expert_replicas(c))
+        # with context parallelism the cp group and the dp x cp group
+        mem["reserved/nccl_buffers"] = S.M_nccl * (groups + 2 * active(S.cp))
         mem["reserved/fragmentation"] = transient * S.f_frag / (1 - S.f_frag)
         out[st] = {k: sp.sympify(x) for k, x in mem.items()}
     return out

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 import sympy as sp
 
 from perfmodel import symbols as S
+from perfmodel.costs.lattice import lmax, lmin
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
@@ -73,7 +74,7 @@ def weight_gradient_fill(c: Context, stage_terms: Mapping[str, Mapping[str, sp.E
          / BACKWARD_PER_FORWARD for st, terms in stage_terms.items()}
     if "middle" in w:  # a middle stage exists from pp = 3 on; below, never the smallest
         w["middle"] = w["middle"] + (1 - middle_exists()) * w["first"]
-    return c.zero_bubble * (2 + c.zbv) * sp.Min(*w.values(), evaluate=False)
+    return c.zero_bubble * (2 + c.zbv) * lmin(*w.values())
 
 
 def middle_exists() -> sp.Expr:
@@ -84,5 +85,5 @@ def middle_exists() -> sp.Expr:
 def bubble_s(m: sp.Expr, t_other: sp.Expr, w_fill: sp.Expr) -> sp.Expr:
     """T_bubble [s] (see the module doc); m, t_other and W_fill as expressions or as symbols."""
     bubble = (S.pp - 1) / S.v
-    kept = sp.Min(bubble, sp.Max(0, (m + bubble) / S.rho - m, evaluate=False), evaluate=False)
-    return kept * sp.Max(0, t_other - w_fill, evaluate=False)
+    kept = lmin(bubble, lmax(0, (m + bubble) / S.rho - m))
+    return kept * lmax(0, t_other - w_fill)

@@ -26,6 +26,8 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import compute as K
+from perfmodel.costs import mla as MLA
+from perfmodel.costs import moe as CM
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
@@ -41,24 +43,61 @@ def flops(c: Context) -> dict[str, sp.Expr]:
     """model_flops_per_step (Megatron-LM's convention: causal core halved),
     model_flops_per_step_full_attention (torchtitan's: the core whole) and
     hardware_flops_per_step (what the kernels execute); a multiply-add counts 2."""
-    gemms = K.layer_gemms(c.T, S.b, S.s, S.h, S.a, S.kv, S.f, 1, c.gated, c.d)  # tp = 1: all
+    T = c.tokens  # a replica's micro-batch (every cp rank's tokens)
+    gemms = K.layer_gemms(T, S.b, S.s, S.h, S.a, S.kv, S.f, 1, c.gated, c.d)  # tp = 1: all
     core = sum((g.flops for g in gemms if g.name in K.ATTENTION_CORE), ZERO)
     linear = sum((g.flops for g in gemms if g.name not in K.ATTENTION_CORE), ZERO)
-    logits = K.logits_gemm(c.T, S.h, S.V, S.tp).flops * S.tp
+    if c.fam.mla:  # MLA's projections for QKV and the output; its core d_qk and d_v wide
+        projections = MLA.mla_gemms(T, S.h, S.a, S.r_q, S.r_kv, S.d_nope, S.d_rope, S.d_v, 1,
+                                    q_lora=c.fam.mla_q_lora)
+        standard = [g for g in gemms if g.name in ("qkv", "attention_output")]
+        linear += sum((g.flops for g in projections), ZERO) - sum((g.flops for g in standard),
+                                                                 ZERO)
+        core = 2 * S.b * S.a * S.s**2 * (c.d_qk + c.d_v)
+    logits = K.logits_gemm(T, S.h, S.V, S.tp).flops * S.tp
     steps = (1 + BACKWARD_PER_FORWARD) * c.m * S.dp
+    layers_linear = S.L * linear  # every layer's linear FLOPs (model and hardware)
+    layers_linear_hw = layers_linear
+    if c.fam.moe:  # an MoE layer: the router, k of the experts (hardware: the padded rows
+        # of a capacity), the shared experts, in place of the dense MLP
+        from perfmodel.step.moe import moe_layers_total
+
+        mlp = sum((g.flops for g in gemms if g.name in ("mlp_up", "mlp_down")), ZERO)
+        expert = sum((g.flops for g in CM.expert_gemms(1, S.h, S.f_E, c.gated)), ZERO)
+        routed = T * S.k_E
+        if c.fam.moe_capacity:
+            routed_hw = S.cp * c.act_ranks * S.E * CM.capacity(c.T / c.act_ranks, S.k_E, S.E,
+                                                               S.c_E)
+        else:
+            routed_hw = routed
+        rest = CM.router_gemm(T, S.h, S.E).flops - mlp
+        if c.fam.moe_shared:
+            rest += sum((g.flops for g in CM.shared_gemms(T, S.h, S.f_sh, 1, c.gated)), ZERO)
+        L_moe = moe_layers_total(c)
+        layers_linear = layers_linear + L_moe * (rest + routed * expert)
+        layers_linear_hw = S.L * linear + L_moe * (rest + routed_hw * expert)
     attended = attended_share(c)  # 1/2 (causal), less with a sliding window
-    model = steps * (S.L * (linear + attended * core) + logits)
-    full_attention = steps * (S.L * (linear + core) + logits)
+    extra = extra_hw = ZERO
+    if c.fam.mtp:  # the modules: a layer like the last, the projection, the output layer
+        from perfmodel.step.mtp import mtp_flops
+
+        last = linear + (rest + routed * expert if c.fam.mtp_last_moe else 0)
+        last_hw = linear + (rest + routed_hw * expert if c.fam.mtp_last_moe else 0)
+        extra = mtp_flops(c, last + attended * core, logits)
+        extra_hw = mtp_flops(c, last_hw + attended * core, logits)
+    model = steps * (layers_linear + S.L * attended * core + logits + extra)
+    full_attention = steps * (layers_linear + S.L * core + logits
+                              + extra + (S.D_mtp * attended * core if c.fam.mtp else 0))
     # the core as it runs: a flash kernel its causal half (the pairs it attends), forward and
     # 2.5 x backward
     fused = attended * core
     core_run = c.flash * fused * (1 + K.FLASH_BACKWARD_PER_FORWARD) \
         + (1 - c.flash) * (1 + BACKWARD_PER_FORWARD) * core
     core_forward = c.flash * fused + (1 - c.flash) * core
-    op_forward = op_recomputed_gemm_share(c) * linear + (1 - c.flash) * core
-    hardware = steps * (S.L * linear + logits) + S.L * c.m * S.dp * (
-        core_run + c.full * (linear + core_forward) + c.selective * core_forward
-        + c.op * op_forward)
+    op_forward = op_recomputed_gemm_share(c) * layers_linear_hw + S.L * (1 - c.flash) * core
+    hardware = steps * (layers_linear_hw + logits + extra_hw) + c.m * S.dp * (
+        S.L * core_run + c.full * (layers_linear_hw + S.L * core_forward)
+        + S.L * c.selective * core_forward + c.op * op_forward)
     return {"model_flops_per_step": model,
             "model_flops_per_step_full_attention": full_attention,
             "hardware_flops_per_step": hardware}

@@ -9,17 +9,20 @@ import sympy as sp
 from perfmodel import symbols as S
 from perfmodel.family import Family
 from perfmodel.step import compose as CO
+from perfmodel.step import context_parallel as CP
 from perfmodel.step import data_parallel as DP
 from perfmodel.step import embedding_head as EH
 from perfmodel.step import fp8 as FP8
 from perfmodel.step import host as H
+from perfmodel.step import moe as MOE
+from perfmodel.step import mtp as MTP
 from perfmodel.step import pipeline as PP
 from perfmodel.step import tensor_parallel as TP
 from perfmodel.step.collective import Collective, CommOp
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
 from perfmodel.step.framework import part_costs
-from perfmodel.step.layer import layer_phases, layer_work
+from perfmodel.step.layer import layer_phases, layer_work, stage_work
 from perfmodel.step.memory import memory_terms
 from perfmodel.step.optimizer import optimizer_phase
 from perfmodel.step.parameters import parameters
@@ -56,13 +59,15 @@ def build(fam: Family) -> Model:
     # 1. the work of one micro-batch: a layer's forward (GEMMs, attention, element-wise), the
     #    embedding's and the output layer's, and what the framework adds to each
     layer = layer_work(c)
+    works = {st: stage_work(c, st) for st in PP.STAGES}  # its dense and MoE layers
     forward_s = {"layer": layer.total_s, "embedding": EH.embedding_forward_s(c),
                  "output": EH.output_forward_s(c)}
     costs = part_costs(c)
     # 2. its communication: every collective a rank issues, declared once, in ledger order
     params, units = parameters(c), DP.fsdp_units(c)
     p2p = PP.p2p_collectives(c)
-    collectives = [*TP.layer_collectives(c), *TP.embedding_collectives(c),
+    collectives = [*TP.layer_collectives(c), *CP.cp_collectives(c), *MOE.ep_collectives(c),
+                   *MTP.mtp_collectives(c), *TP.embedding_collectives(c),
                    *TP.output_collectives(c), *p2p.values(), *DP.sync_collectives(c, params, units),
                    *TP.norm_grad_collectives(c)]
     issued = _by_phase(collectives)
@@ -72,11 +77,16 @@ def build(fam: Family) -> Model:
     phases: dict[str, tuple[Phase, ...]] = {}
     for st in PP.STAGES:
         has_embedding, has_output = PP.holds(c, st)
-        overlaps, lost = TP.layer_overlaps(c, layer.gemms, c.stage_layers[st])
+        overlaps, lost, stage_overlaps, stage_lost = _tp_overlaps(c, st)
         loop = (Phase(name="training_loop",
                       host={"overhead/loop": H.loop_s(c, has_embedding, has_output)}),) \
             if c.asynchronous else ()
-        phases[st] = (*layer_phases(c, layer, costs["layer"], issued, st, overlaps, lost),
+        phases[st] = (*layer_phases(c, works[st], costs["layer"], issued, st, overlaps, lost,
+                                    MOE.extra_kernels(c, st)),
+                      *CP.cp_phases(c, works[st], issued,
+                                    comm_scale=c.stage_layers[st] / c.layers_per_stage),
+                      *MOE.stage_phases(st, issued, overlaps=stage_overlaps, lost=stage_lost),
+                      *MTP.mtp_phases(c, costs, issued, has_output),
                       *EH.embedding_phases(c, costs["embedding"], issued, has_embedding),
                       *EH.output_phases(c, costs["output"], issued, has_output),
                       PP.p2p_phase(p2p[st]), DP.fsdp_hook_phase(c, st), *loop)
@@ -130,6 +140,29 @@ def _by_phase(collectives: list[Collective]) -> dict[str, tuple[Collective, ...]
     for x in collectives:
         out[x.in_phase] = (*out.get(x.in_phase, ()), x)
     return out
+
+
+def _tp_overlaps(c: Context, stage: str) -> tuple[dict[str, tuple[CO.Overlap, ...]],
+                                                   dict[str, sp.Expr],
+                                                   dict[str, tuple[CO.Overlap, ...]],
+                                                   dict[str, sp.Expr]]:
+    """The tensor-parallel overlaps of a stage's layers (perfmodel.step.tensor_parallel.
+    layer_overlaps), for the phases layers/... (the attention's collectives, not MLA's; the MLPs'
+    that every layer issues: a dense layer's, an MoE layer's shared experts') and layers@<stage>/...
+    (a mixture of experts without shared experts: its dense layers' MLPs), with what the
+    overlapped GEMMs lose in each."""
+    n = c.stage_layers[stage]
+    moe = MOE.moe_layers(c)[stage] if c.fam.moe else sp.Integer(0)
+    attention = not c.fam.mla
+    mlps: tuple[tuple[sp.Expr, sp.Expr], ...] = ((n, S.f),)
+    own: tuple[tuple[sp.Expr, sp.Expr], ...] = ()
+    if c.fam.moe:
+        mlps = ((n - moe, S.f), (moe, S.f_sh)) if c.fam.moe_shared else ()
+        own = () if c.fam.moe_shared else ((n - moe, S.f),)
+    overlaps, lost = TP.layer_overlaps(c, n, attention, mlps) if attention or mlps else ({}, {})
+    mine, mine_lost = TP.layer_overlaps(c, n, False, own, prefix=f"layers@{stage}") if own \
+        else ({}, {})
+    return overlaps, lost, mine, mine_lost
 
 
 def _composition(c: Context, stage_time: dict[str, sp.Expr], step_terms: dict[str, sp.Expr],

@@ -50,12 +50,15 @@ import sympy as sp
 from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import layouts as LY
+from perfmodel.costs import mla as MLA
 from perfmodel.costs.compute import FP32_BYTES
+from perfmodel.costs.lattice import lmax
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context
+from perfmodel.step.pipeline import STAGES
 
-ZERO = sp.Integer(0)
+ZERO, ONE = sp.Integer(0), sp.Integer(1)
 COLLECTIVES_PER_LAYER = 2  # Megatron 1D, per layer and direction: after attention, after MLP
 RS_SPLITS = 4  # num_splits of every PipelineOverlapCfg in NeMo's userbuffers.py
 SM_SHARE = {"attention_output": sp.Rational(24, 132),  # proj_fprop num_sm 24, H100: 132 SMs
@@ -70,9 +73,13 @@ def _tp(c: Context, name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: 
                       in_phase=in_phase, term="comm/tp", fam=c.fam, stage=stage)
 
 
-def layer_collectives(c: Context) -> list[Collective]:
-    """The collectives of the stage's L/pp layers per micro-batch: Megatron 1D, then the grids'."""
-    n, sp_ = c.layers_per_stage, c.seq_parallel
+def megatron_collectives(c: Context, count: sp.Expr, prefix: str = "layers",
+                         stage: str = "every", share: sp.Expr = ONE,
+                         recomputed: bool = True) -> list[Collective]:
+    """Megatron 1D's collectives of `count` sub-layers (an attention or an MLP each) per
+    micro-batch, issued in the phases <prefix>/forward, /backward, /recompute on `stage` (its
+    ledger calls x share)."""
+    sp_ = c.seq_parallel
     act_bytes = S.e * c.T * S.h
     fp8_gather = S.e8 * c.T * S.h if c.fam.fp8 else act_bytes  # the GEMM inputs, cast first
     out = []
@@ -80,61 +87,151 @@ def layer_collectives(c: Context) -> list[Collective]:
     # torchtitan's per-op recompute keeps (op)
     recompute = {"all_gather": c.full + c.op, "reduce_scatter": c.full,
                  "all_reduce": c.full + c.op}
-    for in_phase, phase, repeat in (("layers/forward", "fwd", None),
-                                    ("layers/backward", "bwd", None),
-                                    ("layers/recompute", "bwd", recompute)):
-        for op, share in (("all_gather", sp_), ("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
+    where = prefix if stage == "every" else f"{prefix}@{stage}"
+    directions: list[tuple[str, str, dict[str, sp.Expr] | None]] = [
+        (f"{where}/forward", "fwd", None), (f"{where}/backward", "bwd", None)]
+    if recomputed:
+        directions.append((f"{where}/recompute", "bwd", recompute))
+    for in_phase, phase, repeat in directions:
+        for op, part in (("all_gather", sp_), ("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
             times = 1 if repeat is None else repeat[op]
-            calls = c.megatron * times * COLLECTIVES_PER_LAYER * share * n
-            forward_gather = op == "all_gather" and in_phase != "layers/backward"
+            calls = c.megatron * times * part * count
+            forward_gather = op == "all_gather" and not in_phase.endswith("/backward")
             nbytes = fp8_gather if forward_gather else act_bytes
-            out.append(_tp(c, f"tp/layer/{op}", op, nbytes, calls, phase, in_phase))
+            out.append(Collective(name=f"tp/layer/{op}", op=op, axis="tp", nbytes=nbytes,
+                                  calls=calls, phase=phase, in_phase=in_phase, term="comm/tp",
+                                  fam=c.fam, stage=stage, ledger_share=share))
+    return out
+
+
+def mla_collectives(c: Context, count: sp.Expr, prefix: str = "layers", stage: str = "every",
+                    recomputed: bool = True) -> list[Collective]:
+    """Multi-head latent attention's tensor-parallel collectives of `count` layers per micro-batch
+    (perfmodel.costs.mla): with sequence parallelism, forward an all-gather of each latent (e T
+    w, w = r_q (or h), r_kv, d_rope) and a reduce-scatter of the output (e T h), backward their
+    adjoints (reduce-scatters of the latents' gradients, an all-gather of the output's);
+    without it, an all-reduce of the output forward and of each latent's gradient backward.
+    Full recompute repeats the forward's."""
+    sp_, e, T = c.seq_parallel, S.e, c.T
+    latents = MLA.latent_widths(S.r_q, S.r_kv, S.d_rope, S.h, q_lora=c.fam.mla_q_lora)
+    where = prefix if stage == "every" else f"{prefix}@{stage}"
+    out: list[Collective] = []
+
+    def add(op: str, width: sp.Expr, calls: sp.Expr, phase: str, pass_: str) -> None:
+        out.append(Collective(name=f"tp/mla/{op}", op=op, axis="tp", nbytes=e * T * width,
+                              calls=c.megatron * calls * count, phase=phase,
+                              in_phase=f"{where}/{pass_}", term="comm/tp", fam=c.fam,
+                              stage=stage))
+
+    repeats = [("forward", "fwd", sp.Integer(1))]
+    if recomputed:
+        repeats.append(("recompute", "bwd", c.full))
+    for pass_, phase, times in repeats:
+        for w in latents:
+            add("all_gather", w, times * sp_, phase, pass_)
+        add("reduce_scatter", S.h, times * sp_, phase, pass_)
+        add("all_reduce", S.h, times * (1 - sp_), phase, pass_)
+    for w in latents:
+        add("reduce_scatter", w, sp_, "bwd", "backward")
+        add("all_reduce", w, 1 - sp_, "bwd", "backward")
+    add("all_gather", S.h, sp_, "bwd", "backward")
+    return out
+
+
+def dense_mlp_collectives(c: Context) -> list[Collective]:
+    """The MLP collectives of each stage's dense layers (a mixture of experts without shared
+    experts), declared per stage (phases layers@<stage>/...): the first stage's in the ledger,
+    the last's and a middle one's only with several stages."""
+    from perfmodel.step.moe import moe_layers
+
+    moe, out = moe_layers(c), []
+    for st in STAGES:
+        share = ONE if st == "first" else c.multi
+        out += megatron_collectives(c, c.stage_layers[st] - moe[st], stage=st, share=share)
+    return out
+
+
+def layer_collectives(c: Context) -> list[Collective]:
+    """The collectives of the stage's layers per micro-batch (declared for the first stage's,
+    the ledger's: a stage's phases scale them to its own, Phase.comm_scale): Megatron 1D, then
+    the grids'. A mixture of experts whose MoE layers have no shared experts issues none for
+    their MLP (the experts are whole on each rank, which routes its own tokens): the attention's
+    of every layer, the MLP's of each stage's dense layers (dense_mlp_collectives)."""
+    n = c.layers_per_stage
+    if c.fam.mla:  # the attention's own (mla_collectives), the MLPs' as a dense layer's
+        out = mla_collectives(c, n)
+        if not c.fam.moe or c.fam.moe_shared:
+            return out + megatron_collectives(c, n)
+        return out + dense_mlp_collectives(c)
+    if c.fam.moe and not c.fam.moe_shared:
+        return megatron_collectives(c, n) + dense_mlp_collectives(c)
+    out = megatron_collectives(c, COLLECTIVES_PER_LAYER * n)
     if c.fam.tp_layout != "1d":  # 2d / 2.5d / 3d grids: see perfmodel.costs.layouts
         out += _grid_collectives(c)
     return out
 
 
-def layer_overlaps(c: Context, gemms: Mapping[str, sp.Expr], n: sp.Expr
+def layer_overlaps(c: Context, n: sp.Expr, attention: bool,
+                   mlps: tuple[tuple[sp.Expr, sp.Expr], ...], prefix: str = "layers"
                    ) -> tuple[dict[str, tuple[Overlap, ...]], dict[str, sp.Expr]]:
-    """The Overlaps of the layers' tensor-parallel collectives with their GEMMs (tp_comm_overlap;
-    see the module doc), by layer phase, and what the overlapped GEMMs lose (compute/tp_overlap),
-    for the n layers of a stage; gemms: one layer's forward GEMM times by name."""
+    """The Overlaps of some layers' tensor-parallel collectives (tp/layer/...) with their GEMMs
+    (tp_comm_overlap; see the module doc), by phase (<prefix>/forward, /backward, /recompute),
+    and what the overlapped GEMMs lose (compute/tp_overlap). The phases' collectives: the
+    attention's of the stage's n layers (attention: Megatron's QKV and output projections; not
+    MLA's, whose own collectives are not overlapped here) and the MLPs' of `mlps`, (count, width)
+    each (a dense layer's MLP f wide, a mixture of experts' shared experts f_sh wide), each kind
+    an equal share of the phase's calls per sub-layer."""
     on, tp, splits = c.tp_comm_overlap, S.tp, sp.Integer(RS_SPLITS)
-    ag, rs, half = ("tp/layer/all_gather",), ("tp/layer/reduce_scatter",), sp.Rational(1, 2)
+    ag, rs = ("tp/layer/all_gather",), ("tp/layer/reduce_scatter",)
+    share = sp.Integer(1) / (int(attention) + int(bool(mlps)))
     # the overlapped GEMMs as they run: in chunks of the tokens (tp for the ring exchanges,
     # RS_SPLITS for the pipelined reduce-scatters), those before a pipelined reduce-scatter on
-    # the SMs it leaves them
-    ring = _chunked(c, tp, ("qkv", "mlp_up", "attention_output", "mlp_down"))
-    pipe = {g: t / (1 - SM_SHARE[g]) for g, t in _chunked(c, splits, tuple(SM_SHARE)).items()}
+    # the SMs it leaves them; and whole (the bulk overlaps' windows)
+    kinds: tuple[tuple[sp.Expr, sp.Expr, tuple[str, str]], ...] = \
+        ((n, S.f, ("qkv", "attention_output")),) if attention else ()
+    kinds += tuple((count, width, ("mlp_up", "mlp_down")) for count, width in mlps)
+    ring: dict[str, sp.Expr] = {}
+    pipe: dict[str, sp.Expr] = {}
+    whole: dict[str, sp.Expr] = {}
+    for count, width, names in kinds:
+        for g, t in _chunked(c, tp, names, width).items():
+            ring[g] = ring.get(g, ZERO) + count * t
+        for g, t in _chunked(c, splits, names[1:], width).items():
+            pipe[g] = pipe.get(g, ZERO) + count * t / (1 - SM_SHARE[g])
+        for g, t in _chunked(c, ONE, names, width).items():
+            whole[g] = whole.get(g, ZERO) + count * t
 
     def ov(behind: str, time: sp.Expr, of: tuple[str, ...], hides: sp.Expr,
            floor: sp.Expr = ZERO) -> Overlap:
-        return Overlap(behind, n * hides * time, on, floor=floor, of=of, share=half)
+        return Overlap(behind, hides * time, on, floor=floor, of=of, share=share)
 
     before, after = (tp - 1) / tp, (splits - 1) / splits
-    forward = (ov("the QKV GEMM", ring["qkv"], ag, before),
-               ov("the MLP up GEMM", ring["mlp_up"], ag, before),
-               ov("the attention output GEMM", pipe["attention_output"], rs, after, 1 / splits),
-               ov("the MLP down GEMM", pipe["mlp_down"], rs, after, 1 / splits))
-    backward = (ov("the attention output's input-gradient GEMM", ring["attention_output"], ag,
-                   before),
-                ov("the MLP down's input-gradient GEMM", ring["mlp_down"], ag, before),
-                ov("the QKV weight-gradient GEMM", gemms["qkv"], rs, sp.Integer(1)),
-                ov("the MLP up weight-gradient GEMM", gemms["mlp_up"], rs, sp.Integer(1)))
-    lost_forward = sum((t - gemms[g] for g, t in (*((g, ring[g]) for g in ("qkv", "mlp_up")),
-                                                   *pipe.items())), sp.Integer(0))
-    lost_backward = sum((ring[g] - gemms[g] for g in ("attention_output", "mlp_down")),
-                        sp.Integer(0))
-    return ({"layers/forward": forward, "layers/backward": backward, "layers/recompute": forward},
-            {"layers/forward": on * n * lost_forward, "layers/backward": on * n * lost_backward,
-             "layers/recompute": c.full * on * n * lost_forward})
+    forward, backward = [], []
+    label = {"qkv": "the QKV", "attention_output": "the attention output",
+             "mlp_up": "the MLP up", "mlp_down": "the MLP down"}
+    for first, second in (("qkv", "attention_output"), ("mlp_up", "mlp_down")):
+        if first not in ring:
+            continue
+        forward += [ov(f"{label[first]} GEMM", ring[first], ag, before),
+                    ov(f"{label[second]} GEMM", pipe[second], rs, after, 1 / splits)]
+        backward += [ov(f"{label[second]}'s input-gradient GEMM", ring[second], ag, before),
+                     ov(f"{label[first]} weight-gradient GEMM", whole[first], rs, ONE)]
+    lost_forward = sum((ring[g] - whole[g] for g in ("qkv", "mlp_up") if g in ring), ZERO) \
+        + sum((t - whole[g] for g, t in pipe.items()), ZERO)
+    lost_backward = sum((ring[g] - whole[g] for g in ("attention_output", "mlp_down")
+                         if g in ring), ZERO)
+    return ({f"{prefix}/forward": tuple(forward), f"{prefix}/backward": tuple(backward),
+             f"{prefix}/recompute": tuple(forward)},
+            {f"{prefix}/forward": on * lost_forward, f"{prefix}/backward": on * lost_backward,
+             f"{prefix}/recompute": c.full * on * lost_forward})
 
 
-def _chunked(c: Context, chunks: sp.Expr, names: tuple[str, ...]) -> dict[str, sp.Expr]:
+def _chunked(c: Context, chunks: sp.Expr, names: tuple[str, ...],
+             width: sp.Expr = S.f) -> dict[str, sp.Expr]:
     """The forward time of some linear layers' GEMMs run in `chunks` pieces of the micro-batch's
-    tokens (Megatron 1D shapes) [s]."""
-    gemms = {g.name: g for g in K.layer_gemms(c.T / chunks, S.b, S.s, S.h, S.a, S.kv, S.f, S.tp,
-                                              c.gated, c.d)}
+    tokens (Megatron 1D shapes, the MLP `width` wide) [s]."""
+    gemms = {g.name: g for g in K.layer_gemms(c.T / chunks, S.b, S.s, S.h, S.a, S.kv, width,
+                                              S.tp, c.gated, c.d)}
     if c.fam.fp8:  # on the FP8 device, e_8-byte operands, bf16 out (perfmodel.step.layer)
         return {name: chunks * K.gemm_time(gemms[name], S.e8, c.linear,
                                            output_bytes_per_element=S.e) for name in names}
@@ -195,8 +292,29 @@ def output_collectives(c: Context) -> list[Collective]:
 
 def norm_grad_collectives(c: Context) -> list[Collective]:
     """Per step, with sequence parallelism: one all-reduce of every norm vector of the stage (two
-    per layer and the final norm; LayerNorm has a weight and a bias, RMSNorm a weight)."""
-    vectors = (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * c.max_stage_layers + 1)
+    per layer and the final norm; LayerNorm has a weight and a bias, RMSNorm a weight), and of
+    an MoE layer's router (Megatron-Core all-reduces the routers' gradients over tp with the
+    norms'); the stage with the most of them (every stage syncs at once)."""
+    if not c.fam.moe and not c.fam.mla:
+        vectors = (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * c.max_stage_layers + 1)
+    else:
+        from perfmodel.costs.moe import router_params
+        from perfmodel.step.moe import moe_layers
+
+        moe = moe_layers(c) if c.fam.moe else {}
+        # the down projections and the latents' norms, whole on every tp rank, each over its
+        # own tokens with sequence parallelism
+        down = MLA.mla_params(S.h, S.a, S.r_q, S.r_kv, S.d_nope, S.d_rope, S.d_v,
+                              q_lora=c.fam.mla_q_lora, bias=0)["replicated"] \
+            if c.fam.mla else ZERO
+        router = router_params(S.h, S.E, bias=c.bias) if c.fam.moe else ZERO
+
+        def on_stage(st: str) -> sp.Expr:
+            n = c.stage_layers[st]
+            return (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * n + 1) \
+                + moe.get(st, ZERO) * router + n * down
+
+        vectors = lmax(*(on_stage(st) for st in STAGES))
     return [Collective(name="tp/norm_grads/all_reduce", op="all_reduce", axis="tp",
                        nbytes=S.wbytes * vectors, calls=c.seq_parallel, phase="step",
                        in_phase="tensor_parallel/norm_grads", term="comm/tp_grads", fam=c.fam)]

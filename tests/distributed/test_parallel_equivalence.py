@@ -33,8 +33,10 @@ MOE = DENSE.replace(name="tiny-moe", experts=4, top_k=2, expert_ffn_hidden=32, s
                     shared_expert_ffn_hidden=16, moe_first_dense=1)
 
 
-def _plan(dp: int = 1, tp: int = 1) -> Plan:
-    return Plan(gpus=dp * tp, dp=dp, tp=tp, micro_batch=B, global_batch=dp * B, dtype="fp32")
+def _plan(dp: int = 1, tp: int = 1, cp: int = 1, ep: int = 1, cp_comm: str = "p2p") -> Plan:
+    """The plan holds cp, cp_comm and ep (the job reads them from it: validation.jobspec)."""
+    return Plan(gpus=dp * tp * cp, dp=dp, tp=tp, cp=cp, ep=ep, cp_comm=cp_comm, micro_batch=B,
+                global_batch=dp * B, dtype="fp32")
 
 
 def _calls(rank: dict, axis: str, op: str, phase: str | None = None) -> dict[int, float]:
@@ -72,7 +74,7 @@ def _ring(cp: int, tp: int = 1) -> dict[str, dict[int, float]]:
 
 @pytest.mark.parametrize(("cp", "tp"), [(2, 1), (4, 1), (2, 2)], ids=["cp2", "cp4", "cp2-tp2"])
 def test_ring_attention_matches_one_process(tmp_path, cp, tp):
-    result = check_equivalence(DENSE, _plan(tp=tp), JobParallel(cp=cp), tmp_path)
+    result = check_equivalence(DENSE, _plan(tp=tp, cp=cp), JobParallel(), tmp_path)
     _equivalent(result)
     want = _ring(cp, tp)
     for rank in result["ranks"]:
@@ -84,7 +86,7 @@ def test_ring_attention_matches_one_process(tmp_path, cp, tp):
 def test_allgather_and_ulysses_attention_match_one_process(tmp_path):
     c = B * (S // 2) * KV * HD  # K or V of the local chunk, cp = 2
     q = B * (S // 2) * HEADS * HD  # Q or the output of the local chunk
-    ag = check_equivalence(DENSE, _plan(), JobParallel(cp=2, cp_comm="allgather"), tmp_path / "ag")
+    ag = check_equivalence(DENSE, _plan(cp=2, cp_comm="allgather"), JobParallel(), tmp_path / "ag")
     _equivalent(ag)
     for rank in ag["ranks"]:
         # per layer: forward all-gathers K and V (cp C gathered each); backward gathers them
@@ -92,7 +94,7 @@ def test_allgather_and_ulysses_attention_match_one_process(tmp_path):
         assert _calls(rank, "cp", "all_gather", "fwd") == {2 * c * F32: 2 * 2}
         assert _calls(rank, "cp", "all_gather", "bwd") == {2 * c * F32: 2 * 2}
         assert _calls(rank, "cp", "reduce_scatter", "bwd") == {2 * c * F32: 2 * 2}
-    a2a = check_equivalence(DENSE, _plan(), JobParallel(cp=2, cp_comm="a2a"), tmp_path / "a2a")
+    a2a = check_equivalence(DENSE, _plan(cp=2, cp_comm="a2a"), JobParallel(), tmp_path / "a2a")
     _equivalent(a2a)
     for rank in a2a["ranks"]:
         # per layer: Q, K, V to head shards and the output back; the backward the same four
@@ -104,7 +106,7 @@ def test_allgather_and_ulysses_attention_match_one_process(tmp_path):
 
 
 def test_expert_parallel_dropless_matches_one_process(tmp_path):
-    result = check_equivalence(MOE, _plan(dp=2), JobParallel(ep=2), tmp_path)
+    result = check_equivalence(MOE, _plan(dp=2, ep=2), JobParallel(), tmp_path)
     _equivalent(result)
     for rank in result["ranks"]:
         # one MoE layer: the E token counts all-gathered over ep (int64), then dispatch and
@@ -121,7 +123,7 @@ def test_expert_parallel_with_capacity_drops_and_matches_one_process(tmp_path):
     tokens, k, experts = B * S, 2, 4
     cap = math.ceil(0.5 * tokens * k / experts)
     assert cap * experts < tokens * k
-    result = check_equivalence(MOE.replace(capacity_factor=0.5), _plan(dp=2), JobParallel(ep=2),
+    result = check_equivalence(MOE.replace(capacity_factor=0.5), _plan(dp=2, ep=2), JobParallel(),
                                tmp_path)
     _equivalent(result)
     for rank in result["ranks"]:
@@ -133,7 +135,7 @@ def test_expert_parallel_with_capacity_drops_and_matches_one_process(tmp_path):
 
 def test_expert_and_context_parallel_together_match_one_process(tmp_path):
     # dp 2 x cp 2 = 4 ranks, ep 2 inside them: expert gradients over edp (dp cp / ep = 2 ranks)
-    result = check_equivalence(MOE, _plan(dp=2), JobParallel(cp=2, ep=2), tmp_path)
+    result = check_equivalence(MOE, _plan(dp=2, cp=2, ep=2), JobParallel(), tmp_path)
     _equivalent(result)
     for rank in result["ranks"]:
         assert _calls(rank, "cp", "send_recv", "fwd") == _ring(2)["fwd"]

@@ -11,6 +11,7 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs.memory import layer_activation_bytes
+from perfmodel.names import AXES
 from perfmodel.step import Family, build
 
 L, h, a, s, V, B, b, t = S.L, S.h, S.a, S.s, S.V, S.B, S.b, S.tp
@@ -24,7 +25,7 @@ def gpt_family(**options):
                  stack="eager", uneven_stages=False, gated=False, tied_embeddings=True,
                  learned_positions=True,
                  bias=True, qkv_bias=True, layernorm=True, tp_layout="1d",
-                 scopes=tuple((axis, "intra") for axis in ("tp", "dp", "pp", "tpa", "tpb", "tpc")))
+                 scopes=tuple((axis, "intra") for axis in AXES))
     return Family(**{**fixed, **options})
 
 

@@ -288,17 +288,18 @@ CASES = [
     C("predict", "missing field (HF config: no training length)", f"{PRED} --model "
       f"{HF}/llama-3.1-8b", SPEC, ("(Hugging Face config) has no training sequence length",
                                    "give --seq-len", "its max_position_embeddings is 131072")),
-    # a mixture of experts (or MLA) is read, and refused by what costs it: never predicted as the
-    # nearest dense model (issue 17)
-    C("predict", "uncosted model (HF mixture of experts)", f"{PRED} --model "
-      f"{HF}/mixtral-8x7b-v0.1 --seq-len 4096", SPEC,
-      ("(46.70B parameters, 12.88B active)",
-       "mixture-of-experts layers (32 of 32, 8 routed experts, top 2)",
-       "the step model does not cost these yet")),
-    C("predict", "uncosted model (MoE and MLA preset)", f"{PRED} --model deepseek-v3", SPEC,
-      ("model 'deepseek-v3' (671.03B parameters, 37.55B active)",
-       "mixture-of-experts layers (58 of 61", "multi-head latent attention (MLA)",
-       "multi-token-prediction modules (1)")),
+    # a mixture of experts and MLA are costed (issue 17): their plans' rules refuse what they
+    # cannot run
+    C("predict", "ep not dividing the experts (HF mixture of experts)", f"{PRED} --model "
+      f"{HF}/mixtral-8x7b-v0.1 --seq-len 4096 --dp 6 --ep 3 --global-batch 6", PLAN,
+      ("ep (3) must divide the experts (8)",)),
+    C("predict", "ZeRO-3 with experts (preset)", f"{PRED} --model deepseek-v3 --dp 4 --ep 4 "
+      "--zero 3 --global-batch 4", PLAN, ("zero 3 (FSDP) with a mixture of experts is not "
+                                          "modelled",)),
+    C("predict", "cp not dividing the sequence", f"{LLAMA} --cp 3", PLAN,
+      ("seq_len (4096) must be divisible by 2 cp (6)",)),
+    C("predict", "ep on a dense model", f"{LLAMA} --dp 2 --ep 2", PLAN,
+      ("ep (2) applies to a mixture-of-experts model: the model has no experts",)),
     C("predict", "unknown field (HF experts in a dense family)", f"{PRED} --model "
       "{d}/hf-llama-experts.json --seq-len 512", SPEC,
       ("model_type 'llama' is a mixture-of-experts model of a family perfmodel does not read "
@@ -476,10 +477,9 @@ CASES = [
       " --dtype fp8", SPEC, ("fp8_recipes: unknown recipe 'mxfp4'", "allowed: delayed, current, "
                              "mxfp8")),
     # --- explain -------------------------------------------------------------------------------
-    # its window and sinks are costed (issue 17), its experts not yet: refused for those alone
-    C("explain", "uncosted model (MoE with a window and sinks)", "explain --model gpt-oss-120b "
-      "--hardware dgx-b200", SPEC, ("mixture-of-experts layers (36 of 36, 128 routed experts, "
-                                    "top 4): the step model",)),
+    # a mixture of experts with a window and sinks is costed (issue 17), not yet in FP8
+    C("explain", "fp8 with a mixture of experts", "explain --model gpt-oss-120b --hardware "
+      "dgx-b200 --dtype fp8", PLAN, ("dtype fp8 with a mixture of experts",)),
     C("explain", "preset typo", "explain --model tiny-gtp --hardware dgx-h100", SPEC,
       ("did you mean 'tiny-gpt'",)),
     C("explain", "term typo", f"{EXPL} --term comm/tpp", USAGE,
@@ -583,12 +583,10 @@ CASES = [
     C("recommend", "missing field (HF config: no training length)", f"recommend --model "
       f"{HF}/qwen3-0.6b --hardware dgx-h100 --gpus 8 --global-batch 8", SPEC,
       ("has no training sequence length: give --seq-len", "max_position_embeddings is 40960")),
-    C("recommend", "uncosted model (HF mixture of experts)", f"recommend --model "
-      f"{HF}/mixtral-8x7b-v0.1 --hardware dgx-h100 --gpus 8 --global-batch 8 --seq-len 4096",
-      SPEC, ("mixture-of-experts layers", "the step model does not cost these yet")),
-    C("recommend", "uncosted model (MoE preset)", "recommend --model qwen3-30b-a3b --hardware "
-      "gb200-nvl72 --gpus 72 --global-batch 72", SPEC,
-      ("model 'qwen3-30b-a3b' (30.53B parameters, 3.35B active)",)),
+    C("recommend", "ep pinned to divide no experts (HF mixture of experts)", f"recommend --model "
+      f"{HF}/mixtral-8x7b-v0.1 --hardware dgx-h100 --gpus 8 --global-batch 8 --seq-len 4096 "
+      "--ep 3", PLAN, ("no plan satisfies the pins {'ep': 3} with 8 GPUs",
+                       "ep must divide the experts (8) and dp x cp")),
     C("recommend", "unknown field", f"{REC} --what-if inter_node.bandwith_bytes_per_s=2x", PLAN,
       ("unknown numeric hardware field 'inter_node.bandwith_bytes_per_s'",
        "did you mean 'inter_node.bandwidth_bytes_per_s'")),
@@ -769,8 +767,9 @@ CASES = [
       ("--pr/--pc apply to layer-graph models",)),
     C("validate", "layer-graph grid on a transformer (--dry-run)",
       "validate --model tiny-gpt --pr 2 --dry-run", USAGE, ("--pr/--pc apply to layer-graph",)),
-    C("validate", "uncosted model (MoE preset)", "validate --model mixtral-8x7b --dry-run --dp 2",
-      SPEC, ("model 'mixtral-8x7b'", "mixture-of-experts layers")),
+    C("validate", "MoE with tp > 1 and no sequence parallelism", "validate --model mixtral-8x7b "
+      "--dry-run --dp 2 --tp 2", PLAN, ("a mixture of experts with tp > 1 (2) needs "
+                                        "sequence_parallel",)),
     C("validate", "preset typo", f"{VAL.replace('tiny-gpt', 'tiny-gp')} --dp 2", SPEC,
       ("did you mean 'tiny-gpt'",)),
     C("validate", "missing file", "validate --model tiny-gpt --profile {d}/nope.json --dp 2",

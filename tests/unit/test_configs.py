@@ -120,7 +120,9 @@ def test_megatron_fp8_is_read(tmp_path):
 
 @pytest.mark.parametrize("extra, field", [
     ("--fp4-format e2m1", "--fp4-format"),
-    ("--context-parallel-size 2", "--context-parallel-size"),
+    ("--context-parallel-size 2 --cp-comm-type a2a+p2p", "--cp-comm-type"),
+    ("--num-experts 8 --moe-router-topk 2 --tensor-model-parallel-size 2",
+     "--expert-tensor-parallel-size \\(default: tp\\)"),
     ("--overlap-param-gather", "--overlap-param-gather"),  # needs the distributed optimizer
     ("--pipeline-model-parallel-layout Et*2|t*2L", "--pipeline-model-parallel-layout"),
     ("--recompute-granularity full", "--recompute-granularity"),
@@ -152,6 +154,21 @@ def test_megatron_overlaps_and_uneven_stages_are_plan_options(tmp_path):
     assert args[args.index("--decoder-first-pipeline-num-layers") + 1] == "1"
     with pytest.raises(PlanError, match="tp_comm_overlap needs sequence_parallel"):
         plan_from_dict({**plan, "sequence_parallel": False})
+
+
+def test_megatron_context_and_expert_parallelism_are_read_into_the_plan(tmp_path):
+    """issue 17: --context-parallel-size, --cp-comm-type and --expert-model-parallel-size become
+    the plan's cp, cp_comm and ep (dp what the world leaves of tp x pp x cp, ep carved out of
+    dp x cp); experts whole on each rank: --expert-tensor-parallel-size 1."""
+    text = BASE + ("--context-parallel-size 2 --cp-comm-type all_gather --num-experts 8 "
+                   "--moe-router-topk 2 --expert-model-parallel-size 4 "
+                   "--expert-tensor-parallel-size 1")
+    job = read_config(write(tmp_path, text))
+    spec = resolve_model(job, None, None)
+    spec, plan = resolve_plan(job, spec, {"gpus": 8})
+    assert (plan["cp"], plan["cp_comm"], plan["ep"], plan["dp"]) == (2, "allgather", 4, 4)
+    assert {"cp", "cp_comm", "ep"} <= job.pins
+    assert spec.experts == 8
 
 
 def test_megatron_unknown_option_is_named_and_a_misspelling_refused(tmp_path):
@@ -331,11 +348,17 @@ def test_nemo2_recipe_yaml_names_a_preset():
         (16, 1, 512, 1)
 
 
-def test_nemo_context_parallel_is_refused(tmp_path):
+def test_nemo_context_parallel_is_read_into_the_plan(tmp_path):
+    """issue 17: cp (and its cp_comm_type) are read; dp is what the world leaves of tp x pp x cp.
+    Megatron's hierarchical a2a+p2p is refused, not costed as another."""
     text = (DATA / "bridge_llama3_8b.yaml").read_text().replace(
-        "  context_parallel_size: 1", "  context_parallel_size: 2")
-    with pytest.raises(PlanError, match="model.context_parallel_size 2"):
-        read_config(write(tmp_path, text, "cp.yaml"))
+        "  context_parallel_size: 1", "  context_parallel_size: 2\n  cp_comm_type: a2a")
+    job, _, plan = job_plan(write(tmp_path, text, "cp.yaml"), gpus=16)
+    assert (plan["cp"], plan["cp_comm"], plan["dp"] * plan["cp"] * plan["tp"] * plan["pp"]) \
+        == (2, "a2a", 16)
+    hierarchical = text.replace("cp_comm_type: a2a", "cp_comm_type: a2a+p2p")
+    with pytest.raises(PlanError, match="cp_comm_type a2a\\+p2p is not modelled"):
+        read_config(write(tmp_path, hierarchical, "cp2.yaml"))
 
 
 # --- malformed files --------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 Every count is written from the algorithms (workload.context_parallel, workload.moe), for rank 0,
 one step, fp32 (4 bytes). Ring attention and all-to-all calls are per layer and micro-batch; a
 send/recv exchange is one send and one recv record (as the pipeline's p2p). The model is the
-job's (untied embeddings, learned positions), so the ledger entries perfmodel will cost can be
-compared entry by entry with these: axis, op, bytes per call, calls.
+job's (untied embeddings, learned positions); perfmodel's ledger for the same plans is compared
+with the job's entry by entry in tests/unit/test_parallel_ledger.py.
 """
 
 from __future__ import annotations
@@ -54,9 +54,12 @@ def _axis(counts: dict[tuple, float], axis: str) -> dict[tuple, float]:
     return {k: v for k, v in counts.items() if k[0] == axis}
 
 
-def _plan(dp: int, tp: int = 1, pp: int = 1, mb: int = 1, n_mb: int = 1) -> Plan:
-    return Plan(gpus=dp * tp * pp, dp=dp, tp=tp, pp=pp, micro_batch=mb,
-                global_batch=dp * mb * n_mb, dtype="fp32")
+def _plan(dp: int, tp: int = 1, pp: int = 1, mb: int = 1, n_mb: int = 1, **parallel) -> Plan:
+    """A plan of dp x cp x tp x pp ranks; parallel: cp, ep, cp_comm (perfmodel's Plan holds them,
+    validation.jobspec.job_parallel takes them from it)."""
+    cp = parallel.get("cp", 1)
+    return Plan(gpus=dp * cp * tp * pp, dp=dp, tp=tp, pp=pp, micro_batch=mb,
+                global_batch=dp * mb * n_mb, dtype="fp32", **parallel)
 
 
 # --- context parallelism ------------------------------------------------------------------------
@@ -65,7 +68,7 @@ def _plan(dp: int, tp: int = 1, pp: int = 1, mb: int = 1, n_mb: int = 1) -> Plan
 @pytest.mark.parametrize(("dp", "cp", "tp"), [(4, 8, 2), (16, 32, 1)], ids=["64", "512"])
 def test_ring_attention_sends_kv_round_the_ring(dp, cp, tp):
     mb, n_mb = 2, 2
-    counts = _counts(DENSE, _plan(dp, tp, mb=mb, n_mb=n_mb), JobParallel(cp=cp))
+    counts = _counts(DENSE, _plan(dp, tp, mb=mb, n_mb=n_mb, cp=cp), JobParallel())
     # C = b (s/cp) (kv/tp) hd elements: K or V of the local chunk
     c = mb * (S // cp) * (KV // tp) * HD
     calls = L * n_mb * 2  # per layer and micro-batch; one send and one recv record each
@@ -82,7 +85,7 @@ def test_ring_attention_sends_kv_round_the_ring(dp, cp, tp):
 
 def test_allgather_attention_gathers_kv_twice_and_reduce_scatters_their_gradients():
     dp, cp, tp = 4, 8, 2  # 64 ranks
-    counts = _counts(DENSE, _plan(dp, tp), JobParallel(cp=cp, cp_comm="allgather"))
+    counts = _counts(DENSE, _plan(dp, tp, cp=cp, cp_comm="allgather"), JobParallel())
     gathered = cp * 1 * (S // cp) * (KV // tp) * HD * F32  # cp C elements per call
     # forward: K and V gathered; backward: gathered again, dK and dV reduce-scattered
     assert _axis(counts, "cp") == {
@@ -93,7 +96,7 @@ def test_allgather_attention_gathers_kv_twice_and_reduce_scatters_their_gradient
 
 def test_ulysses_swaps_sequence_for_heads_four_times_each_way():
     dp, cp, tp = 128, 4, 1  # 512 ranks; heads 8 and kv heads 4 divisible by cp
-    counts = _counts(DENSE, _plan(dp, tp), JobParallel(cp=cp, cp_comm="a2a"))
+    counts = _counts(DENSE, _plan(dp, tp, cp=cp, cp_comm="a2a"), JobParallel())
     q = (S // cp) * HEADS * HD * F32  # Q or the output of the local chunk (micro-batch 1)
     kv = (S // cp) * KV * HD * F32  # K or V
     # forward Q, K, V to head shards and the output back; backward the four gradients
@@ -105,7 +108,7 @@ def test_ulysses_swaps_sequence_for_heads_four_times_each_way():
 
 def test_context_parallel_pipeline_sends_the_local_chunk():
     dp, cp, tp, pp = 2, 4, 2, 4  # 64 ranks
-    counts = _counts(DENSE, _plan(dp, tp, pp, n_mb=4), JobParallel(cp=cp))
+    counts = _counts(DENSE, _plan(dp, tp, pp, n_mb=4, cp=cp), JobParallel())
     # rank 0 holds the first stage: it sends each micro-batch's activation of its s/cp tokens and
     # receives its gradient
     assert _axis(counts, "pp") == {("pp", "send_recv", (S // cp) * H * F32): 4 * 2}
@@ -121,7 +124,7 @@ def test_context_parallel_pipeline_sends_the_local_chunk():
 @pytest.mark.parametrize(("dp", "cp", "ep"), [(8, 8, 16), (64, 8, 64)], ids=["64", "512"])
 def test_dropless_experts_exchange_their_tokens_by_all_to_all(dp, cp, ep):
     mb = 2
-    counts = _counts(MOE, _plan(dp, mb=mb), JobParallel(cp=cp, ep=ep))
+    counts = _counts(MOE, _plan(dp, mb=mb, cp=cp, ep=ep), JobParallel())
     tokens = mb * S // cp  # T: the rank's tokens of a micro-batch
     # per MoE layer: the E counts all-gathered over ep (int64), dispatch and combine forward and
     # backward, each T k rows of h sent (and, routed in balance, received)
@@ -140,7 +143,7 @@ def test_dropless_experts_exchange_their_tokens_by_all_to_all(dp, cp, ep):
 def test_experts_with_a_capacity_exchange_fixed_buffers():
     dp, ep, mb = 64, 8, 4  # 64 ranks, no cp
     model = MOE.replace(capacity_factor=1.25)
-    counts = _counts(model, _plan(dp, mb=mb), JobParallel(ep=ep))
+    counts = _counts(model, _plan(dp, mb=mb, ep=ep), JobParallel())
     cap = math.ceil(1.25 * mb * S * K / E)  # C = ceil(cf T k / E)
     # dispatch and combine forward and backward, E C rows of h each; no count exchange
     assert _axis(counts, "ep") == {("ep", "all_to_all", E * cap * H * F32): MOE_LAYERS * 4}
@@ -150,31 +153,32 @@ def test_experts_with_a_capacity_exchange_fixed_buffers():
     assert sum(_axis(counts, "dp").values()) == 1  # cp = 1: the others over dp, as before
 
 
-def test_the_dry_run_says_when_perfmodel_has_no_ledger_for_the_job():
-    result = dryrun.dry_run(DENSE, _plan(8), JobParallel(cp=8))
+def test_the_dry_run_compares_cp_and_ep_plans_with_perfmodels_ledger():
+    # perfmodel's Plan holds cp and ep and its step model costs a mixture of experts: the dry run
+    # checks their collectives against its ledger (tests/unit/test_parallel_ledger.py, entry by
+    # entry at 64 and 512 ranks)
+    result = dryrun.dry_run(DENSE, _plan(8, cp=8), JobParallel())
     assert result["world_size"] == 64
-    assert result["ledger_available"] is False and result["agree"] is None
-    assert any("does not cost cp = 8" in n for n in result["notes"])
-    # never a dense plan's ledger: no model count on any row
-    assert all(r["model_count"] is None for r in result["rows"])
-    moe = dryrun.dry_run(MOE, _plan(64), JobParallel())
-    assert moe["agree"] is None and any("mixture-of-experts" in n for n in moe["notes"])
+    assert result["ledger_available"] is True and result["agree"] is True
+    assert {r["axis"] for r in result["rows"]} >= {"cp", "dp_cp"}
+    moe = dryrun.dry_run(MOE, _plan(64, ep=8), JobParallel())
+    assert moe["agree"] is True and not moe["notes"]
 
 
 @pytest.mark.parametrize(
-    ("model", "plan", "par", "field"),
+    ("model", "plan", "field"),
     [
-        (DENSE, _plan(8), JobParallel(cp=3), "seq_len"),
-        (DENSE, _plan(8), JobParallel(cp=8, cp_comm="a2a"), "heads"),
-        (DENSE, _plan(8), JobParallel(ep=2), "ep applies"),
-        (MOE, _plan(8), JobParallel(ep=3), "ep (3) must divide the experts"),
-        (MOE, _plan(2), JobParallel(ep=4), "dp x cp"),
-        (MOE, _plan(4, tp=2), JobParallel(), "tp = 1"),
+        (DENSE, dict(dp=8, cp=3), "seq_len"),
+        (DENSE, dict(dp=8, cp=8, cp_comm="a2a"), "heads"),
+        (DENSE, dict(dp=8, ep=2), "ep applies"),
+        (MOE, dict(dp=6, ep=3), "ep (3) must divide the experts"),
+        (MOE, dict(dp=2, ep=4), "dp x cp"),  # perfmodel's Plan refuses it already
+        (MOE, dict(dp=4, tp=2), "tp = 1"),
     ],
 )
-def test_plans_the_job_cannot_run_are_refused_in_one_line(model, plan, par, field):
+def test_plans_the_job_cannot_run_are_refused_in_one_line(model, plan, field):
     with pytest.raises(PlanError, match=re.escape(field)) as err:
-        dryrun.count_collectives(model, plan, par)
+        dryrun.count_collectives(model, _plan(**plan), JobParallel())
     assert "\n" not in str(err.value)
 
 
@@ -182,8 +186,7 @@ def test_a_second_dry_run_in_one_process_counts_on_its_own_groups():
     # Regression: DTensor caches sharding decisions by specs whose meshes compare equal across
     # runs (same ranks, same dim names), so the second run's embedding all-reduce went to the
     # first run's tp group and was counted on axis "world".
-    first = _plan(4, tp=2)
-    _counts(DENSE, first, JobParallel(cp=8))
+    _counts(DENSE, _plan(4, tp=2, cp=8), JobParallel())
     counts = _counts(DENSE, Plan(gpus=64, pp=2, tp=2, dp=16, global_batch=64, dtype="fp32"),
                      JobParallel())
     assert not _axis(counts, "world")
@@ -200,7 +203,7 @@ def test_the_dry_run_document_of_a_cp_ep_plan_keeps_the_published_schema():
     from perfmodel.output import json_text
     from tests.unit.test_json_schemas import published
 
-    result = dryrun.dry_run(MOE, _plan(8), JobParallel(cp=4, ep=8))
+    result = dryrun.dry_run(MOE, _plan(8, cp=4, ep=8), JobParallel())
     doc = json.loads(json_text(result, default=str))
     Draft202012Validator(published("validate.dry-run")).validate(doc)
     assert doc["plan"]["cp"] == 4 and doc["plan"]["ep"] == 8

@@ -37,35 +37,40 @@ def test_model_rules(kwargs, needle):
 
 def test_the_rules_over_columns_give_each_plan_what_plan_check_says():
     """strategy.RULES, written once: the vectorised mask (the search's) allows exactly the plans
-    that Plan() and Plan.check() accept, on random plans of every option, 3 models."""
+    that Plan() and Plan.check() accept, on random plans of every option (context and expert
+    parallelism too), 3 dense models and 2 mixtures of experts."""
     import numpy as np
 
-    from perfmodel.strategy import LAYOUTS, SCHEDULES, PlanColumns, allowed
+    from perfmodel.strategy import CP_COMMS, LAYOUTS, RECOMPUTES, SCHEDULES, PlanColumns, allowed
 
     rng = np.random.default_rng(14)
-    n = 4000
+    n = 20000
     cols = {"dp": rng.choice([1, 2, 3, 4, 8], n), "tp": rng.choice([1, 2, 3, 4, 5, 6, 8, 9, 27], n),
             "pp": rng.choice([1, 2, 3, 4, 8], n), "micro_batch": rng.choice([1, 2, 3, 4, 8], n),
             "schedule": rng.integers(0, len(SCHEDULES), n),
             "virtual_stages": rng.choice([1, 1, 2, 3], n),
-            "sequence_parallel": rng.integers(0, 2, n), "tp_layout": rng.integers(0, 4, n),
-            "tp_depth": rng.choice([1, 1, 1, 3], n), "zero": rng.integers(0, 4, n),
-            "tp_comm_overlap": rng.choice([0, 0, 0, 1], n),
-            "overlap_param_gather": rng.choice([0, 0, 1], n),
-            "first_stage_layers": rng.choice([0] * 12 + [1, 2, 3, 7, 9], n),
-            "last_stage_layers": rng.choice([0] * 12 + [1, 2, 3, 7, 9], n)}
-    cols["gpus"] = cols["dp"] * cols["tp"] * cols["pp"] * rng.choice([1] * 19 + [2], n)
+            "sequence_parallel": rng.integers(0, 2, n), "tp_layout": rng.choice([0, 0, 1, 2, 3], n),
+            "tp_depth": rng.choice([1, 1, 1, 3], n), "cp": rng.choice([1] * 7 + [2, 3, 4], n),
+            "ep": rng.choice([1, 1, 1, 1, 2, 4, 8, 3], n),
+            "cp_comm": rng.integers(0, len(CP_COMMS), n),
+            "recompute": rng.integers(0, len(RECOMPUTES), n), "zero": rng.integers(0, 4, n),
+            "tp_comm_overlap": rng.choice([0] * 15 + [1], n),
+            "overlap_param_gather": rng.choice([0] * 7 + [1], n),
+            "first_stage_layers": rng.choice([0] * 48 + [1, 2, 3, 7, 9], n),
+            "last_stage_layers": rng.choice([0] * 48 + [1, 2, 3, 7, 9], n)}
+    cols["gpus"] = cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"] \
+        * rng.choice([1] * 19 + [2], n)
     cols["global_batch"] = cols["dp"] * cols["micro_batch"] * rng.choice([1, 2, 4, 8, 3], n)
-    for name in ("llama2-7b", "gpt3-175b", "gpt-22b"):
+    options = {"schedule": SCHEDULES, "tp_layout": LAYOUTS, "cp_comm": CP_COMMS,
+               "recompute": RECOMPUTES}
+    for name in ("llama2-7b", "gpt3-175b", "gpt-22b", "mixtral-8x7b", "qwen3-30b-a3b"):
         model = load_model(name)
         mask = allowed(PlanColumns(cols), model)
         accepted = []
         for i in range(n):
             try:
-                Plan(**{k: int(v[i]) for k, v in cols.items()
-                        if k not in ("schedule", "tp_layout")},
-                     schedule=SCHEDULES[cols["schedule"][i]],
-                     tp_layout=LAYOUTS[cols["tp_layout"][i]]).check(model)
+                Plan(**{k: int(v[i]) for k, v in cols.items() if k not in options},
+                     **{k: names[cols[k][i]] for k, names in options.items()}).check(model)
                 accepted.append(True)
             except PlanError:
                 accepted.append(False)

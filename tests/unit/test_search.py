@@ -26,9 +26,10 @@ HW = "dgx-h100"
 
 @pytest.fixture(scope="module")
 def small():
-    """A small search, with every plan it enumerated (search hands them over chunk by chunk)."""
+    """A small search, with every plan it enumerated (search hands them over chunk by chunk);
+    without context parallelism (tests/unit/test_parallel_search.py searches cp and ep)."""
     model, hw = load_model(MODEL), load_hardware(HW)
-    req = SearchRequest(gpus=(16,), global_batch=32, max_micro_batch=2)  # under SAMPLE_PLANS
+    req = SearchRequest(gpus=(16,), global_batch=32, max_micro_batch=2, cp=1)  # under SAMPLE_PLANS
     chunks = []
     result = search(model, hw, req, top=10**6, on_chunk=chunks.append)
     return model, hw, req, result, Scored.concat(chunks)

@@ -85,7 +85,7 @@ def test_a_collective_is_one_declaration_in_one_phase():
         assert all(x.in_phase == p.name for x in p.comms)
     names = {x.name for x in declared} | {"pp/send_recv"}
     assert {op.name for op in built.ledger} == names
-    assert len(built.ledger) == 108  # every option open: 1D, grids, embedding, output, pp, dp
+    assert len(built.ledger) == 127  # every option open: 1D, grids, cp, embedding, output, pp, dp
 
 
 def test_a_phase_refuses_a_term_or_a_collective_not_its_own():
@@ -98,7 +98,7 @@ def test_a_phase_refuses_a_term_or_a_collective_not_its_own():
     with pytest.raises(ValueError, match="belong to another phase"):
         Phase(name="layers/forward", comms=(other,))
     with pytest.raises(ValueError, match="axis must be one of"):
-        Collective(name="x", op="all_reduce", axis="ep", nbytes=S.h, calls=sp.Integer(1),
+        Collective(name="x", op="all_reduce", axis="xp", nbytes=S.h, calls=sp.Integer(1),
                    phase="fwd", in_phase="layers/forward", term="comm/tp", fam=fam)
 
 

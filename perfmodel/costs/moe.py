@@ -1,0 +1,95 @@
+"""A mixture-of-experts layer on one rank: its tokens, its experts' GEMMs, its parameters and the
+activations it keeps.
+
+Shapes follow Megatron-Core's MoE layer (megatron/core/transformer/moe: TopKRouter, the all-to-all
+token dispatcher, GroupedMLP) and GShard (Lepikhin et al. 2020) for the capacity. On one rank:
+    T_r  = the rank's tokens of a micro-batch entering the layer: b s / (cp tp) (with sequence
+           parallelism each tp rank routes its own s / tp of the cp rank's s / cp; the experts
+           are whole on every rank: expert tensor parallelism 1)
+    E/ep experts on the rank, each token sent to k of the E
+Dropless (capacity_factor None; Megatron-Core's default, Mixtral, DeepSeek-V3): every assignment is
+computed. Balanced, each expert takes m = ep T_r k / E tokens from its ep group (T_r k / E from each
+rank); under a routing imbalance rho (the busiest expert's tokens over the mean) the slowest rank
+holds the busiest expert, rho m tokens, and E/ep - 1 others at the mean:
+    A_r  = T_r k (1 + (rho - 1) ep / E)            tokens through the rank's experts
+With a capacity factor c an expert takes at most C = ceil(c T_r k / E) of each rank's assignments
+(the rest dropped), in buffers padded to C: every expert computes ep C rows, A_r = E C, and the
+imbalance costs nothing (its tokens are dropped).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from perfmodel.costs.compute import Flag, Gemm, as_flag
+
+ROUTER_PROB_BYTES = 4  # Megatron-Core keeps the router's scores in fp32 (moe_router_dtype)
+COUNT_BYTES = 8  # dropless: the tokens per expert exchanged as int64 (the validation job's)
+
+
+def capacity(T_r: sp.Expr, k: sp.Expr, E: sp.Expr, cf: sp.Expr) -> sp.Expr:
+    """Rows one expert takes from one rank: C = ceil(c T_r k / E) (GShard, Sec. 2.2; the
+    validation job's workload.moe)."""
+    return sp.ceiling(cf * T_r * k / E)
+
+
+def expert_tokens(T_r: sp.Expr, k: sp.Expr, E: sp.Expr, ep: sp.Expr, rho: sp.Expr, *,
+                  capacity_factor: sp.Expr | None) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """(m, m_busy, A_r): the tokens of an expert at the mean, of the busiest expert on the
+    slowest rank, and the tokens through that rank's experts (module doc)."""
+    if capacity_factor is not None:
+        rows = ep * capacity(T_r, k, E, capacity_factor)
+        return rows, rows, E / ep * rows
+    mean = ep * T_r * k / E
+    return mean, rho * mean, T_r * k * (1 + (rho - 1) * ep / E)
+
+
+def expert_gemms(m: sp.Expr, h: sp.Expr, f_e: sp.Expr, gated: Flag) -> list[Gemm]:
+    """One expert's forward GEMMs over m tokens: up (with its gate) and down, as a dense MLP's."""
+    return [Gemm("expert_up", m, (1 + as_flag(gated)) * f_e, h), Gemm("expert_down", m, h, f_e)]
+
+
+def router_gemm(T_r: sp.Expr, h: sp.Expr, E: sp.Expr) -> Gemm:
+    """The router's scores: T_r x h @ h x E."""
+    return Gemm("router", T_r, E, h)
+
+
+def shared_gemms(T: sp.Expr, h: sp.Expr, f_sh: sp.Expr, tp: sp.Expr, gated: Flag) -> list[Gemm]:
+    """The shared experts (one MLP f_sh wide: DeepSeekMoE's, Qwen2-MoE's), tensor-parallel as a
+    dense MLP (Megatron-Core's SharedExpertMLP): column- then row-parallel over T tokens."""
+    return [Gemm("shared_up", T, (1 + as_flag(gated)) * f_sh / tp, h),
+            Gemm("shared_down", T, h, f_sh / tp)]
+
+
+def expert_params(h: sp.Expr, f_e: sp.Expr, *, gated: Flag, bias: Flag) -> sp.Expr:
+    """One routed expert: (1 + gated) f h + f h + bias ((1 + gated) f + h) (perfmodel.params)."""
+    up = (1 + as_flag(gated)) * f_e
+    return up * h + f_e * h + as_flag(bias) * (up + h)
+
+
+def router_params(h: sp.Expr, E: sp.Expr, *, bias: Flag) -> sp.Expr:
+    """The router: h x E, and a bias of E with biases."""
+    return h * E + as_flag(bias) * E
+
+
+def moe_activation_bytes(T_r: sp.Expr, A_r: sp.Expr, h: sp.Expr, E: sp.Expr, f_e: sp.Expr,
+                         e: sp.Expr, *, gated: Flag) -> sp.Expr:
+    """Bytes the routed part of one MoE layer keeps for the backward, per micro-batch, on one
+    rank (each tensor a backward reads, as Korthikanti et al. 2022, Sec. 4.1 count a dense
+    MLP's): the router's scores 4 T_r E (fp32), the permuted expert inputs e A_r h, each
+    expert's activation input (2 + gated) e A_r f (its up/gate outputs and the down projection's
+    input, as a dense MLP's (2 + gated) e T f), and the experts' outputs e A_r h (the combine's
+    backward weights them by the scores). The router's input is the layer's MLP input, counted
+    with the layer."""
+    return ROUTER_PROB_BYTES * T_r * E + e * A_r * h * 2 \
+        + (2 + as_flag(gated)) * e * A_r * f_e
+
+
+def moe_elementwise_bytes(T_r: sp.Expr, A_r: sp.Expr, h: sp.Expr, E: sp.Expr, f_e: sp.Expr,
+                          e: sp.Expr, *, gated: Flag) -> sp.Expr:
+    """Bytes the memory-bound kernels of the routed part move in one forward on one rank: the
+    router's softmax and top-k (read and write 4 T_r E), the permutation of the tokens to their
+    experts and back (read and write e A_r h each), the experts' activation (SwiGLU reads two
+    inputs: (2 + gated) e A_r f, as a dense MLP's)."""
+    return 2 * ROUTER_PROB_BYTES * T_r * E + 2 * 2 * e * A_r * h \
+        + (2 + as_flag(gated)) * e * A_r * f_e

@@ -1,0 +1,223 @@
+"""A mixture of experts in the step model: which of a stage's layers are MoE, an MoE layer's MLP
+on one rank, and its expert-parallel collectives.
+
+An MoE layer's MLP on one rank, per micro-batch (perfmodel.costs.moe for T_r, m, A_r):
+    router    GEMM T_r x h @ h x E
+    experts   the rank's E / ep experts as one grouped GEMM (Megatron-Core's GroupedMLP): each
+              expert's up (and gate) and down GEMMs at its own token count, at the GEMM
+              efficiency of that shape (perfmodel.costs.gemm_efficiency), the kernel floor once:
+                dropless: (E/ep - 1) t(m) + t(rho m)      (the busiest expert on the slowest rank)
+                capacity: E/ep t(ep C)                    (padded buffers)
+    shared    the shared experts, a tensor-parallel MLP f_sh wide over T tokens
+    element-wise: the router's softmax and top-k, the permutation to the experts and back, the
+              experts' activation (perfmodel.costs.moe.moe_elementwise_bytes); the shared
+              experts' activation
+Communication over the ep group (Megatron-Core's all-to-all token dispatcher; the validation
+job's workload.moe), per MoE layer and micro-batch:
+    dropless: an all-gather of the tokens per expert (ep E int64), then dispatch and combine by
+              all-to-all, T_r k rows of h each (what a rank sends; the time of the busiest rank's,
+              which receives A_r rows: x A_r / (T_r k));
+    capacity: dispatch and combine of E C rows each;
+both back in the backward, the forward's again when full recompute repeats the layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sympy as sp
+
+from perfmodel import symbols as S
+from perfmodel.costs import compute as K
+from perfmodel.costs import moe as MOE
+from perfmodel.costs.gemm_efficiency import gemm_time_s
+from perfmodel.step.collective import Collective
+from perfmodel.step.compose import Overlap, Phase
+from perfmodel.step.context import Context, linear_gemm_time
+
+ZERO = sp.Integer(0)
+# Kernels an MoE layer's MLP launches beyond a dense MLP's, where not measured, counted from the
+# layer as modelled here: the router's GEMM, its softmax and top-k, the permutation and its
+# inverse; the dropless count exchange's all-gather (the dispatch's all-to-alls are counted with
+# the collectives); the shared experts' two GEMMs and activation
+MOE_EXTRA_KERNELS = 5
+SHARED_EXPERT_KERNELS = 3
+A2A_PER_LAYER = 2  # dispatch and combine, each direction
+
+
+def moe_layers(c: Context) -> dict[str, sp.Expr]:
+    """The MoE layers of the first, the last and a middle stage's rank: the stage's layers
+    (perfmodel.step.context.stage_layers) but the model's dense layers among them.
+
+    A dense layer i lies on the first or the last stage by its position in the model's chunks:
+      - pp v chunks (1f1b, interleaved, zb): round r = floor(i v / L) of v, offset
+        o = i - r L / v in it; each round gives rank 0 its first n_first / v layers and the last
+        rank its last n_last / v (Megatron-Core's layer offsets, an uneven split's first and last
+        stages' layers divided evenly over their chunks): first [o < n_first / v], last
+        [o >= (L - n_last) / v]; with an even split, chunk floor(i pp v / L) mod pp = 0 or pp - 1;
+      - zbv: 2 pp chunks of L / (2 pp) layers, rank 0 holds chunks 0 and 2 pp - 1, the last rank
+        pp - 1 and pp (chunk floor(2 pp i / L));
+    with one stage both are all of them. A middle stage (pp >= 3: the pp - 2 ranks between)
+    takes the dense layers that fall on neither end, averaged over those ranks (its count enters
+    the pipeline's fill and drain as (pp - 2) t_middle, which the average makes exact; the
+    slowest middle rank may hold more of them). With pp <= 2 there is no middle stage: its layers
+    are those of the stage whose count it repeats (perfmodel.step.context.stage_layers: the first
+    unless the first's layers are given, then the last, none when both are given)."""
+    n = c.stage_layers
+    pp, v, L = S.pp, S.v, S.L
+
+    def equal(x: sp.Expr, y: sp.Expr) -> sp.Expr:  # [x = y] for whole numbers
+        return 1 - sp.Min(1, sp.Abs(x - y), evaluate=False)
+
+    def below(x: sp.Expr, y: sp.Expr) -> sp.Expr:  # [x < y] for whole numbers
+        return sp.Min(1, sp.Max(0, y - x, evaluate=False), evaluate=False)
+
+    dense: dict[str, sp.Expr] = {"first": ZERO, "last": ZERO, "between": ZERO}
+    for i in c.fam.moe_dense_layers:
+        chunk = sp.floor(2 * pp * i / L)
+        v_shape = {"first": equal(chunk, 0) + equal(chunk, 2 * pp - 1),
+                   "last": equal(chunk, pp - 1) + equal(chunk, pp)}
+        r = sp.floor(i * v / L)
+        offset = i - r * L / v
+        plain = {"first": below(offset, n["first"] / v),
+                 "last": 1 - below(offset, (L - n["last"]) / v)}
+        at = {st: c.zbv * v_shape[st] + (1 - c.zbv) * plain[st] for st in ("first", "last")}
+        dense["first"] += at["first"]
+        dense["last"] += at["last"]
+        dense["between"] += 1 - at["first"] - at["last"]
+    middle_exists = sp.Max(0, sp.Min(1, pp - 2, evaluate=False), evaluate=False)
+    uneven = c.fam.uneven_stages is not False  # given (True) or open (None)
+    given_first = sp.Min(1, S.L_first, evaluate=False) if uneven else ZERO
+    given_last = sp.Min(1, S.L_last, evaluate=False) if uneven else ZERO
+    repeated = (1 - given_first) * dense["first"] + given_first * (1 - given_last) * dense["last"]
+    dense_middle = middle_exists * dense["between"] / sp.Max(1, pp - 2, evaluate=False) \
+        + (1 - middle_exists) * repeated
+    return {"first": n["first"] - dense["first"], "last": n["last"] - dense["last"],
+            "middle": n["middle"] - dense_middle}
+
+
+def moe_layers_total(c: Context) -> sp.Expr:
+    """The model's MoE layers."""
+    return S.L - len(c.fam.moe_dense_layers)
+
+
+def routed_tokens(c: Context) -> tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]:
+    """(T_r, m, m_busy, A_r) of one MoE layer on one rank (perfmodel.costs.moe): T_r = b s /
+    (cp tp) with sequence parallelism (an MoE plan with tp > 1 has it), b s / cp without tp."""
+    T_r = c.T / c.act_ranks
+    m, m_busy, A_r = MOE.expert_tokens(
+        T_r, S.k_E, S.E, S.ep, S.rho_E,
+        capacity_factor=S.c_E if c.fam.moe_capacity else None)
+    return T_r, m, m_busy, A_r
+
+
+def _expert_s(c: Context, m: sp.Expr) -> sp.Expr:
+    """One expert's up and down GEMMs over m tokens, without the kernel floor [s]; an fp8 plan's
+    on the FP8 device with e_8-byte operands and bf16 outputs, as the other linear layers'
+    (perfmodel.step.context.linear_gemm_time)."""
+    dev = c.linear
+    params = {k: v for k, v in dev.gemm_params.items() if k != "min_time_s"}
+    operand = S.e8 if c.fam.fp8 else S.e
+    return sum((gemm_time_s(g.m, g.n, g.k, g.batch, operand, dev.peak_flops_per_s,
+                            dev.memory_bandwidth_bytes_per_s, output_bytes_per_element=S.e,
+                            **params)
+                for g in MOE.expert_gemms(m, S.h, S.f_E, c.gated)), ZERO)
+
+
+def moe_fp8_cast_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """Elements an fp8 plan's MoE layer casts to FP8 on one rank, forward and backward
+    (perfmodel.costs.compute.fp8_cast_elements' counting): the attention's (a dense layer's with
+    no MLP, less its MLP input and grad output, h T / r each), the routed experts' inputs A_r h
+    (up) and A_r f_E (down) forward and grad outputs A_r h (down) and A_r (1 + gated) f_E (up)
+    backward, and the shared experts' as a dense MLP's; the router runs in bf16 (Megatron-Core)."""
+    T, h, tp, r = c.T, S.h, S.tp, c.act_ranks
+    _, _, _, A_r = routed_tokens(c)
+    shared = S.f_sh if c.fam.moe_shared else 0
+    forward, backward = K.fp8_cast_elements(T, h, S.a, S.kv, shared, tp, r, c.gated, c.d)
+    if not c.fam.moe_shared:
+        forward, backward = forward - T * h / r, backward - T * h / r
+    forward += A_r * (h + S.f_E)
+    backward += A_r * (h + (1 + c.gated) * S.f_E)
+    return forward, backward
+
+
+def moe_mlp_work(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """(GEMM seconds, element-wise bytes) of one MoE layer's MLP forward on one rank (module
+    doc)."""
+    T_r, m, m_busy, A_r = routed_tokens(c)
+    local = S.E / S.ep
+    floor = c.dev.gemm_params.get("min_time_s", ZERO) * len(MOE.expert_gemms(m, S.h, S.f_E, 0))
+    if c.fam.moe_capacity:
+        experts = local * _expert_s(c, m) + floor
+    else:
+        experts = (local - 1) * _expert_s(c, m) + _expert_s(c, m_busy) + floor
+    gemm = K.gemm_time(MOE.router_gemm(T_r, S.h, S.E), S.e, c.dev) + experts
+    elementwise = MOE.moe_elementwise_bytes(T_r, A_r, S.h, S.E, S.f_E, S.e, gated=c.gated)
+    if c.fam.moe_shared:
+        gemm += sum((linear_gemm_time(c, g)
+                     for g in MOE.shared_gemms(c.T, S.h, S.f_sh, S.tp, c.gated)), ZERO)
+        elementwise += (2 + c.gated) * S.e * c.T * S.f_sh / S.tp
+    return gemm, elementwise
+
+
+def extra_kernels(c: Context, stage: str) -> sp.Expr:
+    """Kernels a stage's MoE layers launch beyond dense layers', per micro-batch forward."""
+    if not c.fam.moe:
+        return ZERO
+    per_layer = MOE_EXTRA_KERNELS + (SHARED_EXPERT_KERNELS if c.fam.moe_shared else 0)
+    return per_layer * moe_layers(c)[stage]
+
+
+def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix: str = "layers",
+                   recomputed: bool = True) -> list[Collective]:
+    """The expert-parallel collectives of each stage's MoE layers (module doc; layers: stage ->
+    MoE layers, default moe_layers): declared per stage (their MoE layers differ); the last
+    and the middle stage's enter the ledger only with several stages (with one, the first's are
+    its) unless the first has none declared here. Their phases: <prefix>@<stage>/forward, /backward,
+    /recompute."""
+    if not c.fam.moe:
+        return []
+    T_r, _, _, A_r = routed_tokens(c)
+    h, e, E = S.h, S.e, S.E
+    if c.fam.moe_capacity:
+        rows = E * MOE.capacity(T_r, S.k_E, E, S.c_E)
+        sent = busiest = rows
+    else:
+        sent, busiest = T_r * S.k_E, A_r
+    out = []
+    layers = moe_layers(c) if layers is None else layers
+    for st, n in layers.items():
+        share = c.multi if st != "first" and "first" in layers else sp.Integer(1)
+        directions = [("forward", "fwd", sp.Integer(1)), ("backward", "bwd", sp.Integer(1))]
+        if recomputed:  # full recompute repeats an MoE layer's forward, its exchanges with it
+            directions.append(("recompute", "bwd", c.full))
+        for direction, phase, times in directions:
+            in_phase = f"{prefix}@{st}/{direction}"
+            out.append(Collective(
+                name="ep/dispatch_combine/all_to_all", op="all_to_all", axis="ep",
+                nbytes=e * sent * h, time_nbytes=e * busiest * h,
+                calls=A2A_PER_LAYER * times * n, phase=phase, in_phase=in_phase,
+                term="comm/ep", fam=c.fam, stage=st, ledger_share=share))
+            if not c.fam.moe_capacity and direction != "backward":
+                out.append(Collective(
+                    name="ep/token_counts/all_gather", op="all_gather", axis="ep",
+                    nbytes=S.ep * E * MOE.COUNT_BYTES, calls=times * n, phase=phase,
+                    in_phase=in_phase, term="comm/ep", fam=c.fam, stage=st, ledger_share=share))
+    return out
+
+
+def stage_phases(stage: str, issued: Mapping[str, tuple[Collective, ...]],
+                 prefix: str = "layers", overlaps: Mapping[str, tuple[Overlap, ...]] | None = None,
+                 lost: Mapping[str, sp.Expr] | None = None) -> tuple[Phase, ...]:
+    """The phases that hold one stage's own collectives (its MoE layers' exchanges, and the
+    tensor-parallel collectives of its dense layers' MLPs where they differ by stage): no device
+    time of their own but what overlapping the MLPs' tensor-parallel collectives costs their
+    GEMMs (lost, compute/tp_overlap); only those collectives overlapped (overlaps,
+    perfmodel.step.tensor_parallel.layer_overlaps), not the expert-parallel exchanges."""
+    overlaps, lost = overlaps or {}, lost or {}
+    out = []
+    for direction in ("forward", "backward", "recompute"):
+        name = f"{prefix}@{stage}/{direction}"
+        out.append(Phase(name=name, comms=issued.get(name, ()), overlaps=overlaps.get(name, ()),
+                         device={"compute/tp_overlap": lost[name]} if name in lost else {}))
+    return tuple(out)

@@ -1,0 +1,329 @@
+"""Mixtures of experts with expert parallelism, multi-head latent attention and multi-token
+prediction in the step model (perfmodel.step.moe, perfmodel.costs.moe, perfmodel.costs.mla,
+perfmodel.step.mtp), each formula against a number computed here by hand.
+
+Sources: Megatron-Core's MoE (megatron/core/transformer/moe: the router, the all-to-all token
+dispatcher, GroupedMLP, expert data parallelism; num_floating_point_operations counts an MoE
+layer's top_k experts), GShard (Lepikhin et al. 2020, Sec. 2.2: the capacity), DeepSeek-V2 Sec.
+2.1 and DeepSeek-V3 Sec. 2.1-2.2 (MLA, multi-token prediction).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from perfmodel import PlanError, load_hardware, load_model, predict
+from perfmodel.costs.gemm_efficiency import gemm_time_s
+from perfmodel.evaluate import family_of, values_of
+from perfmodel.params import expert_parameters, parameter_counts
+from perfmodel.predict import comm_ledger
+from perfmodel.specs.model import TransformerSpec
+from perfmodel.strategy import Plan
+
+HW = "dgx-h100"
+BF16 = 2
+
+
+def _plan(**kw: object) -> Plan:
+    kw.setdefault("gpus", int(kw.get("dp", 1)) * int(kw.get("cp", 1)) * int(kw.get("tp", 1))
+                  * int(kw.get("pp", 1)))
+    return Plan(**kw)
+
+
+# the presets against their model cards (perfmodel.params counts them; the step model must agree)
+@pytest.mark.parametrize(("name", "plan", "total", "active"), [
+    # Mistral AI, mistral.ai/news/mixtral-of-experts: 46.7B parameters, 12.9B per token
+    ("mixtral-8x7b", dict(dp=8, ep=8, pp=4, global_batch=64, recompute="full"), 46.7e9, 12.9e9),
+    # Qwen/Qwen3-30B-A3B model card: 30.5B parameters ("3.3B activated" is 1.6% under
+    # perfmodel.params' 3.353B: tests/unit/test_hf_configs.py)
+    ("qwen3-30b-a3b", dict(dp=8, ep=8, global_batch=64), 30.5e9, 3.353e9),
+    # DeepSeek-V3 README: 671B parameters; README_WEIGHTS.md: 36.7B activated (no embedding)
+    ("deepseek-v3", dict(dp=64, ep=64, zero=1, recompute="full", global_batch=1024), 671e9,
+     36.7e9),
+])
+def test_moe_presets_predict_with_their_cards_parameters(name, plan, total, active):
+    model = load_model(name)
+    p = predict(model, HW, _plan(**plan))
+    assert p.parameters == pytest.approx(total, rel=0.005)
+    counts = parameter_counts(model)
+    mine = p.active_parameters - (counts.embedding if name == "deepseek-v3" else 0)
+    assert mine == pytest.approx(active, rel=0.005)
+    assert math.isfinite(p.step_time_s) and p.breakdown_s["comm/ep"] > 0
+    assert 0 < p.mfu < 1
+
+
+def _small_moe(**kw: object) -> TransformerSpec:
+    return TransformerSpec(**{**dict(name="moe", layers=4, hidden=1024, heads=8, seq_len=2048,
+                                     vocab=32000, gated_mlp=True, bias=False, norm="rmsnorm",
+                                     position_embedding="rotary", tied_embeddings=False,
+                                     experts=16, top_k=2, expert_ffn_hidden=2048), **kw})
+
+
+def _evaluate(model: TransformerSpec, plan: Plan, expr: object) -> float:
+    import sympy as sp
+
+    from perfmodel import symbols as S
+
+    hw = load_hardware(HW)
+    values = values_of(model, hw, plan)
+    subs = {sym: values[name] for name, (sym, _) in S.table().items() if name in values}
+    return float(sp.sympify(expr).xreplace(subs))
+
+
+def _gemm_s(m: float, n: float, k: float, floor: bool = True) -> float:
+    """One bf16 GEMM on the hardware's model (perfmodel.costs.gemm_efficiency), in numbers."""
+    hw = load_hardware(HW)
+    g = hw.gemm("bf16").__dict__.copy()
+    if not floor:
+        g["min_time_s"] = 0.0
+    g.pop("large_flops") if not g["large_flops"] else None
+    return float(gemm_time_s(m, n, k, 1, BF16, hw.peak("bf16"),
+                             hw.memory_bandwidth_bytes_per_s * hw.memory_bandwidth_efficiency,
+                             **g))
+
+
+@pytest.mark.parametrize("imbalance", [1.0, 1.5])
+def test_experts_run_at_their_token_count_the_busiest_on_the_slowest_rank(imbalance):
+    """An MoE layer's MLP on one rank: the router GEMM over its T_r tokens, then its E/ep experts
+    as one grouped GEMM, each expert's up and down GEMMs at its own token count m = ep T_r k / E
+    (the busiest rho m), the kernel floor once."""
+    from perfmodel.step.context import Context
+    from perfmodel.step.moe import moe_mlp_work
+
+    model = _small_moe(routing_imbalance=imbalance)
+    plan = _plan(dp=8, ep=4, micro_batch=2, global_batch=16)
+    hw = load_hardware(HW)
+    c = Context.of(family_of(model, hw, plan))
+    gemm_expr, _ = moe_mlp_work(c)
+    T_r, h, E, k, f, ep = 2 * model.seq_len, model.hidden, 16, 2, 2048, 4
+    m = ep * T_r * k / E
+
+    def expert(tokens: float) -> float:
+        return _gemm_s(tokens, 2 * f, h, floor=False) + _gemm_s(tokens, h, f, floor=False)
+
+    expected = _gemm_s(T_r, E, h) + (E / ep - 1) * expert(m) + expert(imbalance * m) \
+        + 2 * hw.gemm("bf16").min_time_s
+    assert _evaluate(model, plan, gemm_expr) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_capacity_pads_every_expert_to_it_and_exchanges_fixed_buffers():
+    """GShard: an expert takes at most C = ceil(c T_r k / E) of each rank's assignments, in
+    padded buffers: dispatch and combine carry E C rows each way, no count exchange."""
+    model = _small_moe(capacity_factor=1.25)
+    b, ep = 2, 4
+    plan = _plan(dp=8, ep=ep, micro_batch=b, global_batch=16)
+    C = math.ceil(1.25 * b * model.seq_len * 2 / 16)
+    records = [r for r in comm_ledger(model, plan, HW) if r["axis"] == "ep"]
+    assert [(r["op"], r["nbytes"]) for r in records] == [
+        ("all_to_all", BF16 * 16 * C * model.hidden)] * 2  # forward, backward
+    assert sum(r["calls"] for r in records) == model.layers * 4 * 1  # 1 micro-batch per step
+
+
+def test_dropless_dispatch_and_combine_carry_each_ranks_assignments():
+    """Dropless: per MoE layer and micro-batch, the tokens per expert all-gathered (ep E int64)
+    and dispatch and combine by all-to-all of T_r k rows of h, each way."""
+    model = load_model("deepseek-v3")
+    plan = _plan(dp=64, ep=64, micro_batch=1, global_batch=128, zero=1, recompute="full")
+    records: dict[tuple[str, float], float] = {}
+    for r in comm_ledger(model, plan, HW):
+        if r["axis"] == "ep":
+            records[(r["op"], r["nbytes"])] = records.get((r["op"], r["nbytes"]), 0) + r["calls"]
+    moe_layers, m = 58, 2  # 3 of 61 dense; 128 / (64 x 1) micro-batches
+    mtp = 1  # the MTP module's layer, an MoE layer like the last, not recomputed
+    assert records == {
+        # forward, and again in the full recompute
+        ("all_gather", 64 * 256 * 8): moe_layers * m * 2 + mtp * m,
+        # dispatch and combine forward, backward and recomputed
+        ("all_to_all", BF16 * model.seq_len * 8 * model.hidden): moe_layers * m * 2 * 3
+        + mtp * m * 2 * 2,
+    }
+
+
+def test_expert_weights_split_by_ep_and_their_states_by_the_expert_data_parallel_group():
+    """Megatron-Core: each rank holds E/ep experts; the distributed optimizer shards the other
+    parameters' states over dp x cp and the experts' over the tp dp cp / ep ranks holding
+    them."""
+    model = _small_moe()
+    hw = load_hardware(HW)
+    dp, cp, ep = 8, 2, 4
+    p = predict(model, hw, _plan(dp=dp, cp=cp, ep=ep, zero=1, global_batch=8))
+    counts = parameter_counts(model)
+    experts = model.layers * model.experts * expert_parameters(model)
+    rest = counts.total - experts
+    mine = experts / ep
+    assert p.memory_breakdown_bytes["weights"] == pytest.approx(BF16 * (rest + mine), rel=1e-12)
+    # fp32 main gradients (4) and Adam's fp32 master weights, momentum and variance (12)
+    assert p.memory_breakdown_bytes["gradients"] == pytest.approx(4 * (rest + mine), rel=1e-12)
+    edp = dp * cp // ep
+    assert p.memory_breakdown_bytes["optimizer_states"] == pytest.approx(
+        12 * (rest / (dp * cp) + mine / edp), rel=1e-12)
+    # their gradients: the others over dp x cp, the experts over edp, apart
+    syncs = {r["axis"]: r["nbytes"] for r in comm_ledger(model, _plan(dp=dp, cp=cp, ep=ep,
+                                                                      global_batch=8), hw)
+             if r["phase"] == "step"}
+    assert syncs == {"dp_cp": pytest.approx(4 * rest), "edp": pytest.approx(4 * mine)}
+
+
+def test_model_flops_count_the_active_parameters():
+    """MFU's model FLOPs (Megatron-LM's num_floating_point_operations): 3 x the forward's, an MoE
+    layer's router and top_k of its experts (and shared ones) in place of a dense MLP; the
+    causal attention core counted as half. Per token and layer (forward): 2 x (q, k, v, o and
+    the router's weights, k experts') + 2 a s d (scores and context, causal half), and the
+    logits 2 V h."""
+    model = load_model("mixtral-8x7b", seq_len=4096)
+    plan = _plan(dp=8, ep=8, pp=4, global_batch=64, recompute="full")
+    p = predict(model, HW, plan)
+    h, a, kv, d, s, f, E, k = (model.hidden, model.heads, model.kv_heads, model.head_dim,
+                               model.seq_len, model.expert_ffn_hidden, model.experts, model.top_k)
+    attention = (a * d + 2 * kv * d) * h + a * d * h
+    layer = 2 * (attention + h * E + k * 3 * h * f) + 2 * a * s * d
+    forward = model.layers * layer + 2 * model.vocab * h
+    assert p.model_flops_per_step == pytest.approx(3 * forward * 64 * s, rel=1e-12)
+    assert p.mfu == pytest.approx(p.model_flops_per_step
+                                  / (p.step_time_s * 32 * load_hardware(HW).peak("bf16")))
+
+
+def test_mla_and_mtp_flops_as_deepseek_v3_builds_them():
+    """DeepSeek-V3: MLA's projections (q 7168 -> 1536 -> 128 x 192, kv 7168 -> 512 + 64, 512 -> 128
+    x (128 + 128), o 128 x 128 -> 7168), its core of 192-wide scores and 128-wide context (causal
+    half), 3 dense layers (MLP 18432), 58 MoE layers (router 256, 8 routed and 1 shared expert
+    of 2048), the output layer, and one MTP module (a layer like the last, a 2h -> h projection
+    and the output layer)."""
+    model = load_model("deepseek-v3")
+    p = predict(model, HW, _plan(dp=64, ep=64, zero=1, recompute="full", global_batch=64))
+    h, a, s, V = 7168, 128, model.seq_len, model.vocab
+    mla = h * 1536 + 1536 * a * 192 + h * (512 + 64) + 512 * a * (128 + 128) + a * 128 * h
+    core = 2 * a * s * (192 + 128) / 2  # scores and context, causal half, per token
+    dense = 2 * (mla + 3 * h * 18432) + core
+    moe = 2 * (mla + h * 256 + 8 * 3 * h * 2048 + 3 * h * 2048) + core
+    logits = 2 * V * h
+    mtp = moe + 2 * 2 * h * h + logits
+    forward = 3 * dense + 58 * moe + logits + mtp
+    assert p.model_flops_per_step == pytest.approx(3 * forward * 64 * s, rel=1e-12)
+
+
+def test_dense_layers_count_on_the_stage_that_holds_them():
+    """The first 3 of 8 layers dense, pp 2: 1f1b puts layers 0-3 on rank 0 (1 MoE), 4-7 on rank
+    1 (4 MoE); interleaved with 2 chunks each (chunks of 2 layers: rank 0 layers 0, 1, 4, 5:
+    2 MoE; rank 1 layers 2, 3, 6, 7: 3 MoE); zbv (rank 0 chunks 0 and 3: layers 0, 1, 6, 7, 2
+    MoE; rank 1 chunks 1 and 2: layers 2-5, 3 MoE)."""
+    from perfmodel.step.context import Context
+    from perfmodel.step.moe import moe_layers
+
+    model = _small_moe(layers=8, moe_first_dense=3)
+    hw = load_hardware(HW)
+    for schedule, v, expected in (("1f1b", 1, (1, 4)), ("interleaved", 2, (2, 3)),
+                                  ("zbv", 2, (2, 3))):
+        plan = _plan(dp=2, pp=2, ep=2, schedule=schedule, virtual_stages=v, global_batch=8)
+        c = Context.of(family_of(model, hw, plan))
+        counts = moe_layers(c)
+        assert (_evaluate(model, plan, counts["first"]),
+                _evaluate(model, plan, counts["last"])) == expected, schedule
+
+
+def test_the_search_enumerates_ep_and_cp_and_agrees_with_predict():
+    from perfmodel.search import SearchRequest, search
+
+    model, hw = _small_moe(), load_hardware(HW)
+    req = SearchRequest(gpus=(16,), global_batch=16, max_micro_batch=2, zero=1,
+                        recompute="full", flash_attention=True)
+    chunks: list = []
+    result = search(model, hw, req, top=10**6, on_chunk=chunks.append)
+    from perfmodel.search import Scored
+
+    every = Scored.concat(chunks)
+    eps = set(every.plans.cols["ep"].tolist())
+    cps = set(every.plans.cols["cp"].tolist())
+    assert eps == {1, 2, 4, 8, 16} and {1, 2, 4, 8, 16} <= cps
+    rng = np.random.default_rng(17)
+    for i in rng.choice(len(every), size=60, replace=False):
+        if not every.evaluated[i]:
+            continue
+        expected = predict(model, hw, result.plan(every, int(i)))
+        assert every.step_time_s[i] == pytest.approx(expected.step_time_s, rel=1e-9)
+        assert every.memory_bytes[i] == pytest.approx(expected.memory_per_gpu_bytes, rel=1e-9)
+
+
+@pytest.mark.parametrize(("model", "kw", "needle"), [
+    ("mixtral-8x7b", dict(dp=6, ep=3, global_batch=6), r"ep \(3\) must divide the experts \(8\)"),
+    ("mixtral-8x7b", dict(dp=2, ep=4, global_batch=2), r"ep \(4\) must divide dp x cp"),
+    ("llama3-8b", dict(dp=2, ep=2, global_batch=2), "the model has no experts"),
+    ("mixtral-8x7b", dict(dp=2, tp=2, ep=2, global_batch=2), "needs sequence_parallel"),
+    ("mixtral-8x7b", dict(dp=4, ep=2, zero=3, global_batch=4), "zero 3"),
+    ("deepseek-v3", dict(dp=2, ep=2, dtype="fp8", global_batch=2),
+     "dtype fp8 with a mixture of experts is not modelled"),
+    ("qwen3-30b-a3b", dict(dp=2, ep=2, recompute="op", global_batch=2), "recompute op"),
+])
+def test_moe_plans_that_cannot_run_are_refused_naming_the_field(model, kw, needle):
+    with pytest.raises(PlanError, match=needle) as err:
+        predict(model, HW, _plan(**kw))
+    assert "\n" not in str(err.value)
+
+
+def test_the_cli_takes_ep_and_refuses_one_that_does_not_divide_the_experts(run_cli):
+    ok = run_cli("predict", "--model", "qwen3-30b-a3b", "--hardware", HW, "--dp", "8", "--ep",
+                 "8", "--global-batch", "64", "--json")
+    assert ok.returncode == 0, ok.stderr
+    import json
+
+    data = json.loads(ok.stdout)
+    assert data["plan"]["ep"] == 8 and data["active_parameters"] < data["parameters"] / 8
+    bad = run_cli("predict", "--model", "qwen3-30b-a3b", "--hardware", HW, "--dp", "6", "--ep",
+                  "3", "--global-batch", "6")
+    assert bad.returncode == 4 and "ep (3) must divide the experts (128)" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_mla_gathers_its_latents_over_tp():
+    """Megatron-Core's MLASelfAttention with tp 2 and sequence parallelism: per layer and
+    micro-batch, the query latent (1536), the key/value latent (512) and the rotary key (64)
+    all-gathered forward (e T w bytes each) and reduce-scattered backward, the output
+    reduce-scattered forward and all-gathered backward (e T h); the down projections over the
+    rank's s / tp tokens (perfmodel.costs.mla)."""
+    model = load_model("deepseek-v3")
+    plan = _plan(dp=32, tp=2, ep=32, sequence_parallel=True, zero=1, recompute="full",
+                 global_batch=32)
+    T, h = model.seq_len, model.hidden
+    records: dict[tuple[str, str, float], float] = {}
+    for r in comm_ledger(model, plan, HW):
+        if r["name"].startswith("tp/mla"):
+            key = (r["op"], r["phase"], r["nbytes"])
+            records[key] = records.get(key, 0) + r["calls"]
+    layers = 61 + 1  # the model's and the MTP module's (not recomputed)
+    recomputed = 61
+    forward = {("all_gather", "fwd", BF16 * T * w): layers for w in (1536, 512, 64)}
+    forward[("reduce_scatter", "fwd", BF16 * T * h)] = layers
+    again = {("all_gather", "bwd", BF16 * T * w): recomputed for w in (1536, 512, 64)}
+    again[("reduce_scatter", "bwd", BF16 * T * h)] = recomputed
+    backward = {("reduce_scatter", "bwd", BF16 * T * w): layers for w in (1536, 512, 64)}
+    backward[("all_gather", "bwd", BF16 * T * h)] = layers
+    expected: dict[tuple[str, str, float], float] = dict(forward)
+    for part in (again, backward):
+        for key, calls in part.items():
+            expected[key] = expected.get(key, 0) + calls
+    assert records == expected
+    tp1 = predict(model, HW, plan.replace(tp=1, sequence_parallel=False, gpus=32, dp=32,
+                                          ep=32))
+    tp2 = predict(model, HW, plan)
+    assert tp2.memory_breakdown_bytes["weights"] < tp1.memory_breakdown_bytes["weights"]
+    assert tp2.breakdown_s["comm/tp"] > 0 and tp1.breakdown_s["comm/tp"] == 0
+
+
+def test_explain_prints_the_new_terms_formulas():
+    """explain writes comm/cp and comm/ep as formulas of the plan's own family (cp, the experts'
+    token counts), evaluated to the prediction's numbers."""
+    from perfmodel.explain import explain_text
+
+    model, hw = load_model("qwen3-30b-a3b"), load_hardware(HW)
+    plan = _plan(dp=4, cp=2, ep=8, global_batch=16)
+    text = explain_text(model, hw, plan)
+    p = predict(model, hw, plan)
+    for term, symbol in (("comm/cp", "cp"), ("comm/ep", "k_E")):
+        line = next(i for i, x in enumerate(text.splitlines()) if x.startswith(f"- {term} ="))
+        formula = text.splitlines()[line + 1]
+        assert symbol in formula
+        per_step = float(text.splitlines()[line].split(",")[1].split()[0])
+        assert per_step == pytest.approx(p.breakdown_s[term], rel=1e-5)

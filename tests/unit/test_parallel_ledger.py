@@ -1,0 +1,70 @@
+"""perfmodel's communication ledger of context- and expert-parallel plans against the validation
+job's dry run (validation.dryrun: rank 0's collectives counted on a fake process group), entry by
+entry (axis, op, bytes per call, calls per step) at 64 and 512 ranks.
+
+The job's counts are written from its algorithms in tests/unit/test_parallel_dryrun.py; here the
+step model's ledger (perfmodel.step.context_parallel, perfmodel.step.moe, the gradient syncs of
+perfmodel.step.data_parallel) must give every one of them and nothing else.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from perfmodel.specs.model import TransformerSpec  # noqa: E402
+from perfmodel.strategy import Plan  # noqa: E402
+from validation import dryrun  # noqa: E402
+
+L, H, HEADS, KV, S, V = 4, 256, 8, 4, 1024, 1024
+DENSE = TransformerSpec(name="dense", layers=L, hidden=H, heads=HEADS, kv_heads=KV, seq_len=S,
+                        vocab=V, gated_mlp=True, bias=False, norm="rmsnorm",
+                        tied_embeddings=False)
+# 64 routed experts (top 4, 128 wide), one shared expert, layer 0 dense: 3 MoE layers
+MOE = DENSE.replace(name="moe", experts=64, top_k=4, expert_ffn_hidden=128, shared_experts=1,
+                    moe_first_dense=1)
+# every layer MoE, no shared expert (Mixtral's shape)
+MIXTRAL_LIKE = DENSE.replace(name="mixtral-like", experts=16, top_k=2)
+
+
+def _plan(dp: int, cp: int = 1, tp: int = 1, pp: int = 1, mb: int = 1, n_mb: int = 1,
+          **kw: object) -> Plan:
+    return Plan(gpus=dp * cp * tp * pp, dp=dp, cp=cp, tp=tp, pp=pp, micro_batch=mb,
+                global_batch=dp * mb * n_mb, dtype="fp32", **kw)
+
+
+CASES = {
+    # 64 ranks
+    "ring cp 8 x tp 2": (DENSE, _plan(4, 8, 2, mb=2, n_mb=2)),
+    "all-gather cp 8 x tp 2": (DENSE, _plan(4, 8, 2, cp_comm="allgather")),
+    "Ulysses cp 4 x dp 16": (DENSE, _plan(16, 4, cp_comm="a2a")),
+    "ring cp 8, selective recompute": (DENSE, _plan(8, 8, recompute="selective")),
+    "ring cp 4 x pp 2": (DENSE, _plan(8, 4, pp=2, n_mb=2)),
+    "dropless ep 16 over dp 8 x cp 8": (MOE, _plan(8, 8, mb=2, ep=16)),
+    "capacity 1.25, ep 8 over dp 64": (MOE.replace(capacity_factor=1.25), _plan(64, mb=4, ep=8)),
+    "ep 8 over dp 16 x cp 4 (edp 8)": (MIXTRAL_LIKE, _plan(16, 4, ep=8, n_mb=2)),
+    "ep 4, cp 2, full recompute": (MIXTRAL_LIKE, _plan(32, 2, ep=4, recompute="full")),
+    "ep 8 x pp 2": (MOE, _plan(16, 2, pp=2, ep=8, n_mb=2)),
+    # 512 ranks
+    "ring cp 32 x dp 16": (DENSE, _plan(16, 32, mb=2, n_mb=2)),
+    "Ulysses cp 4 x dp 128": (DENSE, _plan(128, 4, cp_comm="a2a")),
+    "dropless ep 64 over dp 64 x cp 8": (MOE, _plan(64, 8, mb=2, ep=64)),
+    "ep 16 over dp 256 x cp 2 (edp 32)": (MIXTRAL_LIKE, _plan(256, 2, ep=16)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_ledger_gives_every_collective_the_job_issues(name):
+    model, plan = CASES[name]
+    result = dryrun.dry_run(model, plan)
+    assert result["ledger_available"] is True
+    assert result["world_size"] == plan.gpus in (64, 512)
+    wrong = [(r["axis"], r["op"], r["bytes"], r["job_count"], r["model_count"])
+             for r in result["rows"] if not r["agree"]]
+    assert wrong == []
+    axes = {r["axis"] for r in result["rows"]}
+    if plan.cp > 1:
+        assert {"cp", "dp_cp"} <= axes and "dp" not in axes
+    if plan.ep > 1:
+        assert "ep" in axes
