@@ -354,6 +354,12 @@ def _hardware_with(key, value):
         data[group]["by_head_dim"][0][name] = value
     elif key == "peak_flops_per_s":
         data[key]["bf16"] = value
+    elif group == "levels":  # a three-level fabric: a 1-GPU node, then `value` on the middle level
+        node, inter = data.pop("intra_node"), data.pop("inter_node")
+        del data["gpus_per_node"]
+        data["levels"] = [{**node, "name": "node", "gpus": 1},
+                          {**inter, "name": "leaf", "gpus": 64}, {**inter, "name": "spine"}]
+        data["levels"][1][name] = value
     else:
         data[key] = value
     return hardware_from_dict(data, "test")
