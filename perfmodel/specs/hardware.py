@@ -781,12 +781,12 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
     """Build a HardwareSpec from a mapping of fields, checking every name and value."""
     check_fields(data, _TOP_FIELDS, where)
     required = ["peak_flops_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s"]
-    if "levels" not in data:
+    if not data.get("levels"):  # none, or a two-level spec's own mapping (to_dict): ()
         required = ["gpus_per_node", *required, "intra_node", "inter_node"]
     for key in required:
         if key not in data:
             raise SpecError(f"{where}: missing required field '{key}'")
-    fields = {k: v for k, v in data.items() if k != "base"}
+    fields = {k: v for k, v in data.items() if k != "base" and not (k == "levels" and not v)}
     try:
         if "levels" in fields:
             fields["levels"] = _levels_from(fields["levels"])
