@@ -203,3 +203,39 @@ def test_an_inter_fit_on_a_fabric_of_three_levels_is_refused():
                             "alpha_s": 1e-5, "bus_bandwidth_bytes_per_s": 4e10}]
     with pytest.raises(SpecError, match=r"a fit of scope 'inter' is one network"):
         hardware_from_dict(data, "toy")
+
+
+def test_the_search_prices_every_plan_on_the_levels_as_predict_does():
+    """The search (the universal family, staged over the plans' distinct topologies) gives each
+    plan over 64 GPUs of the toy fabric the step time predict gives it: plans whose dp group stays
+    in one leaf domain and plans whose dp crosses the oversubscribed spine alike."""
+    import numpy as np
+
+    from perfmodel.search import Scored, SearchRequest, search
+
+    req = SearchRequest(gpus=(64,), global_batch=64, max_micro_batch=2, cp=1)
+    chunks: list = []
+    result = search(MODEL, TOY, req, top=10**6, on_chunk=chunks.append)
+    every = Scored.concat(chunks)
+    done = np.flatnonzero(every.evaluated)
+    assert len(done) > 50
+    levels = set()
+    for i in done:
+        plan = result.plan(every, int(i))
+        levels.add(int(axis_levels(plan_arrays(plan), fabric_of(TOY))["dp"][0][0]))
+        assert every.step_time_s[i] == pytest.approx(predict(MODEL, TOY, plan).step_time_s,
+                                                     rel=1e-9)
+    assert {0, 1, 2} <= levels  # dp inside a node, inside a leaf domain and across the spine
+
+
+def test_what_if_changes_a_level_by_index_and_refuses_the_derived_links():
+    from perfmodel.errors import PlanError
+    from perfmodel.recommend import apply_what_if
+
+    blocking = apply_what_if(TOY, "levels.2.oversubscription=4")
+    assert [lv.oversubscription for lv in blocking.levels] == [1, 1, 4]
+    plan = _plan(8, 8)
+    assert _all_reduce_s(blocking, plan, "dp") == pytest.approx(
+        _ring_all_reduce_s(8, 5e-6, 10e9 / 4), rel=1e-12)
+    with pytest.raises(PlanError, match=r"takes inter_node from its levels"):
+        apply_what_if(TOY, "inter_node.bandwidth_bytes_per_s=2x")
