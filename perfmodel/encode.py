@@ -185,7 +185,8 @@ def fabric_of(hardware: HardwareSpec | int) -> Fabric:
         outer.append(tuple((k, float(vals[k])) for k in OUTER_SUFFIXES))
     share = [lv.gpu_share_bytes_per_s for lv in levels[1:]]
     # the slowest of levels 1..J: the lowest share, the outermost on a tie
-    slowest = tuple(1 + min(range(j), key=lambda i: (share[i], -i)) for j in range(1, len(share) + 1))
+    slowest = tuple(1 + min(range(j), key=lambda i: (share[i], -i))
+                    for j in range(1, len(share) + 1))
     sizes = tuple(int(lv.gpus or 0) for lv in levels[:-1])
     return Fabric(sizes, tuple(outer), slowest)
 

@@ -97,8 +97,13 @@ def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:
     """Where each parallel group of the plan lies on the hardware's fabric: its ranks per node,
     the fabric level its ranks reach (the smallest whose domain holds them; perfmodel.encode.
     axis_levels) and the level whose link prices it beyond the node (the slowest it crosses)."""
-    from perfmodel.encode import (axis_levels, axis_per_node, axis_ranks_per_node, fabric_of,
-                                  plan_arrays)
+    from perfmodel.encode import (
+        axis_levels,
+        axis_per_node,
+        axis_ranks_per_node,
+        fabric_of,
+        plan_arrays,
+    )
     from perfmodel.names import AXES
 
     fabric = hardware.fabric()

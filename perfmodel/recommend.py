@@ -354,7 +354,8 @@ def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
         data.pop("intra_node"), data.pop("inter_node"), data.pop("gpus_per_node")
         if path[0] in ("intra_node", "inter_node", "gpus_per_node"):
             raise PlanError(f"--what-if: hardware '{hardware.name}' takes {path[0]} from its "
-                            "levels: change levels.N.FIELD (e.g. levels.1.bandwidth_bytes_per_s=2x)")
+                            "levels: change levels.N.FIELD (e.g. "
+                            "levels.1.bandwidth_bytes_per_s=2x)")
     node: Any = data
     for key in path[:-1]:
         if isinstance(node, list) and key.isdigit() and int(key) < len(node):

@@ -131,7 +131,8 @@ def outer_link_symbols(axis: str) -> tuple[sp.Symbol, sp.Symbol, sp.Symbol]:
 
 def outer_protocol_symbols(axis: str, protocol: str) -> tuple[sp.Symbol, sp.Symbol, sp.Symbol]:
     """protocol_symbols of the link an axis's group crosses beyond its node (outer_link_symbols)."""
-    return (_of(f"{axis}_outer_{protocol}_call_latency_s"), _of(f"{axis}_outer_{protocol}_latency_s"),
+    return (_of(f"{axis}_outer_{protocol}_call_latency_s"),
+            _of(f"{axis}_outer_{protocol}_latency_s"),
             _of(f"{axis}_outer_{protocol}_bandwidth_fraction"))
 
 

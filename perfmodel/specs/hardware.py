@@ -996,7 +996,11 @@ def load_hardware_dict(name_or_path: str | Path) -> dict[str, Any]:
         if base_path in seen:
             raise SpecError(f"hardware file {path}: base '{base}' forms a cycle")
         seen.add(base_path)
-        data = deep_merge(read_mapping(base_path, "hardware"), data)
+        base_data = read_mapping(base_path, "hardware")
+        if data.get("levels"):  # a file's levels replace its base's fabric, node links included
+            base_data = {k: v for k, v in base_data.items()
+                         if k not in ("gpus_per_node", "intra_node", "inter_node")}
+        data = deep_merge(base_data, data)
     if path.parent == HARDWARE_DIR:
         data.setdefault("name", path.stem)
     else:
