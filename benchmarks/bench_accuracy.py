@@ -438,8 +438,18 @@ def _pct(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:.1%}"
 
 
+GENERATED_PAGE = Path("docs/accuracy-runs.md")  # written by --markdown, checked by tests/docs
+
+
 def markdown(rows: list[Row], nccl: list[dict[str, Any]]) -> str:
-    lines = ["| set | run | published [s] | predicted [s] | error | breakdown | memory [GiB] | "
+    """The benchmark's tables as the markdown page docs/accuracy-runs.md (no date, no timing:
+    the same model and data give the same page, which tests/docs/test_accuracy_page.py checks)."""
+    lines = ["# Accuracy on published runs (generated)", "",
+             "Written by `python benchmarks/bench_accuracy.py --markdown docs/accuracy-runs.md`; "
+             "do not edit. Published against predicted step time per run (error: predicted / "
+             "published - 1), MAPE per source, and each GPU preset against the shared "
+             "nccl-tests logs. docs/accuracy.md explains the errors.", "",
+             "| set | run | published [s] | predicted [s] | error | breakdown | memory [GiB] | "
              "not modelled |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         pred = f"{r.predicted_s:.3f}" if r.predicted_s is not None else f"refused: {r.error}"

@@ -144,6 +144,82 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.nd
     return {axis: (degree[axis], per_node[axis]) for axis in N.AXES}
 
 
+@dataclass(frozen=True)
+class Fabric:
+    """What the plan encoder needs of the hardware's fabric (HardwareSpec.levels).
+
+    sizes: the GPUs of one domain of each level but the top, innermost first (sizes[0]: the
+    node, gpus_per_node). outer: for a fabric of more than two levels, the link values of each
+    level above the node (levels 1, 2, ...), as (suffix, value) pairs of outer_link_names;
+    slowest[J - 1]: the level (1..J) whose link prices a group whose ranks reach level J.
+    Empty for two levels: the step model reads inter_node's symbols, one for every axis."""
+
+    sizes: tuple[int, ...]
+    outer: tuple[tuple[tuple[str, float], ...], ...] = ()
+    slowest: tuple[int, ...] = ()
+
+
+OUTER_SUFFIXES = ("latency_s", "bandwidth", "call_latency_s",
+                  *(f"{p}_{part}" for p in LINK_PROTOCOLS
+                    for part in ("call_latency_s", "latency_s", "bandwidth_fraction")))
+
+
+def fabric_of(hardware: HardwareSpec | int) -> Fabric:
+    """The encoder's view of a hardware's fabric (an int: gpus_per_node of a two-level one)."""
+    if isinstance(hardware, int):
+        return Fabric((hardware,))
+    levels = hardware.levels
+    if len(levels) <= 2:
+        return Fabric((hardware.gpus_per_node,))
+    node = hardware.gpus_per_node
+    outer = []
+    for lv in levels[1:]:
+        vals = {"latency_s": lv.latency_s,
+                # per node, as inter_bandwidth: the GPU's share times the GPUs of a node
+                "bandwidth": lv.gpu_share_bytes_per_s * node,
+                "call_latency_s": lv.call_latency_s}
+        for name in LINK_PROTOCOLS:
+            proto = lv.protocol(name)
+            vals[f"{name}_call_latency_s"] = proto.call_latency_s if proto else lv.call_latency_s
+            vals[f"{name}_latency_s"] = proto.latency_s if proto else lv.latency_s
+            vals[f"{name}_bandwidth_fraction"] = proto.bandwidth_fraction if proto else 1.0
+        outer.append(tuple((k, float(vals[k])) for k in OUTER_SUFFIXES))
+    share = [lv.gpu_share_bytes_per_s for lv in levels[1:]]
+    # the slowest of levels 1..J: the lowest share, the outermost on a tie
+    slowest = tuple(1 + min(range(j), key=lambda i: (share[i], -i))
+                    for j in range(1, len(share) + 1))
+    sizes = tuple(int(lv.gpus or 0) for lv in levels[:-1])
+    return Fabric(sizes, tuple(outer), slowest)
+
+
+def axis_levels(c: Columns, fabric: Fabric) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """For each axis: the fabric level its group reaches (0: inside a node; J: the smallest
+    level one of whose domains holds the group, the top if none) and the level whose link
+    prices it beyond the node (the slowest of 1..J; 1 for a group inside a node)."""
+    degrees = axis_ranks_per_node(c, fabric.sizes[0])
+    reach = {axis: np.where(per_node >= degree, 0, len(fabric.sizes))
+             for axis, (degree, per_node) in degrees.items()}
+    for j in range(len(fabric.sizes) - 1, 0, -1):  # outermost first: the smallest level wins
+        for axis, (degree, per_level) in axis_ranks_per_node(c, fabric.sizes[j]).items():
+            reach[axis] = np.where((reach[axis] > 0) & (per_level >= degree), j, reach[axis])
+    slowest = np.array((1, *fabric.slowest)) if fabric.slowest else np.array((1, 1))
+    return {axis: (level, slowest[level]) for axis, level in reach.items()}
+
+
+def outer_link_values(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
+    """The link symbols of each axis's group beyond its node (a fabric of more than two levels):
+    the values of the slowest level its ranks cross (perfmodel.names: {axis}_outer_*)."""
+    if not fabric.outer:
+        return {}
+    table = np.array([[v for _, v in level] for level in fabric.outer])  # (levels, suffixes)
+    out = {}
+    for axis, (_, priced) in axis_levels(c, fabric).items():
+        rows = table[priced - 1]
+        out.update({f"{axis}_outer_{suffix}": rows[:, i]
+                    for i, suffix in enumerate(OUTER_SUFFIXES)})
+    return out
+
+
 def scope_of(degree: np.ndarray, per_node: np.ndarray) -> dict[str, np.ndarray]:
     """Where a group's ranks lie, as one boolean per scope: intra (all in one node), inter (one
     per node), mixed (several nodes, several ranks in each)."""
@@ -155,8 +231,10 @@ def scope_of(degree: np.ndarray, per_node: np.ndarray) -> dict[str, np.ndarray]:
 # --- the groups of plan columns and the symbols each sets -------------------------------------
 
 
-def _topology(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
-    """Degrees, batch, the grid's sub-axes and layout, and each axis's ranks per node and scope."""
+def _topology(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
+    """Degrees, batch, the grid's sub-axes and layout, each axis's ranks per node and scope, and
+    (a fabric of more than two levels) the link its group crosses beyond the node."""
+    gpus_per_node = fabric.sizes[0]
     out = {k: c[k] for k in ("dp", "tp", "pp", "global_batch")}
     out.update(cp=_column(c, "cp"), ep=_column(c, "ep"))
     out.update(zip(GRID_AXES, grid_sides(c), strict=True))
@@ -166,19 +244,20 @@ def _topology(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
         out[f"{axis}_per_node"] = per_node
         out.update({f"is_{axis}_{scope}": flag
                     for scope, flag in scope_of(degree, per_node).items()})
+    out.update(outer_link_values(c, fabric))
     return out
 
 
-def _cp_comm(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+def _cp_comm(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
     code = c["cp_comm"]
     return {f"is_cp_{comm.value}": code == _code(CP_COMMS, comm) for comm in CPComm}
 
 
-def _micro_batch(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+def _micro_batch(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
     return {"micro_batch": c["micro_batch"]}
 
 
-def _schedule(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+def _schedule(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
     code = c["schedule"]
     return {"virtual_stages": c["virtual_stages"],
             "is_gpipe": code == _code(SCHEDULES, Schedule.GPIPE),
@@ -188,18 +267,18 @@ def _schedule(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
             "is_zbv": code == _code(SCHEDULES, Schedule.ZBV)}
 
 
-def _recompute(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+def _recompute(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
     code = c["recompute"]
     return {"is_recompute_full": code == _code(RECOMPUTES, Recompute.FULL),
             "is_recompute_selective": code == _code(RECOMPUTES, Recompute.SELECTIVE),
             "is_recompute_op": code == _code(RECOMPUTES, Recompute.OP)}
 
 
-def _sequence_parallel(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+def _sequence_parallel(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
     return {"is_sequence_parallel": c["sequence_parallel"]}
 
 
-def _zero(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+def _zero(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
     return {f"is_zero{stage}": c["zero"] >= stage for stage in (1, 2, 3)}
 
 
@@ -215,21 +294,25 @@ def _stage_layers(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
 @dataclass(frozen=True)
 class Group:
     """Plan columns that vary together in a search, and the symbols they set (`encode`, over the
-    columns' arrays and the hardware's GPUs per node)."""
+    columns' arrays and the hardware's fabric)."""
 
     name: str
     columns: tuple[str, ...]
     symbols: tuple[str, ...]
-    encode: Callable[[Columns, int], dict[str, np.ndarray]]
+    encode: Callable[[Columns, Fabric], dict[str, np.ndarray]]
+    # symbols it sets only for some hardware (a fabric of more than two levels)
+    optional: tuple[str, ...] = ()
 
 
 _TOPOLOGY_SYMBOLS = ("dp", "tp", "pp", "cp", "ep", "global_batch", *GRID_AXES, "is_tp2d", "is_tp3d",
                      *(f"{axis}_per_node" for axis in N.AXES),
                      *(f"is_{axis}_{scope}" for axis in N.AXES for scope in N.SCOPES))
+_OUTER_SYMBOLS = tuple(f"{axis}_outer_{suffix}" for axis in N.AXES for suffix in OUTER_SUFFIXES)
 # The topology comes first: its values are the most numerous (perfmodel.staged's axis order).
 GROUPS: tuple[Group, ...] = (
     Group("topology", ("tp_layout", "tp_depth", "dp", "tp", "pp", "cp", "ep", "placement",
-                       "global_batch"), _TOPOLOGY_SYMBOLS, _topology),
+                       "global_batch"), (*_TOPOLOGY_SYMBOLS, *_OUTER_SYMBOLS), _topology,
+          optional=_OUTER_SYMBOLS),
     Group("micro_batch", ("micro_batch",), ("micro_batch",), _micro_batch),
     Group("schedule", ("schedule", "virtual_stages"),
           ("virtual_stages", "is_gpipe", "is_interleaved", "is_zero_bubble", "is_zbv"), _schedule),
@@ -247,20 +330,27 @@ GROUPS: tuple[Group, ...] = (
 PLAN_SYMBOLS = frozenset(name for group in GROUPS for name in group.symbols)
 
 
-def encode_group(group: Group, columns: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
-    """The symbols one group sets, as float arrays, from arrays of its columns."""
-    out = group.encode({k: np.asarray(columns[k]) for k in group.columns}, gpus_per_node)
-    if out.keys() != set(group.symbols):
+def encode_group(group: Group, columns: Columns,
+                 fabric: Fabric | HardwareSpec | int) -> dict[str, np.ndarray]:
+    """The symbols one group sets, as float arrays, from arrays of its columns, on a hardware's
+    fabric (fabric_of: an int is the gpus_per_node of a two-level one)."""
+    if not isinstance(fabric, Fabric):
+        fabric = fabric_of(fabric)
+    out = group.encode({k: np.asarray(columns[k]) for k in group.columns}, fabric)
+    if not set(group.symbols) - set(group.optional) <= out.keys() <= set(group.symbols):
         raise AssertionError(f"group {group.name} sets {sorted(out)}, declares "
                              f"{sorted(group.symbols)}")
     return {k: np.asarray(v, dtype=float) for k, v in out.items()}
 
 
-def encode_plans(columns: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+def encode_plans(columns: Columns,
+                 fabric: Fabric | HardwareSpec | int) -> dict[str, np.ndarray]:
     """Every plan symbol of arrays of plans (columns of perfmodel.strategy.COLUMNS)."""
+    if not isinstance(fabric, Fabric):
+        fabric = fabric_of(fabric)
     out: dict[str, np.ndarray] = {}
     for group in GROUPS:
-        out.update(encode_group(group, columns, gpus_per_node))
+        out.update(encode_group(group, columns, fabric))
     return out
 
 
@@ -310,7 +400,8 @@ def link_features(hardware: HardwareSpec) -> frozenset[str]:
     "intra:call" (a call start-up), "intra:ll" / "intra:ll128" (a low-latency protocol),
     "intra:nvls" (NVLink SHARP all-reduce), and "inter:..." likewise."""
     out = set()
-    for link, spec in (("intra", hardware.intra_node), ("inter", hardware.inter_node)):
+    outer = hardware.levels[1:] or (hardware.inter_node,)  # a fabric's levels above the node
+    for link, spec in (("intra", hardware.intra_node), *(("inter", lv) for lv in outer)):
         if spec.call_latency_s > 0:
             out.add(f"{link}:call")
         out.update(f"{link}:{p.name}" for p in spec.protocols)
@@ -537,6 +628,6 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
                         optimizer_dtype=plan.optimizer_dtype,
                         fp8_recipe=None if plan.fp8_recipe is None else plan.fp8_recipe.value,
                         fp8_params=plan.fp8_params)
-    for name, value in encode_plans(plan_arrays(plan), hardware.gpus_per_node).items():
+    for name, value in encode_plans(plan_arrays(plan), hardware).items():
         vals[name] = float(value[0])
     return vals

@@ -49,6 +49,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  fits=frozenset((fit.op, fit.scope, fit.algorithm) for fit in hardware.collectives),
                  collective_library=hardware.collective_library,
                  link_features=link_features(hardware),
+                 fabric_levels=max(2, len(hardware.levels)),
                  gemm_split_k=any(g.splits_k for g in hardware.gemm_efficiency.values()),
                  gemm_large_kernel=any(g.has_large_kernel
                                        for g in hardware.gemm_efficiency.values()),

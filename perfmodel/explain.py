@@ -41,6 +41,8 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
         f"# {model.name} on {plan.gpus} x {hardware.gpu_name}: predicted step time "
         f"{result.step_time_s:.6g} s (slowest stage: {result.bottleneck_stage})",
         "",
+        *fabric_lines(hardware, plan),
+        "",
         "step time, as perfmodel.step composes it:",
         *(f"  {show(sym)} = {show(expr, order='none')}" for sym, expr in built.composition.items()),
         "with",
@@ -98,6 +100,47 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
         shown = f"{values[name]:<14.6g}" if name in values else f"{'-':<14}"  # never 'nan'
         lines.append(f"  {label:>22} = {shown} {meaning}")
     return "\n".join(lines)
+
+
+def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:
+    """Where each parallel group of the plan lies on the hardware's fabric: its ranks per node,
+    the fabric level its ranks reach (the smallest whose domain holds them; perfmodel.encode.
+    axis_levels) and the level whose link prices it beyond the node (the slowest it crosses)."""
+    from perfmodel.encode import (
+        axis_levels,
+        axis_per_node,
+        axis_ranks_per_node,
+        fabric_of,
+        plan_arrays,
+    )
+    from perfmodel.names import AXES
+
+    fabric = hardware.fabric()
+    arrays = plan_arrays(plan)
+    per_node = axis_per_node(plan, hardware.gpus_per_node)
+    degrees = {axis: int(degree[0]) for axis, (degree, _) in
+               axis_ranks_per_node(arrays, hardware.gpus_per_node).items()}
+    levels = {axis: (int(reach[0]), int(priced[0]))
+              for axis, (reach, priced) in axis_levels(arrays, fabric_of(hardware)).items()}
+    if len(hardware.levels) <= 2:  # a two-level fabric: beyond the node, the one network
+        levels = {axis: (min(reach, 1), 1) for axis, (reach, _) in levels.items()}
+    described = " > ".join(f"{name} ({gpus} GPUs)" if gpus else f"{name} (the cluster)"
+                           for name, gpus, _, _ in fabric)
+    lines = [f"fabric: {described}; where each group of the plan lies:"]
+    for axis in AXES:
+        redundant = (axis == "dp_cp" and plan.cp == 1) or (axis == "edp" and plan.ep == 1)
+        if degrees[axis] <= 1 or redundant:
+            continue
+        ranks, scope = per_node[axis]
+        reach, priced = levels[axis]
+        if reach == 0:
+            where = f"inside one {fabric[0][0]} domain, on its links"
+        else:
+            name, _, share, latency = fabric[priced]
+            where = (f"reaches {fabric[reach][0]}, priced on {name} ({share / 1e9:.4g} GB/s per "
+                     f"GPU, {latency * 1e6:.3g} us per step)")
+        lines.append(f"  {axis}: {degrees[axis]} ranks, {ranks} per node ({scope}): {where}")
+    return lines
 
 
 def explain_grid_text(model: Any, hardware: HardwareSpec, plan: Any, *, latex: bool = False) -> str:

@@ -63,6 +63,10 @@ class Family:
     collective_library: str = "generic"
     link_features: frozenset[str] = frozenset()
     protocol: str = "auto"
+    # the hardware's fabric levels (HardwareSpec.levels): 2, a node and the network that leaves
+    # it (every axis's group beyond its node crosses inter_node); more: each axis's group beyond
+    # its node crosses the slowest level its ranks reach, its own link symbols (perfmodel.names)
+    fabric_levels: int = 2
     # fixed too: which optional terms the hardware's GEMM model has: a split-K switch (AMD fits
     # do), a large-tile kernel, an epilogue time (perfmodel.costs.gemm_efficiency)
     gemm_split_k: bool = False

@@ -169,6 +169,24 @@ _name("optimizer_step_bytes_per_param", "e_step",
 AXES = ("tp", "dp", "pp", "tpa", "tpb", "tpc", "cp", "ep", "dp_cp", "edp")
 SCOPES = ("intra", "inter", "mixed")  # where a group's ranks lie: one node, one per node, both
 
+# A fabric of more than two levels (HardwareSpec.levels): the link an axis's group crosses beyond
+# its node is the slowest level its ranks cross, one for each axis (perfmodel.encode.
+# outer_link_values sets them; a two-level fabric's groups all read inter_*)
+for _axis in AXES:
+    _where = f"beyond the node, at the slowest fabric level one {_axis} group crosses"
+    _name(f"{_axis}_outer_latency_s", f"alpha_inter,{_axis}", f"latency per step {_where} [s]")
+    _name(f"{_axis}_outer_bandwidth", f"beta_inter,{_axis}",
+          f"bandwidth per node {_where}: a GPU's share x G, effective [B/s]")
+    _name(f"{_axis}_outer_call_latency_s", f"t_call_inter,{_axis}",
+          f"start-up of one collective call {_where}, Simple protocol [s]")
+    for _p in LINK_PROTOCOLS:
+        _name(f"{_axis}_outer_{_p}_call_latency_s", f"t_call_inter,{_axis}^{_p}",
+              f"start-up of one collective call {_where}, {_p.upper()} protocol [s]")
+        _name(f"{_axis}_outer_{_p}_latency_s", f"alpha_inter,{_axis}^{_p}",
+              f"latency per step {_where}, {_p.upper()} protocol [s]")
+        _name(f"{_axis}_outer_{_p}_bandwidth_fraction", f"f_inter,{_axis}^{_p}",
+              f"bandwidth of the {_p.upper()} protocol {_where}, as a fraction of Simple's")
+
 # options as 0/1 indicators, so that one expression covers every plan: option -> symbol name
 FLAGS: dict[str, str] = {
     option: _name(f"is_{option}", f"I_{{{option}}}", f"1 if {meaning}, else 0")

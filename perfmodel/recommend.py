@@ -352,8 +352,18 @@ def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
                         f"(e.g. inter_node.bandwidth_bytes_per_s=2x), got '{change}'")
     path, number, is_factor = match.group(1).split("."), float(match.group(2)), bool(match.group(3))
     data = hardware.to_dict()
+    if data.get("levels"):  # a fabric's levels by index: levels.2.oversubscription=2
+        data["levels"] = [dict(lv) for lv in data["levels"]]
+        data.pop("intra_node"), data.pop("inter_node"), data.pop("gpus_per_node")
+        if path[0] in ("intra_node", "inter_node", "gpus_per_node"):
+            raise PlanError(f"--what-if: hardware '{hardware.name}' takes {path[0]} from its "
+                            "levels: change levels.N.FIELD (e.g. "
+                            "levels.1.bandwidth_bytes_per_s=2x)")
     node: Any = data
     for key in path[:-1]:
+        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+            continue
         if not isinstance(node, dict) or key not in node:
             raise PlanError(f"--what-if: unknown hardware field '{match.group(1)}'")
         node = node[key]

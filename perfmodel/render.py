@@ -253,9 +253,12 @@ def print_presets(as_json: bool) -> None:
         hw_rows.append([name, h.gpu_name, str(h.gpus_per_node), fmt_bytes(h.memory_bytes),
                         f"{peak / 1e12:.0f} TFLOP/s",
                         f"{h.intra_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s",
-                        f"{h.inter_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s"])
+                        f"{h.inter_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s",
+                        " > ".join(f"{lv.name} {lv.gpus}" if lv.gpus else lv.name
+                                   for lv in h.levels) or "node > network"])
     print_fitted(con, "hardware presets", _columns(
-        ("name", "GPU", "GPUs/node", "memory", "bf16 peak", "intra-node", "inter-node/node"),
+        ("name", "GPU", "GPUs/node", "memory", "bf16 peak", "intra-node", "inter-node/node",
+         "fabric levels (GPUs)"),
         hw_rows, right=("GPUs/node", "memory", "bf16 peak", "intra-node", "inter-node/node")))
     models, graphs = [], []
     for name in names["models"]:

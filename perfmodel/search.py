@@ -587,9 +587,10 @@ def group_values(hardware: HardwareSpec, plans: Plans) -> dict[str, GroupValues]
     The topology's rows are sorted by tensor layout first: the plans of one layout family have the
     rows of one range."""
     out = {}
+    fabric = encode.fabric_of(hardware)
     for group, _ in GROUPS:
         codes, card, rows = _distinct(group, plans)
-        args = encode.encode_group(_GROUP[group], rows, hardware.gpus_per_node)
+        args = encode.encode_group(_GROUP[group], rows, fabric)
         out[group] = GroupValues(codes, card, args, rows)
     return out
 

@@ -13,7 +13,8 @@ from perfmodel import names as N
 from perfmodel.names import LAYER_COST_FIELDS, layer_cost_names
 
 __all__ = ["FLAGS", "FP8_GEMM", "GEMM", "LAYER_COST_FIELDS", "by_symbol", "fit_symbols",
-           "layer_cost_names", "layer_cost_symbols", "protocol_symbols", "table"]
+           "layer_cost_names", "layer_cost_symbols", "outer_link_symbols", "outer_protocol_symbols",
+           "protocol_symbols", "table"]
 
 _P = {"positive": True}
 
@@ -121,6 +122,20 @@ def protocol_symbols(link: str, protocol: str) -> tuple[sp.Symbol, sp.Symbol, sp
     protocol (ll, ll128) on a link (intra, inter)."""
     return (_of(f"{link}_{protocol}_call_latency_s"), _of(f"{link}_{protocol}_latency_s"),
             _of(f"{link}_{protocol}_bandwidth_fraction"))
+
+
+def outer_link_symbols(axis: str) -> tuple[sp.Symbol, sp.Symbol, sp.Symbol]:
+    """Latency per step [s], bandwidth per node [B/s] and call start-up [s] of the link an
+    axis's group crosses beyond its node, on a fabric of more than two levels."""
+    return (_of(f"{axis}_outer_latency_s"), _of(f"{axis}_outer_bandwidth"),
+            _of(f"{axis}_outer_call_latency_s"))
+
+
+def outer_protocol_symbols(axis: str, protocol: str) -> tuple[sp.Symbol, sp.Symbol, sp.Symbol]:
+    """protocol_symbols of the link an axis's group crosses beyond its node (outer_link_symbols)."""
+    return (_of(f"{axis}_outer_{protocol}_call_latency_s"),
+            _of(f"{axis}_outer_{protocol}_latency_s"),
+            _of(f"{axis}_outer_{protocol}_bandwidth_fraction"))
 
 
 def layer_cost_symbols(part: str, style: str, tp: int) -> tuple[sp.Symbol, sp.Symbol, sp.Symbol]:

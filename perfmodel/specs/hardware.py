@@ -94,6 +94,11 @@ BOUNDS: dict[str, Bound] = {
     "link.nvls_bandwidth_fraction": Bound(0, 1, "0: no NVLS; else a fraction of the link's "
                                           "Simple bandwidth", inclusive=True),
     "link.nvls_latency_s": Bound(0, 1, "a start-up above 1 s is a timeout", inclusive=True),
+    "levels.gpus": Bound(1, 10**8, "GPUs of one domain of a fabric level: 1e8 is 100x the "
+                         "largest cluster built", inclusive=True, integer=True),
+    "levels.oversubscription": Bound(1, 1024, "a level's downlinks over its uplinks: 1 is "
+                                     "non-blocking; 1024 leaves a GPU no bandwidth",
+                                     inclusive=True),
     "protocols.call_latency_s": Bound(0, 1, "a start-up above 1 s is a timeout", inclusive=True),
     "protocols.latency_s": Bound(0, 1, "a step above 1 s is a timeout", inclusive=True),
     "protocols.bandwidth_fraction": Bound(0, 1, "a fraction of the link's Simple bandwidth"),
@@ -231,6 +236,65 @@ def _protocol_from(value: Any, i: int) -> ProtocolSpec:
         return ProtocolSpec(**value)
     except SpecError as exc:
         raise SpecError(f"protocols[{i}]: {exc}") from None
+
+
+# LinkSpec's fields: a fabric level's link fields (FabricLevel) and the node links derived from them
+_LINK_ONLY = ("bandwidth_bytes_per_s", "latency_s", "efficiency", "call_latency_s", "protocols",
+              "nvls_bandwidth_fraction", "nvls_latency_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FabricLevel(LinkSpec):
+    """One level of a fabric of several (HardwareSpec.levels), innermost first.
+
+    name: what it is (nvlink, leaf, spine); gpus: the GPUs of one domain of this level (level 0:
+    a node, the NVLink domain; level 1: e.g. the GPUs under one rail-leaf group, a scalable
+    unit), a multiple of the level below's; the top level spans the cluster and has none.
+    bandwidth_bytes_per_s: one direction, PER GPU at every level (inter_node gives it per node);
+    latency_s, efficiency, call_latency_s, protocols: as LinkSpec's, for a collective's steps
+    that cross this level; nvls_*: level 0 only. oversubscription (levels above 0): a switch
+    tier's downlink over uplink bandwidth; a GPU's share of this level is
+    bandwidth_bytes_per_s x efficiency / oversubscription.
+
+    A group of ranks that leaves its node is priced on the slowest level it crosses (the lowest
+    per-GPU share of the levels from 1 up to the one whose domain holds it): its ring's slowest
+    hop sets the pace (perfmodel.encode.outer_link_values).
+    """
+
+    name: str
+    gpus: int | None = None
+    oversubscription: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise SpecError(f"name must be a non-empty string, got {self.name!r}")
+        if self.gpus is not None:
+            object.__setattr__(self, "gpus", bounded("levels.gpus", self.gpus, "gpus"))
+        object.__setattr__(self, "oversubscription",
+                           bounded("levels.oversubscription", self.oversubscription,
+                                   "oversubscription"))
+
+    @property
+    def gpu_share_bytes_per_s(self) -> float:
+        """A GPU's effective share of this level: bandwidth x efficiency / oversubscription."""
+        return self.effective_bandwidth_bytes_per_s / self.oversubscription
+
+    def link(self, gpus_per_node: int | None = None) -> LinkSpec:
+        """This level as a node link: level 0 as intra_node (per GPU); a level above, given
+        gpus_per_node, as inter_node (per node: G x bandwidth / oversubscription)."""
+        fields = {k: getattr(self, k) for k in _LINK_ONLY}
+        if gpus_per_node is not None:
+            fields["bandwidth_bytes_per_s"] = (self.bandwidth_bytes_per_s * gpus_per_node
+                                               / self.oversubscription)
+        return LinkSpec(**fields)
+
+
+def node_links(levels: tuple[FabricLevel, ...]) -> tuple[int, LinkSpec, LinkSpec]:
+    """gpus_per_node, intra_node and inter_node of a fabric: level 0 is the node, level 1 the
+    network that leaves it (its per-GPU bandwidth x gpus_per_node: per node)."""
+    node = levels[0].gpus or 1  # HardwareSpec refuses a level 0 without gpus
+    return node, levels[0].link(), levels[1].link(node)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -527,10 +591,18 @@ class HardwareSpec:
     # elements in columnwise fashion"; Blackwell: "no transpose is needed")
     fp8_recipes: tuple[str, ...] = ("delayed", "current")
     fp8_transpose: bool = True
+    # A fabric of several levels, innermost first (FabricLevel): level 0 the node (NVLink domain,
+    # gpus_per_node GPUs, intra_node), level 1 the network that leaves it (inter_node), and any
+    # level above (a spine over scalable units). Empty: the two levels intra_node and inter_node
+    # (what a spec without levels means). Given: intra_node, inter_node and gpus_per_node are
+    # derived from it (node_links) and must agree with it.
+    levels: tuple[FabricLevel, ...] = ()
     source: str = ""
 
     def __post_init__(self) -> None:
         bounded("gpus_per_node", self.gpus_per_node)
+        if self.levels:  # first: a level's error names the level, not the link derived from it
+            self._check_levels()
         if not self.peak_flops_per_s:
             raise SpecError("peak_flops_per_s must name at least one dtype of " + ", ".join(DTYPES))
         for dtype, flops in self.peak_flops_per_s.items():
@@ -591,6 +663,62 @@ class HardwareSpec:
         if self.inter_node.has_nvls:
             raise SpecError("inter_node.nvls_bandwidth_fraction must be 0: NVLS is the NVSwitch's "
                             "all-reduce inside a node (give it on intra_node)")
+
+    def _check_levels(self) -> None:
+        """The fabric's levels nest, and the node links are the ones they give (node_links)."""
+        levels = tuple(lv if isinstance(lv, FabricLevel) else _level_from(lv, i)
+                       for i, lv in enumerate(self.levels))
+        object.__setattr__(self, "levels", levels)
+        if len(levels) < 2:
+            raise SpecError(f"levels must list at least two levels (the node, then the network "
+                            f"that leaves it), got {len(levels)}")
+        names = [lv.name for lv in levels]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise SpecError(f"levels: name '{dup}' is given twice")
+        for i, lv in enumerate(levels):
+            top = i == len(levels) - 1
+            if top and lv.gpus is not None:
+                raise SpecError(f"levels[{i}].gpus: the top level ({lv.name}) spans the whole "
+                                "cluster: leave gpus out")
+            if not top and lv.gpus is None:
+                raise SpecError(f"levels[{i}].gpus is required: the GPUs of one {lv.name} "
+                                "domain (only the top level has none)")
+            if i and lv.has_nvls:
+                raise SpecError(f"levels[{i}].nvls_bandwidth_fraction must be 0: NVLS is the "
+                                "NVSwitch's all-reduce inside a node (level 0)")
+            if i == 0 and lv.oversubscription != 1:
+                raise SpecError("levels[0].oversubscription must be 1: level 0 is the node's "
+                                "own links (NVLink), each GPU's bandwidth its own")
+            below = levels[i - 1].gpus if i else None
+            if i and not top and below and (lv.gpus or 0) % below:
+                raise SpecError(f"levels[{i}].gpus ({lv.gpus}) must be a multiple of "
+                                f"levels[{i - 1}].gpus ({below}): the levels' domains nest")
+        node, intra, inter = node_links(levels)
+        for name, got, want in (("gpus_per_node", self.gpus_per_node, node),
+                                ("intra_node", self.intra_node, intra),
+                                ("inter_node", self.inter_node, inter)):
+            if got != want:
+                raise SpecError(f"{name} must agree with levels (a hardware with levels takes "
+                                f"{name} from levels[{0 if name != 'inter_node' else 1}]): "
+                                "change levels, not it")
+        if len(levels) > 2 and any(c.scope == "inter" for c in self.collectives):
+            raise SpecError("collectives: a fit of scope 'inter' is one network; this fabric has "
+                            f"{len(levels) - 1} levels beyond the node: drop the fit or the levels")
+
+    def fabric(self) -> tuple[tuple[str, int | None, float, float], ...]:
+        """The fabric's levels, innermost first, as (name, GPUs of one domain or None for the
+        top, a GPU's effective bandwidth share [B/s], latency per step [s]): `levels`, or the two
+        a spec without them means (node: intra_node over gpus_per_node GPUs; network:
+        inter_node, its per-node bandwidth shared by the node's GPUs)."""
+        if self.levels:
+            return tuple((lv.name, lv.gpus, lv.gpu_share_bytes_per_s, lv.latency_s)
+                         for lv in self.levels)
+        return (("node", self.gpus_per_node, self.intra_node.effective_bandwidth_bytes_per_s,
+                 self.intra_node.latency_s),
+                ("network", None,
+                 self.inter_node.effective_bandwidth_bytes_per_s / self.gpus_per_node,
+                 self.inter_node.latency_s))
 
     def peak(self, dtype: str) -> float:
         """Peak dense FLOP/s for a dtype; tf32 falls back to fp32 where the GPU has no TF32."""
@@ -666,13 +794,21 @@ _LAYER_COST_REQUIRED = [f.name for f in dataclasses.fields(LayerCost)
 def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
     """Build a HardwareSpec from a mapping of fields, checking every name and value."""
     check_fields(data, _TOP_FIELDS, where)
-    required = ["gpus_per_node", "peak_flops_per_s", "memory_bytes",
-                "memory_bandwidth_bytes_per_s", "intra_node", "inter_node"]
+    required = ["peak_flops_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s"]
+    if not data.get("levels"):  # none, or a two-level spec's own mapping (to_dict): ()
+        required = ["gpus_per_node", *required, "intra_node", "inter_node"]
     for key in required:
         if key not in data:
             raise SpecError(f"{where}: missing required field '{key}'")
-    fields = {k: v for k, v in data.items() if k != "base"}
+    fields = {k: v for k, v in data.items() if k != "base" and not (k == "levels" and not v)}
     try:
+        if "levels" in fields:
+            fields["levels"] = _levels_from(fields["levels"])
+            node, intra, inter = node_links(fields["levels"])
+            # derived where left out (a spec file); a spec's own mapping (to_dict) repeats them
+            fields.setdefault("gpus_per_node", node)
+            fields.setdefault("intra_node", dataclasses.asdict(intra))
+            fields.setdefault("inter_node", dataclasses.asdict(inter))
         for link in ("intra_node", "inter_node"):
             value = fields[link]
             if not isinstance(value, Mapping):
@@ -728,6 +864,43 @@ def _link_from(value: Mapping[str, Any], link: str) -> LinkSpec:
         return LinkSpec(**fields)
     except SpecError as exc:
         raise SpecError(f"{link}.{exc}") from None
+
+
+_LEVEL_FIELDS = [f.name for f in dataclasses.fields(FabricLevel)]
+
+
+def _levels_from(value: Any) -> tuple[FabricLevel, ...]:
+    """levels: a list of mappings (FabricLevel's fields), innermost first."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise SpecError(f"levels must be a list of levels, innermost first, each with "
+                        f"{', '.join(_LEVEL_FIELDS)}")
+    if len(value) < 2:
+        raise SpecError(f"levels must list at least two levels (the node, then the network "
+                        f"that leaves it), got {len(value)}")
+    return tuple(_level_from(lv, i) for i, lv in enumerate(value))
+
+
+def _level_from(value: Any, i: int) -> FabricLevel:
+    """levels[i] from its mapping (or a FabricLevel), its numbers checked."""
+    if isinstance(value, FabricLevel):
+        return value
+    if not isinstance(value, Mapping):
+        raise SpecError(f"levels[{i}] must be a mapping with {', '.join(_LEVEL_FIELDS)}")
+    check_fields(value, _LEVEL_FIELDS, f"levels[{i}]")
+    for key in ("name", "bandwidth_bytes_per_s", "latency_s"):
+        if key not in value:
+            raise SpecError(f"levels[{i}] is missing field '{key}'")
+    link = _link_from({k: v for k, v in value.items() if k in _LINK_ONLY}, f"levels[{i}]")
+    extra = {k: v for k, v in value.items() if k not in _LINK_ONLY}
+    if extra.get("gpus") is not None:
+        extra["gpus"] = bounded("levels.gpus", extra["gpus"], f"levels[{i}].gpus")
+    if "oversubscription" in extra:
+        extra["oversubscription"] = bounded("levels.oversubscription", extra["oversubscription"],
+                                            f"levels[{i}].oversubscription")
+    try:
+        return FabricLevel(**{k: getattr(link, k) for k in _LINK_ONLY}, **extra)
+    except SpecError as exc:
+        raise SpecError(f"levels[{i}].{exc}") from None
 
 
 def _entries(value: Any, name: str, allowed: list[str], required: list[str],
@@ -837,7 +1010,11 @@ def load_hardware_dict(name_or_path: str | Path) -> dict[str, Any]:
         if base_path in seen:
             raise SpecError(f"hardware file {path}: base '{base}' forms a cycle")
         seen.add(base_path)
-        data = deep_merge(read_mapping(base_path, "hardware"), data)
+        base_data = read_mapping(base_path, "hardware")
+        if data.get("levels"):  # a file's levels replace its base's fabric, node links included
+            base_data = {k: v for k, v in base_data.items()
+                         if k not in ("gpus_per_node", "intra_node", "inter_node")}
+        data = deep_merge(base_data, data)
     if path.parent == HARDWARE_DIR:
         data.setdefault("name", path.stem)
     else:
@@ -854,6 +1031,7 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
 
 
 __all__ = ["BOUNDS", "COLLECTIVE_LIBRARIES", "DTYPES", "LAYER_PARTS", "LAYER_STYLES",
-           "LINK_PROTOCOLS", "CollectiveFit", "FlashAttention", "FlashAttentionPoint",
+           "LINK_PROTOCOLS", "CollectiveFit", "FabricLevel", "FlashAttention",
+           "FlashAttentionPoint",
            "GemmEfficiency", "HardwareSpec", "LayerCost", "LinkSpec", "ProtocolSpec",
-           "hardware_from_dict", "load_hardware", "load_hardware_dict"]
+           "hardware_from_dict", "load_hardware", "load_hardware_dict", "node_links"]

@@ -182,21 +182,28 @@ def _open_scope_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Exp
     return chosen[0] if len(chosen) == 1 else lmin(*chosen)
 
 
-def _links(fam: Family) -> dict[str, dict[str, C.LinkCost]]:
+def _links(fam: Family, axis: str) -> dict[str, dict[str, C.LinkCost]]:
     """Each link's protocols in the family, by name: simple (the link's latency per step and
     effective bandwidth, and its call start-up where the hardware gives one) and the low-latency
     protocols the hardware lists; the bandwidth is per GPU inside a node, per node between nodes.
-    A protocol one link lacks is its Simple protocol there (perfmodel.encode.link_values)."""
+    A protocol one link lacks is its Simple protocol there (perfmodel.encode.link_values).
+    Between nodes: inter_node's symbols on a two-level fabric; on one of more levels the axis's
+    own (perfmodel.encode.outer_link_values: the slowest level its group crosses)."""
+    multi = fam.fabric_levels > 2
+    alpha_o, beta_o, call_o = (S.outer_link_symbols(axis) if multi
+                               else (S.alpha_o, S.beta_o, S.call_o))
     out: dict[str, dict[str, C.LinkCost]] = {}
     for link, alpha, beta, call in (("intra", S.alpha_i, S.beta_i, S.call_i),
-                                    ("inter", S.alpha_o, S.beta_o, S.call_o)):
+                                    ("inter", alpha_o, beta_o, call_o)):
         simple = C.LinkCost(call if f"{link}:call" in fam.link_features else sp.Integer(0),
                             alpha, beta)
         costs = {C.Protocol.SIMPLE.value: simple}
         for proto in LINK_PROTOCOLS:
             if any(f"{lk}:{proto}" in fam.link_features for lk in ("intra", "inter")):
                 if f"{link}:{proto}" in fam.link_features:
-                    call_p, step_p, fraction = S.protocol_symbols(link, proto)
+                    call_p, step_p, fraction = (
+                        S.outer_protocol_symbols(axis, proto) if multi and link == "inter"
+                        else S.protocol_symbols(link, proto))
                     costs[proto] = C.LinkCost(call_p, step_p, beta * fraction)
                 else:
                     costs[proto] = simple
@@ -240,7 +247,7 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
         return C.LinkCost(cost.call_s, cost.step_s, ind * cost.bandwidth + (1 - ind))
 
     n, k = AXIS_DEGREE[axis], _AXIS_PER_NODE[axis]
-    links = _links(fam)
+    links = _links(fam, axis)
     intra, inter = links["intra"], links["inter"]
     nic = {p: C.LinkCost(c.call_s, c.step_s, c.bandwidth / S.G) for p, c in inter.items()}
     protocols = list(dict.fromkeys([*intra, *inter]))

@@ -131,6 +131,9 @@ def _numbers(data, prefix=""):
     if isinstance(data, dict):
         for key, value in data.items():
             yield from _numbers(value, f"{prefix}{key}.")
+    elif isinstance(data, list):  # a list of entries (a fabric's levels)
+        for i, item in enumerate(data):
+            yield from _numbers(item, f"{prefix}{i}.")
     elif isinstance(data, (int, float)) and not isinstance(data, bool):
         yield prefix.rstrip(".")
 

@@ -299,6 +299,8 @@ def _numeric_fields(cls, prefix=""):
 
 
 def test_every_numeric_hardware_field_has_a_physical_range_with_a_reason():
+    import dataclasses
+
     from perfmodel.specs import hardware as H
 
     BOUNDS, HardwareSpec, LinkSpec = H.BOUNDS, H.HardwareSpec, H.LinkSpec
@@ -311,7 +313,11 @@ def test_every_numeric_hardware_field_has_a_physical_range_with_a_reason():
               | _numeric_fields(H.FlashAttentionPoint, "flash_attention.")
               | (_numeric_fields(CollectiveFit, "collectives.")
                  - {"collectives.alpha_s_small", "collectives.bus_bandwidth_bytes_per_s_small"})
-              | _numeric_fields(H.ProtocolSpec, "protocols."))
+              | _numeric_fields(H.ProtocolSpec, "protocols.")
+              # a fabric level's own fields (its link's are LinkSpec's); gpus: None at the top
+              | {f"levels.{f.name}" for f in dataclasses.fields(H.FabricLevel)
+                 if f.name not in {g.name for g in dataclasses.fields(LinkSpec)}
+                 and f.name != "name"})
     assert fields == set(BOUNDS)  # the small-message regime takes the large one's ranges
     for key, bound in BOUNDS.items():
         assert bound.reason and 0 <= bound.minimum < bound.maximum < float("inf"), key
@@ -354,6 +360,12 @@ def _hardware_with(key, value):
         data[group]["by_head_dim"][0][name] = value
     elif key == "peak_flops_per_s":
         data[key]["bf16"] = value
+    elif group == "levels":  # a three-level fabric: a 1-GPU node, then `value` on the middle level
+        node, inter = data.pop("intra_node"), data.pop("inter_node")
+        del data["gpus_per_node"]
+        data["levels"] = [{**node, "name": "node", "gpus": 1},
+                          {**inter, "name": "leaf", "gpus": 64}, {**inter, "name": "spine"}]
+        data["levels"][1][name] = value
     else:
         data[key] = value
     return hardware_from_dict(data, "test")
