@@ -249,8 +249,12 @@ def _preset_for(device: str | None, per_node: int | None) -> str | None:
     for name in preset_names(HARDWARE_DIR):
         spec = load_hardware(name)
         if spec.gpu_name == device and (per_node is None or spec.gpus_per_node == per_node):
-            matches.append(name)
-    return matches[0] if len(matches) == 1 else None
+            matches.append((name, len(spec.levels) > 2))
+    if len(matches) > 1:
+        # a log measures a node and the network between nodes: a preset that only adds fabric
+        # levels above them (dgx-h100-superpod beside dgx-h100) is not a second candidate
+        matches = [m for m in matches if not m[1]]
+    return matches[0][0] if len(matches) == 1 else None
 
 
 @calibrate.command("import-gemm")
