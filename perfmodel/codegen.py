@@ -51,10 +51,8 @@ def keep_huge_together(expr: Any, memo: dict[Any, Any]) -> Any:
     if done is None:
         if args == list(expr.args):
             done = expr
-        elif isinstance(expr, (sp.Min, sp.Max)):
-            done = rebuilt(expr, args)
         else:
-            done = expr.func(*args)
+            done = rebuilt(expr, args)
     memo[expr] = done
     return done
 

@@ -78,6 +78,7 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
     from sympy.functions.elementary.piecewise import ExprCondPair
 
     from perfmodel.codegen import keep_huge_together
+    from perfmodel.costs.lattice import evaluated
     from perfmodel.costs.lattice import rebuilt as lattice_rebuilt
 
     levels: dict[frozenset[str], dict[Any, Any]] = defaultdict(dict)  # level -> body -> term
@@ -127,20 +128,19 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
             lower = [arg for arg in expr.args if deps(arg) != level]
             while lower:  # the terms that lack a group, summed (or multiplied) where they lack it
                 if frozenset().union(*(deps(arg) for arg in lower)) != level:
-                    args.append(lift(expr.func(*lower)))
+                    args.append(lift(evaluated(expr.func, lower)))
                     break
                 lacking = max((g for g in order if g in level),
                               key=lambda g: sum(g not in deps(arg) for arg in lower))
-                args.append(lift(expr.func(*(arg for arg in lower if lacking not in deps(arg)))))
+                args.append(lift(evaluated(expr.func, [arg for arg in lower
+                                                        if lacking not in deps(arg)])))
                 lower = [arg for arg in lower if lacking in deps(arg)]
-            return expr.func(*args)
+            return evaluated(expr.func, args)
         keep = isinstance(expr, (ExprCondPair, sp.logic.boolalg.Boolean))
         args = [rebuild(arg, level) if keep or deps(arg) == level
                 or isinstance(arg, (ExprCondPair, sp.logic.boolalg.Boolean)) else lift(arg)
                 for arg in expr.args]
-        if isinstance(expr, (sp.Min, sp.Max)):
-            return lattice_rebuilt(expr, args)
-        return expr.func(*args)
+        return lattice_rebuilt(expr, args)
 
     terms = {}
     memo: dict[Any, Any] = {}

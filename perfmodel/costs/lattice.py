@@ -37,10 +37,117 @@ def lmin(*args: Any) -> sp.Expr:
 
 
 def rebuilt(expr: Any, args: list[Any]) -> Any:
-    """expr's function over new arguments: a Min or Max as lmin / lmax (unsorted), anything else
-    as expr.func(*args)."""
+    """expr's function over new arguments: a Min or Max as lmin / lmax (unsorted), a product or a
+    power as `product` and `power` build them (what sympy would), anything else as
+    expr.func(*args)."""
     if isinstance(expr, sp.Max):
         return lmax(*args)
     if isinstance(expr, sp.Min):
         return lmin(*args)
-    return expr.func(*args)
+    return evaluated(expr.func, args)
+
+
+def evaluated(func: Any, args: Any) -> Any:
+    """func(*args), a Mul through `product` and a Pow through `power`."""
+    if func is sp.Mul:
+        return product(*args)
+    if func is sp.Pow:
+        return power(*args)
+    return func(*args)
+
+
+# --- products and powers as sympy evaluates them, without its assumption queries ---------------
+# sympy's evaluation of a power of a sum asks whether a term of the sum is infinite (a sum of two
+# terms: Add._eval_power), and a product re-evaluates each power in it: each question walks every
+# node under the sum, most of the build of a family with the host-device smooth maximum (its
+# (H^8 + D^8)^(k/8)). These build the very expression sympy would (same arguments, same order,
+# so the same numbers to the bit) where the answer is known without asking: a sum with no
+# infinity in it (no oo, -oo, zoo or nan among its atoms; the step model has none) is not
+# infinite. Anything else is left to sympy.
+
+_INFINITIES = (sp.S.Infinity, sp.S.NegativeInfinity, sp.S.ComplexInfinity, sp.S.NaN)
+_FINITE: dict[Any, bool] = {}  # node -> no infinity among its atoms (bounded: cleared when full)
+_FINITE_LIMIT = 500_000
+
+
+def _no_infinity(expr: Any) -> bool:
+    """No infinite atom under expr (each node once)."""
+    if len(_FINITE) > _FINITE_LIMIT:
+        _FINITE.clear()
+    stack, order = [expr], []
+    while stack:  # iterative: the graphs are deep
+        node = stack.pop()
+        if node in _FINITE:
+            continue
+        if node.is_Atom:
+            _FINITE[node] = node not in _INFINITIES and not (
+                node.is_Symbol and node.is_infinite)
+            continue
+        order.append(node)
+        stack.extend(a for a in node.args if a not in _FINITE)
+    for node in reversed(order):  # children before parents
+        _FINITE[node] = all(_FINITE.get(a, False) or _no_infinity(a) for a in node.args)
+    return _FINITE[expr]
+
+
+def _plain_sum(base: Any) -> bool:
+    """A symbolic sum whose powers sympy leaves as they are (Add._eval_power returns None)."""
+    return (isinstance(base, sp.Add) and not base.is_number
+            and (len(base.args) != 2 or _no_infinity(base)))
+
+
+def power(base: Any, exponent: Any) -> Any:
+    """base**exponent as sympy evaluates it; a power of a symbolic sum without its questions."""
+    base, exponent = sp.sympify(base), sp.sympify(exponent)
+    if exponent.is_Rational and exponent not in (0, 1) and _plain_sum(base):
+        return sp.Pow(base, exponent, evaluate=False)
+    return base**exponent
+
+
+def _plain_factor(f: Any) -> bool:
+    """A factor a product keeps as it is: not a number, a product or an unusual node; a power
+    that evaluates to itself again (Mul.flatten rebuilds each power: one of a symbol or of a
+    symbolic sum, or any other that sympy gives back unchanged), none of a number (gathered into
+    the coefficient)."""
+    if f.is_Number or f.is_Mul or not f.is_commutative or f.is_Order or f is sp.S.ImaginaryUnit:
+        return False
+    if not f.is_Pow:
+        return True
+    if f.base.is_Number:
+        return False
+    if f.exp.is_Rational and (f.base.is_Symbol or _plain_sum(f.base)):
+        return True
+    return bool(sp.Pow(f.base, f.exp) == f)
+
+
+def product(*factors: Any) -> Any:
+    """Mul(*factors) as sympy evaluates it (Mul.flatten: the factors of products spliced in, the
+    numbers multiplied into the coefficient, powers of one base gathered, sorted canonically);
+    built directly where no two factors share a base and at most one number is among them, else
+    left to sympy."""
+    from sympy.core.basic import _args_sortkey
+
+    args = [a for a in (sp.sympify(f) for f in factors) if a is not sp.S.One]
+    if len(args) <= 1:
+        return args[0] if args else sp.S.One
+    if len(args) == 2 and any(a.is_Rational for a in args):  # Mul.flatten's two-argument rules
+        return sp.Mul(*args)
+    flat = [x for a in args for x in (a.args if a.is_Mul and a.is_commutative else (a,))]
+    numbers = [x for x in flat if x.is_Number]
+    rest = [x for x in flat if not x.is_Number]
+    bases = {x.as_base_exp()[0] for x in rest}
+    if (len(numbers) > 1 or len(bases) != len(rest) or not all(map(_plain_factor, rest))
+            or (numbers and (numbers[0].is_zero or not numbers[0].is_finite))):
+        return sp.Mul(*args)
+    coeff = sp.S.One
+    for n in numbers:
+        coeff *= n
+    c_part = sorted(rest, key=_args_sortkey)
+    if coeff is not sp.S.One:
+        c_part.insert(0, coeff)
+    if len(c_part) == 1:
+        return c_part[0]
+    if len(c_part) == 2 and c_part[0].is_Number and c_part[1].is_Add:  # sympy distributes
+        return sp.Mul(*args)
+    obj = sp.Mul._from_args(c_part, True)
+    return sp.Mul._exec_constructor_postprocessors(obj)

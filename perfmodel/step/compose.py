@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from perfmodel import symbols as S
-from perfmodel.costs.lattice import lmax
+from perfmodel.costs.lattice import lmax, power, product
 from perfmodel.step.collective import Collective
 
 ZERO, ONE = sp.Integer(0), sp.Integer(1)
@@ -160,8 +160,16 @@ def exposed(comm_s: sp.Expr, overlap: Overlap | None) -> sp.Expr:
     covers, its share taken)."""
     if overlap is None:
         return comm_s
-    rest = lmax(overlap.floor * comm_s, comm_s - overlap.window_s)
-    return overlap.enabled * rest + (1 - overlap.enabled) * comm_s
+    rest = lmax(scaled(overlap.floor, comm_s), comm_s - overlap.window_s)
+    return scaled(overlap.enabled, rest) + scaled(1 - overlap.enabled, comm_s)
+
+
+def scaled(factor: sp.Expr, x: sp.Expr) -> sp.Expr:
+    """factor x; 0 where either is 0, without building the product (sympy's 0 x asks whether x
+    is finite, every node under it: much of a family's build)."""
+    if factor == 0 or x == 0:
+        return ZERO
+    return factor * x
 
 
 @dataclass(frozen=True)
@@ -179,10 +187,10 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
     """A phase's seconds by breakdown term, by the rule above (m: micro-batches per step, for the
     per-micro-batch collectives a step phase holds)."""
     def summed(part: Mapping[str, sp.Expr]) -> dict[str, sp.Expr]:
-        return {t: phase.present * x for t, x in part.items()}
+        return {t: scaled(phase.present, x) for t, x in part.items()}
 
     def time(c: Collective) -> sp.Expr:
-        return phase.comm_scale * (c.time_per_step_s(m) if phase.per_step else c.time_s)
+        return scaled(phase.comm_scale, c.time_per_step_s(m) if phase.per_step else c.time_s)
 
     comm: dict[str, list[sp.Expr]] = {}
     hidden: dict[str, list[sp.Expr]] = {}
@@ -191,7 +199,7 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
         mine = [c for c in phase.comms if ov.covers(c)]
         if not mine:
             continue
-        total = ov.share * sp.Add(*(time(c) for c in mine))
+        total = scaled(ov.share, sp.Add(*(time(c) for c in mine)))
         shown = exposed(total, ov)
         comm.setdefault(mine[0].term, []).append(shown)
         hidden.setdefault(mine[0].term, []).append(total - shown)
@@ -199,10 +207,10 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
             covered[c.name].append(ov.share)
     for c in phase.comms:
         rest = 1 - sp.Add(*covered[c.name])
-        comm.setdefault(c.term, []).append(rest * time(c))
+        comm.setdefault(c.term, []).append(scaled(rest, time(c)))
     return Terms(summed(phase.device), summed(phase.host),
-                 {t: phase.present * sp.Add(*x) for t, x in comm.items()},
-                 {t: phase.present * sp.Add(*x) for t, x in hidden.items()})
+                 {t: scaled(phase.present, sp.Add(*x)) for t, x in comm.items()},
+                 {t: scaled(phase.present, sp.Add(*x)) for t, x in hidden.items()})
 
 
 def launch_s(collectives: Iterable[Collective], stage: str | None = None,
@@ -224,8 +232,14 @@ def launch_s(collectives: Iterable[Collective], stage: str | None = None,
 
 def smooth_max(host_s: sp.Expr, device_s: sp.Expr) -> sp.Expr:
     """(H^p + D^p)^(1/p), p = HOST_DEVICE_SHARPNESS [s] (see the module doc)."""
+    return power(_power_sum(host_s, device_s), sp.Rational(1, HOST_DEVICE_SHARPNESS))
+
+
+def _power_sum(host_s: sp.Expr, device_s: sp.Expr) -> sp.Expr:
+    """H^p + D^p [s^p] (powers and products here through perfmodel.costs.lattice's power and
+    product: the expressions sympy builds, without its questions about every node of H and D)."""
     p = HOST_DEVICE_SHARPNESS
-    return sp.Pow(host_s**p + device_s**p, sp.Rational(1, p))
+    return power(host_s, p) + power(device_s, p)
 
 
 def host_share(host_s: sp.Expr, device_s: sp.Expr) -> sp.Expr:
@@ -238,9 +252,11 @@ def host_share(host_s: sp.Expr, device_s: sp.Expr) -> sp.Expr:
     time, and the sum is kept above 0 (a segment with neither host nor device time).
     """
     p = HOST_DEVICE_SHARPNESS
-    s = smooth_max(host_s, device_s)
-    denominator = sp.Add(*(s**k * device_s ** (p - 1 - k) for k in range(p)))
-    return host_s ** (p - 1) / lmax(denominator, _NO_TIME_S8)
+    total = _power_sum(host_s, device_s)
+    # S^k = (H^p + D^p)^(k/p), as sympy writes a power of a power
+    denominator = sp.Add(*(product(power(total, sp.Rational(k, p)) if k else ONE,
+                                   power(device_s, p - 1 - k)) for k in range(p)))
+    return product(power(host_s, p - 1), power(lmax(denominator, _NO_TIME_S8), -1))
 
 
 def _add(parts: Iterable[Terms], launches_s: sp.Expr, terms: Sequence[str]) -> Terms:
@@ -268,6 +284,11 @@ class Stage:
     host_share: tuple[sp.Symbol, sp.Expr, sp.Expr, sp.Expr] | None = None  # x, its value, H, D
 
 
+def _times(share: sp.Expr, host_s: sp.Expr) -> sp.Expr:
+    """share x host_s (0 without host time; see scaled), built as sympy would (lattice.product)."""
+    return ZERO if host_s == 0 else product(share, host_s)
+
+
 def stage_terms(phases: Sequence[Phase], launches_s: sp.Expr, asynchronous: bool = False,
                 stage: str = "stage") -> Stage:
     """One micro-batch on one stage, by breakdown term [s]: its phases and its launches, host
@@ -282,8 +303,9 @@ def stage_terms(phases: Sequence[Phase], launches_s: sp.Expr, asynchronous: bool
     device = sp.Add(*t.device.values(), *(x for k, x in t.comm.items() if k != "pipeline/p2p"))
     shown = host_share(host, device)
     x = sp.Symbol(f"x_host_{stage}")
-    return Stage({k: t.device[k] + shown * t.host[k] + t.comm[k] for k in names},
-                 {k: t.hidden[k] + (1 - shown) * t.host[k] for k in names},
+    hidden_share = 1 - shown
+    return Stage({k: t.device[k] + _times(shown, t.host[k]) + t.comm[k] for k in names},
+                 {k: t.hidden[k] + _times(hidden_share, t.host[k]) for k in names},
                  {k: t.device[k] + x * t.host[k] + t.comm[k] for k in names},
                  (x, shown, host, device))
 
