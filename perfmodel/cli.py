@@ -29,6 +29,7 @@ from perfmodel.strategy import (
     CPComm,
     Dtype,
     Fp8Recipe,
+    Kernels,
     Objective,
     Placement,
     Recompute,
@@ -218,6 +219,12 @@ def plan_options(fn: Any) -> Any:
         click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
                      help="How the framework runs the layers: eager op by op, compiled "
                           "(torch.compile), or compiled as CUDA graphs (host time per op)."),
+        click.option("--kernels", type=choice(Kernels), default=None,
+                     help="How the element-wise ops (norms, RoPE, activation, residual adds) "
+                          "run: fused (Megatron-Core / Transformer Engine kernels), eager "
+                          "(PyTorch modules op by op, torchtitan without torch.compile) or "
+                          "compiled (Inductor); default: compiled with --stack compiled, else "
+                          "fused."),
         click.option("--first-stage-layers", type=click.IntRange(0, MAX_DEGREE), default=0,
                      help="Layers of the first pipeline stage (0: L / pp); the other stages "
                           "split the rest."),
@@ -266,7 +273,8 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "micro_batch", "gl
              "sequence_parallel", "recompute", "recompute_every", "grad_dtype", "optimizer_dtype",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "stack",
-             "first_stage_layers", "last_stage_layers", "placement", "tp_layout", "tp_depth")
+             "kernels", "first_stage_layers", "last_stage_layers", "placement", "tp_layout",
+             "tp_depth")
 
 
 # the plan options of predict that a plans file's rows give (--dtype and --seq-len are the
@@ -720,6 +728,10 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "(default: both searched, with sequence parallelism).")
 @click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
               help="How the framework runs the layers: eager, compiled or cuda-graphs.")
+@click.option("--kernels", type=choice(Kernels), default=None,
+              help="Every plan's element-wise kernels: fused (Megatron-Core / TE), eager (op "
+                   "by op) or compiled (Inductor); default: compiled with --stack compiled, "
+                   "else fused.")
 @click.option("--norm", type=choice(NORMS), default="local", show_default=True,
               help="Layer graphs: the normalization to keep (batch norm local or synchronized, "
                    "group norm).")
@@ -805,6 +817,10 @@ def recommend(model: str | None, from_config: str | None,
             pins["overlap_grad_sync"] = True
             if pins.get("stack") != "compiled" and pins.get("tp_comm_overlap") is None:
                 pins["tp_comm_overlap"] = False  # its async TP needs torch.compile
+            if pins.get("kernels") is None:  # its modules' own ops, op by op or compiled
+                pins["kernels"] = "compiled" if pins.get("stack") == "compiled" else "eager"
+        if emit_config[0] == "megatron" and pins.get("kernels") is None:
+            pins["kernels"] = "fused"
         pins["recomputes"] = {"megatron": ("none", "selective", "full"),
                               "torchtitan": ("none", "full", "op")}.get(emit_config[0],
                                                                          ("none", "full"))
@@ -936,8 +952,9 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     for key in ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap"):
         if key in plan:
             pins[key] = bool(plan[key]) or bool(pins.get(key))
-    if "stack" in plan:
-        pins["stack"] = plan["stack"]
+    for key in ("stack", "kernels"):
+        if key in plan:
+            pins[key] = plan[key]
     uneven = {k: plan[k] for k in ("first_stage_layers", "last_stage_layers") if plan.get(k)}
     if uneven:
         raise PlanError(f"{path}: {', '.join(f'{k} {v}' for k, v in uneven.items())}: recommend "

@@ -36,6 +36,7 @@ from perfmodel.strategy import (
     SCHEDULES,
     CPComm,
     Dtype,
+    Kernels,
     Plan,
     PlanColumns,
     Recompute,
@@ -520,6 +521,7 @@ def window_values(model: TransformerSpec) -> dict[str, float]:
 
 def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | str, *,
                  flash_attention: bool, stack: Stack | str = Stack.EAGER,
+                 kernels: Kernels | str = Kernels.FUSED,
                  recompute_every: int = 1, grad_dtype: str | None = None,
                  optimizer_dtype: str | None = None,
                  fp8_recipe: str | None = None, fp8_params: bool = False) -> dict[str, float]:
@@ -527,7 +529,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
     the dtype, and the options every plan shares (fused attention, the software stack, ...). An
     fp8 plan's peak and GEMM fit are bf16's (what does not run in FP8) and its FP8 GEMMs have
     their own (fp8_values)."""
-    dtype, stack = Dtype(dtype), Stack(stack)
+    dtype, stack, kernels = Dtype(dtype), Stack(stack), Kernels(kernels)
     fp8 = fp8_values(hardware, fp8_recipe, fp8_params) if dtype is Dtype.FP8 else {}  # first
     gemm = hardware.gemm(compute_dtype(dtype))
     precision = precision_of(dtype)
@@ -571,6 +573,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
     flags = {
         "flash": flash_attention, "stack_compiled": stack is Stack.COMPILED,
         "stack_graphs": stack is Stack.CUDA_GRAPHS,
+        "kernels_eager": kernels is Kernels.EAGER, "kernels_compiled": kernels is Kernels.COMPILED,
         "gated": model.gated_mlp, "bias": model.bias, "qkv_bias": bool(model.qkv_bias),
         "layernorm": model.norm == "layernorm", "tied": model.tied_embeddings,
         "learned_positions": model.position_embedding == "learned",
@@ -623,7 +626,8 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
     """The numeric value of every symbol of one plan, by symbol name (see perfmodel.names)."""
     flash = resolve_flash(plan.flash_attention, model, hardware, plan.dtype)
     vals = fixed_values(model, hardware, plan.dtype, flash_attention=flash,
-                        stack=plan.stack, recompute_every=plan.recompute_every,
+                        stack=plan.stack, kernels=plan.kernels,
+                        recompute_every=plan.recompute_every,
                         grad_dtype=plan.grad_dtype,
                         optimizer_dtype=plan.optimizer_dtype,
                         fp8_recipe=None if plan.fp8_recipe is None else plan.fp8_recipe.value,

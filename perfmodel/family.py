@@ -24,6 +24,7 @@ class Family:
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool | None = None
     stack: str | None = None  # eager, compiled, cuda-graphs (perfmodel.strategy.Stack)
+    kernels: str | None = None  # fused, eager, compiled (perfmodel.strategy.Kernels)
     uneven_stages: bool | None = None  # first / last stage layers given (else L / pp each)
     gated: bool | None = None
     tied_embeddings: bool | None = None

@@ -208,6 +208,8 @@ FLAGS: dict[str, str] = {
         ("tp_comm_overlap", "tensor-parallel communication overlaps the GEMMs"),
         ("stack_compiled", "the layers run compiled (torch.compile)"),
         ("stack_graphs", "the layers run as CUDA graphs"),
+        ("kernels_eager", "the element-wise ops run op by op (unfused PyTorch modules)"),
+        ("kernels_compiled", "the element-wise ops run as Inductor's fused kernels"),
         ("gated", "gated (SwiGLU) MLP"),
         ("bias", "linear layers have biases"),
         ("qkv_bias", "the QKV projection has a bias"),

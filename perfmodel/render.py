@@ -130,6 +130,8 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
         schedule.append(f"overlapped: {overlaps(p)}")
     if _value(p.stack) != "eager":
         schedule.append(f"{_value(p.stack)} stack")
+    if _value(getattr(p, "kernels", "fused")) != "fused":
+        schedule.append(f"{_value(p.kernels)} element-wise kernels")
     if p.first_stage_layers or p.last_stage_layers:
         schedule.append(f"stages' layers {p.first_stage_layers or '-'} first, "
                         f"{p.last_stage_layers or '-'} last")

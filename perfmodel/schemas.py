@@ -67,6 +67,9 @@ PLAN = obj({
                                        "for the dtype; the validation job: fused SDPA)."},
     "overlap_grad_sync": BOOLEAN, "overlap_param_gather": BOOLEAN, "tp_comm_overlap": BOOLEAN,
     "stack": {"type": "string", "description": "eager, compiled or cuda-graphs"},
+    "kernels": {"type": "string",
+                "description": "How the element-wise ops run: fused (Megatron-Core / TE), eager "
+                               "(op by op) or compiled (Inductor)"},
     "first_stage_layers": {"type": "integer", "minimum": 0,
                            "description": "0: the layers split evenly"},
     "last_stage_layers": {"type": "integer", "minimum": 0,

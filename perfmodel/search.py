@@ -32,6 +32,7 @@ from perfmodel.strategy import (
     CPComm,
     Dtype,
     Fp8Recipe,
+    Kernels,
     Objective,
     Placement,
     Plan,
@@ -100,6 +101,9 @@ class SearchRequest:
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool | None = None
     stack: Stack = Stack.EAGER
+    # every plan's element-wise kernels (Plan.kernels); None: the stack's (compiled under a
+    # compiled stack, else fused)
+    kernels: Kernels | None = None
     # every plan's: the recompute policy on one layer in N; bf16's gradient and optimizer dtypes
     recompute_every: int = 1
     grad_dtype: str | None = None
@@ -125,7 +129,8 @@ class SearchRequest:
     def shared(self) -> dict[str, Any]:
         """The Plan fields every plan of the request shares beyond dtype, attention and overlap
         (Plans.plan's keywords)."""
-        return dict(recompute_every=self.recompute_every, grad_dtype=self.grad_dtype,
+        return dict(kernels=self.kernels, recompute_every=self.recompute_every,
+                    grad_dtype=self.grad_dtype,
                     optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
                     fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
 
@@ -138,9 +143,15 @@ class SearchRequest:
             raise PlanError(f"memory_margin must be in [0, 1), got {self.memory_margin}")
         for key, enum in (("objective", Objective), ("dtype", Dtype), ("schedule", Schedule),
                           ("recompute", Recompute), ("placement", Placement),
-                          ("tp_layout", TPLayout), ("stack", Stack), ("cp_comm", CPComm)):
+                          ("tp_layout", TPLayout), ("stack", Stack), ("cp_comm", CPComm),
+                          ("kernels", Kernels)):
             if getattr(self, key) is not None or key == "objective":
                 object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
+        kernels = self.kernels or strategy.default_kernels(self.stack)
+        object.__setattr__(self, "kernels", kernels)
+        conflict = strategy.kernels_stack_conflict(kernels, self.stack)
+        if conflict is not None:
+            raise PlanError(conflict)
         if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
             raise PlanError(f"zero_stages must be some of 0, 1, 2, 3, got {self.zero_stages}")
         if self.recomputes is not None:
@@ -601,7 +612,9 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
     the options every plan shares (the encoder's fixed values)."""
     flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype)
     return encode.fixed_values(model, hardware, req.dtype, flash_attention=flash,
-                               stack=req.stack, recompute_every=req.recompute_every,
+                               stack=req.stack,
+                               kernels=req.kernels or strategy.default_kernels(req.stack),
+                               recompute_every=req.recompute_every,
                                grad_dtype=req.grad_dtype, optimizer_dtype=req.optimizer_dtype,
                                fp8_recipe=None if req.fp8_recipe is None
                                else req.fp8_recipe.value, fp8_params=req.fp8_params)

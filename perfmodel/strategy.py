@@ -183,6 +183,39 @@ class Stack(StrEnum):
     CUDA_GRAPHS = "cuda-graphs"
 
 
+class Kernels(StrEnum):
+    """How a layer's memory-bound element-wise ops run (perfmodel.costs.compute.elementwise_bytes):
+    fused, hand-written fused kernels (Megatron-Core and Transformer Engine: fused RMSNorm /
+    LayerNorm, fused RoPE, fused bias-SwiGLU / bias-GeLU, bias-dropout-add); eager, PyTorch
+    modules op by op, one kernel per op (torchtitan without torch.compile: the RMSNorm in fp32,
+    RoPE through complex views, repeat_kv's copies); compiled, the same modules' chains fused by
+    Inductor (torch.compile), the grouped-query K and V still expanded for the attention kernel."""
+
+    FUSED = "fused"
+    EAGER = "eager"
+    COMPILED = "compiled"
+
+
+def kernels_stack_conflict(kernels: Kernels, stack: Stack) -> str | None:
+    """The one-line refusal of element-wise kernels a stack cannot run, else None: torch.compile
+    fuses the modules' element-wise ops (kernels eager with stack compiled is not a thing), and
+    Inductor's kernels exist only under a compiled stack (compiled or cuda-graphs)."""
+    if kernels is Kernels.EAGER and stack is Stack.COMPILED:
+        return ("kernels eager runs the modules op by op, which stack compiled fuses: give "
+                "kernels compiled (or fused) with stack compiled, or stack eager")
+    if kernels is Kernels.COMPILED and stack is Stack.EAGER:
+        return ("kernels compiled are torch.compile's: give stack compiled or cuda-graphs with "
+                "them, or kernels eager or fused with stack eager")
+    return None
+
+
+def default_kernels(stack: Stack | str) -> Kernels:
+    """The element-wise kernels of a plan that names none: Inductor's under a compiled stack,
+    else fused (Megatron-Core / Transformer Engine)."""
+    return Kernels.COMPILED if parse_option(Stack, stack, "stack") is Stack.COMPILED \
+        else Kernels.FUSED
+
+
 class Objective(StrEnum):
     """What `recommend` ranks plans by: seconds per step, seconds to train a token budget, or the
     price of that (GPU-hours times a price)."""
@@ -314,6 +347,9 @@ class Plan:
     # async TP); needs sequence parallelism
     tp_comm_overlap: bool = False
     stack: Stack = Stack.EAGER
+    # how the element-wise ops run (Kernels): eager needs a stack that runs the modules' ops
+    # (eager, or CUDA graphs capturing them), compiled a compiled stack (compiled, cuda-graphs)
+    kernels: Kernels = Kernels.FUSED
     # layers of the first and the last pipeline stage where not L / pp (0: even split; Megatron
     # --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers): the other stages
     # split the rest evenly
@@ -343,6 +379,10 @@ class Plan:
         for key in ("first_stage_layers", "last_stage_layers"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key, minimum=0))
         object.__setattr__(self, "stack", parse_option(Stack, self.stack, "stack"))
+        object.__setattr__(self, "kernels", parse_option(Kernels, self.kernels, "kernels"))
+        kernels_rule = kernels_stack_conflict(self.kernels, self.stack)
+        if kernels_rule is not None:
+            raise PlanError(kernels_rule)
         object.__setattr__(self, "schedule", parse_option(Schedule, self.schedule, "schedule"))
         object.__setattr__(self, "recompute", parse_option(Recompute, self.recompute, "recompute"))
         if self.recompute_every > 1 and self.recompute is Recompute.NONE:
@@ -784,6 +824,8 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
     if unknown:
         raise PlanError(f"unknown plan field '{unknown[0]}'{suggest(unknown[0], PLAN_FIELDS)}; "
                         f"allowed: {', '.join(PLAN_FIELDS)}")
+    if data.get("kernels") is None:  # not given: the stack's (Inductor's under torch.compile)
+        data = {**data, "kernels": default_kernels(data.get("stack") or Stack.EAGER)}
     if "gpus" not in data:
         data = {**data,
                 "gpus": int(data.get("dp", 1)) * int(data.get("tp", 1)) * int(data.get("pp", 1))

@@ -573,6 +573,9 @@ def _degrees(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     pp = _int(settings, "pipeline_model_parallel_size", where, 1) or 1
     job.fix("tp", tp, pin="tensor_model_parallel_size" in explicit)
     job.fix("pp", pp, pin="pipeline_model_parallel_size" in explicit)
+    # Megatron-Core's layer with Transformer Engine: fused norms (TE LayerNormLinear / RMSNorm),
+    # fused RoPE, bias-SwiGLU / bias-GeLU and bias-dropout-add (perfmodel.strategy.Kernels)
+    job.fix("kernels", "fused")
     take("tensor_model_parallel_size", f"tp {tp}")
     take("pipeline_model_parallel_size", f"pp {pp}")
     per_stage = _int(settings, "num_layers_per_virtual_pipeline_stage", where)
@@ -807,6 +810,9 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
     if plan.schedule.value not in ("1f1b", "interleaved"):
         raise refuse_emit("megatron", f"schedule {plan.schedule.value}",
                           "Megatron-LM runs 1f1b and interleaved (pin --schedule)")
+    if plan.kernels.value != "fused":
+        raise refuse_emit("megatron", f"kernels {plan.kernels.value}",
+                          "Megatron-LM runs its fused element-wise kernels (pin --kernels fused)")
     if plan.zero == 2:
         raise refuse_emit("megatron", "zero 2",
                           "Megatron-LM has the distributed optimizer (zero 1) and FSDP2 "

@@ -15,7 +15,10 @@ last with TOML job configs):
     pipeline_parallel_layers_per_stage says otherwise; the first and last stages get
     pipeline_parallel_first/last_stage_less_layers (default 1) fewer layers (first_stage_layers
     / last_stage_layers; with one stage per rank only);
-  - compile.enable compiles each transformer block (stack compiled); async TP
+  - compile.enable compiles each transformer block (stack compiled, kernels compiled: Inductor
+    fuses the element-wise ops); without it the layer's element-wise ops run op by op (kernels
+    eager: RMSNorm in fp32, RoPE through complex views, repeat_kv's copies; the published A100
+    runs' llama3_8b.toml at 015ccb237: compile = false, norm_type = "rmsnorm"); async TP
     (enable_async_tensor_parallel, which needs it) is tp_comm_overlap;
   - activation_checkpoint mode defaults to selective with selective_ac_option "2" (every second
     layer checkpointed whole); "op" is the per-op policy;
@@ -208,6 +211,13 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
                           f"perfmodel maps torchtitan's llama3 flavors "
                           f"{', '.join(FLAVORS)} (torchtitan/models/llama3/__init__.py)")
     job.model.update(flavor_model(flavor))
+    if "norm_type" in data.get("model", {}):  # older torchtitan (2024): model.norm_type
+        norm = str(data["model"]["norm_type"]).lower()
+        if norm != "rmsnorm":
+            raise refuse_spec(where, "model.norm_type", norm,
+                              "perfmodel models torchtitan's RMSNorm (rmsnorm); the Triton "
+                              "fused_rmsnorm and the LayerNorms are not modelled")
+        job.took("model.norm_type", norm, "RMSNorm (torchtitan/models/norms.py)")
     job.took("model.name", name, "torchtitan's Llama 3")
     job.took("model.flavor", flavor, f"{job.model['layers']} layers, hidden "
                                      f"{job.model['hidden']}, ffn {job.model['ffn_hidden']}")
@@ -231,8 +241,10 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
     # torchtitan compiles each transformer block (apply_compile); the embedding, the output layer
     # and the loss stay eager, as the compiled stack of perfmodel.step.host counts them
     job.fix("stack", "compiled" if compiled else "eager")
+    job.fix("kernels", "compiled" if compiled else "eager")
     if "compile" in training:
-        job.took("training.compile", training["compile"], f"stack {job.plan['stack']}")
+        job.took("training.compile", training["compile"],
+                 f"stack {job.plan['stack']}, kernels {job.plan['kernels']}")
     if "compile" in data:
         for key, value in data["compile"].items():
             job.took(f"compile.{key}", value, f"stack {job.plan['stack']}")
@@ -531,6 +543,9 @@ def torchtitan_toml(model: Any, plan: Any) -> str:
     if fsdp and not plan.overlap_param_gather:
         raise refuse_emit("torchtitan", "overlap_param_gather false",
                           "FSDP2 prefetches the next unit's parameters")
+    if plan.kernels.value == "fused":
+        raise refuse_emit("torchtitan", "kernels fused", "torchtitan's layer runs its modules' "
+                          "ops, eager or compiled (pin --kernels eager, or --stack compiled)")
     if plan.stack.value == "cuda-graphs":
         raise refuse_emit("torchtitan", "stack cuda-graphs", "torchtitan compiles without CUDA "
                                                              "graphs (pin --stack compiled)")

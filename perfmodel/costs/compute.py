@@ -186,6 +186,135 @@ def elementwise_bytes(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr
     }
 
 
+# Element-wise traffic by how the ops run (perfmodel.strategy.Kernels). The eager formulas count
+# each kernel's reads and writes as autograd runs torchtitan's Llama layer (pytorch/torchtitan at
+# 015ccb237, 2024-06-03, the commit of the published A100 runs: torchtitan/models/llama/model.py
+# (apply_rotary_emb, repeat_kv, Attention.forward, FeedForward.forward, TransformerBlock.forward)
+# and torchtitan/models/norms.py (RMSNorm: self._norm(x.float()).type_as(x) * self.weight, _norm =
+# x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))), checked against a TorchDispatchMode count of
+# every non-view aten op's input and output bytes (bf16, torch 2.13) of those functions. Terms of
+# O(T) (the per-token mean and rsqrt) and of O(s d) (the rotary table) are left out.
+FP32_BYTES = 4
+
+
+def narrow_flag(e: sp.Expr) -> sp.Expr:
+    """1 where the activations are narrower than fp32 (bf16, fp16: e < 4 bytes), so that an
+    op's x.float() and .type_as(x) are real casts; 0 in fp32, where both return x itself:
+    min(1, 4 - e) for e in {1, 2, 4}."""
+    gap = FP32_BYTES - sp.sympify(e)
+    return sp.Min(1, gap) if gap.is_number else sp.Min(1, gap, evaluate=False)
+
+
+def fused_rope_bytes(q_elements: sp.Expr, k_elements: sp.Expr, e: sp.Expr) -> sp.Expr:
+    """Bytes of a fused rotary embedding on one rank, forward or backward alike [B]:
+
+        2 e (N_q + N_k)
+
+    one kernel reads q (N_q elements) and writes it rotated, and likewise k (Megatron-Core's
+    apply_rope_fusion: Transformer Engine's fused_apply_rotary_pos_emb, called on q and on k;
+    its backward rotates the gradients back, the same traffic); Inductor fuses torchtitan's
+    complex-view RoPE into the kernel that writes q and k (stack compiled)."""
+    return 2 * e * (q_elements + k_elements)
+
+
+def eager_rope_bytes(elements: sp.Expr, e: sp.Expr) -> sp.Expr:
+    """Bytes of torchtitan's apply_rotary_emb on one of q or k (N elements), forward or backward
+    alike [B]:
+
+        N (8 + 2 c (e + 4)),  c = narrow_flag(e)
+
+    xq.float() (read e, write 4), the complex product with freqs_cis (read 4, write 4: the
+    complex views are free), .type_as(xq) (read 4, write e); the backward casts the gradient to
+    fp32, multiplies by conj(freqs_cis), casts back (the same bytes)."""
+    c = narrow_flag(e)
+    return elements * (8 + 2 * c * (e + FP32_BYTES))
+
+
+def eager_rmsnorm_bytes(elements: sp.Expr, e: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) bytes of torchtitan's RMSNorm over N = T h elements [B]:
+
+        forward  = N (20 + 2 e + 2 c (e + 4))
+        backward = N (68 + 6 e + 2 c (e + 4)),   c = narrow_flag(e)
+
+    forward, 8 kernels in bf16: x.float() (e + 4), pow (8), mean (4), + eps and rsqrt (O(T)),
+    x * rsqrt (8), .type_as(x) (4 + e), * weight (2 e). Backward, 16 kernels: the weight's
+    product (g * w: 2 e; g * y: 3 e; its sum over tokens: e), the cast to fp32 (e + 4),
+    g * rsqrt (8), g * x (12) and its row sum (4) for the rsqrt's gradient, the mean's
+    expand-divide (4), pow's gradient x^1 (8), x 2 (8), x g (12), the sum of x's two gradients
+    (12), the cast back (4 + e)."""
+    c = narrow_flag(e)
+    casts = 2 * c * (e + FP32_BYTES)
+    return elements * (20 + 2 * e + casts), elements * (68 + 6 * e + casts)
+
+
+def eager_elementwise_bytes(*, norm_elements: sp.Expr, q_elements: sp.Expr,
+                            k_elements: sp.Expr, kv_elements: sp.Expr,
+                            expanded_elements: sp.Expr, mlp_elements: sp.Expr,
+                            attention_elements: sp.Expr, e: sp.Expr, layernorm: Flag,
+                            gated: Flag, gqa: Flag, flash: Flag,
+                            rotary: Flag) -> dict[str, tuple[sp.Expr, sp.Expr]]:
+    """(forward, backward) bytes of one layer's element-wise ops on one rank, run op by op as
+    torchtitan's eager Llama layer runs them (015ccb237, see above) [B]. N_h: elements of a norm's
+    input (T h / r, r = tp with sequence parallelism), N_q, N_k: the rotated queries and keys,
+    N_kv: K (or V) as projected, N_rep: K (or V) expanded to every query head, N_f: the MLP's
+    hidden activation (T f / tp), N_o: the attention output (T a d / tp).
+
+        norms (2):      RMSNorm, eager_rmsnorm_bytes; LayerNorm (nn.LayerNorm, one fused kernel
+                        each way): forward 2 e N_h, backward 3 e N_h (read g and x, write dx)
+        rope:           eager_rope_bytes of N_q and of N_k, forward and backward alike
+        repeat_kv:      grouped-query attention (a > kv) only: expand + reshape copies K and V,
+                        e (N_kv + N_rep) each; the backward sums the copies' gradients back,
+                        the same bytes (with a = kv repeat_kv returns K and V as they are)
+        activation:     SwiGLU, F.silu(w1 x) * w3 x: forward silu (2 e) + mul (3 e), backward
+                        two muls (3 e each) + silu_backward (3 e); GeLU: 2 e, backward 3 e (x N_f)
+        residual:       two adds (3 e N_h each); backward: the residual stream's two gradient
+                        sums, where it feeds a norm and the next residual add (3 e N_h each)
+        transpose:      output.transpose(1, 2).contiguous(): a copy (2 e N_o) after the unfused
+                        attention's products; none with flash attention, whose kernel writes
+                        (b, s, heads, d) and returns it transposed (PyTorch's
+                        _scaled_dot_product_flash_attention: the transpose back is free); its
+                        backward passes the strided gradient on (no copy)
+    """
+    layernorm, gated, gqa, flash, rotary = map(as_flag, (layernorm, gated, gqa, flash, rotary))
+    rms_fwd, rms_bwd = eager_rmsnorm_bytes(norm_elements, e)
+    norm_fwd = layernorm * 2 * e * norm_elements + (1 - layernorm) * rms_fwd
+    norm_bwd = layernorm * 3 * e * norm_elements + (1 - layernorm) * rms_bwd
+    rope = rotary * (eager_rope_bytes(q_elements, e) + eager_rope_bytes(k_elements, e))
+    repeat = gqa * 2 * e * (kv_elements + expanded_elements)
+    return {
+        "norms": (2 * norm_fwd, 2 * norm_bwd),
+        "rope": (rope, rope),
+        "repeat_kv": (repeat, repeat),
+        "activation": ((2 + 3 * gated) * e * mlp_elements, (3 + 6 * gated) * e * mlp_elements),
+        "residual": (2 * 3 * e * norm_elements, 2 * 3 * e * norm_elements),
+        "transpose": ((1 - flash) * 2 * e * attention_elements, sp.Integer(0)),
+    }
+
+
+def gqa_expand_bytes(expanded_elements: sp.Expr, e: sp.Expr, gqa: Flag) -> sp.Expr:
+    """Bytes a compiled layer (Inductor) moves beyond the fused kernels' to hand grouped-query K
+    and V to the attention kernel (an extern call it cannot fuse into), forward or backward
+    alike [B]: 2 e N_rep where a > kv. Forward: the kernel that rotates k writes K expanded to
+    every query head (N_rep, not N_kv), and V is read and written expanded; backward: the
+    expanded gradients are read and summed back, the same bytes."""
+    return as_flag(gqa) * 2 * e * expanded_elements
+
+
+def eager_elementwise_kernels(*, layernorm: Flag, gated: Flag, gqa: Flag, flash: Flag,
+                              rotary: Flag, narrow: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) element-wise kernels of one layer run op by op, counted from the same
+    ops as eager_elementwise_bytes (c = narrow: the casts):
+    norms 2 x (6 + 2 c, 14 + 2 c) (LayerNorm 2 x (1, 1)); RoPE 2 x (1 + 2 c, 3 + 2 c) (the
+    backward's conj and clone of the rotary table); repeat_kv (2, 2); activation (1 + gated,
+    1 + 2 gated); residual (2, 2); transpose (1 - flash, 0)."""
+    layernorm, gated, gqa, flash, rotary = map(as_flag, (layernorm, gated, gqa, flash, rotary))
+    norm = (layernorm + (1 - layernorm) * (6 + 2 * narrow),
+            layernorm + (1 - layernorm) * (14 + 2 * narrow))
+    forward = 2 * norm[0] + rotary * 2 * (1 + 2 * narrow) + 2 * gqa + 1 + gated + 2 + (1 - flash)
+    backward = 2 * norm[1] + rotary * 2 * (3 + 2 * narrow) + 2 * gqa + 1 + 2 * gated + 2
+    return forward, backward
+
+
 def fp8_cast_elements(T: sp.Expr, h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr,
                       tp: sp.Expr, ranks: sp.Expr, gated: Flag,
                       d: sp.Expr | None = None) -> tuple[sp.Expr, sp.Expr]:
@@ -236,7 +365,6 @@ def kernels_per_layer_forward(*, sequence_parallel: Flag, flash: Flag) -> sp.Exp
 
 
 CROSS_ENTROPY_PASSES = 3  # read the logits, write the fp32 softmax, read it back
-FP32_BYTES = 4
 
 
 def cross_entropy_bytes(T: sp.Expr, V: sp.Expr, tp: sp.Expr) -> sp.Expr:

@@ -115,6 +115,10 @@ class Context:
     tp_comm_overlap: sp.Expr
     compiled: sp.Expr  # the stack: torch.compile
     graphs: sp.Expr  # the stack: CUDA graphs
+    # how the element-wise ops run (perfmodel.strategy.Kernels): eager (op by op), compiled
+    # (Inductor); neither: fused (Megatron-Core / Transformer Engine)
+    eager_kernels: sp.Expr
+    compiled_kernels: sp.Expr
     asynchronous: bool  # the device runs what the host queues (perfmodel.step.compose)
     gated: sp.Expr
     bias: sp.Expr
@@ -146,6 +150,17 @@ class Context:
     def linear(self) -> K.Device:
         """The device the linear layers' GEMMs run on: FP8 for an fp8 plan."""
         return self.linear_dev or self.dev
+
+    @property
+    def gqa(self) -> sp.Expr:
+        """1 where K and V have fewer heads than the queries (grouped-query attention: a > kv),
+        else 0: min(1, a / kv - 1)."""
+        return active(S.a / self.kv_heads)
+
+    @property
+    def rotary(self) -> sp.Expr:
+        """1 for rotary position embeddings (every model without learned ones), else 0."""
+        return 1 - self.learned_positions
 
     @property
     def max_stage_layers(self) -> sp.Expr:
@@ -195,6 +210,8 @@ class Context:
             tp_comm_overlap=flag(fam.tp_comm_overlap, "tp_comm_overlap"),
             compiled=flag(_option(fam, "stack", "compiled"), "stack_compiled"),
             graphs=flag(_option(fam, "stack", "cuda-graphs"), "stack_graphs"),
+            eager_kernels=flag(_option(fam, "kernels", "eager"), "kernels_eager"),
+            compiled_kernels=flag(_option(fam, "kernels", "compiled"), "kernels_compiled"),
             asynchronous=fam.asynchronous,
             gated=flag(fam.gated, "gated"), bias=flag(fam.bias, "bias"),
             qkv_bias=flag(fam.qkv_bias, "qkv_bias"), layernorm=flag(fam.layernorm, "layernorm"),

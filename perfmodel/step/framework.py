@@ -81,6 +81,23 @@ def part_costs(c: Context) -> dict[str, PartCost]:
                        "embedding": EMBEDDING_FORWARD_KERNELS,
                        "output": OUTPUT_FORWARD_KERNELS}[part]
             ops = (kernels, BACKWARD_PER_FORWARD * kernels)
+            if part == "layer":  # eager kernels: the element-wise ones counted op by op
+                ops = eager_layer_kernels(c, ops)
         out[part] = PartCost(scale, fwd, bwd, calibrated, (1 - calibrated) * per_op,
                              sp.sympify(ops[0]), sp.sympify(ops[1]))
     return out
+
+
+def eager_layer_kernels(c: Context, fused: tuple[sp.Expr, sp.Expr]) -> tuple[sp.Expr, sp.Expr]:
+    """A layer's (forward, backward) kernels with its element-wise ops as the plan's kernels run
+    them: fused, kernels_per_layer_forward's (x 2 backward); eager, its element-wise kernels
+    replaced by those of perfmodel.costs.compute.eager_elementwise_kernels (the ops whose bytes
+    eager_elementwise_bytes counts) and the unfused attention's softmax and dropout."""
+    fused_elementwise = K.LAYER_ELEMENTWISE_KERNELS - K.FLASH_FUSED_ELEMENTWISE * c.flash
+    forward, backward = K.eager_elementwise_kernels(
+        layernorm=c.layernorm, gated=c.gated, gqa=c.gqa, flash=c.flash, rotary=c.rotary,
+        narrow=K.narrow_flag(S.e))
+    softmax = K.FLASH_FUSED_ELEMENTWISE * (1 - c.flash)
+    eager = c.eager_kernels
+    return (fused[0] + eager * (forward + softmax - fused_elementwise),
+            fused[1] + eager * (backward + BACKWARD_PER_FORWARD * (softmax - fused_elementwise)))

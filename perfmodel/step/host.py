@@ -38,6 +38,16 @@ EAGER_BACKWARD_BIAS = 18
 EAGER_BACKWARD_RMSNORM = 30
 EAGER_BACKWARD_GATED = 12
 EAGER_BACKWARD_GATED_BIAS = 3
+# What the validation job's layer does not have (learned positions; SDPA's enable_gqa): rotary
+# embeddings and grouped-query K and V. Eager kernels: torchtitan's apply_rotary_emb on q and k and
+# repeat_kv on K and V (pytorch/torchtitan 015ccb237, torchtitan/models/llama/model.py), their
+# dispatches counted likewise (bf16, views included): RoPE 16 forward (2 casts to fp32, the
+# complex views, the two products, 2 casts back), 18 backward; repeat_kv 10 forward (unsqueeze,
+# expand, the copy, its view, the transpose; for K and V), 8 backward. Fused kernels:
+# Megatron-Core's fused RoPE, one Transformer Engine call on q and one on k, each way.
+EAGER_FORWARD_ROPE, EAGER_BACKWARD_ROPE = 16, 18
+EAGER_FORWARD_REPEAT_KV, EAGER_BACKWARD_REPEAT_KV = 10, 8
+FUSED_ROPE_OPS = 2
 # Compiled (Inductor): forward 4 fused kernels + 6 GEMMs + attention (+1 GEMM gated); backward
 # 4 fused kernels + 12 GEMMs + attention's backward (+1 fused kernel with biases, +2 GEMMs gated).
 COMPILED_FORWARD_KERNELS = 11
@@ -60,11 +70,17 @@ LOOP_LOSS_OPS = 22
 
 def layer_ops(c: Context) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) framework ops of one layer under the plan's stack (0 under CUDA
-    graphs: see op_s)."""
+    graphs: see op_s); eager, with a rotary model's RoPE and a grouped-query model's repeat_kv
+    as the plan's kernels run them (op by op, or fused RoPE)."""
     rms, gated, bias = 1 - c.layernorm, c.gated, c.bias
-    eager = (EAGER_FORWARD_OPS + EAGER_FORWARD_RMSNORM * rms + EAGER_FORWARD_GATED * gated,
+    by_op, rope = c.eager_kernels, c.rotary
+    eager = (EAGER_FORWARD_OPS + EAGER_FORWARD_RMSNORM * rms + EAGER_FORWARD_GATED * gated
+             + rope * (by_op * EAGER_FORWARD_ROPE + (1 - by_op) * FUSED_ROPE_OPS)
+             + by_op * c.gqa * EAGER_FORWARD_REPEAT_KV,
              EAGER_BACKWARD_OPS + EAGER_BACKWARD_BIAS * bias + EAGER_BACKWARD_RMSNORM * rms
-             + EAGER_BACKWARD_GATED * gated + EAGER_BACKWARD_GATED_BIAS * gated * bias)
+             + EAGER_BACKWARD_GATED * gated + EAGER_BACKWARD_GATED_BIAS * gated * bias
+             + rope * (by_op * EAGER_BACKWARD_ROPE + (1 - by_op) * FUSED_ROPE_OPS)
+             + by_op * c.gqa * EAGER_BACKWARD_REPEAT_KV)
     compiled = (COMPILED_FORWARD_KERNELS + COMPILED_FORWARD_GATED * gated,
                 COMPILED_BACKWARD_KERNELS + COMPILED_BACKWARD_BIAS * bias
                 + COMPILED_BACKWARD_GATED * gated)

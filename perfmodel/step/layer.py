@@ -9,13 +9,17 @@ Forward of one layer, one micro-batch [s] (perfmodel.costs.compute; Megatron-LM'
                   flash: one compute-bound kernel doing the causal half of those FLOPs at the
                   hardware's measured flash efficiency (perfmodel.costs.compute.flash_attention_s),
                   no s^2 bytes; where the hardware has no measured kernel, those FLOPs as GEMMs
-    t_elementwise = norms, activation, dropout-adds bytes / W
+    t_elementwise = norms, activation, dropout-adds, rotary embedding bytes / W, by how the
+                  plan's kernels run them (perfmodel.strategy.Kernels; elementwise_traffic):
+                  fused (Megatron-Core / TE), eager (torchtitan's modules op by op: their own
+                  backward) or compiled (Inductor: fused, with the grouped K and V expanded)
     t_fp8_cast  = fp8 plans: the casts of the FP8 GEMMs' inputs, q_8 x elements / W
                   (perfmodel.costs.compute.fp8_cast_elements; their grad outputs in the backward)
 An fp8 plan's linear-layer GEMMs run on the FP8 device (peak F_peak^fp8, its own GEMM fit), read
 e_8-byte operands and write bf16 (perfmodel.costs.fp8); a sliding window shrinks a flash kernel's
 FLOPs to the pairs it attends (perfmodel.costs.compute.attended_share).
-Backward = 2 x forward: a GEMM's input gradient and its weight gradient each cost one forward
+Backward = 2 x forward (eager element-wise ops: the bytes autograd's backward of each moves): a
+GEMM's input gradient and its weight gradient each cost one forward
 (Narayanan et al. SC21, appendix on FLOPs); a flash kernel's backward 2.5 x its forward's FLOPs
 (it recomputes the scores; FlashAttention-2, Sec. 4.1) at its backward efficiency. Recompute
 repeats the forward (full) or the attention core (selective) before the backward (Korthikanti et
@@ -56,14 +60,23 @@ class LayerWork:
     # None for other plans (no term)
     fp8_cast_s: sp.Expr | None = None
     fp8_cast_backward_s: sp.Expr | None = None
+    # the element-wise ops' backward; None: BACKWARD_PER_FORWARD x their forward
+    elementwise_backward_s: sp.Expr | None = None
 
     @property
     def total_s(self) -> sp.Expr:
         return self.gemm_s + self.attention_s + self.elementwise_s + (self.fp8_cast_s or ZERO)
 
     @property
+    def elementwise_back_s(self) -> sp.Expr:
+        """The element-wise ops' backward [s]."""
+        if self.elementwise_backward_s is None:
+            return BACKWARD_PER_FORWARD * self.elementwise_s
+        return self.elementwise_backward_s
+
+    @property
     def backward_s(self) -> sp.Expr:
-        return BACKWARD_PER_FORWARD * (self.gemm_s + self.elementwise_s) \
+        return BACKWARD_PER_FORWARD * self.gemm_s + self.elementwise_back_s \
             + self.attention_backward_s + (self.fp8_cast_backward_s or ZERO)
 
     def times(self, n: sp.Expr) -> LayerWork:
@@ -72,7 +85,9 @@ class LayerWork:
                          n * self.attention_backward_s,
                          None if self.fp8_cast_s is None else n * self.fp8_cast_s,
                          None if self.fp8_cast_backward_s is None
-                         else n * self.fp8_cast_backward_s)
+                         else n * self.fp8_cast_backward_s,
+                         None if self.elementwise_backward_s is None
+                         else n * self.elementwise_backward_s)
 
     def __add__(self, other: LayerWork) -> LayerWork:
         def add(x: sp.Expr | None, y: sp.Expr | None) -> sp.Expr | None:
@@ -82,7 +97,10 @@ class LayerWork:
                          self.elementwise_s + other.elementwise_s,
                          self.attention_backward_s + other.attention_backward_s,
                          add(self.fp8_cast_s, other.fp8_cast_s),
-                         add(self.fp8_cast_backward_s, other.fp8_cast_backward_s))
+                         add(self.fp8_cast_backward_s, other.fp8_cast_backward_s),
+                         None if self.elementwise_backward_s is None
+                         and other.elementwise_backward_s is None
+                         else self.elementwise_back_s + other.elementwise_back_s)
 
     def forward_terms(self) -> dict[str, sp.Expr]:
         """The forward, by term compute/forward/<part>."""
@@ -97,7 +115,7 @@ class LayerWork:
         """The backward, by term compute/backward/<part>."""
         out = {"compute/backward/gemm": BACKWARD_PER_FORWARD * self.gemm_s,
                "compute/backward/attention": self.attention_backward_s,
-               "compute/backward/elementwise": BACKWARD_PER_FORWARD * self.elementwise_s}
+               "compute/backward/elementwise": self.elementwise_back_s}
         if self.fp8_cast_backward_s is not None:
             out["compute/backward/fp8_cast"] = self.fp8_cast_backward_s
         return out
@@ -162,17 +180,18 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
     core_gemms_s = sum((gemm_t[n] for n in K.ATTENTION_CORE), ZERO)
     unfused_s = core_gemms_s + K.memory_time(quadratic, c.dev)
     fused_s, fused_backward_s = flash_attention(c, core_gemms_s)
-    elementwise = ew["layernorm"] + ew["dropout_add"]
-    if c.fam.mla:  # the latents' RMSNorms: read and write e T (r_q + r_kv)
-        elementwise += 2 * e * c.T * ((S.r_q if c.fam.mla_q_lora else 0) + S.r_kv)
+    # as modelled under every plan's kernels: MLA's latent RMSNorms (read and write
+    # e T (r_q + r_kv)) and an MoE layer's routed MLP (perfmodel.step.moe)
+    common = ZERO
+    if c.fam.mla:
+        common += 2 * e * c.T * ((S.r_q if c.fam.mla_q_lora else 0) + S.r_kv)
     gemm_s = sum((t for n, t in gemm_t.items() if n not in K.ATTENTION_CORE), ZERO)
     if moe:
         from perfmodel.step.moe import moe_fp8_cast_elements, moe_mlp_work
 
         mlp_gemm_s, mlp_elementwise = moe_mlp_work(c)
-        gemm_s, elementwise = gemm_s + mlp_gemm_s, elementwise + mlp_elementwise
-    else:
-        elementwise += ew["activation"]
+        gemm_s, common = gemm_s + mlp_gemm_s, common + mlp_elementwise
+    ew_forward, ew_backward = elementwise_traffic(c, ew, moe)
     cast_s = cast_backward_s = None
     if c.fam.fp8:
         if moe:  # the attention's casts, then the routed and shared experts' (moe.py)
@@ -185,11 +204,53 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
     return LayerWork(
         gemm_s=gemm_s,
         attention_s=c.flash * fused_s + (1 - c.flash) * unfused_s,
-        elementwise_s=K.memory_time(elementwise, c.dev),
+        elementwise_s=K.memory_time(common + ew_forward, c.dev),
         attention_backward_s=c.flash * fused_backward_s
         + (1 - c.flash) * BACKWARD_PER_FORWARD * unfused_s,
         fp8_cast_s=cast_s, fp8_cast_backward_s=cast_backward_s,
+        elementwise_backward_s=K.memory_time(BACKWARD_PER_FORWARD * common + ew_backward,
+                                              c.dev),
     )
+
+
+def rope_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """Elements of the queries and keys one rank rotates in a layer (0 with learned positions):
+    T a d / tp and T kv d / tp; MLA: the rotary parts only, T a d_rope / tp of the queries and
+    the one shared key head, T d_rope, on every tp rank (DeepSeek-V2, Sec. 2.1.3)."""
+    if c.fam.mla:
+        return c.rotary * c.T * S.a * S.d_rope / S.tp, c.rotary * c.T * S.d_rope
+    return c.rotary * c.T * S.a * c.d / S.tp, c.rotary * c.T * S.kv * c.d / S.tp
+
+
+def elementwise_traffic(c: Context, ew: Mapping[str, sp.Expr],
+                        moe: bool) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) bytes of a layer's norms, rotary embedding, activation (a dense
+    layer's) and residual adds on one rank, by the plan's kernels (perfmodel.strategy.Kernels):
+
+        fused:    norms + dropout-adds + activation (perfmodel.costs.compute.elementwise_bytes,
+                  backward 2 x forward) + fused RoPE, 2 e (N_q + N_k) each way
+        compiled: fused + the grouped-query K and V expanded for the attention kernel,
+                  2 e N_rep each way where a > kv (gqa_expand_bytes)
+        eager:    torchtitan's layer op by op, each op's forward and autograd backward
+                  (eager_elementwise_bytes)
+    """
+    e, T, tp = S.e, c.T, S.tp
+    n_q, n_k = rope_elements(c)
+    dense = 0 if moe else 1
+    fused = ew["layernorm"] + ew["dropout_add"] + dense * ew["activation"]
+    rope = K.fused_rope_bytes(n_q, n_k, e)
+    expanded = T * S.a * c.d_qk / tp  # K (or V) with every query head (MLA: a heads anyway)
+    expand = c.compiled_kernels * K.gqa_expand_bytes(expanded, e, c.gqa)
+    eager = K.eager_elementwise_bytes(
+        norm_elements=T * S.h / c.act_ranks, q_elements=n_q, k_elements=n_k,
+        kv_elements=T * c.kv_heads * c.d_qk / tp, expanded_elements=expanded,
+        mlp_elements=dense * T * S.f / tp, attention_elements=T * S.a * c.d_v / tp, e=e,
+        layernorm=c.layernorm, gated=c.gated, gqa=c.gqa, flash=c.flash, rotary=1)
+    eager_fwd = sum((fwd for fwd, _ in eager.values()), ZERO)
+    eager_bwd = sum((bwd for _, bwd in eager.values()), ZERO)
+    built = 1 - c.eager_kernels  # fused or compiled
+    return (built * (fused + rope + expand) + c.eager_kernels * eager_fwd,
+            built * (BACKWARD_PER_FORWARD * fused + rope + expand) + c.eager_kernels * eager_bwd)
 
 
 def stage_work(c: Context, stage: str) -> LayerWork:

@@ -392,7 +392,8 @@ def test_emitted_names_are_the_frameworks():
     data = tomllib.loads(torchtitan_toml(model, plan(zero=3, tp=1, dp=16,
                                                      sequence_parallel=False,
                                                      overlap_grad_sync=True,
-                                                     overlap_param_gather=True)))
+                                                     overlap_param_gather=True,
+                                                     kernels="eager")))
     for section, fields in data.items():
         assert set(fields) <= set(SECTIONS[section]), section
     config = ds_config(plan(tp=1, dp=16, sequence_parallel=False, zero=3,

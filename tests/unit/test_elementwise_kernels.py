@@ -1,0 +1,184 @@
+"""Element-wise traffic by how the ops run (perfmodel.strategy.Kernels): fused (Megatron-Core /
+Transformer Engine), eager (torchtitan's modules op by op) and compiled (Inductor).
+
+The eager numbers are worked by hand for a small layer, kernel by kernel, from torchtitan's code
+at 015ccb237 (torchtitan/models/llama/model.py, torchtitan/models/norms.py); the same per-kernel
+bytes came out of a TorchDispatchMode count of those functions in bf16 (torch 2.13).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sympy as sp
+
+from perfmodel import symbols as S
+from perfmodel.configs import read_config, resolve_model, resolve_plan
+from perfmodel.costs import compute as K
+from perfmodel.errors import PlanError
+from perfmodel.evaluate import family_of
+from perfmodel.family import Family
+from perfmodel.specs.model import load_model
+from perfmodel.specs.resolve import resolve_hardware
+from perfmodel.step import host as H
+from perfmodel.step.context import Context
+from perfmodel.step.layer import _layer_work
+from perfmodel.strategy import Kernels, Plan, Stack, plan_from_dict
+from tests.unit.test_configs import DATA
+
+# a small layer: T = b s = 8 tokens, hidden 64, 8 query heads and 2 KV heads of 8, MLP 96, bf16
+T, H_, A, KV, D, F, E = 8, 64, 8, 2, 8, 96, 2
+N_H, N_Q, N_K, N_F = T * H_, T * A * D, T * KV * D, T * F  # 512, 512, 128, 768
+
+
+def test_eager_rmsnorm_bytes_by_hand():
+    # forward (8 kernels): x.float() 2+4, pow 4+4, mean 4 (+ O(T)), add and rsqrt O(T),
+    # x * rsqrt 4+4, type_as 4+2, * weight 2+2 bytes per element
+    forward = (6 + 8 + 4 + 8 + 6 + 4) * N_H
+    # backward (16 kernels): g*y 3e, g*w 2e, sum e, cast 2+4, g*rsqrt 8, g*x 12, row sum 4,
+    # mean's divide 4, x^1 8, x 2 8, x g 12, the two gradients' sum 12, cast back 4+2
+    backward = (6 + 4 + 2 + 6 + 8 + 12 + 4 + 4 + 8 + 8 + 12 + 12 + 6) * N_H
+    assert (forward, backward) == (18432, 47104)
+    assert K.eager_rmsnorm_bytes(N_H, E) == (forward, backward)
+    # fp32 activations: .float() and .type_as() return x itself, no casts
+    assert K.eager_rmsnorm_bytes(N_H, 4) == (28 * N_H, 92 * N_H)
+
+
+def test_eager_layer_bytes_by_hand():
+    ops = K.eager_elementwise_bytes(
+        norm_elements=N_H, q_elements=N_Q, k_elements=N_K, kv_elements=N_K,
+        expanded_elements=N_Q, mlp_elements=N_F, attention_elements=N_Q, e=E, layernorm=0,
+        gated=1, gqa=1, flash=1, rotary=1)
+    assert ops["norms"] == (2 * 18432, 2 * 47104)
+    # RoPE: cast 2+4, complex product 4+4, cast back 4+2 per element of q and k, both ways
+    assert ops["rope"] == (20 * (N_Q + N_K), 20 * (N_Q + N_K))
+    # repeat_kv: K and V copied from 2 to 8 heads (read 128, write 512 elements of 2 bytes)
+    assert ops["repeat_kv"] == (2 * 2 * (N_K + N_Q),) * 2 == (2560, 2560)
+    # silu (2+2) and mul (2+2+2); backward two muls and silu_backward, 3 x 2 bytes each
+    assert ops["activation"] == (10 * N_F, 18 * N_F) == (7680, 13824)
+    assert ops["residual"] == (2 * 6 * N_H, 2 * 6 * N_H)
+    assert ops["transpose"] == (0, 0)  # flash attention writes (b, s, heads, d) already
+    unfused = K.eager_elementwise_bytes(
+        norm_elements=N_H, q_elements=N_Q, k_elements=N_K, kv_elements=N_K,
+        expanded_elements=N_Q, mlp_elements=N_F, attention_elements=N_Q, e=E, layernorm=0,
+        gated=1, gqa=0, flash=0, rotary=1)
+    assert unfused["transpose"] == (4 * N_Q, 0) and unfused["repeat_kv"] == (0, 0)
+
+
+def test_eager_kernel_counts_match_the_ops_counted():
+    # bf16, RMSNorm, SwiGLU, GQA, rotary, flash: norms 2 x 8, RoPE 2 x 3, repeat_kv 2,
+    # activation 2, residual 2 forward; norms 2 x 16, RoPE 2 x 5, repeat_kv 2, activation 3,
+    # residual 2 backward
+    forward, backward = K.eager_elementwise_kernels(layernorm=0, gated=1, gqa=1, flash=1,
+                                                    rotary=1, narrow=1)
+    assert (forward, backward) == (16 + 6 + 2 + 2 + 2, 32 + 10 + 2 + 3 + 2)
+
+
+def _work(kernels: str, *, learned: bool, fp8: bool = False):
+    fam = Family(schedule="1f1b", recompute="none", sequence_parallel=False, zero=0, flash=True,
+                 overlap_grad_sync=False, overlap_param_gather=False, tp_comm_overlap=False,
+                 stack="eager", kernels=kernels, uneven_stages=False, gated=True,
+                 tied_embeddings=False, learned_positions=learned, bias=False, qkv_bias=False,
+                 layernorm=False, tp_layout="1d", cp_comm="p2p", fp8=fp8)
+    c = Context.of(fam)
+    return c, _layer_work(c, False)
+
+
+@pytest.mark.parametrize("learned", [True, False])
+def test_fused_default_is_megatrons_plus_the_fused_rope(learned):
+    c, work = _work("fused", learned=learned)
+    ew = K.elementwise_bytes(c.T, S.b, S.s, S.h, S.a, S.f, S.tp, S.e, sequence_parallel=0,
+                             flash=1, gated=1)
+    before = ew["layernorm"] + ew["dropout_add"] + ew["activation"]  # Megatron's fused layer
+    rope = 0 if learned else 2 * S.e * c.T * (S.a + S.kv) * (S.h / S.a) / S.tp
+    W = S.W
+    assert sp.simplify(work.elementwise_s - (before + rope) / W) == 0
+    assert sp.simplify(work.elementwise_back_s - (2 * before + rope) / W) == 0
+
+
+def test_compiled_adds_the_expanded_kv_and_eager_moves_more():
+    values = {S.b: 1, S.s: 8, S.h: 64, S.a: 8, S.kv: 2, S.f: 96, S.tp: 1, S.cp: 1, S.e: 2,
+              S.W: 1}
+    fused = _work("fused", learned=False)[1]
+    compiled = _work("compiled", learned=False)[1]
+    eager = _work("eager", learned=False)[1]
+
+    def num(x):
+        return float(x.subs(values))
+
+    # K and V written with 8 heads for the attention kernel, and their gradients read back
+    assert num(compiled.elementwise_s) - num(fused.elementwise_s) == 2 * 2 * N_Q
+    assert num(compiled.elementwise_back_s) - num(fused.elementwise_back_s) == 2 * 2 * N_Q
+    hand_forward = 2 * 18432 + 20 * (N_Q + N_K) + 2560 + 7680 + 12 * N_H
+    hand_backward = 2 * 47104 + 20 * (N_Q + N_K) + 2560 + 13824 + 12 * N_H
+    assert num(eager.elementwise_s) == hand_forward
+    assert num(eager.elementwise_back_s) == hand_backward
+
+
+def test_fp8_cast_terms_do_not_replace_the_elementwise_ones():
+    # regression: the fp8 casts' (forward, backward) once overwrote the element-wise bytes
+    plain, fp8 = _work("fused", learned=True)[1], _work("fused", learned=True, fp8=True)[1]
+    assert sp.simplify(plain.elementwise_s - fp8.elementwise_s) == 0
+
+
+def test_kernels_and_stack_rules():
+    with pytest.raises(PlanError, match="kernels eager"):
+        Plan(gpus=1, stack="compiled", kernels="eager")
+    with pytest.raises(PlanError, match="kernels compiled"):
+        Plan(gpus=1, stack="eager", kernels="compiled")
+    assert Plan(gpus=1, stack="cuda-graphs", kernels="eager").kernels is Kernels.EAGER
+    assert Plan(gpus=1).kernels is Kernels.FUSED
+    # a plan that names no kernels takes its stack's
+    assert plan_from_dict({"gpus": 1, "stack": "compiled"}).kernels is Kernels.COMPILED
+    assert plan_from_dict({"gpus": 1}).kernels is Kernels.FUSED
+    assert Plan(gpus=1, stack=Stack.COMPILED).to_dict()["kernels"] == "fused"
+
+
+def test_host_counts_torchtitans_rope_and_repeat_kv_when_eager():
+    model, hw = load_model("llama3-8b"), resolve_hardware("dgx-a100-80gb", None)
+    counts = {}
+    for kernels in ("fused", "eager"):
+        plan = Plan(gpus=8, dp=8, micro_batch=1, global_batch=8, kernels=kernels)
+        c = Context.of(family_of(model, hw, plan, specialise=True))
+        counts[kernels] = [sp.sympify(x).subs({S.a: 32, S.kv: 8}) for x in H.layer_ops(c)]
+    # fused: one RoPE call on q and one on k, each way; eager: torchtitan's ops (views included)
+    assert [e - f for e, f in zip(counts["eager"], counts["fused"], strict=True)] == [
+        H.EAGER_FORWARD_ROPE - 2 + H.EAGER_FORWARD_REPEAT_KV,
+        H.EAGER_BACKWARD_ROPE - 2 + H.EAGER_BACKWARD_REPEAT_KV]
+
+
+def test_torchtitan_config_without_compile_runs_eager_kernels(tmp_path):
+    text = (DATA / "torchtitan_llama3_8b.toml").read_text()
+    assert "[compile]\nenable=false" in text
+    job = read_config(DATA / "torchtitan_llama3_8b.toml")
+    _, plan = resolve_plan(job, resolve_model(job, None, None), {"gpus": 8})
+    assert (plan["stack"], plan["kernels"]) == ("eager", "eager")
+    compiled = tmp_path / "compiled.toml"
+    compiled.write_text(text.replace("[compile]\nenable=false", "[compile]\nenable=true", 1))
+    job = read_config(compiled)
+    _, plan = resolve_plan(job, resolve_model(job, None, None), {"gpus": 8})
+    assert (plan["stack"], plan["kernels"]) == ("compiled", "compiled")
+    fused_norm = tmp_path / "fused_norm.toml"
+    fused_norm.write_text(text.replace("[model]", '[model]\nnorm_type = "fused_rmsnorm"', 1))
+    with pytest.raises(Exception, match="norm_type"):
+        read_config(fused_norm)
+
+
+def test_megatron_config_runs_fused_kernels():
+    job = read_config(DATA / "megatron_llama3_8b.txt")
+    assert job.plan["kernels"] == "fused"
+
+
+def test_cli_predict_kernels(run_cli):
+    args = ("predict", "--model", "llama3-8b", "--hardware", "dgx-a100-80gb", "--dp", "8",
+            "--global-batch", "8", "--json")
+    fused = json.loads(run_cli(*args).stdout)
+    eager = run_cli(*args, "--kernels", "eager")
+    assert eager.returncode == 0, eager.stderr
+    eager_data = json.loads(eager.stdout)
+    assert eager_data["plan"]["kernels"] == "eager" and fused["plan"]["kernels"] == "fused"
+    assert eager_data["breakdown_s"]["compute/forward/elementwise"] \
+        > 2 * fused["breakdown_s"]["compute/forward/elementwise"]
+    refused = run_cli(*args, "--stack", "compiled", "--kernels", "eager")
+    assert refused.returncode == 4 and len(refused.stderr.strip().splitlines()) == 1
