@@ -32,6 +32,10 @@ from calibration.framework import (
 from calibration.host import HOST_BLOCKS, bench_host, host_count
 from calibration.layers import LayerSize, bench_layers, layer_count, layer_sizes
 from calibration.measure import Context, Recorder, make_timer, measure
+from calibration.overlap import bench_overlap, overlap_count, overlap_points
+
+# the stages of `calibrate run`, in the order they run
+STAGES = ("gemm", "memory", "collectives", "framework", "host", "overlap", "layers")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +54,7 @@ class Sweep:
         "all_to_all",
         "send_recv",
     )
-    stages: tuple[str, ...] = ("gemm", "memory", "collectives", "framework", "host", "layers")
+    stages: tuple[str, ...] = STAGES
     repeats: int = 7
     warmup: int = 2
     min_rep_s: float = 2e-3  # one repetition lasts at least this long (several inner calls)
@@ -59,6 +63,8 @@ class Sweep:
     optimizer_hidden: tuple[int, ...] = OPTIMIZER_HIDDEN  # framework stage: optimizer sizes
     host_blocks: tuple[int, ...] = HOST_BLOCKS  # host stage: tiny blocks per step
     layer_sizes: tuple[LayerSize, ...] = ()  # layers stage: widths and token counts
+    # overlap stage: (GEMM size, all-reduce bytes) run alone and at once
+    overlap_points: tuple[tuple[int, int], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -109,7 +115,8 @@ def sweep_for(
         warmup=1 if quick else 2,
         min_rep_s=5e-3 if quick else 1e-2,
         subgroups=True,
-        stages=stages or ("gemm", "memory", "collectives", "framework", "host", "layers"),
+        stages=stages or STAGES,
+        overlap_points=overlap_points(device)[:1] if tiny else overlap_points(device),
     )
 
 
@@ -123,6 +130,7 @@ def sweep_from_dict(data: dict[str, Any]) -> Sweep:
     fields = dict(data)
     fields["gemm_shapes"] = tuple(tuple(shape) for shape in fields["gemm_shapes"])
     fields["layer_sizes"] = tuple(LayerSize(**size) for size in fields["layer_sizes"])
+    fields["overlap_points"] = tuple(tuple(point) for point in fields["overlap_points"])
     for name in ("memory_bytes", "collective_bytes", "ops", "stages", "chain_lengths",
                  "optimizer_hidden", "host_blocks"):
         fields[name] = tuple(fields[name])
@@ -371,6 +379,8 @@ def count_measurements(sweep: Sweep, world: int, local_world: int, device: str) 
         total += chain_count(sweep, world) + dispatch_count(world) + optimizer_count(sweep)
     if "host" in sweep.stages:
         total += host_count(sweep)
+    if "overlap" in sweep.stages:
+        total += overlap_count(sweep)
     if "layers" in sweep.stages:
         total += layer_count(sweep, world, local_world)
     return total
@@ -439,6 +449,7 @@ def run_worker(
         "collectives": lambda: bench_collectives(ctx, sweep, rec, support),
         "framework": lambda: _framework(ctx, sweep, rec),
         "host": lambda: bench_host(ctx, sweep, rec),
+        "overlap": lambda: bench_overlap(ctx, sweep, rec),
         "layers": lambda: bench_layers(ctx, sweep, rec),
     }
     for stage in sweep.stages:

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from perfmodel.errors import PerfmodelError
 
-STAGES = ("gemm", "memory", "collectives", "framework", "host", "layers")
+STAGES = ("gemm", "memory", "collectives", "framework", "host", "overlap", "layers")
 
 
 def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -88,7 +88,8 @@ def calibrate() -> None:
     "--stages",
     default=",".join(STAGES),
     hidden=True,
-    help="Comma-separated subset of gemm,memory,collectives,framework,host,layers (for tests).",
+    help="Comma-separated subset of gemm,memory,collectives,framework,host,overlap,layers "
+    "(for tests).",
 )
 @_errors
 def run_cmd(

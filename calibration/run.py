@@ -52,6 +52,7 @@ MEASURED = (  # record kinds that are measurements
     "layer",
     "fsdp_unit",
     "host_ops",
+    "overlap",
 )
 
 
@@ -324,6 +325,7 @@ def build_profile(
     _fit_collectives(df, info, fits, hardware, notes, support)
     _fit_framework(df, fits, hardware, notes)
     _fit_host(df, fits, hardware, notes)
+    _fit_overlap(df, fits, hardware, notes)
     _fit_layers(df, fits, hardware, notes)
     # fit kinds this perfmodel's profile reader does not know yet go to the provenance
     framework_fits = {k: fits.pop(k) for k in list(fits) if fits[k]["kind"] not in FIT_KINDS}
@@ -514,6 +516,28 @@ def _fit_host(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str]) ->
         return
     fits["host_ops"] = model.summary()
     hardware["host_op_overhead_s"] = model.host_op_overhead_s_
+
+
+def _fit_overlap(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str]) -> None:
+    """overlap_compute_slowdown from the overlap stage (see calibration.overlap)."""
+    from calibration.overlap import OverlapModel
+
+    if "kind" not in df or not (df["kind"] == "overlap").any():
+        return
+    try:
+        model = OverlapModel().fit(df[df["kind"] == "overlap"])
+    except DataError as exc:
+        notes.append(str(exc))
+        return
+    fits["overlap"] = model.summary()
+    hardware["overlap_compute_slowdown"] = model.overlap_compute_slowdown_
+    if model.dropped_:
+        notes.append(f"overlap: {model.dropped_} point(s) whose GEMM chain outlasted the "
+                     "collective were left out")
+    if model.clipped_:
+        notes.append(f"overlap: measured slowdown {model.measured_slowdown_:.3g} is above the "
+                     f"field's range; overlap_compute_slowdown = "
+                     f"{model.overlap_compute_slowdown_:g}")
 
 
 def _fit_layers(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str]) -> None:

@@ -559,6 +559,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "optimizer_overhead_s": hardware.optimizer_overhead_s,
         "gpus_per_node": hardware.gpus_per_node,
         "ranks_per_device": hardware.ranks_per_device,
+        "overlap_compute_slowdown": hardware.overlap_compute_slowdown,
         "fsdp_forward_overhead_s": hardware.fsdp_forward_overhead_s,
         "fsdp_backward_overhead_s": hardware.fsdp_backward_overhead_s,
         "fsdp_reduce_overhead_s": hardware.fsdp_reduce_overhead_s,

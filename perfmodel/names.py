@@ -98,6 +98,8 @@ _name("host_op_overhead_s", "t_op",
       "host time of one framework op of an eager stack (dispatch and launch) [s]")
 _name("gpus_per_node", "G", "GPUs per node")
 _name("ranks_per_device", "rho", "ranks time-sharing one device (1 on GPUs)")
+_name("overlap_compute_slowdown", "s_ovl",
+      "slowdown of compute that runs while a hidden collective runs: it takes 1 + s_ovl as long")
 _name("intra_latency_s", "alpha_intra", "intra-node latency per step [s]")
 _name("intra_bandwidth", "beta_intra", "intra-node bandwidth per GPU, effective [B/s]")
 _name("inter_latency_s", "alpha_inter", "inter-node latency per step [s]")

@@ -257,11 +257,13 @@ def print_presets(as_json: bool) -> None:
                         f"{h.intra_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s",
                         f"{h.inter_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s",
                         " > ".join(f"{lv.name} {lv.gpus}" if lv.gpus else lv.name
-                                   for lv in h.levels) or "node > network"])
+                                   for lv in h.levels) or "node > network",
+                        f"{h.overlap_compute_slowdown:g}"])
     print_fitted(con, "hardware presets", _columns(
         ("name", "GPU", "GPUs/node", "memory", "bf16 peak", "intra-node", "inter-node/node",
-         "fabric levels (GPUs)"),
-        hw_rows, right=("GPUs/node", "memory", "bf16 peak", "intra-node", "inter-node/node")))
+         "fabric levels (GPUs)", "overlap slowdown"),
+        hw_rows, right=("GPUs/node", "memory", "bf16 peak", "intra-node", "inter-node/node",
+                        "overlap slowdown")))
     models, graphs = [], []
     for name in names["models"]:
         m = load_model(name)

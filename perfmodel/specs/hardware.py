@@ -82,6 +82,10 @@ BOUNDS: dict[str, Bound] = {
     "fsdp_forward_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
     "fsdp_backward_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
     "fsdp_reduce_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
+    "overlap_compute_slowdown": Bound(0, 1, "compute concurrent with a collective takes 1 + this "
+                                      "as long: measured 0.189 on average, 0.40 at most (arXiv "
+                                      "2507.03114); 1, twice as long, is no overlap at all",
+                                      inclusive=True),
     "ranks_per_device": Bound(1, 1024, "ranks time-sharing one device: 1 on GPUs, ranks x threads "
                               "/ cores on a CPU", inclusive=True),
     "link.bandwidth_bytes_per_s": Bound(1e6, 1e15, "10 Mb/s Ethernet moves 1.25e6 B/s; 1e15 is "
@@ -514,7 +518,7 @@ _SCALAR_FIELDS = ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwi
                   "collective_overhead_s", "optimizer_overhead_s",
                   "optimizer_bandwidth_efficiency", "fsdp_forward_overhead_s",
                   "fsdp_backward_overhead_s", "fsdp_reduce_overhead_s", "ranks_per_device",
-                  "host_op_overhead_s")
+                  "host_op_overhead_s", "overlap_compute_slowdown")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -567,6 +571,12 @@ class HardwareSpec:
     # the rates above are then per rank with every rank busy, and a rank runs up to this much
     # faster while others wait (a pipeline's bubble); 1 on GPUs
     ranks_per_device: float = 1.0
+    # Compute that runs while a hidden collective runs is slower than the same compute alone (the
+    # two contend for SMs, memory bandwidth and power): it takes 1 + this as long
+    # (perfmodel.step.compose.Overlap). The GPU presets take the measured mean of arXiv 2507.03114;
+    # `calibrate run` (stage overlap) measures it; 0: compute runs at full speed beside a
+    # collective (as before the field existed).
+    overlap_compute_slowdown: float = 0.0
     # Whether the host only queues work for the device (a GPU: its time overlaps the device's,
     # perfmodel.step.compose) or runs it itself (CPU ranks: host and device time add). False for
     # a file that does not say (the additive model, as before issue 16); the GPU presets say true;

@@ -18,9 +18,25 @@ sync, the optimizer). It has
 The composition rule, here and nowhere else:
     t_phase = present x (device + host + exposed(comm))                                   [s]
     exposed(comm) = comm                                       what no Overlap covers
-                  = I max(f c, c - window) + (1 - I) c         c: an Overlap's share of comm,
-                                                               f: its floor, I: the plan overlaps
+                  = I max(f c, c - (1 + k) W) + (1 - I) c      c: an Overlap's share of comm,
+                                                               W: its window, f: its floor,
+                                                               I: the plan overlaps, k: below
     hidden(comm)  = comm - exposed(comm)                       (reported, not counted)
+    contention    = k / (1 + k) hidden(comm)                   (a compute term of its own)
+The contention: compute that runs while a hidden collective runs is slower than alone (the two
+contend for SMs, memory bandwidth and power; arXiv 2507.03114 measures 18.9 % on average, 40 % at
+most, over A100, H100, MI250 and MI210), taking 1 + k as long, k = s_ovl
+(HardwareSpec.overlap_compute_slowdown). A window W of compute with a collective of c beside it:
+the compute advances at 1 / (1 + k) while the collective runs,
+  - c <= (1 + k) W (the collective fits): the window's compute ends at c + (W - c / (1 + k)),
+    k / (1 + k) c later than alone, and all of c is hidden;
+  - c > (1 + k) W (it does not): all of the window runs slowed, (1 + k) W, k W later than alone,
+    and what remains of the collective, c - (1 + k) W, is exposed.
+Both cases are k / (1 + k) x the hidden part, with the window stretched to (1 + k) W: one
+expression, continuous at c = (1 + k) W, 0 at k = 0 (the model before it). The floor's share
+(the last chunk) runs after the compute and slows nothing. An Overlap whose window already
+accounts for the contention gives k = 0 (userbuffers' pipelined reduce-scatters: their GEMMs
+run on the SMs left to them, 1 / (1 - share) as long, perfmodel.step.tensor_parallel).
     t_stage = sum of its micro-batch phases' terms, host and device composed as below
     t_mb    = max(t_first, t_middle, t_last)                   (the slowest stage)
     T_step  = m t_mb + T_bubble + sum of the step phases' terms (+ per-step launches)
@@ -82,10 +98,14 @@ STAGE_TERMS = (
     "compute/backward/gemm", "compute/backward/attention", "compute/backward/elementwise",
     "compute/backward/embedding_logits",
     "compute/forward/framework", "compute/backward/framework", "compute/recompute",
-    "compute/tp_overlap", "comm/tp", "comm/cp", "comm/ep", "overhead/kernels", "overhead/loop",
-    "pipeline/p2p", "overhead/collectives",
+    "compute/tp_overlap", "compute/overlap_contention", "comm/tp", "comm/cp", "comm/ep",
+    "overhead/kernels", "overhead/loop", "pipeline/p2p", "overhead/collectives",
 )
-STEP_TERMS = ("pipeline/bubble", "comm/dp", "comm/dp_framework", "comm/tp_grads", "optimizer/step")
+STEP_TERMS = ("pipeline/bubble", "comm/dp", "compute/dp_overlap_contention", "comm/dp_framework",
+              "comm/tp_grads", "optimizer/step")
+# where an Overlap's contention (module doc) goes: a stage's, the step's
+CONTENTION_TERM, STEP_CONTENTION_TERM = "compute/overlap_contention", \
+    "compute/dp_overlap_contention"
 HIDDEN = ":hidden"  # a term's hidden part: term + HIDDEN (reported, not in the step time)
 
 # The smooth maximum of host and device time on an asynchronous device (see the module doc).
@@ -109,8 +129,10 @@ def _present(terms: tuple[str, ...], optional: tuple[str, ...],
 @dataclass(frozen=True)
 class Overlap:
     """Communication that may hide behind compute: `share` of the time of the collectives `of`
-    (all of the phase's when empty), up to `window_s` of it, and never its `floor` share (the
-    chunk that has nothing left to hide behind), when `enabled` (0/1 or an indicator)."""
+    (all of the phase's when empty), up to `window_s` of it (the compute as it runs alone,
+    stretched by the contention), and never its `floor` share (the chunk that has nothing left to
+    hide behind), when `enabled` (0/1 or an indicator). `contention`: how much slower the window's
+    compute runs beside the collective (module doc; 0 where the window already accounts for it)."""
 
     behind: str  # the compute it hides behind, in words
     window_s: sp.Expr
@@ -118,6 +140,7 @@ class Overlap:
     floor: sp.Expr = ZERO
     of: tuple[str, ...] = ()
     share: sp.Expr = ONE
+    contention: sp.Expr = S.s_ovl
 
     def covers(self, c: Collective) -> bool:
         return not self.of or c.name in self.of
@@ -160,7 +183,8 @@ def exposed(comm_s: sp.Expr, overlap: Overlap | None) -> sp.Expr:
     covers, its share taken)."""
     if overlap is None:
         return comm_s
-    rest = lmax(scaled(overlap.floor, comm_s), comm_s - overlap.window_s)
+    window = (1 + overlap.contention) * overlap.window_s
+    rest = lmax(scaled(overlap.floor, comm_s), comm_s - window)
     return scaled(overlap.enabled, rest) + scaled(1 - overlap.enabled, comm_s)
 
 
@@ -170,6 +194,15 @@ def scaled(factor: sp.Expr, x: sp.Expr) -> sp.Expr:
     if factor == 0 or x == 0:
         return ZERO
     return factor * x
+
+
+def contention_s(comm_s: sp.Expr, overlap: Overlap) -> sp.Expr:
+    """What hiding some communication costs its window's compute [s] (module doc):
+        k / (1 + k) x hidden,   hidden = comm_s - exposed(comm_s)
+    = k / (1 + k) x hidden where the collective fits in the stretched window (1 + k) W, k W
+    where it does not; k = overlap.contention."""
+    k = overlap.contention
+    return scaled(k / (1 + k), comm_s - exposed(comm_s, overlap))
 
 
 @dataclass(frozen=True)
@@ -195,6 +228,7 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
     comm: dict[str, list[sp.Expr]] = {}
     hidden: dict[str, list[sp.Expr]] = {}
     covered: dict[str, list[sp.Expr]] = {c.name: [] for c in phase.comms}
+    slowed: list[sp.Expr] = []
     for ov in phase.overlaps:
         mine = [c for c in phase.comms if ov.covers(c)]
         if not mine:
@@ -203,12 +237,18 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
         shown = exposed(total, ov)
         comm.setdefault(mine[0].term, []).append(shown)
         hidden.setdefault(mine[0].term, []).append(total - shown)
+        if ov.contention != 0:
+            slowed.append(contention_s(total, ov))
         for c in mine:
             covered[c.name].append(ov.share)
     for c in phase.comms:
         rest = 1 - sp.Add(*covered[c.name])
         comm.setdefault(c.term, []).append(scaled(rest, time(c)))
-    return Terms(summed(phase.device), summed(phase.host),
+    device = dict(phase.device)
+    if slowed:
+        term = STEP_CONTENTION_TERM if phase.per_step else CONTENTION_TERM
+        device[term] = device.get(term, ZERO) + sp.Add(*slowed)
+    return Terms(summed(device), summed(phase.host),
                  {t: scaled(phase.present, sp.Add(*x)) for t, x in comm.items()},
                  {t: scaled(phase.present, sp.Add(*x)) for t, x in hidden.items()})
 
@@ -352,8 +392,8 @@ def other_stages_time(first: sp.Expr, middle: sp.Expr, last: sp.Expr, t_mb: sp.E
 
 
 def step_time(m: sp.Expr, t_mb: sp.Expr, terms: Mapping[str, sp.Expr]) -> sp.Expr:
-    """T_step = m t_mb + T_bubble + T_dp + T_dp_framework + T_tp_grads + T_opt [s] (+ T_fp8_wc,
-    an fp8 plan's weight casts)."""
+    """T_step = m t_mb + T_bubble + T_dp + T_dp_contention + T_dp_framework + T_tp_grads + T_opt
+    [s] (+ T_fp8_wc, an fp8 plan's weight casts)."""
     return sp.Add(m * t_mb, *(terms[name] for name in (*STEP_TERMS, *OPTIONAL_STEP_TERMS)
                               if name in terms))
 
@@ -364,6 +404,7 @@ T_OTHER = sp.Symbol("t_other")
 STAGE_SYMBOLS = {"first": sp.Symbol("t_first"), "last": sp.Symbol("t_last"),
                  "middle": sp.Symbol("t_middle")}
 STEP_SYMBOLS = {"pipeline/bubble": sp.Symbol("T_bubble"), "comm/dp": sp.Symbol("T_dp"),
+                "compute/dp_overlap_contention": sp.Symbol("T_dp_contention"),
                 "comm/dp_framework": sp.Symbol("T_dp_framework"),
                 "comm/tp_grads": sp.Symbol("T_tp_grads"), "optimizer/step": sp.Symbol("T_opt"),
                 "compute/fp8_weight_cast": sp.Symbol("T_fp8_wc")}

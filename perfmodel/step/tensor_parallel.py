@@ -38,6 +38,13 @@ Overlap"), per layer, C one collective's time, G the GEMM it pairs with:
     and fc2_fprop, of H100's 132 SMs), 1/(1 - share) times as long; ring exchange and bulk use
     the copy engines or a few SMs without a margin (num_sm 1-4 for the forward's all-gathers):
     no slowdown. The windows above are the GEMMs as they run.
+  - the contention of compute beside a collective (HardwareSpec.overlap_compute_slowdown, k;
+    perfmodel.step.compose): the ring exchanges' and the bulk reduce-scatters' windows run 1 + k
+    as long while their collective runs (the copy engines and the few SMs they use still take
+    memory bandwidth and power; compute/overlap_contention); the pipelined reduce-scatters'
+    GEMMs do not take it again: their SM margin is that contention made explicit (their GEMMs
+    already take 1/(1 - share), 1.22 x for the attention output, 1.14 x for MLP down, against
+    the measured mean 1.189), so their Overlaps give k = 0.
 Full recompute repeats the forward's collectives and their overlaps.
 """
 
@@ -202,8 +209,9 @@ def layer_overlaps(c: Context, n: sp.Expr, attention: bool,
             whole[g] = whole.get(g, ZERO) + count * t
 
     def ov(behind: str, time: sp.Expr, of: tuple[str, ...], hides: sp.Expr,
-           floor: sp.Expr = ZERO) -> Overlap:
-        return Overlap(behind, hides * time, on, floor=floor, of=of, share=share)
+           floor: sp.Expr = ZERO, contention: sp.Expr = S.s_ovl) -> Overlap:
+        return Overlap(behind, hides * time, on, floor=floor, of=of, share=share,
+                       contention=contention)
 
     before, after = (tp - 1) / tp, (splits - 1) / splits
     forward, backward = [], []
@@ -213,7 +221,7 @@ def layer_overlaps(c: Context, n: sp.Expr, attention: bool,
         if first not in ring:
             continue
         forward += [ov(f"{label[first]} GEMM", ring[first], ag, before),
-                    ov(f"{label[second]} GEMM", pipe[second], rs, after, 1 / splits)]
+                    ov(f"{label[second]} GEMM", pipe[second], rs, after, 1 / splits, ZERO)]
         backward += [ov(f"{label[second]}'s input-gradient GEMM", ring[second], ag, before),
                      ov(f"{label[first]} weight-gradient GEMM", whole[first], rs, ONE)]
     lost_forward = sum((ring[g] - whole[g] for g in ("qkv", "mlp_up") if g in ring), ZERO) \

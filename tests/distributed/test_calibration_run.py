@@ -99,6 +99,11 @@ def test_quick_run_on_two_ranks_writes_a_standalone_profile(tmp_path):
     # host stage: the host time per framework op (a CPU's: recorded; CPU ranks stay synchronous)
     assert "host_ops" in framework and 1e-8 < hw.host_op_overhead_s < 1e-3
     assert hw.asynchronous_device is False
+    # overlap stage: GEMMs beside an async all-reduce (gloo's threads on the same cores)
+    assert "overlap" in framework, profile.provenance["notes"]
+    assert hw.overlap_compute_slowdown == pytest.approx(
+        min(1.0, framework["overlap"]["measured"]))
+    assert 0 <= hw.overlap_compute_slowdown <= 1
 
 
 def _interrupt(out, sig=signal.SIGINT, gemms=3):
@@ -132,7 +137,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["complete"] is False
     # the stage it was stopped in and every later one (at least the last, layers)
-    stages = ["gemm", "memory", "collectives", "framework", "host", "layers"]
+    stages = ["gemm", "memory", "collectives", "framework", "host", "overlap", "layers"]
     missing = doc["missing_stages"]
     assert missing and stages[-len(missing):] == missing
     assert ", ".join(missing) in stdout

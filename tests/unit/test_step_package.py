@@ -104,12 +104,14 @@ def test_a_phase_refuses_a_term_or_a_collective_not_its_own():
 
 def test_overlap_hides_communication_up_to_its_window():
     """The composition rule: without an Overlap all communication is exposed; with one, what
-    exceeds the window (when enabled)."""
-    comm, window = sp.Integer(5), sp.Integer(3)
+    exceeds the window (when enabled), the window stretched by the contention k (1 + k: 0 here;
+    tests/unit/test_overlap_contention.py for k > 0)."""
+    comm, window, k = sp.Integer(5), sp.Integer(3), sp.Integer(0)
     assert exposed(comm, None) == 5
-    assert exposed(comm, Overlap("backward", window, sp.Integer(1))).doit() == 2
-    assert exposed(comm, Overlap("backward", sp.Integer(9), sp.Integer(1))).doit() == 0
-    assert exposed(comm, Overlap("backward", window, sp.Integer(0))).doit() == 5
+    assert exposed(comm, Overlap("backward", window, sp.Integer(1), contention=k)).doit() == 2
+    assert exposed(comm, Overlap("backward", sp.Integer(9), sp.Integer(1),
+                                 contention=k)).doit() == 0
+    assert exposed(comm, Overlap("backward", window, sp.Integer(0), contention=k)).doit() == 5
 
 
 def test_two_fits_of_one_collective_were_mixed_and_are_refused():
