@@ -168,6 +168,10 @@ def plan_options(fn: Any) -> Any:
         click.option("--ep", type=int, default=1, show_default=True,
                      help="Expert-parallel degree of a mixture of experts: its experts split over "
                           "ep of the dp x cp ranks (docs/moe.md)."),
+        click.option("--etp", type=int, default=1, show_default=True,
+                     help="Expert-tensor-parallel degree of a mixture of experts: each expert's "
+                          "FFN split over etp of the tp ranks (Megatron "
+                          "--expert-tensor-parallel-size; docs/moe.md)."),
         click.option("--micro-batch", type=int, default=1, show_default=True,
                      help="Micro-batch size [samples]."),
         click.option("--global-batch", type=int, default=None,
@@ -268,7 +272,7 @@ def _given(ctx: click.Context, name: str) -> bool:
                                                  click.core.ParameterSource.DEFAULT_MAP)
 
 
-PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "micro_batch", "global_batch",
+PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "global_batch",
              "schedule", "virtual_stages",
              "sequence_parallel", "recompute", "recompute_every", "grad_dtype", "optimizer_dtype",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
@@ -688,6 +692,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--ep", type=whole(), default=None,
               help="Pin the expert-parallel degree of a mixture of experts (default: search those "
                    "dividing the experts and dp x cp).")
+@click.option("--etp", type=whole(), default=None,
+              help="Pin the expert-tensor-parallel degree of a mixture of experts (default: "
+                   "search those dividing tp and the experts' FFN width).")
 @click.option("--micro-batch", type=whole(), default=None, help="Pin the micro-batch size.")
 @click.option("--schedule", type=choice(Schedule), default=None, help="Pin the pipeline schedule.")
 @click.option("--virtual-stages", type=whole(), default=None, help="Pin the model chunks per GPU.")
@@ -825,7 +832,7 @@ def recommend(model: str | None, from_config: str | None,
                               "torchtitan": ("none", "full", "op")}.get(emit_config[0],
                                                                          ("none", "full"))
         # the writers write no context or expert parallelism yet: plans without them
-        for key in ("cp", "ep"):
+        for key in ("cp", "ep", "etp"):
             if pins.get(key) not in (None, 1):
                 raise click.UsageError(f"--emit-config writes no {key} yet: leave --{key} out")
             pins[key] = 1

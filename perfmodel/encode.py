@@ -103,13 +103,18 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.nd
         dp_cp  the dp x cp ranks of a replica (cp and dp);
         ep     ep consecutive of those ranks flattened cp inner (Megatron's expert rank order):
                ep <= cp: ep of the cp axis; else all of cp and ep / cp of the dp axis;
+        etp    the ranks one expert's FFN is split over (expert tensor parallelism): etp
+               consecutive ranks of the tp axis (Megatron-Core's expert rank order
+               tp-ep-dp-pp with the expert tp innermost; etp divides tp);
+        etp_ep the etp x ep ranks (Megatron-Core's tp_ep group);
         edp    the ranks holding the same experts: every ep-th of the flattened dp x cp ranks,
-               and the tp ranks (expert tensor parallelism 1: each tp rank routes its own
-               tokens through the same experts): ep >= cp: dp cp / ep of the dp axis, ep / cp
-               strides apart; else cp / ep of the cp axis, ep strides apart, and all of dp.
+               and every etp-th of the tp ranks (each routes its own tokens through the same
+               expert shards): ep >= cp: dp cp / ep of the dp axis, ep / cp strides apart; else
+               cp / ep of the cp axis, ep strides apart, and all of dp; tp / etp of the tp axis,
+               etp strides apart.
     """
     sides = dict(zip(GRID_AXES, grid_sides(c), strict=True))
-    cp, ep = _column(c, "cp"), _column(c, "ep")
+    cp, ep, etp = _column(c, "cp"), _column(c, "ep"), _column(c, "etp")
     degree = {"tp": c["tp"], "dp": c["dp"], "pp": c["pp"], "cp": cp, **sides}
     n = len(c["tp"])
     per_node = {axis: np.ones(n, dtype=np.int64) for axis in degree}
@@ -137,8 +142,13 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.nd
     per_node["ep"] = np.where(
         ep_in_cp, _ranks_per_node(ep, stride["cp"], g),
         per_node["cp"] * _ranks_per_node(ep // np.maximum(cp, 1), stride["dp"], g))
-    degree["edp"] = c["tp"] * c["dp"] * cp // np.maximum(ep, 1)
-    per_node["edp"] = per_node["tp"] * np.where(
+    degree["etp"] = etp
+    per_node["etp"] = _ranks_per_node(etp, stride["tp"], g)
+    degree["etp_ep"] = etp * ep
+    per_node["etp_ep"] = per_node["etp"] * per_node["ep"]
+    degree["edp"] = c["tp"] * c["dp"] * cp // np.maximum(ep * etp, 1)
+    tp_rest = c["tp"] // np.maximum(etp, 1)  # the tp ranks holding the same expert shards
+    per_node["edp"] = _ranks_per_node(tp_rest, stride["tp"] * etp, g) * np.where(
         ep_in_cp,
         _ranks_per_node(cp // np.maximum(ep, 1), stride["cp"] * ep, g) * per_node["dp"],
         _ranks_per_node(c["dp"] * cp // np.maximum(ep, 1), stride["dp"] * (ep // cp), g))
@@ -237,7 +247,7 @@ def _topology(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
     (a fabric of more than two levels) the link its group crosses beyond the node."""
     gpus_per_node = fabric.sizes[0]
     out = {k: c[k] for k in ("dp", "tp", "pp", "global_batch")}
-    out.update(cp=_column(c, "cp"), ep=_column(c, "ep"))
+    out.update(cp=_column(c, "cp"), ep=_column(c, "ep"), etp=_column(c, "etp"))
     out.update(zip(GRID_AXES, grid_sides(c), strict=True))
     out["is_tp2d"] = np.isin(c["tp_layout"], _GRID_2D)
     out["is_tp3d"] = c["tp_layout"] == _3D
@@ -305,13 +315,14 @@ class Group:
     optional: tuple[str, ...] = ()
 
 
-_TOPOLOGY_SYMBOLS = ("dp", "tp", "pp", "cp", "ep", "global_batch", *GRID_AXES, "is_tp2d", "is_tp3d",
+_TOPOLOGY_SYMBOLS = ("dp", "tp", "pp", "cp", "ep", "etp", "global_batch", *GRID_AXES, "is_tp2d",
+                     "is_tp3d",
                      *(f"{axis}_per_node" for axis in N.AXES),
                      *(f"is_{axis}_{scope}" for axis in N.AXES for scope in N.SCOPES))
 _OUTER_SYMBOLS = tuple(f"{axis}_outer_{suffix}" for axis in N.AXES for suffix in OUTER_SUFFIXES)
 # The topology comes first: its values are the most numerous (perfmodel.staged's axis order).
 GROUPS: tuple[Group, ...] = (
-    Group("topology", ("tp_layout", "tp_depth", "dp", "tp", "pp", "cp", "ep", "placement",
+    Group("topology", ("tp_layout", "tp_depth", "dp", "tp", "pp", "cp", "ep", "etp", "placement",
                        "global_batch"), (*_TOPOLOGY_SYMBOLS, *_OUTER_SYMBOLS), _topology,
           optional=_OUTER_SYMBOLS),
     Group("micro_batch", ("micro_batch",), ("micro_batch",), _micro_batch),

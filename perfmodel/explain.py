@@ -128,7 +128,9 @@ def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:
                            for name, gpus, _, _ in fabric)
     lines = [f"fabric: {described}; where each group of the plan lies:"]
     for axis in AXES:
-        redundant = (axis == "dp_cp" and plan.cp == 1) or (axis == "edp" and plan.ep == 1)
+        redundant = (axis == "dp_cp" and plan.cp == 1) \
+            or (axis == "edp" and plan.ep * plan.etp == 1) \
+            or (axis == "etp_ep" and min(plan.ep, plan.etp) == 1)
         if degrees[axis] <= 1 or redundant:
             continue
         ranks, scope = per_node[axis]

@@ -38,7 +38,8 @@ class Family:
     free_head_dim: bool = False
     scopes: tuple[tuple[str, str | None], ...] = (
         ("tp", None), ("dp", None), ("pp", None), ("tpa", None), ("tpb", None), ("tpc", None),
-        ("cp", None), ("ep", None), ("dp_cp", None), ("edp", None))
+        ("cp", None), ("ep", None), ("dp_cp", None), ("edp", None), ("etp", None),
+        ("etp_ep", None))
     # how attention crosses the cp ranks (perfmodel.strategy.CPComm): p2p, allgather, a2a, or
     # None (open: indicators)
     cp_comm: str | None = None

@@ -51,6 +51,8 @@ _name("tp", "tp", "tensor-parallel degree")
 _name("pp", "pp", "pipeline-parallel degree")
 _name("cp", "cp", "context-parallel degree (each sequence split over cp ranks)")
 _name("ep", "ep", "expert-parallel degree (the experts split over ep of the dp x cp ranks)")
+_name("etp", "etp", "expert-tensor-parallel degree (each expert's FFN split over etp of the tp "
+      "ranks)")
 _name("micro_batch", "b", "micro-batch size [samples]")
 _name("global_batch", "B", "global batch size [samples]")
 _name("virtual_stages", "v", "virtual pipeline stages per GPU (interleaving)")
@@ -68,6 +70,9 @@ _name("cp_per_node", "k_cp", "ranks of one context-parallel group inside one nod
 _name("ep_per_node", "k_ep", "ranks of one expert-parallel group inside one node")
 _name("dp_cp_per_node", "k_dpcp",
       "ranks of one data x context-parallel group (the gradients' group) inside one node")
+_name("etp_per_node", "k_etp", "ranks of one expert-tensor-parallel group inside one node")
+_name("etp_ep_per_node", "k_etpep",
+      "ranks of one expert-tensor x expert-parallel group (the token counts') inside one node")
 _name("edp_per_node", "k_edp",
       "ranks of one expert-data-parallel group (the experts' gradients' group) inside one node")
 # the tensor-parallel grid of the 2d / 2.5d / 3d layouts: sub-axes a (innermost), b, c
@@ -167,8 +172,10 @@ _name("optimizer_step_bytes_per_param", "e_step",
       "bytes the optimizer step reads and writes per local parameter")
 
 # the groups a collective runs over: dp_cp, the dp x cp ranks of a replica (its gradients); ep, the
-# ranks that exchange tokens for the experts; edp, those holding the same experts (their gradients)
-AXES = ("tp", "dp", "pp", "tpa", "tpb", "tpc", "cp", "ep", "dp_cp", "edp")
+# ranks that exchange tokens for the experts; edp, those holding the same experts (their gradients);
+# etp, the ranks one expert's FFN is split over; etp_ep, the etp x ep ranks (Megatron-Core's tp_ep
+# group: the token counts' all-gather with etp > 1)
+AXES = ("tp", "dp", "pp", "tpa", "tpb", "tpc", "cp", "ep", "dp_cp", "edp", "etp", "etp_ep")
 SCOPES = ("intra", "inter", "mixed")  # where a group's ranks lie: one node, one per node, both
 
 # A fabric of more than two levels (HardwareSpec.levels): the link an axis's group crosses beyond

@@ -19,7 +19,8 @@ from perfmodel.strategy import Dtype, Objective
 
 COMM_TERMS = ("comm/tp", "comm/cp", "comm/ep", "comm/dp", "pipeline/p2p")
 # the degrees whose part in the best plan's win recommend reports (parallelism_wins)
-WIN_AXES = (("cp", "context parallelism"), ("ep", "expert parallelism"))
+WIN_AXES = (("cp", "context parallelism"), ("ep", "expert parallelism"),
+            ("etp", "expert tensor parallelism"))
 
 
 @dataclass
@@ -272,7 +273,7 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
                       result: SearchResult) -> dict[str, Any]:
     """Why nothing was recommended: the rule that removed every plan, or the nearest plans."""
     if result.enumerated == 0:
-        pinned = ("dp", "tp", "pp", "cp", "ep", "cp_comm", "micro_batch", "schedule",
+        pinned = ("dp", "tp", "pp", "cp", "ep", "etp", "cp_comm", "micro_batch", "schedule",
                   "virtual_stages", "max_tp", "max_pp", "max_micro_batch", "tp_layout",
                   "tp_depth")
         unpinned: dict[str, Any] = dict.fromkeys(pinned)
@@ -337,6 +338,8 @@ def _short(plan: Any) -> str:
         degrees += f" cp={plan.cp}({plan.cp_comm.value})"
     if plan.ep > 1:
         degrees += f" ep={plan.ep}"
+    if plan.etp > 1:
+        degrees += f" etp={plan.etp}"
     return (f"{degrees} mb={plan.micro_batch} {plan.schedule.value} "
             f"recompute={plan.recompute.value}" + ("".join(f" {e}" for e in extra)))
 

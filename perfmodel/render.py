@@ -103,6 +103,8 @@ def degrees_text(p: Any) -> str:
         text += f" cp={p.cp} ({_value(p.cp_comm)})"
     if getattr(p, "ep", 1) > 1:
         text += f" ep={p.ep}"
+    if getattr(p, "etp", 1) > 1:
+        text += f" etp={p.etp}"
     return text
 
 
@@ -327,7 +329,7 @@ def plan_columns(top: Sequence[Any], plans: Sequence[dict[str, Any]]
         row = {"#": str(rank), "dp": str(pl.dp), "tp": str(pl.tp), "layout": layout_text(pl),
                "pp": str(pl.pp), "cp": str(pl.cp) + (f" {_value(pl.cp_comm)}" if pl.cp > 1
                                                      else ""),
-               "ep": str(pl.ep), "mb": str(pl.micro_batch), "schedule": sched,
+               "ep": str(pl.ep), "etp": str(pl.etp), "mb": str(pl.micro_batch), "schedule": sched,
                "recompute": _value(pl.recompute), "sp": "yes" if pl.sequence_parallel else "",
                "zero": str(pl.zero), "overlap": overlaps(pl),
                "placement": ",".join(pl.placement),
@@ -346,7 +348,7 @@ def plan_columns(top: Sequence[Any], plans: Sequence[dict[str, Any]]
     left = {"layout", "schedule", "recompute", "placement", "cp"}
     headers = list(rows[0]) if rows else []
     # context and expert parallelism: their columns only where a plan has them
-    headers = [h for h in headers if h not in ("cp", "ep")
+    headers = [h for h in headers if h not in ("cp", "ep", "etp")
                or any(row[h] != "1" for row in rows)]
     return [(h, h in left, [row[h] for row in rows]) for h in headers]
 

@@ -55,6 +55,7 @@ PLAN = obj({
     "cp_comm": {**STRING, "description": "How attention crosses the cp ranks: p2p, allgather, "
                                          "a2a."},
     "ep": {**WHOLE, "description": "Expert-parallel degree (of the dp x cp ranks)."},
+    "etp": {**WHOLE, "description": "Expert-tensor-parallel degree (of the tp ranks)."},
     "micro_batch": WHOLE,
     "global_batch": WHOLE, "schedule": STRING, "virtual_stages": WHOLE,
     "sequence_parallel": BOOLEAN, "recompute": STRING,

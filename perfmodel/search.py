@@ -76,6 +76,7 @@ class SearchRequest:
     pp: int | None = None
     cp: int | None = None
     ep: int | None = None
+    etp: int | None = None
     cp_comm: CPComm | None = None
     micro_batch: int | None = None
     schedule: Schedule | None = None
@@ -210,6 +211,7 @@ class Plans:
         c = self.cols
         return Plan(gpus=int(c["gpus"][i]), dp=int(c["dp"][i]), tp=int(c["tp"][i]),
                     pp=int(c["pp"][i]), cp=int(c["cp"][i]), ep=int(c["ep"][i]),
+                    etp=int(c["etp"][i]),
                     cp_comm=strategy.CP_COMMS[int(c["cp_comm"][i])],
                     micro_batch=int(c["micro_batch"][i]),
                     global_batch=int(c["global_batch"][i]),
@@ -343,6 +345,15 @@ def expert_degrees(model: TransformerSpec, req: SearchRequest, dp: int, cp: int)
     return [ep for ep in out if req.ep in (None, ep)]
 
 
+def expert_tensor_degrees(model: TransformerSpec, req: SearchRequest, tp: int) -> list[int]:
+    """The expert-tensor-parallel degrees of a mixture of experts with tp tensor ranks: those
+    dividing tp and the experts' FFN width (1 without experts)."""
+    if not model.experts:
+        return [1] if req.etp in (None, 1) else []
+    width = model.expert_ffn_hidden or model.ffn_hidden
+    return [etp for etp in divisors(tp) if width % etp == 0 and req.etp in (None, etp)]
+
+
 def _degree_triples(model: TransformerSpec, req: SearchRequest,
                     candidates: _Candidates) -> Iterator[tuple[int, int, int, int, int]]:
     """(gpus, dp, tp, pp, cp) that multiply out, with a tensor layout, pp dividing the layers and
@@ -421,7 +432,8 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
         per_replica = req.global_batch // dp
         comms = [0] if cp == 1 else [i for i, name in enumerate(CP_COMMS)
                                      if req.cp_comm in (None, name)]
-        experts = expert_degrees(model, req, dp, cp)
+        experts = [(ep, etp) for ep in expert_degrees(model, req, dp, cp)
+                   for etp in expert_tensor_degrees(model, req, tp)]
         for layout, depth, split in candidates.layouts(tp):
             if cp > 1 and layout != 0:
                 continue
@@ -431,8 +443,9 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
             sps = candidates.sequence_parallel(tp, layout)
             if not (mbs and scheds and recs and sps and zeros and places and comms and experts):
                 continue
-            for ep in experts:
+            for ep, etp in experts:
                 fixed = {"gpus": gpus, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep,
+                         "etp": etp,
                          "global_batch": req.global_batch, "tp_layout": layout,
                          "tp_depth": depth, "first_stage_layers": 0, "last_stage_layers": 0}
                 per_mb = len(scheds) * len(recs) * len(sps) * len(zeros) * len(places) \
@@ -827,11 +840,11 @@ def _leanest(rows: Scored, label: tuple[str, ...], k: int = 3,
     return some.take(order[np.sort(first)[:k]])
 
 
-NEAREST_LABEL = ("dp", "tp", "pp", "cp", "ep", "cp_comm", "micro_batch", "schedule",
+NEAREST_LABEL = ("dp", "tp", "pp", "cp", "ep", "etp", "cp_comm", "micro_batch", "schedule",
                  "virtual_stages", "recompute", "sequence_parallel", "zero", "tp_layout",
                  "tp_depth", "tp_comm_overlap", "overlap_grad_sync",
                  "overlap_param_gather")  # a plan but its placement
-BOUND_LABEL = ("dp", "tp", "pp", "cp", "ep", "tp_layout", "zero")  # the model states' bound
+BOUND_LABEL = ("dp", "tp", "pp", "cp", "ep", "etp", "tp_layout", "zero")  # the model states' bound
 UNFIT_KEPT = 1_000_000  # step times of plans that do not fit, kept to count the faster ones
 
 

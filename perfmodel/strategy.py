@@ -309,9 +309,10 @@ class Plan:
     into micro-batches of micro_batch samples: num_micro_batches = global_batch / (dp *
     micro_batch). Context parallelism splits each sequence over cp ranks (cp_comm: how attention
     crosses them); expert parallelism splits a mixture of experts' experts over ep ranks, carved
-    out of the dp x cp ranks (ep divides dp x cp; experts are not split by tp: expert tensor
-    parallelism 1). placement lists the axes from the innermost (fastest-varying rank, inside a
-    node first) out.
+    out of the dp x cp ranks (ep divides dp x cp); expert tensor parallelism splits each expert's
+    FFN over etp of the tp ranks (etp divides tp: Megatron-Core's expert mesh etp x ep x edp =
+    tp x cp x dp of a pipeline stage, edp = tp cp dp / (etp ep)). placement lists the axes from
+    the innermost (fastest-varying rank, inside a node first) out.
     """
 
     gpus: int
@@ -321,6 +322,9 @@ class Plan:
     cp: int = 1
     cp_comm: CPComm = CPComm.P2P
     ep: int = 1
+    # expert tensor parallelism (Megatron --expert-tensor-parallel-size): each routed expert's
+    # FFN split column- then row-parallel over etp of the tp ranks (perfmodel.step.moe)
+    etp: int = 1
     micro_batch: int = 1
     global_batch: int = 1
     schedule: Schedule = Schedule.ONE_F_ONE_B
@@ -372,8 +376,8 @@ class Plan:
     fp8_params: bool = False
 
     def __post_init__(self) -> None:
-        for key in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "virtual_stages",
-                    "tp_depth", "gpus", "recompute_every"):
+        for key in ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch",
+                    "virtual_stages", "tp_depth", "gpus", "recompute_every"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key))
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
         for key in ("first_stage_layers", "last_stage_layers"):
@@ -456,7 +460,7 @@ class Plan:
         every column of COLUMNS, options as codes."""
         return PlanColumns({
             "gpus": self.gpus, "dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp,
-            "ep": self.ep, "cp_comm": CP_COMMS.index(self.cp_comm),
+            "ep": self.ep, "etp": self.etp, "cp_comm": CP_COMMS.index(self.cp_comm),
             "micro_batch": self.micro_batch, "global_batch": self.global_batch,
             "schedule": SCHEDULES.index(self.schedule), "virtual_stages": self.virtual_stages,
             "recompute": RECOMPUTES.index(self.recompute),
@@ -482,7 +486,8 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """The plan's fields; those of dtype fp8 only (FP8_FIELDS) are left out of another
-        dtype's plan (they do not apply to it)."""
+        dtype's plan (they do not apply to it), and etp where it is 1 (no expert tensor
+        parallelism: the plans written before it had no such field)."""
         out = dataclasses.asdict(self)
         for key, value in out.items():
             if isinstance(value, StrEnum):
@@ -491,6 +496,8 @@ class Plan:
         if self.dtype is not Dtype.FP8:
             for key in FP8_FIELDS:
                 del out[key]
+        if self.etp == 1:
+            del out["etp"]
         return out
 
 
@@ -521,7 +528,7 @@ _PLACEMENT_NAMES = tuple(p.value for p in PLACEMENTS)
 # the columns of a plan (Plan.columns, the search's Plans); options as codes
 COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
            "recompute", "sequence_parallel", "zero", "placement", "tp_layout", "tp_depth", "cp",
-           "ep", "cp_comm", "tp_comm_overlap", "overlap_grad_sync", "overlap_param_gather",
+           "ep", "etp", "cp_comm", "tp_comm_overlap", "overlap_grad_sync", "overlap_param_gather",
            "first_stage_layers", "last_stage_layers")
 _INTERLEAVED, _ZB, _ZBV = (SCHEDULES.index(s) for s in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE,
                                                          Schedule.ZBV))
@@ -665,6 +672,13 @@ RULES: tuple[Rule, ...] = (
     _rule("ep cp", _ep_fits,
           lambda c, m: f"ep ({c.ep}) and cp ({c.cp}) must divide one another (an ep group is "
                        "ep consecutive ranks of the dp x cp ranks, cp inner)"),
+    # expert tensor parallelism: Megatron-Core's expert mesh of a pipeline stage is etp x ep x edp
+    # = tp x cp x dp (megatron/core/parallel_state.py, initialize_model_parallel, at
+    # d98e8a64ddf34856e74b24714e3bedb2f5a39553: expert_data_parallel_size = world / (etp ep pp));
+    # perfmodel takes ep out of the dp x cp ranks and etp out of the tp ranks
+    _rule("etp tp", lambda c, m: c.tp % c.etp == 0,
+          lambda c, m: f"etp ({c.etp}) must divide tp ({c.tp}): the experts are split over etp of "
+                       "the tensor-parallel ranks (ep takes the dp x cp ranks)"),
     _rule("global_batch dp micro_batch", lambda c, m: c.global_batch % (c.dp * c.micro_batch) == 0,
           lambda c, m: f"global_batch must be divisible by dp x micro_batch: {c.global_batch} is "
                        f"not a multiple of {c.dp} x {c.micro_batch} = {c.dp * c.micro_batch}"),
@@ -756,10 +770,16 @@ RULES: tuple[Rule, ...] = (
           | (((m.heads // c.tp) % c.cp == 0) & ((m.kv_heads // c.tp) % c.cp == 0)),
           lambda c, m: f"cp_comm a2a (Ulysses) needs heads / tp ({m.heads // c.tp}) and kv_heads "
                        f"/ tp ({m.kv_heads // c.tp}) divisible by cp ({c.cp})", model=True),
-    # a mixture of experts (expert tensor parallelism 1: the experts are whole on each rank)
+    # a mixture of experts
     _rule("ep", lambda c, m: (c.ep == 1) | _moe(m),
           lambda c, m: f"ep ({c.ep}) applies to a mixture-of-experts model: the model has no "
                        "experts", model=True),
+    _rule("etp", lambda c, m: (c.etp == 1) | _moe(m),
+          lambda c, m: f"etp ({c.etp}) applies to a mixture-of-experts model: the model has no "
+                       "experts", model=True),
+    _rule("etp", lambda c, m: not _moe(m) or m.expert_ffn_hidden % c.etp == 0,
+          lambda c, m: f"expert_ffn_hidden ({m.expert_ffn_hidden}) must be divisible by etp "
+                       f"({c.etp}): each expert's FFN is split over etp ranks", model=True),
     _rule("ep", lambda c, m: not _moe(m) or m.experts % c.ep == 0,
           lambda c, m: f"ep ({c.ep}) must divide the experts ({m.experts})", model=True),
     _rule("tp_layout", lambda c, m: not _moe(m) or c.tp_layout == _1D,

@@ -58,6 +58,10 @@ def check_parallel(m: dict[str, Any], plan: dict[str, Any]) -> str | None:
     if ep > 1 and (plan["dp"] * cp) % ep:
         return (f"ep ({ep}) must divide dp x cp ({plan['dp'] * cp}): the experts are sharded "
                 "over the data- and context-parallel ranks")
+    etp = plan.get("etp", 1)
+    if etp != 1:  # perfmodel models it (perfmodel.step.moe); the job's experts are whole
+        return (f"the job builds no expert tensor parallelism (its experts are whole on every "
+                f"rank): got etp {etp}, give etp 1")
     if experts and tp > 1:
         return ("the job's mixture-of-experts layers run with tp = 1 (expert tensor parallelism "
                 f"is not built): got tp {tp}")

@@ -497,13 +497,18 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
     # Megatron-LM: --expert-tensor-parallel-size defaults to --tensor-model-parallel-size
     tp = _int(settings, "tensor_model_parallel_size", where, 1) or 1
     etp = _int(settings, "expert_tensor_parallel_size", where, tp)
-    take("expert_tensor_parallel_size", "1")
-    if job.model.get("experts") and etp is not None and etp > 1:
+    etp = etp or 1
+    if job.model.get("experts"):  # the plan's etp (perfmodel.step.moe; a dense model has none)
         given = "expert_tensor_parallel_size" in explicit
-        raise refuse_plan(where, settings["expert_tensor_parallel_size"][0] if given
-                          else "--expert-tensor-parallel-size (default: tp)", etp,
-                          "expert tensor parallelism is not modelled (perfmodel's experts are "
-                          "whole on every rank): give --expert-tensor-parallel-size 1")
+        if tp % etp:
+            raise refuse_plan(where, settings["expert_tensor_parallel_size"][0] if given
+                              else "--expert-tensor-parallel-size (default: tp)", etp,
+                              f"expert tensor parallelism is modelled over tp's ranks: give an "
+                              f"--expert-tensor-parallel-size dividing tp ({tp})")
+        job.fix("etp", etp, pin=given)
+        take("expert_tensor_parallel_size", f"etp {etp}")
+    else:
+        take("expert_tensor_parallel_size", "1")
     for dest, why in (
             ("distribute_saved_activations", "distributing the checkpointed inputs over the "
                                              "tensor-parallel ranks is not modelled"),

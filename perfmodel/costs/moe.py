@@ -4,17 +4,20 @@ activations it keeps.
 Shapes follow Megatron-Core's MoE layer (megatron/core/transformer/moe: TopKRouter, the all-to-all
 token dispatcher, GroupedMLP) and GShard (Lepikhin et al. 2020) for the capacity. On one rank:
     T_r  = the rank's tokens of a micro-batch entering the layer: b s / (cp tp) (with sequence
-           parallelism each tp rank routes its own s / tp of the cp rank's s / cp; the experts
-           are whole on every rank: expert tensor parallelism 1)
-    E/ep experts on the rank, each token sent to k of the E
+           parallelism each tp rank routes its own s / tp of the cp rank's s / cp)
+    E/ep experts on the rank, each token sent to k of the E; with expert tensor parallelism
+           (etp > 1) a 1 / etp slice of each (f / etp of its FFN width), and the tokens the etp
+           ranks received all-gathered among them: each expert slice computes the rows of its
+           etp x ep ranks (Megatron-Core's MoEAlltoAllTokenDispatcher, dispatch_postprocess)
 Dropless (capacity_factor None; Megatron-Core's default, Mixtral, DeepSeek-V3): every assignment is
-computed. Balanced, each expert takes m = ep T_r k / E tokens from its ep group (T_r k / E from each
-rank); under a routing imbalance rho (the busiest expert's tokens over the mean) the slowest rank
-holds the busiest expert, rho m tokens, and E/ep - 1 others at the mean:
-    A_r  = T_r k (1 + (rho - 1) ep / E)            tokens through the rank's experts
-With a capacity factor c an expert takes at most C = ceil(c T_r k / E) of each rank's assignments
-(the rest dropped), in buffers padded to C: every expert computes ep C rows, A_r = E C, and the
-imbalance costs nothing (its tokens are dropped).
+computed. Balanced, each expert takes m = etp ep T_r k / E tokens from its etp x ep ranks (T_r k / E
+from each rank); under a routing imbalance rho (the busiest expert's tokens over the mean) the
+slowest rank holds the busiest expert, rho m tokens, and E/ep - 1 others at the mean:
+    A_r  = T_r k (1 + (rho - 1) ep / E)            tokens the rank receives by all-to-all
+and its experts compute etp A_r rows (A_r with etp 1). With a capacity factor c an expert takes at
+most C = ceil(c T_r k / E) of each rank's assignments (the rest dropped), in buffers padded to C:
+every expert computes etp ep C rows, A_r = E C, and the imbalance costs nothing (its tokens are
+dropped).
 """
 
 from __future__ import annotations
@@ -34,13 +37,15 @@ def capacity(T_r: sp.Expr, k: sp.Expr, E: sp.Expr, cf: sp.Expr) -> sp.Expr:
 
 
 def expert_tokens(T_r: sp.Expr, k: sp.Expr, E: sp.Expr, ep: sp.Expr, rho: sp.Expr, *,
-                  capacity_factor: sp.Expr | None) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
-    """(m, m_busy, A_r): the tokens of an expert at the mean, of the busiest expert on the
-    slowest rank, and the tokens through that rank's experts (module doc)."""
+                  capacity_factor: sp.Expr | None,
+                  etp: sp.Expr | int = 1) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """(m, m_busy, A_r): the tokens of an expert (slice) at the mean, of the busiest expert on
+    the slowest rank (both after the expert-tensor-parallel all-gather: etp ranks' rows), and the
+    tokens that rank receives by all-to-all (module doc)."""
     if capacity_factor is not None:
-        rows = ep * capacity(T_r, k, E, capacity_factor)
-        return rows, rows, E / ep * rows
-    mean = ep * T_r * k / E
+        C = capacity(T_r, k, E, capacity_factor)
+        return etp * ep * C, etp * ep * C, E * C
+    mean = etp * ep * T_r * k / E
     return mean, rho * mean, T_r * k * (1 + (rho - 1) * ep / E)
 
 
@@ -61,10 +66,14 @@ def shared_gemms(T: sp.Expr, h: sp.Expr, f_sh: sp.Expr, tp: sp.Expr, gated: Flag
             Gemm("shared_down", T, h, f_sh / tp)]
 
 
-def expert_params(h: sp.Expr, f_e: sp.Expr, *, gated: Flag, bias: Flag) -> sp.Expr:
-    """One routed expert: (1 + gated) f h + f h + bias ((1 + gated) f + h) (perfmodel.params)."""
+def expert_params(h: sp.Expr, f_e: sp.Expr, *, gated: Flag, bias: Flag,
+                  etp: sp.Expr | int = 1) -> sp.Expr:
+    """One routed expert, or its slice on one of etp ranks: ((1 + gated) f h + f h) / etp + bias
+    ((1 + gated) f / etp + h) (perfmodel.params; the up projection column-parallel, its bias
+    split, the down projection row-parallel, its bias whole: Megatron-Core's TEGroupedMLP,
+    megatron/core/transformer/moe/experts.py at d98e8a64ddf34856e74b24714e3bedb2f5a39553)."""
     up = (1 + as_flag(gated)) * f_e
-    return up * h + f_e * h + as_flag(bias) * (up + h)
+    return (up * h + f_e * h) / etp + as_flag(bias) * (up / etp + h)
 
 
 def router_params(h: sp.Expr, E: sp.Expr, *, bias: Flag) -> sp.Expr:
@@ -73,15 +82,16 @@ def router_params(h: sp.Expr, E: sp.Expr, *, bias: Flag) -> sp.Expr:
 
 
 def moe_activation_bytes(T_r: sp.Expr, A_r: sp.Expr, h: sp.Expr, E: sp.Expr, f_e: sp.Expr,
-                         e: sp.Expr, *, gated: Flag) -> sp.Expr:
+                         e: sp.Expr, *, gated: Flag, etp: sp.Expr | int = 1) -> sp.Expr:
     """Bytes the routed part of one MoE layer keeps for the backward, per micro-batch, on one
     rank (each tensor a backward reads, as Korthikanti et al. 2022, Sec. 4.1 count a dense
-    MLP's): the router's scores 4 T_r E (fp32), the permuted expert inputs e A_r h, each
-    expert's activation input (2 + gated) e A_r f (its up/gate outputs and the down projection's
-    input, as a dense MLP's (2 + gated) e T f), and the experts' outputs e A_r h (the combine's
-    backward weights them by the scores). The router's input is the layer's MLP input, counted
-    with the layer."""
-    return ROUTER_PROB_BYTES * T_r * E + e * A_r * h * 2 \
+    MLP's): the router's scores 4 T_r E (fp32), the permuted expert inputs e etp A_r h (with
+    expert tensor parallelism the all-gathered rows the up projection reads), each expert's
+    activation input (2 + gated) e (etp A_r) (f / etp) (its up/gate outputs and the down
+    projection's input, as a dense MLP's (2 + gated) e T f), and the experts' outputs e A_r h
+    (reduce-scattered back; the combine's backward weights them by the scores). The router's
+    input is the layer's MLP input, counted with the layer."""
+    return ROUTER_PROB_BYTES * T_r * E + e * A_r * h * (1 + etp) \
         + (2 + as_flag(gated)) * e * A_r * f_e
 
 

@@ -33,9 +33,11 @@ Context parallelism: a replica's gradients are partial over its dp x cp ranks (e
 its s / cp tokens), so every sync and ZeRO shard spans the dp x cp group (axis dp_cp, Megatron's
 data-parallel group with context parallelism; the ledger names it dp when cp = 1). A mixture of
 experts: the routed experts' gradients are reduced (and ZeRO-sharded) over the ranks holding the
-same experts, the expert-data-parallel group (axis edp, tp dp cp / ep ranks), in a sync of their
-own where that group differs from dp x cp (ep > 1 or tp > 1: Megatron-Core's expert data
-parallelism; the validation job's), with the others otherwise.
+same expert shards, the expert-data-parallel group (axis edp, tp dp cp / (etp ep) ranks:
+Megatron-Core's expert mesh etp x ep x edp = tp x cp x dp, megatron/core/parallel_state.py at
+d98e8a64ddf34856e74b24714e3bedb2f5a39553), in a sync of their own where that group differs from
+dp x cp (ep > 1 or tp / etp > 1: Megatron-Core's expert data parallelism; the validation job's),
+with the others otherwise.
 """
 
 from __future__ import annotations
@@ -64,13 +66,14 @@ def replicas(c: Context) -> sp.Expr:
 
 
 def expert_replicas(c: Context) -> sp.Expr:
-    """The ranks holding the same routed experts: tp dp cp / ep (the axis edp)."""
-    return S.tp * S.dp * S.cp / S.ep
+    """The ranks holding the same routed expert shards: tp dp cp / (ep etp) (the axis edp)."""
+    return S.tp * S.dp * S.cp / (S.ep * S.etp)
 
 
 def expert_sync_apart(c: Context) -> sp.Expr:
-    """1 where the experts' gradients sync apart from the others' (ep > 1 or tp > 1)."""
-    return sp.Max(active(S.ep), active(S.tp), evaluate=False)
+    """1 where the experts' gradients sync apart from the others' (ep > 1 or tp / etp > 1: the
+    expert-data-parallel group is then not the dp x cp group)."""
+    return sp.Max(active(S.ep), active(S.tp / S.etp), evaluate=False)
 
 
 def fsdp_units(c: Context) -> tuple[tuple[sp.Expr, sp.Expr], ...]:

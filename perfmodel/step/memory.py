@@ -25,7 +25,7 @@ schedules.py deallocate_output_tensor; NeMo deallocate_pipeline_outputs).
 Context parallelism: activations are a cp rank's s / cp tokens' (Korthikanti's formulas with s /
 cp); ZeRO shards over the dp x cp ranks. A mixture of experts: an MoE layer keeps its routed part's
 activations (perfmodel.costs.moe) in place of the dense MLP's; the routed experts' gradients and
-optimizer states are ZeRO-sharded over the expert-data-parallel group (tp dp cp / ep ranks).
+optimizer states are ZeRO-sharded over the expert-data-parallel group (tp dp cp / (ep etp) ranks).
 Multi-token prediction: the last stage keeps its modules' layers' activations and logits.
 Sources: Rajbhandari et al. 2020 (ZeRO, Sec. 3); Korthikanti et al. 2022 (Table 2, Sec. 4.2.3).
 """
@@ -72,7 +72,8 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         mlp = None
         if kw.pop("moe", False):
             T_r, _, _, A_r = MOE.routed_tokens(c)
-            mlp = CM.moe_activation_bytes(T_r, A_r, h, S.E, S.f_E, e, gated=c.gated)
+            mlp = CM.moe_activation_bytes(T_r, A_r, h, S.E, S.f_E, e, gated=c.gated,
+                                          etp=S.etp)
             if c.fam.moe_shared:
                 mlp += (2 + c.gated) * e * T * S.f_sh / tp
         return M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, mlp=mlp, **kw, **act_kw)
@@ -127,8 +128,11 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         transient = sp.Add(*(x for k, x in mem.items() if k.startswith(("activations/",
                                                                          "buffers/"))))
         groups = active(S.tp) + active(S.dp) + active(S.pp)
-        if c.fam.moe:  # the expert-parallel group, and the experts' own where they sync apart
-            groups += active(S.ep) + DP.expert_sync_apart(c) * active(DP.expert_replicas(c))
+        if c.fam.moe:  # the expert-parallel group, and the experts' own where they sync apart;
+            # with etp > 1 the expert-tensor group and the etp x ep group (Megatron-Core's
+            # expt_tp and tp_ep communicators)
+            groups += active(S.ep) + DP.expert_sync_apart(c) * active(DP.expert_replicas(c)) \
+                + active(S.etp) * (1 + active(S.ep))
         # with context parallelism the cp group and the dp x cp group
         mem["reserved/nccl_buffers"] = S.M_nccl * (groups + 2 * active(S.cp))
         mem["reserved/fragmentation"] = transient * S.f_frag / (1 - S.f_frag)

@@ -7,7 +7,9 @@ An MoE layer's MLP on one rank, per micro-batch (perfmodel.costs.moe for T_r, m,
               expert's up (and gate) and down GEMMs at its own token count, at the GEMM
               efficiency of that shape (perfmodel.costs.gemm_efficiency), the kernel floor once:
                 dropless: (E/ep - 1) t(m) + t(rho m)      (the busiest expert on the slowest rank)
-                capacity: E/ep t(ep C)                    (padded buffers)
+                capacity: E/ep t(etp ep C)                (padded buffers)
+              with expert tensor parallelism each expert's slice f_E / etp wide (up column-,
+              down row-parallel) over the rows of its etp ranks, m = etp ep T_r k / E
     shared    the shared experts, a tensor-parallel MLP f_sh wide over T tokens
     element-wise: the router's softmax and top-k, the permutation to the experts and back, the
               experts' activation (perfmodel.costs.moe.moe_elementwise_bytes); the shared
@@ -19,6 +21,16 @@ job's workload.moe), per MoE layer and micro-batch:
               which receives A_r rows: x A_r / (T_r k));
     capacity: dispatch and combine of E C rows each;
 both back in the backward, the forward's again when full recompute repeats the layer.
+With expert tensor parallelism (etp > 1; Megatron-Core's MoEAlltoAllTokenDispatcher,
+megatron/core/transformer/moe/token_dispatcher.py at d98e8a64ddf34856e74b24714e3bedb2f5a39553):
+after the dispatch the rows a rank received are all-gathered over its etp group
+(dispatch_postprocess: gather_from_sequence_parallel_region over expt_tp), the experts' outputs
+reduce-scattered back before the combine (combine_preprocess:
+reduce_scatter_to_sequence_parallel_region), etp A_r rows of h each (nccl-tests' size: the
+gathered buffer); the backward runs them the other way (a reduce-scatter and an all-gather); the
+dropless token counts are all-gathered over the etp x ep ranks (preprocess: over tp_ep), etp ep E
+int64. Megatron-Core also exchanges the routing probabilities (T_r k values) with the tokens; like
+the validation job, the model leaves them out (k / h of the tokens' bytes).
 """
 
 from __future__ import annotations
@@ -33,7 +45,7 @@ from perfmodel.costs import moe as MOE
 from perfmodel.costs.gemm_efficiency import gemm_time_s
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
-from perfmodel.step.context import Context, linear_gemm_time
+from perfmodel.step.context import Context, active, linear_gemm_time
 
 ZERO = sp.Integer(0)
 # Kernels an MoE layer's MLP launches beyond a dense MLP's, where not measured, counted from the
@@ -107,37 +119,39 @@ def routed_tokens(c: Context) -> tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]:
     T_r = c.T / c.act_ranks
     m, m_busy, A_r = MOE.expert_tokens(
         T_r, S.k_E, S.E, S.ep, S.rho_E,
-        capacity_factor=S.c_E if c.fam.moe_capacity else None)
+        capacity_factor=S.c_E if c.fam.moe_capacity else None, etp=S.etp)
     return T_r, m, m_busy, A_r
 
 
 def _expert_s(c: Context, m: sp.Expr) -> sp.Expr:
-    """One expert's up and down GEMMs over m tokens, without the kernel floor [s]; an fp8 plan's
-    on the FP8 device with e_8-byte operands and bf16 outputs, as the other linear layers'
-    (perfmodel.step.context.linear_gemm_time)."""
+    """One expert's up and down GEMMs over m tokens, without the kernel floor [s], each of its
+    etp slices f_E / etp wide (expert tensor parallelism; the whole expert with etp 1); an fp8
+    plan's on the FP8 device with e_8-byte operands and bf16 outputs, as the other linear
+    layers' (perfmodel.step.context.linear_gemm_time)."""
     dev = c.linear
     params = {k: v for k, v in dev.gemm_params.items() if k != "min_time_s"}
     operand = S.e8 if c.fam.fp8 else S.e
     return sum((gemm_time_s(g.m, g.n, g.k, g.batch, operand, dev.peak_flops_per_s,
                             dev.memory_bandwidth_bytes_per_s, output_bytes_per_element=S.e,
                             **params)
-                for g in MOE.expert_gemms(m, S.h, S.f_E, c.gated)), ZERO)
+                for g in MOE.expert_gemms(m, S.h, S.f_E / S.etp, c.gated)), ZERO)
 
 
 def moe_fp8_cast_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
     """Elements an fp8 plan's MoE layer casts to FP8 on one rank, forward and backward
     (perfmodel.costs.compute.fp8_cast_elements' counting): the attention's (a dense layer's with
-    no MLP, less its MLP input and grad output, h T / r each), the routed experts' inputs A_r h
-    (up) and A_r f_E (down) forward and grad outputs A_r h (down) and A_r (1 + gated) f_E (up)
-    backward, and the shared experts' as a dense MLP's; the router runs in bf16 (Megatron-Core)."""
+    no MLP, less its MLP input and grad output, h T / r each), the routed experts' inputs
+    etp A_r h (up, the gathered rows) and etp A_r f_E / etp (down) forward and grad outputs
+    etp A_r h (down) and etp A_r (1 + gated) f_E / etp (up) backward, and the shared experts' as
+    a dense MLP's; the router runs in bf16 (Megatron-Core)."""
     T, h, tp, r = c.T, S.h, S.tp, c.act_ranks
     _, _, _, A_r = routed_tokens(c)
     shared = S.f_sh if c.fam.moe_shared else 0
     forward, backward = K.fp8_cast_elements(T, h, S.a, S.kv, shared, tp, r, c.gated, c.d)
     if not c.fam.moe_shared:
         forward, backward = forward - T * h / r, backward - T * h / r
-    forward += A_r * (h + S.f_E)
-    backward += A_r * (h + (1 + c.gated) * S.f_E)
+    forward += A_r * (S.etp * h + S.f_E)
+    backward += A_r * (S.etp * h + (1 + c.gated) * S.f_E)
     return forward, backward
 
 
@@ -184,6 +198,14 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
         sent = busiest = rows
     else:
         sent, busiest = T_r * S.k_E, A_r
+    # the expert-tensor-parallel exchanges: the received rows gathered over etp and the
+    # outputs reduce-scattered back (forward), the other way in the backward; a group of one
+    # rank issues none (their ledger calls and time are 0 with etp 1)
+    gathered, gathered_busiest = e * S.etp * sent * h, e * S.etp * busiest * h
+    etp_ops = {"forward": ("all_gather", "reduce_scatter"),
+               "backward": ("reduce_scatter", "all_gather"),
+               "recompute": ("all_gather", "reduce_scatter")}
+    counts_etp = active(S.etp)  # the counts' gather runs over etp x ep with etp > 1
     out = []
     layers = moe_layers(c) if layers is None else layers
     for st, n in layers.items():
@@ -198,11 +220,22 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
                 nbytes=e * sent * h, time_nbytes=e * busiest * h,
                 calls=A2A_PER_LAYER * times * n, phase=phase, in_phase=in_phase,
                 term="comm/ep", fam=c.fam, stage=st, ledger_share=share))
+            for op in etp_ops[direction]:
+                out.append(Collective(
+                    name=f"etp/expert_tokens/{op}", op=op, axis="etp", nbytes=gathered,
+                    time_nbytes=gathered_busiest, calls=times * n, phase=phase,
+                    in_phase=in_phase, term="comm/ep", fam=c.fam, stage=st, ledger_share=share))
             if not c.fam.moe_capacity and direction != "backward":
                 out.append(Collective(
                     name="ep/token_counts/all_gather", op="all_gather", axis="ep",
-                    nbytes=S.ep * E * MOE.COUNT_BYTES, calls=times * n, phase=phase,
-                    in_phase=in_phase, term="comm/ep", fam=c.fam, stage=st, ledger_share=share))
+                    nbytes=S.ep * E * MOE.COUNT_BYTES, calls=(1 - counts_etp) * times * n,
+                    phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=st,
+                    ledger_share=share))
+                out.append(Collective(
+                    name="etp_ep/token_counts/all_gather", op="all_gather", axis="etp_ep",
+                    nbytes=S.etp * S.ep * E * MOE.COUNT_BYTES, calls=counts_etp * times * n,
+                    phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=st,
+                    ledger_share=share))
     return out
 
 

@@ -7,9 +7,10 @@ and the output layer (V h / tp), unless tied with one stage (a tied output layer
 last stage keeps its own copy, as Megatron-LM does).
 
 A mixture of experts: an MoE layer holds its attention, norms, router (whole on every tp rank)
-and shared experts (split over tp, as a dense MLP) like a dense layer, and E / ep routed experts
-whole (expert tensor parallelism 1): `experts` per stage, whose gradients and optimizer states
-the expert-data-parallel group shards (perfmodel.step.memory). Multi-head latent attention:
+and shared experts (split over tp, as a dense MLP) like a dense layer, and E / ep routed experts,
+each whole or, with expert tensor parallelism, a 1 / etp slice of it (perfmodel.costs.moe.
+expert_params): `experts` per stage, whose gradients and optimizer states the
+expert-data-parallel group shards (perfmodel.step.memory). Multi-head latent attention:
 perfmodel.costs.mla.mla_params. The multi-token-prediction modules (DeepSeek-V3, Sec. 2.2) sit on
 the last stage: each a layer like the model's last, a 2h x h projection and two norms, and, with
 several stages, a copy of the embedding they share with the first (not in `total`, as
@@ -98,6 +99,7 @@ def parameters(c: Context) -> Parameters:
     experts = {st: ZERO for st in n}
     total_layers = L * (lp["sharded"] + lp["replicated"])
     expert = MOE.expert_params(h, S.f_E, gated=c.gated, bias=c.bias)
+    expert_gpu = MOE.expert_params(h, S.f_E, gated=c.gated, bias=c.bias, etp=S.etp)
     if c.fam.moe:  # an MoE layer: the dense layer less its MLP, with the router, shared experts
         from perfmodel.step.moe import moe_layers, moe_layers_total
 
@@ -109,7 +111,7 @@ def parameters(c: Context) -> Parameters:
                + router}
         count = moe_layers(c)
         for st in layers:
-            experts[st] = count[st] * S.E / S.ep * expert
+            experts[st] = count[st] * S.E / S.ep * expert_gpu
             layers[st] = (n[st] - count[st]) * layer_gpu + count[st] * on_gpu(moe) + experts[st]
         L_moe = moe_layers_total(c)
         total_layers = (L - L_moe) * (lp["sharded"] + lp["replicated"]) \
@@ -118,8 +120,8 @@ def parameters(c: Context) -> Parameters:
         last_moe = c.fam.moe and (c.fam.mtp_last_moe)
         module = MTP_PROJECTION * h * h / tp + 2 * final_norm
         if last_moe:
-            module += on_gpu(moe) + S.E / S.ep * expert
-            experts["last"] += S.D_mtp * S.E / S.ep * expert
+            module += on_gpu(moe) + S.E / S.ep * expert_gpu
+            experts["last"] += S.D_mtp * S.E / S.ep * expert_gpu
         else:
             module += layer_gpu
         layers["last"] += S.D_mtp * module + c.multi * emb["sharded"] / tp

@@ -121,8 +121,10 @@ def test_megatron_fp8_is_read(tmp_path):
 @pytest.mark.parametrize("extra, field", [
     ("--fp4-format e2m1", "--fp4-format"),
     ("--context-parallel-size 2 --cp-comm-type a2a+p2p", "--cp-comm-type"),
-    ("--num-experts 8 --moe-router-topk 2 --tensor-model-parallel-size 2",
-     "--expert-tensor-parallel-size \\(default: tp\\)"),
+    # issue 17: an expert-tensor-parallel degree that does not divide tp (perfmodel takes etp
+    # out of the tp ranks); the default, tp, is read (test_megatron_expert_tensor_parallelism...)
+    ("--num-experts 8 --moe-router-topk 2 --tensor-model-parallel-size 2 "
+     "--expert-tensor-parallel-size 4", "--expert-tensor-parallel-size"),
     ("--overlap-param-gather", "--overlap-param-gather"),  # needs the distributed optimizer
     ("--pipeline-model-parallel-layout Et*2|t*2L", "--pipeline-model-parallel-layout"),
     ("--recompute-granularity full", "--recompute-granularity"),
@@ -169,6 +171,21 @@ def test_megatron_context_and_expert_parallelism_are_read_into_the_plan(tmp_path
     assert (plan["cp"], plan["cp_comm"], plan["ep"], plan["dp"]) == (2, "allgather", 4, 4)
     assert {"cp", "cp_comm", "ep"} <= job.pins
     assert spec.experts == 8
+
+
+def test_megatron_expert_tensor_parallelism_is_read_into_the_plan(tmp_path):
+    """issue 17: --expert-tensor-parallel-size becomes the plan's etp; Megatron-LM defaults it to
+    --tensor-model-parallel-size (megatron/training/arguments.py at d98e8a6: "if
+    args.expert_tensor_parallel_size is None: args.expert_tensor_parallel_size =
+    args.tensor_model_parallel_size")."""
+    moe = BASE + "--num-experts 8 --moe-router-topk 2 --tensor-model-parallel-size 2 " \
+        "--sequence-parallel "
+    for extra, etp, pinned in (("", 2, False), ("--expert-tensor-parallel-size 1", 1, True)):
+        job = read_config(write(tmp_path, moe + extra))
+        spec, plan = resolve_plan(job, resolve_model(job, None, None), {"gpus": 8})
+        assert (plan["tp"], plan["etp"]) == (2, etp)
+        assert ("etp" in job.pins) is pinned
+        assert plan_from_dict(plan).check(spec).etp == etp
 
 
 def test_megatron_unknown_option_is_named_and_a_misspelling_refused(tmp_path):

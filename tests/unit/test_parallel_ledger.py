@@ -68,3 +68,15 @@ def test_the_ledger_gives_every_collective_the_job_issues(name):
         assert {"cp", "dp_cp"} <= axes and "dp" not in axes
     if plan.ep > 1:
         assert "ep" in axes
+
+
+def test_the_dry_run_refuses_expert_tensor_parallelism_in_one_line():
+    """issue 17: perfmodel models etp (tests/unit/test_moe_etp.py checks its ledger by hand); the
+    job builds its experts whole, so its dry run refuses an etp plan before it counts anything
+    rather than compare a ledger the job cannot issue."""
+    from perfmodel.errors import PlanError
+
+    plan = _plan(4, tp=2, ep=4, etp=2, sequence_parallel=True)
+    with pytest.raises(PlanError, match="etp 2") as err:
+        dryrun.dry_run(MIXTRAL_LIKE, plan)
+    assert "\n" not in str(err.value)

@@ -1,0 +1,229 @@
+"""Expert tensor parallelism (etp) in the step model, each number computed here by hand.
+
+Sources (NVIDIA/Megatron-LM at d98e8a64ddf34856e74b24714e3bedb2f5a39553):
+megatron/core/parallel_state.py (initialize_model_parallel: the expert mesh etp x ep x edp of
+the world / pp ranks, expert_data_parallel_size = world / (etp ep pp)),
+megatron/core/transformer/moe/experts.py (TEGroupedMLP: fc1 column-, fc2 row-parallel over the
+expert-tensor group, moe_ffn_hidden_size / etp wide on a rank),
+megatron/core/transformer/moe/token_dispatcher.py (MoEAlltoAllTokenDispatcher: the token counts
+all-gathered over tp_ep, the tokens after the all-to-all all-gathered over expt_tp in
+dispatch_postprocess and the experts' outputs reduce-scattered in combine_preprocess).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel import PlanError, load_hardware, predict
+from perfmodel.collective import predict_collective
+from perfmodel.encode import axis_ranks_per_node, plan_arrays
+from perfmodel.evaluate import family_of, values_of
+from perfmodel.predict import comm_ledger
+from perfmodel.specs.model import TransformerSpec
+from perfmodel.strategy import Plan
+
+HW = "dgx-h100"
+BF16 = 2
+# 4 MoE layers of 16 experts (top 2, 2048 wide, gated), hidden 1024, 2048 tokens a sequence
+L, H, E, K, F, S = 4, 1024, 16, 2, 2048, 2048
+
+
+def _moe(**kw: object) -> TransformerSpec:
+    return TransformerSpec(**{**dict(name="moe", layers=L, hidden=H, heads=8, seq_len=S,
+                                     vocab=32000, gated_mlp=True, bias=False, norm="rmsnorm",
+                                     position_embedding="rotary", tied_embeddings=False,
+                                     experts=E, top_k=K, expert_ffn_hidden=F), **kw})
+
+
+def _plan(**kw: object) -> Plan:
+    kw.setdefault("gpus", int(kw.get("dp", 1)) * int(kw.get("cp", 1)) * int(kw.get("tp", 1))
+                  * int(kw.get("pp", 1)))
+    kw.setdefault("sequence_parallel", int(kw.get("tp", 1)) > 1)
+    return Plan(**kw)
+
+
+def _t(op: str, nbytes: float, ranks: int) -> float:
+    """One collective inside a DGX H100 node, as `perfmodel collective` costs it."""
+    return float(predict_collective(op, nbytes, ranks, load_hardware(HW))["time_s"])
+
+
+def test_etp_gathers_the_received_rows_and_scatters_the_outputs_over_its_group():
+    """dp 4 x tp 2, ep 4, etp 2, one node, 2 micro-batches of 1 sequence: each rank routes its
+    T_r = 2048 / 2 = 1024 tokens; per MoE layer and micro-batch, dispatch and combine move
+    T_r k h bf16 = 4 MiB by all-to-all over ep (forward and backward, as with etp 1); the
+    received rows are all-gathered over etp (2 x 4 MiB = 8 MiB gathered) and the outputs
+    reduce-scattered (8 MiB) forward, the other way backward; the token counts are all-gathered
+    over the etp x ep = 8 ranks, 2 x 4 x 16 int64 = 1 KiB."""
+    model = _moe()
+    T_r = S // 2
+    a2a = BF16 * T_r * K * H
+    assert a2a == 4 * 2**20
+    etp2 = _plan(dp=4, tp=2, ep=4, etp=2, global_batch=8, zero=1)
+    moe = {(r["name"], r["phase"]): (r["calls"], r["nbytes"]) for r in comm_ledger(model, etp2, HW)
+           if r["axis"] in ("ep", "etp", "etp_ep")}
+    mb = 2
+    assert moe == {
+        ("ep/dispatch_combine/all_to_all", "fwd"): (2 * L * mb, a2a),
+        ("ep/dispatch_combine/all_to_all", "bwd"): (2 * L * mb, a2a),
+        ("etp/expert_tokens/all_gather", "fwd"): (L * mb, 2 * a2a),
+        ("etp/expert_tokens/reduce_scatter", "fwd"): (L * mb, 2 * a2a),
+        ("etp/expert_tokens/all_gather", "bwd"): (L * mb, 2 * a2a),
+        ("etp/expert_tokens/reduce_scatter", "bwd"): (L * mb, 2 * a2a),
+        ("etp_ep/token_counts/all_gather", "fwd"): (L * mb, 2 * 4 * E * 8),
+    }
+    # their time: every one exposed (comm/ep), each group inside the node
+    expected = mb * L * (4 * _t("all_to_all", a2a, 4) + 2 * _t("all_gather", 2 * a2a, 2)
+                         + 2 * _t("reduce_scatter", 2 * a2a, 2)
+                         + _t("all_gather", 2 * 4 * E * 8, 8))
+    assert predict(model, HW, etp2).breakdown_s["comm/ep"] == pytest.approx(expected, rel=1e-12)
+    # etp 1: no expert-tensor exchanges, the counts over ep (4 x 16 int64)
+    etp1 = {(r["name"], r["phase"]): r["nbytes"]
+            for r in comm_ledger(model, etp2.replace(etp=1), HW)
+            if r["axis"] in ("ep", "etp", "etp_ep")}
+    assert etp1 == {("ep/dispatch_combine/all_to_all", "fwd"): a2a,
+                    ("ep/dispatch_combine/all_to_all", "bwd"): a2a,
+                    ("ep/token_counts/all_gather", "fwd"): 4 * E * 8}
+
+
+def test_full_recompute_repeats_the_forward_gather_and_scatter():
+    model = _moe()
+    plan = _plan(dp=4, tp=2, ep=4, etp=2, global_batch=4, zero=1, recompute="full")
+    calls: dict[str, float] = {}
+    for r in comm_ledger(model, plan, HW):
+        if r["axis"] == "etp":
+            calls[f"{r['op']}/{r['phase']}"] = calls.get(f"{r['op']}/{r['phase']}", 0) \
+                + r["calls"]
+    # forward 1, backward 1 and the recomputed forward 1 of each, per layer (1 micro-batch)
+    assert calls == {"all_gather/fwd": L, "reduce_scatter/fwd": L, "all_gather/bwd": 2 * L,
+                     "reduce_scatter/bwd": 2 * L}
+
+
+def test_expert_gemms_are_split_by_etp_over_the_rows_of_its_group():
+    """Each rank's E/ep experts as one grouped GEMM of f / etp wide slices over m = etp ep T_r k
+    / E rows each: up (gate) m x 2 f / etp x h, down m x h x f / etp; the router over the rank's
+    own T_r tokens."""
+    import sympy as sp
+
+    from perfmodel import symbols as sym
+    from perfmodel.costs.gemm_efficiency import gemm_time_s
+    from perfmodel.step.context import Context
+    from perfmodel.step.moe import moe_mlp_work
+
+    model, hw = _moe(), load_hardware(HW)
+    plan = _plan(dp=4, tp=2, ep=4, etp=2, global_batch=4)
+    values = values_of(model, hw, plan)
+    subs = {s: values[name] for name, (s, _) in sym.table().items() if name in values}
+    gemm, _ = moe_mlp_work(Context.of(family_of(model, hw, plan)))
+    g = hw.gemm("bf16").__dict__.copy()
+    floor = g["min_time_s"]
+    if not g["large_flops"]:
+        g.pop("large_flops")
+    peak, bw = hw.peak("bf16"), hw.memory_bandwidth_bytes_per_s * hw.memory_bandwidth_efficiency
+
+    def t(m: float, n: float, k: float, with_floor: bool = True) -> float:
+        return float(gemm_time_s(m, n, k, 1, BF16, peak, bw,
+                                 **{**g, "min_time_s": floor if with_floor else 0.0}))
+
+    T_r, ep, etp = S // 2, 4, 2
+    m = etp * ep * T_r * K / E
+    assert m == 1024
+    expert = t(m, 2 * F / etp, H, False) + t(m, H, F / etp, False)
+    expected = t(T_r, E, H) + E / ep * expert + 2 * floor
+    assert float(sp.sympify(gemm).xreplace(subs)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_expert_weights_shard_over_ep_x_etp_and_their_states_over_edp():
+    """dp 8 x tp 2, ep 4: the experts' weights and gradients on a rank halve from etp 1 to etp 2
+    (E/ep experts, each 3 h f / etp), the expert-data-parallel group halves (tp dp / (ep etp) = 4
+    -> 2), so ZeRO-1's optimizer states of the experts stay (12 x E/ep x 3 h f / (etp edp));
+    the experts' gradient reduce-scatter over edp carries the slice."""
+    model, hw = _moe(), load_hardware(HW)
+    one = _plan(dp=8, tp=2, ep=4, zero=1, global_batch=8)
+    two = one.replace(etp=2)
+    p1, p2 = predict(model, hw, one), predict(model, hw, two)
+    experts = L * E / 4 * 3 * H * F  # one rank's experts, whole
+    for term, per_param in (("weights", BF16), ("gradients", 4)):
+        assert p1.memory_breakdown_bytes[term] - p2.memory_breakdown_bytes[term] \
+            == pytest.approx(per_param * experts / 2, rel=1e-12)
+    assert p1.memory_breakdown_bytes["optimizer_states"] == pytest.approx(
+        p2.memory_breakdown_bytes["optimizer_states"], rel=1e-12)
+    groups = axis_ranks_per_node(plan_arrays(two), hw.gpus_per_node)
+    # degree, and ranks in one node: etp the 2 tp ranks; edp every 4th of the dp ranks (8 apart:
+    # one per node)
+    assert {a: (int(groups[a][0][0]), int(groups[a][1][0])) for a in ("etp", "etp_ep", "edp")} \
+        == {"etp": (2, 2), "etp_ep": (8, 8), "edp": (2, 1)}
+    syncs = {r["name"]: r["nbytes"] for r in comm_ledger(model, two, hw) if r["axis"] == "edp"}
+    assert syncs == {"edp/reduce_scatter": pytest.approx(4 * experts / 2),
+                     "edp/all_gather": pytest.approx(BF16 * experts / 2)}
+
+
+def test_etp_equal_to_tp_with_ep_1_syncs_the_experts_with_the_rest():
+    """ep 1, etp = tp: the ranks holding the same expert slice are the dp ranks, as for every
+    other tensor-parallel weight: one sync over dp, nothing over edp."""
+    model = _moe()
+    axes = {r["axis"] for r in comm_ledger(model, _plan(dp=4, tp=2, etp=2, global_batch=4),
+                                           HW) if r["phase"] == "step"}
+    assert "edp" not in axes and "dp" in axes
+
+
+@pytest.mark.parametrize(("model", "kw", "needle"), [
+    (_moe(), dict(dp=4, tp=2, ep=4, etp=4), r"etp \(4\) must divide tp \(2\)"),
+    (_moe(), dict(dp=4, ep=4, etp=2), r"etp \(2\) must divide tp \(1\)"),
+    (_moe(experts=0, top_k=None, expert_ffn_hidden=None), dict(dp=2, tp=2, etp=2),
+     r"etp \(2\) applies to a mixture-of-experts model"),
+    (_moe(expert_ffn_hidden=1026), dict(dp=2, tp=4, ep=2, etp=4),
+     r"expert_ffn_hidden \(1026\) must be divisible by etp \(4\)"),
+])
+def test_etp_plans_that_break_a_rule_are_refused_in_one_line(model, kw, needle):
+    with pytest.raises(PlanError, match=needle) as err:
+        predict(model, HW, _plan(global_batch=int(kw["dp"]), **kw))
+    assert "\n" not in str(err.value)
+
+
+def test_the_cli_takes_etp_and_refuses_one_that_does_not_divide_tp(run_cli):
+    import json
+
+    base = ("predict", "--model", "mixtral-8x7b", "--hardware", HW, "--seq-len", "4096",
+            "--dp", "4", "--tp", "2", "--ep", "4", "--pp", "4", "--global-batch", "64",
+            "--zero", "1", "--sequence-parallel", "--json")
+    ok = run_cli(*base, "--etp", "2")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["plan"]["etp"] == 2
+    bad = run_cli(*base, "--etp", "4")
+    assert bad.returncode == 4 and "etp (4) must divide tp (2)" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_search_enumerates_etp_and_agrees_with_predict():
+    import numpy as np
+
+    from perfmodel.search import Scored, SearchRequest, search
+
+    model, hw = _moe(), load_hardware(HW)
+    req = SearchRequest(gpus=(8,), global_batch=8, max_micro_batch=1, pp=1, cp=1,
+                        recompute="full", flash_attention=True)
+    chunks: list = []
+    result = search(model, hw, req, top=10**6, on_chunk=chunks.append)
+    every = Scored.concat(chunks)
+    tp, etp = every.plans.cols["tp"], every.plans.cols["etp"]
+    assert set(etp.tolist()) == {1, 2, 4, 8} and bool(np.all(tp % etp == 0))
+    assert {(int(a), int(b)) for a, b in zip(tp, etp, strict=True)} >= {(8, 8), (8, 2), (4, 1)}
+    rng = np.random.default_rng(17)
+    picked = [i for i in rng.permutation(len(every)) if every.evaluated[i] and etp[i] > 1][:20]
+    assert picked
+    for i in picked:
+        expected = predict(model, hw, result.plan(every, int(i)))
+        assert expected.plan.etp == etp[i]
+        assert every.step_time_s[i] == pytest.approx(expected.step_time_s, rel=1e-9)
+        assert every.memory_bytes[i] == pytest.approx(expected.memory_per_gpu_bytes, rel=1e-9)
+
+
+def test_the_validation_job_refuses_etp_in_one_line():
+    """The torch job (workload) builds its experts whole: an etp plan is refused before it
+    starts, naming etp."""
+    from workload.settings import check_parallel
+
+    m = {"experts": 16, "seq_len": S, "heads": 8, "kv_heads": 8}
+    why = check_parallel(m, {"dp": 4, "tp": 2, "ep": 4, "etp": 2})
+    assert why is not None and "etp 2" in why and "\n" not in why
+    assert check_parallel(m, {"dp": 4, "ep": 4, "etp": 1}) is None
