@@ -165,7 +165,7 @@ def plan_options(fn: Any) -> Any:
                           "(Ulysses)."),
         click.option("--ep", type=int, default=1, show_default=True,
                      help="Expert-parallel degree of a mixture of experts: its experts split over "
-                          "ep of the dp x cp ranks (docs/moe.md)."),
+                          "ep of a stage's tp x cp x dp ranks, tp inner (docs/moe.md)."),
         click.option("--micro-batch", type=int, default=1, show_default=True,
                      help="Micro-batch size [samples]."),
         click.option("--global-batch", type=int, default=None,
@@ -663,7 +663,7 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="Pin how attention crosses the cp ranks (default: search p2p, allgather, a2a).")
 @click.option("--ep", type=whole(), default=None,
               help="Pin the expert-parallel degree of a mixture of experts (default: search those "
-                   "dividing the experts and dp x cp).")
+                   "dividing the experts and tp x dp x cp).")
 @click.option("--micro-batch", type=whole(), default=None, help="Pin the micro-batch size.")
 @click.option("--schedule", type=choice(Schedule), default=None, help="Pin the pipeline schedule.")
 @click.option("--virtual-stages", type=whole(), default=None, help="Pin the model chunks per GPU.")

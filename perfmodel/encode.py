@@ -99,12 +99,14 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.nd
     grid's sub-axes a, b, c (a fastest). A group made of several axes' ranks (its sub-axes, each
     `stride_i` apart) has the product of theirs in a node:
         dp_cp  the dp x cp ranks of a replica (cp and dp);
-        ep     ep consecutive of those ranks flattened cp inner (Megatron's expert rank order):
-               ep <= cp: ep of the cp axis; else all of cp and ep / cp of the dp axis;
-        edp    the ranks holding the same experts: every ep-th of the flattened dp x cp ranks,
-               and the tp ranks (expert tensor parallelism 1: each tp rank routes its own
-               tokens through the same experts): ep >= cp: dp cp / ep of the dp axis, ep / cp
-               strides apart; else cp / ep of the cp axis, ep strides apart, and all of dp.
+        ep     ep consecutive ranks of a stage's tp x cp x dp ranks flattened tp inner, then cp
+               (Megatron-Core's expert rank order with expert tensor parallelism 1: the expert
+               RankGenerator, order tp-cp-ep-dp-pp, expert tp 1): e_tp = min(ep, tp) of the tp
+               axis, then e_cp = min(ep / e_tp, cp) of the cp axis, then e_dp = ep / (e_tp e_cp)
+               of the dp axis (the plan rules make each share a whole sub-axis);
+        edp    the ranks holding the same experts, the rest of each: tp / e_tp of the tp axis
+               (e_tp strides apart), cp / e_cp of the cp axis and dp / e_dp of the dp axis,
+               likewise.
     """
     sides = dict(zip(GRID_AXES, grid_sides(c), strict=True))
     cp, ep = _column(c, "cp"), _column(c, "ep")
@@ -128,18 +130,20 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.nd
                     sub = sub * degree[name]
             inner = inner * degree[axis]
     g = gpus_per_node
-    ep_in_cp = ep <= cp
     degree["dp_cp"] = c["dp"] * cp
     per_node["dp_cp"] = per_node["cp"] * per_node["dp"]
+    one = np.ones(n, dtype=np.int64)
+    e_tp = np.maximum(one, np.minimum(ep, c["tp"]))
+    e_cp = np.maximum(one, np.minimum(ep // e_tp, cp))
+    e_dp = np.maximum(one, ep // (e_tp * e_cp))
     degree["ep"] = ep
-    per_node["ep"] = np.where(
-        ep_in_cp, _ranks_per_node(ep, stride["cp"], g),
-        per_node["cp"] * _ranks_per_node(ep // np.maximum(cp, 1), stride["dp"], g))
     degree["edp"] = c["tp"] * c["dp"] * cp // np.maximum(ep, 1)
-    per_node["edp"] = per_node["tp"] * np.where(
-        ep_in_cp,
-        _ranks_per_node(cp // np.maximum(ep, 1), stride["cp"] * ep, g) * per_node["dp"],
-        _ranks_per_node(c["dp"] * cp // np.maximum(ep, 1), stride["dp"] * (ep // cp), g))
+    per_node["ep"] = one
+    per_node["edp"] = one
+    for axis, share in (("tp", e_tp), ("cp", e_cp), ("dp", e_dp)):
+        rest = np.maximum(one, degree[axis] // share)
+        per_node["ep"] = per_node["ep"] * _ranks_per_node(share, stride[axis], g)
+        per_node["edp"] = per_node["edp"] * _ranks_per_node(rest, stride[axis] * share, g)
     return {axis: (degree[axis], per_node[axis]) for axis in N.AXES}
 
 

@@ -2,9 +2,10 @@
 
 One vocabulary of parallel degrees everywhere: dp (data), tp (tensor), pp (pipeline), cp (context:
 each sequence split over cp ranks), ep (expert: a mixture of experts' experts split over ep ranks,
-carved out of the dp x cp ranks); "axis" is a mesh axis. Options are enums. The rules a plan obeys
-are written once (RULES), over plan columns: `Plan()` and `Plan.check(model)` refuse a plan that
-breaks one, naming it; the search applies the same rules to millions of plans at once (`allowed`).
+carved out of a stage's tp x cp x dp ranks, tp innermost); "axis" is a mesh axis. Options are
+enums. The rules a plan obeys are written once (RULES), over plan columns: `Plan()` and
+`Plan.check(model)` refuse a plan that breaks one, naming it; the search applies the same rules
+to millions of plans at once (`allowed`).
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ class Placement(StrEnum):
     of the axes inside it (perfmodel.encode). An order of tp, dp and pp alone puts cp right
     outside tp (Megatron's order tp-cp-dp-pp; the validation job's mesh, workload.parallelize);
     the orders of all four place cp anywhere (inside a node or across nodes). Expert parallelism
-    has no place of its own: its ranks are carved out of the dp x cp ranks, cp inner (Megatron's
-    expert rank order)."""
+    has no place of its own: its ranks are carved out of a stage's tp x cp x dp ranks, tp innermost
+    then cp (Megatron-Core's expert rank order with expert tensor parallelism 1)."""
 
     TP_DP_PP = "tp,dp,pp"
     TP_PP_DP = "tp,pp,dp"
@@ -266,9 +267,10 @@ class Plan:
     into micro-batches of micro_batch samples: num_micro_batches = global_batch / (dp *
     micro_batch). Context parallelism splits each sequence over cp ranks (cp_comm: how attention
     crosses them); expert parallelism splits a mixture of experts' experts over ep ranks, carved
-    out of the dp x cp ranks (ep divides dp x cp; experts are not split by tp: expert tensor
-    parallelism 1). placement lists the axes from the innermost (fastest-varying rank, inside a
-    node first) out.
+    out of a stage's tp x cp x dp ranks, tp innermost (ep divides tp x dp x cp; experts are not
+    split by tp: expert tensor parallelism 1, so an ep group takes the attention's tp ranks
+    first, as Megatron-Core's expert RankGenerator does). placement lists the axes from the
+    innermost (fastest-varying rank, inside a node first) out.
     """
 
     gpus: int
@@ -548,9 +550,14 @@ def _moe(m: Any) -> bool:
 
 
 def _ep_fits(c: PlanColumns, m: Any) -> Any:
-    """ep ranks are whole cp groups, or a whole number of them lies in an ep group (their rank
-    order: the dp x cp ranks flattened cp inner, ep consecutive ones an ep group)."""
-    return (c.cp % c.ep == 0) | (c.ep % c.cp == 0)
+    """An ep group is ep consecutive ranks of a stage's tp x cp x dp ranks flattened tp inner,
+    then cp (Megatron-Core, parallel_state.initialize_model_parallel: the expert RankGenerator's
+    order "tp-cp-ep-dp-pp" with expert_tensor_parallel_size 1 puts ep right outside the expert
+    tp of 1, over the attention's tp ranks first): ep and tp divide one another, and beyond tp,
+    ep / tp and cp divide one another (each axis's share of the group a whole sub-axis)."""
+    beyond = c.ep // _nonzero(c.tp)  # the group's ranks beyond one tp group's (0: inside it)
+    return (((c.tp % c.ep == 0) | (c.ep % c.tp == 0))
+            & ((beyond <= 1) | (c.cp % _nonzero(beyond) == 0) | (beyond % c.cp == 0)))
 
 
 RULES: tuple[Rule, ...] = (
@@ -562,12 +569,13 @@ RULES: tuple[Rule, ...] = (
     _rule("cp tp_layout", lambda c, m: (c.cp == 1) | (c.tp_layout == _1D),
           lambda c, m: f"context parallelism (cp {c.cp}) is modelled with tp_layout 1d, got "
                        f"tp_layout {c.name(LAYOUTS, 'tp_layout')}"),
-    _rule("ep dp cp", lambda c, m: (c.dp * c.cp) % c.ep == 0,
-          lambda c, m: f"ep ({c.ep}) must divide dp x cp ({c.dp} x {c.cp} = {c.dp * c.cp}): the "
-                       "experts are sharded over the data- and context-parallel ranks"),
-    _rule("ep cp", _ep_fits,
-          lambda c, m: f"ep ({c.ep}) and cp ({c.cp}) must divide one another (an ep group is "
-                       "ep consecutive ranks of the dp x cp ranks, cp inner)"),
+    _rule("ep tp dp cp", lambda c, m: (c.tp * c.dp * c.cp) % c.ep == 0,
+          lambda c, m: f"ep ({c.ep}) must divide tp x dp x cp ({c.tp} x {c.dp} x {c.cp} = "
+                       f"{c.tp * c.dp * c.cp}): the experts are sharded over a stage's ranks"),
+    _rule("ep tp cp", _ep_fits,
+          lambda c, m: f"ep ({c.ep}) must divide or be divisible by tp ({c.tp}), and beyond tp "
+                       f"ep / tp and cp ({c.cp}) must divide one another (an ep group is ep "
+                       "consecutive ranks of a stage's tp x cp x dp ranks, tp inner, then cp)"),
     _rule("global_batch dp micro_batch", lambda c, m: c.global_batch % (c.dp * c.micro_batch) == 0,
           lambda c, m: f"global_batch must be divisible by dp x micro_batch: {c.global_batch} is "
                        f"not a multiple of {c.dp} x {c.micro_batch} = {c.dp * c.micro_batch}"),
