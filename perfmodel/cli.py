@@ -167,7 +167,8 @@ def plan_options(fn: Any) -> Any:
                           "(Ulysses)."),
         click.option("--ep", type=int, default=1, show_default=True,
                      help="Expert-parallel degree of a mixture of experts: its experts split over "
-                          "ep of the dp x cp ranks (docs/moe.md)."),
+                          "ep of a stage's tp x cp x dp ranks, tp inner, after etp's "
+                          "(docs/moe.md)."),
         click.option("--etp", type=int, default=1, show_default=True,
                      help="Expert-tensor-parallel degree of a mixture of experts: each expert's "
                           "FFN split over etp of the tp ranks (Megatron "
@@ -691,7 +692,7 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="Pin how attention crosses the cp ranks (default: search p2p, allgather, a2a).")
 @click.option("--ep", type=whole(), default=None,
               help="Pin the expert-parallel degree of a mixture of experts (default: search those "
-                   "dividing the experts and dp x cp).")
+                   "dividing the experts and tp x dp x cp / etp).")
 @click.option("--etp", type=whole(), default=None,
               help="Pin the expert-tensor-parallel degree of a mixture of experts (default: "
                    "search those dividing tp and the experts' FFN width).")

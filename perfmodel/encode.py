@@ -101,17 +101,22 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.nd
     grid's sub-axes a, b, c (a fastest). A group made of several axes' ranks (its sub-axes, each
     `stride_i` apart) has the product of theirs in a node:
         dp_cp  the dp x cp ranks of a replica (cp and dp);
-        ep     ep consecutive of those ranks flattened cp inner (Megatron's expert rank order):
-               ep <= cp: ep of the cp axis; else all of cp and ep / cp of the dp axis;
         etp    the ranks one expert's FFN is split over (expert tensor parallelism): etp
-               consecutive ranks of the tp axis (Megatron-Core's expert rank order
-               tp-ep-dp-pp with the expert tp innermost; etp divides tp);
+               consecutive ranks of the tp axis (etp divides tp);
+        ep     the next ep ranks of a stage's tp x cp x dp ranks flattened tp inner, then cp,
+               then dp: e_tp = min(ep, tp / etp) of the tp axis (etp strides apart), then
+               e_cp = min(ep / e_tp, cp) of the cp axis, then e_dp = ep / (e_tp e_cp) of the dp
+               axis (the plan rules make each share a whole sub-axis);
         etp_ep the etp x ep ranks (Megatron-Core's tp_ep group);
-        edp    the ranks holding the same experts: every ep-th of the flattened dp x cp ranks,
-               and every etp-th of the tp ranks (each routes its own tokens through the same
-               expert shards): ep >= cp: dp cp / ep of the dp axis, ep / cp strides apart; else
-               cp / ep of the cp axis, ep strides apart, and all of dp; tp / etp of the tp axis,
-               etp strides apart.
+        edp    the ranks holding the same expert shards, the rest of each axis: tp / (etp e_tp)
+               of the tp axis (etp e_tp strides apart), cp / e_cp of the cp axis (e_cp strides
+               apart) and dp / e_dp of the dp axis (e_dp strides apart).
+    This is Megatron-Core's expert rank order (megatron/core/parallel_state.py,
+    initialize_model_parallel, NVIDIA/Megatron-LM d98e8a64dd: the expert RankGenerator has
+    tp = expert_tensor_parallel_size, ep, dp = expert_data_parallel_size = world / (etp ep pp),
+    cp = 1 and the order tp-cp-ep-dp-pp, over the same ranks as the dense RankGenerator's
+    tp-cp-dp-pp). With etp 1 an ep group takes the attention's tp ranks first; with etp = tp it
+    lies on the dp x cp ranks, cp inner.
     """
     sides = dict(zip(GRID_AXES, grid_sides(c), strict=True))
     cp, ep, etp = _column(c, "cp"), _column(c, "ep"), _column(c, "etp")
@@ -135,23 +140,28 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.nd
                     sub = sub * degree[name]
             inner = inner * degree[axis]
     g = gpus_per_node
-    ep_in_cp = ep <= cp
     degree["dp_cp"] = c["dp"] * cp
     per_node["dp_cp"] = per_node["cp"] * per_node["dp"]
-    degree["ep"] = ep
-    per_node["ep"] = np.where(
-        ep_in_cp, _ranks_per_node(ep, stride["cp"], g),
-        per_node["cp"] * _ranks_per_node(ep // np.maximum(cp, 1), stride["dp"], g))
+    one = np.ones(n, dtype=np.int64)
+    etp = np.maximum(one, etp)
+    tp_rest = np.maximum(one, c["tp"] // etp)  # the tp ranks beyond one expert-tensor group
+    e_tp = np.maximum(one, np.minimum(ep, tp_rest))
+    e_cp = np.maximum(one, np.minimum(ep // e_tp, cp))
+    e_dp = np.maximum(one, ep // (e_tp * e_cp))
     degree["etp"] = etp
     per_node["etp"] = _ranks_per_node(etp, stride["tp"], g)
+    degree["ep"] = ep
     degree["etp_ep"] = etp * ep
-    per_node["etp_ep"] = per_node["etp"] * per_node["ep"]
     degree["edp"] = c["tp"] * c["dp"] * cp // np.maximum(ep * etp, 1)
-    tp_rest = c["tp"] // np.maximum(etp, 1)  # the tp ranks holding the same expert shards
-    per_node["edp"] = _ranks_per_node(tp_rest, stride["tp"] * etp, g) * np.where(
-        ep_in_cp,
-        _ranks_per_node(cp // np.maximum(ep, 1), stride["cp"] * ep, g) * per_node["dp"],
-        _ranks_per_node(c["dp"] * cp // np.maximum(ep, 1), stride["dp"] * (ep // cp), g))
+    per_node["ep"] = one
+    per_node["edp"] = one
+    within = {"tp": etp, "cp": one, "dp": one}  # each axis's ranks inside the ep share
+    for axis, share in (("tp", e_tp), ("cp", e_cp), ("dp", e_dp)):
+        rest = np.maximum(one, degree[axis] // (within[axis] * share))
+        per_node["ep"] = per_node["ep"] * _ranks_per_node(share, stride[axis] * within[axis], g)
+        per_node["edp"] = per_node["edp"] * _ranks_per_node(
+            rest, stride[axis] * within[axis] * share, g)
+    per_node["etp_ep"] = per_node["etp"] * per_node["ep"]
     return {axis: (degree[axis], per_node[axis]) for axis in N.AXES}
 
 
@@ -293,12 +303,12 @@ def _zero(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
     return {f"is_zero{stage}": c["zero"] >= stage for stage in (1, 2, 3)}
 
 
-def _overlap(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+def _overlap(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
     return {f"is_{k}": c[k] for k in ("tp_comm_overlap", "overlap_grad_sync",
                                       "overlap_param_gather")}
 
 
-def _stage_layers(c: Columns, gpus_per_node: int) -> dict[str, np.ndarray]:
+def _stage_layers(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
     return {k: c[k] for k in ("first_stage_layers", "last_stage_layers")}
 
 

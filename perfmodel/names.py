@@ -50,7 +50,8 @@ _name("dp", "dp", "data-parallel degree")
 _name("tp", "tp", "tensor-parallel degree")
 _name("pp", "pp", "pipeline-parallel degree")
 _name("cp", "cp", "context-parallel degree (each sequence split over cp ranks)")
-_name("ep", "ep", "expert-parallel degree (the experts split over ep of the dp x cp ranks)")
+_name("ep", "ep", "expert-parallel degree (the experts split over ep of a stage's tp x cp x dp "
+      "ranks, after etp's)")
 _name("etp", "etp", "expert-tensor-parallel degree (each expert's FFN split over etp of the tp "
       "ranks)")
 _name("micro_batch", "b", "micro-batch size [samples]")

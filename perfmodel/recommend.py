@@ -283,8 +283,8 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         pins = {k: getattr(getattr(req, k), "value", getattr(req, k)) for k in pinned
                 if getattr(req, k) is not None}
         n = count_plans(model, relaxed) if pins else 0
-        experts = (f", ep must divide the experts ({model.experts}) and dp x cp"
-                   if model.experts else "")
+        experts = (f", ep must divide the experts ({model.experts}) and tp x dp x cp / etp, "
+                   "etp must divide tp" if model.experts else "")
         rules = (f"dp x cp x tp x pp must equal the GPU count, tp must divide heads "
                  f"({model.heads}) or make a 2D/2.5D/3D grid whose side divides it, pp must "
                  f"divide layers ({model.layers}), dp x micro-batch must divide the global batch "

@@ -54,7 +54,7 @@ PLAN = obj({
     "cp": {**WHOLE, "description": "Context-parallel degree (gpus = dp x cp x tp x pp)."},
     "cp_comm": {**STRING, "description": "How attention crosses the cp ranks: p2p, allgather, "
                                          "a2a."},
-    "ep": {**WHOLE, "description": "Expert-parallel degree (of the dp x cp ranks)."},
+    "ep": {**WHOLE, "description": "Expert-parallel degree (of a stage's tp x cp x dp ranks)."},
     "etp": {**WHOLE, "description": "Expert-tensor-parallel degree (of the tp ranks)."},
     "micro_batch": WHOLE,
     "global_batch": WHOLE, "schedule": STRING, "virtual_stages": WHOLE,

@@ -334,14 +334,23 @@ def _context_degrees(model: TransformerSpec, req: SearchRequest, rest: int) -> l
     return out
 
 
-def expert_degrees(model: TransformerSpec, req: SearchRequest, dp: int, cp: int) -> list[int]:
-    """The expert-parallel degrees of a mixture of experts with dp x cp data and context ranks:
-    those dividing the experts and dp x cp that divide cp or that cp divides (1 without
-    experts)."""
+def expert_degrees(model: TransformerSpec, req: SearchRequest, dp: int, cp: int,
+                   tp: int = 1, etp: int = 1) -> list[int]:
+    """The expert-parallel degrees of a mixture of experts on a stage's tp x cp x dp ranks with
+    expert tensor parallelism etp: those dividing the experts and tp / etp x dp x cp whose group
+    is whole sub-axes of the tp ranks beyond etp's, then cp, then dp (ep and tp / etp divide one
+    another; beyond tp / etp, ep / (tp / etp) and cp: the plan rule "ep etp tp cp"); 1 without
+    experts."""
     if not model.experts:
         return [1] if req.ep in (None, 1) else []
-    out = [ep for ep in divisors(dp * cp) if model.experts % ep == 0
-           and (cp % ep == 0 or ep % cp == 0)]
+    rest = tp // etp  # the tp ranks beyond one expert-tensor group
+
+    def fits(ep: int) -> bool:
+        beyond = ep // rest
+        return ((rest % ep == 0 or ep % rest == 0)
+                and (beyond <= 1 or cp % beyond == 0 or beyond % cp == 0))
+
+    out = [ep for ep in divisors(rest * dp * cp) if model.experts % ep == 0 and fits(ep)]
     return [ep for ep in out if req.ep in (None, ep)]
 
 
@@ -432,8 +441,8 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
         per_replica = req.global_batch // dp
         comms = [0] if cp == 1 else [i for i, name in enumerate(CP_COMMS)
                                      if req.cp_comm in (None, name)]
-        experts = [(ep, etp) for ep in expert_degrees(model, req, dp, cp)
-                   for etp in expert_tensor_degrees(model, req, tp)]
+        experts = sorted((ep, etp) for etp in expert_tensor_degrees(model, req, tp)
+                         for ep in expert_degrees(model, req, dp, cp, tp, etp))
         for layout, depth, split in candidates.layouts(tp):
             if cp > 1 and layout != 0:
                 continue

@@ -2,9 +2,11 @@
 
 One vocabulary of parallel degrees everywhere: dp (data), tp (tensor), pp (pipeline), cp (context:
 each sequence split over cp ranks), ep (expert: a mixture of experts' experts split over ep ranks,
-carved out of the dp x cp ranks); "axis" is a mesh axis. Options are enums. The rules a plan obeys
-are written once (RULES), over plan columns: `Plan()` and `Plan.check(model)` refuse a plan that
-breaks one, naming it; the search applies the same rules to millions of plans at once (`allowed`).
+carved out of a stage's tp x cp x dp ranks, tp innermost, after etp's), etp (expert tensor: each
+expert split over etp of the tp ranks); "axis" is a mesh axis. Options are
+enums. The rules a plan obeys are written once (RULES), over plan columns: `Plan()` and
+`Plan.check(model)` refuse a plan that breaks one, naming it; the search applies the same rules
+to millions of plans at once (`allowed`).
 """
 
 from __future__ import annotations
@@ -116,8 +118,9 @@ class Placement(StrEnum):
     of the axes inside it (perfmodel.encode). An order of tp, dp and pp alone puts cp right
     outside tp (Megatron's order tp-cp-dp-pp; the validation job's mesh, workload.parallelize);
     the orders of all four place cp anywhere (inside a node or across nodes). Expert parallelism
-    has no place of its own: its ranks are carved out of the dp x cp ranks, cp inner (Megatron's
-    expert rank order)."""
+    and expert tensor parallelism have no place of their own: their ranks are carved out of a
+    stage's tp x cp x dp ranks, tp innermost, then cp (Megatron-Core's expert rank order: etp
+    first, then ep, then edp)."""
 
     TP_DP_PP = "tp,dp,pp"
     TP_PP_DP = "tp,pp,dp"
@@ -309,10 +312,13 @@ class Plan:
     into micro-batches of micro_batch samples: num_micro_batches = global_batch / (dp *
     micro_batch). Context parallelism splits each sequence over cp ranks (cp_comm: how attention
     crosses them); expert parallelism splits a mixture of experts' experts over ep ranks, carved
-    out of the dp x cp ranks (ep divides dp x cp); expert tensor parallelism splits each expert's
-    FFN over etp of the tp ranks (etp divides tp: Megatron-Core's expert mesh etp x ep x edp =
-    tp x cp x dp of a pipeline stage, edp = tp cp dp / (etp ep)). placement lists the axes from
-    the innermost (fastest-varying rank, inside a node first) out.
+    out of a stage's tp x cp x dp ranks; expert tensor parallelism splits each expert's FFN over
+    etp of the tp ranks (etp divides tp). Megatron-Core's expert mesh etp x ep x edp is the same
+    tp x cp x dp ranks of a pipeline stage flattened tp innermost, then cp, then dp: etp takes
+    the first etp ranks, ep the next ep (the rest of the tp axis first, then cp, then dp), edp =
+    tp cp dp / (etp ep) the rest (etp 1: an ep group takes the attention's tp ranks first; etp =
+    tp: it lies on the dp x cp ranks). placement lists the axes from the innermost
+    (fastest-varying rank, inside a node first) out.
     """
 
     gpus: int
@@ -652,9 +658,26 @@ def _moe(m: Any) -> bool:
 
 
 def _ep_fits(c: PlanColumns, m: Any) -> Any:
-    """ep ranks are whole cp groups, or a whole number of them lies in an ep group (their rank
-    order: the dp x cp ranks flattened cp inner, ep consecutive ones an ep group)."""
-    return (c.cp % c.ep == 0) | (c.ep % c.cp == 0)
+    """An ep group is the ep ranks after an expert-tensor group's etp of a stage's tp x cp x dp
+    ranks flattened tp inner, then cp, then dp (Megatron-Core, parallel_state.
+    initialize_model_parallel: the expert RankGenerator's order "tp-cp-ep-dp-pp" with tp =
+    expert_tensor_parallel_size puts ep right outside etp, over the rest of the attention's tp
+    ranks first): ep and tp / etp divide one another, and beyond tp / etp, ep / (tp / etp) and
+    cp divide one another (each axis's share of the group a whole sub-axis)."""
+    rest = _nonzero(c.tp // _nonzero(c.etp))  # the tp ranks beyond one expert-tensor group
+    beyond = c.ep // rest  # the group's ranks beyond the tp axis (0: inside it)
+    return (((rest % c.ep == 0) | (c.ep % rest == 0))
+            & ((beyond <= 1) | (c.cp % _nonzero(beyond) == 0) | (beyond % c.cp == 0)))
+
+
+def _ep_etp(c: PlanColumns) -> str:
+    """ep, or ep x etp where expert tensor parallelism is on, with its values (a refusal's)."""
+    return f"ep ({c.ep})" if c.etp == 1 else f"ep x etp ({c.ep} x {c.etp} = {c.ep * c.etp})"
+
+
+def _tp_rest(c: PlanColumns) -> str:
+    """The tp ranks an ep group starts on, with their value: tp, or tp / etp (a refusal's)."""
+    return f"tp ({c.tp})" if c.etp == 1 else f"tp / etp ({c.tp} / {c.etp} = {c.tp // c.etp})"
 
 
 RULES: tuple[Rule, ...] = (
@@ -666,19 +689,22 @@ RULES: tuple[Rule, ...] = (
     _rule("cp tp_layout", lambda c, m: (c.cp == 1) | (c.tp_layout == _1D),
           lambda c, m: f"context parallelism (cp {c.cp}) is modelled with tp_layout 1d, got "
                        f"tp_layout {c.name(LAYOUTS, 'tp_layout')}"),
-    _rule("ep dp cp", lambda c, m: (c.dp * c.cp) % c.ep == 0,
-          lambda c, m: f"ep ({c.ep}) must divide dp x cp ({c.dp} x {c.cp} = {c.dp * c.cp}): the "
-                       "experts are sharded over the data- and context-parallel ranks"),
-    _rule("ep cp", _ep_fits,
-          lambda c, m: f"ep ({c.ep}) and cp ({c.cp}) must divide one another (an ep group is "
-                       "ep consecutive ranks of the dp x cp ranks, cp inner)"),
-    # expert tensor parallelism: Megatron-Core's expert mesh of a pipeline stage is etp x ep x edp
-    # = tp x cp x dp (megatron/core/parallel_state.py, initialize_model_parallel, at
-    # d98e8a64ddf34856e74b24714e3bedb2f5a39553: expert_data_parallel_size = world / (etp ep pp));
-    # perfmodel takes ep out of the dp x cp ranks and etp out of the tp ranks
+    # expert tensor and expert parallelism: Megatron-Core's expert mesh of a pipeline stage is
+    # etp x ep x edp = tp x cp x dp, flattened tp inner, then cp, then dp (megatron/core/
+    # parallel_state.py, initialize_model_parallel, at d98e8a64ddf34856e74b24714e3bedb2f5a39553:
+    # the expert RankGenerator, tp = expert_tensor_parallel_size, order tp-cp-ep-dp-pp,
+    # expert_data_parallel_size = world / (etp ep pp)); etp takes the first of the tp ranks
     _rule("etp tp", lambda c, m: c.tp % c.etp == 0,
-          lambda c, m: f"etp ({c.etp}) must divide tp ({c.tp}): the experts are split over etp of "
-                       "the tensor-parallel ranks (ep takes the dp x cp ranks)"),
+          lambda c, m: f"etp ({c.etp}) must divide tp ({c.tp}): each expert is split over etp of "
+                       "the tensor-parallel ranks"),
+    _rule("ep etp tp dp cp", lambda c, m: (c.tp * c.dp * c.cp) % (c.ep * c.etp) == 0,
+          lambda c, m: f"{_ep_etp(c)} must divide tp x dp x cp ({c.tp} x {c.dp} x {c.cp} = "
+                       f"{c.tp * c.dp * c.cp}): the experts are sharded over a stage's ranks"),
+    _rule("ep etp tp cp", _ep_fits,
+          lambda c, m: f"ep ({c.ep}) must divide or be divisible by {_tp_rest(c)}, and beyond it "
+                       f"ep / {'tp' if c.etp == 1 else '(tp / etp)'} and cp ({c.cp}) must "
+                       "divide one another (an ep group is the ranks after etp's of a stage's "
+                       "tp x cp x dp ranks, tp inner, then cp)"),
     _rule("global_batch dp micro_batch", lambda c, m: c.global_batch % (c.dp * c.micro_batch) == 0,
           lambda c, m: f"global_batch must be divisible by dp x micro_batch: {c.global_batch} is "
                        f"not a multiple of {c.dp} x {c.micro_batch} = {c.dp * c.micro_batch}"),

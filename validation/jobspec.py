@@ -5,7 +5,7 @@ the dry run (validation.dryrun), the ledger check (validation.ledger) and the la
 Context and expert parallelism: perfmodel's Plan has no cp / ep yet, so the job's degrees travel
 beside it in JobParallel (cp, cp_comm, ep, moe_routing); once the Plan grows fields of those
 names, job_parallel takes them from the plan. The world is dp x cp x tp x pp ranks; ep is carved
-out of dp x cp (workload.parallelize).
+out of a stage's tp x cp x dp ranks, tp innermost (workload.parallelize).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ A run trains the plan on local gloo ranks (workload.job) and prints its step tim
 rank 0's collectives per step (axis, op, bytes per call, calls: the ledger's format); --check runs
 one step against one process (workload.equivalence: loss and every gradient, fp32); --dry-run
 counts rank 0's collectives on a fake process group of the full world (validation.dryrun). The
-world is dp x cp x tp x pp ranks; ep is carved out of dp x cp.
+world is dp x cp x tp x pp ranks; ep is carved out of a stage's tp x cp x dp ranks, tp innermost
+(Megatron-Core's expert rank order, workload.parallelize).
 """
 
 from __future__ import annotations
@@ -30,7 +31,14 @@ from perfmodel.files import write_atomic
 from perfmodel.output import json_text
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
-from validation.jobspec import JobParallel, RunSettings, job_config, job_model, world_size
+from validation.jobspec import (
+    JobParallel,
+    RunSettings,
+    job_config,
+    job_model,
+    job_parallel,
+    world_size,
+)
 from workload.settings import CPComm, MoERouting
 
 EQUIVALENCE_MODULE = "workload.equivalence"
@@ -47,6 +55,10 @@ def check_equivalence(
 
     if plan.pp > 1:
         raise PlanError("the equivalence check runs pp = 1 plans")
+    if model.capacity_factor is not None and (plan.tp > 1 or job_parallel(plan, parallel).cp > 1):
+        raise PlanError("capacity_factor with tp or cp > 1 cannot be checked against one process: "
+                        "each rank drops by its own share of the sequence (check it with tp = "
+                        "cp = 1; --dry-run counts its exchanges)")
     world = world_size(plan, parallel)
     cfg = job_config(job_model(model), plan, RunSettings(nprocs=world), parallel)
     cfg["timeout_s"] = timeout_s
@@ -123,7 +135,7 @@ def _table(title: str, rows: list[dict[str, Any]]) -> None:
               show_default=True, help="p2p: ring attention; allgather: K/V all-gathered; "
               "a2a: Ulysses.")
 @click.option("--ep", type=click.IntRange(1), default=1, show_default=True,
-              help="Expert-parallel degree (divides dp x cp).")
+              help="Expert-parallel degree (divides tp x dp x cp).")
 @click.option("--moe-routing", type=click.Choice([e.value for e in MoERouting]),
               default="learned", show_default=True,
               help="balanced: assignment n to expert n mod E (exchange sizes known in advance).")

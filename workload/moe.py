@@ -15,7 +15,13 @@ default), every assignment computed.
 
 Expert parallelism (ep ranks, E / ep experts each, rank j holding experts j E/ep ... (j+1) E/ep - 1;
 Megatron-Core's MoEAlltoAllTokenDispatcher), per MoE layer and micro-batch, T = the rank's tokens
-(micro_batch x seq_len / cp):
+(micro_batch x seq_len / cp, and / tp under tensor parallelism, which needs sequence parallelism:
+each tp rank routes its own share of the sequence). The experts are whole on each rank (expert
+tensor parallelism 1): Megatron-Core's dispatcher then takes its "tp" as the expert tp group of
+one rank (MoETokenDispatcher: tp_group = pg_collection.expt_tp), so it issues no tensor-parallel
+all-gather or reduce-scatter around the experts (dispatch_postprocess / combine_preprocess: only
+when tp_size > 1), and gathers the counts over tp_ep_group, the ep group itself; the ep group
+takes a stage's ranks tp innermost (workload.parallelize):
 
 - dropless: one all-gather over ep of the E token counts per rank (int64: the output is
   ep E 8 bytes), then dispatch and combine, each one all_to_all_single with split sizes, of the
@@ -76,6 +82,7 @@ class MoE(nn.Module):
         self.first_expert = 0  # the global index of self.experts[0]
         self.ep_group: Any = None
         self.ep, self.ep_rank = 1, 0
+        self.tp_mesh: Any = None  # under tp: the tp mesh (the shared experts' collectives)
 
     def shard_experts(self, group: Any, rank: int, size: int) -> None:
         """Keep this ep rank's experts (rank E/ep ... ): all E were built first, so that every
@@ -105,9 +112,24 @@ class MoE(nn.Module):
             y = self._dropless(xf, idx, weight)
         else:
             y = self._capacity(xf, idx, weight)
-        for mlp in self.shared:
-            y = y + mlp(xf)
-        return y.view(shape)
+        y = y.view(shape)
+        if self.shared:
+            y = y + self._shared(x)
+        return y
+
+    def _shared(self, x: torch.Tensor) -> torch.Tensor:
+        """The shared experts on every token. Under tp (tp_mesh set: workload.parallelize) one
+        tensor-parallel MLP as Megatron-Core's SharedExpertMLP: x (this rank's sequence shard)
+        all-gathered once, each expert's column- and row-parallel GEMMs, their Partial sum
+        reduce-scattered back to the shard once (the adjoints backward)."""
+        if self.tp_mesh is None:
+            return sum((mlp(x) for mlp in self.shared[1:]), self.shared[0](x))
+        from torch.distributed.tensor import DTensor, Replicate, Shard
+
+        full = DTensor.from_local(x, self.tp_mesh, [Shard(1)], run_check=False)
+        full = full.redistribute(self.tp_mesh, [Replicate()])
+        out = sum((mlp(full) for mlp in self.shared[1:]), self.shared[0](full))
+        return out.redistribute(self.tp_mesh, [Shard(1)]).to_local()
 
     # -- dropless: exchange with split sizes -------------------------------------------------
     def _counts(self, flat: torch.Tensor, tokens: int) -> list[list[int]]:

@@ -19,10 +19,20 @@ NCCL on GPUs, gloo on CPUs: the same code.
   mesh dim "cp", placed right outside tp unless the placement names it (Megatron's order
   tp-cp-dp-pp, tp innermost); gradients are then averaged over the dp x cp ranks of a model replica
   (axis "dp_cp", Megatron's data-parallel group with context parallelism).
-- expert parallelism (plan key ``ep``, workload.moe): the dp x cp ranks of each (pp, tp)
-  coordinate, flattened with cp inner, are cut into expert-data-parallel x ep with ep inner
-  (Megatron's expert rank order): groups "ep" (the experts' all-to-alls) and "edp" (the experts'
-  gradient all-reduce, dp cp / ep ranks).
+- expert parallelism (plan key ``ep``, workload.moe), expert tensor parallelism 1 (the experts
+  whole on each rank): the dp x cp x tp ranks of each pp stage, flattened with tp innermost and
+  cp next, are cut into expert-data-parallel x ep with ep inner: groups "ep" (the experts'
+  all-to-alls) and "edp" (the experts' gradient all-reduce, tp dp cp / ep ranks). This is
+  Megatron-Core's expert rank order (parallel_state.initialize_model_parallel: the expert
+  RankGenerator, order "tp-cp-ep-dp-pp" with tp = expert_tensor_parallel_size = 1, so that ep
+  takes a stage's ranks from the innermost, the attention's tp ranks first). With tp > 1 each tp
+  rank routes its own share of the sequence (sequence parallelism; Megatron-Core's MoELayer refuses
+  MoE with tp and without it in training): the MoE layer takes its input and gives its output
+  sequence-sharded (no tensor-parallel collective for the routed experts), its router is whole on
+  every tp rank (gradient all-reduced over tp with the norms', Megatron's
+  allreduce_layernorm_grads of the parameters marked sequence_parallel) and its shared experts are
+  one tensor-parallel MLP (Megatron-Core's SharedExpertMLP: input all-gathered, output
+  reduce-scattered once, for all of them).
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ from typing import Any
 import torch
 
 from workload.model import Chunk
+from workload.moe import MoE
 
 
 def placement_of(plan: dict[str, Any]) -> list[str]:
@@ -56,34 +67,23 @@ def make_mesh(plan: dict[str, Any], device_type: str) -> Any:
     )
 
 
-def extra_groups(mesh: Any, plan: dict[str, Any]) -> dict[str, tuple[Any, int, int]]:
+def extra_groups(mesh: Any, plan: dict[str, Any],
+                 experts: bool = False) -> dict[str, tuple[Any, int, int]]:
     """The groups beyond the mesh's dims, as {axis: (group, rank in it, size)}: "dp_cp" when
-    cp > 1; "ep" and, when dp cp / ep > 1, "edp" when ep > 1 (see the module docstring).
-    Every rank calls this, in the same order (new_subgroups_by_enumeration is collective)."""
+    cp > 1; for a mixture of experts (experts) with ep > 1 or tp > 1 (the routed experts'
+    gradients then sync apart), "ep" when ep > 1 and "edp" when tp dp cp / ep > 1 (see the module
+    docstring). Every rank calls this, in the same order
+    (new_subgroups_by_enumeration is collective)."""
     import torch.distributed as dist
 
-    cp, ep = plan.get("cp", 1), plan.get("ep", 1)
+    ep = plan.get("ep", 1)
     names = list(mesh.mesh_dim_names)
     ranks = mesh.mesh
     for axis in ("pp", "dp", "cp", "tp"):  # absent dims (size 1) added, then ordered
         if axis not in names:
             ranks, names = ranks.unsqueeze(-1), [*names, axis]
     ranks = ranks.permute(*(names.index(a) for a in ("pp", "dp", "cp", "tp")))
-    pp, dp, _, tp = ranks.shape
-    flat = ranks.reshape(pp, dp * cp, tp)  # cp inner
-    layouts: dict[str, list[list[int]]] = {}
-    if cp > 1:
-        layouts["dp_cp"] = [flat[p, :, t].tolist() for p in range(pp) for t in range(tp)]
-    if ep > 1:
-        cut = flat.reshape(pp, dp * cp // ep, ep, tp)
-        layouts["ep"] = [
-            cut[p, e, :, t].tolist() for p in range(pp) for e in range(cut.shape[1])
-            for t in range(tp)
-        ]
-        if cut.shape[1] > 1:
-            layouts["edp"] = [
-                cut[p, :, j, t].tolist() for p in range(pp) for j in range(ep) for t in range(tp)
-            ]
+    layouts = group_layouts(ranks, ep, experts)
     me = dist.get_rank()
     out = {}
     for axis, lists in layouts.items():
@@ -91,6 +91,23 @@ def extra_groups(mesh: Any, plan: dict[str, Any]) -> dict[str, tuple[Any, int, i
         mine = next(r for r in lists if me in r)
         out[axis] = (group, mine.index(me), len(mine))
     return out
+
+
+def group_layouts(ranks: Any, ep: int, experts: bool) -> dict[str, list[list[int]]]:
+    """The rank lists of extra_groups' groups, from the ranks as a (pp, dp, cp, tp) tensor."""
+    pp, dp, cp, tp = ranks.shape
+    flat = ranks.reshape(pp, dp * cp, tp)  # cp inner
+    layouts: dict[str, list[list[int]]] = {}
+    if cp > 1:
+        layouts["dp_cp"] = [flat[p, :, t].tolist() for p in range(pp) for t in range(tp)]
+    if experts and (ep > 1 or tp > 1):
+        # a stage's ranks, tp innermost, then cp, then dp, cut into edp x ep (ep inner)
+        cut = ranks.reshape(pp, dp * cp * tp // ep, ep)
+        if ep > 1:
+            layouts["ep"] = [cut[p, e, :].tolist() for p in range(pp) for e in range(cut.shape[1])]
+        if cut.shape[1] > 1:
+            layouts["edp"] = [cut[p, :, j].tolist() for p in range(pp) for j in range(ep)]
+    return layouts
 
 
 def check_parallel(m: dict[str, Any], plan: dict[str, Any]) -> None:
@@ -118,8 +135,6 @@ def apply_cp(mod: Chunk, group: Any, rank: int, size: int, comm: str, seq_len: i
 
 def apply_ep(mod: Chunk, group: Any, rank: int, size: int, routing: str) -> None:
     """Expert parallelism: each MoE layer keeps this ep rank's experts; the routing mode."""
-    from workload.moe import MoE
-
     for block in mod.layers:
         ffn = block.feed_forward
         if isinstance(ffn, MoE):
@@ -130,8 +145,6 @@ def apply_ep(mod: Chunk, group: Any, rank: int, size: int, routing: str) -> None
 
 def expert_parameters(mods: list[Any]) -> set[int]:
     """ids of the routed experts' parameters (their gradients are reduced over edp)."""
-    from workload.moe import MoE
-
     return {
         id(p)
         for mod in mods
@@ -179,18 +192,25 @@ def apply_tp(mod: Chunk, tp_mesh: Any, sequence_parallel: bool) -> None:
             "attention.wk": ColwiseParallel(),
             "attention.wv": ColwiseParallel(),
             "attention.wo": RowwiseParallel(output_layouts=act),
-            "feed_forward.w1": ColwiseParallel(),
-            "feed_forward.w2": RowwiseParallel(output_layouts=act),
         }
-        if block.feed_forward.w3 is not None:
-            styles["feed_forward.w3"] = ColwiseParallel()
         # One entry point per sub-layer (Megatron's f / g operators): the input becomes a replicated
         # DTensor once, so wq, wk and wv (and w1, w3) sum their Partial input gradients locally and
         # the backward reduces them in one collective (all-reduce; reduce-scatter with SP).
-        for name in ("attention", "feed_forward"):
-            styles[name] = PrepareModuleInput(
-                input_layouts=(act,), desired_input_layouts=(Replicate(),)
-            )
+        styles["attention"] = PrepareModuleInput(
+            input_layouts=(act,), desired_input_layouts=(Replicate(),)
+        )
+        if isinstance(block.feed_forward, MoE):
+            styles.update(_moe_tp_styles(block.feed_forward, tp_mesh, sp))
+        else:
+            styles.update({
+                "feed_forward": PrepareModuleInput(
+                    input_layouts=(act,), desired_input_layouts=(Replicate(),)
+                ),
+                "feed_forward.w1": ColwiseParallel(),
+                "feed_forward.w2": RowwiseParallel(output_layouts=act),
+            })
+            if block.feed_forward.w3 is not None:
+                styles["feed_forward.w3"] = ColwiseParallel()
         if sp:
             styles["attention_norm"] = SequenceParallel()
             styles["ffn_norm"] = SequenceParallel()
@@ -204,6 +224,39 @@ def apply_tp(mod: Chunk, tp_mesh: Any, sequence_parallel: bool) -> None:
         if sp:
             styles["norm"] = SequenceParallel()
         parallelize_module(mod, tp_mesh, styles)
+
+
+def _moe_tp_styles(moe: Any, tp_mesh: Any, sequence_parallel: bool) -> dict[str, Any]:
+    """An MoE layer under tp (module docstring): its input and output stay this rank's sequence
+    shard, local; the router and the routed experts are whole (the router's parameters marked
+    ``sequence_parallel``: their gradients are all-reduced over tp with the norms'); each shared
+    expert's up projections column-parallel and its down projection row-parallel with the output
+    left Partial (MoE.forward gathers the input once and reduce-scatters the sum once)."""
+    from torch.distributed.tensor import Partial, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+    )
+
+    if not sequence_parallel:  # workload.settings.check_parallel refuses it first
+        raise ValueError("a mixture of experts with tp > 1 needs sequence_parallel")
+    for p in moe.router.parameters():
+        p.sequence_parallel = True
+    moe.tp_mesh = tp_mesh
+    styles: dict[str, Any] = {
+        "feed_forward": PrepareModuleInput(
+            input_layouts=(Shard(1),), desired_input_layouts=(Shard(1),), use_local_output=True
+        )
+    }
+    for i, mlp in enumerate(moe.shared):
+        styles[f"feed_forward.shared.{i}.w1"] = ColwiseParallel(use_local_output=False)
+        if mlp.w3 is not None:
+            styles[f"feed_forward.shared.{i}.w3"] = ColwiseParallel(use_local_output=False)
+        styles[f"feed_forward.shared.{i}.w2"] = RowwiseParallel(
+            output_layouts=Partial(), use_local_output=False
+        )
+    return styles
 
 
 def apply_fsdp(mod: Chunk, dp_mesh: Any, zero: int) -> None:

@@ -55,16 +55,17 @@ def check_parallel(m: dict[str, Any], plan: dict[str, Any]) -> str | None:
         return "ep applies to a mixture-of-experts model: the model has no experts"
     if experts and experts % ep:
         return f"ep ({ep}) must divide the experts ({experts})"
-    if ep > 1 and (plan["dp"] * cp) % ep:
-        return (f"ep ({ep}) must divide dp x cp ({plan['dp'] * cp}): the experts are sharded "
-                "over the data- and context-parallel ranks")
     etp = plan.get("etp", 1)
     if etp != 1:  # perfmodel models it (perfmodel.step.moe); the job's experts are whole
         return (f"the job builds no expert tensor parallelism (its experts are whole on every "
                 f"rank): got etp {etp}, give etp 1")
-    if experts and tp > 1:
-        return ("the job's mixture-of-experts layers run with tp = 1 (expert tensor parallelism "
-                f"is not built): got tp {tp}")
-    if plan.get("zero", 0) > 0 and (cp > 1 or ep > 1):
-        return "the job shards parameters (zero > 0, FSDP2) over dp only: with cp or ep use zero 0"
+    if ep > 1 and (tp * plan["dp"] * cp) % ep:
+        return (f"ep ({ep}) must divide tp x dp x cp ({tp * plan['dp'] * cp}): the experts are "
+                "sharded over a stage's ranks, tp innermost (Megatron-Core's expert rank order)")
+    if experts and tp > 1 and not plan.get("sequence_parallel", False):
+        return (f"a mixture of experts with tp > 1 ({tp}) needs sequence_parallel (Megatron-Core "
+                "requires it: each tp rank routes its own share of the sequence)")
+    if plan.get("zero", 0) > 0 and (cp > 1 or ep > 1 or (experts and tp > 1)):
+        return ("the job shards parameters (zero > 0, FSDP2) over dp only: with cp, ep or a "
+                "mixture of experts under tp use zero 0")
     return None

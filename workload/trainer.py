@@ -14,9 +14,11 @@ dtype (no fp32 master copy).
 
 Context parallelism: each rank trains on its cp share of every sequence (workload.context_parallel)
 and the gradient all-reduce runs over the dp x cp ranks of a replica (axis "dp_cp"), averaged over
-dp cp. Expert parallelism (ep > 1): the routed experts' gradients are all-reduced in a second flat
-call over the expert-data-parallel group (axis "edp", dp cp / ep ranks; none when that is 1) and
-averaged over dp cp as well; with ep = 1 they join the first call.
+dp cp. Expert parallelism (ep > 1) or a mixture of experts under tp: the routed experts' gradients
+are all-reduced in a second flat call over the expert-data-parallel group (axis "edp", tp dp cp / ep
+ranks; none when that is 1) and averaged over dp cp as well; with ep = tp = 1 they join the first
+call. An MoE layer's router under tp (whole on every rank, each rank's gradient over its own
+tokens) is all-reduced over tp in the norms' call.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class Trainer:
         self.cp, self.ep = plan.get("cp", 1), plan.get("ep", 1)
         check_parallel(m, plan)
         # dp_cp, ep, edp: {axis: (group, rank in it, size)}
-        self.groups = extra_groups(mesh, plan)
+        self.groups = extra_groups(mesh, plan, experts=bool(m.get("experts")))
         self.cp_rank = mesh.get_local_rank("cp") if self.cp > 1 else 0
         self.mb = plan["micro_batch"]
         self.n_mb = plan["global_batch"] // (self.dp * self.mb)
@@ -91,8 +93,10 @@ class Trainer:
                 apply_fsdp(mod, mesh["dp"], self.zero)
             self.chunks.append(mod)
         params = [p for mod in self.chunks for p in mod.parameters()]
-        # with ep > 1, the routed experts' parameters sync over edp, apart from the rest
-        self.expert_ids = expert_parameters(self.chunks) if self.ep > 1 else set()
+        # with ep > 1 or tp > 1, the routed experts' parameters sync over edp (tp dp cp / ep
+        # ranks), apart from the rest
+        apart = self.ep > 1 or self.tp > 1
+        self.expert_ids = expert_parameters(self.chunks) if apart else set()
         # DTensor or plain parameters: DTensor's attributes (placements, device_mesh) are read
         # where present
         self.params: list[Any] = params
@@ -280,6 +284,10 @@ class Trainer:
             and any(pl.is_partial() for pl in p.grad.placements)
         ]
         partial_ids = {id(p) for p in partial}
+        # plain parameters whole on every tp rank, each rank's gradient over its own tokens (an
+        # MoE layer's router: workload.parallelize._moe_tp_styles), reduced in the same call
+        plain = [p for p in self.params if p.grad is not None and self.tp > 1
+                 and getattr(p, "sequence_parallel", False) and not hasattr(p.grad, "placements")]
         for p in self.params:
             # The row-parallel embedding's gradient comes back Replicate (full vocab) from DTensor's
             # embedding backward; slice it to the parameter's Shard(0) (local, no communication).
@@ -290,20 +298,23 @@ class Trainer:
                 and p.grad.placements != p.placements
             ):
                 p.grad = p.grad.redistribute(p.grad.device_mesh, p.placements)
-        if not partial:
+        if not partial and not plain:
             return
         self._set_phase("grad")
-        if self.dp > 1 and self.zero > 0:
+        if self.dp > 1 and self.zero > 0:  # (no plain ones: check_parallel refuses MoE, tp, zero)
             for p in partial:
                 p.grad = p.grad.redistribute(p.grad.device_mesh, p.placements)
             return
         from torch.distributed.tensor import DTensor
 
-        local = [p.grad.to_local() for p in partial]
+        local = [p.grad.to_local() for p in partial] + [p.grad for p in plain]
         flat = torch._utils._flatten_dense_tensors(local)
         dist.all_reduce(flat, group=self.mesh.get_group("tp"))
-        for p, g in zip(partial, torch._utils._unflatten_dense_tensors(flat, local), strict=True):
+        synced = torch._utils._unflatten_dense_tensors(flat, local)
+        for p, g in zip(partial, synced[: len(partial)], strict=True):
             p.grad = DTensor.from_local(g, p.device_mesh, p.placements, run_check=False)
+        for p, g in zip(plain, synced[len(partial):], strict=True):
+            p.grad.copy_(g)
 
     def chunks_step(self) -> list[dict[str, Any]]:
         """Forward and backward of this rank's chunks, micro-batch by micro-batch, without the

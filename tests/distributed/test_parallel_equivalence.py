@@ -33,10 +33,11 @@ MOE = DENSE.replace(name="tiny-moe", experts=4, top_k=2, expert_ffn_hidden=32, s
                     shared_expert_ffn_hidden=16, moe_first_dense=1)
 
 
-def _plan(dp: int = 1, tp: int = 1, cp: int = 1, ep: int = 1, cp_comm: str = "p2p") -> Plan:
+def _plan(dp: int = 1, tp: int = 1, cp: int = 1, ep: int = 1, cp_comm: str = "p2p",
+          sequence_parallel: bool = False) -> Plan:
     """The plan holds cp, cp_comm and ep (the job reads them from it: validation.jobspec)."""
     return Plan(gpus=dp * tp * cp, dp=dp, tp=tp, cp=cp, ep=ep, cp_comm=cp_comm, micro_batch=B,
-                global_batch=dp * B, dtype="fp32")
+                global_batch=dp * B, dtype="fp32", sequence_parallel=sequence_parallel)
 
 
 def _calls(rank: dict, axis: str, op: str, phase: str | None = None) -> dict[int, float]:
@@ -142,3 +143,30 @@ def test_expert_and_context_parallel_together_match_one_process(tmp_path):
         assert len(_calls(rank, "edp", "all_reduce", "grad")) == 1
         # the experts of one MoE layer a rank keeps: 2 of 4, each gated (3 h x 32 weights)
         assert _calls(rank, "edp", "all_reduce", "grad") == {2 * 3 * H * 32 * F32: 1}
+
+
+@pytest.mark.parametrize("ep", [2, 4], ids=["tp2-dp2-ep2", "tp2-dp2-ep4"])
+def test_experts_under_tensor_parallelism_match_one_process(tmp_path, ep):
+    # tp 2 x dp 2 = 4 ranks with sequence parallelism: each tp rank routes its own half of the
+    # sequence; the experts whole on every rank (expert tp 1), the ep group its tp ranks first
+    # (Megatron-Core's expert rank order): ep 2, the tp group (the experts' gradients over the
+    # 2 dp ranks holding the same ones); ep 4, every rank (no other rank holds a rank's experts)
+    result = check_equivalence(MOE, _plan(dp=2, tp=2, ep=ep, sequence_parallel=True),
+                               JobParallel(), tmp_path)
+    _equivalent(result)
+    for rank in result["ranks"]:
+        # the E counts all-gathered over ep, then dispatch and combine each way
+        assert _calls(rank, "ep", "all_gather", "fwd") == {ep * 4 * 8: 1}
+        assert sum(_calls(rank, "ep", "all_to_all", "fwd").values()) == 2
+        assert sum(_calls(rank, "ep", "all_to_all", "bwd").values()) == 2
+        # no tp collective around the routed experts: the attentions' (2 layers), the dense
+        # MLP's and the shared expert's (one tensor-parallel MLP) all-gathers, and the output
+        # layer's, forward
+        assert _calls(rank, "tp", "all_gather", "fwd") == {B * S * H * F32: 2 + 1 + 1 + 1}
+        # the routers' gradients (whole on each tp rank, each over its own tokens) with the
+        # norms': 2 norms a layer and the final one, h each, and one router of h x 4
+        assert _calls(rank, "tp", "all_reduce", "grad") == {((2 * 2 + 1) * H + H * 4) * F32: 1}
+        # a rank's experts (4 / ep, gated: 3 h x 32 weights each) over the ranks holding them
+        edp = 4 // ep
+        assert _calls(rank, "edp", "all_reduce", "grad") == (
+            {(4 // ep) * 3 * H * 32 * F32: 1} if edp > 1 else {})

@@ -249,7 +249,7 @@ def test_the_search_enumerates_ep_and_cp_and_agrees_with_predict():
 
 @pytest.mark.parametrize(("model", "kw", "needle"), [
     ("mixtral-8x7b", dict(dp=6, ep=3, global_batch=6), r"ep \(3\) must divide the experts \(8\)"),
-    ("mixtral-8x7b", dict(dp=2, ep=4, global_batch=2), r"ep \(4\) must divide dp x cp"),
+    ("mixtral-8x7b", dict(dp=2, ep=4, global_batch=2), r"ep \(4\) must divide tp x dp x cp"),
     ("llama3-8b", dict(dp=2, ep=2, global_batch=2), "the model has no experts"),
     ("mixtral-8x7b", dict(dp=2, tp=2, ep=2, global_batch=2), "needs sequence_parallel"),
     ("mixtral-8x7b", dict(dp=4, ep=2, zero=3, global_batch=4), "zero 3"),
@@ -327,3 +327,35 @@ def test_explain_prints_the_new_terms_formulas():
         assert symbol in formula
         per_step = float(text.splitlines()[line].split(",")[1].split()[0])
         assert per_step == pytest.approx(p.breakdown_s[term], rel=1e-5)
+
+
+def test_ep_groups_take_the_tensor_parallel_ranks_first():
+    # Megatron-Core with expert tensor parallelism 1 (parallel_state.initialize_model_parallel:
+    # the expert RankGenerator, order "tp-cp-ep-dp-pp", expert tp 1) numbers a stage's ranks with
+    # ep innermost: an ep group is ep consecutive ranks of the tp x cp x dp ranks, tp first.
+    from perfmodel.encode import axis_per_node
+
+    # tp 4 x dp 8, ep 8, 8 GPUs a node: the ep group is a node (its 4 tp ranks and 2 dp
+    # neighbours); the 4 ranks holding the same experts lie one per node
+    plan = _plan(dp=8, tp=4, ep=8, sequence_parallel=True, global_batch=8)
+    per_node = axis_per_node(plan, 8)
+    assert per_node["ep"] == (8, "intra") and per_node["edp"] == (1, "inter")
+    # tp = 1: ep consecutive of the dp x cp ranks, as before
+    per_node = axis_per_node(_plan(dp=16, cp=2, ep=4, global_batch=16), 8)
+    assert per_node["ep"] == (4, "intra") and per_node["edp"][0] == 2
+    # ep over the tp ranks alone (ep = tp, dp 1): a plan the old rule (ep dividing dp x cp)
+    # refused, Megatron-Core runs
+    model = load_model("mixtral-8x7b")
+    plan = _plan(tp=8, ep=8, sequence_parallel=True, global_batch=1)
+    plan.check(model)
+    assert axis_per_node(plan, 8)["ep"] == (8, "intra")
+
+
+def test_an_ep_group_that_cuts_a_tp_group_unevenly_is_refused():
+    # 12 experts, tp 4, dp 3, ep 6: ep and tp divide neither one another, so an ep group would
+    # take one tp group whole and half of the next
+    model = TransformerSpec(name="twelve", layers=2, hidden=96, heads=12, seq_len=64, vocab=128,
+                            experts=12, top_k=2)
+    with pytest.raises(PlanError, match=r"ep \(6\) must divide or be divisible by tp \(4\)"):
+        _plan(dp=3, tp=4, ep=6, sequence_parallel=True, global_batch=3).check(model)
+    _plan(dp=3, tp=4, ep=4, sequence_parallel=True, global_batch=3).check(model)

@@ -227,3 +227,134 @@ def test_the_validation_job_refuses_etp_in_one_line():
     why = check_parallel(m, {"dp": 4, "tp": 2, "ep": 4, "etp": 2})
     assert why is not None and "etp 2" in why and "\n" not in why
     assert check_parallel(m, {"dp": 4, "ep": 4, "etp": 1}) is None
+
+
+# Where the expert groups lie. Megatron-Core (megatron/core/parallel_state.py at d98e8a64dd,
+# initialize_model_parallel) builds the dense groups with RankGenerator(tp, cp, dp, pp, order
+# "tp-cp-ep-dp-pp", ep 1) and the expert groups with a second RankGenerator over the same world:
+# tp = expert_tensor_parallel_size, ep, dp = expert_data_parallel_size = world / (etp ep pp), cp 1,
+# same order. A RankGenerator numbers ranks mixed-radix over its order, the first name fastest
+# (generate_masked_orthogonal_rank_groups: rank = tp_rank + tp (ep_rank + ep (dp_rank + ...))),
+# so in one pipeline stage (pp 1 here) rank 0's groups are:
+def _megatron_rank0_groups(tp: int, cp: int, dp: int, etp: int, ep: int) -> dict[str, list[int]]:
+    edp = tp * cp * dp // (etp * ep)
+    return {"etp": list(range(etp)), "ep": [etp * e for e in range(ep)],
+            "etp_ep": list(range(etp * ep)), "edp": [etp * ep * d for d in range(edp)]}
+
+
+def _in_a_node(ranks: list[int], gpus_per_node: int) -> int:
+    """The most ranks of a group one node holds (ranks numbered node by node)."""
+    nodes = [r // gpus_per_node for r in ranks]
+    return max(nodes.count(n) for n in set(nodes))
+
+
+def _perfmodel_groups(plan: Plan, gpus_per_node: int) -> dict[str, tuple[int, int]]:
+    groups = axis_ranks_per_node(plan_arrays(plan), gpus_per_node)
+    return {a: (int(groups[a][0][0]), int(groups[a][1][0])) for a in ("etp", "ep", "etp_ep", "edp")}
+
+
+def _placements() -> list[tuple[int, int, int, int, int]]:
+    """(tp, cp, dp, etp, ep) of one stage that the plan rules accept (default placement tp,dp,pp:
+    cp right outside tp, Megatron's dense order tp-cp-dp-pp)."""
+    out = []
+    for tp in (1, 2, 4, 8):
+        for cp in (1, 2, 4):
+            for dp in (1, 2, 4, 8):
+                for etp in (e for e in (1, 2, 4, 8) if tp % e == 0):
+                    for ep in (1, 2, 4, 8, 16):
+                        try:
+                            _plan(tp=tp, cp=cp, dp=dp, etp=etp, ep=ep, global_batch=dp)
+                        except PlanError:
+                            continue
+                        out.append((tp, cp, dp, etp, ep))
+    return out
+
+
+def test_the_expert_groups_lie_where_megatron_cores_rank_generator_puts_them():
+    cases = _placements()
+    assert len(cases) > 100 and {c[3] for c in cases} == {1, 2, 4, 8}
+    for tp, cp, dp, etp, ep in cases:
+        plan = _plan(tp=tp, cp=cp, dp=dp, etp=etp, ep=ep, global_batch=dp)
+        for g in (4, 8):
+            megatron = {a: (len(r), _in_a_node(r, g))
+                        for a, r in _megatron_rank0_groups(tp, cp, dp, etp, ep).items()}
+            assert _perfmodel_groups(plan, g) == megatron, (tp, cp, dp, etp, ep, g)
+
+
+def test_etp_1_is_the_tp_first_placement_and_etp_tp_puts_ep_on_dp_x_cp():
+    # etp 1 (the placement of the validation job, 7c2473c): an ep group is ep consecutive ranks
+    # of a stage's tp x cp x dp ranks flattened tp inner, then cp; the ranks holding the same
+    # experts every ep-th. etp = tp (17's first etp version, Megatron's default): ep consecutive
+    # of the dp x cp ranks flattened cp inner, each tp ranks apart; edp every tp ep-th rank.
+    seen = set()
+    for tp, cp, dp, etp, ep in _placements():
+        world = tp * cp * dp
+        if etp == 1:
+            ep_g, edp_g = list(range(ep)), list(range(0, world, ep))
+        elif etp == tp:
+            ep_g, edp_g = [tp * k for k in range(ep)], list(range(0, world, tp * ep))
+        else:
+            continue
+        seen.add(etp == 1)
+        plan = _plan(tp=tp, cp=cp, dp=dp, etp=etp, ep=ep, global_batch=dp)
+        for g in (4, 8):
+            got = _perfmodel_groups(plan, g)
+            assert got["ep"] == (ep, _in_a_node(ep_g, g)), (tp, cp, dp, etp, ep, g)
+            assert got["edp"] == (len(edp_g), _in_a_node(edp_g, g)), (tp, cp, dp, etp, ep, g)
+    assert seen == {True, False}
+
+
+def test_tp_4_etp_2_ep_4_by_hand_from_megatrons_rank_generator():
+    """dp 4 x tp 4, etp 2, ep 4 on 16 ranks, two 8-GPU nodes. Dense RankGenerator (tp 4, cp 1, dp
+    4): tp groups [0..3], [4..7], ...; dp groups [0, 4, 8, 12], .... Expert RankGenerator (tp 2,
+    ep 4, dp 16 / (2 x 4) = 2, order tp-ep-dp): rank = t + 2 (e + 4 d), so the etp groups are
+    [0, 1], [2, 3], ...; the ep group of rank 0 [0, 2, 4, 6] (tp ranks 0 and 2 of dp ranks 0 and
+    1); tp_ep [0..7]; edp [0, 8]. On 8-GPU nodes: etp 2, ep 4 and etp_ep 8 ranks in one node, edp
+    one rank per node; on 4-GPU nodes the ep group [0, 2 | 4, 6] has 2 in a node."""
+    plan = _plan(dp=4, tp=4, etp=2, ep=4, global_batch=4)
+    plan.check(_moe())
+    assert _perfmodel_groups(plan, 8) == {"etp": (2, 2), "ep": (4, 4), "etp_ep": (8, 8),
+                                          "edp": (2, 1)}
+    assert _perfmodel_groups(plan, 4) == {"etp": (2, 2), "ep": (4, 2), "etp_ep": (8, 4),
+                                          "edp": (2, 1)}
+    # its experts' gradients are reduced over the 2 edp ranks, across the nodes
+    syncs = {r["axis"] for r in comm_ledger(_moe(), plan.replace(zero=1), HW)
+             if r["phase"] == "step"}
+    assert "edp" in syncs
+
+
+@pytest.mark.parametrize(("kw", "needle"), [
+    (dict(dp=3, tp=8, etp=2, ep=6),
+     r"ep \(6\) must divide or be divisible by tp / etp \(8 / 2 = 4\)"),
+    (dict(dp=2, tp=4, etp=2, ep=8), r"ep x etp \(8 x 2 = 16\) must divide tp x dp x cp"),
+    (dict(dp=4, cp=3, tp=4, etp=2, ep=4),
+     r"ep \(4\) must divide or be divisible by tp / etp \(4 / 2 = 2\), and beyond it "
+     r"ep / \(tp / etp\) and cp \(3\)"),
+])
+def test_an_ep_group_that_cuts_an_axis_unevenly_after_etp_is_refused(kw, needle):
+    model = _moe(experts=48, hidden=1536, heads=24)
+    with pytest.raises(PlanError, match=needle) as err:
+        _plan(global_batch=int(kw["dp"]), **kw).check(model)
+    assert "\n" not in str(err.value)
+
+
+def test_the_search_enumerates_exactly_the_ep_etp_pairs_the_rules_allow():
+    from perfmodel.search import SearchRequest, expert_degrees, expert_tensor_degrees
+
+    model = _moe(experts=48, hidden=1536, heads=24, seq_len=2 * 3 * 4 * 128)
+    req = SearchRequest(gpus=(1,), global_batch=1)
+    for tp in (1, 2, 4, 6, 12):
+        for cp in (1, 2, 3, 4):
+            for dp in (1, 2, 3, 4, 8):
+                searched = {(ep, etp) for etp in expert_tensor_degrees(model, req, tp)
+                            for ep in expert_degrees(model, req, dp, cp, tp, etp)}
+                allowed = set()
+                for etp in range(1, tp + 1):
+                    for ep in range(1, 49):
+                        try:
+                            _plan(tp=tp, cp=cp, dp=dp, etp=etp, ep=ep,
+                                  global_batch=dp).check(model)
+                        except PlanError:
+                            continue
+                        allowed.add((ep, etp))
+                assert searched == allowed, (tp, cp, dp)

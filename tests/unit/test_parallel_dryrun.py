@@ -140,6 +140,63 @@ def test_dropless_experts_exchange_their_tokens_by_all_to_all(dp, cp, ep):
     assert sum(_axis(counts, "dp_cp").values()) == 1
 
 
+@pytest.mark.parametrize(("dp", "cp", "ep"), [(32, 1, 2), (8, 2, 4), (256, 1, 4)],
+                         ids=["64-ep2", "64-ep4-cp2", "512-ep4"])
+def test_experts_under_tensor_parallelism_route_each_ranks_sequence_share(dp, cp, ep):
+    # tp 2 with sequence parallelism (Megatron-Core requires it for MoE with tp): each tp rank
+    # routes its own s / (cp tp) tokens; the experts whole (expert tp 1), so the dispatcher issues
+    # no tp collective around them (token_dispatcher.py, MoEAlltoAllTokenDispatcher: the
+    # all-gather / reduce-scatter of dispatch_postprocess / combine_preprocess only when the
+    # expert tp group has more than one rank)
+    tp, mb = 2, 2
+    plan = _plan(dp, tp=tp, mb=mb, cp=cp, ep=ep, sequence_parallel=True)
+    counts = _counts(MOE, plan, JobParallel())
+    tokens = mb * S // (cp * tp)
+    assert _axis(counts, "ep") == {
+        ("ep", "all_gather", ep * E * 8): MOE_LAYERS,
+        ("ep", "all_to_all", tokens * K * H * F32): MOE_LAYERS * 4,
+    }
+    # the experts' gradients over the tp dp cp / ep ranks holding the same ones
+    assert _axis(counts, "edp") == {
+        ("edp", "all_reduce", MOE_LAYERS * (E // ep) * 3 * H * EF * F32): 1
+    }
+    # tp: per layer the attention's all-gather and reduce-scatter and the MLP's (the dense
+    # layer's; the MoE layers' shared expert, one tensor-parallel MLP), each way, plus the
+    # output layer's; one all-reduce of the norms' and the routers' gradients (2 norms a layer
+    # and the final one, h each; a router h x E per MoE layer)
+    act = mb * S // cp * H * F32
+    assert counts[("tp", "all_gather", act)] == 2 * L * 2 + 2
+    assert counts[("tp", "reduce_scatter", act)] == 2 * L * 2 + 1
+    assert counts[("tp", "all_reduce", ((2 * L + 1) * H + MOE_LAYERS * H * E) * F32)] == 1
+
+
+def test_expert_groups_are_formed_as_megatron_core_forms_them():
+    # Megatron-Core parallel_state.initialize_model_parallel: the expert RankGenerator(tp=1
+    # (expert_tensor_parallel_size), ep, dp=world / (ep pp), order "tp-cp-ep-dp-pp") numbers a
+    # stage's ranks with ep innermost; the attention's ranks are r = t + tp (c + cp d), so an ep
+    # group takes tp ranks first, then cp, then dp. 8 ranks, tp 2, dp 4, ep 4:
+    import torch
+
+    from workload.parallelize import group_layouts
+
+    ranks = torch.arange(8).reshape(1, 4, 1, 2)  # (pp, dp, cp, tp), tp fastest
+    got = group_layouts(ranks, ep=4, experts=True)
+    assert got["ep"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert got["edp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    # tp 2, cp 2, dp 2, ep 2: the ep groups are the tp groups; the experts' replicas the rest
+    ranks = torch.arange(8).reshape(1, 2, 2, 2)
+    got = group_layouts(ranks, ep=2, experts=True)
+    assert got["ep"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert got["edp"] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert got["dp_cp"] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    # tp = 1: ep consecutive of the dp x cp ranks, cp inner, as before
+    got = group_layouts(torch.arange(8).reshape(1, 4, 2, 1), ep=4, experts=True)
+    assert got["ep"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # a dense model, or experts with ep = tp = 1: no expert groups
+    assert group_layouts(torch.arange(8).reshape(1, 4, 1, 2), ep=1, experts=False) == {}
+    assert group_layouts(torch.arange(8).reshape(1, 8, 1, 1), ep=1, experts=True) == {}
+
+
 def test_experts_with_a_capacity_exchange_fixed_buffers():
     dp, ep, mb = 64, 8, 4  # 64 ranks, no cp
     model = MOE.replace(capacity_factor=1.25)
@@ -172,8 +229,8 @@ def test_the_dry_run_compares_cp_and_ep_plans_with_perfmodels_ledger():
         (DENSE, dict(dp=8, cp=8, cp_comm="a2a"), "heads"),
         (DENSE, dict(dp=8, ep=2), "ep applies"),
         (MOE, dict(dp=6, ep=3), "ep (3) must divide the experts"),
-        (MOE, dict(dp=2, ep=4), "dp x cp"),  # perfmodel's Plan refuses it already
-        (MOE, dict(dp=4, tp=2), "tp = 1"),
+        (MOE, dict(dp=1, tp=2, ep=4), "tp x dp x cp"),  # perfmodel's Plan refuses it already
+        (MOE, dict(dp=4, tp=2), "needs sequence_parallel"),
     ],
 )
 def test_plans_the_job_cannot_run_are_refused_in_one_line(model, plan, field):
@@ -208,3 +265,14 @@ def test_the_dry_run_document_of_a_cp_ep_plan_keeps_the_published_schema():
     Draft202012Validator(published("validate.dry-run")).validate(doc)
     assert doc["plan"]["cp"] == 4 and doc["plan"]["ep"] == 8
     assert doc["plan"]["moe_routing"] == "balanced"  # what the dry run routed by
+
+
+def test_a_capacity_under_tp_is_not_checked_against_one_process(tmp_path):
+    # each tp rank drops by its own share of the sequence (C = ceil(cf T_r k / E)), one process
+    # by the whole: no equivalence to check, refused in one line before any rank starts
+    from validation.parallel import check_equivalence
+
+    plan = _plan(2, tp=2, ep=2, sequence_parallel=True)
+    with pytest.raises(PlanError, match="capacity_factor with tp or cp > 1") as err:
+        check_equivalence(MOE.replace(capacity_factor=1.0), plan, JobParallel(), tmp_path)
+    assert "\n" not in str(err.value) and not list(tmp_path.iterdir())

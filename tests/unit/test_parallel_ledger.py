@@ -46,11 +46,19 @@ CASES = {
     "ep 8 over dp 16 x cp 4 (edp 8)": (MIXTRAL_LIKE, _plan(16, 4, ep=8, n_mb=2)),
     "ep 4, cp 2, full recompute": (MIXTRAL_LIKE, _plan(32, 2, ep=4, recompute="full")),
     "ep 8 x pp 2": (MOE, _plan(16, 2, pp=2, ep=8, n_mb=2)),
+    # tp 2 (sequence parallel: each tp rank routes its own tokens), the experts whole, ep groups
+    # over the tp ranks first (Megatron-Core's expert rank order)
+    "tp 2 x ep 2 over dp 32": (MOE, _plan(32, tp=2, mb=2, ep=2, sequence_parallel=True)),
+    "tp 2 x ep 4 over dp 16 x cp 2": (MIXTRAL_LIKE, _plan(16, 2, tp=2, ep=4, n_mb=2,
+                                                          sequence_parallel=True)),
     # 512 ranks
     "ring cp 32 x dp 16": (DENSE, _plan(16, 32, mb=2, n_mb=2)),
     "Ulysses cp 4 x dp 128": (DENSE, _plan(128, 4, cp_comm="a2a")),
     "dropless ep 64 over dp 64 x cp 8": (MOE, _plan(64, 8, mb=2, ep=64)),
     "ep 16 over dp 256 x cp 2 (edp 32)": (MIXTRAL_LIKE, _plan(256, 2, ep=16)),
+    "tp 2 x ep 4 over dp 256": (MOE, _plan(256, tp=2, ep=4, sequence_parallel=True)),
+    "tp 2 x ep 2, capacity 1.25, over dp 128 x cp 2": (
+        MOE.replace(capacity_factor=1.25), _plan(128, 2, tp=2, mb=2, ep=2, sequence_parallel=True)),
 }
 
 
