@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from perfmodel.costs.lattice import lmax
+from perfmodel.costs.lattice import lmax, product, quotient
 
 
 def _zero(x: sp.Expr) -> bool:
@@ -59,7 +59,7 @@ def _zero(x: sp.Expr) -> bool:
 
 
 def harmonic_dim(m: sp.Expr, n: sp.Expr, k: sp.Expr) -> sp.Expr:
-    return 3 / (1 / m + 1 / n + 1 / k)
+    return quotient(3, quotient(1, m) + quotient(1, n) + quotient(1, k))
 
 
 def split_k_factor(
@@ -123,13 +123,13 @@ def gemm_efficiency(
     eff = sp.sympify(max_fraction)
     if not _zero(half_dim):
         x = harmonic_dim(m, n, k)
-        eff *= x / (x + half_dim)
+        eff = product(eff, quotient(x, x + half_dim))
     s = split_k_factor(m, n, k, batch, split_k_ratio, split_k_chunk)
     work = batch * m * n * s
     for dim, half in ((m, m_half_dim), (n, n_half_dim), (k / s, k_half_dim), (batch, batch_half),
                       (work, parallel_half)):
         if not _zero(half):
-            eff *= dim / (dim + half)
+            eff = product(eff, quotient(dim, dim + half))
     return eff
 
 
@@ -172,7 +172,7 @@ def gemm_time_s(
         parallel_half, split_k_ratio, split_k_chunk, large_flops, large_max_fraction,
         large_parallel_half,
     )
-    compute = flops / (peak_flops_per_s * eff) + epilogue_s * batch * m * n
+    compute = quotient(flops, product(peak_flops_per_s, eff)) + epilogue_s * batch * m * n
     memory = nbytes / memory_bandwidth_bytes_per_s
     # symbolic arguments stay unevaluated: sympy's search for a dominated argument costs most of
     # the step model's build time and finds none (numbers still evaluate)

@@ -74,19 +74,19 @@ def _no_infinity(expr: Any) -> bool:
     """No infinite atom under expr (each node once)."""
     if len(_FINITE) > _FINITE_LIMIT:
         _FINITE.clear()
-    stack, order = [expr], []
-    while stack:  # iterative: the graphs are deep
-        node = stack.pop()
+    stack: list[tuple[Any, bool]] = [(expr, False)]
+    while stack:  # iterative post-order (the graphs are deep), each node once
+        node, ready = stack.pop()
         if node in _FINITE:
             continue
         if node.is_Atom:
             _FINITE[node] = node not in _INFINITIES and not (
                 node.is_Symbol and node.is_infinite)
-            continue
-        order.append(node)
-        stack.extend(a for a in node.args if a not in _FINITE)
-    for node in reversed(order):  # children before parents
-        _FINITE[node] = all(_FINITE.get(a, False) or _no_infinity(a) for a in node.args)
+        elif ready:  # its arguments are done
+            _FINITE[node] = all(_FINITE[a] for a in node.args)
+        else:
+            stack.append((node, True))
+            stack.extend((a, False) for a in node.args if a not in _FINITE)
     return _FINITE[expr]
 
 
@@ -97,10 +97,14 @@ def _plain_sum(base: Any) -> bool:
 
 
 def power(base: Any, exponent: Any) -> Any:
-    """base**exponent as sympy evaluates it; a power of a symbolic sum without its questions."""
+    """base**exponent as sympy evaluates it; a power of a symbolic sum without its questions, an
+    integer power of a symbolic product as the product of its factors' powers (Mul._eval_power)."""
     base, exponent = sp.sympify(base), sp.sympify(exponent)
     if exponent.is_Rational and exponent not in (0, 1) and _plain_sum(base):
         return sp.Pow(base, exponent, evaluate=False)
+    if (exponent.is_Integer and exponent not in (0, 1) and base.is_Mul and base.is_commutative
+            and not base.is_number):  # Mul._eval_power: the product of its factors' powers
+        return product(*(power(b, exponent) for b in base.args))
     return base**exponent
 
 
@@ -151,3 +155,14 @@ def product(*factors: Any) -> Any:
         return sp.Mul(*args)
     obj = sp.Mul._from_args(c_part, True)
     return sp.Mul._exec_constructor_postprocessors(obj)
+
+
+def quotient(numerator: Any, denominator: Any) -> Any:
+    """numerator / denominator as sympy evaluates it (Expr.__truediv__: Mul(numerator,
+    Pow(denominator, -1)), or the power alone over 1), through `power` and `product`; a number
+    over a number is left to sympy (Rational and Float division)."""
+    numerator, denominator = sp.sympify(numerator), sp.sympify(denominator)
+    if denominator.is_Number:
+        return numerator / denominator
+    inverse = power(denominator, sp.S.NegativeOne)
+    return inverse if numerator is sp.S.One else product(numerator, inverse)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from perfmodel.costs.lattice import power, product
+from perfmodel.costs import gemm_efficiency as GE
+from perfmodel.costs.lattice import _FINITE, _no_infinity, power, product, quotient
 from perfmodel.step import compose as CO
 
 a, b, c, d = sp.symbols("a b c d", positive=True)
@@ -26,8 +27,10 @@ def test_product_is_sympys_product(factors):
     assert sp.srepr(product(*factors)) == sp.srepr(sp.Mul(*factors))
 
 
-@pytest.mark.parametrize("base", [H, D, a, a * b, sp.Max(a, b), H + D, H + sp.oo, sp.Integer(4)],
-                         ids=str)
+@pytest.mark.parametrize("base", [H, D, a, a * b, sp.Max(a, b), H + D, H + sp.oo, sp.Integer(4),
+                                  2 * a * H, -3 * b * D**2 * H ** sp.Rational(1, 8),
+                                  a * H * (H + sp.oo),
+                                  sp.Rational(1, 2) * a / H, 2.5 * a * sp.sqrt(b)], ids=str)
 @pytest.mark.parametrize("exponent", [2, 7, sp.Rational(1, 8), sp.Rational(3, 8), -1, 0, 1])
 def test_power_is_sympys_power(base, exponent):
     assert sp.srepr(power(base, exponent)) == sp.srepr(base**exponent)
@@ -40,3 +43,40 @@ def test_host_share_is_the_expression_sympy_builds():
     expected = H**7 / CO.lmax(sp.Add(*(s**k * D ** (7 - k) for k in range(8))), CO._NO_TIME_S8)
     assert sp.srepr(CO.host_share(H, D)) == sp.srepr(expected)
     assert sp.srepr(CO.smooth_max(H, D)) == sp.srepr(s)
+
+
+@pytest.mark.parametrize("numerator", [1, 3, a, 2.0 * a * H, H, sp.Rational(1, 3)], ids=str)
+@pytest.mark.parametrize("denominator", [H, a * H, 2 * b * D, a + 1, a, sp.Integer(3), 2.5,
+                                         H + sp.oo], ids=str)
+def test_quotient_is_sympys_division(numerator, denominator):
+    assert sp.srepr(quotient(numerator, denominator)) == sp.srepr(
+        sp.sympify(numerator) / sp.sympify(denominator))
+
+
+def test_gemm_time_is_the_expression_sympy_builds():
+    """gemm_time_s built through quotient and product against the formula written with sympy's
+    operators (every half size set: each d / (d + h) factor, the harmonic mean, the division of the
+    FLOPs by peak times efficiency)."""
+    m, n, k, bt, bpe, peak, bw, mf, hd, mh, nh, kh, bh, ph = sp.symbols(
+        "m n k bt bpe peak bw mf hd mh nh kh bh ph", positive=True)
+    x = 3 / (1 / m + 1 / n + 1 / k)
+    eff = mf * (x / (x + hd)) * (m / (m + mh)) * (n / (n + nh)) * (k / (k + kh)) * (bt / (bt + bh))
+    eff *= bt * m * n / (bt * m * n + ph)
+    flops = 2 * bt * m * n * k
+    compute = flops / (peak * eff)
+    memory = bt * (bpe * (m * k + k * n) + bpe * m * n) / bw
+    got = GE.gemm_time_s(m, n, k, bt, bpe, peak, bw, mf, hd, m_half_dim=mh, n_half_dim=nh,
+                         k_half_dim=kh, batch_half=bh, parallel_half=ph)
+    assert got.args[0] == compute and got.args[1] == memory
+    assert sp.srepr(got.args[0]) == sp.srepr(compute)
+
+
+def test_no_infinity_walks_a_shared_graph_once():
+    """A chain of sums, each using the one below twice: 2^24 paths, 24 nodes (a walk that
+    follows every path takes minutes)."""
+    _FINITE.clear()
+    node = a + b
+    for _ in range(24):
+        node = sp.Add(node, sp.Mul(node, c, evaluate=False), evaluate=False)
+    assert _no_infinity(node)
+    assert not _no_infinity(sp.Add(node, sp.oo, evaluate=False))
