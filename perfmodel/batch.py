@@ -20,7 +20,7 @@ PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedu
                 "grad_dtype", "optimizer_dtype", "zero", "dtype", "fp8_recipe",
                 "fp8_output_layer", "fp8_params", "flash_attention", "overlap_grad_sync",
                 "overlap_param_gather", "tp_comm_overlap", "stack", "kernels", "first_stage_layers",
-                "last_stage_layers", "placement", "tp_layout", "tp_depth")
+                "last_stage_layers", "placement", "tp_layout", "tp_depth", "cp", "cp_comm", "ep", "etp")
 MODEL_COLUMNS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads")
 RESULT_COLUMNS = ("step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",
                   "tflops_per_gpu", "mfu", "memory_per_gpu_bytes", "fits_in_memory")
@@ -113,8 +113,8 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
                 raise DataError("no hardware: give --hardware/--profile or a 'hardware' column")
             plan_kw: dict[str, Any] = {k: row[k] for k in PLAN_COLUMNS if row.get(k)}
             plan_kw.setdefault("dtype", kw.get("dtype") or hw.default_dtype())
-            degrees = [whole(plan_kw.get(k, 1), k) for k in ("dp", "tp", "pp")]
-            plan_kw.setdefault("gpus", degrees[0] * degrees[1] * degrees[2])
+            degrees = [whole(plan_kw.get(k, 1), k) for k in ("dp", "tp", "pp", "cp")]
+            plan_kw.setdefault("gpus", math.prod(degrees))
             plan_kw.setdefault("global_batch",
                                degrees[0] * whole(plan_kw.get("micro_batch", 1), "micro_batch"))
             result = predict(model, hw, plan_from_dict(plan_kw))

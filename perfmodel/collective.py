@@ -77,6 +77,24 @@ def _options(op: str, scope: str, algorithm: str, protocol: str,
     return [(a, p) for a in algs for p in protos if a != "nvls" or p == Protocol.SIMPLE.value]
 
 
+def _on_level(hardware: HardwareSpec, nodes: int) -> tuple[HardwareSpec, str, str]:
+    """A fabric of more than two levels (HardwareSpec.levels): the hardware whose network is the
+    level that prices a group over `nodes` consecutive nodes, the level the group reaches and
+    that level's name. The group reaches the smallest level one of whose domains holds its
+    GPUs (the top if none) and is priced on the slowest level from 1 up to it, as the step model
+    prices each axis's group (perfmodel.encode.fabric_of, axis_levels)."""
+    import dataclasses
+
+    from perfmodel.encode import fabric_of
+
+    levels, node = hardware.levels, hardware.gpus_per_node
+    reached = next((j for j in range(1, len(levels))
+                    if levels[j].gpus is None or levels[j].gpus >= nodes * node), len(levels) - 1)
+    slowest = levels[fabric_of(hardware).slowest[reached - 1]]
+    priced = dataclasses.replace(hardware, levels=(), inter_node=slowest.link(node))
+    return priced, levels[reached].name, slowest.name
+
+
 def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpec,
                        ranks_per_node: int | None = None, algorithm: str = "auto",
                        protocol: str = "auto") -> dict[str, Any]:
@@ -96,6 +114,9 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
         raise PlanError(f"--ranks-per-node ({per_node}) exceeds the hardware's gpus_per_node "
                         f"({hardware.gpus_per_node})")
     scope = "intra" if per_node >= ranks else ("inter" if per_node == 1 else "mixed")
+    fabric_level, priced_on = "node", "node"
+    if scope != "intra" and len(hardware.levels) > 2:
+        hardware, fabric_level, priced_on = _on_level(hardware, ranks // per_node)
     library = hardware.collective_library
     allowed = [a.value for a in LIBRARY_ALGORITHMS[library][Op(op)]]
     if scope == "mixed" and op not in ("all_to_all", "send_recv") and (
@@ -153,7 +174,7 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
         "busbw_bytes_per_s": nbytes / t * factor if moves else None,
         "bus_factor": factor, "by_algorithm_s": by_algorithm,
         "by_option_s": {} if fits else {f"{a}/{p}": v for (a, p), v in times.items()},
-        "hardware": hardware.name,
+        "hardware": hardware.name, "fabric_level": fabric_level, "priced_on": priced_on,
     }
     require_finite(result, "the collective's time",
                    f"{op} of {fmt_bytes(nbytes)} over {ranks} ranks on {hardware.name}")

@@ -294,7 +294,11 @@ def schema(kind: str) -> dict[str, Any]:
                          "description": "simple, ll or ll128; null for a calibrated fit"},
             "by_option_s": {"type": "object", "additionalProperties": NUMBER,
                             "description": "seconds by 'algorithm/protocol' (empty for a fit)"},
-            "hardware": STRING}))
+            "hardware": STRING,
+            "fabric_level": {**STRING, "description": "the fabric level the group reaches: node "
+                                                      "inside one, else a level's name"},
+            "priced_on": {**STRING, "description": "the level whose link prices the group: the "
+                                                   "slowest it crosses (node inside one)"}}))
     if kind == "sweep":
         point = {"type": "object", "properties": {
             "pr": WHOLE, "pc": WHOLE, "step_time_s": NUMBER, "samples_per_s": NUMBER,

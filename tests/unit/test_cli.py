@@ -232,6 +232,27 @@ def test_batch_rows_take_the_defaults_and_report_the_resolved_model(run_cli, tmp
     assert rows[0]["tokens_per_s"] == pytest.approx(64 / rows[0]["step_time_s"])  # --seq-len
 
 
+def test_batch_rows_take_context_and_expert_parallelism(run_cli, tmp_path):
+    """The cp, cp_comm and ep columns reach the plan: each row's time is predict's for the same
+    flags, and an empty gpus is dp x tp x pp x cp."""
+    plans = tmp_path / "plans.csv"
+    plans.write_text("model,dp,tp,cp,cp_comm,ep,sequence_parallel,global_batch\n"
+                     "mixtral-8x7b,8,4,2,a2a,8,true,64\nmixtral-8x7b,8,4,1,,1,true,64\n")
+    out = run_cli("predict", "--hardware", "dgx-h100", "--batch", plans, "--seq-len", "8192",
+                  "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["rows"]
+    for row, flags in zip(rows, (("--gpus", "64", "--cp", "2", "--cp-comm", "a2a", "--ep", "8"),
+                                 ("--gpus", "32")), strict=True):
+        one = run_cli("predict", "--model", "mixtral-8x7b", "--hardware", "dgx-h100", "--dp", "8",
+                      "--tp", "4", "--sequence-parallel", "--global-batch", "64", "--seq-len",
+                      "8192", *flags, "--json")
+        assert one.returncode == 0, one.stderr
+        assert row["step_time_s"] == pytest.approx(json.loads(one.stdout)["step_time_s"],
+                                                   rel=1e-12)
+    assert rows[0]["step_time_s"] != rows[1]["step_time_s"]
+
+
 def _choices(command: str, option: str) -> list[str]:
     from perfmodel.cli import cli
 

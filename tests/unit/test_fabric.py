@@ -239,3 +239,50 @@ def test_what_if_changes_a_level_by_index_and_refuses_the_derived_links():
         _ring_all_reduce_s(8, 5e-6, 10e9 / 4), rel=1e-12)
     with pytest.raises(PlanError, match=r"takes inter_node from its levels"):
         apply_what_if(TOY, "inter_node.bandwidth_bytes_per_s=2x")
+
+
+# --- perfmodel collective on a fabric of more than two levels ---------------------------------
+
+
+def test_collective_prices_a_group_on_the_slowest_level_it_reaches():
+    """`perfmodel collective` over 8 nodes, one rank each, reaches the spine (64 GPUs > the
+    leaf's 32): a ring on the spine's share, 10 GB/s / 2, and its latency, by hand; over 4 nodes
+    it stays under one leaf (10 GB/s, 2 us)."""
+    from perfmodel.collective import predict_collective
+
+    toy = hardware_from_dict(_toy([NODE, LEAF, SPINE]), "toy")
+    spine = predict_collective("all_reduce", NBYTES, 8, toy, ranks_per_node=1, algorithm="ring")
+    assert (spine["fabric_level"], spine["priced_on"]) == ("spine", "spine")
+    assert spine["time_s"] == pytest.approx(_ring_all_reduce_s(8, 5e-6, 5e9), rel=1e-9)
+    leaf = predict_collective("all_reduce", NBYTES, 4, toy, ranks_per_node=1, algorithm="ring")
+    assert (leaf["fabric_level"], leaf["priced_on"]) == ("leaf", "leaf")
+    assert leaf["time_s"] == pytest.approx(_ring_all_reduce_s(4, 2e-6, 10e9), rel=1e-9)
+
+
+def test_collective_on_levels_equals_the_two_level_spec_of_the_level_it_is_priced_on():
+    """Several ranks per node (a mixed group): the same time as the two-level fabric whose
+    network is the level that prices the group; a slower leaf under a faster spine prices a
+    group that reaches the spine on the leaf (the slowest crossed)."""
+    from perfmodel.collective import predict_collective
+
+    three = hardware_from_dict(_toy([NODE, LEAF, SPINE]), "toy")
+    two = hardware_from_dict(_toy([NODE, SPINE]), "toy")
+    got = predict_collective("all_reduce", NBYTES, 64, three, ranks_per_node=8)
+    want = predict_collective("all_reduce", NBYTES, 64, two, ranks_per_node=8)
+    assert got["time_s"] == pytest.approx(want["time_s"], rel=1e-12)
+    fast_spine = dict(SPINE, bandwidth_bytes_per_s=40e9, oversubscription=1)
+    slow_leaf = hardware_from_dict(_toy([NODE, LEAF, fast_spine]), "toy")
+    res = predict_collective("all_reduce", NBYTES, 64, slow_leaf, ranks_per_node=8)
+    assert (res["fabric_level"], res["priced_on"]) == ("spine", "leaf")
+    top_leaf = {k: v for k, v in LEAF.items() if k != "gpus"}  # the top level spans the cluster
+    leaf_only = predict_collective("all_reduce", NBYTES, 64,
+                                   hardware_from_dict(_toy([NODE, top_leaf]), "toy"),
+                                   ranks_per_node=8)
+    assert res["time_s"] == pytest.approx(leaf_only["time_s"], rel=1e-12)
+
+
+def test_collective_inside_a_node_ignores_the_outer_levels():
+    from perfmodel.collective import predict_collective
+
+    res = predict_collective("all_reduce", NBYTES, 8, TOY)
+    assert (res["scope"], res["fabric_level"], res["priced_on"]) == ("intra", "node", "node")
