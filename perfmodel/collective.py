@@ -88,8 +88,9 @@ def _on_level(hardware: HardwareSpec, nodes: int) -> tuple[HardwareSpec, str, st
     from perfmodel.encode import fabric_of
 
     levels, node = hardware.levels, hardware.gpus_per_node
-    reached = next((j for j in range(1, len(levels))
-                    if levels[j].gpus is None or levels[j].gpus >= nodes * node), len(levels) - 1)
+    sizes = [lv.gpus for lv in levels]
+    reached = next((j for j, size in enumerate(sizes) if j >= 1
+                    and (size is None or size >= nodes * node)), len(levels) - 1)
     slowest = levels[fabric_of(hardware).slowest[reached - 1]]
     priced = dataclasses.replace(hardware, levels=(), inter_node=slowest.link(node))
     return priced, levels[reached].name, slowest.name
