@@ -51,7 +51,7 @@ def test_the_rules_over_columns_give_each_plan_what_plan_check_says():
             "virtual_stages": rng.choice([1, 1, 2, 3], n),
             "sequence_parallel": rng.integers(0, 2, n), "tp_layout": rng.choice([0, 0, 1, 2, 3], n),
             "tp_depth": rng.choice([1, 1, 1, 3], n), "cp": rng.choice([1] * 7 + [2, 3, 4], n),
-            "ep": rng.choice([1, 1, 1, 1, 2, 4, 8, 3], n),
+            "ep": rng.choice([1, 1, 1, 1, 2, 4, 8, 3], n), "etp": rng.choice([1] * 5 + [2, 4], n),
             "cp_comm": rng.integers(0, len(CP_COMMS), n),
             "recompute": rng.integers(0, len(RECOMPUTES), n), "zero": rng.integers(0, 4, n),
             "tp_comm_overlap": rng.choice([0] * 15 + [1], n),
