@@ -47,6 +47,10 @@ def check_parallel(m: dict[str, Any], plan: dict[str, Any]) -> str | None:
     if cp > 1 and m["seq_len"] % (2 * cp):
         return (f"seq_len ({m['seq_len']}) must be divisible by 2 cp ({2 * cp}): each cp rank "
                 "holds two load-balanced chunks of every sequence")
+    if tp > 1 and (m["heads"] % tp or m["kv_heads"] % tp):
+        return (f"the job splits the attention heads over tp: heads ({m['heads']}) and kv_heads "
+                f"({m['kv_heads']}) must be multiples of tp ({tp}) (it does not replicate "
+                "key/value heads, as perfmodel's model allows for tp a multiple of kv_heads)")
     heads, kv_heads = m["heads"] // tp, m["kv_heads"] // tp
     if cp > 1 and comm == CPComm.A2A and (heads % cp or kv_heads % cp):
         return (f"cp_comm a2a (Ulysses) needs heads / tp ({heads}) and kv_heads / tp "

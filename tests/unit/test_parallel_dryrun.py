@@ -231,6 +231,8 @@ def test_the_dry_run_compares_cp_and_ep_plans_with_perfmodels_ledger():
         (MOE, dict(dp=6, ep=3), "ep (3) must divide the experts"),
         (MOE, dict(dp=1, tp=2, ep=4), "tp x dp x cp"),  # perfmodel's Plan refuses it already
         (MOE, dict(dp=4, tp=2), "needs sequence_parallel"),
+        # 4 key/value heads over tp 8: perfmodel replicates them, the job's attention cannot
+        (DENSE, dict(dp=8, tp=8), "kv_heads (4) must be multiples of tp (8)"),
     ],
 )
 def test_plans_the_job_cannot_run_are_refused_in_one_line(model, plan, field):
