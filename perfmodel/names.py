@@ -113,16 +113,24 @@ _name("inter_bandwidth", "beta_inter", "inter-node bandwidth per node, effective
 # the link model of a GPU preset (perfmodel.specs.hardware.LinkSpec): a collective call's start-up,
 # the low-latency protocols, NVLink SHARP inside a node
 LINKS = ("intra", "inter")
+
+
+def _call_and_protocol_names(key: str, sub: str, where: str) -> None:
+    """A link's call start-up (Simple) and, per low-latency protocol, its start-up, latency per
+    step and bandwidth fraction: names key_..., symbols t_call_sub, alpha_sub^p, f_sub^p."""
+    _name(f"{key}_call_latency_s", f"t_call_{sub}",
+          f"start-up of one collective call {where}, Simple protocol [s]")
+    for p in LINK_PROTOCOLS:
+        _name(f"{key}_{p}_call_latency_s", f"t_call_{sub}^{p}",
+              f"start-up of one collective call {where}, {p.upper()} protocol [s]")
+        _name(f"{key}_{p}_latency_s", f"alpha_{sub}^{p}",
+              f"latency per step {where}, {p.upper()} protocol [s]")
+        _name(f"{key}_{p}_bandwidth_fraction", f"f_{sub}^{p}",
+              f"bandwidth of the {p.upper()} protocol {where}, as a fraction of Simple's")
+
+
 for _link, _where in (("intra", "inside a node"), ("inter", "between nodes")):
-    _name(f"{_link}_call_latency_s", f"t_call_{_link}",
-          f"start-up of one collective call {_where}, Simple protocol [s]")
-    for _p in LINK_PROTOCOLS:
-        _name(f"{_link}_{_p}_call_latency_s", f"t_call_{_link}^{_p}",
-              f"start-up of one collective call {_where}, {_p.upper()} protocol [s]")
-        _name(f"{_link}_{_p}_latency_s", f"alpha_{_link}^{_p}",
-              f"latency per step {_where}, {_p.upper()} protocol [s]")
-        _name(f"{_link}_{_p}_bandwidth_fraction", f"f_{_link}^{_p}",
-              f"bandwidth of the {_p.upper()} protocol {_where}, as a fraction of Simple's")
+    _call_and_protocol_names(_link, _link, _where)
 _name("intra_nvls_latency_s", "t_nvls", "NVLink SHARP all-reduce: latency of one call [s]")
 _name("intra_nvls_bandwidth_fraction", "f_nvls",
       "NVLink SHARP all-reduce: bandwidth as a fraction of the intra-node Simple bandwidth")
@@ -187,15 +195,7 @@ for _axis in AXES:
     _name(f"{_axis}_outer_latency_s", f"alpha_inter,{_axis}", f"latency per step {_where} [s]")
     _name(f"{_axis}_outer_bandwidth", f"beta_inter,{_axis}",
           f"bandwidth per node {_where}: a GPU's share x G, effective [B/s]")
-    _name(f"{_axis}_outer_call_latency_s", f"t_call_inter,{_axis}",
-          f"start-up of one collective call {_where}, Simple protocol [s]")
-    for _p in LINK_PROTOCOLS:
-        _name(f"{_axis}_outer_{_p}_call_latency_s", f"t_call_inter,{_axis}^{_p}",
-              f"start-up of one collective call {_where}, {_p.upper()} protocol [s]")
-        _name(f"{_axis}_outer_{_p}_latency_s", f"alpha_inter,{_axis}^{_p}",
-              f"latency per step {_where}, {_p.upper()} protocol [s]")
-        _name(f"{_axis}_outer_{_p}_bandwidth_fraction", f"f_inter,{_axis}^{_p}",
-              f"bandwidth of the {_p.upper()} protocol {_where}, as a fraction of Simple's")
+    _call_and_protocol_names(f"{_axis}_outer", f"inter,{_axis}", _where)
 
 # options as 0/1 indicators, so that one expression covers every plan: option -> symbol name
 FLAGS: dict[str, str] = {
