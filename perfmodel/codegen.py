@@ -23,6 +23,7 @@ import sympy as sp
 from perfmodel.costs.lattice import rebuilt
 
 HUGE = 1e20  # a coefficient this large is a sentinel (step.py's 1e30 that removes a Min option)
+_HUGE = sp.Float(HUGE)  # what sympy compares a coefficient with (abs(c) >= HUGE makes it anew)
 MAX_INLINE = 400  # characters of an inline sub-expression before it gets its own assignment
 NUMPY = "_np"  # the name the generated module binds numpy to
 
@@ -44,9 +45,10 @@ def keep_huge_together(expr: Any, memo: dict[Any, Any]) -> Any:
         return done
     args = [keep_huge_together(arg, memo) for arg in expr.args]
     if isinstance(expr, sp.Add):
-        huge = [arg for arg in args if abs(arg.as_coeff_Mul()[0]) >= HUGE]
-        if huge and len(huge) < len(args):
-            rest = [arg for arg in args if abs(arg.as_coeff_Mul()[0]) < HUGE]
+        flags = [_is_huge(arg) for arg in args]
+        if any(flags) and not all(flags):
+            rest = [arg for arg, flag in zip(args, flags, strict=True) if not flag]
+            huge = [arg for arg, flag in zip(args, flags, strict=True) if flag]
             done = sp.Add(*rest, sp.UnevaluatedExpr(sp.Add(*huge)))
     if done is None:
         if args == list(expr.args):
@@ -55,6 +57,12 @@ def keep_huge_together(expr: Any, memo: dict[Any, Any]) -> Any:
             done = rebuilt(expr, args)
     memo[expr] = done
     return done
+
+
+def _is_huge(term: Any) -> bool:
+    """Whether a term of a sum is a sentinel: its coefficient at least HUGE in magnitude."""
+    coeff = term.as_coeff_Mul()[0]
+    return coeff is not sp.S.One and bool(abs(coeff) >= _HUGE)
 
 
 _FUNCTIONS = {sp.log: "log", sp.exp: "exp", sp.ceiling: "ceil", sp.floor: "floor",

@@ -83,6 +83,7 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
 
     levels: dict[frozenset[str], dict[Any, Any]] = defaultdict(dict)  # level -> body -> term
     level_of: dict[Any, frozenset[str]] = {}
+    defined: set[Any] = set()  # every level's terms
 
     def deps(expr: Any) -> frozenset[str]:
         """The groups of the symbols in expr (from its arguments', each node once)."""
@@ -99,9 +100,10 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
         terms = levels[level]
         term = terms.get(body)
         if term is None:
-            term = sp.Symbol(f"t{sum(len(t) for t in levels.values())}_")
+            term = sp.Symbol(f"t{len(defined)}_")
             terms[body] = term
             level_of[term] = level
+            defined.add(term)
         return term
 
     def lift(expr: Any) -> Any:
@@ -123,23 +125,24 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
         return done
 
     def _rebuild(expr: Any, level: frozenset[str]) -> Any:
+        found = [(arg, deps(arg)) for arg in expr.args]
         if isinstance(expr, (sp.Add, sp.Mul)):
-            args = [rebuild(arg, level) for arg in expr.args if deps(arg) == level]
-            lower = [arg for arg in expr.args if deps(arg) != level]
+            args = [rebuild(arg, level) for arg, d in found if d == level]
+            lower = [(arg, d) for arg, d in found if d != level]
             while lower:  # the terms that lack a group, summed (or multiplied) where they lack it
-                if frozenset().union(*(deps(arg) for arg in lower)) != level:
-                    args.append(lift(evaluated(expr.func, lower)))
+                if frozenset().union(*(d for _, d in lower)) != level:
+                    args.append(lift(evaluated(expr.func, [arg for arg, _ in lower])))
                     break
                 lacking = max((g for g in order if g in level),
-                              key=lambda g: sum(g not in deps(arg) for arg in lower))
-                args.append(lift(evaluated(expr.func, [arg for arg in lower
-                                                        if lacking not in deps(arg)])))
-                lower = [arg for arg in lower if lacking in deps(arg)]
+                              key=lambda g: sum(g not in d for _, d in lower))
+                args.append(lift(evaluated(expr.func, [arg for arg, d in lower
+                                                        if lacking not in d])))
+                lower = [(arg, d) for arg, d in lower if lacking in d]
             return evaluated(expr.func, args)
         keep = isinstance(expr, (ExprCondPair, sp.logic.boolalg.Boolean))
-        args = [rebuild(arg, level) if keep or deps(arg) == level
+        args = [rebuild(arg, level) if keep or d == level
                 or isinstance(arg, (ExprCondPair, sp.logic.boolalg.Boolean)) else lift(arg)
-                for arg in expr.args]
+                for arg, d in found]
         return lattice_rebuilt(expr, args)
 
     terms = {}
@@ -147,7 +150,7 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
     for name, expr in outputs.items():
         expr = keep_huge_together(sp.sympify(expr), memo)
         term = lift(expr)
-        if not any(term in t.values() for t in levels.values()):  # a number or a symbol
+        if term not in defined:  # a number or a symbol
             term = define(deps(expr), term)
         terms[name] = term
     return levels, terms

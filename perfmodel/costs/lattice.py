@@ -10,6 +10,7 @@ whatever the order: numpy folds them with maximum / minimum (perfmodel.codegen).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import sympy as sp
@@ -48,11 +49,13 @@ def rebuilt(expr: Any, args: list[Any]) -> Any:
 
 
 def evaluated(func: Any, args: Any) -> Any:
-    """func(*args), a Mul through `product` and a Pow through `power`."""
+    """func(*args), a Mul through `product`, a Pow through `power` and an Add through `total`."""
     if func is sp.Mul:
         return product(*args)
     if func is sp.Pow:
         return power(*args)
+    if func is sp.Add:
+        return total(*args)
     return func(*args)
 
 
@@ -113,7 +116,8 @@ def _plain_factor(f: Any) -> bool:
     that evaluates to itself again (Mul.flatten rebuilds each power: one of a symbol or of a
     symbolic sum, or any other that sympy gives back unchanged), none of a number (gathered into
     the coefficient)."""
-    if f.is_Number or f.is_Mul or not f.is_commutative or f.is_Order or f is sp.S.ImaginaryUnit:
+    if f.is_Number or f.is_Mul or not f.is_commutative or f.is_Order or f is sp.S.ImaginaryUnit \
+            or _unusual(f):
         return False
     if not f.is_Pow:
         return True
@@ -125,10 +129,12 @@ def _plain_factor(f: Any) -> bool:
 
 
 def product(*factors: Any) -> Any:
-    """Mul(*factors) as sympy evaluates it (Mul.flatten: the factors of products spliced in, the
-    numbers multiplied into the coefficient, powers of one base gathered, sorted canonically);
-    built directly where no two factors share a base and at most one number is among them, else
-    left to sympy."""
+    """Mul(*factors) as sympy evaluates it (Mul.flatten: the factors of products appended after
+    the other arguments, the numbers multiplied into the coefficient in that order, the powers of
+    one base gathered into one power, sorted canonically); built directly where every number is
+    finite and not zero and the bases shared by several factors are symbols or sums without an
+    infinity, raised to rational powers (their exponents added, as Mul.flatten's _gather does),
+    else left to sympy."""
     from sympy.core.basic import _args_sortkey
 
     args = [a for a in (sp.sympify(f) for f in factors) if a is not sp.S.One]
@@ -136,25 +142,123 @@ def product(*factors: Any) -> Any:
         return args[0] if args else sp.S.One
     if len(args) == 2 and any(a.is_Rational for a in args):  # Mul.flatten's two-argument rules
         return sp.Mul(*args)
-    flat = [x for a in args for x in (a.args if a.is_Mul and a.is_commutative else (a,))]
-    numbers = [x for x in flat if x.is_Number]
-    rest = [x for x in flat if not x.is_Number]
-    bases = {x.as_base_exp()[0] for x in rest}
-    if (len(numbers) > 1 or len(bases) != len(rest) or not all(map(_plain_factor, rest))
-            or (numbers and (numbers[0].is_zero or not numbers[0].is_finite))):
-        return sp.Mul(*args)
+    seq = list(args)
     coeff = sp.S.One
-    for n in numbers:
-        coeff *= n
-    c_part = sorted(rest, key=_args_sortkey)
+    by_base: dict[Any, list[Any]] = {}  # base -> its factors, in Mul.flatten's order
+    for x in seq:  # grows: a product's factors are appended, as Mul.flatten does
+        if x.is_Mul:
+            if not x.is_commutative:
+                return sp.Mul(*args)
+            seq.extend(x.args)
+        elif x.is_Number:
+            if x.is_zero or not x.is_finite:
+                return sp.Mul(*args)
+            coeff *= x
+        else:
+            by_base.setdefault(x.as_base_exp()[0], []).append(x)
+    c_part = []
+    for base, group in by_base.items():
+        if len(group) == 1:
+            if not _plain_factor(group[0]):
+                return sp.Mul(*args)
+            c_part.append(group[0])
+            continue
+        exponents = [x.as_base_exp()[1] for x in group]
+        if not (all(e.is_Rational for e in exponents) and all(map(_plain_factor, group))
+                and (base.is_Symbol or (_plain_sum(base) and _no_infinity(base)))):
+            return sp.Mul(*args)
+        exponent = sp.Add(*exponents)
+        if exponent is sp.S.One:
+            c_part.append(base)
+        elif exponent is not sp.S.Zero:
+            c_part.append(power(base, exponent))
+    if coeff.is_zero or not coeff.is_finite:
+        return sp.Mul(*args)
+    c_part.sort(key=_args_sortkey)
     if coeff is not sp.S.One:
         c_part.insert(0, coeff)
-    if len(c_part) == 1:
-        return c_part[0]
+    if len(c_part) <= 1:
+        return c_part[0] if c_part else sp.S.One
     if len(c_part) == 2 and c_part[0].is_Number and c_part[1].is_Add:  # sympy distributes
         return sp.Mul(*args)
     obj = sp.Mul._from_args(c_part, True)
     return sp.Mul._exec_constructor_postprocessors(obj)
+
+
+@lru_cache(maxsize=1)
+def _unusual_types() -> tuple[type, ...]:
+    from sympy.calculus.accumulationbounds import AccumBounds
+    from sympy.matrices.expressions import MatrixExpr
+    from sympy.tensor.tensor import TensExpr
+
+    return AccumBounds, MatrixExpr, TensExpr
+
+
+def _unusual(x: Any) -> bool:
+    """A node sum and product evaluation treat apart (complex infinity, an interval, a matrix
+    or tensor expression)."""
+    return x is sp.S.ComplexInfinity or isinstance(x, _unusual_types())
+
+
+def _kept_term(term: Any) -> bool:
+    """A term Add.flatten puts back as it is: not a number, a sum or an unusual node; a product
+    it splits into coefficient and rest and rebuilds (the same arguments, or the coefficient
+    times one factor, which Mul evaluates: the product itself where that factor is one a
+    product keeps, see _plain_factor, or a sum)."""
+    if term.is_Number or term.is_Add or not term.is_commutative or term.is_Order \
+            or _unusual(term):
+        return False
+    if term.is_Pow:
+        return not term.base.is_Number  # a number's power may evaluate to a number
+    if not term.is_Mul:
+        return True
+    coeff = term.args[0]
+    if not coeff.is_Number or coeff is sp.S.One:
+        return True  # the term itself
+    if coeff.is_zero or not coeff.is_finite:
+        return False
+    return len(term.args) > 2 or term.args[1].is_Add or _plain_factor(term.args[1])
+
+
+def total(*terms: Any) -> Any:
+    """Add(*terms) as sympy evaluates it (Add.flatten: the terms of sums appended after the
+    other arguments, the numbers added into the constant in that order, terms with the same
+    non-numeric part gathered, sorted canonically, the constant first); built directly where
+    every number is finite, no two terms share their non-numeric part and each term is one
+    Add.flatten puts back as it is (_kept_term), else left to sympy."""
+    from sympy.core.basic import _args_sortkey
+
+    args = [a for a in (sp.sympify(t) for t in terms) if a is not sp.S.Zero]
+    if len(args) <= 1:
+        return args[0] if args else sp.S.Zero
+    if len(args) == 2 and any(a.is_Rational for a in args):  # Add.flatten's two-argument rule
+        return sp.Add(*args)
+    seq = list(args)
+    constant = sp.S.Zero
+    parts: set[Any] = set()  # each term's non-numeric part
+    kept = []
+    for x in seq:  # grows: a sum's terms are appended, as Add.flatten does
+        if x.is_Add:
+            seq.extend(x.args)
+        elif x.is_Number:
+            if not x.is_finite:
+                return sp.Add(*args)
+            constant += x
+        else:
+            part = x.as_coeff_Mul()[1] if x.is_Mul else x
+            if part in parts or not _kept_term(x):
+                return sp.Add(*args)
+            parts.add(part)
+            kept.append(x)
+    if not constant.is_finite:
+        return sp.Add(*args)
+    kept.sort(key=_args_sortkey)
+    if constant is not sp.S.Zero:
+        kept.insert(0, constant)
+    if len(kept) <= 1:
+        return kept[0] if kept else sp.S.Zero
+    obj = sp.Add._from_args(kept, True)
+    return sp.Add._exec_constructor_postprocessors(obj)
 
 
 def quotient(numerator: Any, denominator: Any) -> Any:

@@ -8,6 +8,7 @@ so that one expression covers every plan. `Context.of(family)` does it once for 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import sympy as sp
 
@@ -162,9 +163,11 @@ class Context:
         """1 for rotary position embeddings (every model without learned ones), else 0."""
         return 1 - self.learned_positions
 
-    @property
+    @cached_property
     def max_stage_layers(self) -> sp.Expr:
-        """The layers of the stage that holds the most (what a per-step sync waits on)."""
+        """The layers of the stage that holds the most (what a per-step sync waits on); built
+        once per context (sympy's Max compares the stages' counts, most of a hundredth of a
+        second each time)."""
         return sp.Max(*self.stage_layers.values())
 
     @property

@@ -1,6 +1,6 @@
-"""perfmodel.costs.lattice's product and power build the expression sympy's own evaluation builds
-(same arguments in the same order: the generated code, and so every number, unchanged), and leave
-to sympy the cases they do not handle."""
+"""perfmodel.costs.lattice's product, total and power build the expression sympy's own evaluation
+builds (same arguments in the same order: the generated code, and so every number, unchanged), and
+leave to sympy the cases they do not handle."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import sympy as sp
 
 from perfmodel.costs import gemm_efficiency as GE
-from perfmodel.costs.lattice import _FINITE, _no_infinity, power, product, quotient
+from perfmodel.costs.lattice import _FINITE, _no_infinity, power, product, quotient, total
 from perfmodel.step import compose as CO
 
 a, b, c, d = sp.symbols("a b c d", positive=True)
@@ -19,12 +19,38 @@ PRODUCTS = [
     (H, D), (sp.Max(a, b) ** -1, H**7), (1.5, H ** sp.Rational(3, 8), D**4), (a, a), (2, H),
     (a * b, c * H), (sp.Rational(1, 2), a, b), (-1, H, D**2), (H**2, H), (0, H), (2.0, 3.0, a),
     (sp.Integer(1), H), (H,), (), (sp.sqrt(a * b), a), (sp.oo, a), (H + sp.oo, a**2),
+    # bases shared by several factors: their exponents added (to 0: the factor drops out)
+    (a * H, b / H), (a**2, a**-2, b), (H ** sp.Rational(1, 2), H ** sp.Rational(1, 2), c),
+    (H**2, 3 * c / H, D), (a * b, a / b, c * a), (sp.Max(a, b), 1 / sp.Max(a, b), c),
+    (H + sp.oo, 1 / (H + sp.oo), a), (sp.sqrt(a * b), sp.sqrt(a * b), c),
+    # several numbers: multiplied in Mul.flatten's order (a product's factors come last), which
+    # fixes the rounding of floats
+    (sp.Float("0.1"), a, sp.Float("0.7") * b, sp.Float("0.3")), (2, 3 * a, 5 * b * c),
+    (sp.Float("1e-300"), sp.Float("1e-300") * a, b), (0.5, 2 * a, 2.0 * b), (2.0, 0.5 * a, H),
+    (sp.Rational(1, 3), 3 * a, H, D), (-1, -H, a), (sp.zoo, a, b), (sp.nan, a, b), (0.0, a, b),
 ]
 
 
 @pytest.mark.parametrize("factors", PRODUCTS, ids=str)
 def test_product_is_sympys_product(factors):
     assert sp.srepr(product(*factors)) == sp.srepr(sp.Mul(*factors))
+
+
+TOTALS = [
+    (a, b), (1, H), (sp.Rational(1, 2), a * b), (1.5, a, 2.5),
+    (sp.Float("0.1"), a, sp.Float("0.2")), (H, D, c), (2 * a * b, 3 / H, c, D**2), (a, 2 * a, b),
+    (a * b, -a * b, c), (sp.oo, a, b),
+    (sp.nan, a, b), (sp.zoo, a, b), (sp.Mul(2, H, evaluate=False), c, d),
+    (sp.Mul(2.0, sp.Max(a, b), evaluate=False), c, d), (sp.Mul(2, 1 / H), c, d),
+    (sp.Pow(2, 3, evaluate=False), a, b), (1e30 * a, b, -1e30 * c), (H, -H, a), (0, a),
+    (sp.Add(a, 1, evaluate=False), 2, b), (a + 1, 2.5, b), (sp.Mul(a, b, evaluate=False), c, d),
+    (a,), (),
+]
+
+
+@pytest.mark.parametrize("terms", TOTALS, ids=str)
+def test_total_is_sympys_sum(terms):
+    assert sp.srepr(total(*terms)) == sp.srepr(sp.Add(*terms))
 
 
 @pytest.mark.parametrize("base", [H, D, a, a * b, sp.Max(a, b), H + D, H + sp.oo, sp.Integer(4),
