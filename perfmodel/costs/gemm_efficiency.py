@@ -126,8 +126,8 @@ def gemm_efficiency(
         eff = product(eff, quotient(x, x + half_dim))
     s = split_k_factor(m, n, k, batch, split_k_ratio, split_k_chunk)
     work = batch * m * n * s
-    for dim, half in ((m, m_half_dim), (n, n_half_dim), (k / s, k_half_dim), (batch, batch_half),
-                      (work, parallel_half)):
+    for dim, half in ((m, m_half_dim), (n, n_half_dim), (quotient(k, s), k_half_dim),
+                      (batch, batch_half), (work, parallel_half)):
         if not _zero(half):
             eff = product(eff, quotient(dim, dim + half))
     return eff

@@ -10,7 +10,7 @@ whatever the order: numpy folds them with maximum / minimum (perfmodel.codegen).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cmp_to_key
 from typing import Any
 
 import sympy as sp
@@ -59,6 +59,49 @@ def evaluated(func: Any, args: Any) -> Any:
     return func(*args)
 
 
+# --- sympy's canonical order of arguments, compared faster ------------------------------------
+_BASIC_COMPARE = sp.Basic.compare
+_CLASS_ORDER: dict[tuple[type, type], int] = {}  # sympy's order of two classes (by their names)
+
+
+def _compare(a: Any, b: Any) -> int:
+    """a.compare(b) (sympy's Basic.compare, by which Add and Mul sort their arguments): -1, 0 or 1
+    by the classes' names, then the length and the items of their hashable contents; the same
+    steps, with the order of each pair of classes kept (sympy looks both names up in a list at
+    every comparison) and a class's own compare, if it has one, called as sympy calls it."""
+    if a is b:
+        return 0
+    if type(a).compare is not _BASIC_COMPARE:
+        return int(a.compare(b))
+    if type(a) is not type(b):
+        types = (type(a), type(b))
+        c = _CLASS_ORDER.get(types)
+        if c is None:
+            from sympy.core.basic import _cmp_name
+
+            c = _CLASS_ORDER[types] = _cmp_name(*types)
+        if c:
+            return c
+    st, ot = a._hashable_content(), b._hashable_content()
+    c = (len(st) > len(ot)) - (len(st) < len(ot))
+    if c:
+        return c
+    for left, right in zip(st, ot, strict=True):  # of one length here
+        if isinstance(left, sp.Basic):
+            c = _compare(left, right)
+        elif isinstance(left, frozenset):
+            c = sp.Basic(*left).compare(sp.Basic(*right) if isinstance(right, frozenset)
+                                        else right)
+        else:
+            c = (left > right) - (left < right)
+        if c:
+            return c
+    return 0
+
+
+_sort_key = cmp_to_key(_compare)
+
+
 # --- products and powers as sympy evaluates them, without its assumption queries ---------------
 # sympy's evaluation of a power of a sum asks whether a term of the sum is infinite (a sum of two
 # terms: Add._eval_power), and a product re-evaluates each power in it: each question walks every
@@ -91,6 +134,11 @@ def _no_infinity(expr: Any) -> bool:
             stack.append((node, True))
             stack.extend((a, False) for a in node.args if a not in _FINITE)
     return _FINITE[expr]
+
+
+def _sympified(x: Any) -> Any:
+    """x as a sympy object (sympify's answer, without its checks for one already)."""
+    return x if isinstance(x, sp.Basic) else sp.sympify(x)
 
 
 def _plain_sum(base: Any) -> bool:
@@ -135,9 +183,7 @@ def product(*factors: Any) -> Any:
     finite and not zero and the bases shared by several factors are symbols or sums without an
     infinity, raised to rational powers (their exponents added, as Mul.flatten's _gather does),
     else left to sympy."""
-    from sympy.core.basic import _args_sortkey
-
-    args = [a for a in (sp.sympify(f) for f in factors) if a is not sp.S.One]
+    args = [a for a in map(_sympified, factors) if a is not sp.S.One]
     if len(args) <= 1:
         return args[0] if args else sp.S.One
     if len(args) == 2 and any(a.is_Rational for a in args):  # Mul.flatten's two-argument rules
@@ -174,7 +220,7 @@ def product(*factors: Any) -> Any:
             c_part.append(power(base, exponent))
     if coeff.is_zero or not coeff.is_finite:
         return sp.Mul(*args)
-    c_part.sort(key=_args_sortkey)
+    c_part.sort(key=_sort_key)
     if coeff is not sp.S.One:
         c_part.insert(0, coeff)
     if len(c_part) <= 1:
@@ -185,19 +231,21 @@ def product(*factors: Any) -> Any:
     return sp.Mul._exec_constructor_postprocessors(obj)
 
 
-@lru_cache(maxsize=1)
-def _unusual_types() -> tuple[type, ...]:
-    from sympy.calculus.accumulationbounds import AccumBounds
-    from sympy.matrices.expressions import MatrixExpr
-    from sympy.tensor.tensor import TensExpr
-
-    return AccumBounds, MatrixExpr, TensExpr
+_UNUSUAL: dict[type, bool] = {}  # class -> whether its nodes are unusual (see _unusual)
 
 
 def _unusual(x: Any) -> bool:
     """A node sum and product evaluation treat apart (complex infinity, an interval, a matrix
-    or tensor expression)."""
-    return x is sp.S.ComplexInfinity or isinstance(x, _unusual_types())
+    or tensor expression); decided once per class."""
+    unusual = _UNUSUAL.get(type(x))
+    if unusual is None:
+        from sympy.calculus.accumulationbounds import AccumBounds
+        from sympy.matrices.expressions import MatrixExpr
+        from sympy.tensor.tensor import TensExpr
+
+        unusual = _UNUSUAL[type(x)] = issubclass(
+            type(x), (AccumBounds, MatrixExpr, TensExpr, type(sp.S.ComplexInfinity)))
+    return unusual
 
 
 def _kept_term(term: Any) -> bool:
@@ -226,9 +274,7 @@ def total(*terms: Any) -> Any:
     non-numeric part gathered, sorted canonically, the constant first); built directly where
     every number is finite, no two terms share their non-numeric part and each term is one
     Add.flatten puts back as it is (_kept_term), else left to sympy."""
-    from sympy.core.basic import _args_sortkey
-
-    args = [a for a in (sp.sympify(t) for t in terms) if a is not sp.S.Zero]
+    args = [a for a in map(_sympified, terms) if a is not sp.S.Zero]
     if len(args) <= 1:
         return args[0] if args else sp.S.Zero
     if len(args) == 2 and any(a.is_Rational for a in args):  # Add.flatten's two-argument rule
@@ -252,7 +298,7 @@ def total(*terms: Any) -> Any:
             kept.append(x)
     if not constant.is_finite:
         return sp.Add(*args)
-    kept.sort(key=_args_sortkey)
+    kept.sort(key=_sort_key)
     if constant is not sp.S.Zero:
         kept.insert(0, constant)
     if len(kept) <= 1:

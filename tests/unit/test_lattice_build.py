@@ -8,7 +8,15 @@ import pytest
 import sympy as sp
 
 from perfmodel.costs import gemm_efficiency as GE
-from perfmodel.costs.lattice import _FINITE, _no_infinity, power, product, quotient, total
+from perfmodel.costs.lattice import (
+    _FINITE,
+    _compare,
+    _no_infinity,
+    power,
+    product,
+    quotient,
+    total,
+)
 from perfmodel.step import compose as CO
 
 a, b, c, d = sp.symbols("a b c d", positive=True)
@@ -106,3 +114,17 @@ def test_no_infinity_walks_a_shared_graph_once():
         node = sp.Add(node, sp.Mul(node, c, evaluate=False), evaluate=False)
     assert _no_infinity(node)
     assert not _no_infinity(sp.Add(node, sp.oo, evaluate=False))
+
+
+def test_compare_is_sympys_canonical_order():
+    """_compare (the order product and total sort by) against Basic.compare on every pair of a
+    mix of symbols (with and without assumptions), numbers, sums, products, powers, functions
+    and a set (a class with its own compare)."""
+    x = sp.Symbol("x")
+    nodes = [a, b, x, sp.Dummy("a"), sp.Integer(2), sp.Rational(1, 3), sp.Float("2.5"), H, D,
+             a * b, 2 * a * b, a**2, H**-1, H ** sp.Rational(1, 8), sp.Max(a, b), sp.Min(a, H),
+             sp.sign(H), sp.Abs(D), sp.floor(a / b), sp.log(a), sp.FiniteSet(1, 2),
+             sp.Interval(0, 1), sp.UnevaluatedExpr(H), sp.Piecewise((a, b > 1), (c, True))]
+    for left in nodes:
+        for right in nodes:
+            assert _compare(left, right) == left.compare(right), (left, right)
