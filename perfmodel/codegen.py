@@ -228,7 +228,11 @@ def free_symbols(exprs: Sequence[Any]) -> set[Any]:
 
 
 def _count_uses(exprs: Sequence[Any]) -> dict[Any, int]:
-    """How many parents (and outputs) use each node of the graph of exprs."""
+    """How many parents (and outputs) use each node of the graph of exprs.
+
+    A product prints its factors b**-e as a division by b**e (_Printer._mul), so such a power is
+    never printed itself: its base counts each use of the power, and a divisor that several
+    products share is computed once (into a variable) rather than in each of them."""
     uses: dict[Any, int] = {}
     stack = list(exprs)
     while stack:
@@ -237,6 +241,9 @@ def _count_uses(exprs: Sequence[Any]) -> dict[Any, int]:
         uses[node] = uses.get(node, 0) + 1
         if not seen and not node.is_Atom:
             stack.extend(node.args)
+    for node, count in list(uses.items()):
+        if count > 1 and node.is_Pow and node.exp.is_Number and node.exp.is_negative:
+            uses[node.base] += count - 1
     return uses
 
 

@@ -61,6 +61,22 @@ def test_a_node_used_twice_is_computed_once():
     assert source.count("_np.log(") == 1
 
 
+def test_a_divisor_shared_by_products_is_computed_once_and_divided_by():
+    """x / m and 3 y / m share the power m^-1, which a product prints as a division by m: m is
+    computed once, then each product divides by it (the operations of dividing by m written out,
+    so the same numbers to the bit), never multiplies by a reciprocal."""
+    divisor = sp.Max(y + z, x, evaluate=False)
+    fn, source = _function([x / divisor, 3 * y / divisor])
+    assert source.count("_np.maximum(") == 1
+    assert "**(-" not in source
+    xs, ys, zs = np.array([1.0, 7.5, 1e9, 3.3]), np.array([2.0, 0.25, 3e-6, 0.1]), \
+        np.array([3.0, 11.0, 4096.0, 0.7])
+    got = fn(xs, ys, zs, np.ones(4))
+    expected = [xs / np.maximum(ys + zs, xs), 3 * ys / np.maximum(ys + zs, xs)]
+    for value, written_out in zip(got, expected, strict=True):
+        assert np.asarray(value).tobytes() == written_out.tobytes()
+
+
 def test_a_sentinel_sum_keeps_the_small_terms():
     """step.py removes an option from a Min by adding 1e30 (1 - I): summed in the printer's
     order, (t - 1e30 I) + 1e30 would be 0 for I = 1; the sentinel terms are summed first."""
