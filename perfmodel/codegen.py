@@ -32,6 +32,19 @@ class Unsupported(Exception):
     """An expression node the printer has no numpy form for."""
 
 
+_HUGE_MEMO: dict[Any, Any] = {}  # keep_huge_together's answers in this process (see huge_memo)
+_HUGE_MEMO_LIMIT = 500_000
+
+
+def huge_memo() -> dict[Any, Any]:
+    """The memo keep_huge_together shares between calls: each node's answer depends on the node
+    alone, and the staged search and the full family print the same built model's nodes (so the
+    second walk finds most of them done); cleared when it holds too many."""
+    if len(_HUGE_MEMO) > _HUGE_MEMO_LIMIT:
+        _HUGE_MEMO.clear()
+    return _HUGE_MEMO
+
+
 def keep_huge_together(expr: Any, memo: dict[Any, Any]) -> Any:
     """Wrap the sentinel terms of every sum, 1e30 - 1e30 I, in one unevaluated unit.
 
@@ -261,7 +274,7 @@ def numpy_function(name: str, params: Sequence[tuple[Any, str]], exprs: Sequence
 
     params: (symbol, parameter name) of every symbol the expressions hold. Raises Unsupported for
     a node with no numpy form here."""
-    memo: dict[Any, Any] = {}
+    memo = huge_memo()
     exprs = [keep_huge_together(sp.sympify(e), memo) for e in exprs]
     printer = _Printer({sym: pname for sym, pname in params}, _count_uses(exprs))
     outs = [printer.text(e)[0] for e in exprs]
@@ -280,7 +293,7 @@ def function_source(name: str, params: Sequence[tuple[Any, str]], exprs: Sequenc
 
     from sympy.printing.numpy import NumPyPrinter
 
-    memo: dict[Any, Any] = {}
+    memo = huge_memo()
     exprs = [keep_huge_together(sp.sympify(e), memo) for e in exprs]
     renamed = {sym: sp.Symbol(pname) for sym, pname in params}
     fn = sp.lambdify(list(renamed.values()), [e.xreplace(renamed) for e in exprs],

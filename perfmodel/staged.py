@@ -77,7 +77,7 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
     import sympy as sp
     from sympy.functions.elementary.piecewise import ExprCondPair
 
-    from perfmodel.codegen import keep_huge_together
+    from perfmodel.codegen import huge_memo, keep_huge_together
     from perfmodel.costs.lattice import evaluated
     from perfmodel.costs.lattice import rebuilt as lattice_rebuilt
 
@@ -146,7 +146,7 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
         return lattice_rebuilt(expr, args)
 
     terms = {}
-    memo: dict[Any, Any] = {}
+    memo = huge_memo()
     for name, expr in outputs.items():
         expr = keep_huge_together(sp.sympify(expr), memo)
         term = lift(expr)
