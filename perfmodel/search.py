@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -401,18 +401,18 @@ class _Grid:
                       if strategy.RULE_COLUMNS.intersection(a)]
         self.ruled_size = math.prod(self.shape[i] for i in self.ruled)
 
-    def ruled_plans(self) -> dict[str, np.ndarray]:
-        """Every combination of the ruled axes' rows, with the fixed columns, as flat columns."""
+    def ruled_plans(self) -> _Block:
+        """Every combination of the ruled axes' rows, with the fixed columns (flat)."""
         shape = [self.shape[i] for i in self.ruled]
         index = np.unravel_index(np.arange(math.prod(shape)), shape)
-        out = {name: np.full(len(index[0]), value) for name, value in self.fixed.items()}
+        cols: dict[str, np.ndarray] = {}
         for i, at in zip(self.ruled, index, strict=True):
-            out.update({name: values[at] for name, values in self.axes[i].items()})
-        return out
+            cols.update({name: values[at] for name, values in self.axes[i].items()})
+        return _Block(self.fixed, cols, math.prod(shape))
 
-    def plans(self, ruled_mask: np.ndarray) -> dict[str, np.ndarray] | None:
+    def plans(self, ruled_mask: np.ndarray) -> _Block | None:
         """The plans whose combination of the ruled axes' rows ruled_mask allows (flat, as
-        ruled_plans orders them), as columns; None if none."""
+        ruled_plans orders them); None if none."""
         shape = self.shape
         ruled = self.ruled
         mask = ruled_mask.reshape([shape[i] if i in ruled else 1 for i in range(len(shape))])
@@ -420,10 +420,34 @@ class _Grid:
         if not len(keep):
             return None
         index = np.unravel_index(keep, shape)
-        out = {name: np.full(len(keep), value) for name, value in self.fixed.items()}
+        cols: dict[str, np.ndarray] = {}
         for at, axis in zip(index, self.axes, strict=True):
-            out.update({name: values[at] for name, values in axis.items()})
-        return out
+            cols.update({name: values[at] for name, values in axis.items()})
+        return _Block(self.fixed, cols, len(keep))
+
+
+@dataclass
+class _Block:
+    """Plans of one grid: the columns it fixes (one value for all of them) and the others."""
+
+    fixed: dict[str, int]
+    cols: dict[str, np.ndarray]
+    n: int
+
+
+def _columns(blocks: list[_Block], names: Iterable[str]) -> dict[str, np.ndarray]:
+    """The blocks' plans as whole columns, block after block: a column every block fixes is its
+    values repeated (one numpy call, not a filled array per block joined after), the others
+    joined."""
+    counts = [b.n for b in blocks]
+    out = {}
+    for k in names:
+        if all(k in b.fixed for b in blocks):
+            out[k] = np.repeat(np.array([b.fixed[k] for b in blocks]), counts)
+        else:
+            out[k] = np.concatenate([np.full(b.n, b.fixed[k]) if k in b.fixed else b.cols[k]
+                                     for b in blocks])
+    return out
 
 
 def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_Grid]:
@@ -477,8 +501,7 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
 RULE_BATCH = 8192  # combinations of ruled axes checked by one call of the plan rules
 
 
-def _blocks(model: TransformerSpec, req: SearchRequest,
-            size: int) -> Iterator[dict[str, np.ndarray]]:
+def _blocks(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_Block]:
     """The plans that obey every plan rule, in blocks of at most `size` rows.
 
     The rules run over the grids' combinations of the axes they read (the fixed columns
@@ -488,13 +511,12 @@ def _blocks(model: TransformerSpec, req: SearchRequest,
     pending: list[_Grid] = []
     rows = 0
 
-    def check() -> Iterator[dict[str, np.ndarray]]:
+    def check() -> Iterator[_Block]:
         parts = [g.ruled_plans() for g in pending]
-        columns = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-        mask = allowed(PlanColumns(columns), model)
+        mask = allowed(PlanColumns(_columns(parts, [*parts[0].fixed, *parts[0].cols])), model)
         start = 0
         for grid, part in zip(pending, parts, strict=True):
-            n = len(part["gpus"])
+            n = part.n
             block = grid.plans(mask[start:start + n])
             start += n
             if block is not None:
@@ -531,17 +553,17 @@ def plan_chunks(model: TransformerSpec, req: SearchRequest,
     (default CHUNK_PLANS, read when called), in a fixed order (ties in the ranking go to the
     earlier plan)."""
     size = size or CHUNK_PLANS
-    blocks: list[dict[str, np.ndarray]] = []
+    blocks: list[_Block] = []
     rows = 0
     for block in _blocks(model, req, size):
-        n = len(block["gpus"])
+        n = block.n
         if rows + n > size and blocks:
-            yield Plans({k: np.concatenate([b[k] for b in blocks]) for k in COLUMNS})
+            yield Plans(_columns(blocks, COLUMNS))
             blocks, rows = [], 0
         blocks.append(block)
         rows += n
     if blocks:
-        yield Plans({k: np.concatenate([b[k] for b in blocks]) for k in COLUMNS})
+        yield Plans(_columns(blocks, COLUMNS))
 
 
 def enumerate_plans(model: TransformerSpec, req: SearchRequest) -> Plans:
