@@ -135,7 +135,10 @@ def _table(title: str, rows: list[dict[str, Any]]) -> None:
               show_default=True, help="p2p: ring attention; allgather: K/V all-gathered; "
               "a2a: Ulysses.")
 @click.option("--ep", type=click.IntRange(1), default=1, show_default=True,
-              help="Expert-parallel degree (divides tp x dp x cp).")
+              help="Expert-parallel degree (ep x etp divides tp x dp x cp).")
+@click.option("--etp", type=click.IntRange(1), default=1, show_default=True,
+              help="Expert tensor parallelism: each routed expert split over etp of the tp "
+              "ranks (divides tp).")
 @click.option("--moe-routing", type=click.Choice([e.value for e in MoERouting]),
               default="learned", show_default=True,
               help="balanced: assignment n to expert n mod E (exchange sizes known in advance).")
@@ -170,7 +173,7 @@ def cli(**kw: Any) -> None:
     if not isinstance(model, TransformerSpec):
         raise click.UsageError(f"model '{model.name}' is not a transformer")
     model = model_overrides(model, kw)
-    plan_kw = {k: kw[k] for k in ("dp", "tp", "pp", "cp", "cp_comm", "ep", "micro_batch",
+    plan_kw = {k: kw[k] for k in ("dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch",
                                   "dtype", "schedule", "recompute") if kw[k] is not None}
     plan_kw["sequence_parallel"] = kw["sequence_parallel"]
     plan_kw["global_batch"] = kw["global_batch"] or kw["dp"] * kw["micro_batch"]
@@ -182,7 +185,8 @@ def cli(**kw: Any) -> None:
         raise click.BadParameter(f"the plan needs dp x cp x tp x pp = {world} ranks, got "
                                  f"{kw['nprocs']}", param_hint="--nprocs")
     run_dir = kw["run_dir"] or Path("validation-runs") / (
-        f"parallel-dp{plan.dp}-cp{par.cp}-tp{plan.tp}-pp{plan.pp}-ep{par.ep}")
+        f"parallel-dp{plan.dp}-cp{par.cp}-tp{plan.tp}-pp{plan.pp}-ep{par.ep}"
+        + (f"-etp{plan.etp}" if plan.etp > 1 else ""))
     if kw["dry_run"]:
         from validation import dryrun
 
