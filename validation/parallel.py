@@ -5,14 +5,17 @@ runs it against perfmodel's prediction and ledger):
     python -m validation.parallel --model tiny-gpt --cp 2 --nprocs 2
     python -m validation.parallel --model mixtral-8x7b --layers 2 --hidden 64 --heads 4 \\
         --seq-len 32 --vocab 128 --dp 2 --ep 2 --check
+    python -m validation.parallel --model mixtral-8x7b --layers 2 --hidden 64 --heads 8 \\
+        --seq-len 32 --vocab 128 --dp 2 --tp 2 --ep 2 --etp 2 --sequence-parallel --check
     python -m validation.parallel --model mixtral-8x7b --dp 64 --cp 8 --ep 64 --dry-run
 
 A run trains the plan on local gloo ranks (workload.job) and prints its step times, losses and
 rank 0's collectives per step (axis, op, bytes per call, calls: the ledger's format); --check runs
 one step against one process (workload.equivalence: loss and every gradient, fp32); --dry-run
 counts rank 0's collectives on a fake process group of the full world (validation.dryrun). The
-world is dp x cp x tp x pp ranks; ep is carved out of a stage's tp x cp x dp ranks, tp innermost
-(Megatron-Core's expert rank order, workload.parallelize).
+world is dp x cp x tp x pp ranks; ep is carved out of a stage's tp x cp x dp ranks, tp innermost,
+after the etp ranks that split each expert (Megatron-Core's expert rank order,
+workload.parallelize).
 """
 
 from __future__ import annotations
