@@ -173,6 +173,9 @@ def test_etp_equal_to_tp_with_ep_1_syncs_the_experts_with_the_rest():
      r"etp \(2\) applies to a mixture-of-experts model"),
     (_moe(expert_ffn_hidden=1026), dict(dp=2, tp=4, ep=2, etp=4),
      r"expert_ffn_hidden \(1026\) must be divisible by etp \(4\)"),
+    # Megatron-Core's TransformerConfig: 'Bias in Moe is only supported when ETP==1'
+    (_moe(bias=True), dict(dp=4, tp=2, ep=4, etp=2),
+     r"etp \(2\) with a model with biases \(bias true\) is not supported"),
 ])
 def test_etp_plans_that_break_a_rule_are_refused_in_one_line(model, kw, needle):
     with pytest.raises(PlanError, match=needle) as err:
