@@ -60,6 +60,12 @@ CASES = {
         MIXTRAL_LIKE, _plan(8, 2, tp=4, ep=2, etp=4, recompute="full", sequence_parallel=True)),
     "tp 2, etp 2, ep 1 over dp 32 (experts sync with the rest)": (
         MOE, _plan(32, tp=2, ep=1, etp=2, n_mb=2, sequence_parallel=True)),
+    # tp with pipeline stages: rank 0's norm and router gradients over tp are its own stage's
+    # (the MoE model's dense layer 0 and no final norm on the first of two stages)
+    "tp 2 x ep 4 x pp 2 over dp 16": (MOE, _plan(16, tp=2, pp=2, ep=4, n_mb=2,
+                                                sequence_parallel=True)),
+    "tp 2, etp 2 x ep 2 x pp 2 over dp 16": (MIXTRAL_LIKE, _plan(16, tp=2, pp=2, ep=2, etp=2,
+                                                                n_mb=2, sequence_parallel=True)),
     # 512 ranks
     "ring cp 32 x dp 16": (DENSE, _plan(16, 32, mb=2, n_mb=2)),
     "Ulysses cp 4 x dp 128": (DENSE, _plan(128, 4, cp_comm="a2a")),
@@ -72,6 +78,8 @@ CASES = {
                                                          sequence_parallel=True)),
     "tp 4, etp 2 x ep 16 over dp 64 x cp 2 (edp 16)": (
         MIXTRAL_LIKE, _plan(64, 2, tp=4, mb=2, ep=16, etp=2, sequence_parallel=True)),
+    "tp 4 x ep 8 x pp 4 over dp 32": (MOE.replace(layers=8), _plan(32, tp=4, pp=4, ep=8, n_mb=4,
+                                                                 sequence_parallel=True)),
     "tp 2, etp 2 x ep 4, capacity 1.25, over dp 256 (edp 32)": (
         MOE.replace(capacity_factor=1.25), _plan(256, tp=2, mb=2, ep=4, etp=2,
                                                  sequence_parallel=True)),
