@@ -137,6 +137,11 @@ PLANS = {
                                  sequence_parallel=True),
     "sequence-pipeline-512": dict(gpus=512, tp=4, pp=4, dp=32, global_batch=64,
                                   sequence_parallel=True),
+    # full recompute repeats the whole layer, its last reduce-scatter included (Megatron's)
+    "sequence-full-recompute-64": dict(gpus=64, tp=8, dp=8, global_batch=8,
+                                       sequence_parallel=True, recompute="full"),
+    "sequence-full-recompute-512": dict(gpus=512, tp=4, pp=2, cp=2, dp=32, global_batch=64,
+                                        sequence_parallel=True, recompute="full"),
 }
 
 
