@@ -80,6 +80,10 @@ class Trainer:
         self.dp_rank = mesh.get_local_rank("dp") if self.dp > 1 else 0
         self.clock = Clock(device)
         self.zero = plan.get("zero", 0)
+        replicas = self.dp * self.cp
+        # zero 3: FSDP2 over dp; zero 1 and 2: Megatron's distributed optimizer over dp x cp
+        self.fsdp = self.dp > 1 and self.zero == 3
+        self.distopt = replicas > 1 and self.zero in (1, 2)
         self.chunks: list[nn.Module] = []
         for c in chunk_ids(plan, self.pp_rank):
             mod = build_chunk(m, plan, c).to(device=device, dtype=dtype)
@@ -90,7 +94,7 @@ class Trainer:
                 apply_cp(mod, mesh.get_group("cp"), self.cp_rank, self.cp, comm, m["seq_len"])
             if self.tp > 1:
                 apply_tp(mod, mesh["tp"], plan.get("sequence_parallel", False))
-            if self.dp > 1 and self.zero > 0:
+            if self.fsdp:
                 apply_fsdp(mod, mesh["dp"], self.zero)
             self.chunks.append(mod)
         params = [p for mod in self.chunks for p in mod.parameters()]
@@ -101,14 +105,18 @@ class Trainer:
         # DTensor or plain parameters: DTensor's attributes (placements, device_mesh) are read
         # where present
         self.params: list[Any] = params
-        # foreach kernels cannot mix DTensor and plain parameters: one group of each.
-        groups = [
-            {"params": [p for p in params if hasattr(p, "to_local")]},
-            {"params": [p for p in params if not hasattr(p, "to_local")]},
-        ]
-        self.optimizer = torch.optim.AdamW(
-            [g for g in groups if g["params"]], lr=1e-4, foreach=True
-        )
+        self.optimizer: Any
+        if self.distopt:
+            self.optimizer = self._distributed_optimizer(dtype)
+        else:
+            # foreach kernels cannot mix DTensor and plain parameters: one group of each.
+            groups = [
+                {"params": [p for p in params if hasattr(p, "to_local")]},
+                {"params": [p for p in params if not hasattr(p, "to_local")]},
+            ]
+            self.optimizer = torch.optim.AdamW(
+                [g for g in groups if g["params"]], lr=1e-4, foreach=True
+            )
         self.times: dict[str, float] = {}
         # the step's events, seconds from its start (after the barrier): see event()
         self.events: list[dict[str, Any]] = []
@@ -138,6 +146,24 @@ class Trainer:
         for axis, (group, _, _) in self.groups.items():
             names[group.group_name] = axis
         return names
+
+    def _distributed_optimizer(self, dtype: torch.dtype) -> Any:
+        """zero 1 and 2 (workload.distopt): the dense parameters' buffer over dp (dp x cp with
+        context parallelism); the routed experts' over edp where they sync apart (no collective
+        where edp is one rank)."""
+        from workload.distopt import DistributedOptimizer, make_buffer
+
+        if self.cp > 1:
+            group, rank, size = self.groups["dp_cp"]
+        else:
+            group, rank, size = self.mesh.get_group("dp"), self.dp_rank, self.dp
+        dense = [p for p in self.params if id(p) not in self.expert_ids]
+        experts = [p for p in self.params if id(p) in self.expert_ids]
+        buffers = [make_buffer(dense, group, rank, size, dtype)] if dense else []
+        if experts:
+            e_group, e_rank, e_size = self.groups.get("edp", (None, 0, 1))
+            buffers.append(make_buffer(experts, e_group, e_rank, e_size, dtype))
+        return DistributedOptimizer(buffers, self.dp * self.cp, lr=1e-4, foreach=True)
 
     # -- pipeline ------------------------------------------------------------------------------
     def _schedule(self) -> Any:
@@ -230,10 +256,9 @@ class Trainer:
     def _fwd_bwd(self) -> None:
         """Forward and backward over all micro-batches without a pipeline (pp = 1)."""
         mod = self.chunks[0]
-        fsdp = self.dp > 1 and self.zero > 0
         total = 0.0
         for i in range(self.n_mb):
-            if fsdp:  # fully_shard made the chunk an FSDPModule (a class mypy cannot see)
+            if self.fsdp:  # fully_shard made the chunk an FSDPModule (a class mypy cannot see)
                 mod.set_requires_gradient_sync(i == self.n_mb - 1)  # type: ignore[operator]
             sl = slice(i * self.mb, (i + 1) * self.mb)
             with self._loss_context():
@@ -275,8 +300,8 @@ class Trainer:
     def _reduce_partial_grads(self) -> None:
         """Sequence parallelism leaves the norm weights' gradients Partial over tp (each rank saw
         its slice of the sequence); DTensor does not reduce them. Megatron all-reduces them in one
-        call (allreduce_layernorm_grads); so does this on the 1D tp mesh (per parameter with
-        FSDP)."""
+        call (allreduce_layernorm_grads); so does this on the 1D tp mesh (zero 0 to 2; per
+        parameter with FSDP, zero 3)."""
         partial = [
             p
             for p in self.params
@@ -302,7 +327,7 @@ class Trainer:
         if not partial and not plain:
             return
         self._set_phase("grad")
-        if self.dp > 1 and self.zero > 0:  # (no plain ones: check_parallel refuses MoE, tp, zero)
+        if self.fsdp:  # (no plain ones: check_parallel refuses MoE, tp and zero 3)
             for p in partial:
                 p.grad = p.grad.redistribute(p.grad.device_mesh, p.placements)
             return
@@ -357,12 +382,21 @@ class Trainer:
                     size = out.numel() * out.element_size()
                     p2p += [{"axis": "pp", "op": "send_recv", "phase": "pipe", "bytes": size}] * 2
         self._grad_sync()
+        self._set_phase("step")
+        self.optimizer.step()  # the distributed optimizer's parameter all-gather (zero 1, 2)
+        self.optimizer.zero_grad(set_to_none=True)
         return p2p
 
     def _grad_sync(self) -> None:
         """zero 0: one flat all-reduce of the gradients over the dp group (dp x cp with context
-        parallelism), averaged; with ep > 1 the routed experts' in a second one over edp."""
+        parallelism), averaged; with ep > 1 the routed experts' in a second one over edp. zero 1
+        and 2: the distributed optimizer's reduce-scatter of each buffer (workload.distopt);
+        zero 3: FSDP2 reduced them in the backward."""
         self._reduce_partial_grads()
+        if self.distopt:
+            self._set_phase("grad")
+            self.optimizer.reduce_gradients()
+            return
         if self.zero > 0:
             return
         replicas = self.dp * self.cp

@@ -142,6 +142,27 @@ PLANS = {
                                        sequence_parallel=True, recompute="full"),
     "sequence-full-recompute-512": dict(gpus=512, tp=4, pp=2, cp=2, dp=32, global_batch=64,
                                         sequence_parallel=True, recompute="full"),
+    # ZeRO 1 and 2: Megatron's distributed optimizer, one reduce-scatter of the gradient buffer
+    # and one all-gather of the weights per step, over dp (dp x cp with cp); several micro-batches
+    "zero1-64": dict(gpus=64, dp=64, global_batch=256, zero=1),
+    "zero2-512": dict(gpus=512, dp=512, global_batch=1024, zero=2),
+    "zero1-sequence-64": dict(gpus=64, tp=8, dp=8, global_batch=32, zero=1,
+                              sequence_parallel=True),
+    "zero2-sequence-512": dict(gpus=512, tp=8, dp=64, global_batch=128, zero=2,
+                               sequence_parallel=True),
+    "zero1-cp-64": dict(gpus=64, tp=2, cp=4, dp=8, global_batch=32, zero=1,
+                        sequence_parallel=True),
+    "zero1-cp-512": dict(gpus=512, tp=4, cp=2, dp=64, global_batch=128, zero=1),
+    "zero1-pipeline-64": dict(gpus=64, tp=2, pp=4, dp=8, global_batch=32, zero=1,
+                              sequence_parallel=True),
+    "zero2-pipeline-512": dict(gpus=512, tp=4, pp=2, cp=2, dp=32, global_batch=128, zero=2,
+                               sequence_parallel=True),
+    "zero1-interleaved-64": dict(gpus=64, pp=2, dp=32, global_batch=128, zero=1,
+                                 schedule="interleaved", virtual_stages=2),
+    # bf16: gradients reduce-scattered in fp32 (4 B each), weights all-gathered in bf16 (2 B)
+    "zero1-64-bf16": dict(gpus=64, dp=64, global_batch=256, zero=1, dtype="bf16"),
+    "zero1-pipeline-512-bf16": dict(gpus=512, tp=8, pp=2, dp=32, global_batch=64, zero=1,
+                                    sequence_parallel=True, dtype="bf16"),
 }
 
 
