@@ -83,6 +83,15 @@ CASES = {
     "tp 2, etp 2 x ep 4, capacity 1.25, over dp 256 (edp 32)": (
         MOE.replace(capacity_factor=1.25), _plan(256, tp=2, mb=2, ep=4, etp=2,
                                                  sequence_parallel=True)),
+    # ZeRO 1 and 2 (Megatron's distributed optimizer): the dense parameters' buffer
+    # reduce-scattered and all-gathered over dp_cp, the routed experts' over edp
+    "zero 1, ep 8 over dp 16 x cp 4 (edp 8)": (MIXTRAL_LIKE, _plan(16, 4, ep=8, n_mb=2, zero=1)),
+    "zero 2, tp 2 x ep 4 x pp 2 over dp 16": (MOE, _plan(16, tp=2, pp=2, ep=4, n_mb=2, zero=2,
+                                                        sequence_parallel=True)),
+    "zero 1, tp 2, etp 2, ep 1 over dp 32 (experts with the rest)": (
+        MOE, _plan(32, tp=2, ep=1, etp=2, n_mb=2, zero=1, sequence_parallel=True)),
+    "zero 1, tp 4, etp 2 x ep 16 over dp 64 x cp 2 (edp 16)": (
+        MIXTRAL_LIKE, _plan(64, 2, tp=4, mb=2, ep=16, etp=2, zero=1, sequence_parallel=True)),
 }
 
 
@@ -100,6 +109,10 @@ def test_the_ledger_gives_every_collective_the_job_issues(name):
         assert {"cp", "dp_cp"} <= axes and "dp" not in axes
     if plan.ep > 1:
         assert "ep" in axes
+    if plan.zero:  # the distributed optimizer's one reduce-scatter and one all-gather per buffer
+        for axis in {"dp_cp" if plan.cp > 1 else "dp"} | ({"edp"} & axes):
+            assert [r["job_count"] for r in result["rows"]
+                    if r["axis"] == axis and r["op"] != "all_reduce"] == [1, 1]
     if plan.etp > 1:  # the expert-tensor exchanges were issued and counted, not both absent
         assert "etp" in axes
         assert ("etp_ep" in axes) is (model.capacity_factor is None)  # dropless: the counts
@@ -115,3 +128,25 @@ def test_the_dry_run_refuses_experts_with_biases_under_etp_in_one_line():
     with pytest.raises(PlanError, match=r"etp \(2\) with a model with biases") as err:
         dryrun.dry_run(MIXTRAL_LIKE.replace(bias=True), plan)
     assert "\n" not in str(err.value)
+
+
+def test_the_distributed_optimizer_pads_its_buffer_to_the_group_size():
+    """Megatron pads the distributed optimizer's buffer to a multiple of its group's ranks
+    (param_and_grad_buffer.py, _pad_end_of_bucket_if_needed), so that its shards are equal; the
+    job does too. perfmodel's ledger counts the unpadded bytes: here rank 0's 2,705,664 dense
+    parameters over dp x cp = 512 ranks (5,284.5 each) are padded by 256 to 2,705,920, and the
+    two sides differ by exactly these 1,024 bytes (fp32) in both collectives of that buffer; the
+    experts' (1,179,648 B over edp 8) divide evenly and agree."""
+    result = dryrun.dry_run(MOE, _plan(64, 8, mb=2, ep=64, zero=2))
+    wrong = sorted((r["axis"], r["op"], r["bytes"], r["job_count"], r["model_count"])
+                   for r in result["rows"] if not r["agree"])
+    attention = 2 * H * H + 2 * H * (KV * H // HEADS) + 2 * H  # wq wo, wk wv, two RMSNorms
+    moe_dense = 64 * H + 3 * H * 128  # router, the shared expert (128 wide, gated)
+    dense = (L * attention + 3 * H * 4 * H + (L - 1) * moe_dense  # layer 0's MLP: 4h, gated
+             + 2 * V * H + S * H + H)  # embedding, head, position table, final norm
+    assert dense == 2_705_664
+    padded = -(-dense // 512) * 512
+    assert padded - dense == 256
+    assert wrong == [("dp_cp", op, nbytes, job, model)
+                     for op in ("all_gather", "reduce_scatter")
+                     for nbytes, job, model in ((4 * dense, 0.0, 1.0), (4 * padded, 1.0, 0.0))]
