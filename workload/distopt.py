@@ -106,6 +106,7 @@ class DistributedOptimizer:
         for buf, fp32 in zip(self.buffers, self.fp32, strict=True):
             if fp32:  # a view of the parameters from the next step on; nothing kept between
                 buf.main.data = torch.empty(0, dtype=buf.main.dtype, device=buf.main.device)
+        self.adamw = adamw  # AdamW's settings (the equivalence check steps a whole copy with them)
         self.optimizer = torch.optim.AdamW([b.main for b in self.buffers], **adamw)
         self.state = self.optimizer.state
         self._flat: list[torch.Tensor | None] = [None] * len(self.buffers)

@@ -3,10 +3,12 @@
 NCCL on GPUs, gloo on CPUs: the same code.
 
 - data parallel, zero 0: gradients averaged by one flat all-reduce over the dp group after the last
-  backward (workload.trainer; not overlapped, so that it can be timed). zero 1 and 2: FSDP2
-  ``fully_shard`` with ``reshard_after_forward=False`` (parameters stay gathered from forward to
-  backward, gradients reduce-scattered: ZeRO-2). zero 3: ``reshard_after_forward=True``. One FSDP
-  unit per block and one for the rest of each chunk.
+  backward (workload.trainer; not overlapped, so that it can be timed). zero 1 and 2: Megatron-LM's
+  distributed optimizer (workload.distopt: parameters whole on every rank, one flat gradient
+  buffer reduce-scattered once per step, AdamW on this rank's shard, one all-gather of the
+  updated weights; Megatron has no separate ZeRO-2: both keep the whole gradient buffer). zero 3:
+  FSDP2 ``fully_shard`` with ``reshard_after_forward=True`` (apply_fsdp), one unit per block and
+  one for the rest of each chunk, over dp only.
 - tensor parallel 1D (Megatron layout) and sequence parallel with DTensor parallel styles; one
   ``PrepareModuleInput`` per sub-layer so that the backward reduces the input gradient once (the
   f / g operators); the LM head is column-parallel with a vocab-parallel cross-entropy
@@ -14,7 +16,8 @@ NCCL on GPUs, gloo on CPUs: the same code.
   learned position embedding is replicated and, with SP, the sum is scattered along the sequence
   (all-gather backward), as Megatron does with learned positions.
 - pipeline parallel: workload.trainer (``torch.distributed.pipelining``).
-- bf16 gradients are reduced in fp32 (FSDP2's reduce_dtype), as Megatron-LM does.
+- bf16 gradients are reduced in fp32 (the distributed optimizer's buffer; FSDP2's reduce_dtype),
+  as Megatron-LM does.
 - context parallelism (plan key ``cp``, attention by ``cp_comm``: workload.context_parallel): a
   mesh dim "cp", placed right outside tp unless the placement names it (Megatron's order
   tp-cp-dp-pp, tp innermost); gradients are then averaged over the dp x cp ranks of a model replica
@@ -285,8 +288,8 @@ def _moe_tp_styles(moe: Any, tp_mesh: Any, sequence_parallel: bool) -> dict[str,
 
 
 def apply_fsdp(mod: Chunk, dp_mesh: Any, zero: int) -> None:
-    """FSDP2: one unit per block and one for the rest of the chunk; bf16 gradients are
-    reduce-scattered in fp32, as Megatron-LM reduces them."""
+    """FSDP2 (zero 3; zero 1 and 2 are workload.distopt's): one unit per block and one for the
+    rest of the chunk; bf16 gradients are reduce-scattered in fp32, as Megatron-LM reduces them."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     reshard = zero == 3

@@ -10,7 +10,10 @@ gradient pass per chunk, the gradient sync, the optimizer step, from the step's 
 zero 0: one flat all-reduce of all gradients over the dp group after the last backward, averaged;
 bf16 gradients are reduced in fp32, as Megatron-LM does. SP norm gradients (Partial over tp) are
 all-reduced in one call, as Megatron's allreduce_layernorm_grads. Parameters are kept in the run's
-dtype (no fp32 master copy).
+dtype (no fp32 master copy). zero 1 and 2: Megatron-LM's distributed optimizer (workload.distopt:
+one reduce-scatter of a flat gradient buffer per step, fp32 for bf16, over the same groups as the
+all-reduces below, AdamW on this rank's shard with fp32 main weights for bf16, one all-gather of
+the updated weights); zero 3: FSDP2.
 
 Context parallelism: each rank trains on its cp share of every sequence (workload.context_parallel)
 and the gradient all-reduce runs over the dp x cp ranks of a replica (axis "dp_cp"), averaged over

@@ -214,3 +214,62 @@ def test_expert_tensor_parallel_experts_match_one_process(tmp_path, ep, routing)
                   if _calls(r, "etp", "all_gather", "fwd") != _calls(r, "etp", "reduce_scatter",
                                                                       "fwd")]
         assert uneven
+
+
+# --- ZeRO 1 and 2: Megatron's distributed optimizer -----------------------------------------------
+
+
+def _zero_plan(zero: int, dp: int, tp: int = 1, cp: int = 1, ep: int = 1,
+               micro_batches: int = 2) -> Plan:
+    return Plan(gpus=dp * tp * cp, dp=dp, tp=tp, cp=cp, ep=ep, micro_batch=B,
+                global_batch=dp * B * micro_batches, dtype="fp32", zero=zero,
+                sequence_parallel=tp > 1)
+
+
+def _stepped(result: dict) -> None:
+    """Every parameter after the sharded AdamW step and the all-gather equals AdamW on the whole
+    parameters (workload.equivalence: step:<name>)."""
+    for rank in result["ranks"]:
+        steps = [r for r in rank["results"] if r["name"].startswith("step:")]
+        grads = [r for r in rank["results"] if not r["name"].startswith("step:")]
+        assert len(steps) == len(grads) - 1  # every parameter, and the loss compared once
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_distributed_optimizer_matches_one_process(tmp_path, zero):
+    # dp 2, two micro-batches: the gradients accumulated, scaled by 1/2 and reduce-scattered once
+    # (one flat fp32 buffer of every parameter), AdamW on each rank's half, the weights gathered
+    result = check_equivalence(DENSE, _zero_plan(zero, dp=2), JobParallel(), tmp_path)
+    _equivalent(result)
+    _stepped(result)
+    layer = 2 * H * H + 2 * H * KV * HD + 3 * H * 64 + 2 * H  # attention, gated MLP, 2 norms
+    params = 2 * layer + 2 * 64 * H + S * H + H  # embedding, head, positions, final norm
+    for rank in result["ranks"]:
+        assert _calls(rank, "dp", "reduce_scatter", "grad") == {params * F32: 1}
+        assert not _calls(rank, "dp", "all_reduce")
+
+
+def test_distributed_optimizer_under_tensor_parallelism_matches_one_process(tmp_path):
+    # tp 2 x dp 2, sequence parallel: each rank's buffer holds its tp shards (the norms and the
+    # position table whole); the norms' gradients all-reduced over tp first, as with zero 0
+    result = check_equivalence(DENSE, _zero_plan(1, dp=2, tp=2), JobParallel(), tmp_path)
+    _equivalent(result)
+    _stepped(result)
+    layer = (2 * H * H + 2 * H * KV * HD + 3 * H * 64) // 2 + 2 * H
+    local = 2 * layer + 2 * 64 * H // 2 + S * H + H
+    for rank in result["ranks"]:
+        assert _calls(rank, "dp", "reduce_scatter", "grad") == {local * F32: 1}
+        assert _calls(rank, "tp", "all_reduce", "grad") == {(2 * 2 + 1) * H * F32: 1}
+
+
+def test_distributed_optimizer_with_experts_and_cp_matches_one_process(tmp_path):
+    # dp 2 x cp 2, ep 2: the dense buffer over dp x cp (4 ranks), the experts' over edp (2)
+    result = check_equivalence(MOE, _zero_plan(1, dp=2, cp=2, ep=2, micro_batches=1),
+                               JobParallel(), tmp_path)
+    _equivalent(result)
+    _stepped(result)
+    for rank in result["ranks"]:
+        # the experts of one MoE layer a rank keeps: 2 of 4, each gated (3 h x 32 weights)
+        assert _calls(rank, "edp", "reduce_scatter", "grad") == {2 * 3 * H * 32 * F32: 1}
+        assert sum(_calls(rank, "dp_cp", "reduce_scatter", "grad").values()) == 1
+        assert not _calls(rank, "edp", "all_reduce") and not _calls(rank, "dp_cp", "all_reduce")
