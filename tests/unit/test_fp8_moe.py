@@ -322,3 +322,20 @@ def test_cli_predict_and_recommend_fp8_moe(run_cli):
     assert why["wins"] == (why["speedup_over_best_bf16"] > 1)
     assert why["says"].startswith("FP8 is what makes the best plan win" if why["wins"]
                                   else "FP8 does not win here")
+
+
+def test_recommend_fp8_params_compares_with_bf16_without_the_fp8_fields():
+    """Regression: `recommend --dtype fp8 --fp8-params` searched bf16 with fp8_params still set
+    and failed ("fp8_params applies to dtype fp8, not bf16"); its bf16 comparison leaves every
+    fp8-only field off."""
+    from perfmodel import load_model
+    from perfmodel.recommend import recommend
+    from perfmodel.search import SearchRequest
+    from perfmodel.strategy import Dtype
+
+    req = SearchRequest(gpus=(8,), global_batch=64, dtype=Dtype.FP8, fp8_params=True, tp=2,
+                        pp=1)
+    rec = recommend(load_model("llama3-8b"), load_hardware("dgx-h100"), req, top=1)
+    why = rec.explanation["fp8"]
+    assert rec.top[0].plan.fp8_params and why["best_bf16_plan"]
+    assert why["same_plan_in_bf16_s"] > 0 and why["wins"] == (why["speedup_over_best_bf16"] > 1)
