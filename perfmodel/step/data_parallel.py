@@ -37,7 +37,8 @@ same expert shards, the expert-data-parallel group (axis edp, tp dp cp / (etp ep
 Megatron-Core's expert mesh etp x ep x edp = tp x cp x dp, megatron/core/parallel_state.py at
 d98e8a64ddf34856e74b24714e3bedb2f5a39553), in a sync of their own where that group differs from
 dp x cp (ep > 1 or tp / etp > 1: Megatron-Core's expert data parallelism; the validation job's),
-with the others otherwise.
+with the others otherwise. With FP8 weights (fp8_params) the distributed optimizer all-gathers the
+FP8 weights at e_8 bytes, the routed experts' over edp (stage_weight_bytes).
 """
 
 from __future__ import annotations

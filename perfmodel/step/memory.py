@@ -7,7 +7,10 @@
     embedding, output: the embedding's dropout mask per in-flight micro-batch; the final norm's
                      input and the fp32 logits on the last stage
     fp8/...        = an fp8 plan's FP8 weight copies and scaling state (perfmodel.step.fp8); its
-                     activations keep FP8 copies of the GEMM inputs (perfmodel.costs.memory)
+                     activations keep FP8 copies of the GEMM inputs (perfmodel.costs.memory; an
+                     MoE layer's experts', perfmodel.costs.moe, MLA's projections',
+                     perfmodel.costs.mla); with FP8 weights (fp8_params) their bf16 copies leave
+                     `weights` (the routed experts' by the experts' ZeRO divisor)
     ZeRO 3 buffer  = two gathered layers (the one computing and the next, prefetched), and the
                      root unit (embedding, final norm, output layer) gathered through the forward
                      to the loss, where memory peaks (torchtitan apply_fsdp: fully_shard(model),

@@ -10,7 +10,9 @@ shared output layer with its loss. Per micro-batch, on the last stage's rank:
 
 with the layer's communication (tensor, context and expert parallel) as a layer's, issued in the
 modules' phases. Megatron-Core places them so (mtp_num_layers, on the last stage) and counts
-their FLOPs in num_floating_point_operations; the modules are not recomputed here.
+their FLOPs in num_floating_point_operations; the modules are not recomputed here. An fp8 plan
+runs the projection in FP8 with its casts (a TE linear under the FP8 autocast; its weights and
+scaling state: perfmodel.step.fp8).
 """
 
 from __future__ import annotations
