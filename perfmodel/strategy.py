@@ -795,6 +795,10 @@ RULES: tuple[Rule, ...] = (
     _rule("etp", lambda c, m: not _moe(m) or m.expert_ffn_hidden % c.etp == 0,
           lambda c, m: f"expert_ffn_hidden ({m.expert_ffn_hidden}) must be divisible by etp "
                        f"({c.etp}): each expert's FFN is split over etp ranks", model=True),
+    _rule("etp", lambda c, m: (c.etp == 1) | (not (_moe(m) and m.bias)),
+          lambda c, m: f"etp ({c.etp}) with a model with biases (bias true) is not "
+                       "supported: Megatron-Core's TransformerConfig allows a bias in MoE only "
+                       "with etp 1; give etp 1 or bias false", model=True),
     _rule("ep", lambda c, m: not _moe(m) or m.experts % c.ep == 0,
           lambda c, m: f"ep ({c.ep}) must divide the experts ({m.experts})", model=True),
     _rule("tp_layout", lambda c, m: not _moe(m) or c.tp_layout == _1D,

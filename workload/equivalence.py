@@ -7,7 +7,8 @@ cp = ep = 1) from the same initial weights (seed 0), on every data-parallel repl
 turn (the job's tokens, seeded by replica), micro-batch by micro-batch, the gradients averaged over
 the replicas. Compared (fp32, rtol 1e-4, atol 1e-5): the loss (the job's, averaged over the dp x
 cp ranks) and the gradient of every parameter the rank holds (tensor-parallel ones gathered; a
-routed expert with the reference's expert of the same global index). Writes OUT_PREFIX.rank<R>.json.
+routed expert with the reference's expert of the same global index, its etp slice with the same
+slice of it). Writes OUT_PREFIX.rank<R>.json.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch.distributed as dist
 
 from workload.job import write_json
 from workload.model import build_chunk, loss_fn
-from workload.parallelize import make_mesh
+from workload.parallelize import apply_ep, make_mesh
 from workload.process import loopback_rendezvous, watch_parent
 from workload.timers import CollectiveCounter
 from workload.trainer import Trainer
@@ -35,10 +36,12 @@ RTOL, ATOL = 1e-4, 1e-5
 def reference(cfg: dict[str, Any]) -> tuple[float, dict[str, torch.Tensor]]:
     """The loss and gradients of the whole model on one process over every replica's batch."""
     m, plan = cfg["model"], cfg["plan"]
-    one = {**plan, "dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "virtual_stages": 1,
+    one = {**plan, "dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "virtual_stages": 1,
            "sequence_parallel": False, "zero": 0}
     torch.manual_seed(0)
     model = build_chunk(m, one, 0)
+    if m.get("experts"):  # routed as the job routes (its balanced routing too)
+        apply_ep(model, {}, plan.get("moe_routing", "learned"))
     dp, mb = plan["dp"], plan["micro_batch"]
     n_mb = plan["global_batch"] // (dp * mb)
     total = 0.0
@@ -103,7 +106,11 @@ def check(cfg: dict[str, Any]) -> dict[str, Any]:
         if g is not None and hasattr(g, "full_tensor"):
             g = g.full_tensor()  # every rank, in the same order
         full = _global_name(name, mod)
-        results.append(_compare(full, g, ref_grads.get(full)))
+        want = ref_grads.get(full)
+        if want is not None and hasattr(p, "etp_slice"):  # this etp rank's slice of an expert
+            dim, part, parts = p.etp_slice
+            want = want.chunk(parts, dim)[part]
+        results.append(_compare(full, g, want))
     return {
         "rank": dist.get_rank(),
         "coords": {n: mesh.get_local_rank(n) for n in mesh.mesh_dim_names},

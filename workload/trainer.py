@@ -14,11 +14,12 @@ dtype (no fp32 master copy).
 
 Context parallelism: each rank trains on its cp share of every sequence (workload.context_parallel)
 and the gradient all-reduce runs over the dp x cp ranks of a replica (axis "dp_cp"), averaged over
-dp cp. Expert parallelism (ep > 1) or a mixture of experts under tp: the routed experts' gradients
-are all-reduced in a second flat call over the expert-data-parallel group (axis "edp", tp dp cp / ep
-ranks; none when that is 1) and averaged over dp cp as well; with ep = tp = 1 they join the first
-call. An MoE layer's router under tp (whole on every rank, each rank's gradient over its own
-tokens) is all-reduced over tp in the norms' call.
+dp cp. Expert parallelism (ep > 1) or a mixture of experts under tp with tp / etp > 1: the routed
+experts' gradients (each rank's etp slices of them) are all-reduced in a second flat call over the
+expert-data-parallel group (axis "edp", tp dp cp / (ep etp) ranks; none when that is 1) and
+averaged over dp cp as well; with ep = 1 and etp = tp they join the first call. An MoE layer's
+router under tp (whole on every rank, each rank's gradient over its own tokens) is all-reduced
+over tp in the norms' call.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from workload.parallelize import (
     apply_tp,
     check_parallel,
     expert_parameters,
+    experts_apart,
     extra_groups,
     loss_context,
 )
@@ -69,7 +71,7 @@ class Trainer:
         self.pp, self.dp, self.tp = plan["pp"], plan["dp"], plan["tp"]
         self.cp, self.ep = plan.get("cp", 1), plan.get("ep", 1)
         check_parallel(m, plan)
-        # dp_cp, ep, edp: {axis: (group, rank in it, size)}
+        # dp_cp, etp, etp_ep, ep, edp: {axis: (group, rank in it, size)}
         self.groups = extra_groups(mesh, plan, experts=bool(m.get("experts")))
         self.cp_rank = mesh.get_local_rank("cp") if self.cp > 1 else 0
         self.mb = plan["micro_batch"]
@@ -82,8 +84,7 @@ class Trainer:
         for c in chunk_ids(plan, self.pp_rank):
             mod = build_chunk(m, plan, c).to(device=device, dtype=dtype)
             if m.get("experts"):
-                group, rank, size = self.groups.get("ep", (None, 0, 1))
-                apply_ep(mod, group, rank, size, plan.get("moe_routing", "learned"))
+                apply_ep(mod, self.groups, plan.get("moe_routing", "learned"))
             if self.cp > 1:
                 comm = plan.get("cp_comm", "p2p")
                 apply_cp(mod, mesh.get_group("cp"), self.cp_rank, self.cp, comm, m["seq_len"])
@@ -93,9 +94,9 @@ class Trainer:
                 apply_fsdp(mod, mesh["dp"], self.zero)
             self.chunks.append(mod)
         params = [p for mod in self.chunks for p in mod.parameters()]
-        # with ep > 1 or tp > 1, the routed experts' parameters sync over edp (tp dp cp / ep
-        # ranks), apart from the rest
-        apart = self.ep > 1 or self.tp > 1
+        # with ep > 1 or tp / etp > 1, the routed experts' parameters (or their etp slices)
+        # sync over edp (tp dp cp / (ep etp) ranks), apart from the rest
+        apart = experts_apart(self.ep, self.tp, plan.get("etp", 1))
         self.expert_ids = expert_parameters(self.chunks) if apart else set()
         # DTensor or plain parameters: DTensor's attributes (placements, device_mesh) are read
         # where present

@@ -309,12 +309,16 @@ def output_collectives(c: Context) -> list[Collective]:
 
 
 def norm_grad_collectives(c: Context) -> list[Collective]:
-    """Per step, with sequence parallelism: one all-reduce of every norm vector of the stage (two
-    per layer and the final norm; LayerNorm has a weight and a bias, RMSNorm a weight), and of
-    an MoE layer's router (Megatron-Core all-reduces the routers' gradients over tp with the
-    norms'); the stage with the most of them (every stage syncs at once)."""
+    """Per step, with sequence parallelism: one all-reduce of every norm vector of a stage (two
+    per layer, and the final norm on the stage that holds it: the last, or the only one; LayerNorm
+    has a weight and a bias, RMSNorm a weight), and of an MoE layer's router (Megatron-Core
+    all-reduces the routers' gradients over tp with the norms'). The ledger counts rank 0's (the
+    first stage's, as every other ledger entry); the time is the stage with the most of them
+    (every stage syncs at once)."""
+    final = {"first": c.single, "last": sp.Integer(1), "middle": ZERO}
     if not c.fam.moe and not c.fam.mla:
-        vectors = (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * c.max_stage_layers + 1)
+        def on_stage(st: str) -> sp.Expr:
+            return (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * c.stage_layers[st] + final[st])
     else:
         from perfmodel.costs.moe import router_params
         from perfmodel.step.moe import moe_layers
@@ -329,13 +333,14 @@ def norm_grad_collectives(c: Context) -> list[Collective]:
 
         def on_stage(st: str) -> sp.Expr:
             n = c.stage_layers[st]
-            return (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * n + 1) \
+            return (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * n + final[st]) \
                 + moe.get(st, ZERO) * router + n * down
 
-        vectors = lmax(*(on_stage(st) for st in STAGES))
+    vectors = lmax(*(on_stage(st) for st in STAGES))
     return [Collective(name="tp/norm_grads/all_reduce", op="all_reduce", axis="tp",
-                       nbytes=S.wbytes * vectors, calls=c.seq_parallel, phase="step",
-                       in_phase="tensor_parallel/norm_grads", term="comm/tp_grads", fam=c.fam)]
+                       nbytes=S.wbytes * on_stage("first"), time_nbytes=S.wbytes * vectors,
+                       calls=c.seq_parallel, phase="step", in_phase="tensor_parallel/norm_grads",
+                       term="comm/tp_grads", fam=c.fam)]
 
 
 def norm_grad_phase(issued: Mapping[str, tuple[Collective, ...]]) -> Phase:

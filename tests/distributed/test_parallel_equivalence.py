@@ -34,10 +34,11 @@ MOE = DENSE.replace(name="tiny-moe", experts=4, top_k=2, expert_ffn_hidden=32, s
 
 
 def _plan(dp: int = 1, tp: int = 1, cp: int = 1, ep: int = 1, cp_comm: str = "p2p",
-          sequence_parallel: bool = False) -> Plan:
-    """The plan holds cp, cp_comm and ep (the job reads them from it: validation.jobspec)."""
-    return Plan(gpus=dp * tp * cp, dp=dp, tp=tp, cp=cp, ep=ep, cp_comm=cp_comm, micro_batch=B,
-                global_batch=dp * B, dtype="fp32", sequence_parallel=sequence_parallel)
+          sequence_parallel: bool = False, etp: int = 1) -> Plan:
+    """The plan holds cp, cp_comm, ep and etp (the job reads them from it: validation.jobspec)."""
+    return Plan(gpus=dp * tp * cp, dp=dp, tp=tp, cp=cp, ep=ep, etp=etp, cp_comm=cp_comm,
+                micro_batch=B, global_batch=dp * B, dtype="fp32",
+                sequence_parallel=sequence_parallel)
 
 
 def _calls(rank: dict, axis: str, op: str, phase: str | None = None) -> dict[int, float]:
@@ -170,3 +171,46 @@ def test_experts_under_tensor_parallelism_match_one_process(tmp_path, ep):
         edp = 4 // ep
         assert _calls(rank, "edp", "all_reduce", "grad") == (
             {(4 // ep) * 3 * H * 32 * F32: 1} if edp > 1 else {})
+
+
+@pytest.mark.parametrize(("ep", "routing"), [(2, "learned"), (1, "balanced")],
+                         ids=["tp2-dp2-ep2-etp2", "tp2-dp2-ep1-etp2-balanced"])
+def test_expert_tensor_parallel_experts_match_one_process(tmp_path, ep, routing):
+    # tp 2 x dp 2 = 4 ranks, sequence parallel, etp 2: each routed expert split over the tp pair
+    # (up and gate projections column-, down row-parallel: Megatron-Core's TEGroupedMLP with
+    # expert_tensor_parallel_size 2); ep 2 over the dp ranks of one tp index (Megatron-Core's
+    # expert rank order, etp innermost), edp 1; ep 1: every expert on the tp pair, its slices'
+    # gradients with the rest over dp
+    etp, experts, k = 2, 4, 2
+    result = check_equivalence(MOE, _plan(dp=2, tp=2, ep=ep, etp=etp, sequence_parallel=True),
+                               JobParallel(moe_routing=routing), tmp_path)
+    _equivalent(result)
+    rows = B * S // 2 * k  # the rank's own half of the sequence, k assignments each
+    for rank in result["ranks"]:
+        # the E counts of the etp x ep ranks all-gathered (Megatron's tp_ep group), int64
+        assert _calls(rank, "etp_ep", "all_gather", "fwd") == {etp * ep * experts * 8: 1}
+        assert not _calls(rank, "ep", "all_gather")
+        a2a = {p: sum(_calls(rank, "ep", "all_to_all", p).values()) for p in ("fwd", "bwd")}
+        assert a2a == ({"fwd": 2, "bwd": 2} if ep > 1 else {"fwd": 0, "bwd": 0})
+        # the received rows gathered over etp, the outputs reduce-scattered back; backward the
+        # adjoints (the gather's a reduce-scatter, the scatter's a gather)
+        gathered = {(op, p): _calls(rank, "etp", op, p) for op in ("all_gather", "reduce_scatter")
+                    for p in ("fwd", "bwd")}
+        assert all(sum(c.values()) == 1 for c in gathered.values())
+        if routing == "balanced":  # every rank receives its own count back: etp rows h gathered
+            assert all(c == {etp * rows * H * F32: 1} for c in gathered.values())
+        # no tp collective around the routed experts (the same as with whole experts)
+        assert _calls(rank, "tp", "all_gather", "fwd") == {B * S * H * F32: 2 + 1 + 1 + 1}
+        assert _calls(rank, "tp", "all_reduce", "grad") == {((2 * 2 + 1) * H + H * 4) * F32: 1}
+        # edp: tp dp / (ep etp) = 1 rank with ep 2; with ep 1 and etp = tp the experts' slices
+        # sync with the other parameters over dp
+        assert not _calls(rank, "edp", "all_reduce")
+        assert len(_calls(rank, "dp", "all_reduce", "grad")) == 1
+    if routing == "learned":
+        # the learned routing gave the tp pair unequal rows (this seed): gloo's all-gather needs
+        # equal sizes, so the job pads them (bytes etp x the largest) and reduce-scatters the
+        # unequal sizes; the padded path ran and still matched one process
+        uneven = [r for r in result["ranks"]
+                  if _calls(r, "etp", "all_gather", "fwd") != _calls(r, "etp", "reduce_scatter",
+                                                                      "fwd")]
+        assert uneven
