@@ -43,7 +43,7 @@ FP8 weights at e_8 bytes, the routed experts' over edp (stage_weight_bytes).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import sympy as sp
 
@@ -115,22 +115,32 @@ def sync_collectives(c: Context, params: Parameters,
         return Collective(name=name, op=op, axis=axis, nbytes=nbytes, calls=calls, phase=phase,
                           in_phase=SYNC, term="comm/dp", fam=c.fam)
 
+    # the distributed optimizer's buffers padded to whole shards (module doc: padded); an FP8
+    # gather (fp8_params) mixes buffers of two dtypes and is counted unpadded
+    pad = padded(replicas(c))
     out = [dp("dp/all_reduce", "all_reduce", grad_bytes, 1 - z1),
-           dp("dp/reduce_scatter", "reduce_scatter", grad_bytes, z1 - z3),
-           dp("dp/all_gather", "all_gather", weight_bytes, z1 - z3)]
+           dp("dp/reduce_scatter", "reduce_scatter", pad(grad_bytes, S.gbytes), z1 - z3),
+           dp("dp/all_gather", "all_gather",
+              weight_bytes if c.fam.fp8_params else pad(weight_bytes, S.wbytes), z1 - z3)]
     if c.fam.moe:  # the ledger's bytes rank 0's (the first stage's experts), the time the larger
         # stage's (every stage syncs at once); with fp8_params the weights gathered in FP8
         first, most = params.experts["first"], params.experts_per_gpu
         gathered = {st: S.wbytes * x for st, x in params.experts.items()}
         if c.fam.fp8_params:
             gathered = stage_weight_bytes(c, params)[1]
+        pad_e = padded(expert_replicas(c))
+        gather_first, gather_most = gathered["first"], S.wbytes * most
+        if c.fam.fp8_params:
+            gather_most = lmax(*gathered.values())
+        else:
+            gather_first, gather_most = (pad_e(gather_first, S.wbytes),
+                                         pad_e(gather_most, S.wbytes))
         for name, op, nbytes, time_nbytes, calls in (
                 ("edp/all_reduce", "all_reduce", S.gbytes * first, S.gbytes * most,
                  apart * (1 - z1)),
-                ("edp/reduce_scatter", "reduce_scatter", S.gbytes * first, S.gbytes * most,
-                 apart * (z1 - z3)),
-                ("edp/all_gather", "all_gather", gathered["first"],
-                 S.wbytes * most if not c.fam.fp8_params else lmax(*gathered.values()),
+                ("edp/reduce_scatter", "reduce_scatter", pad_e(S.gbytes * first, S.gbytes),
+                 pad_e(S.gbytes * most, S.gbytes), apart * (z1 - z3)),
+                ("edp/all_gather", "all_gather", gather_first, gather_most,
                  apart * (z1 - z3))):
             out.append(Collective(name=name, op=op, axis="edp", nbytes=nbytes,
                                   time_nbytes=time_nbytes, calls=calls, phase="step",
@@ -141,6 +151,18 @@ def sync_collectives(c: Context, params: Parameters,
         out.append(dp(f"dp/fsdp_{unit}/reduce_scatter", "reduce_scatter", S.gbytes * elements,
                       z3 * count))
     return out
+
+
+def padded(ranks: sp.Expr) -> Callable[[sp.Expr, sp.Expr], sp.Expr]:
+    """pad(nbytes, per_element): a distributed-optimizer buffer of nbytes (elements of
+    per_element bytes) padded to a whole number of elements per rank, ceil(n / ranks) ranks
+    elements. Megatron-LM pads each bucket's end so that its shards are equal (megatron/core/
+    distributed/param_and_grad_buffer.py, _pad_end_of_bucket_if_needed: to lcm(dp, 128)
+    elements); the validation job (workload.distopt), which the ledger is checked against, to
+    the group's ranks."""
+    def pad(nbytes: sp.Expr, per_element: sp.Expr) -> sp.Expr:
+        return sp.ceiling(nbytes / (per_element * ranks)) * ranks * per_element
+    return pad
 
 
 def gathered_weight_bytes(c: Context, params: Parameters) -> sp.Expr:
