@@ -111,17 +111,28 @@ def sync_collectives(c: Context, params: Parameters,
     z1, z3 = c.zero1, c.zero3
 
     def dp(name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: str = "step",
-           axis: str = "dp_cp") -> Collective:
-        return Collective(name=name, op=op, axis=axis, nbytes=nbytes, calls=calls, phase=phase,
-                          in_phase=SYNC, term="comm/dp", fam=c.fam)
+           axis: str = "dp_cp", time_nbytes: sp.Expr | None = None) -> Collective:
+        return Collective(name=name, op=op, axis=axis, nbytes=nbytes, time_nbytes=time_nbytes,
+                          calls=calls, phase=phase, in_phase=SYNC, term="comm/dp", fam=c.fam)
 
-    # the distributed optimizer's buffers padded to whole shards (module doc: padded); an FP8
-    # gather (fp8_params) mixes buffers of two dtypes and is counted unpadded
+    # the ledger's bytes rank 0's (the first stage's parameters), the time the largest stage's
+    # (every stage syncs at once), as the experts' below
+    first = params.per_stage["first"]
+    if c.fam.moe:
+        first = first - expert_sync_apart(c) * params.experts["first"]
+    # the distributed optimizer's buffers padded to whole shards (padded); an FP8 gather
+    # (fp8_params) mixes buffers of two dtypes and is counted unpadded, the largest stage's
     pad = padded(replicas(c))
-    out = [dp("dp/all_reduce", "all_reduce", grad_bytes, 1 - z1),
-           dp("dp/reduce_scatter", "reduce_scatter", pad(grad_bytes, S.gbytes), z1 - z3),
-           dp("dp/all_gather", "all_gather",
-              weight_bytes if c.fam.fp8_params else pad(weight_bytes, S.wbytes), z1 - z3)]
+    if c.fam.fp8_params:
+        dense8, experts8 = stage_weight_bytes(c, params)
+        keep = 1 - expert_sync_apart(c) if c.fam.moe else 1
+        gathered = (dense8["first"] + keep * experts8["first"], weight_bytes)
+    else:
+        gathered = (pad(S.wbytes * first, S.wbytes), pad(weight_bytes, S.wbytes))
+    out = [dp("dp/all_reduce", "all_reduce", S.gbytes * first, 1 - z1, time_nbytes=grad_bytes),
+           dp("dp/reduce_scatter", "reduce_scatter", pad(S.gbytes * first, S.gbytes), z1 - z3,
+              time_nbytes=pad(grad_bytes, S.gbytes)),
+           dp("dp/all_gather", "all_gather", gathered[0], z1 - z3, time_nbytes=gathered[1])]
     if c.fam.moe:  # the ledger's bytes rank 0's (the first stage's experts), the time the larger
         # stage's (every stage syncs at once); with fp8_params the weights gathered in FP8
         first, most = params.experts["first"], params.experts_per_gpu

@@ -66,6 +66,10 @@ CASES = {
                                                 sequence_parallel=True)),
     "tp 2, etp 2 x ep 2 x pp 2 over dp 16": (MIXTRAL_LIKE, _plan(16, tp=2, pp=2, ep=2, etp=2,
                                                                 n_mb=2, sequence_parallel=True)),
+    # the data-parallel sync of rank 0's stage (its own parameters, not the largest stage's):
+    # the experts with the rest (ep 1), the distributed optimizer, two stages
+    "ep 1, cp 4 x pp 2, zero 1": (MOE, _plan(8, 4, pp=2, n_mb=2, zero=1)),
+    "dense pp 4 x dp 16, zero 0": (DENSE, _plan(16, pp=4, n_mb=4)),
     # 512 ranks
     "ring cp 32 x dp 16": (DENSE, _plan(16, 32, mb=2, n_mb=2)),
     "Ulysses cp 4 x dp 128": (DENSE, _plan(128, 4, cp_comm="a2a")),
