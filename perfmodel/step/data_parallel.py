@@ -126,13 +126,14 @@ def sync_collectives(c: Context, params: Parameters,
     if c.fam.fp8_params:
         dense8, experts8 = stage_weight_bytes(c, params)
         keep = 1 - expert_sync_apart(c) if c.fam.moe else 1
-        gathered = (dense8["first"] + keep * experts8["first"], weight_bytes)
+        dp_gathered = (dense8["first"] + keep * experts8["first"], weight_bytes)
     else:
-        gathered = (pad(S.wbytes * first, S.wbytes), pad(weight_bytes, S.wbytes))
+        dp_gathered = (pad(S.wbytes * first, S.wbytes), pad(weight_bytes, S.wbytes))
     out = [dp("dp/all_reduce", "all_reduce", S.gbytes * first, 1 - z1, time_nbytes=grad_bytes),
            dp("dp/reduce_scatter", "reduce_scatter", pad(S.gbytes * first, S.gbytes), z1 - z3,
               time_nbytes=pad(grad_bytes, S.gbytes)),
-           dp("dp/all_gather", "all_gather", gathered[0], z1 - z3, time_nbytes=gathered[1])]
+           dp("dp/all_gather", "all_gather", dp_gathered[0], z1 - z3,
+              time_nbytes=dp_gathered[1])]
     if c.fam.moe:  # the ledger's bytes rank 0's (the first stage's experts), the time the larger
         # stage's (every stage syncs at once); with fp8_params the weights gathered in FP8
         first, most = params.experts["first"], params.experts_per_gpu
