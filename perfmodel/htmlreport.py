@@ -182,6 +182,7 @@ def _header(p: Any) -> tuple[str, str]:
     sub = (f"dp={pl.dp} tp={pl.tp} pp={pl.pp}"
            + (f" cp={pl.cp} ({pl.cp_comm.value})" if pl.cp > 1 else "")
            + (f" ep={pl.ep}" if pl.ep > 1 else "")
+           + (f" etp={pl.etp}" if pl.etp > 1 else "")
            + f", micro-batch {pl.micro_batch}, global batch "
            f"{pl.global_batch}, sequence length {p.model.seq_len}, {pl.schedule.value}"
            + (f" v={pl.virtual_stages}" if pl.virtual_stages > 1 else "")

@@ -88,9 +88,11 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
     FP8 is what makes the best plan win (it beats the best bf16 plan)."""
     req = result.request
     bf16 = Dtype(compute_dtype(req.dtype))
-    alt_req = dataclasses.replace(req, dtype=bf16, fp8_recipe=None, fp8_output_layer=False)
+    bf16_fields: dict[str, Any] = dict(dtype=bf16, fp8_recipe=None, fp8_output_layer=False,
+                                       fp8_params=False)  # fields of dtype fp8 only, off
+    alt_req = dataclasses.replace(req, **bf16_fields)
     alt = search(model, hardware, alt_req, top=1)
-    as_bf16 = best.plan.replace(dtype=bf16, fp8_recipe=None, fp8_output_layer=False)
+    as_bf16 = best.plan.replace(**bf16_fields)
     same = predict(model, hardware, as_bf16)
     gemm_s = sum(same.breakdown_s[k] - best.breakdown_s[k] for k in FP8_GEMM_TERMS)
     cast_s = sum(best.breakdown_s.get(k, 0.0) for k in FP8_CAST_TERMS)

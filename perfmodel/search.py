@@ -1013,7 +1013,6 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     of them, evaluated or not) and its numbers, in order (e.g. to write them out).
     """
     start = time.perf_counter()
-    strategy.require_dtype_costed(req.dtype, model)
     flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype)
     if flash != req.flash_attention:  # the default decided for this hardware and model
         req = dataclasses.replace(req, flash_attention=flash)

@@ -484,7 +484,6 @@ class Plan:
         broken = first_broken(self.columns(), model, model_rules_only=True)
         if broken is not None:
             raise PlanError(broken)
-        require_dtype_costed(self.dtype, model)
         return self
 
     def replace(self, **changes: Any) -> Plan:
@@ -505,16 +504,6 @@ class Plan:
         if self.etp == 1:
             del out["etp"]
         return out
-
-
-def require_dtype_costed(dtype: Dtype, model: TransformerSpec) -> None:
-    """A PlanError for a precision the step model does not cost on this model: FP8 with a
-    mixture of experts or MLA (their experts' and latent projections' FP8 weight copies and
-    casts are not modelled)."""
-    if dtype is Dtype.FP8 and (model.experts or model.kv_lora_rank is not None):
-        what = "a mixture of experts" if model.experts else "multi-head latent attention (MLA)"
-        raise PlanError(f"dtype fp8 with {what} is not modelled (its FP8 weight copies and casts): "
-                        "use bf16")
 
 
 # --- the plan rules, written once ------------------------------------------------------------
@@ -806,11 +795,18 @@ RULES: tuple[Rule, ...] = (
     _rule("etp", lambda c, m: not _moe(m) or m.expert_ffn_hidden % c.etp == 0,
           lambda c, m: f"expert_ffn_hidden ({m.expert_ffn_hidden}) must be divisible by etp "
                        f"({c.etp}): each expert's FFN is split over etp ranks", model=True),
+    _rule("etp", lambda c, m: (c.etp == 1) | (not (_moe(m) and m.bias)),
+          lambda c, m: f"etp ({c.etp}) with a model with biases (bias true) is not "
+                       "supported: Megatron-Core's TransformerConfig allows a bias in MoE only "
+                       "with etp 1; give etp 1 or bias false", model=True),
     _rule("ep", lambda c, m: not _moe(m) or m.experts % c.ep == 0,
           lambda c, m: f"ep ({c.ep}) must divide the experts ({m.experts})", model=True),
     _rule("tp_layout", lambda c, m: not _moe(m) or c.tp_layout == _1D,
           lambda c, m: f"a mixture of experts is modelled with tp_layout 1d, got tp_layout "
                        f"{c.name(LAYOUTS, 'tp_layout')}", model=True),
+    _rule("tp_layout", lambda c, m: m.kv_lora_rank is None or c.tp_layout == _1D,
+          lambda c, m: f"multi-head latent attention (MLA) is modelled with tp_layout 1d, got "
+                       f"tp_layout {c.name(LAYOUTS, 'tp_layout')}", model=True),
     _rule("tp sequence_parallel",
           lambda c, m: (not _moe(m)) | (c.tp == 1) | (c.sequence_parallel == 1),
           lambda c, m: f"a mixture of experts with tp > 1 ({c.tp}) needs sequence_parallel "

@@ -345,7 +345,8 @@ def predicted_timeline(model: Any, hardware: Any, plan: Any) -> Timeline:
                      f"schedule, so it ends at {end_s:.6g} s against the predicted "
                      f"{predicted:.6g} s")
     degrees = f"dp={plan.dp} tp={plan.tp} pp={plan.pp}" \
-        + (f" cp={plan.cp}" if plan.cp > 1 else "") + (f" ep={plan.ep}" if plan.ep > 1 else "")
+        + (f" cp={plan.cp}" if plan.cp > 1 else "") + (f" ep={plan.ep}" if plan.ep > 1 else "") \
+        + (f" etp={plan.etp}" if plan.etp > 1 else "")
     title = (f"{model.name} on {hardware.name}: {degrees} "
              f"{sched}{f' v={v}' if v > 1 else ''}, {m} micro-batches of {plan.micro_batch}")
     meta = {"model": model.name, "hardware": hardware.name, "plan": plan.to_dict(),

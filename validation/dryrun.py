@@ -2,7 +2,8 @@
 
 The job's model is built for rank 0 of a world of the plan's full size on torch's fake process
 group (every collective returns at once, in one process) on the meta device (shapes without
-storage: any model size fits; FSDP plans run on the CPU, as FSDP2 refuses meta parameters) and
+storage: any model size fits; FSDP (zero 3) plans run on the CPU, as FSDP2 refuses meta
+parameters) and
 one training step is run. Every
 collective is counted twice: by torch's CommDebugMode (counts per op) and by the job's own
 CollectiveCounter (counts per axis, op and bytes per call, nccl-tests' size convention). The counts
@@ -104,8 +105,10 @@ def count_collectives(
     from workload.timers import CollectiveCounter
     from workload.trainer import Trainer
 
-    if plan.pp > 1 and plan.zero and plan.dp > 1:
-        raise PlanError("--dry-run does not count pipeline plans with FSDP (zero > 0) yet")
+    fsdp = plan.zero == 3 and plan.dp > 1
+    if plan.pp > 1 and fsdp:
+        raise PlanError("--dry-run does not count pipeline plans with FSDP (zero 3) yet: "
+                        "use zero 0, 1 or 2")
     if dist.is_initialized():
         dist.destroy_process_group()
     _forget_meshes()
@@ -118,13 +121,15 @@ def count_collectives(
     try:
         mesh = make_mesh(cfg["plan"], "cpu")
         # On the meta device: shapes without storage, so a rank of a 175B model fits anywhere.
-        # FSDP2 refuses meta parameters: sharded plans run on the CPU (small models only).
-        device = torch.device("cpu" if plan.zero and plan.dp > 1 else "meta")
+        # FSDP2 refuses meta parameters: zero-3 plans run on the CPU (small models only).
+        device = torch.device("cpu" if fsdp else "meta")
         torch.manual_seed(0)
         with device:
             trainer = Trainer(cfg, mesh, device, DTYPES[plan.dtype.value], pipeline=False)
-        # AdamW issues no collective here (gradients already carry their parameters' placements).
-        trainer.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]
+        # AdamW issues no collective here (gradients already carry their parameters' placements);
+        # the distributed optimizer's (zero 1, 2) parameter all-gather around it is counted.
+        adamw = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+        adamw.step = lambda *a, **k: None
         counter = CollectiveCounter(trainer.axis_names())
         trainer.counter = counter
         debug = CommDebugMode()

@@ -5,14 +5,17 @@ runs it against perfmodel's prediction and ledger):
     python -m validation.parallel --model tiny-gpt --cp 2 --nprocs 2
     python -m validation.parallel --model mixtral-8x7b --layers 2 --hidden 64 --heads 4 \\
         --seq-len 32 --vocab 128 --dp 2 --ep 2 --check
+    python -m validation.parallel --model mixtral-8x7b --layers 2 --hidden 64 --heads 8 \\
+        --seq-len 32 --vocab 128 --dp 2 --tp 2 --ep 2 --etp 2 --sequence-parallel --check
     python -m validation.parallel --model mixtral-8x7b --dp 64 --cp 8 --ep 64 --dry-run
 
 A run trains the plan on local gloo ranks (workload.job) and prints its step times, losses and
 rank 0's collectives per step (axis, op, bytes per call, calls: the ledger's format); --check runs
 one step against one process (workload.equivalence: loss and every gradient, fp32); --dry-run
 counts rank 0's collectives on a fake process group of the full world (validation.dryrun). The
-world is dp x cp x tp x pp ranks; ep is carved out of a stage's tp x cp x dp ranks, tp innermost
-(Megatron-Core's expert rank order, workload.parallelize).
+world is dp x cp x tp x pp ranks; ep is carved out of a stage's tp x cp x dp ranks, tp innermost,
+after the etp ranks that split each expert (Megatron-Core's expert rank order,
+workload.parallelize).
 """
 
 from __future__ import annotations
@@ -135,7 +138,10 @@ def _table(title: str, rows: list[dict[str, Any]]) -> None:
               show_default=True, help="p2p: ring attention; allgather: K/V all-gathered; "
               "a2a: Ulysses.")
 @click.option("--ep", type=click.IntRange(1), default=1, show_default=True,
-              help="Expert-parallel degree (divides tp x dp x cp).")
+              help="Expert-parallel degree (ep x etp divides tp x dp x cp).")
+@click.option("--etp", type=click.IntRange(1), default=1, show_default=True,
+              help="Expert tensor parallelism: each routed expert split over etp of the tp "
+              "ranks (divides tp).")
 @click.option("--moe-routing", type=click.Choice([e.value for e in MoERouting]),
               default="learned", show_default=True,
               help="balanced: assignment n to expert n mod E (exchange sizes known in advance).")
@@ -170,7 +176,7 @@ def cli(**kw: Any) -> None:
     if not isinstance(model, TransformerSpec):
         raise click.UsageError(f"model '{model.name}' is not a transformer")
     model = model_overrides(model, kw)
-    plan_kw = {k: kw[k] for k in ("dp", "tp", "pp", "cp", "cp_comm", "ep", "micro_batch",
+    plan_kw = {k: kw[k] for k in ("dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch",
                                   "dtype", "schedule", "recompute") if kw[k] is not None}
     plan_kw["sequence_parallel"] = kw["sequence_parallel"]
     plan_kw["global_batch"] = kw["global_batch"] or kw["dp"] * kw["micro_batch"]
@@ -182,7 +188,8 @@ def cli(**kw: Any) -> None:
         raise click.BadParameter(f"the plan needs dp x cp x tp x pp = {world} ranks, got "
                                  f"{kw['nprocs']}", param_hint="--nprocs")
     run_dir = kw["run_dir"] or Path("validation-runs") / (
-        f"parallel-dp{plan.dp}-cp{par.cp}-tp{plan.tp}-pp{plan.pp}-ep{par.ep}")
+        f"parallel-dp{plan.dp}-cp{par.cp}-tp{plan.tp}-pp{plan.pp}-ep{par.ep}"
+        + (f"-etp{plan.etp}" if plan.etp > 1 else ""))
     if kw["dry_run"]:
         from validation import dryrun
 

@@ -156,7 +156,11 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.full_recompute and torch.is_grad_enabled():
-            return checkpoint(self._forward, x, use_reentrant=False)
+            # the whole layer again, its last collectives included, as Megatron's full recompute
+            # runs it (tensor_parallel.checkpoint, reentrant); torch's non-reentrant checkpoint
+            # would stop once the saved tensors are back (early_stop), skipping the MLP's
+            # reduce-scatter
+            return checkpoint(self._forward, x, use_reentrant=False, early_stop=False)
         if self.op_recompute and torch.is_grad_enabled():
             return checkpoint(self._forward, x, use_reentrant=False,
                               context_fn=_op_policy_context)

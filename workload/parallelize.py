@@ -3,10 +3,12 @@
 NCCL on GPUs, gloo on CPUs: the same code.
 
 - data parallel, zero 0: gradients averaged by one flat all-reduce over the dp group after the last
-  backward (workload.trainer; not overlapped, so that it can be timed). zero 1 and 2: FSDP2
-  ``fully_shard`` with ``reshard_after_forward=False`` (parameters stay gathered from forward to
-  backward, gradients reduce-scattered: ZeRO-2). zero 3: ``reshard_after_forward=True``. One FSDP
-  unit per block and one for the rest of each chunk.
+  backward (workload.trainer; not overlapped, so that it can be timed). zero 1 and 2: Megatron-LM's
+  distributed optimizer (workload.distopt: parameters whole on every rank, one flat gradient
+  buffer reduce-scattered once per step, AdamW on this rank's shard, one all-gather of the
+  updated weights; Megatron has no separate ZeRO-2: both keep the whole gradient buffer). zero 3:
+  FSDP2 ``fully_shard`` with ``reshard_after_forward=True`` (apply_fsdp), one unit per block and
+  one for the rest of each chunk, over dp only.
 - tensor parallel 1D (Megatron layout) and sequence parallel with DTensor parallel styles; one
   ``PrepareModuleInput`` per sub-layer so that the backward reduces the input gradient once (the
   f / g operators); the LM head is column-parallel with a vocab-parallel cross-entropy
@@ -14,25 +16,32 @@ NCCL on GPUs, gloo on CPUs: the same code.
   learned position embedding is replicated and, with SP, the sum is scattered along the sequence
   (all-gather backward), as Megatron does with learned positions.
 - pipeline parallel: workload.trainer (``torch.distributed.pipelining``).
-- bf16 gradients are reduced in fp32 (FSDP2's reduce_dtype), as Megatron-LM does.
+- bf16 gradients are reduced in fp32 (the distributed optimizer's buffer; FSDP2's reduce_dtype),
+  as Megatron-LM does.
 - context parallelism (plan key ``cp``, attention by ``cp_comm``: workload.context_parallel): a
   mesh dim "cp", placed right outside tp unless the placement names it (Megatron's order
   tp-cp-dp-pp, tp innermost); gradients are then averaged over the dp x cp ranks of a model replica
   (axis "dp_cp", Megatron's data-parallel group with context parallelism).
-- expert parallelism (plan key ``ep``, workload.moe), expert tensor parallelism 1 (the experts
-  whole on each rank): the dp x cp x tp ranks of each pp stage, flattened with tp innermost and
-  cp next, are cut into expert-data-parallel x ep with ep inner: groups "ep" (the experts'
-  all-to-alls) and "edp" (the experts' gradient all-reduce, tp dp cp / ep ranks). This is
-  Megatron-Core's expert rank order (parallel_state.initialize_model_parallel: the expert
-  RankGenerator, order "tp-cp-ep-dp-pp" with tp = expert_tensor_parallel_size = 1, so that ep
-  takes a stage's ranks from the innermost, the attention's tp ranks first). With tp > 1 each tp
-  rank routes its own share of the sequence (sequence parallelism; Megatron-Core's MoELayer refuses
-  MoE with tp and without it in training): the MoE layer takes its input and gives its output
-  sequence-sharded (no tensor-parallel collective for the routed experts), its router is whole on
-  every tp rank (gradient all-reduced over tp with the norms', Megatron's
-  allreduce_layernorm_grads of the parameters marked sequence_parallel) and its shared experts are
-  one tensor-parallel MLP (Megatron-Core's SharedExpertMLP: input all-gathered, output
-  reduce-scattered once, for all of them).
+- expert parallelism (plan key ``ep``, workload.moe) and expert tensor parallelism (plan key
+  ``etp``, dividing tp): the dp x cp x tp ranks of each pp stage, flattened with tp innermost and
+  cp next, are cut into expert-data-parallel x ep x etp with etp innermost: groups "etp" (etp
+  consecutive ranks, of the tp axis: each routed expert split over them, its up projections
+  column- and its down projection row-parallel; the tokens all-gathered and reduce-scattered over
+  them), "ep" (the experts' all-to-alls: the ranks of one etp index after them, the rest of the
+  tp axis first, then cp, then dp), "etp_ep" (the etp x ep ranks, etp inner: the dropless token
+  counts, Megatron's tp_ep group; with etp 1 that is the ep group) and "edp" (the experts'
+  gradient all-reduce, tp dp cp / (ep etp) ranks, where the experts sync apart from the other
+  parameters: ep > 1 or tp / etp > 1). This is Megatron-Core's expert rank order
+  (parallel_state.initialize_model_parallel: the expert RankGenerator, order "tp-cp-ep-dp-pp"
+  with tp = expert_tensor_parallel_size and cp 1; with etp 1 an ep group takes the attention's tp
+  ranks first; with etp = tp, Megatron's default, the etp group is the tp group). With tp > 1
+  each tp rank routes its own share of the sequence (sequence parallelism; Megatron-Core's
+  MoELayer refuses MoE with tp and without it in training): the MoE layer takes its input and
+  gives its output sequence-sharded (no tensor-parallel collective for the routed experts but the
+  etp group's), its router is whole on every tp rank (gradient all-reduced over tp with the
+  norms', Megatron's allreduce_layernorm_grads of the parameters marked sequence_parallel) and its
+  shared experts are one tensor-parallel MLP (Megatron-Core's SharedExpertMLP: input all-gathered,
+  output reduce-scattered once, for all of them).
 """
 
 from __future__ import annotations
@@ -70,20 +79,19 @@ def make_mesh(plan: dict[str, Any], device_type: str) -> Any:
 def extra_groups(mesh: Any, plan: dict[str, Any],
                  experts: bool = False) -> dict[str, tuple[Any, int, int]]:
     """The groups beyond the mesh's dims, as {axis: (group, rank in it, size)}: "dp_cp" when
-    cp > 1; for a mixture of experts (experts) with ep > 1 or tp > 1 (the routed experts'
-    gradients then sync apart), "ep" when ep > 1 and "edp" when tp dp cp / ep > 1 (see the module
+    cp > 1; for a mixture of experts (experts): "etp" and "etp_ep" when etp > 1, "ep" when
+    ep > 1, "edp" where the experts sync apart and tp dp cp / (ep etp) > 1 (see the module
     docstring). Every rank calls this, in the same order
     (new_subgroups_by_enumeration is collective)."""
     import torch.distributed as dist
 
-    ep = plan.get("ep", 1)
     names = list(mesh.mesh_dim_names)
     ranks = mesh.mesh
     for axis in ("pp", "dp", "cp", "tp"):  # absent dims (size 1) added, then ordered
         if axis not in names:
             ranks, names = ranks.unsqueeze(-1), [*names, axis]
     ranks = ranks.permute(*(names.index(a) for a in ("pp", "dp", "cp", "tp")))
-    layouts = group_layouts(ranks, ep, experts)
+    layouts = group_layouts(ranks, plan.get("ep", 1), experts, plan.get("etp", 1))
     me = dist.get_rank()
     out = {}
     for axis, lists in layouts.items():
@@ -93,7 +101,14 @@ def extra_groups(mesh: Any, plan: dict[str, Any],
     return out
 
 
-def group_layouts(ranks: Any, ep: int, experts: bool) -> dict[str, list[list[int]]]:
+def experts_apart(ep: int, tp: int, etp: int) -> bool:
+    """Whether the routed experts' gradients sync apart from the other parameters' (over edp):
+    ep > 1 or tp / etp > 1 (the other parameters' replicas then hold other experts or other
+    slices of them; perfmodel.step.data_parallel's rule)."""
+    return ep > 1 or tp // etp > 1
+
+
+def group_layouts(ranks: Any, ep: int, experts: bool, etp: int = 1) -> dict[str, list[list[int]]]:
     """The rank lists of extra_groups' groups, from the ranks as a (pp, dp, cp, tp) tensor."""
     pp, dp, cp, tp = ranks.shape
     flat = ranks.reshape(pp, dp * cp, tp)  # cp inner
@@ -101,12 +116,20 @@ def group_layouts(ranks: Any, ep: int, experts: bool) -> dict[str, list[list[int
     if cp > 1:
         layouts["dp_cp"] = [flat[p, :, t].tolist() for p in range(pp) for t in range(tp)]
     if experts and (ep > 1 or tp > 1):
-        # a stage's ranks, tp innermost, then cp, then dp, cut into edp x ep (ep inner)
-        cut = ranks.reshape(pp, dp * cp * tp // ep, ep)
+        # a stage's ranks, tp innermost, then cp, then dp, cut into edp x ep x etp (etp inner)
+        cut = ranks.reshape(pp, dp * cp * tp // (ep * etp), ep, etp)
+        edp = cut.shape[1]
+        if etp > 1:
+            layouts["etp"] = [cut[p, d, j, :].tolist()
+                              for p in range(pp) for d in range(edp) for j in range(ep)]
+            layouts["etp_ep"] = [cut[p, d].flatten().tolist() for p in range(pp)
+                                 for d in range(edp)]
         if ep > 1:
-            layouts["ep"] = [cut[p, e, :].tolist() for p in range(pp) for e in range(cut.shape[1])]
-        if cut.shape[1] > 1:
-            layouts["edp"] = [cut[p, :, j].tolist() for p in range(pp) for j in range(ep)]
+            layouts["ep"] = [cut[p, d, :, t].tolist()
+                             for p in range(pp) for d in range(edp) for t in range(etp)]
+        if edp > 1 and experts_apart(ep, tp, etp):
+            layouts["edp"] = [cut[p, :, j, t].tolist()
+                              for p in range(pp) for j in range(ep) for t in range(etp)]
     return layouts
 
 
@@ -133,14 +156,19 @@ def apply_cp(mod: Chunk, group: Any, rank: int, size: int, comm: str, seq_len: i
         mod.embedding.positions = local_positions(seq_len, size, rank).to(device)
 
 
-def apply_ep(mod: Chunk, group: Any, rank: int, size: int, routing: str) -> None:
-    """Expert parallelism: each MoE layer keeps this ep rank's experts; the routing mode."""
+def apply_ep(mod: Chunk, groups: dict[str, tuple[Any, int, int]], routing: str) -> None:
+    """Expert (and expert tensor) parallelism: each MoE layer keeps this ep rank's experts, each
+    of them this etp rank's slice (groups: extra_groups'); the routing mode."""
+    ep_group, ep_rank, ep = groups.get("ep", (None, 0, 1))
+    etp_group, etp_rank, etp = groups.get("etp", (None, 0, 1))
     for block in mod.layers:
         ffn = block.feed_forward
         if isinstance(ffn, MoE):
             ffn.routing = routing
-            if size > 1:
-                ffn.shard_experts(group, rank, size)
+            if ep > 1:
+                ffn.shard_experts(ep_group, ep_rank, ep)
+            if etp > 1:
+                ffn.split_experts(etp_group, etp_rank, etp, groups["etp_ep"][0])
 
 
 def expert_parameters(mods: list[Any]) -> set[int]:
@@ -260,8 +288,8 @@ def _moe_tp_styles(moe: Any, tp_mesh: Any, sequence_parallel: bool) -> dict[str,
 
 
 def apply_fsdp(mod: Chunk, dp_mesh: Any, zero: int) -> None:
-    """FSDP2: one unit per block and one for the rest of the chunk; bf16 gradients are
-    reduce-scattered in fp32, as Megatron-LM reduces them."""
+    """FSDP2 (zero 3; zero 1 and 2 are workload.distopt's): one unit per block and one for the
+    rest of the chunk; bf16 gradients are reduce-scattered in fp32, as Megatron-LM reduces them."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     reshard = zero == 3

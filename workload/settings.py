@@ -2,8 +2,9 @@
 
 Standard library only: validation checks a plan before it starts torch. Plan keys (the job's JSON
 config): ``cp`` (context-parallel degree), ``cp_comm`` (how attention communicates across the cp
-ranks: CPComm), ``ep`` (expert-parallel degree) and ``moe_routing`` (MoERouting). The model keys of
-a mixture of experts: workload.model.
+ranks: CPComm), ``ep`` (expert-parallel degree), ``etp`` (expert tensor parallelism: each routed
+expert split over etp of the tp ranks) and ``moe_routing`` (MoERouting). The model keys of a
+mixture of experts: workload.model.
 """
 
 from __future__ import annotations
@@ -60,16 +61,29 @@ def check_parallel(m: dict[str, Any], plan: dict[str, Any]) -> str | None:
     if experts and experts % ep:
         return f"ep ({ep}) must divide the experts ({experts})"
     etp = plan.get("etp", 1)
-    if etp != 1:  # perfmodel models it (perfmodel.step.moe); the job's experts are whole
-        return (f"the job builds no expert tensor parallelism (its experts are whole on every "
-                f"rank): got etp {etp}, give etp 1")
-    if ep > 1 and (tp * plan["dp"] * cp) % ep:
-        return (f"ep ({ep}) must divide tp x dp x cp ({tp * plan['dp'] * cp}): the experts are "
+    if not isinstance(etp, int) or etp < 1:
+        return f"etp must be a positive integer, got {etp!r}"
+    if etp > 1 and not experts:
+        return "etp applies to a mixture-of-experts model: the model has no experts"
+    if tp % etp:
+        return (f"etp ({etp}) must divide tp ({tp}): each expert is split over etp of the tp "
+                "ranks")
+    width = m.get("expert_ffn_hidden") or m.get("ffn_hidden", 0)
+    if etp > 1 and width % etp:
+        return (f"etp ({etp}) must divide expert_ffn_hidden ({width}): each expert's FFN is "
+                "split over the etp ranks")
+    if etp > 1 and m.get("bias"):
+        return (f"etp ({etp}) with a model with biases (bias true): the job, as Megatron-Core "
+                "(TransformerConfig: 'Bias in Moe is only supported when ETP==1'), gives its "
+                "experts biases only with etp 1")
+    if (ep > 1 or etp > 1) and (tp * plan["dp"] * cp) % (ep * etp):
+        degree = f"ep ({ep})" if etp == 1 else f"ep x etp ({ep} x {etp} = {ep * etp})"
+        return (f"{degree} must divide tp x dp x cp ({tp * plan['dp'] * cp}): the experts are "
                 "sharded over a stage's ranks, tp innermost (Megatron-Core's expert rank order)")
     if experts and tp > 1 and not plan.get("sequence_parallel", False):
         return (f"a mixture of experts with tp > 1 ({tp}) needs sequence_parallel (Megatron-Core "
                 "requires it: each tp rank routes its own share of the sequence)")
-    if plan.get("zero", 0) > 0 and (cp > 1 or ep > 1 or (experts and tp > 1)):
-        return ("the job shards parameters (zero > 0, FSDP2) over dp only: with cp, ep or a "
-                "mixture of experts under tp use zero 0")
+    if plan.get("zero", 0) == 3 and (cp > 1 or ep > 1 or (experts and tp > 1)):
+        return ("the job shards parameters (zero 3, FSDP2) over dp only: with cp, ep or a "
+                "mixture of experts under tp use zero 0, 1 or 2")
     return None

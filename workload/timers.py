@@ -177,7 +177,10 @@ def tensor_peak_bytes(trainer: Any) -> int:
         return t.untyped_storage().nbytes()
 
     state = [v for s in trainer.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
-    persistent = sum(nbytes(t) for t in [*trainer.params, *state, trainer.tokens, trainer.targets])
+    # the distributed optimizer's fp32 main shards of 16-bit parameters (workload.distopt)
+    main: list[torch.Tensor] = getattr(trainer.optimizer, "main_params", list)()
+    persistent = sum(nbytes(t) for t in [*trainer.params, *state, *main, trainer.tokens,
+                                         trainer.targets])
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         trainer.step()
     events = sorted(

@@ -10,15 +10,19 @@ gradient pass per chunk, the gradient sync, the optimizer step, from the step's 
 zero 0: one flat all-reduce of all gradients over the dp group after the last backward, averaged;
 bf16 gradients are reduced in fp32, as Megatron-LM does. SP norm gradients (Partial over tp) are
 all-reduced in one call, as Megatron's allreduce_layernorm_grads. Parameters are kept in the run's
-dtype (no fp32 master copy).
+dtype (no fp32 master copy). zero 1 and 2: Megatron-LM's distributed optimizer (workload.distopt:
+one reduce-scatter of a flat gradient buffer per step, fp32 for bf16, over the same groups as the
+all-reduces below, AdamW on this rank's shard with fp32 main weights for bf16, one all-gather of
+the updated weights); zero 3: FSDP2.
 
 Context parallelism: each rank trains on its cp share of every sequence (workload.context_parallel)
 and the gradient all-reduce runs over the dp x cp ranks of a replica (axis "dp_cp"), averaged over
-dp cp. Expert parallelism (ep > 1) or a mixture of experts under tp: the routed experts' gradients
-are all-reduced in a second flat call over the expert-data-parallel group (axis "edp", tp dp cp / ep
-ranks; none when that is 1) and averaged over dp cp as well; with ep = tp = 1 they join the first
-call. An MoE layer's router under tp (whole on every rank, each rank's gradient over its own
-tokens) is all-reduced over tp in the norms' call.
+dp cp. Expert parallelism (ep > 1) or a mixture of experts under tp with tp / etp > 1: the routed
+experts' gradients (each rank's etp slices of them) are all-reduced in a second flat call over the
+expert-data-parallel group (axis "edp", tp dp cp / (ep etp) ranks; none when that is 1) and
+averaged over dp cp as well; with ep = 1 and etp = tp they join the first call. An MoE layer's
+router under tp (whole on every rank, each rank's gradient over its own tokens) is all-reduced
+over tp in the norms' call.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from workload.parallelize import (
     apply_tp,
     check_parallel,
     expert_parameters,
+    experts_apart,
     extra_groups,
     loss_context,
 )
@@ -69,7 +74,7 @@ class Trainer:
         self.pp, self.dp, self.tp = plan["pp"], plan["dp"], plan["tp"]
         self.cp, self.ep = plan.get("cp", 1), plan.get("ep", 1)
         check_parallel(m, plan)
-        # dp_cp, ep, edp: {axis: (group, rank in it, size)}
+        # dp_cp, etp, etp_ep, ep, edp: {axis: (group, rank in it, size)}
         self.groups = extra_groups(mesh, plan, experts=bool(m.get("experts")))
         self.cp_rank = mesh.get_local_rank("cp") if self.cp > 1 else 0
         self.mb = plan["micro_batch"]
@@ -78,36 +83,43 @@ class Trainer:
         self.dp_rank = mesh.get_local_rank("dp") if self.dp > 1 else 0
         self.clock = Clock(device)
         self.zero = plan.get("zero", 0)
+        replicas = self.dp * self.cp
+        # zero 3: FSDP2 over dp; zero 1 and 2: Megatron's distributed optimizer over dp x cp
+        self.fsdp = self.dp > 1 and self.zero == 3
+        self.distopt = replicas > 1 and self.zero in (1, 2)
         self.chunks: list[nn.Module] = []
         for c in chunk_ids(plan, self.pp_rank):
             mod = build_chunk(m, plan, c).to(device=device, dtype=dtype)
             if m.get("experts"):
-                group, rank, size = self.groups.get("ep", (None, 0, 1))
-                apply_ep(mod, group, rank, size, plan.get("moe_routing", "learned"))
+                apply_ep(mod, self.groups, plan.get("moe_routing", "learned"))
             if self.cp > 1:
                 comm = plan.get("cp_comm", "p2p")
                 apply_cp(mod, mesh.get_group("cp"), self.cp_rank, self.cp, comm, m["seq_len"])
             if self.tp > 1:
                 apply_tp(mod, mesh["tp"], plan.get("sequence_parallel", False))
-            if self.dp > 1 and self.zero > 0:
+            if self.fsdp:
                 apply_fsdp(mod, mesh["dp"], self.zero)
             self.chunks.append(mod)
         params = [p for mod in self.chunks for p in mod.parameters()]
-        # with ep > 1 or tp > 1, the routed experts' parameters sync over edp (tp dp cp / ep
-        # ranks), apart from the rest
-        apart = self.ep > 1 or self.tp > 1
+        # with ep > 1 or tp / etp > 1, the routed experts' parameters (or their etp slices)
+        # sync over edp (tp dp cp / (ep etp) ranks), apart from the rest
+        apart = experts_apart(self.ep, self.tp, plan.get("etp", 1))
         self.expert_ids = expert_parameters(self.chunks) if apart else set()
         # DTensor or plain parameters: DTensor's attributes (placements, device_mesh) are read
         # where present
         self.params: list[Any] = params
-        # foreach kernels cannot mix DTensor and plain parameters: one group of each.
-        groups = [
-            {"params": [p for p in params if hasattr(p, "to_local")]},
-            {"params": [p for p in params if not hasattr(p, "to_local")]},
-        ]
-        self.optimizer = torch.optim.AdamW(
-            [g for g in groups if g["params"]], lr=1e-4, foreach=True
-        )
+        self.optimizer: Any
+        if self.distopt:
+            self.optimizer = self._distributed_optimizer(dtype)
+        else:
+            # foreach kernels cannot mix DTensor and plain parameters: one group of each.
+            groups = [
+                {"params": [p for p in params if hasattr(p, "to_local")]},
+                {"params": [p for p in params if not hasattr(p, "to_local")]},
+            ]
+            self.optimizer = torch.optim.AdamW(
+                [g for g in groups if g["params"]], lr=1e-4, foreach=True
+            )
         self.times: dict[str, float] = {}
         # the step's events, seconds from its start (after the barrier): see event()
         self.events: list[dict[str, Any]] = []
@@ -137,6 +149,24 @@ class Trainer:
         for axis, (group, _, _) in self.groups.items():
             names[group.group_name] = axis
         return names
+
+    def _distributed_optimizer(self, dtype: torch.dtype) -> Any:
+        """zero 1 and 2 (workload.distopt): the dense parameters' buffer over dp (dp x cp with
+        context parallelism); the routed experts' over edp where they sync apart (no collective
+        where edp is one rank)."""
+        from workload.distopt import DistributedOptimizer, make_buffer
+
+        if self.cp > 1:
+            group, rank, size = self.groups["dp_cp"]
+        else:
+            group, rank, size = self.mesh.get_group("dp"), self.dp_rank, self.dp
+        dense = [p for p in self.params if id(p) not in self.expert_ids]
+        experts = [p for p in self.params if id(p) in self.expert_ids]
+        buffers = [make_buffer(dense, group, rank, size, dtype)] if dense else []
+        if experts:
+            e_group, e_rank, e_size = self.groups.get("edp", (None, 0, 1))
+            buffers.append(make_buffer(experts, e_group, e_rank, e_size, dtype))
+        return DistributedOptimizer(buffers, self.dp * self.cp, lr=1e-4, foreach=True)
 
     # -- pipeline ------------------------------------------------------------------------------
     def _schedule(self) -> Any:
@@ -229,10 +259,9 @@ class Trainer:
     def _fwd_bwd(self) -> None:
         """Forward and backward over all micro-batches without a pipeline (pp = 1)."""
         mod = self.chunks[0]
-        fsdp = self.dp > 1 and self.zero > 0
         total = 0.0
         for i in range(self.n_mb):
-            if fsdp:  # fully_shard made the chunk an FSDPModule (a class mypy cannot see)
+            if self.fsdp:  # fully_shard made the chunk an FSDPModule (a class mypy cannot see)
                 mod.set_requires_gradient_sync(i == self.n_mb - 1)  # type: ignore[operator]
             sl = slice(i * self.mb, (i + 1) * self.mb)
             with self._loss_context():
@@ -274,8 +303,8 @@ class Trainer:
     def _reduce_partial_grads(self) -> None:
         """Sequence parallelism leaves the norm weights' gradients Partial over tp (each rank saw
         its slice of the sequence); DTensor does not reduce them. Megatron all-reduces them in one
-        call (allreduce_layernorm_grads); so does this on the 1D tp mesh (per parameter with
-        FSDP)."""
+        call (allreduce_layernorm_grads); so does this on the 1D tp mesh (zero 0 to 2; per
+        parameter with FSDP, zero 3)."""
         partial = [
             p
             for p in self.params
@@ -301,7 +330,7 @@ class Trainer:
         if not partial and not plain:
             return
         self._set_phase("grad")
-        if self.dp > 1 and self.zero > 0:  # (no plain ones: check_parallel refuses MoE, tp, zero)
+        if self.fsdp:  # (no plain ones: check_parallel refuses MoE, tp and zero 3)
             for p in partial:
                 p.grad = p.grad.redistribute(p.grad.device_mesh, p.placements)
             return
@@ -356,12 +385,21 @@ class Trainer:
                     size = out.numel() * out.element_size()
                     p2p += [{"axis": "pp", "op": "send_recv", "phase": "pipe", "bytes": size}] * 2
         self._grad_sync()
+        self._set_phase("step")
+        self.optimizer.step()  # the distributed optimizer's parameter all-gather (zero 1, 2)
+        self.optimizer.zero_grad(set_to_none=True)
         return p2p
 
     def _grad_sync(self) -> None:
         """zero 0: one flat all-reduce of the gradients over the dp group (dp x cp with context
-        parallelism), averaged; with ep > 1 the routed experts' in a second one over edp."""
+        parallelism), averaged; with ep > 1 the routed experts' in a second one over edp. zero 1
+        and 2: the distributed optimizer's reduce-scatter of each buffer (workload.distopt);
+        zero 3: FSDP2 reduced them in the backward."""
         self._reduce_partial_grads()
+        if self.distopt:
+            self._set_phase("grad")
+            self.optimizer.reduce_gradients()
+            return
         if self.zero > 0:
             return
         replicas = self.dp * self.cp

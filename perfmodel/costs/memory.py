@@ -70,7 +70,9 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
                            op: Flag = 0, d: sp.Expr | None = None, fp8: Flag = 0,
                            fp8_saved: sp.Expr | int = 1,
                            attention: dict[str, sp.Expr] | None = None,
-                           mlp: sp.Expr | None = None) -> sp.Expr:
+                           mlp: sp.Expr | None = None,
+                           fp8_attention: dict[str, sp.Expr] | None = None,
+                           fp8_mlp: dict[str, sp.Expr] | None = None) -> sp.Expr:
     """Activation bytes one layer keeps for the backward pass, per micro-batch, on one GPU.
 
     With e = 2 (16-bit), 1-byte dropout masks, kv = a, f = 4h, no gating (Korthikanti et al. 2022,
@@ -107,6 +109,12 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     bf16 by a flash kernel for its own backward, so the attention-output projection's FP8 copy
     comes on top of it (TE docs, performance considerations: "if it is the attention output which
     is saved anyway"); unfused, the copy replaces it. Per-op recompute (torchtitan, no TE) as bf16.
+    Other attentions and MLPs give what their FP8 copies add instead: `fp8_attention` {"input":
+    bytes split as the layer's input, "whole": whole on each tp rank, "sharded": split over tp}
+    (perfmodel.costs.mla.mla_fp8_saved_bytes), `fp8_mlp` {"input": as the layer's input, "rank":
+    on one rank} (an MoE layer's, perfmodel.costs.moe.moe_fp8_saved_bytes); by default a
+    standard attention's {"input": (s_8 - e) T h, "sharded": (s_8 - (1 - flash) e) T a d} and a
+    dense MLP's {"input": (s_8 - e) T h, "rank": (s_8 - e) T f / tp}.
     Context parallelism: s is a cp rank's s / cp tokens of each sequence (Korthikanti's formulas
     with s / cp: every activation is the rank's tokens'; the flash kernel's log-sum-exp is per
     query). Other attentions and MLPs replace their terms: `attention` ({"sharded": bytes split
@@ -127,10 +135,15 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     quadratic = flash * 4 * a * b * s + (1 - flash) * (2 * e + 1) * a * b * s**2
     fp8 = as_flag(fp8)
     if fp8 != 0:  # the FP8 copies of the GEMM inputs saved for the weight gradients
-        replicated += fp8 * 2 * (fp8_saved - e) * T * h
-        sharded += fp8 * (fp8_saved - (1 - flash) * e) * T * a * d
-        if mlp is None:
-            mlp_rank += fp8 * (fp8_saved - e) * T * f / tp
+        if fp8_attention is None:  # QKV's input; the output projection's input
+            fp8_attention = {"input": (fp8_saved - e) * T * h,
+                             "sharded": (fp8_saved - (1 - flash) * e) * T * a * d}
+        if fp8_mlp is None:  # MLP up's input, MLP down's
+            fp8_mlp = {"input": (fp8_saved - e) * T * h, "rank": (fp8_saved - e) * T * f / tp}
+        replicated += fp8 * (fp8_attention.get("input", 0) + rep * fp8_attention.get("whole", 0)
+                             + fp8_mlp.get("input", 0))
+        sharded += fp8 * fp8_attention.get("sharded", 0)
+        mlp_rank += fp8 * fp8_mlp.get("rank", 0)
     everything = replicated / rep + (sharded + quadratic) / tp + mlp_rank
     attention_core_recomputed = replicated / rep + sharded / tp + mlp_rank
     layer_input = e * T * h / rep

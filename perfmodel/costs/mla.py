@@ -79,3 +79,61 @@ def mla_activation_bytes(T: sp.Expr, a: sp.Expr, r_q: sp.Expr, r_kv: sp.Expr, d_
     latents = (r_q if q_lora else 0) + r_kv
     return {"sharded": 2 * e * T * a * d_qk + 2 * e * T * a * d_v,
             "replicated": e * T * latents + e * T * (latents + d_rope)}
+
+
+def mla_linear_weights(h: sp.Expr, a: sp.Expr, r_q: sp.Expr, r_kv: sp.Expr, d_nope: sp.Expr,
+                       d_rope: sp.Expr, d_v: sp.Expr, *, q_lora: bool) -> dict[str, sp.Expr]:
+    """The weight matrices of the projections, without norms or biases: what an fp8 plan casts
+    to FP8 (each projection is a Transformer Engine linear in Megatron-Core's MLASelfAttention:
+    linear_q_down_proj and linear_kv_down_proj TELinear "duplicated", linear_q_up_proj (or
+    linear_q_proj), linear_kv_up_proj column-parallel, linear_proj row-parallel):
+        "sharded" over tp:  (r_q or h) a d_qk + r_kv a (d_nope + d_v) + a d_v h
+        "replicated":       h r_q (with q_lora) + h (r_kv + d_rope)"""
+    d_qk = d_nope + d_rope
+    sharded = (r_q if q_lora else h) * a * d_qk + r_kv * a * (d_nope + d_v) + a * d_v * h
+    replicated = (h * r_q if q_lora else 0) + h * (r_kv + d_rope)
+    return {"sharded": sharded, "replicated": replicated}
+
+
+def mla_fp8_cast_elements(T: sp.Expr, h: sp.Expr, a: sp.Expr, r_q: sp.Expr, r_kv: sp.Expr,
+                          d_nope: sp.Expr, d_rope: sp.Expr, d_v: sp.Expr, tp: sp.Expr,
+                          ranks: sp.Expr, *, q_lora: bool) -> tuple[sp.Expr, sp.Expr]:
+    """Elements one rank casts to FP8 in the attention of one layer, forward and backward, per
+    micro-batch (perfmodel.costs.compute.fp8_cast_elements' counting: each FP8 GEMM's input in
+    the forward, its grad output in the backward):
+
+        forward  = 2 T h / r + T (r_q + r_kv) / r + T a d_v / tp
+                   (the layer's normed input, once for each down projection (or the query
+                   projection without q_lora: cast on the shard, then gathered); the latents
+                   the up projections read, cast on the shard before the sequence-parallel
+                   all-gather (r_q only with q_lora); the output projection's input)
+        backward = T h / r + T a (d_qk + d_nope + d_v) / tp + T (r_q + r_kv + d_rope) / r
+                   (the grad outputs of the output projection, of the up projections (the
+                   query projection's a d_qk) and of the down projections, on the rank's
+                   tokens)
+
+    r: the ranks an activation is split over (tp with sequence parallelism, else 1)."""
+    d_qk = d_nope + d_rope
+    q_latent = r_q if q_lora else 0
+    forward = 2 * T * h / ranks + T * (q_latent + r_kv) / ranks + T * a * d_v / tp
+    backward = T * h / ranks + T * a * (d_qk + d_nope + d_v) / tp \
+        + T * (q_latent + r_kv + d_rope) / ranks
+    return forward, backward
+
+
+def mla_fp8_saved_bytes(T: sp.Expr, h: sp.Expr, a: sp.Expr, r_q: sp.Expr, r_kv: sp.Expr,
+                        d_v: sp.Expr, e: sp.Expr, saved: sp.Expr, flash: sp.Expr, *,
+                        q_lora: bool) -> dict[str, sp.Expr]:
+    """What an fp8 plan's attention keeps beyond a bf16 plan's, per micro-batch on one rank
+    (perfmodel.costs.memory.layer_activation_bytes' fp8_attention; Transformer Engine saves an
+    FP8 GEMM's input for its weight gradient as its columnwise FP8 copy, `saved` bytes per
+    element):
+        "input" (split as the layer's input):  (2 saved - e) T h: the normed input, kept once
+                 in bf16 for both down projections, becomes one FP8 copy for each;
+        "whole" (as mla_activation_bytes' "replicated"): (saved - e) T (r_q + r_kv), the
+                 latents the up projections read (r_q with q_lora);
+        "sharded" over tp: (saved - (1 - flash) e) T a d_v, the output projection's input (a
+                 flash kernel keeps its bf16 output for its own backward)."""
+    q_latent = r_q if q_lora else 0
+    return {"input": (2 * saved - e) * T * h, "whole": (saved - e) * T * (q_latent + r_kv),
+            "sharded": (saved - (1 - flash) * e) * T * a * d_v}

@@ -103,3 +103,13 @@ def moe_elementwise_bytes(T_r: sp.Expr, A_r: sp.Expr, h: sp.Expr, E: sp.Expr, f_
     inputs: (2 + gated) e A_r f, as a dense MLP's)."""
     return 2 * ROUTER_PROB_BYTES * T_r * E + 2 * 2 * e * A_r * h \
         + (2 + as_flag(gated)) * e * A_r * f_e
+
+
+def moe_fp8_saved_bytes(A_r: sp.Expr, h: sp.Expr, f_e: sp.Expr, e: sp.Expr, saved: sp.Expr, *,
+                        etp: sp.Expr | int = 1) -> sp.Expr:
+    """What an fp8 plan's routed experts keep beyond moe_activation_bytes' on one rank, per
+    micro-batch: Transformer Engine's GroupedLinear saves each expert GEMM's input for the weight
+    gradient as its FP8 copy (`saved` bytes per element) instead of bf16, the permuted inputs of
+    the up projections (etp A_r h, the gathered rows) and the inputs of the down projections
+    (etp A_r f / etp):   (saved - e) (etp A_r h + A_r f)."""
+    return (saved - e) * (etp * A_r * h + A_r * f_e)

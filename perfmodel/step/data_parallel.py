@@ -37,18 +37,20 @@ same expert shards, the expert-data-parallel group (axis edp, tp dp cp / (etp ep
 Megatron-Core's expert mesh etp x ep x edp = tp x cp x dp, megatron/core/parallel_state.py at
 d98e8a64ddf34856e74b24714e3bedb2f5a39553), in a sync of their own where that group differs from
 dp x cp (ep > 1 or tp / etp > 1: Megatron-Core's expert data parallelism; the validation job's),
-with the others otherwise.
+with the others otherwise. With FP8 weights (fp8_params) the distributed optimizer all-gathers the
+FP8 weights at e_8 bytes, the routed experts' over edp (stage_weight_bytes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import memory as M
+from perfmodel.costs.lattice import lmax
 from perfmodel.step import fp8 as FP8
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
@@ -103,25 +105,57 @@ def sync_collectives(c: Context, params: Parameters,
         apart = expert_sync_apart(c)
         params_dp = params.dense_per_gpu + (1 - apart) * params.experts_per_gpu
         grad_bytes, weight_bytes = S.gbytes * params_dp, S.wbytes * params_dp
+        if c.fam.fp8_params:  # each part's FP8 weights at e_8
+            dense, experts = stage_weight_bytes(c, params)
+            weight_bytes = lmax(*dense.values()) + (1 - apart) * lmax(*experts.values())
     z1, z3 = c.zero1, c.zero3
 
     def dp(name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: str = "step",
-           axis: str = "dp_cp") -> Collective:
-        return Collective(name=name, op=op, axis=axis, nbytes=nbytes, calls=calls, phase=phase,
-                          in_phase=SYNC, term="comm/dp", fam=c.fam)
+           axis: str = "dp_cp", time_nbytes: sp.Expr | None = None) -> Collective:
+        return Collective(name=name, op=op, axis=axis, nbytes=nbytes, time_nbytes=time_nbytes,
+                          calls=calls, phase=phase, in_phase=SYNC, term="comm/dp", fam=c.fam)
 
-    out = [dp("dp/all_reduce", "all_reduce", grad_bytes, 1 - z1),
-           dp("dp/reduce_scatter", "reduce_scatter", grad_bytes, z1 - z3),
-           dp("dp/all_gather", "all_gather", weight_bytes, z1 - z3)]
+    # the ledger's bytes rank 0's (the first stage's parameters), the time the largest stage's
+    # (every stage syncs at once), as the experts' below
+    first = params.per_stage["first"]
+    if c.fam.moe:
+        first = first - expert_sync_apart(c) * params.experts["first"]
+    # the distributed optimizer's buffers padded to whole shards (padded); an FP8 gather
+    # (fp8_params) mixes buffers of two dtypes and is counted unpadded, the largest stage's
+    pad = padded(replicas(c))
+    if c.fam.fp8_params:
+        dense8, experts8 = stage_weight_bytes(c, params)
+        keep = 1 - expert_sync_apart(c) if c.fam.moe else 1
+        dp_gathered = (dense8["first"] + keep * experts8["first"], weight_bytes)
+    else:
+        dp_gathered = (pad(S.wbytes * first, S.wbytes), pad(weight_bytes, S.wbytes))
+    out = [dp("dp/all_reduce", "all_reduce", S.gbytes * first, 1 - z1, time_nbytes=grad_bytes),
+           dp("dp/reduce_scatter", "reduce_scatter", pad(S.gbytes * first, S.gbytes), z1 - z3,
+              time_nbytes=pad(grad_bytes, S.gbytes)),
+           dp("dp/all_gather", "all_gather", dp_gathered[0], z1 - z3,
+              time_nbytes=dp_gathered[1])]
     if c.fam.moe:  # the ledger's bytes rank 0's (the first stage's experts), the time the larger
-        # stage's (every stage syncs at once)
+        # stage's (every stage syncs at once); with fp8_params the weights gathered in FP8
         first, most = params.experts["first"], params.experts_per_gpu
-        for name, op, per_param, calls in (
-                ("edp/all_reduce", "all_reduce", S.gbytes, apart * (1 - z1)),
-                ("edp/reduce_scatter", "reduce_scatter", S.gbytes, apart * (z1 - z3)),
-                ("edp/all_gather", "all_gather", S.wbytes, apart * (z1 - z3))):
-            out.append(Collective(name=name, op=op, axis="edp", nbytes=per_param * first,
-                                  time_nbytes=per_param * most, calls=calls, phase="step",
+        gathered = {st: S.wbytes * x for st, x in params.experts.items()}
+        if c.fam.fp8_params:
+            gathered = stage_weight_bytes(c, params)[1]
+        pad_e = padded(expert_replicas(c))
+        gather_first, gather_most = gathered["first"], S.wbytes * most
+        if c.fam.fp8_params:
+            gather_most = lmax(*gathered.values())
+        else:
+            gather_first, gather_most = (pad_e(gather_first, S.wbytes),
+                                         pad_e(gather_most, S.wbytes))
+        for name, op, nbytes, time_nbytes, calls in (
+                ("edp/all_reduce", "all_reduce", S.gbytes * first, S.gbytes * most,
+                 apart * (1 - z1)),
+                ("edp/reduce_scatter", "reduce_scatter", pad_e(S.gbytes * first, S.gbytes),
+                 pad_e(S.gbytes * most, S.gbytes), apart * (z1 - z3)),
+                ("edp/all_gather", "all_gather", gather_first, gather_most,
+                 apart * (z1 - z3))):
+            out.append(Collective(name=name, op=op, axis="edp", nbytes=nbytes,
+                                  time_nbytes=time_nbytes, calls=calls, phase="step",
                                   in_phase=SYNC, term="comm/dp", fam=c.fam))
     for unit, (count, elements) in zip(("layer", "root"), units, strict=True):
         out.append(dp(f"dp/fsdp_{unit}/all_gather", "all_gather", S.wbytes * elements,
@@ -131,15 +165,41 @@ def sync_collectives(c: Context, params: Parameters,
     return out
 
 
+def padded(ranks: sp.Expr) -> Callable[[sp.Expr, sp.Expr], sp.Expr]:
+    """pad(nbytes, per_element): a distributed-optimizer buffer of nbytes (elements of
+    per_element bytes) padded to a whole number of elements per rank, ceil(n / ranks) ranks
+    elements. Megatron-LM pads each bucket's end so that its shards are equal (megatron/core/
+    distributed/param_and_grad_buffer.py, _pad_end_of_bucket_if_needed: to lcm(dp, 128)
+    elements); the validation job (workload.distopt), which the ledger is checked against, to
+    the group's ranks."""
+    def pad(nbytes: sp.Expr, per_element: sp.Expr) -> sp.Expr:
+        return sp.ceiling(nbytes / (per_element * ranks)) * ranks * per_element
+    return pad
+
+
 def gathered_weight_bytes(c: Context, params: Parameters) -> sp.Expr:
     """The bytes of the weights the distributed optimizer all-gathers (ZeRO 1-2): wbytes each, or
     for an fp8 plan with FP8 weights (fp8_params) e_8 for its FP8 weights (Megatron-LM
-    --fp8-param-gather: "perform the param all-gather in fp8"), of the first stage's (the
-    larger of the stages' counts, as params.per_gpu)."""
-    out = S.wbytes * params.per_gpu
-    if c.fam.fp8_params:
-        out -= (S.wbytes - S.e8) * FP8.fp8_weights_per_gpu(c, sp.Integer(0))
-    return out
+    --fp8-param-gather: "perform the param all-gather in fp8"), of the stage with the most (as
+    params.per_gpu; a mixture of experts' routed experts with them)."""
+    if not c.fam.fp8_params:
+        return S.wbytes * params.per_gpu
+    dense, experts = stage_weight_bytes(c, params)
+    return lmax(*(dense[st] + experts[st] for st in dense))
+
+
+def stage_weight_bytes(c: Context, params: Parameters) -> tuple[dict[str, sp.Expr],
+                                                                 dict[str, sp.Expr]]:
+    """An fp8_params plan's weights on one GPU of each stage as the distributed optimizer
+    all-gathers them [B]: (all but the routed experts', the routed experts'), wbytes per
+    parameter but e_8 per FP8 weight (perfmodel.step.fp8.stage_fp8_weights; the output layer's
+    at wbytes)."""
+    dense, experts = {}, {}
+    for st, total in params.per_stage.items():
+        dense8, experts8 = FP8.stage_fp8_weights(c, st, sp.Integer(0))
+        dense[st] = S.wbytes * (total - params.experts[st]) - (S.wbytes - S.e8) * dense8
+        experts[st] = S.wbytes * params.experts[st] - (S.wbytes - S.e8) * experts8
+    return dense, experts
 
 
 def fsdp_copy_passes(c: Context) -> sp.Expr:

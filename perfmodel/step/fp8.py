@@ -1,20 +1,45 @@
-"""What FP8 training adds beyond the layers' casts (perfmodel.step.layer) and GEMMs: the weights'
-casts once per step, the FP8 weight copies and the scaling state in memory (perfmodel.costs.fp8).
+"""What FP8 training adds beyond the layers' GEMMs: the casts of the GEMMs' inputs and grad outputs
+(counted here, charged by perfmodel.step.layer), the weights' casts once per step, the FP8 weight
+copies and the scaling state in memory (perfmodel.costs.fp8).
 
-    P_lin        = the linear layers' weight matrices of one layer on one GPU
-                   ((a d + 2 kv d) h + a d h + (1 + gated) f h + f h) / tp     (no biases, norms)
-    T_fp8_wc     = q_w8 (L P_lin + o V h / tp) / W                                   [s per step]
-    fp8/weight_copies   = c_w8 (n P_lin + o V h / tp)                                 [B]
-    fp8/scaling_state   = M_scale8 (4 n + o)                                          [B]
-o: 1 for the output layer in FP8 (on the last stage), n = L / pp layers of the stage.
+The FP8 weights of one layer on one GPU are its Transformer Engine linears' weight matrices (no
+biases, norms):
+    P_att       a standard attention's QKV and output, ((a d + 2 kv d) h + a d h) / tp; MLA's
+                projections (perfmodel.costs.mla.mla_linear_weights): the up projections and the
+                output / tp, the down projections whole on every tp rank
+    P_mlp(w)    an MLP w wide, ((1 + gated) w h + w h) / tp
+    dense layer P_lin = P_att + P_mlp(f)          (Megatron 1D; a 2d / 2.5d grid: / (q_a q_b))
+    MoE layer   P_att + P_mlp(f_sh) (the shared experts, if any), and the rank's routed experts
+                P_exp = E / ep x ((1 + gated) f_E h + f_E h) / etp (perfmodel.costs.moe.
+                expert_params without biases); the router stays bf16 (Megatron-Core's TopKRouter
+                is no TE linear: a torch linear in bf16 or fp32)
+    MTP module  its layer's, and its 2h -> h projection 2 h h / tp (eh_proj, a TE column-parallel
+                linear that Megatron-Core's MultiTokenPredictionLayer runs under FP8 autocast)
+Scaling state: TE keeps one set per GEMM (3 forward tensors, 2 backward), a GroupedLinear one per
+GEMM of its num_gemms, one for each local expert (transformer_engine/pytorch/module/base.py
+set_meta_tensor: num_fp8_tensors = num_gemms x 3 forward, x 2 backward; grouped_linear.py
+GroupedLinear(num_gemms): prepare_forward(inp, num_gemms=self.num_gemms)). GEMMs of a layer:
+    standard attention 2 (QKV, output), MLA 5 (q_down, q_up, kv_down, kv_up, output; 4 with the
+    query projection whole), dense MLP 2 (up with its gate, down), MoE layer the attention's +
+    2 E / ep (each local expert's fc1 and fc2) + 2 (the shared experts), MTP module 1 + its layer's.
+Per stage (n layers, n_moe of them MoE: perfmodel.step.moe.moe_layers; the MTP modules on the
+last; o: 1 for the output layer in FP8, Plan.fp8_output_layer, on the stage holding it):
+    W8          = (n - n_moe) P_lin + n_moe (P_att + P_mlp(f_sh)) + n_moe P_exp + [last] D P_mtp
+                  + o V h / tp
+    fp8/weight_copies   = c_w8 W8                                                          [B]
+    fp8/scaling_state   = M_scale8 G                     G: the stage's GEMMs, as above    [B]
+    T_fp8_wc    = q_w8 W8_all / W                                                  [s per step]
+W8_all: the model's layers' FP8 weights on their ranks, (L - L_moe) P_lin + L_moe (P_att +
+P_mlp(f_sh) + P_exp) + D P_mtp + o V h / tp (dense: L P_lin + o V h / tp).
 Transformer Engine casts a weight on the first micro-batch of a step and caches both usages for
 the others [TE-linear]: once per step (q_w8 = q_8). With the weights held in FP8 (fp8_params) the
-copies are the weights (the `weights` term leaves them out: no bf16 copy), the optimizer writes
-them, and a step only transposes them on Hopper (q_w8 = 2; 0 on Blackwell); the distributed
-optimizer all-gathers them at e_8 bytes (perfmodel.step.data_parallel).
+copies are the weights (the `weights` term leaves them out: no bf16 copy; the routed experts'
+share by the expert-data-parallel ZeRO divisor), the optimizer writes them, and a step only
+transposes them on Hopper (q_w8 = 2; 0 on Blackwell); the distributed optimizer all-gathers them
+at e_8 bytes, over dp x cp and the experts' over edp (perfmodel.step.data_parallel).
 The casts lie on the pipeline's fill: the first micro-batch's forward crosses every stage, each
 casting its weights before its first GEMM, so a step pays the casts of all L layers' weights (the
-stages' shares, one after the other): L P_lin. The copies stay allocated (TE's per-module weight
+stages' shares, one after the other): W8_all. The copies stay allocated (TE's per-module weight
 workspaces), in every stage's memory.
 """
 
@@ -25,18 +50,81 @@ import sympy as sp
 from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import memory as M
+from perfmodel.costs import mla as MLA
+from perfmodel.costs import moe as CM
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
+from perfmodel.step.parameters import MTP_PROJECTION
 
+ZERO = sp.Integer(0)
 FP8_GEMMS_PER_LAYER = 4  # QKV, attention output, MLP up (with its gate, one GEMM), MLP down
+ATTENTION_GEMMS = 2  # QKV, attention output
+MLP_GEMMS = 2  # up (with its gate), down: a dense MLP's, the shared experts', each local expert's
+MTP_PROJECTION_GEMMS = 1  # an MTP module's eh_proj
+
+
+def _tp_divisor(c: Context) -> sp.Expr:
+    """What splits a layer's weight matrices on one GPU: tp (Megatron 1D and the 3d cube), q_a q_b
+    (a 2d or 2.5d grid, copied over its depth), as perfmodel.step.parameters splits them."""
+    return c.megatron * S.tp + c.grid2 * S.q_a * S.q_b + c.grid3 * S.tp
+
+
+def attention_weights_per_gpu(c: Context) -> sp.Expr:
+    """P_att: the attention's linear weights on one GPU (module doc)."""
+    if c.fam.mla:  # modelled with tp_layout 1d (the plan rules)
+        w = MLA.mla_linear_weights(S.h, S.a, S.r_q, S.r_kv, S.d_nope, S.d_rope, S.d_v,
+                                   q_lora=c.fam.mla_q_lora)
+        return w["sharded"] / S.tp + w["replicated"]
+    return M.linear_weights(S.h, S.a, S.kv, 0, gated=c.gated, d=c.d) / _tp_divisor(c)
+
+
+def mlp_weights_per_gpu(c: Context, width: sp.Expr) -> sp.Expr:
+    """P_mlp(w): an MLP w wide, up (and gate) and down, on one GPU."""
+    return ((1 + c.gated) * width * S.h + width * S.h) / _tp_divisor(c)
 
 
 def linear_weights_per_gpu(c: Context) -> sp.Expr:
-    """P_lin: one layer's linear weight matrices on one GPU (Megatron 1D and the 3d cube: / tp;
-    a 2d or 2.5d grid: / (q_a q_b), copied over its depth), as perfmodel.step.parameters splits
-    them."""
+    """P_lin: one dense layer's linear weight matrices on one GPU (module doc)."""
+    if c.fam.mla:
+        return attention_weights_per_gpu(c) + mlp_weights_per_gpu(c, S.f)
     lin = M.linear_weights(S.h, S.a, S.kv, S.f, gated=c.gated, d=c.d)
-    return lin / (c.megatron * S.tp + c.grid2 * S.q_a * S.q_b + c.grid3 * S.tp)
+    return lin / _tp_divisor(c)
+
+
+def moe_weights_per_gpu(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """One MoE layer's FP8 weights on one GPU: (the attention's and the shared experts', the
+    rank's routed experts' P_exp)."""
+    shared = mlp_weights_per_gpu(c, S.f_sh) if c.fam.moe_shared else ZERO
+    experts = S.E / S.ep * CM.expert_params(S.h, S.f_E, gated=c.gated, bias=0, etp=S.etp)
+    return attention_weights_per_gpu(c) + shared, experts
+
+
+def attention_gemms(c: Context) -> int:
+    """The attention's FP8 GEMMs: QKV and output, or MLA's projections."""
+    if c.fam.mla:
+        return len(MLA.mla_gemms(c.T, S.h, S.a, S.r_q, S.r_kv, S.d_nope, S.d_rope, S.d_v, S.tp,
+                                 q_lora=c.fam.mla_q_lora))
+    return ATTENTION_GEMMS
+
+
+def layer_gemms(c: Context, *, moe: bool = False) -> sp.Expr:
+    """One layer's FP8 GEMMs with scaling state (module doc): a dense layer's, or an MoE
+    layer's (2 E / ep for its local experts, 2 for the shared experts)."""
+    if not moe:
+        return sp.Integer(attention_gemms(c) + MLP_GEMMS)
+    shared = MLP_GEMMS if c.fam.moe_shared else 0
+    return attention_gemms(c) + shared + MLP_GEMMS * S.E / S.ep
+
+
+def mtp_weights_per_gpu(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """The D MTP modules' FP8 weights on one GPU of the last stage: (their projections and their
+    layers' but the routed experts', the routed experts')."""
+    projection = MTP_PROJECTION * S.h * S.h / S.tp
+    if c.fam.mtp_last_moe:
+        rest, experts = moe_weights_per_gpu(c)
+    else:
+        rest, experts = linear_weights_per_gpu(c), ZERO
+    return S.D_mtp * (projection + rest), S.D_mtp * experts
 
 
 def output_weights_per_gpu(c: Context) -> sp.Expr:
@@ -44,21 +132,96 @@ def output_weights_per_gpu(c: Context) -> sp.Expr:
     return c.fp8_output * S.V * S.h / S.tp
 
 
+def _moe_count(c: Context, stage: str) -> sp.Expr:
+    if not c.fam.moe:
+        return ZERO
+    from perfmodel.step.moe import moe_layers
+
+    return moe_layers(c)[stage]
+
+
+def stage_fp8_weights(c: Context, stage: str, has_output: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+    """The FP8 weights on one GPU of a stage (first, middle, last): (its layers' but the routed
+    experts', with the MTP modules on the last stage (where perfmodel.step.parameters counts
+    them) and, where the stage holds it with Plan.fp8_output_layer, the output layer's; the
+    routed experts')."""
+    n, n_moe = c.stage_layers[stage], _moe_count(c, stage)
+    dense, experts = (n - n_moe) * linear_weights_per_gpu(c), ZERO
+    if c.fam.moe:
+        moe_rest, moe_experts = moe_weights_per_gpu(c)
+        dense, experts = dense + n_moe * moe_rest, n_moe * moe_experts
+    if c.fam.mtp and stage == "last":
+        mtp_rest, mtp_experts = mtp_weights_per_gpu(c)
+        dense, experts = dense + mtp_rest, experts + mtp_experts
+    return dense + has_output * output_weights_per_gpu(c), experts
+
+
+def stage_fp8_gemms(c: Context, stage: str, has_output: sp.Expr) -> sp.Expr:
+    """The FP8 GEMMs of a stage's rank with scaling state (module doc)."""
+    n, n_moe = c.stage_layers[stage], _moe_count(c, stage)
+    gemms = (n - n_moe) * layer_gemms(c)
+    if c.fam.moe:
+        gemms += n_moe * layer_gemms(c, moe=True)
+    if c.fam.mtp and stage == "last":
+        gemms += S.D_mtp * (MTP_PROJECTION_GEMMS + layer_gemms(c, moe=c.fam.mtp_last_moe))
+    return gemms + has_output * c.fp8_output
+
+
+def model_fp8_weights_per_gpu(c: Context) -> sp.Expr:
+    """W8_all: every layer's FP8 weights on the ranks holding it, one rank of each stage, and
+    the output layer's in FP8 (module doc)."""
+    if not c.fam.moe:
+        out = S.L * linear_weights_per_gpu(c)
+    else:
+        from perfmodel.step.moe import moe_layers_total
+
+        L_moe = moe_layers_total(c)
+        out = (S.L - L_moe) * linear_weights_per_gpu(c) + L_moe * sum(moe_weights_per_gpu(c))
+    if c.fam.mtp:
+        out += sum(mtp_weights_per_gpu(c))
+    return out + output_weights_per_gpu(c)
+
+
 def weight_cast_phase(c: Context) -> Phase:
     """The step's casts of the FP8 GEMMs' weights (module doc), memory-bound."""
-    weights = S.L * linear_weights_per_gpu(c) + output_weights_per_gpu(c)
     return Phase(name="fp8/weight_cast", per_step=True,
-                 device={"compute/fp8_weight_cast": K.memory_time(S.qw8 * weights, c.dev)})
+                 device={"compute/fp8_weight_cast":
+                         K.memory_time(S.qw8 * model_fp8_weights_per_gpu(c), c.dev)})
 
 
-def fp8_weights_per_gpu(c: Context, has_output: sp.Expr) -> sp.Expr:
-    """The FP8 weights of a stage on one GPU: its layers' linear weights and, on the last stage
-    with Plan.fp8_output_layer, the output layer's."""
-    return c.layers_per_stage * linear_weights_per_gpu(c) + has_output * output_weights_per_gpu(c)
-
-
-def memory_terms(c: Context, has_output: sp.Expr) -> dict[str, sp.Expr]:
+def memory_terms(c: Context, stage: str, has_output: sp.Expr) -> dict[str, sp.Expr]:
     """The FP8 weight copies and the scaling state on one GPU of a stage [B] (module doc)."""
-    n = c.layers_per_stage
-    return {"fp8/weight_copies": S.cw8 * fp8_weights_per_gpu(c, has_output),
-            "fp8/scaling_state": S.M_scale8 * (FP8_GEMMS_PER_LAYER * n + has_output * c.fp8_output)}
+    dense, experts = stage_fp8_weights(c, stage, has_output)
+    return {"fp8/weight_copies": S.cw8 * (dense + experts),
+            "fp8/scaling_state": S.M_scale8 * stage_fp8_gemms(c, stage, has_output)}
+
+
+# --- the casts of the GEMMs' inputs and grad outputs, per layer and micro-batch ----------------
+
+def attention_cast_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """Elements one rank casts in a layer's attention, forward and backward: a standard
+    attention's QKV and output (perfmodel.costs.compute.fp8_cast_elements less its MLP's), or
+    MLA's projections (perfmodel.costs.mla.mla_fp8_cast_elements)."""
+    T, h, r = c.T, S.h, c.act_ranks
+    if c.fam.mla:
+        return MLA.mla_fp8_cast_elements(T, h, S.a, S.r_q, S.r_kv, S.d_nope, S.d_rope, S.d_v,
+                                         S.tp, r, q_lora=c.fam.mla_q_lora)
+    forward, backward = K.fp8_cast_elements(T, h, S.a, S.kv, 0, S.tp, r, c.gated, c.d)
+    return forward - T * h / r, backward - T * h / r
+
+
+def mlp_cast_elements(c: Context, width: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+    """Elements one rank casts in an MLP w wide (a dense MLP, the shared experts), forward (its
+    up input T h / r, its down input T w / tp) and backward (the grad outputs of down, T h / r,
+    and of up, T (1 + gated) w / tp)."""
+    T, h, r, tp = c.T, S.h, c.act_ranks, S.tp
+    return T * h / r + T * width / tp, T * h / r + T * (1 + c.gated) * width / tp
+
+
+def layer_cast_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """Elements one rank casts in a dense layer, forward and backward (an MoE layer's:
+    perfmodel.step.moe.moe_fp8_cast_elements)."""
+    if c.fam.mla:
+        attention, mlp = attention_cast_elements(c), mlp_cast_elements(c, S.f)
+        return attention[0] + mlp[0], attention[1] + mlp[1]
+    return K.fp8_cast_elements(c.T, S.h, S.a, S.kv, S.f, S.tp, c.act_ranks, c.gated, c.d)

@@ -14,9 +14,12 @@ Forward of one layer, one micro-batch [s] (perfmodel.costs.compute; Megatron-LM'
                   fused (Megatron-Core / TE), eager (torchtitan's modules op by op: their own
                   backward) or compiled (Inductor: fused, with the grouped K and V expanded)
     t_fp8_cast  = fp8 plans: the casts of the FP8 GEMMs' inputs, q_8 x elements / W
-                  (perfmodel.costs.compute.fp8_cast_elements; their grad outputs in the backward)
-An fp8 plan's linear-layer GEMMs run on the FP8 device (peak F_peak^fp8, its own GEMM fit), read
-e_8-byte operands and write bf16 (perfmodel.costs.fp8); a sliding window shrinks a flash kernel's
+                  (perfmodel.step.fp8.layer_cast_elements: a standard attention's and MLP's,
+                  perfmodel.costs.compute.fp8_cast_elements, or MLA's projections'; an MoE
+                  layer's, perfmodel.step.moe; their grad outputs in the backward)
+An fp8 plan's linear-layer GEMMs (MLA's projections among them) run on the FP8 device (peak
+F_peak^fp8, its own GEMM fit), read e_8-byte operands and write bf16 (perfmodel.costs.fp8;
+perfmodel.step.context.linear_gemm_time); a sliding window shrinks a flash kernel's
 FLOPs to the pairs it attends (perfmodel.costs.compute.attended_share).
 Backward = 2 x forward (eager element-wise ops: the bytes autograd's backward of each moves): a
 GEMM's input gradient and its weight gradient each cost one forward
@@ -38,6 +41,7 @@ from perfmodel.costs import compute as K
 from perfmodel.costs import layouts as LY
 from perfmodel.costs import mla as MLA
 from perfmodel.family import Family
+from perfmodel.step import fp8 as FP8
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, linear_gemm_time
@@ -197,8 +201,7 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
         if moe:  # the attention's casts, then the routed and shared experts' (moe.py)
             forward, backward = moe_fp8_cast_elements(c)
         else:
-            forward, backward = K.fp8_cast_elements(c.T, h, a, kv, f, tp, c.act_ranks, c.gated,
-                                                    c.d)
+            forward, backward = FP8.layer_cast_elements(c)
         cast_s = K.memory_time(S.q8 * forward, c.dev)
         cast_backward_s = K.memory_time(S.q8 * backward, c.dev)
     return LayerWork(

@@ -7,7 +7,10 @@
     embedding, output: the embedding's dropout mask per in-flight micro-batch; the final norm's
                      input and the fp32 logits on the last stage
     fp8/...        = an fp8 plan's FP8 weight copies and scaling state (perfmodel.step.fp8); its
-                     activations keep FP8 copies of the GEMM inputs (perfmodel.costs.memory)
+                     activations keep FP8 copies of the GEMM inputs (perfmodel.costs.memory; an
+                     MoE layer's experts', perfmodel.costs.moe, MLA's projections',
+                     perfmodel.costs.mla); with FP8 weights (fp8_params) their bf16 copies leave
+                     `weights` (the routed experts' by the experts' ZeRO divisor)
     ZeRO 3 buffer  = two gathered layers (the one computing and the next, prefetched), and the
                      root unit (embedding, final norm, output layer) gathered through the forward
                      to the loss, where memory peaks (torchtitan apply_fsdp: fully_shard(model),
@@ -65,18 +68,28 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
     if c.fam.mla:
         act_kw["attention"] = MLA.mla_activation_bytes(T, a, S.r_q, S.r_kv, S.d_nope, S.d_rope,
                                                        S.d_v, e, q_lora=c.fam.mla_q_lora)
+        if c.fam.fp8:  # its projections' FP8 copies
+            act_kw["fp8_attention"] = MLA.mla_fp8_saved_bytes(
+                T, h, a, S.r_q, S.r_kv, S.d_v, e, S.s8, c.flash, q_lora=c.fam.mla_q_lora)
 
     def activations(**kw: Any) -> sp.Expr:
         """One layer's kept bytes under the given policy shares: a dense layer's, and with
         experts (kw moe=True) an MoE layer's."""
-        mlp = None
+        mlp = fp8_mlp = None
         if kw.pop("moe", False):
             T_r, _, _, A_r = MOE.routed_tokens(c)
             mlp = CM.moe_activation_bytes(T_r, A_r, h, S.E, S.f_E, e, gated=c.gated,
                                           etp=S.etp)
             if c.fam.moe_shared:
                 mlp += (2 + c.gated) * e * T * S.f_sh / tp
-        return M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, mlp=mlp, **kw, **act_kw)
+            if c.fam.fp8:  # the routed experts' FP8 copies; the router keeps its bf16 input,
+                # the shared experts an FP8 copy of it and of their down projection's input
+                shared = 1 if c.fam.moe_shared else 0
+                fp8_mlp = {"input": shared * S.s8 * T * h,
+                           "rank": CM.moe_fp8_saved_bytes(A_r, h, S.f_E, e, S.s8, etp=S.etp)
+                           + shared * (S.s8 - e) * T * S.f_sh / tp}
+        return M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, mlp=mlp, fp8_mlp=fp8_mlp,
+                                        **kw, **act_kw)
 
     act_layer = activations(full=c.full, selective=c.selective, op=c.op)
     full_layer = activations(full=0, selective=0)
@@ -96,8 +109,11 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
             mem = {name: per_param[name] * ((params.per_stage[st] - experts) / div[name]
                                             + experts / div_experts[name])
                    for name in per_param}
-        if c.fam.fp8_params:  # the linear weights are the FP8 copies (fp8/weight_copies)
-            mem["weights"] -= S.wbytes * FP8.fp8_weights_per_gpu(c, has_head) / div["weights"]
+        if c.fam.fp8_params:  # the linear weights are the FP8 copies (fp8/weight_copies); the
+            # routed experts' sharded as their weights are (over edp)
+            dense8, experts8 = FP8.stage_fp8_weights(c, st, has_head)
+            mem["weights"] -= S.wbytes * (dense8 / div["weights"]
+                                          + experts8 / div_experts["weights"])
         # the first stage holds the most micro-batches; the last, at least one; a middle one
         # (the second, the fullest: 1F1B's pp - 1) one fewer than the first (all m with GPipe)
         stage_inflight = {"first": inflight, "last": c.single * inflight + c.multi,
@@ -122,7 +138,7 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         mem["buffers/zero3_gather"] = c.zero3 * S.wbytes * (
             ZERO3_GATHERED_LAYERS * params.layer_per_gpu + root)
         if c.fam.fp8:  # allocated once and kept: not in the allocator's churn below
-            mem.update(FP8.memory_terms(c, has_head))
+            mem.update(FP8.memory_terms(c, st, has_head))
         # the tensors allocated and freed every step (the model states sit in buffers allocated
         # once: Megatron's contiguous parameter and gradient buffers, FSDP's shards)
         transient = sp.Add(*(x for k, x in mem.items() if k.startswith(("activations/",

@@ -10,7 +10,9 @@ shared output layer with its loss. Per micro-batch, on the last stage's rank:
 
 with the layer's communication (tensor, context and expert parallel) as a layer's, issued in the
 modules' phases. Megatron-Core places them so (mtp_num_layers, on the last stage) and counts
-their FLOPs in num_floating_point_operations; the modules are not recomputed here.
+their FLOPs in num_floating_point_operations; the modules are not recomputed here. An fp8 plan
+runs the projection in FP8 with its casts (a TE linear under the FP8 autocast; its weights and
+scaling state: perfmodel.step.fp8).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from perfmodel.step import embedding_head as EH
 from perfmodel.step import tensor_parallel as TP
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
-from perfmodel.step.context import Context
+from perfmodel.step.context import Context, linear_gemm_time
 from perfmodel.step.framework import BACKWARD_PER_FORWARD, PartCost
 from perfmodel.step.layer import LayerWork, layer_work
 
@@ -41,10 +43,20 @@ def module_work(c: Context) -> LayerWork:
 
 
 def projection_s(c: Context) -> sp.Expr:
-    """The 2h -> h projection and the two norms of one module [s]."""
-    gemm = K.gemm_time(K.Gemm("mtp_projection", c.T, S.h / S.tp, PROJECTION_IN * S.h), S.e,
-                       c.dev)
+    """The 2h -> h projection and the two norms of one module [s]; an fp8 plan's projection on
+    the FP8 device (Megatron-Core's eh_proj is a TE column-parallel linear, run under the FP8
+    autocast: MultiTokenPredictionLayer._proj_and_transformer_layer)."""
+    gemm = linear_gemm_time(c, K.Gemm("mtp_projection", c.T, S.h / S.tp, PROJECTION_IN * S.h))
     return gemm + K.memory_time(NORMS * 2 * S.e * c.T * S.h / c.act_ranks, c.dev)
+
+
+def projection_fp8_cast_s(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """An fp8 plan's casts of one module's projection [s], forward and backward
+    (perfmodel.step.fp8's counting): its input 2 T h / r (cast on the shard, then gathered) and
+    its grad output T h / tp, q_8 bytes each."""
+    forward = PROJECTION_IN * c.T * S.h / c.act_ranks
+    backward = c.T * S.h / S.tp
+    return (K.memory_time(S.q8 * forward, c.dev), K.memory_time(S.q8 * backward, c.dev))
 
 
 def mtp_collectives(c: Context) -> list[Collective]:
@@ -96,17 +108,23 @@ def mtp_phases(c: Context, costs: Mapping[str, PartCost],
     def extra(name: str) -> dict[str, sp.Expr]:
         return {"compute/tp_overlap": lost[name]} if name in lost else {}
 
+    forward_terms = {k: d * v for k, v in work.forward_terms().items()}
+    backward_terms = {k: d * v for k, v in work.backward_terms().items()}
+    if c.fam.fp8:  # the projections' casts with the layers'
+        cast, cast_backward = projection_fp8_cast_s(c)
+        forward_terms["compute/forward/fp8_cast"] += d * cast
+        backward_terms["compute/backward/fp8_cast"] += d * cast_backward
     name = f"{PREFIX}@last/forward"
     forward = Phase(
         name=name, present=present,
-        device={**{k: d * v for k, v in work.forward_terms().items()},
+        device={**forward_terms,
                 "compute/forward/embedding_logits": d * ends, **extra(name)},
         host={"overhead/kernels": kernels}, comms=issued.get(name, ()),
         overlaps=overlaps.get(name, ()))
     name = f"{PREFIX}@last/backward"
     backward = Phase(
         name=name, present=present,
-        device={**{k: d * v for k, v in work.backward_terms().items()},
+        device={**backward_terms,
                 "compute/backward/embedding_logits": BACKWARD_PER_FORWARD * d * ends,
                 **extra(name)},
         host={"overhead/kernels": back_kernels}, comms=issued.get(name, ()),

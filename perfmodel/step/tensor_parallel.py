@@ -118,14 +118,21 @@ def mla_collectives(c: Context, count: sp.Expr, prefix: str = "layers", stage: s
     w, w = r_q (or h), r_kv, d_rope) and a reduce-scatter of the output (e T h), backward their
     adjoints (reduce-scatters of the latents' gradients, an all-gather of the output's);
     without it, an all-reduce of the output forward and of each latent's gradient backward.
-    Full recompute repeats the forward's."""
+    Full recompute repeats the forward's. An fp8 plan's forward gathers of the query and
+    key/value latents (the up projections' inputs; the hidden state itself for a whole query
+    projection) carry their FP8 copies, e_8 T w: Transformer Engine's column-parallel up
+    projections cast the shard, then gather it (as the QKV input's, megatron_collectives); the
+    rotary key is gathered apart, in bf16 (Megatron-Core's MLASelfAttention: linear_q_up_proj,
+    linear_kv_up_proj column-parallel TE linears over the sequence-parallel latents; k_pos_emb
+    through gather_from_sequence_parallel_region)."""
     sp_, e, T = c.seq_parallel, S.e, c.T
     latents = MLA.latent_widths(S.r_q, S.r_kv, S.d_rope, S.h, q_lora=c.fam.mla_q_lora)
     where = prefix if stage == "every" else f"{prefix}@{stage}"
     out: list[Collective] = []
 
-    def add(op: str, width: sp.Expr, calls: sp.Expr, phase: str, pass_: str) -> None:
-        out.append(Collective(name=f"tp/mla/{op}", op=op, axis="tp", nbytes=e * T * width,
+    def add(op: str, width: sp.Expr, calls: sp.Expr, phase: str, pass_: str,
+            nbytes: sp.Expr = e) -> None:
+        out.append(Collective(name=f"tp/mla/{op}", op=op, axis="tp", nbytes=nbytes * T * width,
                               calls=c.megatron * calls * count, phase=phase,
                               in_phase=f"{where}/{pass_}", term="comm/tp", fam=c.fam,
                               stage=stage))
@@ -133,9 +140,12 @@ def mla_collectives(c: Context, count: sp.Expr, prefix: str = "layers", stage: s
     repeats = [("forward", "fwd", sp.Integer(1))]
     if recomputed:
         repeats.append(("recompute", "bwd", c.full))
+    # bytes per element of each latent's forward gather: query, key/value, rotary key
+    cast_first = S.e8 if c.fam.fp8 else e
+    gathered = (cast_first, cast_first, e)
     for pass_, phase, times in repeats:
-        for w in latents:
-            add("all_gather", w, times * sp_, phase, pass_)
+        for w, per_element in zip(latents, gathered, strict=True):
+            add("all_gather", w, times * sp_, phase, pass_, per_element)
         add("reduce_scatter", S.h, times * sp_, phase, pass_)
         add("all_reduce", S.h, times * (1 - sp_), phase, pass_)
     for w in latents:
@@ -299,12 +309,16 @@ def output_collectives(c: Context) -> list[Collective]:
 
 
 def norm_grad_collectives(c: Context) -> list[Collective]:
-    """Per step, with sequence parallelism: one all-reduce of every norm vector of the stage (two
-    per layer and the final norm; LayerNorm has a weight and a bias, RMSNorm a weight), and of
-    an MoE layer's router (Megatron-Core all-reduces the routers' gradients over tp with the
-    norms'); the stage with the most of them (every stage syncs at once)."""
+    """Per step, with sequence parallelism: one all-reduce of every norm vector of a stage (two
+    per layer, and the final norm on the stage that holds it: the last, or the only one; LayerNorm
+    has a weight and a bias, RMSNorm a weight), and of an MoE layer's router (Megatron-Core
+    all-reduces the routers' gradients over tp with the norms'). The ledger counts rank 0's (the
+    first stage's, as every other ledger entry); the time is the stage with the most of them
+    (every stage syncs at once)."""
+    final = {"first": c.single, "last": sp.Integer(1), "middle": ZERO}
     if not c.fam.moe and not c.fam.mla:
-        vectors = (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * c.max_stage_layers + 1)
+        def on_stage(st: str) -> sp.Expr:
+            return (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * c.stage_layers[st] + final[st])
     else:
         from perfmodel.costs.moe import router_params
         from perfmodel.step.moe import moe_layers
@@ -319,13 +333,14 @@ def norm_grad_collectives(c: Context) -> list[Collective]:
 
         def on_stage(st: str) -> sp.Expr:
             n = c.stage_layers[st]
-            return (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * n + 1) \
+            return (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * n + final[st]) \
                 + moe.get(st, ZERO) * router + n * down
 
-        vectors = lmax(*(on_stage(st) for st in STAGES))
+    vectors = lmax(*(on_stage(st) for st in STAGES))
     return [Collective(name="tp/norm_grads/all_reduce", op="all_reduce", axis="tp",
-                       nbytes=S.wbytes * vectors, calls=c.seq_parallel, phase="step",
-                       in_phase="tensor_parallel/norm_grads", term="comm/tp_grads", fam=c.fam)]
+                       nbytes=S.wbytes * on_stage("first"), time_nbytes=S.wbytes * vectors,
+                       calls=c.seq_parallel, phase="step", in_phase="tensor_parallel/norm_grads",
+                       term="comm/tp_grads", fam=c.fam)]
 
 
 def norm_grad_phase(issued: Mapping[str, tuple[Collective, ...]]) -> Phase:

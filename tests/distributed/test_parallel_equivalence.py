@@ -34,10 +34,11 @@ MOE = DENSE.replace(name="tiny-moe", experts=4, top_k=2, expert_ffn_hidden=32, s
 
 
 def _plan(dp: int = 1, tp: int = 1, cp: int = 1, ep: int = 1, cp_comm: str = "p2p",
-          sequence_parallel: bool = False) -> Plan:
-    """The plan holds cp, cp_comm and ep (the job reads them from it: validation.jobspec)."""
-    return Plan(gpus=dp * tp * cp, dp=dp, tp=tp, cp=cp, ep=ep, cp_comm=cp_comm, micro_batch=B,
-                global_batch=dp * B, dtype="fp32", sequence_parallel=sequence_parallel)
+          sequence_parallel: bool = False, etp: int = 1) -> Plan:
+    """The plan holds cp, cp_comm, ep and etp (the job reads them from it: validation.jobspec)."""
+    return Plan(gpus=dp * tp * cp, dp=dp, tp=tp, cp=cp, ep=ep, etp=etp, cp_comm=cp_comm,
+                micro_batch=B, global_batch=dp * B, dtype="fp32",
+                sequence_parallel=sequence_parallel)
 
 
 def _calls(rank: dict, axis: str, op: str, phase: str | None = None) -> dict[int, float]:
@@ -170,3 +171,105 @@ def test_experts_under_tensor_parallelism_match_one_process(tmp_path, ep):
         edp = 4 // ep
         assert _calls(rank, "edp", "all_reduce", "grad") == (
             {(4 // ep) * 3 * H * 32 * F32: 1} if edp > 1 else {})
+
+
+@pytest.mark.parametrize(("ep", "routing"), [(2, "learned"), (1, "balanced")],
+                         ids=["tp2-dp2-ep2-etp2", "tp2-dp2-ep1-etp2-balanced"])
+def test_expert_tensor_parallel_experts_match_one_process(tmp_path, ep, routing):
+    # tp 2 x dp 2 = 4 ranks, sequence parallel, etp 2: each routed expert split over the tp pair
+    # (up and gate projections column-, down row-parallel: Megatron-Core's TEGroupedMLP with
+    # expert_tensor_parallel_size 2); ep 2 over the dp ranks of one tp index (Megatron-Core's
+    # expert rank order, etp innermost), edp 1; ep 1: every expert on the tp pair, its slices'
+    # gradients with the rest over dp
+    etp, experts, k = 2, 4, 2
+    result = check_equivalence(MOE, _plan(dp=2, tp=2, ep=ep, etp=etp, sequence_parallel=True),
+                               JobParallel(moe_routing=routing), tmp_path)
+    _equivalent(result)
+    rows = B * S // 2 * k  # the rank's own half of the sequence, k assignments each
+    for rank in result["ranks"]:
+        # the E counts of the etp x ep ranks all-gathered (Megatron's tp_ep group), int64
+        assert _calls(rank, "etp_ep", "all_gather", "fwd") == {etp * ep * experts * 8: 1}
+        assert not _calls(rank, "ep", "all_gather")
+        a2a = {p: sum(_calls(rank, "ep", "all_to_all", p).values()) for p in ("fwd", "bwd")}
+        assert a2a == ({"fwd": 2, "bwd": 2} if ep > 1 else {"fwd": 0, "bwd": 0})
+        # the received rows gathered over etp, the outputs reduce-scattered back; backward the
+        # adjoints (the gather's a reduce-scatter, the scatter's a gather)
+        gathered = {(op, p): _calls(rank, "etp", op, p) for op in ("all_gather", "reduce_scatter")
+                    for p in ("fwd", "bwd")}
+        assert all(sum(c.values()) == 1 for c in gathered.values())
+        if routing == "balanced":  # every rank receives its own count back: etp rows h gathered
+            assert all(c == {etp * rows * H * F32: 1} for c in gathered.values())
+        # no tp collective around the routed experts (the same as with whole experts)
+        assert _calls(rank, "tp", "all_gather", "fwd") == {B * S * H * F32: 2 + 1 + 1 + 1}
+        assert _calls(rank, "tp", "all_reduce", "grad") == {((2 * 2 + 1) * H + H * 4) * F32: 1}
+        # edp: tp dp / (ep etp) = 1 rank with ep 2; with ep 1 and etp = tp the experts' slices
+        # sync with the other parameters over dp
+        assert not _calls(rank, "edp", "all_reduce")
+        assert len(_calls(rank, "dp", "all_reduce", "grad")) == 1
+    if routing == "learned":
+        # the learned routing gave the tp pair unequal rows (this seed): gloo's all-gather needs
+        # equal sizes, so the job pads them (bytes etp x the largest) and reduce-scatters the
+        # unequal sizes; the padded path ran and still matched one process
+        uneven = [r for r in result["ranks"]
+                  if _calls(r, "etp", "all_gather", "fwd") != _calls(r, "etp", "reduce_scatter",
+                                                                      "fwd")]
+        assert uneven
+
+
+# --- ZeRO 1 and 2: Megatron's distributed optimizer -----------------------------------------------
+
+
+def _zero_plan(zero: int, dp: int, tp: int = 1, cp: int = 1, ep: int = 1,
+               micro_batches: int = 2) -> Plan:
+    return Plan(gpus=dp * tp * cp, dp=dp, tp=tp, cp=cp, ep=ep, micro_batch=B,
+                global_batch=dp * B * micro_batches, dtype="fp32", zero=zero,
+                sequence_parallel=tp > 1)
+
+
+def _stepped(result: dict) -> None:
+    """Every parameter after the sharded AdamW step and the all-gather equals AdamW on the whole
+    parameters (workload.equivalence: step:<name>)."""
+    for rank in result["ranks"]:
+        steps = [r for r in rank["results"] if r["name"].startswith("step:")]
+        grads = [r for r in rank["results"] if not r["name"].startswith("step:")]
+        assert len(steps) == len(grads) - 1  # every parameter, and the loss compared once
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_distributed_optimizer_matches_one_process(tmp_path, zero):
+    # dp 2, two micro-batches: the gradients accumulated, scaled by 1/2 and reduce-scattered once
+    # (one flat fp32 buffer of every parameter), AdamW on each rank's half, the weights gathered
+    result = check_equivalence(DENSE, _zero_plan(zero, dp=2), JobParallel(), tmp_path)
+    _equivalent(result)
+    _stepped(result)
+    layer = 2 * H * H + 2 * H * KV * HD + 3 * H * 64 + 2 * H  # attention, gated MLP, 2 norms
+    params = 2 * layer + 2 * 64 * H + S * H + H  # embedding, head, positions, final norm
+    for rank in result["ranks"]:
+        assert _calls(rank, "dp", "reduce_scatter", "grad") == {params * F32: 1}
+        assert not _calls(rank, "dp", "all_reduce")
+
+
+def test_distributed_optimizer_under_tensor_parallelism_matches_one_process(tmp_path):
+    # tp 2 x dp 2, sequence parallel: each rank's buffer holds its tp shards (the norms and the
+    # position table whole); the norms' gradients all-reduced over tp first, as with zero 0
+    result = check_equivalence(DENSE, _zero_plan(1, dp=2, tp=2), JobParallel(), tmp_path)
+    _equivalent(result)
+    _stepped(result)
+    layer = (2 * H * H + 2 * H * KV * HD + 3 * H * 64) // 2 + 2 * H
+    local = 2 * layer + 2 * 64 * H // 2 + S * H + H
+    for rank in result["ranks"]:
+        assert _calls(rank, "dp", "reduce_scatter", "grad") == {local * F32: 1}
+        assert _calls(rank, "tp", "all_reduce", "grad") == {(2 * 2 + 1) * H * F32: 1}
+
+
+def test_distributed_optimizer_with_experts_and_cp_matches_one_process(tmp_path):
+    # dp 2 x cp 2, ep 2: the dense buffer over dp x cp (4 ranks), the experts' over edp (2)
+    result = check_equivalence(MOE, _zero_plan(1, dp=2, cp=2, ep=2, micro_batches=1),
+                               JobParallel(), tmp_path)
+    _equivalent(result)
+    _stepped(result)
+    for rank in result["ranks"]:
+        # the experts of one MoE layer a rank keeps: 2 of 4, each gated (3 h x 32 weights)
+        assert _calls(rank, "edp", "reduce_scatter", "grad") == {2 * 3 * H * 32 * F32: 1}
+        assert sum(_calls(rank, "dp_cp", "reduce_scatter", "grad").values()) == 1
+        assert not _calls(rank, "edp", "all_reduce") and not _calls(rank, "dp_cp", "all_reduce")

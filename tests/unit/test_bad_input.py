@@ -56,6 +56,8 @@ FILES: dict[str, str | bytes] = {
     "hw-fp8.yaml": "base: dgx-h100\nfp8_recipes: [delayed, mxfp4]\n",
     # model specs
     "model-malformed.yaml": "layers: [4\n",
+    "model-mla.yaml": TINY + "bias: false\nq_lora_rank: 64\nkv_lora_rank: 32\n"
+                      "qk_nope_head_dim: 32\nqk_rope_head_dim: 16\nv_head_dim: 32\n",
     "model-malformed.json": '{"layers": 4,',
     "model-malformed.toml": "layers = [4\n",
     "model-list.yaml": "- 4\n- 256\n",
@@ -477,9 +479,10 @@ CASES = [
       " --dtype fp8", SPEC, ("fp8_recipes: unknown recipe 'mxfp4'", "allowed: delayed, current, "
                              "mxfp8")),
     # --- explain -------------------------------------------------------------------------------
-    # a mixture of experts with a window and sinks is costed (issue 17), not yet in FP8
-    C("explain", "fp8 with a mixture of experts", "explain --model gpt-oss-120b --hardware "
-      "dgx-b200 --dtype fp8", PLAN, ("dtype fp8 with a mixture of experts",)),
+    # multi-head latent attention on a 2d grid (its projections are split Megatron's way only)
+    C("explain", "MLA on a grid", "explain --model {d}/model-mla.yaml --hardware dgx-h100 "
+      "--gpus 4 --tp 4 --tp-layout 2d --micro-batch 2 --global-batch 2", PLAN,
+      ("multi-head latent attention (MLA) is modelled with tp_layout 1d", "got tp_layout 2d")),
     C("explain", "preset typo", "explain --model tiny-gtp --hardware dgx-h100", SPEC,
       ("did you mean 'tiny-gpt'",)),
     C("explain", "term typo", f"{EXPL} --term comm/tpp", USAGE,

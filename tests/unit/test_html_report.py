@@ -143,3 +143,14 @@ def test_a_page_that_reaches_out_is_caught(tmp_path):
     assert "Content Security Policy" in console
     with pytest.raises(AssertionError):
         offline(path.read_text())
+
+
+def test_the_report_names_every_parallel_degree_of_a_mixture_of_experts(run_cli, tmp_path):
+    """An MoE plan's header gives ep and etp (expert tensor parallelism) beside dp, tp and pp:
+    two plans that differ only in etp must not read alike."""
+    plan = ("predict", "--model", "mixtral-8x7b", "--hardware", "dgx-h100", "--gpus", "8",
+            "--dp", "4", "--tp", "2", "--ep", "4", "--sequence-parallel", "--global-batch", "8")
+    for etp, expected in (("2", "dp=4 tp=2 pp=1 ep=4 etp=2,"), ("1", "dp=4 tp=2 pp=1 ep=4,")):
+        out = run_cli(*plan, "--etp", etp, "--html", f"report{etp}.html")
+        assert out.returncode == 0, out.stderr
+        assert expected in (tmp_path / f"report{etp}.html").read_text()

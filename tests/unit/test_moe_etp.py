@@ -173,6 +173,9 @@ def test_etp_equal_to_tp_with_ep_1_syncs_the_experts_with_the_rest():
      r"etp \(2\) applies to a mixture-of-experts model"),
     (_moe(expert_ffn_hidden=1026), dict(dp=2, tp=4, ep=2, etp=4),
      r"expert_ffn_hidden \(1026\) must be divisible by etp \(4\)"),
+    # Megatron-Core's TransformerConfig: 'Bias in Moe is only supported when ETP==1'
+    (_moe(bias=True), dict(dp=4, tp=2, ep=4, etp=2),
+     r"etp \(2\) with a model with biases \(bias true\) is not supported"),
 ])
 def test_etp_plans_that_break_a_rule_are_refused_in_one_line(model, kw, needle):
     with pytest.raises(PlanError, match=needle) as err:
@@ -218,15 +221,27 @@ def test_the_search_enumerates_etp_and_agrees_with_predict():
         assert every.memory_bytes[i] == pytest.approx(expected.memory_per_gpu_bytes, rel=1e-9)
 
 
-def test_the_validation_job_refuses_etp_in_one_line():
-    """The torch job (workload) builds its experts whole: an etp plan is refused before it
-    starts, naming etp."""
+def test_the_validation_job_runs_etp_and_refuses_what_megatron_refuses_in_one_line():
+    """The torch job (workload) splits its experts over etp (tests/distributed/
+    test_parallel_equivalence.py checks it against one process, tests/unit/test_parallel_ledger.py
+    its collectives against this ledger); it refuses, naming the field, an etp that does not
+    divide tp or the experts' width, and biases with etp > 1 (Megatron-Core's TransformerConfig:
+    'Bias in Moe is only supported when ETP==1')."""
     from workload.settings import check_parallel
 
-    m = {"experts": 16, "seq_len": S, "heads": 8, "kv_heads": 8}
-    why = check_parallel(m, {"dp": 4, "tp": 2, "ep": 4, "etp": 2})
-    assert why is not None and "etp 2" in why and "\n" not in why
+    m = {"experts": 16, "seq_len": S, "heads": 8, "kv_heads": 8, "expert_ffn_hidden": F}
+    plan = {"dp": 4, "tp": 2, "ep": 4, "etp": 2, "sequence_parallel": True}
+    assert check_parallel(m, plan) is None
     assert check_parallel(m, {"dp": 4, "ep": 4, "etp": 1}) is None
+    for bad, needle in (({**plan, "etp": 4}, "etp (4) must divide tp (2)"),
+                        ({**plan, "tp": 4, "etp": 4, "dp": 2},
+                         "ep x etp (4 x 4 = 16) must divide tp x dp x cp (8)")):
+        why = check_parallel(m, bad)
+        assert why is not None and needle in why and "\n" not in why
+    why = check_parallel({**m, "expert_ffn_hidden": 6}, {**plan, "tp": 4, "etp": 4, "dp": 4})
+    assert why is not None and "etp (4) must divide expert_ffn_hidden (6)" in why
+    why = check_parallel({**m, "bias": True}, plan)
+    assert why is not None and "etp (2) with a model with biases" in why and "\n" not in why
 
 
 # Where the expert groups lie. Megatron-Core (megatron/core/parallel_state.py at d98e8a64dd,

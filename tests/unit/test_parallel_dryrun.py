@@ -197,6 +197,111 @@ def test_expert_groups_are_formed_as_megatron_core_forms_them():
     assert group_layouts(torch.arange(8).reshape(1, 8, 1, 1), ep=1, experts=True) == {}
 
 
+def _megatron_expert_groups(tp: int, cp: int, dp: int, etp: int,
+                            ep: int) -> dict[str, list[list[int]]]:
+    """Every expert group of one stage as Megatron-Core forms them (parallel_state.py at
+    d98e8a64dd, initialize_model_parallel: RankGenerator(tp=etp, ep=ep, dp=world / (etp ep),
+    cp=1, order "tp-cp-ep-dp-pp") numbers rank = t + etp (e + ep d), the first name fastest;
+    get_ranks("tp") are the expert-tensor groups, "ep", "tp-ep" (the counts' group) and "dp" the
+    expert-data-parallel ones), over the dense numbering r = t + tp (c + cp d) of the same ranks.
+    Groups of one rank are not formed by the job (none is issued on them)."""
+    edp = tp * cp * dp // (etp * ep)
+
+    def rank(t: int, e: int, d: int) -> int:
+        return t + etp * (e + ep * d)
+
+    groups = {
+        "etp": [[rank(t, e, d) for t in range(etp)] for d in range(edp) for e in range(ep)],
+        "etp_ep": [[rank(t, e, d) for e in range(ep) for t in range(etp)] for d in range(edp)],
+        "ep": [[rank(t, e, d) for e in range(ep)] for d in range(edp) for t in range(etp)],
+        "edp": [[rank(t, e, d) for d in range(edp)] for e in range(ep) for t in range(etp)],
+    }
+    keep = {"etp": etp > 1, "etp_ep": etp > 1, "ep": ep > 1,
+            "edp": edp > 1 and (ep > 1 or tp // etp > 1)}  # where the experts sync apart
+    return {axis: sorted(lists) for axis, lists in groups.items() if keep[axis]}
+
+
+def test_expert_tensor_groups_are_formed_as_megatron_core_forms_them():
+    import torch
+
+    from workload.parallelize import group_layouts
+
+    seen = 0
+    for tp in (1, 2, 4, 8):
+        for cp in (1, 2):
+            for dp in (1, 2, 4):
+                for etp in (e for e in (1, 2, 4, 8) if tp % e == 0):
+                    for ep in (1, 2, 4, 8):
+                        world = tp * cp * dp
+                        if world % (etp * ep) or (ep == 1 and tp == 1):
+                            continue
+                        ranks = torch.arange(world).reshape(1, dp, cp, tp)  # tp fastest
+                        got = group_layouts(ranks, ep=ep, experts=True, etp=etp)
+                        got.pop("dp_cp", None)
+                        want = _megatron_expert_groups(tp, cp, dp, etp, ep)
+                        assert {a: sorted(r) for a, r in got.items()} == want, \
+                            (tp, cp, dp, etp, ep)
+                        seen += etp > 1
+    assert seen > 40
+    # docs/moe.md's example: dp 4 x tp 4, etp 2, ep 4 on 16 ranks; rank 0's etp group (0, 1),
+    # ep group (0, 2, 4, 6) (one of each etp group, 2 dp ranks), edp group every 8th rank
+    got = group_layouts(torch.arange(16).reshape(1, 4, 1, 4), ep=4, experts=True, etp=2)
+    assert got["etp"][0] == [0, 1] and got["ep"][0] == [0, 2, 4, 6]
+    assert got["etp_ep"][0] == list(range(8)) and got["edp"][0] == [0, 8]
+
+
+# (dp, cp, tp, ep, etp, capacity factor) of 64 and 512 ranks
+ETP_PLANS = {
+    "64: tp 4, etp 2, ep 4 (edp 8)": (16, 1, 4, 4, 2, None),
+    "64: tp 4, etp 4, ep 2, cp 2 (edp 8)": (8, 2, 4, 2, 4, None),
+    "64: tp 2, etp 2, ep 1 (the experts sync with the rest)": (32, 1, 2, 1, 2, None),
+    "512: tp 4, etp 2, ep 16, cp 2 (edp 16)": (64, 2, 4, 16, 2, None),
+    "512: tp 4, etp 4, ep 4, capacity 1.25 (edp 32)": (128, 1, 4, 4, 4, 1.25),
+}
+
+
+@pytest.mark.parametrize("name", list(ETP_PLANS))
+def test_expert_tensor_parallel_experts_gather_and_scatter_their_rows_over_etp(name):
+    # Megatron-Core's MoEAlltoAllTokenDispatcher with expert_tensor_parallel_size etp
+    # (token_dispatcher.py at d98e8a64dd): per MoE layer and micro-batch, the counts all-gathered
+    # over tp_ep (etp ep E int64: preprocess), dispatch by all-to-all over ep (the rank's own
+    # T k rows), the received rows all-gathered over etp (dispatch_postprocess), the experts'
+    # partial outputs reduce-scattered back (combine_preprocess), combine by all-to-all; backward
+    # the all-to-alls back and the adjoints (a reduce-scatter, an all-gather). Each rank holds
+    # E / ep experts, each 1 / etp of it (TEGroupedMLP: fc1 column-, fc2 row-parallel).
+    dp, cp, tp, ep, etp, cf = ETP_PLANS[name]
+    mb = 2
+    model = MOE if cf is None else MOE.replace(capacity_factor=cf)
+    plan = _plan(dp, tp=tp, mb=mb, cp=cp, ep=ep, etp=etp, sequence_parallel=True)
+    assert plan.gpus in (64, 512)
+    counts = _counts(model, plan, JobParallel())
+    tokens = mb * S // (cp * tp)  # the rank's own share (sequence parallel)
+    rows = tokens * K if cf is None else E * math.ceil(cf * tokens * K / E)  # sent by all-to-all
+    assert _axis(counts, "ep") == ({("ep", "all_to_all", rows * H * F32): MOE_LAYERS * 4}
+                                   if ep > 1 else {})
+    assert _axis(counts, "etp") == {
+        ("etp", "all_gather", etp * rows * H * F32): MOE_LAYERS * 2,
+        ("etp", "reduce_scatter", etp * rows * H * F32): MOE_LAYERS * 2,
+    }
+    assert _axis(counts, "etp_ep") == (
+        {("etp_ep", "all_gather", etp * ep * E * 8): MOE_LAYERS} if cf is None else {})
+    # the experts' slices (E / ep a layer, 3 h f / etp each) over the tp dp cp / (ep etp) ranks
+    # holding the same ones; with ep 1 and etp = tp over dp x cp with everything else
+    experts = MOE_LAYERS * (E // ep) * 3 * H * (EF // etp) * F32
+    if ep > 1 or tp // etp > 1:
+        assert _axis(counts, "edp") == {("edp", "all_reduce", experts): 1}
+    else:
+        # no edp call: the slices join the flat all-reduce of the rest, which is the same plan's
+        # with whole experts (etp 1, synced apart over edp) but for the experts' 1 / etp
+        assert not _axis(counts, "edp") and cp == 1
+        whole = _counts(model, plan.replace(etp=1), JobParallel())
+        (with_slices,) = [b for (a, _, b) in counts if a == "dp"]
+        (without,) = [b for (a, _, b) in whole if a == "dp"]
+        (whole_experts,) = [b for (a, _, b) in whole if a == "edp"]
+        assert whole_experts == experts * etp
+        assert with_slices == without + experts
+
+
 def test_experts_with_a_capacity_exchange_fixed_buffers():
     dp, ep, mb = 64, 8, 4  # 64 ranks, no cp
     model = MOE.replace(capacity_factor=1.25)
@@ -231,6 +336,9 @@ def test_the_dry_run_compares_cp_and_ep_plans_with_perfmodels_ledger():
         (MOE, dict(dp=6, ep=3), "ep (3) must divide the experts"),
         (MOE, dict(dp=1, tp=2, ep=4), "tp x dp x cp"),  # perfmodel's Plan refuses it already
         (MOE, dict(dp=4, tp=2), "needs sequence_parallel"),
+        # Megatron-Core refuses biases in MoE with etp > 1 (TransformerConfig), so does the job
+        (MOE.replace(bias=True), dict(dp=2, tp=2, ep=2, etp=2, sequence_parallel=True),
+         "etp (2) with a model with biases"),
         # 4 key/value heads over tp 8: perfmodel replicates them, the job's attention cannot
         (DENSE, dict(dp=8, tp=8), "kv_heads (4) must be multiples of tp (8)"),
     ],

@@ -51,6 +51,25 @@ CASES = {
     "tp 2 x ep 2 over dp 32": (MOE, _plan(32, tp=2, mb=2, ep=2, sequence_parallel=True)),
     "tp 2 x ep 4 over dp 16 x cp 2": (MIXTRAL_LIKE, _plan(16, 2, tp=2, ep=4, n_mb=2,
                                                           sequence_parallel=True)),
+    # expert tensor parallelism (Megatron-Core's expert_tensor_parallel_size): each expert split
+    # over etp of the tp ranks; the received rows all-gathered and the outputs reduce-scattered
+    # over etp, the counts over etp x ep (axes etp, etp_ep)
+    "tp 4, etp 2 x ep 4 over dp 16 (edp 8)": (MOE, _plan(16, tp=4, mb=2, ep=4, etp=2,
+                                                        sequence_parallel=True)),
+    "tp 4, etp 4 x ep 2 over dp 8 x cp 2, full recompute": (
+        MIXTRAL_LIKE, _plan(8, 2, tp=4, ep=2, etp=4, recompute="full", sequence_parallel=True)),
+    "tp 2, etp 2, ep 1 over dp 32 (experts sync with the rest)": (
+        MOE, _plan(32, tp=2, ep=1, etp=2, n_mb=2, sequence_parallel=True)),
+    # tp with pipeline stages: rank 0's norm and router gradients over tp are its own stage's
+    # (the MoE model's dense layer 0 and no final norm on the first of two stages)
+    "tp 2 x ep 4 x pp 2 over dp 16": (MOE, _plan(16, tp=2, pp=2, ep=4, n_mb=2,
+                                                sequence_parallel=True)),
+    "tp 2, etp 2 x ep 2 x pp 2 over dp 16": (MIXTRAL_LIKE, _plan(16, tp=2, pp=2, ep=2, etp=2,
+                                                                n_mb=2, sequence_parallel=True)),
+    # the data-parallel sync of rank 0's stage (its own parameters, not the largest stage's):
+    # the experts with the rest (ep 1), the distributed optimizer, two stages
+    "ep 1, cp 4 x pp 2, zero 1": (MOE, _plan(8, 4, pp=2, n_mb=2, zero=1)),
+    "dense pp 4 x dp 16, zero 0": (DENSE, _plan(16, pp=4, n_mb=4)),
     # 512 ranks
     "ring cp 32 x dp 16": (DENSE, _plan(16, 32, mb=2, n_mb=2)),
     "Ulysses cp 4 x dp 128": (DENSE, _plan(128, 4, cp_comm="a2a")),
@@ -59,6 +78,24 @@ CASES = {
     "tp 2 x ep 4 over dp 256": (MOE, _plan(256, tp=2, ep=4, sequence_parallel=True)),
     "tp 2 x ep 2, capacity 1.25, over dp 128 x cp 2": (
         MOE.replace(capacity_factor=1.25), _plan(128, 2, tp=2, mb=2, ep=2, sequence_parallel=True)),
+    "tp 4, etp 4 x ep 8 over dp 128 (edp 16)": (MOE, _plan(128, tp=4, ep=8, etp=4,
+                                                         sequence_parallel=True)),
+    "tp 4, etp 2 x ep 16 over dp 64 x cp 2 (edp 16)": (
+        MIXTRAL_LIKE, _plan(64, 2, tp=4, mb=2, ep=16, etp=2, sequence_parallel=True)),
+    "tp 4 x ep 8 x pp 4 over dp 32": (MOE.replace(layers=8), _plan(32, tp=4, pp=4, ep=8, n_mb=4,
+                                                                 sequence_parallel=True)),
+    "tp 2, etp 2 x ep 4, capacity 1.25, over dp 256 (edp 32)": (
+        MOE.replace(capacity_factor=1.25), _plan(256, tp=2, mb=2, ep=4, etp=2,
+                                                 sequence_parallel=True)),
+    # ZeRO 1 and 2 (Megatron's distributed optimizer): the dense parameters' buffer
+    # reduce-scattered and all-gathered over dp_cp, the routed experts' over edp
+    "zero 1, ep 8 over dp 16 x cp 4 (edp 8)": (MIXTRAL_LIKE, _plan(16, 4, ep=8, n_mb=2, zero=1)),
+    "zero 2, tp 2 x ep 4 x pp 2 over dp 16": (MOE, _plan(16, tp=2, pp=2, ep=4, n_mb=2, zero=2,
+                                                        sequence_parallel=True)),
+    "zero 1, tp 2, etp 2, ep 1 over dp 32 (experts with the rest)": (
+        MOE, _plan(32, tp=2, ep=1, etp=2, n_mb=2, zero=1, sequence_parallel=True)),
+    "zero 1, tp 4, etp 2 x ep 16 over dp 64 x cp 2 (edp 16)": (
+        MIXTRAL_LIKE, _plan(64, 2, tp=4, mb=2, ep=16, etp=2, zero=1, sequence_parallel=True)),
 }
 
 
@@ -76,15 +113,43 @@ def test_the_ledger_gives_every_collective_the_job_issues(name):
         assert {"cp", "dp_cp"} <= axes and "dp" not in axes
     if plan.ep > 1:
         assert "ep" in axes
+    if plan.zero:  # the distributed optimizer's one reduce-scatter and one all-gather per buffer
+        for axis in {"dp_cp" if plan.cp > 1 else "dp"} | ({"edp"} & axes):
+            assert [r["job_count"] for r in result["rows"]
+                    if r["axis"] == axis and r["op"] != "all_reduce"] == [1, 1]
+    if plan.etp > 1:  # the expert-tensor exchanges were issued and counted, not both absent
+        assert "etp" in axes
+        assert ("etp_ep" in axes) is (model.capacity_factor is None)  # dropless: the counts
 
 
-def test_the_dry_run_refuses_expert_tensor_parallelism_in_one_line():
-    """issue 17: perfmodel models etp (tests/unit/test_moe_etp.py checks its ledger by hand); the
-    job builds its experts whole, so its dry run refuses an etp plan before it counts anything
-    rather than compare a ledger the job cannot issue."""
+def test_the_dry_run_refuses_experts_with_biases_under_etp_in_one_line():
+    """Megatron-Core refuses biases in MoE with etp > 1 (TransformerConfig: 'Bias in Moe is only
+    supported when ETP==1'): so does the job, before it counts anything, rather than compare a
+    ledger no Megatron run issues."""
     from perfmodel.errors import PlanError
 
     plan = _plan(4, tp=2, ep=4, etp=2, sequence_parallel=True)
-    with pytest.raises(PlanError, match="etp 2") as err:
-        dryrun.dry_run(MIXTRAL_LIKE, plan)
+    with pytest.raises(PlanError, match=r"etp \(2\) with a model with biases") as err:
+        dryrun.dry_run(MIXTRAL_LIKE.replace(bias=True), plan)
     assert "\n" not in str(err.value)
+
+
+def test_the_distributed_optimizer_pads_its_buffer_to_the_group_size():
+    """Megatron pads the distributed optimizer's buffer to whole shards (param_and_grad_buffer.py,
+    _pad_end_of_bucket_if_needed); the job pads to its group's ranks and so does the ledger
+    (perfmodel.step.data_parallel.padded): here rank 0's 2,705,664 dense parameters over dp x cp
+    = 512 ranks (5,284.5 each) are padded by 256 to 2,705,920, in both collectives of that
+    buffer; the experts' (1,179,648 B over edp 8) divide evenly."""
+    result = dryrun.dry_run(MOE, _plan(64, 8, mb=2, ep=64, zero=2))
+    attention = 2 * H * H + 2 * H * (KV * H // HEADS) + 2 * H  # wq wo, wk wv, two RMSNorms
+    moe_dense = 64 * H + 3 * H * 128  # router, the shared expert (128 wide, gated)
+    dense = (L * attention + 3 * H * 4 * H + (L - 1) * moe_dense  # layer 0's MLP: 4h, gated
+             + 2 * V * H + S * H + H)  # embedding, head, position table, final norm
+    assert dense == 2_705_664
+    padded = -(-dense // 512) * 512
+    assert padded - dense == 256
+    rows = {(r["axis"], r["op"]): r for r in result["rows"]}
+    for op in ("all_gather", "reduce_scatter"):
+        row = rows["dp_cp", op]
+        assert row["bytes"] == 4 * padded and row["agree"], row
+    assert result["agree"]

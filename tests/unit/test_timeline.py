@@ -216,3 +216,13 @@ def test_what_cannot_be_drawn_is_refused_in_one_line(run_cli, tmp_path, args, me
         args = ("--model", MODEL, "--hardware", HARDWARE, *args)
     out = run_cli("predict", *args)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_trace_title_names_expert_tensor_parallelism(run_cli, tmp_path):
+    out = run_cli("predict", "--model", "mixtral-8x7b", "--hardware", "dgx-h100", "--gpus", "8",
+                  "--dp", "4", "--tp", "2", "--ep", "4", "--etp", "2", "--sequence-parallel",
+                  "--global-batch", "8", "--trace", "step.json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp_path / "step.json").read_text())
+    title = doc["otherData"]["timelines"][0]["title"]
+    assert "dp=4 tp=2 pp=1 ep=4 etp=2 " in title

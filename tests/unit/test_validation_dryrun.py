@@ -57,6 +57,15 @@ def test_sequence_parallel_on_512_ranks():
     assert counts[("tp", "all_reduce", (2 * L + 1) * 2 * 256 * 4)] == 1
 
 
+def test_sequence_parallel_norm_gradients_of_rank_0_over_two_stages():
+    """pp 2: rank 0 holds layers 0-1 and their 2 x 2 norms (weight and bias); the final norm is
+    the last stage's, not in rank 0's all-reduce."""
+    counts = _counts(Plan(gpus=64, tp=8, pp=2, dp=4, global_batch=8, sequence_parallel=True,
+                          dtype="fp32"))
+    assert counts[("tp", "all_reduce", (2 * L // 2) * 2 * 256 * 4)] == 1
+    assert ("tp", "all_reduce", (2 * L // 2 + 1) * 2 * 256 * 4) not in counts
+
+
 def test_data_parallel_gradient_bytes_on_64_ranks():
     counts = _counts(Plan(gpus=64, dp=64, global_batch=64, dtype="fp32"))
     h, f, V, s = 256, 1024, 1024, 128
@@ -122,6 +131,38 @@ PLANS = {
     # bf16: weights gathered in bf16, gradients reduced in fp32 (Megatron-LM's convention)
     "data-64-bf16": dict(gpus=64, dp=64, global_batch=64, dtype="bf16"),
     "fsdp-512-bf16": dict(gpus=512, tp=8, dp=64, global_batch=64, zero=3, dtype="bf16"),
+    # sequence parallelism over pipeline stages: rank 0's norm-gradient all-reduce holds its
+    # own stage's norms, not the last stage's final norm
+    "sequence-pipeline-64": dict(gpus=64, tp=8, pp=2, dp=4, global_batch=8,
+                                 sequence_parallel=True),
+    "sequence-pipeline-512": dict(gpus=512, tp=4, pp=4, dp=32, global_batch=64,
+                                  sequence_parallel=True),
+    # full recompute repeats the whole layer, its last reduce-scatter included (Megatron's)
+    "sequence-full-recompute-64": dict(gpus=64, tp=8, dp=8, global_batch=8,
+                                       sequence_parallel=True, recompute="full"),
+    "sequence-full-recompute-512": dict(gpus=512, tp=4, pp=2, cp=2, dp=32, global_batch=64,
+                                        sequence_parallel=True, recompute="full"),
+    # ZeRO 1 and 2: Megatron's distributed optimizer, one reduce-scatter of the gradient buffer
+    # and one all-gather of the weights per step, over dp (dp x cp with cp); several micro-batches
+    "zero1-64": dict(gpus=64, dp=64, global_batch=256, zero=1),
+    "zero2-512": dict(gpus=512, dp=512, global_batch=1024, zero=2),
+    "zero1-sequence-64": dict(gpus=64, tp=8, dp=8, global_batch=32, zero=1,
+                              sequence_parallel=True),
+    "zero2-sequence-512": dict(gpus=512, tp=8, dp=64, global_batch=128, zero=2,
+                               sequence_parallel=True),
+    "zero1-cp-64": dict(gpus=64, tp=2, cp=4, dp=8, global_batch=32, zero=1,
+                        sequence_parallel=True),
+    "zero1-cp-512": dict(gpus=512, tp=4, cp=2, dp=64, global_batch=128, zero=1),
+    "zero1-pipeline-64": dict(gpus=64, tp=2, pp=4, dp=8, global_batch=32, zero=1,
+                              sequence_parallel=True),
+    "zero2-pipeline-512": dict(gpus=512, tp=4, pp=2, cp=2, dp=32, global_batch=128, zero=2,
+                               sequence_parallel=True),
+    "zero1-interleaved-64": dict(gpus=64, pp=2, dp=32, global_batch=128, zero=1,
+                                 schedule="interleaved", virtual_stages=2),
+    # bf16: gradients reduce-scattered in fp32 (4 B each), weights all-gathered in bf16 (2 B)
+    "zero1-64-bf16": dict(gpus=64, dp=64, global_batch=256, zero=1, dtype="bf16"),
+    "zero1-pipeline-512-bf16": dict(gpus=512, tp=8, pp=2, dp=32, global_batch=64, zero=1,
+                                    sequence_parallel=True, dtype="bf16"),
 }
 
 
