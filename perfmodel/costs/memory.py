@@ -15,6 +15,9 @@ from perfmodel.costs.precision import (  # noqa: F401  (re-exported)
     optimizer_step_bytes_per_param,
 )
 
+# an MTP module projects [hidden; embedding] (2h) to h (DeepSeek-V3 Sec. 2.2)
+MTP_PROJECTION = 2
+
 
 def layer_params(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, *, gated: Flag, bias: Flag,
                  qkv_bias: Flag, layernorm: Flag, d: sp.Expr | None = None,

@@ -54,7 +54,6 @@ from perfmodel.costs import mla as MLA
 from perfmodel.costs import moe as CM
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
-from perfmodel.step.parameters import MTP_PROJECTION
 
 ZERO = sp.Integer(0)
 FP8_GEMMS_PER_LAYER = 4  # QKV, attention output, MLP up (with its gate, one GEMM), MLP down
@@ -119,7 +118,7 @@ def layer_gemms(c: Context, *, moe: bool = False) -> sp.Expr:
 def mtp_weights_per_gpu(c: Context) -> tuple[sp.Expr, sp.Expr]:
     """The D MTP modules' FP8 weights on one GPU of the last stage: (their projections and their
     layers' but the routed experts', the routed experts')."""
-    projection = MTP_PROJECTION * S.h * S.h / S.tp
+    projection = M.MTP_PROJECTION * S.h * S.h / S.tp
     if c.fam.mtp_last_moe:
         rest, experts = moe_weights_per_gpu(c)
     else:
@@ -220,7 +219,7 @@ def mlp_cast_elements(c: Context, width: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
 
 def layer_cast_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
     """Elements one rank casts in a dense layer, forward and backward (an MoE layer's:
-    perfmodel.step.moe.moe_fp8_cast_elements)."""
+    perfmodel.step.layer.moe_fp8_cast_elements)."""
     if c.fam.mla:
         attention, mlp = attention_cast_elements(c), mlp_cast_elements(c, S.f)
         return attention[0] + mlp[0], attention[1] + mlp[1]

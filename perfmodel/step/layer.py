@@ -191,7 +191,7 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
         common += 2 * e * c.T * ((S.r_q if c.fam.mla_q_lora else 0) + S.r_kv)
     gemm_s = sum((t for n, t in gemm_t.items() if n not in K.ATTENTION_CORE), ZERO)
     if moe:
-        from perfmodel.step.moe import moe_fp8_cast_elements, moe_mlp_work
+        from perfmodel.step.moe import moe_mlp_work
 
         mlp_gemm_s, mlp_elementwise = moe_mlp_work(c)
         gemm_s, common = gemm_s + mlp_gemm_s, common + mlp_elementwise
@@ -392,3 +392,23 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
         comms=issued.get("layers/recompute", ()), overlaps=overlap.get("layers/recompute", ()),
         comm_scale=scale)
     return forward, backward, recompute
+
+
+def moe_fp8_cast_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """Elements an fp8 plan's MoE layer casts to FP8 on one rank, forward and backward
+    (perfmodel.costs.compute.fp8_cast_elements' counting): the attention's (a standard
+    attention's or MLA's projections', perfmodel.step.fp8.attention_cast_elements), the routed
+    experts' inputs etp A_r h (up, the gathered rows) and etp A_r f_E / etp (down) forward and
+    grad outputs etp A_r h (down) and etp A_r (1 + gated) f_E / etp (up) backward, and the shared
+    experts' as a dense MLP's; the router runs in bf16 (Megatron-Core)."""
+    h = S.h
+    from perfmodel.step.moe import routed_tokens
+
+    _, _, _, A_r = routed_tokens(c)
+    forward, backward = FP8.attention_cast_elements(c)
+    if c.fam.moe_shared:
+        shared_forward, shared_backward = FP8.mlp_cast_elements(c, S.f_sh)
+        forward, backward = forward + shared_forward, backward + shared_backward
+    forward += A_r * (S.etp * h + S.f_E)
+    backward += A_r * (S.etp * h + (1 + c.gated) * S.f_E)
+    return forward, backward

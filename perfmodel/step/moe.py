@@ -43,7 +43,6 @@ from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import moe as MOE
 from perfmodel.costs.gemm_efficiency import gemm_time_s
-from perfmodel.step import fp8 as FP8
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, active, linear_gemm_time
@@ -136,24 +135,6 @@ def _expert_s(c: Context, m: sp.Expr) -> sp.Expr:
                             dev.memory_bandwidth_bytes_per_s, output_bytes_per_element=S.e,
                             **params)
                 for g in MOE.expert_gemms(m, S.h, S.f_E / S.etp, c.gated)), ZERO)
-
-
-def moe_fp8_cast_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
-    """Elements an fp8 plan's MoE layer casts to FP8 on one rank, forward and backward
-    (perfmodel.costs.compute.fp8_cast_elements' counting): the attention's (a standard
-    attention's or MLA's projections', perfmodel.step.fp8.attention_cast_elements), the routed
-    experts' inputs etp A_r h (up, the gathered rows) and etp A_r f_E / etp (down) forward and
-    grad outputs etp A_r h (down) and etp A_r (1 + gated) f_E / etp (up) backward, and the shared
-    experts' as a dense MLP's; the router runs in bf16 (Megatron-Core)."""
-    h = S.h
-    _, _, _, A_r = routed_tokens(c)
-    forward, backward = FP8.attention_cast_elements(c)
-    if c.fam.moe_shared:
-        shared_forward, shared_backward = FP8.mlp_cast_elements(c, S.f_sh)
-        forward, backward = forward + shared_forward, backward + shared_backward
-    forward += A_r * (S.etp * h + S.f_E)
-    backward += A_r * (S.etp * h + (1 + c.gated) * S.f_E)
-    return forward, backward
 
 
 def moe_mlp_work(c: Context) -> tuple[sp.Expr, sp.Expr]:

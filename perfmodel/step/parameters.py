@@ -31,7 +31,7 @@ from perfmodel.costs.lattice import lmax
 from perfmodel.step.context import Context
 
 ZERO = sp.Integer(0)
-MTP_PROJECTION = 2  # an MTP module projects [hidden; embedding] (2h) to h
+MTP_PROJECTION = M.MTP_PROJECTION
 
 
 def _layer_params(c: Context) -> dict[str, sp.Expr]:

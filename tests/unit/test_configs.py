@@ -178,8 +178,9 @@ def test_megatron_expert_tensor_parallelism_is_read_into_the_plan(tmp_path):
     --tensor-model-parallel-size (megatron/training/arguments.py at d98e8a6: "if
     args.expert_tensor_parallel_size is None: args.expert_tensor_parallel_size =
     args.tensor_model_parallel_size")."""
+    # (without biases: Megatron-Core allows a bias in MoE only with etp 1)
     moe = BASE + "--num-experts 8 --moe-router-topk 2 --tensor-model-parallel-size 2 " \
-        "--sequence-parallel "
+        "--sequence-parallel --disable-bias-linear "
     for extra, etp, pinned in (("", 2, False), ("--expert-tensor-parallel-size 1", 1, True)):
         job = read_config(write(tmp_path, moe + extra))
         spec, plan = resolve_plan(job, resolve_model(job, None, None), {"gpus": 8})

@@ -68,7 +68,8 @@ def test_the_emitted_job_is_the_workload_job_with_only_torch_and_the_standard_li
     assert code == 0, err
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert files == ["config.json", "job.py", "job.sbatch", "meta.json", "run.sh",
-                     "workload/__init__.py", "workload/context_parallel.py", "workload/job.py",
+                     "workload/__init__.py", "workload/context_parallel.py", "workload/distopt.py",
+                     "workload/job.py",
                      "workload/model.py", "workload/moe.py", "workload/parallelize.py",
                      "workload/process.py", "workload/settings.py", "workload/timers.py",
                      "workload/trainer.py"]
