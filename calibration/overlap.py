@@ -15,7 +15,8 @@ as long; so per point
     k = during / G - 1                                                                    [-]
 (0 where the noise makes it negative), and the profile's k is the median over the points. A point
 whose chain alone outlasts the collective alone (G > C: part of the chain ran without it, which
-would read too little slowdown) is dropped with a note. On gloo (CPU ranks) the collective runs on
+would read too little slowdown) is measured again with a chain half as long, down to one GEMM,
+and dropped with a note if it still does. On gloo (CPU ranks) the collective runs on
 gloo's threads beside the GEMM's on the same cores; on NCCL its kernels share the SMs, the memory
 bandwidth and the power with the GEMMs'.
 torch is imported only inside the functions.
@@ -72,12 +73,18 @@ def bench_overlap(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
         t_coll = ctx.slowest(measure(collective, sweep, ctx)[0])
         t_one = ctx.slowest(measure(gemm, sweep, ctx)[0])
         chain = max(1, min(MAX_CHAIN, math.floor(OVERLAP_WINDOW_RATIO * t_coll / t_one)))
+        while True:
+            def gemms(chain: int = chain, gemm: Any = gemm) -> None:
+                for _ in range(chain):
+                    gemm()
 
-        def gemms(chain: int = chain, gemm: Any = gemm) -> None:
-            for _ in range(chain):
-                gemm()
-
-        alone, during, both, spread = _alternating(ctx, sweep, x, gemms)
+            alone, during, both, spread = _alternating(ctx, sweep, x, gemms)
+            # a chain that outlasted the collective (a loaded machine slowed it past the single
+            # GEMM's estimate) is measured again at half its length, so that the point is kept;
+            # every rank takes the same branch (slowest: the maximum over the ranks)
+            if chain == 1 or ctx.slowest(alone) <= t_coll:
+                break
+            chain //= 2
         rec.add({"kind": "overlap", "op": "all_reduce", "n": n, "chain": chain,
                  "nbytes": int(x.numel() * 4), "ranks": ctx.world,
                  "collective_s": t_coll, "gemm_s": ctx.slowest(alone),
