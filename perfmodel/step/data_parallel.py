@@ -100,14 +100,15 @@ def sync_collectives(c: Context, params: Parameters,
     """The gradient sync of one step: the stage's gradients (gbytes each) and weights (wbytes;
     an fp8 plan's FP8 weights, fp8_params, at e_8), over dp x cp; a mixture of experts' routed
     experts over edp where they sync apart."""
+    # 1 where the routed experts sync apart over edp (none without experts)
+    apart = expert_sync_apart(c) if c.fam.moe else sp.Integer(0)
+    stage8 = stage_weight_bytes(c, params) if c.fam.fp8_params else None  # (dense, experts)
     grad_bytes, weight_bytes = S.gbytes * params.per_gpu, gathered_weight_bytes(c, params)
     if c.fam.moe:  # the experts with the others where they do not sync apart
-        apart = expert_sync_apart(c)
         params_dp = params.dense_per_gpu + (1 - apart) * params.experts_per_gpu
         grad_bytes, weight_bytes = S.gbytes * params_dp, S.wbytes * params_dp
-        if c.fam.fp8_params:  # each part's FP8 weights at e_8
-            dense, experts = stage_weight_bytes(c, params)
-            weight_bytes = lmax(*dense.values()) + (1 - apart) * lmax(*experts.values())
+        if stage8 is not None:  # each part's FP8 weights at e_8
+            weight_bytes = lmax(*stage8[0].values()) + (1 - apart) * lmax(*stage8[1].values())
     z1, z3 = c.zero1, c.zero3
 
     def dp(name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: str = "step",
@@ -117,16 +118,12 @@ def sync_collectives(c: Context, params: Parameters,
 
     # the ledger's bytes rank 0's (the first stage's parameters), the time the largest stage's
     # (every stage syncs at once), as the experts' below
-    first = params.per_stage["first"]
-    if c.fam.moe:
-        first = first - expert_sync_apart(c) * params.experts["first"]
+    first = params.per_stage["first"] - apart * params.experts["first"]
     # the distributed optimizer's buffers padded to whole shards (padded); an FP8 gather
     # (fp8_params) mixes buffers of two dtypes and is counted unpadded, the largest stage's
     pad = padded(replicas(c))
-    if c.fam.fp8_params:
-        dense8, experts8 = stage_weight_bytes(c, params)
-        keep = 1 - expert_sync_apart(c) if c.fam.moe else 1
-        dp_gathered = (dense8["first"] + keep * experts8["first"], weight_bytes)
+    if stage8 is not None:
+        dp_gathered = (stage8[0]["first"] + (1 - apart) * stage8[1]["first"], weight_bytes)
     else:
         dp_gathered = (pad(S.wbytes * first, S.wbytes), pad(weight_bytes, S.wbytes))
     out = [dp("dp/all_reduce", "all_reduce", S.gbytes * first, 1 - z1, time_nbytes=grad_bytes),
@@ -136,22 +133,18 @@ def sync_collectives(c: Context, params: Parameters,
               time_nbytes=dp_gathered[1])]
     if c.fam.moe:  # the ledger's bytes rank 0's (the first stage's experts), the time the larger
         # stage's (every stage syncs at once); with fp8_params the weights gathered in FP8
-        first, most = params.experts["first"], params.experts_per_gpu
-        gathered = {st: S.wbytes * x for st, x in params.experts.items()}
-        if c.fam.fp8_params:
-            gathered = stage_weight_bytes(c, params)[1]
+        e_first, e_most = params.experts["first"], params.experts_per_gpu
         pad_e = padded(expert_replicas(c))
-        gather_first, gather_most = gathered["first"], S.wbytes * most
-        if c.fam.fp8_params:
-            gather_most = lmax(*gathered.values())
+        if stage8 is not None:
+            gather_first, gather_most = stage8[1]["first"], lmax(*stage8[1].values())
         else:
-            gather_first, gather_most = (pad_e(gather_first, S.wbytes),
-                                         pad_e(gather_most, S.wbytes))
+            gather_first = pad_e(S.wbytes * e_first, S.wbytes)
+            gather_most = pad_e(S.wbytes * e_most, S.wbytes)
         for name, op, nbytes, time_nbytes, calls in (
-                ("edp/all_reduce", "all_reduce", S.gbytes * first, S.gbytes * most,
+                ("edp/all_reduce", "all_reduce", S.gbytes * e_first, S.gbytes * e_most,
                  apart * (1 - z1)),
-                ("edp/reduce_scatter", "reduce_scatter", pad_e(S.gbytes * first, S.gbytes),
-                 pad_e(S.gbytes * most, S.gbytes), apart * (z1 - z3)),
+                ("edp/reduce_scatter", "reduce_scatter", pad_e(S.gbytes * e_first, S.gbytes),
+                 pad_e(S.gbytes * e_most, S.gbytes), apart * (z1 - z3)),
                 ("edp/all_gather", "all_gather", gather_first, gather_most,
                  apart * (z1 - z3))):
             out.append(Collective(name=name, op=op, axis="edp", nbytes=nbytes,
