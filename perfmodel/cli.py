@@ -718,6 +718,10 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--tp-depth", type=whole(), default=None, help="Pin the 2.5d depth.")
 @click.option("--max-tp", type=whole(), default=None, help="Largest tensor-parallel degree.")
 @click.option("--max-pp", type=whole(), default=None, help="Largest pipeline-parallel degree.")
+@click.option("--uneven-stages", is_flag=True,
+              help="Also search pipeline degrees that do not divide the layers, the first and "
+                   "the last stage taking fewer (as Llama 3 405B: 126 layers on 16 stages, 7 on "
+                   "the first and the last); a pinned --pp is split so anyway.")
 @click.option("--max-micro-batch", type=whole(), default=None, help="Largest micro-batch.")
 @click.option("--attention", type=choice(Attention), default=Attention.AUTO.value,
               show_default=True,

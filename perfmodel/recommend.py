@@ -237,6 +237,9 @@ def explain_best(model: TransformerSpec, hardware: HardwareSpec, result: SearchR
         binding.append(f"exposed communication: {shares['exposed_communication']:.1%} ({parts})")
     compute = sum(v for k, v in b.breakdown_s.items() if k.startswith("compute/"))
     binding.append(f"compute efficiency: compute is {compute / t:.1%} of the step, MFU {b.mfu:.1%}")
+    skipped = uneven_note(model, result.request)
+    if skipped:
+        binding.append(skipped)
     out: dict[str, Any] = {"best": _short(b.plan), "binding": binding, "shares": shares}
     if len(best) > 1:
         r = best[1]
@@ -318,7 +321,30 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
               f"per GPU of {result.capacity_bytes / 2**30:.1f} GiB usable "
               f"(memory_margin {req.memory_margin:.0%}); more GPUs, ZeRO-3, full recompute or a "
               f"smaller micro-batch reduce it")
+    skipped = uneven_note(model, req)
+    if skipped:
+        reason += f"; {skipped}"
     return {"binding": "memory", "reason": reason, "nearest": nearest}
+
+
+def uneven_note(model: TransformerSpec, req: SearchRequest) -> str:
+    """The pipeline degrees the search left out because they do not divide the layers (without
+    --uneven-stages and with pp free), or ""."""
+    from perfmodel.strategy import stage_split
+
+    if req.uneven_stages or req.pp is not None:
+        return ""
+    left = sorted({pp for g in req.gpus for pp in divisors(g)
+                   if model.layers % pp and stage_split(model.layers, pp)[0]
+                   and (req.max_pp is None or pp <= req.max_pp)})
+    if not left:
+        return ""
+    pp = left[len(left) // 2]  # an example
+    first, last = stage_split(model.layers, pp)
+    return (f"pipeline: pp {', '.join(map(str, left))} do not divide the {model.layers} layers "
+            f"and were not searched; --uneven-stages searches them with the first and the last "
+            f"stage short (pp {pp}: {first} and {last} layers, {-(-model.layers // pp)} on "
+            f"each other stage)")
 
 
 def _short(plan: Any) -> str:
@@ -328,6 +354,9 @@ def _short(plan: Any) -> str:
                      + (f"(d={plan.tp_depth})" if plan.tp_depth > 1 else ""))
     if plan.virtual_stages > 1:
         extra.append(f"v={plan.virtual_stages}")
+    # an uneven pipeline split: the first and the last stage's layers where given
+    extra += [f"{end}-layers={n}" for end, n in (("first", plan.first_stage_layers),
+                                                   ("last", plan.last_stage_layers)) if n]
     if plan.sequence_parallel:
         extra.append("sp")
     if plan.zero:

@@ -12,6 +12,7 @@ memory, a uniform random sample of the evaluated plans, and what explains a fail
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -93,6 +94,9 @@ class SearchRequest:
     tp_depth: int | None = None
     max_tp: int | None = None
     max_pp: int | None = None
+    # pipeline degrees that do not divide the layers, split unevenly (strategy.stage_split);
+    # a pinned pp is split so whatever this says
+    uneven_stages: bool = False
     max_micro_batch: int | None = None
     flash_attention: bool | None = None  # None: where the hardware has a flash kernel (search())
     # the overlaps: pinned, or None: searched where the plan allows them (the data-parallel ones
@@ -278,7 +282,7 @@ class _Candidates:
                 if req.schedule not in (None, name) or name is Schedule.GPIPE and pp == 1 \
                         or req.schedules is not None and name not in req.schedules:
                     continue
-                stages = (divisors(self.model.layers // pp)
+                stages = (divisors(chunk_layers(self.model.layers, pp))
                           if name in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE)
                           else [2] if name is Schedule.ZBV else [1])
                 rows += [(code, v) for v in stages if req.virtual_stages in (None, v)]
@@ -321,6 +325,23 @@ class _Candidates:
         grad = [int(req.overlap_grad_sync)] if req.overlap_grad_sync is not None else [int(dp > 1)]
         return [(z, g, int(req.overlap_param_gather) if req.overlap_param_gather is not None
                  else int(dp > 1 and z >= 1)) for z in zeros for g in grad]
+
+
+def uneven_pp(model: TransformerSpec, req: SearchRequest, pp: int) -> bool:
+    """Whether the search splits the layers unevenly over pp stages that do not divide them
+    (strategy.stage_split): with --uneven-stages, or pp pinned; never where the split leaves the
+    last stage no layer."""
+    return (req.uneven_stages or req.pp == pp) and strategy.stage_split(model.layers, pp)[0] > 0
+
+
+def chunk_layers(layers: int, pp: int) -> int:
+    """What every stage's layers divide, so that the virtual stages divide it too: L / pp, or
+    with an uneven split the greatest common divisor of the first's, the last's and (pp > 2) a
+    middle stage's."""
+    first, last = strategy.stage_split(layers, pp)
+    if not first:
+        return layers // pp
+    return math.gcd(first, last, -(-layers // pp)) if pp > 2 else math.gcd(first, last)
 
 
 def _context_degrees(model: TransformerSpec, req: SearchRequest, rest: int) -> list[int]:
@@ -377,7 +398,7 @@ def _degree_triples(model: TransformerSpec, req: SearchRequest,
                 if (req.pp is not None and pp != req.pp
                         or req.max_pp is not None and pp > req.max_pp):
                     continue
-                if model.layers % pp:
+                if model.layers % pp and not uneven_pp(model, req, pp):
                     continue
                 for cp in _context_degrees(model, req, gpus // (tp * pp)):
                     dp = gpus // (tp * pp * cp)
@@ -461,6 +482,7 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
     for gpus, dp, tp, pp, cp in _degree_triples(model, req, candidates):
         zeros = candidates.data_parallel(dp * cp)
         places = _placements(req, dp, tp, pp, cp)
+        first, last = strategy.stage_split(model.layers, pp)
         scheds = candidates.schedules(pp)
         per_replica = req.global_batch // dp
         comms = [0] if cp == 1 else [i for i, name in enumerate(CP_COMMS)
@@ -480,7 +502,8 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
                 fixed = {"gpus": gpus, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep,
                          "etp": etp,
                          "global_batch": req.global_batch, "tp_layout": layout,
-                         "tp_depth": depth, "first_stage_layers": 0, "last_stage_layers": 0}
+                         "tp_depth": depth, "first_stage_layers": first,
+                         "last_stage_layers": last}
                 per_mb = len(scheds) * len(recs) * len(sps) * len(zeros) * len(places) \
                     * len(comms)
                 step = max(1, size // per_mb)
@@ -714,7 +737,7 @@ class Evaluator:
         plans that pass it; each evaluated term by term (see perfmodel.staged)."""
         n = len(groups["topology"].codes)
         bounds = run(compile_staged(family, "bounds", GROUPS), self.scalars, groups, n)
-        memory = np.maximum(bounds["states:first"], bounds["states:last"])
+        memory = _largest(bounds, "states:")
         keep = memory <= capacity  # model states alone must fit: a lower bound on memory
         step = np.full(n, np.inf)
         flops = np.zeros(n)
@@ -727,9 +750,16 @@ class Evaluator:
         out = run(compile_staged(family, "search", GROUPS), self.scalars, groups, m)
         rows = slice(None) if idx is None else idx
         step[rows] = out["step_time"]
-        memory[rows] = np.maximum(out["memory:first"], out["memory:last"])
+        memory[rows] = _largest(out, "memory:")
         flops[rows] = out["q:model_flops_per_step"]
         return step, memory, flops, keep
+
+
+def _largest(out: dict[str, np.ndarray], prefix: str) -> np.ndarray:
+    """The largest of every stage's (first, middle, last) numbers named prefix + stage: the
+    GPU that needs the most, as predict reports it (a middle stage holds the most where an
+    uneven split shortens the ends)."""
+    return functools.reduce(np.maximum, [v for k, v in out.items() if k.startswith(prefix)])
 
 
 def evaluate_all(model: TransformerSpec, hardware: HardwareSpec, plans: Plans, req: SearchRequest,

@@ -614,6 +614,22 @@ def _shared_stages(c: PlanColumns) -> Any:
     return c.pp - (c.first_stage_layers > 0) - (c.last_stage_layers > 0)
 
 
+def stage_split(layers: int, pp: int) -> tuple[int, int]:
+    """The first and the last pipeline stage's layers (Plan.first_stage_layers,
+    last_stage_layers) that split `layers` over pp stages where pp does not divide them, as
+    Llama 3 405B's 126 layers ran on 16 stages (Meta, "The Llama 3 Herd of Models", 2024,
+    Sec. 3.3.2: one layer fewer on the first and on the last stage): the stages between take
+    m = ceil(L / pp) layers each, the first and the last the rest, L - (pp - 2) m, the first the
+    larger half (the last holds the output layer and the loss). (0, 0) where pp divides the
+    layers (L / pp each), and where that would leave the last stage none (pp too large for L)."""
+    if pp < 2 or layers % pp == 0:
+        return 0, 0
+    middle = -(-layers // pp)
+    rest = layers - (pp - 2) * middle
+    last = rest // 2
+    return (rest - last, last) if last >= 1 else (0, 0)
+
+
 def _uneven_ok(c: PlanColumns, m: Any) -> Any:
     """An uneven split: each given stage's layers a multiple of virtual_stages, the rest a positive
     multiple of (stages sharing it) x virtual_stages (nothing left when none shares it)."""
@@ -630,6 +646,15 @@ def _uneven_message(c: PlanColumns, m: Any) -> str:
             f"({c.last_stage_layers}) must be multiples of virtual_stages ({v}), and the "
             f"remaining {rest} of the {m.layers} layers a positive multiple of the {k} other "
             f"stages x virtual_stages ({k} x {v}; none left when no other stage shares them)")
+
+
+def _split_hint(layers: int, pp: int, v: int) -> str:
+    """The uneven split that makes pp stages of one chunk each (v = 1) valid, as a hint."""
+    first, last = stage_split(layers, pp)
+    if v != 1 or not first:
+        return ""
+    return (f", or split them unevenly: first_stage_layers {first} and last_stage_layers "
+            f"{last} leave {-(-layers // pp)} to each other stage")
 
 
 def _grid_field(field: str) -> Rule:
@@ -768,6 +793,7 @@ RULES: tuple[Rule, ...] = (
                               m.layers % (c.pp * c.virtual_stages) == 0, _uneven_ok(c, m)),
           lambda c, m: f"layers ({m.layers}) must be divisible by pp x virtual_stages "
                        f"({c.pp} x {c.virtual_stages} = {c.pp * c.virtual_stages})"
+                       + _split_hint(m.layers, int(c.pp), int(c.virtual_stages))
           if c.first_stage_layers + c.last_stage_layers == 0 else _uneven_message(c, m),
           model=True),
     _rule("sequence_parallel tp", lambda c, m: (c.sequence_parallel == 0) | (m.seq_len % c.tp == 0),
