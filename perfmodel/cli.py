@@ -151,8 +151,11 @@ def plan_options(fn: Any) -> Any:
         click.option("--hardware", "hardware", default=None, help="Hardware preset or spec file."),
         click.option("--profile", "profile", default=None, type=click.Path(dir_okay=False),
                      help="Calibrated profile (overrides the hardware preset's fields)."),
-        click.option("--gpus", type=int, default=None, help="GPU count (default dp x tp x pp)."),
-        click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree."),
+        click.option("--gpus", type=int, default=None,
+                     help="GPU count (default dp x tp x pp x cp)."),
+        click.option("--dp", type=int, default=1, show_default=True,
+                     help="Data-parallel degree (with --gpus and without --dp: gpus / (tp x pp "
+                          "x cp))."),
         click.option("--tp", type=int, default=1, show_default=True,
                      help="Tensor-parallel degree."),
         click.option("--pp", type=int, default=1, show_default=True,
@@ -498,6 +501,21 @@ def print_job(job: Any) -> None:
         click.echo(line, err=True)
 
 
+def derive_dp(kw: dict[str, Any]) -> None:
+    """--gpus without --dp: the data-parallel degree is what the other degrees leave,
+    gpus / (tp x pp x cp), as Megatron-LM derives it from the world size; refused in one line
+    where they do not divide the GPU count."""
+    gpus = kw.get("gpus")
+    if gpus is None or _given(click.get_current_context(), "dp"):
+        return
+    rest = kw["tp"] * kw["pp"] * kw.get("cp", 1)
+    if rest < 1 or gpus % rest:
+        raise click.UsageError(
+            f"--gpus ({gpus}) must be a multiple of tp x pp x cp ({kw['tp']} x {kw['pp']} x "
+            f"{kw.get('cp', 1)} = {rest}) to derive --dp from it; or give --dp")
+    kw["dp"] = gpus // rest
+
+
 def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     from perfmodel.specs.model import load_model
     from perfmodel.strategy import plan_from_dict
@@ -520,6 +538,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     if kw.get("collective_algorithm"):
         hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
     kw["flash_attention"] = attention_option(kw)
+    derive_dp(kw)
     plan_kw = {k: kw[k] for k in PLAN_KEYS if kw.get(k) is not None}
     plan_kw.setdefault("dtype", hardware.default_dtype())
     plan_kw.setdefault("gpus", kw["dp"] * kw["tp"] * kw["pp"] * kw.get("cp", 1))

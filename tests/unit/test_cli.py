@@ -295,3 +295,20 @@ def test_recommend_takes_any_placement_as_a_pin(run_cli):
                   "--global-batch", "64", "--placement", "pp,tp,dp", "--top", "1", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["plans"][0]["plan"]["placement"] == "pp,tp,dp"
+
+
+def test_gpus_without_dp_leave_dp_to_the_other_degrees(run_cli):
+    """--gpus and no --dp: dp = gpus / (tp x pp x cp), as Megatron-LM derives it from the world
+    size; a GPU count the other degrees do not divide is refused in one line; --dp wins."""
+    base = ["predict", "--model", "mixtral-8x7b", "--hardware", "dgx-h100", "--pp", "4", "--ep",
+            "8", "--global-batch", "256", "--seq-len", "4096", "--json"]
+    out = run_cli(*base, "--gpus", "64")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["plan"]["dp"] == 16  # 64 / (1 x 4 x 1)
+    out = run_cli(*base, "--gpus", "62")
+    assert out.returncode == 2
+    assert "--gpus (62) must be a multiple of tp x pp x cp (1 x 4 x 1 = 4)" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    out = run_cli(*base, "--gpus", "64", "--dp", "4")  # given: the plan rule says what is wrong
+    assert out.returncode == 4
+    assert "must equal gpus" in out.stderr
