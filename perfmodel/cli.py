@@ -737,6 +737,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--tp-depth", type=whole(), default=None, help="Pin the 2.5d depth.")
 @click.option("--max-tp", type=whole(), default=None, help="Largest tensor-parallel degree.")
 @click.option("--max-pp", type=whole(), default=None, help="Largest pipeline-parallel degree.")
+@click.option("--max-cp", type=whole(), default=None,
+              help="Largest context-parallel degree (every one that splits the sequence into 2 "
+                   "cp chunks is searched: at short sequences they multiply the plans).")
 @click.option("--uneven-stages", is_flag=True,
               help="Also search pipeline degrees that do not divide the layers, the first and "
                    "the last stage taking fewer (as Llama 3 405B: 126 layers on 16 stages, 7 on "

@@ -279,7 +279,7 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
     """Why nothing was recommended: the rule that removed every plan, or the nearest plans."""
     if result.enumerated == 0:
         pinned = ("dp", "tp", "pp", "cp", "ep", "etp", "cp_comm", "micro_batch", "schedule",
-                  "virtual_stages", "max_tp", "max_pp", "max_micro_batch", "tp_layout",
+                  "virtual_stages", "max_tp", "max_pp", "max_cp", "max_micro_batch", "tp_layout",
                   "tp_depth")
         unpinned: dict[str, Any] = dict.fromkeys(pinned)
         relaxed = dataclasses.replace(req, **unpinned)

@@ -94,6 +94,7 @@ class SearchRequest:
     tp_depth: int | None = None
     max_tp: int | None = None
     max_pp: int | None = None
+    max_cp: int | None = None
     # pipeline degrees that do not divide the layers, split unevenly (strategy.stage_split);
     # a pinned pp is split so whatever this says
     uneven_stages: bool = False
@@ -351,7 +352,8 @@ def _context_degrees(model: TransformerSpec, req: SearchRequest, rest: int) -> l
         return [req.cp] if rest % req.cp == 0 else []
     out = [1]
     if req.flash_attention:
-        out += [cp for cp in divisors(rest) if cp > 1 and model.seq_len % (2 * cp) == 0]
+        out += [cp for cp in divisors(rest) if cp > 1 and model.seq_len % (2 * cp) == 0
+                and (req.max_cp is None or cp <= req.max_cp)]
     return out
 
 

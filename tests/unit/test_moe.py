@@ -247,6 +247,20 @@ def test_the_search_enumerates_ep_and_cp_and_agrees_with_predict():
         assert every.memory_bytes[i] == pytest.approx(expected.memory_per_gpu_bytes, rel=1e-9)
 
 
+def test_max_cp_bounds_the_context_degrees_searched():
+    from perfmodel.search import SearchRequest, count_plans, plan_chunks
+
+    model = _small_moe()
+    req = SearchRequest(gpus=(16,), global_batch=16, max_micro_batch=2, zero=1,
+                        recompute="full", flash_attention=True, max_cp=4)
+    cps = {int(cp) for plans in plan_chunks(model, req) for cp in plans.cols["cp"]}
+    assert cps == {1, 2, 4}
+    import dataclasses
+
+    assert count_plans(model, dataclasses.replace(req, max_cp=1)) \
+        == count_plans(model, dataclasses.replace(req, cp=1))
+
+
 @pytest.mark.parametrize(("model", "kw", "needle"), [
     ("mixtral-8x7b", dict(dp=6, ep=3, global_batch=6), r"ep \(3\) must divide the experts \(8\)"),
     ("mixtral-8x7b", dict(dp=2, ep=4, global_batch=2), r"ep \(4\) must divide tp x dp x cp"),
