@@ -243,8 +243,8 @@ def _runner_up(rec: Any) -> str:
 
     if len(rec.top) < 2:
         return '<p id="runner-up-none">only one plan was found: there is no runner-up.</p>'
-    best, second = rec.top[0], rec.top[1]
     info = rec.explanation.get("runner_up", {})
+    best, second = rec.top[0], rec.top[info.get("rank", 2) - 1]
     names = list(dict.fromkeys([*best.breakdown_s, *second.breakdown_s]))
     rows = []
     for name in names:

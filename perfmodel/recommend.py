@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -242,17 +243,38 @@ def explain_best(model: TransformerSpec, hardware: HardwareSpec, result: SearchR
         binding.append(skipped)
     out: dict[str, Any] = {"best": _short(b.plan), "binding": binding, "shares": shares}
     if len(best) > 1:
-        r = best[1]
+        # the runner-up: the first plan that does not tie with the best (the same step time and
+        # memory: plans that differ only where the model charges nothing, as a placement whose
+        # groups lie on the same links); the ties are counted and what they change is named
+        rank = next((i for i, p in enumerate(best) if i and not _ties(p, b)), 1)
+        r = best[rank]
         diffs = sorted(((k, r.breakdown_s.get(k, 0) - v) for k, v in b.breakdown_s.items()),
                        key=lambda kv: -abs(kv[1]))
+        ties = [p for p in best[1:] if _ties(p, b)]
         out["runner_up"] = {
             "plan": _short(r.plan),
             "slower_by_s": r.step_time_s - b.step_time_s,
             "memory_delta_bytes": r.memory_per_gpu_bytes - b.memory_per_gpu_bytes,
-            "trades": [f"{k} {d:+.4g} s" for k, d in diffs[:3] if abs(d) > 0],
+            # what differs beyond rounding (a term equal in both can differ by 1e-17 s)
+            "trades": [f"{k} {d:+.4g} s" for k, d in diffs[:3] if abs(d) > 1e-9 * t],
+            "rank": rank + 1,
+            "ties": len(ties),
+            "ties_differ_in": sorted({f for p in ties for f in _differ(p.plan, b.plan)}),
         }
     out["micro_batch_curve"] = micro_batch_curve(model, b.hardware, b.plan, result.capacity_bytes)
     return out
+
+
+def _ties(p: Prediction, best: Prediction) -> bool:
+    """p takes the best plan's step time and memory (to rounding)."""
+    return (math.isclose(p.step_time_s, best.step_time_s, rel_tol=1e-12)
+            and math.isclose(p.memory_per_gpu_bytes, best.memory_per_gpu_bytes, rel_tol=1e-12))
+
+
+def _differ(plan: Any, other: Any) -> list[str]:
+    """The Plan fields in which plan differs from other."""
+    return [f.name for f in dataclasses.fields(plan)
+            if getattr(plan, f.name) != getattr(other, f.name)]
 
 
 def micro_batch_curve(model: TransformerSpec, hardware: HardwareSpec, plan: Any,

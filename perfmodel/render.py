@@ -467,9 +467,13 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         con.print(bullets([w["note"] for w in rec.explanation["parallelism"]]))
     if "runner_up" in rec.explanation:
         ru = rec.explanation["runner_up"]
+        if ru.get("ties"):
+            con.print(f"[bold]ties[/]: {ru['ties']} of the plans shown take the best plan's "
+                      f"step time and memory (they differ in "
+                      f"{', '.join(ru['ties_differ_in'])}, which costs nothing here)")
+        trades = ", ".join(ru["trades"]) or "nothing (a tie)"
         con.print(f"[bold]runner-up[/] {ru['plan']}: slower by {fmt_seconds(ru['slower_by_s'])}, "
-                  f"memory {fmt_bytes(ru['memory_delta_bytes'], signed=True)}; trades "
-                  + ", ".join(ru["trades"]))
+                  f"memory {fmt_bytes(ru['memory_delta_bytes'], signed=True)}; trades {trades}")
     curve = rec.explanation["micro_batch_curve"]
     print_fitted(con, "throughput against micro-batch size (same layout)", [
         ("micro-batch", False, [str(row["micro_batch"]) for row in curve]),

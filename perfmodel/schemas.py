@@ -178,7 +178,14 @@ EXPLANATION = {
         obj({"best": STRING, "binding": STRINGS,
              "shares": {"type": "object", "additionalProperties": NUMBER},
              "runner_up": obj({"plan": STRING, "slower_by_s": NUMBER,
-                               "memory_delta_bytes": NUMBER, "trades": STRINGS}),
+                               "memory_delta_bytes": NUMBER, "trades": STRINGS,
+                               "rank": {**WHOLE, "description": "Its place among the plans "
+                                        "shown: the first that does not tie with the best."},
+                               "ties": {**WHOLE, "description": "Plans shown that take the best "
+                                        "plan's step time and memory."},
+                               "ties_differ_in": {**STRINGS, "description": "The plan fields "
+                                                  "in which those ties differ from the best."}},
+                              required=["plan", "slower_by_s", "memory_delta_bytes", "trades"]),
              "micro_batch_curve": {"type": "array", "items": CURVE_POINT},
              "fp8": obj({
                  "recipe": STRING, "step_time_s": NUMBER, "same_plan_in_bf16_s": NUMBER,

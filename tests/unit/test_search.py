@@ -197,6 +197,24 @@ def test_explanation_of_the_best(small):
     assert rec.explanation["runner_up"]["slower_by_s"] >= 0
 
 
+def test_the_runner_up_is_the_first_plan_that_does_not_tie():
+    """Plans that differ only where the model charges nothing (here the placement: dp 2 and
+    tp 4 on one 8-GPU node lie on NVLink in either order) tie with the best: they are counted,
+    and the runner-up is the first plan that differs in time or memory."""
+    model, hw = load_model(MODEL), load_hardware(HW)
+    req = SearchRequest(gpus=(8,), global_batch=8, tp=4, pp=1, micro_batch=1, cp=1,
+                        recompute="none", zero=1, sequence_parallel=True)
+    rec = recommend(model, hw, req, top=6)
+    ru = rec.explanation["runner_up"]
+    ties = [p for p in rec.top[1:] if p.step_time_s == rec.top[0].step_time_s
+            and p.memory_per_gpu_bytes == rec.top[0].memory_per_gpu_bytes]
+    assert ties and ru["ties"] == len(ties)
+    assert ru["ties_differ_in"] == ["placement"]
+    runner = rec.top[ru["rank"] - 1]
+    assert ru["slower_by_s"] == runner.step_time_s - rec.top[0].step_time_s
+    assert (ru["slower_by_s"], ru["memory_delta_bytes"]) != (0, 0)
+
+
 def test_objectives_rank_by_time_to_train_and_cost():
     model, hw = load_model(MODEL), load_hardware(HW)
     req = SearchRequest(gpus=(8, 16), global_batch=32, objective="cost", gpu_hour_price=2.0,
