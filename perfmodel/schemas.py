@@ -181,7 +181,8 @@ EXPLANATION = {
                                "memory_delta_bytes": NUMBER, "trades": STRINGS,
                                "rank": {**WHOLE, "description": "Its place among the plans "
                                         "shown: the first that does not tie with the best."},
-                               "ties": {**WHOLE, "description": "Plans shown that take the best "
+                               "ties": {"type": "integer", "minimum": 0,
+                                        "description": "Plans shown that take the best "
                                         "plan's step time and memory."},
                                "ties_differ_in": {**STRINGS, "description": "The plan fields "
                                                   "in which those ties differ from the best."}},

@@ -72,6 +72,10 @@ COMMANDS = [
                   "--tokens 1e9 --gpu-hour-price 2.5 --top 3 --json"),
     ("recommend", "recommend --model llama2-7b --hardware dgx-h100 --gpus 8 --global-batch 8 "
                   "--gpu-hour-price 2.5 --top 2 --json"),
+    # plans that tie with the best (another placement): runner_up.ties > 0; the others 0
+    ("recommend", "recommend --model llama2-7b --hardware dgx-h100 --gpus 8 --global-batch 8 "
+                  "--tp 4 --pp 1 --micro-batch 1 --cp 1 --recompute none --zero 1 "
+                  "--sequence-parallel --top 6 --json"),
     ("recommend.grid", "recommend --model alexnet --hardware dgx-v100 --gpus 8 --global-batch 256 "
                        "--json"),
     ("collective", "collective --op all_reduce --bytes 1GiB --ranks 1 --hardware dgx-h100 --json"),
