@@ -147,6 +147,9 @@ class _Printer:
         relation = _RELATIONS.get(type(node))
         if relation is not None:
             return f"{self.value(node.lhs)} {relation} {self.value(node.rhs)}"
+        form = getattr(node, "numpy_form", None)  # a function of ours with its numpy text
+        if form is not None:
+            return str(form(NUMPY, *(self.value(arg) for arg in node.args)))
         if isinstance(node, sp.Piecewise):
             conditions = ", ".join(self._condition(c) for _, c in node.args)
             choices = ", ".join(self.value(e) for e, _ in node.args)
@@ -300,4 +303,6 @@ def function_source(name: str, params: Sequence[tuple[Any, str]], exprs: Sequenc
                      printer=NumPyPrinter({"fully_qualified_modules": True}), cse=True,
                      docstring_limit=0)
     body = inspect.getsource(fn).replace("def _lambdifygenerated(", f"def {name}(", 1)
-    return f"import numpy\nfrom functools import reduce\n\n\n{body}"
+    # what sympy's printers may name: functools.reduce or reduce (a Max or Min of several
+    # arguments), math (a function numpy lacks, as gamma)
+    return f"import functools\nimport math\nimport numpy\nfrom functools import reduce\n\n\n{body}"

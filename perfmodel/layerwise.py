@@ -271,17 +271,28 @@ def _compiled(model: LayerGraphSpec, fam: Any, contributors: Contributors) -> tu
     """One numpy function per model, link family and realisation of the collectives with fewer
     contributors than Pr (fixed: the three open would triple the expression and its compile time);
     every Pr, Pc, batch, norm and collective variant share it."""
-    import sympy as sp
+    import hashlib
 
-    from perfmodel import symbols as S
+    from perfmodel.evaluate import cached, family_key, outputs_source
 
-    terms = build_terms(model, fam, contributors=contributors)
-    exprs = [*terms["time"].values(), *terms["memory"].values()]
-    table = S.table()
-    used = set().union(*(sp.sympify(x).free_symbols for x in exprs))
-    names = tuple(name for name, (sym, _) in table.items() if sym in used)
-    fn = sp.lambdify([table[n][0] for n in names], exprs, modules="numpy", cse=True)
-    return names, fn, tuple(terms["time"]), tuple(terms["memory"])
+    kinds = ("time", "memory")
+    names: dict[str, tuple[str, ...]] = {}
+
+    def source() -> str:  # the numpy code of perfmodel.codegen, as the transformer families'
+        terms = build_terms(model, fam, contributors=contributors)
+        return outputs_source({f"{kind}:{name}": expr for kind in kinds
+                               for name, expr in terms[kind].items()})
+
+    # filed on disk like the transformer families (sympy.lambdify with its common
+    # subexpressions took 30 s for AlexNet on every run: Max's simplification in its
+    # preprocessing); keyed by the model's layers, the link family and the realisation
+    key = hashlib.sha256(f"layers/{model!r}/{family_key(fam)}/{contributors.value}".encode())
+    namespace = cached(f"layers-{key.hexdigest()[:20]}", source)
+    meta = namespace["META"]
+    for kind in kinds:
+        names[kind] = tuple(out.split(":", 1)[1] for out in meta["outs"]
+                            if out.startswith(f"{kind}:"))
+    return tuple(meta["args"]), namespace["family"], names["time"], names["memory"]
 
 
 def _as_transformer_plan(plan: GridPlan) -> tuple[Any, Any]:

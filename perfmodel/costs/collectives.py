@@ -345,6 +345,11 @@ class ceil_log2(sp.Function):  # type: ignore[misc]  # noqa: N801  (reads like t
             return cls.eval(sp.Rational(x))
         return None
 
+    @staticmethod
+    def numpy_form(numpy: str, x: str) -> str:
+        """Its numpy text for perfmodel.codegen: numpy's module name, the argument's text."""
+        return f"{numpy}.ceil({numpy}.log2({x}))"
+
     def _numpycode(self, printer: Any) -> str:
         ceil, log2_ = (printer._module_format(f"numpy.{f}") for f in ("ceil", "log2"))
         return f"{ceil}({log2_}({printer._print(self.args[0])}))"

@@ -219,7 +219,9 @@ def test_alexnet_on_more_processes_than_its_narrowest_layer():
     assert conv1.params / 64 > conv1.params / 128
     for how in ("specialised", "auto"):  # the realisation changes the model-parallel comm only
         for term in ("compute/forward", "compute/backward", "comm/data_parallel"):
-            assert runs[how].breakdown_s[term] == std.breakdown_s[term]
+            # the same numbers, compiled from differently written expressions (to rounding)
+            assert runs[how].breakdown_s[term] == pytest.approx(std.breakdown_s[term],
+                                                                rel=1e-12)
     model_parallel = "comm/model_parallel"
     assert runs["specialised"].breakdown_s[model_parallel] != std.breakdown_s[model_parallel]
     assert runs["auto"].step_time_s <= min(std.step_time_s, runs["specialised"].step_time_s)
