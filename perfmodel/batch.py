@@ -114,6 +114,14 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
                 raise DataError("no hardware: give --hardware/--profile or a 'hardware' column")
             plan_kw: dict[str, Any] = {k: row[k] for k in PLAN_COLUMNS if row.get(k)}
             plan_kw.setdefault("dtype", kw.get("dtype") or hw.default_dtype())
+            if "gpus" in plan_kw and "dp" not in plan_kw:  # dp what the others leave, as
+                # predict's --gpus without --dp (perfmodel.cli.derive_dp)
+                rest = math.prod(whole(plan_kw.get(k, 1), k) for k in ("tp", "pp", "cp"))
+                gpus = whole(plan_kw["gpus"], "gpus")
+                if gpus % rest:
+                    raise DataError(f"gpus ({gpus}) must be a multiple of tp x pp x cp ({rest}) "
+                                    "to derive dp from it; or give dp")
+                plan_kw["dp"] = gpus // rest
             degrees = [whole(plan_kw.get(k, 1), k) for k in ("dp", "tp", "pp", "cp")]
             plan_kw.setdefault("gpus", math.prod(degrees))
             plan_kw.setdefault("global_batch",

@@ -312,3 +312,21 @@ def test_gpus_without_dp_leave_dp_to_the_other_degrees(run_cli):
     out = run_cli(*base, "--gpus", "64", "--dp", "4")  # given: the plan rule says what is wrong
     assert out.returncode == 4
     assert "must equal gpus" in out.stderr
+
+
+def test_batch_rows_with_gpus_and_no_dp_leave_dp_to_the_other_degrees(run_cli, tmp_path):
+    """A batch row's empty dp is gpus / (tp x pp x cp), as predict's --gpus without --dp; a row
+    whose gpus the degrees do not divide fails alone, naming the rule."""
+    plans = tmp_path / "plans.csv"
+    plans.write_text("model,gpus,pp,ep,global_batch\nmixtral-8x7b,64,4,8,256\n"
+                     "mixtral-8x7b,62,4,8,256\n")
+    out = run_cli("predict", "--hardware", "dgx-h100", "--batch", plans, "--seq-len", "4096",
+                  "--json")
+    assert out.returncode == 5  # one row failed
+    rows = json.loads(out.stdout)["rows"]
+    one = run_cli("predict", "--model", "mixtral-8x7b", "--hardware", "dgx-h100", "--dp", "16",
+                  "--pp", "4", "--ep", "8", "--global-batch", "256", "--seq-len", "4096", "--json")
+    assert one.returncode == 0, one.stderr
+    assert rows[0]["step_time_s"] == pytest.approx(json.loads(one.stdout)["step_time_s"],
+                                                   rel=1e-12)
+    assert "gpus (62) must be a multiple of tp x pp x cp (4)" in rows[1]["error"]
