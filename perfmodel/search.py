@@ -238,8 +238,9 @@ class Plans:
 # --- enumeration ----------------------------------------------------------------------------
 # The candidates of each option are pre-filtered by the plan rules that read only the columns
 # known at that point (strategy.allowed with partial=True), and by necessary conditions of the
-# others (pp divides the layers, dp the batch, the grid's rows the micro-batch); the mask of every
-# rule over whole plans comes last (_blocks). Beyond the rules, the search leaves out plans
+# others (pp divides the layers unless split unevenly, dp the batch, the grid's rows the
+# micro-batch); the mask of every rule over whole plans comes last (_blocks). Beyond the rules,
+# the search leaves out plans
 # that repeat another: gpipe with pp = 1 (the schedules coincide: 1f1b is kept), ZeRO with dp = 1,
 # placements that differ only in an axis of degree 1, and grids of side 1.
 
