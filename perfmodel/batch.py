@@ -82,7 +82,7 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
     rows."""
     from perfmodel.predict import predict
     from perfmodel.specs.model import load_model
-    from perfmodel.strategy import plan_from_dict
+    from perfmodel.strategy import derived_dp, plan_from_dict
 
     header, rows = read_rows(path)
     base_model = kw.get("model")
@@ -116,12 +116,13 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
             plan_kw.setdefault("dtype", kw.get("dtype") or hw.default_dtype())
             if "gpus" in plan_kw and "dp" not in plan_kw:  # dp what the others leave, as
                 # predict's --gpus without --dp (perfmodel.cli.derive_dp)
-                rest = math.prod(whole(plan_kw.get(k, 1), k) for k in ("tp", "pp", "cp"))
+                tp, pp, cp = (whole(plan_kw.get(k, 1), k) for k in ("tp", "pp", "cp"))
                 gpus = whole(plan_kw["gpus"], "gpus")
-                if gpus % rest:
-                    raise DataError(f"gpus ({gpus}) must be a multiple of tp x pp x cp ({rest}) "
-                                    "to derive dp from it; or give dp")
-                plan_kw["dp"] = gpus // rest
+                dp = derived_dp(gpus, tp, pp, cp)
+                if dp is None:
+                    raise DataError(f"gpus ({gpus}) must be a multiple of tp x pp x cp "
+                                    f"({tp * pp * cp}) to derive dp from it; or give dp")
+                plan_kw["dp"] = dp
             degrees = [whole(plan_kw.get(k, 1), k) for k in ("dp", "tp", "pp", "cp")]
             plan_kw.setdefault("gpus", math.prod(degrees))
             plan_kw.setdefault("global_batch",

@@ -505,15 +505,18 @@ def derive_dp(kw: dict[str, Any]) -> None:
     """--gpus without --dp: the data-parallel degree is what the other degrees leave,
     gpus / (tp x pp x cp), as Megatron-LM derives it from the world size; refused in one line
     where they do not divide the GPU count."""
+    from perfmodel.strategy import derived_dp
+
     gpus = kw.get("gpus")
     if gpus is None or _given(click.get_current_context(), "dp"):
         return
-    rest = kw["tp"] * kw["pp"] * kw.get("cp", 1)
-    if rest < 1 or gpus % rest:
+    tp, pp, cp = kw["tp"], kw["pp"], kw.get("cp", 1)
+    dp = derived_dp(gpus, tp, pp, cp)
+    if dp is None:
         raise click.UsageError(
-            f"--gpus ({gpus}) must be a multiple of tp x pp x cp ({kw['tp']} x {kw['pp']} x "
-            f"{kw.get('cp', 1)} = {rest}) to derive --dp from it; or give --dp")
-    kw["dp"] = gpus // rest
+            f"--gpus ({gpus}) must be a multiple of tp x pp x cp ({tp} x {pp} x {cp} = "
+            f"{tp * pp * cp}) to derive --dp from it; or give --dp")
+    kw["dp"] = dp
 
 
 def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:

@@ -887,6 +887,13 @@ PLAN_FIELDS = [f.name for f in dataclasses.fields(Plan)]
 FP8_FIELDS = ("fp8_recipe", "fp8_output_layer", "fp8_params")  # fields of dtype fp8 only
 
 
+def derived_dp(gpus: int, tp: int, pp: int, cp: int) -> int | None:
+    """The data-parallel degree a GPU count leaves to the other degrees, gpus / (tp x pp x cp),
+    as Megatron-LM derives it from the world size; None where they do not divide it."""
+    rest = tp * pp * cp
+    return gpus // rest if rest >= 1 and gpus % rest == 0 else None
+
+
 def plan_from_dict(data: dict[str, Any]) -> Plan:
     unknown = [k for k in data if k not in PLAN_FIELDS]
     if unknown:

@@ -350,9 +350,8 @@ class ceil_log2(sp.Function):  # type: ignore[misc]  # noqa: N801  (reads like t
         """Its numpy text for perfmodel.codegen: numpy's module name, the argument's text."""
         return f"{numpy}.ceil({numpy}.log2({x}))"
 
-    def _numpycode(self, printer: Any) -> str:
-        ceil, log2_ = (printer._module_format(f"numpy.{f}") for f in ("ceil", "log2"))
-        return f"{ceil}({log2_}({printer._print(self.args[0])}))"
+    def _numpycode(self, printer: Any) -> str:  # sympy's printer (lambdify), the same text
+        return self.numpy_form(printer._module_format("numpy"), printer._print(self.args[0]))
 
 
 def spread_rounds(contributors: sp.Expr | int, receivers: sp.Expr | int) -> sp.Expr:
