@@ -78,8 +78,6 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
     from sympy.functions.elementary.piecewise import ExprCondPair
 
     from perfmodel.codegen import huge_memo, keep_huge_together
-    from perfmodel.costs.lattice import evaluated
-    from perfmodel.costs.lattice import rebuilt as lattice_rebuilt
 
     levels: dict[frozenset[str], dict[Any, Any]] = defaultdict(dict)  # level -> body -> term
     level_of: dict[Any, frozenset[str]] = {}
@@ -131,19 +129,19 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
             lower = [(arg, d) for arg, d in found if d != level]
             while lower:  # the terms that lack a group, summed (or multiplied) where they lack it
                 if frozenset().union(*(d for _, d in lower)) != level:
-                    args.append(lift(evaluated(expr.func, [arg for arg, _ in lower])))
+                    args.append(lift(_joined(expr.func, [arg for arg, _ in lower])))
                     break
                 lacking = max((g for g in order if g in level),
                               key=lambda g: sum(g not in d for _, d in lower))
-                args.append(lift(evaluated(expr.func, [arg for arg, d in lower
-                                                        if lacking not in d])))
+                args.append(lift(_joined(expr.func, [arg for arg, d in lower
+                                                      if lacking not in d])))
                 lower = [(arg, d) for arg, d in lower if lacking in d]
-            return evaluated(expr.func, args)
+            return _joined(expr.func, args)
         keep = isinstance(expr, (ExprCondPair, sp.logic.boolalg.Boolean))
         args = [rebuild(arg, level) if keep or d == level
                 or isinstance(arg, (ExprCondPair, sp.logic.boolalg.Boolean)) else lift(arg)
                 for arg, d in found]
-        return lattice_rebuilt(expr, args)
+        return _rebuilt(expr, args)
 
     terms = {}
     memo = huge_memo()
@@ -154,6 +152,51 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
             term = define(deps(expr), term)
         terms[name] = term
     return levels, terms
+
+
+def _joined(func: Any, args: list[Any]) -> Any:
+    """The sum (or product) of args as it stands, unevaluated.
+
+    args are terms of one evaluated sum (product) or the terms lifted out of it: sympy would
+    find nothing to gather among them (a canonical sum holds one number and no two terms alike),
+    only sort them, and its sort costs most of the split (the orders of a sum's terms give
+    numbers equal to rounding). The number goes first, where the printer looks for a product's
+    coefficient (perfmodel.codegen)."""
+    import sympy as sp
+
+    identity = sp.S.Zero if func is sp.Add else sp.S.One
+    args = [a for a in args if a is not identity]
+    if len(args) <= 1:
+        return args[0] if args else identity
+    numbers = [a for a in args if a.is_Number]
+    if len(numbers) > 1:  # not a canonical sum's terms: as sympy evaluates it
+        return func(*args)
+    if numbers and args[0] is not numbers[0]:
+        args = numbers + [a for a in args if not a.is_Number]
+    return func._from_args(args, True)
+
+
+def _rebuilt(expr: Any, args: list[Any]) -> Any:
+    """expr's node over new arguments (its own, some replaced by a term's symbol), unevaluated:
+    evaluated, a function's rules ask of its argument's sign or size (sympy's assumptions, which
+    walk the expression), and a symbol answers nothing more than the expression it stands for
+    did when the model was built (a Max or Min keeps its order, perfmodel.costs.lattice)."""
+    import sympy as sp
+
+    from perfmodel.costs.lattice import lmax, lmin
+
+    if list(expr.args) == args:
+        return expr
+    if isinstance(expr, sp.Max):
+        return lmax(*args)
+    if isinstance(expr, sp.Min):
+        return lmin(*args)
+    if isinstance(expr, (sp.Add, sp.Mul)):
+        return _joined(expr.func, args)
+    try:
+        return expr.func(*args, evaluate=False)
+    except TypeError:  # a node whose constructor takes no evaluate flag
+        return expr.func(*args)
 
 
 def _build(family: Any, which: str, groups: tuple[tuple[str, tuple[str, ...]], ...]) -> str:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from perfmodel.costs.lattice import lmax, product, quotient
+from perfmodel.costs.lattice import applied, lmax, product, quotient
 
 
 def _zero(x: sp.Expr) -> bool:
@@ -75,7 +75,7 @@ def split_k_factor(
         return sp.Integer(1)
 
     def step(x: sp.Expr) -> sp.Expr:
-        return sp.Max(0, sp.sign(x)) if sp.sympify(x).is_number else lmax(0, sp.sign(x))
+        return sp.Max(0, sp.sign(x)) if sp.sympify(x).is_number else lmax(0, applied(sp.sign, x))
 
     split = step(ratio * k - batch * m * n) * step(k - chunk)
     return 1 + split * (k / chunk - 1)
@@ -89,7 +89,7 @@ def at_least(x: sp.Expr, threshold: sp.Expr) -> sp.Expr:
     for large_flops = 0 (perfmodel.evaluate.values_of), as the symbols are positive.
     """
     diff = sp.sympify(threshold - x)
-    return 1 - (sp.Max(0, sp.sign(diff)) if diff.is_number else lmax(0, sp.sign(diff)))
+    return 1 - (sp.Max(0, sp.sign(diff)) if diff.is_number else lmax(0, applied(sp.sign, diff)))
 
 
 def gemm_efficiency(

@@ -10,6 +10,7 @@ whatever the order: numpy folds them with maximum / minimum (perfmodel.codegen).
 
 from __future__ import annotations
 
+import sys
 from functools import cmp_to_key
 from typing import Any
 
@@ -35,6 +36,18 @@ def lmax(*args: Any) -> sp.Expr:
 def lmin(*args: Any) -> sp.Expr:
     """Min(*args), unevaluated unless every argument is a number, in the order given."""
     return _lattice(sp.Min, args)
+
+
+def applied(func: Any, *args: Any) -> Any:
+    """func(*args) for a function of sympy's (sign, Abs, floor, ceiling), evaluated only where
+    every argument is a number: its rules ask the argument's sign, size or integrality (sympy's
+    assumptions, which walk the whole expression below it) and on the step model's expressions
+    find nothing (a third of a mixture of experts' assumption queries). Unevaluated it prints the
+    same numpy function of the same value."""
+    values = [_sympified(a) for a in args]
+    if all(v.is_number for v in values):
+        return func(*values)
+    return func(*values, evaluate=False)
 
 
 def rebuilt(expr: Any, args: list[Any]) -> Any:
@@ -241,10 +254,14 @@ def _unusual(x: Any) -> bool:
     if unusual is None:
         from sympy.calculus.accumulationbounds import AccumBounds
         from sympy.matrices.expressions import MatrixExpr
-        from sympy.tensor.tensor import TensExpr
 
-        unusual = _UNUSUAL[type(x)] = issubclass(
-            type(x), (AccumBounds, MatrixExpr, TensExpr, type(sp.S.ComplexInfinity)))
+        classes = [AccumBounds, MatrixExpr, type(sp.S.ComplexInfinity)]
+        # sympy.tensor.tensor imports sympy.combinatorics (a twentieth of a second): until some
+        # code has imported it, no class derives from its TensExpr
+        tensor = sys.modules.get("sympy.tensor.tensor")
+        if tensor is not None:
+            classes.append(tensor.TensExpr)
+        unusual = _UNUSUAL[type(x)] = issubclass(type(x), tuple(classes))
     return unusual
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sympy as sp
 
 from perfmodel.costs.compute import Flag, as_flag
+from perfmodel.costs.lattice import applied
 from perfmodel.costs.precision import (  # noqa: F401  (re-exported)
     model_state_bytes_per_param,
     optimizer_step_bytes_per_param,
@@ -175,7 +176,8 @@ def fsdp_padded(tensors: list[tuple[sp.Expr, sp.Expr]], dp: sp.Expr) -> sp.Expr:
 
     tensors: (rows, elements per row) of each parameter as the rank holds it (after tensor
     parallelism)."""
-    return sum((sp.ceiling(rows / dp) * dp * cols for rows, cols in tensors), sp.Integer(0))
+    return sum((applied(sp.ceiling, rows / dp) * dp * cols for rows, cols in tensors),
+               sp.Integer(0))
 
 
 def layer_tensors(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, tp: sp.Expr, *, gated: Flag,

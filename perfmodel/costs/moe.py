@@ -25,6 +25,7 @@ from __future__ import annotations
 import sympy as sp
 
 from perfmodel.costs.compute import Flag, Gemm, as_flag
+from perfmodel.costs.lattice import applied
 
 ROUTER_PROB_BYTES = 4  # Megatron-Core keeps the router's scores in fp32 (moe_router_dtype)
 COUNT_BYTES = 8  # dropless: the tokens per expert exchanged as int64 (the validation job's)
@@ -33,7 +34,7 @@ COUNT_BYTES = 8  # dropless: the tokens per expert exchanged as int64 (the valid
 def capacity(T_r: sp.Expr, k: sp.Expr, E: sp.Expr, cf: sp.Expr) -> sp.Expr:
     """Rows one expert takes from one rank: C = ceil(c T_r k / E) (GShard, Sec. 2.2; the
     validation job's workload.moe)."""
-    return sp.ceiling(cf * T_r * k / E)
+    return applied(sp.ceiling, cf * T_r * k / E)
 
 
 def expert_tokens(T_r: sp.Expr, k: sp.Expr, E: sp.Expr, ep: sp.Expr, rho: sp.Expr, *,

@@ -14,6 +14,7 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import compute as K
+from perfmodel.costs.lattice import applied, lmax
 from perfmodel.family import Family
 
 I = S.FLAGS  # noqa: E741  (indicator symbols by option name)
@@ -166,9 +167,9 @@ class Context:
     @cached_property
     def max_stage_layers(self) -> sp.Expr:
         """The layers of the stage that holds the most (what a per-step sync waits on); built
-        once per context (sympy's Max compares the stages' counts, most of a hundredth of a
-        second each time)."""
-        return sp.Max(*self.stage_layers.values())
+        once per context, unsorted (sympy's Max compares the stages' counts and asks which is
+        larger, most of a hundredth of a second each time, perfmodel.costs.lattice)."""
+        return lmax(*self.stage_layers.values())
 
     @property
     def tokens(self) -> sp.Expr:
@@ -189,7 +190,7 @@ class Context:
         # the layers the policy applies to: floor(n / N) of the stage's n (torchtitan wraps the
         # N-th, 2N-th, ... layer it builds); any: 1 if there is one (an uneven pipeline split
         # takes the first stage's share for every stage)
-        recomputed = sp.floor(n / S.N_rc)
+        recomputed = applied(sp.floor, n / S.N_rc)
         share, any_ = recomputed / n, sp.Min(1, recomputed, evaluate=False)
         full = flag(_option(fam, "recompute", "full"), "recompute_full")
         op = flag(_option(fam, "recompute", "op"), "recompute_op")

@@ -43,6 +43,7 @@ from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import moe as MOE
 from perfmodel.costs.gemm_efficiency import gemm_time_s
+from perfmodel.costs.lattice import applied
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, active, linear_gemm_time
@@ -79,17 +80,17 @@ def moe_layers(c: Context) -> dict[str, sp.Expr]:
     pp, v, L = S.pp, S.v, S.L
 
     def equal(x: sp.Expr, y: sp.Expr) -> sp.Expr:  # [x = y] for whole numbers
-        return 1 - sp.Min(1, sp.Abs(x - y), evaluate=False)
+        return 1 - sp.Min(1, applied(sp.Abs, x - y), evaluate=False)
 
     def below(x: sp.Expr, y: sp.Expr) -> sp.Expr:  # [x < y] for whole numbers
         return sp.Min(1, sp.Max(0, y - x, evaluate=False), evaluate=False)
 
     dense: dict[str, sp.Expr] = {"first": ZERO, "last": ZERO, "between": ZERO}
     for i in c.fam.moe_dense_layers:
-        chunk = sp.floor(2 * pp * i / L)
+        chunk = applied(sp.floor, 2 * pp * i / L)
         v_shape = {"first": equal(chunk, 0) + equal(chunk, 2 * pp - 1),
                    "last": equal(chunk, pp - 1) + equal(chunk, pp)}
-        r = sp.floor(i * v / L)
+        r = applied(sp.floor, i * v / L)
         offset = i - r * L / v
         plain = {"first": below(offset, n["first"] / v),
                  "last": 1 - below(offset, (L - n["last"]) / v)}
