@@ -80,18 +80,21 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
     from perfmodel.codegen import huge_memo, keep_huge_together
 
     levels: dict[frozenset[str], dict[Any, Any]] = defaultdict(dict)  # level -> body -> term
-    level_of: dict[Any, frozenset[str]] = {}
+    # the memos below are keyed by the node's id (sympy's hash and equality walk the node: most
+    # of the split's time), each entry holding the node so that no id is reused while they live
+    level_of: dict[int, tuple[Any, frozenset[str]]] = {}
     defined: set[Any] = set()  # every level's terms
 
     def deps(expr: Any) -> frozenset[str]:
         """The groups of the symbols in expr (from its arguments', each node once)."""
-        found = level_of.get(expr)
-        if found is None:
-            if expr.is_Atom:
-                found = frozenset((group_of[expr],)) if expr in group_of else frozenset()
-            else:
-                found = frozenset().union(*(deps(arg) for arg in expr.args))
-            level_of[expr] = found
+        known = level_of.get(id(expr))
+        if known is not None:
+            return known[1]
+        if expr.is_Atom:
+            found = frozenset((group_of[expr],)) if expr in group_of else frozenset()
+        else:
+            found = frozenset().union(*(deps(arg) for arg in expr.args))
+        level_of[id(expr)] = (expr, found)
         return found
 
     def define(level: frozenset[str], body: Any) -> Any:
@@ -100,7 +103,7 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
         if term is None:
             term = sp.Symbol(f"t{len(defined)}_")
             terms[body] = term
-            level_of[term] = level
+            level_of[id(term)] = (term, level)
             defined.add(term)
         return term
 
@@ -111,16 +114,16 @@ def _hoist(outputs: Mapping[str, Any], group_of: Mapping[Any, str],
         body = rebuild(expr, level)
         return body if body.is_Atom else define(level, body)
 
-    rebuilt: dict[tuple[Any, frozenset[str]], Any] = {}
+    rebuilt: dict[tuple[int, frozenset[str]], tuple[Any, Any]] = {}
 
     def rebuild(expr: Any, level: frozenset[str]) -> Any:
         """expr at `level`, its sub-expressions of fewer groups lifted (each node once)."""
         if expr.is_Atom:
             return expr
-        done = rebuilt.get((expr, level))
+        done = rebuilt.get((id(expr), level))
         if done is None:
-            done = rebuilt[expr, level] = _rebuild(expr, level)
-        return done
+            done = rebuilt[id(expr), level] = (expr, _rebuild(expr, level))
+        return done[1]
 
     def _rebuild(expr: Any, level: frozenset[str]) -> Any:
         found = [(arg, deps(arg)) for arg in expr.args]
