@@ -837,10 +837,6 @@ RULES: tuple[Rule, ...] = (
           lambda c, m: (not _moe(m)) | (c.tp == 1) | (c.sequence_parallel == 1),
           lambda c, m: f"a mixture of experts with tp > 1 ({c.tp}) needs sequence_parallel "
                        "(Megatron-Core requires it: each rank routes its own tokens)", model=True),
-    _rule("zero", lambda c, m: (not _moe(m)) | (c.zero < 3),
-          lambda c, m: "zero 3 (FSDP) with a mixture of experts is not modelled (the experts' "
-                       "units over the expert-data-parallel group): use zero 0, 1 or 2",
-          model=True),
     _rule("recompute", lambda c, m: (not _moe(m) and m.kv_lora_rank is None)
           | (c.recompute != _OP),
           lambda c, m: "recompute op (torchtitan's per-op selective recompute) is modelled for "

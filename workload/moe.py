@@ -154,6 +154,16 @@ def _split_linear(linear: nn.Linear, dim: int, rank: int, size: int) -> None:
         linear.in_features //= size
 
 
+class Experts(nn.ModuleList):
+    """A rank's routed experts (MLPs), run as one module: each on its consecutive rows. One
+    forward for all of them is what FSDP2 hooks (zero 3: the experts one unit, sharded over the
+    expert-data-parallel group, workload.parallelize.apply_fsdp)."""
+
+    def forward(self, rows: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+        outs = [mlp(part) for mlp, part in zip(self, rows.split(sizes), strict=True)]
+        return torch.cat(outs) if outs else rows
+
+
 class MoE(nn.Module):
     """Routed experts (and shared ones) in place of a block's MLP."""
 
@@ -162,7 +172,7 @@ class MoE(nn.Module):
         self.experts_total, self.top_k = m["experts"], m["top_k"]
         self.router = nn.Linear(m["hidden"], self.experts_total, bias=m["bias"])
         width = m.get("expert_ffn_hidden") or m["ffn_hidden"]
-        self.experts = nn.ModuleList(
+        self.experts = Experts(
             mlp({**m, "ffn_hidden": width}) for _ in range(self.experts_total)
         )
         shared = m.get("shared_expert_ffn_hidden") or width
@@ -186,7 +196,7 @@ class MoE(nn.Module):
         expert's initial weights are the same as in one process."""
         per = self.experts_total // size
         self.first_expert = rank * per
-        self.experts = nn.ModuleList(list(self.experts)[rank * per : (rank + 1) * per])
+        self.experts = Experts(list(self.experts)[rank * per : (rank + 1) * per])
         self.ep_group, self.ep, self.ep_rank = group, size, rank
         self.counts_group = group  # the etp x ep group where split_experts follows
 
@@ -264,8 +274,8 @@ class MoE(nn.Module):
 
     def _run_experts(self, rows: torch.Tensor, sizes: list[int]) -> torch.Tensor:
         """Each local expert (or its etp slice: partial sums) on its consecutive rows."""
-        outs = [mlp(part) for mlp, part in zip(self.experts, rows.split(sizes), strict=True)]
-        return torch.cat(outs) if outs else rows
+        out: torch.Tensor = self.experts(rows, sizes)
+        return out
 
     def _dropless(self, xf: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         tokens, k = idx.shape

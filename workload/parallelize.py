@@ -287,17 +287,35 @@ def _moe_tp_styles(moe: Any, tp_mesh: Any, sequence_parallel: bool) -> dict[str,
     return styles
 
 
-def apply_fsdp(mod: Chunk, dp_mesh: Any, zero: int) -> None:
+def apply_fsdp(mod: Chunk, dp_mesh: Any, zero: int, experts: Any = False) -> None:
     """FSDP2 (zero 3; zero 1 and 2 are workload.distopt's): one unit per block and one for the
-    rest of the chunk; bf16 gradients are reduce-scattered in fp32, as Megatron-LM reduces them."""
+    rest of the chunk; bf16 gradients are reduce-scattered in fp32, as Megatron-LM reduces them.
+
+    experts (a mixture of experts whose routed experts sync apart, ep > 1): the
+    expert-data-parallel mesh, or None where that group is one rank: each MoE layer's routed
+    experts a unit of their own over that mesh, as torchtitan and NeMo AutoModel shard them
+    beside expert parallelism; with a group of one rank they stay whole. FSDP2 averages their
+    gradients over that mesh; their mean is over the model's replicas (the experts' tokens came
+    from every replica): workload.trainer rescales them (gloo has no pre-multiplied sum for
+    FSDP2's set_gradient_divide_factor)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     reshard = zero == 3
     bf16 = next(mod.parameters()).dtype == torch.bfloat16
     policy = MixedPrecisionPolicy(reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    whole: set[Any] = set()  # the routed experts of a group of one rank: not sharded
     for block in mod.layers:
-        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=policy)
-    fully_shard(mod, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=policy)
+        ffn = block.feed_forward
+        if experts is not False and isinstance(ffn, MoE):
+            if experts is None:
+                whole.update(ffn.experts.parameters())
+            else:
+                fully_shard(ffn.experts, mesh=experts, reshard_after_forward=reshard,
+                            mp_policy=policy)
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=policy,
+                    ignored_params={p for p in block.parameters() if p in whole} or None)
+    fully_shard(mod, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=policy,
+                ignored_params=whole or None)
 
 
 def loss_context(tp: int) -> Any:

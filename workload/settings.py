@@ -83,7 +83,8 @@ def check_parallel(m: dict[str, Any], plan: dict[str, Any]) -> str | None:
     if experts and tp > 1 and not plan.get("sequence_parallel", False):
         return (f"a mixture of experts with tp > 1 ({tp}) needs sequence_parallel (Megatron-Core "
                 "requires it: each tp rank routes its own share of the sequence)")
-    if plan.get("zero", 0) == 3 and (cp > 1 or ep > 1 or (experts and tp > 1)):
-        return ("the job shards parameters (zero 3, FSDP2) over dp only: with cp, ep or a "
-                "mixture of experts under tp use zero 0, 1 or 2")
+    if plan.get("zero", 0) == 3 and (cp > 1 or (experts and tp > 1)):
+        return ("the job shards parameters (zero 3, FSDP2) over dp (a mixture of experts' routed "
+                "experts over edp) without cp or tensor parallelism: with cp, or a mixture of "
+                "experts under tp, use zero 0, 1 or 2")
     return None

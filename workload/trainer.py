@@ -87,6 +87,17 @@ class Trainer:
         # zero 3: FSDP2 over dp; zero 1 and 2: Megatron's distributed optimizer over dp x cp
         self.fsdp = self.dp > 1 and self.zero == 3
         self.distopt = replicas > 1 and self.zero in (1, 2)
+        # with ep > 1 or tp / etp > 1, the routed experts' parameters (or their etp slices)
+        # sync over edp (tp dp cp / (ep etp) ranks), apart from the rest
+        apart = bool(m.get("experts")) and experts_apart(self.ep, self.tp, plan.get("etp", 1))
+        # zero 3 where the routed experts are apart: their FSDP mesh (edp; None where that group
+        # is one rank: kept whole); False: with the rest
+        fsdp_experts: Any = False
+        if self.fsdp and apart:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            edp = self.groups.get("edp")
+            fsdp_experts = None if edp is None else DeviceMesh.from_group(edp[0], device.type)
         self.chunks: list[nn.Module] = []
         for c in chunk_ids(plan, self.pp_rank):
             mod = build_chunk(m, plan, c).to(device=device, dtype=dtype)
@@ -98,12 +109,9 @@ class Trainer:
             if self.tp > 1:
                 apply_tp(mod, mesh["tp"], plan.get("sequence_parallel", False))
             if self.fsdp:
-                apply_fsdp(mod, mesh["dp"], self.zero)
+                apply_fsdp(mod, mesh["dp"], self.zero, fsdp_experts)
             self.chunks.append(mod)
         params = [p for mod in self.chunks for p in mod.parameters()]
-        # with ep > 1 or tp / etp > 1, the routed experts' parameters (or their etp slices)
-        # sync over edp (tp dp cp / (ep etp) ranks), apart from the rest
-        apart = experts_apart(self.ep, self.tp, plan.get("etp", 1))
         self.expert_ids = expert_parameters(self.chunks) if apart else set()
         # DTensor or plain parameters: DTensor's attributes (placements, device_mesh) are read
         # where present
@@ -112,13 +120,13 @@ class Trainer:
         if self.distopt:
             self.optimizer = self._distributed_optimizer(dtype)
         else:
-            # foreach kernels cannot mix DTensor and plain parameters: one group of each.
-            groups = [
-                {"params": [p for p in params if hasattr(p, "to_local")]},
-                {"params": [p for p in params if not hasattr(p, "to_local")]},
-            ]
+            # foreach kernels cannot mix DTensor and plain parameters, nor DTensors of two
+            # meshes (zero 3 with experts apart: dp and edp): one group of each
+            by_mesh: dict[Any, list[Any]] = {}
+            for p in params:
+                by_mesh.setdefault(getattr(p, "device_mesh", None), []).append(p)
             self.optimizer = torch.optim.AdamW(
-                [g for g in groups if g["params"]], lr=1e-4, foreach=True
+                [{"params": group} for group in by_mesh.values()], lr=1e-4, foreach=True
             )
         self.times: dict[str, float] = {}
         # the step's events, seconds from its start (after the barrier): see event()
@@ -400,6 +408,14 @@ class Trainer:
             self._set_phase("grad")
             self.optimizer.reduce_gradients()
             return
+        if self.fsdp and self.expert_ids:
+            # the routed experts' gradients: every replica's tokens reached them through the
+            # all-to-alls, so their mean is over the replicas (dp cp), as FSDP2 takes the rest's
+            # over dp; FSDP2 averaged them over edp (or left them whole where edp is one rank)
+            edp = self.groups["edp"][2] if "edp" in self.groups else 1
+            for p in self.params:
+                if id(p) in self.expert_ids and p.grad is not None:
+                    p.grad.mul_(edp / (self.dp * self.cp))
         if self.zero > 0:
             return
         replicas = self.dp * self.cp

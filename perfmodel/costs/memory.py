@@ -200,6 +200,15 @@ def layer_tensors(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, tp: sp.Expr, 
     return out
 
 
+def mlp_tensors(h: sp.Expr, width: sp.Expr, tp: sp.Expr, *, gated: Flag,
+                bias: Flag) -> list[tuple[sp.Expr, sp.Expr]]:
+    """(rows, columns) of a tensor-parallel MLP `width` wide on one rank: up (and gate) split by
+    rows, down by columns, the up biases split, the down bias whole (as layer_tensors')."""
+    gated, bias = as_flag(gated), as_flag(bias)
+    return [(width / tp, h), (gated * width / tp, h), (bias * width / tp, 1),
+            (bias * gated * width / tp, 1), (h, width / tp), (bias * h, 1)]
+
+
 def root_tensors(h: sp.Expr, V: sp.Expr, s: sp.Expr, tp: sp.Expr, *, learned_positions: Flag,
                  layernorm: Flag, output: Flag) -> list[tuple[sp.Expr, sp.Expr]]:
     """The parameters outside the layers: vocabulary-parallel embedding, learned positions, final

@@ -56,6 +56,22 @@ def mla_params(h: sp.Expr, a: sp.Expr, r_q: sp.Expr, r_kv: sp.Expr, d_nope: sp.E
     return {"sharded": sharded, "replicated": replicated}
 
 
+def mla_tensors(h: sp.Expr, a: sp.Expr, r_q: sp.Expr, r_kv: sp.Expr, d_nope: sp.Expr,
+                d_rope: sp.Expr, d_v: sp.Expr, tp: sp.Expr, *, q_lora: bool,
+                bias: Flag) -> list[tuple[sp.Expr, sp.Expr]]:
+    """(rows, columns) of one layer's MLA parameters on a rank with tp tensor ranks (for FSDP's
+    padding, perfmodel.costs.memory.fsdp_padded): the down projections and the latents' norms
+    whole, the up projections split by rows (heads), the output by columns; sums to mla_params'
+    sharded / tp + replicated."""
+    d_qk = d_nope + d_rope
+    if q_lora:
+        query = [(r_q, h), (r_q, 1), (a * d_qk / tp, r_q)]  # down, its norm, up
+    else:
+        query = [(a * d_qk / tp, h)]
+    return query + [(r_kv + d_rope, h), (r_kv, 1), (a * (d_nope + d_v) / tp, r_kv),
+                    (h, a * d_v / tp), (as_flag(bias) * h, 1)]
+
+
 def latent_widths(r_q: sp.Expr, r_kv: sp.Expr, d_rope: sp.Expr, h: sp.Expr, *,
                   q_lora: bool) -> list[sp.Expr]:
     """The widths of what crosses the tp ranks between the down and the up projections: the

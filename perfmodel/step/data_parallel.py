@@ -38,18 +38,23 @@ Megatron-Core's expert mesh etp x ep x edp = tp x cp x dp, megatron/core/paralle
 d98e8a64ddf34856e74b24714e3bedb2f5a39553), in a sync of their own where that group differs from
 dp x cp (ep > 1 or tp / etp > 1: Megatron-Core's expert data parallelism; the validation job's),
 with the others otherwise. With FP8 weights (fp8_params) the distributed optimizer all-gathers the
-FP8 weights at e_8 bytes, the routed experts' over edp (stage_weight_bytes).
+FP8 weights at e_8 bytes, the routed experts' over edp (stage_weight_bytes). ZeRO 3 with experts
+(FSDP2 beside expert parallelism, as torchtitan and NeMo AutoModel shard them): an MoE layer's
+attention, norms, router and shared experts one unit over dp x cp and its routed experts another
+over edp (fsdp_units; the validation job's workload.parallelize.apply_fsdp).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import memory as M
+from perfmodel.costs import mla as MLA
 from perfmodel.costs.lattice import lmax
 from perfmodel.step import fp8 as FP8
 from perfmodel.step.collective import Collective
@@ -60,6 +65,7 @@ from perfmodel.step.parameters import Parameters
 FSDP_GATHERS_PER_MICRO_BATCH = 2  # a unit's weights, gathered for its forward and its backward
 DDP_GRADIENT_PASSES = 6  # into the bucket, scaled, back: 3 reads and 3 writes of the gradients
 SYNC = "data_parallel/sync"
+ZERO = sp.Integer(0)
 
 
 def replicas(c: Context) -> sp.Expr:
@@ -69,7 +75,7 @@ def replicas(c: Context) -> sp.Expr:
 
 def expert_replicas(c: Context) -> sp.Expr:
     """The ranks holding the same routed expert shards: tp dp cp / (ep etp) (the axis edp)."""
-    return S.tp * S.dp * S.cp / (S.ep * S.etp)
+    return expert_replicas_of()
 
 
 def expert_sync_apart(c: Context) -> sp.Expr:
@@ -78,25 +84,109 @@ def expert_sync_apart(c: Context) -> sp.Expr:
     return sp.Max(active(S.ep), active(S.tp / S.etp), evaluate=False)
 
 
-def fsdp_units(c: Context) -> tuple[tuple[sp.Expr, sp.Expr], ...]:
-    """(units, elements each) of a stage under ZeRO 3: its layers, and one root unit (the first
-    stage's embedding, positions, final norm and an untied output layer; a last stage alone holds
-    the final norm and the output layer)."""
+@dataclass(frozen=True)
+class FsdpUnit:
+    """One kind of FSDP unit of a stage under ZeRO 3: gathered for each micro-batch's forward and
+    backward, its gradients reduce-scattered once per step, over `axis` (dp_cp; a mixture of
+    experts' routed experts over edp where they sync apart)."""
+
+    name: str  # layer, moe_layer, experts, mtp, root
+    axis: str
+    count: sp.Expr  # units of this kind on rank 0's stage (the first): the ledger's calls
+    most: sp.Expr  # on the stage that holds the most of them: the time's
+    elements: sp.Expr  # one unit's elements on one GPU, padded as FSDP2 pads them
+
+    @property
+    def ranks(self) -> sp.Expr:
+        """The ranks the unit is sharded over."""
+        return expert_replicas_of() if self.axis == "edp" else S.dp * S.cp
+
+
+def expert_replicas_of() -> sp.Expr:
+    return S.tp * S.dp * S.cp / (S.ep * S.etp)
+
+
+def _layer_tensors(c: Context, mlp: sp.Expr | None) -> list[tuple[sp.Expr, sp.Expr]]:
+    """(rows, columns) of a layer's parameters on one GPU: its attention (standard, or MLA's),
+    norms and a dense MLP `mlp` wide (None: none, an MoE layer's routed part apart)."""
+    h, tp = S.h, S.tp
+    if c.fam.mla:
+        out = MLA.mla_tensors(h, S.a, S.r_q, S.r_kv, S.d_nope, S.d_rope, S.d_v, tp,
+                              q_lora=c.fam.mla_q_lora, bias=c.bias)
+        out += [((1 + c.layernorm) * h, 1), ((1 + c.layernorm) * h, 1)]  # the two norms
+        if mlp is not None:
+            out += M.mlp_tensors(h, mlp, tp, gated=c.gated, bias=c.bias)
+        return out
+    out = M.layer_tensors(h, S.a, S.kv, S.f if mlp is None else mlp, tp, d=c.d, gated=c.gated,
+                          bias=c.bias, qkv_bias=c.qkv_bias, layernorm=c.layernorm,
+                          sinks=int(c.fam.attention_sinks))
+    if mlp is None:  # without the MLP's six tensors (layer_tensors' 9th to 14th)
+        out = out[:8] + out[14:]
+    return out
+
+
+def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
+    """The units of a stage under ZeRO 3: its layers, and one root unit (the first stage's
+    embedding, positions, final norm and an untied output layer; a last stage alone holds the
+    final norm and the output layer). A mixture of experts (torchtitan's and NeMo AutoModel's
+    FSDP2 with expert parallelism: the routed experts a unit of their own, sharded over the
+    expert-data-parallel group): its dense layers; its MoE layers' attention, norms, router and
+    shared experts; their routed experts (E / ep each, over edp where they sync apart, else in
+    the MoE layer's unit); the multi-token-prediction modules' projection and norms on the last
+    stage, their layer with the others. The first unit is a layer's (perfmodel.timeline)."""
     h, V, tp, dp = S.h, S.V, S.tp, replicas(c)
-    layer = M.fsdp_padded(M.layer_tensors(h, S.a, S.kv, S.f, tp, d=c.d, gated=c.gated,
-                                          bias=c.bias, qkv_bias=c.qkv_bias,
-                                          layernorm=c.layernorm,
-                                          sinks=int(c.fam.attention_sinks)), dp)
+    dense = M.fsdp_padded(_layer_tensors(c, S.f), dp)
     root_first = M.fsdp_padded(M.root_tensors(
         h, V, S.s, tp, learned_positions=c.learned_positions, layernorm=c.layernorm,
         output=c.single * (1 - c.tied)), dp)
-    root_last = M.fsdp_padded([((1 + c.layernorm) * h, 1), (V / tp, h)], dp)
+    norm = ((1 + c.layernorm) * h, 1)
+    last = [norm, (V / tp, h)]
+    if c.fam.mtp:  # the modules' copy of the embedding where it is not (several stages)
+        last.append((c.multi * V / tp, h))
+    root_last = M.fsdp_padded(last, dp)
     root = c.single * root_first + c.multi * sp.Max(root_first, root_last, evaluate=False)
-    return (c.max_stage_layers, layer), (sp.Integer(1), root)
+    if not c.fam.moe and not c.fam.mtp:
+        layers = c.max_stage_layers
+        return (FsdpUnit("layer", "dp_cp", layers, layers, dense),
+                FsdpUnit("root", "dp_cp", sp.Integer(1), sp.Integer(1), root))
+    from perfmodel.step.moe import moe_layers
+    from perfmodel.step.pipeline import holds
+
+    moe = moe_layers(c) if c.fam.moe else {st: ZERO for st in c.stage_layers}
+    mtp = {st: S.D_mtp * holds(c, st)[1] if c.fam.mtp else ZERO for st in c.stage_layers}
+    mtp_moe = c.fam.mtp_last_moe
+    dense_n = {st: n - moe[st] + (0 if mtp_moe else mtp[st]) for st, n in c.stage_layers.items()}
+    moe_n = {st: moe[st] + (mtp[st] if mtp_moe else 0) for st in c.stage_layers}
+    units = [FsdpUnit("layer", "dp_cp", dense_n["first"], lmax(*dense_n.values()), dense)]
+    if c.fam.moe:
+        apart = expert_sync_apart(c)
+        router = [(S.E, h), (c.bias * S.E, 1)]  # whole on every tp rank
+        shared = M.mlp_tensors(h, S.f_sh, tp, gated=c.gated, bias=c.bias) \
+            if c.fam.moe_shared else []
+        width = S.f_E / S.etp
+        expert = [((1 + c.gated) * width, h), (c.bias * (1 + c.gated) * width, 1),
+                  (h, width), (c.bias * h, 1)]  # one routed expert's fc1 and fc2 on a rank
+        experts = S.E / S.ep * M.fsdp_padded(expert, expert_replicas(c))
+        moe_layer = M.fsdp_padded(_layer_tensors(c, None) + router + shared, dp)
+        units.append(FsdpUnit("moe_layer", "dp_cp", moe_n["first"], lmax(*moe_n.values()),
+                              moe_layer + (1 - apart) * experts))
+        units.append(FsdpUnit("experts", "edp", apart * moe_n["first"],
+                              apart * lmax(*moe_n.values()), experts))
+    if c.fam.mtp:  # each module's projection (2h -> h, split as a column-parallel layer) and
+        # its two norms
+        module = M.fsdp_padded([(M.MTP_PROJECTION * h / tp, h), norm, norm], dp)
+        units.append(FsdpUnit("mtp", "dp_cp", mtp["first"], lmax(*mtp.values()), module))
+    units.append(FsdpUnit("root", "dp_cp", sp.Integer(1), sp.Integer(1), root))
+    return tuple(units)
+
+
+def fsdp_unit_count(units: tuple[FsdpUnit, ...]) -> sp.Expr:
+    """The units of the stage with the most (each kind's largest count)."""
+    return sum((u.most for u in units), ZERO)
 
 
 def sync_collectives(c: Context, params: Parameters,
-                     units: tuple[tuple[sp.Expr, sp.Expr], ...]) -> list[Collective]:
+                     units: tuple[FsdpUnit, ...]) -> list[Collective]:
     """The gradient sync of one step: the stage's gradients (gbytes each) and weights (wbytes;
     an fp8 plan's FP8 weights, fp8_params, at e_8), over dp x cp; a mixture of experts' routed
     experts over edp where they sync apart."""
@@ -150,11 +240,16 @@ def sync_collectives(c: Context, params: Parameters,
             out.append(Collective(name=name, op=op, axis="edp", nbytes=nbytes,
                                   time_nbytes=time_nbytes, calls=calls, phase="step",
                                   in_phase=SYNC, term="comm/dp", fam=c.fam))
-    for unit, (count, elements) in zip(("layer", "root"), units, strict=True):
-        out.append(dp(f"dp/fsdp_{unit}/all_gather", "all_gather", S.wbytes * elements,
-                      z3 * FSDP_GATHERS_PER_MICRO_BATCH * count, phase="fwd+bwd"))
-        out.append(dp(f"dp/fsdp_{unit}/reduce_scatter", "reduce_scatter", S.gbytes * elements,
-                      z3 * count))
+    for u in units:  # the ledger's calls rank 0's, the time the stage's with the most
+        prefix = "edp" if u.axis == "edp" else "dp"
+        for op, nbytes, per_micro_batch, phase in (
+                ("all_gather", S.wbytes, FSDP_GATHERS_PER_MICRO_BATCH, "fwd+bwd"),
+                ("reduce_scatter", S.gbytes, 1, "step")):
+            out.append(Collective(
+                name=f"{prefix}/fsdp_{u.name}/{op}", op=op, axis=u.axis,
+                nbytes=nbytes * u.elements, calls=z3 * per_micro_batch * u.count,
+                transfers=None if u.most == u.count else z3 * per_micro_batch * u.most,
+                phase=phase, in_phase=SYNC, term="comm/dp", fam=c.fam))
     return out
 
 
@@ -197,13 +292,13 @@ def stage_weight_bytes(c: Context, params: Parameters) -> tuple[dict[str, sp.Exp
     return dense, experts
 
 
-def fsdp_copy_passes(c: Context) -> sp.Expr:
-    """FSDP2's copies of a unit: a read and a write of (1 + 1/dp) of it (the shard and the
-    gathered unit), each way (dp x cp with context parallelism)."""
-    return 2 * (1 + 1 / replicas(c))
+def fsdp_copy_passes(c: Context, ranks: sp.Expr | None = None) -> sp.Expr:
+    """FSDP2's copies of a unit sharded over `ranks` (default dp x cp): a read and a write of
+    (1 + 1/ranks) of it (the shard and the gathered unit), each way."""
+    return 2 * (1 + 1 / (replicas(c) if ranks is None else ranks))
 
 
-def sync_phase(c: Context, params: Parameters, units: tuple[tuple[sp.Expr, sp.Expr], ...],
+def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
                issued: Mapping[str, tuple[Collective, ...]], backward_s: sp.Expr,
                forward_s: sp.Expr) -> Phase:
     """The step's gradient sync and parameter gathers: its collectives (with what hides them, see
@@ -215,41 +310,63 @@ def sync_phase(c: Context, params: Parameters, units: tuple[tuple[sp.Expr, sp.Ex
     # (the copies of the experts' sync, over their replicas, as the others')
     copy_bytes = (1 - z1) * DDP_GRADIENT_PASSES * grad_bytes \
         + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
-        + z3 * sum((n * copies * p * (FSDP_GATHERS_PER_MICRO_BATCH * m * S.wbytes + S.gbytes)
-                    for n, p in units), sp.Integer(0))
+        + z3 * sum((u.most * fsdp_copy_passes(c, u.ranks) * u.elements
+                    * (FSDP_GATHERS_PER_MICRO_BATCH * m * S.wbytes + S.gbytes)
+                    for u in units), ZERO)
     layers = c.max_stage_layers
+    n_units = fsdp_unit_count(units)
     # (a mixture of experts' own sync over edp with the others', behind the same compute)
     grads = ("dp/all_reduce", "dp/reduce_scatter") \
         + (("edp/all_reduce", "edp/reduce_scatter") if c.fam.moe else ())
-    fsdp_grads = ("dp/fsdp_layer/reduce_scatter", "dp/fsdp_root/reduce_scatter")
+    fsdp = [f"{'edp' if u.axis == 'edp' else 'dp'}/fsdp_{u.name}" for u in units]
+    fsdp_grads = tuple(f"{name}/reduce_scatter" for name in fsdp)
     param_gathers = ("dp/all_gather",) + (("edp/all_gather",) if c.fam.moe else ())
-    gathers = ("dp/fsdp_layer/all_gather", "dp/fsdp_root/all_gather")
+    gathers = tuple(f"{name}/all_gather" for name in fsdp)
     overlaps = (
         Overlap("the last micro-batch's backward", backward_s, c.overlap_grad_sync,
                 floor=1 / layers, of=grads),
         Overlap("the last micro-batch's backward", backward_s, c.overlap_grad_sync,
-                floor=1 / (layers + 1), of=fsdp_grads),
+                floor=1 / n_units, of=fsdp_grads),
         Overlap("the next step's first forward", forward_s, c.overlap_param_gather,
                 floor=1 / layers, of=param_gathers),
         Overlap("every micro-batch's forward and backward", m * (forward_s + backward_s),
-                c.overlap_param_gather, floor=1 / (FSDP_GATHERS_PER_MICRO_BATCH * (layers + 1)),
+                c.overlap_param_gather, floor=1 / (FSDP_GATHERS_PER_MICRO_BATCH * n_units),
                 of=gathers))
     return Phase(name=SYNC, per_step=True, comms=issued.get(SYNC, ()),
                  device={"comm/dp_framework": active(replicas(c))
                          * K.memory_time(copy_bytes, c.dev)},
-                 host={"comm/dp_framework": fsdp_hooked_units(c, layers) * S.t_fsdp_r},
+                 host={"comm/dp_framework": fsdp_hooked_units(c, layers, units) * S.t_fsdp_r},
                  overlaps=overlaps)
 
 
-def fsdp_hooked_units(c: Context, layers: sp.Expr) -> sp.Expr:
-    """Units whose FSDP2 hooks run (ZeRO 1-3 with dp x cp > 1): a stage's layers and its
-    root."""
-    return c.zero1 * active(replicas(c)) * (layers + 1)
+def fsdp_hooked_units(c: Context, layers: sp.Expr, units: tuple[FsdpUnit, ...] = (),
+                      stage: str | None = None) -> sp.Expr:
+    """Units whose FSDP2 hooks run (ZeRO 1-3 with dp x cp > 1): a stage's layers and its root;
+    under ZeRO 3 also the routed experts' units where they are apart (a mixture of experts:
+    units, on `stage` or, None, the stage with the most)."""
+    out = c.zero1 * active(replicas(c)) * (layers + 1)
+    for u in units:
+        if u.name == "experts":
+            count = u.most if stage is None else fsdp_units_on(c, u, stage)
+            out += c.zero3 * active(u.ranks) * count
+    return out
 
 
-def fsdp_hook_phase(c: Context, stage: str) -> Phase:
+def fsdp_units_on(c: Context, unit: FsdpUnit, stage: str) -> sp.Expr:
+    """How many units of a routed-experts kind a stage holds (its MoE layers, with the
+    multi-token-prediction modules' on the last where theirs is one), where apart."""
+    from perfmodel.step.moe import moe_layers
+    from perfmodel.step.pipeline import holds
+
+    count = moe_layers(c)[stage]
+    if c.fam.mtp and c.fam.mtp_last_moe:
+        count += S.D_mtp * holds(c, stage)[1]
+    return expert_sync_apart(c) * count
+
+
+def fsdp_hook_phase(c: Context, stage: str, units: tuple[FsdpUnit, ...] = ()) -> Phase:
     """FSDP2's hooks of every unit in a micro-batch: measured fixed costs, forward and backward."""
-    units = fsdp_hooked_units(c, c.stage_layers[stage])
+    units_n = fsdp_hooked_units(c, c.stage_layers[stage], units, stage)
     return Phase(name="data_parallel/fsdp_hooks",
-                 host={"compute/forward/framework": units * S.t_fsdp_f,
-                       "compute/backward/framework": units * S.t_fsdp_b})
+                 host={"compute/forward/framework": units_n * S.t_fsdp_f,
+                       "compute/backward/framework": units_n * S.t_fsdp_b})

@@ -100,6 +100,11 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         full_layer = lmax(full_layer, activations(full=0, selective=0, moe=True))
     inflight = M.inflight_micro_batches(
         c.gpipe, c.interleaved + c.zero_bubble * (1 - c.zbv) * active(S.v), S.pp, c.m, S.v)
+    # the largest layer FSDP gathers whole: a dense one, or an MoE layer with its E / ep
+    # routed experts (their unit and the layer's, gathered for the same computation)
+    gathered_layer = params.layer_per_gpu
+    if c.fam.moe:
+        gathered_layer = lmax(gathered_layer, params.moe_layer_per_gpu)
     out: dict[str, dict[str, sp.Expr]] = {}
     for st in STAGES:
         has_embed, has_head = holds(c, st)
@@ -136,7 +141,7 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         root = has_embed * (params.embedding["sharded"] / tp + params.embedding["replicated"]) \
             + has_head * (params.final_norm + (1 - c.tied * c.single) * V * h / tp)
         mem["buffers/zero3_gather"] = c.zero3 * S.wbytes * (
-            ZERO3_GATHERED_LAYERS * params.layer_per_gpu + root)
+            ZERO3_GATHERED_LAYERS * gathered_layer + root)
         if c.fam.fp8:  # allocated once and kept: not in the allocator's churn below
             mem.update(FP8.memory_terms(c, st, has_head))
         # the tensors allocated and freed every step (the model states sit in buffers allocated

@@ -72,6 +72,8 @@ class Parameters:
     experts: dict[str, sp.Expr] = field(
         default_factory=lambda: {"first": ZERO, "last": ZERO, "middle": ZERO})
     experts_per_gpu: sp.Expr = sp.Integer(0)
+    # an MoE layer's on one GPU, its E / ep routed experts with it (0 without experts)
+    moe_layer_per_gpu: sp.Expr = sp.Integer(0)
 
     @property
     def dense_per_gpu(self) -> sp.Expr:
@@ -100,6 +102,7 @@ def parameters(c: Context) -> Parameters:
     total_layers = L * (lp["sharded"] + lp["replicated"])
     expert = MOE.expert_params(h, S.f_E, gated=c.gated, bias=c.bias)
     expert_gpu = MOE.expert_params(h, S.f_E, gated=c.gated, bias=c.bias, etp=S.etp)
+    moe_layer_gpu = ZERO
     if c.fam.moe:  # an MoE layer: the dense layer less its MLP, with the router, shared experts
         from perfmodel.step.moe import moe_layers, moe_layers_total
 
@@ -110,6 +113,7 @@ def parameters(c: Context) -> Parameters:
                "replicated": lp["replicated"] - mlp["replicated"] + shared["replicated"]
                + router}
         count = moe_layers(c)
+        moe_layer_gpu = on_gpu(moe) + S.E / S.ep * expert_gpu
         for st in layers:
             experts[st] = count[st] * S.E / S.ep * expert_gpu
             layers[st] = (n[st] - count[st]) * layer_gpu + count[st] * on_gpu(moe) + experts[st]
@@ -136,4 +140,4 @@ def parameters(c: Context) -> Parameters:
         + final_norm + (1 - tied) * V * h
     return Parameters(lp, layer_gpu, emb, final_norm, per_stage,
                       lmax(*per_stage.values()), total,
-                      experts, lmax(*experts.values()) if c.fam.moe else ZERO)
+                      experts, lmax(*experts.values()) if c.fam.moe else ZERO, moe_layer_gpu)

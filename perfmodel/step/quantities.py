@@ -31,7 +31,7 @@ from perfmodel.costs import moe as CM
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
-from perfmodel.step.data_parallel import fsdp_copy_passes
+from perfmodel.step.data_parallel import FsdpUnit, fsdp_copy_passes
 from perfmodel.step.framework import BACKWARD_PER_FORWARD
 from perfmodel.step.layer import attended_share, op_recomputed_gemm_share
 from perfmodel.step.parameters import Parameters
@@ -110,7 +110,7 @@ def _comm_s(phases: Sequence[Phase], per: sp.Expr = ONE) -> sp.Expr:
 
 def part_times(c: Context, forward_s: Mapping[str, sp.Expr], backward_s: Mapping[str, sp.Expr],
                phases: Mapping[str, Phase], collectives: Sequence[Collective],
-               units: tuple[tuple[sp.Expr, sp.Expr], ...]) -> dict[str, sp.Expr]:
+               units: tuple[FsdpUnit, ...]) -> dict[str, sp.Expr]:
     """Per micro-batch on one rank, for one layer, the embedding and the output layer: forward_s
     and backward_s (the kernels' rooflines: BACKWARD_PER_FORWARD x the forward unless
     backward_s gives it), comm_forward_s and comm_backward_s (their
@@ -132,7 +132,7 @@ def part_times(c: Context, forward_s: Mapping[str, sp.Expr], backward_s: Mapping
         out[f"part:{part}:comm_forward_s"] = comm[part][0]
         out[f"part:{part}:comm_backward_s"] = comm[part][1]
     by_name = {x.name: x for x in collectives}
-    unit_copies = fsdp_copy_passes(c) * units[0][1]
+    unit_copies = fsdp_copy_passes(c) * units[0].elements
     out["part:fsdp_unit:gather_s"] = by_name["dp/fsdp_layer/all_gather"].call_s \
         + K.memory_time(S.wbytes * unit_copies, c.dev)
     out["part:fsdp_unit:reduce_s"] = by_name["dp/fsdp_layer/reduce_scatter"].call_s \

@@ -273,3 +273,32 @@ def test_distributed_optimizer_with_experts_and_cp_matches_one_process(tmp_path)
         assert _calls(rank, "edp", "reduce_scatter", "grad") == {2 * 3 * H * 32 * F32: 1}
         assert sum(_calls(rank, "dp_cp", "reduce_scatter", "grad").values()) == 1
         assert not _calls(rank, "edp", "all_reduce") and not _calls(rank, "dp_cp", "all_reduce")
+
+
+# --- ZeRO 3 (FSDP2) with expert parallelism ------------------------------------------------------
+
+
+@pytest.mark.parametrize("dp", [2, 4], ids=["dp2-ep2-edp1", "dp4-ep2-edp2"])
+def test_fsdp_with_expert_parallelism_matches_one_process(tmp_path, dp):
+    # FSDP2 beside ep 2 (torchtitan's and NeMo AutoModel's layout): the blocks' units over dp; the
+    # routed experts of the MoE layer a unit of their own over edp (dp / ep ranks), or, with one
+    # rank there (dp 2), left whole; two micro-batches: each unit gathered for every forward and
+    # backward, its gradients reduce-scattered once, as perfmodel's ledger counts them
+    result = check_equivalence(MOE, _zero_plan(3, dp=dp, ep=2), JobParallel(), tmp_path)
+    _equivalent(result)  # the loss and every gradient (the sharded ones gathered whole)
+    edp = dp // 2
+    # the experts of the MoE layer a rank keeps: 2 of 4, each gated (w1, w3: 32 x h; w2: h x 32)
+    experts = 2 * 3 * H * 32
+    for rank in result["ranks"]:
+        gathers = _calls(rank, "edp", "all_gather")
+        scatters = _calls(rank, "edp", "reduce_scatter")
+        if edp == 1:
+            assert not gathers and not scatters and not _calls(rank, "edp", "all_reduce")
+        else:  # each unit's shard padded to whole rows per rank: none here (32, h divide by 2)
+            assert gathers == {experts * F32: 2 * 2}
+            assert scatters == {experts * F32: 1}
+        # every unit over dp: the dense layer, the MoE layer without its routed experts, the
+        # root; gathered twice per micro-batch
+        assert sum(_calls(rank, "dp", "all_gather").values()) == 3 * 2 * 2
+        assert sum(_calls(rank, "dp", "reduce_scatter").values()) == 3
+        assert not _calls(rank, "dp", "all_reduce")

@@ -295,9 +295,6 @@ CASES = [
     C("predict", "ep not dividing the experts (HF mixture of experts)", f"{PRED} --model "
       f"{HF}/mixtral-8x7b-v0.1 --seq-len 4096 --dp 6 --ep 3 --global-batch 6", PLAN,
       ("ep (3) must divide the experts (8)",)),
-    C("predict", "ZeRO-3 with experts (preset)", f"{PRED} --model deepseek-v3 --dp 4 --ep 4 "
-      "--zero 3 --global-batch 4", PLAN, ("zero 3 (FSDP) with a mixture of experts is not "
-                                          "modelled",)),
     C("predict", "cp not dividing the sequence", f"{LLAMA} --cp 3", PLAN,
       ("seq_len (4096) must be divisible by 2 cp (6)",)),
     C("predict", "ep on a dense model", f"{LLAMA} --dp 2 --ep 2", PLAN,

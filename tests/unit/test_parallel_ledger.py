@@ -96,6 +96,15 @@ CASES = {
         MOE, _plan(32, tp=2, ep=1, etp=2, n_mb=2, zero=1, sequence_parallel=True)),
     "zero 1, tp 4, etp 2 x ep 16 over dp 64 x cp 2 (edp 16)": (
         MIXTRAL_LIKE, _plan(64, 2, tp=4, mb=2, ep=16, etp=2, zero=1, sequence_parallel=True)),
+    # ZeRO 3 (FSDP2) beside expert parallelism, as torchtitan and NeMo AutoModel run it: every
+    # block a unit over dp, the MoE layers' routed experts a unit of their own over edp (dp / ep
+    # ranks), whole where that is one rank; two micro-batches (each unit gathered for every
+    # forward and backward, its gradients reduce-scattered once)
+    "zero 3, ep 8 over dp 64 (edp 8)": (MOE, _plan(64, ep=8, n_mb=2, zero=3)),
+    "zero 3, ep 64 over dp 64 (experts whole)": (MOE, _plan(64, ep=64, n_mb=2, zero=3)),
+    "zero 3, ep 1 over dp 64 (experts in the MoE layer's unit)": (
+        MOE, _plan(64, mb=2, zero=3)),
+    "zero 3, ep 4 over dp 512 (edp 128)": (MIXTRAL_LIKE, _plan(512, ep=4, zero=3)),
 }
 
 
@@ -113,10 +122,18 @@ def test_the_ledger_gives_every_collective_the_job_issues(name):
         assert {"cp", "dp_cp"} <= axes and "dp" not in axes
     if plan.ep > 1:
         assert "ep" in axes
-    if plan.zero:  # the distributed optimizer's one reduce-scatter and one all-gather per buffer
+    if plan.zero in (1, 2):  # the distributed optimizer's one reduce-scatter and one all-gather
+        # per buffer
         for axis in {"dp_cp" if plan.cp > 1 else "dp"} | ({"edp"} & axes):
             assert [r["job_count"] for r in result["rows"]
                     if r["axis"] == axis and r["op"] != "all_reduce"] == [1, 1]
+    if plan.zero == 3:  # FSDP2: no all-reduce; the experts' units over edp where it has ranks
+        assert not [r for r in result["rows"] if r["op"] == "all_reduce"]
+        edp = plan.dp // plan.ep
+        assert ("edp" in axes) is (plan.ep > 1 and edp > 1)
+        for axis in {"dp"} | ({"edp"} & axes):  # gathered in the forward and the backward
+            gathers = [r for r in result["rows"] if r["axis"] == axis and r["op"] == "all_gather"]
+            assert gathers and all(r["job_phases"] == "bwd,fwd" for r in gathers)
     if plan.etp > 1:  # the expert-tensor exchanges were issued and counted, not both absent
         assert "etp" in axes
         assert ("etp_ep" in axes) is (model.capacity_factor is None)  # dropless: the counts
