@@ -417,3 +417,17 @@ def test_an_ep_group_that_cuts_a_tp_group_unevenly_is_refused():
     with pytest.raises(PlanError, match=r"ep \(6\) must divide or be divisible by tp \(4\)"):
         _plan(dp=3, tp=4, ep=6, sequence_parallel=True, global_batch=3).check(model)
     _plan(dp=3, tp=4, ep=4, sequence_parallel=True, global_batch=3).check(model)
+
+
+@pytest.mark.parametrize("q_lora", [True, False], ids=["q-lora", "whole-queries"])
+def test_mla_tensors_hold_the_mla_parameters_of_one_rank(q_lora):
+    """FSDP pads each of MLA's tensors (perfmodel.costs.mla.mla_tensors): together they hold
+    what mla_params gives one of tp ranks (its sharded part / tp, its replicated part whole)."""
+    from perfmodel.costs import mla
+
+    dims = dict(h=7168, a=128, r_q=1536, r_kv=512, d_nope=128, d_rope=64, d_v=128)
+    tp = 8
+    params = mla.mla_params(**dims, q_lora=q_lora, bias=1)
+    tensors = mla.mla_tensors(**dims, tp=tp, q_lora=q_lora, bias=1)
+    assert sum(rows * cols for rows, cols in tensors) == params["sharded"] / tp \
+        + params["replicated"]
