@@ -90,6 +90,30 @@ def _forget_meshes() -> None:
         _redistribute._gen_transform_infos.cache_clear()
 
 
+def _check_cpu_memory(model: TransformerSpec, plan: Plan) -> None:
+    """PlanError (one line) where a zero-3 dry run cannot build its model: FSDP2 refuses meta
+    parameters, so rank 0 builds its whole model on the CPU before sharding it (a mixture of
+    experts every expert first), then holds its gradients: twice the parameters' bytes in the
+    plan's dtype, against the memory the system has free (rather than the kernel killing the
+    run without a word)."""
+    import os
+
+    from perfmodel.params import parameter_counts
+    from workload.model import DTYPES
+
+    per_element = DTYPES[plan.dtype.value].itemsize
+    needed = 2 * parameter_counts(model).total * per_element
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # a system without these: not checked
+        return
+    if needed > free:
+        raise PlanError(
+            f"--dry-run of a zero 3 plan builds {model.name} whole on the CPU (FSDP2 refuses "
+            f"meta parameters): about {needed / 2**30:.0f} GiB, and {free / 2**30:.0f} GiB are "
+            "free; shrink it (--layers, --hidden) or count zero 0, 1 or 2")
+
+
 def count_collectives(
     model: TransformerSpec, plan: Plan, parallel: JobParallel | None = None
 ) -> dict[str, Any]:
@@ -109,6 +133,8 @@ def count_collectives(
     if plan.pp > 1 and fsdp:
         raise PlanError("--dry-run does not count pipeline plans with FSDP (zero 3) yet: "
                         "use zero 0, 1 or 2")
+    if fsdp:
+        _check_cpu_memory(model, plan)
     if dist.is_initialized():
         dist.destroy_process_group()
     _forget_meshes()

@@ -119,6 +119,24 @@ def test_pipeline_with_fsdp_is_refused_with_a_reason():
         )
 
 
+def test_fsdp_of_a_model_the_cpu_cannot_hold_is_refused_in_one_line(monkeypatch):
+    # FSDP2 refuses meta parameters: a zero-3 dry run builds the model on the CPU; where that
+    # would not fit (here: a system that says it has 1 GiB free) it says so before it starts,
+    # rather than the kernel killing it without a word
+    import os
+
+    from perfmodel.errors import PlanError
+
+    real = os.sysconf
+    free = {"SC_AVPHYS_PAGES": 2**18, "SC_PAGE_SIZE": 4096}  # 1 GiB
+    monkeypatch.setattr(os, "sysconf", lambda name: free.get(name) or real(name))
+    with pytest.raises(PlanError, match=r"builds mixtral-8x7b whole on the CPU .* about 174 GiB, "
+                                        r"and 1 GiB are free") as err:
+        dryrun.count_collectives(load_model("mixtral-8x7b"),
+                                 Plan(gpus=16, dp=16, ep=8, global_batch=16, zero=3))
+    assert "\n" not in str(err.value)
+
+
 PLANS = {
     "data-64": dict(gpus=64, dp=64, global_batch=64),
     "data-512": dict(gpus=512, dp=512, global_batch=512),
