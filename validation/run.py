@@ -37,6 +37,11 @@ def plan_label(plan: Plan) -> str:
         f"mb{plan.micro_batch}",
         f"gb{plan.global_batch}",
     ]
+    # the degrees a plan has beyond dp x tp x pp (two runs differing in them are two runs)
+    parts[3:3] = [f"{axis}{getattr(plan, axis)}" for axis in ("cp", "ep", "etp")
+                  if getattr(plan, axis) > 1]
+    if plan.cp > 1:
+        parts.append(f"cp-{plan.cp_comm.value}")
     if plan.pp > 1:
         parts.append(
             plan.schedule.value + (f"v{plan.virtual_stages}" if plan.virtual_stages > 1 else "")

@@ -176,3 +176,17 @@ def test_probe_shares_apply_to_the_timed_steps():
     assert terms["forward"] == pytest.approx(0.2)
     assert terms["backward"] == pytest.approx(0.5)
     assert sum(terms.values()) == pytest.approx(step)
+
+
+def test_a_run_is_named_by_every_degree_it_has():
+    # two runs that differ only in cp, ep or etp (or cp's exchange) are two runs: their
+    # directories and report titles must not collide
+    from perfmodel.strategy import Plan
+    from validation.run import plan_label
+
+    assert plan_label(Plan(gpus=4, dp=4, global_batch=8)) == "dp4-tp1-pp1-mb1-gb8"
+    assert plan_label(Plan(gpus=4, dp=4, ep=2, zero=3, global_batch=8)) \
+        == "dp4-tp1-pp1-ep2-mb1-gb8-zero3"
+    assert plan_label(Plan(gpus=8, dp=2, tp=2, cp=2, ep=2, etp=2, cp_comm="a2a",
+                           sequence_parallel=True, global_batch=8)) \
+        == "dp2-tp2-pp1-cp2-ep2-etp2-mb1-gb8-cp-a2a-sp"
