@@ -163,9 +163,9 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
         router = [(S.E, h), (c.bias * S.E, 1)]  # whole on every tp rank
         shared = M.mlp_tensors(h, S.f_sh, tp, gated=c.gated, bias=c.bias) \
             if c.fam.moe_shared else []
-        width = S.f_E / S.etp
-        expert = [((1 + c.gated) * width, h), (c.bias * (1 + c.gated) * width, 1),
-                  (h, width), (c.bias * h, 1)]  # one routed expert's fc1 and fc2 on a rank
+        # one routed expert's up (and gate) and down projections on a rank, each its own
+        # tensor (the validation job's; FSDP2 pads each)
+        expert = M.mlp_tensors(h, S.f_E, S.etp, gated=c.gated, bias=c.bias)
         experts = S.E / S.ep * M.fsdp_padded(expert, expert_replicas(c))
         moe_layer = M.fsdp_padded(_layer_tensors(c, None) + router + shared, dp)
         units.append(FsdpUnit("moe_layer", "dp_cp", moe_n["first"], lmax(*moe_n.values()),

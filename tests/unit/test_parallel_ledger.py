@@ -105,6 +105,10 @@ CASES = {
     "zero 3, ep 1 over dp 64 (experts in the MoE layer's unit)": (
         MOE, _plan(64, mb=2, zero=3)),
     "zero 3, ep 4 over dp 512 (edp 128)": (MIXTRAL_LIKE, _plan(512, ep=4, zero=3)),
+    # experts 120 wide over edp 16: each of an expert's tensors padded to 128 rows (FSDP2 pads
+    # each parameter's rows to the group, the up and gate projections apart)
+    "zero 3, experts 120 wide, ep 4 over dp 64 (edp 16)": (
+        MOE.replace(expert_ffn_hidden=120), _plan(64, ep=4, zero=3)),
 }
 
 
