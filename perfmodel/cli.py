@@ -861,11 +861,17 @@ def recommend(model: str | None, from_config: str | None,
         pins["recomputes"] = {"megatron": ("none", "selective", "full"),
                               "torchtitan": ("none", "full", "op")}.get(emit_config[0],
                                                                          ("none", "full"))
-        # the writers write no context or expert parallelism yet: plans without them
-        for key in ("cp", "ep", "etp"):
-            if pins.get(key) not in (None, 1):
-                raise click.UsageError(f"--emit-config writes no {key} yet: leave --{key} out")
-            pins[key] = 1
+        # torchtitan's and DeepSpeed's writers write no context or expert parallelism yet: plans
+        # without them (Megatron-LM's writes both)
+        if emit_config[0] != "megatron":
+            for key in ("cp", "ep", "etp"):
+                if pins.get(key) not in (None, 1):
+                    raise click.UsageError(f"--emit-config {emit_config[0]} writes no {key} "
+                                           f"yet: leave --{key} out")
+                pins[key] = 1
+        elif getattr(spec, "experts", 0):  # Megatron-LM's FSDP2
+            # path is not written with experts
+            pins["zero_stages"] = (0, 1)
     try:
         gpu_counts = tuple(int(g) for g in gpus.split(","))
     except ValueError:

@@ -49,7 +49,8 @@ READ_OPTIONS: dict[str, int] = {
         "context-parallel-size", "cp-comm-type", "expert-model-parallel-size",
         "expert-tensor-parallel-size",
         "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
-        "moe-shared-expert-intermediate-size", "fp8-format", "fp8-recipe", "fp4-format",
+        "moe-shared-expert-intermediate-size", "moe-layer-freq", "moe-token-dispatcher-type",
+        "fp8-format", "fp8-recipe", "fp4-format",
         "recompute-granularity", "recompute-method", "recompute-num-layers", "normalization",
         "position-embedding-type", "attention-backend", "hidden-dropout", "attention-dropout",
         "data-parallel-sharding-strategy", "pipeline-model-parallel-layout",
@@ -70,7 +71,7 @@ READ_OPTIONS: dict[str, int] = {
         "optimizer-cpu-offload", "account-for-embedding-in-pipeline-split",
         "account-for-loss-in-pipeline-split", "squared-relu", "quick-geglu", "use-legacy-models",
         "use-mcore-models", "mock-data", "no-position-embedding", "fp8-param-gather",
-        "use-precision-aware-optimizer", "checkpoint-activations"), 0),
+        "use-precision-aware-optimizer", "checkpoint-activations", "moe-grouped-gemm"), 0),
 }
 
 # options that do not change the step's time or memory, by kind (a prefix ending in '-' names
@@ -115,7 +116,7 @@ _IGNORED_KINDS = {
         "distributed-backend", "local-rank", "lazy-mpu-init", "use-ring-exchange-p2p",
         "barrier-with-L1-time", "no-barrier-with-level-1-timing", "high-priority-stream-groups",
         "moe-router-load-balancing-type", "moe-aux-loss-coeff", "moe-z-loss-coeff",
-        "moe-grouped-gemm", "moe-token-dispatcher-type", "moe-router-dtype"),
+        "moe-router-dtype"),
 }
 
 
@@ -407,6 +408,27 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
             model["shared_experts"] = 1
             model["shared_expert_ffn_hidden"] = shared
             take("moe_shared_expert_intermediate_size", f"a shared expert {shared} wide")
+        dispatcher = _str(settings, "moe_token_dispatcher_type", "allgather")
+        if dispatcher == "allgather":  # Megatron-LM's default
+            raise refuse_plan(where, settings["moe_token_dispatcher_type"][0]
+                              if "moe_token_dispatcher_type" in settings
+                              else "--moe-token-dispatcher-type (default: allgather)", dispatcher,
+                              "perfmodel models the all-to-all dispatch: give "
+                              "--moe-token-dispatcher-type alltoall (or flex)")
+        take("moe_token_dispatcher_type", f"{dispatcher}: the tokens' all-to-all"
+             + (" (flex, DeepEP's kernels: modelled as NCCL's all-to-all of the same bytes)"
+                if dispatcher == "flex" else ""))
+        take("moe_grouped_gemm", "the experts' GEMMs grouped (perfmodel's grouped-GEMM "
+                                 "efficiency, with or without it)")
+        freq = _str(settings, "moe_layer_freq")
+        if freq is not None:
+            layers = _int(settings, "num_layers", where)
+            pattern = moe_layer_pattern(freq, layers, where, settings["moe_layer_freq"][0])
+            dense = [i for i, moe in enumerate(pattern) if not moe]
+            first = next((i for i, moe in enumerate(pattern) if moe), len(pattern))
+            model["moe_first_dense"] = first
+            model["moe_dense_layers"] = tuple(i for i in dense if i >= first)
+            take("moe_layer_freq", f"dense layers {dense or 'none'}")
     _vocab(settings, job, where, take)
     for dest in ("hidden_dropout", "attention_dropout"):
         if dest in settings:
@@ -415,6 +437,41 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
                                     "activation memory (Korthikanti et al. 2022) whatever the "
                                     "rate; with 0 Megatron keeps none (memory over-counted by "
                                     "2 s b h bytes a layer)"))
+
+
+def moe_layer_pattern(text: str, layers: int | None, where: str, option: str) -> list[int]:
+    """Megatron-LM's --moe-layer-freq: N (every N-th layer from the first is an MoE layer) or a
+    list of 0 (dense) and 1 (MoE), one per layer, as Python writes it ([0]*3+[1]*58 included:
+    literal lists, + and * of them, read by this small evaluator, never eval)."""
+    import ast
+
+    def value(node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.List):
+            return [value(e) for e in node.elts]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+                return left + right
+            if isinstance(node.op, ast.Mult) and isinstance(left, list) \
+                    and isinstance(right, int) and 0 <= right <= 10**6:
+                return left * right
+        raise ValueError
+
+    if layers is None:
+        raise refuse_spec(where, option, text, "--moe-layer-freq needs --num-layers")
+    try:
+        parsed = value(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError):
+        parsed = None
+    if isinstance(parsed, int) and parsed >= 1:
+        return [int(i % parsed == 0) for i in range(layers)]
+    if (not isinstance(parsed, list) or len(parsed) != layers
+            or any(v not in (0, 1) for v in parsed)):
+        raise refuse_spec(where, option, text, f"--moe-layer-freq must be N >= 1 or a list of "
+                                               f"{layers} zeros and ones (e.g. ([0]*3+[1]*5))")
+    return [int(v) for v in parsed]
 
 
 _OVERRIDES = {"num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
@@ -832,6 +889,18 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
         raise refuse_emit("megatron", "the model", "; ".join(model.uncosted()))
     if model.position_embedding == "learned" and model.experts:
         raise refuse_emit("megatron", "the model", "mixture of experts")
+    for field, given, why in (
+            ("kv_lora_rank", model.kv_lora_rank is not None, "multi-head latent attention"),
+            ("mtp_layers", model.mtp_layers > 0, "multi-token prediction"),
+            ("sliding_window", model.sliding_window is not None, "sliding-window attention"),
+            ("attention_sinks", model.attention_sinks, "attention sinks"),
+            ("capacity_factor", model.capacity_factor is not None, "an expert capacity")):
+        if given:  # arguments perfmodel's reader does not read back: not written either
+            raise refuse_emit("megatron", field, f"written Megatron-LM arguments carry no {why} "
+                                                 "yet")
+    if model.experts and plan.zero == 3:
+        raise refuse_emit("megatron", "zero 3 with experts", "Megatron-LM's torch FSDP2 path is "
+                          "not written with experts (pin --zero 0 or 1)")
     args = [["--num-layers", str(model.layers)], ["--hidden-size", str(model.hidden)],
             ["--ffn-hidden-size", str(model.ffn_hidden)],
             ["--num-attention-heads", str(model.heads)], ["--kv-channels", str(model.head_dim)]]
@@ -862,6 +931,11 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
              ["--pipeline-model-parallel-size", str(plan.pp)]]
     if plan.virtual_stages > 1:
         args.append(["--num-virtual-stages-per-pipeline-rank", str(plan.virtual_stages)])
+    if plan.cp > 1:
+        comm = {ours: theirs for theirs, ours in CP_COMM_TYPES.items()}[plan.cp_comm.value]
+        args += [["--context-parallel-size", str(plan.cp)], ["--cp-comm-type", comm]]
+    if model.experts:
+        args += moe_arguments(model, plan)
     for end in ("first", "last"):
         if getattr(plan, f"{end}_stage_layers"):
             args.append([f"--decoder-{end}-pipeline-num-layers",
@@ -917,6 +991,33 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
     if plan.overlap_param_gather and plan.zero == 1:  # FSDP2 (zero 3) prefetches by itself
         args.append(["--overlap-param-gather"])
     args.append(["--attention-backend", "flash" if plan.flash_attention else "unfused"])
+    return args
+
+
+def moe_arguments(model: Any, plan: Any) -> list[list[str]]:
+    """A mixture of experts' pretrain_gpt.py arguments: its experts, top-k and widths, which
+    layers are dense (--moe-layer-freq as a list), the dispatch perfmodel models (all-to-all,
+    grouped GEMMs, dropless) and the plan's ep and etp (Megatron-LM's etp default is tp: always
+    written)."""
+    args = [["--num-experts", str(model.experts)], ["--moe-router-topk", str(model.top_k)],
+            ["--moe-ffn-hidden-size", str(model.expert_ffn_hidden or model.ffn_hidden)]]
+    if model.shared_experts:  # Megatron-Core's shared experts are one MLP as wide as all of them
+        width = model.shared_experts * (model.shared_expert_ffn_hidden
+                                        or model.expert_ffn_hidden or model.ffn_hidden)
+        args.append(["--moe-shared-expert-intermediate-size", str(width)])
+    moe = set(model.moe_layers)
+    if len(moe) != model.layers:
+        pattern = [int(i in moe) for i in range(model.layers)]
+        runs: list[str] = []  # ([0]*3+[1]*58): run-length, as Megatron-LM's recipes write it
+        start = 0
+        for i in range(1, model.layers + 1):
+            if i == model.layers or pattern[i] != pattern[start]:
+                runs.append(f"[{pattern[start]}]*{i - start}")
+                start = i
+        args.append(["--moe-layer-freq", f"({'+'.join(runs)})"])
+    args += [["--moe-token-dispatcher-type", "alltoall"], ["--moe-grouped-gemm"],
+             ["--expert-model-parallel-size", str(plan.ep)],
+             ["--expert-tensor-parallel-size", str(plan.etp)]]
     return args
 
 

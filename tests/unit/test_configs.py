@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,8 +124,11 @@ def test_megatron_fp8_is_read(tmp_path):
     ("--context-parallel-size 2 --cp-comm-type a2a+p2p", "--cp-comm-type"),
     # issue 17: an expert-tensor-parallel degree that does not divide tp (perfmodel takes etp
     # out of the tp ranks); the default, tp, is read (test_megatron_expert_tensor_parallelism...)
-    ("--num-experts 8 --moe-router-topk 2 --tensor-model-parallel-size 2 "
-     "--expert-tensor-parallel-size 4", "--expert-tensor-parallel-size"),
+    ("--num-experts 8 --moe-router-topk 2 --moe-token-dispatcher-type alltoall "
+     "--tensor-model-parallel-size 2 --expert-tensor-parallel-size 4",
+     "--expert-tensor-parallel-size"),
+    # Megatron-LM's default dispatcher all-gathers the tokens: perfmodel models the all-to-all
+    ("--num-experts 8 --moe-router-topk 2", "--moe-token-dispatcher-type"),
     ("--overlap-param-gather", "--overlap-param-gather"),  # needs the distributed optimizer
     ("--pipeline-model-parallel-layout Et*2|t*2L", "--pipeline-model-parallel-layout"),
     ("--recompute-granularity full", "--recompute-granularity"),
@@ -163,7 +167,8 @@ def test_megatron_context_and_expert_parallelism_are_read_into_the_plan(tmp_path
     the plan's cp, cp_comm and ep (dp what the world leaves of tp x pp x cp, ep carved out of
     dp x cp); experts whole on each rank: --expert-tensor-parallel-size 1."""
     text = BASE + ("--context-parallel-size 2 --cp-comm-type all_gather --num-experts 8 "
-                   "--moe-router-topk 2 --expert-model-parallel-size 4 "
+                   "--moe-router-topk 2 --moe-token-dispatcher-type alltoall "
+                   "--expert-model-parallel-size 4 "
                    "--expert-tensor-parallel-size 1")
     job = read_config(write(tmp_path, text))
     spec = resolve_model(job, None, None)
@@ -179,8 +184,8 @@ def test_megatron_expert_tensor_parallelism_is_read_into_the_plan(tmp_path):
     args.expert_tensor_parallel_size is None: args.expert_tensor_parallel_size =
     args.tensor_model_parallel_size")."""
     # (without biases: Megatron-Core allows a bias in MoE only with etp 1)
-    moe = BASE + "--num-experts 8 --moe-router-topk 2 --tensor-model-parallel-size 2 " \
-        "--sequence-parallel --disable-bias-linear "
+    moe = BASE + "--num-experts 8 --moe-router-topk 2 --moe-token-dispatcher-type alltoall " \
+        "--tensor-model-parallel-size 2 --sequence-parallel --disable-bias-linear "
     for extra, etp, pinned in (("", 2, False), ("--expert-tensor-parallel-size 1", 1, True)):
         job = read_config(write(tmp_path, moe + extra))
         spec, plan = resolve_plan(job, resolve_model(job, None, None), {"gpus": 8})
@@ -464,6 +469,20 @@ def test_cli_bad_configs(run_cli, args, code, text):
     assert "Traceback" not in res.stderr
 
 
+def _read_back(run_cli, chosen: dict, config: Path, *extra: str) -> tuple[Any, dict]:
+    """predict --from-config of an emitted config: the recommended plan, step and memory
+    (1e-9); (the process, its JSON)."""
+    back = run_cli("predict", "--hardware", "dgx-h100", "--from-config", config, *extra,
+                   "--json")
+    assert back.returncode == 0, back.stderr
+    again = json.loads(back.stdout)
+    assert again["plan"] == chosen["plan"]
+    assert again["step_time_s"] == pytest.approx(chosen["step_time_s"], rel=1e-9)
+    assert again["memory_per_gpu_bytes"] == pytest.approx(chosen["memory_per_gpu_bytes"],
+                                                          rel=1e-9)
+    return back, again
+
+
 @pytest.mark.parametrize("fmt, pins, read", [
     ("megatron", [], ["launch.sh"]),
     ("torchtitan", ["--zero", "3", "--flash-attention", "--overlap-grad-sync", "--recompute",
@@ -485,17 +504,58 @@ def test_round_trip_emit_then_read_back(run_cli, tmp_path, fmt, pins, read):
     assert res.returncode == 0, res.stderr
     rec = json.loads(res.stdout)
     chosen = rec["plans"][rec["emitted"]["plan_rank"] - 1]
-    back = run_cli("predict", "--hardware", "dgx-h100", "--from-config", out / read[0],
-                   *read[1:], "--json")
-    assert back.returncode == 0, back.stderr
-    again = json.loads(back.stdout)
-    assert again["plan"] == chosen["plan"]
-    assert again["step_time_s"] == pytest.approx(chosen["step_time_s"], rel=1e-9)
-    assert again["memory_per_gpu_bytes"] == pytest.approx(chosen["memory_per_gpu_bytes"],
-                                                          rel=1e-9)
+    back, again = _read_back(run_cli, chosen, out / read[0], *read[1:])
     check(res.stdout, "recommend")  # the published schemas hold "emitted" and "config"
     check(back.stdout, "predict")
     assert rec["emitted"]["format"] == fmt and again["config"]["framework"] == fmt
+
+
+@pytest.mark.parametrize("model, gpus, pins", [
+    # every layer a mixture of 8 experts: the search picks ep (and cp) and Megatron-LM's
+    # arguments carry them
+    ("mixtral-8x7b", "64", ["--seq-len", "4096"]),
+    # a dense first layer (--moe-layer-freq), two shared experts (Megatron-LM's one MLP as wide
+    # as both), context parallelism pinned
+    ("moe.yaml", "16", ["--seq-len", "8192", "--cp", "2"]),
+])
+def test_round_trip_of_a_mixture_of_experts_through_megatron(run_cli, tmp_path, model, gpus,
+                                                             pins):
+    """recommend --emit-config megatron of a mixture of experts (issue 17), read back with
+    predict --from-config: the same plan, step and memory (1e-9)."""
+    if model.endswith(".yaml"):
+        spec = tmp_path / model
+        spec.write_text("name: moe\nlayers: 8\nhidden: 2048\nheads: 16\nkv_heads: 4\n"
+                        "seq_len: 8192\nvocab: 32000\nffn_hidden: 5632\ngated_mlp: true\n"
+                        "bias: false\nnorm: rmsnorm\ntied_embeddings: false\nexperts: 16\n"
+                        "position_embedding: rotary\n"
+                        "top_k: 4\nexpert_ffn_hidden: 1408\nshared_experts: 2\n"
+                        "shared_expert_ffn_hidden: 1408\nmoe_first_dense: 1\n")
+        model = str(spec)
+    out = tmp_path / "megatron"
+    out.mkdir()
+    res = run_cli("recommend", "--model", model, "--hardware", "dgx-h100", "--gpus", gpus,
+                  "--global-batch", "64", *pins, "--json", "--emit-config", "megatron", out)
+    assert res.returncode == 0, res.stderr
+    rec = json.loads(res.stdout)
+    chosen = rec["plans"][rec["emitted"]["plan_rank"] - 1]
+    text = (out / "megatron_args.txt").read_text()
+    assert "--num-experts" in text and "--moe-token-dispatcher-type alltoall" in text
+    assert f"--expert-model-parallel-size {chosen['plan']['ep']}" in text
+    _, again = _read_back(run_cli, chosen, out / "launch.sh")
+    assert again["parameters"] == pytest.approx(rec["parameters"], rel=1e-12)
+
+
+def test_megatron_reads_which_layers_are_dense(tmp_path):
+    # --moe-layer-freq as Megatron-LM's recipes write it, and as N (every N-th layer from 0)
+    moe = BASE + "--num-experts 8 --moe-router-topk 2 --moe-token-dispatcher-type alltoall "
+    for freq, first, others in (("'([0]*1+[1]*3)'", 1, ()), ("2", 0, (1, 3)),
+                                ("'[1,0,1,1]'", 0, (1,))):
+        job = read_config(write(tmp_path, moe + f"--moe-layer-freq {freq}"))
+        spec = resolve_model(job, None, None)
+        assert (spec.moe_first_dense, spec.moe_dense_layers) == (first, others), freq
+    for bad in ("'[0]*3'", "0", "'__import__(\"os\")'"):  # 3 of 4 layers; no layer; not a list
+        with pytest.raises(SpecError, match="--moe-layer-freq must be N >= 1 or a list of 4"):
+            read_config(write(tmp_path, moe + f"--moe-layer-freq {bad}"))
 
 
 def test_recommend_from_config_pins_its_choices(run_cli):
