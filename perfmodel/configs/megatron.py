@@ -412,9 +412,10 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
         if dispatcher == "allgather":  # Megatron-LM's default
             raise refuse_plan(where, settings["moe_token_dispatcher_type"][0]
                               if "moe_token_dispatcher_type" in settings
-                              else "--moe-token-dispatcher-type (default: allgather)", dispatcher,
-                              "perfmodel models the all-to-all dispatch: give "
-                              "--moe-token-dispatcher-type alltoall (or flex)")
+                              else "--moe-token-dispatcher-type / moe_token_dispatcher_type "
+                                   "(default: allgather)", dispatcher,
+                              "perfmodel models the all-to-all dispatch: give the token "
+                              "dispatcher type alltoall (or flex)")
         take("moe_token_dispatcher_type", f"{dispatcher}: the tokens' all-to-all"
              + (" (flex, DeepEP's kernels: modelled as NCCL's all-to-all of the same bytes)"
                 if dispatcher == "flex" else ""))

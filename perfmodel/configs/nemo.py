@@ -35,6 +35,7 @@ _MODEL_FIELDS = (
     "cp_comm_type", "expert_model_parallel_size", "expert_tensor_parallel_size",
     "sequence_parallel",
     "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+    "moe_layer_freq", "moe_token_dispatcher_type", "moe_grouped_gemm",
     "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
     "distribute_saved_activations", "add_bias_linear", "add_qkv_bias", "normalization",
     "position_embedding_type", "attention_backend", "hidden_dropout", "attention_dropout",
@@ -77,9 +78,9 @@ _HARMLESS = frozenset((
     "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_interval", "fp8_wgrad",
     "fp8_dot_product_attention", "fp8_multi_head_attention", "fp4_recipe", "qk_layernorm",
     "softmax_scale", "forward_step_fn", "data_step_fn", "moe_aux_loss_coeff",
-    "moe_router_load_balancing_type", "moe_token_dispatcher_type", "moe_grouped_gemm",
-    "moe_router_dtype", "moe_z_loss_coeff", "moe_router_pre_softmax", "moe_router_score_function",
-    "moe_permute_fusion", "seq_length_from_data"))
+    "moe_router_load_balancing_type", "moe_router_dtype", "moe_z_loss_coeff",
+    "moe_router_pre_softmax", "moe_router_score_function", "moe_permute_fusion",
+    "seq_length_from_data"))
 _IGNORED_SECTIONS = {
     **dict.fromkeys(("checkpoint", "checkpoint_config", "logger", "logger_config", "log", "rng",
                      "rng_config", "profiling", "profiling_config", "ft", "straggler",

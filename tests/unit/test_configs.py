@@ -384,6 +384,23 @@ def test_nemo_context_parallel_is_read_into_the_plan(tmp_path):
         read_config(write(tmp_path, hierarchical, "cp2.yaml"))
 
 
+def test_bridge_mixture_of_experts_is_read_with_its_dispatcher_and_dense_layers(tmp_path):
+    """A Megatron-Bridge model with experts: its dense layers (moe_layer_freq, a YAML list) and
+    the all-to-all dispatcher are read; TransformerConfig's default dispatcher, allgather, is
+    refused rather than costed as the all-to-all."""
+    moe = (DATA / "bridge_llama3_8b.yaml").read_text().replace(
+        "  num_moe_experts: null", "  num_moe_experts: 8\n  moe_router_topk: 2\n"
+                                  "  moe_ffn_hidden_size: 7168\n"
+                                  "  moe_layer_freq: [0, 0, " + "1, " * 29 + "1]")
+    text = moe.replace("  moe_router_topk: 2", "  moe_router_topk: 2\n"
+                                              "  moe_token_dispatcher_type: alltoall")
+    _, spec, _ = job_plan(write(tmp_path, text, "moe.yaml"), gpus=16)
+    assert (spec.experts, spec.top_k, spec.expert_ffn_hidden) == (8, 2, 7168)
+    assert (spec.moe_first_dense, spec.moe_dense_layers) == (2, ())
+    with pytest.raises(PlanError, match="moe_token_dispatcher_type.*alltoall"):
+        read_config(write(tmp_path, moe, "moe2.yaml"))
+
+
 # --- malformed files --------------------------------------------------------------------------
 
 
