@@ -50,6 +50,7 @@ READ_OPTIONS: dict[str, int] = {
         "expert-tensor-parallel-size",
         "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
         "moe-shared-expert-intermediate-size", "moe-layer-freq", "moe-token-dispatcher-type",
+        "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
         "fp8-format", "fp8-recipe", "fp4-format",
         "recompute-granularity", "recompute-method", "recompute-num-layers", "normalization",
         "position-embedding-type", "attention-backend", "hidden-dropout", "attention-dropout",
@@ -307,22 +308,25 @@ def apply_settings(settings: Settings, job: JobConfig, where: str) -> None:
 
 def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
            ) -> None:
-    for dest in ("multi_latent_attention", "no_position_embedding", "quick_geglu"):
+    for dest in ("no_position_embedding", "quick_geglu"):
         if _flag(settings, dest, where):
             raise refuse_spec(where, settings[dest][0], True, {
-                "multi_latent_attention": "multi-head latent attention from Megatron arguments "
-                                          "is not read (give --model a DeepSeek config)",
                 "no_position_embedding": "a model without position embeddings is not modelled",
                 "quick_geglu": "a quick-GeGLU MLP is not modelled (SwiGLU and GeLU are)"}[dest])
-    for dest in ("window_size", "mtp_num_layers"):
-        if _str(settings, dest) not in (None, "0", "None"):
-            raise refuse_spec(where, settings[dest][0], settings[dest][1],
-                              "sliding windows and multi-token prediction from Megatron "
-                              "arguments are not read")
+    if _str(settings, "window_size") not in (None, "0", "None"):
+        raise refuse_spec(where, settings["window_size"][0], settings["window_size"][1],
+                          "sliding windows from Megatron arguments are not read")
     if job.preset:
+        for dest in ("multi_latent_attention", "mtp_num_layers"):
+            if _flag(settings, dest, where) if dest.startswith("multi") else \
+                    _str(settings, dest) not in (None, "0", "None"):
+                raise refuse_spec(where, settings[dest][0], settings[dest][1],
+                                  "multi-head latent attention and multi-token prediction are "
+                                  "read from Megatron arguments, not over a preset")
         _preset_overrides(settings, job, where, take)
         return
     model = job.model
+    _latent_attention(settings, job, where, take)
     for dest, field_name in (("num_layers", "layers"), ("hidden_size", "hidden"),
                              ("num_attention_heads", "heads"), ("seq_length", "seq_len")):
         value = _int(settings, dest, where)
@@ -438,6 +442,40 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
                                     "activation memory (Korthikanti et al. 2022) whatever the "
                                     "rate; with 0 Megatron keeps none (memory over-counted by "
                                     "2 s b h bytes a layer)"))
+
+
+# Megatron-LM's defaults of its multi-head latent attention arguments (arguments.py at d98e8a6)
+MLA_DEFAULTS = {"q_lora_rank": None, "kv_lora_rank": 32, "qk_head_dim": 128,
+                "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
+MLA_FIELD_OF = {"q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+                "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim",
+                "v_head_dim": "v_head_dim"}
+
+
+def _latent_attention(settings: Settings, job: JobConfig, where: str,
+                      take: Callable[[str, str], None]) -> None:
+    """--multi-latent-attention with its ranks and head sizes (Megatron-LM's defaults where not
+    given, said in the notes), and --mtp-num-layers: DeepSeek-V3's attention and multi-token
+    prediction."""
+    model = job.model
+    mtp = _int(settings, "mtp_num_layers", where, 0, minimum=0)
+    if mtp:
+        model["mtp_layers"] = mtp
+    take("mtp_num_layers", f"mtp_layers {mtp or 0}")
+    if not _flag(settings, "multi_latent_attention", where):
+        for dest in MLA_DEFAULTS:
+            take(dest, "without --multi-latent-attention: none")
+        return
+    take("multi_latent_attention", "multi-head latent attention (MLA)")
+    for dest, default in MLA_DEFAULTS.items():
+        value = _int(settings, dest, where, default, minimum=1)
+        if value is not None:
+            model[MLA_FIELD_OF[dest]] = value
+        if dest in settings:
+            take(dest, f"{MLA_FIELD_OF[dest]} {value}")
+        else:
+            job.notes.append(f"{MLA_FIELD_OF[dest]} {value}: Megatron-LM's default for "
+                             f"--{dest.replace('_', '-')}")
 
 
 def moe_layer_pattern(text: str, layers: int | None, where: str, option: str) -> list[int]:
@@ -891,8 +929,6 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
     if model.position_embedding == "learned" and model.experts:
         raise refuse_emit("megatron", "the model", "mixture of experts")
     for field, given, why in (
-            ("kv_lora_rank", model.kv_lora_rank is not None, "multi-head latent attention"),
-            ("mtp_layers", model.mtp_layers > 0, "multi-token prediction"),
             ("sliding_window", model.sliding_window is not None, "sliding-window attention"),
             ("attention_sinks", model.attention_sinks, "attention sinks"),
             ("capacity_factor", model.capacity_factor is not None, "an expert capacity")):
@@ -907,6 +943,14 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
             ["--num-attention-heads", str(model.heads)], ["--kv-channels", str(model.head_dim)]]
     if model.kv_heads != model.heads:
         args += [["--group-query-attention"], ["--num-query-groups", str(model.kv_heads)]]
+    if model.kv_lora_rank is not None:  # DeepSeek's multi-head latent attention
+        args.append(["--multi-latent-attention"])
+        for dest, field in MLA_FIELD_OF.items():
+            value = getattr(model, field)
+            if value is not None:  # q_lora_rank None: queries not compressed (the default)
+                args.append([f"--{dest.replace('_', '-')}", str(value)])
+    if model.mtp_layers:
+        args.append(["--mtp-num-layers", str(model.mtp_layers)])
     args += [["--seq-length", str(model.seq_len)],
              ["--max-position-embeddings", str(model.seq_len)],
              ["--position-embedding-type",

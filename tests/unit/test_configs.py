@@ -534,6 +534,8 @@ def test_round_trip_emit_then_read_back(run_cli, tmp_path, fmt, pins, read):
     # a dense first layer (--moe-layer-freq), two shared experts (Megatron-LM's one MLP as wide
     # as both), context parallelism pinned
     ("moe.yaml", "16", ["--seq-len", "8192", "--cp", "2"]),
+    # DeepSeek-V3: multi-head latent attention, a multi-token-prediction module, 3 dense layers
+    ("deepseek-v3", "256", ["--seq-len", "4096", "--global-batch", "512"]),
 ])
 def test_round_trip_of_a_mixture_of_experts_through_megatron(run_cli, tmp_path, model, gpus,
                                                              pins):
@@ -550,8 +552,9 @@ def test_round_trip_of_a_mixture_of_experts_through_megatron(run_cli, tmp_path, 
         model = str(spec)
     out = tmp_path / "megatron"
     out.mkdir()
+    pins = pins if "--global-batch" in pins else [*pins, "--global-batch", "64"]
     res = run_cli("recommend", "--model", model, "--hardware", "dgx-h100", "--gpus", gpus,
-                  "--global-batch", "64", *pins, "--json", "--emit-config", "megatron", out)
+                  *pins, "--json", "--emit-config", "megatron", out)
     assert res.returncode == 0, res.stderr
     rec = json.loads(res.stdout)
     chosen = rec["plans"][rec["emitted"]["plan_rank"] - 1]
@@ -560,6 +563,18 @@ def test_round_trip_of_a_mixture_of_experts_through_megatron(run_cli, tmp_path, 
     assert f"--expert-model-parallel-size {chosen['plan']['ep']}" in text
     _, again = _read_back(run_cli, chosen, out / "launch.sh")
     assert again["parameters"] == pytest.approx(rec["parameters"], rel=1e-12)
+
+
+def test_megatron_reads_latent_attention_with_its_defaults(tmp_path):
+    # --multi-latent-attention with --kv-lora-rank only: the head sizes Megatron-LM's defaults
+    # (arguments.py: qk 128, rotary 64, v 128; queries uncompressed), said in the notes
+    job = read_config(write(tmp_path, BASE + "--disable-bias-linear --multi-latent-attention "
+                                             "--kv-lora-rank 64 "
+                                             "--mtp-num-layers 1"))
+    spec = resolve_model(job, None, None)
+    assert (spec.kv_lora_rank, spec.q_lora_rank, spec.qk_nope_head_dim, spec.qk_rope_head_dim,
+            spec.v_head_dim, spec.mtp_layers) == (64, None, 128, 64, 128, 1)
+    assert "qk_nope_head_dim 128: Megatron-LM's default for --qk-head-dim" in job.notes
 
 
 def test_megatron_reads_which_layers_are_dense(tmp_path):
