@@ -35,7 +35,8 @@ def header(model: Any, hardware: Any, plan: Any, step_time_s: float) -> list[str
         ("the parameter gather behind the forward", plan.overlap_param_gather),
         ("tensor-parallel communication behind the GEMMs", plan.tp_comm_overlap)) if on]
     overlap = "overlapped: " + ", ".join(hidden) if hidden else "no communication overlapped"
-    overlap += f", a {plan.stack.value} stack"
+    stack = plan.stack.value
+    overlap += f", {'an' if stack[0] in 'aeiou' else 'a'} {stack} stack"
     return [f"Written by perfmodel recommend: {model.name} on {plan.gpus} x {hardware.name}, "
             f"predicted step {step_time_s:.6g} s.",
             f"Plan: dp {plan.dp}, tp {plan.tp}, pp {plan.pp}, micro-batch {plan.micro_batch}, "
