@@ -81,10 +81,10 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
         from perfmodel.configs.torchtitan import torchtitan_toml
 
         text = "".join(f"# {line}\n" for line in lines) + torchtitan_toml(model, plan)
-        if plan.gpus % min(hardware.gpus_per_node, plan.gpus):
-            raise refuse_emit("torchtitan", f"gpus {plan.gpus}", "not whole nodes")
+        if plan.gpus % min(hardware.host_gpus, plan.gpus):
+            raise refuse_emit("torchtitan", f"gpus {plan.gpus}", "not whole hosts")
         path = write_atomic(out / "job.toml", text, what="torchtitan job config", make_parents=True)
-        per_node = min(hardware.gpus_per_node, plan.gpus)
+        per_node = min(hardware.host_gpus, plan.gpus)
         script = ("#!/bin/bash\n" + "".join(f"# {line}\n" for line in lines) +
                   "set -euo pipefail\n"
                   f"torchrun --nnodes {plan.gpus // per_node} --nproc-per-node {per_node} "
@@ -95,9 +95,9 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
     from perfmodel.configs.deepspeed import ds_config
 
     config = ds_config(plan)
-    per_node = min(hardware.gpus_per_node, plan.gpus)
+    per_node = min(hardware.host_gpus, plan.gpus)
     if plan.gpus % per_node:
-        raise refuse_emit("deepspeed", f"gpus {plan.gpus}", "not whole nodes")
+        raise refuse_emit("deepspeed", f"gpus {plan.gpus}", "not whole hosts")
     path = write_atomic(out / "ds_config.json", json.dumps(config, indent=2) + "\n",
                         what="DeepSpeed config", make_parents=True)
     origin = (model.origin or "").split(" (")[0]

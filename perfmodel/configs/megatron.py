@@ -1086,12 +1086,12 @@ def write_megatron(directory: Path, model: Any, plan: Any, hardware: Any, header
         header = [*header, f"Megatron-LM pads the vocabulary {model.vocab} to "
                            f"{padded_vocab(model.vocab, 1, plan.tp)} rows at tp {plan.tp}: "
                            "the job trains a few more rows than perfmodel predicted"]
-    per_node = min(hardware.gpus_per_node, plan.gpus)
+    per_node = min(hardware.host_gpus, plan.gpus)  # torchrun's processes on one host
     if plan.gpus % per_node:
         from perfmodel.configs.job import refuse_emit
 
         raise refuse_emit("megatron", f"gpus {plan.gpus}",
-                          f"not whole nodes of {hardware.gpus_per_node} GPUs")
+                          f"not whole hosts of {hardware.host_gpus} GPUs")
     nodes = plan.gpus // per_node
     comment = "".join(f"# {line}\n" for line in header)
     text = comment + "".join(shlex.join(group) + "\n" for group in args)

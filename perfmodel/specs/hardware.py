@@ -54,6 +54,8 @@ _FRACTION = "a fraction of the peak"
 _SEQ = "a sequence length [tokens]: 1e7 is beyond any context window"
 _DIM = "a GEMM dimension: 1e9 is far beyond any layer (a step's tokens are ~1e7)"
 BOUNDS: dict[str, Bound] = {
+    "gpus_per_host": Bound(1, 65_536, "GPUs one host drives (as gpus_per_node's bound)",
+                           inclusive=True, integer=True),
     "gpus_per_node": Bound(1, 65_536, "a node: NVL576 is the largest NVLink domain, a TPU v5p pod "
                            "has 8,960 chips", inclusive=True, integer=True),
     "peak_flops_per_s": Bound(1e6, 1e17, "1 MFLOP/s is below any CPU core; 1e17 is 10x the "
@@ -528,6 +530,10 @@ class HardwareSpec:
     name: str
     gpu_name: str
     gpus_per_node: int
+    # GPUs one host (one operating system, one torchrun) drives, where a node (an NVLink domain)
+    # spans several: a GB200 NVL72 rack's compute trays hold 4 each. None: gpus_per_node. Only
+    # launch scripts read it (--emit-config: torchrun --nproc-per-node).
+    gpus_per_host: int | None = None
     peak_flops_per_s: Mapping[str, float]
     memory_bytes: float
     memory_bandwidth_bytes_per_s: float
@@ -611,6 +617,11 @@ class HardwareSpec:
 
     def __post_init__(self) -> None:
         bounded("gpus_per_node", self.gpus_per_node)
+        if self.gpus_per_host is not None:
+            bounded("gpus_per_host", self.gpus_per_host)
+            if self.gpus_per_node % self.gpus_per_host:
+                raise SpecError(f"gpus_per_host ({self.gpus_per_host}) must divide gpus_per_node "
+                                f"({self.gpus_per_node}): a node's hosts are whole")
         if self.levels:  # first: a level's error names the level, not the link derived from it
             self._check_levels()
         if not self.peak_flops_per_s:
@@ -784,6 +795,11 @@ class HardwareSpec:
     def replace(self, **changes: Any) -> HardwareSpec:
         return dataclasses.replace(self, **changes)
 
+    @property
+    def host_gpus(self) -> int:
+        """GPUs one host drives (gpus_per_host, else gpus_per_node)."""
+        return self.gpus_per_host or self.gpus_per_node
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -847,6 +863,8 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
             if key in fields:
                 fields[key] = bounded(key, fields[key])
         fields["gpus_per_node"] = bounded("gpus_per_node", fields["gpus_per_node"])
+        if fields.get("gpus_per_host") is not None:
+            fields["gpus_per_host"] = bounded("gpus_per_host", fields["gpus_per_host"])
         return HardwareSpec(**fields)
     except TypeError as exc:  # a wrong type inside a nested field
         raise SpecError(f"{where}: {exc}") from None

@@ -600,3 +600,19 @@ def test_recommend_from_config_pins_its_choices(run_cli):
         assert (p["tp"], p["pp"], p["zero"], p["micro_batch"], p["global_batch"]) == \
             (2, 1, 1, 1, 512)
     assert "recommend pins the config's" in res.stderr
+
+
+def test_launch_scripts_run_one_torchrun_per_host(tmp_path):
+    # GB200 NVL72: one node (the rack's NVLink domain, 72 GPUs) of 18 hosts of 4 GPUs; 256 GPUs
+    # are 64 hosts (not whole nodes of 72, which the writer refused before gpus_per_host)
+    from perfmodel.configs.emit import emit
+    from perfmodel.specs.hardware import load_hardware
+
+    hardware = load_hardware("gb200-nvl72")
+    made = plan(gpus=256, dp=128, tp=2, global_batch=256).check(load_model("llama3-8b"))
+    for fmt, name in (("megatron", "launch.sh"), ("torchtitan", "launch.sh")):
+        out = tmp_path / fmt
+        kw = dict(zero=3, sequence_parallel=True, overlap_grad_sync=True, kernels="eager",
+                  overlap_param_gather=True) if fmt == "torchtitan" else {}
+        emit(fmt, out, load_model("llama3-8b"), hardware, made.replace(**kw), 1.0)
+        assert "--nnodes 64 --nproc-per-node 4" in (out / name).read_text(), fmt

@@ -306,7 +306,7 @@ def test_every_numeric_hardware_field_has_a_physical_range_with_a_reason():
     BOUNDS, HardwareSpec, LinkSpec = H.BOUNDS, H.HardwareSpec, H.LinkSpec
     GemmEfficiency, LayerCost, CollectiveFit = H.GemmEfficiency, H.LayerCost, H.CollectiveFit
 
-    fields = (_numeric_fields(HardwareSpec) | {"peak_flops_per_s"}
+    fields = (_numeric_fields(HardwareSpec) | {"peak_flops_per_s", "gpus_per_host"}  # or None
               | _numeric_fields(LinkSpec, "link.")
               | _numeric_fields(GemmEfficiency, "gemm_efficiency.")
               | _numeric_fields(LayerCost, "layer_costs.")
@@ -368,6 +368,8 @@ def _hardware_with(key, value):
         data["levels"][1][name] = value
     else:
         data[key] = value
+        if key == "gpus_per_host" and isinstance(value, int) and 1 <= value <= 65_536:
+            data["gpus_per_node"] = value  # a node of one host (whose GPUs it must divide)
     return hardware_from_dict(data, "test")
 
 
@@ -590,3 +592,16 @@ def test_new_hardware_gemm_fields_reproduce_their_sweep(name, sweep, table_dtype
         measured = 2 * r.b * r.m * r.n * r.k / r.flops_per_s
         errors.append(abs(ours - measured) / measured)
     assert len(errors) == 125 and np.median(errors) < holdout + 0.01
+
+
+def test_gpus_per_host_divides_the_node_and_sizes_the_launch():
+    # a GB200 NVL72 rack is one node (its NVLink domain) of 18 hosts of 4 GPUs: torchrun runs per
+    # host; a host count that does not divide the node is refused
+    from perfmodel.specs.hardware import hardware_from_dict
+
+    gb200 = load_hardware("gb200-nvl72")
+    assert (gb200.gpus_per_node, gb200.gpus_per_host, gb200.host_gpus) == (72, 4, 4)
+    assert load_hardware("dgx-h100").host_gpus == 8  # one host a node
+    data = {k: v for k, v in load_hardware("dgx-h100").to_dict().items() if k != "levels"}
+    with pytest.raises(SpecError, match=r"gpus_per_host \(3\) must divide gpus_per_node \(8\)"):
+        hardware_from_dict({**data, "gpus_per_host": 3}, "test")
