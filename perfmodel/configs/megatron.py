@@ -494,8 +494,8 @@ def moe_layer_pattern(text: str, layers: int | None, where: str, option: str) ->
             if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
                 return left + right
             if isinstance(node.op, ast.Mult) and isinstance(left, list) \
-                    and isinstance(right, int) and 0 <= right <= 10**6:
-                return left * right
+                    and isinstance(right, int) and 0 <= len(left) * right <= 10**6:
+                return left * right  # (bounded: a layer list, never a billion items)
         raise ValueError
 
     if layers is None:

@@ -585,7 +585,8 @@ def test_megatron_reads_which_layers_are_dense(tmp_path):
         job = read_config(write(tmp_path, moe + f"--moe-layer-freq {freq}"))
         spec = resolve_model(job, None, None)
         assert (spec.moe_first_dense, spec.moe_dense_layers) == (first, others), freq
-    for bad in ("'[0]*3'", "0", "'__import__(\"os\")'"):  # 3 of 4 layers; no layer; not a list
+    # 3 of 4 layers; no layer; not a list; a list of 10^12 items (refused before it is built)
+    for bad in ("'[0]*3'", "0", "'__import__(\"os\")'", "'[0]*1000000*1000000'"):
         with pytest.raises(SpecError, match="--moe-layer-freq must be N >= 1 or a list of 4"):
             read_config(write(tmp_path, moe + f"--moe-layer-freq {bad}"))
 
