@@ -306,14 +306,16 @@ def apply_fsdp(mod: Chunk, dp_mesh: Any, zero: int, experts: Any = False) -> Non
     whole: set[Any] = set()  # the routed experts of a group of one rank: not sharded
     for block in mod.layers:
         ffn = block.feed_forward
+        kept: set[Any] = set()
         if experts is not False and isinstance(ffn, MoE):
             if experts is None:
-                whole.update(ffn.experts.parameters())
+                kept = set(ffn.experts.parameters())
             else:
                 fully_shard(ffn.experts, mesh=experts, reshard_after_forward=reshard,
                             mp_policy=policy)
+        whole |= kept
         fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=policy,
-                    ignored_params={p for p in block.parameters() if p in whole} or None)
+                    ignored_params=kept or None)
     fully_shard(mod, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=policy,
                 ignored_params=whole or None)
 

@@ -317,12 +317,12 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
         raise refuse_spec(where, settings["window_size"][0], settings["window_size"][1],
                           "sliding windows from Megatron arguments are not read")
     if job.preset:
-        for dest in ("multi_latent_attention", "mtp_num_layers"):
-            if _flag(settings, dest, where) if dest.startswith("multi") else \
-                    _str(settings, dest) not in (None, "0", "None"):
-                raise refuse_spec(where, settings[dest][0], settings[dest][1],
-                                  "multi-head latent attention and multi-token prediction are "
-                                  "read from Megatron arguments, not over a preset")
+        given = {"multi_latent_attention": _flag(settings, "multi_latent_attention", where),
+                 "mtp_num_layers": _str(settings, "mtp_num_layers") not in (None, "0", "None")}
+        for dest in (d for d, on in given.items() if on):
+            raise refuse_spec(where, settings[dest][0], settings[dest][1],
+                              "multi-head latent attention and multi-token prediction are read "
+                              "from Megatron arguments, not over a preset")
         _preset_overrides(settings, job, where, take)
         return
     model = job.model

@@ -180,21 +180,21 @@ def fsdp_padded(tensors: list[tuple[sp.Expr, sp.Expr]], dp: sp.Expr) -> sp.Expr:
                sp.Integer(0))
 
 
-def layer_tensors(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, tp: sp.Expr, *, gated: Flag,
-                  bias: Flag, qkv_bias: Flag, layernorm: Flag,
+def layer_tensors(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr | None, tp: sp.Expr, *,
+                  gated: Flag, bias: Flag, qkv_bias: Flag, layernorm: Flag,
                   d: sp.Expr | None = None, sinks: Flag = 0) -> list[tuple[sp.Expr, sp.Expr]]:
     """(rows, columns) of one layer's parameters on a rank with Megatron 1D tensor parallelism:
     q, k, v and MLP-up (and gate) split by rows (column parallel), attention output and MLP-down
     split by columns (row parallel), their biases and the norms replicated. Sums to
-    layer_params sharded / tp + replicated."""
-    gated, bias, qkv_bias, layernorm = map(as_flag, (gated, bias, qkv_bias, layernorm))
+    layer_params sharded / tp + replicated. f None: no MLP (an MoE layer's routed part apart)."""
+    bias, qkv_bias, layernorm = map(as_flag, (bias, qkv_bias, layernorm))
     d = h / a if d is None else d
     out = [(a * d / tp, h), (kv * d / tp, h), (kv * d / tp, h),  # wq, wk, wv
            (qkv_bias * a * d / tp, 1), (qkv_bias * kv * d / tp, 1), (qkv_bias * kv * d / tp, 1),
-           (h, a * d / tp), (bias * h, 1),  # wo and its bias
-           (f / tp, h), (gated * f / tp, h), (bias * f / tp, 1), (bias * gated * f / tp, 1),
-           (h, f / tp), (bias * h, 1),  # MLP down and its bias
-           ((1 + layernorm) * h, 1), ((1 + layernorm) * h, 1)]  # two norms (weight [and bias])
+           (h, a * d / tp), (bias * h, 1)]  # wo and its bias
+    if f is not None:
+        out += mlp_tensors(h, f, tp, gated=gated, bias=bias)
+    out += norm_tensors(h, layernorm)
     if as_flag(sinks) != 0:  # attention sinks: a logit per head, split with the heads
         out.append((as_flag(sinks) * a / tp, 1))
     return out
@@ -203,10 +203,15 @@ def layer_tensors(h: sp.Expr, a: sp.Expr, kv: sp.Expr, f: sp.Expr, tp: sp.Expr, 
 def mlp_tensors(h: sp.Expr, width: sp.Expr, tp: sp.Expr, *, gated: Flag,
                 bias: Flag) -> list[tuple[sp.Expr, sp.Expr]]:
     """(rows, columns) of a tensor-parallel MLP `width` wide on one rank: up (and gate) split by
-    rows, down by columns, the up biases split, the down bias whole (as layer_tensors')."""
+    rows, down by columns, the up biases split, the down bias whole."""
     gated, bias = as_flag(gated), as_flag(bias)
     return [(width / tp, h), (gated * width / tp, h), (bias * width / tp, 1),
-            (bias * gated * width / tp, 1), (h, width / tp), (bias * h, 1)]
+            (bias * gated * width / tp, 1), (h, width / tp), (bias * h, 1)]  # MLP down, bias
+
+
+def norm_tensors(h: sp.Expr, layernorm: Flag) -> list[tuple[sp.Expr, sp.Expr]]:
+    """A layer's two norms (weight, and bias for LayerNorm), whole on every rank."""
+    return [((1 + as_flag(layernorm)) * h, 1)] * 2
 
 
 def root_tensors(h: sp.Expr, V: sp.Expr, s: sp.Expr, tp: sp.Expr, *, learned_positions: Flag,

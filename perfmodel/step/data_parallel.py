@@ -75,7 +75,7 @@ def replicas(c: Context) -> sp.Expr:
 
 def expert_replicas(c: Context) -> sp.Expr:
     """The ranks holding the same routed expert shards: tp dp cp / (ep etp) (the axis edp)."""
-    return expert_replicas_of()
+    return S.tp * S.dp * S.cp / (S.ep * S.etp)
 
 
 def expert_sync_apart(c: Context) -> sp.Expr:
@@ -92,36 +92,33 @@ class FsdpUnit:
 
     name: str  # layer, moe_layer, experts, mtp, root
     axis: str
-    count: sp.Expr  # units of this kind on rank 0's stage (the first): the ledger's calls
-    most: sp.Expr  # on the stage that holds the most of them: the time's
+    ranks: sp.Expr  # the group's ranks: dp x cp, or edp's
+    on: dict[str, sp.Expr]  # units of this kind on each stage (first, middle, last)
     elements: sp.Expr  # one unit's elements on one GPU, padded as FSDP2 pads them
 
     @property
-    def ranks(self) -> sp.Expr:
-        """The ranks the unit is sharded over."""
-        return expert_replicas_of() if self.axis == "edp" else S.dp * S.cp
+    def count(self) -> sp.Expr:
+        """Units on rank 0's stage (the first): the ledger's calls."""
+        return self.on["first"]
 
-
-def expert_replicas_of() -> sp.Expr:
-    return S.tp * S.dp * S.cp / (S.ep * S.etp)
+    @property
+    def most(self) -> sp.Expr:
+        """Units on the stage that holds the most of them: the time's."""
+        return lmax(*self.on.values())
 
 
 def _layer_tensors(c: Context, mlp: sp.Expr | None) -> list[tuple[sp.Expr, sp.Expr]]:
     """(rows, columns) of a layer's parameters on one GPU: its attention (standard, or MLA's),
     norms and a dense MLP `mlp` wide (None: none, an MoE layer's routed part apart)."""
     h, tp = S.h, S.tp
-    if c.fam.mla:
-        out = MLA.mla_tensors(h, S.a, S.r_q, S.r_kv, S.d_nope, S.d_rope, S.d_v, tp,
-                              q_lora=c.fam.mla_q_lora, bias=c.bias)
-        out += [((1 + c.layernorm) * h, 1), ((1 + c.layernorm) * h, 1)]  # the two norms
-        if mlp is not None:
-            out += M.mlp_tensors(h, mlp, tp, gated=c.gated, bias=c.bias)
-        return out
-    out = M.layer_tensors(h, S.a, S.kv, S.f if mlp is None else mlp, tp, d=c.d, gated=c.gated,
-                          bias=c.bias, qkv_bias=c.qkv_bias, layernorm=c.layernorm,
-                          sinks=int(c.fam.attention_sinks))
-    if mlp is None:  # without the MLP's six tensors (layer_tensors' 9th to 14th)
-        out = out[:8] + out[14:]
+    if not c.fam.mla:
+        return M.layer_tensors(h, S.a, S.kv, mlp, tp, d=c.d, gated=c.gated, bias=c.bias,
+                               qkv_bias=c.qkv_bias, layernorm=c.layernorm,
+                               sinks=int(c.fam.attention_sinks))
+    out = MLA.mla_tensors(h, S.a, S.r_q, S.r_kv, S.d_nope, S.d_rope, S.d_v, tp,
+                          q_lora=c.fam.mla_q_lora, bias=c.bias) + M.norm_tensors(h, c.layernorm)
+    if mlp is not None:
+        out += M.mlp_tensors(h, mlp, tp, gated=c.gated, bias=c.bias)
     return out
 
 
@@ -145,10 +142,11 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
         last.append((c.multi * V / tp, h))
     root_last = M.fsdp_padded(last, dp)
     root = c.single * root_first + c.multi * sp.Max(root_first, root_last, evaluate=False)
-    if not c.fam.moe and not c.fam.mtp:
-        layers = c.max_stage_layers
-        return (FsdpUnit("layer", "dp_cp", layers, layers, dense),
-                FsdpUnit("root", "dp_cp", sp.Integer(1), sp.Integer(1), root))
+    one = {st: sp.Integer(1) for st in c.stage_layers}
+    if not c.fam.moe and not c.fam.mtp:  # (every stage counted as the one with the most)
+        layers = {st: c.max_stage_layers for st in c.stage_layers}
+        return (FsdpUnit("layer", "dp_cp", dp, layers, dense),
+                FsdpUnit("root", "dp_cp", dp, one, root))
     from perfmodel.step.moe import moe_layers
     from perfmodel.step.pipeline import holds
 
@@ -157,7 +155,7 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
     mtp_moe = c.fam.mtp_last_moe
     dense_n = {st: n - moe[st] + (0 if mtp_moe else mtp[st]) for st, n in c.stage_layers.items()}
     moe_n = {st: moe[st] + (mtp[st] if mtp_moe else 0) for st in c.stage_layers}
-    units = [FsdpUnit("layer", "dp_cp", dense_n["first"], lmax(*dense_n.values()), dense)]
+    units = [FsdpUnit("layer", "dp_cp", dp, dense_n, dense)]
     if c.fam.moe:
         apart = expert_sync_apart(c)
         router = [(S.E, h), (c.bias * S.E, 1)]  # whole on every tp rank
@@ -168,15 +166,14 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
         expert = M.mlp_tensors(h, S.f_E, S.etp, gated=c.gated, bias=c.bias)
         experts = S.E / S.ep * M.fsdp_padded(expert, expert_replicas(c))
         moe_layer = M.fsdp_padded(_layer_tensors(c, None) + router + shared, dp)
-        units.append(FsdpUnit("moe_layer", "dp_cp", moe_n["first"], lmax(*moe_n.values()),
-                              moe_layer + (1 - apart) * experts))
-        units.append(FsdpUnit("experts", "edp", apart * moe_n["first"],
-                              apart * lmax(*moe_n.values()), experts))
+        units.append(FsdpUnit("moe_layer", "dp_cp", dp, moe_n, moe_layer + (1 - apart) * experts))
+        units.append(FsdpUnit("experts", "edp", expert_replicas(c),
+                              {st: apart * n for st, n in moe_n.items()}, experts))
     if c.fam.mtp:  # each module's projection (2h -> h, split as a column-parallel layer) and
         # its two norms
         module = M.fsdp_padded([(M.MTP_PROJECTION * h / tp, h), norm, norm], dp)
-        units.append(FsdpUnit("mtp", "dp_cp", mtp["first"], lmax(*mtp.values()), module))
-    units.append(FsdpUnit("root", "dp_cp", sp.Integer(1), sp.Integer(1), root))
+        units.append(FsdpUnit("mtp", "dp_cp", dp, mtp, module))
+    units.append(FsdpUnit("root", "dp_cp", dp, one, root))
     return tuple(units)
 
 
@@ -347,21 +344,8 @@ def fsdp_hooked_units(c: Context, layers: sp.Expr, units: tuple[FsdpUnit, ...] =
     out = c.zero1 * active(replicas(c)) * (layers + 1)
     for u in units:
         if u.name == "experts":
-            count = u.most if stage is None else fsdp_units_on(c, u, stage)
-            out += c.zero3 * active(u.ranks) * count
+            out += c.zero3 * active(u.ranks) * (u.most if stage is None else u.on[stage])
     return out
-
-
-def fsdp_units_on(c: Context, unit: FsdpUnit, stage: str) -> sp.Expr:
-    """How many units of a routed-experts kind a stage holds (its MoE layers, with the
-    multi-token-prediction modules' on the last where theirs is one), where apart."""
-    from perfmodel.step.moe import moe_layers
-    from perfmodel.step.pipeline import holds
-
-    count = moe_layers(c)[stage]
-    if c.fam.mtp and c.fam.mtp_last_moe:
-        count += S.D_mtp * holds(c, stage)[1]
-    return expert_sync_apart(c) * count
 
 
 def fsdp_hook_phase(c: Context, stage: str, units: tuple[FsdpUnit, ...] = ()) -> Phase:
