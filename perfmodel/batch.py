@@ -20,7 +20,8 @@ PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedu
                 "grad_dtype", "optimizer_dtype", "zero", "dtype", "fp8_recipe",
                 "fp8_output_layer", "fp8_params", "flash_attention", "overlap_grad_sync",
                 "overlap_param_gather", "tp_comm_overlap", "stack", "kernels", "first_stage_layers",
-                "last_stage_layers", "placement", "tp_layout", "tp_depth", "cp", "cp_comm", "ep",
+                "last_stage_layers", "pipeline_layout", "placement", "tp_layout", "tp_depth", "cp",
+                "cp_comm", "ep",
                 "etp")
 MODEL_COLUMNS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads")
 RESULT_COLUMNS = ("step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",

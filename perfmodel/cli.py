@@ -238,6 +238,11 @@ def plan_options(fn: Any) -> Any:
                           "split the rest."),
         click.option("--last-stage-layers", type=click.IntRange(0, MAX_DEGREE), default=0,
                      help="Layers of the last pipeline stage (0: L / pp)."),
+        click.option("--pipeline-layout", default="", metavar="LAYOUT",
+                     help="Every pipeline stage's layers, as Megatron's "
+                          "--pipeline-model-parallel-layout writes them: E embedding, "
+                          "t layer, m MTP module, L loss, '|' ends a stage, x*n and (...)*n "
+                          "repeat; pp x --virtual-stages stages (e.g. 'Et|(tt|)*30mL')."),
         click.option("--placement", type=choice(Placement), default=Placement.TP_DP_PP.value,
                      show_default=True, help="Axes from innermost (inside a node) out."),
         click.option("--tp-layout", type=choice(TPLayout), default=TPLayout.ONE_D.value,
@@ -281,8 +286,8 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "sequence_parallel", "recompute", "recompute_every", "grad_dtype", "optimizer_dtype",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "stack",
-             "kernels", "first_stage_layers", "last_stage_layers", "placement", "tp_layout",
-             "tp_depth")
+             "kernels", "first_stage_layers", "last_stage_layers", "pipeline_layout", "placement",
+             "tp_layout", "tp_depth")
 
 
 # the plan options of predict that a plans file's rows give (--dtype and --seq-len are the
@@ -998,7 +1003,8 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     for key in ("stack", "kernels"):
         if key in plan:
             pins[key] = plan[key]
-    uneven = {k: plan[k] for k in ("first_stage_layers", "last_stage_layers") if plan.get(k)}
+    uneven = {k: plan[k] for k in ("first_stage_layers", "last_stage_layers", "pipeline_layout")
+              if plan.get(k)}
     if uneven:
         raise PlanError(f"{path}: {', '.join(f'{k} {v}' for k, v in uneven.items())}: recommend "
                         "searches even pipeline splits; predict --from-config takes this one")

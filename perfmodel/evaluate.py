@@ -60,6 +60,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  fp8_params=plan.fp8_params,
                  windowed=model.windowed_share > 0, attention_sinks=model.attention_sinks)
     fixed.update(architecture_family(model))
+    fixed["stage_dense"] = stage_dense(plan, fixed.get("moe_dense_layers", ()))
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))
     placement = axis_per_node(plan, hardware.gpus_per_node)
@@ -74,7 +75,8 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
         tp_comm_overlap=plan.tp_comm_overlap,
         stack=plan.stack.value,
         kernels=plan.kernels.value,
-        uneven_stages=bool(plan.first_stage_layers or plan.last_stage_layers),
+        uneven_stages=bool(plan.first_stage_layers or plan.last_stage_layers
+                           or plan.pipeline_layout),
         gated=model.gated_mlp,
         tied_embeddings=model.tied_embeddings,
         learned_positions=model.position_embedding == "learned",
@@ -87,6 +89,13 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
         cp_comm=plan.cp_comm.value,
         **fixed,
     )
+
+
+def stage_dense(plan: Plan, dense: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """A mixture of experts' dense layers on the first rank, the last and the ranks between,
+    where the plan's pipeline layout places them (else None)."""
+    layout = plan.layout
+    return layout.dense_split(dense) if layout is not None and dense else None
 
 
 def architecture_family(model: TransformerSpec) -> dict[str, Any]:

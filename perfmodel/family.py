@@ -49,6 +49,9 @@ class Family:
     # or not; multi-token-prediction modules
     moe: bool = False
     moe_dense_layers: tuple[int, ...] = ()
+    # the dense layers on the first rank, the last rank and the ranks between, where a pipeline
+    # layout places them (Plan.pipeline_layout); None: by their position (perfmodel.step.moe)
+    stage_dense: tuple[int, int, int] | None = None
     moe_shared: bool = False
     moe_capacity: bool = False
     mla: bool = False

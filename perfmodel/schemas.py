@@ -75,6 +75,10 @@ PLAN = obj({
                            "description": "0: the layers split evenly"},
     "last_stage_layers": {"type": "integer", "minimum": 0,
                           "description": "0: the layers split evenly"},
+    "pipeline_layout": {"type": "string",
+                        "description": "Every pipeline stage's layers as Megatron's "
+                                       "--pipeline-model-parallel-layout writes them (absent: "
+                                       "none)."},
     "placement": {"type": "string", "description": "The axes, innermost first: tp,dp,pp ..."},
     "grad_dtype": {"type": ["string", "null"], "description": "Main gradients' dtype; null: fp32."},
     "optimizer_dtype": {"type": ["string", "null"],

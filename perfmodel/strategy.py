@@ -22,6 +22,7 @@ import numpy as np
 
 from perfmodel.costs.precision import STATE_DTYPES
 from perfmodel.errors import PlanError
+from perfmodel.pipeline_layout import PipelineLayout
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
 
@@ -365,6 +366,10 @@ class Plan:
     # split the rest evenly
     first_stage_layers: int = 0
     last_stage_layers: int = 0
+    # every pipeline stage's layers as Megatron-Core's --pipeline-model-parallel-layout writes
+    # them ("Et|(tt|)*30mL"; perfmodel.pipeline_layout), instead of first/last_stage_layers:
+    # stages of unequal layers under virtual stages; "" for none
+    pipeline_layout: str = ""
     placement: tuple[str, ...] = AXES
     # bf16 mixed precision's main-gradient and optimizer-state dtypes, fp32 or bf16
     # (perfmodel.costs.precision); None: Megatron-LM's, fp32 and fp32
@@ -448,9 +453,42 @@ class Plan:
                             f"tp) or {', '.join(ORDER_AXES)} (innermost first), got "
                             f"{','.join(map(str, placement))}")
         object.__setattr__(self, "placement", placement)
+        self._check_layout()
         broken = first_broken(self.columns(), None)
         if broken is not None:
             raise PlanError(broken)
+
+    def _check_layout(self) -> None:
+        """pipeline_layout: a string of Megatron's syntax that gives pp x virtual_stages stages
+        (the rules that need no model; perfmodel.pipeline_layout), and not with
+        first/last_stage_layers (it gives every stage's)."""
+        text = self.pipeline_layout
+        if text is None or not isinstance(text, str):
+            if text is not None:
+                raise PlanError(f"pipeline_layout must be a string (Megatron's "
+                                f"--pipeline-model-parallel-layout), got {text!r}")
+            text = ""
+        object.__setattr__(self, "pipeline_layout", text.strip())
+        if not self.pipeline_layout:
+            return
+        if self.first_stage_layers or self.last_stage_layers:
+            raise PlanError("pipeline_layout gives every stage's layers: leave first_stage_layers "
+                            "and last_stage_layers unset (0)")
+        if self.schedule is Schedule.ZBV:
+            raise PlanError("pipeline_layout does not apply to schedule zbv (its V places two "
+                            "chunks on every rank in its own order)")
+        layout = PipelineLayout.parse(self.pipeline_layout, self.pp)
+        if layout.virtual_stages != self.virtual_stages:
+            raise PlanError(f"pipeline_layout '{self.pipeline_layout}' has {len(layout.stages)} "
+                            f"stages, {layout.virtual_stages} per pipeline rank: give "
+                            f"virtual_stages {layout.virtual_stages} (got {self.virtual_stages})")
+
+    @property
+    def layout(self) -> PipelineLayout | None:
+        """The parsed pipeline_layout, or None."""
+        if not self.pipeline_layout:
+            return None
+        return PipelineLayout.parse(self.pipeline_layout, self.pp)
 
     @property
     def grid_q(self) -> int:
@@ -463,7 +501,12 @@ class Plan:
 
     def columns(self) -> PlanColumns:
         """This plan as one row of plan columns (what the search holds for millions of plans):
-        every column of COLUMNS, options as codes."""
+        every column of COLUMNS, options as codes; a plan with a pipeline_layout has its first
+        and last rank's layers as first/last_stage_layers, and a column pipeline_layout 1 (the
+        search has none)."""
+        layout = self.layout
+        first, last = ((layout.decoder_layers[0], layout.decoder_layers[-1]) if layout
+                       else (self.first_stage_layers, self.last_stage_layers))
         return PlanColumns({
             "gpus": self.gpus, "dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp,
             "ep": self.ep, "etp": self.etp, "cp_comm": CP_COMMS.index(self.cp_comm),
@@ -476,14 +519,17 @@ class Plan:
             "tp_comm_overlap": int(self.tp_comm_overlap),
             "overlap_grad_sync": int(self.overlap_grad_sync),
             "overlap_param_gather": int(self.overlap_param_gather),
-            "first_stage_layers": self.first_stage_layers,
-            "last_stage_layers": self.last_stage_layers})
+            "first_stage_layers": first, "last_stage_layers": last,
+            "pipeline_layout": int(layout is not None)})
 
     def check(self, model: TransformerSpec) -> Plan:
         """The rules that need the model; returns self so calls chain."""
         broken = first_broken(self.columns(), model, model_rules_only=True)
         if broken is not None:
             raise PlanError(broken)
+        layout = self.layout
+        if layout is not None:
+            layout.check_model(model.layers, model.mtp_layers)
         return self
 
     def replace(self, **changes: Any) -> Plan:
@@ -503,6 +549,8 @@ class Plan:
                 del out[key]
         if self.etp == 1:
             del out["etp"]
+        if not self.pipeline_layout:
+            del out["pipeline_layout"]
         return out
 
 
@@ -565,6 +613,12 @@ class PlanColumns:
 
     def __getattr__(self, name: str) -> Any:  # a column this table lacks (typing: any column)
         raise AttributeError(f"plan column '{name}' not given")
+
+    @functools.cached_property
+    def layout_given(self) -> Any:
+        """1 where the stages' layers come from a pipeline layout (Plan.pipeline_layout; never
+        in the search), else 0."""
+        return self.columns.get("pipeline_layout", 0)
 
     @functools.cached_property
     def micro_batches(self) -> Any:
@@ -636,7 +690,8 @@ def _uneven_ok(c: PlanColumns, m: Any) -> Any:
     v, k = c.virtual_stages, _shared_stages(c)
     rest = m.layers - c.first_stage_layers - c.last_stage_layers
     shared = _where(k > 0, (rest % _nonzero(k * v) == 0) & (rest >= k * v), rest == 0)
-    return (c.first_stage_layers % v == 0) & (c.last_stage_layers % v == 0) & (rest >= 0) & shared
+    split = (c.first_stage_layers % v == 0) & (c.last_stage_layers % v == 0) & (rest >= 0) & shared
+    return _where(c.layout_given == 1, True, split)  # a layout's own rules: Plan.check
 
 
 def _uneven_message(c: PlanColumns, m: Any) -> str:

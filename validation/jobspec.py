@@ -211,6 +211,9 @@ def job_config(
     plan_keys = plan.to_dict()
     if par != JobParallel() or model.experts:
         plan_keys.update(par.plan_keys())
+    layout = plan.layout
+    if layout is not None:  # each chunk's layers, in model order (workload.model.chunk_layers)
+        plan_keys["chunk_layers"] = [layout.chunk_layers(k) for k in range(len(layout.stages))]
     return {
         "model": model_keys(model),
         "plan": plan_keys,

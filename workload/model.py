@@ -209,8 +209,17 @@ def _pp_rank_of(plan: dict[str, Any], chunk: int) -> int:
 def chunk_layers(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> int:
     """Layers of one chunk: L / (pp v), or with an uneven split (the plan's first_stage_layers /
     last_stage_layers, Megatron's --decoder-first/last-pipeline-num-layers) its stage's layers
-    (the given ones, the others sharing the rest evenly) over v."""
+    (the given ones, the others sharing the rest evenly) over v, or the plan's chunk_layers (a
+    pipeline layout's, Megatron's --pipeline-model-parallel-layout) of each chunk."""
     pp, v = plan["pp"], plan.get("virtual_stages", 1)
+    given = plan.get("chunk_layers")
+    if given is not None:  # a pipeline layout's (perfmodel.pipeline_layout), in model order
+        if (not isinstance(given, list) or len(given) != pp * v
+                or not all(isinstance(n, int) and n >= 0 for n in given)
+                or sum(given) != m["layers"]):
+            raise ValueError(f"chunk_layers must list pp x virtual_stages ({pp * v}) whole "
+                             f"numbers that add up to the layers ({m['layers']}), got {given!r}")
+        return given[chunk]
     first, last = plan.get("first_stage_layers", 0), plan.get("last_stage_layers", 0)
     if not (first or last):
         if m["layers"] % (pp * v):

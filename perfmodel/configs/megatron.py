@@ -32,7 +32,8 @@ from typing import Any
 
 from perfmodel.configs.job import Framework, JobConfig, refuse_plan, refuse_spec, typo, whole
 from perfmodel.configs.shell import Launch, argument_words, launch_command
-from perfmodel.errors import SpecError
+from perfmodel.errors import PlanError, SpecError
+from perfmodel.pipeline_layout import PipelineLayout
 
 SCRIPTS = ("pretrain_gpt.py",)
 DEFAULT_VOCAB_MULTIPLE = 128  # --make-vocab-size-divisible-by's default
@@ -627,18 +628,14 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
         if _flag(settings, dest, where):
             raise refuse_plan(where, settings[dest][0], True, why)
     _stage_layers(settings, job, where, take)
-    for dest in ("fp4_format", "pipeline_model_parallel_layout",
+    for dest in ("fp4_format",
                  "main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
         text = _str(settings, dest)
         if text in (None, "None", "null") or (dest.endswith("dtype") and text == "fp32"):
             continue
         raise refuse_plan(where, settings[dest][0], text, {
             "fp4_format": "fp4 training is not modelled",
-        }.get(dest, "a pipeline layout string is not modelled (perfmodel splits the layers "
-                    "evenly, or gives the first and last stage their own: "
-                    "--decoder-first/last-pipeline-num-layers)"
-              if "pipeline" in dest else "optimizer states and main gradients other than fp32 "
-                                         "are not modelled"))
+        }.get(dest, "optimizer states and main gradients other than fp32 are not modelled"))
     optimizer = _str(settings, "optimizer", "adam")
     if optimizer != "adam":
         raise refuse_plan(where, settings["optimizer"][0], optimizer,
@@ -665,6 +662,33 @@ def _stage_layers(settings: Settings, job: JobConfig, where: str,
             if layers is not None:
                 job.fix(f"{end}_stage_layers", layers)
                 take(dest, f"{end}_stage_layers {layers}")
+
+
+def _layout(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None],
+            pp: int, chunks: int | None) -> int | None:
+    """--pipeline-model-parallel-layout: every stage's layers (Plan.pipeline_layout); Megatron
+    takes the virtual stages per rank from it (stages / pp). Returns the virtual stages (chunks
+    as given where there is no layout)."""
+    text = _str(settings, "pipeline_model_parallel_layout")
+    if text in (None, "None", "null", ""):
+        return chunks
+    key = settings["pipeline_model_parallel_layout"][0]
+    try:
+        layout = PipelineLayout.parse(text, pp)
+    except PlanError as exc:
+        raise refuse_plan(where, key, text, str(exc).split(": ", 1)[-1]) from None
+    given = [k for k in ("first_stage_layers", "last_stage_layers") if job.plan.get(k)]
+    if given:
+        raise refuse_plan(where, key, text, "Megatron-LM takes it or --decoder-first/last-"
+                          "pipeline-num-layers, not both")
+    if chunks is not None and chunks != layout.virtual_stages:
+        raise refuse_plan(where, key, text, f"gives {layout.virtual_stages} virtual stages per "
+                          f"rank ({len(layout.stages)} stages over pp {pp}), the config "
+                          f"{chunks}")
+    job.fix("pipeline_layout", layout.text)
+    take("pipeline_model_parallel_layout", f"pipeline_layout {layout.text}, virtual_stages "
+                                           f"{layout.virtual_stages}")
+    return layout.virtual_stages
 
 
 def _degrees(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
@@ -694,6 +718,7 @@ def _degrees(settings: Settings, job: JobConfig, where: str, take: Callable[[str
         take("num_layers_per_virtual_pipeline_stage", f"virtual_stages {chunks}")
     elif chunks is not None:
         take("num_virtual_stages_per_pipeline_rank", f"virtual_stages {chunks}")
+    chunks = _layout(settings, job, where, take, pp, chunks)
     if chunks is not None:
         job.fix("virtual_stages", chunks)
         job.fix("schedule", "interleaved" if chunks > 1 else "1f1b")
@@ -870,6 +895,10 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
         raise refuse_plan(where, "--recompute-granularity full", True,
                           "needs --recompute-method uniform or block (Megatron-LM)")
     every = 1
+    if method == "block" and job.plan.get("pipeline_layout"):
+        raise refuse_plan(where, "--recompute-method", method, "the block method recomputes "
+                          "the first k layers of each stage; with a pipeline layout the stages' "
+                          "layers differ (not modelled): give --recompute-method uniform")
     if method == "uniform" and count in (None, 1):
         pass
     elif method == "block" and count is not None and count == stage_layers:
@@ -981,6 +1010,9 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
         args += [["--context-parallel-size", str(plan.cp)], ["--cp-comm-type", comm]]
     if model.experts:
         args += moe_arguments(model, plan)
+    if plan.pipeline_layout:  # Megatron takes the virtual stages from it
+        args = [a for a in args if a[0] != "--num-virtual-stages-per-pipeline-rank"]
+        args.append(["--pipeline-model-parallel-layout", plan.pipeline_layout])
     for end in ("first", "last"):
         if getattr(plan, f"{end}_stage_layers"):
             args.append([f"--decoder-{end}-pipeline-num-layers",
@@ -1008,6 +1040,10 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
     if plan.recompute.value == "op":
         raise refuse_emit("megatron", "recompute op", "Megatron-LM has no per-op policy "
                                                       "(torchtitan's); pin --recompute")
+    if plan.recompute_every > 1 and plan.pipeline_layout:
+        raise refuse_emit("megatron", f"recompute on one layer in {plan.recompute_every} with "
+                          "a pipeline layout", "Megatron-LM's block method recomputes k layers "
+                          "of each stage, and the layout's stages differ")
     if plan.recompute_every > 1 and (plan.recompute.value != "full"
                                      or stage_layers % plan.recompute_every):
         raise refuse_emit("megatron", f"recompute {plan.recompute.value} on one layer in "

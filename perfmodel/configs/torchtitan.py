@@ -589,6 +589,10 @@ def _pipeline_lines(model: Any, plan: Any) -> list[str]:
     how many fewer the first and the last stage hold (an uneven plan: one stage per rank)."""
     from perfmodel.configs.job import refuse_emit
 
+    if plan.pipeline_layout:
+        raise refuse_emit("torchtitan", f"pipeline_layout {plan.pipeline_layout}",
+                          "torchtitan splits the layers evenly, the first and last stage "
+                          "shortened by a number of layers")
     first, last = plan.first_stage_layers, plan.last_stage_layers
     given = (first > 0) + (last > 0)
     per_stage = (model.layers - first - last) // max(1, plan.pp - given) if given else \

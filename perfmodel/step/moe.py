@@ -70,12 +70,14 @@ def moe_layers(c: Context) -> dict[str, sp.Expr]:
         [o >= (L - n_last) / v]; with an even split, chunk floor(i pp v / L) mod pp = 0 or pp - 1;
       - zbv: 2 pp chunks of L / (2 pp) layers, rank 0 holds chunks 0 and 2 pp - 1, the last rank
         pp - 1 and pp (chunk floor(2 pp i / L));
-    with one stage both are all of them. A middle stage (pp >= 3: the pp - 2 ranks between)
-    takes the dense layers that fall on neither end, averaged over those ranks (its count enters
-    the pipeline's fill and drain as (pp - 2) t_middle, which the average makes exact; the
-    slowest middle rank may hold more of them). With pp <= 2 there is no middle stage: its layers
-    are those of the stage whose count it repeats (perfmodel.step.context.stage_layers: the first
-    unless the first's layers are given, then the last, none when both are given)."""
+    with one stage both are all of them; a pipeline layout (Plan.pipeline_layout) places each
+    on the rank whose stage lists it (Family.stage_dense). A middle stage (pp >= 3: the pp - 2
+    ranks between) takes the dense layers that fall on neither end, averaged over those ranks
+    (its count enters the pipeline's fill and drain as (pp - 2) t_middle, which the average
+    makes exact; the slowest middle rank may hold more of them). With pp <= 2 there is no middle
+    stage: its layers are those of the stage whose count it repeats
+    (perfmodel.step.context.stage_layers: the first unless the first's layers are given, then
+    the last, none when both are given)."""
     n = c.stage_layers
     pp, v, L = S.pp, S.v, S.L
 
@@ -86,7 +88,10 @@ def moe_layers(c: Context) -> dict[str, sp.Expr]:
         return sp.Min(1, sp.Max(0, y - x, evaluate=False), evaluate=False)
 
     dense: dict[str, sp.Expr] = {"first": ZERO, "last": ZERO, "between": ZERO}
-    for i in c.fam.moe_dense_layers:
+    if c.fam.stage_dense is not None:  # where a pipeline layout places them
+        dense = dict(zip(("first", "last", "between"), map(sp.Integer, c.fam.stage_dense),
+                         strict=True))
+    for i in c.fam.moe_dense_layers if c.fam.stage_dense is None else ():
         chunk = applied(sp.floor, 2 * pp * i / L)
         v_shape = {"first": equal(chunk, 0) + equal(chunk, 2 * pp - 1),
                    "last": equal(chunk, pp - 1) + equal(chunk, pp)}

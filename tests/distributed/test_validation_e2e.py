@@ -248,6 +248,28 @@ def test_an_uneven_pipeline_split_runs_as_predicted(tmp_path):
     assert report["prediction"]["bottleneck_stage"] == "last"  # 3 layers and the output layer
 
 
+def test_a_pipeline_layout_runs_as_predicted(tmp_path):
+    """pipeline_layout reaches the job: tiny-gpt's 4 layers in Megatron's layout syntax as
+    chunks of 2, 1, 1 and 0 layers over two ranks with two virtual stages each (rank 0 holds 3
+    layers, rank 1 one and the output layer), every send in the ledger."""
+    report = _run(
+        tmp_path,
+        run.RunSettings(nprocs=2, steps=2, warmup=1),
+        gpus=2,
+        pp=2,
+        micro_batch=1,
+        global_batch=2,
+        schedule="interleaved",
+        virtual_stages=2,
+        pipeline_layout="Ett|t|t|L",
+    )
+    _assert_measured(report, 2)
+    assert report["plan"]["pipeline_layout"] == "Ett|t|t|L"
+    assert report["collectives_vs_ledger"]["rows"] and all(
+        r["agree"] for r in report["collectives_vs_ledger"]["rows"])
+    assert report["prediction"]["bottleneck_stage"] == "first"  # 3 layers and the embedding
+
+
 def _failed(report: dict) -> dict:
     assert report["status"] == "failed"
     return report["launch"]["failure"]

@@ -129,10 +129,13 @@ def _cwd(path: Path):
         os.chdir(old)
 
 
-def _expand(words: list[str], cwd: Path) -> list[str]:
+def _expand(words: list[str], cwd: Path, command: str = "") -> list[str]:
+    """The words with their glob patterns expanded, as the shell does; a word the command
+    quotes ('Et|(tt|)*30mL') is not a pattern."""
     out = []
     for w in words:
-        if any(c in w for c in "*?["):
+        quoted = f"'{w}'" in command or f'"{w}"' in command
+        if any(c in w for c in "*?[") and not quoted:
             with _cwd(cwd):
                 found = sorted(glob.glob(w))
             assert found, f"the pattern {w} matches no file"
@@ -274,7 +277,7 @@ def test_sample(step: Step, sandbox: dict[str, Any]) -> None:
         assert sandbox["last"] is not None, "an output sample with no command before it"
         check_output(step.block.text, sandbox["last"])
         return
-    words = _expand(shlex.split(step.command), cwd)
+    words = _expand(shlex.split(step.command), cwd, step.command)
     if step.command in sandbox["ran"]:
         sandbox["last"] = sandbox["ran"][step.command]
         return  # the same command ran earlier (README first): not run twice

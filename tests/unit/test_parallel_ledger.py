@@ -109,6 +109,15 @@ CASES = {
     # each parameter's rows to the group, the up and gate projections apart)
     "zero 3, experts 120 wide, ep 4 over dp 64 (edp 16)": (
         MOE.replace(expert_ffn_hidden=120), _plan(64, ep=4, zero=3)),
+    # a pipeline layout (Megatron's --pipeline-model-parallel-layout): chunks of unequal layers
+    # under virtual stages, rank 0 holding 2 of 7 and the last rank 1 (the stages' layers no
+    # multiple of the 2 chunks, which --decoder-first/last-pipeline-num-layers cannot give)
+    "layout Et|tt|tt|t|t|t|t|L, ep 8 x pp 4 over dp 16": (
+        MOE.replace(layers=9), _plan(16, pp=4, ep=8, n_mb=4, schedule="interleaved",
+                                     virtual_stages=2, pipeline_layout="Et|tt|tt|t|t|t|t|L")),
+    "layout Ettt|t|tt|tL, pp 2 over dp 256, zero 1": (
+        DENSE.replace(layers=7), _plan(256, pp=2, n_mb=2, zero=1, schedule="interleaved",
+                                       virtual_stages=2, pipeline_layout="Ettt|t|tt|tL")),
 }
 
 
