@@ -190,3 +190,26 @@ class PipelineLayout:
         if self.mtp_modules != mtp_layers:
             raise _fail(self.text, f"places {self.mtp_modules} MTP modules m, the model has "
                                    f"{mtp_layers}")
+
+
+def accounted_layout(layers: int, pp: int, virtual_stages: int, *, embedding: bool, loss: bool,
+                     mtp: int = 0) -> str:
+    """The layout of Megatron-Core's account_for_embedding_in_pipeline_split /
+    account_for_loss_in_pipeline_split (megatron/core/transformer/transformer_block.py,
+    get_num_layers_to_build): the embedding and the loss each count as a layer, the layers plus
+    them split evenly over pp x virtual_stages stages, the first stage holding one layer fewer
+    for the embedding and the last one fewer for the loss (the MTP modules with the loss).
+    Qwen3's 94 layers on pp 8 x 4: 'Et*2|(t*3|)*30t*2L'. PlanError where the layers plus the
+    counted ones do not split so."""
+    stages = pp * virtual_stages
+    total = layers + embedding + loss
+    if total % stages or total // stages < max(embedding, loss):
+        counted = " and ".join(name for name, on in (("embedding", embedding), ("loss", loss))
+                               if on)
+        raise PlanError(f"the layers ({layers}) and the {counted} counted as layers ({total}) "
+                        f"must split evenly into pp x virtual_stages ({stages}) stages "
+                        "(Megatron-Core account_for_embedding/loss_in_pipeline_split)")
+    k = total // stages
+    first, last = k - embedding, k - loss
+    middle = f"(t*{k}|)*{stages - 2}" if stages > 2 else ""
+    return f"Et*{first}|{middle}t*{last}{'m' * mtp}L"

@@ -22,7 +22,7 @@ import numpy as np
 
 from perfmodel.costs.precision import STATE_DTYPES
 from perfmodel.errors import PlanError
-from perfmodel.pipeline_layout import PipelineLayout
+from perfmodel.pipeline_layout import PipelineLayout, accounted_layout
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
 
@@ -703,9 +703,19 @@ def _uneven_message(c: PlanColumns, m: Any) -> str:
             f"stages x virtual_stages ({k} x {v}; none left when no other stage shares them)")
 
 
-def _split_hint(layers: int, pp: int, v: int) -> str:
-    """The uneven split that makes pp stages of one chunk each (v = 1) valid, as a hint."""
+def _split_hint(layers: int, pp: int, v: int, mtp: int = 0) -> str:
+    """The uneven split that makes pp stages of one chunk each (v = 1) valid, as a hint; with
+    several chunks, the pipeline layout that counts the embedding and the loss as layers
+    (Megatron-Core's account_for_embedding/loss_in_pipeline_split) where it splits them."""
     first, last = stage_split(layers, pp)
+    if v != 1 and pp >= 2:
+        try:
+            text = accounted_layout(layers, pp, v, embedding=True, loss=True, mtp=mtp)
+        except PlanError:
+            return ""
+        return (f", or give a pipeline layout: the embedding and the loss counted as layers "
+                f"(Megatron's account_for_embedding/loss_in_pipeline_split) give "
+                f"pipeline_layout '{text}'")
     if v != 1 or not first:
         return ""
     return (f", or split them unevenly: first_stage_layers {first} and last_stage_layers "
@@ -848,7 +858,8 @@ RULES: tuple[Rule, ...] = (
                               m.layers % (c.pp * c.virtual_stages) == 0, _uneven_ok(c, m)),
           lambda c, m: f"layers ({m.layers}) must be divisible by pp x virtual_stages "
                        f"({c.pp} x {c.virtual_stages} = {c.pp * c.virtual_stages})"
-                       + _split_hint(m.layers, int(c.pp), int(c.virtual_stages))
+                       + _split_hint(m.layers, int(c.pp), int(c.virtual_stages),
+                                     int(m.mtp_layers))
           if c.first_stage_layers + c.last_stage_layers == 0 else _uneven_message(c, m),
           model=True),
     _rule("sequence_parallel tp", lambda c, m: (c.sequence_parallel == 0) | (m.seq_len % c.tp == 0),

@@ -33,7 +33,7 @@ from typing import Any
 from perfmodel.configs.job import Framework, JobConfig, refuse_plan, refuse_spec, typo, whole
 from perfmodel.configs.shell import Launch, argument_words, launch_command
 from perfmodel.errors import PlanError, SpecError
-from perfmodel.pipeline_layout import PipelineLayout
+from perfmodel.pipeline_layout import PipelineLayout, accounted_layout
 
 SCRIPTS = ("pretrain_gpt.py",)
 DEFAULT_VOCAB_MULTIPLE = 128  # --make-vocab-size-divisible-by's default
@@ -616,11 +616,6 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
                                   "stage 3)"),
             ("use_custom_fsdp", "Megatron FSDP is not modelled (--use-torch-fsdp2 is: ZeRO "
                                 "stage 3)"),
-            ("account_for_embedding_in_pipeline_split", "an uneven pipeline split is not "
-                                                        "modelled (perfmodel splits layers "
-                                                        "evenly)"),
-            ("account_for_loss_in_pipeline_split", "an uneven pipeline split is not modelled "
-                                                   "(perfmodel splits layers evenly)"),
             ("use_precision_aware_optimizer", "a precision-aware optimizer (bf16 states) is not "
                                               "modelled"),
             ("checkpoint_activations", "Megatron-LM no longer takes it (--recompute-activations "
@@ -670,9 +665,16 @@ def _layout(settings: Settings, job: JobConfig, where: str, take: Callable[[str,
     takes the virtual stages per rank from it (stages / pp). Returns the virtual stages (chunks
     as given where there is no layout)."""
     text = _str(settings, "pipeline_model_parallel_layout")
+    accounted = {end: _flag(settings, f"account_for_{end}_in_pipeline_split", where)
+                 for end in ("embedding", "loss")}
+    if any(accounted.values()) and text in (None, "None", "null", ""):
+        return _accounted(settings, job, where, take, pp, chunks, accounted)
     if text in (None, "None", "null", ""):
         return chunks
     key = settings["pipeline_model_parallel_layout"][0]
+    if any(accounted.values()):
+        raise refuse_plan(where, key, text, "Megatron-LM takes it or --account-for-*-in-"
+                          "pipeline-split, not both")
     try:
         layout = PipelineLayout.parse(text, pp)
     except PlanError as exc:
@@ -689,6 +691,36 @@ def _layout(settings: Settings, job: JobConfig, where: str, take: Callable[[str,
     take("pipeline_model_parallel_layout", f"pipeline_layout {layout.text}, virtual_stages "
                                            f"{layout.virtual_stages}")
     return layout.virtual_stages
+
+
+def _accounted(settings: Settings, job: JobConfig, where: str,
+               take: Callable[[str, str], None], pp: int, chunks: int | None,
+               accounted: dict[str, bool]) -> int | None:
+    """--account-for-embedding/loss-in-pipeline-split (Megatron-Bridge's Qwen3 recipes turn
+    both on): the embedding and the loss each count as a layer of the first and the last stage,
+    as the pipeline layout perfmodel.pipeline_layout.accounted_layout writes. With one pipeline
+    stage they change nothing."""
+    names = [f"account_for_{end}_in_pipeline_split" for end, on in accounted.items() if on]
+    if pp == 1:
+        for dest in names:
+            take(dest, "one pipeline stage: no split")
+        return chunks
+    key = settings[names[0]][0]
+    if job.plan.get("first_stage_layers") or job.plan.get("last_stage_layers"):
+        raise refuse_plan(where, key, True, "Megatron-LM takes it or --decoder-first/last-"
+                          "pipeline-num-layers, not both")
+    layers = job.model.get("layers")
+    if layers is None:
+        raise refuse_plan(where, key, True, "needs the model's layers (--num-layers)")
+    try:
+        text = accounted_layout(int(layers), pp, chunks or 1, mtp=int(job.model.get(
+            "mtp_layers") or 0), **accounted)
+    except PlanError as exc:
+        raise refuse_plan(where, key, True, str(exc)) from None
+    job.fix("pipeline_layout", text)
+    for dest in names:
+        take(dest, f"pipeline_layout {text}")
+    return chunks
 
 
 def _degrees(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]

@@ -11,7 +11,7 @@ from perfmodel import Plan, PlanError, load_hardware, load_model, predict
 from perfmodel.configs import read_config, resolve_model, resolve_plan
 from perfmodel.configs.megatron import megatron_arguments
 from perfmodel.evaluate import family_of
-from perfmodel.pipeline_layout import MAX_PIECES, PipelineLayout, _expand
+from perfmodel.pipeline_layout import MAX_PIECES, PipelineLayout, _expand, accounted_layout
 from perfmodel.strategy import plan_from_dict
 
 # DeepSeek-V3 as Megatron-Bridge's performance recipes run it on H100 and GB200: pp 8, 4 virtual
@@ -160,5 +160,59 @@ def test_megatron_reads_and_writes_the_layout(tmp_path):
                        (" --recompute-granularity full --recompute-method block "
                         "--recompute-num-layers 1", "give --recompute-method uniform")):
         path.write_text(text + extra)
+        with pytest.raises(PlanError, match=why):
+            resolve_plan(read_config(path), spec, {"gpus": 2})
+
+
+@pytest.mark.parametrize("layers, pp, v, embedding, loss, ranks", [
+    # Qwen3-235B-A22B's 94 layers on pp 8 x 4 chunks as Megatron-Bridge's Qwen3 recipes split
+    # them (account_for_embedding/loss_in_pipeline_split): 96 / 32 = 3 a chunk, the first and
+    # the last chunk 2
+    (94, 8, 4, True, True, (11,) + (12,) * 6 + (11,)),
+    (94, 16, 1, True, True, (5,) + (6,) * 14 + (5,)),
+    (31, 4, 1, True, False, (7, 8, 8, 8)),  # the embedding only: 32 / 4
+    (30, 2, 2, False, True, (15, 15)),  # the loss only: 31 / 4 does not split
+])
+def test_megatrons_embedding_and_loss_accounting_is_a_layout(layers, pp, v, embedding, loss,
+                                                             ranks):
+    if (layers + embedding + loss) % (pp * v):
+        with pytest.raises(PlanError, match="must split evenly"):
+            accounted_layout(layers, pp, v, embedding=embedding, loss=loss)
+        return
+    layout = PipelineLayout.parse(accounted_layout(layers, pp, v, embedding=embedding,
+                                                   loss=loss), pp)
+    assert layout.decoder_layers == ranks and layout.layers == layers
+    assert layout.virtual_stages == v
+
+
+def test_the_refusal_of_an_uneven_interleaved_split_names_the_layout():
+    model = load_model("qwen3-235b-a22b")
+    kw = dict(gpus=256, dp=16, tp=2, pp=8, ep=32, global_batch=1024, virtual_stages=4,
+              schedule="interleaved", sequence_parallel=True)
+    with pytest.raises(PlanError, match=r"pipeline_layout 'Et\*2\|\(t\*3\|\)\*30t\*2L'"):
+        Plan(**kw).check(model)
+    assert Plan(**kw, pipeline_layout="Et*2|(t*3|)*30t*2L").check(model)
+
+
+def test_megatron_reads_the_embedding_and_loss_accounting_as_a_layout(tmp_path):
+    base = ("--num-layers 14 --hidden-size 256 --num-attention-heads 8 --seq-length 512 "
+            "--max-position-embeddings 512 --vocab-size 1024 --micro-batch-size 1 "
+            "--global-batch-size 8 --bf16 --account-for-embedding-in-pipeline-split "
+            "--account-for-loss-in-pipeline-split ")
+    path = tmp_path / "args.txt"
+    path.write_text(base + "--pipeline-model-parallel-size 4 "
+                           "--num-virtual-stages-per-pipeline-rank 2")
+    job = read_config(path)
+    spec = resolve_model(job, None, None)
+    spec, fields = resolve_plan(job, spec, {"gpus": 4})
+    assert fields["pipeline_layout"] == "Et*1|(t*2|)*6t*1L"  # 16 / 8 a chunk
+    assert plan_from_dict(fields).check(spec).layout.decoder_layers == (3, 4, 4, 3)
+    path.write_text(base)  # one stage: nothing to split
+    spec, fields = resolve_plan(read_config(path), spec, {"gpus": 1})
+    assert not fields.get("pipeline_layout")
+    for extra, why in (("--pipeline-model-parallel-size 3", "must split evenly"),
+                       ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout "
+                        "'Et*7|t*7L'", "not both")):
+        path.write_text(base + extra)
         with pytest.raises(PlanError, match=why):
             resolve_plan(read_config(path), spec, {"gpus": 2})
