@@ -189,7 +189,8 @@ class PipelineLayout:
                                    f"{layers}")
         if self.mtp_modules != mtp_layers:
             raise _fail(self.text, f"places {self.mtp_modules} MTP modules m, the model has "
-                                   f"{mtp_layers}")
+                                   f"{mtp_layers} (each m before the L, or a model spec with "
+                                   f"mtp_layers {self.mtp_modules})")
 
 
 def accounted_layout(layers: int, pp: int, virtual_stages: int, *, embedding: bool, loss: bool,
