@@ -198,6 +198,10 @@ def plan_options(fn: Any) -> Any:
         click.option("--recompute-every", type=int, default=None,
                      help="Apply the recompute policy to one layer in N (torchtitan "
                           "selective_ac_option N with --recompute full; default 1: every layer)."),
+        click.option("--recompute-modules", default=None, metavar="NAMES",
+                     help="With --recompute selective: what it recomputes, comma-separated, as "
+                          "Megatron's --recompute-modules: core_attn (the default), mla_up_proj, "
+                          "mlp, moe_act, shared_experts."),
         click.option("--grad-dtype", type=choice(STATE_DTYPES), default=None,
                      help="bf16: main gradients' dtype (default fp32, Megatron-LM's; bf16: NeMo's "
                           "grad_reduce_in_fp32 False)."),
@@ -285,7 +289,8 @@ def _given(ctx: click.Context, name: str) -> bool:
 
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "global_batch",
              "schedule", "virtual_stages",
-             "sequence_parallel", "recompute", "recompute_every", "grad_dtype", "optimizer_dtype",
+             "sequence_parallel", "recompute", "recompute_every", "recompute_modules",
+             "grad_dtype", "optimizer_dtype",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "stack",
              "kernels", "first_stage_layers", "last_stage_layers", "pipeline_layout", "placement",
@@ -1005,11 +1010,12 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     for key in ("stack", "kernels"):
         if key in plan:
             pins[key] = plan[key]
-    uneven = {k: plan[k] for k in ("first_stage_layers", "last_stage_layers", "pipeline_layout")
-              if plan.get(k)}
+    uneven = {k: plan[k] for k in ("first_stage_layers", "last_stage_layers", "pipeline_layout",
+                                   "recompute_modules") if plan.get(k)}
     if uneven:
         raise PlanError(f"{path}: {', '.join(f'{k} {v}' for k, v in uneven.items())}: recommend "
-                        "searches even pipeline splits; predict --from-config takes this one")
+                        "searches even pipeline splits and the default selective recompute; "
+                        "predict --from-config takes this one")
     if "tp" in job.pins:
         spec = pad_vocab(job, spec, int(plan["tp"]))
     elif job.vocab_multiple:

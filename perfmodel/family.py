@@ -52,6 +52,8 @@ class Family:
     # the dense layers on the first rank, the last rank and the ranks between, where a pipeline
     # layout places them (Plan.pipeline_layout); None: by their position (perfmodel.step.moe)
     stage_dense: tuple[int, int, int] | None = None
+    # selective recompute's modules (Plan.recompute_modules); () the attention core alone
+    recompute_modules: tuple[str, ...] = ()
     moe_shared: bool = False
     moe_capacity: bool = False
     mla: bool = False

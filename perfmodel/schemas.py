@@ -75,6 +75,9 @@ PLAN = obj({
                            "description": "0: the layers split evenly"},
     "last_stage_layers": {"type": "integer", "minimum": 0,
                           "description": "0: the layers split evenly"},
+    "recompute_modules": {"type": "string",
+                          "description": "recompute selective only: its modules, comma-separated "
+                                         "(absent: the attention core)."},
     "pipeline_layout": {"type": "string",
                         "description": "Every pipeline stage's layers as Megatron's "
                                        "--pipeline-model-parallel-layout writes them (absent: "

@@ -294,6 +294,52 @@ def _positive_int(value: Any, field: str, minimum: int = 1, maximum: int = 10**7
     return int(number)
 
 
+# selective recompute's modules (Megatron-Core TransformerConfig.recompute_modules, its names):
+# the attention core; MLA's up projections and rotary embedding; a dense layer's MLP; the routed
+# experts' activation function; the shared experts
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe_act", "shared_experts")
+_MODULES_NOT_MODELLED = {"layernorm": "the norms' recompute (fused into Transformer Engine's "
+                                      "linear layers in Megatron-Core's layer) is not modelled",
+                         "moe": "recomputing a whole MoE layer (its all-to-alls too) is not "
+                                "modelled: give moe_act and shared_experts, or recompute full"}
+
+
+def parse_recompute_modules(value: Any) -> tuple[str, ...]:
+    """Selective recompute's modules from a list or a comma-separated string, in
+    RECOMPUTE_MODULES' order; () for none given (the attention core, Megatron's default).
+    ["core_attn"] alone is the default too, and reads as ()."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [str(v).strip() for v in items if str(v).strip()]
+    for name in names:
+        if name in _MODULES_NOT_MODELLED:
+            raise PlanError(f"recompute_modules {name}: {_MODULES_NOT_MODELLED[name]}")
+        if name not in RECOMPUTE_MODULES:
+            raise PlanError(f"recompute_modules must be some of {', '.join(RECOMPUTE_MODULES)}"
+                            f", got '{name}'")
+    if len(set(names)) != len(names):
+        raise PlanError(f"recompute_modules names a module twice: {','.join(names)}")
+    ordered = tuple(m for m in RECOMPUTE_MODULES if m in names)
+    return () if ordered == ("core_attn",) else ordered
+
+
+def modules_missing(modules: tuple[str, ...], model: Any) -> str | None:
+    """The first recompute module the model has no part for, as one line; None if none."""
+    parts = {"mla_up_proj": (getattr(model, "kv_lora_rank", None) is not None,
+                             "multi-head latent attention"),
+             "moe_act": (bool(getattr(model, "experts", 0)), "routed experts"),
+             "shared_experts": (bool(getattr(model, "shared_experts", 0)), "shared experts"),
+             "mlp": (not getattr(model, "experts", 0)
+                     or len(getattr(model, "moe_layers", ())) < model.layers,
+                     "a dense layer's MLP")}
+    for name in modules:
+        has, what = parts.get(name, (True, ""))
+        if not has:
+            return f"recompute_modules {name}: the model has no {what}"
+    return None
+
+
 def _bool(value: Any, field: str) -> bool:
     if isinstance(value, bool):
         return value
@@ -341,6 +387,9 @@ class Plan:
     # the recompute policy applies to one layer in every N of a stage (floor(n / N) of its n
     # layers; torchtitan wraps layers N, 2N, ...); 1: every layer
     recompute_every: int = 1
+    # selective recompute's modules, Megatron-Core's --recompute-modules (RECOMPUTE_MODULES);
+    # () the default, the attention core alone
+    recompute_modules: tuple[str, ...] = ()
     zero: int = 0
     dtype: Dtype = Dtype.BF16
     tp_layout: TPLayout = TPLayout.ONE_D
@@ -404,8 +453,16 @@ class Plan:
             raise PlanError(f"recompute_every {self.recompute_every} needs a recompute policy "
                             "(it applies the policy to one layer in N): give recompute full, "
                             "selective or op")
+        object.__setattr__(self, "recompute_modules",
+                           parse_recompute_modules(self.recompute_modules))
+        if self.recompute_modules and self.recompute is not Recompute.SELECTIVE:
+            raise PlanError(f"recompute_modules ({','.join(self.recompute_modules)}) apply to "
+                            f"recompute selective, not {self.recompute.value}")
         object.__setattr__(self, "dtype", parse_option(Dtype, self.dtype, "dtype"))
         object.__setattr__(self, "tp_layout", parse_option(TPLayout, self.tp_layout, "tp_layout"))
+        if self.recompute_modules and self.tp_layout is not TPLayout.ONE_D:
+            raise PlanError(f"recompute_modules are Megatron-Core's, with tp_layout 1d, not "
+                            f"{self.tp_layout.value}")
         object.__setattr__(self, "cp_comm", parse_option(CPComm, self.cp_comm, "cp_comm"))
         for key in ("grad_dtype", "optimizer_dtype"):
             value = getattr(self, key)
@@ -530,6 +587,9 @@ class Plan:
         layout = self.layout
         if layout is not None:
             layout.check_model(model.layers, model.mtp_layers)
+        missing = modules_missing(self.recompute_modules, model)
+        if missing:
+            raise PlanError(missing)
         return self
 
     def replace(self, **changes: Any) -> Plan:
@@ -551,6 +611,10 @@ class Plan:
             del out["etp"]
         if not self.pipeline_layout:
             del out["pipeline_layout"]
+        if self.recompute_modules:
+            out["recompute_modules"] = ",".join(self.recompute_modules)
+        else:
+            del out["recompute_modules"]
         return out
 
 

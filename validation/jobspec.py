@@ -16,7 +16,7 @@ from typing import Any
 from perfmodel.errors import PlanError, SpecError
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
-from workload.settings import CPComm, MoERouting, check_parallel
+from workload.settings import JOB_RECOMPUTE_MODULES, CPComm, MoERouting, check_parallel
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +86,10 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
     if missing:
         raise SpecError(f"model '{model.name}' has {'; '.join(missing)}: the validation job does "
                         "not build these")
+    unbuilt = [m for m in plan.recompute_modules if m not in JOB_RECOMPUTE_MODULES]
+    if unbuilt:
+        raise PlanError(f"recompute_modules {','.join(unbuilt)}: the validation job's selective "
+                        f"recompute takes {', '.join(JOB_RECOMPUTE_MODULES)}")
     broken = check_parallel(model_keys(model), {**plan.to_dict(), **parallel.plan_keys()})
     if broken is not None:
         raise PlanError(broken)

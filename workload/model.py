@@ -30,6 +30,7 @@ from torch.utils.checkpoint import (
 
 from workload.context_parallel import CPGroup, attention
 from workload.moe import MoE
+from workload.settings import JOB_RECOMPUTE_MODULES
 
 DTYPES = {
     "fp32": torch.float32,
@@ -149,10 +150,16 @@ class Block(nn.Module):
         self.feed_forward: nn.Module = MoE(m, MLP) if moe else MLP(m)
         self.full_recompute = False
         self.op_recompute = False
+        # selective recompute's mlp module (a dense block's MLP under a checkpoint, its
+        # collectives included, as Megatron-Core's recompute_modules mlp)
+        self.mlp_recompute = False
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x))
-        return x + self.feed_forward(self.ffn_norm(x))
+        h = self.ffn_norm(x)
+        if self.mlp_recompute and torch.is_grad_enabled():
+            return x + checkpoint(self.feed_forward, h, use_reentrant=False, early_stop=False)
+        return x + self.feed_forward(h)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.full_recompute and torch.is_grad_enabled():
@@ -251,13 +258,30 @@ def build_chunk(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> Chunk:
     # order): the policy applies to the N-th, 2N-th, ... (torchtitan's counter)
     held = chunk_ids(plan, _pp_rank_of(plan, chunk))
     first = sum(chunk_layers(m, plan, c) for c in held[:held.index(chunk)])
+    modules = recompute_modules(plan)
     block: Any  # a Block (a ModuleList yields Module to mypy)
     for i, block in enumerate(mod.layers):
         on = (first + i + 1) % every == 0
         block.full_recompute = on and recompute == "full"
         block.op_recompute = on and recompute == "op"
-        block.attention.selective = on and recompute == "selective"
+        selective = on and recompute == "selective"
+        block.attention.selective = selective and "core_attn" in modules
+        moe = isinstance(block.feed_forward, MoE)
+        block.mlp_recompute = selective and "mlp" in modules and not moe
+        if moe:
+            block.feed_forward.shared_recompute = selective and "shared_experts" in modules
     return mod
+
+
+def recompute_modules(plan: dict[str, Any]) -> set[str]:
+    """Selective recompute's modules (the plan's recompute_modules, comma-separated; none:
+    core_attn, Megatron-Core's default); ValueError for one the job does not build."""
+    names = {n.strip() for n in str(plan.get("recompute_modules") or "").split(",") if n.strip()}
+    unknown = names - set(JOB_RECOMPUTE_MODULES)
+    if unknown:
+        raise ValueError(f"recompute_modules {','.join(sorted(unknown))}: the job recomputes "
+                         f"{', '.join(JOB_RECOMPUTE_MODULES)}")
+    return names or {"core_attn"}
 
 
 def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

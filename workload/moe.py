@@ -63,6 +63,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
 
 from workload.context_parallel import AllToAll
 
@@ -190,6 +191,7 @@ class MoE(nn.Module):
         self.etp, self.etp_rank = 1, 0
         self.counts_group: Any = None
         self.tp_mesh: Any = None  # under tp: the tp mesh (the shared experts' collectives)
+        self.shared_recompute = False  # selective recompute's shared_experts module
 
     def shard_experts(self, group: Any, rank: int, size: int) -> None:
         """Keep this ep rank's experts (rank E/ep ... ): all E were built first, so that every
@@ -234,7 +236,10 @@ class MoE(nn.Module):
         else:
             y = self._capacity(xf, idx, weight)
         y = y.view(shape)
-        if self.shared:
+        if self.shared and self.shared_recompute and torch.is_grad_enabled():
+            # selective recompute's shared_experts: their collectives recomputed too
+            y = y + checkpoint(self._shared, x, use_reentrant=False, early_stop=False)
+        elif self.shared:
             y = y + self._shared(x)
         return y
 

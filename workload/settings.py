@@ -32,6 +32,11 @@ def _options(enum: type[StrEnum]) -> str:
     return ", ".join(e.value for e in enum)
 
 
+# the modules of selective recompute the job builds (perfmodel.strategy.RECOMPUTE_MODULES'
+# names; workload.model.build_chunk)
+JOB_RECOMPUTE_MODULES = ("core_attn", "mlp", "shared_experts")
+
+
 def check_parallel(m: dict[str, Any], plan: dict[str, Any]) -> str | None:
     """The first rule a cp / ep setting breaks, as one line naming the field; None if none."""
     cp, ep, tp = plan.get("cp", 1), plan.get("ep", 1), plan.get("tp", 1)

@@ -34,6 +34,7 @@ from perfmodel.configs.job import Framework, JobConfig, refuse_plan, refuse_spec
 from perfmodel.configs.shell import Launch, argument_words, launch_command
 from perfmodel.errors import PlanError, SpecError
 from perfmodel.pipeline_layout import PipelineLayout, accounted_layout
+from perfmodel.strategy import parse_recompute_modules
 
 SCRIPTS = ("pretrain_gpt.py",)
 DEFAULT_VOCAB_MULTIPLE = 128  # --make-vocab-size-divisible-by's default
@@ -889,6 +890,16 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     take("attention_backend", f"flash_attention {str(flash).lower()}")
 
 
+def _module_names(modules: Any) -> list[str]:
+    """--recompute-modules' names: the argument's words, or a config's list (a YAML list, or
+    its text '[a, b]'); none given: [] (Megatron's default, core_attn)."""
+    if modules in (None, "", "None", "null"):
+        return []
+    if isinstance(modules, str):
+        modules = modules.strip().strip("[]").replace(",", " ").split()
+    return [str(m).strip().strip("'\"") for m in modules if str(m).strip()]
+
+
 def _recompute(settings: Settings, job: JobConfig, where: str,
                take: Callable[[str, str], None]) -> None:
     granularity = _str(settings, "recompute_granularity")
@@ -908,13 +919,17 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
         job.fix("recompute", "none", pin="recompute_granularity" in settings)
         return
     if granularity == "selective":
-        if modules not in (None, ["core_attn"], "core_attn") and list(modules) != ["core_attn"]:
+        names = _module_names(modules)
+        try:
+            parsed = parse_recompute_modules(names)
+        except PlanError as exc:
             raise refuse_plan(where, settings["recompute_modules"][0], modules,
-                              "perfmodel's selective recompute is the core attention "
-                              "(core_attn) only")
+                              str(exc).split(": ", 1)[-1]) from None
         job.fix("recompute", "selective")
-        take("recompute_granularity", "recompute selective (the core attention)")
-        take("recompute_modules", "core_attn")
+        if parsed:
+            job.fix("recompute_modules", ",".join(parsed))
+        take("recompute_granularity", "recompute selective")
+        take("recompute_modules", "recompute_modules " + ",".join(parsed or ("core_attn",)))
         return
     if granularity != "full":
         raise refuse_plan(where, "--recompute-granularity", granularity,
@@ -1087,6 +1102,8 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
                           "written configs keep Megatron-LM's fp32 optimizer states")
     if plan.recompute.value == "selective":
         args.append(["--recompute-granularity", "selective"])
+        if plan.recompute_modules:
+            args.append(["--recompute-modules", *plan.recompute_modules])
     elif plan.recompute.value == "full" and plan.recompute_every > 1:
         args += [["--recompute-granularity", "full"], ["--recompute-method", "block"],
                  ["--recompute-num-layers", str(stage_layers // plan.recompute_every)]]

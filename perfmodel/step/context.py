@@ -98,7 +98,7 @@ class Context:
     # the share of a stage's layers under each recompute policy (the option's 0/1 times
     # floor(n / N) / n with Plan.recompute_every N; 0 under the others)
     full: sp.Expr  # full recompute
-    selective: sp.Expr  # selective recompute (Megatron: the attention core)
+    selective: sp.Expr  # selective recompute (Megatron: the attention core, or its modules)
     op: sp.Expr  # per-op selective recompute (torchtitan)
     # 1 where some layer of the stage recomputes fully (resp. per op): it needs a buffer to
     # recompute into
@@ -152,6 +152,19 @@ class Context:
     def linear(self) -> K.Device:
         """The device the linear layers' GEMMs run on: FP8 for an fp8 plan."""
         return self.linear_dev or self.dev
+
+    def recomputes(self, module: str) -> sp.Expr:
+        """The share of the stage's layers whose `module` selective recompute repeats
+        (perfmodel.strategy.RECOMPUTE_MODULES): selective's share where the plan names it (the
+        attention core where it names none), else 0."""
+        modules = self.fam.recompute_modules or ("core_attn",)
+        return self.selective if module in modules else sp.Integer(0)
+
+    @property
+    def core(self) -> sp.Expr:
+        """The share of the layers whose attention core is recomputed (selective recompute's
+        core_attn)."""
+        return self.recomputes("core_attn")
 
     @property
     def gqa(self) -> sp.Expr:

@@ -60,7 +60,7 @@ def cp_collectives(c: Context, layers: sp.Expr | None = None, prefix: str = "cp"
     e, cp = S.e, S.cp
     ck, cv = kv_elements(c)
     kv = e * (ck + cv)
-    recompute = c.full + c.selective if recomputed else 0
+    recompute = c.full + c.core if recomputed else 0
 
     def x(name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: str, in_phase: str,
           transfers: sp.Expr | None = None) -> Collective:
@@ -114,7 +114,7 @@ def cp_phases(c: Context, work: LayerWork, issued: Mapping[str, tuple[Collective
     step_bwd = work.attention_backward_s / cp
     windows = {"ring/forward": (cp - 1) * step_fwd, "ring_first/backward": step_bwd,
                "ring_steps/backward": sp.Max(0, cp - 2, evaluate=False) * step_bwd,
-               "ring/recompute": (c.full + c.selective) * (cp - 1) * step_fwd}
+               "ring/recompute": (c.full + c.core) * (cp - 1) * step_fwd}
     out = []
     for name in PHASES:
         if name == "ring/recompute" and not recomputed:

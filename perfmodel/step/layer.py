@@ -66,6 +66,10 @@ class LayerWork:
     fp8_cast_backward_s: sp.Expr | None = None
     # the element-wise ops' backward; None: BACKWARD_PER_FORWARD x their forward
     elementwise_backward_s: sp.Expr | None = None
+    # the forward of each part selective recompute can repeat beyond the attention core
+    # (perfmodel.strategy.RECOMPUTE_MODULES: mla_up_proj, mlp, moe_act, shared_experts), of
+    # these layers; a part they lack is absent
+    module_s: tuple[tuple[str, sp.Expr], ...] = ()
 
     @property
     def total_s(self) -> sp.Expr:
@@ -83,6 +87,11 @@ class LayerWork:
         return BACKWARD_PER_FORWARD * self.gemm_s + self.elementwise_back_s \
             + self.attention_backward_s + (self.fp8_cast_backward_s or ZERO)
 
+    def module(self, name: str) -> sp.Expr:
+        """The forward of the recompute module `name` in these layers [s] (0 where they have
+        none)."""
+        return dict(self.module_s).get(name, ZERO)
+
     def times(self, n: sp.Expr) -> LayerWork:
         """n such layers."""
         return LayerWork(n * self.gemm_s, n * self.attention_s, n * self.elementwise_s,
@@ -91,7 +100,8 @@ class LayerWork:
                          None if self.fp8_cast_backward_s is None
                          else n * self.fp8_cast_backward_s,
                          None if self.elementwise_backward_s is None
-                         else n * self.elementwise_backward_s)
+                         else n * self.elementwise_backward_s,
+                         tuple((k, n * t) for k, t in self.module_s))
 
     def __add__(self, other: LayerWork) -> LayerWork:
         def add(x: sp.Expr | None, y: sp.Expr | None) -> sp.Expr | None:
@@ -104,7 +114,9 @@ class LayerWork:
                          add(self.fp8_cast_backward_s, other.fp8_cast_backward_s),
                          None if self.elementwise_backward_s is None
                          and other.elementwise_backward_s is None
-                         else self.elementwise_back_s + other.elementwise_back_s)
+                         else self.elementwise_back_s + other.elementwise_back_s,
+                         tuple((k, self.module(k) + other.module(k)) for k in dict.fromkeys(
+                             [k for k, _ in self.module_s + other.module_s])))
 
     def forward_terms(self) -> dict[str, sp.Expr]:
         """The forward, by term compute/forward/<part>."""
@@ -196,6 +208,7 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
         mlp_gemm_s, mlp_elementwise = moe_mlp_work(c)
         gemm_s, common = gemm_s + mlp_gemm_s, common + mlp_elementwise
     ew_forward, ew_backward = elementwise_traffic(c, ew, moe)
+    modules = recompute_module_s(c, gemm_t, ew, moe)
     cast_s = cast_backward_s = None
     if c.fam.fp8:
         if moe:  # the attention's casts, then the routed and shared experts' (moe.py)
@@ -213,7 +226,39 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
         fp8_cast_s=cast_s, fp8_cast_backward_s=cast_backward_s,
         elementwise_backward_s=K.memory_time(BACKWARD_PER_FORWARD * common + ew_backward,
                                               c.dev),
+        module_s=modules,
     )
+
+
+def recompute_module_s(c: Context, gemm_t: Mapping[str, sp.Expr], ew: Mapping[str, sp.Expr],
+                       moe: bool) -> tuple[tuple[str, sp.Expr], ...]:
+    """The forward of each part of one layer that selective recompute's modules repeat [s]
+    (only those the family's plan names, perfmodel.strategy.RECOMPUTE_MODULES):
+        mla_up_proj     MLA's up projections (q_up, or the query projection without a query
+                        latent, and kv_up) and the rotary embedding of what they give
+        mlp             a dense layer's MLP: up (and gate), down, and its activation's bytes
+        moe_act         the routed experts' activation: (2 + gated) e A_r f_E bytes / W
+        shared_experts  the shared experts' GEMMs and activation (perfmodel.step.moe)
+    An fp8 plan's recomputed GEMMs cast their inputs again: not counted (a small share of the
+    casts)."""
+    names = set(c.fam.recompute_modules) - {"core_attn"}
+    out: list[tuple[str, sp.Expr]] = []
+    if "mla_up_proj" in names and c.fam.mla:
+        n_q, n_k = rope_elements(c)
+        up = gemm_t["q_up" if c.fam.mla_q_lora else "q"] + gemm_t["kv_up"]
+        out.append(("mla_up_proj", up + K.memory_time(K.fused_rope_bytes(n_q, n_k, S.e),
+                                                      c.dev)))
+    if "mlp" in names and not moe:
+        out.append(("mlp", gemm_t["mlp_up"] + gemm_t["mlp_down"]
+                    + K.memory_time(ew["activation"], c.dev)))
+    if moe and names & {"moe_act", "shared_experts"}:
+        from perfmodel.step.moe import moe_act_s, shared_experts_s
+
+        if "moe_act" in names:
+            out.append(("moe_act", moe_act_s(c)))
+        if "shared_experts" in names and c.fam.moe_shared:
+            out.append(("shared_experts", shared_experts_s(c)))
+    return tuple(out)
 
 
 def rope_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
@@ -347,8 +392,9 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
     host:   n x c_fwd (c_bwd); n x ops x t_op (framework.PartCost) where not calibrated, and
             what the stage's MoE layers launch beyond dense ones (extra_kernels, per
             micro-batch forward, x 2 backward, at the same cost each)
-    recompute: full x forward + selective x attention + op x what per-op recompute repeats
-    (op_recompute_s), device and host (charged to compute/recompute), and the forward's
+    recompute: full x forward + selective x attention (core_attn) and the parts its other modules
+    name (recompute_module_s) + op x what per-op recompute repeats (op_recompute_s), device and
+    host (charged to compute/recompute), and the forward's
     collectives (full; op: all but the reduce-scatters, whose outputs it keeps). full, selective
     and op are the shares of the stage's layers under each policy (Context).
     overlap, overlap_device: by phase, the Overlaps of its tensor-parallel collectives and what
@@ -360,8 +406,9 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
     kernels = cost.kernel_s * (n * cost.forward_ops + extra_kernels)
     back_kernels = cost.kernel_s * (n * cost.backward_ops + BACKWARD_PER_FORWARD * extra_kernels)
     slower = cost.scale - 1  # what the framework's scale adds to the rooflines
-    recomputed = c.full * work.total_s + c.selective * work.attention_s \
-        + c.op * op_recompute_s(c, work)
+    recomputed = c.full * work.total_s + c.core * work.attention_s \
+        + c.op * op_recompute_s(c, work) \
+        + sum((c.recomputes(name) * t for name, t in work.module_s), ZERO)
 
     def lost(name: str) -> dict[str, sp.Expr]:
         return {"compute/tp_overlap": extra[name]} if name in extra else {}

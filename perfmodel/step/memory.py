@@ -91,12 +91,15 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         return M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, mlp=mlp, fp8_mlp=fp8_mlp,
                                         **kw, **act_kw)
 
-    act_layer = activations(full=c.full, selective=c.selective, op=c.op)
+    # selective recompute: the attention core where the plan names it (its default), and what
+    # its other modules drop (module_drops); the shares of a stage's layers, 0 under the others
+    policy = dict(full=c.full, selective=c.core, op=c.op)
+    act_layer = activations(**policy) - module_drops(c, moe=False)
     full_layer = activations(full=0, selective=0)
     op_layer = activations(full=0, selective=0, op=1)
     moe_count = MOE.moe_layers(c) if c.fam.moe else {st: 0 for st in STAGES}
     if c.fam.moe:
-        act_moe = activations(full=c.full, selective=c.selective, op=c.op, moe=True)
+        act_moe = activations(**policy, moe=True) - module_drops(c, moe=True)
         full_layer = lmax(full_layer, activations(full=0, selective=0, moe=True))
     inflight = M.inflight_micro_batches(
         c.gpipe, c.interleaved + c.zero_bubble * (1 - c.zbv) * active(S.v), S.pp, c.m, S.v)
@@ -159,3 +162,42 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         mem["reserved/fragmentation"] = transient * S.f_frag / (1 - S.f_frag)
         out[st] = {k: sp.sympify(x) for k, x in mem.items()}
     return out
+
+
+def module_drops(c: Context, *, moe: bool) -> sp.Expr:
+    """Bytes one layer no longer keeps under selective recompute's modules beyond the attention
+    core (perfmodel.strategy.RECOMPUTE_MODULES, Megatron-Core's recompute_modules), each times
+    the share of the layers it applies to (Context.recomputes), per micro-batch on one rank:
+        mla_up_proj     MLA's up projections' outputs, Q and K (e T a d_qk each) and V
+                        (e T a d_v), over tp (their inputs, the latents, are kept: the outputs
+                        are freed once the attention has read them and recomputed before its
+                        backward; an fp8 plan's FP8 copies of the latents stay)
+        mlp             a dense layer's MLP run under a checkpoint: its activations
+                        (2 + gated) e T f / tp and an fp8 plan's FP8 copies of its inputs,
+                        (s_8 - e) (T h / r + T f / tp); its input, the norm's output, is kept
+        moe_act         the routed experts' activation output, the down projections' input,
+                        e A_r f_E (a bf16 plan's; an fp8 plan's down projections keep their FP8
+                        copy of it, and nothing is dropped)
+        shared_experts  the shared experts under a checkpoint: (2 + gated) e T f_sh / tp, and an
+                        fp8 plan's FP8 copies of their inputs, (s_8 - e) T f_sh / tp + s_8 T h
+    r: the ranks an activation is split over (tp with sequence parallelism, else 1)."""
+    if not set(c.fam.recompute_modules) - {"core_attn"}:
+        return sp.Integer(0)
+    e, T, tp, h, a = S.e, c.T, S.tp, S.h, S.a
+    fp8 = 1 if c.fam.fp8 else 0
+    s8 = S.s8 if c.fam.fp8 else e
+    out = sp.Integer(0)
+    if c.fam.mla:
+        out += c.recomputes("mla_up_proj") * e * T * a * (2 * (S.d_nope + S.d_rope) + S.d_v) / tp
+    if not moe:
+        out += c.recomputes("mlp") * ((2 + c.gated) * e * T * S.f / tp
+                                      + fp8 * (s8 - e) * (T * h / c.act_ranks + T * S.f / tp))
+        return out
+    _, _, _, A_r = MOE.routed_tokens(c)
+    out += c.recomputes("moe_act") * (1 - fp8) * e * A_r * S.f_E
+    if c.fam.moe_shared:
+        out += c.recomputes("shared_experts") * ((2 + c.gated) * e * T * S.f_sh / tp
+                                                 + fp8 * ((s8 - e) * T * S.f_sh / tp
+                                                          + s8 * T * h / c.act_ranks))
+    return out
+

@@ -162,6 +162,23 @@ def moe_mlp_work(c: Context) -> tuple[sp.Expr, sp.Expr]:
     return gemm, elementwise
 
 
+def moe_act_s(c: Context) -> sp.Expr:
+    """The routed experts' activation in one MoE layer's forward on one rank [s]: its bytes,
+    (2 + gated) e A_r f_E (moe_elementwise_bytes' share), over W: what selective recompute's
+    moe_act repeats."""
+    _, _, _, A_r = routed_tokens(c)
+    return K.memory_time((2 + c.gated) * S.e * A_r * S.f_E, c.dev)
+
+
+def shared_experts_s(c: Context) -> sp.Expr:
+    """The shared experts of one MoE layer, forward on one rank [s]: their GEMMs and their
+    activation's bytes (moe_mlp_work's share): what selective recompute's shared_experts
+    repeats."""
+    gemm = sum((linear_gemm_time(c, g)
+                for g in MOE.shared_gemms(c.T, S.h, S.f_sh, S.tp, c.gated)), ZERO)
+    return gemm + K.memory_time((2 + c.gated) * S.e * c.T * S.f_sh / S.tp, c.dev)
+
+
 def extra_kernels(c: Context, stage: str) -> sp.Expr:
     """Kernels a stage's MoE layers launch beyond dense layers', per micro-batch forward."""
     if not c.fam.moe:

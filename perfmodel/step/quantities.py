@@ -14,8 +14,8 @@ kernel's core count the query-key pairs attended (each query min(i + 1, w) keys 
 layer); the full-attention convention keeps s^2 in every layer, as torchtitan's formula does.
 Hardware FLOPs: what the kernels execute: the unfused core's full s^2 products (3 x), or a flash
 kernel's causal half (forward) and 2.5 x that (backward, which recomputes the scores); plus what
-recompute repeats (full: every layer's forward; selective: the attention core; op: its recomputed
-matmuls and an unfused core), never the logits.
+recompute repeats (full: every layer's forward; selective: the attention core and its other
+modules' GEMMs, module_flops; op: its recomputed matmuls and an unfused core), never the logits.
 """
 
 from __future__ import annotations
@@ -97,10 +97,33 @@ def flops(c: Context) -> dict[str, sp.Expr]:
     op_forward = op_recomputed_gemm_share(c) * layers_linear_hw + S.L * (1 - c.flash) * core
     hardware = steps * (layers_linear_hw + logits + extra_hw) + c.m * S.dp * (
         S.L * core_run + c.full * (layers_linear_hw + S.L * core_forward)
-        + S.L * c.selective * core_forward + c.op * op_forward)
+        + S.L * c.core * core_forward + c.op * op_forward + module_flops(c, T, gemms))
     return {"model_flops_per_step": model,
             "model_flops_per_step_full_attention": full_attention,
             "hardware_flops_per_step": hardware}
+
+
+def module_flops(c: Context, T: sp.Expr, gemms: Sequence[K.Gemm]) -> sp.Expr:
+    """The GEMM FLOPs selective recompute's modules repeat in one micro-batch of a replica
+    (perfmodel.step.layer.recompute_module_s): MLA's up projections in every layer, a dense
+    layer's MLP, an MoE layer's shared experts (the routed experts' activation has none)."""
+    if not set(c.fam.recompute_modules) - {"core_attn"}:
+        return ZERO
+    from perfmodel.step.moe import moe_layers_total
+
+    moe_layers = moe_layers_total(c) if c.fam.moe else ZERO
+    out = ZERO
+    if c.fam.mla:
+        up = [g for g in MLA.mla_gemms(T, S.h, S.a, S.r_q, S.r_kv, S.d_nope, S.d_rope, S.d_v, 1,
+                                       q_lora=c.fam.mla_q_lora)
+              if g.name in ("q_up", "kv_up") or (g.name == "q" and not c.fam.mla_q_lora)]
+        out += S.L * c.recomputes("mla_up_proj") * sum((g.flops for g in up), ZERO)
+    mlp = sum((g.flops for g in gemms if g.name in ("mlp_up", "mlp_down")), ZERO)
+    out += (S.L - moe_layers) * c.recomputes("mlp") * mlp
+    if c.fam.moe_shared:
+        shared = sum((g.flops for g in CM.shared_gemms(T, S.h, S.f_sh, 1, c.gated)), ZERO)
+        out += moe_layers * c.recomputes("shared_experts") * shared
+    return out
 
 
 def _comm_s(phases: Sequence[Phase], per: sp.Expr = ONE) -> sp.Expr:

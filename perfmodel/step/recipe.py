@@ -66,7 +66,8 @@ def build(fam: Family) -> Model:
     # 2. its communication: every collective a rank issues, declared once, in ledger order
     params, units = parameters(c), DP.fsdp_units(c)
     p2p = PP.p2p_collectives(c)
-    collectives = [*TP.layer_collectives(c), *CP.cp_collectives(c), *MOE.ep_collectives(c),
+    collectives = [*TP.layer_collectives(c), *TP.module_recompute_collectives(c),
+                   *CP.cp_collectives(c), *MOE.ep_collectives(c),
                    *MTP.mtp_collectives(c), *TP.embedding_collectives(c),
                    *TP.output_collectives(c), *p2p.values(), *DP.sync_collectives(c, params, units),
                    *TP.norm_grad_collectives(c)]

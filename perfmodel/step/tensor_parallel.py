@@ -168,6 +168,36 @@ def dense_mlp_collectives(c: Context) -> list[Collective]:
     return out
 
 
+def module_recompute_collectives(c: Context) -> list[Collective]:
+    """What selective recompute's mlp and shared_experts modules repeat of each stage's MLP
+    collectives (Megatron-Core checkpoints the MLP module, its sequence-parallel all-gather and
+    reduce-scatter or its all-reduce inside): the forward's Megatron pair of a dense layer's MLP
+    (mlp) and of an MoE layer's shared experts (shared_experts), in the phases
+    layers@<stage>/recompute, declared per stage as dense_mlp_collectives."""
+    modules = set(c.fam.recompute_modules)
+    if not modules & {"mlp", "shared_experts"}:
+        return []
+    from perfmodel.step.moe import moe_layers
+
+    moe = moe_layers(c) if c.fam.moe else {st: ZERO for st in STAGES}
+    sp_ = c.seq_parallel
+    act_bytes = S.e * c.T * S.h
+    gather_bytes = S.e8 * c.T * S.h if c.fam.fp8 else act_bytes
+    out = []
+    for st in STAGES:
+        count = (c.stage_layers[st] - moe[st]) * c.recomputes("mlp")
+        if c.fam.moe_shared:
+            count += moe[st] * c.recomputes("shared_experts")
+        for op, part in (("all_gather", sp_), ("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
+            out.append(Collective(
+                name=f"tp/layer/{op}", op=op, axis="tp",
+                nbytes=gather_bytes if op == "all_gather" else act_bytes,
+                calls=c.megatron * part * count, phase="bwd", in_phase=f"layers@{st}/recompute",
+                term="comm/tp", fam=c.fam, stage=st, ledger_share=ONE if st == "first"
+                else c.multi))
+    return out
+
+
 def layer_collectives(c: Context) -> list[Collective]:
     """The collectives of the stage's layers per micro-batch (declared for the first stage's,
     the ledger's: a stage's phases scale them to its own, Phase.comm_scale): Megatron 1D, then

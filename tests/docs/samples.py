@@ -133,9 +133,18 @@ def commands(block: Block) -> list[str]:
         current += line
         words = shlex.split(current, comments=True)
         if words:
-            joined.append(shlex.join(words))
+            joined.append(" ".join(_rejoined(w, current) for w in words))
         current = ""
     return joined
+
+
+def _rejoined(word: str, line: str) -> str:
+    """A word as shlex.join quotes it, but a glob pattern the line leaves unquoted as it is
+    (the shell expands it; a quoted one it passes on as written: test_samples._expand)."""
+    quoted = f"'{word}'" in line or f'"{word}"' in line
+    if any(c in word for c in "*?[") and not quoted and word in line:
+        return word
+    return shlex.quote(word)
 
 
 def all_blocks() -> list[Block]:

@@ -109,6 +109,16 @@ CASES = {
     # each parameter's rows to the group, the up and gate projections apart)
     "zero 3, experts 120 wide, ep 4 over dp 64 (edp 16)": (
         MOE.replace(expert_ffn_hidden=120), _plan(64, ep=4, zero=3)),
+    # selective recompute's mlp and shared_experts modules (Megatron-Core recompute_modules):
+    # the MLP under a checkpoint, its tensor-parallel collectives recomputed before the backward
+    "selective mlp, tp 2 (sp) over dp 32": (DENSE, _plan(32, tp=2, n_mb=2, sequence_parallel=True,
+                                                         recompute="selective",
+                                                         recompute_modules="mlp")),
+    "selective core_attn and mlp, tp 4 over dp 16": (
+        DENSE, _plan(16, tp=4, recompute="selective", recompute_modules="core_attn,mlp")),
+    "selective mlp and shared experts, tp 2 x ep 4 x pp 2 over dp 16": (
+        MOE, _plan(16, tp=2, pp=2, ep=4, n_mb=2, sequence_parallel=True, recompute="selective",
+                   recompute_modules="mlp,shared_experts")),
     # a pipeline layout (Megatron's --pipeline-model-parallel-layout): chunks of unequal layers
     # under virtual stages, rank 0 holding 2 of 7 and the last rank 1 (the stages' layers no
     # multiple of the 2 chunks, which --decoder-first/last-pipeline-num-layers cannot give)
