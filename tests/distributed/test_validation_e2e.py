@@ -181,6 +181,25 @@ def test_per_op_recompute_with_tensor_and_sequence_parallel(tmp_path):
     assert tp["all_gather"]["job_count"] > tp["reduce_scatter"]["job_count"]
 
 
+def test_selective_recompute_of_the_mlp_with_tensor_and_sequence_parallel(tmp_path):
+    """Megatron's recompute_modules core_attn,mlp in the job: each MLP runs under a checkpoint,
+    its all-gather and reduce-scatter issued again before the backward, as the ledger says."""
+    kw = dict(gpus=2, tp=2, sequence_parallel=True, micro_batch=2, global_batch=4,
+              recompute="selective")
+    plain = _run(tmp_path / "core", run.RunSettings(nprocs=2, steps=2, warmup=1), **kw)
+    report = _run(tmp_path / "mlp", run.RunSettings(nprocs=2, steps=2, warmup=1), **kw,
+                  recompute_modules="core_attn,mlp")
+    _assert_measured(report, 2)
+    assert report["collectives_vs_ledger"]["agree"], report["collectives_vs_ledger"]
+
+    def gathers(r: dict) -> float:
+        return sum(x["job_count"] for x in r["collectives_vs_ledger"]["rows"]
+                   if x["axis"] == "tp" and x["op"] == "all_gather")
+
+    # tiny-gpt's 4 MLPs in each of the step's 2 micro-batches
+    assert gathers(report) == gathers(plain) + 4 * 2
+
+
 def test_every_second_layer_recomputed_in_a_pipeline(tmp_path):
     """recompute full on one layer in two (torchtitan's selective layer AC) on 2 stages."""
     report = _run(tmp_path, run.RunSettings(nprocs=2, steps=2, warmup=1), gpus=2, pp=2,
