@@ -19,7 +19,8 @@ PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedu
                 "virtual_stages", "sequence_parallel", "recompute", "recompute_every",
                 "recompute_modules", "grad_dtype", "optimizer_dtype", "zero", "dtype", "fp8_recipe",
                 "fp8_output_layer", "fp8_params", "flash_attention", "overlap_grad_sync",
-                "overlap_param_gather", "tp_comm_overlap", "stack", "kernels", "first_stage_layers",
+                "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap", "stack", "kernels",
+                "first_stage_layers",
                 "last_stage_layers", "pipeline_layout", "placement", "tp_layout", "tp_depth", "cp",
                 "cp_comm", "ep",
                 "etp")

@@ -230,6 +230,10 @@ def plan_options(fn: Any) -> Any:
         click.option("--tp-comm-overlap", is_flag=True,
                      help="Overlap tensor-parallel communication with the GEMMs (Megatron "
                           "userbuffers, torchtitan async TP; needs --sequence-parallel)."),
+        click.option("--ep-comm-overlap", is_flag=True,
+                     help="Overlap a mixture of experts' all-to-alls of one micro-batch with "
+                          "another's compute (Megatron --overlap-moe-expert-parallel-comm: "
+                          "combined 1F1B; needs ep > 1, virtual stages with pp > 1)."),
         click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
                      help="How the framework runs the layers: eager op by op, compiled "
                           "(torch.compile), or compiled as CUDA graphs (host time per op)."),
@@ -292,7 +296,8 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "sequence_parallel", "recompute", "recompute_every", "recompute_modules",
              "grad_dtype", "optimizer_dtype",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
-             "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "stack",
+             "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
+             "stack",
              "kernels", "first_stage_layers", "last_stage_layers", "pipeline_layout", "placement",
              "tp_layout", "tp_depth")
 
@@ -1011,11 +1016,11 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
         if key in plan:
             pins[key] = plan[key]
     uneven = {k: plan[k] for k in ("first_stage_layers", "last_stage_layers", "pipeline_layout",
-                                   "recompute_modules") if plan.get(k)}
+                                   "recompute_modules", "ep_comm_overlap") if plan.get(k)}
     if uneven:
         raise PlanError(f"{path}: {', '.join(f'{k} {v}' for k, v in uneven.items())}: recommend "
-                        "searches even pipeline splits and the default selective recompute; "
-                        "predict --from-config takes this one")
+                        "searches even pipeline splits, the default selective recompute and no "
+                        "expert-parallel overlap; predict --from-config takes this one")
     if "tp" in job.pins:
         spec = pad_vocab(job, spec, int(plan["tp"]))
     elif job.vocab_multiple:

@@ -67,6 +67,7 @@ PLAN = obj({
                                        "auto resolved (true where the hardware has a flash kernel "
                                        "for the dtype; the validation job: fused SDPA)."},
     "overlap_grad_sync": BOOLEAN, "overlap_param_gather": BOOLEAN, "tp_comm_overlap": BOOLEAN,
+    "ep_comm_overlap": BOOLEAN,
     "stack": {"type": "string", "description": "eager, compiled or cuda-graphs"},
     "kernels": {"type": "string",
                 "description": "How the element-wise ops run: fused (Megatron-Core / TE), eager "

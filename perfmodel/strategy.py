@@ -406,6 +406,10 @@ class Plan:
     # follow (Megatron --tp-comm-overlap with Transformer Engine's userbuffers, torchtitan's
     # async TP); needs sequence parallelism
     tp_comm_overlap: bool = False
+    # a mixture of experts' dispatch and combine all-to-alls of one micro-batch overlapped with
+    # the computation of another (Megatron-Core's combined 1F1B, --overlap-moe-expert-parallel-
+    # comm; perfmodel.step.moe.ep_overlaps)
+    ep_comm_overlap: bool = False
     stack: Stack = Stack.EAGER
     # how the element-wise ops run (Kernels): eager needs a stack that runs the modules' ops
     # (eager, or CUDA graphs capturing them), compiled a compiled stack (compiled, cuda-graphs)
@@ -496,7 +500,7 @@ class Plan:
             raise PlanError("fp8_params is modelled with the per-tensor recipes (delayed, "
                             "current), not mxfp8: give fp8_recipe delayed or current")
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync",
-                    "overlap_param_gather", "tp_comm_overlap"):
+                    "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap"):
             if key == "flash_attention" and (self.flash_attention is None
                                              or str(self.flash_attention).lower() == "auto"):
                 object.__setattr__(self, key, None)
@@ -510,10 +514,28 @@ class Plan:
                             f"tp) or {', '.join(ORDER_AXES)} (innermost first), got "
                             f"{','.join(map(str, placement))}")
         object.__setattr__(self, "placement", placement)
+        self._check_ep_overlap()
         self._check_layout()
         broken = first_broken(self.columns(), None)
         if broken is not None:
             raise PlanError(broken)
+
+    def _check_ep_overlap(self) -> None:
+        """ep_comm_overlap as Megatron-Core takes --overlap-moe-expert-parallel-comm: with
+        experts over several ranks, without full recompute, and with virtual stages where there
+        are several pipeline stages (its combined 1F1B pairs the chunks of two micro-batches)."""
+        if not self.ep_comm_overlap:
+            return
+        if self.ep == 1:
+            raise PlanError("ep_comm_overlap overlaps the expert-parallel all-to-alls: it needs "
+                            "ep > 1")
+        if self.recompute is Recompute.FULL:
+            raise PlanError("ep_comm_overlap does not run with recompute full (Megatron-Core "
+                            "refuses the pair)")
+        if self.pp > 1 and (self.virtual_stages == 1 or self.schedule is not
+                            Schedule.INTERLEAVED):
+            raise PlanError("ep_comm_overlap with pp > 1 needs the interleaved schedule "
+                            "(virtual_stages > 1), as Megatron-Core's combined 1F1B does")
 
     def _check_layout(self) -> None:
         """pipeline_layout: a string of Megatron's syntax that gives pp x virtual_stages stages

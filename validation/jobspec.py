@@ -86,6 +86,9 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
     if missing:
         raise SpecError(f"model '{model.name}' has {'; '.join(missing)}: the validation job does "
                         "not build these")
+    if plan.ep_comm_overlap:
+        raise PlanError("ep_comm_overlap: the validation job runs each micro-batch's forward "
+                        "and backward apart (no combined 1F1B)")
     unbuilt = [m for m in plan.recompute_modules if m not in JOB_RECOMPUTE_MODULES]
     if unbuilt:
         raise PlanError(f"recompute_modules {','.join(unbuilt)}: the validation job's selective "

@@ -74,7 +74,8 @@ READ_OPTIONS: dict[str, int] = {
         "optimizer-cpu-offload", "account-for-embedding-in-pipeline-split",
         "account-for-loss-in-pipeline-split", "squared-relu", "quick-geglu", "use-legacy-models",
         "use-mcore-models", "mock-data", "no-position-embedding", "fp8-param-gather",
-        "use-precision-aware-optimizer", "checkpoint-activations", "moe-grouped-gemm"), 0),
+        "use-precision-aware-optimizer", "checkpoint-activations", "moe-grouped-gemm",
+        "overlap-moe-expert-parallel-comm"), 0),
 }
 
 # options that do not change the step's time or memory, by kind (a prefix ending in '-' names
@@ -869,6 +870,10 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     job.fix("tp_comm_overlap", tp_overlap)
     take("tp_comm_overlap", "tp_comm_overlap (tensor-parallel communication behind the GEMMs, "
                             "Transformer Engine's userbuffers)")
+    if _flag(settings, "overlap_moe_expert_parallel_comm", where):
+        job.fix("ep_comm_overlap", True)
+        take("overlap_moe_expert_parallel_comm", "ep_comm_overlap (the all-to-alls of one "
+                                                 "micro-batch behind another's compute)")
     backend = _str(settings, "attention_backend", "auto")
     if _flag(settings, "use_flash_attn", where):
         flash = True
@@ -1068,6 +1073,8 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
         args.append(["--sequence-parallel"])
     if plan.tp_comm_overlap:
         args.append(["--tp-comm-overlap"])
+    if plan.ep_comm_overlap:
+        args.append(["--overlap-moe-expert-parallel-comm"])
     args += placements[placement]
     dtype = plan.dtype.value
     if dtype in ("bf16", "fp16"):

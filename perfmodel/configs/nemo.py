@@ -52,6 +52,7 @@ _RENAMED = {"num_moe_experts": "num_experts", "gated_linear_unit": "swiglu",
             "use_distributed_optimizer": "use_distributed_optimizer",
             "overlap_grad_reduce": "overlap_grad_reduce",
             "overlap_param_gather": "overlap_param_gather", "micro_batch_size": "micro_batch_size",
+            "overlap_moe_expert_parallel_comm": "overlap_moe_expert_parallel_comm",
             "global_batch_size": "global_batch_size", "optimizer": "optimizer",
             "grad_reduce_in_fp32": "grad_reduce_in_fp32"}
 # model fields that do not change the step's cost (numerics, initialization, fusions of the same

@@ -36,6 +36,7 @@ the validation job, the model leaves them out (k / h of the tokens' bytes).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import sympy as sp
 
@@ -242,6 +243,31 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
                     phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=st,
                     ledger_share=share))
     return out
+
+
+def ep_overlaps(c: Context, stage: str, work: Any) -> dict[str, tuple[Overlap, ...]]:
+    """Megatron-Core's combined 1F1B (Plan.ep_comm_overlap, --overlap-moe-expert-parallel-
+    comm): one micro-batch's forward runs beside another's backward, each's dispatch and combine
+    all-to-alls behind the other's computation. On a stage, per micro-batch:
+        the forward's all-to-alls behind the paired backward's compute  (window: its layers'
+                                                                         backward)
+        the backward's behind the paired forward's                       (window: their forward)
+    the compute slowed by the contention (perfmodel.step.compose: s_ovl), and never hidden in
+    the micro-batches the schedule leaves unpaired, its warm-up forwards and cool-down
+    backwards: of the m v chunk passes of the first rank, 1 + (pp - 1) 2 + (v - 1) pp (Megatron's
+    interleaved warm-up, one more for the pairing; 1 of m with one stage):
+        floor = min(1, (1 + 2 (pp - 1) + (v - 1) pp) / (m v)).
+    work: the stage's layers (perfmodel.step.layer.stage_work)."""
+    if not (c.fam.moe and c.fam.ep_comm_overlap):
+        return {}
+    pp, v = S.pp, S.v
+    floor = sp.Min(1, (1 + 2 * (pp - 1) + (v - 1) * pp) / (c.m * v), evaluate=False)
+    of = ("ep/dispatch_combine/all_to_all",)
+    on = sp.Integer(1)
+    return {f"layers@{stage}/forward": (Overlap("the paired micro-batch's backward",
+                                                work.backward_s, on, floor=floor, of=of),),
+            f"layers@{stage}/backward": (Overlap("the paired micro-batch's forward",
+                                                 work.total_s, on, floor=floor, of=of),)}
 
 
 def stage_phases(stage: str, issued: Mapping[str, tuple[Collective, ...]],

@@ -79,6 +79,9 @@ def build(fam: Family) -> Model:
     for st in PP.STAGES:
         has_embedding, has_output = PP.holds(c, st)
         overlaps, lost, stage_overlaps, stage_lost = _tp_overlaps(c, st)
+        for phase, extra in MOE.ep_overlaps(c, st, works[st]).items():
+            stage_overlaps = {**stage_overlaps,
+                              phase: (*stage_overlaps.get(phase, ()), *extra)}
         loop = (Phase(name="training_loop",
                       host={"overhead/loop": H.loop_s(c, has_embedding, has_output)}),) \
             if c.asynchronous else ()

@@ -617,3 +617,17 @@ def test_launch_scripts_run_one_torchrun_per_host(tmp_path):
                   overlap_param_gather=True) if fmt == "torchtitan" else {}
         emit(fmt, out, load_model("llama3-8b"), hardware, made.replace(**kw), 1.0)
         assert "--nnodes 64 --nproc-per-node 4" in (out / name).read_text(), fmt
+
+
+def test_megatron_expert_parallel_overlap_is_read_and_written(tmp_path):
+    """--overlap-moe-expert-parallel-comm (Megatron-Core's combined 1F1B) becomes the plan's
+    ep_comm_overlap and is written back."""
+    text = BASE + ("--num-experts 8 --moe-router-topk 2 --moe-token-dispatcher-type alltoall "
+                   "--expert-model-parallel-size 4 --expert-tensor-parallel-size 1 "
+                   "--position-embedding-type rope --overlap-moe-expert-parallel-comm")
+    job = read_config(write(tmp_path, text))
+    spec, plan = resolve_plan(job, resolve_model(job, None, None), {"gpus": 8})
+    assert plan["ep_comm_overlap"] is True
+    args = [a for group in megatron_arguments(spec, plan_from_dict(plan).check(spec))
+            for a in group]
+    assert "--overlap-moe-expert-parallel-comm" in args

@@ -431,3 +431,38 @@ def test_mla_tensors_hold_the_mla_parameters_of_one_rank(q_lora):
     tensors = mla.mla_tensors(**dims, tp=tp, q_lora=q_lora, bias=1)
     assert sum(rows * cols for rows, cols in tensors) == params["sharded"] / tp \
         + params["replicated"]
+
+
+def test_combined_1f1b_hides_the_all_to_alls_behind_the_paired_micro_batch():
+    """Megatron-Core's --overlap-moe-expert-parallel-comm (Plan.ep_comm_overlap): each
+    micro-batch's all-to-alls behind the paired one's compute, at the overlap's contention, the
+    unpaired warm-up share never hidden; what is hidden plus what is exposed is what the plan
+    without it exposes."""
+    model = load_model("qwen3-30b-a3b")
+    hw = load_hardware("dgx-h100")
+    kw = dict(gpus=64, dp=64, ep=64, micro_batch=1, global_batch=1024, zero=1)
+    plain = predict(model, hw, Plan(**kw))
+    both = predict(model, hw, Plan(**kw, ep_comm_overlap=True))
+    hidden = both.hidden_s["comm/ep"]
+    assert hidden > 0 and both.breakdown_s["comm/ep"] < plain.breakdown_s["comm/ep"]
+    assert both.breakdown_s["comm/ep"] + hidden == pytest.approx(plain.breakdown_s["comm/ep"],
+                                                                 rel=1e-9)
+    # the compute beside a hidden collective runs slower: k / (1 + k) of the hidden time
+    k = hw.overlap_compute_slowdown
+    assert both.breakdown_s["compute/overlap_contention"] == pytest.approx(
+        k / (1 + k) * hidden, rel=1e-6)
+    # one stage, 16 micro-batches per replica: the first forward and the last backward (1 in
+    # 16) stay exposed at least
+    assert both.breakdown_s["comm/ep"] >= plain.breakdown_s["comm/ep"] / 16 * (1 - 1e-9)
+    assert both.step_time_s < plain.step_time_s
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(ep=1), "needs ep > 1"),
+    (dict(recompute="full"), "recompute full"),
+    (dict(pp=2, dp=32), "interleaved schedule"),
+])
+def test_combined_1f1b_is_refused_where_megatron_refuses_it(kw, why):
+    with pytest.raises(PlanError, match=why):
+        Plan(**{"gpus": 64, "dp": 64, "ep": 8, "global_batch": 256, "ep_comm_overlap": True,
+                **kw})
