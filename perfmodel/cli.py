@@ -878,10 +878,14 @@ def recommend(model: str | None, from_config: str | None,
         pins["recomputes"] = {"megatron": ("none", "selective", "full"),
                               "torchtitan": ("none", "full", "op")}.get(emit_config[0],
                                                                          ("none", "full"))
-        # torchtitan's and DeepSpeed's writers write no context or expert parallelism yet: plans
-        # without them (Megatron-LM's writes both)
+        # torchtitan's writer writes context parallelism, not expert parallelism (its llama3
+        # flavors have no experts); DeepSpeed's neither (Megatron-LM's writes both)
+        if emit_config[0] == "torchtitan" and (pins.get("cp") or 1) > 1:
+            pins["placement"] = pins.get("placement") or "tp,cp,dp,pp"  # its mesh's order
+        elif emit_config[0] == "torchtitan":
+            pins["cp"] = 1  # a searched cp could place its ranks where torchtitan does not
         if emit_config[0] != "megatron":
-            for key in ("cp", "ep", "etp"):
+            for key in ("ep", "etp") if emit_config[0] == "torchtitan" else ("cp", "ep", "etp"):
                 if pins.get(key) not in (None, 1):
                     raise click.UsageError(f"--emit-config {emit_config[0]} writes no {key} "
                                            f"yet: leave --{key} out")

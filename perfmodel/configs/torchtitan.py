@@ -281,17 +281,16 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
 
 def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     par = data.get("parallelism", {})
-    for key, why in (("context_parallel_degree", "context parallelism"),
-                     ("expert_parallel_degree", "expert parallelism"),
+    for key, why in (("expert_parallel_degree", "expert parallelism"),
                      ("expert_tensor_parallel_degree", "expert tensor parallelism")):
         value = whole(par.get(key, 1), f"parallelism.{key}", where)
         if value > 1:
             raise refuse_plan(where, f"parallelism.{key}", value,
-                              f"torchtitan's {why} is not read yet (its rotate methods and "
-                              "expert layout differ from Megatron-Core's, which perfmodel "
-                              "models: give the plan with --cp / --ep)")
+                              f"torchtitan's {why} is not read (its llama3 flavors, which "
+                              "perfmodel reads, have no experts: give the plan with --ep)")
         if key in par:
             job.took(f"parallelism.{key}", value, "1")
+    cp = _context_parallel(par, job, where)
     async_tp = bool(par.get("enable_async_tensor_parallel"))
     if async_tp and job.plan.get("stack") != "compiled":
         raise refuse_plan(where, "parallelism.enable_async_tensor_parallel", True,
@@ -334,26 +333,59 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.fix("pp", pp, pin="pipeline_parallel_degree" in par)
     job.fix("sequence_parallel", tp > 1, pin="tensor_parallel_degree" in par)
     job.fix("tp_layout", "1d")
-    job.fix("placement", "tp,dp,pp")
+    # torchtitan's mesh, outermost first: pp, dp_replicate, dp_shard, cp, tp
+    job.fix("placement", "tp,cp,dp,pp" if cp > 1 else "tp,dp,pp")
     job.fix("flash_attention", True)
     job.notes.append("attention: torchtitan's llama3 runs PyTorch SDPA (fused, flash_attention)")
     job.fix("overlap_grad_sync", True)
     # FSDP2 prefetches the next unit's all-gather (its default); without FSDP nothing is gathered
     job.fix("overlap_param_gather", True, pin=False)
     if shard != -1:
-        job.gpus = replicate * shard * tp * pp
-        job.gpus_from = "the parallel degrees (replicate x shard x tp x pp)"
+        job.gpus = replicate * shard * tp * pp * cp
+        job.gpus_from = ("the parallel degrees (replicate x shard x tp x pp"
+                         + (" x cp)" if cp > 1 else ")"))
     job.plan["_dp_degrees"] = (replicate, shard)
     if "disable_loss_parallel" in par:
         job.skipped("parallelism.disable_loss_parallel", par["disable_loss_parallel"],
                     "where the loss is computed (the output layer's cost is the same)")
-    for key in ("context_parallel_load_balancer", "context_parallel_rotate_method",
-                "expert_parallel_comm_backend", "pipeline_parallel_expert_parallel_overlap",
+    for key in ("expert_parallel_comm_backend", "pipeline_parallel_expert_parallel_overlap",
                 "enable_compiled_autograd"):
         if key in par:
             job.skipped(f"parallelism.{key}", par[key], "applies to parallelism perfmodel "
                                                          "refuses above (off here)")
     _pipeline(par, job, where, pp)
+
+
+# torchtitan's rotate methods (torch.distributed.tensor.experimental's context parallel): the
+# K/V shards all-gathered before the attention, or passed around the ring step by step
+ROTATE_METHODS = {"allgather": "allgather", "alltoall": "p2p"}
+
+
+def _context_parallel(par: dict[str, Any], job: JobConfig, where: str) -> int:
+    """context_parallel_degree, its rotate method (cp_comm: allgather, or alltoall's ring as
+    p2p) and load balancer (head-tail, the default: the 2 cp load-balanced chunks perfmodel
+    models, as Megatron-Core's). Returns cp."""
+    cp = whole(par.get("context_parallel_degree", 1), "parallelism.context_parallel_degree",
+               where)
+    job.fix("cp", cp, pin="context_parallel_degree" in par)
+    if "context_parallel_degree" in par:
+        job.took("parallelism.context_parallel_degree", cp, f"cp {cp}")
+    rotate = str(par.get("context_parallel_rotate_method", "allgather"))
+    if rotate not in ROTATE_METHODS:
+        raise refuse_plan(where, "parallelism.context_parallel_rotate_method", rotate,
+                          f"torchtitan's values: {', '.join(ROTATE_METHODS)}")
+    balancer = par.get("context_parallel_load_balancer", "headtail")
+    if cp > 1 and str(balancer).lower() != "headtail":
+        raise refuse_plan(where, "parallelism.context_parallel_load_balancer", balancer,
+                          "perfmodel models the head-tail balance (each rank two of 2 cp "
+                          "chunks)")
+    if cp > 1:
+        job.fix("cp_comm", ROTATE_METHODS[rotate])
+    for key, said in (("context_parallel_rotate_method", f"cp_comm {ROTATE_METHODS[rotate]}"),
+                      ("context_parallel_load_balancer", "two load-balanced chunks a rank")):
+        if key in par:
+            job.took(f"parallelism.{key}", par[key], said if cp > 1 else "cp 1: none")
+    return cp
 
 
 def _pipeline(par: dict[str, Any], job: JobConfig, where: str, pp: int) -> None:
@@ -471,19 +503,22 @@ def finish(job: JobConfig, gpus: int) -> None:
     replicate, shard = job.plan.pop("_dp_degrees", (1, -1))
     param, dtype = job.plan.pop("_dtypes", ("bfloat16", "float32"))
     local = job.plan.pop("_local_batch", 1)
-    tp, pp = job.plan.get("tp", 1), job.plan.get("pp", 1)
+    tp, pp, cp = job.plan.get("tp", 1), job.plan.get("pp", 1), job.plan.get("cp", 1)
     if shard == -1:
-        rest, left = divmod(gpus, replicate * tp * pp)
+        rest, left = divmod(gpus, replicate * tp * pp * cp)
         if left or rest < 1:
             raise refuse_plan(job.path, "parallelism.data_parallel_shard_degree", -1,
-                              f"{gpus} GPUs do not divide by replicate x tp x pp = "
-                              f"{replicate * tp * pp}")
+                              f"{gpus} GPUs do not divide by replicate x tp x pp x cp = "
+                              f"{replicate * tp * pp * cp}")
         shard = rest
         if replicate > 1 and shard > 1:
             raise refuse_plan(job.path, "parallelism.data_parallel_replicate_degree", replicate,
                               f"with {shard} shard ranks this is HSDP, not modelled")
     dp = replicate * shard
-    fsdp = shard > 1
+    fsdp = shard * cp > 1  # FSDP2 over dp_shard x cp (torchtitan's dp_shard_cp mesh)
+    if fsdp and replicate > 1:
+        raise refuse_plan(job.path, "parallelism.data_parallel_replicate_degree", replicate,
+                          f"with cp {cp} this is HSDP, not modelled")
     job.fix("zero", 3 if fsdp else 0, pin=True)
     mixed = fsdp or (tp == 1 and pp == 1)
     chosen = param if mixed else dtype
@@ -507,22 +542,32 @@ def torchtitan_toml(model: Any, plan: Any) -> str:
     if flavor is None:
         raise refuse_emit("torchtitan", f"model {model.name}",
                           "not one of torchtitan's llama3 flavors 8B, 70B, 405B")
-    if plan.tp_layout.value != "1d" or ",".join(plan.placement) != "tp,dp,pp":
+    mesh = "tp,cp,dp,pp" if plan.cp > 1 else "tp,dp,pp"
+    if plan.tp_layout.value != "1d" or ",".join(plan.placement) != mesh:
         raise refuse_emit("torchtitan", "the layout", "torchtitan's mesh is tp innermost, then "
-                                                      "dp, then pp (1d tensor parallelism)")
+                                                      "cp, dp, pp (1d tensor parallelism)")
+    rotate = {ours: theirs for theirs, ours in ROTATE_METHODS.items()}
+    if plan.cp > 1 and plan.cp_comm.value not in rotate:
+        raise refuse_emit("torchtitan", f"cp_comm {plan.cp_comm.value}",
+                          "torchtitan's context parallelism all-gathers K and V or passes "
+                          "them around the ring (allgather, p2p)")
+    if plan.cp > 1 and plan.zero != 3:
+        raise refuse_emit("torchtitan", f"zero {plan.zero} with cp {plan.cp}",
+                          "torchtitan shards with FSDP2 over dp x cp (pin --zero 3)")
     if plan.zero not in (0, 3):
         raise refuse_emit("torchtitan", f"zero {plan.zero}", "torchtitan shards with FSDP2 "
                                                             "(zero 3) or replicates (DDP, zero 0)")
     if plan.dtype.value not in ("bf16", "fp32"):
         raise refuse_emit("torchtitan", f"dtype {plan.dtype.value}",
                           "torchtitan trains bf16 (mixed) or fp32")
-    fsdp = plan.zero == 3 and plan.dp > 1
+    fsdp = plan.zero == 3 and plan.dp * plan.cp > 1
     mixed = fsdp or (plan.tp == 1 and plan.pp == 1)
     if plan.dtype.value == "bf16" and not mixed:
         raise refuse_emit("torchtitan", "dtype bf16 with tp or pp and no FSDP",
                           "torchtitan's mixed precision needs FSDP there (pin --zero 3)")
-    if plan.zero == 3 and plan.dp == 1:
-        raise refuse_emit("torchtitan", "zero 3 with dp 1", "torchtitan shards over dp ranks")
+    if plan.zero == 3 and plan.dp * plan.cp == 1:
+        raise refuse_emit("torchtitan", "zero 3 with dp 1", "torchtitan shards over dp x cp "
+                                                            "ranks")
     if plan.recompute.value == "selective":
         raise refuse_emit("torchtitan", "recompute selective",
                           "torchtitan has no attention-core recompute (pin --recompute)")
@@ -566,7 +611,10 @@ def torchtitan_toml(model: Any, plan: Any) -> str:
               f"data_parallel_replicate_degree = {1 if fsdp else plan.dp}",
               f"data_parallel_shard_degree = {plan.dp if fsdp else 1}",
               f"tensor_parallel_degree = {plan.tp}",
-              f"pipeline_parallel_degree = {plan.pp}", "context_parallel_degree = 1"]
+              f"pipeline_parallel_degree = {plan.pp}", f"context_parallel_degree = {plan.cp}"]
+    if plan.cp > 1:
+        lines += [f'context_parallel_rotate_method = "{rotate[plan.cp_comm.value]}"',
+                  'context_parallel_load_balancer = "headtail"']
     if plan.tp_comm_overlap:
         lines.append("enable_async_tensor_parallel = true")
     if plan.pp > 1:

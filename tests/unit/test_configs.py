@@ -631,3 +631,34 @@ def test_megatron_expert_parallel_overlap_is_read_and_written(tmp_path):
     args = [a for group in megatron_arguments(spec, plan_from_dict(plan).check(spec))
             for a in group]
     assert "--overlap-moe-expert-parallel-comm" in args
+
+
+def test_torchtitan_context_parallelism_is_read_and_written(tmp_path):
+    """parallelism.context_parallel_degree with its rotate method (alltoall: the ring, as p2p;
+    allgather: the K/V all-gather) and the head-tail balance (torchtitan's job_config.py at
+    9810191bb~1); FSDP2 shards over dp_shard x cp, the ranks tp, cp, dp, pp from the inside."""
+    data = tomllib.loads((DATA / "torchtitan_llama3_8b.toml").read_text())
+    data["training"]["seq_len"] = 65536
+    data["parallelism"].update(context_parallel_degree=8,
+                               context_parallel_rotate_method="alltoall")
+    path = tmp_path / "cp.json"
+    path.write_text(json.dumps(data))
+    _, spec, fields = job_plan(path, gpus=64)
+    assert (fields["cp"], fields["cp_comm"], fields["dp"], fields["zero"], fields["placement"]) \
+        == (8, "p2p", 8, 3, "tp,cp,dp,pp")
+    made = plan_from_dict(fields).check(spec)
+    written = tomllib.loads(torchtitan_toml(spec, made))["parallelism"]
+    assert (written["context_parallel_degree"], written["context_parallel_rotate_method"],
+            written["data_parallel_shard_degree"]) == (8, "alltoall", 8)
+    path.write_text(json.dumps(data | {"parallelism": data["parallelism"] | written}))
+    assert job_plan(path, gpus=64)[2] == fields  # the written config reads back as the plan
+    data["parallelism"].update(context_parallel_degree=8, data_parallel_shard_degree=1)
+    path.write_text(json.dumps(data))  # cp alone: FSDP over the cp ranks
+    assert job_plan(path, gpus=8)[2]["zero"] == 3
+    for key, value, why in (("context_parallel_load_balancer", "ptrr", "head-tail"),
+                            ("context_parallel_rotate_method", "ring", "torchtitan's values")):
+        path.write_text(json.dumps(data | {"parallelism": data["parallelism"] | {key: value}}))
+        with pytest.raises(PlanError, match=why):
+            read_config(path)
+    with pytest.raises(PlanError, match="allgather, p2p"):
+        torchtitan_toml(spec, made.replace(cp_comm="a2a"))
