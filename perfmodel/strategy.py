@@ -619,8 +619,9 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """The plan's fields; those of dtype fp8 only (FP8_FIELDS) are left out of another
-        dtype's plan (they do not apply to it), and etp where it is 1 (no expert tensor
-        parallelism: the plans written before it had no such field)."""
+        dtype's plan (they do not apply to it), and etp where it is 1, pipeline_layout and
+        recompute_modules where none is given, ep_comm_overlap where off (the plans written
+        before them had no such fields)."""
         out = dataclasses.asdict(self)
         for key, value in out.items():
             if isinstance(value, StrEnum):
@@ -633,6 +634,8 @@ class Plan:
             del out["etp"]
         if not self.pipeline_layout:
             del out["pipeline_layout"]
+        if not self.ep_comm_overlap:  # off: as plans were written before it
+            del out["ep_comm_overlap"]
         if self.recompute_modules:
             out["recompute_modules"] = ",".join(self.recompute_modules)
         else:
