@@ -780,6 +780,10 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
               help="Pin tensor-parallel communication overlapped with the GEMMs, or not "
                    "(default: both searched, with sequence parallelism).")
+@click.option("--ep-comm-overlap/--no-ep-comm-overlap", default=None,
+              help="Pin a mixture of experts' all-to-alls overlapped with another micro-batch "
+                   "(Megatron's combined 1F1B), or not (default: on wherever Megatron runs it: "
+                   "ep > 1, no full recompute, pp > 1 interleaved).")
 @click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
               help="How the framework runs the layers: eager, compiled or cuda-graphs.")
 @click.option("--kernels", type=choice(Kernels), default=None,
@@ -867,6 +871,8 @@ def recommend(model: str | None, from_config: str | None,
             emit_config[0], (0, 1, 2, 3))
         if emit_config[0] == "megatron":
             pins["schedules"] = ("1f1b", "interleaved")
+        if emit_config[0] != "megatron":  # Megatron-Core's combined 1F1B only
+            pins["ep_comm_overlap"] = False
         if emit_config[0] == "torchtitan":  # FSDP2 and DDP overlap the sync with the backward
             pins["overlap_grad_sync"] = True
             if pins.get("stack") != "compiled" and pins.get("tp_comm_overlap") is None:
@@ -1013,18 +1019,19 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     for key in CONFIG_PINS:
         if key in job.pins:
             pins[key] = plan[key]
-    for key in ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap"):
+    for key in ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap",
+                "ep_comm_overlap"):
         if key in plan:
             pins[key] = bool(plan[key]) or bool(pins.get(key))
     for key in ("stack", "kernels"):
         if key in plan:
             pins[key] = plan[key]
     uneven = {k: plan[k] for k in ("first_stage_layers", "last_stage_layers", "pipeline_layout",
-                                   "recompute_modules", "ep_comm_overlap") if plan.get(k)}
+                                   "recompute_modules") if plan.get(k)}
     if uneven:
         raise PlanError(f"{path}: {', '.join(f'{k} {v}' for k, v in uneven.items())}: recommend "
-                        "searches even pipeline splits, the default selective recompute and no "
-                        "expert-parallel overlap; predict --from-config takes this one")
+                        "searches even pipeline splits and the default selective recompute; "
+                        "predict --from-config takes this one")
     if "tp" in job.pins:
         spec = pad_vocab(job, spec, int(plan["tp"]))
     elif job.vocab_multiple:

@@ -305,7 +305,7 @@ def _zero(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
 
 def _overlap(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
     return {f"is_{k}": c[k] for k in ("tp_comm_overlap", "overlap_grad_sync",
-                                      "overlap_param_gather")}
+                                      "overlap_param_gather", "ep_comm_overlap")}
 
 
 def _stage_layers(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
@@ -343,8 +343,10 @@ GROUPS: tuple[Group, ...] = (
     Group("sequence_parallel", ("sequence_parallel",), ("is_sequence_parallel",),
           _sequence_parallel),
     Group("zero", ("zero",), ("is_zero1", "is_zero2", "is_zero3"), _zero),
-    Group("overlap", ("tp_comm_overlap", "overlap_grad_sync", "overlap_param_gather"),
-          ("is_tp_comm_overlap", "is_overlap_grad_sync", "is_overlap_param_gather"), _overlap),
+    Group("overlap", ("tp_comm_overlap", "overlap_grad_sync", "overlap_param_gather",
+                      "ep_comm_overlap"),
+          ("is_tp_comm_overlap", "is_overlap_grad_sync", "is_overlap_param_gather",
+           "is_ep_comm_overlap"), _overlap),
     Group("stage_layers", ("first_stage_layers", "last_stage_layers"),
           ("first_stage_layers", "last_stage_layers"), _stage_layers),
     Group("cp_comm", ("cp_comm",), tuple(f"is_cp_{comm.value}" for comm in CPComm), _cp_comm),

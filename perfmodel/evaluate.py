@@ -62,7 +62,6 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     fixed.update(architecture_family(model))
     fixed["stage_dense"] = stage_dense(plan, fixed.get("moe_dense_layers", ()))
     fixed["recompute_modules"] = plan.recompute_modules
-    fixed["ep_comm_overlap"] = plan.ep_comm_overlap
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))
     placement = axis_per_node(plan, hardware.gpus_per_node)
@@ -75,6 +74,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
         overlap_grad_sync=plan.overlap_grad_sync,
         overlap_param_gather=plan.overlap_param_gather,
         tp_comm_overlap=plan.tp_comm_overlap,
+        ep_comm_overlap=plan.ep_comm_overlap,
         stack=plan.stack.value,
         kernels=plan.kernels.value,
         uneven_stages=bool(plan.first_stage_layers or plan.last_stage_layers

@@ -54,8 +54,9 @@ class Family:
     stage_dense: tuple[int, int, int] | None = None
     # selective recompute's modules (Plan.recompute_modules); () the attention core alone
     recompute_modules: tuple[str, ...] = ()
-    # the expert-parallel all-to-alls overlapped with another micro-batch (Plan.ep_comm_overlap)
-    ep_comm_overlap: bool = False
+    # the expert-parallel all-to-alls overlapped with another micro-batch (Plan.ep_comm_overlap;
+    # None: open, its indicator)
+    ep_comm_overlap: bool | None = None
     moe_shared: bool = False
     moe_capacity: bool = False
     mla: bool = False

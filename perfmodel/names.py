@@ -216,6 +216,8 @@ FLAGS: dict[str, str] = {
         ("overlap_grad_sync", "the gradient sync overlaps backward"),
         ("overlap_param_gather", "the parameter all-gather overlaps the forward"),
         ("tp_comm_overlap", "tensor-parallel communication overlaps the GEMMs"),
+        ("ep_comm_overlap", "the expert-parallel all-to-alls overlap another micro-batch's "
+                            "compute (combined 1F1B)"),
         ("stack_compiled", "the layers run compiled (torch.compile)"),
         ("stack_graphs", "the layers run as CUDA graphs"),
         ("kernels_eager", "the element-wise ops run op by op (unfused PyTorch modules)"),

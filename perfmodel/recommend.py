@@ -385,7 +385,8 @@ def _short(plan: Any) -> str:
         extra.append(f"zero{plan.zero}")
     extra += [name for name, on in (("tp-overlap", plan.tp_comm_overlap),
                                     ("grad-overlap", plan.overlap_grad_sync),
-                                    ("param-overlap", plan.overlap_param_gather)) if on]
+                                    ("param-overlap", plan.overlap_param_gather),
+                                    ("ep-overlap", plan.ep_comm_overlap)) if on]
     degrees = f"dp={plan.dp} tp={plan.tp} pp={plan.pp}"
     if plan.cp > 1:
         degrees += f" cp={plan.cp}({plan.cp_comm.value})"

@@ -153,10 +153,12 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
 
 def overlaps(plan: Any) -> str:
     """A plan's overlaps in short: tp (TP communication with the GEMMs), grad (gradient sync with
-    backward), param (parameter gather with forward)."""
+    backward), param (parameter gather with forward), ep (the all-to-alls with another
+    micro-batch)."""
     return "+".join(name for name, on in (("tp", plan.tp_comm_overlap),
                                           ("grad", plan.overlap_grad_sync),
-                                          ("param", plan.overlap_param_gather)) if on)
+                                          ("param", plan.overlap_param_gather),
+                                          ("ep", getattr(plan, "ep_comm_overlap", False))) if on)
 
 
 def print_prediction(r: Prediction) -> None:

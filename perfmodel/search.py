@@ -106,6 +106,10 @@ class SearchRequest:
     overlap_grad_sync: bool | None = None
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool | None = None
+    # Megatron-Core's combined 1F1B (Plan.ep_comm_overlap): None or True, on for every plan with
+    # ep > 1 where Megatron runs it (without full recompute; with pp > 1 interleaved): in the
+    # model it never loses (what it hides exceeds the contention it costs); False: off
+    ep_comm_overlap: bool | None = None
     stack: Stack = Stack.EAGER
     # every plan's element-wise kernels (Plan.kernels); None: the stack's (compiled under a
     # compiled stack, else fused)
@@ -228,11 +232,20 @@ class Plans:
                     overlap_grad_sync=bool(c["overlap_grad_sync"][i]),
                     overlap_param_gather=bool(c["overlap_param_gather"][i]),
                     tp_comm_overlap=bool(c["tp_comm_overlap"][i]),
+                    ep_comm_overlap=bool(c["ep_comm_overlap"][i]) and ep_overlap_runs(
+                        strategy.RECOMPUTES[int(c["recompute"][i])],
+                        strategy.SCHEDULES[int(c["schedule"][i])], int(c["pp"][i])),
                     first_stage_layers=int(c["first_stage_layers"][i]),
                     last_stage_layers=int(c["last_stage_layers"][i]),
                     placement=strategy.PLACEMENTS[int(c["placement"][i])].axes,
                     tp_layout=strategy.LAYOUTS[int(c["tp_layout"][i])],
                     tp_depth=int(c["tp_depth"][i]), **shared)
+
+
+def ep_overlap_runs(recompute: Recompute, schedule: Schedule, pp: int) -> bool:
+    """Whether Megatron-Core runs combined 1F1B with this recompute and schedule (the plan
+    rules of Plan.ep_comm_overlap; perfmodel.step.moe.ep_overlaps turns it off likewise)."""
+    return recompute is not Recompute.FULL and (pp == 1 or schedule is Schedule.INTERLEAVED)
 
 
 # --- enumeration ----------------------------------------------------------------------------
@@ -506,7 +519,8 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
                          "etp": etp,
                          "global_batch": req.global_batch, "tp_layout": layout,
                          "tp_depth": depth, "first_stage_layers": first,
-                         "last_stage_layers": last}
+                         "last_stage_layers": last,
+                         "ep_comm_overlap": int(ep > 1 and req.ep_comm_overlap is not False)}
                 per_mb = len(scheds) * len(recs) * len(sps) * len(zeros) * len(places) \
                     * len(comms)
                 step = max(1, size // per_mb)
@@ -839,7 +853,7 @@ class Scored:
                            ("cp_comm", CP_COMMS)):
             df[key] = np.asarray(names, dtype=object)[c[key]]
         for key in ("sequence_parallel", "tp_comm_overlap", "overlap_grad_sync",
-                    "overlap_param_gather"):
+                    "overlap_param_gather", "ep_comm_overlap"):
             df[key] = c[key].astype(bool)
         evaluated = self.evaluated
         df["evaluated"] = evaluated
@@ -907,7 +921,7 @@ def _leanest(rows: Scored, label: tuple[str, ...], k: int = 3,
 NEAREST_LABEL = ("dp", "tp", "pp", "cp", "ep", "etp", "cp_comm", "micro_batch", "schedule",
                  "virtual_stages", "recompute", "sequence_parallel", "zero", "tp_layout",
                  "tp_depth", "tp_comm_overlap", "overlap_grad_sync",
-                 "overlap_param_gather")  # a plan but its placement
+                 "overlap_param_gather", "ep_comm_overlap")  # a plan but its placement
 BOUND_LABEL = ("dp", "tp", "pp", "cp", "ep", "etp", "tp_layout", "zero")  # the model states' bound
 UNFIT_KEPT = 1_000_000  # step times of plans that do not fit, kept to count the faster ones
 

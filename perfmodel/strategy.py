@@ -599,6 +599,7 @@ class Plan:
             "overlap_grad_sync": int(self.overlap_grad_sync),
             "overlap_param_gather": int(self.overlap_param_gather),
             "first_stage_layers": first, "last_stage_layers": last,
+            "ep_comm_overlap": int(self.ep_comm_overlap),
             "pipeline_layout": int(layout is not None)})
 
     def check(self, model: TransformerSpec) -> Plan:
@@ -661,7 +662,7 @@ _PLACEMENT_NAMES = tuple(p.value for p in PLACEMENTS)
 COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
            "recompute", "sequence_parallel", "zero", "placement", "tp_layout", "tp_depth", "cp",
            "ep", "etp", "cp_comm", "tp_comm_overlap", "overlap_grad_sync", "overlap_param_gather",
-           "first_stage_layers", "last_stage_layers")
+           "first_stage_layers", "last_stage_layers", "ep_comm_overlap")
 _INTERLEAVED, _ZB, _ZBV = (SCHEDULES.index(s) for s in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE,
                                                          Schedule.ZBV))
 _1D, _2D, _25D, _3D = range(len(LAYOUTS))

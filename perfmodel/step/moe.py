@@ -47,7 +47,7 @@ from perfmodel.costs.gemm_efficiency import gemm_time_s
 from perfmodel.costs.lattice import applied
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
-from perfmodel.step.context import Context, active, linear_gemm_time
+from perfmodel.step.context import Context, active, flag, linear_gemm_time
 
 ZERO = sp.Integer(0)
 # Kernels an MoE layer's MLP launches beyond a dense MLP's, where not measured, counted from the
@@ -258,12 +258,18 @@ def ep_overlaps(c: Context, stage: str, work: Any) -> dict[str, tuple[Overlap, .
     interleaved warm-up, one more for the pairing; 1 of m with one stage):
         floor = min(1, (1 + 2 (pp - 1) + (v - 1) pp) / (m v)).
     work: the stage's layers (perfmodel.step.layer.stage_work)."""
-    if not (c.fam.moe and c.fam.ep_comm_overlap):
+    if not c.fam.moe or c.fam.ep_comm_overlap is False:
         return {}
     pp, v = S.pp, S.v
+    # on where the plan asks for it and Megatron runs it: not with full recompute, and with
+    # several stages only interleaved (the plan rules refuse the rest; a search sets it on for
+    # every plan with ep > 1, perfmodel.search)
+    full = flag(None if c.fam.recompute is None else c.fam.recompute == "full",
+                "recompute_full")
+    on = flag(c.fam.ep_comm_overlap, "ep_comm_overlap") * (1 - full) \
+        * (c.single + c.multi * c.interleaved)
     floor = sp.Min(1, (1 + 2 * (pp - 1) + (v - 1) * pp) / (c.m * v), evaluate=False)
     of = ("ep/dispatch_combine/all_to_all",)
-    on = sp.Integer(1)
     return {f"layers@{stage}/forward": (Overlap("the paired micro-batch's backward",
                                                 work.backward_s, on, floor=floor, of=of),),
             f"layers@{stage}/backward": (Overlap("the paired micro-batch's forward",

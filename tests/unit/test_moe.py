@@ -466,3 +466,33 @@ def test_combined_1f1b_is_refused_where_megatron_refuses_it(kw, why):
     with pytest.raises(PlanError, match=why):
         Plan(**{"gpus": 64, "dp": 64, "ep": 8, "global_batch": 256, "ep_comm_overlap": True,
                 **kw})
+
+
+def test_the_search_turns_combined_1f1b_on_where_megatron_runs_it():
+    """recommend takes Megatron-Core's combined 1F1B on every plan with ep > 1 where it runs
+    (no full recompute; one stage, or interleaved stages), off elsewhere, and its step times are
+    predict's for the same plans; --no-ep-comm-overlap (False) leaves it off everywhere."""
+    from perfmodel.search import Scored, SearchRequest, search
+
+    model, hw = _small_moe(), load_hardware(HW)
+    req = SearchRequest(gpus=(16,), global_batch=32, max_micro_batch=2, zero=1,
+                        flash_attention=True, recomputes=("selective", "full"))
+    chunks: list = []
+    result = search(model, hw, req, top=10**6, on_chunk=chunks.append)
+    every = Scored.concat(chunks)
+    plans = [result.plan(every, i) for i in range(len(every)) if every.evaluated[i]]
+    on = [p for p in plans if p.ep_comm_overlap]
+    assert on and all(p.ep > 1 and p.recompute.value != "full"
+                      and (p.pp == 1 or p.schedule.value == "interleaved") for p in on)
+    assert not [p for p in plans if p.ep > 1 and p.recompute.value == "selective" and p.pp == 1
+                and not p.ep_comm_overlap]
+    rng = np.random.default_rng(5)
+    evaluated = np.flatnonzero(every.evaluated)
+    for i in rng.choice(evaluated, size=min(40, len(evaluated)), replace=False):
+        expected = predict(model, hw, result.plan(every, int(i)))
+        assert every.step_time_s[i] == pytest.approx(expected.step_time_s, rel=1e-9)
+    chunks = []
+    off = search(model, hw, SearchRequest(**{**req.__dict__, "ep_comm_overlap": False}), top=5,
+                 on_chunk=chunks.append)
+    every_off = Scored.concat(chunks)
+    assert not any(off.plan(every_off, i).ep_comm_overlap for i in range(len(every_off)))
