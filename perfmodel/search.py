@@ -855,6 +855,9 @@ class Scored:
         for key in ("sequence_parallel", "tp_comm_overlap", "overlap_grad_sync",
                     "overlap_param_gather", "ep_comm_overlap"):
             df[key] = c[key].astype(bool)
+        # combined 1F1B as it runs: the column asks for it, Megatron runs it (ep_overlap_runs)
+        df["ep_comm_overlap"] &= (df["recompute"] != Recompute.FULL.value) & (
+            (c["pp"] == 1) | (df["schedule"] == Schedule.INTERLEAVED.value))
         evaluated = self.evaluated
         df["evaluated"] = evaluated
         df["step_time_s"] = np.where(evaluated, self.step_time_s, np.nan)

@@ -486,6 +486,9 @@ def test_the_search_turns_combined_1f1b_on_where_megatron_runs_it():
                       and (p.pp == 1 or p.schedule.value == "interleaved") for p in on)
     assert not [p for p in plans if p.ep > 1 and p.recompute.value == "selective" and p.pp == 1
                 and not p.ep_comm_overlap]
+    frame = every.frame()  # the CSV's column says what runs
+    assert frame["ep_comm_overlap"].tolist() == [result.plan(every, i).ep_comm_overlap
+                                                 for i in range(len(every))]
     rng = np.random.default_rng(5)
     evaluated = np.flatnonzero(every.evaluated)
     for i in rng.choice(evaluated, size=min(40, len(evaluated)), replace=False):
