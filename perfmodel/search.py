@@ -232,7 +232,7 @@ class Plans:
                     overlap_grad_sync=bool(c["overlap_grad_sync"][i]),
                     overlap_param_gather=bool(c["overlap_param_gather"][i]),
                     tp_comm_overlap=bool(c["tp_comm_overlap"][i]),
-                    ep_comm_overlap=bool(c["ep_comm_overlap"][i]) and ep_overlap_runs(
+                    ep_comm_overlap=bool(c["ep_comm_overlap"][i]) and strategy.ep_overlap_runs(
                         strategy.RECOMPUTES[int(c["recompute"][i])],
                         strategy.SCHEDULES[int(c["schedule"][i])], int(c["pp"][i])),
                     first_stage_layers=int(c["first_stage_layers"][i]),
@@ -240,12 +240,6 @@ class Plans:
                     placement=strategy.PLACEMENTS[int(c["placement"][i])].axes,
                     tp_layout=strategy.LAYOUTS[int(c["tp_layout"][i])],
                     tp_depth=int(c["tp_depth"][i]), **shared)
-
-
-def ep_overlap_runs(recompute: Recompute, schedule: Schedule, pp: int) -> bool:
-    """Whether Megatron-Core runs combined 1F1B with this recompute and schedule (the plan
-    rules of Plan.ep_comm_overlap; perfmodel.step.moe.ep_overlaps turns it off likewise)."""
-    return recompute is not Recompute.FULL and (pp == 1 or schedule is Schedule.INTERLEAVED)
 
 
 # --- enumeration ----------------------------------------------------------------------------

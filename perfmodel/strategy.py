@@ -294,6 +294,14 @@ def _positive_int(value: Any, field: str, minimum: int = 1, maximum: int = 10**7
     return int(number)
 
 
+def ep_overlap_runs(recompute: Recompute, schedule: Schedule, pp: int) -> bool:
+    """Whether Megatron-Core runs combined 1F1B (Plan.ep_comm_overlap) with this recompute and
+    schedule: not with full recompute; with several stages only interleaved (interleaving
+    needs virtual_stages > 1, a rule of its own). The search's plans and its CSV
+    (perfmodel.search) and the step model (perfmodel.step.moe.ep_overlaps) follow it."""
+    return recompute is not Recompute.FULL and (pp == 1 or schedule is Schedule.INTERLEAVED)
+
+
 # selective recompute's modules (Megatron-Core TransformerConfig.recompute_modules, its names):
 # the attention core; MLA's up projections and rotary embedding; a dense layer's MLP; the routed
 # experts' activation function; the shared experts
@@ -532,8 +540,7 @@ class Plan:
         if self.recompute is Recompute.FULL:
             raise PlanError("ep_comm_overlap does not run with recompute full (Megatron-Core "
                             "refuses the pair)")
-        if self.pp > 1 and (self.virtual_stages == 1 or self.schedule is not
-                            Schedule.INTERLEAVED):
+        if not ep_overlap_runs(self.recompute, self.schedule, self.pp):
             raise PlanError("ep_comm_overlap with pp > 1 needs the interleaved schedule "
                             "(virtual_stages > 1), as Megatron-Core's combined 1F1B does")
 

@@ -36,7 +36,7 @@ the validation job, the model leaves them out (k / h of the tokens' bytes).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import sympy as sp
 
@@ -48,6 +48,9 @@ from perfmodel.costs.lattice import applied
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, active, flag, linear_gemm_time
+
+if TYPE_CHECKING:
+    from perfmodel.step.layer import LayerWork
 
 ZERO = sp.Integer(0)
 # Kernels an MoE layer's MLP launches beyond a dense MLP's, where not measured, counted from the
@@ -245,7 +248,7 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
     return out
 
 
-def ep_overlaps(c: Context, stage: str, work: Any) -> dict[str, tuple[Overlap, ...]]:
+def ep_overlaps(c: Context, stage: str, work: LayerWork) -> dict[str, tuple[Overlap, ...]]:
     """Megatron-Core's combined 1F1B (Plan.ep_comm_overlap, --overlap-moe-expert-parallel-
     comm): one micro-batch's forward runs beside another's backward, each's dispatch and combine
     all-to-alls behind the other's computation. On a stage, per micro-batch:
@@ -261,9 +264,8 @@ def ep_overlaps(c: Context, stage: str, work: Any) -> dict[str, tuple[Overlap, .
     if not c.fam.moe or c.fam.ep_comm_overlap is False:
         return {}
     pp, v = S.pp, S.v
-    # on where the plan asks for it and Megatron runs it: not with full recompute, and with
-    # several stages only interleaved (the plan rules refuse the rest; a search sets it on for
-    # every plan with ep > 1, perfmodel.search)
+    # on where the plan asks for it and Megatron runs it (perfmodel.strategy.ep_overlap_runs;
+    # the plan rules refuse the rest; a search sets it on for every plan with ep > 1)
     full = flag(None if c.fam.recompute is None else c.fam.recompute == "full",
                 "recompute_full")
     on = flag(c.fam.ep_comm_overlap, "ep_comm_overlap") * (1 - full) \
