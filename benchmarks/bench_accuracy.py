@@ -8,7 +8,11 @@ Three sets, none of them used to set a parameter (they measure the model; see DE
   (bf16 and their FP8 twins) and torchtitan on A100, 32 runs; each row's features (sequence
   parallelism, TP-communication overlap, the distributed optimizer and its overlaps, interleaving,
   recompute, FSDP2, flash attention) mapped to plan options; a feature the model does not have
-  yet is listed in the row's `not modelled` column, never silently dropped.
+  yet is listed in the row's `not modelled` column, never silently dropped. Another file of the
+  same schema (--data DIR: held-out runs) is read the same way: a model outside ARCHITECTURES
+  takes its tokenizer's architecture (VOCABULARIES) or the row's own columns, a GPU its preset
+  (HARDWARE), features in Megatron's and DeepSpeed's words too (GENERIC_FEATURES); a row it
+  cannot know is refused in its row with the reason, and the others are still predicted.
 - Korthikanti et al. 2022, Table 5 (eight iterations on DGX A100 80GB).
 - The shared nccl-tests logs: each log's bus bandwidth per size against `perfmodel collective` on
   the preset of its GPU.
@@ -27,7 +31,26 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
-HARDWARE = {"H100": "dgx-h100", "A100": "dgx-a100-80gb"}
+# The preset each GPU of the CSV's `gpu` column is predicted on (the DGX/HGX node of that GPU, as
+# the rows' hardware notes state); a GPU without one is refused in its row, never taken for another
+HARDWARE = {"H100": "dgx-h100", "A100": "dgx-a100-80gb", "H200": "hgx-h200", "B200": "dgx-b200",
+            "GB200": "gb200-nvl72", "V100": "dgx-v100", "MI300X": "mi300x", "MI325X": "mi325x",
+            "MI355X": "mi355x"}
+
+
+def hardware_of(row: dict[str, Any]) -> str:
+    """The preset of a row's GPU: HARDWARE by its `gpu` column, where the `hardware_note` tells an
+    A100 40GB or an H100 PCIe card apart from the SXM parts. ValueError names an unknown GPU."""
+    gpu = str(row.get("gpu", "")).strip()
+    note = str(row.get("hardware_note", "") or "").upper().replace(" ", "")
+    key = gpu.upper().replace(" ", "").replace("-", "")
+    if key == "A100" and "40GB" in note:
+        return "dgx-a100-40gb"
+    if key in ("H100", "H100PCIE") and (key == "H100PCIE" or "PCIE" in note):
+        return "h100-pcie"
+    if key not in {k.upper() for k in HARDWARE}:
+        raise ValueError(f"gpu '{gpu}' has no preset (known: {', '.join(HARDWARE)})")
+    return next(v for k, v in HARDWARE.items() if k.upper() == key)
 
 # The architecture the CSV does not state, per model (identified by its shape), with its source.
 ARCHITECTURES: dict[tuple[int, int], dict[str, Any]] = {
@@ -51,6 +74,76 @@ ARCHITECTURES: dict[tuple[int, int], dict[str, Any]] = {
     (8192, 32000): dict(name="llama2-70b", gated_mlp=True, bias=False,
                         position_embedding="rotary", norm="rmsnorm", tied_embeddings=False),
 }
+
+# A model the table above does not name is known by its tokenizer: the models trained with one
+# vocabulary share an architecture (base vocabulary, the architecture, its source). A row's vocab
+# may be the base padded up (Megatron pads it to a multiple of 128 x tp, NeMo's GPT-3 50257 ->
+# 50688 or 51200): it matches a base within 1024 x tp above it. The row's gated_mlp and
+# tied_embeddings, where stated, must agree with the entry (Gemma's 256000 is not Nemotron-4's);
+# a vocabulary no entry has, or two entries that disagree, refuse the row.
+_LLAMA = dict(gated_mlp=True, bias=False, position_embedding="rotary", norm="rmsnorm",
+              tied_embeddings=False)
+VOCABULARIES: list[tuple[int, dict[str, Any], str]] = [
+    (50257, dict(gated_mlp=False, bias=True, position_embedding="learned", norm="layernorm",
+                 tied_embeddings=True),
+     "GPT-2 BPE: GPT-2/GPT-3 (Radford et al. 2019; Brown et al. 2020) and Megatron-LM's and "
+     "Megatron-DeepSpeed's GPT (GeLU MLP, learned positions, biases, LayerNorm, tied)"),
+    (32000, _LLAMA,
+     "Llama / Llama 2 SentencePiece (Touvron et al. 2023) and Mistral 7B (Jiang et al. 2023): "
+     "SwiGLU, rotary, RMSNorm, no biases, untied"),
+    (128256, _LLAMA,
+     "Llama 3 tiktoken (Dubey et al. 2024, arXiv 2407.21783): SwiGLU, rotary, RMSNorm, no biases "
+     "(untied from 8B up; Llama 3.2 1B/3B tie, which the row's tied_embeddings states)"),
+    (256000, dict(gated_mlp=False, bias=False, position_embedding="rotary", norm="layernorm",
+                  tied_embeddings=False),
+     "Nemotron-4 (arXiv 2402.16819): squared-ReLU MLP, rotary, LayerNorm, no biases, untied"),
+]
+# architecture fields a row may state in columns of its own (they win over the tables)
+ARCH_COLUMNS = ("gated_mlp", "tied_embeddings", "bias", "norm", "position_embedding")
+
+
+def _stated(row: dict[str, Any], key: str) -> Any:
+    """A row's value of an optional column, None where absent or empty (NaN); true/false text as
+    booleans."""
+    value = row.get(key)
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        return {"true": True, "false": False}.get(text.lower(), text)
+    return value
+
+
+def architecture_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The architecture of a row's model: ARCHITECTURES by (hidden, vocab), else the tokenizer's
+    (VOCABULARIES), with what the row's own columns state over either. ValueError, naming the
+    vocabulary, where neither knows the model."""
+    hidden, vocab, tp = int(row["hidden"]), int(row["vocab"]), int(row.get("tp", 1) or 1)
+    stated = {k: _stated(row, k) for k in ARCH_COLUMNS}
+    stated = {k: v for k, v in stated.items() if v is not None}
+    if (hidden, vocab) in ARCHITECTURES:
+        arch = dict(ARCHITECTURES[(hidden, vocab)])
+        for key in ("tied_embeddings", "gated_mlp"):  # where the row states it, it must agree
+            if key in stated and bool(stated[key]) != arch[key]:
+                raise ValueError(f"{arch['name']}: the row says {key}={stated[key]}, its source "
+                                 f"{arch[key]}")
+        return arch
+    name = str(_stated(row, "model") or f"{row['layers']}x{hidden}-v{vocab}")
+    if all(k in stated for k in ARCH_COLUMNS):
+        return dict(stated, name=name)
+    matches = [arch for base, arch, _ in VOCABULARIES
+               if base <= vocab < base + 1024 * max(tp, 1)
+               and all(bool(stated[k]) == arch[k] for k in ("gated_mlp", "tied_embeddings")
+                       if k in stated)]
+    if not matches:
+        raise ValueError(f"vocab {vocab}: no known architecture for this tokenizer (state "
+                         f"{', '.join(ARCH_COLUMNS)} in the row, or add it to ARCHITECTURES)")
+    if any(m != matches[0] for m in matches):
+        raise ValueError(f"vocab {vocab}: tokenizers of different architectures match; state "
+                         f"{', '.join(ARCH_COLUMNS)} in the row")
+    return dict(matches[0], **stated, name=name)
 
 # What the published dgxc runs' configs state beyond the CSV's features, by release and model (the
 # release is in the row's source_ref: "...: v24.11.1 nemotron/README_340b.md"), from
@@ -202,21 +295,66 @@ def _features(text: str) -> list[str]:
     return [t.strip() for part in text.split(";") for t in part.split(",") if t.strip()]
 
 
+# Features as other published runs state them (Megatron-LM's and DeepSpeed's flag names in
+# words), by their lower-case text: the plan options they are. A feature neither these nor
+# plan_of's own names know is listed as not modelled.
+GENERIC_FEATURES: dict[str, dict[str, Any]] = {
+    **dict.fromkeys(("bf16", "fp16", "fp32", "tf32", "fp8"), {}),  # the row's dtype column
+    **dict.fromkeys(("sequence parallel", "sequence parallelism", "sequence-parallel"),
+                    {"sequence_parallel": True}),
+    **dict.fromkeys(("no recompute", "recompute none", "no activation checkpointing"),
+                    {"recompute": "none"}),
+    # Megatron's --recompute-granularity selective (the attention core)
+    **dict.fromkeys(("selective recompute", "recompute selective",
+                     "selective activation recompute"), {"recompute": "selective"}),
+    **dict.fromkeys(("full recompute", "recompute full", "full activation checkpointing",
+                     "full activation recompute"), {"recompute": "full"}),
+    **dict.fromkeys(("flash attention", "flashattention", "flashattention-2", "flashattention-3",
+                     "fa2", "fa3", "cudnn attention", "fused attention", "te fused attention"),
+                    {"flash_attention": True}),
+    **dict.fromkeys(("unfused attention", "no flash attention"), {"flash_attention": False}),
+    # Megatron-LM's --use-distributed-optimizer: the optimizer states sharded (ZeRO-1); its
+    # overlaps are flags of their own (off by default)
+    **dict.fromkeys(("distributed optimizer", "use-distributed-optimizer"), {"zero": 1}),
+    **dict.fromkeys(("overlap grad reduce", "overlap-grad-reduce", "overlap grad sync"),
+                    {"overlap_grad_sync": True}),
+    **dict.fromkeys(("overlap param gather", "overlap-param-gather"),
+                    {"overlap_param_gather": True}),
+    **dict.fromkeys(("tp comm overlap", "tp-comm-overlap"), {"tp_comm_overlap": True}),
+    **dict.fromkeys(("torch.compile", "compiled", "compile"), {"stack": "compiled"}),
+    **dict.fromkeys(("cuda graphs", "cuda-graphs", "cuda graph"), {"stack": "cuda-graphs"}),
+    **dict.fromkeys(("fp8 delayed scaling", "fp8 (te delayed scaling)"),
+                    {"fp8_recipe": "delayed"}),
+    **dict.fromkeys(("fp8 current scaling", "fp8 (te current scaling)", "fp8cs"),
+                    {"fp8_recipe": "current"}),
+    "mxfp8": {"fp8_recipe": "mxfp8"},
+    **dict.fromkeys(("fp8 params", "fp8_params", "fp8 weights"), {"fp8_params": True}),
+    "1f1b": {"schedule": "1f1b"},
+    "gpipe": {"schedule": "gpipe"},
+}
+
+
+def generic_feature(feature: str) -> dict[str, Any] | None:
+    """The plan options of a feature GENERIC_FEATURES names, or of `VP=N` / `virtual pipeline N`
+    (interleaved), `ZeRO-N` / `ZeRO stage N` / `DeepSpeed ZeRO-N`; None for any other."""
+    text = " ".join(feature.lower().split())
+    if text in GENERIC_FEATURES:
+        return dict(GENERIC_FEATURES[text])
+    if vp := re.fullmatch(r"(?:vp|virtual pipeline|virtual stages)\s*[=: ]\s*(\d+)", text):
+        return {"schedule": "interleaved", "virtual_stages": int(vp.group(1))}
+    if zero := re.fullmatch(r"(?:deepspeed )?zero(?:-| |- | stage |-stage )?([0-3])", text):
+        return {"zero": int(zero.group(1))}
+    return None
+
+
 def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(model fields, plan fields, features not modelled) of a published run. Every feature the
     source states is either mapped to a plan option or named as not modelled."""
-    arch = ARCHITECTURES[(int(row["hidden"]), int(row["vocab"]))]
+    arch = architecture_of(row)
     model = dict(arch, layers=int(row["layers"]), hidden=int(row["hidden"]),
                  heads=int(row["heads"]), kv_heads=int(row["kv_heads"]),
                  ffn_hidden=int(row["ffn_hidden"]), vocab=int(row["vocab"]),
                  seq_len=int(row["seq_len"]))
-    for key in ("tied_embeddings", "gated_mlp"):  # where the row states it, it must agree
-        stated = row.get(key)
-        if isinstance(stated, str):
-            stated = {"true": True, "false": False}.get(stated.strip().lower())
-        if stated is not None and stated == stated and bool(stated) != model[key]:  # not NaN
-            raise ValueError(f"{model['name']}: the row says {key}={stated}, its source "
-                             f"{model[key]}")
     plan: dict[str, Any] = dict(gpus=int(row["gpus"]), tp=int(row["tp"]), pp=int(row["pp"]),
                                 dp=int(row["dp"]), micro_batch=int(row["micro_batch"]),
                                 global_batch=int(row["global_batch"]), dtype=row["dtype"])
@@ -268,9 +406,11 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
         elif feature == "selective layer AC":
             # torchtitan selective_ac_option '2' (the train configs' value): every second layer
             plan.update(recompute="full", recompute_every=2)
+        elif (generic := generic_feature(feature)) is not None:
+            plan.update(generic)
         else:
             missing.append(f"unknown feature '{feature}' (not mapped)")
-    if row.get("source") == "torchtitan":
+    if row.get("source") == "torchtitan" and plan.get("stack", "eager") == "eager":
         # the A100 runs were eager: train_configs/llama*_*.toml at 015ccb237 set compile = false
         # (and norm_type = "rmsnorm"), so every element-wise op of the layer is its own kernel
         # (perfmodel.strategy.Kernels.EAGER; torchtitan/models/llama/model.py, models/norms.py)
@@ -290,20 +430,28 @@ def published_rows(directory: Path) -> list[Row]:
     rows = []
     frame = pd.read_csv(directory / "published-steps.csv")
     for _, r in frame.iterrows():
-        model, plan, missing = plan_of(r.to_dict())
-        label = (f"{model['name']} {r['gpu']} x{r['gpus']} tp{r['tp']} pp{r['pp']} "
+        record = r.to_dict()
+        try:  # a row the benchmark cannot read is reported as refused, with why
+            model, plan, missing = plan_of(record)
+            name, hardware, error = model["name"], hardware_of(record), ""
+        except (KeyError, TypeError, ValueError) as exc:
+            model, plan, missing, hardware = {}, {}, [], ""
+            name = str(_stated(record, "model") or f"{r['layers']}x{r['hidden']}")
+            error = f"not read: {exc}"
+        label = (f"{name} {r['gpu']} x{r['gpus']} tp{r['tp']} pp{r['pp']} "
                  f"dp{r['dp']} mb{r['micro_batch']} {r['dtype']} "
                  f"[{str(r['features']).split('; ', 1)[-1]}]")
         row = Row(str(r["source"]), label, float(r["published_step_s"]), dtype=str(r["dtype"]),
-                  not_modelled=missing)
+                  not_modelled=missing, error=error)
         mem = r.get("published_peak_mem_gib")
         row.published_memory_gib = None if pd.isna(mem) else float(mem)
-        try:
-            p = predict(TransformerSpec(**model), HARDWARE[str(r["gpu"])], plan)
-        except PerfmodelError as exc:
-            row.error = str(exc)
-        else:
-            _fill(row, p)
+        if not error:
+            try:
+                p = predict(TransformerSpec(**model), hardware, plan)
+            except PerfmodelError as exc:
+                row.error = str(exc)
+            else:
+                _fill(row, p)
         rows.append(row)
     return rows
 
@@ -349,12 +497,19 @@ NCCL_LOGS: dict[str, tuple[str, str]] = {
 NCCL_MIN_BYTES = 2**20  # the sizes a log is held to: from 1 MiB (below: launch-bound)
 
 
-def nccl_preset(name: str) -> tuple[str, str]:
-    """(preset, why not held) of a shared nccl-tests log, by its file name."""
+def nccl_preset(name: str) -> tuple[str | None, str]:
+    """(preset, why not held) of an nccl-tests log, by its file name: NCCL_LOGS's entry, else the
+    preset of the GPU the name starts with (`<gpu>x<ranks>-...`), not held (its fabric is not
+    documented here); (None, why) where the name names no GPU with a preset."""
     for prefix, entry in NCCL_LOGS.items():
         if name.startswith(prefix):
             return entry
-    raise ValueError(f"{name}: no preset for this nccl-tests log (add it to NCCL_LOGS)")
+    gpu = re.match(r"([a-z0-9]+?)x\d+-", name.lower())
+    preset = next((v for k, v in HARDWARE.items() if gpu and k.lower() == gpu.group(1)), None)
+    if preset is None:
+        return None, (f"no preset for this log's GPU (its name should start <gpu>x<ranks>-, "
+                      f"gpu one of {', '.join(HARDWARE)})")
+    return preset, "not in NCCL_LOGS: its fabric is not documented here"
 
 
 def nccl_predicted_s(run: Any, nbytes: float, hw: Any) -> float:
@@ -386,6 +541,12 @@ def nccl_rows(directory: Path) -> list[dict[str, Any]]:
     out = []
     for path in sorted(directory.glob("*.txt")):
         preset, excluded = nccl_preset(path.name)
+        if preset is None:
+            out.append({"log": path.name, "op": "", "ranks": 0, "preset": "", "held": False,
+                        "why_not_held": excluded, "median_all": math.nan,
+                        "median_1mib_up": math.nan, "median_abs_1mib_up": math.nan,
+                        "worst": math.nan})
+            continue
         hw = load_hardware(preset)
         for run in parse_nccl_tests(path):
             errors, big = [], []
