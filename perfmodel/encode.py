@@ -23,7 +23,11 @@ import numpy as np
 
 from perfmodel import names as N
 from perfmodel.costs.fp8 import fp8_bytes
-from perfmodel.costs.precision import model_state_bytes_per_param, optimizer_step_bytes_per_param
+from perfmodel.costs.precision import (
+    model_state_bytes_per_param,
+    optimizer_step_bytes_per_param,
+    sharded_state_bytes_per_param,
+)
 from perfmodel.errors import PlanError
 from perfmodel.specs.hardware import LINK_PROTOCOLS, GemmEfficiency, HardwareSpec
 from perfmodel.specs.model import TransformerSpec
@@ -557,6 +561,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
     gemm = hardware.gemm(compute_dtype(dtype))
     precision = precision_of(dtype)
     state = model_state_bytes_per_param(precision, grad_dtype, optimizer_dtype)
+    sharded = sharded_state_bytes_per_param(precision, grad_dtype, optimizer_dtype)
     vals: dict[str, float] = {
         "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
         "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden, "head_dim": model.head_dim,
@@ -566,6 +571,8 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "weight_bytes_per_param": state["weights"],
         "grad_bytes_per_param": state["gradients"],
         "optimizer_bytes_per_param": state["optimizer_states"],
+        "sharded_weight_bytes_per_param": sharded["weights"],
+        "sharded_optimizer_bytes_per_param": sharded["optimizer_states"],
         "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(
             precision, grad_dtype, optimizer_dtype),
         # the roofline's peak: the datasheet's at the clock the part sustains (bf16's for what an

@@ -177,6 +177,10 @@ _name("windowed_share", "rho_w", "share of the layers that attend over a sliding
 _name("weight_bytes_per_param", "e_w", "bytes per parameter of the weights")
 _name("grad_bytes_per_param", "e_g", "bytes per parameter of the gradients")
 _name("optimizer_bytes_per_param", "e_o", "bytes per parameter of the optimizer states")
+_name("sharded_weight_bytes_per_param", "e_w3",
+      "bytes per parameter of the weights under ZeRO 3 (the fp32 shard FSDP gathers)")
+_name("sharded_optimizer_bytes_per_param", "e_o3",
+      "bytes per parameter of the optimizer states under ZeRO 3 (beside the fp32 shard)")
 _name("optimizer_step_bytes_per_param", "e_step",
       "bytes the optimizer step reads and writes per local parameter")
 

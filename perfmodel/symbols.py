@@ -97,6 +97,8 @@ w, rho_w = _of("window"), _of("windowed_share")
 wbytes = _of("weight_bytes_per_param")
 gbytes = _of("grad_bytes_per_param")
 obytes = _of("optimizer_bytes_per_param")
+wbytes3 = _of("sharded_weight_bytes_per_param")
+obytes3 = _of("sharded_optimizer_bytes_per_param")
 stepbytes = _of("optimizer_step_bytes_per_param")
 
 # options as 0/1 indicators, so that one expression covers every plan

@@ -39,6 +39,28 @@ def model_state_bytes_per_param(precision: str, grad_dtype: str | None = None,
     return {"weights": 4, "gradients": 4, "optimizer_states": 8}
 
 
+MASTER_BYTES = 4  # an fp32 master copy of a 16-bit parameter
+
+
+def sharded_state_bytes_per_param(precision: str, grad_dtype: str | None = None,
+                                  optimizer_dtype: str | None = None) -> dict[str, int]:
+    """Bytes per parameter under ZeRO 3 (FSDP), where the parameter itself is the shard: FSDP2
+    with a mixed-precision policy keeps the fp32 master as the sharded parameter and gathers it
+    cast to 16 bits (torch.distributed.fsdp MixedPrecisionPolicy param_dtype; torchtitan
+    creates the model in fp32), so no 16-bit copy of the shard is kept: weights 4 (the fp32
+    shard), optimizer states the rest (momentum and variance: 8), gradients as the plan keeps
+    them (fp32: FSDP2's reduce_dtype, the shard's dtype). bf16: 4 + 4 + 8 = 16, against the 18
+    of Megatron's (bf16 weights beside an fp32 master); DeepSpeed's ZeRO 3 keeps 16 as well
+    (2 + 2 + 12, Rajbhandari et al. 2020, Sec. 3). Without a master (fp32 training, or
+    optimizer states in bf16: the bf16 parameter is the one updated) as model_state_bytes_per_param.
+    """
+    state = model_state_bytes_per_param(precision, grad_dtype, optimizer_dtype)
+    if precision in ("bf16", "fp16") and (optimizer_dtype or "fp32") == "fp32":
+        return dict(state, weights=MASTER_BYTES,
+                    optimizer_states=state["optimizer_states"] - MASTER_BYTES)
+    return state
+
+
 def optimizer_step_bytes_per_param(precision: str, grad_dtype: str | None = None,
                                    optimizer_dtype: str | None = None) -> int:
     """Bytes the optimizer step reads and writes per local parameter (memory-bound kernels).

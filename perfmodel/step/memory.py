@@ -1,6 +1,8 @@
 """Memory per GPU, per stage [bytes] (perfmodel.costs.memory).
 
-    model states   = params_stage x (e_w, e_g, e_o) / their ZeRO divisors
+    model states   = params_stage x (e_w, e_g, e_o) / their ZeRO divisors; ZeRO 3 (FSDP2) keeps
+                     the fp32 master as the shard: (e_w3, e_g, e_o3), bf16 4 + 4 + 8
+                     (perfmodel.costs.precision.sharded_state_bytes_per_param)
     activations    = a layer's kept activations x the stage's layers x the micro-batches in flight
                      (+ one layer's full activations to recompute into, with full recompute;
                      what per-op recompute does not keep of one layer, with it)
@@ -54,13 +56,21 @@ from perfmodel.step.pipeline import STAGES, holds
 
 ZERO3_GATHERED_LAYERS = 2  # the layer computing and the next, prefetched
 MASK_BYTES = 1  # a dropout mask keeps one byte per element
+LOSS_LOGITS = 2  # fp32 copies of the logits the loss holds at the backward's start
+# PyTorch's eager loss (torchtitan, the validation job: F.cross_entropy(logits.float(), labels),
+# the bf16 logits deleted before the backward) holds three at the backward's start: its
+# log_softmax output (saved), nll_loss's gradient and log_softmax's input gradient (counted op
+# by op on torch's dispatch in tests/unit/test_loss_memory.py)
+LOSS_LOGITS_EAGER = 3
 
 
 def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]]:
     """stage -> term -> bytes on one GPU of that stage."""
     b, h, a, kv, f, tp, e, T, V = S.b, S.h, S.a, S.kv, S.f, S.tp, S.e, c.T, S.V
     s = S.s / S.cp  # a cp rank's tokens of each sequence
-    per_param = {"weights": S.wbytes, "gradients": S.gbytes, "optimizer_states": S.obytes}
+    # ZeRO 3 (FSDP2): the fp32 master is the sharded parameter (no 16-bit copy of the shard)
+    per_param = {"weights": S.wbytes + c.zero3 * (S.wbytes3 - S.wbytes), "gradients": S.gbytes,
+                 "optimizer_states": S.obytes + c.zero3 * (S.obytes3 - S.obytes)}
     div = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.replicas(c))
     div_experts = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.expert_replicas(c))
     act_kw: dict[str, Any] = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d,
@@ -136,10 +146,13 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         mem["activations/recompute_buffer"] = c.full_any * full_layer \
             + c.op_any * (full_layer - op_layer)
         # the embedding's dropout mask per in-flight micro-batch; the final norm's input and the
-        # fp32 logits (two of each, as the first step model counted them, 88e7cc9)
+        # fp32 logits (two of each, as the first step model counted them, 88e7cc9; eager
+        # kernels three fp32 logits: LOSS_LOGITS_EAGER)
         mem["activations/embedding_output"] = \
             has_embed * MASK_BYTES * T * h / c.act_ranks * stage_inflight \
-            + has_head * (2 * e * T * h / c.act_ranks + 2 * FP32_BYTES * T * V / tp) \
+            + has_head * (2 * e * T * h / c.act_ranks
+                          + (LOSS_LOGITS + (LOSS_LOGITS_EAGER - LOSS_LOGITS) * c.eager_kernels)
+                          * FP32_BYTES * T * V / tp) \
             * (1 + (S.D_mtp if c.fam.mtp else 0))
         root = has_embed * (params.embedding["sharded"] / tp + params.embedding["replicated"]) \
             + has_head * (params.final_norm + (1 - c.tied * c.single) * V * h / tp)

@@ -1,0 +1,66 @@
+"""The loss's memory with eager kernels (perfmodel.step.memory.LOSS_LOGITS_EAGER), counted on the
+ops torch runs: torchtitan's loss, which the validation job shares (workload.model.loss_fn:
+F.cross_entropy of the logits cast to fp32), with the bf16 logits deleted before the backward as
+torchtitan's train step does. Every tensor an aten op allocates is tracked on torch's dispatch
+until its storage is freed; the peak of the backward, less what was live before it, is the
+number of fp32 vocabulary-wide buffers the model counts at the backward's start."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_flatten  # noqa: E402
+
+from perfmodel.step.memory import LOSS_LOGITS_EAGER  # noqa: E402
+from workload.model import loss_fn  # noqa: E402
+
+
+class LiveBytes(TorchDispatchMode):
+    """Bytes of the storages aten ops allocated that are still alive, and their peak."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = self.peak = 0
+        self._seen: set[int] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = t.untyped_storage()
+            key, n = storage.data_ptr(), storage.nbytes()
+            if n and key not in self._seen:
+                self._seen.add(key)
+                self.live += n
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(storage, self._free, key, n)
+        return out
+
+    def _free(self, key: int, n: int) -> None:
+        self.live -= n
+        self._seen.discard(key)
+
+
+def test_the_eager_loss_holds_three_fp32_logits_at_the_backward():
+    tokens, vocab, hidden = 1024, 8192, 16  # the logits dominate everything else
+    x = torch.randn(1, tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(vocab, hidden, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, vocab, (1, tokens))
+    fp32_logits = 4 * tokens * vocab
+    with LiveBytes() as mem:
+        logits = x @ w.t()
+        loss = loss_fn(logits, target)
+        del logits  # torchtitan's train step: "need to free to before bwd to avoid peaking memory"
+        before = mem.live
+        mem.peak = before
+        loss.backward()
+    assert (mem.peak - before) / fp32_logits == pytest.approx(LOSS_LOGITS_EAGER - 1, abs=0.05)
+    # what is live before the backward: the saved log_softmax output, one of the three
+    assert before / fp32_logits == pytest.approx(1, abs=0.05)
