@@ -27,7 +27,9 @@ last with TOML job configs):
     parameters (overlap_param_gather).
 The llama3 flavors (torchtitan/models/llama3/__init__.py, llama3_args) map to TransformerModelArgs:
 FFN width 4 dim, x 2/3, x ffn_dim_multiplier, rounded up to multiple_of; vocabulary 128256;
-untied output; no biases; RMSNorm; rotary positions.
+untied output; no biases; RMSNorm; rotary positions. The qwen3 flavors (models/qwen3, qwen3_args)
+map to Qwen3ModelArgs (head_dim 128, QK-norm, SDPA causal); the MoE ones with expert parallelism
+(expert_parallel_degree, expert_tensor_parallel_degree 1 or tp: distributed/parallel_dims.py).
 """
 
 from __future__ import annotations
@@ -118,6 +120,26 @@ FLAVORS: dict[str, dict[str, Any]] = {
 }
 LLAMA3_VOCAB = 128256  # TransformerModelArgs.vocab_size's default
 
+# torchtitan/models/qwen3/__init__.py qwen3_args (9810191bb~1): Qwen3ModelArgs fields (head_dim
+# 128, vocab 151936, SwiGLU, RMSNorm with QK-norm, rotary, no biases, SDPA with a causal mask;
+# enable_weight_tying on the small ones); the MoE flavors' MoEArgs: no shared expert, top 8
+QWEN3_FLAVORS: dict[str, dict[str, Any]] = {
+    "0.6B": dict(dim=1024, n_layers=28, n_heads=16, n_kv_heads=8, hidden_dim=3072, tied=True),
+    "1.7B": dict(dim=2048, n_layers=28, n_heads=16, n_kv_heads=8, hidden_dim=6144, tied=True),
+    "4B": dict(dim=2560, n_layers=36, n_heads=32, n_kv_heads=8, hidden_dim=9728, tied=True),
+    "8B": dict(dim=4096, n_layers=36, n_heads=32, n_kv_heads=8, hidden_dim=12288),
+    "14B": dict(dim=5120, n_layers=40, n_heads=40, n_kv_heads=8, hidden_dim=17408),
+    "32B": dict(dim=5120, n_layers=64, n_heads=64, n_kv_heads=8, hidden_dim=25600),
+    "30B-A3B": dict(dim=2048, n_layers=48, n_heads=32, n_kv_heads=4, hidden_dim=6144,
+                    num_experts=128, top_k=8, moe_inter_dim=768),
+    "235B-A22B": dict(dim=4096, n_layers=94, n_heads=64, n_kv_heads=4, hidden_dim=12288,
+                      num_experts=128, top_k=8, moe_inter_dim=1536),
+}
+QWEN3_VOCAB, QWEN3_HEAD_DIM = 151936, 128
+# the flavors that are a perfmodel preset's model (the same Hugging Face config): its name and
+# source come with it
+QWEN3_PRESETS = {"32B": "qwen3-32b", "30B-A3B": "qwen3-30b-a3b", "235B-A22B": "qwen3-235b-a22b"}
+
 
 def ffn_width(dim: int, multiplier: float | None, multiple_of: int) -> int:
     """torchtitan's FeedForward hidden width (models/llama3/model/model.py):
@@ -175,6 +197,21 @@ def _why(section: str) -> str:
     return "logging, checkpointing, validation or debugging"
 
 
+def qwen3_model(flavor: str) -> dict[str, Any]:
+    """The TransformerSpec fields of a qwen3 flavor (Qwen3ModelArgs; an MoE flavor's routed
+    experts every layer, Qwen3MoE's decoder_sparse_step 1)."""
+    args = QWEN3_FLAVORS[flavor]
+    fields: dict[str, Any] = dict(
+        layers=args["n_layers"], hidden=args["dim"], heads=args["n_heads"],
+        kv_heads=args["n_kv_heads"], head_dim=QWEN3_HEAD_DIM, ffn_hidden=args["hidden_dim"],
+        vocab=QWEN3_VOCAB, gated_mlp=True, tied_embeddings=bool(args.get("tied")), bias=False,
+        qkv_bias=False, norm="rmsnorm", position_embedding="rotary")
+    if "num_experts" in args:
+        fields.update(experts=args["num_experts"], top_k=args["top_k"],
+                      expert_ffn_hidden=args["moe_inter_dim"], shared_experts=0)
+    return fields
+
+
 def read_torchtitan(data: dict[str, Any], path: Path) -> JobConfig:
     """A torchtitan job config (TOML or its JSON dump), read."""
     where = str(path)
@@ -198,8 +235,12 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
     for key in ("hf_assets_path", "tokenizer_path", "print_after_conversion"):
         if key in data.get("model", {}):
             job.skipped(f"model.{key}", data["model"][key], "the tokenizer's files")
+    if name == "qwen3":
+        _qwen3(data, job, where, flavor)
+        return
     if name != "llama3":
-        job.needs_model = f"model.name {name}: perfmodel maps torchtitan's llama3 flavors only"
+        job.needs_model = (f"model.name {name}: perfmodel maps torchtitan's llama3 and qwen3 "
+                           "flavors only")
         job.took("model.name", name, "give --model")
         return
     if flavor not in FLAVORS:
@@ -211,6 +252,7 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
                           f"perfmodel maps torchtitan's llama3 flavors "
                           f"{', '.join(FLAVORS)} (torchtitan/models/llama3/__init__.py)")
     job.model.update(flavor_model(flavor))
+    job.plan["_moe"] = False
     if "norm_type" in data.get("model", {}):  # older torchtitan (2024): model.norm_type
         norm = str(data["model"]["norm_type"]).lower()
         if norm != "rmsnorm":
@@ -221,6 +263,24 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.took("model.name", name, "torchtitan's Llama 3")
     job.took("model.flavor", flavor, f"{job.model['layers']} layers, hidden "
                                      f"{job.model['hidden']}, ffn {job.model['ffn_hidden']}")
+
+
+def _qwen3(data: dict[str, Any], job: JobConfig, where: str, flavor: str) -> None:
+    """A qwen3 flavor: its fields (the preset of the same model where perfmodel has one)."""
+    if flavor not in QWEN3_FLAVORS:
+        raise refuse_spec(where, "model.flavor", flavor,
+                          f"perfmodel maps torchtitan's qwen3 flavors "
+                          f"{', '.join(QWEN3_FLAVORS)} (torchtitan/models/qwen3/__init__.py)")
+    job.model.update(qwen3_model(flavor))
+    job.preset = QWEN3_PRESETS.get(flavor)
+    job.plan["_moe"] = "experts" in job.model
+    job.took("model.name", "qwen3", "torchtitan's Qwen3 (SDPA, causal)")
+    what = f"{job.model['layers']} layers, hidden {job.model['hidden']}, ffn " \
+           f"{job.model['ffn_hidden']}"
+    if "experts" in job.model:
+        what += f", {job.model['experts']} experts of {job.model['expert_ffn_hidden']}, top " \
+                f"{job.model['top_k']}"
+    job.took("model.flavor", flavor, what + (f" (preset {job.preset})" if job.preset else ""))
 
 
 def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
@@ -281,15 +341,6 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
 
 def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     par = data.get("parallelism", {})
-    for key, why in (("expert_parallel_degree", "expert parallelism"),
-                     ("expert_tensor_parallel_degree", "expert tensor parallelism")):
-        value = whole(par.get(key, 1), f"parallelism.{key}", where)
-        if value > 1:
-            raise refuse_plan(where, f"parallelism.{key}", value,
-                              f"torchtitan's {why} is not read (its llama3 flavors, which "
-                              "perfmodel reads, have no experts: give the plan with --ep)")
-        if key in par:
-            job.took(f"parallelism.{key}", value, "1")
     cp = _context_parallel(par, job, where)
     async_tp = bool(par.get("enable_async_tensor_parallel"))
     if async_tp and job.plan.get("stack") != "compiled":
@@ -331,12 +382,18 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                           f"{shard} this is HSDP (replicated shards), not modelled")
     job.fix("tp", tp, pin="tensor_parallel_degree" in par)
     job.fix("pp", pp, pin="pipeline_parallel_degree" in par)
+    _experts(par, job, where, tp)
+    if pp > 1 and data.get("model", {}).get("name") == "qwen3":
+        raise refuse_plan(where, "parallelism.pipeline_parallel_degree", pp,
+                          "torchtitan's qwen3 has no pipeline parallelism (its TrainSpec gives "
+                          "no pipelining_fn)")
     job.fix("sequence_parallel", tp > 1, pin="tensor_parallel_degree" in par)
     job.fix("tp_layout", "1d")
     # torchtitan's mesh, outermost first: pp, dp_replicate, dp_shard, cp, tp
     job.fix("placement", "tp,cp,dp,pp" if cp > 1 else "tp,dp,pp")
     job.fix("flash_attention", True)
-    job.notes.append("attention: torchtitan's llama3 runs PyTorch SDPA (fused, flash_attention)")
+    job.notes.append("attention: torchtitan's llama3 and qwen3 run PyTorch SDPA (fused, "
+                     "flash_attention)")
     job.fix("overlap_grad_sync", True)
     # FSDP2 prefetches the next unit's all-gather (its default); without FSDP nothing is gathered
     job.fix("overlap_param_gather", True, pin=False)
@@ -348,12 +405,44 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     if "disable_loss_parallel" in par:
         job.skipped("parallelism.disable_loss_parallel", par["disable_loss_parallel"],
                     "where the loss is computed (the output layer's cost is the same)")
-    for key in ("expert_parallel_comm_backend", "pipeline_parallel_expert_parallel_overlap",
-                "enable_compiled_autograd"):
-        if key in par:
-            job.skipped(f"parallelism.{key}", par[key], "applies to parallelism perfmodel "
-                                                         "refuses above (off here)")
+    if "enable_compiled_autograd" in par:
+        job.skipped("parallelism.enable_compiled_autograd", par["enable_compiled_autograd"],
+                    "how autograd is traced (the backward's kernels are the same)")
     _pipeline(par, job, where, pp)
+
+
+def _experts(par: dict[str, Any], job: JobConfig, where: str, tp: int) -> None:
+    """Expert parallelism (MoE flavors, or --model with experts): ep, and etp 1 or tp
+    (torchtitan/distributed/parallel_dims.py: "Currently we only support ETP=TP or ETP=1"); the
+    ep group after etp over the tp, cp, then dp_shard ranks (its sparse mesh: efsdp, ep, etp,
+    etp innermost), as Megatron-Core's expert ranks; the all-to-alls NCCL's (the standard
+    backend)."""
+    ep = whole(par.get("expert_parallel_degree", 1), "parallelism.expert_parallel_degree", where)
+    etp = whole(par.get("expert_tensor_parallel_degree", 1),
+                "parallelism.expert_tensor_parallel_degree", where)
+    if ep > 1 and job.plan.get("_moe") is False:
+        raise refuse_plan(where, "parallelism.expert_parallel_degree", ep,
+                          "this flavor has no experts")
+    if ep > 1 and etp not in (1, tp):
+        raise refuse_plan(where, "parallelism.expert_tensor_parallel_degree", etp,
+                          f"torchtitan takes 1 or the tensor-parallel degree ({tp})")
+    backend = str(par.get("expert_parallel_comm_backend", "standard"))
+    if ep > 1 and backend != "standard":
+        raise refuse_plan(where, "parallelism.expert_parallel_comm_backend", backend,
+                          "DeepEP's kernels are not modelled (standard: NCCL all-to-alls)")
+    if par.get("pipeline_parallel_expert_parallel_overlap") and ep > 1:
+        raise refuse_plan(where, "parallelism.pipeline_parallel_expert_parallel_overlap", True,
+                          "the DualPipeV overlap of the experts' all-to-alls is not modelled")
+    if ep > 1:
+        job.fix("ep", ep)
+        job.fix("etp", etp)
+        job.plan["_ep"] = True
+    for key, value in (("expert_parallel_degree", ep), ("expert_tensor_parallel_degree", etp),
+                       ("expert_parallel_comm_backend", backend),
+                       ("pipeline_parallel_expert_parallel_overlap",
+                        par.get("pipeline_parallel_expert_parallel_overlap"))):
+        if key in par:
+            job.took(f"parallelism.{key}", value, f"ep {ep}, etp {etp if ep > 1 else 1}")
 
 
 # torchtitan's rotate methods (torch.distributed.tensor.experimental's context parallel): the
@@ -519,6 +608,11 @@ def finish(job: JobConfig, gpus: int) -> None:
     if fsdp and replicate > 1:
         raise refuse_plan(job.path, "parallelism.data_parallel_replicate_degree", replicate,
                           f"with cp {cp} this is HSDP, not modelled")
+    if job.plan.pop("_ep", False) and not fsdp:
+        raise refuse_plan(job.path, "parallelism.expert_parallel_degree", job.plan["ep"],
+                          "without FSDP (data_parallel_shard_degree x cp = 1) torchtitan still "
+                          "wraps the experts in FSDP for mixed precision: not modelled")
+    job.plan.pop("_moe", None)
     job.fix("zero", 3 if fsdp else 0, pin=True)
     mixed = fsdp or (tp == 1 and pp == 1)
     chosen = param if mixed else dtype

@@ -10,12 +10,21 @@ from typing import Any
 
 import pytest
 
+from perfmodel import Plan, load_hardware, predict
 from perfmodel.configs import read_config, resolve_model, resolve_plan
 from perfmodel.configs.deepspeed import ds_config
 from perfmodel.configs.megatron import READ_OPTIONS, megatron_arguments, padded_vocab
 from perfmodel.configs.shell import launch_command
-from perfmodel.configs.torchtitan import SECTIONS, ffn_width, flavor_model, torchtitan_toml
+from perfmodel.configs.torchtitan import (
+    QWEN3_PRESETS,
+    SECTIONS,
+    ffn_width,
+    flavor_model,
+    qwen3_model,
+    torchtitan_toml,
+)
 from perfmodel.errors import PlanError, SpecError
+from perfmodel.predict import parameter_count
 from perfmodel.specs.model import load_model
 from perfmodel.strategy import plan_from_dict
 from tests.unit.test_json_schemas import check
@@ -662,3 +671,68 @@ def test_torchtitan_context_parallelism_is_read_and_written(tmp_path):
             read_config(path)
     with pytest.raises(PlanError, match="allgather, p2p"):
         torchtitan_toml(spec, made.replace(cp_comm="a2a"))
+
+
+# torchtitan/models/qwen3/__init__.py qwen3_args at 9810191bb~1; the three flavors perfmodel has
+# presets of are the same models as those presets' Hugging Face configs
+@pytest.mark.parametrize("flavor, preset", sorted(QWEN3_PRESETS.items()))
+def test_torchtitan_qwen3_flavors_are_the_qwen3_presets(flavor, preset):
+    spec = load_model(preset)
+    assert {k: getattr(spec, k) for k in qwen3_model(flavor)} == qwen3_model(flavor)
+
+
+def _qwen3_toml(tmp_path, flavor="30B-A3B", **parallelism):
+    path = tmp_path / "qwen3.toml"
+    lines = ["[model]", 'name = "qwen3"', f'flavor = "{flavor}"', "[training]",
+             "local_batch_size = 4", "seq_len = 4096", "global_batch_size = 512",
+             "[parallelism]"] + [f"{k} = {json.dumps(v)}" for k, v in parallelism.items()] + [
+             "[activation_checkpoint]", 'mode = "full"']
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_torchtitan_qwen3_moe_with_expert_parallelism(tmp_path):
+    """A qwen3 MoE flavor with expert_parallel_degree: the preset's model, FSDP2 over the dp
+    ranks with the routed experts over their expert-data-parallel group (torchtitan's efsdp),
+    etp torchtitan's default 1."""
+    job, spec, plan = job_plan(_qwen3_toml(tmp_path, expert_parallel_degree=8), gpus=16)
+    assert spec.name == "qwen3-30b-a3b" and spec.experts == 128
+    assert (plan["dp"], plan["ep"], plan["etp"], plan["zero"], plan["recompute"]) == \
+        (16, 8, 1, 3, "full")
+    p = predict(spec, "dgx-h100", Plan(**plan))
+    assert p.step_time_s > 0 and p.parameters == pytest.approx(30.5e9, rel=0.005)
+    # etp = tp: each expert split over the attention's tp ranks
+    _, _, plan = job_plan(_qwen3_toml(tmp_path, expert_parallel_degree=4,
+                                      expert_tensor_parallel_degree=2,
+                                      tensor_parallel_degree=2), gpus=16)
+    assert (plan["tp"], plan["ep"], plan["etp"], plan["dp"]) == (2, 4, 2, 8)
+
+
+def test_torchtitan_qwen3_dense_flavor_is_built_from_its_args(tmp_path):
+    job, spec, plan = job_plan(_qwen3_toml(tmp_path, flavor="0.6B"), gpus=8)
+    # Qwen3-0.6B: head_dim 128 over 16 heads of a 1024-wide model, tied embeddings
+    assert (spec.layers, spec.hidden, spec.head_dim, spec.tied_embeddings, spec.experts) == \
+        (28, 1024, 128, True, 0)
+    assert parameter_count(spec, load_hardware("dgx-h100"), "bf16") == pytest.approx(0.6e9,
+                                                                                    rel=0.01)
+
+
+@pytest.mark.parametrize("flavor, parallelism, why", [
+    ("8B", dict(expert_parallel_degree=2), "this flavor has no experts"),
+    ("30B-A3B", dict(expert_parallel_degree=4, expert_tensor_parallel_degree=2,
+                     tensor_parallel_degree=4), "1 or the tensor-parallel degree"),
+    ("30B-A3B", dict(expert_parallel_degree=8, expert_parallel_comm_backend="deepep"),
+     "DeepEP"),
+    ("30B-A3B", dict(pipeline_parallel_degree=2), "no pipeline parallelism"),
+    ("1T", {}, "qwen3 flavors"),
+])
+def test_torchtitan_qwen3_refusals(tmp_path, flavor, parallelism, why):
+    with pytest.raises((PlanError, SpecError), match=why):
+        read_config(_qwen3_toml(tmp_path, flavor=flavor, **parallelism))
+
+
+def test_torchtitan_experts_without_fsdp_are_refused(tmp_path):
+    path = _qwen3_toml(tmp_path, expert_parallel_degree=2, data_parallel_shard_degree=1,
+                       tensor_parallel_degree=2)
+    with pytest.raises(PlanError, match="wraps the experts in FSDP"):
+        job_plan(path, gpus=2)
