@@ -242,6 +242,12 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.needs_model = (f"model.name {name}: perfmodel maps torchtitan's llama3 and qwen3 "
                            "flavors only")
         job.took("model.name", name, "give --model")
+        if name == "deepseek_v3" and flavor not in ("debugmodel",):
+            # deepseekv3_args at 9810191bb~1: 16B, 236B, 671B set attn_type "flex" and
+            # attn_mask_type "block_causal"
+            job.notes.append(f"model.flavor {flavor}: torchtitan's deepseek_v3 flavors attend "
+                             "within documents (FlexAttention, block-causal masks); perfmodel "
+                             "costs causal attention over the whole sequence, an upper bound")
         return
     if flavor not in FLAVORS:
         if flavor.endswith(("_flex", "_varlen", "_flex_attn", "_varlen_attn")):
@@ -392,8 +398,10 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     # torchtitan's mesh, outermost first: pp, dp_replicate, dp_shard, cp, tp
     job.fix("placement", "tp,cp,dp,pp" if cp > 1 else "tp,dp,pp")
     job.fix("flash_attention", True)
-    job.notes.append("attention: torchtitan's llama3 and qwen3 run PyTorch SDPA (fused, "
-                     "flash_attention)")
+    name = str(_get(data, "model", "name", "llama3"))
+    job.notes.append(f"attention: torchtitan's {name} runs PyTorch SDPA (fused, flash_attention)"
+                     if name in ("llama3", "qwen3") else
+                     "attention: a fused kernel (flash_attention), as torchtitan's models run it")
     job.fix("overlap_grad_sync", True)
     # FSDP2 prefetches the next unit's all-gather (its default); without FSDP nothing is gathered
     job.fix("overlap_param_gather", True, pin=False)

@@ -736,3 +736,15 @@ def test_torchtitan_experts_without_fsdp_are_refused(tmp_path):
                        tensor_parallel_degree=2)
     with pytest.raises(PlanError, match="wraps the experts in FSDP"):
         job_plan(path, gpus=2)
+
+
+def test_torchtitan_deepseek_v3_flavor_says_its_attention_is_costed_causal(tmp_path):
+    """deepseekv3_args' 16B/236B/671B run FlexAttention with block-causal masks: with --model the
+    config is read, and the note says perfmodel's causal attention is an upper bound."""
+    path = tmp_path / "ds.toml"
+    path.write_text('[model]\nname = "deepseek_v3"\nflavor = "671B"\n[training]\n'
+                    'local_batch_size = 1\nseq_len = 4096\n[parallelism]\n'
+                    'expert_parallel_degree = 64\n')
+    job, spec, plan = job_plan(path, model="deepseek-v3", gpus=256)
+    assert plan["ep"] == 64 and plan["zero"] == 3
+    assert any("block-causal" in note and "upper bound" in note for note in job.notes)
