@@ -433,13 +433,14 @@ def model_from_dict(data: Mapping[str, Any], where: str) -> TransformerSpec:
 # fields read below is what perfmodel models; a field that would change the math and that
 # perfmodel cannot model is refused with its reason, never answered for the nearest family.
 _DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox")
-_MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
+_MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
+                 "olmoe")
 _HF_FAMILIES = _DENSE_FAMILIES + _MOE_FAMILIES
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
              "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size")
 _MOE = "a mixture-of-experts model of a family perfmodel does not read"
 _UNMODELLED_TYPES = {
-    **dict.fromkeys(("dbrx", "olmoe", "jamba", "granitemoe", "jetmoe", "phimoe", "arctic",
+    **dict.fromkeys(("dbrx", "jamba", "granitemoe", "jetmoe", "phimoe", "arctic",
                      "grok-1", "minimax", "llama4"), _MOE),
     **dict.fromkeys(("gemma2", "gemma3", "gemma3_text", "cohere2"),
                     "a model that alternates sliding-window and global attention layers with "
@@ -526,15 +527,18 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
                flag: Any) -> dict[str, Any]:
     """The dense TransformerSpec fields (all but name, seq_len, source, the experts and the
     window) of a supported family."""
-    if mtype in ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe"):
+    if mtype in ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe",
+                 "olmoe"):
         heads = need("num_attention_heads")
         # biases: qwen2 (and qwen2_moe) have them on q, k and v only (their modelling code);
         # llama and qwen3 on q, k, v and o with attention_bias and on the MLP with mlp_bias;
-        # mistral and mixtral none
+        # mistral and mixtral none; olmoe on q, k, v and o with attention_bias, its experts none
         if mtype in ("qwen2", "qwen2_moe"):
             bias, qkv_bias = False, True
         elif mtype in ("mistral", "mixtral"):
             bias, qkv_bias = False, False
+        elif mtype == "olmoe":
+            bias, qkv_bias = _hf_biases(flag("attention_bias", False), False, where)
         else:
             bias, qkv_bias = _hf_biases(flag("attention_bias", False), flag("mlp_bias", False),
                                         where)
@@ -600,6 +604,11 @@ def _hf_experts(cfg: Mapping[str, Any], mtype: str, where: str, layers: int, nee
                 count: Any) -> dict[str, Any]:
     """The mixture-of-experts fields of a family, as its modelling code (transformers) builds
     them: which layers are MoE, the experts' and the shared experts' widths."""
+    if mtype == "olmoe":
+        # OlmoeDecoderLayer: every layer MoE, num_experts SwiGLU experts intermediate_size wide,
+        # no shared expert (its QK-norms' 2 hidden weights per layer are not counted: 65,536 of
+        # OLMoE-1B-7B's 6.9 billion)
+        return dict(experts=need("num_experts"), top_k=need("num_experts_per_tok"))
     if mtype in ("mixtral", "gpt_oss"):  # every layer MoE, experts as wide as intermediate_size
         # gpt_oss configs carry both num_experts_per_tok and (the original) experts_per_token
         key = ("experts_per_token" if cfg.get("num_experts_per_tok") is None

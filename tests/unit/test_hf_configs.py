@@ -388,3 +388,22 @@ def test_counts_equal_the_step_models_for_every_config_and_preset():
         sparse += bool(model.experts)
         assert counts.total == pytest.approx(parameter_count(model, "dgx-h100"), rel=1e-12), name
     assert sparse >= 4  # mixtral, qwen3-moe, deepseek-v3 presets and configs
+
+
+def test_olmoe_is_read_with_its_published_counts():
+    """OLMoE-1B-7B (tests/data/hf/olmoe-1b-7b-0924/config.json: allenai/OLMoE-1B-7B-0924's
+    config.json fields as public repositories' fixtures copy them): every layer MoE, 64 SwiGLU
+    experts of 1024, top 8, no shared expert, untied. Muennighoff et al. 2024 (OLMoE, arXiv
+    2409.02060), Table 1: 6.9B total parameters, 1.3B active (two digits: ours 6.919B and
+    1.282B, the embedding tables counted in both, as the paper's 1B-7B name rounds them)."""
+    model = _model("olmoe-1b-7b-0924", 4096)
+    assert (model.experts, model.top_k, model.expert_ffn_hidden, model.shared_experts) == \
+        (64, 8, 1024, 0)
+    assert model.moe_layers == tuple(range(16)) and not model.bias and not model.qkv_bias
+    counts = parameter_counts(model)
+    assert round(counts.total / 1e8) / 10 == 6.9 and round(counts.active / 1e8) / 10 == 1.3
+    # by hand: 16 layers of q, k, v, o (4 h^2), 64 experts of 3 h f, a router (64 h), two norms,
+    # and the two 50304 x h tables and the final norm
+    h, f = 2048, 1024
+    assert counts.total == 16 * (4 * h * h + 64 * 3 * h * f + 64 * h + 2 * h) \
+        + 2 * 50304 * h + h
