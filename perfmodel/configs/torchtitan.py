@@ -435,9 +435,9 @@ def _experts(par: dict[str, Any], job: JobConfig, where: str, tp: int) -> None:
         raise refuse_plan(where, "parallelism.expert_tensor_parallel_degree", etp,
                           f"torchtitan takes 1 or the tensor-parallel degree ({tp})")
     backend = str(par.get("expert_parallel_comm_backend", "standard"))
-    if ep > 1 and backend != "standard":
+    if backend not in ("standard", "deepep"):
         raise refuse_plan(where, "parallelism.expert_parallel_comm_backend", backend,
-                          "DeepEP's kernels are not modelled (standard: NCCL all-to-alls)")
+                          "torchtitan's values: standard, deepep")
     if par.get("pipeline_parallel_expert_parallel_overlap") and ep > 1:
         raise refuse_plan(where, "parallelism.pipeline_parallel_expert_parallel_overlap", True,
                           "the DualPipeV overlap of the experts' all-to-alls is not modelled")
@@ -446,11 +446,15 @@ def _experts(par: dict[str, Any], job: JobConfig, where: str, tp: int) -> None:
         job.fix("etp", etp)
         job.plan["_ep"] = True
     for key, value in (("expert_parallel_degree", ep), ("expert_tensor_parallel_degree", etp),
-                       ("expert_parallel_comm_backend", backend),
                        ("pipeline_parallel_expert_parallel_overlap",
                         par.get("pipeline_parallel_expert_parallel_overlap"))):
         if key in par:
             job.took(f"parallelism.{key}", value, f"ep {ep}, etp {etp if ep > 1 else 1}")
+    if "expert_parallel_comm_backend" in par:  # as the Megatron reader takes --moe-token-
+        # dispatcher-type flex
+        job.took("parallelism.expert_parallel_comm_backend", backend,
+                 "the tokens' all-to-all" + (" (DeepEP's kernels: modelled as NCCL's all-to-all "
+                                             "of the same bytes)" if backend == "deepep" else ""))
 
 
 # torchtitan's rotate methods (torch.distributed.tensor.experimental's context parallel): the

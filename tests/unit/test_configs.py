@@ -721,14 +721,22 @@ def test_torchtitan_qwen3_dense_flavor_is_built_from_its_args(tmp_path):
     ("8B", dict(expert_parallel_degree=2), "this flavor has no experts"),
     ("30B-A3B", dict(expert_parallel_degree=4, expert_tensor_parallel_degree=2,
                      tensor_parallel_degree=4), "1 or the tensor-parallel degree"),
-    ("30B-A3B", dict(expert_parallel_degree=8, expert_parallel_comm_backend="deepep"),
-     "DeepEP"),
+    ("30B-A3B", dict(expert_parallel_degree=8, expert_parallel_comm_backend="nvshmem"),
+     "standard, deepep"),
     ("30B-A3B", dict(pipeline_parallel_degree=2), "no pipeline parallelism"),
     ("1T", {}, "qwen3 flavors"),
 ])
 def test_torchtitan_qwen3_refusals(tmp_path, flavor, parallelism, why):
     with pytest.raises((PlanError, SpecError), match=why):
         read_config(_qwen3_toml(tmp_path, flavor=flavor, **parallelism))
+
+
+def test_torchtitan_deepep_is_read_as_the_megatron_reader_reads_flex(tmp_path):
+    job, _, plan = job_plan(_qwen3_toml(tmp_path, expert_parallel_degree=8,
+                                        expert_parallel_comm_backend="deepep"), gpus=8)
+    assert plan["ep"] == 8
+    assert any("DeepEP's kernels: modelled as NCCL's all-to-all" in line
+               for line in job.report())
 
 
 def test_torchtitan_experts_without_fsdp_are_refused(tmp_path):
