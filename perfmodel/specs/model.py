@@ -436,6 +436,10 @@ _DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox")
 _MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
                  "olmoe")
 _HF_FAMILIES = _DENSE_FAMILIES + _MOE_FAMILIES
+# model_types whose config is another family's, read as that family: (family, the architecture
+# its config names). kimi_k2: Moonshot AI's Kimi-K2 deployment guide: K2 reuses DeepSeek-V3's
+# architecture (DeepseekV3ForCausalLM); model_type kimi_k2 only tells inference engines apart
+_ALIASES = {"kimi_k2": ("deepseek_v3", "DeepseekV3ForCausalLM")}
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
              "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size")
 _MOE = "a mixture-of-experts model of a family perfmodel does not read"
@@ -469,6 +473,13 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str,
                          seq_len: int | None = None) -> TransformerSpec:
     """A TransformerSpec from a Hugging Face config.json and the training sequence length."""
     mtype = str(cfg.get("model_type", ""))
+    if mtype in _ALIASES:  # a model_type that names another family's modelling code
+        family, architecture = _ALIASES[mtype]
+        named = cfg.get("architectures") or [architecture]
+        if architecture not in named:
+            raise SpecError(f"{where}: Hugging Face model_type '{mtype}' with architectures "
+                            f"{named}: perfmodel reads it as {family} ({architecture}) only")
+        mtype = family
     refusal = _hf_refusal(cfg, mtype)
     if refusal:
         raise SpecError(f"{where}: Hugging Face {refusal}, which perfmodel does not model "

@@ -15,6 +15,7 @@ import pytest
 from perfmodel import Plan, SpecError, load_model, predict
 from perfmodel.evaluate import compile_family, family_of, values_of
 from perfmodel.predict import gemm_shapes, parameter_count
+from perfmodel.specs.model import model_from_hf_config
 from tests.conftest import ROOT
 
 HF = ROOT / "tests/data/hf"
@@ -407,3 +408,22 @@ def test_olmoe_is_read_with_its_published_counts():
     h, f = 2048, 1024
     assert counts.total == 16 * (4 * h * h + 64 * 3 * h * f + 64 * h + 2 * h) \
         + 2 * 50304 * h + h
+
+
+def test_kimi_k2_is_read_as_deepseek_v3():
+    """Kimi K2 (tests/data/hf/kimi-k2-instruct/config.json: moonshotai/Kimi-K2-Instruct's
+    config.json fields as public repositories copy them: 61 layers, 1 dense, 384 routed experts
+    of 2048 and 1 shared, top 8, 64 MLA heads, vocab 163840). Moonshot AI's deployment guide:
+    K2 reuses DeepSeek-V3's architecture, model_type kimi_k2 only tells engines apart. Its model
+    card: 1T total parameters, 32B activated (ours 1.026T, and 31.7B without the input
+    embedding table, DeepSeek's convention)."""
+    model = _model("kimi-k2-instruct", 4096)
+    assert (model.experts, model.top_k, model.shared_experts, model.moe_first_dense,
+            model.kv_lora_rank) == (384, 8, 1, 1, 512)
+    counts = parameter_counts(model)
+    assert round(counts.total / 1e12) == 1
+    assert round((counts.active - counts.embedding) / 1e9) == 32
+    bad = json.loads((HF / "kimi-k2-instruct" / "config.json").read_text())
+    bad["architectures"] = ["KimiForCausalLM"]
+    with pytest.raises(SpecError, match="reads it as deepseek_v3"):
+        model_from_hf_config(bad, "kimi.json", 4096)
