@@ -11,8 +11,11 @@ Three sets, none of them used to set a parameter (they measure the model; see DE
   yet is listed in the row's `not modelled` column, never silently dropped. Another file of the
   same schema (--data DIR: held-out runs) is read the same way: a model outside ARCHITECTURES
   takes its tokenizer's architecture (VOCABULARIES) or the row's own columns, a GPU its preset
-  (HARDWARE), features in Megatron's and DeepSpeed's words too (GENERIC_FEATURES); a row it
-  cannot know is refused in its row with the reason, and the others are still predicted.
+  (HARDWARE), features in Megatron's and DeepSpeed's words too (GENERIC_FEATURES); optional
+  columns give a mixture of experts (`model`: a preset whose sizes must agree with the row's;
+  or `experts`, `top_k`, `moe_ffn_hidden`, `shared_experts`) and `ep`, `etp`; a column it does
+  not read is named in the row's `not modelled`; a row it cannot know is refused in its row with
+  the reason, and the others are still predicted.
 - Korthikanti et al. 2022, Table 5 (eight iterations on DGX A100 80GB).
 - The shared nccl-tests logs: each log's bus bandwidth per size against `perfmodel collective` on
   the preset of its GPU.
@@ -100,6 +103,18 @@ VOCABULARIES: list[tuple[int, dict[str, Any], str]] = [
 ]
 # architecture fields a row may state in columns of its own (they win over the tables)
 ARCH_COLUMNS = ("gated_mlp", "tied_embeddings", "bias", "norm", "position_embedding")
+# published-steps.csv's columns (SOURCES.md)
+COLUMNS = ("source", "gpu", "hardware_note", "gpus", "tp", "pp", "dp", "cp", "micro_batch",
+           "global_batch", "seq_len", "dtype", "features", "layers", "hidden", "heads",
+           "kv_heads", "ffn_hidden", "vocab", "gated_mlp", "tied_embeddings", "published_step_s",
+           "published_value", "published_unit", "conversion", "published_peak_mem_gib", "note",
+           "source_ref")
+# columns another file may add: a mixture of experts' fields, the expert-parallel degrees, and
+# `model`, a perfmodel preset whose spec the row's run trained (its sizes must agree with the row's)
+MODEL_COLUMNS = {"experts": "experts", "top_k": "top_k", "expert_ffn_hidden": "expert_ffn_hidden",
+                 "moe_ffn_hidden": "expert_ffn_hidden", "shared_experts": "shared_experts",
+                 "head_dim": "head_dim"}
+PLAN_COLUMNS = ("ep", "etp")
 
 
 def _stated(row: dict[str, Any], key: str) -> Any:
@@ -347,18 +362,47 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
     return None
 
 
+def model_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The TransformerSpec fields of a row's model: the preset its `model` column names (its sizes
+    checked against the row's), else the row's sizes on its architecture (architecture_of) with
+    the experts its optional columns give. ValueError where they disagree."""
+    sizes = {k: int(row[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden",
+                                       "vocab")}
+    name = _stated(row, "model")
+    if name is not None:
+        from perfmodel.specs.presets import MODELS_DIR, preset_names
+
+        if str(name) in preset_names(MODELS_DIR):
+            from perfmodel import load_model
+
+            spec = load_model(str(name)).to_dict()
+            spec.pop("kind", None)
+            # the vocabulary may be padded (Megatron: a multiple of 128 x tp)
+            wrong = [f"{k} {v} (preset {spec[k]})" for k, v in sizes.items()
+                     if v != spec[k] and not (k == "vocab" and 0 <= v - spec[k] < 1024 * 8)]
+            if wrong:
+                raise ValueError(f"model {name}: the row's {', '.join(wrong)} differ")
+            return dict(spec, seq_len=int(row["seq_len"]))
+    model = dict(architecture_of(row), **sizes, seq_len=int(row["seq_len"]))
+    for column, field_name in MODEL_COLUMNS.items():
+        if (value := _stated(row, column)) is not None:
+            model[field_name] = int(value)
+    return model
+
+
 def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(model fields, plan fields, features not modelled) of a published run. Every feature the
     source states is either mapped to a plan option or named as not modelled."""
-    arch = architecture_of(row)
-    model = dict(arch, layers=int(row["layers"]), hidden=int(row["hidden"]),
-                 heads=int(row["heads"]), kv_heads=int(row["kv_heads"]),
-                 ffn_hidden=int(row["ffn_hidden"]), vocab=int(row["vocab"]),
-                 seq_len=int(row["seq_len"]))
+    model = model_of(row)
     plan: dict[str, Any] = dict(gpus=int(row["gpus"]), tp=int(row["tp"]), pp=int(row["pp"]),
                                 dp=int(row["dp"]), micro_batch=int(row["micro_batch"]),
                                 global_batch=int(row["global_batch"]), dtype=row["dtype"])
-    missing: list[str] = []
+    for key in PLAN_COLUMNS:
+        if (value := _stated(row, key)) is not None and int(value) > 1:
+            plan[key] = int(value)
+    known = set(COLUMNS) | set(ARCH_COLUMNS) | set(MODEL_COLUMNS) | set(PLAN_COLUMNS) | {"model"}
+    missing: list[str] = [f"column {key}={value} (not read)" for key, value in row.items()
+                          if key not in known and _stated(row, key) is not None]
     cp = int(row.get("cp", 1) or 1)
     if cp > 1:  # Megatron-Core's default cp_comm_type, p2p (ring attention); gpus = dp cp tp pp
         plan["cp"] = cp

@@ -148,3 +148,37 @@ def test_an_nccl_tests_log_of_another_cluster_is_reported_not_held():
         "hgx-h200", "not in NCCL_LOGS: its fabric is not documented here")
     preset, why = B.nccl_preset("h800x8-allreduce.txt")
     assert preset is None and "no preset for this log's GPU" in why
+
+
+_MIXTRAL = dict(_GPT_2P7B, source="megatron-moe", gpu="H100", hardware_note="DGX H100", gpus=64,
+                tp=2, pp=1, dp=32, micro_batch=1, global_batch=256, seq_len=4096, dtype="bf16",
+                layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=32000,
+                gated_mlp=True, tied_embeddings=False,
+                features="bf16; SP, distributed optimizer, recompute full, flash attention")
+
+
+def test_a_mixture_of_experts_row_names_its_preset_or_its_experts():
+    """A held-out file's optional columns: `model` (a preset the row's sizes must agree with),
+    the experts' fields and the expert-parallel degrees; never read as the dense model its
+    sizes alone would give."""
+    model, plan, missing = B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", ep=8))
+    assert (model["name"], model["experts"], model["top_k"], model["seq_len"]) == \
+        ("mixtral-8x7b", 8, 2, 4096)
+    assert (plan["ep"], plan["zero"], plan["recompute"], missing) == (8, 1, "full", [])
+    model, plan, _ = B.plan_of(dict(_MIXTRAL, experts=8, top_k=2, moe_ffn_hidden=14336, ep=4))
+    assert (model["experts"], model["top_k"], model["expert_ffn_hidden"], plan["ep"]) == \
+        (8, 2, 14336, 4)
+    spec = TransformerSpec(**model)
+    assert parameter_count(spec, load_hardware("dgx-h100"), "bf16") == pytest.approx(46.7e9,
+                                                                                   rel=0.005)
+
+
+def test_a_column_it_does_not_read_is_named_and_a_preset_that_disagrees_refused(tmp_path):
+    _, _, missing = B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", dispatcher="deepep"))
+    assert missing == ["column dispatcher=deepep (not read)"]
+    with pytest.raises(ValueError, match="ffn_hidden 2048 .preset 14336. differ"):
+        B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", ffn_hidden=2048))
+    frame = pd.DataFrame([dict(_MIXTRAL, model="mixtral-8x7b", ffn_hidden=2048)])
+    frame.to_csv(tmp_path / "published-steps.csv", index=False)
+    (row,) = B.published_rows(tmp_path)
+    assert row.label.startswith("mixtral-8x7b ") and "ffn_hidden 2048" in row.error
