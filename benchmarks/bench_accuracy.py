@@ -670,6 +670,12 @@ def markdown(rows: list[Row], nccl: list[dict[str, Any]]) -> str:
     lines += ["", "| set | predicted | refused | MAPE | worst |", "|---|---|---|---|---|"]
     for key, n, refused, m, worst in summary(rows):
         lines.append(f"| {key} | {n} | {refused} | {_pct(m)} | {_pct(worst)} |")
+    lines += ["", "| published peak memory per GPU | measured by | published [GiB] | "
+              "predicted [GiB] | error |", "|---|---|---|---|---|"]
+    for case, predicted in memory_rows():
+        lines.append(f"| {case.label} | {case.measured_by} | "
+                     f"{case.published_bytes / 2**30:.1f} | {predicted / 2**30:.1f} | "
+                     f"{predicted / case.published_bytes - 1:+.1%} |")
     lines += ["", "| nccl-tests log | op | ranks | preset | median error (all sizes) | "
               "median (>= 1 MiB) | median abs (>= 1 MiB) | worst | held (15%) |",
               "|---|---|---|---|---|---|---|---|---|"]
