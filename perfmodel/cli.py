@@ -991,8 +991,14 @@ def recommend(model: str | None, from_config: str | None,
 
 
 # the plan fields a config may pin in recommend's search (perfmodel.search.SearchRequest)
-CONFIG_PINS = ("tp", "pp", "micro_batch", "schedule", "virtual_stages", "recompute",
-               "sequence_parallel", "zero", "placement", "tp_layout")
+CONFIG_PINS = ("tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "schedule",
+               "virtual_stages", "recompute", "sequence_parallel", "zero", "placement", "tp_layout")
+# what a config states for every plan (not searched): kept as the config says, and a command-line
+# value that contradicts it refused as the pins' are
+CONFIG_WIDE = ("stack", "kernels", "recompute_every", "grad_dtype", "optimizer_dtype",
+               "fp8_recipe")
+CONFIG_FLAGS = ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap",
+                "ep_comm_overlap", "fp8_params", "fp8_output_layer")
 
 
 def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | None,
@@ -1009,8 +1015,11 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     counts = [int(g) for g in gpus.split(",")] if gpus else []
     if len(counts) > 1:
         raise click.UsageError("--from-config takes one --gpus (the job's world size)")
+    # an option at its default (--stack eager, --recompute-every 1) is no choice made
+    defaults = {param.name: param.default for param in recommend.params}
     given = {"gpus": counts[0] if counts else None,
-             **{k: pins[k] for k in CONFIG_PINS if pins.get(k) is not None}}
+             **{k: pins[k] for k in CONFIG_PINS + CONFIG_WIDE
+                if pins.get(k) is not None and pins[k] != defaults.get(k)}}
     if global_batch is not None:
         given["global_batch"] = global_batch
     if dtype is not None:
@@ -1019,12 +1028,11 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     for key in CONFIG_PINS:
         if key in job.pins:
             pins[key] = plan[key]
-    for key in ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap",
-                "ep_comm_overlap"):
+    for key in CONFIG_FLAGS:
         if key in plan:
             pins[key] = bool(plan[key]) or bool(pins.get(key))
-    for key in ("stack", "kernels"):
-        if key in plan:
+    for key in CONFIG_WIDE:
+        if plan.get(key) is not None:
             pins[key] = plan[key]
     uneven = {k: plan[k] for k in ("first_stage_layers", "last_stage_layers", "pipeline_layout",
                                    "recompute_modules") if plan.get(k)}

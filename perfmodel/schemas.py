@@ -138,7 +138,8 @@ SETTING = obj({"key": STRING, "value": {"description": "As the config gives it."
               description="One setting of a job config and what perfmodel made of it.")
 JOB_CONFIG = obj({
     "path": STRING,
-    "framework": {"type": "string", "description": "megatron, nemo, torchtitan or deepspeed"},
+    "framework": {"type": "string",
+                  "description": "megatron, nemo, torchtitan, deepspeed or automodel"},
     "read": {"type": "array", "items": SETTING, "description": "Settings read: what each became."},
     "ignored": {"type": "array", "items": SETTING,
                 "description": "Settings that do not change the step, with why."},

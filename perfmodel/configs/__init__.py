@@ -1,7 +1,8 @@
 """A job's own config in, a launchable config out.
 
 `read_config(path)` reads a Megatron-LM argument list or launch script, a Megatron-Bridge / NeMo 2
-YAML, a torchtitan job config (TOML or its JSON dump) or a DeepSpeed JSON into a JobConfig;
+YAML, a torchtitan job config (TOML or its JSON dump), a DeepSpeed JSON or a NeMo AutoModel
+recipe YAML into a JobConfig;
 `resolve_model` and `resolve_plan` turn it and the command line into a TransformerSpec and the
 Plan fields; perfmodel.configs.emit writes a plan back as a framework's config.
 """
@@ -24,7 +25,8 @@ _TORCHTITAN_KEYS = ("parallelism", "training", "activation_checkpoint", "job", "
 def detect(path: Path, text: str) -> tuple[Framework, Any]:
     """The framework a config file is written for, and its parsed content (a mapping; the text
     for an argument list or script): TOML is torchtitan's; JSON DeepSpeed's (its batch or ZeRO
-    keys) or torchtitan's dump (its sections); YAML Megatron-Bridge's or NeMo 2's; anything else
+    keys) or torchtitan's dump (its sections); YAML NeMo AutoModel's (a step_scheduler beside a
+    distributed section), else Megatron-Bridge's or NeMo 2's; anything else
     Megatron-LM arguments."""
     from perfmodel.specs.loading import read_mapping
 
@@ -42,7 +44,9 @@ def detect(path: Path, text: str) -> tuple[Framework, Any]:
         raise SpecError(f"job config {path}: a JSON file perfmodel reads is a DeepSpeed config "
                         f"(with one of {', '.join(_DEEPSPEED_KEYS)}) or a torchtitan job config "
                         f"dump (with sections {', '.join(_TORCHTITAN_KEYS)})")
-    return Framework.NEMO, data
+    from perfmodel.configs.automodel import is_automodel
+
+    return (Framework.AUTOMODEL if is_automodel(data) else Framework.NEMO), data
 
 
 def read_config(path: str | Path) -> JobConfig:
@@ -64,6 +68,10 @@ def read_config(path: str | Path) -> JobConfig:
         from perfmodel.configs.torchtitan import read_torchtitan
 
         return read_torchtitan(data, path)
+    if framework is Framework.AUTOMODEL:
+        from perfmodel.configs.automodel import read_automodel
+
+        return read_automodel(data, path)
     from perfmodel.configs.deepspeed import read_deepspeed
 
     return read_deepspeed(data, path)
@@ -76,6 +84,8 @@ def resolve_model(job: JobConfig, model: str | None, seq_len: int | None) -> Any
     from perfmodel.specs.model import TransformerSpec, load_model, model_from_dict
 
     fields = dict(job.model)
+    if seq_len is None and "seq_len" not in fields and job.needs_seq_len:
+        raise SpecError(f"{job.path}: {job.needs_seq_len}: give --seq-len")
     if seq_len is not None:
         if "seq_len" in fields and fields["seq_len"] != seq_len:
             raise SpecError(f"--seq-len {seq_len} contradicts the config's sequence length "
@@ -166,4 +176,8 @@ def _finisher(job: JobConfig) -> Any:
         from perfmodel.configs.deepspeed import finish as ds_finish
 
         return ds_finish
+    if job.framework is Framework.AUTOMODEL:
+        from perfmodel.configs.automodel import finish as am_finish
+
+        return am_finish
     return None

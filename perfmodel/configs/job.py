@@ -1,7 +1,7 @@
 """What a job's own config says, in perfmodel's terms: the model fields, the plan fields and the
 world size it fixes, and a record of every setting it holds (read, ignored with a reason, or not
-known to perfmodel). The readers (megatron, nemo, torchtitan, deepspeed) build one; `resolve`
-turns it and the command line into a model and a plan."""
+known to perfmodel). The readers (megatron, nemo, torchtitan, deepspeed, automodel) build one;
+`resolve` turns it and the command line into a model and a plan."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ class Framework(StrEnum):
     NEMO = "nemo"  # a Megatron-Bridge ConfigContainer or NeMo 2 recipe YAML
     TORCHTITAN = "torchtitan"  # a torchtitan job config (TOML, or the JSON it dumps)
     DEEPSPEED = "deepspeed"  # a DeepSpeed config JSON
+    AUTOMODEL = "automodel"  # a NeMo AutoModel recipe YAML
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +65,7 @@ class JobConfig:
     gpus_from: str = ""
     vocab_multiple: int = 0
     needs_model: str = ""  # why the config alone does not give the model (--model needed)
+    needs_seq_len: str = ""  # why it gives no sequence length (--seq-len needed)
     read: list[Setting] = field(default_factory=list)
     ignored: list[Setting] = field(default_factory=list)
     unknown: list[Setting] = field(default_factory=list)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from perfmodel import Plan, load_hardware, predict
 from perfmodel.configs import read_config, resolve_model, resolve_plan
@@ -756,3 +757,94 @@ def test_torchtitan_deepseek_v3_flavor_says_its_attention_is_costed_causal(tmp_p
     job, spec, plan = job_plan(path, model="deepseek-v3", gpus=256)
     assert plan["ep"] == 64 and plan["zero"] == 3
     assert any("block-causal" in note and "upper bound" in note for note in job.notes)
+
+
+# --- NeMo AutoModel ---------------------------------------------------------------------------
+
+
+def test_automodel_recipe_with_expert_parallelism():
+    """tests/data/configs/automodel_qwen3_30b_a3b.yaml (AutoModel's Qwen3 MoE 30B benchmark
+    recipe): the Hugging Face model is the preset of its config, FSDP2 over the 8 ranks with the
+    experts over ep 8, every block checkpointed, bf16 parameters (no fp32 master: Adam's states
+    and the sharded gradients bf16), TE's fused kernels and attention."""
+    job, spec, plan = job_plan("automodel_qwen3_30b_a3b.yaml", gpus=8)
+    assert job.framework.value == "automodel" and spec.name == "qwen3-30b-a3b"
+    assert (spec.seq_len, spec.routing_imbalance) == (4096, 1.0)
+    assert {k: plan[k] for k in ("dp", "ep", "zero", "micro_batch", "global_batch", "recompute",
+                                 "optimizer_dtype", "grad_dtype", "kernels",
+                                 "flash_attention")} == dict(
+        dp=8, ep=8, zero=3, micro_batch=4, global_batch=512, recompute="full",
+        optimizer_dtype="bf16", grad_dtype="bf16", kernels="fused", flash_attention=True)
+    assert any("reshard_after_forward false" in n for n in job.notes)
+    assert any("DeepEP" in line for line in job.report())
+    p = predict(spec, "dgx-h100", Plan(**plan))
+    assert p.fits_in_memory  # the published run ran on 80 GB H100s
+
+
+def _automodel(tmp_path, **changes):
+    data = yaml.safe_load((DATA / "automodel_qwen3_30b_a3b.yaml").read_text())
+    for dotted, value in changes.items():
+        *parents, key = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is None:
+            node.pop(key, None)
+        else:
+            node[key] = value
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_automodel_fp32_parameters_are_the_master_and_a_model_without_preset_needs_model(
+        tmp_path):
+    _, _, plan = job_plan(_automodel(tmp_path, **{"model.torch_dtype": "float32"}), gpus=8)
+    assert "optimizer_dtype" not in plan and "grad_dtype" not in plan
+    path = _automodel(tmp_path, **{"model.config.pretrained_model_name_or_path": "org/other"})
+    with pytest.raises(SpecError, match="org/other: a Hugging Face model perfmodel has no "
+                                        "preset of.*give --model"):
+        job_plan(path, gpus=8)
+    with pytest.raises(SpecError, match="dataset.seq_len is not given.*give --seq-len"):
+        job_plan(_automodel(tmp_path, **{"dataset.seq_len": None}), gpus=8)
+    assert job_plan(_automodel(tmp_path, **{"dataset.seq_len": None}), seq_len=2048,
+                    gpus=8)[1].seq_len == 2048
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({"distributed.pp_size": 2}, "pipeline split"),
+    ({"distributed.dp_replicate_size": 2}, "HSDP"),
+    ({"distributed.strategy": "megatron_fsdp"}, "megatron_fsdp is not modelled"),
+    ({"peft.dim": 8}, "LoRA"),
+    ({"optimizer._target_": "torch.optim.SGD"}, "Adam's states"),
+    ({"packed_sequence.packed_sequence_size": 4096}, "packed sequences"),
+])
+def test_automodel_refusals(tmp_path, changes, why):
+    with pytest.raises((PlanError, SpecError), match=why):
+        read_config(_automodel(tmp_path, **changes))
+
+
+def test_recommend_from_config_keeps_its_expert_parallelism_and_state_dtypes(run_cli, tmp_path):
+    """A config's cp, ep and etp are pinned like its tp and pp, and what it states for every plan
+    (the gradients' and Adam's dtypes, recompute every N layers, the stack) is kept: the search
+    ranks the config's own memory (before: ep and cp searched, the bf16 states dropped)."""
+    res = run_cli("recommend", "--from-config", DATA / "automodel_qwen3_30b_a3b.yaml",
+                  "--hardware", "dgx-h100", "--gpus", "8", "--json", "--top", "3")
+    assert res.returncode == 0, res.stderr
+    plans = [entry["plan"] for entry in json.loads(res.stdout)["plans"]]
+    assert {(p["ep"], p.get("cp", 1), p["optimizer_dtype"], p["grad_dtype"]) for p in plans} == \
+        {(8, 1, "bf16", "bf16")}
+    # a command-line value that contradicts the config's is refused, as for the pins
+    bad = run_cli("recommend", "--from-config", DATA / "automodel_qwen3_30b_a3b.yaml",
+                  "--hardware", "dgx-h100", "--gpus", "8", "--grad-dtype", "fp32")
+    assert bad.returncode != 0 and "--grad-dtype fp32 contradicts" in bad.stderr
+    # torchtitan's selective_ac_option "2": every second block, kept by the search
+    data = tomllib.loads((DATA / "torchtitan_llama3_8b.toml").read_text())
+    data["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": "2"}
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(data))
+    res = run_cli("recommend", "--from-config", path, "--hardware", "dgx-h100", "--gpus", "8",
+                  "--global-batch", "16", "--json", "--top", "2")
+    assert res.returncode == 0, res.stderr
+    assert {(e["plan"]["recompute"], e["plan"]["recompute_every"])
+            for e in json.loads(res.stdout)["plans"]} == {("full", 2)}

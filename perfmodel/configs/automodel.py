@@ -1,0 +1,241 @@
+"""NeMo AutoModel: a recipe YAML (its benchmark and llm recipes) read as a model and a plan.
+
+Field names, defaults and rules are NeMo AutoModel's (NVIDIA-NeMo/Automodel at 36044ad, 2026-08:
+examples/llm_benchmark/*/*.yaml; nemo_automodel/components/distributed, moe/parallelizer.py;
+the older benchmark configs' `distributed._target_ ...FSDP2Manager`, `autopipeline` and
+`parallelizer` sections too):
+  - distributed.strategy fsdp2 (the default; older: an FSDP2Manager target) is FSDP2 over every
+    data-parallel rank (ZeRO stage 3), its reduce-scatters overlapped with the backward and the
+    next unit's all-gather prefetched; ddp is DDP (ZeRO 0); dp_replicate_size > 1 (HSDP) and
+    megatron_fsdp are refused;
+  - tp_size, cp_size, pp_size, ep_size are the degrees (ep over the data-parallel ranks, the
+    experts FSDP-sharded over the rest); data parallelism takes the other ranks;
+  - step_scheduler.global_batch_size and local_batch_size (samples per data-parallel rank per
+    gradient-accumulation step: the micro-batch);
+  - activation_checkpointing true wraps every block in a checkpoint (recompute full);
+    "selective" is torchtitan's per-op policy (recompute op);
+  - the model is built in its config's torch_dtype (bf16 for the models AutoModel benchmarks)
+    unless model.torch_dtype says otherwise, and FSDP2 computes in bf16: with bf16 parameters
+    torch.optim.Adam keeps its states in bf16 and no fp32 master exists (optimizer_dtype bf16,
+    the sharded gradients bf16: grad_dtype bf16); with float32 parameters they are the master;
+  - model.backend: attention te, sdpa or flex (fused kernels: flash_attention); TE's norms and
+    linears (kernels fused), torch's (kernels eager) unless compiled; the DeepEP/HybridEP
+    dispatchers are modelled as NCCL's all-to-all of the same bytes (as the Megatron reader takes
+    --moe-token-dispatcher-type flex); fake_balanced_gate routes evenly (routing_imbalance 1).
+The model: `pretrained_model_name_or_path` names a Hugging Face model; the ones perfmodel has a
+preset of (HF_PRESETS: the preset's source is that model's config.json) are taken, any other
+needs --model (a local copy of its config.json).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perfmodel.configs.job import Framework, JobConfig, refuse_plan, refuse_spec, whole
+
+# the Hugging Face models perfmodel has a preset of (each preset's source names the config.json
+# it was read from); an -Instruct model has its base model's architecture
+HF_PRESETS: dict[str, str] = {
+    "deepseek-ai/DeepSeek-V3": "deepseek-v3", "deepseek-ai/DeepSeek-V3-Base": "deepseek-v3",
+    "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "Qwen/Qwen3-32B": "qwen3-32b", "openai/gpt-oss-120b": "gpt-oss-120b",
+    "meta-llama/Llama-3.1-8B": "llama3.1-8b", "meta-llama/Llama-3.1-70B": "llama3.1-70b",
+    "meta-llama/Llama-3.1-405B": "llama3.1-405b", "meta-llama/Meta-Llama-3-8B": "llama3-8b",
+    "meta-llama/Meta-Llama-3-70B": "llama3-70b", "meta-llama/Llama-2-7b-hf": "llama2-7b",
+    "meta-llama/Llama-2-70b-hf": "llama2-70b", "mistralai/Mistral-7B-v0.1": "mistral-7b",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b", "mistralai/Mixtral-8x22B-v0.1": "mixtral-8x22b",
+}
+# sections that describe the run around the step (data, checkpoints, logging, its launcher)
+_AROUND = {"recipe", "seed", "benchmark", "checkpoint", "dataloader", "validation_dataset",
+           "validation_dataloader", "wandb", "mlflow", "ci", "dist_env", "lr_scheduler",
+           "clip_grad_norm", "rng", "tokenizer", "logging"}
+_KNOWN = _AROUND | {"step_scheduler", "distributed", "autopipeline", "parallelizer", "model",
+                    "loss_fn", "dataset", "optimizer", "compile", "peft", "packed_sequence",
+                    "fp8", "quantization"}
+_SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved"}
+
+
+def is_automodel(data: dict[str, Any]) -> bool:
+    """An AutoModel recipe: its step scheduler beside its distributed (or older FSDP2Manager)
+    section."""
+    return "step_scheduler" in data and ("distributed" in data or "dist_env" in data)
+
+
+def read_automodel(data: dict[str, Any], path: Path) -> JobConfig:
+    """A NeMo AutoModel recipe YAML, read."""
+    where = str(path)
+    job = JobConfig(path=where, framework=Framework.AUTOMODEL)
+    for key in data:
+        if key in _AROUND:
+            job.skipped(key, "...", "the run around the step (data, checkpoints, logging)")
+        elif key not in _KNOWN:
+            job.strange(key, "...")
+    if data.get("peft"):
+        raise refuse_plan(where, "peft", "...", "LoRA/PEFT fine-tuning is not modelled (every "
+                                                "parameter trains here)")
+    for key in ("fp8", "quantization"):
+        if data.get(key):
+            raise refuse_plan(where, key, "...", "FP8 through torchao is not read (give "
+                                                 "--dtype fp8 with the plan's flags)")
+    packed = data.get("packed_sequence") or {}
+    if whole(packed.get("packed_sequence_size", 0) or 0, "packed_sequence.packed_sequence_size",
+             where, minimum=0):
+        raise refuse_plan(where, "packed_sequence.packed_sequence_size",
+                          packed["packed_sequence_size"],
+                          "packed sequences attend within documents, not modelled")
+    _model(data, job, where)
+    _batch(data, job, where)
+    _parallelism(data, job, where)
+    _optimizer(data, job, where)
+    return job
+
+
+def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    model = data.get("model") or {}
+    config = model.get("config") or {}
+    hf = config.get("pretrained_model_name_or_path") or model.get("pretrained_model_name_or_path")
+    if hf is None:
+        job.needs_model = "model: no pretrained_model_name_or_path"
+    elif str(hf) in HF_PRESETS or str(hf).removesuffix("-Instruct") in HF_PRESETS:
+        job.preset = HF_PRESETS.get(str(hf)) or HF_PRESETS[str(hf).removesuffix("-Instruct")]
+        job.took("model.pretrained_model_name_or_path", hf, f"preset {job.preset}")
+    else:
+        job.needs_model = (f"model {hf}: a Hugging Face model perfmodel has no preset of (give "
+                           "--model: a local copy of its config.json)")
+        job.took("model.pretrained_model_name_or_path", hf, "give --model")
+    dtype = str(model.get("torch_dtype", "bfloat16")).removeprefix("torch.")
+    if dtype not in ("bfloat16", "bf16", "float32", "fp32"):
+        raise refuse_plan(where, "model.torch_dtype", dtype, "AutoModel trains bfloat16 or "
+                                                             "float32 parameters")
+    master = dtype in ("float32", "fp32")
+    job.fix("dtype", "bf16")
+    if not master:  # Adam over bf16 parameters: bf16 states, no fp32 copy; bf16 shards
+        job.fix("optimizer_dtype", "bf16")
+        job.fix("grad_dtype", "bf16")
+    job.took("model.torch_dtype", dtype, "fp32 master parameters (FSDP2 computes in bf16)"
+             if master else "bf16 parameters: Adam's states bf16, no fp32 master"
+             + ("" if "torch_dtype" in model else " (the model config's torch_dtype)"))
+    backend = model.get("backend") or {}
+    attn = str(backend.get("attn", "sdpa"))
+    if attn not in ("te", "sdpa", "flex"):
+        raise refuse_spec(where, "model.backend.attn", attn, "AutoModel's values: te, sdpa, flex")
+    job.fix("flash_attention", True)
+    job.took("model.backend.attn", attn, "fused attention (flash_attention)")
+    compiled = bool((data.get("compile") or {}).get("enabled"))
+    fused = "te" in (str(backend.get("rms_norm", "")), str(backend.get("linear", "")))
+    job.fix("stack", "compiled" if compiled else "eager")
+    job.fix("kernels", "compiled" if compiled else "fused" if fused else "eager")
+    job.took("model.backend", " ".join(f"{k}={v}" for k, v in backend.items()
+                                       if k in ("attn", "linear", "rms_norm")) or "default",
+             f"stack {job.plan['stack']}, kernels {job.plan['kernels']}")
+    if backend.get("enable_deepep") or backend.get("dispatcher") in ("deepep", "hybridep"):
+        job.took("model.backend.dispatcher", backend.get("dispatcher", "deepep"),
+                 "the tokens' all-to-all (DeepEP's kernels: modelled as NCCL's all-to-all of "
+                 "the same bytes)")
+    if backend.get("fake_balanced_gate"):
+        job.model["routing_imbalance"] = 1.0
+        job.took("model.backend.fake_balanced_gate", True, "every expert the same tokens "
+                                                          "(routing_imbalance 1)")
+    seq = (data.get("dataset") or {}).get("seq_len")
+    if seq is not None:
+        job.model["seq_len"] = whole(seq, "dataset.seq_len", where)
+        job.took("dataset.seq_len", seq, f"seq_len {seq}")
+    else:
+        job.needs_seq_len = "dataset.seq_len is not given (the dataset's samples set it)"
+    loss = data.get("loss_fn") or {}
+    if "fp32_upcast" in loss:
+        job.skipped("loss_fn.fp32_upcast", loss["fp32_upcast"],
+                    "the loss's own buffers (perfmodel counts fp32 logits)")
+
+
+def _batch(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    steps = data.get("step_scheduler") or {}
+    gbs = whole(steps.get("global_batch_size", 32), "step_scheduler.global_batch_size", where)
+    lbs = whole(steps.get("local_batch_size", 1), "step_scheduler.local_batch_size", where)
+    job.fix("global_batch", gbs)
+    job.plan["_local_batch"] = lbs
+    job.took("step_scheduler.global_batch_size", gbs, f"global_batch {gbs}")
+    job.took("step_scheduler.local_batch_size", lbs, "samples per data-parallel rank per "
+                                                     "gradient-accumulation step")
+    for key in ("ckpt_every_steps", "val_every_steps", "num_epochs", "max_steps",
+                "gc_every_steps"):
+        if key in steps:
+            job.skipped(f"step_scheduler.{key}", steps[key], "the run's length")
+
+
+def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    dist = dict(data.get("distributed") or {})
+    target = str(dist.pop("_target_", ""))
+    strategy = str(dist.pop("strategy", "ddp" if target.endswith("DDPManager") else "fsdp2"))
+    if strategy not in ("fsdp2", "ddp"):
+        raise refuse_plan(where, "distributed.strategy", strategy,
+                          "perfmodel reads AutoModel's fsdp2 and ddp (megatron_fsdp is not "
+                          "modelled)")
+    job.took("distributed.strategy", strategy, "FSDP2 (zero 3)" if strategy == "fsdp2"
+             else "DDP (zero 0)")
+    degrees = {key: whole(dist.pop(f"{key}_size", 1) or 1, f"distributed.{key}_size", where)
+               for key in ("tp", "cp", "pp", "ep", "dp_replicate")}
+    dist.pop("dp_size", None)
+    if degrees["dp_replicate"] > 1:
+        raise refuse_plan(where, "distributed.dp_replicate_size", degrees["dp_replicate"],
+                          "HSDP (replicated FSDP shards) is not modelled")
+    if degrees["pp"] > 1:
+        raise refuse_plan(where, "distributed.pp_size", degrees["pp"],
+                          "AutoModel's pipeline split (layers_per_stage over the embedding and "
+                          "output layer) is not read: give the plan with --model and --pp")
+    job.fix("pp", 1)
+    for key in ("tp", "cp", "ep"):
+        job.fix(key, degrees[key])
+        job.took(f"distributed.{key}_size", degrees[key], f"{key} {degrees[key]}")
+    sp = bool(dist.pop("sequence_parallel", False))
+    job.fix("sequence_parallel", sp and degrees["tp"] > 1)
+    if degrees["cp"] > 1:  # TE's attention rotates K/V around the ring; torch's SDPA gathers
+        attn = str(((data.get("model") or {}).get("backend") or {}).get("attn", "sdpa"))
+        job.fix("cp_comm", "p2p" if attn == "te" else "allgather")
+    old = data.get("parallelizer") or {}
+    ac = dist.pop("activation_checkpointing", old.get("activation_checkpointing", False))
+    mode = "op" if str(ac).lower() == "selective" else "full" if ac else "none"
+    job.fix("recompute", mode)
+    job.took("distributed.activation_checkpointing", ac, f"recompute {mode}")
+    fsdp = strategy == "fsdp2"
+    job.plan["_fsdp"] = fsdp
+    job.fix("overlap_grad_sync", True)
+    job.fix("overlap_param_gather", fsdp, pin=False)
+    job.fix("tp_layout", "1d")
+    job.fix("placement", "tp,cp,dp,pp" if degrees["cp"] > 1 else "tp,dp,pp")
+    if "pipeline" in dist or "autopipeline" in data:
+        dist.pop("pipeline", None)
+        job.skipped("distributed.pipeline", "...", "pipeline settings (pp_size 1: none)")
+    moe = dist.pop("moe", None) or {}
+    if moe.get("reshard_after_forward") is False and fsdp:
+        job.notes.append("distributed.moe.reshard_after_forward false: the experts' units stay "
+                         "gathered from forward to backward; perfmodel gathers every unit again "
+                         "for its backward (one all-gather per micro-batch too many, overlapped)")
+    for key, value in dist.items():
+        job.strange(f"distributed.{key}", value)
+
+
+def _optimizer(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    target = str((data.get("optimizer") or {}).get("_target_", "torch.optim.Adam"))
+    if target.rsplit(".", 1)[-1] not in ("Adam", "AdamW", "FusedAdam"):
+        raise refuse_plan(where, "optimizer._target_", target,
+                          "perfmodel models Adam's states (Adam, AdamW)")
+    job.took("optimizer._target_", target, "Adam's states")
+
+
+def finish(job: JobConfig, gpus: int) -> None:
+    """The fields that follow from the world size: data parallelism takes the ranks the other
+    degrees leave; FSDP2 over them is ZeRO 3 (DDP, or one rank: 0)."""
+    fsdp = job.plan.pop("_fsdp", True)
+    local = job.plan.pop("_local_batch", 1)
+    tp, cp = job.plan.get("tp", 1), job.plan.get("cp", 1)
+    dp, left = divmod(gpus, tp * cp)
+    if left or dp < 1:
+        raise refuse_plan(job.path, "distributed", f"tp {tp} x cp {cp}",
+                          f"{gpus} GPUs do not divide by tp x cp = {tp * cp}")
+    job.fix("zero", 3 if fsdp and dp * cp > 1 else 0)
+    job.fix("micro_batch", local)
+    if job.plan["global_batch"] % (local * dp):
+        raise refuse_plan(job.path, "step_scheduler.global_batch_size", job.plan["global_batch"],
+                          f"must be a multiple of local_batch_size x dp ({local} x {dp})")
