@@ -32,7 +32,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfmodel.configs.job import Framework, JobConfig, refuse_plan, refuse_spec, whole
+from perfmodel.configs.job import (
+    Framework,
+    JobConfig,
+    refuse_plan,
+    refuse_spec,
+    section,
+    whole,
+)
 
 # the Hugging Face models perfmodel has a preset of (each preset's source names the config.json
 # it was read from); an -Instruct model has its base model's architecture
@@ -78,7 +85,7 @@ def read_automodel(data: dict[str, Any], path: Path) -> JobConfig:
         if data.get(key):
             raise refuse_plan(where, key, "...", "FP8 through torchao is not read (give "
                                                  "--dtype fp8 with the plan's flags)")
-    packed = data.get("packed_sequence") or {}
+    packed = section(data, "packed_sequence", where)
     if whole(packed.get("packed_sequence_size", 0) or 0, "packed_sequence.packed_sequence_size",
              where, minimum=0):
         raise refuse_plan(where, "packed_sequence.packed_sequence_size",
@@ -92,8 +99,8 @@ def read_automodel(data: dict[str, Any], path: Path) -> JobConfig:
 
 
 def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
-    model = data.get("model") or {}
-    config = model.get("config") or {}
+    model = section(data, "model", where)
+    config = section(model, "config", where)
     hf = config.get("pretrained_model_name_or_path") or model.get("pretrained_model_name_or_path")
     if hf is None:
         job.needs_model = "model: no pretrained_model_name_or_path"
@@ -116,13 +123,13 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.took("model.torch_dtype", dtype, "fp32 master parameters (FSDP2 computes in bf16)"
              if master else "bf16 parameters: Adam's states bf16, no fp32 master"
              + ("" if "torch_dtype" in model else " (the model config's torch_dtype)"))
-    backend = model.get("backend") or {}
+    backend = section(model, "backend", where)
     attn = str(backend.get("attn", "sdpa"))
     if attn not in ("te", "sdpa", "flex"):
         raise refuse_spec(where, "model.backend.attn", attn, "AutoModel's values: te, sdpa, flex")
     job.fix("flash_attention", True)
     job.took("model.backend.attn", attn, "fused attention (flash_attention)")
-    compiled = bool((data.get("compile") or {}).get("enabled"))
+    compiled = bool(section(data, "compile", where).get("enabled"))
     fused = "te" in (str(backend.get("rms_norm", "")), str(backend.get("linear", "")))
     job.fix("stack", "compiled" if compiled else "eager")
     job.fix("kernels", "compiled" if compiled else "fused" if fused else "eager")
@@ -137,20 +144,20 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.model["routing_imbalance"] = 1.0
         job.took("model.backend.fake_balanced_gate", True, "every expert the same tokens "
                                                           "(routing_imbalance 1)")
-    seq = (data.get("dataset") or {}).get("seq_len")
+    seq = section(data, "dataset", where).get("seq_len")
     if seq is not None:
         job.model["seq_len"] = whole(seq, "dataset.seq_len", where)
         job.took("dataset.seq_len", seq, f"seq_len {seq}")
     else:
         job.needs_seq_len = "dataset.seq_len is not given (the dataset's samples set it)"
-    loss = data.get("loss_fn") or {}
+    loss = section(data, "loss_fn", where)
     if "fp32_upcast" in loss:
         job.skipped("loss_fn.fp32_upcast", loss["fp32_upcast"],
                     "the loss's own buffers (perfmodel counts fp32 logits)")
 
 
 def _batch(data: dict[str, Any], job: JobConfig, where: str) -> None:
-    steps = data.get("step_scheduler") or {}
+    steps = section(data, "step_scheduler", where)
     gbs = whole(steps.get("global_batch_size", 32), "step_scheduler.global_batch_size", where)
     lbs = whole(steps.get("local_batch_size", 1), "step_scheduler.local_batch_size", where)
     job.fix("global_batch", gbs)
@@ -165,7 +172,7 @@ def _batch(data: dict[str, Any], job: JobConfig, where: str) -> None:
 
 
 def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
-    dist = dict(data.get("distributed") or {})
+    dist = dict(section(data, "distributed", where))
     target = str(dist.pop("_target_", ""))
     strategy = str(dist.pop("strategy", "ddp" if target.endswith("DDPManager") else "fsdp2"))
     if strategy not in ("fsdp2", "ddp"):
@@ -191,9 +198,9 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     sp = bool(dist.pop("sequence_parallel", False))
     job.fix("sequence_parallel", sp and degrees["tp"] > 1)
     if degrees["cp"] > 1:  # TE's attention rotates K/V around the ring; torch's SDPA gathers
-        attn = str(((data.get("model") or {}).get("backend") or {}).get("attn", "sdpa"))
+        attn = str(section(section(data, "model", where), "backend", where).get("attn", "sdpa"))
         job.fix("cp_comm", "p2p" if attn == "te" else "allgather")
-    old = data.get("parallelizer") or {}
+    old = section(data, "parallelizer", where)
     ac = dist.pop("activation_checkpointing", old.get("activation_checkpointing", False))
     mode = "op" if str(ac).lower() == "selective" else "full" if ac else "none"
     job.fix("recompute", mode)
@@ -207,7 +214,8 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     if "pipeline" in dist or "autopipeline" in data:
         dist.pop("pipeline", None)
         job.skipped("distributed.pipeline", "...", "pipeline settings (pp_size 1: none)")
-    moe = dist.pop("moe", None) or {}
+    moe = section(dist, "moe", where)
+    dist.pop("moe", None)
     if moe.get("reshard_after_forward") is False and fsdp:
         job.notes.append("distributed.moe.reshard_after_forward false: the experts' units stay "
                          "gathered from forward to backward; perfmodel gathers every unit again "
@@ -217,7 +225,7 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
 
 
 def _optimizer(data: dict[str, Any], job: JobConfig, where: str) -> None:
-    target = str((data.get("optimizer") or {}).get("_target_", "torch.optim.Adam"))
+    target = str(section(data, "optimizer", where).get("_target_", "torch.optim.Adam"))
     if target.rsplit(".", 1)[-1] not in ("Adam", "AdamW", "FusedAdam"):
         raise refuse_plan(where, "optimizer._target_", target,
                           "perfmodel models Adam's states (Adam, AdamW)")

@@ -135,6 +135,24 @@ def whole(value: Any, key: str, where: str, *, minimum: int = 1,
     return int(number)
 
 
+def whole_or(value: Any, default: int, key: str, where: str) -> int:
+    """A degree or batch whose `default` (-1: the framework fills it in) stands as given, else
+    a whole number >= 0 (whole's error naming the key)."""
+    if value is None or (not isinstance(value, bool) and value == default):
+        return default
+    return whole(value, key, where, minimum=0)
+
+
+def section(data: Any, key: str, where: str) -> dict[str, Any]:
+    """A config's mapping under key (empty where absent), or SpecError naming the key."""
+    value = data.get(key) if isinstance(data, dict) else None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: {key} must be a mapping of settings, got '{value}'")
+    return value
+
+
 def refuse_plan(where: str, key: str, value: Any, why: str) -> PlanError:
     """The one-line refusal of a setting perfmodel cannot model (a plan capability)."""
     shown = "" if value is True else f" {_shown(value)}"

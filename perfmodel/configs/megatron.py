@@ -440,7 +440,11 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
     _vocab(settings, job, where, take)
     for dest in ("hidden_dropout", "attention_dropout"):
         if dest in settings:
-            rate = float(settings[dest][1])
+            try:
+                rate = float(settings[dest][1])
+            except ValueError:
+                raise SpecError(f"{where}: --{dest.replace('_', '-')} must be a number, got "
+                                f"'{settings[dest][1]}'") from None
             take(dest, "dropout" + ("" if rate else ": perfmodel counts dropout masks in "
                                     "activation memory (Korthikanti et al. 2022) whatever the "
                                     "rate; with 0 Megatron keeps none (memory over-counted by "

@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfmodel.configs.job import Framework, JobConfig, whole
+from perfmodel.configs.job import Framework, JobConfig, section, whole
 from perfmodel.configs.megatron import Settings, apply_settings
 from perfmodel.errors import SpecError
 
@@ -252,7 +252,7 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
     for name, value in trainer.items():
         if name not in ("devices", "num_nodes", "strategy", "plugins"):
             job.skipped(f"trainer.{name}", value, "not the step's (run length, logging)")
-    data_section = data.get("data") or {}
+    data_section = section(data, "data", where)
     for name in ("micro_batch_size", "global_batch_size", "seq_length"):
         if name in data_section:
             settings[name] = (f"data.{name}", data_section[name])

@@ -38,7 +38,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from perfmodel.configs.job import Framework, JobConfig, refuse_plan, refuse_spec, typo, whole
+from perfmodel.configs.job import (
+    Framework,
+    JobConfig,
+    refuse_plan,
+    refuse_spec,
+    typo,
+    whole,
+    whole_or,
+)
 from perfmodel.errors import SpecError
 
 # torchtitan's JobConfig sections and fields (job_config.py at 9810191bb~1; older names last)
@@ -322,7 +330,8 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.took(f"training.{local_key}", local, "samples per data-parallel rank per micro-batch "
                                              "(or per local batch with PP)")
     job.plan["_local_batch"] = local
-    batch = int(training.get("global_batch_size", -1))
+    batch = whole_or(training.get("global_batch_size"), -1, "training.global_batch_size",
+                     where)
     if batch != -1:
         job.fix("global_batch", whole(batch, "training.global_batch_size", where))
         job.took("training.global_batch_size", batch, f"global_batch {batch}")
@@ -368,7 +377,8 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                               "a hand-made pipeline split or schedule is not modelled")
     replicate = whole(par.get("data_parallel_replicate_degree", 1),
                       "parallelism.data_parallel_replicate_degree", where)
-    shard = int(par.get("data_parallel_shard_degree", -1))
+    shard = whole_or(par.get("data_parallel_shard_degree"), -1,
+                     "parallelism.data_parallel_shard_degree", where)
     if shard != -1:
         shard = whole(shard, "parallelism.data_parallel_shard_degree", where)
     tp = whole(par.get("tensor_parallel_degree", 1), "parallelism.tensor_parallel_degree", where)
@@ -509,8 +519,10 @@ def _pipeline(par: dict[str, Any], job: JobConfig, where: str, pp: int) -> None:
         job.fix("virtual_stages", 1, pin=False)
         job.fix("micro_batch", job.plan["_local_batch"])
         return
-    first = int(par.get("pipeline_parallel_first_stage_less_layers", 1))
-    last = int(par.get("pipeline_parallel_last_stage_less_layers", 1))
+    first = whole(par.get("pipeline_parallel_first_stage_less_layers", 1),
+                  "parallelism.pipeline_parallel_first_stage_less_layers", where, minimum=0)
+    last = whole(par.get("pipeline_parallel_last_stage_less_layers", 1),
+                 "parallelism.pipeline_parallel_last_stage_less_layers", where, minimum=0)
     layers = job.model.get("layers")
     per_stage = par.get("pipeline_parallel_layers_per_stage")
     if per_stage is not None and layers is not None:

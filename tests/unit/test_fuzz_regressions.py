@@ -101,3 +101,59 @@ def test_a_traced_layer_with_a_wrong_type_is_refused(tmp_path, field, value, nee
     path = _write(tmp_path, "g.json", {"kind": "layers", "name": "g", "layers": [layer]})
     with pytest.raises(SpecError, match=needle):
         load_model(path)
+
+
+# Job configs (a mutation fuzz of tests/data/configs, 2026-11-28): each was a raw Python error.
+_CONFIGS = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "configs"
+
+
+@pytest.mark.parametrize("name, edit, needle", [
+    # torchtitan: int() of any value of global_batch_size / data_parallel_shard_degree
+    ("torchtitan_qwen3_30b_a3b.toml", ("training", "global_batch_size", {}),
+     "training.global_batch_size must be a whole number"),
+    ("torchtitan_qwen3_30b_a3b.toml", ("parallelism", "data_parallel_shard_degree", "x"),
+     "parallelism.data_parallel_shard_degree must be a whole number"),
+    # AutoModel: a section that is not a mapping
+    ("automodel_qwen3_30b_a3b.yaml", (None, "step_scheduler", 8),
+     "step_scheduler must be a mapping"),
+    ("automodel_qwen3_30b_a3b.yaml", ("model", "backend", "te"),
+     "backend must be a mapping"),
+])
+def test_a_config_value_of_the_wrong_type_is_refused(tmp_path, name, edit, needle):
+    import tomllib
+
+    import yaml
+
+    from perfmodel.configs import read_config
+
+    text = (_CONFIGS / name).read_text()
+    data = tomllib.loads(text) if name.endswith(".toml") else yaml.safe_load(text)
+    parent, key, value = edit
+    (data if parent is None else data[parent])[key] = value
+    path = tmp_path / ("job.json" if name.endswith(".toml") else "recipe.yaml")
+    path.write_text(json.dumps(data) if name.endswith(".toml") else yaml.safe_dump(data))
+    with pytest.raises(SpecError, match=needle):
+        read_config(path)
+
+
+def test_megatron_dropout_that_is_not_a_number_is_refused(tmp_path):
+    from perfmodel.configs import read_config
+
+    text = (_CONFIGS / "megatron_llama3_8b.txt").read_text() + "--hidden-dropout {}\n"
+    path = tmp_path / "args.txt"
+    path.write_text(text)
+    with pytest.raises(SpecError, match="--hidden-dropout must be a number, got '{}'"):
+        read_config(path)
+
+
+def test_nemo2_data_section_that_is_not_a_mapping_is_refused(tmp_path):
+    import yaml
+
+    from perfmodel.configs import read_config
+
+    data = yaml.safe_load((_CONFIGS / "nemo2_llama3_8b.yaml").read_text())
+    data["data"] = 3
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match="data must be a mapping"):
+        read_config(path)
