@@ -126,9 +126,9 @@ SEQ_LEN_HELP = ("The training sequence length (default: the model spec's seq_len
 
 
 FROM_CONFIG_HELP = ("The job's own config: a Megatron-LM argument file or launch script, a "
-                    "Megatron-Bridge / NeMo 2 YAML, a torchtitan TOML (or its JSON dump) or a "
-                    "DeepSpeed JSON (docs/configs.md). Its model and plan; --model fills what "
-                    "it lacks (a DeepSpeed config's model).")
+                    "Megatron-Bridge / NeMo 2 YAML, a torchtitan TOML (or its JSON dump), a "
+                    "DeepSpeed JSON or a NeMo AutoModel recipe YAML (docs/configs.md). Its model "
+                    "and plan; --model fills what it lacks (a DeepSpeed config's model).")
 
 
 def choice(options: Any) -> click.Choice[str]:
