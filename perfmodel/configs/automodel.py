@@ -9,7 +9,10 @@ the older benchmark configs' `distributed._target_ ...FSDP2Manager`, `autopipeli
     next unit's all-gather prefetched; ddp is DDP (ZeRO 0); dp_replicate_size > 1 (HSDP) and
     megatron_fsdp are refused;
   - tp_size, cp_size, pp_size, ep_size are the degrees (ep over the data-parallel ranks, the
-    experts FSDP-sharded over the rest); data parallelism takes the other ranks;
+    experts FSDP-sharded over the rest); data parallelism takes the other ranks; with pp_size > 1
+    the pipeline's pp_schedule (1f1b, gpipe, interleaved1f1b), pp_microbatch_size (the
+    micro-batch) and AutoModel's split of the layers (layers_per_stage, rounded to a multiple of
+    pp when asked; the first stages one layer more), as a pipeline layout;
   - step_scheduler.global_batch_size and local_batch_size (samples per data-parallel rank per
     gradient-accumulation step: the micro-batch);
   - activation_checkpointing true wraps every block in a checkpoint (recompute full);
@@ -107,6 +110,12 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
     elif str(hf) in HF_PRESETS or str(hf).removesuffix("-Instruct") in HF_PRESETS:
         job.preset = HF_PRESETS.get(str(hf)) or HF_PRESETS[str(hf).removesuffix("-Instruct")]
         job.took("model.pretrained_model_name_or_path", hf, f"preset {job.preset}")
+        from perfmodel.specs.model import load_model
+
+        if load_model(job.preset).mtp_layers:  # its DeepSeek-V3 has no MTP module
+            job.model["mtp_layers"] = 0
+            job.took("model", "...", "no multi-token-prediction module (AutoModel builds none: "
+                                     "components/models/deepseek_v3)")
     else:
         job.needs_model = (f"model {hf}: a Hugging Face model perfmodel has no preset of (give "
                            "--model: a local copy of its config.json)")
@@ -187,11 +196,11 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     if degrees["dp_replicate"] > 1:
         raise refuse_plan(where, "distributed.dp_replicate_size", degrees["dp_replicate"],
                           "HSDP (replicated FSDP shards) is not modelled")
+    pipeline = section(dist, "pipeline", where) or section(data, "autopipeline", where)
+    dist.pop("pipeline", None)
+    job.fix("pp", degrees["pp"])
     if degrees["pp"] > 1:
-        raise refuse_plan(where, "distributed.pp_size", degrees["pp"],
-                          "AutoModel's pipeline split (layers_per_stage over the embedding and "
-                          "output layer) is not read: give the plan with --model and --pp")
-    job.fix("pp", 1)
+        _pipeline(pipeline, job, where, degrees["pp"])
     for key in ("tp", "cp", "ep"):
         job.fix(key, degrees[key])
         job.took(f"distributed.{key}_size", degrees[key], f"{key} {degrees[key]}")
@@ -211,8 +220,7 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.fix("overlap_param_gather", fsdp, pin=False)
     job.fix("tp_layout", "1d")
     job.fix("placement", "tp,cp,dp,pp" if degrees["cp"] > 1 else "tp,dp,pp")
-    if "pipeline" in dist or "autopipeline" in data:
-        dist.pop("pipeline", None)
+    if pipeline and degrees["pp"] == 1:
         job.skipped("distributed.pipeline", "...", "pipeline settings (pp_size 1: none)")
     moe = section(dist, "moe", where)
     dist.pop("moe", None)
@@ -222,6 +230,70 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                          "for its backward (one all-gather per micro-batch too many, overlapped)")
     for key, value in dist.items():
         job.strange(f"distributed.{key}", value)
+
+
+def stage_layers(layers: int, pp: int, per_stage: int | None, single: bool,
+                 round_to: str | None, where: str) -> list[int]:
+    """The decoder layers of each pipeline stage as AutoModel splits them (components/distributed/
+    pipelining/functional.py: calculate_virtual_stages, generate_hf_model_fqn_per_model_part):
+    ceil(layers / layers_per_stage) stages, rounded up or down to a multiple of pp when asked
+    (else refused), one per rank for a single-stage schedule and at least two otherwise; without
+    layers_per_stage 1 or 2 stages a rank. The first layers % stages stages take one layer more;
+    the embedding rides with the first stage, the final norm and output layer with the last."""
+    if per_stage is None:
+        stages = pp * (1 if single else 2)
+    else:
+        stages = -(-layers // per_stage)
+        if stages % pp and round_to in ("up", "down"):
+            stages += (pp - stages % pp) if round_to == "up" else -(stages % pp)
+        if stages % pp or stages < pp:
+            raise refuse_plan(where, "pipeline.layers_per_stage", per_stage,
+                              f"{stages} stages of {layers} layers do not divide over pp {pp} "
+                              "(AutoModel refuses it; round_virtual_stages_to_pp_multiple rounds)")
+        if (stages // pp != 1) if single else (stages // pp < 2):
+            raise refuse_plan(where, "pipeline.layers_per_stage", per_stage,
+                              f"{stages // pp} stages a rank: AutoModel's "
+                              + ("single-stage schedule takes one" if single else
+                                 "multi-stage schedules take two or more"))
+    if stages > layers:
+        raise refuse_plan(where, "distributed.pp_size", pp,
+                          f"{stages} stages for {layers} layers (AutoModel refuses it)")
+    base, extra = divmod(layers, stages)
+    return [base + (i < extra) for i in range(stages)]
+
+
+def _pipeline(pipeline: dict[str, Any], job: JobConfig, where: str, pp: int) -> None:
+    """pp > 1: the schedule, the micro-batch and AutoModel's split of the preset's layers, written
+    as the Megatron-style layout perfmodel models (perfmodel.pipeline_layout)."""
+    name = str(pipeline.get("pp_schedule", "1f1b")).lower().replace("_", "")
+    if name not in _SCHEDULES or pipeline.get("pp_schedule_csv"):
+        raise refuse_plan(where, "pipeline.pp_schedule", pipeline.get("pp_schedule"),
+                          f"perfmodel models AutoModel's {', '.join(_SCHEDULES)} (no CSV "
+                          "schedule)")
+    if job.preset is None:
+        raise refuse_plan(where, "distributed.pp_size", pp,
+                          "AutoModel's split needs the model's layers: give a model perfmodel "
+                          "has a preset of, or the plan's flags with --model")
+    from perfmodel.specs.model import load_model
+
+    layers = load_model(job.preset).layers
+    per = pipeline.get("layers_per_stage")
+    split = stage_layers(layers, pp, None if per is None else whole(
+        per, "pipeline.layers_per_stage", where), name != "interleaved1f1b",
+        pipeline.get("round_virtual_stages_to_pp_multiple"), where)
+    chunks = ["t" * n for n in split]
+    chunks[0], chunks[-1] = "E" + chunks[0], chunks[-1] + "L"
+    v = len(split) // pp
+    job.fix("schedule", _SCHEDULES[name])
+    job.fix("virtual_stages", v)
+    job.fix("pipeline_layout", "|".join(chunks))
+    job.plan["_pp_micro_batch"] = whole(pipeline.get("pp_microbatch_size", 1),
+                                        "pipeline.pp_microbatch_size", where)
+    job.took("pipeline.pp_schedule", pipeline.get("pp_schedule", "1f1b"),
+             f"schedule {_SCHEDULES[name]}, {v} stage{'s' if v > 1 else ''} a rank")
+    job.took("pipeline.layers_per_stage", per, f"{len(split)} stages of "
+             f"{'/'.join(str(n) for n in sorted(set(split), reverse=True))} layers: layout "
+             f"{job.plan['pipeline_layout']}")
 
 
 def _optimizer(data: dict[str, Any], job: JobConfig, where: str) -> None:
@@ -237,13 +309,17 @@ def finish(job: JobConfig, gpus: int) -> None:
     degrees leave; FSDP2 over them is ZeRO 3 (DDP, or one rank: 0)."""
     fsdp = job.plan.pop("_fsdp", True)
     local = job.plan.pop("_local_batch", 1)
-    tp, cp = job.plan.get("tp", 1), job.plan.get("cp", 1)
-    dp, left = divmod(gpus, tp * cp)
+    micro = job.plan.pop("_pp_micro_batch", local)
+    tp, cp, pp = job.plan.get("tp", 1), job.plan.get("cp", 1), job.plan.get("pp", 1)
+    dp, left = divmod(gpus, tp * cp * pp)
     if left or dp < 1:
-        raise refuse_plan(job.path, "distributed", f"tp {tp} x cp {cp}",
-                          f"{gpus} GPUs do not divide by tp x cp = {tp * cp}")
+        raise refuse_plan(job.path, "distributed", f"tp {tp} x cp {cp} x pp {pp}",
+                          f"{gpus} GPUs do not divide by tp x cp x pp = {tp * cp * pp}")
     job.fix("zero", 3 if fsdp and dp * cp > 1 else 0)
-    job.fix("micro_batch", local)
+    if local % micro:
+        raise refuse_plan(job.path, "pipeline.pp_microbatch_size", micro,
+                          f"must divide local_batch_size ({local})")
+    job.fix("micro_batch", micro)
     if job.plan["global_batch"] % (local * dp):
         raise refuse_plan(job.path, "step_scheduler.global_batch_size", job.plan["global_batch"],
                           f"must be a multiple of local_batch_size x dp ({local} x {dp})")

@@ -811,8 +811,44 @@ def test_automodel_fp32_parameters_are_the_master_and_a_model_without_preset_nee
                     gpus=8)[1].seq_len == 2048
 
 
+def test_automodel_pipeline_split_is_autopipelines():
+    """AutoModel's split (components/distributed/pipelining/functional.py): ceil(layers /
+    layers_per_stage) stages rounded to a multiple of pp, the first layers % stages one layer
+    more. DeepSeek-V3's 61 layers by 2 on pp 4: 31 stages, down to 28 (5 of 3, 23 of 2), up to
+    32 (29 of 2, 3 of 1); no layers_per_stage: 2 stages a rank (interleaved), 1 (1F1B)."""
+    from perfmodel.configs.automodel import stage_layers
+
+    assert stage_layers(61, 4, 2, False, "down", "x") == [3] * 5 + [2] * 23
+    assert stage_layers(61, 4, 2, False, "up", "x") == [2] * 29 + [1] * 3
+    assert stage_layers(32, 4, None, False, None, "x") == [4] * 8
+    assert stage_layers(30, 4, None, True, None, "x") == [8, 8, 7, 7]
+    with pytest.raises(PlanError, match="31 stages of 61 layers do not divide over pp 4"):
+        stage_layers(61, 4, 2, False, None, "x")
+    with pytest.raises(PlanError, match="single-stage schedule takes one"):
+        stage_layers(64, 4, 2, True, None, "x")
+
+
+def test_automodel_recipe_with_pipeline_parallelism(tmp_path):
+    path = _automodel(tmp_path, **{"model.config.pretrained_model_name_or_path":
+                                   "deepseek-ai/DeepSeek-V3", "distributed.pp_size": 4,
+                                   "distributed.ep_size": 64, "step_scheduler.local_batch_size": 8,
+                                   "distributed.pipeline": {
+                                       "pp_schedule": "interleaved1f1b", "pp_microbatch_size": 1,
+                                       "layers_per_stage": 2,
+                                       "round_virtual_stages_to_pp_multiple": "down"}})
+    job, spec, plan = job_plan(path, gpus=256)
+    assert spec.mtp_layers == 0  # AutoModel's DeepSeek-V3 builds no MTP module
+    assert (plan["pp"], plan["dp"], plan["schedule"], plan["virtual_stages"],
+            plan["micro_batch"]) == (4, 64, "interleaved", 7, 1)
+    assert plan["pipeline_layout"] == "|".join(["Ettt"] + ["ttt"] * 4 + ["tt"] * 22 + ["ttL"])
+    assert predict(spec, "dgx-h100", Plan(**plan)).step_time_s > 0
+
+
 @pytest.mark.parametrize("changes, why", [
-    ({"distributed.pp_size": 2}, "pipeline split"),
+    ({"distributed.pp_size": 2, "model.config.pretrained_model_name_or_path": "org/x"},
+     "needs the model's layers"),
+    ({"distributed.pp_size": 2, "distributed.pipeline": {"pp_schedule": "dualpipev"}},
+     "pipeline.pp_schedule"),
     ({"distributed.dp_replicate_size": 2}, "HSDP"),
     ({"distributed.strategy": "megatron_fsdp"}, "megatron_fsdp is not modelled"),
     ({"peft.dim": 8}, "LoRA"),
