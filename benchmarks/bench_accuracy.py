@@ -51,9 +51,10 @@ def hardware_of(row: dict[str, Any]) -> str:
         return "dgx-a100-40gb"
     if key in ("H100", "H100PCIE") and (key == "H100PCIE" or "PCIE" in note):
         return "h100-pcie"
-    if key not in {k.upper() for k in HARDWARE}:
+    preset = {k.upper(): v for k, v in HARDWARE.items()}.get(key)
+    if preset is None:
         raise ValueError(f"gpu '{gpu}' has no preset (known: {', '.join(HARDWARE)})")
-    return next(v for k, v in HARDWARE.items() if k.upper() == key)
+    return preset
 
 # The architecture the CSV does not state, per model (identified by its shape), with its source.
 ARCHITECTURES: dict[tuple[int, int], dict[str, Any]] = {

@@ -32,6 +32,7 @@ needs --model (a local copy of its config.json).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,14 @@ _KNOWN = _AROUND | {"step_scheduler", "distributed", "autopipeline", "paralleliz
                     "loss_fn", "dataset", "optimizer", "compile", "peft", "packed_sequence",
                     "fp8", "quantization"}
 _SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved"}
+
+
+@functools.cache
+def _preset(name: str) -> Any:
+    """The preset's TransformerSpec (read once: the MTP check and the pipeline split both ask)."""
+    from perfmodel.specs.model import load_model
+
+    return load_model(name)
 
 
 def is_automodel(data: dict[str, Any]) -> bool:
@@ -105,14 +114,14 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
     model = section(data, "model", where)
     config = section(model, "config", where)
     hf = config.get("pretrained_model_name_or_path") or model.get("pretrained_model_name_or_path")
+    preset = None if hf is None else (HF_PRESETS.get(str(hf))
+                                      or HF_PRESETS.get(str(hf).removesuffix("-Instruct")))
     if hf is None:
         job.needs_model = "model: no pretrained_model_name_or_path"
-    elif str(hf) in HF_PRESETS or str(hf).removesuffix("-Instruct") in HF_PRESETS:
-        job.preset = HF_PRESETS.get(str(hf)) or HF_PRESETS[str(hf).removesuffix("-Instruct")]
-        job.took("model.pretrained_model_name_or_path", hf, f"preset {job.preset}")
-        from perfmodel.specs.model import load_model
-
-        if load_model(job.preset).mtp_layers:  # its DeepSeek-V3 has no MTP module
+    elif preset is not None:
+        job.preset = preset
+        job.took("model.pretrained_model_name_or_path", hf, f"preset {preset}")
+        if _preset(preset).mtp_layers:  # its DeepSeek-V3 has no MTP module
             job.model["mtp_layers"] = 0
             job.took("model", "...", "no multi-token-prediction module (AutoModel builds none: "
                                      "components/models/deepseek_v3)")
@@ -274,9 +283,7 @@ def _pipeline(pipeline: dict[str, Any], job: JobConfig, where: str, pp: int) -> 
         raise refuse_plan(where, "distributed.pp_size", pp,
                           "AutoModel's split needs the model's layers: give a model perfmodel "
                           "has a preset of, or the plan's flags with --model")
-    from perfmodel.specs.model import load_model
-
-    layers = load_model(job.preset).layers
+    layers = _preset(job.preset).layers
     per = pipeline.get("layers_per_stage")
     split = stage_layers(layers, pp, None if per is None else whole(
         per, "pipeline.layers_per_stage", where), name != "interleaved1f1b",

@@ -454,7 +454,6 @@ def _experts(par: dict[str, Any], job: JobConfig, where: str, tp: int) -> None:
     if ep > 1:
         job.fix("ep", ep)
         job.fix("etp", etp)
-        job.plan["_ep"] = True
     for key, value in (("expert_parallel_degree", ep), ("expert_tensor_parallel_degree", etp),
                        ("pipeline_parallel_expert_parallel_overlap",
                         par.get("pipeline_parallel_expert_parallel_overlap"))):
@@ -632,7 +631,7 @@ def finish(job: JobConfig, gpus: int) -> None:
     if fsdp and replicate > 1:
         raise refuse_plan(job.path, "parallelism.data_parallel_replicate_degree", replicate,
                           f"with cp {cp} this is HSDP, not modelled")
-    if job.plan.pop("_ep", False) and not fsdp:
+    if job.plan.get("ep", 1) > 1 and not fsdp:
         raise refuse_plan(job.path, "parallelism.expert_parallel_degree", job.plan["ep"],
                           "without FSDP (data_parallel_shard_degree x cp = 1) torchtitan still "
                           "wraps the experts in FSDP for mixed precision: not modelled")
