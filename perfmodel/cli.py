@@ -30,6 +30,7 @@ from perfmodel.strategy import (
     Attention,
     CPComm,
     Dtype,
+    EPDispatcher,
     Fp8Recipe,
     Kernels,
     Objective,
@@ -234,6 +235,11 @@ def plan_options(fn: Any) -> Any:
                      help="Overlap a mixture of experts' all-to-alls of one micro-batch with "
                           "another's compute (Megatron --overlap-moe-expert-parallel-comm: "
                           "combined 1F1B; needs ep > 1, virtual stages with pp > 1)."),
+        click.option("--ep-dispatcher", type=choice(EPDispatcher),
+                     default=EPDispatcher.ALLTOALL.value, show_default=True,
+                     help="How a mixture of experts' tokens reach their experts: alltoall "
+                          "(NCCL's all-to-all of every top-k copy) or deepep (DeepEP/HybridEP: "
+                          "once per node and rank, forwarded over NVLink; docs/moe.md)."),
         click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
                      help="How the framework runs the layers: eager op by op, compiled "
                           "(torch.compile), or compiled as CUDA graphs (host time per op)."),
@@ -297,7 +303,7 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "grad_dtype", "optimizer_dtype",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
-             "stack",
+             "ep_dispatcher", "stack",
              "kernels", "first_stage_layers", "last_stage_layers", "pipeline_layout", "placement",
              "tp_layout", "tp_depth")
 
@@ -784,6 +790,10 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="Pin a mixture of experts' all-to-alls overlapped with another micro-batch "
                    "(Megatron's combined 1F1B), or not (default: on wherever Megatron runs it: "
                    "ep > 1, no full recompute, pp > 1 interleaved).")
+@click.option("--ep-dispatcher", type=choice(EPDispatcher), default=EPDispatcher.ALLTOALL.value,
+              show_default=True,
+              help="Every plan's experts' dispatcher: alltoall (NCCL) or deepep (DeepEP/"
+                   "HybridEP); the stack's, not searched.")
 @click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
               help="How the framework runs the layers: eager, compiled or cuda-graphs.")
 @click.option("--kernels", type=choice(Kernels), default=None,
@@ -996,7 +1006,7 @@ CONFIG_PINS = ("tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "schedul
 # what a config states for every plan (not searched): kept as the config says, and a command-line
 # value that contradicts it refused as the pins' are
 CONFIG_WIDE = ("stack", "kernels", "recompute_every", "grad_dtype", "optimizer_dtype",
-               "fp8_recipe")
+               "fp8_recipe", "ep_dispatcher")
 CONFIG_FLAGS = ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap",
                 "ep_comm_overlap", "fp8_params", "fp8_output_layer")
 

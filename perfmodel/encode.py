@@ -40,6 +40,7 @@ from perfmodel.strategy import (
     SCHEDULES,
     CPComm,
     Dtype,
+    EPDispatcher,
     Kernels,
     Plan,
     PlanColumns,
@@ -551,7 +552,8 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
                  kernels: Kernels | str = Kernels.FUSED,
                  recompute_every: int = 1, grad_dtype: str | None = None,
                  optimizer_dtype: str | None = None,
-                 fp8_recipe: str | None = None, fp8_params: bool = False) -> dict[str, float]:
+                 fp8_recipe: str | None = None, fp8_params: bool = False,
+                 ep_dispatcher: EPDispatcher | str = EPDispatcher.ALLTOALL) -> dict[str, float]:
     """The symbols that are one number for every plan of a request: the model, the hardware,
     the dtype, and the options every plan shares (fused attention, the software stack, ...). An
     fp8 plan's peak and GEMM fit are bf16's (what does not run in FP8) and its FP8 GEMMs have
@@ -604,6 +606,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
     flags = {
         "flash": flash_attention, "stack_compiled": stack is Stack.COMPILED,
         "stack_graphs": stack is Stack.CUDA_GRAPHS,
+        "ep_deepep": EPDispatcher(ep_dispatcher) is EPDispatcher.DEEPEP,
         "kernels_eager": kernels is Kernels.EAGER, "kernels_compiled": kernels is Kernels.COMPILED,
         "gated": model.gated_mlp, "bias": model.bias, "qkv_bias": bool(model.qkv_bias),
         "layernorm": model.norm == "layernorm", "tied": model.tied_embeddings,
@@ -646,6 +649,8 @@ def architecture_values(model: TransformerSpec) -> dict[str, float]:
         "shared_ffn_hidden": float(shared or 1),
         "capacity_factor": float(model.capacity_factor or 1.0),
         "routing_imbalance": float(model.routing_imbalance),
+        "expert_groups": float(model.expert_groups or 1),
+        "group_topk": float(model.group_topk or 1),
         "mtp_layers": float(model.mtp_layers or 1),
         **{key: 1.0 if getattr(model, key) is None else float(getattr(model, key))
            for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
@@ -662,7 +667,7 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
                         grad_dtype=plan.grad_dtype,
                         optimizer_dtype=plan.optimizer_dtype,
                         fp8_recipe=None if plan.fp8_recipe is None else plan.fp8_recipe.value,
-                        fp8_params=plan.fp8_params)
+                        fp8_params=plan.fp8_params, ep_dispatcher=plan.ep_dispatcher)
     for name, value in encode_plans(plan_arrays(plan), hardware).items():
         vals[name] = float(value[0])
     return vals

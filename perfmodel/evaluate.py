@@ -62,6 +62,9 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     fixed.update(architecture_family(model))
     fixed["stage_dense"] = stage_dense(plan, fixed.get("moe_dense_layers", ()))
     fixed["recompute_modules"] = plan.recompute_modules
+    # one dispatcher for every plan of a search (the stack's): fixed, so that a search compiles
+    # one dispatcher's expressions
+    fixed["ep_dispatcher"] = plan.ep_dispatcher.value
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))
     placement = axis_per_node(plan, hardware.gpus_per_node)
@@ -110,6 +113,7 @@ def architecture_family(model: TransformerSpec) -> dict[str, Any]:
     dense = tuple(i for i in range(model.layers) if i not in set(model.moe_layers)) if moe else ()
     return dict(moe=moe, moe_dense_layers=dense, moe_shared=moe and model.shared_experts > 0,
                 moe_capacity=moe and model.capacity_factor is not None,
+                moe_round_robin=moe and model.routing == "round_robin",
                 mla=model.kv_lora_rank is not None,
                 mla_q_lora=model.kv_lora_rank is not None and model.q_lora_rank is not None,
                 mtp=model.mtp_layers > 0,

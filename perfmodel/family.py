@@ -57,8 +57,11 @@ class Family:
     # the expert-parallel all-to-alls overlapped with another micro-batch (Plan.ep_comm_overlap;
     # None: open, its indicator)
     ep_comm_overlap: bool | None = None
+    # the experts' dispatcher (Plan.ep_dispatcher: alltoall, deepep; None: open, its indicator)
+    ep_dispatcher: str | None = None
     moe_shared: bool = False
     moe_capacity: bool = False
+    moe_round_robin: bool = False  # the router's routing is round_robin (TransformerSpec.routing)
     mla: bool = False
     mla_q_lora: bool = False
     mtp: bool = False

@@ -38,6 +38,9 @@ _name("shared_ffn_hidden", "f_sh",
 _name("capacity_factor", "c_E",
       "tokens an expert takes at most, as a multiple of its even share (GShard)")
 _name("routing_imbalance", "rho_E", "the busiest expert's tokens over the mean (1: even)")
+_name("expert_groups", "g_E",
+      "groups of consecutive experts node-limited routing picks from (1: no limit)")
+_name("group_topk", "M_E", "groups a token's experts come from (1: no limit)")
 # multi-head latent attention (DeepSeek-V2, Sec. 2.1)
 _name("q_lora_rank", "r_q", "MLA: rank of the compressed queries (0: not compressed)")
 _name("kv_lora_rank", "r_kv", "MLA: rank of the compressed keys and values")
@@ -222,6 +225,8 @@ FLAGS: dict[str, str] = {
         ("tp_comm_overlap", "tensor-parallel communication overlaps the GEMMs"),
         ("ep_comm_overlap", "the expert-parallel all-to-alls overlap another micro-batch's "
                             "compute (combined 1F1B)"),
+        ("ep_deepep", "the experts' dispatch and combine run DeepEP's kernels (a token sent "
+                      "once per node, forwarded over NVLink)"),
         ("stack_compiled", "the layers run compiled (torch.compile)"),
         ("stack_graphs", "the layers run as CUDA graphs"),
         ("kernels_eager", "the element-wise ops run op by op (unfused PyTorch modules)"),

@@ -391,7 +391,8 @@ def _short(plan: Any) -> str:
     if plan.cp > 1:
         degrees += f" cp={plan.cp}({plan.cp_comm.value})"
     if plan.ep > 1:
-        degrees += f" ep={plan.ep}"
+        degrees += f" ep={plan.ep}" + ("" if plan.ep_dispatcher.value == "alltoall"
+                                       else f"({plan.ep_dispatcher.value})")
     if plan.etp > 1:
         degrees += f" etp={plan.etp}"
     return (f"{degrees} mb={plan.micro_batch} {plan.schedule.value} "

@@ -103,6 +103,8 @@ def degrees_text(p: Any) -> str:
         text += f" cp={p.cp} ({_value(p.cp_comm)})"
     if getattr(p, "ep", 1) > 1:
         text += f" ep={p.ep}"
+        if _value(getattr(p, "ep_dispatcher", "alltoall")) != "alltoall":
+            text += f" ({_value(p.ep_dispatcher)})"
     if getattr(p, "etp", 1) > 1:
         text += f" etp={p.etp}"
     return text

@@ -68,6 +68,9 @@ PLAN = obj({
                                        "for the dtype; the validation job: fused SDPA)."},
     "overlap_grad_sync": BOOLEAN, "overlap_param_gather": BOOLEAN, "tp_comm_overlap": BOOLEAN,
     "ep_comm_overlap": BOOLEAN,
+    "ep_dispatcher": {"type": "string",
+                      "description": "A mixture of experts' dispatcher: alltoall (NCCL) or deepep "
+                                     "(DeepEP/HybridEP); left out: alltoall"},
     "stack": {"type": "string", "description": "eager, compiled or cuda-graphs"},
     "kernels": {"type": "string",
                 "description": "How the element-wise ops run: fused (Megatron-Core / TE), eager "

@@ -32,6 +32,7 @@ from perfmodel.strategy import (
     DEFAULT_MEMORY_MARGIN,
     CPComm,
     Dtype,
+    EPDispatcher,
     Fp8Recipe,
     Kernels,
     Objective,
@@ -110,6 +111,8 @@ class SearchRequest:
     # ep > 1 where Megatron runs it (without full recompute; with pp > 1 interleaved): in the
     # model it never loses (what it hides exceeds the contention it costs); False: off
     ep_comm_overlap: bool | None = None
+    # every plan's experts' dispatcher (Plan.ep_dispatcher): the stack's, not searched
+    ep_dispatcher: EPDispatcher = EPDispatcher.ALLTOALL
     stack: Stack = Stack.EAGER
     # every plan's element-wise kernels (Plan.kernels); None: the stack's (compiled under a
     # compiled stack, else fused)
@@ -132,6 +135,7 @@ class SearchRequest:
         """A one-GPU plan with the options every plan of the request shares (checked as a plan
         checks them; the encoder's fixed values and family are taken from it)."""
         return Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
+                    ep_dispatcher=self.ep_dispatcher,
                     recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
                     optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
                     fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
@@ -140,6 +144,7 @@ class SearchRequest:
         """The Plan fields every plan of the request shares beyond dtype, attention and overlap
         (Plans.plan's keywords)."""
         return dict(kernels=self.kernels, recompute_every=self.recompute_every,
+                    ep_dispatcher=self.ep_dispatcher,
                     grad_dtype=self.grad_dtype,
                     optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
                     fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
@@ -154,7 +159,7 @@ class SearchRequest:
         for key, enum in (("objective", Objective), ("dtype", Dtype), ("schedule", Schedule),
                           ("recompute", Recompute), ("placement", Placement),
                           ("tp_layout", TPLayout), ("stack", Stack), ("cp_comm", CPComm),
-                          ("kernels", Kernels)):
+                          ("kernels", Kernels), ("ep_dispatcher", EPDispatcher)):
             if getattr(self, key) is not None or key == "objective":
                 object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
         kernels = self.kernels or strategy.default_kernels(self.stack)
@@ -695,7 +700,8 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                                recompute_every=req.recompute_every,
                                grad_dtype=req.grad_dtype, optimizer_dtype=req.optimizer_dtype,
                                fp8_recipe=None if req.fp8_recipe is None
-                               else req.fp8_recipe.value, fp8_params=req.fp8_params)
+                               else req.fp8_recipe.value, fp8_params=req.fp8_params,
+                               ep_dispatcher=req.ep_dispatcher)
 
 
 # --- evaluation -----------------------------------------------------------------------------

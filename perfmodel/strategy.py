@@ -177,6 +177,18 @@ class CPComm(StrEnum):
     A2A = "a2a"
 
 
+class EPDispatcher(StrEnum):
+    """How a mixture of experts' tokens reach their experts and come back (perfmodel.step.moe):
+    alltoall, NCCL's all-to-all of every token's top-k copies (Megatron-Core's alltoall token
+    dispatcher, torchtitan's standard backend, the validation job's); deepep, DeepEP's kernels
+    (deepseek-ai/DeepEP; NVIDIA's HybridEP works the same way), which send a token once to each
+    node and each rank holding one of its experts and forward it over NVLink inside the node
+    (Megatron-Core's flex dispatcher, torchtitan's and NeMo AutoModel's deepep/hybridep)."""
+
+    ALLTOALL = "alltoall"
+    DEEPEP = "deepep"
+
+
 class Stack(StrEnum):
     """How the framework runs a layer's ops (perfmodel.step.host): eagerly, op by op (PyTorch
     eager, Megatron-LM, NeMo); compiled, fused kernels launched by generated code
@@ -418,6 +430,8 @@ class Plan:
     # the computation of another (Megatron-Core's combined 1F1B, --overlap-moe-expert-parallel-
     # comm; perfmodel.step.moe.ep_overlaps)
     ep_comm_overlap: bool = False
+    # the experts' token dispatcher (EPDispatcher): NCCL's all-to-all or DeepEP's kernels
+    ep_dispatcher: EPDispatcher = EPDispatcher.ALLTOALL
     stack: Stack = Stack.EAGER
     # how the element-wise ops run (Kernels): eager needs a stack that runs the modules' ops
     # (eager, or CUDA graphs capturing them), compiled a compiled stack (compiled, cuda-graphs)
@@ -476,6 +490,8 @@ class Plan:
             raise PlanError(f"recompute_modules are Megatron-Core's, with tp_layout 1d, not "
                             f"{self.tp_layout.value}")
         object.__setattr__(self, "cp_comm", parse_option(CPComm, self.cp_comm, "cp_comm"))
+        object.__setattr__(self, "ep_dispatcher",
+                           parse_option(EPDispatcher, self.ep_dispatcher, "ep_dispatcher"))
         for key in ("grad_dtype", "optimizer_dtype"):
             value = getattr(self, key)
             if value is None or str(value).strip() == "":
@@ -620,6 +636,11 @@ class Plan:
         missing = modules_missing(self.recompute_modules, model)
         if missing:
             raise PlanError(missing)
+        if self.ep_dispatcher is EPDispatcher.DEEPEP and getattr(model, "capacity_factor",
+                                                                 None) is not None:
+            raise PlanError("ep_dispatcher deepep is modelled dropless (DeepEP sends the routed "
+                            "tokens, no padded capacity buffers): leave the model's "
+                            "capacity_factor out, or give ep_dispatcher alltoall")
         return self
 
     def replace(self, **changes: Any) -> Plan:
@@ -628,8 +649,8 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """The plan's fields; those of dtype fp8 only (FP8_FIELDS) are left out of another
         dtype's plan (they do not apply to it), and etp where it is 1, pipeline_layout and
-        recompute_modules where none is given, ep_comm_overlap where off (the plans written
-        before them had no such fields)."""
+        recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
+        alltoall (the plans written before them had no such fields)."""
         out = dataclasses.asdict(self)
         for key, value in out.items():
             if isinstance(value, StrEnum):
@@ -644,6 +665,8 @@ class Plan:
             del out["pipeline_layout"]
         if not self.ep_comm_overlap:  # off: as plans were written before it
             del out["ep_comm_overlap"]
+        if self.ep_dispatcher is EPDispatcher.ALLTOALL:  # as plans were written before it
+            del out["ep_dispatcher"]
         if self.recompute_modules:
             out["recompute_modules"] = ",".join(self.recompute_modules)
         else:

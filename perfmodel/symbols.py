@@ -57,6 +57,7 @@ E, k_E, f_E, f_sh, c_E, rho_E = (_of(n) for n in ("experts", "top_k", "expert_ff
 r_q, r_kv, d_nope, d_rope, d_v = (_of(n) for n in ("q_lora_rank", "kv_lora_rank",
                                                     "qk_nope_head_dim", "qk_rope_head_dim",
                                                     "v_head_dim"))
+g_E, M_E = _of("expert_groups"), _of("group_topk")
 D_mtp = _of("mtp_layers")
 # the tensor-parallel grid of the 2d / 2.5d / 3d layouts: sub-axes a (innermost), b, c
 q_a, q_b, q_c = (_of(n) for n in ("tpa", "tpb", "tpc"))

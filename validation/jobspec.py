@@ -89,6 +89,10 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
     if plan.ep_comm_overlap:
         raise PlanError("ep_comm_overlap: the validation job runs each micro-batch's forward "
                         "and backward apart (no combined 1F1B)")
+    if plan.ep_dispatcher.value != "alltoall":
+        raise PlanError(f"ep_dispatcher {plan.ep_dispatcher.value}: the validation job "
+                        "dispatches the experts' tokens with torch's all_to_all_single (give "
+                        "ep_dispatcher alltoall; DeepEP's kernels run on NVLink and RDMA only)")
     unbuilt = [m for m in plan.recompute_modules if m not in JOB_RECOMPUTE_MODULES]
     if unbuilt:
         raise PlanError(f"recompute_modules {','.join(unbuilt)}: the validation job's selective "

@@ -23,8 +23,9 @@ the older benchmark configs' `distributed._target_ ...FSDP2Manager`, `autopipeli
     the sharded gradients bf16: grad_dtype bf16); with float32 parameters they are the master;
   - model.backend: attention te, sdpa or flex (fused kernels: flash_attention); TE's norms and
     linears (kernels fused), torch's (kernels eager) unless compiled; the DeepEP/HybridEP
-    dispatchers are modelled as NCCL's all-to-all of the same bytes (as the Megatron reader takes
-    --moe-token-dispatcher-type flex); fake_balanced_gate routes evenly (routing_imbalance 1).
+    dispatchers as ep_dispatcher deepep (as the Megatron reader takes
+    --moe-token-dispatcher-type flex); fake_balanced_gate (without noise) routes token t to
+    experts t k .. t k + k - 1 (routing round_robin, routing_imbalance 1).
 The model: `pretrained_model_name_or_path` names a Hugging Face model; the ones perfmodel has a
 preset of (HF_PRESETS: the preset's source is that model's config.json) are taken, any other
 needs --model (a local copy of its config.json).
@@ -155,13 +156,20 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
                                        if k in ("attn", "linear", "rms_norm")) or "default",
              f"stack {job.plan['stack']}, kernels {job.plan['kernels']}")
     if backend.get("enable_deepep") or backend.get("dispatcher") in ("deepep", "hybridep"):
+        job.fix("ep_dispatcher", "deepep")
         job.took("model.backend.dispatcher", backend.get("dispatcher", "deepep"),
-                 "the tokens' all-to-all (DeepEP's kernels: modelled as NCCL's all-to-all of "
-                 "the same bytes)")
+                 "the tokens' all-to-all by DeepEP's (HybridEP's) kernels: ep_dispatcher deepep")
     if backend.get("fake_balanced_gate"):
+        noise = backend.get("fake_gate_noise", 0.0)
+        if noise not in (0, 0.0, None):  # random experts, a random popularity bias
+            raise refuse_plan(where, "model.backend.fake_gate_noise", noise,
+                              "the noisy fake gate's imbalance is not modelled (give 0: "
+                              "round-robin experts, or the learned gate)")
         job.model["routing_imbalance"] = 1.0
-        job.took("model.backend.fake_balanced_gate", True, "every expert the same tokens "
-                                                          "(routing_imbalance 1)")
+        job.model["routing"] = "round_robin"
+        job.took("model.backend.fake_balanced_gate", True,
+                 "token t's experts t k .. t k + k - 1: every expert the same tokens "
+                 "(routing_imbalance 1), routing round_robin")
     seq = section(data, "dataset", where).get("seq_len")
     if seq is not None:
         job.model["seq_len"] = whole(seq, "dataset.seq_len", where)

@@ -52,6 +52,7 @@ READ_OPTIONS: dict[str, int] = {
         "expert-tensor-parallel-size",
         "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
         "moe-shared-expert-intermediate-size", "moe-layer-freq", "moe-token-dispatcher-type",
+        "moe-flex-dispatcher-backend", "moe-router-num-groups", "moe-router-group-topk",
         "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
         "fp8-format", "fp8-recipe", "fp4-format",
         "recompute-granularity", "recompute-method", "recompute-num-layers", "normalization",
@@ -75,7 +76,7 @@ READ_OPTIONS: dict[str, int] = {
         "account-for-loss-in-pipeline-split", "squared-relu", "quick-geglu", "use-legacy-models",
         "use-mcore-models", "mock-data", "no-position-embedding", "fp8-param-gather",
         "use-precision-aware-optimizer", "checkpoint-activations", "moe-grouped-gemm",
-        "overlap-moe-expert-parallel-comm"), 0),
+        "overlap-moe-expert-parallel-comm", "moe-enable-deepep"), 0),
 }
 
 # options that do not change the step's time or memory, by kind (a prefix ending in '-' names
@@ -424,8 +425,24 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
                               "perfmodel models the all-to-all dispatch: give the token "
                               "dispatcher type alltoall (or flex)")
         take("moe_token_dispatcher_type", f"{dispatcher}: the tokens' all-to-all"
-             + (" (flex, DeepEP's kernels: modelled as NCCL's all-to-all of the same bytes)"
+             + (" by DeepEP's (or HybridEP's) kernels: ep_dispatcher deepep"
                 if dispatcher == "flex" else ""))
+        if dispatcher == "flex":  # Megatron-Core's flex dispatcher runs DeepEP or HybridEP
+            job.fix("ep_dispatcher", "deepep")
+            backend = _str(settings, "moe_flex_dispatcher_backend", "deepep")
+            take("moe_flex_dispatcher_backend", f"{backend}: ep_dispatcher deepep (HybridEP "
+                                                "sends a token once per node as DeepEP does)")
+            take("moe_enable_deepep", "ep_dispatcher deepep")
+        groups = _int(settings, "moe_router_num_groups", where)
+        if groups is not None and groups > 1:
+            model["expert_groups"] = groups
+            model["group_topk"] = _int(settings, "moe_router_group_topk", where)
+            if model["group_topk"] is None:
+                raise refuse_plan(where, settings["moe_router_num_groups"][0], str(groups),
+                                  "node-limited routing needs --moe-router-group-topk (the "
+                                  "groups a token's experts come from)")
+            take("moe_router_num_groups", f"expert_groups {groups}")
+            take("moe_router_group_topk", f"group_topk {model['group_topk']}")
         take("moe_grouped_gemm", "the experts' GEMMs grouped (perfmodel's grouped-GEMM "
                                  "efficiency, with or without it)")
         freq = _str(settings, "moe_layer_freq")
@@ -1156,7 +1173,14 @@ def moe_arguments(model: Any, plan: Any) -> list[list[str]]:
                 runs.append(f"[{pattern[start]}]*{i - start}")
                 start = i
         args.append(["--moe-layer-freq", f"({'+'.join(runs)})"])
-    args += [["--moe-token-dispatcher-type", "alltoall"], ["--moe-grouped-gemm"],
+    if model.expert_groups:  # node-limited routing
+        args += [["--moe-router-num-groups", str(model.expert_groups)],
+                 ["--moe-router-group-topk", str(model.group_topk)]]
+    dispatcher = ([["--moe-token-dispatcher-type", "flex"],
+                   ["--moe-flex-dispatcher-backend", "deepep"]]
+                  if plan.ep_dispatcher.value == "deepep"
+                  else [["--moe-token-dispatcher-type", "alltoall"]])
+    args += [*dispatcher, ["--moe-grouped-gemm"],
              ["--expert-model-parallel-size", str(plan.ep)],
              ["--expert-tensor-parallel-size", str(plan.etp)]]
     return args

@@ -454,6 +454,8 @@ def _experts(par: dict[str, Any], job: JobConfig, where: str, tp: int) -> None:
     if ep > 1:
         job.fix("ep", ep)
         job.fix("etp", etp)
+        if backend == "deepep":
+            job.fix("ep_dispatcher", "deepep")
     for key, value in (("expert_parallel_degree", ep), ("expert_tensor_parallel_degree", etp),
                        ("pipeline_parallel_expert_parallel_overlap",
                         par.get("pipeline_parallel_expert_parallel_overlap"))):
@@ -462,8 +464,8 @@ def _experts(par: dict[str, Any], job: JobConfig, where: str, tp: int) -> None:
     if "expert_parallel_comm_backend" in par:  # as the Megatron reader takes --moe-token-
         # dispatcher-type flex
         job.took("parallelism.expert_parallel_comm_backend", backend,
-                 "the tokens' all-to-all" + (" (DeepEP's kernels: modelled as NCCL's all-to-all "
-                                             "of the same bytes)" if backend == "deepep" else ""))
+                 "the tokens' all-to-all" + (" by DeepEP's kernels: ep_dispatcher deepep"
+                                             if backend == "deepep" else ""))
 
 
 # torchtitan's rotate methods (torch.distributed.tensor.experimental's context parallel): the

@@ -50,6 +50,30 @@ def expert_tokens(T_r: sp.Expr, k: sp.Expr, E: sp.Expr, ep: sp.Expr, rho: sp.Exp
     return mean, rho * mean, T_r * k * (1 + (rho - 1) * ep / E)
 
 
+def spread(bins: sp.Expr, k: sp.Expr, E: sp.Expr, *, round_robin: bool,
+           groups: sp.Expr | int = 1, group_topk: sp.Expr | int = 1) -> sp.Expr:
+    """The distinct bins (nodes, or ranks) a token's k experts lie in, in expectation, the E
+    experts split over the bins in equal blocks of consecutive experts (Megatron-Core's expert
+    placement: rank r holds experts r E/ep .. (r + 1) E/ep - 1):
+        learned      bins (1 - (1 - (E / bins) / (E - (k - 1) / 2))^k)
+                                                 (k distinct experts drawn at random: a bin is
+                                                 missed by all k with the probability
+                                                 prod_i (1 - (E / bins) / (E - i)), i < k, its
+                                                 factors taken at their middle i = (k - 1) / 2)
+                     at most group_topk max(1, bins / groups) under node-limited routing (its k
+                     from group_topk groups of E / groups consecutive experts: a group spans
+                     bins / groups bins, or shares one; DeepSeek-V3, Sec. 2.1.2)
+        round_robin  max(1, k bins / E)           (experts t k .. t k + k - 1 of token t: one
+                                                  block of k consecutive experts, k / (E / bins)
+                                                  bins where a bin holds fewer than k)
+    groups = group_topk = 1: no limit (the cap is bins)."""
+    if round_robin:
+        return sp.Max(1, k * bins / E)
+    missed = sp.Max(0, 1 - (E / bins) / (E - (k - 1) / 2))
+    learned = bins * (1 - missed ** k)
+    return sp.Min(learned, group_topk * sp.Max(1, bins / groups))
+
+
 def expert_gemms(m: sp.Expr, h: sp.Expr, f_e: sp.Expr, gated: Flag) -> list[Gemm]:
     """One expert's forward GEMMs over m tokens: up (with its gate) and down, as a dense MLP's."""
     return [Gemm("expert_up", m, (1 + as_flag(gated)) * f_e, h), Gemm("expert_down", m, h, f_e)]

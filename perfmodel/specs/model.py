@@ -23,7 +23,12 @@ DERIVED = {"ffn_hidden": "4 x hidden", "kv_heads": "heads", "head_dim": "hidden 
 # the fields of a mixture of experts and of multi-head latent attention (MLA), which mean nothing
 # without experts, or without kv_lora_rank
 MOE_FIELDS = ("top_k", "expert_ffn_hidden", "shared_experts", "shared_expert_ffn_hidden",
-              "moe_first_dense", "moe_dense_layers", "capacity_factor", "routing_imbalance")
+              "moe_first_dense", "moe_dense_layers", "capacity_factor", "routing_imbalance",
+              "expert_groups", "group_topk", "routing")
+# how a router spreads a token's experts (perfmodel.costs.moe.spread): learned (a trained
+# router: the k experts spread as k drawn at random), round_robin (token t's experts t k ..
+# t k + k - 1 mod experts: NeMo AutoModel's fake balanced gate)
+ROUTINGS = ("learned", "round_robin")
 MLA_FIELDS = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
@@ -47,7 +52,13 @@ class TransformerSpec:
     the dense MLP (ffn_hidden wide); every other layer is MoE. capacity_factor: the tokens an
     expert takes at most, as a multiple of its even share (GShard; None: dropless, as Mixtral,
     DeepSeek-V3 and Megatron-Core's default); routing_imbalance: the busiest expert's tokens over
-    the mean (>= 1; 1: an even routing).
+    the mean (>= 1; 1: an even routing). Node-limited routing (DeepSeek-V3, Sec. 2.1.2): the
+    experts in `expert_groups` groups of consecutive experts, a token's top_k taken from its best
+    `group_topk` groups (Hugging Face n_group / topk_group; Megatron-Core
+    --moe-router-num-groups / --moe-router-group-topk; 0: no limit). routing: learned (a trained
+    router, its k experts as spread as k drawn at random) or round_robin (token t's experts
+    t k .. t k + k - 1: NeMo AutoModel's fake balanced gate): where a token's copies go, which
+    DeepEP's dispatch sends once per node (perfmodel.step.moe).
 
     Multi-head latent attention (DeepSeek-V2, Sec. 2.1; V3): given by kv_lora_rank. Queries are
     compressed to q_lora_rank (None: not compressed, as DeepSeek-V2-Lite), keys and values to
@@ -95,6 +106,9 @@ class TransformerSpec:
     moe_dense_layers: tuple[int, ...] = ()
     capacity_factor: float | None = None
     routing_imbalance: float = 1.0
+    expert_groups: int = 0
+    group_topk: int = 0
+    routing: str = "learned"
     q_lora_rank: int | None = None
     kv_lora_rank: int | None = None
     qk_nope_head_dim: int | None = None
@@ -163,7 +177,8 @@ class TransformerSpec:
         if not self.experts:
             moe = {"top_k": None, "expert_ffn_hidden": None, "shared_experts": 0,
                    "shared_expert_ffn_hidden": None, "moe_first_dense": 0, "moe_dense_layers": (),
-                   "capacity_factor": None, "routing_imbalance": 1.0}
+                   "capacity_factor": None, "routing_imbalance": 1.0, "expert_groups": 0,
+                   "group_topk": 0, "routing": "learned"}
             for key, default in moe.items():
                 value = getattr(self, key)
                 if value != default and not (key in DERIVED and key not in given):
@@ -213,6 +228,31 @@ class TransformerSpec:
                maximum=self.experts / self.top_k,
                reason="the busiest expert over the mean: 1 (even) to experts / top_k (every "
                       "token to it)")
+        self._check_groups()
+        if self.routing not in ROUTINGS:
+            raise SpecError(f"routing must be one of {', '.join(ROUTINGS)}, got "
+                            f"'{self.routing}'")
+
+    def _check_groups(self) -> None:
+        """Node-limited routing: expert_groups dividing the experts and group_topk of them
+        holding the top_k, both or neither."""
+        number(self.expert_groups, "expert_groups", integer=True, strict=False,
+               maximum=self.experts, reason=f"at most the {self.experts} experts")
+        number(self.group_topk, "group_topk", integer=True, strict=False,
+               maximum=self.expert_groups or 0,
+               reason=f"at most the {self.expert_groups} expert_groups")
+        if bool(self.expert_groups) != bool(self.group_topk):
+            raise SpecError("expert_groups and group_topk go together (node-limited routing: "
+                            "top_k experts from the best group_topk of expert_groups groups): "
+                            "give both or neither")
+        if self.expert_groups and self.experts % self.expert_groups:
+            raise SpecError(f"expert_groups ({self.expert_groups}) must divide experts "
+                            f"({self.experts}): each group holds experts / expert_groups")
+        held = self.group_topk * self.experts // (self.expert_groups or 1)
+        if self.group_topk and (self.top_k or 0) > held:
+            raise SpecError(f"group_topk ({self.group_topk}) groups of "
+                            f"{self.experts // self.expert_groups} experts cannot hold top_k "
+                            f"({self.top_k}) experts")
 
     def _check_mla(self, given: set[str]) -> None:
         """Multi-head latent attention: its dimensions together, and none without it."""
@@ -652,10 +692,16 @@ def _hf_experts(cfg: Mapping[str, Any], mtype: str, where: str, layers: int, nee
         return {}
     first = count("first_k_dense_replace", 0)
     freq = count("moe_layer_freq", 1)
-    return dict(experts=need("n_routed_experts"), top_k=need("num_experts_per_tok"),
-                expert_ffn_hidden=need("moe_intermediate_size"),
-                shared_experts=count("n_shared_experts", 0), moe_first_dense=first,
-                moe_dense_layers=tuple(i for i in range(first, layers) if i % freq))
+    out = dict(experts=need("n_routed_experts"), top_k=need("num_experts_per_tok"),
+               expert_ffn_hidden=need("moe_intermediate_size"),
+               shared_experts=count("n_shared_experts", 0), moe_first_dense=first,
+               moe_dense_layers=tuple(i for i in range(first, layers) if i % freq))
+    # node-limited routing (MoEGate: topk_method group_limited_greedy or noaux_tc takes the top
+    # k from the best topk_group of n_group groups; greedy, or one group, limits nothing)
+    groups = count("n_group", 1)
+    if groups > 1 and cfg.get("topk_method", "greedy") != "greedy":
+        out.update(expert_groups=groups, group_topk=need("topk_group"))
+    return out
 
 
 _ATTENTION_TYPES = ("full_attention", "sliding_attention")

@@ -13,6 +13,7 @@ with a calibrated fit where the hardware has one. The ledger feeds perfmodel.pre
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -79,6 +80,9 @@ class Collective:
     transfers: sp.Expr | None = None
     time_nbytes: sp.Expr | None = None
     ledger_share: sp.Expr = sp.Integer(1)
+    # the time of one call where not the library's collective (DeepEP's dispatch and combine:
+    # dispatch_time), with active(group) in it
+    call_time: sp.Expr | None = None
 
     def __post_init__(self) -> None:
         C.Op(self.op)
@@ -102,6 +106,8 @@ class Collective:
     @cached_property
     def call_s(self) -> sp.Expr:
         """Time of one call [s]: 0 for a group of one rank."""
+        if self.call_time is not None:
+            return self.call_time
         nbytes = self.nbytes if self.time_nbytes is None else self.time_nbytes
         return group_time(self.op, nbytes, self.axis, self.fam)
 
@@ -166,6 +172,48 @@ def _scope_time(op: str, nbytes: sp.Expr, axis: str, scope: str, fam: Family) ->
     options = _options(op, nbytes, axis, fam)
     chosen = [times[scope] for times in options if times[scope] is not None]
     return chosen[0] if len(chosen) == 1 else lmin(*chosen)
+
+
+def dispatch_time(row_bytes: sp.Expr, copies: Callable[[sp.Expr], sp.Expr], axis: str,
+                  fam: Family) -> sp.Expr:
+    """One DeepEP dispatch (or combine) over the axis's group [s], n ranks, k of them in each of
+    N = n / k nodes: DeepEP's normal kernels send a token once to each node that holds one of
+    its experts, to the rank of the sender's local index there (RDMA), which forwards it over
+    NVLink to each of that node's ranks holding one of its experts (deepseek-ai/DeepEP,
+    csrc/kernels/internode.cu; inside one node, once to each such rank). Of a rank's row_bytes
+    (its tokens, one row each), per call:
+        network   row_bytes D_N (N - 1) / N    over its NIC share beta_o / G
+        NVLink    row_bytes D_n (k - 1) / k    over beta_i
+    D_N = copies(N), D_n = copies(n): the distinct nodes and ranks a token's experts lie in
+    (perfmodel.costs.moe.spread); the two links at once, as the all-to-all's:
+        t = call + steps + max(network / (beta_o / G), NVLink / beta_i)
+    one call, and one step of each link a token crosses (the kernels send to every peer at once
+    over their channels, not in n - 1 rounds): the inter-node call and step plus an NVLink step
+    across nodes, the NVLink ones inside one. Deduplicated by node and by rank, where NCCL's
+    all-to-all sends every top-k copy (group_time)."""
+    n, k = AXIS_DEGREE[axis], _AXIS_PER_NODE[axis]
+    links = _links(fam, axis)
+    i, o = links["intra"]["simple"], links["inter"]["simple"]
+
+    def scoped(scope: str, guard: sp.Expr | None) -> sp.Expr:
+        beta_i, beta_o = i.bandwidth, o.bandwidth
+        if guard is not None:  # an open scope's indicator: never a division by a missing link
+            beta_i, beta_o = guard * beta_i + (1 - guard), guard * beta_o + (1 - guard)
+        if scope == "intra":
+            return i.call_s + i.step_s + row_bytes * copies(n) * (n - 1) / n / beta_i
+        per_node = sp.Integer(1) if scope == "inter" else k
+        nodes = n / per_node
+        network = row_bytes * copies(nodes) * (nodes - 1) / nodes / (beta_o / S.G)
+        nvlink = row_bytes * copies(n) * (per_node - 1) / per_node / beta_i
+        if scope == "inter":
+            return o.call_s + o.step_s + network
+        return o.call_s + o.step_s + i.step_s + sp.Max(network, nvlink, evaluate=False)
+
+    scope = fam.scope(axis)
+    if scope is not None:
+        return active(n) * scoped(scope, None)
+    return active(n) * sum((I[f"{axis}_{sc}"] * scoped(sc, I[f"{axis}_{sc}"])
+                            for sc in SCOPES), sp.Integer(0))
 
 
 _NEVER_S = sp.Float(1e30)  # a time no algorithm takes: removes an option from a Min

@@ -45,7 +45,7 @@ from perfmodel.costs import compute as K
 from perfmodel.costs import moe as MOE
 from perfmodel.costs.gemm_efficiency import gemm_time_s
 from perfmodel.costs.lattice import applied
-from perfmodel.step.collective import Collective
+from perfmodel.step.collective import Collective, dispatch_time, group_time
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, active, flag, linear_gemm_time
 
@@ -215,6 +215,7 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
                "backward": ("reduce_scatter", "all_gather"),
                "recompute": ("all_gather", "reduce_scatter")}
     counts_etp = active(S.etp)  # the counts' gather runs over etp x ep with etp > 1
+    a2a_time = dispatcher_time(c, busiest)
     out = []
     layers = moe_layers(c) if layers is None else layers
     for st, n in layers.items():
@@ -228,7 +229,7 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
                 name="ep/dispatch_combine/all_to_all", op="all_to_all", axis="ep",
                 nbytes=e * sent * h, time_nbytes=e * busiest * h,
                 calls=A2A_PER_LAYER * times * n, phase=phase, in_phase=in_phase,
-                term="comm/ep", fam=c.fam, stage=st, ledger_share=share))
+                term="comm/ep", fam=c.fam, stage=st, ledger_share=share, call_time=a2a_time))
             for op in etp_ops[direction]:
                 out.append(Collective(
                     name=f"etp/expert_tokens/{op}", op=op, axis="etp", nbytes=gathered,
@@ -246,6 +247,29 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
                     phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=st,
                     ledger_share=share))
     return out
+
+
+def dispatcher_time(c: Context, busiest: sp.Expr) -> sp.Expr | None:
+    """One dispatch or combine of the busiest rank's `busiest` rows as the plan's dispatcher
+    runs it [s] (Plan.ep_dispatcher), or None for NCCL's all-to-all (Collective's group_time of
+    every top-k copy): DeepEP's kernels send each of the rank's busiest / k tokens once per node
+    and once per rank that holds one of its experts (perfmodel.step.collective.dispatch_time),
+    the copies spread as the router routes (perfmodel.costs.moe.spread); dropless only (the
+    plan rules refuse a capacity factor with deepep)."""
+    deepep = flag(None if c.fam.ep_dispatcher is None else c.fam.ep_dispatcher == "deepep",
+                  "ep_deepep")
+    if deepep == 0 or c.fam.moe_capacity:
+        return None
+
+    def copies(bins: sp.Expr) -> sp.Expr:
+        return MOE.spread(bins, S.k_E, S.E, round_robin=c.fam.moe_round_robin,
+                          groups=S.g_E, group_topk=S.M_E)
+
+    deep = dispatch_time(S.e * busiest / S.k_E * S.h, copies, "ep", c.fam)
+    if deepep == 1:
+        return deep
+    nccl = group_time("all_to_all", S.e * busiest * S.h, "ep", c.fam)
+    return deepep * deep + (1 - deepep) * nccl
 
 
 def ep_overlaps(c: Context, stage: str, work: LayerWork) -> dict[str, tuple[Overlap, ...]]:

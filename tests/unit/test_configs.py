@@ -732,12 +732,11 @@ def test_torchtitan_qwen3_refusals(tmp_path, flavor, parallelism, why):
         read_config(_qwen3_toml(tmp_path, flavor=flavor, **parallelism))
 
 
-def test_torchtitan_deepep_is_read_as_the_megatron_reader_reads_flex(tmp_path):
+def test_torchtitan_deepep_is_read_as_the_deepep_dispatcher(tmp_path):
     job, _, plan = job_plan(_qwen3_toml(tmp_path, expert_parallel_degree=8,
                                         expert_parallel_comm_backend="deepep"), gpus=8)
-    assert plan["ep"] == 8
-    assert any("DeepEP's kernels: modelled as NCCL's all-to-all" in line
-               for line in job.report())
+    assert (plan["ep"], plan["ep_dispatcher"]) == (8, "deepep")
+    assert any("DeepEP's kernels: ep_dispatcher deepep" in line for line in job.report())
 
 
 def test_torchtitan_experts_without_fsdp_are_refused(tmp_path):
@@ -777,6 +776,7 @@ def test_automodel_recipe_with_expert_parallelism():
         optimizer_dtype="bf16", grad_dtype="bf16", kernels="fused", flash_attention=True)
     assert any("reshard_after_forward false" in n for n in job.notes)
     assert any("DeepEP" in line for line in job.report())
+    assert (plan["ep_dispatcher"], spec.routing) == ("deepep", "round_robin")
     p = predict(spec, "dgx-h100", Plan(**plan))
     assert p.fits_in_memory  # the published run ran on 80 GB H100s
 
