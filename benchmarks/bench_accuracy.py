@@ -116,6 +116,11 @@ MODEL_COLUMNS = {"experts": "experts", "top_k": "top_k", "expert_ffn_hidden": "e
                  "moe_ffn_hidden": "expert_ffn_hidden", "shared_experts": "shared_experts",
                  "head_dim": "head_dim"}
 PLAN_COLUMNS = ("ep", "etp")
+# the experts' dispatcher, as a column: its value in Megatron-Core's, torchtitan's or AutoModel's
+# words (perfmodel.strategy.EPDispatcher)
+DISPATCHER_COLUMNS = ("dispatcher", "ep_dispatcher")
+DISPATCHERS = {"alltoall": "alltoall", "all-to-all": "alltoall", "standard": "alltoall",
+               "deepep": "deepep", "hybridep": "deepep", "flex": "deepep"}
 
 
 def _stated(row: dict[str, Any], key: str) -> Any:
@@ -347,6 +352,29 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     **dict.fromkeys(("fp8 params", "fp8_params", "fp8 weights"), {"fp8_params": True}),
     "1f1b": {"schedule": "1f1b"},
     "gpipe": {"schedule": "gpipe"},
+    # the experts' dispatcher (Plan.ep_dispatcher; Megatron-Core's --moe-token-dispatcher-type,
+    # flex with DeepEP or HybridEP) and its combined 1F1B overlap
+    **dict.fromkeys(("deepep", "hybridep", "hybrid-ep", "flex dispatcher", "flex token dispatcher",
+                     "moe-token-dispatcher-type flex", "moe-enable-deepep", "deepep dispatcher"),
+                    {"ep_dispatcher": "deepep"}),
+    **dict.fromkeys(("alltoall dispatcher", "all-to-all dispatcher", "alltoall token dispatcher",
+                     "moe-token-dispatcher-type alltoall"), {"ep_dispatcher": "alltoall"}),
+    **dict.fromkeys(("ep comm overlap", "moe a2a overlap", "a2a overlap",
+                     "overlap-moe-expert-parallel-comm", "overlap moe expert parallel comm",
+                     "combined 1f1b"), {"ep_comm_overlap": True}),
+}
+
+
+# Features that set how a mixture of experts routes (TransformerSpec.routing,
+# routing_imbalance): NeMo AutoModel's fake balanced gate sends token t to experts t k ..
+# t k + k - 1; Megatron-Core's --moe-router-force-load-balancing routes on random logits
+# (experts at random, every expert the same tokens in expectation)
+ROUTING_FEATURES: dict[str, dict[str, Any]] = {
+    **dict.fromkeys(("fake balanced gate", "fake_balanced_gate", "fakebalancedgate"),
+                    {"routing": "round_robin", "routing_imbalance": 1.0}),
+    **dict.fromkeys(("force load balancing", "moe-router-force-load-balancing",
+                     "moe_router_force_load_balancing", "forced load balancing"),
+                    {"routing": "learned", "routing_imbalance": 1.0}),
 }
 
 
@@ -401,7 +429,13 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
     for key in PLAN_COLUMNS:
         if (value := _stated(row, key)) is not None and int(value) > 1:
             plan[key] = int(value)
-    known = set(COLUMNS) | set(ARCH_COLUMNS) | set(MODEL_COLUMNS) | set(PLAN_COLUMNS) | {"model"}
+    for key in DISPATCHER_COLUMNS:
+        if (value := _stated(row, key)) is not None:
+            if str(value).strip().lower() not in DISPATCHERS:
+                raise ValueError(f"{key} {value}: one of {', '.join(DISPATCHERS)}")
+            plan["ep_dispatcher"] = DISPATCHERS[str(value).strip().lower()]
+    known = set(COLUMNS) | set(ARCH_COLUMNS) | set(MODEL_COLUMNS) | set(PLAN_COLUMNS) | {
+        "model", *DISPATCHER_COLUMNS}
     missing: list[str] = [f"column {key}={value} (not read)" for key, value in row.items()
                           if key not in known and _stated(row, key) is not None]
     cp = int(row.get("cp", 1) or 1)
@@ -453,6 +487,11 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             plan.update(recompute="full", recompute_every=2)
         elif (generic := generic_feature(feature)) is not None:
             plan.update(generic)
+        elif (routing := ROUTING_FEATURES.get(" ".join(feature.lower().split()))) is not None:
+            if not model.get("experts"):
+                missing.append(f"feature '{feature}' on a model without experts (not mapped)")
+            else:
+                model.update(routing)
         else:
             missing.append(f"unknown feature '{feature}' (not mapped)")
     if row.get("source") == "torchtitan" and plan.get("stack", "eager") == "eager":

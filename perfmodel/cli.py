@@ -259,6 +259,10 @@ def plan_options(fn: Any) -> Any:
                           "--pipeline-model-parallel-layout writes them: E embedding, "
                           "t layer, m MTP module, L loss, '|' ends a stage, x*n and (...)*n "
                           "repeat; pp x --virtual-stages stages (e.g. 'Et|(tt|)*30mL')."),
+        click.option("--pipeline-micro-batches", type=click.IntRange(0, MAX_DEGREE), default=0,
+                     help="Micro-batches of one pipeline schedule where the step runs several, "
+                          "each with its fill and drain (torchtitan, NeMo AutoModel: one per "
+                          "gradient-accumulation step); 0: one schedule a step (Megatron)."),
         click.option("--placement", type=choice(Placement), default=Placement.TP_DP_PP.value,
                      show_default=True, help="Axes from innermost (inside a node) out."),
         click.option("--tp-layout", type=choice(TPLayout), default=TPLayout.ONE_D.value,
@@ -304,7 +308,8 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
              "ep_dispatcher", "stack",
-             "kernels", "first_stage_layers", "last_stage_layers", "pipeline_layout", "placement",
+             "kernels", "first_stage_layers", "last_stage_layers", "pipeline_layout",
+             "pipeline_micro_batches", "placement",
              "tp_layout", "tp_depth")
 
 
@@ -1045,11 +1050,12 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
         if plan.get(key) is not None:
             pins[key] = plan[key]
     uneven = {k: plan[k] for k in ("first_stage_layers", "last_stage_layers", "pipeline_layout",
-                                   "recompute_modules") if plan.get(k)}
+                                   "recompute_modules", "pipeline_micro_batches")
+              if plan.get(k)}
     if uneven:
         raise PlanError(f"{path}: {', '.join(f'{k} {v}' for k, v in uneven.items())}: recommend "
-                        "searches even pipeline splits and the default selective recompute; "
-                        "predict --from-config takes this one")
+                        "searches even pipeline splits, one pipeline schedule a step and the "
+                        "default selective recompute; predict --from-config takes this one")
     if "tp" in job.pins:
         spec = pad_vocab(job, spec, int(plan["tp"]))
     elif job.vocab_multiple:

@@ -600,6 +600,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "memory_fragmentation": hardware.memory_fragmentation,
         **flash_values(model, hardware, compute_dtype(dtype)),
         "recompute_every": recompute_every,
+        "pipeline_flushes": 1.0,  # one schedule a step (a plan with more: values_of)
         **window_values(model),
     }
     vals.update(fp8)
@@ -670,4 +671,5 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
                         fp8_params=plan.fp8_params, ep_dispatcher=plan.ep_dispatcher)
     for name, value in encode_plans(plan_arrays(plan), hardware).items():
         vals[name] = float(value[0])
+    vals["pipeline_flushes"] = float(plan.pipeline_flushes)
     return vals

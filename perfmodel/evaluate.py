@@ -65,6 +65,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     # one dispatcher for every plan of a search (the stack's): fixed, so that a search compiles
     # one dispatcher's expressions
     fixed["ep_dispatcher"] = plan.ep_dispatcher.value
+    fixed["pipeline_flushes"] = plan.pipeline_flushes > 1
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))
     placement = axis_per_node(plan, hardware.gpus_per_node)

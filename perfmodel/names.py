@@ -60,6 +60,9 @@ _name("etp", "etp", "expert-tensor-parallel degree (each expert's FFN split over
 _name("micro_batch", "b", "micro-batch size [samples]")
 _name("global_batch", "B", "global batch size [samples]")
 _name("virtual_stages", "v", "virtual pipeline stages per GPU (interleaving)")
+_name("pipeline_flushes", "F_pp",
+      "pipeline schedules per step, each with its fill and drain (torchtitan and NeMo AutoModel: "
+      "one per gradient-accumulation step; 1: Megatron's one schedule)")
 _name("first_stage_layers", "L_first",
       "layers of the first pipeline stage when given (0: the layers split evenly)")
 _name("last_stage_layers", "L_last",

@@ -68,6 +68,9 @@ PLAN = obj({
                                        "for the dtype; the validation job: fused SDPA)."},
     "overlap_grad_sync": BOOLEAN, "overlap_param_gather": BOOLEAN, "tp_comm_overlap": BOOLEAN,
     "ep_comm_overlap": BOOLEAN,
+    "pipeline_micro_batches": {"type": "integer", "minimum": 0,
+                               "description": "Micro-batches of one pipeline schedule where the "
+                                              "step runs several; left out: one schedule"},
     "ep_dispatcher": {"type": "string",
                       "description": "A mixture of experts' dispatcher: alltoall (NCCL) or deepep "
                                      "(DeepEP/HybridEP); left out: alltoall"},

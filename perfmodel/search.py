@@ -392,8 +392,9 @@ def expert_degrees(model: TransformerSpec, req: SearchRequest, dp: int, cp: int,
 
 def expert_tensor_degrees(model: TransformerSpec, req: SearchRequest, tp: int) -> list[int]:
     """The expert-tensor-parallel degrees of a mixture of experts with tp tensor ranks: those
-    dividing tp and the experts' FFN width (1 without experts)."""
-    if not model.experts:
+    dividing tp and the experts' FFN width (1 without experts, and with the deepep dispatcher:
+    Plan's rule)."""
+    if not model.experts or req.ep_dispatcher is EPDispatcher.DEEPEP:
         return [1] if req.etp in (None, 1) else []
     width = model.expert_ffn_hidden or model.ffn_hidden
     return [etp for etp in divisors(tp) if width % etp == 0 and req.etp in (None, etp)]

@@ -445,6 +445,10 @@ class Plan:
     # them ("Et|(tt|)*30mL"; perfmodel.pipeline_layout), instead of first/last_stage_layers:
     # stages of unequal layers under virtual stages; "" for none
     pipeline_layout: str = ""
+    # the micro-batches of one pipeline schedule, where the step runs several (torchtitan and
+    # NeMo AutoModel run one per gradient-accumulation step: local batch / the pipeline's
+    # micro-batch, each with its fill and drain); 0: one schedule of every micro-batch (Megatron)
+    pipeline_micro_batches: int = 0
     placement: tuple[str, ...] = AXES
     # bf16 mixed precision's main-gradient and optimizer-state dtypes, fp32 or bf16
     # (perfmodel.costs.precision); None: Megatron-LM's, fp32 and fp32
@@ -466,7 +470,7 @@ class Plan:
                     "virtual_stages", "tp_depth", "gpus", "recompute_every"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key))
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
-        for key in ("first_stage_layers", "last_stage_layers"):
+        for key in ("first_stage_layers", "last_stage_layers", "pipeline_micro_batches"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key, minimum=0))
         object.__setattr__(self, "stack", parse_option(Stack, self.stack, "stack"))
         object.__setattr__(self, "kernels", parse_option(Kernels, self.kernels, "kernels"))
@@ -492,6 +496,10 @@ class Plan:
         object.__setattr__(self, "cp_comm", parse_option(CPComm, self.cp_comm, "cp_comm"))
         object.__setattr__(self, "ep_dispatcher",
                            parse_option(EPDispatcher, self.ep_dispatcher, "ep_dispatcher"))
+        if self.ep_dispatcher is EPDispatcher.DEEPEP and self.etp > 1:
+            raise PlanError(f"ep_dispatcher deepep with etp {self.etp} is not modelled (the "
+                            "model's expert-tensor exchanges are the alltoall dispatcher's): "
+                            "give etp 1, or ep_dispatcher alltoall")
         for key in ("grad_dtype", "optimizer_dtype"):
             value = getattr(self, key)
             if value is None or str(value).strip() == "":
@@ -540,6 +548,7 @@ class Plan:
         object.__setattr__(self, "placement", placement)
         self._check_ep_overlap()
         self._check_layout()
+        self._check_flushes()
         broken = first_broken(self.columns(), None)
         if broken is not None:
             raise PlanError(broken)
@@ -559,6 +568,25 @@ class Plan:
         if not ep_overlap_runs(self.recompute, self.schedule, self.pp):
             raise PlanError("ep_comm_overlap with pp > 1 needs the interleaved schedule "
                             "(virtual_stages > 1), as Megatron-Core's combined 1F1B does")
+
+    def _check_flushes(self) -> None:
+        """pipeline_micro_batches: whole schedules of the step's micro-batches (refused where
+        the plan's batch does not divide: checked after the batch rules)."""
+        n = self.pipeline_micro_batches
+        if not n:
+            return
+        m = self.global_batch // max(1, self.dp * self.micro_batch)
+        if self.global_batch % max(1, self.dp * self.micro_batch) == 0 and m % n:
+            raise PlanError(f"pipeline_micro_batches ({n}) must divide the step's {m} "
+                            "micro-batches (global_batch / (dp x micro_batch)): each pipeline "
+                            "schedule runs that many")
+
+    @property
+    def pipeline_flushes(self) -> int:
+        """Pipeline schedules per step (pipeline_micro_batches; 1 where 0)."""
+        if not self.pipeline_micro_batches:
+            return 1
+        return max(1, self.num_micro_batches // self.pipeline_micro_batches)
 
     def _check_layout(self) -> None:
         """pipeline_layout: a string of Megatron's syntax that gives pp x virtual_stages stages
@@ -650,7 +678,8 @@ class Plan:
         """The plan's fields; those of dtype fp8 only (FP8_FIELDS) are left out of another
         dtype's plan (they do not apply to it), and etp where it is 1, pipeline_layout and
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
-        alltoall (the plans written before them had no such fields)."""
+        alltoall, pipeline_micro_batches where 0 (the plans written before them had no such
+        fields)."""
         out = dataclasses.asdict(self)
         for key, value in out.items():
             if isinstance(value, StrEnum):
@@ -667,6 +696,8 @@ class Plan:
             del out["ep_comm_overlap"]
         if self.ep_dispatcher is EPDispatcher.ALLTOALL:  # as plans were written before it
             del out["ep_dispatcher"]
+        if not self.pipeline_micro_batches:
+            del out["pipeline_micro_batches"]
         if self.recompute_modules:
             out["recompute_modules"] = ",".join(self.recompute_modules)
         else:

@@ -89,6 +89,9 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
     if plan.ep_comm_overlap:
         raise PlanError("ep_comm_overlap: the validation job runs each micro-batch's forward "
                         "and backward apart (no combined 1F1B)")
+    if plan.pipeline_micro_batches:
+        raise PlanError("pipeline_micro_batches: the validation job runs every micro-batch of "
+                        "the step in one pipeline schedule (leave it 0)")
     if plan.ep_dispatcher.value != "alltoall":
         raise PlanError(f"ep_dispatcher {plan.ep_dispatcher.value}: the validation job "
                         "dispatches the experts' tokens with torch's all_to_all_single (give "

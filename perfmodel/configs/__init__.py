@@ -97,7 +97,9 @@ def resolve_model(job: JobConfig, model: str | None, seq_len: int | None) -> Any
         if not isinstance(base, TransformerSpec):
             raise SpecError(f"model '{model}' is a layer graph: a job config trains a transformer")
         for key, value in fields.items():
-            if key != "seq_len" and getattr(base, key) != value:
+            # the sequence and the router's routing are the run's, not the model's identity
+            if key not in ("seq_len", "routing", "routing_imbalance") and \
+                    getattr(base, key) != value:
                 raise SpecError(f"{job.path}: the config's {key} ({value}) differs from model "
                                 f"'{model}' ({getattr(base, key)}); the config's model is "
                                 "another: give the matching --model, or none")
@@ -137,6 +139,9 @@ def resolve_plan(job: JobConfig, model: Any, given: dict[str, Any]) -> tuple[Any
             raise PlanError(f"--{key.replace('_', '-')} {value} contradicts the config's "
                             f"{key} {job.plan[key]} ({job.path}); drop one")
         job.plan[key] = value
+    for decide in job.with_model:
+        decide(model)
+    job.with_model.clear()
     finish = _finisher(job)
     if finish is not None:
         finish(job, gpus)

@@ -287,11 +287,15 @@ def _pipeline(pipeline: dict[str, Any], job: JobConfig, where: str, pp: int) -> 
         raise refuse_plan(where, "pipeline.pp_schedule", pipeline.get("pp_schedule"),
                           f"perfmodel models AutoModel's {', '.join(_SCHEDULES)} (no CSV "
                           "schedule)")
-    if job.preset is None:
-        raise refuse_plan(where, "distributed.pp_size", pp,
-                          "AutoModel's split needs the model's layers: give a model perfmodel "
-                          "has a preset of, or the plan's flags with --model")
-    layers = _preset(job.preset).layers
+    if job.preset is None:  # the model comes with --model: split its layers once it is known
+        job.with_model.append(lambda model: _split(pipeline, job, where, pp, name, model.layers))
+    else:
+        _split(pipeline, job, where, pp, name, _preset(job.preset).layers)
+
+
+def _split(pipeline: dict[str, Any], job: JobConfig, where: str, pp: int, name: str,
+           layers: int) -> None:
+    """AutoModel's split of the model's layers over pp x stages a rank, as a pipeline layout."""
     per = pipeline.get("layers_per_stage")
     split = stage_layers(layers, pp, None if per is None else whole(
         per, "pipeline.layers_per_stage", where), name != "interleaved1f1b",
@@ -338,3 +342,8 @@ def finish(job: JobConfig, gpus: int) -> None:
     if job.plan["global_batch"] % (local * dp):
         raise refuse_plan(job.path, "step_scheduler.global_batch_size", job.plan["global_batch"],
                           f"must be a multiple of local_batch_size x dp ({local} x {dp})")
+    accumulation = job.plan["global_batch"] // (local * dp)
+    if pp > 1 and accumulation > 1:  # one pipeline schedule per gradient-accumulation step
+        job.fix("pipeline_micro_batches", local // micro)
+        job.notes.append(f"{accumulation} gradient-accumulation steps, each one pipeline schedule "
+                         f"of {local // micro} micro-batches with its fill and drain")

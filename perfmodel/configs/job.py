@@ -5,6 +5,7 @@ known to perfmodel). The readers (megatron, nemo, torchtitan, deepspeed, automod
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -70,6 +71,9 @@ class JobConfig:
     ignored: list[Setting] = field(default_factory=list)
     unknown: list[Setting] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # what the config decides once the model is known (resolve_plan calls each with it): NeMo
+    # AutoModel's pipeline split of a model given by --model
+    with_model: list[Callable[[Any], None]] = field(default_factory=list)
 
     def took(self, key: str, value: Any, note: str) -> None:
         self.read.append(Setting(key=key, value=value, note=note))

@@ -650,6 +650,12 @@ def finish(job: JobConfig, gpus: int) -> None:
     if pp > 1 and job.plan["global_batch"] % (dp * local):
         raise refuse_plan(job.path, "training.global_batch_size", job.plan["global_batch"],
                           f"must be a multiple of local_batch_size x dp ({local} x {dp})")
+    accumulation = job.plan["global_batch"] // (dp * local)
+    if pp > 1 and accumulation > 1:  # train.py runs the schedule once per accumulation step
+        job.fix("pipeline_micro_batches", local // job.plan["micro_batch"])
+        job.notes.append(f"{accumulation} gradient-accumulation steps, each one pipeline schedule "
+                         f"of {local // job.plan['micro_batch']} micro-batches with its fill and "
+                         "drain")
 
 
 def torchtitan_toml(model: Any, plan: Any) -> str:

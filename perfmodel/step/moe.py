@@ -294,7 +294,8 @@ def ep_overlaps(c: Context, stage: str, work: LayerWork) -> dict[str, tuple[Over
                 "recompute_full")
     on = flag(c.fam.ep_comm_overlap, "ep_comm_overlap") * (1 - full) \
         * (c.single + c.multi * c.interleaved)
-    floor = sp.Min(1, (1 + 2 * (pp - 1) + (v - 1) * pp) / (c.m * v), evaluate=False)
+    per = c.m / (S.F_pp if c.fam.pipeline_flushes else 1)  # micro-batches of one schedule
+    floor = sp.Min(1, (1 + 2 * (pp - 1) + (v - 1) * pp) / (per * v), evaluate=False)
     of = ("ep/dispatch_combine/all_to_all",)
     return {f"layers@{stage}/forward": (Overlap("the paired micro-batch's backward",
                                                 work.backward_s, on, floor=floor, of=of),),

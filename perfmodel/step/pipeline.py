@@ -82,8 +82,18 @@ def middle_exists() -> sp.Expr:
     return sp.Max(0, sp.Min(1, S.pp - 2, evaluate=False), evaluate=False)
 
 
-def bubble_s(m: sp.Expr, t_other: sp.Expr, w_fill: sp.Expr) -> sp.Expr:
-    """T_bubble [s] (see the module doc); m, t_other and W_fill as expressions or as symbols."""
+def bubble_s(m: sp.Expr, t_other: sp.Expr, w_fill: sp.Expr,
+             flushes: sp.Expr | int = 1) -> sp.Expr:
+    """T_bubble [s] (see the module doc); m, t_other and W_fill as expressions or as symbols.
+    With F pipeline schedules a step (flushes; torchtitan and NeMo AutoModel run one per
+    gradient-accumulation step), each of m / F micro-batches fills and drains: F bubbles."""
     bubble = (S.pp - 1) / S.v
-    kept = lmin(bubble, lmax(0, (m + bubble) / S.rho - m))
-    return kept * lmax(0, t_other - w_fill)
+    per = m / flushes
+    kept = lmin(bubble, lmax(0, (per + bubble) / S.rho - per))
+    return flushes * kept * lmax(0, t_other - w_fill)
+
+
+def flushes(c: Context) -> sp.Expr:
+    """Pipeline schedules per step: F_pp where the plan runs several (Plan.pipeline_micro_batches),
+    else 1."""
+    return S.F_pp if c.fam.pipeline_flushes else sp.Integer(1)

@@ -113,7 +113,7 @@ def build(fam: Family) -> Model:
                       *((FP8.weight_cast_phase(c),) if fam.fp8 else ()))
     step_terms, step_hidden = CO.step_terms(phases["step"], c.m,
                                             CO.launch_s(collectives, None, launch),
-                                            PP.bubble_s(c.m, t_other, w_fill))
+                                            PP.bubble_s(c.m, t_other, w_fill, PP.flushes(c)))
     # 6. what else a prediction reports
     backward_s = {"layer": layer.backward_s}
     parts = part_times(c, forward_s, backward_s,
@@ -181,7 +181,8 @@ def _composition(c: Context, stage_time: dict[str, sp.Expr], step_terms: dict[st
             CO.T_MB: CO.micro_batch_time([st[s] for s in PP.STAGES]),
             CO.T_OTHER: CO.other_stages_time(st["first"], st["middle"], st["last"], CO.T_MB,
                                              S.pp, c.multi),
-            CO.STEP_SYMBOLS["pipeline/bubble"]: PP.bubble_s(CO.M_SYM, CO.T_OTHER, CO.W_FILL),
+            CO.STEP_SYMBOLS["pipeline/bubble"]: PP.bubble_s(CO.M_SYM, CO.T_OTHER, CO.W_FILL,
+                                                            PP.flushes(c)),
         }
     values = {CO.M_SYM: c.m, CO.W_FILL: w_fill,
               **{CO.STAGE_SYMBOLS[st]: t for st, t in stage_time.items()},

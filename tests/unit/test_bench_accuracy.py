@@ -130,6 +130,9 @@ def test_architecture_columns_a_row_states_win():
     ("Full recompute", {"recompute": "full"}), ("selective recompute", {"recompute": "selective"}),
     ("distributed optimizer", {"zero": 1}), ("overlap-grad-reduce", {"overlap_grad_sync": True}),
     ("torch.compile", {"stack": "compiled"}), ("FP8 current scaling", {"fp8_recipe": "current"}),
+    ("DeepEP", {"ep_dispatcher": "deepep"}), ("HybridEP", {"ep_dispatcher": "deepep"}),
+    ("alltoall dispatcher", {"ep_dispatcher": "alltoall"}),
+    ("MoE A2A overlap", {"ep_comm_overlap": True}),
     ("a new trick", None), ("ZeRO-4", None),
 ])
 def test_features_as_other_runs_state_them(feature, options):
@@ -173,9 +176,21 @@ def test_a_mixture_of_experts_row_names_its_preset_or_its_experts():
                                                                                    rel=0.005)
 
 
+def test_a_moe_row_states_its_dispatcher_and_routing():
+    model, plan, missing = B.plan_of(dict(
+        _MIXTRAL, model="mixtral-8x7b", ep=8, dispatcher="HybridEP",
+        features=_MIXTRAL["features"] + ", fake balanced gate, MoE A2A overlap"))
+    assert (plan["ep_dispatcher"], plan["ep_comm_overlap"], missing) == ("deepep", True, [])
+    assert (model["routing"], model["routing_imbalance"]) == ("round_robin", 1.0)
+    with pytest.raises(ValueError, match="dispatcher nvshmem"):
+        B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", dispatcher="nvshmem"))
+    _, _, missing = B.plan_of(dict(_MIXTRAL, features="bf16, fake balanced gate"))
+    assert missing == ["feature 'fake balanced gate' on a model without experts (not mapped)"]
+
+
 def test_a_column_it_does_not_read_is_named_and_a_preset_that_disagrees_refused(tmp_path):
-    _, _, missing = B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", dispatcher="deepep"))
-    assert missing == ["column dispatcher=deepep (not read)"]
+    _, _, missing = B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", router="sinkhorn"))
+    assert missing == ["column router=sinkhorn (not read)"]
     with pytest.raises(ValueError, match="ffn_hidden 2048 .preset 14336. differ"):
         B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", ffn_hidden=2048))
     frame = pd.DataFrame([dict(_MIXTRAL, model="mixtral-8x7b", ffn_hidden=2048)])

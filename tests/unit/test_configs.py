@@ -844,9 +844,21 @@ def test_automodel_recipe_with_pipeline_parallelism(tmp_path):
     assert predict(spec, "dgx-h100", Plan(**plan)).step_time_s > 0
 
 
+def test_automodel_splits_the_layers_of_a_model_given_by_model(tmp_path):
+    """A model perfmodel has no preset of, with pp: AutoModel's split of --model's layers once
+    it is known (the config alone cannot say: give --model)."""
+    path = _automodel(tmp_path, **{"distributed.pp_size": 2,
+                                   "model.config.pretrained_model_name_or_path": "org/x"})
+    job = read_config(path)
+    with pytest.raises(SpecError, match="give --model"):
+        resolve_model(job, None, None)
+    job, spec, plan = job_plan(path, model=str(DATA.parent / "hf" / "qwen3-30b-a3b"), gpus=8)
+    assert (spec.layers, plan["pp"], plan["schedule"]) == (48, 2, "1f1b")
+    assert plan["pipeline_layout"] == "E" + "t" * 24 + "|" + "t" * 24 + "L"
+    assert any("pipeline" in line for line in job.report())
+
+
 @pytest.mark.parametrize("changes, why", [
-    ({"distributed.pp_size": 2, "model.config.pretrained_model_name_or_path": "org/x"},
-     "needs the model's layers"),
     ({"distributed.pp_size": 2, "distributed.pipeline": {"pp_schedule": "dualpipev"}},
      "pipeline.pp_schedule"),
     ({"distributed.dp_replicate_size": 2}, "HSDP"),

@@ -144,6 +144,9 @@ def test_a_search_takes_the_dispatcher_for_every_plan_and_agrees_with_predict():
 
 
 def test_plans_and_models_refuse_what_the_dispatcher_cannot_be():
+    with pytest.raises(PlanError, match="deepep with etp 2 is not modelled"):
+        Plan(gpus=8, dp=4, tp=2, ep=4, etp=2, global_batch=8, ep_dispatcher="deepep",
+             sequence_parallel=True)
     with pytest.raises(PlanError, match="ep_dispatcher must be one of alltoall, deepep"):
         Plan(gpus=8, dp=8, ep=8, global_batch=8, ep_dispatcher="nvshmem")
     capped = dataclasses.replace(load_model("mixtral-8x7b"), capacity_factor=1.25)
