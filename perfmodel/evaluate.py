@@ -61,6 +61,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  windowed=model.windowed_share > 0, attention_sinks=model.attention_sinks)
     fixed.update(architecture_family(model))
     fixed["stage_dense"] = stage_dense(plan, fixed.get("moe_dense_layers", ()))
+    fixed["middle_layers"] = None if plan.layout is None else plan.layout.middle_layers
     fixed["recompute_modules"] = plan.recompute_modules
     # one dispatcher for every plan of a search (the stack's): fixed, so that a search compiles
     # one dispatcher's expressions

@@ -52,6 +52,9 @@ class Family:
     # the dense layers on the first rank, the last rank and the ranks between, where a pipeline
     # layout places them (Plan.pipeline_layout); None: by their position (perfmodel.step.moe)
     stage_dense: tuple[int, int, int] | None = None
+    # the decoder layers each rank between the first and the last is costed with, where a
+    # pipeline layout gives them unequal ones (PipelineLayout.middle_layers); None: equal
+    middle_layers: int | None = None
     # selective recompute's modules (Plan.recompute_modules); () the attention core alone
     recompute_modules: tuple[str, ...] = ()
     # the expert-parallel all-to-alls overlapped with another micro-batch (Plan.ep_comm_overlap;

@@ -15,10 +15,14 @@ Megatron expands the repetitions with two regular expressions (groups first, the
 characters); this module reads the same strings the same way, bounded (a repetition that would
 build more than MAX_PIECES pieces is refused before it is built), and checks what Megatron checks
 (embedding first and loss last, once each; the MTP modules after every decoder layer, together in
-one chunk) plus what perfmodel models: the MTP modules on the last rank with the loss, every rank
-with at least one decoder layer, and the ranks between the first and the last holding as many
-decoder layers each (perfmodel's pipeline has a first, a last and equal middle stages; the dense
-layers of a mixture of experts may still fall unevenly on them, perfmodel.step.moe). The reader
+one chunk) plus what perfmodel models: the MTP modules on the last rank with the loss and every
+rank with at least one decoder layer. perfmodel's pipeline has a first, a last and one kind of
+middle stage: where the ranks between hold unequal layers (torchtitan's and NeMo AutoModel's
+splits give the first ranks one more), each is costed as the one holding the most
+(middle_layers: the slowest sets the pace; the fill and drain, which pass every rank once, count
+the others' difference too, an overestimate of the bubble by at most (pp - 2) x that
+difference's layers); the dense layers of a mixture of experts may still fall unevenly on them,
+perfmodel.step.moe. The reader
 is written by hand (a grammar of three tokens): it counts what a repetition builds before it
 builds it, which Megatron's regular-expression substitution does not.
 """
@@ -134,6 +138,13 @@ class PipelineLayout:
         return self.flat.count("t")
 
     @property
+    def middle_layers(self) -> int | None:
+        """The decoder layers every rank between the first and the last is costed with where
+        they differ (the most any holds), else None (equal: L less the ends' over pp - 2)."""
+        middle = self.decoder_layers[1:-1]
+        return max(middle) if len(set(middle)) > 1 else None
+
+    @property
     def mtp_modules(self) -> int:
         return self.flat.count("m")
 
@@ -176,11 +187,6 @@ class PipelineLayout:
         if min(ranks[0], ranks[-1]) < 1:
             raise _fail(text, f"the first and the last pipeline rank must hold a decoder layer "
                               f"each (they hold {ranks[0]} and {ranks[-1]})")
-        middle = set(ranks[1:-1])
-        if len(middle) > 1:
-            raise _fail(text, "the ranks between the first and the last must hold as many "
-                              f"decoder layers each (perfmodel's middle stages are equal); they "
-                              f"hold {', '.join(map(str, ranks[1:-1]))}")
 
     def check_model(self, layers: int, mtp_layers: int) -> None:
         """The rules that need the model: its decoder layers and MTP modules, each once."""

@@ -141,9 +141,11 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
                         f"{p.last_stage_layers or '-'} last")
     if getattr(p, "pipeline_layout", ""):
         ranks = p.layout.decoder_layers
+        between = ("-" if len(ranks) < 3 else f"{ranks[1]} each" if p.layout.middle_layers is None
+                   else f"{'/'.join(map(str, ranks[1:-1]))} (each costed as "
+                        f"{p.layout.middle_layers}, the slowest)")
         schedule.append(f"pipeline layout {p.pipeline_layout} (layers per rank: {ranks[0]} "
-                        f"first, {ranks[1] if len(ranks) > 2 else '-'} each between, "
-                        f"{ranks[-1]} last)")
+                        f"first, {between} between, {ranks[-1]} last)")
     dtype = _value(p.dtype)
     if p.fp8_recipe is not None:  # an fp8 plan: its recipe, and where the output layer runs
         dtype += (f" ({_value(p.fp8_recipe)} scaling; output layer "

@@ -89,6 +89,11 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
     if plan.ep_comm_overlap:
         raise PlanError("ep_comm_overlap: the validation job runs each micro-batch's forward "
                         "and backward apart (no combined 1F1B)")
+    if plan.layout is not None and plan.layout.middle_layers is not None:
+        raise PlanError(f"pipeline_layout {plan.pipeline_layout}: its ranks between the first "
+                        "and the last hold unequal layers, which the model costs each as the "
+                        "slowest; the job's measured times and counts would not compare term by "
+                        "term (validate a layout of equal ranks between)")
     if plan.pipeline_micro_batches:
         raise PlanError("pipeline_micro_batches: the validation job runs every micro-batch of "
                         "the step in one pipeline schedule (leave it 0)")

@@ -445,16 +445,16 @@ def _experts(par: dict[str, Any], job: JobConfig, where: str, tp: int) -> None:
         raise refuse_plan(where, "parallelism.expert_tensor_parallel_degree", etp,
                           f"torchtitan takes 1 or the tensor-parallel degree ({tp})")
     backend = str(par.get("expert_parallel_comm_backend", "standard"))
-    if backend not in ("standard", "deepep"):
+    if backend not in ("standard", "deepep", "hybridep"):
         raise refuse_plan(where, "parallelism.expert_parallel_comm_backend", backend,
-                          "torchtitan's values: standard, deepep")
+                          "torchtitan's values: standard, deepep, hybridep")
     if par.get("pipeline_parallel_expert_parallel_overlap") and ep > 1:
         raise refuse_plan(where, "parallelism.pipeline_parallel_expert_parallel_overlap", True,
                           "the DualPipeV overlap of the experts' all-to-alls is not modelled")
     if ep > 1:
         job.fix("ep", ep)
         job.fix("etp", etp)
-        if backend == "deepep":
+        if backend in ("deepep", "hybridep"):  # HybridEP sends as DeepEP does
             job.fix("ep_dispatcher", "deepep")
     for key, value in (("expert_parallel_degree", ep), ("expert_tensor_parallel_degree", etp),
                        ("pipeline_parallel_expert_parallel_overlap",
@@ -464,8 +464,8 @@ def _experts(par: dict[str, Any], job: JobConfig, where: str, tp: int) -> None:
     if "expert_parallel_comm_backend" in par:  # as the Megatron reader takes --moe-token-
         # dispatcher-type flex
         job.took("parallelism.expert_parallel_comm_backend", backend,
-                 "the tokens' all-to-all" + (" by DeepEP's kernels: ep_dispatcher deepep"
-                                             if backend == "deepep" else ""))
+                 "the tokens' all-to-all" + (f" by {backend}'s kernels: ep_dispatcher deepep"
+                                             if backend != "standard" else ""))
 
 
 # torchtitan's rotate methods (torch.distributed.tensor.experimental's context parallel): the
@@ -524,62 +524,83 @@ def _pipeline(par: dict[str, Any], job: JobConfig, where: str, pp: int) -> None:
                   "parallelism.pipeline_parallel_first_stage_less_layers", where, minimum=0)
     last = whole(par.get("pipeline_parallel_last_stage_less_layers", 1),
                  "parallelism.pipeline_parallel_last_stage_less_layers", where, minimum=0)
-    layers = job.model.get("layers")
     per_stage = par.get("pipeline_parallel_layers_per_stage")
-    if per_stage is not None and layers is not None:
-        # torchtitan counts the stages over the layers and the ones the ends leave out
-        effective = layers + first + last
-        stages = math.ceil(effective / whole(per_stage, "parallelism.pipeline_parallel_layers_"
-                                                        "per_stage", where))
-        if stages % pp:
-            raise refuse_plan(where, "parallelism.pipeline_parallel_layers_per_stage", per_stage,
-                              f"{stages} stages do not divide over pp {pp} (torchtitan refuses)")
-        chunks = stages // pp
-        if effective % stages:
-            raise refuse_plan(where, "parallelism.pipeline_parallel_layers_per_stage", per_stage,
-                              f"{layers} layers (+ {first} + {last} left out of the first and "
-                              f"last stage) do not split evenly into {stages} stages")
-    else:
-        chunks = 1 if schedule in _SINGLE_STAGE else 2
-    if (schedule in _SINGLE_STAGE) != (chunks == 1):
-        raise refuse_plan(where, "parallelism.pipeline_parallel_schedule", name,
-                          f"with {chunks} stages per rank (torchtitan refuses)")
-    if first or last:
-        _less_layers(job, where, pp, chunks, first, last)
-    job.fix("schedule", schedule)
-    job.fix("virtual_stages", chunks)
+    if per_stage is not None:
+        per_stage = whole(per_stage, "parallelism.pipeline_parallel_layers_per_stage", where)
     if job.plan["_local_batch"] % micro:
         raise refuse_plan(where, "parallelism.pipeline_parallel_microbatch_size", micro,
                           f"must divide training.local_batch_size "
                           f"({job.plan['_local_batch']})")
     job.fix("micro_batch", micro)
-
-
-def _less_layers(job: JobConfig, where: str, pp: int, chunks: int, first: int, last: int
-                 ) -> None:
-    """pipeline_parallel_first/last_stage_less_layers (torchtitan's default 1 each): the first
-    and last stages hold that many layers fewer than the others (generate_llm_fqn_per_model_part
-    counts the stages over layers + first + last). With one stage per rank that is
-    Plan.first_stage_layers / last_stage_layers; with several per rank (only the model's first
-    and last chunk short) it is not expressible."""
+    job.fix("schedule", schedule)
     layers = job.model.get("layers")
-    key = f"parallelism.pipeline_parallel_{'first' if first else 'last'}_stage_less_layers"
-    if chunks != 1:
-        raise refuse_plan(where, key, first or last,
-                          "with several stages per rank only the model's first and last chunk "
-                          "are short, which perfmodel's per-rank split cannot express: set "
-                          "both to 0")
-    if layers is None or (layers + first + last) % pp:
-        raise refuse_plan(where, key, first or last,
-                          f"the layers ({layers}) plus the ones left out ({first} + {last}) "
-                          f"must split evenly over pp {pp}")
-    per_stage = (layers + first + last) // pp
-    if first:
-        job.fix("first_stage_layers", per_stage - first)
-    if last:
-        job.fix("last_stage_layers", per_stage - last)
-    job.notes.append(f"torchtitan's stages: {per_stage - first} first, {per_stage} between, "
-                     f"{per_stage - last} last (first_stage_layers / last_stage_layers)")
+    if layers is None and job.preset is not None:
+        from perfmodel.specs.model import load_model
+
+        layers = load_model(job.preset).layers
+    split = (where, pp, schedule, name, per_stage, first, last)
+    if layers is None:  # a flavor given by --model: split its layers once it is known
+        job.with_model.append(lambda model: _split(job, *split, model.layers))
+    else:
+        _split(job, *split, layers)
+
+
+def stage_split(layers: int, stages: int, first: int, last: int, where: str) -> list[int]:
+    """torchtitan's split of the layers over the stages (distributed/pipeline_parallel.py,
+    generate_llm_fqn_per_model_part): the first and the last stage count first and last layers
+    more (the embedding's and the output's weights), effective = layers + first + last over the
+    stages, the first effective % stages stages one more; torchtitan's refusals."""
+    effective = layers + first + last
+    per, extra = divmod(effective, stages)
+    if stages > effective or per == 0:
+        raise refuse_plan(where, "parallelism.pipeline_parallel_degree", stages,
+                          f"{stages} stages for {layers} layers (+ {first} + {last}): "
+                          "torchtitan refuses empty stages")
+    if max(first, last) > per:
+        raise refuse_plan(where, "parallelism.pipeline_parallel_first_stage_less_layers",
+                          max(first, last), f"exceeds the {per} layers a stage holds "
+                          "(torchtitan refuses it)")
+    out = [per + (i < extra) for i in range(stages)]
+    out[0] -= first
+    out[-1] -= last
+    if stages > 1 and min(out[0], out[-1]) < 1:
+        raise refuse_plan(where, "parallelism.pipeline_parallel_first_stage_less_layers",
+                          max(first, last), "leaves the first or the last stage without a "
+                          "decoder layer")
+    return out
+
+
+def _split(job: JobConfig, where: str, pp: int, schedule: str, name: str,
+           per_stage: int | None, first: int, last: int, layers: int) -> None:
+    """The stages per rank (from pipeline_parallel_layers_per_stage, else torchtitan's default: 1
+    for single-stage schedules, 2 for the others) and torchtitan's split of the layers over them:
+    one stage a rank, first/last_stage_layers where the ranks between hold as many each, else a
+    pipeline layout (perfmodel.pipeline_layout), as for several stages a rank."""
+    if per_stage is not None:
+        stages = math.ceil((layers + first + last) / per_stage)
+        if stages % pp:
+            raise refuse_plan(where, "parallelism.pipeline_parallel_layers_per_stage", per_stage,
+                              f"{stages} stages do not divide over pp {pp} (torchtitan refuses)")
+        chunks = stages // pp
+    else:
+        chunks = 1 if schedule in _SINGLE_STAGE else 2
+    if (schedule in _SINGLE_STAGE) != (chunks == 1):
+        raise refuse_plan(where, "parallelism.pipeline_parallel_schedule", name,
+                          f"with {chunks} stages per rank (torchtitan refuses)")
+    job.fix("virtual_stages", chunks)
+    split = stage_split(layers, pp * chunks, first, last, where)
+    if chunks == 1 and len(set(split[1:-1])) <= 1:
+        # the ends where the config makes them short or they differ from the ranks between
+        middle = split[1] if pp > 2 else None
+        for end, less, n in (("first", first, split[0]), ("last", last, split[-1])):
+            if less or n != middle:
+                job.fix(f"{end}_stage_layers", n)
+    else:
+        chunks_text = ["t" * n for n in split]
+        chunks_text[0], chunks_text[-1] = "E" + chunks_text[0], chunks_text[-1] + "L"
+        job.fix("pipeline_layout", "|".join(chunks_text))
+    job.notes.append(f"torchtitan's stages ({pp} x {chunks}): "
+                     f"{'/'.join(str(n) for n in split)} layers")
 
 
 def _checkpointing(data: dict[str, Any], job: JobConfig, where: str) -> None:

@@ -59,14 +59,18 @@ def stage_layers(fam: Family) -> dict[str, sp.Expr]:
     stages not given sharing the rest evenly:
         share = (L - L_first - L_last) / (pp - [L_first > 0] - [L_last > 0])
     (the plan rules make it whole; with one stage, L). A middle stage with pp <= 2 is none: its
-    numbers are those of a stage that holds neither end and never exceed the others'."""
+    numbers are those of a stage that holds neither end and never exceed the others'. A layout
+    whose middle ranks differ gives the most any holds (Family.middle_layers)."""
     if fam.uneven_stages is False:
         return {st: S.L / S.pp for st in ("first", "middle", "last")}
     given_first = sp.Min(1, S.L_first, evaluate=False)
     given_last = sp.Min(1, S.L_last, evaluate=False)
     share = (S.L - S.L_first - S.L_last) / sp.Max(1, S.pp - given_first - given_last,
                                                    evaluate=False)
-    return {"first": S.L_first + (1 - given_first) * share, "middle": share,
+    # a layout whose ranks between hold unequal layers: each costed as the one with the most
+    # (perfmodel.pipeline_layout, middle_layers)
+    middle = share if fam.middle_layers is None else sp.Integer(fam.middle_layers)
+    return {"first": S.L_first + (1 - given_first) * share, "middle": middle,
             "last": S.L_last + (1 - given_last) * share}
 
 

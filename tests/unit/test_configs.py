@@ -329,10 +329,23 @@ def test_torchtitan_uneven_stages_and_tp_without_fsdp(tmp_path):
     # = 41 each, the first and the last one short (first/last_stage_less_layers default 1)
     _, _, plan = job_plan(path, gpus=16)
     assert (plan["first_stage_layers"], plan["last_stage_layers"]) == (40, 40)
+    # several stages per rank: only the model's end chunks are short, written as a layout
+    # (stages 0 and 2 on rank 0): 82 // 4 = 20, 2 left over to stages 0 and 1
     data["parallelism"].update(pipeline_parallel_schedule="Interleaved1F1B")
     path.write_text(json.dumps(data))
-    with pytest.raises(PlanError, match="first_stage_less_layers"):
-        read_config(path)  # several stages per rank: only the model's end chunks are short
+    _, _, plan = job_plan(path, gpus=16)
+    assert plan["virtual_stages"] == 2
+    assert plan["pipeline_layout"] == "E" + "t" * 20 + "|" + "t" * 21 + "|" + "t" * 20 + "|" \
+        + "t" * 19 + "L"
+    # pp 4 with one stage a rank: 82 // 4 = 20, stages 0 and 1 one more: 20/21/20/19, the
+    # ranks between unequal (each costed as 21, the slowest)
+    data["parallelism"].update(pipeline_parallel_degree=4, pipeline_parallel_schedule="1F1B",
+                               data_parallel_shard_degree=-1)
+    path.write_text(json.dumps(data))
+    job, spec, plan = job_plan(path, gpus=64)
+    assert plan["pipeline_layout"] == "E" + "|".join("t" * n for n in (20, 21, 20, 19)) + "L"
+    assert Plan(**plan).layout.middle_layers == 21
+    assert predict(spec, "dgx-h100", Plan(**plan)).step_time_s > 0
     data["parallelism"].update(pipeline_parallel_degree=1, data_parallel_shard_degree=1)
     path.write_text(json.dumps(data))
     job, _, plan = job_plan(path, gpus=8)
@@ -736,7 +749,11 @@ def test_torchtitan_deepep_is_read_as_the_deepep_dispatcher(tmp_path):
     job, _, plan = job_plan(_qwen3_toml(tmp_path, expert_parallel_degree=8,
                                         expert_parallel_comm_backend="deepep"), gpus=8)
     assert (plan["ep"], plan["ep_dispatcher"]) == (8, "deepep")
-    assert any("DeepEP's kernels: ep_dispatcher deepep" in line for line in job.report())
+    assert any("deepep's kernels: ep_dispatcher deepep" in line for line in job.report())
+    # torchtitan's HybridEP backend (dgxc-benchmarking's GB200 recipe) sends the same way
+    _, _, plan = job_plan(_qwen3_toml(tmp_path, expert_parallel_degree=8,
+                                      expert_parallel_comm_backend="hybridep"), gpus=8)
+    assert plan["ep_dispatcher"] == "deepep"
 
 
 def test_torchtitan_experts_without_fsdp_are_refused(tmp_path):

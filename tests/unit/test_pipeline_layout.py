@@ -55,7 +55,6 @@ def test_deepseek_v3_layout_gives_each_rank_its_layers():
     ("Et|mt|tL", 3, "after every decoder layer"),
     ("Et|tt|m|L", 2, "standalone MTP"),
     ("E|tt|ttL", 3, "first and the last pipeline rank must hold a decoder layer"),
-    ("Et|tt|t|tL", 4, "as many decoder layers each"),
     ("Et|(t)*100000000|L", 3, f"more than {MAX_PIECES:,} pieces"),
     ("Et|tL", 1, "needs pp >= 2"),
 ])
@@ -216,3 +215,28 @@ def test_megatron_reads_the_embedding_and_loss_accounting_as_a_layout(tmp_path):
         path.write_text(base + extra)
         with pytest.raises(PlanError, match=why):
             resolve_plan(read_config(path), spec, {"gpus": 2})
+
+
+def test_unequal_ranks_between_are_each_costed_as_the_slowest():
+    """torchtitan's split of Llama 3 8B over pp 4 (32 + 1 + 1 effective: 9/9/8/8, the ends one
+    short): the ranks between hold 9 and 8, each costed as 9; the middle stage is the one of
+    equal ranks holding 9 each (the first and the last as given)."""
+    model, h100 = load_model("llama3-8b"), load_hardware("dgx-h100")
+    kw = dict(gpus=32, dp=8, pp=4, global_batch=64)
+    unequal = Plan(**kw, pipeline_layout="E" + "|".join("t" * n for n in (8, 9, 8, 7)) + "L")
+    assert unequal.layout.middle_layers == 9 and unequal.layout.decoder_layers == (8, 9, 8, 7)
+    equal = Plan(**kw, pipeline_layout="E" + "|".join("t" * n for n in (7, 9, 9, 7)) + "L")
+    assert equal.layout.middle_layers is None
+    assert _stage_times(model, h100, unequal)["middle"] == pytest.approx(
+        _stage_times(model, h100, equal)["middle"], rel=1e-9)
+    out = predict(model, h100, unequal)
+    assert out.step_time_s > 0
+
+
+def test_the_validation_job_refuses_unequal_ranks_between():
+    from validation.jobspec import check_job, job_parallel
+
+    plan = Plan(gpus=32, dp=8, pp=4, global_batch=64,
+                pipeline_layout="E" + "|".join("t" * n for n in (8, 9, 8, 7)) + "L")
+    with pytest.raises(PlanError, match="unequal layers"):
+        check_job(load_model("llama3-8b"), plan, job_parallel(plan))
