@@ -728,7 +728,6 @@ _INTERLEAVED, _ZB, _ZBV = (SCHEDULES.index(s) for s in (Schedule.INTERLEAVED, Sc
                                                          Schedule.ZBV))
 _1D, _2D, _25D, _3D = range(len(LAYOUTS))
 _A2A = CP_COMMS.index(CPComm.A2A)
-_OP = RECOMPUTES.index(Recompute.OP)
 
 
 def _root(n: Any, k: int) -> Any:
@@ -1054,11 +1053,6 @@ RULES: tuple[Rule, ...] = (
           lambda c, m: (not _moe(m)) | (c.tp == 1) | (c.sequence_parallel == 1),
           lambda c, m: f"a mixture of experts with tp > 1 ({c.tp}) needs sequence_parallel "
                        "(Megatron-Core requires it: each rank routes its own tokens)", model=True),
-    _rule("recompute", lambda c, m: (not _moe(m) and m.kv_lora_rank is None)
-          | (c.recompute != _OP),
-          lambda c, m: "recompute op (torchtitan's per-op selective recompute) is modelled for "
-                       "dense layers with standard attention: use none, selective or full",
-          model=True),
 )
 
 

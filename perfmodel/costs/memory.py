@@ -76,7 +76,8 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
                            attention: dict[str, sp.Expr] | None = None,
                            mlp: sp.Expr | None = None,
                            fp8_attention: dict[str, sp.Expr] | None = None,
-                           fp8_mlp: dict[str, sp.Expr] | None = None) -> sp.Expr:
+                           fp8_mlp: dict[str, sp.Expr] | None = None,
+                           per_op: sp.Expr | None = None) -> sp.Expr:
     """Activation bytes one layer keeps for the backward pass, per micro-batch, on one GPU.
 
     With e = 2 (16-bit), 1-byte dropout masks, kv = a, f = 4h, no gating (Korthikanti et al. 2022,
@@ -103,7 +104,8 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     SwiGLU's MLP-down output e T h (a row-parallel output: partial sums, whole on each rank), the
     attention output e T a d / tp and its fp32 log-sum-exp 4 a b s / tp (flash; an unfused core's
     batched products are not in the save list and are recomputed), and with sequence parallelism
-    the two reduce-scatter outputs 2 e T h / tp.
+    the two reduce-scatter outputs 2 e T h / tp. `per_op`: another layer's per-op count (MLA, a
+    mixture of experts: perfmodel.step.op_recompute.kept_bytes).
     `full`, `selective` and `op` are the shares of the layers under each policy (0/1 flags, or a
     fraction with Plan.recompute_every); the rest keep everything.
     FP8 (fp8 = 1; perfmodel.costs.fp8): Transformer Engine saves an FP8 GEMM's input for the
@@ -151,8 +153,9 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     everything = replicated / rep + (sharded + quadratic) / tp + mlp_rank
     attention_core_recomputed = replicated / rep + sharded / tp + mlp_rank
     layer_input = e * T * h / rep
-    per_op = layer_input + e * T * (a * d + kv * d + f) / tp + gated * e * T * h \
-        + flash * (e * T * a * d + 4 * a * b * s) / tp + sequence_parallel * 2 * e * T * h / tp
+    if per_op is None:
+        per_op = layer_input + e * T * (a * d + kv * d + f) / tp + gated * e * T * h \
+            + flash * (e * T * a * d + 4 * a * b * s) / tp + sequence_parallel * 2 * e * T * h / tp
     return full * layer_input + selective * attention_core_recomputed + op * per_op \
         + (1 - full - selective - op) * everything
 

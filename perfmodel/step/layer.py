@@ -40,8 +40,10 @@ from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import layouts as LY
 from perfmodel.costs import mla as MLA
+from perfmodel.costs import moe as CM
 from perfmodel.family import Family
 from perfmodel.step import fp8 as FP8
+from perfmodel.step import op_recompute as OP
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, linear_gemm_time
@@ -202,13 +204,25 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
     if c.fam.mla:
         common += 2 * e * c.T * ((S.r_q if c.fam.mla_q_lora else 0) + S.r_kv)
     gemm_s = sum((t for n, t in gemm_t.items() if n not in K.ATTENTION_CORE), ZERO)
+    experts_s = ZERO
     if moe:
-        from perfmodel.step.moe import moe_mlp_work
+        from perfmodel.step.moe import moe_mlp_work, routed_tokens
 
         mlp_gemm_s, mlp_elementwise = moe_mlp_work(c)
         gemm_s, common = gemm_s + mlp_gemm_s, common + mlp_elementwise
+        # the routed experts' alone: the MLP's less its router and shared experts
+        experts_s = mlp_gemm_s - K.gemm_time(CM.router_gemm(routed_tokens(c)[0], h, S.E), e,
+                                             c.dev)
+        if c.fam.moe_shared:
+            experts_s -= sum((linear_gemm_time(c, g)
+                              for g in CM.shared_gemms(c.T, h, S.f_sh, tp, c.gated)), ZERO)
     ew_forward, ew_backward = elementwise_traffic(c, ew, moe)
     modules = recompute_module_s(c, gemm_t, ew, moe)
+    attention_s = c.flash * fused_s + (1 - c.flash) * unfused_s
+    elementwise_s = K.memory_time(common + ew_forward, c.dev)
+    if c.fam.moe or c.fam.mla:  # per-op recompute as torchtitan's modules call their matmuls
+        modules += (("per_op", OP.recompute_s(c, moe, elementwise_s, attention_s,
+                                              experts_s)),)
     cast_s = cast_backward_s = None
     if c.fam.fp8:
         if moe:  # the attention's casts, then the routed and shared experts' (moe.py)
@@ -219,8 +233,8 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
         cast_backward_s = K.memory_time(S.q8 * backward, c.dev)
     return LayerWork(
         gemm_s=gemm_s,
-        attention_s=c.flash * fused_s + (1 - c.flash) * unfused_s,
-        elementwise_s=K.memory_time(common + ew_forward, c.dev),
+        attention_s=attention_s,
+        elementwise_s=elementwise_s,
         attention_backward_s=c.flash * fused_backward_s
         + (1 - c.flash) * BACKWARD_PER_FORWARD * unfused_s,
         fp8_cast_s=cast_s, fp8_cast_backward_s=cast_backward_s,
@@ -374,6 +388,8 @@ def op_recompute_s(c: Context, work: LayerWork) -> sp.Expr:
     share of the linear FLOPs, at the layer's GEMM time per FLOP), every element-wise operation,
     and an unfused attention core (its batched products and softmax are not kept; a flash
     kernel's output is)."""
+    if c.fam.moe or c.fam.mla:  # the layers' own (perfmodel.step.op_recompute)
+        return work.module("per_op")
     share = op_recomputed_gemm_share(c)
     return share * work.gemm_s + work.elementwise_s + (1 - c.flash) * work.attention_s \
         + share * (work.fp8_cast_s or ZERO)

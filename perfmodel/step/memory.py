@@ -50,6 +50,7 @@ from perfmodel.costs.lattice import lmax
 from perfmodel.step import data_parallel as DP
 from perfmodel.step import fp8 as FP8
 from perfmodel.step import moe as MOE
+from perfmodel.step import op_recompute as OP
 from perfmodel.step.context import Context, active
 from perfmodel.step.parameters import Parameters
 from perfmodel.step.pipeline import STAGES, holds
@@ -98,6 +99,8 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
                 fp8_mlp = {"input": shared * S.s8 * T * h,
                            "rank": CM.moe_fp8_saved_bytes(A_r, h, S.f_E, e, S.s8, etp=S.etp)
                            + shared * (S.s8 - e) * T * S.f_sh / tp}
+        if c.fam.moe or c.fam.mla:  # per-op recompute as torchtitan's modules run
+            kw["per_op"] = OP.kept_bytes(c, mlp is not None, s)
         return M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, mlp=mlp, fp8_mlp=fp8_mlp,
                                         **kw, **act_kw)
 
@@ -110,7 +113,12 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
     moe_count = MOE.moe_layers(c) if c.fam.moe else {st: 0 for st in STAGES}
     if c.fam.moe:
         act_moe = activations(**policy, moe=True) - module_drops(c, moe=True)
+        # the recompute buffer: the larger of a dense and an MoE layer's
+        op_gap = lmax(full_layer - op_layer, activations(full=0, selective=0, moe=True)
+                      - activations(full=0, selective=0, op=1, moe=True))
         full_layer = lmax(full_layer, activations(full=0, selective=0, moe=True))
+    else:
+        op_gap = full_layer - op_layer
     inflight = M.inflight_micro_batches(
         c.gpipe, c.interleaved + c.zero_bubble * (1 - c.zbv) * active(S.v), S.pp, c.m, S.v)
     # the largest layer FSDP gathers whole: a dense one, or an MoE layer with its E / ep
@@ -143,8 +151,7 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         if c.fam.mtp:  # the modules' layers, as the last's, on the stage with the output layer
             layers += has_head * S.D_mtp * (act_moe if c.fam.mtp_last_moe else act_layer)
         mem["activations/layers"] = layers * stage_inflight
-        mem["activations/recompute_buffer"] = c.full_any * full_layer \
-            + c.op_any * (full_layer - op_layer)
+        mem["activations/recompute_buffer"] = c.full_any * full_layer + c.op_any * op_gap
         # the embedding's dropout mask per in-flight micro-batch; the final norm's input and the
         # fp32 logits (two of each, as the first step model counted them, 88e7cc9; eager
         # kernels three fp32 logits: LOSS_LOGITS_EAGER)

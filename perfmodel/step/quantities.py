@@ -28,6 +28,7 @@ from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import mla as MLA
 from perfmodel.costs import moe as CM
+from perfmodel.step import op_recompute as OP
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
@@ -95,6 +96,16 @@ def flops(c: Context) -> dict[str, sp.Expr]:
         + (1 - c.flash) * (1 + BACKWARD_PER_FORWARD) * core
     core_forward = c.flash * fused + (1 - c.flash) * core
     op_forward = op_recomputed_gemm_share(c) * layers_linear_hw + S.L * (1 - c.flash) * core
+    if c.fam.moe or c.fam.mla:  # the layers' recomputed matmuls (perfmodel.step.op_recompute)
+        op_forward = S.L * (1 - c.flash) * core
+        if c.fam.moe:
+            from perfmodel.step.moe import moe_layers_total
+
+            L_moe = moe_layers_total(c)
+            op_forward += (S.L - L_moe) * OP.recomputed_flops(c, False, T) + L_moe * (
+                OP.recomputed_flops(c, True, T) + routed_hw * expert)
+        else:
+            op_forward += S.L * OP.recomputed_flops(c, False, T)
     hardware = steps * (layers_linear_hw + logits + extra_hw) + c.m * S.dp * (
         S.L * core_run + c.full * (layers_linear_hw + S.L * core_forward)
         + S.L * c.core * core_forward + c.op * op_forward + module_flops(c, T, gemms))
