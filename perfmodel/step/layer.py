@@ -424,7 +424,7 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
     slower = cost.scale - 1  # what the framework's scale adds to the rooflines
     recomputed = c.full * work.total_s + c.core * work.attention_s \
         + c.op * op_recompute_s(c, work) \
-        + sum((c.recomputes(name) * t for name, t in work.module_s), ZERO)
+        + sum((c.recomputes(name) * t for name, t in work.module_s if name != "per_op"), ZERO)
 
     def lost(name: str) -> dict[str, sp.Expr]:
         return {"compute/tp_overlap": extra[name]} if name in extra else {}

@@ -99,7 +99,8 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
                 fp8_mlp = {"input": shared * S.s8 * T * h,
                            "rank": CM.moe_fp8_saved_bytes(A_r, h, S.f_E, e, S.s8, etp=S.etp)
                            + shared * (S.s8 - e) * T * S.f_sh / tp}
-        if c.fam.moe or c.fam.mla:  # per-op recompute as torchtitan's modules run
+        if (c.fam.moe or c.fam.mla) and kw.get("op", 0) != 0:  # per-op recompute as
+            # torchtitan's modules run (where the policy has it: 0 x the count is no term)
             kw["per_op"] = OP.kept_bytes(c, mlp is not None, s)
         return M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, mlp=mlp, fp8_mlp=fp8_mlp,
                                         **kw, **act_kw)

@@ -33,6 +33,8 @@ kept).
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy as sp
 
 from perfmodel import symbols as S
@@ -90,7 +92,17 @@ def _time(c: Context, g: K.Gemm) -> sp.Expr:
 
 def kept_bytes(c: Context, moe: bool, s: sp.Expr) -> sp.Expr:
     """What per-op recompute keeps of one layer on one rank, per micro-batch [bytes] (module
-    doc); s: a cp rank's tokens of each sequence."""
+    doc); s: a cp rank's tokens of each sequence. Built once per family and kind."""
+    key = (c.fam, moe, s)
+    if key not in _KEPT:
+        _KEPT[key] = _kept_bytes(c, moe, s)
+    return _KEPT[key]
+
+
+_KEPT: dict[tuple[Any, bool, sp.Expr], sp.Expr] = {}
+
+
+def _kept_bytes(c: Context, moe: bool, s: sp.Expr) -> sp.Expr:
     e, T, tp, h = S.e, c.T, S.tp, S.h
     rep = c.act_ranks
     saved, _ = _split(c, moe)
@@ -105,11 +117,14 @@ def kept_bytes(c: Context, moe: bool, s: sp.Expr) -> sp.Expr:
         out += TOPK_BYTES * T_r * S.k_E
         deepep = flag(None if c.fam.ep_dispatcher is None else c.fam.ep_dispatcher == "deepep",
                       "ep_deepep")
-        ranks = CM.spread(S.ep, S.k_E, S.E, round_robin=c.fam.moe_round_robin, groups=S.g_E,
-                          group_topk=S.M_E)
-        nccl = e * (A_r + T_r * S.k_E) * h
-        deep = e * (A_r * ranks / S.k_E + T_r) * h
-        out += active(S.ep) * (deepep * deep + (1 - deepep) * nccl)
+        exchanged = ZERO
+        if deepep != 1:  # NCCL's all-to-all: every top-k copy, each way
+            exchanged += (1 - deepep) * e * (A_r + T_r * S.k_E) * h
+        if deepep != 0:  # DeepEP: one row per token and rank, the tokens combined
+            ranks = CM.spread(S.ep, S.k_E, S.E, round_robin=c.fam.moe_round_robin,
+                              groups=S.g_E, group_topk=S.M_E)
+            exchanged += deepep * e * (A_r * ranks / S.k_E + T_r) * h
+        out += active(S.ep) * exchanged
     return out
 
 
