@@ -97,8 +97,9 @@ def resolve_model(job: JobConfig, model: str | None, seq_len: int | None) -> Any
         if not isinstance(base, TransformerSpec):
             raise SpecError(f"model '{model}' is a layer graph: a job config trains a transformer")
         for key, value in fields.items():
-            # the sequence and the router's routing are the run's, not the model's identity
-            if key not in ("seq_len", "routing", "routing_imbalance") and \
+            # the sequence, the router's routing and whether the run builds the MTP modules
+            # (torchtitan and AutoModel build none) are the run's, not the model's identity
+            if key not in ("seq_len", "routing", "routing_imbalance", "mtp_layers") and \
                     getattr(base, key) != value:
                 raise SpecError(f"{job.path}: the config's {key} ({value}) differs from model "
                                 f"'{model}' ({getattr(base, key)}); the config's model is "

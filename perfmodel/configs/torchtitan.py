@@ -246,6 +246,19 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
     if name == "qwen3":
         _qwen3(data, job, where, flavor)
         return
+    if name == "deepseek_v3" and flavor in DEEPSEEK_PRESETS:
+        # torchtitan/models/deepseek_v3/__init__.py (_671b at b5bcd76c6): the config's sizes,
+        # routing (8 groups, 4 limited) and no multi-token-prediction module (num_mtp_layers 0)
+        job.preset = DEEPSEEK_PRESETS[flavor]
+        job.model["mtp_layers"] = 0
+        job.plan["_moe"] = True
+        job.took("model.name", name, "torchtitan's DeepSeek-V3")
+        job.took("model.flavor", flavor, f"preset {job.preset}, without its MTP module "
+                                         "(torchtitan builds none by default)")
+        job.notes.append(f"model.flavor {flavor}: torchtitan's deepseek_v3 flavors attend "
+                         "within documents (FlexAttention, block-causal masks); perfmodel "
+                         "costs causal attention over the whole sequence, an upper bound")
+        return
     if name != "llama3":
         job.needs_model = (f"model.name {name}: perfmodel maps torchtitan's llama3 and qwen3 "
                            "flavors only")
@@ -277,6 +290,10 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.took("model.name", name, "torchtitan's Llama 3")
     job.took("model.flavor", flavor, f"{job.model['layers']} layers, hidden "
                                      f"{job.model['hidden']}, ffn {job.model['ffn_hidden']}")
+
+
+# torchtitan's deepseek_v3 flavors that are a perfmodel preset's model
+DEEPSEEK_PRESETS = {"671B": "deepseek-v3"}
 
 
 def _qwen3(data: dict[str, Any], job: JobConfig, where: str, flavor: str) -> None:

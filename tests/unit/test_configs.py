@@ -913,3 +913,26 @@ def test_recommend_from_config_keeps_its_expert_parallelism_and_state_dtypes(run
     assert res.returncode == 0, res.stderr
     assert {(e["plan"]["recompute"], e["plan"]["recompute_every"])
             for e in json.loads(res.stdout)["plans"]} == {("full", 2)}
+
+
+def test_torchtitan_deepseek_v3_as_dgxc_benchmarking_runs_it(tmp_path):
+    """dgxc-benchmarking's torchtitan DeepSeek-V3 recipe on 512 H100s (deepseek_v3_671b.toml
+    with its launch.sh overrides: pp 8 1F1B, ep 64 over DeepEP, FSDP 64, per-op recompute,
+    local batch 16): the 671B flavor is the preset without an MTP module, the split torchtitan's
+    (61 + 1 + 1 over 8: 7 first, 6 last), and the plan fits the 80 GB it ran on."""
+    path = tmp_path / "dsv3.toml"
+    path.write_text("\n".join([
+        "[model]", 'name = "deepseek_v3"', 'flavor = "671B"',
+        "[training]", "local_batch_size = 16", "global_batch_size = 1024", "seq_len = 4096",
+        "[parallelism]", "data_parallel_shard_degree = 64", "pipeline_parallel_degree = 8",
+        'pipeline_parallel_schedule = "1F1B"', "expert_parallel_degree = 64",
+        'expert_parallel_comm_backend = "deepep"',
+        "[activation_checkpoint]", 'mode = "selective"', 'selective_ac_option = "op"',
+        "[compile]", "enable = true", 'components = ["model", "loss"]']) + "\n")
+    job, spec, plan = job_plan(path, gpus=512)
+    assert (spec.name, spec.mtp_layers, spec.expert_groups) == ("deepseek-v3", 0, 8)
+    assert (plan["ep"], plan["ep_dispatcher"], plan["recompute"], plan["pp"]) == \
+        (64, "deepep", "op", 8)
+    assert (plan["first_stage_layers"], plan["last_stage_layers"]) == (7, 6)
+    p = predict(spec, "dgx-h100", Plan(**plan))
+    assert p.fits_in_memory and p.step_time_s > 0
