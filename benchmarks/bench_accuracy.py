@@ -378,10 +378,15 @@ ROUTING_FEATURES: dict[str, dict[str, Any]] = {
 }
 
 
+def feature_key(feature: str) -> str:
+    """A feature as GENERIC_FEATURES and ROUTING_FEATURES name it: lower case, single spaces."""
+    return " ".join(feature.lower().split())
+
+
 def generic_feature(feature: str) -> dict[str, Any] | None:
     """The plan options of a feature GENERIC_FEATURES names, or of `VP=N` / `virtual pipeline N`
     (interleaved), `ZeRO-N` / `ZeRO stage N` / `DeepSpeed ZeRO-N`; None for any other."""
-    text = " ".join(feature.lower().split())
+    text = feature_key(feature)
     if text in GENERIC_FEATURES:
         return dict(GENERIC_FEATURES[text])
     if vp := re.fullmatch(r"(?:vp|virtual pipeline|virtual stages)\s*[=: ]\s*(\d+)", text):
@@ -487,7 +492,7 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             plan.update(recompute="full", recompute_every=2)
         elif (generic := generic_feature(feature)) is not None:
             plan.update(generic)
-        elif (routing := ROUTING_FEATURES.get(" ".join(feature.lower().split()))) is not None:
+        elif (routing := ROUTING_FEATURES.get(feature_key(feature))) is not None:
             if not model.get("experts"):
                 missing.append(f"feature '{feature}' on a model without experts (not mapped)")
             else:

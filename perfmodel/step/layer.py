@@ -72,6 +72,9 @@ class LayerWork:
     # (perfmodel.strategy.RECOMPUTE_MODULES: mla_up_proj, mlp, moe_act, shared_experts), of
     # these layers; a part they lack is absent
     module_s: tuple[tuple[str, sp.Expr], ...] = ()
+    # what torchtitan's per-op recompute repeats of these layers where they count their own
+    # matmuls (MLA, a mixture of experts: perfmodel.step.op_recompute); None: the dense share
+    per_op_s: sp.Expr | None = None
 
     @property
     def total_s(self) -> sp.Expr:
@@ -103,7 +106,8 @@ class LayerWork:
                          else n * self.fp8_cast_backward_s,
                          None if self.elementwise_backward_s is None
                          else n * self.elementwise_backward_s,
-                         tuple((k, n * t) for k, t in self.module_s))
+                         tuple((k, n * t) for k, t in self.module_s),
+                         None if self.per_op_s is None else n * self.per_op_s)
 
     def __add__(self, other: LayerWork) -> LayerWork:
         def add(x: sp.Expr | None, y: sp.Expr | None) -> sp.Expr | None:
@@ -118,7 +122,8 @@ class LayerWork:
                          and other.elementwise_backward_s is None
                          else self.elementwise_back_s + other.elementwise_back_s,
                          tuple((k, self.module(k) + other.module(k)) for k in dict.fromkeys(
-                             [k for k, _ in self.module_s + other.module_s])))
+                             [k for k, _ in self.module_s + other.module_s])),
+                         add(self.per_op_s, other.per_op_s))
 
     def forward_terms(self) -> dict[str, sp.Expr]:
         """The forward, by term compute/forward/<part>."""
@@ -220,9 +225,9 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
     modules = recompute_module_s(c, gemm_t, ew, moe)
     attention_s = c.flash * fused_s + (1 - c.flash) * unfused_s
     elementwise_s = K.memory_time(common + ew_forward, c.dev)
+    per_op_s = None
     if c.fam.moe or c.fam.mla:  # per-op recompute as torchtitan's modules call their matmuls
-        modules += (("per_op", OP.recompute_s(c, moe, elementwise_s, attention_s,
-                                              experts_s)),)
+        per_op_s = OP.recompute_s(c, moe, elementwise_s, attention_s, experts_s)
     cast_s = cast_backward_s = None
     if c.fam.fp8:
         if moe:  # the attention's casts, then the routed and shared experts' (moe.py)
@@ -241,6 +246,7 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
         elementwise_backward_s=K.memory_time(BACKWARD_PER_FORWARD * common + ew_backward,
                                               c.dev),
         module_s=modules,
+        per_op_s=per_op_s,
     )
 
 
@@ -388,8 +394,8 @@ def op_recompute_s(c: Context, work: LayerWork) -> sp.Expr:
     share of the linear FLOPs, at the layer's GEMM time per FLOP), every element-wise operation,
     and an unfused attention core (its batched products and softmax are not kept; a flash
     kernel's output is)."""
-    if c.fam.moe or c.fam.mla:  # the layers' own (perfmodel.step.op_recompute)
-        return work.module("per_op")
+    if work.per_op_s is not None:  # the layers' own count (perfmodel.step.op_recompute)
+        return work.per_op_s
     share = op_recomputed_gemm_share(c)
     return share * work.gemm_s + work.elementwise_s + (1 - c.flash) * work.attention_s \
         + share * (work.fp8_cast_s or ZERO)
@@ -424,7 +430,7 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
     slower = cost.scale - 1  # what the framework's scale adds to the rooflines
     recomputed = c.full * work.total_s + c.core * work.attention_s \
         + c.op * op_recompute_s(c, work) \
-        + sum((c.recomputes(name) * t for name, t in work.module_s if name != "per_op"), ZERO)
+        + sum((c.recomputes(name) * t for name, t in work.module_s), ZERO)
 
     def lost(name: str) -> dict[str, sp.Expr]:
         return {"compute/tp_overlap": extra[name]} if name in extra else {}

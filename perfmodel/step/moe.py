@@ -45,6 +45,7 @@ from perfmodel.costs import compute as K
 from perfmodel.costs import moe as MOE
 from perfmodel.costs.gemm_efficiency import gemm_time_s
 from perfmodel.costs.lattice import applied
+from perfmodel.step import pipeline as PP
 from perfmodel.step.collective import Collective, dispatch_time, group_time
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, active, flag, linear_gemm_time
@@ -249,6 +250,13 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
     return out
 
 
+def deepep(c: Context) -> sp.Expr:
+    """1 where the plan's dispatcher is DeepEP's (Plan.ep_dispatcher), 0 for NCCL's all-to-all,
+    its indicator where open."""
+    return flag(None if c.fam.ep_dispatcher is None else c.fam.ep_dispatcher == "deepep",
+                "ep_deepep")
+
+
 def dispatcher_time(c: Context, busiest: sp.Expr) -> sp.Expr | None:
     """One dispatch or combine of the busiest rank's `busiest` rows as the plan's dispatcher
     runs it [s] (Plan.ep_dispatcher), or None for NCCL's all-to-all (Collective's group_time of
@@ -256,9 +264,8 @@ def dispatcher_time(c: Context, busiest: sp.Expr) -> sp.Expr | None:
     and once per rank that holds one of its experts (perfmodel.step.collective.dispatch_time),
     the copies spread as the router routes (perfmodel.costs.moe.spread); dropless only (the
     plan rules refuse a capacity factor with deepep)."""
-    deepep = flag(None if c.fam.ep_dispatcher is None else c.fam.ep_dispatcher == "deepep",
-                  "ep_deepep")
-    if deepep == 0 or c.fam.moe_capacity:
+    on = deepep(c)
+    if on == 0 or c.fam.moe_capacity:
         return None
 
     def copies(bins: sp.Expr) -> sp.Expr:
@@ -266,10 +273,10 @@ def dispatcher_time(c: Context, busiest: sp.Expr) -> sp.Expr | None:
                           groups=S.g_E, group_topk=S.M_E)
 
     deep = dispatch_time(S.e * busiest / S.k_E * S.h, copies, "ep", c.fam)
-    if deepep == 1:
+    if on == 1:
         return deep
     nccl = group_time("all_to_all", S.e * busiest * S.h, "ep", c.fam)
-    return deepep * deep + (1 - deepep) * nccl
+    return on * deep + (1 - on) * nccl
 
 
 def ep_overlaps(c: Context, stage: str, work: LayerWork) -> dict[str, tuple[Overlap, ...]]:
@@ -294,7 +301,7 @@ def ep_overlaps(c: Context, stage: str, work: LayerWork) -> dict[str, tuple[Over
                 "recompute_full")
     on = flag(c.fam.ep_comm_overlap, "ep_comm_overlap") * (1 - full) \
         * (c.single + c.multi * c.interleaved)
-    per = c.m / (S.F_pp if c.fam.pipeline_flushes else 1)  # micro-batches of one schedule
+    per = c.m / PP.flushes(c)  # the micro-batches of one pipeline schedule
     floor = sp.Min(1, (1 + 2 * (pp - 1) + (v - 1) * pp) / (per * v), evaluate=False)
     of = ("ep/dispatch_combine/all_to_all",)
     return {f"layers@{stage}/forward": (Overlap("the paired micro-batch's backward",

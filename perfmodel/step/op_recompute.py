@@ -41,7 +41,7 @@ from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import mla as MLA
 from perfmodel.costs import moe as CM
-from perfmodel.step.context import Context, active, flag, linear_gemm_time
+from perfmodel.step.context import Context, active, linear_gemm_time
 
 ZERO = sp.Integer(0)
 TOPK_BYTES = 4 + 8  # topk's fp32 score and int64 index per token and expert
@@ -111,12 +111,12 @@ def _kept_bytes(c: Context, moe: bool, s: sp.Expr) -> sp.Expr:
     reduce_scatters = 1 + (1 if not moe or c.fam.moe_shared else 0)
     out += c.split * reduce_scatters * e * T * h / tp
     if moe:
+        from perfmodel.step.moe import deepep as deepep_of
         from perfmodel.step.moe import routed_tokens
 
         T_r, _, _, A_r = routed_tokens(c)
         out += TOPK_BYTES * T_r * S.k_E
-        deepep = flag(None if c.fam.ep_dispatcher is None else c.fam.ep_dispatcher == "deepep",
-                      "ep_deepep")
+        deepep = deepep_of(c)
         exchanged = ZERO
         if deepep != 1:  # NCCL's all-to-all: every top-k copy, each way
             exchanged += (1 - deepep) * e * (A_r + T_r * S.k_E) * h
