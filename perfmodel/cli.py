@@ -29,6 +29,7 @@ from perfmodel.strategy import (
     DEFAULT_MEMORY_MARGIN,
     Attention,
     CPComm,
+    CrossEntropy,
     Dtype,
     EPDispatcher,
     Fp8Recipe,
@@ -240,6 +241,12 @@ def plan_options(fn: Any) -> Any:
                      help="How a mixture of experts' tokens reach their experts: alltoall "
                           "(NCCL's all-to-all of every top-k copy) or deepep (DeepEP/HybridEP: "
                           "once per node and rank, forwarded over NVLink; docs/moe.md)."),
+        click.option("--cross-entropy", type=choice(CrossEntropy),
+                     default=CrossEntropy.UNFUSED.value, show_default=True,
+                     help="How the loss runs over the logits: unfused (fp32 copies: Megatron's "
+                          "vocabulary-parallel cross entropy, PyTorch's) or te (Transformer "
+                          "Engine's fused kernel, the gradient in place in the bf16 logits: "
+                          "Megatron --cross-entropy-fusion-impl te)."),
         click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
                      help="How the framework runs the layers: eager op by op, compiled "
                           "(torch.compile), or compiled as CUDA graphs (host time per op)."),
@@ -307,7 +314,7 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "grad_dtype", "optimizer_dtype",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
-             "ep_dispatcher", "stack",
+             "ep_dispatcher", "cross_entropy", "stack",
              "kernels", "first_stage_layers", "last_stage_layers", "pipeline_layout",
              "pipeline_micro_batches", "placement",
              "tp_layout", "tp_depth")
@@ -799,6 +806,10 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               show_default=True,
               help="Every plan's experts' dispatcher: alltoall (NCCL) or deepep (DeepEP/"
                    "HybridEP); the stack's, not searched.")
+@click.option("--cross-entropy", type=choice(CrossEntropy),
+              default=CrossEntropy.UNFUSED.value, show_default=True,
+              help="Every plan's loss kernel: unfused (fp32 logits) or te (Transformer "
+                   "Engine's fused cross entropy); the stack's, not searched.")
 @click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
               help="How the framework runs the layers: eager, compiled or cuda-graphs.")
 @click.option("--kernels", type=choice(Kernels), default=None,
@@ -1011,7 +1022,7 @@ CONFIG_PINS = ("tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "schedul
 # what a config states for every plan (not searched): kept as the config says, and a command-line
 # value that contradicts it refused as the pins' are
 CONFIG_WIDE = ("stack", "kernels", "recompute_every", "grad_dtype", "optimizer_dtype",
-               "fp8_recipe", "ep_dispatcher")
+               "fp8_recipe", "ep_dispatcher", "cross_entropy")
 CONFIG_FLAGS = ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap",
                 "ep_comm_overlap", "fp8_params", "fp8_output_layer")
 

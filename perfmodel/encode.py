@@ -39,6 +39,7 @@ from perfmodel.strategy import (
     RECOMPUTES,
     SCHEDULES,
     CPComm,
+    CrossEntropy,
     Dtype,
     EPDispatcher,
     Kernels,
@@ -553,7 +554,8 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
                  recompute_every: int = 1, grad_dtype: str | None = None,
                  optimizer_dtype: str | None = None,
                  fp8_recipe: str | None = None, fp8_params: bool = False,
-                 ep_dispatcher: EPDispatcher | str = EPDispatcher.ALLTOALL) -> dict[str, float]:
+                 ep_dispatcher: EPDispatcher | str = EPDispatcher.ALLTOALL,
+                 cross_entropy: CrossEntropy | str = CrossEntropy.UNFUSED) -> dict[str, float]:
     """The symbols that are one number for every plan of a request: the model, the hardware,
     the dtype, and the options every plan shares (fused attention, the software stack, ...). An
     fp8 plan's peak and GEMM fit are bf16's (what does not run in FP8) and its FP8 GEMMs have
@@ -608,6 +610,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "flash": flash_attention, "stack_compiled": stack is Stack.COMPILED,
         "stack_graphs": stack is Stack.CUDA_GRAPHS,
         "ep_deepep": EPDispatcher(ep_dispatcher) is EPDispatcher.DEEPEP,
+        "cross_entropy_te": CrossEntropy(cross_entropy) is CrossEntropy.TE,
         "kernels_eager": kernels is Kernels.EAGER, "kernels_compiled": kernels is Kernels.COMPILED,
         "gated": model.gated_mlp, "bias": model.bias, "qkv_bias": bool(model.qkv_bias),
         "layernorm": model.norm == "layernorm", "tied": model.tied_embeddings,
@@ -668,7 +671,8 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
                         grad_dtype=plan.grad_dtype,
                         optimizer_dtype=plan.optimizer_dtype,
                         fp8_recipe=None if plan.fp8_recipe is None else plan.fp8_recipe.value,
-                        fp8_params=plan.fp8_params, ep_dispatcher=plan.ep_dispatcher)
+                        fp8_params=plan.fp8_params, ep_dispatcher=plan.ep_dispatcher,
+                        cross_entropy=plan.cross_entropy)
     for name, value in encode_plans(plan_arrays(plan), hardware).items():
         vals[name] = float(value[0])
     vals["pipeline_flushes"] = float(plan.pipeline_flushes)

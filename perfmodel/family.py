@@ -64,6 +64,9 @@ class Family:
     pipeline_flushes: bool = False
     # the experts' dispatcher (Plan.ep_dispatcher: alltoall, deepep; None: open, its indicator)
     ep_dispatcher: str | None = None
+    # how the loss runs over the logits (Plan.cross_entropy: unfused, te; None: open, its
+    # indicator)
+    cross_entropy: str | None = None
     moe_shared: bool = False
     moe_capacity: bool = False
     moe_round_robin: bool = False  # the router's routing is round_robin (TransformerSpec.routing)

@@ -230,6 +230,8 @@ FLAGS: dict[str, str] = {
                             "compute (combined 1F1B)"),
         ("ep_deepep", "the experts' dispatch and combine run DeepEP's kernels (a token sent "
                       "once per node, forwarded over NVLink)"),
+        ("cross_entropy_te", "the loss runs Transformer Engine's fused cross entropy (the "
+                             "gradient written in place into the bf16 logits)"),
         ("stack_compiled", "the layers run compiled (torch.compile)"),
         ("stack_graphs", "the layers run as CUDA graphs"),
         ("kernels_eager", "the element-wise ops run op by op (unfused PyTorch modules)"),

@@ -136,6 +136,8 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
         schedule.append(f"{_value(p.stack)} stack")
     if _value(getattr(p, "kernels", "fused")) != "fused":
         schedule.append(f"{_value(p.kernels)} element-wise kernels")
+    if _value(getattr(p, "cross_entropy", "unfused")) == "te":
+        schedule.append("Transformer Engine's fused cross entropy")
     if p.first_stage_layers or p.last_stage_layers:
         schedule.append(f"stages' layers {p.first_stage_layers or '-'} first, "
                         f"{p.last_stage_layers or '-'} last")

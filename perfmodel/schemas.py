@@ -74,6 +74,9 @@ PLAN = obj({
     "ep_dispatcher": {"type": "string",
                       "description": "A mixture of experts' dispatcher: alltoall (NCCL) or deepep "
                                      "(DeepEP/HybridEP); left out: alltoall"},
+    "cross_entropy": {"type": "string",
+                      "description": "The loss's kernel: unfused (fp32 logits) or te (Transformer "
+                                     "Engine's fused cross entropy); left out: unfused"},
     "stack": {"type": "string", "description": "eager, compiled or cuda-graphs"},
     "kernels": {"type": "string",
                 "description": "How the element-wise ops run: fused (Megatron-Core / TE), eager "

@@ -31,6 +31,7 @@ from perfmodel.strategy import (
     COLUMNS,
     DEFAULT_MEMORY_MARGIN,
     CPComm,
+    CrossEntropy,
     Dtype,
     EPDispatcher,
     Fp8Recipe,
@@ -113,6 +114,8 @@ class SearchRequest:
     ep_comm_overlap: bool | None = None
     # every plan's experts' dispatcher (Plan.ep_dispatcher): the stack's, not searched
     ep_dispatcher: EPDispatcher = EPDispatcher.ALLTOALL
+    # every plan's loss kernel (Plan.cross_entropy): the stack's, not searched
+    cross_entropy: CrossEntropy = CrossEntropy.UNFUSED
     stack: Stack = Stack.EAGER
     # every plan's element-wise kernels (Plan.kernels); None: the stack's (compiled under a
     # compiled stack, else fused)
@@ -135,7 +138,7 @@ class SearchRequest:
         """A one-GPU plan with the options every plan of the request shares (checked as a plan
         checks them; the encoder's fixed values and family are taken from it)."""
         return Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
-                    ep_dispatcher=self.ep_dispatcher,
+                    ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
                     recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
                     optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
                     fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
@@ -144,7 +147,7 @@ class SearchRequest:
         """The Plan fields every plan of the request shares beyond dtype, attention and overlap
         (Plans.plan's keywords)."""
         return dict(kernels=self.kernels, recompute_every=self.recompute_every,
-                    ep_dispatcher=self.ep_dispatcher,
+                    ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
                     grad_dtype=self.grad_dtype,
                     optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
                     fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
@@ -159,7 +162,8 @@ class SearchRequest:
         for key, enum in (("objective", Objective), ("dtype", Dtype), ("schedule", Schedule),
                           ("recompute", Recompute), ("placement", Placement),
                           ("tp_layout", TPLayout), ("stack", Stack), ("cp_comm", CPComm),
-                          ("kernels", Kernels), ("ep_dispatcher", EPDispatcher)):
+                          ("kernels", Kernels), ("ep_dispatcher", EPDispatcher),
+                          ("cross_entropy", CrossEntropy)):
             if getattr(self, key) is not None or key == "objective":
                 object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
         kernels = self.kernels or strategy.default_kernels(self.stack)
@@ -702,7 +706,8 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                                grad_dtype=req.grad_dtype, optimizer_dtype=req.optimizer_dtype,
                                fp8_recipe=None if req.fp8_recipe is None
                                else req.fp8_recipe.value, fp8_params=req.fp8_params,
-                               ep_dispatcher=req.ep_dispatcher)
+                               ep_dispatcher=req.ep_dispatcher,
+                               cross_entropy=req.cross_entropy)
 
 
 # --- evaluation -----------------------------------------------------------------------------

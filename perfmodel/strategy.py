@@ -189,6 +189,18 @@ class EPDispatcher(StrEnum):
     DEEPEP = "deepep"
 
 
+class CrossEntropy(StrEnum):
+    """How the loss runs over the logits (perfmodel.step.memory, .embedding_head): unfused,
+    cross entropy on fp32 copies of the logits (Megatron-LM's vocabulary-parallel cross entropy,
+    PyTorch's F.cross_entropy on logits.float()); te, Transformer Engine's fused cross entropy
+    (transformer_engine.pytorch.cross_entropy, Megatron-Core --cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te): one kernel over the bf16 logits that keeps them for the
+    backward and writes their gradient in place, no fp32 copy."""
+
+    UNFUSED = "unfused"
+    TE = "te"
+
+
 class Stack(StrEnum):
     """How the framework runs a layer's ops (perfmodel.step.host): eagerly, op by op (PyTorch
     eager, Megatron-LM, NeMo); compiled, fused kernels launched by generated code
@@ -432,6 +444,8 @@ class Plan:
     ep_comm_overlap: bool = False
     # the experts' token dispatcher (EPDispatcher): NCCL's all-to-all or DeepEP's kernels
     ep_dispatcher: EPDispatcher = EPDispatcher.ALLTOALL
+    # how the loss runs over the logits (CrossEntropy): fp32 copies, or TE's fused kernel
+    cross_entropy: CrossEntropy = CrossEntropy.UNFUSED
     stack: Stack = Stack.EAGER
     # how the element-wise ops run (Kernels): eager needs a stack that runs the modules' ops
     # (eager, or CUDA graphs capturing them), compiled a compiled stack (compiled, cuda-graphs)
@@ -473,6 +487,8 @@ class Plan:
         for key in ("first_stage_layers", "last_stage_layers", "pipeline_micro_batches"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key, minimum=0))
         object.__setattr__(self, "stack", parse_option(Stack, self.stack, "stack"))
+        object.__setattr__(self, "cross_entropy",
+                           parse_option(CrossEntropy, self.cross_entropy, "cross_entropy"))
         object.__setattr__(self, "kernels", parse_option(Kernels, self.kernels, "kernels"))
         kernels_rule = kernels_stack_conflict(self.kernels, self.stack)
         if kernels_rule is not None:
@@ -678,8 +694,8 @@ class Plan:
         """The plan's fields; those of dtype fp8 only (FP8_FIELDS) are left out of another
         dtype's plan (they do not apply to it), and etp where it is 1, pipeline_layout and
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
-        alltoall, pipeline_micro_batches where 0 (the plans written before them had no such
-        fields)."""
+        alltoall, cross_entropy where unfused, pipeline_micro_batches where 0 (the plans
+        written before them had no such fields)."""
         out = dataclasses.asdict(self)
         for key, value in out.items():
             if isinstance(value, StrEnum):
@@ -696,6 +712,8 @@ class Plan:
             del out["ep_comm_overlap"]
         if self.ep_dispatcher is EPDispatcher.ALLTOALL:  # as plans were written before it
             del out["ep_dispatcher"]
+        if self.cross_entropy is CrossEntropy.UNFUSED:  # likewise
+            del out["cross_entropy"]
         if not self.pipeline_micro_batches:
             del out["pipeline_micro_batches"]
         if self.recompute_modules:

@@ -101,6 +101,10 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
         raise PlanError(f"ep_dispatcher {plan.ep_dispatcher.value}: the validation job "
                         "dispatches the experts' tokens with torch's all_to_all_single (give "
                         "ep_dispatcher alltoall; DeepEP's kernels run on NVLink and RDMA only)")
+    if plan.cross_entropy.value != "unfused":
+        raise PlanError(f"cross_entropy {plan.cross_entropy.value}: the validation job's loss is "
+                        "PyTorch's F.cross_entropy on fp32 logits (give cross_entropy unfused; "
+                        "Transformer Engine's kernel runs on NVIDIA GPUs only)")
     unbuilt = [m for m in plan.recompute_modules if m not in JOB_RECOMPUTE_MODULES]
     if unbuilt:
         raise PlanError(f"recompute_modules {','.join(unbuilt)}: the validation job's selective "

@@ -177,6 +177,13 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
     else:
         job.needs_seq_len = "dataset.seq_len is not given (the dataset's samples set it)"
     loss = section(data, "loss_fn", where)
+    target = str(loss.get("_target_", ""))
+    if target.rsplit(".", 1)[-1] == "TEParallelCrossEntropy":
+        # nemo_automodel/components/loss/te_parallel_ce.py: Transformer Engine's parallel cross
+        # entropy kernel (the logits' gradient in place in them)
+        job.fix("cross_entropy", "te")
+        job.took("loss_fn._target_", target, "cross_entropy te (Transformer Engine's fused "
+                                             "cross entropy)")
     if "fp32_upcast" in loss:
         job.skipped("loss_fn.fp32_upcast", loss["fp32_upcast"],
                     "the loss's own buffers (perfmodel counts fp32 logits)")

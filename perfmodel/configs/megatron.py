@@ -62,7 +62,7 @@ READ_OPTIONS: dict[str, int] = {
         "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "mtp-num-layers",
         "optimizer", "transformer-impl", "window-size", "tokenizer-model", "vocab-file",
         "cpu-offloading-num-layers", "main-grads-dtype", "main-params-dtype",
-        "exp-avg-dtype", "exp-avg-sq-dtype"), 1),
+        "exp-avg-dtype", "exp-avg-sq-dtype", "cross-entropy-fusion-impl"), 1),
     **dict.fromkeys(("recompute-modules",), -1),
     "rampup-batch-size": 3,
     **dict.fromkeys((
@@ -72,6 +72,7 @@ READ_OPTIONS: dict[str, int] = {
         "add-qkv-bias", "recompute-activations", "distribute-saved-activations",
         "use-torch-fsdp2", "use-megatron-fsdp", "use-custom-fsdp", "grad-reduce-in-bf16",
         "use-tp-pp-dp-mapping", "multi-latent-attention", "cpu-offloading",
+        "cross-entropy-loss-fusion",
         "optimizer-cpu-offload", "account-for-embedding-in-pipeline-split",
         "account-for-loss-in-pipeline-split", "squared-relu", "quick-geglu", "use-legacy-models",
         "use-mcore-models", "mock-data", "no-position-embedding", "fp8-param-gather",
@@ -114,7 +115,7 @@ _IGNORED_KINDS = {
         "untie-embeddings-and-output-weights-init", "fp32-residual-connection",
         "bias-swiglu-fusion", "no-bias-swiglu-fusion", "no-bias-gelu-fusion",
         "no-bias-dropout-fusion", "no-masked-softmax-fusion", "no-gradient-accumulation-fusion",
-        "cross-entropy-loss-fusion", "cross-entropy-fusion-impl", "no-async-tensor-model-"
+        "no-async-tensor-model-"
         "parallel-allreduce", "use-cpu-initialization", "no-initialization",
         "disable-tp-comm-split-ag", "disable-tp-comm-split-rs", "ddp-bucket-size",
         "ddp-average-in-collective", "no-overlap-p2p-communication", "overlap-p2p-communication",
@@ -598,6 +599,28 @@ def padded_vocab(vocab: int, multiple: int, tp: int) -> int:
 CP_COMM_TYPES = {"p2p": "p2p", "all_gather": "allgather", "a2a": "a2a"}
 
 
+def _cross_entropy(settings: Settings, job: JobConfig, where: str,
+                   take: Callable[[str, str], None]) -> None:
+    """--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te: Transformer Engine's
+    fused cross entropy (Plan.cross_entropy te: the bf16 logits hold their gradient). The native
+    impl (Megatron-Core's fused_vocab_parallel_cross_entropy) still holds the logits in fp32, as
+    the unfused loss does: cross_entropy unfused."""
+    if "cross_entropy_loss_fusion" not in settings and "cross_entropy_fusion_impl" not in settings:
+        return  # not stated: the plan's default (or the command line's)
+    fused = _flag(settings, "cross_entropy_loss_fusion", where)
+    impl = _str(settings, "cross_entropy_fusion_impl", "native")
+    if impl not in ("native", "te"):
+        raise refuse_plan(where, settings["cross_entropy_fusion_impl"][0], impl,
+                          "Megatron-Core's cross entropy fusion is native or te")
+    te = fused and impl == "te"
+    job.fix("cross_entropy", "te" if te else "unfused")
+    take("cross_entropy_loss_fusion",
+         "cross_entropy te (Transformer Engine's fused kernel)" if te else
+         "cross_entropy unfused (fp32 logits: Megatron-Core's native fusion keeps them too)"
+         if fused else "off: cross_entropy unfused")
+    take("cross_entropy_fusion_impl", f"{impl}" + ("" if fused else " (fusion off)"))
+
+
 def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
           ) -> None:
     explicit = {dest for dest in settings if settings[dest][1] is not None}
@@ -887,6 +910,7 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
         job.fix("overlap_param_gather", param)
     take("overlap_param_gather", "overlap_param_gather (the weight all-gather hides behind the "
                                  "next forward)")
+    _cross_entropy(settings, job, where, take)
     tp_overlap = _flag(settings, "tp_comm_overlap", where)
     job.fix("tp_comm_overlap", tp_overlap)
     take("tp_comm_overlap", "tp_comm_overlap (tensor-parallel communication behind the GEMMs, "
@@ -1096,6 +1120,8 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
         args.append(["--tp-comm-overlap"])
     if plan.ep_comm_overlap:
         args.append(["--overlap-moe-expert-parallel-comm"])
+    if plan.cross_entropy.value == "te":
+        args += [["--cross-entropy-loss-fusion"], ["--cross-entropy-fusion-impl", "te"]]
     args += placements[placement]
     dtype = plan.dtype.value
     if dtype in ("bf16", "fp16"):

@@ -42,7 +42,8 @@ _MODEL_FIELDS = (
     "bf16", "fp16", "tp_comm_overlap", "cpu_offloading", "multi_latent_attention",
     "window_size", "pipeline_model_parallel_layout", "num_layers_in_first_pipeline_stage",
     "num_layers_in_last_pipeline_stage", "account_for_embedding_in_pipeline_split",
-    "account_for_loss_in_pipeline_split", "max_position_embeddings", "use_tp_pp_dp_mapping")
+    "account_for_loss_in_pipeline_split", "max_position_embeddings", "use_tp_pp_dp_mapping",
+    "cross_entropy_loss_fusion", "cross_entropy_fusion_impl")
 _RENAMED = {"num_moe_experts": "num_experts", "gated_linear_unit": "swiglu",
             "virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
             "fp8": "fp8_format", "fp4": "fp4_format", "seq_len": "seq_length",
@@ -62,7 +63,7 @@ _HARMLESS = frozenset((
     "output_layer_init_method", "rotary_base", "rotary_percent", "rotary_interleaved",
     "rope_scaling", "rope_scaling_factor", "seq_len_interpolation_factor", "apply_rope_fusion",
     "bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion", "persist_layer_norm",
-    "gradient_accumulation_fusion", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
+    "gradient_accumulation_fusion",
     "deallocate_pipeline_outputs", "batch_p2p_comm", "batch_p2p_sync", "perform_initialization",
     "parallel_output", "hf_model_id", "clone_scatter_output_in_embedding",
     "scatter_embedding_sequence_parallel", "attention_softmax_in_fp32", "params_dtype",

@@ -365,9 +365,18 @@ def kernels_per_layer_forward(*, sequence_parallel: Flag, flash: Flag) -> sp.Exp
 
 
 CROSS_ENTROPY_PASSES = 3  # read the logits, write the fp32 softmax, read it back
+# Transformer Engine's fused cross entropy: one kernel reads the bf16 logits and writes their
+# gradient in place (the backward's scaling reads and writes them once more: 2 x this)
+TE_CROSS_ENTROPY_PASSES = 2
 
 
-def cross_entropy_bytes(T: sp.Expr, V: sp.Expr, tp: sp.Expr) -> sp.Expr:
-    """Vocabulary-parallel cross entropy reads the logits, writes fp32 softmax, reads it back: ~3
-    passes over T*V/tp fp32 values."""
-    return CROSS_ENTROPY_PASSES * FP32_BYTES * T * V / tp
+def cross_entropy_bytes(T: sp.Expr, V: sp.Expr, tp: sp.Expr, te: sp.Expr | int = 0,
+                        e: sp.Expr | int = 2) -> sp.Expr:
+    """The loss's forward bytes: vocabulary-parallel cross entropy reads the logits, writes fp32
+    softmax, reads it back: ~3 passes over T*V/tp fp32 values; with Transformer Engine's fused
+    kernel (te = 1) 2 passes over the e-byte logits."""
+    fp32 = CROSS_ENTROPY_PASSES * FP32_BYTES * T * V / tp
+    if te == 0:
+        return fp32
+    fused = TE_CROSS_ENTROPY_PASSES * e * T * V / tp
+    return fused if te == 1 else te * fused + (1 - te) * fp32

@@ -124,6 +124,7 @@ class Context:
     # how the element-wise ops run (perfmodel.strategy.Kernels): eager (op by op), compiled
     # (Inductor); neither: fused (Megatron-Core / Transformer Engine)
     eager_kernels: sp.Expr
+    te_loss: sp.Expr  # 1: Transformer Engine's fused cross entropy (Plan.cross_entropy te)
     compiled_kernels: sp.Expr
     asynchronous: bool  # the device runs what the host queues (perfmodel.step.compose)
     gated: sp.Expr
@@ -233,6 +234,7 @@ class Context:
             graphs=flag(_option(fam, "stack", "cuda-graphs"), "stack_graphs"),
             eager_kernels=flag(_option(fam, "kernels", "eager"), "kernels_eager"),
             compiled_kernels=flag(_option(fam, "kernels", "compiled"), "kernels_compiled"),
+            te_loss=flag(_option(fam, "cross_entropy", "te"), "cross_entropy_te"),
             asynchronous=fam.asynchronous,
             gated=flag(fam.gated, "gated"), bias=flag(fam.bias, "bias"),
             qkv_bias=flag(fam.qkv_bias, "qkv_bias"), layernorm=flag(fam.layernorm, "layernorm"),

@@ -3,6 +3,7 @@ loss (on the last stage); with one stage, both. Their forward's device time and 
 
     t_embedding = 2 e T h / r / W          the lookup reads the rows and writes the output
     t_output    = GEMM(T x h @ h x V/tp) + 3 x 4 T V/tp / W     logits, cross entropy's passes
+                  (Transformer Engine's fused cross entropy: 2 e T V/tp / W)
                   (an fp8 plan's logits GEMM in bf16, or in FP8 with its casts: fp8_output_layer)
 r: the ranks an activation is split over (tp with sequence parallelism or a grid, else 1).
 """
@@ -36,7 +37,7 @@ def output_forward_s(c: Context) -> sp.Expr:
         gemm = K.gemm_time(logits, S.e8, c.linear, output_bytes_per_element=S.e)
     else:
         gemm = K.gemm_time(logits, S.e, c.dev)
-    return gemm + K.memory_time(K.cross_entropy_bytes(c.T, S.V, S.tp), c.dev)
+    return gemm + K.memory_time(K.cross_entropy_bytes(c.T, S.V, S.tp, c.te_loss, S.e), c.dev)
 
 
 def output_fp8_casts(c: Context) -> tuple[sp.Expr, sp.Expr] | None:

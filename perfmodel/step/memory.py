@@ -63,6 +63,10 @@ LOSS_LOGITS = 2  # fp32 copies of the logits the loss holds at the backward's st
 # log_softmax output (saved), nll_loss's gradient and log_softmax's input gradient (counted op
 # by op on torch's dispatch in tests/unit/test_loss_memory.py)
 LOSS_LOGITS_EAGER = 3
+# Transformer Engine's fused cross entropy (Plan.cross_entropy te; transformer_engine/pytorch/
+# cross_entropy.py at 02965d2: CrossEntropyFunction saves its bf16 input and its backward writes
+# the gradient into it): one copy of the logits in the plan's dtype, no fp32 one
+LOSS_LOGITS_TE = 1
 
 
 def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]]:
@@ -155,12 +159,14 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         mem["activations/recompute_buffer"] = c.full_any * full_layer + c.op_any * op_gap
         # the embedding's dropout mask per in-flight micro-batch; the final norm's input and the
         # fp32 logits (two of each, as the first step model counted them, 88e7cc9; eager
-        # kernels three fp32 logits: LOSS_LOGITS_EAGER)
+        # kernels three fp32 logits: LOSS_LOGITS_EAGER), or with Transformer Engine's fused
+        # cross entropy the bf16 logits alone (they hold their gradient: LOSS_LOGITS_TE)
+        fp32_loss = (LOSS_LOGITS + (LOSS_LOGITS_EAGER - LOSS_LOGITS) * c.eager_kernels) \
+            * FP32_BYTES * T * V / tp
+        loss = _either(c.te_loss, LOSS_LOGITS_TE * e * T * V / tp, fp32_loss)
         mem["activations/embedding_output"] = \
             has_embed * MASK_BYTES * T * h / c.act_ranks * stage_inflight \
-            + has_head * (2 * e * T * h / c.act_ranks
-                          + (LOSS_LOGITS + (LOSS_LOGITS_EAGER - LOSS_LOGITS) * c.eager_kernels)
-                          * FP32_BYTES * T * V / tp) \
+            + has_head * (2 * e * T * h / c.act_ranks + loss) \
             * (1 + (S.D_mtp if c.fam.mtp else 0))
         root = has_embed * (params.embedding["sharded"] / tp + params.embedding["replicated"]) \
             + has_head * (params.final_norm + (1 - c.tied * c.single) * V * h / tp)
@@ -222,3 +228,11 @@ def module_drops(c: Context, *, moe: bool) -> sp.Expr:
                                                           + s8 * T * h / c.act_ranks))
     return out
 
+
+def _either(flag: sp.Expr, one: sp.Expr, other: sp.Expr) -> sp.Expr:
+    """flag x one + (1 - flag) x other, where a fixed flag (0 or 1) builds only its side."""
+    if flag == 1:
+        return one
+    if flag == 0:
+        return other
+    return flag * one + (1 - flag) * other

@@ -1,0 +1,134 @@
+"""The loss's kernel (Plan.cross_entropy): Transformer Engine's fused cross entropy keeps the bf16
+logits, which hold their gradient (transformer_engine/pytorch/cross_entropy.py at 02965d2), where
+the unfused loss keeps two fp32 copies (perfmodel.step.memory.LOSS_LOGITS); its kernel passes
+twice over the bf16 logits where the unfused one passes three times over fp32 values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfmodel import PlanError, load_hardware, load_model, predict
+from perfmodel.costs.compute import CROSS_ENTROPY_PASSES, TE_CROSS_ENTROPY_PASSES
+from perfmodel.step.memory import LOSS_LOGITS, LOSS_LOGITS_TE
+from perfmodel.strategy import Plan
+
+HW = "dgx-h100"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pair(**plan):
+    model, hw = load_model("llama3-8b"), load_hardware(HW)
+    unfused = predict(model, hw, Plan(**plan))
+    te = predict(model, hw, Plan(**plan, cross_entropy="te"))
+    return model, hw, unfused, te
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_te_keeps_the_bf16_logits_instead_of_two_fp32_copies(tp):
+    model, _, unfused, te = _pair(gpus=8, dp=8 // tp, tp=tp, micro_batch=2, global_batch=64,
+                                  sequence_parallel=tp > 1)
+    tokens = 2 * model.seq_len
+    per_copy = tokens * model.vocab / tp  # elements of the logits on one rank
+    key = "activations/embedding_output"
+    saved = unfused.memory_breakdown_bytes[key] - te.memory_breakdown_bytes[key]
+    assert saved == pytest.approx((LOSS_LOGITS * 4 - LOSS_LOGITS_TE * 2) * per_copy, rel=1e-9)
+    assert te.memory_per_gpu_bytes < unfused.memory_per_gpu_bytes
+
+
+def test_te_passes_twice_over_the_bf16_logits():
+    model, hw, unfused, te = _pair(gpus=8, dp=8, micro_batch=1, global_batch=8)
+    per_copy = model.seq_len * model.vocab
+    bandwidth = hw.memory_bandwidth_bytes_per_s * hw.memory_bandwidth_efficiency
+    fewer = (CROSS_ENTROPY_PASSES * 4 - TE_CROSS_ENTROPY_PASSES * 2) * per_copy / bandwidth
+    for direction, factor in (("forward", 1), ("backward", 2)):
+        key = f"compute/{direction}/embedding_logits"
+        assert unfused.breakdown_s[key] - te.breakdown_s[key] == pytest.approx(factor * fewer,
+                                                                             rel=1e-9)
+
+
+def test_a_search_takes_the_loss_kernel_for_every_plan_and_agrees_with_predict():
+    from perfmodel.recommend import recommend
+    from perfmodel.search import SearchRequest
+
+    model, hw = load_model("llama3-8b"), load_hardware(HW)
+    rec = recommend(model, hw, SearchRequest(gpus=(8,), global_batch=64, cp=1,
+                                             cross_entropy="te"), top=1)
+    best = rec.top[0]
+    assert best.plan.cross_entropy.value == "te"
+    p = predict(model, hw, best.plan)
+    assert p.step_time_s == pytest.approx(best.step_time_s, rel=1e-6)
+    assert p.memory_per_gpu_bytes == pytest.approx(best.memory_per_gpu_bytes, rel=1e-6)
+
+
+def test_plans_write_and_refuse_the_option():
+    assert "cross_entropy" not in Plan(gpus=8, dp=8, global_batch=8).to_dict()
+    assert Plan(gpus=8, dp=8, global_batch=8,
+                cross_entropy="te").to_dict()["cross_entropy"] == "te"
+    with pytest.raises(PlanError, match="cross_entropy must be one of unfused, te"):
+        Plan(gpus=8, dp=8, global_batch=8, cross_entropy="liger")
+
+
+def test_the_cli_and_the_config_readers_take_the_loss_kernel(run_cli, tmp_path):
+    out = run_cli("predict", "--model", "llama3-8b", "--hardware", HW, "--gpus", "8",
+                  "--global-batch", "8", "--cross-entropy", "te", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["plan"]["cross_entropy"] == "te"
+    bad = run_cli("predict", "--model", "llama3-8b", "--hardware", HW, "--gpus", "8",
+                  "--global-batch", "8", "--cross-entropy", "liger")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "te" in bad.stderr
+    args = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 "
+            "--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+            "--vocab-size 32000 --swiglu --normalization RMSNorm --position-embedding-type rope "
+            "--disable-bias-linear --untie-embeddings-and-output-weights "
+            "--tensor-model-parallel-size 1 --cross-entropy-loss-fusion")
+    for impl, want in (("te", "te"), ("native", None)):
+        path = tmp_path / f"{impl}.txt"
+        path.write_text(f"{args} --cross-entropy-fusion-impl {impl}\n")
+        read = run_cli("predict", "--from-config", path, "--hardware", HW, "--gpus", "8",
+                       "--json")
+        assert read.returncode == 0, read.stderr
+        assert json.loads(read.stdout)["plan"].get("cross_entropy") == want, impl
+        assert "cross_entropy" in read.stderr
+    emitted = run_cli("recommend", "--from-config", tmp_path / "te.txt", "--hardware", HW,
+                      "--gpus", "8", "--emit-config", "megatron", tmp_path / "out")
+    assert emitted.returncode == 0, emitted.stderr
+    text = " ".join((tmp_path / "out" / "megatron_args.txt").read_text().split())
+    assert "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te" in text
+    titan = run_cli("recommend", "--from-config", tmp_path / "te.txt", "--hardware", HW,
+                    "--gpus", "8", "--emit-config", "torchtitan", tmp_path / "titan")
+    assert titan.returncode != 0 and "cross_entropy te" in titan.stderr
+    assert "Traceback" not in titan.stderr
+
+
+def test_bridge_and_automodel_configs_give_the_loss_kernel(tmp_path):
+    from perfmodel.configs import read_config
+
+    bridge = (ROOT / "tests/data/configs/bridge_llama3_8b.yaml").read_text()
+    assert "cross_entropy" not in bridge
+    path = tmp_path / "bridge.yaml"
+    path.write_text(bridge.replace("  add_bias_linear: false\n", "  add_bias_linear: false\n"
+                                   "  cross_entropy_loss_fusion: true\n"
+                                   "  cross_entropy_fusion_impl: te\n", 1))
+    assert read_config(path).plan["cross_entropy"] == "te"
+    assert "cross_entropy" not in read_config(ROOT / "tests/data/configs/bridge_llama3_8b.yaml"
+                                              ).plan
+    recipe = (ROOT / "tests/data/configs/automodel_qwen3_30b_a3b.yaml").read_text()
+    assert read_config(ROOT / "tests/data/configs/automodel_qwen3_30b_a3b.yaml"
+                       ).plan.get("cross_entropy") is None
+    te = tmp_path / "automodel.yaml"
+    te.write_text(recipe.replace("nemo_automodel.components.loss.masked_ce.MaskedCrossEntropy",
+                                 "nemo_automodel.components.loss.te_parallel_ce."
+                                 "TEParallelCrossEntropy"))
+    assert read_config(te).plan["cross_entropy"] == "te"
+
+
+def test_validation_refuses_transformer_engines_loss():
+    from validation.jobspec import check_job, job_parallel
+
+    model = load_model("tiny-gpt")
+    plan = Plan(gpus=2, dp=2, global_batch=2, cross_entropy="te")
+    with pytest.raises(PlanError, match="F.cross_entropy"):
+        check_job(model, plan, job_parallel(plan))
