@@ -119,6 +119,9 @@ PLAN_COLUMNS = ("ep", "etp")
 # the experts' dispatcher, as a column: its value in Megatron-Core's, torchtitan's or AutoModel's
 # words (perfmodel.strategy.EPDispatcher)
 DISPATCHER_COLUMNS = ("dispatcher", "ep_dispatcher")
+# every pipeline stage's layers, in Megatron's --pipeline-model-parallel-layout syntax
+# (Plan.pipeline_layout): a split the stages' even share cannot give (126 layers over 64)
+LAYOUT_COLUMNS = ("pipeline_layout",)
 DISPATCHERS = {"alltoall": "alltoall", "all-to-all": "alltoall", "standard": "alltoall",
                "deepep": "deepep", "hybridep": "deepep", "flex": "deepep"}
 
@@ -350,6 +353,14 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
                     {"fp8_recipe": "current"}),
     "mxfp8": {"fp8_recipe": "mxfp8"},
     **dict.fromkeys(("fp8 params", "fp8_params", "fp8 weights"), {"fp8_params": True}),
+    # the main gradients kept and reduced in bf16 (NeMo / Megatron-Bridge grad_reduce_in_fp32
+    # False, Megatron-LM --grad-reduce-in-bf16)
+    **dict.fromkeys(("bf16 gradient reduce", "bf16 grad reduce", "grad_reduce_in_fp32 false",
+                     "grad-reduce-in-bf16"), {"grad_dtype": "bf16"}),
+    # Transformer Engine's fused cross entropy (Megatron-Core --cross-entropy-loss-fusion
+    # --cross-entropy-fusion-impl te; Plan.cross_entropy)
+    **dict.fromkeys(("te cross-entropy fusion", "te cross entropy", "te fused cross entropy",
+                     "cross-entropy-fusion-impl te"), {"cross_entropy": "te"}),
     "1f1b": {"schedule": "1f1b"},
     "gpipe": {"schedule": "gpipe"},
     # the experts' dispatcher (Plan.ep_dispatcher; Megatron-Core's --moe-token-dispatcher-type,
@@ -385,7 +396,8 @@ def feature_key(feature: str) -> str:
 
 def generic_feature(feature: str) -> dict[str, Any] | None:
     """The plan options of a feature GENERIC_FEATURES names, or of `VP=N` / `virtual pipeline N`
-    (interleaved), `ZeRO-N` / `ZeRO stage N` / `DeepSpeed ZeRO-N`; None for any other."""
+    (interleaved), `ZeRO-N` / `ZeRO stage N` / `DeepSpeed ZeRO-N`, `selective recompute of
+    a+b` (Megatron-Core's --recompute-modules a b); None for any other."""
     text = feature_key(feature)
     if text in GENERIC_FEATURES:
         return dict(GENERIC_FEATURES[text])
@@ -393,6 +405,9 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
         return {"schedule": "interleaved", "virtual_stages": int(vp.group(1))}
     if zero := re.fullmatch(r"(?:deepspeed )?zero(?:-| |- | stage |-stage )?([0-3])", text):
         return {"zero": int(zero.group(1))}
+    if modules := re.fullmatch(r"selective recompute of ([a-z_]+(?:\+[a-z_]+)*)", text):
+        return {"recompute": "selective",
+                "recompute_modules": ",".join(modules.group(1).split("+"))}
     return None
 
 
@@ -416,7 +431,12 @@ def model_of(row: dict[str, Any]) -> dict[str, Any]:
                      if v != spec[k] and not (k == "vocab" and 0 <= v - spec[k] < 1024 * 8)]
             if wrong:
                 raise ValueError(f"model {name}: the row's {', '.join(wrong)} differ")
-            return dict(spec, seq_len=int(row["seq_len"]))
+            # the run's own choices: its sequence, and the MTP modules it trains (a recipe may
+            # drop the model's)
+            spec["seq_len"] = int(row["seq_len"])
+            if (mtp := _stated(row, "mtp_layers")) is not None:
+                spec["mtp_layers"] = int(mtp)
+            return spec
     model = dict(architecture_of(row), **sizes, seq_len=int(row["seq_len"]))
     for column, field_name in MODEL_COLUMNS.items():
         if (value := _stated(row, column)) is not None:
@@ -440,9 +460,12 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
                 raise ValueError(f"{key} {value}: one of {', '.join(DISPATCHERS)}")
             plan["ep_dispatcher"] = DISPATCHERS[str(value).strip().lower()]
     known = set(COLUMNS) | set(ARCH_COLUMNS) | set(MODEL_COLUMNS) | set(PLAN_COLUMNS) | {
-        "model", *DISPATCHER_COLUMNS}
+        "model", "mtp_layers", *DISPATCHER_COLUMNS, *LAYOUT_COLUMNS}
     missing: list[str] = [f"column {key}={value} (not read)" for key, value in row.items()
                           if key not in known and _stated(row, key) is not None]
+    for key in LAYOUT_COLUMNS:
+        if (value := _stated(row, key)) is not None:
+            plan["pipeline_layout"] = str(value).strip()
     cp = int(row.get("cp", 1) or 1)
     if cp > 1:  # Megatron-Core's default cp_comm_type, p2p (ring attention); gpus = dp cp tp pp
         plan["cp"] = cp

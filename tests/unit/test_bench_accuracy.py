@@ -133,7 +133,13 @@ def test_architecture_columns_a_row_states_win():
     ("DeepEP", {"ep_dispatcher": "deepep"}), ("HybridEP", {"ep_dispatcher": "deepep"}),
     ("alltoall dispatcher", {"ep_dispatcher": "alltoall"}),
     ("MoE A2A overlap", {"ep_comm_overlap": True}),
-    ("a new trick", None), ("ZeRO-4", None),
+    ("bf16 gradient reduce", {"grad_dtype": "bf16"}),
+    ("TE cross-entropy fusion", {"cross_entropy": "te"}),
+    ("selective recompute of mla_up_proj", {"recompute": "selective",
+                                            "recompute_modules": "mla_up_proj"}),
+    ("selective recompute of layernorm+moe_act", {"recompute": "selective",
+                                                  "recompute_modules": "layernorm,moe_act"}),
+    ("a new trick", None), ("ZeRO-4", None), ("selective recompute of", None),
 ])
 def test_features_as_other_runs_state_them(feature, options):
     assert B.generic_feature(feature) == options
@@ -197,3 +203,29 @@ def test_a_column_it_does_not_read_is_named_and_a_preset_that_disagrees_refused(
     frame.to_csv(tmp_path / "published-steps.csv", index=False)
     (row,) = B.published_rows(tmp_path)
     assert row.label.startswith("mixtral-8x7b ") and "ffn_hidden 2048" in row.error
+
+
+def test_a_row_gives_its_pipeline_layout_and_its_mtp_modules():
+    """The held-out columns `pipeline_layout` (Megatron's syntax: a split the stages' even share
+    cannot give) and `mtp_layers` (a recipe that trains a preset without its MTP module)."""
+    llama = dict(_MIXTRAL, layers=126, hidden=16384, heads=128, kv_heads=8, ffn_hidden=53248,
+                 vocab=128256, gpus=1024, tp=8, pp=8, dp=16, model="llama3.1-405b",
+                 features="bf16; VP=8, SP", pipeline_layout="Et*1|(t*2|)*62t*1L")
+    model, plan, missing = B.plan_of(llama)
+    assert (plan["pipeline_layout"], missing) == ("Et*1|(t*2|)*62t*1L", [])
+    dsv3 = dict(_MIXTRAL, model="deepseek-v3", layers=61, hidden=7168, heads=128, kv_heads=128,
+                ffn_hidden=18432, vocab=129280, mtp_layers=0)
+    assert B.model_of(dsv3)["mtp_layers"] == 0
+    assert B.model_of({**dsv3, "mtp_layers": None})["mtp_layers"] == 1
+
+
+def test_the_megatron_bridge_runs_are_read():
+    """tests/data/accuracy-megatron-bridge (Megatron-Bridge's published 25.11 tables): every row
+    predicted, or refused in its row with the reason (a layout the tables do not give, a
+    recompute module the model does not have); none lost to an exception."""
+    rows = B.published_rows(ROOT / "tests/data/accuracy-megatron-bridge")
+    assert len(rows) == 18
+    refused = {r.label.split(" [")[0]: r.error for r in rows if r.error}
+    assert all("recompute_modules layernorm" in why or "divisible by pp x virtual_stages" in why
+               for why in refused.values()), refused
+    assert len(refused) == 3
