@@ -405,15 +405,16 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
                  issued: Mapping[str, tuple[Collective, ...]], stage: str = "first",
                  overlap: Mapping[str, tuple[Overlap, ...]] | None = None,
                  overlap_device: Mapping[str, sp.Expr] | None = None,
-                 extra_kernels: sp.Expr = ZERO) -> tuple[Phase, Phase, Phase]:
+                 extra_kernels: tuple[sp.Expr, sp.Expr] = (ZERO, ZERO)
+                 ) -> tuple[Phase, Phase, Phase]:
     """The stage's n layers in one micro-batch (n: c.stage_layers[stage]; `work`: all of them,
     stage_work): forward, backward, recompute.
 
     device: the layers' work (x 2 backward); where calibrated, (s - 1) x that (the framework's
             scale)
     host:   n x c_fwd (c_bwd); n x ops x t_op (framework.PartCost) where not calibrated, and
-            what the stage's MoE layers launch beyond dense ones (extra_kernels, per
-            micro-batch forward, x 2 backward, at the same cost each)
+            what the stage's MoE layers issue beyond dense ones (extra_kernels: forward and
+            backward per micro-batch, perfmodel.step.moe.extra_kernels, at the same cost each)
     recompute: full x forward + selective x attention (core_attn) and the parts its other modules
     name (recompute_module_s) + op x what per-op recompute repeats (op_recompute_s), device and
     host (charged to compute/recompute), and the forward's
@@ -425,8 +426,8 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
     n = c.stage_layers[stage]
     scale = n / c.layers_per_stage  # the collectives are declared for the first stage's layers
     overlap, extra = overlap or {}, overlap_device or {}
-    kernels = cost.kernel_s * (n * cost.forward_ops + extra_kernels)
-    back_kernels = cost.kernel_s * (n * cost.backward_ops + BACKWARD_PER_FORWARD * extra_kernels)
+    kernels = cost.kernel_s * (n * cost.forward_ops + extra_kernels[0])
+    back_kernels = cost.kernel_s * (n * cost.backward_ops + extra_kernels[1])
     slower = cost.scale - 1  # what the framework's scale adds to the rooflines
     recomputed = c.full * work.total_s + c.core * work.attention_s \
         + c.op * op_recompute_s(c, work) \

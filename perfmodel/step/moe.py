@@ -49,6 +49,7 @@ from perfmodel.step import pipeline as PP
 from perfmodel.step.collective import Collective, dispatch_time, group_time
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, active, flag, linear_gemm_time
+from perfmodel.step.framework import BACKWARD_PER_FORWARD
 
 if TYPE_CHECKING:
     from perfmodel.step.layer import LayerWork
@@ -60,6 +61,20 @@ ZERO = sp.Integer(0)
 # the collectives); the shared experts' two GEMMs and activation
 MOE_EXTRA_KERNELS = 5
 SHARED_EXPERT_KERNELS = 3
+# Host ops of an MoE layer beyond a dense layer's on an asynchronous device (perfmodel.step.host's
+# framework ops), counted as host.py counts a dense layer's: the validation job's MoE block
+# (workload.moe.MoE: gated, bias-free experts, top-2, dropless, learned routing) under torch's
+# dispatcher (every aten op, views included; torch 2.13, CPU, one micro-batch after a warm-up;
+# tests/unit/test_moe_host_ops.py counts them again): beyond the dense block's 56 forward and 121
+# backward ops, 9 + 8 n_local + 11 [ep > 1] forward and 3 + 26 n_local + 8 [ep > 1] backward, for
+# n_local = E / ep experts on the rank: the router, its softmax and top-k, the grouping of the
+# rows by expert and back, the count exchange; each local expert's MLP (three linears, the
+# activation and the product: 8 forward, 26 backward, one launch or more each, as Transformer
+# Engine's grouped GEMM issues a GEMM and its casts per expert); with ep > 1 the counts'
+# all-gather, the all-to-alls and the regrouping. A shared expert adds one expert's ops.
+MOE_HOST_OPS = (9, 3)
+EXPERT_HOST_OPS = (8, 26)
+EXCHANGE_HOST_OPS = (11, 8)
 A2A_PER_LAYER = 2  # dispatch and combine, each direction
 
 
@@ -184,12 +199,23 @@ def shared_experts_s(c: Context) -> sp.Expr:
     return gemm + K.memory_time((2 + c.gated) * S.e * c.T * S.f_sh / S.tp, c.dev)
 
 
-def extra_kernels(c: Context, stage: str) -> sp.Expr:
-    """Kernels a stage's MoE layers launch beyond dense layers', per micro-batch forward."""
+def extra_kernels(c: Context, stage: str) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) ops a stage's MoE layers issue beyond dense layers', per micro-batch:
+    on synchronous ranks the kernels they launch (MOE_EXTRA_KERNELS forward, twice that
+    backward); on an asynchronous device the framework ops the host issues (MOE_HOST_OPS,
+    EXPERT_HOST_OPS per local expert E / ep and per shared expert, EXCHANGE_HOST_OPS with
+    ep > 1)."""
     if not c.fam.moe:
-        return ZERO
-    per_layer = MOE_EXTRA_KERNELS + (SHARED_EXPERT_KERNELS if c.fam.moe_shared else 0)
-    return per_layer * moe_layers(c)[stage]
+        return ZERO, ZERO
+    n = moe_layers(c)[stage]
+    shared = 1 if c.fam.moe_shared else 0
+    if not c.asynchronous:
+        per_layer = MOE_EXTRA_KERNELS + shared * SHARED_EXPERT_KERNELS
+        return per_layer * n, BACKWARD_PER_FORWARD * per_layer * n
+    experts, exchange = S.E / S.ep + shared, active(S.ep)
+    forward, backward = (n * (MOE_HOST_OPS[i] + EXPERT_HOST_OPS[i] * experts
+                              + EXCHANGE_HOST_OPS[i] * exchange) for i in (0, 1))
+    return forward, backward
 
 
 def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix: str = "layers",
