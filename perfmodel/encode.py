@@ -528,15 +528,13 @@ def fp8_values(hardware: HardwareSpec, recipe: str | None,
     the hardware's default): the FP8 peak and GEMM fit, and the bytes of the recipe's operands,
     casts, weight copies (and their casts each step), saved inputs and scaling state."""
     recipe = hardware.fp8_recipe(recipe)
-    if fp8_params and recipe == "mxfp8":
-        raise PlanError("fp8_params is modelled with the per-tensor recipes (delayed, current), "
-                        "not mxfp8: give fp8_recipe delayed or current")
     b = fp8_bytes(recipe, hardware.fp8_transpose, BYTES_PER_ELEMENT[Dtype.FP8], fp8_params)
     return {"fp8_peak_flops_per_s": hardware.peak("fp8") * hardware.sustained_clock_fraction,
             "fp8_operand_bytes": b.operand,
             "fp8_quantize_bytes": b.quantize, "fp8_weight_copy_bytes": b.weight_copy,
             "fp8_weight_cast_bytes": b.weight_cast,
             "fp8_saved_bytes": b.saved, "fp8_scaling_state_bytes": b.scaling_state,
+            "fp8_gather_bytes": b.gather,
             **gemm_values(hardware.gemm("fp8"), N.FP8_GEMM)}
 
 

@@ -544,9 +544,6 @@ class Plan:
         if self.fp8_params and self.zero >= 3:
             raise PlanError("fp8_params is modelled with Megatron's distributed optimizer (zero "
                             "0-2), not with zero 3 (FSDP's FP8 all-gather)")
-        if self.fp8_params and self.fp8_recipe is Fp8Recipe.MXFP8:
-            raise PlanError("fp8_params is modelled with the per-tensor recipes (delayed, "
-                            "current), not mxfp8: give fp8_recipe delayed or current")
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync",
                     "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap"):
             if key == "flash_attention" and (self.flash_attention is None

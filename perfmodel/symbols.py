@@ -93,6 +93,7 @@ e8, q8, cw8, s8, M_scale8 = (_of(n) for n in ("fp8_operand_bytes", "fp8_quantize
                                               "fp8_weight_copy_bytes", "fp8_saved_bytes",
                                               "fp8_scaling_state_bytes"))
 qw8 = _of("fp8_weight_cast_bytes")
+g8 = _of("fp8_gather_bytes")
 # sliding-window attention
 w, rho_w = _of("window"), _of("windowed_share")
 # bytes per parameter, by precision (see perfmodel.costs.memory)

@@ -76,6 +76,7 @@ READ_OPTIONS: dict[str, int] = {
         "optimizer-cpu-offload", "account-for-embedding-in-pipeline-split",
         "account-for-loss-in-pipeline-split", "squared-relu", "quick-geglu", "use-legacy-models",
         "use-mcore-models", "mock-data", "no-position-embedding", "fp8-param-gather",
+        "reuse-grad-buf-for-mxfp8-param-ag",
         "use-precision-aware-optimizer", "checkpoint-activations", "moe-grouped-gemm",
         "overlap-moe-expert-parallel-comm", "moe-enable-deepep"), 0),
 }
@@ -855,9 +856,20 @@ def _fp8(settings: Settings, job: JobConfig, where: str, take: Callable[[str, st
     take("fp8_recipe", f"fp8_recipe {FP8_RECIPES[recipe]}")
     if "fp8_recipe" not in settings:
         job.notes.append("no --fp8-recipe: Megatron-LM's default, delayed scaling")
-    if _flag(settings, "fp8_param_gather", where):
+    reuse = _flag(settings, "reuse_grad_buf_for_mxfp8_param_ag", where)
+    if _flag(settings, "fp8_param_gather", where) and FP8_RECIPES[recipe] == "mxfp8" and not reuse:
+        # without the gradient buffer's reuse Megatron-Core keeps the bf16 weight buffer beside
+        # the MXFP8 weights: as the model counts weights that are not held in FP8
+        job.fix("fp8_params", False)
+        take("fp8_param_gather", "MXFP8 weights beside the bf16 weight buffer (no "
+                                 "--reuse-grad-buf-for-mxfp8-param-ag): fp8_params false")
+    elif _flag(settings, "fp8_param_gather", where):
         job.fix("fp8_params", True)
-        take("fp8_param_gather", "fp8_params (the weights held and all-gathered in FP8)")
+        take("fp8_param_gather", "fp8_params (the weights held in FP8; MXFP8's gathered in bf16 "
+                                 "into the gradient buffer)" if reuse else
+             "fp8_params (the weights held and all-gathered in FP8)")
+    take("reuse_grad_buf_for_mxfp8_param_ag", "the bf16 weights gathered into the gradient "
+                                              "buffer (MXFP8 weights, fp8_params)")
 
 
 def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
@@ -1132,6 +1144,8 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
         args += [["--bf16"], ["--fp8-format", "hybrid"], ["--fp8-recipe", recipe]]
         if plan.fp8_params:
             args.append(["--fp8-param-gather"])
+            if recipe == "mxfp8":  # MXFP8 weights as the model holds them (docs/fp8.md)
+                args.append(["--reuse-grad-buf-for-mxfp8-param-ag"])
         if plan.fp8_output_layer:
             raise refuse_emit("megatron", "fp8_output_layer", "Megatron-LM's output layer is a "
                               "bf16 ColumnParallelLinear")

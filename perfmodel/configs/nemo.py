@@ -54,6 +54,7 @@ _RENAMED = {"num_moe_experts": "num_experts", "gated_linear_unit": "swiglu",
             "overlap_grad_reduce": "overlap_grad_reduce",
             "overlap_param_gather": "overlap_param_gather", "micro_batch_size": "micro_batch_size",
             "overlap_moe_expert_parallel_comm": "overlap_moe_expert_parallel_comm",
+            "reuse_grad_buf_for_mxfp8_param_ag": "reuse_grad_buf_for_mxfp8_param_ag",
             "global_batch_size": "global_batch_size", "optimizer": "optimizer",
             "grad_reduce_in_fp32": "grad_reduce_in_fp32"}
 # model fields that do not change the step's cost (numerics, initialization, fusions of the same
@@ -189,7 +190,9 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
             settings["grad_reduce_in_fp32"] = ("mixed_precision.grad_reduce_in_fp32",
                                                precision["grad_reduce_in_fp32"])
         for name, dest in (("fp8_recipe", "fp8_recipe"), ("fp8_param_gather", "fp8_param_gather"),
-                           ("fp8_params", "fp8_param_gather")):
+                           ("fp8_params", "fp8_param_gather"),
+                           ("reuse_grad_buf_for_mxfp8_param_ag",
+                            "reuse_grad_buf_for_mxfp8_param_ag")):
             if name in precision:  # Transformer Engine's recipe, FP8 weights (docs/fp8.md)
                 settings[dest] = (f"mixed_precision.{name}", precision[name])
     _, dist = _section(data, "dist")

@@ -39,6 +39,13 @@ Sources:
                 cannot efficiently access elements in columnwise fashion, so columnwise tensors
                 need to be physically transposed"; "Blackwell: supports columnwise access
                 natively, so no transpose is needed"; activations saved for backward in FP8.
+  [MB-mxfp8]    Megatron-Bridge (NVIDIA-NeMo/Megatron-Bridge 0465189,
+                src/megatron/bridge/training/mixed_precision.py): bf16_with_mxfp8_mixed sets
+                fp8_param_gather with reuse_grad_buf_for_mxfp8_param_ag, which MXFP8 weights
+                require: Megatron-Core all-gathers the bf16 weights into the gradient buffer,
+                casts them to the model's MXFP8 weights and zeroes the buffer for the gradients
+                (megatron/core/distributed/param_and_grad_buffer.py); no bf16 weight buffer is
+                kept.
   [TE-linear]   TE developer docs, the te.Linear walkthrough: the weight quantized on the first
                 micro-batch and cached; the input quantized locally and its rowwise copy
                 all-gathered in FP8 with sequence parallelism; the columnwise input saved for the
@@ -78,7 +85,13 @@ class Fp8Bytes:
     weight_cast: per parameter and step, making the weights' FP8 copies: a cast (quantize), or
                 with FP8 weights (fp8_params: the optimizer writes them) the columnwise copy
                 from the rowwise one, a transpose (read 1, write 1) where it is a separate copy
-                (Hopper), nothing where one copy serves both (Blackwell)
+                (Hopper), nothing where one copy serves both (Blackwell); MXFP8 weights a cast
+                all the same, of the bf16 weights the distributed optimizer gathered
+    gather:     per FP8 weight, what the distributed optimizer all-gathers with FP8 weights
+                (fp8_params): the FP8 copy, 1 (per-tensor recipes: Megatron-LM
+                --fp8-param-gather, "perform the param all-gather in fp8"); MXFP8 the bf16
+                weights (source_bytes), gathered into the gradient buffer and cast there
+                [MB-mxfp8]
     """
 
     operand: float
@@ -87,6 +100,7 @@ class Fp8Bytes:
     saved: float
     scaling_state: float
     weight_cast: float
+    gather: float = float(FP8_BYTES)
 
 
 def usage_bytes(recipe: str, transpose: bool) -> tuple[float, float]:
@@ -127,10 +141,14 @@ def scaling_state_bytes(recipe: str) -> float:
 def fp8_bytes(recipe: str, transpose: bool, source_bytes: float,
               fp8_params: bool = False) -> Fp8Bytes:
     """The bytes per element of one recipe on one GPU (see Fp8Bytes); fp8_params: the weights
-    are held in FP8 (per-tensor recipes only: perfmodel.strategy.Plan)."""
+    are held in FP8 (MXFP8: as Megatron-Bridge's bf16_with_mxfp8_mixed holds them,
+    [MB-mxfp8])."""
     rowwise, columnwise = usage_bytes(recipe, transpose)
     quantize = quantize_bytes(recipe, transpose, source_bytes)
-    weight_cast = (rowwise + columnwise if columnwise else 0.0) if fp8_params else quantize
+    mx = recipe == "mxfp8"
+    weight_cast = (rowwise + columnwise if columnwise else 0.0) if fp8_params and not mx \
+        else quantize
     return Fp8Bytes(operand=rowwise, quantize=quantize, weight_copy=rowwise + columnwise,
                     saved=columnwise or rowwise, scaling_state=scaling_state_bytes(recipe),
-                    weight_cast=weight_cast)
+                    weight_cast=weight_cast,
+                    gather=float(source_bytes) if mx else float(FP8_BYTES))

@@ -279,13 +279,13 @@ def stage_weight_bytes(c: Context, params: Parameters) -> tuple[dict[str, sp.Exp
                                                                  dict[str, sp.Expr]]:
     """An fp8_params plan's weights on one GPU of each stage as the distributed optimizer
     all-gathers them [B]: (all but the routed experts', the routed experts'), wbytes per
-    parameter but e_8 per FP8 weight (perfmodel.step.fp8.stage_fp8_weights; the output layer's
-    at wbytes)."""
+    parameter but g_8 per FP8 weight (1; MXFP8 2, perfmodel.costs.fp8.Fp8Bytes.gather;
+    perfmodel.step.fp8.stage_fp8_weights; the output layer's at wbytes)."""
     dense, experts = {}, {}
     for st, total in params.per_stage.items():
         dense8, experts8 = FP8.stage_fp8_weights(c, st, sp.Integer(0))
-        dense[st] = S.wbytes * (total - params.experts[st]) - (S.wbytes - S.e8) * dense8
-        experts[st] = S.wbytes * params.experts[st] - (S.wbytes - S.e8) * experts8
+        dense[st] = S.wbytes * (total - params.experts[st]) - (S.wbytes - S.g8) * dense8
+        experts[st] = S.wbytes * params.experts[st] - (S.wbytes - S.g8) * experts8
     return dense, experts
 
 

@@ -466,9 +466,6 @@ CASES = [
       ("fp8_output_layer applies to dtype fp8, not bf16",)),
     C("predict", "fp8 params with ZeRO-3", f"{LLAMA} --dtype fp8 --fp8-params --dp 2 --zero 3",
       PLAN, ("fp8_params is modelled with Megatron's distributed optimizer (zero 0-2)",)),
-    C("predict", "fp8 params with mxfp8", "predict --model llama2-7b --hardware dgx-b200 "
-      "--dtype fp8 --fp8-params", PLAN, ("fp8_params is modelled with the per-tensor recipes",
-                                         "give fp8_recipe delayed or current")),
     C("predict", "fp8 on a layer graph", "predict --model alexnet --hardware dgx-h100 --pr 2 "
       "--fp8-recipe delayed", USAGE, ("--fp8-recipe, --fp8-output-layer and --fp8-params apply "
                                       "to transformers",)),

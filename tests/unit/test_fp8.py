@@ -219,5 +219,40 @@ def test_fp8_params_hold_the_linear_weights_in_fp8():
     assert gather["dp/all_gather"] - gather8["dp/all_gather"] == pytest.approx((2 - 1) * linear)
     with pytest.raises(PlanError, match="not with zero 3"):
         plan.replace(fp8_params=True, zero=3)
-    with pytest.raises(PlanError, match="not mxfp8"):
-        predict(model, "dgx-b200", plan.replace(fp8_params=True))  # B200's default: mxfp8
+    # MXFP8 weights (B200's default recipe) as Megatron-Bridge holds them: no bf16 weights kept,
+    # the bf16 weights gathered into the gradient buffer (2 bytes) and cast each step
+    mx, mx8 = (predict(model, "dgx-b200", plan.replace(fp8_params=flag)) for flag in (False, True))
+    assert mx.memory_breakdown_bytes["weights"] - mx8.memory_breakdown_bytes["weights"] \
+        == pytest.approx(2 * linear, rel=1e-12)
+    assert mx8.memory_breakdown_bytes["fp8/weight_copies"] == pytest.approx(
+        mx.memory_breakdown_bytes["fp8/weight_copies"], rel=1e-12)
+    assert mx8.breakdown_s["compute/fp8_weight_cast"] == pytest.approx(
+        mx.breakdown_s["compute/fp8_weight_cast"], rel=1e-12)
+    gather_mx = {r["name"]: r["nbytes"] for r in comm_ledger(
+        model, plan.replace(fp8_params=True), "dgx-b200")}
+    assert gather_mx["dp/all_gather"] == pytest.approx(gather["dp/all_gather"], rel=1e-12)
+
+
+def test_megatron_mxfp8_weights_need_the_gradient_buffers_reuse(tmp_path):
+    """Megatron-Core holds MXFP8 weights without a bf16 buffer only with
+    --reuse-grad-buf-for-mxfp8-param-ag (the bf16 weights gathered into the gradient buffer):
+    with it --fp8-param-gather is fp8_params, without it the bf16 buffer stays (fp8_params
+    false); the emitter writes both flags back."""
+    from perfmodel.configs import read_config
+    from perfmodel.configs.megatron import megatron_arguments
+
+    args = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 "
+            "--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+            "--vocab-size 32000 --swiglu --normalization RMSNorm --position-embedding-type rope "
+            "--disable-bias-linear --untie-embeddings-and-output-weights "
+            "--use-distributed-optimizer --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather")
+    for extra, want in (("", False), (" --reuse-grad-buf-for-mxfp8-param-ag", True)):
+        path = tmp_path / f"mx{len(extra)}.txt"
+        path.write_text(args + extra + "\n")
+        job = read_config(path)
+        assert job.plan["fp8_params"] is want, extra
+    model = load_model("llama3-8b")
+    plan = Plan(gpus=8, dp=8, global_batch=8, zero=1, dtype="fp8", fp8_recipe="mxfp8",
+                fp8_params=True)
+    words = " ".join(" ".join(a) for a in megatron_arguments(model, plan))
+    assert "--fp8-param-gather --reuse-grad-buf-for-mxfp8-param-ag" in words
