@@ -203,7 +203,7 @@ def plan_options(fn: Any) -> Any:
         click.option("--recompute-modules", default=None, metavar="NAMES",
                      help="With --recompute selective: what it recomputes, comma-separated, as "
                           "Megatron's --recompute-modules: core_attn (the default), mla_up_proj, "
-                          "mlp, moe_act, shared_experts."),
+                          "mlp, moe_act, shared_experts, layernorm."),
         click.option("--grad-dtype", type=choice(STATE_DTYPES), default=None,
                      help="bf16: main gradients' dtype (default fp32, Megatron-LM's; bf16: NeMo's "
                           "grad_reduce_in_fp32 False)."),

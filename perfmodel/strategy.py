@@ -329,10 +329,9 @@ def ep_overlap_runs(recompute: Recompute, schedule: Schedule, pp: int) -> bool:
 # selective recompute's modules (Megatron-Core TransformerConfig.recompute_modules, its names):
 # the attention core; MLA's up projections and rotary embedding; a dense layer's MLP; the routed
 # experts' activation function; the shared experts
-RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe_act", "shared_experts")
-_MODULES_NOT_MODELLED = {"layernorm": "the norms' recompute (fused into Transformer Engine's "
-                                      "linear layers in Megatron-Core's layer) is not modelled",
-                         "moe": "recomputing a whole MoE layer (its all-to-alls too) is not "
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe_act", "shared_experts",
+                     "layernorm")
+_MODULES_NOT_MODELLED = {"moe": "recomputing a whole MoE layer (its all-to-alls too) is not "
                                 "modelled: give moe_act and shared_experts, or recompute full"}
 
 
@@ -364,7 +363,12 @@ def modules_missing(modules: tuple[str, ...], model: Any) -> str | None:
              "shared_experts": (bool(getattr(model, "shared_experts", 0)), "shared experts"),
              "mlp": (not getattr(model, "experts", 0)
                      or len(getattr(model, "moe_layers", ())) < model.layers,
-                     "a dense layer's MLP")}
+                     "a dense layer's MLP"),
+             # Megatron-Core recomputes the norms that are modules of their own: an MoE layer's
+             # pre-MLP norm (a dense layer's norms are fused into Transformer Engine's linears)
+             "layernorm": (bool(getattr(model, "experts", 0)),
+                           "norm outside Transformer Engine's linear layers (an MoE layer's "
+                           "pre-MLP norm)")}
     for name in modules:
         has, what = parts.get(name, (True, ""))
         if not has:

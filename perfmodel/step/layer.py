@@ -69,7 +69,8 @@ class LayerWork:
     # the element-wise ops' backward; None: BACKWARD_PER_FORWARD x their forward
     elementwise_backward_s: sp.Expr | None = None
     # the forward of each part selective recompute can repeat beyond the attention core
-    # (perfmodel.strategy.RECOMPUTE_MODULES: mla_up_proj, mlp, moe_act, shared_experts), of
+    # (perfmodel.strategy.RECOMPUTE_MODULES: mla_up_proj, mlp, moe_act, shared_experts,
+    # layernorm), of
     # these layers; a part they lack is absent
     module_s: tuple[tuple[str, sp.Expr], ...] = ()
     # what torchtitan's per-op recompute repeats of these layers where they count their own
@@ -259,6 +260,8 @@ def recompute_module_s(c: Context, gemm_t: Mapping[str, sp.Expr], ew: Mapping[st
         mlp             a dense layer's MLP: up (and gate), down, and its activation's bytes
         moe_act         the routed experts' activation: (2 + gated) e A_r f_E bytes / W
         shared_experts  the shared experts' GEMMs and activation (perfmodel.step.moe)
+        layernorm       an MoE layer's pre-MLP norm: reads its input, writes its output,
+                        2 e T h / r bytes / W
     An fp8 plan's recomputed GEMMs cast their inputs again: not counted (a small share of the
     casts)."""
     names = set(c.fam.recompute_modules) - {"core_attn"}
@@ -271,6 +274,8 @@ def recompute_module_s(c: Context, gemm_t: Mapping[str, sp.Expr], ew: Mapping[st
     if "mlp" in names and not moe:
         out.append(("mlp", gemm_t["mlp_up"] + gemm_t["mlp_down"]
                     + K.memory_time(ew["activation"], c.dev)))
+    if moe and "layernorm" in names:
+        out.append(("layernorm", K.memory_time(2 * S.e * c.T * S.h / c.act_ranks, c.dev)))
     if moe and names & {"moe_act", "shared_experts"}:
         from perfmodel.step.moe import moe_act_s, shared_experts_s
 

@@ -207,6 +207,10 @@ def module_drops(c: Context, *, moe: bool) -> sp.Expr:
                         copy of it, and nothing is dropped)
         shared_experts  the shared experts under a checkpoint: (2 + gated) e T f_sh / tp, and an
                         fp8 plan's FP8 copies of their inputs, (s_8 - e) T f_sh / tp + s_8 T h
+        layernorm       an MoE layer's pre-MLP norm output, e T h / r (the router's input, kept
+                        in bf16 by every plan: Megatron-Core frees it after the forward and
+                        recomputes the norm before the backward; a dense layer's norms are fused
+                        into Transformer Engine's linears, MLA's input norm is not counted)
     r: the ranks an activation is split over (tp with sequence parallelism, else 1)."""
     if not set(c.fam.recompute_modules) - {"core_attn"}:
         return sp.Integer(0)
@@ -222,6 +226,7 @@ def module_drops(c: Context, *, moe: bool) -> sp.Expr:
         return out
     _, _, _, A_r = MOE.routed_tokens(c)
     out += c.recomputes("moe_act") * (1 - fp8) * e * A_r * S.f_E
+    out += c.recomputes("layernorm") * e * T * h / c.act_ranks
     if c.fam.moe_shared:
         out += c.recomputes("shared_experts") * ((2 + c.gated) * e * T * S.f_sh / tp
                                                  + fp8 * ((s8 - e) * T * S.f_sh / tp

@@ -74,6 +74,22 @@ def test_mla_up_proj_and_moe_act_drop_their_tensors():
         == pytest.approx(_first_stage(model, Plan(**fp8)), rel=1e-12)
 
 
+def test_layernorm_drops_each_moe_layers_pre_mlp_norm_output():
+    """Megatron-Core's layernorm module on Qwen3-30B-A3B (48 MoE layers, tp 2 with sequence
+    parallelism: r = 2): the pre-MLP norm's output, e T h / r, freed in every MoE layer, and the
+    norm's forward (read and write e T h / r) repeated."""
+    model = load_model("qwen3-30b-a3b")
+    kw = dict(gpus=8, dp=4, tp=2, ep=4, global_batch=4, recompute="selective",
+              sequence_parallel=True)
+    act = predict(model, H100, Plan(**kw, recompute_modules="moe_act"))
+    norm = predict(model, H100, Plan(**kw, recompute_modules="moe_act,layernorm"))
+    e, T, h, r = 2, model.seq_len, model.hidden, 2
+    assert _layers(act) - _layers(norm) == pytest.approx(model.layers * e * T * h / r, rel=1e-9)
+    bandwidth = H100.memory_bandwidth_bytes_per_s * H100.memory_bandwidth_efficiency
+    assert norm.breakdown_s["compute/recompute"] - act.breakdown_s["compute/recompute"] == \
+        pytest.approx(model.layers * 2 * e * T * h / r / bandwidth, rel=1e-9)
+
+
 def _first_stage(model, plan):
     from perfmodel.evaluate import compile_family, family_of, values_of
 
@@ -83,7 +99,6 @@ def _first_stage(model, plan):
 
 @pytest.mark.parametrize("kw, why", [
     (dict(recompute="full", recompute_modules="mlp"), "apply to recompute selective"),
-    (dict(recompute="selective", recompute_modules="layernorm"), "not modelled"),
     (dict(recompute="selective", recompute_modules="moe"), "whole MoE layer"),
     (dict(recompute="selective", recompute_modules="attn"), "must be some of"),
     (dict(recompute="selective", recompute_modules="mlp,mlp"), "twice"),
@@ -103,6 +118,8 @@ def test_a_module_the_model_lacks_is_refused():
         plan.replace(recompute_modules="moe_act").check(load_model("llama3-8b"))
     with pytest.raises(PlanError, match="no shared experts"):
         plan.replace(recompute_modules="shared_experts").check(load_model("mixtral-8x7b"))
+    with pytest.raises(PlanError, match="no norm outside Transformer Engine's linear layers"):
+        plan.replace(recompute_modules="layernorm").check(load_model("llama3-8b"))
     assert plan.replace(recompute_modules=["core_attn"]).recompute_modules == ()  # the default
 
 
@@ -120,7 +137,7 @@ def test_megatron_reads_and_writes_the_modules(tmp_path):
             for a in group]
     at = args.index("--recompute-modules")
     assert args[at + 1:at + 3] == ["core_attn", "mlp"]
-    path.write_text(base + "--recompute-modules layernorm")
+    path.write_text(base + "--recompute-modules moe")
     with pytest.raises(PlanError, match="--recompute-modules"):
         resolve_plan(read_config(path), spec, {"gpus": 1})
     path.write_text(base)  # Megatron's default: the attention core
