@@ -181,6 +181,7 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
     _, precision = _section(data, "mixed_precision")
     if isinstance(data.get("mixed_precision"), str):
         _precision(settings, "mixed_precision", data["mixed_precision"], where)
+        _preset_weights(settings, job, str(data["mixed_precision"]), data)
     elif precision:
         for name in ("bf16", "fp16", "fp8", "fp4"):
             if name in precision:
@@ -216,6 +217,36 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
 _FP8_PRESET_RECIPES = {"mxfp8": "mxfp8", "current_scaling": "tensorwise",
                        "delayed_scaling": "delayed", "subchannel": "blockwise",
                        "blockwise": "blockwise"}
+
+
+# Megatron-Bridge's precision presets that hold the linear weights in FP8 (fp8_param_gather), and
+# those whose MXFP8 weights reuse the gradient buffer for their bf16 gather
+# (src/megatron/bridge/training/mixed_precision.py at 0465189: bf16_with_fp8_delayed_scaling_mixed,
+# bf16_with_mxfp8_mixed, bf16_with_fp8_current_scaling_mixed and their fp16 twins set
+# fp8_param_gather True; the subchannel (blockwise) and NVFP4 ones False)
+_FP8_WEIGHT_PRESETS = ("delayed_scaling", "mxfp8", "current_scaling")
+
+
+def _preset_weights(settings: Settings, job: JobConfig, preset: str, data: dict[str, Any]) -> None:
+    """The FP8 weights a precision preset named by its string holds (_FP8_WEIGHT_PRESETS),
+    unless a sharded data parallelism (FSDP) holds the weights: there the preset's
+    fp8_param_gather is left out (perfmodel models FP8 weights with the distributed
+    optimizer), with a note."""
+    text = preset.lower()
+    if not any(word in text for word in _FP8_WEIGHT_PRESETS) or "fp8" not in text:
+        return
+    sections = [data[name] for name in ("dist", "ddp") if isinstance(data.get(name), dict)]
+    if any(_truth(section.get(k)) for section in sections
+           for k in ("use_torch_fsdp2", "use_megatron_fsdp", "use_custom_fsdp")):
+        job.notes.append(f"mixed_precision {preset}: its fp8_param_gather under FSDP is not "
+                         "modelled; the weights are counted in bf16 beside their FP8 copies")
+        return
+    key = f"mixed_precision {preset} (the preset's fp8_param_gather)"
+    settings.setdefault("fp8_param_gather", (key, True))
+    if "mxfp8" in text:
+        settings.setdefault("reuse_grad_buf_for_mxfp8_param_ag",
+                            (f"mixed_precision {preset} (the preset's "
+                             "reuse_grad_buf_for_mxfp8_param_ag)", True))
 
 
 def _precision(settings: Settings, key: str, value: Any, where: str) -> None:

@@ -256,3 +256,31 @@ def test_megatron_mxfp8_weights_need_the_gradient_buffers_reuse(tmp_path):
                 fp8_params=True)
     words = " ".join(" ".join(a) for a in megatron_arguments(model, plan))
     assert "--fp8-param-gather --reuse-grad-buf-for-mxfp8-param-ag" in words
+
+
+@pytest.mark.parametrize("preset, recipe", [("bf16_with_mxfp8_mixed", "mxfp8"),
+                                            ("bf16_with_fp8_current_scaling_mixed", "current"),
+                                            ("bf16_with_fp8_delayed_scaling_mixed", "delayed")])
+def test_bridge_precision_presets_hold_their_weights_in_fp8(tmp_path, preset, recipe):
+    """Megatron-Bridge's presets named by their string set fp8_param_gather (mixed_precision.py at
+    0465189), MXFP8's with the gradient buffer's reuse: fp8_params; under FSDP the preset's
+    FP8 weights are left out with a note."""
+    from pathlib import Path
+
+    from perfmodel.configs import read_config
+
+    src = (Path(__file__).resolve().parents[2] / "tests/data/configs/bridge_llama3_8b.yaml"
+           ).read_text()
+    start = src.index("mixed_precision:")
+    end = src.index("model:", start)
+    path = tmp_path / "bridge.yaml"
+    path.write_text(src[:start] + f"mixed_precision: {preset}\n" + src[end:])
+    job = read_config(path)
+    assert (job.plan["dtype"], job.plan["fp8_recipe"], job.plan["fp8_params"]) == \
+        ("fp8", recipe, True)
+    fsdp = (src[:start] + f"mixed_precision: {preset}\n" + src[end:]).replace(
+        "  overlap_param_gather: true\n", "  overlap_param_gather: false\n", 1)
+    path.write_text(fsdp + "dist:\n  use_torch_fsdp2: true\n")
+    job = read_config(path)
+    assert not job.plan.get("fp8_params")
+    assert any("fp8_param_gather under FSDP is not modelled" in n for n in job.notes)
