@@ -856,18 +856,17 @@ def _fp8(settings: Settings, job: JobConfig, where: str, take: Callable[[str, st
     take("fp8_recipe", f"fp8_recipe {FP8_RECIPES[recipe]}")
     if "fp8_recipe" not in settings:
         job.notes.append("no --fp8-recipe: Megatron-LM's default, delayed scaling")
+    mx = FP8_RECIPES[recipe] == "mxfp8"
     reuse = _flag(settings, "reuse_grad_buf_for_mxfp8_param_ag", where)
-    if _flag(settings, "fp8_param_gather", where) and FP8_RECIPES[recipe] == "mxfp8" and not reuse:
-        # without the gradient buffer's reuse Megatron-Core keeps the bf16 weight buffer beside
-        # the MXFP8 weights: as the model counts weights that are not held in FP8
-        job.fix("fp8_params", False)
-        take("fp8_param_gather", "MXFP8 weights beside the bf16 weight buffer (no "
-                                 "--reuse-grad-buf-for-mxfp8-param-ag): fp8_params false")
-    elif _flag(settings, "fp8_param_gather", where):
-        job.fix("fp8_params", True)
-        take("fp8_param_gather", "fp8_params (the weights held in FP8; MXFP8's gathered in bf16 "
-                                 "into the gradient buffer)" if reuse else
-             "fp8_params (the weights held and all-gathered in FP8)")
+    if _flag(settings, "fp8_param_gather", where):
+        # MXFP8 weights without the gradient buffer's reuse: Megatron-Core keeps the bf16 weight
+        # buffer beside them, as the model counts weights that are not held in FP8
+        job.fix("fp8_params", reuse or not mx)
+        take("fp8_param_gather",
+             "fp8_params (the weights held and all-gathered in FP8)" if not mx else
+             "fp8_params (MXFP8 weights, gathered in bf16 into the gradient buffer)" if reuse
+             else "MXFP8 weights beside the bf16 weight buffer (no "
+                  "--reuse-grad-buf-for-mxfp8-param-ag): fp8_params false")
     take("reuse_grad_buf_for_mxfp8_param_ag", "the bf16 weights gathered into the gradient "
                                               "buffer (MXFP8 weights, fp8_params)")
 

@@ -17,6 +17,7 @@ from typing import TypeAlias
 import sympy as sp
 
 from perfmodel.costs.gemm_efficiency import gemm_time_s
+from perfmodel.costs.lattice import either
 
 # An option is a Flag: True/False, 0/1, or a 0/1 indicator symbol, so one expression can cover every
 # option (evaluated over arrays of plans) or be specialised to one (printed by `perfmodel explain`).
@@ -375,8 +376,5 @@ def cross_entropy_bytes(T: sp.Expr, V: sp.Expr, tp: sp.Expr, te: sp.Expr | int =
     """The loss's forward bytes: vocabulary-parallel cross entropy reads the logits, writes fp32
     softmax, reads it back: ~3 passes over T*V/tp fp32 values; with Transformer Engine's fused
     kernel (te = 1) 2 passes over the e-byte logits."""
-    fp32 = CROSS_ENTROPY_PASSES * FP32_BYTES * T * V / tp
-    if te == 0:
-        return fp32
-    fused = TE_CROSS_ENTROPY_PASSES * e * T * V / tp
-    return fused if te == 1 else te * fused + (1 - te) * fp32
+    return either(te, TE_CROSS_ENTROPY_PASSES * e * T * V / tp,
+                  CROSS_ENTROPY_PASSES * FP32_BYTES * T * V / tp)

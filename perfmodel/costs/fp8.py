@@ -100,7 +100,7 @@ class Fp8Bytes:
     saved: float
     scaling_state: float
     weight_cast: float
-    gather: float = float(FP8_BYTES)
+    gather: float
 
 
 def usage_bytes(recipe: str, transpose: bool) -> tuple[float, float]:

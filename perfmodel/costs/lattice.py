@@ -28,6 +28,17 @@ def _lattice(cls: Any, args: tuple[Any, ...]) -> sp.Expr:
     return obj
 
 
+def either(flag: Any, one: Any, other: Any) -> Any:
+    """flag x one + (1 - flag) x other for a 0/1 option: where the option is fixed (0 or 1) only
+    its side is built (sympy's 0 x expr asks questions of every node of expr), else the sum with
+    the option's indicator."""
+    if flag == 1:
+        return one
+    if flag == 0:
+        return other
+    return flag * one + (1 - flag) * other
+
+
 def lmax(*args: Any) -> sp.Expr:
     """Max(*args), unevaluated unless every argument is a number, in the order given."""
     return _lattice(sp.Max, args)

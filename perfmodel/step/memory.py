@@ -46,7 +46,7 @@ from perfmodel.costs import memory as M
 from perfmodel.costs import mla as MLA
 from perfmodel.costs import moe as CM
 from perfmodel.costs.compute import FP32_BYTES
-from perfmodel.costs.lattice import lmax
+from perfmodel.costs.lattice import either, lmax
 from perfmodel.step import data_parallel as DP
 from perfmodel.step import fp8 as FP8
 from perfmodel.step import moe as MOE
@@ -163,7 +163,7 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         # cross entropy the bf16 logits alone (they hold their gradient: LOSS_LOGITS_TE)
         fp32_loss = (LOSS_LOGITS + (LOSS_LOGITS_EAGER - LOSS_LOGITS) * c.eager_kernels) \
             * FP32_BYTES * T * V / tp
-        loss = _either(c.te_loss, LOSS_LOGITS_TE * e * T * V / tp, fp32_loss)
+        loss = either(c.te_loss, LOSS_LOGITS_TE * e * T * V / tp, fp32_loss)
         mem["activations/embedding_output"] = \
             has_embed * MASK_BYTES * T * h / c.act_ranks * stage_inflight \
             + has_head * (2 * e * T * h / c.act_ranks + loss) \
@@ -233,11 +233,3 @@ def module_drops(c: Context, *, moe: bool) -> sp.Expr:
                                                           + s8 * T * h / c.act_ranks))
     return out
 
-
-def _either(flag: sp.Expr, one: sp.Expr, other: sp.Expr) -> sp.Expr:
-    """flag x one + (1 - flag) x other, where a fixed flag (0 or 1) builds only its side."""
-    if flag == 1:
-        return one
-    if flag == 0:
-        return other
-    return flag * one + (1 - flag) * other
