@@ -217,7 +217,10 @@ class Kernels(StrEnum):
     LayerNorm, fused RoPE, fused bias-SwiGLU / bias-GeLU, bias-dropout-add); eager, PyTorch
     modules op by op, one kernel per op (torchtitan without torch.compile: the RMSNorm in fp32,
     RoPE through complex views, repeat_kv's copies); compiled, the same modules' chains fused by
-    Inductor (torch.compile), the grouped-query K and V still expanded for the attention kernel."""
+    Inductor (torch.compile), the grouped-query K and V still expanded for the attention kernel.
+    With experts, fused also weights the experts' activation by the routing probabilities
+    (Megatron-Core's weighted bias-SwiGLU), the others the experts' outputs at the combine
+    (torchtitan's modules): perfmodel.costs.moe.moe_activation_bytes."""
 
     FUSED = "fused"
     EAGER = "eager"

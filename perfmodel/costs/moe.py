@@ -107,17 +107,23 @@ def router_params(h: sp.Expr, E: sp.Expr, *, bias: Flag) -> sp.Expr:
 
 
 def moe_activation_bytes(T_r: sp.Expr, A_r: sp.Expr, h: sp.Expr, E: sp.Expr, f_e: sp.Expr,
-                         e: sp.Expr, *, gated: Flag, etp: sp.Expr | int = 1) -> sp.Expr:
+                         e: sp.Expr, *, gated: Flag, etp: sp.Expr | int = 1,
+                         weighted_activation: Flag = 0) -> sp.Expr:
     """Bytes the routed part of one MoE layer keeps for the backward, per micro-batch, on one
     rank (each tensor a backward reads, as Korthikanti et al. 2022, Sec. 4.1 count a dense
     MLP's): the router's scores 4 T_r E (fp32), the permuted expert inputs e etp A_r h (with
     expert tensor parallelism the all-gathered rows the up projection reads), each expert's
     activation input (2 + gated) e (etp A_r) (f / etp) (its up/gate outputs and the down
-    projection's input, as a dense MLP's (2 + gated) e T f), and the experts' outputs e A_r h
-    (reduce-scattered back; the combine's backward weights them by the scores). The router's
-    input is the layer's MLP input, counted with the layer."""
-    return ROUTER_PROB_BYTES * T_r * E + e * A_r * h * (1 + etp) \
-        + (2 + as_flag(gated)) * e * A_r * f_e
+    projection's input, as a dense MLP's), and where the routing weights multiply:
+    - at the combine (weighted_activation 0: torchtitan's token dispatcher, the validation job):
+      the experts' outputs e A_r h (reduce-scattered back), which the product's backward reads;
+    - in the experts' activation (weighted_activation 1: Megatron-Core from 0.13, TEGroupedMLP's
+      bias_act_func through weighted_bias_swiglu_impl; NeMo AutoModel's experts likewise): the
+      fused kernel saves its input and the permuted weights, 4 etp A_r (fp32, gathered over etp
+      with the rows), and the experts' outputs are only summed back (no saved tensor)."""
+    w = as_flag(weighted_activation)
+    return ROUTER_PROB_BYTES * T_r * E + e * A_r * h * (1 - w + etp) \
+        + (2 + as_flag(gated)) * e * A_r * f_e + w * ROUTER_PROB_BYTES * etp * A_r
 
 
 def moe_elementwise_bytes(T_r: sp.Expr, A_r: sp.Expr, h: sp.Expr, E: sp.Expr, f_e: sp.Expr,

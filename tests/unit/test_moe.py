@@ -499,3 +499,25 @@ def test_the_search_turns_combined_1f1b_on_where_megatron_runs_it():
                  on_chunk=chunks.append)
     every_off = Scored.concat(chunks)
     assert not any(off.plan(every_off, i).ep_comm_overlap for i in range(len(every_off)))
+
+
+@pytest.mark.parametrize("etp", [1, 2])
+def test_fused_kernels_weight_the_experts_activation_and_keep_no_expert_output(etp):
+    """Megatron-Core (from 0.13) multiplies the routing probabilities into the experts'
+    activation (moe/experts.py, TEGroupedMLP.bias_act_func -> weighted_bias_swiglu_impl, which
+    saves its input and the permuted probabilities), and the combine only sums the outputs; the
+    torch modules (torchtitan's token dispatcher, the validation job) scale the experts' outputs
+    at the combine, so that product's backward keeps them. Per MoE layer and micro-batch on one
+    rank, fused keeps e A_r h fewer bytes and 4 etp A_r more (the fp32 probabilities, gathered
+    over etp with the rows), A_r = T k the rank's routed rows (T = b s / tp with sequence
+    parallelism)."""
+    model = _small_moe()
+    hw = load_hardware(HW)
+    tp = etp
+    kw = dict(tp=tp, etp=etp, sequence_parallel=tp > 1, global_batch=1, stack="eager")
+    fused = predict(model, hw, _plan(kernels="fused", **kw)).memory_breakdown_bytes
+    eager = predict(model, hw, _plan(kernels="eager", **kw)).memory_breakdown_bytes
+    rows = 1 * model.seq_len // tp * model.top_k
+    per_layer = BF16 * rows * model.hidden - 4 * etp * rows
+    assert eager["activations/layers"] - fused["activations/layers"] == pytest.approx(
+        model.layers * per_layer, rel=1e-12)
