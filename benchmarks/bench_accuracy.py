@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfmodel.costs.precision import megatron_master_weights
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 # The preset each GPU of the CSV's `gpu` column is predicted on (the DGX/HGX node of that GPU, as
@@ -361,6 +363,13 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     # --cross-entropy-fusion-impl te; Plan.cross_entropy)
     **dict.fromkeys(("te cross-entropy fusion", "te cross entropy", "te fused cross entropy",
                      "cross-entropy-fusion-impl te"), {"cross_entropy": "te"}),
+    # Megatron-Core's precision-aware optimizer (--use-precision-aware-optimizer): the master
+    # weights as their 16-bit remainders (store_param_remainders, its default; fp32 under an
+    # FP8 recipe other than delayed or beside FP8 weights: plan_of), with its dtypes where stated
+    **dict.fromkeys(("precision-aware optimizer", "use-precision-aware-optimizer"),
+                    {"master_weights": "remainders"}),
+    "precision-aware optimizer (bf16 moments and main grads)": {
+        "master_weights": "remainders", "optimizer_dtype": "bf16", "grad_dtype": "bf16"},
     "1f1b": {"schedule": "1f1b"},
     "gpipe": {"schedule": "gpipe"},
     # the experts' dispatcher (Plan.ep_dispatcher; Megatron-Core's --moe-token-dispatcher-type,
@@ -522,6 +531,10 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
                 model.update(routing)
         else:
             missing.append(f"unknown feature '{feature}' (not mapped)")
+    if plan.get("master_weights") == "remainders":  # where Megatron-Core keeps them
+        recipe = plan.get("fp8_recipe") if plan["dtype"] == "fp8" else None
+        plan["master_weights"] = megatron_master_weights(True, recipe,
+                                                         bool(plan.get("fp8_params")))
     if row.get("source") == "torchtitan" and plan.get("stack", "eager") == "eager":
         # the A100 runs were eager: train_configs/llama*_*.toml at 015ccb237 set compile = false
         # (and norm_type = "rmsnorm"), so every element-wise op of the layer is its own kernel

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from perfmodel.costs.precision import STATE_DTYPES
+from perfmodel.costs.precision import MASTER_WEIGHTS, STATE_DTYPES
 from perfmodel.errors import PerfmodelError, PlanError
 from perfmodel.output import document, fmt_bytes, json_text, require_finite
 from perfmodel.specs import resolve as specs_resolve
@@ -210,6 +210,10 @@ def plan_options(fn: Any) -> Any:
         click.option("--optimizer-dtype", type=choice(STATE_DTYPES), default=None,
                      help="bf16: Adam states' dtype (default fp32 with fp32 master weights; bf16: "
                           "no master copy, Apex distributed_fused_adam dtype bf16)."),
+        click.option("--master-weights", type=choice(MASTER_WEIGHTS), default=None,
+                     help="bf16: the master weights beside the bf16 ones: fp32 (a copy), "
+                          "remainders (their 16 low bits: Megatron's precision-aware optimizer), "
+                          "none (default: fp32 with fp32 optimizer states, none with bf16)."),
         click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
                      help="ZeRO stage."),
         click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP),
@@ -311,7 +315,7 @@ def _given(ctx: click.Context, name: str) -> bool:
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "global_batch",
              "schedule", "virtual_stages",
              "sequence_parallel", "recompute", "recompute_every", "recompute_modules",
-             "grad_dtype", "optimizer_dtype",
+             "grad_dtype", "optimizer_dtype", "master_weights",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
              "ep_dispatcher", "cross_entropy", "stack",
@@ -764,6 +768,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="bf16: every plan's main-gradient dtype (default fp32).")
 @click.option("--optimizer-dtype", type=choice(STATE_DTYPES), default=None,
               help="bf16: every plan's Adam-state dtype (default fp32, with master weights).")
+@click.option("--master-weights", type=choice(MASTER_WEIGHTS), default=None,
+              help="bf16: every plan's master weights: fp32, remainders (Megatron's "
+                   "precision-aware optimizer; leaves ZeRO 3 out) or none.")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None,
               help="Pin sequence parallelism on or off.")
 @click.option("--zero", type=click.IntRange(0, 3), default=None, help="Pin the ZeRO stage.")
@@ -1022,7 +1029,7 @@ CONFIG_PINS = ("tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "schedul
 # what a config states for every plan (not searched): kept as the config says, and a command-line
 # value that contradicts it refused as the pins' are
 CONFIG_WIDE = ("stack", "kernels", "recompute_every", "grad_dtype", "optimizer_dtype",
-               "fp8_recipe", "ep_dispatcher", "cross_entropy")
+               "master_weights", "fp8_recipe", "ep_dispatcher", "cross_entropy")
 CONFIG_FLAGS = ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap",
                 "ep_comm_overlap", "fp8_params", "fp8_output_layer")
 

@@ -550,7 +550,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
                  flash_attention: bool, stack: Stack | str = Stack.EAGER,
                  kernels: Kernels | str = Kernels.FUSED,
                  recompute_every: int = 1, grad_dtype: str | None = None,
-                 optimizer_dtype: str | None = None,
+                 optimizer_dtype: str | None = None, master_weights: str | None = None,
                  fp8_recipe: str | None = None, fp8_params: bool = False,
                  ep_dispatcher: EPDispatcher | str = EPDispatcher.ALLTOALL,
                  cross_entropy: CrossEntropy | str = CrossEntropy.UNFUSED) -> dict[str, float]:
@@ -562,8 +562,9 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
     fp8 = fp8_values(hardware, fp8_recipe, fp8_params) if dtype is Dtype.FP8 else {}  # first
     gemm = hardware.gemm(compute_dtype(dtype))
     precision = precision_of(dtype)
-    state = model_state_bytes_per_param(precision, grad_dtype, optimizer_dtype)
-    sharded = sharded_state_bytes_per_param(precision, grad_dtype, optimizer_dtype)
+    state = model_state_bytes_per_param(precision, grad_dtype, optimizer_dtype, master_weights)
+    sharded = sharded_state_bytes_per_param(precision, grad_dtype, optimizer_dtype,
+                                            master_weights)
     vals: dict[str, float] = {
         "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
         "kv_heads": model.kv_heads, "ffn_hidden": model.ffn_hidden, "head_dim": model.head_dim,
@@ -576,7 +577,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "sharded_weight_bytes_per_param": sharded["weights"],
         "sharded_optimizer_bytes_per_param": sharded["optimizer_states"],
         "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(
-            precision, grad_dtype, optimizer_dtype),
+            precision, grad_dtype, optimizer_dtype, master_weights),
         # the roofline's peak: the datasheet's at the clock the part sustains (bf16's for what an
         # fp8 plan does not run in FP8)
         "peak_flops_per_s": hardware.peak(compute_dtype(dtype)) * hardware.sustained_clock_fraction,
@@ -668,6 +669,7 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
                         recompute_every=plan.recompute_every,
                         grad_dtype=plan.grad_dtype,
                         optimizer_dtype=plan.optimizer_dtype,
+                        master_weights=plan.master_weights,
                         fp8_recipe=None if plan.fp8_recipe is None else plan.fp8_recipe.value,
                         fp8_params=plan.fp8_params, ep_dispatcher=plan.ep_dispatcher,
                         cross_entropy=plan.cross_entropy)

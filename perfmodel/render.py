@@ -127,9 +127,10 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
                 f"recompute {_value(p.recompute)}"
                 + (f" (one layer in {p.recompute_every})" if p.recompute_every > 1 else "")]
     schedule.append("flash attention" if p.flash_attention else "unfused attention")
-    if p.grad_dtype or p.optimizer_dtype:
+    if p.grad_dtype or p.optimizer_dtype or p.master_weights:
         schedule.append(f"gradients {p.grad_dtype or 'fp32'}, optimizer states "
-                        f"{p.optimizer_dtype or 'fp32'}")
+                        f"{p.optimizer_dtype or 'fp32'}"
+                        + (f", master weights {p.master_weights}" if p.master_weights else ""))
     if overlaps(p):
         schedule.append(f"overlapped: {overlaps(p)}")
     if _value(p.stack) != "eager":

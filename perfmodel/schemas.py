@@ -96,6 +96,11 @@ PLAN = obj({
     "grad_dtype": {"type": ["string", "null"], "description": "Main gradients' dtype; null: fp32."},
     "optimizer_dtype": {"type": ["string", "null"],
                         "description": "Optimizer states' dtype; null: fp32 with master weights."},
+    "master_weights": {"type": "string", "enum": ["fp32", "remainders", "none"],
+                       "description": "The master weights beside bf16 ones: an fp32 copy, its "
+                                      "16-bit remainders (Megatron's precision-aware optimizer) "
+                                      "or none (absent: fp32 with fp32 optimizer states, none "
+                                      "with bf16)."},
     "fp8_recipe": {"type": ["string", "null"],
                    "description": "dtype fp8 only: Transformer Engine's scaling recipe (delayed, "
                                   "current, mxfp8), the hardware's default resolved."},

@@ -124,6 +124,7 @@ class SearchRequest:
     recompute_every: int = 1
     grad_dtype: str | None = None
     optimizer_dtype: str | None = None
+    master_weights: str | None = None  # remainders: zero 0-2 only (the search leaves 3 out)
     # every plan's, with dtype fp8: Transformer Engine's recipe (None: the hardware's default) and
     # the output layer in FP8
     fp8_recipe: Fp8Recipe | None = None
@@ -140,7 +141,8 @@ class SearchRequest:
         return Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
                     recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
-                    optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
+                    optimizer_dtype=self.optimizer_dtype, master_weights=self.master_weights,
+                    fp8_recipe=self.fp8_recipe,
                     fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
 
     def shared(self) -> dict[str, Any]:
@@ -148,7 +150,7 @@ class SearchRequest:
         (Plans.plan's keywords)."""
         return dict(kernels=self.kernels, recompute_every=self.recompute_every,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
-                    grad_dtype=self.grad_dtype,
+                    grad_dtype=self.grad_dtype, master_weights=self.master_weights,
                     optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
                     fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
 
@@ -181,9 +183,14 @@ class SearchRequest:
                 parse_option(Schedule, s, "schedules") for s in self.schedules))
         # the options every plan shares, checked as a plan checks them
         shared = self.shared_plan()
-        for key in ("recompute_every", "grad_dtype", "optimizer_dtype", "fp8_recipe",
-                    "fp8_output_layer", "fp8_params"):
+        for key in ("recompute_every", "grad_dtype", "optimizer_dtype", "master_weights",
+                    "fp8_recipe", "fp8_output_layer", "fp8_params"):
             object.__setattr__(self, key, getattr(shared, key))
+        if self.master_weights == "remainders":  # beside bf16 weights that are not FSDP's
+            if self.zero == 3:
+                raise PlanError("master_weights remainders with zero 3: FSDP2 keeps the fp32 "
+                                "shard as the parameter (give master_weights fp32, or zero 0-2)")
+            object.__setattr__(self, "zero_stages", tuple(z for z in self.zero_stages if z < 3))
         if self.fp8_params:  # FP8 weights with Megatron's distributed optimizer (Plan's rule)
             if self.zero == 3:
                 raise PlanError("fp8_params is modelled with Megatron's distributed optimizer "
@@ -704,6 +711,7 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                                kernels=req.kernels or strategy.default_kernels(req.stack),
                                recompute_every=req.recompute_every,
                                grad_dtype=req.grad_dtype, optimizer_dtype=req.optimizer_dtype,
+                               master_weights=req.master_weights,
                                fp8_recipe=None if req.fp8_recipe is None
                                else req.fp8_recipe.value, fp8_params=req.fp8_params,
                                ep_dispatcher=req.ep_dispatcher,

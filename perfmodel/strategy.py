@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from perfmodel.costs.precision import STATE_DTYPES
+from perfmodel.costs.precision import MASTER_WEIGHTS, STATE_DTYPES
 from perfmodel.errors import PlanError
 from perfmodel.pipeline_layout import PipelineLayout, accounted_layout
 from perfmodel.specs.loading import suggest
@@ -475,6 +475,10 @@ class Plan:
     # (perfmodel.costs.precision); None: Megatron-LM's, fp32 and fp32
     grad_dtype: str | None = None
     optimizer_dtype: str | None = None
+    # and its master weights (perfmodel.costs.precision.MASTER_WEIGHTS): fp32, remainders
+    # (Megatron-Core's precision-aware optimizer), none; None: fp32 with fp32 states, none with
+    # bf16 ones
+    master_weights: str | None = None
     # dtype fp8 only: Transformer Engine's scaling recipe (None: the hardware's default, decided
     # by perfmodel.predict.resolve_inputs), and whether the output layer's GEMM runs in FP8 too
     # (Megatron-LM's output layer is a bf16 ColumnParallelLinear outside TE's FP8 autocast; AMD
@@ -551,6 +555,7 @@ class Plan:
         if self.fp8_params and self.zero >= 3:
             raise PlanError("fp8_params is modelled with Megatron's distributed optimizer (zero "
                             "0-2), not with zero 3 (FSDP's FP8 all-gather)")
+        self._check_master_weights()
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync",
                     "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap"):
             if key == "flash_attention" and (self.flash_attention is None
@@ -691,6 +696,29 @@ class Plan:
                             "capacity_factor out, or give ep_dispatcher alltoall")
         return self
 
+    def _check_master_weights(self) -> None:
+        """master_weights: one of MASTER_WEIGHTS, for bf16 mixed precision; an fp32 copy or none
+        where FSDP2 holds the parameter (zero 3: the fp32 shard is the master), and no remainders
+        beside FP8 weights (FusedAdam keeps remainders of bf16 parameters only)."""
+        value = self.master_weights
+        if value is None or str(value).strip() == "":
+            object.__setattr__(self, "master_weights", None)
+            return
+        text = str(value).strip().lower()
+        if text not in MASTER_WEIGHTS:
+            raise PlanError(f"master_weights must be one of {', '.join(MASTER_WEIGHTS)}, got "
+                            f"'{value}'")
+        if self.dtype not in BF16_STATES:
+            raise PlanError(f"master_weights applies to bf16 mixed precision (bf16, fp8), not "
+                            f"dtype {self.dtype.value}")
+        if text == "remainders" and self.zero >= 3:
+            raise PlanError("master_weights remainders with zero 3: FSDP2 keeps the fp32 shard "
+                            "as the parameter (give master_weights fp32, or zero 0-2)")
+        if text == "remainders" and self.fp8_params:
+            raise PlanError("master_weights remainders with fp8_params: the remainders complete "
+                            "bf16 weights, and these are held in FP8 (give master_weights fp32)")
+        object.__setattr__(self, "master_weights", text)
+
     def replace(self, **changes: Any) -> Plan:
         return dataclasses.replace(self, **changes)
 
@@ -698,8 +726,8 @@ class Plan:
         """The plan's fields; those of dtype fp8 only (FP8_FIELDS) are left out of another
         dtype's plan (they do not apply to it), and etp where it is 1, pipeline_layout and
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
-        alltoall, cross_entropy where unfused, pipeline_micro_batches where 0 (the plans
-        written before them had no such fields)."""
+        alltoall, cross_entropy where unfused, pipeline_micro_batches where 0, master_weights
+        where not given (the plans written before them had no such fields)."""
         out = dataclasses.asdict(self)
         for key, value in out.items():
             if isinstance(value, StrEnum):
@@ -720,6 +748,8 @@ class Plan:
             del out["cross_entropy"]
         if not self.pipeline_micro_batches:
             del out["pipeline_micro_batches"]
+        if self.master_weights is None:  # likewise
+            del out["master_weights"]
         if self.recompute_modules:
             out["recompute_modules"] = ",".join(self.recompute_modules)
         else:

@@ -105,6 +105,9 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
         raise PlanError(f"cross_entropy {plan.cross_entropy.value}: the validation job's loss is "
                         "PyTorch's F.cross_entropy on fp32 logits (give cross_entropy unfused; "
                         "Transformer Engine's kernel runs on NVIDIA GPUs only)")
+    if plan.master_weights not in (None, "fp32"):
+        raise PlanError(f"master_weights {plan.master_weights}: the validation job's optimizer "
+                        "keeps fp32 master weights (give master_weights fp32)")
     unbuilt = [m for m in plan.recompute_modules if m not in JOB_RECOMPUTE_MODULES]
     if unbuilt:
         raise PlanError(f"recompute_modules {','.join(unbuilt)}: the validation job's selective "

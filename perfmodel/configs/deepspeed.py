@@ -269,6 +269,9 @@ def ds_config(plan: Any) -> dict[str, Any]:
                                        + (f" on one layer in {plan.recompute_every}"
                                           if plan.recompute_every > 1 else ""),
                           "the Trainer's gradient_checkpointing recomputes every layer whole")
+    if plan.master_weights not in (None, "fp32"):
+        raise refuse_emit("deepspeed", f"master_weights {plan.master_weights}",
+                          "written configs keep DeepSpeed's fp32 master weights")
     if plan.grad_dtype not in (None, "fp32") or plan.optimizer_dtype not in (None, "fp32"):
         raise refuse_emit("deepspeed", "bf16 gradient or optimizer dtypes",
                           "written configs keep DeepSpeed's fp32 gradient accumulation and "

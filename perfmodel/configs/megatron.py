@@ -32,6 +32,7 @@ from typing import Any
 
 from perfmodel.configs.job import Framework, JobConfig, refuse_plan, refuse_spec, typo, whole
 from perfmodel.configs.shell import Launch, argument_words, launch_command
+from perfmodel.costs.precision import default_master, megatron_master_weights
 from perfmodel.errors import PlanError, SpecError
 from perfmodel.pipeline_layout import PipelineLayout, accounted_layout
 from perfmodel.strategy import parse_recompute_modules
@@ -77,7 +78,8 @@ READ_OPTIONS: dict[str, int] = {
         "account-for-loss-in-pipeline-split", "squared-relu", "quick-geglu", "use-legacy-models",
         "use-mcore-models", "mock-data", "no-position-embedding", "fp8-param-gather",
         "reuse-grad-buf-for-mxfp8-param-ag",
-        "use-precision-aware-optimizer", "checkpoint-activations", "moe-grouped-gemm",
+        "use-precision-aware-optimizer", "no-store-param-remainders", "store-param-remainders",
+        "checkpoint-activations", "moe-grouped-gemm",
         "overlap-moe-expert-parallel-comm", "moe-enable-deepep"), 0),
 }
 
@@ -663,21 +665,14 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
                                   "stage 3)"),
             ("use_custom_fsdp", "Megatron FSDP is not modelled (--use-torch-fsdp2 is: ZeRO "
                                 "stage 3)"),
-            ("use_precision_aware_optimizer", "a precision-aware optimizer (bf16 states) is not "
-                                              "modelled"),
             ("checkpoint_activations", "Megatron-LM no longer takes it (--recompute-activations "
                                        "or --recompute-granularity)")):
         if _flag(settings, dest, where):
             raise refuse_plan(where, settings[dest][0], True, why)
     _stage_layers(settings, job, where, take)
-    for dest in ("fp4_format",
-                 "main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
-        text = _str(settings, dest)
-        if text in (None, "None", "null") or (dest.endswith("dtype") and text == "fp32"):
-            continue
-        raise refuse_plan(where, settings[dest][0], text, {
-            "fp4_format": "fp4 training is not modelled",
-        }.get(dest, "optimizer states and main gradients other than fp32 are not modelled"))
+    text = _str(settings, "fp4_format")
+    if text not in (None, "None", "null"):
+        raise refuse_plan(where, settings["fp4_format"][0], text, "fp4 training is not modelled")
     optimizer = _str(settings, "optimizer", "adam")
     if optimizer != "adam":
         raise refuse_plan(where, settings["optimizer"][0], optimizer,
@@ -834,6 +829,70 @@ def _degrees(settings: Settings, job: JobConfig, where: str, take: Callable[[str
 FP8_RECIPES = {"delayed": "delayed", "tensorwise": "current", "mxfp8": "mxfp8"}
 
 
+# torch's dtype names as Megatron-LM's arguments spell them
+_TORCH_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "uint8": "fp8"}
+
+
+def _precision_aware_optimizer(settings: Settings, job: JobConfig, where: str,
+                               take: Callable[[str, str], None]) -> None:
+    """Megatron-Core's precision-aware optimizer (--use-precision-aware-optimizer: Transformer
+    Engine's FusedAdam holds the optimizer's tensors, OptimizerConfig in megatron/core/optimizer/
+    optimizer_config.py): --main-grads-dtype fp32|bf16 (grad_dtype), --exp-avg-dtype and
+    --exp-avg-sq-dtype fp32|bf16 (optimizer_dtype: one dtype for both) and the master weights,
+    --main-params-dtype fp32 kept as the 16 bits the bf16 weight lacks
+    (store_param_remainders, on unless --no-store-param-remainders; master_weights remainders)
+    or whole (fp32; perfmodel.costs.precision.megatron_master_weights says where). Without the
+    flag Megatron-Core takes none of these dtypes: fp32 only."""
+    aware = _flag(settings, "use_precision_aware_optimizer", where)
+    dtypes = {}
+    for dest in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        text = _str(settings, dest)  # Megatron-LM's names, or torch's (Megatron-Bridge's YAML)
+        name = "fp32" if text in (None, "None", "null") else text.strip().lower()
+        dtypes[dest] = _TORCH_DTYPES.get(name.removeprefix("torch."), name)
+        if dtypes[dest] != "fp32" and not aware:
+            raise refuse_plan(where, settings[dest][0], text,
+                              "Megatron-Core takes it with --use-precision-aware-optimizer only")
+    if not aware:
+        for dest in ("store_param_remainders", "no_store_param_remainders"):
+            take(dest, "no master weights' remainders without a precision-aware optimizer")
+        return
+    if job.plan.get("dtype") not in ("bf16", "fp8"):
+        raise refuse_plan(where, settings["use_precision_aware_optimizer"][0], True,
+                          "a precision-aware optimizer is modelled for bf16 mixed precision "
+                          f"(dtype here: {job.plan.get('dtype')})")
+    for dest, allowed, field_name in (("main_grads_dtype", ("fp32", "bf16"), "grad_dtype"),
+                                      ("main_params_dtype", ("fp32",), None),
+                                      ("exp_avg_dtype", ("fp32", "bf16"), "optimizer_dtype")):
+        if dtypes[dest] not in allowed:
+            raise refuse_plan(where, settings[dest][0], dtypes[dest],
+                              f"not modelled ({' or '.join(allowed)} is)")
+        if field_name and dtypes[dest] != "fp32":
+            job.fix(field_name, dtypes[dest])
+        take(dest, f"{field_name or 'master weights'} {dtypes[dest]}")
+    if dtypes["exp_avg_sq_dtype"] != dtypes["exp_avg_dtype"]:
+        raise refuse_plan(where, settings.get("exp_avg_sq_dtype", ("--exp-avg-sq-dtype",))[0],
+                          dtypes["exp_avg_sq_dtype"],
+                          f"perfmodel keeps both Adam moments in one dtype (--exp-avg-dtype "
+                          f"{dtypes['exp_avg_dtype']})")
+    take("exp_avg_sq_dtype", f"optimizer_dtype {dtypes['exp_avg_sq_dtype']}")
+    remainders = not _flag(settings, "no_store_param_remainders", where) and (
+        "store_param_remainders" not in settings
+        or _flag(settings, "store_param_remainders", where))
+    master = megatron_master_weights(remainders, job.plan.get("fp8_recipe"),
+                                     bool(job.plan.get("fp8_params")))
+    take("store_param_remainders", f"master_weights {master}")
+    take("no_store_param_remainders", "master_weights fp32")
+    if remainders and master == "fp32":
+        job.notes.append("--use-precision-aware-optimizer under FP8 "
+                         f"({job.plan.get('fp8_recipe')} scaling"
+                         + (", FP8 weights" if job.plan.get("fp8_params") else "")
+                         + "): the master weights counted whole (fp32), as Megatron-Core keeps "
+                           "them there")
+    job.fix("master_weights", master)
+    take("use_precision_aware_optimizer", "its dtypes (grad_dtype, optimizer_dtype, "
+                                          "master_weights)")
+
+
 def _fp8(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None],
          dtype: str) -> None:
     """--fp8-format (e4m3 or hybrid: they cost alike) with --bf16: dtype fp8 (docs/fp8.md), with
@@ -892,6 +951,7 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
         # distributed_data_parallel_config.py)
         job.fix("grad_dtype", "bf16")
         take("grad_reduce_in_bf16", "grad_dtype bf16 (main gradients kept and reduced in bf16)")
+    _precision_aware_optimizer(settings, job, where, take)
     _recompute(settings, job, where, take)
     torch_fsdp = _flag(settings, "use_torch_fsdp2", where)
     dist_opt = _flag(settings, "use_distributed_optimizer", where)
@@ -1164,9 +1224,27 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
                                       f"{plan.recompute_every}",
                           "Megatron-LM's block method recomputes k whole layers of a stage's "
                           f"{stage_layers} (full, k dividing them)")
-    if plan.optimizer_dtype not in (None, "fp32"):
-        raise refuse_emit("megatron", f"optimizer_dtype {plan.optimizer_dtype}",
-                          "written configs keep Megatron-LM's fp32 optimizer states")
+    master = plan.master_weights or default_master(plan.optimizer_dtype)
+    if master == "none":
+        raise refuse_emit("megatron", f"optimizer_dtype {plan.optimizer_dtype} without master "
+                                      "weights",
+                          "Megatron-Core's optimizers keep master weights (give master_weights "
+                          "remainders or fp32)")
+    scaling = plan.fp8_recipe.value if plan.fp8_recipe is not None else None
+    if master == "remainders" and megatron_master_weights(True, scaling,
+                                                          plan.fp8_params) != "remainders":
+        raise refuse_emit("megatron", f"master_weights remainders with fp8_recipe {scaling}"
+                          + (" and fp8_params" if plan.fp8_params else ""),
+                          "Megatron-Core keeps fp32 master weights there (give master_weights "
+                          "fp32)")
+    if plan.optimizer_dtype == "bf16" or master == "remainders":
+        # Megatron-Core's precision-aware optimizer (OptimizerConfig: store_param_remainders on
+        # by default)
+        args.append(["--use-precision-aware-optimizer"])
+        if plan.optimizer_dtype == "bf16":
+            args.append(["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"])
+        if master == "fp32":
+            args.append(["--no-store-param-remainders"])
     if plan.recompute.value == "selective":
         args.append(["--recompute-granularity", "selective"])
         if plan.recompute_modules:

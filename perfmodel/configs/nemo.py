@@ -56,7 +56,10 @@ _RENAMED = {"num_moe_experts": "num_experts", "gated_linear_unit": "swiglu",
             "overlap_moe_expert_parallel_comm": "overlap_moe_expert_parallel_comm",
             "reuse_grad_buf_for_mxfp8_param_ag": "reuse_grad_buf_for_mxfp8_param_ag",
             "global_batch_size": "global_batch_size", "optimizer": "optimizer",
-            "grad_reduce_in_fp32": "grad_reduce_in_fp32"}
+            "grad_reduce_in_fp32": "grad_reduce_in_fp32",
+            **{name: name for name in ("use_precision_aware_optimizer", "main_grads_dtype",
+                                       "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+                                       "store_param_remainders")}}
 # model fields that do not change the step's cost (numerics, initialization, fusions of the same
 # work, inference, bookkeeping)
 _HARMLESS = frozenset((

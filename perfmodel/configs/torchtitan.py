@@ -737,6 +737,9 @@ def torchtitan_toml(model: Any, plan: Any) -> str:
     if plan.recompute.value == "op" and plan.recompute_every > 1:
         raise refuse_emit("torchtitan", f"recompute op on one layer in {plan.recompute_every}",
                           "torchtitan's per-op policy applies to every layer")
+    if plan.master_weights not in (None, "fp32"):
+        raise refuse_emit("torchtitan", f"master_weights {plan.master_weights}",
+                          "torchtitan's FSDP2 keeps the fp32 parameters as the master")
     if plan.grad_dtype not in (None, "fp32") or plan.optimizer_dtype not in (None, "fp32"):
         raise refuse_emit("torchtitan", "bf16 gradient or optimizer dtypes",
                           "torchtitan's FSDP2 keeps fp32 parameters, gradients and states")

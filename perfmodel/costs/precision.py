@@ -5,10 +5,38 @@ from __future__ import annotations
 # The dtypes of the main gradients and of the optimizer states that mixed precision can keep
 STATE_DTYPES = ("fp32", "bf16")
 _BYTES = {"fp32": 4, "bf16": 2}
+# How bf16 mixed precision keeps the master weights beside the bf16 ones (Plan.master_weights):
+# fp32, a copy; remainders, the 16 low bits of each fp32 master that the bf16 weight lacks
+# (Megatron-Core's precision-aware optimizer with store_param_remainders, its default: Transformer
+# Engine's FusedAdam keeps them as int16 and rebuilds the fp32 value from the pair); none, the
+# bf16 weights updated in place (Apex DistributedFusedAdam with bf16 states, NeMo)
+MASTER_WEIGHTS = ("fp32", "remainders", "none")
+_MASTER_BYTES = {"fp32": 4, "remainders": 2, "none": 0}
+
+
+def default_master(optimizer_dtype: str | None) -> str:
+    """The master weights of a plan that names none: an fp32 optimizer keeps an fp32 copy, one
+    with bf16 states none (the bf16 weights updated in place, as NeMo's Apex optimizer does)."""
+    return "fp32" if (optimizer_dtype or "fp32") == "fp32" else "none"
+
+
+def megatron_master_weights(store_param_remainders: bool, fp8_recipe: str | None,
+                            fp8_params: bool) -> str:
+    """The master weights of Megatron-Core's precision-aware optimizer (--use-precision-aware-
+    optimizer, fp32 main params): Transformer Engine's FusedAdam holds them, as their remainders
+    with store_param_remainders, where OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_
+    ds_fp8 holds, that is bf16 training or FP8 with delayed scaling (megatron/core/optimizer/
+    optimizer_config.py __post_init__); under another FP8 recipe the distributed optimizer keeps
+    its own fp32 shards and FusedAdam only the moments' dtype. Beside FP8 weights they are
+    counted whole: the remainders complete bf16 weights."""
+    delayed_or_bf16 = fp8_recipe in (None, "delayed")
+    return "remainders" if store_param_remainders and delayed_or_bf16 and not fp8_params \
+        else "fp32"
 
 
 def model_state_bytes_per_param(precision: str, grad_dtype: str | None = None,
-                                optimizer_dtype: str | None = None) -> dict[str, int]:
+                                optimizer_dtype: str | None = None,
+                                master_weights: str | None = None) -> dict[str, int]:
     """Bytes per parameter of weights, gradients and optimizer states, as Megatron-LM keeps them
     (docs/user-guide/features/dist_optimizer.md, bytes per parameter, d data-parallel ranks:
     bf16 parameters and fp32 gradients 18, distributed 6 + 12/d; fp16 20, 4 + 16/d; fp32 16,
@@ -17,22 +45,26 @@ def model_state_bytes_per_param(precision: str, grad_dtype: str | None = None,
     bf16: 2 (weights) + 4 (fp32 main gradients: --accumulate-allreduce-grads-in-fp32, Megatron's
     default with --bf16) + 12 (fp32 master weights, momentum, variance) = 18.
       grad_dtype "bf16": main gradients kept and reduced in bf16 (NeMo 2's performance recipes:
-      grad_reduce_in_fp32 False; Apex DistributedFusedAdam grad_sync_dtype bf16): 2.
-      optimizer_dtype "bf16": momentum and variance in bf16 and no fp32 master copy, the bf16
-      weights updated in place (Apex DistributedFusedAdam dtype bf16, NeMo's Nemotron-4 340B
-      config; NeMo stores master weights only when the optimizer's dtype differs from the
-      model's): 4.
+      grad_reduce_in_fp32 False; Apex DistributedFusedAdam grad_sync_dtype bf16;
+      Megatron-Core's precision-aware optimizer with --main-grads-dtype bf16): 2.
+      optimizer_dtype "bf16": momentum and variance in bf16 (2 + 2).
+      master_weights (MASTER_WEIGHTS; default_master: fp32 with fp32 states, none with bf16
+      ones): an fp32 copy 4, its remainders 2 (Megatron-Core's --use-precision-aware-optimizer:
+      OptimizerConfig.store_param_remainders, on by default, "store the 16-bit FP32 parameter
+      remainders ... excluding the 16 bits shared with the BF16 parameters"), none 0.
+      So NeMo's Apex optimizer with bf16 states 4; Megatron's precision-aware optimizer 10, and
+      6 with bf16 moments (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16).
     fp16: 2 + 2 + 16 (fp32 master weights, momentum, variance and an fp32 copy of the gradients
     for the step) = 20. fp32/tf32: 4 + 4 + 8 = 16.
-    Not modelled: Apex's 16-bit master-weight remainders (NeMo with an fp32 optimizer and bf16
-    weights: 2 bytes instead of 4) and its separate gradient shard (grad_sync_dtype / d).
+    Not modelled: Apex's separate gradient shard (grad_sync_dtype / d).
     """
-    if precision != "bf16" and (grad_dtype or optimizer_dtype):
-        raise ValueError(f"grad_dtype and optimizer_dtype apply to bf16 mixed precision, not "
-                         f"{precision}")
+    if precision != "bf16" and (grad_dtype or optimizer_dtype or master_weights):
+        raise ValueError(f"grad_dtype, optimizer_dtype and master_weights apply to bf16 mixed "
+                         f"precision, not {precision}")
     if precision == "bf16":
         grads = _BYTES[grad_dtype or "fp32"]
-        states = 12 if (optimizer_dtype or "fp32") == "fp32" else 2 * _BYTES["bf16"]
+        master = _MASTER_BYTES[master_weights or default_master(optimizer_dtype)]
+        states = master + 2 * _BYTES[optimizer_dtype or "fp32"]
         return {"weights": 2, "gradients": grads, "optimizer_states": states}
     if precision == "fp16":
         return {"weights": 2, "gradients": 2, "optimizer_states": 16}
@@ -43,7 +75,8 @@ MASTER_BYTES = 4  # an fp32 master copy of a 16-bit parameter
 
 
 def sharded_state_bytes_per_param(precision: str, grad_dtype: str | None = None,
-                                  optimizer_dtype: str | None = None) -> dict[str, int]:
+                                  optimizer_dtype: str | None = None,
+                                  master_weights: str | None = None) -> dict[str, int]:
     """Bytes per parameter under ZeRO 3 (FSDP), where the parameter itself is the shard: FSDP2
     with a mixed-precision policy keeps the fp32 master as the sharded parameter and gathers it
     cast to 16 bits (torch.distributed.fsdp MixedPrecisionPolicy param_dtype; torchtitan
@@ -51,18 +84,21 @@ def sharded_state_bytes_per_param(precision: str, grad_dtype: str | None = None,
     shard), optimizer states the rest (momentum and variance: 8), gradients as the plan keeps
     them (fp32: FSDP2's reduce_dtype, the shard's dtype). bf16: 4 + 4 + 8 = 16, against the 18
     of Megatron's (bf16 weights beside an fp32 master); DeepSpeed's ZeRO 3 keeps 16 as well
-    (2 + 2 + 12, Rajbhandari et al. 2020, Sec. 3). Without a master (fp32 training, or
-    optimizer states in bf16: the bf16 parameter is the one updated) as model_state_bytes_per_param.
+    (2 + 2 + 12, Rajbhandari et al. 2020, Sec. 3). Without an fp32 master (fp32 training, bf16
+    states updating the bf16 parameter, or the master's remainders beside it) as
+    model_state_bytes_per_param.
     """
-    state = model_state_bytes_per_param(precision, grad_dtype, optimizer_dtype)
-    if precision in ("bf16", "fp16") and (optimizer_dtype or "fp32") == "fp32":
+    state = model_state_bytes_per_param(precision, grad_dtype, optimizer_dtype, master_weights)
+    master = master_weights or default_master(optimizer_dtype)
+    if precision == "fp16" or (precision == "bf16" and master == "fp32"):
         return dict(state, weights=MASTER_BYTES,
                     optimizer_states=state["optimizer_states"] - MASTER_BYTES)
     return state
 
 
 def optimizer_step_bytes_per_param(precision: str, grad_dtype: str | None = None,
-                                   optimizer_dtype: str | None = None) -> int:
+                                   optimizer_dtype: str | None = None,
+                                   master_weights: str | None = None) -> int:
     """Bytes the optimizer step reads and writes per local parameter (memory-bound kernels).
 
     Adam: read master weights, gradient, momentum, variance (4 x 4), write weights, momentum,
@@ -73,12 +109,15 @@ def optimizer_step_bytes_per_param(precision: str, grad_dtype: str | None = None
     Float16OptimizerWithFloat16Params does.
     bf16: 28 + 4 + 4 + 6 = 42; fp16: 28 + 4 + 2 + 6 + 6 + 8 = 54; fp32: 28 + 4 + 4 = 36.
     bf16 with other state dtypes, likewise: gradients g and states o bytes, master m (0 or 4):
-    read m or 2, g, 2 o; write m or 2, 2 o; clip g; zero g; copy (m + 2 if m).
+    read m or 2, g, 2 o; write m or 2, 2 o; clip g; zero g; copy (m + 2 if m). The master's
+    remainders: FusedAdam reads and writes the bf16 weight and its remainder (2 + 2 each way)
+    and needs no copy.
     """
-    if precision == "bf16" and (grad_dtype or optimizer_dtype):
+    if precision == "bf16" and (grad_dtype or optimizer_dtype or master_weights):
         g = _BYTES[grad_dtype or "fp32"]
         o = _BYTES[optimizer_dtype or "fp32"]
-        m = 4 if o == 4 else 0  # an fp32 optimizer keeps fp32 master weights
-        weights = m or 2
+        master = master_weights or default_master(optimizer_dtype)
+        m = _MASTER_BYTES[master] if master == "fp32" else 0
+        weights = m or 2 + _MASTER_BYTES[master]
         return weights + g + 2 * o + weights + 2 * o + g + g + (m + 2 if m else 0)
     return {"bf16": 42, "fp16": 54}.get(precision, 36)
