@@ -32,6 +32,7 @@ from perfmodel.strategy import (
     CrossEntropy,
     Dtype,
     EPDispatcher,
+    ExpertWeighting,
     Fp8Recipe,
     Kernels,
     Objective,
@@ -251,6 +252,12 @@ def plan_options(fn: Any) -> Any:
                           "vocabulary-parallel cross entropy, PyTorch's) or te (Transformer "
                           "Engine's fused kernel, the gradient in place in the bf16 logits: "
                           "Megatron --cross-entropy-fusion-impl te)."),
+        click.option("--expert-weighting", type=choice(ExpertWeighting),
+                     default=ExpertWeighting.ACTIVATION.value, show_default=True,
+                     help="Where a mixture of experts applies its routing weights: activation "
+                          "(inside the experts' activation, Megatron-Core from 0.13, NeMo "
+                          "AutoModel) or output (on the experts' outputs at the combine, "
+                          "torchtitan: their outputs kept for the backward)."),
         click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
                      help="How the framework runs the layers: eager op by op, compiled "
                           "(torch.compile), or compiled as CUDA graphs (host time per op)."),
@@ -318,7 +325,7 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "grad_dtype", "optimizer_dtype", "master_weights",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
-             "ep_dispatcher", "cross_entropy", "stack",
+             "ep_dispatcher", "cross_entropy", "expert_weighting", "stack",
              "kernels", "first_stage_layers", "last_stage_layers", "pipeline_layout",
              "pipeline_micro_batches", "placement",
              "tp_layout", "tp_depth")
@@ -817,6 +824,10 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               default=CrossEntropy.UNFUSED.value, show_default=True,
               help="Every plan's loss kernel: unfused (fp32 logits) or te (Transformer "
                    "Engine's fused cross entropy); the stack's, not searched.")
+@click.option("--expert-weighting", type=choice(ExpertWeighting),
+              default=ExpertWeighting.ACTIVATION.value, show_default=True,
+              help="Every plan's experts' routing weights: in their activation (Megatron-Core) "
+                   "or on their outputs (torchtitan); the stack's, not searched.")
 @click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
               help="How the framework runs the layers: eager, compiled or cuda-graphs.")
 @click.option("--kernels", type=choice(Kernels), default=None,
@@ -912,6 +923,7 @@ def recommend(model: str | None, from_config: str | None,
                 pins["tp_comm_overlap"] = False  # its async TP needs torch.compile
             if pins.get("kernels") is None:  # its modules' own ops, op by op or compiled
                 pins["kernels"] = "compiled" if pins.get("stack") == "compiled" else "eager"
+            pins["expert_weighting"] = "output"  # as its reader reads it back
         if emit_config[0] == "megatron" and pins.get("kernels") is None:
             pins["kernels"] = "fused"
         pins["recomputes"] = {"megatron": ("none", "selective", "full"),
@@ -1029,7 +1041,8 @@ CONFIG_PINS = ("tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "schedul
 # what a config states for every plan (not searched): kept as the config says, and a command-line
 # value that contradicts it refused as the pins' are
 CONFIG_WIDE = ("stack", "kernels", "recompute_every", "grad_dtype", "optimizer_dtype",
-               "master_weights", "fp8_recipe", "ep_dispatcher", "cross_entropy")
+               "master_weights", "fp8_recipe", "ep_dispatcher", "cross_entropy",
+               "expert_weighting")
 CONFIG_FLAGS = ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap",
                 "ep_comm_overlap", "fp8_params", "fp8_output_layer")
 

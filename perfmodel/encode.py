@@ -42,6 +42,7 @@ from perfmodel.strategy import (
     CrossEntropy,
     Dtype,
     EPDispatcher,
+    ExpertWeighting,
     Kernels,
     Plan,
     PlanColumns,
@@ -553,7 +554,9 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
                  optimizer_dtype: str | None = None, master_weights: str | None = None,
                  fp8_recipe: str | None = None, fp8_params: bool = False,
                  ep_dispatcher: EPDispatcher | str = EPDispatcher.ALLTOALL,
-                 cross_entropy: CrossEntropy | str = CrossEntropy.UNFUSED) -> dict[str, float]:
+                 cross_entropy: CrossEntropy | str = CrossEntropy.UNFUSED,
+                 expert_weighting: ExpertWeighting | str = ExpertWeighting.ACTIVATION
+                 ) -> dict[str, float]:
     """The symbols that are one number for every plan of a request: the model, the hardware,
     the dtype, and the options every plan shares (fused attention, the software stack, ...). An
     fp8 plan's peak and GEMM fit are bf16's (what does not run in FP8) and its FP8 GEMMs have
@@ -610,6 +613,8 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "stack_graphs": stack is Stack.CUDA_GRAPHS,
         "ep_deepep": EPDispatcher(ep_dispatcher) is EPDispatcher.DEEPEP,
         "cross_entropy_te": CrossEntropy(cross_entropy) is CrossEntropy.TE,
+        "moe_weighted_activation":
+            ExpertWeighting(expert_weighting) is ExpertWeighting.ACTIVATION,
         "kernels_eager": kernels is Kernels.EAGER, "kernels_compiled": kernels is Kernels.COMPILED,
         "gated": model.gated_mlp, "bias": model.bias, "qkv_bias": bool(model.qkv_bias),
         "layernorm": model.norm == "layernorm", "tied": model.tied_embeddings,
@@ -672,7 +677,8 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
                         master_weights=plan.master_weights,
                         fp8_recipe=None if plan.fp8_recipe is None else plan.fp8_recipe.value,
                         fp8_params=plan.fp8_params, ep_dispatcher=plan.ep_dispatcher,
-                        cross_entropy=plan.cross_entropy)
+                        cross_entropy=plan.cross_entropy,
+                        expert_weighting=plan.expert_weighting)
     for name, value in encode_plans(plan_arrays(plan), hardware).items():
         vals[name] = float(value[0])
     vals["pipeline_flushes"] = float(plan.pipeline_flushes)

@@ -67,6 +67,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     # one dispatcher's expressions
     fixed["ep_dispatcher"] = plan.ep_dispatcher.value
     fixed["cross_entropy"] = plan.cross_entropy.value  # likewise, the loss's kernel
+    fixed["expert_weighting"] = plan.expert_weighting.value  # and the experts' weighting
     fixed["pipeline_flushes"] = plan.pipeline_flushes > 1
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))

@@ -67,6 +67,9 @@ class Family:
     # how the loss runs over the logits (Plan.cross_entropy: unfused, te; None: open, its
     # indicator)
     cross_entropy: str | None = None
+    # where the experts' routing weights multiply (Plan.expert_weighting: activation, output;
+    # None: open, its indicator)
+    expert_weighting: str | None = None
     moe_shared: bool = False
     moe_capacity: bool = False
     moe_round_robin: bool = False  # the router's routing is round_robin (TransformerSpec.routing)

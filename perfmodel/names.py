@@ -234,6 +234,8 @@ FLAGS: dict[str, str] = {
                             "compute (combined 1F1B)"),
         ("ep_deepep", "the experts' dispatch and combine run DeepEP's kernels (a token sent "
                       "once per node, forwarded over NVLink)"),
+        ("moe_weighted_activation", "the routing weights scale the experts' activation "
+                                    "(Megatron-Core), not their outputs at the combine"),
         ("cross_entropy_te", "the loss runs Transformer Engine's fused cross entropy (the "
                              "gradient written in place into the bf16 logits)"),
         ("stack_compiled", "the layers run compiled (torch.compile)"),

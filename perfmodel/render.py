@@ -139,6 +139,8 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
         schedule.append(f"{_value(p.kernels)} element-wise kernels")
     if _value(getattr(p, "cross_entropy", "unfused")) == "te":
         schedule.append("Transformer Engine's fused cross entropy")
+    if _value(getattr(p, "expert_weighting", "activation")) == "output":
+        schedule.append("routing weights on the experts' outputs")
     if p.first_stage_layers or p.last_stage_layers:
         schedule.append(f"stages' layers {p.first_stage_layers or '-'} first, "
                         f"{p.last_stage_layers or '-'} last")

@@ -77,6 +77,10 @@ PLAN = obj({
     "cross_entropy": {"type": "string",
                       "description": "The loss's kernel: unfused (fp32 logits) or te (Transformer "
                                      "Engine's fused cross entropy); left out: unfused"},
+    "expert_weighting": {"type": "string", "enum": ["activation", "output"],
+                         "description": "Where a mixture of experts applies its routing weights: "
+                                        "in the experts' activation or on their outputs; left "
+                                        "out: activation"},
     "stack": {"type": "string", "description": "eager, compiled or cuda-graphs"},
     "kernels": {"type": "string",
                 "description": "How the element-wise ops run: fused (Megatron-Core / TE), eager "

@@ -34,6 +34,7 @@ from perfmodel.strategy import (
     CrossEntropy,
     Dtype,
     EPDispatcher,
+    ExpertWeighting,
     Fp8Recipe,
     Kernels,
     Objective,
@@ -116,6 +117,8 @@ class SearchRequest:
     ep_dispatcher: EPDispatcher = EPDispatcher.ALLTOALL
     # every plan's loss kernel (Plan.cross_entropy): the stack's, not searched
     cross_entropy: CrossEntropy = CrossEntropy.UNFUSED
+    # every plan's experts' weighting (Plan.expert_weighting): the stack's, not searched
+    expert_weighting: ExpertWeighting = ExpertWeighting.ACTIVATION
     stack: Stack = Stack.EAGER
     # every plan's element-wise kernels (Plan.kernels); None: the stack's (compiled under a
     # compiled stack, else fused)
@@ -140,6 +143,7 @@ class SearchRequest:
         checks them; the encoder's fixed values and family are taken from it)."""
         return Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
+                    expert_weighting=self.expert_weighting,
                     recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
                     optimizer_dtype=self.optimizer_dtype, master_weights=self.master_weights,
                     fp8_recipe=self.fp8_recipe,
@@ -150,7 +154,8 @@ class SearchRequest:
         (Plans.plan's keywords)."""
         return dict(kernels=self.kernels, recompute_every=self.recompute_every,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
-                    grad_dtype=self.grad_dtype, master_weights=self.master_weights,
+                    expert_weighting=self.expert_weighting, grad_dtype=self.grad_dtype,
+                    master_weights=self.master_weights,
                     optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
                     fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
 
@@ -165,7 +170,8 @@ class SearchRequest:
                           ("recompute", Recompute), ("placement", Placement),
                           ("tp_layout", TPLayout), ("stack", Stack), ("cp_comm", CPComm),
                           ("kernels", Kernels), ("ep_dispatcher", EPDispatcher),
-                          ("cross_entropy", CrossEntropy)):
+                          ("cross_entropy", CrossEntropy),
+                          ("expert_weighting", ExpertWeighting)):
             if getattr(self, key) is not None or key == "objective":
                 object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
         kernels = self.kernels or strategy.default_kernels(self.stack)
@@ -715,7 +721,8 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                                fp8_recipe=None if req.fp8_recipe is None
                                else req.fp8_recipe.value, fp8_params=req.fp8_params,
                                ep_dispatcher=req.ep_dispatcher,
-                               cross_entropy=req.cross_entropy)
+                               cross_entropy=req.cross_entropy,
+                               expert_weighting=req.expert_weighting)
 
 
 # --- evaluation -----------------------------------------------------------------------------

@@ -201,6 +201,19 @@ class CrossEntropy(StrEnum):
     TE = "te"
 
 
+class ExpertWeighting(StrEnum):
+    """Where a mixture of experts multiplies the routing weights in (perfmodel.costs.moe,
+    perfmodel.step.moe): activation, inside each expert's activation (Megatron-Core from 0.13:
+    TEGroupedMLP's bias_act_func with the permuted probabilities, one fused weighted-SwiGLU
+    kernel, the probabilities sent with the tokens; NeMo AutoModel's experts likewise), so the
+    experts' outputs are only summed back; output, on the experts' outputs at the combine
+    (torchtitan's token dispatcher, the validation job), which keeps them for the product's
+    backward."""
+
+    ACTIVATION = "activation"
+    OUTPUT = "output"
+
+
 class Stack(StrEnum):
     """How the framework runs a layer's ops (perfmodel.step.host): eagerly, op by op (PyTorch
     eager, Megatron-LM, NeMo); compiled, fused kernels launched by generated code
@@ -217,10 +230,7 @@ class Kernels(StrEnum):
     LayerNorm, fused RoPE, fused bias-SwiGLU / bias-GeLU, bias-dropout-add); eager, PyTorch
     modules op by op, one kernel per op (torchtitan without torch.compile: the RMSNorm in fp32,
     RoPE through complex views, repeat_kv's copies); compiled, the same modules' chains fused by
-    Inductor (torch.compile), the grouped-query K and V still expanded for the attention kernel.
-    With experts, fused also weights the experts' activation by the routing probabilities
-    (Megatron-Core's weighted bias-SwiGLU), the others the experts' outputs at the combine
-    (torchtitan's modules): perfmodel.costs.moe.moe_activation_bytes."""
+    Inductor (torch.compile), the grouped-query K and V still expanded for the attention kernel."""
 
     FUSED = "fused"
     EAGER = "eager"
@@ -453,6 +463,8 @@ class Plan:
     ep_dispatcher: EPDispatcher = EPDispatcher.ALLTOALL
     # how the loss runs over the logits (CrossEntropy): fp32 copies, or TE's fused kernel
     cross_entropy: CrossEntropy = CrossEntropy.UNFUSED
+    # where a mixture of experts applies its routing weights (ExpertWeighting)
+    expert_weighting: ExpertWeighting = ExpertWeighting.ACTIVATION
     stack: Stack = Stack.EAGER
     # how the element-wise ops run (Kernels): eager needs a stack that runs the modules' ops
     # (eager, or CUDA graphs capturing them), compiled a compiled stack (compiled, cuda-graphs)
@@ -500,6 +512,8 @@ class Plan:
         object.__setattr__(self, "stack", parse_option(Stack, self.stack, "stack"))
         object.__setattr__(self, "cross_entropy",
                            parse_option(CrossEntropy, self.cross_entropy, "cross_entropy"))
+        object.__setattr__(self, "expert_weighting", parse_option(
+            ExpertWeighting, self.expert_weighting, "expert_weighting"))
         object.__setattr__(self, "kernels", parse_option(Kernels, self.kernels, "kernels"))
         kernels_rule = kernels_stack_conflict(self.kernels, self.stack)
         if kernels_rule is not None:
@@ -726,8 +740,9 @@ class Plan:
         """The plan's fields; those of dtype fp8 only (FP8_FIELDS) are left out of another
         dtype's plan (they do not apply to it), and etp where it is 1, pipeline_layout and
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
-        alltoall, cross_entropy where unfused, pipeline_micro_batches where 0, master_weights
-        where not given (the plans written before them had no such fields)."""
+        alltoall, cross_entropy where unfused, expert_weighting where activation,
+        pipeline_micro_batches where 0, master_weights where not given (the plans written
+        before them had no such fields)."""
         out = dataclasses.asdict(self)
         for key, value in out.items():
             if isinstance(value, StrEnum):
@@ -746,6 +761,8 @@ class Plan:
             del out["ep_dispatcher"]
         if self.cross_entropy is CrossEntropy.UNFUSED:  # likewise
             del out["cross_entropy"]
+        if self.expert_weighting is ExpertWeighting.ACTIVATION:  # likewise
+            del out["expert_weighting"]
         if not self.pipeline_micro_batches:
             del out["pipeline_micro_batches"]
         if self.master_weights is None:  # likewise

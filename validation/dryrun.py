@@ -214,6 +214,8 @@ def dry_run(
         plan = without_fp8(plan)
     if plan.flash_attention is None:  # --attention auto: the job attends with fused SDPA
         plan = plan.replace(flash_attention=True)  # (jobspec.as_run)
+    # the job weights its experts' outputs at the combine (jobspec.as_run)
+    plan = plan.replace(expert_weighting="output")
     par = job_parallel(plan, parallel)
     counted = count_collectives(as_job, plan, par)
     missing = uncosted(as_job, plan, par)

@@ -1274,6 +1274,12 @@ def moe_arguments(model: Any, plan: Any) -> list[list[str]]:
     layers are dense (--moe-layer-freq as a list), the dispatch perfmodel models (all-to-all,
     grouped GEMMs, dropless) and the plan's ep and etp (Megatron-LM's etp default is tp: always
     written)."""
+    if plan.expert_weighting.value != "activation":
+        from perfmodel.configs.job import refuse_emit
+
+        raise refuse_emit("megatron", f"expert_weighting {plan.expert_weighting.value}",
+                          "Megatron-Core weights the experts' activation by the routing "
+                          "probabilities (give expert_weighting activation)")
     args = [["--num-experts", str(model.experts)], ["--moe-router-topk", str(model.top_k)],
             ["--moe-ffn-hidden-size", str(model.expert_ffn_hidden or model.ffn_hidden)]]
     if model.shared_experts:  # Megatron-Core's shared experts are one MLP as wide as all of them

@@ -333,6 +333,9 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
     # and the loss stay eager, as the compiled stack of perfmodel.step.host counts them
     job.fix("stack", "compiled" if compiled else "eager")
     job.fix("kernels", "compiled" if compiled else "eager")
+    # its MoE weights the experts' outputs at the combine (models/common/token_dispatcher.py:
+    # routed outputs x topk_scores, then scatter_add); a dense model has none to weight
+    job.fix("expert_weighting", "output")
     if "compile" in training:
         job.took("training.compile", training["compile"],
                  f"stack {job.plan['stack']}, kernels {job.plan['kernels']}")

@@ -125,6 +125,8 @@ class Context:
     # (Inductor); neither: fused (Megatron-Core / Transformer Engine)
     eager_kernels: sp.Expr
     te_loss: sp.Expr  # 1: Transformer Engine's fused cross entropy (Plan.cross_entropy te)
+    # 1: the routing weights scale the experts' activation (Plan.expert_weighting activation)
+    weighted_activation: sp.Expr
     compiled_kernels: sp.Expr
     asynchronous: bool  # the device runs what the host queues (perfmodel.step.compose)
     gated: sp.Expr
@@ -235,6 +237,8 @@ class Context:
             eager_kernels=flag(_option(fam, "kernels", "eager"), "kernels_eager"),
             compiled_kernels=flag(_option(fam, "kernels", "compiled"), "kernels_compiled"),
             te_loss=flag(_option(fam, "cross_entropy", "te"), "cross_entropy_te"),
+            weighted_activation=flag(_option(fam, "expert_weighting", "activation"),
+                                     "moe_weighted_activation"),
             asynchronous=fam.asynchronous,
             gated=flag(fam.gated, "gated"), bias=flag(fam.bias, "bias"),
             qkv_bias=flag(fam.qkv_bias, "qkv_bias"), layernorm=flag(fam.layernorm, "layernorm"),

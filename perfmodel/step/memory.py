@@ -93,12 +93,10 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         mlp = fp8_mlp = None
         if kw.pop("moe", False):
             T_r, _, _, A_r = MOE.routed_tokens(c)
-            # fused kernels: Megatron-Core's experts weight their activation by the routing
-            # probabilities; the torch modules (torchtitan, the validation job) weight the
-            # outputs at the combine (perfmodel.costs.moe.moe_activation_bytes)
-            mlp = CM.moe_activation_bytes(
-                T_r, A_r, h, S.E, S.f_E, e, gated=c.gated, etp=S.etp,
-                weighted_activation=1 - c.eager_kernels - c.compiled_kernels)
+            # where the routing weights multiply (Plan.expert_weighting) decides whether the
+            # experts' outputs are kept (perfmodel.costs.moe.moe_activation_bytes)
+            mlp = CM.moe_activation_bytes(T_r, A_r, h, S.E, S.f_E, e, gated=c.gated,
+                                          etp=S.etp, weighted_activation=c.weighted_activation)
             if c.fam.moe_shared:
                 mlp += (2 + c.gated) * e * T * S.f_sh / tp
             if c.fam.fp8:  # the routed experts' FP8 copies; the router keeps its bf16 input,

@@ -29,8 +29,12 @@ reduce-scattered back before the combine (combine_preprocess:
 reduce_scatter_to_sequence_parallel_region), etp A_r rows of h each (nccl-tests' size: the
 gathered buffer); the backward runs them the other way (a reduce-scatter and an all-gather); the
 dropless token counts are all-gathered over the etp x ep ranks (preprocess: over tp_ep), etp ep E
-int64. Megatron-Core also exchanges the routing probabilities (T_r k values) with the tokens; like
-the validation job, the model leaves them out (k / h of the tokens' bytes).
+int64. Where the experts' activation is weighted (Plan.expert_weighting activation, Megatron-Core
+from 0.13; perfmodel.costs.moe.moe_activation_bytes) the routing probabilities travel with the
+tokens: one all-to-all of the rows' fp32 probabilities after the tokens' (token_dispatch), its
+gradient's back in the backward, and with etp > 1 their all-gather over etp (reduce-scatter
+backward); DeepEP sends them inside its dispatch. Weighted at the outputs (expert_weighting output:
+torchtitan, the validation job), they stay on the source rank and none is sent.
 """
 
 from __future__ import annotations
@@ -243,6 +247,11 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
                "recompute": ("all_gather", "reduce_scatter")}
     counts_etp = active(S.etp)  # the counts' gather runs over etp x ep with etp > 1
     a2a_time = dispatcher_time(c, busiest)
+    # the routing probabilities' exchanges (module doc): weighted in the experts' activation,
+    # NCCL's dispatcher
+    probs = c.weighted_activation * (1 - deepep(c))
+    probs_etp_ops = {"forward": "all_gather", "backward": "reduce_scatter",
+                     "recompute": "all_gather"}
     out = []
     layers = moe_layers(c) if layers is None else layers
     for st, n in layers.items():
@@ -257,6 +266,17 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
                 nbytes=e * sent * h, time_nbytes=e * busiest * h,
                 calls=A2A_PER_LAYER * times * n, phase=phase, in_phase=in_phase,
                 term="comm/ep", fam=c.fam, stage=st, ledger_share=share, call_time=a2a_time))
+            out.append(Collective(
+                name="ep/probs/all_to_all", op="all_to_all", axis="ep",
+                nbytes=MOE.ROUTER_PROB_BYTES * sent, time_nbytes=MOE.ROUTER_PROB_BYTES * busiest,
+                calls=probs * times * n, phase=phase, in_phase=in_phase, term="comm/ep",
+                fam=c.fam, stage=st, ledger_share=share))
+            out.append(Collective(
+                name=f"etp/probs/{probs_etp_ops[direction]}", op=probs_etp_ops[direction],
+                axis="etp", nbytes=MOE.ROUTER_PROB_BYTES * S.etp * sent,
+                time_nbytes=MOE.ROUTER_PROB_BYTES * S.etp * busiest, calls=probs * times * n,
+                phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=st,
+                ledger_share=share))
             for op in etp_ops[direction]:
                 out.append(Collective(
                     name=f"etp/expert_tokens/{op}", op=op, axis="etp", nbytes=gathered,

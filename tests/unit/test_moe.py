@@ -11,6 +11,7 @@ layer's top_k experts), GShard (Lepikhin et al. 2020, Sec. 2.2: the capacity), D
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -114,7 +115,8 @@ def test_a_capacity_pads_every_expert_to_it_and_exchanges_fixed_buffers():
     padded buffers: dispatch and combine carry E C rows each way, no count exchange."""
     model = _small_moe(capacity_factor=1.25)
     b, ep = 2, 4
-    plan = _plan(dp=8, ep=ep, micro_batch=b, global_batch=16)
+    # the tokens' exchanges alone (the probabilities': the weighting tests below)
+    plan = _plan(dp=8, ep=ep, micro_batch=b, global_batch=16, expert_weighting="output")
     C = math.ceil(1.25 * b * model.seq_len * 2 / 16)
     records = [r for r in comm_ledger(model, plan, HW) if r["axis"] == "ep"]
     assert [(r["op"], r["nbytes"]) for r in records] == [
@@ -126,7 +128,8 @@ def test_dropless_dispatch_and_combine_carry_each_ranks_assignments():
     """Dropless: per MoE layer and micro-batch, the tokens per expert all-gathered (ep E int64)
     and dispatch and combine by all-to-all of T_r k rows of h, each way."""
     model = load_model("deepseek-v3")
-    plan = _plan(dp=64, ep=64, micro_batch=1, global_batch=128, zero=1, recompute="full")
+    plan = _plan(dp=64, ep=64, micro_batch=1, global_batch=128, zero=1, recompute="full",
+                 expert_weighting="output")  # the tokens' exchanges alone
     records: dict[tuple[str, float], float] = {}
     for r in comm_ledger(model, plan, HW):
         if r["axis"] == "ep":
@@ -502,22 +505,72 @@ def test_the_search_turns_combined_1f1b_on_where_megatron_runs_it():
 
 
 @pytest.mark.parametrize("etp", [1, 2])
-def test_fused_kernels_weight_the_experts_activation_and_keep_no_expert_output(etp):
+def test_weighting_the_activation_keeps_no_expert_output(etp):
     """Megatron-Core (from 0.13) multiplies the routing probabilities into the experts'
     activation (moe/experts.py, TEGroupedMLP.bias_act_func -> weighted_bias_swiglu_impl, which
-    saves its input and the permuted probabilities), and the combine only sums the outputs; the
-    torch modules (torchtitan's token dispatcher, the validation job) scale the experts' outputs
-    at the combine, so that product's backward keeps them. Per MoE layer and micro-batch on one
-    rank, fused keeps e A_r h fewer bytes and 4 etp A_r more (the fp32 probabilities, gathered
-    over etp with the rows), A_r = T k the rank's routed rows (T = b s / tp with sequence
-    parallelism)."""
+    saves its input and the permuted probabilities), and the combine only sums the outputs;
+    torchtitan's token dispatcher and the validation job scale the experts' outputs at the
+    combine, so that product's backward keeps them (Plan.expert_weighting activation, output).
+    Per MoE layer and micro-batch on one rank, activation keeps e A_r h fewer bytes and 4 etp
+    A_r more (the fp32 probabilities, gathered over etp with the rows), A_r = T k the rank's
+    routed rows (T = b s / tp with sequence parallelism)."""
     model = _small_moe()
     hw = load_hardware(HW)
     tp = etp
-    kw = dict(tp=tp, etp=etp, sequence_parallel=tp > 1, global_batch=1, stack="eager")
-    fused = predict(model, hw, _plan(kernels="fused", **kw)).memory_breakdown_bytes
-    eager = predict(model, hw, _plan(kernels="eager", **kw)).memory_breakdown_bytes
+    kw = dict(tp=tp, etp=etp, sequence_parallel=tp > 1, global_batch=1)
+    act = predict(model, hw, _plan(expert_weighting="activation", **kw)).memory_breakdown_bytes
+    out = predict(model, hw, _plan(expert_weighting="output", **kw)).memory_breakdown_bytes
     rows = 1 * model.seq_len // tp * model.top_k
     per_layer = BF16 * rows * model.hidden - 4 * etp * rows
-    assert eager["activations/layers"] - fused["activations/layers"] == pytest.approx(
+    assert out["activations/layers"] - act["activations/layers"] == pytest.approx(
         model.layers * per_layer, rel=1e-12)
+
+
+def test_weighting_the_activation_sends_the_probabilities_with_the_tokens():
+    """Megatron-Core's MoEAlltoAllTokenDispatcher.token_dispatch sends the permuted
+    probabilities by a second all-to-all beside the tokens (their gradient back in the
+    backward), and with etp > 1 gathers them over etp; weighted at the outputs (the validation
+    job) they stay on the source rank; DeepEP carries them in its own dispatch."""
+    model = _small_moe()
+    hw = load_hardware(HW)
+    ep, etp, tp, dp = 4, 2, 2, 4
+    kw = dict(dp=dp, tp=tp, ep=ep, etp=etp, sequence_parallel=True, global_batch=dp)
+    rows = model.seq_len // tp * model.top_k  # T_r k: the rows a rank sends
+    probs = [r for r in comm_ledger(model, _plan(**kw), hw) if "probs" in r["name"]]
+    got = {(r["name"], r["phase"]): (r["nbytes"], r["calls"]) for r in probs}
+    layers = model.layers
+    assert got == {
+        ("ep/probs/all_to_all", "fwd"): (pytest.approx(4 * rows), layers),
+        ("ep/probs/all_to_all", "bwd"): (pytest.approx(4 * rows), layers),
+        ("etp/probs/all_gather", "fwd"): (pytest.approx(4 * etp * rows), layers),
+        ("etp/probs/reduce_scatter", "bwd"): (pytest.approx(4 * etp * rows), layers),
+    }
+    for weighting, dispatcher in (("output", "alltoall"), ("activation", "deepep")):
+        plan = _plan(**{**kw, "etp": 1, "tp": 1, "dp": 8, "global_batch": 8,
+                        "sequence_parallel": False}, expert_weighting=weighting,
+                     ep_dispatcher=dispatcher)
+        assert not [r for r in comm_ledger(model, plan, hw) if "probs" in r["name"]]
+
+
+def test_each_stack_gives_its_weighting_and_the_job_predicts_its_own(tmp_path):
+    """torchtitan's reader gives output (its dispatcher scales the routed outputs), Megatron's
+    the default, activation; Megatron-LM's arguments cannot write output; the validation job
+    (workload.moe scales its experts' outputs at the combine) is predicted with output, said in
+    its notes."""
+    from perfmodel.configs import read_config
+    from perfmodel.configs.emit import emit
+    from validation.jobspec import as_run
+
+    root = Path(__file__).resolve().parents[2]
+    assert read_config(root / "tests/data/configs/torchtitan_qwen3_30b_a3b.toml"
+                       ).plan["expert_weighting"] == "output"
+    model, hw = load_model("qwen3-30b-a3b"), load_hardware(HW)
+    plan = _plan(dp=8, ep=8, global_batch=8, expert_weighting="output")
+    with pytest.raises(PlanError, match="expert_weighting output"):
+        emit("megatron", tmp_path, model, hw, plan, 1.0)
+    _, ran_plan, note = as_run(model, _plan(dp=2, ep=2, global_batch=2), "gloo")
+    assert ran_plan.expert_weighting.value == "output"
+    assert "expert_weighting output" in note
+    _, _, dense_note = as_run(load_model("llama3-8b"), _plan(dp=2, global_batch=2),
+                                       "gloo")
+    assert "expert_weighting" not in dense_note

@@ -36,6 +36,9 @@ def _moe(**kw: object) -> TransformerSpec:
 
 
 def _plan(**kw: object) -> Plan:
+    # the tokens' exchanges (the routing probabilities' travel beside them where the experts'
+    # activation is weighted: tests/unit/test_moe.py)
+    kw.setdefault("expert_weighting", "output")
     kw.setdefault("gpus", int(kw.get("dp", 1)) * int(kw.get("cp", 1)) * int(kw.get("tp", 1))
                   * int(kw.get("pp", 1)))
     kw.setdefault("sequence_parallel", int(kw.get("tp", 1)) > 1)
