@@ -148,9 +148,19 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
             mem["weights"] -= S.wbytes * (dense8 / div["weights"]
                                           + experts8 / div_experts["weights"])
         # the first stage holds the most micro-batches; the last, at least one; a middle one
-        # (the second, the fullest: 1F1B's pp - 1) one fewer than the first (all m with GPipe)
-        stage_inflight = {"first": inflight, "last": c.single * inflight + c.multi,
-                          "middle": inflight - c.multi * (1 - c.gpipe)}[st]
+        # (the second, the fullest: 1F1B's pp - 1) one fewer than the first (all m with GPipe).
+        # Interleaved 1F1B (Megatron-Core's schedules.py: rank r runs 2 (pp - r - 1) + (v - 1)
+        # pp warm-up forwards of its chunks, then one more before its first backward) holds
+        # ((v - 1) pp + 1) / v stage micro-batches on the last rank and (v pp + pp - 3) / v on
+        # the second, in the stage's units (the first's is inflight's, Korthikanti et al.'s)
+        inter = c.interleaved
+        stage_inflight = {
+            "first": inflight,
+            "last": c.single * inflight + c.multi * (
+                1 - inter
+                + inter * sp.Min(c.m, 1 + (S.v - 1) * (S.pp - 1) / S.v, evaluate=False)),
+            "middle": (1 - inter) * (inflight - c.multi * (1 - c.gpipe))
+            + inter * sp.Min(c.m, S.pp + (S.pp - 3) / S.v, evaluate=False)}[st]
         n = c.stage_layers[st]
         layers = act_layer * n
         if c.fam.moe:
