@@ -11,7 +11,8 @@ _BYTES = {"fp32": 4, "bf16": 2}
 # Engine's FusedAdam keeps them as int16 and rebuilds the fp32 value from the pair); none, the
 # bf16 weights updated in place (Apex DistributedFusedAdam with bf16 states, NeMo)
 MASTER_WEIGHTS = ("fp32", "remainders", "none")
-_MASTER_BYTES = {"fp32": 4, "remainders": 2, "none": 0}
+MASTER_BYTES = 4  # an fp32 master copy of a 16-bit parameter
+_MASTER_BYTES = {"fp32": MASTER_BYTES, "remainders": 2, "none": 0}
 
 
 def default_master(optimizer_dtype: str | None) -> str:
@@ -71,9 +72,6 @@ def model_state_bytes_per_param(precision: str, grad_dtype: str | None = None,
     return {"weights": 4, "gradients": 4, "optimizer_states": 8}
 
 
-MASTER_BYTES = 4  # an fp32 master copy of a 16-bit parameter
-
-
 def sharded_state_bytes_per_param(precision: str, grad_dtype: str | None = None,
                                   optimizer_dtype: str | None = None,
                                   master_weights: str | None = None) -> dict[str, int]:
@@ -117,7 +115,7 @@ def optimizer_step_bytes_per_param(precision: str, grad_dtype: str | None = None
         g = _BYTES[grad_dtype or "fp32"]
         o = _BYTES[optimizer_dtype or "fp32"]
         master = master_weights or default_master(optimizer_dtype)
-        m = _MASTER_BYTES[master] if master == "fp32" else 0
-        weights = m or 2 + _MASTER_BYTES[master]
-        return weights + g + 2 * o + weights + 2 * o + g + g + (m + 2 if m else 0)
+        copied = master == "fp32"  # the fp32 master, copied into the bf16 weights after
+        weights = MASTER_BYTES if copied else 2 + _MASTER_BYTES[master]  # read, then written
+        return 2 * weights + 3 * g + 4 * o + (MASTER_BYTES + 2 if copied else 0)
     return {"bf16": 42, "fp16": 54}.get(precision, 36)
