@@ -161,16 +161,33 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
 
 
 def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Expr,
-                           v: sp.Expr) -> sp.Expr:
-    """Micro-batches whose activations the first stage holds at its peak, in units of the stage's
-    layers.
+                           v: sp.Expr, *, zbv: Flag = 0, rank: sp.Expr | int = 0) -> sp.Expr:
+    """Micro-batches whose activations pipeline rank `rank` (0 the first stage) holds at its
+    peak, in units of the rank's layers (its v chunks' together), with pp > 1 stages:
 
-    GPipe: all m. 1F1B: min(pp, m). Interleaved 1F1B: pp (1 + (pp - 1)/(pp v)) (Korthikanti et al.
-    2022, Sec. 4.2.3), also capped by m.
-    """
-    gpipe, interleaved = as_flag(gpipe), as_flag(interleaved)
-    one_f_one_b = sp.Min(m, pp * (1 + interleaved * (pp - 1) / (pp * v)), evaluate=False)
-    return gpipe * m + (1 - gpipe) * one_f_one_b
+        GPipe               m: every forward runs before the first backward (Huang et al. 2019)
+        1F1B                min(m, pp - r): rank r runs pp - r - 1 warm-up forwards and one
+                            more before its first backward (Narayanan et al. SC21, Sec. 2.2)
+        interleaved 1F1B    min(m, pp + (pp - 1 - 2 r) / v): 2 (pp - r - 1) + (v - 1) pp warm-up
+                            chunk forwards and one more (Megatron-Core's schedules.py,
+                            forward_backward_pipelining_with_interleaving); at r = 0 Korthikanti
+                            et al.'s pp (1 + (pp - 1) / (pp v)) (2022, Sec. 4.2.3)
+        V-shape zero bubble (min(m, 2 pp - r - 1) + min(m, r + 1)) / 2: forwards of its first
+                            chunk and of its second before the first backward, half a stage
+                            each (torch.distributed.pipelining.ScheduleZBVZeroBubble, which
+                            drops the passes of micro-batches beyond m); with m >= 2 pp - 1, pp
+                            on every rank (Qi et al. 2024, Sec. 6: each worker's peak is pp
+                            micro-batches')
+
+    Activations count as freed at a micro-batch's backward (a zero-bubble schedule's input
+    gradient). With one stage there is no schedule: gradient accumulation holds one."""
+    gpipe, interleaved, zbv = as_flag(gpipe), as_flag(interleaved), as_flag(zbv)
+    one_f_one_b = sp.Min(m, pp - rank, evaluate=False)
+    chunked = sp.Min(m, pp + (pp - 1 - 2 * rank) / v, evaluate=False)
+    v_shape = (sp.Min(m, 2 * pp - rank - 1, evaluate=False)
+               + sp.Min(m, rank + 1, evaluate=False)) / 2
+    return gpipe * m + zbv * v_shape \
+        + (1 - gpipe - zbv) * (interleaved * chunked + (1 - interleaved) * one_f_one_b)
 
 
 def fsdp_padded(tensors: list[tuple[sp.Expr, sp.Expr]], dp: sp.Expr) -> sp.Expr:

@@ -126,8 +126,12 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         full_layer = lmax(full_layer, activations(full=0, selective=0, moe=True))
     else:
         op_gap = full_layer - op_layer
-    inflight = M.inflight_micro_batches(
-        c.gpipe, c.interleaved + c.zero_bubble * (1 - c.zbv) * active(S.v), S.pp, c.m, S.v)
+    # the micro-batches in flight on the first, the second (the fullest of those between) and
+    # the last rank (zb runs interleaved 1F1B's order with its backwards split, perfmodel.schedule)
+    chunked = c.interleaved + c.zero_bubble * (1 - c.zbv) * active(S.v)
+    inflight = {st: c.single + c.multi * M.inflight_micro_batches(
+        c.gpipe, chunked, S.pp, c.m, S.v, zbv=c.zbv, rank=rank)
+        for st, rank in (("first", 0), ("middle", 1), ("last", S.pp - 1))}
     # the largest layer FSDP gathers whole: a dense one, or an MoE layer with its E / ep
     # routed experts (their unit and the layer's, gathered for the same computation)
     gathered_layer = params.layer_per_gpu
@@ -147,20 +151,7 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
             dense8, experts8 = FP8.stage_fp8_weights(c, st, has_head)
             mem["weights"] -= S.wbytes * (dense8 / div["weights"]
                                           + experts8 / div_experts["weights"])
-        # the first stage holds the most micro-batches; the last, at least one; a middle one
-        # (the second, the fullest: 1F1B's pp - 1) one fewer than the first (all m with GPipe).
-        # Interleaved 1F1B (Megatron-Core's schedules.py: rank r runs 2 (pp - r - 1) + (v - 1)
-        # pp warm-up forwards of its chunks, then one more before its first backward) holds
-        # ((v - 1) pp + 1) / v stage micro-batches on the last rank and (v pp + pp - 3) / v on
-        # the second, in the stage's units (the first's is inflight's, Korthikanti et al.'s)
-        inter = c.interleaved
-        stage_inflight = {
-            "first": inflight,
-            "last": c.single * inflight + c.multi * (
-                1 - inter
-                + inter * sp.Min(c.m, 1 + (S.v - 1) * (S.pp - 1) / S.v, evaluate=False)),
-            "middle": (1 - inter) * (inflight - c.multi * (1 - c.gpipe))
-            + inter * sp.Min(c.m, S.pp + (S.pp - 3) / S.v, evaluate=False)}[st]
+        stage_inflight = inflight[st]
         n = c.stage_layers[st]
         layers = act_layer * n
         if c.fam.moe:

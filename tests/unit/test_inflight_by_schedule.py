@@ -1,0 +1,75 @@
+"""The micro-batches each pipeline rank holds at its peak (perfmodel.costs.memory
+.inflight_micro_batches) against the schedules laid out pass by pass (perfmodel.schedule.orders:
+GPipe, 1F1B, Megatron's interleaved 1F1B, zb with its backwards split, and torch's
+ScheduleZBVZeroBubble order): a chunk's forward adds 1 / v of the rank's layers' activations,
+its backward (a zero-bubble schedule's input gradient) frees them."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel import load_hardware, load_model
+from perfmodel.costs.memory import inflight_micro_batches
+from perfmodel.evaluate import compile_family, family_of, values_of
+from perfmodel.schedule import BACKWARD, FORWARD, orders
+from perfmodel.strategy import Plan
+
+HW = load_hardware("dgx-h100")
+
+CASES = [(sched, pp, m, v) for pp in (2, 3, 4, 8) for m in (1, 2, 3, 4, 5, 8, 16, 17)
+         for sched, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 4),
+                          ("zb", 1), ("zb", 2), ("zbv", 2))]
+
+
+def _peaks(schedule, pp, m, v):
+    """Each rank's most chunk activations held at once, in units of the rank's layers."""
+    out = []
+    for passes in orders(schedule, pp, m, v):
+        held = peak = 0
+        for p in passes:
+            held += {FORWARD: 1, BACKWARD: -1}.get(p.kind, 0)
+            peak = max(peak, held)
+        out.append(peak / v)
+    return out
+
+
+@pytest.mark.parametrize(("schedule", "pp", "m", "v"), CASES)
+def test_each_rank_holds_what_its_schedule_keeps(schedule, pp, m, v):
+    chunked = schedule == "interleaved" or (schedule == "zb" and v > 1)
+    for rank, peak in enumerate(_peaks(schedule, pp, m, v)):
+        held = inflight_micro_batches(schedule == "gpipe", chunked, pp, m, v,
+                                      zbv=schedule == "zbv", rank=rank)
+        assert float(held) == pytest.approx(peak, rel=1e-12), (rank, peak)
+
+
+def _stages(plan):
+    model = load_model("llama3-8b")
+    out = compile_family(family_of(model, HW, plan))(values_of(model, HW, plan))
+    return {st: float(out[f"memory:{st}:activations/layers"])
+            for st in ("first", "middle", "last")}
+
+
+def test_gpipe_keeps_every_micro_batch_on_every_stage():
+    """GPipe runs all m forwards before the first backward, on the last stage too."""
+    one = _stages(Plan(gpus=4, pp=4, global_batch=8))  # 1F1B: the last stage holds one
+    gpipe = _stages(Plan(gpus=4, pp=4, global_batch=8, schedule="gpipe"))
+    for st in ("first", "middle", "last"):
+        assert gpipe[st] == pytest.approx(8 * one["last"], rel=1e-12), st
+
+
+def test_v_shape_balances_the_stages():
+    """ZB-V: every rank holds pp micro-batches of its layers (two half-stage chunks)."""
+    one = _stages(Plan(gpus=4, pp=4, global_batch=16))
+    zbv = _stages(Plan(gpus=4, pp=4, global_batch=16, schedule="zbv", virtual_stages=2))
+    for st in ("first", "middle", "last"):
+        assert zbv[st] == pytest.approx(4 * one["last"], rel=1e-12), st
+
+
+def test_one_stage_accumulates_one_micro_batch_at_a_time():
+    """Without a pipeline the trainer runs each micro-batch's forward and backward in turn
+    (workload.trainer has no schedule at pp = 1), whatever schedule the plan names."""
+    one = _stages(Plan(gpus=1, global_batch=8))
+    gpipe = _stages(Plan(gpus=1, global_batch=8, schedule="gpipe"))
+    assert gpipe["first"] == pytest.approx(one["first"], rel=1e-12)
+    assert one["first"] == pytest.approx(_stages(Plan(gpus=1, global_batch=1))["first"],
+                                         rel=1e-12)
