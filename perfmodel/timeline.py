@@ -128,8 +128,11 @@ def _outputs(built: Any) -> dict[str, Any]:
     import sympy as sp
 
     from perfmodel.step import compose as CO
+    from perfmodel.step.collective import issued_share
+    from perfmodel.step.context import Context
 
     zero = sp.Integer(0)
+    head_first = Context.of(built.family).head_first  # zbv's first rank holds the output layer
     out: dict[str, Any] = {}
     collectives = {id(x): x for phases in built.phases.values() for ph in phases for x in ph.comms}
     for st in _STAGES:
@@ -147,12 +150,13 @@ def _outputs(built: Any) -> dict[str, Any]:
                 for role, share in _pass_roles(ph.name, term):
                     parts[f"{st}|{role}|{stream}"].append(share * seconds)
         # the collectives' launches: the stage's launch term, split by the passes that issue them
-        issued = [x for x in collectives.values() if not x.per_step and x.stage in ("every", st)]
-        calls = sp.Add(*(x.launches for x in issued))
-        for x in issued:
+        issued = [(x, x.launches * issued_share(x.stage, st, head_first))
+                  for x in collectives.values() if not x.per_step]
+        calls = sp.Add(*(launches for _, launches in issued))
+        for x, launches in issued:
             for role, share in _launch_roles(x.phase):
                 parts[f"{st}|{role}|host"].append(
-                    share * x.launches / sp.Max(calls, _NO_CALLS, evaluate=False)
+                    share * launches / sp.Max(calls, _NO_CALLS, evaluate=False)
                     * built.stage_terms[st]["overhead/collectives"])
         out.update({name: sp.Add(*terms) for name, terms in parts.items()})
         out[f"stage_time|{st}"] = built.stage_time[st]

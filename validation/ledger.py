@@ -25,16 +25,19 @@ def model_ledger(
         from perfmodel.predict import ledger_axis
         from perfmodel.specs.hardware import load_hardware
         from perfmodel.step import build
+        from perfmodel.step.collective import issued_share
     except ImportError:
         return None
     hardware = load_hardware("dgx-a100-80gb")  # counts and bytes do not depend on the hardware
     family = family_of(model, hardware, plan)
     out = compile_family(family)(values_of(model, hardware, plan))
+    # zbv's V shape puts the output layer on the first rank
+    head_first = int(plan.pp > 1 and plan.schedule.value == "zbv")
     ledger = []
     for i, op in enumerate(build(family).ledger):
         count = float(out[f"ledger:{i}:calls"])
         on_stage = getattr(op, "stage", "every")
-        if plan.pp > 1 and on_stage not in ("every", stage):
+        if plan.pp > 1 and not issued_share(on_stage, stage, head_first):
             continue
         if count:
             ledger.append(

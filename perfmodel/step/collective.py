@@ -34,9 +34,23 @@ _AXIS_PER_NODE = {"tp": S.k_tp, "dp": S.k_dp, "pp": S.k_pp, "tpa": S.k_a, "tpb":
                   "etp": S.k_etp, "etp_ep": S.k_etpep}
 # when a collective is issued: in a micro-batch's forward, backward, both, or once per step
 LEDGER_PHASES = ("fwd", "bwd", "fwd+bwd", "step")
-# on which pipeline stages: every one, or only the first (embedding), the last (output layer) or
-# the ones between (a pipeline's send/receive counts differ by position)
-LEDGER_STAGES = ("every", "first", "last", "middle")
+# on which pipeline stages: every one, the first (embedding), the last or the ones between (a
+# pipeline's send/receive counts differ by position), or the one with the output layer (the last,
+# or zbv's first: issued_share)
+LEDGER_STAGES = ("every", "first", "last", "middle", "output")
+
+
+def issued_share(declared: str, position: str, head_first: sp.Expr | int) -> sp.Expr:
+    """1 where a collective declared for stage `declared` (LEDGER_STAGES) is issued on the
+    pipeline position `position` (first, last, middle), else 0: the output layer's on the last,
+    or on the first where it holds the output layer too (head_first, Context.head_first: zbv's
+    V shape); with one stage composed as first and last, the output layer's count on the last."""
+    if declared == "every":
+        return sp.Integer(1)
+    if declared == "output":
+        return {"first": sp.sympify(head_first),
+                "last": 1 - sp.sympify(head_first)}.get(position, sp.Integer(0))
+    return sp.Integer(declared == position)
 
 
 @dataclass(frozen=True)
@@ -50,7 +64,7 @@ class CommOp:
     phase: str
     calls: sp.Expr
     nbytes: sp.Expr
-    stage: str = "every"  # every stage, or only the "first" (embedding) or "last" (output layer)
+    stage: str = "every"  # LEDGER_STAGES: every stage, one position, or the output layer's
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -87,7 +87,7 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs.lattice import lmax, power, product
-from perfmodel.step.collective import Collective
+from perfmodel.step.collective import Collective, issued_share
 
 ZERO, ONE = sp.Integer(0), sp.Integer(1)
 
@@ -254,10 +254,12 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
 
 
 def launch_s(collectives: Iterable[Collective], stage: str | None = None,
-             per_launch_s: sp.Expr = S.t_coll) -> sp.Expr:
+             per_launch_s: sp.Expr = S.t_coll, head_first: sp.Expr | int = 0) -> sp.Expr:
     """Host time of launching collectives, per_launch_s per call [s]: on a stage (per
-    micro-batch) those issued in a micro-batch whose ledger entry names that stage or every
-    stage; with stage None (per step) those issued once per step.
+    micro-batch) those issued in a micro-batch on that stage (perfmodel.step.collective
+    .issued_share: their ledger stage names it, every stage, or the output layer's where the
+    stage holds it; head_first: Context.head_first); with stage None (per step) those issued once
+    per step.
 
     Note: with pp = 1 the one stage is composed twice, as "first" and as "last", and each counts
     only the launches its ledger stage names (the first lacks the output layer's, the last the
@@ -266,7 +268,8 @@ def launch_s(collectives: Iterable[Collective], stage: str | None = None,
     if stage is None:
         calls = [c.launches for c in collectives if c.per_step]
     else:
-        calls = [c.launches for c in collectives if not c.per_step and c.stage in ("every", stage)]
+        calls = [c.launches * issued_share(c.stage, stage, head_first)
+                 for c in collectives if not c.per_step]
     return per_launch_s * sp.Add(*calls)
 
 

@@ -184,6 +184,13 @@ class Context:
         """1 for rotary position embeddings (every model without learned ones), else 0."""
         return 1 - self.learned_positions
 
+    @property
+    def head_first(self) -> sp.Expr:
+        """1 where the first rank holds the output layer too: zbv's V shape puts the model's first
+        and last chunks on rank 0 (ScheduleZBVZeroBubble; workload.model builds it so), else 0
+        (the last rank holds it; with one stage, the only one)."""
+        return self.multi * self.zbv
+
     @cached_property
     def max_stage_layers(self) -> sp.Expr:
         """The layers of the stage that holds the most (what a per-step sync waits on); built

@@ -124,18 +124,19 @@ def _layer_tensors(c: Context, mlp: sp.Expr | None) -> list[tuple[sp.Expr, sp.Ex
 
 def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
     """The units of a stage under ZeRO 3: its layers, and one root unit (the first stage's
-    embedding, positions, final norm and an untied output layer; a last stage alone holds the
-    final norm and the output layer). A mixture of experts (torchtitan's and NeMo AutoModel's
-    FSDP2 with expert parallelism: the routed experts a unit of their own, sharded over the
-    expert-data-parallel group): its dense layers; its MoE layers' attention, norms, router and
-    shared experts; their routed experts (E / ep each, over edp where they sync apart, else in
-    the MoE layer's unit); the multi-token-prediction modules' projection and norms on the last
-    stage, their layer with the others. The first unit is a layer's (perfmodel.timeline)."""
+    embedding, positions, final norm and, with one stage or zbv's V (Context.head_first), an
+    untied output layer; a last stage alone holds the final norm and the output layer). A
+    mixture of experts (torchtitan's and NeMo AutoModel's FSDP2 with expert parallelism: the
+    routed experts a unit of their own, sharded over the expert-data-parallel group): its dense
+    layers; its MoE layers' attention, norms, router and shared experts; their routed experts
+    (E / ep each, over edp where they sync apart, else in the MoE layer's unit); the
+    multi-token-prediction modules' projection and norms beside the output layer, their layer
+    with the others. The first unit is a layer's (perfmodel.timeline)."""
     h, V, tp, dp = S.h, S.V, S.tp, replicas(c)
     dense = M.fsdp_padded(_layer_tensors(c, S.f), dp)
     root_first = M.fsdp_padded(M.root_tensors(
         h, V, S.s, tp, learned_positions=c.learned_positions, layernorm=c.layernorm,
-        output=c.single * (1 - c.tied)), dp)
+        output=(c.single + c.head_first) * (1 - c.tied)), dp)
     norm = ((1 + c.layernorm) * h, 1)
     last = [norm, (V / tp, h)]
     if c.fam.mtp:  # the modules' copy of the embedding where it is not (several stages)

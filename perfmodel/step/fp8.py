@@ -149,9 +149,9 @@ def stage_fp8_weights(c: Context, stage: str, has_output: sp.Expr) -> tuple[sp.E
     if c.fam.moe:
         moe_rest, moe_experts = moe_weights_per_gpu(c)
         dense, experts = dense + n_moe * moe_rest, n_moe * moe_experts
-    if c.fam.mtp and stage == "last":
+    if c.fam.mtp:  # beside the output layer
         mtp_rest, mtp_experts = mtp_weights_per_gpu(c)
-        dense, experts = dense + mtp_rest, experts + mtp_experts
+        dense, experts = dense + has_output * mtp_rest, experts + has_output * mtp_experts
     return dense + has_output * output_weights_per_gpu(c), experts
 
 
@@ -161,8 +161,9 @@ def stage_fp8_gemms(c: Context, stage: str, has_output: sp.Expr) -> sp.Expr:
     gemms = (n - n_moe) * layer_gemms(c)
     if c.fam.moe:
         gemms += n_moe * layer_gemms(c, moe=True)
-    if c.fam.mtp and stage == "last":
-        gemms += S.D_mtp * (MTP_PROJECTION_GEMMS + layer_gemms(c, moe=c.fam.mtp_last_moe))
+    if c.fam.mtp:  # beside the output layer
+        gemms += has_output * S.D_mtp * (MTP_PROJECTION_GEMMS
+                                         + layer_gemms(c, moe=c.fam.mtp_last_moe))
     return gemms + has_output * c.fp8_output
 
 

@@ -172,7 +172,7 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
             + has_head * (2 * e * T * h / c.act_ranks + loss) \
             * (1 + (S.D_mtp if c.fam.mtp else 0))
         root = has_embed * (params.embedding["sharded"] / tp + params.embedding["replicated"]) \
-            + has_head * (params.final_norm + (1 - c.tied * c.single) * V * h / tp)
+            + has_head * (params.final_norm + (1 - c.tied * has_embed) * V * h / tp)
         mem["buffers/zero3_gather"] = c.zero3 * S.wbytes * (
             ZERO3_GATHERED_LAYERS * gathered_layer + root)
         if c.fam.fp8:  # allocated once and kept: not in the allocator's churn below

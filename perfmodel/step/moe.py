@@ -228,7 +228,8 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
     MoE layers, default moe_layers): declared per stage (their MoE layers differ); the last
     and the middle stage's enter the ledger only with several stages (with one, the first's are
     its) unless the first has none declared here. Their phases: <prefix>@<stage>/forward, /backward,
-    /recompute."""
+    /recompute. A stage "output" (the multi-token-prediction modules') is the output layer's:
+    declared for it (LEDGER_STAGES), its phases named @last."""
     if not c.fam.moe:
         return []
     T_r, _, _, A_r = routed_tokens(c)
@@ -254,7 +255,8 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
                      "recompute": "all_gather"}
     out = []
     layers = moe_layers(c) if layers is None else layers
-    for st, n in layers.items():
+    for declared, n in layers.items():
+        st = "last" if declared == "output" else declared
         share = c.multi if st != "first" and "first" in layers else sp.Integer(1)
         directions = [("forward", "fwd", sp.Integer(1)), ("backward", "bwd", sp.Integer(1))]
         if recomputed:  # full recompute repeats an MoE layer's forward, its exchanges with it
@@ -265,33 +267,34 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
                 name="ep/dispatch_combine/all_to_all", op="all_to_all", axis="ep",
                 nbytes=e * sent * h, time_nbytes=e * busiest * h,
                 calls=A2A_PER_LAYER * times * n, phase=phase, in_phase=in_phase,
-                term="comm/ep", fam=c.fam, stage=st, ledger_share=share, call_time=a2a_time))
+                term="comm/ep", fam=c.fam, stage=declared, ledger_share=share, call_time=a2a_time))
             out.append(Collective(
                 name="ep/probs/all_to_all", op="all_to_all", axis="ep",
                 nbytes=MOE.ROUTER_PROB_BYTES * sent, time_nbytes=MOE.ROUTER_PROB_BYTES * busiest,
                 calls=probs * times * n, phase=phase, in_phase=in_phase, term="comm/ep",
-                fam=c.fam, stage=st, ledger_share=share))
+                fam=c.fam, stage=declared, ledger_share=share))
             out.append(Collective(
                 name=f"etp/probs/{probs_etp_ops[direction]}", op=probs_etp_ops[direction],
                 axis="etp", nbytes=MOE.ROUTER_PROB_BYTES * S.etp * sent,
                 time_nbytes=MOE.ROUTER_PROB_BYTES * S.etp * busiest, calls=probs * times * n,
-                phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=st,
+                phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=declared,
                 ledger_share=share))
             for op in etp_ops[direction]:
                 out.append(Collective(
                     name=f"etp/expert_tokens/{op}", op=op, axis="etp", nbytes=gathered,
                     time_nbytes=gathered_busiest, calls=times * n, phase=phase,
-                    in_phase=in_phase, term="comm/ep", fam=c.fam, stage=st, ledger_share=share))
+                    in_phase=in_phase, term="comm/ep", fam=c.fam, stage=declared,
+                    ledger_share=share))
             if not c.fam.moe_capacity and direction != "backward":
                 out.append(Collective(
                     name="ep/token_counts/all_gather", op="all_gather", axis="ep",
                     nbytes=S.ep * E * MOE.COUNT_BYTES, calls=(1 - counts_etp) * times * n,
-                    phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=st,
+                    phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=declared,
                     ledger_share=share))
                 out.append(Collective(
                     name="etp_ep/token_counts/all_gather", op="all_gather", axis="etp_ep",
                     nbytes=S.etp * S.ep * E * MOE.COUNT_BYTES, calls=counts_etp * times * n,
-                    phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=st,
+                    phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=declared,
                     ledger_share=share))
     return out
 

@@ -60,8 +60,8 @@ def projection_fp8_cast_s(c: Context) -> tuple[sp.Expr, sp.Expr]:
 
 
 def mtp_collectives(c: Context) -> list[Collective]:
-    """The modules' layers' collectives, on the last stage (every plan's ledger: with one stage
-    the last is rank 0's)."""
+    """The modules' layers' collectives, on the stage with the output layer (every plan's ledger:
+    with one stage the last is rank 0's)."""
     if not c.fam.mtp:
         return []
     from perfmodel.step.moe import ep_collectives
@@ -69,15 +69,15 @@ def mtp_collectives(c: Context) -> list[Collective]:
     d = S.D_mtp
     mlp = 0 if c.fam.mtp_last_moe and not c.fam.moe_shared else 1  # an MLP's tp collectives
     if c.fam.mla:
-        out = TP.mla_collectives(c, d, prefix=PREFIX, stage="last", recomputed=False)
-        out += TP.megatron_collectives(c, mlp * d, prefix=PREFIX, stage="last",
+        out = TP.mla_collectives(c, d, prefix=PREFIX, stage="output", recomputed=False)
+        out += TP.megatron_collectives(c, mlp * d, prefix=PREFIX, stage="output",
                                        recomputed=False)
     else:
-        out = TP.megatron_collectives(c, (1 + mlp) * d, prefix=PREFIX, stage="last",
+        out = TP.megatron_collectives(c, (1 + mlp) * d, prefix=PREFIX, stage="output",
                                       recomputed=False)
-    out += CP.cp_collectives(c, d, prefix=f"{PREFIX}/cp", stage="last", recomputed=False)
+    out += CP.cp_collectives(c, d, prefix=f"{PREFIX}/cp", stage="output", recomputed=False)
     if c.fam.mtp_last_moe:
-        out += ep_collectives(c, {"last": d}, prefix=PREFIX, recomputed=False)
+        out += ep_collectives(c, {"output": d}, prefix=PREFIX, recomputed=False)
     return out
 
 

@@ -120,19 +120,23 @@ def parameters(c: Context) -> Parameters:
         L_moe = moe_layers_total(c)
         total_layers = (L - L_moe) * (lp["sharded"] + lp["replicated"]) \
             + L_moe * (moe["sharded"] + moe["replicated"] + S.E * expert)
-    if c.fam.mtp:  # on the last stage: D modules, with the embedding where it is not
+    # the output layer's stage: the last, or zbv's first (Context.head_first)
+    head = {"first": c.head_first, "last": 1 - c.head_first}
+    if c.fam.mtp:  # beside the output layer: D modules, with the embedding where it is not
         last_moe = c.fam.moe and (c.fam.mtp_last_moe)
         module = MTP_PROJECTION * h * h / tp + 2 * final_norm
         if last_moe:
             module += on_gpu(moe) + S.E / S.ep * expert_gpu
-            experts["last"] += S.D_mtp * S.E / S.ep * expert_gpu
         else:
             module += layer_gpu
-        layers["last"] += S.D_mtp * module + c.multi * emb["sharded"] / tp
+        for st, on in head.items():
+            if last_moe:
+                experts[st] += on * S.D_mtp * S.E / S.ep * expert_gpu
+            layers[st] += on * (S.D_mtp * module + (c.multi - c.head_first) * emb["sharded"] / tp)
     per_stage = {
         "first": layers["first"] + emb["sharded"] / tp + emb["replicated"]
-        + single * (final_norm + (1 - tied) * output_gpu),
-        "last": layers["last"] + final_norm + output_gpu * (1 - tied * single)
+        + (single + c.head_first) * (final_norm + (1 - tied) * output_gpu),
+        "last": layers["last"] + head["last"] * (final_norm + output_gpu * (1 - tied * single))
         + single * (emb["sharded"] / tp + emb["replicated"]),
         "middle": layers["middle"],
     }

@@ -38,11 +38,13 @@ TRANSFERS_PER_CHUNK = 2  # an activation forward, its gradient backward
 
 
 def holds(c: Context, stage: str) -> tuple[sp.Expr, sp.Expr]:
-    """(1 if the stage holds the embedding, 1 if it holds the output layer): both with one stage,
-    neither on a middle stage."""
+    """(1 if the stage holds the embedding, 1 if it holds the output layer): both with one stage
+    and on zbv's first rank (Context.head_first), neither on a middle stage."""
     if stage == "middle":
         return sp.Integer(0), sp.Integer(0)
-    return (sp.Integer(1), c.single) if stage == "first" else (c.single, sp.Integer(1))
+    if stage == "first":
+        return sp.Integer(1), c.single + c.head_first
+    return c.single, 1 - c.head_first
 
 
 def p2p_collectives(c: Context) -> dict[str, Collective]:

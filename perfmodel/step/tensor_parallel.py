@@ -72,6 +72,8 @@ SM_SHARE = {"attention_output": sp.Rational(24, 132),  # proj_fprop num_sm 24, H
             "mlp_down": sp.Rational(16, 132)}  # fc2_fprop num_sm 16 (Llama 3 70B, tp 4, bf16)
 CROSS_ENTROPY_ALL_REDUCES = 3  # the logits' max, the sum of their exponentials, the target logit
 NORMS_PER_LAYER = 2  # before the attention and before the MLP
+# the phases of the output layer's stage (LEDGER_STAGES "output") are named for the last
+PHASE_STAGE = {"output": "last"}
 
 
 def _tp(c: Context, name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: str,
@@ -94,7 +96,7 @@ def megatron_collectives(c: Context, count: sp.Expr, prefix: str = "layers",
     # torchtitan's per-op recompute keeps (op)
     recompute = {"all_gather": c.full + c.op, "reduce_scatter": c.full,
                  "all_reduce": c.full + c.op}
-    where = prefix if stage == "every" else f"{prefix}@{stage}"
+    where = prefix if stage == "every" else f"{prefix}@{PHASE_STAGE.get(stage, stage)}"
     directions: list[tuple[str, str, dict[str, sp.Expr] | None]] = [
         (f"{where}/forward", "fwd", None), (f"{where}/backward", "bwd", None)]
     if recomputed:
@@ -127,7 +129,7 @@ def mla_collectives(c: Context, count: sp.Expr, prefix: str = "layers", stage: s
     through gather_from_sequence_parallel_region)."""
     sp_, e, T = c.seq_parallel, S.e, c.T
     latents = MLA.latent_widths(S.r_q, S.r_kv, S.d_rope, S.h, q_lora=c.fam.mla_q_lora)
-    where = prefix if stage == "every" else f"{prefix}@{stage}"
+    where = prefix if stage == "every" else f"{prefix}@{PHASE_STAGE.get(stage, stage)}"
     out: list[Collective] = []
 
     def add(op: str, width: sp.Expr, calls: sp.Expr, phase: str, pass_: str,
@@ -324,28 +326,28 @@ def embedding_collectives(c: Context) -> list[Collective]:
 
 
 def output_collectives(c: Context) -> list[Collective]:
-    """The output layer's and the loss's, per micro-batch on the last stage."""
+    """The output layer's and the loss's, per micro-batch on the stage with the output layer."""
     act_bytes, sp_ = S.e * c.T * S.h, c.seq_parallel
     return [
         _tp(c, "tp/output/all_gather", "all_gather", act_bytes, sp_, "fwd", "output/forward",
-            stage="last"),
+            stage="output"),
         _tp(c, "tp/output/reduce_scatter", "reduce_scatter", act_bytes, sp_, "bwd",
-            "output/backward", stage="last"),
+            "output/backward", stage="output"),
         _tp(c, "tp/output/all_reduce", "all_reduce", act_bytes, 1 - sp_, "bwd", "output/backward",
-            stage="last"),
+            stage="output"),
         _tp(c, "tp/cross_entropy/all_reduce", "all_reduce", FP32_BYTES * c.T,
-            sp.Integer(CROSS_ENTROPY_ALL_REDUCES), "fwd", "output/forward", stage="last"),
+            sp.Integer(CROSS_ENTROPY_ALL_REDUCES), "fwd", "output/forward", stage="output"),
     ]
 
 
 def norm_grad_collectives(c: Context) -> list[Collective]:
     """Per step, with sequence parallelism: one all-reduce of every norm vector of a stage (two
-    per layer, and the final norm on the stage that holds it: the last, or the only one; LayerNorm
-    has a weight and a bias, RMSNorm a weight), and of an MoE layer's router (Megatron-Core
-    all-reduces the routers' gradients over tp with the norms'). The ledger counts rank 0's (the
-    first stage's, as every other ledger entry); the time is the stage with the most of them
-    (every stage syncs at once)."""
-    final = {"first": c.single, "last": sp.Integer(1), "middle": ZERO}
+    per layer, and the final norm on the stage that holds it: the last, zbv's first or the only
+    one; LayerNorm has a weight and a bias, RMSNorm a weight), and of an MoE layer's router
+    (Megatron-Core all-reduces the routers' gradients over tp with the norms'). The ledger
+    counts rank 0's (the first stage's, as every other ledger entry); the time is the stage with
+    the most of them (every stage syncs at once)."""
+    final = {"first": c.single + c.head_first, "last": 1 - c.head_first, "middle": ZERO}
     if not c.fam.moe and not c.fam.mla:
         def on_stage(st: str) -> sp.Expr:
             return (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * c.stage_layers[st] + final[st])

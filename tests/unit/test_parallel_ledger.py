@@ -128,6 +128,10 @@ CASES = {
     "layout Ettt|t|tt|tL, pp 2 over dp 256, zero 1": (
         DENSE.replace(layers=7), _plan(256, pp=2, n_mb=2, zero=1, schedule="interleaved",
                                        virtual_stages=2, pipeline_layout="Ettt|t|tt|tL")),
+    # zbv's V shape: rank 0 holds the model's first and last chunks, the output layer and the
+    # loss's all-reduces over tp with them
+    "zbv, tp 2 x pp 2 over dp 16": (DENSE, _plan(16, tp=2, pp=2, n_mb=4, schedule="zbv",
+                                                virtual_stages=2, sequence_parallel=True)),
 }
 
 

@@ -144,12 +144,18 @@ def test_hidden_gradient_sync_overlaps_the_backward_on_its_own_track():
     assert sync[0].args["exposed_s"] == pytest.approx(result.breakdown_s["comm/dp"], rel=1e-9)
 
 
-def test_zbv_shows_its_schedule_and_says_how_much_longer_it_is():
+def test_zbv_shows_its_schedule_and_says_how_far_it_is_from_the_closed_form():
+    """zbv's order does not take the model's closed form (perfmodel.schedule; with equal stages
+    it takes longer, tests/unit/test_schedule.py). Here rank 0, which holds the embedding, the
+    output layer and the loss (the V's two ends), is the slowest, and the order absorbs part of
+    it in the other ranks' bubble: the timeline ends before the prediction and says so."""
     p = plan(pp=4, schedule="zbv", virtual_stages=2)
     timeline = predicted_timeline(MODEL, HARDWARE, p)
     predicted = predict(MODEL, HARDWARE, p).step_time_s
-    assert timeline.step_time_s > predicted
+    assert timeline.meta["paced_by"] == "first"
+    assert timeline.step_time_s < predicted * (1 - 1e-3)
     assert len(timeline.notes) == 1 and "zbv schedule" in timeline.notes[0]
+    assert f"against the predicted {predicted:.6g} s" in timeline.notes[0]
     check_trace(trace_document([timeline]))
 
 
