@@ -5,7 +5,10 @@ Stages: the first holds the embedding, the last the output layer and loss, the o
 interleaved), or, split unevenly, the first and last stages the layers the plan gives them and
 the others the rest (perfmodel.step.context.stage_layers).
 Send/receive: per chunk and micro-batch an activation crosses forward and its gradient backward,
-1/tp of e T h bytes each (Megatron's scatter-gather, or already split by sequence parallelism):
+e T h / r bytes each, r the ranks an activation is split over (tp with sequence parallelism or a
+2D/3D grid, else 1: Megatron-Core's get_tensor_shapes divides the sequence by tp only under
+sequence parallelism; Megatron-LM's scatter-gather of 2021, Narayanan et al. SC21 Sec. 4.1, which
+sent 1/tp and gathered it, is gone; the validation job sends what its stages output):
     t_p2p = 2 v t_send_recv                                              [s per micro-batch]
 Bubble (Narayanan et al. SC21, Sec. 2.2): (pp - 1)/v micro-batch times idle in every step, each
 the time of a stage other than the slowest (the fill and drain pass through every stage once:
@@ -57,7 +60,7 @@ def p2p_collectives(c: Context) -> dict[str, Collective]:
     v, zbv = S.v, c.zbv
     messages = {"first": 4 * v - 2 - zbv * (4 * v - 6), "last": 4 * v - 2 + 2 * zbv,
                 "middle": 4 * v}
-    nbytes = S.e * c.T * S.h / S.tp
+    nbytes = S.e * c.T * S.h / c.act_ranks
     return {stage: Collective(name="pp/send_recv", op="send_recv", axis="pp", nbytes=nbytes,
                               calls=calls, phase="fwd+bwd", in_phase="pipeline/p2p",
                               term="pipeline/p2p", fam=c.fam, stage=stage,

@@ -128,6 +128,9 @@ CASES = {
     "layout Ettt|t|tt|tL, pp 2 over dp 256, zero 1": (
         DENSE.replace(layers=7), _plan(256, pp=2, n_mb=2, zero=1, schedule="interleaved",
                                        virtual_stages=2, pipeline_layout="Ettt|t|tt|tL")),
+    # without sequence parallelism a stage sends its whole output (Megatron-Core's
+    # get_tensor_shapes splits the sequence over tp only with it)
+    "tp 2 x pp 2 over dp 16, no sequence parallelism": (DENSE, _plan(16, tp=2, pp=2, n_mb=2)),
     # zbv's V shape: rank 0 holds the model's first and last chunks, the output layer and the
     # loss's all-reduces over tp with them
     "zbv, tp 2 x pp 2 over dp 16": (DENSE, _plan(16, tp=2, pp=2, n_mb=4, schedule="zbv",
