@@ -597,7 +597,10 @@ def table5_rows() -> list[Row]:
         # scale-mask-softmax kernel)
         base = dict(gpus=tp * pp, tp=tp, pp=pp, global_batch=batch, micro_batch=micro,
                     schedule=schedule, virtual_stages=v, flash_attention=False)
-        for extra, seconds, what in ((dict(recompute="full"), full, "full recompute"),
+        # and it split its pipeline sends over tp where sequence parallelism does not
+        # (scatter_gather_tensors_in_pipeline, on by default then: Plan.pp_scatter_gather)
+        full_plan = dict(recompute="full", pp_scatter_gather=pp > 1)
+        for extra, seconds, what in ((full_plan, full, "full recompute"),
                                      (dict(recompute="selective", sequence_parallel=True),
                                       selective, "SP + selective")):
             row = Row("korthikanti", f"{name} tp{tp} pp{pp} B{batch} {what}", seconds)

@@ -241,6 +241,10 @@ def plan_options(fn: Any) -> Any:
                      help="Overlap a mixture of experts' all-to-alls of one micro-batch with "
                           "another's compute (Megatron --overlap-moe-expert-parallel-comm: "
                           "combined 1F1B; needs ep > 1, virtual stages with pp > 1)."),
+        click.option("--pp-scatter-gather", is_flag=True,
+                     help="Megatron-LM's scatter-gather of pipeline sends (2021-22, its default "
+                          "then; gone from Megatron-Core): without sequence parallelism a stage "
+                          "sends 1/tp of its output and the receiver all-gathers it over tp."),
         click.option("--ep-dispatcher", type=choice(EPDispatcher),
                      default=EPDispatcher.ALLTOALL.value, show_default=True,
                      help="How a mixture of experts' tokens reach their experts: alltoall "
@@ -325,7 +329,7 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "grad_dtype", "optimizer_dtype", "master_weights",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
-             "ep_dispatcher", "cross_entropy", "expert_weighting", "stack",
+             "pp_scatter_gather", "ep_dispatcher", "cross_entropy", "expert_weighting", "stack",
              "kernels", "first_stage_layers", "last_stage_layers", "pipeline_layout",
              "pipeline_micro_batches", "placement",
              "tp_layout", "tp_depth")

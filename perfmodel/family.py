@@ -60,6 +60,8 @@ class Family:
     # the expert-parallel all-to-alls overlapped with another micro-batch (Plan.ep_comm_overlap;
     # None: open, its indicator)
     ep_comm_overlap: bool | None = None
+    # Megatron-LM's scatter-gather of pipeline sends (Plan.pp_scatter_gather; never searched)
+    pp_scatter_gather: bool = False
     # the step runs its micro-batches as several pipeline schedules (Plan.pipeline_micro_batches)
     pipeline_flushes: bool = False
     # the experts' dispatcher (Plan.ep_dispatcher: alltoall, deepep; None: open, its indicator)

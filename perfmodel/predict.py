@@ -258,9 +258,10 @@ def comm_ledger(model: TransformerSpec | str | Path, plan: Plan | dict[str, Any]
                 hardware: HardwareSpec | str | Path = "dgx-h100") -> list[dict[str, Any]]:
     """Every collective one rank issues in one step, as the model counts them.
 
-    Each record: name, axis (tp, dp, pp), op, phase (fwd, bwd, step), stage (every, first, last),
-    calls per step and bytes per call (nccl-tests' size convention). Counts do not depend on the
-    hardware except through the structure (which links), so any preset will do.
+    Each record: name, axis (tp, dp, pp), op, phase (fwd, bwd, step), stage (every, first, last,
+    middle, or output: the rank with the output layer), calls per step and bytes per call
+    (nccl-tests' size convention). Counts do not depend on the hardware except through the
+    structure (which links), so any preset will do.
     """
     model, hardware, plan = resolve_inputs(model, hardware, plan)
     family = family_of(model, hardware, plan)

@@ -68,6 +68,9 @@ PLAN = obj({
                                        "for the dtype; the validation job: fused SDPA)."},
     "overlap_grad_sync": BOOLEAN, "overlap_param_gather": BOOLEAN, "tp_comm_overlap": BOOLEAN,
     "ep_comm_overlap": BOOLEAN,
+    "pp_scatter_gather": {**BOOLEAN,
+                          "description": "Megatron-LM's scatter-gather of pipeline sends (1/tp "
+                                         "sent, all-gathered over tp); left out: off"},
     "pipeline_micro_batches": {"type": "integer", "minimum": 0,
                                "description": "Micro-batches of one pipeline schedule where the "
                                               "step runs several; left out: one schedule"},

@@ -459,6 +459,10 @@ class Plan:
     # the computation of another (Megatron-Core's combined 1F1B, --overlap-moe-expert-parallel-
     # comm; perfmodel.step.moe.ep_overlaps)
     ep_comm_overlap: bool = False
+    # Megatron-LM's scatter-gather of pipeline sends (2021-22, default on there, gone from
+    # Megatron-Core): without sequence parallelism a stage sends 1/tp of its output and the
+    # receiver all-gathers it over tp (Narayanan et al. SC21, Sec. 4.1)
+    pp_scatter_gather: bool = False
     # the experts' token dispatcher (EPDispatcher): NCCL's all-to-all or DeepEP's kernels
     ep_dispatcher: EPDispatcher = EPDispatcher.ALLTOALL
     # how the loss runs over the logits (CrossEntropy): fp32 copies, or TE's fused kernel
@@ -571,7 +575,8 @@ class Plan:
                             "0-2), not with zero 3 (FSDP's FP8 all-gather)")
         self._check_master_weights()
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync",
-                    "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap"):
+                    "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
+                    "pp_scatter_gather"):
             if key == "flash_attention" and (self.flash_attention is None
                                              or str(self.flash_attention).lower() == "auto"):
                 object.__setattr__(self, key, None)
@@ -586,6 +591,7 @@ class Plan:
                             f"{','.join(map(str, placement))}")
         object.__setattr__(self, "placement", placement)
         self._check_ep_overlap()
+        self._check_scatter_gather()
         self._check_layout()
         self._check_flushes()
         broken = first_broken(self.columns(), None)
@@ -607,6 +613,15 @@ class Plan:
         if not ep_overlap_runs(self.recompute, self.schedule, self.pp):
             raise PlanError("ep_comm_overlap with pp > 1 needs the interleaved schedule "
                             "(virtual_stages > 1), as Megatron-Core's combined 1F1B does")
+
+    def _check_scatter_gather(self) -> None:
+        """pp_scatter_gather where Megatron-LM split its sends: between pipeline stages, over
+        tensor-parallel ranks (Megatron's 1D layout) that each hold the whole activation."""
+        if self.pp_scatter_gather and (self.pp == 1 or self.tp == 1 or self.sequence_parallel
+                                       or self.tp_layout is not TPLayout.ONE_D):
+            raise PlanError("pp_scatter_gather splits pipeline sends over tp: it needs pp > 1 "
+                            "and tp > 1 with tp_layout 1d and without sequence_parallel "
+                            "(Megatron-LM sent 1/tp only then)")
 
     def _check_flushes(self) -> None:
         """pipeline_micro_batches: whole schedules of the step's micro-batches (refused where
@@ -757,6 +772,8 @@ class Plan:
             del out["pipeline_layout"]
         if not self.ep_comm_overlap:  # off: as plans were written before it
             del out["ep_comm_overlap"]
+        if not self.pp_scatter_gather:  # likewise
+            del out["pp_scatter_gather"]
         if self.ep_dispatcher is EPDispatcher.ALLTOALL:  # as plans were written before it
             del out["ep_dispatcher"]
         if self.cross_entropy is CrossEntropy.UNFUSED:  # likewise

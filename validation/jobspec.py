@@ -86,6 +86,9 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
     if missing:
         raise SpecError(f"model '{model.name}' has {'; '.join(missing)}: the validation job does "
                         "not build these")
+    if plan.pp_scatter_gather:
+        raise PlanError("pp_scatter_gather: the validation job's stages send their outputs "
+                        "whole, as Megatron-Core does (leave pp_scatter_gather off)")
     if plan.ep_comm_overlap:
         raise PlanError("ep_comm_overlap: the validation job runs each micro-batch's forward "
                         "and backward apart (no combined 1F1B)")

@@ -71,6 +71,9 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
         raise OutputError(f"--emit-config: {out} is not a directory")
     lines = header(model, hardware, plan, step_time_s)
     fmt = EmitFormat(fmt)
+    if plan.pp_scatter_gather:
+        raise refuse_emit(fmt.value, "pp_scatter_gather", "Megatron-LM's 2021 scatter-gather "
+                          "of pipeline sends is in none of today's frameworks")
     if fmt is EmitFormat.MEGATRON:
         from perfmodel.configs.megatron import write_megatron
 

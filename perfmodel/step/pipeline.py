@@ -50,26 +50,38 @@ def holds(c: Context, stage: str) -> tuple[sp.Expr, sp.Expr]:
     return c.single, 1 - c.head_first
 
 
-def p2p_collectives(c: Context) -> dict[str, Collective]:
+def p2p_collectives(c: Context) -> dict[str, tuple[Collective, ...]]:
     """The sends and receives of one micro-batch, per stage position.
 
     Messages a rank sends or receives: 4 per chunk (activation in and out, gradient in and out),
     less the 2 the very first and very last chunk of the model skip (V shape, zbv: rank 0 holds
     the model's first and last chunks, 2 messages each; the last rank holds two middle chunks).
+    With Megatron-LM's scatter-gather (Plan.pp_scatter_gather) each message is 1/tp of the
+    activation, and the rank all-gathers each one it receives over tp (half the messages:
+    p2p_communication's gather_split_1d_tensor), on the pipeline's time.
     """
     v, zbv = S.v, c.zbv
     messages = {"first": 4 * v - 2 - zbv * (4 * v - 6), "last": 4 * v - 2 + 2 * zbv,
                 "middle": 4 * v}
-    nbytes = S.e * c.T * S.h / c.act_ranks
-    return {stage: Collective(name="pp/send_recv", op="send_recv", axis="pp", nbytes=nbytes,
-                              calls=calls, phase="fwd+bwd", in_phase="pipeline/p2p",
-                              term="pipeline/p2p", fam=c.fam, stage=stage,
-                              transfers=TRANSFERS_PER_CHUNK * v)
-            for stage, calls in messages.items()}
+    whole = S.e * c.T * S.h
+    split = S.tp if c.fam.pp_scatter_gather else c.act_ranks
+    out = {}
+    for stage, calls in messages.items():
+        sends = [Collective(name="pp/send_recv", op="send_recv", axis="pp", nbytes=whole / split,
+                            calls=calls, phase="fwd+bwd", in_phase="pipeline/p2p",
+                            term="pipeline/p2p", fam=c.fam, stage=stage,
+                            transfers=TRANSFERS_PER_CHUNK * v)]
+        if c.fam.pp_scatter_gather:
+            sends.append(Collective(name="pp/gather/all_gather", op="all_gather", axis="tp",
+                                    nbytes=whole, calls=calls / 2, phase="fwd+bwd",
+                                    in_phase="pipeline/p2p", term="pipeline/p2p", fam=c.fam,
+                                    stage=stage, transfers=TRANSFERS_PER_CHUNK * v))
+        out[stage] = tuple(sends)
+    return out
 
 
-def p2p_phase(collective: Collective) -> Phase:
-    return Phase(name="pipeline/p2p", comms=(collective,))
+def p2p_phase(collectives: tuple[Collective, ...]) -> Phase:
+    return Phase(name="pipeline/p2p", comms=collectives)
 
 
 def weight_gradient_fill(c: Context, stage_terms: Mapping[str, Mapping[str, sp.Expr]]) -> sp.Expr:

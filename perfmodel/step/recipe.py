@@ -69,7 +69,8 @@ def build(fam: Family) -> Model:
     collectives = [*TP.layer_collectives(c), *TP.module_recompute_collectives(c),
                    *CP.cp_collectives(c), *MOE.ep_collectives(c),
                    *MTP.mtp_collectives(c), *TP.embedding_collectives(c),
-                   *TP.output_collectives(c), *p2p.values(), *DP.sync_collectives(c, params, units),
+                   *TP.output_collectives(c), *(x for sends in p2p.values() for x in sends),
+                   *DP.sync_collectives(c, params, units),
                    *TP.norm_grad_collectives(c)]
     issued = _by_phase(collectives)
     # 3. one micro-batch on each stage, phase by phase (the layers' tensor-parallel collectives
