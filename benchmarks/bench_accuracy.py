@@ -344,7 +344,13 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     **dict.fromkeys(("distributed optimizer", "use-distributed-optimizer"), {"zero": 1}),
     **dict.fromkeys(("overlap grad reduce", "overlap-grad-reduce", "overlap grad sync"),
                     {"overlap_grad_sync": True}),
-    **dict.fromkeys(("overlap param gather", "overlap-param-gather"),
+    # Megatron-Core's --overlap-param-gather-with-optimizer-step needs --overlap-param-gather
+    # (its argument checks; Megatron-Bridge's CommOverlapConfig turns both on with dp > 1): the
+    # same overlap here, the first bucket's gather behind the optimizer step rather than exposed
+    # before the first forward (1/layers of the gather: not modelled)
+    **dict.fromkeys(("overlap param gather", "overlap-param-gather",
+                     "overlap param gather with optimizer step",
+                     "overlap-param-gather-with-optimizer-step"),
                     {"overlap_param_gather": True}),
     **dict.fromkeys(("tp comm overlap", "tp-comm-overlap"), {"tp_comm_overlap": True}),
     **dict.fromkeys(("torch.compile", "compiled", "compile"), {"stack": "compiled"}),
@@ -522,6 +528,9 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
         elif feature == "selective layer AC":
             # torchtitan selective_ac_option '2' (the train configs' value): every second layer
             plan.update(recompute="full", recompute_every=2)
+        elif feature.startswith(("pipeline split counts", "pipeline layout")) \
+                and plan.get("pipeline_layout"):
+            pass  # the split the row's pipeline_layout column writes out (LAYOUT_COLUMNS)
         elif (generic := generic_feature(feature)) is not None:
             plan.update(generic)
         elif (routing := ROUTING_FEATURES.get(feature_key(feature))) is not None:
