@@ -17,7 +17,10 @@ of zbv, s for chunk 0 and 2 pp - 1 - s for chunk 1):
                  2 (pp - s - 1) + (v - 1) pp warm-up forwards (Narayanan et al. SC21, Sec. 2.2)
     zb           the 1f1b / interleaved order with each backward split into its input gradient (B)
                  and its weight gradient (W); stage s keeps s weight gradients pending and runs
-                 them where the 1f1b order would wait (ZB-H1, Qi et al., ICLR 2024, Sec. 3.1)
+                 them where the 1f1b order would wait (ZB-H1, Qi et al., ICLR 2024, Sec. 3.1);
+                 with v > 1 chunks, (v - 1) pp + pp - s - 1 warm-up forwards, as
+                 torch.distributed.pipelining.ScheduleInterleavedZeroBubble runs it
+                 (_get_warmup_ops with multiply_factor 1; torch 2.13)
     zbv          the V-shape order of torch.distributed.pipelining.ScheduleZBVZeroBubble
                  (Qi et al., Sec. 6; the same order as the paper's ZB-V)
 
@@ -90,11 +93,13 @@ def _forward_sequence(pp: int, m: int, v: int) -> list[tuple[int, int]]:
 
 
 def _one_f_one_b(s: int, pp: int, m: int, v: int, split: bool) -> list[Pass]:
-    """1F1B (v = 1) or interleaved 1F1B (v > 1) on stage s; split: ZB-H1's deferred W."""
+    """1F1B (v = 1) or interleaved 1F1B (v > 1) on stage s; split: ZB-H1's deferred W (and
+    torch's zero-bubble warm-up, one forward a stage where interleaved 1F1B runs two)."""
     forwards = _forward_sequence(pp, m, v)
     backwards = [(mb, v - 1 - c) for mb, c in forwards]
     total = m * v
-    warmup = min(pp - s - 1 if v == 1 else 2 * (pp - s - 1) + (v - 1) * pp, total)
+    per_stage = 1 if split else 2
+    warmup = min(pp - s - 1 if v == 1 else per_stage * (pp - s - 1) + (v - 1) * pp, total)
     out: list[Pass] = []
     pending: list[tuple[int, int]] = []
 

@@ -161,7 +161,8 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
 
 
 def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Expr,
-                           v: sp.Expr, *, zbv: Flag = 0, rank: sp.Expr | int = 0) -> sp.Expr:
+                           v: sp.Expr, *, zb: Flag = 0, zbv: Flag = 0,
+                           rank: sp.Expr | int = 0) -> sp.Expr:
     """Micro-batches whose activations pipeline rank `rank` (0 the first stage) holds at its
     peak, in units of the rank's layers (its v chunks' together), with pp > 1 stages:
 
@@ -172,6 +173,8 @@ def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Ex
                             chunk forwards and one more (Megatron-Core's schedules.py,
                             forward_backward_pipelining_with_interleaving); at r = 0 Korthikanti
                             et al.'s pp (1 + (pp - 1) / (pp v)) (2022, Sec. 4.2.3)
+        zero bubble (zb)    min(m, pp - r / v): (v - 1) pp + pp - r - 1 warm-up chunk forwards
+                            and one more (torch's ScheduleInterleavedZeroBubble); 1F1B's at v = 1
         V-shape zero bubble (min(m, 2 pp - r - 1) + min(m, r + 1)) / 2: forwards of its first
                             chunk and of its second before the first backward, half a stage
                             each (torch.distributed.pipelining.ScheduleZBVZeroBubble, which
@@ -181,13 +184,14 @@ def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Ex
 
     Activations count as freed at a micro-batch's backward (a zero-bubble schedule's input
     gradient). With one stage there is no schedule: gradient accumulation holds one."""
-    gpipe, interleaved, zbv = as_flag(gpipe), as_flag(interleaved), as_flag(zbv)
+    gpipe, interleaved, zb, zbv = map(as_flag, (gpipe, interleaved, zb, zbv))
     one_f_one_b = sp.Min(m, pp - rank, evaluate=False)
     chunked = sp.Min(m, pp + (pp - 1 - 2 * rank) / v, evaluate=False)
+    zero_bubble = sp.Min(m, pp - rank / v, evaluate=False)
     v_shape = (sp.Min(m, 2 * pp - rank - 1, evaluate=False)
                + sp.Min(m, rank + 1, evaluate=False)) / 2
-    return gpipe * m + zbv * v_shape \
-        + (1 - gpipe - zbv) * (interleaved * chunked + (1 - interleaved) * one_f_one_b)
+    return gpipe * m + zbv * v_shape + zb * zero_bubble \
+        + (1 - gpipe - zbv - zb) * (interleaved * chunked + (1 - interleaved) * one_f_one_b)
 
 
 def fsdp_padded(tensors: list[tuple[sp.Expr, sp.Expr]], dp: sp.Expr) -> sp.Expr:

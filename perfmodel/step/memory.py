@@ -127,10 +127,9 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
     else:
         op_gap = full_layer - op_layer
     # the micro-batches in flight on the first, the second (the fullest of those between) and
-    # the last rank (zb runs interleaved 1F1B's order with its backwards split, perfmodel.schedule)
-    chunked = c.interleaved + c.zero_bubble * (1 - c.zbv) * active(S.v)
+    # the last rank
     inflight = {st: c.single + c.multi * M.inflight_micro_batches(
-        c.gpipe, chunked, S.pp, c.m, S.v, zbv=c.zbv, rank=rank)
+        c.gpipe, c.interleaved, S.pp, c.m, S.v, zb=c.zero_bubble - c.zbv, zbv=c.zbv, rank=rank)
         for st, rank in (("first", 0), ("middle", 1), ("last", S.pp - 1))}
     # the largest layer FSDP gathers whole: a dense one, or an MoE layer with its E / ep
     # routed experts (their unit and the layer's, gathered for the same computation)

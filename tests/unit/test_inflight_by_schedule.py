@@ -35,10 +35,9 @@ def _peaks(schedule, pp, m, v):
 
 @pytest.mark.parametrize(("schedule", "pp", "m", "v"), CASES)
 def test_each_rank_holds_what_its_schedule_keeps(schedule, pp, m, v):
-    chunked = schedule == "interleaved" or (schedule == "zb" and v > 1)
     for rank, peak in enumerate(_peaks(schedule, pp, m, v)):
-        held = inflight_micro_batches(schedule == "gpipe", chunked, pp, m, v,
-                                      zbv=schedule == "zbv", rank=rank)
+        held = inflight_micro_batches(schedule == "gpipe", schedule == "interleaved", pp, m, v,
+                                      zb=schedule == "zb", zbv=schedule == "zbv", rank=rank)
         assert float(held) == pytest.approx(peak, rel=1e-12), (rank, peak)
 
 

@@ -106,3 +106,27 @@ def test_passes_on_a_stage_never_overlap_and_follow_their_inputs():
 def test_bad_arguments_are_refused(args, message):
     with pytest.raises(ValueError, match=message):
         orders(*args)
+
+
+@pytest.mark.parametrize("schedule, pp, m, v", [
+    ("interleaved", 2, 4, 2), ("interleaved", 4, 8, 2), ("interleaved", 4, 8, 4),
+    ("interleaved", 4, 12, 3), ("zb", 2, 4, 1), ("zb", 4, 8, 1), ("zb", 2, 4, 2),
+    ("zb", 4, 8, 2), ("zb", 4, 8, 4), ("zb", 4, 12, 3), ("zb", 8, 16, 2)])
+def test_the_orders_are_torchs(schedule, pp, m, v):
+    """Each rank's passes in the order torch.distributed.pipelining runs them (the validation
+    job's schedules: ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble), from their own
+    _calculate_single_rank_operations (its idle slots dropped; I, the input gradient, is B)."""
+    pipelining = pytest.importorskip("torch.distributed.pipelining.schedules")
+    from types import SimpleNamespace
+
+    cls = {"interleaved": pipelining.ScheduleInterleaved1F1B,
+           "zb": pipelining.ScheduleInterleavedZeroBubble}[schedule]
+    rounds = max(1, m // pp)
+    kinds = {"F": FORWARD, "I": BACKWARD, "B": BACKWARD, "W": WEIGHT}
+    ours = orders(schedule, pp, m, v)
+    for rank in range(pp):
+        state = SimpleNamespace(n_local_stages=v, pp_group_size=pp, _n_microbatches=m,
+                                microbatches_per_round=m // rounds)
+        theirs = [(kinds[a.computation_type.value], a.microbatch_index, a.stage_index // pp)
+                  for a in cls._calculate_single_rank_operations(state, rank) if a is not None]
+        assert [(p.kind, p.micro_batch, p.chunk) for p in ours[rank]] == theirs, rank
