@@ -108,25 +108,37 @@ def test_bad_arguments_are_refused(args, message):
         orders(*args)
 
 
+def chunk_of(schedule: str, pp: int, rank: int, stage_index: int) -> int:
+    """The rank's chunk that holds virtual stage stage_index (virtual_stage's inverse)."""
+    return next(c for c in range(2 if schedule == "zbv" else stage_index // pp + 1)
+                if virtual_stage(schedule, pp, rank, c) == stage_index)
+
+
 @pytest.mark.parametrize("schedule, pp, m, v", [
     ("interleaved", 2, 4, 2), ("interleaved", 4, 8, 2), ("interleaved", 4, 8, 4),
     ("interleaved", 4, 12, 3), ("zb", 2, 4, 1), ("zb", 4, 8, 1), ("zb", 2, 4, 2),
-    ("zb", 4, 8, 2), ("zb", 4, 8, 4), ("zb", 4, 12, 3), ("zb", 8, 16, 2)])
+    ("zb", 4, 8, 2), ("zb", 4, 8, 4), ("zb", 4, 12, 3), ("zb", 8, 16, 2),
+    ("zbv", 2, 4, 2), ("zbv", 4, 8, 2), ("zbv", 4, 5, 2), ("zbv", 3, 9, 2)])
 def test_the_orders_are_torchs(schedule, pp, m, v):
     """Each rank's passes in the order torch.distributed.pipelining runs them (the validation
-    job's schedules: ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble), from their own
-    _calculate_single_rank_operations (its idle slots dropped; I, the input gradient, is B)."""
+    job's schedules: ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble,
+    ScheduleZBVZeroBubble), from their own _calculate_single_rank_operations (its idle slots
+    dropped, and with zbv the passes of the micro-batches it pads m with; I, the input gradient,
+    is B)."""
     pipelining = pytest.importorskip("torch.distributed.pipelining.schedules")
     from types import SimpleNamespace
 
     cls = {"interleaved": pipelining.ScheduleInterleaved1F1B,
-           "zb": pipelining.ScheduleInterleavedZeroBubble}[schedule]
+           "zb": pipelining.ScheduleInterleavedZeroBubble,
+           "zbv": pipelining.ScheduleZBVZeroBubble}[schedule]
     rounds = max(1, m // pp)
     kinds = {"F": FORWARD, "I": BACKWARD, "B": BACKWARD, "W": WEIGHT}
     ours = orders(schedule, pp, m, v)
     for rank in range(pp):
         state = SimpleNamespace(n_local_stages=v, pp_group_size=pp, _n_microbatches=m,
-                                microbatches_per_round=m // rounds)
-        theirs = [(kinds[a.computation_type.value], a.microbatch_index, a.stage_index // pp)
-                  for a in cls._calculate_single_rank_operations(state, rank) if a is not None]
+                                microbatches_per_round=m // rounds, num_stages=pp * v)
+        theirs = [(kinds[a.computation_type.value], a.microbatch_index,
+                   chunk_of(schedule, pp, rank, a.stage_index))
+                  for a in cls._calculate_single_rank_operations(state, rank)
+                  if a is not None and a.microbatch_index < m]
         assert [(p.kind, p.micro_batch, p.chunk) for p in ours[rank]] == theirs, rank
