@@ -150,8 +150,10 @@ def _outputs(built: Any) -> dict[str, Any]:
                 for role, share in _pass_roles(ph.name, term):
                     parts[f"{st}|{role}|{stream}"].append(share * seconds)
         # the collectives' launches: the stage's launch term, split by the passes that issue them
-        issued = [(x, x.launches * issued_share(x.stage, st, head_first))
+        shares = [(x, issued_share(x.stage, st, head_first))
                   for x in collectives.values() if not x.per_step]
+        issued = [(x, x.launches if share == 1 else x.launches * share)
+                  for x, share in shares if share != 0]
         calls = sp.Add(*(launches for _, launches in issued))
         for x, launches in issued:
             for role, share in _launch_roles(x.phase):

@@ -268,8 +268,10 @@ def launch_s(collectives: Iterable[Collective], stage: str | None = None,
     if stage is None:
         calls = [c.launches for c in collectives if c.per_step]
     else:
-        calls = [c.launches * issued_share(c.stage, stage, head_first)
-                 for c in collectives if not c.per_step]
+        shares = [(c, issued_share(c.stage, stage, head_first))
+                  for c in collectives if not c.per_step]
+        calls = [c.launches if share == 1 else c.launches * share  # (no product to build)
+                 for c, share in shares if share != 0]
     return per_launch_s * sp.Add(*calls)
 
 
