@@ -18,9 +18,10 @@ of zbv, s for chunk 0 and 2 pp - 1 - s for chunk 1):
     zb           the 1f1b / interleaved order with each backward split into its input gradient (B)
                  and its weight gradient (W); stage s keeps s weight gradients pending and runs
                  them where the 1f1b order would wait (ZB-H1, Qi et al., ICLR 2024, Sec. 3.1);
-                 with v > 1 chunks, (v - 1) pp + pp - s - 1 warm-up forwards, as
+                 with v > 1 chunks, (v - 1) g + pp - s - 1 warm-up forwards in groups of
+                 g = m / max(1, m // pp) micro-batches (pp where pp divides m), as
                  torch.distributed.pipelining.ScheduleInterleavedZeroBubble runs it
-                 (_get_warmup_ops with multiply_factor 1; torch 2.13)
+                 (_get_warmup_ops with multiply_factor 1, microbatches_per_round; torch 2.13)
     zbv          the V-shape order of torch.distributed.pipelining.ScheduleZBVZeroBubble
                  (Qi et al., Sec. 6; the same order as the paper's ZB-V)
 
@@ -80,26 +81,37 @@ def _check(schedule: str, pp: int, m: int, v: int) -> None:
         raise ValueError(f"schedule {schedule} runs one chunk per stage, got v={v}")
     if schedule == "zbv" and v != 2:
         raise ValueError(f"schedule zbv runs two chunks per stage, got v={v}")
+    if schedule == "zb" and m % zb_rounds(pp, m):
+        raise ValueError(f"schedule zb runs m in {zb_rounds(pp, m)} rounds of equal size, got "
+                         f"m={m} (torch's ScheduleInterleavedZeroBubble refuses it)")
 
 
-def _forward_sequence(pp: int, m: int, v: int) -> list[tuple[int, int]]:
-    """(micro-batch, chunk) of the interleaved forwards: groups of pp micro-batches (the last
-    group smaller when pp does not divide m) through chunk 0, then chunk 1, ..."""
+def zb_rounds(pp: int, m: int) -> int:
+    """The rounds torch's ScheduleInterleavedZeroBubble splits m micro-batches into,
+    max(1, m // pp), each of m / rounds (its microbatches_per_round; pp where pp divides m)."""
+    return max(1, m // pp)
+
+
+def _forward_sequence(group: int, m: int, v: int) -> list[tuple[int, int]]:
+    """(micro-batch, chunk) of the interleaved forwards: groups of `group` micro-batches (the
+    last group smaller when group does not divide m) through chunk 0, then chunk 1, ..."""
     out = []
-    for first in range(0, m, pp):
-        group = range(first, min(first + pp, m))
-        out += [(mb, c) for c in range(v) for mb in group]
+    for first in range(0, m, group):
+        members = range(first, min(first + group, m))
+        out += [(mb, c) for c in range(v) for mb in members]
     return out
 
 
 def _one_f_one_b(s: int, pp: int, m: int, v: int, split: bool) -> list[Pass]:
     """1F1B (v = 1) or interleaved 1F1B (v > 1) on stage s; split: ZB-H1's deferred W (and
-    torch's zero-bubble warm-up, one forward a stage where interleaved 1F1B runs two)."""
-    forwards = _forward_sequence(pp, m, v)
+    torch's zero-bubble warm-up, one forward a stage where interleaved 1F1B runs two, over its
+    rounds of m / zb_rounds micro-batches)."""
+    group = m // zb_rounds(pp, m) if split else pp
+    forwards = _forward_sequence(group, m, v)
     backwards = [(mb, v - 1 - c) for mb, c in forwards]
     total = m * v
     per_stage = 1 if split else 2
-    warmup = min(pp - s - 1 if v == 1 else per_stage * (pp - s - 1) + (v - 1) * pp, total)
+    warmup = min(pp - s - 1 if v == 1 else per_stage * (pp - s - 1) + (v - 1) * group, total)
     out: list[Pass] = []
     pending: list[tuple[int, int]] = []
 

@@ -1040,6 +1040,13 @@ RULES: tuple[Rule, ...] = (
           lambda c, m: (c.schedule < _ZB) | (c.micro_batches >= c.pp),
           lambda c, m: f"schedule {c.name(SCHEDULES, 'schedule')} needs at least pp ({c.pp}) "
                        f"micro-batches, got {c.micro_batches}"),
+    # torch's ScheduleInterleavedZeroBubble runs m in max(1, m // pp) rounds of equal size
+    _rule("schedule global_batch dp micro_batch pp",
+          lambda c, m: (c.schedule != _ZB)
+          | (c.micro_batches % _nonzero(c.micro_batches // c.pp) == 0),
+          lambda c, m: f"schedule zb runs the micro-batches in rounds of equal size "
+                       f"(torch's ScheduleInterleavedZeroBubble): {c.micro_batches} is not a "
+                       f"multiple of {max(1, c.micro_batches // c.pp)} rounds"),
     _rule("schedule virtual_stages",
           lambda c, m: (c.schedule == _INTERLEAVED) | (c.schedule >= _ZB) | (c.virtual_stages == 1),
           lambda c, m: f"virtual_stages > 1 needs schedule interleaved, zb or zbv, got schedule "

@@ -173,8 +173,10 @@ def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Ex
                             chunk forwards and one more (Megatron-Core's schedules.py,
                             forward_backward_pipelining_with_interleaving); at r = 0 Korthikanti
                             et al.'s pp (1 + (pp - 1) / (pp v)) (2022, Sec. 4.2.3)
-        zero bubble (zb)    min(m, pp - r / v): (v - 1) pp + pp - r - 1 warm-up chunk forwards
-                            and one more (torch's ScheduleInterleavedZeroBubble); 1F1B's at v = 1
+        zero bubble (zb)    min(m, ((v - 1) g + pp - r) / v): (v - 1) g + pp - r - 1 warm-up
+                            chunk forwards and one more, in rounds of g = m / max(1, floor(m /
+                            pp)) micro-batches (torch's ScheduleInterleavedZeroBubble; g = pp
+                            where pp divides m: pp - r / v); 1F1B's at v = 1
         V-shape zero bubble (min(m, 2 pp - r - 1) + min(m, r + 1)) / 2: forwards of its first
                             chunk and of its second before the first backward, half a stage
                             each (torch.distributed.pipelining.ScheduleZBVZeroBubble, which
@@ -187,7 +189,8 @@ def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Ex
     gpipe, interleaved, zb, zbv = map(as_flag, (gpipe, interleaved, zb, zbv))
     one_f_one_b = sp.Min(m, pp - rank, evaluate=False)
     chunked = sp.Min(m, pp + (pp - 1 - 2 * rank) / v, evaluate=False)
-    zero_bubble = sp.Min(m, pp - rank / v, evaluate=False)
+    rounds = sp.Max(1, applied(sp.floor, m / pp), evaluate=False)
+    zero_bubble = sp.Min(m, ((v - 1) * m / rounds + pp - rank) / v, evaluate=False)
     v_shape = (sp.Min(m, 2 * pp - rank - 1, evaluate=False)
                + sp.Min(m, rank + 1, evaluate=False)) / 2
     return gpipe * m + zbv * v_shape + zb * zero_bubble \

@@ -11,14 +11,16 @@ import pytest
 from perfmodel import load_hardware, load_model
 from perfmodel.costs.memory import inflight_micro_batches
 from perfmodel.evaluate import compile_family, family_of, values_of
-from perfmodel.schedule import BACKWARD, FORWARD, orders
+from perfmodel.schedule import BACKWARD, FORWARD, orders, zb_rounds
 from perfmodel.strategy import Plan
 
 HW = load_hardware("dgx-h100")
 
-CASES = [(sched, pp, m, v) for pp in (2, 3, 4, 8) for m in (1, 2, 3, 4, 5, 8, 16, 17)
+CASES = [(sched, pp, m, v) for pp in (2, 3, 4, 8) for m in (1, 2, 3, 4, 5, 6, 8, 10, 16, 17)
          for sched, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 4),
-                          ("zb", 1), ("zb", 2), ("zbv", 2))]
+                          ("zb", 1), ("zb", 2), ("zbv", 2))
+         # torch's zero-bubble schedule refuses m in unequal rounds, and so do plans
+         if sched != "zb" or m % zb_rounds(pp, m) == 0]
 
 
 def _peaks(schedule, pp, m, v):
@@ -72,3 +74,14 @@ def test_one_stage_accumulates_one_micro_batch_at_a_time():
     assert gpipe["first"] == pytest.approx(one["first"], rel=1e-12)
     assert one["first"] == pytest.approx(_stages(Plan(gpus=1, global_batch=1))["first"],
                                          rel=1e-12)
+
+
+def test_zero_bubble_in_unequal_rounds_is_refused():
+    """torch's ScheduleInterleavedZeroBubble runs m in max(1, m // pp) rounds of equal size and
+    refuses other m: so do the schedule's order and a plan, in one line."""
+    from perfmodel.errors import PlanError
+
+    with pytest.raises(ValueError, match="2 rounds of equal size"):
+        orders("zb", 4, 9, 2)
+    with pytest.raises(PlanError, match="9 is not a multiple of 2 rounds"):
+        Plan(gpus=4, pp=4, global_batch=9, schedule="zb", virtual_stages=2)

@@ -38,8 +38,10 @@ def closed_form(schedule: str, pp: int, m: int, v: int, f: float, b: float, w: f
     ("1f1b", 2, 4, 1), ("1f1b", 4, 8, 1), ("1f1b", 4, 4, 1), ("1f1b", 3, 7, 1),
     ("interleaved", 2, 4, 2), ("interleaved", 4, 8, 2), ("interleaved", 4, 8, 4),
     ("interleaved", 2, 6, 3), ("interleaved", 4, 12, 3),
-    ("zb", 2, 4, 1), ("zb", 4, 8, 1), ("zb", 4, 4, 1), ("zb", 3, 7, 1), ("zb", 2, 4, 2),
+    ("zb", 2, 4, 1), ("zb", 4, 8, 1), ("zb", 4, 4, 1), ("zb", 3, 6, 1), ("zb", 2, 4, 2),
     ("zb", 4, 8, 2), ("zb", 4, 8, 4), ("zb", 2, 6, 3), ("zb", 4, 12, 3),
+    # rounds of m / (m // pp) micro-batches where pp does not divide m (torch's)
+    ("zb", 4, 6, 2), ("zb", 4, 10, 2), ("zb", 2, 3, 2),
 ])
 def test_the_order_takes_the_closed_form(schedule, pp, m, v, f, b, w):
     if schedule != "zb":  # the backward holds the weight gradient
@@ -99,6 +101,7 @@ def test_passes_on_a_stage_never_overlap_and_follow_their_inputs():
 
 @pytest.mark.parametrize("args, message", [
     (("pipedream", 2, 4, 1), "schedule must be one of"),
+    (("zb", 3, 7, 1), "2 rounds of equal size"),
     (("1f1b", 2, 4, 2), "one chunk per stage"),
     (("zbv", 2, 4, 1), "two chunks per stage"),
     (("1f1b", 0, 4, 1), "must be >= 1"),
@@ -117,8 +120,9 @@ def chunk_of(schedule: str, pp: int, rank: int, stage_index: int) -> int:
 @pytest.mark.parametrize("schedule, pp, m, v", [
     ("interleaved", 2, 4, 2), ("interleaved", 4, 8, 2), ("interleaved", 4, 8, 4),
     ("interleaved", 4, 12, 3), ("zb", 2, 4, 1), ("zb", 4, 8, 1), ("zb", 2, 4, 2),
-    ("zb", 4, 8, 2), ("zb", 4, 8, 4), ("zb", 4, 12, 3), ("zb", 8, 16, 2),
-    ("zbv", 2, 4, 2), ("zbv", 4, 8, 2), ("zbv", 4, 5, 2), ("zbv", 3, 9, 2)])
+    ("zb", 4, 8, 2), ("zb", 4, 8, 4), ("zb", 4, 12, 3), ("zb", 8, 16, 2), ("zb", 4, 6, 2),
+    ("zb", 4, 10, 2), ("zb", 4, 5, 2), ("zb", 2, 3, 2), ("zbv", 2, 4, 2), ("zbv", 4, 8, 2),
+    ("zbv", 4, 5, 2), ("zbv", 3, 9, 2)])
 def test_the_orders_are_torchs(schedule, pp, m, v):
     """Each rank's passes in the order torch.distributed.pipelining runs them (the validation
     job's schedules: ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble,
