@@ -126,11 +126,13 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         full_layer = lmax(full_layer, activations(full=0, selective=0, moe=True))
     else:
         op_gap = full_layer - op_layer
-    # the micro-batches in flight on the first, the second (the fullest of those between) and
-    # the last rank
+    # the micro-batches in flight on the first rank, the fullest of those between (the second;
+    # with zbv, whose counts grow with the rank where m < 2 pp - 1, the one before the last) and
+    # the last
+    between = 1 + c.zbv * (S.pp - 3)
     inflight = {st: c.single + c.multi * M.inflight_micro_batches(
         c.gpipe, c.interleaved, S.pp, c.m, S.v, zb=c.zero_bubble - c.zbv, zbv=c.zbv, rank=rank)
-        for st, rank in (("first", 0), ("middle", 1), ("last", S.pp - 1))}
+        for st, rank in (("first", 0), ("middle", between), ("last", S.pp - 1))}
     # the largest layer FSDP gathers whole: a dense one, or an MoE layer with its E / ep
     # routed experts (their unit and the layer's, gathered for the same computation)
     gathered_layer = params.layer_per_gpu

@@ -59,11 +59,18 @@ def test_gpipe_keeps_every_micro_batch_on_every_stage():
 
 
 def test_v_shape_balances_the_stages():
-    """ZB-V: every rank holds pp micro-batches of its layers (two half-stage chunks)."""
+    """ZB-V: every rank holds pp micro-batches of its layers (two half-stage chunks); with
+    fewer than 2 pp - 1 micro-batches the later ranks hold more (3.5 on rank 2 and 4 on rank 3
+    of pp 4 at m = 4, rank 0 2.5): the fullest rank between is the one before the last."""
     one = _stages(Plan(gpus=4, pp=4, global_batch=16))
     zbv = _stages(Plan(gpus=4, pp=4, global_batch=16, schedule="zbv", virtual_stages=2))
     for st in ("first", "middle", "last"):
         assert zbv[st] == pytest.approx(4 * one["last"], rel=1e-12), st
+    few = _stages(Plan(gpus=4, pp=4, global_batch=4, schedule="zbv", virtual_stages=2))
+    peaks = _peaks("zbv", 4, 4, 2)
+    assert peaks == [2.5, 3.0, 3.5, 4.0]
+    for st, peak in (("first", peaks[0]), ("middle", max(peaks[1:-1])), ("last", peaks[-1])):
+        assert few[st] == pytest.approx(peak * one["last"], rel=1e-12), st
 
 
 def test_one_stage_accumulates_one_micro_batch_at_a_time():
