@@ -62,6 +62,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     fixed.update(architecture_family(model))
     fixed["stage_dense"] = stage_dense(plan, fixed.get("moe_dense_layers", ()))
     fixed["middle_layers"] = None if plan.layout is None else plan.layout.middle_layers
+    fixed["end_chunks"] = None if plan.layout is None else plan.layout.end_chunks
     fixed["recompute_modules"] = plan.recompute_modules
     # one dispatcher for every plan of a search (the stack's): fixed, so that a search compiles
     # one dispatcher's expressions

@@ -60,6 +60,9 @@ class Family:
     # the expert-parallel all-to-alls overlapped with another micro-batch (Plan.ep_comm_overlap;
     # None: open, its indicator)
     ep_comm_overlap: bool | None = None
+    # a pipeline layout's chunks (PipelineLayout.end_chunks): the first, the fullest between
+    # and the last rank's first and last chunk's layers and its own; None: equal chunks
+    end_chunks: tuple[tuple[int, int, int], ...] | None = None
     # Megatron-LM's scatter-gather of pipeline sends (Plan.pp_scatter_gather; never searched)
     pp_scatter_gather: bool = False
     # the step runs its micro-batches as several pipeline schedules (Plan.pipeline_micro_batches)

@@ -145,6 +145,24 @@ class PipelineLayout:
         return max(middle) if len(set(middle)) > 1 else None
 
     @property
+    def end_chunks(self) -> tuple[tuple[int, int, int], ...] | None:
+        """(first chunk's decoder layers, last chunk's, all of the rank's) of the first rank, the
+        rank between with the most layers (the first of them; the last rank's own where pp = 2)
+        and the last rank: what an interleaved warm-up holds beyond whole rounds of chunks
+        (perfmodel.costs.memory.inflight_micro_batches); None with one chunk per rank."""
+        v = self.virtual_stages
+        if v == 1:
+            return None
+        ranks = self.decoder_layers
+        between = range(1, self.pp - 1)
+        middle = max(between, key=lambda r: ranks[r]) if len(between) else self.pp - 1
+
+        def of(rank: int) -> tuple[int, int, int]:
+            return (self.chunk_layers(rank), self.chunk_layers((v - 1) * self.pp + rank),
+                    ranks[rank])
+        return of(0), of(middle), of(self.pp - 1)
+
+    @property
     def mtp_modules(self) -> int:
         return self.flat.count("m")
 

@@ -162,7 +162,8 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
 
 def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Expr,
                            v: sp.Expr, *, zb: Flag = 0, zbv: Flag = 0,
-                           rank: sp.Expr | int = 0) -> sp.Expr:
+                           rank: sp.Expr | int = 0,
+                           chunks: tuple[sp.Expr, sp.Expr] | None = None) -> sp.Expr:
     """Micro-batches whose activations pipeline rank `rank` (0 the first stage) holds at its
     peak, in units of the rank's layers (its v chunks' together), with pp > 1 stages:
 
@@ -184,15 +185,36 @@ def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Ex
                             on every rank (Qi et al. 2024, Sec. 6: each worker's peak is pp
                             micro-batches')
 
+    The chunked schedules hold whole rounds of the rank's chunks and x = pp - 1 - 2 r (interleaved)
+    or pp - r - g (zb) chunk forwards more, or |x| fewer: 1/v of its layers each where its chunks
+    are equal, else (chunks: the first and the last chunk's share of the rank's layers, a
+    pipeline layout's) the first chunk's for each more and the last chunk's for each fewer.
+
     Activations count as freed at a micro-batch's backward (a zero-bubble schedule's input
     gradient). With one stage there is no schedule: gradient accumulation holds one."""
     gpipe, interleaved, zb, zbv = map(as_flag, (gpipe, interleaved, zb, zbv))
-    one_f_one_b = sp.Min(m, pp - rank, evaluate=False)
-    chunked = sp.Min(m, pp + (pp - 1 - 2 * rank) / v, evaluate=False)
-    rounds = sp.Max(1, applied(sp.floor, m / pp), evaluate=False)
-    zero_bubble = sp.Min(m, ((v - 1) * m / rounds + pp - rank) / v, evaluate=False)
-    v_shape = (sp.Min(m, 2 * pp - rank - 1, evaluate=False)
-               + sp.Min(m, rank + 1, evaluate=False)) / 2
+    # numbers evaluated; a symbolic count left as it is (sympy's comparisons cost, elsewhere)
+    now = all(sp.sympify(x).is_number for x in (pp, m, v, rank))
+
+    def lo(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+        return sp.Min(a, b, evaluate=now)
+
+    def hi(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+        return sp.Max(a, b, evaluate=now)
+    one_f_one_b = lo(m, pp - rank)
+    rounds = hi(1, applied(sp.floor, m / pp))
+    if chunks is None:
+        chunked = lo(m, pp + (pp - 1 - 2 * rank) / v)
+        zero_bubble = lo(m, ((v - 1) * m / rounds + pp - rank) / v)
+    else:
+        first, last = chunks
+
+        def beyond(x: sp.Expr) -> sp.Expr:
+            return hi(0, x) * first + lo(0, x) * last
+        chunked = lo(m, pp + beyond(pp - 1 - 2 * rank))
+        group = m / rounds
+        zero_bubble = lo(m, group + beyond(pp - rank - group))
+    v_shape = (lo(m, 2 * pp - rank - 1) + lo(m, rank + 1)) / 2
     return gpipe * m + zbv * v_shape + zb * zero_bubble \
         + (1 - gpipe - zbv - zb) * (interleaved * chunked + (1 - interleaved) * one_f_one_b)
 

@@ -92,3 +92,41 @@ def test_zero_bubble_in_unequal_rounds_is_refused():
         orders("zb", 4, 9, 2)
     with pytest.raises(PlanError, match="9 is not a multiple of 2 rounds"):
         Plan(gpus=4, pp=4, global_batch=9, schedule="zb", virtual_stages=2)
+
+
+LAYOUTS = [("Et|(tt|)*6tL", 4), ("Et*1|(t*2|)*62t*1L", 8), ("Et*2|(t*3|)*30t*2L", 8),
+           ("Ett|t|t|t|tt|t|t|tL", 4), ("Et|tt|ttt|tt|tt|t|tt|tL", 4)]
+
+
+@pytest.mark.parametrize(("text", "pp"), LAYOUTS)
+@pytest.mark.parametrize("schedule", ["interleaved", "zb"])
+def test_a_layouts_unequal_chunks_are_held_as_the_order_holds_them(text, pp, schedule):
+    """A pipeline layout's chunks differ (Megatron's --pipeline-model-parallel-layout; the
+    embedding's and the loss's chunks a layer short): a rank's warm-up holds whole rounds of its
+    chunks and, beyond them, its first chunk's layers (or, short of them, its last chunk's). The
+    first rank's peak is that exactly; the others' steady state can hold up to a few chunks'
+    difference more (a small last chunk freed while larger ones run forward), which the closed
+    form leaves out: it is always nearer the order than 1/v of the rank's layers per chunk."""
+    import sympy as sp
+
+    from perfmodel.pipeline_layout import PipelineLayout
+
+    layout = PipelineLayout.parse(text, pp)
+    v = layout.virtual_stages
+    for m in (pp, 2 * pp, 4 * pp):
+        for rank, passes in enumerate(orders(schedule, pp, m, v)):
+            held = peak = 0
+            for p in passes:
+                layers = layout.chunk_layers(p.chunk * pp + rank)
+                held += {FORWARD: layers, BACKWARD: -layers}.get(p.kind, 0)
+                peak = max(peak, held)
+            n = layout.decoder_layers[rank]
+            shares = (sp.Rational(layout.chunk_layers(rank), n),
+                      sp.Rational(layout.chunk_layers((v - 1) * pp + rank), n))
+            kw = dict(zb=schedule == "zb", rank=rank)
+            chunked = n * float(inflight_micro_batches(0, schedule == "interleaved", pp, m, v,
+                                                       chunks=shares, **kw))
+            even = n * float(inflight_micro_batches(0, schedule == "interleaved", pp, m, v, **kw))
+            if rank == 0:
+                assert chunked == pytest.approx(peak, rel=1e-12), (m, rank)
+            assert abs(chunked - peak) <= abs(even - peak), (m, rank, peak, chunked, even)
