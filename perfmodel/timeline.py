@@ -128,7 +128,7 @@ def _outputs(built: Any) -> dict[str, Any]:
     import sympy as sp
 
     from perfmodel.step import compose as CO
-    from perfmodel.step.collective import issued_share
+    from perfmodel.step.collective import issued_launches
     from perfmodel.step.context import Context
 
     zero = sp.Integer(0)
@@ -150,10 +150,7 @@ def _outputs(built: Any) -> dict[str, Any]:
                 for role, share in _pass_roles(ph.name, term):
                     parts[f"{st}|{role}|{stream}"].append(share * seconds)
         # the collectives' launches: the stage's launch term, split by the passes that issue them
-        shares = [(x, issued_share(x.stage, st, head_first))
-                  for x in collectives.values() if not x.per_step]
-        issued = [(x, x.launches if share == 1 else x.launches * share)
-                  for x, share in shares if share != 0]
+        issued = issued_launches(collectives.values(), st, head_first)
         calls = sp.Add(*(launches for _, launches in issued))
         for x, launches in issued:
             for role, share in _launch_roles(x.phase):

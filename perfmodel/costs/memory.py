@@ -203,17 +203,15 @@ def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Ex
         return sp.Max(a, b, evaluate=now)
     one_f_one_b = lo(m, pp - rank)
     rounds = hi(1, applied(sp.floor, m / pp))
-    if chunks is None:
-        chunked = lo(m, pp + (pp - 1 - 2 * rank) / v)
-        zero_bubble = lo(m, ((v - 1) * m / rounds + pp - rank) / v)
-    else:
-        first, last = chunks
 
-        def beyond(x: sp.Expr) -> sp.Expr:
-            return hi(0, x) * first + lo(0, x) * last
-        chunked = lo(m, pp + beyond(pp - 1 - 2 * rank))
-        group = m / rounds
-        zero_bubble = lo(m, group + beyond(pp - rank - group))
+    def beyond(x: sp.Expr) -> sp.Expr:  # chunk forwards beyond whole rounds, in the rank's units
+        if chunks is None:
+            return x / v
+        first, last = chunks
+        return hi(0, x) * first + lo(0, x) * last
+    chunked = lo(m, pp + beyond(pp - 1 - 2 * rank))
+    group = m / rounds
+    zero_bubble = lo(m, group + beyond(pp - rank - group))
     v_shape = (lo(m, 2 * pp - rank - 1) + lo(m, rank + 1)) / 2
     return gpipe * m + zbv * v_shape + zb * zero_bubble \
         + (1 - gpipe - zbv - zb) * (interleaved * chunked + (1 - interleaved) * one_f_one_b)

@@ -13,7 +13,7 @@ with a calibrated fit where the hardware has one. The ledger feeds perfmodel.pre
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -51,6 +51,10 @@ def issued_share(declared: str, position: str, head_first: sp.Expr | int) -> sp.
         return {"first": sp.sympify(head_first),
                 "last": 1 - sp.sympify(head_first)}.get(position, sp.Integer(0))
     return sp.Integer(declared == position)
+
+
+# the phases of the output layer's stage (LEDGER_STAGES "output") are named for the last
+PHASE_STAGE = {"output": "last"}
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,18 @@ class Collective:
         """Its ledger record: calls per step."""
         calls = (self.launches if self.per_step else self.launches * m) * self.ledger_share
         return CommOp(self.name, self.axis, self.op, self.phase, calls, self.nbytes, self.stage)
+
+
+def issued_launches(collectives: Iterable[Collective], position: str,
+                    head_first: sp.Expr | int) -> list[tuple[Collective, sp.Expr]]:
+    """(collective, its launches per micro-batch) of each collective issued in a micro-batch on
+    the pipeline position (issued_share); none is multiplied by a share of 1."""
+    out = []
+    for x in collectives:
+        share = issued_share(x.stage, position, head_first)
+        if not x.per_step and share != 0:
+            out.append((x, x.launches if share == 1 else x.launches * share))
+    return out
 
 
 def group_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Expr:

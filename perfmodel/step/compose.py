@@ -87,7 +87,7 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs.lattice import lmax, power, product
-from perfmodel.step.collective import Collective, issued_share
+from perfmodel.step.collective import Collective, issued_launches
 
 ZERO, ONE = sp.Integer(0), sp.Integer(1)
 
@@ -268,10 +268,7 @@ def launch_s(collectives: Iterable[Collective], stage: str | None = None,
     if stage is None:
         calls = [c.launches for c in collectives if c.per_step]
     else:
-        shares = [(c, issued_share(c.stage, stage, head_first))
-                  for c in collectives if not c.per_step]
-        calls = [c.launches if share == 1 else c.launches * share  # (no product to build)
-                 for c, share in shares if share != 0]
+        calls = [launches for _, launches in issued_launches(collectives, stage, head_first)]
     return per_launch_s * sp.Add(*calls)
 
 

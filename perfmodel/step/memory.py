@@ -131,13 +131,14 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
     # the last
     # (a layout's unequal chunks: each rank's first and last chunk's share of its layers)
     between = 1 + c.zbv * (S.pp - 3)
-    ends = c.fam.end_chunks
-    shares = {st: None if ends is None or not n else (sp.Rational(f, n), sp.Rational(lst, n))
-              for st, (f, lst, n) in zip(("first", "middle", "last"),
-                                         ends or ((1, 1, 1),) * 3, strict=True)}
+    ends = dict(zip(("first", "middle", "last"), c.fam.end_chunks or (), strict=False))
+
+    def shares(st: str) -> tuple[sp.Expr, sp.Expr] | None:
+        first, last, n = ends.get(st, (0, 0, 0))
+        return (sp.Rational(first, n), sp.Rational(last, n)) if n else None
     inflight = {st: c.single + c.multi * M.inflight_micro_batches(
         c.gpipe, c.interleaved, S.pp, c.m, S.v, zb=c.zero_bubble - c.zbv, zbv=c.zbv, rank=rank,
-        chunks=shares[st])
+        chunks=shares(st))
         for st, rank in (("first", 0), ("middle", between), ("last", S.pp - 1))}
     # the largest layer FSDP gathers whole: a dense one, or an MoE layer with its E / ep
     # routed experts (their unit and the layer's, gathered for the same computation)

@@ -50,7 +50,7 @@ from perfmodel.costs import moe as MOE
 from perfmodel.costs.gemm_efficiency import gemm_time_s
 from perfmodel.costs.lattice import applied
 from perfmodel.step import pipeline as PP
-from perfmodel.step.collective import Collective, dispatch_time, group_time
+from perfmodel.step.collective import PHASE_STAGE, Collective, dispatch_time, group_time
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, active, flag, linear_gemm_time
 from perfmodel.step.framework import BACKWARD_PER_FORWARD
@@ -256,7 +256,7 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
     out = []
     layers = moe_layers(c) if layers is None else layers
     for declared, n in layers.items():
-        st = "last" if declared == "output" else declared
+        st = PHASE_STAGE.get(declared, declared)
         share = c.multi if st != "first" and "first" in layers else sp.Integer(1)
         directions = [("forward", "fwd", sp.Integer(1)), ("backward", "bwd", sp.Integer(1))]
         if recomputed:  # full recompute repeats an MoE layer's forward, its exchanges with it

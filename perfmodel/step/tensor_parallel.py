@@ -60,7 +60,7 @@ from perfmodel.costs import layouts as LY
 from perfmodel.costs import mla as MLA
 from perfmodel.costs.compute import FP32_BYTES
 from perfmodel.costs.lattice import lmax
-from perfmodel.step.collective import Collective
+from perfmodel.step.collective import PHASE_STAGE, Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context
 from perfmodel.step.pipeline import STAGES
@@ -72,8 +72,6 @@ SM_SHARE = {"attention_output": sp.Rational(24, 132),  # proj_fprop num_sm 24, H
             "mlp_down": sp.Rational(16, 132)}  # fc2_fprop num_sm 16 (Llama 3 70B, tp 4, bf16)
 CROSS_ENTROPY_ALL_REDUCES = 3  # the logits' max, the sum of their exponentials, the target logit
 NORMS_PER_LAYER = 2  # before the attention and before the MLP
-# the phases of the output layer's stage (LEDGER_STAGES "output") are named for the last
-PHASE_STAGE = {"output": "last"}
 
 
 def _tp(c: Context, name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: str,
