@@ -25,6 +25,8 @@ last with TOML job configs):
   - the model's attention is PyTorch SDPA (fused kernels, no s^2 scores kept); FSDP2 and DDP
     overlap their communication with the backward, and FSDP2 prefetches the next unit's
     parameters (overlap_param_gather).
+Older configs (2024-04 to 2025-04: training.* and experimental.* names, a count of pipeline
+micro-batches) are read under today's names (RENAMED, _legacy).
 The llama3 flavors (torchtitan/models/llama3/__init__.py, llama3_args) map to TransformerModelArgs:
 FFN width 4 dim, x 2/3, x ffn_dim_multiplier, rounded up to multiple_of; vocabulary 128256;
 untied output; no biases; RMSNorm; rotary positions. The qwen3 flavors (models/qwen3, qwen3_args)
@@ -47,7 +49,7 @@ from perfmodel.configs.job import (
     whole,
     whole_or,
 )
-from perfmodel.errors import SpecError
+from perfmodel.errors import PlanError, SpecError
 
 # torchtitan's JobConfig sections and fields (job_config.py at 9810191bb~1; older names last)
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -221,15 +223,154 @@ def qwen3_model(flavor: str) -> dict[str, Any]:
 
 
 def read_torchtitan(data: dict[str, Any], path: Path) -> JobConfig:
-    """A torchtitan job config (TOML or its JSON dump), read."""
+    """A torchtitan job config (TOML or its JSON dump), read; an older config's fields under
+    today's names (see _legacy), a refusal naming the field as the config writes it."""
     where = str(path)
     job = JobConfig(path=where, framework=Framework.TORCHTITAN)
-    _check_keys(data, job, where)
-    _model(data, job, where)
-    _training(data, job, where)
-    _parallelism(data, job, where)
-    _checkpointing(data, job, where)
+    data, renamed = _legacy(data, job, where)
+    try:
+        _check_keys(data, job, where)
+        _model(data, job, where)
+        _training(data, job, where)
+        _parallelism(data, job, where)
+        _checkpointing(data, job, where)
+    except (SpecError, PlanError) as exc:
+        text = str(exc)
+        for new, old in renamed.items():
+            text = text.replace(f": {new}", f": {old}")
+        if text == str(exc):
+            raise
+        raise type(exc)(text) from None
     return job
+
+
+# --- older configs ------------------------------------------------------------------------------
+# torchtitan's older field names (torchtitan/config_manager.py of pytorch/torchtitan from 2024-04
+# to 2025-04: training.* and experimental.* until 2025-03-14, parallelism.* after), each read as
+# the field of today's name and meaning
+RENAMED: dict[str, str] = {
+    **{f"training.{key}": f"parallelism.{key}" for key in (
+        "tensor_parallel_degree", "pipeline_parallel_degree", "data_parallel_replicate_degree",
+        "data_parallel_shard_degree", "disable_loss_parallel", "fsdp_reshard_after_forward")},
+    **{f"experimental.{key}": f"parallelism.{key}" for key in (
+        "pipeline_parallel_degree", "pipeline_parallel_schedule",
+        "pipeline_parallel_schedule_csv", "pipeline_parallel_split_points",
+        "context_parallel_degree", "context_parallel_rotate_method",
+        "enable_async_tensor_parallel", "enable_compiled_autograd")},
+}
+# older fields that do not change the step, by why
+LEGACY_SKIPPED: dict[str, str] = {
+    "training.enable_loss_parallel": "where the loss is computed (the output layer's cost is "
+                                     "the same)",
+    "experimental.pipeline_parallel_split_mode": "how the stages are built (traced or by hand: "
+                                                 "the same stages)",
+    "optimizer.fused": "an optimizer hyperparameter (AdamW's states whatever its rates)",
+    **dict.fromkeys(("job.print_args", "metrics.enable_color_printing", "estimate.memory",
+                     "estimate.mode", "memory_estimation.enabled",
+                     "experimental.custom_model_path"),
+                    "logging, checkpointing, validation or debugging"),
+    **dict.fromkeys(("training.enable_fsdp_fp8_all_gather",
+                     "training.enable_fsdp_float8_all_gather",
+                     "training.precompute_float8_dynamic_scale_for_fsdp",
+                     "training.float8_scaling_type_input", "training.float8_scaling_type_weight",
+                     "training.float8_scaling_type_grad_output", "float8.scaling_type_input",
+                     "float8.scaling_type_weight", "float8.scaling_type_grad_output"),
+                    "applies with float8 linear layers"),
+}
+# older switches of float8 linear layers (torchao), as model.converters ["float8"] is today
+FLOAT8_SWITCHES = ("training.fp8_linear", "training.enable_fp8_linear",
+                   "training.enable_float8_linear", "float8.enable_float8_linear")
+# the data-parallel degree before 2024-09 (training.data_parallel_degree, -1: the rest), FSDP or
+# DDP by training.data_parallel_type (from 2024-07; FSDP before and by default)
+DP_TYPES = {"fsdp": "data_parallel_shard_degree", "ddp": "data_parallel_replicate_degree"}
+
+
+def _legacy(data: dict[str, Any], job: JobConfig, where: str) -> tuple[dict[str, Any],
+                                                                         dict[str, str]]:
+    """The config with an older torchtitan's fields under today's names, and {today's name: the
+    config's}. Also read here: the data-parallel degree and type before 2024-09, the number of
+    pipeline micro-batches before 2025-04 (pipeline_parallel_microbatches: how many, where
+    today's field gives their size), FlexAttention, and float8 switches (refused, as
+    model.converters is). An older config's pipeline with no split points takes that version's
+    default split (see _split)."""
+    out = {section: dict(fields) if isinstance(fields, dict) else fields
+           for section, fields in data.items()}
+    renamed: dict[str, str] = {}
+
+    def pop(key: str) -> tuple[bool, Any]:
+        section, name = key.split(".", 1)
+        fields = out.get(section)
+        if isinstance(fields, dict) and name in fields:
+            return True, fields.pop(name)
+        return False, None
+
+    def put(old: str, new: str, value: Any) -> None:
+        section, name = new.split(".", 1)
+        fields = out.setdefault(section, {})
+        if not isinstance(fields, dict):
+            raise SpecError(f"{where}: [{section}] must be a table of fields")
+        if name in fields and fields[name] != value:
+            raise refuse_plan(where, old, value, f"disagrees with {new} {fields[name]} (the "
+                                                 "same field under its later name)")
+        fields[name] = value
+        renamed[new] = old
+        job.took(old, value, f"torchtitan's older name of {new}")
+
+    for old, new in RENAMED.items():
+        found, value = pop(old)
+        if found:
+            put(old, new, value)
+    for key, why in LEGACY_SKIPPED.items():
+        found, value = pop(key)
+        if found:
+            job.skipped(key, value, why)
+    for section in ("estimate",):  # a section of 2024-06 (memory estimation), now empty
+        if out.get(section) == {}:
+            del out[section]
+    for key in FLOAT8_SWITCHES:
+        found, value = pop(key)
+        if found and value not in (False, "", None, "none"):
+            raise refuse_plan(where, key, value, "float8 and MX training are not modelled")
+        if found:
+            job.skipped(key, value, "float8 linear layers off")
+    found, flex = pop("model.use_flex_attn")
+    if found and flex:
+        raise refuse_spec(where, "model.use_flex_attn", flex,
+                          "FlexAttention is not modelled (perfmodel costs SDPA's fused kernels)")
+    if found:
+        job.skipped("model.use_flex_attn", flex, "SDPA's attention, as modelled")
+    found, mask = pop("model.attn_mask_type")
+    if found and str(mask) != "causal":
+        raise refuse_spec(where, "model.attn_mask_type", mask,
+                          "perfmodel's attention is causal over the sequence")
+    if found:
+        job.skipped("model.attn_mask_type", mask, "causal attention, as modelled")
+    found_type, kind = pop("training.data_parallel_type")
+    found, degree = pop("training.data_parallel_degree")
+    kind = str(kind if found_type else "fsdp")
+    if kind not in DP_TYPES:
+        raise refuse_plan(where, "training.data_parallel_type", kind,
+                          "torchtitan's values: fsdp, ddp")
+    if found_type:
+        job.took("training.data_parallel_type", kind, "FSDP2 (ZeRO stage 3)" if kind == "fsdp"
+                 else "DDP (replicated)")
+    if found:
+        if kind == "ddp" and degree == -1:
+            raise refuse_plan(where, "training.data_parallel_degree", degree,
+                              "with data_parallel_type ddp give the degree (perfmodel reads "
+                              "-1 as the FSDP ranks left)")
+        put("training.data_parallel_degree", f"parallelism.{DP_TYPES[kind]}", degree)
+        if kind == "ddp":
+            out["parallelism"].setdefault("data_parallel_shard_degree", 1)
+    for key in ("experimental.pipeline_parallel_microbatches",
+                "parallelism.pipeline_parallel_microbatches"):
+        found, count = pop(key)
+        if found:
+            job.plan["_pp_microbatches"] = (key, count)
+            job.took(key, count, "micro-batches per local batch (torchtitan before 2025-04)")
+    if renamed or job.plan.get("_pp_microbatches") or found_type:
+        job.plan["_legacy"] = True
+    return out, renamed
 
 
 def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
@@ -390,11 +531,10 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                           par["fsdp_reshard_after_forward"],
                           "perfmodel's FSDP gathers each layer's weights for the forward and "
                           "again for the backward (reshard after forward)")
-    for key in ("module_fqns_per_model_part", "pipeline_parallel_schedule_csv",
-                "pipeline_parallel_split_points"):
-        if par.get(key):
-            raise refuse_plan(where, f"parallelism.{key}", par[key],
-                              "a hand-made pipeline split or schedule is not modelled")
+    if par.get("pipeline_parallel_schedule_csv"):
+        raise refuse_plan(where, "parallelism.pipeline_parallel_schedule_csv",
+                          par["pipeline_parallel_schedule_csv"],
+                          "a hand-made pipeline schedule is not modelled")
     replicate = whole(par.get("data_parallel_replicate_degree", 1),
                       "parallelism.data_parallel_replicate_degree", where)
     shard = whole_or(par.get("data_parallel_shard_degree"), -1,
@@ -528,10 +668,13 @@ def _pipeline(par: dict[str, Any], job: JobConfig, where: str, pp: int) -> None:
                           f"perfmodel models {', '.join(SCHEDULE_NAMES.values())}")
     micro = whole(par.get("pipeline_parallel_microbatch_size", 1),
                   "parallelism.pipeline_parallel_microbatch_size", where)
+    counted = job.plan.pop("_pp_microbatches", None)  # (key, how many): torchtitan before 2025-04
+    legacy = job.plan.pop("_legacy", False)
     for key in ("pipeline_parallel_schedule", "pipeline_parallel_microbatch_size",
                 "pipeline_parallel_layers_per_stage",
                 "pipeline_parallel_first_stage_less_layers",
-                "pipeline_parallel_last_stage_less_layers"):
+                "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_split_points",
+                "module_fqns_per_model_part"):
         if key in par:
             job.took(f"parallelism.{key}", par[key], "the pipeline" if pp > 1 else
                      "no effect with pipeline_parallel_degree 1")
@@ -540,6 +683,21 @@ def _pipeline(par: dict[str, Any], job: JobConfig, where: str, pp: int) -> None:
         job.fix("virtual_stages", 1, pin=False)
         job.fix("micro_batch", job.plan["_local_batch"])
         return
+    points = _split_points(par, where)
+    if counted is not None or legacy:
+        # before 2025-04 a local batch was cut into pipeline_parallel_microbatches micro-batches
+        # (distributed/pipeline.py build_pipeline_schedule); unset, pp of them until 2024-12,
+        # pp x stages a rank after: the same for single-stage schedules
+        key, count = counted or ("experimental.pipeline_parallel_microbatches", None)
+        if count is None and schedule not in _SINGLE_STAGE:
+            raise refuse_plan(where, key, "unset", f"with {name} its default changed within "
+                              "the versions of this config's names (pp, then pp x stages a "
+                              "rank): give it")
+        count = pp if count is None else whole(count, key, where)
+        if job.plan["_local_batch"] % count:
+            raise refuse_plan(where, key, count, f"must divide the local batch "
+                              f"({job.plan['_local_batch']}; torchtitan refuses it)")
+        micro = job.plan["_local_batch"] // count
     first = whole(par.get("pipeline_parallel_first_stage_less_layers", 1),
                   "parallelism.pipeline_parallel_first_stage_less_layers", where, minimum=0)
     last = whole(par.get("pipeline_parallel_last_stage_less_layers", 1),
@@ -558,7 +716,7 @@ def _pipeline(par: dict[str, Any], job: JobConfig, where: str, pp: int) -> None:
         from perfmodel.specs.model import load_model
 
         layers = load_model(job.preset).layers
-    split = (where, pp, schedule, name, per_stage, first, last)
+    split = (where, pp, schedule, name, per_stage, first, last, points, legacy)
     if layers is None:  # a flavor given by --model: split its layers once it is known
         job.with_model.append(lambda model: _split(job, *split, model.layers))
     else:
@@ -590,12 +748,84 @@ def stage_split(layers: int, stages: int, first: int, last: int, where: str) -> 
     return out
 
 
+def _split_points(par: dict[str, Any], where: str) -> list[int] | None:
+    """The layer each stage after the first starts at, as the config gives them: split points
+    ("layers.N": a stage starts at layer N) or the modules of each stage
+    (module_fqns_per_model_part: the embedding in the first, the norm and the output in the
+    last); None where it gives neither."""
+    key = "parallelism.pipeline_parallel_split_points"
+    given = par.get("pipeline_parallel_split_points")
+    parts = par.get("module_fqns_per_model_part")
+    if parts:
+        key = "parallelism.module_fqns_per_model_part"
+        if not isinstance(parts, list) or not all(isinstance(p, list) and p for p in parts):
+            raise refuse_plan(where, key, parts, "a list of the stages' module lists")
+        ends = ({"tok_embeddings"}, {"norm", "output"})
+        if not ends[0] <= set(parts[0]) or not ends[1] <= set(parts[-1]) or any(
+                name in ends[0] | ends[1] for part in parts[1:-1] for name in part):
+            raise refuse_plan(where, key, parts, "perfmodel models the embedding on the first "
+                              "stage and the norm and the output on the last")
+        starts = [[_layer_index(n, key, where) for n in part if n not in ends[0] | ends[1]]
+                  for part in parts]
+        if any(not s for s in starts) or any(
+                s != list(range(s[0], s[0] + len(s))) for s in starts) or any(
+                b[0] != a[-1] + 1 for a, b in zip(starts, starts[1:], strict=False)) or \
+                starts[0][0] != 0:
+            raise refuse_plan(where, key, parts, "each stage must hold a run of layers "
+                              "following the previous stage's")
+        return [s[0] for s in starts[1:]]
+    if not given:
+        return None
+    if not isinstance(given, list):
+        raise refuse_plan(where, key, given, "a list of layer names (\"layers.4\")")
+    points = [_layer_index(str(n), key, where) for n in given]
+    if points != sorted(set(points)) or points[0] < 1:
+        raise refuse_plan(where, key, given, "the stages' first layers in increasing order")
+    return points
+
+
+def _layer_index(name: str, key: str, where: str) -> int:
+    prefix, _, index = name.partition(".")
+    if prefix != "layers" or not index.isdigit():
+        raise refuse_plan(where, key, name, "a stage boundary names a layer, as \"layers.4\"")
+    return int(index)
+
+
+def _legacy_split(layers: int, stages: int) -> list[int]:
+    """torchtitan's split of an older config without split points (generate_split_points in
+    torchtitan/parallelisms/pipelining_utils.py, later distributed/pipeline.py, 2024-08 to
+    2025-04): layers // stages each, the first stage that many, the remainder one more each to
+    the stages after it, the last stage what is left."""
+    base, extra = divmod(layers, stages)
+    out = []
+    for i in range(stages - 1):
+        more = i > 0 and extra > 0
+        extra -= more
+        out.append(base + more)
+    return out + [layers - sum(out)]
+
+
 def _split(job: JobConfig, where: str, pp: int, schedule: str, name: str,
-           per_stage: int | None, first: int, last: int, layers: int) -> None:
+           per_stage: int | None, first: int, last: int, points: list[int] | None,
+           legacy: bool, layers: int) -> None:
     """The stages per rank (from pipeline_parallel_layers_per_stage, else torchtitan's default: 1
     for single-stage schedules, 2 for the others) and torchtitan's split of the layers over them:
     one stage a rank, first/last_stage_layers where the ranks between hold as many each, else a
-    pipeline layout (perfmodel.pipeline_layout), as for several stages a rank."""
+    pipeline layout (perfmodel.pipeline_layout), as for several stages a rank. Split points
+    (points) give the stages themselves; an older config without them takes its version's split
+    (_legacy_split)."""
+    if points is not None:
+        if points[-1] >= layers:
+            raise refuse_plan(where, "parallelism.pipeline_parallel_split_points",
+                              f"layers.{points[-1]}", f"the model has {layers} layers")
+        bounds = [0, *points, layers]
+        split = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+        if len(split) % pp:
+            raise refuse_plan(where, "parallelism.pipeline_parallel_split_points",
+                              f"{len(points)} points", f"{len(split)} stages do not divide over "
+                              f"pp {pp} (torchtitan refuses)")
+        _place(job, where, pp, schedule, name, len(split) // pp, split, first=0, last=0)
+        return
     if per_stage is not None:
         stages = math.ceil((layers + first + last) / per_stage)
         if stages % pp:
@@ -604,11 +834,24 @@ def _split(job: JobConfig, where: str, pp: int, schedule: str, name: str,
         chunks = stages // pp
     else:
         chunks = 1 if schedule in _SINGLE_STAGE else 2
+    if legacy:
+        if pp * chunks > layers:
+            raise refuse_plan(where, "parallelism.pipeline_parallel_degree", pp,
+                              f"{pp * chunks} stages for {layers} layers (torchtitan refuses)")
+        split = _legacy_split(layers, pp * chunks)
+        first = last = 0
+    else:
+        split = stage_split(layers, pp * chunks, first, last, where)
+    _place(job, where, pp, schedule, name, chunks, split, first, last)
+
+
+def _place(job: JobConfig, where: str, pp: int, schedule: str, name: str, chunks: int,
+           split: list[int], first: int, last: int) -> None:
+    """The plan of a split of the layers over pp x chunks stages (stage s on rank s mod pp)."""
     if (schedule in _SINGLE_STAGE) != (chunks == 1):
         raise refuse_plan(where, "parallelism.pipeline_parallel_schedule", name,
                           f"with {chunks} stages per rank (torchtitan refuses)")
     job.fix("virtual_stages", chunks)
-    split = stage_split(layers, pp * chunks, first, last, where)
     if chunks == 1 and len(set(split[1:-1])) <= 1:
         # the ends where the config makes them short or they differ from the ranks between
         middle = split[1] if pp > 2 else None
