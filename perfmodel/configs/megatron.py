@@ -16,6 +16,10 @@ megatron/core/transformer/transformer_config.py at NVIDIA/Megatron-LM commit d98
   - --use-distributed-optimizer shards the optimizer states (and fp32 main weights) over the
     data-parallel ranks, reduce-scattering gradients and all-gathering weights: ZeRO stage 1;
   - the rank order is tp, cp, ep, dp, pp from the innermost (--use-tp-pp-dp-mapping: tp, pp, dp);
+  - older scripts (2021-23): --checkpoint-activations (chunks of --checkpoint-num-layers) and
+    --activations-checkpoint-method/-num-layers are today's full recompute, their era's pipeline
+    sends scatter-gathered over tp (--no-scatter-gather-tensors-in-pipeline: whole), --DDP-impl
+    local (no overlap) or torch (the reduce during the backward);
   - --attention-backend defaults to auto (Transformer Engine's fused or flash attention where it
     supports the dtype: bf16 and fp16).
 The world size is the launcher's: torchrun's --nnodes x --nproc-per-node (python -m
@@ -64,6 +68,8 @@ READ_OPTIONS: dict[str, int] = {
         "optimizer", "transformer-impl", "window-size", "tokenizer-model", "vocab-file",
         "cpu-offloading-num-layers", "main-grads-dtype", "main-params-dtype",
         "exp-avg-dtype", "exp-avg-sq-dtype", "cross-entropy-fusion-impl"), 1),
+    **dict.fromkeys(("checkpoint-num-layers", "activations-checkpoint-method",
+                     "activations-checkpoint-num-layers", "DDP-impl"), 1),
     **dict.fromkeys(("recompute-modules",), -1),
     "rampup-batch-size": 3,
     **dict.fromkeys((
@@ -79,7 +85,8 @@ READ_OPTIONS: dict[str, int] = {
         "use-mcore-models", "mock-data", "no-position-embedding", "fp8-param-gather",
         "reuse-grad-buf-for-mxfp8-param-ag",
         "use-precision-aware-optimizer", "no-store-param-remainders", "store-param-remainders",
-        "checkpoint-activations", "moe-grouped-gemm",
+        "checkpoint-activations", "distribute-checkpointed-activations",
+        "no-scatter-gather-tensors-in-pipeline", "moe-grouped-gemm",
         "overlap-moe-expert-parallel-comm", "moe-enable-deepep"), 0),
 }
 
@@ -125,7 +132,8 @@ _IGNORED_KINDS = {
         "distributed-backend", "local-rank", "lazy-mpu-init", "use-ring-exchange-p2p",
         "barrier-with-L1-time", "no-barrier-with-level-1-timing", "high-priority-stream-groups",
         "moe-router-load-balancing-type", "moe-aux-loss-coeff", "moe-z-loss-coeff",
-        "moe-router-dtype"),
+        "moe-router-dtype", "no-query-key-layer-scaling", "no-scaled-masked-softmax-fusion",
+        "no-contiguous-buffers-in-local-ddp", "use-contiguous-buffers-in-ddp"),
 }
 
 
@@ -256,7 +264,7 @@ def read_megatron(text: str, path: Path) -> JobConfig:
             raise SpecError(f"{where}: neither a file of Megatron-LM arguments (starting with "
                             "--) nor a script that runs pretrain_gpt.py")
     else:
-        job.took("launch", " ".join(launch.launcher + [launch.script]),
+        job.took("launch", " ".join(launch.shown(w) for w in launch.launcher + [launch.script]),
                  f"line {launch.line}")
         launcher_world(launch, where, job)
     job.notes += launch.notes
@@ -665,8 +673,8 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
                                   "stage 3)"),
             ("use_custom_fsdp", "Megatron FSDP is not modelled (--use-torch-fsdp2 is: ZeRO "
                                 "stage 3)"),
-            ("checkpoint_activations", "Megatron-LM no longer takes it (--recompute-activations "
-                                       "or --recompute-granularity)")):
+            ("distribute_checkpointed_activations", "distributing the checkpointed inputs over "
+                                                    "the tensor-parallel ranks is not modelled")):
         if _flag(settings, dest, where):
             raise refuse_plan(where, settings[dest][0], True, why)
     _stage_layers(settings, job, where, take)
@@ -970,6 +978,22 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     if param and zero != 1:
         raise refuse_plan(where, "--overlap-param-gather", True,
                           "applies to --use-distributed-optimizer (Megatron-LM)")
+    impl = _str(settings, "DDP_impl")
+    if impl is not None:
+        # Megatron-LM before 2023-08 (3fb3e95e): local (its default) all-reduces the gradients
+        # after the last micro-batch, torch's DDP during the backward; its pipeline schedules
+        # used no_sync only without a pipeline (schedules.py), so with pp > 1 torch's DDP
+        # all-reduced in every micro-batch
+        if impl not in ("local", "torch"):
+            raise refuse_plan(where, "--DDP-impl", impl, "Megatron-LM's values: local, torch")
+        if impl == "torch" and job.plan.get("pp", 1) > 1:
+            raise refuse_plan(where, "--DDP-impl", impl, "with a pipeline Megatron-LM's torch "
+                              "DDP all-reduced the gradients in every micro-batch: not modelled")
+        if grad and impl == "local":
+            raise SpecError(f"{where}: --DDP-impl local and --overlap-grad-reduce contradict")
+        grad = impl == "torch"
+        take("DDP_impl", "overlap_grad_sync (torch's DDP reduces during the backward)" if grad
+             else "no overlap: Megatron-LM's local DDP all-reduces after the last micro-batch")
     job.fix("overlap_grad_sync", grad)
     take("overlap_grad_reduce", "overlap_grad_sync (the gradient reduction hides behind the "
                                 "last micro-batch's backward)")
@@ -998,6 +1022,13 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
         flash = True
     elif backend in ("unfused", "local"):
         flash = False
+    elif backend == "auto" and "attention_backend" not in settings and \
+            job.plan.get("_older_megatron"):
+        # Megatron-LM of 2021-23 had no fused attention kernel (--use-flash-attn came in 2023,
+        # --attention-backend in 2024): the core attention's GEMMs and its fused softmax
+        flash = False
+        job.notes.append(f"{job.plan['_older_megatron']}: a Megatron-LM script of 2021-23, whose "
+                         "attention is unfused unless --use-flash-attn: flash_attention false")
     elif backend == "auto":
         flash = dtype in ("bf16", "fp16")
         default = " (the default)" if "attention_backend" not in settings else ""
@@ -1009,6 +1040,28 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
                           "Megatron-LM's backends are flash, fused, unfused, local and auto")
     job.fix("flash_attention", flash)
     take("attention_backend", f"flash_attention {str(flash).lower()}")
+    _older_sends(settings, job, where, take)
+
+
+def _older_sends(settings: Settings, job: JobConfig, where: str,
+                 take: Callable[[str, str], None]) -> None:
+    """Pipeline sends scatter-gathered over tp (pp_scatter_gather): Megatron-LM's default from
+    v2.3 (72e4230b, 2021-02) without sequence parallelism until the pipeline code moved into
+    megatron/core (39b83c79, 2023-01), with --no-scatter-gather-tensors-in-pipeline to turn it
+    off. Taken where the script is of that era (an older recompute option: _older_recompute);
+    Megatron-Core sends whole tensors otherwise."""
+    off = _flag(settings, "no_scatter_gather_tensors_in_pipeline", where)
+    era = job.plan.pop("_older_megatron", None)
+    applies = job.plan.get("pp", 1) > 1 and job.plan.get("tp", 1) > 1 and \
+        not job.plan.get("sequence_parallel")
+    take("no_scatter_gather_tensors_in_pipeline", "pp_scatter_gather false (whole sends)")
+    if off or not era:
+        return
+    if applies:
+        job.fix("pp_scatter_gather", True)
+        job.notes.append(f"{era}: a Megatron-LM script of 2021-23, whose pipeline sends are "
+                         "scatter-gathered over tp by default: pp_scatter_gather "
+                         "(--no-scatter-gather-tensors-in-pipeline turns it off)")
 
 
 def _module_names(modules: Any) -> list[str]:
@@ -1021,8 +1074,48 @@ def _module_names(modules: Any) -> list[str]:
     return [str(m).strip().strip("'\"") for m in modules if str(m).strip()]
 
 
+# Megatron-LM's recompute options before 2022-05 (NVIDIA/Megatron-LM megatron/arguments.py):
+# --checkpoint-activations recomputes every layer of a stage in chunks of --checkpoint-num-layers
+# (default 1; v2.0 to v2.5, c1e0689d removed it); v2.6 (3860e995) to 2022-05 read it as
+# --activations-checkpoint-method uniform, with --activations-checkpoint-num-layers (default 1);
+# 2022-05 (9aad9203) to 23.04 as --recompute-granularity full --recompute-method uniform; 23.04
+# (3e71ad9c) on exits on it. Their era's pipeline sends are scatter-gathered (_older_sends).
+OLDER_RECOMPUTE = ("checkpoint_activations", "checkpoint_num_layers",
+                   "activations_checkpoint_method", "activations_checkpoint_num_layers",
+                   "distribute_checkpointed_activations")
+
+
+def _older_recompute(settings: Settings, job: JobConfig, where: str,
+                     take: Callable[[str, str], None]) -> Settings:
+    """The older recompute options as today's settings (--recompute-granularity full, its method
+    and layers) under the options' own names, to read in their place."""
+    method = _str(settings, "activations_checkpoint_method")
+    if not _flag(settings, "checkpoint_activations", where) and method in (None, "None"):
+        for dest in ("checkpoint_num_layers", "activations_checkpoint_num_layers"):
+            take(dest, "no effect without --checkpoint-activations or "
+                       "--activations-checkpoint-method")
+        return {}
+    given = [d for d in ("recompute_granularity", "recompute_activations", "recompute_method")
+             if d in settings]
+    old = "activations_checkpoint_method" if method not in (None, "None") else \
+        "checkpoint_activations"
+    if given:
+        raise SpecError(f"{where}: {settings[old][0]} and {settings[given[0]][0]} are the older "
+                        "and the newer way to give recompute: give one")
+    count_dest = "activations_checkpoint_num_layers" if old != "checkpoint_activations" else \
+        "checkpoint_num_layers"
+    key = settings[old][0]
+    take(old, "recompute full: Megatron-LM before 23.04 (today's --recompute-granularity full "
+              f"--recompute-method {method or 'uniform'})")
+    take(count_dest, "layers a chunk (today's --recompute-num-layers)")
+    job.plan["_older_megatron"] = key
+    return {"recompute_granularity": (key, "full"), "recompute_method": (key, method or "uniform"),
+            **({"recompute_num_layers": settings[count_dest]} if count_dest in settings else {})}
+
+
 def _recompute(settings: Settings, job: JobConfig, where: str,
                take: Callable[[str, str], None]) -> None:
+    settings = {**settings, **_older_recompute(settings, job, where, take)}
     granularity = _str(settings, "recompute_granularity")
     if granularity in ("None", "null"):
         granularity = None
@@ -1078,7 +1171,9 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
         # either total)
         every = stage_layers // count
     else:
-        raise refuse_plan(where, f"--recompute-method {method} --recompute-num-layers", count,
+        counted = settings["recompute_num_layers"][0] if "recompute_num_layers" in settings \
+            else "--recompute-num-layers"
+        raise refuse_plan(where, f"{settings['recompute_method'][0]} {method} {counted}", count,
                           "perfmodel's full recompute checkpoints every layer alone (uniform "
                           f"with 1 layer), or k of a stage's {stage_layers} layers (block, k "
                           "dividing them)")

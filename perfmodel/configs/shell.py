@@ -174,6 +174,12 @@ def _parameter(found: re.Match[str], state: _State, line: int) -> str:
         return value or ""
     if op in ("+", ":+"):
         return expand(word or "", state, line) if is_set and not (op == ":+" and empty) else ""
+    if name in "@*" and not index:
+        # the script's own arguments as a whole (Megatron-LM's example scripts pass "$@" on to
+        # pretrain_gpt.py): none here, said so; the arguments the script writes are read
+        state.notes.append(f"{ref} (the script's own arguments) read as none (line {line}); "
+                           "perfmodel reads the arguments the script writes")
+        return ""
     if not is_set:
         what = "a script argument" if name.isdigit() or name in "@*#" else \
             "not set in the script (an environment variable?)"
@@ -236,6 +242,18 @@ def _launches(words: list[str], is_script: Callable[[str], bool]) -> bool:
         is not None
 
 
+def _shell_command(words: list[str]) -> list[str] | None:
+    """The command a shell runs from its -c string (`srun ... sh -c "python pretrain_gpt.py
+    ..."`, as Megatron-LM's example scripts launch), split into words; None without one."""
+    for i, word in enumerate(words[:-2]):
+        if word.rsplit("/", 1)[-1] in ("sh", "bash") and words[i + 1] == "-c":
+            try:
+                return _skip_assignments(shlex.split(words[i + 2], comments=True))
+            except ValueError:
+                return None
+    return None
+
+
 def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> Launch | None:
     """The command of the script that runs a word `is_script` accepts (e.g. pretrain_gpt.py),
     with the script's variables expanded; None when no statement runs one. SpecError when more
@@ -274,9 +292,14 @@ def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> L
                     state.scalars[name] = (state.scalars.get(name, "") if plus else "") + value
                     state.arrays.pop(name, None)
             else:
-                expanded = shlex.split(expand(statement, state, line), comments=True)
-                if _launches(_skip_assignments(expanded), is_script):
-                    found.append((line, inside, _skip_assignments(expanded)))
+                expanded = _skip_assignments(shlex.split(expand(statement, state, line),
+                                                         comments=True))
+                if _launches(expanded, is_script):
+                    found.append((line, inside, expanded))
+                else:
+                    inner = _shell_command(expanded)
+                    if inner is not None and _launches(inner, is_script):
+                        found.append((line, inside, inner))
         depth = max(0, depth + opened - closed)
     if not found:
         return None
