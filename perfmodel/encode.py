@@ -619,6 +619,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "gated": model.gated_mlp, "bias": model.bias, "qkv_bias": bool(model.qkv_bias),
         "layernorm": model.norm == "layernorm", "tied": model.tied_embeddings,
         "learned_positions": model.position_embedding == "learned",
+        "rotary_positions": model.position_embedding == "rotary",
     }
     vals.update({N.FLAGS[option]: float(value) for option, value in flags.items()})
     vals.update(gemm_values(gemm, N.GEMM))

@@ -29,6 +29,7 @@ class Family:
     gated: bool | None = None
     tied_embeddings: bool | None = None
     learned_positions: bool | None = None
+    rotary_positions: bool | None = None
     bias: bool | None = None
     qkv_bias: bool | None = None
     layernorm: bool | None = None

@@ -248,6 +248,7 @@ FLAGS: dict[str, str] = {
         ("layernorm", "LayerNorm (0: RMSNorm)"),
         ("tied", "tied input/output embeddings"),
         ("learned_positions", "learned position embeddings"),
+        ("rotary_positions", "rotary position embeddings (RoPE)"),
         ("tp2d", "tensor parallelism on a 2d grid (SUMMA; 2.5d with depth)"),
         ("tp3d", "tensor parallelism on a 3d cube"),
         ("cp_p2p", "context parallelism passes K/V round a ring (p2p)"),

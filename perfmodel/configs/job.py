@@ -113,6 +113,24 @@ class JobConfig:
                 "notes": list(self.notes), "pins": sorted(self.pins)}
 
 
+def fix_split(job: JobConfig, split: list[int], chunks: int,
+              short: tuple[bool, bool] = (False, False)) -> None:
+    """The plan fields of the layers split over pp x chunks stages (split: each stage's layers,
+    in stage order): with one stage a rank and equal ranks between, first_stage_layers and
+    last_stage_layers where an end differs from them (or `short`: the config shortened it);
+    else a pipeline layout, the embedding on the first stage and the loss on the last."""
+    pp = len(split) // chunks
+    if chunks == 1 and len(set(split[1:-1])) <= 1:
+        middle = split[1] if pp > 2 else None
+        for end, forced, n in (("first", short[0], split[0]), ("last", short[1], split[-1])):
+            if forced or n != middle:
+                job.fix(f"{end}_stage_layers", n)
+    else:
+        text = ["t" * n for n in split]
+        text[0], text[-1] = "E" + text[0], text[-1] + "L"
+        job.fix("pipeline_layout", "|".join(text))
+
+
 def typo(name: str, known: Any) -> str:
     """' (did you mean X?)' when name is a near-miss of a known key (difflib ratio >= 0.85: a
     letter or two apart), else ''. A config key perfmodel does not know is named and skipped; one

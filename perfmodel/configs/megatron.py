@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from perfmodel.configs import megatron_deepspeed
 from perfmodel.configs.job import Framework, JobConfig, refuse_plan, refuse_spec, typo, whole
 from perfmodel.configs.shell import Launch, argument_words, launch_command
 from perfmodel.costs.precision import default_master, megatron_master_weights
@@ -88,11 +89,14 @@ READ_OPTIONS: dict[str, int] = {
         "checkpoint-activations", "distribute-checkpointed-activations",
         "no-scatter-gather-tensors-in-pipeline", "moe-grouped-gemm",
         "overlap-moe-expert-parallel-comm", "moe-enable-deepep"), 0),
+    **megatron_deepspeed.OPTIONS,
 }
 
 # options that do not change the step's time or memory, by kind (a prefix ending in '-' names
 # every option starting with it)
 _IGNORED_KINDS = {
+    "Megatron-DeepSpeed's data, logging or safety switches (not the step)":
+        megatron_deepspeed.IGNORED,
     "an optimizer hyperparameter (the step's cost is Adam's whatever its rates)": (
         "lr", "lr-", "min-lr", "weight-decay", "start-weight-decay", "end-weight-decay",
         "weight-decay-incr-style", "adam-", "sgd-momentum", "clip-grad", "decoupled-lr",
@@ -208,7 +212,8 @@ def parse_words(launch: Launch, where: str, job: JobConfig) -> dict[str, tuple[s
     return out
 
 
-_PATHS = ("tokenizer-model", "vocab-file")  # read for what they are, not their paths
+# read for what they are, not their paths (a DeepSpeed config is read where it can be)
+_PATHS = ("tokenizer-model", "vocab-file", "deepspeed_config")
 
 
 def _text(value: Any) -> str:
@@ -239,9 +244,10 @@ def launcher_world(launch: Launch, where: str, job: JobConfig) -> None:
         if w.startswith("-") and name in _LAUNCH_OPTIONS:
             value = inline or (words[i + 1] if i + 1 < len(words) else "")
             reason = launch.reason(value)
-            if reason:
-                raise SpecError(f"{where}: {first} --{name} {launch.shown(value)} cannot be "
-                                f"read: {reason.split(': ', 1)[1]}; give its value (or --gpus)")
+            if reason:  # the world size is then --gpus's (resolve refuses a plan without it)
+                job.notes.append(f"{first} --{name} {launch.shown(value)} cannot be read: "
+                                 f"{reason.split(': ', 1)[1]}; the world size is --gpus")
+                return
             found[_LAUNCH_OPTIONS[name]] = value
             job.took(f"{first} --{name}", value, "world size")
     for key, value in found.items():
@@ -399,10 +405,14 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
     model["norm"] = norm.lower()
     take("normalization", f"norm {norm.lower()}")
     positions = _str(settings, "position_embedding_type", "learned_absolute")
-    kinds = {"learned_absolute": "learned", "rope": "rotary", "yarn": "rotary"}
+    # Megatron-LM's names, and Megatron-DeepSpeed's (PositionEmbeddingType: absolute, rotary,
+    # alibi; bigscience-workshop/Megatron-DeepSpeed megatron/enums.py)
+    kinds = {"learned_absolute": "learned", "rope": "rotary", "yarn": "rotary",
+             "absolute": "learned", "rotary": "rotary", "alibi": "alibi"}
     if positions not in kinds:
         raise refuse_spec(where, settings["position_embedding_type"][0], positions,
-                          "perfmodel models learned_absolute, rope and yarn")
+                          "perfmodel models learned_absolute, rope, yarn and Megatron-DeepSpeed's "
+                          "alibi")
     model["position_embedding"] = kinds[positions]
     take("position_embedding_type", f"position_embedding {kinds[positions]}")
     max_positions = _int(settings, "max_position_embeddings", where)
@@ -582,6 +592,13 @@ def _vocab(settings: Settings, job: JobConfig, where: str,
     vocab = _int(settings, "vocab_size", where)
     tokenizer = _str(settings, "tokenizer_type")
     take("tokenizer_type", "the vocabulary's source")
+    padded = _int(settings, "pad_vocab_size_to", where)
+    if padded is not None:  # Megatron-DeepSpeed (bigscience): the padded vocabulary itself
+        job.model["vocab"] = padded
+        job.vocab_multiple = 0
+        take("pad_vocab_size_to", f"vocab {padded} (padded to it: no further padding)")
+        take("make_vocab_size_divisible_by", "no effect beside --pad-vocab-size-to")
+        return
     if vocab is not None:
         job.model["vocab"] = vocab
         take("vocab_size", f"vocab {vocab} (before Megatron's padding)")
@@ -1041,6 +1058,7 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     job.fix("flash_attention", flash)
     take("attention_backend", f"flash_attention {str(flash).lower()}")
     _older_sends(settings, job, where, take)
+    megatron_deepspeed.apply(settings, job, where, take, _flag)
 
 
 def _older_sends(settings: Settings, job: JobConfig, where: str,
@@ -1052,6 +1070,8 @@ def _older_sends(settings: Settings, job: JobConfig, where: str,
     Megatron-Core sends whole tensors otherwise."""
     off = _flag(settings, "no_scatter_gather_tensors_in_pipeline", where)
     era = job.plan.pop("_older_megatron", None)
+    if _flag(settings, "deepspeed", where):
+        return  # DeepSpeed's pipeline engine sends as it does (megatron_deepspeed)
     applies = job.plan.get("pp", 1) > 1 and job.plan.get("tp", 1) > 1 and \
         not job.plan.get("sequence_parallel")
     take("no_scatter_gather_tensors_in_pipeline", "pp_scatter_gather false (whole sends)")
@@ -1220,6 +1240,9 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
         raise refuse_emit("megatron", "the model", "; ".join(model.uncosted()))
     if model.position_embedding == "learned" and model.experts:
         raise refuse_emit("megatron", "the model", "mixture of experts")
+    if model.position_embedding == "alibi":
+        raise refuse_emit("megatron", "position_embedding alibi", "Megatron-LM has no ALiBi "
+                          "(Megatron-DeepSpeed's does)")
     for field, given, why in (
             ("sliding_window", model.sliding_window is not None, "sliding-window attention"),
             ("attention_sinks", model.attention_sinks, "attention sinks"),

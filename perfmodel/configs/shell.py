@@ -30,6 +30,7 @@ _ARRAY = re.compile(r"^\s*(?:(?:export|declare|readonly|local)\s+(?:-\w+\s+)*)?"
 _PARAM = re.compile(r"\$\{(?P<name>[A-Za-z_]\w*|\d+|[@*#?$!])(?P<index>\[[^\]]*\])?"
                     r"(?:(?P<op>:?[-=+?])(?P<word>[^}]*))?\}"
                     r"|\$(?P<simple>[A-Za-z_]\w*|\d|[@*#?$!])")
+_HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_]\w*)\2")
 _MARK = "@@UNRESOLVED{}@@"
 _MARK_RE = re.compile(r"@@UNRESOLVED(\d+)@@")
 _OPEN = {"if", "for", "while", "until", "case", "{", "function"}
@@ -187,12 +188,42 @@ def _parameter(found: re.Match[str], state: _State, line: int) -> str:
     return value or ""
 
 
+def _uncontinued_comments(text: str) -> str:
+    """text without the backslash that ends a comment (`# --exit-duration-in-mins 1190 \\`):
+    bash ends a comment at its line's end, a backslash in it continues nothing. A `#` inside
+    quotes, or inside a word, starts no comment."""
+    out, quote = [], ""
+    for line in text.split("\n"):
+        comment, i = False, 0
+        while i < len(line):
+            ch = line[i]
+            if ch == "\\" and quote != "'":
+                i += 2  # an escaped character (a quote, a #) is a character of a word
+                continue
+            if quote:
+                quote = "" if ch == quote else quote
+            elif ch in "'\"":
+                quote = ch
+            elif ch == "#" and (i == 0 or line[i - 1] in " \t;"):
+                comment = True
+                break
+            i += 1
+        out.append(line[:-1] if comment and line.endswith("\\") else line)
+    return "\n".join(out)
+
+
 def _statements(text: str) -> list[tuple[int, str]]:
     """(first line, text) of each statement: a line with its backslash continuations, more lines
-    while a quote or an array `NAME=(` is open."""
-    text = re.sub(r"\\\n", " ", text)
+    while a quote or an array `NAME=(` is open; a here-document's lines (`cat <<EOT > file`
+    up to `EOT`) are its command's data, not statements."""
+    text = re.sub(r"\\\n", " ", _uncontinued_comments(text))
     out, pending, start = [], "", 0
+    here: tuple[str, bool] | None = None  # the here-document's delimiter, whether <<- (tabs)
     for number, line in enumerate(text.split("\n"), 1):
+        if here is not None:
+            if (line.lstrip("\t") if here[1] else line) == here[0]:
+                here = None
+            continue
         if not pending:
             start = number
         pending = f"{pending}\n{line}" if pending else line
@@ -206,6 +237,9 @@ def _statements(text: str) -> list[tuple[int, str]]:
             continue  # an open array (its parentheses, $(( )) inside it too, not balanced)
         if words:
             out.append((start, pending))
+            found = _HEREDOC.search(pending)
+            if found:
+                here = (found.group(3), found.group(1) == "-")
         pending = ""
     if pending.strip():
         raise SpecError(f"unterminated quote or array from line {start}")

@@ -43,6 +43,7 @@ from typing import Any
 from perfmodel.configs.job import (
     Framework,
     JobConfig,
+    fix_split,
     refuse_plan,
     refuse_spec,
     typo,
@@ -852,16 +853,7 @@ def _place(job: JobConfig, where: str, pp: int, schedule: str, name: str, chunks
         raise refuse_plan(where, "parallelism.pipeline_parallel_schedule", name,
                           f"with {chunks} stages per rank (torchtitan refuses)")
     job.fix("virtual_stages", chunks)
-    if chunks == 1 and len(set(split[1:-1])) <= 1:
-        # the ends where the config makes them short or they differ from the ranks between
-        middle = split[1] if pp > 2 else None
-        for end, less, n in (("first", first, split[0]), ("last", last, split[-1])):
-            if less or n != middle:
-                job.fix(f"{end}_stage_layers", n)
-    else:
-        chunks_text = ["t" * n for n in split]
-        chunks_text[0], chunks_text[-1] = "E" + chunks_text[0], chunks_text[-1] + "L"
-        job.fix("pipeline_layout", "|".join(chunks_text))
+    fix_split(job, split, chunks, (first > 0, last > 0))
     job.notes.append(f"torchtitan's stages ({pp} x {chunks}): "
                      f"{'/'.join(str(n) for n in split)} layers")
 

@@ -15,7 +15,11 @@ from perfmodel.errors import SpecError
 from perfmodel.specs.loading import check_fields, number, read_mapping, suggest
 
 NORMS = ("layernorm", "rmsnorm")
-POSITIONS = ("learned", "rotary")
+# learned: a position table (s x h parameters) added to the embedding; rotary: RoPE on q and k;
+# alibi: a per-head linear bias added to the attention scores (Press et al. 2022; BLOOM): no
+# parameters, no kernel of its own (Megatron-DeepSpeed adds it as baddbmm's input, FlashAttention-2
+# takes its slopes)
+POSITIONS = ("learned", "rotary", "alibi")
 # the fields that follow others unless given: what each derives from, and how
 DERIVED = {"ffn_hidden": "4 x hidden", "kv_heads": "heads", "head_dim": "hidden / heads",
            "qkv_bias": "bias", "expert_ffn_hidden": "ffn_hidden (with experts)",
@@ -472,7 +476,7 @@ def model_from_dict(data: Mapping[str, Any], where: str) -> TransformerSpec:
 # must be given (--seq-len). What the families' modelling code (transformers) builds from the
 # fields read below is what perfmodel models; a field that would change the math and that
 # perfmodel cannot model is refused with its reason, never answered for the nearest family.
-_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox")
+_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "bloom")
 _MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
                  "olmoe")
 _HF_FAMILIES = _DENSE_FAMILIES + _MOE_FAMILIES
@@ -641,6 +645,19 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
             ffn_hidden=count("n_inner", 4 * hidden), vocab=need("vocab_size"),
             tied_embeddings=flag("tie_word_embeddings", True),
         )
+    if mtype == "bloom":
+        # transformers' modeling_bloom (BloomConfig maps n_layer, n_head; hidden_size was n_embed
+        # in early configs): LayerNorms, biases everywhere, a GeLU MLP 4 hidden wide (n_inner is
+        # not read), ALiBi, the output tied to the embedding unless tie_word_embeddings is false.
+        # Its word_embeddings_layernorm (2 hidden parameters: 28,672 of BLOOM-176B's 176.2
+        # billion) is not counted, and its kernel (one norm of the 2 layers + 1 of a step) not
+        # costed
+        hidden = count("n_embed") if cfg.get("n_embed") is not None else need("hidden_size")
+        layers = count("n_layer") if cfg.get("n_layer") is not None else need("num_hidden_layers")
+        heads = count("n_head") if cfg.get("n_head") is not None else need("num_attention_heads")
+        return dict(layers=layers, hidden=hidden, heads=heads, ffn_hidden=4 * hidden,
+                    vocab=need("vocab_size"), tied_embeddings=flag("tie_word_embeddings", True),
+                    bias=True, qkv_bias=True, position_embedding="alibi")
     # gpt_neox: biases on the MLP always, on query_key_value and dense with attention_bias
     bias, qkv_bias = _hf_biases(flag("attention_bias", True), True, where)
     return dict(

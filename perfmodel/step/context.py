@@ -135,6 +135,7 @@ class Context:
     layernorm: sp.Expr  # 1: LayerNorm (weight and bias), 0: RMSNorm (weight)
     tied: sp.Expr
     learned_positions: sp.Expr
+    rotary_positions: sp.Expr  # 1: RoPE on q and k (0: learned or ALiBi)
     grid2: sp.Expr  # tensor parallelism on a 2d grid (2.5d: with depth)
     grid3: sp.Expr  # on a 3d cube
     megatron: sp.Expr  # Megatron 1D: 1 - grid2 - grid3
@@ -181,8 +182,8 @@ class Context:
 
     @property
     def rotary(self) -> sp.Expr:
-        """1 for rotary position embeddings (every model without learned ones), else 0."""
-        return 1 - self.learned_positions
+        """1 for rotary position embeddings, else 0 (learned positions, ALiBi)."""
+        return self.rotary_positions
 
     @property
     def head_first(self) -> sp.Expr:
@@ -251,6 +252,7 @@ class Context:
             qkv_bias=flag(fam.qkv_bias, "qkv_bias"), layernorm=flag(fam.layernorm, "layernorm"),
             tied=flag(fam.tied_embeddings, "tied"),
             learned_positions=flag(fam.learned_positions, "learned_positions"),
+            rotary_positions=flag(fam.rotary_positions, "rotary_positions"),
             grid2=grid2, grid3=grid3, megatron=megatron, split=split,
             act_ranks=1 + split * (S.tp - 1),
             cp_p2p=flag(_option(fam, "cp_comm", "p2p"), "cp_p2p"),

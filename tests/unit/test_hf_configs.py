@@ -45,6 +45,9 @@ PUBLISHED = [
     ("pythia-160m", 162_322_944,
      "huggingface.co/EleutherAI/pythia-160m, model card (and github.com/EleutherAI/pythia, "
      "models table): 162,322,944 total parameters"),
+    # the word embeddings' LayerNorm (2 h = 28,672) is not counted (perfmodel.specs.model)
+    ("bloom", 176_247_271_424,
+     "huggingface.co/bigscience/bloom, model card: 'Number of parameters: 176,247,271,424'"),
 ]
 
 # (config directory, published non-embedding parameters (without the embedding and output
@@ -427,3 +430,20 @@ def test_kimi_k2_is_read_as_deepseek_v3():
     bad["architectures"] = ["KimiForCausalLM"]
     with pytest.raises(SpecError, match="reads it as deepseek_v3"):
         model_from_hf_config(bad, "kimi.json", 4096)
+
+
+def test_bloom_is_alibi_with_biases_and_a_tied_output():
+    # transformers' modeling_bloom: n_layer, n_head, hidden 4 h GeLU MLP, biases, LayerNorm,
+    # ALiBi (no position table, no RoPE kernels), tied output (tie_word_embeddings default)
+    bloom = _model("bloom", seq_len=2048)
+    assert (bloom.layers, bloom.heads, bloom.ffn_hidden) == (70, 112, 4 * 14336)
+    assert (bloom.position_embedding, bloom.bias, bloom.qkv_bias, bloom.norm,
+            bloom.tied_embeddings) == ("alibi", True, True, "layernorm", True)
+    plan = Plan(gpus=384, tp=4, pp=12, dp=8, micro_batch=2, global_batch=2048,
+                recompute="full", zero=1, first_stage_layers=5, last_stage_layers=5)
+    alibi = predict(bloom, "dgx-a100-80gb", plan)
+    rotary = predict(bloom.replace(position_embedding="rotary"), "dgx-a100-80gb", plan)
+    learned = predict(bloom.replace(position_embedding="learned"), "dgx-a100-80gb", plan)
+    # RoPE's kernels cost time; a learned table costs s x h parameters; ALiBi neither
+    assert alibi.step_time_s < rotary.step_time_s
+    assert learned.parameters - alibi.parameters == 2048 * 14336
