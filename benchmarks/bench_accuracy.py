@@ -103,6 +103,10 @@ VOCABULARIES: list[tuple[int, dict[str, Any], str]] = [
     (256000, dict(gated_mlp=False, bias=False, position_embedding="rotary", norm="layernorm",
                   tied_embeddings=False),
      "Nemotron-4 (arXiv 2402.16819): squared-ReLU MLP, rotary, LayerNorm, no biases, untied"),
+    (250680, dict(gated_mlp=False, bias=True, position_embedding="alibi", norm="layernorm",
+                  tied_embeddings=True),
+     "BLOOM's tokenizer (BigScience 2022, arXiv 2211.05100: 250,680 tokens; padded to 250,880): "
+     "GeLU MLP, ALiBi, biases, LayerNorm, tied"),
 ]
 # architecture fields a row may state in columns of its own (they win over the tables)
 ARCH_COLUMNS = ("gated_mlp", "tied_embeddings", "bias", "norm", "position_embedding")
@@ -334,7 +338,21 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     **dict.fromkeys(("selective recompute", "recompute selective",
                      "selective activation recompute"), {"recompute": "selective"}),
     **dict.fromkeys(("full recompute", "recompute full", "full activation checkpointing",
-                     "full activation recompute"), {"recompute": "full"}),
+                     "full activation recompute", "activation checkpointing",
+                     "checkpoint activations", "checkpoint-activations",
+                     "deepspeed activation checkpointing"), {"recompute": "full"}),
+    # Megatron-LM's 2021-22 scatter-gather of pipeline sends over tp (pp_scatter_gather), and
+    # DeepSpeed's pipeline engine, which partitions its sends likewise and runs 1F1B: where the
+    # plan has them (pp > 1, tp > 1, no sequence parallelism; plan_of)
+    **dict.fromkeys(("scatter-gather", "pp scatter-gather", "scatter/gather",
+                     "pipeline scatter-gather", "scatter-gather-tensors-in-pipeline"),
+                    {"pp_scatter_gather": "where it applies"}),
+    **dict.fromkeys(("deepspeed pipeline", "deepspeed pipeline engine",
+                     "deepspeed pipeline parallelism"),
+                    {"schedule": "1f1b", "pp_scatter_gather": "where it applies"}),
+    # DeepSpeed's BF16_Optimizer (bf16 at ZeRO stage 0): its own stage 1
+    **dict.fromkeys(("bf16_optimizer", "bf16 optimizer", "deepspeed bf16 optimizer"),
+                    {"zero": 1}),
     **dict.fromkeys(("flash attention", "flashattention", "flashattention-2", "flashattention-3",
                      "fa2", "fa3", "cudnn attention", "fused attention", "te fused attention"),
                     {"flash_attention": True}),
@@ -389,6 +407,13 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
                      "overlap-moe-expert-parallel-comm", "overlap moe expert parallel comm",
                      "combined 1f1b"), {"ep_comm_overlap": True}),
 }
+
+
+# Features that name the model's positions (TransformerSpec.position_embedding), over what its
+# architecture's entry says
+POSITION_FEATURES = {"alibi": "alibi", "rope": "rotary", "rotary": "rotary",
+                     "rotary positions": "rotary", "learned positions": "learned",
+                     "learned absolute positions": "learned"}
 
 
 # Features that set how a mixture of experts routes (TransformerSpec.routing,
@@ -533,6 +558,8 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             pass  # the split the row's pipeline_layout column writes out (LAYOUT_COLUMNS)
         elif (generic := generic_feature(feature)) is not None:
             plan.update(generic)
+        elif feature_key(feature) in POSITION_FEATURES:
+            model["position_embedding"] = POSITION_FEATURES[feature_key(feature)]
         elif (routing := ROUTING_FEATURES.get(feature_key(feature))) is not None:
             if not model.get("experts"):
                 missing.append(f"feature '{feature}' on a model without experts (not mapped)")
@@ -540,6 +567,11 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
                 model.update(routing)
         else:
             missing.append(f"unknown feature '{feature}' (not mapped)")
+    if plan.get("pp_scatter_gather") == "where it applies":
+        applies = plan["pp"] > 1 and plan["tp"] > 1 and not plan.get("sequence_parallel")
+        plan["pp_scatter_gather"] = applies
+        if not applies:
+            del plan["pp_scatter_gather"]
     if plan.get("master_weights") == "remainders":  # where Megatron-Core keeps them
         recipe = plan.get("fp8_recipe") if plan["dtype"] == "fp8" else None
         plan["master_weights"] = megatron_master_weights(True, recipe,

@@ -229,3 +229,25 @@ def test_the_megatron_bridge_runs_are_read():
     unlaid = "deepseek-v3 GB200 x256 tp1 pp8 dp32 mb1 fp8"
     assert list(refused) == [unlaid], refused
     assert "divisible by pp x virtual_stages" in refused[unlaid]
+
+
+def test_a_megatron_deepspeed_run_of_its_era():
+    """BLOOM-176B as a row would state it (bigscience-workshop/bigscience train/tr11-176B-ml
+    README at 00327f8c: 384 A100 80GB, tp 4, pp 12, micro-batch 2, global batch 2048, bf16 with
+    BF16_Optimizer, --checkpoint-activations, DeepSpeed's pipeline engine): BLOOM's tokenizer
+    (250,680 padded to 250,880) gives ALiBi and the rest; the engine's sends scatter-gathered."""
+    row = dict(_GPT_2P7B, gpu="A100", gpus=384, tp=4, pp=12, dp=8, micro_batch=2,
+               global_batch=2048, seq_len=2048, dtype="bf16", layers=70, hidden=14336, heads=112,
+               kv_heads=112, ffn_hidden=57344, vocab=250880, gated_mlp=False,
+               tied_embeddings=True, hardware_note="A100 80GB",
+               features="bf16; DeepSpeed pipeline, BF16 optimizer, activation checkpointing, "
+                        "unfused attention")
+    model, plan, missing = B.plan_of(row)
+    assert (model["position_embedding"], model["bias"], missing) == ("alibi", True, [])
+    assert (plan["schedule"], plan["pp_scatter_gather"], plan["zero"], plan["recompute"],
+            plan["flash_attention"]) == ("1f1b", True, 1, "full", False)
+    # the same with sequence parallelism, or tp 1: nothing to scatter
+    assert "pp_scatter_gather" not in B.plan_of(dict(row, features="bf16; SP, scatter-gather"))[1]
+    assert "pp_scatter_gather" not in B.plan_of(dict(row, tp=1, dp=32,
+                                                     features="bf16; scatter-gather"))[1]
+    assert B.plan_of(dict(row, features="bf16; ALiBi"))[0]["position_embedding"] == "alibi"
