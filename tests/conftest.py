@@ -1,4 +1,5 @@
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +15,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # it calls the wait hung. A bound on a hang, not a speed target: the machine the suite runs on may
 # be loaded, and a late event is not a wrong one. Tests wait on events, never on fixed sleeps.
 PATIENCE_S = float(os.environ.get("PERFMODEL_TEST_PATIENCE_S", "600"))
+
+
+def as_from_a_terminal() -> None:
+    """preexec_fn of a command a test interrupts as Ctrl-C does: SIGINT's default action, which
+    Python turns into KeyboardInterrupt, whatever the test runner's own disposition. A background
+    job of a non-interactive shell (`pytest ... &`) ignores SIGINT, and an exec'd child inherits
+    that: the command would then never see the Ctrl-C the test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(condition: Callable[[], Any], what: str, *, proc: Any = None,

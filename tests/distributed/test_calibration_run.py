@@ -10,7 +10,7 @@ import time
 import pytest
 
 from perfmodel.specs.profile import apply_profile, load_profile
-from tests.conftest import PATIENCE_S, ROOT, wait_for
+from tests.conftest import PATIENCE_S, ROOT, as_from_a_terminal, wait_for
 
 pytestmark = pytest.mark.distributed
 
@@ -111,7 +111,8 @@ def _interrupt(out, sig=signal.SIGINT, gemms=3):
     (exit code, stdout, stderr, the ranks' pids)."""
     records = out.parent / f".{out.name}.records.jsonl"
     cmd, env = calibrate("run", "--quick", "--nprocs", "2", "--backend", "gloo", "--out", out)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=as_from_a_terminal)
     try:
         wait_for(lambda: records.exists() and records.read_text().count('"kind": "gemm"') >= gemms,
                  f"{gemms} GEMMs measured", proc=proc, poll_s=0.2)

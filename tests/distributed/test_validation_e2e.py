@@ -21,7 +21,7 @@ pytest.importorskip("torch")
 from click.testing import CliRunner  # noqa: E402
 
 from perfmodel import Plan, load_hardware, load_model  # noqa: E402
-from tests.conftest import PATIENCE_S, wait_for  # noqa: E402
+from tests.conftest import PATIENCE_S, as_from_a_terminal, wait_for  # noqa: E402
 from tests.unit.test_validation_emit import foreign_imports  # noqa: E402
 from validation import run  # noqa: E402
 from validation.cli import validate  # noqa: E402
@@ -522,7 +522,8 @@ def test_ctrl_c_stops_every_rank(tmp_path, sig):
     ]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_from_a_terminal,
     )
     try:
         wait_for(lambda: _steps(run_dir, 1), "rank 1 measures a step", proc=proc)

@@ -79,7 +79,8 @@ def _work(kernels: str, *, learned: bool, fp8: bool = False):
     fam = Family(schedule="1f1b", recompute="none", sequence_parallel=False, zero=0, flash=True,
                  overlap_grad_sync=False, overlap_param_gather=False, tp_comm_overlap=False,
                  stack="eager", kernels=kernels, uneven_stages=False, gated=True,
-                 tied_embeddings=False, learned_positions=learned, bias=False, qkv_bias=False,
+                 tied_embeddings=False, learned_positions=learned,
+                 rotary_positions=not learned, bias=False, qkv_bias=False,
                  layernorm=False, tp_layout="1d", cp_comm="p2p", fp8=fp8)
     c = Context.of(fam)
     return c, _layer_work(c, False)

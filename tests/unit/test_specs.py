@@ -136,8 +136,8 @@ def test_unsupported_hf_family_is_refused(tmp_path):
     path.write_text(json.dumps({"model_type": "t5", "d_model": 512}))
     with pytest.raises(SpecError, match="is an encoder-decoder model, which perfmodel does not"):
         load_model(str(path), seq_len=512)
-    path.write_text(json.dumps({"model_type": "bloom", "n_layer": 2}))
-    with pytest.raises(SpecError, match="model_type 'bloom' is not supported; supported: llama"):
+    path.write_text(json.dumps({"model_type": "falcon", "n_layer": 2}))
+    with pytest.raises(SpecError, match="model_type 'falcon' is not supported; supported: llama"):
         load_model(str(path), seq_len=512)
 
 
