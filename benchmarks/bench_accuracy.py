@@ -359,9 +359,29 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     **dict.fromkeys(("unfused attention", "no flash attention"), {"flash_attention": False}),
     # Megatron-LM's --use-distributed-optimizer: the optimizer states sharded (ZeRO-1); its
     # overlaps are flags of their own (off by default)
-    **dict.fromkeys(("distributed optimizer", "use-distributed-optimizer"), {"zero": 1}),
-    **dict.fromkeys(("overlap grad reduce", "overlap-grad-reduce", "overlap grad sync"),
+    # (NeMo 1's model.optim.name distributed_fused_adam is Megatron's distributed optimizer
+    # through Apex; its overlaps are its overlap_grad_sync / overlap_param_sync keys)
+    **dict.fromkeys(("distributed optimizer", "use-distributed-optimizer",
+                     "distributed_fused_adam", "distributed fused adam"), {"zero": 1}),
+    **dict.fromkeys(("overlap grad reduce", "overlap-grad-reduce", "overlap grad sync",
+                     "overlap_grad_sync", "overlap_grad_reduce"),
                     {"overlap_grad_sync": True}),
+    **dict.fromkeys(("overlap_param_sync", "overlap param sync", "overlap_param_gather"),
+                    {"overlap_param_gather": True}),
+    # NeMo 1's names of Megatron's options (megatron_gpt_config.yaml)
+    "sequence_parallel": {"sequence_parallel": True},
+    "ub_tp_comm_overlap": {"tp_comm_overlap": True},
+    **dict.fromkeys(("fp8_hybrid", "fp8 hybrid", "fp8 delayed"), {"fp8_recipe": "delayed"}),
+    **dict.fromkeys(("async tp", "async tensor parallel", "async tensor parallelism",
+                     "enable_async_tensor_parallel"), {"tp_comm_overlap": True}),
+    # PyTorch FSDP (FSDP1, Hugging Face's fsdp full_shard): ZeRO 3, the gradients' reduce-scatter
+    # during the backward; its forward gathers the next unit unprefetched (forward_prefetch off by
+    # default). torchtitan's "FSDP2" (prefetching) is plan_of's own
+    **dict.fromkeys(("fsdp", "fsdp1", "pytorch fsdp", "full_shard", "full shard",
+                     "fully sharded data parallel"), {"zero": 3, "overlap_grad_sync": True}),
+    # what every plan already is (their stacks' defaults in perfmodel): read, nothing to set
+    **dict.fromkeys(("megatron_amp_o2", "transformer engine", "transformer_engine", "mcore",
+                     "megatron-core", "mcore models", "apex", "bucketing"), {}),
     # Megatron-Core's --overlap-param-gather-with-optimizer-step needs --overlap-param-gather
     # (its argument checks; Megatron-Bridge's CommOverlapConfig turns both on with dp > 1): the
     # same overlap here, the first bucket's gather behind the optimizer step rather than exposed

@@ -139,6 +139,11 @@ def test_architecture_columns_a_row_states_win():
                                             "recompute_modules": "mla_up_proj"}),
     ("selective recompute of layernorm+moe_act", {"recompute": "selective",
                                                   "recompute_modules": "layernorm,moe_act"}),
+    # NeMo 1's names (megatron_gpt_config.yaml) and other stacks' words
+    ("distributed_fused_adam", {"zero": 1}), ("overlap_param_sync", {"overlap_param_gather": True}),
+    ("ub_tp_comm_overlap", {"tp_comm_overlap": True}), ("fp8_hybrid", {"fp8_recipe": "delayed"}),
+    ("megatron_amp_O2", {}), ("FSDP", {"zero": 3, "overlap_grad_sync": True}),
+    ("async TP", {"tp_comm_overlap": True}),
     ("a new trick", None), ("ZeRO-4", None), ("selective recompute of", None),
 ])
 def test_features_as_other_runs_state_them(feature, options):
