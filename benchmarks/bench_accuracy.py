@@ -182,6 +182,12 @@ STACK_OPTIONS: dict[tuple[str, str], dict[str, Any]] = {
     # v24.11.1 nemotron/nemotron4-340b-synth.yaml, optim distributed_fused_adam: dtype bf16,
     # grad_sync_dtype bf16 (NeMo then stores no fp32 master weights: megatron_base_model.py)
     ("v24.11.1", "nemotron4-340b"): dict(grad_dtype="bf16", optimizer_dtype="bf16"),
+    # v24.11.1 nemotron/nemotron4-15b-synth.yaml and nemo_megatron/gpt3_175b_hydra.yaml (v25.04:
+    # nemo_megatron/cfg/gpt3_175b_hydra.yaml), optim distributed_fused_adam: grad_sync_dtype
+    # bf16 (Apex's gradient buffer and its reduce-scatter in bf16), their optimizer states fp32
+    ("v24.11.1", "nemotron4-15b"): dict(grad_dtype="bf16"),
+    ("v24.11.1", "gpt3-175b-nemo"): dict(grad_dtype="bf16"),
+    ("v25.04", "gpt3-175b-nemo"): dict(grad_dtype="bf16"),
     # v25.04 (NeMo 25.02) scripts/performance: pretrain_recipe(performance_mode=True), whose
     # pretrain_performance_optimizations set trainer.plugins.grad_reduce_in_fp32 = False
     ("v25.04", "nemotron4-15b"): dict(grad_dtype="bf16"),
