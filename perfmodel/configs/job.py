@@ -113,6 +113,15 @@ class JobConfig:
                 "notes": list(self.notes), "pins": sorted(self.pins)}
 
 
+def trainer_world(trainer: dict[str, Any], job: JobConfig, where: str) -> None:
+    """The world size of a NeMo trainer section (NeMo 1 and 2): devices x num_nodes."""
+    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+    job.gpus = whole(devices, "trainer.devices", where) * whole(nodes, "trainer.num_nodes", where)
+    job.gpus_from = f"trainer.devices {devices} x trainer.num_nodes {nodes}"
+    job.took("trainer.devices", devices, "GPUs per node")
+    job.took("trainer.num_nodes", nodes, "nodes")
+
+
 def fix_split(job: JobConfig, split: list[int], chunks: int,
               short: tuple[bool, bool] = (False, False)) -> None:
     """The plan fields of the layers split over pp x chunks stages (split: each stage's layers,

@@ -23,7 +23,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfmodel.configs.job import Framework, JobConfig, section, whole
+from perfmodel.configs import nemo1
+from perfmodel.configs.job import Framework, JobConfig, section, trainer_world
 from perfmodel.configs.megatron import Settings, apply_settings
 from perfmodel.errors import SpecError
 
@@ -118,7 +119,9 @@ def read_nemo(data: dict[str, Any], path: Path) -> JobConfig:
     job = JobConfig(path=where, framework=Framework.NEMO)
     settings: Settings = {}
     nemo2 = isinstance(data.get("trainer"), dict)
-    if nemo2:
+    if nemo1.is_nemo1(data):
+        settings = nemo1.settings_of(data, job, where)
+    elif nemo2:
         _nemo2(data, settings, job, where)
     else:
         _bridge(data, settings, job, where)
@@ -130,6 +133,8 @@ def read_nemo(data: dict[str, Any], path: Path) -> JobConfig:
             else:
                 job.took(key, value, "fp32 gradient reduction (perfmodel's)")
     apply_settings(settings, job, where)
+    for field_name, value in job.plan.pop(nemo1.AFTER, {}).items():
+        job.fix(field_name, value)
     return job
 
 
@@ -271,11 +276,7 @@ def _precision(settings: Settings, key: str, value: Any, where: str) -> None:
 
 def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:
     trainer = data["trainer"]
-    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
-    job.gpus = whole(devices, "trainer.devices", where) * whole(nodes, "trainer.num_nodes", where)
-    job.gpus_from = f"trainer.devices {devices} x trainer.num_nodes {nodes}"
-    job.took("trainer.devices", devices, "GPUs per node")
-    job.took("trainer.num_nodes", nodes, "nodes")
+    trainer_world(trainer, job, where)
     strategy = trainer.get("strategy") or {}
     if isinstance(strategy, dict):
         ddp = strategy.get("ddp")

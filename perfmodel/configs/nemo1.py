@@ -1,0 +1,252 @@
+"""NeMo 1 (NVIDIA/NeMo before 2.0; the NeMo Framework Launcher and NVIDIA's DGX Cloud recipes of
+2024): a megatron_gpt config YAML (`trainer`, a flat `model` with `optim` and `data`), read as
+Megatron settings (perfmodel.configs.megatron maps those onto a model and a plan).
+
+Names and defaults are NeMo 1's (examples/nlp/language_modeling/conf/megatron_gpt_config.yaml and
+nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py, NeMo 1.23 / 24.07; the
+recipes of NVIDIA/dgxc-benchmarking v24.11.1, nemotron/nemotron4-15b-synth.yaml):
+  - trainer.devices x trainer.num_nodes is the world; trainer.precision bf16 / bf16-mixed, 16 /
+    16-mixed or 32;
+  - model.encoder_seq_length is the sequence (else data.seq_length); activation swiglu /
+    fast-swiglu / geglu / reglu gate the MLP, squared-relu is Nemotron's; normalization
+    layernorm1p is LayerNorm with a zero-centred weight (the same cost); bias false drops every
+    linear bias; share_embeddings_and_output_weights ties the output layer;
+  - activations_checkpoint_granularity / _method / _num_layers are Megatron's
+    --recompute-granularity / --recompute-method / --recompute-num-layers;
+  - optim.name distributed_fused_adam (or mcore_distributed_optim) is the distributed optimizer
+    (ZeRO 1) with its overlap_grad_sync / overlap_param_sync, grad_sync_dtype bf16 its bf16
+    gradient reduce; fused_adam / adam the plain one;
+  - fp8 true with fp8_hybrid (or fp8_e4m3) is Transformer Engine's delayed scaling, fp8_params
+    the weights in FP8; ub_tp_comm_overlap is TP communication behind the GEMMs.
+Refused: torch FSDP (model.fsdp), partial activation checkpoints, a block type other than pre_ln,
+positions other than learned_absolute and rope, the legacy (non-mcore) model without Transformer
+Engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfmodel.configs.job import JobConfig, refuse_plan, refuse_spec, trainer_world
+from perfmodel.configs.megatron import Settings
+from perfmodel.errors import SpecError
+
+# model keys that are Megatron's dests under the same name
+SAME = ("micro_batch_size", "global_batch_size", "tensor_model_parallel_size",
+        "pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
+        "expert_tensor_parallel_size", "num_layers", "hidden_size", "ffn_hidden_size",
+        "num_attention_heads", "num_query_groups", "kv_channels", "max_position_embeddings",
+        "make_vocab_size_divisible_by", "sequence_parallel", "moe_router_topk",
+        "moe_ffn_hidden_size", "moe_token_dispatcher_type", "moe_grouped_gemm",
+        "moe_shared_expert_intermediate_size", "cross_entropy_loss_fusion")
+RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
+           "encoder_seq_length": "seq_length", "num_moe_experts": "num_experts",
+           "activations_checkpoint_granularity": "recompute_granularity",
+           "activations_checkpoint_method": "recompute_method",
+           "activations_checkpoint_num_layers": "recompute_num_layers",
+           "ub_tp_comm_overlap": "tp_comm_overlap", "fp8_params": "fp8_param_gather",
+           "rampup_batch_size": "rampup_batch_size"}
+# model keys with the same cost whatever their value (numerics, initialization, fusions of the
+# same work, logging), or read below
+HARMLESS = frozenset((
+    "init_method_std", "use_scaled_init_method", "hidden_dropout", "attention_dropout",
+    "ffn_dropout", "apply_query_key_layer_scaling", "layernorm_zero_centered_gamma",
+    "layernorm_epsilon", "do_layer_norm_weight_decay", "pre_process", "post_process",
+    "persist_layer_norm", "headscale", "openai_gelu", "normalize_attention_scores",
+    "rotary_percentage", "rotary_base", "apply_rope_fusion", "attention_type",
+    "native_amp_init_scale", "native_amp_growth_interval", "hysteresis",
+    "fp32_residual_connection", "fp16_lm_cross_entropy", "megatron_amp_O2",
+    "grad_allreduce_chunk_size_mb", "grad_div_ar_fusion", "gradient_accumulation_fusion",
+    "bias_activation_fusion", "bias_dropout_add_fusion", "masked_softmax_fusion", "seed",
+    "resume_from_checkpoint", "use_cpu_initialization", "onnx_safe",
+    "apex_transformer_log_level", "gradient_as_bucket_view", "sync_batch_comm",
+    "overlap_p2p_comm", "batch_p2p_comm", "sharp", "nsys_profile", "fp8_margin",
+    "fp8_interval", "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_wgrad",
+    "gc_interval", "defer_embedding_wgrad_compute", "fsdp_sharding_strategy",
+    "fsdp_grad_reduce_dtype", "fsdp_sharded_checkpoint", "mcore_gpt", "transformer_engine",
+    "tokenizer", "data", "optim", "precision", "fp8", "fp8_hybrid", "fp8_e4m3", "activation",
+    "normalization", "bias", "position_embedding_type", "share_embeddings_and_output_weights",
+    "transformer_block_type", "fsdp", "num_micro_batches_with_partial_activation_checkpoints",
+    "activations_checkpoint_layers_per_pipeline", "seq_len_interpolation_factor",
+    "tp_comm_overlap_cfg", "ub_tp_comm_overlap_cfg", "rotary_interleaved", "moe_aux_loss_coeff",
+    "moe_z_loss_coeff", "moe_router_load_balancing_type", "moe_input_jitter_eps",
+    "moe_token_dropping", "moe_per_layer_logging", "moe_router_pre_softmax",
+    "moe_router_score_function", "moe_permute_fusion", "moe_router_dtype", "use_flash_attention",
+    "layernorm1p", "batch_size", "nemo_path", "restore_from_path", "peft", "virtual_prompt_style",
+    "dist_ckpt_format", "dist_ckpt_load_on_device", "dist_ckpt_parallel_save",
+    "dist_ckpt_parallel_save_within_dp", "dist_ckpt_parallel_load",
+    "dist_ckpt_torch_dist_multiproc",
+    "dist_ckpt_assume_constant_structure", "dist_ckpt_parallel_dist_opt",
+    "dist_ckpt_load_strictness", "mock_dataset", "shape_file", "deterministic_mode",
+    "use_te_rng_tracker", "context_parallel_algo", "target", "name", "expert_model_parallel",
+    "enable_megatron_core_optim", "use_tp_pp_dp_mapping", "tp_comm_bootstrap_backend"))
+# the gated MLPs (NeMo 1's activation values): Megatron's --swiglu (three matrices)
+GATED = ("swiglu", "fast-swiglu", "geglu", "fast-geglu", "reglu", "fast-reglu")
+UNGATED = ("gelu", "fast-gelu", "openai-gelu", "relu", "squared-relu")
+AFTER = "_nemo1_after"  # plan fields read_nemo fixes once the Megatron settings are applied
+PRECISIONS = {"bf16": "bf16", "bf16-mixed": "bf16", "16": "fp16", "16-mixed": "fp16",
+              "32": "fp32", "32-true": "fp32", "fp16": "fp16", "fp32": "fp32"}
+
+
+def is_nemo1(data: dict[str, Any]) -> bool:
+    """A NeMo 1 megatron_gpt config: a trainer and a flat model section (its sizes or degrees
+    at the top, no NeMo 2 `config`)."""
+    model = data.get("model")
+    return isinstance(data.get("trainer"), dict) and isinstance(model, dict) and \
+        "config" not in model and any(k in model for k in (
+            "num_layers", "tensor_model_parallel_size", "encoder_seq_length"))
+
+
+def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
+    """The config's Megatron settings (its world size and the notes set on job)."""
+    settings: Settings = {}
+    trainer = data["trainer"]
+    trainer_world(trainer, job, where)
+    precision = str(trainer.get("precision", "32")).lower()
+    if precision not in PRECISIONS:
+        raise refuse_plan(where, "trainer.precision", precision,
+                          f"NeMo 1's values: {', '.join(PRECISIONS)}")
+    dtype = PRECISIONS[precision]
+    settings["bf16"] = ("trainer.precision", dtype == "bf16")
+    settings["fp16"] = ("trainer.precision", dtype == "fp16")
+    for name, value in trainer.items():
+        if name not in ("devices", "num_nodes", "precision"):
+            job.skipped(f"trainer.{name}", value, "not the step's (run length, logging)")
+    model = data["model"]
+    _model(model, settings, job, where)
+    _optimizer(model.get("optim") or {}, settings, job, where)
+    data_section = model.get("data") or {}
+    if "seq_length" not in settings and isinstance(data_section, dict) and \
+            "seq_length" in data_section:
+        settings["seq_length"] = ("model.data.seq_length", data_section["seq_length"])
+    if isinstance(data_section, dict):
+        for name, value in data_section.items():
+            if name != "seq_length" or "model.data.seq_length" != settings["seq_length"][0]:
+                job.skipped(f"model.data.{name}", value, "the data, not the step")
+    tokenizer = model.get("tokenizer") or {}
+    if isinstance(tokenizer, dict):
+        # Megatron's GPT-2 BPE (library megatron, type GPT2BPETokenizer) is a vocabulary
+        # perfmodel knows; the others' files give it (--model)
+        kind = tokenizer.get("type") if tokenizer.get("library") == "megatron" else \
+            tokenizer.get("library")
+        if kind:
+            settings["tokenizer_type"] = ("model.tokenizer", str(kind))
+    if "seq_length" not in settings:
+        raise SpecError(f"{where}: no model.encoder_seq_length or model.data.seq_length: the "
+                        "training sequence length is not given")
+    for name, value in data.items():
+        if name not in ("trainer", "model"):
+            job.skipped(f"{name}.*", "(a section)" if isinstance(value, dict) else value,
+                        "the launcher's, logging or checkpointing")
+    return settings
+
+
+def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:
+    for name, value in model.items():
+        key = f"model.{name}"
+        dest = RENAMED.get(name, name if name in SAME else None)
+        if dest is not None:
+            if value is not None:
+                settings[dest] = (key, value)
+            else:
+                job.skipped(key, value, "unset: the default")
+        elif name not in HARMLESS:
+            if value in (None, False, 0, [], "", {}):
+                job.skipped(key, value, "off")
+            else:
+                job.strange(key, value)
+        elif name not in ("tokenizer", "data", "optim") and not _read_below(name):
+            job.skipped(key, value, "the same cost (numerics, fusion, initialization, logging)")
+    if model.get("fsdp"):
+        raise refuse_plan(where, "model.fsdp", True, "NeMo 1's torch FSDP is not modelled "
+                          "(the distributed optimizer is: optim.name distributed_fused_adam)")
+    for name in ("num_micro_batches_with_partial_activation_checkpoints",
+                 "activations_checkpoint_layers_per_pipeline"):
+        if model.get(name) is not None:
+            raise refuse_plan(where, f"model.{name}", model[name],
+                              "partial activation checkpoints are not modelled")
+    block = str(model.get("transformer_block_type", "pre_ln"))
+    if block != "pre_ln":
+        raise refuse_spec(where, "model.transformer_block_type", block,
+                          "perfmodel models pre-LayerNorm blocks (pre_ln)")
+    if model.get("mcore_gpt") is False and model.get("transformer_engine") is False:
+        raise refuse_plan(where, "model.mcore_gpt", False, "NeMo 1's legacy model without "
+                          "Transformer Engine is not modelled")
+    activation = str(model.get("activation", "gelu")).lower()
+    if activation not in GATED + UNGATED:
+        raise refuse_spec(where, "model.activation", activation,
+                          f"perfmodel models {', '.join(GATED + UNGATED)}")
+    if activation in GATED:
+        settings["swiglu"] = (f"model.activation {activation}", True)
+    elif activation == "squared-relu":
+        settings["squared_relu"] = ("model.activation squared-relu", True)
+    else:
+        job.took("model.activation", activation, "gated_mlp false (two matrices)")
+    norm = str(model.get("normalization", "layernorm")).lower()
+    norms = {"layernorm": "LayerNorm", "layernorm1p": "LayerNorm", "rmsnorm": "RMSNorm"}
+    if norm not in norms:
+        raise refuse_spec(where, "model.normalization", norm, "perfmodel models layernorm, "
+                          "layernorm1p (zero-centred weight, the same cost) and rmsnorm")
+    settings["normalization"] = ("model.normalization", norms[norm])
+    positions = str(model.get("position_embedding_type", "learned_absolute"))
+    if positions not in ("learned_absolute", "rope"):
+        raise refuse_spec(where, "model.position_embedding_type", positions,
+                          "perfmodel models learned_absolute and rope")
+    settings["position_embedding_type"] = ("model.position_embedding_type", positions)
+    if model.get("bias", True) is False:
+        settings["disable_bias_linear"] = ("model.bias", True)
+    if "share_embeddings_and_output_weights" in model:
+        settings["untie_embeddings_and_output_weights"] = (
+            "model.share_embeddings_and_output_weights",
+            not model["share_embeddings_and_output_weights"])
+    if model.get("fp8"):
+        fmt = "hybrid" if model.get("fp8_hybrid", True) else "e4m3"
+        settings["fp8_format"] = ("model.fp8", fmt)
+        settings["fp8_recipe"] = ("model.fp8", "delayed")  # NeMo 1: TE's DelayedScaling
+    for name, said in (("fp8", "off: 16-bit GEMMs"), ("fp8_hybrid", "with fp8: its format"),
+                       ("fp8_e4m3", "with fp8: its format"), ("fsdp", "off"),
+                       ("transformer_block_type", "pre_ln, the block modelled"),
+                       ("transformer_engine", "Transformer Engine's layers, as modelled"),
+                       ("num_micro_batches_with_partial_activation_checkpoints", "unset"),
+                       ("activations_checkpoint_layers_per_pipeline", "unset")):
+        if name in model and not (name == "fp8" and model["fp8"]):
+            job.skipped(f"model.{name}", model[name], said)
+    settings["use_mcore_models"] = ("model.mcore_gpt", True)
+
+
+def _read_below(name: str) -> bool:
+    """Keys _model reads itself (their lines come from the Megatron settings they become)."""
+    return name in ("activation", "normalization", "bias", "position_embedding_type",
+                    "share_embeddings_and_output_weights", "fp8", "fp8_hybrid", "fp8_e4m3",
+                    "mcore_gpt", "fsdp", "transformer_block_type", "transformer_engine",
+                    "num_micro_batches_with_partial_activation_checkpoints",
+                    "activations_checkpoint_layers_per_pipeline")
+
+
+def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:
+    name = str(optim.get("name", "fused_adam"))
+    if name not in ("distributed_fused_adam", "mcore_distributed_optim", "fused_adam", "adam",
+                    "adamw"):
+        raise refuse_plan(where, "model.optim.name", name, "perfmodel models Adam: "
+                          "distributed_fused_adam, mcore_distributed_optim, fused_adam, adam")
+    distributed = name in ("distributed_fused_adam", "mcore_distributed_optim")
+    settings["use_distributed_optimizer"] = ("model.optim.name", distributed)
+    if distributed:
+        for key, dest in (("overlap_grad_sync", "overlap_grad_reduce"),
+                          ("overlap_param_sync", "overlap_param_gather")):
+            if key in optim:
+                settings[dest] = (f"model.optim.{key}", bool(optim[key]))
+        if str(optim.get("grad_sync_dtype", "fp32")).lower() in ("bf16", "bfloat16"):
+            settings["grad_reduce_in_bf16"] = ("model.optim.grad_sync_dtype", True)
+        if str(optim.get("dtype", "fp32")).lower() in ("bf16", "bfloat16"):
+            # Apex's DistributedFusedAdam with dtype bf16: the moments in bf16 (NeMo then keeps
+            # no fp32 master weights: megatron_base_model.py), as the development set's
+            # nemotron4-340b row reads it (benchmarks/bench_accuracy.py STACK_OPTIONS); fixed
+            # after the Megatron settings (AFTER)
+            job.plan[AFTER] = {"optimizer_dtype": "bf16"}
+            job.took("model.optim.dtype", optim["dtype"], "optimizer_dtype bf16")
+    for key, value in optim.items():
+        if key not in ("name", "overlap_grad_sync", "overlap_param_sync", "grad_sync_dtype",
+                       "dtype"):
+            job.skipped(f"model.optim.{key}", value, "an optimizer hyperparameter or buffer "
+                                                     "layout (Adam's states whatever its rates)")

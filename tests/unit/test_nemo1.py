@@ -1,0 +1,67 @@
+"""NeMo 1 megatron_gpt configs (the NeMo Framework Launcher's, NVIDIA dgxc-benchmarking v24.11.1's)
+read as Megatron settings (perfmodel.configs.nemo1): the development set's own Nemotron-4 15B
+config gives the plan the benchmark maps its published row to."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import yaml
+
+from benchmarks import bench_accuracy as B
+from perfmodel.configs import read_config, resolve_model, resolve_plan
+from perfmodel.errors import PlanError, SpecError
+from tests.conftest import ROOT
+
+CONFIG = ROOT / "tests/data/configs/nemo1_nemotron4_15b.yaml"
+ROWS = pd.read_csv(ROOT.parent / "shared/data/accuracy/published-steps.csv").to_dict("records")
+
+
+def _read(tmp_path, **model):
+    """The published config with configure.sh's per-run overrides (nodes, model fields)."""
+    data = yaml.safe_load(CONFIG.read_text())
+    data["trainer"]["num_nodes"] = model.pop("num_nodes", 1)
+    data["model"].update(model)
+    path = tmp_path / "nemo1.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return read_config(path)
+
+
+def test_the_published_15b_config_gives_the_benchmarks_plan(tmp_path):
+    # the 16-GPU bf16 run: configure.sh sets 2 nodes and GBS 64 (its README_15b.md)
+    row = next(r for r in ROWS if r["source"] == "dgxc" and r["layers"] == 32
+               and r["gpus"] == 16 and r["dtype"] == "bf16" and "v24.11.1" in r["source_ref"])
+    model, bench, _ = B.plan_of(row)
+    spec = tmp_path / "model.yaml"
+    spec.write_text(yaml.safe_dump({k: v for k, v in model.items() if k != "name"}
+                                   | {"kind": "transformer", "seq_len": int(row["seq_len"])}))
+    job = _read(tmp_path, num_nodes=2, global_batch_size=64)
+    assert not job.unknown
+    _, plan = resolve_plan(job, resolve_model(job, str(spec), None), {})
+    for key in ("tp", "pp", "dp", "micro_batch", "global_batch", "zero", "sequence_parallel",
+                "tp_comm_overlap", "overlap_grad_sync", "overlap_param_gather", "recompute",
+                "grad_dtype", "flash_attention", "dtype"):
+        assert plan.get(key) == bench.get(key, plan.get(key)), key
+    assert (plan["zero"], plan["grad_dtype"], plan["tp_comm_overlap"]) == (1, "bf16", True)
+
+
+def test_fp8_is_te_delayed_scaling_and_the_activation_gates(tmp_path):
+    job = _read(tmp_path, fp8=True, fp8_params=True, activation="fast-swiglu")
+    assert (job.plan["dtype"], job.plan["fp8_recipe"], job.plan["fp8_params"]) == (
+        "fp8", "delayed", True)
+    assert job.model["gated_mlp"] is True
+    job = _read(tmp_path, activations_checkpoint_granularity="full",
+                activations_checkpoint_method="uniform", activations_checkpoint_num_layers=1)
+    assert job.plan["recompute"] == "full"
+
+
+@pytest.mark.parametrize("model, error, text", [
+    (dict(fsdp=True), PlanError, "model.fsdp"),
+    (dict(position_embedding_type="alibi"), SpecError, "model.position_embedding_type alibi"),
+    (dict(activation="swish"), SpecError, "model.activation swish"),
+    (dict(num_micro_batches_with_partial_activation_checkpoints=2), PlanError, "partial"),
+    (dict(optim={"name": "sgd"}), PlanError, "model.optim.name sgd"),
+])
+def test_what_nemo1_runs_that_perfmodel_does_not_model_is_refused(tmp_path, model, error, text):
+    with pytest.raises(error, match=text):
+        _read(tmp_path, **model)
