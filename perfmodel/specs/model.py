@@ -476,7 +476,7 @@ def model_from_dict(data: Mapping[str, Any], where: str) -> TransformerSpec:
 # must be given (--seq-len). What the families' modelling code (transformers) builds from the
 # fields read below is what perfmodel models; a field that would change the math and that
 # perfmodel cannot model is refused with its reason, never answered for the nearest family.
-_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "bloom")
+_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "bloom", "gemma")
 _MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
                  "olmoe")
 _HF_FAMILIES = _DENSE_FAMILIES + _MOE_FAMILIES
@@ -645,6 +645,19 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
             ffn_hidden=count("n_inner", 4 * hidden), vocab=need("vocab_size"),
             tied_embeddings=flag("tie_word_embeddings", True),
         )
+    if mtype == "gemma":
+        # transformers' modeling_gemma (Gemma 1): a gated GeLU MLP (GeGLU: SwiGLU's three
+        # matrices and cost), RMSNorm (its 1 + weight is the same cost), rotary, no biases unless
+        # attention_bias, head_dim 256 given, the output tied unless tie_word_embeddings is false;
+        # the embedding's scaling by sqrt(hidden) is one element-wise op (not costed)
+        heads = need("num_attention_heads")
+        bias, qkv_bias = _hf_biases(flag("attention_bias", False), False, where)
+        return dict(
+            layers=need("num_hidden_layers"), hidden=need("hidden_size"), heads=heads,
+            kv_heads=count("num_key_value_heads", heads), head_dim=count("head_dim", 256),
+            ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"), gated_mlp=True,
+            tied_embeddings=flag("tie_word_embeddings", True), bias=bias, qkv_bias=qkv_bias,
+            norm="rmsnorm", position_embedding="rotary")
     if mtype == "bloom":
         # transformers' modeling_bloom (BloomConfig maps n_layer, n_head; hidden_size was n_embed
         # in early configs): LayerNorms, biases everywhere, a GeLU MLP 4 hidden wide (n_inner is

@@ -48,6 +48,11 @@ PUBLISHED = [
     # the word embeddings' LayerNorm (2 h = 28,672) is not counted (perfmodel.specs.model)
     ("bloom", 176_247_271_424,
      "huggingface.co/bigscience/bloom, model card: 'Number of parameters: 176,247,271,424'"),
+    # Gemma Team 2024 (arXiv 2403.08295), Table 2: embedding 786,825,216 (a 256,128-row table;
+    # the config's vocab_size is 256,000) + non-embedding 7,751,248,896; 2B: 524,550,144 +
+    # 1,981,884,416
+    ("gemma-7b", 786_825_216 + 7_751_248_896, "arXiv 2403.08295, Table 2 (Gemma 7B)"),
+    ("gemma-2b", 524_550_144 + 1_981_884_416, "arXiv 2403.08295, Table 2 (Gemma 2B)"),
 ]
 
 # (config directory, published non-embedding parameters (without the embedding and output
@@ -59,6 +64,8 @@ NON_EMBEDDING = [
      "huggingface.co/Qwen/Qwen3-8B, model card: 'Number of Paramaters (Non-Embedding): 6.95B'"),
     ("qwen3-0.6b", 0.44e9,
      "huggingface.co/Qwen/Qwen3-0.6B, model card: 'Number of Paramaters (Non-Embedding): 0.44B'"),
+    ("gemma-7b", 7_751_248_896, "arXiv 2403.08295, Table 2: 'Non-embedding Parameters'"),
+    ("gemma-2b", 1_981_884_416, "arXiv 2403.08295, Table 2: 'Non-embedding Parameters'"),
 ]
 
 
