@@ -14,7 +14,7 @@ from perfmodel.errors import PlanError, SpecError
 from tests.conftest import ROOT
 
 CONFIG = ROOT / "tests/data/configs/nemo1_nemotron4_15b.yaml"
-ROWS = pd.read_csv(ROOT.parent / "shared/data/accuracy/published-steps.csv").to_dict("records")
+ROWS = pd.read_csv(ROOT / "tests/data/accuracy/published-steps.csv").to_dict("records")
 
 
 def _read(tmp_path, **model):
