@@ -1091,6 +1091,10 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
         raise PlanError(f"{path}: {', '.join(f'{k} {v}' for k, v in uneven.items())}: recommend "
                         "searches even pipeline splits, one pipeline schedule a step and the "
                         "default selective recompute; predict --from-config takes this one")
+    if plan.get("pp_scatter_gather"):  # never searched (Plan.pp_scatter_gather)
+        job.notes.append("pp_scatter_gather: the config's pipeline sends are scatter-gathered "
+                         "over tp; recommend searches whole sends (Megatron-Core's), predict "
+                         "--from-config takes the config's")
     if "tp" in job.pins:
         spec = pad_vocab(job, spec, int(plan["tp"]))
     elif job.vocab_multiple:

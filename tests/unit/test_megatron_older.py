@@ -75,3 +75,12 @@ def test_ddp_impl(tmp_path):
     assert plan["overlap_grad_sync"] is False
     with pytest.raises(PlanError, match="--DDP-impl torch: with a pipeline"):
         plan_of(tmp_path, BASE + "--DDP-impl torch")
+
+
+def test_recommend_says_it_searches_whole_sends(run_cli):
+    """recommend --from-config of such a script: its scatter-gathered sends are not searched
+    (Plan.pp_scatter_gather never is), and it says so rather than drop them without a word."""
+    res = run_cli("recommend", "--from-config", DATA / "megatron_v2_gpt3_175b.sh", "--model",
+                  "gpt3-175b", "--hardware", "dgx-a100-80gb", "--gpus", "1024", "--top", "1")
+    assert res.returncode == 0, res.stderr
+    assert "recommend searches whole sends" in res.stderr
