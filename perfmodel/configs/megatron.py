@@ -273,6 +273,10 @@ def read_megatron(text: str, path: Path) -> JobConfig:
         job.took("launch", " ".join(launch.shown(w) for w in launch.launcher + [launch.script]),
                  f"line {launch.line}")
         launcher_world(launch, where, job)
+        if launch.variables.get("CUDA_LAUNCH_BLOCKING") == "1":  # BLOOM's tr11 script
+            job.notes.append("CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the device "
+                             "(host and device time add there); not modelled: the host's time is "
+                             "taken as queued ahead of the device's")
     job.notes += launch.notes
     settings = parse_words(launch, where, job)
     apply_settings(settings, job, where)

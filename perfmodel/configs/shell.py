@@ -49,6 +49,7 @@ class Launch:
     line: int
     unresolved: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    variables: dict[str, str] = field(default_factory=dict)  # the scalars the script sets
 
     def reason(self, word: str) -> str | None:
         """Why a word cannot be read (it holds a marker), or None."""
@@ -347,7 +348,8 @@ def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> L
                         f"(line {line}); perfmodel cannot tell whether that branch runs")
     at = next(i for i, w in enumerate(words) if is_script(w))
     return Launch(launcher=words[:at], script=words[at], args=words[at + 1:], line=line,
-                  unresolved=dict(state.marks), notes=list(state.notes))
+                  unresolved=dict(state.marks), notes=list(state.notes),
+                  variables=dict(state.scalars))
 
 
 def argument_words(text: str, where: str) -> Launch:

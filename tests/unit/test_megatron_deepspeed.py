@@ -38,6 +38,8 @@ def test_the_bloom_176b_script_reads_as_it_ran():
     assert (plan["first_stage_layers"], plan["last_stage_layers"]) == (5, 5)
     # the comment ending in a backslash continues nothing: --exit-duration-in-mins was read
     assert "--exit-duration-in-mins" in {s.key for s in job.ignored}
+    # its export CUDA_LAUNCH_BLOCKING=1 (host and device time add) is said, not modelled
+    assert any(n.startswith("CUDA_LAUNCH_BLOCKING=1") for n in job.notes)
 
 
 def test_deepspeed_partitions_as_deepspeed_does():
