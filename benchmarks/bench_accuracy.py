@@ -53,6 +53,16 @@ def hardware_of(row: dict[str, Any]) -> str:
         return "dgx-a100-40gb"
     if key in ("H100", "H100PCIE") and (key == "H100PCIE" or "PCIE" in note):
         return "h100-pcie"
+    # H100s that are neither the DGX's SXM5 80 GB HBM3 at 700 W nor the PCIe card (Meta's Grand
+    # Teton: 96 GB HBM2e, 2.4 TB/s, run at 500 W, as torchtitan's H100 benchmarks state; the
+    # 94 GB NVL card): another memory, bandwidth and sustained clock, which no preset has and no
+    # shared measurement gives (a spec file with base: dgx-h100 can state them)
+    other = next((s for s in ("96GB", "HBM2E", "500W", "GRANDTETON", "H100NVL", "94GB")
+                  if s in note), None)
+    if key == "H100" and other:
+        raise ValueError(f"gpu 'H100' with hardware note '{row.get('hardware_note')}': not the "
+                         "DGX H100 (SXM5 80 GB HBM3, 700 W) nor the PCIe card, and no preset has "
+                         "its memory, bandwidth and sustained clock")
     preset = {k.upper(): v for k, v in HARDWARE.items()}.get(key)
     if preset is None:
         raise ValueError(f"gpu '{gpu}' has no preset (known: {', '.join(HARDWARE)})")

@@ -105,6 +105,10 @@ def test_a_model_outside_the_table_takes_its_tokenizers_architecture():
     # Gemma's 256000 is gated and tied; the table's 256000 is Nemotron-4's (squared ReLU)
     (dict(vocab=256000, gated_mlp=True), "vocab 256000: no known"),
     (dict(gpu="H800"), "gpu 'H800' has no preset"),
+    # torchtitan's H100 benchmarks (benchmarks/llama3_h100_202412_torchtitan.md, 9dec370): Grand
+    # Teton's 96 GB HBM2e H100 at 500 W is not the DGX H100
+    (dict(gpu="H100", hardware_note="H100 96GB HBM2e, 500W (Grand Teton)"),
+     "no preset has its memory"),
 ])
 def test_a_row_it_cannot_know_is_refused_in_its_row(tmp_path, change, why):
     frame = pd.DataFrame([ROWS[0], dict(_GPT_2P7B, **change)])
