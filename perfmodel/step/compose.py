@@ -183,9 +183,21 @@ def exposed(comm_s: sp.Expr, overlap: Overlap | None) -> sp.Expr:
     covers, its share taken)."""
     if overlap is None:
         return comm_s
+    return scaled(overlap.enabled, _unhidden(comm_s, overlap)) + \
+        scaled(1 - overlap.enabled, comm_s)
+
+
+def _unhidden(comm_s: sp.Expr, overlap: Overlap) -> sp.Expr:
+    """What an enabled Overlap leaves exposed: max(f c, c - (1 + k) W) (module doc)."""
     window = (1 + overlap.contention) * overlap.window_s
-    rest = lmax(scaled(overlap.floor, comm_s), comm_s - window)
-    return scaled(overlap.enabled, rest) + scaled(1 - overlap.enabled, comm_s)
+    return lmax(scaled(overlap.floor, comm_s), comm_s - window)
+
+
+def hidden_s(comm_s: sp.Expr, overlap: Overlap) -> sp.Expr:
+    """comm_s - exposed(comm_s), written as I (c - max(f c, c - (1 + k) W)): never below 0 in
+    floating point either (c minus something at most c), where the difference of the two
+    expressions can round to -1e-18 with the overlap off (I = 0)."""
+    return scaled(overlap.enabled, comm_s - _unhidden(comm_s, overlap))
 
 
 def scaled(factor: sp.Expr, x: sp.Expr) -> sp.Expr:
@@ -202,7 +214,7 @@ def contention_s(comm_s: sp.Expr, overlap: Overlap) -> sp.Expr:
     = k / (1 + k) x hidden where the collective fits in the stretched window (1 + k) W, k W
     where it does not; k = overlap.contention."""
     k = overlap.contention
-    return scaled(k / (1 + k), comm_s - exposed(comm_s, overlap))
+    return scaled(k / (1 + k), hidden_s(comm_s, overlap))
 
 
 @dataclass(frozen=True)
@@ -236,7 +248,7 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
         total = scaled(ov.share, sp.Add(*(time(c) for c in mine)))
         shown = exposed(total, ov)
         comm.setdefault(mine[0].term, []).append(shown)
-        hidden.setdefault(mine[0].term, []).append(total - shown)
+        hidden.setdefault(mine[0].term, []).append(hidden_s(total, ov))
         if ov.contention != 0:
             slowed.append(contention_s(total, ov))
         for c in mine:
