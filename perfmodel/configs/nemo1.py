@@ -38,7 +38,8 @@ SAME = ("micro_batch_size", "global_batch_size", "tensor_model_parallel_size",
         "num_attention_heads", "num_query_groups", "kv_channels", "max_position_embeddings",
         "make_vocab_size_divisible_by", "sequence_parallel", "moe_router_topk",
         "moe_ffn_hidden_size", "moe_token_dispatcher_type", "moe_grouped_gemm",
-        "moe_shared_expert_intermediate_size", "cross_entropy_loss_fusion")
+        "moe_shared_expert_intermediate_size", "cross_entropy_loss_fusion",
+        "use_tp_pp_dp_mapping")
 RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
            "encoder_seq_length": "seq_length", "num_moe_experts": "num_experts",
            "activations_checkpoint_granularity": "recompute_granularity",
@@ -46,8 +47,15 @@ RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipel
            "activations_checkpoint_num_layers": "recompute_num_layers",
            "ub_tp_comm_overlap": "tp_comm_overlap", "fp8_params": "fp8_param_gather",
            "rampup_batch_size": "rampup_batch_size"}
+# model keys read by _model, _optimizer and settings_of themselves
+READ_HERE = frozenset((
+    "tokenizer", "data", "optim", "activation", "normalization", "bias", "position_embedding_type",
+    "share_embeddings_and_output_weights", "fp8", "fp8_hybrid", "fp8_e4m3", "mcore_gpt", "fsdp",
+    "transformer_block_type", "transformer_engine",
+    "num_micro_batches_with_partial_activation_checkpoints",
+    "activations_checkpoint_layers_per_pipeline"))
 # model keys with the same cost whatever their value (numerics, initialization, fusions of the
-# same work, logging), or read below
+# same work, logging)
 HARMLESS = frozenset((
     "init_method_std", "use_scaled_init_method", "hidden_dropout", "attention_dropout",
     "ffn_dropout", "apply_query_key_layer_scaling", "layernorm_zero_centered_gamma",
@@ -63,23 +71,20 @@ HARMLESS = frozenset((
     "overlap_p2p_comm", "batch_p2p_comm", "sharp", "nsys_profile", "fp8_margin",
     "fp8_interval", "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_wgrad",
     "gc_interval", "defer_embedding_wgrad_compute", "fsdp_sharding_strategy",
-    "fsdp_grad_reduce_dtype", "fsdp_sharded_checkpoint", "mcore_gpt", "transformer_engine",
-    "tokenizer", "data", "optim", "precision", "fp8", "fp8_hybrid", "fp8_e4m3", "activation",
-    "normalization", "bias", "position_embedding_type", "share_embeddings_and_output_weights",
-    "transformer_block_type", "fsdp", "num_micro_batches_with_partial_activation_checkpoints",
-    "activations_checkpoint_layers_per_pipeline", "seq_len_interpolation_factor",
+    "fsdp_grad_reduce_dtype", "fsdp_sharded_checkpoint", "precision",
+    "seq_len_interpolation_factor",
     "tp_comm_overlap_cfg", "ub_tp_comm_overlap_cfg", "rotary_interleaved", "moe_aux_loss_coeff",
     "moe_z_loss_coeff", "moe_router_load_balancing_type", "moe_input_jitter_eps",
-    "moe_token_dropping", "moe_per_layer_logging", "moe_router_pre_softmax",
-    "moe_router_score_function", "moe_permute_fusion", "moe_router_dtype", "use_flash_attention",
-    "layernorm1p", "batch_size", "nemo_path", "restore_from_path", "peft", "virtual_prompt_style",
+    "moe_per_layer_logging", "moe_router_pre_softmax",
+    "moe_router_score_function", "moe_permute_fusion", "moe_router_dtype", "layernorm1p",
+    "batch_size", "nemo_path", "restore_from_path", "peft", "virtual_prompt_style",
     "dist_ckpt_format", "dist_ckpt_load_on_device", "dist_ckpt_parallel_save",
     "dist_ckpt_parallel_save_within_dp", "dist_ckpt_parallel_load",
     "dist_ckpt_torch_dist_multiproc",
     "dist_ckpt_assume_constant_structure", "dist_ckpt_parallel_dist_opt",
     "dist_ckpt_load_strictness", "mock_dataset", "shape_file", "deterministic_mode",
-    "use_te_rng_tracker", "context_parallel_algo", "target", "name", "expert_model_parallel",
-    "enable_megatron_core_optim", "use_tp_pp_dp_mapping", "tp_comm_bootstrap_backend"))
+    "use_te_rng_tracker", "target", "name", "enable_megatron_core_optim",
+    "tp_comm_bootstrap_backend"))
 # the gated MLPs (NeMo 1's activation values): Megatron's --swiglu (three matrices)
 GATED = ("swiglu", "fast-swiglu", "geglu", "fast-geglu", "reglu", "fast-reglu")
 UNGATED = ("gelu", "fast-gelu", "openai-gelu", "relu", "squared-relu")
@@ -150,13 +155,14 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
                 settings[dest] = (key, value)
             else:
                 job.skipped(key, value, "unset: the default")
-        elif name not in HARMLESS:
-            if value in (None, False, 0, [], "", {}):
-                job.skipped(key, value, "off")
-            else:
-                job.strange(key, value)
-        elif name not in ("tokenizer", "data", "optim") and not _read_below(name):
+        elif name in HARMLESS:
             job.skipped(key, value, "the same cost (numerics, fusion, initialization, logging)")
+        elif name in READ_HERE:
+            pass
+        elif value in (None, False, 0, [], "", {}):
+            job.skipped(key, value, "off")
+        else:
+            job.strange(key, value)
     if model.get("fsdp"):
         raise refuse_plan(where, "model.fsdp", True, "NeMo 1's torch FSDP is not modelled "
                           "(the distributed optimizer is: optim.name distributed_fused_adam)")
@@ -212,15 +218,6 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
         if name in model and not (name == "fp8" and model["fp8"]):
             job.skipped(f"model.{name}", model[name], said)
     settings["use_mcore_models"] = ("model.mcore_gpt", True)
-
-
-def _read_below(name: str) -> bool:
-    """Keys _model reads itself (their lines come from the Megatron settings they become)."""
-    return name in ("activation", "normalization", "bias", "position_embedding_type",
-                    "share_embeddings_and_output_weights", "fp8", "fp8_hybrid", "fp8_e4m3",
-                    "mcore_gpt", "fsdp", "transformer_block_type", "transformer_engine",
-                    "num_micro_batches_with_partial_activation_checkpoints",
-                    "activations_checkpoint_layers_per_pipeline")
 
 
 def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:

@@ -181,23 +181,21 @@ class Phase:
 def exposed(comm_s: sp.Expr, overlap: Overlap | None) -> sp.Expr:
     """The part of some communication time that is not hidden [s] (comm_s: what the Overlap
     covers, its share taken)."""
+    return exposed_hidden(comm_s, overlap)[0]
+
+
+def exposed_hidden(comm_s: sp.Expr, overlap: Overlap | None) -> tuple[sp.Expr, sp.Expr]:
+    """(exposed, hidden) of some communication time [s], its enabled Overlap leaving
+    u = max(f c, c - (1 + k) W) exposed (module doc):
+        exposed = I u + (1 - I) c,   hidden = I (c - u)
+    hidden written so, not as c - exposed: never below 0 in floating point either (c minus
+    something at most c), where that difference rounds to -1e-18 with the overlap off (I = 0)."""
     if overlap is None:
-        return comm_s
-    return scaled(overlap.enabled, _unhidden(comm_s, overlap)) + \
-        scaled(1 - overlap.enabled, comm_s)
-
-
-def _unhidden(comm_s: sp.Expr, overlap: Overlap) -> sp.Expr:
-    """What an enabled Overlap leaves exposed: max(f c, c - (1 + k) W) (module doc)."""
+        return comm_s, ZERO
     window = (1 + overlap.contention) * overlap.window_s
-    return lmax(scaled(overlap.floor, comm_s), comm_s - window)
-
-
-def hidden_s(comm_s: sp.Expr, overlap: Overlap) -> sp.Expr:
-    """comm_s - exposed(comm_s), written as I (c - max(f c, c - (1 + k) W)): never below 0 in
-    floating point either (c minus something at most c), where the difference of the two
-    expressions can round to -1e-18 with the overlap off (I = 0)."""
-    return scaled(overlap.enabled, comm_s - _unhidden(comm_s, overlap))
+    unhidden = lmax(scaled(overlap.floor, comm_s), comm_s - window)
+    return (scaled(overlap.enabled, unhidden) + scaled(1 - overlap.enabled, comm_s),
+            scaled(overlap.enabled, comm_s - unhidden))
 
 
 def scaled(factor: sp.Expr, x: sp.Expr) -> sp.Expr:
@@ -213,8 +211,13 @@ def contention_s(comm_s: sp.Expr, overlap: Overlap) -> sp.Expr:
         k / (1 + k) x hidden,   hidden = comm_s - exposed(comm_s)
     = k / (1 + k) x hidden where the collective fits in the stretched window (1 + k) W, k W
     where it does not; k = overlap.contention."""
+    return _slowed(exposed_hidden(comm_s, overlap)[1], overlap)
+
+
+def _slowed(hidden: sp.Expr, overlap: Overlap) -> sp.Expr:
+    """k / (1 + k) x a hidden part (contention_s, from exposed_hidden's)."""
     k = overlap.contention
-    return scaled(k / (1 + k), hidden_s(comm_s, overlap))
+    return scaled(k / (1 + k), hidden)
 
 
 @dataclass(frozen=True)
@@ -246,11 +249,11 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
         if not mine:
             continue
         total = scaled(ov.share, sp.Add(*(time(c) for c in mine)))
-        shown = exposed(total, ov)
+        shown, hid = exposed_hidden(total, ov)
         comm.setdefault(mine[0].term, []).append(shown)
-        hidden.setdefault(mine[0].term, []).append(hidden_s(total, ov))
+        hidden.setdefault(mine[0].term, []).append(hid)
         if ov.contention != 0:
-            slowed.append(contention_s(total, ov))
+            slowed.append(_slowed(hid, ov))
         for c in mine:
             covered[c.name].append(ov.share)
     for c in phase.comms:
