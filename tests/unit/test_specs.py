@@ -605,3 +605,20 @@ def test_gpus_per_host_divides_the_node_and_sizes_the_launch():
     data = {k: v for k, v in load_hardware("dgx-h100").to_dict().items() if k != "levels"}
     with pytest.raises(SpecError, match=r"gpus_per_host \(3\) must divide gpus_per_node \(8\)"):
         hardware_from_dict({**data, "gpus_per_host": 3}, "test")
+
+
+def test_host_op_cost_follows_the_host_cpu():
+    # One rule for every preset's host time per framework op: the x86 hosts' 4 us, scaled by how
+    # much slower a CPU ran the same script. GB200's Grace: one torch.nn.Linear forward (bf16,
+    # hidden 2048, 8192 tokens) 37.08 us of CPU time against DGX H100's Xeon 8480C 13.48 us
+    # (NVIDIA/TransformerEngine issue #2053, 2025-08-11, its table).
+    def host_op(name: str) -> float:
+        hw = load_hardware(name)
+        return hw.host_op_overhead_s or hw.kernel_overhead_s
+
+    x86 = host_op("dgx-h100")
+    assert host_op("dgx-b200") == x86  # Xeon 8570: the same generation, no measurement of its own
+    assert host_op("gb200-nvl72") == pytest.approx(x86 * 37.08 / 13.48, rel=0.01)
+    # the GPU's own launch cost (kernel_overhead_s) is the device's, not Grace's
+    assert (load_hardware("gb200-nvl72").kernel_overhead_s
+            == load_hardware("dgx-h100").kernel_overhead_s)
