@@ -981,7 +981,10 @@ def recommend(model: str | None, from_config: str | None,
     with contextlib.ExitStack() as stack:  # the CSV is written as the search goes, whole or not
         csv_file = stack.enter_context(atomic_file(csv_path, what="plans CSV")) if csv_path \
             else None
-        rec = run(spec, hw, req, top=top, on_chunk=PlanCsv(csv_file) if csv_file else None)
+        # the plans a lower bound on their step time ranks below the best are skipped unless the
+        # answer shows every evaluated plan (the CSV, the Pareto plot, the HTML report)
+        rec = run(spec, hw, req, top=top, on_chunk=PlanCsv(csv_file) if csv_file else None,
+                  prune=not (csv_file or plot_path or html_path))
     parameters = parameter_count(spec, hw, req.dtype)
     data = {"model": spec.name, "parameters": parameters,
             "active_parameters": active_parameters(spec, parameters),
@@ -992,7 +995,7 @@ def recommend(model: str | None, from_config: str | None,
         changed = hw
         for change in what_if:
             changed = apply_what_if(changed, change)
-        alt = run(spec, changed, req, top=1)
+        alt = run(spec, changed, req, top=1, prune=True)
         data["what_if"] = {"changes": list(what_if),
                            "best": alt.to_dict()["plans"][0] if alt.top else None,
                            "speedup": (rec.top[0].step_time_s / alt.top[0].step_time_s)

@@ -157,20 +157,67 @@ class Compiled:
 
 
 STATES = ("weights", "gradients", "optimizer_states")
+# Lower bounds on the step time, cheaper to evaluate than it (search(prune=True)). Every term of
+# a stage's time is a time (>= 0), and a stage's micro-batch is the sum of its terms (on a GPU the
+# host's exposed share is a term of its own: the smooth maximum of host and device time is the
+# device's terms plus it); the step is m times the slowest stage plus its own terms (>= 0: the
+# pipeline's fill and drain, the gradient sync, the optimizer). So any choice of terms gives a
+# bound, m max_stage (sum of its chosen stage terms) + the chosen step terms. The choice is by
+# what a term depends on: the terms that depend on no plan group of `unread` (the groups of
+# perfmodel.encode.GROUPS), so that the bound is evaluated once per combination of the others
+# (perfmodel.staged). tests/unit/test_search_bound.py checks step_time >= bound.
+BOUNDS_UNREAD = {
+    # evaluated per plan beside the model-state memory: all but what the overlaps decide
+    "step_time_lb": ("overlap",),
+    # per combination of a grid's degrees, micro-batch, schedule, recompute, sequence
+    # parallelism and cp exchange: before its plans are enumerated (search._Pruner)
+    "step_time_lb_grid": ("overlap", "zero"),
+}
+
+
+def step_lower_bound(built: Any, unread: tuple[str, ...]) -> Any:
+    """m x max over the stages of their terms + the step's terms, of the terms that depend on no
+    group of `unread` [s]: at most the step time of every plan of the family."""
+    from perfmodel import symbols as S
+    from perfmodel.codegen import free_symbols
+    from perfmodel.costs.lattice import lmax
+    from perfmodel.encode import GROUPS
+
+    table = S.table()
+    unread_symbols = {table[name][0] for g in GROUPS if g.name in unread
+                      for name in g.symbols if name in table}
+
+    def chosen(term: Any) -> bool:
+        return not unread_symbols.intersection(free_symbols([term]))
+
+    stages: dict[str, list[Any]] = {}
+    step = []
+    for key, term in built.time_terms.items():
+        stage, _, _ = key.partition(":") if ":" in key else ("", "", "")
+        if stage:
+            stages.setdefault(stage, []).append(term if chosen(term) else 0)
+        elif chosen(term):
+            step.append(term)
+    return lmax(*(sum(terms, 0) for terms in stages.values())) + sum(step, 0)
 
 
 def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:
     """Flatten a built step model into name -> expression.
 
     which: "all" (every term, for predict), "search" (step time, memory per stage, model FLOPs, for
-    ranking arrays of plans) or "bounds" (model-state memory per stage: a cheap pruning bound).
+    ranking arrays of plans) or "bounds" (cheap pruning bounds: model-state memory per stage and
+    the step time's lower bounds of BOUNDS_UNREAD).
     """
+    out: dict[str, Any]
     if which == "bounds":
-        return {f"states:{st}": sum(terms[k] for k in STATES)
-                for st, terms in built.memory_terms.items()}
+        out = {f"states:{st}": sum(terms[k] for k in STATES)
+               for st, terms in built.memory_terms.items()}
+        out.update({name: step_lower_bound(built, unread)
+                    for name, unread in BOUNDS_UNREAD.items()})
+        return out
     if which == "search":
-        out: dict[str, Any] = {"step_time": built.step_time,
-                               "q:model_flops_per_step": built.quantities["model_flops_per_step"]}
+        out = {"step_time": built.step_time,
+               "q:model_flops_per_step": built.quantities["model_flops_per_step"]}
         out.update({f"memory:{st}": sum(terms.values())
                     for st, terms in built.memory_terms.items()})
         return out

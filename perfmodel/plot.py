@@ -163,6 +163,10 @@ def pareto_axes(result: Any, ax: Any = None) -> Any:
                             f"{type(result).__name__} without {attr}")
     if not result.evaluated:
         raise DataError("pareto_axes: the search evaluated no plan (nothing to plot)")
+    if getattr(result, "skipped", 0):
+        raise DataError(f"pareto_axes: the search skipped {result.skipped:,} plans by their "
+                        "step time's lower bound, so its front lacks them (search with "
+                        "prune=False)")
     sample, front = result.sample, result.front
     ax = _axes(ax)
     label = ("evaluated plans" if len(sample) == result.evaluated else

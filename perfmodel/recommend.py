@@ -44,6 +44,7 @@ class Recommendation:
         return {
             "plans": plans,
             "evaluated": int(r.evaluated),
+            "skipped": int(r.skipped),
             "enumerated": int(r.enumerated),
             "feasible": int(r.feasible),
             "search_time_s": r.search_time_s,
@@ -58,11 +59,13 @@ class Recommendation:
 
 
 def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, top: int = 5,
-              on_chunk: Callable[[Scored], None] | None = None) -> Recommendation:
+              on_chunk: Callable[[Scored], None] | None = None,
+              prune: bool = False) -> Recommendation:
     """Search, predict the `top` best plans one by one (perfmodel.predict, Plan.check included)
-    and explain the best. on_chunk: see perfmodel.search.search."""
+    and explain the best. on_chunk, prune: see perfmodel.search.search (prune: the same best
+    plans and explanation, the result's Pareto front and sample of the plans evaluated only)."""
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
-    result = search(model, hardware, req, top=top, on_chunk=on_chunk)
+    result = search(model, hardware, req, top=top, on_chunk=on_chunk, prune=prune)
     if not len(result.best):
         reason = infeasible_reason(model, hardware, req, result)
         return Recommendation(result, [], {"infeasible": reason})
@@ -92,7 +95,7 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
     bf16_fields: dict[str, Any] = dict(dtype=bf16, fp8_recipe=None, fp8_output_layer=False,
                                        fp8_params=False)  # fields of dtype fp8 only, off
     alt_req = dataclasses.replace(req, **bf16_fields)
-    alt = search(model, hardware, alt_req, top=1)
+    alt = search(model, hardware, alt_req, top=1, prune=True)
     as_bf16 = best.plan.replace(**bf16_fields)
     same = predict(model, hardware, as_bf16)
     gemm_s = sum(same.breakdown_s[k] - best.breakdown_s[k] for k in FP8_GEMM_TERMS)
@@ -145,7 +148,7 @@ def parallelism_wins(model: TransformerSpec, hardware: HardwareSpec, result: Sea
         if degree == 1 or getattr(req, axis) is not None:
             continue
         without: dict[str, Any] = {axis: 1}
-        alt = search(model, hardware, dataclasses.replace(req, **without), top=1)
+        alt = search(model, hardware, dataclasses.replace(req, **without), top=1, prune=True)
         entry: dict[str, Any] = {"axis": axis, "degree": degree, "best_without": None,
                                  "objective_without": None, "step_time_without_s": None}
         if len(alt.best):

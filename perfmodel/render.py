@@ -445,8 +445,10 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
     if "parameters" in data:
         con.print(model_line(data["model"], data["model_source"], data["parameters"],
                              data["seq_len"], data["seq_len_from"]), markup=False)
+    skipped = (f" ({r.skipped:,} more skipped: a lower bound on their step time ranks them "
+               f"below the best)") if r.skipped else ""
     con.print(f"searched {r.enumerated:,} plans in {r.search_time_s:.2f} s: {r.evaluated:,} "
-              f"evaluated after the memory bound, {r.feasible:,} fit")
+              f"evaluated after the memory bound{skipped}, {r.feasible:,} fit")
     con.print(f"ranked by {r.request.objective.value.replace('_', ' ')} "
               f"({OBJECTIVE_UNITS[data.get('objective_unit', 's')]})")
     con.print(memory_limit_line(r))

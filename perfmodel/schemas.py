@@ -294,8 +294,17 @@ def schema(kind: str) -> dict[str, Any]:
             "model": STRING, "parameters": NUMBER, "active_parameters": NUMBER,
             **MODEL_SUMMARY,
             "plans": {"type": "array", "items": RECOMMENDED, "description": "Best first."},
-            "evaluated": {"type": "integer"}, "enumerated": {"type": "integer"},
-            "feasible": {"type": "integer"}, "search_time_s": NUMBER,
+            "evaluated": {"type": "integer", "description": "Plans evaluated in full (they "
+                          "passed the memory bound and, in a pruned search, the step-time "
+                          "bound)."},
+            "enumerated": {"type": "integer",
+                           "description": "Plans searched: every plan the rules allow."},
+            "feasible": {"type": "integer", "description": "Of the plans evaluated, those "
+                         "that fit."},
+            "skipped": {"type": "integer", "description": "Plans not evaluated because a lower "
+                        "bound on their step time ranks them below the best (0 when the search "
+                        "evaluates every plan: --csv, --plot, --html)."},
+            "search_time_s": NUMBER,
             "objective": STRING,
             "objective_unit": {"type": "string", "description": "s, price units or price "
                                                                  "units per step"},

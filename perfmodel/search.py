@@ -26,7 +26,7 @@ from perfmodel.errors import PlanError
 from perfmodel.evaluate import family_of
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.staged import GroupValues, compile_staged, run
+from perfmodel.staged import GroupValues, compile_staged, output_groups, run
 from perfmodel.strategy import (
     COLUMNS,
     DEFAULT_MEMORY_MARGIN,
@@ -64,6 +64,12 @@ PLACEMENTS = tuple(p.value for p in (Placement.TP_DP_PP, Placement.TP_PP_DP, Pla
 CP_PLACEMENTS = tuple(p.value for p in (Placement.TP_DP_CP_PP, Placement.TP_PP_CP_DP))
 
 CHUNK_PLANS = 1 << 18  # plans enumerated and evaluated at once: ~100 MB of columns and terms
+# With a step-time bound (search(prune=True)): the plans of a chunk with the lowest lower bounds,
+# evaluated first so that the best of them cut the rest (StepBound)
+PROBE_PLANS = 2048
+PRUNE_PLANS = 2 * CHUNK_PLANS  # fewer candidate plans are all evaluated: bounding costs more
+PROBE_ROUNDS = 8  # probes of PROBE_PLANS while fewer than the best `top` fit
+BOUND_SLACK = 1e-9  # relative: a lower bound and a step time of the same plan agree to rounding
 SAMPLE_PLANS = 20_000  # evaluated plans kept at random (the plot's scatter, the tests' sample)
 DEFAULT_TOP = 100  # best plans kept (the CLI's --top allows up to 100)
 
@@ -464,13 +470,23 @@ class _Grid:
             cols.update({name: values[at] for name, values in self.axes[i].items()})
         return _Block(self.fixed, cols, math.prod(shape))
 
-    def plans(self, ruled_mask: np.ndarray) -> _Block | None:
-        """The plans whose combination of the ruled axes' rows ruled_mask allows (flat, as
-        ruled_plans orders them); None if none."""
-        shape = self.shape
-        ruled = self.ruled
-        mask = ruled_mask.reshape([shape[i] if i in ruled else 1 for i in range(len(shape))])
-        keep = np.flatnonzero(np.broadcast_to(mask, shape))
+    def spread(self, mask: np.ndarray, axes: tuple[int, ...],
+               onto: tuple[int, ...]) -> np.ndarray:
+        """A mask over the combinations of `axes` (flat or shaped, C order) as a mask over
+        those of `onto` (axes a subset of onto, both ascending), shaped."""
+        shaped = mask.reshape([self.shape[i] for i in axes])
+        expanded = shaped.reshape([self.shape[i] if i in axes else 1 for i in onto])
+        return np.broadcast_to(expanded, [self.shape[i] for i in onto])
+
+    def block(self, axes: tuple[int, ...], mask: np.ndarray, first: bool = False
+              ) -> _Block | None:
+        """The plans whose rows of `axes` (ascending) the mask over their combinations allows,
+        every row of the other axes (or, with `first`, their first row only); None if none."""
+        shape = [self.shape[i] if (i in axes or not first) else 1
+                 for i in range(len(self.shape))]
+        expanded = np.reshape(mask, [self.shape[i] if i in axes else 1
+                                     for i in range(len(self.shape))])
+        keep = np.flatnonzero(np.broadcast_to(expanded, shape))
         if not len(keep):
             return None
         index = np.unravel_index(keep, shape)
@@ -478,6 +494,11 @@ class _Grid:
         for at, axis in zip(index, self.axes, strict=True):
             cols.update({name: values[at] for name, values in axis.items()})
         return _Block(self.fixed, cols, len(keep))
+
+    def plans(self, ruled_mask: np.ndarray) -> _Block | None:
+        """The plans whose combination of the ruled axes' rows ruled_mask allows (flat, as
+        ruled_plans orders them); None if none."""
+        return self.block(tuple(self.ruled), ruled_mask)
 
 
 @dataclass
@@ -566,7 +587,6 @@ def _blocks(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_
     (recompute, ZeRO stage, placement): every rule on every plan, at the cost of the small
     grids."""
     pending: list[_Grid] = []
-    rows = 0
 
     def check() -> Iterator[_Block]:
         parts = [g.ruled_plans() for g in pending]
@@ -579,14 +599,24 @@ def _blocks(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_
             if block is not None:
                 yield block
 
-    for grid in _grids(model, req, size):
-        pending.append(grid)
+    for batch in _rule_batches(_grids(model, req, size)):
+        pending = [grid for _, grid in batch]
+        yield from check()
+
+
+def _rule_batches(grids: Iterable[_Grid]) -> Iterator[list[tuple[int, _Grid]]]:
+    """The grids (with their positions) in batches of about RULE_BATCH ruled combinations: the
+    plan rules are checked over a batch at once."""
+    pending: list[tuple[int, _Grid]] = []
+    rows = 0
+    for i, grid in enumerate(grids):
+        pending.append((i, grid))
         rows += grid.ruled_size
         if rows >= RULE_BATCH:
-            yield from check()
+            yield pending
             pending, rows = [], 0
     if pending:
-        yield from check()
+        yield pending
 
 
 def _placements(req: SearchRequest, dp: int, tp: int, pp: int, cp: int = 1) -> list[int]:
@@ -621,6 +651,164 @@ def plan_chunks(model: TransformerSpec, req: SearchRequest,
         rows += n
     if blocks:
         yield Plans(_columns(blocks, COLUMNS))
+
+
+class _Pruner:
+    """The search's branch and bound (search(prune=True)): a plan whose step time's lower bound
+    (perfmodel.evaluate.BOUNDS_UNREAD) cannot rank among the best is never evaluated in full,
+    and a part of a grid whose every plan is such is never enumerated.
+
+    A grid's bound (step_time_lb_grid) reads the degrees, the micro-batch and some options (the
+    schedule, recompute, sequence parallelism, the cp exchange, the placement: what
+    perfmodel.staged says its terms read), not ZeRO or the overlaps: the grid's skeleton, its
+    rows of the axes the bound reads with the others at their first row, gives the bound of every
+    plan at a fraction of the cost of the plans. Before the search the skeleton rows of the lowest
+    bounds are evaluated in full (their grids' plans, about PROBE_PLANS of them, counted again
+    when the search meets them): the best of them is what the others must beat from the start.
+    Each grid is then enumerated without the plans of the rows that cannot beat what the search
+    has found so far (they count as skipped), and each chunk's plans are held to the tighter
+    per-plan bound (step_time_lb) before the full model."""
+
+    def __init__(self, model: TransformerSpec, req: SearchRequest, evaluator: Evaluator,
+                 capacity: float, keeper: _Keeper) -> None:
+        self.model, self.req, self.evaluator = model, req, evaluator
+        self.capacity, self.keeper = capacity, keeper
+        self.probe = np.zeros(0)  # objectives of the probe's plans that fit
+        self.skipped = 0  # plans that obey the rules, never enumerated (not yet counted)
+        self.bound = StepBound(lambda step, gpus: objective_of(req, model, step, gpus),
+                               self.reach)
+
+    def reach(self, more: np.ndarray | None = None) -> float:
+        """The objective a plan must reach (the keeper's best, the probe's and `more`)."""
+        extra = self.probe if more is None or not len(more) else \
+            np.concatenate([self.probe, more])
+        return self.keeper.reach(extra)
+
+    def chunks(self) -> Iterator[Plans]:
+        """The request's plans in plan_chunks' order, but those of the grids' skeleton rows whose
+        bound cannot rank (counted in `skipped` as they are passed), in chunks of at most
+        CHUNK_PLANS."""
+        grids = list(_grids(self.model, self.req, CHUNK_PLANS))
+        axes = [self._skeleton_axes(g) for g in grids]
+        lowest = self._lowest(grids, axes)
+        self._probe(grids, axes, lowest)
+        blocks: list[_Block] = []
+        rows = 0
+        for block in self._blocks(grids, axes, lowest):
+            if rows + block.n > CHUNK_PLANS and blocks:
+                yield Plans(_columns(blocks, COLUMNS))
+                blocks, rows = [], 0
+            blocks.append(block)
+            rows += block.n
+        if blocks:
+            yield Plans(_columns(blocks, COLUMNS))
+
+    def _skeleton_axes(self, grid: _Grid) -> tuple[int, ...]:
+        """The grid's axes that hold a column of a group its bound reads (the micro-batch's
+        always: the first)."""
+        groups = self.evaluator.bound_groups(grid.fixed["tp_layout"])
+        columns = {c for g in encode.GROUPS if g.name in groups for c in g.columns}
+        return tuple(i for i, a in enumerate(grid.axes) if i == 0 or columns.intersection(a))
+
+    def _lowest(self, grids: list[_Grid], axes: list[tuple[int, ...]]) -> list[np.ndarray]:
+        """Each grid's bound on its skeleton (shaped by its skeleton axes; -inf where not a
+        number, so that it never prunes)."""
+        out: list[np.ndarray] = []
+        pending: list[tuple[_Block, tuple[int, ...]]] = []
+        rows = 0
+
+        def flush() -> None:
+            plans = Plans(_columns([b for b, _ in pending], COLUMNS))
+            bound = self.evaluator.lower_bounds(plans)
+            bound = np.where(np.isnan(bound), -np.inf, bound)
+            start = 0
+            for block, shape in pending:
+                out.append(bound[start:start + block.n].reshape(shape))
+                start += block.n
+            pending.clear()
+
+        for grid, at in zip(grids, axes, strict=True):
+            block = grid.block(at, np.ones([grid.shape[i] for i in at], dtype=bool), first=True)
+            assert block is not None
+            pending.append((block, tuple(grid.shape[i] for i in at)))
+            rows += block.n
+            if rows >= CHUNK_PLANS:
+                flush()
+                rows = 0
+        if pending:
+            flush()
+        return out
+
+    def _objective(self, grid: _Grid, bound: np.ndarray) -> np.ndarray:
+        gpus = np.full(bound.shape, grid.fixed["gpus"])
+        return self.bound.objective(bound.ravel(), gpus.ravel()).reshape(bound.shape)
+
+    def _probe(self, grids: list[_Grid], axes: list[tuple[int, ...]],
+               lowest: list[np.ndarray]) -> None:
+        """Evaluate in full the plans of the skeleton rows of the lowest bounds, about
+        PROBE_PLANS of them."""
+        objectives = [self._objective(g, b) for g, b in zip(grids, lowest, strict=True)]
+        flat = np.concatenate([o.ravel() for o in objectives])
+        owner = np.repeat(np.arange(len(grids)), [o.size for o in objectives])
+        offset = np.concatenate(([0], np.cumsum([o.size for o in objectives])))
+        ranked = iter(np.argsort(flat, kind="stable"))
+        for _ in range(PROBE_ROUNDS):  # until the best `top` fit
+            chosen: dict[int, np.ndarray] = {}
+            size = 0
+            for k in ranked:
+                i = int(owner[k])
+                mask = chosen.setdefault(i, np.zeros(objectives[i].shape, dtype=bool))
+                mask.flat[k - offset[i]] = True
+                size += math.prod(grids[i].shape) // objectives[i].size
+                if size >= PROBE_PLANS:
+                    break
+            if not chosen:
+                return
+            order = sorted(chosen)
+            blocks = [b for b, _ in self._allowed([grids[i] for i in order],
+                                                  [axes[i] for i in order],
+                                                  [chosen[i] for i in order]) if b is not None]
+            if blocks:
+                plans = Plans(_columns(blocks, COLUMNS))
+                step, memory, _, _, _ = self.evaluator.evaluate(plans, self.capacity)
+                fits = np.isfinite(step) & (memory <= self.capacity)
+                self.probe = np.concatenate(
+                    [self.probe, self.bound.objective(step[fits], plans.cols["gpus"][fits])])
+            if math.isfinite(self.reach()):
+                return
+
+    def _allowed(self, grids: list[_Grid], axes: list[tuple[int, ...]],
+                 keeps: list[np.ndarray]) -> Iterator[tuple[_Block | None, int]]:
+        """Each grid's plans that obey the plan rules (checked over the grids at once, as
+        _blocks does) and that its mask `keep` (over its skeleton axes) allows, and how many
+        plans that obey the rules it leaves out."""
+        parts = [g.ruled_plans() for g in grids]
+        mask = allowed(PlanColumns(_columns(parts, [*parts[0].fixed, *parts[0].cols])),
+                       self.model)
+        start = 0
+        for grid, part, at, keep in zip(grids, parts, axes, keeps, strict=True):
+            ok = mask[start:start + part.n]
+            start += part.n
+            both = tuple(sorted(set(grid.ruled) | set(at)))
+            rules = grid.spread(ok, tuple(grid.ruled), both)
+            kept = rules & grid.spread(keep, at, both)
+            rest = math.prod(grid.shape) // math.prod(grid.shape[i] for i in both)
+            yield grid.block(both, kept), int((rules & ~kept).sum()) * rest
+
+    def _blocks(self, grids: list[_Grid], axes: list[tuple[int, ...]],
+                lowest: list[np.ndarray]) -> Iterator[_Block]:
+        """The plans of the grids that obey the rules and whose skeleton row's bound can rank
+        (RULE_BATCH ruled combinations checked at a time, each batch against the reach of the
+        moment)."""
+        for batch in _rule_batches(grids):
+            pending = [i for i, _ in batch]
+            reach = self.reach()
+            keeps = [self._objective(grids[i], lowest[i]) <= reach for i in pending]
+            for block, left_out in self._allowed([grids[i] for i in pending],
+                                                 [axes[i] for i in pending], keeps):
+                self.skipped += left_out
+                if block is not None:
+                    yield block
 
 
 def enumerate_plans(model: TransformerSpec, req: SearchRequest) -> Plans:
@@ -735,18 +923,98 @@ class Evaluator:
         self.model, self.hardware, self.req = model, hardware, req
         self.universal = family_of(model, hardware, req.shared_plan())
         self.scalars = scalar_values(model, hardware, req)
+        self._bound_groups: dict[str, frozenset[str]] = {}
 
     def __call__(self, plans: Plans,
                  capacity: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Step time, memory per GPU (reserved memory not included) and model FLOPs of every
         plan, and which passed the memory bound; one family per tensor layout: Megatron 1D (most
         plans, the smallest expression), the 2d/2.5d grids, the 3d cube."""
+        step, memory, flops, keep, _ = self.evaluate(plans, capacity)
+        return step, memory, flops, keep
+
+    def evaluate(self, plans: Plans, capacity: float, bound: StepBound | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """As __call__, and which plans were evaluated in full: those that pass the memory bound
+        and, with a `bound`, whose step time's lower bound can still rank them among the best
+        (StepBound); the others keep an infinite step time."""
         n = len(plans)
         step, memory, flops = np.full(n, np.inf), np.zeros(n), np.zeros(n)
-        keep = np.zeros(n, dtype=bool)
+        keep, done = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         if n == 0:
-            return step, memory, flops, keep
+            return step, memory, flops, keep, done
         groups = group_values(self.hardware, plans)
+        gpus = plans.cols["gpus"]
+        for family, rows, part in self._by_layout(groups):
+            result = self._family(part, family, capacity, bound, gpus[rows])
+            for target, values in zip((step, memory, flops, keep, done), result, strict=True):
+                target[rows] = values
+        return step, memory, flops, keep, done
+
+    def _family(self, groups: dict[str, GroupValues], family: Any, capacity: float,
+                bound: StepBound | None = None, gpus: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The bounds first (model states alone must fit; with `bound`, the step time's lower
+        bound must reach the best plans), then the full model on the plans that pass them; each
+        evaluated term by term (see perfmodel.staged). With a bound, the plans with the lowest
+        lower bounds go first (PROBE_PLANS of them), so that the best plans they find cut the
+        rest."""
+        n = len(groups["topology"].codes)
+        bounds = run(compile_staged(family, "bounds", GROUPS), self.scalars, groups, n)
+        memory = _largest(bounds, "states:")
+        keep = memory <= capacity  # model states alone must fit: a lower bound on memory
+        step = np.full(n, np.inf)
+        flops = np.zeros(n)
+        done = np.zeros(n, dtype=bool)
+        todo = np.flatnonzero(keep)
+        if bound is not None and len(todo):
+            assert gpus is not None
+            lowest = bound.objective(bounds["step_time_lb"], gpus)
+            todo = todo[lowest[todo] <= bound.reach(None)]
+            todo = todo[np.argsort(lowest[todo], kind="stable")]
+            found = np.zeros(0)  # objectives of the probes' plans that fit
+            for _ in range(PROBE_ROUNDS):  # lowest bounds first, until the best can cut
+                if len(todo) <= 2 * PROBE_PLANS:
+                    break
+                probe, todo = todo[:PROBE_PLANS], todo[PROBE_PLANS:]
+                self._full(groups, family, probe, step, memory, flops, done)
+                fits = probe[np.isfinite(step[probe]) & (memory[probe] <= capacity)]
+                found = np.concatenate([found, bound.objective(step[fits], gpus[fits])])
+                reach = bound.reach(found)
+                todo = todo[lowest[todo] <= reach]
+                if math.isfinite(reach):
+                    break
+        self._full(groups, family, todo, step, memory, flops, done)
+        return step, memory, flops, keep, done
+
+    def lower_bounds(self, plans: Plans) -> np.ndarray:
+        """The step time's lower bound of every plan that a grid's skeleton gives
+        (perfmodel.evaluate.BOUNDS_UNREAD, "step_time_lb_grid")."""
+        n = len(plans)
+        out = np.full(n, -np.inf)
+        if n == 0:
+            return out
+        groups = group_values(self.hardware, plans)
+        for family, rows, part in self._by_layout(groups):
+            size = len(part["topology"].codes)
+            out[rows] = run(compile_staged(family, "bounds", GROUPS), self.scalars, part,
+                            size)["step_time_lb_grid"]
+        return out
+
+    def bound_groups(self, layout: int) -> frozenset[str]:
+        """The plan groups the grid's lower bound of a tensor layout's family reads."""
+        name = next(f for f, codes in encode.LAYOUT_FAMILIES.items() if layout in codes)
+        cached = self._bound_groups.get(name)
+        if cached is None:
+            family = dataclasses.replace(self.universal, tp_layout=name)
+            cached = frozenset(output_groups(compile_staged(family, "bounds", GROUPS),
+                                             "step_time_lb_grid"))
+            self._bound_groups[name] = cached
+        return cached
+
+    def _by_layout(self, groups: dict[str, GroupValues]
+                   ) -> Iterator[tuple[Any, slice | np.ndarray, dict[str, GroupValues]]]:
+        """(family, the rows of its plans, their groups) for each tensor layout present."""
         topology = groups["topology"]
         layouts = topology.rows["tp_layout"]  # sorted
         for family_layout, codes in encode.LAYOUT_FAMILIES.items():
@@ -763,34 +1031,33 @@ class Evaluator:
             part = {g: (values.restrict(index, lo, hi) if g == "topology" else
                         values if index is None else values.take(index))
                     for g, values in groups.items()}
-            family = dataclasses.replace(self.universal, tp_layout=family_layout)
-            result = self._family(part, family, capacity)
-            for target, values in zip((step, memory, flops, keep), result, strict=True):
-                target[rows] = values
-        return step, memory, flops, keep
+            yield dataclasses.replace(self.universal, tp_layout=family_layout), rows, part
 
-    def _family(self, groups: dict[str, GroupValues], family: Any,
-                capacity: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The memory bound (model states alone must fit) first, then the full model on the
-        plans that pass it; each evaluated term by term (see perfmodel.staged)."""
+    def _full(self, groups: dict[str, GroupValues], family: Any, at: np.ndarray,
+              step: np.ndarray, memory: np.ndarray, flops: np.ndarray, done: np.ndarray) -> None:
+        """The full model of the plans at positions `at`, written into step, memory and flops."""
+        if not len(at):
+            return
+        at = np.sort(at)  # the whole range in order passes the groups as they are
         n = len(groups["topology"].codes)
-        bounds = run(compile_staged(family, "bounds", GROUPS), self.scalars, groups, n)
-        memory = _largest(bounds, "states:")
-        keep = memory <= capacity  # model states alone must fit: a lower bound on memory
-        step = np.full(n, np.inf)
-        flops = np.zeros(n)
-        idx = None if keep.all() else np.flatnonzero(keep)
-        if idx is not None:
-            if not len(idx):
-                return step, memory, flops, keep
-            groups = {g: values.take(idx) for g, values in groups.items()}
-        m = n if idx is None else len(idx)
-        out = run(compile_staged(family, "search", GROUPS), self.scalars, groups, m)
-        rows = slice(None) if idx is None else idx
-        step[rows] = out["step_time"]
-        memory[rows] = _largest(out, "memory:")
-        flops[rows] = out["q:model_flops_per_step"]
-        return step, memory, flops, keep
+        part = groups if len(at) == n else {g: values.take(at) for g, values in groups.items()}
+        out = run(compile_staged(family, "search", GROUPS), self.scalars, part, len(at))
+        step[at] = out["step_time"]
+        memory[at] = _largest(out, "memory:")
+        flops[at] = out["q:model_flops_per_step"]
+        done[at] = True
+
+
+@dataclass(frozen=True)
+class StepBound:
+    """What a plan's step time must reach to rank among a search's best (perfmodel.evaluate.
+    step_lower_bound): objective(step times, GPU counts) gives the plans' objectives, and
+    reach(objectives of plans that fit, or None) the objective that the `top`-th best of the
+    search so far and those plans leaves to beat (inf while fewer fit), with a margin of
+    BOUND_SLACK for rounding: a plan whose lower bound's objective is above it cannot rank."""
+
+    objective: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    reach: Callable[[np.ndarray | None], float]
 
 
 def _largest(out: dict[str, np.ndarray], prefix: str) -> np.ndarray:
@@ -968,6 +1235,10 @@ class SearchResult:
     feasible: int
     search_time_s: float
     capacity_bytes: float
+    # plans not evaluated because their step time's lower bound ranks them below the best
+    # (search(prune=True); some would not have passed the memory bound either): the front and
+    # the sample lack them
+    skipped: int = 0
     notes: list[str] = field(default_factory=list)
 
     def plan(self, rows: Scored, i: int) -> Plan:
@@ -993,11 +1264,23 @@ class _Keeper:
         # objective / step time is at least this (the objective grows with the step time and the
         # GPU count): bounds the best plan's step time by the best objective so far
         self.min_factor = float(objective_of(req, model, np.ones(1), np.array([min(req.gpus)]))[0])
-        self.enumerated = self.evaluated = self.feasible = 0
+        self.enumerated = self.evaluated = self.feasible = self.skipped = 0
 
-    def add(self, rows: Scored) -> None:
-        """Keep what the chunk `rows` adds; only the few rows kept are copied."""
+    def reach(self, more: np.ndarray | None = None) -> float:
+        """The objective a plan must reach to rank among the `top` best: the top-th smallest of
+        the best so far and `more` (objectives of plans that fit), with BOUND_SLACK; inf while
+        fewer fit."""
+        objectives = self.best.objective if more is None or not len(more) else \
+            np.concatenate([self.best.objective, more])
+        if len(objectives) < self.top:
+            return math.inf
+        return float(np.partition(objectives, self.top - 1)[self.top - 1]) * (1 + BOUND_SLACK)
+
+    def add(self, rows: Scored, skipped: int = 0) -> None:
+        """Keep what the chunk `rows` adds (`skipped` of its plans passed the memory bound but
+        not the step-time bound); only the few rows kept are copied."""
         self.enumerated += len(rows)
+        self.skipped += skipped
         done = np.flatnonzero(rows.evaluated)
         if not self.evaluated and not len(done):  # only bounds so far: the leanest states
             self.bound_nearest = _leanest(
@@ -1072,16 +1355,23 @@ class _Keeper:
         order = np.argsort(self.sample.index)
         return SearchResult(req, self.best, self.front, self.sample.take(order),
                             self.fastest_unfit, faster, at_least, nearest, self.enumerated,
-                            self.evaluated, self.feasible, time.perf_counter() - start, capacity)
+                            self.evaluated, self.feasible, time.perf_counter() - start, capacity,
+                            self.skipped)
 
 
 def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *,
            top: int = DEFAULT_TOP,
-           on_chunk: Callable[[Scored], None] | None = None) -> SearchResult:
+           on_chunk: Callable[[Scored], None] | None = None,
+           prune: bool = False) -> SearchResult:
     """Enumerate, prune, evaluate and rank every plan of the request, a chunk at a time.
 
     top: how many of the best plans to keep. on_chunk: called with every chunk of plans (all
-    of them, evaluated or not) and its numbers, in order (e.g. to write them out).
+    of them, evaluated or not) and its numbers, in order (e.g. to write them out). prune: skip
+    the plans whose step time's lower bound (perfmodel.evaluate.BOUNDS_UNREAD) cannot rank
+    among the `top` best (_Pruner): the best plans, the count of faster plans that do not fit
+    and the fastest of them are the same, the Pareto front, the sample and on_chunk's chunks
+    are of the plans evaluated (SearchResult.skipped says how many were not). Not for a price
+    over several GPU counts, nor for fewer than PRUNE_PLANS candidate plans (all evaluated).
     """
     start = time.perf_counter()
     flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype)
@@ -1090,15 +1380,28 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     reserved = hardware.memory_reserved_bytes
     capacity = hardware.memory_bytes * (1 - req.memory_margin) - reserved
     keeper = _Keeper(model, req, top)
-    evaluate = None
-    for plans in plan_chunks(model, req):
+    pruner = None
+    # the bound ranks by the objective and keeps the count of faster plans that do not fit (by
+    # step time) exact where the objective is the step time times one factor for every plan:
+    # not the price of several GPU counts
+    proportional = req.objective is not Objective.COST or len(req.gpus) == 1
+    if prune and proportional and \
+            sum(math.prod(g.shape) for g in _grids(model, req, CHUNK_PLANS)) > PRUNE_PLANS:
+        pruner = _Pruner(model, req, Evaluator(model, hardware, req), capacity, keeper)
+    evaluate = pruner.evaluator if pruner else None
+    for plans in (pruner.chunks() if pruner else plan_chunks(model, req)):
         evaluate = evaluate or Evaluator(model, hardware, req)
-        step, memory, flops, _ = evaluate(plans, capacity)
+        step, memory, flops, keep, done = evaluate.evaluate(plans, capacity,
+                                                            pruner.bound if pruner else None)
         n = len(plans)
         rows = Scored(plans, np.arange(keeper.enumerated, keeper.enumerated + n), step,
                       memory + reserved, flops, objective_of(req, model, step, plans.cols["gpus"]),
                       np.isfinite(step) & (memory <= capacity))
-        keeper.add(rows)
+        left_out = 0
+        if pruner:
+            left_out, pruner.skipped = pruner.skipped, 0
+        keeper.add(rows, int((keep & ~done).sum()) + left_out)
+        keeper.enumerated += left_out
         if on_chunk is not None:
             on_chunk(rows)
     return keeper.result(req, start, capacity + reserved)

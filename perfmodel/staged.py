@@ -252,6 +252,12 @@ def compile_staged(family: Any, which: str,
     return _staged(cached(f"staged-{key}", lambda: _build(family, which, groups)))
 
 
+def output_groups(staged: Staged, name: str) -> tuple[str, ...]:
+    """The groups the output `name` depends on: its level's (none for a constant)."""
+    term = dict(staged.outputs)[name]
+    return next((level.groups for level in staged.levels if term in level.outputs), ())
+
+
 def run(staged: Staged, scalars: Mapping[str, Any], groups: Mapping[str, GroupValues],
         n: int) -> dict[str, np.ndarray]:
     """Every output for each of the n plans.

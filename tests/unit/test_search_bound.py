@@ -1,0 +1,151 @@
+"""The search's branch and bound (search(prune=True)): the step time's lower bounds never exceed
+the step time, and a pruned search answers as the full one does."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from perfmodel import encode, load_hardware, load_model
+from perfmodel import search as S
+from perfmodel.search import Evaluator, SearchRequest, plan_chunks, search
+from perfmodel.staged import compile_staged, run
+from perfmodel.strategy import Dtype, Objective
+
+# (model, hardware, request): dense and MoE, fp8, cp, a pipeline with interleaving and zero
+# bubble, CPU-like synchronous ranks (tiny-gpt on a GPU preset is host-bound instead)
+CASES = [
+    ("llama2-7b", "dgx-h100", dict(gpus=(16,), global_batch=64, flash_attention=True)),
+    ("gpt3-175b", "dgx-a100-80gb", dict(gpus=(64,), global_batch=128)),
+    ("mixtral-8x7b", "dgx-h100", dict(gpus=(32,), global_batch=64, dtype=Dtype.FP8,
+                                       max_cp=2)),
+    ("qwen3-30b-a3b", "gb200-nvl72", dict(gpus=(16,), global_batch=64, flash_attention=True,
+                                           max_cp=4)),
+    ("tiny-gpt", "dgx-h100", dict(gpus=(8,), global_batch=32)),
+]
+
+
+def _bounds_and_steps(name, hw_name, fields):
+    """(both lower bounds, step time) of every plan of the request that passes the memory bound,
+    evaluated family by family as the search does."""
+    model, hw = load_model(name), load_hardware(hw_name)
+    req = SearchRequest(**fields)
+    ev = Evaluator(model, hw, req)
+    out = []
+    for plans in plan_chunks(model, req):
+        groups = S.group_values(hw, plans)
+        for family, _, part in ev._by_layout(groups):
+            n = len(part["topology"].codes)
+            bounds = run(compile_staged(family, "bounds", S.GROUPS), ev.scalars, part, n)
+            full = run(compile_staged(family, "search", S.GROUPS), ev.scalars, part, n)
+            out.append((bounds["step_time_lb"], bounds["step_time_lb_grid"], full["step_time"]))
+    return [np.concatenate(x) for x in zip(*out, strict=True)]
+
+
+@pytest.mark.parametrize("name, hw_name, fields", CASES, ids=[c[0] for c in CASES])
+def test_lower_bounds_never_exceed_the_step_time(name, hw_name, fields):
+    plan_lb, grid_lb, step = _bounds_and_steps(name, hw_name, fields)
+    ok = np.isfinite(step)
+    assert ok.sum() > 500
+    # the per-plan bound reads more terms than the grid's: at least as tight
+    assert (grid_lb[ok] <= plan_lb[ok] * (1 + 1e-12)).all()
+    assert (plan_lb[ok] <= step[ok] * (1 + 1e-12)).all()
+    assert (plan_lb[ok] > 0).all()
+    # and tight enough to prune: on some plans within 20% of the step time (tiny-gpt's host
+    # time, which no bound reads, dominates its step)
+    if name != "tiny-gpt":
+        assert np.max(plan_lb[ok] / step[ok]) > 0.8
+
+
+def _compare(model, hw, req, top, monkeypatch, probe=64):
+    """The same search unpruned and pruned, the pruner's thresholds lowered so that a small
+    request is pruned at both levels (grids and plans)."""
+    full = search(model, hw, req, top=top)
+    monkeypatch.setattr(S, "PRUNE_PLANS", 0)
+    monkeypatch.setattr(S, "PROBE_PLANS", probe)
+    pruned = search(model, hw, req, top=top, prune=True)
+    assert full.skipped == 0 and pruned.skipped > 0
+    assert pruned.enumerated == full.enumerated  # every plan counted, evaluated or skipped
+    assert pruned.evaluated + pruned.skipped >= full.evaluated
+    assert pruned.evaluated < full.evaluated
+    # the same best plans, in the same order, with the same numbers
+    for a, b in ((full.best, pruned.best),):
+        assert len(a) == len(b) == top
+        np.testing.assert_array_equal(a.step_time_s, b.step_time_s)
+        np.testing.assert_array_equal(a.memory_bytes, b.memory_bytes)
+        for i in range(top):
+            assert full.plan(a, i) == pruned.plan(b, i)
+    # what explains the best: the faster plans that do not fit, and the fastest of them
+    assert pruned.unfit_faster == full.unfit_faster
+    assert pruned.unfit_faster_at_least == full.unfit_faster_at_least
+    if full.unfit_faster:
+        assert full.plan(full.fastest_unfit, 0) == pruned.plan(pruned.fastest_unfit, 0)
+    return full, pruned
+
+
+@pytest.mark.parametrize("name, hw_name, fields", CASES[:4], ids=[c[0] for c in CASES[:4]])
+def test_a_pruned_search_ranks_the_same_best_plans(name, hw_name, fields, monkeypatch):
+    _compare(load_model(name), load_hardware(hw_name), SearchRequest(**fields), 5, monkeypatch)
+
+
+def test_a_probe_as_large_as_the_search(monkeypatch):
+    # the grids' probe then holds the best plans, and each chunk's plans, ordered by their bound,
+    # are evaluated in one pass: their numbers land on their own rows
+    _compare(load_model("llama2-7b"), load_hardware("dgx-h100"),
+             SearchRequest(gpus=(16,), global_batch=64), 5, monkeypatch, probe=10**7)
+
+
+def test_pruned_by_the_price_of_one_gpu_count(monkeypatch):
+    # the objective (the price of a token budget) is the step time times one factor
+    req = SearchRequest(gpus=(16,), global_batch=64, objective=Objective.COST, tokens=1e9,
+                        gpu_hour_price=2.0, flash_attention=True)
+    _compare(load_model("llama2-7b"), load_hardware("dgx-h100"), req, 3, monkeypatch)
+
+
+def test_no_pruning_by_the_price_of_several_gpu_counts(monkeypatch):
+    # over several GPU counts the cheapest plan need not be the fastest: a plan slower than the
+    # best ones by price can be faster than the best by step time, and the count of faster plans
+    # that do not fit would miss it; such a search is not pruned
+    monkeypatch.setattr(S, "PRUNE_PLANS", 0)
+    req = SearchRequest(gpus=(8, 16), global_batch=64, objective=Objective.COST, tokens=1e9,
+                        gpu_hour_price=2.0)
+    result = search(load_model("llama2-7b"), load_hardware("dgx-h100"), req, top=3, prune=True)
+    assert result.skipped == 0 and result.unfit_faster > 0
+
+
+def test_nothing_fits_nothing_is_pruned(monkeypatch):
+    # with no plan that fits there is no best to beat: every plan that passes the memory bound
+    # is evaluated, and the nearest plans are the full search's
+    model, hw = load_model("gpt3-175b"), load_hardware("dgx-h100")
+    req = SearchRequest(gpus=(8,), global_batch=8)
+    full = search(model, hw, req, top=5)
+    monkeypatch.setattr(S, "PRUNE_PLANS", 0)
+    pruned = search(model, hw, req, top=5, prune=True)
+    assert not len(full.best) and not len(pruned.best)
+    assert pruned.skipped == 0 and pruned.evaluated == full.evaluated
+    np.testing.assert_array_equal(full.nearest.memory_bytes, pruned.nearest.memory_bytes)
+
+
+def test_the_pareto_plot_refuses_a_pruned_search(monkeypatch):
+    from perfmodel.errors import DataError
+    from perfmodel.plot import pareto_axes
+
+    monkeypatch.setattr(S, "PRUNE_PLANS", 0)
+    result = search(load_model("llama2-7b"), load_hardware("dgx-h100"),
+                    SearchRequest(gpus=(16,), global_batch=64), top=5, prune=True)
+    assert result.skipped
+    with pytest.raises(DataError, match="skipped .* plans by their step time's lower bound"):
+        pareto_axes(result)
+
+
+def test_the_grid_bound_reads_neither_zero_nor_the_overlaps():
+    # what lets a grid's skeleton stand for its plans: the bound's groups (perfmodel.staged)
+    model, hw = load_model("llama2-7b"), load_hardware("dgx-h100")
+    ev = Evaluator(model, hw, SearchRequest(gpus=(16,), global_batch=64))
+    for layout in (0, *encode.LAYOUT_FAMILIES["2d"]):
+        groups = ev.bound_groups(layout)
+        assert "micro_batch" in groups and "topology" in groups
+        assert not {"zero", "overlap"} & groups
+    family = dataclasses.replace(ev.universal, tp_layout="1d")
+    staged = compile_staged(family, "bounds", S.GROUPS)
+    assert "overlap" not in S.output_groups(staged, "step_time_lb")
