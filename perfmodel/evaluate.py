@@ -205,16 +205,15 @@ def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:
     """Flatten a built step model into name -> expression.
 
     which: "all" (every term, for predict), "search" (step time, memory per stage, model FLOPs, for
-    ranking arrays of plans) or "bounds" (cheap pruning bounds: model-state memory per stage and
-    the step time's lower bounds of BOUNDS_UNREAD).
+    ranking arrays of plans), "bounds" (model-state memory per stage: a cheap pruning bound) or
+    "lower" (the step time's lower bounds of BOUNDS_UNREAD, for a search that prunes by them).
     """
     out: dict[str, Any]
     if which == "bounds":
-        out = {f"states:{st}": sum(terms[k] for k in STATES)
-               for st, terms in built.memory_terms.items()}
-        out.update({name: step_lower_bound(built, unread)
-                    for name, unread in BOUNDS_UNREAD.items()})
-        return out
+        return {f"states:{st}": sum(terms[k] for k in STATES)
+                for st, terms in built.memory_terms.items()}
+    if which == "lower":
+        return {name: step_lower_bound(built, unread) for name, unread in BOUNDS_UNREAD.items()}
     if which == "search":
         out = {"step_time": built.step_time,
                "q:model_flops_per_step": built.quantities["model_flops_per_step"]}

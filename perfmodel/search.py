@@ -969,7 +969,8 @@ class Evaluator:
         todo = np.flatnonzero(keep)
         if bound is not None and len(todo):
             assert gpus is not None
-            lowest = bound.objective(bounds["step_time_lb"], gpus)
+            lower = run(compile_staged(family, "lower", GROUPS), self.scalars, groups, n)
+            lowest = bound.objective(lower["step_time_lb"], gpus)
             todo = todo[lowest[todo] <= bound.reach(None)]
             todo = todo[np.argsort(lowest[todo], kind="stable")]
             found = np.zeros(0)  # objectives of the probes' plans that fit
@@ -997,7 +998,7 @@ class Evaluator:
         groups = group_values(self.hardware, plans)
         for family, rows, part in self._by_layout(groups):
             size = len(part["topology"].codes)
-            out[rows] = run(compile_staged(family, "bounds", GROUPS), self.scalars, part,
+            out[rows] = run(compile_staged(family, "lower", GROUPS), self.scalars, part,
                             size)["step_time_lb_grid"]
         return out
 
@@ -1007,7 +1008,7 @@ class Evaluator:
         cached = self._bound_groups.get(name)
         if cached is None:
             family = dataclasses.replace(self.universal, tp_layout=name)
-            cached = frozenset(output_groups(compile_staged(family, "bounds", GROUPS),
+            cached = frozenset(output_groups(compile_staged(family, "lower", GROUPS),
                                              "step_time_lb_grid"))
             self._bound_groups[name] = cached
         return cached

@@ -36,7 +36,7 @@ def _bounds_and_steps(name, hw_name, fields):
         groups = S.group_values(hw, plans)
         for family, _, part in ev._by_layout(groups):
             n = len(part["topology"].codes)
-            bounds = run(compile_staged(family, "bounds", S.GROUPS), ev.scalars, part, n)
+            bounds = run(compile_staged(family, "lower", S.GROUPS), ev.scalars, part, n)
             full = run(compile_staged(family, "search", S.GROUPS), ev.scalars, part, n)
             out.append((bounds["step_time_lb"], bounds["step_time_lb_grid"], full["step_time"]))
     return [np.concatenate(x) for x in zip(*out, strict=True)]
@@ -147,5 +147,5 @@ def test_the_grid_bound_reads_neither_zero_nor_the_overlaps():
         assert "micro_batch" in groups and "topology" in groups
         assert not {"zero", "overlap"} & groups
     family = dataclasses.replace(ev.universal, tp_layout="1d")
-    staged = compile_staged(family, "bounds", S.GROUPS)
+    staged = compile_staged(family, "lower", S.GROUPS)
     assert "overlap" not in S.output_groups(staged, "step_time_lb")
