@@ -751,7 +751,12 @@ class _Pruner:
         flat = np.concatenate([o.ravel() for o in objectives])
         owner = np.repeat(np.arange(len(grids)), [o.size for o in objectives])
         offset = np.concatenate(([0], np.cumsum([o.size for o in objectives])))
-        ranked = iter(np.argsort(flat, kind="stable"))
+        # the skeleton rows of the lowest bounds, as many as the probes can take (each row is
+        # at least a plan), in order
+        limit = PROBE_ROUNDS * PROBE_PLANS
+        few = np.argpartition(flat, limit - 1)[:limit] if len(flat) > limit \
+            else np.arange(len(flat))
+        ranked = iter(few[np.lexsort((few, flat[few]))])
         for _ in range(PROBE_ROUNDS):  # until the best `top` fit
             chosen: dict[int, np.ndarray] = {}
             size = 0
