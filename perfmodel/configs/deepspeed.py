@@ -91,7 +91,7 @@ def read_deepspeed(data: dict[str, Any], path: Path) -> JobConfig:
             raise refuse_plan(where, "optimizer.type", kind,
                               "perfmodel models Adam's states (2 fp32 moments)")
         job.took("optimizer.type", kind, "Adam")
-    checkpointing = data.get("activation_checkpointing") or {}
+    checkpointing = _object(data, "activation_checkpointing", where)
     for key in ("partition_activations", "cpu_checkpointing"):
         if checkpointing.get(key) is True:
             raise refuse_plan(where, f"activation_checkpointing.{key}", True,
@@ -104,7 +104,7 @@ def read_deepspeed(data: dict[str, Any], path: Path) -> JobConfig:
     if comm not in (None, "fp32", "float32"):
         raise refuse_plan(where, "communication_data_type", comm,
                           "perfmodel reduces gradients in fp32")
-    grad_dtype = (data.get("data_types") or {}).get("grad_accum_dtype")
+    grad_dtype = _object(data, "data_types", where).get("grad_accum_dtype")
     if grad_dtype not in (None, "fp32", "float32"):
         raise refuse_plan(where, "data_types.grad_accum_dtype", grad_dtype,
                           "perfmodel accumulates fp32 gradients")
@@ -129,14 +129,20 @@ def read_deepspeed(data: dict[str, Any], path: Path) -> JobConfig:
     return job
 
 
+def _object(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    """The section at key ({} where absent, null or empty), or SpecError naming it."""
+    section = data.get(key) or {}
+    if not isinstance(section, dict):
+        raise SpecError(f"{where}: {key} must be an object")
+    return section
+
+
 def _short(value: Any) -> Any:
     return json.dumps(value, sort_keys=True)[:60] if isinstance(value, (dict, list)) else value
 
 
 def _zero(data: dict[str, Any], job: JobConfig, where: str) -> None:
-    zero = data.get("zero_optimization") or {}
-    if not isinstance(zero, dict):
-        raise SpecError(f"{where}: zero_optimization must be an object")
+    zero = _object(data, "zero_optimization", where)
     for key, value in zero.items():
         if key in _ZERO_IGNORED:
             job.skipped(f"zero_optimization.{key}", value, "a bucket size, threshold or saving "

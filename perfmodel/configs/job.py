@@ -5,6 +5,7 @@ known to perfmodel). The readers (megatron, nemo, torchtitan, deepspeed, automod
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -36,9 +37,12 @@ class Setting:
         return f"{self.key}{value}" + (f": {self.note}" if self.note else "")
 
     def to_dict(self) -> dict[str, Any]:
-        value = self.value if isinstance(self.value, (bool, int, float, str)) or \
-            self.value is None else _shown(self.value)
-        return {"key": self.key, "value": value, "note": self.note}
+        """The setting for --json: a NaN or an infinity (`lr = nan`, ignored) as its text, which
+        strict JSON cannot hold as a number."""
+        plain = isinstance(self.value, (bool, int, str)) or self.value is None or (
+            isinstance(self.value, float) and math.isfinite(self.value))
+        return {"key": self.key, "value": self.value if plain else _shown(self.value),
+                "note": self.note}
 
 
 def _shown(value: Any) -> str:

@@ -251,7 +251,8 @@ def launcher_world(launch: Launch, where: str, job: JobConfig) -> None:
             found[_LAUNCH_OPTIONS[name]] = value
             job.took(f"{first} --{name}", value, "world size")
     for key, value in found.items():
-        if not value.isdigit() or int(value) < 1:
+        # ASCII digits only: int() refuses '²', which isdigit() takes; 10 at most: a world size
+        if not (value.isascii() and value.isdigit() and len(value) <= 10) or int(value) < 1:
             raise SpecError(f"{where}: {first} --{key} {value}: perfmodel reads a whole number of "
                             "nodes and of processes per node (not a range or 'gpu'); give --gpus")
     job.gpus = int(found["nnodes"]) * int(found["nproc-per-node"])
@@ -483,11 +484,13 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
     _vocab(settings, job, where, take)
     for dest in ("hidden_dropout", "attention_dropout"):
         if dest in settings:
+            key, value = settings[dest]
             try:
-                rate = float(settings[dest][1])
-            except ValueError:
-                raise SpecError(f"{where}: --{dest.replace('_', '-')} must be a number, got "
-                                f"'{settings[dest][1]}'") from None
+                rate = float("nan" if isinstance(value, bool) else value)
+            except (TypeError, ValueError):
+                raise SpecError(f"{where}: {key} must be a number, got '{value}'") from None
+            if not 0 <= rate <= 1:
+                raise SpecError(f"{where}: {key} must be a rate from 0 to 1, got '{value}'")
             take(dest, "dropout" + ("" if rate else ": perfmodel counts dropout masks in "
                                     "activation memory (Korthikanti et al. 2022) whatever the "
                                     "rate; with 0 Megatron keeps none (memory over-counted by "

@@ -141,7 +141,11 @@ def _ds_config(settings: Settings, where: str, job: JobConfig) -> dict[str, Any]
         return None
     name = str(settings["deepspeed_config"][1])
     for path in (Path(where).parent / name, Path(name)):
-        if "@@" not in name and path.is_file():
+        try:
+            found = "@@" not in name and path.is_file()
+        except OSError:  # a name the file system refuses (too long): no file of that name
+            found = False
+        if found:
             try:
                 data = json.loads(path.read_text())
             except (OSError, ValueError) as exc:
@@ -238,7 +242,7 @@ def _zero(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
     given = settings.get("zero_stage")
     try:
         argument = int(float(given[1])) if given else 1  # --zero-stage: default 1.0
-    except ValueError:
+    except (ValueError, OverflowError):  # a word, NaN, or an infinity (1e400)
         raise SpecError(f"{where}: --zero-stage {given[1] if given else ''}: a stage 0-3"
                         ) from None
     stage = zero_config.get("stage", argument if config is None else 0)

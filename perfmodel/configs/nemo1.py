@@ -119,7 +119,10 @@ def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
             job.skipped(f"trainer.{name}", value, "not the step's (run length, logging)")
     model = data["model"]
     _model(model, settings, job, where)
-    _optimizer(model.get("optim") or {}, settings, job, where)
+    optim = model.get("optim") or {}
+    if not isinstance(optim, dict):
+        raise SpecError(f"{where}: model.optim must be a mapping of settings, got '{optim}'")
+    _optimizer(optim, settings, job, where)
     data_section = model.get("data") or {}
     if "seq_length" not in settings and isinstance(data_section, dict) and \
             "seq_length" in data_section:

@@ -19,6 +19,7 @@ import ast
 import operator
 import re
 import shlex
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -84,11 +85,23 @@ _ARITH: dict[type, Callable[..., int]] = {
 def _arith(text: str) -> int | None:
     """bash's integer arithmetic for + - * / % and parentheses over whole numbers, or None."""
     try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError:
+        with warnings.catch_warnings():  # '1x' warns (invalid decimal literal): not one line
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError):  # ValueError: a null byte, on some Python versions
         return None
 
     def value(node: ast.AST) -> int:
+        return bounded(raw(node))
+
+    def bounded(number: int) -> int:
+        # bash's integers are 64-bit: a number past them is not what bash computes (it wraps),
+        # nor one str() can always write (4300 digits at most)
+        if not -2**63 <= number < 2**63:
+            raise ValueError("beyond bash's 64-bit integers")
+        return number
+
+    def raw(node: ast.AST) -> int:
         if isinstance(node, ast.Constant) and type(node.value) is int:
             return node.value
         if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
@@ -116,11 +129,24 @@ def _closing(text: str, start: int) -> int:
     return len(text)
 
 
-def expand(text: str, state: _State, line: int) -> str:
-    """text with every parameter, arithmetic and command substitution expanded (or marked)."""
-    out, i = [], 0
+def expand(text: str, state: _State, line: int, *, quoted: bool = True) -> str:
+    """text with every parameter, arithmetic and command substitution expanded (or marked);
+    quoted: text as the script writes it, where single quotes keep what they enclose (as bash
+    does: `'$(a'` is text); False for a word the quotes are already taken from."""
+    out, i, double = [], 0, False
     while i < len(text):
-        if text.startswith("$((", i):
+        end = text.find("'", i + 1) if quoted and not double and text[i] == "'" else -1
+        if end >= 0:
+            out.append(text[i:end + 1])
+            i = end + 1
+        elif quoted and text[i] == "\\" and i + 1 < len(text):
+            out.append(text[i:i + 2])  # an escaped character: `\$` is a dollar sign
+            i += 2
+        elif quoted and text[i] == '"':
+            double = not double
+            out.append(text[i])
+            i += 1
+        elif text.startswith("$((", i):
             end = _closing(text, i + 1)
             inner = expand(text[i + 3:end - 2], state, line)
             inner = re.sub(r"\b([A-Za-z_]\w*)\b",
@@ -289,6 +315,17 @@ def _shell_command(words: list[str]) -> list[str] | None:
     return None
 
 
+def _words(text: str, where: str, line: int) -> list[str]:
+    """A statement split into words once its variables are expanded; SpecError when a quote a
+    variable's value brought in is left open (bash would not reread it as a quote)."""
+    try:
+        return shlex.split(text, comments=True)
+    except ValueError as exc:
+        raise SpecError(f"{where}: line {line}: {str(exc).lower()} once the script's variables "
+                        "are expanded (a quote inside a variable's value?); perfmodel cannot "
+                        "split it into words") from None
+
+
 def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> Launch | None:
     """The command of the script that runs a word `is_script` accepts (e.g. pretrain_gpt.py),
     with the script's variables expanded; None when no statement runs one. SpecError when more
@@ -307,7 +344,7 @@ def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> L
             if inside:
                 state.unknown[name] = f"set inside an if/for/while/case block (line {line})"
             else:
-                items = shlex.split(expand(body, state, line), comments=True)
+                items = _words(expand(body, state, line), where, line)
                 state.arrays[name] = (state.arrays.get(name, []) if plus else []) + items
                 state.scalars.pop(name, None)
         else:
@@ -323,12 +360,12 @@ def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> L
                         state.unknown[name] = \
                             f"set inside an if/for/while/case block (line {line})"
                         continue
-                    value = expand(value, state, line)
+                    value = expand(value, state, line, quoted=False)
                     state.scalars[name] = (state.scalars.get(name, "") if plus else "") + value
                     state.arrays.pop(name, None)
             else:
-                expanded = _skip_assignments(shlex.split(expand(statement, state, line),
-                                                         comments=True))
+                expanded = _skip_assignments(_words(expand(statement, state, line), where,
+                                                    line))
                 if _launches(expanded, is_script):
                     found.append((line, inside, expanded))
                 else:

@@ -378,6 +378,9 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
     name = str(_get(data, "model", "name", "llama3"))
     flavor = str(_get(data, "model", "flavor", "debugmodel"))
     converters = _get(data, "model", "converters", [])
+    if converters and not isinstance(converters, (str, list)):
+        raise SpecError(f"{where}: model.converters must be a list of converter names, got "
+                        f"'{converters}'")
     converters = [converters] if isinstance(converters, str) else list(converters or [])
     if converters:
         raise refuse_plan(where, "model.converters", converters,
@@ -785,9 +788,15 @@ def _split_points(par: dict[str, Any], where: str) -> list[int] | None:
     return points
 
 
+def _digits(text: str) -> bool:
+    """Whether int() reads text as a whole number of at most 9 digits (ASCII: '²' is a digit to
+    str.isdigit, not to int)."""
+    return text.isascii() and text.isdigit() and len(text) <= 9
+
+
 def _layer_index(name: str, key: str, where: str) -> int:
     prefix, _, index = name.partition(".")
-    if prefix != "layers" or not index.isdigit():
+    if prefix != "layers" or not _digits(index):
         raise refuse_plan(where, key, name, "a stage boundary names a layer, as \"layers.4\"")
     return int(index)
 
@@ -876,7 +885,7 @@ def _checkpointing(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.fix("recompute", "full", pin="mode" in ac)
     elif mode == "selective" and option == "op":  # torchtitan's per-op save list
         job.fix("recompute", "op", pin="mode" in ac)
-    elif mode == "selective" and option.isdigit() and int(option) > 1:
+    elif mode == "selective" and _digits(option) and int(option) > 1:
         # selective layer AC: every option-th block wrapped whole (torchtitan
         # torchtitan/distributed/activation_checkpoint.py, _apply_layer_sac)
         job.fix("recompute", "full", pin="mode" in ac)

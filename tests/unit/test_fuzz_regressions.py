@@ -4,10 +4,11 @@ now refused with one line naming the field. Named after what broke."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from perfmodel.errors import SpecError
+from perfmodel.errors import PlanError, SpecError
 from perfmodel.specs.hardware import COLLECTIVE_OPS, load_hardware
 from perfmodel.specs.model import load_model
 from perfmodel.specs.profile import apply_profile, load_profile
@@ -157,3 +158,155 @@ def test_nemo2_data_section_that_is_not_a_mapping_is_refused(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(SpecError, match="data must be a mapping"):
         read_config(path)
+
+
+# Job configs (benchmarks/fuzz_parsers.py's configs targets, 2026-11-29): each was a raw Python
+# error, or a NaN perfmodel refused to print as its own bug.
+def _job_file(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_nan_in_an_ignored_setting_is_written_as_text_by_predict_json(tmp_path):
+    """optimizer.lr = nan (ignored: not the step's) made `predict --from-config --json` stop with
+    InternalError 'the JSON output is not finite (config.ignored[9].value = nan)'."""
+    import tomllib
+
+    from perfmodel.configs import read_config
+    from perfmodel.output import json_text
+
+    data = tomllib.loads((_CONFIGS / "torchtitan_llama3_70b.toml").read_text())
+    data["optimizer"]["lr"] = float("nan")
+    job = read_config(_job_file(tmp_path, "job.json", json.dumps(data)))
+    lr = next(s for s in job.to_dict()["ignored"] if s["key"] == "optimizer.lr")
+    assert lr["value"] == "nan"
+    json_text(job.to_dict())
+
+
+def test_a_quote_in_a_launch_script_is_split_as_bash_splits_it(tmp_path):
+    """`'$(a'` (single quotes keep it as text) was expanded as a command substitution that ate
+    the closing quote: ValueError 'No closing quotation' from shlex."""
+    from perfmodel.configs import read_config
+
+    script = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --hidden-size 256 "
+              "--num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 "
+              "--vocab-size 1000 --micro-batch-size 1 --bf16 --data-path '$(a' \\\"$B\\\"\n")
+    job = read_config(_job_file(tmp_path, "train.sh", script))
+    assert any(s.key == "--data-path" and s.value == "$(a \"$B\"" for s in job.ignored)
+    with pytest.raises(SpecError, match="train.sh: line 2: no closing quotation once the "
+                                        "script's variables are expanded"):
+        read_config(_job_file(tmp_path, "train.sh", "Q=\"'\"\n" + script.replace("$B", "$Q")))
+
+
+@pytest.mark.parametrize("text, needle", [
+    # was: ValueError 'Exceeds the limit (4300 digits) for integer string conversion'
+    ("A=1" + "0" * 400 + "\nA=$((A*A*A*A*A*A*A*A*A*A*A*A))\n",
+     r"--num-layers \$\(\(A\*A.*\)\) cannot be read: arithmetic perfmodel cannot evaluate"),
+    ("A=$((4294967296*4294967296))\n",  # 2^64: bash wraps it round to 0
+     r"--num-layers \$\(\(4294967296\*4294967296\)\) cannot be read: arithmetic perfmodel "
+     "cannot evaluate"),
+], ids=["4800 digits", "2^64"])
+def test_launch_script_arithmetic_past_64_bits_is_refused(tmp_path, text, needle):
+    from perfmodel.configs import read_config
+
+    path = _job_file(tmp_path, "train.sh", text + "torchrun pretrain_gpt.py --num-layers $A\n")
+    with pytest.raises(SpecError, match=needle):
+        read_config(path)
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "9" * 5000], ids=["superscript two", "5000 digits"])
+# was: ValueError from int()
+def test_a_torchrun_world_size_int_cannot_read_is_refused(tmp_path, value):
+    from perfmodel.configs import read_config
+
+    path = _job_file(tmp_path, "train.sh",
+                     f"torchrun --nproc_per_node {value} pretrain_gpt.py --num-layers 2\n")
+    with pytest.raises(SpecError, match="torchrun --nproc-per-node .*: perfmodel reads a whole "
+                                        "number of nodes and of processes per node"):
+        read_config(path)
+
+
+@pytest.mark.parametrize("name, edit, needle", [
+    # was: TypeError 'float() argument must be a string or a real number, not dict'
+    ("bridge_llama3_8b.yaml", {"hidden_dropout": {"a": 1}},
+     "model.hidden_dropout must be a number, got '{'a': 1}'"),
+    ("bridge_llama3_8b.yaml", {"attention_dropout": 1.5},
+     "model.attention_dropout must be a rate from 0 to 1, got '1.5'"),
+])
+def test_a_dropout_that_is_not_a_rate_is_refused(tmp_path, name, edit, needle):
+    import yaml
+
+    from perfmodel.configs import read_config
+
+    data = yaml.safe_load((_CONFIGS / name).read_text())
+    data["model"].update(edit)
+    with pytest.raises(SpecError, match=re.escape(needle)):
+        read_config(_job_file(tmp_path, name, yaml.safe_dump(data)))
+
+
+def test_megatron_deepspeed_zero_stage_past_a_float_is_refused(tmp_path):
+    """--zero-stage 1e400 (an infinity to float): OverflowError from int()."""
+    from perfmodel.configs import read_config
+
+    args = ("--num-layers 8 --hidden-size 256 --num-attention-heads 8 --seq-length 512 "
+            "--max-position-embeddings 512 --vocab-size 1000 --micro-batch-size 1 --bf16 "
+            "--deepspeed --zero-stage 1e400\n")
+    with pytest.raises(SpecError, match="--zero-stage 1e400: a stage 0-3"):
+        read_config(_job_file(tmp_path, "args.txt", args))
+
+
+@pytest.mark.parametrize("section, edit, error, needle", [
+    # was: ValueError from int(): '²' is a digit to str.isdigit, not to int
+    ("parallelism", {"pipeline_parallel_split_points": ["layers.\u00b2"]}, PlanError,
+     "parallelism.pipeline_parallel_split_points layers.\u00b2: a stage boundary names a layer"),
+    ("activation_checkpoint", {"mode": "selective", "selective_ac_option": "\u00b2"}, PlanError,
+     "activation_checkpoint.mode selective: perfmodel models none, full, and selective"),
+    # was: ValueError 'Exceeds the limit (4300 digits) for integer string conversion'
+    ("activation_checkpoint", {"mode": "selective", "selective_ac_option": "9" * 5000},
+     PlanError, "activation_checkpoint.mode selective: perfmodel models none, full, and selective"),
+    # was: TypeError 'int' object is not iterable
+    ("model", {"converters": 8}, SpecError,
+     "model.converters must be a list of converter names, got '8'"),
+], ids=["split point", "ac option", "ac option of 5000 digits", "converters"])
+def test_torchtitan_values_of_the_wrong_kind_are_refused(tmp_path, section, edit, error, needle):
+    from perfmodel.configs import read_config
+
+    data = json.loads((_CONFIGS / "torchtitan_llama3_8b_pp.json").read_text())
+    data.setdefault(section, {}).update(edit)
+    with pytest.raises(error, match=re.escape(needle)):
+        read_config(_job_file(tmp_path, "job.json", json.dumps(data)))
+
+
+@pytest.mark.parametrize("name, edit, needle", [
+    # was: AttributeError "'list' object has no attribute 'get'"
+    ("nemo1_nemotron4_15b.yaml", ("model", "optim", ["adam"]),
+     "model.optim must be a mapping of settings, got '['adam']'"),
+    # was: AttributeError "'int' object has no attribute 'get'" (and 'list' for data_types)
+    ("deepspeed_zero3.json", (None, "activation_checkpointing", 5),
+     "activation_checkpointing must be an object"),
+    ("deepspeed_zero3.json", (None, "data_types", ["fp32"]), "data_types must be an object"),
+], ids=["nemo1 optim", "deepspeed activation_checkpointing", "deepspeed data_types"])
+def test_a_config_section_that_is_not_a_mapping_is_refused(tmp_path, name, edit, needle):
+    import yaml
+
+    from perfmodel.configs import read_config
+
+    data = yaml.safe_load((_CONFIGS / name).read_text())
+    parent, key, value = edit
+    (data if parent is None else data[parent])[key] = value
+    with pytest.raises(SpecError, match=re.escape(needle)):
+        read_config(_job_file(tmp_path, name, yaml.safe_dump(data) if name.endswith(".yaml")
+                              else json.dumps(data)))
+
+
+def test_a_deepspeed_config_name_too_long_for_a_file_is_not_readable_here(tmp_path):
+    """--deepspeed_config 1000...0 (300 characters): OSError 'File name too long' from
+    Path.is_file; now the note of a config not readable here, as for any absent file."""
+    from perfmodel.configs import read_config
+
+    args = ("--num-layers 8 --hidden-size 256 --num-attention-heads 8 --seq-length 512 "
+            "--max-position-embeddings 512 --vocab-size 1000 --micro-batch-size 1 --bf16 "
+            f"--deepspeed --deepspeed_config {'1' + '0' * 300}\n")
+    job = read_config(_job_file(tmp_path, "args.txt", args))
+    assert any("not readable here" in note for note in job.notes)
