@@ -1044,14 +1044,17 @@ class Evaluator:
         """The full model of the plans at positions `at`, written into step, memory and flops."""
         if not len(at):
             return
-        at = np.sort(at)  # the whole range in order passes the groups as they are
         n = len(groups["topology"].codes)
-        part = groups if len(at) == n else {g: values.take(at) for g, values in groups.items()}
+        rows: slice | np.ndarray = slice(None)  # every plan: the groups as they are
+        part = groups
+        if len(at) < n:
+            rows = at
+            part = {g: values.take(at) for g, values in groups.items()}
         out = run(compile_staged(family, "search", GROUPS), self.scalars, part, len(at))
-        step[at] = out["step_time"]
-        memory[at] = _largest(out, "memory:")
-        flops[at] = out["q:model_flops_per_step"]
-        done[at] = True
+        step[rows] = out["step_time"]
+        memory[rows] = _largest(out, "memory:")
+        flops[rows] = out["q:model_flops_per_step"]
+        done[rows] = True
 
 
 @dataclass(frozen=True)
