@@ -243,6 +243,29 @@ def free_symbols(exprs: Sequence[Any]) -> set[Any]:
     return out
 
 
+def reads(exprs: Sequence[Any], symbols: set[Any]) -> list[bool]:
+    """Whether each expression depends on any of `symbols`, each node of their shared graph
+    decided once (free_symbols per expression would walk what they share again for each)."""
+    memo: dict[Any, bool] = {}
+
+    def visit(root: Any) -> bool:
+        stack: list[tuple[Any, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in memo:
+                continue
+            if node.is_Symbol or node.is_Atom:
+                memo[node] = node in symbols
+            elif expanded:
+                memo[node] = any(memo[arg] for arg in node.args)
+            else:
+                stack.append((node, True))
+                stack.extend((arg, False) for arg in node.args if arg not in memo)
+        return memo[root]
+
+    return [visit(e) for e in exprs]
+
+
 def _count_uses(exprs: Sequence[Any]) -> dict[Any, int]:
     """How many parents (and outputs) use each node of the graph of exprs.
 

@@ -179,24 +179,22 @@ def step_lower_bound(built: Any, unread: tuple[str, ...]) -> Any:
     """m x max over the stages of their terms + the step's terms, of the terms that depend on no
     group of `unread` [s]: at most the step time of every plan of the family."""
     from perfmodel import symbols as S
-    from perfmodel.codegen import free_symbols
+    from perfmodel.codegen import reads
     from perfmodel.costs.lattice import lmax
     from perfmodel.encode import GROUPS
 
     table = S.table()
     unread_symbols = {table[name][0] for g in GROUPS if g.name in unread
                       for name in g.symbols if name in table}
-
-    def chosen(term: Any) -> bool:
-        return not unread_symbols.intersection(free_symbols([term]))
-
+    terms = list(built.time_terms.items())
+    unchosen = reads([term for _, term in terms], unread_symbols)
     stages: dict[str, list[Any]] = {}
     step = []
-    for key, term in built.time_terms.items():
-        stage, _, _ = key.partition(":") if ":" in key else ("", "", "")
+    for (key, term), skip in zip(terms, unchosen, strict=True):
+        stage = key.partition(":")[0] if ":" in key else ""
         if stage:
-            stages.setdefault(stage, []).append(term if chosen(term) else 0)
-        elif chosen(term):
+            stages.setdefault(stage, []).append(0 if skip else term)
+        elif not skip:
             step.append(term)
     return lmax(*(sum(terms, 0) for terms in stages.values())) + sum(step, 0)
 
