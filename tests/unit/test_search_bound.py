@@ -149,3 +149,15 @@ def test_the_grid_bound_reads_neither_zero_nor_the_overlaps():
     family = dataclasses.replace(ev.universal, tp_layout="1d")
     staged = compile_staged(family, "lower", S.GROUPS)
     assert "overlap" not in S.output_groups(staged, "step_time_lb")
+
+
+def test_lower_bounds_on_synchronous_ranks(tmp_path):
+    # CPU ranks add host and device time (no smooth maximum): the bounds still hold
+    spec = tmp_path / "sync.yaml"
+    spec.write_text("base: dgx-h100\nasynchronous_device: false\n")
+    plan_lb, grid_lb, step = _bounds_and_steps("llama2-7b", str(spec),
+                                               dict(gpus=(16,), global_batch=64))
+    ok = np.isfinite(step)
+    assert ok.sum() > 500
+    assert (grid_lb[ok] <= plan_lb[ok] * (1 + 1e-12)).all()
+    assert (plan_lb[ok] <= step[ok] * (1 + 1e-12)).all()
