@@ -444,13 +444,14 @@ def _config_loaders(tmp: Path) -> dict[str, Any]:
     from perfmodel import cli
     from perfmodel.configs import read_config
     from perfmodel.configs.megatron import READ_OPTIONS
+    from perfmodel.files import write_atomic
     from perfmodel.output import json_text
     from perfmodel.predict import predict as run
 
     nemotron = tmp / "nemotron4-15b.yaml"  # NeMo 1 configs hold no vocabulary (the tokenizer's)
     fields = read_config(CONFIGS / "nemo1_nemotron4_15b.yaml").model
-    nemotron.write_text(yaml.safe_dump({"kind": "transformer", "name": "nemotron4-15b",
-                                        "vocab": 256000, **fields}))
+    write_atomic(nemotron, yaml.safe_dump({"kind": "transformer", "name": "nemotron4-15b",
+                                           "vocab": 256000, **fields}), what="model spec")
 
     def from_config(path: Path) -> None:
         """What `predict --from-config PATH --hardware dgx-h100 [--json]` does with it."""
