@@ -673,16 +673,24 @@ class _Pruner:
                  capacity: float, keeper: _Keeper) -> None:
         self.model, self.req, self.evaluator = model, req, evaluator
         self.capacity, self.keeper = capacity, keeper
-        self.probe = np.zeros(0)  # objectives of the probe's plans that fit
+        # the probe's best plans that fit (up to `top`): objectives and plans (their columns)
+        self.probe = np.zeros(0)
+        self.probe_keys: list[tuple[int, ...]] = []
         self.skipped = 0  # plans that obey the rules, never enumerated (not yet counted)
         self.bound = StepBound(lambda step, gpus: objective_of(req, model, step, gpus),
                                self.reach)
 
     def reach(self, more: np.ndarray | None = None) -> float:
-        """The objective a plan must reach (the keeper's best, the probe's and `more`)."""
-        extra = self.probe if more is None or not len(more) else \
-            np.concatenate([self.probe, more])
-        return self.keeper.reach(extra)
+        """The objective a plan must reach: what the keeper's best, the probe's best that the
+        keeper does not hold (the search meets the probe's plans again: a plan counted twice
+        would make the top-th best look better than it is) and `more` (plans the keeper does
+        not hold yet) leave."""
+        if not len(self.probe):
+            return self.keeper.reach(more)
+        held = set(zip(*(self.keeper.best.plans.cols[k] for k in COLUMNS), strict=True)) \
+            if len(self.keeper.best) else set()
+        fresh = self.probe[[key not in held for key in self.probe_keys]]
+        return self.keeper.reach(fresh if more is None else np.concatenate([fresh, more]))
 
     def chunks(self) -> Iterator[Plans]:
         """The request's plans in plan_chunks' order, but those of the grids' skeleton rows whose
@@ -777,10 +785,18 @@ class _Pruner:
                 plans = Plans(_columns(blocks, COLUMNS))
                 step, memory, _, _, _ = self.evaluator.evaluate(plans, self.capacity)
                 fits = np.isfinite(step) & (memory <= self.capacity)
-                self.probe = np.concatenate(
-                    [self.probe, self.bound.objective(step[fits], plans.cols["gpus"][fits])])
+                self._keep_probe(plans.take(np.flatnonzero(fits)),
+                                 self.bound.objective(step[fits], plans.cols["gpus"][fits]))
             if math.isfinite(self.reach()):
                 return
+
+    def _keep_probe(self, plans: Plans, objectives: np.ndarray) -> None:
+        """Add plans that fit to the probe's best (only the `top` best can set what to reach)."""
+        keys = list(zip(*(plans.cols[k] for k in COLUMNS), strict=True))
+        objectives = np.concatenate([self.probe, objectives])
+        keys = self.probe_keys + keys
+        order = np.argsort(objectives, kind="stable")[:self.keeper.top]
+        self.probe, self.probe_keys = objectives[order], [keys[i] for i in order]
 
     def _allowed(self, grids: list[_Grid], axes: list[tuple[int, ...]],
                  keeps: list[np.ndarray]) -> Iterator[tuple[_Block | None, int]]:
@@ -1259,6 +1275,14 @@ class SearchResult:
         return [self.plan(self.best, i) for i in range(len(self.best))]
 
 
+def _reach(objectives: np.ndarray, top: int) -> float:
+    """The top-th smallest of the objectives of distinct plans that fit, with BOUND_SLACK: a plan
+    whose objective is above it cannot rank among the `top` best; inf while fewer fit."""
+    if len(objectives) < top:
+        return math.inf
+    return float(np.partition(objectives, top - 1)[top - 1]) * (1 + BOUND_SLACK)
+
+
 class _Keeper:
     """Takes a search's chunks one by one and keeps what SearchResult holds."""
 
@@ -1276,14 +1300,11 @@ class _Keeper:
         self.enumerated = self.evaluated = self.feasible = self.skipped = 0
 
     def reach(self, more: np.ndarray | None = None) -> float:
-        """The objective a plan must reach to rank among the `top` best: the top-th smallest of
-        the best so far and `more` (objectives of plans that fit), with BOUND_SLACK; inf while
-        fewer fit."""
+        """The objective a plan must reach to rank among the `top` best: _reach of the best so
+        far and `more` (objectives of other plans that fit, none of them among the best)."""
         objectives = self.best.objective if more is None or not len(more) else \
             np.concatenate([self.best.objective, more])
-        if len(objectives) < self.top:
-            return math.inf
-        return float(np.partition(objectives, self.top - 1)[self.top - 1]) * (1 + BOUND_SLACK)
+        return _reach(objectives, self.top)
 
     def add(self, rows: Scored, skipped: int = 0) -> None:
         """Keep what the chunk `rows` adds (`skipped` of its plans passed the memory bound but

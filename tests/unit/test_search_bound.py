@@ -95,6 +95,15 @@ def test_a_probe_as_large_as_the_search(monkeypatch):
              SearchRequest(gpus=(16,), global_batch=64), 5, monkeypatch, probe=10**7)
 
 
+def test_a_probe_holding_the_best_across_many_chunks(monkeypatch):
+    # the probe's best plans are met again by the search, chunk after chunk: counted twice they
+    # would make the objective to reach look lower than the top-th best and cut plans that rank
+    monkeypatch.setattr(S, "CHUNK_PLANS", 512)
+    _compare(load_model("llama2-7b"), load_hardware("dgx-h100"),
+             SearchRequest(gpus=(32,), global_batch=64, flash_attention=True), 20, monkeypatch,
+             probe=4096)
+
+
 def test_pruned_by_the_price_of_one_gpu_count(monkeypatch):
     # the objective (the price of a token budget) is the step time times one factor
     req = SearchRequest(gpus=(16,), global_batch=64, objective=Objective.COST, tokens=1e9,
@@ -161,3 +170,23 @@ def test_lower_bounds_on_synchronous_ranks(tmp_path):
     assert ok.sum() > 500
     assert (grid_lb[ok] <= plan_lb[ok] * (1 + 1e-12)).all()
     assert (plan_lb[ok] <= step[ok] * (1 + 1e-12)).all()
+
+
+def test_the_probe_s_plans_are_not_counted_twice():
+    # the keeper has met the probe's five best plans again: five plans, not ten, so the fifth
+    # best is what to reach, not the third
+    model, hw = load_model("llama2-7b"), load_hardware("dgx-h100")
+    req = SearchRequest(gpus=(16,), global_batch=64)
+    keeper = S._Keeper(model, req, 5)
+    pruner = S._Pruner(model, req, S.Evaluator(model, hw, req), 1e12, keeper)
+    plans = S.enumerate_plans(model, req).take(np.arange(6))
+    best = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    pruner._keep_probe(plans.take(np.arange(5)), best)
+    assert pruner.reach() == pytest.approx(5.0)  # the probe's alone
+    keeper.best = S.Scored(plans.take(np.arange(5)), np.arange(5), best, np.zeros(5),
+                           np.zeros(5), best, np.ones(5, dtype=bool))
+    assert pruner.reach() == pytest.approx(5.0)
+    assert pruner.reach(np.array([0.5])) == pytest.approx(4.0)  # a plan the keeper lacks
+    # a probe plan the keeper does not hold counts
+    pruner._keep_probe(plans.take(np.array([5])), np.array([1.5]))
+    assert pruner.reach() == pytest.approx(4.0)
