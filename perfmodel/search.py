@@ -586,22 +586,22 @@ def _blocks(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_
     included), many grids at once; the mask is then broadcast along the axes no rule reads
     (recompute, ZeRO stage, placement): every rule on every plan, at the cost of the small
     grids."""
-    pending: list[_Grid] = []
+    for grid, ok in _ruled(_grids(model, req, size), model):
+        block = grid.plans(ok)
+        if block is not None:
+            yield block
 
-    def check() -> Iterator[_Block]:
-        parts = [g.ruled_plans() for g in pending]
+
+def _ruled(grids: Iterable[_Grid], model: TransformerSpec) -> Iterator[tuple[_Grid, np.ndarray]]:
+    """Each grid with which combinations of its ruled axes obey the plan rules (flat, as
+    ruled_plans orders them), the rules checked over a batch of grids at once (_rule_batches)."""
+    for batch in _rule_batches(grids):
+        parts = [g.ruled_plans() for _, g in batch]
         mask = allowed(PlanColumns(_columns(parts, [*parts[0].fixed, *parts[0].cols])), model)
         start = 0
-        for grid, part in zip(pending, parts, strict=True):
-            n = part.n
-            block = grid.plans(mask[start:start + n])
-            start += n
-            if block is not None:
-                yield block
-
-    for batch in _rule_batches(_grids(model, req, size)):
-        pending = [grid for _, grid in batch]
-        yield from check()
+        for (_, grid), part in zip(batch, parts, strict=True):
+            yield grid, mask[start:start + part.n]
+            start += part.n
 
 
 def _rule_batches(grids: Iterable[_Grid]) -> Iterator[list[tuple[int, _Grid]]]:
@@ -640,17 +640,21 @@ def plan_chunks(model: TransformerSpec, req: SearchRequest,
     (default CHUNK_PLANS, read when called), in a fixed order (ties in the ranking go to the
     earlier plan)."""
     size = size or CHUNK_PLANS
-    blocks: list[_Block] = []
+    return _chunked(_blocks(model, req, size), size)
+
+
+def _chunked(blocks: Iterable[_Block], size: int) -> Iterator[Plans]:
+    """The blocks' plans in chunks of at most `size` (a larger block alone), in order."""
+    pending: list[_Block] = []
     rows = 0
-    for block in _blocks(model, req, size):
-        n = block.n
-        if rows + n > size and blocks:
-            yield Plans(_columns(blocks, COLUMNS))
-            blocks, rows = [], 0
-        blocks.append(block)
-        rows += n
-    if blocks:
-        yield Plans(_columns(blocks, COLUMNS))
+    for block in blocks:
+        if rows + block.n > size and pending:
+            yield Plans(_columns(pending, COLUMNS))
+            pending, rows = [], 0
+        pending.append(block)
+        rows += block.n
+    if pending:
+        yield Plans(_columns(pending, COLUMNS))
 
 
 class _Pruner:
@@ -670,8 +674,8 @@ class _Pruner:
     per-plan bound (step_time_lb) before the full model."""
 
     def __init__(self, model: TransformerSpec, req: SearchRequest, evaluator: Evaluator,
-                 capacity: float, keeper: _Keeper) -> None:
-        self.model, self.req, self.evaluator = model, req, evaluator
+                 capacity: float, keeper: _Keeper, grids: list[_Grid]) -> None:
+        self.model, self.req, self.evaluator, self.grids = model, req, evaluator, grids
         self.capacity, self.keeper = capacity, keeper
         # the probe's best plans that fit (up to `top`): objectives and plans (their columns)
         self.probe = np.zeros(0)
@@ -692,24 +696,15 @@ class _Pruner:
         fresh = self.probe[[key not in held for key in self.probe_keys]]
         return self.keeper.reach(fresh if more is None else np.concatenate([fresh, more]))
 
-    def chunks(self) -> Iterator[Plans]:
+    def chunks(self) -> Iterable[Plans]:
         """The request's plans in plan_chunks' order, but those of the grids' skeleton rows whose
         bound cannot rank (counted in `skipped` as they are passed), in chunks of at most
         CHUNK_PLANS."""
-        grids = list(_grids(self.model, self.req, CHUNK_PLANS))
+        grids = self.grids
         axes = [self._skeleton_axes(g) for g in grids]
         lowest = self._lowest(grids, axes)
         self._probe(grids, axes, lowest)
-        blocks: list[_Block] = []
-        rows = 0
-        for block in self._blocks(grids, axes, lowest):
-            if rows + block.n > CHUNK_PLANS and blocks:
-                yield Plans(_columns(blocks, COLUMNS))
-                blocks, rows = [], 0
-            blocks.append(block)
-            rows += block.n
-        if blocks:
-            yield Plans(_columns(blocks, COLUMNS))
+        return _chunked(self._blocks(grids, axes, lowest), CHUNK_PLANS)
 
     def _skeleton_axes(self, grid: _Grid) -> tuple[int, ...]:
         """The grid's axes that hold a column of a group its bound reads (the micro-batch's
@@ -800,16 +795,9 @@ class _Pruner:
 
     def _allowed(self, grids: list[_Grid], axes: list[tuple[int, ...]],
                  keeps: list[np.ndarray]) -> Iterator[tuple[_Block | None, int]]:
-        """Each grid's plans that obey the plan rules (checked over the grids at once, as
-        _blocks does) and that its mask `keep` (over its skeleton axes) allows, and how many
-        plans that obey the rules it leaves out."""
-        parts = [g.ruled_plans() for g in grids]
-        mask = allowed(PlanColumns(_columns(parts, [*parts[0].fixed, *parts[0].cols])),
-                       self.model)
-        start = 0
-        for grid, part, at, keep in zip(grids, parts, axes, keeps, strict=True):
-            ok = mask[start:start + part.n]
-            start += part.n
+        """Each grid's plans that obey the plan rules (_ruled) and that its mask `keep` (over
+        its skeleton axes) allows, and how many plans that obey the rules it leaves out."""
+        for (grid, ok), at, keep in zip(_ruled(grids, self.model), axes, keeps, strict=True):
             both = tuple(sorted(set(grid.ruled) | set(at)))
             rules = grid.spread(ok, tuple(grid.ruled), both)
             kept = rules & grid.spread(keep, at, both)
@@ -1415,9 +1403,9 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     # step time) exact where the objective is the step time times one factor for every plan:
     # not the price of several GPU counts
     proportional = req.objective is not Objective.COST or len(req.gpus) == 1
-    if prune and proportional and \
-            sum(math.prod(g.shape) for g in _grids(model, req, CHUNK_PLANS)) > PRUNE_PLANS:
-        pruner = _Pruner(model, req, Evaluator(model, hardware, req), capacity, keeper)
+    grids = list(_grids(model, req, CHUNK_PLANS)) if prune and proportional else []
+    if sum(math.prod(g.shape) for g in grids) > PRUNE_PLANS:
+        pruner = _Pruner(model, req, Evaluator(model, hardware, req), capacity, keeper, grids)
     evaluate = pruner.evaluator if pruner else None
     for plans in (pruner.chunks() if pruner else plan_chunks(model, req)):
         evaluate = evaluate or Evaluator(model, hardware, req)

@@ -178,7 +178,7 @@ def test_the_probe_s_plans_are_not_counted_twice():
     model, hw = load_model("llama2-7b"), load_hardware("dgx-h100")
     req = SearchRequest(gpus=(16,), global_batch=64)
     keeper = S._Keeper(model, req, 5)
-    pruner = S._Pruner(model, req, S.Evaluator(model, hw, req), 1e12, keeper)
+    pruner = S._Pruner(model, req, S.Evaluator(model, hw, req), 1e12, keeper, [])
     plans = S.enumerate_plans(model, req).take(np.arange(6))
     best = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
     pruner._keep_probe(plans.take(np.arange(5)), best)
