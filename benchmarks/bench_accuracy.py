@@ -69,25 +69,35 @@ def hardware_of(row: dict[str, Any]) -> str:
     return preset
 
 # The architecture the CSV does not state, per model (identified by its shape), with its source.
+# Dropout (TransformerSpec.hidden_dropout, attention_dropout; only 0 or not matters): as each
+# source trains the model: dgxc's Nemotron-4 without (v24.11.1 nemotron/nemotron4-15b-synth.yaml
+# and -340b-synth.yaml: hidden_dropout, attention_dropout 0.0; v25.04's NeMo 2 Nemotron4Config
+# the same), its GPT-3 175B with 0.1 (nemo_megatron/gpt3_175b_hydra.yaml at both releases);
+# Llama without (torchtitan's model has none; NeMo's and Megatron-Bridge's Llama configs 0.0);
+# Megatron-LM's GPT with its default 0.1; BLOOM without (bigscience/bloom config.json).
+NO_DROPOUT = dict(hidden_dropout=0.0, attention_dropout=0.0)
 ARCHITECTURES: dict[tuple[int, int], dict[str, Any]] = {
     # Nemotron-4 15B / 340B (Parmar et al. 2024, arXiv 2402.16819, Sec. 2; NVIDIA 2024, arXiv
     # 2406.11704): squared-ReLU MLP (not gated), rotary positions, no biases, untied embeddings
     (6144, 256000): dict(name="nemotron4-15b", gated_mlp=False, bias=False,
-                         position_embedding="rotary", norm="layernorm", tied_embeddings=False),
+                         position_embedding="rotary", norm="layernorm", tied_embeddings=False,
+                         **NO_DROPOUT),
     (18432, 256000): dict(name="nemotron4-340b", gated_mlp=False, bias=False,
-                          position_embedding="rotary", norm="layernorm", tied_embeddings=False),
+                          position_embedding="rotary", norm="layernorm", tied_embeddings=False,
+                          **NO_DROPOUT),
     # GPT-3 175B as NeMo's gpt3_175b config trains it: learned absolute positions, biases, LayerNorm
     (12288, 50688): dict(name="gpt3-175b-nemo", gated_mlp=False, bias=True,
-                         position_embedding="learned", norm="layernorm", tied_embeddings=True),
+                         position_embedding="learned", norm="layernorm", tied_embeddings=True,
+                         hidden_dropout=0.1, attention_dropout=0.1),
     # Llama 2 (Touvron et al. 2023, arXiv 2307.09288) and Llama 3 (Dubey et al. 2024, arXiv
     # 2407.21783): SwiGLU, rotary, RMSNorm, no biases, untied
-    (4096, 128256): dict(name="llama3-8b", gated_mlp=True, bias=False,
+    (4096, 128256): dict(name="llama3-8b", **NO_DROPOUT, gated_mlp=True, bias=False,
                          position_embedding="rotary", norm="rmsnorm", tied_embeddings=False),
-    (8192, 128256): dict(name="llama3-70b", gated_mlp=True, bias=False,
+    (8192, 128256): dict(name="llama3-70b", **NO_DROPOUT, gated_mlp=True, bias=False,
                          position_embedding="rotary", norm="rmsnorm", tied_embeddings=False),
-    (5120, 32000): dict(name="llama2-13b", gated_mlp=True, bias=False,
+    (5120, 32000): dict(name="llama2-13b", **NO_DROPOUT, gated_mlp=True, bias=False,
                         position_embedding="rotary", norm="rmsnorm", tied_embeddings=False),
-    (8192, 32000): dict(name="llama2-70b", gated_mlp=True, bias=False,
+    (8192, 32000): dict(name="llama2-70b", **NO_DROPOUT, gated_mlp=True, bias=False,
                         position_embedding="rotary", norm="rmsnorm", tied_embeddings=False),
 }
 
@@ -98,7 +108,7 @@ ARCHITECTURES: dict[tuple[int, int], dict[str, Any]] = {
 # tied_embeddings, where stated, must agree with the entry (Gemma's 256000 is not Nemotron-4's);
 # a vocabulary no entry has, or two entries that disagree, refuse the row.
 _LLAMA = dict(gated_mlp=True, bias=False, position_embedding="rotary", norm="rmsnorm",
-              tied_embeddings=False)
+              tied_embeddings=False, **NO_DROPOUT)
 VOCABULARIES: list[tuple[int, dict[str, Any], str]] = [
     (50257, dict(gated_mlp=False, bias=True, position_embedding="learned", norm="layernorm",
                  tied_embeddings=True),
@@ -111,10 +121,10 @@ VOCABULARIES: list[tuple[int, dict[str, Any], str]] = [
      "Llama 3 tiktoken (Dubey et al. 2024, arXiv 2407.21783): SwiGLU, rotary, RMSNorm, no biases "
      "(untied from 8B up; Llama 3.2 1B/3B tie, which the row's tied_embeddings states)"),
     (256000, dict(gated_mlp=False, bias=False, position_embedding="rotary", norm="layernorm",
-                  tied_embeddings=False),
+                  tied_embeddings=False, **NO_DROPOUT),
      "Nemotron-4 (arXiv 2402.16819): squared-ReLU MLP, rotary, LayerNorm, no biases, untied"),
     (250680, dict(gated_mlp=False, bias=True, position_embedding="alibi", norm="layernorm",
-                  tied_embeddings=True),
+                  tied_embeddings=True, **NO_DROPOUT),
      "BLOOM's tokenizer (BigScience 2022, arXiv 2211.05100: 250,680 tokens; padded to 250,880): "
      "GeLU MLP, ALiBi, biases, LayerNorm, tied"),
 ]
@@ -254,7 +264,7 @@ _MCORE_TESTS = ("NVIDIA/Megatron-LM tests/functional_tests/test_cases/gpt/{}/mod
 # torchtitan's Llama 3.1 8B (benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3: FSDP,
 # eager, local batch 2, sequence 8192, selective (per-op) AC; H100 96GB HBM2e; torchtitan logs
 # max_reserved_gib)
-_LLAMA31_8B = dict(name="llama3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8,
+_LLAMA31_8B = dict(name="llama3.1-8b", **NO_DROPOUT, layers=32, hidden=4096, heads=32, kv_heads=8,
                    ffn_hidden=14336, vocab=128256, seq_len=8192, gated_mlp=True, bias=False,
                    norm="rmsnorm", position_embedding="rotary", tied_embeddings=False)
 _TORCHTITAN = ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (torchtitan "

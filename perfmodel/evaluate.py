@@ -58,7 +58,9 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  asynchronous=hardware.asynchronous_device,
                  fp8=plan.dtype is Dtype.FP8, fp8_output_layer=plan.fp8_output_layer,
                  fp8_params=plan.fp8_params,
-                 windowed=model.windowed_share > 0, attention_sinks=model.attention_sinks)
+                 windowed=model.windowed_share > 0, attention_sinks=model.attention_sinks,
+                 dropout=model.hidden_dropout > 0,
+                 attention_dropout=model.attention_dropout > 0)
     fixed.update(architecture_family(model))
     fixed["stage_dense"] = stage_dense(plan, fixed.get("moe_dense_layers", ()))
     fixed["middle_layers"] = None if plan.layout is None else plan.layout.middle_layers

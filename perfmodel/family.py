@@ -115,6 +115,11 @@ class Family:
     fp8_params: bool = False  # the linear weights held in FP8 (Plan.fp8_params)
     windowed: bool = False
     attention_sinks: bool = False  # the model's: a learned logit per head (parameters only)
+    # the model's dropout: whether its hidden (embedding and residual branches) and attention
+    # dropout rates are above 0 (TransformerSpec.hidden_dropout, attention_dropout): only then
+    # are masks kept and written
+    dropout: bool = True
+    attention_dropout: bool = True
 
     def scope(self, axis: str) -> str | None:
         """Where the axis's groups lie (intra, inter, mixed), or None: open (an axis a family

@@ -159,9 +159,11 @@ def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:
 
 def job_model(model: TransformerSpec) -> TransformerSpec:
     """The model as the job (workload.model) builds it: untied embeddings (tying across pipeline
-    stages needs an all-reduce the job does not do) and a learned position table (seq_len x
-    hidden) even for rotary models. The prediction, the ledger and --dry-run all take this model."""
-    return model.replace(tied_embeddings=False, position_embedding="learned")
+    stages needs an all-reduce the job does not do), a learned position table (seq_len x
+    hidden) even for rotary models, and no dropout (the job's layers have none: no masks kept).
+    The prediction, the ledger and --dry-run all take this model."""
+    return model.replace(tied_embeddings=False, position_embedding="learned",
+                         hidden_dropout=0.0, attention_dropout=0.0)
 
 
 def job_model_note(model: TransformerSpec) -> str:
@@ -173,6 +175,8 @@ def job_model_note(model: TransformerSpec) -> str:
         )
     if model.tied_embeddings:
         changed.append("unties the embeddings")
+    if model.hidden_dropout or model.attention_dropout:
+        changed.append("trains without dropout")
     return f"the job {' and '.join(changed)}: compared as the job builds it" if changed else ""
 
 

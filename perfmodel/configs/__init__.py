@@ -97,9 +97,11 @@ def resolve_model(job: JobConfig, model: str | None, seq_len: int | None) -> Any
         if not isinstance(base, TransformerSpec):
             raise SpecError(f"model '{model}' is a layer graph: a job config trains a transformer")
         for key, value in fields.items():
-            # the sequence, the router's routing and whether the run builds the MTP modules
-            # (torchtitan and AutoModel build none) are the run's, not the model's identity
-            if key not in ("seq_len", "routing", "routing_imbalance", "mtp_layers") and \
+            # the sequence, the router's routing, whether the run builds the MTP modules
+            # (torchtitan and AutoModel build none) and its dropout rates are the run's, not the
+            # model's identity
+            if key not in ("seq_len", "routing", "routing_imbalance", "mtp_layers",
+                           "hidden_dropout", "attention_dropout") and \
                     getattr(base, key) != value:
                 raise SpecError(f"{job.path}: the config's {key} ({value}) differs from model "
                                 f"'{model}' ({getattr(base, key)}); the config's model is "

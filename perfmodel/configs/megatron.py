@@ -482,6 +482,19 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
             model["moe_dense_layers"] = tuple(i for i in dense if i >= first)
             take("moe_layer_freq", f"dense layers {dense or 'none'}")
     _vocab(settings, job, where, take)
+    _dropout(settings, job, where, take, over_preset=False)
+
+
+# Megatron-Core's TransformerConfig defaults (hidden_dropout, attention_dropout), which
+# Megatron-LM's --hidden-dropout and --attention-dropout default to (arguments.py)
+MEGATRON_DROPOUT = 0.1
+
+
+def _dropout(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None], *,
+             over_preset: bool) -> None:
+    """The model's dropout rates: what the settings state; a Megatron-LM argument list that
+    states none runs Megatron's 0.1 (a NeMo or Megatron-Bridge config leaves it to its model
+    class, the preset's, or TransformerSpec's 0.1, Megatron-Core's default)."""
     for dest in ("hidden_dropout", "attention_dropout"):
         if dest in settings:
             key, value = settings[dest]
@@ -491,10 +504,13 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
                 raise SpecError(f"{where}: {key} must be a number, got '{value}'") from None
             if not 0 <= rate <= 1:
                 raise SpecError(f"{where}: {key} must be a rate from 0 to 1, got '{value}'")
-            take(dest, "dropout" + ("" if rate else ": perfmodel counts dropout masks in "
-                                    "activation memory (Korthikanti et al. 2022) whatever the "
-                                    "rate; with 0 Megatron keeps none (memory over-counted by "
-                                    "2 s b h bytes a layer)"))
+            job.model[dest] = rate
+            take(dest, f"{dest} {rate:g}" + (" (over the preset's)" if over_preset else "")
+                 + ("" if rate else ": no masks kept"))
+        elif job.framework is Framework.MEGATRON and not over_preset:
+            job.model[dest] = MEGATRON_DROPOUT
+            job.notes.append(f"{dest} {MEGATRON_DROPOUT:g}: Megatron-LM's default (its masks "
+                             "are kept for the backward)")
 
 
 # Megatron-LM's defaults of its multi-head latent attention arguments (arguments.py at d98e8a6)
@@ -590,6 +606,7 @@ def _preset_overrides(settings: Settings, job: JobConfig, where: str,
     if "normalization" in settings:
         job.model["norm"] = str(settings["normalization"][1]).lower()
         take("normalization", f"norm {job.model['norm']}")
+    _dropout(settings, job, where, take, over_preset=True)
     job.vocab_multiple = _int(settings, "make_vocab_size_divisible_by", where,
                               DEFAULT_VOCAB_MULTIPLE) or DEFAULT_VOCAB_MULTIPLE
 
@@ -1289,6 +1306,8 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
     elif not model.qkv_bias:
         raise refuse_emit("megatron", "bias without qkv_bias",
                           "Megatron-LM's --add-bias-linear adds the QKV bias too")
+    args += [["--hidden-dropout", f"{model.hidden_dropout:g}"],
+             ["--attention-dropout", f"{model.attention_dropout:g}"]]
     multiple = vocab_multiple(model.vocab, plan.tp)
     args += [["--tokenizer-type", "NullTokenizer"], ["--vocab-size", str(model.vocab)],
              ["--make-vocab-size-divisible-by", str(multiple)], ["--mock-data"],

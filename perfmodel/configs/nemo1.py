@@ -32,7 +32,8 @@ from perfmodel.configs.megatron import Settings
 from perfmodel.errors import SpecError
 
 # model keys that are Megatron's dests under the same name
-SAME = ("micro_batch_size", "global_batch_size", "tensor_model_parallel_size",
+SAME = ("hidden_dropout", "attention_dropout",
+        "micro_batch_size", "global_batch_size", "tensor_model_parallel_size",
         "pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
         "expert_tensor_parallel_size", "num_layers", "hidden_size", "ffn_hidden_size",
         "num_attention_heads", "num_query_groups", "kv_channels", "max_position_embeddings",
@@ -57,7 +58,7 @@ READ_HERE = frozenset((
 # model keys with the same cost whatever their value (numerics, initialization, fusions of the
 # same work, logging)
 HARMLESS = frozenset((
-    "init_method_std", "use_scaled_init_method", "hidden_dropout", "attention_dropout",
+    "init_method_std", "use_scaled_init_method",
     "ffn_dropout", "apply_query_key_layer_scaling", "layernorm_zero_centered_gamma",
     "layernorm_epsilon", "do_layer_norm_weight_decay", "pre_process", "post_process",
     "persist_layer_norm", "headscale", "openai_gelu", "normalize_attention_scores",

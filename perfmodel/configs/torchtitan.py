@@ -170,7 +170,9 @@ def flavor_model(flavor: str) -> dict[str, Any]:
                 ffn_hidden=ffn_width(args["dim"], args["ffn_dim_multiplier"],
                                      args["multiple_of"]),
                 gated_mlp=True, tied_embeddings=False, bias=False, qkv_bias=False,
-                norm="rmsnorm", position_embedding="rotary")
+                norm="rmsnorm", position_embedding="rotary",
+                # torchtitan's Llama has no dropout (torchtitan/models/llama3/model.py)
+                hidden_dropout=0.0, attention_dropout=0.0)
 
 
 def _get(data: dict[str, Any], section: str, key: str, default: Any) -> Any:
@@ -947,11 +949,16 @@ def torchtitan_toml(model: Any, plan: Any) -> str:
     """The torchtitan job config of a plan (TOML); PlanError for what torchtitan cannot run."""
     from perfmodel.configs.job import refuse_emit
 
+    dropouts = ("hidden_dropout", "attention_dropout")
     flavor = next((f for f in ("8B", "70B", "405B") if all(
-        getattr(model, k) == v for k, v in flavor_model(f).items())), None)
+        getattr(model, k) == v for k, v in flavor_model(f).items() if k not in dropouts)), None)
     if flavor is None:
         raise refuse_emit("torchtitan", f"model {model.name}",
                           "not one of torchtitan's llama3 flavors 8B, 70B, 405B")
+    if model.hidden_dropout or model.attention_dropout:
+        raise refuse_emit("torchtitan", f"model {model.name}'s dropout (hidden "
+                          f"{model.hidden_dropout:g}, attention {model.attention_dropout:g})",
+                          "torchtitan's Llama trains without dropout")
     mesh = "tp,cp,dp,pp" if plan.cp > 1 else "tp,dp,pp"
     if plan.tp_layout.value != "1d" or ",".join(plan.placement) != mesh:
         raise refuse_emit("torchtitan", "the layout", "torchtitan's mesh is tp innermost, then "

@@ -165,7 +165,8 @@ def _gemm_time(m: sp.Expr, n: sp.Expr, k: sp.Expr, batch: sp.Expr, bytes_per_ele
 
 def elementwise_bytes(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, f: sp.Expr,
                       tp: sp.Expr, e: sp.Expr, *, sequence_parallel: Flag, flash: Flag,
-                      gated: Flag) -> dict[str, sp.Expr]:
+                      gated: Flag, dropout: Flag = 1,
+                      attention_dropout: Flag = 1) -> dict[str, sp.Expr]:
     """Bytes moved by the memory-bound operations of one layer's forward on one GPU.
 
     layer norms (2): read + write T*h; softmax (fused scale-mask-softmax): read + write a*b*s^2;
@@ -174,16 +175,19 @@ def elementwise_bytes(T: sp.Expr, b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr
     1-byte mask.
     Without sequence parallelism the layer norms and dropout-adds are replicated on every tp rank;
     with it they act on T/tp tokens (Korthikanti et al. 2022, Sec. 4.2.2). Flash attention fuses the
-    softmax and dropout into the attention kernel (no s^2 traffic).
+    softmax and dropout into the attention kernel (no s^2 traffic). A rate of 0 (dropout,
+    attention_dropout 0: the model's) writes no mask, and the attention's dropout runs no kernel
+    (PyTorch's dropout returns its input); the bias-dropout-adds still add.
     """
-    sequence_parallel, flash, gated = map(as_flag, (sequence_parallel, flash, gated))
+    sequence_parallel, flash, gated, dropout, attention_dropout = map(
+        as_flag, (sequence_parallel, flash, gated, dropout, attention_dropout))
     rep = 1 + sequence_parallel * (tp - 1)  # tp with sequence parallelism, else 1
     return {
         "layernorm": 2 * 2 * T * h * e / rep,
         "activation": (2 + gated) * T * f * e / tp,
-        "dropout_add": 2 * (3 * e + 1) * T * h / rep,
+        "dropout_add": 2 * (3 * e + dropout) * T * h / rep,
         "softmax": (1 - flash) * 2 * a * b * s**2 * e / tp,
-        "attention_dropout": (1 - flash) * (2 * e + 1) * a * b * s**2 / tp,
+        "attention_dropout": attention_dropout * (1 - flash) * (2 * e + 1) * a * b * s**2 / tp,
     }
 
 

@@ -77,7 +77,8 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
                            mlp: sp.Expr | None = None,
                            fp8_attention: dict[str, sp.Expr] | None = None,
                            fp8_mlp: dict[str, sp.Expr] | None = None,
-                           per_op: sp.Expr | None = None) -> sp.Expr:
+                           per_op: sp.Expr | None = None, dropout: Flag = 1,
+                           attention_dropout: Flag = 1) -> sp.Expr:
     """Activation bytes one layer keeps for the backward pass, per micro-batch, on one GPU.
 
     With e = 2 (16-bit), 1-byte dropout masks, kv = a, f = 4h, no gating (Korthikanti et al. 2022,
@@ -93,7 +94,11 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     input e T a d (a d = h unless the model gives its head size d), activation input e T f (2x for
     SwiGLU), MLP-down input e T f (sharded); softmax output,
     dropout mask and dropout output (2e + 1) a b s^2 (sharded; with flash attention replaced by the
-    fp32 log-sum-exp, 4 a b s). Selective recompute drops either: it checkpoints the core attention,
+    fp32 log-sum-exp, 4 a b s). Without dropout (dropout = 0: the model's hidden rate is 0,
+    and PyTorch's dropout returns its input without a mask) the two masks 2 T h go; without
+    attention dropout (attention_dropout = 0) the unfused core keeps its softmax output alone,
+    e a b s^2 (Korthikanti's 5 a s / h is its three: softmax output, mask, dropped output).
+    Selective recompute drops either: it checkpoints the core attention,
     keeping only its inputs (Q, K, V), so what the attention kernel stores for its backward is
     recomputed with it.
     Per-op recompute (`op`, torchtitan's op-level selective AC, torchtitan/distributed/
@@ -128,17 +133,19 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     (perfmodel.costs.mla), `mlp` the MLP's (2 + gated) e T f / tp with the bytes one rank keeps
     (perfmodel.costs.moe).
     """
-    sequence_parallel, full, selective, flash, gated, op = map(
-        as_flag, (sequence_parallel, full, selective, flash, gated, op))
+    sequence_parallel, full, selective, flash, gated, op, dropout, attention_dropout = map(
+        as_flag, (sequence_parallel, full, selective, flash, gated, op, dropout,
+                  attention_dropout))
     T = b * s
     rep = 1 + sequence_parallel * (tp - 1)
     d = h / a if d is None else d
-    replicated = (4 * e + 2) * T * h
+    replicated = (4 * e + 2 * dropout) * T * h
     sharded = e * T * (a * d + kv * d) + e * T * kv * d + e * T * a * d
     if attention is not None:
         sharded, replicated = attention["sharded"], replicated + attention["replicated"] * rep
     mlp_rank = (2 + gated) * e * T * f / tp if mlp is None else mlp
-    quadratic = flash * 4 * a * b * s + (1 - flash) * (2 * e + 1) * a * b * s**2
+    quadratic = flash * 4 * a * b * s \
+        + (1 - flash) * (e + attention_dropout * (e + 1)) * a * b * s**2
     fp8 = as_flag(fp8)
     if fp8 != 0:  # the FP8 copies of the GEMM inputs saved for the weight gradients
         if fp8_attention is None:  # QKV's input; the output projection's input

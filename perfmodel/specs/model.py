@@ -74,6 +74,14 @@ class TransformerSpec:
     layers k-1, 2k-1, ... (every k-th, counted from 1) attend fully and the others over the
     window (GPT-OSS and Gemma-2: 2; Gemma-3: 6), 0: every layer is windowed (Mistral 7B).
     attention_sinks: a learned logit per head in each softmax's denominator (GPT-OSS).
+    hidden_dropout, attention_dropout: the training's dropout rates (default 0.1 each,
+    Megatron-Core's TransformerConfig and the GPT-3 runs of Korthikanti et al. 2022). Only
+    whether a rate is 0 matters to the model: with 0, PyTorch's dropout returns its input (ATen
+    Dropout.cpp, `p == 0`), so no mask is kept or written: the embedding's and the two
+    bias-dropout-adds' masks (hidden), an unfused attention core's mask and dropped
+    probabilities (attention) leave the activations and the element-wise traffic. Llama, Qwen,
+    Mistral, DeepSeek and GPT-OSS train without dropout (their presets and Hugging Face configs
+    say 0).
     mtp_layers: DeepSeek-V3's multi-token-prediction modules, trained beside the model (each a
     layer like the last, a 2 hidden x hidden projection and two norms, sharing the embedding and
     the output layer); perfmodel.params counts them apart from the model's parameters.
@@ -122,6 +130,8 @@ class TransformerSpec:
     full_attention_every: int = 0
     attention_sinks: bool = False
     mtp_layers: int = 0
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
     source: str = ""
     # where the spec was read and where its seq_len came from (shown by predict and recommend;
     # not part of the model: the same model compares equal wherever it was read)
@@ -174,6 +184,9 @@ class TransformerSpec:
                 f"got '{self.position_embedding}'"
             )
         number(self.mtp_layers, "mtp_layers", integer=True, strict=False, maximum=100)
+        for key in ("hidden_dropout", "attention_dropout"):
+            number(getattr(self, key), key, strict=False, maximum=1,
+                   reason="a dropout rate: 0 for none")
 
     def _check_experts(self, given: set[str]) -> None:
         """The mixture-of-experts fields: in range, and only with experts."""
@@ -558,6 +571,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str,
     positions_key = {"gpt2": "n_positions"}.get(mtype, "max_position_embeddings")
     positions = cfg.get(positions_key, cfg.get("n_ctx") if mtype == "gpt2" else None)
     fields = _hf_fields(cfg, mtype, where, need, count, flag)
+    fields.update(_hf_dropout(cfg, mtype, where))
     if mtype in _MOE_FAMILIES:
         fields.update(_hf_experts(cfg, mtype, where, fields["layers"], need, count))
     fields.update(_hf_window(cfg, mtype, where, fields["layers"], count))
@@ -679,6 +693,32 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
         vocab=need("vocab_size"), tied_embeddings=flag("tie_word_embeddings", False),
         bias=bias, qkv_bias=qkv_bias, position_embedding="rotary",
     )
+
+
+# The config keys of a family's dropout rates (transformers' modelling code; its config class's
+# default where the key is absent): (hidden, attention). None: the modelling code has no hidden
+# dropout (the residual branches add without one).
+_HF_DROPOUT = {"gpt2": (("resid_pdrop", 0.1), ("attn_pdrop", 0.1)),
+               "bloom": (("hidden_dropout", 0.0), ("attention_dropout", 0.0)),
+               "gpt_neox": (("hidden_dropout", 0.0), ("attention_dropout", 0.0))}
+
+
+def _hf_dropout(cfg: Mapping[str, Any], mtype: str, where: str) -> dict[str, float]:
+    """The dropout rates of a config: GPT-2's resid_pdrop and attn_pdrop (its embedding's
+    embd_pdrop is taken as the hidden rate's), BLOOM's and GPT-NeoX's hidden_dropout and
+    attention_dropout; the Llama-style families (Llama, Mistral, Mixtral, Qwen, OLMoE, DeepSeek,
+    GPT-OSS, Gemma) have an attention_dropout (0 in their configs) and no hidden dropout."""
+    hidden, attention = _HF_DROPOUT.get(mtype, (None, ("attention_dropout", 0.0)))
+    out = {}
+    for field_name, entry in (("hidden_dropout", hidden), ("attention_dropout", attention)):
+        if entry is None:
+            out[field_name] = 0.0
+            continue
+        key, default = entry
+        value = cfg.get(key, default)
+        out[field_name] = number(default if value is None else value, f"{where}: {key}",
+                                 strict=False, maximum=1, reason="a dropout rate")
+    return out
 
 
 def _hf_experts(cfg: Mapping[str, Any], mtype: str, where: str, layers: int, need: Any,

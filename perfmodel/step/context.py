@@ -155,6 +155,10 @@ class Context:
     fp8: sp.Expr = sp.Integer(0)
     linear_dev: K.Device | None = None
     fp8_output: sp.Expr = sp.Integer(0)  # 1: the output layer's GEMM in FP8 too
+    # 1 where the model's hidden (resp. attention) dropout rate is above 0: its masks are kept
+    # and written (TransformerSpec.hidden_dropout); 0: PyTorch's dropout returns its input
+    dropout: sp.Expr = sp.Integer(1)
+    attention_dropout: sp.Expr = sp.Integer(1)
 
     @property
     def linear(self) -> K.Device:
@@ -262,6 +266,8 @@ class Context:
             d_v=S.d_v if fam.mla else d,
             kv_heads=S.a if fam.mla else S.kv,
             fp8=sp.Integer(int(fam.fp8)),
+            dropout=sp.Integer(int(fam.dropout)),
+            attention_dropout=sp.Integer(int(fam.attention_dropout)),
             linear_dev=device(fam, fp8=True) if fam.fp8 else None,
             fp8_output=sp.Integer(int(fam.fp8 and fam.fp8_output_layer)),
         )

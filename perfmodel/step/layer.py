@@ -198,7 +198,8 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
                 + c.grid3 * linear_gemm_time(c, grid["3d"])
             gemm_t[name] = c.megatron * gemm_t[name] + grid_t
     ew = K.elementwise_bytes(c.T, b, s, h, a, f, tp, e, sequence_parallel=c.split,
-                             flash=c.flash, gated=c.gated)
+                             flash=c.flash, gated=c.gated, dropout=c.dropout,
+                             attention_dropout=c.attention_dropout)
     # each cp rank holds s / cp of the s^2 scores an unfused softmax reads and writes
     quadratic = (ew["softmax"] + ew["attention_dropout"]) / S.cp
     core_gemms_s = sum((gemm_t[n] for n in K.ATTENTION_CORE), ZERO)

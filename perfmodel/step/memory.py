@@ -79,7 +79,8 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
     div = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.replicas(c))
     div_experts = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.expert_replicas(c))
     act_kw: dict[str, Any] = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d,
-                                  fp8=c.fp8, fp8_saved=S.s8 if c.fam.fp8 else sp.Integer(1))
+                                  fp8=c.fp8, fp8_saved=S.s8 if c.fam.fp8 else sp.Integer(1),
+                                  dropout=c.dropout, attention_dropout=c.attention_dropout)
     if c.fam.mla:
         act_kw["attention"] = MLA.mla_activation_bytes(T, a, S.r_q, S.r_kv, S.d_nope, S.d_rope,
                                                        S.d_v, e, q_lora=c.fam.mla_q_lora)
@@ -168,7 +169,8 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
             layers += has_head * S.D_mtp * (act_moe if c.fam.mtp_last_moe else act_layer)
         mem["activations/layers"] = layers * stage_inflight
         mem["activations/recompute_buffer"] = c.full_any * full_layer + c.op_any * op_gap
-        # the embedding's dropout mask per in-flight micro-batch; the final norm's input and the
+        # the embedding's dropout mask per in-flight micro-batch (with a hidden dropout rate
+        # above 0: perfmodel.costs.memory.layer_activation_bytes); the final norm's input and the
         # fp32 logits (two of each, as the first step model counted them, 88e7cc9; eager
         # kernels three fp32 logits: LOSS_LOGITS_EAGER), or with Transformer Engine's fused
         # cross entropy the bf16 logits alone (they hold their gradient: LOSS_LOGITS_TE)
@@ -176,7 +178,7 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
             * FP32_BYTES * T * V / tp
         loss = either(c.te_loss, LOSS_LOGITS_TE * e * T * V / tp, fp32_loss)
         mem["activations/embedding_output"] = \
-            has_embed * MASK_BYTES * T * h / c.act_ranks * stage_inflight \
+            has_embed * c.dropout * MASK_BYTES * T * h / c.act_ranks * stage_inflight \
             + has_head * (2 * e * T * h / c.act_ranks + loss) \
             * (1 + (S.D_mtp if c.fam.mtp else 0))
         root = has_embed * (params.embedding["sharded"] / tp + params.embedding["replicated"]) \
