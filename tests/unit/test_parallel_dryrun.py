@@ -27,7 +27,7 @@ L, H, HEADS, KV, S, V = 4, 256, 8, 4, 1024, 1024
 HD = H // HEADS
 DENSE = TransformerSpec(name="dense", layers=L, hidden=H, heads=HEADS, kv_heads=KV, seq_len=S,
                         vocab=V, gated_mlp=True, bias=False, norm="rmsnorm",
-                        tied_embeddings=False)
+                        tied_embeddings=False, hidden_dropout=0.0, attention_dropout=0.0)
 # 64 routed experts (top 4, 128 wide), one shared expert, layer 0 dense: 3 MoE layers
 E, K, EF = 64, 4, 128
 MOE = DENSE.replace(name="moe", experts=E, top_k=K, expert_ffn_hidden=EF, shared_experts=1,
