@@ -1037,7 +1037,8 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
              else "no overlap: Megatron-LM's local DDP all-reduces after the last micro-batch")
     job.fix("overlap_grad_sync", grad)
     take("overlap_grad_reduce", "overlap_grad_sync (the gradient reduction hides behind the "
-                                "last micro-batch's backward)")
+                                "last micro-batch's backward)" if grad
+         else "overlap_grad_sync false")
     if zero == 3:  # FSDP2 issues the next unit's all-gather while the current one computes
         job.fix("overlap_param_gather", True, pin=False)
         job.notes.append("--use-torch-fsdp2: FSDP2 prefetches the next unit's parameters "
@@ -1045,12 +1046,14 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     else:
         job.fix("overlap_param_gather", param)
     take("overlap_param_gather", "overlap_param_gather (the weight all-gather hides behind the "
-                                 "next forward)")
+                                 "next forward)" if job.plan.get("overlap_param_gather")
+         else "overlap_param_gather false")
     _cross_entropy(settings, job, where, take)
     tp_overlap = _flag(settings, "tp_comm_overlap", where)
     job.fix("tp_comm_overlap", tp_overlap)
     take("tp_comm_overlap", "tp_comm_overlap (tensor-parallel communication behind the GEMMs, "
-                            "Transformer Engine's userbuffers)")
+                            "Transformer Engine's userbuffers)" if tp_overlap
+         else "tp_comm_overlap false")
     if _flag(settings, "overlap_moe_expert_parallel_comm", where):
         job.fix("ep_comm_overlap", True)
         take("overlap_moe_expert_parallel_comm", "ep_comm_overlap (the all-to-alls of one "
