@@ -594,6 +594,12 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             # A100
             plan.update(zero=3, flash_attention=True, overlap_grad_sync=True,
                         overlap_param_gather=True)
+        elif (block := re.fullmatch(r"full recompute of (\d+) of \d+ layers "
+                                    r"\(recompute_method block\)", feature)):
+            # Megatron's --recompute-granularity full --recompute-method block: the first k
+            # layers of each chunk (Plan.recompute_method)
+            plan.update(recompute="full", recompute_method="block",
+                        recompute_num_layers=int(block.group(1)))
         elif feature == "selective op AC":
             plan["recompute"] = "op"  # torchtitan selective_ac_option 'op'
         elif feature == "selective layer AC":

@@ -17,13 +17,13 @@ from perfmodel.specs.resolve import resolve_hardware
 
 PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
                 "virtual_stages", "sequence_parallel", "recompute", "recompute_every",
-                "recompute_modules", "grad_dtype", "optimizer_dtype", "master_weights", "zero",
-                "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
-                "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
-                "pp_scatter_gather", "ep_dispatcher", "cross_entropy", "expert_weighting",
-                "stack", "kernels", "pipeline_micro_batches", "first_stage_layers",
-                "last_stage_layers", "pipeline_layout", "placement", "tp_layout", "tp_depth", "cp",
-                "cp_comm", "ep",
+                "recompute_method", "recompute_num_layers", "recompute_modules", "grad_dtype",
+                "optimizer_dtype", "master_weights", "zero", "dtype", "fp8_recipe",
+                "fp8_output_layer", "fp8_params", "flash_attention", "overlap_grad_sync",
+                "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap", "pp_scatter_gather",
+                "ep_dispatcher", "cross_entropy", "expert_weighting", "stack", "kernels",
+                "pipeline_micro_batches", "first_stage_layers", "last_stage_layers",
+                "pipeline_layout", "placement", "tp_layout", "tp_depth", "cp", "cp_comm", "ep",
                 "etp")
 MODEL_COLUMNS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads")
 RESULT_COLUMNS = ("step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",

@@ -38,6 +38,7 @@ from perfmodel.strategy import (
     Objective,
     Placement,
     Recompute,
+    RecomputeMethod,
     Schedule,
     Stack,
     TPLayout,
@@ -201,6 +202,13 @@ def plan_options(fn: Any) -> Any:
         click.option("--recompute-every", type=int, default=None,
                      help="Apply the recompute policy to one layer in N (torchtitan "
                           "selective_ac_option N with --recompute full; default 1: every layer)."),
+        click.option("--recompute-method", type=choice(RecomputeMethod), default=None,
+                     help="With --recompute full, Megatron-LM's method: uniform (every layer, "
+                          "checkpointed in groups of --recompute-num-layers; the default) or "
+                          "block (the first --recompute-num-layers layers of each chunk)."),
+        click.option("--recompute-num-layers", type=int, default=None,
+                     help="With --recompute full: the layers of a uniform group, or of a chunk "
+                          "recomputed under block (Megatron-LM's; default 1)."),
         click.option("--recompute-modules", default=None, metavar="NAMES",
                      help="With --recompute selective: what it recomputes, comma-separated, as "
                           "Megatron's --recompute-modules: core_attn (the default), mla_up_proj, "
@@ -325,7 +333,8 @@ def _given(ctx: click.Context, name: str) -> bool:
 
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "global_batch",
              "schedule", "virtual_stages",
-             "sequence_parallel", "recompute", "recompute_every", "recompute_modules",
+             "sequence_parallel", "recompute", "recompute_every", "recompute_method",
+             "recompute_num_layers", "recompute_modules",
              "grad_dtype", "optimizer_dtype", "master_weights",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
@@ -775,6 +784,14 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="Pin the activation recompute.")
 @click.option("--recompute-every", type=whole(), default=1, show_default=True,
               help="Every plan applies its recompute policy to one layer in N.")
+@click.option("--recompute-method", type=choice(RecomputeMethod),
+              default=RecomputeMethod.UNIFORM.value, show_default=True,
+              help="Every plan's full recompute by Megatron-LM's method (block: the first "
+                   "--recompute-num-layers of each chunk); a method or count beyond uniform 1 "
+                   "searches full recompute only.")
+@click.option("--recompute-num-layers", type=whole(), default=1, show_default=True,
+              help="Every plan's full recompute: the layers of a uniform group, or of a chunk "
+                   "under block.")
 @click.option("--grad-dtype", type=choice(STATE_DTYPES), default=None,
               help="bf16: every plan's main-gradient dtype (default fp32).")
 @click.option("--optimizer-dtype", type=choice(STATE_DTYPES), default=None,
@@ -1047,7 +1064,8 @@ CONFIG_PINS = ("tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "schedul
                "virtual_stages", "recompute", "sequence_parallel", "zero", "placement", "tp_layout")
 # what a config states for every plan (not searched): kept as the config says, and a command-line
 # value that contradicts it refused as the pins' are
-CONFIG_WIDE = ("stack", "kernels", "recompute_every", "grad_dtype", "optimizer_dtype",
+CONFIG_WIDE = ("stack", "kernels", "recompute_every", "recompute_method",
+               "recompute_num_layers", "grad_dtype", "optimizer_dtype",
                "master_weights", "fp8_recipe", "ep_dispatcher", "cross_entropy",
                "expert_weighting")
 CONFIG_FLAGS = ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap",

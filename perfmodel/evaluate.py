@@ -29,7 +29,7 @@ from perfmodel.files import write_atomic
 from perfmodel.names import AXES
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import Dtype, Plan
+from perfmodel.strategy import Dtype, Plan, RecomputeMethod
 
 __all__ = ["Compiled", "axis_per_node", "compile_family", "family_of", "grid_degrees",
            "outputs_of", "values_of"]
@@ -66,6 +66,8 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     fixed["middle_layers"] = None if plan.layout is None else plan.layout.middle_layers
     fixed["end_chunks"] = None if plan.layout is None else plan.layout.end_chunks
     fixed["recompute_modules"] = plan.recompute_modules
+    fixed["megatron_recompute"] = (plan.recompute_method is not RecomputeMethod.UNIFORM
+                                   or plan.recompute_num_layers > 1)
     # one dispatcher for every plan of a search (the stack's): fixed, so that a search compiles
     # one dispatcher's expressions
     fixed["ep_dispatcher"] = plan.ep_dispatcher.value

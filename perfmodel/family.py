@@ -115,6 +115,10 @@ class Family:
     fp8_params: bool = False  # the linear weights held in FP8 (Plan.fp8_params)
     windowed: bool = False
     attention_sinks: bool = False  # the model's: a learned logit per head (parameters only)
+    # full recompute by a Megatron method beyond uniform 1 (Plan.recompute_method,
+    # recompute_num_layers; the request's, every plan's): its layer choice and groups as symbols
+    # (perfmodel.step.context); False: every layer alone, as the formulas were before it
+    megatron_recompute: bool = False
     # the model's dropout: whether its hidden (embedding and residual branches) and attention
     # dropout rates are above 0 (TransformerSpec.hidden_dropout, attention_dropout): only then
     # are masks kept and written

@@ -70,6 +70,12 @@ _name("last_stage_layers", "L_last",
 _name("bytes_per_element", "e", "bytes per activation/weight element")
 _name("recompute_every", "N_rc",
       "the recompute policy applies to one layer in every N_rc of a stage (1: every layer)")
+_name("recompute_num_layers", "N_rl",
+      "full recompute's layers (Megatron --recompute-num-layers): a group's under the uniform "
+      "method, a chunk's recomputed ones under block")
+_name("recompute_block", "I_{block}",
+      "1 if full recompute takes Megatron's block method (the first N_rl layers of each chunk), "
+      "0: uniform (every layer, in groups of N_rl)")
 _name("tp_per_node", "k_tp", "ranks of one tensor-parallel group inside one node")
 _name("dp_per_node", "k_dp", "ranks of one data-parallel group inside one node")
 _name("pp_per_node", "k_pp", "ranks of one pipeline group inside one node")

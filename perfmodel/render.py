@@ -25,6 +25,15 @@ PIPE_WIDTH = 100  # columns of output that goes to a pipe or a file, when COLUMN
 MIN_WIDTH = 40  # narrower than this, rich cuts words: lay out for 40 columns
 
 
+
+def _recompute_method(p: Any) -> str:
+    """Full recompute's Megatron method where it is not uniform 1 ('' otherwise)."""
+    method, k = _value(getattr(p, "recompute_method", "uniform")), \
+        getattr(p, "recompute_num_layers", 1)
+    if method == "block":
+        return f" (block: the first {k} layers of each chunk)"
+    return f" (uniform: groups of {k} layers)" if k > 1 else ""
+
 def console_width() -> int | None:
     """The width to lay output out for: None in a terminal (rich takes COLUMNS, else the
     terminal's size); in a pipe or a file, COLUMNS when it is a whole number, else PIPE_WIDTH."""
@@ -125,7 +134,8 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
                 f"global batch {p.global_batch} "
                 f"({_plural(micro_batches, 'micro-batch', 'micro-batches')})",
                 f"recompute {_value(p.recompute)}"
-                + (f" (one layer in {p.recompute_every})" if p.recompute_every > 1 else "")]
+                + (f" (one layer in {p.recompute_every})" if p.recompute_every > 1 else "")
+                + _recompute_method(p)]
     schedule.append("flash attention" if p.flash_attention else "unfused attention")
     if p.grad_dtype or p.optimizer_dtype or p.master_weights:
         schedule.append(f"gradients {p.grad_dtype or 'fp32'}, optimizer states "

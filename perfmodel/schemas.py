@@ -60,6 +60,12 @@ PLAN = obj({
     "global_batch": WHOLE, "schedule": STRING, "virtual_stages": WHOLE,
     "sequence_parallel": BOOLEAN, "recompute": STRING,
     "recompute_every": {**WHOLE, "description": "The recompute policy applies to one layer in N."},
+    "recompute_method": {**STRING, "description": "Full recompute's Megatron-LM method: uniform "
+                                                  "(groups of recompute_num_layers) or block "
+                                                  "(the first recompute_num_layers of each "
+                                                  "chunk); absent: uniform."},
+    "recompute_num_layers": {**WHOLE, "description": "Megatron-LM's --recompute-num-layers; "
+                                                     "absent: 1."},
     "zero": {"type": "integer", "minimum": 0, "maximum": 3}, "dtype": STRING,
     "tp_layout": STRING, "tp_depth": WHOLE,
     "flash_attention": {**BOOLEAN,

@@ -42,6 +42,7 @@ from perfmodel.strategy import (
     Plan,
     PlanColumns,
     Recompute,
+    RecomputeMethod,
     Schedule,
     Stack,
     TPLayout,
@@ -131,6 +132,10 @@ class SearchRequest:
     kernels: Kernels | None = None
     # every plan's: the recompute policy on one layer in N; bf16's gradient and optimizer dtypes
     recompute_every: int = 1
+    # every plan's full recompute as Megatron-LM's --recompute-method / --recompute-num-layers
+    # (a method or count beyond uniform 1: only full recompute is searched)
+    recompute_method: RecomputeMethod = RecomputeMethod.UNIFORM
+    recompute_num_layers: int = 1
     grad_dtype: str | None = None
     optimizer_dtype: str | None = None
     master_weights: str | None = None  # remainders: zero 0-2 only (the search leaves 3 out)
@@ -144,10 +149,19 @@ class SearchRequest:
     tokens: float | None = None
     gpu_hour_price: float | None = None
 
+    @property
+    def megatron_full_only(self) -> bool:
+        """Whether the request's full recompute takes a Megatron method beyond uniform 1, so that
+        only full recompute is searched (the methods apply to it alone)."""
+        return (self.recompute_method is not RecomputeMethod.UNIFORM
+                or self.recompute_num_layers > 1)
+
     def shared_plan(self) -> Plan:
         """A one-GPU plan with the options every plan of the request shares (checked as a plan
         checks them; the encoder's fixed values and family are taken from it)."""
         return Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
+                    recompute_method=self.recompute_method,
+                    recompute_num_layers=self.recompute_num_layers,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
                     expert_weighting=self.expert_weighting,
                     recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
@@ -159,6 +173,8 @@ class SearchRequest:
         """The Plan fields every plan of the request shares beyond dtype, attention and overlap
         (Plans.plan's keywords)."""
         return dict(kernels=self.kernels, recompute_every=self.recompute_every,
+                    recompute_method=self.recompute_method,
+                    recompute_num_layers=self.recompute_num_layers,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
                     expert_weighting=self.expert_weighting, grad_dtype=self.grad_dtype,
                     master_weights=self.master_weights,
@@ -195,7 +211,8 @@ class SearchRequest:
                 parse_option(Schedule, s, "schedules") for s in self.schedules))
         # the options every plan shares, checked as a plan checks them
         shared = self.shared_plan()
-        for key in ("recompute_every", "grad_dtype", "optimizer_dtype", "master_weights",
+        for key in ("recompute_every", "recompute_method", "recompute_num_layers",
+                    "grad_dtype", "optimizer_dtype", "master_weights",
                     "fp8_recipe", "fp8_output_layer", "fp8_params"):
             object.__setattr__(self, key, getattr(shared, key))
         if self.master_weights == "remainders":  # beside bf16 weights that are not FSDP's
@@ -532,7 +549,8 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
     candidates = _Candidates(model, req)
     recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)
             and (req.recomputes is None or r in req.recomputes)
-            and not (req.recompute_every > 1 and r == Recompute.NONE.value)]
+            and not (req.recompute_every > 1 and r == Recompute.NONE.value)
+            and (req.megatron_full_only is False or r == Recompute.FULL.value)]
     for gpus, dp, tp, pp, cp in _degree_triples(model, req, candidates):
         zeros = candidates.data_parallel(dp * cp)
         places = _placements(req, dp, tp, pp, cp)
@@ -913,6 +931,8 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                                stack=req.stack,
                                kernels=req.kernels or strategy.default_kernels(req.stack),
                                recompute_every=req.recompute_every,
+                               recompute_method=req.recompute_method.value,
+                               recompute_num_layers=req.recompute_num_layers,
                                grad_dtype=req.grad_dtype, optimizer_dtype=req.optimizer_dtype,
                                master_weights=req.master_weights,
                                fp8_recipe=None if req.fp8_recipe is None

@@ -46,14 +46,29 @@ class Recompute(StrEnum):
         every other matmul, of the attention kernel and of the reduce-scatters are kept, the rest
         (the other matmuls, norms, activations) recomputed.
     With Plan.recompute_every N > 1 the policy applies to one layer in N, the others keep every
-    activation (torchtitan selective_ac_option N with full; Megatron --recompute-method block
-    --recompute-num-layers k recomputes k of a stage's n layers: N = n / k).
+    activation (torchtitan selective_ac_option N with full). Full recompute as Megatron-LM runs
+    it has its own knobs, Plan.recompute_method and recompute_num_layers (RecomputeMethod).
     """
 
     NONE = "none"
     SELECTIVE = "selective"
     FULL = "full"
     OP = "op"
+
+
+class RecomputeMethod(StrEnum):
+    """How Megatron-LM's full recompute (--recompute-granularity full) picks and groups the
+    layers of each model chunk, with k = Plan.recompute_num_layers
+    (megatron/core/transformer/transformer_block.py, _checkpointed_forward):
+
+    uniform: every layer recomputed, the chunk's layers checkpointed in groups of k (each group
+        keeps its input; its backward recomputes the group's k layers at once);
+    block: the first k layers of each chunk recomputed, each checkpointed alone; the others keep
+        every activation.
+    """
+
+    UNIFORM = "uniform"
+    BLOCK = "block"
 
 
 class Attention(StrEnum):
@@ -439,6 +454,10 @@ class Plan:
     # selective recompute's modules, Megatron-Core's --recompute-modules (RECOMPUTE_MODULES);
     # () the default, the attention core alone
     recompute_modules: tuple[str, ...] = ()
+    # full recompute as Megatron-LM's --recompute-method and --recompute-num-layers
+    # (RecomputeMethod): uniform 1, the default, checkpoints every layer alone
+    recompute_method: RecomputeMethod = RecomputeMethod.UNIFORM
+    recompute_num_layers: int = 1
     zero: int = 0
     dtype: Dtype = Dtype.BF16
     tp_layout: TPLayout = TPLayout.ONE_D
@@ -508,7 +527,8 @@ class Plan:
 
     def __post_init__(self) -> None:
         for key in ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch",
-                    "virtual_stages", "tp_depth", "gpus", "recompute_every"):
+                    "virtual_stages", "tp_depth", "gpus", "recompute_every",
+                    "recompute_num_layers"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key))
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
         for key in ("first_stage_layers", "last_stage_layers", "pipeline_micro_batches"):
@@ -528,6 +548,19 @@ class Plan:
             raise PlanError(f"recompute_every {self.recompute_every} needs a recompute policy "
                             "(it applies the policy to one layer in N): give recompute full, "
                             "selective or op")
+        object.__setattr__(self, "recompute_method",
+                           parse_option(RecomputeMethod, self.recompute_method,
+                                        "recompute_method"))
+        if (self.recompute_method is not RecomputeMethod.UNIFORM
+                or self.recompute_num_layers > 1):
+            given = (f"recompute_method {self.recompute_method.value} recompute_num_layers "
+                     f"{self.recompute_num_layers}")
+            if self.recompute is not Recompute.FULL:
+                raise PlanError(f"{given}: Megatron-LM's methods group full recompute; the plan "
+                                f"recomputes {self.recompute.value} (give recompute full)")
+            if self.recompute_every > 1:
+                raise PlanError(f"{given} with recompute_every {self.recompute_every}: "
+                                "Megatron-LM's layer choice or torchtitan's one in N, not both")
         object.__setattr__(self, "recompute_modules",
                            parse_recompute_modules(self.recompute_modules))
         if self.recompute_modules and self.recompute is not Recompute.SELECTIVE:
@@ -788,6 +821,8 @@ class Plan:
             out["recompute_modules"] = ",".join(self.recompute_modules)
         else:
             del out["recompute_modules"]
+        if self.recompute_method is RecomputeMethod.UNIFORM and self.recompute_num_layers == 1:
+            del out["recompute_method"], out["recompute_num_layers"]  # as plans were written
         return out
 
 

@@ -44,6 +44,7 @@ dp, tp, pp, b, B, v, e = (_of(n) for n in ("dp", "tp", "pp", "micro_batch", "glo
                                            "virtual_stages", "bytes_per_element"))
 L_first, L_last = _of("first_stage_layers"), _of("last_stage_layers")
 N_rc = _of("recompute_every")
+N_rl, I_block = _of("recompute_num_layers"), _of("recompute_block")
 F_pp = _of("pipeline_flushes")
 k_tp, k_dp, k_pp = (_of(n) for n in ("tp_per_node", "dp_per_node", "pp_per_node"))
 # context and expert parallelism, and the groups they make (perfmodel.names.AXES)

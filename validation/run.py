@@ -52,7 +52,10 @@ def plan_label(plan: Plan) -> str:
         parts.append(f"zero{plan.zero}")
     if plan.recompute.value != "none":
         parts.append(f"rc-{plan.recompute.value}"
-                     + (f"{plan.recompute_every}" if plan.recompute_every > 1 else ""))
+                     + (f"{plan.recompute_every}" if plan.recompute_every > 1 else "")
+                     + (f"-{plan.recompute_method.value}{plan.recompute_num_layers}"
+                        if plan.recompute_method.value != "uniform"
+                        or plan.recompute_num_layers > 1 else ""))
     return "-".join(parts)
 
 

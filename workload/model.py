@@ -6,7 +6,9 @@ do); positions are learned even for rotary models. recompute: ``full`` checkpoin
 transformer block, ``selective`` only the attention core, ``op`` every block with torchtitan's
 per-op policy (the outputs of every other matmul, of the attention kernel and of the
 reduce-scatters saved, the rest recomputed); ``recompute_every`` N applies the policy to the N-th,
-2N-th, ... block a rank holds (torchtitan's selective layer AC).
+2N-th, ... block a rank holds (torchtitan's selective layer AC); ``recompute_method`` block with
+``recompute_num_layers`` k recomputes the first k blocks of each chunk, uniform with k > 1
+checkpoints a chunk's blocks in groups of k (Megatron-LM's methods).
 
 Mixture of experts (model keys experts, top_k, expert_ffn_hidden, shared_experts,
 shared_expert_ffn_hidden, capacity_factor and moe_layers, the global indices of the MoE layers):
@@ -186,12 +188,28 @@ class Chunk(nn.Module):
         self.layers = nn.ModuleList(Block(m, offset + i in moe) for i in range(layers))
         self.norm = _norm(m["norm"], m["hidden"]) if last else None
         self.output = nn.Linear(m["hidden"], m["vocab"], bias=False) if last else None
+        # full recompute in groups of this many blocks (Megatron's uniform method with
+        # --recompute-num-layers k: each group keeps its input and recomputes its k blocks)
+        self.recompute_group = 1
+
+    def _run(self, start: int, end: int) -> Any:
+        def run(x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers[start:end]:
+                x = layer(x)
+            return x
+        return run
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.embedding is not None:
             x = self.embedding(x)
-        for layer in self.layers:
-            x = layer(x)
+        group = self.recompute_group
+        if group > 1 and torch.is_grad_enabled():
+            for start in range(0, len(self.layers), group):
+                x = checkpoint(self._run(start, start + group), x, use_reentrant=False,
+                               early_stop=False)
+        else:
+            for layer in self.layers:
+                x = layer(x)
         if self.output is not None and self.norm is not None:  # both on the last chunk
             x = self.output(self.norm(x))
         return x
@@ -254,6 +272,12 @@ def build_chunk(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> Chunk:
     mod = Chunk(m, layers, first=chunk == 0, last=chunk == n_chunks - 1, offset=offset)
     recompute = plan.get("recompute", "none")
     every = int(plan.get("recompute_every", 1) or 1)
+    # full recompute by Megatron's methods: block, the first k blocks of the chunk; uniform,
+    # every block, in groups of k (the chunk's own checkpoints; its blocks then run plain)
+    method = plan.get("recompute_method") or "uniform"
+    count = int(plan.get("recompute_num_layers", 1) or 1)
+    if recompute == "full" and method == "uniform" and count > 1:
+        mod.recompute_group = count
     # the blocks a rank holds, numbered 1, 2, ... in the order it builds them (its chunks in
     # order): the policy applies to the N-th, 2N-th, ... (torchtitan's counter)
     held = chunk_ids(plan, _pp_rank_of(plan, chunk))
@@ -262,7 +286,9 @@ def build_chunk(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> Chunk:
     block: Any  # a Block (a ModuleList yields Module to mypy)
     for i, block in enumerate(mod.layers):
         on = (first + i + 1) % every == 0
-        block.full_recompute = on and recompute == "full"
+        if recompute == "full" and method == "block":
+            on = i < count
+        block.full_recompute = on and recompute == "full" and mod.recompute_group == 1
         block.op_recompute = on and recompute == "op"
         selective = on and recompute == "selective"
         block.attention.selective = selective and "core_attn" in modules

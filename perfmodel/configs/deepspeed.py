@@ -270,6 +270,10 @@ def ds_config(plan: Any) -> dict[str, Any]:
         raise refuse_emit("deepspeed", f"tp {plan.tp}, pp {plan.pp}",
                           "DeepSpeed with a Hugging Face model is data parallel (ZeRO) only: "
                           "pin --tp 1 --pp 1, or emit megatron")
+    if plan.recompute_method.value != "uniform" or plan.recompute_num_layers > 1:
+        raise refuse_emit("deepspeed", f"recompute_method {plan.recompute_method.value} "
+                          f"recompute_num_layers {plan.recompute_num_layers}",
+                          "the Trainer's gradient_checkpointing recomputes every layer whole")
     if plan.recompute.value in ("selective", "op") or plan.recompute_every > 1:
         raise refuse_emit("deepspeed", f"recompute {plan.recompute.value}"
                                        + (f" on one layer in {plan.recompute_every}"

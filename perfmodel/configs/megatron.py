@@ -1195,45 +1195,36 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
     if granularity != "full":
         raise refuse_plan(where, "--recompute-granularity", granularity,
                           "Megatron-LM's granularities are full and selective")
-    stage_layers = None
-    layers = job.model.get("layers")
-    if layers is not None:
-        stage_layers = layers // (job.plan.get("pp", 1) * job.plan.get("virtual_stages", 1))
     if method is None:
         raise refuse_plan(where, "--recompute-granularity full", True,
                           "needs --recompute-method uniform or block (Megatron-LM)")
-    every = 1
+    if method not in ("uniform", "block"):
+        raise refuse_plan(where, settings["recompute_method"][0], method,
+                          "Megatron-LM's methods are uniform and block")
     if method == "block" and job.plan.get("pipeline_layout"):
         raise refuse_plan(where, "--recompute-method", method, "the block method recomputes "
                           "the first k layers of each stage; with a pipeline layout the stages' "
                           "layers differ (not modelled): give --recompute-method uniform")
-    if method == "uniform" and count in (None, 1):
-        pass
-    elif method == "block" and count is not None and count == stage_layers:
-        pass
-    elif (method == "block" and count is not None and stage_layers and 0 < count < stage_layers
-          and stage_layers % count == 0):
-        # the first k of a stage's n layers recomputed whole: the same memory and recompute as
-        # one layer in n / k (Plan.recompute_every; the order within the stage does not change
-        # either total)
-        every = stage_layers // count
-    else:
-        counted = settings["recompute_num_layers"][0] if "recompute_num_layers" in settings \
-            else "--recompute-num-layers"
-        raise refuse_plan(where, f"{settings['recompute_method'][0]} {method} {counted}", count,
-                          "perfmodel's full recompute checkpoints every layer alone (uniform "
-                          f"with 1 layer), or k of a stage's {stage_layers} layers (block, k "
-                          "dividing them)")
+    counted = settings["recompute_num_layers"][0] if "recompute_num_layers" in settings \
+        else "--recompute-num-layers"
+    if count is None and method == "block":
+        raise refuse_plan(where, f"{settings['recompute_method'][0]} block", True,
+                          f"needs {counted}: the layers of each chunk it recomputes")
+    if count is not None and count < 1:
+        raise refuse_plan(where, counted, count, "a whole number of layers, >= 1")
     job.fix("recompute", "full")
-    if every > 1:
-        job.fix("recompute_every", every)
-        take("recompute_granularity", f"recompute full (one layer in {every})")
+    if method == "uniform" and count in (None, 1):
+        take("recompute_granularity", "recompute full (every layer)")
         take("recompute_method", method)
-        take("recompute_num_layers", f"{count} of {stage_layers} layers a stage")
+        take("recompute_num_layers", "every layer")
         return
-    take("recompute_granularity", "recompute full (every layer)")
-    take("recompute_method", method)
-    take("recompute_num_layers", "every layer")
+    job.fix("recompute_method", method)
+    job.fix("recompute_num_layers", count)
+    take("recompute_granularity", "recompute full")
+    take("recompute_method", f"recompute_method {method}")
+    take("recompute_num_layers", f"recompute_num_layers {count}: "
+         + (f"the first {count} layers of each chunk" if method == "block"
+            else f"each chunk's layers checkpointed in groups of {count}"))
 
 
 # --- writing ------------------------------------------------------------------------------------
@@ -1396,6 +1387,11 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
         args.append(["--recompute-granularity", "selective"])
         if plan.recompute_modules:
             args.append(["--recompute-modules", *plan.recompute_modules])
+    elif plan.recompute.value == "full" and (plan.recompute_method.value != "uniform"
+                                             or plan.recompute_num_layers > 1):
+        args += [["--recompute-granularity", "full"],
+                 ["--recompute-method", plan.recompute_method.value],
+                 ["--recompute-num-layers", str(plan.recompute_num_layers)]]
     elif plan.recompute.value == "full" and plan.recompute_every > 1:
         args += [["--recompute-granularity", "full"], ["--recompute-method", "block"],
                  ["--recompute-num-layers", str(stage_layers // plan.recompute_every)]]

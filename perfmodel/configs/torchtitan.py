@@ -988,6 +988,11 @@ def torchtitan_toml(model: Any, plan: Any) -> str:
     if plan.recompute.value == "selective":
         raise refuse_emit("torchtitan", "recompute selective",
                           "torchtitan has no attention-core recompute (pin --recompute)")
+    if plan.recompute_method.value != "uniform" or plan.recompute_num_layers > 1:
+        raise refuse_emit("torchtitan", f"recompute_method {plan.recompute_method.value} "
+                          f"recompute_num_layers {plan.recompute_num_layers}",
+                          "torchtitan checkpoints layer by layer (Megatron-LM's methods; give "
+                          "--recompute-every for its selective layer AC)")
     if plan.recompute.value == "op" and plan.recompute_every > 1:
         raise refuse_emit("torchtitan", f"recompute op on one layer in {plan.recompute_every}",
                           "torchtitan's per-op policy applies to every layer")

@@ -78,7 +78,8 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
                            fp8_attention: dict[str, sp.Expr] | None = None,
                            fp8_mlp: dict[str, sp.Expr] | None = None,
                            per_op: sp.Expr | None = None, dropout: Flag = 1,
-                           attention_dropout: Flag = 1) -> sp.Expr:
+                           attention_dropout: Flag = 1,
+                           full_inputs: sp.Expr | int = 1) -> sp.Expr:
     """Activation bytes one layer keeps for the backward pass, per micro-batch, on one GPU.
 
     With e = 2 (16-bit), 1-byte dropout masks, kv = a, f = 4h, no gating (Korthikanti et al. 2022,
@@ -98,7 +99,9 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     and PyTorch's dropout returns its input without a mask) the two masks 2 T h go; without
     attention dropout (attention_dropout = 0) the unfused core keeps its softmax output alone,
     e a b s^2 (Korthikanti's 5 a s / h is its three: softmax output, mask, dropped output).
-    Selective recompute drops either: it checkpoints the core attention,
+    Full recompute keeps its layer's input, or full_inputs of it where layers are checkpointed
+    in groups (Megatron's uniform method: a group's input for its k layers). Selective
+    recompute drops either: it checkpoints the core attention,
     keeping only its inputs (Q, K, V), so what the attention kernel stores for its backward is
     recomputed with it.
     Per-op recompute (`op`, torchtitan's op-level selective AC, torchtitan/distributed/
@@ -163,7 +166,8 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     if per_op is None:
         per_op = layer_input + e * T * (a * d + kv * d + f) / tp + gated * e * T * h \
             + flash * (e * T * a * d + 4 * a * b * s) / tp + sequence_parallel * 2 * e * T * h / tp
-    return full * layer_input + selective * attention_core_recomputed + op * per_op \
+    return full * full_inputs * layer_input + selective * attention_core_recomputed \
+        + op * per_op \
         + (1 - full - selective - op) * everything
 
 

@@ -14,7 +14,7 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import compute as K
-from perfmodel.costs.lattice import applied, lmax
+from perfmodel.costs.lattice import applied, lmax, lmin
 from perfmodel.family import Family
 
 I = S.FLAGS  # noqa: E741  (indicator symbols by option name)
@@ -155,6 +155,12 @@ class Context:
     fp8: sp.Expr = sp.Integer(0)
     linear_dev: K.Device | None = None
     fp8_output: sp.Expr = sp.Integer(0)  # 1: the output layer's GEMM in FP8 too
+    # full recompute as Megatron-LM groups it (Plan.recompute_method, recompute_num_layers): the
+    # inputs a fully recomputed layer keeps (uniform in groups of k: a group's input, 1/k a
+    # layer, ceil(n_chunk / k) / n_chunk), and the layers one recompute materializes at once (a
+    # group's k); 1 and 1 layer by layer
+    full_inputs: sp.Expr = sp.Integer(1)
+    full_group: sp.Expr = sp.Integer(1)
     # 1 where the model's hidden (resp. attention) dropout rate is above 0: its masks are kept
     # and written (TransformerSpec.hidden_dropout); 0: PyTorch's dropout returns its input
     dropout: sp.Expr = sp.Integer(1)
@@ -224,6 +230,16 @@ class Context:
         # takes the first stage's share for every stage)
         recomputed = applied(sp.floor, n / S.N_rc)
         share, any_ = recomputed / n, sp.Min(1, recomputed, evaluate=False)
+        # full recompute, Megatron's methods over each of the stage's v chunks (n / v layers):
+        # block, the first N_rl layers of each; uniform, every layer, in groups of N_rl
+        # (megatron/core/recompute.py; I_block 0 and N_rl 1: every layer alone)
+        full_layers, full_group, full_inputs = recomputed, sp.Integer(1), sp.Integer(1)
+        if fam.megatron_recompute:
+            chunk = n / S.v
+            block = S.I_block
+            full_layers = lmin(recomputed, block * S.N_rl * S.v + (1 - block) * n)
+            full_group = block + (1 - block) * lmin(S.N_rl, chunk)
+            full_inputs = block + (1 - block) * applied(sp.ceiling, chunk / S.N_rl) / chunk
         full = flag(_option(fam, "recompute", "full"), "recompute_full")
         op = flag(_option(fam, "recompute", "op"), "recompute_op")
         d = S.d if fam.free_head_dim else S.h / S.a
@@ -231,7 +247,7 @@ class Context:
             fam=fam, dev=device(fam), d=d,
             T=S.b * S.s / S.cp, m=S.B / (S.dp * S.b), layers_per_stage=n, stage_layers=layers,
             multi=multi, single=1 - multi, seq_parallel=seq_parallel,
-            full=full * share,
+            full=full * full_layers / n, full_inputs=full_inputs, full_group=full_group,
             selective=flag(_option(fam, "recompute", "selective"), "recompute_selective") * share,
             op=op * share, full_any=full * any_, op_any=op * any_,
             zero1=zero[0], zero2=zero[1], zero3=zero[2],

@@ -80,7 +80,8 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
     div_experts = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.expert_replicas(c))
     act_kw: dict[str, Any] = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d,
                                   fp8=c.fp8, fp8_saved=S.s8 if c.fam.fp8 else sp.Integer(1),
-                                  dropout=c.dropout, attention_dropout=c.attention_dropout)
+                                  dropout=c.dropout, attention_dropout=c.attention_dropout,
+                                  full_inputs=c.full_inputs)
     if c.fam.mla:
         act_kw["attention"] = MLA.mla_activation_bytes(T, a, S.r_q, S.r_kv, S.d_nope, S.d_rope,
                                                        S.d_v, e, q_lora=c.fam.mla_q_lora)
@@ -168,7 +169,9 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         if c.fam.mtp:  # the modules' layers, as the last's, on the stage with the output layer
             layers += has_head * S.D_mtp * (act_moe if c.fam.mtp_last_moe else act_layer)
         mem["activations/layers"] = layers * stage_inflight
-        mem["activations/recompute_buffer"] = c.full_any * full_layer + c.op_any * op_gap
+        # one layer's activations rebuilt at a time, a group's with Megatron's uniform method
+        mem["activations/recompute_buffer"] = c.full_any * c.full_group * full_layer \
+            + c.op_any * op_gap
         # the embedding's dropout mask per in-flight micro-batch (with a hidden dropout rate
         # above 0: perfmodel.costs.memory.layer_activation_bytes); the final norm's input and the
         # fp32 logits (two of each, as the first step model counted them, 88e7cc9; eager

@@ -142,9 +142,7 @@ def test_megatron_fp8_is_read(tmp_path):
     ("--overlap-param-gather", "--overlap-param-gather"),  # needs the distributed optimizer
     ("--pipeline-model-parallel-layout Et*2|t*2L", "--pipeline-model-parallel-layout"),
     ("--recompute-granularity full", "--recompute-granularity"),
-    # 4 layers a stage: block recomputes k of them whole, modelled as one layer in 4 / k
-    ("--recompute-granularity full --recompute-method block --recompute-num-layers 3",
-     "--recompute-method block"),
+    ("--recompute-granularity full --recompute-method block", "--recompute-method block"),
     ("--optimizer-cpu-offload", "--optimizer-cpu-offload"),
 ])
 def test_megatron_refuses_what_is_not_modelled(tmp_path, extra, field):
@@ -305,9 +303,14 @@ def test_megatron_block_recompute_and_bf16_gradients(tmp_path):
     job = read_config(write(tmp_path, BASE + "--recompute-granularity full --recompute-method "
                                              "block --recompute-num-layers 2 "
                                              "--grad-reduce-in-bf16"))
-    # 4 layers a stage, 2 of them recomputed whole: one layer in 2
-    assert (job.plan["recompute"], job.plan["recompute_every"]) == ("full", 2)
+    # Megatron's block method: the first 2 of each chunk's layers recomputed whole
+    assert (job.plan["recompute"], job.plan["recompute_method"],
+            job.plan["recompute_num_layers"]) == ("full", "block", 2)
     assert job.plan["grad_dtype"] == "bf16"
+    # uniform in groups of 3 (4 layers a stage: groups of 3 and 1)
+    job = read_config(write(tmp_path, BASE + "--recompute-granularity full --recompute-method "
+                                             "uniform --recompute-num-layers 3", "u.txt"))
+    assert (job.plan["recompute_method"], job.plan["recompute_num_layers"]) == ("uniform", 3)
     with pytest.raises(PlanError, match="--grad-reduce-in-bf16.*needs --bf16"):
         read_config(write(tmp_path, BASE.replace("--bf16 ", "") + "--grad-reduce-in-bf16"))
 
@@ -544,8 +547,13 @@ def test_round_trip_emit_then_read_back(run_cli, tmp_path, fmt, pins, read):
     assert res.returncode == 0, res.stderr
     rec = json.loads(res.stdout)
     chosen = rec["plans"][rec["emitted"]["plan_rank"] - 1]
+    if fmt == "megatron" and chosen["plan"]["recompute_every"] > 1:
+        # one layer in N is written as Megatron's block method, the first n / N layers of each
+        # chunk (32 layers, pp 1: 16), which reads back as itself: the same step and memory
+        chosen = {**chosen, "plan": {**chosen["plan"], "recompute_every": 1,
+                                     "recompute_method": "block", "recompute_num_layers": 16}}
     back, again = _read_back(run_cli, chosen, out / read[0], *read[1:])
-    check(res.stdout, "recommend")  # the published schemas hold "emitted" and "config"
+    check(res.stdout, "recommend")  # the published schemas hold "emitted" and "config""
     check(back.stdout, "predict")
     assert rec["emitted"]["format"] == fmt and again["config"]["framework"] == fmt
 

@@ -42,19 +42,21 @@ def test_checkpoint_activations_is_todays_full_uniform_recompute(tmp_path):
     _, plan = plan_of(tmp_path, BASE + "--checkpoint-activations --checkpoint-num-layers 1 "
                                        "--no-scatter-gather-tensors-in-pipeline")
     assert plan["recompute"] == "full" and not plan.get("pp_scatter_gather")
-    # chunks of 2 layers save half the inputs: not perfmodel's full recompute; named as given
-    with pytest.raises(PlanError, match="--checkpoint-num-layers 2: perfmodel's full recompute"):
-        plan_of(tmp_path, BASE + "--checkpoint-activations --checkpoint-num-layers 2")
+    # chunks of 2 layers save half the inputs: today's uniform method in groups of 2
+    _, plan = plan_of(tmp_path, BASE + "--checkpoint-activations --checkpoint-num-layers 2")
+    assert (plan["recompute"], plan["recompute_method"], plan["recompute_num_layers"]) == \
+        ("full", "uniform", 2)
     # without --checkpoint-activations the chunk size does nothing
     job, plan = plan_of(tmp_path, BASE + "--checkpoint-num-layers 2")
     assert plan["recompute"] == "none" and "pp_scatter_gather" not in plan
 
 
 def test_activations_checkpoint_method_of_v2_6(tmp_path):
-    # block: the first k of a stage's 4 layers recomputed whole, one layer in 4 / k
+    # block: the first k of each chunk's layers recomputed whole
     _, plan = plan_of(tmp_path, BASE + "--activations-checkpoint-method block "
                                        "--activations-checkpoint-num-layers 2")
-    assert (plan["recompute"], plan["recompute_every"]) == ("full", 2)
+    assert (plan["recompute"], plan["recompute_method"], plan["recompute_num_layers"]) == \
+        ("full", "block", 2)
     with pytest.raises(SpecError, match="older and the newer way"):
         plan_of(tmp_path, BASE + "--checkpoint-activations --recompute-granularity full "
                                  "--recompute-method uniform")

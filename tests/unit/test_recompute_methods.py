@@ -1,0 +1,82 @@
+"""Full recompute by Megatron-LM's methods (Plan.recompute_method, recompute_num_layers;
+megatron/core/recompute.py): block recomputes the first k layers of each model chunk, uniform
+recomputes every layer with the chunk's layers checkpointed in groups of k."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from perfmodel import Plan, PlanError, load_model, predict
+
+MODEL = load_model("llama3-8b").replace(seq_len=4096)  # 32 layers, no dropout
+BASE = dict(gpus=8, dp=8, micro_batch=1, global_batch=8, zero=1)
+
+
+def _run(**plan):
+    p = predict(MODEL, "dgx-h100", dict(BASE, **plan))
+    return p.memory_breakdown_bytes, p.breakdown_s
+
+
+def test_block_recomputes_the_first_k_layers_of_the_stage():
+    kept_all, t_none = _run()
+    kept_full, t_full = _run(recompute="full")
+    everything = kept_all["activations/layers"] / 32
+    layer_input = kept_full["activations/layers"] / 32
+    assert layer_input == pytest.approx(2 * 4096 * 4096)  # e T h, bf16
+    for k in (1, 5, 31):
+        kept, t = _run(recompute="full", recompute_method="block", recompute_num_layers=k)
+        assert kept["activations/layers"] == pytest.approx(k * layer_input
+                                                           + (32 - k) * everything)
+        assert t["compute/recompute"] == pytest.approx(k / 32 * t_full["compute/recompute"])
+        # one layer rebuilt at a time, as under full recompute
+        assert kept["activations/recompute_buffer"] == \
+            pytest.approx(kept_full["activations/recompute_buffer"])
+    # k at or beyond a chunk's layers: every layer, as full recompute
+    kept, t = _run(recompute="full", recompute_method="block", recompute_num_layers=40)
+    assert kept == pytest.approx(kept_full) and t == pytest.approx(t_full)
+
+
+def test_uniform_groups_keep_a_group_input_and_rebuild_a_group():
+    kept_full, t_full = _run(recompute="full")
+    layer_input = kept_full["activations/layers"] / 32
+    for k in (2, 3, 4, 32):
+        kept, t = _run(recompute="full", recompute_method="uniform", recompute_num_layers=k)
+        assert kept["activations/layers"] == pytest.approx(math.ceil(32 / k) * layer_input)
+        assert kept["activations/recompute_buffer"] == \
+            pytest.approx(k * kept_full["activations/recompute_buffer"])
+        assert t["compute/recompute"] == pytest.approx(t_full["compute/recompute"])
+
+
+def test_block_counts_k_layers_in_each_chunk():
+    """Interleaved, 4 stages x 2 chunks of 4 layers: block 1 recomputes 2 of a rank's 8."""
+    plan = dict(gpus=8, dp=2, pp=4, schedule="interleaved", virtual_stages=2, micro_batch=1,
+                global_batch=8, zero=1)
+    full = predict(MODEL, "dgx-h100", dict(plan, recompute="full")).breakdown_s
+    block = predict(MODEL, "dgx-h100", dict(plan, recompute="full", recompute_method="block",
+                                            recompute_num_layers=1)).breakdown_s
+    assert block["compute/recompute"] == pytest.approx(full["compute/recompute"] * 2 / 8)
+
+
+def test_the_methods_are_full_recompute_s():
+    with pytest.raises(PlanError, match="the plan recomputes selective"):
+        Plan(gpus=1, recompute="selective", recompute_method="block", recompute_num_layers=2)
+    with pytest.raises(PlanError, match="not both"):
+        Plan(gpus=1, recompute="full", recompute_every=2, recompute_num_layers=2)
+    with pytest.raises(PlanError, match="recompute_method must be one of"):
+        Plan(gpus=1, recompute="full", recompute_method="chunked")
+    assert "recompute_method" not in Plan(gpus=1, recompute="full").to_dict()
+
+
+def test_the_validation_job_builds_them():
+    from validation.jobspec import model_keys
+    from workload.model import build_chunk
+
+    model = model_keys(load_model("tiny-gpt"))  # 4 layers
+    plan = {"pp": 1, "virtual_stages": 1, "recompute": "full", "recompute_method": "block",
+            "recompute_num_layers": 3}
+    chunk = build_chunk(model, plan, 0)
+    assert [b.full_recompute for b in chunk.layers] == [True, True, True, False]
+    chunk = build_chunk(model, dict(plan, recompute_method="uniform"), 0)
+    assert chunk.recompute_group == 3 and not any(b.full_recompute for b in chunk.layers)
