@@ -371,15 +371,42 @@ def profile_status(profile: str | None) -> dict[str, Any]:
 
 
 def profile_extrapolations(profile: str | None, model: Any, hardware: Any, plan: Any) -> list[str]:
-    """The collectives and GEMMs of the plan whose sizes lie outside what the profile's fits saw."""
+    """The collectives and GEMMs of the plan whose sizes lie outside what the profile's fits saw,
+    and a flash kernel taken at a head size it was not measured at."""
+    flash = _flash_extrapolation(model, hardware, plan)
     if not profile:
-        return []
+        return flash
     from perfmodel.specs import profile as profiles
 
     prof = profiles.load_profile(Path(profile))
     notes = _collective_extrapolations(prof, model, hardware, plan) + \
-        _gemm_extrapolations(prof, model, hardware, plan) + _layer_extrapolations(prof, model, plan)
+        _gemm_extrapolations(prof, model, hardware, plan) + \
+        _layer_extrapolations(prof, model, plan) + flash
     return list(dict.fromkeys(notes))  # a collective issued in forward and backward: one note
+
+
+def _flash_extrapolation(model: Any, hardware: Any, plan: Any) -> list[str]:
+    """A flash kernel costed at a head size its hardware was not measured at: between measured
+    sizes its parameters are interpolated, beyond them the nearest size's are taken
+    (HardwareSpec.flash_attention.at)."""
+    from perfmodel.encode import compute_dtype, resolve_flash
+
+    if not hasattr(model, "attention_head_dim") or \
+            not resolve_flash(plan.flash_attention, model, hardware, plan.dtype):
+        return []
+    kernel = hardware.flash_kernel(compute_dtype(plan.dtype))
+    if kernel is None:
+        return []
+    dims = [p.head_dim for p in kernel.by_head_dim]
+    d = model.attention_head_dim
+    if d in dims:
+        return []
+    measured = ", ".join(str(x) for x in dims)
+    how = (f"interpolated between head dims {max(x for x in dims if x < d)} and "
+           f"{min(x for x in dims if x > d)}" if min(dims) < d < max(dims)
+           else f"head dim {min(dims, key=lambda x: abs(x - d))}'s speed taken")
+    return [f"flash attention at head dim {d}: {hardware.name}'s kernel ({kernel.kernel}) was "
+            f"measured at head dims {measured}: {how}"]
 
 
 def _collective_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) -> list[str]:

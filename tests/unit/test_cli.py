@@ -169,9 +169,15 @@ def test_gemms_outside_the_profiles_gemm_fit_are_flagged(run_cli, tmp_path):
     smallest shape of the H100 sweep (2 x 256^3 = 3.4e7 FLOP): extrapolated, and said so."""
     out = _h100_gemm_profile_predict(run_cli, tmp_path, "tiny-gpt")
     notes = json.loads(out.stdout)["extrapolations"]
-    assert notes and all(n.startswith("gemm ") and "bf16 GEMM fit" in n for n in notes)
-    assert any(n.startswith("gemm qkv (1 x 128 x 96 x 256, 6.29e+06 FLOP)") for n in notes)
+    gemms = [n for n in notes if n.startswith("gemm ")]
+    assert gemms and all("bf16 GEMM fit" in n for n in gemms)
+    assert any(n.startswith("gemm qkv (1 x 128 x 96 x 256, 6.29e+06 FLOP)") for n in gemms)
     assert "extrapolated" in out.stderr
+    # and its 32-wide heads beside H100's flash kernel, measured at head dims 64, 128, 256
+    assert [n for n in notes if not n.startswith("gemm ")] == [
+        "flash attention at head dim 32: dgx-h100's kernel (cuDNN fused flash attention "
+        "(Transformer Engine / cuDNN 9, sm90)) was measured at head dims 64, 128, 256: head dim "
+        "64's speed taken"]
 
 
 def test_framework_costs_outside_what_calibrate_run_measured_are_flagged(run_cli):
