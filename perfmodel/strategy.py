@@ -561,6 +561,12 @@ class Plan:
             if self.recompute_every > 1:
                 raise PlanError(f"{given} with recompute_every {self.recompute_every}: "
                                 "Megatron-LM's layer choice or torchtitan's one in N, not both")
+            uneven = self.first_stage_layers or self.last_stage_layers or \
+                str(self.pipeline_layout or "").strip()
+            if self.recompute_method is RecomputeMethod.BLOCK and uneven:
+                raise PlanError(f"{given} with uneven pipeline stages: block recomputes k layers "
+                                "of each chunk, and the stages' chunks differ (not modelled); "
+                                "give recompute_method uniform")
         object.__setattr__(self, "recompute_modules",
                            parse_recompute_modules(self.recompute_modules))
         if self.recompute_modules and self.recompute is not Recompute.SELECTIVE:

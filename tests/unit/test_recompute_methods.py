@@ -80,3 +80,20 @@ def test_the_validation_job_builds_them():
     assert [b.full_recompute for b in chunk.layers] == [True, True, True, False]
     chunk = build_chunk(model, dict(plan, recompute_method="uniform"), 0)
     assert chunk.recompute_group == 3 and not any(b.full_recompute for b in chunk.layers)
+
+
+def test_block_is_refused_with_uneven_stages_and_the_search_keeps_them_even():
+    with pytest.raises(PlanError, match="uneven pipeline stages"):
+        Plan(gpus=4, pp=4, global_batch=4, recompute="full", recompute_method="block",
+             recompute_num_layers=2, first_stage_layers=5)
+    # uniform groups over uneven stages are costed with the first stage's chunk
+    Plan(gpus=4, pp=4, global_batch=4, recompute="full", recompute_num_layers=2,
+         first_stage_layers=5)
+    from perfmodel.search import SearchRequest, uneven_pp
+
+    req = SearchRequest(gpus=(8,), global_batch=8, uneven_stages=True)
+    model = MODEL.replace(layers=30)
+    assert uneven_pp(model, req, 4)
+    block = SearchRequest(gpus=(8,), global_batch=8, uneven_stages=True,
+                          recompute_method="block", recompute_num_layers=2)
+    assert not uneven_pp(model, block, 4)
