@@ -1020,14 +1020,15 @@ def recommend(model: str | None, from_config: str | None,
                         objective=parse_option(Objective, objective, "objective"), **pins)
     from perfmodel.files import atomic_file
     from perfmodel.predict import parameter_count
-    from perfmodel.recommend import PlanCsv
+    from perfmodel.recommend import PlanCsv, shared_columns
 
     with contextlib.ExitStack() as stack:  # the CSV is written as the search goes, whole or not
         csv_file = stack.enter_context(atomic_file(csv_path, what="plans CSV")) if csv_path \
             else None
         # the plans a lower bound on their step time ranks below the best are skipped unless the
         # answer shows every evaluated plan (the CSV, the Pareto plot, the HTML report)
-        rec = run(spec, hw, req, top=top, on_chunk=PlanCsv(csv_file) if csv_file else None,
+        rec = run(spec, hw, req, top=top,
+                  on_chunk=PlanCsv(csv_file, shared_columns(req)) if csv_file else None,
                   prune=not (csv_file or plot_path or html_path))
     parameters = parameter_count(spec, hw, req.dtype)
     data = {"model": spec.name, "parameters": parameters,

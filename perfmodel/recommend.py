@@ -208,12 +208,26 @@ class PlanCsv:
     binary file, e.g. perfmodel.files.atomic_file) chunk by chunk as search(on_chunk=...) hands
     them over: memory stays bounded however many plans there are."""
 
-    def __init__(self, out: BinaryIO) -> None:
-        self.out, self.rows = out, 0
+    def __init__(self, out: BinaryIO, shared: dict[str, Any] | None = None) -> None:
+        self.out, self.rows, self.shared = out, 0, dict(shared or {})
 
     def __call__(self, rows: Scored) -> None:
-        self.out.write(rows.frame().to_csv(index=False, header=self.rows == 0).encode("utf-8"))
+        frame = rows.frame()
+        at = list(frame.columns).index("evaluated")
+        for i, (key, value) in enumerate(self.shared.items()):  # every plan's: one value
+            frame.insert(at + i, key, value)
+        self.out.write(frame.to_csv(index=False, header=self.rows == 0).encode("utf-8"))
         self.rows += len(rows)
+
+
+def shared_columns(req: SearchRequest) -> dict[str, Any]:
+    """The plan options every plan of a search shares, as the CSV's columns (enums by name,
+    None as empty)."""
+    out: dict[str, Any] = {"dtype": req.dtype.value, "stack": req.stack.value,
+                           "flash_attention": req.flash_attention}
+    for key, value in req.shared().items():
+        out[key] = getattr(value, "value", value)
+    return {k: ("" if v is None else v) for k, v in out.items()}
 
 
 def explain_best(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
@@ -357,13 +371,17 @@ def uneven_note(model: TransformerSpec, req: SearchRequest) -> str:
     --uneven-stages and with pp free), or ""."""
     from perfmodel.strategy import stage_split
 
-    if req.uneven_stages or req.pp is not None:
+    if (req.uneven_stages and not req.megatron_full_only) or req.pp is not None:
         return ""
     left = sorted({pp for g in req.gpus for pp in divisors(g)
                    if model.layers % pp and stage_split(model.layers, pp)[0]
                    and (req.max_pp is None or pp <= req.max_pp)})
     if not left:
         return ""
+    if req.megatron_full_only:
+        return (f"pipeline: pp {', '.join(map(str, left))} do not divide the {model.layers} "
+                "layers and were not searched: Megatron's recompute methods "
+                "(--recompute-method, --recompute-num-layers) are modelled on equal stages only")
     pp = left[len(left) // 2]  # an example
     first, last = stage_split(model.layers, pp)
     return (f"pipeline: pp {', '.join(map(str, left))} do not divide the {model.layers} layers "
@@ -398,8 +416,13 @@ def _short(plan: Any) -> str:
                                        else f"({plan.ep_dispatcher.value})")
     if plan.etp > 1:
         degrees += f" etp={plan.etp}"
+    recompute = plan.recompute.value
+    if plan.recompute_every > 1:
+        recompute += f"(1-in-{plan.recompute_every})"
+    if plan.recompute_method.value != "uniform" or plan.recompute_num_layers > 1:
+        recompute += f"({plan.recompute_method.value}-{plan.recompute_num_layers})"
     return (f"{degrees} mb={plan.micro_batch} {plan.schedule.value} "
-            f"recompute={plan.recompute.value}" + ("".join(f" {e}" for e in extra)))
+            f"recompute={recompute}" + ("".join(f" {e}" for e in extra)))
 
 
 _WHAT_IF = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=\s*([0-9.eE+-]+)\s*(x?)\s*$")

@@ -385,7 +385,7 @@ def uneven_pp(model: TransformerSpec, req: SearchRequest, pp: int) -> bool:
     """Whether the search splits the layers unevenly over pp stages that do not divide them
     (strategy.stage_split): with --uneven-stages, or pp pinned; never where the split leaves the
     last stage no layer."""
-    if req.recompute_method is RecomputeMethod.BLOCK:  # k layers of each chunk: even stages
+    if req.megatron_full_only:  # Megatron's methods work on each chunk: equal stages only
         return False
     return (req.uneven_stages or req.pp == pp) and strategy.stage_split(model.layers, pp)[0] > 0
 

@@ -563,10 +563,11 @@ class Plan:
                                 "Megatron-LM's layer choice or torchtitan's one in N, not both")
             uneven = self.first_stage_layers or self.last_stage_layers or \
                 str(self.pipeline_layout or "").strip()
-            if self.recompute_method is RecomputeMethod.BLOCK and uneven:
-                raise PlanError(f"{given} with uneven pipeline stages: block recomputes k layers "
-                                "of each chunk, and the stages' chunks differ (not modelled); "
-                                "give recompute_method uniform")
+            if uneven:
+                raise PlanError(f"{given} with uneven pipeline stages: Megatron's methods pick "
+                                "and group the layers of each chunk, and the stages' chunks "
+                                "differ (not modelled); give equal stages, or recompute_method "
+                                "uniform with recompute_num_layers 1")
         object.__setattr__(self, "recompute_modules",
                            parse_recompute_modules(self.recompute_modules))
         if self.recompute_modules and self.recompute is not Recompute.SELECTIVE:

@@ -185,8 +185,9 @@ class TransformerSpec:
             )
         number(self.mtp_layers, "mtp_layers", integer=True, strict=False, maximum=100)
         for key in ("hidden_dropout", "attention_dropout"):
-            number(getattr(self, key), key, strict=False, maximum=1,
-                   reason="a dropout rate: 0 for none")
+            object.__setattr__(self, key, float(number(getattr(self, key), key, strict=False,
+                                                       maximum=1,
+                                                       reason="a dropout rate: 0 for none")))
 
     def _check_experts(self, given: set[str]) -> None:
         """The mixture-of-experts fields: in range, and only with experts."""

@@ -86,14 +86,23 @@ def test_block_is_refused_with_uneven_stages_and_the_search_keeps_them_even():
     with pytest.raises(PlanError, match="uneven pipeline stages"):
         Plan(gpus=4, pp=4, global_batch=4, recompute="full", recompute_method="block",
              recompute_num_layers=2, first_stage_layers=5)
-    # uniform groups over uneven stages are costed with the first stage's chunk
-    Plan(gpus=4, pp=4, global_batch=4, recompute="full", recompute_num_layers=2,
-         first_stage_layers=5)
+    with pytest.raises(PlanError, match="uneven pipeline stages"):  # uniform groups too
+        Plan(gpus=4, pp=4, global_batch=4, recompute="full", recompute_num_layers=2,
+             pipeline_layout="Et*3|t*2|t*2|t*1L")
     from perfmodel.search import SearchRequest, uneven_pp
 
     req = SearchRequest(gpus=(8,), global_batch=8, uneven_stages=True)
     model = MODEL.replace(layers=30)
     assert uneven_pp(model, req, 4)
-    block = SearchRequest(gpus=(8,), global_batch=8, uneven_stages=True,
-                          recompute_method="block", recompute_num_layers=2)
-    assert not uneven_pp(model, block, 4)
+    for method in ("block", "uniform"):
+        megatron = SearchRequest(gpus=(8,), global_batch=8, uneven_stages=True,
+                                 recompute_method=method, recompute_num_layers=2)
+        assert not uneven_pp(model, megatron, 4)
+
+
+def test_a_spec_file_s_quoted_rate_is_a_number():
+    from perfmodel import TransformerSpec
+
+    spec = TransformerSpec(layers=2, hidden=64, heads=4, seq_len=32, vocab=100,
+                           hidden_dropout="0.1", attention_dropout="0")
+    assert (spec.hidden_dropout, spec.attention_dropout) == (0.1, 0.0)
