@@ -356,9 +356,11 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
                         "bound_only": not evaluated})
     leanest = nearest[0]["memory_per_gpu_bytes"]
     what = "needs" if evaluated else "needs for its model states alone"
+    recompute = ("full recompute of more layers (a larger --recompute-num-layers)"
+                 if req.recompute_method.value == "block" else "full recompute")
     reason = (f"no plan fits in memory: the leanest {what} {leanest / 2**30:.1f} GiB "
               f"per GPU of {result.capacity_bytes / 2**30:.1f} GiB usable "
-              f"(memory_margin {req.memory_margin:.0%}); more GPUs, ZeRO-3, full recompute or a "
+              f"(memory_margin {req.memory_margin:.0%}); more GPUs, ZeRO-3, {recompute} or a "
               f"smaller micro-batch reduce it")
     skipped = uneven_note(model, req)
     if skipped:

@@ -357,13 +357,17 @@ LAYER_COLLECTIVE_KERNELS = 2  # Megatron 1D: an all-reduce after the attention, 
 SEQUENCE_PARALLEL_COLLECTIVE_KERNELS = 4  # each all-reduce an all-gather + a reduce-scatter
 
 
-def kernels_per_layer_forward(*, sequence_parallel: Flag, flash: Flag) -> sp.Expr:
+def kernels_per_layer_forward(*, sequence_parallel: Flag, flash: Flag,
+                              attention_dropout: Flag = 1) -> sp.Expr:
     """Kernels launched by one layer's forward: 6 GEMMs (5 with fused attention), 11 element-wise
-    (2 norms, activation, 2 dropout-adds, 4 bias adds, softmax and dropout unless fused), and 2
+    (2 norms, activation, 2 dropout-adds, 4 bias adds, softmax and dropout unless fused; no
+    dropout kernel where the attention's rate is 0: PyTorch's dropout returns its input), and 2
     all-reduces (4 all-gathers/reduce-scatters with sequence parallelism)."""
-    sequence_parallel, flash = as_flag(sequence_parallel), as_flag(flash)
+    sequence_parallel, flash, attention_dropout = map(
+        as_flag, (sequence_parallel, flash, attention_dropout))
     gemms = LAYER_GEMM_KERNELS - FLASH_FUSED_GEMMS * flash
-    elementwise = LAYER_ELEMENTWISE_KERNELS - FLASH_FUSED_ELEMENTWISE * flash
+    elementwise = LAYER_ELEMENTWISE_KERNELS - FLASH_FUSED_ELEMENTWISE * flash \
+        - (1 - flash) * (1 - attention_dropout)
     comm = LAYER_COLLECTIVE_KERNELS + (SEQUENCE_PARALLEL_COLLECTIVE_KERNELS
                                        - LAYER_COLLECTIVE_KERNELS) * sequence_parallel
     return sp.sympify(gemms + elementwise + comm)

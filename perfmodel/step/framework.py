@@ -76,8 +76,9 @@ def part_costs(c: Context) -> dict[str, PartCost]:
                    "output": (H.OUTPUT_FORWARD_OPS, H.OUTPUT_BACKWARD_OPS)}[part]
         else:
             per_op = layer_kernel_s if part == "layer" else S.t_k
-            kernels = {"layer": K.kernels_per_layer_forward(sequence_parallel=c.seq_parallel,
-                                                            flash=c.flash),
+            kernels = {"layer": K.kernels_per_layer_forward(
+                sequence_parallel=c.seq_parallel, flash=c.flash,
+                attention_dropout=c.attention_dropout),
                        "embedding": EMBEDDING_FORWARD_KERNELS,
                        "output": OUTPUT_FORWARD_KERNELS}[part]
             ops = (kernels, BACKWARD_PER_FORWARD * kernels)

@@ -138,3 +138,14 @@ def test_the_validation_job_trains_without_dropout():
     ran = job_model(gpt)
     assert (ran.hidden_dropout, ran.attention_dropout) == (0.0, 0.0)
     assert "trains without dropout" in job_model_note(gpt)
+
+
+def test_no_attention_dropout_kernel_without_its_rate():
+    from perfmodel.costs.compute import kernels_per_layer_forward
+
+    unfused = kernels_per_layer_forward(sequence_parallel=0, flash=0)
+    assert kernels_per_layer_forward(sequence_parallel=0, flash=0, attention_dropout=0) == \
+        unfused - 1
+    # a flash kernel fuses the dropout either way
+    assert kernels_per_layer_forward(sequence_parallel=0, flash=1, attention_dropout=0) == \
+        kernels_per_layer_forward(sequence_parallel=0, flash=1)
