@@ -328,6 +328,17 @@ def apply_settings(settings: Settings, job: JobConfig, where: str) -> None:
 
     _model(settings, job, where, take)
     _plan(settings, job, where, take)
+    plan = job.plan
+    if (plan.get("recompute_method", "uniform") != "uniform"
+            or plan.get("recompute_num_layers", 1) > 1) and (
+            plan.get("first_stage_layers") or plan.get("last_stage_layers")
+            or plan.get("pipeline_layout")):
+        key = settings["recompute_method"][0] if "recompute_method" in settings \
+            else "--recompute-method"
+        raise refuse_plan(where, key, plan.get("recompute_method", "uniform"),
+                          "Megatron's recompute methods pick and group the layers of each "
+                          "chunk, and this config's pipeline stages differ (not modelled): give "
+                          "--recompute-method uniform --recompute-num-layers 1")
     for dest, (key, value) in settings.items():
         if dest not in used:
             job.skipped(key, value, "read: no effect on the step here")

@@ -143,6 +143,10 @@ def test_megatron_fp8_is_read(tmp_path):
     ("--pipeline-model-parallel-layout Et*2|t*2L", "--pipeline-model-parallel-layout"),
     ("--recompute-granularity full", "--recompute-granularity"),
     ("--recompute-granularity full --recompute-method block", "--recompute-method block"),
+    # Megatron's methods work on each chunk; uneven stages are refused naming the config
+    ("--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 1 "
+     "--recompute-granularity full --recompute-method block --recompute-num-layers 1",
+     "args.txt: --recompute-method block: Megatron.s recompute methods"),
     ("--optimizer-cpu-offload", "--optimizer-cpu-offload"),
 ])
 def test_megatron_refuses_what_is_not_modelled(tmp_path, extra, field):
