@@ -1212,10 +1212,6 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
     if method not in ("uniform", "block"):
         raise refuse_plan(where, settings["recompute_method"][0], method,
                           "Megatron-LM's methods are uniform and block")
-    if method == "block" and job.plan.get("pipeline_layout"):
-        raise refuse_plan(where, "--recompute-method", method, "the block method recomputes "
-                          "the first k layers of each stage; with a pipeline layout the stages' "
-                          "layers differ (not modelled): give --recompute-method uniform")
     counted = settings["recompute_num_layers"][0] if "recompute_num_layers" in settings \
         else "--recompute-num-layers"
     if count is None and method == "block":
