@@ -600,6 +600,10 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             # layers of each chunk (Plan.recompute_method)
             plan.update(recompute="full", recompute_method="block",
                         recompute_num_layers=int(block.group(1)))
+        elif (offload := re.fullmatch(r"activation CPU offload of (\d+) layers", feature)):
+            # Megatron-Core's --cpu-offloading-num-layers k (Transformer Engine's offload of the
+            # first k layers' activations; Plan.cpu_offload_layers)
+            plan["cpu_offload_layers"] = int(offload.group(1))
         elif feature == "selective op AC":
             plan["recompute"] = "op"  # torchtitan selective_ac_option 'op'
         elif feature == "selective layer AC":

@@ -209,6 +209,10 @@ def plan_options(fn: Any) -> Any:
         click.option("--recompute-num-layers", type=int, default=None,
                      help="With --recompute full: the layers of a uniform group, or of a chunk "
                           "recomputed under block (Megatron-LM's; default 1)."),
+        click.option("--cpu-offload-layers", type=int, default=None,
+                     help="Offload the activations of the model's first N layers to host memory "
+                          "(Megatron-Core --cpu-offloading-num-layers, Transformer Engine; pp 1, "
+                          "no recompute; default 0)."),
         click.option("--recompute-modules", default=None, metavar="NAMES",
                      help="With --recompute selective: what it recomputes, comma-separated, as "
                           "Megatron's --recompute-modules: core_attn (the default), mla_up_proj, "
@@ -334,7 +338,7 @@ def _given(ctx: click.Context, name: str) -> bool:
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "global_batch",
              "schedule", "virtual_stages",
              "sequence_parallel", "recompute", "recompute_every", "recompute_method",
-             "recompute_num_layers", "recompute_modules",
+             "recompute_num_layers", "recompute_modules", "cpu_offload_layers",
              "grad_dtype", "optimizer_dtype", "master_weights",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
@@ -819,6 +823,10 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--recompute-num-layers", type=whole(), default=1, show_default=True,
               help="Every plan's full recompute: the layers of a uniform group, or of a chunk "
                    "under block.")
+@click.option("--cpu-offload-layers", type=click.IntRange(0), default=0, show_default=True,
+              help="Every plan offloads the activations of the model's first N layers to host "
+                   "memory (Megatron-Core --cpu-offloading-num-layers): only pp 1 without "
+                   "recompute is searched then.")
 @click.option("--grad-dtype", type=choice(STATE_DTYPES), default=None,
               help="bf16: every plan's main-gradient dtype (default fp32).")
 @click.option("--optimizer-dtype", type=choice(STATE_DTYPES), default=None,
@@ -972,6 +980,10 @@ def recommend(model: str | None, from_config: str | None,
             if pins.get("kernels") is None:  # its modules' own ops, op by op or compiled
                 pins["kernels"] = "compiled" if pins.get("stack") == "compiled" else "eager"
             pins["expert_weighting"] = "output"  # as its reader reads it back
+        if emit_config[0] != "megatron" and pins.get("cpu_offload_layers"):
+            raise click.UsageError(f"--emit-config {emit_config[0]} writes no activation "
+                                   "offloading (Megatron-LM's does): leave --cpu-offload-layers "
+                                   "out")
         if emit_config[0] == "megatron" and pins.get("kernels") is None:
             pins["kernels"] = "fused"
         pins["recomputes"] = {"megatron": ("none", "selective", "full"),
@@ -1093,7 +1105,7 @@ CONFIG_PINS = ("tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "schedul
 # what a config states for every plan (not searched): kept as the config says, and a command-line
 # value that contradicts it refused as the pins' are
 CONFIG_WIDE = ("stack", "kernels", "recompute_every", "recompute_method",
-               "recompute_num_layers", "grad_dtype", "optimizer_dtype",
+               "recompute_num_layers", "cpu_offload_layers", "grad_dtype", "optimizer_dtype",
                "master_weights", "fp8_recipe", "ep_dispatcher", "cross_entropy",
                "expert_weighting")
 CONFIG_FLAGS = ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap",

@@ -552,7 +552,8 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
                  flash_attention: bool, stack: Stack | str = Stack.EAGER,
                  kernels: Kernels | str = Kernels.FUSED,
                  recompute_every: int = 1, recompute_method: str = "uniform",
-                 recompute_num_layers: int = 1, grad_dtype: str | None = None,
+                 recompute_num_layers: int = 1, cpu_offload_layers: int = 0,
+                 grad_dtype: str | None = None,
                  optimizer_dtype: str | None = None, master_weights: str | None = None,
                  fp8_recipe: str | None = None, fp8_params: bool = False,
                  ep_dispatcher: EPDispatcher | str = EPDispatcher.ALLTOALL,
@@ -564,6 +565,10 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
     fp8 plan's peak and GEMM fit are bf16's (what does not run in FP8) and its FP8 GEMMs have
     their own (fp8_values)."""
     dtype, stack, kernels = Dtype(dtype), Stack(stack), Kernels(kernels)
+    if cpu_offload_layers and not hardware.host_link_bytes_per_s:
+        raise PlanError(f"cpu_offload_layers {cpu_offload_layers}: hardware '{hardware.name}' "
+                        "gives no host_link_bytes_per_s (the GPU's link to host memory the "
+                        "activations are copied over); add it to the hardware spec")
     fp8 = fp8_values(hardware, fp8_recipe, fp8_params) if dtype is Dtype.FP8 else {}  # first
     gemm = hardware.gemm(compute_dtype(dtype))
     precision = precision_of(dtype)
@@ -608,6 +613,9 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "recompute_every": recompute_every,
         "recompute_num_layers": recompute_num_layers,
         "recompute_block": float(RecomputeMethod(recompute_method) is RecomputeMethod.BLOCK),
+        "cpu_offload_layers": cpu_offload_layers,
+        # 1 where not given: a family without offloading never divides by it
+        "host_link_bytes_per_s": hardware.host_link_bytes_per_s or 1.0,
         "pipeline_flushes": 1.0,  # one schedule a step (a plan with more: values_of)
         **window_values(model),
     }
@@ -679,6 +687,7 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
                         recompute_every=plan.recompute_every,
                         recompute_method=plan.recompute_method.value,
                         recompute_num_layers=plan.recompute_num_layers,
+                        cpu_offload_layers=plan.cpu_offload_layers,
                         grad_dtype=plan.grad_dtype,
                         optimizer_dtype=plan.optimizer_dtype,
                         master_weights=plan.master_weights,

@@ -68,6 +68,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     fixed["recompute_modules"] = plan.recompute_modules
     fixed["megatron_recompute"] = (plan.recompute_method is not RecomputeMethod.UNIFORM
                                    or plan.recompute_num_layers > 1)
+    fixed["cpu_offload"] = plan.cpu_offload_layers > 0
     # one dispatcher for every plan of a search (the stack's): fixed, so that a search compiles
     # one dispatcher's expressions
     fixed["ep_dispatcher"] = plan.ep_dispatcher.value

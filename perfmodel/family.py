@@ -119,6 +119,9 @@ class Family:
     # recompute_num_layers; the request's, every plan's): its layer choice and groups as symbols
     # (perfmodel.step.context); False: every layer alone, as the formulas were before it
     megatron_recompute: bool = False
+    # activations of the first layers offloaded to host memory (Plan.cpu_offload_layers > 0; the
+    # request's): their count and the host link as symbols (perfmodel.step.offload)
+    cpu_offload: bool = False
     # the model's dropout: whether its hidden (embedding and residual branches) and attention
     # dropout rates are above 0 (TransformerSpec.hidden_dropout, attention_dropout): only then
     # are masks kept and written

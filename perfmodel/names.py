@@ -76,6 +76,9 @@ _name("recompute_num_layers", "N_rl",
 _name("recompute_block", "I_{block}",
       "1 if full recompute takes Megatron's block method (the first N_rl layers of each chunk), "
       "0: uniform (every layer, in groups of N_rl)")
+_name("cpu_offload_layers", "N_off",
+      "the model's first layers whose activations are offloaded to host memory (Megatron-Core "
+      "--cpu-offloading-num-layers; 0: none)")
 _name("tp_per_node", "k_tp", "ranks of one tensor-parallel group inside one node")
 _name("dp_per_node", "k_dp", "ranks of one data-parallel group inside one node")
 _name("pp_per_node", "k_pp", "ranks of one pipeline group inside one node")
@@ -98,6 +101,8 @@ _name("tpc_per_node", "k_c", "ranks of one grid-axis-c group inside one node")
 # hardware
 _name("peak_flops_per_s", "F_peak", "peak FLOP/s of one GPU in the plan's dtype")
 _name("memory_bandwidth_bytes_per_s", "W_mem", "effective memory bandwidth [B/s]")
+_name("host_link_bytes_per_s", "W_host",
+      "one direction of a GPU's link to host memory (PCIe, NVLink-C2C) [B/s]")
 _name("optimizer_bandwidth_bytes_per_s", "W_opt",
       "memory bandwidth the optimizer step reaches over its bytes per parameter [B/s]")
 _name("kernel_overhead_s", "t_kernel", "launch + framework overhead per kernel [s]")

@@ -360,8 +360,9 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
                  if req.recompute_method.value == "block" else "full recompute")
     reason = (f"no plan fits in memory: the leanest {what} {leanest / 2**30:.1f} GiB "
               f"per GPU of {result.capacity_bytes / 2**30:.1f} GiB usable "
-              f"(memory_margin {req.memory_margin:.0%}); more GPUs, ZeRO-3, {recompute} or a "
-              f"smaller micro-batch reduce it")
+              f"(memory_margin {req.memory_margin:.0%}); more GPUs, ZeRO-3, {recompute}, "
+              f"{'more ' if req.cpu_offload_layers else ''}activation offloading "
+              f"(--cpu-offload-layers, pp 1) or a smaller micro-batch reduce it")
     skipped = uneven_note(model, req)
     if skipped:
         reason += f"; {skipped}"
@@ -423,6 +424,8 @@ def _short(plan: Any) -> str:
         recompute += f"(1-in-{plan.recompute_every})"
     if plan.recompute_method.value != "uniform" or plan.recompute_num_layers > 1:
         recompute += f"({plan.recompute_method.value}-{plan.recompute_num_layers})"
+    if plan.cpu_offload_layers:
+        extra.append(f"offload={plan.cpu_offload_layers}")
     return (f"{degrees} mb={plan.micro_batch} {plan.schedule.value} "
             f"recompute={recompute}" + ("".join(f" {e}" for e in extra)))
 

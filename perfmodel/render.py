@@ -136,6 +136,10 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
                 f"recompute {_value(p.recompute)}"
                 + (f" (one layer in {p.recompute_every})" if p.recompute_every > 1 else "")
                 + _recompute_method(p)]
+    offloaded = getattr(p, "cpu_offload_layers", 0)
+    if offloaded:
+        schedule.append(f"the first {_plural(offloaded, 'layer', 'layers')}' activations "
+                        "offloaded to the host")
     schedule.append("flash attention" if p.flash_attention else "unfused attention")
     if p.grad_dtype or p.optimizer_dtype or p.master_weights:
         schedule.append(f"gradients {p.grad_dtype or 'fp32'}, optimizer states "

@@ -66,6 +66,10 @@ PLAN = obj({
                                                   "chunk); absent: uniform."},
     "recompute_num_layers": {**WHOLE, "description": "Megatron-LM's --recompute-num-layers; "
                                                      "absent: 1."},
+    "cpu_offload_layers": {"type": "integer", "minimum": 0,
+                           "description": "The model's first layers whose activations are "
+                                          "offloaded to host memory (Megatron-Core "
+                                          "--cpu-offloading-num-layers); absent: 0."},
     "zero": {"type": "integer", "minimum": 0, "maximum": 3}, "dtype": STRING,
     "tp_layout": STRING, "tp_depth": WHOLE,
     "flash_attention": {**BOOLEAN,

@@ -136,6 +136,9 @@ class SearchRequest:
     # (a method or count beyond uniform 1: only full recompute is searched)
     recompute_method: RecomputeMethod = RecomputeMethod.UNIFORM
     recompute_num_layers: int = 1
+    # every plan's activation offloading (Plan.cpu_offload_layers): with k > 0 only pp 1 and no
+    # recompute are searched (Megatron-Core's rules)
+    cpu_offload_layers: int = 0
     grad_dtype: str | None = None
     optimizer_dtype: str | None = None
     master_weights: str | None = None  # remainders: zero 0-2 only (the search leaves 3 out)
@@ -162,9 +165,12 @@ class SearchRequest:
         return Plan(gpus=1, dtype=self.dtype, recompute_every=self.recompute_every,
                     recompute_method=self.recompute_method,
                     recompute_num_layers=self.recompute_num_layers,
+                    cpu_offload_layers=self.cpu_offload_layers,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
                     expert_weighting=self.expert_weighting,
-                    recompute=self.recompute or Recompute.FULL, grad_dtype=self.grad_dtype,
+                    recompute=self.recompute or (Recompute.NONE if self.cpu_offload_layers
+                                                 else Recompute.FULL),
+                    grad_dtype=self.grad_dtype,
                     optimizer_dtype=self.optimizer_dtype, master_weights=self.master_weights,
                     fp8_recipe=self.fp8_recipe,
                     fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
@@ -175,6 +181,7 @@ class SearchRequest:
         return dict(kernels=self.kernels, recompute_every=self.recompute_every,
                     recompute_method=self.recompute_method,
                     recompute_num_layers=self.recompute_num_layers,
+                    cpu_offload_layers=self.cpu_offload_layers,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
                     expert_weighting=self.expert_weighting, grad_dtype=self.grad_dtype,
                     master_weights=self.master_weights,
@@ -209,10 +216,14 @@ class SearchRequest:
         if self.schedules is not None:
             object.__setattr__(self, "schedules", tuple(
                 parse_option(Schedule, s, "schedules") for s in self.schedules))
+        if self.cpu_offload_layers and (self.pp or 1) > 1:
+            raise PlanError(f"cpu_offload_layers {self.cpu_offload_layers} with pp {self.pp}: "
+                            "Megatron-Core offloads activations without pipeline parallelism "
+                            "only; give pp 1")
         # the options every plan shares, checked as a plan checks them
         shared = self.shared_plan()
         for key in ("recompute_every", "recompute_method", "recompute_num_layers",
-                    "grad_dtype", "optimizer_dtype", "master_weights",
+                    "cpu_offload_layers", "grad_dtype", "optimizer_dtype", "master_weights",
                     "fp8_recipe", "fp8_output_layer", "fp8_params"):
             object.__setattr__(self, key, getattr(shared, key))
         if self.master_weights == "remainders":  # beside bf16 weights that are not FSDP's
@@ -454,7 +465,8 @@ def _degree_triples(model: TransformerSpec, req: SearchRequest,
                 continue
             for pp in divisors(gpus // tp):
                 if (req.pp is not None and pp != req.pp
-                        or req.max_pp is not None and pp > req.max_pp):
+                        or req.max_pp is not None and pp > req.max_pp
+                        or req.cpu_offload_layers and pp > 1):  # Megatron-Core's rule
                     continue
                 if model.layers % pp and not uneven_pp(model, req, pp):
                     continue
@@ -552,7 +564,8 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
     recs = [i for i, r in enumerate(RECOMPUTES) if req.recompute in (None, r)
             and (req.recomputes is None or r in req.recomputes)
             and not (req.recompute_every > 1 and r == Recompute.NONE.value)
-            and (req.megatron_full_only is False or r == Recompute.FULL.value)]
+            and (req.megatron_full_only is False or r == Recompute.FULL.value)
+            and not (req.cpu_offload_layers and r != Recompute.NONE.value)]
     for gpus, dp, tp, pp, cp in _degree_triples(model, req, candidates):
         zeros = candidates.data_parallel(dp * cp)
         places = _placements(req, dp, tp, pp, cp)
@@ -935,6 +948,7 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                                recompute_every=req.recompute_every,
                                recompute_method=req.recompute_method.value,
                                recompute_num_layers=req.recompute_num_layers,
+                               cpu_offload_layers=req.cpu_offload_layers,
                                grad_dtype=req.grad_dtype, optimizer_dtype=req.optimizer_dtype,
                                master_weights=req.master_weights,
                                fp8_recipe=None if req.fp8_recipe is None
@@ -1414,6 +1428,8 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     over several GPU counts, nor for fewer than PRUNE_PLANS candidate plans (all evaluated).
     """
     start = time.perf_counter()
+    if req.cpu_offload_layers >= model.layers:  # Plan.check's rule, for every plan
+        Plan(gpus=1, cpu_offload_layers=req.cpu_offload_layers).check(model)
     flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype)
     if flash != req.flash_attention:  # the default decided for this hardware and model
         req = dataclasses.replace(req, flash_attention=flash)

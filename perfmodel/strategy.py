@@ -458,6 +458,12 @@ class Plan:
     # (RecomputeMethod): uniform 1, the default, checkpoints every layer alone
     recompute_method: RecomputeMethod = RecomputeMethod.UNIFORM
     recompute_num_layers: int = 1
+    # activation offloading to the host (Megatron-Core --cpu-offloading-num-layers k, Transformer
+    # Engine's get_cpu_offload_context): the activations of the model's first k layers are copied
+    # to host memory in the forward and back in the backward, behind the other layers' compute
+    # (perfmodel.step.offload); 0: none. As Megatron-Core allows it: pp 1, no recompute,
+    # k below the model's layers
+    cpu_offload_layers: int = 0
     zero: int = 0
     dtype: Dtype = Dtype.BF16
     tp_layout: TPLayout = TPLayout.ONE_D
@@ -531,6 +537,8 @@ class Plan:
                     "recompute_num_layers"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key))
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
+        object.__setattr__(self, "cpu_offload_layers",
+                           _positive_int(self.cpu_offload_layers, "cpu_offload_layers", minimum=0))
         for key in ("first_stage_layers", "last_stage_layers", "pipeline_micro_batches"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key, minimum=0))
         object.__setattr__(self, "stack", parse_option(Stack, self.stack, "stack"))
@@ -568,6 +576,16 @@ class Plan:
                                 "and group the layers of each chunk, and the stages' chunks "
                                 "differ (not modelled); give equal stages, or recompute_method "
                                 "uniform with recompute_num_layers 1")
+        if self.cpu_offload_layers:
+            given = f"cpu_offload_layers {self.cpu_offload_layers}"
+            # megatron/core/transformer/transformer_config.py refuses both
+            if self.pp > 1:
+                raise PlanError(f"{given} with pp {self.pp}: Megatron-Core offloads activations "
+                                "without pipeline parallelism only; give pp 1")
+            if self.recompute is not Recompute.NONE:
+                raise PlanError(f"{given} with recompute {self.recompute.value}: Megatron-Core "
+                                "does not offload activations beside recomputation; give "
+                                "recompute none")
         object.__setattr__(self, "recompute_modules",
                            parse_recompute_modules(self.recompute_modules))
         if self.recompute_modules and self.recompute is not Recompute.SELECTIVE:
@@ -758,6 +776,12 @@ class Plan:
         missing = modules_missing(self.recompute_modules, model)
         if missing:
             raise PlanError(missing)
+        if self.cpu_offload_layers >= model.layers:
+            # Transformer Engine asserts num_layers <= model_layers - 1; Megatron-Core refuses
+            # cpu_offloading_num_layers >= num_layers
+            raise PlanError(f"cpu_offload_layers {self.cpu_offload_layers}: at most "
+                            f"{model.layers - 1} of the model's {model.layers} layers can be "
+                            "offloaded (one set of activations stays on the GPU)")
         if self.ep_dispatcher is EPDispatcher.DEEPEP and getattr(model, "capacity_factor",
                                                                  None) is not None:
             raise PlanError("ep_dispatcher deepep is modelled dropless (DeepEP sends the routed "
@@ -796,8 +820,8 @@ class Plan:
         dtype's plan (they do not apply to it), and etp where it is 1, pipeline_layout and
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
         alltoall, cross_entropy where unfused, expert_weighting where activation,
-        pipeline_micro_batches where 0, master_weights where not given (the plans written
-        before them had no such fields)."""
+        pipeline_micro_batches where 0, master_weights where not given, cpu_offload_layers
+        where 0 (the plans written before them had no such fields)."""
         out = dataclasses.asdict(self)
         for key, value in out.items():
             if isinstance(value, StrEnum):
@@ -820,6 +844,8 @@ class Plan:
             del out["cross_entropy"]
         if self.expert_weighting is ExpertWeighting.ACTIVATION:  # likewise
             del out["expert_weighting"]
+        if not self.cpu_offload_layers:  # likewise
+            del out["cpu_offload_layers"]
         if not self.pipeline_micro_batches:
             del out["pipeline_micro_batches"]
         if self.master_weights is None:  # likewise

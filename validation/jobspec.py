@@ -188,6 +188,10 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     when it needs them and communicates tensor-parallel between its GEMMs (no overlap); it runs
     eagerly; bf16/fp16 become fp32 on a CPU (gloo). Returns the notes the user should read.
     """
+    if plan.cpu_offload_layers:
+        raise PlanError(f"cpu_offload_layers {plan.cpu_offload_layers}: the validation job "
+                        "offloads no activations to the host (Transformer Engine's offload "
+                        "is Megatron-Core's); validate the plan with --cpu-offload-layers 0")
     plan, note = local_dtype(plan, backend)
     notes = [note] if note else []
     model = job_model(model)

@@ -270,6 +270,9 @@ def ds_config(plan: Any) -> dict[str, Any]:
         raise refuse_emit("deepspeed", f"tp {plan.tp}, pp {plan.pp}",
                           "DeepSpeed with a Hugging Face model is data parallel (ZeRO) only: "
                           "pin --tp 1 --pp 1, or emit megatron")
+    if plan.cpu_offload_layers:
+        raise refuse_emit("deepspeed", f"cpu_offload_layers {plan.cpu_offload_layers}",
+                          "the Trainer's job offloads no activations")
     if plan.recompute_method.value != "uniform" or plan.recompute_num_layers > 1:
         raise refuse_emit("deepspeed", f"recompute_method {plan.recompute_method.value} "
                           f"recompute_num_layers {plan.recompute_num_layers}",

@@ -718,8 +718,6 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
     for dest, why in (
             ("distribute_saved_activations", "distributing the checkpointed inputs over the "
                                              "tensor-parallel ranks is not modelled"),
-            ("cpu_offloading", "offloading activations or weights to the host is not "
-                               "modelled"),
             ("optimizer_cpu_offload", "an optimizer on the host is not modelled"),
             ("use_megatron_fsdp", "Megatron FSDP is not modelled (--use-torch-fsdp2 is: ZeRO "
                                   "stage 3)"),
@@ -1013,6 +1011,7 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
         take("grad_reduce_in_bf16", "grad_dtype bf16 (main gradients kept and reduced in bf16)")
     _precision_aware_optimizer(settings, job, where, take)
     _recompute(settings, job, where, take)
+    _cpu_offload(settings, job, where, take)
     torch_fsdp = _flag(settings, "use_torch_fsdp2", where)
     dist_opt = _flag(settings, "use_distributed_optimizer", where)
     zero = 3 if torch_fsdp else 1 if dist_opt else 0
@@ -1234,6 +1233,30 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
             else f"each chunk's layers checkpointed in groups of {count}"))
 
 
+def _cpu_offload(settings: Settings, job: JobConfig, where: str,
+                 take: Callable[[str, str], None]) -> None:
+    """Megatron-Core's activation offloading: --cpu-offloading-num-layers k (which turns
+    --cpu-offloading on: megatron/training/arguments.py) with cpu_offloading_activations (its
+    default) is Plan.cpu_offload_layers k; offloading weights is not modelled (Transformer Engine
+    deprecated it)."""
+    count = _int(settings, "cpu_offloading_num_layers", where, 0, minimum=0) or 0
+    if not (_flag(settings, "cpu_offloading", where) or count):
+        take("cpu_offloading", "off")
+        take("cpu_offloading_num_layers", "0: no offloading")
+        return
+    if _flag(settings, "cpu_offloading_weights", where):
+        raise refuse_plan(where, settings["cpu_offloading_weights"][0], True,
+                          "offloading weights to the host is not modelled (activations are)")
+    take("cpu_offloading_weights", "off")
+    activations = "cpu_offloading_activations" not in settings or _flag(
+        settings, "cpu_offloading_activations", where)
+    take("cpu_offloading_activations", "on" if activations else "off: nothing offloaded")
+    if activations and count:
+        job.fix("cpu_offload_layers", count)
+    take("cpu_offloading", "activation offloading")
+    take("cpu_offloading_num_layers", f"cpu_offload_layers {count if activations else 0}")
+
+
 # --- writing ------------------------------------------------------------------------------------
 
 
@@ -1405,6 +1428,8 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
     elif plan.recompute.value == "full":
         args += [["--recompute-granularity", "full"], ["--recompute-method", "uniform"],
                  ["--recompute-num-layers", "1"]]
+    if plan.cpu_offload_layers:
+        args.append(["--cpu-offloading-num-layers", str(plan.cpu_offload_layers)])
     if plan.grad_dtype == "bf16":
         args.append(["--grad-reduce-in-bf16"])
     if plan.zero == 1:

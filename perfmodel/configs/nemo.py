@@ -40,7 +40,8 @@ _MODEL_FIELDS = (
     "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
     "distribute_saved_activations", "add_bias_linear", "add_qkv_bias", "normalization",
     "position_embedding_type", "attention_backend", "hidden_dropout", "attention_dropout",
-    "bf16", "fp16", "tp_comm_overlap", "cpu_offloading", "multi_latent_attention",
+    "bf16", "fp16", "tp_comm_overlap", "cpu_offloading", "cpu_offloading_num_layers",
+    "cpu_offloading_activations", "cpu_offloading_weights", "multi_latent_attention",
     "window_size", "pipeline_model_parallel_layout", "num_layers_in_first_pipeline_stage",
     "num_layers_in_last_pipeline_stage", "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split", "max_position_embeddings", "use_tp_pp_dp_mapping",
@@ -87,7 +88,11 @@ _HARMLESS = frozenset((
     "softmax_scale", "forward_step_fn", "data_step_fn", "moe_aux_loss_coeff",
     "moe_router_load_balancing_type", "moe_router_dtype", "moe_z_loss_coeff",
     "moe_router_pre_softmax", "moe_router_score_function", "moe_permute_fusion",
-    "seq_length_from_data"))
+    "seq_length_from_data",
+    # Transformer Engine's offload: double buffering is deprecated and unused
+    # (transformer_engine/pytorch/cpu_offload.py, get_cpu_offload_context); retained pinned
+    # buffers are host memory
+    "cpu_offloading_double_buffering", "cpu_offloading_retain_pinned_cpu_buffers"))
 _IGNORED_SECTIONS = {
     **dict.fromkeys(("checkpoint", "checkpoint_config", "logger", "logger_config", "log", "rng",
                      "rng_config", "profiling", "profiling_config", "ft", "straggler",

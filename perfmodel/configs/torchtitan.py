@@ -988,6 +988,9 @@ def torchtitan_toml(model: Any, plan: Any) -> str:
     if plan.recompute.value == "selective":
         raise refuse_emit("torchtitan", "recompute selective",
                           "torchtitan has no attention-core recompute (pin --recompute)")
+    if plan.cpu_offload_layers:
+        raise refuse_emit("torchtitan", f"cpu_offload_layers {plan.cpu_offload_layers}",
+                          "torchtitan has no activation offloading")
     if plan.recompute_method.value != "uniform" or plan.recompute_num_layers > 1:
         raise refuse_emit("torchtitan", f"recompute_method {plan.recompute_method.value} "
                           f"recompute_num_layers {plan.recompute_num_layers}",

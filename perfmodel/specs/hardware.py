@@ -66,6 +66,9 @@ BOUNDS: dict[str, Bound] = {
                                           "wafer-scale engine's on-chip SRAM, 21 PB/s",
                                           inclusive=True),
     "memory_bandwidth_efficiency": Bound(0, 1, "a fraction of memory_bandwidth_bytes_per_s"),
+    "host_link_bytes_per_s": Bound(0, 1e13, "one direction of a GPU's link to its host: PCIe Gen3 "
+                                   "x16 is 16 GB/s, NVLink-C2C 450 GB/s; 10 TB/s is more than "
+                                   "HBM", inclusive=True),
     "sustained_clock_fraction": Bound(0, 1.5, "the clock a part sustains over the clock of its "
                                       "datasheet peak: 1.5x is an overclock no datasheet has"),
     "memory_reserved_bytes": Bound(0, 1e15, "as memory_bytes, and below it", inclusive=True),
@@ -514,7 +517,7 @@ class FlashAttention:
 
 # HardwareSpec's numeric fields other than gpus_per_node and the per-dtype peaks
 _SCALAR_FIELDS = ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
-                  "sustained_clock_fraction",
+                  "sustained_clock_fraction", "host_link_bytes_per_s",
                   "memory_reserved_bytes", "nccl_buffer_bytes", "memory_fragmentation",
                   "kernel_overhead_s", "kernel_overhead_tp_s",
                   "collective_overhead_s", "optimizer_overhead_s",
@@ -547,6 +550,10 @@ class HardwareSpec:
     # the clock that part held: docs/model.md, "GEMM ceiling"); a part that takes another part's
     # ceiling and sustains another clock (h100-pcie, power-capped at 350 W) sets its ratio to it.
     sustained_clock_fraction: float = 1.0
+    # One direction of the link between a GPU and its host's memory (PCIe, NVLink-C2C) [B/s]: what
+    # activation offloading copies over (Plan.cpu_offload_layers). 0: not given (offloading is
+    # refused on this hardware).
+    host_link_bytes_per_s: float = 0.0
     kernel_overhead_s: float = DEFAULT_KERNEL_OVERHEAD_S
     collective_overhead_s: float = 0.0  # fixed cost per collective call beyond alpha (dispatch)
     # Measured by `calibrate run` (framework stage):

@@ -46,7 +46,7 @@ from perfmodel.costs import memory as M
 from perfmodel.costs import mla as MLA
 from perfmodel.costs import moe as CM
 from perfmodel.costs.compute import FP32_BYTES
-from perfmodel.costs.lattice import either, lmax
+from perfmodel.costs.lattice import either, lmax, lmin
 from perfmodel.step import data_parallel as DP
 from perfmodel.step import fp8 as FP8
 from perfmodel.step import moe as MOE
@@ -69,8 +69,11 @@ LOSS_LOGITS_EAGER = 3
 LOSS_LOGITS_TE = 1
 
 
-def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]]:
-    """stage -> term -> bytes on one GPU of that stage."""
+def memory_terms(c: Context, params: Parameters,
+                 offloaded: dict[str, sp.Expr] | None = None) -> dict[str, dict[str, sp.Expr]]:
+    """stage -> term -> bytes on one GPU of that stage. With activation offloading
+    (Family.cpu_offload) `offloaded`, where given, receives each stage's bytes per micro-batch
+    that go to host memory (perfmodel.step.offload)."""
     b, h, a, kv, f, tp, e, T, V = S.b, S.h, S.a, S.kv, S.f, S.tp, S.e, c.T, S.V
     s = S.s / S.cp  # a cp rank's tokens of each sequence
     # ZeRO 3 (FSDP2): the fp32 master is the sharded parameter (no 16-bit copy of the shard)
@@ -166,6 +169,18 @@ def memory_terms(c: Context, params: Parameters) -> dict[str, dict[str, sp.Expr]
         layers = act_layer * n
         if c.fam.moe:
             layers = act_layer * (n - moe_count[st]) + act_moe * moe_count[st]
+        if c.fam.cpu_offload:
+            # Transformer Engine's offload keeps at most (layers - N_off) layers' activations on
+            # the GPU (get_cpu_offload_context: "(num_layers - num_offloaded_layers) * T"): the
+            # first N_off layers' go to the host (pp 1: one micro-batch in flight); the model's
+            # first layers are its dense ones where it has both
+            moved = act_layer * S.N_off
+            if c.fam.moe:
+                dense = lmin(S.N_off, n - moe_count[st])
+                moved = act_layer * dense + act_moe * (S.N_off - dense)
+            layers -= moved
+            if offloaded is not None:
+                offloaded[st] = moved
         if c.fam.mtp:  # the modules' layers, as the last's, on the stage with the output layer
             layers += has_head * S.D_mtp * (act_moe if c.fam.mtp_last_moe else act_layer)
         mem["activations/layers"] = layers * stage_inflight

@@ -16,6 +16,7 @@ from perfmodel.step import fp8 as FP8
 from perfmodel.step import host as H
 from perfmodel.step import moe as MOE
 from perfmodel.step import mtp as MTP
+from perfmodel.step import offload as OFF
 from perfmodel.step import pipeline as PP
 from perfmodel.step import tensor_parallel as TP
 from perfmodel.step.collective import Collective, CommOp
@@ -76,6 +77,9 @@ def build(fam: Family) -> Model:
     # 3. one micro-batch on each stage, phase by phase (the layers' tensor-parallel collectives
     #    behind their GEMMs where the plan overlaps them; the loop's own ops on a GPU's host)
     launch = H.launch_s(c) if c.asynchronous else S.t_coll
+    # the memory first: an offloading stage's copies are its offloaded activations
+    offloaded: dict[str, sp.Expr] = {}
+    memory = memory_terms(c, params, offloaded)
     phases: dict[str, tuple[Phase, ...]] = {}
     for st in PP.STAGES:
         has_embedding, has_output = PP.holds(c, st)
@@ -94,13 +98,13 @@ def build(fam: Family) -> Model:
                       *MTP.mtp_phases(c, costs, issued, has_output),
                       *EH.embedding_phases(c, costs["embedding"], issued, has_embedding),
                       *EH.output_phases(c, costs["output"], issued, has_output),
-                      PP.p2p_phase(p2p[st]), DP.fsdp_hook_phase(c, st, units), *loop)
+                      PP.p2p_phase(p2p[st]), DP.fsdp_hook_phase(c, st, units), *loop,
+                      *((OFF.offload_phase(c, works[st], st, offloaded[st]),)
+                        if fam.cpu_offload else ()))
     composed = {st: CO.stage_terms(phases[st], CO.launch_s(collectives, st, launch, c.head_first),
                                    c.asynchronous, st) for st in PP.STAGES}
     stage_terms = {st: stage.terms for st, stage in composed.items()}
-    # 4. its memory
-    memory = memory_terms(c, params)
-    # 5. the step: m micro-batches through the pipeline schedule, its fill and drain (the other
+    # 4. the step: m micro-batches through the pipeline schedule, its fill and drain (the other
     #    stages' time), then the data-parallel gradient sync (behind the last stage's backward),
     #    the parameter gathers (behind the forward) and the optimizer
     stage_time = {st: sp.Add(*terms.values()) for st, terms in stage_terms.items()}
@@ -115,7 +119,7 @@ def build(fam: Family) -> Model:
     step_terms, step_hidden = CO.step_terms(phases["step"], c.m,
                                             CO.launch_s(collectives, None, launch),
                                             PP.bubble_s(c.m, t_other, w_fill, PP.flushes(c)))
-    # 6. what else a prediction reports
+    # 5. what else a prediction reports
     backward_s = {"layer": layer.backward_s}
     parts = part_times(c, forward_s, backward_s,
                        {p.name: p for p in phases["last"] + phases["first"]}, collectives, units)

@@ -541,6 +541,8 @@ def _read_back(run_cli, chosen: dict, config: Path, *extra: str) -> tuple[Any, d
     ("megatron", ["--recompute", "full", "--recompute-every", "2"], ["launch.sh"]),
     ("torchtitan", ["--recompute", "op"], ["job.toml", "--gpus", "16"]),
     ("torchtitan", ["--recompute", "full", "--recompute-every", "2"], ["job.toml", "--gpus", "16"]),
+    # activation offloading: --cpu-offloading-num-layers (pp 1, no recompute)
+    ("megatron", ["--cpu-offload-layers", "8"], ["launch.sh"]),
 ])
 def test_round_trip_emit_then_read_back(run_cli, tmp_path, fmt, pins, read):
     """recommend --emit-config, read back with predict --from-config: the same step (1e-9)."""
