@@ -203,11 +203,36 @@ def bench_memory(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
                 }
             )
             yield
+    if ctx.device.type == "cuda":
+        yield from bench_host_link(ctx, sweep, rec)
     # per-kernel launch overhead: the smallest op the framework runs
     one = torch.zeros(1, device=ctx.device)
     med, spread = measure(lambda: one.add_(1), sweep, ctx)
     rec.add({"kind": "overhead", "time_s": ctx.slowest(med), "spread": spread})
     yield
+
+
+def host_link_sizes(sweep: Sweep) -> tuple[int, ...]:
+    """The copies between a GPU and pinned host memory that the host link stage times: the
+    memory stage's two largest sizes."""
+    return tuple(sorted(sweep.memory_bytes)[-2:])
+
+
+def bench_host_link(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
+    """The GPU's link to host memory, each direction, every local rank copying at once (as
+    activation offloading copies: GPUs that share a host's memory, GB200's two per Grace, share
+    its bandwidth): GPU -> pinned host (d2h) and back (h2d), on the compute stream."""
+    torch = ctx.torch
+    for nbytes in host_link_sizes(sweep):
+        n = max(1, nbytes // 4)
+        gpu = torch.rand(n, device=ctx.device)
+        host = torch.empty(n, pin_memory=True)
+        for direction, fn in (("d2h", functools.partial(host.copy_, gpu, non_blocking=True)),
+                              ("h2d", functools.partial(gpu.copy_, host, non_blocking=True))):
+            med, spread = measure(fn, sweep, ctx)
+            rec.add({"kind": "host_link", "direction": direction, "nbytes": 4 * n,
+                     "time_s": ctx.slowest(med), "spread": spread, "ranks": ctx.world})
+            yield
 
 
 def groups_for(world: int, local_world: int) -> list[tuple[str, str, list[list[int]]]]:
@@ -369,6 +394,7 @@ def count_measurements(sweep: Sweep, world: int, local_world: int, device: str) 
         total += len(sweep.gemm_shapes) * (1 if device == "cpu" else 2) + (device == "cpu")
     if "memory" in sweep.stages:
         total += 2 * len(sweep.memory_bytes) + 1
+        total += 2 * len(host_link_sizes(sweep)) if device == "cuda" else 0
     if "collectives" in sweep.stages:
         parts = groups_for(world, local_world)[: None if sweep.subgroups else 1]
         for _, _, groups in parts:

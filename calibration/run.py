@@ -44,6 +44,7 @@ from perfmodel.specs.profile import FIT_KINDS
 MEASURED = (  # record kinds that are measurements
     "gemm",
     "memory",
+    "host_link",
     "collective",
     "overhead",
     "kernel_chain",
@@ -428,6 +429,18 @@ def _fit_memory(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes:
     if best is not None:
         hardware["memory_bandwidth_bytes_per_s"] = best
         hardware["memory_bandwidth_efficiency"] = 1.0  # the measured rate is the achieved one
+    # the link to host memory (a GPU's; calibration.bench.bench_host_link): the slower direction
+    link = df[df["kind"] == "host_link"]
+    rates = []
+    for direction, rows in link.groupby("direction") if not link.empty else ():
+        if rows["nbytes"].nunique() < 2:
+            notes.append(f"host_link/{direction}: fewer than 2 sizes; not fitted")
+            continue
+        model = BandwidthModel(f"host_link_{direction}", tail=1.0).fit(rows)
+        fits[f"host_link/{direction}"] = model.summary()
+        rates.append(model.bandwidth_bytes_per_s_)
+    if rates:
+        hardware["host_link_bytes_per_s"] = min(rates)
     over = df[df["kind"] == "overhead"]
     if not over.empty:  # superseded by the kernel chains of the framework stage when it ran
         hardware["kernel_overhead_s"] = float(over["time_s"].median())

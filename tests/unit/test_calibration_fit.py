@@ -294,3 +294,27 @@ def test_a_latency_bound_sweep_gives_the_link_the_best_bandwidth_measured():
     model = CollectiveModel("all_reduce", "intra", "ring").fit(resolved)
     assert _link_bandwidth(model, "intra", notes) == pytest.approx(10e9, rel=0.05)
     assert len(notes) == 1
+
+
+def test_the_host_link_is_the_slower_direction_of_the_pinned_copies():
+    """calibrate run on a GPU times copies to and from pinned host memory (bench_host_link):
+    each direction's bandwidth is fitted, the slower is the profile's host_link_bytes_per_s;
+    a CPU's run has no such rows and leaves the field out (offloading is refused there)."""
+    import pandas as pd
+
+    from calibration.run import _fit_memory
+
+    rows = [{"kind": "host_link", "direction": d, "nbytes": n, "time_s": 5e-6 + n / bw}
+            for d, bw in (("d2h", 52e9), ("h2d", 55e9)) for n in (2**26, 2**28)]
+    fits: dict = {}
+    hardware: dict = {}
+    _fit_memory(pd.DataFrame(rows), {"local_world": 8, "last_level_cache_bytes": 2**25}, fits,
+                hardware, [])
+    assert hardware["host_link_bytes_per_s"] == pytest.approx(52e9, rel=1e-6)
+    assert fits["host_link/h2d"]["params"]["bandwidth_bytes_per_s"] == pytest.approx(55e9, rel=1e-6)
+    cpu: dict = {}
+    memory = [{"kind": "memory", "kernel": "copy", "nbytes": n, "time_s": n / 1e10}
+              for n in (2**26, 2**27, 2**28)]
+    _fit_memory(pd.DataFrame(memory), {"local_world": 2, "last_level_cache_bytes": 2**20}, {},
+                cpu, [])
+    assert "host_link_bytes_per_s" not in cpu and cpu["memory_bandwidth_bytes_per_s"] > 0
