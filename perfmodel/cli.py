@@ -950,6 +950,9 @@ def recommend(model: str | None, from_config: str | None,
         from perfmodel.extras import require_torch
 
         require_torch("recommend --validate")
+        if pins.get("cpu_offload_layers"):
+            raise click.UsageError("--validate runs the validation job, which offloads no "
+                                   "activations: leave --cpu-offload-layers out")
     hw = resolve_hardware(hardware, profile)
     job = None
     if from_config:
@@ -1165,6 +1168,8 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     if batch is None:
         raise click.UsageError(f"{path} gives no global batch: give --global-batch")
     searched = [k for k in CONFIG_PINS if k not in job.pins and pins.get(k) is None]
+    if plan.get("cpu_offload_layers") or pins.get("cpu_offload_layers"):
+        searched = [k for k in searched if k not in ("pp", "recompute")]  # pp 1, none: offload
     job.notes.append("recommend pins the config's "
                      f"{', '.join(f'{k} {plan[k]}' for k in CONFIG_PINS if k in job.pins)}; "
                      f"searches {', '.join(searched) or 'nothing else'}")

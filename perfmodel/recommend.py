@@ -358,11 +358,13 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
     what = "needs" if evaluated else "needs for its model states alone"
     recompute = ("full recompute of more layers (a larger --recompute-num-layers)"
                  if req.recompute_method.value == "block" else "full recompute")
+    offload = "activation offloading (--cpu-offload-layers, pp 1)"
+    remedies = (f"more offloaded layers, or {recompute} in place of {offload}"
+                if req.cpu_offload_layers else f"{recompute}, {offload}")
     reason = (f"no plan fits in memory: the leanest {what} {leanest / 2**30:.1f} GiB "
               f"per GPU of {result.capacity_bytes / 2**30:.1f} GiB usable "
-              f"(memory_margin {req.memory_margin:.0%}); more GPUs, ZeRO-3, {recompute}, "
-              f"{'more ' if req.cpu_offload_layers else ''}activation offloading "
-              f"(--cpu-offload-layers, pp 1) or a smaller micro-batch reduce it")
+              f"(memory_margin {req.memory_margin:.0%}); more GPUs, ZeRO-3, {remedies} or a "
+              f"smaller micro-batch reduce it")
     skipped = uneven_note(model, req)
     if skipped:
         reason += f"; {skipped}"
@@ -374,7 +376,8 @@ def uneven_note(model: TransformerSpec, req: SearchRequest) -> str:
     --uneven-stages and with pp free), or ""."""
     from perfmodel.strategy import stage_split
 
-    if (req.uneven_stages and not req.megatron_full_only) or req.pp is not None:
+    if (req.uneven_stages and not req.megatron_full_only) or req.pp is not None \
+            or req.cpu_offload_layers:  # offloading searches pp 1 alone
         return ""
     left = sorted({pp for g in req.gpus for pp in divisors(g)
                    if model.layers % pp and stage_split(model.layers, pp)[0]
@@ -499,6 +502,7 @@ HARDWARE_SENSITIVITIES = {
     "inter_latency_s": "inter-node latency",
     "kernel_overhead_s": "kernel overhead",
     "host_op_overhead_s": "host time per framework op",
+    "host_link_bytes_per_s": "host link bandwidth (activation offloading)",
 }
 
 
@@ -522,7 +526,8 @@ def sensitivities(model: TransformerSpec, hardware: HardwareSpec, plan: Any) -> 
 
     compiled = compile_family(family_of(model, hardware, plan), "search")
     values = values_of(model, hardware, plan)
-    names = [n for n in HARDWARE_SENSITIVITIES if n in values]
+    names = [n for n in HARDWARE_SENSITIVITIES if n in values
+             and (n != "host_link_bytes_per_s" or plan.cpu_offload_layers)]  # what it copies
     rows = 1 + 2 * len(names)
     columns = {k: np.full(rows, v, dtype=float) for k, v in values.items()}
     for i, name in enumerate(names):

@@ -138,8 +138,8 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
                 + _recompute_method(p)]
     offloaded = getattr(p, "cpu_offload_layers", 0)
     if offloaded:
-        schedule.append(f"the first {_plural(offloaded, 'layer', 'layers')}' activations "
-                        "offloaded to the host")
+        schedule.append("the first layer's activations offloaded to the host" if offloaded == 1
+                        else f"the first {offloaded:,} layers' activations offloaded to the host")
     schedule.append("flash attention" if p.flash_attention else "unfused attention")
     if p.grad_dtype or p.optimizer_dtype or p.master_weights:
         schedule.append(f"gradients {p.grad_dtype or 'fp32'}, optimizer states "

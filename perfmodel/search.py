@@ -216,6 +216,14 @@ class SearchRequest:
         if self.schedules is not None:
             object.__setattr__(self, "schedules", tuple(
                 parse_option(Schedule, s, "schedules") for s in self.schedules))
+        method = parse_option(RecomputeMethod, self.recompute_method, "recompute_method")
+        if self.cpu_offload_layers and (method is not RecomputeMethod.UNIFORM
+                                        or self.recompute_num_layers != 1
+                                        or self.recompute_every != 1):
+            raise PlanError(f"cpu_offload_layers {self.cpu_offload_layers} with a recompute "
+                            "option (--recompute-every, --recompute-method, "
+                            "--recompute-num-layers): Megatron-Core does not offload activations "
+                            "beside recomputation; leave them out")
         if self.cpu_offload_layers and (self.pp or 1) > 1:
             raise PlanError(f"cpu_offload_layers {self.cpu_offload_layers} with pp {self.pp}: "
                             "Megatron-Core offloads activations without pipeline parallelism "

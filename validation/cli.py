@@ -176,6 +176,11 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
         require_torch("validate")
     from validation.layouts.cli_hook import run_from_cli, wants_layout
 
+    if kw.get("cpu_offload_layers") and not kw["dry_run"]:  # what as_run refuses, for every job
+        raise click.UsageError("--cpu-offload-layers: the validation job offloads no activations "
+                               "to the host (Transformer Engine's offload is Megatron-Core's); "
+                               "validate the plan without it, or count its collectives with "
+                               "--dry-run")
     if wants_layout(kw):  # --tp-layout 2d/3d and --pr/--pc grids: workload.layouts runs them
         run_from_cli(kw)
         return

@@ -49,6 +49,9 @@ from validation.jobspec import (
 )
 from validation.ledger import compare, model_ledger, totals
 
+# activation offloading copies over the host link, no collective: the ledger is the same
+OFFLOAD_DRY_RUN_NOTE = ("cpu_offload_layers: the job offloads no activations; the copies to and "
+                        "from host memory are no collectives, so the counts compare as they are")
 FP8_DRY_RUN_NOTE = (f"{FP8_NOTE}: counted and compared in bf16; in fp8 perfmodel's ledger "
                     "carries the sequence-parallel forward all-gathers at 1 byte per element "
                     "(Transformer Engine casts before gathering), the rest as here")
@@ -246,8 +249,8 @@ def dry_run(
         < 1e-9,
         "ledger_available": ledger is not None,
         "agree": None if ledger is None else all(r["agree"] for r in rows),
-        "notes": [n for n in (job_model_note(model), missing, FP8_DRY_RUN_NOTE if fp8 else "")
-                  if n],
+        "notes": [n for n in (job_model_note(model), missing, FP8_DRY_RUN_NOTE if fp8 else "",
+                              OFFLOAD_DRY_RUN_NOTE if plan.cpu_offload_layers else "") if n],
     }
 
 

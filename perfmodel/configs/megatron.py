@@ -1235,14 +1235,19 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
 
 def _cpu_offload(settings: Settings, job: JobConfig, where: str,
                  take: Callable[[str, str], None]) -> None:
-    """Megatron-Core's activation offloading: --cpu-offloading-num-layers k (which turns
-    --cpu-offloading on: megatron/training/arguments.py) with cpu_offloading_activations (its
-    default) is Plan.cpu_offload_layers k; offloading weights is not modelled (Transformer Engine
-    deprecated it)."""
+    """Megatron-Core's activation offloading: cpu_offloading with cpu_offloading_num_layers k
+    and cpu_offloading_activations (its default) is Plan.cpu_offload_layers k; offloading
+    weights is not modelled (Transformer Engine deprecated it). Megatron-LM's argument list
+    turns cpu_offloading on from --cpu-offloading-num-layers k > 0 (megatron/training/
+    arguments.py); a TransformerConfig (NeMo, Megatron-Bridge) offloads only with
+    cpu_offloading true (Transformer Engine's `enabled`), whatever its layer count."""
     count = _int(settings, "cpu_offloading_num_layers", where, 0, minimum=0) or 0
-    if not (_flag(settings, "cpu_offloading", where) or count):
+    on = _flag(settings, "cpu_offloading", where) \
+        or (count > 0 and job.framework is Framework.MEGATRON)
+    if not on:
         take("cpu_offloading", "off")
-        take("cpu_offloading_num_layers", "0: no offloading")
+        take("cpu_offloading_num_layers", f"{count}: no offloading (cpu_offloading is off)"
+             if count else "0: no offloading")
         return
     if _flag(settings, "cpu_offloading_weights", where):
         raise refuse_plan(where, settings["cpu_offloading_weights"][0], True,

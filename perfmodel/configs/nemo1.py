@@ -40,7 +40,8 @@ SAME = ("hidden_dropout", "attention_dropout",
         "make_vocab_size_divisible_by", "sequence_parallel", "moe_router_topk",
         "moe_ffn_hidden_size", "moe_token_dispatcher_type", "moe_grouped_gemm",
         "moe_shared_expert_intermediate_size", "cross_entropy_loss_fusion",
-        "use_tp_pp_dp_mapping")
+        "use_tp_pp_dp_mapping", "cpu_offloading", "cpu_offloading_num_layers",
+        "cpu_offloading_activations", "cpu_offloading_weights")
 RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
            "encoder_seq_length": "seq_length", "num_moe_experts": "num_experts",
            "activations_checkpoint_granularity": "recompute_granularity",

@@ -172,11 +172,11 @@ def memory_terms(c: Context, params: Parameters,
         if c.fam.cpu_offload:
             # Transformer Engine's offload keeps at most (layers - N_off) layers' activations on
             # the GPU (get_cpu_offload_context: "(num_layers - num_offloaded_layers) * T"): the
-            # first N_off layers' go to the host (pp 1: one micro-batch in flight); the model's
-            # first layers are its dense ones where it has both
+            # first N_off layers' go to the host (pp 1: one micro-batch in flight); a mixture of
+            # experts' dense layers among them, [i < N_off] for each dense layer i
             moved = act_layer * S.N_off
             if c.fam.moe:
-                dense = lmin(S.N_off, n - moe_count[st])
+                dense = sp.Add(*(lmin(1, lmax(0, S.N_off - i)) for i in c.fam.moe_dense_layers))
                 moved = act_layer * dense + act_moe * (S.N_off - dense)
             layers -= moved
             if offloaded is not None:

@@ -55,11 +55,14 @@ def backward_exposed_s(k: sp.Expr, layers: sp.Expr, layer_s: sp.Expr,
                 - layers * layer_s, one_left * k * copy_s)
 
 
-def offload_phase(c: Context, work: LayerWork, stage: str, moved_bytes: sp.Expr) -> Phase:
-    """The copies of a stage's offloaded activations per micro-batch (work: the stage's layers,
-    stage_work; moved_bytes: what they offload, perfmodel.step.memory)."""
+def offload_phases(c: Context, work: LayerWork, stage: str,
+                   moved_bytes: sp.Expr) -> tuple[Phase, Phase]:
+    """The copies of a stage's offloaded activations per micro-batch, what they add to its
+    forward and to its backward (work: the stage's layers, stage_work; moved_bytes: what they
+    offload, perfmodel.step.memory)."""
     n = c.stage_layers[stage]
     copy_s = moved_bytes / S.N_off / S.W_host  # one layer's, on average
     forward = forward_exposed_s(S.N_off, n, work.total_s / n, copy_s)
     backward = backward_exposed_s(S.N_off, n, work.backward_s / n, copy_s)
-    return Phase(name="layers/offload", device={TERM: forward + backward})
+    return (Phase(name="layers/offload/forward", device={TERM: forward}),
+            Phase(name="layers/offload/backward", device={TERM: backward}))

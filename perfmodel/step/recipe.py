@@ -99,7 +99,7 @@ def build(fam: Family) -> Model:
                       *EH.embedding_phases(c, costs["embedding"], issued, has_embedding),
                       *EH.output_phases(c, costs["output"], issued, has_output),
                       PP.p2p_phase(p2p[st]), DP.fsdp_hook_phase(c, st, units), *loop,
-                      *((OFF.offload_phase(c, works[st], st, offloaded[st]),)
+                      *(OFF.offload_phases(c, works[st], st, offloaded[st])
                         if fam.cpu_offload else ()))
     composed = {st: CO.stage_terms(phases[st], CO.launch_s(collectives, st, launch, c.head_first),
                                    c.asynchronous, st) for st in PP.STAGES}

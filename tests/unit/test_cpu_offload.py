@@ -76,6 +76,24 @@ def test_a_mixture_of_experts_offloads_its_dense_first_layers_first():
     assert moe == pytest.approx(kept[4] - kept[5]) and moe > 1.1 * dense
 
 
+def test_a_mixture_of_experts_offloads_its_first_layers_whatever_their_kind(tmp_path):
+    """Dense layers where --moe-layer-freq puts them (layers 1 and 3 of 4): the first offloaded
+    layer is an MoE layer's set, the second a dense one's, the third an MoE one's again."""
+    spec = tmp_path / "moe.yaml"
+    spec.write_text("name: tiny-moe\nlayers: 4\nhidden: 1024\nheads: 8\nseq_len: 2048\n"
+                    "vocab: 32000\nffn_hidden: 4096\ngated_mlp: true\nexperts: 16\ntop_k: 2\n"
+                    "expert_ffn_hidden: 2048\nmoe_dense_layers: [1, 3]\nhidden_dropout: 0\n"
+                    "attention_dropout: 0\n")
+    model = load_model(str(spec))
+    plan = dict(gpus=8, dp=8, ep=8, micro_batch=1, global_batch=8, zero=1)
+    kept = [predict(model, "dgx-h100", dict(plan, cpu_offload_layers=k))
+            .memory_breakdown_bytes["activations/layers"] for k in range(4)]
+    moe, dense, moe_again = (kept[i] - kept[i + 1] for i in range(3))
+    assert moe == pytest.approx(moe_again) and moe != pytest.approx(dense)
+    whole = kept[0]  # 2 MoE and 2 dense layers' sets
+    assert whole == pytest.approx(2 * moe + 2 * dense)
+
+
 def test_copies_hide_behind_the_layers_until_the_link_is_too_slow():
     fast = load_hardware("gb200-nvl72")  # NVLink-C2C
     plan = dict(BASE, gpus=8, cpu_offload_layers=16)
@@ -127,6 +145,19 @@ def test_megatron_arguments_read_and_write_the_offloaded_layers(tmp_path):
     assert "cpu_offload_layers" not in read_config(path).plan
 
 
+def test_a_nemo_config_offloads_only_with_cpu_offloading_on(tmp_path):
+    """Megatron-Core hands cpu_offloading to Transformer Engine as `enabled`: a layer count
+    beside cpu_offloading false offloads nothing (only Megatron-LM's argument list turns it on
+    from the count)."""
+    from tests.unit.test_configs import DATA
+
+    path = tmp_path / "off.yaml"
+    path.write_text((DATA / "bridge_llama3_8b.yaml").read_text().replace(
+        "  recompute_granularity: null",
+        "  recompute_granularity: null\n  cpu_offloading: false\n  cpu_offloading_num_layers: 10"))
+    assert "cpu_offload_layers" not in read_config(path).plan
+
+
 def test_nemo_configs_read_the_offload_and_refuse_weights(tmp_path):
     from tests.unit.test_configs import DATA
 
@@ -161,10 +192,38 @@ def test_the_cli_predicts_recommends_and_refuses(run_cli):
     res = run_cli("predict", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8",
                   "--global-batch", "64", "--pp", "2", "--cpu-offload-layers", "4")
     assert res.returncode == PlanError.exit_code and "Megatron-Core offloads" in res.stderr
+    res = run_cli("recommend", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "16",
+                  "--global-batch", "64", "--cpu-offload-layers", "8", "--recompute-every", "2")
+    assert res.returncode == PlanError.exit_code and "beside recomputation" in res.stderr
 
 
-def test_the_validation_job_refuses_to_pretend_it_offloads():
+def test_the_timeline_trace_and_reports_draw_the_copies(run_cli, tmp_path):
+    """The copies are a forward and a backward phase: the timeline places each in its pass, so
+    the passes of the trace grow by what the copies expose."""
+    args = ["predict", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8",
+            "--global-batch", "64", "--micro-batch", "2", "--json"]
+    passes = {}
+    for k in (0, 16):
+        res = run_cli(*args, "--cpu-offload-layers", k, "--html", tmp_path / f"{k}.html",
+                      "--trace", tmp_path / f"{k}.json", "--timeline", tmp_path / f"{k}.png")
+        assert res.returncode == 0, res.stderr
+        events = json.loads((tmp_path / f"{k}.json").read_text())["traceEvents"]
+        passes[k] = sum(e["dur"] for e in events
+                        if e.get("ph") == "X" and e.get("tid") == 1  # the schedule track
+                        and e.get("cat") in ("forward", "backward")) / 1e6
+        assert (tmp_path / f"{k}.html").stat().st_size and (tmp_path / f"{k}.png").stat().st_size
+    exposed = json.loads(res.stdout)["breakdown_s"]["comm/offload"]
+    assert exposed > 0 and passes[16] - passes[0] == pytest.approx(exposed, rel=1e-3)
+
+
+def test_the_validation_job_refuses_to_pretend_it_offloads(run_cli):
     from validation.jobspec import as_run
 
     with pytest.raises(PlanError, match="the validation job offloads no activations"):
         as_run(MODEL, plan_from_dict(dict(BASE, cpu_offload_layers=4)), "gloo")
+    res = run_cli("validate", "--model", "tiny-gpt", "--nprocs", "4", "--tp-layout", "2d",
+                  "--tp", "4", "--cpu-offload-layers", "1")
+    assert res.returncode == 2 and "offloads no activations" in res.stderr
+    res = run_cli("recommend", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "16",
+                  "--global-batch", "64", "--cpu-offload-layers", "8", "--validate")
+    assert res.returncode == 2 and "offloads no" in res.stderr
