@@ -18,7 +18,7 @@ from perfmodel.specs.resolve import resolve_hardware
 PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
                 "virtual_stages", "sequence_parallel", "recompute", "recompute_every",
                 "recompute_method", "recompute_num_layers", "recompute_modules",
-                "cpu_offload_layers", "grad_dtype",
+                "cpu_offload_layers", "attention_kernel", "grad_dtype",
                 "optimizer_dtype", "master_weights", "zero", "dtype", "fp8_recipe",
                 "fp8_output_layer", "fp8_params", "flash_attention", "overlap_grad_sync",
                 "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap", "pp_scatter_gather",

@@ -241,6 +241,10 @@ def plan_options(fn: Any) -> Any:
                           "where the hardware has a flash kernel for the dtype."),
         click.option("--flash-attention", is_flag=True, hidden=True,
                      help="The old spelling of --attention flash."),
+        click.option("--attention-kernel", default=None, metavar="NAME",
+                     help="The flash kernel, by its name on the hardware (perfmodel presets "
+                          "--json lists them; dgx-h100: cudnn, its default, or fa2, "
+                          "FlashAttention-2 as PyTorch SDPA and flash-attn run it)."),
         click.option("--overlap-grad-sync", is_flag=True,
                      help="Overlap the data-parallel gradient sync with backward."),
         click.option("--overlap-param-gather", is_flag=True,
@@ -339,7 +343,7 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "schedule", "virtual_stages",
              "sequence_parallel", "recompute", "recompute_every", "recompute_method",
              "recompute_num_layers", "recompute_modules", "cpu_offload_layers",
-             "grad_dtype", "optimizer_dtype", "master_weights",
+             "attention_kernel", "grad_dtype", "optimizer_dtype", "master_weights",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
              "pp_scatter_gather", "ep_dispatcher", "cross_entropy", "expert_weighting", "stack",
@@ -396,9 +400,10 @@ def _flash_extrapolation(model: Any, hardware: Any, plan: Any) -> list[str]:
     from perfmodel.encode import compute_dtype, resolve_flash
 
     if not hasattr(model, "attention_head_dim") or \
-            not resolve_flash(plan.flash_attention, model, hardware, plan.dtype):
+            not resolve_flash(plan.flash_attention, model, hardware, plan.dtype,
+                              plan.attention_kernel):
         return []
-    kernel = hardware.flash_kernel(compute_dtype(plan.dtype))
+    kernel = hardware.flash_kernel(compute_dtype(plan.dtype), plan.attention_kernel)
     if kernel is None:
         return []
     dims = [p.head_dim for p in kernel.by_head_dim]
@@ -859,6 +864,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "hardware has a flash kernel for the dtype).")
 @click.option("--flash-attention", is_flag=True, hidden=True,
               help="The old spelling of --attention flash.")
+@click.option("--attention-kernel", default=None, metavar="NAME",
+              help="Every plan's flash kernel, by its name on the hardware (dgx-h100: cudnn, "
+                   "its default, or fa2).")
 @click.option("--overlap-grad-sync/--no-overlap-grad-sync", default=None,
               help="Pin the data-parallel gradient sync overlapped with backward, or not "
                    "(default: overlapped wherever dp > 1).")
@@ -978,6 +986,8 @@ def recommend(model: str | None, from_config: str | None,
             pins["ep_comm_overlap"] = False
         if emit_config[0] == "torchtitan":  # FSDP2 and DDP overlap the sync with the backward
             pins["overlap_grad_sync"] = True
+            if pins.get("attention_kernel") is None and "fa2" in hw.flash_attention_names():
+                pins["attention_kernel"] = "fa2"  # SDPA's flash backend, where measured
             if pins.get("stack") != "compiled" and pins.get("tp_comm_overlap") is None:
                 pins["tp_comm_overlap"] = False  # its async TP needs torch.compile
             if pins.get("kernels") is None:  # its modules' own ops, op by op or compiled
@@ -1108,7 +1118,8 @@ CONFIG_PINS = ("tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "schedul
 # what a config states for every plan (not searched): kept as the config says, and a command-line
 # value that contradicts it refused as the pins' are
 CONFIG_WIDE = ("stack", "kernels", "recompute_every", "recompute_method",
-               "recompute_num_layers", "cpu_offload_layers", "grad_dtype", "optimizer_dtype",
+               "recompute_num_layers", "cpu_offload_layers", "attention_kernel", "grad_dtype",
+               "optimizer_dtype",
                "master_weights", "fp8_recipe", "ep_dispatcher", "cross_entropy",
                "expert_weighting")
 CONFIG_FLAGS = ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap",

@@ -470,7 +470,7 @@ FLASH_MAX_HEAD_DIM = 256
 
 
 def resolve_flash(flash_attention: bool | None, model: TransformerSpec, hardware: HardwareSpec,
-                  dtype: Dtype | str) -> bool:
+                  dtype: Dtype | str, kernel: str | None = None) -> bool:
     """Whether a plan attends with a fused (flash) kernel.
 
     None (the default): yes where the hardware has a measured flash kernel for the dtype
@@ -479,8 +479,23 @@ def resolve_flash(flash_attention: bool | None, model: TransformerSpec, hardware
     no flash kernel (its spec lists no dtypes: V100), or with a larger head size than its
     kernel runs, is refused; True where no kernel is measured for the dtype (a calibrated CPU,
     MI300X, fp32) costs the fused kernel's FLOPs at the GEMM efficiency
-    (perfmodel.step.layer.flash_attention)."""
+    (perfmodel.step.layer.flash_attention). A named kernel (Plan.attention_kernel: one of
+    HardwareSpec.flash_attention_names) is flash attention by that kernel: refused where the
+    hardware has none so named, it does not run the dtype, or the plan attends unfused."""
     dtype = compute_dtype(dtype)
+    if kernel:
+        if flash_attention is False:
+            raise PlanError(f"attention_kernel {kernel} names a flash kernel, and the plan "
+                            "attends unfused: leave one of them out")
+        named = hardware.named_flash_kernel(kernel)
+        if not named.runs(dtype):
+            raise PlanError(f"attention_kernel {kernel}: {hardware.name}'s {named.kernel} is "
+                            f"measured for {', '.join(named.dtypes)}, not {dtype}")
+        if model.attention_head_dim > FLASH_MAX_HEAD_DIM:
+            raise PlanError(f"flash_attention: head_dim {model.attention_head_dim} is above "
+                            f"the {FLASH_MAX_HEAD_DIM} flash kernels run; use --attention "
+                            "unfused")
+        return True
     fa = hardware.flash_attention
     if flash_attention is None:
         return hardware.flash_kernel(dtype) is not None \
@@ -495,11 +510,12 @@ def resolve_flash(flash_attention: bool | None, model: TransformerSpec, hardware
     return bool(flash_attention)
 
 
-def flash_values(model: TransformerSpec, hardware: HardwareSpec, dtype: str) -> dict[str, float]:
-    """The flash kernel's symbols at the model's head size (HardwareSpec.flash_attention.at);
-    where no kernel is measured for the dtype, flash_measured 0 (and 1 for its unused
-    parameters, so that no 0 divides)."""
-    kernel = hardware.flash_kernel(dtype)
+def flash_values(model: TransformerSpec, hardware: HardwareSpec, dtype: str,
+                 name: str | None = None) -> dict[str, float]:
+    """The flash kernel's symbols at the model's head size (HardwareSpec.flash_attention.at, or
+    the kernel called `name`); where no kernel is measured for the dtype, flash_measured 0 (and 1
+    for its unused parameters, so that no 0 divides)."""
+    kernel = hardware.flash_kernel(dtype, name)
     if kernel is None:
         point = dict(flash_measured=0.0, flash_forward_max_fraction=1.0,
                      flash_forward_half_seq=1.0, flash_backward_max_fraction=1.0,
@@ -553,7 +569,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
                  kernels: Kernels | str = Kernels.FUSED,
                  recompute_every: int = 1, recompute_method: str = "uniform",
                  recompute_num_layers: int = 1, cpu_offload_layers: int = 0,
-                 grad_dtype: str | None = None,
+                 attention_kernel: str | None = None, grad_dtype: str | None = None,
                  optimizer_dtype: str | None = None, master_weights: str | None = None,
                  fp8_recipe: str | None = None, fp8_params: bool = False,
                  ep_dispatcher: EPDispatcher | str = EPDispatcher.ALLTOALL,
@@ -609,7 +625,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         **link_values(hardware),
         "nccl_buffer_bytes": hardware.nccl_buffer_bytes,
         "memory_fragmentation": hardware.memory_fragmentation,
-        **flash_values(model, hardware, compute_dtype(dtype)),
+        **flash_values(model, hardware, compute_dtype(dtype), attention_kernel),
         "recompute_every": recompute_every,
         "recompute_num_layers": recompute_num_layers,
         "recompute_block": float(RecomputeMethod(recompute_method) is RecomputeMethod.BLOCK),
@@ -681,13 +697,14 @@ def architecture_values(model: TransformerSpec) -> dict[str, float]:
 
 def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dict[str, float]:
     """The numeric value of every symbol of one plan, by symbol name (see perfmodel.names)."""
-    flash = resolve_flash(plan.flash_attention, model, hardware, plan.dtype)
+    flash = resolve_flash(plan.flash_attention, model, hardware, plan.dtype, plan.attention_kernel)
     vals = fixed_values(model, hardware, plan.dtype, flash_attention=flash,
                         stack=plan.stack, kernels=plan.kernels,
                         recompute_every=plan.recompute_every,
                         recompute_method=plan.recompute_method.value,
                         recompute_num_layers=plan.recompute_num_layers,
                         cpu_offload_layers=plan.cpu_offload_layers,
+                        attention_kernel=plan.attention_kernel,
                         grad_dtype=plan.grad_dtype,
                         optimizer_dtype=plan.optimizer_dtype,
                         master_weights=plan.master_weights,

@@ -134,7 +134,8 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
     hardware = load_hardware(hardware)
     plan = plan if isinstance(plan, Plan) else plan_from_dict(dict(plan))
     plan.check(model)
-    flash = resolve_flash(plan.flash_attention, model, hardware, plan.dtype)
+    flash = resolve_flash(plan.flash_attention, model, hardware, plan.dtype,
+                          plan.attention_kernel)
     if flash != plan.flash_attention:  # the default (None) decided for this hardware and model
         plan = plan.replace(flash_attention=flash)
     if plan.dtype is Dtype.FP8:  # the recipe: the given one, if the GPU runs it, or its default

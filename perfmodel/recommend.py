@@ -429,6 +429,8 @@ def _short(plan: Any) -> str:
         recompute += f"({plan.recompute_method.value}-{plan.recompute_num_layers})"
     if plan.cpu_offload_layers:
         extra.append(f"offload={plan.cpu_offload_layers}")
+    if plan.attention_kernel:
+        extra.append(f"attention={plan.attention_kernel}")
     return (f"{degrees} mb={plan.micro_batch} {plan.schedule.value} "
             f"recompute={recompute}" + ("".join(f" {e}" for e in extra)))
 

@@ -140,7 +140,9 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
     if offloaded:
         schedule.append("the first layer's activations offloaded to the host" if offloaded == 1
                         else f"the first {offloaded:,} layers' activations offloaded to the host")
-    schedule.append("flash attention" if p.flash_attention else "unfused attention")
+    schedule.append(("flash attention" + (f" ({p.attention_kernel})"
+                                          if getattr(p, "attention_kernel", None) else ""))
+                    if p.flash_attention else "unfused attention")
     if p.grad_dtype or p.optimizer_dtype or p.master_weights:
         schedule.append(f"gradients {p.grad_dtype or 'fp32'}, optimizer states "
                         f"{p.optimizer_dtype or 'fp32'}"
@@ -280,7 +282,10 @@ def print_presets(as_json: bool) -> None:
     names = list_presets()
     if as_json:
         by_model = {name: preset_parameters(load_model(name)) for name in names["models"]}
-        print(json_text(document("presets", {**names, "model_parameters": by_model})))
+        kernels = {name: list(load_hardware(name).flash_attention_names())
+                   for name in names["hardware"]}
+        print(json_text(document("presets", {**names, "model_parameters": by_model,
+                                             "flash_kernels": kernels})))
         return
     con = console()
     hw_rows = []
@@ -293,10 +298,11 @@ def print_presets(as_json: bool) -> None:
                         f"{h.inter_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s",
                         " > ".join(f"{lv.name} {lv.gpus}" if lv.gpus else lv.name
                                    for lv in h.levels) or "node > network",
-                        f"{h.overlap_compute_slowdown:g}"])
+                        f"{h.overlap_compute_slowdown:g}",
+                        ", ".join(h.flash_attention_names()) or "-"])
     print_fitted(con, "hardware presets", _columns(
         ("name", "GPU", "GPUs/node", "memory", "bf16 peak", "intra-node", "inter-node/node",
-         "fabric levels (GPUs)", "overlap slowdown"),
+         "fabric levels (GPUs)", "overlap slowdown", "flash kernels"),
         hw_rows, right=("GPUs/node", "memory", "bf16 peak", "intra-node", "inter-node/node",
                         "overlap slowdown")))
     models, graphs = [], []

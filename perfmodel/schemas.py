@@ -66,6 +66,9 @@ PLAN = obj({
                                                   "chunk); absent: uniform."},
     "recompute_num_layers": {**WHOLE, "description": "Megatron-LM's --recompute-num-layers; "
                                                      "absent: 1."},
+    "attention_kernel": {**STRING, "description": "The flash kernel by its name on the "
+                                                  "hardware (cudnn, fa2, ...); absent: the "
+                                                  "hardware's default."},
     "cpu_offload_layers": {"type": "integer", "minimum": 0,
                            "description": "The model's first layers whose activations are "
                                           "offloaded to host memory (Megatron-Core "
@@ -370,7 +373,11 @@ def schema(kind: str) -> dict[str, Any]:
         counts = obj({"parameters": NUMBER, "active_parameters": NUMBER})
         return _document(kind, "perfmodel presets --json", obj({
             "hardware": STRINGS, "models": STRINGS,
-            "model_parameters": {"type": "object", "additionalProperties": counts}}))
+            "model_parameters": {"type": "object", "additionalProperties": counts},
+            "flash_kernels": {"type": "object", "additionalProperties": STRINGS,
+                              "description": "Each hardware preset's measured flash kernels "
+                                             "by name (--attention-kernel), its default "
+                                             "first."}}))
     if kind == "validate":
         term = obj({"name": STRING, "predicted_s": NUMBER_OR_NULL,
                     "measured_s": NUMBER_OR_NULL, "relative_error": NUMBER_OR_NULL})

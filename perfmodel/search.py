@@ -110,6 +110,8 @@ class SearchRequest:
     uneven_stages: bool = False
     max_micro_batch: int | None = None
     flash_attention: bool | None = None  # None: where the hardware has a flash kernel (search())
+    # every plan's flash kernel by name (Plan.attention_kernel); None: the hardware's default
+    attention_kernel: str | None = None
     # the overlaps: pinned, or None: searched where the plan allows them (the data-parallel ones
     # cost nothing in the model and never lose: on wherever dp > 1, the parameter gather with
     # ZeRO >= 1; tensor-parallel overlap costs SMs: both, with sequence parallelism)
@@ -166,6 +168,7 @@ class SearchRequest:
                     recompute_method=self.recompute_method,
                     recompute_num_layers=self.recompute_num_layers,
                     cpu_offload_layers=self.cpu_offload_layers,
+                    attention_kernel=self.attention_kernel,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
                     expert_weighting=self.expert_weighting,
                     recompute=self.recompute or (Recompute.NONE if self.cpu_offload_layers
@@ -182,6 +185,7 @@ class SearchRequest:
                     recompute_method=self.recompute_method,
                     recompute_num_layers=self.recompute_num_layers,
                     cpu_offload_layers=self.cpu_offload_layers,
+                    attention_kernel=self.attention_kernel,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
                     expert_weighting=self.expert_weighting, grad_dtype=self.grad_dtype,
                     master_weights=self.master_weights,
@@ -231,7 +235,8 @@ class SearchRequest:
         # the options every plan shares, checked as a plan checks them
         shared = self.shared_plan()
         for key in ("recompute_every", "recompute_method", "recompute_num_layers",
-                    "cpu_offload_layers", "grad_dtype", "optimizer_dtype", "master_weights",
+                    "cpu_offload_layers", "attention_kernel", "grad_dtype", "optimizer_dtype",
+                    "master_weights",
                     "fp8_recipe", "fp8_output_layer", "fp8_params"):
             object.__setattr__(self, key, getattr(shared, key))
         if self.master_weights == "remainders":  # beside bf16 weights that are not FSDP's
@@ -949,7 +954,8 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                   req: SearchRequest) -> dict[str, Any]:
     """The symbols that are one number for every plan of a request: model, hardware, dtype and
     the options every plan shares (the encoder's fixed values)."""
-    flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype)
+    flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype,
+                                 req.attention_kernel)
     return encode.fixed_values(model, hardware, req.dtype, flash_attention=flash,
                                stack=req.stack,
                                kernels=req.kernels or strategy.default_kernels(req.stack),
@@ -957,6 +963,7 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                                recompute_method=req.recompute_method.value,
                                recompute_num_layers=req.recompute_num_layers,
                                cpu_offload_layers=req.cpu_offload_layers,
+                               attention_kernel=req.attention_kernel,
                                grad_dtype=req.grad_dtype, optimizer_dtype=req.optimizer_dtype,
                                master_weights=req.master_weights,
                                fp8_recipe=None if req.fp8_recipe is None
@@ -1438,7 +1445,8 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     start = time.perf_counter()
     if req.cpu_offload_layers >= model.layers:  # Plan.check's rule, for every plan
         Plan(gpus=1, cpu_offload_layers=req.cpu_offload_layers).check(model)
-    flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype)
+    flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype,
+                                 req.attention_kernel)
     if flash != req.flash_attention:  # the default decided for this hardware and model
         req = dataclasses.replace(req, flash_attention=flash)
     reserved = hardware.memory_reserved_bytes

@@ -472,6 +472,9 @@ class Plan:
     # None: flash where the hardware has a flash kernel for the dtype and the model's head size
     # (predict and recommend decide; perfmodel.encode.resolve_flash)
     flash_attention: bool | None = None
+    # the flash kernel by its name on the hardware (HardwareSpec.flash_attention_names: cudnn,
+    # fa2, ...): None, the hardware's default; a name means flash attention by that kernel
+    attention_kernel: str | None = None
     overlap_grad_sync: bool = False
     # the distributed optimizer's (ZeRO 1-2) or FSDP's (ZeRO 3) parameter all-gather overlapped
     # with the forward (Megatron --overlap-param-gather, FSDP2's prefetch)
@@ -539,6 +542,11 @@ class Plan:
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
         object.__setattr__(self, "cpu_offload_layers",
                            _positive_int(self.cpu_offload_layers, "cpu_offload_layers", minimum=0))
+        kernel = None if self.attention_kernel is None else str(self.attention_kernel).strip()
+        object.__setattr__(self, "attention_kernel", kernel or None)
+        if self.attention_kernel and self.flash_attention is False:
+            raise PlanError(f"attention_kernel {self.attention_kernel} names a flash kernel, and "
+                            "the plan attends unfused (flash_attention false): leave one out")
         for key in ("first_stage_layers", "last_stage_layers", "pipeline_micro_batches"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key, minimum=0))
         object.__setattr__(self, "stack", parse_option(Stack, self.stack, "stack"))
@@ -821,7 +829,8 @@ class Plan:
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
         alltoall, cross_entropy where unfused, expert_weighting where activation,
         pipeline_micro_batches where 0, master_weights where not given, cpu_offload_layers
-        where 0 (the plans written before them had no such fields)."""
+        where 0, attention_kernel where not given (the plans written before them had no such
+        fields)."""
         out = dataclasses.asdict(self)
         for key, value in out.items():
             if isinstance(value, StrEnum):
@@ -846,6 +855,8 @@ class Plan:
             del out["expert_weighting"]
         if not self.cpu_offload_layers:  # likewise
             del out["cpu_offload_layers"]
+        if self.attention_kernel is None:  # likewise: the hardware's default kernel
+            del out["attention_kernel"]
         if not self.pipeline_micro_batches:
             del out["pipeline_micro_batches"]
         if self.master_weights is None:  # likewise

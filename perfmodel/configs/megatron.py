@@ -1074,6 +1074,11 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
         take("use_flash_attn", "flash_attention")
     elif backend in ("flash", "fused"):
         flash = True
+        job.notes.append(f"--attention-backend {backend}: Transformer Engine's "
+                         + ("cuDNN fused attention" if backend == "fused" else
+                            "FlashAttention backend (FlashAttention-2 or -3)")
+                         + ", costed with the hardware's default flash kernel (--attention-kernel "
+                           "names another where the hardware measures it: fa2 on dgx-h100)")
     elif backend in ("unfused", "local"):
         flash = False
     elif backend == "auto" and "attention_backend" not in settings and \
@@ -1445,7 +1450,9 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
         args.append(["--overlap-grad-reduce"])
     if plan.overlap_param_gather and plan.zero == 1:  # FSDP2 (zero 3) prefetches by itself
         args.append(["--overlap-param-gather"])
-    args.append(["--attention-backend", "flash" if plan.flash_attention else "unfused"])
+    # Transformer Engine's backends: fused is cuDNN's kernel, flash FlashAttention's
+    backend = {"cudnn": "fused"}.get(plan.attention_kernel or "", "flash")
+    args.append(["--attention-backend", backend if plan.flash_attention else "unfused"])
     return args
 
 

@@ -216,7 +216,8 @@ def apply(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
     flash = flag(settings, "use_flash_attn", where) or flag(settings, "use_flash_attn_v2", where)
     before = job.plan.get("flash_attention")
     job.fix("flash_attention", flash)
-    take("use_flash_attn_v2", "flash_attention")
+    take("use_flash_attn_v2", "flash_attention (FlashAttention-2: --attention-kernel fa2 costs "
+         "it where the hardware measures it, dgx-h100)")
     if before and not flash:
         job.notes.append("--deepspeed: Megatron-DeepSpeed's attention is unfused (its fused "
                          "softmax) unless --use-flash-attn: flash_attention false")

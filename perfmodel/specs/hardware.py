@@ -7,6 +7,7 @@ user's YAML/JSON file, which may start from a preset with `base: <preset>` and o
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -477,8 +478,15 @@ class FlashAttention:
     kernel: str
     dtypes: tuple[str, ...] = ()
     by_head_dim: tuple[FlashAttentionPoint, ...] = ()
+    # a short name a plan picks the kernel by (Plan.attention_kernel: cudnn, fa2, ...); "" for
+    # a spec's only kernel
+    name: str = ""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "name", str(self.name).strip())
+        if self.name and not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", self.name):
+            raise SpecError(f"flash_attention.name must be a short lower-case name (letters, "
+                            f"digits, '-', '_', '.'), got '{self.name}'")
         object.__setattr__(self, "dtypes", tuple(str(d) for d in self.dtypes))
         for dtype in self.dtypes:
             if dtype not in DTYPES:
@@ -607,6 +615,10 @@ class HardwareSpec:
     # the fused (flash) attention kernel and its measured speed; None: not measured (a plan that
     # asks for fused attention then costs its products at the GEMM efficiency)
     flash_attention: FlashAttention | None = None
+    # other measured flash kernels of the GPU (each named), which a plan picks by name
+    # (Plan.attention_kernel; flash_attention stays the default): H100's FlashAttention-2 beside
+    # its cuDNN kernel
+    flash_attention_alternatives: tuple[FlashAttention, ...] = ()
     # FP8 training (perfmodel.costs.fp8): the Transformer Engine scaling recipes the GPU runs, its
     # default first (TE's get_default_fp8_recipe: MXFP8 where the GPU has block-scaled tensor
     # cores, Blackwell, else per-tensor delayed scaling, which every FP8 GPU runs), and whether a
@@ -631,6 +643,17 @@ class HardwareSpec:
                                 f"({self.gpus_per_node}): a node's hosts are whole")
         if self.levels:  # first: a level's error names the level, not the link derived from it
             self._check_levels()
+        kernels = [k for k in (self.flash_attention, *self.flash_attention_alternatives)
+                   if k is not None]
+        if any(not k.name for k in self.flash_attention_alternatives):
+            raise SpecError("flash_attention_alternatives: every kernel needs a name")
+        named = [k.name for k in kernels if k.name]
+        if len(set(named)) != len(named):
+            raise SpecError(f"flash attention kernels: a name is given twice: {', '.join(named)}")
+        if self.flash_attention_alternatives and not (self.flash_attention
+                                                      and self.flash_attention.name):
+            raise SpecError("flash_attention needs a name where flash_attention_alternatives "
+                            "give others (a plan picks them by name)")
         if not self.peak_flops_per_s:
             raise SpecError("peak_flops_per_s must name at least one dtype of " + ", ".join(DTYPES))
         for dtype, flops in self.peak_flops_per_s.items():
@@ -793,11 +816,29 @@ class HardwareSpec:
             return self.gemm_efficiency[dtype]
         return self.gemm_efficiency["default"]
 
-    def flash_kernel(self, dtype: str) -> FlashAttention | None:
+    def flash_kernel(self, dtype: str, name: str | None = None) -> FlashAttention | None:
         """The flash-attention kernel that runs this dtype, or None (not measured, or a dtype the
-        kernel does not run)."""
+        kernel does not run): the default one, or the one named `name` (flash_attention_names;
+        an unknown name is a PlanError naming those there are)."""
         fa = self.flash_attention
+        if name:
+            fa = self.named_flash_kernel(name)
         return fa if fa is not None and fa.runs(dtype) else None
+
+    def flash_attention_names(self) -> tuple[str, ...]:
+        """The names of the GPU's measured flash kernels, the default's first."""
+        kernels = (self.flash_attention, *self.flash_attention_alternatives)
+        return tuple(k.name for k in kernels if k is not None and k.name and k.dtypes)
+
+    def named_flash_kernel(self, name: str) -> FlashAttention:
+        """The flash kernel called `name`; PlanError where the GPU has none so named."""
+        for kernel in (self.flash_attention, *self.flash_attention_alternatives):
+            if kernel is not None and kernel.name == name and kernel.dtypes:
+                return kernel
+        names = self.flash_attention_names()
+        raise PlanError(f"attention_kernel {name}: hardware '{self.name}' has no measured flash "
+                        f"kernel called so; " + (f"its kernels: {', '.join(names)}" if names
+                                                 else "it names none"))
 
     def replace(self, **changes: Any) -> HardwareSpec:
         return dataclasses.replace(self, **changes)
@@ -864,6 +905,13 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
         fields["collectives"] = tuple(CollectiveFit(**fit) for fit in fits)
         fields["layer_costs"] = _layer_costs_from(fields.get("layer_costs", ()), where)
         fields["flash_attention"] = _flash_from(fields.get("flash_attention"), where)
+        alternatives = fields.get("flash_attention_alternatives", ())
+        if not isinstance(alternatives, (list, tuple)):
+            raise SpecError(f"{where}: flash_attention_alternatives must be a list of kernels "
+                            "(each as flash_attention, with a name)")
+        fields["flash_attention_alternatives"] = tuple(
+            _flash_from(a, f"{where}: flash_attention_alternatives[{i}]", named=True)
+            for i, a in enumerate(alternatives))
         fields.setdefault("name", where)
         fields.setdefault("gpu_name", fields["name"])
         for key in _SCALAR_FIELDS:
@@ -967,10 +1015,11 @@ def _layer_costs_from(value: Any, where: str) -> tuple[LayerCost, ...]:
     return tuple(out)
 
 
-def _flash_from(value: Any, where: str) -> FlashAttention | None:
+def _flash_from(value: Any, where: str, named: bool = False) -> FlashAttention | None:
     """flash_attention: {kernel, dtypes: [...], by_head_dim: [{head_dim, forward_max_fraction,
-    forward_half_seq, backward_max_fraction, backward_half_seq}, ...]}, or absent."""
-    if value is None:
+    forward_half_seq, backward_max_fraction, backward_half_seq}, ...], name}, or absent (named:
+    an alternative kernel, present and with a name)."""
+    if value is None and not named:
         return None
     if not isinstance(value, Mapping):
         raise SpecError(f"{where}: flash_attention must be a mapping with "
@@ -985,8 +1034,12 @@ def _flash_from(value: Any, where: str) -> FlashAttention | None:
     points = _entries(value.get("by_head_dim", ()), "flash_attention.by_head_dim",
                       _FLASH_POINT_FIELDS, _FLASH_POINT_FIELDS, where)
     try:
+        if named and not str(value.get("name", "")).strip():
+            raise SpecError(f"{where}: missing required field 'name' (the name a plan picks "
+                            "this kernel by)")
         return FlashAttention(kernel=str(value["kernel"]), dtypes=tuple(dtypes),
-                              by_head_dim=tuple(FlashAttentionPoint(**p) for p in points))
+                              by_head_dim=tuple(FlashAttentionPoint(**p) for p in points),
+                              name=str(value.get("name", "")))
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
 
