@@ -243,8 +243,8 @@ def plan_options(fn: Any) -> Any:
                      help="The old spelling of --attention flash."),
         click.option("--attention-kernel", default=None, metavar="NAME",
                      help="The flash kernel, by its name on the hardware (perfmodel presets "
-                          "--json lists them; dgx-h100: cudnn, its default, or fa2, "
-                          "FlashAttention-2 as PyTorch SDPA and flash-attn run it)."),
+                          "lists them; dgx-h100: cudnn, its default, or fa2, FlashAttention-2 "
+                          "as flash-attn 2.x runs it)."),
         click.option("--overlap-grad-sync", is_flag=True,
                      help="Overlap the data-parallel gradient sync with backward."),
         click.option("--overlap-param-gather", is_flag=True,
@@ -986,8 +986,6 @@ def recommend(model: str | None, from_config: str | None,
             pins["ep_comm_overlap"] = False
         if emit_config[0] == "torchtitan":  # FSDP2 and DDP overlap the sync with the backward
             pins["overlap_grad_sync"] = True
-            if pins.get("attention_kernel") is None and "fa2" in hw.flash_attention_names():
-                pins["attention_kernel"] = "fa2"  # SDPA's flash backend, where measured
             if pins.get("stack") != "compiled" and pins.get("tp_comm_overlap") is None:
                 pins["tp_comm_overlap"] = False  # its async TP needs torch.compile
             if pins.get("kernels") is None:  # its modules' own ops, op by op or compiled
@@ -1156,6 +1154,11 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     for key in CONFIG_FLAGS:
         if key in plan:
             pins[key] = bool(plan[key]) or bool(pins.get(key))
+    if plan.get("flash_attention") is False:  # the config attends unfused: so do its plans
+        if pins.get("attention") == "flash" or pins.get("attention_kernel"):
+            raise click.UsageError(f"{path} attends unfused: --attention flash and "
+                                   "--attention-kernel contradict it")
+        pins["attention"] = "unfused"
     for key in CONFIG_WIDE:
         if plan.get(key) is not None:
             pins[key] = plan[key]

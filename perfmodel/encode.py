@@ -492,9 +492,9 @@ def resolve_flash(flash_attention: bool | None, model: TransformerSpec, hardware
             raise PlanError(f"attention_kernel {kernel}: {hardware.name}'s {named.kernel} is "
                             f"measured for {', '.join(named.dtypes)}, not {dtype}")
         if model.attention_head_dim > FLASH_MAX_HEAD_DIM:
-            raise PlanError(f"flash_attention: head_dim {model.attention_head_dim} is above "
-                            f"the {FLASH_MAX_HEAD_DIM} flash kernels run; use --attention "
-                            "unfused")
+            raise PlanError(f"attention_kernel {kernel}: head_dim {model.attention_head_dim} is "
+                            f"above the {FLASH_MAX_HEAD_DIM} flash kernels run; leave the kernel "
+                            "out and use --attention unfused")
         return True
     fa = hardware.flash_attention
     if flash_attention is None:

@@ -544,9 +544,6 @@ class Plan:
                            _positive_int(self.cpu_offload_layers, "cpu_offload_layers", minimum=0))
         kernel = None if self.attention_kernel is None else str(self.attention_kernel).strip()
         object.__setattr__(self, "attention_kernel", kernel or None)
-        if self.attention_kernel and self.flash_attention is False:
-            raise PlanError(f"attention_kernel {self.attention_kernel} names a flash kernel, and "
-                            "the plan attends unfused (flash_attention false): leave one out")
         for key in ("first_stage_layers", "last_stage_layers", "pipeline_micro_batches"):
             object.__setattr__(self, key, _positive_int(getattr(self, key), key, minimum=0))
         object.__setattr__(self, "stack", parse_option(Stack, self.stack, "stack"))
@@ -648,6 +645,9 @@ class Plan:
                 object.__setattr__(self, key, None)
                 continue
             object.__setattr__(self, key, _bool(getattr(self, key), key))
+        if self.attention_kernel and self.flash_attention is False:
+            raise PlanError(f"attention_kernel {self.attention_kernel} names a flash kernel, and "
+                            "the plan attends unfused (flash_attention false): leave one out")
         placement = tuple(self.placement) if not isinstance(self.placement, str) else tuple(
             p.strip() for p in self.placement.split(",")
         )

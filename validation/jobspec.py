@@ -202,10 +202,14 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
                      "predicted without")
     if plan.stack.value != "eager":
         notes.append(f"the job runs eagerly, not {plan.stack.value}: predicted eager")
+    if plan.attention_kernel:
+        notes.append(f"the job attends with PyTorch SDPA, which picks its own kernel: predicted "
+                     f"with the hardware's default flash kernel, not {plan.attention_kernel}")
     if model.experts and plan.expert_weighting.value != "output":
         notes.append("the job weights its experts' outputs at the combine (workload.moe): "
                      "predicted with expert_weighting output")
-    plan = plan.replace(flash_attention=True, overlap_grad_sync=False, overlap_param_gather=False,
+    plan = plan.replace(flash_attention=True, attention_kernel=None, overlap_grad_sync=False,
+                        overlap_param_gather=False,
                         tp_comm_overlap=False, stack="eager", expert_weighting="output")
     return model, plan, "; ".join(notes)
 

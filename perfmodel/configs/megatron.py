@@ -1511,7 +1511,11 @@ def write_megatron(directory: Path, model: Any, plan: Any, hardware: Any, header
     node), written atomically into directory."""
     from perfmodel.files import write_atomic
 
-    args = megatron_arguments(model, plan)
+    named = plan
+    if plan.flash_attention and plan.attention_kernel is None and hardware.flash_attention \
+            and hardware.flash_attention.name:  # the kernel it was costed with: the default
+        named = plan.replace(attention_kernel=hardware.flash_attention.name)
+    args = megatron_arguments(model, named)
     if padded_vocab(model.vocab, vocab_multiple(model.vocab, plan.tp), plan.tp) != model.vocab:
         header = [*header, f"Megatron-LM pads the vocabulary {model.vocab} to "
                            f"{padded_vocab(model.vocab, 1, plan.tp)} rows at tp {plan.tp}: "

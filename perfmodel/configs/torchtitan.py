@@ -576,9 +576,9 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.fix("flash_attention", True)
     name = str(_get(data, "model", "name", "llama3"))
     job.notes.append(f"attention: torchtitan's {name} runs PyTorch SDPA (fused, "
-                     "flash_attention), whose flash backend is FlashAttention-2 on Ampere and "
-                     "Hopper: --attention-kernel fa2 costs it where the hardware measures it "
-                     "(dgx-h100; the hardware's default kernel otherwise)"
+                     "flash_attention), cuDNN's kernel first since torchtitan #1776 (2025-10), "
+                     "as the hardware's default kernel costs it; SDPA's flash backend before "
+                     "that is FlashAttention-2 (--attention-kernel fa2 where measured)"
                      if name in ("llama3", "qwen3") else
                      "attention: a fused kernel (flash_attention), as torchtitan's models run it")
     job.fix("overlap_grad_sync", True)
@@ -1013,9 +1013,6 @@ def torchtitan_toml(model: Any, plan: Any) -> str:
                           "torchtitan's tensor parallelism is always sequence parallel")
     if plan.flash_attention is False:
         raise refuse_emit("torchtitan", "flash_attention false", "torchtitan runs SDPA")
-    if plan.attention_kernel not in (None, "fa2"):
-        raise refuse_emit("torchtitan", f"attention_kernel {plan.attention_kernel}",
-                          "torchtitan runs SDPA, whose flash backend is FlashAttention-2 (fa2)")
     if not plan.overlap_grad_sync and plan.dp > 1:
         raise refuse_emit("torchtitan", "overlap_grad_sync false",
                           "FSDP2 and DDP overlap the sync with the backward")

@@ -653,7 +653,8 @@ class HardwareSpec:
         if self.flash_attention_alternatives and not (self.flash_attention
                                                       and self.flash_attention.name):
             raise SpecError("flash_attention needs a name where flash_attention_alternatives "
-                            "give others (a plan picks them by name)")
+                            "give others (a plan picks them by name); or give "
+                            "flash_attention_alternatives: [] to drop those (a base's too)")
         if not self.peak_flops_per_s:
             raise SpecError("peak_flops_per_s must name at least one dtype of " + ", ".join(DTYPES))
         for dtype, flops in self.peak_flops_per_s.items():
@@ -865,6 +866,20 @@ _LAYER_COST_REQUIRED = [f.name for f in dataclasses.fields(LayerCost)
                         if f.default is dataclasses.MISSING]
 
 
+def merge_hardware(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """A hardware mapping laid over another (a file over its base, a profile over a preset):
+    field by field (deep_merge), but a flash_attention that names its kernel replaces the base's
+    whole (its name, dtypes and points are another kernel's, not the base's), and one given as
+    null (no kernel) takes the base's alternatives with it unless it gives its own."""
+    merged = deep_merge(base, override)
+    fa = override.get("flash_attention", ...)
+    if isinstance(fa, Mapping) and "kernel" in fa:
+        merged["flash_attention"] = dict(fa)
+    elif fa is None and "flash_attention_alternatives" not in override:
+        merged["flash_attention_alternatives"] = []
+    return merged
+
+
 def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
     """Build a HardwareSpec from a mapping of fields, checking every name and value."""
     check_fields(data, _TOP_FIELDS, where)
@@ -905,7 +920,7 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
         fields["collectives"] = tuple(CollectiveFit(**fit) for fit in fits)
         fields["layer_costs"] = _layer_costs_from(fields.get("layer_costs", ()), where)
         fields["flash_attention"] = _flash_from(fields.get("flash_attention"), where)
-        alternatives = fields.get("flash_attention_alternatives", ())
+        alternatives = fields.get("flash_attention_alternatives") or ()
         if not isinstance(alternatives, (list, tuple)):
             raise SpecError(f"{where}: flash_attention_alternatives must be a list of kernels "
                             "(each as flash_attention, with a name)")
@@ -1035,8 +1050,10 @@ def _flash_from(value: Any, where: str, named: bool = False) -> FlashAttention |
                       _FLASH_POINT_FIELDS, _FLASH_POINT_FIELDS, where)
     try:
         if named and not str(value.get("name", "")).strip():
-            raise SpecError(f"{where}: missing required field 'name' (the name a plan picks "
-                            "this kernel by)")
+            raise SpecError("missing required field 'name' (the name a plan picks this kernel "
+                            "by)")
+        if named and not dtypes:
+            raise SpecError("dtypes: an alternative kernel runs some dtype (list them)")
         return FlashAttention(kernel=str(value["kernel"]), dtypes=tuple(dtypes),
                               by_head_dim=tuple(FlashAttentionPoint(**p) for p in points),
                               name=str(value.get("name", "")))
@@ -1102,7 +1119,7 @@ def load_hardware_dict(name_or_path: str | Path) -> dict[str, Any]:
         if data.get("levels"):  # a file's levels replace its base's fabric, node links included
             base_data = {k: v for k, v in base_data.items()
                          if k not in ("gpus_per_node", "intra_node", "inter_node")}
-        data = deep_merge(base_data, data)
+        data = merge_hardware(base_data, data)
     if path.parent == HARDWARE_DIR:
         data.setdefault("name", path.stem)
     else:

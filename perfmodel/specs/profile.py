@@ -44,8 +44,9 @@ from perfmodel.specs.hardware import (
     LinkSpec,
     hardware_from_dict,
     load_hardware_dict,
+    merge_hardware,
 )
-from perfmodel.specs.loading import Bound, check_fields, deep_merge
+from perfmodel.specs.loading import Bound, check_fields
 
 FORMAT = "perfmodel-profile"
 VERSION = 1
@@ -311,7 +312,7 @@ def apply_profile(hardware: HardwareSpec | None, profile: Profile) -> HardwareSp
                 "give a hardware preset too (--hardware), or import with --base"
             )
     new_fits = overrides.pop("collectives", None)
-    merged = deep_merge(data, overrides)
+    merged = merge_hardware(data, overrides)
     if new_fits is not None:
         if not isinstance(new_fits, (list, tuple)):
             raise SpecError(f"{where}.collectives must be a list of fitted entries")

@@ -16,7 +16,8 @@ S = np.array([512, 1024, 2048, 4096, 8192, 16384], dtype=float)
 # FlashAttention-2 forward on H100 80GB SXM5, causal mask, TFLOP/s at s = 512 .. 16k (Shah et al.
 # 2024, arXiv 2407.08608, Fig. 5b head dim 64 and 5d head dim 128; github Dao-AILab/
 # flash-attention assets/flash3_fp16_fwd.png, its FlashAttention-2 bars)
-FA2_FWD = {64: [180, 229, 262, 284, 295, 299], 128: [191, 260, 298, 319, 333, 335]}
+FA2_FWD = {64: [180, 229, 262, 284, 295, 299], 128: [191, 260, 298, 319, 333, 335],
+           256: [208, 251, 278, 293, 297, 298]}  # and Fig. 5f, head dim 256 (forward only)
 # FlashAttention-2 forward + backward on H100 80GB SXM5, causal mask (github Dao-AILab/
 # flash-attention assets/flash2_h100_fwd_bwd_benchmark.png, panels c head dim 64 and d head dim
 # 128)
@@ -31,14 +32,20 @@ def _fit(tflops: np.ndarray) -> tuple[float, float]:
     return tuple(least_squares(residual, [0.4, 500], bounds=([0, 0], [1, 1e5])).x)
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_the_h100_fa2_kernel_is_fitted_from_its_published_benchmarks(head_dim):
     forward = np.array(FA2_FWD[head_dim], dtype=float)
-    # the backward's rate from the forward and the forward + backward (FLOPs 1 : 2.5)
-    backward = 2.5 / (3.5 / np.array(FA2_FWD_BWD[head_dim], dtype=float) - 1 / forward)
     point = load_hardware("dgx-h100").named_flash_kernel("fa2").at(head_dim)
-    for series, f, half in ((forward, point.forward_max_fraction, point.forward_half_seq),
-                            (backward, point.backward_max_fraction, point.backward_half_seq)):
+    fitted = [(forward, point.forward_max_fraction, point.forward_half_seq)]
+    if head_dim in FA2_FWD_BWD:  # no backward at head dim 256: the preset takes 128's
+        # the backward's rate from the forward and the forward + backward (FLOPs 1 : 2.5)
+        backward = 2.5 / (3.5 / np.array(FA2_FWD_BWD[head_dim], dtype=float) - 1 / forward)
+        fitted.append((backward, point.backward_max_fraction, point.backward_half_seq))
+    else:
+        at_128 = load_hardware("dgx-h100").named_flash_kernel("fa2").at(128)
+        assert (point.backward_max_fraction, point.backward_half_seq) == \
+            (at_128.backward_max_fraction, at_128.backward_half_seq)
+    for series, f, half in fitted:
         fitted_f, fitted_half = _fit(series)
         assert f == pytest.approx(fitted_f, abs=0.002)
         assert half == pytest.approx(fitted_half, rel=0.01)
@@ -74,14 +81,16 @@ def test_what_a_kernel_name_cannot_mean_is_refused():
     with pytest.raises(PlanError, match="'dgx-b200' has no measured flash kernel called so; "
                                         "its kernels: cudnn"):
         predict(model, "dgx-b200", dict(plan, attention_kernel="fa2"))
-    with pytest.raises(PlanError, match="attends unfused"):
-        predict(model, "dgx-h100", dict(plan, attention_kernel="fa2", flash_attention=False))
+    for unfused in (False, "false", 0):  # as a flag, as a file's text, as a number
+        with pytest.raises(PlanError, match="attends unfused"):
+            predict(model, "dgx-h100", dict(plan, attention_kernel="fa2", flash_attention=unfused))
     with pytest.raises(PlanError, match="measured for bf16, fp16, not fp32"):
         predict(model, "dgx-h100", dict(plan, attention_kernel="fa2", dtype="fp32"))
     spec = load_hardware("dgx-h100").to_dict()
     spec["flash_attention_alternatives"] = [dict(spec["flash_attention_alternatives"][0],
                                                  name="")]
-    with pytest.raises(SpecError, match="missing required field 'name'"):
+    with pytest.raises(SpecError, match="^h100.yaml: flash_attention_alternatives\\[0\\]: "
+                                        "missing required field 'name'"):
         hardware_from_dict(spec, "h100.yaml")
     spec["flash_attention_alternatives"] = [dict(spec["flash_attention_alternatives"][0],
                                                  name="cudnn")]
@@ -107,13 +116,64 @@ def test_the_cli_names_the_kernel(run_cli, tmp_path):
     assert "its kernels: fa2" in res.stderr and "Traceback" not in res.stderr
 
 
-def test_megatron_writes_the_backend_of_the_kernel():
-    from perfmodel.configs.megatron import megatron_arguments
+def test_megatron_writes_the_backend_of_the_kernel_it_was_costed_with(tmp_path):
+    """Transformer Engine's fused backend is cuDNN's kernel, its flash backend FlashAttention's;
+    a plan that names none was costed with the hardware's default kernel, which is written."""
+    from perfmodel.configs.megatron import write_megatron
     from perfmodel.strategy import plan_from_dict
 
     model = load_model("llama3-8b")
-    for kernel, backend in (("cudnn", "fused"), ("fa2", "flash"), (None, "flash")):
+    for hardware, kernel, backend in (("dgx-h100", "cudnn", "fused"), ("dgx-h100", "fa2", "flash"),
+                                      ("dgx-h100", None, "fused"),
+                                      ("dgx-a100-80gb", None, "flash")):
         plan = plan_from_dict(dict(gpus=8, dp=8, global_batch=8, flash_attention=True,
                                    attention_kernel=kernel))
-        args = [a for group in megatron_arguments(model, plan) for a in group]
+        out = tmp_path / f"{hardware}-{kernel}"
+        out.mkdir()
+        write_megatron(out, model, plan, load_hardware(hardware), [])
+        args = (out / "megatron_args.txt").read_text().split()
         assert args[args.index("--attention-backend") + 1] == backend
+
+
+def test_a_file_over_the_h100_preset_keeps_or_drops_its_kernels(tmp_path):
+    """flash_attention: null over dgx-h100 drops its FlashAttention-2 too; a kernel of the
+    file's own replaces the default whole (it must name itself beside the inherited fa2)."""
+    (tmp_path / "none.yaml").write_text("base: dgx-h100\nflash_attention: null\n")
+    bare = load_hardware(str(tmp_path / "none.yaml"))
+    assert bare.flash_attention is None and bare.flash_attention_names() == ()
+    mine = ("base: dgx-h100\nflash_attention:\n  kernel: SDPA as measured here\n"
+            "  dtypes: [bf16]\n  by_head_dim: [{head_dim: 128, forward_max_fraction: 0.5, "
+            "forward_half_seq: 300, backward_max_fraction: 0.5, backward_half_seq: 300}]\n")
+    (tmp_path / "mine.yaml").write_text(mine)
+    with pytest.raises(SpecError, match="flash_attention needs a name"):
+        load_hardware(str(tmp_path / "mine.yaml"))
+    (tmp_path / "named.yaml").write_text(mine.replace("  kernel:", "  name: sdpa\n  kernel:"))
+    assert load_hardware(str(tmp_path / "named.yaml")).flash_attention_names() == ("sdpa", "fa2")
+
+
+def test_the_validation_job_and_its_dry_run_leave_the_kernel_out():
+    from perfmodel.strategy import plan_from_dict
+    from validation.jobspec import as_run
+    from validation.ledger import model_ledger
+
+    model = load_model("tiny-gpt")
+    plan = plan_from_dict(dict(gpus=2, dp=2, global_batch=4, attention_kernel="cudnn"))
+    _, ran, note = as_run(model, plan, "gloo")
+    assert ran.attention_kernel is None and "PyTorch SDPA" in note
+    assert model_ledger(model, plan) is not None  # counted on A100, which has no cudnn kernel
+
+
+def test_recommend_keeps_a_configs_unfused_attention(run_cli, tmp_path):
+    """A Megatron-LM argument list with --attention-backend unfused: every plan attends unfused
+    (the config's flag was read, then lost to --attention's default, auto)."""
+    args = tmp_path / "args.txt"
+    args.write_text("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 "
+                    "--max-position-embeddings 512 --vocab-size 1000 --micro-batch-size 2 "
+                    "--bf16 --attention-backend unfused --global-batch-size 16")
+    res = run_cli("recommend", "--from-config", args, "--hardware", "dgx-h100", "--gpus", "8",
+                  "--json")
+    assert res.returncode == 0, res.stderr
+    assert {p["plan"]["flash_attention"] for p in json.loads(res.stdout)["plans"]} == {False}
+    res = run_cli("recommend", "--from-config", args, "--hardware", "dgx-h100", "--gpus", "8",
+                  "--attention-kernel", "fa2")
+    assert res.returncode == 2 and "attends unfused" in res.stderr
