@@ -65,6 +65,8 @@ class Sweep:
     layer_sizes: tuple[LayerSize, ...] = ()  # layers stage: widths and token counts
     # overlap stage: (GEMM size, all-reduce bytes) run alone and at once
     overlap_points: tuple[tuple[int, int], ...] = ()
+    # gemm stage on a GPU: (sequence length, head dim) of the causal flash attention timed
+    attention_points: tuple[tuple[int, int], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -117,7 +119,23 @@ def sweep_for(
         subgroups=True,
         stages=stages or STAGES,
         overlap_points=overlap_points(device)[:1] if tiny else overlap_points(device),
+        attention_points=attention_points(device, quick),
     )
+
+
+# the flash-attention benchmark's shape (FlashAttention-2's and -3's papers): 16k tokens a batch,
+# hidden 2048 (heads = 2048 / head dim), bf16, causal
+ATTENTION_TOKENS, ATTENTION_HIDDEN = 16384, 2048
+
+
+def attention_points(device: str, quick: bool) -> tuple[tuple[int, int], ...]:
+    """(sequence length, head dim) of the causal attention the gemm stage times on a GPU (none
+    on a CPU: no flash kernel there)."""
+    if device != "cuda":
+        return ()
+    seqs = (1024, 4096, 16384) if quick else (512, 1024, 2048, 4096, 8192, 16384)
+    dims = (128,) if quick else (64, 128)
+    return tuple((s, d) for d in dims for s in seqs)
 
 
 def sweep_to_dict(sweep: Sweep) -> dict[str, Any]:
@@ -131,6 +149,8 @@ def sweep_from_dict(data: dict[str, Any]) -> Sweep:
     fields["gemm_shapes"] = tuple(tuple(shape) for shape in fields["gemm_shapes"])
     fields["layer_sizes"] = tuple(LayerSize(**size) for size in fields["layer_sizes"])
     fields["overlap_points"] = tuple(tuple(point) for point in fields["overlap_points"])
+    fields["attention_points"] = tuple(tuple(point)
+                                       for point in fields.get("attention_points", ()))
     for name in ("memory_bytes", "collective_bytes", "ops", "stages", "chain_lengths",
                  "optimizer_hidden", "host_blocks"):
         fields[name] = tuple(fields[name])
@@ -160,6 +180,8 @@ def bench_gemm(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
                 }
             )
             yield
+    if ctx.device.type == "cuda":
+        yield from bench_attention(ctx, sweep, rec)
     if ctx.device.type == "cpu":  # bf16 matmul on CPU is 60-200x slower: one point to show it
         s = 128
         a = torch.randn(s, s, dtype=torch.bfloat16)
@@ -178,6 +200,35 @@ def bench_gemm(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
                 "note": "bf16 on CPU: one point only",
             }
         )
+        yield
+
+
+def bench_attention(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
+    """Causal flash attention as PyTorch's scaled_dot_product_attention runs it here (the kernel
+    its backends pick), bf16, at the attention points: the forward alone, and forward and
+    backward (the backward is their difference)."""
+    torch = ctx.torch
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for seq, head_dim in sweep.attention_points:
+        batch, heads = max(1, ATTENTION_TOKENS // seq), max(1, ATTENTION_HIDDEN // head_dim)
+        q, k, v = (torch.randn(batch, heads, seq, head_dim, device=ctx.device,
+                               dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        grad = torch.randn(batch, heads, seq, head_dim, device=ctx.device, dtype=torch.bfloat16)
+
+        def forward(q: Any = q, k: Any = k, v: Any = v) -> None:
+            with torch.no_grad():
+                sdpa(q, k, v, is_causal=True)
+
+        def both(q: Any = q, k: Any = k, v: Any = v, grad: Any = grad) -> None:
+            sdpa(q, k, v, is_causal=True).backward(grad)
+
+        fwd, spread = measure(forward, sweep, ctx)
+        total, spread_both = measure(both, sweep, ctx)
+        fwd, total = ctx.slowest(fwd), ctx.slowest(total)
+        rec.add({"kind": "attention", "dtype": "bf16", "seq": seq, "head_dim": head_dim,
+                 "batch": batch, "heads": heads, "forward_s": fwd,
+                 "backward_s": max(total - fwd, 0.0), "spread": max(spread, spread_both),
+                 "ranks": ctx.world})
         yield
 
 
@@ -392,6 +443,7 @@ def count_measurements(sweep: Sweep, world: int, local_world: int, device: str) 
     total = 0
     if "gemm" in sweep.stages:
         total += len(sweep.gemm_shapes) * (1 if device == "cpu" else 2) + (device == "cpu")
+        total += len(sweep.attention_points) if device == "cuda" else 0
     if "memory" in sweep.stages:
         total += 2 * len(sweep.memory_bytes) + 1
         total += 2 * len(host_link_sizes(sweep)) if device == "cuda" else 0

@@ -43,6 +43,7 @@ from perfmodel.specs.profile import FIT_KINDS
 
 MEASURED = (  # record kinds that are measurements
     "gemm",
+    "attention",
     "memory",
     "host_link",
     "collective",
@@ -322,6 +323,7 @@ def build_profile(
             hardware["ranks_per_device"] = shared
             notes.append(f"{info['local_world']} ranks on {cpus} CPUs: ranks_per_device {shared:g}")
     _fit_gemm(df, info, fits, hardware, notes)
+    _fit_attention(df, info, fits, hardware, notes)
     _fit_memory(df, info, fits, hardware, notes)
     _fit_collectives(df, info, fits, hardware, notes, support)
     _fit_framework(df, fits, hardware, notes)
@@ -402,6 +404,62 @@ def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: l
     if effs:
         first = "fp32" if "fp32" in effs else next(iter(effs))
         hardware["gemm_efficiency"] = {**effs, "default": effs[first]}
+
+
+def _fit_attention(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,
+                   notes: list[str]) -> None:
+    """The flash kernel PyTorch's SDPA ran (calibration.bench.bench_attention) in the presets'
+    form, per head dim: achieved FLOP/s = peak x f x s / (s + s_half), forward and backward,
+    by log least squares (FLOPs as FlashAttention-2 counts them: the forward's causal half of
+    4 s^2 d per head, the backward 2.5 x); the profile's default flash kernel, named sdpa."""
+    from scipy.optimize import least_squares
+
+    rows = df[df["kind"] == "attention"] if "kind" in df else df.iloc[0:0]
+    if rows.empty:
+        return
+    peak = (hardware.get("peak_flops_per_s") or {}).get("bf16")
+    if not peak:
+        notes.append("attention: measured, but no bf16 GEMM peak to scale it by (the gemm "
+                      "stage's bf16 fit): not fitted")
+        return
+    points, summary = [], {}
+    key: Any  # a group's key: pandas types it Hashable, it is the column's value
+    for key, group in rows.groupby("head_dim"):
+        head_dim = int(key)
+        if group["seq"].nunique() < 3:
+            notes.append(f"attention/d{head_dim}: fewer than 3 sequence lengths; not fitted")
+            continue
+        s = group["seq"].to_numpy(float)
+        flops = 2.0 * s * s * float(head_dim) * group["heads"].to_numpy(float) \
+            * group["batch"].to_numpy(float)
+        fitted = {}
+        for direction, factor in (("forward", 1.0), ("backward", 2.5)):
+            rate = factor * flops / group[f"{direction}_s"].to_numpy(float)
+
+            def residual(p: np.ndarray, s: np.ndarray = s, rate: np.ndarray = rate) -> np.ndarray:
+                return np.log(peak * p[0] * s / (s + p[1])) - np.log(rate)
+
+            sol = least_squares(residual, [0.5, 500.0], bounds=([1e-6, 0.0], [1.0, 1e6]))
+            fraction, half = (float(x) for x in sol.x)
+            errors = np.abs(peak * fraction * s / (s + half) / rate - 1)
+            fitted[direction] = (fraction, half, float(errors.max()))
+        points.append({"head_dim": int(head_dim),
+                       "forward_max_fraction": fitted["forward"][0],
+                       "forward_half_seq": fitted["forward"][1],
+                       "backward_max_fraction": fitted["backward"][0],
+                       "backward_half_seq": fitted["backward"][1]})
+        summary[f"d{head_dim}"] = {"forward_max_error": fitted["forward"][2],
+                                   "backward_max_error": fitted["backward"][2],
+                                   "seq_range": [float(s.min()), float(s.max())]}
+    if not points:
+        return
+    hardware["flash_attention"] = {
+        "name": "sdpa",
+        "kernel": f"PyTorch SDPA as calibrate run measured it (torch {info['torch_version']}, "
+                  "causal, bf16)",
+        "dtypes": ["bf16"], "by_head_dim": points}
+    fits["attention/bf16"] = {"kind": "flash_attention", "peak_flops_per_s": peak,
+                              "head_dims": summary, "n_points": len(rows)}
 
 
 def _fit_memory(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: list[str]) -> None:

@@ -318,3 +318,41 @@ def test_the_host_link_is_the_slower_direction_of_the_pinned_copies():
     _fit_memory(pd.DataFrame(memory), {"local_world": 2, "last_level_cache_bytes": 2**20}, {},
                 cpu, [])
     assert "host_link_bytes_per_s" not in cpu and cpu["memory_bandwidth_bytes_per_s"] > 0
+
+
+def test_the_attention_a_gpu_ran_is_fitted_as_the_presets_kernels_are():
+    """calibrate run on a GPU times PyTorch SDPA's causal attention (bench_attention): the
+    profile's default flash kernel, named sdpa, in the presets' form, per head dim."""
+    import pandas as pd
+
+    from calibration.run import _fit_attention
+    from perfmodel.specs.hardware import FlashAttention, FlashAttentionPoint
+
+    peak = 989.4e12
+    truth = {64: (0.40, 390.0, 0.45, 340.0), 128: (0.57, 387.0, 0.55, 376.0)}
+    rows = []
+    for d, (ff, fh, bf, bh) in truth.items():
+        for s in (512, 1024, 2048, 4096, 8192, 16384):
+            batch, heads = 16384 // s, 2048 // d
+            flops = 2.0 * s * s * d * heads * batch
+            rows.append({"kind": "attention", "dtype": "bf16", "seq": s, "head_dim": d,
+                         "batch": batch, "heads": heads,
+                         "forward_s": flops / (peak * ff * s / (s + fh)),
+                         "backward_s": 2.5 * flops / (peak * bf * s / (s + bh))})
+    fits: dict = {}
+    hardware: dict = {"peak_flops_per_s": {"bf16": peak}}
+    _fit_attention(pd.DataFrame(rows), {"torch_version": "2.13.0"}, fits, hardware, [])
+    kernel = hardware["flash_attention"]
+    assert kernel["name"] == "sdpa" and kernel["dtypes"] == ["bf16"]
+    made = FlashAttention(kernel=kernel["kernel"], dtypes=("bf16",), name="sdpa",
+                          by_head_dim=tuple(FlashAttentionPoint(**p)
+                                            for p in kernel["by_head_dim"]))
+    for d, (ff, fh, bf, bh) in truth.items():
+        point = made.at(d)
+        assert (point.forward_max_fraction, point.forward_half_seq,
+                point.backward_max_fraction, point.backward_half_seq) == pytest.approx(
+                    (ff, fh, bf, bh), rel=1e-4)
+    assert fits["attention/bf16"]["head_dims"]["d128"]["forward_max_error"] < 1e-6
+    notes: list = []
+    _fit_attention(pd.DataFrame(rows), {"torch_version": "2.13.0"}, {}, {}, notes)
+    assert notes and "no bf16 GEMM peak" in notes[0]
