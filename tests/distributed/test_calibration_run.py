@@ -167,3 +167,21 @@ def test_sigterm_never_replaces_a_complete_profile(tmp_path):
     assert not doc.complete and doc.missing_stages[-1] == "layers"
     assert doc.measurements == tmp_path / "here.partial.measurements.csv"
     assert alive(ranks) == []
+
+
+@pytest.mark.gpu
+def test_a_gpu_run_measures_its_flash_attention_and_host_link(tmp_path):
+    """On a GPU the gemm stage times PyTorch SDPA's causal attention (the profile's default flash
+    kernel, named sdpa) and the memory stage the copies to and from pinned host memory."""
+    out = tmp_path / "gpu.json"
+    cmd, env = calibrate("run", "--quick", "--nprocs", "1", "--backend", "nccl", "--stages",
+                         "gemm,memory", "--out", out)
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=PATIENCE_S)
+    assert res.returncode == 0, res.stderr[-2000:]
+    hardware = json.loads(out.read_text())["hardware"]
+    kernel = hardware["flash_attention"]
+    assert kernel["name"] == "sdpa" and [p["head_dim"] for p in kernel["by_head_dim"]] == [128]
+    assert 0 < kernel["by_head_dim"][0]["forward_max_fraction"] <= 1
+    assert 1e9 < hardware["host_link_bytes_per_s"] < 1e12
+    profile = load_profile(out)
+    assert apply_profile(None, profile).flash_attention.name == "sdpa"
