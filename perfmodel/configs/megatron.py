@@ -975,7 +975,14 @@ def _fp8(settings: Settings, job: JobConfig, where: str, take: Callable[[str, st
         job.notes.append("no --fp8-recipe: Megatron-LM's default, delayed scaling")
     mx = FP8_RECIPES[recipe] == "mxfp8"
     reuse = _flag(settings, "reuse_grad_buf_for_mxfp8_param_ag", where)
-    if _flag(settings, "fp8_param_gather", where):
+    if _flag(settings, "fp8_param_gather", where) and _flag(settings, "use_torch_fsdp2", where):
+        # megatron/training/arguments.py: "FSDP2 FP8 param gather is not supported yet in TE
+        # 2.0, will fallback to bf16 all_gather", and it turns the option off
+        job.fix("fp8_params", False)
+        take("fp8_param_gather", "off beside --use-torch-fsdp2: Megatron-LM turns it off with "
+                                 "Transformer Engine 2.0 or later (bf16 all-gathers): fp8_params "
+                                 "false")
+    elif _flag(settings, "fp8_param_gather", where):
         # MXFP8 weights without the gradient buffer's reuse: Megatron-Core keeps the bf16 weight
         # buffer beside them, as the model counts weights that are not held in FP8
         job.fix("fp8_params", reuse or not mx)

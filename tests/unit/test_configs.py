@@ -950,3 +950,17 @@ def test_torchtitan_deepseek_v3_as_dgxc_benchmarking_runs_it(tmp_path):
     assert (plan["first_stage_layers"], plan["last_stage_layers"]) == (7, 6)
     p = predict(spec, "dgx-h100", Plan(**plan))
     assert p.fits_in_memory and p.step_time_s > 0
+
+
+def test_megatron_turns_fp8_param_gather_off_beside_torch_fsdp2(tmp_path):
+    """megatron/training/arguments.py: with --use-torch-fsdp2 (Transformer Engine 2.0 or later)
+    --fp8-param-gather is turned off and the parameters are all-gathered in bf16."""
+    job = read_config(write(tmp_path, BASE + "--untie-embeddings-and-output-weights "
+                                             "--use-torch-fsdp2 --fp8-format hybrid "
+                                             "--fp8-param-gather"))
+    assert (job.plan["zero"], job.plan["dtype"], job.plan["fp8_params"]) == (3, "fp8", False)
+    spec, plan = resolve_plan(job, resolve_model(job, None, None), {"gpus": 8})
+    plan_from_dict(plan).check(spec)  # a plan perfmodel predicts (fp8_params with zero 3 is not)
+    dist = read_config(write(tmp_path, BASE + "--use-distributed-optimizer --fp8-format hybrid "
+                                              "--fp8-param-gather", "d.txt"))
+    assert dist.plan["fp8_params"] is True
