@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from perfmodel.encode import compute_dtype
 from perfmodel.output import document, fmt_bytes, json_text
 from perfmodel.predict import Prediction
 
@@ -140,8 +141,12 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
     if offloaded:
         schedule.append("the first layer's activations offloaded to the host" if offloaded == 1
                         else f"the first {offloaded:,} layers' activations offloaded to the host")
-    schedule.append(("flash attention" + (f" ({p.attention_kernel})"
-                                          if getattr(p, "attention_kernel", None) else ""))
+    kernel = getattr(p, "attention_kernel", None)
+    if not kernel and p.flash_attention and getattr(hardware, "flash_attention", None) is not None:
+        default = hardware.flash_attention  # the kernel the plan is costed with
+        measured = default.runs(compute_dtype(p.dtype)) and default.name
+        kernel = measured or None
+    schedule.append(("flash attention" + (f" ({kernel})" if kernel else ""))
                     if p.flash_attention else "unfused attention")
     if p.grad_dtype or p.optimizer_dtype or p.master_weights:
         schedule.append(f"gradients {p.grad_dtype or 'fp32'}, optimizer states "
