@@ -142,10 +142,9 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
         schedule.append("the first layer's activations offloaded to the host" if offloaded == 1
                         else f"the first {offloaded:,} layers' activations offloaded to the host")
     kernel = getattr(p, "attention_kernel", None)
-    if not kernel and p.flash_attention and getattr(hardware, "flash_attention", None) is not None:
-        default = hardware.flash_attention  # the kernel the plan is costed with
-        measured = default.runs(compute_dtype(p.dtype)) and default.name
-        kernel = measured or None
+    if not kernel and p.flash_attention and hasattr(hardware, "flash_kernel"):
+        default = hardware.flash_kernel(compute_dtype(p.dtype))  # what the plan is costed with
+        kernel = default.name if default is not None else None
     schedule.append(("flash attention" + (f" ({kernel})" if kernel else ""))
                     if p.flash_attention else "unfused attention")
     if p.grad_dtype or p.optimizer_dtype or p.master_weights:
