@@ -109,7 +109,8 @@ class Trainer:
             if self.tp > 1:
                 apply_tp(mod, mesh["tp"], plan.get("sequence_parallel", False))
             if self.fsdp:
-                apply_fsdp(mod, mesh["dp"], self.zero, fsdp_experts)
+                apply_fsdp(mod, mesh["dp"], self.zero, fsdp_experts,
+                           pipelined=self.pp > 1)
             self.chunks.append(mod)
         params = [p for mod in self.chunks for p in mod.parameters()]
         self.expert_ids = expert_parameters(self.chunks) if apart else set()

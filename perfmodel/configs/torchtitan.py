@@ -521,6 +521,30 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
             job.took(f"training.{key}", training[key], "the dtype (with the parallelism)")
 
 
+def _reshard_after_forward(par: dict[str, Any], job: JobConfig, where: str, pp: int) -> None:
+    """parallelism.fsdp_reshard_after_forward as torchtitan resolves it (torchtitan/distributed/
+    fsdp.py, get_fsdp_reshard_after_forward_policy: "default" is on without a pipeline, off with
+    one): perfmodel's ZeRO 3 gathers each unit for every forward and backward without a pipeline
+    and keeps the stage's units gathered through the step with one (perfmodel.step.
+    data_parallel, stage_resident); the other policy of each is refused."""
+    policy = par.get("fsdp_reshard_after_forward", "default")
+    key = "parallelism.fsdp_reshard_after_forward"
+    if policy not in ("default", "always", "never"):
+        raise refuse_plan(where, key, policy, "torchtitan takes default, always or never")
+    if pp > 1 and policy == "always":
+        raise refuse_plan(where, key, policy,
+                          "with a pipeline perfmodel's FSDP keeps the stage's weights gathered "
+                          "through the step (torchtitan's default, never); gathering them again "
+                          "for every micro-batch is not modelled")
+    if pp == 1 and policy == "never":
+        raise refuse_plan(where, key, policy,
+                          "without a pipeline perfmodel's FSDP gathers each layer's weights for "
+                          "the forward and again for the backward (torchtitan's default, always)")
+    if "fsdp_reshard_after_forward" in par:
+        job.took(key, policy, "FSDP's weights kept gathered through the step (pp > 1)"
+                 if pp > 1 else "FSDP's weights gathered again for the backward")
+
+
 def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     par = data.get("parallelism", {})
     cp = _context_parallel(par, job, where)
@@ -532,11 +556,6 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     if "enable_async_tensor_parallel" in par:
         job.took("parallelism.enable_async_tensor_parallel", async_tp,
                  "tp_comm_overlap (the matmuls overlap their all-gathers and reduce-scatters)")
-    if par.get("fsdp_reshard_after_forward", "default") not in ("default", "always"):
-        raise refuse_plan(where, "parallelism.fsdp_reshard_after_forward",
-                          par["fsdp_reshard_after_forward"],
-                          "perfmodel's FSDP gathers each layer's weights for the forward and "
-                          "again for the backward (reshard after forward)")
     if par.get("pipeline_parallel_schedule_csv"):
         raise refuse_plan(where, "parallelism.pipeline_parallel_schedule_csv",
                           par["pipeline_parallel_schedule_csv"],
@@ -564,6 +583,7 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                           f"{shard} this is HSDP (replicated shards), not modelled")
     job.fix("tp", tp, pin="tensor_parallel_degree" in par)
     job.fix("pp", pp, pin="pipeline_parallel_degree" in par)
+    _reshard_after_forward(par, job, where, pp)
     _experts(par, job, where, tp)
     if pp > 1 and data.get("model", {}).get("name") == "qwen3":
         raise refuse_plan(where, "parallelism.pipeline_parallel_degree", pp,

@@ -273,8 +273,11 @@ def norm_tensors(h: sp.Expr, layernorm: Flag) -> list[tuple[sp.Expr, sp.Expr]]:
 
 
 def root_tensors(h: sp.Expr, V: sp.Expr, s: sp.Expr, tp: sp.Expr, *, learned_positions: Flag,
-                 layernorm: Flag, output: Flag) -> list[tuple[sp.Expr, sp.Expr]]:
+                 layernorm: Flag, output: Flag,
+                 final_norm: Flag = 1) -> list[tuple[sp.Expr, sp.Expr]]:
     """The parameters outside the layers: vocabulary-parallel embedding, learned positions, final
-    norm, and (when `output`) the output layer."""
-    learned_positions, layernorm, output = map(as_flag, (learned_positions, layernorm, output))
-    return [(V / tp, h), (learned_positions * s, h), ((1 + layernorm) * h, 1), (output * V / tp, h)]
+    norm (when `final_norm`: the stage holds it), and (when `output`) the output layer."""
+    learned_positions, layernorm, output, final_norm = map(
+        as_flag, (learned_positions, layernorm, output, final_norm))
+    return [(V / tp, h), (learned_positions * s, h), (final_norm * (1 + layernorm) * h, 1),
+            (output * V / tp, h)]

@@ -24,6 +24,17 @@ What hides, and behind what (each: exposed = I max(f C, C - W) + (1 - I) C, perf
     is issued while the current unit computes, forward and backward): W = every micro-batch's
     forward and backward on the stage, f = one unit's gather per micro-batch
     (1 / (2 (layers + 1))).
+ZeRO 3 under a pipeline (pp > 1: FSDP2 under torch.distributed.pipelining, as torchtitan runs it;
+`stage_resident`): the stage's units stay gathered from the first micro-batch's forward to the
+step's end, and its gradients accumulate unsharded until the stage's last backward. torchtitan's
+default reshard_after_forward is off with pp > 1 (torchtitan/distributed/fsdp.py,
+get_fsdp_reshard_after_forward_policy: "do not reshard after forward to avoid per-microbatch
+all-gathers"), and the schedule's backward neither reshards nor reduces (torch 2.13
+torch/distributed/pipelining/stage.py: backward_maybe_with_nosync sets reshard_after_backward and
+requires_gradient_sync off; perform_reduce_grad, after the stage's last backward, turns them on and
+runs the post-backward). So each unit is gathered once per step, hidden behind the first
+micro-batch's forward with overlap_param_gather (f = one unit's), and reduce-scattered after the
+stage's last backward, with nothing left to hide behind. Memory: perfmodel.step.memory.
 The sync's memory passes run on the compute stream and never hide: DDP copies the gradients into its
 flat buckets, scales them and copies them back (PyTorch DDP's default, without
 gradient_as_bucket_view); FSDP2 copies a unit's shard into the all-gather buffer and the gathered
@@ -66,6 +77,12 @@ FSDP_GATHERS_PER_MICRO_BATCH = 2  # a unit's weights, gathered for its forward a
 DDP_GRADIENT_PASSES = 6  # into the bucket, scaled, back: 3 reads and 3 writes of the gradients
 SYNC = "data_parallel/sync"
 ZERO = sp.Integer(0)
+
+
+def stage_resident(c: Context) -> sp.Expr:
+    """1 where ZeRO 3's units stay gathered and its gradients unsharded through the step: ZeRO 3
+    under a pipeline (pp > 1; module doc), else 0."""
+    return c.zero3 * active(S.pp)
 
 
 def replicas(c: Context) -> sp.Expr:
@@ -124,8 +141,8 @@ def _layer_tensors(c: Context, mlp: sp.Expr | None) -> list[tuple[sp.Expr, sp.Ex
 
 def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
     """The units of a stage under ZeRO 3: its layers, and one root unit (the first stage's
-    embedding, positions, final norm and, with one stage or zbv's V (Context.head_first), an
-    untied output layer; a last stage alone holds the final norm and the output layer). A
+    embedding and positions, and, with one stage or zbv's V (Context.head_first), the final norm
+    and an untied output layer; a last stage alone holds the final norm and the output layer). A
     mixture of experts (torchtitan's and NeMo AutoModel's FSDP2 with expert parallelism: the
     routed experts a unit of their own, sharded over the expert-data-parallel group): its dense
     layers; its MoE layers' attention, norms, router and shared experts; their routed experts
@@ -134,9 +151,10 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
     with the others. The first unit is a layer's (perfmodel.timeline)."""
     h, V, tp, dp = S.h, S.V, S.tp, replicas(c)
     dense = M.fsdp_padded(_layer_tensors(c, S.f), dp)
+    # (the final norm and the output layer on the first stage only where it holds the head)
     root_first = M.fsdp_padded(M.root_tensors(
         h, V, S.s, tp, learned_positions=c.learned_positions, layernorm=c.layernorm,
-        output=(c.single + c.head_first) * (1 - c.tied)), dp)
+        output=(c.single + c.head_first) * (1 - c.tied), final_norm=c.single + c.head_first), dp)
     norm = ((1 + c.layernorm) * h, 1)
     last = [norm, (V / tp, h)]
     if c.fam.mtp:  # the modules' copy of the embedding where it is not (several stages)
@@ -238,13 +256,17 @@ def sync_collectives(c: Context, params: Parameters,
             out.append(Collective(name=name, op=op, axis="edp", nbytes=nbytes,
                                   time_nbytes=time_nbytes, calls=calls, phase="step",
                                   in_phase=SYNC, term="comm/dp", fam=c.fam))
+    resident = stage_resident(c)
     for u in units:  # the ledger's calls rank 0's, the time the stage's with the most
         prefix = "edp" if u.axis == "edp" else "dp"
-        for op, nbytes, per_micro_batch, phase in (
-                ("all_gather", S.wbytes, FSDP_GATHERS_PER_MICRO_BATCH, "fwd+bwd"),
-                ("reduce_scatter", S.gbytes, 1, "step")):
+        # (under a pipeline each unit gathered once per step: stage_resident)
+        for op, name, nbytes, per_micro_batch, phase in (
+                ("all_gather", "all_gather", S.wbytes,
+                 FSDP_GATHERS_PER_MICRO_BATCH * (1 - resident), "fwd+bwd"),
+                ("all_gather", "all_gather_once", S.wbytes, resident, "step"),
+                ("reduce_scatter", "reduce_scatter", S.gbytes, 1, "step")):
             out.append(Collective(
-                name=f"{prefix}/fsdp_{u.name}/{op}", op=op, axis=u.axis,
+                name=f"{prefix}/fsdp_{u.name}/{name}", op=op, axis=u.axis,
                 nbytes=nbytes * u.elements, calls=z3 * per_micro_batch * u.count,
                 transfers=None if u.most == u.count else z3 * per_micro_batch * u.most,
                 phase=phase, in_phase=SYNC, term="comm/dp", fam=c.fam))
@@ -305,11 +327,13 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     (comm/dp_framework)."""
     grad_bytes, weight_bytes = S.gbytes * params.per_gpu, gathered_weight_bytes(c, params)
     z1, z3, m, copies = c.zero1, c.zero3, c.m, fsdp_copy_passes(c)
+    resident = stage_resident(c)
     # (the copies of the experts' sync, over their replicas, as the others')
     copy_bytes = (1 - z1) * DDP_GRADIENT_PASSES * grad_bytes \
         + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
         + z3 * sum((u.most * fsdp_copy_passes(c, u.ranks) * u.elements
-                    * (FSDP_GATHERS_PER_MICRO_BATCH * m * S.wbytes + S.gbytes)
+                    * ((FSDP_GATHERS_PER_MICRO_BATCH * m * (1 - resident) + resident)
+                       * S.wbytes + S.gbytes)
                     for u in units), ZERO)
     layers = c.max_stage_layers
     n_units = fsdp_unit_count(units)
@@ -320,11 +344,15 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     fsdp_grads = tuple(f"{name}/reduce_scatter" for name in fsdp)
     param_gathers = ("dp/all_gather",) + (("edp/all_gather",) if c.fam.moe else ())
     gathers = tuple(f"{name}/all_gather" for name in fsdp)
+    gathered_once = tuple(f"{name}/all_gather_once" for name in fsdp)
     overlaps = (
         Overlap("the last micro-batch's backward", backward_s, c.overlap_grad_sync,
                 floor=1 / layers, of=grads),
-        Overlap("the last micro-batch's backward", backward_s, c.overlap_grad_sync,
-                floor=1 / n_units, of=fsdp_grads),
+        # under a pipeline FSDP reduces after the stage's last backward (module doc)
+        Overlap("the last micro-batch's backward", backward_s,
+                c.overlap_grad_sync * (1 - resident), floor=1 / n_units, of=fsdp_grads),
+        Overlap("the first micro-batch's forward", forward_s, c.overlap_param_gather,
+                floor=1 / n_units, of=gathered_once),
         Overlap("the next step's first forward", forward_s, c.overlap_param_gather,
                 floor=1 / layers, of=param_gathers),
         Overlap("every micro-batch's forward and backward", m * (forward_s + backward_s),

@@ -16,7 +16,10 @@
     ZeRO 3 buffer  = two gathered layers (the one computing and the next, prefetched), and the
                      root unit (embedding, final norm, output layer) gathered through the forward
                      to the loss, where memory peaks (torchtitan apply_fsdp: fully_shard(model),
-                     the root, reshard_after_forward only after the forward)
+                     the root, reshard_after_forward only after the forward); under a pipeline
+                     (pp > 1) the stage's whole parameters, gathered through the step, and its
+                     gradients unsharded (perfmodel.step.data_parallel, stage_resident: FSDP2
+                     under torch.distributed.pipelining as torchtitan runs it)
     reserved/...   = what the GPU holds beyond tensors: each NCCL communicator's buffers (one for
                      each of the tp, dp and pp groups the rank is in; HardwareSpec.
                      nccl_buffer_bytes), and the caching allocator's fragmentation: the
@@ -81,6 +84,11 @@ def memory_terms(c: Context, params: Parameters,
                  "optimizer_states": S.obytes + c.zero3 * (S.obytes3 - S.obytes)}
     div = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.replicas(c))
     div_experts = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.expert_replicas(c))
+    # ZeRO 3 under a pipeline accumulates its gradients unsharded (perfmodel.step.data_parallel:
+    # stage_resident), in the gradients' dtype (FSDP2's reduce dtype)
+    resident = DP.stage_resident(c)
+    for d, ranks in ((div, DP.replicas(c)), (div_experts, DP.expert_replicas(c))):
+        d["gradients"] = 1 + (c.zero2 - resident) * (ranks - 1)
     act_kw: dict[str, Any] = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d,
                                   fp8=c.fp8, fp8_saved=S.s8 if c.fam.fp8 else sp.Integer(1),
                                   dropout=c.dropout, attention_dropout=c.attention_dropout,
@@ -201,8 +209,10 @@ def memory_terms(c: Context, params: Parameters,
             * (1 + (S.D_mtp if c.fam.mtp else 0))
         root = has_embed * (params.embedding["sharded"] / tp + params.embedding["replicated"]) \
             + has_head * (params.final_norm + (1 - c.tied * has_embed) * V * h / tp)
+        # (under a pipeline the stage's units stay gathered through the step: stage_resident)
         mem["buffers/zero3_gather"] = c.zero3 * S.wbytes * (
-            ZERO3_GATHERED_LAYERS * gathered_layer + root)
+            (1 - resident) * (ZERO3_GATHERED_LAYERS * gathered_layer + root)
+            + resident * params.per_stage[st])
         if c.fam.fp8:  # allocated once and kept: not in the allocator's churn below
             mem.update(FP8.memory_terms(c, st, has_head))
         # the tensors allocated and freed every step (the model states sit in buffers allocated

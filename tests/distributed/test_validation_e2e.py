@@ -246,6 +246,23 @@ def test_mixed_data_and_pipeline_four_ranks_gpipe(tmp_path):
     assert {c["axis"] for c in report["collectives_rank0"]} == {"dp", "pp"}
 
 
+def test_fsdp_in_a_pipeline_gathers_each_unit_once_a_step(tmp_path):
+    """ZeRO 3 (FSDP2) on 2 stages x 2 replicas, 2 micro-batches, as torchtitan runs it: the
+    schedule leaves each stage's units gathered and its gradients unsharded until the stage's
+    last backward, so every unit is gathered once and reduce-scattered once a step, as the
+    model's ledger counts them (perfmodel.step.data_parallel, stage_resident)."""
+    report = _run(tmp_path, run.RunSettings(nprocs=4, steps=2, warmup=1), gpus=4, dp=2, pp=2,
+                  zero=3, micro_batch=1, global_batch=4, schedule="1f1b")
+    _assert_measured(report, 4)
+    rows = report["collectives_vs_ledger"]["rows"]
+    assert report["collectives_vs_ledger"]["agree"], rows
+    dp = {(r["op"], r["bytes"]): r["job_count"] for r in rows if r["axis"] == "dp"}
+    gathers = [n for (op, _), n in dp.items() if op == "all_gather"]
+    scatters = [n for (op, _), n in dp.items() if op == "reduce_scatter"]
+    # rank 0's units: its 2 layers (one size, 2 calls) and its root (embedding, positions)
+    assert sorted(gathers) == [1, 2] and sorted(scatters) == [1, 2]
+
+
 def test_an_uneven_pipeline_split_runs_as_predicted(tmp_path):
     """first_stage_layers / last_stage_layers reach the job: tiny-gpt's 4 layers as 1 + 3 over
     two stages (Megatron --decoder-first/last-pipeline-num-layers), every send in the ledger."""

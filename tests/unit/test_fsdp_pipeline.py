@@ -1,0 +1,95 @@
+"""ZeRO 3 (FSDP2) under a pipeline, as torch.distributed.pipelining runs it and torchtitan sets it
+up: each stage's units stay gathered from the first micro-batch's forward to the step's end and
+its gradients accumulate unsharded (torch/distributed/pipelining/stage.py:
+backward_maybe_with_nosync, perform_reduce_grad; torchtitan/distributed/fsdp.py:
+get_fsdp_reshard_after_forward_policy, "default" off with pp > 1). The job's own collectives are
+held against the ledger in tests/distributed/test_validation_e2e.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfmodel import Plan, load_hardware, load_model, predict
+from perfmodel.errors import PerfmodelError
+from perfmodel.predict import comm_ledger
+from tests.unit.test_configs import DATA, job_plan
+
+HW = load_hardware("dgx-h100")
+MODEL = load_model("llama3-8b")  # 32 layers, untied output layer
+
+
+def _plan(pp: int, **kw: object) -> Plan:
+    dp = 8
+    return Plan(**{"gpus": dp * pp, "dp": dp, "pp": pp, "zero": 3, "micro_batch": 1,
+                   "global_batch": dp * 4, "schedule": "1f1b", **kw})
+
+
+def test_a_stage_keeps_its_weights_gathered_and_its_gradients_unsharded():
+    """bf16 with fp32 gradients: the shard is the fp32 master (4 bytes over dp), the gathered
+    stage 2 bytes a parameter and its gradients 4, whole; without a pipeline two layers and the
+    root are gathered and the gradients are sharded as the weights are."""
+    piped = predict(MODEL, HW, _plan(2)).memory_breakdown_bytes
+    assert piped["gradients"] == pytest.approx(8 * piped["weights"], rel=1e-3)
+    assert piped["buffers/zero3_gather"] == pytest.approx(8 * piped["weights"] / 2, rel=1e-3)
+    flat = predict(MODEL, HW, _plan(1)).memory_breakdown_bytes
+    assert flat["gradients"] == pytest.approx(flat["weights"], rel=1e-9)
+    # two layers and the root (embedding, final norm, output layer) of 8.03B parameters: 32
+    # layers of 218M, 2 x 525M outside them (Llama 3 8B's shapes)
+    layer, outside = 218_112_000, 525_336_576
+    assert flat["buffers/zero3_gather"] == pytest.approx(2 * (2 * layer + 2 * outside + 4096),
+                                                         rel=1e-3)
+
+
+def test_each_unit_is_gathered_once_a_step_and_reduced_after_the_last_backward():
+    """The ledger: per step, a pipeline's units gathered once (all_gather_once) where without one
+    each is gathered for every forward and backward (2 m); reduce-scattered once either way. Its
+    reduce-scatter has nothing left to hide behind, so overlap_grad_sync hides none of it."""
+    def calls(plan: Plan) -> dict[str, float]:
+        return {r["name"]: r["calls"] for r in comm_ledger(MODEL, plan, HW)
+                if "fsdp" in r["name"]}
+    piped, flat = calls(_plan(2)), calls(_plan(1))
+    assert piped["dp/fsdp_layer/all_gather_once"] == 16 and piped["dp/fsdp_root/all_gather_once"] \
+        == 1
+    assert piped.get("dp/fsdp_layer/all_gather", 0) == 0
+    assert flat["dp/fsdp_layer/all_gather"] == 2 * 4 * 32 and \
+        flat.get("dp/fsdp_layer/all_gather_once", 0) == 0
+    assert piped["dp/fsdp_layer/reduce_scatter"] == 16 and flat["dp/fsdp_layer/reduce_scatter"] \
+        == 32
+    on, off = (predict(MODEL, HW, _plan(2, overlap_grad_sync=v)) for v in (True, False))
+    flat_on, flat_off = (predict(MODEL, HW, _plan(1, overlap_grad_sync=v)) for v in (True, False))
+    assert flat_on.breakdown_s["comm/dp"] < flat_off.breakdown_s["comm/dp"]
+    assert on.breakdown_s["comm/dp"] == pytest.approx(off.breakdown_s["comm/dp"], rel=1e-9)
+
+
+def _torchtitan(tmp_path, policy: str | None, pp: int):
+    import tomllib
+
+    data = tomllib.loads((DATA / "torchtitan_llama3_8b.toml").read_text())
+    par = data.setdefault("parallelism", {})
+    par["pipeline_parallel_degree"] = pp
+    par.pop("fsdp_reshard_after_forward", None)
+    if policy is not None:
+        par["fsdp_reshard_after_forward"] = policy
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("policy, pp", [(None, 1), ("default", 2), ("never", 2),
+                                        ("always", 1)])
+def test_torchtitan_reads_the_policy_it_resolves(tmp_path, policy, pp):
+    _, spec, plan = job_plan(_torchtitan(tmp_path, policy, pp), gpus=8 * pp)
+    assert (plan["pp"], plan["zero"]) == (pp, 3)
+
+
+@pytest.mark.parametrize("policy, pp, why", [
+    ("always", 2, "gathering them again for every micro-batch is not modelled"),
+    ("never", 1, "gathers each layer's weights for the forward and again for the backward"),
+    ("sometimes", 1, "torchtitan takes default, always or never"),
+])
+def test_torchtitan_refuses_the_policy_it_cannot_cost(tmp_path, policy, pp, why):
+    with pytest.raises(PerfmodelError, match="parallelism.fsdp_reshard_after_forward") as err:
+        job_plan(_torchtitan(tmp_path, policy, pp), gpus=8 * pp)
+    assert why in str(err.value)
