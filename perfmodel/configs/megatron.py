@@ -1028,6 +1028,14 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
                           "Megatron FSDP's sharding is not modelled (--use-torch-fsdp2 is: ZeRO "
                           "stage 3; --use-distributed-optimizer: stage 1)")
     job.fix("zero", zero)
+    if torch_fsdp:  # megatron/training/arguments.py asserts both (at d98e8a64)
+        for key, flag in (("pp", "--pipeline-model-parallel-size"),
+                          ("ep", "--expert-model-parallel-size")):
+            if job.plan.get(key, 1) > 1:
+                raise refuse_plan(where, "--use-torch-fsdp2", True,
+                                  f"Megatron-LM runs it without {flag.strip('-')} > 1, got "
+                                  f"{job.plan[key]}")
+            job.fix(key, 1)
     take("use_distributed_optimizer", "zero 1 (optimizer states sharded over dp)")
     take("use_torch_fsdp2", "zero 3 (PyTorch FSDP2)")
     take("data_parallel_sharding_strategy", "no sharding")

@@ -540,9 +540,12 @@ def _reshard_after_forward(par: dict[str, Any], job: JobConfig, where: str, pp: 
         raise refuse_plan(where, key, policy,
                           "without a pipeline perfmodel's FSDP gathers each layer's weights for "
                           "the forward and again for the backward (torchtitan's default, always)")
+    if policy == "always":  # a search keeps one stage: with more it would cost "never"
+        job.fix("pp", 1)
     if "fsdp_reshard_after_forward" in par:
         job.took(key, policy, "FSDP's weights kept gathered through the step (pp > 1)"
-                 if pp > 1 else "FSDP's weights gathered again for the backward")
+                 if pp > 1 else "FSDP's weights gathered again for the backward"
+                 + (" (pp kept at 1)" if policy == "always" else ""))
 
 
 def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:

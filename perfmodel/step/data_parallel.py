@@ -112,6 +112,14 @@ class FsdpUnit:
     ranks: sp.Expr  # the group's ranks: dp x cp, or edp's
     on: dict[str, sp.Expr]  # units of this kind on each stage (first, middle, last)
     elements: sp.Expr  # one unit's elements on one GPU, padded as FSDP2 pads them
+    # where rank 0's unit differs (the root: the first stage's, where `elements` is the larger
+    # stage's): the ledger's bytes, rank 0's
+    first_elements: sp.Expr | None = None
+
+    @property
+    def ledger_elements(self) -> sp.Expr:
+        """One unit's elements on rank 0 (the ledger's bytes)."""
+        return self.elements if self.first_elements is None else self.first_elements
 
     @property
     def count(self) -> sp.Expr:
@@ -165,7 +173,7 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
     if not c.fam.moe and not c.fam.mtp:  # (every stage counted as the one with the most)
         layers = {st: c.max_stage_layers for st in c.stage_layers}
         return (FsdpUnit("layer", "dp_cp", dp, layers, dense),
-                FsdpUnit("root", "dp_cp", dp, one, root))
+                FsdpUnit("root", "dp_cp", dp, one, root, root_first))
     from perfmodel.step.moe import moe_layers
     from perfmodel.step.pipeline import holds
 
@@ -192,7 +200,7 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
         # its two norms
         module = M.fsdp_padded([(M.MTP_PROJECTION * h / tp, h), norm, norm], dp)
         units.append(FsdpUnit("mtp", "dp_cp", dp, mtp, module))
-    units.append(FsdpUnit("root", "dp_cp", dp, one, root))
+    units.append(FsdpUnit("root", "dp_cp", dp, one, root, root_first))
     return tuple(units)
 
 
@@ -267,7 +275,8 @@ def sync_collectives(c: Context, params: Parameters,
                 ("reduce_scatter", "reduce_scatter", S.gbytes, 1, "step")):
             out.append(Collective(
                 name=f"{prefix}/fsdp_{u.name}/{name}", op=op, axis=u.axis,
-                nbytes=nbytes * u.elements, calls=z3 * per_micro_batch * u.count,
+                nbytes=nbytes * u.ledger_elements, time_nbytes=nbytes * u.elements,
+                calls=z3 * per_micro_batch * u.count,
                 transfers=None if u.most == u.count else z3 * per_micro_batch * u.most,
                 phase=phase, in_phase=SYNC, term="comm/dp", fam=c.fam))
     return out

@@ -79,14 +79,17 @@ def memory_terms(c: Context, params: Parameters,
     that go to host memory (perfmodel.step.offload)."""
     b, h, a, kv, f, tp, e, T, V = S.b, S.h, S.a, S.kv, S.f, S.tp, S.e, c.T, S.V
     s = S.s / S.cp  # a cp rank's tokens of each sequence
-    # ZeRO 3 (FSDP2): the fp32 master is the sharded parameter (no 16-bit copy of the shard)
-    per_param = {"weights": S.wbytes + c.zero3 * (S.wbytes3 - S.wbytes), "gradients": S.gbytes,
+    # ZeRO 3 (FSDP2): the fp32 master is the sharded parameter (no 16-bit copy of the shard).
+    # Under a pipeline it accumulates the gradients unsharded (perfmodel.step.data_parallel:
+    # stage_resident) in its reduce dtype, fp32 for every FSDP2 perfmodel reads or runs
+    # (torchtitan's mixed_precision_reduce, the only value its reader takes; NeMo AutoModel's
+    # MixedPrecisionPolicy default; the validation job's): torch's to_accumulated_grad_if_needed
+    resident = DP.stage_resident(c)
+    per_param = {"weights": S.wbytes + c.zero3 * (S.wbytes3 - S.wbytes),
+                 "gradients": S.gbytes + resident * (FP32_BYTES - S.gbytes),
                  "optimizer_states": S.obytes + c.zero3 * (S.obytes3 - S.obytes)}
     div = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.replicas(c))
     div_experts = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.expert_replicas(c))
-    # ZeRO 3 under a pipeline accumulates its gradients unsharded (perfmodel.step.data_parallel:
-    # stage_resident), in the gradients' dtype (FSDP2's reduce dtype)
-    resident = DP.stage_resident(c)
     for d, ranks in ((div, DP.replicas(c)), (div_experts, DP.expert_replicas(c))):
         d["gradients"] = 1 + (c.zero2 - resident) * (ranks - 1)
     act_kw: dict[str, Any] = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d,
@@ -216,9 +219,12 @@ def memory_terms(c: Context, params: Parameters,
         if c.fam.fp8:  # allocated once and kept: not in the allocator's churn below
             mem.update(FP8.memory_terms(c, st, has_head))
         # the tensors allocated and freed every step (the model states sit in buffers allocated
-        # once: Megatron's contiguous parameter and gradient buffers, FSDP's shards)
+        # once: Megatron's contiguous parameter and gradient buffers, FSDP's shards; under a
+        # pipeline FSDP's unsharded gradients are allocated and freed every step, as its
+        # gathered weights are)
         transient = sp.Add(*(x for k, x in mem.items() if k.startswith(("activations/",
-                                                                         "buffers/"))))
+                                                                         "buffers/")))) \
+            + resident * mem["gradients"]
         groups = active(S.tp) + active(S.dp) + active(S.pp)
         if c.fam.moe:  # the expert-parallel group, and the experts' own where they sync apart;
             # with etp > 1 the expert-tensor group and the etp x ep group (Megatron-Core's

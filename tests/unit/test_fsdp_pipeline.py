@@ -63,6 +63,15 @@ def test_each_unit_is_gathered_once_a_step_and_reduced_after_the_last_backward()
     assert on.breakdown_s["comm/dp"] == pytest.approx(off.breakdown_s["comm/dp"], rel=1e-9)
 
 
+def test_the_ledger_counts_rank_0s_root():
+    """Rank 0's root unit under a pipeline is the embedding alone (Llama 3 8B: 128,256 x 4,096,
+    bf16): the final norm and the output layer are the last stage's; its time is the larger."""
+    ledger = {r["name"]: r for r in comm_ledger(MODEL, _plan(2), HW)}
+    assert ledger["dp/fsdp_root/all_gather_once"]["nbytes"] == 128256 * 4096 * 2
+    one = {r["name"]: r for r in comm_ledger(MODEL, _plan(1), HW)}
+    assert one["dp/fsdp_root/all_gather"]["nbytes"] == (2 * 128256 * 4096 + 4096) * 2
+
+
 def _torchtitan(tmp_path, policy: str | None, pp: int):
     import tomllib
 
@@ -93,3 +102,41 @@ def test_torchtitan_refuses_the_policy_it_cannot_cost(tmp_path, policy, pp, why)
     with pytest.raises(PerfmodelError, match="parallelism.fsdp_reshard_after_forward") as err:
         job_plan(_torchtitan(tmp_path, policy, pp), gpus=8 * pp)
     assert why in str(err.value)
+
+
+@pytest.mark.parametrize("extra, why", [
+    ("--pipeline-model-parallel-size 2", "without pipeline-model-parallel-size > 1, got 2"),
+    ("--num-experts 4 --moe-token-dispatcher-type alltoall --expert-model-parallel-size 2",
+     "without expert-model-parallel-size > 1, got 2"),
+])
+def test_megatron_refuses_torch_fsdp2_where_megatron_does(tmp_path, extra, why):
+    """megatron/training/arguments.py (NVIDIA/Megatron-LM d98e8a64): --use-torch-fsdp2 asserts
+    pipeline and expert parallelism of 1; without them recommend keeps both at 1."""
+    from perfmodel.configs import read_config
+
+    base = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 "
+            "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+            "--vocab-size 1024 --use-torch-fsdp2 ")
+    path = tmp_path / "args.txt"
+    path.write_text(base + extra + "\n")
+    with pytest.raises(PerfmodelError, match="--use-torch-fsdp2") as err:
+        read_config(path)
+    assert why in str(err.value)
+    path.write_text(base + "\n")
+    job = read_config(path)
+    assert {"pp", "ep"} <= job.pins and (job.plan["pp"], job.plan["ep"]) == (1, 1)
+
+
+def test_torchtitan_always_keeps_one_stage_in_a_search(tmp_path):
+    """"always" without a pipeline degree: recommend keeps pp 1 (with more stages FSDP would keep
+    the weights gathered, which is not what the config asks for)."""
+    from perfmodel.configs import read_config
+
+    path = _torchtitan(tmp_path, "always", 1)
+    data = json.loads(path.read_text())
+    del data["parallelism"]["pipeline_parallel_degree"]
+    path.write_text(json.dumps(data))
+    job = read_config(path)
+    assert "pp" in job.pins and job.plan["pp"] == 1
+    job = read_config(_torchtitan(tmp_path, "default", 1))
+    assert job.plan["pp"] == 1

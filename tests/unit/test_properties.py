@@ -101,9 +101,17 @@ def test_degree_one_axes_do_not_communicate(plan):
 @SETTINGS
 @given(plan=plans())
 def test_more_sharding_never_needs_more_memory(plan):
+    """ZeRO 1 to 3 each need no more memory than the stage before, but for ZeRO 3 under a
+    pipeline: there FSDP keeps the stage's weights gathered and its gradients unsharded through
+    the step (torch.distributed.pipelining; perfmodel.step.data_parallel, stage_resident), more
+    than ZeRO 2's sharded gradients hold, and still no more than ZeRO 0's whole states."""
     base = predict(MODEL, H100, plan).memory_per_gpu_bytes
     if plan.dp > 1 and plan.zero < 3:
-        assert predict(MODEL, H100, plan.replace(zero=plan.zero + 1)).memory_per_gpu_bytes <= base
+        more = predict(MODEL, H100, plan.replace(zero=plan.zero + 1)).memory_per_gpu_bytes
+        if plan.zero == 2 and plan.pp > 1:
+            base = predict(MODEL, H100, plan.replace(zero=0, overlap_param_gather=False)
+                           ).memory_per_gpu_bytes
+        assert more <= base
     if plan.recompute.value != "full":
         full = predict(MODEL, H100, plan.replace(recompute="full")).memory_per_gpu_bytes
         assert full <= base * (1 + 1e-12)
@@ -178,7 +186,9 @@ def test_more_sharding_of_any_kind_never_needs_more_memory(plan, axis):
     activations (Narayanan et al. 2021, sec. 2.2.2), which grows with pp, so more stages can
     need more memory there, in the model as on the machine. The data case needs ZeRO >= 1 (else
     every replica holds everything) and keeps the global batch, so each replica has fewer
-    micro-batches."""
+    micro-batches. ZeRO 3 from one stage to two is left out: under a pipeline FSDP keeps the
+    stage's weights gathered and its gradients unsharded (torch.distributed.pipelining), which
+    can hold more than one stage's two gathered layers and sharded gradients."""
     from hypothesis import assume
 
     base = _memory(plan)
@@ -188,6 +198,7 @@ def test_more_sharding_of_any_kind_never_needs_more_memory(plan, axis):
     elif axis == "pp":
         # one stage runs no schedule (one micro-batch at a time); GPipe over two holds all m
         assume(plan.schedule.value == "1f1b" or (plan.schedule.value == "gpipe" and plan.pp > 1))
+        assume(plan.zero < 3 or plan.pp > 1)
         other = plan.replace(pp=2 * plan.pp, gpus=2 * plan.gpus)
     elif axis == "dp":
         assume(plan.zero >= 1 and plan.num_micro_batches % 2 == 0)
