@@ -34,7 +34,9 @@ torch/distributed/pipelining/stage.py: backward_maybe_with_nosync sets reshard_a
 requires_gradient_sync off; perform_reduce_grad, after the stage's last backward, turns them on and
 runs the post-backward). So each unit is gathered once per step, hidden behind the first
 micro-batch's forward with overlap_param_gather (f = one unit's), and reduce-scattered after the
-stage's last backward, with nothing left to hide behind. Memory: perfmodel.step.memory.
+stage's last backward, with nothing left to hide behind; with several pipeline schedules a step
+(Plan.pipeline_micro_batches: torchtitan's and NeMo AutoModel's gradient accumulation) once per
+schedule, each ending in its reduction. Memory: perfmodel.step.memory.
 The sync's memory passes run on the compute stream and never hide: DDP copies the gradients into its
 flat buckets, scales them and copies them back (PyTorch DDP's default, without
 gradient_as_bucket_view); FSDP2 copies a unit's shard into the all-gather buffer and the gathered
@@ -68,6 +70,7 @@ from perfmodel.costs import memory as M
 from perfmodel.costs import mla as MLA
 from perfmodel.costs.lattice import lmax
 from perfmodel.step import fp8 as FP8
+from perfmodel.step import pipeline as PP
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, active
@@ -264,15 +267,17 @@ def sync_collectives(c: Context, params: Parameters,
             out.append(Collective(name=name, op=op, axis="edp", nbytes=nbytes,
                                   time_nbytes=time_nbytes, calls=calls, phase="step",
                                   in_phase=SYNC, term="comm/dp", fam=c.fam))
-    resident = stage_resident(c)
+    resident, schedules = stage_resident(c), PP.flushes(c)
     for u in units:  # the ledger's calls rank 0's, the time the stage's with the most
         prefix = "edp" if u.axis == "edp" else "dp"
-        # (under a pipeline each unit gathered once per step: stage_resident)
+        # (under a pipeline each unit gathered and reduced once per pipeline schedule:
+        # stage_resident)
         for op, name, nbytes, per_micro_batch, phase in (
                 ("all_gather", "all_gather", S.wbytes,
                  FSDP_GATHERS_PER_MICRO_BATCH * (1 - resident), "fwd+bwd"),
-                ("all_gather", "all_gather_once", S.wbytes, resident, "step"),
-                ("reduce_scatter", "reduce_scatter", S.gbytes, 1, "step")):
+                ("all_gather", "all_gather_once", S.wbytes, resident * schedules, "step"),
+                ("reduce_scatter", "reduce_scatter", S.gbytes, 1 + resident * (schedules - 1),
+                 "step")):
             out.append(Collective(
                 name=f"{prefix}/fsdp_{u.name}/{name}", op=op, axis=u.axis,
                 nbytes=nbytes * u.ledger_elements, time_nbytes=nbytes * u.elements,
@@ -336,13 +341,13 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     (comm/dp_framework)."""
     grad_bytes, weight_bytes = S.gbytes * params.per_gpu, gathered_weight_bytes(c, params)
     z1, z3, m, copies = c.zero1, c.zero3, c.m, fsdp_copy_passes(c)
-    resident = stage_resident(c)
+    resident, schedules = stage_resident(c), PP.flushes(c)
     # (the copies of the experts' sync, over their replicas, as the others')
     copy_bytes = (1 - z1) * DDP_GRADIENT_PASSES * grad_bytes \
         + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
         + z3 * sum((u.most * fsdp_copy_passes(c, u.ranks) * u.elements
-                    * ((FSDP_GATHERS_PER_MICRO_BATCH * m * (1 - resident) + resident)
-                       * S.wbytes + S.gbytes)
+                    * ((FSDP_GATHERS_PER_MICRO_BATCH * m * (1 - resident) + resident * schedules)
+                       * S.wbytes + (1 + resident * (schedules - 1)) * S.gbytes)
                     for u in units), ZERO)
     layers = c.max_stage_layers
     n_units = fsdp_unit_count(units)

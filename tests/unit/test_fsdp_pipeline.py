@@ -63,6 +63,17 @@ def test_each_unit_is_gathered_once_a_step_and_reduced_after_the_last_backward()
     assert on.breakdown_s["comm/dp"] == pytest.approx(off.breakdown_s["comm/dp"], rel=1e-9)
 
 
+def test_each_pipeline_schedule_gathers_and_reduces_once():
+    """Several pipeline schedules a step (torchtitan's gradient accumulation with pp): each
+    schedule's first forward gathers the stage and its last backward reduce-scatters it."""
+    def calls(plan: Plan) -> dict[str, float]:
+        return {r["name"]: r["calls"] for r in comm_ledger(MODEL, plan, HW)
+                if r["name"].startswith("dp/fsdp_layer")}
+    two = calls(_plan(2, pipeline_micro_batches=2))  # 4 micro-batches: 2 schedules
+    assert two["dp/fsdp_layer/all_gather_once"] == 2 * 16
+    assert two["dp/fsdp_layer/reduce_scatter"] == 2 * 16
+
+
 def test_the_ledger_counts_rank_0s_root():
     """Rank 0's root unit under a pipeline is the embedding alone (Llama 3 8B: 128,256 x 4,096,
     bf16): the final norm and the output layer are the last stage's; its time is the larger."""
