@@ -45,6 +45,17 @@ Overlap"), per layer, C one collective's time, G the GEMM it pairs with:
     GEMMs do not take it again: their SM margin is that contention made explicit (their GEMMs
     already take 1/(1 - share), 1.22 x for the attention output, 1.14 x for MLP down, against
     the measured mean 1.189), so their Overlaps give k = 0.
+torchtitan's async TP (tp_comm_overlap with the compiled stack: Inductor's micro-pipeline TP pass
+fuses every all-gather feeding a matmul and every matmul feeding a reduce-scatter, forward and
+backward graphs alike, torch 2.13 torch/_inductor/fx_passes/micro_pipeline_tp.py) runs the same
+shapes of overlap with torch's symmetric-memory kernels (torch/distributed/_symmetric_memory):
+  - the all-gathers as the ring exchange above (the GEMM in tp chunks, the local shard's first);
+  - a reduce-scatter after a GEMM in tp chunks (_pipelined_produce_and_all2all: each chunk's
+    partial copied to its rank while the next computes, on two streams), not RS_SPLITS; no SM
+    margin (the copies are kernels beside the GEMMs: the contention k, as for a ring exchange);
+    and a sum of the tp partials at the end, a memory-bound pass reading (tp + 1) / tp of the
+    unsharded output (compute/tp_overlap), for each fused reduce-scatter, the forward's and the
+    backward's (the QKV's and MLP up's input gradients), the backward's windows as above.
 Full recompute repeats the forward's collectives and their overlaps.
 """
 
@@ -228,7 +239,12 @@ def layer_overlaps(c: Context, n: sp.Expr, attention: bool,
     MLA's, whose own collectives are not overlapped here) and the MLPs' of `mlps`, (count, width)
     each (a dense layer's MLP f wide, a mixture of experts' shared experts f_sh wide), each kind
     an equal share of the phase's calls per sub-layer."""
-    on, tp, splits = c.tp_comm_overlap, S.tp, sp.Integer(RS_SPLITS)
+    on, tp = c.tp_comm_overlap, S.tp
+    # torchtitan's async TP (a compiled stack): torch's fused matmul-reduce-scatter computes the
+    # tp partials chunk by chunk, with no SM margin (its copies contend as a ring's do); NeMo's
+    # userbuffers (eager stacks) in RS_SPLITS chunks on the SMs the margin leaves (module doc)
+    fused = c.compiled
+    splits = RS_SPLITS * (1 - fused) + tp * fused
     ag, rs = ("tp/layer/all_gather",), ("tp/layer/reduce_scatter",)
     share = sp.Integer(1) / (int(attention) + int(bool(mlps)))
     # the overlapped GEMMs as they run: in chunks of the tokens (tp for the ring exchanges,
@@ -244,7 +260,7 @@ def layer_overlaps(c: Context, n: sp.Expr, attention: bool,
         for g, t in _chunked(c, tp, names, width).items():
             ring[g] = ring.get(g, ZERO) + count * t
         for g, t in _chunked(c, splits, names[1:], width).items():
-            pipe[g] = pipe.get(g, ZERO) + count * t / (1 - SM_SHARE[g])
+            pipe[g] = pipe.get(g, ZERO) + count * t / (1 - (1 - fused) * SM_SHARE[g])
         for g, t in _chunked(c, ONE, names, width).items():
             whole[g] = whole.get(g, ZERO) + count * t
 
@@ -261,13 +277,22 @@ def layer_overlaps(c: Context, n: sp.Expr, attention: bool,
         if first not in ring:
             continue
         forward += [ov(f"{label[first]} GEMM", ring[first], ag, before),
-                    ov(f"{label[second]} GEMM", pipe[second], rs, after, 1 / splits, ZERO)]
+                    ov(f"{label[second]} GEMM", pipe[second], rs, after, 1 / splits,
+                       fused * S.s_ovl)]
         backward += [ov(f"{label[second]}'s input-gradient GEMM", ring[second], ag, before),
                      ov(f"{label[first]} weight-gradient GEMM", whole[first], rs, ONE)]
     lost_forward = sum((ring[g] - whole[g] for g in ("qkv", "mlp_up") if g in ring), ZERO) \
         + sum((t - whole[g] for g, t in pipe.items()), ZERO)
     lost_backward = sum((ring[g] - whole[g] for g in ("attention_output", "mlp_down")
                          if g in ring), ZERO)
+    # torch's fused matmul-reduce-scatter ends in a sum of the tp partials: a pass reading tp
+    # shards of its h-wide output and writing one, for the forward's reduce-scatters (attention
+    # output, MLP down) and the backward's (the QKV's and MLP up's input gradients): one each
+    # per sub-layer (torch/distributed/_symmetric_memory, _fused_matmul_reduce_scatter_impl)
+    sums = sum((count for count, _, _ in kinds), ZERO) \
+        * K.memory_time((tp + 1) * S.e * c.T * S.h / tp, c.dev)
+    lost_forward += fused * sums
+    lost_backward += fused * sums
     return ({f"{prefix}/forward": tuple(forward), f"{prefix}/backward": tuple(backward),
              f"{prefix}/recompute": tuple(forward)},
             {f"{prefix}/forward": on * lost_forward, f"{prefix}/backward": on * lost_backward,
