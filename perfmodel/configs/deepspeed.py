@@ -141,10 +141,19 @@ def _short(value: Any) -> Any:
     return json.dumps(value, sort_keys=True)[:60] if isinstance(value, (dict, list)) else value
 
 
+# ZeRO 3's release rule: a parameter used again within stage3_max_reuse_distance elements of
+# fetches stays gathered (DeepSpeed's default 1e9, as stage3_max_live_parameters)
+_ZERO_KEPT = ("stage3_max_live_parameters", "stage3_max_reuse_distance", "max_live_parameters",
+              "max_reuse_distance")
+
+
 def _zero(data: dict[str, Any], job: JobConfig, where: str) -> None:
     zero = _object(data, "zero_optimization", where)
     for key, value in zero.items():
-        if key in _ZERO_IGNORED:
+        if key in _ZERO_KEPT:
+            job.skipped(f"zero_optimization.{key}", value, "how many gathered parameters ZeRO 3 "
+                        "keeps (see the note on the release rule)")
+        elif key in _ZERO_IGNORED:
             job.skipped(f"zero_optimization.{key}", value, "a bucket size, threshold or saving "
                                                            "option (the same communication)")
         elif key not in _ZERO_READ:
@@ -168,6 +177,12 @@ def _zero(data: dict[str, Any], job: JobConfig, where: str) -> None:
         raise SpecError(f"{where}: zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")
     job.fix("zero", stage)
     job.took("zero_optimization.stage", stage, f"zero {stage}")
+    if stage == 3:
+        job.notes.append("ZeRO 3 keeps a parameter gathered where it is used again within "
+                         "stage3_max_reuse_distance elements of fetches (default 1e9): the last "
+                         "layers from the forward into the backward, a model that small whole; "
+                         "perfmodel gathers every layer again for the backward (not modelled: "
+                         "it counts those gathers, and not the layers kept)")
     overlap = zero.get("overlap_comm")
     if overlap is None or _auto(overlap):
         overlap = stage == 3

@@ -371,6 +371,10 @@ def test_deepspeed_zero3_beside_a_model():
     assert job.gpus == 512 // (4 * 8)
     assert (plan["zero"], plan["overlap_grad_sync"], plan["dtype"]) == (3, True, "bf16")
     assert (plan["micro_batch"], plan["global_batch"], plan["dp"]) == (4, 512, 16)
+    # ZeRO 3's release rule (reuse distance) is named, not taken for bucket sizes
+    assert any("stage3_max_reuse_distance elements" in n for n in job.notes)
+    assert any(s.key == "zero_optimization.stage3_max_reuse_distance"
+               and "keeps" in s.note for s in job.ignored)
     with pytest.raises(SpecError, match="give --model"):
         job_plan("deepspeed_zero3.json")
 
