@@ -107,8 +107,9 @@ def expert_sync_apart(c: Context) -> sp.Expr:
 @dataclass(frozen=True)
 class FsdpUnit:
     """One kind of FSDP unit of a stage under ZeRO 3: gathered for each micro-batch's forward and
-    backward, its gradients reduce-scattered once per step, over `axis` (dp_cp; a mixture of
-    experts' routed experts over edp where they sync apart)."""
+    backward, its gradients reduce-scattered once per step (under a pipeline gathered and
+    reduce-scattered once per pipeline schedule: stage_resident), over `axis` (dp_cp; a mixture
+    of experts' routed experts over edp where they sync apart)."""
 
     name: str  # layer, moe_layer, experts, mtp, root
     axis: str
@@ -365,8 +366,8 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
         # under a pipeline FSDP reduces after the stage's last backward (module doc)
         Overlap("the last micro-batch's backward", backward_s,
                 c.overlap_grad_sync * (1 - resident), floor=1 / n_units, of=fsdp_grads),
-        Overlap("the first micro-batch's forward", forward_s, c.overlap_param_gather,
-                floor=1 / n_units, of=gathered_once),
+        Overlap("each pipeline schedule's first forward", schedules * forward_s,
+                c.overlap_param_gather, floor=1 / n_units, of=gathered_once),
         Overlap("the next step's first forward", forward_s, c.overlap_param_gather,
                 floor=1 / layers, of=param_gathers),
         Overlap("every micro-batch's forward and backward", m * (forward_s + backward_s),
@@ -375,7 +376,8 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     return Phase(name=SYNC, per_step=True, comms=issued.get(SYNC, ()),
                  device={"comm/dp_framework": active(replicas(c))
                          * K.memory_time(copy_bytes, c.dev)},
-                 host={"comm/dp_framework": fsdp_hooked_units(c, layers, units) * S.t_fsdp_r},
+                 host={"comm/dp_framework": fsdp_hooked_units(c, layers, units) * S.t_fsdp_r
+                       * (1 + resident * (schedules - 1))},  # each schedule's reduction
                  overlaps=overlaps)
 
 

@@ -54,6 +54,7 @@ from perfmodel.step import data_parallel as DP
 from perfmodel.step import fp8 as FP8
 from perfmodel.step import moe as MOE
 from perfmodel.step import op_recompute as OP
+from perfmodel.step import pipeline as PP
 from perfmodel.step.context import Context, active
 from perfmodel.step.parameters import Parameters
 from perfmodel.step.pipeline import STAGES, holds
@@ -170,6 +171,11 @@ def memory_terms(c: Context, params: Parameters,
             mem = {name: per_param[name] * ((params.per_stage[st] - experts) / div[name]
                                             + experts / div_experts[name])
                    for name in per_param}
+        # under a pipeline with several schedules a step each schedule's reduction leaves the
+        # sharded gradients (the shard's dtype) beside the next schedule's unsharded ones
+        mem["gradients"] += resident * active(PP.flushes(c)) * S.gbytes \
+            * ((params.per_stage[st] - experts) / DP.replicas(c)
+               + experts / DP.expert_replicas(c))
         if c.fam.fp8_params:  # the linear weights are the FP8 copies (fp8/weight_copies); the
             # routed experts' sharded as their weights are (over edp)
             dense8, experts8 = FP8.stage_fp8_weights(c, st, has_head)

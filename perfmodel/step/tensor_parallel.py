@@ -46,7 +46,7 @@ Overlap"), per layer, C one collective's time, G the GEMM it pairs with:
     already take 1/(1 - share), 1.22 x for the attention output, 1.14 x for MLP down, against
     the measured mean 1.189), so their Overlaps give k = 0.
 torchtitan's async TP (tp_comm_overlap with the compiled stack: Inductor's micro-pipeline TP pass
-fuses every all-gather feeding a matmul and every matmul feeding a reduce-scatter, forward and
+fuses the all-gathers feeding a matmul and the reduce-scatters a matmul feeds, forward and
 backward graphs alike, torch 2.13 torch/_inductor/fx_passes/micro_pipeline_tp.py) runs the same
 shapes of overlap with torch's symmetric-memory kernels (torch/distributed/_symmetric_memory):
   - the all-gathers as the ring exchange above (the GEMM in tp chunks, the local shard's first);
@@ -54,8 +54,11 @@ shapes of overlap with torch's symmetric-memory kernels (torch/distributed/_symm
     partial copied to its rank while the next computes, on two streams), not RS_SPLITS; no SM
     margin (the copies are kernels beside the GEMMs: the contention k, as for a ring exchange);
     and a sum of the tp partials at the end, a memory-bound pass reading (tp + 1) / tp of the
-    unsharded output (compute/tp_overlap), for each fused reduce-scatter, the forward's and the
-    backward's (the QKV's and MLP up's input gradients), the backward's windows as above.
+    unsharded output (compute/tp_overlap), for each fused reduce-scatter: the forward's, and
+    the backward's where one GEMM's output feeds it (an MLP up without a gate: torchtitan's
+    separate q, k, v and gated up projections add their input gradients first, and the pass
+    fuses a reduce-scatter only behind a matmul, _find_producer_matmul); the backward's windows
+    as above.
 Full recompute repeats the forward's collectives and their overlaps.
 """
 
@@ -286,13 +289,14 @@ def layer_overlaps(c: Context, n: sp.Expr, attention: bool,
     lost_backward = sum((ring[g] - whole[g] for g in ("attention_output", "mlp_down")
                          if g in ring), ZERO)
     # torch's fused matmul-reduce-scatter ends in a sum of the tp partials: a pass reading tp
-    # shards of its h-wide output and writing one, for the forward's reduce-scatters (attention
-    # output, MLP down) and the backward's (the QKV's and MLP up's input gradients): one each
-    # per sub-layer (torch/distributed/_symmetric_memory, _fused_matmul_reduce_scatter_impl)
-    sums = sum((count for count, _, _ in kinds), ZERO) \
-        * K.memory_time((tp + 1) * S.e * c.T * S.h / tp, c.dev)
-    lost_forward += fused * sums
-    lost_backward += fused * sums
+    # shards of its h-wide output and writing one (torch/distributed/_symmetric_memory,
+    # _fused_matmul_reduce_scatter_impl), for the forward's reduce-scatters (attention output,
+    # MLP down) and the backward's where one GEMM produces the input gradient: an MLP up without
+    # a gate; torchtitan's separate q, k, v and gated up projections sum their input gradients
+    # before the reduce-scatter, which the pass then does not fuse
+    one = K.memory_time((tp + 1) * S.e * c.T * S.h / tp, c.dev)
+    lost_forward += fused * sum((count for count, _, _ in kinds), ZERO) * one
+    lost_backward += fused * (1 - c.gated) * sum((count for count, _ in mlps), ZERO) * one
     return ({f"{prefix}/forward": tuple(forward), f"{prefix}/backward": tuple(backward),
              f"{prefix}/recompute": tuple(forward)},
             {f"{prefix}/forward": on * lost_forward, f"{prefix}/backward": on * lost_backward,

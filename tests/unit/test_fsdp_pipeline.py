@@ -74,6 +74,21 @@ def test_each_pipeline_schedule_gathers_and_reduces_once():
     assert two["dp/fsdp_layer/reduce_scatter"] == 2 * 16
 
 
+def test_each_schedule_hides_its_gathers_behind_its_first_forward_and_keeps_a_shard():
+    """4 schedules of 2 micro-batches (dp 32 over nodes): each schedule's gathers hide behind
+    its own first forward, 4 times one schedule's; and its reduction leaves the sharded
+    gradients (fp32, as the shard: the weights term's size) beside the next's unsharded ones."""
+    kw = dict(gpus=64, dp=32, pp=2, zero=3, micro_batch=1, global_batch=256,
+              schedule="1f1b", overlap_param_gather=True)
+    one = predict(MODEL, HW, Plan(**kw))
+    four = predict(MODEL, HW, Plan(**kw, pipeline_micro_batches=2))
+    assert one.hidden_s["comm/dp"] > 0
+    assert four.hidden_s["comm/dp"] == pytest.approx(4 * one.hidden_s["comm/dp"], rel=1e-9)
+    grads = {n: p.memory_breakdown_bytes["gradients"] for n, p in (("one", one), ("four", four))}
+    assert grads["four"] - grads["one"] == pytest.approx(
+        one.memory_breakdown_bytes["weights"], rel=1e-9)
+
+
 def test_the_ledger_counts_rank_0s_root():
     """Rank 0's root unit under a pipeline is the embedding alone (Llama 3 8B: 128,256 x 4,096,
     bf16): the final norm and the output layer are the last stage's; its time is the larger."""
