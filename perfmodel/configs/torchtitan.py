@@ -521,7 +521,8 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
             job.took(f"training.{key}", training[key], "the dtype (with the parallelism)")
 
 
-def _reshard_after_forward(par: dict[str, Any], job: JobConfig, where: str, pp: int) -> None:
+def _reshard_after_forward(par: dict[str, Any], job: JobConfig, where: str, pp: int,
+                           fsdp: bool = True) -> None:
     """parallelism.fsdp_reshard_after_forward as torchtitan resolves it (torchtitan/distributed/
     fsdp.py, get_fsdp_reshard_after_forward_policy: "default" is on without a pipeline, off with
     one): perfmodel's ZeRO 3 gathers each unit for every forward and backward without a pipeline
@@ -531,6 +532,10 @@ def _reshard_after_forward(par: dict[str, Any], job: JobConfig, where: str, pp: 
     key = "parallelism.fsdp_reshard_after_forward"
     if policy not in ("default", "always", "never"):
         raise refuse_plan(where, key, policy, "torchtitan takes default, always or never")
+    if not fsdp:  # data_parallel_shard_degree 1: no FSDP to reshard
+        if "fsdp_reshard_after_forward" in par:
+            job.skipped(key, policy, "no FSDP (data_parallel_shard_degree 1)")
+        return
     if pp > 1 and policy == "always":
         raise refuse_plan(where, key, policy,
                           "with a pipeline perfmodel's FSDP keeps the stage's weights gathered "
@@ -586,7 +591,7 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                           f"{shard} this is HSDP (replicated shards), not modelled")
     job.fix("tp", tp, pin="tensor_parallel_degree" in par)
     job.fix("pp", pp, pin="pipeline_parallel_degree" in par)
-    _reshard_after_forward(par, job, where, pp)
+    _reshard_after_forward(par, job, where, pp, fsdp=shard != 1)
     _experts(par, job, where, tp)
     if pp > 1 and data.get("model", {}).get("name") == "qwen3":
         raise refuse_plan(where, "parallelism.pipeline_parallel_degree", pp,

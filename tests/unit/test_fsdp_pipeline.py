@@ -166,3 +166,17 @@ def test_torchtitan_always_keeps_one_stage_in_a_search(tmp_path):
     assert "pp" in job.pins and job.plan["pp"] == 1
     job = read_config(_torchtitan(tmp_path, "default", 1))
     assert job.plan["pp"] == 1
+
+
+def test_torchtitan_without_fsdp_has_no_policy_to_refuse(tmp_path):
+    """Replicas alone (DDP, data_parallel_shard_degree 1): the policy is moot, with or without a
+    pipeline."""
+    from perfmodel.configs import read_config
+
+    path = _torchtitan(tmp_path, "always", 2)
+    data = json.loads(path.read_text())
+    data["parallelism"].update(data_parallel_shard_degree=1, data_parallel_replicate_degree=4)
+    path.write_text(json.dumps(data))
+    job = read_config(path)
+    assert job.plan["pp"] == 2
+    assert "parallelism.fsdp_reshard_after_forward" in {s.key for s in job.ignored}
