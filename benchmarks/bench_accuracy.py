@@ -200,8 +200,11 @@ def architecture_of(row: dict[str, Any]) -> dict[str, Any]:
 # github NVIDIA/dgxc-benchmarking at those releases and the NeMo they ran:
 STACK_OPTIONS: dict[tuple[str, str], dict[str, Any]] = {
     # v24.11.1 nemotron/nemotron4-340b-synth.yaml, optim distributed_fused_adam: dtype bf16,
-    # grad_sync_dtype bf16 (NeMo then stores no fp32 master weights: megatron_base_model.py)
-    ("v24.11.1", "nemotron4-340b"): dict(grad_dtype="bf16", optimizer_dtype="bf16"),
+    # grad_sync_dtype bf16 (NeMo then stores no fp32 master weights: megatron_base_model.py);
+    # v24.11.1 nemotron/configure.sh: 340b exports NVTE_FUSED_ATTN=0, so Transformer Engine
+    # runs FlashAttention-2 (the flash-attn package), not cuDNN's kernel: the preset's fa2
+    ("v24.11.1", "nemotron4-340b"): dict(grad_dtype="bf16", optimizer_dtype="bf16",
+                                         attention_kernel="fa2"),
     # v24.11.1 nemotron/nemotron4-15b-synth.yaml and nemo_megatron/gpt3_175b_hydra.yaml (v25.04:
     # nemo_megatron/cfg/gpt3_175b_hydra.yaml), optim distributed_fused_adam: grad_sync_dtype
     # bf16 (Apex's gradient buffer and its reduce-scatter in bf16), their optimizer states fp32
@@ -214,12 +217,7 @@ STACK_OPTIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("v25.04", "nemotron4-340b"): dict(grad_dtype="bf16"),
 }
 # ... and what they ran that the model takes otherwise (listed as not modelled)
-STACK_NOT_MODELLED: dict[tuple[str, str], list[str]] = {
-    # v24.11.1 nemotron/configure.sh: 340b exports NVTE_FUSED_ATTN=0 (Transformer Engine then runs
-    # FlashAttention-2, not cuDNN); the H100 preset's flash kernel is cuDNN's
-    ("v24.11.1", "nemotron4-340b"): ["FlashAttention-2 via TE (NVTE_FUSED_ATTN=0), taken as the "
-                                     "preset's cuDNN kernel"],
-}
+STACK_NOT_MODELLED: dict[tuple[str, str], list[str]] = {}
 
 
 def release_of(row: dict[str, Any]) -> str:

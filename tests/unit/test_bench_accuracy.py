@@ -37,13 +37,17 @@ def test_an_unknown_feature_is_named():
 
 
 def test_the_dgxc_configs_state_dtypes_are_mapped_by_release():
-    # v24.11.1 nemotron4-340b-synth.yaml: distributed_fused_adam dtype bf16, grad_sync_dtype bf16
+    # v24.11.1 nemotron4-340b-synth.yaml: distributed_fused_adam dtype bf16, grad_sync_dtype bf16;
+    # its configure.sh exports NVTE_FUSED_ATTN=0: Transformer Engine runs FlashAttention-2
     row = next(r for r in ROWS if r["source"] == "dgxc" and r["hidden"] == 18432
                and "v24.11.1" in r["source_ref"] and r["dtype"] == "bf16")
     assert B.release_of(row) == "v24.11.1"
     _, plan, missing = B.plan_of(row)
     assert plan["grad_dtype"] == "bf16" and plan["optimizer_dtype"] == "bf16"
-    assert any("NVTE_FUSED_ATTN=0" in m for m in missing)
+    assert plan["attention_kernel"] == "fa2" and not missing
+    later = next(r for r in ROWS if r["source"] == "dgxc" and r["hidden"] == 18432
+                 and B.release_of(r) == "v25.04")
+    assert "attention_kernel" not in B.plan_of(later)[1]  # the preset's default, cuDNN's
 
 
 def test_the_fp8_runs_map_their_stated_recipe_and_fp8_weights():
