@@ -274,6 +274,17 @@ def read_megatron(text: str, path: Path) -> JobConfig:
         job.took("launch", " ".join(launch.shown(w) for w in launch.launcher + [launch.script]),
                  f"line {launch.line}")
         launcher_world(launch, where, job)
+        # Transformer Engine's attention backends, switched off by environment variables
+        # (transformer_engine/pytorch/attention: NVTE_FUSED_ATTN, NVTE_FLASH_ATTN); the kernel
+        # stays the user's to name, as for --attention-backend
+        for var, left in (("NVTE_FUSED_ATTN", "its FlashAttention backend, not cuDNN's fused "
+                                              "attention (--attention-kernel fa2 where the "
+                                              "hardware measures it)"),
+                          ("NVTE_FLASH_ATTN", "cuDNN's fused attention, not its FlashAttention "
+                                              "backend (--attention-kernel cudnn where the "
+                                              "hardware measures it)")):
+            if launch.variables.get(var) == "0":
+                job.notes.append(f"{var}=0: Transformer Engine runs {left}")
         if launch.variables.get("CUDA_LAUNCH_BLOCKING") == "1":  # BLOOM's tr11 script
             job.notes.append("CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the device "
                              "(host and device time add there); not modelled: the host's time is "

@@ -983,3 +983,17 @@ def test_megatron_turns_fp8_param_gather_off_beside_torch_fsdp2(tmp_path):
     dist = read_config(write(tmp_path, BASE + "--use-distributed-optimizer --fp8-format hybrid "
                                               "--fp8-param-gather", "d.txt"))
     assert dist.plan["fp8_params"] is True
+
+
+@pytest.mark.parametrize("var, says", [("NVTE_FUSED_ATTN", "--attention-kernel fa2"),
+                                       ("NVTE_FLASH_ATTN", "--attention-kernel cudnn")])
+def test_a_launch_script_that_switches_te_attention_backends_off_says_which_runs(tmp_path, var,
+                                                                                says):
+    """Transformer Engine's NVTE_FUSED_ATTN=0 / NVTE_FLASH_ATTN=0 (dgxc's Nemotron-4 340B
+    configure.sh exports the first): the reader names the backend that runs; the kernel stays the
+    user's to name (--attention-kernel), as with --attention-backend."""
+    script = (f"#!/bin/bash\nexport {var}=0\ntorchrun --nproc-per-node 8 pretrain_gpt.py "
+              + BASE.strip() + "\n")
+    job = read_config(write(tmp_path, script, "launch.sh"))
+    assert any(n.startswith(f"{var}=0") and says in n for n in job.notes)
+    assert "attention_kernel" not in job.plan
