@@ -274,17 +274,6 @@ def read_megatron(text: str, path: Path) -> JobConfig:
         job.took("launch", " ".join(launch.shown(w) for w in launch.launcher + [launch.script]),
                  f"line {launch.line}")
         launcher_world(launch, where, job)
-        # Transformer Engine's attention backends, switched off by environment variables
-        # (transformer_engine/pytorch/attention: NVTE_FUSED_ATTN, NVTE_FLASH_ATTN); the kernel
-        # stays the user's to name, as for --attention-backend
-        for var, left in (("NVTE_FUSED_ATTN", "its FlashAttention backend, not cuDNN's fused "
-                                              "attention (--attention-kernel fa2 where the "
-                                              "hardware measures it)"),
-                          ("NVTE_FLASH_ATTN", "cuDNN's fused attention, not its FlashAttention "
-                                              "backend (--attention-kernel cudnn where the "
-                                              "hardware measures it)")):
-            if launch.variables.get(var) == "0":
-                job.notes.append(f"{var}=0: Transformer Engine runs {left}")
         if launch.variables.get("CUDA_LAUNCH_BLOCKING") == "1":  # BLOOM's tr11 script
             job.notes.append("CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the device "
                              "(host and device time add there); not modelled: the host's time is "
@@ -292,7 +281,37 @@ def read_megatron(text: str, path: Path) -> JobConfig:
     job.notes += launch.notes
     settings = parse_words(launch, where, job)
     apply_settings(settings, job, where)
+    _te_attention_env(launch.variables, settings, job)
     return job
+
+
+# Megatron-LM's expectation of Transformer Engine's backend switches for each --attention-backend
+# (megatron/core/models/common/language_module/language_module.py, _set_attention_backend, at
+# d98e8a64: since core_r0.11, 2024-12, a switch set otherwise stops the run at start-up)
+_TE_ATTENTION_ENV = {
+    "auto": {"NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "1"},
+    "flash": {"NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "0"},
+    "fused": {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1"},
+}
+_TE_LEFT = {"NVTE_FUSED_ATTN": "its FlashAttention backend (FlashAttention-2, or -3 where "
+                               "installed: --attention-kernel fa2 where the hardware measures it)",
+            "NVTE_FLASH_ATTN": "cuDNN's fused attention (its default on Hopper and Blackwell)"}
+
+
+def _te_attention_env(variables: dict[str, str], settings: Settings, job: JobConfig) -> None:
+    """A launch script's NVTE_FUSED_ATTN=0 or NVTE_FLASH_ATTN=0 beside a fused attention: said
+    in a note (which of Transformer Engine's backends runs, or that Megatron-LM refuses the
+    mismatch); the kernel stays --attention-kernel's, as for --attention-backend."""
+    if not job.plan.get("flash_attention"):
+        return
+    backend = str(settings.get("attention_backend", (None, "auto"))[1])
+    expected = _TE_ATTENTION_ENV.get(backend, {})
+    for var, left in _TE_LEFT.items():
+        if variables.get(var) != "0" or expected.get(var) == "0":
+            continue  # not switched off, or as --attention-backend already says
+        job.notes.append(f"{var}=0 beside --attention-backend {backend}: Megatron-LM since "
+                         "core_r0.11 (2024-12) stops at start-up on this mismatch; before, "
+                         f"Transformer Engine ran {left}")
 
 
 # --- Megatron settings -> model and plan (shared with the Megatron-Bridge / NeMo YAML reader) ---

@@ -521,33 +521,31 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
             job.took(f"training.{key}", training[key], "the dtype (with the parallelism)")
 
 
-def _reshard_after_forward(par: dict[str, Any], job: JobConfig, where: str, pp: int,
-                           fsdp: bool = True) -> None:
+def _reshard_after_forward(job: JobConfig, policy: str, stated: bool, pp: int,
+                           fsdp: bool) -> None:
     """parallelism.fsdp_reshard_after_forward as torchtitan resolves it (torchtitan/distributed/
     fsdp.py, get_fsdp_reshard_after_forward_policy: "default" is on without a pipeline, off with
-    one): perfmodel's ZeRO 3 gathers each unit for every forward and backward without a pipeline
-    and keeps the stage's units gathered through the step with one (perfmodel.step.
-    data_parallel, stage_resident); the other policy of each is refused."""
-    policy = par.get("fsdp_reshard_after_forward", "default")
+    one), once the world size says whether FSDP runs (finish): perfmodel's ZeRO 3 gathers each
+    unit for every forward and backward without a pipeline and keeps the stage's units gathered
+    through the step with one (perfmodel.step.data_parallel, stage_resident); the other policy
+    of each is refused. Without FSDP (dp_shard x cp = 1) it is moot."""
     key = "parallelism.fsdp_reshard_after_forward"
-    if policy not in ("default", "always", "never"):
-        raise refuse_plan(where, key, policy, "torchtitan takes default, always or never")
-    if not fsdp:  # data_parallel_shard_degree 1: no FSDP to reshard
-        if "fsdp_reshard_after_forward" in par:
-            job.skipped(key, policy, "no FSDP (data_parallel_shard_degree 1)")
+    if not fsdp:
+        if stated:
+            job.skipped(key, policy, "no FSDP (data_parallel_shard_degree x cp = 1)")
         return
     if pp > 1 and policy == "always":
-        raise refuse_plan(where, key, policy,
+        raise refuse_plan(job.path, key, policy,
                           "with a pipeline perfmodel's FSDP keeps the stage's weights gathered "
                           "through the step (torchtitan's default, never); gathering them again "
                           "for every micro-batch is not modelled")
     if pp == 1 and policy == "never":
-        raise refuse_plan(where, key, policy,
+        raise refuse_plan(job.path, key, policy,
                           "without a pipeline perfmodel's FSDP gathers each layer's weights for "
                           "the forward and again for the backward (torchtitan's default, always)")
     if policy == "always":  # a search keeps one stage: with more it would cost "never"
         job.fix("pp", 1)
-    if "fsdp_reshard_after_forward" in par:
+    if stated:
         job.took(key, policy, "FSDP's weights kept gathered through the step (pp > 1)"
                  if pp > 1 else "FSDP's weights gathered again for the backward"
                  + (" (pp kept at 1)" if policy == "always" else ""))
@@ -591,7 +589,11 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                           f"{shard} this is HSDP (replicated shards), not modelled")
     job.fix("tp", tp, pin="tensor_parallel_degree" in par)
     job.fix("pp", pp, pin="pipeline_parallel_degree" in par)
-    _reshard_after_forward(par, job, where, pp, fsdp=shard != 1)
+    policy = par.get("fsdp_reshard_after_forward", "default")
+    if policy not in ("default", "always", "never"):
+        raise refuse_plan(where, "parallelism.fsdp_reshard_after_forward", policy,
+                          "torchtitan takes default, always or never")
+    job.plan["_reshard"] = (policy, "fsdp_reshard_after_forward" in par)  # finish() applies it
     _experts(par, job, where, tp)
     if pp > 1 and data.get("model", {}).get("name") == "qwen3":
         raise refuse_plan(where, "parallelism.pipeline_parallel_degree", pp,
@@ -610,7 +612,8 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                      if name in ("llama3", "qwen3") else
                      "attention: a fused kernel (flash_attention), as torchtitan's models run it")
     job.fix("overlap_grad_sync", True)
-    # FSDP2 prefetches the next unit's all-gather (its default); without FSDP nothing is gathered
+    # FSDP2 prefetches the next unit's all-gather (its default); without FSDP nothing is
+    # gathered (finish() turns it off)
     job.fix("overlap_param_gather", True, pin=False)
     if shard != -1:
         job.gpus = replicate * shard * tp * pp * cp
@@ -957,6 +960,10 @@ def finish(job: JobConfig, gpus: int) -> None:
                           "wraps the experts in FSDP for mixed precision: not modelled")
     job.plan.pop("_moe", None)
     job.fix("zero", 3 if fsdp else 0, pin=True)
+    if not fsdp:
+        job.fix("overlap_param_gather", False, pin=False)
+    policy, stated = job.plan.pop("_reshard", ("default", False))
+    _reshard_after_forward(job, policy, stated, pp, fsdp)
     mixed = fsdp or (tp == 1 and pp == 1)
     chosen = param if mixed else dtype
     job.fix("dtype", "bf16" if chosen == "bfloat16" else "fp32")

@@ -985,15 +985,25 @@ def test_megatron_turns_fp8_param_gather_off_beside_torch_fsdp2(tmp_path):
     assert dist.plan["fp8_params"] is True
 
 
-@pytest.mark.parametrize("var, says", [("NVTE_FUSED_ATTN", "--attention-kernel fa2"),
-                                       ("NVTE_FLASH_ATTN", "--attention-kernel cudnn")])
-def test_a_launch_script_that_switches_te_attention_backends_off_says_which_runs(tmp_path, var,
-                                                                                says):
+@pytest.mark.parametrize("var, backend, says", [
+    ("NVTE_FUSED_ATTN", "", "ran its FlashAttention backend"),
+    ("NVTE_FLASH_ATTN", "", "ran cuDNN's fused attention"),
+    ("NVTE_FLASH_ATTN", "--attention-backend fused ", None),  # as the backend says: no note
+    ("NVTE_FUSED_ATTN", "--attention-backend unfused ", None),  # no fused attention at all
+])
+def test_a_launch_script_that_switches_te_attention_backends_off_says_which_runs(
+        tmp_path, var, backend, says):
     """Transformer Engine's NVTE_FUSED_ATTN=0 / NVTE_FLASH_ATTN=0 (dgxc's Nemotron-4 340B
-    configure.sh exports the first): the reader names the backend that runs; the kernel stays the
+    configure.sh exports the first, with NeMo 24.09's Megatron-Core): against --attention-backend
+    Megatron-LM stops at start-up since core_r0.11 (language_module.py _set_attention_backend);
+    before, Transformer Engine ran the other backend. The reader says so; the kernel stays the
     user's to name (--attention-kernel), as with --attention-backend."""
     script = (f"#!/bin/bash\nexport {var}=0\ntorchrun --nproc-per-node 8 pretrain_gpt.py "
-              + BASE.strip() + "\n")
+              + backend + BASE.strip() + "\n")
     job = read_config(write(tmp_path, script, "launch.sh"))
-    assert any(n.startswith(f"{var}=0") and says in n for n in job.notes)
+    notes = [n for n in job.notes if n.startswith(f"{var}=0")]
+    if says is None:
+        assert not notes
+    else:
+        assert len(notes) == 1 and says in notes[0] and "core_r0.11" in notes[0]
     assert "attention_kernel" not in job.plan

@@ -156,27 +156,38 @@ def test_megatron_refuses_torch_fsdp2_where_megatron_does(tmp_path, extra, why):
 def test_torchtitan_always_keeps_one_stage_in_a_search(tmp_path):
     """"always" without a pipeline degree: recommend keeps pp 1 (with more stages FSDP would keep
     the weights gathered, which is not what the config asks for)."""
-    from perfmodel.configs import read_config
-
     path = _torchtitan(tmp_path, "always", 1)
     data = json.loads(path.read_text())
     del data["parallelism"]["pipeline_parallel_degree"]
     path.write_text(json.dumps(data))
-    job = read_config(path)
-    assert "pp" in job.pins and job.plan["pp"] == 1
-    job = read_config(_torchtitan(tmp_path, "default", 1))
-    assert job.plan["pp"] == 1
+    job, _, plan = job_plan(path, gpus=8)
+    assert "pp" in job.pins and plan["pp"] == 1
+    job, _, plan = job_plan(_torchtitan(tmp_path, "default", 1), gpus=8)
+    assert plan["pp"] == 1
 
 
-def test_torchtitan_without_fsdp_has_no_policy_to_refuse(tmp_path):
-    """Replicas alone (DDP, data_parallel_shard_degree 1): the policy is moot, with or without a
-    pipeline."""
-    from perfmodel.configs import read_config
-
+@pytest.mark.parametrize("degrees, gpus", [
+    (dict(data_parallel_shard_degree=1, data_parallel_replicate_degree=4), 8),  # DDP
+    (dict(data_parallel_shard_degree=-1), 2),  # -1: what the world leaves, one rank
+])
+def test_torchtitan_without_fsdp_has_no_policy_to_refuse(tmp_path, degrees, gpus):
+    """No FSDP (dp_shard x cp = 1): the policy is moot, even "always" with a pipeline; nothing is
+    gathered, and the plan predicts."""
     path = _torchtitan(tmp_path, "always", 2)
     data = json.loads(path.read_text())
-    data["parallelism"].update(data_parallel_shard_degree=1, data_parallel_replicate_degree=4)
+    data["parallelism"].update(degrees)
     path.write_text(json.dumps(data))
-    job = read_config(path)
-    assert job.plan["pp"] == 2
+    job, spec, plan = job_plan(path, gpus=gpus)
+    assert (plan["pp"], plan["zero"], plan["overlap_param_gather"]) == (2, 0, False)
     assert "parallelism.fsdp_reshard_after_forward" in {s.key for s in job.ignored}
+    assert predict(spec, HW, Plan(**plan)).step_time_s > 0
+
+
+def test_torchtitan_fsdp_over_cp_alone_is_still_fsdp(tmp_path):
+    """dp_shard 1 with cp 2: torchtitan's FSDP spans dp_shard x cp, so the policy applies."""
+    path = _torchtitan(tmp_path, "always", 2)
+    data = json.loads(path.read_text())
+    data["parallelism"].update(data_parallel_shard_degree=1, context_parallel_degree=2)
+    path.write_text(json.dumps(data))
+    with pytest.raises(PerfmodelError, match="parallelism.fsdp_reshard_after_forward always"):
+        job_plan(path, gpus=4)
