@@ -583,7 +583,7 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                 "data_parallel_replicate_degree": "DDP ranks",
                 "tensor_parallel_degree": f"tp {tp}",
                 "pipeline_parallel_degree": f"pp {pp}"}[key])
-    if replicate > 1 and shard not in (1,):
+    if replicate > 1 and shard not in (1, -1):  # -1: finish() once the world says what it is
         raise refuse_plan(where, "parallelism.data_parallel_replicate_degree", replicate,
                           "with data_parallel_shard_degree "
                           f"{shard} this is HSDP (replicated shards), not modelled")

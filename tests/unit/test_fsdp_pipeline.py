@@ -191,3 +191,16 @@ def test_torchtitan_fsdp_over_cp_alone_is_still_fsdp(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(PerfmodelError, match="parallelism.fsdp_reshard_after_forward always"):
         job_plan(path, gpus=4)
+
+
+def test_torchtitan_replicas_with_the_rest_sharded_are_ddp_where_the_rest_is_one(tmp_path):
+    """data_parallel_shard_degree -1 beside replicas: DDP where the world leaves one shard rank,
+    HSDP (refused) where it leaves more."""
+    path = _torchtitan(tmp_path, None, 1)
+    data = json.loads(path.read_text())
+    data["parallelism"].update(data_parallel_replicate_degree=2, data_parallel_shard_degree=-1)
+    path.write_text(json.dumps(data))
+    _, _, plan = job_plan(path, gpus=2)
+    assert (plan["dp"], plan["zero"]) == (2, 0)
+    with pytest.raises(PerfmodelError, match="HSDP"):
+        job_plan(path, gpus=4)
