@@ -658,9 +658,11 @@ def published_rows(directory: Path) -> list[Row]:
             model, plan, missing, hardware = {}, {}, [], ""
             name = str(_stated(record, "model") or f"{r['layers']}x{r['hidden']}")
             error = f"not read: {exc}"
+        # (a flash kernel the row's stack names beyond the features: STACK_OPTIONS)
+        kernel = f", {plan['attention_kernel']} kernel" if plan.get("attention_kernel") else ""
         label = (f"{name} {r['gpu']} x{r['gpus']} tp{r['tp']} pp{r['pp']} "
                  f"dp{r['dp']} mb{r['micro_batch']} {r['dtype']} "
-                 f"[{str(r['features']).split('; ', 1)[-1]}]")
+                 f"[{str(r['features']).split('; ', 1)[-1]}{kernel}]")
         row = Row(str(r["source"]), label, float(r["published_step_s"]), dtype=str(r["dtype"]),
                   not_modelled=missing, error=error)
         mem = r.get("published_peak_mem_gib")
