@@ -88,6 +88,13 @@ def stage_resident(c: Context) -> sp.Expr:
     return c.zero3 * active(S.pp)
 
 
+def unit_syncs(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """(gathers, reductions) of each ZeRO 3 unit per step beyond the micro-batches' own gathers:
+    under a pipeline one each per pipeline schedule (stage_resident), else none and one."""
+    resident, schedules = stage_resident(c), PP.flushes(c)
+    return resident * schedules, 1 + resident * (schedules - 1)
+
+
 def replicas(c: Context) -> sp.Expr:
     """The ranks a replica's (non-expert) gradients are reduced and sharded over: dp x cp."""
     return S.dp * S.cp
@@ -268,7 +275,7 @@ def sync_collectives(c: Context, params: Parameters,
             out.append(Collective(name=name, op=op, axis="edp", nbytes=nbytes,
                                   time_nbytes=time_nbytes, calls=calls, phase="step",
                                   in_phase=SYNC, term="comm/dp", fam=c.fam))
-    resident, schedules = stage_resident(c), PP.flushes(c)
+    resident, (gathered, reduced) = stage_resident(c), unit_syncs(c)
     for u in units:  # the ledger's calls rank 0's, the time the stage's with the most
         prefix = "edp" if u.axis == "edp" else "dp"
         # (under a pipeline each unit gathered and reduced once per pipeline schedule:
@@ -276,9 +283,8 @@ def sync_collectives(c: Context, params: Parameters,
         for op, name, nbytes, per_micro_batch, phase in (
                 ("all_gather", "all_gather", S.wbytes,
                  FSDP_GATHERS_PER_MICRO_BATCH * (1 - resident), "fwd+bwd"),
-                ("all_gather", "all_gather_once", S.wbytes, resident * schedules, "step"),
-                ("reduce_scatter", "reduce_scatter", S.gbytes, 1 + resident * (schedules - 1),
-                 "step")):
+                ("all_gather", "all_gather_once", S.wbytes, gathered, "step"),
+                ("reduce_scatter", "reduce_scatter", S.gbytes, reduced, "step")):
             out.append(Collective(
                 name=f"{prefix}/fsdp_{u.name}/{name}", op=op, axis=u.axis,
                 nbytes=nbytes * u.ledger_elements, time_nbytes=nbytes * u.elements,
@@ -342,13 +348,13 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     (comm/dp_framework)."""
     grad_bytes, weight_bytes = S.gbytes * params.per_gpu, gathered_weight_bytes(c, params)
     z1, z3, m, copies = c.zero1, c.zero3, c.m, fsdp_copy_passes(c)
-    resident, schedules = stage_resident(c), PP.flushes(c)
+    resident, schedules, (gathered, reduced) = stage_resident(c), PP.flushes(c), unit_syncs(c)
     # (the copies of the experts' sync, over their replicas, as the others')
     copy_bytes = (1 - z1) * DDP_GRADIENT_PASSES * grad_bytes \
         + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
         + z3 * sum((u.most * fsdp_copy_passes(c, u.ranks) * u.elements
-                    * ((FSDP_GATHERS_PER_MICRO_BATCH * m * (1 - resident) + resident * schedules)
-                       * S.wbytes + (1 + resident * (schedules - 1)) * S.gbytes)
+                    * ((FSDP_GATHERS_PER_MICRO_BATCH * m * (1 - resident) + gathered)
+                       * S.wbytes + reduced * S.gbytes)
                     for u in units), ZERO)
     layers = c.max_stage_layers
     n_units = fsdp_unit_count(units)
@@ -377,7 +383,7 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
                  device={"comm/dp_framework": active(replicas(c))
                          * K.memory_time(copy_bytes, c.dev)},
                  host={"comm/dp_framework": fsdp_hooked_units(c, layers, units) * S.t_fsdp_r
-                       * (1 + resident * (schedules - 1))},  # each schedule's reduction
+                       * reduced},  # each reduction's hooks
                  overlaps=overlaps)
 
 

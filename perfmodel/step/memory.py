@@ -89,10 +89,10 @@ def memory_terms(c: Context, params: Parameters,
     per_param = {"weights": S.wbytes + c.zero3 * (S.wbytes3 - S.wbytes),
                  "gradients": S.gbytes + resident * (FP32_BYTES - S.gbytes),
                  "optimizer_states": S.obytes + c.zero3 * (S.obytes3 - S.obytes)}
-    div = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.replicas(c))
-    div_experts = M.zero_divisors(c.zero1, c.zero2, c.zero3, DP.expert_replicas(c))
-    for d, ranks in ((div, DP.replicas(c)), (div_experts, DP.expert_replicas(c))):
-        d["gradients"] = 1 + (c.zero2 - resident) * (ranks - 1)
+    # the gradients sharded as ZeRO 2 shards them, but whole under a pipeline's ZeRO 3
+    sharded_grads = c.zero2 - resident
+    div = M.zero_divisors(c.zero1, sharded_grads, c.zero3, DP.replicas(c))
+    div_experts = M.zero_divisors(c.zero1, sharded_grads, c.zero3, DP.expert_replicas(c))
     act_kw: dict[str, Any] = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d,
                                   fp8=c.fp8, fp8_saved=S.s8 if c.fam.fp8 else sp.Integer(1),
                                   dropout=c.dropout, attention_dropout=c.attention_dropout,
