@@ -61,11 +61,22 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     composed = built.stages[stage]
     if composed.host_share is not None:  # an asynchronous device: host and device overlap
         x, share, host, device = composed.host_share
-        lines += [f"  {show(x)} = ((H^{CO.HOST_DEVICE_SHARPNESS} + D^{CO.HOST_DEVICE_SHARPNESS})"
-                  f"^(1/{CO.HOST_DEVICE_SHARPNESS}) - D) / H = {number(share):.6g}: the share of "
-                  f"the host's time the device does not hide, H = {number(host):.6g} s (the "
-                  f"host terms' sum), D = {number(device):.6g} s (the device's: compute and "
-                  "communication)"]
+        p = CO.HOST_DEVICE_SHARPNESS
+        sections = composed.synced
+        if sections is not None and number(sp.Add(*sections)) > 0:
+            h_r, d_r, h_a, d_a = (number(v) for v in sections)
+            how, where = "(t - D) / H", (
+                f"; t = D_A + ((H_R + e_A)^{p} + D_R^{p})^(1/{p}) + (H_B^{p} + D_B^{p})^(1/{p}), "
+                f"e_A = (H_A^{p} + D_A^{p})^(1/{p}) - D_A: its MoE layers synchronise the host "
+                f"in each forward (the token counts), their routed sections H_R = {h_r:.6g} s, "
+                f"D_R = {d_r:.6g} s (exchange, experts, combine), the rest of those forwards "
+                f"H_A = {h_a:.6g} s, D_A = {d_a:.6g} s, the rest of the micro-batch H_B = H - "
+                "H_R - H_A, D_B = D - D_R - D_A")
+        else:
+            how, where = f"((H^{p} + D^{p})^(1/{p}) - D) / H", ""
+        lines += [f"  {show(x)} = {how} = {number(share):.6g}: the share of the host's time the "
+                  f"device does not hide, H = {number(host):.6g} s (the host terms' sum), D = "
+                  f"{number(device):.6g} s (the device's: compute and communication){where}"]
     lines += ["", f"per micro-batch terms of t_{stage} (value per micro-batch; x m per step):"]
 
     def wanted(name: str) -> bool:

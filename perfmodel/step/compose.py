@@ -70,6 +70,23 @@ Host and device (one micro-batch on one stage, its collective launches on the ho
     there everything adds anyway. The step's phases (gradient sync, optimizer) follow the
     host's synchronisation at the end of the last micro-batch (the gradient norm, the loss
     scaler's check): they add.
+    An MoE layer's forward synchronises the host with the device (Synced): the exchange's split
+    sizes, and Transformer Engine's grouped GEMM's, are read on the host (Megatron-Core's token
+    dispatchers: the all-to-all's `_maybe_dtoh_and_synchronize` at "before_ep_alltoall", or
+    "before_finish" with ep 1; the all-gather dispatcher's `.cpu()`; DeepEP's dispatch waits on
+    the GPU for the receive counts; torchtitan's all-to-all splits `.tolist()` with ep > 1). The
+    host cannot run ahead past it: between two syncs, the layer's routed section R (the
+    exchange, the experts, the combine) comes first and the rest A of the next layer (norms,
+    attention, router) after it, and the device cannot start A's kernels before the host has
+    issued R's: that segment costs
+        max(H_R + max(H_A, D_A), D_R + D_A),  smoothly  D_A + ((H_R + e_A)^p + D_R^p)^(1/p),
+        e_A = (H_A^p + D_A^p)^(1/p) - D_A (A's host time its device time does not hide),
+    R host-bound then A device-bound adds H_R + D_A where the p-norm of the sums would hide one
+    behind the other; with no host time it is D_R + D_A. The stage's MoE layers, n alike, cost
+    n such segments, by homogeneity one with n times each time; the rest B of the micro-batch
+    (its backward, which issues its exchanges with the split sizes the forward read, the dense
+    layers, the embedding and the output layer) is one segment as above:
+        t = D_A + ((H_R + e_A)^p + D_R^p)^(1/p) + (H_B^p + D_B^p)^(1/p).
 Communication adds unless an Overlap of its phase covers it (tensor-parallel collectives behind
 the GEMMs they feed, perfmodel.step.tensor_parallel; the data-parallel sync behind the backward,
 the parameter gather behind the forward, perfmodel.step.data_parallel). A collective's launches
@@ -177,6 +194,22 @@ class Phase:
             if missing or len(terms) > 1:
                 raise ValueError(f"phase {self.name}: an overlap behind {ov.behind} covers "
                                  f"{missing or sorted(terms)}: not one term of its collectives")
+
+
+@dataclass(frozen=True)
+class Synced:
+    """A stage's MoE layers' forward sections between the host's syncs, per micro-batch (module
+    doc): host and device seconds of their routed sections (R: the exchange, the experts, the
+    combine; the exchanges' exposed time, term comm/ep of the phases `comm_phases`, is added to
+    device_r) and of the rest of their forwards (A: norms, attention, router, shared experts).
+    All 0 where the plan has no such sync (perfmodel.step.moe.synced)."""
+
+    host_r: sp.Expr
+    device_r: sp.Expr
+    host_a: sp.Expr
+    device_a: sp.Expr
+    comm_phases: tuple[str, ...] = ()
+    on: sp.Expr = ONE  # 0/1 (or an indicator): the plan's MoE layers sync the host
 
 
 def exposed(comm_s: sp.Expr, overlap: Overlap | None) -> sp.Expr:
@@ -340,6 +373,8 @@ class Stage:
     hidden: dict[str, sp.Expr]
     display: dict[str, sp.Expr]
     host_share: tuple[sp.Symbol, sp.Expr, sp.Expr, sp.Expr] | None = None  # x, its value, H, D
+    # where the stage's MoE layers synchronise the host (Synced): H_R, D_R, H_A, D_A [s]
+    synced: tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr] | None = None
 
 
 def _times(share: sp.Expr, host_s: sp.Expr) -> sp.Expr:
@@ -348,24 +383,49 @@ def _times(share: sp.Expr, host_s: sp.Expr) -> sp.Expr:
 
 
 def stage_terms(phases: Sequence[Phase], launches_s: sp.Expr, asynchronous: bool = False,
-                stage: str = "stage") -> Stage:
+                stage: str = "stage", synced: Synced | None = None) -> Stage:
     """One micro-batch on one stage, by breakdown term [s]: its phases and its launches, host
-    and device composed as the module doc says; and what its terms hide (communication behind
-    compute, host time behind the device's), by term."""
+    and device composed as the module doc says (synced: its MoE layers' forward sections
+    between the host's syncs, on an asynchronous device); and what its terms hide
+    (communication behind compute, host time behind the device's), by term."""
     names = _present(STAGE_TERMS, OPTIONAL_STAGE_TERMS, phases)
-    t = _add((phase_terms(p) for p in phases), launches_s, names)
+    each = [phase_terms(p) for p in phases]
+    t = _add(each, launches_s, names)
     if not asynchronous:
         terms = {k: t.device[k] + t.host[k] + t.comm[k] for k in names}
         return Stage(terms, {k: t.hidden[k] for k in names}, terms)
     host = sp.Add(*t.host.values())
     device = sp.Add(*t.device.values(), *(x for k, x in t.comm.items() if k != "pipeline/p2p"))
-    shown = host_share(host, device)
+    sections = None
+    if synced is None:
+        shown = host_share(host, device)
+    else:
+        exchanged = scaled(synced.on, sp.Add(*(
+            terms.comm.get("comm/ep", ZERO) for p, terms in zip(phases, each, strict=True)
+            if p.name in synced.comm_phases)))
+        sections = (synced.host_r, synced.device_r + exchanged, synced.host_a, synced.device_a)
+        shown = synced_share(host, device, *sections)
     x = sp.Symbol(f"x_host_{stage}")
     hidden_share = 1 - shown
     return Stage({k: t.device[k] + _times(shown, t.host[k]) + t.comm[k] for k in names},
                  {k: t.hidden[k] + _times(hidden_share, t.host[k]) for k in names},
                  {k: t.device[k] + x * t.host[k] + t.comm[k] for k in names},
-                 (x, shown, host, device))
+                 (x, shown, host, device), sections)
+
+
+def synced_share(host_s: sp.Expr, device_s: sp.Expr, host_r: sp.Expr, device_r: sp.Expr,
+                 host_a: sp.Expr, device_a: sp.Expr) -> sp.Expr:
+    """x = (t - D) / H for a stage whose MoE layers synchronise the host (module doc):
+        t - D = (H_R + e_A) s(H_R + e_A, D_R) + H_B s(H_B, D_B),   e_A = H_A s(H_A, D_A),
+    s(a, b) = host_share(a, b), the excess of the p-norm over b per unit of a, so that each
+    excess is exact to rounding (host_share); H_B = H - H_R - H_A, D_B = D - D_R - D_A. 0
+    without host time."""
+    e_a = _times(host_share(host_a, device_a), host_a)
+    routed = host_r + e_a
+    rest_host, rest_device = host_s - host_r - host_a, device_s - device_r - device_a
+    excess = _times(host_share(routed, device_r), routed) \
+        + _times(host_share(rest_host, rest_device), rest_host)
+    return product(excess, power(lmax(host_s, _NO_TIME_S8), -1))
 
 
 def backward_s(terms: Mapping[str, sp.Expr]) -> sp.Expr:

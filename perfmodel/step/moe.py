@@ -51,9 +51,9 @@ from perfmodel.costs.gemm_efficiency import gemm_time_s
 from perfmodel.costs.lattice import applied
 from perfmodel.step import pipeline as PP
 from perfmodel.step.collective import PHASE_STAGE, Collective, dispatch_time, group_time
-from perfmodel.step.compose import Overlap, Phase
+from perfmodel.step.compose import Overlap, Phase, Synced
 from perfmodel.step.context import Context, active, flag, linear_gemm_time
-from perfmodel.step.framework import BACKWARD_PER_FORWARD
+from perfmodel.step.framework import BACKWARD_PER_FORWARD, PartCost
 
 if TYPE_CHECKING:
     from perfmodel.step.layer import LayerWork
@@ -167,16 +167,75 @@ def _expert_s(c: Context, m: sp.Expr) -> sp.Expr:
                 for g in MOE.expert_gemms(m, S.h, S.f_E / S.etp, c.gated)), ZERO)
 
 
+def routed_experts_s(c: Context) -> sp.Expr:
+    """The rank's routed experts' GEMMs in one MoE layer's forward [s] (module doc: dropless,
+    the busiest expert at rho m; with a capacity, padded buffers), the kernel floor once."""
+    _, m, m_busy, _ = routed_tokens(c)
+    local = S.E / S.ep
+    floor = c.dev.gemm_params.get("min_time_s", ZERO) * len(MOE.expert_gemms(m, S.h, S.f_E, 0))
+    if c.fam.moe_capacity:
+        return local * _expert_s(c, m) + floor
+    return (local - 1) * _expert_s(c, m) + _expert_s(c, m_busy) + floor
+
+
+def routed_forward_s(c: Context) -> sp.Expr:
+    """Device time of one MoE layer's routed section in its forward on one rank [s], what runs
+    between the host's sync and the combine (perfmodel.step.compose.Synced): the routed
+    experts' GEMMs, the memory-bound kernels after the sync (moe_elementwise_bytes' un-
+    permutation, 2 e A_r h, and the experts' activation; the router's softmax and top-k and the
+    permutation run before it, with the rest A), an fp8 plan's casts of the experts' inputs
+    (A_r (etp h + f_E) elements, perfmodel.step.layer.moe_fp8_cast_elements' routed share). Its
+    exchanges are the stage's comm/ep (the dropless count exchange's all-gather, ep E int64
+    before the sync, with them)."""
+    _, _, _, A_r = routed_tokens(c)
+    # the un-permutation and the experts' activation: moe_elementwise_bytes less the router's
+    # softmax and top-k and the permutation, which run before the sync (A)
+    bytes_ = 2 * S.e * A_r * S.h + (2 + c.gated) * S.e * A_r * S.f_E
+    casts = S.q8 * A_r * (S.etp * S.h + S.f_E) if c.fam.fp8 else ZERO
+    return routed_experts_s(c) + K.memory_time(bytes_ + casts, c.dev)
+
+
+def synced(c: Context, stage: str, cost: PartCost, moe_layer_s: sp.Expr) -> Synced | None:
+    """The stage's MoE layers' forward sections between the host's syncs, per micro-batch
+    (perfmodel.step.compose.Synced; module doc there), on an asynchronous device; None
+    without MoE layers, on synchronous ranks, or with a capacity factor (padded buffers: no
+    sync, token_dispatcher.py's drop_and_pad). The host reads the token counts in every MoE
+    layer's forward where the exchange needs split sizes (ep > 1: Megatron-Core's dispatchers,
+    DeepEP, torchtitan) and, with ep 1, where Transformer Engine's grouped GEMM takes its
+    per-expert row counts as a host list (Megatron-Core, fused kernels; torchtitan's grouped_mm
+    takes device offsets and does not sync):
+        on  = [ep > 1] + [ep = 1] [kernels fused]
+        n'  = n_moe (1 + full)    (full recompute repeats the forward, its syncs with it)
+        H_R = on n' t_op (EXPERT_HOST_OPS_fwd E / ep + EXCHANGE_HOST_OPS_fwd [ep > 1])
+        D_R = on n' s routed_forward_s  (+ the forward's and recompute's exposed comm/ep)
+        H_A = on n' (c_fwd + t_op (ops_fwd + MOE_HOST_OPS_fwd + EXPERT_HOST_OPS_fwd n_shared))
+        D_A = on n' s (t_moe_layer - routed_forward_s)
+    s: the framework's measured scale (1 where not measured); moe_layer_s: one MoE layer's
+    forward on the device (perfmodel.step.layer.LayerWork.total_s)."""
+    if not c.fam.moe or not c.asynchronous or c.fam.moe_capacity:
+        # (padded to a capacity, the counts are known on the host: Megatron-Core's drop-and-pad
+        # path leaves cuda_sync_point "no_sync", HybridEP takes a static row count)
+        return None
+    ep_on = active(S.ep)
+    fused = 1 - c.eager_kernels - c.compiled_kernels
+    on = ep_on + (1 - ep_on) * fused
+    n = on * moe_layers(c)[stage] * (1 + c.full)
+    shared = 1 if c.fam.moe_shared else 0
+    routed = routed_forward_s(c)
+    return Synced(
+        host_r=n * cost.kernel_s * (EXPERT_HOST_OPS[0] * S.E / S.ep + EXCHANGE_HOST_OPS[0] * ep_on),
+        device_r=n * cost.scale * routed,
+        host_a=n * (cost.forward_s + cost.kernel_s * (cost.forward_ops + MOE_HOST_OPS[0]
+                                                      + EXPERT_HOST_OPS[0] * shared)),
+        device_a=n * cost.scale * (moe_layer_s - routed),
+        comm_phases=(f"layers@{stage}/forward", f"layers@{stage}/recompute"), on=on)
+
+
 def moe_mlp_work(c: Context) -> tuple[sp.Expr, sp.Expr]:
     """(GEMM seconds, element-wise bytes) of one MoE layer's MLP forward on one rank (module
     doc)."""
     T_r, m, m_busy, A_r = routed_tokens(c)
-    local = S.E / S.ep
-    floor = c.dev.gemm_params.get("min_time_s", ZERO) * len(MOE.expert_gemms(m, S.h, S.f_E, 0))
-    if c.fam.moe_capacity:
-        experts = local * _expert_s(c, m) + floor
-    else:
-        experts = (local - 1) * _expert_s(c, m) + _expert_s(c, m_busy) + floor
+    experts = routed_experts_s(c)
     gemm = K.gemm_time(MOE.router_gemm(T_r, S.h, S.E), S.e, c.dev) + experts
     elementwise = MOE.moe_elementwise_bytes(T_r, A_r, S.h, S.E, S.f_E, S.e, gated=c.gated)
     if c.fam.moe_shared:

@@ -101,8 +101,11 @@ def build(fam: Family) -> Model:
                       PP.p2p_phase(p2p[st]), DP.fsdp_hook_phase(c, st, units), *loop,
                       *(OFF.offload_phases(c, works[st], st, offloaded[st])
                         if fam.cpu_offload else ()))
+    moe_layer_s = layer_work(c, moe=True).total_s if fam.moe else sp.Integer(0)
     composed = {st: CO.stage_terms(phases[st], CO.launch_s(collectives, st, launch, c.head_first),
-                                   c.asynchronous, st) for st in PP.STAGES}
+                                   c.asynchronous, st,
+                                   MOE.synced(c, st, costs["layer"], moe_layer_s))
+                for st in PP.STAGES}
     stage_terms = {st: stage.terms for st, stage in composed.items()}
     # 4. the step: m micro-batches through the pipeline schedule, its fill and drain (the other
     #    stages' time), then the data-parallel gradient sync (behind the last stage's backward),
