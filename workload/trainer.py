@@ -270,8 +270,9 @@ class Trainer:
         mod = self.chunks[0]
         total = 0.0
         for i in range(self.n_mb):
-            if self.fsdp:  # fully_shard made the chunk an FSDPModule (a class mypy cannot see)
-                mod.set_requires_gradient_sync(i == self.n_mb - 1)  # type: ignore[operator]
+            # FSDP2 reduce-scatters each micro-batch's gradients in its backward and accumulates
+            # them sharded, as torchtitan, Megatron-LM's torch FSDP2 and DeepSpeed's ZeRO-3 do
+            # (perfmodel.step.data_parallel)
             sl = slice(i * self.mb, (i + 1) * self.mb)
             with self._loss_context():
                 self._set_phase("fwd")

@@ -3,19 +3,31 @@
 ZeRO 0 (DDP, Megatron): all-reduce the gradients once per step. ZeRO 1-2 (distributed optimizer):
 reduce-scatter the gradients, all-gather the updated weights. ZeRO 3 (FSDP2): one unit per layer and
 one for the rest (embedding, final norm, output layer); each unit's weights are gathered for the
-forward and again for the backward in every micro-batch, its gradients reduce-scattered once per
-step (accumulated unsharded in between), sizes padded as FSDP2 pads them (each parameter's rows to
-a multiple of dp); the gathers are timed with the sync, where their overlap applies (their
-launches with the micro-batches that issue them). Sizes: the stage with the most parameters.
+forward and again for the backward in every micro-batch, its gradients reduce-scattered after
+every micro-batch's backward and accumulated sharded, as the stacks run FSDP2 and ZeRO-3 without a
+pipeline: torchtitan's trainer loops over its gradient-accumulation steps without turning the
+sync off (torchtitan/trainer.py at b5bcd76c6, train_step; only its chunked loss's lm_head defers),
+Megatron-LM's TorchFullyShardedDataParallel inherits a no_sync that does nothing
+(megatron/core/distributed/data_parallel_base.py at d98e8a64dd) and Megatron FSDP's "in grads
+shard mode" syncs always (megatron_fsdp.py, MegatronFSDP.no_sync), DeepSpeed's ZeRO-3 reduces in
+every backward's hooks (and refuses no_sync); sizes padded as FSDP2 pads them (each parameter's
+rows to a multiple of dp); the gathers and reductions are timed with the sync, where their overlap
+applies (their launches with the micro-batches that issue them). Sizes: the stage with the most
+parameters. A loop that defers the reduction to the last micro-batch (FSDP2's
+set_requires_gradient_sync(False) before the others) is not modelled: it would hold the
+unsharded gradients between micro-batches and reduce once.
 
 What hides, and behind what (each: exposed = I max(f C, C - W) + (1 - I) C, perfmodel.step.compose):
-  - the gradient reduction (all-reduce, reduce-scatter; FSDP's reduce-scatters), with
-    overlap_grad_sync: Megatron's DDP accumulates the gradients of every micro-batch but the last
-    without communicating (no_sync) and reduces each bucket as soon as the LAST micro-batch's
-    backward has produced it; NeMo chunks it by transformer layer and "exposes only one DP
-    communication chunk" (NeMo docs, Communication Overlap). W = one micro-batch's backward on
-    the last stage, f = one layer's share (1 / its layers; FSDP: one unit's, 1 / (layers + 1)).
-    The workload does the same with FSDP2 (set_requires_gradient_sync on the last micro-batch).
+  - the gradient reduction (all-reduce, reduce-scatter), with overlap_grad_sync: Megatron's DDP
+    accumulates the gradients of every micro-batch but the last without communicating (no_sync)
+    and reduces each bucket as soon as the LAST micro-batch's backward has produced it; NeMo
+    chunks it by transformer layer and "exposes only one DP communication chunk" (NeMo docs,
+    Communication Overlap). W = one micro-batch's backward on the last stage, f = one layer's
+    share (1 / its layers).
+  - FSDP's reduce-scatters (ZeRO 3 without a pipeline), with overlap_grad_sync: each unit's as
+    soon as its backward has produced its gradients, in every micro-batch (the workload's FSDP2
+    too): W = every micro-batch's backward, f = one unit's reduction of one micro-batch
+    (1 / (m (layers + 1))): the last micro-batch's last unit has nothing left to hide behind.
   - the distributed optimizer's parameter all-gather (ZeRO 1-2), with overlap_param_gather
     (Megatron --overlap-param-gather): gathered bucket by bucket during the next step's first
     forward, each layer waiting for its own: W = one micro-batch's forward on the first stage,
@@ -90,9 +102,10 @@ def stage_resident(c: Context) -> sp.Expr:
 
 def unit_syncs(c: Context) -> tuple[sp.Expr, sp.Expr]:
     """(gathers, reductions) of each ZeRO 3 unit per step beyond the micro-batches' own gathers:
-    under a pipeline one each per pipeline schedule (stage_resident), else none and one."""
+    under a pipeline one each per pipeline schedule (stage_resident), else none and one
+    reduction per micro-batch (module doc)."""
     resident, schedules = stage_resident(c), PP.flushes(c)
-    return resident * schedules, 1 + resident * (schedules - 1)
+    return resident * schedules, resident * schedules + (1 - resident) * c.m
 
 
 def replicas(c: Context) -> sp.Expr:
@@ -369,9 +382,10 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     overlaps = (
         Overlap("the last micro-batch's backward", backward_s, c.overlap_grad_sync,
                 floor=1 / layers, of=grads),
-        # under a pipeline FSDP reduces after the stage's last backward (module doc)
-        Overlap("the last micro-batch's backward", backward_s,
-                c.overlap_grad_sync * (1 - resident), floor=1 / n_units, of=fsdp_grads),
+        # every micro-batch's reductions behind the backwards; under a pipeline FSDP reduces
+        # after the stage's last backward (module doc)
+        Overlap("every micro-batch's backward", m * backward_s,
+                c.overlap_grad_sync * (1 - resident), floor=1 / (m * n_units), of=fsdp_grads),
         Overlap("each pipeline schedule's first forward", schedules * forward_s,
                 c.overlap_param_gather, floor=1 / n_units, of=gathered_once),
         Overlap("the next step's first forward", forward_s, c.overlap_param_gather,
