@@ -241,8 +241,8 @@ def fsdp_sizes(sweep: Any) -> tuple[LayerSize, ...]:
 
 def _bench_fsdp(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
     """A chunk of FSDP_LAYERS layers, each an FSDP2 unit sharded over every rank (ZeRO-3, as the
-    job wraps its blocks), without and with the gradient reduction (a job reduces on its last
-    micro-batch only), and the same chunk plain, measured one after the other."""
+    job wraps its blocks), without and with the gradient reduction (a job reduces in every
+    micro-batch's backward), and the same chunk plain, measured one after the other."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from workload.model import DTYPES, Chunk

@@ -261,6 +261,12 @@ def plan_options(fn: Any) -> Any:
                      help="Megatron-LM's scatter-gather of pipeline sends (2021-22, its default "
                           "then; gone from Megatron-Core): without sequence parallelism a stage "
                           "sends 1/tp of its output and the receiver all-gathers it over tp."),
+        click.option("--defer-grad-sync", is_flag=True,
+                     help="ZeRO 3 without a pipeline: accumulate the gradients unsharded and "
+                          "reduce-scatter them once, in the last micro-batch's backward (FSDP2 "
+                          "with set_requires_gradient_sync off before it: NeMo AutoModel's "
+                          "default); without it every micro-batch reduce-scatters (torchtitan, "
+                          "Megatron-LM, DeepSpeed ZeRO-3)."),
         click.option("--ep-dispatcher", type=choice(EPDispatcher),
                      default=EPDispatcher.ALLTOALL.value, show_default=True,
                      help="How a mixture of experts' tokens reach their experts: alltoall "
@@ -346,7 +352,8 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "attention_kernel", "grad_dtype", "optimizer_dtype", "master_weights",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
-             "pp_scatter_gather", "ep_dispatcher", "cross_entropy", "expert_weighting", "stack",
+             "pp_scatter_gather", "defer_grad_sync", "ep_dispatcher", "cross_entropy",
+             "expert_weighting", "stack",
              "kernels", "first_stage_layers", "last_stage_layers", "pipeline_layout",
              "pipeline_micro_batches", "placement",
              "tp_layout", "tp_depth")
@@ -1169,6 +1176,10 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
         raise PlanError(f"{path}: {', '.join(f'{k} {v}' for k, v in uneven.items())}: recommend "
                         "searches even pipeline splits, one pipeline schedule a step and the "
                         "default selective recompute; predict --from-config takes this one")
+    if plan.get("defer_grad_sync"):  # never searched (Plan.defer_grad_sync)
+        job.notes.append("defer_grad_sync: the config defers FSDP's reduction to the last "
+                         "micro-batch; recommend searches a reduction in every micro-batch, "
+                         "predict --from-config takes the config's")
     if plan.get("pp_scatter_gather"):  # never searched (Plan.pp_scatter_gather)
         job.notes.append("pp_scatter_gather: the config's pipeline sends are scatter-gathered "
                          "over tp; recommend searches whole sends (Megatron-Core's), predict "

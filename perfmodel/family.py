@@ -66,6 +66,8 @@ class Family:
     end_chunks: tuple[tuple[int, int, int], ...] | None = None
     # Megatron-LM's scatter-gather of pipeline sends (Plan.pp_scatter_gather; never searched)
     pp_scatter_gather: bool = False
+    # FSDP's reduction deferred to the last micro-batch (Plan.defer_grad_sync; never searched)
+    defer_grad_sync: bool = False
     # the step runs its micro-batches as several pipeline schedules (Plan.pipeline_micro_batches)
     pipeline_flushes: bool = False
     # the experts' dispatcher (Plan.ep_dispatcher: alltoall, deepep; None: open, its indicator)

@@ -84,6 +84,11 @@ PLAN = obj({
     "pp_scatter_gather": {**BOOLEAN,
                           "description": "Megatron-LM's scatter-gather of pipeline sends (1/tp "
                                          "sent, all-gathered over tp); left out: off"},
+    "defer_grad_sync": {**BOOLEAN,
+                        "description": "zero 3, pp 1: the gradients accumulate unsharded and "
+                                       "are reduce-scattered in the last micro-batch only "
+                                       "(NeMo AutoModel's defer_fsdp_grad_sync); left out: off, "
+                                       "every micro-batch reduce-scatters"},
     "pipeline_micro_batches": {"type": "integer", "minimum": 0,
                                "description": "Micro-batches of one pipeline schedule where the "
                                               "step runs several; left out: one schedule"},

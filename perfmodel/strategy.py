@@ -491,6 +491,11 @@ class Plan:
     # Megatron-Core): without sequence parallelism a stage sends 1/tp of its output and the
     # receiver all-gathers it over tp (Narayanan et al. SC21, Sec. 4.1)
     pp_scatter_gather: bool = False
+    # ZeRO 3 without a pipeline: the gradients accumulate unsharded over the micro-batches and
+    # are reduce-scattered once, in the last one's backward (FSDP2's set_requires_gradient_sync
+    # off before it: NeMo AutoModel's defer_fsdp_grad_sync, its default); off: every
+    # micro-batch's backward reduce-scatters (torchtitan, Megatron-LM, DeepSpeed ZeRO-3)
+    defer_grad_sync: bool = False
     # the experts' token dispatcher (EPDispatcher): NCCL's all-to-all or DeepEP's kernels
     ep_dispatcher: EPDispatcher = EPDispatcher.ALLTOALL
     # how the loss runs over the logits (CrossEntropy): fp32 copies, or TE's fused kernel
@@ -639,7 +644,7 @@ class Plan:
         self._check_master_weights()
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync",
                     "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
-                    "pp_scatter_gather"):
+                    "pp_scatter_gather", "defer_grad_sync"):
             if key == "flash_attention" and (self.flash_attention is None
                                              or str(self.flash_attention).lower() == "auto"):
                 object.__setattr__(self, key, None)
@@ -658,6 +663,7 @@ class Plan:
         object.__setattr__(self, "placement", placement)
         self._check_ep_overlap()
         self._check_scatter_gather()
+        self._check_deferred_sync()
         self._check_layout()
         self._check_flushes()
         broken = first_broken(self.columns(), None)
@@ -679,6 +685,14 @@ class Plan:
         if not ep_overlap_runs(self.recompute, self.schedule, self.pp):
             raise PlanError("ep_comm_overlap with pp > 1 needs the interleaved schedule "
                             "(virtual_stages > 1), as Megatron-Core's combined 1F1B does")
+
+    def _check_deferred_sync(self) -> None:
+        """defer_grad_sync where FSDP2 runs the micro-batches itself: ZeRO 3 without a
+        pipeline (torch.distributed.pipelining defers the reduction anyway)."""
+        if self.defer_grad_sync and (self.zero < 3 or self.pp > 1):
+            raise PlanError("defer_grad_sync defers FSDP's reduce-scatters to the last "
+                            "micro-batch: it needs zero 3 and pp 1 (ZeRO 1-2 reduce once a step, "
+                            "and a pipeline's FSDP reduces after the stage's last backward)")
 
     def _check_scatter_gather(self) -> None:
         """pp_scatter_gather where Megatron-LM split its sends: between pipeline stages, over
@@ -828,6 +842,7 @@ class Plan:
         dtype's plan (they do not apply to it), and etp where it is 1, pipeline_layout and
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
         alltoall, cross_entropy where unfused, expert_weighting where activation,
+        defer_grad_sync where off,
         pipeline_micro_batches where 0, master_weights where not given, cpu_offload_layers
         where 0, attention_kernel where not given (the plans written before them had no such
         fields)."""
@@ -847,6 +862,8 @@ class Plan:
             del out["ep_comm_overlap"]
         if not self.pp_scatter_gather:  # likewise
             del out["pp_scatter_gather"]
+        if not self.defer_grad_sync:  # likewise
+            del out["defer_grad_sync"]
         if self.ep_dispatcher is EPDispatcher.ALLTOALL:  # as plans were written before it
             del out["ep_dispatcher"]
         if self.cross_entropy is CrossEntropy.UNFUSED:  # likewise

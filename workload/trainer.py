@@ -269,10 +269,14 @@ class Trainer:
         """Forward and backward over all micro-batches without a pipeline (pp = 1)."""
         mod = self.chunks[0]
         total = 0.0
+        defer = bool(self.plan.get("defer_grad_sync"))
         for i in range(self.n_mb):
             # FSDP2 reduce-scatters each micro-batch's gradients in its backward and accumulates
-            # them sharded, as torchtitan, Megatron-LM's torch FSDP2 and DeepSpeed's ZeRO-3 do
-            # (perfmodel.step.data_parallel)
+            # them sharded, as torchtitan, Megatron-LM's torch FSDP2 and DeepSpeed's ZeRO-3 do;
+            # with defer_grad_sync only the last one's, the others' accumulated unsharded (NeMo
+            # AutoModel's default; perfmodel.step.data_parallel)
+            if self.fsdp and defer:  # fully_shard made the chunk an FSDPModule
+                mod.set_requires_gradient_sync(i == self.n_mb - 1)  # type: ignore[operator]
             sl = slice(i * self.mb, (i + 1) * self.mb)
             with self._loss_context():
                 self._set_phase("fwd")

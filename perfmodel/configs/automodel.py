@@ -240,6 +240,18 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.took("distributed.activation_checkpointing", ac, f"recompute {mode}")
     fsdp = strategy == "fsdp2"
     job.plan["_fsdp"] = fsdp
+    # FSDP2Config.defer_fsdp_grad_sync (default true, nemo_automodel/components/distributed/
+    # config.py): set_requires_gradient_sync on the last micro-batch only (get_sync_ctx); a
+    # pipeline's schedule defers anyway, DDP has no FSDP reduction
+    defer = dist.pop("defer_fsdp_grad_sync", True)
+    if not isinstance(defer, bool):
+        raise refuse_plan(where, "distributed.defer_fsdp_grad_sync", defer, "true or false")
+    job.fix("defer_grad_sync", defer and fsdp and degrees["pp"] == 1)
+    job.took("distributed.defer_fsdp_grad_sync", defer,
+             "defer_grad_sync (FSDP's reduction in the last micro-batch only)"
+             if defer and fsdp and degrees["pp"] == 1 else
+             "FSDP's reduction in every micro-batch" if fsdp and not defer else
+             "moot (a pipeline's schedule defers the reduction; DDP none)")
     job.fix("overlap_grad_sync", True)
     job.fix("overlap_param_gather", fsdp, pin=False)
     job.fix("tp_layout", "1d")

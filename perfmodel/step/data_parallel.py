@@ -14,8 +14,10 @@ every backward's hooks (and refuses no_sync); sizes padded as FSDP2 pads them (e
 rows to a multiple of dp); the gathers and reductions are timed with the sync, where their overlap
 applies (their launches with the micro-batches that issue them). Sizes: the stage with the most
 parameters. A loop that defers the reduction to the last micro-batch (FSDP2's
-set_requires_gradient_sync(False) before the others) is not modelled: it would hold the
-unsharded gradients between micro-batches and reduce once.
+set_requires_gradient_sync(False) before the others: NeMo AutoModel's defer_fsdp_grad_sync, on by
+default; Plan.defer_grad_sync) reduce-scatters once, in the last micro-batch's backward, and holds
+the gradients unsharded (fp32, FSDP2's to_accumulated_grad_if_needed) until then (perfmodel.step.
+memory); the validation job's FSDP2 runs either.
 
 What hides, and behind what (each: exposed = I max(f C, C - W) + (1 - I) C, perfmodel.step.compose):
   - the gradient reduction (all-reduce, reduce-scatter), with overlap_grad_sync: Megatron's DDP
@@ -100,12 +102,28 @@ def stage_resident(c: Context) -> sp.Expr:
     return c.zero3 * active(S.pp)
 
 
+def deferred(c: Context) -> sp.Expr:
+    """1 where ZeRO 3 without a pipeline defers its reduction to the last of several
+    micro-batches (Plan.defer_grad_sync; module doc), holding the gradients unsharded until
+    then, else 0."""
+    if not c.fam.defer_grad_sync:
+        return ZERO
+    return c.zero3 * (1 - active(S.pp)) * active(c.m)
+
+
+def reductions_per_step(c: Context) -> sp.Expr:
+    """FSDP's reductions of each unit per step without a pipeline: one per micro-batch, or one
+    where deferred (ZeRO 1-2: one, their hooks', fsdp_hooked_units)."""
+    zero3 = c.zero3 * (1 - deferred(c))
+    return zero3 * c.m + 1 - zero3
+
+
 def unit_syncs(c: Context) -> tuple[sp.Expr, sp.Expr]:
     """(gathers, reductions) of each ZeRO 3 unit per step beyond the micro-batches' own gathers:
     under a pipeline one each per pipeline schedule (stage_resident), else none and one
-    reduction per micro-batch (module doc)."""
+    reduction per micro-batch, or one where deferred (module doc)."""
     resident, schedules = stage_resident(c), PP.flushes(c)
-    return resident * schedules, resident * schedules + (1 - resident) * c.m
+    return resident * schedules, resident * schedules + (1 - resident) * reductions_per_step(c)
 
 
 def replicas(c: Context) -> sp.Expr:
@@ -127,9 +145,9 @@ def expert_sync_apart(c: Context) -> sp.Expr:
 @dataclass(frozen=True)
 class FsdpUnit:
     """One kind of FSDP unit of a stage under ZeRO 3: gathered for each micro-batch's forward and
-    backward, its gradients reduce-scattered once per step (under a pipeline gathered and
-    reduce-scattered once per pipeline schedule: stage_resident), over `axis` (dp_cp; a mixture
-    of experts' routed experts over edp where they sync apart)."""
+    backward, its gradients reduce-scattered in each micro-batch's backward (under a pipeline
+    gathered and reduce-scattered once per pipeline schedule: stage_resident), over `axis`
+    (dp_cp; a mixture of experts' routed experts over edp where they sync apart)."""
 
     name: str  # layer, moe_layer, experts, mtp, root
     axis: str
@@ -362,6 +380,7 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     grad_bytes, weight_bytes = S.gbytes * params.per_gpu, gathered_weight_bytes(c, params)
     z1, z3, m, copies = c.zero1, c.zero3, c.m, fsdp_copy_passes(c)
     resident, schedules, (gathered, reduced) = stage_resident(c), PP.flushes(c), unit_syncs(c)
+    reducing = reductions_per_step(c)  # micro-batches whose backward reduces (ZeRO 3, pp 1)
     # (the copies of the experts' sync, over their replicas, as the others')
     copy_bytes = (1 - z1) * DDP_GRADIENT_PASSES * grad_bytes \
         + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
@@ -382,10 +401,11 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     overlaps = (
         Overlap("the last micro-batch's backward", backward_s, c.overlap_grad_sync,
                 floor=1 / layers, of=grads),
-        # every micro-batch's reductions behind the backwards; under a pipeline FSDP reduces
-        # after the stage's last backward (module doc)
-        Overlap("every micro-batch's backward", m * backward_s,
-                c.overlap_grad_sync * (1 - resident), floor=1 / (m * n_units), of=fsdp_grads),
+        # every micro-batch's reductions behind the backwards (deferred: the last one's);
+        # under a pipeline FSDP reduces after the stage's last backward (module doc)
+        Overlap("each reducing micro-batch's backward", reducing * backward_s,
+                c.overlap_grad_sync * (1 - resident), floor=1 / (reducing * n_units),
+                of=fsdp_grads),
         Overlap("each pipeline schedule's first forward", schedules * forward_s,
                 c.overlap_param_gather, floor=1 / n_units, of=gathered_once),
         Overlap("the next step's first forward", forward_s, c.overlap_param_gather,

@@ -85,12 +85,15 @@ def memory_terms(c: Context, params: Parameters,
     # stage_resident) in its reduce dtype, fp32 for every FSDP2 perfmodel reads or runs
     # (torchtitan's mixed_precision_reduce, the only value its reader takes; NeMo AutoModel's
     # MixedPrecisionPolicy default; the validation job's): torch's to_accumulated_grad_if_needed
-    resident = DP.stage_resident(c)
+    # Deferred to the last micro-batch without a pipeline (Plan.defer_grad_sync) likewise: the
+    # step's sharded gradients appear as its last backward reduces (and frees) the unsharded.
+    resident, deferred = DP.stage_resident(c), DP.deferred(c)
+    unsharded = resident + deferred
     per_param = {"weights": S.wbytes + c.zero3 * (S.wbytes3 - S.wbytes),
-                 "gradients": S.gbytes + resident * (FP32_BYTES - S.gbytes),
+                 "gradients": S.gbytes + unsharded * (FP32_BYTES - S.gbytes),
                  "optimizer_states": S.obytes + c.zero3 * (S.obytes3 - S.obytes)}
     # the gradients sharded as ZeRO 2 shards them, but whole under a pipeline's ZeRO 3
-    sharded_grads = c.zero2 - resident
+    sharded_grads = c.zero2 - unsharded
     div = M.zero_divisors(c.zero1, sharded_grads, c.zero3, DP.replicas(c))
     div_experts = M.zero_divisors(c.zero1, sharded_grads, c.zero3, DP.expert_replicas(c))
     act_kw: dict[str, Any] = dict(sequence_parallel=c.split, flash=c.flash, gated=c.gated, d=c.d,
@@ -230,7 +233,7 @@ def memory_terms(c: Context, params: Parameters,
         # gathered weights are)
         transient = sp.Add(*(x for k, x in mem.items() if k.startswith(("activations/",
                                                                          "buffers/")))) \
-            + resident * mem["gradients"]
+            + unsharded * mem["gradients"]
         groups = active(S.tp) + active(S.dp) + active(S.pp)
         if c.fam.moe:  # the expert-parallel group, and the experts' own where they sync apart;
             # with etp > 1 the expert-tensor group and the etp x ep group (Megatron-Core's

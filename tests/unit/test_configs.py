@@ -816,8 +816,19 @@ def test_automodel_recipe_with_expert_parallelism():
     assert any("reshard_after_forward false" in n for n in job.notes)
     assert any("DeepEP" in line for line in job.report())
     assert (plan["ep_dispatcher"], spec.routing) == ("deepep", "round_robin")
+    # FSDP2Config.defer_fsdp_grad_sync, true by default: one reduction a step, in the last of
+    # its 16 micro-batches, the gradients unsharded until then
+    assert plan["defer_grad_sync"] is True
     p = predict(spec, "dgx-h100", Plan(**plan))
     assert p.fits_in_memory  # the published run ran on 80 GB H100s
+
+
+def test_automodel_reduces_every_micro_batch_where_the_recipe_says_so(tmp_path):
+    _, _, plan = job_plan(_automodel(tmp_path, **{"distributed.defer_fsdp_grad_sync": False}),
+                          gpus=8)
+    assert not plan.get("defer_grad_sync")
+    with pytest.raises(PlanError, match="defer_fsdp_grad_sync"):
+        read_config(_automodel(tmp_path, **{"distributed.defer_fsdp_grad_sync": "sometimes"}))
 
 
 def _automodel(tmp_path, **changes):

@@ -186,6 +186,19 @@ def test_fsdp_hooks_are_charged_per_unit():
     assert predict(MODEL, hw, plan(gpus=2, dp=2)).breakdown_s["compute/forward/framework"] == 0
 
 
+@pytest.mark.parametrize("zero,reductions", [(1, 1), (2, 1), (3, 4)])
+def test_fsdp_reductions_are_charged_per_reduction(zero, reductions):
+    """Four micro-batches: ZeRO 3 reduce-scatters in each one's backward (4 reductions a step),
+    the distributed optimizer's ZeRO 1-2 once a step."""
+    hw = HW.replace(fsdp_reduce_overhead_s=4 * MS)
+    p = plan(gpus=2, dp=2, zero=zero, micro_batch=1, global_batch=8)
+    assert p.num_micro_batches == 4
+    units = MODEL.layers + 1
+    extra = predict(MODEL, hw, p).breakdown_s["comm/dp_framework"] \
+        - predict(MODEL, HW, p).breakdown_s["comm/dp_framework"]
+    assert extra == pytest.approx(reductions * units * 4 * MS)
+
+
 def test_the_optimizer_has_its_own_bandwidth_efficiency():
     p = plan(dtype="fp32")
     slow = predict(MODEL, HW.replace(optimizer_bandwidth_efficiency=0.25), p)

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from perfmodel import Plan, load_hardware, load_model, predict
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import PerfmodelError, PlanError
 from perfmodel.predict import comm_ledger
 from tests.unit.test_configs import DATA, job_plan
 
@@ -207,3 +207,31 @@ def test_torchtitan_replicas_with_the_rest_sharded_are_ddp_where_the_rest_is_one
     assert (plan["dp"], plan["zero"]) == (2, 0)
     with pytest.raises(PerfmodelError, match="HSDP"):
         job_plan(path, gpus=4)
+
+
+def test_a_deferred_reduction_reduces_once_and_holds_the_gradients_unsharded():
+    """defer_grad_sync (NeMo AutoModel's defer_fsdp_grad_sync): without a pipeline, four
+    micro-batches reduce-scatter each unit once a step, in the last backward, where they would
+    four times; the gradients accumulate unsharded in fp32 (FSDP2's reduce dtype) until then. One
+    micro-batch defers nothing."""
+    def calls(plan: Plan) -> float:
+        return {r["name"]: r["calls"] for r in comm_ledger(MODEL, plan, HW)}[
+            "dp/fsdp_layer/reduce_scatter"]
+    every, deferred = _plan(1), _plan(1, defer_grad_sync=True)
+    assert calls(every) == 4 * 32 and calls(deferred) == 32
+    grads = {name: predict(MODEL, HW, plan).memory_breakdown_bytes["gradients"]
+             for name, plan in (("every", every), ("deferred", deferred))}
+    assert grads["deferred"] == pytest.approx(8 * grads["every"], rel=1e-3)  # 4 B whole, 4 B / 8
+    assert grads["deferred"] == pytest.approx(4 * 8.03e9, rel=0.01)
+    one = dict(global_batch=8)
+    assert predict(MODEL, HW, _plan(1, defer_grad_sync=True, **one)).memory_breakdown_bytes \
+        == predict(MODEL, HW, _plan(1, **one)).memory_breakdown_bytes
+
+
+@pytest.mark.parametrize("kw", [dict(zero=1), dict(pp=2)])
+def test_a_deferred_reduction_needs_zero_3_without_a_pipeline(kw):
+    plan = dict(dp=8, pp=1, zero=3, micro_batch=1, global_batch=32, defer_grad_sync=True)
+    plan.update(kw)
+    plan["gpus"] = plan["dp"] * plan["pp"]
+    with pytest.raises(PlanError, match="defer_grad_sync"):
+        Plan(**plan)

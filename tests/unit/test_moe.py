@@ -199,13 +199,14 @@ def test_zero3_shards_the_experts_over_their_replicas_and_gathers_them_as_a_unit
     assert p.memory_breakdown_bytes["buffers/zero3_gather"] == pytest.approx(
         BF16 * (2 * moe_layer + 2 * 32000 * h + h), rel=1e-12)
     # the ledger: per step, each MoE layer's block gathered over dp and its experts over edp,
-    # twice per micro-batch, their gradients reduce-scattered once; no all-reduce
+    # twice per micro-batch, their gradients reduce-scattered in each micro-batch's backward; no
+    # all-reduce
     ledger = {(r["name"], r["axis"]): r for r in comm_ledger(model, plan, hw)
               if r["name"].startswith(("dp/", "edp/"))}
     gathers = ledger["edp/fsdp_experts/all_gather", "edp"]
     assert gathers["calls"] == 2 * m * model.layers
     assert gathers["nbytes"] == pytest.approx(BF16 * model.experts / ep * expert)
-    assert ledger["edp/fsdp_experts/reduce_scatter", "edp"]["calls"] == model.layers
+    assert ledger["edp/fsdp_experts/reduce_scatter", "edp"]["calls"] == m * model.layers
     assert ledger["dp/fsdp_moe_layer/all_gather", "dp"]["calls"] == 2 * m * model.layers
     assert ledger["dp/fsdp_moe_layer/all_gather", "dp"]["nbytes"] == pytest.approx(
         BF16 * layer / model.layers)

@@ -99,7 +99,7 @@ CASES = {
     # ZeRO 3 (FSDP2) beside expert parallelism, as torchtitan and NeMo AutoModel run it: every
     # block a unit over dp, the MoE layers' routed experts a unit of their own over edp (dp / ep
     # ranks), whole where that is one rank; two micro-batches (each unit gathered for every
-    # forward and backward, its gradients reduce-scattered once)
+    # forward and backward, its gradients reduce-scattered in each micro-batch's backward)
     "zero 3, ep 8 over dp 64 (edp 8)": (MOE, _plan(64, ep=8, n_mb=2, zero=3)),
     "zero 3, ep 64 over dp 64 (experts whole)": (MOE, _plan(64, ep=64, n_mb=2, zero=3)),
     "zero 3, ep 1 over dp 64 (experts in the MoE layer's unit)": (

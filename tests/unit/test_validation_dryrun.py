@@ -146,6 +146,9 @@ PLANS = {
     "sequence-512": dict(gpus=512, tp=8, dp=64, global_batch=64, sequence_parallel=True),
     "fsdp-64": dict(gpus=64, dp=64, global_batch=64, zero=3),
     "fsdp-512": dict(gpus=512, tp=8, dp=64, global_batch=64, zero=3),
+    # three micro-batches: FSDP2 reduce-scatters in each backward, or, deferred, the last only
+    "fsdp-64-mb3": dict(gpus=64, dp=64, global_batch=192, zero=3),
+    "fsdp-64-mb3-deferred": dict(gpus=64, dp=64, global_batch=192, zero=3, defer_grad_sync=True),
     # bf16: weights gathered in bf16, gradients reduced in fp32 (Megatron-LM's convention)
     "data-64-bf16": dict(gpus=64, dp=64, global_batch=64, dtype="bf16"),
     "fsdp-512-bf16": dict(gpus=512, tp=8, dp=64, global_batch=64, zero=3, dtype="bf16"),
