@@ -115,7 +115,7 @@ _name("fsdp_backward_overhead_s", "t_fsdp^bwd",
       "fixed cost of one FSDP unit's backward hooks per micro-batch [s]")
 _name("fsdp_reduce_overhead_s", "t_fsdp^red",
       "fixed cost of one FSDP unit's gradient reduction [s] (ZeRO 3: one per micro-batch, one "
-      "per pipeline schedule under a pipeline; ZeRO 1-2: one per step)")
+      "a step where deferred, one per pipeline schedule under a pipeline; ZeRO 1-2: one a step)")
 _name("collective_overhead_s", "t_coll",
       "fixed cost of one collective call (launch, dispatch) [s]")
 _name("host_op_overhead_s", "t_op",

@@ -691,7 +691,7 @@ class Plan:
         pipeline (torch.distributed.pipelining defers the reduction anyway)."""
         if self.defer_grad_sync and (self.zero < 3 or self.pp > 1):
             raise PlanError("defer_grad_sync defers FSDP's reduce-scatters to the last "
-                            "micro-batch: it needs zero 3 and pp 1 (ZeRO 1-2 reduce once a step, "
+                            "micro-batch: it needs zero 3 and pp 1 (ZeRO 0-2 reduce once a step, "
                             "and a pipeline's FSDP reduces after the stage's last backward)")
 
     def _check_scatter_gather(self) -> None:

@@ -243,15 +243,11 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     # FSDP2Config.defer_fsdp_grad_sync (default true, nemo_automodel/components/distributed/
     # config.py): set_requires_gradient_sync on the last micro-batch only (get_sync_ctx); a
     # pipeline's schedule defers anyway, DDP has no FSDP reduction
+    given = "defer_fsdp_grad_sync" in dist
     defer = dist.pop("defer_fsdp_grad_sync", True)
     if not isinstance(defer, bool):
         raise refuse_plan(where, "distributed.defer_fsdp_grad_sync", defer, "true or false")
-    job.fix("defer_grad_sync", defer and fsdp and degrees["pp"] == 1)
-    job.took("distributed.defer_fsdp_grad_sync", defer,
-             "defer_grad_sync (FSDP's reduction in the last micro-batch only)"
-             if defer and fsdp and degrees["pp"] == 1 else
-             "FSDP's reduction in every micro-batch" if fsdp and not defer else
-             "moot (a pipeline's schedule defers the reduction; DDP none)")
+    job.plan["_defer"] = (defer, given)  # decided in finish(), once the ZeRO stage is known
     job.fix("overlap_grad_sync", True)
     job.fix("overlap_param_gather", fsdp, pin=False)
     job.fix("tp_layout", "1d")
@@ -354,6 +350,14 @@ def finish(job: JobConfig, gpus: int) -> None:
         raise refuse_plan(job.path, "distributed", f"tp {tp} x cp {cp} x pp {pp}",
                           f"{gpus} GPUs do not divide by tp x cp x pp = {tp * cp * pp}")
     job.fix("zero", 3 if fsdp and dp * cp > 1 else 0)
+    defer, given = job.plan.pop("_defer", (False, False))
+    deferred = bool(defer and fsdp and dp * cp > 1 and pp == 1)
+    job.fix("defer_grad_sync", deferred)
+    if defer or given:
+        job.took("distributed.defer_fsdp_grad_sync", f"{defer}{'' if given else ' (default)'}",
+                 "defer_grad_sync (FSDP's reduction in the last micro-batch only)" if deferred
+                 else "FSDP's reduction in every micro-batch" if fsdp and dp * cp > 1 and pp == 1
+                 else "moot (a pipeline's schedule defers the reduction; DDP or one rank none)")
     if local % micro:
         raise refuse_plan(job.path, "pipeline.pp_microbatch_size", micro,
                           f"must divide local_batch_size ({local})")

@@ -29,7 +29,8 @@ What hides, and behind what (each: exposed = I max(f C, C - W) + (1 - I) C, perf
   - FSDP's reduce-scatters (ZeRO 3 without a pipeline), with overlap_grad_sync: each unit's as
     soon as its backward has produced its gradients, in every micro-batch (the workload's FSDP2
     too): W = every micro-batch's backward, f = one unit's reduction of one micro-batch
-    (1 / (m (layers + 1))): the last micro-batch's last unit has nothing left to hide behind.
+    (1 / (m (layers + 1))): the last micro-batch's last unit has nothing left to hide behind;
+    deferred (Plan.defer_grad_sync), W = the last micro-batch's backward, f = one unit's.
   - the distributed optimizer's parameter all-gather (ZeRO 1-2), with overlap_param_gather
     (Megatron --overlap-param-gather): gathered bucket by bucket during the next step's first
     forward, each layer waiting for its own: W = one micro-batch's forward on the first stage,
@@ -92,6 +93,7 @@ from perfmodel.step.parameters import Parameters
 
 FSDP_GATHERS_PER_MICRO_BATCH = 2  # a unit's weights, gathered for its forward and its backward
 DDP_GRADIENT_PASSES = 6  # into the bucket, scaled, back: 3 reads and 3 writes of the gradients
+FP32_GRAD = 4  # FSDP2's unsharded gradients accumulate in fp32, its reduce dtype (step.memory)
 SYNC = "data_parallel/sync"
 ZERO = sp.Integer(0)
 
@@ -382,11 +384,20 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     resident, schedules, (gathered, reduced) = stage_resident(c), PP.flushes(c), unit_syncs(c)
     reducing = reductions_per_step(c)  # micro-batches whose backward reduces (ZeRO 3, pp 1)
     # (the copies of the experts' sync, over their replicas, as the others')
+    # FSDP2's accumulation of the unsharded gradients where it does not reduce every
+    # micro-batch (under a pipeline, or deferred): each schedule's first backward casts them to
+    # its fp32 reduce dtype (e + 4 bytes an element), every later one adds into them (e + 8);
+    # torch 2.13 _fsdp_param.py to_accumulated_grad_if_needed, accumulate_unsharded_grad_if_needed
+    cast, add = S.e + FP32_GRAD, S.e + 2 * FP32_GRAD
+    accumulated = resident * (schedules * cast + (m - schedules) * add) \
+        + deferred(c) * (cast + (m - 1) * add)
     copy_bytes = (1 - z1) * DDP_GRADIENT_PASSES * grad_bytes \
         + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
-        + z3 * sum((u.most * fsdp_copy_passes(c, u.ranks) * u.elements
-                    * ((FSDP_GATHERS_PER_MICRO_BATCH * m * (1 - resident) + gathered)
-                       * S.wbytes + reduced * S.gbytes)
+        + z3 * sum((u.most * u.elements
+                    * (fsdp_copy_passes(c, u.ranks)
+                       * ((FSDP_GATHERS_PER_MICRO_BATCH * m * (1 - resident) + gathered)
+                          * S.wbytes + reduced * S.gbytes)
+                       + active(u.ranks) * accumulated)
                     for u in units), ZERO)
     layers = c.max_stage_layers
     n_units = fsdp_unit_count(units)

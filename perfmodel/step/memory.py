@@ -19,7 +19,9 @@
                      the root, reshard_after_forward only after the forward); under a pipeline
                      (pp > 1) the stage's whole parameters, gathered through the step, and its
                      gradients unsharded (perfmodel.step.data_parallel, stage_resident: FSDP2
-                     under torch.distributed.pipelining as torchtitan runs it)
+                     under torch.distributed.pipelining as torchtitan runs it); without a
+                     pipeline, where FSDP defers its reduction to the last micro-batch
+                     (Plan.defer_grad_sync), the gradients unsharded too
     reserved/...   = what the GPU holds beyond tensors: each NCCL communicator's buffers (one for
                      each of the tp, dp and pp groups the rank is in; HardwareSpec.
                      nccl_buffer_bytes), and the caching allocator's fragmentation: the
@@ -92,7 +94,16 @@ def memory_terms(c: Context, params: Parameters,
     per_param = {"weights": S.wbytes + c.zero3 * (S.wbytes3 - S.wbytes),
                  "gradients": S.gbytes + unsharded * (FP32_BYTES - S.gbytes),
                  "optimizer_states": S.obytes + c.zero3 * (S.obytes3 - S.obytes)}
-    # the gradients sharded as ZeRO 2 shards them, but whole under a pipeline's ZeRO 3
+    # routed experts that sync apart over an expert-data-parallel group of one rank are no FSDP
+    # unit (the workload's ignored_params; AutoModel without ep sharding): their gradients stay
+    # in the gradient dtype, whatever FSDP accumulates for the others
+    per_param_experts = dict(per_param)
+    if c.fam.moe:
+        whole = DP.expert_sync_apart(c) * (1 - active(DP.expert_replicas(c)))
+        per_param_experts["gradients"] = S.gbytes \
+            + unsharded * (1 - whole) * (FP32_BYTES - S.gbytes)
+    # the gradients sharded as ZeRO 2 shards them, but whole under a pipeline's ZeRO 3 and where
+    # FSDP defers its reduction
     sharded_grads = c.zero2 - unsharded
     div = M.zero_divisors(c.zero1, sharded_grads, c.zero3, DP.replicas(c))
     div_experts = M.zero_divisors(c.zero1, sharded_grads, c.zero3, DP.expert_replicas(c))
@@ -171,8 +182,8 @@ def memory_terms(c: Context, params: Parameters,
         experts = params.experts[st]
         mem = {name: per_param[name] * params.per_stage[st] / div[name] for name in per_param}
         if c.fam.moe:
-            mem = {name: per_param[name] * ((params.per_stage[st] - experts) / div[name]
-                                            + experts / div_experts[name])
+            mem = {name: per_param[name] * (params.per_stage[st] - experts) / div[name]
+                   + per_param_experts[name] * experts / div_experts[name]
                    for name in per_param}
         # under a pipeline with several schedules a step each schedule's reduction leaves the
         # sharded gradients (the shard's dtype) beside the next schedule's unsharded ones
@@ -229,8 +240,8 @@ def memory_terms(c: Context, params: Parameters,
             mem.update(FP8.memory_terms(c, st, has_head))
         # the tensors allocated and freed every step (the model states sit in buffers allocated
         # once: Megatron's contiguous parameter and gradient buffers, FSDP's shards; under a
-        # pipeline FSDP's unsharded gradients are allocated and freed every step, as its
-        # gathered weights are)
+        # pipeline, or deferred, FSDP's unsharded gradients are allocated and freed every step,
+        # as its gathered weights are)
         transient = sp.Add(*(x for k, x in mem.items() if k.startswith(("activations/",
                                                                          "buffers/")))) \
             + unsharded * mem["gradients"]

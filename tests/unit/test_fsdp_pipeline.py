@@ -235,3 +235,21 @@ def test_a_deferred_reduction_needs_zero_3_without_a_pipeline(kw):
     plan["gpus"] = plan["dp"] * plan["pp"]
     with pytest.raises(PlanError, match="defer_grad_sync"):
         Plan(**plan)
+
+
+def test_deferred_experts_left_whole_keep_their_gradient_dtype():
+    """Experts over ep = dp (an expert-data-parallel group of one rank) are no FSDP unit: their
+    gradients accumulate in the gradient dtype whether FSDP defers or not, so what deferring
+    adds (the other parameters' unsharded fp32 gradients) does not grow with the experts a rank
+    holds (Mixtral's 8 experts against 16, one or two a rank; only the router, E h a layer and
+    in the deferred fp32, grows with them)."""
+    def added(experts: int) -> float:
+        model = load_model("mixtral-8x7b").scaled(experts=experts)
+        plan = dict(gpus=8, dp=8, ep=8, zero=3, micro_batch=1, global_batch=32, grad_dtype="bf16")
+        grads = [predict(model, HW, Plan(**plan, defer_grad_sync=d)).memory_breakdown_bytes[
+            "gradients"] for d in (False, True)]
+        return grads[1] - grads[0]
+    assert added(8) > 0
+    router = 32 * 8 * 4096 * (4 - 2 / 8)  # 8 more experts' router rows, 32 layers
+    assert added(16) == pytest.approx(added(8) + router, rel=1e-6)
+
