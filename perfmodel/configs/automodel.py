@@ -351,13 +351,13 @@ def finish(job: JobConfig, gpus: int) -> None:
                           f"{gpus} GPUs do not divide by tp x cp x pp = {tp * cp * pp}")
     job.fix("zero", 3 if fsdp and dp * cp > 1 else 0)
     defer, given = job.plan.pop("_defer", (False, False))
-    deferred = bool(defer and fsdp and dp * cp > 1 and pp == 1)
-    job.fix("defer_grad_sync", deferred)
+    applies = fsdp and dp * cp > 1 and pp == 1  # FSDP runs the micro-batches itself
+    job.fix("defer_grad_sync", bool(defer and applies))
     if defer or given:
         job.took("distributed.defer_fsdp_grad_sync", f"{defer}{'' if given else ' (default)'}",
-                 "defer_grad_sync (FSDP's reduction in the last micro-batch only)" if deferred
-                 else "FSDP's reduction in every micro-batch" if fsdp and dp * cp > 1 and pp == 1
-                 else "moot (a pipeline's schedule defers the reduction; DDP or one rank none)")
+                 "moot (a pipeline's schedule defers the reduction; DDP or one rank none)"
+                 if not applies else "defer_grad_sync (FSDP's reduction in the last micro-batch "
+                 "only)" if defer else "FSDP's reduction in every micro-batch")
     if local % micro:
         raise refuse_plan(job.path, "pipeline.pp_microbatch_size", micro,
                           f"must divide local_batch_size ({local})")

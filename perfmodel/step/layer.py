@@ -40,7 +40,6 @@ from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import layouts as LY
 from perfmodel.costs import mla as MLA
-from perfmodel.costs import moe as CM
 from perfmodel.family import Family
 from perfmodel.step import fp8 as FP8
 from perfmodel.step import op_recompute as OP
@@ -213,16 +212,11 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
     gemm_s = sum((t for n, t in gemm_t.items() if n not in K.ATTENTION_CORE), ZERO)
     experts_s = ZERO
     if moe:
-        from perfmodel.step.moe import moe_mlp_work, routed_tokens
+        from perfmodel.step.moe import moe_mlp_work, routed_experts_s
 
         mlp_gemm_s, mlp_elementwise = moe_mlp_work(c)
         gemm_s, common = gemm_s + mlp_gemm_s, common + mlp_elementwise
-        # the routed experts' alone: the MLP's less its router and shared experts
-        experts_s = mlp_gemm_s - K.gemm_time(CM.router_gemm(routed_tokens(c)[0], h, S.E), e,
-                                             c.dev)
-        if c.fam.moe_shared:
-            experts_s -= sum((linear_gemm_time(c, g)
-                              for g in CM.shared_gemms(c.T, h, S.f_sh, tp, c.gated)), ZERO)
+        experts_s = routed_experts_s(c)  # the routed experts' alone (no router, shared experts)
     ew_forward, ew_backward = elementwise_traffic(c, ew, moe)
     modules = recompute_module_s(c, gemm_t, ew, moe)
     attention_s = c.flash * fused_s + (1 - c.flash) * unfused_s
