@@ -1091,8 +1091,6 @@ def _tp_rest(c: PlanColumns) -> str:
     return f"tp ({c.tp})" if c.etp == 1 else f"tp / etp ({c.tp} / {c.etp} = {c.tp // c.etp})"
 
 
-MAX_GATHERED_STAGES = 3  # torch.distributed.pipelining's max_active_stages under FSDP
-
 RULES: tuple[Rule, ...] = (
     _rule("gpus dp tp pp cp", lambda c, m: c.dp * c.cp * c.tp * c.pp == c.gpus,
           lambda c, m: f"dp x cp x tp x pp must equal gpus: {c.dp} x {c.cp} x {c.tp} x {c.pp} = "
@@ -1149,15 +1147,6 @@ RULES: tuple[Rule, ...] = (
           lambda c, m: (c.schedule == _INTERLEAVED) | (c.schedule >= _ZB) | (c.virtual_stages == 1),
           lambda c, m: f"virtual_stages > 1 needs schedule interleaved, zb or zbv, got schedule "
                        f"{c.name(SCHEDULES, 'schedule')}"),
-    # torch.distributed.pipelining keeps at most 3 of a rank's stages gathered under FSDP
-    # (schedules.py, _add_unshard_reshard: max_active_stages=3) and gathers the others again
-    # within the step; perfmodel keeps every stage gathered (perfmodel.step.data_parallel)
-    _rule("zero pp virtual_stages",
-          lambda c, m: (c.zero < 3) | (c.pp == 1) | (c.virtual_stages <= MAX_GATHERED_STAGES),
-          lambda c, m: f"zero 3 with a pipeline is modelled with up to {MAX_GATHERED_STAGES} "
-                       f"virtual_stages, got {c.virtual_stages}: torch's pipelining keeps at most "
-                       f"{MAX_GATHERED_STAGES} of a rank's stages gathered and gathers the others "
-                       "again within the step, which is not modelled"),
     _rule("sequence_parallel tp", lambda c, m: (c.sequence_parallel == 0) | (c.tp > 1),
           lambda c, m: "sequence_parallel needs tp > 1 (it shards along the tensor-parallel axis)"),
     _rule("tp_layout tp_depth", lambda c, m: (c.tp_layout == _25D) | (c.tp_depth == 1),

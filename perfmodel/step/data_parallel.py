@@ -51,7 +51,19 @@ runs the post-backward). So each unit is gathered once per step, hidden behind t
 micro-batch's forward with overlap_param_gather (f = one unit's), and reduce-scattered after the
 stage's last backward, with nothing left to hide behind; with several pipeline schedules a step
 (Plan.pipeline_micro_batches: torchtitan's and NeMo AutoModel's gradient accumulation) once per
-schedule, each ending in its reduction. Memory: perfmodel.step.memory.
+schedule, each ending in its reduction. A rank with more than 3 stages (virtual_stages v > 3,
+the schedules torch lowers for its runtime: interleaved 1F1B and interleaved zero bubble) keeps at
+most 3 of them gathered: before each action the next 3 stages the rank will compute are gathered
+and the others resharded (torch 2.13 torch/distributed/pipelining/schedules.py,
+_add_unshard_reshard, max_active_stages=3; the unshard issued async_op, ahead of its stage), so
+each forward sweep over the rank's v stages and each backward sweep gathers v - 3 of them again.
+Counted on torch's own action lists (tests/unit/test_fsdp_pipeline.py runs them for pp 2-16, v
+1-12 and up to 12 rounds): a rank gathers its stages U times per schedule, U = v for v <= 3, else
+U = 2 (v - 3) R + 3 + 2 [R > 1] (1 + [interleaved 1F1B]) with R = max(1, floor(m_s / pp)) rounds
+of m_s micro-batches (torch's number_of_rounds; the +2 of interleaved 1F1B is its first pp / 2
+ranks', rank 0's: the ledger's and the larger). The U - v gathers again (`regathers`) are issued
+ahead of the compute that needs them and hide behind every micro-batch's forward and backward
+with overlap_param_gather; memory holds 3 of the v stages gathered. Memory: perfmodel.step.memory.
 The sync's memory passes run on the compute stream and never hide: DDP copies the gradients into its
 flat buckets, scales them and copies them back (PyTorch DDP's default, without
 gradient_as_bucket_view); FSDP2 copies a unit's shard into the all-gather buffer and the gathered
@@ -83,7 +95,7 @@ from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import memory as M
 from perfmodel.costs import mla as MLA
-from perfmodel.costs.lattice import lmax
+from perfmodel.costs.lattice import applied, lmax, lmin
 from perfmodel.step import fp8 as FP8
 from perfmodel.step import pipeline as PP
 from perfmodel.step.collective import Collective
@@ -92,6 +104,7 @@ from perfmodel.step.context import Context, active
 from perfmodel.step.parameters import Parameters
 
 FSDP_GATHERS_PER_MICRO_BATCH = 2  # a unit's weights, gathered for its forward and its backward
+MAX_GATHERED_STAGES = 3  # torch.distributed.pipelining's max_active_stages under FSDP (module doc)
 DDP_GRADIENT_PASSES = 6  # into the bucket, scaled, back: 3 reads and 3 writes of the gradients
 FP32_GRAD = 4  # FSDP2's unsharded gradients accumulate in fp32, its reduce dtype (step.memory)
 SYNC = "data_parallel/sync"
@@ -118,6 +131,41 @@ def reductions_per_step(c: Context) -> sp.Expr:
     where deferred (ZeRO 1-2: one, their hooks', fsdp_hooked_units)."""
     zero3 = c.zero3 * (1 - deferred(c))
     return zero3 * c.m + 1 - zero3
+
+
+def _rounds(c: Context) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """([v > 3], R, [R > 1]): whether a rank has more stages than torch keeps gathered, and the
+    rounds of a pipeline schedule, R = max(1, floor(m_s / pp)) (module doc)."""
+    over = lmin(1, lmax(0, S.v - MAX_GATHERED_STAGES))
+    rounds = lmax(1, applied(sp.floor, c.m / (PP.flushes(c) * S.pp)))
+    return over, rounds, lmin(1, lmax(0, rounds - 1))
+
+
+def schedule_gathers(c: Context) -> sp.Expr:
+    """Gathers of a rank's stages per pipeline schedule under torch's pipelining with FSDP, U
+    (module doc): v for v <= 3 stages a rank, else 2 (v - 3) R + 3 + 2 [R > 1] (1 +
+    [interleaved 1F1B]), rank 0's."""
+    over, rounds, more = _rounds(c)
+    again = 2 * (S.v - MAX_GATHERED_STAGES) * rounds + 3 + 2 * more * (2 - c.zero_bubble)
+    return over * again + (1 - over) * S.v
+
+
+def first_stage_gathers(c: Context) -> sp.Expr:
+    """Gathers per pipeline schedule of rank 0's first stage (the one holding the embedding, the
+    root unit's), counted on torch's action lists as schedule_gathers: 1 for v <= 3, else 2 +
+    [R > 1] R (interleaved zero bubble at v = 4: 2 + [R > 1])."""
+    over, rounds, more = _rounds(c)
+    four = c.zero_bubble * (over - lmin(1, lmax(0, S.v - MAX_GATHERED_STAGES - 1)))  # zb, v = 4
+    return over * (2 + more * (rounds - four * (rounds - 1))) + 1 - over
+
+
+def regathers(c: Context, root: bool = False) -> sp.Expr:
+    """Gathers of each ZeRO 3 unit per step beyond its first in each pipeline schedule: a rank
+    with more than 3 stages gathers them again within the schedule (a layer's unit
+    schedule_gathers / v - 1 on average, the root's first_stage_gathers - 1; module doc), else
+    none."""
+    gathers = first_stage_gathers(c) if root else schedule_gathers(c) / S.v
+    return stage_resident(c) * PP.flushes(c) * (gathers - 1)
 
 
 def unit_syncs(c: Context) -> tuple[sp.Expr, sp.Expr]:
@@ -312,11 +360,13 @@ def sync_collectives(c: Context, params: Parameters,
     for u in units:  # the ledger's calls rank 0's, the time the stage's with the most
         prefix = "edp" if u.axis == "edp" else "dp"
         # (under a pipeline each unit gathered and reduced once per pipeline schedule:
-        # stage_resident)
+        # stage_resident; gathered again with more than 3 stages a rank: regathers)
         for op, name, nbytes, per_micro_batch, phase in (
                 ("all_gather", "all_gather", S.wbytes,
                  FSDP_GATHERS_PER_MICRO_BATCH * (1 - resident), "fwd+bwd"),
                 ("all_gather", "all_gather_once", S.wbytes, gathered, "step"),
+                ("all_gather", "all_gather_again", S.wbytes, regathers(c, u.name == "root"),
+                 "step"),
                 ("reduce_scatter", "reduce_scatter", S.gbytes, reduced, "step")):
             out.append(Collective(
                 name=f"{prefix}/fsdp_{u.name}/{name}", op=op, axis=u.axis,
@@ -395,7 +445,8 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
         + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
         + z3 * sum((u.most * u.elements
                     * (fsdp_copy_passes(c, u.ranks)
-                       * ((FSDP_GATHERS_PER_MICRO_BATCH * m * (1 - resident) + gathered)
+                       * ((FSDP_GATHERS_PER_MICRO_BATCH * m * (1 - resident) + gathered
+                           + regathers(c, u.name == "root"))
                           * S.wbytes + reduced * S.gbytes)
                        + active(u.ranks) * accumulated)
                     for u in units), ZERO)
@@ -407,7 +458,9 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     fsdp = [f"{'edp' if u.axis == 'edp' else 'dp'}/fsdp_{u.name}" for u in units]
     fsdp_grads = tuple(f"{name}/reduce_scatter" for name in fsdp)
     param_gathers = ("dp/all_gather",) + (("edp/all_gather",) if c.fam.moe else ())
-    gathers = tuple(f"{name}/all_gather" for name in fsdp)
+    # (the gathers of each micro-batch without a pipeline; with one, the stages gathered again,
+    # issued ahead of the compute that needs them: regathers)
+    gathers = tuple(f"{name}/{op}" for name in fsdp for op in ("all_gather", "all_gather_again"))
     gathered_once = tuple(f"{name}/all_gather_once" for name in fsdp)
     overlaps = (
         Overlap("the last micro-batch's backward", backward_s, c.overlap_grad_sync,

@@ -17,7 +17,9 @@
                      root unit (embedding, final norm, output layer) gathered through the forward
                      to the loss, where memory peaks (torchtitan apply_fsdp: fully_shard(model),
                      the root, reshard_after_forward only after the forward); under a pipeline
-                     (pp > 1) the stage's whole parameters, gathered through the step, and its
+                     (pp > 1) the stage's whole parameters, gathered through the step (with
+                     more than 3 stages a rank 3 / v of them and the root: torch keeps 3
+                     gathered, data_parallel.regathers), and its
                      gradients unsharded (perfmodel.step.data_parallel, stage_resident: FSDP2
                      under torch.distributed.pipelining as torchtitan runs it); without a
                      pipeline, where FSDP defers its reduction to the last micro-batch
@@ -232,10 +234,12 @@ def memory_terms(c: Context, params: Parameters,
             * (1 + (S.D_mtp if c.fam.mtp else 0))
         root = has_embed * (params.embedding["sharded"] / tp + params.embedding["replicated"]) \
             + has_head * (params.final_norm + (1 - c.tied * has_embed) * V * h / tp)
-        # (under a pipeline the stage's units stay gathered through the step: stage_resident)
+        # (under a pipeline the stage's units stay gathered through the step, at most 3 of a
+        # rank's v stages at a time, the root's among them: stage_resident, regathers)
+        kept = lmin(1, DP.MAX_GATHERED_STAGES / S.v)
         mem["buffers/zero3_gather"] = c.zero3 * S.wbytes * (
             (1 - resident) * (ZERO3_GATHERED_LAYERS * gathered_layer + root)
-            + resident * params.per_stage[st])
+            + resident * (kept * (params.per_stage[st] - root) + root))
         if c.fam.fp8:  # allocated once and kept: not in the allocator's churn below
             mem.update(FP8.memory_terms(c, st, has_head))
         # the tensors allocated and freed every step (the model states sit in buffers allocated

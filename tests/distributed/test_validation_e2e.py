@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -261,6 +262,23 @@ def test_fsdp_in_a_pipeline_gathers_each_unit_once_a_step(tmp_path):
     scatters = [n for (op, _), n in dp.items() if op == "reduce_scatter"]
     # rank 0's units: its 2 layers (one size, 2 calls) and its root (embedding, positions)
     assert sorted(gathers) == [1, 2] and sorted(scatters) == [1, 2]
+
+
+def test_fsdp_over_4_stages_a_rank_gathers_them_again_as_predicted(tmp_path):
+    """ZeRO 3 on 2 ranks of 4 stages each (an 8-layer tiny-gpt), 2 replicas, 4 micro-batches in
+    2 rounds of interleaved 1F1B: torch's pipelining keeps 3 of a rank's stages gathered and
+    gathers the others again, rank 0's 4 stages 11 times (4, 3, 3, 1), its first stage, the
+    embedding's, 4 (perfmodel.step.data_parallel.schedule_gathers)."""
+    model = replace(load_model(MODEL), layers=8)
+    plan = Plan(dtype="fp32", gpus=4, dp=2, pp=2, zero=3, micro_batch=1, global_batch=8,
+                schedule="interleaved", virtual_stages=4).check(model)
+    report = run.validate(model, load_hardware(HARDWARE), plan,
+                          run.RunSettings(nprocs=4, steps=2, warmup=1), tmp_path / "run")
+    _assert_measured(report, 4)
+    rows = report["collectives_vs_ledger"]["rows"]
+    assert report["collectives_vs_ledger"]["agree"], rows
+    gathers = sorted(r["job_count"] for r in rows if r["axis"] == "dp" and r["op"] == "all_gather")
+    assert gathers == [4, 11]  # the root (rank 0's embedding) and its 4 layers, one a stage
 
 
 def test_an_uneven_pipeline_split_runs_as_predicted(tmp_path):

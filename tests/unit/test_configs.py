@@ -25,7 +25,7 @@ from perfmodel.configs.torchtitan import (
     torchtitan_toml,
 )
 from perfmodel.errors import PlanError, SpecError
-from perfmodel.predict import parameter_count
+from perfmodel.predict import comm_ledger, parameter_count
 from perfmodel.specs.model import load_model
 from perfmodel.strategy import plan_from_dict
 from tests.unit.test_json_schemas import check
@@ -326,9 +326,13 @@ def test_torchtitan_json_dump_with_interleaved_pipeline():
     assert (plan["dp"], plan["zero"], plan["micro_batch"], plan["global_batch"]) == (8, 3, 1, 64)
     # local batch 8 / micro-batch 1
     assert plan_from_dict({**plan, "zero": 1}).num_micro_batches == 8
-    # FSDP over 4 stages a rank: torch keeps 3 gathered and gathers the 4th again (not modelled)
-    with pytest.raises(PlanError, match="up to 3 virtual_stages, got 4"):
-        plan_from_dict({**plan})
+    # FSDP over 4 stages a rank: torch keeps 3 gathered and gathers the others again, 8
+    # micro-batches in 4 rounds of pp: 2 x 1 x 4 + 3 + 2 x 2 = 15 gathers of rank 0's 4 stages
+    # (perfmodel.step.data_parallel.schedule_gathers), 4 layers each
+    ledger = {r["name"]: r["calls"] for r in comm_ledger(spec, plan_from_dict(plan),
+                                                         load_hardware("dgx-h100"))}
+    assert ledger["dp/fsdp_layer/all_gather_once"] == 16
+    assert ledger["dp/fsdp_layer/all_gather_again"] == (15 - 4) * 4
 
 
 def test_torchtitan_uneven_stages_and_tp_without_fsdp(tmp_path):
@@ -891,9 +895,13 @@ def test_automodel_recipe_with_pipeline_parallelism(tmp_path):
     assert (plan["pp"], plan["dp"], plan["schedule"], plan["virtual_stages"],
             plan["micro_batch"]) == (4, 64, "interleaved", 7, 1)
     assert plan["pipeline_layout"] == "|".join(["Ettt"] + ["ttt"] * 4 + ["tt"] * 22 + ["ttL"])
-    # FSDP2 over 7 stages a rank: torch's pipelining keeps 3 gathered (not modelled)
-    with pytest.raises(PlanError, match="up to 3 virtual_stages, got 7"):
-        Plan(**plan)
+    # FSDP2 over 7 stages a rank: torch's pipelining keeps 3 gathered, the others gathered
+    # again (perfmodel.step.data_parallel.regathers), and 3 of 7 stages' weights held
+    result = predict(spec, load_hardware("dgx-h100"), Plan(**plan))
+    assert result.step_time_s > 0
+    ledger = {r["name"]: r["calls"] for r in comm_ledger(spec, Plan(**plan),
+                                                         load_hardware("dgx-h100"))}
+    assert ledger["dp/fsdp_root/all_gather_again"] > 0
 
 
 def test_automodel_splits_the_layers_of_a_model_given_by_model(tmp_path):

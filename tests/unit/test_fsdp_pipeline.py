@@ -8,6 +8,7 @@ held against the ledger in tests/distributed/test_validation_e2e.py."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -253,3 +254,64 @@ def test_deferred_experts_left_whole_keep_their_gradient_dtype():
     router = 32 * 8 * 4096 * (4 - 2 / 8)  # 8 more experts' router rows, 32 layers
     assert added(16) == pytest.approx(added(8) + router, rel=1e-6)
 
+
+
+def _torch_unshards(schedule: str, pp: int, v: int, m: int) -> list[int]:
+    """Rank 0's gathers of each of its v stages in one schedule, as torch 2.13 lowers it
+    (torch/distributed/pipelining/schedules.py: the schedule's own action list of rank 0, then
+    _add_unshard_reshard, max_active_stages 3): no process group or model is needed."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    cls = {"interleaved": schedules.ScheduleInterleaved1F1B,
+           "zb": schedules.ScheduleInterleavedZeroBubble}[schedule]
+    rounds = max(1, m // pp)
+    state = SimpleNamespace(n_local_stages=v, pp_group_size=pp, _n_microbatches=m, rank=0,
+                            number_of_rounds=rounds, microbatches_per_round=m // rounds)
+    actions = schedules._add_unshard_reshard(cls._calculate_single_rank_operations(state, 0))
+    gathered = Counter(a.stage_index for a in actions
+                       if a.computation_type == schedules.UNSHARD)
+    return [gathered[k * pp] for k in range(v)]  # rank 0's stages: 0, pp, 2 pp, ...
+
+
+@pytest.mark.parametrize("schedule, pp, v, m", [
+    ("interleaved", 2, 2, 4), ("interleaved", 2, 3, 6), ("interleaved", 2, 4, 2),
+    ("interleaved", 2, 4, 8), ("interleaved", 4, 5, 12), ("interleaved", 2, 7, 16),
+    ("interleaved", 4, 8, 4), ("zb", 2, 4, 2), ("zb", 2, 4, 6), ("zb", 4, 5, 8),
+    ("zb", 2, 6, 10), ("zb", 3, 8, 9),
+])
+def test_a_rank_of_more_than_3_stages_gathers_them_as_torch_does(schedule, pp, v, m):
+    """torch's pipelining keeps at most 3 of a rank's FSDP stages gathered and gathers the
+    others again (perfmodel.step.data_parallel.schedule_gathers): rank 0's ledger against the
+    gathers torch's own lowering issues, one layer a stage (each layer unit gathered as often
+    as its stage) and the root unit with rank 0's first stage."""
+    model = replace(load_model("tiny-gpt"), layers=pp * v)
+    plan = Plan(gpus=2 * pp, dp=2, pp=pp, zero=3, micro_batch=1, global_batch=2 * m,
+                schedule=schedule, virtual_stages=v)
+    ledger = {r["name"]: r["calls"] for r in comm_ledger(model, plan, HW)}
+    torch_counts = _torch_unshards(schedule, pp, v, m)
+    layer = ledger["dp/fsdp_layer/all_gather_once"] \
+        + ledger.get("dp/fsdp_layer/all_gather_again", 0)
+    root = ledger["dp/fsdp_root/all_gather_once"] + ledger.get("dp/fsdp_root/all_gather_again", 0)
+    assert layer == pytest.approx(sum(torch_counts), abs=1e-9)
+    assert root == pytest.approx(torch_counts[0], abs=1e-9)
+    assert (v > 3) == (sum(torch_counts) > v)
+
+
+def test_a_rank_of_more_than_3_stages_holds_3_of_them_gathered():
+    """Llama 3 8B on pp 4 with 8 stages a rank: 3 of the rank's 8 stages' layers gathered at a
+    time, and the root (rank 0's embedding) with them; its gradients stay unsharded (fp32)
+    whole; the gathers again are behind every micro-batch's forward and backward
+    (overlap_param_gather), so they cost less hidden than exposed."""
+    def plan(v: int, **kw: object) -> Plan:
+        return Plan(gpus=32, dp=8, pp=4, zero=3, micro_batch=1, global_batch=64,
+                    schedule="interleaved", virtual_stages=v, **kw)
+
+    two, eight = (predict(MODEL, HW, plan(v)).memory_breakdown_bytes for v in (2, 8))
+    embedding = 128256 * 4096 * 2
+    assert eight["buffers/zero3_gather"] - embedding == pytest.approx(
+        3 / 8 * (two["buffers/zero3_gather"] - embedding), rel=1e-3)
+    assert eight["gradients"] == pytest.approx(two["gradients"], rel=1e-3)
+    on, off = (predict(MODEL, HW, plan(8, overlap_param_gather=flag)) for flag in (True, False))
+    assert on.hidden_s["comm/dp"] > 0 and on.step_time_s < off.step_time_s
