@@ -288,10 +288,50 @@ def cached(name: str, build: Callable[[], str]) -> dict[str, Any]:
         except OutputError:
             pass  # a read-only cache directory only costs speed
         else:
+            _prune(path.parent)
             return _import(path)
     namespace: dict[str, Any] = {}
     exec(compile(source, f"<perfmodel {name}>", "exec"), namespace)  # our own generated code
     return namespace
+
+
+STALE_S = 14 * 86400  # another version's modules unused this long are removed
+_PRUNED: set[Path] = set()  # the cache directories this process has pruned
+
+
+def _prune(root: Path) -> None:
+    """Remove the modules of other versions of perfmodel (another source hash) not used for
+    STALE_S, with their bytecode: each version files its own, so without this the cache would
+    grow with every upgrade. A module's bytecode is touched when imported (_import), so that two
+    versions used side by side (two environments) keep theirs. Runs after a build only (a new
+    version, or a family not seen yet), where listing the directory is a small part of it."""
+    import time
+
+    if root in _PRUNED:  # once a process: a cold search builds several modules
+        return
+    _PRUNED.add(root)
+    now = time.time()
+    current = f"{_source_hash()}-"
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    import importlib.util
+
+    for entry in entries:
+        if entry.name.startswith(current) or not entry.name.endswith(".py"):
+            continue
+        try:
+            if not entry.is_file(follow_symlinks=False) \
+                    or now - entry.stat(follow_symlinks=False).st_mtime < STALE_S:
+                continue
+            bytecode = Path(importlib.util.cache_from_source(entry.path))
+            if bytecode.is_file() and now - bytecode.stat().st_mtime < STALE_S:
+                continue
+            os.unlink(entry.path)
+            bytecode.unlink(missing_ok=True)
+        except OSError:
+            continue  # another process removed it first, or the directory is read-only
 
 
 def _compile_bytecode(path: Path) -> None:
@@ -309,8 +349,14 @@ def _import(path: Path) -> dict[str, Any]:
     """The namespace of the generated module at path (importlib: its bytecode cached)."""
     import importlib.util
 
-    if not os.path.exists(importlib.util.cache_from_source(str(path))):
+    bytecode = importlib.util.cache_from_source(str(path))
+    if not os.path.exists(bytecode):
         _compile_bytecode(path)
+    else:
+        try:  # in use, kept from _prune: the bytecode's mtime is when the module was last used
+            os.utime(bytecode)  # (the source's would make Python recompile it)
+        except OSError:
+            pass
     spec = importlib.util.spec_from_file_location(f"perfmodel_generated_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
