@@ -250,6 +250,8 @@ FLAGS: dict[str, str] = {
                                     "(Megatron-Core), not their outputs at the combine"),
         ("cross_entropy_te", "the loss runs Transformer Engine's fused cross entropy (the "
                              "gradient written in place into the bf16 logits)"),
+        ("cross_entropy_no_upcast", "the loss runs on the logits in their own dtype, without "
+                                    "an fp32 copy"),
         ("stack_compiled", "the layers run compiled (torch.compile)"),
         ("stack_graphs", "the layers run as CUDA graphs"),
         ("kernels_eager", "the element-wise ops run op by op (unfused PyTorch modules)"),

@@ -96,8 +96,9 @@ PLAN = obj({
                       "description": "A mixture of experts' dispatcher: alltoall (NCCL) or deepep "
                                      "(DeepEP/HybridEP); left out: alltoall"},
     "cross_entropy": {"type": "string",
-                      "description": "The loss's kernel: unfused (fp32 logits) or te (Transformer "
-                                     "Engine's fused cross entropy); left out: unfused"},
+                      "description": "The loss's kernel: unfused (fp32 logits), no-upcast (the "
+                                     "same on the logits' own dtype) or te (Transformer Engine's "
+                                     "fused cross entropy); left out: unfused"},
     "expert_weighting": {"type": "string", "enum": ["activation", "output"],
                          "description": "Where a mixture of experts applies its routing weights: "
                                         "in the experts' activation or on their outputs; left "

@@ -207,12 +207,16 @@ class EPDispatcher(StrEnum):
 class CrossEntropy(StrEnum):
     """How the loss runs over the logits (perfmodel.step.memory, .embedding_head): unfused,
     cross entropy on fp32 copies of the logits (Megatron-LM's vocabulary-parallel cross entropy,
-    PyTorch's F.cross_entropy on logits.float()); te, Transformer Engine's fused cross entropy
-    (transformer_engine.pytorch.cross_entropy, Megatron-Core --cross-entropy-loss-fusion
-    --cross-entropy-fusion-impl te): one kernel over the bf16 logits that keeps them for the
-    backward and writes their gradient in place, no fp32 copy."""
+    PyTorch's F.cross_entropy on logits.float()); no-upcast, PyTorch's F.cross_entropy on the
+    logits in their own dtype (bf16), no fp32 copy (NeMo AutoModel's MaskedCrossEntropy with
+    fp32_upcast false; Megatron-Core's vocab_parallel_cross_entropy always upcasts, its
+    fp16_lm_cross_entropy is stored and unused by GPTModel at d98e8a64dd); te, Transformer
+    Engine's fused cross entropy (transformer_engine.pytorch.cross_entropy, Megatron-Core
+    --cross-entropy-loss-fusion --cross-entropy-fusion-impl te): one kernel over the bf16
+    logits that keeps them for the backward and writes their gradient in place, no fp32 copy."""
 
     UNFUSED = "unfused"
+    NO_UPCAST = "no-upcast"
     TE = "te"
 
 

@@ -107,7 +107,8 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
     if plan.cross_entropy.value != "unfused":
         raise PlanError(f"cross_entropy {plan.cross_entropy.value}: the validation job's loss is "
                         "PyTorch's F.cross_entropy on fp32 logits (give cross_entropy unfused; "
-                        "Transformer Engine's kernel runs on NVIDIA GPUs only)")
+                        "Transformer Engine's kernel runs on NVIDIA GPUs only, and a local job "
+                        "runs fp32, where no-upcast changes nothing)")
     if plan.master_weights not in (None, "fp32"):
         raise PlanError(f"master_weights {plan.master_weights}: the validation job's optimizer "
                         "keeps fp32 master weights (give master_weights fp32)")

@@ -184,7 +184,17 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.fix("cross_entropy", "te")
         job.took("loss_fn._target_", target, "cross_entropy te (Transformer Engine's fused "
                                              "cross entropy)")
-    if "fp32_upcast" in loss:
+    if "fp32_upcast" in loss and target.rsplit(".", 1)[-1] == "MaskedCrossEntropy":
+        # components/loss/masked_ce.py: logits.float() only with fp32_upcast (its default, True)
+        upcast = loss["fp32_upcast"]
+        if not isinstance(upcast, bool):
+            raise refuse_plan(where, "loss_fn.fp32_upcast", upcast, "true or false")
+        if not upcast:
+            job.fix("cross_entropy", "no-upcast")
+        job.took("loss_fn.fp32_upcast", upcast,
+                 "cross_entropy unfused (fp32 logits)" if upcast else
+                 "cross_entropy no-upcast (F.cross_entropy on the bf16 logits, no fp32 copy)")
+    elif "fp32_upcast" in loss:
         job.skipped("loss_fn.fp32_upcast", loss["fp32_upcast"],
                     "the loss's own buffers (perfmodel counts fp32 logits)")
 

@@ -380,9 +380,10 @@ TE_CROSS_ENTROPY_PASSES = 2
 
 
 def cross_entropy_bytes(T: sp.Expr, V: sp.Expr, tp: sp.Expr, te: sp.Expr | int = 0,
-                        e: sp.Expr | int = 2) -> sp.Expr:
+                        e: sp.Expr | int = 2, no_upcast: sp.Expr | int = 0) -> sp.Expr:
     """The loss's forward bytes: vocabulary-parallel cross entropy reads the logits, writes fp32
-    softmax, reads it back: ~3 passes over T*V/tp fp32 values; with Transformer Engine's fused
-    kernel (te = 1) 2 passes over the e-byte logits."""
+    softmax, reads it back: ~3 passes over T*V/tp fp32 values (e-byte ones where it does not
+    upcast them: no_upcast = 1); with Transformer Engine's fused kernel (te = 1) 2 passes over
+    the e-byte logits."""
     return either(te, TE_CROSS_ENTROPY_PASSES * e * T * V / tp,
-                  CROSS_ENTROPY_PASSES * FP32_BYTES * T * V / tp)
+                  CROSS_ENTROPY_PASSES * either(no_upcast, e, FP32_BYTES) * T * V / tp)

@@ -125,6 +125,7 @@ class Context:
     # (Inductor); neither: fused (Megatron-Core / Transformer Engine)
     eager_kernels: sp.Expr
     te_loss: sp.Expr  # 1: Transformer Engine's fused cross entropy (Plan.cross_entropy te)
+    loss_no_upcast: sp.Expr  # 1: the loss on the logits' own dtype (Plan.cross_entropy no-upcast)
     # 1: the routing weights scale the experts' activation (Plan.expert_weighting activation)
     weighted_activation: sp.Expr
     compiled_kernels: sp.Expr
@@ -265,6 +266,8 @@ class Context:
             eager_kernels=flag(_option(fam, "kernels", "eager"), "kernels_eager"),
             compiled_kernels=flag(_option(fam, "kernels", "compiled"), "kernels_compiled"),
             te_loss=flag(_option(fam, "cross_entropy", "te"), "cross_entropy_te"),
+            loss_no_upcast=flag(_option(fam, "cross_entropy", "no-upcast"),
+                                "cross_entropy_no_upcast"),
             weighted_activation=flag(_option(fam, "expert_weighting", "activation"),
                                      "moe_weighted_activation"),
             asynchronous=fam.asynchronous,

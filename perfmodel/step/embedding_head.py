@@ -37,7 +37,8 @@ def output_forward_s(c: Context) -> sp.Expr:
         gemm = K.gemm_time(logits, S.e8, c.linear, output_bytes_per_element=S.e)
     else:
         gemm = K.gemm_time(logits, S.e, c.dev)
-    return gemm + K.memory_time(K.cross_entropy_bytes(c.T, S.V, S.tp, c.te_loss, S.e), c.dev)
+    return gemm + K.memory_time(K.cross_entropy_bytes(c.T, S.V, S.tp, c.te_loss, S.e,
+                                                      c.loss_no_upcast), c.dev)
 
 
 def output_fp8_casts(c: Context) -> tuple[sp.Expr, sp.Expr] | None:

@@ -225,8 +225,11 @@ def memory_terms(c: Context, params: Parameters,
         # fp32 logits (two of each, as the first step model counted them, 88e7cc9; eager
         # kernels three fp32 logits: LOSS_LOGITS_EAGER), or with Transformer Engine's fused
         # cross entropy the bf16 logits alone (they hold their gradient: LOSS_LOGITS_TE)
-        fp32_loss = (LOSS_LOGITS + (LOSS_LOGITS_EAGER - LOSS_LOGITS) * c.eager_kernels) \
-            * FP32_BYTES * T * V / tp
+        # (PyTorch's F.cross_entropy on the logits' own dtype, no-upcast: its three copies in
+        # that dtype, whatever the other kernels)
+        fp32_loss = either(c.loss_no_upcast, LOSS_LOGITS_EAGER * e,
+                           (LOSS_LOGITS + (LOSS_LOGITS_EAGER - LOSS_LOGITS) * c.eager_kernels)
+                           * FP32_BYTES) * T * V / tp
         loss = either(c.te_loss, LOSS_LOGITS_TE * e * T * V / tp, fp32_loss)
         mem["activations/embedding_output"] = \
             has_embed * c.dropout * MASK_BYTES * T * h / c.act_ranks * stage_inflight \

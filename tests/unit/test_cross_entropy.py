@@ -1,7 +1,10 @@
 """The loss's kernel (Plan.cross_entropy): Transformer Engine's fused cross entropy keeps the bf16
 logits, which hold their gradient (transformer_engine/pytorch/cross_entropy.py at 02965d2), where
 the unfused loss keeps two fp32 copies (perfmodel.step.memory.LOSS_LOGITS); its kernel passes
-twice over the bf16 logits where the unfused one passes three times over fp32 values."""
+twice over the bf16 logits where the unfused one passes three times over fp32 values. PyTorch's
+F.cross_entropy on the bf16 logits without an upcast (no-upcast: NeMo AutoModel's
+MaskedCrossEntropy with fp32_upcast false) keeps three bf16 copies (counted op by op in
+tests/unit/test_loss_memory.py) and passes three times over bf16 values."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import pytest
 
 from perfmodel import PlanError, load_hardware, load_model, predict
 from perfmodel.costs.compute import CROSS_ENTROPY_PASSES, TE_CROSS_ENTROPY_PASSES
-from perfmodel.step.memory import LOSS_LOGITS, LOSS_LOGITS_TE
+from perfmodel.step.memory import LOSS_LOGITS, LOSS_LOGITS_EAGER, LOSS_LOGITS_TE
 from perfmodel.strategy import Plan
 
 HW = "dgx-h100"
@@ -49,6 +52,23 @@ def test_te_passes_twice_over_the_bf16_logits():
                                                                              rel=1e-9)
 
 
+@pytest.mark.parametrize("kernels", ["fused", "eager"])
+def test_no_upcast_keeps_three_bf16_copies_whatever_the_kernels(kernels):
+    model, hw = load_model("llama3-8b"), load_hardware(HW)
+    plan = dict(gpus=8, dp=8, micro_batch=1, global_batch=8, kernels=kernels)
+    unfused = predict(model, hw, Plan(**plan))
+    low = predict(model, hw, Plan(**plan, cross_entropy="no-upcast"))
+    per_copy = model.seq_len * model.vocab
+    key = "activations/embedding_output"
+    copies = LOSS_LOGITS_EAGER if kernels == "eager" else LOSS_LOGITS
+    assert unfused.memory_breakdown_bytes[key] - low.memory_breakdown_bytes[key] == \
+        pytest.approx((copies * 4 - LOSS_LOGITS_EAGER * 2) * per_copy, rel=1e-9)
+    bandwidth = hw.memory_bandwidth_bytes_per_s * hw.memory_bandwidth_efficiency
+    fewer = CROSS_ENTROPY_PASSES * (4 - 2) * per_copy / bandwidth
+    key = "compute/forward/embedding_logits"
+    assert unfused.breakdown_s[key] - low.breakdown_s[key] == pytest.approx(fewer, rel=1e-9)
+
+
 def test_a_search_takes_the_loss_kernel_for_every_plan_and_agrees_with_predict():
     from perfmodel.recommend import recommend
     from perfmodel.search import SearchRequest
@@ -67,7 +87,7 @@ def test_plans_write_and_refuse_the_option():
     assert "cross_entropy" not in Plan(gpus=8, dp=8, global_batch=8).to_dict()
     assert Plan(gpus=8, dp=8, global_batch=8,
                 cross_entropy="te").to_dict()["cross_entropy"] == "te"
-    with pytest.raises(PlanError, match="cross_entropy must be one of unfused, te"):
+    with pytest.raises(PlanError, match="cross_entropy must be one of unfused, no-upcast, te"):
         Plan(gpus=8, dp=8, global_batch=8, cross_entropy="liger")
 
 
@@ -101,6 +121,12 @@ def test_the_cli_and_the_config_readers_take_the_loss_kernel(run_cli, tmp_path):
                     "--gpus", "8", "--emit-config", "torchtitan", tmp_path / "titan")
     assert titan.returncode != 0 and "cross_entropy te" in titan.stderr
     assert "Traceback" not in titan.stderr
+    for fmt in ("megatron", "torchtitan"):  # both stacks' losses upcast the logits
+        low = run_cli("recommend", "--model", "llama3-8b", "--hardware", HW, "--gpus", "8",
+                      "--global-batch", "8", "--cross-entropy", "no-upcast", "--emit-config",
+                      fmt, tmp_path / f"low-{fmt}")
+        assert low.returncode != 0 and "cross_entropy no-upcast" in low.stderr, fmt
+        assert "Traceback" not in low.stderr
 
 
 def test_bridge_and_automodel_configs_give_the_loss_kernel(tmp_path):
@@ -116,13 +142,22 @@ def test_bridge_and_automodel_configs_give_the_loss_kernel(tmp_path):
     assert "cross_entropy" not in read_config(ROOT / "tests/data/configs/bridge_llama3_8b.yaml"
                                               ).plan
     recipe = (ROOT / "tests/data/configs/automodel_qwen3_30b_a3b.yaml").read_text()
-    assert read_config(ROOT / "tests/data/configs/automodel_qwen3_30b_a3b.yaml"
-                       ).plan.get("cross_entropy") is None
     te = tmp_path / "automodel.yaml"
     te.write_text(recipe.replace("nemo_automodel.components.loss.masked_ce.MaskedCrossEntropy",
                                  "nemo_automodel.components.loss.te_parallel_ce."
                                  "TEParallelCrossEntropy"))
     assert read_config(te).plan["cross_entropy"] == "te"
+    # the recipe's MaskedCrossEntropy with fp32_upcast false: the bf16 logits as they are
+    assert "fp32_upcast: false" in recipe
+    job = read_config(ROOT / "tests/data/configs/automodel_qwen3_30b_a3b.yaml")
+    assert job.plan["cross_entropy"] == "no-upcast"
+    upcast = tmp_path / "upcast.yaml"
+    upcast.write_text(recipe.replace("fp32_upcast: false", "fp32_upcast: true"))
+    assert read_config(upcast).plan.get("cross_entropy") is None
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(recipe.replace("fp32_upcast: false", "fp32_upcast: sometimes"))
+    with pytest.raises(PlanError, match="loss_fn.fp32_upcast"):
+        read_config(bad)
 
 
 def test_validation_refuses_transformer_engines_loss():

@@ -64,3 +64,25 @@ def test_the_eager_loss_holds_three_fp32_logits_at_the_backward():
     assert (mem.peak - before) / fp32_logits == pytest.approx(LOSS_LOGITS_EAGER - 1, abs=0.05)
     # what is live before the backward: the saved log_softmax output, one of the three
     assert before / fp32_logits == pytest.approx(1, abs=0.05)
+
+
+def test_the_loss_without_an_upcast_holds_three_bf16_logits_at_the_backward():
+    """NeMo AutoModel's MaskedCrossEntropy with fp32_upcast false (F.cross_entropy on the bf16
+    logits as they are: Plan.cross_entropy no-upcast): the same three buffers, in bf16, however
+    the rest of the model's kernels run."""
+    import torch.nn.functional as F
+
+    tokens, vocab, hidden = 1024, 8192, 16
+    x = torch.randn(1, tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(vocab, hidden, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, vocab, (tokens,))
+    bf16_logits = 2 * tokens * vocab
+    with LiveBytes() as mem:
+        logits = (x @ w.t()).view(-1, vocab)
+        loss = F.cross_entropy(logits, target, reduction="sum")
+        del logits
+        before = mem.live
+        mem.peak = before
+        loss.backward()
+    assert (mem.peak - before) / bf16_logits == pytest.approx(LOSS_LOGITS_EAGER - 1, abs=0.05)
+    assert before / bf16_logits == pytest.approx(1, abs=0.05)
