@@ -789,7 +789,8 @@ class Plan:
             "overlap_param_gather": int(self.overlap_param_gather),
             "first_stage_layers": first, "last_stage_layers": last,
             "ep_comm_overlap": int(self.ep_comm_overlap),
-            "pipeline_layout": int(layout is not None)})
+            "pipeline_layout": int(layout is not None),
+            "pipeline_micro_batches": self.pipeline_micro_batches})
 
     def check(self, model: TransformerSpec) -> Plan:
         """The rules that need the model; returns self so calls chain."""
@@ -962,6 +963,13 @@ class PlanColumns:
         return self.global_batch // (self.dp * self.micro_batch)
 
     @functools.cached_property
+    def schedule_micro_batches(self) -> Any:
+        """Micro-batches of one pipeline schedule: Plan.pipeline_micro_batches where the step
+        runs several (never in the search), else the step's."""
+        given = self.columns.get("pipeline_micro_batches", 0)
+        return _where(given > 0, given, self.micro_batches)
+
+    @functools.cached_property
     def grid_q(self) -> Any:
         """The side q of the tensor-parallel grid: tp (1d), sqrt(tp) (2d), sqrt(tp / tp_depth)
         (2.5d), cbrt(tp) (3d); 0 where tp makes no such grid."""
@@ -1129,24 +1137,26 @@ RULES: tuple[Rule, ...] = (
     _rule("schedule pp", lambda c, m: (c.schedule != _INTERLEAVED) | (c.pp >= 2),
           lambda c, m: "schedule interleaved needs pp >= 2"),
     _rule("schedule global_batch dp micro_batch pp",
-          lambda c, m: (c.schedule != _INTERLEAVED) | (c.micro_batches % c.pp == 0),
+          lambda c, m: (c.schedule != _INTERLEAVED) | (c.schedule_micro_batches % c.pp == 0),
           lambda c, m: f"schedule interleaved needs the number of micro-batches "
-                       f"({c.micro_batches}) to be a multiple of pp ({c.pp})"),
+                       f"({c.schedule_micro_batches}) to be a multiple of pp ({c.pp})"),
     _rule("schedule pp", lambda c, m: (c.schedule < _ZB) | (c.pp >= 2),
           lambda c, m: f"schedule {c.name(SCHEDULES, 'schedule')} needs pp >= 2"),
     _rule("schedule virtual_stages", lambda c, m: (c.schedule != _ZBV) | (c.virtual_stages == 2),
           lambda c, m: "schedule zbv needs virtual_stages = 2 (two chunks per GPU, V-shape)"),
     _rule("schedule global_batch dp micro_batch pp",
-          lambda c, m: (c.schedule < _ZB) | (c.micro_batches >= c.pp),
+          lambda c, m: (c.schedule < _ZB) | (c.schedule_micro_batches >= c.pp),
           lambda c, m: f"schedule {c.name(SCHEDULES, 'schedule')} needs at least pp ({c.pp}) "
-                       f"micro-batches, got {c.micro_batches}"),
-    # torch's ScheduleInterleavedZeroBubble runs m in max(1, m // pp) rounds of equal size
+                       f"micro-batches, got {c.schedule_micro_batches}"),
+    # torch's ScheduleInterleavedZeroBubble runs m in max(1, m // pp) rounds of equal size (m:
+    # one schedule's micro-batches, schedule_micro_batches)
     _rule("schedule global_batch dp micro_batch pp",
           lambda c, m: (c.schedule != _ZB)
-          | (c.micro_batches % _nonzero(c.micro_batches // c.pp) == 0),
+          | (c.schedule_micro_batches % _nonzero(c.schedule_micro_batches // c.pp) == 0),
           lambda c, m: f"schedule zb runs the micro-batches in rounds of equal size "
-                       f"(torch's ScheduleInterleavedZeroBubble): {c.micro_batches} is not a "
-                       f"multiple of {max(1, c.micro_batches // c.pp)} rounds"),
+                       f"(torch's ScheduleInterleavedZeroBubble): {c.schedule_micro_batches} "
+                       f"is not a multiple of {max(1, c.schedule_micro_batches // c.pp)} "
+                       "rounds"),
     _rule("schedule virtual_stages",
           lambda c, m: (c.schedule == _INTERLEAVED) | (c.schedule >= _ZB) | (c.virtual_stages == 1),
           lambda c, m: f"virtual_stages > 1 needs schedule interleaved, zb or zbv, got schedule "

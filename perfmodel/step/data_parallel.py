@@ -159,13 +159,60 @@ def first_stage_gathers(c: Context) -> sp.Expr:
     return over * (2 + more * (rounds - four * (rounds - 1))) + 1 - over
 
 
-def regathers(c: Context, root: bool = False) -> sp.Expr:
-    """Gathers of each ZeRO 3 unit per step beyond its first in each pipeline schedule: a rank
-    with more than 3 stages gathers them again within the schedule (a layer's unit
-    schedule_gathers / v - 1 on average, the root's first_stage_gathers - 1; module doc), else
-    none."""
-    gathers = first_stage_gathers(c) if root else schedule_gathers(c) / S.v
-    return stage_resident(c) * PP.flushes(c) * (gathers - 1)
+def root_chunk(c: Context, st: str) -> tuple[sp.Expr, sp.Expr]:
+    """(layers, dense layers) of the stage (virtual chunk) of st's rank that holds its root
+    unit: rank 0's first (the embedding's), the last rank's last (the output layer's), a middle
+    rank's any (n / v layers, no dense one). Its layers: a pipeline layout's (Family.end_chunks),
+    else the rank's over v; a mixture of experts' dense layers i among them where i falls in
+    it (the first chunk's i < its layers, the last's i >= L less them; Family.moe_dense_layers),
+    every layer without experts."""
+    n = c.stage_layers[st]
+    ends = dict(zip(("first", "middle", "last"), c.fam.end_chunks or (), strict=False))
+    chunk: sp.Expr = n / S.v
+    if st in ends and ends[st][2]:
+        chunk = sp.Integer(ends[st][0] if st == "first" else ends[st][1])
+    if not c.fam.moe:
+        return chunk, chunk
+    if st == "first":
+        dense = sum((lmin(1, lmax(0, chunk - i)) for i in c.fam.moe_dense_layers), ZERO)
+    elif st == "last":
+        dense = sum((lmin(1, lmax(0, i + 1 - (S.L - chunk))) for i in c.fam.moe_dense_layers),
+                    ZERO)
+    else:
+        dense = ZERO
+    return chunk, dense
+
+
+def _again(c: Context, units: sp.Expr, in_root_chunk: sp.Expr, root_gathers: sp.Expr
+           ) -> sp.Expr:
+    """Gathers again per schedule of `units` units of one kind on a rank, `in_root_chunk` of
+    them in the stage that holds its root (gathered root_gathers times a schedule), the others
+    over its v - 1 other stages, which share the rest of schedule_gathers (module doc)."""
+    over = _rounds(c)[0]
+    others = (schedule_gathers(c) - root_gathers) / lmax(1, S.v - 1)
+    return over * (in_root_chunk * (root_gathers - 1) + (units - in_root_chunk) * (others - 1))
+
+
+def regathers(c: Context, u: FsdpUnit, time: bool = False) -> sp.Expr:
+    """Gathers of the unit kind u on a rank per step beyond each unit's first in each pipeline
+    schedule: with more than 3 stages a rank, torch gathers them again within the schedule
+    (module doc), else none. Rank 0's (the ledger's: its first stage, the embedding's, gathered
+    first_stage_gathers times), or for the time the stage with the most units of the kind (the
+    root's: the larger of rank 0's first stage's and the last rank's last stage's, which is
+    gathered R times)."""
+    resident = stage_resident(c) * PP.flushes(c)
+    if u.name == "root":  # one a stage
+        gathers = first_stage_gathers(c)
+        if time:
+            over, rounds, _ = _rounds(c)
+            gathers = lmax(gathers, over * rounds + 1 - over)
+        return resident * (gathers - 1) * (u.most if time else u.count)
+    layers, dense = root_chunk(c, "first")
+    in_chunk = {"layer": dense, "moe_layer": layers - dense,
+                "experts": (layers - dense) * expert_sync_apart(c) if c.fam.moe else ZERO,
+                "mtp": ZERO}[u.name]
+    units = u.most if time else u.count
+    return resident * _again(c, units, in_chunk, first_stage_gathers(c))
 
 
 def unit_syncs(c: Context) -> tuple[sp.Expr, sp.Expr]:
@@ -365,8 +412,6 @@ def sync_collectives(c: Context, params: Parameters,
                 ("all_gather", "all_gather", S.wbytes,
                  FSDP_GATHERS_PER_MICRO_BATCH * (1 - resident), "fwd+bwd"),
                 ("all_gather", "all_gather_once", S.wbytes, gathered, "step"),
-                ("all_gather", "all_gather_again", S.wbytes, regathers(c, u.name == "root"),
-                 "step"),
                 ("reduce_scatter", "reduce_scatter", S.gbytes, reduced, "step")):
             out.append(Collective(
                 name=f"{prefix}/fsdp_{u.name}/{name}", op=op, axis=u.axis,
@@ -374,6 +419,13 @@ def sync_collectives(c: Context, params: Parameters,
                 calls=z3 * per_micro_batch * u.count,
                 transfers=None if u.most == u.count else z3 * per_micro_batch * u.most,
                 phase=phase, in_phase=SYNC, term="comm/dp", fam=c.fam))
+        # gathered again with more than 3 stages a rank (regathers: its calls rank 0's, its
+        # time the stage's with the most)
+        out.append(Collective(
+            name=f"{prefix}/fsdp_{u.name}/all_gather_again", op="all_gather", axis=u.axis,
+            nbytes=S.wbytes * u.ledger_elements, time_nbytes=S.wbytes * u.elements,
+            calls=z3 * regathers(c, u), transfers=z3 * regathers(c, u, time=True),
+            phase="step", in_phase=SYNC, term="comm/dp", fam=c.fam))
     return out
 
 
@@ -445,10 +497,11 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
         + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
         + z3 * sum((u.most * u.elements
                     * (fsdp_copy_passes(c, u.ranks)
-                       * ((FSDP_GATHERS_PER_MICRO_BATCH * m * (1 - resident) + gathered
-                           + regathers(c, u.name == "root"))
+                       * ((FSDP_GATHERS_PER_MICRO_BATCH * m * (1 - resident) + gathered)
                           * S.wbytes + reduced * S.gbytes)
                        + active(u.ranks) * accumulated)
+                    + u.elements * fsdp_copy_passes(c, u.ranks) * S.wbytes
+                    * regathers(c, u, time=True)
                     for u in units), ZERO)
     layers = c.max_stage_layers
     n_units = fsdp_unit_count(units)

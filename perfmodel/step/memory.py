@@ -77,6 +77,21 @@ LOSS_LOGITS_EAGER = 3
 LOSS_LOGITS_TE = 1
 
 
+def gathered_stages(c: Context, params: Parameters, st: str, root: sp.Expr) -> sp.Expr:
+    """The parameters on one GPU of st's rank that FSDP holds gathered under torch's pipelining:
+    all of its stages up to 3 a rank, else the 3 it keeps (_add_unshard_reshard): the stage with
+    its root (the root, and its layers: DP.root_chunk) and two of the others, each the average
+    of the rest (exact for equal stages: 3 / v of the layers)."""
+    layers, dense = DP.root_chunk(c, st)
+    heavy = layers * params.layer_per_gpu
+    if c.fam.moe:
+        heavy = dense * params.layer_per_gpu + (layers - dense) * params.moe_layer_per_gpu
+    over = lmin(1, lmax(0, S.v - DP.MAX_GATHERED_STAGES))
+    rest = params.per_stage[st] - root - heavy
+    kept = root + heavy + (DP.MAX_GATHERED_STAGES - 1) * rest / lmax(1, S.v - 1)
+    return over * kept + (1 - over) * params.per_stage[st]
+
+
 def memory_terms(c: Context, params: Parameters,
                  offloaded: dict[str, sp.Expr] | None = None) -> dict[str, dict[str, sp.Expr]]:
     """stage -> term -> bytes on one GPU of that stage. With activation offloading
@@ -238,11 +253,11 @@ def memory_terms(c: Context, params: Parameters,
         root = has_embed * (params.embedding["sharded"] / tp + params.embedding["replicated"]) \
             + has_head * (params.final_norm + (1 - c.tied * has_embed) * V * h / tp)
         # (under a pipeline the stage's units stay gathered through the step, at most 3 of a
-        # rank's v stages at a time, the root's among them: stage_resident, regathers)
-        kept = lmin(1, DP.MAX_GATHERED_STAGES / S.v)
+        # rank's v stages at a time: the one with its root and two others; stage_resident,
+        # regathers)
         mem["buffers/zero3_gather"] = c.zero3 * S.wbytes * (
             (1 - resident) * (ZERO3_GATHERED_LAYERS * gathered_layer + root)
-            + resident * (kept * (params.per_stage[st] - root) + root))
+            + resident * gathered_stages(c, params, st, root))
         if c.fam.fp8:  # allocated once and kept: not in the allocator's churn below
             mem.update(FP8.memory_terms(c, st, has_head))
         # the tensors allocated and freed every step (the model states sit in buffers allocated

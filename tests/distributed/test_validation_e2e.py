@@ -265,11 +265,13 @@ def test_fsdp_in_a_pipeline_gathers_each_unit_once_a_step(tmp_path):
 
 
 def test_fsdp_over_4_stages_a_rank_gathers_them_again_as_predicted(tmp_path):
-    """ZeRO 3 on 2 ranks of 4 stages each (an 8-layer tiny-gpt), 2 replicas, 4 micro-batches in
-    2 rounds of interleaved 1F1B: torch's pipelining keeps 3 of a rank's stages gathered and
-    gathers the others again, rank 0's 4 stages 11 times (4, 3, 3, 1), its first stage, the
-    embedding's, 4 (perfmodel.step.data_parallel.schedule_gathers)."""
-    model = replace(load_model(MODEL), layers=8)
+    """ZeRO 3 on 2 ranks of 4 stages each (an 8-layer mixture of experts whose first layer is
+    dense), 2 replicas, 4 micro-batches in 2 rounds of interleaved 1F1B: torch's pipelining keeps
+    3 of a rank's stages gathered and gathers the others again, rank 0's 4 stages 11 times (4,
+    3, 3, 1): its first stage, with the embedding and the dense layer, 4 times, its 3 MoE
+    layers' units 7 (perfmodel.step.data_parallel.schedule_gathers, regathers)."""
+    model = replace(load_model(MODEL), layers=8, experts=4, top_k=2, expert_ffn_hidden=128,
+                    moe_first_dense=1)
     plan = Plan(dtype="fp32", gpus=4, dp=2, pp=2, zero=3, micro_batch=1, global_batch=8,
                 schedule="interleaved", virtual_stages=4).check(model)
     report = run.validate(model, load_hardware(HARDWARE), plan,
@@ -278,7 +280,7 @@ def test_fsdp_over_4_stages_a_rank_gathers_them_again_as_predicted(tmp_path):
     rows = report["collectives_vs_ledger"]["rows"]
     assert report["collectives_vs_ledger"]["agree"], rows
     gathers = sorted(r["job_count"] for r in rows if r["axis"] == "dp" and r["op"] == "all_gather")
-    assert gathers == [4, 11]  # the root (rank 0's embedding) and its 4 layers, one a stage
+    assert gathers == [4, 4, 7]  # the root, the dense layer, the MoE layers (one a stage)
 
 
 def test_an_uneven_pipeline_split_runs_as_predicted(tmp_path):

@@ -315,3 +315,27 @@ def test_a_rank_of_more_than_3_stages_holds_3_of_them_gathered():
     assert eight["gradients"] == pytest.approx(two["gradients"], rel=1e-3)
     on, off = (predict(MODEL, HW, plan(8, overlap_param_gather=flag)) for flag in (True, False))
     assert on.hidden_s["comm/dp"] > 0 and on.step_time_s < off.step_time_s
+
+
+@pytest.mark.parametrize("schedule, v, m, per_stage", [
+    ("interleaved", 4, 16, 4), ("interleaved", 8, 8, 2), ("zb", 8, 8, 4), ("zb", 5, 12, 2)])
+def test_a_mixture_of_experts_first_dense_layers_are_gathered_as_torch_does(schedule, v, m,
+                                                                            per_stage):
+    """DeepSeek-V3's first 3 layers are dense: on pp 4 they are rank 0's first stage (with the
+    embedding), which torch gathers more often than the others (2 + R times a schedule), so
+    rank 0's dense units are gathered that often and its MoE layers' units the rest."""
+    model = replace(load_model("deepseek-v3"), layers=4 * v * per_stage, mtp_layers=0)
+    plan = Plan(gpus=256, dp=64, pp=4, ep=64, zero=3, micro_batch=1, global_batch=64 * m,
+                schedule=schedule, virtual_stages=v)
+    ledger = {r["name"]: r["calls"] for r in comm_ledger(model, plan, HW)}
+    counts = _torch_unshards(schedule, 4, v, m)
+    # rank 0's stages k hold layers 4 k per_stage ..: the first 3 dense
+    dense = [min(per_stage, max(0, 3 - k * 4 * per_stage)) for k in range(v)]
+    moe = [per_stage - d for d in dense]
+
+    def total(kind: str) -> float:
+        return sum(ledger.get(f"dp/fsdp_{kind}/all_gather_{w}", 0) for w in ("once", "again"))
+
+    pairs = list(zip(counts, dense, moe, strict=True))
+    assert total("layer") == pytest.approx(sum(c * d for c, d, _ in pairs), abs=1e-9)
+    assert total("moe_layer") == pytest.approx(sum(c * n for c, _, n in pairs), abs=1e-9)

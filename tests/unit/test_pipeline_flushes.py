@@ -51,6 +51,20 @@ def _torchtitan_pp(tmp_path, global_batch):
     return path
 
 
+def test_the_schedule_rules_count_one_schedule_s_micro_batches():
+    """torch's interleaved schedules run each schedule's micro-batches in rounds of pp (1F1B: m
+    a multiple of pp; zero bubble: max(1, m // pp) rounds of equal size): with several schedules
+    a step the rules hold one schedule's, not the step's."""
+    kw = dict(gpus=8, dp=2, pp=4, zero=3, micro_batch=1, schedule="zb", virtual_stages=4)
+    Plan(**kw, global_batch=60, pipeline_micro_batches=10)  # 3 schedules of 2 rounds of 5
+    with pytest.raises(PlanError, match="9 is not a multiple of 2 rounds"):
+        Plan(**kw, global_batch=72, pipeline_micro_batches=9)  # 36 a step would be 9 rounds
+    kw["schedule"] = "interleaved"
+    Plan(**kw, global_batch=48, pipeline_micro_batches=8)
+    with pytest.raises(PlanError, match=r"micro-batches \(6\) to be a multiple of pp"):
+        Plan(**kw, global_batch=48, pipeline_micro_batches=6)  # 24 a step is
+
+
 def test_torchtitan_and_automodel_run_a_schedule_per_accumulation_step(tmp_path):
     """torchtitan's trainer calls pp_schedule.step once per gradient-accumulation step
     (torchtitan/trainer.py, train_step); NeMo AutoModel's recipe likewise."""
