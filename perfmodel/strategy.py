@@ -963,6 +963,17 @@ class PlanColumns:
         return self.global_batch // (self.dp * self.micro_batch)
 
     @functools.cached_property
+    def interleaved_rounds_fit(self) -> Any:
+        """Whether interleaving can run the micro-batches: Megatron's, one schedule a step, a
+        multiple of pp; torch's ScheduleInterleaved1F1B, where a step runs several
+        (Plan.pipeline_micro_batches: torchtitan's, NeMo AutoModel's), max(1, m // pp) rounds
+        of equal size of one schedule's m (torch 2.13 schedules.py)."""
+        m = self.schedule_micro_batches
+        torch_rounds = m % _nonzero(m // self.pp) == 0
+        return _where(self.columns.get("pipeline_micro_batches", 0) > 0, torch_rounds,
+                      self.micro_batches % self.pp == 0)
+
+    @functools.cached_property
     def schedule_micro_batches(self) -> Any:
         """Micro-batches of one pipeline schedule: Plan.pipeline_micro_batches where the step
         runs several (never in the search), else the step's."""
@@ -1137,9 +1148,13 @@ RULES: tuple[Rule, ...] = (
     _rule("schedule pp", lambda c, m: (c.schedule != _INTERLEAVED) | (c.pp >= 2),
           lambda c, m: "schedule interleaved needs pp >= 2"),
     _rule("schedule global_batch dp micro_batch pp",
-          lambda c, m: (c.schedule != _INTERLEAVED) | (c.schedule_micro_batches % c.pp == 0),
+          lambda c, m: (c.schedule != _INTERLEAVED) | c.interleaved_rounds_fit,
           lambda c, m: f"schedule interleaved needs the number of micro-batches "
-                       f"({c.schedule_micro_batches}) to be a multiple of pp ({c.pp})"),
+                       f"({c.micro_batches}) to be a multiple of pp ({c.pp})"
+          if not c.columns.get("pipeline_micro_batches") else
+          f"schedule interleaved runs a schedule's micro-batches in rounds of equal size "
+          f"(torch's ScheduleInterleaved1F1B): {c.schedule_micro_batches} is not a multiple "
+          f"of {max(1, c.schedule_micro_batches // c.pp)} rounds"),
     _rule("schedule pp", lambda c, m: (c.schedule < _ZB) | (c.pp >= 2),
           lambda c, m: f"schedule {c.name(SCHEDULES, 'schedule')} needs pp >= 2"),
     _rule("schedule virtual_stages", lambda c, m: (c.schedule != _ZBV) | (c.virtual_stages == 2),

@@ -52,17 +52,22 @@ def _torchtitan_pp(tmp_path, global_batch):
 
 
 def test_the_schedule_rules_count_one_schedule_s_micro_batches():
-    """torch's interleaved schedules run each schedule's micro-batches in rounds of pp (1F1B: m
-    a multiple of pp; zero bubble: max(1, m // pp) rounds of equal size): with several schedules
-    a step the rules hold one schedule's, not the step's."""
+    """torch's interleaved schedules run each schedule's m micro-batches in max(1, m // pp)
+    rounds of equal size (torch 2.13 schedules.py: ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble): with several schedules a step (torchtitan's, AutoModel's)
+    the rules hold one schedule's m to that; Megatron's interleaving, one schedule a step, needs
+    a multiple of pp."""
     kw = dict(gpus=8, dp=2, pp=4, zero=3, micro_batch=1, schedule="zb", virtual_stages=4)
     Plan(**kw, global_batch=60, pipeline_micro_batches=10)  # 3 schedules of 2 rounds of 5
     with pytest.raises(PlanError, match="9 is not a multiple of 2 rounds"):
         Plan(**kw, global_batch=72, pipeline_micro_batches=9)  # 36 a step would be 9 rounds
     kw["schedule"] = "interleaved"
-    Plan(**kw, global_batch=48, pipeline_micro_batches=8)
+    Plan(**kw, global_batch=48, pipeline_micro_batches=6)  # 4 schedules of 1 round of 6
+    Plan(**kw, global_batch=40, pipeline_micro_batches=10)  # 2 of 2 rounds of 5
+    with pytest.raises(PlanError, match="9 is not a multiple of 2 rounds"):
+        Plan(**kw, global_batch=36, pipeline_micro_batches=9)
     with pytest.raises(PlanError, match=r"micro-batches \(6\) to be a multiple of pp"):
-        Plan(**kw, global_batch=48, pipeline_micro_batches=6)  # 24 a step is
+        Plan(**kw, global_batch=12)  # Megatron's: one schedule of 6
 
 
 def test_torchtitan_and_automodel_run_a_schedule_per_accumulation_step(tmp_path):
