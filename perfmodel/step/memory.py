@@ -80,12 +80,14 @@ LOSS_LOGITS_TE = 1
 def gathered_stages(c: Context, params: Parameters, st: str, root: sp.Expr) -> sp.Expr:
     """The parameters on one GPU of st's rank that FSDP holds gathered under torch's pipelining:
     all of its stages up to 3 a rank, else the 3 it keeps (_add_unshard_reshard): the stage with
-    its root (the root, and its layers: DP.root_chunk) and two of the others, each the average
-    of the rest (exact for equal stages: 3 / v of the layers)."""
+    its root (the root, its layers: DP.root_chunk, and the multi-token-prediction modules beside
+    the output layer) and two of the others, each the average of the rest (exact for equal
+    stages: 3 / v of the layers)."""
     layers, dense = DP.root_chunk(c, st)
     heavy = layers * params.layer_per_gpu
     if c.fam.moe:
         heavy = dense * params.layer_per_gpu + (layers - dense) * params.moe_layer_per_gpu
+    heavy += params.mtp[st]  # (the multi-token-prediction modules beside the output layer)
     over = lmin(1, lmax(0, S.v - DP.MAX_GATHERED_STAGES))
     rest = params.per_stage[st] - root - heavy
     kept = root + heavy + (DP.MAX_GATHERED_STAGES - 1) * rest / lmax(1, S.v - 1)

@@ -74,6 +74,10 @@ class Parameters:
     experts_per_gpu: sp.Expr = sp.Integer(0)
     # an MoE layer's on one GPU, its E / ep routed experts with it (0 without experts)
     moe_layer_per_gpu: sp.Expr = sp.Integer(0)
+    # the multi-token-prediction modules' on one GPU of each stage (beside the output layer,
+    # with their copy of the embedding; 0 without them), part of per_stage
+    mtp: dict[str, sp.Expr] = field(
+        default_factory=lambda: {"first": ZERO, "last": ZERO, "middle": ZERO})
 
     @property
     def dense_per_gpu(self) -> sp.Expr:
@@ -122,6 +126,7 @@ def parameters(c: Context) -> Parameters:
             + L_moe * (moe["sharded"] + moe["replicated"] + S.E * expert)
     # the output layer's stage: the last, or zbv's first (Context.head_first)
     head = {"first": c.head_first, "last": 1 - c.head_first}
+    mtp = {st: ZERO for st in n}
     if c.fam.mtp:  # beside the output layer: D modules, with the embedding where it is not
         last_moe = c.fam.moe and (c.fam.mtp_last_moe)
         module = MTP_PROJECTION * h * h / tp + 2 * final_norm
@@ -132,7 +137,8 @@ def parameters(c: Context) -> Parameters:
         for st, on in head.items():
             if last_moe:
                 experts[st] += on * S.D_mtp * S.E / S.ep * expert_gpu
-            layers[st] += on * (S.D_mtp * module + (c.multi - c.head_first) * emb["sharded"] / tp)
+            mtp[st] = on * (S.D_mtp * module + (c.multi - c.head_first) * emb["sharded"] / tp)
+            layers[st] += mtp[st]
     per_stage = {
         "first": layers["first"] + emb["sharded"] / tp + emb["replicated"]
         + (single + c.head_first) * (final_norm + (1 - tied) * output_gpu),
@@ -144,4 +150,5 @@ def parameters(c: Context) -> Parameters:
         + final_norm + (1 - tied) * V * h
     return Parameters(lp, layer_gpu, emb, final_norm, per_stage,
                       lmax(*per_stage.values()), total,
-                      experts, lmax(*experts.values()) if c.fam.moe else ZERO, moe_layer_gpu)
+                      experts, lmax(*experts.values()) if c.fam.moe else ZERO, moe_layer_gpu,
+                      mtp)
