@@ -252,6 +252,8 @@ FLAGS: dict[str, str] = {
                              "gradient written in place into the bf16 logits)"),
         ("cross_entropy_no_upcast", "the loss runs on the logits in their own dtype, without "
                                     "an fp32 copy"),
+        ("cross_entropy_torch", "the loss is PyTorch's cross entropy on fp32 copies of the "
+                                "logits (three at the backward's start)"),
         ("stack_compiled", "the layers run compiled (torch.compile)"),
         ("stack_graphs", "the layers run as CUDA graphs"),
         ("kernels_eager", "the element-wise ops run op by op (unfused PyTorch modules)"),

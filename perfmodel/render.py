@@ -161,6 +161,8 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
         schedule.append("Transformer Engine's fused cross entropy")
     elif _value(getattr(p, "cross_entropy", "unfused")) == "no-upcast":
         schedule.append("cross entropy without an fp32 copy of the logits")
+    elif _value(getattr(p, "cross_entropy", "unfused")) == "torch":
+        schedule.append("PyTorch's cross entropy on fp32 logits")
     if _value(getattr(p, "expert_weighting", "activation")) == "output":
         schedule.append("routing weights on the experts' outputs")
     if p.first_stage_layers or p.last_stage_layers:

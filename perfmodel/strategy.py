@@ -213,10 +213,14 @@ class CrossEntropy(StrEnum):
     fp16_lm_cross_entropy is stored and unused by GPTModel at d98e8a64dd); te, Transformer
     Engine's fused cross entropy (transformer_engine.pytorch.cross_entropy, Megatron-Core
     --cross-entropy-loss-fusion --cross-entropy-fusion-impl te): one kernel over the bf16
-    logits that keeps them for the backward and writes their gradient in place, no fp32 copy."""
+    logits that keeps them for the backward and writes their gradient in place, no fp32 copy;
+    torch, PyTorch's F.cross_entropy on logits.float() named as such: its three fp32 copies
+    whatever the other kernels (NeMo AutoModel's MaskedCrossEntropy, its default; unfused counts
+    three only with eager kernels, two, Megatron's, otherwise)."""
 
     UNFUSED = "unfused"
     NO_UPCAST = "no-upcast"
+    TORCH = "torch"
     TE = "te"
 
 

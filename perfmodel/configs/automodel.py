@@ -189,11 +189,15 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
         upcast = loss["fp32_upcast"]
         if not isinstance(upcast, bool):
             raise refuse_plan(where, "loss_fn.fp32_upcast", upcast, "true or false")
-        if not upcast:
-            job.fix("cross_entropy", "no-upcast")
+        job.fix("cross_entropy", "torch" if upcast else "no-upcast")
         job.took("loss_fn.fp32_upcast", upcast,
-                 "cross_entropy unfused (fp32 logits)" if upcast else
-                 "cross_entropy no-upcast (F.cross_entropy on the bf16 logits, no fp32 copy)")
+                 "cross_entropy torch (F.cross_entropy on fp32 copies of the logits)" if upcast
+                 else "cross_entropy no-upcast (F.cross_entropy on the bf16 logits, no fp32 "
+                      "copy)")
+    elif target.rsplit(".", 1)[-1] == "MaskedCrossEntropy":  # fp32_upcast's default, True
+        job.fix("cross_entropy", "torch")
+        job.took("loss_fn._target_", target, "cross_entropy torch (F.cross_entropy on fp32 "
+                                             "copies of the logits: fp32_upcast's default)")
     elif "fp32_upcast" in loss:
         job.skipped("loss_fn.fp32_upcast", loss["fp32_upcast"],
                     "the loss's own buffers (perfmodel counts fp32 logits)")

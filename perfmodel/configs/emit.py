@@ -78,6 +78,9 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
         # torchtitan's F.cross_entropy(pred.float()) both upcast
         raise refuse_emit(fmt.value, "cross_entropy no-upcast", "its loss upcasts the logits to "
                           "fp32 (NeMo AutoModel's MaskedCrossEntropy fp32_upcast false does not)")
+    if plan.cross_entropy.value == "torch" and fmt is EmitFormat.MEGATRON:
+        raise refuse_emit(fmt.value, "cross_entropy torch", "Megatron-Core's loss is its own "
+                          "vocabulary-parallel cross entropy, not PyTorch's (give unfused)")
     if fmt is EmitFormat.MEGATRON:
         from perfmodel.configs.megatron import write_megatron
 

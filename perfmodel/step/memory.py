@@ -244,9 +244,11 @@ def memory_terms(c: Context, params: Parameters,
         # cross entropy the bf16 logits alone (they hold their gradient: LOSS_LOGITS_TE)
         # (PyTorch's F.cross_entropy on the logits' own dtype, no-upcast: its three copies in
         # that dtype, whatever the other kernels)
+        # (PyTorch's on fp32 copies named as such, torch: its three, whatever the kernels)
+        fp32_copies = either(c.loss_torch, LOSS_LOGITS_EAGER,
+                             LOSS_LOGITS + (LOSS_LOGITS_EAGER - LOSS_LOGITS) * c.eager_kernels)
         fp32_loss = either(c.loss_no_upcast, LOSS_LOGITS_EAGER * e,
-                           (LOSS_LOGITS + (LOSS_LOGITS_EAGER - LOSS_LOGITS) * c.eager_kernels)
-                           * FP32_BYTES) * T * V / tp
+                           fp32_copies * FP32_BYTES) * T * V / tp
         loss = either(c.te_loss, LOSS_LOGITS_TE * e * T * V / tp, fp32_loss)
         mem["activations/embedding_output"] = \
             has_embed * c.dropout * MASK_BYTES * T * h / c.act_ranks * stage_inflight \

@@ -69,6 +69,24 @@ def test_no_upcast_keeps_three_bf16_copies_whatever_the_kernels(kernels):
     assert unfused.breakdown_s[key] - low.breakdown_s[key] == pytest.approx(fewer, rel=1e-9)
 
 
+def test_torch_keeps_three_fp32_copies_whatever_the_kernels():
+    """PyTorch's F.cross_entropy on logits.float() (NeMo AutoModel's default loss): its three
+    fp32 copies with fused kernels too, where unfused counts Megatron's two; the same passes."""
+    model, hw = load_model("llama3-8b"), load_hardware(HW)
+    plan = dict(gpus=8, dp=8, micro_batch=1, global_batch=8, kernels="fused")
+    unfused = predict(model, hw, Plan(**plan))
+    torch = predict(model, hw, Plan(**plan, cross_entropy="torch"))
+    eager = predict(model, hw, Plan(**{**plan, "kernels": "eager"}))
+    key = "activations/embedding_output"
+    per_copy = model.seq_len * model.vocab
+    assert torch.memory_breakdown_bytes[key] - unfused.memory_breakdown_bytes[key] == \
+        pytest.approx((LOSS_LOGITS_EAGER - LOSS_LOGITS) * 4 * per_copy, rel=1e-9)
+    assert torch.memory_breakdown_bytes[key] == pytest.approx(
+        eager.memory_breakdown_bytes[key], rel=1e-9)
+    key = "compute/forward/embedding_logits"
+    assert torch.breakdown_s[key] == pytest.approx(unfused.breakdown_s[key], rel=1e-9)
+
+
 def test_a_search_takes_the_loss_kernel_for_every_plan_and_agrees_with_predict():
     from perfmodel.recommend import recommend
     from perfmodel.search import SearchRequest
@@ -87,7 +105,8 @@ def test_plans_write_and_refuse_the_option():
     assert "cross_entropy" not in Plan(gpus=8, dp=8, global_batch=8).to_dict()
     assert Plan(gpus=8, dp=8, global_batch=8,
                 cross_entropy="te").to_dict()["cross_entropy"] == "te"
-    with pytest.raises(PlanError, match="cross_entropy must be one of unfused, no-upcast, te"):
+    with pytest.raises(PlanError,
+                       match="cross_entropy must be one of unfused, no-upcast, torch, te"):
         Plan(gpus=8, dp=8, global_batch=8, cross_entropy="liger")
 
 
@@ -121,6 +140,10 @@ def test_the_cli_and_the_config_readers_take_the_loss_kernel(run_cli, tmp_path):
                     "--gpus", "8", "--emit-config", "torchtitan", tmp_path / "titan")
     assert titan.returncode != 0 and "cross_entropy te" in titan.stderr
     assert "Traceback" not in titan.stderr
+    torch = run_cli("recommend", "--model", "llama3-8b", "--hardware", HW, "--gpus", "8",
+                    "--global-batch", "8", "--cross-entropy", "torch", "--emit-config",
+                    "megatron", tmp_path / "torch-megatron")
+    assert torch.returncode != 0 and "cross_entropy torch" in torch.stderr
     for fmt in ("megatron", "torchtitan"):  # both stacks' losses upcast the logits
         low = run_cli("recommend", "--model", "llama3-8b", "--hardware", HW, "--gpus", "8",
                       "--global-batch", "8", "--cross-entropy", "no-upcast", "--emit-config",
@@ -151,9 +174,11 @@ def test_bridge_and_automodel_configs_give_the_loss_kernel(tmp_path):
     assert "fp32_upcast: false" in recipe
     job = read_config(ROOT / "tests/data/configs/automodel_qwen3_30b_a3b.yaml")
     assert job.plan["cross_entropy"] == "no-upcast"
-    upcast = tmp_path / "upcast.yaml"
+    upcast = tmp_path / "upcast.yaml"  # PyTorch's loss on fp32 copies, its default too
     upcast.write_text(recipe.replace("fp32_upcast: false", "fp32_upcast: true"))
-    assert read_config(upcast).plan.get("cross_entropy") is None
+    assert read_config(upcast).plan.get("cross_entropy") == "torch"
+    upcast.write_text(recipe.replace("  fp32_upcast: false\n", ""))
+    assert read_config(upcast).plan.get("cross_entropy") == "torch"
     bad = tmp_path / "bad.yaml"
     bad.write_text(recipe.replace("fp32_upcast: false", "fp32_upcast: sometimes"))
     with pytest.raises(PlanError, match="loss_fn.fp32_upcast"):
@@ -167,3 +192,6 @@ def test_validation_refuses_transformer_engines_loss():
     plan = Plan(gpus=2, dp=2, global_batch=2, cross_entropy="te")
     with pytest.raises(PlanError, match="F.cross_entropy"):
         check_job(model, plan, job_parallel(plan))
+    # PyTorch's loss on fp32 copies is the job's own
+    plan = Plan(gpus=2, dp=2, global_batch=2, cross_entropy="torch")
+    check_job(model, plan, job_parallel(plan))
