@@ -184,7 +184,20 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.fix("cross_entropy", "te")
         job.took("loss_fn._target_", target, "cross_entropy te (Transformer Engine's fused "
                                              "cross entropy)")
-    if "fp32_upcast" in loss and target.rsplit(".", 1)[-1] == "MaskedCrossEntropy":
+    masked = target.rsplit(".", 1)[-1] == "MaskedCrossEntropy"
+    if masked and loss.get("chunk_size") is not None:
+        # components/loss/masked_ce.py: _ChunkedMaskedCESum, one fp32 chunk at a time and the
+        # bf16 logits kept (their gradient in place with inplace_grad)
+        raise refuse_plan(where, "loss_fn.chunk_size", loss["chunk_size"],
+                          "MaskedCrossEntropy's chunked loss (one fp32 chunk at a time) is not "
+                          "modelled: leave chunk_size out")
+    tp = section(data, "distributed", where).get("tp_size", 1)
+    if masked and isinstance(tp, int) and tp > 1:
+        job.notes.append(f"loss_fn MaskedCrossEntropy with tp_size {tp}: AutoModel gathers the "
+                         "whole vocabulary's logits on every rank for its loss (full_tensor); "
+                         f"perfmodel counts the loss's buffers over tp ({tp} x too few) and no "
+                         "gather of them")
+    if "fp32_upcast" in loss and masked:
         # components/loss/masked_ce.py: logits.float() only with fp32_upcast (its default, True)
         upcast = loss["fp32_upcast"]
         if not isinstance(upcast, bool):
@@ -194,7 +207,7 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
                  "cross_entropy torch (F.cross_entropy on fp32 copies of the logits)" if upcast
                  else "cross_entropy no-upcast (F.cross_entropy on the bf16 logits, no fp32 "
                       "copy)")
-    elif target.rsplit(".", 1)[-1] == "MaskedCrossEntropy":  # fp32_upcast's default, True
+    elif masked:  # fp32_upcast's default, True
         job.fix("cross_entropy", "torch")
         job.took("loss_fn._target_", target, "cross_entropy torch (F.cross_entropy on fp32 "
                                              "copies of the logits: fp32_upcast's default)")

@@ -183,6 +183,14 @@ def test_bridge_and_automodel_configs_give_the_loss_kernel(tmp_path):
     bad.write_text(recipe.replace("fp32_upcast: false", "fp32_upcast: sometimes"))
     with pytest.raises(PlanError, match="loss_fn.fp32_upcast"):
         read_config(bad)
+    # the chunked loss keeps the bf16 logits and one fp32 chunk: not modelled, refused
+    bad.write_text(recipe.replace("fp32_upcast: false", "fp32_upcast: true\n  chunk_size: 1024"))
+    with pytest.raises(PlanError, match="loss_fn.chunk_size"):
+        read_config(bad)
+    # with tensor parallelism its loss gathers the whole vocabulary: said, not counted
+    tp = tmp_path / "tp.yaml"
+    tp.write_text(recipe.replace("tp_size: 1", "tp_size: 2"))
+    assert any("full_tensor" in note for note in read_config(tp).notes)
 
 
 def test_validation_refuses_transformer_engines_loss():
