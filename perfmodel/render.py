@@ -157,12 +157,11 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
         schedule.append(f"{_value(p.stack)} stack")
     if _value(getattr(p, "kernels", "fused")) != "fused":
         schedule.append(f"{_value(p.kernels)} element-wise kernels")
-    if _value(getattr(p, "cross_entropy", "unfused")) == "te":
-        schedule.append("Transformer Engine's fused cross entropy")
-    elif _value(getattr(p, "cross_entropy", "unfused")) == "no-upcast":
-        schedule.append("cross entropy without an fp32 copy of the logits")
-    elif _value(getattr(p, "cross_entropy", "unfused")) == "torch":
-        schedule.append("PyTorch's cross entropy on fp32 logits")
+    loss = {"te": "Transformer Engine's fused cross entropy",
+            "no-upcast": "cross entropy without an fp32 copy of the logits",
+            "torch": "PyTorch's cross entropy on fp32 logits"}
+    if _value(getattr(p, "cross_entropy", "unfused")) in loss:
+        schedule.append(loss[_value(p.cross_entropy)])
     if _value(getattr(p, "expert_weighting", "activation")) == "output":
         schedule.append("routing weights on the experts' outputs")
     if p.first_stage_layers or p.last_stage_layers:

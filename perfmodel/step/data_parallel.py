@@ -133,10 +133,15 @@ def reductions_per_step(c: Context) -> sp.Expr:
     return zero3 * c.m + 1 - zero3
 
 
+def more_stages_than_kept() -> sp.Expr:
+    """[v > 3]: 1 where a rank has more stages than torch keeps gathered under FSDP."""
+    return lmin(1, lmax(0, S.v - MAX_GATHERED_STAGES))
+
+
 def _rounds(c: Context) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     """([v > 3], R, [R > 1]): whether a rank has more stages than torch keeps gathered, and the
     rounds of a pipeline schedule, R = max(1, floor(m_s / pp)) (module doc)."""
-    over = lmin(1, lmax(0, S.v - MAX_GATHERED_STAGES))
+    over = more_stages_than_kept()
     rounds = lmax(1, applied(sp.floor, c.m / (PP.flushes(c) * S.pp)))
     return over, rounds, lmin(1, lmax(0, rounds - 1))
 
@@ -162,14 +167,14 @@ def first_stage_gathers(c: Context) -> sp.Expr:
 def root_chunk(c: Context, st: str) -> tuple[sp.Expr, sp.Expr]:
     """(layers, dense layers) of the stage (virtual chunk) of st's rank that holds its root
     unit: rank 0's first (the embedding's), the last rank's last (the output layer's), a middle
-    rank's any (n / v layers, no dense one). Its layers: a pipeline layout's (Family.end_chunks),
-    else the rank's over v; a mixture of experts' dense layers i among them where i falls in
-    it (the first chunk's i < its layers, the last's i >= L less them; Family.moe_dense_layers),
-    every layer without experts."""
+    rank's any (n / v layers, no dense one). An end's layers: a pipeline layout's
+    (Family.end_chunks), else the rank's over v; a mixture of experts' dense layers i among them
+    where i falls in it (the first chunk's i < its layers, the last's i >= L less them;
+    Family.moe_dense_layers), every layer without experts."""
     n = c.stage_layers[st]
     ends = dict(zip(("first", "middle", "last"), c.fam.end_chunks or (), strict=False))
     chunk: sp.Expr = n / S.v
-    if st in ends and ends[st][2]:
+    if st in ("first", "last") and st in ends and ends[st][2]:
         chunk = sp.Integer(ends[st][0] if st == "first" else ends[st][1])
     if not c.fam.moe:
         return chunk, chunk

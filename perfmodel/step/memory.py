@@ -18,8 +18,8 @@
                      to the loss, where memory peaks (torchtitan apply_fsdp: fully_shard(model),
                      the root, reshard_after_forward only after the forward); under a pipeline
                      (pp > 1) the stage's whole parameters, gathered through the step (with
-                     more than 3 stages a rank 3 / v of them and the root: torch keeps 3
-                     gathered, data_parallel.regathers), and its
+                     more than 3 stages a rank the 3 torch keeps gathered: the root's stage and
+                     two others, gathered_stages, data_parallel.regathers), and its
                      gradients unsharded (perfmodel.step.data_parallel, stage_resident: FSDP2
                      under torch.distributed.pipelining as torchtitan runs it); without a
                      pipeline, where FSDP defers its reduction to the last micro-batch
@@ -88,7 +88,7 @@ def gathered_stages(c: Context, params: Parameters, st: str, root: sp.Expr) -> s
     if c.fam.moe:
         heavy = dense * params.layer_per_gpu + (layers - dense) * params.moe_layer_per_gpu
     heavy += params.mtp[st]  # (the multi-token-prediction modules beside the output layer)
-    over = lmin(1, lmax(0, S.v - DP.MAX_GATHERED_STAGES))
+    over = DP.more_stages_than_kept()
     rest = params.per_stage[st] - root - heavy
     kept = root + heavy + (DP.MAX_GATHERED_STAGES - 1) * rest / lmax(1, S.v - 1)
     return over * kept + (1 - over) * params.per_stage[st]
@@ -242,9 +242,8 @@ def memory_terms(c: Context, params: Parameters,
         # fp32 logits (two of each, as the first step model counted them, 88e7cc9; eager
         # kernels three fp32 logits: LOSS_LOGITS_EAGER), or with Transformer Engine's fused
         # cross entropy the bf16 logits alone (they hold their gradient: LOSS_LOGITS_TE)
-        # (PyTorch's F.cross_entropy on the logits' own dtype, no-upcast: its three copies in
-        # that dtype, whatever the other kernels)
-        # (PyTorch's on fp32 copies named as such, torch: its three, whatever the kernels)
+        # (PyTorch's F.cross_entropy named as such: its three copies whatever the other
+        # kernels, fp32 ones (torch) or in the logits' own dtype (no-upcast))
         fp32_copies = either(c.loss_torch, LOSS_LOGITS_EAGER,
                              LOSS_LOGITS + (LOSS_LOGITS_EAGER - LOSS_LOGITS) * c.eager_kernels)
         fp32_loss = either(c.loss_no_upcast, LOSS_LOGITS_EAGER * e,
