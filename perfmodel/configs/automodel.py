@@ -261,6 +261,8 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
         attn = str(section(section(data, "model", where), "backend", where).get("attn", "sdpa"))
         job.fix("cp_comm", "p2p" if attn == "te" else "allgather")
     old = section(data, "parallelizer", where)
+    moe = section(dist, "moe", where)
+    dist.pop("moe", None)
     ac = dist.pop("activation_checkpointing", old.get("activation_checkpointing", False))
     mode = "op" if str(ac).lower() == "selective" else "full" if ac else "none"
     job.fix("recompute", mode)
@@ -274,21 +276,99 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     defer = dist.pop("defer_fsdp_grad_sync", True)
     if not isinstance(defer, bool):
         raise refuse_plan(where, "distributed.defer_fsdp_grad_sync", defer, "true or false")
-    job.plan["_defer"] = (defer, given)  # decided in finish(), once the ZeRO stage is known
+    backend = section(section(data, "model", where), "backend", where)
+    # enable_fsdp_optimization: its name until it became plural (2c236e081, 2025-10-08)
+    name = next((k for k in ("enable_fsdp_optimizations", "enable_fsdp_optimization")
+                 if k in backend), "enable_fsdp_optimizations")
+    if backend.get(name) and fsdp and degrees["pp"] == 1:
+        # components/moe/fsdp_mixin.py, prepare_for_grad_accumulation (training/utils.py calls it
+        # without a pipeline only; a pipeline's schedule keeps the stage's units gathered, as
+        # perfmodel does): no FSDP unit reduces or reshards until the last micro-batch's backward
+        raise refuse_plan(where, f"model.backend.{name}", True,
+                          "with pp_size 1, FSDP's weights kept gathered across the micro-batches "
+                          "(no reshard after the backward) is not modelled: give false")
+    if name in backend:
+        job.took(f"model.backend.{name}", backend[name],
+                 "moot: a pipeline's schedule keeps the stage's units gathered"
+                 if backend[name] and fsdp else "FSDP as above")
+    # MoEParallelizerConfig (36044ad) keeps the units gathered unless told (false by default)
+    moe_model = job.preset is not None and bool(_preset(job.preset).moe_layers)
+    wrapped = _moe_parallelizer(moe if moe else old, "distributed.moe" if moe else "parallelizer",
+                                job, where, fsdp and degrees["pp"] == 1,
+                                default_keep=bool(moe) or (moe_model and not old))
+    # decided in finish(), once the ZeRO stage is known
+    job.plan["_defer"] = (defer, given, wrapped)
     job.fix("overlap_grad_sync", True)
     job.fix("overlap_param_gather", fsdp, pin=False)
     job.fix("tp_layout", "1d")
     job.fix("placement", "tp,cp,dp,pp" if degrees["cp"] > 1 else "tp,dp,pp")
     if pipeline and degrees["pp"] == 1:
         job.skipped("distributed.pipeline", "...", "pipeline settings (pp_size 1: none)")
-    moe = section(dist, "moe", where)
-    dist.pop("moe", None)
-    if moe.get("reshard_after_forward") is False and fsdp:
-        job.notes.append("distributed.moe.reshard_after_forward false: the experts' units stay "
-                         "gathered from forward to backward; perfmodel gathers every unit again "
-                         "for its backward (one all-gather per micro-batch too many, overlapped)")
     for key, value in dist.items():
         job.strange(f"distributed.{key}", value)
+
+
+# The MoE parallelizer's settings (components/moe/parallelizer.py, parallelize_model; at 36044ad
+# in distributed.moe, MoEParallelizerConfig, the older recipes' parallelizer section) and what
+# perfmodel does with each
+_MOE_PARALLELIZER = {"_target_", "activation_checkpointing", "reshard_after_forward",
+                     "wrap_outer_model", "ignore_router_for_ac", "lm_head_precision"}
+
+
+def _moe_parallelizer(settings: dict[str, Any], prefix: str, job: JobConfig, where: str,
+                      fsdp_alone: bool, default_keep: bool) -> bool:
+    """Read the MoE parallelizer's settings; whether the outer model is an FSDP unit
+    (wrap_outer_model, default true). fsdp_alone: FSDP runs the micro-batches (no pipeline);
+    default_keep: reshard_after_forward unstated means false (a mixture of experts' default).
+
+    wrap_outer_model false leaves the outer model (the CausalLM, model_parts[0]) unwrapped, so
+    that utils.get_sync_ctx, which calls set_requires_gradient_sync only on an FSDPModule, does
+    nothing: FSDP reduces every micro-batch whatever defer_fsdp_grad_sync says (the code before
+    8134b0c03, 2025-11-10, never wrapped it). reshard_after_forward false keeps each unit's
+    weights gathered from its forward to its backward, which perfmodel's FSDP without a pipeline
+    does not model (a note says so; under a pipeline it keeps the stage's units gathered through
+    the step, as torch's schedules do)."""
+    for key, value in settings.items():
+        if key not in _MOE_PARALLELIZER:
+            job.strange(f"{prefix}.{key}", value)
+    if "_target_" in settings:
+        job.took(f"{prefix}._target_", settings["_target_"], "the parallelizer (its settings "
+                                                              "below)")
+    for key in ("wrap_outer_model", "reshard_after_forward", "ignore_router_for_ac"):
+        if key in settings and not isinstance(settings[key], bool):
+            raise refuse_plan(where, f"{prefix}.{key}", settings[key], "true or false")
+    precision = settings.get("lm_head_precision")
+    if precision not in (None, "bf16", "bfloat16"):
+        raise refuse_plan(where, f"{prefix}.lm_head_precision", precision,
+                          "the output layer in another dtype than the model's is not modelled "
+                          "(leave it out)")
+    if precision is not None:
+        job.took(f"{prefix}.lm_head_precision", precision, "the output layer in bf16, as the "
+                                                           "model")
+    if "ignore_router_for_ac" in settings:
+        job.skipped(f"{prefix}.ignore_router_for_ac", settings["ignore_router_for_ac"],
+                    "the router's small GEMM kept or recomputed: not counted apart")
+    wrapped = settings.get("wrap_outer_model", True)
+    if "wrap_outer_model" in settings:
+        job.took(f"{prefix}.wrap_outer_model", wrapped,
+                 "the outer model an FSDP unit (defer_fsdp_grad_sync takes effect)" if wrapped
+                 else "the outer model not an FSDP unit: defer_fsdp_grad_sync has no effect")
+    keep = settings.get("reshard_after_forward", not default_keep) is False
+    if "reshard_after_forward" in settings:
+        job.took(f"{prefix}.reshard_after_forward", settings["reshard_after_forward"],
+                 "FSDP's weights gathered again for the backward" if not keep else
+                 "FSDP's weights kept gathered from forward to backward")
+    if keep and fsdp_alone:
+        job.notes.append(
+            f"{prefix}.reshard_after_forward false"
+            + ("" if "reshard_after_forward" in settings else
+               " (AutoModel's default for a mixture of experts, MoEParallelizerConfig)")
+            + ": each FSDP unit's weights stay gathered from its forward to its backward; "
+            "without a pipeline perfmodel gathers them again for the backward (one all-gather "
+            "per micro-batch too many, overlapped) and counts two units' gathered weights at a "
+            "time, not every unit's (memory short by the other units' gathered weights)")
+    return bool(wrapped)
+    return bool(wrapped)
 
 
 def stage_layers(layers: int, pp: int, per_stage: int | None, single: bool,
@@ -377,14 +457,16 @@ def finish(job: JobConfig, gpus: int) -> None:
         raise refuse_plan(job.path, "distributed", f"tp {tp} x cp {cp} x pp {pp}",
                           f"{gpus} GPUs do not divide by tp x cp x pp = {tp * cp * pp}")
     job.fix("zero", 3 if fsdp and dp * cp > 1 else 0)
-    defer, given = job.plan.pop("_defer", (False, False))
+    defer, given, wrapped = job.plan.pop("_defer", (False, False, True))
     applies = fsdp and dp * cp > 1 and pp == 1  # FSDP runs the micro-batches itself
-    job.fix("defer_grad_sync", bool(defer and applies))
+    job.fix("defer_grad_sync", bool(defer and applies and wrapped))
     if defer or given:
         job.took("distributed.defer_fsdp_grad_sync", f"{defer}{'' if given else ' (default)'}",
                  "moot (a pipeline's schedule defers the reduction; DDP or one rank none)"
-                 if not applies else "defer_grad_sync (FSDP's reduction in the last micro-batch "
-                 "only)" if defer else "FSDP's reduction in every micro-batch")
+                 if not applies else "no effect: FSDP's reduction in every micro-batch (the "
+                 "outer model is not an FSDP unit: wrap_outer_model false)" if defer
+                 and not wrapped else "defer_grad_sync (FSDP's reduction in the last "
+                 "micro-batch only)" if defer else "FSDP's reduction in every micro-batch")
     if local % micro:
         raise refuse_plan(job.path, "pipeline.pp_microbatch_size", micro,
                           f"must divide local_batch_size ({local})")

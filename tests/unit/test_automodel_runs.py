@@ -39,3 +39,17 @@ def test_each_run_reads_as_its_published_row(name):
     assert plan.get("pipeline_micro_batches") in ((micro // ga,) if ga > 1 and pp > 1 else
                                                   (None, 0))
     assert plan.get("cross_entropy") == "no-upcast"  # fp32_upcast false
+
+
+def test_gpt_oss_runs_reduce_every_micro_batch_and_fit():
+    """The GPT-OSS rows ran before the MoE parallelizer wrapped the outer model (8134b0c03,
+    2025-11-10; the files say wrap_outer_model false), so FSDP reduced every micro-batch and held
+    no unsharded fp32 gradients: the 120B run fits its 80 GB H100s, as it ran (it did not when
+    perfmodel deferred the reduction: 83.3 GiB)."""
+    from perfmodel import Plan, predict
+
+    job = read_config(RUNS / "gpt_oss_120b_64.yaml")
+    spec = resolve_model(job, None, None)
+    _, plan = resolve_plan(job, spec, {"gpus": 64})
+    assert not plan.get("defer_grad_sync")
+    assert predict(spec, "dgx-h100", Plan(**plan)).fits_in_memory

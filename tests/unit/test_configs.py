@@ -835,6 +835,43 @@ def test_automodel_reduces_every_micro_batch_where_the_recipe_says_so(tmp_path):
         read_config(_automodel(tmp_path, **{"distributed.defer_fsdp_grad_sync": "sometimes"}))
 
 
+def test_automodel_defers_only_where_the_outer_model_is_an_fsdp_unit(tmp_path):
+    """utils.get_sync_ctx calls set_requires_gradient_sync on an FSDPModule only: with the MoE
+    parallelizer's wrap_outer_model false (NVIDIA-NeMo/Automodel moe/parallelizer.py at 36044ad;
+    the code before 8134b0c03 never wrapped it) the outer model is not one and FSDP reduces every
+    micro-batch whatever defer_fsdp_grad_sync says."""
+    for where in ("distributed.moe", "parallelizer"):
+        job, _, plan = job_plan(_automodel(tmp_path, **{"distributed.moe": None,
+                                                        f"{where}.wrap_outer_model": False}),
+                                gpus=8)
+        assert not plan.get("defer_grad_sync")
+        assert any("defer_fsdp_grad_sync" in line and "no effect" in line
+                   for line in job.report())
+        _, _, plan = job_plan(_automodel(tmp_path, **{"distributed.moe": None,
+                                                      f"{where}.wrap_outer_model": True}), gpus=8)
+        assert plan["defer_grad_sync"] is True
+
+
+def test_automodel_moe_parallelizer_settings_are_read_or_refused(tmp_path):
+    """Each of the MoE parallelizer's settings is read, refused or named as not read: none is
+    dropped silently. reshard_after_forward false without a pipeline (stated, or the default of
+    distributed.moe: MoEParallelizerConfig at 36044ad) is named in a note: perfmodel gathers the
+    units again for the backward."""
+    job, _, _ = job_plan(_automodel(tmp_path, **{"distributed.moe": {"mp_policy": "x"}}), gpus=8)
+    assert [s.key for s in job.unknown] == ["distributed.moe.mp_policy"]
+    assert any("reshard_after_forward false (AutoModel's default" in n for n in job.notes)
+    job, _, _ = job_plan(_automodel(tmp_path, **{"distributed.moe.reshard_after_forward": True}),
+                         gpus=8)
+    assert not any("reshard_after_forward" in n for n in job.notes)
+    with pytest.raises(PlanError, match="lm_head_precision"):
+        read_config(_automodel(tmp_path, **{"distributed.moe.lm_head_precision": "float32"}))
+    with pytest.raises(PlanError, match="wrap_outer_model.*true or false"):
+        read_config(_automodel(tmp_path, **{"distributed.moe.wrap_outer_model": "yes"}))
+    for name in ("enable_fsdp_optimizations", "enable_fsdp_optimization"):  # 2025-10's name
+        with pytest.raises(PlanError, match=f"{name}: with pp_size 1"):
+            read_config(_automodel(tmp_path, **{f"model.backend.{name}": True}))
+
+
 def _automodel(tmp_path, **changes):
     data = yaml.safe_load((DATA / "automodel_qwen3_30b_a3b.yaml").read_text())
     for dotted, value in changes.items():
