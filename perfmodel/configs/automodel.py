@@ -277,25 +277,53 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     if not isinstance(defer, bool):
         raise refuse_plan(where, "distributed.defer_fsdp_grad_sync", defer, "true or false")
     backend = section(section(data, "model", where), "backend", where)
-    # enable_fsdp_optimization: its name until it became plural (2c236e081, 2025-10-08)
-    name = next((k for k in ("enable_fsdp_optimizations", "enable_fsdp_optimization")
-                 if k in backend), "enable_fsdp_optimizations")
-    if backend.get(name) and fsdp and degrees["pp"] == 1:
+    if backend.get("enable_fsdp_optimizations") and fsdp and degrees["pp"] == 1:
         # components/moe/fsdp_mixin.py, prepare_for_grad_accumulation (training/utils.py calls it
         # without a pipeline only; a pipeline's schedule keeps the stage's units gathered, as
         # perfmodel does): no FSDP unit reduces or reshards until the last micro-batch's backward
-        raise refuse_plan(where, f"model.backend.{name}", True,
+        raise refuse_plan(where, "model.backend.enable_fsdp_optimizations", True,
                           "with pp_size 1, FSDP's weights kept gathered across the micro-batches "
                           "(no reshard after the backward) is not modelled: give false")
-    if name in backend:
-        job.took(f"model.backend.{name}", backend[name],
+    if "enable_fsdp_optimizations" in backend:
+        job.took("model.backend.enable_fsdp_optimizations", backend["enable_fsdp_optimizations"],
                  "moot: a pipeline's schedule keeps the stage's units gathered"
-                 if backend[name] and fsdp else "FSDP as above")
-    # MoEParallelizerConfig (36044ad) keeps the units gathered unless told (false by default)
+                 if backend["enable_fsdp_optimizations"] and fsdp else "FSDP as above")
+    # The MoE parallelizer shards a mixture of experts with ep_size > 1 (infrastructure.py,
+    # instantiate_infrastructure; _dist_utils drops distributed.moe otherwise, and FSDP2Manager
+    # shards the root model); the older recipes name it in their parallelizer section
     moe_model = job.preset is not None and bool(_preset(job.preset).moe_layers)
-    wrapped = _moe_parallelizer(moe if moe else old, "distributed.moe" if moe else "parallelizer",
-                                job, where, fsdp and degrees["pp"] == 1,
-                                default_keep=bool(moe) or (moe_model and not old))
+    if old and moe:
+        job.skipped("parallelizer", "...", "the older recipes' section, which distributed.moe "
+                                           "replaces")
+    if moe and degrees["ep"] == 1:
+        job.skipped("distributed.moe", "...", "ep_size 1: FSDP2Manager shards the model, not "
+                                              "the MoE parallelizer")
+    legacy = bool(old) and not moe
+    parallelizer = legacy or degrees["ep"] > 1 and (bool(moe) or moe_model)
+    # FSDP2Config.reshard_after_forward, when given, overrides the MoE parallelizer's (8a83fdcee)
+    raf = dist.pop("reshard_after_forward", None)
+    if raf is not None and not isinstance(raf, bool):
+        raise refuse_plan(where, "distributed.reshard_after_forward", raf, "true or false")
+    wrapped, keep, prefix = True, raf is False, "distributed"
+    if parallelizer:
+        prefix = "parallelizer" if legacy else "distributed.moe"
+        wrapped, stated_keep = _moe_parallelizer(old if legacy else moe, prefix, job, where,
+                                                 legacy)
+        keep = stated_keep if raf is None else keep
+        prefix = prefix if raf is None else "distributed"
+    if raf is not None:
+        job.took("distributed.reshard_after_forward", raf,
+                 "FSDP's weights gathered again for the backward" if raf else
+                 "FSDP's weights kept gathered from forward to backward")
+    if keep and fsdp and degrees["pp"] == 1:
+        stated = raf is not None or "reshard_after_forward" in (old if legacy else moe)
+        job.notes.append(
+            f"{prefix}.reshard_after_forward false"
+            + ("" if stated else " (the MoE parallelizer's default)")
+            + ": each FSDP unit's weights stay gathered from its forward to its backward; "
+            "without a pipeline perfmodel gathers them again for the backward (one all-gather "
+            "per micro-batch too many, overlapped) and counts two units' gathered weights at a "
+            "time, not every unit's (memory short by the other units' gathered weights)")
     # decided in finish(), once the ZeRO stage is known
     job.plan["_defer"] = (defer, given, wrapped)
     job.fix("overlap_grad_sync", True)
@@ -308,40 +336,40 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.strange(f"distributed.{key}", value)
 
 
-# The MoE parallelizer's settings (components/moe/parallelizer.py, parallelize_model; at 36044ad
-# in distributed.moe, MoEParallelizerConfig, the older recipes' parallelizer section) and what
-# perfmodel does with each
-_MOE_PARALLELIZER = {"_target_", "activation_checkpointing", "reshard_after_forward",
-                     "wrap_outer_model", "ignore_router_for_ac", "lm_head_precision"}
+# The MoE parallelizer's settings (components/moe/parallelizer.py, parallelize_model): at 36044ad
+# MoEParallelizerConfig's, in distributed.moe; the older recipes' parallelizer section also names
+# its target and the checkpointing
+_MOE_PARALLELIZER = {"reshard_after_forward", "wrap_outer_model", "ignore_router_for_ac",
+                     "lm_head_precision"}
+_LEGACY_PARALLELIZER = _MOE_PARALLELIZER | {"_target_", "activation_checkpointing"}
 
 
 def _moe_parallelizer(settings: dict[str, Any], prefix: str, job: JobConfig, where: str,
-                      fsdp_alone: bool, default_keep: bool) -> bool:
-    """Read the MoE parallelizer's settings; whether the outer model is an FSDP unit
-    (wrap_outer_model, default true). fsdp_alone: FSDP runs the micro-batches (no pipeline);
-    default_keep: reshard_after_forward unstated means false (a mixture of experts' default).
+                      legacy: bool) -> tuple[bool, bool]:
+    """Read the MoE parallelizer's settings: whether the outer model is an FSDP unit
+    (wrap_outer_model, default true) and whether each unit's weights stay gathered from its
+    forward to its backward (reshard_after_forward false: the default of MoEParallelizerConfig
+    and, from 2c236e081 to the 2026-02 refactor, of parallelize_model).
 
     wrap_outer_model false leaves the outer model (the CausalLM, model_parts[0]) unwrapped, so
     that utils.get_sync_ctx, which calls set_requires_gradient_sync only on an FSDPModule, does
     nothing: FSDP reduces every micro-batch whatever defer_fsdp_grad_sync says (the code before
-    8134b0c03, 2025-11-10, never wrapped it). reshard_after_forward false keeps each unit's
-    weights gathered from its forward to its backward, which perfmodel's FSDP without a pipeline
-    does not model (a note says so; under a pipeline it keeps the stage's units gathered through
-    the step, as torch's schedules do)."""
+    8134b0c03, 2025-11-10, never wrapped it)."""
+    known = _LEGACY_PARALLELIZER if legacy else _MOE_PARALLELIZER
     for key, value in settings.items():
-        if key not in _MOE_PARALLELIZER:
+        if key not in known:
             job.strange(f"{prefix}.{key}", value)
-    if "_target_" in settings:
+    if "_target_" in settings and legacy:
         job.took(f"{prefix}._target_", settings["_target_"], "the parallelizer (its settings "
                                                               "below)")
     for key in ("wrap_outer_model", "reshard_after_forward", "ignore_router_for_ac"):
         if key in settings and not isinstance(settings[key], bool):
             raise refuse_plan(where, f"{prefix}.{key}", settings[key], "true or false")
     precision = settings.get("lm_head_precision")
-    if precision not in (None, "bf16", "bfloat16"):
+    # parallelize_model gives float32 its own policy; any other value takes the model's (bf16)
+    if str(precision).lower().removeprefix("torch.") in ("float32", "fp32", "float"):
         raise refuse_plan(where, f"{prefix}.lm_head_precision", precision,
-                          "the output layer in another dtype than the model's is not modelled "
-                          "(leave it out)")
+                          "an fp32 output layer is not modelled (leave it out: bf16)")
     if precision is not None:
         job.took(f"{prefix}.lm_head_precision", precision, "the output layer in bf16, as the "
                                                            "model")
@@ -353,22 +381,12 @@ def _moe_parallelizer(settings: dict[str, Any], prefix: str, job: JobConfig, whe
         job.took(f"{prefix}.wrap_outer_model", wrapped,
                  "the outer model an FSDP unit (defer_fsdp_grad_sync takes effect)" if wrapped
                  else "the outer model not an FSDP unit: defer_fsdp_grad_sync has no effect")
-    keep = settings.get("reshard_after_forward", not default_keep) is False
+    keep = settings.get("reshard_after_forward", False) is False
     if "reshard_after_forward" in settings:
         job.took(f"{prefix}.reshard_after_forward", settings["reshard_after_forward"],
-                 "FSDP's weights gathered again for the backward" if not keep else
-                 "FSDP's weights kept gathered from forward to backward")
-    if keep and fsdp_alone:
-        job.notes.append(
-            f"{prefix}.reshard_after_forward false"
-            + ("" if "reshard_after_forward" in settings else
-               " (AutoModel's default for a mixture of experts, MoEParallelizerConfig)")
-            + ": each FSDP unit's weights stay gathered from its forward to its backward; "
-            "without a pipeline perfmodel gathers them again for the backward (one all-gather "
-            "per micro-batch too many, overlapped) and counts two units' gathered weights at a "
-            "time, not every unit's (memory short by the other units' gathered weights)")
-    return bool(wrapped)
-    return bool(wrapped)
+                 "FSDP's weights kept gathered from forward to backward" if keep else
+                 "FSDP's weights gathered again for the backward")
+    return bool(wrapped), keep
 
 
 def stage_layers(layers: int, pp: int, per_stage: int | None, single: bool,

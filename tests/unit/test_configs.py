@@ -855,21 +855,35 @@ def test_automodel_defers_only_where_the_outer_model_is_an_fsdp_unit(tmp_path):
 def test_automodel_moe_parallelizer_settings_are_read_or_refused(tmp_path):
     """Each of the MoE parallelizer's settings is read, refused or named as not read: none is
     dropped silently. reshard_after_forward false without a pipeline (stated, or the default of
-    distributed.moe: MoEParallelizerConfig at 36044ad) is named in a note: perfmodel gathers the
-    units again for the backward."""
-    job, _, _ = job_plan(_automodel(tmp_path, **{"distributed.moe": {"mp_policy": "x"}}), gpus=8)
-    assert [s.key for s in job.unknown] == ["distributed.moe.mp_policy"]
-    assert any("reshard_after_forward false (AutoModel's default" in n for n in job.notes)
+    MoEParallelizerConfig at 36044ad) is named in a note: perfmodel gathers the units again for
+    the backward. FSDP2Config.reshard_after_forward overrides it where given (8a83fdcee); with
+    ep_size 1 the MoE parallelizer does not run (FSDP2Manager shards the root model, an FSDP
+    unit: the reduction is deferred)."""
+    job, _, _ = job_plan(_automodel(tmp_path, **{"distributed.moe": {"mp_policy": "x",
+                                                                     "_target_": "y"}}), gpus=8)
+    assert sorted(s.key for s in job.unknown) == ["distributed.moe._target_",
+                                                  "distributed.moe.mp_policy"]
+    assert any("reshard_after_forward false (the MoE parallelizer's default)" in n
+               for n in job.notes)
     job, _, _ = job_plan(_automodel(tmp_path, **{"distributed.moe.reshard_after_forward": True}),
                          gpus=8)
     assert not any("reshard_after_forward" in n for n in job.notes)
+    job, _, _ = job_plan(_automodel(tmp_path, **{"distributed.reshard_after_forward": True}),
+                         gpus=8)
+    assert not any("reshard_after_forward" in n for n in job.notes) and not job.unknown
+    job, _, plan = job_plan(_automodel(tmp_path, **{"distributed.ep_size": 1,
+                                                    "distributed.moe.wrap_outer_model": False}),
+                            gpus=8)
+    assert plan["defer_grad_sync"] is True and not job.notes
+    job, _, _ = job_plan(_automodel(tmp_path, **{"distributed.moe.lm_head_precision":
+                                                 "torch.bfloat16"}), gpus=8)
+    assert any(s.key == "distributed.moe.lm_head_precision" for s in job.read)
     with pytest.raises(PlanError, match="lm_head_precision"):
         read_config(_automodel(tmp_path, **{"distributed.moe.lm_head_precision": "float32"}))
     with pytest.raises(PlanError, match="wrap_outer_model.*true or false"):
         read_config(_automodel(tmp_path, **{"distributed.moe.wrap_outer_model": "yes"}))
-    for name in ("enable_fsdp_optimizations", "enable_fsdp_optimization"):  # 2025-10's name
-        with pytest.raises(PlanError, match=f"{name}: with pp_size 1"):
-            read_config(_automodel(tmp_path, **{f"model.backend.{name}": True}))
+    with pytest.raises(PlanError, match="enable_fsdp_optimizations: with pp_size 1"):
+        read_config(_automodel(tmp_path, **{"model.backend.enable_fsdp_optimizations": True}))
 
 
 def _automodel(tmp_path, **changes):
