@@ -34,6 +34,7 @@ from perfmodel.strategy import (
     EPDispatcher,
     ExpertWeighting,
     Fp8Recipe,
+    FsdpReshard,
     Kernels,
     Objective,
     Placement,
@@ -267,6 +268,14 @@ def plan_options(fn: Any) -> Any:
                           "with set_requires_gradient_sync off before it: NeMo AutoModel's "
                           "default); without it every micro-batch reduce-scatters (torchtitan, "
                           "Megatron-LM, DeepSpeed ZeRO-3)."),
+        click.option("--fsdp-reshard", type=choice(FsdpReshard),
+                     default=FsdpReshard.FORWARD.value, show_default=True,
+                     help="ZeRO 3 without a pipeline: when a unit's gathered weights are freed: "
+                          "after each forward, gathered again for the backward (FSDP2's "
+                          "default); after each backward (reshard_after_forward false: NeMo "
+                          "AutoModel's for a mixture of experts); or after the step's last "
+                          "backward, the reduction deferred too (AutoModel's "
+                          "enable_fsdp_optimizations)."),
         click.option("--ep-dispatcher", type=choice(EPDispatcher),
                      default=EPDispatcher.ALLTOALL.value, show_default=True,
                      help="How a mixture of experts' tokens reach their experts: alltoall "
@@ -355,7 +364,8 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "attention_kernel", "grad_dtype", "optimizer_dtype", "master_weights",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
-             "pp_scatter_gather", "defer_grad_sync", "ep_dispatcher", "cross_entropy",
+             "pp_scatter_gather", "defer_grad_sync", "fsdp_reshard", "ep_dispatcher",
+             "cross_entropy",
              "expert_weighting", "stack",
              "kernels", "first_stage_layers", "last_stage_layers", "pipeline_layout",
              "pipeline_micro_batches", "placement",
@@ -1180,6 +1190,10 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
         raise PlanError(f"{path}: {', '.join(f'{k} {v}' for k, v in uneven.items())}: recommend "
                         "searches even pipeline splits, one pipeline schedule a step and the "
                         "default selective recompute; predict --from-config takes this one")
+    if plan.get("fsdp_reshard", "forward") != "forward":  # never searched (Plan.fsdp_reshard)
+        job.notes.append(f"fsdp_reshard {plan['fsdp_reshard']}: the config keeps FSDP's units "
+                         "gathered longer; recommend searches them gathered again for each "
+                         "backward, predict --from-config takes the config's")
     if plan.get("defer_grad_sync"):  # never searched (Plan.defer_grad_sync)
         job.notes.append("defer_grad_sync: the config defers FSDP's reduction to the last "
                          "micro-batch; recommend searches a reduction in every micro-batch, "

@@ -68,6 +68,9 @@ class Family:
     pp_scatter_gather: bool = False
     # FSDP's reduction deferred to the last micro-batch (Plan.defer_grad_sync; never searched)
     defer_grad_sync: bool = False
+    # when ZeRO 3 without a pipeline frees a unit's gathered weights (Plan.fsdp_reshard: forward,
+    # backward, step; never searched)
+    fsdp_reshard: str = "forward"
     # the step runs its micro-batches as several pipeline schedules (Plan.pipeline_micro_batches)
     pipeline_flushes: bool = False
     # the experts' dispatcher (Plan.ep_dispatcher: alltoall, deepep; None: open, its indicator)

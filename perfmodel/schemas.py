@@ -84,6 +84,11 @@ PLAN = obj({
     "pp_scatter_gather": {**BOOLEAN,
                           "description": "Megatron-LM's scatter-gather of pipeline sends (1/tp "
                                          "sent, all-gathered over tp); left out: off"},
+    "fsdp_reshard": {"type": "string", "enum": ["forward", "backward", "step"],
+                     "description": "zero 3, pp 1: when a unit's gathered weights are freed: "
+                                    "after each forward (gathered again for the backward), "
+                                    "each backward, or the step's last backward (the reduction "
+                                    "deferred too); left out: forward"},
     "defer_grad_sync": {**BOOLEAN,
                         "description": "zero 3, pp 1: the gradients accumulate unsharded and "
                                        "are reduce-scattered in the last micro-batch only "

@@ -224,6 +224,22 @@ class CrossEntropy(StrEnum):
     TE = "te"
 
 
+class FsdpReshard(StrEnum):
+    """When ZeRO 3 without a pipeline frees a unit's gathered weights (perfmodel.step.
+    data_parallel, .memory): forward, after each forward, gathered again for the backward
+    (FSDP2's reshard_after_forward true: torchtitan's default without a pipeline, the validation
+    job's); backward, after each backward, the forward's gather kept for it (reshard_after_forward
+    false: NeMo AutoModel's default for a mixture of experts, torchtitan's "never"), every unit
+    gathered at the forward's end; step, after the step's last backward, every unit gathered from
+    the first micro-batch's forward on and the reduction deferred to the last micro-batch (NeMo
+    AutoModel's enable_fsdp_optimizations: set_reshard_after_backward and
+    set_requires_gradient_sync off until the last micro-batch)."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    STEP = "step"
+
+
 class ExpertWeighting(StrEnum):
     """Where a mixture of experts multiplies the routing weights in (perfmodel.costs.moe,
     perfmodel.step.moe): activation, inside each expert's activation (Megatron-Core from 0.13:
@@ -504,6 +520,9 @@ class Plan:
     # off before it: NeMo AutoModel's defer_fsdp_grad_sync, its default); off: every
     # micro-batch's backward reduce-scatters (torchtitan, Megatron-LM, DeepSpeed ZeRO-3)
     defer_grad_sync: bool = False
+    # ZeRO 3 without a pipeline: when a unit's gathered weights are freed (FsdpReshard): after
+    # each forward (FSDP2's default), each backward, or the step's last backward
+    fsdp_reshard: FsdpReshard = FsdpReshard.FORWARD
     # the experts' token dispatcher (EPDispatcher): NCCL's all-to-all or DeepEP's kernels
     ep_dispatcher: EPDispatcher = EPDispatcher.ALLTOALL
     # how the loss runs over the logits (CrossEntropy): fp32 copies, or TE's fused kernel
@@ -564,6 +583,8 @@ class Plan:
                            parse_option(CrossEntropy, self.cross_entropy, "cross_entropy"))
         object.__setattr__(self, "expert_weighting", parse_option(
             ExpertWeighting, self.expert_weighting, "expert_weighting"))
+        object.__setattr__(self, "fsdp_reshard",
+                           parse_option(FsdpReshard, self.fsdp_reshard, "fsdp_reshard"))
         object.__setattr__(self, "kernels", parse_option(Kernels, self.kernels, "kernels"))
         kernels_rule = kernels_stack_conflict(self.kernels, self.stack)
         if kernels_rule is not None:
@@ -695,8 +716,13 @@ class Plan:
                             "(virtual_stages > 1), as Megatron-Core's combined 1F1B does")
 
     def _check_deferred_sync(self) -> None:
-        """defer_grad_sync where FSDP2 runs the micro-batches itself: ZeRO 3 without a
-        pipeline (torch.distributed.pipelining defers the reduction anyway)."""
+        """defer_grad_sync and fsdp_reshard where FSDP2 runs the micro-batches itself: ZeRO 3
+        without a pipeline (torch.distributed.pipelining defers the reduction and keeps the
+        stage's units gathered anyway)."""
+        if self.fsdp_reshard is not FsdpReshard.FORWARD and (self.zero < 3 or self.pp > 1):
+            raise PlanError(f"fsdp_reshard {self.fsdp_reshard.value} keeps FSDP's units "
+                            "gathered longer: it needs zero 3 and pp 1 (a pipeline's FSDP keeps "
+                            "the stage's units gathered through the step anyway)")
         if self.defer_grad_sync and (self.zero < 3 or self.pp > 1):
             raise PlanError("defer_grad_sync defers FSDP's reduce-scatters to the last "
                             "micro-batch: it needs zero 3 and pp 1 (ZeRO 0-2 reduce once a step, "
@@ -851,7 +877,7 @@ class Plan:
         dtype's plan (they do not apply to it), and etp where it is 1, pipeline_layout and
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
         alltoall, cross_entropy where unfused, expert_weighting where activation,
-        defer_grad_sync where off,
+        defer_grad_sync where off, fsdp_reshard where forward,
         pipeline_micro_batches where 0, master_weights where not given, cpu_offload_layers
         where 0, attention_kernel where not given (the plans written before them had no such
         fields)."""
@@ -879,6 +905,8 @@ class Plan:
             del out["cross_entropy"]
         if self.expert_weighting is ExpertWeighting.ACTIVATION:  # likewise
             del out["expert_weighting"]
+        if self.fsdp_reshard is FsdpReshard.FORWARD:  # likewise
+            del out["fsdp_reshard"]
         if not self.cpu_offload_layers:  # likewise
             del out["cpu_offload_layers"]
         if self.attention_kernel is None:  # likewise: the hardware's default kernel

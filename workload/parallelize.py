@@ -288,13 +288,15 @@ def _moe_tp_styles(moe: Any, tp_mesh: Any, sequence_parallel: bool) -> dict[str,
 
 
 def apply_fsdp(mod: Chunk, dp_mesh: Any, zero: int, experts: Any = False,
-               pipelined: bool = False) -> None:
+               pipelined: bool = False, keep: bool = False) -> None:
     """FSDP2 (zero 3; zero 1 and 2 are workload.distopt's): one unit per block and one for the
     rest of the chunk; bf16 gradients are reduce-scattered in fp32, as Megatron-LM reduces them.
     Each unit is resharded after its forward, and gathered again for the backward, except in a
     pipeline (pipelined), where, as torchtitan's default policy does, the stage keeps its units
     gathered through the step (torch.distributed.pipelining neither reshards nor reduces until
-    the stage's last backward; perfmodel.step.data_parallel, stage_resident).
+    the stage's last backward; perfmodel.step.data_parallel, stage_resident), or where kept (the
+    plan's fsdp_reshard backward or step: reshard_after_forward false; workload.trainer keeps
+    them gathered after the backward too for step).
 
     experts (a mixture of experts whose routed experts sync apart, ep > 1): the
     expert-data-parallel mesh, or None where that group is one rank: each MoE layer's routed
@@ -305,7 +307,7 @@ def apply_fsdp(mod: Chunk, dp_mesh: Any, zero: int, experts: Any = False,
     FSDP2's set_gradient_divide_factor)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    reshard = zero == 3 and not pipelined
+    reshard = zero == 3 and not pipelined and not keep
     bf16 = next(mod.parameters()).dtype == torch.bfloat16
     policy = MixedPrecisionPolicy(reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
     whole: set[Any] = set()  # the routed experts of a group of one rank: not sharded

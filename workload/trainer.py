@@ -110,7 +110,8 @@ class Trainer:
                 apply_tp(mod, mesh["tp"], plan.get("sequence_parallel", False))
             if self.fsdp:
                 apply_fsdp(mod, mesh["dp"], self.zero, fsdp_experts,
-                           pipelined=self.pp > 1)
+                           pipelined=self.pp > 1,
+                           keep=plan.get("fsdp_reshard", "forward") != "forward")
             self.chunks.append(mod)
         params = [p for mod in self.chunks for p in mod.parameters()]
         self.expert_ids = expert_parameters(self.chunks) if apart else set()
@@ -269,7 +270,11 @@ class Trainer:
         """Forward and backward over all micro-batches without a pipeline (pp = 1)."""
         mod = self.chunks[0]
         total = 0.0
-        defer = bool(self.plan.get("defer_grad_sync"))
+        # fsdp_reshard step: every unit kept gathered until the last micro-batch's backward, and
+        # its reduction deferred to it (NeMo AutoModel's enable_fsdp_optimizations,
+        # components/moe/fsdp_mixin.py: prepare_for_grad_accumulation, prepare_for_final_backward)
+        step = self.plan.get("fsdp_reshard", "forward") == "step"
+        defer = bool(self.plan.get("defer_grad_sync")) or step
         for i in range(self.n_mb):
             # FSDP2 reduce-scatters each micro-batch's gradients in its backward and accumulates
             # them sharded, as torchtitan, Megatron-LM's torch FSDP2 and DeepSpeed's ZeRO-3 do;
@@ -277,6 +282,8 @@ class Trainer:
             # AutoModel's default; perfmodel.step.data_parallel)
             if self.fsdp and defer:  # fully_shard made the chunk an FSDPModule
                 mod.set_requires_gradient_sync(i == self.n_mb - 1)  # type: ignore[operator]
+            if self.fsdp and step:
+                mod.set_reshard_after_backward(i == self.n_mb - 1)  # type: ignore[operator]
             sl = slice(i * self.mb, (i + 1) * self.mb)
             with self._loss_context():
                 self._set_phase("fwd")

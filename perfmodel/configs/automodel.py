@@ -277,17 +277,14 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     if not isinstance(defer, bool):
         raise refuse_plan(where, "distributed.defer_fsdp_grad_sync", defer, "true or false")
     backend = section(section(data, "model", where), "backend", where)
-    if backend.get("enable_fsdp_optimizations") and fsdp and degrees["pp"] == 1:
-        # components/moe/fsdp_mixin.py, prepare_for_grad_accumulation (training/utils.py calls it
-        # without a pipeline only; a pipeline's schedule keeps the stage's units gathered, as
-        # perfmodel does): no FSDP unit reduces or reshards until the last micro-batch's backward
-        raise refuse_plan(where, "model.backend.enable_fsdp_optimizations", True,
-                          "with pp_size 1, FSDP's weights kept gathered across the micro-batches "
-                          "(no reshard after the backward) is not modelled: give false")
-    if "enable_fsdp_optimizations" in backend:
-        job.took("model.backend.enable_fsdp_optimizations", backend["enable_fsdp_optimizations"],
-                 "moot: a pipeline's schedule keeps the stage's units gathered"
-                 if backend["enable_fsdp_optimizations"] and fsdp else "FSDP as above")
+    # components/moe/fsdp_mixin.py, prepare_for_grad_accumulation (training/utils.py calls it
+    # without a pipeline only; a pipeline's schedule keeps the stage's units gathered anyway):
+    # no FSDP unit reduces or reshards until the last micro-batch's backward
+    optimized = backend.get("enable_fsdp_optimizations", False)
+    if not isinstance(optimized, bool):
+        raise refuse_plan(where, "model.backend.enable_fsdp_optimizations", optimized,
+                          "true or false")
+    alone = fsdp and degrees["pp"] == 1  # FSDP runs the micro-batches itself
     # The MoE parallelizer shards a mixture of experts with ep_size > 1 (infrastructure.py,
     # instantiate_infrastructure; _dist_utils drops distributed.moe otherwise, and FSDP2Manager
     # shards the root model); the older recipes name it in their parallelizer section
@@ -314,16 +311,26 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     if raf is not None:
         job.took("distributed.reshard_after_forward", raf,
                  "FSDP's weights gathered again for the backward" if raf else
-                 "FSDP's weights kept gathered from forward to backward")
-    if keep and fsdp and degrees["pp"] == 1:
-        stated = raf is not None or "reshard_after_forward" in (old if legacy else moe)
-        job.notes.append(
-            f"{prefix}.reshard_after_forward false"
-            + ("" if stated else " (the MoE parallelizer's default)")
-            + ": each FSDP unit's weights stay gathered from its forward to its backward; "
-            "without a pipeline perfmodel gathers them again for the backward (one all-gather "
-            "per micro-batch too many, overlapped) and counts two units' gathered weights at a "
-            "time, not every unit's (memory short by the other units' gathered weights)")
+                 "FSDP's weights kept gathered from forward to backward (fsdp_reshard "
+                 "backward)")
+    stated = raf is not None or "reshard_after_forward" in (old if legacy else moe)
+    if optimized and alone and not keep:
+        raise refuse_plan(where, "model.backend.enable_fsdp_optimizations", True,
+                          f"with {prefix}.reshard_after_forward true the units are gathered "
+                          "again for each backward yet kept after it: not modelled (leave "
+                          "reshard_after_forward false, the MoE parallelizer's default)")
+    mode = "step" if optimized and alone else "backward" if keep and alone else "forward"
+    if "enable_fsdp_optimizations" in backend:
+        job.took("model.backend.enable_fsdp_optimizations", optimized,
+                 "fsdp_reshard step: every unit kept gathered and its reduction deferred until "
+                 "the last micro-batch's backward" if mode == "step" else
+                 "moot: a pipeline's schedule keeps the stage's units gathered" if optimized
+                 and fsdp else "FSDP as above")
+    if keep and mode == "backward" and not stated:
+        job.took(f"{prefix}.reshard_after_forward", "false (the MoE parallelizer's default)",
+                 "fsdp_reshard backward: each unit's weights kept gathered from its forward to "
+                 "its backward")
+    job.plan["_reshard"] = mode  # decided in finish(), once the ZeRO stage is known
     # decided in finish(), once the ZeRO stage is known
     job.plan["_defer"] = (defer, given, wrapped)
     job.fix("overlap_grad_sync", True)
@@ -384,8 +391,8 @@ def _moe_parallelizer(settings: dict[str, Any], prefix: str, job: JobConfig, whe
     keep = settings.get("reshard_after_forward", False) is False
     if "reshard_after_forward" in settings:
         job.took(f"{prefix}.reshard_after_forward", settings["reshard_after_forward"],
-                 "FSDP's weights kept gathered from forward to backward" if keep else
-                 "FSDP's weights gathered again for the backward")
+                 "FSDP's weights kept gathered from forward to backward (fsdp_reshard "
+                 "backward)" if keep else "FSDP's weights gathered again for the backward")
     return bool(wrapped), keep
 
 
@@ -477,6 +484,9 @@ def finish(job: JobConfig, gpus: int) -> None:
     job.fix("zero", 3 if fsdp and dp * cp > 1 else 0)
     defer, given, wrapped = job.plan.pop("_defer", (False, False, True))
     applies = fsdp and dp * cp > 1 and pp == 1  # FSDP runs the micro-batches itself
+    reshard = job.plan.pop("_reshard", "forward")
+    if applies and reshard != "forward":
+        job.fix("fsdp_reshard", reshard)
     job.fix("defer_grad_sync", bool(defer and applies and wrapped))
     if defer or given:
         job.took("distributed.defer_fsdp_grad_sync", f"{defer}{'' if given else ' (default)'}",

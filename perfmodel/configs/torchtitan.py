@@ -525,10 +525,11 @@ def _reshard_after_forward(job: JobConfig, policy: str, stated: bool, pp: int,
                            fsdp: bool) -> None:
     """parallelism.fsdp_reshard_after_forward as torchtitan resolves it (torchtitan/distributed/
     fsdp.py, get_fsdp_reshard_after_forward_policy: "default" is on without a pipeline, off with
-    one), once the world size says whether FSDP runs (finish): perfmodel's ZeRO 3 gathers each
-    unit for every forward and backward without a pipeline and keeps the stage's units gathered
-    through the step with one (perfmodel.step.data_parallel, stage_resident); the other policy
-    of each is refused. Without FSDP (dp_shard x cp = 1) it is moot."""
+    one), once the world size says whether FSDP runs (finish): without a pipeline "always"
+    gathers each unit for every forward and again for its backward, "never" keeps the forward's
+    gather for the backward (fsdp_reshard backward); with one the stage's units stay gathered
+    through the step (perfmodel.step.data_parallel, stage_resident), and "always" is refused.
+    Without FSDP (dp_shard x cp = 1) it is moot."""
     key = "parallelism.fsdp_reshard_after_forward"
     if not fsdp:
         if stated:
@@ -540,15 +541,14 @@ def _reshard_after_forward(job: JobConfig, policy: str, stated: bool, pp: int,
                           "through the step (torchtitan's default, never); gathering them again "
                           "for every micro-batch is not modelled")
     if pp == 1 and policy == "never":
-        raise refuse_plan(job.path, key, policy,
-                          "without a pipeline perfmodel's FSDP gathers each layer's weights for "
-                          "the forward and again for the backward (torchtitan's default, always)")
+        job.fix("fsdp_reshard", "backward")
     if policy == "always":  # a search keeps one stage: with more it would cost "never"
         job.fix("pp", 1)
     if stated:
         job.took(key, policy, "FSDP's weights kept gathered through the step (pp > 1)"
-                 if pp > 1 else "FSDP's weights gathered again for the backward"
-                 + (" (pp kept at 1)" if policy == "always" else ""))
+                 if pp > 1 else "FSDP's weights kept from forward to backward (fsdp_reshard "
+                 "backward)" if policy == "never" else "FSDP's weights gathered again for the "
+                 "backward" + (" (pp kept at 1)" if policy == "always" else ""))
 
 
 def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:

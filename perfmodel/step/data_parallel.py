@@ -17,7 +17,14 @@ parameters. A loop that defers the reduction to the last micro-batch (FSDP2's
 set_requires_gradient_sync(False) before the others: NeMo AutoModel's defer_fsdp_grad_sync, on by
 default; Plan.defer_grad_sync) reduce-scatters once, in the last micro-batch's backward, and holds
 the gradients unsharded (fp32, FSDP2's to_accumulated_grad_if_needed) until then (perfmodel.step.
-memory); the validation job's FSDP2 runs either.
+memory); the validation job's FSDP2 runs either. When the units' gathered weights are freed
+(Plan.fsdp_reshard; `kept`): after each forward, gathered again for the backward (FSDP2's
+reshard_after_forward true, the default: two gathers a micro-batch); after each backward
+(reshard_after_forward false: NeMo AutoModel's MoE parallelizer's default, torchtitan's "never":
+one); or after the step's last backward (NeMo AutoModel's enable_fsdp_optimizations, components/
+moe/fsdp_mixin.py: set_reshard_after_backward and set_requires_gradient_sync off until the last
+micro-batch): one gather a step, hidden as a pipeline's are behind the first forward, and the
+reduction deferred. The validation job runs each (its dry run counts them as the ledger does).
 
 What hides, and behind what (each: exposed = I max(f C, C - W) + (1 - I) C, perfmodel.step.compose):
   - the gradient reduction (all-reduce, reduce-scatter), with overlap_grad_sync: Megatron's DDP
@@ -117,11 +124,28 @@ def stage_resident(c: Context) -> sp.Expr:
     return c.zero3 * active(S.pp)
 
 
+def kept(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """(1 where ZeRO 3 without a pipeline keeps each unit gathered from its forward to its
+    backward, 1 where it keeps them gathered through the step's micro-batches), else 0 each
+    (Plan.fsdp_reshard backward, step; module doc)."""
+    alone = c.zero3 * (1 - active(S.pp))
+    mode = c.fam.fsdp_reshard
+    return (alone if mode == "backward" else ZERO, alone if mode == "step" else ZERO)
+
+
+def micro_batch_gathers(c: Context) -> sp.Expr:
+    """Gathers of each ZeRO 3 unit per micro-batch: 2, for its forward and again for its
+    backward; 1 kept from forward to backward; none under a pipeline or kept through the step
+    (gathered once: unit_syncs)."""
+    backward, step = kept(c)
+    return FSDP_GATHERS_PER_MICRO_BATCH * (1 - stage_resident(c) - step) - backward
+
+
 def deferred(c: Context) -> sp.Expr:
     """1 where ZeRO 3 without a pipeline defers its reduction to the last of several
-    micro-batches (Plan.defer_grad_sync; module doc), holding the gradients unsharded until
-    then, else 0."""
-    if not c.fam.defer_grad_sync:
+    micro-batches (Plan.defer_grad_sync, or the units kept gathered through the step:
+    Plan.fsdp_reshard step; module doc), holding the gradients unsharded until then, else 0."""
+    if not (c.fam.defer_grad_sync or c.fam.fsdp_reshard == "step"):
         return ZERO
     return c.zero3 * (1 - active(S.pp)) * active(c.m)
 
@@ -222,10 +246,12 @@ def regathers(c: Context, u: FsdpUnit, time: bool = False) -> sp.Expr:
 
 def unit_syncs(c: Context) -> tuple[sp.Expr, sp.Expr]:
     """(gathers, reductions) of each ZeRO 3 unit per step beyond the micro-batches' own gathers:
-    under a pipeline one each per pipeline schedule (stage_resident), else none and one
-    reduction per micro-batch, or one where deferred (module doc)."""
+    under a pipeline one each per pipeline schedule (stage_resident), else one gather where the
+    units stay gathered through the step (kept, else none) and one reduction per micro-batch,
+    or one where deferred (module doc)."""
     resident, schedules = stage_resident(c), PP.flushes(c)
-    return resident * schedules, resident * schedules + (1 - resident) * reductions_per_step(c)
+    return resident * schedules + kept(c)[1], \
+        resident * schedules + (1 - resident) * reductions_per_step(c)
 
 
 def replicas(c: Context) -> sp.Expr:
@@ -408,14 +434,13 @@ def sync_collectives(c: Context, params: Parameters,
             out.append(Collective(name=name, op=op, axis="edp", nbytes=nbytes,
                                   time_nbytes=time_nbytes, calls=calls, phase="step",
                                   in_phase=SYNC, term="comm/dp", fam=c.fam))
-    resident, (gathered, reduced) = stage_resident(c), unit_syncs(c)
+    gathered, reduced = unit_syncs(c)
     for u in units:  # the ledger's calls rank 0's, the time the stage's with the most
         prefix = "edp" if u.axis == "edp" else "dp"
         # (under a pipeline each unit gathered and reduced once per pipeline schedule:
         # stage_resident; gathered again with more than 3 stages a rank: regathers)
         for op, name, nbytes, per_micro_batch, phase in (
-                ("all_gather", "all_gather", S.wbytes,
-                 FSDP_GATHERS_PER_MICRO_BATCH * (1 - resident), "fwd+bwd"),
+                ("all_gather", "all_gather", S.wbytes, micro_batch_gathers(c), "fwd+bwd"),
                 ("all_gather", "all_gather_once", S.wbytes, gathered, "step"),
                 ("reduce_scatter", "reduce_scatter", S.gbytes, reduced, "step")):
             out.append(Collective(
@@ -502,7 +527,7 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
         + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
         + z3 * sum((u.most * u.elements
                     * (fsdp_copy_passes(c, u.ranks)
-                       * ((FSDP_GATHERS_PER_MICRO_BATCH * m * (1 - resident) + gathered)
+                       * ((micro_batch_gathers(c) * m + gathered)
                           * S.wbytes + reduced * S.gbytes)
                        + active(u.ranks) * accumulated)
                     + u.elements * fsdp_copy_passes(c, u.ranks) * S.wbytes

@@ -77,21 +77,27 @@ LOSS_LOGITS_EAGER = 3
 LOSS_LOGITS_TE = 1
 
 
-def gathered_stages(c: Context, params: Parameters, st: str, root: sp.Expr) -> sp.Expr:
-    """The parameters on one GPU of st's rank that FSDP holds gathered under torch's pipelining:
-    all of its stages up to 3 a rank, else the 3 it keeps (_add_unshard_reshard): the stage with
-    its root (the root, its layers: DP.root_chunk, and the multi-token-prediction modules beside
-    the output layer) and two of the others, each the average of the rest (exact for equal
-    stages: 3 / v of the layers)."""
+def gathered_stages(c: Context, params: Parameters, st: str, root: sp.Expr,
+                    whole: sp.Expr) -> sp.Expr:
+    """The parameters on one GPU of st's rank that FSDP holds gathered under torch's pipelining
+    (or kept gathered without one, Plan.fsdp_reshard): all of its stages up to 3 a rank, else
+    the 3 it keeps (_add_unshard_reshard): the stage with its root (the root, its layers:
+    DP.root_chunk, and the multi-token-prediction modules beside the output layer) and two of
+    the others, each the average of the rest (exact for equal stages: 3 / v of the layers).
+    whole: 1 where the routed experts are no FSDP unit (an expert-data-parallel group of one
+    rank: they stay whole, never gathered), their share of the kept stages left out."""
     layers, dense = DP.root_chunk(c, st)
     heavy = layers * params.layer_per_gpu
     if c.fam.moe:
         heavy = dense * params.layer_per_gpu + (layers - dense) * params.moe_layer_per_gpu
     heavy += params.mtp[st]  # (the multi-token-prediction modules beside the output layer)
     over = DP.more_stages_than_kept()
-    rest = params.per_stage[st] - root - heavy
+    stage = params.per_stage[st]
+    rest = stage - root - heavy
     kept = root + heavy + (DP.MAX_GATHERED_STAGES - 1) * rest / lmax(1, S.v - 1)
-    return over * kept + (1 - over) * params.per_stage[st]
+    # (the experts' share of the 3 stages kept as theirs of the rank's stages but the root)
+    kept -= whole * params.experts[st] * (kept - root) / lmax(1, stage - root)
+    return over * kept + (1 - over) * (stage - whole * params.experts[st])
 
 
 def memory_terms(c: Context, params: Parameters,
@@ -117,6 +123,7 @@ def memory_terms(c: Context, params: Parameters,
     # unit (the workload's ignored_params; AutoModel without ep sharding): their gradients stay
     # in the gradient dtype, whatever FSDP accumulates for the others
     per_param_experts = dict(per_param)
+    whole: sp.Expr = sp.Integer(0)
     if c.fam.moe:
         whole = DP.expert_sync_apart(c) * (1 - active(DP.expert_replicas(c)))
         per_param_experts["gradients"] = S.gbytes \
@@ -191,10 +198,12 @@ def memory_terms(c: Context, params: Parameters,
         chunks=shares(st))
         for st, rank in (("first", 0), ("middle", between), ("last", S.pp - 1))}
     # the largest layer FSDP gathers whole: a dense one, or an MoE layer with its E / ep
-    # routed experts (their unit and the layer's, gathered for the same computation)
+    # routed experts (their unit and the layer's, gathered for the same computation; not them
+    # where they stay whole: an expert-data-parallel group of one rank)
     gathered_layer = params.layer_per_gpu
     if c.fam.moe:
-        gathered_layer = lmax(gathered_layer, params.moe_layer_per_gpu)
+        gathered_layer = lmax(gathered_layer, params.moe_layer_per_gpu
+                              - whole * params.moe_layer_experts_per_gpu)
     out: dict[str, dict[str, sp.Expr]] = {}
     for st in STAGES:
         has_embed, has_head = holds(c, st)
@@ -257,10 +266,12 @@ def memory_terms(c: Context, params: Parameters,
             + has_head * (params.final_norm + (1 - c.tied * has_embed) * V * h / tp)
         # (under a pipeline the stage's units stay gathered through the step, at most 3 of a
         # rank's v stages at a time: the one with its root and two others; stage_resident,
-        # regathers)
+        # regathers; without one, kept from forward to backward or through the step
+        # (Plan.fsdp_reshard), every unit at the forward's end)
+        held = resident + sum(DP.kept(c), sp.Integer(0))
         mem["buffers/zero3_gather"] = c.zero3 * S.wbytes * (
-            (1 - resident) * (ZERO3_GATHERED_LAYERS * gathered_layer + root)
-            + resident * gathered_stages(c, params, st, root))
+            (1 - held) * (ZERO3_GATHERED_LAYERS * gathered_layer + root)
+            + held * gathered_stages(c, params, st, root, whole))
         if c.fam.fp8:  # allocated once and kept: not in the allocator's churn below
             mem.update(FP8.memory_terms(c, st, has_head))
         # the tensors allocated and freed every step (the model states sit in buffers allocated

@@ -78,6 +78,8 @@ class Parameters:
     # with their copy of the embedding; 0 without them), part of per_stage
     mtp: dict[str, sp.Expr] = field(
         default_factory=lambda: {"first": ZERO, "last": ZERO, "middle": ZERO})
+    # one MoE layer's E / ep routed experts on one GPU, part of moe_layer_per_gpu
+    moe_layer_experts_per_gpu: sp.Expr = sp.Integer(0)
 
     @property
     def dense_per_gpu(self) -> sp.Expr:
@@ -151,4 +153,4 @@ def parameters(c: Context) -> Parameters:
     return Parameters(lp, layer_gpu, emb, final_norm, per_stage,
                       lmax(*per_stage.values()), total,
                       experts, lmax(*experts.values()) if c.fam.moe else ZERO, moe_layer_gpu,
-                      mtp)
+                      mtp, S.E / S.ep * expert_gpu if c.fam.moe else ZERO)

@@ -220,10 +220,10 @@ def test_expert_tensor_parallel_experts_match_one_process(tmp_path, ep, routing)
 
 
 def _zero_plan(zero: int, dp: int, tp: int = 1, cp: int = 1, ep: int = 1,
-               micro_batches: int = 2) -> Plan:
+               micro_batches: int = 2, **options) -> Plan:
     return Plan(gpus=dp * tp * cp, dp=dp, tp=tp, cp=cp, ep=ep, micro_batch=B,
                 global_batch=dp * B * micro_batches, dtype="fp32", zero=zero,
-                sequence_parallel=tp > 1)
+                sequence_parallel=tp > 1, **options)
 
 
 def _stepped(result: dict) -> None:
@@ -303,3 +303,20 @@ def test_fsdp_with_expert_parallelism_matches_one_process(tmp_path, dp):
         assert sum(_calls(rank, "dp", "all_gather").values()) == 3 * 2 * 2
         assert sum(_calls(rank, "dp", "reduce_scatter").values()) == 3 * 2
         assert not _calls(rank, "dp", "all_reduce")
+
+
+@pytest.mark.parametrize("reshard", ["backward", "step"])
+def test_fsdp_kept_gathered_matches_one_process(tmp_path, reshard):
+    # FSDP2 with each unit kept gathered from its forward to its backward (reshard_after_forward
+    # false), or through the step's two micro-batches and its reduction deferred to the last
+    # (NeMo AutoModel's enable_fsdp_optimizations): the same loss and gradients, with one gather a
+    # micro-batch, or one gather and one reduce-scatter a step, as perfmodel's ledger counts them
+    result = check_equivalence(MOE, _zero_plan(3, dp=4, ep=2, fsdp_reshard=reshard),
+                               JobParallel(), tmp_path)
+    _equivalent(result)
+    per_step = 1 if reshard == "step" else 2  # gathers: one a step, or one a micro-batch (2)
+    for rank in result["ranks"]:
+        assert sum(_calls(rank, "dp", "all_gather").values()) == 3 * per_step
+        assert sum(_calls(rank, "edp", "all_gather").values()) == per_step
+        assert sum(_calls(rank, "dp", "reduce_scatter").values()) == 3 * (1 if reshard == "step"
+                                                                          else 2)

@@ -116,16 +116,18 @@ def _torchtitan(tmp_path, policy: str | None, pp: int):
     return path
 
 
-@pytest.mark.parametrize("policy, pp", [(None, 1), ("default", 2), ("never", 2),
-                                        ("always", 1)])
-def test_torchtitan_reads_the_policy_it_resolves(tmp_path, policy, pp):
+@pytest.mark.parametrize("policy, pp, reshard", [(None, 1, None), ("default", 2, None),
+                                                 ("never", 2, None), ("always", 1, None),
+                                                 ("never", 1, "backward")])
+def test_torchtitan_reads_the_policy_it_resolves(tmp_path, policy, pp, reshard):
+    """Without a pipeline "never" keeps each unit's forward gather for its backward
+    (fsdp_reshard backward); with one the stage's units stay gathered anyway."""
     _, spec, plan = job_plan(_torchtitan(tmp_path, policy, pp), gpus=8 * pp)
-    assert (plan["pp"], plan["zero"]) == (pp, 3)
+    assert (plan["pp"], plan["zero"], plan.get("fsdp_reshard")) == (pp, 3, reshard)
 
 
 @pytest.mark.parametrize("policy, pp, why", [
     ("always", 2, "gathering them again for every micro-batch is not modelled"),
-    ("never", 1, "gathers each layer's weights for the forward and again for the backward"),
     ("sometimes", 1, "torchtitan takes default, always or never"),
 ])
 def test_torchtitan_refuses_the_policy_it_cannot_cost(tmp_path, policy, pp, why):

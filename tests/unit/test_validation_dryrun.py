@@ -149,6 +149,12 @@ PLANS = {
     # three micro-batches: FSDP2 reduce-scatters in each backward, or, deferred, the last only
     "fsdp-64-mb3": dict(gpus=64, dp=64, global_batch=192, zero=3),
     "fsdp-64-mb3-deferred": dict(gpus=64, dp=64, global_batch=192, zero=3, defer_grad_sync=True),
+    # kept gathered from forward to backward (one gather a micro-batch), or through the step (one
+    # gather and, deferred, one reduce-scatter a step: NeMo AutoModel's enable_fsdp_optimizations)
+    "fsdp-64-mb3-kept-backward": dict(gpus=64, dp=64, global_batch=192, zero=3,
+                                      fsdp_reshard="backward"),
+    "fsdp-512-mb3-kept-step": dict(gpus=512, tp=8, dp=64, global_batch=192, zero=3,
+                                   fsdp_reshard="step"),
     # bf16: weights gathered in bf16, gradients reduced in fp32 (Megatron-LM's convention)
     "data-64-bf16": dict(gpus=64, dp=64, global_batch=64, dtype="bf16"),
     "fsdp-512-bf16": dict(gpus=512, tp=8, dp=64, global_batch=64, zero=3, dtype="bf16"),
