@@ -1192,8 +1192,12 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
                         "default selective recompute; predict --from-config takes this one")
     if plan.get("fsdp_reshard", "forward") != "forward":  # never searched (Plan.fsdp_reshard)
         job.notes.append(f"fsdp_reshard {plan['fsdp_reshard']}: the config keeps FSDP's units "
-                         "gathered longer; recommend searches them gathered again for each "
-                         "backward, predict --from-config takes the config's")
+                         "gathered longer" + (" and defers their reduction" if
+                                              plan["fsdp_reshard"] == "step" else "")
+                         + "; recommend searches them gathered again for each backward"
+                         + (" and reduced as the config's defer_grad_sync says" if
+                            plan["fsdp_reshard"] == "step" else "")
+                         + ", predict --from-config takes the config's")
     if plan.get("defer_grad_sync"):  # never searched (Plan.defer_grad_sync)
         job.notes.append("defer_grad_sync: the config defers FSDP's reduction to the last "
                          "micro-batch; recommend searches a reduction in every micro-batch, "

@@ -314,23 +314,27 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                  "FSDP's weights kept gathered from forward to backward (fsdp_reshard "
                  "backward)")
     stated = raf is not None or "reshard_after_forward" in (old if legacy else moe)
-    if optimized and alone and not keep:
-        raise refuse_plan(where, "model.backend.enable_fsdp_optimizations", True,
-                          f"with {prefix}.reshard_after_forward true the units are gathered "
-                          "again for each backward yet kept after it: not modelled (leave "
-                          "reshard_after_forward false, the MoE parallelizer's default)")
-    mode = "step" if optimized and alone else "backward" if keep and alone else "forward"
+    # the optimizations are MoEFSDPSyncMixin's (components/moe/fsdp_mixin.py), which only the
+    # custom mixtures of experts the MoE parallelizer shards carry (training/utils.py asks
+    # hasattr(model, "prepare_for_grad_accumulation"); a dense model's FSDP units are none of
+    # the ones the mixin walks): elsewhere the flag does nothing
+    acts = optimized and alone and parallelizer
+    mode = "step" if acts else "backward" if keep and alone else "forward"
     if "enable_fsdp_optimizations" in backend:
         job.took("model.backend.enable_fsdp_optimizations", optimized,
                  "fsdp_reshard step: every unit kept gathered and its reduction deferred until "
-                 "the last micro-batch's backward" if mode == "step" else
+                 "the last micro-batch's backward" if acts else
                  "moot: a pipeline's schedule keeps the stage's units gathered" if optimized
-                 and fsdp else "FSDP as above")
+                 and fsdp and not alone else "moot: the MoE parallelizer's mixin, which acts on "
+                 "it, does not shard this model" if optimized and fsdp else "FSDP as above")
     if keep and mode == "backward" and not stated:
         job.took(f"{prefix}.reshard_after_forward", "false (the MoE parallelizer's default)",
                  "fsdp_reshard backward: each unit's weights kept gathered from its forward to "
                  "its backward")
-    job.plan["_reshard"] = mode  # decided in finish(), once the ZeRO stage is known
+    # decided in finish(), once the ZeRO stage is known; with the units gathered again for
+    # each backward and kept after it (the optimizations beside reshard_after_forward true) it
+    # is refused there
+    job.plan["_reshard"] = (mode, acts and not keep, f"{prefix}.reshard_after_forward")
     # decided in finish(), once the ZeRO stage is known
     job.plan["_defer"] = (defer, given, wrapped)
     job.fix("overlap_grad_sync", True)
@@ -484,7 +488,12 @@ def finish(job: JobConfig, gpus: int) -> None:
     job.fix("zero", 3 if fsdp and dp * cp > 1 else 0)
     defer, given, wrapped = job.plan.pop("_defer", (False, False, True))
     applies = fsdp and dp * cp > 1 and pp == 1  # FSDP runs the micro-batches itself
-    reshard = job.plan.pop("_reshard", "forward")
+    reshard, conflict, key = job.plan.pop("_reshard", ("forward", False, ""))
+    if applies and conflict:
+        raise refuse_plan(job.path, "model.backend.enable_fsdp_optimizations", True,
+                          f"with {key} true the units are gathered again for each backward yet "
+                          "kept after it: not modelled (leave it false, the MoE parallelizer's "
+                          "default)")
     if applies and reshard != "forward":
         job.fix("fsdp_reshard", reshard)
     job.fix("defer_grad_sync", bool(defer and applies and wrapped))

@@ -514,6 +514,7 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     grad_bytes, weight_bytes = S.gbytes * params.per_gpu, gathered_weight_bytes(c, params)
     z1, z3, m, copies = c.zero1, c.zero3, c.m, fsdp_copy_passes(c)
     resident, schedules, (gathered, reduced) = stage_resident(c), PP.flushes(c), unit_syncs(c)
+    kept_back = kept(c)[0]
     reducing = reductions_per_step(c)  # micro-batches whose backward reduces (ZeRO 3, pp 1)
     # (the copies of the experts' sync, over their replicas, as the others')
     # FSDP2's accumulation of the unsharded gradients where it does not reduce every
@@ -557,9 +558,11 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
                 c.overlap_param_gather, floor=1 / n_units, of=gathered_once),
         Overlap("the next step's first forward", forward_s, c.overlap_param_gather,
                 floor=1 / layers, of=param_gathers),
-        Overlap("every micro-batch's forward and backward", m * (forward_s + backward_s),
-                c.overlap_param_gather, floor=1 / (FSDP_GATHERS_PER_MICRO_BATCH * n_units),
-                of=gathers))
+        # (kept from forward to backward, a unit's one gather a micro-batch is in the forward)
+        Overlap("every micro-batch's forward and backward", m * (forward_s + (1 - kept_back)
+                                                                 * backward_s),
+                c.overlap_param_gather,
+                floor=1 / ((FSDP_GATHERS_PER_MICRO_BATCH - kept_back) * n_units), of=gathers))
     return Phase(name=SYNC, per_step=True, comms=issued.get(SYNC, ()),
                  device={"comm/dp_framework": active(replicas(c))
                          * K.memory_time(copy_bytes, c.dev)},

@@ -95,8 +95,10 @@ def gathered_stages(c: Context, params: Parameters, st: str, root: sp.Expr,
     stage = params.per_stage[st]
     rest = stage - root - heavy
     kept = root + heavy + (DP.MAX_GATHERED_STAGES - 1) * rest / lmax(1, S.v - 1)
-    # (the experts' share of the 3 stages kept as theirs of the rank's stages but the root)
-    kept -= whole * params.experts[st] * (kept - root) / lmax(1, stage - root)
+    # (whole routed experts: the root's chunk's MoE layers' and 2 / (v - 1) of the others')
+    ours = (layers - dense) * params.moe_layer_experts_per_gpu if c.fam.moe else sp.Integer(0)
+    kept -= whole * (ours + (DP.MAX_GATHERED_STAGES - 1) * (params.experts[st] - ours)
+                     / lmax(1, S.v - 1))
     return over * kept + (1 - over) * (stage - whole * params.experts[st])
 
 

@@ -890,8 +890,14 @@ def test_automodel_moe_parallelizer_settings_are_read_or_refused(tmp_path):
     with pytest.raises(PlanError, match="wrap_outer_model.*true or false"):
         read_config(_automodel(tmp_path, **{"distributed.moe.wrap_outer_model": "yes"}))
     with pytest.raises(PlanError, match="enable_fsdp_optimizations.*gathered again"):
-        read_config(_automodel(tmp_path, **{"model.backend.enable_fsdp_optimizations": True,
-                                            "distributed.moe.reshard_after_forward": True}))
+        read(**{"model.backend.enable_fsdp_optimizations": True,
+                "distributed.moe.reshard_after_forward": True})
+    # the MoE parallelizer's mixin acts on it; with ep_size 1 FSDP2Manager shards the model and
+    # the flag does nothing
+    job, _, plan = read(**{"model.backend.enable_fsdp_optimizations": True,
+                           "distributed.ep_size": 1})
+    assert "fsdp_reshard" not in plan
+    assert any("moot" in s.note for s in job.read if s.key.endswith("enable_fsdp_optimizations"))
 
 
 def _automodel(tmp_path, **changes):
