@@ -21,11 +21,15 @@ the older benchmark configs' `distributed._target_ ...FSDP2Manager`, `autopipeli
     unless model.torch_dtype says otherwise, and FSDP2 computes in bf16: with bf16 parameters
     torch.optim.Adam keeps its states in bf16 and no fp32 master exists (optimizer_dtype bf16,
     the sharded gradients bf16: grad_dtype bf16); with float32 parameters they are the master;
-  - model.backend: attention te, sdpa or flex (fused kernels: flash_attention); TE's norms and
-    linears (kernels fused), torch's (kernels eager) unless compiled; the DeepEP/HybridEP
-    dispatchers as ep_dispatcher deepep (as the Megatron reader takes
-    --moe-token-dispatcher-type flex); fake_balanced_gate (without noise) routes token t to
-    experts t k .. t k + k - 1 (routing round_robin, routing_imbalance 1).
+  - model.backend: attention te, sdpa or flex (fused kernels: flash_attention); TE's or QuACK's
+    norms and linears (kernels fused), torch's (kernels eager) unless compiled; with ep_size > 1
+    the DeepEP/HybridEP dispatchers as ep_dispatcher deepep (as the Megatron reader takes
+    --moe-token-dispatcher-type flex; AutoModel's torch all-gather dispatcher, UCCL-EP and
+    Mixture-of-Kittens refused, and an unnamed one, which AutoModel picks by what is installed);
+    the experts' grouped GEMMs (te, gmm, torch_mm; a loop over them, torch, and torchao's
+    MXFP8 refused); Transformer Engine's FP8 (te_fp8) refused; fake_balanced_gate (without
+    noise) routes token t to experts t k .. t k + k - 1 (routing round_robin,
+    routing_imbalance 1); every other key named as skipped or not read.
 The model: `pretrained_model_name_or_path` names a Hugging Face model; the ones perfmodel has a
 preset of (HF_PRESETS: the preset's source is that model's config.json) are taken, any other
 needs --model (a local copy of its config.json).
@@ -149,16 +153,14 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.fix("flash_attention", True)
     job.took("model.backend.attn", attn, "fused attention (flash_attention)")
     compiled = bool(section(data, "compile", where).get("enabled"))
-    fused = "te" in (str(backend.get("rms_norm", "")), str(backend.get("linear", "")))
+    # TE's and QuACK's (CuTe DSL) norms and linears fuse their element-wise work
+    fused = bool({"te", "quack"} & {str(backend.get(k, "")) for k in ("rms_norm", "linear")})
     job.fix("stack", "compiled" if compiled else "eager")
     job.fix("kernels", "compiled" if compiled else "fused" if fused else "eager")
     job.took("model.backend", " ".join(f"{k}={v}" for k, v in backend.items()
                                        if k in ("attn", "linear", "rms_norm")) or "default",
              f"stack {job.plan['stack']}, kernels {job.plan['kernels']}")
-    if backend.get("enable_deepep") or backend.get("dispatcher") in ("deepep", "hybridep"):
-        job.fix("ep_dispatcher", "deepep")
-        job.took("model.backend.dispatcher", backend.get("dispatcher", "deepep"),
-                 "the tokens' all-to-all by DeepEP's (HybridEP's) kernels: ep_dispatcher deepep")
+    _backend_rest(backend, data, job, where)
     if backend.get("fake_balanced_gate"):
         noise = backend.get("fake_gate_noise", 0.0)
         if noise not in (0, 0.0, None):  # random experts, a random popularity bias
@@ -398,6 +400,88 @@ def _moe_parallelizer(settings: dict[str, Any], prefix: str, job: JobConfig, whe
                  "FSDP's weights kept gathered from forward to backward (fsdp_reshard "
                  "backward)" if keep else "FSDP's weights gathered again for the backward")
     return bool(wrapped), keep
+
+
+# BackendConfig's other fields (components/models/common/utils.py at 36044ad), each read below or
+# left out with its reason: none is dropped without a word
+_BACKEND_READ = {"attn", "linear", "rms_norm", "fake_balanced_gate", "fake_gate_noise",
+                 "enable_fsdp_optimizations", "dispatcher", "enable_deepep", "experts", "te_fp8",
+                 "mok"}
+_BACKEND_SKIPPED = {
+    "_target_": "the backend's class",
+    "rope": "RoPE's kernel: not counted apart from the element-wise ops",
+    "rope_fusion": "RoPE's kernel: not counted apart from the element-wise ops",
+    "compile_attn": "the attention's small ops compiled: not counted apart",
+    "gate_precision": "the router's small GEMM in another dtype: not counted apart",
+    "dispatcher_num_sms": "DeepEP's SMs: its kernels' cost is the model's",
+    "dispatcher_share_token_dispatcher": "one dispatcher object for every layer",
+    "dispatcher_async_dispatch": "DeepEP's outputs on its own stream",
+    "enable_hf_state_dict_adapter": "the checkpoint's format",
+    "cuda_graph": "partial CUDA graphs: the host's dispatch is costed as the eager stack's",
+}
+
+
+def _backend_rest(backend: dict[str, Any], data: dict[str, Any], job: JobConfig,
+                  where: str) -> None:
+    """The backend's experts, dispatcher and FP8 settings, and every other key named: the
+    experts' kernels (te, gmm, torch_mm: grouped GEMMs, costed at the GEMM efficiency of their
+    shapes; torch's loop over the experts and torchao's MXFP8 ones refused), the tokens'
+    dispatcher (deepep, hybridep: DeepEP's kernels, ep_dispatcher deepep; torch, AutoModel's
+    all-gather of every token and reduce-scatter of the outputs (moe/experts.py), uccl_ep and
+    mok refused; with ep_size > 1 a recipe must name it, as AutoModel picks by what is
+    installed), and Transformer Engine's FP8 (te_fp8: refused, its autocast's reach is the
+    model's own)."""
+    for key, value in backend.items():
+        if key in _BACKEND_SKIPPED:
+            job.skipped(f"model.backend.{key}", value, _BACKEND_SKIPPED[key])
+        elif key not in _BACKEND_READ:
+            job.strange(f"model.backend.{key}", value)
+    if backend.get("te_fp8") is not None:
+        raise refuse_plan(where, "model.backend.te_fp8", "...",
+                          "AutoModel's Transformer Engine FP8 (its autocast over the model's TE "
+                          "modules, the experts' grouped GEMMs among them) is not read: give "
+                          "--dtype fp8 and --fp8-recipe with the plan's flags")
+    experts = backend.get("experts")
+    if experts is not None:
+        # (a dense model has no experts to run: decided once the model is known)
+        job.with_model.append(lambda model: _experts_backend(model, experts, job, where))
+    dispatcher = backend.get("dispatcher")
+    ep = section(data, "distributed", where).get("ep_size", 1)
+    if not (isinstance(ep, int) and ep > 1):  # no tokens leave the rank (a dense model too)
+        for key in ("dispatcher", "enable_deepep"):
+            if key in backend:
+                job.skipped(f"model.backend.{key}", backend[key],
+                            "ep_size 1: no token leaves its rank")
+        return
+    if dispatcher in ("deepep", "hybridep") or dispatcher is None and backend.get("enable_deepep"):
+        job.fix("ep_dispatcher", "deepep")
+        job.took("model.backend.dispatcher" if dispatcher else "model.backend.enable_deepep",
+                 dispatcher or True, "the tokens' exchange by DeepEP's (HybridEP's) kernels: "
+                 "ep_dispatcher deepep" + ("" if dispatcher else " (the older recipes' switch)"))
+    elif dispatcher is not None:
+        raise refuse_plan(where, "model.backend.dispatcher", dispatcher,
+                          "AutoModel's torch dispatcher (an all-gather of every token, a "
+                          "reduce-scatter of the outputs), UCCL-EP and Mixture-of-Kittens are "
+                          "not modelled: deepep or hybridep")
+    else:
+        raise refuse_plan(where, "model.backend.dispatcher", "(not given)",
+                          "with ep_size > 1 name it: AutoModel takes DeepEP, UCCL-EP or its "
+                          "all-gather by what is installed (deepep or hybridep are modelled)")
+
+
+def _experts_backend(model: Any, experts: Any, job: JobConfig, where: str) -> None:
+    """model.backend.experts once the model is known: a mixture of experts' grouped GEMMs (te,
+    gmm, torch_mm), costed at the GEMM efficiency of their shapes; torch's loop over the experts
+    and torchao's MXFP8 ones refused; moot for a dense model."""
+    if not getattr(model, "experts", 0):
+        job.skipped("model.backend.experts", experts, "a dense model: no experts")
+        return
+    if experts in ("torch", "torch_mm_mxfp8"):
+        raise refuse_plan(where, "model.backend.experts", experts,
+                          "a loop over the experts (torch) and torchao's MXFP8 grouped GEMMs "
+                          "(torch_mm_mxfp8) are not modelled: te, gmm or torch_mm")
+    job.took("model.backend.experts", experts,
+             "the experts' grouped GEMMs, at the GEMM efficiency of their shapes")
 
 
 def stage_layers(layers: int, pp: int, per_stage: int | None, single: bool,

@@ -900,6 +900,32 @@ def test_automodel_moe_parallelizer_settings_are_read_or_refused(tmp_path):
     assert any("moot" in s.note for s in job.read if s.key.endswith("enable_fsdp_optimizations"))
 
 
+def test_automodel_backend_is_read_or_refused(tmp_path):
+    """model.backend (BackendConfig at NVIDIA-NeMo/Automodel 36044ad): the experts' dispatcher
+    with ep_size > 1 (deepep, hybridep; AutoModel's torch dispatcher all-gathers every token:
+    refused, as is one left to what is installed), the experts' kernels of a mixture of experts,
+    Transformer Engine's FP8 refused (it read as bf16), and every other key named."""
+    def read(**changes):
+        return job_plan(_automodel(tmp_path, **changes), gpus=8)
+
+    _, _, plan = read(**{"model.backend.dispatcher": "hybridep"})
+    assert plan["ep_dispatcher"] == "deepep"
+    for value, why in (("torch", "all-gather of every token"), (None, "name it")):
+        with pytest.raises(PlanError, match=f"model.backend.dispatcher.*{why}"):
+            read(**{"model.backend.dispatcher": value})
+    job, _, plan = read(**{"model.backend.dispatcher": "torch", "distributed.ep_size": 1})
+    assert "ep_dispatcher" not in plan  # no token leaves its rank
+    job, _, _ = read(**{"model.backend.experts": "gmm", "model.backend.rope_fusion": True,
+                        "model.backend.wibble": 1})
+    assert any(s.key == "model.backend.experts" for s in job.read)
+    assert any(s.key == "model.backend.rope_fusion" for s in job.ignored)
+    assert [s.key for s in job.unknown] == ["model.backend.wibble"]
+    with pytest.raises(PlanError, match="model.backend.experts torch"):
+        read(**{"model.backend.experts": "torch"})
+    with pytest.raises(PlanError, match="model.backend.te_fp8"):
+        read(**{"model.backend.te_fp8": {"recipe": "mxfp8"}})
+
+
 def _automodel(tmp_path, **changes):
     data = yaml.safe_load((DATA / "automodel_qwen3_30b_a3b.yaml").read_text())
     for dotted, value in changes.items():
