@@ -26,8 +26,8 @@ the older benchmark configs' `distributed._target_ ...FSDP2Manager`, `autopipeli
     the DeepEP/HybridEP dispatchers as ep_dispatcher deepep (as the Megatron reader takes
     --moe-token-dispatcher-type flex; AutoModel's torch all-gather dispatcher, UCCL-EP and
     Mixture-of-Kittens refused, and an unnamed one, which AutoModel picks by what is installed);
-    the experts' grouped GEMMs (te, gmm, torch_mm; a loop over them, torch, and torchao's
-    MXFP8 refused); Transformer Engine's FP8 (te_fp8) refused; fake_balanced_gate (without
+    the experts' grouped GEMMs (te, gmm, torch_mm; torchao's MXFP8 refused); Transformer
+    Engine's FP8 (te_fp8) refused; fake_balanced_gate (without
     noise) routes token t to experts t k .. t k + k - 1 (routing round_robin,
     routing_imbalance 1); every other key named as skipped or not read.
 The model: `pretrained_model_name_or_path` names a Hugging Face model; the ones perfmodel has a
@@ -148,10 +148,13 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
              + ("" if "torch_dtype" in model else " (the model config's torch_dtype)"))
     backend = section(model, "backend", where)
     attn = str(backend.get("attn", "sdpa"))
-    if attn not in ("te", "sdpa", "flex"):
-        raise refuse_spec(where, "model.backend.attn", attn, "AutoModel's values: te, sdpa, flex")
-    job.fix("flash_attention", True)
-    job.took("model.backend.attn", attn, "fused attention (flash_attention)")
+    if attn not in ("te", "sdpa", "flex", "cudnn", "eager"):
+        raise refuse_spec(where, "model.backend.attn", attn,
+                          "perfmodel reads AutoModel's te, sdpa, flex, cudnn (fused) and eager "
+                          "(unfused); tilelang's and DeepSeek V4's torch are not modelled")
+    job.fix("flash_attention", attn != "eager")
+    job.took("model.backend.attn", attn, "unfused attention (flash_attention false)"
+             if attn == "eager" else "fused attention (flash_attention)")
     compiled = bool(section(data, "compile", where).get("enabled"))
     # TE's and QuACK's (CuTe DSL) norms and linears fuse their element-wise work
     fused = bool({"te", "quack"} & {str(backend.get(k, "")) for k in ("rms_norm", "linear")})
@@ -427,10 +430,9 @@ def _backend_rest(backend: dict[str, Any], data: dict[str, Any], job: JobConfig,
     experts' kernels (te, gmm, torch_mm: grouped GEMMs, costed at the GEMM efficiency of their
     shapes; torch's loop over the experts and torchao's MXFP8 ones refused), the tokens'
     dispatcher (deepep, hybridep: DeepEP's kernels, ep_dispatcher deepep; torch, AutoModel's
-    all-gather of every token and reduce-scatter of the outputs (moe/experts.py), uccl_ep and
-    mok refused; with ep_size > 1 a recipe must name it, as AutoModel picks by what is
-    installed), and Transformer Engine's FP8 (te_fp8: refused, its autocast's reach is the
-    model's own)."""
+    all-gather of every token and all-reduce of the outputs (moe/experts.py), uccl_ep and mok
+    refused; with ep_size > 1 a recipe must name it, as AutoModel picks by what is installed),
+    and Transformer Engine's FP8 (te_fp8: refused, its autocast's reach is the model's own)."""
     for key, value in backend.items():
         if key in _BACKEND_SKIPPED:
             job.skipped(f"model.backend.{key}", value, _BACKEND_SKIPPED[key])
@@ -442,12 +444,20 @@ def _backend_rest(backend: dict[str, Any], data: dict[str, Any], job: JobConfig,
                           "modules, the experts' grouped GEMMs among them) is not read: give "
                           "--dtype fp8 and --fp8-recipe with the plan's flags")
     experts = backend.get("experts")
+    if experts is not None and experts not in ("te", "gmm", "torch_mm", "torch",
+                                               "torch_mm_mxfp8"):
+        raise refuse_plan(where, "model.backend.experts", experts,
+                          "AutoModel's values: te, gmm, torch_mm, torch, torch_mm_mxfp8")
     if experts is not None:
         # (a dense model has no experts to run: decided once the model is known)
         job.with_model.append(lambda model: _experts_backend(model, experts, job, where))
     dispatcher = backend.get("dispatcher")
-    ep = section(data, "distributed", where).get("ep_size", 1)
-    if not (isinstance(ep, int) and ep > 1):  # no tokens leave the rank (a dense model too)
+    if "mok" in backend and dispatcher != "mok":
+        job.skipped("model.backend.mok", "...", "Mixture-of-Kittens' settings: its dispatcher "
+                                                "is not the one named")
+    ep = whole(section(data, "distributed", where).get("ep_size", 1) or 1,
+               "distributed.ep_size", where)
+    if ep == 1:  # no tokens leave the rank (a dense model too)
         for key in ("dispatcher", "enable_deepep"):
             if key in backend:
                 job.skipped(f"model.backend.{key}", backend[key],
@@ -457,12 +467,14 @@ def _backend_rest(backend: dict[str, Any], data: dict[str, Any], job: JobConfig,
         job.fix("ep_dispatcher", "deepep")
         job.took("model.backend.dispatcher" if dispatcher else "model.backend.enable_deepep",
                  dispatcher or True, "the tokens' exchange by DeepEP's (HybridEP's) kernels: "
-                 "ep_dispatcher deepep" + ("" if dispatcher else " (the older recipes' switch)"))
+                 "ep_dispatcher deepep" + ("" if dispatcher else " (the switch of the recipes "
+                                           "before 50a12b7c7, 2026-06-19; AutoModel ignores it "
+                                           "since)"))
     elif dispatcher is not None:
         raise refuse_plan(where, "model.backend.dispatcher", dispatcher,
-                          "AutoModel's torch dispatcher (an all-gather of every token, a "
-                          "reduce-scatter of the outputs), UCCL-EP and Mixture-of-Kittens are "
-                          "not modelled: deepep or hybridep")
+                          "perfmodel reads deepep and hybridep: AutoModel's torch dispatcher "
+                          "(an all-gather of every token, an all-reduce of the outputs), "
+                          "uccl_ep and mok are not modelled")
     else:
         raise refuse_plan(where, "model.backend.dispatcher", "(not given)",
                           "with ep_size > 1 name it: AutoModel takes DeepEP, UCCL-EP or its "
@@ -476,12 +488,14 @@ def _experts_backend(model: Any, experts: Any, job: JobConfig, where: str) -> No
     if not getattr(model, "experts", 0):
         job.skipped("model.backend.experts", experts, "a dense model: no experts")
         return
-    if experts in ("torch", "torch_mm_mxfp8"):
+    if experts == "torch_mm_mxfp8":
         raise refuse_plan(where, "model.backend.experts", experts,
-                          "a loop over the experts (torch) and torchao's MXFP8 grouped GEMMs "
-                          "(torch_mm_mxfp8) are not modelled: te, gmm or torch_mm")
+                          "torchao's MXFP8 grouped GEMMs are not modelled: te, gmm or torch_mm")
+    # (torch, a loop over the experts, runs only beside AutoModel's torch dispatcher, refused:
+    # with DeepEP or HybridEP AutoModel takes TE's grouped GEMMs for it, moe/layers.py)
     job.took("model.backend.experts", experts,
-             "the experts' grouped GEMMs, at the GEMM efficiency of their shapes")
+             "the experts' grouped GEMMs, at the GEMM efficiency of their shapes"
+             + (" (TE's, beside DeepEP)" if experts == "torch" else ""))
 
 
 def stage_layers(layers: int, pp: int, per_stage: int | None, single: bool,

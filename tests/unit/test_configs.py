@@ -920,8 +920,15 @@ def test_automodel_backend_is_read_or_refused(tmp_path):
     assert any(s.key == "model.backend.experts" for s in job.read)
     assert any(s.key == "model.backend.rope_fusion" for s in job.ignored)
     assert [s.key for s in job.unknown] == ["model.backend.wibble"]
-    with pytest.raises(PlanError, match="model.backend.experts torch"):
-        read(**{"model.backend.experts": "torch"})
+    with pytest.raises(PlanError, match="model.backend.experts torch_mm_mxfp8"):
+        read(**{"model.backend.experts": "torch_mm_mxfp8"})
+    with pytest.raises(PlanError, match="model.backend.experts bogus"):
+        read(**{"model.backend.experts": "bogus"})
+    # the degree as whole() reads it: "8" is 8 ranks, their tokens exchanged (it read as 1)
+    _, _, plan = read(**{"distributed.ep_size": "8"})
+    assert plan["ep_dispatcher"] == "deepep"
+    _, _, plan = read(**{"model.backend.attn": "eager"})
+    assert plan["flash_attention"] is False
     with pytest.raises(PlanError, match="model.backend.te_fp8"):
         read(**{"model.backend.te_fp8": {"recipe": "mxfp8"}})
 
