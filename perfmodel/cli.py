@@ -1195,7 +1195,7 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
                          "gathered longer" + (" and defers their reduction" if
                                               plan["fsdp_reshard"] == "step" else "")
                          + "; recommend searches them gathered again for each backward"
-                         + (" and reduced as the config's defer_grad_sync says" if
+                         + (" and reduced in every micro-batch" if
                             plan["fsdp_reshard"] == "step" else "")
                          + ", predict --from-config takes the config's")
     if plan.get("defer_grad_sync"):  # never searched (Plan.defer_grad_sync)

@@ -21,8 +21,9 @@ the older benchmark configs' `distributed._target_ ...FSDP2Manager`, `autopipeli
     unless model.torch_dtype says otherwise, and FSDP2 computes in bf16: with bf16 parameters
     torch.optim.Adam keeps its states in bf16 and no fp32 master exists (optimizer_dtype bf16,
     the sharded gradients bf16: grad_dtype bf16); with float32 parameters they are the master;
-  - model.backend: attention te, sdpa or flex (fused kernels: flash_attention); TE's or QuACK's
-    norms and linears (kernels fused), torch's (kernels eager) unless compiled; with ep_size > 1
+  - model.backend: attention te, sdpa, flex or cudnn (fused kernels: flash_attention; eager:
+    unfused); TE's or QuACK's norms and linears (kernels fused), torch's (kernels eager) unless
+    compiled; with ep_size > 1
     the DeepEP/HybridEP dispatchers as ep_dispatcher deepep (as the Megatron reader takes
     --moe-token-dispatcher-type flex; AutoModel's torch all-gather dispatcher, UCCL-EP and
     Mixture-of-Kittens refused, and an unnamed one, which AutoModel picks by what is installed);
@@ -236,6 +237,12 @@ def _batch(data: dict[str, Any], job: JobConfig, where: str) -> None:
             job.skipped(f"step_scheduler.{key}", steps[key], "the run's length")
 
 
+def _degree(data: dict[str, Any], key: str, where: str) -> int:
+    """distributed.<key>_size as a whole number (1 where not given)."""
+    return whole(section(data, "distributed", where).get(f"{key}_size", 1) or 1,
+                 f"distributed.{key}_size", where)
+
+
 def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     dist = dict(section(data, "distributed", where))
     target = str(dist.pop("_target_", ""))
@@ -246,8 +253,9 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                           "modelled)")
     job.took("distributed.strategy", strategy, "FSDP2 (zero 3)" if strategy == "fsdp2"
              else "DDP (zero 0)")
-    degrees = {key: whole(dist.pop(f"{key}_size", 1) or 1, f"distributed.{key}_size", where)
-               for key in ("tp", "cp", "pp", "ep", "dp_replicate")}
+    degrees = {key: _degree(data, key, where) for key in ("tp", "cp", "pp", "ep", "dp_replicate")}
+    for key in degrees:
+        dist.pop(f"{key}_size", None)
     dist.pop("dp_size", None)
     if degrees["dp_replicate"] > 1:
         raise refuse_plan(where, "distributed.dp_replicate_size", degrees["dp_replicate"],
@@ -293,7 +301,6 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     # The MoE parallelizer shards a mixture of experts with ep_size > 1 (infrastructure.py,
     # instantiate_infrastructure; _dist_utils drops distributed.moe otherwise, and FSDP2Manager
     # shards the root model); the older recipes name it in their parallelizer section
-    moe_model = job.preset is not None and bool(_preset(job.preset).moe_layers)
     if old and moe:
         job.skipped("parallelizer", "...", "the older recipes' section, which distributed.moe "
                                            "replaces")
@@ -301,47 +308,57 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.skipped("distributed.moe", "...", "ep_size 1: FSDP2Manager shards the model, not "
                                               "the MoE parallelizer")
     legacy = bool(old) and not moe
-    parallelizer = legacy or degrees["ep"] > 1 and (bool(moe) or moe_model)
     # FSDP2Config.reshard_after_forward, when given, overrides the MoE parallelizer's (8a83fdcee)
     raf = dist.pop("reshard_after_forward", None)
     if raf is not None and not isinstance(raf, bool):
         raise refuse_plan(where, "distributed.reshard_after_forward", raf, "true or false")
-    wrapped, keep, prefix = True, raf is False, "distributed"
-    if parallelizer:
-        prefix = "parallelizer" if legacy else "distributed.moe"
-        wrapped, stated_keep = _moe_parallelizer(old if legacy else moe, prefix, job, where,
-                                                 legacy)
-        keep = stated_keep if raf is None else keep
-        prefix = prefix if raf is None else "distributed"
+    settings: tuple[bool, bool] = (True, True)  # (wrap_outer_model, kept), the defaults
+    if legacy or moe and degrees["ep"] > 1:
+        settings = _moe_parallelizer(old if legacy else moe, "parallelizer" if legacy
+                                     else "distributed.moe", job, where, legacy)
     if raf is not None:
         job.took("distributed.reshard_after_forward", raf,
                  "FSDP's weights gathered again for the backward" if raf else
-                 "FSDP's weights kept gathered from forward to backward (fsdp_reshard "
-                 "backward)")
+                 "FSDP's weights kept gathered from forward to backward")
     stated = raf is not None or "reshard_after_forward" in (old if legacy else moe)
-    # the optimizations are MoEFSDPSyncMixin's (components/moe/fsdp_mixin.py), which only the
-    # custom mixtures of experts the MoE parallelizer shards carry (training/utils.py asks
-    # hasattr(model, "prepare_for_grad_accumulation"); a dense model's FSDP units are none of
-    # the ones the mixin walks): elsewhere the flag does nothing
-    acts = optimized and alone and parallelizer
-    mode = "step" if acts else "backward" if keep and alone else "forward"
-    if "enable_fsdp_optimizations" in backend:
+    prefix = "distributed" if raf is not None else "parallelizer" if legacy \
+        else "distributed.moe"
+    if "enable_fsdp_optimizations" in backend and not (optimized and alone):
         job.took("model.backend.enable_fsdp_optimizations", optimized,
-                 "fsdp_reshard step: every unit kept gathered and its reduction deferred until "
-                 "the last micro-batch's backward" if acts else
                  "moot: a pipeline's schedule keeps the stage's units gathered" if optimized
-                 and fsdp and not alone else "moot: the MoE parallelizer's mixin, which acts on "
-                 "it, does not shard this model" if optimized and fsdp else "FSDP as above")
-    if keep and mode == "backward" and not stated:
-        job.took(f"{prefix}.reshard_after_forward", "false (the MoE parallelizer's default)",
-                 "fsdp_reshard backward: each unit's weights kept gathered from its forward to "
-                 "its backward")
-    # decided in finish(), once the ZeRO stage is known; with the units gathered again for
-    # each backward and kept after it (the optimizations beside reshard_after_forward true) it
-    # is refused there
-    job.plan["_reshard"] = (mode, acts and not keep, f"{prefix}.reshard_after_forward")
-    # decided in finish(), once the ZeRO stage is known
-    job.plan["_defer"] = (defer, given, wrapped)
+                 and fsdp else "moot: no FSDP (ddp)" if optimized else "off")
+
+    def decide(model: Any) -> None:
+        """Once the model is known: whether the MoE parallelizer shards it (a mixture of
+        experts with ep_size > 1, or the older recipes' section), and so whether its settings
+        and default (units kept gathered from forward to backward) hold; and whether
+        enable_fsdp_optimizations acts (MoEFSDPSyncMixin, components/moe/fsdp_mixin.py, which
+        AutoModel's mixtures of experts carry and training/utils.py calls through hasattr:
+        on FSDP's root with either parallelizer, the settings recursing to every unit; a dense
+        model has none, the flag does nothing)."""
+        is_moe = bool(getattr(model, "experts", 0))
+        parallelizer = legacy or degrees["ep"] > 1 and (bool(moe) or is_moe)
+        wrapped, kept = settings if parallelizer else (True, False)
+        keep = kept if raf is None else raf is False
+        acts = optimized and alone and is_moe
+        mode = "step" if acts else "backward" if keep and alone else "forward"
+        if optimized and alone:
+            job.took("model.backend.enable_fsdp_optimizations", True,
+                     "fsdp_reshard step: every unit kept gathered and its reduction deferred "
+                     "until the last micro-batch's backward" if acts else
+                     "moot: AutoModel's dense models carry no MoEFSDPSyncMixin")
+        if keep and mode == "backward" and not stated:
+            job.took(f"{prefix}.reshard_after_forward", "false (the MoE parallelizer's default)",
+                     "each unit's weights kept gathered from its forward to its backward")
+        # finish() applies them once the ZeRO stage is known; with the units gathered again for
+        # each backward and kept after it (the optimizations beside reshard_after_forward true)
+        # the recipe is refused there
+        key = f"{prefix}.reshard_after_forward" if parallelizer or raf is not None \
+            else "distributed.reshard_after_forward (FSDP2Manager's default)"
+        job.plan["_reshard"] = (mode, acts and not keep, key)
+        job.plan["_defer"] = (defer, given, wrapped)
+
+    job.with_model.append(decide)
     job.fix("overlap_grad_sync", True)
     job.fix("overlap_param_gather", fsdp, pin=False)
     job.fix("tp_layout", "1d")
@@ -400,8 +417,8 @@ def _moe_parallelizer(settings: dict[str, Any], prefix: str, job: JobConfig, whe
     keep = settings.get("reshard_after_forward", False) is False
     if "reshard_after_forward" in settings:
         job.took(f"{prefix}.reshard_after_forward", settings["reshard_after_forward"],
-                 "FSDP's weights kept gathered from forward to backward (fsdp_reshard "
-                 "backward)" if keep else "FSDP's weights gathered again for the backward")
+                 "FSDP's weights kept gathered from forward to backward" if keep
+                 else "FSDP's weights gathered again for the backward")
     return bool(wrapped), keep
 
 
@@ -427,8 +444,8 @@ _BACKEND_SKIPPED = {
 def _backend_rest(backend: dict[str, Any], data: dict[str, Any], job: JobConfig,
                   where: str) -> None:
     """The backend's experts, dispatcher and FP8 settings, and every other key named: the
-    experts' kernels (te, gmm, torch_mm: grouped GEMMs, costed at the GEMM efficiency of their
-    shapes; torch's loop over the experts and torchao's MXFP8 ones refused), the tokens'
+    experts' kernels (te, gmm, torch_mm, and torch beside DeepEP, which runs TE's: grouped GEMMs,
+    costed at the GEMM efficiency of their shapes; torchao's MXFP8 ones refused), the tokens'
     dispatcher (deepep, hybridep: DeepEP's kernels, ep_dispatcher deepep; torch, AutoModel's
     all-gather of every token and all-reduce of the outputs (moe/experts.py), uccl_ep and mok
     refused; with ep_size > 1 a recipe must name it, as AutoModel picks by what is installed),
@@ -439,7 +456,9 @@ def _backend_rest(backend: dict[str, Any], data: dict[str, Any], job: JobConfig,
         elif key not in _BACKEND_READ:
             job.strange(f"model.backend.{key}", value)
     if backend.get("te_fp8") is not None:
-        raise refuse_plan(where, "model.backend.te_fp8", "...",
+        fp8 = backend["te_fp8"]
+        raise refuse_plan(where, "model.backend.te_fp8",
+                          fp8.get("recipe", "...") if isinstance(fp8, dict) else fp8,
                           "AutoModel's Transformer Engine FP8 (its autocast over the model's TE "
                           "modules, the experts' grouped GEMMs among them) is not read: give "
                           "--dtype fp8 and --fp8-recipe with the plan's flags")
@@ -450,13 +469,13 @@ def _backend_rest(backend: dict[str, Any], data: dict[str, Any], job: JobConfig,
                           "AutoModel's values: te, gmm, torch_mm, torch, torch_mm_mxfp8")
     if experts is not None:
         # (a dense model has no experts to run: decided once the model is known)
-        job.with_model.append(lambda model: _experts_backend(model, experts, job, where))
+        deep = backend.get("dispatcher") in ("deepep", "hybridep")
+        job.with_model.append(lambda model: _experts_backend(model, experts, deep, job, where))
     dispatcher = backend.get("dispatcher")
     if "mok" in backend and dispatcher != "mok":
         job.skipped("model.backend.mok", "...", "Mixture-of-Kittens' settings: its dispatcher "
                                                 "is not the one named")
-    ep = whole(section(data, "distributed", where).get("ep_size", 1) or 1,
-               "distributed.ep_size", where)
+    ep = _degree(data, "ep", where)
     if ep == 1:  # no tokens leave the rank (a dense model too)
         for key in ("dispatcher", "enable_deepep"):
             if key in backend:
@@ -481,21 +500,23 @@ def _backend_rest(backend: dict[str, Any], data: dict[str, Any], job: JobConfig,
                           "all-gather by what is installed (deepep or hybridep are modelled)")
 
 
-def _experts_backend(model: Any, experts: Any, job: JobConfig, where: str) -> None:
+def _experts_backend(model: Any, experts: Any, deep: bool, job: JobConfig, where: str) -> None:
     """model.backend.experts once the model is known: a mixture of experts' grouped GEMMs (te,
-    gmm, torch_mm), costed at the GEMM efficiency of their shapes; torch's loop over the experts
-    and torchao's MXFP8 ones refused; moot for a dense model."""
+    gmm, torch_mm; torch beside DeepEP runs TE's), costed at the GEMM efficiency of their
+    shapes; torchao's MXFP8 ones and torch's loop otherwise refused; moot for a dense model."""
     if not getattr(model, "experts", 0):
         job.skipped("model.backend.experts", experts, "a dense model: no experts")
         return
-    if experts == "torch_mm_mxfp8":
+    if experts == "torch_mm_mxfp8" or experts == "torch" and not deep:
         raise refuse_plan(where, "model.backend.experts", experts,
-                          "torchao's MXFP8 grouped GEMMs are not modelled: te, gmm or torch_mm")
-    # (torch, a loop over the experts, runs only beside AutoModel's torch dispatcher, refused:
-    # with DeepEP or HybridEP AutoModel takes TE's grouped GEMMs for it, moe/layers.py)
+                          "torchao's MXFP8 grouped GEMMs and, without DeepEP or HybridEP, a loop "
+                          "over the experts are not modelled: te, gmm or torch_mm")
+    # (torch, a loop over the experts, but with DeepEP or HybridEP AutoModel takes TE's grouped
+    # GEMMs for it, moe/layers.py)
     job.took("model.backend.experts", experts,
              "the experts' grouped GEMMs, at the GEMM efficiency of their shapes"
-             + (" (TE's, beside DeepEP)" if experts == "torch" else ""))
+             + (" (TE's, as AutoModel runs them beside DeepEP)" if experts == "torch"
+                else ""))
 
 
 def stage_layers(layers: int, pp: int, per_stage: int | None, single: bool,
@@ -590,18 +611,19 @@ def finish(job: JobConfig, gpus: int) -> None:
     if applies and conflict:
         raise refuse_plan(job.path, "model.backend.enable_fsdp_optimizations", True,
                           f"with {key} true the units are gathered again for each backward yet "
-                          "kept after it: not modelled (leave it false, the MoE parallelizer's "
-                          "default)")
+                          "kept after it: not modelled (give it false)")
     if applies and reshard != "forward":
         job.fix("fsdp_reshard", reshard)
     job.fix("defer_grad_sync", bool(defer and applies and wrapped))
     if defer or given:
         job.took("distributed.defer_fsdp_grad_sync", f"{defer}{'' if given else ' (default)'}",
                  "moot (a pipeline's schedule defers the reduction; DDP or one rank none)"
-                 if not applies else "no effect: FSDP's reduction in every micro-batch (the "
-                 "outer model is not an FSDP unit: wrap_outer_model false)" if defer
-                 and not wrapped else "defer_grad_sync (FSDP's reduction in the last "
-                 "micro-batch only)" if defer else "FSDP's reduction in every micro-batch")
+                 if not applies else "moot: enable_fsdp_optimizations defers the reduction "
+                 "(fsdp_reshard step)" if reshard == "step" else "no effect: FSDP's reduction "
+                 "in every micro-batch (the outer model is not an FSDP unit: wrap_outer_model "
+                 "false)" if defer and not wrapped else "defer_grad_sync (FSDP's reduction in "
+                 "the last micro-batch only)" if defer else "FSDP's reduction in every "
+                 "micro-batch")
     if local % micro:
         raise refuse_plan(job.path, "pipeline.pp_microbatch_size", micro,
                           f"must divide local_batch_size ({local})")

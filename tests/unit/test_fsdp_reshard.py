@@ -72,6 +72,7 @@ def test_less_communication_less_time_where_kept():
     (dict(fsdp_reshard="sometimes"), "fsdp_reshard"),
 ])
 def test_refused_where_fsdp_does_not_run_the_micro_batches(changes, why):
+    changes = dict(changes)  # (the parametrized dict is shared)
     with pytest.raises(PlanError, match=why):
         _plan(changes.pop("fsdp_reshard", "step"), **changes)
 
