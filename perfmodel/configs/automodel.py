@@ -46,7 +46,6 @@ from perfmodel.configs.job import (
     Framework,
     JobConfig,
     refuse_plan,
-    refuse_spec,
     section,
     whole,
 )
@@ -150,7 +149,7 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
     backend = section(model, "backend", where)
     attn = str(backend.get("attn", "sdpa"))
     if attn not in ("te", "sdpa", "flex", "cudnn", "eager"):
-        raise refuse_spec(where, "model.backend.attn", attn,
+        raise refuse_plan(where, "model.backend.attn", attn,
                           "perfmodel reads AutoModel's te, sdpa, flex, cudnn (fused) and eager "
                           "(unfused); tilelang's and DeepSeek V4's torch are not modelled")
     job.fix("flash_attention", attn != "eager")
@@ -239,8 +238,8 @@ def _batch(data: dict[str, Any], job: JobConfig, where: str) -> None:
 
 def _degree(data: dict[str, Any], key: str, where: str) -> int:
     """distributed.<key>_size as a whole number (1 where not given)."""
-    return whole(section(data, "distributed", where).get(f"{key}_size", 1) or 1,
-                 f"distributed.{key}_size", where)
+    value = section(data, "distributed", where).get(f"{key}_size")
+    return 1 if value is None else whole(value, f"distributed.{key}_size", where)
 
 
 def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:

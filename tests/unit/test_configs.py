@@ -936,6 +936,10 @@ def test_automodel_backend_is_read_or_refused(tmp_path):
     assert plan["ep_dispatcher"] == "deepep"
     _, _, plan = read(**{"model.backend.attn": "eager"})
     assert plan["flash_attention"] is False
+    with pytest.raises(PlanError, match="model.backend.attn tilelang"):  # a plan's, exit 4
+        read(**{"model.backend.attn": "tilelang"})
+    with pytest.raises(SpecError, match="distributed.ep_size must be >= 1, got 0"):
+        read(**{"distributed.ep_size": 0})  # (it read as one rank)
     with pytest.raises(PlanError, match="model.backend.te_fp8"):
         read(**{"model.backend.te_fp8": {"recipe": "mxfp8"}})
 
