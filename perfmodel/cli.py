@@ -1191,12 +1191,11 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
                         "searches even pipeline splits, one pipeline schedule a step and the "
                         "default selective recompute; predict --from-config takes this one")
     if plan.get("fsdp_reshard", "forward") != "forward":  # never searched (Plan.fsdp_reshard)
+        step = plan["fsdp_reshard"] == "step"  # (which defers the reduction too)
         job.notes.append(f"fsdp_reshard {plan['fsdp_reshard']}: the config keeps FSDP's units "
-                         "gathered longer" + (" and defers their reduction" if
-                                              plan["fsdp_reshard"] == "step" else "")
+                         "gathered longer" + (" and defers their reduction" if step else "")
                          + "; recommend searches them gathered again for each backward"
-                         + (" and reduced in every micro-batch" if
-                            plan["fsdp_reshard"] == "step" else "")
+                         + (" and reduced in every micro-batch" if step else "")
                          + ", predict --from-config takes the config's")
     if plan.get("defer_grad_sync"):  # never searched (Plan.defer_grad_sync)
         job.notes.append("defer_grad_sync: the config defers FSDP's reduction to the last "

@@ -23,14 +23,13 @@ the older benchmark configs' `distributed._target_ ...FSDP2Manager`, `autopipeli
     the sharded gradients bf16: grad_dtype bf16); with float32 parameters they are the master;
   - model.backend: attention te, sdpa, flex or cudnn (fused kernels: flash_attention; eager:
     unfused); TE's or QuACK's norms and linears (kernels fused), torch's (kernels eager) unless
-    compiled; with ep_size > 1
-    the DeepEP/HybridEP dispatchers as ep_dispatcher deepep (as the Megatron reader takes
-    --moe-token-dispatcher-type flex; AutoModel's torch all-gather dispatcher, UCCL-EP and
-    Mixture-of-Kittens refused, and an unnamed one, which AutoModel picks by what is installed);
-    the experts' grouped GEMMs (te, gmm, torch_mm; torchao's MXFP8 refused); Transformer
-    Engine's FP8 (te_fp8) refused; fake_balanced_gate (without
-    noise) routes token t to experts t k .. t k + k - 1 (routing round_robin,
-    routing_imbalance 1); every other key named as skipped or not read.
+    compiled; with ep_size > 1 the DeepEP/HybridEP dispatchers as ep_dispatcher deepep (as the
+    Megatron reader takes --moe-token-dispatcher-type flex; AutoModel's torch all-gather
+    dispatcher, UCCL-EP and Mixture-of-Kittens refused, and an unnamed one, which AutoModel
+    picks by what is installed); the experts' grouped GEMMs (te, gmm, torch_mm; torchao's MXFP8
+    refused); Transformer Engine's FP8 (te_fp8) refused; fake_balanced_gate (without noise)
+    routes token t to experts t k .. t k + k - 1 (routing round_robin, routing_imbalance 1);
+    every other key named as skipped or not read.
 The model: `pretrained_model_name_or_path` names a Hugging Face model; the ones perfmodel has a
 preset of (HF_PRESETS: the preset's source is that model's config.json) are taken, any other
 needs --model (a local copy of its config.json).
@@ -196,8 +195,8 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
         raise refuse_plan(where, "loss_fn.chunk_size", loss["chunk_size"],
                           "MaskedCrossEntropy's chunked loss (one fp32 chunk at a time) is not "
                           "modelled: leave chunk_size out")
-    tp = section(data, "distributed", where).get("tp_size", 1)
-    if masked and isinstance(tp, int) and tp > 1:
+    tp = _degree(data, "tp", where)
+    if masked and tp > 1:
         job.notes.append(f"loss_fn MaskedCrossEntropy with tp_size {tp}: AutoModel gathers the "
                          "whole vocabulary's logits on every rank for its loss (full_tensor); "
                          f"perfmodel counts the loss's buffers over tp ({tp} x too few) and no "
