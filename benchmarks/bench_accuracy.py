@@ -218,6 +218,13 @@ STACK_OPTIONS: dict[tuple[str, str], dict[str, Any]] = {
 }
 # ... and what they ran that the model takes otherwise (listed as not modelled)
 STACK_NOT_MODELLED: dict[tuple[str, str], list[str]] = {}
+# Where NeMo 1's DistributedFusedAdam (v24.11.1 runs megatron_gpt_pretraining.py) keeps the
+# master weights as their 16-bit remainders (store_param_remainders: fp32 states, bf16 weights,
+# fp8_params off; megatron_base_model.py setup_optimization, NeMo v1.23.0): the bf16 runs of
+# Nemotron-4 15B (nemotron/configure.sh sets +model.fp8_params=${FP8_ENABLED}); not GPT-3 175B,
+# whose gpt3_175b_hydra.yaml sets fp8_params: true in its bf16 runs too (store_params: fp32
+# master weights), nor Nemotron-4 340B (its optimizer's dtype bf16: none)
+NEMO1_REMAINDERS = {("v24.11.1", "nemotron4-15b")}
 
 
 def release_of(row: dict[str, Any]) -> str:
@@ -377,9 +384,20 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     # DeepSpeed's BF16_Optimizer (bf16 at ZeRO stage 0): its own stage 1
     **dict.fromkeys(("bf16_optimizer", "bf16 optimizer", "deepspeed bf16 optimizer"),
                     {"zero": 1}),
-    **dict.fromkeys(("flash attention", "flashattention", "flashattention-2", "flashattention-3",
-                     "fa2", "fa3", "cudnn attention", "fused attention", "te fused attention"),
+    # flash attention on the preset's default kernel, where the row does not name one
+    **dict.fromkeys(("flash attention", "flashattention", "fused attention"),
                     {"flash_attention": True}),
+    # ... and where it does, that kernel (Plan.attention_kernel: the preset's measurement of it;
+    # a preset without one refuses the row, never another kernel's rate): FlashAttention-2, the
+    # flash-attn package (Transformer Engine's FlashAttention backend, which it runs where
+    # NVTE_FUSED_ATTN=0 turns its cuDNN backend off), FlashAttention-3, cuDNN's (TE's
+    # FusedAttention)
+    **dict.fromkeys(("flashattention-2", "flash-attn 2", "fa2", "nvte_fused_attn=0"),
+                    {"flash_attention": True, "attention_kernel": "fa2"}),
+    **dict.fromkeys(("flashattention-3", "flash-attn 3", "fa3"),
+                    {"flash_attention": True, "attention_kernel": "fa3"}),
+    **dict.fromkeys(("cudnn attention", "cudnn fused attention", "te fused attention"),
+                    {"flash_attention": True, "attention_kernel": "cudnn"}),
     **dict.fromkeys(("unfused attention", "no flash attention"), {"flash_attention": False}),
     # Megatron-LM's --use-distributed-optimizer: the optimizer states sharded (ZeRO-1); its
     # overlaps are flags of their own (off by default)
@@ -436,6 +454,11 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     # FP8 recipe other than delayed or beside FP8 weights: plan_of), with its dtypes where stated
     **dict.fromkeys(("precision-aware optimizer", "use-precision-aware-optimizer"),
                     {"master_weights": "remainders"}),
+    # Apex's DistributedFusedAdam as NeMo 1 sets it up for bf16 weights and fp32 states without
+    # FP8 weights (store_param_remainders; nemo/collections/nlp/models/language_modeling/
+    # megatron_base_model.py, setup_optimization, v1.23.0): the same remainders
+    **dict.fromkeys(("store_param_remainders", "store param remainders",
+                     "master weights as remainders"), {"master_weights": "remainders"}),
     "precision-aware optimizer (bf16 moments and main grads)": {
         "master_weights": "remainders", "optimizer_dtype": "bf16", "grad_dtype": "bf16"},
     "1f1b": {"schedule": "1f1b"},
@@ -638,6 +661,8 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
     if row.get("source") == "dgxc":
         key = (release_of(row), model["name"])
         plan.update(STACK_OPTIONS.get(key, {}))
+        if key in NEMO1_REMAINDERS and plan["dtype"] == "bf16":
+            plan["master_weights"] = "remainders"
         missing += STACK_NOT_MODELLED.get(key, [])
     return model, plan, missing
 

@@ -50,6 +50,18 @@ def test_the_dgxc_configs_state_dtypes_are_mapped_by_release():
     assert "attention_kernel" not in B.plan_of(later)[1]  # the preset's default, cuDNN's
 
 
+def test_nemo_1s_distributed_adam_keeps_remainders_where_its_config_does():
+    # NeMo v1.23.0 megatron_base_model.py: fp32 states beside bf16 weights store the master
+    # weights' 16-bit remainders unless fp8_params (store_params); v24.11.1 nemotron/configure.sh
+    # sets fp8_params to FP8_ENABLED, gpt3_175b_hydra.yaml to true in every run
+    def master(hidden, dtype):
+        row = next(r for r in ROWS if r["source"] == "dgxc" and r["hidden"] == hidden
+                   and B.release_of(r) == "v24.11.1" and r["dtype"] == dtype)
+        return B.plan_of(row)[1].get("master_weights")
+    assert master(6144, "bf16") == "remainders"
+    assert master(6144, "fp8") is None and master(12288, "bf16") is None
+
+
 def test_the_fp8_runs_map_their_stated_recipe_and_fp8_weights():
     # dgxc v24.11.1: nemotron/configure.sh +model.fp8_params=${FP8_ENABLED}, fp8_hybrid, amax
     # history 1024 (DelayedScaling); gpt3_175b_hydra.yaml fp8_params: true; v25.04: NeMo 2's
@@ -152,6 +164,14 @@ def test_architecture_columns_a_row_states_win():
     ("ub_tp_comm_overlap", {"tp_comm_overlap": True}), ("fp8_hybrid", {"fp8_recipe": "delayed"}),
     ("megatron_amp_O2", {}), ("FSDP", {"zero": 3, "overlap_grad_sync": True}),
     ("async TP", {"tp_comm_overlap": True}),
+    ("store_param_remainders", {"master_weights": "remainders"}),
+    # a named attention kernel is that kernel (a preset without it refuses the row), an unnamed
+    # one the preset's default
+    ("flash attention", {"flash_attention": True}),
+    ("NVTE_FUSED_ATTN=0", {"flash_attention": True, "attention_kernel": "fa2"}),
+    ("FlashAttention-2", {"flash_attention": True, "attention_kernel": "fa2"}),
+    ("FA3", {"flash_attention": True, "attention_kernel": "fa3"}),
+    ("cuDNN attention", {"flash_attention": True, "attention_kernel": "cudnn"}),
     ("a new trick", None), ("ZeRO-4", None), ("selective recompute of", None),
 ])
 def test_features_as_other_runs_state_them(feature, options):
@@ -242,6 +262,24 @@ def test_the_megatron_bridge_runs_are_read():
     unlaid = "deepseek-v3 GB200 x256 tp1 pp8 dp32 mb1 fp8"
     assert list(refused) == [unlaid], refused
     assert "divisible by pp x virtual_stages" in refused[unlaid]
+
+
+def test_the_nemo_long_context_runs_are_read():
+    """tests/data/accuracy-nemo-long-context (NeMo's long-sequence table of 2024, Llama 2 7B FP8
+    on DGX H100, 4K to 1M tokens): every row read as its layout, with the settings of the
+    launcher it ran (FlashAttention-2: NVTE_FUSED_ATTN=0; the master weights' remainders), and
+    predicted; the ones past 4K fit, as they ran (the 4K row does not: docs/accuracy.md)."""
+    rows = B.published_rows(ROOT / "tests/data/accuracy-nemo-long-context")
+    frame = pd.read_csv(ROOT / "tests/data/accuracy-nemo-long-context/published-steps.csv")
+    assert len(rows) == len(frame) == 9 and not [r.error for r in rows if r.error]
+    for row in frame.to_dict("records"):
+        model, plan, missing = B.plan_of(row)
+        assert not missing and model["name"] == "llama2-7b"
+        assert (plan["attention_kernel"], plan["master_weights"], plan["fp8_recipe"]) == \
+            ("fa2", "remainders", "delayed")
+        assert plan.get("cp", 1) * plan["tp"] * plan["pp"] * plan["dp"] == row["gpus"]
+    fits = [r.memory_gib <= r.capacity_gib for r in rows]
+    assert fits == [False] + [True] * 8, [r.memory_gib for r in rows]
 
 
 def test_a_megatron_deepspeed_run_of_its_era():
