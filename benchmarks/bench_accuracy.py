@@ -220,7 +220,8 @@ STACK_OPTIONS: dict[tuple[str, str], dict[str, Any]] = {
 STACK_NOT_MODELLED: dict[tuple[str, str], list[str]] = {}
 # Where NeMo 1's DistributedFusedAdam (v24.11.1 runs megatron_gpt_pretraining.py) keeps the
 # master weights as their 16-bit remainders (store_param_remainders: fp32 states, bf16 weights,
-# fp8_params off; megatron_base_model.py setup_optimization, NeMo v1.23.0): the bf16 runs of
+# fp8_params off; megatron_base_model.py setup_optimization, the same from NeMo v1.23.0 to
+# v2.0.0, the NeMo of the 24.05 and 24.09 containers those runs used): the bf16 runs of
 # Nemotron-4 15B (nemotron/configure.sh sets +model.fp8_params=${FP8_ENABLED}); not GPT-3 175B,
 # whose gpt3_175b_hydra.yaml sets fp8_params: true in its bf16 runs too (store_params: fp32
 # master weights), nor Nemotron-4 340B (its optimizer's dtype bf16: none)
@@ -388,11 +389,11 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     **dict.fromkeys(("flash attention", "flashattention", "fused attention"),
                     {"flash_attention": True}),
     # ... and where it does, that kernel (Plan.attention_kernel: the preset's measurement of it;
-    # a preset without one refuses the row, never another kernel's rate): FlashAttention-2, the
-    # flash-attn package (Transformer Engine's FlashAttention backend, which it runs where
-    # NVTE_FUSED_ATTN=0 turns its cuDNN backend off), FlashAttention-3, cuDNN's (TE's
-    # FusedAttention)
-    **dict.fromkeys(("flashattention-2", "flash-attn 2", "fa2", "nvte_fused_attn=0"),
+    # a preset without one refuses the row, never another kernel's rate): FlashAttention-2 (the
+    # flash-attn 2 package), FlashAttention-3, cuDNN's (Transformer Engine's FusedAttention).
+    # Not NVTE_FUSED_ATTN=0: it turns TE's cuDNN backend off, and which flash-attn TE then runs
+    # depends on its version and what is installed (a row names the kernel)
+    **dict.fromkeys(("flashattention-2", "flash-attn 2", "fa2"),
                     {"flash_attention": True, "attention_kernel": "fa2"}),
     **dict.fromkeys(("flashattention-3", "flash-attn 3", "fa3"),
                     {"flash_attention": True, "attention_kernel": "fa3"}),
@@ -444,7 +445,7 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     # the main gradients kept and reduced in bf16 (NeMo / Megatron-Bridge grad_reduce_in_fp32
     # False, Megatron-LM --grad-reduce-in-bf16)
     **dict.fromkeys(("bf16 gradient reduce", "bf16 grad reduce", "grad_reduce_in_fp32 false",
-                     "grad-reduce-in-bf16"), {"grad_dtype": "bf16"}),
+                     "grad-reduce-in-bf16", "grad_sync_dtype bf16"), {"grad_dtype": "bf16"}),
     # Transformer Engine's fused cross entropy (Megatron-Core --cross-entropy-loss-fusion
     # --cross-entropy-fusion-impl te; Plan.cross_entropy)
     **dict.fromkeys(("te cross-entropy fusion", "te cross entropy", "te fused cross entropy",
@@ -685,8 +686,10 @@ def published_rows(directory: Path) -> list[Row]:
             error = f"not read: {exc}"
         # (a flash kernel the row's stack names beyond the features: STACK_OPTIONS)
         kernel = f", {plan['attention_kernel']} kernel" if plan.get("attention_kernel") else ""
+        cp = r.get("cp")
+        cp_text = f" cp{int(cp)}" if cp is not None and not pd.isna(cp) and int(cp) > 1 else ""
         label = (f"{name} {r['gpu']} x{r['gpus']} tp{r['tp']} pp{r['pp']} "
-                 f"dp{r['dp']} mb{r['micro_batch']} {r['dtype']} "
+                 f"dp{r['dp']}{cp_text} mb{r['micro_batch']} {r['dtype']} "
                  f"[{str(r['features']).split('; ', 1)[-1]}{kernel}]")
         row = Row(str(r["source"]), label, float(r["published_step_s"]), dtype=str(r["dtype"]),
                   not_modelled=missing, error=error)

@@ -1234,11 +1234,16 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
         take("recompute_activations", "recompute selective")
     method = _str(settings, "recompute_method")
     method = None if method in ("None", "null") else method
-    count = _int(settings, "recompute_num_layers", where)
     modules = settings.get("recompute_modules", ("", None))[1]
     if granularity is None:
+        # Megatron reads the method and the layer count only under a granularity (its
+        # TransformerBlock checkpoints nothing without one): NeMo 1's launcher configs give
+        # activations_checkpoint_method block and _num_layers 0 beside granularity null
         job.fix("recompute", "none", pin="recompute_granularity" in settings)
+        for dest in ("recompute_method", "recompute_num_layers"):
+            take(dest, "no effect without a recompute granularity")
         return
+    count = _int(settings, "recompute_num_layers", where)
     if granularity == "selective":
         names = _module_names(modules)
         try:

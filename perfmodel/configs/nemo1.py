@@ -15,7 +15,9 @@ recipes of NVIDIA/dgxc-benchmarking v24.11.1, nemotron/nemotron4-15b-synth.yaml)
     --recompute-granularity / --recompute-method / --recompute-num-layers;
   - optim.name distributed_fused_adam (or mcore_distributed_optim) is the distributed optimizer
     (ZeRO 1) with its overlap_grad_sync / overlap_param_sync, grad_sync_dtype bf16 its bf16
-    gradient reduce; fused_adam / adam the plain one;
+    gradient reduce; Apex's distributed_fused_adam beside megatron_amp_O2's bf16 weights (no
+    fp8_params) keeps the master weights as their remainders (megatron_base_model.py,
+    setup_optimization: store_param_remainders); fused_adam / adam the plain one;
   - fp8 true with fp8_hybrid (or fp8_e4m3) is Transformer Engine's delayed scaling, fp8_params
     the weights in FP8; ub_tp_comm_overlap is TP communication behind the GEMMs.
 Refused: torch FSDP (model.fsdp), partial activation checkpoints, a block type other than pre_ln,
@@ -124,7 +126,8 @@ def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
     optim = model.get("optim") or {}
     if not isinstance(optim, dict):
         raise SpecError(f"{where}: model.optim must be a mapping of settings, got '{optim}'")
-    _optimizer(optim, settings, job, where)
+    _optimizer(optim, settings, job, where, dtype == "bf16" and bool(model.get("megatron_amp_O2"))
+               and not model.get("fp8_params"))
     data_section = model.get("data") or {}
     if "seq_length" not in settings and isinstance(data_section, dict) and \
             "seq_length" in data_section:
@@ -225,7 +228,10 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
     settings["use_mcore_models"] = ("model.mcore_gpt", True)
 
 
-def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:
+def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where: str,
+               bf16_weights: bool) -> None:
+    """The optimizer; bf16_weights: the model's weights bf16 (megatron_amp_O2 under bf16
+    precision) and not FP8 (fp8_params)."""
     name = str(optim.get("name", "fused_adam"))
     if name not in ("distributed_fused_adam", "mcore_distributed_optim", "fused_adam", "adam",
                     "adamw"):
@@ -247,6 +253,13 @@ def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where:
             # after the Megatron settings (AFTER)
             job.plan[AFTER] = {"optimizer_dtype": "bf16"}
             job.took("model.optim.dtype", optim["dtype"], "optimizer_dtype bf16")
+        elif name == "distributed_fused_adam" and bf16_weights:
+            # Apex's DistributedFusedAdam with fp32 states beside bf16 weights keeps the master
+            # weights as their 16-bit remainders (NeMo's setup_optimization: store_params False,
+            # store_param_remainders True; with fp8_params it stores them whole)
+            job.plan[AFTER] = {"master_weights": "remainders"}
+            job.took("model.optim.name", name, "master_weights remainders (Apex's "
+                     "store_param_remainders beside megatron_amp_O2's bf16 weights)")
     for key, value in optim.items():
         if key not in ("name", "overlap_grad_sync", "overlap_param_sync", "grad_sync_dtype",
                        "dtype"):

@@ -40,7 +40,7 @@ def test_the_published_15b_config_gives_the_benchmarks_plan(tmp_path):
     _, plan = resolve_plan(job, resolve_model(job, str(spec), None), {})
     for key in ("tp", "pp", "dp", "micro_batch", "global_batch", "zero", "sequence_parallel",
                 "tp_comm_overlap", "overlap_grad_sync", "overlap_param_gather", "recompute",
-                "grad_dtype", "flash_attention", "dtype"):
+                "grad_dtype", "flash_attention", "dtype", "master_weights"):
         assert plan.get(key) == bench.get(key, plan.get(key)), key
     assert (plan["zero"], plan["grad_dtype"], plan["tp_comm_overlap"]) == (1, "bf16", True)
 
@@ -53,6 +53,30 @@ def test_fp8_is_te_delayed_scaling_and_the_activation_gates(tmp_path):
     job = _read(tmp_path, activations_checkpoint_granularity="full",
                 activations_checkpoint_method="uniform", activations_checkpoint_num_layers=1)
     assert job.plan["recompute"] == "full"
+
+
+def test_distributed_adam_keeps_the_master_weights_as_nemo_sets_it_up(tmp_path):
+    # NeMo's megatron_base_model.py setup_optimization (v1.23.0 to v2.0.0): Apex's
+    # DistributedFusedAdam with fp32 states beside megatron_amp_O2's bf16 weights stores the
+    # master weights' 16-bit remainders; with fp8_params whole (store_params); with dtype bf16
+    # none (the states in the weights' dtype)
+    assert _read(tmp_path).plan["master_weights"] == "remainders"
+    assert "master_weights" not in _read(tmp_path, fp8=True, fp8_params=True).plan
+    assert "master_weights" not in _read(tmp_path, megatron_amp_O2=False).plan
+    optim = yaml.safe_load(CONFIG.read_text())["model"]["optim"]
+    job = _read(tmp_path, optim=dict(optim, dtype="bf16"))
+    assert job.plan["optimizer_dtype"] == "bf16" and "master_weights" not in job.plan
+    job = _read(tmp_path, optim=dict(optim, name="mcore_distributed_optim"))
+    assert "master_weights" not in job.plan  # Megatron's own: fp32 master weights
+
+
+def test_no_recompute_granularity_leaves_its_method_unread(tmp_path):
+    # NeMo-Framework-Launcher 24.03.01 llama/llama2_7b.yaml: granularity null beside method
+    # block and 0 layers, which Megatron reads only under a granularity
+    job = _read(tmp_path, activations_checkpoint_granularity=None,
+                activations_checkpoint_method="block", activations_checkpoint_num_layers=0)
+    assert job.plan["recompute"] == "none" and not job.unknown
+    assert "recompute_method" not in job.plan and "recompute_num_layers" not in job.plan
 
 
 @pytest.mark.parametrize("model, error, text", [
