@@ -101,6 +101,11 @@ ARCHITECTURES: dict[tuple[int, int], dict[str, Any]] = {
                         position_embedding="rotary", norm="rmsnorm", tied_embeddings=False),
 }
 
+# Each entry's depth: a row of another depth is another model of the family (Nemotron-3 22B has
+# Nemotron-4 15B's width and tokenizer), known by its tokenizer below
+ARCHITECTURE_LAYERS = {"nemotron4-15b": 32, "nemotron4-340b": 96, "gpt3-175b-nemo": 96,
+                       "llama3-8b": 32, "llama3-70b": 80, "llama2-13b": 40, "llama2-70b": 80}
+
 # A model the table above does not name is known by its tokenizer: the models trained with one
 # vocabulary share an architecture (base vocabulary, the architecture, its source). A row's vocab
 # may be the base padded up (Megatron pads it to a multiple of 128 x tp, NeMo's GPT-3 50257 ->
@@ -173,8 +178,11 @@ def architecture_of(row: dict[str, Any]) -> dict[str, Any]:
     hidden, vocab, tp = int(row["hidden"]), int(row["vocab"]), int(row.get("tp", 1) or 1)
     stated = {k: _stated(row, k) for k in ARCH_COLUMNS}
     stated = {k: v for k, v in stated.items() if v is not None}
-    if (hidden, vocab) in ARCHITECTURES:
-        arch = dict(ARCHITECTURES[(hidden, vocab)])
+    # an entry's vocabulary as its rows give it, or padded up (to a multiple of 128 x tp)
+    known = next((arch for (width, base), arch in ARCHITECTURES.items()
+                  if width == hidden and base <= vocab < base + 1024 * max(tp, 1)), None)
+    if known is not None and int(row["layers"]) == ARCHITECTURE_LAYERS[known["name"]]:
+        arch = dict(known)
         for key in ("tied_embeddings", "gated_mlp"):  # where the row states it, it must agree
             if key in stated and bool(stated[key]) != arch[key]:
                 raise ValueError(f"{arch['name']}: the row says {key}={stated[key]}, its source "
@@ -460,6 +468,14 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     # megatron_base_model.py, setup_optimization, v1.23.0): the same remainders
     **dict.fromkeys(("store_param_remainders", "store param remainders",
                      "master weights as remainders"), {"master_weights": "remainders"}),
+    # ... and with dtype bf16: the moments in bf16 and no master weights (store_params False:
+    # the states in the weights' dtype)
+    **dict.fromkeys(("optim dtype bf16", "distributed_fused_adam dtype bf16"),
+                    {"optimizer_dtype": "bf16"}),
+    # Megatron-Core's native fused cross entropy (cross_entropy_loss_fusion without TE's impl):
+    # the fp32 logits held as the unfused loss holds them (perfmodel.configs.megatron)
+    **dict.fromkeys(("cross_entropy_loss_fusion", "native cross-entropy fusion"),
+                    {"cross_entropy": "unfused"}),
     "precision-aware optimizer (bf16 moments and main grads)": {
         "master_weights": "remainders", "optimizer_dtype": "bf16", "grad_dtype": "bf16"},
     "1f1b": {"schedule": "1f1b"},

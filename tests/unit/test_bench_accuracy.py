@@ -283,19 +283,41 @@ def test_the_nemo_long_context_runs_are_read():
                and r.memory_gib <= r.capacity_gib for r in rows), [r.memory_gib for r in rows]
 
 
-def test_the_long_context_section_reports_the_benchmarks_numbers():
-    """docs/accuracy.md#nemo-long-context: each row's published and predicted seconds and error
-    are what the benchmark gives now, in the CSV's order."""
-    rows = B.published_rows(ROOT / "tests/data/accuracy-nemo-long-context")
+@pytest.mark.parametrize("data, anchor, end, digits", [
+    ("accuracy-nemo-long-context", "{#nemo-long-context}", "{#nemo-2407}", 2),
+    ("accuracy-nemo-2407", "{#nemo-2407}", "{#megatron-bridge}", 3)])
+def test_the_nemo_sections_report_the_benchmarks_numbers(data, anchor, end, digits):
+    """docs/accuracy.md's sections on NeMo's 2024 tables: each row's published and predicted
+    seconds and error are what the benchmark gives now, in the CSV's order."""
+    rows = B.published_rows(ROOT / "tests/data" / data)
     text = (ROOT / "docs/accuracy.md").read_text()
-    section = text[text.index("{#nemo-long-context}"):text.index("{#megatron-bridge}")]
+    section = text[text.index(anchor):text.index(end)]
     table = [line.split(" | ") for line in section.splitlines()
-             if line.startswith("| ") and line[2].isdigit()]
+             if line.startswith("| ") and not line.startswith(("| run ", "| sequence "))
+             and "---" not in line]
     assert len(table) == len(rows)
     for cells, row in zip(table, rows, strict=True):
         assert row.predicted_s is not None and row.signed_error is not None
-        assert cells[2:5] == [f"{row.published_s:.2f}", f"{row.predicted_s:.2f}",
+        assert cells[2:5] == [f"{row.published_s:.{digits}f}", f"{row.predicted_s:.{digits}f}",
                               f"{100 * row.signed_error:+.1f}%"], cells
+
+
+def test_the_nemo_2407_runs_are_read():
+    """tests/data/accuracy-nemo-2407 (NeMo's 24.07 performance summary): every row read with its
+    launcher's settings (FlashAttention-2, the master weights as NeMo keeps them) and predicted;
+    a model of another depth than its width's entry (Nemotron 22B beside Nemotron-4 15B) is not
+    taken for it."""
+    frame = pd.read_csv(ROOT / "tests/data/accuracy-nemo-2407/published-steps.csv")
+    rows = B.published_rows(ROOT / "tests/data/accuracy-nemo-2407")
+    assert len(rows) == len(frame) == 12 and not [r.error for r in rows if r.error]
+    names = []
+    for row in frame.to_dict("records"):
+        model, plan, missing = B.plan_of(row)
+        assert not missing and plan["attention_kernel"] == "fa2", missing
+        assert plan.get("master_weights") == ("remainders" if plan.get("optimizer_dtype") is None
+                                              else None)
+        names.append(model["name"])
+    assert names[8] == "40x6144-v256000" and names[6] == "llama2-70b"
 
 
 def test_a_megatron_deepspeed_run_of_its_era():
