@@ -120,9 +120,12 @@ def _section(data: dict[str, Any], *names: str) -> tuple[str, dict[str, Any]]:
 
 def read_nemo(data: dict[str, Any], path: Path) -> JobConfig:
     """A Megatron-Bridge or NeMo 2 YAML, read (its settings to Megatron's, then mapped)."""
+    from perfmodel.configs.interpolation import resolved
+
     where = str(path)
     job = JobConfig(path=where, framework=Framework.NEMO)
     settings: Settings = {}
+    data = resolved(data)
     nemo2 = isinstance(data.get("trainer"), dict)
     if nemo1.is_nemo1(data):
         settings = nemo1.settings_of(data, job, where)

@@ -55,7 +55,7 @@ RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipel
 READ_HERE = frozenset((
     "tokenizer", "data", "optim", "activation", "normalization", "bias", "position_embedding_type",
     "share_embeddings_and_output_weights", "fp8", "fp8_hybrid", "fp8_e4m3", "mcore_gpt", "fsdp",
-    "transformer_block_type", "transformer_engine",
+    "transformer_block_type", "transformer_engine", "use_flash_attention",
     "num_micro_batches_with_partial_activation_checkpoints",
     "activations_checkpoint_layers_per_pipeline"))
 # model keys with the same cost whatever their value (numerics, initialization, fusions of the
@@ -174,9 +174,12 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
     if model.get("fsdp"):
         raise refuse_plan(where, "model.fsdp", True, "NeMo 1's torch FSDP is not modelled "
                           "(the distributed optimizer is: optim.name distributed_fused_adam)")
+    # (partial checkpoints act under a granularity only: the launcher's llama yamls give 0
+    # beside granularity null, which checkpoints nothing)
     for name in ("num_micro_batches_with_partial_activation_checkpoints",
                  "activations_checkpoint_layers_per_pipeline"):
-        if model.get(name) is not None:
+        if model.get(name) is not None and model.get("activations_checkpoint_granularity") \
+                not in (None, "null", "None"):
             raise refuse_plan(where, f"model.{name}", model[name],
                               "partial activation checkpoints are not modelled")
     block = str(model.get("transformer_block_type", "pre_ln"))
@@ -221,10 +224,24 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
                        ("fp8_e4m3", "with fp8: its format"), ("fsdp", "off"),
                        ("transformer_block_type", "pre_ln, the block modelled"),
                        ("transformer_engine", "Transformer Engine's layers, as modelled"),
-                       ("num_micro_batches_with_partial_activation_checkpoints", "unset"),
-                       ("activations_checkpoint_layers_per_pipeline", "unset")):
+                       ("num_micro_batches_with_partial_activation_checkpoints",
+                        "no effect without a checkpoint granularity"),
+                       ("activations_checkpoint_layers_per_pipeline",
+                        "no effect without a checkpoint granularity")):
         if name in model and not (name == "fp8" and model["fp8"]):
             job.skipped(f"model.{name}", model[name], said)
+    if "use_flash_attention" in model:
+        # NeMo passes it to its legacy GPTModel only (megatron_gpt_model.py model_provider_func,
+        # v1.23.0 to v2.0.0); Megatron-Core's model leaves the choice to Transformer Engine
+        if model.get("mcore_gpt") is False:  # its flash-attn core attention, else unfused
+            if model["use_flash_attention"]:
+                settings["use_flash_attn"] = ("model.use_flash_attention", True)
+            else:
+                settings["attention_backend"] = ("model.use_flash_attention false", "unfused")
+        else:
+            job.skipped("model.use_flash_attention", model["use_flash_attention"],
+                        "no effect on Megatron-Core's model (mcore_gpt): Transformer Engine "
+                        "picks the attention (its NVTE_FLASH_ATTN and NVTE_FUSED_ATTN)")
     settings["use_mcore_models"] = ("model.mcore_gpt", True)
 
 

@@ -70,20 +70,44 @@ def test_distributed_adam_keeps_the_master_weights_as_nemo_sets_it_up(tmp_path):
     assert "master_weights" not in job.plan  # Megatron's own: fp32 master weights
 
 
+def test_the_launchers_interpolations_are_resolved(tmp_path):
+    # NeMo-Framework-Launcher's training configs (tag 24.07, e.g. conf/training/gpt3/5b.yaml):
+    # ffn_hidden_size ${multiply:4, ${.hidden_size}} with its multiply resolver (main.py), and
+    # references through its mount point, ${training.model.x}; ${data_dir} is the launcher's
+    job = _read(tmp_path, ffn_hidden_size="${multiply:4, ${.hidden_size}}",
+                global_batch_size="${multiply:8, ${training.model.micro_batch_size}}",
+                micro_batch_size=2, data={"data_prefix": ["${data_dir}/my_text_document"]})
+    assert job.model["ffn_hidden"] == 4 * job.model["hidden"]
+    assert job.plan["global_batch"] == 16 and not job.unknown
+
+
 def test_no_recompute_granularity_leaves_its_method_unread(tmp_path):
     # NeMo-Framework-Launcher 24.03.01 llama/llama2_7b.yaml: granularity null beside method
     # block and 0 layers, which Megatron reads only under a granularity
     job = _read(tmp_path, activations_checkpoint_granularity=None,
-                activations_checkpoint_method="block", activations_checkpoint_num_layers=0)
+                activations_checkpoint_method="block", activations_checkpoint_num_layers=0,
+                num_micro_batches_with_partial_activation_checkpoints=0,
+                activations_checkpoint_layers_per_pipeline=0)
     assert job.plan["recompute"] == "none" and not job.unknown
     assert "recompute_method" not in job.plan and "recompute_num_layers" not in job.plan
+
+
+def test_use_flash_attention_acts_on_the_legacy_model_only(tmp_path):
+    # NeMo passes it to its legacy GPTModel (megatron_gpt_model.py model_provider_func);
+    # Megatron-Core's leaves the attention to Transformer Engine
+    assert not _read(tmp_path, mcore_gpt=False, use_flash_attention=False).plan["flash_attention"]
+    assert _read(tmp_path, mcore_gpt=False, use_flash_attention=True).plan["flash_attention"]
+    job = _read(tmp_path, mcore_gpt=True, use_flash_attention=False)
+    assert job.plan["flash_attention"] and not job.unknown
 
 
 @pytest.mark.parametrize("model, error, text", [
     (dict(fsdp=True), PlanError, "model.fsdp"),
     (dict(position_embedding_type="alibi"), SpecError, "model.position_embedding_type alibi"),
     (dict(activation="swish"), SpecError, "model.activation swish"),
-    (dict(num_micro_batches_with_partial_activation_checkpoints=2), PlanError, "partial"),
+    (dict(num_micro_batches_with_partial_activation_checkpoints=2,
+          activations_checkpoint_granularity="full", activations_checkpoint_method="block",
+          activations_checkpoint_num_layers=1), PlanError, "partial"),
     (dict(optim={"name": "sgd"}), PlanError, "model.optim.name sgd"),
 ])
 def test_what_nemo1_runs_that_perfmodel_does_not_model_is_refused(tmp_path, model, error, text):

@@ -1,0 +1,73 @@
+"""OmegaConf interpolations in a YAML job config, resolved as the tools that wrote it resolve them:
+`${.hidden_size}`, `${model.tensor_model_parallel_size}` and the NeMo Framework Launcher's own
+resolvers (`${multiply:4, ${.hidden_size}}`; launcher_scripts/main.py registers multiply,
+divide_ceil and divide_floor), with the launcher's mount point: a training config is its
+`training` section, so `${training.model.x}` is the file's `model.x`.
+
+A value whose interpolation cannot be resolved (a path of the launcher's, `${data_dir}`) stays its
+text, and the reader treats it as it treats any text. omegaconf is imported only for a config
+that holds an interpolation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# NeMo-Framework-Launcher launcher_scripts/main.py (tag 24.07): the resolvers its configs use
+LAUNCHER_RESOLVERS = {
+    "multiply": lambda x, y: x * y,
+    "divide_ceil": lambda x, y: int(math.ceil(x / y)),
+    "divide_floor": lambda x, y: int(math.floor(x / y)),
+}
+
+
+def _has_interpolation(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_has_interpolation(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_interpolation(v) for v in value)
+    return isinstance(value, str) and "${" in value
+
+
+def resolved(data: dict[str, Any]) -> dict[str, Any]:
+    """data with each interpolated value that resolves replaced by its value."""
+    if not _has_interpolation(data):
+        return data
+    import omegaconf
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    # omegaconf 2.1-2.3 register these as register_new_resolver, 2.4 as register_resolver (the
+    # same call; 2.1-2.3's register_resolver is the older one, of string arguments)
+    major_minor = tuple(int(part) for part in omegaconf.__version__.split(".")[:2])
+    register = OmegaConf.register_resolver if major_minor >= (2, 4) \
+        else OmegaConf.register_new_resolver
+    for name, function in LAUNCHER_RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            register(name, function)
+    try:
+        root = OmegaConf.create(data if "training" in data else {**data, "training": data})
+    except (OmegaConfBaseException, ValueError, TypeError):
+        return data  # a structure OmegaConf does not hold: the values as written
+
+    def walk(value: Any, path: list[str | int]) -> Any:
+        if isinstance(value, dict):
+            return {k: walk(v, [*path, k]) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, [*path, i]) for i, v in enumerate(value)]
+        if not (isinstance(value, str) and "${" in value):
+            return value
+        node: Any = root
+        try:
+            for key in path[:-1]:
+                node = node[key]
+            result = node[path[-1]]  # resolved on access
+        except (OmegaConfBaseException, ValueError, TypeError, KeyError, IndexError,
+                ArithmeticError):
+            return value
+        if OmegaConf.is_config(result):
+            return OmegaConf.to_container(result, resolve=False)
+        return result
+
+    out: dict[str, Any] = walk(data, [])
+    return out
