@@ -172,16 +172,19 @@ def _stated(row: dict[str, Any], key: str) -> Any:
 
 
 def architecture_of(row: dict[str, Any]) -> dict[str, Any]:
-    """The architecture of a row's model: ARCHITECTURES by (hidden, vocab), else the tokenizer's
+    """The architecture of a row's model: ARCHITECTURES by (hidden, vocab, its padding; layers),
+    else the tokenizer's
     (VOCABULARIES), with what the row's own columns state over either. ValueError, naming the
     vocabulary, where neither knows the model."""
     hidden, vocab, tp = int(row["hidden"]), int(row["vocab"]), int(row.get("tp", 1) or 1)
     stated = {k: _stated(row, k) for k in ARCH_COLUMNS}
     stated = {k: v for k, v in stated.items() if v is not None}
-    # an entry's vocabulary as its rows give it, or padded up (to a multiple of 128 x tp)
+    # an entry's vocabulary as its rows give it, or padded up (to a multiple of 128 x tp), of
+    # the entry's depth
     known = next((arch for (width, base), arch in ARCHITECTURES.items()
-                  if width == hidden and base <= vocab < base + 1024 * max(tp, 1)), None)
-    if known is not None and int(row["layers"]) == ARCHITECTURE_LAYERS[known["name"]]:
+                  if width == hidden and base <= vocab < base + 128 * max(tp, 1)), None)
+    if known is not None and int(row["layers"]) == ARCHITECTURE_LAYERS.get(known["name"],
+                                                                           int(row["layers"])):
         arch = dict(known)
         for key in ("tied_embeddings", "gated_mlp"):  # where the row states it, it must agree
             if key in stated and bool(stated[key]) != arch[key]:
