@@ -283,8 +283,9 @@ def plan_options(fn: Any) -> Any:
                           "once per node and rank, forwarded over NVLink; docs/moe.md)."),
         click.option("--cross-entropy", type=choice(CrossEntropy),
                      default=CrossEntropy.UNFUSED.value, show_default=True,
-                     help="How the loss runs over the logits: unfused (fp32 copies: Megatron's "
-                          "vocabulary-parallel cross entropy, PyTorch's), no-upcast (PyTorch's "
+                     help="How the loss runs over the logits: unfused (an fp32 copy: "
+                          "Megatron's vocabulary-parallel cross entropy, one beside the logits; "
+                          "with eager kernels PyTorch's, three), no-upcast (PyTorch's "
                           "on the bf16 logits as they are: NeMo AutoModel's fp32_upcast false), "
                           "torch (PyTorch's on fp32 copies, three whatever --kernels: "
                           "AutoModel's default) or te (Transformer Engine's fused kernel, the "

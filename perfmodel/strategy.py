@@ -206,8 +206,9 @@ class EPDispatcher(StrEnum):
 
 class CrossEntropy(StrEnum):
     """How the loss runs over the logits (perfmodel.step.memory, .embedding_head): unfused,
-    cross entropy on fp32 copies of the logits (Megatron-LM's vocabulary-parallel cross entropy,
-    PyTorch's F.cross_entropy on logits.float()); no-upcast, PyTorch's F.cross_entropy on the
+    cross entropy on an fp32 copy of the logits (Megatron-LM's vocabulary-parallel cross
+    entropy: one, normalised in place, beside the logits; with eager kernels PyTorch's
+    F.cross_entropy on logits.float(), three); no-upcast, PyTorch's F.cross_entropy on the
     logits in their own dtype (bf16), no fp32 copy (NeMo AutoModel's MaskedCrossEntropy with
     fp32_upcast false; Megatron-Core's vocab_parallel_cross_entropy always upcasts, its
     fp16_lm_cross_entropy is stored and unused by GPTModel at d98e8a64dd); te, Transformer
@@ -216,7 +217,7 @@ class CrossEntropy(StrEnum):
     logits that keeps them for the backward and writes their gradient in place, no fp32 copy;
     torch, PyTorch's F.cross_entropy on logits.float() named as such: its three fp32 copies
     whatever the other kernels (NeMo AutoModel's MaskedCrossEntropy, its default; unfused counts
-    three only with eager kernels, two, Megatron's, otherwise)."""
+    three only with eager kernels, Megatron's one beside the logits otherwise)."""
 
     UNFUSED = "unfused"
     NO_UPCAST = "no-upcast"

@@ -65,7 +65,16 @@ from perfmodel.step.pipeline import STAGES, holds
 
 ZERO3_GATHERED_LAYERS = 2  # the layer computing and the next, prefetched
 MASK_BYTES = 1  # a dropout mask keeps one byte per element
-LOSS_LOGITS = 2  # fp32 copies of the logits the loss holds at the backward's start
+# Megatron's vocabulary-parallel cross entropy (Plan.cross_entropy unfused) holds one fp32 copy of
+# the logits and one in their own dtype: it upcasts them and shifts, exponentiates and
+# normalises that copy in place, saving it for the backward (megatron/core/tensor_parallel/
+# cross_entropy.py since 9634c0e4a3, 2024-06-13, "in-place subtraction reduces memory pressure";
+# megatron/mpu/cross_entropy.py likewise from 57064fd6f2, 2020, to 55817ec9b9, 2022-09, which
+# shifted out of place), beside the logits themselves while it runs, then, at the backward's
+# start, beside their gradient cast back from it in place
+# (tests/unit/test_loss_memory.py runs its ops on torch's dispatch)
+LOSS_LOGITS = 1  # fp32 copies
+LOSS_LOGITS_OWN = 1  # copies in the logits' dtype
 # PyTorch's eager loss (torchtitan, the validation job: F.cross_entropy(logits.float(), labels),
 # the bf16 logits deleted before the backward) holds three at the backward's start: its
 # log_softmax output (saved), nll_loss's gradient and log_softmax's input gradient (counted op
@@ -249,16 +258,17 @@ def memory_terms(c: Context, params: Parameters,
         mem["activations/recompute_buffer"] = c.full_any * c.full_group * full_layer \
             + c.op_any * op_gap
         # the embedding's dropout mask per in-flight micro-batch (with a hidden dropout rate
-        # above 0: perfmodel.costs.memory.layer_activation_bytes); the final norm's input and the
-        # fp32 logits (two of each, as the first step model counted them, 88e7cc9; eager
-        # kernels three fp32 logits: LOSS_LOGITS_EAGER), or with Transformer Engine's fused
-        # cross entropy the bf16 logits alone (they hold their gradient: LOSS_LOGITS_TE)
-        # (PyTorch's F.cross_entropy named as such: its three copies whatever the other
-        # kernels, fp32 ones (torch) or in the logits' own dtype (no-upcast))
-        fp32_copies = either(c.loss_torch, LOSS_LOGITS_EAGER,
-                             LOSS_LOGITS + (LOSS_LOGITS_EAGER - LOSS_LOGITS) * c.eager_kernels)
-        fp32_loss = either(c.loss_no_upcast, LOSS_LOGITS_EAGER * e,
-                           fp32_copies * FP32_BYTES) * T * V / tp
+        # above 0: perfmodel.costs.memory.layer_activation_bytes); the final norm's input (two
+        # copies, as the first step model counted them, 88e7cc9) and the loss's logits:
+        # Megatron's one fp32 copy beside one in their dtype (LOSS_LOGITS, LOSS_LOGITS_OWN), with
+        # eager kernels PyTorch's three fp32 ones (LOSS_LOGITS_EAGER), or with Transformer
+        # Engine's fused cross entropy the bf16 logits alone (they hold their gradient:
+        # LOSS_LOGITS_TE) (PyTorch's F.cross_entropy named as such: its three copies whatever
+        # the other kernels, fp32 ones (torch) or in the logits' own dtype (no-upcast))
+        megatron = LOSS_LOGITS * FP32_BYTES + LOSS_LOGITS_OWN * e
+        eager = LOSS_LOGITS_EAGER * FP32_BYTES
+        upcast = either(c.loss_torch, eager, megatron + (eager - megatron) * c.eager_kernels)
+        fp32_loss = either(c.loss_no_upcast, LOSS_LOGITS_EAGER * e, upcast) * T * V / tp
         loss = either(c.te_loss, LOSS_LOGITS_TE * e * T * V / tp, fp32_loss)
         mem["activations/embedding_output"] = \
             has_embed * c.dropout * MASK_BYTES * T * h / c.act_ranks * stage_inflight \

@@ -1,6 +1,7 @@
 """The loss's kernel (Plan.cross_entropy): Transformer Engine's fused cross entropy keeps the bf16
 logits, which hold their gradient (transformer_engine/pytorch/cross_entropy.py at 02965d2), where
-the unfused loss keeps two fp32 copies (perfmodel.step.memory.LOSS_LOGITS); its kernel passes
+Megatron's unfused loss keeps an fp32 copy beside them (perfmodel.step.memory.LOSS_LOGITS,
+LOSS_LOGITS_OWN); its kernel passes
 twice over the bf16 logits where the unfused one passes three times over fp32 values. PyTorch's
 F.cross_entropy on the bf16 logits without an upcast (no-upcast: NeMo AutoModel's
 MaskedCrossEntropy with fp32_upcast false) keeps three bf16 copies (counted op by op in
@@ -15,10 +16,11 @@ import pytest
 
 from perfmodel import PlanError, load_hardware, load_model, predict
 from perfmodel.costs.compute import CROSS_ENTROPY_PASSES, TE_CROSS_ENTROPY_PASSES
-from perfmodel.step.memory import LOSS_LOGITS, LOSS_LOGITS_EAGER, LOSS_LOGITS_TE
+from perfmodel.step.memory import LOSS_LOGITS, LOSS_LOGITS_EAGER, LOSS_LOGITS_OWN, LOSS_LOGITS_TE
 from perfmodel.strategy import Plan
 
 HW = "dgx-h100"
+MEGATRON_BYTES = LOSS_LOGITS * 4 + LOSS_LOGITS_OWN * 2  # per bf16 logit: Megatron's loss
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -30,14 +32,14 @@ def _pair(**plan):
 
 
 @pytest.mark.parametrize("tp", [1, 4])
-def test_te_keeps_the_bf16_logits_instead_of_two_fp32_copies(tp):
+def test_te_keeps_the_bf16_logits_instead_of_an_fp32_copy_beside_them(tp):
     model, _, unfused, te = _pair(gpus=8, dp=8 // tp, tp=tp, micro_batch=2, global_batch=64,
                                   sequence_parallel=tp > 1)
     tokens = 2 * model.seq_len
     per_copy = tokens * model.vocab / tp  # elements of the logits on one rank
     key = "activations/embedding_output"
     saved = unfused.memory_breakdown_bytes[key] - te.memory_breakdown_bytes[key]
-    assert saved == pytest.approx((LOSS_LOGITS * 4 - LOSS_LOGITS_TE * 2) * per_copy, rel=1e-9)
+    assert saved == pytest.approx((MEGATRON_BYTES - LOSS_LOGITS_TE * 2) * per_copy, rel=1e-9)
     assert te.memory_per_gpu_bytes < unfused.memory_per_gpu_bytes
 
 
@@ -60,9 +62,9 @@ def test_no_upcast_keeps_three_bf16_copies_whatever_the_kernels(kernels):
     low = predict(model, hw, Plan(**plan, cross_entropy="no-upcast"))
     per_copy = model.seq_len * model.vocab
     key = "activations/embedding_output"
-    copies = LOSS_LOGITS_EAGER if kernels == "eager" else LOSS_LOGITS
+    upcast = LOSS_LOGITS_EAGER * 4 if kernels == "eager" else MEGATRON_BYTES
     assert unfused.memory_breakdown_bytes[key] - low.memory_breakdown_bytes[key] == \
-        pytest.approx((copies * 4 - LOSS_LOGITS_EAGER * 2) * per_copy, rel=1e-9)
+        pytest.approx((upcast - LOSS_LOGITS_EAGER * 2) * per_copy, rel=1e-9)
     bandwidth = hw.memory_bandwidth_bytes_per_s * hw.memory_bandwidth_efficiency
     fewer = CROSS_ENTROPY_PASSES * (4 - 2) * per_copy / bandwidth
     key = "compute/forward/embedding_logits"
@@ -71,7 +73,8 @@ def test_no_upcast_keeps_three_bf16_copies_whatever_the_kernels(kernels):
 
 def test_torch_keeps_three_fp32_copies_whatever_the_kernels():
     """PyTorch's F.cross_entropy on logits.float() (NeMo AutoModel's default loss): its three
-    fp32 copies with fused kernels too, where unfused counts Megatron's two; the same passes."""
+    fp32 copies with fused kernels too, where unfused counts Megatron's one beside the logits;
+    the same passes."""
     model, hw = load_model("llama3-8b"), load_hardware(HW)
     plan = dict(gpus=8, dp=8, micro_batch=1, global_batch=8, kernels="fused")
     unfused = predict(model, hw, Plan(**plan))
@@ -80,7 +83,7 @@ def test_torch_keeps_three_fp32_copies_whatever_the_kernels():
     key = "activations/embedding_output"
     per_copy = model.seq_len * model.vocab
     assert torch.memory_breakdown_bytes[key] - unfused.memory_breakdown_bytes[key] == \
-        pytest.approx((LOSS_LOGITS_EAGER - LOSS_LOGITS) * 4 * per_copy, rel=1e-9)
+        pytest.approx((LOSS_LOGITS_EAGER * 4 - MEGATRON_BYTES) * per_copy, rel=1e-9)
     assert torch.memory_breakdown_bytes[key] == pytest.approx(
         eager.memory_breakdown_bytes[key], rel=1e-9)
     key = "compute/forward/embedding_logits"

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
-from perfmodel.step.memory import LOSS_LOGITS_EAGER  # noqa: E402
+from perfmodel.step.memory import LOSS_LOGITS, LOSS_LOGITS_EAGER, LOSS_LOGITS_OWN  # noqa: E402
 from workload.model import loss_fn  # noqa: E402
 
 
@@ -86,3 +86,57 @@ def test_the_loss_without_an_upcast_holds_three_bf16_logits_at_the_backward():
         loss.backward()
     assert (mem.peak - before) / bf16_logits == pytest.approx(LOSS_LOGITS_EAGER - 1, abs=0.05)
     assert before / bf16_logits == pytest.approx(1, abs=0.05)
+
+
+class _MegatronCrossEntropy(torch.autograd.Function):
+    """Megatron-Core's vocab_parallel_cross_entropy on one tensor-parallel rank, op by op as
+    megatron/core/tensor_parallel/cross_entropy.py runs them (core_r0.8.0, baf94af3c6: the
+    VocabParallelCrossEntropy steps; the all-reduces over tp are the identity on one rank):
+    the logits upcast, shifted by their maximum in place, exponentiated in place, normalised in
+    place and saved; the backward writes the gradient into the saved softmax."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: Any, target: Any) -> Any:
+        logits = logits.float()  # calculate_logits_max
+        logits_max = torch.max(logits, dim=-1)[0]
+        logits -= logits_max.unsqueeze(dim=-1)  # calculate_predicted_logits, in place
+        logits_2d = logits.view(-1, logits.size(-1))
+        arange_1d = torch.arange(logits_2d.size(0))
+        predicted = logits_2d[arange_1d, target.view(-1)].clone().view_as(target)
+        exp_logits = logits
+        torch.exp(logits, out=exp_logits)
+        sum_exp = exp_logits.sum(dim=-1)
+        loss = torch.log(sum_exp) - predicted  # calculate_cross_entropy_loss
+        exp_logits.div_(sum_exp.unsqueeze(dim=-1))
+        ctx.save_for_backward(exp_logits, target)
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: Any) -> Any:
+        softmax, target = ctx.saved_tensors
+        grad_input = softmax  # prepare_gradient_calculation_operands: in place
+        grad_2d = grad_input.view(-1, grad_input.size(-1))
+        grad_2d[torch.arange(grad_2d.size(0)), target.view(-1)] -= 1.0
+        grad_input.mul_(grad_output.unsqueeze(dim=-1))
+        return grad_input, None
+
+
+def test_megatrons_loss_holds_one_fp32_and_one_bf16_copy_of_the_logits():
+    """Megatron's loss (Plan.cross_entropy unfused) over bf16 logits: its peak, over the loss's
+    forward and backward, above what was live before the logits, is one fp32 and one bf16
+    vocabulary-wide buffer (LOSS_LOGITS, LOSS_LOGITS_OWN): the logits beside the upcast copy
+    while it runs, the saved softmax beside the gradient cast back to bf16 at the backward."""
+    tokens, vocab, hidden = 1024, 8192, 16
+    x = torch.randn(1, tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(vocab, hidden, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, vocab, (1, tokens))
+    elements = tokens * vocab
+    with LiveBytes() as mem:
+        before = mem.live
+        mem.peak = before
+        logits = x @ w.t()
+        loss = _MegatronCrossEntropy.apply(logits, target).sum()
+        del logits  # GPTModel's forward returns the loss: the logits go with its frame
+        loss.backward()
+    expected = LOSS_LOGITS * 4 + LOSS_LOGITS_OWN * 2
+    assert (mem.peak - before) / elements == pytest.approx(expected, abs=0.1)
