@@ -187,7 +187,8 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     The job unties the embeddings and learns positions (job_model); it attends with fused SDPA
     (no s^2 activations: flash_attention); it syncs gradients after backward, gathers parameters
     when it needs them and communicates tensor-parallel between its GEMMs (no overlap); it runs
-    eagerly; bf16/fp16 become fp32 on a CPU (gloo). Returns the notes the user should read.
+    eagerly; its loss is PyTorch's F.cross_entropy on fp32 logits (cross_entropy torch);
+    bf16/fp16 become fp32 on a CPU (gloo). Returns the notes the user should read.
     """
     if plan.cpu_offload_layers:
         raise PlanError(f"cpu_offload_layers {plan.cpu_offload_layers}: the validation job "
@@ -209,8 +210,11 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     if model.experts and plan.expert_weighting.value != "output":
         notes.append("the job weights its experts' outputs at the combine (workload.moe): "
                      "predicted with expert_weighting output")
+    if plan.cross_entropy.value == "unfused":
+        notes.append("the job's loss is PyTorch's F.cross_entropy on fp32 logits, not "
+                     "Megatron's: predicted as cross_entropy torch")
     plan = plan.replace(flash_attention=True, attention_kernel=None, overlap_grad_sync=False,
-                        overlap_param_gather=False,
+                        overlap_param_gather=False, cross_entropy="torch",
                         tp_comm_overlap=False, stack="eager", expert_weighting="output")
     return model, plan, "; ".join(notes)
 

@@ -65,16 +65,18 @@ from perfmodel.step.pipeline import STAGES, holds
 
 ZERO3_GATHERED_LAYERS = 2  # the layer computing and the next, prefetched
 MASK_BYTES = 1  # a dropout mask keeps one byte per element
-# Megatron's vocabulary-parallel cross entropy (Plan.cross_entropy unfused) holds one fp32 copy of
-# the logits and one in their own dtype: it upcasts them and shifts, exponentiates and
-# normalises that copy in place, saving it for the backward (megatron/core/tensor_parallel/
-# cross_entropy.py since 9634c0e4a3, 2024-06-13, "in-place subtraction reduces memory pressure";
-# megatron/mpu/cross_entropy.py likewise from 57064fd6f2, 2020, to 55817ec9b9, 2022-09, which
-# shifted out of place), beside the logits themselves while it runs, then, at the backward's
-# start, beside their gradient cast back from it in place
-# (tests/unit/test_loss_memory.py runs its ops on torch's dispatch)
+# Megatron's vocabulary-parallel cross entropy (Plan.cross_entropy unfused; Megatron-Core's native
+# fusion, whose compiled steps mutate the same buffer, alike) holds one fp32 copy of the logits
+# and one in their own dtype: it upcasts them and shifts, exponentiates and normalises that copy
+# in place, saving it for the backward (megatron/core/tensor_parallel/cross_entropy.py since
+# 9634c0e4a3, 2024-06-13, "in-place subtraction reduces memory pressure"; megatron/mpu/
+# cross_entropy.py likewise from 57064fd6f2, 2020, to 55817ec9b9, 2022-09: between, the shift
+# out of place peaked at two fp32 copies beside the logits), beside the logits while it runs,
+# then, at the backward's start, beside their gradient, a new tensor in the logits' dtype cast
+# from the fp32 one; logits already in fp32 are that copy (tests/unit/test_loss_memory.py runs
+# its ops on torch's dispatch)
 LOSS_LOGITS = 1  # fp32 copies
-LOSS_LOGITS_OWN = 1  # copies in the logits' dtype
+LOSS_LOGITS_OWN = 1  # copies in the logits' dtype, where it is not fp32
 # PyTorch's eager loss (torchtitan, the validation job: F.cross_entropy(logits.float(), labels),
 # the bf16 logits deleted before the backward) holds three at the backward's start: its
 # log_softmax output (saved), nll_loss's gradient and log_softmax's input gradient (counted op
@@ -265,7 +267,7 @@ def memory_terms(c: Context, params: Parameters,
         # Engine's fused cross entropy the bf16 logits alone (they hold their gradient:
         # LOSS_LOGITS_TE) (PyTorch's F.cross_entropy named as such: its three copies whatever
         # the other kernels, fp32 ones (torch) or in the logits' own dtype (no-upcast))
-        megatron = LOSS_LOGITS * FP32_BYTES + LOSS_LOGITS_OWN * e
+        megatron = LOSS_LOGITS * FP32_BYTES + LOSS_LOGITS_OWN * e * lmin(1, FP32_BYTES - e)
         eager = LOSS_LOGITS_EAGER * FP32_BYTES
         upcast = either(c.loss_torch, eager, megatron + (eager - megatron) * c.eager_kernels)
         fp32_loss = either(c.loss_no_upcast, LOSS_LOGITS_EAGER * e, upcast) * T * V / tp
