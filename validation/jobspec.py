@@ -210,9 +210,6 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     if model.experts and plan.expert_weighting.value != "output":
         notes.append("the job weights its experts' outputs at the combine (workload.moe): "
                      "predicted with expert_weighting output")
-    if plan.cross_entropy.value == "unfused":
-        notes.append("the job's loss is PyTorch's F.cross_entropy on fp32 logits, not "
-                     "Megatron's: predicted as cross_entropy torch")
     plan = plan.replace(flash_attention=True, attention_kernel=None, overlap_grad_sync=False,
                         overlap_param_gather=False, cross_entropy="torch",
                         tp_comm_overlap=False, stack="eager", expert_weighting="output")
