@@ -11,6 +11,7 @@ that holds an interpolation."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 # NeMo-Framework-Launcher launcher_scripts/main.py (tag 24.07): the resolvers its configs use
@@ -39,7 +40,7 @@ def resolved(data: dict[str, Any]) -> dict[str, Any]:
 
     # omegaconf 2.1-2.3 register these as register_new_resolver, 2.4 as register_resolver (the
     # same call; 2.1-2.3's register_resolver is the older one, of string arguments)
-    major_minor = tuple(int(part) for part in omegaconf.__version__.split(".")[:2])
+    major_minor = tuple(int(part) for part in re.findall(r"\d+", omegaconf.__version__)[:2])
     register = OmegaConf.register_resolver if major_minor >= (2, 4) \
         else OmegaConf.register_new_resolver
     for name, function in LAUNCHER_RESOLVERS.items():
