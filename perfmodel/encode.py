@@ -529,9 +529,14 @@ def flash_values(model: TransformerSpec, hardware: HardwareSpec, dtype: str,
             "flash_backward_half_seq": at.backward_half_seq}
 
 
-def gemm_values(gemm: GemmEfficiency, names: Mapping[str, str]) -> dict[str, float]:
-    """The symbols of one GEMM efficiency fit (names: perfmodel.names.GEMM or FP8_GEMM)."""
+def gemm_values(gemm: GemmEfficiency, names: Mapping[str, str],
+                sustained: float = 1.0) -> dict[str, float]:
+    """The symbols of one GEMM efficiency fit (names: perfmodel.names.GEMM or FP8_GEMM), its
+    ceilings (max_fraction, large_max_fraction) at the throughput the part sustains in training
+    (HardwareSpec.sustained_clock_fraction: the GEMMs', not the other kernels')."""
     vals = {names[fld.name]: float(getattr(gemm, fld.name)) for fld in dataclasses.fields(gemm)}
+    for ceiling in ("max_fraction", "large_max_fraction"):
+        vals[names[ceiling]] *= sustained
     # no large-tile kernel: a threshold no GEMM reaches (perfmodel.costs.gemm_efficiency.at_least);
     # no split-K: any chunk (k / chunk is computed, then multiplied by 0), but not 0
     vals[names["large_flops"]] = gemm.large_flops or math.inf
@@ -547,13 +552,13 @@ def fp8_values(hardware: HardwareSpec, recipe: str | None,
     casts, weight copies (and their casts each step), saved inputs and scaling state."""
     recipe = hardware.fp8_recipe(recipe)
     b = fp8_bytes(recipe, hardware.fp8_transpose, BYTES_PER_ELEMENT[Dtype.FP8], fp8_params)
-    return {"fp8_peak_flops_per_s": hardware.peak("fp8") * hardware.sustained_clock_fraction,
+    return {"fp8_peak_flops_per_s": hardware.peak("fp8"),
             "fp8_operand_bytes": b.operand,
             "fp8_quantize_bytes": b.quantize, "fp8_weight_copy_bytes": b.weight_copy,
             "fp8_weight_cast_bytes": b.weight_cast,
             "fp8_saved_bytes": b.saved, "fp8_scaling_state_bytes": b.scaling_state,
             "fp8_gather_bytes": b.gather,
-            **gemm_values(hardware.gemm("fp8"), N.FP8_GEMM)}
+            **gemm_values(hardware.gemm("fp8"), N.FP8_GEMM, hardware.sustained_clock_fraction)}
 
 
 def window_values(model: TransformerSpec) -> dict[str, float]:
@@ -604,9 +609,9 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "sharded_optimizer_bytes_per_param": sharded["optimizer_states"],
         "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(
             precision, grad_dtype, optimizer_dtype, master_weights),
-        # the roofline's peak: the datasheet's at the clock the part sustains (bf16's for what an
-        # fp8 plan does not run in FP8)
-        "peak_flops_per_s": hardware.peak(compute_dtype(dtype)) * hardware.sustained_clock_fraction,
+        # the datasheet's peak (bf16's for what an fp8 plan does not run in FP8); the GEMMs'
+        # ceilings carry the throughput the part sustains (gemm_values)
+        "peak_flops_per_s": hardware.peak(compute_dtype(dtype)),
         "memory_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
         * hardware.memory_bandwidth_efficiency,
         "optimizer_bandwidth_bytes_per_s": hardware.memory_bandwidth_bytes_per_s
@@ -652,7 +657,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "rotary_positions": model.position_embedding == "rotary",
     }
     vals.update({N.FLAGS[option]: float(value) for option, value in flags.items()})
-    vals.update(gemm_values(gemm, N.GEMM))
+    vals.update(gemm_values(gemm, N.GEMM, hardware.sustained_clock_fraction))
     for cost in hardware.layer_costs:
         vals.update(zip(N.layer_cost_names(cost.part, cost.style, cost.tp),
                         (getattr(cost, name) for name in N.LAYER_COST_FIELDS), strict=True))

@@ -70,8 +70,9 @@ BOUNDS: dict[str, Bound] = {
     "host_link_bytes_per_s": Bound(0, 1e13, "one direction of a GPU's link to its host: PCIe Gen3 "
                                    "x16 is 16 GB/s, NVLink-C2C 450 GB/s; 10 TB/s is more than "
                                    "HBM", inclusive=True),
-    "sustained_clock_fraction": Bound(0, 1.5, "the clock a part sustains over the clock of its "
-                                      "datasheet peak: 1.5x is an overclock no datasheet has"),
+    "sustained_clock_fraction": Bound(0, 1.5, "the GEMM throughput a part sustains in training "
+                                      "over that of its measured GEMM ceiling: 1.5x is an "
+                                      "overclock no datasheet has"),
     "memory_reserved_bytes": Bound(0, 1e15, "as memory_bytes, and below it", inclusive=True),
     "nccl_buffer_bytes": Bound(0, 1e12, "one communicator's buffers: 64 channels x 3 protocols "
                                "of 4 MiB is 0.8 GB; 1 TB is no buffer", inclusive=True),
@@ -552,11 +553,13 @@ class HardwareSpec:
     inter_node: LinkSpec
     gemm_efficiency: Mapping[str, GemmEfficiency]
     memory_bandwidth_efficiency: float = DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY
-    # The tensor-core clock the part sustains in training over the clock its datasheet peak
-    # assumes: the GEMM roofline's peak is peak_flops_per_s x this (MFU keeps the datasheet
-    # peak). 1 where the GEMM ceiling was measured on the part itself (measured throughput, at
-    # the clock that part held: docs/model.md, "GEMM ceiling"); a part that takes another part's
-    # ceiling and sustains another clock (h100-pcie, power-capped at 350 W) sets its ratio to it.
+    # The GEMM throughput the part sustains in training (its GEMMs back to back, at its power
+    # cap) over the throughput at which its GEMM ceiling was measured: every GEMM's ceiling
+    # (gemm_efficiency max_fraction, large_max_fraction) is taken times this; the fused
+    # attention's measured rates, the memory-bound kernels and MFU's datasheet peak are not.
+    # docs/model.md, "GEMM ceiling": dgx-h100 0.893 (a sustained against a burst measurement of
+    # one H100 SXM); h100-pcie the A100 PCIe/SXM pair's 0.933 times that; 1 where no sustained
+    # measurement is shared (the ceiling as measured).
     sustained_clock_fraction: float = 1.0
     # One direction of the link between a GPU and its host's memory (PCIe, NVLink-C2C) [B/s]: what
     # activation offloading copies over (Plan.cpu_offload_layers). 0: not given (offloading is
