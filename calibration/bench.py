@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
+import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -67,6 +69,8 @@ class Sweep:
     overlap_points: tuple[tuple[int, int], ...] = ()
     # gemm stage on a GPU: (sequence length, head dim) of the causal flash attention timed
     attention_points: tuple[tuple[int, int], ...] = ()
+    # gemm stage: seconds the sweep's largest square GEMM runs back to back (0: not measured)
+    sustained_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -120,7 +124,22 @@ def sweep_for(
         stages=stages or STAGES,
         overlap_points=overlap_points(device)[:1] if tiny else overlap_points(device),
         attention_points=attention_points(device, quick),
+        sustained_s=sustained_seconds(device, quick, tiny),
     )
+
+
+# a GPU settles at its power cap within a few seconds of back-to-back GEMMs (NVIDIA CUTLASS's
+# measurement guidelines: "the GPC clocks were observed to oscillate for around the first 3
+# seconds of runtime before settling"); the sustained point runs 10 s (quick: 6 s) and keeps the
+# last half. A CPU has no such cap to reach: a short run, for the record.
+SUSTAINED_S = {"cuda": (10.0, 6.0), "cpu": (1.0, 0.5)}
+SUSTAINED_CHUNK_S = 0.05  # one timed chunk of back-to-back GEMMs
+
+
+def sustained_seconds(device: str, quick: bool, tiny: bool = False) -> float:
+    """How long the gemm stage's sustained point runs on this device."""
+    full, short = SUSTAINED_S["cuda" if device == "cuda" else "cpu"]
+    return min(short, 0.2) if tiny else (short if quick else full)
 
 
 # the flash-attention benchmark's shape (FlashAttention-2's and -3's papers): 16k tokens a batch,
@@ -180,6 +199,7 @@ def bench_gemm(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
                 }
             )
             yield
+    yield from bench_gemm_sustained(ctx, sweep, rec)
     if ctx.device.type == "cuda":
         yield from bench_attention(ctx, sweep, rec)
     if ctx.device.type == "cpu":  # bf16 matmul on CPU is 60-200x slower: one point to show it
@@ -201,6 +221,44 @@ def bench_gemm(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
             }
         )
         yield
+
+
+def sustained_shape(sweep: Sweep) -> tuple[int, int, int, int] | None:
+    """The GEMM the sustained point runs: the sweep's largest square one."""
+    squares = [s for s in sweep.gemm_shapes if s[0] == 1 and s[1] == s[2] == s[3]]
+    return max(squares, key=lambda s: s[1]) if squares and sweep.sustained_s > 0 else None
+
+
+def bench_gemm_sustained(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
+    """The gemm stage's sustained point: the sweep's largest square GEMM (bf16 on a GPU, fp32
+    on a CPU) back to back on every rank for `sustained_s` seconds, timed in chunks of about
+    SUSTAINED_CHUNK_S (each synchronised at its end); the median of the chunks of the last half
+    is the time it sustains once the device settles (a GPU at its power cap). The sweep times
+    each shape for milliseconds between barriers; the profile's sustained_clock_fraction is the
+    sweep's time of this shape over this one (calibration.run._fit_gemm_sustained)."""
+    shape = sustained_shape(sweep)
+    if shape is None:
+        return
+    torch = ctx.torch
+    b, m, n, k = shape
+    cuda = ctx.device.type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    a = torch.randn(b, m, k, device=ctx.device, dtype=dtype)
+    w = torch.randn(b, k, n, device=ctx.device, dtype=dtype)
+    fn = functools.partial(torch.bmm, a, w)
+    fn()
+    ctx.sync()
+    inner = max(1, math.ceil(SUSTAINED_CHUNK_S / max(ctx.timer(fn, 1), 1e-9)))
+    chunks: list[float] = []
+    start = ctx.now()
+    while not chunks or ctx.now() - start < sweep.sustained_s:
+        chunks.append(ctx.timer(fn, inner))
+    duration = ctx.now() - start
+    settled = statistics.median(chunks[len(chunks) // 2:])
+    rec.add({"kind": "gemm_sustained", "dtype": "bf16" if cuda else "fp32", "b": b, "m": m,
+             "n": n, "k": k, "time_s": ctx.slowest(settled), "duration_s": duration,
+             "chunks": len(chunks), "ranks": ctx.world})
+    yield
 
 
 def bench_attention(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
@@ -443,6 +501,7 @@ def count_measurements(sweep: Sweep, world: int, local_world: int, device: str) 
     total = 0
     if "gemm" in sweep.stages:
         total += len(sweep.gemm_shapes) * (1 if device == "cpu" else 2) + (device == "cpu")
+        total += sustained_shape(sweep) is not None
         total += len(sweep.attention_points) if device == "cuda" else 0
     if "memory" in sweep.stages:
         total += 2 * len(sweep.memory_bytes) + 1

@@ -43,6 +43,7 @@ from perfmodel.specs.profile import FIT_KINDS
 
 MEASURED = (  # record kinds that are measurements
     "gemm",
+    "gemm_sustained",
     "attention",
     "memory",
     "host_link",
@@ -323,6 +324,7 @@ def build_profile(
             hardware["ranks_per_device"] = shared
             notes.append(f"{info['local_world']} ranks on {cpus} CPUs: ranks_per_device {shared:g}")
     _fit_gemm(df, info, fits, hardware, notes)
+    _fit_gemm_sustained(df, info, fits, hardware, notes)
     _fit_attention(df, info, fits, hardware, notes)
     _fit_memory(df, info, fits, hardware, notes)
     _fit_collectives(df, info, fits, hardware, notes, support)
@@ -404,6 +406,47 @@ def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: l
     if effs:
         first = "fp32" if "fp32" in effs else next(iter(effs))
         hardware["gemm_efficiency"] = {**effs, "default": effs[first]}
+        # the ceilings as this sweep measured them, whatever a preset under the profile says
+        # (its own fraction is against its own source); _fit_gemm_sustained measures this one's
+        hardware["sustained_clock_fraction"] = 1.0
+
+
+def _fit_gemm_sustained(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,
+                        notes: list[str]) -> None:
+    """sustained_clock_fraction from the gemm stage's sustained point (calibration.bench,
+    bench_gemm_sustained): the sweep's time of the same shape over its time back to back once
+    the device settled. Written on a GPU, where the sweep's ceilings are what gemm_efficiency
+    holds and a power cap can slow the GEMMs a training step runs back to back; capped at 1
+    (noise can make the settled run faster). On CPU ranks it is reported, not written: the sweep
+    runs its GEMMs back to back already, and the rates are as noisy as the difference."""
+    if "kind" not in df or not (df["kind"] == "gemm_sustained").any():
+        return
+    point = df[df["kind"] == "gemm_sustained"].iloc[-1]
+    shape = tuple(int(point[c]) for c in ("b", "m", "n", "k"))
+    gemm = df[(df["kind"] == "gemm") & (df["dtype"] == point["dtype"])]
+    same = gemm[(gemm.b == shape[0]) & (gemm.m == shape[1]) & (gemm.n == shape[2])
+                & (gemm.k == shape[3])]
+    if same.empty:
+        notes.append(f"gemm sustained point {point['dtype']} {shape}: the sweep has no time of "
+                     "that shape; sustained_clock_fraction not measured")
+        return
+    swept, settled = float(same["time_s"].iloc[-1]), float(point["time_s"])
+    ratio = swept / settled
+    gpu = info.get("device_type") == "cuda"
+    written = min(1.0, ratio) if gpu else None
+    fits[f"gemm_sustained/{info.get('device_type')}/{point['dtype']}"] = {
+        "kind": "gemm_sustained", "dtype": point["dtype"], "shape": list(shape),
+        "sweep_time_s": swept, "sustained_time_s": settled, "ratio": ratio,
+        "duration_s": float(point["duration_s"]), "written": written}
+    if gpu:
+        hardware["sustained_clock_fraction"] = written
+        if ratio > 1:
+            notes.append(f"gemm sustained: {ratio:.3f} of the sweep's rate back to back (above "
+                         "1: noise); sustained_clock_fraction 1")
+    else:
+        notes.append(f"gemm sustained (CPU ranks, reported, not written): the {shape[1]}^3 GEMM "
+                     f"back to back for {float(point['duration_s']):.1f} s at {ratio:.3f} of "
+                     "the sweep's rate")
 
 
 def _fit_attention(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,

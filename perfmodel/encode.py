@@ -529,14 +529,11 @@ def flash_values(model: TransformerSpec, hardware: HardwareSpec, dtype: str,
             "flash_backward_half_seq": at.backward_half_seq}
 
 
-def gemm_values(gemm: GemmEfficiency, names: Mapping[str, str],
-                sustained: float = 1.0) -> dict[str, float]:
-    """The symbols of one GEMM efficiency fit (names: perfmodel.names.GEMM or FP8_GEMM), its
-    ceilings (max_fraction, large_max_fraction) at the throughput the part sustains in training
+def gemm_values(gemm: GemmEfficiency, names: Mapping[str, str]) -> dict[str, float]:
+    """The symbols of one GEMM efficiency fit (names: perfmodel.names.GEMM or FP8_GEMM): the
+    hardware's training_gemm, its ceilings at the throughput the part sustains in training
     (HardwareSpec.sustained_clock_fraction: the GEMMs', not the other kernels')."""
     vals = {names[fld.name]: float(getattr(gemm, fld.name)) for fld in dataclasses.fields(gemm)}
-    for ceiling in ("max_fraction", "large_max_fraction"):
-        vals[names[ceiling]] *= sustained
     # no large-tile kernel: a threshold no GEMM reaches (perfmodel.costs.gemm_efficiency.at_least);
     # no split-K: any chunk (k / chunk is computed, then multiplied by 0), but not 0
     vals[names["large_flops"]] = gemm.large_flops or math.inf
@@ -558,7 +555,7 @@ def fp8_values(hardware: HardwareSpec, recipe: str | None,
             "fp8_weight_cast_bytes": b.weight_cast,
             "fp8_saved_bytes": b.saved, "fp8_scaling_state_bytes": b.scaling_state,
             "fp8_gather_bytes": b.gather,
-            **gemm_values(hardware.gemm("fp8"), N.FP8_GEMM, hardware.sustained_clock_fraction)}
+            **gemm_values(hardware.training_gemm("fp8"), N.FP8_GEMM)}
 
 
 def window_values(model: TransformerSpec) -> dict[str, float]:
@@ -591,7 +588,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
                         "gives no host_link_bytes_per_s (the GPU's link to host memory the "
                         "activations are copied over); add it to the hardware spec")
     fp8 = fp8_values(hardware, fp8_recipe, fp8_params) if dtype is Dtype.FP8 else {}  # first
-    gemm = hardware.gemm(compute_dtype(dtype))
+    gemm = hardware.training_gemm(compute_dtype(dtype))
     precision = precision_of(dtype)
     state = model_state_bytes_per_param(precision, grad_dtype, optimizer_dtype, master_weights)
     sharded = sharded_state_bytes_per_param(precision, grad_dtype, optimizer_dtype,
@@ -657,7 +654,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "rotary_positions": model.position_embedding == "rotary",
     }
     vals.update({N.FLAGS[option]: float(value) for option, value in flags.items()})
-    vals.update(gemm_values(gemm, N.GEMM, hardware.sustained_clock_fraction))
+    vals.update(gemm_values(gemm, N.GEMM))
     for cost in hardware.layer_costs:
         vals.update(zip(N.layer_cost_names(cost.part, cost.style, cost.tp),
                         (getattr(cost, name) for name in N.LAYER_COST_FIELDS), strict=True))

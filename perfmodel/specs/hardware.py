@@ -558,8 +558,8 @@ class HardwareSpec:
     # (gemm_efficiency max_fraction, large_max_fraction) is taken times this; the fused
     # attention's measured rates, the memory-bound kernels and MFU's datasheet peak are not.
     # docs/model.md, "GEMM ceiling": dgx-h100 0.893 (a sustained against a burst measurement of
-    # one H100 SXM); h100-pcie the A100 PCIe/SXM pair's 0.933 times that; 1 where no sustained
-    # measurement is shared (the ceiling as measured).
+    # one H100 SXM); h100-pcie the A100 PCIe/SXM pair's 0.933; 1 where no sustained measurement
+    # is shared (the ceiling as measured); `calibrate run` measures its device's.
     sustained_clock_fraction: float = 1.0
     # One direction of the link between a GPU and its host's memory (PCIe, NVLink-C2C) [B/s]: what
     # activation offloading copies over (Plan.cpu_offload_layers). 0: not given (offloading is
@@ -816,9 +816,20 @@ class HardwareSpec:
         return recipe
 
     def gemm(self, dtype: str) -> GemmEfficiency:
+        """The GEMM fit of a dtype as measured (its `default` where it has none)."""
         if dtype in self.gemm_efficiency:
             return self.gemm_efficiency[dtype]
         return self.gemm_efficiency["default"]
+
+    def training_gemm(self, dtype: str) -> GemmEfficiency:
+        """The GEMM fit of a dtype as a training step runs it: its ceilings (max_fraction,
+        large_max_fraction) times sustained_clock_fraction, the rest as measured."""
+        fit = self.gemm(dtype)
+        if self.sustained_clock_fraction == 1.0:
+            return fit
+        return dataclasses.replace(
+            fit, max_fraction=fit.max_fraction * self.sustained_clock_fraction,
+            large_max_fraction=fit.large_max_fraction * self.sustained_clock_fraction)
 
     def flash_kernel(self, dtype: str, name: str | None = None) -> FlashAttention | None:
         """The flash-attention kernel that runs this dtype, or None (not measured, or a dtype the

@@ -251,7 +251,7 @@ def test_mla_projections_run_on_the_fp8_device():
     FP8 fit, 1-byte operands, bf16 outputs: the down projections over the rank's T / 2 tokens,
     the up projections and the output split by heads over tp 2."""
     r = predict(MLA_DENSE, "dgx-h100", MLA_PLAN)
-    g = load_hardware("dgx-h100").gemm("fp8")
+    g = load_hardware("dgx-h100").training_gemm("fp8")
     T, tp = 4096, 2
     shapes = [(T / 2, DS_RQ, DS_H), (T, DS_A * (DS_NOPE + DS_ROPE) / tp, DS_RQ),
               (T / 2, DS_RKV + DS_ROPE, DS_H), (T, DS_A * (DS_NOPE + DS_V) / tp, DS_RKV),

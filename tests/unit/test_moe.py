@@ -77,7 +77,7 @@ def _evaluate(model: TransformerSpec, plan: Plan, expr: object) -> float:
 def _gemm_s(m: float, n: float, k: float, floor: bool = True) -> float:
     """One bf16 GEMM on the hardware's model (perfmodel.costs.gemm_efficiency), in numbers."""
     hw = load_hardware(HW)
-    g = hw.gemm("bf16").__dict__.copy()
+    g = hw.training_gemm("bf16").__dict__.copy()
     if not floor:
         g["min_time_s"] = 0.0
     g.pop("large_flops") if not g["large_flops"] else None
@@ -106,7 +106,7 @@ def test_experts_run_at_their_token_count_the_busiest_on_the_slowest_rank(imbala
         return _gemm_s(tokens, 2 * f, h, floor=False) + _gemm_s(tokens, h, f, floor=False)
 
     expected = _gemm_s(T_r, E, h) + (E / ep - 1) * expert(m) + expert(imbalance * m) \
-        + 2 * hw.gemm("bf16").min_time_s
+        + 2 * hw.training_gemm("bf16").min_time_s
     assert _evaluate(model, plan, gemm_expr) == pytest.approx(expected, rel=1e-12)
 
 

@@ -117,7 +117,7 @@ def test_expert_gemms_are_split_by_etp_over_the_rows_of_its_group():
     values = values_of(model, hw, plan)
     subs = {s: values[name] for name, (s, _) in sym.table().items() if name in values}
     gemm, _ = moe_mlp_work(Context.of(family_of(model, hw, plan)))
-    g = hw.gemm("bf16").__dict__.copy()
+    g = hw.training_gemm("bf16").__dict__.copy()
     floor = g["min_time_s"]
     if not g["large_flops"]:
         g.pop("large_flops")
