@@ -41,6 +41,11 @@ from perfmodel.errors import DataError, PerfmodelError
 from perfmodel.output import fmt_bytes
 from perfmodel.specs.profile import FIT_KINDS
 
+# seconds of back-to-back GEMMs before a GPU's clocks settle at its power cap (NVIDIA CUTLASS's
+# GEMM measurement guidelines: they "oscillate for around the first 3 seconds"); a shorter
+# sustained point measures no cap
+SETTLE_S = 3.0
+
 MEASURED = (  # record kinds that are measurements
     "gemm",
     "gemm_sustained",
@@ -406,9 +411,11 @@ def _fit_gemm(df: pd.DataFrame, info: dict, fits: dict, hardware: dict, notes: l
     if effs:
         first = "fp32" if "fp32" in effs else next(iter(effs))
         hardware["gemm_efficiency"] = {**effs, "default": effs[first]}
-        # the ceilings as this sweep measured them, whatever a preset under the profile says
-        # (its own fraction is against its own source); _fit_gemm_sustained measures this one's
-        hardware["sustained_clock_fraction"] = 1.0
+        if info.get("device_type") != "cuda":
+            # CPU ranks: the ceilings as the sweep measured them, whatever a preset under the
+            # profile says (its fraction is against its own source); on a GPU
+            # _fit_gemm_sustained measures this sweep's
+            hardware["sustained_clock_fraction"] = 1.0
 
 
 def _fit_gemm_sustained(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,
@@ -418,8 +425,16 @@ def _fit_gemm_sustained(df: pd.DataFrame, info: dict, fits: dict, hardware: dict
     the device settled. Written on a GPU, where the sweep's ceilings are what gemm_efficiency
     holds and a power cap can slow the GEMMs a training step runs back to back; capped at 1
     (noise can make the settled run faster). On CPU ranks it is reported, not written: the sweep
-    runs its GEMMs back to back already, and the rates are as noisy as the difference."""
+    runs its GEMMs back to back already, and the rates are as noisy as the difference. On a GPU
+    whose point is missing (an interrupted run) or ran shorter than SETTLE_S (a test's tiny
+    sweep), nothing is written either, and a note says that the preset's fraction, if the
+    profile is laid over one, applies to this sweep's ceilings."""
+    gpu = info.get("device_type") == "cuda"
+    unmeasured = ("sustained_clock_fraction not measured: a preset the profile is laid over "
+                  "keeps its own, applied to this sweep's ceilings")
     if "kind" not in df or not (df["kind"] == "gemm_sustained").any():
+        if gpu and "kind" in df and (df["kind"] == "gemm").any():
+            notes.append(f"gemm sustained point not run; {unmeasured}")
         return
     point = df[df["kind"] == "gemm_sustained"].iloc[-1]
     shape = tuple(int(point[c]) for c in ("b", "m", "n", "k"))
@@ -428,17 +443,20 @@ def _fit_gemm_sustained(df: pd.DataFrame, info: dict, fits: dict, hardware: dict
                 & (gemm.k == shape[3])]
     if same.empty:
         notes.append(f"gemm sustained point {point['dtype']} {shape}: the sweep has no time of "
-                     "that shape; sustained_clock_fraction not measured")
+                     f"that shape; {unmeasured}")
         return
     swept, settled = float(same["time_s"].iloc[-1]), float(point["time_s"])
-    ratio = swept / settled
-    gpu = info.get("device_type") == "cuda"
-    written = min(1.0, ratio) if gpu else None
+    ratio, duration = swept / settled, float(point["duration_s"])
+    settled_long = duration >= SETTLE_S
+    written = min(1.0, ratio) if gpu and settled_long else None
     fits[f"gemm_sustained/{info.get('device_type')}/{point['dtype']}"] = {
         "kind": "gemm_sustained", "dtype": point["dtype"], "shape": list(shape),
         "sweep_time_s": swept, "sustained_time_s": settled, "ratio": ratio,
-        "duration_s": float(point["duration_s"]), "written": written}
-    if gpu:
+        "duration_s": duration, "written": written}
+    if gpu and not settled_long:
+        notes.append(f"gemm sustained point ran {duration:.1f} s, under the {SETTLE_S:g} s a GPU "
+                     f"takes to settle at its power cap; {unmeasured}")
+    elif gpu:
         hardware["sustained_clock_fraction"] = written
         if ratio > 1:
             notes.append(f"gemm sustained: {ratio:.3f} of the sweep's rate back to back (above "

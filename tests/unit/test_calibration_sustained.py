@@ -24,7 +24,7 @@ def _records(swept_s: float, settled_s: float, dtype: str = "bf16", size: int = 
 
 def test_a_gpu_profile_takes_the_sweeps_time_over_the_settled_one():
     fits: dict = {}
-    hardware: dict = {"sustained_clock_fraction": 1.0}  # as _fit_gemm writes it
+    hardware = _swept_gpu_hardware()
     notes: list[str] = []
     _fit_gemm_sustained(_records(11.04e-3, 12.36e-3), {"device_type": "cuda"}, fits, hardware,
                         notes)
@@ -91,3 +91,40 @@ def test_the_sweep_runs_its_largest_square_gemm_long_enough(device, quick, secon
     without = count_measurements(sweep.__class__(**{**sweep.__dict__, "sustained_s": 0.0}), 2, 2,
                                  device)
     assert count_measurements(sweep, 2, 2, device) == without + 1
+
+
+def _swept_gpu_hardware() -> dict:
+    """The hardware fields _fit_gemm writes from a GPU's bf16 sweep."""
+    from calibration.fit import GemmModel
+
+    shapes = [(m, n, k) for m in (64, 512, 2048) for n in (128, 1024) for k in (256, 4096)]
+    assert len(shapes) >= GemmModel.MIN_POINTS
+    rows = [{"kind": "gemm", "dtype": "bf16", "b": 1, "m": m, "n": n, "k": k,
+             "time_s": 2 * m * n * k / (7e14 * m / (m + 32) * n / (n + 32)) + 5e-6}
+            for m, n, k in shapes]
+    hardware: dict = {}
+    _fit_gemm(pd.DataFrame(rows), {"device_type": "cuda"}, {}, hardware, [])
+    assert "gemm_efficiency" in hardware
+    return hardware
+
+
+def test_a_gpu_sweep_without_its_sustained_point_keeps_the_presets_fraction_and_says_so():
+    hardware = _swept_gpu_hardware()
+    assert "sustained_clock_fraction" not in hardware  # not 1: the sweep's rates may be bursts
+    notes: list[str] = []
+    frame = pd.DataFrame([{"kind": "gemm", "dtype": "bf16", "b": 1, "m": 64, "n": 64, "k": 64,
+                           "time_s": 1e-5}])
+    _fit_gemm_sustained(frame, {"device_type": "cuda"}, {}, hardware, notes)
+    assert "sustained_clock_fraction" not in hardware
+    assert any("not run" in n and "keeps its own" in n for n in notes)
+
+
+def test_a_gpu_point_too_short_to_settle_is_reported_not_written():
+    hardware = _swept_gpu_hardware()
+    fits: dict = {}
+    notes: list[str] = []
+    short = _records(11.04e-3, 12.36e-3).assign(duration_s=0.2)
+    _fit_gemm_sustained(short, {"device_type": "cuda"}, fits, hardware, notes)
+    assert "sustained_clock_fraction" not in hardware
+    assert fits["gemm_sustained/cuda/bf16"]["written"] is None
+    assert any("0.2 s" in n and "settle" in n for n in notes)
