@@ -65,19 +65,30 @@ def test_a_shape_the_sweep_did_not_time_is_named_not_guessed():
     assert any("no time of that shape" in n for n in notes)
 
 
-def test_a_swept_profile_states_its_ceilings_as_measured():
-    # a profile laid over a preset (dgx-h100: 0.893 against MAMF's burst) must not derate its
-    # own measured ceilings by the preset's fraction
+def _swept_hardware(device: str, dtype: str, rate: float) -> dict:
+    """The hardware fields _fit_gemm writes from a sweep of one dtype at `rate` FLOP/s for
+    large GEMMs (half of it at 32 rows or columns)."""
     from calibration.fit import GemmModel
 
     shapes = [(m, n, k) for m in (64, 512, 2048) for n in (128, 1024) for k in (256, 4096)]
     assert len(shapes) >= GemmModel.MIN_POINTS
-    rows = [{"kind": "gemm", "dtype": "fp32", "b": 1, "m": m, "n": n, "k": k,
-             "time_s": 2 * m * n * k / (1e11 * m / (m + 32) * n / (n + 32)) + 1e-5}
+    rows = [{"kind": "gemm", "dtype": dtype, "b": 1, "m": m, "n": n, "k": k,
+             "time_s": 2 * m * n * k / (rate * m / (m + 32) * n / (n + 32)) + 5e-6}
             for m, n, k in shapes]
     hardware: dict = {}
-    _fit_gemm(pd.DataFrame(rows), {"device_type": "cpu"}, {}, hardware, [])
-    assert "gemm_efficiency" in hardware and hardware["sustained_clock_fraction"] == 1.0
+    _fit_gemm(pd.DataFrame(rows), {"device_type": device}, {}, hardware, [])
+    assert "gemm_efficiency" in hardware
+    return hardware
+
+
+def _swept_gpu_hardware() -> dict:
+    return _swept_hardware("cuda", "bf16", 7e14)
+
+
+def test_a_swept_cpu_profile_states_its_ceilings_as_measured():
+    # a profile laid over a preset (dgx-h100: 0.893 against MAMF's burst) must not derate its
+    # own measured ceilings by the preset's fraction
+    assert _swept_hardware("cpu", "fp32", 1e11)["sustained_clock_fraction"] == 1.0
 
 
 @pytest.mark.parametrize("device, quick, seconds", [("cuda", False, 10.0), ("cuda", True, 6.0),
@@ -91,21 +102,6 @@ def test_the_sweep_runs_its_largest_square_gemm_long_enough(device, quick, secon
     without = count_measurements(sweep.__class__(**{**sweep.__dict__, "sustained_s": 0.0}), 2, 2,
                                  device)
     assert count_measurements(sweep, 2, 2, device) == without + 1
-
-
-def _swept_gpu_hardware() -> dict:
-    """The hardware fields _fit_gemm writes from a GPU's bf16 sweep."""
-    from calibration.fit import GemmModel
-
-    shapes = [(m, n, k) for m in (64, 512, 2048) for n in (128, 1024) for k in (256, 4096)]
-    assert len(shapes) >= GemmModel.MIN_POINTS
-    rows = [{"kind": "gemm", "dtype": "bf16", "b": 1, "m": m, "n": n, "k": k,
-             "time_s": 2 * m * n * k / (7e14 * m / (m + 32) * n / (n + 32)) + 5e-6}
-            for m, n, k in shapes]
-    hardware: dict = {}
-    _fit_gemm(pd.DataFrame(rows), {"device_type": "cuda"}, {}, hardware, [])
-    assert "gemm_efficiency" in hardware
-    return hardware
 
 
 def test_a_gpu_sweep_without_its_sustained_point_keeps_the_presets_fraction_and_says_so():
