@@ -130,8 +130,10 @@ def sweep_for(
 
 # a GPU settles at its power cap within a few seconds of back-to-back GEMMs (NVIDIA CUTLASS's
 # measurement guidelines: "the GPC clocks were observed to oscillate for around the first 3
-# seconds of runtime before settling"); the sustained point runs 10 s (quick: 6 s) and keeps the
-# last half. A CPU has no such cap to reach: a short run, for the record.
+# seconds of runtime before settling"): a sustained point shorter than SETTLE_S measures no cap
+# (calibration.run writes none from it). The point runs 10 s (quick: 6 s) and keeps the last
+# half. A CPU has no such cap to reach: a short run, for the record.
+SETTLE_S = 3.0
 SUSTAINED_S = {"cuda": (10.0, 6.0), "cpu": (1.0, 0.5)}
 SUSTAINED_CHUNK_S = 0.05  # one timed chunk of back-to-back GEMMs
 

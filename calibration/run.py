@@ -27,7 +27,7 @@ import pandas as pd
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from calibration.bench import Sweep, run_worker, sweep_for, sweep_to_dict
+from calibration.bench import SETTLE_S, Sweep, run_worker, sweep_for, sweep_to_dict
 from calibration.fit import (
     BandwidthModel,
     CollectiveModel,
@@ -40,11 +40,6 @@ from perfmodel.costs.collectives import ALGORITHMS, Op
 from perfmodel.errors import DataError, PerfmodelError
 from perfmodel.output import fmt_bytes
 from perfmodel.specs.profile import FIT_KINDS
-
-# seconds of back-to-back GEMMs before a GPU's clocks settle at its power cap (NVIDIA CUTLASS's
-# GEMM measurement guidelines: they "oscillate for around the first 3 seconds"); a shorter
-# sustained point measures no cap
-SETTLE_S = 3.0
 
 MEASURED = (  # record kinds that are measurements
     "gemm",
@@ -427,8 +422,8 @@ def _fit_gemm_sustained(df: pd.DataFrame, info: dict, fits: dict, hardware: dict
     (noise can make the settled run faster). On CPU ranks it is reported, not written: the sweep
     runs its GEMMs back to back already, and the rates are as noisy as the difference. On a GPU
     whose point is missing (an interrupted run) or ran shorter than SETTLE_S (a test's tiny
-    sweep), nothing is written either, and a note says that the preset's fraction, if the
-    profile is laid over one, applies to this sweep's ceilings."""
+    sweep; calibration.bench.SETTLE_S), nothing is written either, and a note says that the
+    preset's fraction, if the profile is laid over one, applies to this sweep's ceilings."""
     gpu = info.get("device_type") == "cuda"
     unmeasured = ("sustained_clock_fraction not measured: a preset the profile is laid over "
                   "keeps its own, applied to this sweep's ceilings")
@@ -463,7 +458,7 @@ def _fit_gemm_sustained(df: pd.DataFrame, info: dict, fits: dict, hardware: dict
                          "1: noise); sustained_clock_fraction 1")
     else:
         notes.append(f"gemm sustained (CPU ranks, reported, not written): the {shape[1]}^3 GEMM "
-                     f"back to back for {float(point['duration_s']):.1f} s at {ratio:.3f} of "
+                     f"back to back for {duration:.1f} s at {ratio:.3f} of "
                      "the sweep's rate")
 
 

@@ -530,9 +530,9 @@ def flash_values(model: TransformerSpec, hardware: HardwareSpec, dtype: str,
 
 
 def gemm_values(gemm: GemmEfficiency, names: Mapping[str, str]) -> dict[str, float]:
-    """The symbols of one GEMM efficiency fit (names: perfmodel.names.GEMM or FP8_GEMM): the
-    hardware's training_gemm, its ceilings at the throughput the part sustains in training
-    (HardwareSpec.sustained_clock_fraction: the GEMMs', not the other kernels')."""
+    """The symbols of one GEMM efficiency fit (names: perfmodel.names.GEMM or FP8_GEMM); the
+    callers pass HardwareSpec.training_gemm, the ceilings at the throughput the part sustains in
+    training (sustained_clock_fraction: the GEMMs', not the other kernels')."""
     vals = {names[fld.name]: float(getattr(gemm, fld.name)) for fld in dataclasses.fields(gemm)}
     # no large-tile kernel: a threshold no GEMM reaches (perfmodel.costs.gemm_efficiency.at_least);
     # no split-K: any chunk (k / chunk is computed, then multiplied by 0), but not 0
