@@ -513,8 +513,9 @@ def resolve_flash(flash_attention: bool | None, model: TransformerSpec, hardware
 def flash_values(model: TransformerSpec, hardware: HardwareSpec, dtype: str,
                  name: str | None = None) -> dict[str, float]:
     """The flash kernel's symbols at the model's head size (HardwareSpec.flash_attention.at, or
-    the kernel called `name`); where no kernel is measured for the dtype, flash_measured 0 (and 1
-    for its unused parameters, so that no 0 divides)."""
+    the kernel called `name`), its max fractions times the kernel's sustained_fraction (what it
+    sustains back to back at the power cap; 1 where not measured); where no kernel is measured
+    for the dtype, flash_measured 0 (and 1 for its unused parameters, so that no 0 divides)."""
     kernel = hardware.flash_kernel(dtype, name)
     if kernel is None:
         point = dict(flash_measured=0.0, flash_forward_max_fraction=1.0,
@@ -522,10 +523,11 @@ def flash_values(model: TransformerSpec, hardware: HardwareSpec, dtype: str,
                      flash_backward_half_seq=1.0)
         return point
     at = kernel.at(model.attention_head_dim)
+    sustained = kernel.sustained_fraction  # its rate back to back at the power cap
     return {"flash_measured": 1.0,
-            "flash_forward_max_fraction": at.forward_max_fraction,
+            "flash_forward_max_fraction": at.forward_max_fraction * sustained,
             "flash_forward_half_seq": at.forward_half_seq,
-            "flash_backward_max_fraction": at.backward_max_fraction,
+            "flash_backward_max_fraction": at.backward_max_fraction * sustained,
             "flash_backward_half_seq": at.backward_half_seq}
 
 

@@ -152,6 +152,9 @@ BOUNDS: dict[str, Bound] = {
     "flash_attention.backward_max_fraction": Bound(0, 1, _FRACTION),
     "flash_attention.forward_half_seq": Bound(0, 1e7, _SEQ, inclusive=True),
     "flash_attention.backward_half_seq": Bound(0, 1e7, _SEQ, inclusive=True),
+    "flash_attention.sustained_fraction": Bound(0, 1.5, "the kernel's rate back to back at the "
+                                                "part's power cap over its benchmark's (1: as "
+                                                "benchmarked)"),
 }
 
 
@@ -482,9 +485,16 @@ class FlashAttention:
     # a short name a plan picks the kernel by (Plan.attention_kernel: cudnn, fa2, ...); "" for
     # a spec's only kernel
     name: str = ""
+    # what the kernel sustains in a training step, back to back at the part's power cap, over
+    # the rate its benchmark measured (a short burst): both directions' max fractions are taken
+    # times it (perfmodel.encode.flash_values); 1 where no sustained measurement of the kernel
+    # is published (docs/model.md, "GEMM ceiling")
+    sustained_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", str(self.name).strip())
+        object.__setattr__(self, "sustained_fraction",
+                           bounded("flash_attention.sustained_fraction", self.sustained_fraction))
         if self.name and not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", self.name):
             raise SpecError(f"flash_attention.name must be a short lower-case name (letters, "
                             f"digits, '-', '_', '.'), got '{self.name}'")
@@ -1046,7 +1056,8 @@ def _layer_costs_from(value: Any, where: str) -> tuple[LayerCost, ...]:
 
 def _flash_from(value: Any, where: str, named: bool = False) -> FlashAttention | None:
     """flash_attention: {kernel, dtypes: [...], by_head_dim: [{head_dim, forward_max_fraction,
-    forward_half_seq, backward_max_fraction, backward_half_seq}, ...], name}, or absent (named:
+    forward_half_seq, backward_max_fraction, backward_half_seq}, ...], name, sustained_fraction},
+    or absent (named:
     an alternative kernel, present and with a name)."""
     if value is None and not named:
         return None
@@ -1070,7 +1081,8 @@ def _flash_from(value: Any, where: str, named: bool = False) -> FlashAttention |
             raise SpecError("dtypes: an alternative kernel runs some dtype (list them)")
         return FlashAttention(kernel=str(value["kernel"]), dtypes=tuple(dtypes),
                               by_head_dim=tuple(FlashAttentionPoint(**p) for p in points),
-                              name=str(value.get("name", "")))
+                              name=str(value.get("name", "")),
+                              sustained_fraction=value.get("sustained_fraction", 1.0))
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
 

@@ -188,7 +188,53 @@ def test_h100_pcie_sustains_the_one_pcie_sxm_pair_measured():
     ratio = bf16["NVIDIA A100 PCIe"] / bf16["NVIDIA A100 SXM"]
     pcie = load_hardware("h100-pcie")
     assert pcie.sustained_clock_fraction == pytest.approx(ratio, abs=0.0006)
-    measured = {"NVIDIA H100 80GB HBM3", "NVIDIA H200", *SAME_CHIP}
+    measured = {"NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA B200", *SAME_CHIP}
     for name, h in ((n, load_hardware(n)) for n in list_presets()["hardware"]):
         if h.gpu_name not in measured:  # no sustained measurement shared: the ceiling as measured
             assert h.sustained_clock_fraction == 1.0, name
+        for kernel in (h.flash_attention, *h.flash_attention_alternatives):
+            if kernel is not None and h.gpu_name != "NVIDIA B200":  # its benchmark's rates
+                assert kernel.sustained_fraction == 1.0, (name, kernel.name)
+
+
+# flashinfer-ai/flashinfer PR 2899, "bench: fix GPU power throttling in benchmark utilities"
+# (2026-03-26, its description): FlashAttention-4, bf16, b 4, s 8192, 16 heads, d 128, on B200,
+# 100 event-timed iterations back to back: 1450 TFLOP/s average over iterations 10-19 (the peak,
+# SM clock 1965 MHz), 1237 over iterations 70-79 ("fully throttled": ~1580 MHz, ~1000 W).
+B200_FA4_BURST, B200_FA4_SUSTAINED = 1450e12, 1237e12
+
+
+def test_b200_sustains_the_measured_share_of_its_burst_flash_rate_in_attention_and_gemms():
+    ratio = B200_FA4_SUSTAINED / B200_FA4_BURST
+    b200 = load_hardware("dgx-b200")
+    assert b200.flash_attention is not None
+    assert b200.flash_attention.sustained_fraction == pytest.approx(ratio, abs=0.0005)
+    # the GEMMs: no sustained GEMM measurement on B200; its GEMM ceiling (MAMF's burst rate) is
+    # a larger share of the tensor peak than FA4's burst, so it draws no less power and throttles
+    # no less: the same ratio
+    bf16 = MAMF[MAMF.table_dtype == "bf16"].set_index("accelerator").mamf_tflops
+    assert bf16["NVIDIA B200 SXM"] * 1e12 > B200_FA4_BURST
+    assert b200.sustained_clock_fraction == pytest.approx(ratio, abs=0.0005)
+    # GB200 runs its B200s at another cap (1,200 W) and no sustained measurement of it is shared
+    assert load_hardware("gb200-nvl72").sustained_clock_fraction == 1.0
+
+
+def test_a_flash_kernels_sustained_fraction_scales_its_attention_only():
+    import dataclasses
+
+    from perfmodel import Plan, load_model, predict
+
+    hw = load_hardware("dgx-a100-80gb")
+    assert hw.flash_attention is not None and hw.flash_attention.sustained_fraction == 1.0
+    capped = hw.replace(flash_attention=dataclasses.replace(hw.flash_attention,
+                                                            sustained_fraction=0.8))
+    plan = Plan(gpus=8, tp=8, global_batch=8, micro_batch=1, flash_attention=True)
+    model = load_model("llama3-8b")
+    full, slow = predict(model, hw, plan), predict(model, capped, plan)
+    for attention in ("compute/forward/attention", "compute/backward/attention"):
+        assert full.breakdown_s[attention] > 0
+        assert slow.breakdown_s[attention] > full.breakdown_s[attention] * 1.05
+        assert slow.breakdown_s[attention] <= full.breakdown_s[attention] / 0.8 * (1 + 1e-9)
+    for kept in ("compute/forward/gemm", "compute/backward/gemm", "compute/forward/elementwise"):
+        assert slow.breakdown_s[kept] == pytest.approx(full.breakdown_s[kept], rel=1e-9)
+    assert slow.hardware_flops_per_step == full.hardware_flops_per_step

@@ -311,6 +311,7 @@ def test_every_numeric_hardware_field_has_a_physical_range_with_a_reason():
               | _numeric_fields(GemmEfficiency, "gemm_efficiency.")
               | _numeric_fields(LayerCost, "layer_costs.")
               | _numeric_fields(H.FlashAttentionPoint, "flash_attention.")
+              | _numeric_fields(H.FlashAttention, "flash_attention.")
               | (_numeric_fields(CollectiveFit, "collectives.")
                  - {"collectives.alpha_s_small", "collectives.bus_bandwidth_bytes_per_s_small"})
               | _numeric_fields(H.ProtocolSpec, "protocols.")
@@ -356,6 +357,8 @@ def _hardware_with(key, value):
         data[group][0][name] = value
         if key == "layer_costs.tp" and value == 1:
             data[group][0]["style"] = "plain"  # tp 1 is a plain layer's
+    elif key == "flash_attention.sustained_fraction":  # the kernel's own field
+        data[group][name] = value
     elif group == "flash_attention":
         data[group]["by_head_dim"][0][name] = value
     elif key == "peak_flops_per_s":
