@@ -453,6 +453,8 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
                     {"fp8_recipe": "current"}),
     "mxfp8": {"fp8_recipe": "mxfp8"},
     **dict.fromkeys(("fp8 params", "fp8_params", "fp8 weights"), {"fp8_params": True}),
+    # Megatron FSDP's --fp8-param-gather: the FP8 weights sharded and gathered in FP8 (zero 3)
+    "fp8 param all-gather under megatron fsdp (fp8_param_gather)": {"fp8_params": True},
     # the main gradients kept and reduced in bf16 (NeMo / Megatron-Bridge grad_reduce_in_fp32
     # False, Megatron-LM --grad-reduce-in-bf16)
     **dict.fromkeys(("bf16 gradient reduce", "bf16 grad reduce", "grad_reduce_in_fp32 false",

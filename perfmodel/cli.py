@@ -122,9 +122,10 @@ FP8_RECIPE_HELP = ("With --dtype fp8: Transformer Engine's scaling recipe, delay
                    "(mxfp8 on B200/GB200, delayed elsewhere).")
 FP8_OUTPUT_LAYER_HELP = ("With --dtype fp8: the output layer's GEMM in FP8 too (default: bf16, "
                          "as Megatron-LM and NeMo keep it).")
-FP8_PARAMS_HELP = ("With --dtype fp8 (per-tensor recipes, ZeRO 0-2): the linear weights held in "
-                   "FP8, fp32 master weights in the optimizer, the parameter all-gather in FP8 "
-                   "(Megatron-LM --fp8-param-gather, NeMo fp8_params).")
+FP8_PARAMS_HELP = ("With --dtype fp8: the linear weights held in FP8, fp32 master weights in the "
+                   "optimizer, the parameter all-gather in FP8 (Megatron-LM --fp8-param-gather, "
+                   "NeMo fp8_params; with ZeRO 3 as Megatron FSDP shards and gathers them, "
+                   "per-tensor recipes only).")
 SEQ_LEN_HELP = ("The training sequence length (default: the model spec's seq_len). Required for a "
                 "Hugging Face config.json, which has none (its max_position_embeddings is how far "
                 "positions reach, not what training uses).")

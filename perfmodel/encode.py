@@ -701,8 +701,31 @@ def architecture_values(model: TransformerSpec) -> dict[str, float]:
     }
 
 
+def fp8_params_zero3_refused(hardware: HardwareSpec, dtype: Dtype | str, recipe: Any,
+                             fp8_params: bool) -> bool:
+    """Whether FP8 weights (fp8_params) cannot go with ZeRO 3 on this hardware: under MXFP8 (the
+    recipe given, or the hardware's default), whose weights Megatron-Core gathers in bf16 into
+    the gradient buffer (perfmodel.costs.fp8, [MB-mxfp8]), a buffer FSDP does not keep."""
+    if not fp8_params or Dtype(dtype) is not Dtype.FP8:
+        return False
+    name = None if recipe is None else getattr(recipe, "value", recipe)
+    return bool(hardware.fp8_recipe(name) == "mxfp8")
+
+
+def check_fp8_params(hardware: HardwareSpec, dtype: Dtype | str, recipe: Any, fp8_params: bool,
+                     zero: int) -> None:
+    """FP8 weights under ZeRO 3 are modelled as Megatron FSDP's --fp8-param-gather runs them,
+    per-tensor recipes only (fp8_params_zero3_refused): else a PlanError naming the fields."""
+    if zero >= 3 and fp8_params_zero3_refused(hardware, dtype, recipe, fp8_params):
+        raise PlanError("fp8_params with zero 3 is modelled for the per-tensor FP8 recipes "
+                        "(delayed, current: Megatron FSDP's --fp8-param-gather), not mxfp8 "
+                        f"(the recipe on '{hardware.name}'): give zero 0-2, or fp8_recipe "
+                        "delayed or current")
+
+
 def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dict[str, float]:
     """The numeric value of every symbol of one plan, by symbol name (see perfmodel.names)."""
+    check_fp8_params(hardware, plan.dtype, plan.fp8_recipe, plan.fp8_params, plan.zero)
     flash = resolve_flash(plan.flash_attention, model, hardware, plan.dtype, plan.attention_kernel)
     vals = fixed_values(model, hardware, plan.dtype, flash_attention=flash,
                         stack=plan.stack, kernels=plan.kernels,

@@ -139,7 +139,8 @@ PLAN = obj({
     "fp8_output_layer": {**BOOLEAN, "description": "dtype fp8 only: the output layer's GEMM in "
                                                    "FP8 too."},
     "fp8_params": {**BOOLEAN, "description": "dtype fp8 only: the linear weights held in FP8 "
-                                             "(Megatron-LM --fp8-param-gather)."},
+                                             "(Megatron-LM --fp8-param-gather; with zero 3, "
+                                             "Megatron FSDP's)."},
 }, required=["gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule", "virtual_stages",
              "sequence_parallel", "recompute", "recompute_every", "zero", "dtype", "tp_layout",
              "tp_depth", "flash_attention", "overlap_grad_sync", "placement", "grad_dtype",

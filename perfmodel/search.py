@@ -148,7 +148,7 @@ class SearchRequest:
     # the output layer in FP8
     fp8_recipe: Fp8Recipe | None = None
     fp8_output_layer: bool = False
-    fp8_params: bool = False  # with zero 0-2 only: the search leaves ZeRO-3 out
+    fp8_params: bool = False  # under MXFP8 with zero 0-2 only (the search leaves ZeRO 3 out)
     memory_margin: float = DEFAULT_MEMORY_MARGIN
     objective: Objective = Objective.STEP_TIME
     tokens: float | None = None
@@ -243,11 +243,6 @@ class SearchRequest:
             if self.zero == 3:
                 raise PlanError("master_weights remainders with zero 3: FSDP2 keeps the fp32 "
                                 "shard as the parameter (give master_weights fp32, or zero 0-2)")
-            object.__setattr__(self, "zero_stages", tuple(z for z in self.zero_stages if z < 3))
-        if self.fp8_params:  # FP8 weights with Megatron's distributed optimizer (Plan's rule)
-            if self.zero == 3:
-                raise PlanError("fp8_params is modelled with Megatron's distributed optimizer "
-                                "(zero 0-2), not with zero 3 (FSDP's FP8 all-gather)")
             object.__setattr__(self, "zero_stages", tuple(z for z in self.zero_stages if z < 3))
         if self.objective is Objective.TIME_TO_TRAIN and not self.tokens:
             raise PlanError("objective time_to_train needs --tokens (the token budget)")
@@ -1449,6 +1444,11 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
                                  req.attention_kernel)
     if flash != req.flash_attention:  # the default decided for this hardware and model
         req = dataclasses.replace(req, flash_attention=flash)
+    if encode.fp8_params_zero3_refused(hardware, req.dtype, req.fp8_recipe, req.fp8_params):
+        # MXFP8 weights under FSDP (Plan's rule, encode.check_fp8_params): ZeRO 0-2 searched
+        if req.zero == 3:
+            encode.check_fp8_params(hardware, req.dtype, req.fp8_recipe, req.fp8_params, 3)
+        req = dataclasses.replace(req, zero_stages=tuple(z for z in req.zero_stages if z < 3))
     reserved = hardware.memory_reserved_bytes
     capacity = hardware.memory_bytes * (1 - req.memory_margin) - reserved
     keeper = _Keeper(model, req, top)

@@ -564,7 +564,8 @@ class Plan:
     fp8_output_layer: bool = False
     # dtype fp8 only: the linear layers' weights held in FP8 (TE's fp8_model_init: Megatron-LM
     # --fp8-param-gather, NeMo fp8_params / fp8_param_gather), the fp32 master weights in the
-    # optimizer: no bf16 copy of them, and the distributed optimizer all-gathers them in FP8
+    # optimizer: no bf16 copy of them, and the distributed optimizer (zero 1-2) or FSDP (zero 3,
+    # as Megatron FSDP shards and gathers them; per-tensor recipes) all-gathers them in FP8
     fp8_params: bool = False
 
     def __post_init__(self) -> None:
@@ -668,9 +669,6 @@ class Plan:
         for key in ("fp8_output_layer", "fp8_params"):
             if getattr(self, key) and self.dtype is not Dtype.FP8:
                 raise PlanError(f"{key} applies to dtype fp8, not {self.dtype.value}")
-        if self.fp8_params and self.zero >= 3:
-            raise PlanError("fp8_params is modelled with Megatron's distributed optimizer (zero "
-                            "0-2), not with zero 3 (FSDP's FP8 all-gather)")
         self._check_master_weights()
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync",
                     "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",

@@ -1429,6 +1429,13 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
         recipe = {v: k for k, v in FP8_RECIPES.items()}[plan.fp8_recipe.value
                                                         if plan.fp8_recipe else "delayed"]
         args += [["--bf16"], ["--fp8-format", "hybrid"], ["--fp8-recipe", recipe]]
+        if plan.fp8_params and plan.zero == 3:
+            # megatron/training/arguments.py turns --fp8-param-gather off beside
+            # --use-torch-fsdp2 (bf16 all-gathers); the plan's FP8 gather is Megatron FSDP's
+            raise refuse_emit("megatron", "fp8_params with zero 3", "Megatron-LM's ZeRO 3 here "
+                              "is --use-torch-fsdp2, which gathers the weights in bf16 (it turns "
+                              "--fp8-param-gather off); the plan's FP8 gather is Megatron FSDP's "
+                              "(--use-megatron-fsdp), which perfmodel does not emit")
         if plan.fp8_params:
             args.append(["--fp8-param-gather"])
             if recipe == "mxfp8":  # MXFP8 weights as the model holds them (docs/fp8.md)

@@ -246,8 +246,9 @@ _FP8_WEIGHT_PRESETS = ("delayed_scaling", "mxfp8", "current_scaling")
 def _preset_weights(settings: Settings, job: JobConfig, preset: str, data: dict[str, Any]) -> None:
     """The FP8 weights a precision preset named by its string holds (_FP8_WEIGHT_PRESETS),
     unless a sharded data parallelism (FSDP) holds the weights: there the preset's
-    fp8_param_gather is left out (perfmodel models FP8 weights with the distributed
-    optimizer), with a note."""
+    fp8_param_gather is left out, with a note (Megatron-LM turns it off beside torch FSDP2,
+    which gathers bf16; Megatron FSDP, whose FP8 gather perfmodel models as fp8_params with
+    ZeRO 3, is refused by the Megatron reader as a whole)."""
     text = preset.lower()
     if not any(word in text for word in _FP8_WEIGHT_PRESETS) or "fp8" not in text:
         return
@@ -255,7 +256,8 @@ def _preset_weights(settings: Settings, job: JobConfig, preset: str, data: dict[
     if any(_truth(section.get(k)) for section in sections
            for k in ("use_torch_fsdp2", "use_megatron_fsdp", "use_custom_fsdp")):
         job.notes.append(f"mixed_precision {preset}: its fp8_param_gather under FSDP is not "
-                         "modelled; the weights are counted in bf16 beside their FP8 copies")
+                         "modelled (Megatron-LM turns it off beside torch FSDP2, which gathers "
+                         "bf16); the weights are counted in bf16 beside their FP8 copies")
         return
     key = f"mixed_precision {preset} (the preset's fp8_param_gather)"
     settings.setdefault("fp8_param_gather", (key, True))

@@ -285,11 +285,23 @@ class FsdpUnit:
     # where rank 0's unit differs (the root: the first stage's, where `elements` is the larger
     # stage's): the ledger's bytes, rank 0's
     first_elements: sp.Expr | None = None
+    # an fp8_params plan's FP8 weights among them (gathered at g_8 bytes, not wbytes), and rank
+    # 0's where its unit differs
+    fp8: sp.Expr = sp.Integer(0)
+    first_fp8: sp.Expr | None = None
 
     @property
     def ledger_elements(self) -> sp.Expr:
         """One unit's elements on rank 0 (the ledger's bytes)."""
         return self.elements if self.first_elements is None else self.first_elements
+
+    def gathered_bytes(self, ledger: bool = False) -> sp.Expr:
+        """The bytes one all-gather of the unit moves to a GPU: wbytes an element, g_8 an FP8
+        weight (fp8_params: Megatron FSDP's --fp8-param-gather gathers them in FP8); rank 0's
+        unit with `ledger`."""
+        elements = self.ledger_elements if ledger else self.elements
+        fp8 = self.first_fp8 if ledger and self.first_fp8 is not None else self.fp8
+        return S.wbytes * elements - (S.wbytes - S.g8) * fp8
 
     @property
     def count(self) -> sp.Expr:
@@ -329,6 +341,13 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
     with the others. The first unit is a layer's (perfmodel.timeline)."""
     h, V, tp, dp = S.h, S.V, S.tp, replicas(c)
     dense = M.fsdp_padded(_layer_tensors(c, S.f), dp)
+    # an fp8_params plan's FP8 weights in each unit (perfmodel.step.fp8): a layer's linear
+    # weights, an MoE layer's attention and shared experts' (and its routed experts' where they
+    # gather with it), the MTP modules' projections, the output layer's in FP8 in the root
+    fp8 = c.fam.fp8_params
+    lin8 = FP8.linear_weights_per_gpu(c) if fp8 else ZERO
+    out8 = FP8.output_weights_per_gpu(c) if fp8 else ZERO
+    root_first8 = (c.single + c.head_first) * (1 - c.tied) * out8
     # (the final norm and the output layer on the first stage only where it holds the head)
     root_first = M.fsdp_padded(M.root_tensors(
         h, V, S.s, tp, learned_positions=c.learned_positions, layernorm=c.layernorm,
@@ -340,10 +359,11 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
     root_last = M.fsdp_padded(last, dp)
     root = c.single * root_first + c.multi * sp.Max(root_first, root_last, evaluate=False)
     one = {st: sp.Integer(1) for st in c.stage_layers}
+    root_unit = FsdpUnit("root", "dp_cp", dp, one, root, root_first, fp8=out8,
+                         first_fp8=root_first8)
     if not c.fam.moe and not c.fam.mtp:  # (every stage counted as the one with the most)
         layers = {st: c.max_stage_layers for st in c.stage_layers}
-        return (FsdpUnit("layer", "dp_cp", dp, layers, dense),
-                FsdpUnit("root", "dp_cp", dp, one, root, root_first))
+        return (FsdpUnit("layer", "dp_cp", dp, layers, dense, fp8=lin8), root_unit)
     from perfmodel.step.moe import moe_layers
     from perfmodel.step.pipeline import holds
 
@@ -352,7 +372,7 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
     mtp_moe = c.fam.mtp_last_moe
     dense_n = {st: n - moe[st] + (0 if mtp_moe else mtp[st]) for st, n in c.stage_layers.items()}
     moe_n = {st: moe[st] + (mtp[st] if mtp_moe else 0) for st in c.stage_layers}
-    units = [FsdpUnit("layer", "dp_cp", dp, dense_n, dense)]
+    units = [FsdpUnit("layer", "dp_cp", dp, dense_n, dense, fp8=lin8)]
     if c.fam.moe:
         apart = expert_sync_apart(c)
         router = [(S.E, h), (c.bias * S.E, 1)]  # whole on every tp rank
@@ -363,14 +383,17 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
         expert = M.mlp_tensors(h, S.f_E, S.etp, gated=c.gated, bias=c.bias)
         experts = S.E / S.ep * M.fsdp_padded(expert, expert_replicas(c))
         moe_layer = M.fsdp_padded(_layer_tensors(c, None) + router + shared, dp)
-        units.append(FsdpUnit("moe_layer", "dp_cp", dp, moe_n, moe_layer + (1 - apart) * experts))
+        rest8, experts8 = FP8.moe_weights_per_gpu(c) if fp8 else (ZERO, ZERO)
+        units.append(FsdpUnit("moe_layer", "dp_cp", dp, moe_n, moe_layer + (1 - apart) * experts,
+                              fp8=rest8 + (1 - apart) * experts8))
         units.append(FsdpUnit("experts", "edp", expert_replicas(c),
-                              {st: apart * n for st, n in moe_n.items()}, experts))
+                              {st: apart * n for st, n in moe_n.items()}, experts, fp8=experts8))
     if c.fam.mtp:  # each module's projection (2h -> h, split as a column-parallel layer) and
         # its two norms
         module = M.fsdp_padded([(M.MTP_PROJECTION * h / tp, h), norm, norm], dp)
-        units.append(FsdpUnit("mtp", "dp_cp", dp, mtp, module))
-    units.append(FsdpUnit("root", "dp_cp", dp, one, root, root_first))
+        units.append(FsdpUnit("mtp", "dp_cp", dp, mtp, module,
+                              fp8=M.MTP_PROJECTION * h * h / tp if fp8 else ZERO))
+    units.append(root_unit)
     return tuple(units)
 
 
@@ -439,13 +462,15 @@ def sync_collectives(c: Context, params: Parameters,
         prefix = "edp" if u.axis == "edp" else "dp"
         # (under a pipeline each unit gathered and reduced once per pipeline schedule:
         # stage_resident; gathered again with more than 3 stages a rank: regathers)
-        for op, name, nbytes, per_micro_batch, phase in (
-                ("all_gather", "all_gather", S.wbytes, micro_batch_gathers(c), "fwd+bwd"),
-                ("all_gather", "all_gather_once", S.wbytes, gathered, "step"),
-                ("reduce_scatter", "reduce_scatter", S.gbytes, reduced, "step")):
+        gather = (u.gathered_bytes(ledger=True), u.gathered_bytes())
+        grads = (S.gbytes * u.ledger_elements, S.gbytes * u.elements)
+        for op, name, (nbytes, time_nbytes), per_micro_batch, phase in (
+                ("all_gather", "all_gather", gather, micro_batch_gathers(c), "fwd+bwd"),
+                ("all_gather", "all_gather_once", gather, gathered, "step"),
+                ("reduce_scatter", "reduce_scatter", grads, reduced, "step")):
             out.append(Collective(
                 name=f"{prefix}/fsdp_{u.name}/{name}", op=op, axis=u.axis,
-                nbytes=nbytes * u.ledger_elements, time_nbytes=nbytes * u.elements,
+                nbytes=nbytes, time_nbytes=time_nbytes,
                 calls=z3 * per_micro_batch * u.count,
                 transfers=None if u.most == u.count else z3 * per_micro_batch * u.most,
                 phase=phase, in_phase=SYNC, term="comm/dp", fam=c.fam))
@@ -453,7 +478,7 @@ def sync_collectives(c: Context, params: Parameters,
         # time the stage's with the most)
         out.append(Collective(
             name=f"{prefix}/fsdp_{u.name}/all_gather_again", op="all_gather", axis=u.axis,
-            nbytes=S.wbytes * u.ledger_elements, time_nbytes=S.wbytes * u.elements,
+            nbytes=gather[0], time_nbytes=gather[1],
             calls=z3 * regathers(c, u), transfers=z3 * regathers(c, u, time=True),
             phase="step", in_phase=SYNC, term="comm/dp", fam=c.fam))
     return out
@@ -526,12 +551,12 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
         + deferred(c) * (cast + (m - 1) * add)
     copy_bytes = (1 - z1) * DDP_GRADIENT_PASSES * grad_bytes \
         + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
-        + z3 * sum((u.most * u.elements
+        + z3 * sum((u.most
                     * (fsdp_copy_passes(c, u.ranks)
-                       * ((micro_batch_gathers(c) * m + gathered)
-                          * S.wbytes + reduced * S.gbytes)
-                       + active(u.ranks) * accumulated)
-                    + u.elements * fsdp_copy_passes(c, u.ranks) * S.wbytes
+                       * ((micro_batch_gathers(c) * m + gathered) * u.gathered_bytes()
+                          + reduced * S.gbytes * u.elements)
+                       + active(u.ranks) * accumulated * u.elements)
+                    + u.gathered_bytes() * fsdp_copy_passes(c, u.ranks)
                     * regathers(c, u, time=True)
                     for u in units), ZERO)
     layers = c.max_stage_layers

@@ -182,11 +182,31 @@ def model_fp8_weights_per_gpu(c: Context) -> sp.Expr:
     return out + output_weights_per_gpu(c)
 
 
+def weight_casts_per_step(c: Context) -> sp.Expr:
+    """How often a step makes its weights' FP8 copies: once (Transformer Engine caches them from
+    the first micro-batch; with FP8 weights the distributed optimizer's gathered weights keep
+    their transposes), but under ZeRO 3 with FP8 weights once per gather for the backward:
+    Megatron FSDP drops a gathered FP8 weight's transpose with the weight
+    (keep_fp8_transpose_cache off, its default: megatron_fsdp.py's post-backward release), so
+    every micro-batch's backward transposes it again, or, under a pipeline, every schedule's
+    (the stage gathered once a schedule: perfmodel.step.data_parallel.stage_resident)."""
+    if not c.fam.fp8_params:
+        return sp.Integer(1)
+    from perfmodel.step import data_parallel as DP
+    from perfmodel.step import pipeline as PP
+
+    resident = DP.stage_resident(c)
+    gathers = (1 - resident) * c.m + resident * PP.flushes(c)
+    return 1 + c.zero3 * (gathers - 1)
+
+
 def weight_cast_phase(c: Context) -> Phase:
-    """The step's casts of the FP8 GEMMs' weights (module doc), memory-bound."""
+    """The step's casts of the FP8 GEMMs' weights (module doc), memory-bound, as often as
+    weight_casts_per_step."""
     return Phase(name="fp8/weight_cast", per_step=True,
                  device={"compute/fp8_weight_cast":
-                         K.memory_time(S.qw8 * model_fp8_weights_per_gpu(c), c.dev)})
+                         K.memory_time(weight_casts_per_step(c) * S.qw8
+                                       * model_fp8_weights_per_gpu(c), c.dev)})
 
 
 def memory_terms(c: Context, stage: str, has_output: sp.Expr) -> dict[str, sp.Expr]:

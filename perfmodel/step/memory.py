@@ -113,6 +113,47 @@ def gathered_stages(c: Context, params: Parameters, st: str, root: sp.Expr,
     return over * kept + (1 - over) * (stage - whole * params.experts[st])
 
 
+def fp8_zero3_terms(c: Context, st: str, has_head: sp.Expr, whole: sp.Expr, held: sp.Expr,
+                    div_weights: sp.Expr, div_experts: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+    """ZeRO 3 with FP8 weights (Plan.fp8_params; Megatron FSDP's --fp8-param-gather, per-tensor
+    recipes): (the FP8 copies a GPU of st's rank keeps [B], the FP8 weights among the parameters
+    it holds gathered).
+
+    Megatron FSDP shards the FP8 weights as it shards the others ("keep the compute param in
+    fp8 ... and perform the param all-gather in fp8"): a rank keeps its shard, e_8 bytes per FP8
+    weight over the ZeRO divisor (the routed experts' over edp), beside the fp32 master the
+    weights term holds; no whole copy (Transformer Engine's per-module workspaces cache a cast of
+    the gathered bf16 weights, which FP8 weights do not need), and no kept transposes
+    (keep_fp8_transpose_cache, off by default: Megatron-LM megatron/core/distributed/fsdp/src/
+    README.md at core_v0.15.0, "(number of parameter x 1 Byte) of memory overhead" when on, not
+    modelled). A gathered FP8 weight takes c_w8 bytes (its rowwise copy, and on Hopper the
+    transpose its backward makes) where a bf16 one takes wbytes: the gathered layers' (two, and
+    the root) or, held gathered (under a pipeline, or kept), the stage's, as gathered_stages
+    counts them."""
+    dense8, experts8 = FP8.stage_fp8_weights(c, st, has_head)
+    copies = S.e8 * (dense8 / div_weights + experts8 / div_experts)
+    lin8 = FP8.linear_weights_per_gpu(c)
+    root8 = has_head * FP8.output_weights_per_gpu(c)
+    layer8: sp.Expr = lin8
+    moe_rest8 = moe_experts8 = sp.Integer(0)
+    if c.fam.moe:
+        moe_rest8, moe_experts8 = FP8.moe_weights_per_gpu(c)
+        layer8 = lmax(lin8, moe_rest8 + (1 - whole) * moe_experts8)
+    layers, dense = DP.root_chunk(c, st)
+    heavy8 = dense * lin8 + (layers - dense) * (moe_rest8 + moe_experts8)
+    if c.fam.mtp:  # the modules beside the output layer (stage_fp8_weights' share)
+        heavy8 += has_head * sum(FP8.mtp_weights_per_gpu(c), sp.Integer(0))
+    over = DP.more_stages_than_kept()
+    rest8 = dense8 + experts8 - root8 - heavy8
+    kept8 = root8 + heavy8 + (DP.MAX_GATHERED_STAGES - 1) * rest8 / lmax(1, S.v - 1)
+    ours8 = (layers - dense) * moe_experts8
+    kept8 -= whole * (ours8 + (DP.MAX_GATHERED_STAGES - 1) * (experts8 - ours8)
+                      / lmax(1, S.v - 1))
+    stages8 = over * kept8 + (1 - over) * (dense8 + experts8 - whole * experts8)
+    gathered8 = (1 - held) * (ZERO3_GATHERED_LAYERS * layer8 + root8) + held * stages8
+    return copies, gathered8
+
+
 def memory_terms(c: Context, params: Parameters,
                  offloaded: dict[str, sp.Expr] | None = None) -> dict[str, dict[str, sp.Expr]]:
     """stage -> term -> bytes on one GPU of that stage. With activation offloading
@@ -232,10 +273,12 @@ def memory_terms(c: Context, params: Parameters,
             * ((params.per_stage[st] - experts) / DP.replicas(c)
                + experts / DP.expert_replicas(c))
         if c.fam.fp8_params:  # the linear weights are the FP8 copies (fp8/weight_copies); the
-            # routed experts' sharded as their weights are (over edp)
+            # routed experts' sharded as their weights are (over edp). Under ZeRO 3 the weights
+            # are the fp32 shard (the master, as FSDP keeps it) and no 16-bit copy is held: the
+            # FP8 shard comes beside it (fp8_zero3_terms)
             dense8, experts8 = FP8.stage_fp8_weights(c, st, has_head)
-            mem["weights"] -= S.wbytes * (dense8 / div["weights"]
-                                          + experts8 / div_experts["weights"])
+            mem["weights"] -= (1 - c.zero3) * S.wbytes * (dense8 / div["weights"]
+                                                          + experts8 / div_experts["weights"])
         stage_inflight = inflight[st]
         n = c.stage_layers[st]
         layers = act_layer * n
@@ -288,6 +331,11 @@ def memory_terms(c: Context, params: Parameters,
             + held * gathered_stages(c, params, st, root, whole))
         if c.fam.fp8:  # allocated once and kept: not in the allocator's churn below
             mem.update(FP8.memory_terms(c, st, has_head))
+        if c.fam.fp8_params:  # ZeRO 3 with FP8 weights (fp8_zero3_terms)
+            copies, gathered8 = fp8_zero3_terms(c, st, has_head, whole, held,
+                                                div["weights"], div_experts["weights"])
+            mem["fp8/weight_copies"] += c.zero3 * (copies - mem["fp8/weight_copies"])
+            mem["buffers/zero3_gather"] -= c.zero3 * (S.wbytes - S.cw8) * gathered8
         # the tensors allocated and freed every step (the model states sit in buffers allocated
         # once: Megatron's contiguous parameter and gradient buffers, FSDP's shards; under a
         # pipeline, or deferred, FSDP's unsharded gradients are allocated and freed every step,

@@ -166,11 +166,11 @@ def part_times(c: Context, forward_s: Mapping[str, sp.Expr], backward_s: Mapping
         out[f"part:{part}:comm_forward_s"] = comm[part][0]
         out[f"part:{part}:comm_backward_s"] = comm[part][1]
     by_name = {x.name: x for x in collectives}
-    unit_copies = fsdp_copy_passes(c) * units[0].elements
+    passes = fsdp_copy_passes(c)
     out["part:fsdp_unit:gather_s"] = by_name["dp/fsdp_layer/all_gather"].call_s \
-        + K.memory_time(S.wbytes * unit_copies, c.dev)
+        + K.memory_time(passes * units[0].gathered_bytes(), c.dev)
     out["part:fsdp_unit:reduce_s"] = by_name["dp/fsdp_layer/reduce_scatter"].call_s \
-        + K.memory_time(S.gbytes * unit_copies, c.dev)
+        + K.memory_time(S.gbytes * passes * units[0].elements, c.dev)
     return out
 
 

@@ -464,8 +464,9 @@ CASES = [
       ("fp8_recipe applies to dtype fp8, not bf16",)),
     C("predict", "fp8 output layer without fp8", f"{LLAMA} --fp8-output-layer", PLAN,
       ("fp8_output_layer applies to dtype fp8, not bf16",)),
-    C("predict", "fp8 params with ZeRO-3", f"{LLAMA} --dtype fp8 --fp8-params --dp 2 --zero 3",
-      PLAN, ("fp8_params is modelled with Megatron's distributed optimizer (zero 0-2)",)),
+    C("predict", "fp8 params with ZeRO-3 under MXFP8", f"{LLAMA.replace('dgx-h100', 'dgx-b200')} "
+      "--dtype fp8 --fp8-params --dp 2 --zero 3", PLAN,
+      ("fp8_params with zero 3 is modelled for the per-tensor FP8 recipes", "not mxfp8")),
     C("predict", "fp8 on a layer graph", "predict --model alexnet --hardware dgx-h100 --pr 2 "
       "--fp8-recipe delayed", USAGE, ("--fp8-recipe, --fp8-output-layer and --fp8-params apply "
                                       "to transformers",)),

@@ -219,8 +219,6 @@ def test_fp8_params_hold_the_linear_weights_in_fp8():
     gather8 = {r["name"]: r["nbytes"] for r in comm_ledger(model, plan.replace(fp8_params=True),
                                                            "dgx-h100")}
     assert gather["dp/all_gather"] - gather8["dp/all_gather"] == pytest.approx((2 - 1) * linear)
-    with pytest.raises(PlanError, match="not with zero 3"):
-        plan.replace(fp8_params=True, zero=3)
     # MXFP8 weights (B200's default recipe) as Megatron-Bridge holds them: no bf16 weights kept,
     # the bf16 weights gathered into the gradient buffer (2 bytes) and cast each step
     mx, mx8 = (predict(model, "dgx-b200", plan.replace(fp8_params=flag)) for flag in (False, True))
@@ -234,6 +232,57 @@ def test_fp8_params_hold_the_linear_weights_in_fp8():
         model, plan.replace(fp8_params=True), "dgx-b200")}
     assert gather_mx["dp/all_gather"] == pytest.approx(gather["dp/all_gather"], rel=1e-12)
 
+
+
+def test_fp8_params_under_zero3_are_sharded_and_gathered_in_fp8():
+    """fp8_params with ZeRO 3 (Megatron FSDP's --fp8-param-gather): the FP8 weights sharded over
+    dp (1 byte each / 4) beside the fp32 master shard, where without them Transformer Engine
+    caches whole FP8 copies (2 bytes each on Hopper); each layer unit all-gathered with its FP8
+    weights at 1 byte; on Hopper every micro-batch's backward transposes the gathered weights
+    again (4 micro-batches: 4 x the ZeRO-1 plan's one transpose a step); on Blackwell a gathered
+    FP8 weight takes 1 byte where a bf16 one takes 2; MXFP8 refused."""
+    model = load_model("llama3-8b")
+    plan = Plan(**{**PLAN, "zero": 3}, dtype="fp8", fp8_recipe="current")
+    cached, sharded = (predict(model, "dgx-h100", plan.replace(fp8_params=flag))
+                       for flag in (False, True))
+    linear = L * ((A * D + 2 * KV * D) * H + A * D * H + 2 * FF * H + FF * H) / 2  # tp 2
+    assert sharded.memory_breakdown_bytes["weights"] == cached.memory_breakdown_bytes["weights"]
+    assert cached.memory_breakdown_bytes["fp8/weight_copies"] == pytest.approx(2 * linear)
+    assert sharded.memory_breakdown_bytes["fp8/weight_copies"] == pytest.approx(linear / 4)
+    assert sharded.memory_breakdown_bytes["buffers/zero3_gather"] == pytest.approx(
+        cached.memory_breakdown_bytes["buffers/zero3_gather"], rel=1e-12)  # 1 + 1 = 2 bytes
+    gather = {r["name"]: r for r in comm_ledger(model, plan, "dgx-h100")}
+    gather8 = {r["name"]: r for r in comm_ledger(model, plan.replace(fp8_params=True),
+                                                 "dgx-h100")}
+    unit = "dp/fsdp_layer/all_gather"
+    assert gather[unit]["nbytes"] - gather8[unit]["nbytes"] == pytest.approx((2 - 1) * linear / L)
+    assert gather8[unit]["calls"] == gather[unit]["calls"]
+    zero1 = predict(model, "dgx-h100", plan.replace(zero=1, fp8_params=True))
+    assert sharded.breakdown_s["compute/fp8_weight_cast"] == pytest.approx(
+        4 * zero1.breakdown_s["compute/fp8_weight_cast"], rel=1e-9)
+    b200 = [predict(model, "dgx-b200", plan.replace(fp8_params=flag)) for flag in (False, True)]
+    assert b200[0].memory_breakdown_bytes["buffers/zero3_gather"] \
+        - b200[1].memory_breakdown_bytes["buffers/zero3_gather"] \
+        == pytest.approx((2 - 1) * 2 * linear / L, rel=1e-9)  # the two gathered layers
+    assert b200[1].breakdown_s["compute/fp8_weight_cast"] == 0  # no transposes on Blackwell
+    with pytest.raises(PlanError, match="not mxfp8"):
+        predict(model, "dgx-b200", plan.replace(fp8_recipe=None, fp8_params=True))
+
+
+def test_the_search_leaves_zero3_out_of_fp8_weights_under_mxfp8_only():
+    from perfmodel.search import SearchRequest, search
+
+    model = load_model("llama3-8b")
+    for hardware, recipe, zero3 in (("dgx-h100", "current", True), ("dgx-b200", None, False)):
+        req = SearchRequest(gpus=(8,), global_batch=16, dtype="fp8", fp8_recipe=recipe,
+                            fp8_params=True)
+        zeros: set[int] = set()
+        search(model, load_hardware(hardware), req,
+               on_chunk=lambda chunk, seen=zeros: seen.update(chunk.plans.cols["zero"].tolist()))
+        assert (3 in zeros) is zero3, (hardware, zeros)
+    with pytest.raises(PlanError, match="not mxfp8"):
+        search(model, load_hardware("dgx-b200"),
+               SearchRequest(gpus=(8,), global_batch=16, dtype="fp8", fp8_params=True, zero=3))
 
 def test_megatron_mxfp8_weights_need_the_gradient_buffers_reuse(tmp_path):
     """Megatron-Core holds MXFP8 weights without a bf16 buffer only with
