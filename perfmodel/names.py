@@ -162,11 +162,13 @@ _name("flash_measured", "I_fa",
       "1 if the hardware's flash-attention kernel is measured for the dtype, else 0 (fused "
       "attention's products then run at the GEMM efficiency)")
 _name("flash_forward_max_fraction", "E_fa^fwd",
-      "flash-attention forward: fraction of peak reached by long sequences")
+      "flash-attention forward: fraction of peak reached by long sequences (the kernel's "
+      "measured fraction x its sustained_fraction)")
 _name("flash_forward_half_seq", "s_fa^fwd",
       "flash-attention forward: sequence length at which it reaches half of that [tokens]")
 _name("flash_backward_max_fraction", "E_fa^bwd",
-      "flash-attention backward: fraction of peak reached by long sequences")
+      "flash-attention backward: fraction of peak reached by long sequences (the kernel's "
+      "measured fraction x its sustained_fraction)")
 _name("flash_backward_half_seq", "s_fa^bwd",
       "flash-attention backward: sequence length at which it reaches half of that [tokens]")
 # FP8 training (perfmodel.costs.fp8): the linear layers' GEMMs at the FP8 rate and efficiency,
@@ -285,13 +287,18 @@ LAYER_GRAPH_FLAGS = ("sync_bn", "split_collectives", "contributors_specialised",
 
 # GemmEfficiency field -> symbol name
 GEMM: dict[str, str] = {
-    fld.name: _name(f"gemm_{fld.name}", f"gemm_{fld.name}", f"GEMM efficiency parameter {fld.name}")
+    fld.name: _name(f"gemm_{fld.name}", f"gemm_{fld.name}",
+                    f"GEMM efficiency parameter {fld.name}"
+                    + (" (the fit's x sustained_clock_fraction)" if "max_fraction" in fld.name
+                       else ""))
     for fld in dataclasses.fields(GemmEfficiency)
 }
 # the same for the FP8 GEMMs of an fp8 plan's linear layers (HardwareSpec.gemm("fp8"))
 FP8_GEMM: dict[str, str] = {
     fld.name: _name(f"fp8_gemm_{fld.name}", f"gemm8_{fld.name}",
-                    f"FP8 GEMM efficiency parameter {fld.name}")
+                    f"FP8 GEMM efficiency parameter {fld.name}"
+                    + (" (the fit's x sustained_clock_fraction)" if "max_fraction" in fld.name
+                       else ""))
     for fld in dataclasses.fields(GemmEfficiency)
 }
 

@@ -14,7 +14,8 @@ rate); `default` is the preset's 16-bit entry. A part no source measured (H100 P
 ceilings of the measured part of the same chip, as fractions of its own peak. What a part sustains
 in training against its measured ceiling is its sustained_clock_fraction (docs/model.md): a
 sustained over a burst measurement of the same GEMM where one is published (H100 SXM), the
-PCIe/SXM pair's ratio for H100 PCIe, else 1.
+PCIe/SXM pair's ratio for H100 PCIe, a flash kernel's (FlashAttention-4) sustained over burst
+rate for B200 (its attention's too: flash_attention.sustained_fraction), else 1.
 """
 
 from __future__ import annotations
@@ -238,3 +239,26 @@ def test_a_flash_kernels_sustained_fraction_scales_its_attention_only():
     for kept in ("compute/forward/gemm", "compute/backward/gemm", "compute/forward/elementwise"):
         assert slow.breakdown_s[kept] == pytest.approx(full.breakdown_s[kept], rel=1e-9)
     assert slow.hardware_flops_per_step == full.hardware_flops_per_step
+
+
+def test_a_flash_kernels_sustained_fraction_survives_a_round_trip_and_a_kernel_laid_over_it():
+    from perfmodel.specs.hardware import hardware_from_dict, load_hardware_dict, merge_hardware
+
+    b200 = load_hardware("dgx-b200")
+    assert hardware_from_dict(b200.to_dict(), "round trip") == b200
+    # a calibrated profile's own kernel (calibrate run's sdpa) replaces the preset's whole: its
+    # rates as measured (docs/model.md, "GEMM ceiling")
+    sdpa = {"name": "sdpa", "kernel": "PyTorch SDPA as calibrate run measured it",
+            "dtypes": ["bf16"], "by_head_dim": [
+                {"head_dim": 128, "forward_max_fraction": 0.5, "forward_half_seq": 500,
+                 "backward_max_fraction": 0.4, "backward_half_seq": 600}]}
+    laid = hardware_from_dict(merge_hardware(load_hardware_dict("dgx-b200"),
+                                             {"flash_attention": sdpa}), "profile")
+    assert laid.flash_attention is not None and laid.flash_attention.sustained_fraction == 1.0
+    assert laid.sustained_clock_fraction == b200.sustained_clock_fraction
+    # a file restating only the fraction keeps the preset's kernel
+    kept = hardware_from_dict(merge_hardware(load_hardware_dict("dgx-b200"),
+                                             {"flash_attention": {"sustained_fraction": 1.0}}),
+                              "file")
+    assert kept.flash_attention is not None and kept.flash_attention.name == "cudnn"
+    assert kept.flash_attention.sustained_fraction == 1.0
