@@ -1003,6 +1003,10 @@ def recommend(model: str | None, from_config: str | None,
         # what each framework runs (perfmodel.configs' emitters refuse the rest)
         pins["zero_stages"] = {"megatron": (0, 1, 3), "torchtitan": (0, 3)}.get(
             emit_config[0], (0, 1, 2, 3))
+        if emit_config[0] == "megatron" and pins.get("fp8_params"):
+            # Megatron-LM's ZeRO 3 is torch FSDP2, beside which it gathers bf16 (the emitter
+            # refuses FP8 weights there): the distributed optimizer's stages
+            pins["zero_stages"] = (0, 1)
         if emit_config[0] == "megatron":
             pins["schedules"] = ("1f1b", "interleaved")
         if emit_config[0] != "megatron":  # Megatron-Core's combined 1F1B only

@@ -186,7 +186,8 @@ _name("fp8_weight_cast_bytes", "q_w8",
       "bytes per linear-layer parameter of the step's weight casts: a cast (q_8), or with FP8 "
       "weights (fp8_params) the transpose of each (Hopper: read 1, write 1; Blackwell: none)")
 _name("fp8_gather_bytes", "g_8",
-      "bytes per FP8 weight the distributed optimizer all-gathers with FP8 weights (fp8_params): "
+      "bytes per FP8 weight the distributed optimizer (or, ZeRO 3, FSDP) all-gathers with FP8 "
+      "weights (fp8_params): "
       "1 (per-tensor recipes: gathered in FP8); MXFP8: 2, bf16 gathered into the gradient "
       "buffer and quantized after (Megatron reuse_grad_buf_for_mxfp8_param_ag)")
 _name("fp8_saved_bytes", "s_8",

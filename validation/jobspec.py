@@ -140,7 +140,7 @@ FP8_NOTE = ("the validation job has no FP8 path (no Transformer Engine): it runs
 
 def without_fp8(plan: Plan) -> Plan:
     """The plan with dtype fp8 as the job runs it: its bf16 mixed precision, no FP8 GEMMs."""
-    return plan.replace(dtype="bf16", fp8_recipe=None, fp8_output_layer=False)
+    return plan.replace(dtype="bf16", fp8_recipe=None, fp8_output_layer=False, fp8_params=False)
 
 
 def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:

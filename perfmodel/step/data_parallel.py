@@ -85,7 +85,9 @@ Megatron-Core's expert mesh etp x ep x edp = tp x cp x dp, megatron/core/paralle
 d98e8a64ddf34856e74b24714e3bedb2f5a39553), in a sync of their own where that group differs from
 dp x cp (ep > 1 or tp / etp > 1: Megatron-Core's expert data parallelism; the validation job's),
 with the others otherwise. With FP8 weights (fp8_params) the distributed optimizer all-gathers the
-FP8 weights at e_8 bytes, the routed experts' over edp (stage_weight_bytes). ZeRO 3 with experts
+FP8 weights at e_8 bytes, the routed experts' over edp (stage_weight_bytes); under ZeRO 3 each unit
+is all-gathered with its FP8 weights at e_8 bytes (FsdpUnit.fp8: Megatron FSDP's
+--fp8-param-gather). ZeRO 3 with experts
 (FSDP2 beside expert parallelism, as torchtitan and NeMo AutoModel shard them): an MoE layer's
 attention, norms, router and shared experts one unit over dp x cp and its routed experts another
 over edp (fsdp_units; the validation job's workload.parallelize.apply_fsdp).
@@ -139,6 +141,23 @@ def micro_batch_gathers(c: Context) -> sp.Expr:
     (gathered once: unit_syncs)."""
     backward, step = kept(c)
     return FSDP_GATHERS_PER_MICRO_BATCH * (1 - stage_resident(c) - step) - backward
+
+
+def fp8_weight_casts(c: Context) -> sp.Expr:
+    """How often a step makes its weights' FP8 copies (perfmodel.step.fp8.weight_cast_phase):
+    once (Transformer Engine caches them from the first micro-batch; with FP8 weights the
+    distributed optimizer's gathered weights keep their transposes), but under ZeRO 3 with FP8
+    weights once per gather for the backward: Megatron FSDP drops a gathered FP8 weight's
+    transpose with the weight (keep_fp8_transpose_cache off, its default: megatron_fsdp.py's
+    post-backward release), so every micro-batch's backward transposes it again; under a
+    pipeline every schedule's (the stage gathered once a schedule: stage_resident), kept
+    gathered through the step once (kept). (Regathers of a rank's stages beyond the 3 torch
+    keeps are not counted.)"""
+    if not c.fam.fp8_params:
+        return sp.Integer(1)
+    resident, step = stage_resident(c), kept(c)[1]
+    gathers = (1 - resident - step) * c.m + resident * PP.flushes(c) + step
+    return 1 + c.zero3 * (gathers - 1)
 
 
 def deferred(c: Context) -> sp.Expr:
@@ -359,8 +378,8 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
     root_last = M.fsdp_padded(last, dp)
     root = c.single * root_first + c.multi * sp.Max(root_first, root_last, evaluate=False)
     one = {st: sp.Integer(1) for st in c.stage_layers}
-    root_unit = FsdpUnit("root", "dp_cp", dp, one, root, root_first, fp8=out8,
-                         first_fp8=root_first8)
+    root_unit = FsdpUnit("root", "dp_cp", dp, one, root, root_first,
+                         fp8=c.single * root_first8 + c.multi * out8, first_fp8=root_first8)
     if not c.fam.moe and not c.fam.mtp:  # (every stage counted as the one with the most)
         layers = {st: c.max_stage_layers for st in c.stage_layers}
         return (FsdpUnit("layer", "dp_cp", dp, layers, dense, fp8=lin8), root_unit)

@@ -36,7 +36,10 @@ the others [TE-linear]: once per step (q_w8 = q_8). With the weights held in FP8
 copies are the weights (the `weights` term leaves them out: no bf16 copy; the routed experts'
 share by the expert-data-parallel ZeRO divisor), the optimizer writes them, and a step only
 transposes them on Hopper (q_w8 = 2; 0 on Blackwell); the distributed optimizer all-gathers them
-at e_8 bytes, over dp x cp and the experts' over edp (perfmodel.step.data_parallel).
+at e_8 bytes, over dp x cp and the experts' over edp (perfmodel.step.data_parallel). Under ZeRO 3
+with FP8 weights (Megatron FSDP's --fp8-param-gather) the copies are each rank's shard, e_8 W8 /
+dp, and the gathered weights are transposed for every backward (perfmodel.step.memory.
+fp8_zero3_terms, perfmodel.step.data_parallel.fp8_weight_casts).
 The casts lie on the pipeline's fill: the first micro-batch's forward crosses every stage, each
 casting its weights before its first GEMM, so a step pays the casts of all L layers' weights (the
 stages' shares, one after the other): W8_all. The copies stay allocated (TE's per-module weight
@@ -56,6 +59,7 @@ from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
 
 ZERO = sp.Integer(0)
+ONE = sp.Integer(1)
 FP8_GEMMS_PER_LAYER = 4  # QKV, attention output, MLP up (with its gate, one GEMM), MLP down
 ATTENTION_GEMMS = 2  # QKV, attention output
 MLP_GEMMS = 2  # up (with its gate), down: a dense MLP's, the shared experts', each local expert's
@@ -182,31 +186,13 @@ def model_fp8_weights_per_gpu(c: Context) -> sp.Expr:
     return out + output_weights_per_gpu(c)
 
 
-def weight_casts_per_step(c: Context) -> sp.Expr:
-    """How often a step makes its weights' FP8 copies: once (Transformer Engine caches them from
-    the first micro-batch; with FP8 weights the distributed optimizer's gathered weights keep
-    their transposes), but under ZeRO 3 with FP8 weights once per gather for the backward:
-    Megatron FSDP drops a gathered FP8 weight's transpose with the weight
-    (keep_fp8_transpose_cache off, its default: megatron_fsdp.py's post-backward release), so
-    every micro-batch's backward transposes it again, or, under a pipeline, every schedule's
-    (the stage gathered once a schedule: perfmodel.step.data_parallel.stage_resident)."""
-    if not c.fam.fp8_params:
-        return sp.Integer(1)
-    from perfmodel.step import data_parallel as DP
-    from perfmodel.step import pipeline as PP
-
-    resident = DP.stage_resident(c)
-    gathers = (1 - resident) * c.m + resident * PP.flushes(c)
-    return 1 + c.zero3 * (gathers - 1)
-
-
-def weight_cast_phase(c: Context) -> Phase:
-    """The step's casts of the FP8 GEMMs' weights (module doc), memory-bound, as often as
-    weight_casts_per_step."""
+def weight_cast_phase(c: Context, casts: sp.Expr = ONE) -> Phase:
+    """The step's casts of the FP8 GEMMs' weights (module doc), memory-bound, `casts` times a
+    step (perfmodel.step.data_parallel.fp8_weight_casts: once, but under ZeRO 3 with FP8
+    weights once per gather)."""
     return Phase(name="fp8/weight_cast", per_step=True,
                  device={"compute/fp8_weight_cast":
-                         K.memory_time(weight_casts_per_step(c) * S.qw8
-                                       * model_fp8_weights_per_gpu(c), c.dev)})
+                         K.memory_time(casts * S.qw8 * model_fp8_weights_per_gpu(c), c.dev)})
 
 
 def memory_terms(c: Context, stage: str, has_output: sp.Expr) -> dict[str, sp.Expr]:

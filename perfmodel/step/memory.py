@@ -113,8 +113,9 @@ def gathered_stages(c: Context, params: Parameters, st: str, root: sp.Expr,
     return over * kept + (1 - over) * (stage - whole * params.experts[st])
 
 
-def fp8_zero3_terms(c: Context, st: str, has_head: sp.Expr, whole: sp.Expr, held: sp.Expr,
-                    div_weights: sp.Expr, div_experts: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+def fp8_zero3_terms(c: Context, st: str, has_embed: sp.Expr, has_head: sp.Expr, whole: sp.Expr,
+                    held: sp.Expr, div_weights: sp.Expr, div_experts: sp.Expr
+                    ) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     """ZeRO 3 with FP8 weights (Plan.fp8_params; Megatron FSDP's --fp8-param-gather, per-tensor
     recipes): (the FP8 copies a GPU of st's rank keeps [B], the FP8 weights among the parameters
     it holds gathered).
@@ -129,11 +130,13 @@ def fp8_zero3_terms(c: Context, st: str, has_head: sp.Expr, whole: sp.Expr, held
     modelled). A gathered FP8 weight takes c_w8 bytes (its rowwise copy, and on Hopper the
     transpose its backward makes) where a bf16 one takes wbytes: the gathered layers' (two, and
     the root) or, held gathered (under a pipeline, or kept), the stage's, as gathered_stages
-    counts them."""
+    counts them; and the transposes (Hopper) a backward makes of routed experts held whole
+    (no FSDP unit: an expert-data-parallel group of one rank), the gathered layers' worth [B]."""
     dense8, experts8 = FP8.stage_fp8_weights(c, st, has_head)
     copies = S.e8 * (dense8 / div_weights + experts8 / div_experts)
     lin8 = FP8.linear_weights_per_gpu(c)
-    root8 = has_head * FP8.output_weights_per_gpu(c)
+    # (an output layer tied to the embedding held with it is the bf16 embedding's weight)
+    root8 = has_head * (1 - c.tied * has_embed) * FP8.output_weights_per_gpu(c)
     layer8: sp.Expr = lin8
     moe_rest8 = moe_experts8 = sp.Integer(0)
     if c.fam.moe:
@@ -151,7 +154,8 @@ def fp8_zero3_terms(c: Context, st: str, has_head: sp.Expr, whole: sp.Expr, held
                       / lmax(1, S.v - 1))
     stages8 = over * kept8 + (1 - over) * (dense8 + experts8 - whole * experts8)
     gathered8 = (1 - held) * (ZERO3_GATHERED_LAYERS * layer8 + root8) + held * stages8
-    return copies, gathered8
+    whole_transposes = whole * (S.cw8 - S.e8) * ZERO3_GATHERED_LAYERS * moe_experts8
+    return copies, gathered8, whole_transposes
 
 
 def memory_terms(c: Context, params: Parameters,
@@ -332,10 +336,11 @@ def memory_terms(c: Context, params: Parameters,
         if c.fam.fp8:  # allocated once and kept: not in the allocator's churn below
             mem.update(FP8.memory_terms(c, st, has_head))
         if c.fam.fp8_params:  # ZeRO 3 with FP8 weights (fp8_zero3_terms)
-            copies, gathered8 = fp8_zero3_terms(c, st, has_head, whole, held,
-                                                div["weights"], div_experts["weights"])
+            copies, gathered8, transposes = fp8_zero3_terms(
+                c, st, has_embed, has_head, whole, held, div["weights"], div_experts["weights"])
             mem["fp8/weight_copies"] += c.zero3 * (copies - mem["fp8/weight_copies"])
-            mem["buffers/zero3_gather"] -= c.zero3 * (S.wbytes - S.cw8) * gathered8
+            mem["buffers/zero3_gather"] += c.zero3 * (transposes
+                                                      - (S.wbytes - S.cw8) * gathered8)
         # the tensors allocated and freed every step (the model states sit in buffers allocated
         # once: Megatron's contiguous parameter and gradient buffers, FSDP's shards; under a
         # pipeline, or deferred, FSDP's unsharded gradients are allocated and freed every step,

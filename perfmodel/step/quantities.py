@@ -168,7 +168,8 @@ def part_times(c: Context, forward_s: Mapping[str, sp.Expr], backward_s: Mapping
     by_name = {x.name: x for x in collectives}
     passes = fsdp_copy_passes(c)
     out["part:fsdp_unit:gather_s"] = by_name["dp/fsdp_layer/all_gather"].call_s \
-        + K.memory_time(passes * units[0].gathered_bytes(), c.dev)
+        + K.memory_time(passes * (S.wbytes * units[0].elements
+                                  - c.zero3 * (S.wbytes - S.g8) * units[0].fp8), c.dev)
     out["part:fsdp_unit:reduce_s"] = by_name["dp/fsdp_layer/reduce_scatter"].call_s \
         + K.memory_time(S.gbytes * passes * units[0].elements, c.dev)
     return out

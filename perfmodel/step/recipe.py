@@ -118,7 +118,8 @@ def build(fam: Family) -> Model:
     phases["step"] = (DP.sync_phase(c, params, units, issued, CO.backward_s(stage_terms["last"]),
                                     CO.forward_s(stage_terms["first"])),
                       TP.norm_grad_phase(issued), optimizer_phase(c, params),
-                      *((FP8.weight_cast_phase(c),) if fam.fp8 else ()))
+                      *((FP8.weight_cast_phase(c, DP.fp8_weight_casts(c)),) if fam.fp8
+                        else ()))
     step_terms, step_hidden = CO.step_terms(phases["step"], c.m,
                                             CO.launch_s(collectives, None, launch),
                                             PP.bubble_s(c.m, t_other, w_fill, PP.flushes(c)))

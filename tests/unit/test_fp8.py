@@ -335,3 +335,53 @@ def test_bridge_precision_presets_hold_their_weights_in_fp8(tmp_path, preset, re
     job = read_config(path)
     assert not job.plan.get("fp8_params")
     assert any("fp8_param_gather under FSDP is not modelled" in n for n in job.notes)
+
+
+def test_fp8_weights_under_zero3_kept_gathered_through_the_step_are_transposed_once():
+    """fsdp_reshard step: one gather a step, so one transpose of each FP8 weight (as ZeRO 1's)."""
+    model = load_model("llama3-8b")
+    plan = Plan(**{**PLAN, "tp": 1, "dp": 8, "sequence_parallel": False, "zero": 3},
+                dtype="fp8", fp8_recipe="current", fp8_params=True, fsdp_reshard="step")
+    zero1 = plan.replace(zero=1, fsdp_reshard="forward")
+    kept, once = (predict(model, "dgx-h100", p) for p in (plan, zero1))
+    assert kept.breakdown_s["compute/fp8_weight_cast"] == pytest.approx(
+        once.breakdown_s["compute/fp8_weight_cast"], rel=1e-9)
+    every = predict(model, "dgx-h100", plan.replace(fsdp_reshard="forward"))
+    assert every.breakdown_s["compute/fp8_weight_cast"] == pytest.approx(
+        2 * once.breakdown_s["compute/fp8_weight_cast"], rel=1e-9)  # 16 / (8 x 1): 2 a step
+
+
+def test_a_tied_output_layer_stays_bf16_in_the_zero3_gather():
+    """gpt2-small ties its output layer to the embedding: in FP8 (fp8_output_layer) it is still
+    the bf16 embedding's weight where the root unit holds both (pp 1), so only the layers'
+    FP8 weights gather at 1 byte on Blackwell."""
+    model = load_model("gpt2-small")
+    assert model.tied_embeddings
+    plan = Plan(gpus=8, dp=8, zero=3, micro_batch=1, global_batch=8, dtype="fp8",
+                fp8_recipe="current", fp8_output_layer=True)
+    bf16, fp8 = (predict(model, "dgx-b200", plan.replace(fp8_params=flag)).memory_breakdown_bytes
+                 for flag in (False, True))
+    h, f = model.hidden, model.ffn_hidden
+    lin = 4 * h * h + 2 * f * h  # a GPT layer's QKV, output and MLP weights
+    assert bf16["buffers/zero3_gather"] - fp8["buffers/zero3_gather"] == pytest.approx(
+        (2 - 1) * 2 * lin, rel=1e-9)
+
+
+def test_the_validation_job_runs_an_fp8_weights_plan_in_bf16():
+    from validation.jobspec import without_fp8
+
+    plan = Plan(**{**PLAN, "zero": 1}, dtype="fp8", fp8_params=True, fp8_output_layer=True)
+    local = without_fp8(plan)
+    assert (local.dtype.value, local.fp8_params, local.fp8_output_layer) == ("bf16", False, False)
+
+
+def test_recommend_emitting_megatron_keeps_fp8_weights_on_the_distributed_optimizer(run_cli,
+                                                                                     tmp_path):
+    out = run_cli("recommend", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8",
+                  "--global-batch", "16", "--dtype", "fp8", "--fp8-recipe", "current",
+                  "--fp8-params", "--tp", "1", "--pp", "1", "--emit-config", "megatron",
+                  tmp_path / "out", "--json")
+    assert out.returncode == 0, out.stderr
+    args = " ".join((tmp_path / "out" / "megatron_args.txt").read_text().split())
+    assert "--fp8-param-gather" in args and "--use-torch-fsdp2" not in args
+    assert all(p["plan"]["zero"] in (0, 1) for p in json.loads(out.stdout)["plans"])
