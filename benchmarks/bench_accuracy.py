@@ -395,7 +395,7 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
                     {"schedule": "1f1b", "pp_scatter_gather": "where it applies"}),
     # DeepSpeed's BF16_Optimizer (bf16 at ZeRO stage 0): its own stage 1
     **dict.fromkeys(("bf16_optimizer", "bf16 optimizer", "deepspeed bf16 optimizer"),
-                    {"zero": 1}),
+                    {"zero": 1, "bf16_optimizer": True}),
     # flash attention on the preset's default kernel, where the row does not name one
     **dict.fromkeys(("flash attention", "flashattention", "fused attention"),
                     {"flash_attention": True}),

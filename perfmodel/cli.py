@@ -269,6 +269,10 @@ def plan_options(fn: Any) -> Any:
                           "with set_requires_gradient_sync off before it: NeMo AutoModel's "
                           "default); without it every micro-batch reduce-scatters (torchtitan, "
                           "Megatron-LM, DeepSpeed ZeRO-3)."),
+        click.option("--bf16-optimizer", is_flag=True,
+                     help="DeepSpeed's BF16_Optimizer (bf16 at its ZeRO stage 0; Megatron-"
+                          "DeepSpeed's; give --zero 1): each micro-batch's bf16 gradients added "
+                          "into whole fp32 ones, all-reduced in fp32."),
         click.option("--fsdp-reshard", type=choice(FsdpReshard),
                      default=FsdpReshard.FORWARD.value, show_default=True,
                      help="ZeRO 3 without a pipeline: when a unit's gathered weights are freed: "
@@ -366,7 +370,8 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "attention_kernel", "grad_dtype", "optimizer_dtype", "master_weights",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
-             "pp_scatter_gather", "defer_grad_sync", "fsdp_reshard", "ep_dispatcher",
+             "pp_scatter_gather", "defer_grad_sync", "bf16_optimizer", "fsdp_reshard",
+             "ep_dispatcher",
              "cross_entropy",
              "expert_weighting", "stack",
              "kernels", "first_stage_layers", "last_stage_layers", "pipeline_layout",
@@ -1206,6 +1211,10 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     if plan.get("defer_grad_sync"):  # never searched (Plan.defer_grad_sync)
         job.notes.append("defer_grad_sync: the config defers FSDP's reduction to the last "
                          "micro-batch; recommend searches a reduction in every micro-batch, "
+                         "predict --from-config takes the config's")
+    if plan.get("bf16_optimizer"):  # never searched (Plan.bf16_optimizer)
+        job.notes.append("bf16_optimizer: the config runs DeepSpeed's BF16_Optimizer; recommend "
+                         "searches Megatron's gradient buffers and distributed optimizer, "
                          "predict --from-config takes the config's")
     if plan.get("pp_scatter_gather"):  # never searched (Plan.pp_scatter_gather)
         job.notes.append("pp_scatter_gather: the config's pipeline sends are scatter-gathered "

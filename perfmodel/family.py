@@ -66,6 +66,9 @@ class Family:
     end_chunks: tuple[tuple[int, int, int], ...] | None = None
     # Megatron-LM's scatter-gather of pipeline sends (Plan.pp_scatter_gather; never searched)
     pp_scatter_gather: bool = False
+    # DeepSpeed's BF16_Optimizer (Plan.bf16_optimizer; never searched): each micro-batch's bf16
+    # gradients added into fp32 ones, all-reduced in fp32
+    bf16_optimizer: bool = False
     # FSDP's reduction deferred to the last micro-batch (Plan.defer_grad_sync; never searched)
     defer_grad_sync: bool = False
     # when ZeRO 3 without a pipeline frees a unit's gathered weights (Plan.fsdp_reshard: forward,

@@ -94,6 +94,10 @@ PLAN = obj({
                                        "are reduce-scattered in the last micro-batch only "
                                        "(NeMo AutoModel's defer_fsdp_grad_sync); left out: off, "
                                        "every micro-batch reduce-scatters"},
+    "bf16_optimizer": {**BOOLEAN,
+                       "description": "bf16, zero 1: DeepSpeed's BF16_Optimizer, each "
+                                      "micro-batch's bf16 gradients added into fp32 ones, "
+                                      "all-reduced in fp32; left out: off"},
     "pipeline_micro_batches": {"type": "integer", "minimum": 0,
                                "description": "Micro-batches of one pipeline schedule where the "
                                               "step runs several; left out: one schedule"},

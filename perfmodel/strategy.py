@@ -521,6 +521,11 @@ class Plan:
     # off before it: NeMo AutoModel's defer_fsdp_grad_sync, its default); off: every
     # micro-batch's backward reduce-scatters (torchtitan, Megatron-LM, DeepSpeed ZeRO-3)
     defer_grad_sync: bool = False
+    # DeepSpeed's BF16_Optimizer (bf16 at DeepSpeed's ZeRO stage 0, Megatron-DeepSpeed's; zero 1
+    # here: its fp32 master weights and Adam states sharded over dp): after every micro-batch's
+    # backward it adds the bf16 gradients into whole fp32 ones (update_hp_grads), which it
+    # all-reduces in fp32 after the last (never searched)
+    bf16_optimizer: bool = False
     # ZeRO 3 without a pipeline: when a unit's gathered weights are freed (FsdpReshard): after
     # each forward (FSDP2's default), each backward, or the step's last backward
     fsdp_reshard: FsdpReshard = FsdpReshard.FORWARD
@@ -672,12 +677,20 @@ class Plan:
         self._check_master_weights()
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync",
                     "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
-                    "pp_scatter_gather", "defer_grad_sync"):
+                    "pp_scatter_gather", "defer_grad_sync", "bf16_optimizer"):
             if key == "flash_attention" and (self.flash_attention is None
                                              or str(self.flash_attention).lower() == "auto"):
                 object.__setattr__(self, key, None)
                 continue
             object.__setattr__(self, key, _bool(getattr(self, key), key))
+        if self.bf16_optimizer and (self.dtype is not Dtype.BF16 or self.zero != 1
+                                    or self.grad_dtype not in (None, "fp32")
+                                    or self.optimizer_dtype not in (None, "fp32")
+                                    or self.master_weights not in (None, "fp32")):
+            raise PlanError("bf16_optimizer is DeepSpeed's BF16_Optimizer: dtype bf16 and zero 1 "
+                            "(its fp32 master weights and states sharded over dp), with fp32 "
+                            "gradients, states and master weights; got dtype "
+                            f"{self.dtype.value}, zero {self.zero}")
         if self.attention_kernel and self.flash_attention is False:
             raise PlanError(f"attention_kernel {self.attention_kernel} names a flash kernel, and "
                             "the plan attends unfused (flash_attention false): leave one out")
@@ -876,7 +889,7 @@ class Plan:
         dtype's plan (they do not apply to it), and etp where it is 1, pipeline_layout and
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
         alltoall, cross_entropy where unfused, expert_weighting where activation,
-        defer_grad_sync where off, fsdp_reshard where forward,
+        defer_grad_sync and bf16_optimizer where off, fsdp_reshard where forward,
         pipeline_micro_batches where 0, master_weights where not given, cpu_offload_layers
         where 0, attention_kernel where not given (the plans written before them had no such
         fields)."""
@@ -898,6 +911,8 @@ class Plan:
             del out["pp_scatter_gather"]
         if not self.defer_grad_sync:  # likewise
             del out["defer_grad_sync"]
+        if not self.bf16_optimizer:  # likewise
+            del out["bf16_optimizer"]
         if self.ep_dispatcher is EPDispatcher.ALLTOALL:  # as plans were written before it
             del out["ep_dispatcher"]
         if self.cross_entropy is CrossEntropy.UNFUSED:  # likewise

@@ -86,6 +86,10 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
     if missing:
         raise SpecError(f"model '{model.name}' has {'; '.join(missing)}: the validation job does "
                         "not build these")
+    if plan.bf16_optimizer:
+        raise PlanError("bf16_optimizer: the validation job runs Megatron's distributed "
+                        "optimizer (workload/distopt.py), not DeepSpeed's BF16_Optimizer "
+                        "(leave bf16_optimizer off)")
     if plan.pp_scatter_gather:
         raise PlanError("pp_scatter_gather: the validation job's stages send their outputs "
                         "whole, as Megatron-Core does (leave pp_scatter_gather off)")

@@ -14,7 +14,8 @@ What --deepspeed changes, from their code:
   - ZeRO is the DeepSpeed config's zero_optimization.stage (--deepspeed_config; else
     --zero-stage): the pipeline engine refuses stages 2 and 3; bf16 at stage 0 runs
     BF16_Optimizer, its own stage-1 equivalent (fp32 master weights and Adam states sharded over
-    dp; fp32 gradients whole, all-reduced where perfmodel's zero 1 reduce-scatters them); the
+    dp; each micro-batch's bf16 gradients added into whole fp32 ones, all-reduced in fp32:
+    Plan.bf16_optimizer); the
     engine reduces the gradients after the last micro-batch (no overlap); without it
     (--no-pipeline-parallel) the config's overlap_comm (default: at stage 3) decides;
   - activations are recomputed as --checkpoint-activations says (DeepSpeed's checkpointing with
@@ -259,9 +260,11 @@ def _zero(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
     zero = 1 if (stage == 0 and dtype == "bf16" and pipe) else stage
     job.fix("zero", zero)
     if zero == 1 and stage == 0:
+        job.fix("bf16_optimizer", True)
         job.notes.append("ZeRO stage 0 with bf16: DeepSpeed's BF16_Optimizer, its own stage 1 "
-                         "(fp32 master weights and Adam states sharded over dp): zero 1; it "
-                         "all-reduces the fp32 gradients where zero 1 reduce-scatters them")
+                         "(fp32 master weights and Adam states sharded over dp): zero 1 with "
+                         "bf16_optimizer (each micro-batch's bf16 gradients added into fp32 "
+                         "ones, all-reduced in fp32)")
     take("zero_stage", f"zero {zero}" + (" (the DeepSpeed config's stage rules)"
                                          if config is not None else ""))
     take("deepspeed_config", f"read: zero_optimization.stage {stage}" if config is not None

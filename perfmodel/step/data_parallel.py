@@ -452,9 +452,13 @@ def sync_collectives(c: Context, params: Parameters,
         dp_gathered = (stage8[0]["first"] + (1 - apart) * stage8[1]["first"], weight_bytes)
     else:
         dp_gathered = (pad(S.wbytes * first, S.wbytes), pad(weight_bytes, S.wbytes))
-    out = [dp("dp/all_reduce", "all_reduce", S.gbytes * first, 1 - z1, time_nbytes=grad_bytes),
-           dp("dp/reduce_scatter", "reduce_scatter", pad(S.gbytes * first, S.gbytes), z1 - z3,
-              time_nbytes=pad(grad_bytes, S.gbytes)),
+    # DeepSpeed's BF16_Optimizer all-reduces its whole fp32 gradients (the pipeline engine's
+    # _bf16_reduce_grads, buffered_allreduce_fallback), then gathers the updated shards
+    whole = 1 if c.fam.bf16_optimizer else 0
+    out = [dp("dp/all_reduce", "all_reduce", S.gbytes * first, 1 - z1 + whole * z1,
+              time_nbytes=grad_bytes),
+           dp("dp/reduce_scatter", "reduce_scatter", pad(S.gbytes * first, S.gbytes),
+              (z1 - z3) * (1 - whole), time_nbytes=pad(grad_bytes, S.gbytes)),
            dp("dp/all_gather", "all_gather", dp_gathered[0], z1 - z3,
               time_nbytes=dp_gathered[1])]
     if c.fam.moe:  # the ledger's bytes rank 0's (the first stage's experts), the time the larger

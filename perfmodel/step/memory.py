@@ -276,6 +276,9 @@ def memory_terms(c: Context, params: Parameters,
         mem["gradients"] += resident * active(PP.flushes(c)) * S.gbytes \
             * ((params.per_stage[st] - experts) / DP.replicas(c)
                + experts / DP.expert_replicas(c))
+        if c.fam.bf16_optimizer:  # DeepSpeed's BF16_Optimizer: the backward's bf16 gradients
+            # (lp grads, cleared at the next backward's start) beside its whole fp32 ones
+            mem["gradients"] += S.e * params.per_stage[st]
         if c.fam.fp8_params:  # the linear weights are the FP8 copies (fp8/weight_copies); the
             # routed experts' sharded as their weights are (over edp). Under ZeRO 3 the weights
             # are the fp32 shard (the master, as FSDP keeps it) and no 16-bit copy is held: the

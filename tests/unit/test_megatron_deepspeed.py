@@ -33,6 +33,7 @@ def test_the_bloom_176b_script_reads_as_it_ran():
     assert (plan["tp"], plan["pp"], plan["dp"], plan["micro_batch"]) == (4, 12, 8, 2)
     # BF16_Optimizer at ZeRO stage 0; the engine's 1F1B, its sends partitioned over tp
     assert (plan["zero"], plan["schedule"], plan["pp_scatter_gather"]) == (1, "1f1b", True)
+    assert plan["bf16_optimizer"] is True
     assert (plan["recompute"], plan["flash_attention"]) == ("full", False)
     # type:transformer|embedding: 70 layers + 2 embeddings over 12 stages, 6 each
     assert (plan["first_stage_layers"], plan["last_stage_layers"]) == (5, 5)
@@ -59,6 +60,7 @@ def test_ds_config_beside_the_arguments_gives_the_stage(tmp_path):
                                                   "bf16": {"enabled": True}}))
     job, plan = plan_of(tmp_path, BASE + "--deepspeed_config ds.json --zero-stage 0")
     assert plan["zero"] == 1 and any("runs the config's" in n for n in job.notes)
+    assert not plan.get("bf16_optimizer")  # stage 1: DeepSpeed's ZeRO optimizer, not BF16's
     (tmp_path / "ds.json").write_text(json.dumps({"fp16": {"enabled": True}}))
     with pytest.raises(SpecError, match="bf16.enabled False disagrees"):
         plan_of(tmp_path, BASE + "--deepspeed_config ds.json")

@@ -1,0 +1,67 @@
+"""DeepSpeed's BF16_Optimizer (Plan.bf16_optimizer; Megatron-DeepSpeed's bf16 at ZeRO stage 0):
+after every micro-batch's backward it adds the bf16 gradients into whole fp32 ones, 18 bytes a
+parameter moved (deepspeed/runtime/bf16_optimizer.py update_hp_grads: lp.grad.to(fp32), read 2
+and write 4; hp_grad.add_, read 4 and 4, write 4), and after the last it all-reduces the fp32
+gradients (the pipeline engine's _bf16_reduce_grads) where Megatron's distributed optimizer
+reduce-scatters them; the bf16 gradients stay beside the fp32 ones until the next backward."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel import Plan, load_hardware, load_model, predict
+from perfmodel.encode import values_of
+from perfmodel.errors import PlanError
+from perfmodel.predict import comm_ledger
+
+PLAN = dict(gpus=8, dp=8, zero=1, micro_batch=1, global_batch=32)  # 4 micro-batches
+
+
+def test_the_per_micro_batch_accumulation_the_fp32_all_reduce_and_the_bf16_gradients():
+    model = load_model("gpt2-small")
+    plan = Plan(**PLAN)
+    bo = plan.replace(bf16_optimizer=True)
+    base, ds = predict(model, "dgx-a100-80gb", plan), predict(model, "dgx-a100-80gb", bo)
+    params = base.parameters  # tp 1, pp 1: every parameter on every GPU
+    bandwidth = values_of(model, load_hardware("dgx-a100-80gb"), bo)[
+        "optimizer_bandwidth_bytes_per_s"]
+    assert ds.breakdown_s["optimizer/step"] - base.breakdown_s["optimizer/step"] == \
+        pytest.approx(4 * 18 * params / bandwidth, rel=1e-9)
+    assert ds.memory_breakdown_bytes["gradients"] - base.memory_breakdown_bytes["gradients"] \
+        == pytest.approx(2 * params, rel=1e-9)
+    calls = {r["name"]: r for r in comm_ledger(model, bo, "dgx-a100-80gb")}
+    before = {r["name"]: r for r in comm_ledger(model, plan, "dgx-a100-80gb")}
+    # (the ledger lists the collectives a rank issues: none of the other kind)
+    assert calls["dp/all_reduce"]["calls"] == 1 and "dp/all_reduce" not in before
+    assert calls["dp/all_reduce"]["nbytes"] == pytest.approx(4 * params, rel=1e-9)  # fp32
+    assert "dp/reduce_scatter" not in calls and before["dp/reduce_scatter"]["calls"] == 1
+    assert calls["dp/all_gather"]["calls"] == before["dp/all_gather"]["calls"] == 1
+
+
+@pytest.mark.parametrize("change,needle", [
+    (dict(zero=0), "zero 0"), (dict(dtype="fp16"), "dtype fp16"), (dict(zero=2), "zero 2"),
+    (dict(grad_dtype="bf16"), "fp32 gradients"), (dict(dtype="fp8"), "dtype fp8"),
+])
+def test_it_is_bf16_at_zero_1_with_fp32_states(change, needle):
+    with pytest.raises(PlanError, match=needle):
+        Plan(**{**PLAN, **change}, bf16_optimizer=True)
+    assert "bf16_optimizer" not in Plan(**PLAN).to_dict()
+    assert Plan(**PLAN, bf16_optimizer=True).to_dict()["bf16_optimizer"] is True
+
+
+def test_only_deepspeed_is_written_with_it_and_the_validation_job_refuses_it(tmp_path):
+    import json
+
+    from perfmodel.configs.emit import emit
+    from validation.jobspec import check_job, job_parallel
+
+    model, hw = load_model("gpt2-small"), load_hardware("dgx-a100-80gb")
+    plan = Plan(**{**PLAN, "overlap_param_gather": False}, bf16_optimizer=True)
+    with pytest.raises(PlanError, match="bf16_optimizer"):
+        emit("megatron", tmp_path, model, hw, plan, 1.0)
+    (tmp_path / "ds").mkdir()
+    paths = emit("deepspeed", tmp_path / "ds", model, hw, plan, 1.0)
+    config = json.loads(next(p for p in paths if p.suffix == ".json").read_text())
+    assert config["zero_optimization"]["stage"] == 0 and config["bf16"]["enabled"] is True
+    with pytest.raises(PlanError, match="BF16_Optimizer"):
+        check_job(model, plan, job_parallel(plan))
