@@ -325,8 +325,5 @@ def ds_config(plan: Any) -> dict[str, Any]:
             "gradient_accumulation_steps": plan.num_micro_batches,
             "bf16": {"enabled": plan.dtype.value == "bf16"},
             "fp16": {"enabled": plan.dtype.value == "fp16"},
-            # DeepSpeed runs bf16 at stage 0 with its BF16_Optimizer (the plan's bf16_optimizer,
-            # zero 1 here)
-            "zero_optimization": {"stage": 0 if plan.bf16_optimizer else plan.zero,
-                                  "overlap_comm": plan.overlap_grad_sync},
+            "zero_optimization": {"stage": plan.zero, "overlap_comm": plan.overlap_grad_sync},
             "gradient_clipping": 1.0, "steps_per_print": 100, "wall_clock_breakdown": False}
