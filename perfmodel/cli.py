@@ -1008,6 +1008,9 @@ def recommend(model: str | None, from_config: str | None,
         # what each framework runs (perfmodel.configs' emitters refuse the rest)
         pins["zero_stages"] = {"megatron": (0, 1, 3), "torchtitan": (0, 3)}.get(
             emit_config[0], (0, 1, 2, 3))
+        if emit_config[0] == "deepspeed" and str(pins.get("dtype") or "bf16") == "bf16":
+            # DeepSpeed runs bf16 without ZeRO with its BF16_Optimizer (never searched)
+            pins["zero_stages"] = (1, 2, 3)
         if emit_config[0] == "megatron" and pins.get("fp8_params"):
             # Megatron-LM's ZeRO 3 is torch FSDP2, beside which it gathers bf16 (the emitter
             # refuses FP8 weights there): the distributed optimizer's stages

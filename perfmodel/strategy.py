@@ -689,8 +689,14 @@ class Plan:
                                     or self.master_weights not in (None, "fp32")):
             raise PlanError("bf16_optimizer is DeepSpeed's BF16_Optimizer: dtype bf16 and zero 1 "
                             "(its fp32 master weights and states sharded over dp), with fp32 "
-                            "gradients, states and master weights; got dtype "
-                            f"{self.dtype.value}, zero {self.zero}")
+                            f"gradients, states and master weights; got dtype {self.dtype.value}, "
+                            f"zero {self.zero}, grad_dtype {self.grad_dtype or 'fp32'}, "
+                            f"optimizer_dtype {self.optimizer_dtype or 'fp32'}, master_weights "
+                            f"{self.master_weights or 'fp32'}")
+        if self.bf16_optimizer and (self.overlap_grad_sync or self.overlap_param_gather):
+            raise PlanError("bf16_optimizer: DeepSpeed reduces the gradients after the last "
+                            "micro-batch and gathers the weights in the step, overlapping "
+                            "neither (leave overlap_grad_sync and overlap_param_gather off)")
         if self.attention_kernel and self.flash_attention is False:
             raise PlanError(f"attention_kernel {self.attention_kernel} names a flash kernel, and "
                             "the plan attends unfused (flash_attention false): leave one out")

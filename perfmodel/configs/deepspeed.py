@@ -83,6 +83,18 @@ def read_deepspeed(data: dict[str, Any], path: Path) -> JobConfig:
             raise refuse_plan(where, key, "(a section)", f"{why} is not modelled")
     _zero(data, job, where)
     _precision(data, job, where)
+    if job.plan.get("dtype") == "bf16" and job.plan.get("zero") == 0:
+        # DeepSpeed runs bf16 without ZeRO (fp32 gradient accumulation, its default and the
+        # only one read here) with its BF16_Optimizer (engine._do_optimizer_sanity_check): its
+        # fp32 master weights and states sharded over dp, the fp32 gradients all-reduced after
+        # the backward, neither overlapped
+        job.fix("zero", 1)
+        job.fix("bf16_optimizer", True)
+        job.fix("overlap_grad_sync", False)
+        job.fix("overlap_param_gather", False)
+        job.notes.append("bf16 at ZeRO stage 0: DeepSpeed's BF16_Optimizer, zero 1 with "
+                         "bf16_optimizer (each micro-batch's bf16 gradients added into fp32 "
+                         "ones, all-reduced in fp32 after the backward)")
     _batch(data, job, where)
     optimizer = data.get("optimizer")
     if isinstance(optimizer, dict):
@@ -304,6 +316,9 @@ def ds_config(plan: Any) -> dict[str, Any]:
         raise refuse_emit("deepspeed", "bf16 gradient or optimizer dtypes",
                           "written configs keep DeepSpeed's fp32 gradient accumulation and "
                           "optimizer states")
+    if plan.dtype.value == "bf16" and plan.zero == 0:
+        raise refuse_emit("deepspeed", "zero 0 with bf16", "DeepSpeed runs bf16 without ZeRO "
+                          "with its BF16_Optimizer (the plan's bf16_optimizer, zero 1)")
     if plan.dtype.value not in ("bf16", "fp16", "fp32"):
         raise refuse_emit("deepspeed", f"dtype {plan.dtype.value}", "DeepSpeed trains bf16, "
                                                                      "fp16 or fp32")
@@ -325,5 +340,7 @@ def ds_config(plan: Any) -> dict[str, Any]:
             "gradient_accumulation_steps": plan.num_micro_batches,
             "bf16": {"enabled": plan.dtype.value == "bf16"},
             "fp16": {"enabled": plan.dtype.value == "fp16"},
-            "zero_optimization": {"stage": plan.zero, "overlap_comm": plan.overlap_grad_sync},
+            # bf16 at stage 0 is DeepSpeed's BF16_Optimizer (the plan's bf16_optimizer, zero 1)
+            "zero_optimization": {"stage": 0 if plan.bf16_optimizer else plan.zero,
+                                  "overlap_comm": plan.overlap_grad_sync},
             "gradient_clipping": 1.0, "steps_per_print": 100, "wall_clock_breakdown": False}

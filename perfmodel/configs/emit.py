@@ -74,13 +74,9 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
     if plan.pp_scatter_gather:
         raise refuse_emit(fmt.value, "pp_scatter_gather", "Megatron-LM's 2021 scatter-gather "
                           "of pipeline sends is in none of today's frameworks")
-    if plan.bf16_optimizer:
-        # (DeepSpeed picks it by version: bf16 at stage 0 in v0.6-0.9, Megatron-DeepSpeed's;
-        # stage 0 today runs DDP_BFLOAT16, FP16_Optimizer over bf16; the pipeline engine's bf16
-        # its BF16_Optimizer at stage 1)
-        raise refuse_emit(fmt.value, "bf16_optimizer", "DeepSpeed's BF16_Optimizer is chosen by "
-                          "DeepSpeed's version, not by a config a Trainer reads, and no other "
-                          "framework has it (leave bf16_optimizer off)")
+    if plan.bf16_optimizer and fmt is not EmitFormat.DEEPSPEED:
+        raise refuse_emit(fmt.value, "bf16_optimizer", "DeepSpeed's BF16_Optimizer runs under "
+                          "DeepSpeed only (emit deepspeed, or leave bf16_optimizer off)")
     if plan.cross_entropy.value == "no-upcast":  # Megatron-Core's vocab-parallel loss and
         # torchtitan's F.cross_entropy(pred.float()) both upcast
         raise refuse_emit(fmt.value, "cross_entropy no-upcast", "its loss upcasts the logits to "

@@ -257,10 +257,12 @@ def _zero(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
         raise refuse_plan(where, "zero_optimization.stage", stage, "DeepSpeed's pipeline engine "
                           "refuses ZeRO stages 2 and 3")
     dtype = job.plan.get("dtype")
-    zero = 1 if (stage == 0 and dtype == "bf16" and pipe) else stage
+    zero = 1 if (stage == 0 and dtype == "bf16") else stage  # either engine's BF16_Optimizer
     job.fix("zero", zero)
     if zero == 1 and stage == 0:
         job.fix("bf16_optimizer", True)
+        job.fix("overlap_grad_sync", False)  # reduced after the backward, with either engine
+        job.fix("overlap_param_gather", False)
         job.notes.append("ZeRO stage 0 with bf16: DeepSpeed's BF16_Optimizer, its own stage 1 "
                          "(fp32 master weights and Adam states sharded over dp): zero 1 with "
                          "bf16_optimizer (each micro-batch's bf16 gradients added into fp32 "

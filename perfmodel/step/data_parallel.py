@@ -472,9 +472,9 @@ def sync_collectives(c: Context, params: Parameters,
             gather_most = pad_e(S.wbytes * e_most, S.wbytes)
         for name, op, nbytes, time_nbytes, calls in (
                 ("edp/all_reduce", "all_reduce", S.gbytes * e_first, S.gbytes * e_most,
-                 apart * (1 - z1)),
+                 apart * (1 - z1 + whole * z1)),
                 ("edp/reduce_scatter", "reduce_scatter", pad_e(S.gbytes * e_first, S.gbytes),
-                 pad_e(S.gbytes * e_most, S.gbytes), apart * (z1 - z3)),
+                 pad_e(S.gbytes * e_most, S.gbytes), apart * (z1 - z3) * (1 - whole)),
                 ("edp/all_gather", "all_gather", gather_first, gather_most,
                  apart * (z1 - z3))):
             out.append(Collective(name=name, op=op, axis="edp", nbytes=nbytes,
@@ -572,8 +572,11 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     cast, add = S.e + FP32_GRAD, S.e + 2 * FP32_GRAD
     accumulated = resident * (schedules * cast + (m - schedules) * add) \
         + deferred(c) * (cast + (m - 1) * add)
-    copy_bytes = (1 - z1) * DDP_GRADIENT_PASSES * grad_bytes \
-        + (z1 - z3) * copies * (grad_bytes + weight_bytes) \
+    # (DeepSpeed's BF16_Optimizer all-reduces its fp32 gradients as DDP does, and gathers the
+    # updated shards in place)
+    whole = 1 if c.fam.bf16_optimizer else 0
+    copy_bytes = (1 - z1 + whole * z1) * DDP_GRADIENT_PASSES * grad_bytes \
+        + (z1 - z3) * (1 - whole) * copies * (grad_bytes + weight_bytes) \
         + z3 * sum((u.most
                     * (fsdp_copy_passes(c, u.ranks)
                        * ((micro_batch_gathers(c) * m + gathered) * u.gathered_bytes()

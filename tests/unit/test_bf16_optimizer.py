@@ -40,7 +40,8 @@ def test_the_per_micro_batch_accumulation_the_fp32_all_reduce_and_the_bf16_gradi
 
 @pytest.mark.parametrize("change,needle", [
     (dict(zero=0), "zero 0"), (dict(dtype="fp16"), "dtype fp16"), (dict(zero=2), "zero 2"),
-    (dict(grad_dtype="bf16"), "fp32 gradients"), (dict(dtype="fp8"), "dtype fp8"),
+    (dict(grad_dtype="bf16"), "grad_dtype bf16"), (dict(dtype="fp8"), "dtype fp8"),
+    (dict(overlap_grad_sync=True), "overlapping"), (dict(overlap_param_gather=True), "overlapping"),
 ])
 def test_it_is_bf16_at_zero_1_with_fp32_states(change, needle):
     with pytest.raises(PlanError, match=needle):
@@ -49,14 +50,42 @@ def test_it_is_bf16_at_zero_1_with_fp32_states(change, needle):
     assert Plan(**PLAN, bf16_optimizer=True).to_dict()["bf16_optimizer"] is True
 
 
-def test_no_config_is_written_with_it_and_the_validation_job_refuses_it(tmp_path):
+def test_only_deepspeed_is_written_with_it_and_the_validation_job_refuses_it(tmp_path):
+    import json
+
     from perfmodel.configs.emit import emit
     from validation.jobspec import check_job, job_parallel
 
     model, hw = load_model("gpt2-small"), load_hardware("dgx-a100-80gb")
     plan = Plan(**{**PLAN, "overlap_param_gather": False}, bf16_optimizer=True)
-    for fmt in ("megatron", "torchtitan", "deepspeed"):  # DeepSpeed picks it by its version
+    for fmt in ("megatron", "torchtitan"):
         with pytest.raises(PlanError, match="bf16_optimizer"):
             emit(fmt, tmp_path, model, hw, plan, 1.0)
+    # DeepSpeed runs bf16 without ZeRO with its BF16_Optimizer: stage 0, read back as written
+    from perfmodel.configs import read_config
+
+    (tmp_path / "ds").mkdir()
+    paths = emit("deepspeed", tmp_path / "ds", model, hw, plan, 1.0)
+    written = next(p for p in paths if p.suffix == ".json")
+    config = json.loads(written.read_text())
+    assert config["zero_optimization"]["stage"] == 0 and config["bf16"]["enabled"] is True
+    back = read_config(written).plan
+    assert (back["zero"], back["bf16_optimizer"], back["overlap_grad_sync"]) == (1, True, False)
+    with pytest.raises(PlanError, match="zero 0 with bf16"):
+        emit("deepspeed", tmp_path / "ds", model, hw, plan.replace(zero=0, bf16_optimizer=False),
+             1.0)
     with pytest.raises(PlanError, match="BF16_Optimizer"):
         check_job(model, plan, job_parallel(plan))
+
+
+def test_the_routed_experts_gradients_are_all_reduced_over_their_group_too():
+    model = load_model("mixtral-8x7b")
+    plan = Plan(gpus=32, dp=8, tp=4, ep=8, zero=1, micro_batch=1, global_batch=16,
+                sequence_parallel=True)
+    rows = {r["name"]: r for r in comm_ledger(model, plan.replace(bf16_optimizer=True),
+                                              "dgx-h100")}
+    before = {r["name"]: r for r in comm_ledger(model, plan, "dgx-h100")}
+    assert "edp/reduce_scatter" in before and "edp/reduce_scatter" not in rows
+    assert rows["edp/all_reduce"]["calls"] == 1
+    assert rows["edp/all_reduce"]["nbytes"] == pytest.approx(
+        before["edp/reduce_scatter"]["nbytes"], rel=1e-2)  # the same fp32 gradients, unpadded
