@@ -83,16 +83,21 @@ def read_deepspeed(data: dict[str, Any], path: Path) -> JobConfig:
             raise refuse_plan(where, key, "(a section)", f"{why} is not modelled")
     _zero(data, job, where)
     _precision(data, job, where)
-    if job.plan.get("dtype") == "bf16" and job.plan.get("zero") == 0:
-        # DeepSpeed runs bf16 without ZeRO (fp32 gradient accumulation, its default and the
-        # only one read here) with its BF16_Optimizer (engine._do_optimizer_sanity_check): its
-        # fp32 master weights and states sharded over dp, the fp32 gradients all-reduced after
-        # the backward, neither overlapped
+    accum = _object(data, "data_types", where).get("grad_accum_dtype")
+    if job.plan.get("dtype") == "bf16" and (
+            job.plan.get("zero") == 0
+            or (job.plan.get("zero") == 1 and accum in ("fp32", "float32"))):
+        # DeepSpeed runs bf16 with its BF16_Optimizer (engine._do_optimizer_sanity_check):
+        # without ZeRO (fp32 gradient accumulation, its default there and the only one read
+        # here), and at stage 1 where data_types.grad_accum_dtype asks for fp32 (since v0.8.1;
+        # no offload, which is refused here): its fp32 master weights and states sharded over
+        # dp, the fp32 gradients all-reduced after the backward, neither overlapped
         job.fix("zero", 1)
         job.fix("bf16_optimizer", True)
         job.fix("overlap_grad_sync", False)
         job.fix("overlap_param_gather", False)
-        job.notes.append("bf16 at ZeRO stage 0: DeepSpeed's BF16_Optimizer, zero 1 with "
+        job.notes.append("bf16 at ZeRO stage 0 (or 1 with fp32 gradient accumulation): "
+                         "DeepSpeed's BF16_Optimizer, zero 1 with "
                          "bf16_optimizer (each micro-batch's bf16 gradients added into fp32 "
                          "ones, all-reduced in fp32 after the backward)")
     _batch(data, job, where)

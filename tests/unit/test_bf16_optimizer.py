@@ -89,3 +89,26 @@ def test_the_routed_experts_gradients_are_all_reduced_over_their_group_too():
     assert rows["edp/all_reduce"]["calls"] == 1
     assert rows["edp/all_reduce"]["nbytes"] == pytest.approx(
         before["edp/reduce_scatter"]["nbytes"], rel=1e-2)  # the same fp32 gradients, unpadded
+
+
+@pytest.mark.parametrize("zero,accum,expected", [
+    (0, None, True), (1, "fp32", True), (1, None, False), (2, "fp32", False)])
+def test_a_deepspeed_config_reads_bf16_optimizer_where_deepspeed_picks_it(tmp_path, zero, accum,
+                                                                           expected):
+    """engine._do_optimizer_sanity_check: bf16 without ZeRO, or at stage 1 with fp32 gradient
+    accumulation (data_types.grad_accum_dtype) and no offload, runs BF16_Optimizer."""
+    import json
+
+    from perfmodel.configs import read_config
+
+    config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+              "bf16": {"enabled": True}, "zero_optimization": {"stage": zero}}
+    if accum:
+        config["data_types"] = {"grad_accum_dtype": accum}
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(config))
+    plan = read_config(path).plan
+    assert bool(plan.get("bf16_optimizer")) is expected
+    if expected:
+        assert (plan["zero"], plan["overlap_grad_sync"], plan["overlap_param_gather"]) == \
+            (1, False, False)
