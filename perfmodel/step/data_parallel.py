@@ -160,6 +160,13 @@ def fp8_weight_casts(c: Context) -> sp.Expr:
     return 1 + c.zero3 * (gathers - 1)
 
 
+def bf16_optimizer(c: Context) -> int:
+    """1 where DeepSpeed's BF16_Optimizer (Plan.bf16_optimizer) all-reduces its whole fp32
+    gradients (the pipeline engine's _bf16_reduce_grads) where ZeRO 1 would reduce-scatter
+    them, else 0."""
+    return 1 if c.fam.bf16_optimizer else 0
+
+
 def deferred(c: Context) -> sp.Expr:
     """1 where ZeRO 3 without a pipeline defers its reduction to the last of several
     micro-batches (Plan.defer_grad_sync, or the units kept gathered through the step:
@@ -454,11 +461,11 @@ def sync_collectives(c: Context, params: Parameters,
         dp_gathered = (pad(S.wbytes * first, S.wbytes), pad(weight_bytes, S.wbytes))
     # DeepSpeed's BF16_Optimizer all-reduces its whole fp32 gradients (the pipeline engine's
     # _bf16_reduce_grads, buffered_allreduce_fallback), then gathers the updated shards
-    whole = 1 if c.fam.bf16_optimizer else 0
-    out = [dp("dp/all_reduce", "all_reduce", S.gbytes * first, 1 - z1 + whole * z1,
+    allreduced = bf16_optimizer(c)
+    out = [dp("dp/all_reduce", "all_reduce", S.gbytes * first, 1 - z1 + allreduced * z1,
               time_nbytes=grad_bytes),
            dp("dp/reduce_scatter", "reduce_scatter", pad(S.gbytes * first, S.gbytes),
-              (z1 - z3) * (1 - whole), time_nbytes=pad(grad_bytes, S.gbytes)),
+              (z1 - z3) * (1 - allreduced), time_nbytes=pad(grad_bytes, S.gbytes)),
            dp("dp/all_gather", "all_gather", dp_gathered[0], z1 - z3,
               time_nbytes=dp_gathered[1])]
     if c.fam.moe:  # the ledger's bytes rank 0's (the first stage's experts), the time the larger
@@ -472,9 +479,9 @@ def sync_collectives(c: Context, params: Parameters,
             gather_most = pad_e(S.wbytes * e_most, S.wbytes)
         for name, op, nbytes, time_nbytes, calls in (
                 ("edp/all_reduce", "all_reduce", S.gbytes * e_first, S.gbytes * e_most,
-                 apart * (1 - z1 + whole * z1)),
+                 apart * (1 - z1 + allreduced * z1)),
                 ("edp/reduce_scatter", "reduce_scatter", pad_e(S.gbytes * e_first, S.gbytes),
-                 pad_e(S.gbytes * e_most, S.gbytes), apart * (z1 - z3) * (1 - whole)),
+                 pad_e(S.gbytes * e_most, S.gbytes), apart * (z1 - z3) * (1 - allreduced)),
                 ("edp/all_gather", "all_gather", gather_first, gather_most,
                  apart * (z1 - z3))):
             out.append(Collective(name=name, op=op, axis="edp", nbytes=nbytes,
@@ -574,9 +581,9 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
         + deferred(c) * (cast + (m - 1) * add)
     # (DeepSpeed's BF16_Optimizer all-reduces its fp32 gradients as DDP does, and gathers the
     # updated shards in place)
-    whole = 1 if c.fam.bf16_optimizer else 0
-    copy_bytes = (1 - z1 + whole * z1) * DDP_GRADIENT_PASSES * grad_bytes \
-        + (z1 - z3) * (1 - whole) * copies * (grad_bytes + weight_bytes) \
+    allreduced = bf16_optimizer(c)
+    copy_bytes = (1 - z1 + allreduced * z1) * DDP_GRADIENT_PASSES * grad_bytes \
+        + (z1 - z3) * (1 - allreduced) * copies * (grad_bytes + weight_bytes) \
         + z3 * sum((u.most
                     * (fsdp_copy_passes(c, u.ranks)
                        * ((micro_batch_gathers(c) * m + gathered) * u.gathered_bytes()

@@ -97,20 +97,33 @@ def gathered_stages(c: Context, params: Parameters, st: str, root: sp.Expr,
     the others, each the average of the rest (exact for equal stages: 3 / v of the layers).
     whole: 1 where the routed experts are no FSDP unit (an expert-data-parallel group of one
     rank: they stay whole, never gathered), their share of the kept stages left out."""
+    return _kept_stages(c, st, layer=params.layer_per_gpu, moe_layer=params.moe_layer_per_gpu,
+                        moe_experts=params.moe_layer_experts_per_gpu, mtp=params.mtp[st],
+                        stage=params.per_stage[st], experts=params.experts[st], root=root,
+                        whole=whole)
+
+
+def _kept_stages(c: Context, st: str, *, layer: sp.Expr, moe_layer: sp.Expr,
+                 moe_experts: sp.Expr, mtp: sp.Expr, stage: sp.Expr, experts: sp.Expr,
+                 root: sp.Expr, whole: sp.Expr) -> sp.Expr:
+    """gathered_stages' count of what st's rank holds gathered, of any per-layer quantity (its
+    parameters, or an fp8 plan's FP8 weights among them: fp8_zero3_terms): a dense layer's
+    `layer`, an MoE layer's `moe_layer` (of which `moe_experts` its routed experts'), the MTP
+    modules' `mtp`, the stage's `stage` (of which `experts` the routed experts'), the root's
+    `root`."""
     layers, dense = DP.root_chunk(c, st)
-    heavy = layers * params.layer_per_gpu
+    heavy = layers * layer
     if c.fam.moe:
-        heavy = dense * params.layer_per_gpu + (layers - dense) * params.moe_layer_per_gpu
-    heavy += params.mtp[st]  # (the multi-token-prediction modules beside the output layer)
+        heavy = dense * layer + (layers - dense) * moe_layer
+    heavy += mtp  # (the multi-token-prediction modules beside the output layer)
     over = DP.more_stages_than_kept()
-    stage = params.per_stage[st]
     rest = stage - root - heavy
     kept = root + heavy + (DP.MAX_GATHERED_STAGES - 1) * rest / lmax(1, S.v - 1)
     # (whole routed experts: the root's chunk's MoE layers' and 2 / (v - 1) of the others')
-    ours = (layers - dense) * params.moe_layer_experts_per_gpu if c.fam.moe else sp.Integer(0)
-    kept -= whole * (ours + (DP.MAX_GATHERED_STAGES - 1) * (params.experts[st] - ours)
+    ours = (layers - dense) * moe_experts if c.fam.moe else sp.Integer(0)
+    kept -= whole * (ours + (DP.MAX_GATHERED_STAGES - 1) * (experts - ours)
                      / lmax(1, S.v - 1))
-    return over * kept + (1 - over) * (stage - whole * params.experts[st])
+    return over * kept + (1 - over) * (stage - whole * experts)
 
 
 def fp8_zero3_terms(c: Context, st: str, has_embed: sp.Expr, has_head: sp.Expr, whole: sp.Expr,
@@ -142,17 +155,12 @@ def fp8_zero3_terms(c: Context, st: str, has_embed: sp.Expr, has_head: sp.Expr, 
     if c.fam.moe:
         moe_rest8, moe_experts8 = FP8.moe_weights_per_gpu(c)
         layer8 = lmax(lin8, moe_rest8 + (1 - whole) * moe_experts8)
-    layers, dense = DP.root_chunk(c, st)
-    heavy8 = dense * lin8 + (layers - dense) * (moe_rest8 + moe_experts8)
-    if c.fam.mtp:  # the modules beside the output layer (stage_fp8_weights' share)
-        heavy8 += has_head * sum(FP8.mtp_weights_per_gpu(c), sp.Integer(0))
-    over = DP.more_stages_than_kept()
-    rest8 = dense8 + experts8 - root8 - heavy8
-    kept8 = root8 + heavy8 + (DP.MAX_GATHERED_STAGES - 1) * rest8 / lmax(1, S.v - 1)
-    ours8 = (layers - dense) * moe_experts8
-    kept8 -= whole * (ours8 + (DP.MAX_GATHERED_STAGES - 1) * (experts8 - ours8)
-                      / lmax(1, S.v - 1))
-    stages8 = over * kept8 + (1 - over) * (dense8 + experts8 - whole * experts8)
+    # (the MTP modules beside the output layer: stage_fp8_weights' share)
+    mtp8 = has_head * sum(FP8.mtp_weights_per_gpu(c), sp.Integer(0)) if c.fam.mtp \
+        else sp.Integer(0)
+    stages8 = _kept_stages(c, st, layer=lin8, moe_layer=moe_rest8 + moe_experts8,
+                           moe_experts=moe_experts8, mtp=mtp8, stage=dense8 + experts8,
+                           experts=experts8, root=root8, whole=whole)
     gathered8 = (1 - held) * (ZERO3_GATHERED_LAYERS * layer8 + root8) + held * stages8
     whole_transposes = whole * (S.cw8 - S.e8) * ZERO3_GATHERED_LAYERS * moe_experts8
     return copies, gathered8, whole_transposes
