@@ -200,14 +200,27 @@ def _plain_factor(f: Any) -> bool:
     return bool(sp.Pow(f.base, f.exp) == f)
 
 
+def times(a: Any, b: Any) -> Any:
+    """a * b, as Python's operator has sympy evaluate it; 0 where either is 0 and the other has
+    no infinity in it, without sympy's question whether the other is infinite (a walk of every
+    node under it: a family's fixed indicator, 0, times a whole stage's terms)."""
+    a, b = _sympified(a), _sympified(b)
+    if (a is sp.S.Zero and _no_infinity(b)) or (b is sp.S.Zero and _no_infinity(a)):
+        return sp.S.Zero
+    return a * b
+
+
 def product(*factors: Any) -> Any:
     """Mul(*factors) as sympy evaluates it (Mul.flatten: the factors of products appended after
     the other arguments, the numbers multiplied into the coefficient in that order, the powers of
     one base gathered into one power, sorted canonically); built directly where every number is
     finite and not zero and the bases shared by several factors are symbols or sums without an
     infinity, raised to rational powers (their exponents added, as Mul.flatten's _gather does),
-    else left to sympy."""
+    or 0 where a factor is 0 and none has an infinity in it (sympy asks each whether it is
+    infinite: a walk of the whole expression), else left to sympy."""
     args = [a for a in map(_sympified, factors) if a is not sp.S.One]
+    if any(a is sp.S.Zero for a in args) and all(map(_no_infinity, args)):
+        return sp.S.Zero  # Mul.flatten's zero coefficient: no factor is infinite, not asked
     if len(args) <= 1:
         return args[0] if args else sp.S.One
     if len(args) == 2 and any(a.is_Rational for a in args):  # Mul.flatten's two-argument rules

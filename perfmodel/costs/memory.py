@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy as sp
 
 from perfmodel.costs.compute import Flag, as_flag
-from perfmodel.costs.lattice import applied
+from perfmodel.costs.lattice import applied, times
 from perfmodel.costs.precision import (  # noqa: F401  (re-exported)
     model_state_bytes_per_param,
     optimizer_step_bytes_per_param,
@@ -166,9 +166,8 @@ def layer_activation_bytes(b: sp.Expr, s: sp.Expr, h: sp.Expr, a: sp.Expr, kv: s
     if per_op is None:
         per_op = layer_input + e * T * (a * d + kv * d + f) / tp + gated * e * T * h \
             + flash * (e * T * a * d + 4 * a * b * s) / tp + sequence_parallel * 2 * e * T * h / tp
-    return full * full_inputs * layer_input + selective * attention_core_recomputed \
-        + op * per_op \
-        + (1 - full - selective - op) * everything
+    return times(full * full_inputs, layer_input) + times(selective, attention_core_recomputed) \
+        + times(op, per_op) + times(1 - full - selective - op, everything)
 
 
 def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Expr,

@@ -104,7 +104,7 @@ from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import memory as M
 from perfmodel.costs import mla as MLA
-from perfmodel.costs.lattice import applied, lmax, lmin
+from perfmodel.costs.lattice import applied, lmax, lmin, times
 from perfmodel.step import fp8 as FP8
 from perfmodel.step import pipeline as PP
 from perfmodel.step.collective import Collective
@@ -245,7 +245,8 @@ def _again(c: Context, units: sp.Expr, in_root_chunk: sp.Expr, root_gathers: sp.
     over its v - 1 other stages, which share the rest of schedule_gathers (module doc)."""
     over = _rounds(c)[0]
     others = (schedule_gathers(c) - root_gathers) / lmax(1, S.v - 1)
-    return over * (in_root_chunk * (root_gathers - 1) + (units - in_root_chunk) * (others - 1))
+    return times(over, in_root_chunk * (root_gathers - 1)
+                 + (units - in_root_chunk) * (others - 1))
 
 
 def regathers(c: Context, u: FsdpUnit, time: bool = False) -> sp.Expr:
@@ -410,8 +411,9 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
         experts = S.E / S.ep * M.fsdp_padded(expert, expert_replicas(c))
         moe_layer = M.fsdp_padded(_layer_tensors(c, None) + router + shared, dp)
         rest8, experts8 = FP8.moe_weights_per_gpu(c) if fp8 else (ZERO, ZERO)
-        units.append(FsdpUnit("moe_layer", "dp_cp", dp, moe_n, moe_layer + (1 - apart) * experts,
-                              fp8=rest8 + (1 - apart) * experts8))
+        units.append(FsdpUnit("moe_layer", "dp_cp", dp, moe_n,
+                              moe_layer + times(1 - apart, experts),
+                              fp8=rest8 + times(1 - apart, experts8)))
         units.append(FsdpUnit("experts", "edp", expert_replicas(c),
                               {st: apart * n for st, n in moe_n.items()}, experts, fp8=experts8))
     if c.fam.mtp:  # each module's projection (2h -> h, split as a column-parallel layer) and

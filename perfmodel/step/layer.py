@@ -40,6 +40,7 @@ from perfmodel import symbols as S
 from perfmodel.costs import compute as K
 from perfmodel.costs import layouts as LY
 from perfmodel.costs import mla as MLA
+from perfmodel.costs.lattice import times
 from perfmodel.family import Family
 from perfmodel.step import fp8 as FP8
 from perfmodel.step import op_recompute as OP
@@ -193,9 +194,9 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
     if c.fam.tp_layout != "1d":  # the grid layouts replace the four linear layers' GEMMs
         for name, K_, M_ in LY.linear_shapes(h, a, kv, f, c.gated, c.d):
             grid = LY.grid_gemms(name, c.T, K_, M_, S.q_a, S.q_c)
-            grid_t = c.grid2 * linear_gemm_time(c, grid["2d"]) \
-                + c.grid3 * linear_gemm_time(c, grid["3d"])
-            gemm_t[name] = c.megatron * gemm_t[name] + grid_t
+            grid_t = times(c.grid2, linear_gemm_time(c, grid["2d"])) \
+                + times(c.grid3, linear_gemm_time(c, grid["3d"]))
+            gemm_t[name] = times(c.megatron, gemm_t[name]) + grid_t
     ew = K.elementwise_bytes(c.T, b, s, h, a, f, tp, e, sequence_parallel=c.split,
                              flash=c.flash, gated=c.gated, dropout=c.dropout,
                              attention_dropout=c.attention_dropout)
@@ -439,7 +440,7 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
     forward = Phase(
         name="layers/forward",
         device={**work.forward_terms(),
-                "compute/forward/framework": slower * work.total_s,
+                "compute/forward/framework": times(slower, work.total_s),
                 **lost("layers/forward")},
         host={"compute/forward/framework": n * cost.forward_s, "overhead/kernels": kernels},
         comms=issued.get("layers/forward", ()), overlaps=overlap.get("layers/forward", ()),
@@ -447,7 +448,7 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
     backward = Phase(
         name="layers/backward",
         device={**work.backward_terms(),
-                "compute/backward/framework": slower * work.backward_s,
+                "compute/backward/framework": times(slower, work.backward_s),
                 **lost("layers/backward")},
         host={"compute/backward/framework": n * cost.backward_s,
               "overhead/kernels": back_kernels},
@@ -455,7 +456,7 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
         comm_scale=scale)
     recompute = Phase(
         name="layers/recompute",
-        device={"compute/recompute": recomputed + slower * recomputed,
+        device={"compute/recompute": recomputed + times(slower, recomputed),
                 **lost("layers/recompute")},
         host={"compute/recompute": n * (c.full + c.op) * cost.forward_s,
               "overhead/kernels": (c.full + c.op) * kernels},

@@ -53,7 +53,7 @@ from perfmodel.costs import memory as M
 from perfmodel.costs import mla as MLA
 from perfmodel.costs import moe as CM
 from perfmodel.costs.compute import FP32_BYTES
-from perfmodel.costs.lattice import either, lmax, lmin
+from perfmodel.costs.lattice import either, lmax, lmin, times
 from perfmodel.step import data_parallel as DP
 from perfmodel.step import fp8 as FP8
 from perfmodel.step import moe as MOE
@@ -312,7 +312,7 @@ def memory_terms(c: Context, params: Parameters,
             if offloaded is not None:
                 offloaded[st] = moved
         if c.fam.mtp:  # the modules' layers, as the last's, on the stage with the output layer
-            layers += has_head * S.D_mtp * (act_moe if c.fam.mtp_last_moe else act_layer)
+            layers += times(has_head * S.D_mtp, act_moe if c.fam.mtp_last_moe else act_layer)
         mem["activations/layers"] = layers * stage_inflight
         # one layer's activations rebuilt at a time, a group's with Megatron's uniform method
         mem["activations/recompute_buffer"] = c.full_any * c.full_group * full_layer \
@@ -331,8 +331,8 @@ def memory_terms(c: Context, params: Parameters,
         fp32_loss = either(c.loss_no_upcast, LOSS_LOGITS_EAGER * e, upcast) * T * V / tp
         loss = either(c.te_loss, LOSS_LOGITS_TE * e * T * V / tp, fp32_loss)
         mem["activations/embedding_output"] = \
-            has_embed * c.dropout * MASK_BYTES * T * h / c.act_ranks * stage_inflight \
-            + has_head * (2 * e * T * h / c.act_ranks + loss) \
+            times(has_embed * c.dropout * MASK_BYTES * T * h / c.act_ranks, stage_inflight) \
+            + times(has_head, 2 * e * T * h / c.act_ranks + loss) \
             * (1 + (S.D_mtp if c.fam.mtp else 0))
         root = has_embed * (params.embedding["sharded"] / tp + params.embedding["replicated"]) \
             + has_head * (params.final_norm + (1 - c.tied * has_embed) * V * h / tp)

@@ -15,6 +15,7 @@ from perfmodel.costs.lattice import (
     power,
     product,
     quotient,
+    times,
     total,
 )
 from perfmodel.step import compose as CO
@@ -36,12 +37,22 @@ PRODUCTS = [
     (sp.Float("0.1"), a, sp.Float("0.7") * b, sp.Float("0.3")), (2, 3 * a, 5 * b * c),
     (sp.Float("1e-300"), sp.Float("1e-300") * a, b), (0.5, 2 * a, 2.0 * b), (2.0, 0.5 * a, H),
     (sp.Rational(1, 3), 3 * a, H, D), (-1, -H, a), (sp.zoo, a, b), (sp.nan, a, b), (0.0, a, b),
+    # a zero factor: 0 where nothing is infinite, else sympy's answer (nan)
+    (H**7, 0, D), (0, sp.Max(a, b) ** -1), (0, H + sp.oo), (sp.zoo, 0), (0, 0, a),
 ]
 
 
 @pytest.mark.parametrize("factors", PRODUCTS, ids=str)
 def test_product_is_sympys_product(factors):
     assert sp.srepr(product(*factors)) == sp.srepr(sp.Mul(*factors))
+
+
+@pytest.mark.parametrize("pair", [(0, H), (H, 0), (0, H**7 * D), (sp.Integer(0), a), (0, 0),
+                                  (2, H), (H, D), (0, H + sp.oo), (sp.zoo, 0), (0.0, H)],
+                         ids=str)
+def test_times_is_pythons_product(pair):
+    x, y = pair
+    assert sp.srepr(times(x, y)) == sp.srepr(sp.sympify(x) * sp.sympify(y))
 
 
 TOTALS = [
