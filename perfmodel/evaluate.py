@@ -272,9 +272,11 @@ def cached(name: str, build: Callable[[], str]) -> dict[str, Any]:
     makes, then filed under `name` for the next process.
 
     A cached module is imported as Python imports any module, its bytecode cached next to it
-    (__pycache__), so that a warm start neither builds nor compiles it."""
+    (__pycache__), so that a warm start neither builds nor compiles it. A module that a child
+    process builds (build_ahead) is waited for, then read from the cache."""
     root = cache_dir()
     path = root / f"{_source_hash()}-{name}.py" if root else None
+    _await(name)
     if path is not None and path.is_file():
         try:
             return _import(path)
@@ -295,6 +297,112 @@ def cached(name: str, build: Callable[[], str]) -> dict[str, Any]:
     namespace: dict[str, Any] = {}
     exec(compile(source, f"<perfmodel {name}>", "exec"), namespace)  # our own generated code
     return namespace
+
+
+# --- building the next modules in a child process -----------------------------------------------
+# A cold search builds several modules of one family from one step model: the lower bounds' first,
+# then the search's and the prediction's. The step model built, a child process (a fork: it has
+# the model already) builds the others into the disk cache while this process splits and prints
+# the first and runs the bounds; each module is read from the cache once the child says it is
+# there. os.fork by hand, not multiprocessing: its child flushes the parent's buffered output
+# again on exit, and importing it costs more than the fork.
+
+_AHEAD: dict[str, tuple[int, int]] = {}  # module name -> (child pid, read end of its pipe)
+_DONE: dict[int, tuple[set[str], bytearray]] = {}  # pipe -> the names its child has filed so
+# far, and what it has written of the next
+
+
+def _can_fork() -> bool:
+    """A child may be forked: Linux (a fork elsewhere may break system libraries), this process
+    alone in its thread (a fork copies one thread: a lock another one holds stays held), and a
+    second CPU to run it on."""
+    import sys
+    import threading
+
+    if os.environ.get("PERFMODEL_NO_BUILD_AHEAD") or not sys.platform.startswith("linux"):
+        return False
+    if threading.active_count() != 1:
+        return False
+    return len(os.sched_getaffinity(0)) > 1
+
+
+def build_ahead(modules: list[tuple[str, Callable[[], str]]]) -> None:
+    """Build `modules` ((cache name, source builder) each) into the disk cache in a child process,
+    in order, unless cached, already under way or the child cannot be forked (_can_fork)."""
+    root = cache_dir()
+    if root is None:
+        return
+    _reap()
+    todo = [(name, build) for name, build in modules if name not in _AHEAD
+            and not (root / f"{_source_hash()}-{name}.py").is_file()]
+    if not todo or not _can_fork():
+        return
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(write)
+        return
+    if pid == 0:  # the child: build, file, tell; never returns into the parent's code
+        status = 0
+        try:
+            os.close(read)
+            for name, build in todo:
+                path = root / f"{_source_hash()}-{name}.py"
+                write_atomic(path, build(), what="compiled-code cache", make_parents=True)
+                _compile_bytecode(path)
+                os.write(write, f"{name}\n".encode())
+        except BaseException:  # noqa: BLE001 (the parent builds what is missing itself)
+            status = 1
+        os._exit(status)
+    os.close(write)
+    _DONE[read] = (set(), bytearray())
+    for name, _ in todo:
+        _AHEAD[name] = (pid, read)
+
+
+def _await(name: str) -> None:
+    """Wait until the child building `name` has filed it or ended (reading its pipe)."""
+    entry = _AHEAD.pop(name, None)
+    if entry is None:
+        return
+    pid, read = entry
+    if read not in _DONE:  # closed: the child has ended
+        return
+    done, partial = _DONE[read]
+    while name not in done:
+        chunk = os.read(read, 4096)
+        if not chunk:  # the child has ended: what it did not file, this process builds
+            break
+        partial += chunk
+        *lines, rest = partial.split(b"\n")
+        partial[:] = rest
+        done.update(line.decode() for line in lines)
+    if name not in done or not any(p == pid for p, _ in _AHEAD.values()):
+        _close(pid, read)
+
+
+def _close(pid: int, read: int) -> None:
+    if _DONE.pop(read, None) is not None:
+        os.close(read)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    for name in [n for n, (p, _) in _AHEAD.items() if p == pid]:
+        del _AHEAD[name]
+
+
+def _reap() -> None:
+    """Collect the children that have ended (modules a process never asked for)."""
+    for pid, read in {entry for entry in _AHEAD.values()}:
+        try:
+            ended, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            ended = pid
+        if ended == pid:
+            _close(pid, read)
 
 
 STALE_S = 14 * 86400  # another version's modules unused this long are removed
@@ -387,10 +495,14 @@ def family_key(family: Any) -> str:
 @lru_cache(maxsize=256)
 def compile_family(family: Any, which: str = "all") -> Compiled:
     """Lambdify a family once per process (and once per machine, through the disk cache)."""
-    key = hashlib.sha256(f"{family_key(family)}/{which}".encode()).hexdigest()[:20]
-    namespace = cached(key, lambda: _source(family, which))
+    namespace = cached(family_module(family, which), lambda: _source(family, which))
     meta = namespace["META"]
     return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"])
+
+
+def family_module(family: Any, which: str = "all") -> str:
+    """The disk cache's name for compile_family(family, which)."""
+    return hashlib.sha256(f"{family_key(family)}/{which}".encode()).hexdigest()[:20]
 
 
 @lru_cache(maxsize=16)

@@ -24,7 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.evaluate import _built, cached, family_key, outputs_of, value_of
+from perfmodel.evaluate import (
+    _built,
+    _source,
+    build_ahead,
+    cached,
+    family_key,
+    family_module,
+    outputs_of,
+    value_of,
+)
 
 CHUNK_ROWS = 8192  # rows per numpy pass: temporaries stay in cache
 SHARED = 0.5  # a level with at most this many combinations per plan is evaluated per combination
@@ -212,7 +221,13 @@ def _build(family: Any, which: str, groups: tuple[tuple[str, tuple[str, ...]], .
     name_of = {sym: name for name, (sym, _) in table.items()}
     order = [g for g, _ in groups]
     group_of = {table[arg][0]: g for g, args in groups for arg in args if arg in table}
-    levels, terms = _hoist(outputs_of(_built(family), which), group_of, order)
+    built = _built(family)
+    if which == "lower":  # a pruned search's first: its others built beside it (build_ahead)
+        build_ahead([(staged_module(family, other, groups),
+                      lambda other=other: _build(family, other, groups))
+                     for other in ("bounds", "search")]
+                    + [(family_module(family), lambda: _source(family, "all"))])
+    levels, terms = _hoist(outputs_of(built, which), group_of, order)
     meta: dict[str, Any] = {"groups": order, "levels": [], "outputs": []}
     bodies = []
     ranked = sorted(levels, key=lambda lv: (len(lv), sorted(order.index(g) for g in lv)))
@@ -248,8 +263,14 @@ def compile_staged(family: Any, which: str,
 
     groups: (name, symbol names) in axis order; every other symbol is one number for all plans.
     """
+    return _staged(cached(staged_module(family, which, groups),
+                          lambda: _build(family, which, groups)))
+
+
+def staged_module(family: Any, which: str, groups: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    """The disk cache's name for compile_staged(family, which, groups)."""
     key = hashlib.sha256(f"{family_key(family)}/{which}/{groups!r}".encode()).hexdigest()[:20]
-    return _staged(cached(f"staged-{key}", lambda: _build(family, which, groups)))
+    return f"staged-{key}"
 
 
 def output_groups(staged: Staged, name: str) -> tuple[str, ...]:

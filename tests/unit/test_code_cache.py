@@ -56,3 +56,98 @@ def test_importing_a_cached_module_marks_it_used_without_recompiling(tmp_path, m
     assert time.time() - bytecode.stat().st_mtime < 3600
     assert time.time() - path.stat().st_mtime > 29 * 86400  # the source untouched
     assert bytecode.read_bytes() == before  # still valid: not compiled again
+
+
+# --- modules built ahead in a child process (evaluate.build_ahead) ---------------------------
+
+def _ahead(monkeypatch, tmp_path):
+    if not evaluate._can_fork():
+        import pytest
+
+        pytest.skip("no child process here (one CPU, another thread, or not Linux)")
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PERFMODEL_NO_CACHE", raising=False)
+
+
+def _never() -> str:
+    raise AssertionError("built here, not read from the child's")
+
+
+def test_modules_built_ahead_are_read_from_the_cache_in_any_order(tmp_path, monkeypatch):
+    _ahead(monkeypatch, tmp_path)
+    evaluate.build_ahead([("first", lambda: "ANSWER = 1\n"), ("second", lambda: "ANSWER = 2\n")])
+    assert evaluate.cached("second", _never)["ANSWER"] == 2
+    assert evaluate.cached("first", _never)["ANSWER"] == 1
+    ours = evaluate._source_hash()
+    for name in ("first", "second"):  # filed with their bytecode, as a build here files them
+        path = tmp_path / f"{ours}-{name}.py"
+        assert Path(importlib.util.cache_from_source(str(path))).is_file()
+    assert not evaluate._AHEAD and not evaluate._DONE  # the child waited for and its pipe closed
+
+
+def test_what_the_child_fails_to_build_is_built_here(tmp_path, monkeypatch):
+    _ahead(monkeypatch, tmp_path)
+    evaluate.build_ahead([("fine", lambda: "ANSWER = 3\n"), ("broken", lambda: str(1 / 0)),
+                          ("after", lambda: "ANSWER = 5\n")])
+    assert evaluate.cached("broken", lambda: "ANSWER = 4\n")["ANSWER"] == 4
+    assert evaluate.cached("fine", _never)["ANSWER"] == 3
+    # the child stopped at the broken one: what came after it is built here
+    assert evaluate.cached("after", lambda: "ANSWER = 6\n")["ANSWER"] == 6
+    assert not evaluate._AHEAD and not evaluate._DONE
+
+
+def test_a_cached_module_is_not_built_ahead_again(tmp_path, monkeypatch):
+    _ahead(monkeypatch, tmp_path)
+    assert evaluate.cached("there", lambda: "ANSWER = 7\n")["ANSWER"] == 7
+    evaluate.build_ahead([("there", _never)])
+    assert not evaluate._AHEAD  # no child for a module the cache holds
+    monkeypatch.setenv("PERFMODEL_NO_BUILD_AHEAD", "1")
+    evaluate.build_ahead([("refused", _never)])
+    assert not evaluate._AHEAD
+
+
+def test_a_cold_pruned_search_builds_its_other_modules_in_a_child(tmp_path):
+    """A new process with an empty cache (one thread, as the CLI runs): it builds the lower
+    bounds' module itself, the child the search's, the bounds' and the prediction's, and the
+    answer is the one of a process that builds them all itself."""
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import json, os, sys\n"
+        "import perfmodel.staged as st\n"
+        "from perfmodel import load_hardware, load_model\n"
+        "from perfmodel.recommend import recommend\n"
+        "from perfmodel.search import SearchRequest\n"
+        "built, build = [], st._build\n"
+        "def spy(family, which, groups):\n"
+        "    built.append(which)\n"
+        "    return build(family, which, groups)\n"
+        "st._build = spy\n"
+        "r = recommend(load_model('llama3-8b'), load_hardware('dgx-h100'),\n"
+        "              SearchRequest(gpus=(64,), global_batch=512), prune=True)\n"
+        "print(json.dumps({'built': built, 'skipped': r.result.skipped,\n"
+        "                  'best': [p.to_dict() for p in r.result.best_plans()],\n"
+        "                  'steps': [b.step_time_s for b in r.top]}))\n")
+    answers = {}
+    for ahead in (True, False):
+        env = {**os.environ, "PERFMODEL_CACHE_DIR": str(tmp_path / str(ahead))}
+        env.pop("PERFMODEL_NO_CACHE", None)
+        if ahead:
+            env.pop("PERFMODEL_NO_BUILD_AHEAD", None)
+        else:
+            env["PERFMODEL_NO_BUILD_AHEAD"] = "1"
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        answers[ahead] = json.loads(out)
+    assert answers[False]["skipped"] > 0  # pruned: the lower bounds' module is built first
+    lower = [w for w in answers[False]["built"] if w == "lower"]  # one a tensor layout family
+    assert lower and set(answers[False]["built"]) == {"lower", "bounds", "search"}
+    if len(os.sched_getaffinity(0)) > 1:
+        assert answers[True]["built"] == lower
+    assert answers[True]["best"] == answers[False]["best"]
+    assert answers[True]["steps"] == answers[False]["steps"]
+    # every module the search read (the child also builds each layout's prediction module)
+    modules = {p.name for p in (tmp_path / "True").glob("*.py")}
+    assert modules >= {p.name for p in (tmp_path / "False").glob("*.py")}
