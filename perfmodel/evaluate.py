@@ -276,7 +276,8 @@ def cached(name: str, build: Callable[[], str]) -> dict[str, Any]:
     process builds (build_ahead) is waited for, then read from the cache."""
     root = cache_dir()
     path = root / f"{_source_hash()}-{name}.py" if root else None
-    _await(name)
+    if path is not None:
+        _await(path)
     if path is not None and path.is_file():
         try:
             return _import(path)
@@ -307,15 +308,16 @@ def cached(name: str, build: Callable[[], str]) -> dict[str, Any]:
 # there. os.fork by hand, not multiprocessing: its child flushes the parent's buffered output
 # again on exit, and importing it costs more than the fork.
 
-_AHEAD: dict[str, tuple[int, int]] = {}  # module name -> (child pid, read end of its pipe)
+_AHEAD: dict[Path, tuple[int, int, str]] = {}  # module path -> (child pid, read end of its
+# pipe, module name)
 _DONE: dict[int, tuple[set[str], bytearray]] = {}  # pipe -> the names its child has filed so
 # far, and what it has written of the next
 
 
 def _can_fork() -> bool:
-    """A child may be forked: Linux (a fork elsewhere may break system libraries), this process
-    alone in its thread (a fork copies one thread: a lock another one holds stays held), and a
-    second CPU to run it on."""
+    """A child may be forked: Linux (a fork elsewhere may break system libraries), no other
+    Python thread in this process (a fork copies one thread: a lock another one holds stays
+    held; numpy's BLAS threads hold none the child takes), and a second CPU to run it on."""
     import sys
     import threading
 
@@ -328,13 +330,15 @@ def _can_fork() -> bool:
 
 def build_ahead(modules: list[tuple[str, Callable[[], str]]]) -> None:
     """Build `modules` ((cache name, source builder) each) into the disk cache in a child process,
-    in order, unless cached, already under way or the child cannot be forked (_can_fork)."""
+    in order, unless cached, already under way or the child cannot be forked (_can_fork). A
+    child still building when this process exits is stopped (_stop_ahead)."""
     root = cache_dir()
     if root is None:
         return
     _reap()
-    todo = [(name, build) for name, build in modules if name not in _AHEAD
-            and not (root / f"{_source_hash()}-{name}.py").is_file()]
+    paths = {name: root / f"{_source_hash()}-{name}.py" for name, _ in modules}
+    todo = [(name, build) for name, build in modules
+            if paths[name] not in _AHEAD and not paths[name].is_file()]
     if not todo or not _can_fork():
         return
     read, write = os.pipe()
@@ -345,29 +349,67 @@ def build_ahead(modules: list[tuple[str, Callable[[], str]]]) -> None:
         os.close(write)
         return
     if pid == 0:  # the child: build, file, tell; never returns into the parent's code
-        status = 0
-        try:
-            os.close(read)
-            for name, build in todo:
-                path = root / f"{_source_hash()}-{name}.py"
-                write_atomic(path, build(), what="compiled-code cache", make_parents=True)
-                _compile_bytecode(path)
-                os.write(write, f"{name}\n".encode())
-        except BaseException:  # noqa: BLE001 (the parent builds what is missing itself)
-            status = 1
-        os._exit(status)
+        _child(todo, paths, read, write)
     os.close(write)
+    global _STOP_REGISTERED
+    if not _STOP_REGISTERED:
+        import atexit
+
+        atexit.register(_stop_ahead)
+        _STOP_REGISTERED = True
     _DONE[read] = (set(), bytearray())
     for name, _ in todo:
-        _AHEAD[name] = (pid, read)
+        _AHEAD[paths[name]] = (pid, read, name)
 
 
-def _await(name: str) -> None:
-    """Wait until the child building `name` has filed it or ended (reading its pipe)."""
-    entry = _AHEAD.pop(name, None)
+_STOP_REGISTERED = False
+
+
+def _child(todo: list[tuple[str, Callable[[], str]]], paths: dict[str, Path], read: int,
+           write: int) -> None:
+    """The child of build_ahead: off the parent's terminal and pipes (whoever reads the parent's
+    output is not kept waiting for it), stopped by SIGTERM as by an exception (a module half
+    written is removed), it files each module and its bytecode and writes its name to the pipe."""
+    import signal
+
+    status = 0
+    try:
+        def stop(signum: int, frame: Any) -> None:
+            raise SystemExit(1)
+
+        signal.signal(signal.SIGTERM, stop)
+        os.close(read)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        for name, build in todo:
+            write_atomic(paths[name], build(), what="compiled-code cache", make_parents=True)
+            _compile_bytecode(paths[name])
+            os.write(write, f"{name}\n".encode())
+    except BaseException:  # noqa: BLE001 (the parent builds what is missing itself)
+        status = 1
+    os._exit(status)
+
+
+def _stop_ahead() -> None:
+    """Stop the children still building (at exit: their modules were not asked for)."""
+    import signal
+
+    for pid, read in {(pid, read) for pid, read, _ in _AHEAD.values()}:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        _close(pid, read)
+
+
+def _await(path: Path) -> None:
+    """Wait until the child building the module at `path` has filed it or ended (reading its
+    pipe)."""
+    entry = _AHEAD.pop(path, None)
     if entry is None:
         return
-    pid, read = entry
+    pid, read, name = entry
     if read not in _DONE:  # closed: the child has ended
         return
     done, partial = _DONE[read]
@@ -379,7 +421,7 @@ def _await(name: str) -> None:
         *lines, rest = partial.split(b"\n")
         partial[:] = rest
         done.update(line.decode() for line in lines)
-    if name not in done or not any(p == pid for p, _ in _AHEAD.values()):
+    if name not in done or not any(p == pid for p, _, _ in _AHEAD.values()):
         _close(pid, read)
 
 
@@ -390,13 +432,13 @@ def _close(pid: int, read: int) -> None:
         os.waitpid(pid, 0)
     except ChildProcessError:
         pass
-    for name in [n for n, (p, _) in _AHEAD.items() if p == pid]:
-        del _AHEAD[name]
+    for path in [path for path, (p, _, _) in _AHEAD.items() if p == pid]:
+        del _AHEAD[path]
 
 
 def _reap() -> None:
     """Collect the children that have ended (modules a process never asked for)."""
-    for pid, read in {entry for entry in _AHEAD.values()}:
+    for pid, read in {(pid, read) for pid, read, _ in _AHEAD.values()}:
         try:
             ended, _ = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:

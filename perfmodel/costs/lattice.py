@@ -202,8 +202,10 @@ def _plain_factor(f: Any) -> bool:
 
 def times(a: Any, b: Any) -> Any:
     """a * b, as Python's operator has sympy evaluate it; 0 where either is 0 and the other has
-    no infinity in it, without sympy's question whether the other is infinite (a walk of every
-    node under it: a family's fixed indicator, 0, times a whole stage's terms)."""
+    no infinite atom in it (_no_infinity), without sympy's question whether the other is
+    infinite (a walk of every node under it: a family's fixed indicator, 0, times a whole
+    stage's terms). For scalar expressions none of whose nodes is infinite by assumption alone
+    (the step model's); not for a matrix or an Order, which sympy multiplies otherwise."""
     a, b = _sympified(a), _sympified(b)
     if (a is sp.S.Zero and _no_infinity(b)) or (b is sp.S.Zero and _no_infinity(a)):
         return sp.S.Zero
@@ -216,8 +218,9 @@ def product(*factors: Any) -> Any:
     one base gathered into one power, sorted canonically); built directly where every number is
     finite and not zero and the bases shared by several factors are symbols or sums without an
     infinity, raised to rational powers (their exponents added, as Mul.flatten's _gather does),
-    or 0 where a factor is 0 and none has an infinity in it (sympy asks each whether it is
-    infinite: a walk of the whole expression), else left to sympy."""
+    or 0 where a factor is 0 and none has an infinite atom in it (sympy asks each whether it is
+    infinite: a walk of the whole expression; see times for the expressions this is for), else
+    left to sympy."""
     args = [a for a in map(_sympified, factors) if a is not sp.S.One]
     if any(a is sp.S.Zero for a in args) and all(map(_no_infinity, args)):
         return sp.S.Zero  # Mul.flatten's zero coefficient: no factor is infinite, not asked

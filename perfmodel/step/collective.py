@@ -21,7 +21,7 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import collectives as C
-from perfmodel.costs.lattice import lmin
+from perfmodel.costs.lattice import lmin, times
 from perfmodel.family import SCOPES, Family
 from perfmodel.specs.hardware import LINK_PROTOCOLS
 from perfmodel.step.context import I, active
@@ -132,10 +132,9 @@ class Collective:
     @cached_property
     def time_s(self) -> sp.Expr:
         """Time of its calls per micro-batch (or per step, for phase step) [s]."""
-        count = self.calls if self.transfers is None else self.transfers
         # none issued: 0, without sympy asking whether the call's time could be infinite (a
         # walk of the whole expression, ~0.05 s for a 2D layout's all-reduce)
-        return sp.Integer(0) if count == 0 else count * self.call_s
+        return times(self.calls if self.transfers is None else self.transfers, self.call_s)
 
     def time_per_step_s(self, m: sp.Expr) -> sp.Expr:
         """Time of its calls in one step of m micro-batches [s]."""
@@ -203,7 +202,7 @@ def _scope_time(op: str, nbytes: sp.Expr, axis: str, scope: str, fam: Family) ->
         small = steps * alpha_small + factor * nbytes / busbw_small
         return sp.Piecewise((small, nbytes < breakpoint), (large, True))
     options = _options(op, nbytes, axis, fam)
-    chosen = [times[scope] for times in options if times[scope] is not None]
+    chosen = [option[scope] for option in options if option[scope] is not None]
     return chosen[0] if len(chosen) == 1 else lmin(*chosen)
 
 
@@ -259,9 +258,9 @@ def _open_scope_time(op: str, nbytes: sp.Expr, axis: str, fam: Family) -> sp.Exp
     _NEVER_S there. Equal to sum(I_scope * _scope_time(scope)): one indicator is 1."""
     ind = {sc: I[f"{axis}_{sc}"] for sc in SCOPES}
     chosen = []
-    for times in _options(op, nbytes, axis, fam, guards=ind):
+    for option in _options(op, nbytes, axis, fam, guards=ind):
         chosen.append(sum((ind[sc] * (t if t is not None else _NEVER_S)
-                           for sc, t in times.items()), sp.Integer(0)))
+                           for sc, t in option.items()), sp.Integer(0)))
     return chosen[0] if len(chosen) == 1 else lmin(*chosen)
 
 

@@ -8,6 +8,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from perfmodel import evaluate
 
 
@@ -60,21 +62,24 @@ def test_importing_a_cached_module_marks_it_used_without_recompiling(tmp_path, m
 
 # --- modules built ahead in a child process (evaluate.build_ahead) ---------------------------
 
-def _ahead(monkeypatch, tmp_path):
+@pytest.fixture()
+def ahead(monkeypatch, tmp_path):
+    """A fresh cache where children may be forked; none left behind, whatever the test did."""
     if not evaluate._can_fork():
-        import pytest
-
         pytest.skip("no child process here (one CPU, another thread, or not Linux)")
     monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("PERFMODEL_NO_CACHE", raising=False)
+    monkeypatch.delenv("PERFMODEL_NO_BUILD_AHEAD", raising=False)
+    yield tmp_path
+    evaluate._stop_ahead()
 
 
 def _never() -> str:
     raise AssertionError("built here, not read from the child's")
 
 
-def test_modules_built_ahead_are_read_from_the_cache_in_any_order(tmp_path, monkeypatch):
-    _ahead(monkeypatch, tmp_path)
+def test_modules_built_ahead_are_read_from_the_cache_in_any_order(ahead):
+    tmp_path = ahead
     evaluate.build_ahead([("first", lambda: "ANSWER = 1\n"), ("second", lambda: "ANSWER = 2\n")])
     assert evaluate.cached("second", _never)["ANSWER"] == 2
     assert evaluate.cached("first", _never)["ANSWER"] == 1
@@ -85,8 +90,7 @@ def test_modules_built_ahead_are_read_from_the_cache_in_any_order(tmp_path, monk
     assert not evaluate._AHEAD and not evaluate._DONE  # the child waited for and its pipe closed
 
 
-def test_what_the_child_fails_to_build_is_built_here(tmp_path, monkeypatch):
-    _ahead(monkeypatch, tmp_path)
+def test_what_the_child_fails_to_build_is_built_here(ahead):
     evaluate.build_ahead([("fine", lambda: "ANSWER = 3\n"), ("broken", lambda: str(1 / 0)),
                           ("after", lambda: "ANSWER = 5\n")])
     assert evaluate.cached("broken", lambda: "ANSWER = 4\n")["ANSWER"] == 4
@@ -96,14 +100,47 @@ def test_what_the_child_fails_to_build_is_built_here(tmp_path, monkeypatch):
     assert not evaluate._AHEAD and not evaluate._DONE
 
 
-def test_a_cached_module_is_not_built_ahead_again(tmp_path, monkeypatch):
-    _ahead(monkeypatch, tmp_path)
+def test_a_cached_module_is_not_built_ahead_again(ahead, monkeypatch):
     assert evaluate.cached("there", lambda: "ANSWER = 7\n")["ANSWER"] == 7
     evaluate.build_ahead([("there", _never)])
     assert not evaluate._AHEAD  # no child for a module the cache holds
     monkeypatch.setenv("PERFMODEL_NO_BUILD_AHEAD", "1")
     evaluate.build_ahead([("refused", _never)])
     assert not evaluate._AHEAD
+
+
+def test_a_module_under_way_for_another_cache_directory_is_built_here(ahead, monkeypatch):
+    evaluate.build_ahead([("elsewhere", lambda: "ANSWER = 8\n")])
+    other = ahead / "other"
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(other))
+    assert evaluate.cached("elsewhere", lambda: "ANSWER = 9\n")["ANSWER"] == 9
+    assert (other / f"{evaluate._source_hash()}-elsewhere.py").is_file()
+
+
+def test_a_child_never_waited_for_is_stopped_at_exit_and_holds_no_output(tmp_path):
+    """A process that exits while its child builds a module it never asked for: the child is
+    stopped (its half-written module removed) and does not hold the output pipe that the
+    process's reader waits on to close."""
+    import subprocess
+    import sys
+
+    script = (
+        "import time\n"
+        "from perfmodel import evaluate\n"
+        "if not evaluate._can_fork():\n"
+        "    print('no fork'); raise SystemExit\n"
+        "evaluate.build_ahead([('forever', lambda: time.sleep(3600) or '')])\n"
+        "print(next(iter(evaluate._AHEAD.values()))[0])\n")
+    env = {**os.environ, "PERFMODEL_CACHE_DIR": str(tmp_path)}
+    env.pop("PERFMODEL_NO_CACHE", None)
+    env.pop("PERFMODEL_NO_BUILD_AHEAD", None)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    if out == "no fork":
+        pytest.skip("no child process here (one CPU, or not Linux)")
+    with pytest.raises(ProcessLookupError):  # stopped and waited for by its parent
+        os.kill(int(out), 0)
+    assert not list(tmp_path.glob("*forever*")) and not list(tmp_path.glob(".*.tmp"))
 
 
 def test_a_cold_pruned_search_builds_its_other_modules_in_a_child(tmp_path):
