@@ -1286,7 +1286,7 @@ RULES: tuple[Rule, ...] = (
           lambda c, m: f"seq_len ({m.seq_len}) must be divisible by tp ({c.tp}) for "
                        f"sequence_parallel", model=True),
     # context parallelism (Megatron-Core: load-balanced causal chunks, 2 cp of them)
-    _rule("cp", lambda c, m: m.seq_len % (2 * c.cp) == 0,
+    _rule("cp", lambda c, m: (c.cp == 1) | (m.seq_len % (2 * c.cp) == 0),
           lambda c, m: f"seq_len ({m.seq_len}) must be divisible by 2 cp ({2 * c.cp}): each cp "
                        "rank holds two load-balanced chunks of every sequence", model=True),
     _rule("cp", lambda c, m: (c.cp == 1) | (m.windowed_share == 0),

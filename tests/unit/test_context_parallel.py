@@ -149,6 +149,16 @@ def test_plans_with_cp_that_cannot_run_are_refused_naming_the_field(kw, needle):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("seq_len", [1023, 4097, 7])
+def test_an_odd_sequence_runs_without_cp_and_is_refused_with_it(seq_len):
+    """The two load-balanced chunks a cp rank holds are cp's rule alone (it once held every
+    plan: an odd sequence length found no plan at all)."""
+    model = load_model("llama3-8b", seq_len=seq_len)
+    assert math.isfinite(predict(model, HW, _plan(dp=2, global_batch=2)).step_time_s)
+    with pytest.raises(PlanError, match=rf"seq_len \({seq_len}\) must be divisible by 2 cp"):
+        predict(model, HW, _plan(dp=1, cp=2, global_batch=1))
+
+
 def test_the_cli_takes_cp_like_tp_and_refuses_a_bad_one_in_one_line(run_cli):
     out = run_cli("predict", "--model", "llama3-8b", "--hardware", HW, "--dp", "2", "--cp", "4",
                   "--cp-comm", "a2a", "--global-batch", "8", "--seq-len", "8192", "--json")
