@@ -475,7 +475,19 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
     if training.get("enable_cpu_offload"):
         raise refuse_plan(where, "training.enable_cpu_offload", True,
                           "offloading FSDP's states to the host is not modelled")
-    compiled = bool(training.get("compile") or _get(data, "compile", "enable", False))
+    for field, value in (("training.compile", training.get("compile", False)),
+                         ("compile.enable", _get(data, "compile", "enable", False))):
+        if not isinstance(value, bool):
+            raise refuse_plan(where, field, value, "true or false")
+    components = _get(data, "compile", "components", ["model", "loss"])  # torchtitan's default
+    if not (isinstance(components, list) and set(components) <= {"model", "loss"}):
+        raise refuse_plan(where, "compile.components", components,
+                          'a list of "model" and "loss"')
+    # torchtitan compiles the model's blocks only with "model" among compile.components
+    # (config_registry: compile.enable and "model" in compile.components); the loss alone
+    # compiled leaves the layers eager. The older training.compile compiled the model.
+    compiled = training.get("compile", False) or (
+        _get(data, "compile", "enable", False) and "model" in components)
     # torchtitan compiles each transformer block (apply_compile); the embedding, the output layer
     # and the loss stay eager, as the compiled stack of perfmodel.step.host counts them
     job.fix("stack", "compiled" if compiled else "eager")

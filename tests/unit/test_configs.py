@@ -1138,3 +1138,32 @@ def test_a_launch_script_that_switches_te_attention_backends_off_says_which_runs
     else:
         assert len(notes) == 1 and says in notes[0] and "core_r0.11" in notes[0]
     assert "attention_kernel" not in job.plan
+
+
+@pytest.mark.parametrize(("compile_lines", "stack"), [
+    (["enable = true", 'components = ["model", "loss"]'], "compiled"),
+    (["enable = true", 'components = ["model"]'], "compiled"),
+    (["enable = true"], "compiled"),  # torchtitan's default components: model and loss
+    (["enable = true", 'components = ["loss"]'], "eager"),  # the loss alone: the blocks eager
+    (["enable = false", 'components = ["model"]'], "eager"),
+])
+def test_torchtitan_compiles_the_blocks_only_with_model_among_the_components(
+        tmp_path, compile_lines, stack):
+    """torchtitan compiles the model when compile.enable and "model" is in compile.components
+    (torchtitan/models/llama3/config_registry.py); the loss alone leaves the blocks eager."""
+    path = tmp_path / "job.toml"
+    path.write_text("\n".join(["[model]", 'name = "llama3"', 'flavor = "8B"',
+                               "[training]", "local_batch_size = 1", "seq_len = 8192",
+                               "[compile]", *compile_lines]) + "\n")
+    job = read_config(path)
+    assert (job.plan["stack"], job.plan["kernels"]) == (stack, stack)
+
+
+@pytest.mark.parametrize("lines", [["enable = \"yes\""], ["enable = true", 'components = "model"'],
+                                   ["enable = true", 'components = ["model", "optimizer"]']])
+def test_torchtitan_refuses_a_compile_setting_it_cannot_read(tmp_path, lines):
+    path = tmp_path / "job.toml"
+    path.write_text("\n".join(["[model]", 'name = "llama3"', 'flavor = "8B"',
+                               "[training]", "local_batch_size = 1", "[compile]", *lines]) + "\n")
+    with pytest.raises(PlanError, match="compile"):
+        read_config(path)
