@@ -167,6 +167,12 @@ _ZERO_KEPT = ("stage3_max_live_parameters", "stage3_max_reuse_distance", "max_li
 def _zero(data: dict[str, Any], job: JobConfig, where: str) -> None:
     zero = _object(data, "zero_optimization", where)
     for key, value in zero.items():
+        if key == "reduce_scatter" and value is False and zero.get("stage", 0) in (1, 2):
+            # DeepSpeed ZeRO 1-2 then all-reduce each gradient bucket (stage_1_and_2.py,
+            # average_tensor: gradient_reduction_w_predivide), twice a reduce-scatter's traffic
+            raise refuse_plan(where, "zero_optimization.reduce_scatter", False,
+                              "ZeRO 1-2 all-reducing the gradients instead of reduce-scattering "
+                              "them is not modelled: give true (DeepSpeed's default)")
         if key in _ZERO_KEPT:
             job.skipped(f"zero_optimization.{key}", value, "how many gathered parameters ZeRO 3 "
                         "keeps (see the note on the release rule)")

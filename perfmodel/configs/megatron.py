@@ -1114,6 +1114,12 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
         take("overlap_moe_expert_parallel_comm", "ep_comm_overlap (the all-to-alls of one "
                                                  "micro-batch behind another's compute)")
     backend = _str(settings, "attention_backend", "auto")
+    if _flag(settings, "use_flash_attn", where) and backend in ("unfused", "local"):
+        # Megatron-Core's attention follows --attention-backend; --use-flash-attn is the older
+        # switch: which of the two ran depends on the version, so neither is taken
+        raise refuse_plan(where, settings["use_flash_attn"][0], True,
+                          f"contradicts {settings['attention_backend'][0]} {backend}: give one "
+                          "(Megatron-Core's attention follows --attention-backend)")
     if _flag(settings, "use_flash_attn", where):
         flash = True
         take("use_flash_attn", "flash_attention")

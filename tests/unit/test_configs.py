@@ -395,6 +395,22 @@ def test_deepspeed_offload_and_auto():
     assert (plan["zero"], plan["overlap_grad_sync"], plan["dp"]) == (2, True, 8)
 
 
+@pytest.mark.parametrize("stage", [1, 2])
+def test_deepspeed_refuses_zero_1_2_gradients_all_reduced(tmp_path, stage):
+    """reduce_scatter false makes ZeRO 1-2 all-reduce each gradient bucket (stage_1_and_2.py,
+    average_tensor): not a bucket option, and not modelled; ZeRO 3 reduce-scatters whatever."""
+    path = tmp_path / "ds.json"
+    config = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
+              "bf16": {"enabled": True},
+              "zero_optimization": {"stage": stage, "reduce_scatter": False}}
+    path.write_text(json.dumps(config))
+    with pytest.raises(PlanError, match="zero_optimization.reduce_scatter"):
+        read_config(path)
+    config["zero_optimization"]["stage"] = 3
+    path.write_text(json.dumps(config))
+    assert read_config(path).plan["zero"] == 3
+
+
 # --- Megatron-Bridge / NeMo 2 -----------------------------------------------------------------
 
 
@@ -1167,3 +1183,13 @@ def test_torchtitan_refuses_a_compile_setting_it_cannot_read(tmp_path, lines):
                                "[training]", "local_batch_size = 1", "[compile]", *lines]) + "\n")
     with pytest.raises(PlanError, match="compile"):
         read_config(path)
+
+
+def test_megatron_refuses_use_flash_attn_beside_an_unfused_backend(tmp_path):
+    """--use-flash-attn and --attention-backend unfused contradict each other; which one ran
+    depends on Megatron-LM's version, so neither is taken (the flag used to win silently)."""
+    with pytest.raises(PlanError, match=r"--use-flash-attn.*contradicts --attention-backend "
+                                        r"unfused"):
+        read_config(write(tmp_path, BASE + "--use-flash-attn --attention-backend unfused"))
+    job = read_config(write(tmp_path, BASE + "--use-flash-attn --attention-backend flash"))
+    assert job.plan["flash_attention"] is True
