@@ -452,7 +452,7 @@ def _collective_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) 
 
     if not prof.collective_fits():  # e.g. a GEMM-only profile: the collectives are the preset's
         return []
-    scopes = axis_per_node(plan, hardware.gpus_per_node)
+    scopes = axis_per_node(plan, hardware)
     notes = []
     for record in comm_ledger(model, plan, hardware):
         scope = "intra" if scopes[record["axis"]][1] == "intra" else "inter"

@@ -84,12 +84,52 @@ def grid_sides(c: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return q, q, third
 
 
-def _ranks_per_node(n: np.ndarray, stride: np.ndarray, gpus_per_node: int) -> np.ndarray:
+def _ranks_per_node(n: np.ndarray, stride: np.ndarray, gpus_per_node: int | np.ndarray,
+                    total: np.ndarray | None = None) -> np.ndarray:
     """Ranks of one group inside one node: a group of n ranks `stride` apart (ranks numbered
-    node by node) has min(n, G / stride) of them in a node, 1 once stride >= G."""
-    k = np.where(stride >= gpus_per_node, 1, gpus_per_node // np.maximum(stride, 1))
+    node by node, G to a node) has min(n, G / stride) of them in a node, 1 once stride >= G.
+    A group that fits in a node but whose span (n stride ranks) does not divide G, in a job of
+    more than one node (`total` GPUs), lies in one node for some groups and straddles two for
+    others (on 72-GPU NVLink domains, ranks 64-127: 8 in one, 56 in the next): it is costed as
+    the straddling one, its ranks in two nodes, as evenly as a count dividing n allows (n / p,
+    p the smallest prime factor of n)."""
+    s = np.maximum(stride, 1)
+    k = np.where(s >= gpus_per_node, 1, gpus_per_node // s)
     ranks: np.ndarray = np.maximum(1, np.minimum(n, k))
+    if total is None:
+        return ranks
+    span = n * s
+    straddle = (span <= gpus_per_node) & (gpus_per_node % span != 0) & (total > gpus_per_node) \
+        & (n > 1)
+    if straddle.any():
+        halves = np.vectorize(_largest_proper_divisor, otypes=[np.int64])(np.maximum(n, 2))
+        ranks = np.where(straddle, np.maximum(1, halves), ranks)
     return ranks
+
+
+def _largest_proper_divisor(n: int) -> int:
+    factor = next((f for f in range(2, math.isqrt(n) + 1) if n % f == 0), n)
+    return n // factor
+
+
+def job_domain(gpus: np.ndarray, gpus_per_node: int, gpus_per_host: int) -> np.ndarray:
+    """The GPUs a job takes in each node (NVLink domain) where a domain spans several hosts
+    (GB200 NVL72: 18 trays of 4): the same number in each, the largest multiple of the host's
+    that divides the job and fits a domain (Megatron-Bridge's GB200 launcher sets Slurm's
+    --segment to the largest divisor of the job's trays up to 18: 256 GPUs take 64 of each
+    rack's 72, scripts/performance/utils/executors.py); a whole node where a host is one, or
+    where no such multiple divides the job."""
+    gpus = np.asarray(gpus)
+    if gpus_per_host >= gpus_per_node:
+        return np.full(gpus.shape, gpus_per_node)
+    hosts = gpus // gpus_per_host
+    out = np.full(gpus.shape, gpus_per_node)
+    found = (gpus % gpus_per_host != 0)  # not whole hosts: whole nodes
+    for count in range(gpus_per_node // gpus_per_host, 0, -1):
+        take = ~found & (hosts % count == 0)
+        out = np.where(take, count * gpus_per_host, out)
+        found |= take
+    return out
 
 
 def _column(c: Columns, name: str) -> np.ndarray:
@@ -99,9 +139,10 @@ def _column(c: Columns, name: str) -> np.ndarray:
     return np.ones(len(c["tp"]), dtype=np.int64)
 
 
-def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def axis_ranks_per_node(c: Columns, gpus_per_node: int | np.ndarray
+                        ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """For each axis (perfmodel.names.AXES): its degree and the ranks of one of its groups inside
-    one node.
+    one node (gpus_per_node: the GPUs the job takes in one, job_domain, a number or one a plan).
 
     Ranks are numbered with the first axis of the placement varying fastest (cp right outside tp
     where the placement does not name it); a group of an axis holds ranks `stride` apart, stride =
@@ -130,6 +171,7 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.nd
     cp, ep, etp = _column(c, "cp"), _column(c, "ep"), _column(c, "etp")
     degree = {"tp": c["tp"], "dp": c["dp"], "pp": c["pp"], "cp": cp, **sides}
     n = len(c["tp"])
+    total = c["dp"] * c["tp"] * c["pp"] * cp  # the job's GPUs
     per_node = {axis: np.ones(n, dtype=np.int64) for axis in degree}
     stride = {axis: np.ones(n, dtype=np.int64) for axis in degree}
     placement = c["placement"]
@@ -137,14 +179,15 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.nd
         rows = placement == code
         inner = np.ones(n, dtype=np.int64)
         for axis in PLACEMENTS[int(code)].order:
-            per_node[axis] = np.where(rows, _ranks_per_node(degree[axis], inner, gpus_per_node),
-                                      per_node[axis])
+            per_node[axis] = np.where(
+                rows, _ranks_per_node(degree[axis], inner, gpus_per_node, total), per_node[axis])
             stride[axis] = np.where(rows, inner, stride[axis])
             if axis == "tp":
                 sub = inner
                 for name in GRID_AXES:
                     per_node[name] = np.where(
-                        rows, _ranks_per_node(degree[name], sub, gpus_per_node), per_node[name])
+                        rows, _ranks_per_node(degree[name], sub, gpus_per_node, total),
+                        per_node[name])
                     sub = sub * degree[name]
             inner = inner * degree[axis]
     g = gpus_per_node
@@ -157,7 +200,7 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.nd
     e_cp = np.maximum(one, np.minimum(ep // e_tp, cp))
     e_dp = np.maximum(one, ep // (e_tp * e_cp))
     degree["etp"] = etp
-    per_node["etp"] = _ranks_per_node(etp, stride["tp"], g)
+    per_node["etp"] = _ranks_per_node(etp, stride["tp"], g, total)
     degree["ep"] = ep
     degree["etp_ep"] = etp * ep
     degree["edp"] = c["tp"] * c["dp"] * cp // np.maximum(ep * etp, 1)
@@ -166,9 +209,10 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int) -> dict[str, tuple[np.nd
     within = {"tp": etp, "cp": one, "dp": one}  # each axis's ranks inside the ep share
     for axis, share in (("tp", e_tp), ("cp", e_cp), ("dp", e_dp)):
         rest = np.maximum(one, degree[axis] // (within[axis] * share))
-        per_node["ep"] = per_node["ep"] * _ranks_per_node(share, stride[axis] * within[axis], g)
+        per_node["ep"] = per_node["ep"] * _ranks_per_node(share, stride[axis] * within[axis], g,
+                                                              total)
         per_node["edp"] = per_node["edp"] * _ranks_per_node(
-            rest, stride[axis] * within[axis] * share, g)
+            rest, stride[axis] * within[axis] * share, g, total)
     per_node["etp_ep"] = per_node["etp"] * per_node["ep"]
     return {axis: (degree[axis], per_node[axis]) for axis in N.AXES}
 
@@ -186,6 +230,17 @@ class Fabric:
     sizes: tuple[int, ...]
     outer: tuple[tuple[tuple[str, float], ...], ...] = ()
     slowest: tuple[int, ...] = ()
+    host: int = 0  # GPUs one host drives where a node spans several (job_domain); 0: a node
+
+    def domains(self, c: Columns) -> list[np.ndarray]:
+        """The GPUs a plan takes in one domain of each level but the top (job_domain: a
+        level's domains hold the same number of nodes, each as many of the job's GPUs)."""
+        node = self.sizes[0]
+        if not self.host or self.host >= node:
+            return [np.full(len(c["tp"]), size) for size in self.sizes]
+        gpus = c["dp"] * c["tp"] * c["pp"] * _column(c, "cp")
+        taken = job_domain(gpus, node, self.host)
+        return [taken * (size // node) for size in self.sizes]
 
 
 OUTER_SUFFIXES = ("latency_s", "bandwidth", "call_latency_s",
@@ -197,9 +252,10 @@ def fabric_of(hardware: HardwareSpec | int) -> Fabric:
     """The encoder's view of a hardware's fabric (an int: gpus_per_node of a two-level one)."""
     if isinstance(hardware, int):
         return Fabric((hardware,))
+    host = hardware.gpus_per_host or 0
     levels = hardware.levels
     if len(levels) <= 2:
-        return Fabric((hardware.gpus_per_node,))
+        return Fabric((hardware.gpus_per_node,), host=host)
     node = hardware.gpus_per_node
     outer = []
     for lv in levels[1:]:
@@ -218,18 +274,19 @@ def fabric_of(hardware: HardwareSpec | int) -> Fabric:
     slowest = tuple(1 + min(range(j), key=lambda i: (share[i], -i))
                     for j in range(1, len(share) + 1))
     sizes = tuple(int(lv.gpus or 0) for lv in levels[:-1])
-    return Fabric(sizes, tuple(outer), slowest)
+    return Fabric(sizes, tuple(outer), slowest, host)
 
 
 def axis_levels(c: Columns, fabric: Fabric) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """For each axis: the fabric level its group reaches (0: inside a node; J: the smallest
     level one of whose domains holds the group, the top if none) and the level whose link
     prices it beyond the node (the slowest of 1..J; 1 for a group inside a node)."""
-    degrees = axis_ranks_per_node(c, fabric.sizes[0])
+    domains = fabric.domains(c)
+    degrees = axis_ranks_per_node(c, domains[0])
     reach = {axis: np.where(per_node >= degree, 0, len(fabric.sizes))
              for axis, (degree, per_node) in degrees.items()}
     for j in range(len(fabric.sizes) - 1, 0, -1):  # outermost first: the smallest level wins
-        for axis, (degree, per_level) in axis_ranks_per_node(c, fabric.sizes[j]).items():
+        for axis, (degree, per_level) in axis_ranks_per_node(c, domains[j]).items():
             reach[axis] = np.where((reach[axis] > 0) & (per_level >= degree), j, reach[axis])
     slowest = np.array((1, *fabric.slowest)) if fabric.slowest else np.array((1, 1))
     return {axis: (level, slowest[level]) for axis, level in reach.items()}
@@ -263,7 +320,7 @@ def scope_of(degree: np.ndarray, per_node: np.ndarray) -> dict[str, np.ndarray]:
 def _topology(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
     """Degrees, batch, the grid's sub-axes and layout, each axis's ranks per node and scope, and
     (a fabric of more than two levels) the link its group crosses beyond the node."""
-    gpus_per_node = fabric.sizes[0]
+    gpus_per_node = fabric.domains(c)[0]
     out = {k: c[k] for k in ("dp", "tp", "pp", "global_batch")}
     out.update(cp=_column(c, "cp"), ep=_column(c, "ep"), etp=_column(c, "etp"))
     out.update(zip(GRID_AXES, grid_sides(c), strict=True))
@@ -391,11 +448,13 @@ def plan_arrays(plan: Plan) -> dict[str, np.ndarray]:
     return {k: np.array([v]) for k, v in plan.columns().columns.items()}
 
 
-def axis_per_node(plan: Plan, gpus_per_node: int) -> dict[str, tuple[int, str]]:
+def axis_per_node(plan: Plan, hardware: HardwareSpec | int) -> dict[str, tuple[int, str]]:
     """For each axis of one plan: ranks of one group inside one node, and the scope (intra,
-    inter, mixed); see axis_ranks_per_node."""
+    inter, mixed); see axis_ranks_per_node (the node the job's share of one: job_domain)."""
     out = {}
-    for axis, (degree, per_node) in axis_ranks_per_node(plan_arrays(plan), gpus_per_node).items():
+    arrays = plan_arrays(plan)
+    taken = fabric_of(hardware).domains(arrays)[0]
+    for axis, (degree, per_node) in axis_ranks_per_node(arrays, taken).items():
         scope = next(s for s, flag in scope_of(degree, per_node).items() if flag[0])
         out[axis] = (int(per_node[0]), scope)
     return out

@@ -81,7 +81,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     fixed["fsdp_reshard"] = plan.fsdp_reshard.value  # likewise
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))
-    placement = axis_per_node(plan, hardware.gpus_per_node)
+    placement = axis_per_node(plan, hardware)
     return Family(
         schedule=plan.schedule.value,
         recompute=plan.recompute.value,

@@ -128,7 +128,7 @@ def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:
 
     fabric = hardware.fabric()
     arrays = plan_arrays(plan)
-    per_node = axis_per_node(plan, hardware.gpus_per_node)
+    per_node = axis_per_node(plan, hardware)
     degrees = {axis: int(degree[0]) for axis, (degree, _) in
                axis_ranks_per_node(arrays, hardware.gpus_per_node).items()}
     levels = {axis: (int(reach[0]), int(priced[0]))
@@ -137,7 +137,11 @@ def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:
         levels = {axis: (min(reach, 1), 1) for axis, (reach, _) in levels.items()}
     described = " > ".join(f"{name} ({gpus} GPUs)" if gpus else f"{name} (the cluster)"
                            for name, gpus, _, _ in fabric)
-    lines = [f"fabric: {described}; where each group of the plan lies:"]
+    taken = int(fabric_of(hardware).domains(arrays)[0][0])
+    taken_note = "" if taken == hardware.gpus_per_node else (
+        f"; the job takes {taken} GPUs of each {fabric[0][0]} domain (the same in each, whole "
+        "hosts, as Megatron-Bridge's launcher sets Slurm's --segment)")
+    lines = [f"fabric: {described}{taken_note}; where each group of the plan lies:"]
     for axis in AXES:
         redundant = (axis == "dp_cp" and plan.cp == 1) \
             or (axis == "edp" and plan.ep * plan.etp == 1) \

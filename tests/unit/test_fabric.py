@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 import sympy as sp
 
@@ -286,3 +287,45 @@ def test_collective_inside_a_node_ignores_the_outer_levels():
 
     res = predict_collective("all_reduce", NBYTES, 8, TOY)
     assert (res["scope"], res["fabric_level"], res["priced_on"]) == ("intra", "node", "node")
+
+
+# --- groups that do not tile the nodes, and a job's share of a multi-host NVLink domain -------
+
+@pytest.mark.parametrize(("gpus", "taken"), [
+    (256, 64), (128, 64), (64, 64), (72, 72), (144, 72), (512, 64), (8, 8), (12, 12),
+    (6, 72),  # not whole trays: whole racks, as before
+])
+def test_a_job_takes_the_same_whole_trays_of_each_nvl72_rack(gpus, taken):
+    """Megatron-Bridge's GB200 launcher sets Slurm's --segment to the largest divisor of the
+    job's trays (4 GPUs) up to a rack's 18 (scripts/performance/utils/executors.py): 256 GPUs
+    take 16 trays, 64 GPUs, of each rack."""
+    from perfmodel.encode import job_domain
+
+    assert int(job_domain(np.array([gpus]), 72, 4)[0]) == taken
+
+
+def test_an_expert_group_of_a_256_gpu_job_on_nvl72_stays_in_its_rack():
+    from perfmodel.encode import axis_per_node
+
+    hw = load_hardware("gb200-nvl72")
+    plan = Plan(gpus=256, dp=128, tp=2, ep=64, sequence_parallel=True, zero=2,
+                global_batch=1024)
+    scopes = axis_per_node(plan, hw)
+    assert scopes["ep"] == (64, "intra")  # 64 of each rack's 72: the groups tile the racks
+    assert scopes["dp"] == (32, "mixed")
+
+
+def test_a_group_that_straddles_a_node_boundary_is_costed_as_the_straddling_one():
+    """144 GPUs fill two racks (72 each); an ep group of 16 consecutive ranks lies in one rack
+    for most groups, but ranks 64-79 are 8 in one and 8 in the next: the group is costed so.
+    A 6-GPU node and tp 4 likewise: ranks 4-7 are 2 and 2."""
+    from perfmodel.encode import axis_per_node
+
+    plan = Plan(gpus=144, dp=144, tp=1, ep=16, global_batch=144)
+    assert axis_per_node(plan, load_hardware("gb200-nvl72"))["ep"] == (8, "mixed")
+    six = load_hardware_dict("dgx-h100")
+    six.update(name="six", gpus_per_node=6)
+    hw = hardware_from_dict(six, "six")
+    assert axis_per_node(Plan(gpus=12, dp=3, tp=4, global_batch=12), hw)["tp"] == (2, "mixed")
+    # a single node holds every group whole: none straddles
+    assert axis_per_node(Plan(gpus=6, dp=2, tp=3, global_batch=6), hw)["tp"] == (3, "intra")
