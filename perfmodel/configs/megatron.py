@@ -71,7 +71,8 @@ READ_OPTIONS: dict[str, int] = {
         "exp-avg-dtype", "exp-avg-sq-dtype", "cross-entropy-fusion-impl"), 1),
     **dict.fromkeys(("checkpoint-num-layers", "activations-checkpoint-method",
                      "activations-checkpoint-num-layers", "DDP-impl"), 1),
-    **dict.fromkeys(("recompute-modules",), -1),
+    **dict.fromkeys(("recompute-modules", "cuda-graph-modules", "cuda-graph-scope"), -1),
+    "cuda-graph-impl": 1,
     "rampup-batch-size": 3,
     **dict.fromkeys((
         "group-query-attention", "sequence-parallel", "bf16", "fp16", "use-distributed-optimizer",
@@ -88,7 +89,8 @@ READ_OPTIONS: dict[str, int] = {
         "use-precision-aware-optimizer", "no-store-param-remainders", "store-param-remainders",
         "checkpoint-activations", "distribute-checkpointed-activations",
         "no-scatter-gather-tensors-in-pipeline", "moe-grouped-gemm",
-        "overlap-moe-expert-parallel-comm", "moe-enable-deepep"), 0),
+        "overlap-moe-expert-parallel-comm", "moe-enable-deepep", "enable-cuda-graph",
+        "external-cuda-graph"), 0),
     **megatron_deepspeed.OPTIONS,
 }
 
@@ -1025,6 +1027,57 @@ def _fp8(settings: Settings, job: JobConfig, where: str, take: Callable[[str, st
                                               "buffer (MXFP8 weights, fp8_params)")
 
 
+_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
+
+
+def _cuda_graphs(settings: Settings, job: JobConfig, where: str,
+                 take: Callable[[str, str], None]) -> None:
+    """The stack: Megatron-Core runs eager (no torch.compile of its layers) unless CUDA graphs
+    capture them. --cuda-graph-impl local or transformer_engine graphs each layer over
+    --cuda-graph-modules (--cuda-graph-scope before; "full", the default, the whole layer),
+    full_iteration the forward and backward whole; --enable-cuda-graph and --external-cuda-graph
+    are the older names of local and transformer_engine (megatron/training/arguments.py,
+    TransformerConfig.cuda_graph_impl). Graphs over part of a layer (attn alone, or an MoE
+    layer's router and preprocess) are refused: the cuda-graphs stack graphs whole layers."""
+    impl = _str(settings, "cuda_graph_impl", "none") or "none"
+    key = settings["cuda_graph_impl"][0] if "cuda_graph_impl" in settings else "--cuda-graph-impl"
+    for flag, name in (("enable_cuda_graph", "local"),
+                       ("external_cuda_graph", "transformer_engine")):
+        if _flag(settings, flag, where):
+            if impl != "none":
+                raise refuse_plan(where, settings[flag][0], True,
+                                  f"give it or {key} {impl}, not both (Megatron-LM refuses both)")
+            impl, key = name, settings[flag][0]
+            take(flag, f"CUDA graphs ({name})")
+    if impl not in _GRAPH_IMPLS:
+        raise refuse_plan(where, key, impl, f"one of {', '.join(_GRAPH_IMPLS)}")
+    if impl == "none":
+        job.fix("stack", "eager")
+        take("cuda_graph_impl", "stack eager")
+        return
+    given = next((d for d in ("cuda_graph_modules", "cuda_graph_scope") if d in settings), "")
+    modules = settings[given][1] if given else "full"
+    where_key = settings[given][0] if given else key
+    if isinstance(modules, str):
+        modules = [m for m in modules.replace(",", " ").split() if m]
+    if not isinstance(modules, list | tuple):
+        raise refuse_plan(where, where_key, modules,
+                          "a list of modules (attn, mlp, moe, ...) or full")
+    names = {str(m).rsplit(".", 1)[-1].lower() for m in modules}
+    moe = bool(job.model.get("experts"))
+    whole = impl == "full_iteration" or not names or names <= {"full", "full_iteration"} \
+        or {"attn", "moe" if moe else "mlp"} <= names
+    if not whole:
+        raise refuse_plan(where, where_key, sorted(names),
+                          "CUDA graphs over part of each layer are not modelled (perfmodel's "
+                          "cuda-graphs stack graphs whole layers): give full, or attn and "
+                          + ("moe" if moe else "mlp"))
+    job.fix("stack", "cuda-graphs")
+    take("cuda_graph_impl", f"{impl}: stack cuda-graphs (whole layers graphed)")
+    if given:
+        take(given, f"{', '.join(sorted(names))}: whole layers")
+
+
 def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
              ) -> None:
     bf16, fp16 = _flag(settings, "bf16", where), _flag(settings, "fp16", where)
@@ -1104,6 +1157,7 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
                                  "next forward)" if job.plan.get("overlap_param_gather")
          else "overlap_param_gather false")
     _cross_entropy(settings, job, where, take)
+    _cuda_graphs(settings, job, where, take)
     tp_overlap = _flag(settings, "tp_comm_overlap", where)
     job.fix("tp_comm_overlap", tp_overlap)
     take("tp_comm_overlap", "tp_comm_overlap (tensor-parallel communication behind the GEMMs, "

@@ -45,7 +45,8 @@ _MODEL_FIELDS = (
     "window_size", "pipeline_model_parallel_layout", "num_layers_in_first_pipeline_stage",
     "num_layers_in_last_pipeline_stage", "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split", "max_position_embeddings", "use_tp_pp_dp_mapping",
-    "cross_entropy_loss_fusion", "cross_entropy_fusion_impl")
+    "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "enable_cuda_graph",
+    "external_cuda_graph", "cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules")
 _RENAMED = {"num_moe_experts": "num_experts", "gated_linear_unit": "swiglu",
             "virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
             "fp8": "fp8_format", "fp4": "fp4_format", "seq_len": "seq_length",

@@ -1193,3 +1193,47 @@ def test_megatron_refuses_use_flash_attn_beside_an_unfused_backend(tmp_path):
         read_config(write(tmp_path, BASE + "--use-flash-attn --attention-backend unfused"))
     job = read_config(write(tmp_path, BASE + "--use-flash-attn --attention-backend flash"))
     assert job.plan["flash_attention"] is True
+
+
+@pytest.mark.parametrize(("extra", "stack"), [
+    ("", "eager"),  # Megatron-Core compiles none of its layers
+    ("--cuda-graph-impl none", "eager"),
+    ("--cuda-graph-impl transformer_engine", "cuda-graphs"),  # modules "full": whole layers
+    ("--cuda-graph-impl local --cuda-graph-modules attn mlp", "cuda-graphs"),
+    ("--cuda-graph-impl full_iteration", "cuda-graphs"),
+    ("--enable-cuda-graph", "cuda-graphs"),  # the older name of local
+    ("--external-cuda-graph", "cuda-graphs"),  # and of transformer_engine
+])
+def test_megatron_reads_cuda_graphs_as_the_stack(tmp_path, extra, stack):
+    """megatron/core/transformer/transformer_config.py: cuda_graph_impl (none, local,
+    transformer_engine, full_iteration) and cuda_graph_modules ("full", the default: the whole
+    layer); the stack is the config's, so a contradicting --stack is refused."""
+    job = read_config(write(tmp_path, BASE + extra))
+    assert job.plan["stack"] == stack
+
+
+@pytest.mark.parametrize("extra", [
+    "--cuda-graph-impl transformer_engine --cuda-graph-scope attn",
+    "--cuda-graph-impl local --cuda-graph-modules mlp",
+    "--enable-cuda-graph --cuda-graph-impl local",
+    "--cuda-graph-impl everything",
+])
+def test_megatron_refuses_cuda_graphs_it_cannot_cost(tmp_path, extra):
+    with pytest.raises(PlanError, match="cuda-graph"):
+        read_config(write(tmp_path, BASE + extra))
+
+
+def test_bridge_reads_cuda_graphs_and_refuses_partial_ones(tmp_path):
+    """A Megatron-Bridge config's model.cuda_graph_impl and cuda_graph_scope: whole layers are
+    the cuda-graphs stack; part of a layer (attention alone, or an MoE layer's router and
+    preprocess, the MoE recipes' partial graphs) is refused, not costed as whole layers or as
+    none."""
+    data = yaml.safe_load((DATA / "bridge_llama3_8b.yaml").read_text())
+    data["model"].update(cuda_graph_impl="transformer_engine", cuda_graph_scope=["attn", "mlp"])
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert read_config(path).plan["stack"] == "cuda-graphs"
+    data["model"]["cuda_graph_scope"] = ["attn"]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(PlanError, match="model.cuda_graph_scope"):
+        read_config(path)
