@@ -535,6 +535,13 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
         raise click.UsageError("--fp8-recipe, --fp8-output-layer and --fp8-params apply to "
                                "transformers trained in fp8 (--dtype fp8); a layer graph trains "
                                "in fp32, tf32, bf16 or fp16")
+    ctx = click.get_current_context()
+    given = [f"--{k.replace('_', '-')}" for k in ("tp", "pp", "cp", "ep", "etp", "zero",
+                                                  "cp_comm", "ep_dispatcher", "ep_comm_overlap")
+             if k in ctx.params and _given(ctx, k)]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: a transformer's degrees and options; a "
+                               "layer graph splits over --pr x --pc")
     from perfmodel.layerwise import Contributors, GridPlan
 
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
@@ -1061,6 +1068,13 @@ def recommend(model: str | None, from_config: str | None,
         if pins.get("fp8_recipe") or pins.get("fp8_output_layer") or pins.get("fp8_params"):
             raise click.UsageError("--fp8-recipe, --fp8-output-layer and --fp8-params apply to "
                                    "transformers trained in fp8 (--dtype fp8)")
+        ctx = click.get_current_context()
+        pinned = [f"--{k.replace('_', '-')}" for k in ("tp", "pp", "cp", "cp_comm", "ep", "etp",
+                                                       "zero", "ep_dispatcher", "ep_comm_overlap")
+                  if k in ctx.params and _given(ctx, k)]
+        if pinned:
+            raise click.UsageError(f"{', '.join(pinned)}: a transformer's degrees and options; "
+                                   "a layer graph's search is over its Pr x Pc grids")
         if html_path:
             raise click.UsageError("--html reports transformer plans; a layer graph takes --json")
         _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm,

@@ -192,7 +192,8 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
         )
     if kw["dry_run"] and kw.get("hardware") is None and kw.get("profile") is None:
         kw["hardware"] = "dgx-a100-80gb"  # the ledger does not depend on the hardware
-    if kw.get("nprocs") and not (kw["dp"] * kw["tp"] * kw["pp"] > 1) and kw.get("gpus") is None:
+    if kw.get("nprocs") and not (kw["dp"] * kw["tp"] * kw["pp"] * (kw.get("cp") or 1) > 1) \
+            and kw.get("gpus") is None:
         kw["dp"] = kw["nprocs"]  # --nprocs N alone: pure data parallelism
     model, hardware, plan = build_inputs(kw)
     model = jobspec.model_overrides(model, kw)

@@ -180,7 +180,8 @@ def validate(
     """Predict, run the job, measure and compare. Returns the report (also when the job failed)."""
     if plan.gpus != settings.nprocs:
         raise PlanError(
-            f"the plan needs dp x tp x pp = {plan.gpus} ranks, but --nprocs is {settings.nprocs}"
+            f"the plan needs dp x cp x tp x pp = {plan.gpus} ranks, but --nprocs is "
+            f"{settings.nprocs}"
         )
     check_devices(settings)
     model, plan, note = as_run(model, plan, settings.backend)

@@ -992,6 +992,8 @@ def _fp8(settings: Settings, job: JobConfig, where: str, take: Callable[[str, st
         for dest in ("fp8_recipe", "fp8_param_gather"):
             take(dest, "no --fp8-format: not used")
         return
+    if fmt.lower() not in ("e4m3", "hybrid"):  # Megatron-LM's choices for --fp8-format
+        raise refuse_plan(where, settings["fp8_format"][0], fmt, "e4m3 or hybrid")
     if dtype != "bf16":
         raise refuse_plan(where, settings["fp8_format"][0], fmt,
                           f"FP8 is modelled over bf16 mixed precision, not {dtype} (give --bf16)")

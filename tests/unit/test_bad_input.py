@@ -797,7 +797,7 @@ CASES = [
     C("validate", "absurd plan for this machine", f"{VAL} --dp 2 --hidden 16384 --heads 32 "
       "--layers 64", PLAN, ("the machine cannot hold this plan",)),
     C("validate", "divisibility", f"{VAL} --nprocs 3 --dp 2", PLAN,
-      ("the plan needs dp x tp x pp = 2 ranks, but --nprocs is 3",)),
+      ("the plan needs dp x cp x tp x pp = 2 ranks, but --nprocs is 3",)),
     C("validate", "divisibility (override)", f"{VAL} --hidden 100 --heads 3", SPEC,
       ("hidden (100) must be divisible by heads (3)",)),
     C("validate", "divisibility (emit)", f"{VAL} --dp 2 --emit {{d}}/out/emit --nodes 3 "

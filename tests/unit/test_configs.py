@@ -1237,3 +1237,11 @@ def test_bridge_reads_cuda_graphs_and_refuses_partial_ones(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(PlanError, match="model.cuda_graph_scope"):
         read_config(path)
+
+
+def test_megatron_refuses_an_fp8_format_it_does_not_know(tmp_path):
+    """Megatron-LM's --fp8-format takes e4m3 or hybrid (its argparse choices): a misspelt one was
+    read as FP8 all the same."""
+    with pytest.raises(PlanError, match="--fp8-format hybird.*e4m3 or hybrid"):
+        read_config(write(tmp_path, BASE + "--bf16 --fp8-format hybird"))
+    assert read_config(write(tmp_path, BASE + "--bf16 --fp8-format hybrid")).plan["dtype"] == "fp8"

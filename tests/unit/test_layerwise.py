@@ -197,3 +197,17 @@ def test_graphs_traced_from_torch_agree_with_the_builders(name):
         a = predict_grid(traced, V100, GridPlan(pr=2, pc=8, global_batch=64))
         b = predict_grid(built, V100, GridPlan(pr=2, pc=8, global_batch=64))
         assert a.step_time_s == pytest.approx(b.step_time_s, rel=0.05)
+
+
+@pytest.mark.parametrize(("command", "flag"), [
+    ("predict", ["--cp", "2"]), ("predict", ["--ep", "2"]), ("predict", ["--tp", "2"]),
+    ("predict", ["--ep-dispatcher", "alltoall"]), ("recommend", ["--ep", "2"]),
+    ("recommend", ["--cp-comm", "p2p"]),
+])
+def test_a_layer_graph_refuses_a_transformers_degrees(run_cli, command, flag):
+    """A layer graph splits over Pr x Pc: --cp, --ep, --tp and their options were ignored (the
+    plain grid printed, exit 0)."""
+    out = run_cli(command, "--model", "vgg16", "--hardware", "dgx-h100", "--gpus", "8",
+                  "--global-batch", "64", *flag)
+    assert out.returncode == 2 and flag[0] in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1

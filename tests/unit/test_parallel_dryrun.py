@@ -386,3 +386,16 @@ def test_a_capacity_under_tp_is_not_checked_against_one_process(tmp_path):
     with pytest.raises(PlanError, match="capacity_factor with tp or cp > 1") as err:
         check_equivalence(MOE.replace(capacity_factor=1.0), plan, JobParallel(), tmp_path)
     assert "\n" not in str(err.value) and not list(tmp_path.iterdir())
+
+
+def test_nprocs_counts_the_cp_ranks(run_cli):
+    """validate --cp 2 --nprocs 2: the plan's dp x cp x tp x pp is 2 already (it was taken for
+    pure data parallelism, dp 2, and then refused as 4 ranks)."""
+    import json
+
+    out = run_cli("validate", "--model", "tiny-gpt",
+                  "--dp", "1", "--cp", "2", "--global-batch", "2", "--nprocs", "2",
+                  "--steps", "2", "--dry-run", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert (doc["plan"]["dp"], doc["plan"]["cp"], doc["plan"]["gpus"]) == (1, 2, 2)
