@@ -1294,9 +1294,10 @@ RULES: tuple[Rule, ...] = (
                        "modelled (the ring skips the chunks outside the window)", model=True),
     _rule("cp cp_comm tp",
           lambda c, m: (c.cp == 1) | (c.cp_comm != _A2A)
-          | (((m.heads // c.tp) % c.cp == 0) & ((m.kv_heads // c.tp) % c.cp == 0)),
-          lambda c, m: f"cp_comm a2a (Ulysses) needs heads / tp ({m.heads // c.tp}) and kv_heads "
-                       f"/ tp ({m.kv_heads // c.tp}) divisible by cp ({c.cp})", model=True),
+          | (((m.heads // c.tp) % c.cp == 0) & (np.maximum(1, m.kv_heads // c.tp) % c.cp == 0)),
+          lambda c, m: f"cp_comm a2a (Ulysses) needs heads / tp ({m.heads // c.tp}) and the kv "
+                       f"heads a tp rank holds ({max(1, m.kv_heads // c.tp)}: one, replicated, "
+                       f"where tp exceeds kv_heads) divisible by cp ({c.cp})", model=True),
     # a mixture of experts
     _rule("ep", lambda c, m: (c.ep == 1) | _moe(m),
           lambda c, m: f"ep ({c.ep}) applies to a mixture-of-experts model: the model has no "

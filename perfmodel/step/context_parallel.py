@@ -33,6 +33,7 @@ from collections.abc import Mapping
 import sympy as sp
 
 from perfmodel import symbols as S
+from perfmodel.costs.lattice import lmax
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context
@@ -46,8 +47,9 @@ RECORDS_PER_EXCHANGE = 2  # a send and a receive
 
 
 def kv_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
-    """(C_k, C_v): K and V of the rank's chunks, elements per micro-batch on one rank."""
-    local = c.T * c.kv_heads / S.tp
+    """(C_k, C_v): K and V of the rank's chunks, elements per micro-batch on one rank: its
+    kv_heads / tp heads, one (replicated) where tp exceeds kv_heads."""
+    local = c.T * lmax(1, c.kv_heads / S.tp)
     return local * c.d_qk, local * c.d_v
 
 

@@ -138,7 +138,7 @@ def test_cp_placed_across_nodes_pays_the_network():
 @pytest.mark.parametrize(("kw", "needle"), [
     (dict(dp=1, cp=3, global_batch=1), r"seq_len \(8192\) must be divisible by 2 cp \(6\)"),
     (dict(dp=1, cp=16, cp_comm="a2a", global_batch=1),
-     r"cp_comm a2a \(Ulysses\) needs heads / tp \(32\) and kv_heads / tp \(8\) divisible by cp"),
+     r"cp_comm a2a \(Ulysses\) needs heads / tp \(32\) and the kv heads a tp rank holds \(8"),
     (dict(dp=2, cp=2, flash_attention=False, global_batch=2),
      "cp 2 needs fused \\(flash\\) attention"),
     (dict(dp=2, cp=2, tp=4, tp_layout="2d", global_batch=2), "modelled with tp_layout 1d"),
@@ -175,3 +175,19 @@ def test_the_cli_takes_cp_like_tp_and_refuses_a_bad_one_in_one_line(run_cli):
                   "--seq-len", "8192")
     assert bad.returncode == 4 and "2 cp (6)" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_tp_rank_beyond_the_kv_heads_exchanges_a_whole_replicated_head():
+    """llama3-8b has 8 kv heads: at tp 16 each tp rank holds one, replicated, not half of one;
+    the cp exchange moves as many K/V bytes as at tp 8 (it was half), and Ulysses, which splits
+    the rank's kv heads over cp, is refused for one head over cp 2."""
+    model = load_model("llama3-8b", seq_len=32768)
+    ledgers = {}
+    for tp in (8, 16):
+        plan = _plan(tp=tp, cp=2, cp_comm="allgather", sequence_parallel=True, global_batch=1)
+        ledgers[tp] = {(r["op"], r["nbytes"]) for r in comm_ledger(model, plan, HW)
+                       if r["axis"] == "cp"}
+    assert ledgers[8] == ledgers[16] and ledgers[8]
+    with pytest.raises(PlanError, match=r"kv heads a tp rank holds \(1"):
+        predict(model, HW, _plan(tp=16, cp=2, cp_comm="a2a", sequence_parallel=True,
+                                 global_batch=1))
