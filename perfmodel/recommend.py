@@ -332,12 +332,19 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         rules = (f"dp x cp x tp x pp must equal the GPU count, tp must divide heads "
                  f"({model.heads}) or make a 2D/2.5D/3D grid whose side divides it, pp must "
                  f"divide layers ({model.layers}), dp x micro-batch must divide the global batch "
-                 f"({req.global_batch}), 2 cp must divide seq_len ({model.seq_len}){experts}; "
+                 f"({req.global_batch}), 2 cp must divide seq_len ({model.seq_len}) where cp > 1"
+                 f"{experts}; "
                  "`perfmodel predict` names the rule a given plan breaks")
         gpus = ", ".join(map(str, req.gpus))
+        # the rule a plan of the request's pins and options breaks (where it pins any): Plan.
+        # check's words, not the list of divisibility rules
+        broken = _broken_rule(model, req) if pins or _option_pins(req) else ""
         if pins and n:
-            reason = (f"no plan satisfies the pins {pins} with {gpus} GPUs ({rules}); without the "
-                      f"pins {n} plans exist")
+            reason = (f"no plan satisfies the pins {pins} with {gpus} GPUs ("
+                      + (f"for one: {broken}" if broken else rules)
+                      + f"); without the pins {n} plans exist")
+        elif broken:
+            reason = f"no plan with {gpus} GPUs satisfies the request: {broken}"
         else:
             reason = f"{gpus} GPUs cannot be split into a valid plan: {rules}"
         return {"binding": "pins" if pins and n else "divisibility", "reason": reason,
@@ -369,6 +376,46 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
     if skipped:
         reason += f"; {skipped}"
     return {"binding": "memory", "reason": reason, "nearest": nearest}
+
+
+def _option_pins(req: SearchRequest) -> dict[str, Any]:
+    """The per-plan options the request pins (those it leaves to the search are None)."""
+    return {k: getattr(req, k) for k in (
+        "cp_comm", "schedule", "virtual_stages", "recompute", "sequence_parallel", "zero",
+        "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
+        "placement", "tp_layout", "tp_depth", "micro_batch") if getattr(req, k) is not None}
+
+
+def _broken_rule(model: TransformerSpec, req: SearchRequest) -> str:
+    """The rule a plan of the request breaks (Plan.check's words), where the plans the search
+    would try first all break one: its pins, the request's options, every degree it leaves free
+    1 but data parallelism (the GPUs' rest), and then tensor parallelism over a node; "" where
+    such a plan is valid or none can be formed."""
+    from perfmodel.errors import PlanError
+    from perfmodel.strategy import Plan
+
+    fixed = _option_pins(req)
+    broken = ""
+    for tp in dict.fromkeys((req.tp or 1, req.tp or req.max_tp or 8)):
+        for gpus in req.gpus:
+            degrees: dict[str, Any] = {"tp": tp, "pp": req.pp or 1, "cp": req.cp or 1,
+                                       "ep": req.ep or 1, "etp": req.etp or 1}
+            rest = degrees["tp"] * degrees["pp"] * degrees["cp"]
+            dp = req.dp or (gpus // rest if gpus % rest == 0 else 0)
+            if not dp:
+                continue
+            try:
+                plan = Plan(gpus=gpus, dp=dp, global_batch=req.global_batch, dtype=req.dtype,
+                            flash_attention=req.flash_attention, stack=req.stack,
+                            **degrees, **{**req.shared(), **fixed})
+                plan.check(model)
+            except PlanError as err:
+                broken = broken or str(err)
+                continue
+            except (TypeError, ValueError):
+                continue
+            return ""  # a valid plan: the search's emptiness is not one rule's
+    return broken
 
 
 def uneven_note(model: TransformerSpec, req: SearchRequest) -> str:

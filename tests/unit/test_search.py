@@ -385,3 +385,18 @@ def test_a_symbol_without_a_value_is_an_internal_error_in_the_search_too(small):
     del scalars["peak_flops_per_s"]
     with pytest.raises(InternalError, match="'peak_flops_per_s'"):
         run(staged, scalars, groups, len(plans))
+
+
+@pytest.mark.parametrize(("pins", "needle"), [
+    (dict(tp_comm_overlap=True, sequence_parallel=False),
+     "tp_comm_overlap needs sequence_parallel"),
+    (dict(overlap_param_gather=True, zero=0), "overlap_param_gather needs zero >= 1"),
+    (dict(ep=2), "applies to a mixture-of-experts model"),
+])
+def test_recommend_names_the_rule_its_pins_break(pins, needle):
+    """A request whose pinned options leave no valid plan: the reason is the rule Plan.check
+    names for a plan of those pins (recommend used to list the divisibility rules, all of
+    which held)."""
+    req = SearchRequest(gpus=(16,), global_batch=64, **pins)
+    rec = recommend(load_model("llama3-8b"), load_hardware("dgx-h100"), req)
+    assert not rec.top and needle in rec.explanation["infeasible"]["reason"]
