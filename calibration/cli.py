@@ -102,7 +102,9 @@ def run_cmd(
     if bad or not chosen:
         raise click.BadParameter(f"stages must be among {', '.join(STAGES)}", param_hint="--stages")
     from perfmodel.extras import require_torch
+    from perfmodel.files import check_output
 
+    check_output(out, what="profile", make_parents=True)  # before the run, not after it
     require_torch("calibrate run")
     from calibration.run import run  # imports torch: after the checks
     console = Console(stderr=True)

@@ -75,6 +75,13 @@ def _prepare(path: Path, what: str, make_parents: bool) -> tuple[Path, os.stat_r
     return target, st
 
 
+def check_output(path: str | Path, *, what: str = "output", make_parents: bool = False) -> None:
+    """Refuse now (OutputError) a path write_atomic would refuse later: for a command that
+    writes only after a long run (calibrate run), so that a FIFO, device or directory given
+    for its output costs no run."""
+    _prepare(Path(path), what, make_parents)
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | Path, *, what: str = "output",
                 make_parents: bool = False) -> Iterator[BinaryIO]:
