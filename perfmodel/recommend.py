@@ -220,13 +220,23 @@ class PlanCsv:
         self.rows += len(rows)
 
 
-def shared_columns(req: SearchRequest) -> dict[str, Any]:
+def shared_columns(req: SearchRequest, model: TransformerSpec | None = None,
+                   hardware: HardwareSpec | None = None) -> dict[str, Any]:
     """The plan options every plan of a search shares, as the CSV's columns (enums by name,
-    None as empty)."""
+    None as empty); with the model and hardware, the attention the plans were costed with where
+    the request leaves it to the hardware (flash or not, and the kernel)."""
     out: dict[str, Any] = {"dtype": req.dtype.value, "stack": req.stack.value,
                            "flash_attention": req.flash_attention}
     for key, value in req.shared().items():
         out[key] = getattr(value, "value", value)
+    if model is not None and hardware is not None:
+        from perfmodel.encode import resolve_flash
+
+        flash = resolve_flash(req.flash_attention, model, hardware, req.dtype,
+                              req.attention_kernel)
+        kernel = hardware.flash_kernel(req.dtype.value, req.attention_kernel) if flash else None
+        out.update(flash_attention=flash,
+                   attention_kernel=(kernel.name or None) if kernel is not None else None)
     return {k: ("" if v is None else v) for k, v in out.items()}
 
 

@@ -249,3 +249,6 @@ def test_recommend_csv_leaves_the_step_time_of_plans_that_do_not_fit_empty(tmp_p
     frame = pd.read_csv(csv)
     empty = frame["step_time_s"].isna()
     assert empty.any() and not frame.loc[empty, "fits_in_memory"].any()
+    # the attention each plan was costed with: the hardware's default where the request leaves
+    # it (it was left empty), so that the CSV reads back
+    assert frame["flash_attention"].all() and set(frame["attention_kernel"]) == {"cudnn"}
