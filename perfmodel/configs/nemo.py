@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.configs import nemo1
-from perfmodel.configs.job import Framework, JobConfig, section, trainer_world
+from perfmodel.configs.job import Framework, JobConfig, section, trainer_world, typo
 from perfmodel.configs.megatron import Settings, apply_settings
 from perfmodel.errors import SpecError
 
@@ -60,6 +60,7 @@ _RENAMED = {"num_moe_experts": "num_experts", "gated_linear_unit": "swiglu",
             "reuse_grad_buf_for_mxfp8_param_ag": "reuse_grad_buf_for_mxfp8_param_ag",
             "global_batch_size": "global_batch_size", "optimizer": "optimizer",
             "grad_reduce_in_fp32": "grad_reduce_in_fp32",
+            "optimizer_cpu_offload": "optimizer_cpu_offload",  # refused (Megatron's reader)
             **{name: name for name in ("use_precision_aware_optimizer", "main_grads_dtype",
                                        "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
                                        "store_param_remainders")}}
@@ -163,11 +164,22 @@ def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any]
             settings[dest] = (key, value)
         elif name in _HARMLESS:
             job.skipped(key, value, "the same cost (numerics, fusion, initialization)")
+        elif name not in _NOT_TYPOS and typo(name, _READ_NAMES):  # a near-miss of a key read
+            raise SpecError(f"{job.path}: unknown key {key}{typo(name, _READ_NAMES)}")
         elif value in (None, False, 0, [], "", {}) or not model:
             job.skipped(key, value, "off" if model else "not the step's (run length, data, "
                                                         "hyperparameters)")
         else:
             job.strange(key, value)
+
+
+_READ_NAMES = frozenset((*_MODEL_FIELDS, *_RENAMED))  # the keys _put reads in any section
+# Megatron-Core's and Megatron-Bridge's own fields a letter or two from one perfmodel reads: not
+# misspellings (TransformerConfig, ModelParallelConfig, DistributedDataParallelConfig,
+# OptimizerConfig and the Bridge's ConfigContainer sections at NVIDIA/Megatron-LM d98e8a64dd)
+_NOT_TYPOS = frozenset(("comm_overlap", "eval_context_parallel_size",
+                        "moe_shared_expert_glu_interleave_size", "tp_comm_overlap_ag",
+                        "tp_comm_overlap_rs"))
 
 
 def _truth(value: Any) -> bool:

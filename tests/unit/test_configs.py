@@ -1245,3 +1245,30 @@ def test_megatron_refuses_an_fp8_format_it_does_not_know(tmp_path):
     with pytest.raises(PlanError, match="--fp8-format hybird.*e4m3 or hybrid"):
         read_config(write(tmp_path, BASE + "--bf16 --fp8-format hybird"))
     assert read_config(write(tmp_path, BASE + "--bf16 --fp8-format hybrid")).plan["dtype"] == "fp8"
+
+
+@pytest.mark.parametrize(("section", "key", "value", "error", "needle"), [
+    ("ddp", "overlap_grad_reduc", True, SpecError, "did you mean 'overlap_grad_reduce'"),
+    ("train", "micro_batch_sze", 4, SpecError, "did you mean 'micro_batch_size'"),
+    ("optimizer", "optimizer_cpu_offload", True, PlanError, "optimizer_cpu_offload"),
+])
+def test_bridge_refuses_a_misspelt_or_unmodelled_key_outside_model(
+        tmp_path, section, key, value, error, needle):
+    """Outside `model:` an unknown key was filed as 'not the step's' and dropped: a misspelt
+    overlap_grad_reduce or micro_batch_size changed the plan silently, and an optimizer on the
+    host was costed on the GPU. A near-miss of a key perfmodel reads is refused with its name, and
+    optimizer_cpu_offload as Megatron's --optimizer-cpu-offload is."""
+    data = yaml.safe_load((DATA / "bridge_llama3_8b.yaml").read_text())
+    data[section][key] = value
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(error, match=needle):
+        read_config(path)
+
+
+def test_megatron_cores_own_fields_near_a_read_key_are_not_taken_for_misspellings(tmp_path):
+    data = yaml.safe_load((DATA / "bridge_llama3_8b.yaml").read_text())
+    data["model"].update(tp_comm_overlap_ag=False, eval_context_parallel_size=None)
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert read_config(path).plan["tp"] >= 1
