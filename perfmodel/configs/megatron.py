@@ -356,7 +356,11 @@ def apply_settings(settings: Settings, job: JobConfig, where: str) -> None:
     def take(dest: str, note: str) -> None:
         if dest in settings:
             used.add(dest)
-            job.took(settings[dest][0], settings[dest][1], note)
+            key, value = settings[dest]
+            if dest == "untie_embeddings_and_output_weights" \
+                    and key.endswith("share_embeddings_and_output_weights"):
+                value = not _flag(settings, dest, where)  # NeMo's key, shown as it is given
+            job.took(key, value, note)
 
     _model(settings, job, where, take)
     _plan(settings, job, where, take)
@@ -437,15 +441,16 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
         model["head_dim"] = kv_channels
         take("kv_channels", f"head_dim {kv_channels}")
     model["tied_embeddings"] = not _flag(settings, "untie_embeddings_and_output_weights", where)
-    take("untie_embeddings_and_output_weights", "tied_embeddings false")
+    take("untie_embeddings_and_output_weights",
+         f"tied_embeddings {str(model['tied_embeddings']).lower()}")
     bias = not _flag(settings, "disable_bias_linear", where)
     if "add_bias_linear" in settings:
         bias = _flag(settings, "add_bias_linear", where)
         take("add_bias_linear", f"bias {str(bias).lower()}")
     model["bias"] = bias
     model["qkv_bias"] = bias or _flag(settings, "add_qkv_bias", where)
-    take("disable_bias_linear", "bias false")
-    take("add_qkv_bias", "qkv_bias true")
+    take("disable_bias_linear", f"bias {str(bias).lower()}")
+    take("add_qkv_bias", f"qkv_bias {str(model['qkv_bias']).lower()}")
     norm = _str(settings, "normalization", "LayerNorm")
     if norm not in ("LayerNorm", "RMSNorm"):
         raise refuse_spec(where, settings["normalization"][0], norm,
@@ -1087,8 +1092,8 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
         raise SpecError(f"{where}: --bf16 and --fp16 are both given; Megatron-LM takes one")
     dtype = "bf16" if bf16 else "fp16" if fp16 else "fp32"
     job.fix("dtype", dtype)
-    take("bf16", "dtype bf16")
-    take("fp16", "dtype fp16")
+    take("bf16", f"dtype {dtype}")
+    take("fp16", f"dtype {dtype}")
     if dtype == "fp32":
         job.notes.append("neither --bf16 nor --fp16: Megatron-LM trains in fp32 (dtype fp32)")
     _fp8(settings, job, where, take, dtype)

@@ -1272,3 +1272,19 @@ def test_megatron_cores_own_fields_near_a_read_key_are_not_taken_for_misspelling
     path = tmp_path / "bridge.yaml"
     path.write_text(yaml.safe_dump(data))
     assert read_config(path).plan["tp"] >= 1
+
+
+def test_the_read_list_says_what_each_value_became(tmp_path):
+    """The read lines show each key's own value and what perfmodel took (they printed
+    'add_qkv_bias False: qkv_bias true', 'fp16 False: dtype fp16' and, for NeMo's
+    share_embeddings_and_output_weights true, 'False: tied_embeddings false')."""
+    data = yaml.safe_load((DATA / "bridge_llama3_8b.yaml").read_text())
+    data["model"].update(add_qkv_bias=False, share_embeddings_and_output_weights=True)
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data))
+    job = read_config(path)
+    read = {s.key: (s.value, s.note) for s in job.read}
+    assert read["model.add_qkv_bias"] == (False, "qkv_bias false")
+    value, note = read["model.share_embeddings_and_output_weights"]
+    assert value is True and note.startswith("tied_embeddings true")
+    assert job.model["tied_embeddings"] is True
