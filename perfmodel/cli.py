@@ -356,6 +356,14 @@ def plan_options(fn: Any) -> Any:
     return fn
 
 
+# a transformer plan's options, which a layer graph (split over Pr x Pc) has none of
+TRANSFORMER_ONLY = ("dp", "tp", "pp", "cp", "ep", "etp", "zero", "cp_comm", "ep_dispatcher",
+                    "ep_comm_overlap", "recompute", "schedule", "virtual_stages",
+                    "sequence_parallel", "stack", "kernels", "tp_comm_overlap",
+                    "overlap_grad_sync", "overlap_param_gather", "placement", "tp_layout",
+                    "tp_depth")
+
+
 def _given(ctx: click.Context, name: str) -> bool:
     """Whether an option was given on the command line (not its default)."""
     source = ctx.get_parameter_source(name)
@@ -536,8 +544,7 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
                                "transformers trained in fp8 (--dtype fp8); a layer graph trains "
                                "in fp32, tf32, bf16 or fp16")
     ctx = click.get_current_context()
-    given = [f"--{k.replace('_', '-')}" for k in ("tp", "pp", "cp", "ep", "etp", "zero",
-                                                  "cp_comm", "ep_dispatcher", "ep_comm_overlap")
+    given = [f"--{k.replace('_', '-')}" for k in TRANSFORMER_ONLY
              if k in ctx.params and _given(ctx, k)]
     if given:
         raise click.UsageError(f"{', '.join(given)}: a transformer's degrees and options; a "
@@ -1069,8 +1076,7 @@ def recommend(model: str | None, from_config: str | None,
             raise click.UsageError("--fp8-recipe, --fp8-output-layer and --fp8-params apply to "
                                    "transformers trained in fp8 (--dtype fp8)")
         ctx = click.get_current_context()
-        pinned = [f"--{k.replace('_', '-')}" for k in ("tp", "pp", "cp", "cp_comm", "ep", "etp",
-                                                       "zero", "ep_dispatcher", "ep_comm_overlap")
+        pinned = [f"--{k.replace('_', '-')}" for k in TRANSFORMER_ONLY
                   if k in ctx.params and _given(ctx, k)]
         if pinned:
             raise click.UsageError(f"{', '.join(pinned)}: a transformer's degrees and options; "

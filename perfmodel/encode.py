@@ -173,6 +173,9 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int | np.ndarray
     n = len(c["tp"])
     total = c["dp"] * c["tp"] * c["pp"] * cp  # the job's GPUs
     per_node = {axis: np.ones(n, dtype=np.int64) for axis in degree}
+    # each axis's ranks a node by the tiling rule alone, for the groups made of several axes'
+    # ranks (their parts straddle no boundary of their own: the group does, as a whole)
+    plain = {axis: np.ones(n, dtype=np.int64) for axis in degree}
     stride = {axis: np.ones(n, dtype=np.int64) for axis in degree}
     placement = c["placement"]
     for code in sorted(set(placement.tolist())):  # (np.unique would import numpy.ma: 5 ms)
@@ -181,6 +184,8 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int | np.ndarray
         for axis in PLACEMENTS[int(code)].order:
             per_node[axis] = np.where(
                 rows, _ranks_per_node(degree[axis], inner, gpus_per_node, total), per_node[axis])
+            plain[axis] = np.where(rows, _ranks_per_node(degree[axis], inner, gpus_per_node),
+                                   plain[axis])
             stride[axis] = np.where(rows, inner, stride[axis])
             if axis == "tp":
                 sub = inner
@@ -192,7 +197,7 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int | np.ndarray
             inner = inner * degree[axis]
     g = gpus_per_node
     degree["dp_cp"] = c["dp"] * cp
-    per_node["dp_cp"] = per_node["cp"] * per_node["dp"]
+    per_node["dp_cp"] = plain["cp"] * plain["dp"]
     one = np.ones(n, dtype=np.int64)
     etp = np.maximum(one, etp)
     tp_rest = np.maximum(one, c["tp"] // etp)  # the tp ranks beyond one expert-tensor group
@@ -200,19 +205,22 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int | np.ndarray
     e_cp = np.maximum(one, np.minimum(ep // e_tp, cp))
     e_dp = np.maximum(one, ep // (e_tp * e_cp))
     degree["etp"] = etp
-    per_node["etp"] = _ranks_per_node(etp, stride["tp"], g, total)
+    per_node["etp"] = _ranks_per_node(etp, stride["tp"], g)
     degree["ep"] = ep
     degree["etp_ep"] = etp * ep
     degree["edp"] = c["tp"] * c["dp"] * cp // np.maximum(ep * etp, 1)
     per_node["ep"] = one
     per_node["edp"] = one
     within = {"tp": etp, "cp": one, "dp": one}  # each axis's ranks inside the ep share
-    for axis, share in (("tp", e_tp), ("cp", e_cp), ("dp", e_dp)):
+    shares = {"tp": e_tp, "cp": e_cp, "dp": e_dp}
+    for axis, share in shares.items():
         rest = np.maximum(one, degree[axis] // (within[axis] * share))
-        per_node["ep"] = per_node["ep"] * _ranks_per_node(share, stride[axis] * within[axis], g,
-                                                              total)
-        per_node["edp"] = per_node["edp"] * _ranks_per_node(
-            rest, stride[axis] * within[axis] * share, g, total)
+        # an ep group on this axis alone straddles node boundaries as a group of that axis does
+        alone = np.prod([s for a, s in shares.items() if a != axis], axis=0) == 1
+        step = stride[axis] * within[axis]
+        per_node["ep"] = per_node["ep"] * np.where(
+            alone, _ranks_per_node(share, step, g, total), _ranks_per_node(share, step, g))
+        per_node["edp"] = per_node["edp"] * _ranks_per_node(rest, step * share, g)
     per_node["etp_ep"] = per_node["etp"] * per_node["ep"]
     return {axis: (degree[axis], per_node[axis]) for axis in N.AXES}
 

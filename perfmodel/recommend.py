@@ -234,7 +234,8 @@ def shared_columns(req: SearchRequest, model: TransformerSpec | None = None,
 
         flash = resolve_flash(req.flash_attention, model, hardware, req.dtype,
                               req.attention_kernel)
-        kernel = hardware.flash_kernel(req.dtype.value, req.attention_kernel) if flash else None
+        kernel = hardware.flash_kernel(compute_dtype(req.dtype), req.attention_kernel) \
+            if flash else None  # (fp8 attends in bf16)
         out.update(flash_attention=flash,
                    attention_kernel=(kernel.name or None) if kernel is not None else None)
     return {k: ("" if v is None else v) for k, v in out.items()}
@@ -405,6 +406,7 @@ def _broken_rule(model: TransformerSpec, req: SearchRequest) -> str:
     from perfmodel.strategy import Plan
 
     fixed = _option_pins(req)
+    pinned = {k for k in ("dp", "tp", "pp", "cp", "ep", "etp") if getattr(req, k) is not None}
     broken = ""
     for tp in dict.fromkeys((req.tp or 1, req.tp or req.max_tp or 8)):
         for gpus in req.gpus:
@@ -420,12 +422,26 @@ def _broken_rule(model: TransformerSpec, req: SearchRequest) -> str:
                             **degrees, **{**req.shared(), **fixed})
                 plan.check(model)
             except PlanError as err:
-                broken = broken or str(err)
+                if not broken and _names_only(str(err), {*pinned, *fixed}):
+                    broken = str(err)
                 continue
             except (TypeError, ValueError):
                 continue
             return ""  # a valid plan: the search's emptiness is not one rule's
     return broken
+
+
+def _names_only(message: str, pinned: set[str]) -> bool:
+    """Whether the plan fields a rule's message names are all pinned: a rule that also names a
+    field the search chooses (zero, sequence_parallel, dp) is one the search would have kept,
+    not why it found nothing."""
+    import re
+
+    from perfmodel.strategy import Plan
+
+    fields = {f.name for f in dataclasses.fields(Plan)}
+    named = {w for w in re.findall(r"[a-z_]+", message) if w in fields}
+    return bool(named) and named <= pinned
 
 
 def uneven_note(model: TransformerSpec, req: SearchRequest) -> str:

@@ -192,9 +192,13 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
         )
     if kw["dry_run"] and kw.get("hardware") is None and kw.get("profile") is None:
         kw["hardware"] = "dgx-a100-80gb"  # the ledger does not depend on the hardware
-    if kw.get("nprocs") and not (kw["dp"] * kw["tp"] * kw["pp"] * (kw.get("cp") or 1) > 1) \
-            and kw.get("gpus") is None:
-        kw["dp"] = kw["nprocs"]  # --nprocs N alone: pure data parallelism
+    model_parallel = kw["tp"] * kw["pp"] * (kw.get("cp") or 1)
+    source = click.get_current_context().get_parameter_source("dp")
+    dp_given = source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+    if kw.get("nprocs") and not dp_given and kw.get("gpus") is None \
+            and kw["nprocs"] % model_parallel == 0:
+        # --nprocs N without --dp: data parallelism over what tp x pp x cp leaves
+        kw["dp"] = kw["nprocs"] // model_parallel
     model, hardware, plan = build_inputs(kw)
     model = jobspec.model_overrides(model, kw)
     plan.check(model)

@@ -997,8 +997,12 @@ def _fp8(settings: Settings, job: JobConfig, where: str, take: Callable[[str, st
         for dest in ("fp8_recipe", "fp8_param_gather"):
             take(dest, "no --fp8-format: not used")
         return
-    if fmt.lower() not in ("e4m3", "hybrid"):  # Megatron-LM's choices for --fp8-format
-        raise refuse_plan(where, settings["fp8_format"][0], fmt, "e4m3 or hybrid")
+    key = settings["fp8_format"][0]
+    # Megatron-LM's choices for --fp8-format (and Megatron-Bridge's mixed_precision.fp8); a
+    # Bridge precision preset named by its string (bf16_with_fp8_..._mixed) is its own
+    preset = not key.startswith("--") and "fp8" in fmt.lower()
+    if fmt.lower() not in ("e4m3", "hybrid") and not preset:
+        raise refuse_plan(where, key, fmt, "e4m3 or hybrid")
     if dtype != "bf16":
         raise refuse_plan(where, settings["fp8_format"][0], fmt,
                           f"FP8 is modelled over bf16 mixed precision, not {dtype} (give --bf16)")
@@ -1070,7 +1074,10 @@ def _cuda_graphs(settings: Settings, job: JobConfig, where: str,
     if not isinstance(modules, list | tuple):
         raise refuse_plan(where, where_key, modules,
                           "a list of modules (attn, mlp, moe, ...) or full")
-    names = {str(m).rsplit(".", 1)[-1].lower() for m in modules}
+    # a Megatron-Bridge dump writes each module as its enum ({_target_: ...CudaGraphModule,
+    # _name_: attn, ...}); an argument list or a hand-written YAML as its name
+    names = {str(m.get("_name_", m.get("_args_", [""])[0]) if isinstance(m, dict) else m)
+             .rsplit(".", 1)[-1].lower() for m in modules}
     moe = bool(job.model.get("experts"))
     whole = impl == "full_iteration" or not names or names <= {"full", "full_iteration"} \
         or {"attn", "moe" if moe else "mlp"} <= names

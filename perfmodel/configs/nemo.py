@@ -164,7 +164,8 @@ def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any]
             settings[dest] = (key, value)
         elif name in _HARMLESS:
             job.skipped(key, value, "the same cost (numerics, fusion, initialization)")
-        elif name not in _NOT_TYPOS and typo(name, _READ_NAMES):  # a near-miss of a key read
+        elif value not in (None, False, 0, [], "", {}) and name not in _NOT_TYPOS \
+                and typo(name, _READ_NAMES):  # a near-miss of a key read, set: a misspelling
             raise SpecError(f"{job.path}: unknown key {key}{typo(name, _READ_NAMES)}")
         elif value in (None, False, 0, [], "", {}) or not model:
             job.skipped(key, value, "off" if model else "not the step's (run length, data, "
@@ -179,7 +180,10 @@ _READ_NAMES = frozenset((*_MODEL_FIELDS, *_RENAMED))  # the keys _put reads in a
 # OptimizerConfig and the Bridge's ConfigContainer sections at NVIDIA/Megatron-LM d98e8a64dd)
 _NOT_TYPOS = frozenset(("comm_overlap", "eval_context_parallel_size",
                         "moe_shared_expert_glu_interleave_size", "tp_comm_overlap_ag",
-                        "tp_comm_overlap_rs"))
+                        "tp_comm_overlap_rs", "encoder_tensor_model_parallel_size",
+                        "encoder_pipeline_model_parallel_size", "vision_tensor_model_parallel_size",
+                        "vision_pipeline_model_parallel_size", "num_position_embeddings",
+                        "swa_num_query_groups"))
 
 
 def _truth(value: Any) -> bool:

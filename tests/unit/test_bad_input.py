@@ -584,7 +584,7 @@ CASES = [
     C("recommend", "ep pinned to divide no experts (HF mixture of experts)", f"recommend --model "
       f"{HF}/mixtral-8x7b-v0.1 --hardware dgx-h100 --gpus 8 --global-batch 8 --seq-len 4096 "
       "--ep 3", PLAN, ("no plan satisfies the pins {'ep': 3} with 8 GPUs",
-                       "for one: ep (3) must divide tp x dp x cp")),
+                       "ep must divide the experts (8) and tp x dp x cp")),
     C("recommend", "unknown field", f"{REC} --what-if inter_node.bandwith_bytes_per_s=2x", PLAN,
       ("unknown numeric hardware field 'inter_node.bandwith_bytes_per_s'",
        "did you mean 'inter_node.bandwidth_bytes_per_s'")),

@@ -1233,9 +1233,17 @@ def test_bridge_reads_cuda_graphs_and_refuses_partial_ones(tmp_path):
     path = tmp_path / "bridge.yaml"
     path.write_text(yaml.safe_dump(data))
     assert read_config(path).plan["stack"] == "cuda-graphs"
-    data["model"]["cuda_graph_scope"] = ["attn"]
+    # a Megatron-Bridge dump writes the modules as their enums
+    enum = "megatron.core.transformer.enums.CudaGraphModule"
+    data["model"].pop("cuda_graph_scope")
+    data["model"]["cuda_graph_modules"] = [
+        {"_target_": enum, "_args_": [1], "_name_": "attn"},
+        {"_target_": enum, "_args_": [2], "_name_": "mlp"}]
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(PlanError, match="model.cuda_graph_scope"):
+    assert read_config(path).plan["stack"] == "cuda-graphs"
+    data["model"]["cuda_graph_modules"] = ["attn"]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(PlanError, match="model.cuda_graph_modules"):
         read_config(path)
 
 
@@ -1268,7 +1276,9 @@ def test_bridge_refuses_a_misspelt_or_unmodelled_key_outside_model(
 
 def test_megatron_cores_own_fields_near_a_read_key_are_not_taken_for_misspellings(tmp_path):
     data = yaml.safe_load((DATA / "bridge_llama3_8b.yaml").read_text())
-    data["model"].update(tp_comm_overlap_ag=False, eval_context_parallel_size=None)
+    data["model"].update(tp_comm_overlap_ag=True, eval_context_parallel_size=None,
+                         encoder_tensor_model_parallel_size=0)
+    data["train"]["micro_batch_sze"] = None  # off: not a setting, whatever its name
     path = tmp_path / "bridge.yaml"
     path.write_text(yaml.safe_dump(data))
     assert read_config(path).plan["tp"] >= 1

@@ -329,3 +329,13 @@ def test_a_group_that_straddles_a_node_boundary_is_costed_as_the_straddling_one(
     assert axis_per_node(Plan(gpus=12, dp=3, tp=4, global_batch=12), hw)["tp"] == (2, "mixed")
     # a single node holds every group whole: none straddles
     assert axis_per_node(Plan(gpus=6, dp=2, tp=3, global_batch=6), hw)["tp"] == (3, "intra")
+
+
+def test_a_group_of_several_axes_is_not_cut_by_its_parts():
+    """dp x cp of 24 consecutive ranks on 8-GPU nodes holds 8 in each node, whatever its cp
+    part of 3 (which straddles alone): the composite group takes the tiling rule of its parts
+    (6 a node, as before the straddling rule), not the straddle of each."""
+    from perfmodel.encode import axis_per_node
+
+    per_node = axis_per_node(Plan(gpus=24, dp=8, cp=3, global_batch=8), 8)
+    assert per_node["cp"] == (1, "inter") and per_node["dp_cp"] == (6, "mixed")

@@ -252,3 +252,9 @@ def test_recommend_csv_leaves_the_step_time_of_plans_that_do_not_fit_empty(tmp_p
     # the attention each plan was costed with: the hardware's default where the request leaves
     # it (it was left empty), so that the CSV reads back
     assert frame["flash_attention"].all() and set(frame["attention_kernel"]) == {"cudnn"}
+    # fp8 attends in bf16: its kernel too
+    code, _, err = run_main(["recommend", "--model", "llama2-7b", "--hardware", "dgx-h100",
+                             "--gpus", "8", "--global-batch", "8", "--dtype", "fp8",
+                             "--csv", str(csv)])
+    assert code == 0, err
+    assert set(pd.read_csv(csv)["attention_kernel"]) == {"cudnn"}

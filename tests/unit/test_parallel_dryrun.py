@@ -399,3 +399,9 @@ def test_nprocs_counts_the_cp_ranks(run_cli):
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert (doc["plan"]["dp"], doc["plan"]["cp"], doc["plan"]["gpus"]) == (1, 2, 2)
+    # without --dp, the ranks tp x pp x cp leaves are data-parallel
+    out = run_cli("validate", "--model", "tiny-gpt", "--cp", "2", "--global-batch", "4",
+                  "--nprocs", "4", "--steps", "2", "--dry-run", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert (doc["plan"]["dp"], doc["plan"]["cp"], doc["plan"]["gpus"]) == (2, 2, 4)
