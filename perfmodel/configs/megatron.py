@@ -1049,7 +1049,8 @@ def _cuda_graphs(settings: Settings, job: JobConfig, where: str,
     full_iteration the forward and backward whole; --enable-cuda-graph and --external-cuda-graph
     are the older names of local and transformer_engine (megatron/training/arguments.py,
     TransformerConfig.cuda_graph_impl). Graphs over part of a layer (attn alone, or an MoE
-    layer's router and preprocess) are refused: the cuda-graphs stack graphs whole layers."""
+    layer's router and preprocess) are read as the eager stack, with a note: the cuda-graphs
+    stack graphs whole layers."""
     impl = _str(settings, "cuda_graph_impl", "none") or "none"
     key = settings["cuda_graph_impl"][0] if "cuda_graph_impl" in settings else "--cuda-graph-impl"
     for flag, name in (("enable_cuda_graph", "local"),
@@ -1081,11 +1082,16 @@ def _cuda_graphs(settings: Settings, job: JobConfig, where: str,
     moe = bool(job.model.get("experts"))
     whole = impl == "full_iteration" or not names or names <= {"full", "full_iteration"} \
         or {"attn", "moe" if moe else "mlp"} <= names
-    if not whole:
-        raise refuse_plan(where, where_key, sorted(names),
-                          "CUDA graphs over part of each layer are not modelled (perfmodel's "
-                          "cuda-graphs stack graphs whole layers): give full, or attn and "
-                          + ("moe" if moe else "mlp"))
+    if not whole:  # as the AutoModel reader reads its partial graphs: eager, said so
+        job.fix("stack", "eager")
+        take("cuda_graph_impl", f"{impl} over part of each layer: stack eager")
+        if given:
+            take(given, f"{', '.join(sorted(names))}: part of each layer")
+        job.notes.append(f"{where_key} {', '.join(sorted(names))}: CUDA graphs over part of "
+                         "each layer are not modelled (perfmodel's cuda-graphs stack graphs whole "
+                         "layers): the layers are costed on the eager stack, their host time as "
+                         "if nothing were graphed")
+        return
     job.fix("stack", "cuda-graphs")
     take("cuda_graph_impl", f"{impl}: stack cuda-graphs (whole layers graphed)")
     if given:
@@ -1435,7 +1441,12 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
     if model.experts and plan.zero == 3:
         raise refuse_emit("megatron", "zero 3 with experts", "Megatron-LM's torch FSDP2 path is "
                           "not written with experts (pin --zero 0 or 1)")
-    args = [["--num-layers", str(model.layers)], ["--hidden-size", str(model.hidden)],
+    if plan.stack.value == "compiled":
+        raise refuse_emit("megatron", "stack compiled", "Megatron-LM compiles none of its "
+                          "layers: eager or CUDA graphs (pin --stack eager or cuda-graphs)")
+    graphs = [["--cuda-graph-impl", "transformer_engine"]] \
+        if plan.stack.value == "cuda-graphs" else []  # whole layers: its modules' default, full
+    args = [*graphs, ["--num-layers", str(model.layers)], ["--hidden-size", str(model.hidden)],
             ["--ffn-hidden-size", str(model.ffn_hidden)],
             ["--num-attention-heads", str(model.heads)], ["--kv-channels", str(model.head_dim)]]
     if model.kv_heads != model.heads:

@@ -1213,21 +1213,28 @@ def test_megatron_reads_cuda_graphs_as_the_stack(tmp_path, extra, stack):
 
 
 @pytest.mark.parametrize("extra", [
-    "--cuda-graph-impl transformer_engine --cuda-graph-scope attn",
-    "--cuda-graph-impl local --cuda-graph-modules mlp",
     "--enable-cuda-graph --cuda-graph-impl local",
     "--cuda-graph-impl everything",
 ])
-def test_megatron_refuses_cuda_graphs_it_cannot_cost(tmp_path, extra):
+def test_megatron_refuses_cuda_graphs_it_cannot_read(tmp_path, extra):
     with pytest.raises(PlanError, match="cuda-graph"):
         read_config(write(tmp_path, BASE + extra))
 
 
-def test_bridge_reads_cuda_graphs_and_refuses_partial_ones(tmp_path):
+@pytest.mark.parametrize("extra", ["--cuda-graph-impl transformer_engine --cuda-graph-scope attn",
+                                   "--cuda-graph-impl local --cuda-graph-modules mlp"])
+def test_megatron_reads_graphs_over_part_of_a_layer_as_eager_with_a_note(tmp_path, extra):
+    """As the AutoModel reader does: the partial graphs are not modelled, and the note says the
+    layers are costed eager."""
+    job = read_config(write(tmp_path, BASE + extra))
+    assert job.plan["stack"] == "eager"
+    assert any("part of each layer are not modelled" in n for n in job.notes)
+
+
+def test_bridge_reads_cuda_graphs_whole_or_partial(tmp_path):
     """A Megatron-Bridge config's model.cuda_graph_impl and cuda_graph_scope: whole layers are
     the cuda-graphs stack; part of a layer (attention alone, or an MoE layer's router and
-    preprocess, the MoE recipes' partial graphs) is refused, not costed as whole layers or as
-    none."""
+    preprocess, the MoE recipes' partial graphs) is read as eager, with a note."""
     data = yaml.safe_load((DATA / "bridge_llama3_8b.yaml").read_text())
     data["model"].update(cuda_graph_impl="transformer_engine", cuda_graph_scope=["attn", "mlp"])
     path = tmp_path / "bridge.yaml"
@@ -1243,8 +1250,9 @@ def test_bridge_reads_cuda_graphs_and_refuses_partial_ones(tmp_path):
     assert read_config(path).plan["stack"] == "cuda-graphs"
     data["model"]["cuda_graph_modules"] = ["attn"]
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(PlanError, match="model.cuda_graph_modules"):
-        read_config(path)
+    job = read_config(path)
+    assert job.plan["stack"] == "eager"
+    assert any(n.startswith("model.cuda_graph_modules attn") for n in job.notes)
 
 
 def test_megatron_refuses_an_fp8_format_it_does_not_know(tmp_path):
@@ -1298,3 +1306,18 @@ def test_the_read_list_says_what_each_value_became(tmp_path):
     value, note = read["model.share_embeddings_and_output_weights"]
     assert value is True and note.startswith("tied_embeddings true")
     assert job.model["tied_embeddings"] is True
+
+
+def test_megatron_emit_writes_cuda_graphs_and_refuses_a_compiled_stack():
+    """A cuda-graphs plan is written with --cuda-graph-impl transformer_engine (whole layers),
+    which reads back as cuda-graphs; Megatron-LM compiles no layer, so a compiled plan is
+    refused (it was written as eager and read back so)."""
+    model = load_model("llama3-8b")
+    base = dict(gpus=8, dp=8, global_batch=64, flash_attention=True, kernels="fused")
+    args = [a for group in megatron_arguments(model, Plan(**base, stack="cuda-graphs"))
+            for a in group]
+    assert args[args.index("--cuda-graph-impl") + 1] == "transformer_engine"
+    assert "--cuda-graph-impl" not in [a for group in megatron_arguments(
+        model, Plan(**base, stack="eager")) for a in group]
+    with pytest.raises(PlanError, match="stack compiled"):
+        megatron_arguments(model, Plan(**base, stack="compiled"))
