@@ -10,6 +10,7 @@ from typing import Any
 
 import sympy as sp
 
+from perfmodel import codegen
 from perfmodel import symbols as S
 from perfmodel.errors import PerfmodelError
 from perfmodel.evaluate import family_of, values_of
@@ -29,13 +30,18 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     built = build(family)
     result = predict(model, hardware, plan)
     values = values_of(model, hardware, plan)
-    subs = {sym: values[name] for name, (sym, _) in S.table().items() if name in values}
     show = sp.latex if latex else sp.sstr
     stage = "first" if result.bottleneck_stage == "all" else result.bottleneck_stage
     m = plan.num_micro_batches
 
+    composed = built.stages[stage]
+    wanted_exprs = [*built.term_values.values(), *built.stage_terms[stage].values()]
+    if composed.host_share is not None:
+        wanted_exprs += [*composed.host_share[1:], *(composed.synced or ())]
+    numbers = _numbers(wanted_exprs, values)
+
     def number(expr: sp.Expr) -> float:
-        return float(sp.sympify(expr).xreplace(subs))
+        return numbers[sp.sympify(expr)]
 
     lines = [
         f"# {model.name} on {plan.gpus} x {hardware.gpu_name}: predicted step time "
@@ -58,12 +64,11 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
                          "schedule moves into the bubble (zb: 2 x, zbv: 3 x half the backward "
                          "GEMMs of the faster stage; 0 otherwise)")
     lines.append("  and T_bubble, T_dp, ..., T_opt the step terms below")
-    composed = built.stages[stage]
     if composed.host_share is not None:  # an asynchronous device: host and device overlap
         x, share, host, device = composed.host_share
         p = CO.HOST_DEVICE_SHARPNESS
         sections = composed.synced
-        if sections is not None and number(sp.Add(*sections)) > 0:
+        if sections is not None and sum(number(v) for v in sections) > 0:
             h_r, d_r, h_a, d_a = (number(v) for v in sections)
             how, where = "(t - D) / H", (
                 f"; t = D_A + ((H_R + e_A)^{p} + D_R^{p})^(1/{p}) + (H_B^{p} + D_B^{p})^(1/{p}), "
@@ -104,13 +109,39 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
             lines.append("    " + show(built.time_terms[name]))
     lines += ["", "symbols:"]
     by_sym = S.by_symbol()
-    used = set().union(*(sp.sympify(e).free_symbols for e in built.time_terms.values()))
+    used = codegen.free_symbols([sp.sympify(e) for e in built.time_terms.values()])
     for sym in sorted(used, key=lambda s_: s_.name):
         name, meaning = by_sym.get(sym, (sym.name, ""))
         label = sp.latex(sym) if latex else sym.name
         shown = f"{values[name]:<14.6g}" if name in values else f"{'-':<14}"  # never 'nan'
         lines.append(f"  {label:>22} = {shown} {meaning}")
     return "\n".join(lines)
+
+
+def _numbers(exprs: list[Any], values: dict[str, float]) -> dict[Any, float]:
+    """Each expression's value at the plan's symbol values, compiled once for all of them
+    (perfmodel.codegen, as predict's families are): substituting into each tree (xreplace)
+    rebuilds every Min and Max, which took most of a minute on a mixture of experts."""
+    import numpy as np
+
+    exprs = list(dict.fromkeys(sp.sympify(e) for e in exprs))
+    table = S.table()
+    used = codegen.free_symbols(exprs)
+    names = [name for name, (sym, _) in table.items() if sym in used]
+    missing = [name for name in names if name not in values]
+    if missing:  # never a NaN for a symbol the plan does not set
+        raise PerfmodelError(f"explain: no value for {', '.join(missing)}")
+    taken: set[str] = set()
+    params = [(table[name][0], codegen.identifier(name, taken)) for name in names]
+    try:
+        source = codegen.numpy_function("explained", params, exprs)
+    except codegen.Unsupported:  # a node the printer lacks: substitute (slow, but exact)
+        subs = {table[name][0]: values[name] for name in names}
+        return {e: float(e.xreplace(subs)) for e in exprs}
+    namespace: dict[str, Any] = {codegen.NUMPY: np}
+    exec(compile(source, "<perfmodel explain>", "exec"), namespace)  # our own generated code
+    out = namespace["explained"](*(values[name] for name in names))
+    return {e: float(v) for e, v in zip(exprs, out, strict=True)}
 
 
 def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:

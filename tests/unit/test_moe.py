@@ -391,6 +391,29 @@ def test_explain_prints_the_new_terms_formulas():
         assert per_step == pytest.approx(p.breakdown_s[term], rel=1e-5)
 
 
+def test_explain_values_are_the_substituted_formulas():
+    """explain evaluates its formulas compiled (perfmodel.codegen) rather than by substituting
+    into each tree: the same numbers as sympy's substitution, for the stage totals and the MoE
+    host sections (a synchronised host on an asynchronous device)."""
+    import sympy as sp
+
+    from perfmodel.explain import _numbers
+    from perfmodel.step import build
+    from perfmodel.symbols import table
+
+    model, hw = load_model("qwen3-30b-a3b"), load_hardware(HW)
+    plan = _plan(dp=8, ep=8, global_batch=16)
+    built = build(family_of(model, hw, plan, specialise=True))
+    composed = built.stages["first"]
+    assert composed.host_share is not None and composed.synced is not None
+    exprs = [*built.term_values.values(), *composed.host_share[1:], *composed.synced]
+    values = values_of(model, hw, plan)
+    subs = {sym: values[name] for name, (sym, _) in table().items() if name in values}
+    got = _numbers(exprs, values)
+    for e in exprs:
+        assert got[sp.sympify(e)] == pytest.approx(float(sp.sympify(e).xreplace(subs)), rel=1e-9)
+
+
 def test_ep_groups_take_the_tensor_parallel_ranks_first():
     # Megatron-Core with expert tensor parallelism 1 (parallel_state.initialize_model_parallel:
     # the expert RankGenerator, order "tp-cp-ep-dp-pp", expert tp 1) numbers a stage's ranks with
