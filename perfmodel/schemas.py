@@ -404,6 +404,11 @@ def schema(kind: str) -> dict[str, Any]:
             "predicted_step_time_s": NUMBER_OR_NULL, "measured_step_time_s": NUMBER_OR_NULL,
             "relative_error": NUMBER_OR_NULL, "steps": {"type": ["integer", "null"]},
             "terms": {"type": "array", "items": term},
+            "terms_stage": {"type": "string", "enum": ["all", "first", "middle", "last"],
+                            "description": "The pipeline stage whose ranks' mean the measured "
+                                           "terms are: the prediction's slowest (its terms'); "
+                                           "the step time is the slowest rank's"},
+            "terms_ranks": {"type": "array", "items": {"type": "integer"}},
             "memory": {"type": "object"}, "launch": obj({"status": STRING}),
             "created": STRING, "prediction": PREDICTION, "caveats": STRINGS,
             "measured_trace": {

@@ -2,9 +2,12 @@
 
 Measured terms come from the job's per-rank records (see workload/job.py). Aggregation:
 the step time of one step is the slowest rank's (max over ranks); a term of one step is the mean
-over ranks; both are then the median over the timed steps. Tensor-parallel communication is timed
-in the probe step and taken out of forward and backward, so the terms add up to the step time the
-way the model's terms do.
+over the ranks of the pipeline stage the prediction's terms are of (its bottleneck_stage: pp rank
+0 for "first", pp - 1 for "last", the others for "middle"; every rank without pipelining), so
+that a stage that holds the embedding or the output layer is compared with its own prediction,
+not with the mean of unequal stages; both are then the median over the timed steps.
+Tensor-parallel communication is timed in the probe step and taken out of forward and backward, so
+the terms add up to the step time the way the model's terms do.
 
 Memory: the peak of tensor memory per rank (max over ranks) against the prediction's memory per GPU
 less what it reserves outside tensors (the "reserved" terms: the CUDA context, NCCL buffers and the
@@ -94,14 +97,34 @@ def _comm_parts(record: dict[str, Any], phase: str, key: str, total: float) -> t
     return tp, min(dp, total - tp)
 
 
+def stage_ranks(records: list[dict[str, Any]], stage: str | None) -> list[dict[str, Any]]:
+    """The records of the pipeline stage `stage` (first, last, middle: perfmodel's
+    bottleneck_stage) by each rank's pp coordinate; all of them for "all", None, a job without
+    pipelining or records without coordinates."""
+    pp_of = [(r.get("coords") or {}).get("pp") for r in records]
+    if stage in (None, "all") or any(c is None for c in pp_of) or not records:
+        return records
+    last = max(int(c) for c in pp_of if c is not None)
+    if last == 0:
+        return records
+    want = {"first": lambda c: c == 0, "last": lambda c: c == last,
+            "middle": lambda c: 0 < c < last}.get(str(stage))
+    if want is None:
+        return records
+    out = [r for r, c in zip(records, pp_of, strict=True) if want(int(c))]
+    return out or records
+
+
 def measured_terms(
-    records: list[dict[str, Any]],
+    records: list[dict[str, Any]], stage: str | None = None,
 ) -> tuple[float | None, dict[str, float | None], int]:
-    """Step time and terms from the per-rank records; also the number of steps all ranks timed."""
+    """Step time (the slowest rank's) and terms (the mean over the ranks of `stage`, see
+    stage_ranks) from the per-rank records; also the number of steps all ranks timed."""
     records = [r for r in records if r.get("steps")]
     if not records:
         return None, {name: None for name, _ in TERMS}, 0
     n = min(len(r["steps"]) for r in records)
+    of_stage = {id(r) for r in stage_ranks(records, stage)}
     step_times: list[float] = []
     per_term: dict[str, list[float]] = {name: [] for name, _ in TERMS}
     for i in range(n):
@@ -109,6 +132,8 @@ def measured_terms(
         step_times.append(max(s["step"] for s in steps))
         sums: dict[str, float] = {name: 0.0 for name, _ in TERMS}
         for r, s in zip(records, steps, strict=True):
+            if id(r) not in of_stage:
+                continue
             fwd, bwd = s.get("forward", 0.0), s.get("backward", 0.0)
             # Communication inside forward and backward, timed in the probe steps: tensor
             # parallelism, and FSDP's gathers and reduce-scatters (its gradient sync).
@@ -122,7 +147,7 @@ def measured_terms(
             sums["optimizer"] += s.get("optimizer", 0.0)
         for name in sums:
             if name != "other":
-                per_term[name].append(sums[name] / len(records))
+                per_term[name].append(sums[name] / len(of_stage))
         per_term["other"].append(
             step_times[-1] - sum(per_term[k][-1] for k in sums if k != "other")
         )
@@ -137,7 +162,10 @@ def build_report(
     records: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """The report: meta (model, plan, backend...), prediction, measurement, per-term comparison."""
-    step, terms, steps = measured_terms(records)
+    stage = prediction.get("bottleneck_stage") if prediction else None
+    step, terms, steps = measured_terms(records, stage)
+    of_stage = sorted(r.get("rank", 0) for r in stage_ranks(
+        [r for r in records if r.get("steps")], stage))
     predicted_step = prediction["step_time_s"] if prediction else None
     predicted = group_predicted(prediction["breakdown_s"]) if prediction else {}
     rows = []
@@ -161,6 +189,9 @@ def build_report(
         "relative_error": relative_error(step, predicted_step),
         "steps": steps,
         "terms": rows,
+        # the ranks whose mean the measured terms are: those of the predicted slowest stage
+        "terms_stage": stage or "all",
+        "terms_ranks": of_stage,
         "memory": memory_comparison(prediction, records),
         "dtype_used": rank0.get("dtype", meta.get("dtype_used")),
         "dtype_note": rank0.get("dtype_note") or meta.get("dtype_note", ""),
@@ -231,7 +262,12 @@ def render(report: dict[str, Any], console: Any = None) -> None:
         f"validate {report.get('model')} plan {report.get('plan_label', '')} "
         f"on {report.get('ranks')} {report.get('backend')} ranks"
     )
-    table = Table(title=title)
+    stage = report.get("terms_stage", "all")
+    caption = None if stage == "all" else (
+        f"terms: the mean of the {stage} pipeline stage's ranks "
+        f"({', '.join(str(r) for r in report.get('terms_ranks') or [])}), the stage the "
+        "prediction's terms are of (its slowest); step: the slowest rank's")
+    table = Table(title=title, caption=caption)
     for col in ("term", "predicted", "measured", "error"):
         table.add_column(col, justify="left" if col == "term" else "right")
     for row in report["terms"]:

@@ -302,6 +302,8 @@ def test_an_uneven_pipeline_split_runs_as_predicted(tmp_path):
     assert report["collectives_vs_ledger"]["rows"] and all(
         r["agree"] for r in report["collectives_vs_ledger"]["rows"])
     assert report["prediction"]["bottleneck_stage"] == "last"  # 3 layers and the output layer
+    # its terms are compared with the last stage's rank alone, not the mean of both stages
+    assert report["terms_stage"] == "last" and report["terms_ranks"] == [1]
 
 
 def test_a_pipeline_layout_runs_as_predicted(tmp_path):

@@ -64,6 +64,28 @@ def test_tensor_parallel_time_is_taken_out_of_forward_and_backward():
     assert sum(terms.values()) == pytest.approx(step)
 
 
+def test_terms_are_the_predicted_slowest_stage_s_ranks():
+    # pp 2 x dp 2: ranks 0, 1 hold the first stage (forward 0.2 s), 2, 3 the last (forward
+    # 0.6 s: the output layer). A prediction whose slowest stage is the last compares its terms
+    # with ranks 2 and 3 alone, not with the mean of both stages (0.4 s); the step time stays
+    # the slowest rank's.
+    records = []
+    for rank, fwd in ((0, 0.2), (1, 0.2), (2, 0.6), (3, 0.6)):
+        r = _rank(rank, [_step(1.0 + rank / 10, fwd, 0.3)])
+        r["coords"] = {"pp": rank // 2, "dp": rank % 2}
+        records.append(r)
+    step, terms, _ = rep.measured_terms(records, "last")
+    assert terms["forward"] == pytest.approx(0.6) and step == pytest.approx(1.3)
+    assert rep.measured_terms(records, "first")[1]["forward"] == pytest.approx(0.2)
+    assert rep.measured_terms(records)[1]["forward"] == pytest.approx(0.4)
+    assert [r["rank"] for r in rep.stage_ranks(records, "middle")] == [0, 1, 2, 3]  # pp 2: none
+    report = rep.build_report(meta={}, prediction={
+        "step_time_s": 1.0, "breakdown_s": {"compute/forward/gemm": 0.5},
+        "bottleneck_stage": "last", "memory_per_gpu_bytes": 2000.0}, launch={}, records=records)
+    assert report["terms_stage"] == "last" and report["terms_ranks"] == [2, 3]
+    assert report["terms"][0]["measured_s"] == pytest.approx(0.6)
+
+
 def test_ranks_with_fewer_steps_limit_the_steps_compared():
     r0 = _rank(0, [_step(1.0, 0.3, 0.5)] * 3)
     r1 = _rank(1, [_step(1.0, 0.3, 0.5)])  # crashed after one timed step
