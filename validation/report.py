@@ -101,17 +101,18 @@ def stage_ranks(records: list[dict[str, Any]], stage: str | None) -> list[dict[s
     """The records of the pipeline stage `stage` (first, last, middle: perfmodel's
     bottleneck_stage) by each rank's pp coordinate; all of them for "all", None, a job without
     pipelining or records without coordinates."""
-    pp_of = [(r.get("coords") or {}).get("pp") for r in records]
-    if stage in (None, "all") or any(c is None for c in pp_of) or not records:
+    coords = [(r.get("coords") or {}).get("pp") for r in records]
+    if stage in (None, "all") or any(c is None for c in coords) or not records:
         return records
-    last = max(int(c) for c in pp_of if c is not None)
+    pp_of = [int(c) for c in coords if c is not None]
+    last = max(pp_of)
     if last == 0:
         return records
     want = {"first": lambda c: c == 0, "last": lambda c: c == last,
             "middle": lambda c: 0 < c < last}.get(str(stage))
     if want is None:
         return records
-    out = [r for r, c in zip(records, pp_of, strict=True) if want(int(c))]
+    out = [r for r, c in zip(records, pp_of, strict=True) if want(c)]
     return out or records
 
 
