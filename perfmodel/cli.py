@@ -47,6 +47,10 @@ from perfmodel.strategy import (
 )
 
 EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+# the reader of standard output closed it (`perfmodel presets | head`): quietly, with the status of
+# a process SIGPIPE ends, as cat or grep there (click's and rich's own is 1, perfmodel's internal
+# error)
+EXIT_BROKEN_PIPE = 128 + 13
 MAX_DEGREE = 10**7  # the largest parallel degree or GPU count a plan accepts (perfmodel.strategy)
 
 
@@ -1477,6 +1481,8 @@ def main(argv: list[str] | None = None) -> None:
         _run(argv, debug)
     except SystemExit as exc:
         code = exc.code
+        if code == 1 and isinstance(exc.__context__, BrokenPipeError):
+            code = EXIT_BROKEN_PIPE  # click or rich caught EPIPE writing standard output
     else:
         code = 0
     finally:
@@ -1502,7 +1508,9 @@ def _exit_now(code: object) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe: as Python's own exit reports it
+        except BrokenPipeError:  # the reader went away before the last buffered output
+            status = status or EXIT_BROKEN_PIPE
+        except (OSError, ValueError):  # another failed flush: as Python's own exit reports it
             status = status or 120
     os._exit(status)
 

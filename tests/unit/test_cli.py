@@ -336,3 +336,23 @@ def test_batch_rows_with_gpus_and_no_dp_leave_dp_to_the_other_degrees(run_cli, t
     assert rows[0]["step_time_s"] == pytest.approx(json.loads(one.stdout)["step_time_s"],
                                                    rel=1e-12)
     assert "gpus (62) must be a multiple of tp x pp x cp (4)" in rows[1]["error"]
+
+
+@pytest.mark.parametrize("args", [["presets"], ["predict", "--model", "llama3-8b", "--hardware",
+                                                "dgx-h100", "--gpus", "8", "--global-batch", "8"]])
+def test_a_closed_output_pipe_ends_quietly_as_sigpipe_would(args):
+    """`perfmodel presets | head`: the reader gone, perfmodel stops without a word and with the
+    status SIGPIPE gives cat or grep (141), not 1 (its internal error; click's and rich's own
+    status for EPIPE). The pipe's read end is closed before perfmodel writes: EPIPE for sure."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "perfmodel", *args], stdout=write,
+                              stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == b""
