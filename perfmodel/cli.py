@@ -368,6 +368,13 @@ TRANSFORMER_ONLY = ("dp", "tp", "pp", "cp", "ep", "etp", "zero", "cp_comm", "ep_
                     "tp_depth")
 
 
+def _transformer_options_given() -> list[str]:
+    """The transformer-only options (TRANSFORMER_ONLY) given on the command line, as flags."""
+    ctx = click.get_current_context()
+    return [f"--{k.replace('_', '-')}" for k in TRANSFORMER_ONLY
+            if k in ctx.params and _given(ctx, k)]
+
+
 def _given(ctx: click.Context, name: str) -> bool:
     """Whether an option was given on the command line (not its default)."""
     source = ctx.get_parameter_source(name)
@@ -547,9 +554,7 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
         raise click.UsageError("--fp8-recipe, --fp8-output-layer and --fp8-params apply to "
                                "transformers trained in fp8 (--dtype fp8); a layer graph trains "
                                "in fp32, tf32, bf16 or fp16")
-    ctx = click.get_current_context()
-    given = [f"--{k.replace('_', '-')}" for k in TRANSFORMER_ONLY
-             if k in ctx.params and _given(ctx, k)]
+    given = _transformer_options_given()
     if given:
         raise click.UsageError(f"{', '.join(given)}: a transformer's degrees and options; a "
                                "layer graph splits over --pr x --pc")
@@ -1079,9 +1084,7 @@ def recommend(model: str | None, from_config: str | None,
         if pins.get("fp8_recipe") or pins.get("fp8_output_layer") or pins.get("fp8_params"):
             raise click.UsageError("--fp8-recipe, --fp8-output-layer and --fp8-params apply to "
                                    "transformers trained in fp8 (--dtype fp8)")
-        ctx = click.get_current_context()
-        pinned = [f"--{k.replace('_', '-')}" for k in TRANSFORMER_ONLY
-                  if k in ctx.params and _given(ctx, k)]
+        pinned = _transformer_options_given()
         if pinned:
             raise click.UsageError(f"{', '.join(pinned)}: a transformer's degrees and options; "
                                    "a layer graph's search is over its Pr x Pc grids")
