@@ -104,8 +104,8 @@ def run_cmd(
     from perfmodel.extras import require_torch
     from perfmodel.files import check_output
 
+    require_torch("calibrate run")  # first: a missing extra leaves no directory behind
     check_output(out, what="profile", make_parents=True)  # before the run, not after it
-    require_torch("calibrate run")
     from calibration.run import run  # imports torch: after the checks
     console = Console(stderr=True)
     path = run(
