@@ -35,7 +35,8 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     m = plan.num_micro_batches
 
     composed = built.stages[stage]
-    wanted_exprs = [*built.term_values.values(), *built.stage_terms[stage].values()]
+    wanted_exprs = [*built.term_values.values(), *built.stage_terms[stage].values(),
+                    *(e for terms in built.memory_terms.values() for e in terms.values())]
     if composed.host_share is not None:
         wanted_exprs += [*composed.host_share[1:], *(composed.synced or ())]
     numbers = _numbers(wanted_exprs, values)
@@ -87,8 +88,13 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     def wanted(name: str) -> bool:
         return not only or any(name == o or name.startswith(o) for o in only)
 
+    # memory: the stage that holds the most, as predict reports it (first on a tie, by name)
+    mem_stage = max(sorted(built.memory_terms), key=lambda st: sum(
+        number(e) for e in built.memory_terms[st].values()))
+    memory_terms = built.memory_terms[mem_stage]
     names = sorted({*built.stage_terms[stage], *STEP_TERMS,
-                    *(t for t in built.time_terms if t in STEP_SYMBOLS)})
+                    *(t for t in built.time_terms if t in STEP_SYMBOLS),
+                    *(f"memory/{k}" for k in memory_terms), "memory/reserved"})
     for o in only:  # a typo must not silently print nothing
         if not any(n == o or n.startswith(o) for n in names):
             raise PerfmodelError(f"--term: no term '{o}'{suggest(o, names)}; terms (or a prefix "
@@ -107,15 +113,41 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
         lines.append(f"- {name} ({sym}) = {result.breakdown_s[name]:.6g} s per step")
         if name != "pipeline/bubble":  # its formula is the composition's, above
             lines.append("    " + show(built.time_terms[name]))
+    lines += _memory_lines(memory_terms, mem_stage, hardware, result, number, show, wanted)
     lines += ["", "symbols:"]
     by_sym = S.by_symbol()
-    used = codegen.free_symbols([sp.sympify(e) for e in built.time_terms.values()])
+    shown_memory = [e for k, e in memory_terms.items() if wanted(f"memory/{k}")]
+    used = codegen.free_symbols([sp.sympify(e) for e in (*built.time_terms.values(),
+                                                          *shown_memory)])
     for sym in sorted(used, key=lambda s_: s_.name):
         name, meaning = by_sym.get(sym, (sym.name, ""))
         label = sp.latex(sym) if latex else sym.name
         shown = f"{values[name]:<14.6g}" if name in values else f"{'-':<14}"  # never 'nan'
         lines.append(f"  {label:>22} = {shown} {meaning}")
     return "\n".join(lines)
+
+
+def _memory_lines(terms: dict[str, Any], stage: str, hardware: HardwareSpec, result: Any,
+                  number: Any, show: Any, wanted: Any) -> list[str]:
+    """The memory per GPU of the stage that holds the most, term by term (memory/NAME, as
+    --term selects them), with the formulas perfmodel.step.memory counts them by."""
+    picked = {k: e for k, e in terms.items() if wanted(f"memory/{k}")}
+    reserved = float(hardware.memory_reserved_bytes or 0)
+    if not picked and not (reserved and wanted("memory/reserved")):
+        return []
+    where = "every GPU" if result.plan.pp == 1 else \
+        f"the {stage} stage's GPUs (the stage that holds the most)"
+    out = ["", f"memory per GPU [bytes] on {where}: {result.memory_per_gpu_bytes / 2**30:.4g} "
+               f"GiB of {result.memory_capacity_bytes / 2**30:.4g} GiB "
+               f"({'fits' if result.fits_in_memory else 'does not fit'}):"]
+    for name, expr in picked.items():
+        value = number(expr)
+        out.append(f"- memory/{name} = {value:.6g} B ({value / 2**30:.4g} GiB)")
+        out.append("    " + show(expr))
+    if reserved and wanted("memory/reserved"):
+        out.append(f"- memory/reserved = {reserved:.6g} B ({reserved / 2**30:.4g} GiB): the CUDA "
+                   "context and libraries' workspaces (the hardware's memory_reserved_bytes)")
+    return out
 
 
 def _numbers(exprs: list[Any], values: dict[str, float]) -> dict[Any, float]:

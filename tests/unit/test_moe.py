@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfmodel import PlanError, load_hardware, load_model, predict
+from perfmodel import PerfmodelError, PlanError, load_hardware, load_model, predict
 from perfmodel.costs.gemm_efficiency import gemm_time_s
 from perfmodel.evaluate import family_of, values_of
 from perfmodel.params import expert_parameters, parameter_counts
@@ -389,6 +389,21 @@ def test_explain_prints_the_new_terms_formulas():
         assert symbol in formula
         per_step = float(text.splitlines()[line].split(",")[1].split()[0])
         assert per_step == pytest.approx(p.breakdown_s[term], rel=1e-5)
+    # the memory per GPU, term by term (memory/NAME), adds up to the prediction's, each term its
+    # memory_breakdown_bytes entry; the experts' weights and states are divided by ep
+    memory = {x.split(" = ")[0][2:]: float(x.split(" = ")[1].split()[0])
+              for x in text.splitlines() if x.startswith("- memory/")}
+    assert sum(memory.values()) == pytest.approx(p.memory_per_gpu_bytes, rel=1e-5)
+    for name, value in p.memory_breakdown_bytes.items():
+        assert memory[f"memory/{name}"] == pytest.approx(value, rel=1e-5)
+    weights = text.splitlines()[text.splitlines().index(next(
+        x for x in text.splitlines() if x.startswith("- memory/weights ="))) + 1]
+    assert "/(ep*etp*pp)" in weights
+    only = explain_text(model, hw, plan, only=("memory/weights",)).splitlines()
+    assert [x for x in only if x.startswith("- ")] == ["- memory/weights = " + next(
+        x for x in text.splitlines() if x.startswith("- memory/weights = ")).split(" = ")[1]]
+    with pytest.raises(PerfmodelError, match="memory/weights"):  # a bf16 plan: no FP8 copies
+        explain_text(model, hw, plan, only=("memory/fp8",))
 
 
 def test_explain_values_are_the_substituted_formulas():
