@@ -60,7 +60,7 @@ def calibrate() -> None:
     "--out",
     "out",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="Profile JSON to write (the raw CSV goes beside it).",
 )
 @click.option(
@@ -147,7 +147,7 @@ def run_cmd(
     "--out",
     "out",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="Profile JSON to write (the raw CSV goes beside it).",
 )
 @click.option("--base", default=None, help="Hardware preset the profile builds on (e.g. dgx-h100).")
@@ -266,7 +266,7 @@ def _preset_for(device: str | None, per_node: int | None) -> str | None:
     "--out",
     "out",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="Profile JSON to write (the raw CSV goes beside it).",
 )
 @click.option("--base", default=None, help="Hardware preset the profile builds on.")
@@ -320,7 +320,7 @@ def import_gemm_cmd(
 @click.argument("profile", type=click.Path(path_type=Path))
 @click.option(
     "--plot",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help="Draw measured against fitted (log-log), one panel per fit, to this PNG (or .svg, .pdf).",
 )

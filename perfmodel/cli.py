@@ -158,10 +158,10 @@ def plan_options(fn: Any) -> Any:
     options = [
         click.option("--model", "model", required=False,
                      help="Model preset or spec file (YAML/JSON, HF config.json)."),
-        click.option("--from-config", "from_config", type=click.Path(dir_okay=False),
+        click.option("--from-config", "from_config", type=click.Path(),
                      default=None, help=FROM_CONFIG_HELP),
         click.option("--hardware", "hardware", default=None, help="Hardware preset or spec file."),
-        click.option("--profile", "profile", default=None, type=click.Path(dir_okay=False),
+        click.option("--profile", "profile", default=None, type=click.Path(),
                      help="Calibrated profile (overrides the hardware preset's fields)."),
         click.option("--gpus", type=int, default=None,
                      help="GPU count (default dp x tp x pp x cp)."),
@@ -700,18 +700,18 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
 @cli.command()
 @plan_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--batch", "batch", type=click.Path(dir_okay=False), default=None,
+@click.option("--batch", "batch", type=click.Path(), default=None,
               help="CSV of plans, one per row (columns named like the flags).")
-@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+@click.option("--out", "out", type=click.Path(), default=None,
               help="With --batch: write results here (CSV) instead of standard output.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", type=click.Path(), default=None,
               help="Draw the time and memory breakdowns (PNG).")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--trace", "trace_path", type=click.Path(), default=None,
               help="Write the predicted step as a Chrome/Perfetto trace (JSON): every stage's "
                    "passes per the schedule, the bubbles, the sync and the optimizer.")
-@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--timeline", "timeline_path", type=click.Path(), default=None,
               help="Draw the predicted step as a Gantt chart (PNG, SVG or PDF by the suffix).")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--html", "html_path", type=click.Path(), default=None,
               help="Write a self-contained HTML report (plan, breakdown, memory, timeline).")
 def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | None,
             trace_path: str | None, timeline_path: str | None, html_path: str | None,
@@ -830,7 +830,7 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @cli.command()
 @click.option("--model", "model", default=None,
               help="Model preset or spec file (required unless --from-config gives the model).")
-@click.option("--from-config", "from_config", type=click.Path(dir_okay=False), default=None,
+@click.option("--from-config", "from_config", type=click.Path(), default=None,
               help="The job's own config (as predict's): its stated choices are pinned, what it "
                    "leaves open is searched (docs/configs.md).")
 @click.option("--emit-config", "emit_config", nargs=2, default=None,
@@ -839,7 +839,7 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="Write the best plan as FORMAT's config (megatron, torchtitan, deepspeed) "
                    "into the directory DIR.")
 @click.option("--hardware", default=None, help="Hardware preset or spec file.")
-@click.option("--profile", default=None, type=click.Path(dir_okay=False),
+@click.option("--profile", default=None, type=click.Path(),
               help="Calibrated profile.")
 @click.option("--gpus", default=None,
               help="GPU count, or several separated by commas (e.g. 512,1024); required unless "
@@ -978,18 +978,18 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="Elasticity of the best plan's step time to each hardware parameter (sympy "
                    "derivatives).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--csv", "csv_path", type=click.Path(), default=None,
               help="Write every plan the search enumerates here, one per row, as the search "
                    "goes; a plan whose model states alone exceed the memory has evaluated=False "
                    "and no step time.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", type=click.Path(), default=None,
               help="Time-memory Pareto front (PNG).")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--html", "html_path", type=click.Path(), default=None,
               help="Write a self-contained HTML report (best plans, breakdown, memory, timeline, "
                    "runner-up, Pareto front).")
 @click.option("--validate", is_flag=True,
               help="Run the best plan through `perfmodel validate` (scaled down).")
-@click.option("--validate-profile", type=click.Path(dir_okay=False), default=None,
+@click.option("--validate-profile", type=click.Path(), default=None,
               help="The calibrated profile of this machine, for --validate's prediction.")
 def recommend(model: str | None, from_config: str | None,
               emit_config: tuple[str, str] | None, hardware: str | None, profile: str | None,
@@ -1334,7 +1334,7 @@ def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
 @click.option("--ranks-per-node", type=int, default=None,
               help="Ranks of the group per node (default: GPUs per node).")
 @click.option("--hardware", default=None, help="Hardware preset or file.")
-@click.option("--profile", default=None, type=click.Path(dir_okay=False),
+@click.option("--profile", default=None, type=click.Path(),
               help="Calibrated profile.")
 @click.option("--algorithm", type=choice(COLLECTIVE_ALGORITHMS), default="auto", show_default=True,
               help="The algorithm (NCCL_ALGO); auto: the cheapest the hardware's library has.")
@@ -1363,7 +1363,7 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
 @click.option("--model", required=True,
               help="A layer-graph model: alexnet, vgg16, resnet50, mlp or a file.")
 @click.option("--hardware", default=None, help="Hardware preset or file.")
-@click.option("--profile", default=None, type=click.Path(dir_okay=False),
+@click.option("--profile", default=None, type=click.Path(),
               help="Calibrated profile.")
 @click.option("--gpus", type=whole(), required=True, help="GPU count.")
 @click.option("--global-batch", type=whole(), required=True, help="Global batch [samples].")
@@ -1386,9 +1386,9 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
                    "intra_node.bandwidth_bytes_per_s, gpus, global_batch. Repeatable.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: the table as rows (docs/json.md).")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--csv", "csv_path", type=click.Path(), default=None,
               help="Write the table here (CSV).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", type=click.Path(), default=None,
               help="Step time and communication share against each varied field (PNG).")
 def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, global_batch: int,
           pr: int, best_pr: bool, norm: str, collective_variant: str, contributors: str,

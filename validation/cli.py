@@ -108,20 +108,20 @@ def _finish(
 )
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help="Report JSON (default: <run dir>/report.json).",
 )
 @click.option(
     "--plot",
     "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help="Bar chart PNG (default: beside the report).",
 )
 @click.option(
     "--history",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=Path("validation-runs/history.csv"),
     show_default=True,
     help="CSV to which one row per run is appended.",
@@ -152,14 +152,14 @@ def _finish(
 @click.option(
     "--trace",
     "trace_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help="Write the predicted and the measured step as one Chrome/Perfetto trace (JSON).",
 )
 @click.option(
     "--timeline",
     "timeline_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help="Draw the predicted and the measured step as Gantt charts on one time axis (PNG).",
 )
@@ -182,6 +182,7 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
                                "validate the plan without it, or count its collectives with "
                                "--dry-run")
     if wants_layout(kw):  # --tp-layout 2d/3d and --pr/--pc grids: workload.layouts runs them
+        _check_outputs(kw)
         run_from_cli(kw)
         return
     from validation import jobspec, run
@@ -204,6 +205,7 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
     plan.check(model)
     if (kw["trace_path"] or kw["timeline_path"]) and (kw["dry_run"] or kw["emit_dir"]):
         raise click.UsageError("--trace and --timeline draw a local run (not --dry-run or --emit)")
+    _check_outputs(kw)
     if kw["dry_run"]:
         from validation import dryrun
 
@@ -258,17 +260,29 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
     _finish(report, out, kw["plot_path"] or out.with_suffix(".png"), kw["history"], kw["as_json"])
 
 
+def _check_outputs(kw: dict[str, Any]) -> None:
+    """Refuse now (OutputError, exit 7) an output path the run would be refused at its end (a
+    directory, a device, a FIFO): a refused path costs no run."""
+    from perfmodel.files import check_output
+
+    for key, what, parents in (("out", "validation report", True), ("plot_path", "plot", False),
+                               ("history", "validation history", True),
+                               ("trace_path", "trace", False), ("timeline_path", "plot", False)):
+        if kw.get(key) is not None:
+            check_output(kw[key], what=what, make_parents=parents)
+
+
 @validate.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help="Report JSON (default: DIRECTORY/report.json; the chart beside it).",
 )
 @click.option(
     "--history",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=Path("validation-runs/history.csv"),
     show_default=True,
     help="CSV to which one row per run is appended.",
@@ -276,20 +290,20 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
 @click.option(
     "--trace",
     "trace_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help="Write the predicted and the measured step as one Chrome/Perfetto trace (JSON).",
 )
 @click.option(
     "--timeline",
     "timeline_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help="Draw the predicted and the measured step as Gantt charts on one time axis (PNG).",
 )
 @click.option("--hardware", default=None, help="With --trace/--timeline: the hardware to predict "
               "with (default: the report's, when it is a preset).")
-@click.option("--profile", default=None, type=click.Path(dir_okay=False),
+@click.option("--profile", default=None, type=click.Path(),
               help="With --trace/--timeline: a calibrated profile to predict with.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def collect(directory: Path, out: Path | None, history: Path, trace_path: Path | None,
