@@ -973,7 +973,8 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="How many plans to print.")
 @click.option("--what-if", "what_if", multiple=True,
               help="Change the hardware and search again, e.g. "
-                   "inter_node.bandwidth_bytes_per_s=2x.")
+                   "inter_node.bandwidth_bytes_per_s=2x (a factor), =400e9 (a value), "
+                   "asynchronous_device=false (a yes-or-no field).")
 @click.option("--sensitivities", is_flag=True,
               help="Elasticity of the best plan's step time to each hardware parameter (sympy "
                    "derivatives).")

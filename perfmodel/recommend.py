@@ -508,16 +508,27 @@ def _short(plan: Any) -> str:
             f"recompute={recompute}" + ("".join(f" {e}" for e in extra)))
 
 
-_WHAT_IF = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=\s*([0-9.eE+-]+)\s*(x?)\s*$")
+_WHAT_IF = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=\s*([0-9.eE+-]+|true|false)\s*(x?)\s*$",
+                      re.IGNORECASE)
 
 
 def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
-    """'inter_node.bandwidth_bytes_per_s=2x' (a factor) or '=400e9' (a value) -> a new spec."""
+    """'inter_node.bandwidth_bytes_per_s=2x' (a factor), '=400e9' (a value) or, for a field
+    that is true or false, '=false' -> a new spec."""
     match = _WHAT_IF.match(change)
     if not match:
         raise PlanError(f"--what-if must look like FIELD=VALUE or FIELD=FACTORx "
-                        f"(e.g. inter_node.bandwidth_bytes_per_s=2x), got '{change}'")
-    path, number, is_factor = match.group(1).split("."), float(match.group(2)), bool(match.group(3))
+                        f"(e.g. inter_node.bandwidth_bytes_per_s=2x), or FIELD=true|false for a "
+                        f"yes-or-no field (e.g. asynchronous_device=false), got '{change}'")
+    given, is_factor = match.group(2).lower(), bool(match.group(3))
+    flag = {"true": True, "false": False}.get(given)
+    if flag is not None and is_factor:
+        raise PlanError(f"--what-if: {change}: true or false takes no factor")
+    try:
+        number = 0.0 if flag is not None else float(given)
+    except ValueError:  # the pattern's characters, not a number ("1e", "--")
+        raise PlanError(f"--what-if: '{given}' in '{change}' is not a number") from None
+    path = match.group(1).split(".")
     data = hardware.to_dict()
     if data.get("levels"):  # a fabric's levels by index: levels.2.oversubscription=2
         data["levels"] = [dict(lv) for lv in data["levels"]]
@@ -535,18 +546,26 @@ def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
             raise PlanError(f"--what-if: unknown hardware field '{match.group(1)}'")
         node = node[key]
     last = path[-1]
-    if (not isinstance(node, dict) or last not in node
-            or isinstance(node[last], (dict, list, tuple, str))):
-        if isinstance(node, dict) and isinstance(node.get(last), dict):  # e.g. peak_flops_per_s=2x
-            if not is_factor:
-                raise PlanError(f"--what-if: {match.group(1)} is a mapping; give a factor like 2x")
-            node[last] = {k: v * number for k, v in node[last].items()}
-        else:
-            fields = numeric_fields(hardware.to_dict())
-            raise PlanError(f"--what-if: unknown numeric hardware field '{match.group(1)}'"
-                            f"{suggest(match.group(1), fields)}; fields: {', '.join(fields)}")
+    value = node.get(last) if isinstance(node, dict) else None
+    if value is None or isinstance(value, (list, tuple, str)):
+        fields = numeric_fields(hardware.to_dict())
+        flags = sorted(k for k, v in hardware.to_dict().items() if isinstance(v, bool))
+        raise PlanError(f"--what-if: unknown numeric hardware field '{match.group(1)}'"
+                        f"{suggest(match.group(1), [*fields, *flags])}; fields: "
+                        f"{', '.join(fields)}; true or false: {', '.join(flags)}")
+    if isinstance(value, bool):  # a yes-or-no field
+        if flag is None:
+            raise PlanError(f"--what-if: {match.group(1)} is true or false, got '{given}'")
+        node[last] = flag
+    elif flag is not None:
+        raise PlanError(f"--what-if: {match.group(1)} is not a yes-or-no field; give a number "
+                        "or a factor like 2x")
+    elif isinstance(value, dict):  # e.g. peak_flops_per_s=2x
+        if not is_factor:
+            raise PlanError(f"--what-if: {match.group(1)} is a mapping; give a factor like 2x")
+        node[last] = {k: v * number for k, v in value.items()}
     else:
-        node[last] = node[last] * number if is_factor else number
+        node[last] = value * number if is_factor else number
     data["collectives"] = [dataclasses.asdict(c) if not isinstance(c, dict) else c
                            for c in data.get("collectives", ())]
     gemm = data.pop("gemm_efficiency")

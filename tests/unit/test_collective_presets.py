@@ -277,6 +277,20 @@ def test_nvls_as_the_fixed_algorithm_needs_nvls():
         load_hardware("dgx-a100-80gb").replace(collective_algorithm="nvls")
 
 
+def test_a_what_if_sets_a_yes_or_no_field():
+    # --what-if asynchronous_device=false: the host's time then adds to the device's, as on CPU
+    # ranks (perfmodel.step.compose); true or false, any case, never a factor
+    from perfmodel import predict
+    from perfmodel.recommend import apply_what_if
+
+    synchronous = apply_what_if(H100, "asynchronous_device=False")
+    assert synchronous.asynchronous_device is False and H100.asynchronous_device is True
+    assert apply_what_if(synchronous, "asynchronous_device=true") == H100
+    plan = {"gpus": 8, "tp": 8, "global_batch": 8}
+    assert predict("llama3-8b", synchronous, plan).step_time_s > \
+        predict("llama3-8b", H100, plan).step_time_s
+
+
 def test_the_link_model_survives_a_round_trip_and_a_what_if():
     from perfmodel.recommend import apply_what_if
 
