@@ -768,6 +768,16 @@ def architecture_values(model: TransformerSpec) -> dict[str, float]:
     }
 
 
+def check_stack(hardware: HardwareSpec, stack: Any) -> None:
+    """CUDA graphs replay a GPU's kernels: refused (PlanError) on hardware whose ranks run
+    synchronously on their host (a CPU profile: asynchronous_device false), where the step model
+    has no graph to replay and would cost the plan as eager without a word."""
+    if str(getattr(stack, "value", stack)) == "cuda-graphs" and not hardware.asynchronous_device:
+        raise PlanError(f"--stack cuda-graphs: CUDA graphs replay kernels on a GPU; hardware "
+                        f"'{hardware.name}' runs its ranks synchronously on the host "
+                        "(asynchronous_device false): give --stack eager or compiled")
+
+
 def fp8_params_zero3_refused(hardware: HardwareSpec, dtype: Dtype | str, recipe: Any,
                              fp8_params: bool) -> bool:
     """Whether FP8 weights (fp8_params) cannot go with ZeRO 3 on this hardware: under MXFP8 (the

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfmodel.encode import compute_dtype, resolve_flash
+from perfmodel.encode import check_stack, compute_dtype, resolve_flash
 from perfmodel.errors import PlanError
 from perfmodel.evaluate import compile_family, family_of, values_of
 from perfmodel.output import require_finite
@@ -142,6 +142,7 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
         recipe = hardware.fp8_recipe(None if plan.fp8_recipe is None else plan.fp8_recipe.value)
         plan = plan.replace(fp8_recipe=recipe)
     require_fused_for_cp(plan)
+    check_stack(hardware, plan.stack)
     return model, hardware, plan
 
 

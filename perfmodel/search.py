@@ -1440,6 +1440,7 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     start = time.perf_counter()
     if req.cpu_offload_layers >= model.layers:  # Plan.check's rule, for every plan
         Plan(gpus=1, cpu_offload_layers=req.cpu_offload_layers).check(model)
+    encode.check_stack(hardware, req.stack)
     flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype,
                                  req.attention_kernel)
     if flash != req.flash_attention:  # the default decided for this hardware and model

@@ -54,6 +54,8 @@ _FIRST_ROW = next(i for i, line in enumerate(_LOG_LINES) if line.strip().startsw
 FILES: dict[str, str | bytes] = {
     # hardware: an FP8 recipe that is not Transformer Engine's
     "hw-fp8.yaml": "base: dgx-h100\nfp8_recipes: [delayed, mxfp4]\n",
+    # hardware whose ranks run synchronously on their host (as a CPU profile's)
+    "hw-sync.yaml": "base: dgx-h100\nasynchronous_device: false\n",
     # model specs
     "model-malformed.yaml": "layers: [4\n",
     "model-mla.yaml": TINY + "bias: false\nq_lora_rank: 64\nkv_lora_rank: 32\n"
@@ -588,6 +590,12 @@ CASES = [
     C("recommend", "unknown field", f"{REC} --what-if inter_node.bandwith_bytes_per_s=2x", PLAN,
       ("unknown numeric hardware field 'inter_node.bandwith_bytes_per_s'",
        "did you mean 'inter_node.bandwidth_bytes_per_s'")),
+    C("predict", "CUDA graphs on synchronous ranks", "predict --model llama2-7b --hardware "
+      "{d}/hw-sync.yaml --gpus 8 --global-batch 8 --stack cuda-graphs", PLAN,
+      ("--stack cuda-graphs: CUDA graphs replay kernels on a GPU", "give --stack eager")),
+    C("recommend", "CUDA graphs on synchronous ranks", "recommend --model llama2-7b --hardware "
+      "{d}/hw-sync.yaml --gpus 8 --global-batch 8 --stack cuda-graphs", PLAN,
+      ("asynchronous_device false",)),
     C("recommend", "a factor for a yes-or-no field", f"{REC} --what-if asynchronous_device=2x",
       PLAN, ("asynchronous_device is true or false, got '2'",)),
     C("recommend", "true for a numeric field", f"{REC} --what-if memory_bytes=true", PLAN,
