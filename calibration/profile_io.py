@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from perfmodel.files import write_atomic
+from perfmodel.files import check_output, write_atomic
 from perfmodel.specs.profile import FORMAT, VERSION, profile_from_dict
 
 
@@ -85,6 +85,7 @@ def write_profile(
     The document is validated with perfmodel's own reader before it is written.
     """
     path = Path(path)
+    check_output(path, what="profile", make_parents=True)  # refused: no measurements beside it
     csv_name = None
     if measurements is not None:
         csv_name = f"{path.stem}.measurements.csv"

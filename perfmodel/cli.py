@@ -1106,9 +1106,16 @@ def recommend(model: str | None, from_config: str | None,
     req = SearchRequest(gpus=gpu_counts, global_batch=global_batch,
                         dtype=parse_option(Dtype, dtype or hw.default_dtype(), "dtype"),
                         objective=parse_option(Objective, objective, "objective"), **pins)
-    from perfmodel.files import atomic_file
+    from perfmodel.files import atomic_file, check_output
     from perfmodel.predict import parameter_count
     from perfmodel.recommend import PlanCsv, shared_columns
+
+    # what the search's end writes or reads, refused before the search (and before the CSV)
+    for path, what in ((plot_path, "plot"), (html_path, "HTML report")):
+        if path:
+            check_output(path, what=what)
+    if validate and validate_profile:
+        resolve_hardware(None, validate_profile)
 
     with contextlib.ExitStack() as stack:  # the CSV is written as the search goes, whole or not
         csv_file = stack.enter_context(atomic_file(csv_path, what="plans CSV")) if csv_path \

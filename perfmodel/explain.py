@@ -12,7 +12,7 @@ import sympy as sp
 
 from perfmodel import codegen
 from perfmodel import symbols as S
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import InternalError, PerfmodelError
 from perfmodel.evaluate import family_of, values_of
 from perfmodel.predict import predict
 from perfmodel.specs.hardware import HardwareSpec
@@ -161,8 +161,8 @@ def _numbers(exprs: list[Any], values: dict[str, float]) -> dict[Any, float]:
     used = codegen.free_symbols(exprs)
     names = [name for name, (sym, _) in table.items() if sym in used]
     missing = [name for name in names if name not in values]
-    if missing:  # never a NaN for a symbol the plan does not set
-        raise PerfmodelError(f"explain: no value for {', '.join(missing)}")
+    if missing:  # a symbol the encoder gave no value: a bug (as evaluate.value_of says it)
+        raise InternalError(f"explain: no value for {', '.join(missing)}")
     taken: set[str] = set()
     params = [(table[name][0], codegen.identifier(name, taken)) for name in names]
     try:
@@ -172,7 +172,8 @@ def _numbers(exprs: list[Any], values: dict[str, float]) -> dict[Any, float]:
         return {e: float(e.xreplace(subs)) for e in exprs}
     namespace: dict[str, Any] = {codegen.NUMPY: np}
     exec(compile(source, "<perfmodel explain>", "exec"), namespace)  # our own generated code
-    out = namespace["explained"](*(values[name] for name in names))
+    with np.errstate(all="ignore"):  # numpy floats: x / 0 is inf, as in predict's families
+        out = namespace["explained"](*(np.float64(values[name]) for name in names))
     return {e: float(v) for e, v in zip(exprs, out, strict=True)}
 
 

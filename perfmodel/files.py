@@ -82,6 +82,17 @@ def check_output(path: str | Path, *, what: str = "output", make_parents: bool =
     _prepare(Path(path), what, make_parents)
 
 
+def check_output_early(path: str | Path | None, *, what: str = "output") -> None:
+    """check_output for a write made with make_parents later: refuse now a path that would be
+    refused then (a directory, a device, a FIFO, a parent that is a file), creating nothing (a
+    missing parent is the write's to make, and a command that fails before it leaves none)."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.parent.exists() or path.parent == path:
+        check_output(path, what=what)
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | Path, *, what: str = "output",
                 make_parents: bool = False) -> Iterator[BinaryIO]:

@@ -19,6 +19,7 @@ import click
 
 from perfmodel.cli import FiniteFloat, build_inputs, plan_options, whole
 from perfmodel.errors import PlanError
+from perfmodel.files import check_output_early
 from perfmodel.output import json_text
 
 
@@ -182,7 +183,6 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
                                "validate the plan without it, or count its collectives with "
                                "--dry-run")
     if wants_layout(kw):  # --tp-layout 2d/3d and --pr/--pc grids: workload.layouts runs them
-        _check_outputs(kw)
         run_from_cli(kw)
         return
     from validation import jobspec, run
@@ -205,9 +205,10 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
     plan.check(model)
     if (kw["trace_path"] or kw["timeline_path"]) and (kw["dry_run"] or kw["emit_dir"]):
         raise click.UsageError("--trace and --timeline draw a local run (not --dry-run or --emit)")
-    _check_outputs(kw)
     if kw["dry_run"]:
         from validation import dryrun
+
+        check_output_early(kw.get("out"), what="dry-run report")  # before the dry run, not after
 
         result = dryrun.dry_run(model, plan)
         dryrun.render(result, as_json=kw["as_json"])
@@ -248,6 +249,9 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
         )
         return
     run_dir = kw["run_dir"] or run.default_run_dir(plan)
+    out = kw["out"] or run_dir / "report.json"
+    _check_outputs(out, kw["plot_path"] or out.with_suffix(".png"), kw["history"],
+                   kw["trace_path"], kw["timeline_path"])  # before the run, not after it
     report = run.validate(model, hardware, plan, settings, run_dir)
     if (kw["trace_path"] or kw["timeline_path"]) and report.get("status") == "ok":
         from validation import trace
@@ -256,20 +260,16 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
         for note in trace.write(report, ran_model, hardware, ran_plan, kw["trace_path"],
                                 kw["timeline_path"]):
             click.echo(f"note: {note}", err=True)
-    out = kw["out"] or run_dir / "report.json"
     _finish(report, out, kw["plot_path"] or out.with_suffix(".png"), kw["history"], kw["as_json"])
 
 
-def _check_outputs(kw: dict[str, Any]) -> None:
-    """Refuse now (OutputError, exit 7) an output path the run would be refused at its end (a
-    directory, a device, a FIFO): a refused path costs no run."""
-    from perfmodel.files import check_output
-
-    for key, what, parents in (("out", "validation report", True), ("plot_path", "plot", False),
-                               ("history", "validation history", True),
-                               ("trace_path", "trace", False), ("timeline_path", "plot", False)):
-        if kw.get(key) is not None:
-            check_output(kw[key], what=what, make_parents=parents)
+def _check_outputs(out: Path, plot: Path, history: Path | None, trace: Path | None = None,
+                   timeline: Path | None = None) -> None:
+    """Refuse now (OutputError, exit 7) an output path the run's end would refuse (a directory,
+    a device, a FIFO): a refused path costs no run, and nothing is created for it."""
+    for path, what in ((out, "validation report"), (plot, "plot"),
+                       (history, "validation history"), (trace, "trace"), (timeline, "plot")):
+        check_output_early(path, what=what)
 
 
 @validate.command()
@@ -312,6 +312,8 @@ def collect(directory: Path, out: Path | None, history: Path, trace_path: Path |
     """Read the results of an emitted job (--emit DIR) back into a report."""
     from validation import run
 
+    out = out or directory / "report.json"
+    _check_outputs(out, out.with_suffix(".png"), history, trace_path, timeline_path)
     report = run.collect(directory)
     if trace_path or timeline_path:
         from perfmodel.cli import resolve_hardware
@@ -320,7 +322,6 @@ def collect(directory: Path, out: Path | None, history: Path, trace_path: Path |
         hw = resolve_hardware(hardware, profile) if hardware or profile else None
         for note in trace.write_collected(report, hw, trace_path, timeline_path):
             click.echo(f"note: {note}", err=True)
-    out = out or directory / "report.json"
     _finish(report, out, out.with_suffix(".png"), history, as_json)
 
 

@@ -97,27 +97,32 @@ def _comm_parts(record: dict[str, Any], phase: str, key: str, total: float) -> t
     return tp, min(dp, total - tp)
 
 
-def stage_ranks(records: list[dict[str, Any]], stage: str | None) -> list[dict[str, Any]]:
+def stage_ranks(records: list[dict[str, Any]], stage: str | None,
+                pp: int | None = None) -> tuple[list[dict[str, Any]], str]:
     """The records of the pipeline stage `stage` (first, last, middle: perfmodel's
-    bottleneck_stage) by each rank's pp coordinate; all of them for "all", None, a job without
-    pipelining or records without coordinates."""
-    coords = [(r.get("coords") or {}).get("pp") for r in records]
-    if stage in (None, "all") or any(c is None for c in coords) or not records:
-        return records
-    pp_of = [int(c) for c in coords if c is not None]
-    last = max(pp_of)
-    if last == 0:
-        return records
+    bottleneck_stage) by each rank's pp coordinate, and the stage they are ("all" where they
+    are every record: for "all" or None, without pipelining, where a record has no pp
+    coordinate, or where the stage has no rank among the records). pp: the plan's pipeline
+    degree (else the largest coordinate seen + 1)."""
+    coords = [r.get("coords") for r in records]
+    pp_of = [c.get("pp") if isinstance(c, dict) else None for c in coords]
+    if stage in (None, "all") or not records or not all(
+            isinstance(c, int) and not isinstance(c, bool) for c in pp_of):
+        return records, "all"
+    ints = [int(c) for c in pp_of if c is not None]
+    last = (pp if pp else max(ints) + 1) - 1
+    if last <= 0:
+        return records, "all"
     want = {"first": lambda c: c == 0, "last": lambda c: c == last,
             "middle": lambda c: 0 < c < last}.get(str(stage))
     if want is None:
-        return records
-    out = [r for r, c in zip(records, pp_of, strict=True) if want(c)]
-    return out or records
+        return records, "all"
+    out = [r for r, c in zip(records, ints, strict=True) if want(c)]
+    return (out, str(stage)) if out else (records, "all")
 
 
 def measured_terms(
-    records: list[dict[str, Any]], stage: str | None = None,
+    records: list[dict[str, Any]], stage: str | None = None, pp: int | None = None,
 ) -> tuple[float | None, dict[str, float | None], int]:
     """Step time (the slowest rank's) and terms (the mean over the ranks of `stage`, see
     stage_ranks) from the per-rank records; also the number of steps all ranks timed."""
@@ -125,7 +130,7 @@ def measured_terms(
     if not records:
         return None, {name: None for name, _ in TERMS}, 0
     n = min(len(r["steps"]) for r in records)
-    of_stage = {id(r) for r in stage_ranks(records, stage)}
+    of_stage = {id(r) for r in stage_ranks(records, stage, pp)[0]}
     step_times: list[float] = []
     per_term: dict[str, list[float]] = {name: [] for name, _ in TERMS}
     for i in range(n):
@@ -163,10 +168,12 @@ def build_report(
     records: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """The report: meta (model, plan, backend...), prediction, measurement, per-term comparison."""
-    stage = prediction.get("bottleneck_stage") if prediction else None
-    step, terms, steps = measured_terms(records, stage)
-    of_stage = sorted(r.get("rank", 0) for r in stage_ranks(
-        [r for r in records if r.get("steps")], stage))
+    plan = meta.get("plan")
+    pp = plan.get("pp") if isinstance(plan, dict) and isinstance(plan.get("pp"), int) else None
+    ranks, stage = stage_ranks([r for r in records if r.get("steps")],
+                               prediction.get("bottleneck_stage") if prediction else None, pp)
+    step, terms, steps = measured_terms(records, stage, pp)
+    of_stage = sorted(r.get("rank", 0) for r in ranks)
     predicted_step = prediction["step_time_s"] if prediction else None
     predicted = group_predicted(prediction["breakdown_s"]) if prediction else {}
     rows = []
@@ -191,7 +198,7 @@ def build_report(
         "steps": steps,
         "terms": rows,
         # the ranks whose mean the measured terms are: those of the predicted slowest stage
-        "terms_stage": stage or "all",
+        "terms_stage": stage,
         "terms_ranks": of_stage,
         "memory": memory_comparison(prediction, records),
         "dtype_used": rank0.get("dtype", meta.get("dtype_used")),

@@ -534,4 +534,11 @@ def _check_record(record: Any, where: str, ranks: int) -> None:
     for key in ("peak_memory_bytes", "tensor_peak_memory_bytes", "baseline_memory_bytes"):
         if record.get(key) is not None:
             _number(record[key], f"{where}: {key}")
+    coords = record.get("coords")
+    if coords is not None:  # the rank's place on the mesh: the report picks a stage's ranks by it
+        if not isinstance(coords, dict) or not all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                for k, v in coords.items()):
+            raise DataError(f"{where}: field 'coords' must map mesh axes to whole numbers "
+                            f"from 0, got {coords!r}")
 

@@ -1014,3 +1014,16 @@ def test_an_unreadable_file_chmod_000(args: str, code: int, needle: str, tmp_pat
     got, _, err = run_main(args.format(f=f, d=tmp_path).split())
     assert got == code and needle in err and "secret.yaml" in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["import-nccl-tests", "import-gemm"])
+def test_an_import_refused_its_output_writes_nothing_beside_it(command: str, tmp_path: Path):
+    # the profile's measurements CSV is written beside it: a refused profile path (here a
+    # directory) leaves no D.measurements.csv behind (it was written first)
+    out = tmp_path / "D"
+    out.mkdir()
+    source = LOG if command == "import-nccl-tests" else GEMM
+    extra = ["--base", "dgx-h100"] if command == "import-gemm" else []
+    code, _, err = run_main(["calibrate", command, str(source), "--out", str(out), *extra])
+    assert code == 7 and "refusing to write profile" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["D"]

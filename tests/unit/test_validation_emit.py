@@ -152,6 +152,12 @@ BAD_RESULTS = {
     "negative forward": ([{**GOOD, "forward": -0.1}], "steps[0].forward is -0.1: it must be a "
                                                       "number >= 0"),
     "no step time": ([{"forward": 0.1}], "steps[0] must be an object with the step time 'step'"),
+    # the report picks the predicted stage's ranks by their coordinates (an internal error
+    # before: a list has no .get, "last" no int)
+    "coords not a mapping": ('{"rank": 0, "status": "ok", "coords": ["pp"], "steps": '
+                             '[{"step": 0.5}]}', "field 'coords' must map mesh axes to whole"),
+    "coords not numbers": ('{"rank": 0, "status": "ok", "coords": {"pp": "last"}, "steps": '
+                           '[{"step": 0.5}]}', "field 'coords' must map mesh axes to whole"),
 }
 
 

@@ -78,7 +78,12 @@ def test_terms_are_the_predicted_slowest_stage_s_ranks():
     assert terms["forward"] == pytest.approx(0.6) and step == pytest.approx(1.3)
     assert rep.measured_terms(records, "first")[1]["forward"] == pytest.approx(0.2)
     assert rep.measured_terms(records)[1]["forward"] == pytest.approx(0.4)
-    assert [r["rank"] for r in rep.stage_ranks(records, "middle")] == [0, 1, 2, 3]  # pp 2: none
+    # a stage with no rank among the records (pp 2 has no middle; the last stage's ranks
+    # missing) takes every rank and says so ("all"), never another stage's under its name
+    assert rep.stage_ranks(records, "middle")[1] == "all"
+    assert rep.stage_ranks(records[:2], "last", pp=2) == (records[:2], "all")
+    assert rep.stage_ranks(records[:3], "last", pp=4)[1] == "all"  # pp 4: rank 3 is not here
+    assert rep.stage_ranks([{**records[0], "coords": ["pp"]}, *records[1:]], "last")[1] == "all"
     report = rep.build_report(meta={}, prediction={
         "step_time_s": 1.0, "breakdown_s": {"compute/forward/gemm": 0.5},
         "bottleneck_stage": "last", "memory_per_gpu_bytes": 2000.0}, launch={}, records=records)
