@@ -328,6 +328,29 @@ def _can_fork() -> bool:
     return len(os.sched_getaffinity(0)) > 1
 
 
+def fork_child() -> tuple[int, int, int] | None:
+    """Fork a child with a pipe to it: (pid, read end, write end), pid 0 in the child; None
+    where no child may be forked (_can_fork) or the fork failed."""
+    if not _can_fork():
+        return None
+    read, write = os.pipe()
+    try:
+        return os.fork(), read, write
+    except OSError:
+        os.close(read)
+        os.close(write)
+        return None
+
+
+def detach_child(read: int) -> None:
+    """In a forked child: close the pipe's read end and put its standard streams on /dev/null
+    (whoever reads the parent's output is not kept waiting for the child)."""
+    os.close(read)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+
+
 def build_ahead(modules: list[tuple[str, Callable[[], str]]]) -> None:
     """Build `modules` ((cache name, source builder) each) into the disk cache in a child process,
     in order, unless cached, already under way or the child cannot be forked (_can_fork). A
@@ -339,15 +362,10 @@ def build_ahead(modules: list[tuple[str, Callable[[], str]]]) -> None:
     paths = {name: root / f"{_source_hash()}-{name}.py" for name, _ in modules}
     todo = [(name, build) for name, build in modules
             if paths[name] not in _AHEAD and not paths[name].is_file()]
-    if not todo or not _can_fork():
+    forked = fork_child() if todo else None
+    if forked is None:
         return
-    read, write = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(read)
-        os.close(write)
-        return
+    pid, read, write = forked
     if pid == 0:  # the child: build, file, tell; never returns into the parent's code
         _child(todo, paths, read, write)
     os.close(write)
@@ -378,10 +396,7 @@ def _child(todo: list[tuple[str, Callable[[], str]]], paths: dict[str, Path], re
             raise SystemExit(1)
 
         signal.signal(signal.SIGTERM, stop)
-        os.close(read)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
+        detach_child(read)
         for name, build in todo:
             write_atomic(paths[name], build(), what="compiled-code cache", make_parents=True)
             _compile_bytecode(paths[name])

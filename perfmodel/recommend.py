@@ -65,15 +65,20 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
     and explain the best. on_chunk, prune: see perfmodel.search.search (prune: the same best
     plans and explanation, the result's Pareto front and sample of the plans evaluated only)."""
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
-    result = search(model, hardware, req, top=top, on_chunk=on_chunk, prune=prune)
-    if not len(result.best):
-        reason = infeasible_reason(model, hardware, req, result)
-        return Recommendation(result, [], {"infeasible": reason})
-    best_plans = [predict(model, hardware, plan) for plan in result.best_plans()]
-    explanation = explain_best(model, hardware, result, best_plans)
-    if req.dtype is Dtype.FP8:
-        explanation["fp8"] = fp8_explanation(model, hardware, result, best_plans[0])
-    wins = parallelism_wins(model, hardware, result, best_plans[0])
+    ahead = _WithoutAhead(model, hardware, req)
+    try:
+        result = search(model, hardware, req, top=top, on_chunk=on_chunk, prune=prune,
+                        on_ready=ahead.start if ahead.axes else None)
+        if not len(result.best):
+            reason = infeasible_reason(model, hardware, req, result)
+            return Recommendation(result, [], {"infeasible": reason})
+        best_plans = [predict(model, hardware, plan) for plan in result.best_plans()]
+        explanation = explain_best(model, hardware, result, best_plans)
+        if req.dtype is Dtype.FP8:
+            explanation["fp8"] = fp8_explanation(model, hardware, result, best_plans[0])
+        wins = parallelism_wins(model, hardware, result, best_plans[0], ahead)
+    finally:
+        ahead.stop()
     if wins:
         explanation["parallelism"] = wins
     return Recommendation(result, best_plans, explanation)
@@ -135,27 +140,130 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
     return out
 
 
+def best_without(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest,
+                 axis: str) -> dict[str, Any] | None:
+    """The best plan of the request's search with `axis` at 1 (a pruned search): the plan in
+    short, its objective and step time; None if no plan without it fits (or is valid)."""
+    without: dict[str, Any] = {axis: 1}
+    alt = search(model, hardware, dataclasses.replace(req, **without), top=1, prune=True)
+    if not len(alt.best):
+        return None
+    return {"plan": _short(alt.plan(alt.best, 0)), "objective": float(alt.best.objective[0]),
+            "step_time_s": float(alt.best.step_time_s[0])}
+
+
+class _WithoutAhead:
+    """The searches parallelism_wins asks for (a mixture of experts' ep, etp and cp at 1, each
+    the request leaves open), run in a forked child while this process finishes the main search
+    (perfmodel.search's on_ready: every compiled module loaded, so the child builds none), their
+    answers read back by parallelism_wins; an answer the best plan does not need is dropped. A
+    mixture of experts only: the sub-searches there cost a fifth of a recommend (DeepSeek-V3 on
+    256 GB200). Without a second CPU, another thread, Linux, or with PERFMODEL_NO_BUILD_AHEAD set
+    (perfmodel.evaluate's rule for its own child), parallelism_wins searches here as before; a
+    child that fails the same. The answers are the same either way: the same search, forked."""
+
+    def __init__(self, model: TransformerSpec, hardware: HardwareSpec,
+                 req: SearchRequest) -> None:
+        self.model, self.hardware, self.req = model, hardware, req
+        # the experts' axes first: what the best plan of a mixture of experts uses most often
+        first = ("ep", "etp")
+        order = [*first, *(axis for axis, _ in WIN_AXES if axis not in first)]
+        self.axes = [axis for axis in order if getattr(req, axis) is None] \
+            if model.experts else []
+        self.pid: int | None = None
+        self.read: int | None = None
+        self.answers: dict[str, Any] = {}
+        self.partial = b""
+
+    def start(self) -> None:
+        import os
+
+        from perfmodel.evaluate import detach_child, fork_child
+
+        forked = fork_child() if self.axes else None
+        if forked is None:
+            return
+        pid, read, write = forked
+        if pid == 0:  # the child: search, answer in JSON, never return into the parent's code
+            status = 0
+            try:
+                import json
+
+                detach_child(read)
+                for axis in self.axes:  # a line each, as each is found
+                    answer = best_without(self.model, self.hardware, self.req, axis)
+                    data = (json.dumps({"axis": axis, "answer": answer}) + "\n").encode()
+                    while data:
+                        data = data[os.write(write, data):]
+            except BaseException:  # noqa: BLE001 (the parent searches what is missing itself)
+                status = 1
+            os._exit(status)
+        os.close(write)
+        self.pid, self.read = pid, read
+
+    def answer(self, axis: str) -> dict[str, Any] | None:
+        """The child's answer for `axis` (waiting for it), or that search here (no child, or it
+        ended without it)."""
+        import json
+        import os
+
+        while axis not in self.answers and self.read is not None:
+            chunk = os.read(self.read, 1 << 16)
+            if not chunk:  # the child has ended
+                self.stop()
+                break
+            *lines, self.partial = (self.partial + chunk).split(b"\n")
+            for line in lines:
+                try:
+                    got = json.loads(line)
+                    self.answers[str(got["axis"])] = got["answer"]
+                except (ValueError, KeyError, TypeError):
+                    self.stop()  # not our child's line: search here
+                    break
+        if axis in self.answers:
+            return self.answers[axis]  # type: ignore[no-any-return]
+        return best_without(self.model, self.hardware, self.req, axis)
+
+    def stop(self) -> None:
+        """End a child whose answers were not asked for (the best plan needed none, or the
+        search failed)."""
+        import os
+        import signal
+
+        if self.pid is None:
+            return
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if self.read is not None:
+            os.close(self.read)
+        os.waitpid(self.pid, 0)
+        self.read = self.pid = None
+
+
 def parallelism_wins(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
-                     best: Prediction) -> list[dict[str, Any]]:
+                     best: Prediction, ahead: _WithoutAhead | None = None
+                     ) -> list[dict[str, Any]]:
     """Whether context or expert parallelism is what makes the best plan win: for each of cp
     and ep the best plan uses (and the request did not pin), the same search without it (cp = 1,
     ep = 1): its best plan and how much slower it is (by the request's objective), or that no
-    plan without it fits."""
+    plan without it fits. ahead: where the searches without them may already be under way."""
     out = []
     req = result.request
     for axis, label in WIN_AXES:
         degree = getattr(best.plan, axis)
         if degree == 1 or getattr(req, axis) is not None:
             continue
-        without: dict[str, Any] = {axis: 1}
-        alt = search(model, hardware, dataclasses.replace(req, **without), top=1, prune=True)
+        alt = ahead.answer(axis) if ahead is not None else best_without(model, hardware, req,
+                                                                       axis)
         entry: dict[str, Any] = {"axis": axis, "degree": degree, "best_without": None,
                                  "objective_without": None, "step_time_without_s": None}
-        if len(alt.best):
+        if alt is not None:
             objective = float(result.best.objective[0])
-            other = float(alt.best.objective[0])
-            entry.update(best_without=_short(alt.plan(alt.best, 0)), objective_without=other,
-                         step_time_without_s=float(alt.best.step_time_s[0]))
+            other = alt["objective"]
+            entry.update(best_without=alt["plan"], objective_without=other,
+                         step_time_without_s=alt["step_time_s"])
             note = (f"{label} ({axis}={degree}) makes the best plan win: without it the best "
                     f"plan is {entry['best_without']}, {other / objective - 1:+.1%} "
                     f"({req.objective.value})")

@@ -102,7 +102,7 @@ def test_exit_codes_table_matches_the_code(monkeypatch, tmp_path):
     """Each code of the table is what `perfmodel` exits with for an error of that class."""
     text = (ROOT / "docs" / "cli.md").read_text()
     rows = {int(code): what for code, what in re.findall(r"^\| (\d+) \|([^|]*)\|", text, re.M)}
-    assert set(rows) == {0, 1, 2, 3, 4, 5, 6, 7, 130}
+    assert set(rows) == {0, 1, 2, 3, 4, 5, 6, 7, 130, 141}
     bad_csv = tmp_path / "plans.csv"
     bad_csv.write_text("gpus,tp\n8,3\n")
     assert _exit_code(["presets", "--no-such-flag"]) == 2 and rows[2].strip() == "usage"
@@ -113,7 +113,7 @@ def test_exit_codes_table_matches_the_code(monkeypatch, tmp_path):
     assert _exit_code(["predict", "--model", "tiny-gpt", "--hardware", "dgx-h100",
                        "--batch", str(bad_csv)]) == 5 and "DataError" in rows[5]
     assert _exit_code(["predict", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--plot",
-                       str(tmp_path)]) == 2  # click refuses a directory for a file option
+                       str(tmp_path)]) == 7  # a directory for an output: the output's class
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     assert _exit_code(["predict", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--plot",
@@ -123,8 +123,10 @@ def test_exit_codes_table_matches_the_code(monkeypatch, tmp_path):
     assert rows[1].strip() == "internal error"
     assert _exit_code([], monkeypatch, KeyboardInterrupt()) == 130
     assert "interrupted" in rows[130]
+    assert "output closed" in rows[141]  # tests/unit/test_cli.py closes the pipe for it
     readme = (ROOT / "README.md").read_text()
     assert "0 success, 1 internal error" in readme and "130 interrupted" in readme
+    assert "141 output closed" in readme
 
 
 def _numbers(data, prefix=""):

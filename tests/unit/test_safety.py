@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 
 PACKAGES = ("perfmodel", "workload", "calibration", "validation", "benchmarks")
 # exec of the numpy code perfmodel generates itself (sympy's lambdify), cached on disk
-OWN_GENERATED_CODE = {"perfmodel/evaluate.py", "perfmodel/staged.py"}
+OWN_GENERATED_CODE = {"perfmodel/evaluate.py", "perfmodel/staged.py", "perfmodel/explain.py"}
 UNSAFE_MODULES = {"pickle", "cPickle", "dill", "cloudpickle", "joblib", "marshal", "shelve",
                   "urllib.request", "requests", "httpx", "http.client", "huggingface_hub"}
 
