@@ -1110,6 +1110,16 @@ def recommend(model: str | None, from_config: str | None,
     from perfmodel.predict import parameter_count
     from perfmodel.recommend import PlanCsv, shared_columns
 
+    changed = hw  # the hardware of --what-if, refused (a typo, a stack it cannot run) first
+    for change in what_if:
+        changed = apply_what_if(changed, change)
+    if what_if:
+        from perfmodel.encode import check_stack
+
+        try:
+            check_stack(changed, req.stack)
+        except PlanError as exc:
+            raise PlanError(f"--what-if {' '.join(what_if)}: {exc}") from None
     # what the search's end writes or reads, refused before the search (and before the CSV)
     for path, what in ((plot_path, "plot"), (html_path, "HTML report")):
         if path:
@@ -1133,9 +1143,6 @@ def recommend(model: str | None, from_config: str | None,
     if rec.top and sensitivities:
         data["sensitivities"] = sens(spec, hw, rec.top[0].plan)
     if what_if:
-        changed = hw
-        for change in what_if:
-            changed = apply_what_if(changed, change)
         alt = run(spec, changed, req, top=1, prune=True)
         data["what_if"] = {"changes": list(what_if),
                            "best": alt.to_dict()["plans"][0] if alt.top else None,

@@ -773,9 +773,11 @@ def check_stack(hardware: HardwareSpec, stack: Any) -> None:
     synchronously on their host (a CPU profile: asynchronous_device false), where the step model
     has no graph to replay and would cost the plan as eager without a word."""
     if str(getattr(stack, "value", stack)) == "cuda-graphs" and not hardware.asynchronous_device:
-        raise PlanError(f"--stack cuda-graphs: CUDA graphs replay kernels on a GPU; hardware "
-                        f"'{hardware.name}' runs its ranks synchronously on the host "
-                        "(asynchronous_device false): give --stack eager or compiled")
+        raise PlanError(f"stack cuda-graphs (--stack, or a job config's CUDA graphs): CUDA "
+                        f"graphs replay kernels on a GPU; hardware '{hardware.name}' runs its "
+                        "ranks synchronously on the host (asynchronous_device false): predict "
+                        "the plan on a GPU's hardware, or without the graphs (--stack eager or "
+                        "compiled; the config's graphs off)")
 
 
 def fp8_params_zero3_refused(hardware: HardwareSpec, dtype: Dtype | str, recipe: Any,

@@ -82,15 +82,24 @@ def check_output(path: str | Path, *, what: str = "output", make_parents: bool =
     _prepare(Path(path), what, make_parents)
 
 
-def check_output_early(path: str | Path | None, *, what: str = "output") -> None:
-    """check_output for a write made with make_parents later: refuse now a path that would be
-    refused then (a directory, a device, a FIFO, a parent that is a file), creating nothing (a
-    missing parent is the write's to make, and a command that fails before it leaves none)."""
+def check_output_early(path: str | Path | None, *, what: str = "output",
+                       make_parents: bool = True) -> None:
+    """Refuse now (OutputError) a path a later write_atomic(path, make_parents=...) would
+    refuse (a directory, a device, a FIFO; a missing directory where the write makes none; an
+    ancestor that is not a directory where it does), creating nothing: a missing parent is the
+    write's to make, and a command that fails before it leaves none behind."""
     if path is None:
         return
     path = Path(path)
-    if path.parent.exists() or path.parent == path:
+    if path.parent.exists() or not make_parents:
         check_output(path, what=what)
+        return
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(f"cannot create the directory of {what} {path}: {ancestor} is not a "
+                          "directory")
 
 
 @contextlib.contextmanager

@@ -65,20 +65,15 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
     and explain the best. on_chunk, prune: see perfmodel.search.search (prune: the same best
     plans and explanation, the result's Pareto front and sample of the plans evaluated only)."""
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
-    ahead = _WithoutAhead(model, hardware, req)
-    try:
-        result = search(model, hardware, req, top=top, on_chunk=on_chunk, prune=prune,
-                        on_ready=ahead.start if ahead.axes else None)
-        if not len(result.best):
-            reason = infeasible_reason(model, hardware, req, result)
-            return Recommendation(result, [], {"infeasible": reason})
-        best_plans = [predict(model, hardware, plan) for plan in result.best_plans()]
-        explanation = explain_best(model, hardware, result, best_plans)
-        if req.dtype is Dtype.FP8:
-            explanation["fp8"] = fp8_explanation(model, hardware, result, best_plans[0])
-        wins = parallelism_wins(model, hardware, result, best_plans[0], ahead)
-    finally:
-        ahead.stop()
+    result = search(model, hardware, req, top=top, on_chunk=on_chunk, prune=prune)
+    if not len(result.best):
+        reason = infeasible_reason(model, hardware, req, result)
+        return Recommendation(result, [], {"infeasible": reason})
+    best_plans = [predict(model, hardware, plan) for plan in result.best_plans()]
+    explanation = explain_best(model, hardware, result, best_plans)
+    if req.dtype is Dtype.FP8:
+        explanation["fp8"] = fp8_explanation(model, hardware, result, best_plans[0])
+    wins = parallelism_wins(model, hardware, result, best_plans[0])
     if wins:
         explanation["parallelism"] = wins
     return Recommendation(result, best_plans, explanation)
@@ -152,111 +147,19 @@ def best_without(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequ
             "step_time_s": float(alt.best.step_time_s[0])}
 
 
-class _WithoutAhead:
-    """The searches parallelism_wins asks for (a mixture of experts' ep, etp and cp at 1, each
-    the request leaves open), run in a forked child while this process finishes the main search
-    (perfmodel.search's on_ready: every compiled module loaded, so the child builds none), their
-    answers read back by parallelism_wins; an answer the best plan does not need is dropped. A
-    mixture of experts only: the sub-searches there cost a fifth of a recommend (DeepSeek-V3 on
-    256 GB200). Without a second CPU, another thread, Linux, or with PERFMODEL_NO_BUILD_AHEAD set
-    (perfmodel.evaluate's rule for its own child), parallelism_wins searches here as before; a
-    child that fails the same. The answers are the same either way: the same search, forked."""
-
-    def __init__(self, model: TransformerSpec, hardware: HardwareSpec,
-                 req: SearchRequest) -> None:
-        self.model, self.hardware, self.req = model, hardware, req
-        # the experts' axes first: what the best plan of a mixture of experts uses most often
-        first = ("ep", "etp")
-        order = [*first, *(axis for axis, _ in WIN_AXES if axis not in first)]
-        self.axes = [axis for axis in order if getattr(req, axis) is None] \
-            if model.experts else []
-        self.pid: int | None = None
-        self.read: int | None = None
-        self.answers: dict[str, Any] = {}
-        self.partial = b""
-
-    def start(self) -> None:
-        import os
-
-        from perfmodel.evaluate import detach_child, fork_child
-
-        forked = fork_child() if self.axes else None
-        if forked is None:
-            return
-        pid, read, write = forked
-        if pid == 0:  # the child: search, answer in JSON, never return into the parent's code
-            status = 0
-            try:
-                import json
-
-                detach_child(read)
-                for axis in self.axes:  # a line each, as each is found
-                    answer = best_without(self.model, self.hardware, self.req, axis)
-                    data = (json.dumps({"axis": axis, "answer": answer}) + "\n").encode()
-                    while data:
-                        data = data[os.write(write, data):]
-            except BaseException:  # noqa: BLE001 (the parent searches what is missing itself)
-                status = 1
-            os._exit(status)
-        os.close(write)
-        self.pid, self.read = pid, read
-
-    def answer(self, axis: str) -> dict[str, Any] | None:
-        """The child's answer for `axis` (waiting for it), or that search here (no child, or it
-        ended without it)."""
-        import json
-        import os
-
-        while axis not in self.answers and self.read is not None:
-            chunk = os.read(self.read, 1 << 16)
-            if not chunk:  # the child has ended
-                self.stop()
-                break
-            *lines, self.partial = (self.partial + chunk).split(b"\n")
-            for line in lines:
-                try:
-                    got = json.loads(line)
-                    self.answers[str(got["axis"])] = got["answer"]
-                except (ValueError, KeyError, TypeError):
-                    self.stop()  # not our child's line: search here
-                    break
-        if axis in self.answers:
-            return self.answers[axis]  # type: ignore[no-any-return]
-        return best_without(self.model, self.hardware, self.req, axis)
-
-    def stop(self) -> None:
-        """End a child whose answers were not asked for (the best plan needed none, or the
-        search failed)."""
-        import os
-        import signal
-
-        if self.pid is None:
-            return
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if self.read is not None:
-            os.close(self.read)
-        os.waitpid(self.pid, 0)
-        self.read = self.pid = None
-
-
 def parallelism_wins(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
-                     best: Prediction, ahead: _WithoutAhead | None = None
-                     ) -> list[dict[str, Any]]:
+                     best: Prediction) -> list[dict[str, Any]]:
     """Whether context or expert parallelism is what makes the best plan win: for each of cp
     and ep the best plan uses (and the request did not pin), the same search without it (cp = 1,
     ep = 1): its best plan and how much slower it is (by the request's objective), or that no
-    plan without it fits. ahead: where the searches without them may already be under way."""
+    plan without it fits."""
     out = []
     req = result.request
     for axis, label in WIN_AXES:
         degree = getattr(best.plan, axis)
         if degree == 1 or getattr(req, axis) is not None:
             continue
-        alt = ahead.answer(axis) if ahead is not None else best_without(model, hardware, req,
-                                                                       axis)
+        alt = best_without(model, hardware, req, axis)
         entry: dict[str, Any] = {"axis": axis, "degree": degree, "best_without": None,
                                  "objective_without": None, "step_time_without_s": None}
         if alt is not None:
@@ -654,8 +557,9 @@ def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
             raise PlanError(f"--what-if: unknown hardware field '{match.group(1)}'")
         node = node[key]
     last = path[-1]
-    value = node.get(last) if isinstance(node, dict) else None
-    if value is None or isinstance(value, (list, tuple, str)):
+    known = isinstance(node, dict) and last in node
+    value = node[last] if known else None
+    if not known or isinstance(value, (list, tuple, str)):
         fields = numeric_fields(hardware.to_dict())
         flags = sorted(k for k, v in hardware.to_dict().items() if isinstance(v, bool))
         raise PlanError(f"--what-if: unknown numeric hardware field '{match.group(1)}'"
@@ -668,7 +572,16 @@ def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
     elif flag is not None:
         raise PlanError(f"--what-if: {match.group(1)} is not a yes-or-no field; give a number "
                         "or a factor like 2x")
-    elif isinstance(value, dict):  # e.g. peak_flops_per_s=2x
+    elif value is None:  # a field the spec leaves unset (gpus_per_host): a value, no factor
+        if is_factor:
+            raise PlanError(f"--what-if: {match.group(1)} is not set on hardware "
+                            f"'{hardware.name}': give a value, not a factor")
+        node[last] = number
+    elif isinstance(value, dict):  # numbers by key (peak_flops_per_s by dtype): a factor
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                   for v in value.values()):
+            raise PlanError(f"--what-if: {match.group(1)} is a group of fields; change one of "
+                            f"them ({match.group(1)}.FIELD)")
         if not is_factor:
             raise PlanError(f"--what-if: {match.group(1)} is a mapping; give a factor like 2x")
         node[last] = {k: v * number for k, v in value.items()}

@@ -1426,8 +1426,7 @@ class _Keeper:
 def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *,
            top: int = DEFAULT_TOP,
            on_chunk: Callable[[Scored], None] | None = None,
-           prune: bool = False,
-           on_ready: Callable[[], None] | None = None) -> SearchResult:
+           prune: bool = False) -> SearchResult:
     """Enumerate, prune, evaluate and rank every plan of the request, a chunk at a time.
 
     top: how many of the best plans to keep. on_chunk: called with every chunk of plans (all
@@ -1437,8 +1436,6 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     and the fastest of them are the same, the Pareto front, the sample and on_chunk's chunks
     are of the plans evaluated (SearchResult.skipped says how many were not). Not for a price
     over several GPU counts, nor for fewer than PRUNE_PLANS candidate plans (all evaluated).
-    on_ready: called once, after the first chunk is evaluated (every compiled module the search
-    evaluates with is then loaded in this process: what a forked child can search with too).
     """
     start = time.perf_counter()
     if req.cpu_offload_layers >= model.layers:  # Plan.check's rule, for every plan
@@ -1469,9 +1466,6 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
         evaluate = evaluate or Evaluator(model, hardware, req)
         step, memory, flops, keep, done = evaluate.evaluate(plans, capacity,
                                                             pruner.bound if pruner else None)
-        if on_ready is not None:
-            on_ready()
-            on_ready = None
         n = len(plans)
         rows = Scored(plans, np.arange(keeper.enumerated, keeper.enumerated + n), step,
                       memory + reserved, flops, objective_of(req, model, step, plans.cols["gpus"]),

@@ -250,8 +250,8 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
         return
     run_dir = kw["run_dir"] or run.default_run_dir(plan)
     out = kw["out"] or run_dir / "report.json"
-    _check_outputs(out, kw["plot_path"] or out.with_suffix(".png"), kw["history"],
-                   kw["trace_path"], kw["timeline_path"])  # before the run, not after it
+    _check_outputs(out, kw["plot_path"], kw["history"], kw["trace_path"],
+                   kw["timeline_path"])  # before the run, not after it
     report = run.validate(model, hardware, plan, settings, run_dir)
     if (kw["trace_path"] or kw["timeline_path"]) and report.get("status") == "ok":
         from validation import trace
@@ -263,13 +263,18 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
     _finish(report, out, kw["plot_path"] or out.with_suffix(".png"), kw["history"], kw["as_json"])
 
 
-def _check_outputs(out: Path, plot: Path, history: Path | None, trace: Path | None = None,
-                   timeline: Path | None = None) -> None:
+def _check_outputs(out: Path, plot: Path | None, history: Path | None,
+                   trace: Path | None = None, timeline: Path | None = None) -> None:
     """Refuse now (OutputError, exit 7) an output path the run's end would refuse (a directory,
     a device, a FIFO): a refused path costs no run, and nothing is created for it."""
-    for path, what in ((out, "validation report"), (plot, "plot"),
-                       (history, "validation history"), (trace, "trace"), (timeline, "plot")):
-        check_output_early(path, what=what)
+    # the report and the history are written with their directories made, the others not (a
+    # plot not given goes beside the report, after it: plot None)
+    for path, what, parents in ((out, "validation report", True),
+                                (out.with_suffix(".png") if plot is None else plot, "plot",
+                                 plot is None),
+                                (history, "validation history", True), (trace, "trace", False),
+                                (timeline, "plot", False)):
+        check_output_early(path, what=what, make_parents=parents)
 
 
 @validate.command()
@@ -313,7 +318,7 @@ def collect(directory: Path, out: Path | None, history: Path, trace_path: Path |
     from validation import run
 
     out = out or directory / "report.json"
-    _check_outputs(out, out.with_suffix(".png"), history, trace_path, timeline_path)
+    _check_outputs(out, None, history, trace_path, timeline_path)
     report = run.collect(directory)
     if trace_path or timeline_path:
         from perfmodel.cli import resolve_hardware

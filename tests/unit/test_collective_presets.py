@@ -289,6 +289,9 @@ def test_a_what_if_sets_a_yes_or_no_field():
     plan = {"gpus": 8, "tp": 8, "global_batch": 8}
     assert predict("llama3-8b", synchronous, plan).step_time_s > \
         predict("llama3-8b", H100, plan).step_time_s
+    # a field the spec leaves unset takes a value (and refuses a factor: bad-input table)
+    assert H100.gpus_per_host is None
+    assert apply_what_if(H100, "gpus_per_host=4").gpus_per_host == 4
 
 
 def test_the_link_model_survives_a_round_trip_and_a_what_if():

@@ -103,9 +103,13 @@ def validate_layout(
         raise PlanError("layout validation runs the tensor-parallel grid alone: use dp = pp = 1")
     if plan.dtype not in ("fp32", "tf32"):
         raise PlanError(f"layout validation runs fp32 on CPU; got dtype {plan.dtype}")
+    # the layout job runs eagerly (no graphs, nothing compiled): predicted so, and before the
+    # run, so that a plan the model refuses costs no run
+    plan = plan.replace(stack="eager", kernels="eager" if plan.kernels.value == "compiled"
+                        else plan.kernels)
+    prediction = predict(model, hardware, plan).to_dict()
     dims = block_dims(model, plan)
     measured = run_layout(layout, dims, {}, plan.tp, Path(run_dir), steps, warmup, timeout_s)
-    prediction = predict(model, hardware, plan).to_dict()
     rows = compare(
         layout,
         measured["collectives"],
