@@ -12,13 +12,12 @@ import sympy as sp
 
 from perfmodel import codegen
 from perfmodel import symbols as S
-from perfmodel.errors import InternalError, PerfmodelError
-from perfmodel.evaluate import family_of, values_of
-from perfmodel.predict import predict
+from perfmodel.errors import PerfmodelError
+from perfmodel.evaluate import _built, compile_outputs, family_of, values_of
+from perfmodel.predict import heaviest_stage, predict
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.step import build
 from perfmodel.step import compose as CO
 from perfmodel.step.compose import STEP_SYMBOLS, STEP_TERMS
 from perfmodel.strategy import Plan
@@ -27,19 +26,19 @@ from perfmodel.strategy import Plan
 def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, latex: bool = False,
                  only: tuple[str, ...] = ()) -> str:
     family = family_of(model, hardware, plan, specialise=True)
-    built = build(family)
+    built = _built(family)
     result = predict(model, hardware, plan)
-    values = values_of(model, hardware, plan)
     show = sp.latex if latex else sp.sstr
     stage = "first" if result.bottleneck_stage == "all" else result.bottleneck_stage
     m = plan.num_micro_batches
-
     composed = built.stages[stage]
-    wanted_exprs = [*built.term_values.values(), *built.stage_terms[stage].values(),
-                    *(e for terms in built.memory_terms.values() for e in terms.values())]
-    if composed.host_share is not None:
-        wanted_exprs += [*composed.host_share[1:], *(composed.synced or ())]
-    numbers = _numbers(wanted_exprs, values)
+    # every number printed, compiled once (and cached on disk) as predict's families are:
+    # substituting into each tree rebuilt every Min and Max (a minute on a mixture of experts)
+    printed = _printed(built, stage)
+    compiled = compile_outputs(family, f"explain-{stage}", lambda b: _printed(b, stage))
+    values = values_of(model, hardware, plan)
+    out = compiled(values)
+    numbers = {sp.sympify(e): float(out[name]) for name, e in printed.items()}
 
     def number(expr: sp.Expr) -> float:
         return numbers[sp.sympify(expr)]
@@ -88,9 +87,8 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     def wanted(name: str) -> bool:
         return not only or any(name == o or name.startswith(o) for o in only)
 
-    # memory: the stage that holds the most, as predict reports it (first on a tie, by name)
-    mem_stage = max(sorted(built.memory_terms), key=lambda st: sum(
-        number(e) for e in built.memory_terms[st].values()))
+    mem_stage = heaviest_stage({st: sum(number(e) for e in terms.values())
+                                for st, terms in built.memory_terms.items()})
     memory_terms = built.memory_terms[mem_stage]
     names = sorted({*built.stage_terms[stage], *STEP_TERMS,
                     *(t for t in built.time_terms if t in STEP_SYMBOLS),
@@ -150,31 +148,18 @@ def _memory_lines(terms: dict[str, Any], stage: str, hardware: HardwareSpec, res
     return out
 
 
-def _numbers(exprs: list[Any], values: dict[str, float]) -> dict[Any, float]:
-    """Each expression's value at the plan's symbol values, compiled once for all of them
-    (perfmodel.codegen, as predict's families are): substituting into each tree (xreplace)
-    rebuilds every Min and Max, which took most of a minute on a mixture of experts."""
-    import numpy as np
-
-    exprs = list(dict.fromkeys(sp.sympify(e) for e in exprs))
-    table = S.table()
-    used = codegen.free_symbols(exprs)
-    names = [name for name, (sym, _) in table.items() if sym in used]
-    missing = [name for name in names if name not in values]
-    if missing:  # a symbol the encoder gave no value: a bug (as evaluate.value_of says it)
-        raise InternalError(f"explain: no value for {', '.join(missing)}")
-    taken: set[str] = set()
-    params = [(table[name][0], codegen.identifier(name, taken)) for name in names]
-    try:
-        source = codegen.numpy_function("explained", params, exprs)
-    except codegen.Unsupported:  # a node the printer lacks: substitute (slow, but exact)
-        subs = {table[name][0]: values[name] for name in names}
-        return {e: float(e.xreplace(subs)) for e in exprs}
-    namespace: dict[str, Any] = {codegen.NUMPY: np}
-    exec(compile(source, "<perfmodel explain>", "exec"), namespace)  # our own generated code
-    with np.errstate(all="ignore"):  # numpy floats: x / 0 is inf, as in predict's families
-        out = namespace["explained"](*(np.float64(values[name]) for name in names))
-    return {e: float(v) for e, v in zip(exprs, out, strict=True)}
+def _printed(built: Any, stage: str) -> dict[str, Any]:
+    """What explain prints a number of, named: the composition's values, the stage's terms, every
+    stage's memory terms and, on an asynchronous device, the host's share and its sections."""
+    out = {f"value:{sym.name}": e for sym, e in built.term_values.items()}
+    out.update({f"term:{name}": e for name, e in built.stage_terms[stage].items()})
+    out.update({f"memory:{st}:{name}": e for st, terms in built.memory_terms.items()
+                for name, e in terms.items()})
+    composed = built.stages[stage]
+    if composed.host_share is not None:
+        out.update({f"host:{i}": e for i, e in enumerate(composed.host_share[1:])})
+        out.update({f"synced:{i}": e for i, e in enumerate(composed.synced or ())})
+    return out
 
 
 def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:

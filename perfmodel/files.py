@@ -75,31 +75,29 @@ def _prepare(path: Path, what: str, make_parents: bool) -> tuple[Path, os.stat_r
     return target, st
 
 
-def check_output(path: str | Path, *, what: str = "output", make_parents: bool = False) -> None:
-    """Refuse now (OutputError) a path write_atomic would refuse later: for a command that
-    writes only after a long run (calibrate run), so that a FIFO, device or directory given
-    for its output costs no run."""
-    _prepare(Path(path), what, make_parents)
-
-
-def check_output_early(path: str | Path | None, *, what: str = "output",
-                       make_parents: bool = True) -> None:
-    """Refuse now (OutputError) a path a later write_atomic(path, make_parents=...) would
-    refuse (a directory, a device, a FIFO; a missing directory where the write makes none; an
-    ancestor that is not a directory where it does), creating nothing: a missing parent is the
-    write's to make, and a command that fails before it leaves none behind."""
+def check_output(path: str | Path | None, *, what: str = "output",
+                 make_parents: bool = False) -> None:
+    """Refuse now (OutputError) a path a later write_atomic(path, make_parents=...) would refuse
+    (a directory, a device, a FIFO; a missing directory where the write makes none; an ancestor
+    that is not a directory where it does): for a command that writes only after a long run, so
+    that a bad output path costs no run. It creates nothing: a missing parent is the write's to
+    make, and a command that fails before it leaves none behind. None: no output, nothing to
+    check."""
     if path is None:
         return
     path = Path(path)
-    if path.parent.exists() or not make_parents:
-        check_output(path, what=what)
+    if make_parents and not path.parent.exists():  # the write makes it: its ancestor must allow
+        ancestor = path.parent
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise OutputError(f"cannot create the directory of {what} {path}: {ancestor} is not "
+                              "a directory")
         return
-    ancestor = path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise OutputError(f"cannot create the directory of {what} {path}: {ancestor} is not a "
-                          "directory")
+    target, _ = _target(path, what)
+    directory = target.parent if str(target.parent) else Path(".")
+    if not directory.is_dir():
+        raise OutputError(f"output directory does not exist: {directory} (for {what} {path})")
 
 
 @contextlib.contextmanager

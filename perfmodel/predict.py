@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -176,6 +177,12 @@ def parameter_count(model: TransformerSpec | str | Path, hardware: HardwareSpec 
     return float(out["q:parameters"])
 
 
+def heaviest_stage(memory: Mapping[str, float]) -> str:
+    """The stage whose GPUs hold the most (memory per stage name), the one a prediction reports;
+    on a tie the first by name."""
+    return max(sorted(memory), key=lambda stage: memory[stage])
+
+
 def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware: HardwareSpec,
               plan: Plan) -> Prediction:
     stages = [k.split(":", 1)[1] for k in out if k.startswith("stage_time:")]
@@ -195,8 +202,8 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
             elif float(value) != 0:
                 hidden[name] = float(value)
     mem_stages = {k.split(":")[1] for k in out if k.startswith("memory:")}
-    mem_stage = max(sorted(mem_stages), key=lambda st: sum(
-        float(v) for k, v in out.items() if k.startswith(f"memory:{st}:")))
+    mem_stage = heaviest_stage({st: sum(float(v) for k, v in out.items()
+                                        if k.startswith(f"memory:{st}:")) for st in mem_stages})
     memory = {k.split(":", 2)[2]: float(v) for k, v in out.items()
               if k.startswith(f"memory:{mem_stage}:")}
     if hardware.memory_reserved_bytes:

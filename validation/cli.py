@@ -19,7 +19,7 @@ import click
 
 from perfmodel.cli import FiniteFloat, build_inputs, plan_options, whole
 from perfmodel.errors import PlanError
-from perfmodel.files import check_output_early
+from perfmodel.files import check_output
 from perfmodel.output import json_text
 
 
@@ -208,7 +208,7 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
     if kw["dry_run"]:
         from validation import dryrun
 
-        check_output_early(kw.get("out"), what="dry-run report")  # before the dry run, not after
+        check_output(kw.get("out"), what="dry-run report", make_parents=True)  # before it
 
         result = dryrun.dry_run(model, plan)
         dryrun.render(result, as_json=kw["as_json"])
@@ -274,7 +274,7 @@ def _check_outputs(out: Path, plot: Path | None, history: Path | None,
                                  plot is None),
                                 (history, "validation history", True), (trace, "trace", False),
                                 (timeline, "plot", False)):
-        check_output_early(path, what=what, make_parents=parents)
+        check_output(path, what=what, make_parents=parents)
 
 
 @validate.command()

@@ -105,20 +105,16 @@ def stage_ranks(records: list[dict[str, Any]], stage: str | None,
     coordinate, or where the stage has no rank among the records). pp: the plan's pipeline
     degree (else the largest coordinate seen + 1)."""
     coords = [r.get("coords") for r in records]
-    pp_of = [c.get("pp") if isinstance(c, dict) else None for c in coords]
-    if stage in (None, "all") or not records or not all(
-            isinstance(c, int) and not isinstance(c, bool) for c in pp_of):
+    given = [c.get("pp") if isinstance(c, dict) else None for c in coords]
+    if stage not in ("first", "last", "middle") or not records or not all(
+            isinstance(c, int) and not isinstance(c, bool) for c in given):
         return records, "all"
-    ints = [int(c) for c in pp_of if c is not None]
-    last = (pp if pp else max(ints) + 1) - 1
-    if last <= 0:
-        return records, "all"
+    pp_of = [int(c) for c in given if c is not None]  # every one (checked above), typed
+    last = (pp if pp else max(pp_of) + 1) - 1
     want = {"first": lambda c: c == 0, "last": lambda c: c == last,
-            "middle": lambda c: 0 < c < last}.get(str(stage))
-    if want is None:
-        return records, "all"
-    out = [r for r, c in zip(records, ints, strict=True) if want(c)]
-    return (out, str(stage)) if out else (records, "all")
+            "middle": lambda c: 0 < c < last}[stage]
+    out = [r for r, c in zip(records, pp_of, strict=True) if want(c)]
+    return (out, stage) if out and last > 0 else (records, "all")
 
 
 def measured_terms(

@@ -407,24 +407,28 @@ def test_explain_prints_the_new_terms_formulas():
 
 
 def test_explain_values_are_the_substituted_formulas():
-    """explain evaluates its formulas compiled (perfmodel.codegen) rather than by substituting
-    into each tree: the same numbers as sympy's substitution, for the stage totals and the MoE
-    host sections (a synchronised host on an asynchronous device)."""
+    """explain evaluates its formulas compiled (perfmodel.evaluate.compile_outputs, as the
+    timeline's) rather than by substituting into each tree: the same numbers as sympy's
+    substitution, for the stage totals and the MoE host sections (a synchronised host on an
+    asynchronous device)."""
     import sympy as sp
 
-    from perfmodel.explain import _numbers
-    from perfmodel.step import build
+    from perfmodel.evaluate import _built, compile_outputs
+    from perfmodel.explain import _printed
     from perfmodel.symbols import table
 
     model, hw = load_model("qwen3-30b-a3b"), load_hardware(HW)
     plan = _plan(dp=8, ep=8, global_batch=16)
-    built = build(family_of(model, hw, plan, specialise=True))
+    family = family_of(model, hw, plan, specialise=True)
+    built = _built(family)
     composed = built.stages["first"]
     assert composed.host_share is not None and composed.synced is not None
     exprs = [*built.term_values.values(), *composed.host_share[1:], *composed.synced]
     values = values_of(model, hw, plan)
     subs = {sym: values[name] for name, (sym, _) in table().items() if name in values}
-    got = _numbers(exprs, values)
+    printed = _printed(built, "first")
+    out = compile_outputs(family, "explain-first", lambda b: _printed(b, "first"))(values)
+    got = {sp.sympify(e): float(out[name]) for name, e in printed.items()}
     for e in exprs:
         assert got[sp.sympify(e)] == pytest.approx(float(sp.sympify(e).xreplace(subs)), rel=1e-9)
 

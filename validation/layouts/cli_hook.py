@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from perfmodel.errors import PlanError
-from perfmodel.files import check_output_early, write_atomic
+from perfmodel.files import check_output, write_atomic
 from perfmodel.output import json_text
 from validation.jobspec import model_overrides
 from validation.layouts.compare import render, render_grid, validate_grid, validate_layout
@@ -43,12 +43,12 @@ def run_from_cli(kw: dict[str, Any]) -> dict[str, Any]:
     kw["dtype"] = kw.get("dtype") or "fp32"
     graph = layer_graph_inputs(kw)
     args = (kw["steps"], kw["warmup"], kw["timeout_s"])
+    check_output(kw.get("out"), what="layout report", make_parents=True)  # before the run
     if graph is not None:
         model, hardware, plan = graph
         ranks, label = plan.pr * plan.pc, f"prpc-{plan.pr}x{plan.pc}"
         _check_nprocs(kw, ranks)
         run_dir = _run_dir(kw, label)
-        check_output_early(kw.get("out"), what="layout report")  # before the run, not after
         report = validate_grid(model, hardware, plan, run_dir, *args)
         lines = render_grid(report)
     else:
@@ -57,7 +57,6 @@ def run_from_cli(kw: dict[str, Any]) -> dict[str, Any]:
         plan.check(model)
         _check_nprocs(kw, plan.tp)
         run_dir = _run_dir(kw, f"{kw['tp_layout']}-tp{plan.tp}")
-        check_output_early(kw.get("out"), what="layout report")  # before the run, not after
         report = validate_layout(model, hardware, plan, run_dir, *args)
         lines = render(report)
     out = Path(kw.get("out") or run_dir / "report.json")
