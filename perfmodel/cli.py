@@ -1124,7 +1124,10 @@ def recommend(model: str | None, from_config: str | None,
     for path, what in ((plot_path, "plot"), (html_path, "HTML report")):
         if path:
             check_output(path, what=what)
-    if validate and validate_profile:
+    if validate_profile and not validate:
+        raise click.UsageError("--validate-profile is the profile of --validate's local run: "
+                               "give --validate too, or leave it out")
+    if validate_profile:
         resolve_hardware(None, validate_profile)
 
     with contextlib.ExitStack() as stack:  # the CSV is written as the search goes, whole or not

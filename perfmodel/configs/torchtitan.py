@@ -480,7 +480,9 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
         if not isinstance(value, bool):
             raise refuse_plan(where, field, value, "true or false")
     components = _get(data, "compile", "components", ["model", "loss"])  # torchtitan's default
-    if not (isinstance(components, list) and set(components) <= {"model", "loss"}):
+    # (what compile.components names matters only where compile.enable is on)
+    if _get(data, "compile", "enable", False) and not (
+            isinstance(components, list) and set(components) <= {"model", "loss"}):
         raise refuse_plan(where, "compile.components", components,
                           'a list of "model" and "loss"')
     # torchtitan compiles the model's blocks only with "model" among compile.components
@@ -488,6 +490,9 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
     # compiled leaves the layers eager. The older training.compile compiled the model.
     compiled = training.get("compile", False) or (
         _get(data, "compile", "enable", False) and "model" in components)
+    if not _get(data, "compile", "enable", False) and "components" in (
+            data["compile"] if isinstance(data.get("compile"), dict) else {}):
+        job.skipped("compile.components", components, "compile.enable is off")
     # torchtitan compiles each transformer block (apply_compile); the embedding, the output layer
     # and the loss stay eager, as the compiled stack of perfmodel.step.host counts them
     job.fix("stack", "compiled" if compiled else "eager")

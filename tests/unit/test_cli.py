@@ -356,3 +356,13 @@ def test_a_closed_output_pipe_ends_quietly_as_sigpipe_would(args):
     finally:
         os.close(write)
     assert done.returncode == 141 and done.stderr == b""
+
+
+def test_recommend_validate_profile_needs_validate(run_cli, tmp_path):
+    """--validate-profile alone used to be read and then ignored: the search ran without the
+    validation the profile was for. Refused as a usage error, before the search."""
+    out = run_cli("recommend", "--model", "llama2-7b", "--hardware", "dgx-h100", "--gpus", "8",
+                  "--global-batch", "16", "--validate-profile", str(tmp_path / "cpu.json"))
+    assert out.returncode == 2, out.stderr
+    assert "--validate-profile" in out.stderr and "--validate" in out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""

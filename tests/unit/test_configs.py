@@ -1162,6 +1162,9 @@ def test_a_launch_script_that_switches_te_attention_backends_off_says_which_runs
     (["enable = true"], "compiled"),  # torchtitan's default components: model and loss
     (["enable = true", 'components = ["loss"]'], "eager"),  # the loss alone: the blocks eager
     (["enable = false", 'components = ["model"]'], "eager"),
+    # compile off: what the components would name is not read (a later torchtitan's component
+    # is not refused where nothing compiles)
+    (["enable = false", 'components = ["model", "optimizer"]'], "eager"),
 ])
 def test_torchtitan_compiles_the_blocks_only_with_model_among_the_components(
         tmp_path, compile_lines, stack):
