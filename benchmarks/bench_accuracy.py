@@ -344,6 +344,9 @@ class Row:
     breakdown: dict[str, float] = field(default_factory=dict)
     memory_gib: float | None = None
     capacity_gib: float | None = None
+    # fits, tight (only the allocator's fragmentation margin over) or does not fit
+    # (perfmodel.predict.memory_verdict)
+    memory_verdict: str = ""
     published_memory_gib: float | None = None
     not_modelled: list[str] = field(default_factory=list)
     error: str = ""
@@ -727,11 +730,17 @@ def published_rows(directory: Path) -> list[Row]:
     return rows
 
 
+def _tight(r: Row) -> str:
+    """A memory cell's mark: over only with the allocator's fragmentation margin."""
+    return " (tight)" if r.memory_verdict == "tight" else ""
+
+
 def _fill(row: Row, p: Any) -> None:
     row.predicted_s = p.step_time_s
     row.breakdown = dict(p.breakdown_s)
     row.memory_gib = p.memory_per_gpu_bytes / 2**30
     row.capacity_gib = p.memory_capacity_bytes / 2**30
+    row.memory_verdict = p.memory_verdict
 
 
 def table5_rows() -> list[Row]:
@@ -894,7 +903,8 @@ def markdown(rows: list[Row], nccl: list[dict[str, Any]]) -> str:
     for r in rows:
         pred = f"{r.predicted_s:.3f}" if r.predicted_s is not None else f"refused: {r.error}"
         err = f"{r.signed_error:+.1%}" if r.signed_error is not None else ""
-        mem = (f"{r.memory_gib:.1f} of {r.capacity_gib:.0f}" if r.memory_gib is not None else "")
+        mem = (f"{r.memory_gib:.1f} of {r.capacity_gib:.0f}{_tight(r)}"
+               if r.memory_gib is not None else "")
         lines.append(f"| {r.source} | {r.label} | {r.published_s:.3f} | {pred} | {err} | "
                      f"{shares(r)} | {mem} | {'; '.join(r.not_modelled)} |")
     lines += ["", "| set | predicted | refused | MAPE | worst |", "|---|---|---|---|---|"]
@@ -931,15 +941,19 @@ def print_report(rows: list[Row], nccl: list[dict[str, Any]]) -> None:
                       f"{r.predicted_s:.3f}" if r.predicted_s is not None else "refused",
                       f"{r.signed_error:+.1%}" if r.signed_error is not None else r.error[:60],
                       shares(r),
-                      f"{r.memory_gib:.1f}/{r.capacity_gib:.0f}" if r.memory_gib else "",
+                      f"{r.memory_gib:.1f}/{r.capacity_gib:.0f}{_tight(r)}" if r.memory_gib
+                      else "",
                       "; ".join(r.not_modelled))
     con.print(table)
     for key, n, refused, m, worst in summary(rows):
         con.print(f"{key}: {n} predicted, {refused} refused, MAPE {_pct(m)}, worst {_pct(worst)}")
-    unfit = [r for r in rows if r.memory_gib is not None and r.memory_gib > r.capacity_gib]
+    unfit = [r for r in rows if r.memory_verdict == "does not fit"]
+    tight = [r for r in rows if r.memory_verdict == "tight"]
     con.print(f"memory: {len(unfit)} of {sum(r.memory_gib is not None for r in rows)} runs that "
               f"ran are predicted not to fit" + (": " + "; ".join(r.label for r in unfit)
-                                                 if unfit else ""))
+                                                 if unfit else "")
+              + (f"; {len(tight)} tight (over only with the allocator's fragmentation margin): "
+                 + "; ".join(r.label for r in tight) if tight else ""))
     pub = [r for r in rows if r.published_memory_gib and r.memory_gib]
     for r in pub:
         con.print(f"  peak memory {r.label}: published {r.published_memory_gib:.1f} GiB, "

@@ -135,9 +135,11 @@ def _memory_lines(terms: dict[str, Any], stage: str, hardware: HardwareSpec, res
         return []
     where = "every GPU" if result.plan.pp == 1 else \
         f"the {stage} stage's GPUs (the stage that holds the most)"
+    from perfmodel.render import memory_verdict_text
+
     out = ["", f"memory per GPU [bytes] on {where}: {result.memory_per_gpu_bytes / 2**30:.4g} "
                f"GiB of {result.memory_capacity_bytes / 2**30:.4g} GiB "
-               f"({'fits' if result.fits_in_memory else 'does not fit'}):"]
+               f"({memory_verdict_text(result, markup=False)}):"]
     for name, expr in picked.items():
         value = number(expr)
         out.append(f"- memory/{name} = {value:.6g} B ({value / 2**30:.4g} GiB)")

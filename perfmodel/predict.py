@@ -32,6 +32,22 @@ MFU_CONVENTION = ("mfu: model FLOP/s per GPU over the dense peak of the plan's d
                   "for an fp8 plan (torchtitan's convention); mfu_fp8_peak: over the FP8 peak")
 
 
+FRAGMENTATION = "reserved/fragmentation"
+
+
+def memory_verdict(total_bytes: float, fragmentation_bytes: float, capacity_bytes: float) -> str:
+    """Whether a plan fits in a GPU's memory: "fits" with the caching allocator's fragmentation
+    margin (HardwareSpec.memory_fragmentation: the pool a step's transient tensors leave unused
+    where the GPU has room, GMLake's 15% average), "tight" where only that margin does not fit,
+    "does not fit" where the tensors, the CUDA context and NCCL's buffers alone exceed the
+    memory. The margin is not a hard limit: under memory pressure the allocator frees its cached
+    blocks and retries before it fails (expandable segments leave little to fragment), and
+    published runs have trained in it (docs/model.md, "What fits")."""
+    if total_bytes <= capacity_bytes:
+        return "fits"
+    return "tight" if total_bytes - fragmentation_bytes <= capacity_bytes else "does not fit"
+
+
 @dataclass(frozen=True)
 class Prediction:
     """A prediction with its breakdown: every number explains itself by named terms.
@@ -73,6 +89,14 @@ class Prediction:
             out["mfu_convention"] = MFU_CONVENTION
         return out
 
+    @property
+    def memory_verdict(self) -> str:
+        """fits, tight (only the allocator's fragmentation margin does not fit) or does not fit
+        (memory_verdict); fits_in_memory is true for the first two."""
+        return memory_verdict(self.memory_per_gpu_bytes,
+                              self.memory_breakdown_bytes.get(FRAGMENTATION, 0.0),
+                              self.memory_capacity_bytes)
+
     def _dict(self) -> dict[str, Any]:
         return {
             "step_time_s": self.step_time_s,
@@ -88,6 +112,7 @@ class Prediction:
             "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits_in_memory": self.fits_in_memory,
+            "memory_verdict": self.memory_verdict,
             "breakdown_s": dict(self.breakdown_s),
             "hidden_s": dict(self.hidden_s),
             "memory_breakdown_bytes": dict(self.memory_breakdown_bytes),
@@ -227,7 +252,8 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
         mfu=model_flops / (step * plan.gpus * peak),
         memory_per_gpu_bytes=mem_total,
         memory_capacity_bytes=float(hardware.memory_bytes),
-        fits_in_memory=mem_total <= hardware.memory_bytes,
+        fits_in_memory=memory_verdict(mem_total, memory.get(FRAGMENTATION, 0.0),
+                                      hardware.memory_bytes) != "does not fit",
         breakdown_s=breakdown,
         memory_breakdown_bytes=memory,
         bottleneck_stage=slowest if plan.pp > 1 else "all",

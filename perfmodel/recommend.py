@@ -327,8 +327,9 @@ def micro_batch_curve(model: TransformerSpec, hardware: HardwareSpec, plan: Any,
             p = predict(model, hardware, plan.replace(micro_batch=mb))
         except PlanError:
             continue
-        fits = (p.fits_in_memory if capacity_bytes is None
-                else p.memory_per_gpu_bytes <= capacity_bytes)
+        # (the search's rule: the whole memory, the allocator's fragmentation margin included)
+        fits = p.memory_per_gpu_bytes <= (p.memory_capacity_bytes if capacity_bytes is None
+                                          else capacity_bytes)
         rows.append({"micro_batch": mb, "step_time_s": p.step_time_s,
                      "tokens_per_s": p.tokens_per_s,
                      "memory_per_gpu_bytes": p.memory_per_gpu_bytes, "fits": fits})

@@ -211,9 +211,8 @@ def print_prediction(r: Prediction) -> None:
                     f"(Megatron's count; {r.mfu_full_attention * 100:.1f}% with attention whole)"
                     + (f"; {r.mfu_fp8_peak * 100:.1f}% of the FP8 peak"
                        if r.mfu_fp8_peak is not None else ""))
-    fits = "fits" if r.fits_in_memory else "[red]does NOT fit[/]"
     summary.add_row("memory per GPU", f"{fmt_bytes(r.memory_per_gpu_bytes)} of "
-                    f"{fmt_bytes(r.memory_capacity_bytes)}: {fits}")
+                    f"{fmt_bytes(r.memory_capacity_bytes)}: {memory_verdict_text(r)}")
     con.print(summary)
     table = Table(title=f"step time breakdown (slowest stage: {r.bottleneck_stage})")
     table.add_column("term")
@@ -550,6 +549,22 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
                       f"{v['backend']} ranks: predicted {fmt_seconds(v['predicted_step_time_s'])}, "
                       f"measured {fmt_seconds(v['measured_step_time_s'])} "
                       f"({v['relative_error']:+.1%})")
+
+
+def memory_verdict_text(r: Any, markup: bool = True) -> str:
+    """A transformer prediction's memory verdict in words (perfmodel.predict.memory_verdict):
+    tight says by how much, and what would leave room."""
+    verdict = r.memory_verdict
+    if verdict == "fits":
+        return "fits"
+    if verdict == "does not fit":
+        return "[red]does NOT fit[/]" if markup else "does NOT fit"
+    margin = r.memory_breakdown_bytes.get("reserved/fragmentation", 0.0)
+    over = r.memory_per_gpu_bytes - r.memory_capacity_bytes
+    text = (f"tight: fits without the caching allocator's fragmentation margin "
+            f"({fmt_bytes(margin)}; {fmt_bytes(over)} over with it), where the allocator "
+            "fragments less (expandable segments)")
+    return f"[yellow]{text}[/]" if markup else text
 
 
 def print_grid_prediction(r: Any) -> None:

@@ -156,7 +156,14 @@ PREDICTION = obj({
     "step_time_s": NUMBER, "samples_per_s": NUMBER, "tokens_per_s": NUMBER,
     "model_flops_per_step": NUMBER, "hardware_flops_per_step": NUMBER,
     "tflops_per_gpu": NUMBER, "mfu": NUMBER, "memory_per_gpu_bytes": NUMBER,
-    "memory_capacity_bytes": NUMBER, "fits_in_memory": BOOLEAN,
+    "memory_capacity_bytes": NUMBER,
+    "fits_in_memory": {**BOOLEAN, "description": "memory_verdict is fits or tight."},
+    "memory_verdict": {"type": "string", "enum": ["fits", "tight", "does not fit"],
+                       "description": "fits: memory_per_gpu_bytes, the caching allocator's "
+                                      "fragmentation margin included, fits the GPU; tight: "
+                                      "only that margin does not; does not fit: the rest "
+                                      "alone exceeds the GPU (perfmodel.predict."
+                                      "memory_verdict)."},
     "breakdown_s": SECONDS_BY_TERM,
     "hidden_s": {**SECONDS_BY_TERM, "description": "Seconds per step each term hid (not in the "
                                                    "step time): communication behind compute, "
@@ -176,10 +183,10 @@ PREDICTION = obj({
                                                 "by."},
 }, required=["step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",
              "hardware_flops_per_step", "tflops_per_gpu", "mfu", "memory_per_gpu_bytes",
-             "memory_capacity_bytes", "fits_in_memory", "breakdown_s", "memory_breakdown_bytes",
-             "bottleneck_stage", "parameters", "active_parameters", "micro_batches", "plan",
-             "model", "hardware", "model_flops_per_step_full_attention", "mfu_full_attention",
-             "flops_convention"],
+             "memory_capacity_bytes", "fits_in_memory", "memory_verdict", "breakdown_s",
+             "memory_breakdown_bytes", "bottleneck_stage", "parameters", "active_parameters",
+             "micro_batches", "plan", "model", "hardware", "model_flops_per_step_full_attention",
+             "mfu_full_attention", "flops_convention"],
     description="One plan's prediction (perfmodel.predict.Prediction.to_dict).")
 
 MODEL_SUMMARY = {"model_source": STRING, "seq_len": WHOLE, "seq_len_from": STRING}
