@@ -367,8 +367,41 @@ def data_dir(given: str | None) -> Path:
 
 
 def _features(text: str) -> list[str]:
-    """The features of a row: 'bf16; SP, TP comm overlap (...), ...' -> ['bf16', 'SP', ...]."""
-    return [t.strip() for part in text.split(";") for t in part.split(",") if t.strip()]
+    """The features of a row: 'bf16; SP, TP comm overlap (...), ...' -> ['bf16', 'SP', ...].
+    Split on the semicolons and commas outside parentheses and brackets: 'full activation
+    recompute (uniform, 1 layer per checkpoint)' is one feature."""
+    pieces, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(depth - 1, 0)
+        elif char in ",;" and depth == 0:
+            pieces.append(text[start:i])
+            start = i + 1
+    pieces.append(text[start:])
+    return [t.strip() for t in pieces if t.strip()]
+
+
+def _parenthetical(feature: str) -> tuple[str, list[str]] | None:
+    """(the feature without its parenthetical or bracketed parts, the features those parts
+    state) of a feature that has any: 'DeepSpeed pipeline parallelism (1F1B)' ->
+    ('DeepSpeed pipeline parallelism', ['1F1B']); None for one without."""
+    base, inner, depth, start = [], [], 0, 0
+    for i, char in enumerate(feature):
+        if char in "([{":
+            if depth == 0:
+                start = i + 1
+            depth += 1
+        elif char in ")]}" and depth:
+            depth -= 1
+            if depth == 0:
+                inner += _features(feature[start:i])
+        elif depth == 0:
+            base.append(char)
+    if depth or (not inner and "".join(base).strip() == feature.strip()):
+        return None  # unbalanced, or nothing in parentheses
+    return " ".join("".join(base).split()), inner
 
 
 # Features as other published runs state them (Megatron-LM's and DeepSpeed's flag names in
@@ -537,6 +570,12 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
         return {"schedule": "interleaved", "virtual_stages": int(vp.group(1))}
     if zero := re.fullmatch(r"(?:deepspeed )?zero(?:-| |- | stage |-stage )?([0-3])", text):
         return {"zero": int(zero.group(1))}
+    # Megatron-LM's --checkpoint-activations --checkpoint-num-layers n (2021-22): every layer
+    # recomputed, checkpointed in chunks of n (uniform; perfmodel.configs.megatron
+    # OLDER_RECOMPUTE)
+    if chunk := re.fullmatch(r"(\d+) layers? per checkpoint|checkpoint num layers (\d+)", text):
+        return {"recompute": "full", "recompute_method": "uniform",
+                "recompute_num_layers": int(chunk.group(1) or chunk.group(2))}
     if modules := re.fullmatch(r"selective recompute of ([a-z_]+(?:\+[a-z_]+)*)", text):
         return {"recompute": "selective",
                 "recompute_modules": ",".join(modules.group(1).split("+"))}
@@ -576,6 +615,94 @@ def model_of(row: dict[str, Any]) -> dict[str, Any]:
     return model
 
 
+def feature_options(feature: str, model: dict[str, Any],
+                    plan: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(plan options, model options) of one feature of a row, in the development set's words
+    (below) or another run's (generic_feature, POSITION_FEATURES, ROUTING_FEATURES); None for a
+    feature none of them knows. `plan` is what the row's columns give (its pipeline_layout)."""
+    vp = re.fullmatch(r"VP=(\d+)", feature)
+    if feature == "bf16":
+        return {}, {}  # the row's dtype column
+    if feature == "FP8 (TE hybrid)":
+        # the row's dtype column (fp8); Transformer Engine's delayed scaling with the weights
+        # held in FP8: v24.11.1's configs set fp8_hybrid, fp8_amax_history_len 1024 and
+        # fp8_amax_compute_algo max (TE's DelayedScaling) and FP8 weights
+        # (nemotron/configure.sh: +model.fp8_params=${FP8_ENABLED};
+        # nemo_megatron/gpt3_175b_hydra.yaml: fp8_params: true); v25.04's NeMo 2
+        # bf16_with_fp8_mixed() the same (fp8_recipe "delayed", fp8_params /
+        # fp8_param_gather True)
+        return dict(fp8_recipe="delayed", fp8_params=True), {}
+    if feature == "SP":
+        return {"sequence_parallel": True}, {}
+    if vp:
+        return dict(schedule="interleaved", virtual_stages=int(vp.group(1))), {}
+    if feature == "distributed_fused_adam + overlap grad/param sync":
+        # Megatron's distributed optimizer shards the optimizer states (ZeRO-1), reduces the
+        # gradients during backward and gathers the parameters during the next forward
+        return dict(zero=1, overlap_grad_sync=True, overlap_param_gather=True), {}
+    if feature == "TP comm overlap (ub_tp_comm_overlap)":
+        return {"tp_comm_overlap": True}, {}  # Transformer Engine's userbuffers
+    if feature == "flash/cuDNN attention":
+        return {"flash_attention": True}, {}
+    if feature in ("recompute none", "no AC"):
+        return {"recompute": "none"}, {}
+    if feature in ("recompute selective",):
+        return {"recompute": "selective"}, {}
+    if feature == "full AC":
+        return {"recompute": "full"}, {}
+    if feature == "FSDP2":
+        # torchtitan: FSDP2 shards parameters, gradients and optimizer states, reduce-scatters
+        # on its own stream during the backward and prefetches the next unit's all-gather
+        # (implicit prefetching): both overlaps are its defaults; its attention is
+        # F.scaled_dot_product_attention, whose flash backend (FlashAttention-2) runs bf16 on
+        # A100
+        return dict(zero=3, flash_attention=True, overlap_grad_sync=True,
+                    overlap_param_gather=True), {}
+    if (block := re.fullmatch(r"full recompute of (\d+) of \d+ layers "
+                              r"\(recompute_method block\)", feature)):
+        # Megatron's --recompute-granularity full --recompute-method block: the first k
+        # layers of each chunk (Plan.recompute_method)
+        return dict(recompute="full", recompute_method="block",
+                    recompute_num_layers=int(block.group(1))), {}
+    if (offload := re.fullmatch(r"activation CPU offload of (\d+) layers", feature)):
+        # Megatron-Core's --cpu-offloading-num-layers k (Transformer Engine's offload of the
+        # first k layers' activations; Plan.cpu_offload_layers)
+        return {"cpu_offload_layers": int(offload.group(1))}, {}
+    if feature == "selective op AC":
+        return {"recompute": "op"}, {}  # torchtitan selective_ac_option 'op'
+    if feature == "selective layer AC":
+        # torchtitan selective_ac_option '2' (the train configs' value): every second layer
+        return dict(recompute="full", recompute_every=2), {}
+    if feature.startswith(("pipeline split counts", "pipeline layout")) \
+            and plan.get("pipeline_layout"):
+        return {}, {}  # the split the row's pipeline_layout column writes out (LAYOUT_COLUMNS)
+    if (generic := generic_feature(feature)) is not None:
+        return generic, {}
+    if feature_key(feature) in POSITION_FEATURES:
+        return {}, {"position_embedding": POSITION_FEATURES[feature_key(feature)]}
+    if (routing := ROUTING_FEATURES.get(feature_key(feature))) is not None:
+        return {}, dict(routing)
+    return None
+
+
+# Words a parenthetical qualifies its feature with, by the option the feature sets: the method
+# of a full recompute ('full activation recompute (uniform, 1 layer per checkpoint)': Megatron-LM's
+# --recompute-method, RecomputeMethod)
+QUALIFIERS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
+    ("recompute", "full"): {"uniform": {"recompute_method": "uniform"},
+                            "block": {"recompute_method": "block"}},
+}
+
+
+def _qualifier(options: dict[str, Any], piece: str) -> dict[str, Any] | None:
+    """The plan options a word in a feature's parenthetical gives in that feature's context
+    (QUALIFIERS), or None."""
+    for (key, value), words in QUALIFIERS.items():
+        if options.get(key) == value and feature_key(piece) in words:
+            return dict(words[feature_key(piece)])
+    return None
+
+
 def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(model fields, plan fields, features not modelled) of a published run. Every feature the
     source states is either mapped to a plan option or named as not modelled."""
@@ -602,73 +729,27 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
     if cp > 1:  # Megatron-Core's default cp_comm_type, p2p (ring attention); gpus = dp cp tp pp
         plan["cp"] = cp
     for feature in _features(str(row["features"])):
-        vp = re.fullmatch(r"VP=(\d+)", feature)
-        if feature == "bf16":
-            pass  # the row's dtype column
-        elif feature == "FP8 (TE hybrid)":
-            # the row's dtype column (fp8); Transformer Engine's delayed scaling with the weights
-            # held in FP8: v24.11.1's configs set fp8_hybrid, fp8_amax_history_len 1024 and
-            # fp8_amax_compute_algo max (TE's DelayedScaling) and FP8 weights
-            # (nemotron/configure.sh: +model.fp8_params=${FP8_ENABLED};
-            # nemo_megatron/gpt3_175b_hydra.yaml: fp8_params: true); v25.04's NeMo 2
-            # bf16_with_fp8_mixed() the same (fp8_recipe "delayed", fp8_params /
-            # fp8_param_gather True)
-            plan.update(fp8_recipe="delayed", fp8_params=True)
-        elif feature == "SP":
-            plan["sequence_parallel"] = True
-        elif vp:
-            plan.update(schedule="interleaved", virtual_stages=int(vp.group(1)))
-        elif feature == "distributed_fused_adam + overlap grad/param sync":
-            # Megatron's distributed optimizer shards the optimizer states (ZeRO-1), reduces the
-            # gradients during backward and gathers the parameters during the next forward
-            plan.update(zero=1, overlap_grad_sync=True, overlap_param_gather=True)
-        elif feature == "TP comm overlap (ub_tp_comm_overlap)":
-            plan["tp_comm_overlap"] = True  # Transformer Engine's userbuffers
-        elif feature == "flash/cuDNN attention":
-            plan["flash_attention"] = True
-        elif feature in ("recompute none", "no AC"):
-            plan["recompute"] = "none"
-        elif feature in ("recompute selective",):
-            plan["recompute"] = "selective"
-        elif feature == "full AC":
-            plan["recompute"] = "full"
-        elif feature == "FSDP2":
-            # torchtitan: FSDP2 shards parameters, gradients and optimizer states, reduce-scatters
-            # on its own stream during the backward and prefetches the next unit's all-gather
-            # (implicit prefetching): both overlaps are its defaults; its attention is
-            # F.scaled_dot_product_attention, whose flash backend (FlashAttention-2) runs bf16 on
-            # A100
-            plan.update(zero=3, flash_attention=True, overlap_grad_sync=True,
-                        overlap_param_gather=True)
-        elif (block := re.fullmatch(r"full recompute of (\d+) of \d+ layers "
-                                    r"\(recompute_method block\)", feature)):
-            # Megatron's --recompute-granularity full --recompute-method block: the first k
-            # layers of each chunk (Plan.recompute_method)
-            plan.update(recompute="full", recompute_method="block",
-                        recompute_num_layers=int(block.group(1)))
-        elif (offload := re.fullmatch(r"activation CPU offload of (\d+) layers", feature)):
-            # Megatron-Core's --cpu-offloading-num-layers k (Transformer Engine's offload of the
-            # first k layers' activations; Plan.cpu_offload_layers)
-            plan["cpu_offload_layers"] = int(offload.group(1))
-        elif feature == "selective op AC":
-            plan["recompute"] = "op"  # torchtitan selective_ac_option 'op'
-        elif feature == "selective layer AC":
-            # torchtitan selective_ac_option '2' (the train configs' value): every second layer
-            plan.update(recompute="full", recompute_every=2)
-        elif feature.startswith(("pipeline split counts", "pipeline layout")) \
-                and plan.get("pipeline_layout"):
-            pass  # the split the row's pipeline_layout column writes out (LAYOUT_COLUMNS)
-        elif (generic := generic_feature(feature)) is not None:
-            plan.update(generic)
-        elif feature_key(feature) in POSITION_FEATURES:
-            model["position_embedding"] = POSITION_FEATURES[feature_key(feature)]
-        elif (routing := ROUTING_FEATURES.get(feature_key(feature))) is not None:
-            if not model.get("experts"):
-                missing.append(f"feature '{feature}' on a model without experts (not mapped)")
-            else:
-                model.update(routing)
-        else:
+        # a feature as it is stated, else without its parenthetical, whose own words are read
+        # too ('DeepSpeed pipeline parallelism (1F1B)'); one no reading knows is named, whole
+        reads = [found] if (found := feature_options(feature, model, plan)) is not None else []
+        parts = _parenthetical(feature) if not reads else None
+        if parts and (found := feature_options(parts[0], model, plan)) is not None:
+            reads.append(found)
+            for piece in parts[1]:
+                if (found := feature_options(piece, model, plan)) is not None:
+                    reads.append(found)
+                elif (qualifies := _qualifier(reads[0][0], piece)) is not None:
+                    reads.append((qualifies, {}))
+                else:
+                    missing.append(f"unknown feature '{piece}' (in '{feature}'; not mapped)")
+        if not reads:
             missing.append(f"unknown feature '{feature}' (not mapped)")
+        for plan_options, model_options in reads:
+            if "routing" in model_options and not model.get("experts"):
+                missing.append(f"feature '{feature}' on a model without experts (not mapped)")
+                continue
+            plan.update(plan_options)
+            model.update(model_options)
     if plan.get("pp_scatter_gather") == "where it applies":
         applies = plan["pp"] > 1 and plan["tp"] > 1 and not plan.get("sequence_parallel")
         plan["pp_scatter_gather"] = applies

@@ -345,3 +345,48 @@ def test_a_megatron_deepspeed_run_of_its_era():
     assert "pp_scatter_gather" not in B.plan_of(dict(row, tp=1, dp=32,
                                                      features="bf16; scatter-gather"))[1]
     assert B.plan_of(dict(row, features="bf16; ALiBi"))[0]["position_embedding"] == "alibi"
+
+
+# Narayanan et al. SC21 (arXiv 2104.04473) Table 1, GPT 7.5B: 128 DGX A100 80GB, tp 4, micro-batch
+# 16, batch 512 (NVIDIA/Megatron-LM examples/sc21/run_table_1.sh and CONFIG.sh at de7dc40f88:
+# --checkpoint-activations, --fp16; the README's vocab 51,200 and sequence 2048)
+_SC21_7B5 = dict(_GPT_2P7B, source="megatron-sc21", hardware_note="DGX A100 (8 x A100 SXM4 80GB)",
+                 gpus=128, tp=4, pp=1, dp=32, micro_batch=16, global_batch=512, layers=36,
+                 hidden=4096, heads=32, kv_heads=32, ffn_hidden=16384, vocab=51200,
+                 features="fp16; full activation recompute (uniform, 1 layer per checkpoint), "
+                          "unfused attention")
+
+
+def test_a_comma_inside_parentheses_does_not_split_a_feature():
+    assert B._features("fp16; full activation recompute (uniform, 1 layer per checkpoint), "
+                       "unfused attention [a, b]") == [
+        "fp16", "full activation recompute (uniform, 1 layer per checkpoint)",
+        "unfused attention [a, b]"]
+    assert B._parenthetical("DeepSpeed pipeline parallelism (1F1B)") == (
+        "DeepSpeed pipeline parallelism", ["1F1B"])
+    assert B._parenthetical("SP") is None
+
+
+def test_a_feature_is_read_without_its_parenthetical_and_the_parenthetical_too():
+    """Regression: 'full activation recompute (uniform, 1 layer per checkpoint)' was split at its
+    comma into two unknown pieces, and the SC21 7.5B run predicted without recompute (231 GiB,
+    'does not fit', for a run that ran); 'DeepSpeed pipeline parallelism (1F1B)' was unknown."""
+    from perfmodel import predict
+
+    model, plan, missing = B.plan_of(_SC21_7B5)
+    assert (plan["recompute"], plan["recompute_method"], plan["recompute_num_layers"],
+            missing) == ("full", "uniform", 1, [])
+    assert predict(TransformerSpec(**model), B.hardware_of(_SC21_7B5), plan).fits_in_memory
+    # MT-NLG 530B (Smith et al. 2022, arXiv 2201.11990, Sec. 2): DeepSpeed's pipeline engine
+    mtnlg = dict(_SC21_7B5, source="mt-nlg", gpus=2240, tp=8, pp=35, dp=8, micro_batch=1,
+                 global_batch=1920, layers=105, hidden=20480, heads=128, kv_heads=128,
+                 ffn_hidden=81920, features="fp16; DeepSpeed pipeline parallelism (1F1B), "
+                                            "activation checkpointing")
+    _, plan, missing = B.plan_of(mtnlg)
+    assert (plan["schedule"], plan["pp_scatter_gather"], missing) == ("1f1b", True, [])
+    # a word of the parenthetical no reading knows is named, the feature's own words still read
+    _, plan, missing = B.plan_of(dict(_SC21_7B5, features="fp16 (static loss scale 8192); "
+                                                          "full recompute (sometimes)"))
+    assert plan["recompute"] == "full" and missing == [
+        "unknown feature 'static loss scale 8192' (in 'fp16 (static loss scale 8192)'; not "
+        "mapped)", "unknown feature 'sometimes' (in 'full recompute (sometimes)'; not mapped)"]
