@@ -568,7 +568,9 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
         return dict(GENERIC_FEATURES[text])
     if vp := re.fullmatch(r"(?:vp|virtual pipeline|virtual stages)\s*[=: ]\s*(\d+)", text):
         return {"schedule": "interleaved", "virtual_stages": int(vp.group(1))}
-    if zero := re.fullmatch(r"(?:deepspeed )?zero(?:-| |- | stage |-stage )?([0-3])", text):
+    # ZeRO-1, ZeRO stage 1, zero-stage 1, --zero-stage=1, DeepSpeed ZeRO stage: 1
+    if zero := re.fullmatch(r"(?:--)?(?:deepspeed )?zero[-_ ]?(?:stage[-_ ]?)?[=:]? ?([0-3])",
+                            text):
         return {"zero": int(zero.group(1))}
     # Megatron-LM's --checkpoint-activations --checkpoint-num-layers n (2021-22): every layer
     # recomputed, checkpointed in chunks of n (uniform; perfmodel.configs.megatron
@@ -703,6 +705,37 @@ def _qualifier(options: dict[str, Any], piece: str) -> dict[str, Any] | None:
     return None
 
 
+def _merge(options: dict[str, Any], into: dict[str, Any], origin: dict[str, str],
+           feature: str) -> None:
+    """One feature's options into the plan (or model) the row's other features built, whatever
+    their order: an option two features set to different values refuses the row (ValueError
+    naming both), unless one reading contains the other (_reconcile)."""
+    for key, value in options.items():
+        if key in origin and into[key] != value:
+            value = _reconcile(key, into[key], value, origin[key], feature,
+                               {**into, **options})
+        into[key] = value
+        origin[key] = feature
+
+
+def _reconcile(key: str, old: Any, new: Any, old_feature: str, feature: str,
+               options: dict[str, Any]) -> Any:
+    """The value of an option two features state differently, where both are true of the run;
+    else ValueError naming the features."""
+    # DeepSpeed's BF16_Optimizer runs at its ZeRO stage 0 and is its own stage 1 (fp32 master
+    # weights and Adam states sharded over dp): perfmodel.configs.megatron_deepspeed, _zero
+    if key == "zero" and {old, new} == {0, 1} and options.get("bf16_optimizer"):
+        return 1
+    # a 1F1B that does not say non-interleaved is the interleaved schedule's too (Megatron's
+    # interleaved 1F1B)
+    plain = {f for f, value in ((old_feature, old), (feature, new)) if value == "1f1b"
+             and feature_key(f) == "1f1b"}
+    if key == "schedule" and {old, new} == {"1f1b", "interleaved"} and plain:
+        return "interleaved"
+    raise ValueError(f"features '{old_feature}' and '{feature}' disagree: {key} {old} against "
+                     f"{new}")
+
+
 def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(model fields, plan fields, features not modelled) of a published run. Every feature the
     source states is either mapped to a plan option or named as not modelled."""
@@ -728,6 +761,7 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
     cp = int(row.get("cp", 1) or 1)
     if cp > 1:  # Megatron-Core's default cp_comm_type, p2p (ring attention); gpus = dp cp tp pp
         plan["cp"] = cp
+    origin: dict[str, str] = {}  # the feature that set each option
     for feature in _features(str(row["features"])):
         # a feature as it is stated, else without its parenthetical, whose own words are read
         # too ('DeepSpeed pipeline parallelism (1F1B)'); one no reading knows is named, whole
@@ -748,8 +782,8 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             if "routing" in model_options and not model.get("experts"):
                 missing.append(f"feature '{feature}' on a model without experts (not mapped)")
                 continue
-            plan.update(plan_options)
-            model.update(model_options)
+            _merge(plan_options, plan, origin, feature)
+            _merge(model_options, model, origin, feature)
     if plan.get("pp_scatter_gather") == "where it applies":
         applies = plan["pp"] > 1 and plan["tp"] > 1 and not plan.get("sequence_parallel")
         plan["pp_scatter_gather"] = applies

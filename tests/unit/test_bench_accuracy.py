@@ -390,3 +390,45 @@ def test_a_feature_is_read_without_its_parenthetical_and_the_parenthetical_too()
     assert plan["recompute"] == "full" and missing == [
         "unknown feature 'static loss scale 8192' (in 'fp16 (static loss scale 8192)'; not "
         "mapped)", "unknown feature 'sometimes' (in 'full recompute (sometimes)'; not mapped)"]
+
+
+# BLOOM-176B (bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm: TP 4, PP 12,
+# DP 8, --bf16, ZERO_STAGE=0, which with bf16 runs DeepSpeed's BF16_Optimizer)
+_BLOOM = dict(_GPT_2P7B, source="bloom", gpus=384, tp=4, pp=12, dp=8, micro_batch=2,
+              global_batch=2048, dtype="bf16", layers=70, hidden=14336, heads=112, kv_heads=112,
+              ffn_hidden=57344, vocab=250880, hardware_note="8 x A100 SXM4 80GB per node",
+              features="bf16; BF16 optimizer, ZeRO stage 0, DeepSpeed pipeline engine, "
+                       "checkpoint-activations, unfused attention")
+
+
+@pytest.mark.parametrize("features", [
+    "BF16 optimizer, ZeRO stage 0", "ZeRO stage 0, BF16 optimizer", "BF16_Optimizer, zero-stage 0",
+    "ZeRO-1, BF16 optimizer"])
+def test_the_order_of_features_does_not_matter(features):
+    """Regression: 'BF16 optimizer' then 'ZeRO stage 0' gave zero 0 (the row refused), the other
+    order zero 1. ZeRO stage 0 with bf16 is DeepSpeed's BF16_Optimizer, its own stage 1
+    (perfmodel.configs.megatron_deepspeed)."""
+    _, plan, missing = B.plan_of(dict(_BLOOM, features=f"bf16; {features}, unfused attention"))
+    assert (plan["zero"], plan["bf16_optimizer"], missing) == (1, True, [])
+
+
+@pytest.mark.parametrize("features, why", [
+    ("BF16 optimizer, ZeRO-2", "features 'BF16 optimizer' and 'ZeRO-2' disagree: zero 1 against 2"),
+    ("recompute none, full recompute", "'recompute none' and 'full recompute' disagree"),
+    ("DeepSpeed pipeline, VP=2", "'DeepSpeed pipeline' and 'VP=2' disagree: schedule"),
+])
+def test_features_that_disagree_refuse_the_row(features, why):
+    with pytest.raises(ValueError, match=why):
+        B.plan_of(dict(_BLOOM, features=f"bf16; {features}"))
+
+
+def test_a_plain_1f1b_is_the_interleaved_schedules_too():
+    _, plan, _ = B.plan_of(dict(_BLOOM, layers=72, features="bf16; 1F1B, VP=2"))
+    assert (plan["schedule"], plan["virtual_stages"]) == ("interleaved", 2)
+
+
+@pytest.mark.parametrize("feature, stage", [
+    ("ZeRO stage 1", 1), ("zero-stage 2", 2), ("--zero-stage=1", 1), ("ZeRO stage: 3", 3),
+    ("zero_stage 0", 0), ("ZeRO-1", 1), ("DeepSpeed ZeRO stage 1", 1), ("ZeRO1", 1)])
+def test_zero_as_its_stacks_word_it(feature, stage):
+    assert B.generic_feature(feature) == {"zero": stage}
