@@ -422,16 +422,19 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
                      "deepspeed activation checkpointing"), {"recompute": "full"}),
     # Megatron-LM's 2021-22 scatter-gather of pipeline sends over tp (pp_scatter_gather), and
     # DeepSpeed's pipeline engine, which partitions its sends likewise and runs 1F1B: where the
-    # plan has them (pp > 1, tp > 1, no sequence parallelism; plan_of)
+    # plan has them (pp > 1, tp > 1, no sequence parallelism; plan_of); the engine reduces the
+    # gradients after the last micro-batch (perfmodel.configs.megatron_deepspeed)
     **dict.fromkeys(("scatter-gather", "pp scatter-gather", "scatter/gather",
                      "pipeline scatter-gather", "scatter-gather-tensors-in-pipeline"),
                     {"pp_scatter_gather": "where it applies"}),
     **dict.fromkeys(("deepspeed pipeline", "deepspeed pipeline engine",
                      "deepspeed pipeline parallelism"),
-                    {"schedule": "1f1b", "pp_scatter_gather": "where it applies"}),
-    # DeepSpeed's BF16_Optimizer (bf16 at ZeRO stage 0): its own stage 1
+                    {"schedule": "1f1b", "pp_scatter_gather": "where it applies",
+                     "overlap_grad_sync": False}),
+    # DeepSpeed's BF16_Optimizer (bf16 at ZeRO stage 0): its own stage 1, its fp32 gradients
+    # all-reduced after the backward (perfmodel.configs.megatron_deepspeed, _zero)
     **dict.fromkeys(("bf16_optimizer", "bf16 optimizer", "deepspeed bf16 optimizer"),
-                    {"zero": 1, "bf16_optimizer": True}),
+                    {"zero": 1, "bf16_optimizer": True, "overlap_grad_sync": False}),
     # flash attention on the preset's default kernel, where the row does not name one
     **dict.fromkeys(("flash attention", "flashattention", "fused attention"),
                     {"flash_attention": True}),
@@ -464,6 +467,14 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     **dict.fromkeys(("fp8_hybrid", "fp8 hybrid", "fp8 delayed"), {"fp8_recipe": "delayed"}),
     **dict.fromkeys(("async tp", "async tensor parallel", "async tensor parallelism",
                      "enable_async_tensor_parallel"), {"tp_comm_overlap": True}),
+    # Megatron-LM's --DDP-impl (before 2023-08): torch's DistributedDataParallel all-reduces the
+    # gradients in buckets during the (last micro-batch's) backward, its local DDP (the default)
+    # after it, as perfmodel.configs.megatron maps them; torch's with a pipeline is refused
+    # (plan_of: its schedules all-reduced in every micro-batch then)
+    **dict.fromkeys(("torch ddp", "pytorch ddp", "torch distributeddataparallel",
+                     "pytorch distributeddataparallel"),
+                    {"overlap_grad_sync": True, "_ddp_impl": "torch"}),
+    **dict.fromkeys(("local ddp", "megatron local ddp"), {"overlap_grad_sync": False}),
     # PyTorch FSDP (FSDP1, Hugging Face's fsdp full_shard): ZeRO 3, the gradients' reduce-scatter
     # during the backward; its forward gathers the next unit unprefetched (forward_prefetch off by
     # default). torchtitan's "FSDP2" (prefetching) is plan_of's own
@@ -572,6 +583,8 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
     if zero := re.fullmatch(r"(?:--)?(?:deepspeed )?zero[-_ ]?(?:stage[-_ ]?)?[=:]? ?([0-3])",
                             text):
         return {"zero": int(zero.group(1))}
+    if ddp := re.fullmatch(r"(?:--)?ddp[-_ ]impl[=: ]+(local|torch)", text):
+        return dict(GENERIC_FEATURES[f"{ddp.group(1)} ddp"])
     # Megatron-LM's --checkpoint-activations --checkpoint-num-layers n (2021-22): every layer
     # recomputed, checkpointed in chunks of n (uniform; perfmodel.configs.megatron
     # OLDER_RECOMPUTE)
@@ -784,6 +797,10 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
                 continue
             _merge(plan_options, plan, origin, feature)
             _merge(model_options, model, origin, feature)
+    if plan.pop("_ddp_impl", None) == "torch" and plan["pp"] > 1:
+        # perfmodel.configs.megatron: Megatron-LM's schedules used no_sync only without a pipeline
+        raise ValueError(f"torch DDP with pp {plan['pp']}: Megatron-LM's torch DDP all-reduced "
+                         "the gradients in every micro-batch with a pipeline (not modelled)")
     if plan.get("pp_scatter_gather") == "where it applies":
         applies = plan["pp"] > 1 and plan["tp"] > 1 and not plan.get("sequence_parallel")
         plan["pp_scatter_gather"] = applies

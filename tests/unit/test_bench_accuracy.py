@@ -432,3 +432,23 @@ def test_a_plain_1f1b_is_the_interleaved_schedules_too():
     ("zero_stage 0", 0), ("ZeRO-1", 1), ("DeepSpeed ZeRO stage 1", 1), ("ZeRO1", 1)])
 def test_zero_as_its_stacks_word_it(feature, stage):
     assert B.generic_feature(feature) == {"zero": stage}
+
+
+@pytest.mark.parametrize("feature, overlap", [
+    ("torch DDP", True), ("PyTorch DDP", True), ("DDP-impl torch", True),
+    ("--DDP-impl torch", True), ("local DDP", False), ("DDP-impl local", False),
+    ("--DDP-impl=local", False)])
+def test_megatrons_ddp_impl_is_its_gradient_overlap(feature, overlap):
+    """Megatron-LM's --DDP-impl (perfmodel.configs.megatron): torch's DDP all-reduces during the
+    backward (overlap_grad_sync), local after it; both were listed as unknown features."""
+    _, plan, missing = B.plan_of(dict(_SC21_7B5, features=f"fp16; {feature}, full recompute"))
+    assert (plan["overlap_grad_sync"], missing) == (overlap, [])
+
+
+def test_torch_ddp_with_a_pipeline_or_beside_an_overlap_it_contradicts_is_refused():
+    with pytest.raises(ValueError, match="torch DDP with pp 2"):
+        B.plan_of(dict(_SC21_7B5, pp=2, dp=16, features="fp16; torch DDP"))
+    with pytest.raises(ValueError, match="'local DDP' and 'overlap grad reduce' disagree"):
+        B.plan_of(dict(_SC21_7B5, features="fp16; local DDP, overlap grad reduce"))
+    with pytest.raises(ValueError, match="'DeepSpeed pipeline' and 'overlap grad reduce'"):
+        B.plan_of(dict(_BLOOM, features="bf16; DeepSpeed pipeline, overlap grad reduce"))
