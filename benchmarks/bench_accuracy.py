@@ -531,6 +531,13 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     "precision-aware optimizer (bf16 moments and main grads)": {
         "master_weights": "remainders", "optimizer_dtype": "bf16", "grad_dtype": "bf16"},
     "1f1b": {"schedule": "1f1b"},
+    # Megatron's interleaved 1F1B (its virtual stages stated beside it: plan_of refuses the
+    # schedule without them), and the schedule that says it is not
+    **dict.fromkeys(("interleaved", "interleaved schedule", "interleaved 1f1b",
+                     "interleaved pipeline", "interleaved pipeline schedule"),
+                    {"schedule": "interleaved"}),
+    **dict.fromkeys(("non-interleaved 1f1b", "non-interleaved", "non-interleaved schedule",
+                     "1f1b non-interleaved", "non interleaved 1f1b"), {"schedule": "1f1b"}),
     "gpipe": {"schedule": "gpipe"},
     # the experts' dispatcher (Plan.ep_dispatcher; Megatron-Core's --moe-token-dispatcher-type,
     # flex with DeepEP or HybridEP) and its combined 1F1B overlap
@@ -577,8 +584,21 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
     text = feature_key(feature)
     if text in GENERIC_FEATURES:
         return dict(GENERIC_FEATURES[text])
-    if vp := re.fullmatch(r"(?:vp|virtual pipeline|virtual stages)\s*[=: ]\s*(\d+)", text):
+    # the virtual stages (model chunks) per pipeline rank: VP=3, virtual pipeline 3, 3 virtual
+    # stages, Megatron's --virtual-pipeline-model-parallel-size 3 and
+    # --num-virtual-stages-per-pipeline-rank 3
+    if vp := (re.fullmatch(r"(?:--)?(?:vpp?|virtual[-_ ]pipeline(?:[-_ ]stages)?|virtual[-_ ]stages"
+                           r"|virtual[-_ ]pipeline[-_ ]model[-_ ]parallel[-_ ]size"
+                           r"|num[-_ ]virtual[-_ ]stages[-_ ]per[-_ ]pipeline[-_ ]rank)"
+                           r"\s*[=: ]\s*(\d+)", text)
+              or re.fullmatch(r"(\d+) virtual (?:pipeline )?stages", text)):
         return {"schedule": "interleaved", "virtual_stages": int(vp.group(1))}
+    # ... or the layers of each: Megatron's --num-layers-per-virtual-pipeline-stage k, 'k layers
+    # per virtual stage' (virtual stages = layers / (pp k): plan_of)
+    if per := (re.fullmatch(r"(?:--)?(?:num[-_ ])?layers[-_ ]per[-_ ]virtual[-_ ]pipeline[-_ ]stage"
+                            r"\s*[=: ]\s*(\d+)", text)
+               or re.fullmatch(r"(\d+) layers? per virtual (?:pipeline )?(?:stage|chunk)", text)):
+        return {"schedule": "interleaved", "_layers_per_virtual_stage": int(per.group(1))}
     # ZeRO-1, ZeRO stage 1, zero-stage 1, --zero-stage=1, DeepSpeed ZeRO stage: 1
     if zero := re.fullmatch(r"(?:--)?(?:deepspeed )?zero[-_ ]?(?:stage[-_ ]?)?[=:]? ?([0-3])",
                             text):
@@ -797,6 +817,22 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
                 continue
             _merge(plan_options, plan, origin, feature)
             _merge(model_options, model, origin, feature)
+    if (per := plan.pop("_layers_per_virtual_stage", None)) is not None:
+        # Megatron-LM's --num-layers-per-virtual-pipeline-stage (perfmodel.configs.megatron)
+        layers, pp = int(model["layers"]), plan["pp"]
+        if layers % (pp * per):
+            raise ValueError(f"{per} layers per virtual stage: the layers ({layers}) must split "
+                             f"into pp ({pp}) x whole chunks of {per}")
+        chunks = layers // (pp * per)
+        if plan.get("virtual_stages", chunks) != chunks:
+            raise ValueError(f"{per} layers per virtual stage are {chunks} virtual stages "
+                             f"(layers {layers} / (pp {pp} x {per})); another feature says "
+                             f"{plan['virtual_stages']}")
+        plan.update(virtual_stages=chunks, schedule="interleaved" if chunks > 1 else "1f1b")
+    if plan.get("schedule") == "interleaved" and "virtual_stages" not in plan \
+            and not plan.get("pipeline_layout"):
+        raise ValueError(f"the interleaved schedule ('{origin['schedule']}') without its virtual "
+                         "stages: state VP=n or k layers per virtual stage")
     if plan.pop("_ddp_impl", None) == "torch" and plan["pp"] > 1:
         # perfmodel.configs.megatron: Megatron-LM's schedules used no_sync only without a pipeline
         raise ValueError(f"torch DDP with pp {plan['pp']}: Megatron-LM's torch DDP all-reduced "

@@ -452,3 +452,44 @@ def test_torch_ddp_with_a_pipeline_or_beside_an_overlap_it_contradicts_is_refuse
         B.plan_of(dict(_SC21_7B5, features="fp16; local DDP, overlap grad reduce"))
     with pytest.raises(ValueError, match="'DeepSpeed pipeline' and 'overlap grad reduce'"):
         B.plan_of(dict(_BLOOM, features="bf16; DeepSpeed pipeline, overlap grad reduce"))
+
+
+# SC21 Table 1 (run_table_1.sh at de7dc40f88): GPT 76B, 60 layers on tp 8 x pp 4; GPT 310B, 96
+# layers on pp 16; GPT 1T, 128 layers on pp 64
+_SC21_76B = dict(_SC21_7B5, gpus=1024, tp=8, pp=4, dp=32, micro_batch=2, global_batch=1792,
+                 layers=60, hidden=10240, heads=80, kv_heads=80, ffn_hidden=40960)
+
+
+@pytest.mark.parametrize("feature, layers, pp, chunks", [
+    ("interleaved schedule (5 layers per virtual stage)", 60, 4, 3),
+    ("num-layers-per-virtual-pipeline-stage 3", 96, 16, 2),
+    ("--num-layers-per-virtual-pipeline-stage=5", 60, 4, 3),
+    ("VP=3", 60, 4, 3), ("virtual pipeline 3", 60, 4, 3), ("3 virtual stages", 60, 4, 3),
+    ("--virtual-pipeline-model-parallel-size 3", 60, 4, 3),
+    ("num-virtual-stages-per-pipeline-rank 3", 60, 4, 3),
+    ("interleaved 1F1B, 5 layers per virtual stage", 60, 4, 3),
+    ("15 layers per virtual stage", 60, 4, 1)])  # one chunk a rank: not interleaved
+def test_interleaving_in_megatrons_words(feature, layers, pp, chunks):
+    """Regression: Megatron's --num-layers-per-virtual-pipeline-stage and 'k layers per virtual
+    stage' were unknown (the runs predicted without interleaving): virtual stages = layers /
+    (pp k), as perfmodel.configs.megatron reads the flag."""
+    row = dict(_SC21_76B, layers=layers, pp=pp, dp=1024 // (8 * pp),
+               features=f"fp16; full recompute, {feature}")
+    _, plan, missing = B.plan_of(row)
+    assert (plan["schedule"], plan["virtual_stages"], missing) == (
+        "interleaved" if chunks > 1 else "1f1b", chunks, [])
+
+
+@pytest.mark.parametrize("features, why", [
+    ("7 layers per virtual stage", "the layers .60. must split into pp .4. x whole chunks of 7"),
+    ("VP=2, 5 layers per virtual stage", "are 3 virtual stages .* another feature says 2"),
+    ("interleaved schedule", "the interleaved schedule .'interleaved schedule'. without its"),
+    ("non-interleaved 1F1B, VP=3", "'non-interleaved 1F1B' and 'VP=3' disagree: schedule")])
+def test_interleaving_that_does_not_add_up_is_refused(features, why):
+    with pytest.raises(ValueError, match=why):
+        B.plan_of(dict(_SC21_76B, features=f"fp16; {features}"))
+
+
+def test_non_interleaved_1f1b_is_1f1b():
+    _, plan, missing = B.plan_of(dict(_SC21_76B, features="fp16; non-interleaved 1F1B"))
+    assert (plan["schedule"], plan.get("virtual_stages", 1), missing) == ("1f1b", 1, [])
