@@ -603,6 +603,12 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
     if zero := re.fullmatch(r"(?:--)?(?:deepspeed )?zero[-_ ]?(?:stage[-_ ]?)?[=:]? ?([0-3])",
                             text):
         return {"zero": int(zero.group(1))}
+    # DeepSpeed's partition of the layers over the pipeline stages (Megatron-DeepSpeed's
+    # --pp-partition-method type:<regex> or uniform; plan_of splits them as
+    # perfmodel.configs.megatron_deepspeed.stage_split does)
+    if part := re.fullmatch(r"(?:--)?(?:pp[-_ ])?partition[-_ ]method[=: ]+['\"]?([^'\"\s]+)['\"]?",
+                            text):
+        return {"_pp_partition": part.group(1)}
     if ddp := re.fullmatch(r"(?:--)?ddp[-_ ]impl[=: ]+(local|torch)", text):
         return dict(GENERIC_FEATURES[f"{ddp.group(1)} ddp"])
     # Megatron-LM's --checkpoint-activations --checkpoint-num-layers n (2021-22): every layer
@@ -769,6 +775,48 @@ def _reconcile(key: str, old: Any, new: Any, old_feature: str, feature: str,
                      f"{new}")
 
 
+def deepspeed_split(method: str, layers: int, plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan fields of DeepSpeed's partition `method` (--pp-partition-method) of the layers
+    over the row's pp stages: perfmodel.configs.megatron_deepspeed.stage_split's split, set as
+    its fix_split sets it (first_stage_layers / last_stage_layers where an end differs from the
+    even stages between, else a pipeline layout); where the row's pipeline_layout column gives
+    the split too, the two must agree. ValueError where DeepSpeed's split cannot be modelled."""
+    from perfmodel.configs.megatron_deepspeed import stage_split
+    from perfmodel.errors import PerfmodelError
+    from perfmodel.pipeline_layout import PipelineLayout
+
+    pp = plan["pp"]
+    if plan.get("virtual_stages", 1) > 1:
+        raise ValueError(f"pp-partition-method {method}: DeepSpeed's pipeline engine has no "
+                         f"virtual stages (virtual_stages {plan['virtual_stages']})")
+    try:
+        split = stage_split(method, layers, pp, plan["dtype"] in ("bf16", "fp16"), "row",
+                            "pp-partition-method")
+    except PerfmodelError as exc:
+        raise ValueError(str(exc)) from None
+    if 0 in split:
+        raise ValueError(f"pp-partition-method {method}: leaves a stage without layers: {split}")
+    if plan.get("pipeline_layout"):
+        try:
+            given = [stage.count("t") for stage in
+                     PipelineLayout.parse(plan["pipeline_layout"], pp).stages]
+        except PerfmodelError as exc:
+            raise ValueError(str(exc)) from None
+        if given != split:
+            raise ValueError(f"pp-partition-method {method} splits the layers {split}, the "
+                             f"pipeline_layout column {given}")
+        return {}
+    if pp == 1:
+        return {}
+    if len(set(split[1:-1])) <= 1:
+        middle = split[1] if pp > 2 else None
+        return {f"{end}_stage_layers": n for end, n in (("first", split[0]), ("last", split[-1]))
+                if n != middle}
+    stages = ["t" * n for n in split]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    return {"pipeline_layout": "|".join(stages)}
+
+
 def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(model fields, plan fields, features not modelled) of a published run. Every feature the
     source states is either mapped to a plan option or named as not modelled."""
@@ -833,6 +881,8 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             and not plan.get("pipeline_layout"):
         raise ValueError(f"the interleaved schedule ('{origin['schedule']}') without its virtual "
                          "stages: state VP=n or k layers per virtual stage")
+    if (method := plan.pop("_pp_partition", None)) is not None:
+        plan.update(deepspeed_split(method, int(model["layers"]), plan))
     if plan.pop("_ddp_impl", None) == "torch" and plan["pp"] > 1:
         # perfmodel.configs.megatron: Megatron-LM's schedules used no_sync only without a pipeline
         raise ValueError(f"torch DDP with pp {plan['pp']}: Megatron-LM's torch DDP all-reduced "

@@ -493,3 +493,33 @@ def test_interleaving_that_does_not_add_up_is_refused(features, why):
 def test_non_interleaved_1f1b_is_1f1b():
     _, plan, missing = B.plan_of(dict(_SC21_76B, features="fp16; non-interleaved 1F1B"))
     assert (plan["schedule"], plan.get("virtual_stages", 1), missing) == ("1f1b", 1, [])
+
+
+def test_deepspeeds_stage_partition_gives_the_stages_layers():
+    """Regression: BLOOM's '--pp-partition-method type:transformer|embedding' was unknown and
+    its rows refused (70 layers over pp 12). DeepSpeed balances the transformer layers and the
+    two embeddings (input, tied output) over the stages: 5 + 10 x 6 + 5
+    (perfmodel.configs.megatron_deepspeed.stage_split)."""
+    from perfmodel import predict
+
+    row = dict(_BLOOM, features=_BLOOM["features"] + ", pp-partition-method "
+                                                     "type:transformer|embedding")
+    model, plan, missing = B.plan_of(row)
+    assert (plan["first_stage_layers"], plan["last_stage_layers"], missing) == (5, 5, [])
+    assert predict(TransformerSpec(**model), B.hardware_of(row), plan).step_time_s > 0
+    # the same split as a pipeline_layout column: it agrees; another split is refused
+    _, plan, _ = B.plan_of(dict(row, pipeline_layout="Ettttt|(tttttt|)*10tttttL"))
+    assert "first_stage_layers" not in plan and plan["pipeline_layout"]
+    with pytest.raises(ValueError, match=r"splits the layers \[5, 6, .* the pipeline_layout"):
+        B.plan_of(dict(row, pipeline_layout="Etttttt|(tttttt|)*10ttttL"))
+    with pytest.raises(ValueError, match="matches no layer"):
+        B.plan_of(dict(_BLOOM, features="bf16; --pp-partition-method type:nothing"))
+
+
+def test_a_pipeline_of_uneven_stages_not_stated_is_refused_not_guessed():
+    """A row that does not state DeepSpeed's partition is not given its default's split."""
+    from perfmodel import PerfmodelError, predict
+
+    model, plan, _ = B.plan_of(_BLOOM)
+    with pytest.raises(PerfmodelError, match=r"layers \(70\) must be divisible by pp"):
+        predict(TransformerSpec(**model), B.hardware_of(_BLOOM), plan)
