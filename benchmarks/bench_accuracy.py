@@ -549,14 +549,42 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     **dict.fromkeys(("ep comm overlap", "moe a2a overlap", "a2a overlap",
                      "overlap-moe-expert-parallel-comm", "overlap moe expert parallel comm",
                      "combined 1f1b"), {"ep_comm_overlap": True}),
+    # Megatron-LM's attention before flash kernels: two GEMMs around its fused scale-mask-softmax
+    # kernel (megatron/model/fused_softmax.py FusedScaleMaskSoftmax; table5_rows): unfused
+    **dict.fromkeys(("fused scale-mask-softmax", "fusedscalemasksoftmax", "fused softmax",
+                     "no flashattention", "without flash attention", "without flashattention"),
+                    {"flash_attention": False}),
+    # ZeRO-powered data parallelism (ZeRO-DP: Rajbhandari et al. 2020, stages 1-3) names no stage;
+    # beside a pipeline it is stage 1 (plan_of: DeepSpeed's pipeline engine refuses 2 and 3, as
+    # perfmodel.configs.megatron_deepspeed says; MT-NLG's system paper, arXiv 2201.11990)
+    **dict.fromkeys(("zero-powered data parallelism", "zero-dp", "zero data parallelism"),
+                    {"_zero_powered": True}),
+    # the precision, stated in words: the row's dtype column says which (plan_of checks that a
+    # named one agrees with it)
+    **dict.fromkeys(("mixed precision", "mixed precision training", "amp",
+                     "automatic mixed precision"), {}),
+    **{f"{dtype} mixed precision": {"_dtype": dtype} for dtype in ("bf16", "fp16")},
 }
+# the precisions a feature may name: the row's dtype column, or beside fp8 the 16-bit format its
+# other operations run in (Transformer Engine's FP8 autocast inside bf16 or fp16)
+DTYPE_WORDS = {"bf16": ("bf16", "fp8"), "fp16": ("fp16", "fp8"), "fp32": ("fp32",),
+               "tf32": ("tf32", "fp32"), "fp8": ("fp8",)}
+GENERIC_FEATURES.update({d: {"_dtype": d} for d in DTYPE_WORDS})
 
 
 # Features that name the model's positions (TransformerSpec.position_embedding), over what its
 # architecture's entry says
 POSITION_FEATURES = {"alibi": "alibi", "rope": "rotary", "rotary": "rotary",
                      "rotary positions": "rotary", "learned positions": "learned",
-                     "learned absolute positions": "learned"}
+                     "learned absolute positions": "learned",
+                     **dict.fromkeys(("alibi positions", "alibi position embeddings",
+                                      "alibi position embedding", "position embedding type alibi"),
+                                     "alibi"),
+                     **dict.fromkeys(("rotary position embeddings", "rotary position embedding",
+                                      "rotary embeddings", "position embedding type rope"),
+                                     "rotary"),
+                     **dict.fromkeys(("learned position embeddings",
+                                      "learned absolute position embeddings"), "learned")}
 
 
 # Features that set how a mixture of experts routes (TransformerSpec.routing,
@@ -577,13 +605,54 @@ def feature_key(feature: str) -> str:
     return " ".join(feature.lower().split())
 
 
+def loose_key(feature: str) -> str:
+    """A feature as it is matched where its exact words are not: feature_key without a leading
+    '--', hyphens and underscores as spaces ('Scatter_Gather' and 'scatter-gather' alike)."""
+    return " ".join(re.sub(r"[-_]", " ", feature_key(feature).removeprefix("--")).split())
+
+
+def _loosely(table: dict[str, Any]) -> dict[str, Any]:
+    """A table of features by loose_key; two entries that read alike must mean the same."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if out.setdefault(loose_key(key), value) != value:
+            raise ValueError(f"feature '{key}' reads as another with other options")
+    return out
+
+
+GENERIC_LOOSE = _loosely(GENERIC_FEATURES)
+POSITION_LOOSE = _loosely(POSITION_FEATURES)
+ROUTING_LOOSE = _loosely(ROUTING_FEATURES)
+# the options a feature's trailing 'optimizer' may name ('distributed fused adam optimizer'; not
+# 'fp32 optimizer', a precision's, nor 'bf16 optimizer', which is DeepSpeed's BF16_Optimizer)
+OPTIMIZER_OPTIONS = {"zero", "bf16_optimizer", "master_weights", "optimizer_dtype"}
+
+
+def _lookup(table: dict[str, Any], loose: dict[str, Any], feature: str) -> Any:
+    """A feature's entry in a table by its exact words, else loosely; None where neither."""
+    found = table.get(feature_key(feature))
+    return found if found is not None else loose.get(loose_key(feature))
+
+
 def generic_feature(feature: str) -> dict[str, Any] | None:
-    """The plan options of a feature GENERIC_FEATURES names, or of `VP=N` / `virtual pipeline N`
-    (interleaved), `ZeRO-N` / `ZeRO stage N` / `DeepSpeed ZeRO-N`, `selective recompute of
-    a+b` (Megatron-Core's --recompute-modules a b); None for any other."""
+    """The plan options of a feature GENERIC_FEATURES names (in its words, or loosely:
+    loose_key), or of `VP=N` / `virtual pipeline N` / `k layers per virtual stage`
+    (interleaved), `ZeRO-N` / `ZeRO stage N` / `zero-stage N`, `selective recompute of a+b`
+    (Megatron-Core's --recompute-modules a b), `N-way tensor slicing`, `--DDP-impl torch`,
+    `--pp-partition-method M`, or any of these with a trailing 'optimization' (or 'optimizer',
+    where it names an optimizer's options); None for any other. Keys that start with '_' are
+    what plan_of checks against the row's columns or resolves with its other features."""
     text = feature_key(feature)
-    if text in GENERIC_FEATURES:
-        return dict(GENERIC_FEATURES[text])
+    if (known := _lookup(GENERIC_FEATURES, GENERIC_LOOSE, feature)) is not None:
+        return dict(known)
+    # the parallel degrees in words ('8-way tensor slicing', 'TP=8'): the row's columns give
+    # them; plan_of checks that they agree
+    loose = loose_key(feature)
+    if way := re.fullmatch(r"(\d+) way (tensor|pipeline|data)(?: slicing| parallelism| parallel"
+                           r"| model parallelism)?", loose):
+        return {f"_{way.group(2)[0]}p": int(way.group(1))}
+    if degree := re.fullmatch(r"(tp|pp|dp) ?[=:]? ?(\d+)", loose):
+        return {f"_{degree.group(1)}": int(degree.group(2))}
     # the virtual stages (model chunks) per pipeline rank: VP=3, virtual pipeline 3, 3 virtual
     # stages, Megatron's --virtual-pipeline-model-parallel-size 3 and
     # --num-virtual-stages-per-pipeline-rank 3
@@ -620,6 +689,13 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
     if modules := re.fullmatch(r"selective recompute of ([a-z_]+(?:\+[a-z_]+)*)", text):
         return {"recompute": "selective",
                 "recompute_modules": ",".join(modules.group(1).split("+"))}
+    # a trailing 'optimization' or 'optimizer' word where what it follows says the same:
+    # 'scatter-gather optimization'; an optimizer only of an optimizer's options
+    if trailing := re.fullmatch(r"(.+) (optimi[sz]ations?|optimi[sz]er)", loose):
+        options = generic_feature(trailing.group(1)) or {}
+        if OPTIMIZER_OPTIONS & set(options) or ("ation" in trailing.group(2) and [
+                key for key in options if not key.startswith("_")]):
+            return options
     return None
 
 
@@ -662,8 +738,6 @@ def feature_options(feature: str, model: dict[str, Any],
     (below) or another run's (generic_feature, POSITION_FEATURES, ROUTING_FEATURES); None for a
     feature none of them knows. `plan` is what the row's columns give (its pipeline_layout)."""
     vp = re.fullmatch(r"VP=(\d+)", feature)
-    if feature == "bf16":
-        return {}, {}  # the row's dtype column
     if feature == "FP8 (TE hybrid)":
         # the row's dtype column (fp8); Transformer Engine's delayed scaling with the weights
         # held in FP8: v24.11.1's configs set fp8_hybrid, fp8_amax_history_len 1024 and
@@ -719,9 +793,9 @@ def feature_options(feature: str, model: dict[str, Any],
         return {}, {}  # the split the row's pipeline_layout column writes out (LAYOUT_COLUMNS)
     if (generic := generic_feature(feature)) is not None:
         return generic, {}
-    if feature_key(feature) in POSITION_FEATURES:
-        return {}, {"position_embedding": POSITION_FEATURES[feature_key(feature)]}
-    if (routing := ROUTING_FEATURES.get(feature_key(feature))) is not None:
+    if (position := _lookup(POSITION_FEATURES, POSITION_LOOSE, feature)) is not None:
+        return {}, {"position_embedding": position}
+    if (routing := _lookup(ROUTING_FEATURES, ROUTING_LOOSE, feature)) is not None:
         return {}, dict(routing)
     return None
 
@@ -881,6 +955,22 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             and not plan.get("pipeline_layout"):
         raise ValueError(f"the interleaved schedule ('{origin['schedule']}') without its virtual "
                          "stages: state VP=n or k layers per virtual stage")
+    for axis in ("tp", "pp", "dp"):
+        if (stated := plan.pop(f"_{axis}", None)) is not None and stated != plan[axis]:
+            raise ValueError(f"feature '{origin[f'_{axis}']}' says {axis} {stated}, the row's "
+                             f"{axis} column {plan[axis]}")
+    if (dtype := plan.pop("_dtype", None)) is not None and plan["dtype"] not in DTYPE_WORDS.get(
+            dtype, (dtype,)):
+        raise ValueError(f"feature '{origin['_dtype']}' says {dtype}, the row's dtype column "
+                         f"{plan['dtype']}")
+    if plan.pop("_zero_powered", None):
+        if plan.get("zero", 1) == 0:
+            raise ValueError(f"features '{origin['_zero_powered']}' and '{origin['zero']}' "
+                             "disagree: ZeRO-powered data parallelism against ZeRO stage 0")
+        if "zero" not in plan and plan["pp"] == 1:
+            raise ValueError(f"'{origin['_zero_powered']}' names no ZeRO stage (1-3 without a "
+                             "pipeline): state ZeRO-N")
+        plan.setdefault("zero", 1)  # DeepSpeed's pipeline engine runs ZeRO stage 1 at most
     if (method := plan.pop("_pp_partition", None)) is not None:
         plan.update(deepspeed_split(method, int(model["layers"]), plan))
     if plan.pop("_ddp_impl", None) == "torch" and plan["pp"] > 1:

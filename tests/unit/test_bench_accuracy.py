@@ -523,3 +523,56 @@ def test_a_pipeline_of_uneven_stages_not_stated_is_refused_not_guessed():
     model, plan, _ = B.plan_of(_BLOOM)
     with pytest.raises(PerfmodelError, match=r"layers \(70\) must be divisible by pp"):
         predict(TransformerSpec(**model), B.hardware_of(_BLOOM), plan)
+
+
+@pytest.mark.parametrize("feature, options", [
+    # Megatron-LM's attention of 2021-22: its fused scale-mask-softmax between two GEMMs
+    ("fused scale-mask-softmax", {"flash_attention": False}),
+    ("no flashattention", {"flash_attention": False}),
+    ("No Flash-Attention", {"flash_attention": False}),
+    ("scatter-gather optimization", {"pp_scatter_gather": "where it applies"}),
+    ("Scatter_Gather", {"pp_scatter_gather": "where it applies"}),
+    ("Overlap-Grad-Reduce", {"overlap_grad_sync": True}),
+    ("distributed fused adam optimizer", {"zero": 1}), ("ZeRO-1 optimizer", {"zero": 1}),
+    ("mixed precision", {}),
+    # never a guess: an optimizer of a precision is not that precision, an unknown stays unknown
+    ("fp32 optimizer", None), ("fp8 optimization", None), ("a new trick optimization", None)])
+def test_features_are_matched_tolerantly_but_not_guessed(feature, options):
+    assert B.generic_feature(feature) == options
+
+
+def test_the_held_out_phrasings_are_read():
+    """Regression: SC21's 'fused scale-mask-softmax (no FlashAttention)', 'unfused attention
+    (fused softmax)', 'scatter-gather optimization', MT-NLG's '8-way tensor slicing', 'mixed
+    precision', 'ZeRO-powered data parallelism' and BLOOM's 'ALiBi positions' were listed as
+    unknown (and the attention taken for flash)."""
+    model, plan, missing = B.plan_of(dict(
+        _SC21_76B, features="fp16; checkpoint activations, fused scale-mask-softmax (no "
+                            "FlashAttention), scatter-gather optimization, 8-way tensor slicing"))
+    assert (plan["flash_attention"], plan["pp_scatter_gather"], missing) == (False, True, [])
+    _, plan, missing = B.plan_of(dict(_SC21_76B, features="fp16; unfused attention (fused "
+                                                          "softmax), full recompute"))
+    assert (plan["flash_attention"], missing) == (False, [])
+    # MT-NLG (arXiv 2201.11990): ZeRO beside DeepSpeed's pipeline engine, which refuses stages 2
+    # and 3 (perfmodel.configs.megatron_deepspeed): stage 1
+    mtnlg = dict(_SC21_76B, pp=35, dp=8, gpus=2240, layers=105,
+                 features="mixed precision; 8-way tensor slicing, DeepSpeed pipeline parallelism "
+                          "(1F1B), ZeRO-powered data parallelism, activation checkpointing")
+    _, plan, missing = B.plan_of(mtnlg)
+    assert (plan["zero"], plan["schedule"], missing) == (1, "1f1b", [])
+    model, _, missing = B.plan_of(dict(_BLOOM, features="bf16; ALiBi positions, unfused "
+                                                        "attention"))
+    assert (model["position_embedding"], missing) == ("alibi", [])
+
+
+@pytest.mark.parametrize("change, why", [
+    (dict(features="fp16; 4-way tensor slicing"), "'4-way tensor slicing' says tp 4, the row's "
+                                                  "tp column 8"),
+    (dict(features="bf16 mixed precision; full recompute"), "says bf16, the row's dtype column "
+                                                            "fp16"),
+    (dict(features="fp16; ZeRO-powered data parallelism", pp=1, dp=128),
+     "names no ZeRO stage"),
+    (dict(features="fp16; ZeRO-powered data parallelism, ZeRO stage 0"), "disagree")])
+def test_a_stated_setting_the_columns_contradict_is_refused(change, why):
+    with pytest.raises(ValueError, match=why):
+        B.plan_of(dict(_SC21_76B, **change))
