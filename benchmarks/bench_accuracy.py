@@ -1000,6 +1000,37 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
     return model, plan, missing
 
 
+def assumed_defaults(model: dict[str, Any], plan: dict[str, Any], hardware: str) -> list[str]:
+    """What a row's plan takes where its features state nothing and the choice moves the step:
+    the attention (Plan.flash_attention None: the preset's flash kernel where it runs the dtype
+    and head size), recompute (none), ZeRO (0) and the gradients' reduction (after the
+    backward) with dp > 1; each said as 'assumed: ...' in the row's not-modelled column."""
+    from perfmodel import PerfmodelError, TransformerSpec, load_hardware
+    from perfmodel.encode import compute_dtype, resolve_flash
+
+    out = []
+    if "flash_attention" not in plan and not plan.get("attention_kernel"):
+        try:
+            hw = load_hardware(hardware)
+            flash = resolve_flash(None, TransformerSpec(**model), hw, plan["dtype"])
+            kernel = hw.flash_kernel(compute_dtype(plan["dtype"]))
+        except PerfmodelError:  # predict refuses the row with its reason
+            flash, kernel = False, None
+        out.append("attention not stated: " + (
+            f"flash ({kernel.name or kernel.kernel}, the preset's default kernel)"
+            if flash and kernel
+            else "unfused (the preset has no flash kernel for its dtype and head size)"))
+    if "recompute" not in plan:
+        out.append("recompute not stated: none (the plan's default)")
+    if plan["dp"] > 1 and "zero" not in plan:
+        out.append("ZeRO not stated: 0, the optimizer states and gradients replicated over dp "
+                   "(the plan's default)")
+    if plan["dp"] > 1 and "overlap_grad_sync" not in plan:
+        out.append("gradient reduction not stated: after the backward, not overlapped (the "
+                   "plan's default)")
+    return [f"assumed: {text}" for text in out]
+
+
 def published_rows(directory: Path) -> list[Row]:
     import pandas as pd
 
@@ -1012,6 +1043,7 @@ def published_rows(directory: Path) -> list[Row]:
         try:  # a row the benchmark cannot read is reported as refused, with why
             model, plan, missing = plan_of(record)
             name, hardware, error = model["name"], hardware_of(record), ""
+            missing += assumed_defaults(model, plan, hardware)
         except (KeyError, TypeError, ValueError) as exc:
             model, plan, missing, hardware = {}, {}, [], ""
             name = str(_stated(record, "model") or f"{r['layers']}x{r['hidden']}")

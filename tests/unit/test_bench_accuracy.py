@@ -576,3 +576,31 @@ def test_the_held_out_phrasings_are_read():
 def test_a_stated_setting_the_columns_contradict_is_refused(change, why):
     with pytest.raises(ValueError, match=why):
         B.plan_of(dict(_SC21_76B, **change))
+
+
+def test_a_default_the_row_does_not_state_is_named_with_it(tmp_path):
+    """Regression: MT-NLG's rows (no attention stated) were predicted with flash attention, the
+    preset's default, without saying so; so were ZeRO 0, no recompute and a reduction after the
+    backward where a row states none of them."""
+    silent = dict(_SC21_76B, features="fp16; 8-way tensor slicing")
+    stated = dict(_SC21_76B, features="fp16; full recompute, unfused attention, local DDP, "
+                                      "ZeRO-0")
+    pd.DataFrame([silent, stated]).to_csv(tmp_path / "published-steps.csv", index=False)
+    silent_row, stated_row = B.published_rows(tmp_path)
+    assert silent_row.not_modelled == [
+        "assumed: attention not stated: flash (fa2, the preset's default kernel)",
+        "assumed: recompute not stated: none (the plan's default)",
+        "assumed: ZeRO not stated: 0, the optimizer states and gradients replicated over dp "
+        "(the plan's default)",
+        "assumed: gradient reduction not stated: after the backward, not overlapped (the "
+        "plan's default)"]
+    assert stated_row.not_modelled == []
+
+
+@pytest.mark.parametrize("data", ["accuracy", "accuracy-nemo-2407", "accuracy-megatron-bridge",
+                                  "accuracy-nemo-long-context"])
+def test_the_repositorys_runs_state_what_their_plans_take(data):
+    frame = pd.read_csv(ROOT / "tests/data" / data / "published-steps.csv")
+    for row in frame.to_dict("records"):
+        model, plan, _ = B.plan_of(row)
+        assert B.assumed_defaults(model, plan, B.hardware_of(row)) == [], row["features"]
