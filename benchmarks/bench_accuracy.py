@@ -45,12 +45,13 @@ HARDWARE = {"H100": "dgx-h100", "A100": "dgx-a100-80gb", "H200": "hgx-h200", "B2
 
 def hardware_of(row: dict[str, Any]) -> str:
     """The preset of a row's GPU: HARDWARE by its `gpu` column, where the `hardware_note` tells an
-    A100 40GB or an H100 PCIe card apart from the SXM parts. ValueError names an unknown GPU."""
+    A100 40GB or an H100 PCIe card apart from the SXM parts; a part no preset has (an A100 PCIe
+    card, an H100 of other memory and clocks) is refused. ValueError names an unknown GPU."""
     gpu = str(row.get("gpu", "")).strip()
     note = str(row.get("hardware_note", "") or "").upper().replace(" ", "")
     key = gpu.upper().replace(" ", "").replace("-", "")
-    if key == "A100" and "40GB" in note:
-        return "dgx-a100-40gb"
+    if key.startswith("A100"):
+        return _a100(row, gpu, key, note)
     if key in ("H100", "H100PCIE") and (key == "H100PCIE" or "PCIE" in note):
         return "h100-pcie"
     # H100s that are neither the DGX's SXM5 80 GB HBM3 at 700 W nor the PCIe card (Meta's Grand
@@ -67,6 +68,49 @@ def hardware_of(row: dict[str, Any]) -> str:
     if preset is None:
         raise ValueError(f"gpu '{gpu}' has no preset (known: {', '.join(HARDWARE)})")
     return preset
+
+
+def _a100(row: dict[str, Any], gpu: str, key: str, note: str) -> str:
+    """The preset of an A100 as hardware_of reads it: the DGX A100's SXM4 part, 80 GB
+    (dgx-a100-80gb) or 40 GB (dgx-a100-40gb); the PCIe card is refused (A100 datasheet: 250-300 W,
+    PCIe Gen4 between cards, NVLink bridges joining pairs at most, no NVSwitch; no preset has
+    it), and so is a name of other words (A100X, the converged card)."""
+    rest = key.removeprefix("A100")
+    words = re.findall(r"SXM4|SXM|80GB|40GB|PCIE", rest)
+    if "".join(words) != rest:
+        raise ValueError(f"gpu '{gpu}' has no preset (known: {', '.join(HARDWARE)})")
+    stated = (key + note.replace("-", "")).upper()
+    # the card's form factor: PCIe in its name, or in a note that does not say SXM (a DGX's
+    # note may name its PCIe switches)
+    if "PCIE" in key or ("PCIE" in stated and "SXM" not in stated):
+        given = f" with hardware note '{row.get('hardware_note')}'" if note else ""
+        raise ValueError(f"gpu '{gpu}'{given}: the A100 PCIe card (250-300 W, PCIe between "
+                         "cards, NVLink bridges join pairs at most), not the DGX A100's SXM4 "
+                         "part; no preset has it (a spec file with base: dgx-a100-80gb can state "
+                         "it)")
+    return "dgx-a100-40gb" if "40GB" in stated else "dgx-a100-80gb"
+
+
+# Words of a hardware note that name a node or network other than the presets' DGX/HGX nodes
+# and InfiniBand (the presets' files say theirs): the row is predicted on its preset's, and says so
+OTHER_FABRICS = {"Omni-Path": r"OMNI[- ]?PATH|\bOPA\b", "RoCE": r"\bROCE", "Ethernet": r"ETHERNET",
+                 "GPUDirect-TCPX": r"TCPX", "EFA": r"\bEFA\b", "Slingshot": r"SLINGSHOT",
+                 "not a DGX": r"NOT A DGX|NON-DGX"}
+
+
+def hardware_notes(row: dict[str, Any], preset: str) -> list[str]:
+    """The row's not-modelled notes of its hardware: a node or network its hardware_note names
+    that is not its preset's (OTHER_FABRICS), listed with the preset's inter-node bandwidth."""
+    note = str(row.get("hardware_note", "") or "")
+    found = [name for name, pattern in OTHER_FABRICS.items() if re.search(pattern, note.upper())]
+    if not found:
+        return []
+    from perfmodel import load_hardware
+
+    per_node = load_hardware(preset).inter_node.bandwidth_bytes_per_s
+    return [f"hardware note names {', '.join(found)}: predicted on {preset}'s node and network "
+            f"({per_node / 1e9:.0f} GB/s per node between nodes; a spec file with base: {preset} "
+            "can state this one)"]
 
 # The architecture the CSV does not state, per model (identified by its shape), with its source.
 # Dropout (TransformerSpec.hidden_dropout, attention_dropout; only 0 or not matters): as each
@@ -1043,7 +1087,7 @@ def published_rows(directory: Path) -> list[Row]:
         try:  # a row the benchmark cannot read is reported as refused, with why
             model, plan, missing = plan_of(record)
             name, hardware, error = model["name"], hardware_of(record), ""
-            missing += assumed_defaults(model, plan, hardware)
+            missing += hardware_notes(record, hardware) + assumed_defaults(model, plan, hardware)
         except (KeyError, TypeError, ValueError) as exc:
             model, plan, missing, hardware = {}, {}, [], ""
             name = str(_stated(record, "model") or f"{r['layers']}x{r['hidden']}")

@@ -604,3 +604,42 @@ def test_the_repositorys_runs_state_what_their_plans_take(data):
     for row in frame.to_dict("records"):
         model, plan, _ = B.plan_of(row)
         assert B.assumed_defaults(model, plan, B.hardware_of(row)) == [], row["features"]
+
+
+@pytest.mark.parametrize("gpu, note, preset", [
+    ("A100", "DGX A100 (8 x A100 SXM4 80GB, NVLink3/NVSwitch, 8 x 200 Gb/s HDR InfiniBand)",
+     "dgx-a100-80gb"),
+    ("A100", "A100 40GB SXM", "dgx-a100-40gb"), ("A100-SXM4-40GB", "", "dgx-a100-40gb"),
+    ("A100 80GB", "", "dgx-a100-80gb"),
+    ("A100", "A100 SXM4 80GB behind PCIe Gen4 switches", "dgx-a100-80gb")])
+def test_an_a100_is_its_dgx_preset_by_memory(gpu, note, preset):
+    assert B.hardware_of(dict(gpu=gpu, hardware_note=note)) == preset
+
+
+@pytest.mark.parametrize("gpu, note, why", [
+    ("A100", "A100 PCIe 80GB", "the A100 PCIe card"),
+    ("A100 PCIe 80GB", "", "the A100 PCIe card"), ("A100", "A100-PCIE-40GB", "the A100 PCIe card"),
+    ("A100X", "", "gpu 'A100X' has no preset")])
+def test_an_a100_no_preset_has_is_refused(gpu, note, why):
+    """Regression: 'A100 PCIe 80GB' in a row's hardware note was predicted on the DGX A100 (SXM4,
+    NVSwitch) as an H100 PCIe is not: a part no preset has is refused in its row."""
+    with pytest.raises(ValueError, match=why):
+        B.hardware_of(dict(gpu=gpu, hardware_note=note))
+
+
+def test_a_network_other_than_the_presets_is_named_with_the_row(tmp_path):
+    """Jean Zay's BLOOM nodes (bigscience tr11-176B-ml README: 8 x A100 SXM4 80GB, 4 x Omni-Path
+    100 Gb/s; not DGX): predicted on the DGX A100's node and network, and the row says so."""
+    note = ("Jean Zay gpu_p5 (8 x A100 SXM4 80GB per node, NVLink, 4 x Omni-Path 100 Gb/s "
+            "inter-node; not a DGX)")
+    row = dict(_BLOOM, hardware_note=note)
+    assert B.hardware_of(row) == "dgx-a100-80gb"
+    assert B.hardware_notes(row, "dgx-a100-80gb") == [
+        "hardware note names Omni-Path, not a DGX: predicted on dgx-a100-80gb's node and network "
+        "(200 GB/s per node between nodes; a spec file with base: dgx-a100-80gb can state this "
+        "one)"]
+    for data in ("accuracy", "accuracy-nemo-2407", "accuracy-megatron-bridge",
+                 "accuracy-nemo-long-context"):
+        frame = pd.read_csv(ROOT / "tests/data" / data / "published-steps.csv")
+        assert not [r for r in frame.to_dict("records")
+                    if B.hardware_notes(r, B.hardware_of(r))], data
