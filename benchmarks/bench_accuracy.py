@@ -862,6 +862,29 @@ def _qualifier(options: dict[str, Any], piece: str) -> dict[str, Any] | None:
     return None
 
 
+# Features a source states whose cost the model does not have, with what it leaves out
+NOT_MODELLED: dict[str, str] = {
+    # perfmodel.configs.megatron_deepspeed (the same words for its --embed-layernorm)
+    **dict.fromkeys(("embed-layernorm", "embedding layernorm", "embed layernorm",
+                     "embedding layer norm"),
+                    "a LayerNorm on the embedding's output (Megatron-DeepSpeed --embed-layernorm): "
+                    "its 2 h parameters and its one norm a micro-batch"),
+    "cuda_launch_blocking=1": "every kernel launch waits for the kernel before the host goes on "
+                              "(CUDA_LAUNCH_BLOCKING): the host's launches no longer hide behind "
+                              "the GPU",
+}
+NOT_MODELLED_LOOSE = _loosely(NOT_MODELLED)
+
+
+def _unread(piece: str, feature: str = "") -> str:
+    """A row's not-modelled entry for a feature (or a piece of one's parenthetical) no reading
+    maps: what it leaves out where NOT_MODELLED knows it, else 'unknown feature'."""
+    where = f"in '{feature}'; " if feature else ""
+    if (why := _lookup(NOT_MODELLED, NOT_MODELLED_LOOSE, piece)) is not None:
+        return f"feature '{piece}': {why} ({where}not modelled)"
+    return f"unknown feature '{piece}' ({where}not mapped)"
+
+
 def _merge(options: dict[str, Any], into: dict[str, Any], origin: dict[str, str],
            feature: str) -> None:
     """One feature's options into the plan (or model) the row's other features built, whatever
@@ -974,9 +997,9 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
                 elif (qualifies := _qualifier(reads[0][0], piece)) is not None:
                     reads.append((qualifies, {}))
                 else:
-                    missing.append(f"unknown feature '{piece}' (in '{feature}'; not mapped)")
+                    missing.append(_unread(piece, feature))
         if not reads:
-            missing.append(f"unknown feature '{feature}' (not mapped)")
+            missing.append(_unread(feature))
         for plan_options, model_options in reads:
             if "routing" in model_options and not model.get("experts"):
                 missing.append(f"feature '{feature}' on a model without experts (not mapped)")

@@ -643,3 +643,11 @@ def test_a_network_other_than_the_presets_is_named_with_the_row(tmp_path):
         frame = pd.read_csv(ROOT / "tests/data" / data / "published-steps.csv")
         assert not [r for r in frame.to_dict("records")
                     if B.hardware_notes(r, B.hardware_of(r))], data
+
+
+def test_a_feature_known_not_to_be_modelled_says_what_it_leaves_out():
+    _, _, missing = B.plan_of(dict(_BLOOM, features=_BLOOM["features"]
+                                   + ", Embed-LayerNorm, CUDA_LAUNCH_BLOCKING=1"))
+    assert [m.split(":")[0] for m in missing] == ["feature 'Embed-LayerNorm'",
+                                                  "feature 'CUDA_LAUNCH_BLOCKING=1'"]
+    assert missing[0].endswith("its 2 h parameters and its one norm a micro-batch (not modelled)")
