@@ -11,11 +11,15 @@ Three sets, none of them used to set a parameter (they measure the model; see DE
   yet is listed in the row's `not modelled` column, never silently dropped. Another file of the
   same schema (--data DIR: held-out runs) is read the same way: a model outside ARCHITECTURES
   takes its tokenizer's architecture (VOCABULARIES) or the row's own columns, a GPU its preset
-  (HARDWARE), features in Megatron's and DeepSpeed's words too (GENERIC_FEATURES); optional
-  columns give a mixture of experts (`model`: a preset whose sizes must agree with the row's;
-  or `experts`, `top_k`, `moe_ffn_hidden`, `shared_experts`) and `ep`, `etp`; a column it does
-  not read is named in the row's `not modelled`; a row it cannot know is refused in its row with
-  the reason, and the others are still predicted.
+  (HARDWARE), features in Megatron's and DeepSpeed's words too (GENERIC_FEATURES, matched
+  whatever their case, hyphens or a trailing 'optimization'; a feature's parenthetical read
+  with it; commas inside parentheses do not split features); features that disagree with each
+  other or with the row's columns refuse the row; optional columns give a mixture of experts
+  (`model`: a preset whose sizes must agree with the row's; or `experts`, `top_k`,
+  `moe_ffn_hidden`, `shared_experts`) and `ep`, `etp`; a column it does not read is named in
+  the row's `not modelled`, and so are the defaults its plan takes where the row states nothing
+  ('assumed: ...') and a network other than its preset's; a row it cannot know is refused in
+  its row with the reason, and the others are still predicted.
 - Korthikanti et al. 2022, Table 5 (eight iterations on DGX A100 80GB).
 - The shared nccl-tests logs: each log's bus bandwidth per size against `perfmodel collective` on
   the preset of its GPU.
