@@ -1,8 +1,9 @@
 """OmegaConf interpolations in a YAML job config, resolved as the tools that wrote it resolve them:
-`${.hidden_size}`, `${model.tensor_model_parallel_size}` and the NeMo Framework Launcher's own
+`${.hidden_size}`, `${model.tensor_model_parallel_size}`, the NeMo Framework Launcher's own
 resolvers (`${multiply:4, ${.hidden_size}}`; launcher_scripts/main.py registers multiply,
-divide_ceil and divide_floor), with the launcher's mount point: a training config is its
-`training` section, so `${training.model.x}` is the file's `model.x`.
+divide_ceil and divide_floor) and NeMo's (`${sum:${.num_layers},-1}`; nemo/core/config/
+hydra_runner.py registers multiply and sum), with the launcher's mount point: a training config
+is its `training` section, so `${training.model.x}` is the file's `model.x`.
 
 A value whose interpolation cannot be resolved (a path of the launcher's, `${data_dir}`) stays its
 text, and the reader treats it as it treats any text. omegaconf is imported only for a config
@@ -14,9 +15,13 @@ import math
 import re
 from typing import Any
 
-# NeMo-Framework-Launcher launcher_scripts/main.py (tag 24.07): the resolvers its configs use
+# NeMo-Framework-Launcher launcher_scripts/main.py (tag 24.07): the resolvers its configs use;
+# NVIDIA/NeMo nemo/core/config/hydra_runner.py (v1.23.0 to 8cfedd7) registers multiply (the same)
+# and sum, which NeMo's own example configs use (megatron_gpt_config.yaml:
+# cpu_offloading_num_layers ${sum:${.num_layers},-1})
 LAUNCHER_RESOLVERS = {
     "multiply": lambda x, y: x * y,
+    "sum": lambda x, y: x + y,
     "divide_ceil": lambda x, y: int(math.ceil(x / y)),
     "divide_floor": lambda x, y: int(math.floor(x / y)),
 }
