@@ -20,7 +20,8 @@ recipes of NVIDIA/dgxc-benchmarking v24.11.1, nemotron/nemotron4-15b-synth.yaml)
     setup_optimization: store_param_remainders); fused_adam / adam the plain one;
   - fp8 true with fp8_hybrid (or fp8_e4m3) is Transformer Engine's delayed scaling, fp8_params
     the weights in FP8; ub_tp_comm_overlap is TP communication behind the GEMMs.
-Refused: torch FSDP (model.fsdp), partial activation checkpoints, a block type other than pre_ln,
+Refused: torch FSDP (model.fsdp), partial activation checkpoints (a count > 0 under a checkpoint
+granularity; 0 and null are none), a block type other than pre_ln,
 positions other than learned_absolute and rope, the legacy (non-mcore) model without Transformer
 Engine.
 """
@@ -174,14 +175,7 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
     if model.get("fsdp"):
         raise refuse_plan(where, "model.fsdp", True, "NeMo 1's torch FSDP is not modelled "
                           "(the distributed optimizer is: optim.name distributed_fused_adam)")
-    # (partial checkpoints act under a granularity only: the launcher's llama yamls give 0
-    # beside granularity null, which checkpoints nothing)
-    for name in ("num_micro_batches_with_partial_activation_checkpoints",
-                 "activations_checkpoint_layers_per_pipeline"):
-        if model.get(name) is not None and model.get("activations_checkpoint_granularity") \
-                not in (None, "null", "None"):
-            raise refuse_plan(where, f"model.{name}", model[name],
-                              "partial activation checkpoints are not modelled")
+    _partial_checkpoints(model, job, where)
     block = str(model.get("transformer_block_type", "pre_ln"))
     if block != "pre_ln":
         raise refuse_spec(where, "model.transformer_block_type", block,
@@ -224,10 +218,7 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
                        ("fp8_e4m3", "with fp8: its format"), ("fsdp", "off"),
                        ("transformer_block_type", "pre_ln, the block modelled"),
                        ("transformer_engine", "Transformer Engine's layers, as modelled"),
-                       ("num_micro_batches_with_partial_activation_checkpoints",
-                        "no effect without a checkpoint granularity"),
-                       ("activations_checkpoint_layers_per_pipeline",
-                        "no effect without a checkpoint granularity")):
+):
         if name in model and not (name == "fp8" and model["fp8"]):
             job.skipped(f"model.{name}", model[name], said)
     if "use_flash_attention" in model:
@@ -243,6 +234,36 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
                         "no effect on Megatron-Core's model (mcore_gpt): Transformer Engine "
                         "picks the attention (its NVTE_FLASH_ATTN and NVTE_FUSED_ATTN)")
     settings["use_mcore_models"] = ("model.mcore_gpt", True)
+
+
+PARTIAL = ("num_micro_batches_with_partial_activation_checkpoints",
+           "activations_checkpoint_layers_per_pipeline")
+
+
+def _partial_checkpoints(model: dict[str, Any], job: JobConfig, where: str) -> None:
+    """Partial activation checkpoints: NeMo passes num_micro_batches_with_partial_activation_
+    checkpoints k to Megatron-Core's pipeline schedules (megatron_base_model.py,
+    build_model_parallel_config), which checkpoint the first k of each round of in-flight
+    micro-batches partly (the block method's layer count) and the others whole;
+    activations_checkpoint_layers_per_pipeline n checkpoints n fewer
+    layers at each later pipeline stage (the block method's, transformer.py). Neither is
+    modelled where it acts; 0 and null, the launcher's stock values, leave every micro-batch and
+    stage checkpointed as the granularity says, and without a granularity nothing is
+    checkpointed whatever they say (the launcher's llama yamls give 0 beside granularity null)."""
+    granularity = model.get("activations_checkpoint_granularity")
+    for name in PARTIAL:
+        if name not in model:
+            continue
+        value = model[name]
+        if granularity in (None, "null", "None"):
+            job.skipped(f"model.{name}", value, "no effect without a checkpoint granularity")
+        elif value in (None, 0, "0", "null", "None"):
+            job.skipped(f"model.{name}", value, "none partial: every micro-batch and stage "
+                                                "checkpointed as the granularity says")
+        else:
+            raise refuse_plan(where, f"model.{name}", value,
+                              "partial activation checkpoints are not modelled (0 or null: "
+                              "none)")
 
 
 def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where: str,

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from perfmodel.configs import read_config
+from perfmodel.errors import PlanError
 from tests.conftest import ROOT
 
 NEMO1 = ROOT / "tests/data/configs/nemo1_nemotron4_15b.yaml"
@@ -23,18 +25,16 @@ def _write(tmp_path, data: dict[str, Any], name: str = "job.yaml"):
 
 
 def _nemo1(tmp_path, *, trainer: dict[str, Any] | None = None, optim: dict[str, Any] | None = None,
-           data: dict[str, Any] | None = None, **model: Any):
+           data: dict[str, Any] | None = None, drop: tuple[str, ...] = (), **model: Any):
     """The development set's NeMo 1 config (Nemotron-4 15B) with the model's fields changed
-    (None removes one), read."""
+    (drop: the model's fields left out), read."""
     config = yaml.safe_load(NEMO1.read_text())
     config["trainer"].update(trainer or {})
     config["model"]["optim"].update(optim or {})
     config["model"]["data"].update(data or {})
-    for key, value in model.items():
-        if value is None:
-            config["model"].pop(key, None)
-        else:
-            config["model"][key] = value
+    config["model"].update(model)
+    for key in drop:
+        config["model"].pop(key, None)
     return read_config(_write(tmp_path, config))
 
 
@@ -50,3 +50,19 @@ def test_nemos_own_sum_resolver_is_resolved(tmp_path):
                  ffn_hidden_size="${multiply:4, ${.hidden_size}}")
     assert job.model["ffn_hidden"] == 4 * 6144
     assert "model.cpu_offloading_num_layers 31" in _lines(job)
+
+
+def test_stock_zero_partial_checkpoints_under_full_recompute_are_none(tmp_path):
+    # the NeMo Framework Launcher's llama2_70b with activations_checkpoint_granularity full:
+    # num_micro_batches_with_partial_activation_checkpoints 0 and
+    # activations_checkpoint_layers_per_pipeline 0 (or null) checkpoint nothing partially
+    full = dict(activations_checkpoint_granularity="full", activations_checkpoint_method="block",
+                activations_checkpoint_num_layers=2)
+    for stock in (0, None):
+        job = _nemo1(tmp_path, **full,
+                     num_micro_batches_with_partial_activation_checkpoints=stock,
+                     activations_checkpoint_layers_per_pipeline=stock)
+        assert (job.plan["recompute"], job.plan["recompute_method"]) == ("full", "block")
+        assert "no effect without a checkpoint granularity" not in _lines(job)
+    with pytest.raises(PlanError, match="num_micro_batches_with_partial_activation_checkpoints 2"):
+        _nemo1(tmp_path, **full, num_micro_batches_with_partial_activation_checkpoints=2)
