@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.configs import nemo1
-from perfmodel.configs.job import Framework, JobConfig, section, trainer_world, typo
+from perfmodel.configs.job import Framework, JobConfig, section, typo
 from perfmodel.configs.megatron import Settings, apply_settings
 from perfmodel.errors import SpecError
 
@@ -303,7 +303,7 @@ def _precision(settings: Settings, key: str, value: Any, where: str) -> None:
 
 def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:
     trainer = data["trainer"]
-    trainer_world(trainer, job, where)
+    nemo1.world(trainer, job, where)
     strategy = trainer.get("strategy") or {}
     if isinstance(strategy, dict):
         ddp = strategy.get("ddp")

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfmodel.configs.job import JobConfig, refuse_plan, refuse_spec, trainer_world
+from perfmodel.configs.job import JobConfig, refuse_plan, refuse_spec, trainer_world, whole
 from perfmodel.configs.megatron import Settings
 from perfmodel.errors import SpecError
 
@@ -107,11 +107,30 @@ def is_nemo1(data: dict[str, Any]) -> bool:
             "num_layers", "tensor_model_parallel_size", "encoder_seq_length"))
 
 
+# Lightning's trainer.devices that take every GPU of the node (lightning/fabric/utilities/
+# device_parser.py, parse_gpu_ids: -1 and "-1" all of them; pytorch/trainer/connectors/
+# accelerator_connector.py: "auto" the accelerator's auto_device_count): the launcher's count
+ALL_DEVICES = (-1, "-1", "auto")
+
+
+def world(trainer: dict[str, Any], job: JobConfig, where: str) -> None:
+    """The world size of a NeMo trainer section (NeMo 1 and 2): devices x num_nodes, or none
+    where devices takes every GPU of a node (-1, auto: the launcher's count; --gpus gives it)."""
+    devices = trainer.get("devices", 1)
+    if devices not in ALL_DEVICES:
+        trainer_world(trainer, job, where)
+        return
+    nodes = whole(trainer.get("num_nodes", 1), "trainer.num_nodes", where)
+    job.took("trainer.devices", devices, "every GPU of a node (Lightning's): the world is "
+                                         "--gpus")
+    job.took("trainer.num_nodes", nodes, "nodes (the world from --gpus)")
+
+
 def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
     """The config's Megatron settings (its world size and the notes set on job)."""
     settings: Settings = {}
     trainer = data["trainer"]
-    trainer_world(trainer, job, where)
+    world(trainer, job, where)
     precision = str(trainer.get("precision", "32")).lower()
     if precision not in PRECISIONS:
         raise refuse_plan(where, "trainer.precision", precision,

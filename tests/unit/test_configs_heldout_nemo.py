@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from perfmodel.configs import read_config
+from perfmodel.configs import read_config, resolve_model, resolve_plan
 from perfmodel.errors import PlanError
 from tests.conftest import ROOT
 
@@ -36,6 +36,18 @@ def _nemo1(tmp_path, *, trainer: dict[str, Any] | None = None, optim: dict[str, 
     for key in drop:
         config["model"].pop(key, None)
     return read_config(_write(tmp_path, config))
+
+
+def _spec(tmp_path, **changes: Any):
+    """A model spec of the development set's Nemotron-4 15B (its tokenizer file gives the
+    vocabulary, so a NeMo 1 config of it needs --model)."""
+    spec = dict(kind="transformer", layers=32, hidden=6144, heads=48, kv_heads=8,
+                ffn_hidden=24576, seq_len=4096, vocab=256000, tied_embeddings=False, bias=False,
+                position_embedding="rotary", norm="layernorm", gated_mlp=False,
+                hidden_dropout=0.0, attention_dropout=0.0, **changes)
+    path = tmp_path / "nemotron4-15b.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
 
 
 def _lines(job) -> str:
@@ -66,3 +78,19 @@ def test_stock_zero_partial_checkpoints_under_full_recompute_are_none(tmp_path):
         assert "no effect without a checkpoint granularity" not in _lines(job)
     with pytest.raises(PlanError, match="num_micro_batches_with_partial_activation_checkpoints 2"):
         _nemo1(tmp_path, **full, num_micro_batches_with_partial_activation_checkpoints=2)
+
+
+@pytest.mark.parametrize("devices", [-1, "auto"])
+def test_trainer_devices_of_every_gpu_take_the_world_from_gpus(tmp_path, devices):
+    # Lightning's devices -1 / auto: every GPU of each node, which the launcher knows
+    job = _nemo1(tmp_path, trainer={"devices": devices, "num_nodes": 16})
+    assert job.gpus is None
+    _, plan = resolve_plan(job, resolve_model(job, str(_spec(tmp_path)), None), {"gpus": 128})
+    assert (plan["gpus"], plan["dp"]) == (128, 32)
+    config = yaml.safe_load(NEMO2.read_text())
+    config["trainer"]["devices"] = devices
+    job = read_config(_write(tmp_path, config))
+    _, plan = resolve_plan(job, resolve_model(job, None, None), {"gpus": 16})
+    assert plan["gpus"] == 16
+    with pytest.raises(PlanError, match="give --gpus"):
+        resolve_plan(job, resolve_model(job, None, None), {})
