@@ -7,7 +7,8 @@ nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py, NeMo 1.23 /
 recipes of NVIDIA/dgxc-benchmarking v24.11.1, nemotron/nemotron4-15b-synth.yaml):
   - trainer.devices x trainer.num_nodes is the world; trainer.precision bf16 / bf16-mixed, 16 /
     16-mixed or 32;
-  - model.encoder_seq_length is the sequence (else data.seq_length); activation swiglu /
+  - model.data.seq_length is the sequence (the samples NeMo builds; else encoder_seq_length, the
+    model's length, noted where the two differ); activation swiglu /
     fast-swiglu / geglu / reglu gate the MLP, squared-relu is Nemotron's; normalization
     layernorm1p is LayerNorm with a zero-centred weight (the same cost); bias false drops every
     linear bias; share_embeddings_and_output_weights ties the output layer;
@@ -46,7 +47,7 @@ SAME = ("hidden_dropout", "attention_dropout",
         "use_tp_pp_dp_mapping", "cpu_offloading", "cpu_offloading_num_layers",
         "cpu_offloading_activations", "cpu_offloading_weights")
 RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
-           "encoder_seq_length": "seq_length", "num_moe_experts": "num_experts",
+           "num_moe_experts": "num_experts",
            "activations_checkpoint_granularity": "recompute_granularity",
            "activations_checkpoint_method": "recompute_method",
            "activations_checkpoint_num_layers": "recompute_num_layers",
@@ -54,7 +55,8 @@ RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipel
            "rampup_batch_size": "rampup_batch_size"}
 # model keys read by _model, _optimizer and settings_of themselves
 READ_HERE = frozenset((
-    "tokenizer", "data", "optim", "activation", "normalization", "bias", "position_embedding_type",
+    "tokenizer", "data", "optim", "encoder_seq_length", "activation", "normalization", "bias",
+    "position_embedding_type",
     "share_embeddings_and_output_weights", "fp8", "fp8_hybrid", "fp8_e4m3", "mcore_gpt", "fsdp",
     "transformer_block_type", "transformer_engine", "use_flash_attention",
     "num_micro_batches_with_partial_activation_checkpoints",
@@ -149,13 +151,13 @@ def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
     _optimizer(optim, settings, job, where, dtype == "bf16" and bool(model.get("megatron_amp_O2"))
                and not model.get("fp8_params"))
     data_section = model.get("data") or {}
-    if "seq_length" not in settings and isinstance(data_section, dict) and \
-            "seq_length" in data_section:
-        settings["seq_length"] = ("model.data.seq_length", data_section["seq_length"])
-    if isinstance(data_section, dict):
-        for name, value in data_section.items():
-            if name != "seq_length" or "model.data.seq_length" != settings["seq_length"][0]:
-                job.skipped(f"model.data.{name}", value, "the data, not the step")
+    if not isinstance(data_section, dict):
+        raise SpecError(f"{where}: model.data must be a mapping of settings, got "
+                        f"'{data_section}'")
+    _sequence(model, data_section, settings, job)
+    for name, value in data_section.items():
+        if name != "seq_length":
+            job.skipped(f"model.data.{name}", value, "the data, not the step")
     tokenizer = model.get("tokenizer") or {}
     if isinstance(tokenizer, dict):
         # Megatron's GPT-2 BPE (library megatron, type GPT2BPETokenizer) is a vocabulary
@@ -172,6 +174,39 @@ def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
             job.skipped(f"{name}.*", "(a section)" if isinstance(value, dict) else value,
                         "the launcher's, logging or checkpointing")
     return settings
+
+
+def _sequence(model: dict[str, Any], data: dict[str, Any], settings: Settings,
+              job: JobConfig) -> None:
+    """The training sequence: NeMo builds its samples data.seq_length long (megatron_gpt_model.py
+    build_train_valid_test_datasets: "sequence_length": self.cfg.data.seq_length, NeMo v1.23.0
+    to v2.0.0), the length each step trains on; encoder_seq_length sizes the model (its
+    max_sequence_length) and the pipeline's sends (fwd_bwd_step's seq_length). Without
+    data.seq_length, encoder_seq_length."""
+    encoder, given = model.get("encoder_seq_length"), data.get("seq_length")
+    if given is None:
+        if encoder is not None:
+            settings["seq_length"] = ("model.encoder_seq_length", encoder)
+        if "seq_length" in data:
+            job.skipped("model.data.seq_length", given, "unset: encoder_seq_length")
+        return
+    if encoder is None or str(encoder) == str(given):
+        key = "model.encoder_seq_length" if encoder is not None else "model.data.seq_length"
+        settings["seq_length"] = (key, encoder if encoder is not None else given)
+        if encoder is not None:
+            job.skipped("model.data.seq_length", given, "the same as encoder_seq_length")
+        return
+    settings["seq_length"] = ("model.data.seq_length", given)
+    job.skipped("model.encoder_seq_length", encoder, "the model's length (its position reach); "
+                                                     "the samples are data.seq_length's")
+    pipeline = model.get("pipeline_model_parallel_size") or 1
+    job.notes.append(
+        f"model.encoder_seq_length {encoder} differs from model.data.seq_length {given}: NeMo "
+        f"builds its samples from data.seq_length (megatron_gpt_model.py), the sequence each "
+        f"step trains on: seq_len {given}"
+        + (f"; with pp {pipeline} NeMo sizes the pipeline's sends by encoder_seq_length "
+           "(fwd_bwd_step), which these samples do not match: the run as written exchanges "
+           "tensors of another shape than its stages compute" if str(pipeline) != "1" else ""))
 
 
 def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:

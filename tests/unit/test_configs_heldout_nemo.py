@@ -94,3 +94,19 @@ def test_trainer_devices_of_every_gpu_take_the_world_from_gpus(tmp_path, devices
     assert plan["gpus"] == 16
     with pytest.raises(PlanError, match="give --gpus"):
         resolve_plan(job, resolve_model(job, None, None), {})
+
+
+def test_the_sequence_is_the_datas_where_encoder_seq_length_differs(tmp_path):
+    # the NeMo Framework Launcher's mistral_7b (26e42fa): encoder_seq_length 4096, data.seq_length
+    # 2048; NeMo builds its samples data.seq_length long (megatron_gpt_model.py)
+    job = _nemo1(tmp_path, encoder_seq_length=8192, max_position_embeddings=8192)
+    assert job.model["seq_len"] == 4096
+    assert "differs from model.data.seq_length 4096" in _lines(job)
+    assert "pipeline's sends" not in _lines(job)
+    job = _nemo1(tmp_path, encoder_seq_length=8192, max_position_embeddings=8192,
+                 pipeline_model_parallel_size=2)
+    assert "with pp 2 NeMo sizes the pipeline's sends" in _lines(job)
+    job = _nemo1(tmp_path)  # the same length: encoder_seq_length's, as before
+    assert job.model["seq_len"] == 4096 and "model.encoder_seq_length 4096: seq_len" in _lines(job)
+    job = _nemo1(tmp_path, data={"seq_length": None})
+    assert job.model["seq_len"] == 4096
