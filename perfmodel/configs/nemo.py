@@ -143,8 +143,8 @@ def read_nemo(data: dict[str, Any], path: Path) -> JobConfig:
             else:
                 job.took(key, value, "fp32 gradient reduction (perfmodel's)")
     apply_settings(settings, job, where)
-    for field_name, value in job.plan.pop(nemo1.AFTER, {}).items():
-        job.fix(field_name, value)
+    if nemo1.is_nemo1(data):
+        nemo1.after_settings(data, job)
     return job
 
 

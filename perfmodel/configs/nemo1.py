@@ -31,7 +31,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfmodel.configs.job import JobConfig, refuse_plan, refuse_spec, trainer_world, whole
+from perfmodel.configs.job import (
+    JobConfig,
+    Setting,
+    refuse_plan,
+    refuse_spec,
+    trainer_world,
+    whole,
+)
 from perfmodel.configs.megatron import Settings
 from perfmodel.errors import SpecError
 
@@ -56,7 +63,7 @@ RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipel
 # model keys read by _model, _optimizer and settings_of themselves
 READ_HERE = frozenset((
     "tokenizer", "data", "optim", "encoder_seq_length", "activation", "normalization", "bias",
-    "position_embedding_type",
+    "position_embedding_type", "qkv_bias", "override_vocab_size",
     "share_embeddings_and_output_weights", "fp8", "fp8_hybrid", "fp8_e4m3", "mcore_gpt", "fsdp",
     "transformer_block_type", "transformer_engine", "use_flash_attention",
     "num_micro_batches_with_partial_activation_checkpoints",
@@ -95,7 +102,7 @@ HARMLESS = frozenset((
 # the gated MLPs (NeMo 1's activation values): Megatron's --swiglu (three matrices)
 GATED = ("swiglu", "fast-swiglu", "geglu", "fast-geglu", "reglu", "fast-reglu")
 UNGATED = ("gelu", "fast-gelu", "openai-gelu", "relu", "squared-relu")
-AFTER = "_nemo1_after"  # plan fields read_nemo fixes once the Megatron settings are applied
+AFTER = "_nemo1_after"  # plan fields after_settings fixes once the Megatron settings are applied
 PRECISIONS = {"bf16": "bf16", "bf16-mixed": "bf16", "16": "fp16", "16-mixed": "fp16",
               "32": "fp32", "32-true": "fp32", "fp16": "fp16", "fp32": "fp32"}
 
@@ -174,6 +181,25 @@ def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
             job.skipped(f"{name}.*", "(a section)" if isinstance(value, dict) else value,
                         "the launcher's, logging or checkpointing")
     return settings
+
+
+def after_settings(data: dict[str, Any], job: JobConfig) -> None:
+    """What the config decides over the Megatron settings once they are applied: the plan
+    fields NeMo sets apart from Megatron's (AFTER), and override_vocab_size's vocabulary, which
+    NeMo's model takes as given (no padding)."""
+    for field_name, value in job.plan.pop(AFTER, {}).items():
+        job.fix(field_name, value)
+    if data["model"].get("override_vocab_size") is not None:
+        job.vocab_multiple = 0
+        renote(job, "model.override_vocab_size", f"vocab {job.model.get('vocab')} (NeMo's model "
+                                                 "takes it as given: no padding)")
+
+
+def renote(job: JobConfig, key: str, note: str) -> None:
+    """The note of a setting read (by the Megatron reader, in Megatron's words) told in the
+    config's."""
+    job.read = [Setting(key=s.key, value=s.value, note=note) if s.key == key else s
+                for s in job.read]
 
 
 def _sequence(model: dict[str, Any], data: dict[str, Any], settings: Settings,
@@ -260,6 +286,17 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
     settings["position_embedding_type"] = ("model.position_embedding_type", positions)
     if model.get("bias", True) is False:
         settings["disable_bias_linear"] = ("model.bias", True)
+    if "qkv_bias" in model:  # megatron_base_model.py: add_qkv_bias = cfg.get('qkv_bias', False)
+        settings["add_qkv_bias"] = ("model.qkv_bias", bool(model["qkv_bias"]))
+    if model.get("override_vocab_size") is not None:
+        # megatron_gpt_model.py model_provider_func: vocab_size=cfg.get('override_vocab_size',
+        # padded_vocab_size), the vocabulary as given, without Megatron's padding
+        settings["vocab_size"] = ("model.override_vocab_size", model["override_vocab_size"])
+        if "make_vocab_size_divisible_by" in settings:
+            job.skipped(*settings.pop("make_vocab_size_divisible_by"),
+                        "no effect beside override_vocab_size (the vocabulary unpadded)")
+    elif "override_vocab_size" in model:
+        job.skipped("model.override_vocab_size", None, "unset: the tokenizer's, padded")
     if "share_embeddings_and_output_weights" in model:
         settings["untie_embeddings_and_output_weights"] = (
             "model.share_embeddings_and_output_weights",

@@ -110,3 +110,18 @@ def test_the_sequence_is_the_datas_where_encoder_seq_length_differs(tmp_path):
     assert job.model["seq_len"] == 4096 and "model.encoder_seq_length 4096: seq_len" in _lines(job)
     job = _nemo1(tmp_path, data={"seq_length": None})
     assert job.model["seq_len"] == 4096
+
+
+def test_qkv_bias_and_override_vocab_size_are_the_models(tmp_path):
+    # the NeMo Framework Launcher's qwen2_72b: bias false, qkv_bias true, override_vocab_size
+    # 152064 (NeMo's model takes it as given, unpadded: megatron_gpt_model.py)
+    job = _nemo1(tmp_path, qkv_bias=True, override_vocab_size=152064)
+    assert (job.model["bias"], job.model["qkv_bias"], job.model["vocab"]) == (False, True, 152064)
+    assert not job.needs_model
+    model, _ = resolve_plan(job, resolve_model(job, None, None), {})
+    assert model.vocab == 152064 and model.qkv_bias  # not padded to a multiple of 128 x tp
+    assert "model.make_vocab_size_divisible_by 128: no effect beside override_vocab_size" \
+        in _lines(job)
+    assert "model.qkv_bias" not in "\n".join(s.line() for s in job.unknown)
+    job = _nemo1(tmp_path, qkv_bias=False)
+    assert job.model["qkv_bias"] is False
