@@ -15,8 +15,10 @@ recipes of NVIDIA/dgxc-benchmarking v24.11.1, nemotron/nemotron4-15b-synth.yaml)
   - activations_checkpoint_granularity / _method / _num_layers are Megatron's
     --recompute-granularity / --recompute-method / --recompute-num-layers;
   - optim.name distributed_fused_adam (or mcore_distributed_optim) is the distributed optimizer
-    (ZeRO 1) with its overlap_grad_sync / overlap_param_sync, grad_sync_dtype bf16 its bf16
-    gradient reduce; Apex's distributed_fused_adam beside megatron_amp_O2's bf16 weights (no
+    (ZeRO 1) with its overlap_grad_sync / overlap_param_sync (Megatron-Core's:
+    overlap_param_gather), grad_sync_dtype bf16 its bf16 gradient reduce, dtype bf16 Apex's bf16
+    states (Megatron-Core's take no dtype from NeMo); Apex's distributed_fused_adam beside
+    megatron_amp_O2's bf16 weights (no
     fp8_params) keeps the master weights as their remainders (megatron_base_model.py,
     setup_optimization: store_param_remainders); fused_adam / adam the plain one;
   - fp8 true with fp8_hybrid (or fp8_e4m3) is Transformer Engine's delayed scaling, fp8_params
@@ -360,22 +362,50 @@ def _partial_checkpoints(model: dict[str, Any], job: JobConfig, where: str) -> N
 def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where: str,
                bf16_weights: bool) -> None:
     """The optimizer; bf16_weights: the model's weights bf16 (megatron_amp_O2 under bf16
-    precision) and not FP8 (fp8_params)."""
+    precision) and not FP8 (fp8_params). Apex's distributed_fused_adam takes NeMo's dtype,
+    overlap_grad_sync and overlap_param_sync (megatron_base_model.py setup_optimization);
+    Megatron-Core's (mcore_distributed_optim) its DistributedDataParallelConfig from
+    overlap_grad_sync, grad_sync_dtype and overlap_param_gather (megatron_gpt_model.py
+    setup_mcore_distributed_parallel, v2.0.0) and an OptimizerConfig without a dtype
+    (modelPT.py setup_megatron_optimization): fp32 states and master weights."""
     name = str(optim.get("name", "fused_adam"))
     if name not in ("distributed_fused_adam", "mcore_distributed_optim", "fused_adam", "adam",
                     "adamw"):
         raise refuse_plan(where, "model.optim.name", name, "perfmodel models Adam: "
                           "distributed_fused_adam, mcore_distributed_optim, fused_adam, adam")
-    distributed = name in ("distributed_fused_adam", "mcore_distributed_optim")
-    settings["use_distributed_optimizer"] = ("model.optim.name", distributed)
-    if distributed:
+    mcore = name == "mcore_distributed_optim"
+    read = {"name", "overlap_grad_sync", "grad_sync_dtype", "dtype", "overlap_param_sync"}
+    if name not in ("distributed_fused_adam", "mcore_distributed_optim"):
+        job.took("model.optim.name", name, "zero 0 (Adam's states whole on every data-parallel "
+                                           "rank)")
+        for key in sorted(read - {"name"}):
+            if key in optim:
+                job.skipped(f"model.optim.{key}", optim[key],
+                            "a distributed optimizer's (distributed_fused_adam, "
+                            "mcore_distributed_optim): no effect here")
+    else:
+        settings["use_distributed_optimizer"] = (f"model.optim.name {name}", True)
+        gather = "overlap_param_gather" if mcore else "overlap_param_sync"
+        read.add(gather)
         for key, dest in (("overlap_grad_sync", "overlap_grad_reduce"),
-                          ("overlap_param_sync", "overlap_param_gather")):
+                          (gather, "overlap_param_gather")):
             if key in optim:
                 settings[dest] = (f"model.optim.{key}", bool(optim[key]))
+        if mcore and "overlap_param_sync" in optim:
+            job.skipped("model.optim.overlap_param_sync", optim["overlap_param_sync"],
+                        "Apex's switch: Megatron-Core's distributed optimizer gathers behind the "
+                        "forward with optim.overlap_param_gather (megatron_gpt_model.py)")
         if str(optim.get("grad_sync_dtype", "fp32")).lower() in ("bf16", "bfloat16"):
             settings["grad_reduce_in_bf16"] = ("model.optim.grad_sync_dtype", True)
-        if str(optim.get("dtype", "fp32")).lower() in ("bf16", "bfloat16"):
+        bf16_states = str(optim.get("dtype", "fp32")).lower() in ("bf16", "bfloat16")
+        if bf16_states and mcore:
+            job.skipped("model.optim.dtype", optim["dtype"], "no effect on Megatron-Core's "
+                                                             "distributed optimizer")
+            job.notes.append(f"model.optim.dtype {optim['dtype']} with mcore_distributed_optim: "
+                             "NeMo passes no dtype to Megatron-Core's OptimizerConfig "
+                             "(modelPT.py setup_megatron_optimization; only Apex's "
+                             "distributed_fused_adam takes it): fp32 states and master weights")
+        elif bf16_states:
             # Apex's DistributedFusedAdam with dtype bf16: the moments in bf16 (NeMo then keeps
             # no fp32 master weights: megatron_base_model.py), as the development set's
             # nemotron4-340b row reads it (benchmarks/bench_accuracy.py STACK_OPTIONS); fixed
@@ -390,7 +420,6 @@ def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where:
             job.took("model.optim.name", name, "master_weights remainders (Apex's "
                      "store_param_remainders beside megatron_amp_O2's bf16 weights)")
     for key, value in optim.items():
-        if key not in ("name", "overlap_grad_sync", "overlap_param_sync", "grad_sync_dtype",
-                       "dtype"):
+        if key not in read:
             job.skipped(f"model.optim.{key}", value, "an optimizer hyperparameter or buffer "
                                                      "layout (Adam's states whatever its rates)")

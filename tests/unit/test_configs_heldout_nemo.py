@@ -125,3 +125,26 @@ def test_qkv_bias_and_override_vocab_size_are_the_models(tmp_path):
     assert "model.qkv_bias" not in "\n".join(s.line() for s in job.unknown)
     job = _nemo1(tmp_path, qkv_bias=False)
     assert job.model["qkv_bias"] is False
+
+
+def test_megatron_cores_distributed_optimizer_takes_no_dtype_from_nemo(tmp_path):
+    # the NeMo Framework Launcher's nemotron_340b: mcore_distributed_optim with dtype bf16,
+    # overlap_param_sync true; NeMo's setup_megatron_optimization passes no dtype to
+    # Megatron-Core's OptimizerConfig, and its DDP gathers behind the forward with
+    # optim.overlap_param_gather (megatron_gpt_model.py setup_mcore_distributed_parallel)
+    optim = {"name": "mcore_distributed_optim", "dtype": "bf16", "overlap_param_sync": True}
+    job = _nemo1(tmp_path, optim=optim)
+    assert "optimizer_dtype" not in job.plan and "master_weights" not in job.plan
+    assert job.plan["zero"] == 1 and job.plan["overlap_param_gather"] is False
+    assert "NeMo passes no dtype to Megatron-Core's OptimizerConfig" in _lines(job)
+    job = _nemo1(tmp_path, optim=dict(optim, overlap_param_gather=True))
+    assert job.plan["overlap_param_gather"] is True
+    job = _nemo1(tmp_path, optim={"dtype": "bf16"})  # Apex's: bf16 moments, as before
+    assert job.plan["optimizer_dtype"] == "bf16"
+
+
+def test_a_plain_adam_is_said_to_be_zero_0(tmp_path):
+    job = _nemo1(tmp_path, optim={"name": "fused_adam"})
+    assert job.plan["zero"] == 0
+    assert "model.optim.name fused_adam: zero 0" in _lines(job)
+    assert "zero 1" not in _lines(job)
