@@ -22,7 +22,10 @@ recipes of NVIDIA/dgxc-benchmarking v24.11.1, nemotron/nemotron4-15b-synth.yaml)
     fp8_params) keeps the master weights as their remainders (megatron_base_model.py,
     setup_optimization: store_param_remainders); fused_adam / adam the plain one;
   - fp8 true with fp8_hybrid (or fp8_e4m3) is Transformer Engine's delayed scaling, fp8_params
-    the weights in FP8; ub_tp_comm_overlap is TP communication behind the GEMMs.
+    the weights in FP8; ub_tp_comm_overlap is TP communication behind the GEMMs;
+  - mcore_gpt and transformer_engine (NeMo's default false for both): Transformer Engine's
+    layers, or without it Megatron-Core's local ones (unfused attention; no FP8, no
+    ub_tp_comm_overlap);
 Refused: torch FSDP (model.fsdp), partial activation checkpoints (a count > 0 under a checkpoint
 granularity; 0 and null are none), a block type other than pre_ln,
 positions other than learned_absolute and rope, the legacy (non-mcore) model without Transformer
@@ -187,21 +190,26 @@ def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
 
 def after_settings(data: dict[str, Any], job: JobConfig) -> None:
     """What the config decides over the Megatron settings once they are applied: the plan
-    fields NeMo sets apart from Megatron's (AFTER), and override_vocab_size's vocabulary, which
-    NeMo's model takes as given (no padding)."""
+    fields NeMo sets apart from Megatron's (AFTER), override_vocab_size's vocabulary, which
+    NeMo's model takes as given (no padding), and the local layers' attention said in NeMo's
+    words."""
     for field_name, value in job.plan.pop(AFTER, {}).items():
         job.fix(field_name, value)
+    if not _truth(data["model"].get("transformer_engine", False)):
+        renote(job, "model.transformer_engine", "Megatron-Core's local layers "
+               "(get_gpt_layer_local_spec): DotProductAttention, unfused: flash_attention false",
+               value=data["model"].get("transformer_engine", False))
     if data["model"].get("override_vocab_size") is not None:
         job.vocab_multiple = 0
         renote(job, "model.override_vocab_size", f"vocab {job.model.get('vocab')} (NeMo's model "
                                                  "takes it as given: no padding)")
 
 
-def renote(job: JobConfig, key: str, note: str) -> None:
+def renote(job: JobConfig, key: str, note: str, **value: Any) -> None:
     """The note of a setting read (by the Megatron reader, in Megatron's words) told in the
-    config's."""
-    job.read = [Setting(key=s.key, value=s.value, note=note) if s.key == key else s
-                for s in job.read]
+    config's (value: the value shown, where the Megatron setting's is not the config's)."""
+    job.read = [Setting(key=s.key, value=value.get("value", s.value), note=note)
+                if s.key == key else s for s in job.read]
 
 
 def _sequence(model: dict[str, Any], data: dict[str, Any], settings: Settings,
@@ -262,9 +270,7 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
     if block != "pre_ln":
         raise refuse_spec(where, "model.transformer_block_type", block,
                           "perfmodel models pre-LayerNorm blocks (pre_ln)")
-    if model.get("mcore_gpt") is False and model.get("transformer_engine") is False:
-        raise refuse_plan(where, "model.mcore_gpt", False, "NeMo 1's legacy model without "
-                          "Transformer Engine is not modelled")
+    local = _layers(model, settings, job, where)
     activation = str(model.get("activation", "gelu")).lower()
     if activation not in GATED + UNGATED:
         raise refuse_spec(where, "model.activation", activation,
@@ -309,24 +315,55 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
         settings["fp8_recipe"] = ("model.fp8", "delayed")  # NeMo 1: TE's DelayedScaling
     for name, said in (("fp8", "off: 16-bit GEMMs"), ("fp8_hybrid", "with fp8: its format"),
                        ("fp8_e4m3", "with fp8: its format"), ("fsdp", "off"),
-                       ("transformer_block_type", "pre_ln, the block modelled"),
-                       ("transformer_engine", "Transformer Engine's layers, as modelled"),
-):
+                       ("transformer_block_type", "pre_ln, the block modelled")):
         if name in model and not (name == "fp8" and model["fp8"]):
             job.skipped(f"model.{name}", model[name], said)
     if "use_flash_attention" in model:
-        # NeMo passes it to its legacy GPTModel only (megatron_gpt_model.py model_provider_func,
-        # v1.23.0 to v2.0.0); Megatron-Core's model leaves the choice to Transformer Engine
-        if model.get("mcore_gpt") is False:  # its flash-attn core attention, else unfused
-            if model["use_flash_attention"]:
-                settings["use_flash_attn"] = ("model.use_flash_attention", True)
-            else:
-                settings["attention_backend"] = ("model.use_flash_attention false", "unfused")
-        else:
-            job.skipped("model.use_flash_attention", model["use_flash_attention"],
-                        "no effect on Megatron-Core's model (mcore_gpt): Transformer Engine "
-                        "picks the attention (its NVTE_FLASH_ATTN and NVTE_FUSED_ATTN)")
-    settings["use_mcore_models"] = ("model.mcore_gpt", True)
+        # NeMo passes it to its legacy model's own layers only (megatron_gpt_model.py
+        # model_provider_func; "this config does nothing when transformer_engine=True",
+        # megatron_gpt_config.yaml), which are refused here (_layers)
+        job.skipped("model.use_flash_attention", model["use_flash_attention"],
+                    "no effect on Megatron-Core's local layers: their attention is unfused"
+                    if local else "no effect on Transformer Engine's layers: Transformer Engine "
+                                  "picks the attention (its NVTE_FLASH_ATTN and NVTE_FUSED_ATTN)")
+
+
+def _truth(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1")
+
+
+def _layers(model: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> bool:
+    """The layers NeMo builds (megatron_gpt_model.py model_provider_func and get_specs, NeMo
+    v1.23.0 to v2.0.0, where mcore_gpt and transformer_engine both default to false):
+    Megatron-Core's model with Transformer Engine's layers (the te_gpt spec), or, with
+    transformer_engine false, with Megatron-Core's local ones (get_gpt_layer_local_spec: Apex's
+    fused LayerNorm, ColumnParallelLinear and RowParallelLinear, Megatron-Core's
+    DotProductAttention, which is unfused: its scores' GEMM, fused softmax and the values' GEMM;
+    fused bias-GeLU and bias-dropout-add as Transformer Engine's layers have them). NeMo's
+    legacy model (mcore_gpt false) with Transformer Engine's layers costs the same; without
+    them it is refused. Returns whether the layers are the local ones."""
+    mcore = _truth(model.get("mcore_gpt", False))
+    te = _truth(model.get("transformer_engine", False))
+    for name in ("mcore_gpt", "transformer_engine"):
+        if name not in model:
+            job.notes.append(f"model.{name} not given: NeMo's default, false "
+                             "(megatron_gpt_model.py)")
+    if not mcore and not te:
+        raise refuse_plan(where, "model.mcore_gpt", False, "NeMo 1's legacy model without "
+                          "Transformer Engine is not modelled")
+    if "mcore_gpt" in model:
+        settings["use_mcore_models"] = ("model.mcore_gpt", mcore)
+    if te:
+        job.took("model.transformer_engine", model.get("transformer_engine", False),
+                 "Transformer Engine's layers, as modelled")
+        return False
+    for name in ("fp8", "ub_tp_comm_overlap"):
+        if _truth(model.get(name)):
+            raise refuse_plan(where, f"model.{name}", True,
+                              "Transformer Engine's, and with transformer_engine false NeMo "
+                              "builds Megatron-Core's local layers, which have none")
+    settings["attention_backend"] = ("model.transformer_engine", "unfused")
+    return True
 
 
 PARTIAL = ("num_micro_batches_with_partial_activation_checkpoints",

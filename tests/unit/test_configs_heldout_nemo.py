@@ -148,3 +148,25 @@ def test_a_plain_adam_is_said_to_be_zero_0(tmp_path):
     assert job.plan["zero"] == 0
     assert "model.optim.name fused_adam: zero 0" in _lines(job)
     assert "zero 1" not in _lines(job)
+
+
+def test_megatron_cores_local_layers_attend_unfused(tmp_path):
+    # NVIDIA/NeMo megatron_gpt_config.yaml (8cfedd7): mcore_gpt True, transformer_engine False:
+    # NeMo builds get_gpt_layer_local_spec's layers, whose DotProductAttention is unfused
+    local = dict(transformer_engine=False, ub_tp_comm_overlap=False)
+    job = _nemo1(tmp_path, **local, use_flash_attention=False)
+    assert job.plan["flash_attention"] is False and job.plan["kernels"] == "fused"
+    text = _lines(job)
+    assert "model.transformer_engine False: Megatron-Core's local layers" in text
+    assert "Transformer Engine's fused or flash attention" not in text
+    assert "model.use_flash_attention False: no effect on Megatron-Core's local layers" in text
+    _, plan = resolve_plan(job, resolve_model(job, str(_spec(tmp_path)), None),
+                           {"flash_attention": False})  # --attention unfused agrees
+    assert plan["flash_attention"] is False
+    job = _nemo1(tmp_path, ub_tp_comm_overlap=False,
+                 drop=("transformer_engine",))  # NeMo's default: false
+    assert job.plan["flash_attention"] is False
+    assert "model.transformer_engine not given: NeMo's default, false" in _lines(job)
+    with pytest.raises(PlanError, match="model.ub_tp_comm_overlap: Transformer Engine's"):
+        _nemo1(tmp_path, transformer_engine=False, ub_tp_comm_overlap=True)
+    assert _nemo1(tmp_path).plan["flash_attention"] is True  # Transformer Engine's, as before

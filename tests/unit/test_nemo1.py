@@ -92,11 +92,12 @@ def test_no_recompute_granularity_leaves_its_method_unread(tmp_path):
     assert "recompute_method" not in job.plan and "recompute_num_layers" not in job.plan
 
 
-def test_use_flash_attention_acts_on_the_legacy_model_only(tmp_path):
-    # NeMo passes it to its legacy GPTModel (megatron_gpt_model.py model_provider_func);
-    # Megatron-Core's leaves the attention to Transformer Engine
-    assert not _read(tmp_path, mcore_gpt=False, use_flash_attention=False).plan["flash_attention"]
-    assert _read(tmp_path, mcore_gpt=False, use_flash_attention=True).plan["flash_attention"]
+def test_use_flash_attention_acts_on_the_legacy_layers_only(tmp_path):
+    # NeMo passes it to its legacy model's own layers (ParallelTransformerLayer, nemo/collections/
+    # nlp/modules/common/megatron/transformer.py v2.0.0); with transformer_engine true, legacy or
+    # Megatron-Core's model, Transformer Engine's layers pick the attention ("this config does
+    # nothing when transformer_engine=True", megatron_gpt_config.yaml)
+    assert _read(tmp_path, mcore_gpt=False, use_flash_attention=False).plan["flash_attention"]
     job = _read(tmp_path, mcore_gpt=True, use_flash_attention=False)
     assert job.plan["flash_attention"] and not job.unknown
 
