@@ -151,6 +151,9 @@ def read_nemo(data: dict[str, Any], path: Path) -> JobConfig:
 def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any],
          model: bool = False) -> None:
     """The fields of a section as settings; the others recorded as ignored or unknown."""
+    if model:  # Megatron-Core's expert capacity, which the Megatron reader does not read
+        nemo1.capacity(fields, prefix, job, job.path)
+        fields = {k: v for k, v in fields.items() if k not in nemo1.CAPACITY}
     for name, value in fields.items():
         key = f"{prefix}.{name}"
         dest = _RENAMED.get(name, name if name in _MODEL_FIELDS else None)

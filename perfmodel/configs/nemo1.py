@@ -23,6 +23,8 @@ recipes of NVIDIA/dgxc-benchmarking v24.11.1, nemotron/nemotron4-15b-synth.yaml)
     setup_optimization: store_param_remainders); fused_adam / adam the plain one;
   - fp8 true with fp8_hybrid (or fp8_e4m3) is Transformer Engine's delayed scaling, fp8_params
     the weights in FP8; ub_tp_comm_overlap is TP communication behind the GEMMs;
+  - moe_expert_capacity_factor with moe_pad_expert_input_to_capacity is the model's
+    capacity_factor (capacity());
   - mcore_gpt and transformer_engine (NeMo's default false for both): Transformer Engine's
     layers, or without it Megatron-Core's local ones (unfused attention; no FP8, no
     ub_tp_comm_overlap);
@@ -65,10 +67,13 @@ RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipel
            "activations_checkpoint_num_layers": "recompute_num_layers",
            "ub_tp_comm_overlap": "tp_comm_overlap", "fp8_params": "fp8_param_gather",
            "rampup_batch_size": "rampup_batch_size"}
+# Megatron-Core's expert capacity (TransformerConfig), read by capacity()
+CAPACITY = ("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
+            "moe_token_drop_policy")
 # model keys read by _model, _optimizer and settings_of themselves
 READ_HERE = frozenset((
     "tokenizer", "data", "optim", "encoder_seq_length", "activation", "normalization", "bias",
-    "position_embedding_type", "qkv_bias", "override_vocab_size",
+    "position_embedding_type", "qkv_bias", "override_vocab_size", *CAPACITY,
     "share_embeddings_and_output_weights", "fp8", "fp8_hybrid", "fp8_e4m3", "mcore_gpt", "fsdp",
     "transformer_block_type", "transformer_engine", "use_flash_attention",
     "num_micro_batches_with_partial_activation_checkpoints",
@@ -271,6 +276,7 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
         raise refuse_spec(where, "model.transformer_block_type", block,
                           "perfmodel models pre-LayerNorm blocks (pre_ln)")
     local = _layers(model, settings, job, where)
+    capacity(model, "model", job, where)
     activation = str(model.get("activation", "gelu")).lower()
     if activation not in GATED + UNGATED:
         raise refuse_spec(where, "model.activation", activation,
@@ -326,6 +332,42 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
                     "no effect on Megatron-Core's local layers: their attention is unfused"
                     if local else "no effect on Transformer Engine's layers: Transformer Engine "
                                   "picks the attention (its NVTE_FLASH_ATTN and NVTE_FUSED_ATTN)")
+
+
+def capacity(fields: dict[str, Any], prefix: str, job: JobConfig, where: str) -> None:
+    """Megatron-Core's expert capacity (NeMo 1's model, NeMo 2's and Megatron-Bridge's
+    TransformerConfig): moe_expert_capacity_factor c with moe_pad_expert_input_to_capacity
+    takes at most C = ceil(c T k / E) of a rank's T tokens' assignments for each expert and
+    pads every expert's input to C (megatron/core/transformer/moe/moe_utils.py,
+    topk_softmax_with_capacity and get_capacity), the model's capacity_factor (docs/moe.md);
+    without a factor the experts are dropless. A factor without the padding drops the tokens
+    over C and sends the rest unpadded: not modelled. Which tokens drop (moe_token_drop_policy)
+    does not change the cost."""
+    factor = fields.get("moe_expert_capacity_factor")
+    pad = _truth(fields.get("moe_pad_expert_input_to_capacity", False))
+    key = f"{prefix}.moe_expert_capacity_factor"
+    if factor in (None, "None", "null"):
+        for name in CAPACITY:
+            if name in fields:
+                job.skipped(f"{prefix}.{name}", fields[name],
+                            "unset: dropless experts" if name == CAPACITY[0]
+                            else "no effect without a capacity factor")
+        return
+    if not pad:
+        raise refuse_plan(where, key, factor, "dropping the tokens over an expert's capacity "
+                          "without padding (moe_pad_expert_input_to_capacity false) is not "
+                          "modelled: perfmodel's experts are dropless or padded to their "
+                          "capacity")
+    try:
+        job.model["capacity_factor"] = float(factor)
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}: {key} must be a number, got '{factor}'") from None
+    job.took(key, factor, f"capacity_factor {float(factor):g}: each expert's input padded to "
+                          "ceil(c T k / E) rows")
+    job.took(f"{prefix}.moe_pad_expert_input_to_capacity", True, "padded to the capacity")
+    if "moe_token_drop_policy" in fields:
+        job.skipped(f"{prefix}.moe_token_drop_policy", fields["moe_token_drop_policy"],
+                    "which tokens drop (the same cost)")
 
 
 def _truth(value: Any) -> bool:

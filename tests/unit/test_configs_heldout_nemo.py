@@ -170,3 +170,32 @@ def test_megatron_cores_local_layers_attend_unfused(tmp_path):
     with pytest.raises(PlanError, match="model.ub_tp_comm_overlap: Transformer Engine's"):
         _nemo1(tmp_path, transformer_engine=False, ub_tp_comm_overlap=True)
     assert _nemo1(tmp_path).plan["flash_attention"] is True  # Transformer Engine's, as before
+
+
+MOE = dict(num_moe_experts=8, moe_router_topk=2, moe_token_dispatcher_type="alltoall",
+           override_vocab_size=256000)
+
+
+def test_a_padded_expert_capacity_is_the_models_capacity_factor(tmp_path):
+    # the NeMo Framework Launcher's mixtral_8x7b and grok1_proxy: moe_expert_capacity_factor
+    # 1.0 with moe_pad_expert_input_to_capacity: Megatron-Core pads each expert's input to
+    # ceil(c T k / E) rows (moe_utils.py), perfmodel's capacity_factor
+    job = _nemo1(tmp_path, **MOE, moe_expert_capacity_factor=1.0,
+                 moe_pad_expert_input_to_capacity=True, moe_token_drop_policy="probs")
+    assert job.model["capacity_factor"] == 1.0 and not job.unknown
+    model, _ = resolve_plan(job, resolve_model(job, None, None), {})
+    assert model.capacity_factor == 1.0
+    with pytest.raises(PlanError, match="moe_expert_capacity_factor 1.0: dropping the tokens"):
+        _nemo1(tmp_path, **MOE, moe_expert_capacity_factor=1.0,
+               moe_pad_expert_input_to_capacity=False)
+    job = _nemo1(tmp_path, **MOE, moe_expert_capacity_factor=None,
+                 moe_pad_expert_input_to_capacity=False)
+    assert "capacity_factor" not in job.model and not job.unknown
+    # Megatron-Bridge's model fields alike
+    text = (ROOT / "tests/data/configs/bridge_llama3_8b.yaml").read_text().replace(
+        "  num_moe_experts: null", "  num_moe_experts: 8\n  moe_router_topk: 2\n"
+        "  moe_token_dispatcher_type: alltoall\n  moe_expert_capacity_factor: 1.5\n"
+        "  moe_pad_expert_input_to_capacity: true")
+    path = tmp_path / "bridge.yaml"
+    path.write_text(text)
+    assert read_config(path).model["capacity_factor"] == 1.5
