@@ -13,7 +13,8 @@ size: give --gpus.
 
 NeMo 2 (NVIDIA/NeMo, nemo.collections.llm recipes serialized by nemo_run): `trainer` (devices,
 num_nodes, strategy: MegatronStrategy's tensor/pipeline/virtual-pipeline/context/expert parallel
-sizes, sequence_parallel, ddp; plugins: MegatronMixedPrecision's precision), `data`
+sizes, sequence_parallel, ddp; plugins: MegatronMixedPrecision's precision, fp8, fp8_recipe,
+fp8_params and grad_reduce_in_fp32, over the model's and the DDP's), `data`
 (micro_batch_size, global_batch_size, seq_length), `model.config` (a GPTConfig subclass named by
 `_target_`, e.g. Llama3Config8B, with fields overriding its defaults), `optim.config`.
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.configs import nemo1
-from perfmodel.configs.job import Framework, JobConfig, section, typo
+from perfmodel.configs.job import Framework, JobConfig, refuse_plan, section, typo
 from perfmodel.configs.megatron import Settings, apply_settings
 from perfmodel.errors import SpecError
 
@@ -216,7 +217,7 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
         _put(settings, job, name, fields, model=model)
     _, precision = _section(data, "mixed_precision")
     if isinstance(data.get("mixed_precision"), str):
-        _precision(settings, "mixed_precision", data["mixed_precision"], where)
+        _precision(settings, job, "mixed_precision", data["mixed_precision"], where)
         _preset_weights(settings, job, str(data["mixed_precision"]), data)
     elif precision:
         for name in ("bf16", "fp16", "fp8", "fp4"):
@@ -287,21 +288,109 @@ def _preset_weights(settings: Settings, job: JobConfig, preset: str, data: dict[
                              "reuse_grad_buf_for_mxfp8_param_ag)", True))
 
 
-def _precision(settings: Settings, key: str, value: Any, where: str) -> None:
-    text = str(value.get("precision") if isinstance(value, dict) else value).lower()
+def _precision(settings: Settings, job: JobConfig, key: str, value: Any, where: str) -> None:
+    """A precision named by its string (a NeMo 2 plugin's precision, a Megatron-Bridge preset's
+    name) as Megatron's --bf16 / --fp16 (neither: fp32), over any the model's fields gave."""
+    text = str(value).lower()
     if "fp8" in text:  # Megatron-Bridge's presets: bf16_with_fp8_delayed_scaling_mixed, ...
         settings["fp8_format"] = (key, text)
-        settings["bf16"] = (key, "bf16" in text)
-        settings["fp16"] = (key, "fp16" in text)
         recipe = next((r for word, r in _FP8_PRESET_RECIPES.items() if word in text), None)
         if recipe is not None:
             settings["fp8_recipe"] = (key, recipe)
-        return
-    if text not in _PRECISIONS:
+        dtype = "fp16" if "fp16" in text else "bf16" if "bf16" in text else "fp32"
+    elif text in _PRECISIONS:
+        dtype = _PRECISIONS[text]
+    else:
         raise SpecError(f"{where}: {key} {text}: perfmodel reads {', '.join(_PRECISIONS)}")
-    dtype = _PRECISIONS[text]
-    settings["bf16"] = (key, dtype == "bf16")
-    settings["fp16"] = (key, dtype == "fp16")
+    for dest in ("bf16", "fp16"):
+        if dest in settings:
+            old, stated = settings.pop(dest)
+            job.skipped(old, stated, f"overridden by {key}")
+    # one setting for the one dtype (None: neither, fp32), shown with the precision's name
+    settings["fp16" if dtype == "fp16" else "bf16"] = (f"{key} {text}",
+                                                       True if dtype != "fp32" else None)
+
+
+# MegatronMixedPrecision's arguments (nemo/lightning/pytorch/plugins/mixed_precision.py at
+# 8cfedd7) with the same cost whatever their value: the weights' and the pipeline's dtypes under
+# the precision, FP8's scaling details, FP16's loss scaling
+_PLUGIN_HARMLESS = frozenset((
+    "_target_", "params_dtype", "pipeline_dtype", "autocast_dtype", "autocast_enabled",
+    "fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_wgrad",
+    "fp8_dot_product_attention", "fp8_multi_head_attention", "fp4_recipe", "fp16_loss_scale",
+    "fp16_initial_loss_scale", "fp16_min_loss_scale", "fp16_loss_scale_window",
+    "fp16_hysteresis"))
+
+
+def _plugin(plugin: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:
+    """NeMo 2's MegatronMixedPrecision: its DtypeConfig's fields override the model's and the
+    DDP's of the same names (MegatronStrategy.connect), its defaults included: precision (bf16,
+    fp16, fp32), fp8 (the format; none: no FP8, whatever the model config says) with fp8_recipe
+    (default delayed: delayed, tensorwise, mxfp8, as Megatron-LM's --fp8-recipe), fp8_params or
+    fp8_param_gather (the weights in FP8; default off), grad_reduce_in_fp32 (default on) and
+    reuse_grad_buf_for_mxfp8_param_ag (default off)."""
+    prefix = "trainer.plugins"
+    if "precision" not in plugin:
+        raise SpecError(f"{where}: {prefix}: MegatronMixedPrecision needs its precision")
+    for dest in ("bf16", "fp16", "fp8_format", "fp8_recipe", "fp8_param_gather",
+                 "grad_reduce_in_fp32", "grad_reduce_in_bf16",
+                 "reuse_grad_buf_for_mxfp8_param_ag", "fp4_format"):
+        if dest in settings:  # the model's or the DDP's, which the plugin's overrides
+            key, value = settings.pop(dest)
+            job.skipped(key, value, f"overridden by {prefix} (MegatronMixedPrecision)")
+    _precision(settings, job, f"{prefix}.precision", plugin["precision"], where)
+
+    def given(name: str, default: Any) -> tuple[str, Any]:
+        return (f"{prefix}.{name}", plugin[name]) if name in plugin else \
+            (f"{prefix} (MegatronMixedPrecision's {name} default)", default)
+
+    fmt = plugin.get("fp8")
+    fp8 = fmt not in (None, "None", "null", False)
+    if fp8:
+        settings["fp8_format"] = (f"{prefix}.fp8", fmt)
+        settings["fp8_recipe"] = given("fp8_recipe", "delayed")
+    elif "fp8_recipe" in plugin:
+        job.skipped(f"{prefix}.fp8_recipe", plugin["fp8_recipe"], "no effect without fp8")
+    if "fp8" in plugin and not fp8:
+        job.skipped(f"{prefix}.fp8", fmt, "off: 16-bit GEMMs")
+    weights = [n for n in ("fp8_params", "fp8_param_gather") if n in plugin]
+    if len(weights) == 2 and bool(plugin["fp8_params"]) != bool(plugin["fp8_param_gather"]):
+        raise SpecError(f"{where}: {prefix}.fp8_params and {prefix}.fp8_param_gather disagree "
+                        "(MegatronMixedPrecision refuses it)")
+    for i, weight in enumerate(weights):
+        if not fp8:
+            job.skipped(f"{prefix}.{weight}", plugin[weight], "no effect without fp8")
+        elif i == 0:
+            settings["fp8_param_gather"] = (f"{prefix}.{weight}", plugin[weight])
+        else:
+            job.skipped(f"{prefix}.{weight}", plugin[weight], f"the same as {weights[0]}")
+    settings["grad_reduce_in_fp32"] = given("grad_reduce_in_fp32", True)
+    if "reuse_grad_buf_for_mxfp8_param_ag" in plugin:
+        settings["reuse_grad_buf_for_mxfp8_param_ag"] = (
+            f"{prefix}.reuse_grad_buf_for_mxfp8_param_ag",
+            plugin["reuse_grad_buf_for_mxfp8_param_ag"])
+    if plugin.get("fp4") not in (None, "None", "null", False):
+        settings["fp4_format"] = (f"{prefix}.fp4", plugin["fp4"])  # refused (Megatron's reader)
+    bf16_layers = ("first_last_layers_bf16", "num_layers_at_start_in_bf16",
+                   "num_layers_at_end_in_bf16")
+    for name in (n for n in bf16_layers if n in plugin):
+        if plugin[name] and fp8:
+            raise refuse_plan(where, f"{prefix}.{name}", plugin[name],
+                              "FP8 layers kept in bf16 are not modelled (every layer's GEMMs "
+                              "are FP8 under dtype fp8)")
+        job.skipped(f"{prefix}.{name}", plugin[name],
+                    "off" if not plugin[name] else "no effect without fp8")
+    read = {"precision", "fp8", "fp8_recipe", "fp8_params", "fp8_param_gather", "fp4",
+            "grad_reduce_in_fp32", "reuse_grad_buf_for_mxfp8_param_ag", *bf16_layers}
+    for name, value in plugin.items():
+        if name in read:
+            continue
+        if name in _PLUGIN_HARMLESS:
+            job.skipped(f"{prefix}.{name}", value, "the same cost (numerics)")
+        elif value in (None, False, 0, "", "None", "null"):
+            job.skipped(f"{prefix}.{name}", value, "off")
+        else:
+            job.strange(f"{prefix}.{name}", value)
 
 
 def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:
@@ -314,10 +403,6 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
              {k: v for k, v in strategy.items() if k != "ddp"})
         if isinstance(ddp, dict):
             _put(settings, job, "trainer.strategy.ddp", ddp)
-    plugins = trainer.get("plugins")
-    for plugin in plugins if isinstance(plugins, list) else [plugins]:
-        if isinstance(plugin, dict) and "precision" in plugin:
-            _precision(settings, "trainer.plugins.precision", plugin, where)
     for name, value in trainer.items():
         if name not in ("devices", "num_nodes", "strategy", "plugins"):
             job.skipped(f"trainer.{name}", value, "not the step's (run length, logging)")
@@ -343,3 +428,14 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
     if isinstance(optim, dict):
         _put(settings, job, "optim.config", {k: v for k, v in optim.items()
                                              if k in ("optimizer", "use_distributed_optimizer")})
+    # the precision plugin last: MegatronStrategy.connect overrides the model's, the optimizer's
+    # and the DDP's fields of its DtypeConfig's names with its own (update_config_with_dtype_
+    # overrides, nemo/lightning/pytorch/strategies/megatron_strategy.py at 8cfedd7)
+    plugins = trainer.get("plugins")
+    for plugin in plugins if isinstance(plugins, list) else [plugins]:
+        target = str(plugin.get("_target_", "")) if isinstance(plugin, dict) else ""
+        if isinstance(plugin, dict) and (target.endswith("MegatronMixedPrecision")
+                                         or (not target and "precision" in plugin)):
+            _plugin(plugin, settings, job, where)
+        elif plugin is not None:
+            job.strange("trainer.plugins", target or plugin, "a plugin perfmodel does not read")

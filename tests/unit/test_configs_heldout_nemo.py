@@ -199,3 +199,40 @@ def test_a_padded_expert_capacity_is_the_models_capacity_factor(tmp_path):
     path = tmp_path / "bridge.yaml"
     path.write_text(text)
     assert read_config(path).model["capacity_factor"] == 1.5
+
+
+def _nemo2(tmp_path, plugin: dict[str, Any] | None = None, ddp: dict[str, Any] | None = None,
+           callbacks: list[Any] | None = None, **strategy: Any):
+    """The NeMo 2 llama3_8b recipe YAML with its precision plugin's, DDP's and strategy's
+    fields changed and callbacks added, read."""
+    config = yaml.safe_load(NEMO2.read_text())
+    trainer = config["trainer"]
+    trainer["plugins"].update(plugin or {})
+    trainer["strategy"]["ddp"].update(ddp or {})
+    trainer["strategy"].update(strategy)
+    if callbacks is not None:
+        trainer["callbacks"] = callbacks
+    return read_config(_write(tmp_path, config))
+
+
+def test_nemo2_precision_plugin_gives_fp8_its_recipe_weights_and_gradient_dtype(tmp_path):
+    # a NeMo 2 llama31_70b recipe with bf16_with_fp8_mixed: MegatronMixedPrecision's fp8,
+    # fp8_recipe, fp8_params and grad_reduce_in_fp32 override the model's and the DDP's
+    # (MegatronStrategy.connect, update_config_with_dtype_overrides)
+    job = _nemo2(tmp_path, plugin={"fp8": "hybrid", "fp8_params": True})
+    assert (job.plan["dtype"], job.plan["fp8_recipe"], job.plan["fp8_params"]) == (
+        "fp8", "delayed", True)
+    text = _lines(job)
+    assert text.count("trainer.plugins.precision") == 1 and "False: dtype" not in text
+    for recipe, read in (("tensorwise", "current"), ("mxfp8", "mxfp8"), ("delayed", "delayed")):
+        job = _nemo2(tmp_path, plugin={"fp8": "e4m3", "fp8_recipe": recipe})
+        assert (job.plan["fp8_recipe"], job.plan.get("fp8_params", False)) == (read, False)
+    with pytest.raises(PlanError, match="trainer.plugins.fp8_recipe blockwise"):
+        _nemo2(tmp_path, plugin={"fp8": "hybrid", "fp8_recipe": "blockwise"})
+    # the plugin's grad_reduce_in_fp32 (default true) is the DDP's, whatever the DDP says
+    assert _nemo2(tmp_path, plugin={"grad_reduce_in_fp32": False}).plan["grad_dtype"] == "bf16"
+    job = _nemo2(tmp_path, ddp={"grad_reduce_in_fp32": False})
+    assert job.plan.get("grad_dtype") in (None, "fp32")
+    assert "trainer.strategy.ddp.grad_reduce_in_fp32 False: overridden by trainer.plugins" \
+        in _lines(job)
+    assert _nemo2(tmp_path).plan["dtype"] == "bf16"  # no fp8: bf16, as before
