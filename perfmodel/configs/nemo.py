@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.configs import nemo1
-from perfmodel.configs.job import Framework, JobConfig, refuse_plan, section, typo
+from perfmodel.configs.job import Framework, JobConfig, refuse_plan, section, typo, whole
 from perfmodel.configs.megatron import Settings, apply_settings
 from perfmodel.errors import SpecError
 
@@ -393,6 +393,96 @@ def _plugin(plugin: dict[str, Any], settings: Settings, job: JobConfig, where: s
             job.strange(f"{prefix}.{name}", value)
 
 
+# NeMo 2's callbacks (nemo/lightning/pytorch/callbacks at 8cfedd7, Lightning's) that do not
+# change the step: timing, logging, profiling, checkpoints, garbage collection between steps
+_CALLBACKS_NOT_STEP = frozenset((
+    "TimingCallback", "GarbageCollectionCallback", "NsysCallback", "PytorchProfilerCallback",
+    "MemoryProfileCallback", "MemoryMonitor", "SpeedMonitor", "RuntimeEstimator",
+    "OptimizerMonitor", "FLOPsMeasurementCallback", "MM_FLOPsMeasurementCallback",
+    "PreemptionCallback", "ModelCheckpoint", "ProgressPrinter", "MegatronProgressBar",
+    "LearningRateMonitor", "DdpParityChecker", "ParameterDebugger", "ModelTrainingStateCallback",
+    "MegatronEnableExperimentalCallback"))
+# MegatronCommOverlapCallback's fields the plan has no term for (their overlap is modelled as
+# it is, or the same cost): TE's userbuffers layout, the pipeline's sends, DDP buckets
+_OVERLAP_NOT_READ = {
+    "tp_comm_overlap_cfg": "Transformer Engine's userbuffers layout (the same overlap)",
+    "tp_comm_bootstrap_backend": "how the userbuffers start (not the step)",
+    "overlap_p2p_comm": "the pipeline's sends, as perfmodel models them",
+    "batch_p2p_comm": "the pipeline's sends, as perfmodel models them",
+    "overlap_param_gather_with_optimizer_step": "the same weight gather (not modelled apart)",
+    "align_param_gather": "the same weight gather, aligned over the virtual stages",
+    "bucket_size": "the DDP's buckets (the same reduction)",
+    "defer_embedding_wgrad_compute": "the same cost (the output layer's weight gradient)",
+    "wgrad_deferral_limit": "the same cost (the output layer's weight gradient)"}
+
+
+def _callback(callback: Any, settings: Settings, job: JobConfig, where: str) -> None:
+    """One of NeMo 2's trainer callbacks: MegatronCommOverlapCallback's overlaps read, those of
+    timing, logging and profiling ignored, any other named as not read."""
+    if callback is None:
+        return
+    target = str(callback.get("_target_", "")) if isinstance(callback, dict) else str(callback)
+    name = target.rsplit(".", 1)[-1]
+    key = f"trainer.callbacks {name}"
+    if name in _CALLBACKS_NOT_STEP:
+        job.skipped(key, None, "not the step's (timing, logging, profiling or checkpoints)")
+    elif name == "MegatronCommOverlapCallback" and isinstance(callback, dict):
+        _comm_overlap(callback, settings, job, where)
+    else:
+        job.strange(key, None, "a callback perfmodel does not read (it may change the model "
+                               "or the plan)")
+
+
+def _comm_overlap(callback: dict[str, Any], settings: Settings, job: JobConfig,
+                  where: str) -> None:
+    """NeMo 2's MegatronCommOverlapCallback (nemo/lightning/pytorch/callbacks/
+    megatron_comm_overlap.py at 8cfedd7), which sets the model's and the DDP's overlaps at
+    setup, over theirs: tp_comm_overlap (default off; on only with tp > 1 and sequence
+    parallelism, else it turns it off), and with the distributed optimizer overlap_grad_reduce
+    and overlap_param_gather (default on where dp > 1: off with dp 1, where there is nothing to
+    overlap)."""
+    prefix = "trainer.callbacks MegatronCommOverlapCallback"
+
+    def degree(dest: str) -> int | None:
+        value = settings.get(dest, (None, 1))[1]
+        return 1 if value in (None, "None", "null") else whole(value, settings[dest][0], where)
+
+    tp = degree("tensor_model_parallel_size") or 1
+    sp = _truth(settings.get("sequence_parallel", (None, False))[1])
+    for dest in ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather"):
+        if dest in settings:  # the model's or the DDP's, which the callback's overrides
+            old, stated = settings.pop(dest)
+            job.skipped(old, stated, f"overridden by {prefix}")
+    wanted = callback.get("tp_comm_overlap")
+    on = _truth(wanted) and tp > 1 and sp
+    settings["tp_comm_overlap"] = (f"{prefix}.tp_comm_overlap", on) if wanted is not None \
+        else (f"{prefix} (its tp_comm_overlap default)", False)
+    if _truth(wanted) and not on:
+        job.notes.append(f"{prefix}.tp_comm_overlap: the callback turns it off with "
+                         + ("tp 1" if tp < 2 else "no sequence parallelism"))
+    if _truth(settings.get("use_distributed_optimizer", (None, False))[1]):
+        parallel = tp * (degree("pipeline_model_parallel_size") or 1) \
+            * (degree("context_parallel_size") or 1)
+        dp = job.gpus // parallel if job.gpus and job.gpus % parallel == 0 else None
+        for dest in ("overlap_grad_reduce", "overlap_param_gather"):
+            if callback.get(dest) is not None:
+                settings[dest] = (f"{prefix}.{dest}", callback[dest])
+            else:  # dp unknown (the world from --gpus): on, as with any dp > 1
+                settings[dest] = (f"{prefix} (its {dest} default, dp "
+                                  f"{dp if dp is not None else '> 1'})", dp != 1)
+    else:
+        for dest in ("overlap_grad_reduce", "overlap_param_gather"):
+            if dest in callback:
+                job.skipped(f"{prefix}.{dest}", callback[dest], "no effect without the "
+                                                                "distributed optimizer")
+    for name, value in callback.items():
+        if name in _OVERLAP_NOT_READ:
+            job.skipped(f"{prefix}.{name}", value, _OVERLAP_NOT_READ[name])
+        elif name not in ("_target_", "tp_comm_overlap", "overlap_grad_reduce",
+                          "overlap_param_gather"):
+            job.strange(f"{prefix}.{name}", value)
+
+
 def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:
     trainer = data["trainer"]
     nemo1.world(trainer, job, where)
@@ -404,7 +494,7 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
         if isinstance(ddp, dict):
             _put(settings, job, "trainer.strategy.ddp", ddp)
     for name, value in trainer.items():
-        if name not in ("devices", "num_nodes", "strategy", "plugins"):
+        if name not in ("devices", "num_nodes", "strategy", "plugins", "callbacks"):
             job.skipped(f"trainer.{name}", value, "not the step's (run length, logging)")
     data_section = section(data, "data", where)
     for name in ("micro_batch_size", "global_batch_size", "seq_length"):
@@ -439,3 +529,6 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
             _plugin(plugin, settings, job, where)
         elif plugin is not None:
             job.strange("trainer.plugins", target or plugin, "a plugin perfmodel does not read")
+    callbacks = trainer.get("callbacks")
+    for callback in callbacks if isinstance(callbacks, list) else [callbacks]:
+        _callback(callback, settings, job, where)

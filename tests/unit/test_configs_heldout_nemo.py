@@ -236,3 +236,30 @@ def test_nemo2_precision_plugin_gives_fp8_its_recipe_weights_and_gradient_dtype(
     assert "trainer.strategy.ddp.grad_reduce_in_fp32 False: overridden by trainer.plugins" \
         in _lines(job)
     assert _nemo2(tmp_path).plan["dtype"] == "bf16"  # no fp8: bf16, as before
+
+
+OVERLAP = "nemo.lightning.pytorch.callbacks.megatron_comm_overlap.MegatronCommOverlapCallback"
+
+
+def test_nemo2_comm_overlap_callback_sets_the_overlaps(tmp_path):
+    # NeMo 2's llama31_70b recipe: MegatronCommOverlapCallback(tp_comm_overlap=True) in
+    # trainer.callbacks; it sets the model's tp_comm_overlap (with tp > 1 and sequence
+    # parallelism) and, with the distributed optimizer and dp > 1, the DDP's overlaps
+    # (megatron_comm_overlap.py), over theirs
+    timing = {"_target_": "nemo.utils.exp_manager.TimingCallback"}
+    tp4 = dict(tensor_model_parallel_size=4, sequence_parallel=True)
+    job = _nemo2(tmp_path, callbacks=[timing, {"_target_": OVERLAP, "tp_comm_overlap": True}],
+                 ddp={"overlap_grad_reduce": False, "overlap_param_gather": False}, **tp4)
+    assert (job.plan["tp_comm_overlap"], job.plan["overlap_grad_sync"],
+            job.plan["overlap_param_gather"]) == (True, True, True)  # dp 4 > 1
+    text = _lines(job)
+    assert "trainer.callbacks TimingCallback: not the step's" in text
+    assert "trainer.strategy.ddp.overlap_grad_reduce False: overridden by" in text
+    job = _nemo2(tmp_path, callbacks=[{"_target_": OVERLAP, "tp_comm_overlap": True,
+                                       "overlap_param_gather": False}])  # tp 1: off
+    assert (job.plan["tp_comm_overlap"], job.plan["overlap_param_gather"]) == (False, False)
+    assert "the callback turns it off with tp 1" in _lines(job)
+    job = _nemo2(tmp_path, callbacks=[{"_target_": OVERLAP}], **tp4)  # its defaults
+    assert job.plan["tp_comm_overlap"] is False and job.plan["overlap_grad_sync"] is True
+    job = _nemo2(tmp_path, callbacks=[{"_target_": "my.own.Callback"}])
+    assert "trainer.callbacks Callback" in "\n".join(s.line() for s in job.unknown)
