@@ -483,6 +483,11 @@ def _comm_overlap(callback: dict[str, Any], settings: Settings, job: JobConfig,
             job.strange(f"{prefix}.{name}", value)
 
 
+_NEMO2_NOT_READ = {"data": "the data, not the step",
+                   "model": "the model's module (its config gives the model)",
+                   "optim": "the learning-rate schedule or the optimizer's module"}
+
+
 def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:
     trainer = data["trainer"]
     nemo1.world(trainer, job, where)
@@ -515,9 +520,19 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
                                              if k != "_target_"}, model=True)
     optim = (data.get("optim") or {}).get("config") if isinstance(data.get("optim"), dict) \
         else None
-    if isinstance(optim, dict):
-        _put(settings, job, "optim.config", {k: v for k, v in optim.items()
-                                             if k in ("optimizer", "use_distributed_optimizer")})
+    if isinstance(optim, dict):  # Megatron-Core's OptimizerConfig
+        _put(settings, job, "optim.config", optim)
+    for name, value in data.items():  # what is left of the recipe: said why it is not read
+        if name in ("trainer", "data", "model", "optim") and isinstance(value, dict):
+            read = {"data": ("micro_batch_size", "global_batch_size", "seq_length"),
+                    "model": ("config",), "optim": ("config",)}.get(name, tuple(value))
+            for field_name, field in value.items():
+                if field_name not in read:
+                    job.skipped(f"{name}.{field_name}", field, _NEMO2_NOT_READ[name])
+        elif name not in ("trainer", "data", "model", "optim"):
+            job.skipped(f"{name}.*" if isinstance(value, dict) else name,
+                        "(a section)" if isinstance(value, dict) else value,
+                        "the recipe's entry point, logging, checkpointing or resuming")
     # the precision plugin last: MegatronStrategy.connect overrides the model's, the optimizer's
     # and the DDP's fields of its DtypeConfig's names with its own (update_config_with_dtype_
     # overrides, nemo/lightning/pytorch/strategies/megatron_strategy.py at 8cfedd7)

@@ -263,3 +263,19 @@ def test_nemo2_comm_overlap_callback_sets_the_overlaps(tmp_path):
     assert job.plan["tp_comm_overlap"] is False and job.plan["overlap_grad_sync"] is True
     job = _nemo2(tmp_path, callbacks=[{"_target_": "my.own.Callback"}])
     assert "trainer.callbacks Callback" in "\n".join(s.line() for s in job.unknown)
+
+
+def test_nemo2_recipe_settings_are_each_read_or_said_why_not(tmp_path):
+    # the optimizer's config whole (Megatron-Core's OptimizerConfig: its precision-aware
+    # dtypes were dropped unread), the recipe's other sections each said why they do not count
+    config = yaml.safe_load(NEMO2.read_text())
+    config["optim"]["config"].update(use_precision_aware_optimizer=True,
+                                     exp_avg_dtype="torch.bfloat16",
+                                     exp_avg_sq_dtype="torch.bfloat16")
+    config["optim"]["lr_scheduler"] = {"_target_": "CosineAnnealingScheduler", "min_lr": 3e-5}
+    job = read_config(_write(tmp_path, config))
+    assert job.plan["optimizer_dtype"] == "bf16"
+    ignored = "\n".join(s.line() for s in job.ignored)
+    for key in ("optim.config.lr 0.0003", "optim.lr_scheduler", "log.*", "resume.*",
+                "data._target_", "model._target_"):
+        assert key in ignored, key
