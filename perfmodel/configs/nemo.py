@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.configs import nemo1
-from perfmodel.configs.job import Framework, JobConfig, refuse_plan, section, typo, whole
+from perfmodel.configs.job import (
+    Framework,
+    JobConfig,
+    Setting,
+    refuse_plan,
+    section,
+    typo,
+    whole,
+)
 from perfmodel.configs.megatron import Settings, apply_settings
 from perfmodel.errors import SpecError
 
@@ -130,12 +138,14 @@ def read_nemo(data: dict[str, Any], path: Path) -> JobConfig:
     settings: Settings = {}
     data = resolved(data)
     nemo2 = isinstance(data.get("trainer"), dict)
+    override = False
     if nemo1.is_nemo1(data):
         settings = nemo1.settings_of(data, job, where)
     elif nemo2:
         _nemo2(data, settings, job, where)
     else:
-        _bridge(data, settings, job, where)
+        override = is_override(data)
+        _bridge(data, settings, job, where, override)
     for dest in ("grad_reduce_in_fp32",):
         if dest in settings:
             key, value = settings.pop(dest)
@@ -143,10 +153,76 @@ def read_nemo(data: dict[str, Any], path: Path) -> JobConfig:
                 settings["grad_reduce_in_bf16"] = (key + " false", True)
             else:
                 job.took(key, value, "fp32 gradient reduction (perfmodel's)")
-    apply_settings(settings, job, where)
+    if override:
+        _over_the_recipe(settings, job, where)
+    else:
+        apply_settings(settings, job, where)
     if nemo1.is_nemo1(data):
         nemo1.after_settings(data, job)
     return job
+
+
+def is_override(data: dict[str, Any]) -> bool:
+    """A Megatron-Bridge override file (examples/recipes/*/conf/*_override_example.yaml): the
+    sections of a ConfigContainer without its _target_, the model's without its provider's;
+    the recipe script merges it over the recipe's config (OmegaConf.merge in
+    examples/recipes/llama/pretrain_llama3_8b.py at 47f330e), so it states only what it
+    overrides."""
+    model = data.get("model", data.get("model_config"))
+    return "_target_" not in data and not (isinstance(model, dict) and "_target_" in model)
+
+
+# the plan fields the Megatron reader fixes from Megatron-LM's defaults where the settings do not
+# state them, and the settings that state each
+_STATED_BY = {
+    "dtype": ("bf16", "fp16", "fp8_format"), "fp8_recipe": ("fp8_format",),
+    "zero": ("use_distributed_optimizer", "use_torch_fsdp2"),
+    "overlap_grad_sync": ("overlap_grad_reduce",),
+    "overlap_param_gather": ("overlap_param_gather",), "tp_comm_overlap": ("tp_comm_overlap",),
+    "flash_attention": ("attention_backend",),
+    "stack": ("cuda_graph_impl", "enable_cuda_graph", "external_cuda_graph"),
+    "tp": ("tensor_model_parallel_size",), "pp": ("pipeline_model_parallel_size",),
+    "cp": ("context_parallel_size",), "cp_comm": ("cp_comm_type",),
+    "ep": ("expert_model_parallel_size",), "etp": ("expert_tensor_parallel_size",),
+    "sequence_parallel": ("sequence_parallel",),
+    "virtual_stages": ("num_virtual_stages_per_pipeline_rank",),
+    "schedule": ("num_virtual_stages_per_pipeline_rank",),
+    "micro_batch": ("micro_batch_size",), "recompute": ("recompute_granularity",)}
+RECIPE_MODEL = "the recipe's model"  # job.preset while an override's settings are applied
+
+
+def _over_the_recipe(settings: Settings, job: JobConfig, where: str) -> None:
+    """An override file's settings over the recipe's config, which perfmodel does not have:
+    its model fields over --model's (the Megatron reader's preset path, which reads only the
+    fields stated), its plan fields as stated, the others left to the command line and
+    perfmodel's defaults rather than Megatron-LM's (the recipe's, not the file's); the
+    precision, where the file states none, the recipes' bf16_mixed (Megatron-Bridge's llama,
+    qwen, gpt-oss, deepseek and moonlight recipes at 47f330e), which perfmodel's default is."""
+    stated = set(settings)
+    recipes = "mixed_precision (not in the file: the recipes' bf16_mixed)"
+    if not stated & {"bf16", "fp16", "fp8_format"}:  # for the Megatron reader's bf16 rules
+        settings["bf16"] = (recipes, True)
+    job.preset = RECIPE_MODEL
+    try:
+        apply_settings(settings, job, where)
+    finally:
+        job.preset = None
+    job.read = [Setting(key=s.key, value=s.value, note=s.note.replace(
+        "(over the preset's)", "(over --model's)")) for s in job.read if s.key != recipes]
+    if "attention_backend" not in stated:  # the Megatron reader's note of its default's
+        job.notes = [n for n in job.notes if not n.startswith("--attention-backend auto")]
+    job.needs_model = "a Megatron-Bridge override file states only what it overrides of its " \
+                      "recipe's model (the recipe's model: give --model)"
+    left = sorted(field for field, dests in _STATED_BY.items()
+                  if field in job.plan and not stated & set(dests))
+    for field in left:
+        del job.plan[field]
+        job.pins.discard(field)
+    job.notes.append("a Megatron-Bridge override file: the recipe's settings it does not state "
+                     f"({', '.join(left)}) are the command line's or perfmodel's defaults (dtype "
+                     "bf16, the recipes' bf16_mixed), not Megatron-LM's: give them where the "
+                     "recipe's differ")
+
 
 
 def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any],
@@ -194,7 +270,8 @@ def _truth(value: Any) -> bool:
     return value is True or str(value).strip().lower() in ("true", "1")
 
 
-def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:
+def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str,
+            override: bool) -> None:
     known = {"_target_"}
     for names, model in ((("model", "model_config"), True), (("train", "train_config"), False),
                          (("ddp", "ddp_config"), False),
@@ -216,23 +293,42 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
             fields = {k: v for k, v in fields.items() if v is not None}
         _put(settings, job, name, fields, model=model)
     _, precision = _section(data, "mixed_precision")
+    known.add("mixed_precision")
     if isinstance(data.get("mixed_precision"), str):
         _precision(settings, job, "mixed_precision", data["mixed_precision"], where)
         _preset_weights(settings, job, str(data["mixed_precision"]), data)
-    elif precision:
-        for name in ("bf16", "fp16", "fp8", "fp4"):
-            if name in precision:
-                dest = {"fp8": "fp8_format", "fp4": "fp4_format"}.get(name, name)
-                settings[dest] = (f"mixed_precision.{name}", precision[name])
-        if "grad_reduce_in_fp32" in precision:
-            settings["grad_reduce_in_fp32"] = ("mixed_precision.grad_reduce_in_fp32",
-                                               precision["grad_reduce_in_fp32"])
-        for name, dest in (("fp8_recipe", "fp8_recipe"), ("fp8_param_gather", "fp8_param_gather"),
-                           ("fp8_params", "fp8_param_gather"),
-                           ("reuse_grad_buf_for_mxfp8_param_ag",
-                            "reuse_grad_buf_for_mxfp8_param_ag")):
-            if name in precision:  # Transformer Engine's recipe, FP8 weights (docs/fp8.md)
-                settings[dest] = (f"mixed_precision.{name}", precision[name])
+    elif precision:  # a MixedPrecisionConfig's fields, over the model's and the DDP's
+        dests = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8_format", "fp4": "fp4_format",
+                 "grad_reduce_in_fp32": "grad_reduce_in_fp32", "fp8_recipe": "fp8_recipe",
+                 "fp8_param_gather": "fp8_param_gather", "fp8_params": "fp8_param_gather",
+                 "reuse_grad_buf_for_mxfp8_param_ag": "reuse_grad_buf_for_mxfp8_param_ag"}
+        fp8 = precision.get("fp8") not in (None, "None", "null", False)
+        for name, value in precision.items():
+            key = f"mixed_precision.{name}"
+            if name in dests:  # Transformer Engine's recipe, FP8 weights (docs/fp8.md)
+                if dests[name] in settings and settings[dests[name]][0] != key:
+                    job.skipped(*settings.pop(dests[name]), f"overridden by {key}")
+                if name in ("bf16", "fp16") and not _truth(value):
+                    job.skipped(key, value, "off")  # the other, or neither: fp32
+                else:
+                    settings[dests[name]] = (key, value)
+            elif name in ("first_last_layers_bf16", "num_layers_at_start_in_bf16",
+                          "num_layers_at_end_in_bf16") and value and fp8:
+                raise refuse_plan(where, key, value, "FP8 layers kept in bf16 are not modelled "
+                                  "(every layer's GEMMs are FP8 under dtype fp8)")
+            elif name in ("fp32", "fp8_param"):
+                job.skipped(key, value, "follows " + ("bf16 and fp16" if name == "fp32"
+                                                      else "fp8_param_gather"))
+            elif name in _PLUGIN_HARMLESS or name in ("loss_scale", "initial_loss_scale",
+                                                      "min_loss_scale", "loss_scale_window",
+                                                      "hysteresis"):
+                job.skipped(key, value, "the same cost (numerics)")
+            elif value in (None, False, 0, "", "None", "null") or name in (
+                    "first_last_layers_bf16", "num_layers_at_start_in_bf16",
+                    "num_layers_at_end_in_bf16"):
+                job.skipped(key, value, "off" if not value else "no effect without fp8")
+            else:
+                job.strange(key, value, "not a MixedPrecisionConfig field perfmodel reads")
     _, dist = _section(data, "dist")
     for name in ("use_torch_fsdp2", "use_megatron_fsdp", "use_tp_pp_dp_mapping"):
         if dist.get(name):
@@ -245,7 +341,7 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
                                      "settings)", _IGNORED_SECTIONS[name])
         else:
             job.strange(name, "(a section)" if isinstance(value, dict) else value)
-    if "seq_length" not in settings:
+    if "seq_length" not in settings and not override:  # an override's is the recipe's
         raise SpecError(f"{where}: no model.seq_length or dataset.sequence_length: the training "
                         "sequence length is not given")
 

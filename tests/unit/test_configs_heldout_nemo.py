@@ -5,13 +5,14 @@ running configs the readers had not seen."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 import yaml
 
 from perfmodel.configs import read_config, resolve_model, resolve_plan
-from perfmodel.errors import PlanError
+from perfmodel.errors import PlanError, SpecError
 from tests.conftest import ROOT
 
 NEMO1 = ROOT / "tests/data/configs/nemo1_nemotron4_15b.yaml"
@@ -279,3 +280,44 @@ def test_nemo2_recipe_settings_are_each_read_or_said_why_not(tmp_path):
     for key in ("optim.config.lr 0.0003", "optim.lr_scheduler", "log.*", "resume.*",
                 "data._target_", "model._target_"):
         assert key in ignored, key
+
+
+# Megatron-Bridge's examples/recipes/llama/conf/llama3_8b_pretrain_override_example.yaml
+# (47f330e), which the recipe script merges over llama3_8b_pretrain_config()
+BRIDGE_OVERRIDE = {
+    "model": {"seq_length": 4096},
+    "train": {"train_iters": 20, "global_batch_size": 8, "micro_batch_size": 1, "eval_iters": 0},
+    "optimizer": {"lr": 0.00025, "min_lr": 0.000025},
+    "scheduler": {"lr_warmup_iters": 10},
+    "checkpoint": {"save": None},
+    "dist": {"use_megatron_fsdp": False, "use_torch_fsdp2": False},
+    "dataset": {"sequence_length": 4096},
+    "ddp": {"grad_reduce_in_fp32": True},
+}
+
+
+def test_a_bridge_override_file_states_only_what_it_overrides(tmp_path):
+    job = read_config(_write(tmp_path, BRIDGE_OVERRIDE))
+    model = resolve_model(job, "llama3-8b", None)  # no unstated default compared with it
+    assert (model.gated_mlp, model.seq_len, model.layers) == (True, 4096, 32)
+    _, plan = resolve_plan(job, model, {"gpus": 8, "tp": 2, "zero": 1})  # the recipe's, given
+    assert (plan["tp"], plan["dp"], plan["global_batch"], plan["zero"]) == (2, 4, 8, 1)
+    assert "dtype" not in plan  # perfmodel's default bf16, the recipes' bf16_mixed: not fp32
+    assert "the recipe's settings it does not state" in _lines(job)
+    with pytest.raises(SpecError, match="override file states only what it overrides.*--model"):
+        resolve_model(job, None, None)
+    # Moonlight's override (85d11b1): ddp.grad_reduce_in_fp32 false, bf16 gradients over the
+    # recipe's bf16, not refused as needing --bf16
+    moonlight = copy.deepcopy(BRIDGE_OVERRIDE)
+    moonlight["ddp"]["grad_reduce_in_fp32"] = False
+    assert read_config(_write(tmp_path, moonlight)).plan["grad_dtype"] == "bf16"
+    # qwen3_moe_30b_a3b's (2d06bc3): the parallel sizes it states are pinned
+    qwen = copy.deepcopy(BRIDGE_OVERRIDE)
+    qwen["model"].update(tensor_model_parallel_size=4, pipeline_model_parallel_size=2,
+                         sequence_parallel=True, expert_model_parallel_size=4,
+                         expert_tensor_parallel_size=1)
+    job = read_config(_write(tmp_path, qwen))
+    model = resolve_model(job, "qwen3-30b-a3b", None)
+    _, plan = resolve_plan(job, model, {"gpus": 32})
+    assert (plan["tp"], plan["pp"], plan["ep"], plan["sequence_parallel"]) == (4, 2, 4, True)
+    assert {"tp", "pp", "ep"} <= job.pins
