@@ -288,7 +288,14 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
                 if k not in fields:
                     job.skipped(f"{name}.{k}", v, "the data, not the step")
         if name.startswith("tokenizer"):
-            fields = {k: v for k, v in fields.items() if k in ("vocab_size",)}
+            # the model's vocab_size wins where given; the tokenizer's is taken (and padded)
+            # where it is not (setup.py _validate_and_set_vocab_size at 47f330e)
+            given = settings.get("vocab_size", (None, None))[1] not in (None, "None", "null")
+            for k, v in data[name].items():
+                if k != "vocab_size" or given:
+                    job.skipped(f"{name}.{k}", v, "the model's vocab_size is given"
+                                if k == "vocab_size" else "the tokenizer's files")
+            fields = {k: v for k, v in fields.items() if k == "vocab_size" and not given}
         if name == "comm_overlap":  # its None fields defer to ddp's and the model's
             fields = {k: v for k, v in fields.items() if v is not None}
         _put(settings, job, name, fields, model=model)

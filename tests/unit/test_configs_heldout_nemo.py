@@ -321,3 +321,13 @@ def test_a_bridge_override_file_states_only_what_it_overrides(tmp_path):
     _, plan = resolve_plan(job, model, {"gpus": 32})
     assert (plan["tp"], plan["pp"], plan["ep"], plan["sequence_parallel"]) == (4, 2, 4, True)
     assert {"tp", "pp", "ep"} <= job.pins
+
+
+def test_a_bridge_models_vocab_size_wins_over_its_tokenizers(tmp_path):
+    # the gpt_oss_120b dump's NullTokenizer (vocab_size 32000) beside model.vocab_size 201088:
+    # Megatron-Bridge builds the model's (setup.py _validate_and_set_vocab_size)
+    config = yaml.safe_load((ROOT / "tests/data/configs/bridge_llama3_8b.yaml").read_text())
+    config["tokenizer"] = {"tokenizer_type": "NullTokenizer", "vocab_size": 32000}
+    assert read_config(_write(tmp_path, config)).model["vocab"] == config["model"]["vocab_size"]
+    config["model"]["vocab_size"] = None
+    assert read_config(_write(tmp_path, config)).model["vocab"] == 32000
