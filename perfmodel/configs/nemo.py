@@ -30,6 +30,7 @@ from perfmodel.configs.job import (
     JobConfig,
     Setting,
     refuse_plan,
+    refuse_spec,
     section,
     typo,
     whole,
@@ -51,7 +52,7 @@ _MODEL_FIELDS = (
     "position_embedding_type", "attention_backend", "hidden_dropout", "attention_dropout",
     "bf16", "fp16", "tp_comm_overlap", "cpu_offloading", "cpu_offloading_num_layers",
     "cpu_offloading_activations", "cpu_offloading_weights", "multi_latent_attention",
-    "window_size", "pipeline_model_parallel_layout", "num_layers_in_first_pipeline_stage",
+    "pipeline_model_parallel_layout", "num_layers_in_first_pipeline_stage",
     "num_layers_in_last_pipeline_stage", "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split", "max_position_embeddings", "use_tp_pp_dp_mapping",
     "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "enable_cuda_graph",
@@ -228,9 +229,10 @@ def _over_the_recipe(settings: Settings, job: JobConfig, where: str) -> None:
 def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any],
          model: bool = False) -> None:
     """The fields of a section as settings; the others recorded as ignored or unknown."""
-    if model:  # Megatron-Core's expert capacity, which the Megatron reader does not read
-        nemo1.capacity(fields, prefix, job, job.path)
-        fields = {k: v for k, v in fields.items() if k not in nemo1.CAPACITY}
+    if model:  # Megatron-Core's expert capacity and windows, which the Megatron reader does not
+        nemo1.capacity(fields, prefix, job, job.path)  # read
+        _window(fields, prefix, job, job.path)
+        fields = {k: v for k, v in fields.items() if k not in (*nemo1.CAPACITY, *_WINDOW)}
     for name, value in fields.items():
         key = f"{prefix}.{name}"
         dest = _RENAMED.get(name, name if name in _MODEL_FIELDS else None)
@@ -252,6 +254,72 @@ def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any]
                                                         "hyperparameters)")
         else:
             job.strange(key, value)
+
+
+_WINDOW = ("window_size", "window_attn_skip_freq", "softmax_type")
+
+
+def _window(fields: dict[str, Any], prefix: str, job: JobConfig, where: str) -> None:
+    """Megatron-Core's sliding-window attention (TransformerConfig.window_size (left, right):
+    each query attends over its left previous tokens and itself, Transformer Engine's window;
+    window_attn_skip_freq k: layers k, 2k, ... counted from 1 attend fully, the others over the
+    window, megatron/core/transformer/utils.py is_layer_window_attention; a list of 1 (window)
+    and 0 (full) per layer) as the model's sliding_window (left + 1 tokens, as Megatron-Bridge
+    converts it to Hugging Face's: models/conversion/utils.py mcore_to_hf_window_size) and
+    full_attention_every (k; 0: every layer windowed); softmax_type learnable as attention
+    sinks (a learned logit per head in each softmax's denominator: GPT-OSS's)."""
+    window = fields.get("window_size")
+    if isinstance(window, str) and window.strip() not in ("", "None", "null"):
+        window = [part for part in window.strip("()[] ").replace(",", " ").split() if part]
+    key = f"{prefix}.window_size"
+    if window in (None, "", "None", "null"):
+        for name in _WINDOW[:2]:
+            if name in fields:
+                job.skipped(f"{prefix}.{name}", fields[name], "no window: full attention"
+                            if name == "window_size" else "no effect without a window")
+    else:
+        try:
+            left, right = (int(v) for v in window)
+        except (TypeError, ValueError):
+            raise SpecError(f"{where}: {key} must be [left, right], got '{window}'") from None
+        if right != 0:
+            raise refuse_spec(where, key, window, "perfmodel's attention is causal: a window "
+                                                  "of later tokens (right > 0) is not modelled")
+        if left < 0:  # -1: Transformer Engine's infinite window
+            job.skipped(key, window, "an infinite window: full attention")
+        else:
+            job.model["sliding_window"] = left + 1
+            job.took(key, window, f"sliding_window {left + 1} (the left {left} tokens and "
+                                  "itself)")
+            job.model["full_attention_every"] = _full_every(fields, prefix, job, where)
+    softmax = str(fields.get("softmax_type", "vanilla"))
+    if softmax == "learnable":
+        job.model["attention_sinks"] = True
+        job.took(f"{prefix}.softmax_type", softmax, "attention_sinks (a learned logit per head "
+                                                    "in each softmax's denominator)")
+    elif softmax != "vanilla":
+        raise refuse_spec(where, f"{prefix}.softmax_type", softmax,
+                          "perfmodel models the vanilla softmax and learnable sinks")
+    elif "softmax_type" in fields:
+        job.skipped(f"{prefix}.softmax_type", softmax, "the plain softmax")
+
+
+def _full_every(fields: dict[str, Any], prefix: str, job: JobConfig, where: str) -> int:
+    """window_attn_skip_freq as full_attention_every: k, or a per-layer list that is k - 1
+    windowed layers and one full over and over; None: 0, every layer windowed."""
+    key = f"{prefix}.window_attn_skip_freq"
+    freq = fields.get("window_attn_skip_freq")
+    if freq in (None, "None", "null"):
+        return 0
+    if isinstance(freq, list) and 0 in freq and all(v in (0, 1) for v in freq):
+        k = freq.index(0) + 1
+        if freq == ([1] * (k - 1) + [0]) * (len(freq) // k) + [1] * (len(freq) % k):
+            freq = k
+    if isinstance(freq, bool) or not isinstance(freq, int) or freq < 1:
+        raise refuse_spec(where, key, freq, "perfmodel models one full-attention layer every k "
+                                            "(an integer k, or that pattern as a list)")
+    job.took(key, fields["window_attn_skip_freq"], f"full_attention_every {freq}")
+    return freq
 
 
 _READ_NAMES = frozenset((*_MODEL_FIELDS, *_RENAMED))  # the keys _put reads in any section

@@ -323,6 +323,40 @@ def test_a_bridge_override_file_states_only_what_it_overrides(tmp_path):
     assert {"tp", "pp", "ep"} <= job.pins
 
 
+def _bridge(tmp_path, **model: Any):
+    """The Megatron-Bridge ConfigContainer dump of llama3_8b with the model's fields changed."""
+    config = yaml.safe_load((ROOT / "tests/data/configs/bridge_llama3_8b.yaml").read_text())
+    config["model"].update(model)
+    return read_config(_write(tmp_path, config))
+
+
+def test_a_bridge_sliding_window_is_the_models(tmp_path):
+    # Megatron-Bridge's gpt_oss_120b dump: window_size [127, 0] (Transformer Engine's left
+    # window: 127 tokens and itself, Hugging Face's sliding_window 128 by the Bridge's own
+    # mcore_to_hf_window_size), window_attn_skip_freq 2 (layers 2, 4, ... from 1 attend fully),
+    # softmax_type learnable (GPT-OSS's sinks): gpt-oss-120b's spec
+    job = _bridge(tmp_path, window_size=[127, 0], window_attn_skip_freq=2,
+                  softmax_type="learnable")
+    assert (job.model["sliding_window"], job.model["full_attention_every"],
+            job.model["attention_sinks"]) == (128, 2, True)
+    # over --model gpt-oss-120b (an override of its recipe's model): the same window, accepted
+    override = copy.deepcopy(BRIDGE_OVERRIDE)
+    override["model"].update(window_size=[127, 0], window_attn_skip_freq=2,
+                             softmax_type="learnable")
+    oss = resolve_model(read_config(_write(tmp_path, override)), "gpt-oss-120b", None)
+    assert (oss.sliding_window, oss.full_attention_every, oss.attention_sinks) == (128, 2, True)
+    assert oss.windowed_layers[:3] == (0, 2, 4)  # is_layer_window_attention(k=2): 1, 3, 5 from 1
+    override["model"]["window_size"] = [255, 0]
+    with pytest.raises(SpecError, match="sliding_window \\(256\\) differs"):
+        resolve_model(read_config(_write(tmp_path, override)), "gpt-oss-120b", None)
+    job = _bridge(tmp_path, window_size=[127, 0], window_attn_skip_freq=[1, 0] * 16)
+    assert job.model["full_attention_every"] == 2
+    assert _bridge(tmp_path, window_size=[4095, 0]).model["full_attention_every"] == 0
+    assert "sliding_window" not in _bridge(tmp_path, window_size=None).model
+    with pytest.raises(SpecError, match="window_size 127 3: perfmodel's attention is causal"):
+        _bridge(tmp_path, window_size=[127, 3])
+
+
 def test_a_bridge_models_vocab_size_wins_over_its_tokenizers(tmp_path):
     # the gpt_oss_120b dump's NullTokenizer (vocab_size 32000) beside model.vocab_size 201088:
     # Megatron-Bridge builds the model's (setup.py _validate_and_set_vocab_size)
