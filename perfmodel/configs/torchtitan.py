@@ -651,7 +651,12 @@ def _experts(par: dict[str, Any], job: JobConfig, where: str, tp: int) -> None:
     (torchtitan/distributed/parallel_dims.py: "Currently we only support ETP=TP or ETP=1"); the
     ep group after etp over the tp, cp, then dp_shard ranks (its sparse mesh: efsdp, ep, etp,
     etp innermost), as Megatron-Core's expert ranks; the all-to-alls NCCL's (the standard
-    backend)."""
+    backend). Without expert parallelism (ep 1) and with tp > 1 torchtitan shards every expert
+    over the tp ranks whatever expert_tensor_parallel_degree says (models/llama4/infra/
+    parallelize.py apply_moe_ep_tp, ep_mesh None: experts_mesh tp_mesh, TensorParallel, at
+    238fa99 and 9810191bb~1, deepseek_v3, qwen3 and gpt_oss alike; experiments/llama4's
+    apply_moe_tp before expert parallelism, 01f4e5022~1): etp = tp, decided once the model is
+    known to have experts."""
     ep = whole(par.get("expert_parallel_degree", 1), "parallelism.expert_parallel_degree", where)
     etp = whole(par.get("expert_tensor_parallel_degree", 1),
                 "parallelism.expert_tensor_parallel_degree", where)
@@ -673,16 +678,30 @@ def _experts(par: dict[str, Any], job: JobConfig, where: str, tp: int) -> None:
         job.fix("etp", etp)
         if backend in ("deepep", "hybridep"):  # HybridEP sends as DeepEP does
             job.fix("ep_dispatcher", "deepep")
+    elif tp > 1 and job.plan.get("_moe") is not False:
+        job.with_model.append(lambda model: _experts_over_tp(job, model, tp))
+    what = f"ep {ep}, etp {etp}" if ep > 1 else \
+        f"ep 1: the experts tensor-parallel over tp (etp {tp} with experts)" if tp > 1 else \
+        "ep 1, etp 1"
     for key, value in (("expert_parallel_degree", ep), ("expert_tensor_parallel_degree", etp),
                        ("pipeline_parallel_expert_parallel_overlap",
                         par.get("pipeline_parallel_expert_parallel_overlap"))):
         if key in par:
-            job.took(f"parallelism.{key}", value, f"ep {ep}, etp {etp if ep > 1 else 1}")
+            job.took(f"parallelism.{key}", value, what)
     if "expert_parallel_comm_backend" in par:  # as the Megatron reader takes --moe-token-
         # dispatcher-type flex
         job.took("parallelism.expert_parallel_comm_backend", backend,
                  "the tokens' all-to-all" + (f" by {backend}'s kernels: ep_dispatcher deepep"
                                              if backend != "standard" else ""))
+
+
+def _experts_over_tp(job: JobConfig, model: Any, tp: int) -> None:
+    """etp = tp where the model has experts and ep is 1 (see _experts), unless the command line
+    gives etp."""
+    if getattr(model, "experts", 0) and "etp" not in job.plan:
+        job.fix("etp", tp)
+        job.notes.append(f"expert_parallel_degree 1 with tp {tp}: torchtitan shards each expert "
+                         f"over the tp ranks (apply_moe_ep_tp's TensorParallel): etp {tp}")
 
 
 # torchtitan's rotate methods (torch.distributed.tensor.experimental's context parallel): the

@@ -6,6 +6,7 @@ running configs the readers had not seen."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -365,3 +366,34 @@ def test_a_bridge_models_vocab_size_wins_over_its_tokenizers(tmp_path):
     assert read_config(_write(tmp_path, config)).model["vocab"] == config["model"]["vocab_size"]
     config["model"]["vocab_size"] = None
     assert read_config(_write(tmp_path, config)).model["vocab"] == 32000
+
+
+def _toml(tmp_path, name: str, flavor: str, **parallelism: Any):
+    lines = ["[model]", f'name = "{name}"', f'flavor = "{flavor}"', "[training]",
+             "local_batch_size = 4", "seq_len = 4096", "[parallelism]",
+             *(f"{k} = {json.dumps(v)}" for k, v in parallelism.items())]
+    path = tmp_path / "job.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return read_config(path)
+
+
+def test_torchtitan_experts_without_expert_parallelism_are_sharded_over_tp(tmp_path):
+    # torchtitan's llama4 17bx16e (238fa99): expert_parallel_degree 1, tensor_parallel_degree 8;
+    # apply_moe_ep_tp without an ep mesh shards each expert over tp (TensorParallel)
+    spec = _write(tmp_path, dict(kind="transformer", layers=4, hidden=1024, heads=8, kv_heads=8,
+                                 ffn_hidden=4096, seq_len=4096, vocab=32000, experts=16,
+                                 top_k=1, gated_mlp=True), "moe.yaml")
+    job = _toml(tmp_path, "llama4", "17bx16e", tensor_parallel_degree=8,
+                expert_parallel_degree=1, expert_tensor_parallel_degree=8)
+    _, plan = resolve_plan(job, resolve_model(job, str(spec), None), {"gpus": 64})
+    assert (plan["tp"], plan.get("ep", 1), plan["etp"]) == (8, 1, 8)
+    assert "(etp 8 with experts)" in _lines(job)
+    job = _toml(tmp_path, "qwen3", "30B-A3B", tensor_parallel_degree=2)  # a flavor's experts
+    _, plan = resolve_plan(job, resolve_model(job, None, None), {"gpus": 16})
+    assert plan["etp"] == 2
+    job = _toml(tmp_path, "qwen3", "30B-A3B", tensor_parallel_degree=2)
+    _, plan = resolve_plan(job, resolve_model(job, None, None), {"gpus": 16, "etp": 1})
+    assert plan["etp"] == 1  # the command line's
+    job = _toml(tmp_path, "qwen3", "32B", tensor_parallel_degree=2)  # dense: none
+    _, plan = resolve_plan(job, resolve_model(job, None, None), {"gpus": 16})
+    assert plan.get("etp", 1) == 1
