@@ -236,7 +236,9 @@ def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any]
     for name, value in fields.items():
         key = f"{prefix}.{name}"
         dest = _RENAMED.get(name, name if name in _MODEL_FIELDS else None)
-        if name == "share_embeddings_and_output_weights":
+        if name == "moe_grouped_gemm" and not _truth(value):
+            job.skipped(key, value, nemo1.GROUPED_OFF)
+        elif name == "share_embeddings_and_output_weights":
             settings["untie_embeddings_and_output_weights"] = (key, not _truth(value))
         elif dest is not None:
             if isinstance(value, dict):

@@ -67,6 +67,9 @@ RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipel
            "activations_checkpoint_num_layers": "recompute_num_layers",
            "ub_tp_comm_overlap": "tp_comm_overlap", "fp8_params": "fp8_param_gather",
            "rampup_batch_size": "rampup_batch_size"}
+# moe_grouped_gemm false: the experts one GEMM each (Megatron-Core's SequentialMLP), which
+# perfmodel costs at its grouped GEMM's efficiency all the same (docs/moe.md)
+GROUPED_OFF = "off: the experts' GEMMs one by one, costed as perfmodel's grouped GEMM all the same"
 # Megatron-Core's expert capacity (TransformerConfig), read by capacity()
 CAPACITY = ("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
             "moe_token_drop_policy")
@@ -155,8 +158,9 @@ def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
         raise refuse_plan(where, "trainer.precision", precision,
                           f"NeMo 1's values: {', '.join(PRECISIONS)}")
     dtype = PRECISIONS[precision]
-    settings["bf16"] = ("trainer.precision", dtype == "bf16")
-    settings["fp16"] = ("trainer.precision", dtype == "fp16")
+    # one setting for the one dtype (None: neither, fp32), shown with the precision's value
+    settings["fp16" if dtype == "fp16" else "bf16"] = (f"trainer.precision {precision}",
+                                                       True if dtype != "fp32" else None)
     for name, value in trainer.items():
         if name not in ("devices", "num_nodes", "precision"):
             job.skipped(f"trainer.{name}", value, "not the step's (run length, logging)")
@@ -200,6 +204,11 @@ def after_settings(data: dict[str, Any], job: JobConfig) -> None:
     words."""
     for field_name, value in job.plan.pop(AFTER, {}).items():
         job.fix(field_name, value)
+    activation = str(data["model"].get("activation", "gelu")).lower()
+    if activation in GATED and "swiglu" not in activation:
+        kind = activation.removeprefix("fast-")
+        renote(job, f"model.activation {activation}",
+               f"gated_mlp ({kind}: three matrices, costed as SwiGLU's)")
     if not _truth(data["model"].get("transformer_engine", False)):
         renote(job, "model.transformer_engine", "Megatron-Core's local layers "
                "(get_gpt_layer_local_spec): DotProductAttention, unfused: flash_attention false",
@@ -255,7 +264,9 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
         key = f"model.{name}"
         dest = RENAMED.get(name, name if name in SAME else None)
         if dest is not None:
-            if value is not None:
+            if dest == "moe_grouped_gemm" and not _truth(value):
+                job.skipped(key, value, GROUPED_OFF)
+            elif value is not None:
                 settings[dest] = (key, value)
             else:
                 job.skipped(key, value, "unset: the default")

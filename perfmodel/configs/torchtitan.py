@@ -407,8 +407,10 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
                          "costs causal attention over the whole sequence, an upper bound")
         return
     if name != "llama3":
-        job.needs_model = (f"model.name {name}: perfmodel maps torchtitan's llama3 and qwen3 "
-                           "flavors only")
+        job.needs_model = (f"model.name {name}" + (f" flavor {flavor}" if name == "deepseek_v3"
+                                                   else "")
+                           + ": perfmodel maps torchtitan's llama3 and qwen3 flavors and "
+                             f"deepseek_v3 {', '.join(DEEPSEEK_PRESETS)} only")
         job.took("model.name", name, "give --model")
         if name == "deepseek_v3" and flavor not in ("debugmodel",):
             # deepseekv3_args at 9810191bb~1: 16B, 236B, 671B set attn_type "flex" and
@@ -578,7 +580,8 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.fix("tp_comm_overlap", async_tp)
     if "enable_async_tensor_parallel" in par:
         job.took("parallelism.enable_async_tensor_parallel", async_tp,
-                 "tp_comm_overlap (the matmuls overlap their all-gathers and reduce-scatters)")
+                 "tp_comm_overlap (the matmuls overlap their all-gathers and reduce-scatters)"
+                 if async_tp else "tp_comm_overlap false")
     if par.get("pipeline_parallel_schedule_csv"):
         raise refuse_plan(where, "parallelism.pipeline_parallel_schedule_csv",
                           par["pipeline_parallel_schedule_csv"],

@@ -397,3 +397,20 @@ def test_torchtitan_experts_without_expert_parallelism_are_sharded_over_tp(tmp_p
     job = _toml(tmp_path, "qwen3", "32B", tensor_parallel_degree=2)  # dense: none
     _, plan = resolve_plan(job, resolve_model(job, None, None), {"gpus": 16})
     assert plan.get("etp", 1) == 1
+
+
+def test_what_is_off_or_another_is_not_said_to_be_on(tmp_path):
+    # the reviewer's outputs: "trainer.precision False: dtype bf16" beside the true line,
+    # "moe_grouped_gemm False: the experts' GEMMs grouped", "fast-geglu: gated_mlp (SwiGLU)",
+    # "enable_async_tensor_parallel False: tp_comm_overlap (...)", deepseek_v3 16B's
+    # "maps llama3 and qwen3 flavors only" where 671B is mapped
+    text = _lines(_nemo1(tmp_path, **MOE, moe_grouped_gemm=False, activation="fast-geglu"))
+    assert text.count("trainer.precision") == 1 and "trainer.precision bf16: dtype bf16" in text
+    assert "model.moe_grouped_gemm False: off" in text
+    assert "model.activation fast-geglu: gated_mlp (geglu" in text and "(SwiGLU)" not in text
+    text = _lines(_nemo1(tmp_path, trainer={"precision": 32}, optim={"grad_sync_dtype": "fp32"}))
+    assert text.count("trainer.precision") == 1 and "dtype fp32" in text
+    job = _toml(tmp_path, "llama3", "8B", enable_async_tensor_parallel=False)
+    assert "parallelism.enable_async_tensor_parallel False: tp_comm_overlap false" in _lines(job)
+    job = _toml(tmp_path, "deepseek_v3", "16B")
+    assert "deepseek_v3 671B" in job.needs_model and "flavor 16B" in job.needs_model
