@@ -213,7 +213,7 @@ def _over_the_recipe(settings: Settings, job: JobConfig, where: str) -> None:
     if "attention_backend" not in stated:  # the Megatron reader's note of its default's
         job.notes = [n for n in job.notes if not n.startswith("--attention-backend auto")]
     job.needs_model = "a Megatron-Bridge override file states only what it overrides of its " \
-                      "recipe's model (the recipe's model: give --model)"
+                      "recipe's model, which --model gives"
     left = sorted(field for field, dests in _STATED_BY.items()
                   if field in job.plan and not stated & set(dests))
     for field in left:
