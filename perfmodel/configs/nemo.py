@@ -9,7 +9,9 @@ fields, parallel sizes among them), `train` (micro_batch_size, global_batch_size
 `mixed_precision` (a MixedPrecisionConfig or a recipe name such as bf16_mixed), `comm_overlap`,
 `dataset` (sequence_length), `tokenizer`, `dist`; the older override names `model_config`,
 `train_config`, `ddp_config`, `optimizer_config` and `dataset_config` too. It holds no world
-size: give --gpus.
+size: give --gpus. An override file (no ConfigContainer or provider _target_) states only what it
+overrides of its recipe's config: its model over --model's, the plan fields it does not state
+left to the command line (is_override, _over_the_recipe).
 
 NeMo 2 (NVIDIA/NeMo, nemo.collections.llm recipes serialized by nemo_run): `trainer` (devices,
 num_nodes, strategy: MegatronStrategy's tensor/pipeline/virtual-pipeline/context/expert parallel
