@@ -237,6 +237,9 @@ def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any]
         fields = {k: v for k, v in fields.items() if k not in (*nemo1.CAPACITY, *_WINDOW)}
     for name, value in fields.items():
         key = f"{prefix}.{name}"
+        if not isinstance(name, str):  # a YAML key of another type (null, a number)
+            raise SpecError(f"{job.path}: {key}: a setting's name must be text, got "
+                            f"{type(name).__name__}")
         dest = _RENAMED.get(name, name if name in _MODEL_FIELDS else None)
         if name == "moe_grouped_gemm" and not _truth(value):
             job.skipped(key, value, nemo1.GROUPED_OFF)

@@ -484,7 +484,8 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
     components = _get(data, "compile", "components", ["model", "loss"])  # torchtitan's default
     # (what compile.components names matters only where compile.enable is on)
     if _get(data, "compile", "enable", False) and not (
-            isinstance(components, list) and set(components) <= {"model", "loss"}):
+            isinstance(components, list)
+            and all(isinstance(c, str) and c in ("model", "loss") for c in components)):
         raise refuse_plan(where, "compile.components", components,
                           'a list of "model" and "loss"')
     # torchtitan compiles the model's blocks only with "model" among compile.components

@@ -414,3 +414,17 @@ def test_what_is_off_or_another_is_not_said_to_be_on(tmp_path):
     assert "parallelism.enable_async_tensor_parallel False: tp_comm_overlap false" in _lines(job)
     job = _toml(tmp_path, "deepseek_v3", "16B")
     assert "deepseek_v3 671B" in job.needs_model and "flavor 16B" in job.needs_model
+
+
+def test_malformed_fields_are_refused_in_one_line(tmp_path):
+    # benchmarks/fuzz_parsers.py: compile.components holding a list, a YAML key of null in a
+    # Megatron-Bridge model section were internal errors (TypeError)
+    path = tmp_path / "job.toml"
+    path.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[compile]\nenable = true\n'
+                    'components = ["model", ["loss"]]\n')
+    with pytest.raises(PlanError, match="compile.components"):
+        read_config(path)
+    config = yaml.safe_load((ROOT / "tests/data/configs/bridge_llama3_8b.yaml").read_text())
+    config["model"][None] = {"x": 1}
+    with pytest.raises(SpecError, match="model.None: a setting's name must be text"):
+        read_config(_write(tmp_path, config))
