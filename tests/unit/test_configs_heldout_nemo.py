@@ -187,6 +187,10 @@ def test_a_padded_expert_capacity_is_the_models_capacity_factor(tmp_path):
     assert job.model["capacity_factor"] == 1.0 and not job.unknown
     model, _ = resolve_plan(job, resolve_model(job, None, None), {})
     assert model.capacity_factor == 1.0
+    # with --model (the launcher's mixtral_8x7b with --model mixtral-8x7b): the capacity is the
+    # run's, over the model's dropless default, not a model that differs
+    spec = _spec(tmp_path, experts=8, top_k=2)
+    assert resolve_model(job, str(spec), None).capacity_factor == 1.0
     with pytest.raises(PlanError, match="moe_expert_capacity_factor 1.0: dropping the tokens"):
         _nemo1(tmp_path, **MOE, moe_expert_capacity_factor=1.0,
                moe_pad_expert_input_to_capacity=False)
