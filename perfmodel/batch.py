@@ -29,7 +29,8 @@ PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedu
                 "etp")
 MODEL_COLUMNS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads")
 RESULT_COLUMNS = ("step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",
-                  "tflops_per_gpu", "mfu", "memory_per_gpu_bytes", "fits_in_memory")
+                  "tflops_per_gpu", "mfu", "memory_per_gpu_bytes", "fits_in_memory",
+                  "memory_verdict")
 # the model each row predicted, resolved: the fields derived from others, and its size
 RESOLVED_COLUMNS = ("ffn_hidden", "kv_heads", "parameters")
 

@@ -1093,6 +1093,10 @@ def recommend(model: str | None, from_config: str | None,
                                    "a layer graph's search is over its Pr x Pc grids")
         if html_path:
             raise click.UsageError("--html reports transformer plans; a layer graph takes --json")
+        if validate or validate_profile:
+            raise click.UsageError("--validate and --validate-profile run a transformer's "
+                                   "plan; validate a layer graph's with perfmodel validate "
+                                   "--pr N --pc M")
         _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm,
                         contributors or "auto")
         return

@@ -139,7 +139,7 @@ def _memory_lines(terms: dict[str, Any], stage: str, hardware: HardwareSpec, res
 
     out = ["", f"memory per GPU [bytes] on {where}: {result.memory_per_gpu_bytes / 2**30:.4g} "
                f"GiB of {result.memory_capacity_bytes / 2**30:.4g} GiB "
-               f"({memory_verdict_text(result, markup=False)}):"]
+               f"- {memory_verdict_text(result, markup=False)}:"]
     for name, expr in picked.items():
         value = number(expr)
         out.append(f"- memory/{name} = {value:.6g} B ({value / 2**30:.4g} GiB)")

@@ -129,8 +129,8 @@ def _summary(p: Any) -> str:
              ("TFLOP/s per GPU", f"{p.tflops_per_gpu:.1f}"),
              ("memory per GPU", f"{fmt_bytes(p.memory_per_gpu_bytes)} of "
                                 f"{fmt_bytes(p.memory_capacity_bytes)}"),
-             ("fits in memory", {"fits": "yes", "tight": "tight (without the allocator's "
-                                 "fragmentation margin)"}.get(p.memory_verdict, "NO")),
+             ("fits in memory", {"fits": "yes", "tight": "tight: only without the "
+                                 "allocator's fragmentation margin"}.get(p.memory_verdict, "NO")),
              ("micro-batches", str(p.micro_batches)),
              ("slowest stage", p.bottleneck_stage)]
     return '<div class="cards" id="summary-cards">' + "".join(

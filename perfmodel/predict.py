@@ -35,17 +35,20 @@ MFU_CONVENTION = ("mfu: model FLOP/s per GPU over the dense peak of the plan's d
 FRAGMENTATION = "reserved/fragmentation"
 
 
-def memory_verdict(total_bytes: float, fragmentation_bytes: float, capacity_bytes: float) -> str:
+def memory_verdict(total_bytes: float, without_margin_bytes: float,
+                   capacity_bytes: float) -> str:
     """Whether a plan fits in a GPU's memory: "fits" with the caching allocator's fragmentation
     margin (HardwareSpec.memory_fragmentation: the pool a step's transient tensors leave unused
-    where the GPU has room, GMLake's 15% average), "tight" where only that margin does not fit,
-    "does not fit" where the tensors, the CUDA context and NCCL's buffers alone exceed the
-    memory. The margin is not a hard limit: under memory pressure the allocator frees its cached
-    blocks and retries before it fails (expandable segments leave little to fragment), and
-    published runs have trained in it (docs/model.md, "What fits")."""
+    where the GPU has room, GMLake's 15% average; total_bytes, the stage that holds the most
+    with it), "tight" where only that margin does not fit, "does not fit" where the tensors, the
+    CUDA context and NCCL's buffers alone exceed the memory (without_margin_bytes, the stage that
+    holds the most without it: under a pipeline not always the same stage). The margin is not a
+    hard limit: under memory pressure the allocator frees its cached blocks and retries before
+    it fails (expandable segments leave little to fragment), and published runs have trained in
+    it (docs/model.md, "What fits")."""
     if total_bytes <= capacity_bytes:
         return "fits"
-    return "tight" if total_bytes - fragmentation_bytes <= capacity_bytes else "does not fit"
+    return "tight" if without_margin_bytes <= capacity_bytes else "does not fit"
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,9 @@ class Prediction:
     mfu_full_attention: float = 0.0
     # an fp8 plan's MFU over the FP8 peak (mfu is over the bf16 peak: MFU_CONVENTION); None else
     mfu_fp8_peak: float | None = None
+    # the memory per GPU without the caching allocator's fragmentation margin, on the stage that
+    # holds the most without it (memory_verdict); None: the same as memory_per_gpu_bytes
+    memory_without_margin_bytes: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = self._dict()
@@ -91,10 +97,11 @@ class Prediction:
 
     @property
     def memory_verdict(self) -> str:
-        """fits, tight (only the allocator's fragmentation margin does not fit) or does not fit
-        (memory_verdict); fits_in_memory is true for the first two."""
+        """fits (fits_in_memory), tight (only the allocator's fragmentation margin does not fit)
+        or does not fit (memory_verdict)."""
+        without = self.memory_without_margin_bytes
         return memory_verdict(self.memory_per_gpu_bytes,
-                              self.memory_breakdown_bytes.get(FRAGMENTATION, 0.0),
+                              self.memory_per_gpu_bytes if without is None else without,
                               self.memory_capacity_bytes)
 
     def _dict(self) -> dict[str, Any]:
@@ -113,6 +120,9 @@ class Prediction:
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits_in_memory": self.fits_in_memory,
             "memory_verdict": self.memory_verdict,
+            "memory_without_margin_bytes": (self.memory_per_gpu_bytes
+                                            if self.memory_without_margin_bytes is None
+                                            else self.memory_without_margin_bytes),
             "breakdown_s": dict(self.breakdown_s),
             "hidden_s": dict(self.hidden_s),
             "memory_breakdown_bytes": dict(self.memory_breakdown_bytes),
@@ -229,6 +239,11 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
     mem_stages = {k.split(":")[1] for k in out if k.startswith("memory:")}
     mem_stage = heaviest_stage({st: sum(float(v) for k, v in out.items()
                                         if k.startswith(f"memory:{st}:")) for st in mem_stages})
+    # the most any stage holds without the fragmentation margin (another stage than mem_stage
+    # where the margins differ)
+    without_margin = max(sum(float(v) for k, v in out.items() if k.startswith(f"memory:{st}:")
+                             and k != f"memory:{st}:{FRAGMENTATION}") for st in mem_stages) \
+        + float(hardware.memory_reserved_bytes or 0)
     memory = {k.split(":", 2)[2]: float(v) for k, v in out.items()
               if k.startswith(f"memory:{mem_stage}:")}
     if hardware.memory_reserved_bytes:
@@ -252,8 +267,8 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
         mfu=model_flops / (step * plan.gpus * peak),
         memory_per_gpu_bytes=mem_total,
         memory_capacity_bytes=float(hardware.memory_bytes),
-        fits_in_memory=memory_verdict(mem_total, memory.get(FRAGMENTATION, 0.0),
-                                      hardware.memory_bytes) != "does not fit",
+        fits_in_memory=mem_total <= hardware.memory_bytes,
+        memory_without_margin_bytes=without_margin,
         breakdown_s=breakdown,
         memory_breakdown_bytes=memory,
         bottleneck_stage=slowest if plan.pp > 1 else "all",

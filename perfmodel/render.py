@@ -559,11 +559,10 @@ def memory_verdict_text(r: Any, markup: bool = True) -> str:
         return "fits"
     if verdict == "does not fit":
         return "[red]does NOT fit[/]" if markup else "does NOT fit"
-    margin = r.memory_breakdown_bytes.get("reserved/fragmentation", 0.0)
-    over = r.memory_per_gpu_bytes - r.memory_capacity_bytes
-    text = (f"tight: fits without the caching allocator's fragmentation margin "
-            f"({fmt_bytes(margin)}; {fmt_bytes(over)} over with it), where the allocator "
-            "fragments less (expandable segments)")
+    without = r.memory_without_margin_bytes
+    text = (f"tight: {fmt_bytes(without)} without the caching allocator's fragmentation "
+            f"margin fits, {fmt_bytes(r.memory_per_gpu_bytes - r.memory_capacity_bytes)} over "
+            "with it; runs where the allocator fragments less, as with expandable segments")
     return f"[yellow]{text}[/]" if markup else text
 
 

@@ -157,13 +157,18 @@ PREDICTION = obj({
     "model_flops_per_step": NUMBER, "hardware_flops_per_step": NUMBER,
     "tflops_per_gpu": NUMBER, "mfu": NUMBER, "memory_per_gpu_bytes": NUMBER,
     "memory_capacity_bytes": NUMBER,
-    "fits_in_memory": {**BOOLEAN, "description": "memory_verdict is fits or tight."},
+    "fits_in_memory": {**BOOLEAN, "description": "memory_per_gpu_bytes (the caching "
+                                                 "allocator's fragmentation margin included) "
+                                                 "is at most memory_capacity_bytes."},
     "memory_verdict": {"type": "string", "enum": ["fits", "tight", "does not fit"],
-                       "description": "fits: memory_per_gpu_bytes, the caching allocator's "
-                                      "fragmentation margin included, fits the GPU; tight: "
-                                      "only that margin does not; does not fit: the rest "
-                                      "alone exceeds the GPU (perfmodel.predict."
-                                      "memory_verdict)."},
+                       "description": "fits: fits_in_memory; tight: only the fragmentation "
+                                      "margin does not fit (memory_without_margin_bytes "
+                                      "does); does not fit: memory_without_margin_bytes "
+                                      "exceeds the GPU (perfmodel.predict.memory_verdict)."},
+    "memory_without_margin_bytes": {**NUMBER, "description": "The memory per GPU without the "
+                                                             "fragmentation margin, on the "
+                                                             "stage that holds the most "
+                                                             "without it."},
     "breakdown_s": SECONDS_BY_TERM,
     "hidden_s": {**SECONDS_BY_TERM, "description": "Seconds per step each term hid (not in the "
                                                    "step time): communication behind compute, "
@@ -183,7 +188,8 @@ PREDICTION = obj({
                                                 "by."},
 }, required=["step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",
              "hardware_flops_per_step", "tflops_per_gpu", "mfu", "memory_per_gpu_bytes",
-             "memory_capacity_bytes", "fits_in_memory", "memory_verdict", "breakdown_s",
+             "memory_capacity_bytes", "fits_in_memory", "memory_verdict",
+             "memory_without_margin_bytes", "breakdown_s",
              "memory_breakdown_bytes", "bottleneck_stage", "parameters", "active_parameters",
              "micro_batches", "plan", "model", "hardware", "model_flops_per_step_full_attention",
              "mfu_full_attention", "flops_convention"],
@@ -320,8 +326,12 @@ def schema(kind: str) -> dict[str, Any]:
             **{k: NUMBER_OR_NULL for k in ("step_time_s", "samples_per_s", "tokens_per_s",
                                            "model_flops_per_step", "tflops_per_gpu", "mfu",
                                            "memory_per_gpu_bytes", "parameters")},
-            "fits_in_memory": {"type": ["boolean", "null"]}},
-            "required": ["error", "step_time_s", "memory_per_gpu_bytes", "fits_in_memory"],
+            "fits_in_memory": {"type": ["boolean", "null"]},
+            "memory_verdict": {"type": ["string", "null"],
+                               "enum": ["fits", "tight", "does not fit", None],
+                               "description": "As a prediction's (predict.json)."}},
+            "required": ["error", "step_time_s", "memory_per_gpu_bytes", "fits_in_memory",
+                         "memory_verdict"],
             "description": "A row of the plans file: its columns as given (strings), then the "
                            "prediction (null when the row failed, with error saying why)."}
         return _document(kind, "perfmodel predict --batch --json", obj(

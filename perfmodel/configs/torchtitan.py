@@ -495,7 +495,9 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
         _get(data, "compile", "enable", False) and "model" in components)
     if not _get(data, "compile", "enable", False) and "components" in (
             data["compile"] if isinstance(data.get("compile"), dict) else {}):
-        job.skipped("compile.components", components, "compile.enable is off")
+        job.skipped("compile.components", components,
+                    "training.compile compiles the model whatever the components"
+                    if training.get("compile", False) else "compile.enable is off")
     # torchtitan compiles each transformer block (apply_compile); the embedding, the output layer
     # and the loss stay eager, as the compiled stack of perfmodel.step.host counts them
     job.fix("stack", "compiled" if compiled else "eager")

@@ -366,3 +366,13 @@ def test_recommend_validate_profile_needs_validate(run_cli, tmp_path):
     assert out.returncode == 2, out.stderr
     assert "--validate-profile" in out.stderr and "--validate" in out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_recommend_validate_on_a_layer_graph_is_refused(run_cli, tmp_path):
+    """A layer graph's search returned before --validate and --validate-profile were looked
+    at: both were ignored, a missing profile too."""
+    for extra in (["--validate"], ["--validate-profile", str(tmp_path / "none.json")]):
+        out = run_cli("recommend", "--model", "resnet50", "--hardware", "dgx-a100-80gb",
+                      "--gpus", "8", "--global-batch", "256", *extra)
+        assert out.returncode == 2, out.stderr
+        assert "layer graph" in out.stderr and "perfmodel validate" in out.stderr
