@@ -6,20 +6,20 @@ decides statement boundaries (a line, continued by a backslash, an open quote or
 and expands parameters. Understood: assignments `NAME=word`, `NAME+=word`, arrays `NAME=( ... )`
 and `NAME+=( ... )` (with `export`, `declare`, `readonly`, `local` before them), and the expansions
 `$NAME`, `${NAME}`, `${NAME[@]}`, `${NAME[n]}`, `${NAME:-word}`, `${NAME-word}`, `${NAME:=word}`,
-`${NAME:+word}` and integer arithmetic `$(( ... ))`. A variable the script does not set (an
-environment variable, a script argument `$1`), one it sets inside if/for/while/case or a function,
-and a command substitution `$( ... )` are not guessed: they expand to a marker that names them, and
-the reader refuses a value it needs that holds one (`unresolved`). Single quotes do not stop an
-expansion here (bash's would); Megatron-LM's example scripts do not rely on that.
+`${NAME:+word}` and bash's integer arithmetic `$(( ... ))` (+ - * / % and parentheses over
+whole numbers and variables, `$X`, `${X}` or bare; anything else refused by name). A word keeps
+a substitution whole, spaces inside it too (`GBS=$(( GBS * 2 ))` is one assignment). A
+variable the script does not set (an environment variable, a script argument `$1`), one it sets
+inside if/for/while/case or a function, and a command substitution `$( ... )` are not guessed:
+they expand to a marker that names them, and the reader refuses a value it needs that holds
+one (`unresolved`). Single quotes do not stop an expansion here (bash's would); Megatron-LM's
+example scripts do not rely on that.
 """
 
 from __future__ import annotations
 
-import ast
-import operator
 import re
 import shlex
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -59,7 +59,7 @@ class Launch:
 
     def shown(self, word: str) -> str:
         """A word with its markers written back as the references they stand for."""
-        return _MARK_RE.sub(lambda m: self.unresolved[m.group(0)].split(":")[0], word)
+        return _MARK_RE.sub(lambda m: self.unresolved[m.group(0)].split(": ")[0], word)
 
 
 @dataclass
@@ -76,46 +76,123 @@ class _State:
         return marker
 
 
-_ARITH: dict[type, Callable[..., int]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod,
-    ast.USub: operator.neg, ast.UAdd: operator.pos}
+_ARITH_TOKEN = re.compile(r"\s*(?:(?P<number>\d+)|(?P<name>[A-Za-z_]\w*)"
+                          r"|(?P<other>\*\*|[^\s\w()+\-*/%]+)|(?P<op>[-+*/%()]))")
+_INT64 = 2**63
 
 
-def _arith(text: str) -> int | None:
-    """bash's integer arithmetic for + - * / % and parentheses over whole numbers, or None."""
-    try:
-        with warnings.catch_warnings():  # '1x' warns (invalid decimal literal): not one line
-            warnings.simplefilter("ignore", SyntaxWarning)
-            tree = ast.parse(text.strip(), mode="eval")
-    except (SyntaxError, ValueError):  # ValueError: a null byte, on some Python versions
-        return None
+class _ArithError(ValueError):
+    """Why bash's arithmetic `$(( ))` cannot be evaluated here (a name it needs, an operator)."""
 
-    def value(node: ast.AST) -> int:
-        return bounded(raw(node))
+
+def _arith(text: str, state: _State | None = None, depth: int = 0) -> int:
+    """bash's integer arithmetic for + - * / % (towards zero, as C) and parentheses over decimal
+    whole numbers and variables (bare names; `$X` and `${X}` are expanded before): a variable's
+    value is evaluated in turn, as bash does. _ArithError names what it cannot evaluate: an
+    operator it does not read, a variable the script does not set (bash would read 0; the
+    environment may set it), one set inside a block, a number past bash's 64 bits."""
+    tokens: list[tuple[str, str]] = []
+    for found in _ARITH_TOKEN.finditer(text):
+        kind = found.lastgroup or "other"
+        word = found.group(kind)
+        if kind == "other":
+            raise _ArithError(f"perfmodel evaluates + - * / % and parentheses, not '{word}'")
+        tokens.append((kind, word))
+    if depth > 20:
+        raise _ArithError("a variable's value refers back to itself")
+    position = 0
+
+    def peek() -> str:
+        return tokens[position][1] if position < len(tokens) else ""
+
+    def take() -> tuple[str, str]:
+        nonlocal position
+        if position >= len(tokens):
+            raise _ArithError("an expression ends early")
+        position += 1
+        return tokens[position - 1]
 
     def bounded(number: int) -> int:
         # bash's integers are 64-bit: a number past them is not what bash computes (it wraps),
         # nor one str() can always write (4300 digits at most)
-        if not -2**63 <= number < 2**63:
-            raise ValueError("beyond bash's 64-bit integers")
+        if not -_INT64 <= number < _INT64:
+            raise _ArithError("beyond bash's 64-bit integers")
         return number
 
-    def raw(node: ast.AST) -> int:
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
-            right = value(node.right)
-            if isinstance(node.op, (ast.FloorDiv, ast.Div, ast.Mod)) and right == 0:
-                raise ValueError("division by zero")
-            return _ARITH[type(node.op)](value(node.left), right)
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _ARITH:
-            return _ARITH[type(node.op)](value(node.operand))
-        raise ValueError("not integer arithmetic")
+    def primary() -> int:
+        kind, word = take()
+        if word in "+-" and kind == "op":  # a sign
+            value = primary()
+            return bounded(-value if word == "-" else value)
+        if word == "(":
+            value = expression()
+            if take()[1] != ")":
+                raise _ArithError("a parenthesis is not closed")
+            return value
+        if kind == "number":
+            if len(word) > 19 or (word.startswith("0") and word != "0"):
+                # bash reads 010 as octal and 0x10 as hexadecimal: decimal only here
+                raise _ArithError(f"'{word}': perfmodel reads decimal numbers (no leading 0) "
+                                  "within bash's 64-bit integers" if len(word) <= 19
+                                  else "beyond bash's 64-bit integers")
+            return bounded(int(word))
+        if kind == "name":
+            return variable(word)
+        raise _ArithError(f"'{word}' where a number belongs")
 
+    def variable(name: str) -> int:
+        if state is not None and name in state.unknown:
+            raise _ArithError(f"{name}: {state.unknown[name]}")
+        if state is not None and name in state.arrays:
+            items = state.arrays[name]
+            value = items[0] if items else ""
+        elif state is not None and name in state.scalars:
+            value = state.scalars[name]
+        else:
+            raise _ArithError(f"{name}: not set in the script (an environment variable?)")
+        marker = _MARK_RE.search(value)
+        if marker is not None and state is not None:
+            raise _ArithError(state.marks[marker.group(0)])
+        return _arith(value, state, depth + 1) if value.strip() else 0  # bash: empty is 0
+
+    def term() -> int:
+        value = primary()
+        while peek() in ("*", "/", "%") and peek():
+            op = take()[1]
+            right = primary()
+            if op == "*":
+                value = bounded(value * right)
+                continue
+            if right == 0:
+                raise _ArithError("division by zero")
+            quotient = abs(value) // abs(right) * (1 if (value < 0) == (right < 0) else -1)
+            value = bounded(quotient if op == "/" else value - right * quotient)
+        return value
+
+    def expression() -> int:
+        value = term()
+        while peek() in ("+", "-") and peek():
+            op = take()[1]
+            right = term()
+            value = bounded(value + right if op == "+" else value - right)
+        return value
+
+    if not tokens:
+        return 0  # bash: $(( )) is 0
     try:
-        return value(tree.body)
-    except (ValueError, RecursionError):
+        value = expression()
+    except RecursionError:
+        raise _ArithError("nested too deeply") from None
+    if position != len(tokens):
+        raise _ArithError(f"'{tokens[position][1]}' after a whole expression")
+    return value
+
+
+def _arith_or_none(text: str) -> int | None:
+    """_arith over numbers alone, or None (an array's index)."""
+    try:
+        return _arith(text)
+    except _ArithError:
         return None
 
 
@@ -148,12 +225,15 @@ def expand(text: str, state: _State, line: int, *, quoted: bool = True) -> str:
             i += 1
         elif text.startswith("$((", i):
             end = _closing(text, i + 1)
-            inner = expand(text[i + 3:end - 2], state, line)
-            inner = re.sub(r"\b([A-Za-z_]\w*)\b",
-                           lambda m: state.scalars.get(m.group(1), m.group(0)), inner)
-            number = None if _MARK_RE.search(inner) else _arith(inner)
-            out.append(str(number) if number is not None else state.mark(
-                f"{text[i:end]}: arithmetic perfmodel cannot evaluate (line {line})"))
+            inner = expand(text[i + 3:end - 2], state, line)  # $X and ${X} expanded
+            marker = _MARK_RE.search(inner)
+            try:
+                if marker is not None:  # a variable it needs cannot be read: named
+                    raise _ArithError(state.marks[marker.group(0)])
+                out.append(str(_arith(inner, state)))
+            except _ArithError as why:
+                out.append(state.mark(f"{text[i:end]}: arithmetic perfmodel cannot evaluate "
+                                      f"(line {line}): {why}"))
             i = end
         elif text.startswith("$(", i) or text[i] == "`":
             end = _closing(text, i + 1) if text[i] == "$" else text.find("`", i + 1) + 1 or len(
@@ -185,7 +265,7 @@ def _parameter(found: re.Match[str], state: _State, line: int) -> str:
         if index in ("[@]", "[*]"):
             value = " ".join(items)
         else:
-            position = _arith(index[1:-1]) if index else 0
+            position = _arith_or_none(index[1:-1]) if index else 0
             value = items[position] if position is not None and 0 <= position < len(items) \
                 else ""
     elif name in state.scalars:
@@ -273,6 +353,38 @@ def _statements(text: str) -> list[tuple[int, str]]:
     return out
 
 
+_HELD = "@@HELD{}@@"
+_HELD_RE = re.compile(r"@@HELD(\d+)@@")
+
+
+def _split_raw(text: str) -> list[str]:
+    """A statement split into words as bash splits it before expanding: a substitution `$( )`,
+    `$(( ))` or backquoted, spaces inside it, stays within its word (`GBS=$(( GBS * 2 ))` is one
+    assignment); shlex's rules otherwise."""
+    held: list[str] = []
+    out, i, quote = [], 0, ""
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and quote != "'":
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        if quote == "'" or (ch in "'\"" and not quote):
+            quote = "" if ch == quote else (quote or ch)
+        elif quote == '"' and ch == '"':
+            quote = ""
+        if quote != "'" and (text.startswith("$(", i) or ch == "`"):
+            end = _closing(text, i + 1) if ch == "$" else text.find("`", i + 1) + 1 or len(text)
+            out.append(_HELD.format(len(held)))
+            held.append(text[i:end])
+            i = end
+            continue
+        out.append(ch)
+        i += 1
+    words = shlex.split("".join(out), comments=True)
+    return [_HELD_RE.sub(lambda m: held[int(m.group(1))], w) for w in words]
+
+
 def _skip_prefix(words: list[str]) -> list[str]:
     i = 0
     while i < len(words) and (words[i] in _PREFIX or (i and words[i].startswith("-")
@@ -333,7 +445,7 @@ def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> L
     state = _State()
     depth, found = 0, []
     for line, statement in _statements(text):
-        raw_words = shlex.split(statement, comments=True)
+        raw_words = _split_raw(statement)
         opened = sum(w.rstrip(";") in _OPEN for w in raw_words) + sum(
             w.endswith("()") and "=" not in w for w in raw_words)
         closed = sum(w.lstrip(";").rstrip(";") in _CLOSE for w in raw_words)
