@@ -3,8 +3,11 @@ variables expanded: what bash would run, for the subset of bash such scripts use
 
 Tokens come from shlex (POSIX rules: quotes, backslash escapes, comments); this module only
 decides statement boundaries (a line, continued by a backslash, an open quote or an open array),
-and expands parameters. Understood: assignments `NAME=word`, `NAME+=word`, arrays `NAME=( ... )`
-and `NAME+=( ... )` (with `export`, `declare`, `readonly`, `local` before them), and the expansions
+splits a statement into its simple commands at the control operators (`;`, `&`, `&&`, `||`,
+`|`: `cd $DIR && torchrun ... 2>&1 | tee $LOG` runs torchrun) without their redirections
+(`> log`, `2>&1`, `&> $LOG`: no arguments), in a shell's -c string too, and expands
+parameters. Understood: assignments `NAME=word`, `NAME+=word`, arrays `NAME=( ... )` and
+`NAME+=( ... )` (with `export`, `declare`, `readonly`, `local` before them), and the expansions
 `$NAME`, `${NAME}`, `${NAME[@]}`, `${NAME[n]}`, `${NAME:-word}`, `${NAME-word}`, `${NAME:=word}`,
 `${NAME:+word}` and bash's integer arithmetic `$(( ... ))` (+ - * / % and parentheses over
 whole numbers and variables, `$X`, `${X}` or bare; anything else refused by name). A word keeps
@@ -385,6 +388,130 @@ def _split_raw(text: str) -> list[str]:
     return [_HELD_RE.sub(lambda m: held[int(m.group(1))], w) for w in words]
 
 
+_REDIRECT = re.compile(r"(\d*)(&>>|&>|>>|>\||>&|<<<|<<-|<<|<>|<&|>|<)")
+# an example script's placeholder (Megatron-LM's v2 scripts: `--vocab-file <PATH TO
+# gpt-vocab.json>`), which bash would read as redirections: `<` at a word's start, `>` ending one
+_PLACEHOLDER = re.compile(r"<[^\s<>;&|][^<>;&|\n]*[^\s<>;&|]>(?=[\s;&|]|$)")
+_BETWEEN = ("||", "&&", "|&", ";;", "|", ";", "&", "\n")
+_RESERVED = {"then", "do", "else", "elif", "if", "while", "until", "!", "{", "}", "(", ")",
+             "time", "fi", "done", "esac"}
+
+
+def _substitution_end(text: str, i: int) -> int:
+    """The index past a `$( )`, `$(( ))`, `${ }` or backquoted substitution starting at i, or i
+    when none starts there."""
+    if text.startswith("$(", i):
+        return _closing(text, i + 1)
+    if text.startswith("${", i):
+        end = text.find("}", i)
+        return end + 1 if end >= 0 else len(text)
+    if text[i] == "`":
+        return text.find("`", i + 1) + 1 or len(text)
+    return i
+
+
+def _commands(text: str) -> list[str]:
+    """The simple commands of a statement, as bash splits it before expanding: at the control
+    operators outside quotes and substitutions (`;`, `&`, `&&`, `||`, `|`, `|&`), without their
+    redirections (`> log`, `2>&1`, `&> $LOG`, `<<EOF`: the operator and its word), which are no
+    arguments of the command."""
+    out: list[str] = []
+    current: list[str] = []
+    i, quote, start_of_word = 0, "", True
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\" and quote == '"':
+                current.append(text[i:i + 2])
+                i += 2
+                continue
+            end = _substitution_end(text, i) if quote == '"' else i
+            if end > i:
+                current.append(text[i:end])
+                i = end
+                continue
+            quote = "" if ch == quote else quote
+            current.append(ch)
+            i += 1
+            continue
+        if ch == "\\":
+            current.append(text[i:i + 2])
+            i += 2
+            start_of_word = False
+            continue
+        if ch in "'\"":
+            quote = ch
+            current.append(ch)
+            i += 1
+            start_of_word = False
+            continue
+        end = _substitution_end(text, i)
+        if end > i:
+            current.append(text[i:end])
+            i = end
+            start_of_word = False
+            continue
+        if ch == "#" and start_of_word:  # a comment: to the line's end
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        placeholder = _PLACEHOLDER.match(text, i) if start_of_word else None
+        if placeholder:  # `<PATH TO gpt-vocab.json>`, for the user to fill in: words, as shown
+            current.append(placeholder.group(0))
+            i = placeholder.end()
+            start_of_word = False
+            continue
+        redirect = _REDIRECT.match(text, i)
+        if redirect and (start_of_word or not redirect.group(1)):
+            i = _word_end(text, redirect.end())  # the operator and its word, dropped
+            current.append(" ")
+            start_of_word = True
+            continue
+        between = next((op for op in _BETWEEN if text.startswith(op, i)), None)
+        if between:
+            out.append("".join(current))
+            current = []
+            i += len(between)
+            start_of_word = True
+            continue
+        current.append(ch)
+        start_of_word = ch in " \t"
+        i += 1
+    out.append("".join(current))
+    return [c for c in out if c.strip()]
+
+
+def _word_end(text: str, i: int) -> int:
+    """The index past the word after a redirection (blanks before it skipped): quotes and
+    substitutions inside it kept whole, ended by a blank or an operator."""
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    quote = ""
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "\\":
+            i += 1
+        elif _substitution_end(text, i) > i:
+            i = _substitution_end(text, i)
+            continue
+        elif ch in " \t\n;&|<>":
+            break
+        i += 1
+    return i
+
+
+def _skip_reserved(words: list[str]) -> list[str]:
+    """A command's words without the reserved words before it (`then X=1`, `do ...`)."""
+    i = 0
+    while i < len(words) and words[i] in _RESERVED:
+        i += 1
+    return words[i:]
+
+
 def _skip_prefix(words: list[str]) -> list[str]:
     i = 0
     while i < len(words) and (words[i] in _PREFIX or (i and words[i].startswith("-")
@@ -415,15 +542,22 @@ def _launches(words: list[str], is_script: Callable[[str], bool]) -> bool:
         is not None
 
 
-def _shell_command(words: list[str]) -> list[str] | None:
-    """The command a shell runs from its -c string (`srun ... sh -c "python pretrain_gpt.py
-    ..."`, as Megatron-LM's example scripts launch), split into words; None without one."""
+def _shell_command(words: list[str], is_script: Callable[[str], bool]) -> list[str] | None:
+    """The command a shell runs from its -c string that runs the training script (`srun ... sh
+    -c "python pretrain_gpt.py ..."`, as Megatron-LM's example scripts launch), split into
+    words; the string is shell code, its operators and redirections read as such. None without
+    one."""
     for i, word in enumerate(words[:-2]):
         if word.rsplit("/", 1)[-1] in ("sh", "bash") and words[i + 1] == "-c":
-            try:
-                return _skip_assignments(shlex.split(words[i + 2], comments=True))
-            except ValueError:
-                return None
+            for command in _commands(words[i + 2]):
+                try:
+                    inner = _skip_assignments(_skip_reserved(shlex.split(command,
+                                                                         comments=True)))
+                except ValueError:
+                    return None
+                if _launches(inner, is_script):
+                    return inner
+            return None
     return None
 
 
@@ -436,6 +570,31 @@ def _words(text: str, where: str, line: int) -> list[str]:
         raise SpecError(f"{where}: line {line}: {str(exc).lower()} once the script's variables "
                         "are expanded (a quote inside a variable's value?); perfmodel cannot "
                         "split it into words") from None
+
+
+def _command(text: str, state: _State, where: str, line: int, inside: bool,
+             is_script: Callable[[str], bool]) -> list[str] | None:
+    """One simple command: its assignments recorded (as unknown inside a block), or its words
+    once expanded where it runs the training script (itself, or through a shell's -c string)."""
+    words = _skip_prefix(_skip_reserved(_split_raw(text)))
+    assigns = []
+    while words and _ASSIGN.match(words[0]):
+        assigns.append(_ASSIGN.match(words[0]))
+        words = words[1:]
+    if assigns and not words:  # assignments alone (an environment prefix otherwise)
+        for match in assigns:
+            name, plus, value = match.groups()  # type: ignore[union-attr]
+            if inside:
+                state.unknown[name] = f"set inside an if/for/while/case block (line {line})"
+                continue
+            value = expand(value, state, line, quoted=False)
+            state.scalars[name] = (state.scalars.get(name, "") if plus else "") + value
+            state.arrays.pop(name, None)
+        return None
+    expanded = _skip_assignments(_skip_reserved(_words(expand(text, state, line), where, line)))
+    if _launches(expanded, is_script):
+        return expanded
+    return _shell_command(expanded, is_script)
 
 
 def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> Launch | None:
@@ -460,30 +619,10 @@ def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> L
                 state.arrays[name] = (state.arrays.get(name, []) if plus else []) + items
                 state.scalars.pop(name, None)
         else:
-            words = _skip_prefix(raw_words)
-            assigns = []
-            while words and _ASSIGN.match(words[0]):
-                assigns.append(_ASSIGN.match(words[0]))
-                words = words[1:]
-            if assigns and not words:  # assignments alone (an environment prefix otherwise)
-                for match in assigns:
-                    name, plus, value = match.groups()  # type: ignore[union-attr]
-                    if inside:
-                        state.unknown[name] = \
-                            f"set inside an if/for/while/case block (line {line})"
-                        continue
-                    value = expand(value, state, line, quoted=False)
-                    state.scalars[name] = (state.scalars.get(name, "") if plus else "") + value
-                    state.arrays.pop(name, None)
-            else:
-                expanded = _skip_assignments(_words(expand(statement, state, line), where,
-                                                    line))
-                if _launches(expanded, is_script):
-                    found.append((line, inside, expanded))
-                else:
-                    inner = _shell_command(expanded)
-                    if inner is not None and _launches(inner, is_script):
-                        found.append((line, inside, inner))
+            for command in _commands(statement):
+                launched = _command(command, state, where, line, inside, is_script)
+                if launched is not None:
+                    found.append((line, inside, launched))
         depth = max(0, depth + opened - closed)
     if not found:
         return None

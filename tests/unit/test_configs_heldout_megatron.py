@@ -64,3 +64,43 @@ def test_shell_arithmetic_perfmodel_cannot_evaluate_is_refused_by_name(tmp_path,
                                         r"arithmetic perfmodel cannot evaluate.*" + needle):
         read_config(write(tmp_path, assignments + "torchrun pretrain_gpt.py " + ARGS
                           + "--global-batch-size $GBS\n"))
+
+
+@pytest.mark.parametrize("tail", [
+    " 2>&1 | tee $LOG", " &> $LOG", " > $LOG", " >> /tmp/x.log 2>/dev/null", " 2>&1|tee -a x",
+    "; echo done", " && echo done", " || exit 1", " > `pwd`/log.txt", " &",
+], ids=["2>&1 | tee", "&>", ">", ">> 2>", "|tee", ";", "&&", "||", "> `pwd`", "&"])
+def test_redirections_and_pipes_after_the_launch_are_not_its_arguments(tmp_path, tail):
+    # min/redir.sh: `... --bf16 2>&1 | tee $LOG` was read as arguments ('2>&1', '|', 'tee', ...)
+    job, _, plan = plan_of(tmp_path, "LOG=`pwd`/log.txt\ntorchrun --nproc_per_node 8 "
+                           "pretrain_gpt.py " + ARGS + "--bf16" + tail + "\n")
+    assert not job.unknown and plan["dtype"] == "bf16" and plan["gpus"] == 8
+
+
+def test_a_launch_after_cd_and_a_command_list_is_read(tmp_path):
+    job, _, plan = plan_of(tmp_path, "cd /workspace && torchrun --nproc_per_node 4 "
+                           "pretrain_gpt.py " + ARGS + "--bf16 | tee log\n")
+    assert plan["gpus"] == 4 and not job.unknown
+
+
+def test_a_shell_string_with_a_redirection_is_read(tmp_path):
+    # min/redir3.sh: run_cmd="torchrun ... --bf16 &> ${LOG}"; bash -c "${run_cmd}"
+    job, _, plan = plan_of(tmp_path, "LOG=`pwd`/log.txt\nrun_cmd=\"torchrun --nproc_per_node 8 "
+                           "pretrain_gpt.py " + ARGS + "--bf16 &> ${LOG}\"\n"
+                           "bash -c \"${run_cmd}\"\n")
+    assert not job.unknown and plan["gpus"] == 8
+
+
+def test_a_quoted_operator_and_a_placeholder_are_arguments():
+    found = launch("torchrun pretrain_gpt.py --data-path 'a|b' \">\" x\\;y --save <PATH TO "
+                   "ckpt> --bf16 <in.txt >out.txt\n")
+    assert found.args == ["--data-path", "a|b", ">", "x;y", "--save", "<PATH", "TO", "ckpt>",
+                          "--bf16"]
+
+
+def test_assignments_on_one_line_with_an_if_are_under_it(tmp_path):
+    with pytest.raises(SpecError, match=r"\$N cannot be read: set inside an if/for/while/case"):
+        read_config(write(tmp_path, "N=2; if [ x ]; then N=4; fi\ntorchrun pretrain_gpt.py "
+                          + ARGS + "--tensor-model-parallel-size $N\n"))
+    found = launch("A=1; B=2\ntorchrun pretrain_gpt.py --x $A$B\n")
+    assert found.args == ["--x", "12"]
