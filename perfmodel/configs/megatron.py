@@ -176,15 +176,21 @@ def parse_words(launch: Launch, where: str, job: JobConfig) -> dict[str, tuple[s
             continue
         name, _, inline = word[2:].partition("=")
         arity = READ_OPTIONS.get(name)
+        reason = _ignored_reason(name) if arity is None else None
         values: list[str] = [inline] if inline else []
         i += 1
         if arity is None or arity != 0:
             while i < len(words) and not words[i].startswith("--") and (
                     arity is None or arity < 0 or len(values) < arity):
+                if arity is None and launch.bare(words[i]) and (values or not reason):
+                    # a word that is an unreadable variable may stand for options (`$WANDB_ARGS
+                    # $ds_args`): where the option's number of values is not known it is no
+                    # value of it, and is refused below, but the first of an option ignored for
+                    # what it is (`--save $1`, `--data-path $DATA`)
+                    break
                 values.append(words[i])
                 i += 1
         if arity is None:
-            reason = _ignored_reason(name)
             shown: Any = " ".join(launch.shown(v) for v in values) or True
             if reason:
                 job.skipped(word.partition("=")[0], shown, reason)

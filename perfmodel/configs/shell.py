@@ -60,6 +60,11 @@ class Launch:
         found = _MARK_RE.search(word)
         return self.unresolved.get(found.group(0)) if found else None
 
+    def bare(self, word: str) -> bool:
+        """Whether a word is an unreadable variable and nothing else (`$WANDB_ARGS`), which bash
+        may split into several words, options among them."""
+        return _MARK_RE.fullmatch(word) is not None
+
     def shown(self, word: str) -> str:
         """A word with its markers written back as the references they stand for."""
         return _MARK_RE.sub(lambda m: self.unresolved[m.group(0)].split(": ")[0], word)

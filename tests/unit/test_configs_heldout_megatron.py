@@ -104,3 +104,37 @@ def test_assignments_on_one_line_with_an_if_are_under_it(tmp_path):
                           + ARGS + "--tensor-model-parallel-size $N\n"))
     found = launch("A=1; B=2\ntorchrun pretrain_gpt.py --x $A$B\n")
     assert found.args == ["--x", "12"]
+
+
+# --- the arguments ------------------------------------------------------------------------------
+
+IF_SCALARS = """LOG_TO_WANDB=0
+WANDB_ARGS=
+if [ $LOG_TO_WANDB -eq 1 ]
+then
+WANDB_ARGS="--wandb-project x"
+fi
+ds_args=" --deepspeed"
+torchrun --nproc_per_node 8 pretrain_gpt.py \\
+    --num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 \\
+    --max-position-embeddings 1024 --vocab-size 32000 --micro-batch-size 1 --bf16 \\
+    --tensor-model-parallel-size 2 {unknown} \\
+    $WANDB_ARGS \\
+    $ds_args
+"""
+
+
+@pytest.mark.parametrize("unknown", ["", "--some-unknown-opt 4", "--some-unknown-flag",
+                                     "--save-interval 100"])
+def test_an_unreadable_variable_is_refused_after_an_unknown_option_too(tmp_path, unknown):
+    # min/ifscalar3.sh: an option perfmodel does not know took $WANDB_ARGS (set under an if,
+    # perhaps '--wandb-project x' or more options) as its value; exit 0 where ifscalar.sh, without
+    # the option, was refused
+    with pytest.raises(SpecError, match=r"\$WANDB_ARGS cannot be read: set inside an if/for"):
+        read_config(write(tmp_path, IF_SCALARS.format(unknown=unknown)))
+
+
+def test_an_ignored_options_own_value_may_be_unreadable(tmp_path):
+    job = read_config(write(tmp_path, "torchrun pretrain_gpt.py " + ARGS + "--bf16 --data-path "
+                            "$DATA --save $1\n"))
+    assert {s.key for s in job.ignored} >= {"--data-path", "--save"}
