@@ -229,20 +229,22 @@ def _text(value: Any) -> str:
 
 
 _LAUNCH_OPTIONS = {"nproc_per_node": "nproc-per-node", "nproc-per-node": "nproc-per-node",
-                   "nnodes": "nnodes", "num_gpus": "nproc-per-node", "num-gpus": "nproc-per-node",
-                   "num_nodes": "nnodes", "num-nodes": "nnodes"}
+                   "nnodes": "nnodes"}
 
 
 def launcher_world(launch: Launch, where: str, job: JobConfig) -> None:
-    """The world size from torchrun (or python -m torch.distributed.run/launch, deepspeed):
-    --nnodes x --nproc-per-node (each 1 when not given, as torchrun's defaults)."""
+    """The world size from torchrun (or python -m torch.distributed.run/launch): --nnodes x
+    --nproc-per-node (each 1 when not given, as torchrun's defaults); from deepspeed, what its
+    runner's options fix (_deepspeed_world)."""
     words = launch.launcher
     if not words:
         return
     first = words[0].rsplit("/", 1)[-1]
     module = words[words.index("-m") + 1] if "-m" in words[:-1] else ""
-    if first not in ("torchrun", "deepspeed") and module not in (
-            "torch.distributed.run", "torch.distributed.launch"):
+    if first == "deepspeed":
+        _deepspeed_world(launch, where, job)
+        return
+    if first != "torchrun" and module not in ("torch.distributed.run", "torch.distributed.launch"):
         job.notes.append(f"launched by '{' '.join(words[:2])}': perfmodel reads the world size "
                          "from torchrun's --nnodes and --nproc-per-node only; give --gpus")
         return
@@ -266,6 +268,78 @@ def launcher_world(launch: Launch, where: str, job: JobConfig) -> None:
     job.gpus = int(found["nnodes"]) * int(found["nproc-per-node"])
     job.gpus_from = f"{first} --nnodes {found['nnodes']} --nproc-per-node " \
                     f"{found['nproc-per-node']}"
+
+
+# DeepSpeed's runner (deepspeed/launcher/runner.py, deepspeedai/DeepSpeed at 2d991ba3): the hosts
+# of its hostfile (-H/--hostfile, default /job/hostfile; none: this host), each with every GPU it
+# has, narrowed by --num_nodes (the first N hosts), --num_gpus (GPUs 0..N-1 of each) or
+# --include/--exclude (NODE[:SLOT,SLOT...]@...), which it refuses beside --num_nodes/--num_gpus
+_DS_RUNNER = {"num_gpus": "num_gpus", "num-gpus": "num_gpus", "num_accelerators": "num_gpus",
+              "num_nodes": "num_nodes", "num-nodes": "num_nodes", "i": "include",
+              "include": "include", "e": "exclude", "exclude": "exclude", "H": "hostfile",
+              "hostfile": "hostfile"}
+
+
+def _deepspeed_world(launch: Launch, where: str, job: JobConfig) -> None:
+    """The world size DeepSpeed's runner starts, where its options fix it (_DS_RUNNER); else a
+    note, and the world size is --gpus's (resolve_plan asks for it)."""
+    words, given = launch.launcher, dict[str, tuple[str, str]]()
+    for i, w in enumerate(words):
+        name, _, inline = w.lstrip("-").partition("=")
+        if w.startswith("-") and name in _DS_RUNNER:
+            value = inline or (words[i + 1] if i + 1 < len(words) else "")
+            reason = launch.reason(value)
+            if reason:
+                job.notes.append(f"deepspeed {w.partition('=')[0]} {launch.shown(value)} cannot "
+                                 f"be read: {reason.split(': ', 1)[1]}; the world size is --gpus")
+                return
+            given[_DS_RUNNER[name]] = (w.partition("=")[0], value)
+    if ("include" in given or "exclude" in given) and (
+            "num_gpus" in given or "num_nodes" in given):
+        both = (given.get("include") or given["exclude"])[0]
+        other = (given.get("num_gpus") or given["num_nodes"])[0]
+        raise SpecError(f"{where}: deepspeed {both} with {other}: DeepSpeed's runner refuses "
+                        "them together (Cannot specify num_nodes/gpus with include/exclude)")
+    counts = {}
+    for key in ("num_gpus", "num_nodes"):
+        if key in given:
+            option, value = given[key]
+            if not (value.isascii() and value.isdigit() and len(value) <= 10) or int(value) < 1:
+                raise SpecError(f"{where}: deepspeed {option} {value}: perfmodel reads a whole "
+                                "number of nodes and of GPUs per node; give --gpus")
+            counts[key] = int(value)
+            job.took(f"deepspeed {option}", value, "world size")
+    unknown = "the world size is --gpus"
+    if "exclude" in given:
+        job.notes.append(f"deepspeed {' '.join(given['exclude'])}: every GPU of the hostfile but "
+                         f"these: {unknown}")
+        return
+    if "include" in given:
+        option, value = given["include"]
+        slots = []
+        for spec in value.split("@"):
+            host, _, listed = spec.partition(":")
+            if not listed:
+                job.notes.append(f"deepspeed {option} {value}: every GPU of host {host}: "
+                                 f"{unknown}")
+                return
+            slots.append(len({s.strip() for s in listed.split(",") if s.strip()}))
+        job.took(f"deepspeed {option}", value, "world size")
+        job.gpus, job.gpus_from = sum(slots), f"deepspeed {option} {value}"
+        return
+    if "num_gpus" in counts and ("num_nodes" in counts or "hostfile" not in given):
+        nodes = counts.get("num_nodes", 1)
+        if "num_nodes" not in counts:
+            job.notes.append(f"deepspeed {given['num_gpus'][0]} {counts['num_gpus']} without "
+                             "--num_nodes or --hostfile: one node (DeepSpeed's default hostfile, "
+                             "/job/hostfile, absent; where it lists more hosts, give --gpus)")
+        job.gpus = nodes * counts["num_gpus"]
+        job.gpus_from = f"deepspeed --num_nodes {nodes} --num_gpus {counts['num_gpus']}"
+        return
+    job.notes.append("deepspeed " + (" ".join(f"{o} {v}" for o, v in given.values()) or
+                                     "without --num_gpus, --num_nodes or --include")
+                     + ": DeepSpeed's runner uses every GPU of each host of its hostfile (or of "
+                       f"this host): {unknown}")
 
 
 def read_megatron(text: str, path: Path) -> JobConfig:

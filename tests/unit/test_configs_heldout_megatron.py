@@ -11,7 +11,7 @@ import pytest
 
 from perfmodel.configs import read_config, resolve_model, resolve_plan
 from perfmodel.configs.shell import launch_command
-from perfmodel.errors import SpecError
+from perfmodel.errors import PlanError, SpecError
 
 ARGS = ("--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
         "--max-position-embeddings 1024 --vocab-size 32000 --micro-batch-size 1 ")
@@ -138,3 +138,37 @@ def test_an_ignored_options_own_value_may_be_unreadable(tmp_path):
     job = read_config(write(tmp_path, "torchrun pretrain_gpt.py " + ARGS + "--bf16 --data-path "
                             "$DATA --save $1\n"))
     assert {s.key for s in job.ignored} >= {"--data-path", "--save"}
+
+
+# --- the world size -----------------------------------------------------------------------------
+
+
+def test_a_bare_deepspeed_launch_leaves_the_world_size_to_gpus(tmp_path):
+    # min/dslaunch.sh: DeepSpeed's runner uses every GPU of its hostfile (or of this host): it was
+    # read as one GPU, and --gpus 8 then refused as contradicting it
+    script = "deepspeed pretrain_gpt.py " + ARGS + "--fp16 --deepspeed\n"
+    job = read_config(write(tmp_path, script))
+    assert job.gpus is None and any("every GPU" in n for n in job.notes)
+    with pytest.raises(PlanError, match="give --gpus"):
+        resolve_plan(job, resolve_model(job, None, None), {})
+    _, _, plan = plan_of(tmp_path, script, gpus=8)
+    assert plan["gpus"] == 8
+
+
+@pytest.mark.parametrize("options, gpus", [
+    ("--num_gpus 4", 4), ("--num_gpus=8 --num_nodes 2", 16), ("--num_nodes 1 --num_gpus 2", 2),
+    ("--include localhost:0,1,2", 3), ("-i worker-0:0,1@worker-1:0,1", 4),
+    ("--include=localhost:0,1 --master_port 29500", 2),
+    ("--num_nodes 2", None), ("--hostfile hosts --num_gpus 8", None),
+    ("--include worker-0@worker-1:0", None), ("--exclude worker-1:0", None),
+])
+def test_a_deepspeed_launch_gives_the_gpus_its_options_name(tmp_path, options, gpus):
+    job = read_config(write(tmp_path, f"deepspeed {options} pretrain_gpt.py " + ARGS
+                            + "--fp16 --deepspeed\n"))
+    assert job.gpus == gpus
+
+
+def test_deepspeed_include_with_num_gpus_is_refused(tmp_path):
+    with pytest.raises(SpecError, match="--include.*with --num_gpus"):
+        read_config(write(tmp_path, "deepspeed --num_gpus 2 --include localhost:0,1 "
+                          "pretrain_gpt.py " + ARGS + "--fp16 --deepspeed\n"))
