@@ -85,6 +85,7 @@ READ_OPTIONS: dict[str, int] = {
         "optimizer-cpu-offload", "account-for-embedding-in-pipeline-split",
         "account-for-loss-in-pipeline-split", "squared-relu", "quick-geglu", "use-legacy-models",
         "use-mcore-models", "mock-data", "no-position-embedding", "fp8-param-gather",
+        "use-rotary-position-embeddings",
         "reuse-grad-buf-for-mxfp8-param-ag",
         "use-precision-aware-optimizer", "no-store-param-remainders", "store-param-remainders",
         "checkpoint-activations", "distribute-checkpointed-activations",
@@ -127,7 +128,7 @@ _IGNORED_KINDS = {
         "norm-epsilon", "layernorm-epsilon", "attention-softmax-in-fp32",
         "accumulate-allreduce-grads-in-fp32", "apply-query-key-layer-scaling",
         "apply-residual-connection-post-layernorm", "no-persist-layer-norm",
-        "qk-layernorm", "no-rope-fusion", "use-rotary-position-embeddings", "yarn-",
+        "qk-layernorm", "no-rope-fusion", "yarn-",
         "untie-embeddings-and-output-weights-init", "fp32-residual-connection",
         "bias-swiglu-fusion", "no-bias-swiglu-fusion", "no-bias-gelu-fusion",
         "no-bias-dropout-fusion", "no-masked-softmax-fusion", "no-gradient-accumulation-fusion",
@@ -462,11 +463,9 @@ def apply_settings(settings: Settings, job: JobConfig, where: str) -> None:
 
 def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
            ) -> None:
-    for dest in ("no_position_embedding", "quick_geglu"):
-        if _flag(settings, dest, where):
-            raise refuse_spec(where, settings[dest][0], True, {
-                "no_position_embedding": "a model without position embeddings is not modelled",
-                "quick_geglu": "a quick-GeGLU MLP is not modelled (SwiGLU and GeLU are)"}[dest])
+    if _flag(settings, "quick_geglu", where):
+        raise refuse_spec(where, settings["quick_geglu"][0], True,
+                          "a quick-GeGLU MLP is not modelled (SwiGLU and GeLU are)")
     if _str(settings, "window_size") not in (None, "0", "None"):
         raise refuse_spec(where, settings["window_size"][0], settings["window_size"][1],
                           "sliding windows from Megatron arguments are not read")
@@ -537,20 +536,10 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
                           "perfmodel models LayerNorm and RMSNorm")
     model["norm"] = norm.lower()
     take("normalization", f"norm {norm.lower()}")
-    positions = _str(settings, "position_embedding_type", "learned_absolute")
-    # Megatron-LM's names, and Megatron-DeepSpeed's (PositionEmbeddingType: absolute, rotary,
-    # alibi; bigscience-workshop/Megatron-DeepSpeed megatron/enums.py)
-    kinds = {"learned_absolute": "learned", "rope": "rotary", "yarn": "rotary",
-             "absolute": "learned", "rotary": "rotary", "alibi": "alibi"}
-    if positions not in kinds:
-        raise refuse_spec(where, settings["position_embedding_type"][0], positions,
-                          "perfmodel models learned_absolute, rope, yarn and Megatron-DeepSpeed's "
-                          "alibi")
-    model["position_embedding"] = kinds[positions]
-    take("position_embedding_type", f"position_embedding {kinds[positions]}")
+    positions = _positions(settings, job, where, take)
     max_positions = _int(settings, "max_position_embeddings", where)
     if max_positions is not None:
-        if kinds[positions] == "learned" and max_positions != model.get("seq_len"):
+        if positions == "learned" and max_positions != model.get("seq_len"):
             raise refuse_spec(where, "--max-position-embeddings", max_positions,
                               f"with learned positions perfmodel's position table is "
                               f"seq_len ({model.get('seq_len')}) long; give them equal")
@@ -611,6 +600,43 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
             take("moe_layer_freq", f"dense layers {dense or 'none'}")
     _vocab(settings, job, where, take)
     _dropout(settings, job, where, take, over_preset=False)
+
+
+def _positions(settings: Settings, job: JobConfig, where: str,
+               take: Callable[[str, str], None]) -> str:
+    """The model's position embedding (learned, rotary or alibi) from --position-embedding-type,
+    the legacy --use-rotary-position-embeddings (Megatron-LM sets the type to rope,
+    megatron/training/arguments.py at d98e8a64; Megatron-DeepSpeed builds RotaryEmbedding and
+    drops the learned table, megatron/arguments.py and model/language_model.py at f4157bea) and
+    --no-position-embedding (no learned table: nothing to drop beside rotary positions;
+    Megatron-LM raises on it with another type)."""
+    positions = _str(settings, "position_embedding_type", "learned_absolute")
+    # Megatron-LM's names, and Megatron-DeepSpeed's (PositionEmbeddingType: absolute, rotary,
+    # alibi; bigscience-workshop/Megatron-DeepSpeed megatron/enums.py)
+    kinds = {"learned_absolute": "learned", "rope": "rotary", "yarn": "rotary",
+             "absolute": "learned", "rotary": "rotary", "alibi": "alibi"}
+    if _flag(settings, "use_rotary_position_embeddings", where):
+        if "position_embedding_type" in settings and positions not in ("rope", "rotary"):
+            job.notes.append(f"--use-rotary-position-embeddings overrides "
+                             f"{settings['position_embedding_type'][0]} {positions}: rope, as "
+                             "Megatron-LM sets it")
+            take("position_embedding_type", "overridden by --use-rotary-position-embeddings")
+        positions = "rope"
+        take("use_rotary_position_embeddings", "position_embedding rotary (rope)")
+    if positions not in kinds:
+        raise refuse_spec(where, settings["position_embedding_type"][0], positions,
+                          "perfmodel models learned_absolute, rope, yarn and Megatron-DeepSpeed's "
+                          "alibi")
+    job.model["position_embedding"] = kinds[positions]
+    take("position_embedding_type", f"position_embedding {kinds[positions]}")
+    if _flag(settings, "no_position_embedding", where):
+        if positions not in ("rope", "rotary"):
+            raise refuse_spec(where, settings["no_position_embedding"][0], True,
+                              f"beside position embeddings {positions}: a model without any is "
+                              "not modelled (Megatron-LM raises on it unless "
+                              "--position-embedding-type rope)")
+        take("no_position_embedding", "no learned position table: none beside rotary positions")
+    return str(kinds[positions])
 
 
 # Megatron-Core's TransformerConfig defaults (hidden_dropout, attention_dropout), which

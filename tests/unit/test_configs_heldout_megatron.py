@@ -172,3 +172,40 @@ def test_deepspeed_include_with_num_gpus_is_refused(tmp_path):
     with pytest.raises(SpecError, match="--include.*with --num_gpus"):
         read_config(write(tmp_path, "deepspeed --num_gpus 2 --include localhost:0,1 "
                           "pretrain_gpt.py " + ARGS + "--fp16 --deepspeed\n"))
+
+
+# --- the model ----------------------------------------------------------------------------------
+
+LLAMA = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --ffn-hidden-size 11008 "
+         "--swiglu --normalization RMSNorm --disable-bias-linear "
+         "--untie-embeddings-and-output-weights --seq-length 4096 --max-position-embeddings 4096 "
+         "--vocab-size 32000 --micro-batch-size 1 --global-batch-size 8 --bf16 ")
+
+
+@pytest.mark.parametrize("extra", ["", "--deepspeed --zero-stage 1"])
+def test_use_rotary_position_embeddings_is_rope(tmp_path, extra):
+    # min/rope_legacy.txt: Megatron-LM maps the legacy flag to --position-embedding-type rope
+    # (megatron/training/arguments.py), Megatron-DeepSpeed builds RotaryEmbedding and drops the
+    # learned table (megatron/arguments.py, model/language_model.py); it was ignored as
+    # "numerics", leaving a 4096 x 4096 learned table in the model
+    _, legacy, _ = plan_of(tmp_path, LLAMA + "--use-rotary-position-embeddings " + extra,
+                           "legacy.txt", gpus=8)
+    _, rope, _ = plan_of(tmp_path, LLAMA + "--position-embedding-type rope " + extra,
+                         "rope.txt", gpus=8)
+    assert legacy.position_embedding == rope.position_embedding == "rotary"
+
+
+@pytest.mark.parametrize("positions", ["--position-embedding-type rope",
+                                       "--use-rotary-position-embeddings"])
+def test_no_position_embedding_beside_rope_is_accepted(tmp_path, positions):
+    # examples/mixtral/train_mixtral_8x7b_distributed.sh gives both; Megatron-LM raises on
+    # --no-position-embedding only where the type is not rope
+    job, spec, _ = plan_of(tmp_path, LLAMA + positions + " --no-position-embedding", "a.txt",
+                           gpus=8)
+    assert spec.position_embedding == "rotary"
+    assert any(s.key == "--no-position-embedding" for s in job.read + job.ignored)
+
+
+def test_no_position_embedding_without_rope_is_refused(tmp_path):
+    with pytest.raises(SpecError, match="--no-position-embedding: .*--position-embedding-type"):
+        read_config(write(tmp_path, LLAMA + "--no-position-embedding", "a.txt"))
