@@ -50,6 +50,7 @@ GPT2_VOCAB = 50257  # GPT2BPETokenizer's vocabulary (gpt2-vocab.json)
 READ_OPTIONS: dict[str, int] = {
     **dict.fromkeys((
         "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
+        "num-key-value-heads",
         "kv-channels", "seq-length", "max-position-embeddings", "vocab-size",
         "make-vocab-size-divisible-by", "tokenizer-type", "micro-batch-size",
         "global-batch-size", "tensor-model-parallel-size", "pipeline-model-parallel-size",
@@ -515,6 +516,17 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
     elif groups is not None:
         model["kv_heads"] = groups
         take("num_query_groups", f"kv_heads {groups}")
+    kv_heads = _int(settings, "num_key_value_heads", where)
+    if kv_heads is not None:
+        # Megatron-DeepSpeed's grouped-query attention (microsoft/Megatron-DeepSpeed megatron/
+        # arguments.py at f4157bea: default the heads, which must be a multiple of it)
+        if model.get("kv_heads", kv_heads) != kv_heads:
+            raise SpecError(f"{where}: --num-key-value-heads {kv_heads} and "
+                            f"{settings['num_query_groups'][0]} {model['kv_heads']} give two "
+                            "numbers of key/value heads: give one")
+        model["kv_heads"] = kv_heads
+        take("num_key_value_heads", f"kv_heads {kv_heads} (Megatron-DeepSpeed's grouped-query "
+                                    "attention)")
     kv_channels = _int(settings, "kv_channels", where)
     if kv_channels is not None:
         model["head_dim"] = kv_channels

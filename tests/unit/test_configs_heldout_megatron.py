@@ -209,3 +209,20 @@ def test_no_position_embedding_beside_rope_is_accepted(tmp_path, positions):
 def test_no_position_embedding_without_rope_is_refused(tmp_path):
     with pytest.raises(SpecError, match="--no-position-embedding: .*--position-embedding-type"):
         read_config(write(tmp_path, LLAMA + "--no-position-embedding", "a.txt"))
+
+
+def test_megatron_deepspeed_num_key_value_heads_is_gqa(tmp_path):
+    # min/mds_gqa.txt: Llama-2-70B in Megatron-DeepSpeed's terms (its GQA option, megatron/
+    # arguments.py); 8 kv heads were read as 64: 78.38B parameters for 68.98B
+    from perfmodel.predict import parameter_count
+
+    args = (LLAMA.replace("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+                          "--ffn-hidden-size 11008", "--num-layers 80 --hidden-size 8192 "
+                          "--num-attention-heads 64 --ffn-hidden-size 28672")
+            + "--num-key-value-heads 8 --position-embedding-type rope --deepspeed --zero-stage 0")
+    job, spec, _ = plan_of(tmp_path, args, "a.txt", gpus=8)
+    assert spec.kv_heads == 8
+    assert round(parameter_count(spec, "dgx-h100") / 1e9, 2) == 68.98
+    with pytest.raises(SpecError, match="--num-key-value-heads 8 .*--num-query-groups 4"):
+        read_config(write(tmp_path, args + " --group-query-attention --num-query-groups 4",
+                          "b.txt"))
