@@ -543,9 +543,12 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
     take("disable_bias_linear", f"bias {str(bias).lower()}")
     take("add_qkv_bias", f"qkv_bias {str(model['qkv_bias']).lower()}")
     norm = _str(settings, "normalization", "LayerNorm")
-    if norm not in ("LayerNorm", "RMSNorm"):
+    # Megatron-LM's choices, LayerNorm and RMSNorm; Megatron-DeepSpeed's, layernorm and rmsnorm
+    # (microsoft/Megatron-DeepSpeed megatron/arguments.py at f4157bea)
+    if norm not in ("LayerNorm", "RMSNorm", "layernorm", "rmsnorm"):
         raise refuse_spec(where, settings["normalization"][0], norm,
-                          "perfmodel models LayerNorm and RMSNorm")
+                          "perfmodel models LayerNorm and RMSNorm (Megatron-DeepSpeed: layernorm "
+                          "and rmsnorm)")
     model["norm"] = norm.lower()
     take("normalization", f"norm {norm.lower()}")
     positions = _positions(settings, job, where, take)

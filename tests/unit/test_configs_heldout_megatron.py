@@ -226,3 +226,19 @@ def test_megatron_deepspeed_num_key_value_heads_is_gqa(tmp_path):
     with pytest.raises(SpecError, match="--num-key-value-heads 8 .*--num-query-groups 4"):
         read_config(write(tmp_path, args + " --group-query-attention --num-query-groups 4",
                           "b.txt"))
+
+
+@pytest.mark.parametrize("given, norm", [("rmsnorm", "rmsnorm"), ("layernorm", "layernorm"),
+                                         ("RMSNorm", "rmsnorm")])
+def test_megatron_deepspeed_lowercase_normalization_is_read(tmp_path, given, norm):
+    # Megatron-DeepSpeed's --normalization takes layernorm and rmsnorm (megatron/arguments.py):
+    # 'rmsnorm' was refused with "perfmodel models LayerNorm and RMSNorm"
+    _, spec, _ = plan_of(tmp_path, LLAMA.replace("RMSNorm", given) + "--deepspeed", "a.txt",
+                         gpus=8)
+    assert spec.norm == norm
+
+
+def test_an_unknown_normalization_is_refused(tmp_path):
+    with pytest.raises(SpecError, match="--normalization groupnorm: perfmodel models LayerNorm "
+                                        "and RMSNorm"):
+        read_config(write(tmp_path, LLAMA.replace("RMSNorm", "groupnorm"), "a.txt"))
