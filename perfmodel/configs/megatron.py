@@ -57,7 +57,7 @@ READ_OPTIONS: dict[str, int] = {
         "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank",
         "context-parallel-size", "cp-comm-type", "expert-model-parallel-size",
         "expert-tensor-parallel-size",
-        "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
+        "moe-router-topk", "moe-ffn-hidden-size",
         "moe-shared-expert-intermediate-size", "moe-layer-freq", "moe-token-dispatcher-type",
         "moe-flex-dispatcher-backend", "moe-router-num-groups", "moe-router-group-topk",
         "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
@@ -72,7 +72,9 @@ READ_OPTIONS: dict[str, int] = {
         "exp-avg-dtype", "exp-avg-sq-dtype", "cross-entropy-fusion-impl"), 1),
     **dict.fromkeys(("checkpoint-num-layers", "activations-checkpoint-method",
                      "activations-checkpoint-num-layers", "DDP-impl"), 1),
-    **dict.fromkeys(("recompute-modules", "cuda-graph-modules", "cuda-graph-scope"), -1),
+    # --num-experts: one or more numbers (Megatron-DeepSpeed's, one per MoE layer)
+    **dict.fromkeys(("recompute-modules", "cuda-graph-modules", "cuda-graph-scope",
+                     "num-experts"), -1),
     "cuda-graph-impl": 1,
     "rampup-batch-size": 3,
     **dict.fromkeys((
@@ -94,6 +96,7 @@ READ_OPTIONS: dict[str, int] = {
         "overlap-moe-expert-parallel-comm", "moe-enable-deepep", "enable-cuda-graph",
         "external-cuda-graph"), 0),
     **megatron_deepspeed.OPTIONS,
+    **megatron_deepspeed.MOE_OPTIONS,
 }
 
 # options that do not change the step's time or memory, by kind (a prefix ending in '-' names
@@ -560,7 +563,15 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
                               f"seq_len ({model.get('seq_len')}) long; give them equal")
         take("max_position_embeddings", "the position table (learned) or the reach of "
                                         "rotary positions")
-    experts = _int(settings, "num_experts", where, minimum=0)
+    experts = 0
+    if not megatron_deepspeed.experts(settings, job, where, take, _flag):
+        if isinstance(settings.get("num_experts", (None, None))[1], list):
+            key, counts = settings["num_experts"]
+            if len(counts) != 1:
+                raise SpecError(f"{where}: {key} {' '.join(counts)}: Megatron-LM takes one "
+                                "number (a list is Megatron-DeepSpeed's, with --deepspeed)")
+            settings["num_experts"] = (key, counts[0])
+        experts = _int(settings, "num_experts", where, minimum=0) or 0
     if experts:
         model["experts"] = experts
         model["top_k"] = _int(settings, "moe_router_topk", where, 2)

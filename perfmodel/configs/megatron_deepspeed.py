@@ -52,10 +52,56 @@ OPTIONS: dict[str, int] = {
     **dict.fromkeys(("deepspeed_config", "zero-stage", "pp-partition-method",
                      "pad-vocab-size-to"), 1),
 }
+# its mixture-of-experts options (microsoft/Megatron-DeepSpeed megatron/arguments.py at f4157bea)
+MOE_OPTIONS: dict[str, int] = {
+    **dict.fromkeys(("topk", "expert-interval", "moe-expert-parallel-size", "mlp-type",
+                     "moe-train-capacity-factor", "moe-eval-capacity-factor", "moe-min-capacity",
+                     "moe-loss-coeff", "num-experts-switch"), 1),
+    **dict.fromkeys(("disable-moe-token-dropping", "create-moe-param-group",
+                     "enable-expert-tensor-parallelism", "disable-moe-top2-2nd-expert-sampling",
+                     "use-tutel"), 0),
+}
 IGNORED = ("abort-on-unmet-fused-kernel-constraints", "kill-switch-path", "codecarbon-dir",
            "tokenizer-name-or-path", "train-weighted-split-paths-path",
            "valid-weighted-split-paths-path", "data-impl", "valid-num-workers",
            "tensorboard-queue-size", "deepspeed_mpi")
+
+
+def experts(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None],
+            flag: Callable[[Settings, str, str], bool]) -> bool:
+    """Megatron-DeepSpeed's --num-experts (one number, or one per MoE layer), where the arguments
+    are its (--deepspeed, or one of its MoE options): True when read here. One expert everywhere
+    is its dense MLP (its default, [1]); more is DeepSpeed's MoE layer, refused: every
+    --expert-interval-th layer (default 2) routes its tokens top --topk (default 1) into
+    capacity-sized slots, dispatched and combined by dense einsums over the experts x capacity
+    slots (megatron/model/transformer.py: get_num_experts_per_layer and deepspeed.moe.layer.MoE;
+    deepspeed/moe/sharded_moe.py, einsum("sec,sm->ecm")), GEMMs as large as the experts' own
+    that perfmodel's MoE layer (Megatron-Core's permutation and grouped GEMMs) does not cost."""
+    own = [d for d in (o.replace("-", "_") for o in MOE_OPTIONS) if d in settings]
+    if not own and not flag(settings, "deepspeed", where):
+        return False
+    key, value = settings.get("num_experts", ("--num-experts", ["1"]))
+    counts = value if isinstance(value, list) else [value]
+    try:
+        numbers = [int(str(c)) for c in counts]
+    except ValueError:
+        raise SpecError(f"{where}: {key} {' '.join(map(str, counts))}: whole numbers of experts "
+                        "(Megatron-DeepSpeed: one, or one per MoE layer)") from None
+    if any(n > 1 for n in numbers):
+        raise refuse_plan(where, key, " ".join(map(str, counts)),
+                          "Megatron-DeepSpeed's mixture of experts (DeepSpeed's MoE layer on "
+                          "every --expert-interval-th layer, top --topk gating into capacity-sized "
+                          "slots, its dispatch and combine dense einsums over experts x capacity) "
+                          "is not modelled: perfmodel's MoE layer is Megatron-Core's")
+    switch = settings.get("num_experts_switch", ("", None))
+    if switch[1] not in (None, "None"):
+        raise refuse_plan(where, switch[0], switch[1], "Megatron-DeepSpeed's SwitchMLP (its "
+                          "Megatron-LM mixture of experts, every token to one expert computed "
+                          "by a loop over the experts) is not modelled")
+    take("num_experts", "no experts (Megatron-DeepSpeed's default, one: the dense MLP)")
+    for dest in own:
+        take(dest, "no effect without experts (--num-experts 1)")
+    return True
 
 
 def partition_balanced(weights: list[int], parts: int) -> list[int]:

@@ -242,3 +242,41 @@ def test_an_unknown_normalization_is_refused(tmp_path):
     with pytest.raises(SpecError, match="--normalization groupnorm: perfmodel models LayerNorm "
                                         "and RMSNorm"):
         read_config(write(tmp_path, LLAMA.replace("RMSNorm", "groupnorm"), "a.txt"))
+
+
+# --- Megatron-DeepSpeed -------------------------------------------------------------------------
+
+MDS = ARGS + "--global-batch-size 64 --fp16 --deepspeed --zero-stage 0 --no-pipeline-parallel "
+
+
+@pytest.mark.parametrize("moe", [
+    "--num-experts 128 --moe-expert-parallel-size 64 --moe-train-capacity-factor 1.0",
+    "--num-experts 8 8 16 16 --topk 2",  # a list: one number per MoE layer
+    "--num-experts 8 --expert-interval 1",
+])
+def test_megatron_deepspeed_moe_is_refused_in_one_line(tmp_path, moe):
+    # ds_pretrain_gpt_1.3B_MoE128.sh: DeepSpeed's MoE layer was read with Megatron-LM's
+    # semantics (--moe-expert-parallel-size not read, top_k 2 for DeepSpeed's default 1, every
+    # layer MoE for --expert-interval 2's every other one) and then asked for Megatron-LM's
+    # --moe-token-dispatcher-type, an option Megatron-DeepSpeed does not have
+    with pytest.raises(PlanError, match=r"--num-experts .*: Megatron-DeepSpeed's mixture of "
+                                        r"experts .* is not modelled"):
+        read_config(write(tmp_path, MDS + moe, "a.txt"))
+
+
+def test_megatron_deepspeed_one_expert_is_the_dense_model(tmp_path):
+    # Megatron-DeepSpeed's default --num-experts [1]: its example scripts pass ${EP_SIZE} = 1
+    job, spec, _ = plan_of(tmp_path, MDS + "--num-experts 1 --moe-expert-parallel-size 1 "
+                           "--topk 1 --create-moe-param-group", "a.txt", gpus=8)
+    assert spec.experts == 0 and not job.unknown
+    assert {s.key for s in job.read} >= {"--num-experts", "--topk"}
+
+
+def test_megatron_lm_num_experts_takes_one_number(tmp_path):
+    with pytest.raises(SpecError, match="--num-experts 8 8: Megatron-LM takes one number"):
+        read_config(write(tmp_path, ARGS + "--bf16 --num-experts 8 8", "a.txt"))
+
+
+def test_megatron_deepspeed_switch_mlp_is_refused(tmp_path):
+    with pytest.raises(PlanError, match="--num-experts-switch 8: Megatron-DeepSpeed's SwitchMLP"):
+        read_config(write(tmp_path, MDS + "--num-experts-switch 8", "a.txt"))
