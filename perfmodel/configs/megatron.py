@@ -1339,7 +1339,7 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     elif backend in ("unfused", "local"):
         flash = False
     elif backend == "auto" and "attention_backend" not in settings and \
-            job.plan.get("_older_megatron"):
+            job.plan.get("_older_megatron") and not _flag(settings, "deepspeed", where):
         # Megatron-LM of 2021-23 had no fused attention kernel (--use-flash-attn came in 2023,
         # --attention-backend in 2024): the core attention's GEMMs and its fused softmax
         flash = False

@@ -48,10 +48,18 @@ OPTIONS: dict[str, int] = {
     **dict.fromkeys(("deepspeed", "deepspeed-activation-checkpointing", "partition-activations",
                      "contigious-checkpointing", "checkpoint-in-cpu", "synchronize-each-layer",
                      "profile-backward", "no-pipeline-parallel", "embed-layernorm",
-                     "sync-tp-duplicated-parameters", "use-flash-attn-v2"), 0),
+                     "sync-tp-duplicated-parameters", "use-flash-attn-v2", "use-flash-attn-v1",
+                     "use-flash-attn-triton", "use-flash-attn-builder",
+                     "force-ds-sequence-parallel", "ds-sequence-parallel-fpdt",
+                     "ds-sequence-parallel-fpdt-offloading"), 0),
     **dict.fromkeys(("deepspeed_config", "zero-stage", "pp-partition-method",
-                     "pad-vocab-size-to"), 1),
+                     "pad-vocab-size-to", "ds-sequence-parallel-size",
+                     "ds-sequence-parallel-fpdt-chunk-size"), 1),
 }
+# its FlashAttention switches (microsoft/Megatron-DeepSpeed megatron/arguments.py at f4157bea:
+# use_flash_attn = v1 (--use-flash-attn) or triton or v2 or builder)
+FLASH = ("use_flash_attn", "use_flash_attn_v1", "use_flash_attn_v2", "use_flash_attn_triton",
+         "use_flash_attn_builder")
 # its mixture-of-experts options (microsoft/Megatron-DeepSpeed megatron/arguments.py at f4157bea)
 MOE_OPTIONS: dict[str, int] = {
     **dict.fromkeys(("topk", "expert-interval", "moe-expert-parallel-size", "mlp-type",
@@ -212,7 +220,8 @@ def apply(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
     """The plan fields --deepspeed decides (module doc), over what the Megatron-LM options set."""
     if not flag(settings, "deepspeed", where):
         for dest in ("zero_stage", "deepspeed_config", "pp_partition_method",
-                     "no_pipeline_parallel", "deepspeed_activation_checkpointing"):
+                     "no_pipeline_parallel", "deepspeed_activation_checkpointing",
+                     "ds_sequence_parallel_size"):
             if dest in settings:
                 raise refuse_plan(where, settings[dest][0], settings[dest][1],
                                   "a Megatron-DeepSpeed option without --deepspeed")
@@ -232,6 +241,7 @@ def apply(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
                           "DeepSpeed pipelines only through DeepSpeed's engine")
     _zero(settings, job, where, take, config, pipe)
     _precision(job, where, config)
+    _ulysses(settings, job, where, take, flag)
     chunks = job.plan.get("virtual_stages", 1)
     if pipe and chunks > 1:
         raise refuse_plan(where, "--num-layers-per-virtual-pipeline-stage", chunks,
@@ -260,11 +270,13 @@ def apply(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
     overlap = bool(zero_config.get("overlap_comm", stage == 3)) and not pipe
     job.fix("overlap_grad_sync", overlap)
     job.fix("overlap_param_gather", not pipe and stage == 3)
-    flash = flag(settings, "use_flash_attn", where) or flag(settings, "use_flash_attn_v2", where)
+    flash = any(flag(settings, dest, where) for dest in FLASH)
     before = job.plan.get("flash_attention")
     job.fix("flash_attention", flash)
     take("use_flash_attn_v2", "flash_attention (FlashAttention-2: --attention-kernel fa2 costs "
          "it where the hardware measures it, dgx-h100)")
+    for dest in ("use_flash_attn_v1", "use_flash_attn_triton", "use_flash_attn_builder"):
+        take(dest, "flash_attention (costed with the hardware's flash kernel)")
     if before and not flash:
         job.notes.append("--deepspeed: Megatron-DeepSpeed's attention is unfused (its fused "
                          "softmax) unless --use-flash-attn: flash_attention false")
@@ -278,6 +290,53 @@ def apply(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
                             "one norm a micro-batch are not modelled")
     take("sync_tp_duplicated_parameters", "its small all-reduces over tp (the norms' and "
                                           "biases' values, each forward) are not modelled")
+
+
+def _ulysses(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None],
+             flag: Callable[[Settings, str, str], bool]) -> None:
+    """DeepSpeed-Ulysses (--ds-sequence-parallel-size N): each of N consecutive ranks holds 1/N
+    of the sequence, and the attention all-to-alls its queries, keys and values to whole
+    sequences of heads / N and back (DistributedAttention; megatron/model/transformer.py,
+    megatron/core/parallel_state.py at f4157bea): context parallelism cp N by all-to-all
+    (cp_comm a2a), the gradients reduced over dp x N. Megatron-DeepSpeed runs it with tp and pp
+    1 and without Megatron's --sequence-parallel (parallel_state.py, initialize.py); FPDT (its
+    chunked attention, offloading chunks to the host) is not modelled."""
+    size = settings.get("ds_sequence_parallel_size")
+    try:
+        ranks = int(str(size[1])) if size else 1
+    except ValueError:
+        raise SpecError(f"{where}: --ds-sequence-parallel-size {size[1] if size else ''}: a "
+                        "whole number of ranks") from None
+    for dest in ("ds_sequence_parallel_fpdt", "ds_sequence_parallel_fpdt_offloading"):
+        if flag(settings, dest, where):
+            raise refuse_plan(where, settings[dest][0], True, "DeepSpeed's FPDT (the attention "
+                              "in chunks, kept on the host) is not modelled")
+    take("ds_sequence_parallel_fpdt_chunk_size", "no effect without --ds-sequence-parallel-fpdt")
+    take("force_ds_sequence_parallel", "its all-to-alls over one rank: no effect"
+         if ranks <= 1 else "no effect beside --ds-sequence-parallel-size")
+    if ranks < 1:
+        raise SpecError(f"{where}: --ds-sequence-parallel-size {ranks}: a whole number >= 1")
+    take("ds_sequence_parallel_size", f"cp {ranks} (DeepSpeed-Ulysses: cp_comm a2a)"
+         if ranks > 1 else "1: no sequence parallelism")
+    if ranks == 1:
+        return
+    for key, name in (("tp", "--tensor-model-parallel-size"),
+                      ("pp", "--pipeline-model-parallel-size")):
+        if job.plan.get(key, 1) > 1:
+            raise refuse_plan(where, "--ds-sequence-parallel-size", ranks,
+                              f"with {key} {job.plan[key]}: Megatron-DeepSpeed runs "
+                              f"DeepSpeed-Ulysses with {name} 1 (megatron/core/parallel_state.py)")
+    if flag(settings, "sequence_parallel", where):
+        raise SpecError(f"{where}: --ds-sequence-parallel-size {ranks} and --sequence-parallel: "
+                        "Megatron-DeepSpeed refuses them together (initialize.py)")
+    if job.plan.get("cp", 1) > 1:
+        raise SpecError(f"{where}: --ds-sequence-parallel-size {ranks} and "
+                        f"--context-parallel-size {job.plan['cp']}: give one")
+    job.fix("cp", ranks)
+    job.fix("cp_comm", "a2a")
+    job.notes.append(f"--ds-sequence-parallel-size {ranks}: DeepSpeed-Ulysses, the sequence "
+                     f"split over {ranks} ranks and all-to-alled to heads for the attention: cp "
+                     f"{ranks}, cp_comm a2a")
 
 
 def _zero(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None],

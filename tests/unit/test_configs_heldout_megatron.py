@@ -280,3 +280,35 @@ def test_megatron_lm_num_experts_takes_one_number(tmp_path):
 def test_megatron_deepspeed_switch_mlp_is_refused(tmp_path):
     with pytest.raises(PlanError, match="--num-experts-switch 8: Megatron-DeepSpeed's SwitchMLP"):
         read_config(write(tmp_path, MDS + "--num-experts-switch 8", "a.txt"))
+
+
+ULYSSES = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 32768 "
+           "--max-position-embeddings 32768 --vocab-size 50257 --micro-batch-size 1 "
+           "--global-batch-size 2 --fp16 --tensor-model-parallel-size 1 "
+           "--pipeline-model-parallel-size 1 --no-pipeline-parallel --deepspeed --zero-stage 3 "
+           "--checkpoint-activations --deepspeed-activation-checkpointing ")
+
+
+@pytest.mark.parametrize("flash", ["--use-flash-attn-triton", "--use-flash-attn-v2",
+                                   "--use-flash-attn-v1", "--use-flash-attn",
+                                   "--use-flash-attn-builder"])
+def test_deepspeed_ulysses_is_context_parallelism_by_all_to_all(tmp_path, flash):
+    # mds_30b_ulysses_args.txt (ds_pretrain_gpt_30B_seq_parallel_32k.sh): DeepSpeed-Ulysses
+    # splits the sequence over --ds-sequence-parallel-size ranks and all-to-alls heads for the
+    # attention (DistributedAttention, megatron/model/transformer.py): cp 4, cp_comm a2a; it was
+    # not read (dp 8 for 2) and the triton flash attention read as unfused
+    _, _, plan = plan_of(tmp_path, ULYSSES + "--ds-sequence-parallel-size 4 " + flash, "a.txt",
+                         gpus=8)
+    assert (plan["cp"], plan["cp_comm"], plan["dp"]) == (4, "a2a", 2)
+    assert plan["flash_attention"] is True
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ("--tensor-model-parallel-size 2", "with tp 2"),
+    ("--sequence-parallel --tensor-model-parallel-size 2", "with tp 2"),
+    ("--ds-sequence-parallel-fpdt", "FPDT"),
+])
+def test_deepspeed_ulysses_what_megatron_deepspeed_refuses(tmp_path, extra, needle):
+    with pytest.raises((PlanError, SpecError), match=needle):
+        read_config(write(tmp_path, ULYSSES + "--ds-sequence-parallel-size 4 "
+                          "--use-flash-attn-v2 " + extra, "a.txt"))
