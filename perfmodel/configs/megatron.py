@@ -77,6 +77,7 @@ READ_OPTIONS: dict[str, int] = {
                      "num-experts"), -1),
     "cuda-graph-impl": 1,
     "rampup-batch-size": 3,
+    "step-batch-size-schedule": 1,
     **dict.fromkeys((
         "group-query-attention", "sequence-parallel", "bf16", "fp16", "use-distributed-optimizer",
         "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap", "use-flash-attn",
@@ -1040,15 +1041,59 @@ def _degrees(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     job.fix("micro_batch", micro, pin="micro_batch_size" in explicit)
     take("micro_batch_size", f"micro_batch {micro}")
     batch = _int(settings, "global_batch_size", where)
+    if batch is not None and "step_batch_size_schedule" in settings:
+        raise SpecError(f"{where}: --step-batch-size-schedule and --global-batch-size: "
+                        "Megatron-LM takes one, not both")
     if batch is not None:
         job.fix("global_batch", batch)
         take("global_batch_size", f"global_batch {batch}")
+    elif "step_batch_size_schedule" in settings:
+        last = step_batch_size_schedule(str(settings["step_batch_size_schedule"][1]), where)
+        job.fix("global_batch", last)
+        take("step_batch_size_schedule", f"global_batch {last}: the step after its last "
+                                         "threshold is predicted")
     else:
         job.notes.append("no --global-batch-size: Megatron-LM's default, micro-batch x "
                          "data-parallel size (one micro-batch per step)")
     if "rampup_batch_size" in settings:
         take("rampup_batch_size", "the step after the ramp-up (the full global batch) is "
                                   "predicted")
+
+
+_SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+
+
+def step_batch_size_schedule(text: str, where: str) -> int:
+    """The last global batch of --step-batch-size-schedule "THRESHOLD:BS ..." (spaces or commas
+    between; numbers with a K, M, B or T suffix), as Megatron-Core's
+    StepBatchsizeNumMicroBatchesCalculator reads it (megatron/core/num_microbatches_calculator.py
+    at d98e8a64: sorted by threshold, the first 0, strictly increasing, batches > 0)."""
+    def number(word: str) -> int:
+        word = word.strip().upper()
+        scale = _SUFFIXES.get(word[-1:], 1)
+        value = float(word[:-1] if scale > 1 else word)
+        if value != value or value in (float("inf"), -float("inf")) or abs(value) > 1e18:
+            raise ValueError
+        return int(value * scale)
+
+    steps = []
+    for entry in text.replace(",", " ").split():
+        threshold, colon, size = entry.partition(":")
+        try:
+            if not colon:
+                raise ValueError
+            steps.append((number(threshold), number(size)))
+        except ValueError:
+            raise SpecError(f"{where}: --step-batch-size-schedule {text}: '{entry}' is not "
+                            "THRESHOLD:BATCH_SIZE (Megatron-Core's format)") from None
+    steps.sort()
+    if not steps or steps[0][0] != 0 or len({t for t, _ in steps}) != len(steps):
+        raise SpecError(f"{where}: --step-batch-size-schedule {text}: Megatron-Core needs a first "
+                        "threshold 0 and strictly increasing thresholds")
+    if any(size < 1 for _, size in steps):
+        raise SpecError(f"{where}: --step-batch-size-schedule {text}: every THRESHOLD:BATCH_SIZE "
+                        "needs a batch size >= 1")
+    return steps[-1][1]
 
 
 # Megatron-LM's --fp8-recipe (Transformer Engine's recipes) as perfmodel's Plan.fp8_recipe:

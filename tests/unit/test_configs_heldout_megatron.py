@@ -312,3 +312,31 @@ def test_deepspeed_ulysses_what_megatron_deepspeed_refuses(tmp_path, extra, need
     with pytest.raises((PlanError, SpecError), match=needle):
         read_config(write(tmp_path, ULYSSES + "--ds-sequence-parallel-size 4 "
                           "--use-flash-attn-v2 " + extra, "a.txt"))
+
+
+# --- the plan -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("schedule, batch", [("'0:384 200B:768 400B:1152'", 1152),
+                                             ("'0:16,1M:32'", 32), ("'0:64'", 64),
+                                             ("'1.5k:32 0:16'", 32)])
+def test_step_batch_size_schedule_gives_its_last_batch(tmp_path, schedule, batch):
+    # ft_gpt3_15b_8t_release: Megatron-Core's StepBatchsizeNumMicroBatchesCalculator (megatron/
+    # core/num_microbatches_calculator.py) steps the global batch up at each threshold (samples,
+    # or tokens with K M B T); the step after the last is predicted, as --rampup-batch-size's is.
+    # It was not read: the batch was micro-batch x dp
+    job, _, plan = plan_of(tmp_path, ARGS + "--bf16 --step-batch-size-schedule " + schedule,
+                           "a.txt", gpus=8)
+    assert plan["global_batch"] == batch
+    assert any(s.key == "--step-batch-size-schedule" for s in job.read)
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ("--step-batch-size-schedule '0:384 1B:768' --global-batch-size 64", "not both"),
+    ("--step-batch-size-schedule '0:384 x:768'", "THRESHOLD:BATCH"),
+    ("--step-batch-size-schedule '10:384'", "threshold 0"),
+    ("--step-batch-size-schedule '0:0'", "THRESHOLD:BATCH"),
+])
+def test_a_step_batch_size_schedule_megatron_refuses_is_refused(tmp_path, extra, needle):
+    with pytest.raises(SpecError, match=needle):
+        read_config(write(tmp_path, ARGS + "--bf16 " + extra, "a.txt"))
