@@ -532,7 +532,13 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
         take("num_key_value_heads", f"kv_heads {kv_heads} (Megatron-DeepSpeed's grouped-query "
                                     "attention)")
     kv_channels = _int(settings, "kv_channels", where)
-    if kv_channels is not None:
+    if kv_channels is not None and "kv_lora_rank" in model:
+        # Megatron-Core's MLA sizes its heads by qk_head_dim + qk_pos_emb_head_dim and v_head_dim
+        # (megatron/core/transformer/multi_latent_attention.py at d98e8a64): kv_channels unused
+        job.skipped(settings.pop("kv_channels")[0], kv_channels,
+                    "no effect under --multi-latent-attention (its heads are --qk-head-dim + "
+                    "--qk-pos-emb-head-dim and --v-head-dim wide)")
+    elif kv_channels is not None:
         model["head_dim"] = kv_channels
         take("kv_channels", f"head_dim {kv_channels}")
     model["tied_embeddings"] = not _flag(settings, "untie_embeddings_and_output_weights", where)

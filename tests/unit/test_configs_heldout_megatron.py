@@ -340,3 +340,21 @@ def test_step_batch_size_schedule_gives_its_last_batch(tmp_path, schedule, batch
 def test_a_step_batch_size_schedule_megatron_refuses_is_refused(tmp_path, extra, needle):
     with pytest.raises(SpecError, match=needle):
         read_config(write(tmp_path, ARGS + "--bf16 " + extra, "a.txt"))
+
+
+MLA = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
+       "--max-position-embeddings 1024 --vocab-size 32000 --micro-batch-size 1 --bf16 "
+       "--multi-latent-attention --q-lora-rank 384 --kv-lora-rank 128 --qk-head-dim 64 "
+       "--qk-pos-emb-head-dim 32 --v-head-dim 64 --position-embedding-type rope "
+       "--normalization RMSNorm --swiglu --disable-bias-linear ")
+
+
+def test_kv_channels_under_latent_attention_is_skipped(tmp_path):
+    # DeepSeek-V3's Megatron-LM arguments give --kv-channels 128 beside --multi-latent-attention;
+    # Megatron-Core's MLA sizes its heads by --qk-head-dim, --qk-pos-emb-head-dim and
+    # --v-head-dim (multi_latent_attention.py), kv_channels unused. It was read as head_dim and
+    # the model then refused (head_dim does not apply to MLA), or refused against --model
+    job, spec, _ = plan_of(tmp_path, MLA + "--kv-channels 128", "a.txt", gpus=8)
+    assert spec.kv_lora_rank == 128
+    assert any(s.key == "--kv-channels" and "multi-latent-attention" in s.note
+               for s in job.ignored)
