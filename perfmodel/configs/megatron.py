@@ -390,7 +390,7 @@ def _te_attention_env(variables: dict[str, str], settings: Settings, job: JobCon
     """A launch script's NVTE_FUSED_ATTN=0 or NVTE_FLASH_ATTN=0 beside a fused attention: said
     in a note (which of Transformer Engine's backends runs, or that Megatron-LM refuses the
     mismatch); the kernel stays --attention-kernel's, as for --attention-backend."""
-    if not job.plan.get("flash_attention"):
+    if job.plan.get("flash_attention", True) is False:  # unfused (or auto: the hardware's)
         return
     backend = str(settings.get("attention_backend", (None, "auto"))[1])
     expected = _TE_ATTENTION_ENV.get(backend, {})
@@ -1370,6 +1370,17 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
         job.fix("ep_comm_overlap", True)
         take("overlap_moe_expert_parallel_comm", "ep_comm_overlap (the all-to-alls of one "
                                                  "micro-batch behind another's compute)")
+    if not _flag(settings, "deepspeed", where):  # Megatron-DeepSpeed's switches decide it
+        _attention(settings, job, where, take, dtype)
+    _older_sends(settings, job, where, take)
+    megatron_deepspeed.apply(settings, job, where, take, _flag)
+
+
+def _attention(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None],
+               dtype: str) -> None:
+    """Megatron-LM's attention: --attention-backend (flash and fused: flash_attention; unfused
+    and local: not; auto, the default: Transformer Engine's choice for the device, left to the
+    hardware) and the older --use-flash-attn; a script of 2021-23 attends unfused."""
     backend = _str(settings, "attention_backend", "auto")
     if _flag(settings, "use_flash_attn", where) and backend in ("unfused", "local"):
         # Megatron-Core's attention follows --attention-backend; --use-flash-attn is the older
@@ -1390,12 +1401,24 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     elif backend in ("unfused", "local"):
         flash = False
     elif backend == "auto" and "attention_backend" not in settings and \
-            job.plan.get("_older_megatron") and not _flag(settings, "deepspeed", where):
+            job.plan.get("_older_megatron"):
         # Megatron-LM of 2021-23 had no fused attention kernel (--use-flash-attn came in 2023,
         # --attention-backend in 2024): the core attention's GEMMs and its fused softmax
         flash = False
         job.notes.append(f"{job.plan['_older_megatron']}: a Megatron-LM script of 2021-23, whose "
                          "attention is unfused unless --use-flash-attn: flash_attention false")
+    elif backend == "auto" and dtype in ("bf16", "fp16") and \
+            job.framework is Framework.MEGATRON:
+        # Transformer Engine picks its flash or fused (cuDNN) attention where the device runs
+        # one for the dtype, its unfused attention elsewhere (a V100): a Megatron-LM argument
+        # list's plan leaves flash_attention to the hardware (perfmodel.encode.resolve_flash)
+        default = " (the default)" if "attention_backend" not in settings else ""
+        job.notes.append(f"--attention-backend auto{default}: Transformer Engine's fused or "
+                         f"flash attention where the hardware runs one for {dtype}, its unfused "
+                         "attention elsewhere: flash_attention as the hardware has it "
+                         "(--attention pins it)")
+        take("attention_backend", "flash_attention auto (the hardware's)")
+        return
     elif backend == "auto":
         flash = dtype in ("bf16", "fp16")
         default = " (the default)" if "attention_backend" not in settings else ""
@@ -1407,8 +1430,6 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
                           "Megatron-LM's backends are flash, fused, unfused, local and auto")
     job.fix("flash_attention", flash)
     take("attention_backend", f"flash_attention {str(flash).lower()}")
-    _older_sends(settings, job, where, take)
-    megatron_deepspeed.apply(settings, job, where, take, _flag)
 
 
 def _older_sends(settings: Settings, job: JobConfig, where: str,

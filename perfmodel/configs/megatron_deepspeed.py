@@ -271,13 +271,13 @@ def apply(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
     job.fix("overlap_grad_sync", overlap)
     job.fix("overlap_param_gather", not pipe and stage == 3)
     flash = any(flag(settings, dest, where) for dest in FLASH)
-    before = job.plan.get("flash_attention")
     job.fix("flash_attention", flash)
     take("use_flash_attn_v2", "flash_attention (FlashAttention-2: --attention-kernel fa2 costs "
          "it where the hardware measures it, dgx-h100)")
     for dest in ("use_flash_attn_v1", "use_flash_attn_triton", "use_flash_attn_builder"):
         take(dest, "flash_attention (costed with the hardware's flash kernel)")
-    if before and not flash:
+    take("use_flash_attn", "flash_attention")
+    if not flash:
         job.notes.append("--deepspeed: Megatron-DeepSpeed's attention is unfused (its fused "
                          "softmax) unless --use-flash-attn: flash_attention false")
     take("deepspeed_activation_checkpointing",

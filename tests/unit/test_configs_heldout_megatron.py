@@ -358,3 +358,25 @@ def test_kv_channels_under_latent_attention_is_skipped(tmp_path):
     assert spec.kv_lora_rank == 128
     assert any(s.key == "--kv-channels" and "multi-latent-attention" in s.note
                for s in job.ignored)
+
+
+def test_the_default_attention_backend_is_the_hardwares(tmp_path, run_cli):
+    # min/v100.txt on dgx-v100: --attention-backend auto (the default) was read as flash
+    # attention, refused on the V100 (no flash kernel), and --attention unfused then refused as
+    # contradicting flash_attention True, which the file never stated. Transformer Engine falls
+    # back to its unfused attention there
+    path = write(tmp_path, ARGS + "--global-batch-size 8 --fp16", "v100.txt")
+    assert "flash_attention" not in read_config(path).plan
+    for hardware, extra, attention in (("dgx-v100", [], "unfused attention"),
+                                       ("dgx-v100", ["--attention", "unfused"],
+                                        "unfused attention"),
+                                       ("dgx-h100", [], "flash attention")):
+        done = run_cli("predict", "--from-config", path, "--gpus", 8, "--hardware", hardware,
+                       *extra)
+        assert done.returncode == 0, done.stderr
+        assert attention in done.stdout
+    # a backend the file states is pinned as before
+    path = write(tmp_path, ARGS + "--global-batch-size 8 --fp16 --attention-backend flash",
+                 "flash.txt")
+    done = run_cli("predict", "--from-config", path, "--gpus", 8, "--hardware", "dgx-v100")
+    assert done.returncode == 4 and "no flash-attention kernel" in done.stderr
