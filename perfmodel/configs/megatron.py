@@ -110,7 +110,8 @@ _IGNORED_KINDS = {
         "weight-decay-incr-style", "adam-", "sgd-momentum", "clip-grad", "decoupled-lr",
         "decoupled-min-lr", "init-method-std", "init-method-xavier-uniform", "seed",
         "loss-scale", "initial-loss-scale", "min-loss-scale", "loss-scale-window",
-        "hysteresis"),
+        "hysteresis", "override-opt_param-scheduler", "override-lr-scheduler",
+        "use-checkpoint-opt_param-scheduler", "use-checkpoint-lr-scheduler"),
     "the run's length, data or tokenizer files (not its step)": (
         "train-iters", "train-samples", "exit-", "data-path", "train-data-path",
         "valid-data-path", "test-data-path", "split", "merge-file", "data-cache-path",
@@ -118,7 +119,7 @@ _IGNORED_KINDS = {
         "no-create-attention-mask-in-dataloader", "dataloader-type", "eod-mask-loss",
         "reset-position-ids", "reset-attention-mask", "per-split-data-args-path",
         "data-args-path", "tokenizer-prompt-format", "skip-train", "full-validation",
-        "object-storage-cache-path", "mid-level-dataset-surplus"),
+        "object-storage-cache-path", "mid-level-dataset-surplus", "data-impl", "mmap-warmup"),
     "logging, checkpointing, evaluation or profiling": (
         "log-", "save", "save-", "load", "no-load-", "eval-", "tensorboard-", "wandb-", "ckpt-",
         "profile", "profile-", "timing-log-", "distributed-timeout-minutes", "async-save",
@@ -127,7 +128,8 @@ _IGNORED_KINDS = {
         "memory-snapshot-path", "logging-level", "straggler-", "check-for-", "no-check-for-",
         "rerun-mode", "enable-ft-package", "one-logger-", "result-rejected-tracker-filename",
         "use-pytorch-profiler", "tensorboard-dir", "dist-ckpt-", "calculate-per-token-loss",
-        "manual-gc", "manual-gc-", "empty-unused-memory-level", "deterministic-mode"),
+        "manual-gc", "manual-gc-", "empty-unused-memory-level", "deterministic-mode",
+        "no-ckpt-", "use-persistent-ckpt-worker"),
     "numerics or initialization with the same cost": (
         "rotary-", "rope-scaling", "rope-scaling-factor", "apply-layernorm-1p",
         "norm-epsilon", "layernorm-epsilon", "attention-softmax-in-fp32",
@@ -145,7 +147,24 @@ _IGNORED_KINDS = {
         "barrier-with-L1-time", "no-barrier-with-level-1-timing", "high-priority-stream-groups",
         "moe-router-load-balancing-type", "moe-aux-loss-coeff", "moe-z-loss-coeff",
         "moe-router-dtype", "no-query-key-layer-scaling", "no-scaled-masked-softmax-fusion",
-        "no-contiguous-buffers-in-local-ddp", "use-contiguous-buffers-in-ddp"),
+        "no-contiguous-buffers-in-local-ddp", "use-contiguous-buffers-in-ddp", "mscale",
+        "mscale-all-dim", "mtp-loss-scaling-factor"),
+    # Megatron-Core's router and token permutation (megatron/core/transformer/moe/router.py,
+    # moe_utils.py at d98e8a64): softmax, sigmoid or pre-softmax scores, a top-k scaling, the
+    # aux-loss-free expert bias and fused kernels read and write the same tokens x experts
+    # scores and permuted rows, which perfmodel.costs.moe costs by those bytes
+    "the router's scoring: one element-wise pass over tokens x experts, costed alike "
+    "(perfmodel.costs.moe)": (
+        "moe-router-score-function", "moe-router-pre-softmax", "moe-router-topk-scaling-factor",
+        "moe-router-enable-expert-bias", "moe-router-bias-update-rate", "moe-router-fusion"),
+    "the fused permutation kernel: the same rows moved to the experts and back, costed by "
+    "their bytes (perfmodel.costs.moe)": ("moe-permute-fusion",),
+    "balanced routing (a benchmark's): perfmodel's routing is even unless the model's "
+    "routing_imbalance says otherwise": ("moe-router-force-load-balancing",),
+    "FP8 delayed scaling's amax history (a few scalars a tensor, their reduction): the same "
+    "FP8 GEMMs": ("fp8-amax-history-len", "fp8-amax-compute-algo", "fp8-margin"),
+    "unlocks Megatron-Core's experimental features, each turned on by its own option (read "
+    "or named on its own)": ("enable-experimental",),
 }
 
 

@@ -71,7 +71,7 @@ MOE_OPTIONS: dict[str, int] = {
 }
 IGNORED = ("abort-on-unmet-fused-kernel-constraints", "kill-switch-path", "codecarbon-dir",
            "tokenizer-name-or-path", "train-weighted-split-paths-path",
-           "valid-weighted-split-paths-path", "data-impl", "valid-num-workers",
+           "valid-weighted-split-paths-path", "valid-num-workers",
            "tensorboard-queue-size", "deepspeed_mpi")
 
 

@@ -380,3 +380,34 @@ def test_the_default_attention_backend_is_the_hardwares(tmp_path, run_cli):
                  "flash.txt")
     done = run_cli("predict", "--from-config", path, "--gpus", 8, "--hardware", "dgx-v100")
     assert done.returncode == 4 and "no flash-attention kernel" in done.stderr
+
+
+@pytest.mark.parametrize("option, reason", [
+    ("--data-impl mmap", "data"),  # Megatron-LM's own option (2021-23), not Megatron-DeepSpeed's
+    ("--fp8-amax-history-len 1024", "amax history"),
+    ("--fp8-amax-compute-algo max", "amax history"),
+    ("--moe-router-score-function sigmoid", "router"),
+    ("--moe-router-pre-softmax", "router"),
+    ("--moe-router-topk-scaling-factor 2.5", "router"),
+    ("--moe-router-enable-expert-bias", "router"),
+    ("--moe-router-bias-update-rate 1e-3", "router"),
+    ("--moe-router-fusion", "router"),
+    ("--moe-permute-fusion", "permutation"),
+    ("--moe-router-force-load-balancing", "even"),
+    ("--mscale 1.0", "numerics"),
+    ("--mscale-all-dim 1.0", "numerics"),
+    ("--mtp-loss-scaling-factor 0.1", "numerics"),
+    ("--enable-experimental", "experimental"),
+    ("--override-opt_param-scheduler", "optimizer"),
+    ("--no-ckpt-fully-parallel-save", "checkpointing"),
+    ("--use-persistent-ckpt-worker", "checkpointing"),
+])
+def test_options_without_an_effect_on_the_step_are_ignored_with_their_reason(tmp_path, option,
+                                                                              reason):
+    # they were "not read" (or --data-impl, which Megatron-LM had too, labelled Megatron-
+    # DeepSpeed's); each changes no cost perfmodel models (perfmodel.costs.moe costs the
+    # router's scoring and the permutation by the bytes they move, whichever kernel)
+    job = read_config(write(tmp_path, ARGS + "--bf16 " + option, "a.txt"))
+    name = option.split()[0]
+    found = [s for s in job.ignored if s.key == name]
+    assert found and reason in found[0].note and "DeepSpeed" not in found[0].note, job.report()
