@@ -29,6 +29,7 @@ torch.distributed.run and .launch alike), or perfmodel's --gpus.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -257,6 +258,15 @@ _LAUNCH_OPTIONS = {"nproc_per_node": "nproc-per-node", "nproc-per-node": "nproc-
                    "nnodes": "nnodes"}
 
 
+_WORLD_LAUNCHERS = ("torchrun", "deepspeed")
+_TORCH_RUNS = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def _module(words: list[str]) -> str:
+    """The module a `python ... -m MODULE` command runs ('' for none)."""
+    return words[words.index("-m") + 1] if "-m" in words[:-1] else ""
+
+
 def launcher_world(launch: Launch, where: str, job: JobConfig) -> None:
     """The world size from torchrun (or python -m torch.distributed.run/launch): --nnodes x
     --nproc-per-node (each 1 when not given, as torchrun's defaults); from deepspeed, what its
@@ -264,12 +274,22 @@ def launcher_world(launch: Launch, where: str, job: JobConfig) -> None:
     words = launch.launcher
     if not words:
         return
+    start = next((i for i, w in enumerate(words) if w.rsplit("/", 1)[-1] in _WORLD_LAUNCHERS
+                  or (re.fullmatch(r"python3?(\.\d+)?", w.rsplit("/", 1)[-1])
+                      and _module(words[i:]) in _TORCH_RUNS)), 0)
+    if start:  # uv run, exec, time, env ..., or an unreadable $VENV_PREFIX: a wrapper
+        job.notes.append(f"'{' '.join(launch.shown(w) for w in words[:start])}' before "
+                         f"{words[start].rsplit('/', 1)[-1]}: a wrapper of the launch, whose "
+                         "world size is the launcher's")
+        words = words[start:]
+        launch = Launch(launcher=words, script=launch.script, args=launch.args,
+                        line=launch.line, unresolved=launch.unresolved)
     first = words[0].rsplit("/", 1)[-1]
-    module = words[words.index("-m") + 1] if "-m" in words[:-1] else ""
+    module = _module(words)
     if first == "deepspeed":
         _deepspeed_world(launch, where, job)
         return
-    if first != "torchrun" and module not in ("torch.distributed.run", "torch.distributed.launch"):
+    if first != "torchrun" and module not in _TORCH_RUNS:
         job.notes.append(f"launched by '{' '.join(words[:2])}': perfmodel reads the world size "
                          "from torchrun's --nnodes and --nproc-per-node only; give --gpus")
         return

@@ -34,6 +34,7 @@ _ARRAY = re.compile(r"^\s*(?:(?:export|declare|readonly|local)\s+(?:-\w+\s+)*)?"
 _PARAM = re.compile(r"\$\{(?P<name>[A-Za-z_]\w*|\d+|[@*#?$!])(?P<index>\[[^\]]*\])?"
                     r"(?:(?P<op>:?[-=+?])(?P<word>[^}]*))?\}"
                     r"|\$(?P<simple>[A-Za-z_]\w*|\d|[@*#?$!])")
+_QUOTED_ALL = re.compile(r'"\$\{([A-Za-z_]\w*)\[@\]\}"(?=[\s;&|)]|$)|"\$\{?(@)\}?"(?=[\s;&|)]|$)')
 _HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_]\w*)\2")
 _MARK = "@@UNRESOLVED{}@@"
 _MARK_RE = re.compile(r"@@UNRESOLVED(\d+)@@")
@@ -227,6 +228,20 @@ def expand(text: str, state: _State, line: int, *, quoted: bool = True) -> str:
         elif quoted and text[i] == "\\" and i + 1 < len(text):
             out.append(text[i:i + 2])  # an escaped character: `\$` is a dollar sign
             i += 2
+        elif quoted and not double and _QUOTED_ALL.match(text, i):
+            # "${NAME[@]}" and "$@": a word for each item, none for an empty array (bash's rule;
+            # `""` otherwise: an empty word before the launcher, or among its arguments)
+            found = _QUOTED_ALL.match(text, i)
+            assert found is not None
+            name = found.group(1) or found.group(2)
+            if name in state.arrays and name not in state.unknown:
+                out.append(" ".join(shlex.quote(item) for item in state.arrays[name]))
+            else:  # "$@" (none, noted), or an array perfmodel cannot read (its marker, quoted)
+                reference = _PARAM.match(found.group(0)[1:-1])
+                assert reference is not None
+                value = _parameter(reference, state, line)
+                out.append(f'"{value}"' if value else "")
+            i = found.end()
         elif quoted and text[i] == '"':
             double = not double
             out.append(text[i])
@@ -526,7 +541,7 @@ def _skip_prefix(words: list[str]) -> list[str]:
 
 
 LAUNCHERS = ("torchrun", "python", "python3", "deepspeed", "srun", "mpirun", "uv", "exec",
-             "numactl", "nsys")
+             "numactl", "nsys", "nohup", "env")
 
 
 def _skip_assignments(words: list[str]) -> list[str]:
@@ -542,9 +557,20 @@ def _launches(words: list[str], is_script: Callable[[str], bool]) -> bool:
     ...) whose words include it; `echo`, `[` and the like only mention it."""
     if not words or not any(is_script(w) for w in words):
         return False
-    first = words[0].rsplit("/", 1)[-1]
-    return is_script(words[0]) or first in LAUNCHERS or re.fullmatch(r"python3\.\d+", first) \
-        is not None
+    words = words[_unreadable_prefix(words):]
+    first = words[0].rsplit("/", 1)[-1] if words else ""
+    return bool(words) and (is_script(words[0]) or first in LAUNCHERS
+                            or re.fullmatch(r"python3\.\d+", first) is not None)
+
+
+def _unreadable_prefix(words: list[str]) -> int:
+    """How many words before a command are unreadable variables (`$VENV_PREFIX torchrun`, the
+    prefix set under an if): a wrapper of the command perfmodel reads past (the launch names
+    them)."""
+    i = 0
+    while i < len(words) - 1 and _MARK_RE.fullmatch(words[i]):
+        i += 1
+    return i
 
 
 def _shell_command(words: list[str], is_script: Callable[[str], bool]) -> list[str] | None:
@@ -597,6 +623,8 @@ def _command(text: str, state: _State, where: str, line: int, inside: bool,
             state.arrays.pop(name, None)
         return None
     expanded = _skip_assignments(_skip_reserved(_words(expand(text, state, line), where, line)))
+    if expanded[:1] == ["eval"]:  # its words, joined, are shell code again (operators too)
+        expanded = ["sh", "-c", " ".join(expanded[1:])]
     if _launches(expanded, is_script):
         return expanded
     return _shell_command(expanded, is_script)

@@ -411,3 +411,55 @@ def test_options_without_an_effect_on_the_step_are_ignored_with_their_reason(tmp
     name = option.split()[0]
     found = [s for s in job.ignored if s.key == name]
     assert found and reason in found[0].note and "DeepSpeed" not in found[0].note, job.report()
+
+
+# --- launch forms -------------------------------------------------------------------------------
+
+TORCHRUN = "torchrun --nproc_per_node 8 --nnodes 1 pretrain_gpt.py " + ARGS + "--bf16"
+
+
+@pytest.mark.parametrize("script", [
+    f'PROFILE_CMD=()\n"${{PROFILE_CMD[@]}}" {TORCHRUN}\n',  # min/emptyarr.sh: an empty array
+    'PROFILE_CMD=()\n"${PROFILE_CMD[@]}" '
+    + TORCHRUN.replace("torchrun", "python -m torch.distributed.run") + "\n",
+    f'VENV_PREFIX="uv run"\nPROFILE_CMD=()\n$VENV_PREFIX "${{PROFILE_CMD[@]}}" {TORCHRUN}\n',
+    f"uv run {TORCHRUN}\n",  # min/uvtorchrun.sh: was read as launched by 'uv run'
+    f"exec {TORCHRUN}\n",
+    f"time nohup env A=1 {TORCHRUN}\n",
+    f"EXTRA=()\n{TORCHRUN} \"${{EXTRA[@]}}\"\n",
+], ids=["empty array", "empty array, torch.distributed.run", "uv run and an empty array",
+        "uv run", "exec", "time nohup env", "empty array after"])
+def test_launch_wrappers_and_empty_arrays_before_torchrun(tmp_path, script):
+    job, _, plan = plan_of(tmp_path, script)
+    assert plan["gpus"] == 8 and not job.unknown
+
+
+def test_an_unreadable_prefix_before_the_launcher_is_a_wrapper(tmp_path):
+    # min/prefix2.sh: VENV_PREFIX is "uv run" or "" by an if; the launch was not found at all
+    script = ('if [ "${USE_UV:-1}" = 1 ]; then\n  VENV_PREFIX="uv run"\nelse\n  VENV_PREFIX=""\n'
+              "fi\n$VENV_PREFIX " + TORCHRUN.replace("torchrun", "python -m torch.distributed.run")
+              + "\n")
+    job, _, plan = plan_of(tmp_path, script)
+    assert plan["gpus"] == 8
+    assert any("$VENV_PREFIX" in n and "wrapper" in n for n in job.notes)
+
+
+def test_eval_of_a_command_string_is_the_launch(tmp_path):
+    # min/evalrun.sh, Megatron-DeepSpeed's ds_pretrain_gpt_*.sh: run_cmd="deepspeed ... &> log";
+    # eval ${run_cmd}: eval reads its words as shell code again, operators and all
+    script = ('LOG=`pwd`/x.log\nrun_cmd="deepspeed --num_gpus 8 pretrain_gpt.py ' + ARGS
+              + '--fp16 --deepspeed &> ${LOG}"\necho ${run_cmd}\neval ${run_cmd}\nset +x\n')
+    job, _, plan = plan_of(tmp_path, script)
+    assert plan["gpus"] == 8 and not job.unknown
+
+
+@pytest.mark.parametrize("script, needle", [
+    ('torchrun pretrain_gpt.py "${EXTRA[@]}"\n', r"\$\{EXTRA\[@\]\} cannot be read: not set"),
+    ('if [ x ]; then\n  EXTRA=(--bf16)\nfi\ntorchrun pretrain_gpt.py "${EXTRA[@]}"\n',
+     r"\$\{EXTRA\[@\]\} cannot be read: set inside an if"),
+])
+def test_a_quoted_array_perfmodel_cannot_read_is_refused_by_name(tmp_path, script, needle):
+    with pytest.raises(SpecError, match=needle):
+        read_config(write(tmp_path, script))
+    job = read_config(write(tmp_path, 'torchrun pretrain_gpt.py ' + ARGS + '--bf16 "$@"\n'))
+    assert any("$@" in n for n in job.notes) and not job.unknown
