@@ -1087,8 +1087,19 @@ def _degrees(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     take("micro_batch_size", f"micro_batch {micro}")
     batch = _int(settings, "global_batch_size", where)
     if batch is not None and "step_batch_size_schedule" in settings:
-        raise SpecError(f"{where}: --step-batch-size-schedule and --global-batch-size: "
-                        "Megatron-LM takes one, not both")
+        # Megatron-LM's arguments.py at d98e8a64 raises on both, and its own example
+        # (examples/gpt3/train_gpt3_175b_distributed.sh) gives both: read where they agree
+        text = str(settings["step_batch_size_schedule"][1])
+        last = step_batch_size_schedule(text, where)
+        if last != batch:
+            raise SpecError(f"{where}: --step-batch-size-schedule {text} ends at {last}, "
+                            f"--global-batch-size is {batch}: Megatron-LM raises on both "
+                            "('Cannot specify both'); give one")
+        job.notes.append(f"--step-batch-size-schedule and --global-batch-size {batch}: "
+                         "Megatron-LM's arguments.py raises on both; they agree on the last "
+                         f"batch, {batch}")
+        take("step_batch_size_schedule", f"global_batch {last}: the step after its last "
+                                         "threshold is predicted")
     if batch is not None:
         job.fix("global_batch", batch)
         take("global_batch_size", f"global_batch {batch}")

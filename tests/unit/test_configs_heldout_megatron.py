@@ -331,8 +331,17 @@ def test_step_batch_size_schedule_gives_its_last_batch(tmp_path, schedule, batch
     assert any(s.key == "--step-batch-size-schedule" for s in job.read)
 
 
+def test_step_batch_size_schedule_beside_the_same_global_batch_is_read(tmp_path):
+    # examples/gpt3/train_gpt3_175b_distributed.sh at d98e8a64 gives both (Megatron-LM's
+    # arguments.py raises on it): where they agree the batch is taken, with a note
+    job, _, plan = plan_of(tmp_path, ARGS + "--bf16 --global-batch-size 1536 "
+                           "--step-batch-size-schedule '0:16 2.4B:320 12B:1536'", "a.txt", gpus=8)
+    assert plan["global_batch"] == 1536
+    assert any("--step-batch-size-schedule" in n and "raises" in n for n in job.notes)
+
+
 @pytest.mark.parametrize("extra, needle", [
-    ("--step-batch-size-schedule '0:384 1B:768' --global-batch-size 64", "not both"),
+    ("--step-batch-size-schedule '0:384 1B:768' --global-batch-size 64", "768 .* 64"),
     ("--step-batch-size-schedule '0:384 x:768'", "THRESHOLD:BATCH"),
     ("--step-batch-size-schedule '10:384'", "threshold 0"),
     ("--step-batch-size-schedule '0:0'", "THRESHOLD:BATCH"),
