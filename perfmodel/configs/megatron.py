@@ -20,10 +20,17 @@ megatron/core/transformer/transformer_config.py at NVIDIA/Megatron-LM commit d98
     --activations-checkpoint-method/-num-layers are today's full recompute, their era's pipeline
     sends scatter-gathered over tp (--no-scatter-gather-tensors-in-pipeline: whole), --DDP-impl
     local (no overlap) or torch (the reduce during the backward);
-  - --attention-backend defaults to auto (Transformer Engine's fused or flash attention where it
-    supports the dtype: bf16 and fp16).
+  - --attention-backend defaults to auto (Transformer Engine's fused or flash attention where the
+    device runs one for the dtype, bf16 and fp16; its unfused attention elsewhere): left to the
+    hardware (Plan.flash_attention None);
+  - --use-rotary-position-embeddings sets --position-embedding-type rope; --no-position-embedding
+    raises unless the type is rope;
+  - --step-batch-size-schedule steps the global batch up (megatron/core/
+    num_microbatches_calculator.py; Megatron-LM raises beside --global-batch-size: read where the
+    two agree on the last batch).
 The world size is the launcher's: torchrun's --nnodes x --nproc-per-node (python -m
-torch.distributed.run and .launch alike), or perfmodel's --gpus.
+torch.distributed.run and .launch alike), what deepspeed's runner options fix, or perfmodel's
+--gpus.
 """
 
 from __future__ import annotations

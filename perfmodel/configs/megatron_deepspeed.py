@@ -20,8 +20,12 @@ What --deepspeed changes, from their code:
     (--no-pipeline-parallel) the config's overlap_comm (default: at stage 3) decides;
   - activations are recomputed as --checkpoint-activations says (DeepSpeed's checkpointing with
     --deepspeed-activation-checkpointing: the same layers); the attention is unfused unless
-    --use-flash-attn (microsoft's fork), ALiBi with --position-embedding-type alibi;
-  - --pad-vocab-size-to gives the padded vocabulary itself.
+    --use-flash-attn (microsoft's fork: or -v1, -v2, -triton, -builder), ALiBi with
+    --position-embedding-type alibi;
+  - --pad-vocab-size-to gives the padded vocabulary itself;
+  - microsoft's fork: --num-key-value-heads (grouped-query attention), --normalization layernorm
+    or rmsnorm, --ds-sequence-parallel-size (DeepSpeed-Ulysses: cp with all-to-alls, _ulysses);
+    its --num-experts (a list) above 1 is DeepSpeed's MoE layer, refused (experts).
 Not modelled, said so: --embed-layernorm (one LayerNorm on the embedding, 2 h parameters),
 --sync-tp-duplicated-parameters (small all-reduces over tp each forward); refused:
 --partition-activations, --checkpoint-in-cpu, ZeRO 2 and 3 with the pipeline engine,
