@@ -404,7 +404,10 @@ def _split_raw(text: str) -> list[str]:
             continue
         out.append(ch)
         i += 1
-    words = shlex.split("".join(out), comments=True)
+    try:
+        words = shlex.split("".join(out), comments=True)
+    except ValueError:  # a quote inside a substitution perfmodel took whole: shlex's words
+        return shlex.split(text, comments=True)
     return [_HELD_RE.sub(lambda m: held[int(m.group(1))], w) for w in words]
 
 
@@ -637,7 +640,14 @@ def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> L
     state = _State()
     depth, found = 0, []
     for line, statement in _statements(text):
-        raw_words = _split_raw(statement)
+        try:
+            raw_words = _split_raw(statement)
+            commands = _commands(statement)
+            for command in commands:
+                _split_raw(command)
+        except ValueError as exc:  # a quote a substitution or an operator left open
+            raise SpecError(f"{where}: line {line}: {str(exc).lower()} in a command of the "
+                            "statement; perfmodel cannot split it into words") from None
         opened = sum(w.rstrip(";") in _OPEN for w in raw_words) + sum(
             w.endswith("()") and "=" not in w for w in raw_words)
         closed = sum(w.lstrip(";").rstrip(";") in _CLOSE for w in raw_words)
@@ -652,7 +662,7 @@ def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> L
                 state.arrays[name] = (state.arrays.get(name, []) if plus else []) + items
                 state.scalars.pop(name, None)
         else:
-            for command in _commands(statement):
+            for command in commands:
                 launched = _command(command, state, where, line, inside, is_script)
                 if launched is not None:
                     found.append((line, inside, launched))

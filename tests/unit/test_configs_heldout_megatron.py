@@ -472,3 +472,14 @@ def test_a_quoted_array_perfmodel_cannot_read_is_refused_by_name(tmp_path, scrip
         read_config(write(tmp_path, script))
     job = read_config(write(tmp_path, 'torchrun pretrain_gpt.py ' + ARGS + '--bf16 "$@"\n'))
     assert any("$@" in n for n in job.notes) and not job.unknown
+
+
+@pytest.mark.parametrize("text", [
+    '8 deepspeed pretrain_gpt.py " $( " % 0:1 & A=(1 2) < " > 2>&1 fi " x ( if',
+    '$1 " - A=(1 2) $(( / $X + then % \\\\ " then X=1 pretrain_gpt.py then @ ` sh ` ` x',
+])
+def test_a_quote_a_substitution_leaves_open_is_a_spec_error(tmp_path, text):
+    # found by a fuzz of the command splitting: a '$(' inside double quotes took their closing
+    # quote with it, and shlex's ValueError was an internal error
+    with pytest.raises(SpecError):
+        read_config(write(tmp_path, text))
