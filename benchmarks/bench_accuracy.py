@@ -56,7 +56,9 @@ def hardware_of(row: dict[str, Any]) -> str:
     key = gpu.upper().replace(" ", "").replace("-", "")
     if key.startswith("A100"):
         return _a100(row, gpu, key, note)
-    if key in ("H100", "H100PCIE") and (key == "H100PCIE" or "PCIE" in note):
+    # the PCIe card where the note names PCIe and no SXM part (a DGX's note may name the PCIe
+    # links of its NICs and switches: _sxm)
+    if key in ("H100", "H100PCIE") and (key == "H100PCIE" or ("PCIE" in note and not _sxm(note))):
         return "h100-pcie"
     # H100s that are neither the DGX's SXM5 80 GB HBM3 at 700 W nor the PCIe card (Meta's Grand
     # Teton: 96 GB HBM2e, 2.4 TB/s, run at 500 W, as torchtitan's H100 benchmarks state; the
@@ -84,15 +86,32 @@ def _a100(row: dict[str, Any], gpu: str, key: str, note: str) -> str:
     if "".join(words) != rest:
         raise ValueError(f"gpu '{gpu}' has no preset (known: {', '.join(HARDWARE)})")
     stated = (key + note.replace("-", "")).upper()
-    # the card's form factor: PCIe in its name, or in a note that does not say SXM (a DGX's
-    # note may name its PCIe switches)
-    if "PCIE" in key or ("PCIE" in stated and "SXM" not in stated):
+    # the card's form factor: PCIe in its name, or in a note that names no SXM part (a DGX's
+    # note may name its PCIe switches and NICs: _sxm)
+    if "PCIE" in key or ("PCIE" in stated and not _sxm(stated)):
         given = f" with hardware note '{row.get('hardware_note')}'" if note else ""
         raise ValueError(f"gpu '{gpu}'{given}: the A100 PCIe card (250-300 W, PCIe between "
                          "cards, NVLink bridges join pairs at most), not the DGX A100's SXM4 "
                          "part; no preset has it (a spec file with base: dgx-a100-80gb can state "
                          "it)")
-    return "dgx-a100-40gb" if "40GB" in stated else "dgx-a100-80gb"
+    # the memory, each stated size a whole number ('640GB' is not '40GB'): a GPU's 40 or 80 GB,
+    # or a DGX A100's eight (DGX A100 datasheet: 320 GB = 8 x 40 GB, 640 GB = 8 x 80 GB)
+    per_gpu = {"40": "40GB", "80": "80GB", "320": "40GB", "640": "80GB"}
+    written = str(row.get("hardware_note", "") or "").upper()
+    memory = {w for w in words if w.endswith("GB")} | {
+        per_gpu[gb] for gb in re.findall(r"(?<![\d.])(40|80|320|640)\s*GB\b", written)}
+    if len(memory) > 1:
+        raise ValueError(f"gpu '{gpu}' with hardware note '{row.get('hardware_note')}': the gpu "
+                         f"column and the note disagree on its memory ({', '.join(sorted(memory))} "
+                         "per GPU)")
+    return "dgx-a100-40gb" if memory == {"40GB"} else "dgx-a100-80gb"
+
+
+def _sxm(note: str) -> bool:
+    """Whether an upper-case hardware note names the SXM part: a DGX or HGX node, NVSwitch, or
+    SXM itself (a DGX's note may name the PCIe links of its NICs and switches; 'not a DGX' does
+    not count)."""
+    return re.search(r"DGX|HGX|NVSWITCH|SXM", re.sub(r"NOT ?A ?DGX|NON-?DGX", "", note)) is not None
 
 
 # Words of a hardware note that name a node or network other than the presets' DGX/HGX nodes

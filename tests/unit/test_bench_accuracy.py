@@ -650,3 +650,21 @@ def test_a_feature_known_not_to_be_modelled_says_what_it_leaves_out():
     assert [m.split(":")[0] for m in missing] == ["feature 'Embed-LayerNorm'",
                                                   "feature 'CUDA_LAUNCH_BLOCKING=1'"]
     assert missing[0].endswith("its 2 h parameters and its one norm a micro-batch (not modelled)")
+
+
+@pytest.mark.parametrize("gpu, note, preset", [
+    ("A100", "DGX A100 640GB", "dgx-a100-80gb"),  # NVIDIA's DGX A100 640GB: 8 x 80 GB
+    ("A100", "DGX A100 320GB", "dgx-a100-40gb"),  # ... and 320GB: 8 x 40 GB
+    ("A100", "DGX A100, NVSwitch, HDR InfiniBand NICs on PCIe Gen4", "dgx-a100-80gb"),
+    ("A100", "DGX A100 80GB (PCIe Gen4 host interface)", "dgx-a100-80gb"),
+    ("H100", "DGX H100, ConnectX-7 on PCIe Gen5", "dgx-h100"),
+    ("H100", "H100 PCIe", "h100-pcie")])
+def test_a_dgx_note_is_read_by_whole_sizes_and_its_pcie_links_are_not_the_card(gpu, note, preset):
+    """Regression: '640GB' held '40GB' as a substring (the 40 GB preset), and a DGX note naming
+    the PCIe links of its NICs was read as the PCIe card (refused, or h100-pcie)."""
+    assert B.hardware_of(dict(gpu=gpu, hardware_note=note)) == preset
+
+
+def test_an_a100s_memory_the_gpu_column_and_note_disagree_on_is_refused():
+    with pytest.raises(ValueError, match="disagree on its memory"):
+        B.hardware_of(dict(gpu="A100-SXM4-40GB", hardware_note="A100 SXM4 80GB"))
