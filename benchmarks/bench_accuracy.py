@@ -917,8 +917,16 @@ def _merge(options: dict[str, Any], into: dict[str, Any], origin: dict[str, str]
         if key in origin and into[key] != value:
             value = _reconcile(key, into[key], value, origin[key], feature,
                                {**into, **options})
+            if value == into[key]:
+                continue  # the earlier feature's reading holds: it stays the option's origin
         into[key] = value
         origin[key] = feature
+
+
+def option_name(key: str) -> str:
+    """An option as a message names it: a key plan_of checks against the row's columns or
+    resolves ('_dtype', '_tp') as that column or its words ('dtype', 'tp')."""
+    return key[1:].replace("_", " ") if key.startswith("_") else key
 
 
 def _reconcile(key: str, old: Any, new: Any, old_feature: str, feature: str,
@@ -935,8 +943,16 @@ def _reconcile(key: str, old: Any, new: Any, old_feature: str, feature: str,
              and feature_key(f) == "1f1b"}
     if key == "schedule" and {old, new} == {"1f1b", "interleaved"} and plain:
         return "interleaved"
-    raise ValueError(f"features '{old_feature}' and '{feature}' disagree: {key} {old} against "
-                     f"{new}")
+    # two precisions a row may name together: FP8 training keeps bf16 (or fp16) for its other
+    # operations and weights (DTYPE_WORDS), so 'fp8; bf16' is an fp8 run: the word that allows
+    # only the row dtypes both allow (plan_of checks it against the dtype column)
+    if key == "_dtype":
+        both = set(DTYPE_WORDS.get(old, (old,))) & set(DTYPE_WORDS.get(new, (new,)))
+        narrowest = [d for d in (old, new) if set(DTYPE_WORDS.get(d, (d,))) == both]
+        if both and narrowest:
+            return narrowest[0]
+    raise ValueError(f"features '{old_feature}' and '{feature}' disagree: {option_name(key)} "
+                     f"{old} against {new}")
 
 
 def deepspeed_split(method: str, layers: int, plan: dict[str, Any]) -> dict[str, Any]:

@@ -668,3 +668,23 @@ def test_a_dgx_note_is_read_by_whole_sizes_and_its_pcie_links_are_not_the_card(g
 def test_an_a100s_memory_the_gpu_column_and_note_disagree_on_is_refused():
     with pytest.raises(ValueError, match="disagree on its memory"):
         B.hardware_of(dict(gpu="A100-SXM4-40GB", hardware_note="A100 SXM4 80GB"))
+
+
+_FP8 = next(r for r in ROWS if r["dtype"] == "fp8")
+
+
+@pytest.mark.parametrize("features", ["fp8; bf16, full recompute", "bf16; fp8, full recompute"])
+def test_bf16_beside_fp8_is_the_fp8_runs_other_precision(features):
+    """Regression: an FP8 run keeps bf16 for its other operations and weights (Transformer
+    Engine's FP8 autocast inside bf16): 'fp8' and 'bf16' were refused as disagreeing."""
+    _, plan, _ = B.plan_of(dict(_FP8, features=features))
+    assert plan["dtype"] == "fp8" and plan["recompute"] == "full"
+    with pytest.raises(ValueError, match="'fp8' says fp8, the row's dtype column bf16"):
+        B.plan_of(dict(ROWS[0], dtype="bf16", features="fp8; bf16"))
+
+
+def test_a_disagreement_names_the_rows_columns_not_internal_keys():
+    with pytest.raises(ValueError, match="disagree: dtype fp16 against bf16"):
+        B.plan_of(dict(ROWS[0], features="fp16; bf16"))
+    with pytest.raises(ValueError, match=r"disagree: tp \d+ against \d+"):
+        B.plan_of(dict(ROWS[0], features=f"TP={ROWS[0]['tp']}, TP={ROWS[0]['tp'] + 1}"))
