@@ -433,16 +433,23 @@ def data_dir(given: str | None) -> Path:
     return shared if shared.is_dir() else ROOT / "tests" / "data" / "accuracy"
 
 
+_THOUSANDS = re.compile(r"\d,\d{3}(?!\d)")  # '1,024': a comma that groups a number's digits
+
+
 def _features(text: str) -> list[str]:
     """The features of a row: 'bf16; SP, TP comm overlap (...), ...' -> ['bf16', 'SP', ...].
     Split on the semicolons and commas outside parentheses and brackets: 'full activation
-    recompute (uniform, 1 layer per checkpoint)' is one feature."""
+    recompute (uniform, 1 layer per checkpoint)' is one feature; so is '1,024-way data
+    parallelism' (a comma between a digit and three more is a thousands separator: feature_key
+    reads the number whole)."""
     pieces, depth, start = [], 0, 0
     for i, char in enumerate(text):
         if char in "([{":
             depth += 1
         elif char in ")]}":
             depth = max(depth - 1, 0)
+        elif char == "," and i and _THOUSANDS.match(text, i - 1):
+            continue
         elif char in ",;" and depth == 0:
             pieces.append(text[start:i])
             start = i + 1
@@ -668,8 +675,9 @@ ROUTING_FEATURES: dict[str, dict[str, Any]] = {
 
 
 def feature_key(feature: str) -> str:
-    """A feature as GENERIC_FEATURES and ROUTING_FEATURES name it: lower case, single spaces."""
-    return " ".join(feature.lower().split())
+    """A feature as GENERIC_FEATURES and ROUTING_FEATURES name it: lower case, single spaces,
+    numbers without their thousands separators ('DP=1,024' is dp=1024)."""
+    return " ".join(re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", feature.lower()).split())
 
 
 def loose_key(feature: str) -> str:

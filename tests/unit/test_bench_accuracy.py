@@ -688,3 +688,13 @@ def test_a_disagreement_names_the_rows_columns_not_internal_keys():
         B.plan_of(dict(ROWS[0], features="fp16; bf16"))
     with pytest.raises(ValueError, match=r"disagree: tp \d+ against \d+"):
         B.plan_of(dict(ROWS[0], features=f"TP={ROWS[0]['tp']}, TP={ROWS[0]['tp'] + 1}"))
+
+
+def test_a_thousands_separator_does_not_split_a_feature():
+    """Regression: '1,024-way data parallelism' split into '1' and '024-way ...' (dp 24)."""
+    r = ROWS[0]
+    row = dict(r, dp=1024, gpus=1024 * r["tp"] * r["pp"], global_batch=1024 * r["micro_batch"],
+               features="bf16, 1,024-way data parallelism, DP=1,024")
+    assert B.plan_of(row)[1]["dp"] == 1024
+    assert B._features("bf16, x (1,024 GPUs), TP=2,PP=4") == ["bf16", "x (1,024 GPUs)", "TP=2",
+                                                              "PP=4"]
