@@ -756,11 +756,11 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
     if ddp := re.fullmatch(r"(?:--)?ddp[-_ ]impl[=: ]+(local|torch)", text):
         return dict(GENERIC_FEATURES[f"{ddp.group(1)} ddp"])
     # Megatron-LM's --checkpoint-activations --checkpoint-num-layers n (2021-22): every layer
-    # recomputed, checkpointed in chunks of n (uniform; perfmodel.configs.megatron
-    # OLDER_RECOMPUTE)
+    # recomputed, checkpointed in chunks of n (perfmodel.configs.megatron OLDER_RECOMPUTE). The
+    # number of layers only: the method is what the row's other words say ('block'), else the
+    # plan's default, uniform (Plan.recompute_method; Megatron-LM's --recompute-method)
     if chunk := re.fullmatch(r"(\d+) layers? per checkpoint|checkpoint num layers (\d+)", text):
-        return {"recompute": "full", "recompute_method": "uniform",
-                "recompute_num_layers": int(chunk.group(1) or chunk.group(2))}
+        return {"recompute": "full", "recompute_num_layers": int(chunk.group(1) or chunk.group(2))}
     if modules := re.fullmatch(r"selective recompute of ([a-z_]+(?:\+[a-z_]+)*)", text):
         return {"recompute": "selective",
                 "recompute_modules": ",".join(modules.group(1).split("+"))}
@@ -1034,25 +1034,30 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
     for feature in _features(str(row["features"])):
         # a feature as it is stated, else without its parenthetical, whose own words are read
         # too ('DeepSpeed pipeline parallelism (1F1B)'); one no reading knows is named, whole
-        reads = [found] if (found := feature_options(feature, model, plan)) is not None else []
+        # Each reading is merged under its own words (the base, each piece), so that two
+        # of one feature's readings are two features to _merge and _reconcile ('1F1B
+        # (interleaved)': the 1F1B is the interleaved schedule's)
+        reads: list[tuple[str, tuple[dict[str, Any], dict[str, Any]]]] = []
+        if (found := feature_options(feature, model, plan)) is not None:
+            reads.append((feature, found))
         parts = _parenthetical(feature) if not reads else None
         if parts and (found := feature_options(parts[0], model, plan)) is not None:
-            reads.append(found)
+            reads.append((parts[0], found))
             for piece in parts[1]:
                 if (found := feature_options(piece, model, plan)) is not None:
-                    reads.append(found)
-                elif (qualifies := _qualifier(reads[0][0], piece)) is not None:
-                    reads.append((qualifies, {}))
+                    reads.append((piece, found))
+                elif (qualifies := _qualifier(reads[0][1][0], piece)) is not None:
+                    reads.append((piece, (qualifies, {})))
                 else:
                     missing.append(_unread(piece, feature))
         if not reads:
             missing.append(_unread(feature))
-        for plan_options, model_options in reads:
+        for name, (plan_options, model_options) in reads:
             if "routing" in model_options and not model.get("experts"):
                 missing.append(f"feature '{feature}' on a model without experts (not mapped)")
                 continue
-            _merge(plan_options, plan, origin, feature)
-            _merge(model_options, model, origin, feature)
+            _merge(plan_options, plan, origin, name)
+            _merge(model_options, model, origin, name)
     if (per := plan.pop("_layers_per_virtual_stage", None)) is not None:
         # Megatron-LM's --num-layers-per-virtual-pipeline-stage (perfmodel.configs.megatron)
         layers, pp = int(model["layers"]), plan["pp"]

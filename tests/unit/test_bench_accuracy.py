@@ -698,3 +698,20 @@ def test_a_thousands_separator_does_not_split_a_feature():
     assert B.plan_of(row)[1]["dp"] == 1024
     assert B._features("bf16, x (1,024 GPUs), TP=2,PP=4") == ["bf16", "x (1,024 GPUs)", "TP=2",
                                                               "PP=4"]
+
+
+_PIPELINED = next(r for r in ROWS if r["pp"] > 1 and r["layers"] % (r["pp"] * 3) == 0)
+
+
+def test_a_parentheticals_pieces_are_features_of_their_own():
+    """Regression: a parenthetical's pieces were merged under the whole feature's name, so
+    '1F1B (interleaved)' disagreed with itself, and 'N layers per checkpoint' set the uniform
+    method over the parenthetical's 'block'."""
+    _, plan, _ = B.plan_of(dict(_PIPELINED, features="bf16, 1F1B (interleaved), VP=3"))
+    assert (plan["schedule"], plan["virtual_stages"]) == ("interleaved", 3)
+    _, plan, _ = B.plan_of(dict(_PIPELINED,
+                                features="bf16, full recompute (block, 2 layers per checkpoint)"))
+    assert (plan["recompute"], plan["recompute_method"], plan["recompute_num_layers"]) == \
+        ("full", "block", 2)
+    _, plan, _ = B.plan_of(dict(_PIPELINED, features="bf16, 2 layers per checkpoint"))
+    assert "recompute_method" not in plan and plan["recompute_num_layers"] == 2  # uniform
