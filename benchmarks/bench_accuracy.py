@@ -504,7 +504,7 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     **dict.fromkeys(("deepspeed pipeline", "deepspeed pipeline engine",
                      "deepspeed pipeline parallelism"),
                     {"schedule": "1f1b", "pp_scatter_gather": "where it applies",
-                     "overlap_grad_sync": False}),
+                     "overlap_grad_sync": False, "_deepspeed_pipeline": True}),
     # DeepSpeed's BF16_Optimizer (bf16 at ZeRO stage 0): its own stage 1, its fp32 gradients
     # all-reduced after the backward (perfmodel.configs.megatron_deepspeed, _zero)
     **dict.fromkeys(("bf16_optimizer", "bf16 optimizer", "deepspeed bf16 optimizer"),
@@ -1030,7 +1030,14 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
     cp = int(row.get("cp", 1) or 1)
     if cp > 1:  # Megatron-Core's default cp_comm_type, p2p (ring attention); gpus = dp cp tp pp
         plan["cp"] = cp
-    origin: dict[str, str] = {}  # the feature that set each option
+    # the feature that set each option; a column's options are the column's, so that a feature
+    # stating another value disagrees with it rather than overriding it
+    origin: dict[str, str] = {key: f"{key} column" for key in (*PLAN_COLUMNS, *LAYOUT_COLUMNS)
+                              if key in plan}
+    for key in DISPATCHER_COLUMNS:
+        if _stated(row, key) is not None:
+            origin["ep_dispatcher"] = f"{key} column"
+    interleaving: list[str] = []  # the features that state the interleaved schedule outright
     for feature in _features(str(row["features"])):
         # a feature as it is stated, else without its parenthetical, whose own words are read
         # too ('DeepSpeed pipeline parallelism (1F1B)'); one no reading knows is named, whole
@@ -1058,6 +1065,9 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
                 continue
             _merge(plan_options, plan, origin, name)
             _merge(model_options, model, origin, name)
+            if plan_options.get("schedule") == "interleaved" \
+                    and "_layers_per_virtual_stage" not in plan_options:
+                interleaving.append(name)
     if (per := plan.pop("_layers_per_virtual_stage", None)) is not None:
         # Megatron-LM's --num-layers-per-virtual-pipeline-stage (perfmodel.configs.megatron)
         layers, pp = int(model["layers"]), plan["pp"]
@@ -1069,6 +1079,11 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             raise ValueError(f"{per} layers per virtual stage are {chunks} virtual stages "
                              f"(layers {layers} / (pp {pp} x {per})); another feature says "
                              f"{plan['virtual_stages']}")
+        if chunks == 1 and interleaving:
+            raise ValueError(f"features '{interleaving[0]}' and "
+                             f"'{origin['_layers_per_virtual_stage']}' disagree: the "
+                             f"interleaved schedule, but {per} layers per virtual stage are "
+                             f"one chunk (layers {layers} / (pp {pp} x {per}))")
         plan.update(virtual_stages=chunks, schedule="interleaved" if chunks > 1 else "1f1b")
     if plan.get("schedule") == "interleaved" and "virtual_stages" not in plan \
             and not plan.get("pipeline_layout"):
@@ -1090,6 +1105,12 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             raise ValueError(f"'{origin['_zero_powered']}' names no ZeRO stage (1-3 without a "
                              "pipeline): state ZeRO-N")
         plan.setdefault("zero", 1)  # DeepSpeed's pipeline engine runs ZeRO stage 1 at most
+    if (plan.pop("_deepspeed_pipeline", None) or "_zero_powered" in origin) and plan["pp"] > 1 \
+            and plan.get("zero", 0) > 1:
+        # DeepSpeed's PipelineEngine asserts zero_optimization_stage() < 2 (deepspeed/runtime/
+        # pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism")
+        raise ValueError(f"'{origin['zero']}' with DeepSpeed's pipeline (pp {plan['pp']}): its "
+                         f"pipeline engine refuses ZeRO stages 2 and 3")
     if (method := plan.pop("_pp_partition", None)) is not None:
         plan.update(deepspeed_split(method, int(model["layers"]), plan))
     if plan.pop("_ddp_impl", None) == "torch" and plan["pp"] > 1:

@@ -715,3 +715,25 @@ def test_a_parentheticals_pieces_are_features_of_their_own():
         ("full", "block", 2)
     _, plan, _ = B.plan_of(dict(_PIPELINED, features="bf16, 2 layers per checkpoint"))
     assert "recompute_method" not in plan and plan["recompute_num_layers"] == 2  # uniform
+
+
+def test_one_chunk_per_stage_disagrees_with_a_stated_interleaving():
+    """Regression: 'interleaved schedule, k layers per virtual stage' of one chunk was run as
+    1F1B, silently."""
+    per = _PIPELINED["layers"] // _PIPELINED["pp"]
+    with pytest.raises(ValueError, match="disagree: the interleaved schedule, but"):
+        B.plan_of(dict(_PIPELINED, features=f"bf16, interleaved schedule, {per} layers per "
+                                            "virtual stage"))
+
+
+@pytest.mark.parametrize("features", [
+    "bf16, ZeRO-powered data parallelism, ZeRO-2, DeepSpeed pipeline",
+    "bf16, DeepSpeed pipeline, ZeRO-3"])
+def test_deepspeeds_pipeline_with_zero_2_or_3_is_refused(features):
+    with pytest.raises(ValueError, match="refuses ZeRO stages 2 and 3"):
+        B.plan_of(dict(_PIPELINED, features=features))
+
+
+def test_a_feature_does_not_override_a_column():
+    with pytest.raises(ValueError, match="'ep_dispatcher column' and 'deepep' disagree"):
+        B.plan_of(dict(ROWS[0], ep_dispatcher="alltoall", features="bf16, deepep"))
