@@ -1039,6 +1039,10 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             origin["ep_dispatcher"] = f"{key} column"
     interleaving: list[str] = []  # the features that state the interleaved schedule outright
     for feature in _features(str(row["features"])):
+        # unbalanced brackets: an unclosed '(' swallows the features after it into one (whose
+        # options would go unread): refused, naming it, rather than guessed closed
+        if sum(map(feature.count, "([{")) != sum(map(feature.count, ")]}")):
+            raise ValueError(f"feature '{feature}': unbalanced parentheses (close them)")
         # a feature as it is stated, else without its parenthetical, whose own words are read
         # too ('DeepSpeed pipeline parallelism (1F1B)'); one no reading knows is named, whole
         # Each reading is merged under its own words (the base, each piece), so that two

@@ -737,3 +737,10 @@ def test_deepspeeds_pipeline_with_zero_2_or_3_is_refused(features):
 def test_a_feature_does_not_override_a_column():
     with pytest.raises(ValueError, match="'ep_dispatcher column' and 'deepep' disagree"):
         B.plan_of(dict(ROWS[0], ep_dispatcher="alltoall", features="bf16, deepep"))
+
+
+def test_an_unbalanced_parenthesis_is_refused_naming_its_feature():
+    """Regression: an unclosed '(' swallowed the features after it (read as not modelled)."""
+    with pytest.raises(ValueError, match="'unfused attention \\(fused softmax, full recompute': "
+                                         "unbalanced"):
+        B.plan_of(dict(ROWS[0], features="bf16, unfused attention (fused softmax, full recompute"))
