@@ -880,8 +880,14 @@ def feature_options(feature: str, model: dict[str, Any],
 # --recompute-method, RecomputeMethod)
 QUALIFIERS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     ("recompute", "full"): {"uniform": {"recompute_method": "uniform"},
-                            "block": {"recompute_method": "block"}},
+                            "block": {"recompute_method": "block"},
+                            # another granularity: _merge refuses it as a disagreement
+                            # ('activation checkpointing (selective)')
+                            "selective": {"recompute": "selective"}},
 }
+# A parenthetical that reverses its feature ('flash attention (disabled)'): the row is refused,
+# naming the feature, rather than the feature applied
+NEGATIONS = {"disabled", "disable", "off", "not used", "unused", "none", "no"}
 
 
 def _qualifier(options: dict[str, Any], piece: str) -> dict[str, Any] | None:
@@ -1055,6 +1061,9 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
         if parts and (found := feature_options(parts[0], model, plan)) is not None:
             reads.append((parts[0], found))
             for piece in parts[1]:
+                if feature_key(piece) in NEGATIONS:
+                    raise ValueError(f"feature '{feature}': its parenthetical '{piece}' reverses "
+                                     "it (state what the run does instead)")
                 if (found := feature_options(piece, model, plan)) is not None:
                     reads.append((piece, found))
                 elif (qualifies := _qualifier(reads[0][1][0], piece)) is not None:

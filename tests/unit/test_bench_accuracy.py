@@ -744,3 +744,12 @@ def test_an_unbalanced_parenthesis_is_refused_naming_its_feature():
     with pytest.raises(ValueError, match="'unfused attention \\(fused softmax, full recompute': "
                                          "unbalanced"):
         B.plan_of(dict(ROWS[0], features="bf16, unfused attention (fused softmax, full recompute"))
+
+
+def test_a_parenthetical_that_reverses_its_feature_is_refused():
+    """Regression: 'flash attention (disabled)' ran flash attention, 'activation checkpointing
+    (selective)' full recompute."""
+    with pytest.raises(ValueError, match="'flash attention \\(disabled\\)': its parenthetical"):
+        B.plan_of(dict(ROWS[0], features="bf16, flash attention (disabled)"))
+    with pytest.raises(ValueError, match="disagree: recompute full against selective"):
+        B.plan_of(dict(ROWS[0], features="bf16, activation checkpointing (selective)"))
