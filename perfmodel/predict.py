@@ -236,16 +236,18 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
                 breakdown[name] = float(value)
             elif float(value) != 0:
                 hidden[name] = float(value)
-    mem_stages = {k.split(":")[1] for k in out if k.startswith("memory:")}
-    mem_stage = heaviest_stage({st: sum(float(v) for k, v in out.items()
-                                        if k.startswith(f"memory:{st}:")) for st in mem_stages})
+    stage_memory: dict[str, dict[str, float]] = {}  # stage -> its memory terms
+    for key, value in out.items():
+        if key.startswith("memory:"):
+            _, stage, term = key.split(":", 2)
+            stage_memory.setdefault(stage, {})[term] = float(value)
+    mem_stage = heaviest_stage({st: sum(t.values()) for st, t in stage_memory.items()})
     # the most any stage holds without the fragmentation margin (another stage than mem_stage
     # where the margins differ)
-    without_margin = max(sum(float(v) for k, v in out.items() if k.startswith(f"memory:{st}:")
-                             and k != f"memory:{st}:{FRAGMENTATION}") for st in mem_stages) \
+    without_margin = max(sum(t.values()) - t.get(FRAGMENTATION, 0.0)
+                         for t in stage_memory.values()) \
         + float(hardware.memory_reserved_bytes or 0)
-    memory = {k.split(":", 2)[2]: float(v) for k, v in out.items()
-              if k.startswith(f"memory:{mem_stage}:")}
+    memory = dict(stage_memory[mem_stage])
     if hardware.memory_reserved_bytes:
         memory["reserved"] = float(hardware.memory_reserved_bytes)
     step = float(out["step_time"])
