@@ -1,0 +1,121 @@
+"""Mixture-of-experts Hugging Face configs held out from the importer's development (issue:
+Mixtral, Qwen2-MoE/Qwen3-MoE, DeepSeek-V3, GPT-OSS imports within 0.5% of their model cards),
+and the config fields found misread on them.
+
+Each config is checked twice: against the exact count its family's modelling code builds
+(transformers 5's modeling_<family>.py, instantiated on the meta device from the same
+config.json; perfmodel leaves out only what perfmodel.params says it does not count: Qwen2-MoE's
+shared-expert gate, h per MoE layer), and against its publisher's rounded figure.
+
+tests/data/hf/<name>/config.json of these models are the published config.json values, read from
+copies in public repositories (as tests/unit/test_hf_configs.py's issue-17 configs):
+- deepseek-v2-lite-chat: deepseek-ai/DeepSeek-V2-Lite-Chat's config.json (snapshot
+  85864749cd611b4353ce1decdb286193298f64c7) as transformers 4.49 logged it on loading, in a public
+  fine-tuning log; DeepSeek-V2-Lite and -Chat share the architecture (github.com/deepseek-ai/
+  DeepSeek-V2 README, model table). q_lora_rank null: its queries are not compressed.
+- moonlight-16b-a3b-instruct: moonshotai/Moonlight-16B-A3B-Instruct's config.json at revision
+  4e735b07a89f73647dfab71ab91b840f362ede5b (a public repository's test copy, key order and
+  values kept): model_type deepseek_v3 with q_lora_rank null, n_group 1, vocab 163840.
+- qwen2-57b-a14b: Qwen/Qwen2-57B-A14B's config.json (NVIDIA TensorRT-LLM's Qwen2-MoE unit test,
+  QWEN2_57B_A14B_CONFIG): 64 experts of 2560, top 8, a 20480-wide shared expert, 4 kv heads.
+- qwen3-coder-480b-a35b-instruct: Qwen/Qwen3-Coder-480B-A35B-Instruct's config.json (a public
+  deployment guide's copy, without the quantization_config and compression_config it says it
+  added): 160 experts of 2560, top 8, shared_expert_intermediate_size 0, qkv_bias false.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel import load_model
+from perfmodel.params import parameter_counts
+from tests.conftest import ROOT
+
+HF = ROOT / "tests/data/hf"
+
+
+def _counts(name: str):
+    model = load_model(str(HF / name), seq_len=4096)
+    return model, parameter_counts(model)
+
+
+# (config, total, active: perfmodel's exact counts, equal to transformers' modelling code's)
+EXACT = [
+    # = the checkpoint's 15,706,484,224 parameters (a public repository's weight report of
+    # DeepSeek-V2-Lite-Chat's safetensors: 5,291 tensors)
+    ("deepseek-v2-lite-chat", 15_706_484_224, 2_661_150_208),
+    ("moonlight-16b-a3b-instruct", 15_960_108_544, 2_914_774_528),
+    # transformers: 57,408,658,944 and 14,249,270,784 with the shared-expert gates
+    # (28 layers x 3584 = 100,352, not counted)
+    ("qwen2-57b-a14b", 57_408_558_592, 14_249_170_432),
+    ("qwen3-coder-480b-a35b-instruct", 480_154_859_520, 35_474_749_440),
+]
+
+
+@pytest.mark.parametrize("name,total,active", EXACT, ids=[e[0] for e in EXACT])
+def test_held_out_counts_equal_the_modelling_codes(name, total, active):
+    _, counts = _counts(name)
+    assert (counts.total, counts.active) == (total, active)
+
+
+def test_deepseek_v2_lite_matches_its_published_counts():
+    """DeepSeek-V2 tech report (arXiv 2405.04434, Appendix B; github.com/deepseek-ai/DeepSeek-V2
+    deepseek-v2-tech-report.pdf): 'DeepSeek-V2-Lite comprises 15.7B total parameters, of which
+    2.4B are activated for each token'. Moonlight's README (github.com/MoonshotAI/Moonlight at
+    c2ad5b20c605086526a179d36901bfc41b52b44b, benchmark table, DSV2-Lite column) gives both
+    without the embedding parameters: 15.29B total, 2.24B activated.
+
+    Ours: 15.706B total; active 2.661B, 2.451B without the input table (DeepSeek's convention
+    for DeepSeek-V3's 36.7B), 2.242B without both tables. The '2.4B' is two digits that 2.451B
+    only truncates to (2% above it): no convention reaches it within 0.5%, while the
+    four-digit figures agree to their digits."""
+    model, counts = _counts("deepseek-v2-lite-chat")
+    assert model.q_lora_rank is None and model.kv_lora_rank == 512
+    assert (model.experts, model.top_k, model.shared_experts, model.moe_first_dense) == (64, 6,
+                                                                                           2, 1)
+    assert model.expert_groups == 0  # topk_method greedy, n_group 1: no node limit
+    assert counts.total == pytest.approx(15.7e9, rel=0.005)
+    tables = 2 * model.vocab * model.hidden
+    assert round((counts.total - tables) / 1e7) == 1529  # 15.29B
+    assert round((counts.active - tables) / 1e7) == 224  # 2.24B
+    assert counts.active - counts.embedding == 2_451_435_008
+    assert int((counts.active - counts.embedding) / 1e8) == 24  # '2.4B', truncated
+
+
+def test_moonlight_matches_its_published_counts():
+    """Moonlight's README (github.com/MoonshotAI/Moonlight at c2ad5b20c605086526a179d36901bfc4
+    1b52b44b): '#Total Params 16B', '#Activated Params 3B' (model table) and, without the
+    embedding parameters, 'Total Params† 15.29B', 'Activated Param† 2.24B' (benchmark table:
+    † 'The reported parameter counts exclude the embedding parameters', the input table and the
+    output layer both)."""
+    model, counts = _counts("moonlight-16b-a3b-instruct")
+    assert model.q_lora_rank is None and model.mtp_layers == 0 and model.expert_groups == 0
+    assert counts.total == pytest.approx(16e9, rel=0.005)
+    assert round(counts.active / 1e9) == 3
+    tables = 2 * model.vocab * model.hidden
+    assert counts.total - tables == pytest.approx(15.29e9, rel=0.001)
+    assert counts.active - tables == pytest.approx(2.24e9, rel=0.005)
+
+
+def test_qwen2_57b_a14b_matches_its_published_counts():
+    """Qwen2 Technical Report (arXiv 2407.10671), abstract: 'a Mixture-of-Experts model with 57
+    billion parameters of which 14 billion are activated for each token' (two digits: ours
+    57.41B and 14.25B, the embedding table counted as Qwen counts it for Qwen1.5-MoE-A2.7B)."""
+    model, counts = _counts("qwen2-57b-a14b")
+    assert (model.experts, model.top_k, model.expert_ffn_hidden) == (64, 8, 2560)
+    assert (model.shared_experts, model.shared_expert_ffn_hidden, model.kv_heads) == (1, 20480, 4)
+    assert counts.total == pytest.approx(57e9, rel=0.01)
+    assert round(counts.total / 1e9) == 57 and round(counts.active / 1e9) == 14
+
+
+def test_qwen3_coder_480b_matches_its_published_counts():
+    """huggingface.co/Qwen/Qwen3-Coder-480B-A35B-Instruct, model card: '480B total parameters
+    and 35B activated' (ours 480.15B and 35.47B; 34.54B without the input table: two digits
+    either way)."""
+    model, counts = _counts("qwen3-coder-480b-a35b-instruct")
+    assert (model.experts, model.top_k, model.expert_ffn_hidden, model.shared_experts) == (
+        160, 8, 2560, 0)
+    assert (model.head_dim, model.kv_heads, model.attention_width) == (128, 8, 12288)
+    assert counts.total == pytest.approx(480e9, rel=0.005)
+    assert round(counts.active / 1e9) == 35 and round((counts.active - counts.embedding) / 1e9) \
+        == 35
