@@ -514,6 +514,42 @@ _UNMODELLED_TYPES = {
 }
 
 
+# Keys that a family's configuration class fills in when a config.json leaves them out, with a
+# value perfmodel would not derive (transformers 5's <Family>Config; for DeepSeek also DeepSeek's
+# own configuration_deepseek.py, which its configs' auto_map names, where the two differ): what
+# the class would take. A config without one is refused naming it, never read with perfmodel's
+# fallback (kv heads = heads, head_dim = hidden / heads, no shared expert, no compression ...).
+_HF_UNSAID = {
+    "num_key_value_heads": {"mistral": "8", "mixtral": "8", "qwen2": "32", "qwen2_moe": "16",
+                            "qwen3": "32", "qwen3_moe": "4", "gpt_oss": "8"},
+    "head_dim": {"qwen3": "128"},
+    "shared_expert_intermediate_size": {"qwen2_moe": "5632"},
+    "q_lora_rank": dict.fromkeys(("deepseek_v2", "deepseek_v3"), "1536"),
+    "qk_rope_head_dim": dict.fromkeys(("deepseek_v2", "deepseek_v3"), "64"),
+    "n_routed_experts": {"deepseek_v2": "64 (transformers) or none, a dense model (DeepSeek's)",
+                         "deepseek_v3": "256 (transformers) or none, a dense model (DeepSeek's)"},
+}
+# ... and those that matter only with routed experts
+_HF_UNSAID_MOE = {
+    "n_shared_experts": {"deepseek_v2": "2 (transformers) or none (DeepSeek's)",
+                         "deepseek_v3": "1 (transformers) or none (DeepSeek's)"},
+    "first_k_dense_replace": {"deepseek_v3": "3 (transformers) or 0 (DeepSeek's)"},
+}
+
+
+def _hf_unsaid(cfg: Mapping[str, Any], mtype: str, where: str) -> None:
+    """Refuse a config that leaves out a key its family's configuration class would fill in with
+    a value of its own (_HF_UNSAID); the message names the key and that value."""
+    tables = [_HF_UNSAID]
+    if cfg.get("n_routed_experts") is not None:
+        tables.append(_HF_UNSAID_MOE)
+    for table in tables:
+        for key, families in table.items():
+            if mtype in families and key not in cfg:
+                raise SpecError(f"{where}: Hugging Face config ({mtype}) is missing '{key}', which "
+                                f"its configuration class sets to {families[mtype]}: give it")
+
+
 def _hf_refusal(cfg: Mapping[str, Any], mtype: str) -> str | None:
     """Why a config describes a model perfmodel cannot model, or None."""
     experts = [k for k in _MOE_KEYS if cfg.get(k) not in (None, 0, False)]
@@ -547,6 +583,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str,
             f"{where}: Hugging Face model_type '{mtype}' is not supported"
             f"{suggest(mtype, _HF_FAMILIES)}; supported: {', '.join(_HF_FAMILIES)}"
         )
+    _hf_unsaid(cfg, mtype, where)
 
     def need(key: str) -> int:
         if cfg.get(key) is None:

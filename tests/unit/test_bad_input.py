@@ -93,7 +93,8 @@ FILES: dict[str, str | bytes] = {
                              '"num_attention_heads": 8, "intermediate_size": 512, '
                              '"vocab_size": 1000, "num_local_experts": 4}',
     "hf-layer-types.json": '{"model_type": "mistral", "num_hidden_layers": 4, "hidden_size": 256, '
-                           '"num_attention_heads": 8, "intermediate_size": 512, '
+                           '"num_attention_heads": 8, "num_key_value_heads": 8, '
+                           '"intermediate_size": 512, '
                            '"vocab_size": 1000, "sliding_window": 64, "layer_types": '
                            '["full_attention", "sliding_attention", "sliding_attention", '
                            '"full_attention"]}',

@@ -25,10 +25,13 @@ copies in public repositories (as tests/unit/test_hf_configs.py's issue-17 confi
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from perfmodel import load_model
+from perfmodel import SpecError, load_model
 from perfmodel.params import parameter_counts
+from perfmodel.specs.model import model_from_hf_config
 from tests.conftest import ROOT
 
 HF = ROOT / "tests/data/hf"
@@ -119,3 +122,56 @@ def test_qwen3_coder_480b_matches_its_published_counts():
     assert counts.total == pytest.approx(480e9, rel=0.005)
     assert round(counts.active / 1e9) == 35 and round((counts.active - counts.embedding) / 1e9) \
         == 35
+
+
+def _config(name: str) -> dict:
+    return json.loads((HF / name / "config.json").read_text())
+
+
+# (config, key left out, what its family's configuration class sets it to). Before, each was read
+# with perfmodel's own fallback: Mixtral 8x7B without num_key_value_heads had 32 kv heads (47.51B
+# parameters against transformers' 46.70B), Qwen1.5-MoE without shared_expert_intermediate_size
+# no shared expert (13.49B against 14.32B), DeepSeek-V3 without q_lora_rank uncompressed queries
+# (678.8B against 671.0B), without first_k_dense_replace no dense layer (703.8B) and without
+# n_routed_experts a dense model of 37.4B
+UNSAID = [
+    ("mixtral-8x7b-v0.1", "num_key_value_heads", "8"),
+    ("qwen3-30b-a3b", "num_key_value_heads", "4"),
+    ("qwen2-57b-a14b", "num_key_value_heads", "16"),
+    ("gpt-oss-20b", "num_key_value_heads", "8"),
+    ("mistral-7b-v0.1", "num_key_value_heads", "8"),
+    ("qwen2.5-7b", "num_key_value_heads", "32"),
+    ("qwen3-8b", "head_dim", "128"),
+    ("qwen1.5-moe-a2.7b", "shared_expert_intermediate_size", "5632"),
+    ("deepseek-v3", "q_lora_rank", "1536"),
+    ("deepseek-v2-lite-chat", "q_lora_rank", "1536"),
+    ("deepseek-v3", "qk_rope_head_dim", "64"),
+    ("deepseek-v3", "first_k_dense_replace", r"3 \(transformers\) or 0 \(DeepSeek's\)"),
+    ("deepseek-v2.5", "n_shared_experts", r"2 \(transformers\) or none \(DeepSeek's\)"),
+    ("kimi-k2-instruct", "n_routed_experts",
+     r"256 \(transformers\) or none, a dense model \(DeepSeek's\)"),
+]
+
+
+@pytest.mark.parametrize("name,key,default", UNSAID, ids=[f"{u[0]}-{u[1]}" for u in UNSAID])
+def test_a_key_whose_class_default_is_not_ours_is_refused_when_absent(name, key, default):
+    """transformers' configuration classes fill in an absent key with their own default (Mixtral's
+    num_key_value_heads 8, Qwen3-MoE's 4, Qwen2-MoE's shared expert 5632 wide, DeepSeek's
+    q_lora_rank 1536 ...), which is not what perfmodel would derive: refused naming the key,
+    never read with perfmodel's fallback. DeepSeek's own configuration_deepseek.py (its configs'
+    auto_map) and transformers' disagree on some (first_k_dense_replace, n_routed_experts,
+    n_shared_experts): refused all the same."""
+    cfg = {k: v for k, v in _config(name).items() if k != key}
+    with pytest.raises(SpecError, match=f"is missing '{key}', which its configuration class sets "
+                                        f"to {default}: give it"):
+        model_from_hf_config(cfg, name, seq_len=4096)
+    model_from_hf_config(_config(name), name, seq_len=4096)  # with it: read
+
+
+def test_an_explicit_null_keeps_its_meaning():
+    """q_lora_rank null (DeepSeek-V2-Lite, Moonlight: uncompressed queries) and n_routed_experts
+    null (DeepSeek's modelling code: a dense model) are given, not absent."""
+    lite = model_from_hf_config(_config("deepseek-v2-lite-chat"), "lite", seq_len=4096)
+    assert lite.q_lora_rank is None
+    dense = {k: v for k, v in _config("deepseek-v2.5").items() if k != "n_shared_experts"}
+    assert model_from_hf_config({**dense, "n_routed_experts": None}, "d", 4096).experts == 0
