@@ -637,14 +637,16 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
     if mtype in ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe",
                  "olmoe"):
         heads = need("num_attention_heads")
-        # biases: qwen2 (and qwen2_moe) have them on q, k and v only (their modelling code);
-        # llama and qwen3 on q, k, v and o with attention_bias and on the MLP with mlp_bias;
-        # mistral and mixtral none; olmoe on q, k, v and o with attention_bias, its experts none
+        # biases: qwen2 (and qwen2_moe) have them on q, k and v only (their modelling code;
+        # qwen2_moe's with qkv_bias, true unless a config says otherwise); llama on q, k, v and o
+        # with attention_bias and on the MLP with mlp_bias; mistral and mixtral none; qwen3,
+        # qwen3_moe and olmoe on q, k, v and o with attention_bias, their MLPs and experts none
+        # (their modelling code does not read mlp_bias)
         if mtype in ("qwen2", "qwen2_moe"):
-            bias, qkv_bias = False, True
+            bias, qkv_bias = False, mtype == "qwen2" or flag("qkv_bias", True)
         elif mtype in ("mistral", "mixtral"):
             bias, qkv_bias = False, False
-        elif mtype == "olmoe":
+        elif mtype in ("olmoe", "qwen3", "qwen3_moe"):
             bias, qkv_bias = _hf_biases(flag("attention_bias", False), False, where)
         else:
             bias, qkv_bias = _hf_biases(flag("attention_bias", False), flag("mlp_bias", False),
@@ -778,7 +780,8 @@ def _hf_experts(cfg: Mapping[str, Any], mtype: str, where: str, layers: int, nee
         # (i + 1) % decoder_sparse_step == 0; Qwen2-MoE adds one shared expert
         # (shared_expert_intermediate_size wide, with a hidden x 1 sigmoid gate whose
         # 1 x hidden weights per layer perfmodel does not count: 49,152 of Qwen1.5-MoE-A2.7B's
-        # 14.3 billion)
+        # 14.3 billion); Qwen3-MoE none (Qwen3MoeSparseMoeBlock does not read
+        # shared_expert_intermediate_size, which Qwen3-Coder's config carries as 0)
         step = count("decoder_sparse_step", 1)
         only = cfg.get("mlp_only_layers") or []
         if not isinstance(only, list):
@@ -789,7 +792,7 @@ def _hf_experts(cfg: Mapping[str, Any], mtype: str, where: str, layers: int, nee
         out = dict(experts=need("num_experts"), top_k=need("num_experts_per_tok"),
                    expert_ffn_hidden=need("moe_intermediate_size"),
                    moe_dense_layers=tuple(dense))
-        shared = count("shared_expert_intermediate_size", 0)
+        shared = count("shared_expert_intermediate_size", 0) if mtype == "qwen2_moe" else 0
         if shared:
             out.update(shared_experts=1, shared_expert_ffn_hidden=shared)
         return out

@@ -175,3 +175,43 @@ def test_an_explicit_null_keeps_its_meaning():
     assert lite.q_lora_rank is None
     dense = {k: v for k, v in _config("deepseek-v2.5").items() if k != "n_shared_experts"}
     assert model_from_hf_config({**dense, "n_routed_experts": None}, "d", 4096).experts == 0
+
+
+def test_qwen3_moe_has_no_shared_expert_whatever_its_config_carries():
+    """Qwen3MoeSparseMoeBlock builds routed experts only: shared_expert_intermediate_size (0 in
+    Qwen3-Coder-480B's config) is not read. Before, a nonzero one added a shared expert: 2560
+    wide, 62 layers of 3 x 6144 x 2560, 2.93B parameters transformers does not build."""
+    cfg = _config("qwen3-coder-480b-a35b-instruct")
+    plain = parameter_counts(model_from_hf_config(cfg, "q", seq_len=4096))
+    wider = model_from_hf_config({**cfg, "shared_expert_intermediate_size": 2560}, "q", 4096)
+    assert wider.shared_experts == 0 and parameter_counts(wider) == plain
+    # Qwen2-MoE's is read: Qwen2MoeSparseMoeBlock's shared_expert
+    q2 = _config("qwen2-57b-a14b")
+    assert model_from_hf_config(q2, "q2", 4096).shared_expert_ffn_hidden == 20480
+
+
+def test_qwen3_mlp_bias_is_not_read():
+    """Qwen3's and Qwen3-MoE's MLPs and experts have no biases whatever mlp_bias says (their
+    modelling code does not read it): a config with mlp_bias true is the same model, where it was
+    refused as 'attention_bias false with mlp_bias true'. attention_bias true (biases on q, k, v
+    and o, none on the MLP) stays refused: perfmodel's bias covers the output and the MLP
+    together."""
+    for name in ("qwen3-30b-a3b", "qwen3-8b"):
+        cfg = _config(name)
+        assert model_from_hf_config({**cfg, "mlp_bias": True}, name, 4096) == \
+            model_from_hf_config(cfg, name, 4096)
+        with pytest.raises(SpecError, match="attention_bias true with mlp_bias false"):
+            model_from_hf_config({**cfg, "attention_bias": True}, name, 4096)
+
+
+def test_qwen2_moe_qkv_bias_is_read():
+    """transformers 5's Qwen2MoeConfig has qkv_bias (true by default: Qwen1.5-MoE and Qwen2-MoE
+    configs leave it out) and Qwen2MoeAttention puts q, k and v biases only with it. Before, a
+    config with qkv_bias false kept them: 28 layers x (3584 + 2 x 512) = 129,024 parameters
+    transformers does not build for Qwen2-57B-A14B."""
+    cfg = _config("qwen2-57b-a14b")
+    with_bias = model_from_hf_config(cfg, "q", 4096)
+    without = model_from_hf_config({**cfg, "qkv_bias": False}, "q", 4096)
+    assert with_bias.qkv_bias and not without.qkv_bias and not without.bias
+    assert parameter_counts(with_bias).total - parameter_counts(without).total == 28 * (
+        3584 + 2 * 4 * 128)
