@@ -665,6 +665,11 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
         if flag("attention_bias", False):
             raise SpecError(f"{where}: attention_bias true with multi-head latent attention is "
                             "not modelled")
+        # transformers' DeepseekV2MLP puts biases on the dense and shared MLPs with mlp_bias (not
+        # on the routed experts), DeepSeek's modeling_deepseek.py on none: not modelled
+        if mtype == "deepseek_v2" and flag("mlp_bias", False):
+            raise SpecError(f"{where}: mlp_bias true in a deepseek_v2 config is not modelled "
+                            "(transformers biases its dense and shared MLPs, DeepSeek's code none)")
         rank = cfg.get("q_lora_rank")
         return dict(
             layers=need("num_hidden_layers"), hidden=need("hidden_size"),
@@ -796,17 +801,21 @@ def _hf_experts(cfg: Mapping[str, Any], mtype: str, where: str, layers: int, nee
         if shared:
             out.update(shared_experts=1, shared_expert_ffn_hidden=shared)
         return out
-    # deepseek_v2 / v3 (DeepseekV3DecoderLayer): layer i is MoE when n_routed_experts is set,
-    # i >= first_k_dense_replace and i % moe_layer_freq == 0; n_shared_experts experts
-    # moe_intermediate_size wide (one MLP n_shared_experts x as wide: the same parameters)
+    # deepseek_v2 / v3 (DeepseekV2/V3DecoderLayer): layer i is MoE when n_routed_experts is
+    # set and i >= first_k_dense_replace; n_shared_experts experts moe_intermediate_size wide (one
+    # MLP n_shared_experts x as wide: the same parameters). moe_layer_freq (1 in every published
+    # config) is read two ways: DeepSeek's modeling_deepseek.py (and vLLM, SGLang) keep layer i
+    # dense unless i % moe_layer_freq == 0, transformers' classes ignore it: refused unless 1
     if cfg.get("n_routed_experts") is None:
         return {}
     first = count("first_k_dense_replace", 0)
-    freq = count("moe_layer_freq", 1)
+    if cfg.get("moe_layer_freq", 1) != 1:
+        raise SpecError(f"{where}: moe_layer_freq {cfg['moe_layer_freq']!r} is not modelled "
+                        "(DeepSeek's modelling code makes every moe_layer_freq-th layer MoE, "
+                        "transformers' every layer from first_k_dense_replace)")
     out = dict(experts=need("n_routed_experts"), top_k=need("num_experts_per_tok"),
                expert_ffn_hidden=need("moe_intermediate_size"),
-               shared_experts=count("n_shared_experts", 0), moe_first_dense=first,
-               moe_dense_layers=tuple(i for i in range(first, layers) if i % freq))
+               shared_experts=count("n_shared_experts", 0), moe_first_dense=first)
     # node-limited routing (MoEGate: topk_method group_limited_greedy or noaux_tc takes the top
     # k from the best topk_group of n_group groups; greedy, or one group, limits nothing)
     groups = count("n_group", 1)

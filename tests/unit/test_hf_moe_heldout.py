@@ -215,3 +215,23 @@ def test_qwen2_moe_qkv_bias_is_read():
     assert with_bias.qkv_bias and not without.qkv_bias and not without.bias
     assert parameter_counts(with_bias).total - parameter_counts(without).total == 28 * (
         3584 + 2 * 4 * 128)
+
+
+def test_deepseek_fields_its_two_modelling_codes_read_differently_are_refused():
+    """moe_layer_freq (1 in every published DeepSeek and Kimi config): DeepSeek's
+    modeling_deepseek.py, which the configs' auto_map names (and vLLM, SGLang), keeps layer i
+    dense unless i % moe_layer_freq == 0; transformers' DeepseekV2/V3DecoderLayer ignores it.
+    Before, 2 was read DeepSeek's way: DeepSeek-V2-Lite at 9.16B parameters where transformers
+    builds 15.71B. mlp_bias true in a deepseek_v2 config: transformers' DeepseekV2MLP biases the
+    dense and shared MLPs (223,616 parameters for DeepSeek-V2-Lite), DeepSeek's code none; it was
+    ignored. Both are refused naming the field; deepseek_v3's classes read no mlp_bias."""
+    lite = _config("deepseek-v2-lite-chat")
+    with pytest.raises(SpecError, match="moe_layer_freq 2 is not modelled"):
+        model_from_hf_config({**lite, "moe_layer_freq": 2}, "lite", 4096)
+    with pytest.raises(SpecError, match="mlp_bias true in a deepseek_v2 config is not modelled"):
+        model_from_hf_config({**lite, "mlp_bias": True}, "lite", 4096)
+    v3 = _config("deepseek-v3")
+    assert model_from_hf_config({**v3, "mlp_bias": True}, "v3", 4096) == \
+        model_from_hf_config(v3, "v3", 4096)
+    assert model_from_hf_config({**lite, "mlp_bias": False, "moe_layer_freq": 1}, "lite",
+                                4096).moe_layer_count == 26
