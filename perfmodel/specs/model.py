@@ -502,8 +502,21 @@ _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_ex
              "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size")
 _MOE = "a mixture-of-experts model of a family perfmodel does not read"
 _UNMODELLED_TYPES = {
-    **dict.fromkeys(("dbrx", "jamba", "granitemoe", "jetmoe", "phimoe", "arctic",
-                     "grok-1", "minimax", "llama4"), _MOE),
+    **dict.fromkeys(("dbrx", "jamba", "jetmoe", "arctic", "grok-1", "minimax", "llama4"), _MOE),
+    # mixtures of experts whose parameters perfmodel's fields could express but whose work they
+    # do not all: glm4_moe (GLM-4.5) is DeepSeek-V3's routing with GQA attention, q, k, v biases
+    # and a DeepSeek-style MTP layer, all TransformerSpec fields, but rotates only part of each
+    # head (perfmodel's rotary kernels move all of q and k); phimoe (Phi-3.5-MoE) biases the
+    # attention output, LayerNorms and output layer but not its experts; granitemoe scales the
+    # logits (logits_scaling: a vocab-wide element-wise pass), the residuals and the embedding
+    "glm4_moe": "a mixture of experts whose rotary embedding covers part of each head "
+                "(partial_rotary_factor; perfmodel's rotary kernels cost all of q and k)",
+    "phimoe": "a mixture of experts with attention-output and output-layer biases but "
+              "bias-free experts (attention_bias, lm_head_bias; perfmodel's bias covers the "
+              "attention output and the MLP together)",
+    "granitemoe": "a mixture of experts that scales its logits, residuals and embedding "
+                  "(logits_scaling, residual_multiplier, embedding_multiplier: element-wise "
+                  "work perfmodel does not cost)",
     **dict.fromkeys(("gemma2", "gemma3", "gemma3_text", "cohere2"),
                     "a model that alternates sliding-window and global attention layers with "
                     "logit soft-capping or norms perfmodel does not read"),

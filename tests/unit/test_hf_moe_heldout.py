@@ -235,3 +235,21 @@ def test_deepseek_fields_its_two_modelling_codes_read_differently_are_refused():
         model_from_hf_config(v3, "v3", 4096)
     assert model_from_hf_config({**lite, "mlp_bias": False, "moe_layer_freq": 1}, "lite",
                                 4096).moe_layer_count == 26
+
+
+@pytest.mark.parametrize("mtype,cfg,field", [
+    ("glm4_moe", {"n_routed_experts": 128, "partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+    ("phimoe", {"num_local_experts": 16, "lm_head_bias": True}, "lm_head_bias"),
+    ("granitemoe", {"num_local_experts": 32, "logits_scaling": 6.0}, "logits_scaling"),
+])
+def test_moe_families_perfmodel_cannot_cost_whole_are_refused_naming_why(mtype, cfg, field):
+    """glm4_moe's parameters map onto TransformerSpec exactly (GLM-4.5-Air's shape, as a public
+    GLM-4-MoE conversion script writes its config: hidden 4096, 46 layers, 96 heads of 128, 8 kv
+    heads, q/k/v biases, 128 experts of 1408 and a shared one, 1 dense layer, vocab 151552:
+    106,852,245,504 parameters both as transformers' Glm4MoeForCausalLM builds them and as the
+    TransformerSpec of those fields counts them) but its partial rotary embedding
+    (partial_rotary_factor 0.5) does not map onto perfmodel's rotary kernels; phimoe's biases and
+    granitemoe's scalings neither: each is refused naming the field, not as an unknown mixture of
+    experts."""
+    with pytest.raises(SpecError, match=f"model_type '{mtype}' is a mixture of experts .*{field}"):
+        model_from_hf_config({"model_type": mtype, **cfg}, mtype, seq_len=4096)
