@@ -635,6 +635,14 @@ def window_values(model: TransformerSpec) -> dict[str, float]:
     return {"window": float(model.sliding_window or 0), "windowed_share": model.windowed_share}
 
 
+def rotary_values(model: TransformerSpec) -> dict[str, float]:
+    """The share of each head RoPE rotates (perfmodel.costs.compute.eager_rope_bytes); none for
+    a model whose RoPE rotates whole heads, or that has no RoPE."""
+    if model.rotary_fraction >= 1:
+        return {}
+    return {"rotary_fraction": model.rotary_fraction}
+
+
 def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | str, *,
                  flash_attention: bool, stack: Stack | str = Stack.EAGER,
                  kernels: Kernels | str = Kernels.FUSED,
@@ -705,6 +713,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "host_link_bytes_per_s": hardware.host_link_bytes_per_s or 1.0,
         "pipeline_flushes": 1.0,  # one schedule a step (a plan with more: values_of)
         **window_values(model),
+        **rotary_values(model),
     }
     vals.update(fp8)
     flags = {

@@ -59,6 +59,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  fp8=plan.dtype is Dtype.FP8, fp8_output_layer=plan.fp8_output_layer,
                  fp8_params=plan.fp8_params,
                  windowed=model.windowed_share > 0, attention_sinks=model.attention_sinks,
+                 partial_rotary=model.rotary_fraction < 1,
                  dropout=model.hidden_dropout > 0,
                  attention_dropout=model.attention_dropout > 0)
     fixed.update(architecture_family(model))

@@ -123,6 +123,9 @@ class Family:
     fp8_params: bool = False  # the linear weights held in FP8 (Plan.fp8_params)
     windowed: bool = False
     attention_sinks: bool = False  # the model's: a learned logit per head (parameters only)
+    # the model's RoPE rotates part of each head (TransformerSpec.rotary_fraction < 1): its share
+    # as a symbol, and the split and concatenation an op-by-op rotation adds
+    partial_rotary: bool = False
     # full recompute by a Megatron method beyond uniform 1 (Plan.recompute_method,
     # recompute_num_layers; the request's, every plan's): its layer choice and groups as symbols
     # (perfmodel.step.context); False: every layer alone, as the formulas were before it

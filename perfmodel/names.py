@@ -198,6 +198,8 @@ _name("fp8_scaling_state_bytes", "M_scale8",
 # sliding-window attention (perfmodel.costs.compute.windowed_pairs)
 _name("window", "w", "tokens a windowed layer attends back over (sliding_window)")
 _name("windowed_share", "rho_w", "share of the layers that attend over a sliding window")
+# partial rotary embeddings (perfmodel.costs.compute.eager_rope_bytes)
+_name("rotary_fraction", "r_rot", "share of each head's dimensions RoPE rotates (rotary_fraction)")
 # bytes per parameter, by precision (see perfmodel.costs.memory)
 _name("weight_bytes_per_param", "e_w", "bytes per parameter of the weights")
 _name("grad_bytes_per_param", "e_g", "bytes per parameter of the gradients")

@@ -99,6 +99,8 @@ qw8 = _of("fp8_weight_cast_bytes")
 g8 = _of("fp8_gather_bytes")
 # sliding-window attention
 w, rho_w = _of("window"), _of("windowed_share")
+# partial rotary embeddings
+r_rot = _of("rotary_fraction")
 # bytes per parameter, by precision (see perfmodel.costs.memory)
 wbytes = _of("weight_bytes_per_param")
 gbytes = _of("grad_bytes_per_param")

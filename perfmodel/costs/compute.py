@@ -218,21 +218,59 @@ def fused_rope_bytes(q_elements: sp.Expr, k_elements: sp.Expr, e: sp.Expr) -> sp
     one kernel reads q (N_q elements) and writes it rotated, and likewise k (Megatron-Core's
     apply_rope_fusion: Transformer Engine's fused_apply_rotary_pos_emb, called on q and on k;
     its backward rotates the gradients back, the same traffic); Inductor fuses torchtitan's
-    complex-view RoPE into the kernel that writes q and k (stack compiled)."""
+    complex-view RoPE into the kernel that writes q and k (stack compiled).
+
+    A partial rotation (rotary_fraction r < 1) costs the same: Megatron-Core passes the whole of
+    q and k to the fused kernel with freqs r d wide (NVIDIA/Megatron-LM
+    megatron/core/models/common/embeddings/rope_utils.py at 00c51e13, apply_rotary_pos_emb:
+    fused_apply_rotary_pos_emb(t, freqs)), whose forward and backward rotate the first r d
+    dimensions of each head and copy the others from input to output in the same kernel
+    (NVIDIA/TransformerEngine transformer_engine/common/fused_rope/fused_rope.cu at 01b5648e,
+    fused_rope_block_forward and _backward: "copy the rest", into an output of the whole head);
+    Inductor fuses the slices, the rotation and the concatenation into one kernel each way
+    (checked with torch 2.13's Inductor on transformers' glm4_moe apply_rotary_pos_emb: one
+    fused kernel forward and one backward, as for a whole rotation)."""
     return 2 * e * (q_elements + k_elements)
 
 
-def eager_rope_bytes(elements: sp.Expr, e: sp.Expr) -> sp.Expr:
+def eager_rope_bytes(elements: sp.Expr, e: sp.Expr, fraction: sp.Expr | int = 1) -> sp.Expr:
     """Bytes of torchtitan's apply_rotary_emb on one of q or k (N elements), forward or backward
     alike [B]:
 
-        N (8 + 2 c (e + 4)),  c = narrow_flag(e)
+        r N (8 + 2 c (e + 4)),  c = narrow_flag(e)
 
     xq.float() (read e, write 4), the complex product with freqs_cis (read 4, write 4: the
     complex views are free), .type_as(xq) (read 4, write e); the backward casts the gradient to
-    fp32, multiplies by conj(freqs_cis), casts back (the same bytes)."""
+    fp32, multiplies by conj(freqs_cis), casts back (the same bytes). r (rotary_fraction, 1 for a
+    whole rotation): a partial rotation runs these ops on the rotated r N elements only, a slice
+    of each head; slicing it off and putting the head back together cost apart
+    (rope_split_bytes)."""
     c = narrow_flag(e)
-    return elements * (8 + 2 * c * (e + FP32_BYTES))
+    return elements * fraction * (8 + 2 * c * (e + FP32_BYTES))
+
+
+def rope_split_bytes(elements: sp.Expr, e: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) bytes, beyond eager_rope_bytes, of rotating part of each head of one
+    of q or k (N elements) op by op [B]:
+
+        forward  = 2 e N    torch.cat of the rotated part and the pass-through part: reads N,
+                            writes N
+        backward = 7 e N    the gradient of each of the two slices (slice_backward: a zero fill
+                            of N, then a copy of the slice into it; 4 e N for the two) and
+                            autograd's sum of q's two gradients (reads 2 N, writes N)
+
+    The op-by-op implementations of a partial rotation split each head and concatenate it back:
+    transformers' apply_rotary_pos_emb for glm4_moe and gpt_neox (q[..., :rotary_dim],
+    q[..., rotary_dim:], torch.cat([q_embed, q_pass], dim=-1); huggingface/transformers
+    src/transformers/models/glm4_moe/modeling_glm4_moe.py at a0699c97) and Megatron-Core's
+    unfused _apply_rotary_pos_emb_bshd (t[..., :rot_dim], t[..., rot_dim:], torch.cat((t, t_pass),
+    dim=-1); rope_utils.py at 00c51e13); torchtitan's apply_rotary_emb rotates whole heads and
+    has no partial form, so the rotation is costed as its ops on the slice (eager_rope_bytes).
+    The concatenation's backward passes views of the gradient on (no copy). Checked by a
+    TorchDispatchMode count (bf16, torch 2.13): the cat's forward 2 e N; the two slice_backward
+    calls and the sum, 6 e N as dispatched ops, slice_backward's input and output, its two
+    kernels moving e N more."""
+    return 2 * e * elements, 7 * e * elements
 
 
 def eager_rmsnorm_bytes(elements: sp.Expr, e: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
@@ -256,8 +294,9 @@ def eager_elementwise_bytes(*, norm_elements: sp.Expr, q_elements: sp.Expr,
                             k_elements: sp.Expr, kv_elements: sp.Expr,
                             expanded_elements: sp.Expr, mlp_elements: sp.Expr,
                             attention_elements: sp.Expr, e: sp.Expr, layernorm: Flag,
-                            gated: Flag, gqa: Flag, flash: Flag,
-                            rotary: Flag) -> dict[str, tuple[sp.Expr, sp.Expr]]:
+                            gated: Flag, gqa: Flag, flash: Flag, rotary: Flag,
+                            rotary_fraction: sp.Expr | int = 1,
+                            partial: Flag = 0) -> dict[str, tuple[sp.Expr, sp.Expr]]:
     """(forward, backward) bytes of one layer's element-wise ops on one rank, run op by op as
     torchtitan's eager Llama layer runs them (015ccb237, see above) [B]. N_h: elements of a norm's
     input (T h / r, r = tp with sequence parallelism), N_q, N_k: the rotated queries and keys,
@@ -266,7 +305,9 @@ def eager_elementwise_bytes(*, norm_elements: sp.Expr, q_elements: sp.Expr,
 
         norms (2):      RMSNorm, eager_rmsnorm_bytes; LayerNorm (nn.LayerNorm, one fused kernel
                         each way): forward 2 e N_h, backward 3 e N_h (read g and x, write dx)
-        rope:           eager_rope_bytes of N_q and of N_k, forward and backward alike
+        rope:           eager_rope_bytes of N_q and of N_k, forward and backward alike, of
+                        their rotated share r (rotary_fraction); a partial rotation (partial =
+                        1) adds the split and concatenation of each (rope_split_bytes)
         repeat_kv:      grouped-query attention (a > kv) only: expand + reshape copies K and V,
                         e (N_kv + N_rep) each; the backward sums the copies' gradients back,
                         the same bytes (with a = kv repeat_kv returns K and V as they are)
@@ -280,15 +321,18 @@ def eager_elementwise_bytes(*, norm_elements: sp.Expr, q_elements: sp.Expr,
                         _scaled_dot_product_flash_attention: the transpose back is free); its
                         backward passes the strided gradient on (no copy)
     """
-    layernorm, gated, gqa, flash, rotary = map(as_flag, (layernorm, gated, gqa, flash, rotary))
+    layernorm, gated, gqa, flash, rotary, partial = map(
+        as_flag, (layernorm, gated, gqa, flash, rotary, partial))
     rms_fwd, rms_bwd = eager_rmsnorm_bytes(norm_elements, e)
     norm_fwd = layernorm * 2 * e * norm_elements + (1 - layernorm) * rms_fwd
     norm_bwd = layernorm * 3 * e * norm_elements + (1 - layernorm) * rms_bwd
-    rope = rotary * (eager_rope_bytes(q_elements, e) + eager_rope_bytes(k_elements, e))
+    rope = rotary * (eager_rope_bytes(q_elements, e, rotary_fraction)
+                     + eager_rope_bytes(k_elements, e, rotary_fraction))
+    split_fwd, split_bwd = rope_split_bytes(q_elements + k_elements, e)
     repeat = gqa * 2 * e * (kv_elements + expanded_elements)
     return {
         "norms": (2 * norm_fwd, 2 * norm_bwd),
-        "rope": (rope, rope),
+        "rope": (rope + rotary * partial * split_fwd, rope + rotary * partial * split_bwd),
         "repeat_kv": (repeat, repeat),
         "activation": ((2 + 3 * gated) * e * mlp_elements, (3 + 6 * gated) * e * mlp_elements),
         "residual": (2 * 3 * e * norm_elements, 2 * 3 * e * norm_elements),
@@ -306,17 +350,23 @@ def gqa_expand_bytes(expanded_elements: sp.Expr, e: sp.Expr, gqa: Flag) -> sp.Ex
 
 
 def eager_elementwise_kernels(*, layernorm: Flag, gated: Flag, gqa: Flag, flash: Flag,
-                              rotary: Flag, narrow: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+                              rotary: Flag, narrow: sp.Expr,
+                              partial: Flag = 0) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) element-wise kernels of one layer run op by op, counted from the same
     ops as eager_elementwise_bytes (c = narrow: the casts):
     norms 2 x (6 + 2 c, 14 + 2 c) (LayerNorm 2 x (1, 1)); RoPE 2 x (1 + 2 c, 3 + 2 c) (the
-    backward's conj and clone of the rotary table); repeat_kv (2, 2); activation (1 + gated,
-    1 + 2 gated); residual (2, 2); transpose (1 - flash, 0)."""
-    layernorm, gated, gqa, flash, rotary = map(as_flag, (layernorm, gated, gqa, flash, rotary))
+    backward's conj and clone of the rotary table), and with a partial rotation 2 x (1, 5) more
+    (the concatenation; the two slices' zero fills and copies, the gradients' sum:
+    rope_split_bytes); repeat_kv (2, 2); activation (1 + gated, 1 + 2 gated); residual (2, 2);
+    transpose (1 - flash, 0)."""
+    layernorm, gated, gqa, flash, rotary, partial = map(
+        as_flag, (layernorm, gated, gqa, flash, rotary, partial))
     norm = (layernorm + (1 - layernorm) * (6 + 2 * narrow),
             layernorm + (1 - layernorm) * (14 + 2 * narrow))
-    forward = 2 * norm[0] + rotary * 2 * (1 + 2 * narrow) + 2 * gqa + 1 + gated + 2 + (1 - flash)
-    backward = 2 * norm[1] + rotary * 2 * (3 + 2 * narrow) + 2 * gqa + 1 + 2 * gated + 2
+    forward = 2 * norm[0] + rotary * 2 * (1 + 2 * narrow + partial) + 2 * gqa + 1 + gated + 2 \
+        + (1 - flash)
+    backward = 2 * norm[1] + rotary * 2 * (3 + 2 * narrow + 5 * partial) + 2 * gqa + 1 \
+        + 2 * gated + 2
     return forward, backward
 
 

@@ -74,6 +74,11 @@ class TransformerSpec:
     layers k-1, 2k-1, ... (every k-th, counted from 1) attend fully and the others over the
     window (GPT-OSS and Gemma-2: 2; Gemma-3: 6), 0: every layer is windowed (Mistral 7B).
     attention_sinks: a learned logit per head in each softmax's denominator (GPT-OSS).
+    rotary_fraction: the share of each head's dimensions RoPE rotates (position_embedding
+    rotary; 1: all of them; GPT-NeoX's rotary_pct, 0.25 in Pythia; GLM-4.5's
+    partial_rotary_factor, 0.5): the first rotary_fraction x head_dim dimensions of each query and
+    key head are rotated, the rest pass through (perfmodel.costs.compute.eager_rope_bytes says
+    what that costs each kernel path).
     hidden_dropout, attention_dropout: the training's dropout rates (default 0.1 each,
     Megatron-Core's TransformerConfig and the GPT-3 runs of Korthikanti et al. 2022). Only
     whether a rate is 0 matters to the model: with 0, PyTorch's dropout returns its input (ATen
@@ -109,6 +114,7 @@ class TransformerSpec:
     qkv_bias: bool | None = None
     norm: str = "layernorm"
     position_embedding: str = "learned"
+    rotary_fraction: float = 1.0
     experts: int = 0
     top_k: int | None = None
     expert_ffn_hidden: int | None = None
@@ -183,6 +189,7 @@ class TransformerSpec:
                 f"position_embedding must be one of {', '.join(POSITIONS)}, "
                 f"got '{self.position_embedding}'"
             )
+        self._check_rotary()
         number(self.mtp_layers, "mtp_layers", integer=True, strict=False, maximum=100)
         for key in ("hidden_dropout", "attention_dropout"):
             object.__setattr__(self, key, float(number(getattr(self, key), key, strict=False,
@@ -300,6 +307,21 @@ class TransformerSpec:
         if self.qkv_bias:
             raise SpecError("qkv_bias with multi-head latent attention is not modelled (its "
                             "projections have no biases in DeepSeek-V2/V3)")
+
+    def _check_rotary(self) -> None:
+        """rotary_fraction: in (0, 1], and below 1 only with rotary positions outside MLA."""
+        object.__setattr__(self, "rotary_fraction", float(number(
+            self.rotary_fraction, "rotary_fraction", maximum=1,
+            reason="the share of each head's dimensions RoPE rotates")))
+        if self.rotary_fraction == 1:
+            return
+        if self.position_embedding != "rotary":
+            raise SpecError(f"rotary_fraction applies to rotary position embeddings "
+                            f"(position_embedding rotary, not {self.position_embedding}): "
+                            "leave it out")
+        if self.kv_lora_rank is not None:
+            raise SpecError("rotary_fraction does not apply to multi-head latent attention (its "
+                            "rotary part is qk_rope_head_dim): leave it out")
 
     def _check_window(self) -> None:
         if self.sliding_window is not None:

@@ -97,7 +97,7 @@ def eager_layer_kernels(c: Context, fused: tuple[sp.Expr, sp.Expr]) -> tuple[sp.
     fused_elementwise = K.LAYER_ELEMENTWISE_KERNELS - K.FLASH_FUSED_ELEMENTWISE * c.flash
     forward, backward = K.eager_elementwise_kernels(
         layernorm=c.layernorm, gated=c.gated, gqa=c.gqa, flash=c.flash, rotary=c.rotary,
-        narrow=K.narrow_flag(S.e))
+        narrow=K.narrow_flag(S.e), partial=int(c.fam.partial_rotary))
     softmax = K.FLASH_FUSED_ELEMENTWISE * (1 - c.flash)
     eager = c.eager_kernels
     return (fused[0] + eager * (forward + softmax - fused_elementwise),

@@ -46,6 +46,12 @@ EAGER_BACKWARD_GATED_BIAS = 3
 # expand, the copy, its view, the transpose; for K and V), 8 backward. Fused kernels:
 # Megatron-Core's fused RoPE, one Transformer Engine call on q and one on k, each way.
 EAGER_FORWARD_ROPE, EAGER_BACKWARD_ROPE = 16, 18
+# A RoPE that rotates part of each head, op by op (transformers' glm4_moe and gpt_neox
+# apply_rotary_pos_emb, Megatron-Core's unfused _apply_rotary_pos_emb_bshd: slice, rotate the
+# slice, concatenate; perfmodel.costs.compute.rope_split_bytes), counted likewise around
+# torchtitan's ops on the slice: 2 slices and the cat forward, on q and on k (6); backward the
+# cat's gradient sliced in two, the two slice_backward and the sum of q's (and k's) gradients (10)
+EAGER_FORWARD_ROPE_SPLIT, EAGER_BACKWARD_ROPE_SPLIT = 6, 10
 EAGER_FORWARD_REPEAT_KV, EAGER_BACKWARD_REPEAT_KV = 10, 8
 FUSED_ROPE_OPS = 2
 # Compiled (Inductor): forward 4 fused kernels + 6 GEMMs + attention (+1 GEMM gated); backward
@@ -71,15 +77,18 @@ LOOP_LOSS_OPS = 22
 def layer_ops(c: Context) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) framework ops of one layer under the plan's stack (0 under CUDA
     graphs: see op_s); eager, with a rotary model's RoPE and a grouped-query model's repeat_kv
-    as the plan's kernels run them (op by op, or fused RoPE)."""
+    as the plan's kernels run them (op by op, with a partial rotation's split and
+    concatenation, or fused RoPE: one call on q and one on k however much of them it rotates)."""
     rms, gated, bias = 1 - c.layernorm, c.gated, c.bias
-    by_op, rope = c.eager_kernels, c.rotary
+    by_op, rope, split = c.eager_kernels, c.rotary, int(c.fam.partial_rotary)
     eager = (EAGER_FORWARD_OPS + EAGER_FORWARD_RMSNORM * rms + EAGER_FORWARD_GATED * gated
-             + rope * (by_op * EAGER_FORWARD_ROPE + (1 - by_op) * FUSED_ROPE_OPS)
+             + rope * (by_op * (EAGER_FORWARD_ROPE + split * EAGER_FORWARD_ROPE_SPLIT)
+                       + (1 - by_op) * FUSED_ROPE_OPS)
              + by_op * c.gqa * EAGER_FORWARD_REPEAT_KV,
              EAGER_BACKWARD_OPS + EAGER_BACKWARD_BIAS * bias + EAGER_BACKWARD_RMSNORM * rms
              + EAGER_BACKWARD_GATED * gated + EAGER_BACKWARD_GATED_BIAS * gated * bias
-             + rope * (by_op * EAGER_BACKWARD_ROPE + (1 - by_op) * FUSED_ROPE_OPS)
+             + rope * (by_op * (EAGER_BACKWARD_ROPE + split * EAGER_BACKWARD_ROPE_SPLIT)
+                       + (1 - by_op) * FUSED_ROPE_OPS)
              + by_op * c.gqa * EAGER_BACKWARD_REPEAT_KV)
     compiled = (COMPILED_FORWARD_KERNELS + COMPILED_FORWARD_GATED * gated,
                 COMPILED_BACKWARD_KERNELS + COMPILED_BACKWARD_BIAS * bias

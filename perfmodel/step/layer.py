@@ -297,11 +297,14 @@ def elementwise_traffic(c: Context, ew: Mapping[str, sp.Expr],
     layer's) and residual adds on one rank, by the plan's kernels (perfmodel.strategy.Kernels):
 
         fused:    norms + dropout-adds + activation (perfmodel.costs.compute.elementwise_bytes,
-                  backward 2 x forward) + fused RoPE, 2 e (N_q + N_k) each way
+                  backward 2 x forward) + fused RoPE, 2 e (N_q + N_k) each way (whole heads
+                  read and written, however much of each RoPE rotates: fused_rope_bytes)
         compiled: fused + the grouped-query K and V expanded for the attention kernel,
                   2 e N_rep each way where a > kv (gqa_expand_bytes)
         eager:    torchtitan's layer op by op, each op's forward and autograd backward
-                  (eager_elementwise_bytes)
+                  (eager_elementwise_bytes; a model whose RoPE rotates r < 1 of each head:
+                  the rotation's ops on that share, and the split and concatenation around
+                  them, rope_split_bytes)
     """
     e, T, tp = S.e, c.T, S.tp
     n_q, n_k = rope_elements(c)
@@ -314,7 +317,9 @@ def elementwise_traffic(c: Context, ew: Mapping[str, sp.Expr],
         norm_elements=T * S.h / c.act_ranks, q_elements=n_q, k_elements=n_k,
         kv_elements=T * c.kv_heads * c.d_qk / tp, expanded_elements=expanded,
         mlp_elements=dense * T * S.f / tp, attention_elements=T * S.a * c.d_v / tp, e=e,
-        layernorm=c.layernorm, gated=c.gated, gqa=c.gqa, flash=c.flash, rotary=1)
+        layernorm=c.layernorm, gated=c.gated, gqa=c.gqa, flash=c.flash, rotary=1,
+        rotary_fraction=S.r_rot if c.fam.partial_rotary else 1,
+        partial=int(c.fam.partial_rotary))
     eager_fwd = sum((fwd for fwd, _ in eager.values()), ZERO)
     eager_bwd = sum((bwd for _, bwd in eager.values()), ZERO)
     built = 1 - c.eager_kernels  # fused or compiled
