@@ -648,6 +648,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str,
     if mtype in _MOE_FAMILIES:
         fields.update(_hf_experts(cfg, mtype, where, fields["layers"], need, count))
     fields.update(_hf_window(cfg, mtype, where, fields["layers"], count))
+    fields.update(_hf_rotary(cfg, mtype, where))
     if seq_len is None:
         reach = f" (its {positions_key} is {positions})" if positions is not None else ""
         raise SpecError(f"{where} (Hugging Face config) has no training sequence length: give "
@@ -765,7 +766,8 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
         return dict(layers=layers, hidden=hidden, heads=heads, ffn_hidden=4 * hidden,
                     vocab=need("vocab_size"), tied_embeddings=flag("tie_word_embeddings", True),
                     bias=True, qkv_bias=True, position_embedding="alibi")
-    # gpt_neox: biases on the MLP always, on query_key_value and dense with attention_bias
+    # gpt_neox: biases on the MLP always, on query_key_value and dense with attention_bias; RoPE
+    # on rotary_pct of each head (_hf_rotary)
     bias, qkv_bias = _hf_biases(flag("attention_bias", True), True, where)
     return dict(
         layers=need("num_hidden_layers"), hidden=need("hidden_size"),
@@ -857,6 +859,35 @@ def _hf_experts(cfg: Mapping[str, Any], mtype: str, where: str, layers: int, nee
     if groups > 1 and cfg.get("topk_method", "greedy") != "greedy":
         out.update(expert_groups=groups, group_topk=need("topk_group"))
     return out
+
+
+# The share of each head RoPE rotates, in the families whose modelling code reads it
+# (transformers 5: GPTNeoXRotaryEmbedding's frequencies and GPTNeoXAttention's rotary_ndims,
+# int(head_dim x partial_rotary_factor), the slice apply_rotary_pos_emb rotates): the config key
+# and what the configuration class sets where a config leaves it out (GPTNeoXConfig: rotary_pct
+# 0.25). A saved transformers 5 config carries it in rope_parameters, which the class reads
+# first. The other families rotate whole heads (their apply_rotary_pos_emb multiplies q by a cos
+# as wide as the head, their default RoPE parameters take the head's width): a
+# partial_rotary_factor in their config is not read.
+_HF_ROTARY = {"gpt_neox": ("rotary_pct", "0.25")}
+
+
+def _hf_rotary(cfg: Mapping[str, Any], mtype: str, where: str) -> dict[str, float]:
+    """rotary_fraction from a config of a family that rotates part of each head (_HF_ROTARY);
+    a config that does not say is refused naming the key and its class's value."""
+    if mtype not in _HF_ROTARY:
+        return {}
+    key, default = _HF_ROTARY[mtype]
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    value = rope.get("partial_rotary_factor") if isinstance(rope, Mapping) else None
+    name = "rope_parameters' partial_rotary_factor"
+    if value is None:
+        value, name = cfg.get(key), key
+    if value is None:
+        raise SpecError(f"{where}: Hugging Face config ({mtype}) is missing '{key}', which its "
+                        f"configuration class sets to {default}: give it")
+    return {"rotary_fraction": number(value, f"{where}: {name}", maximum=1,
+                                      reason="the share of each head's dimensions RoPE rotates")}
 
 
 _ATTENTION_TYPES = ("full_attention", "sliding_attention")

@@ -454,3 +454,36 @@ def test_bloom_is_alibi_with_biases_and_a_tied_output():
     # RoPE's kernels cost time; a learned table costs s x h parameters; ALiBi neither
     assert alibi.step_time_s < rotary.step_time_s
     assert learned.parameters - alibi.parameters == 2048 * 14336
+
+
+def test_gpt_neox_rotary_pct_is_read():
+    """GPT-NeoX rotates rotary_pct of each head (transformers 5's GPTNeoXAttention: rotary_ndims
+    = int(head_size x partial_rotary_factor), rotary_pct in older configs; GPTNeoXConfig sets
+    0.25 where a config says neither). Before, Pythia's 0.25 was ignored and its RoPE costed on
+    whole heads: op by op 20 bytes per element of q and k each way where it moves 5 + 4 forward
+    and 5 + 14 backward (perfmodel.costs.compute.rope_split_bytes)."""
+    pythia = _model("pythia-160m", 2048)
+    assert pythia.rotary_fraction == 0.25 and pythia.position_embedding == "rotary"
+    cfg = json.loads((HF / "pythia-160m" / "config.json").read_text())
+    # transformers 5 saves it in rope_parameters, which GPTNeoXConfig reads first
+    saved = {k: v for k, v in cfg.items() if k != "rotary_pct"}
+    saved["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000,
+                                "partial_rotary_factor": 0.5}
+    assert model_from_hf_config(saved, "pythia", 2048).rotary_fraction == 0.5
+    with pytest.raises(SpecError, match="is missing 'rotary_pct', which its configuration class "
+                                        "sets to 0.25: give it"):
+        model_from_hf_config({k: v for k, v in cfg.items() if k != "rotary_pct"}, "pythia", 2048)
+    with pytest.raises(SpecError, match="rotary_pct must be > 0 and <= 1"):
+        model_from_hf_config({**cfg, "rotary_pct": 1.5}, "pythia", 2048)
+    plan = Plan(gpus=1, global_batch=8, micro_batch=8, kernels="eager")
+    assert predict(pythia, "dgx-h100", plan).step_time_s != predict(
+        pythia.replace(rotary_fraction=1), "dgx-h100", plan).step_time_s
+
+
+def test_partial_rotary_factor_is_not_read_where_the_modelling_code_rotates_whole_heads():
+    """transformers 5's Llama (and Mistral, Qwen, Gemma, ...) rotary embedding takes the head's
+    width and apply_rotary_pos_emb multiplies whole heads: a partial_rotary_factor in such a
+    config changes nothing they build."""
+    cfg = json.loads((HF / "llama-3.1-8b" / "config.json").read_text())
+    assert model_from_hf_config({**cfg, "partial_rotary_factor": 0.5}, "llama", 8192) == \
+        model_from_hf_config(cfg, "llama", 8192)
