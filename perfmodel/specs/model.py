@@ -513,8 +513,8 @@ def model_from_dict(data: Mapping[str, Any], where: str) -> TransformerSpec:
 # fields read below is what perfmodel models; a field that would change the math and that
 # perfmodel cannot model is refused with its reason, never answered for the nearest family.
 _DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "bloom", "gemma")
-_MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
-                 "olmoe")
+_MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe",
+                 "gpt_oss", "olmoe")
 _HF_FAMILIES = _DENSE_FAMILIES + _MOE_FAMILIES
 # model_types whose config is another family's, read as that family: (family, the architecture
 # its config names). kimi_k2: Moonshot AI's Kimi-K2 deployment guide: K2 reuses DeepSeek-V3's
@@ -526,13 +526,9 @@ _MOE = "a mixture-of-experts model of a family perfmodel does not read"
 _UNMODELLED_TYPES = {
     **dict.fromkeys(("dbrx", "jamba", "jetmoe", "arctic", "grok-1", "minimax", "llama4"), _MOE),
     # mixtures of experts whose parameters perfmodel's fields could express but whose work they
-    # do not all: glm4_moe (GLM-4.5) is DeepSeek-V3's routing with GQA attention, q, k, v biases
-    # and a DeepSeek-style MTP layer, all TransformerSpec fields, but rotates only part of each
-    # head (perfmodel's rotary kernels move all of q and k); phimoe (Phi-3.5-MoE) biases the
-    # attention output, LayerNorms and output layer but not its experts; granitemoe scales the
-    # logits (logits_scaling: a vocab-wide element-wise pass), the residuals and the embedding
-    "glm4_moe": "a mixture of experts whose rotary embedding covers part of each head "
-                "(partial_rotary_factor; perfmodel's rotary kernels cost all of q and k)",
+    # do not all: phimoe (Phi-3.5-MoE) biases the attention output, LayerNorms and output layer
+    # but not its experts; granitemoe scales the logits (logits_scaling: a vocab-wide
+    # element-wise pass), the residuals and the embedding
     "phimoe": "a mixture of experts with attention-output and output-layer biases but "
               "bias-free experts (attention_bias, lm_head_bias; perfmodel's bias covers the "
               "attention output and the MLP together)",
@@ -556,19 +552,22 @@ _UNMODELLED_TYPES = {
 # fallback (kv heads = heads, head_dim = hidden / heads, no shared expert, no compression ...).
 _HF_UNSAID = {
     "num_key_value_heads": {"mistral": "8", "mixtral": "8", "qwen2": "32", "qwen2_moe": "16",
-                            "qwen3": "32", "qwen3_moe": "4", "gpt_oss": "8"},
+                            "qwen3": "32", "qwen3_moe": "4", "gpt_oss": "8", "glm4_moe": "8"},
     "head_dim": {"qwen3": "128"},
     "shared_expert_intermediate_size": {"qwen2_moe": "5632"},
     "q_lora_rank": dict.fromkeys(("deepseek_v2", "deepseek_v3"), "1536"),
     "qk_rope_head_dim": dict.fromkeys(("deepseek_v2", "deepseek_v3"), "64"),
     "n_routed_experts": {"deepseek_v2": "64 (transformers) or none, a dense model (DeepSeek's)",
-                         "deepseek_v3": "256 (transformers) or none, a dense model (DeepSeek's)"},
+                         "deepseek_v3": "256 (transformers) or none, a dense model (DeepSeek's)",
+                         "glm4_moe": "128"},
+    "num_nextn_predict_layers": {"glm4_moe": "1"},
 }
 # ... and those that matter only with routed experts
 _HF_UNSAID_MOE = {
     "n_shared_experts": {"deepseek_v2": "2 (transformers) or none (DeepSeek's)",
-                         "deepseek_v3": "1 (transformers) or none (DeepSeek's)"},
-    "first_k_dense_replace": {"deepseek_v3": "3 (transformers) or 0 (DeepSeek's)"},
+                         "deepseek_v3": "1 (transformers) or none (DeepSeek's)", "glm4_moe": "1"},
+    "first_k_dense_replace": {"deepseek_v3": "3 (transformers) or 0 (DeepSeek's)",
+                              "glm4_moe": "1"},
 }
 
 
@@ -718,6 +717,28 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
             qk_rope_head_dim=count("qk_rope_head_dim", 0), v_head_dim=need("v_head_dim"),
             mtp_layers=count("num_nextn_predict_layers", 0),
         )
+    if mtype == "glm4_moe":
+        # transformers 5's modeling_glm4_moe (GLM-4.5, GLM-4.5-Air): grouped-query attention
+        # heads x head_dim wide with q, k and v biased by attention_bias and o_proj never;
+        # RMSNorm; SwiGLU dense MLPs (intermediate_size), shared and routed experts, none biased;
+        # RoPE on partial_rotary_factor of each head (_hf_rotary). use_qk_norm adds an RMSNorm of
+        # head_dim on each query and key head (GLM-4.5: 2 x 128 weights a layer, 23,552 of its
+        # 352.8 billion): not counted, and its kernel not costed, as Qwen3's.
+        # num_nextn_predict_layers: the multi-token-prediction layers (layers num_hidden_layers ..,
+        # each a decoder layer, eh_proj 2 hidden -> hidden, enorm and hnorm), counted apart from
+        # the model as DeepSeek-V3's; transformers builds none (Glm4MoePreTrainedModel skips
+        # their weights on loading). routed_scaling_factor and norm_topk_prob scale the routing
+        # weights (no parameters, k products a token): not read
+        heads = need("num_attention_heads")
+        return dict(
+            layers=need("num_hidden_layers"), hidden=need("hidden_size"), heads=heads,
+            kv_heads=count("num_key_value_heads"),
+            head_dim=count("head_dim") if cfg.get("head_dim") is not None else None,
+            ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"), gated_mlp=True,
+            tied_embeddings=flag("tie_word_embeddings", False), bias=False,
+            qkv_bias=flag("attention_bias", False), norm="rmsnorm", position_embedding="rotary",
+            mtp_layers=count("num_nextn_predict_layers", 0),
+        )
     if mtype == "gpt_oss":
         # transformers' modeling_gpt_oss: q, k, v and o biases with attention_bias; the experts'
         # (gate_up, down) and the router's biases always; a learned sink per head
@@ -838,6 +859,20 @@ def _hf_experts(cfg: Mapping[str, Any], mtype: str, where: str, layers: int, nee
         if shared:
             out.update(shared_experts=1, shared_expert_ffn_hidden=shared)
         return out
+    if mtype == "glm4_moe":
+        # Glm4MoeDecoderLayer: layer i is MoE from first_k_dense_replace on; Glm4MoeMoE: routed
+        # experts moe_intermediate_size wide and one shared MLP n_shared_experts x as wide (the
+        # same parameters as n_shared_experts experts); Glm4MoeTopkRouter takes a token's top k
+        # from its best topk_group of n_group groups (no topk_method is read; one group limits
+        # nothing), its score-correction bias a buffer, not a parameter
+        out = dict(experts=need("n_routed_experts"), top_k=need("num_experts_per_tok"),
+                   expert_ffn_hidden=need("moe_intermediate_size"),
+                   shared_experts=count("n_shared_experts", 0),
+                   moe_first_dense=count("first_k_dense_replace", 0))
+        groups = count("n_group", 1)
+        if groups > 1:
+            out.update(expert_groups=groups, group_topk=need("topk_group"))
+        return out
     # deepseek_v2 / v3 (DeepseekV2/V3DecoderLayer): layer i is MoE when n_routed_experts is
     # set and i >= first_k_dense_replace; n_shared_experts experts moe_intermediate_size wide (one
     # MLP n_shared_experts x as wide: the same parameters). moe_layer_freq (1 in every published
@@ -863,13 +898,14 @@ def _hf_experts(cfg: Mapping[str, Any], mtype: str, where: str, layers: int, nee
 
 # The share of each head RoPE rotates, in the families whose modelling code reads it
 # (transformers 5: GPTNeoXRotaryEmbedding's frequencies and GPTNeoXAttention's rotary_ndims,
-# int(head_dim x partial_rotary_factor), the slice apply_rotary_pos_emb rotates): the config key
-# and what the configuration class sets where a config leaves it out (GPTNeoXConfig: rotary_pct
-# 0.25). A saved transformers 5 config carries it in rope_parameters, which the class reads
-# first. The other families rotate whole heads (their apply_rotary_pos_emb multiplies q by a cos
-# as wide as the head, their default RoPE parameters take the head's width): a
-# partial_rotary_factor in their config is not read.
-_HF_ROTARY = {"gpt_neox": ("rotary_pct", "0.25")}
+# int(head_dim x partial_rotary_factor), the slice apply_rotary_pos_emb rotates; Glm4Moe's the
+# same, with gpt_neox's apply_rotary_pos_emb): the config key and what the configuration class
+# sets where a config leaves it out (GPTNeoXConfig: rotary_pct 0.25; Glm4MoeConfig: 0.5). A saved
+# transformers 5 config carries it in rope_parameters, which the classes read first. The other
+# families rotate whole heads (their apply_rotary_pos_emb multiplies q by a cos as wide as the
+# head, their default RoPE parameters take the head's width): a partial_rotary_factor in their
+# config is not read.
+_HF_ROTARY = {"gpt_neox": ("rotary_pct", "0.25"), "glm4_moe": ("partial_rotary_factor", "0.5")}
 
 
 def _hf_rotary(cfg: Mapping[str, Any], mtype: str, where: str) -> dict[str, float]:
@@ -899,7 +935,7 @@ def _hf_window(cfg: Mapping[str, Any], mtype: str, where: str, layers: int,
     else the family's rule (mistral, mixtral: every layer windowed; qwen families: only with
     use_sliding_window, the layers from max_window_layers on; gpt_oss: every other layer, from
     the first). A pattern perfmodel cannot express is refused with its reason."""
-    if mtype in ("gpt2", "gpt_neox", "deepseek_v2", "deepseek_v3", "llama"):
+    if mtype in ("gpt2", "gpt_neox", "deepseek_v2", "deepseek_v3", "glm4_moe", "llama"):
         types = cfg.get("layer_types")
         if types and any(t != "full_attention" for t in types):
             raise SpecError(f"{where}: layer_types other than full_attention in a {mtype} "

@@ -21,6 +21,23 @@ copies in public repositories (as tests/unit/test_hf_configs.py's issue-17 confi
 - qwen3-coder-480b-a35b-instruct: Qwen/Qwen3-Coder-480B-A35B-Instruct's config.json (a public
   deployment guide's copy, without the quantization_config and compression_config it says it
   added): 160 experts of 2560, top 8, shared_expert_intermediate_size 0, qkv_bias false.
+- glm-4.5-air: zai-org/GLM-4.5-Air's config.json as transformers 4.54.1 printed its
+  Glm4MoeConfig on loading /models/ZhipuAI/GLM-4.5-Air, in a public repository's notes on
+  ms-swift's convert_hf2mcore (keys in the printed, sorted order; _name_or_path added): hidden
+  4096, 46 layers, 96 heads of 128, 8 kv heads, q/k/v biases, partial_rotary_factor 0.5, 128
+  experts of 1408 and a shared one, top 8, 1 dense layer of 10944, 1 MTP layer, no QK norm,
+  vocab 151552.
+- glm-4.5: zai-org/GLM-4.5's fields, not a copy of its file (none was found in the public
+  repositories searched): the keys of GLM-4.7's config.json (nvidia/GLM-4.7-NVFP4 at 47fa7dc8,
+  transcribed in a public repository's test; its quantization_config and transformers_version
+  left out), whose architecture fields GLM-4.5 shares, with GLM-4.5's max_position_embeddings
+  131072 (GLM-4.6 raised it). Checked field by field against NVIDIA-NeMo/Megatron-Bridge
+  src/megatron/bridge/models/glm/glm45_provider.py at 869bb397 (GLM45ModelProvider355B, "Provider
+  for GLM 4.5 355B-A32B: https://huggingface.co/zai-org/GLM-4.5": 92 layers, the first 3 dense,
+  hidden 5120, ffn 12288, 160 experts of 1536 and a 1536-wide shared expert, top 8, scaling 2.5,
+  QK layernorm, 96 heads, 8 query groups, kv_channels 128, qkv biases, rotary_percent 0.5, rotary
+  base 1e6, vocab 151552, untied, seq 131072, one MTP layer) and a public slime checkout's
+  scripts/models/glm4.5-355B-A32B.sh (the same Megatron arguments).
 """
 
 from __future__ import annotations
@@ -52,6 +69,10 @@ EXACT = [
     # (28 layers x 3584 = 100,352, not counted)
     ("qwen2-57b-a14b", 57_408_558_592, 14_249_170_432),
     ("qwen3-coder-480b-a35b-instruct", 480_154_859_520, 35_474_749_440),
+    # transformers 5.24 (Glm4MoeForCausalLM on the meta device): 352,797,814,784 and
+    # 33,632,251,904 with GLM-4.5's q/k norms (92 layers x 2 x 128 = 23,552, not counted)
+    ("glm-4.5", 352_797_791_232, 33_632_228_352),
+    ("glm-4.5-air", 106_852_245_504, 13_424_123_904),
 ]
 
 
@@ -150,6 +171,13 @@ UNSAID = [
     ("deepseek-v2.5", "n_shared_experts", r"2 \(transformers\) or none \(DeepSeek's\)"),
     ("kimi-k2-instruct", "n_routed_experts",
      r"256 \(transformers\) or none, a dense model \(DeepSeek's\)"),
+    # Glm4MoeConfig's own values (transformers 5.24)
+    ("glm-4.5-air", "partial_rotary_factor", "0.5"),
+    ("glm-4.5", "num_key_value_heads", "8"),
+    ("glm-4.5-air", "n_routed_experts", "128"),
+    ("glm-4.5", "num_nextn_predict_layers", "1"),
+    ("glm-4.5", "n_shared_experts", "1"),
+    ("glm-4.5", "first_k_dense_replace", "1"),
 ]
 
 
@@ -238,18 +266,90 @@ def test_deepseek_fields_its_two_modelling_codes_read_differently_are_refused():
 
 
 @pytest.mark.parametrize("mtype,cfg,field", [
-    ("glm4_moe", {"n_routed_experts": 128, "partial_rotary_factor": 0.5}, "partial_rotary_factor"),
     ("phimoe", {"num_local_experts": 16, "lm_head_bias": True}, "lm_head_bias"),
     ("granitemoe", {"num_local_experts": 32, "logits_scaling": 6.0}, "logits_scaling"),
 ])
 def test_moe_families_perfmodel_cannot_cost_whole_are_refused_naming_why(mtype, cfg, field):
-    """glm4_moe's parameters map onto TransformerSpec exactly (GLM-4.5-Air's shape, as a public
-    GLM-4-MoE conversion script writes its config: hidden 4096, 46 layers, 96 heads of 128, 8 kv
-    heads, q/k/v biases, 128 experts of 1408 and a shared one, 1 dense layer, vocab 151552:
-    106,852,245,504 parameters both as transformers' Glm4MoeForCausalLM builds them and as the
-    TransformerSpec of those fields counts them) but its partial rotary embedding
-    (partial_rotary_factor 0.5) does not map onto perfmodel's rotary kernels; phimoe's biases and
-    granitemoe's scalings neither: each is refused naming the field, not as an unknown mixture of
-    experts."""
+    """phimoe's biases (attention output and output layer, none on its experts) and
+    granitemoe's scalings are refused naming the field, not as an unknown mixture of experts.
+    glm4_moe, refused so for its partial_rotary_factor, is read since rotary_fraction costs it
+    (test_glm4_moe_is_read_as_its_modelling_code_builds_it)."""
     with pytest.raises(SpecError, match=f"model_type '{mtype}' is a mixture of experts .*{field}"):
         model_from_hf_config({"model_type": mtype, **cfg}, mtype, seq_len=4096)
+
+
+def test_glm4_moe_is_read_as_its_modelling_code_builds_it():
+    """transformers 5.24's modeling_glm4_moe: GQA attention 96 x 128 wide (not hidden wide), q,
+    k, v biased and o_proj not (attention_bias), RoPE on partial_rotary_factor 0.5 of each head,
+    the first first_k_dense_replace layers dense, then routed experts and a shared MLP
+    moe_intermediate_size x n_shared_experts wide, every MLP SwiGLU without biases, the output
+    untied; the MTP layer counted apart as DeepSeek-V3's. Before, glm4_moe was refused for its
+    partial rotary embedding."""
+    for name, layers, hidden, first, experts, width in (
+            ("glm-4.5", 92, 5120, 3, 160, 1536), ("glm-4.5-air", 46, 4096, 1, 128, 1408)):
+        model, counts = _counts(name)
+        assert (model.layers, model.hidden, model.moe_first_dense, model.experts,
+                model.expert_ffn_hidden) == (layers, hidden, first, experts, width)
+        assert (model.heads, model.kv_heads, model.head_dim, model.attention_width) == (
+            96, 8, 128, 12288)
+        assert (model.top_k, model.shared_experts, model.shared_expert_ffn_hidden) == (8, 1, width)
+        assert (model.qkv_bias, model.bias, model.gated_mlp, model.tied_embeddings) == (
+            True, False, True, False)
+        assert (model.position_embedding, model.rotary_fraction, model.mtp_layers) == (
+            "rotary", 0.5, 1)
+        assert model.expert_groups == 0  # n_group 1: no node limit
+        assert model.uncosted() == []
+    # GLM-4.5's MTP layer: a MoE layer (attention with q, k, v biases; 160 routed experts and
+    # the shared one; the router; two norms), eh_proj 2 h x h and enorm, hnorm
+    _, counts = _counts("glm-4.5")
+    h = 5120
+    attention = h * 12288 + 12288 + 2 * (h * 1024 + 1024) + 12288 * h
+    moe_layer = attention + (160 + 1) * 3 * h * 1536 + h * 160 + 2 * h
+    assert counts.mtp == moe_layer + 2 * h * h + 2 * h == 3_988_064_256
+    air = _config("glm-4.5-air")
+    grouped = model_from_hf_config({**air, "n_group": 8, "topk_group": 4}, "air", 4096)
+    assert (grouped.expert_groups, grouped.group_topk) == (8, 4)
+    # transformers 5 saves the share in rope_parameters, which Glm4MoeConfig reads first
+    saved = {k: v for k, v in air.items() if k != "partial_rotary_factor"}
+    saved["rope_parameters"] = {"rope_type": "default", "rope_theta": 1000000,
+                                "partial_rotary_factor": 0.25}
+    assert model_from_hf_config(saved, "air", 4096).rotary_fraction == 0.25
+    with pytest.raises(SpecError, match="layer_types other than full_attention"):
+        model_from_hf_config({**air, "layer_types": ["sliding_attention"] * 46}, "air", 4096)
+
+
+def test_glm_4_5_counts_against_its_published_figures():
+    """GLM-4.5 tech report (arXiv 2508.06471, Table 1) and github.com/zai-org/GLM-4.5 README:
+    'GLM-4.5 has 355 billion total parameters with 32 billion active parameters, while
+    GLM-4.5-Air adopts a more compact design with 106 billion total parameters and 12 billion
+    active parameters'.
+
+    Ours (= transformers' Glm4MoeForCausalLM): GLM-4.5 352.80B total, 33.63B active;
+    GLM-4.5-Air 106.85B and 13.42B. The active figures are ours without the two vocabulary
+    tables (GLM-4.5 32.08B, Air 12.18B: '32B' and '12B' to their two digits). No one count puts
+    both totals within 0.5% of 355B and 106B: all of the model -0.62% and +0.80%; with the MTP
+    layer +0.50% and +3.0%; without the input table -0.84% and +0.22%; without both tables -1.06%
+    and -0.37%; without both tables and with the MTP layer +0.07% and +1.9%. The totals are
+    checked within 1%."""
+    for name, total, active in (("glm-4.5", 355e9, 32e9), ("glm-4.5-air", 106e9, 12e9)):
+        model, counts = _counts(name)
+        tables = 2 * model.vocab * model.hidden
+        assert counts.total == pytest.approx(total, rel=0.01)
+        assert round((counts.active - tables) / 1e9) == active / 1e9
+    _, big = _counts("glm-4.5")
+    _, air = _counts("glm-4.5-air")
+    assert (big.total / 355e9 - 1, air.total / 106e9 - 1) == (pytest.approx(-0.0062, abs=1e-4),
+                                                              pytest.approx(0.0080, abs=1e-4))
+
+
+def test_glm_4_5_air_is_predicted_and_its_half_rotation_costs_only_op_by_op():
+    from perfmodel import Plan, load_model, predict
+
+    air = load_model(str(HF / "glm-4.5-air"), seq_len=4096)
+    whole = air.replace(rotary_fraction=1)
+    for kernels in ("fused", "eager"):
+        plan = Plan(gpus=64, tp=2, pp=2, ep=8, dp=16, sequence_parallel=True, global_batch=256,
+                    kernels=kernels)
+        half_s = predict(air, "dgx-h100", plan).step_time_s
+        whole_s = predict(whole, "dgx-h100", plan).step_time_s
+        assert (half_s == whole_s) == (kernels == "fused")
