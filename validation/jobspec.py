@@ -167,7 +167,7 @@ def job_model(model: TransformerSpec) -> TransformerSpec:
     stages needs an all-reduce the job does not do), a learned position table (seq_len x
     hidden) even for rotary models, and no dropout (the job's layers have none: no masks kept).
     The prediction, the ledger and --dry-run all take this model."""
-    return model.replace(tied_embeddings=False, position_embedding="learned",
+    return model.replace(tied_embeddings=False, position_embedding="learned", rotary_fraction=1,
                          hidden_dropout=0.0, attention_dropout=0.0)
 
 

@@ -317,8 +317,8 @@ class TransformerSpec:
             return
         if self.position_embedding != "rotary":
             raise SpecError(f"rotary_fraction applies to rotary position embeddings "
-                            f"(position_embedding rotary, not {self.position_embedding}): "
-                            "leave it out")
+                            f"(position_embedding rotary, not {self.position_embedding}): give 1 "
+                            "or leave it out")
         if self.kv_lora_rank is not None:
             raise SpecError("rotary_fraction does not apply to multi-head latent attention (its "
                             "rotary part is qk_rope_head_dim): leave it out")

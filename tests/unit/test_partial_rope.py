@@ -209,3 +209,18 @@ def test_universal_and_specialised_formulas_agree_for_a_partial_rotation(kernels
     ours = compile_family(family_of(model, hardware, plan))(values)
     theirs = compile_family(fixed)(values)
     assert float(ours["step_time"]) == pytest.approx(float(theirs["step_time"]), rel=1e-12)
+
+
+def test_the_validation_job_model_of_a_partial_rotation_learns_positions():
+    """The validation job learns a position table even for rotary models
+    (validation.jobspec.job_model): a partial rotation goes with its RoPE, not refused as
+    rotary_fraction without rotary positions."""
+    from tests.conftest import ROOT
+    from validation.jobspec import job_model, job_model_note
+
+    glm = load_model(str(ROOT / "tests/data/hf/glm-4.5-air"), seq_len=4096)
+    ran = job_model(glm)
+    assert (ran.position_embedding, ran.rotary_fraction) == ("learned", 1.0)
+    assert "learns a position table" in job_model_note(glm)
+    with pytest.raises(SpecError, match="give 1 or leave it out"):
+        glm.replace(position_embedding="learned")
