@@ -48,6 +48,7 @@ from perfmodel.configs.shell import Launch, argument_words, launch_command
 from perfmodel.costs.precision import default_master, megatron_master_weights
 from perfmodel.errors import PlanError, SpecError
 from perfmodel.pipeline_layout import PipelineLayout, accounted_layout
+from perfmodel.specs.loading import number
 from perfmodel.strategy import parse_recompute_modules
 
 SCRIPTS = ("pretrain_gpt.py",)
@@ -71,7 +72,8 @@ READ_OPTIONS: dict[str, int] = {
         "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
         "fp8-format", "fp8-recipe", "fp4-format",
         "recompute-granularity", "recompute-method", "recompute-num-layers", "normalization",
-        "position-embedding-type", "attention-backend", "hidden-dropout", "attention-dropout",
+        "position-embedding-type", "rotary-percent", "attention-backend", "hidden-dropout",
+        "attention-dropout",
         "data-parallel-sharding-strategy", "pipeline-model-parallel-layout",
         "num-layers-in-first-pipeline-stage", "num-layers-in-last-pipeline-stage",
         "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "mtp-num-layers",
@@ -708,6 +710,16 @@ def _positions(settings: Settings, job: JobConfig, where: str,
                           "alibi")
     job.model["position_embedding"] = kinds[positions]
     take("position_embedding_type", f"position_embedding {kinds[positions]}")
+    if kinds[positions] == "rotary" and settings.get("rotary_percent", (None, None))[1] \
+            not in (None, "None"):
+        # RotaryEmbedding rotates int(kv_channels x rotary_percent) of each head (Megatron-LM
+        # megatron/core/models/common/embeddings/rotary_pos_embedding.py)
+        key, value = settings["rotary_percent"]
+        fraction = number(value, f"{where}: {key}", maximum=1,
+                          reason="the share of each head's dimensions RoPE rotates")
+        if fraction != 1:
+            job.model["rotary_fraction"] = fraction
+        take("rotary_percent", f"rotary_fraction {fraction:g}")
     if _flag(settings, "no_position_embedding", where):
         if positions not in ("rope", "rotary"):
             raise refuse_spec(where, settings["no_position_embedding"][0], True,
@@ -1724,6 +1736,8 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
              ["--max-position-embeddings", str(model.seq_len)],
              ["--position-embedding-type",
               "rope" if model.position_embedding == "rotary" else "learned_absolute"],
+             *([["--rotary-percent", f"{model.rotary_fraction:g}"]]
+               if model.rotary_fraction != 1 else []),
              ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]]
     if model.gated_mlp:
         args.append(["--swiglu"])

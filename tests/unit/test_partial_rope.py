@@ -224,3 +224,35 @@ def test_the_validation_job_model_of_a_partial_rotation_learns_positions():
     assert "learns a position table" in job_model_note(glm)
     with pytest.raises(SpecError, match="give 1 or leave it out"):
         glm.replace(position_embedding="learned")
+
+
+def test_megatron_rotary_percent_is_read_and_written(tmp_path):
+    """Megatron-LM's --rotary-percent (RotaryEmbedding rotates kv_channels x rotary_percent of
+    each head: GLM-4.5's recipes give 0.5) is the model's rotary_fraction, read with rope
+    positions and written back by the emitter; before, it was skipped as numerics with the same
+    cost, and a GLM-4.5 spec emitted as a Megatron job rotated whole heads."""
+    from perfmodel.configs import read_config, resolve_model
+    from perfmodel.configs.megatron import megatron_arguments
+
+    args = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 "
+            "--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+            "--vocab-size 32000 --swiglu --normalization RMSNorm --disable-bias-linear "
+            "--untie-embeddings-and-output-weights ")
+    path = tmp_path / "args.txt"
+    path.write_text(args + "--position-embedding-type rope --rotary-percent 0.5\n")
+    spec = resolve_model(read_config(path), None, None)
+    assert (spec.position_embedding, spec.rotary_fraction) == ("rotary", 0.5)
+    path.write_text(args + "--position-embedding-type rope --rotary-percent 1.0\n")
+    assert resolve_model(read_config(path), None, None).rotary_fraction == 1
+    path.write_text(args + "--position-embedding-type learned_absolute --rotary-percent 0.5\n")
+    assert resolve_model(read_config(path), None, None).rotary_fraction == 1  # no RoPE: unread
+    path.write_text(args + "--position-embedding-type rope --rotary-percent 2\n")
+    with pytest.raises(SpecError, match="rotary-percent must be > 0 and <= 1"):
+        read_config(path)
+    words = [w for group in megatron_arguments(spec, Plan(gpus=8, dp=8, global_batch=8))
+             for w in group]
+    assert words[words.index("--rotary-percent") + 1] == "0.5"
+    whole = [w for group in megatron_arguments(spec.replace(rotary_fraction=1),
+                                               Plan(gpus=8, dp=8, global_batch=8))
+             for w in group]
+    assert "--rotary-percent" not in whole
