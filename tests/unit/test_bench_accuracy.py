@@ -265,6 +265,16 @@ def test_the_megatron_bridge_runs_are_read():
     assert "divisible by pp x virtual_stages" in refused[unlaid]
 
 
+def test_the_moe_heldout_runs_are_read():
+    """tests/data/accuracy-moe-heldout (mixtures of experts from Megatron-Bridge's 26.02, 26.04
+    and 26.06 tables, Megatron-MoE-ModelZoo's H100 table and Megatron-LM's MoE README): every row
+    predicted, none refused, none lost to an exception."""
+    rows = B.published_rows(ROOT / "tests/data/accuracy-moe-heldout")
+    assert len(rows) == 22
+    assert not [(r.label, r.error) for r in rows if r.error]
+    assert all(r.predicted_s and r.predicted_s > 0 for r in rows)
+
+
 def test_the_nemo_long_context_runs_are_read():
     """tests/data/accuracy-nemo-long-context (NeMo's long-sequence table of 2024, Llama 2 7B FP8
     on DGX H100, 4K to 1M tokens): every row read as its layout, with the settings of the
