@@ -195,6 +195,8 @@ class SearchRequest:
     def __post_init__(self) -> None:
         if not self.gpus or any(g < 1 for g in self.gpus):
             raise PlanError("gpus must be one or more positive whole numbers")
+        # a count given twice (--gpus 8,8) is one count: searched once, its plans ranked once
+        object.__setattr__(self, "gpus", tuple(dict.fromkeys(self.gpus)))
         if self.global_batch < 1:
             raise PlanError(f"global_batch must be >= 1, got {self.global_batch}")
         if not 0 <= self.memory_margin < 1:
