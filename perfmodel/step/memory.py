@@ -249,6 +249,11 @@ def memory_terms(c: Context, params: Parameters,
         full_layer = lmax(full_layer, activations(full=0, selective=0, moe=True))
     else:
         op_gap = full_layer - op_layer
+    # what per-op recompute rebuilds is never less than nothing: its kept tensors include some
+    # whole on every tp rank (the layer's input without sequence parallelism, SwiGLU's MLP-down
+    # partial sums) and bf16 ones under FP8 (torchtitan's count, no Transformer Engine), so at
+    # a high tp they can exceed the whole layer's count, and the difference fell below 0
+    op_gap = lmax(0, op_gap)
     # the micro-batches in flight on the first rank, the fullest of those between (the second;
     # with zbv, whose counts grow with the rank where m < 2 pp - 1, the one before the last) and
     # the last

@@ -4,10 +4,12 @@ fabric levels, recommend's pins): each named after what broke, each failing befo
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 from click.testing import CliRunner
 
+from perfmodel import predict
 from perfmodel.cli import main
 from perfmodel.search import SearchRequest
 
@@ -39,3 +41,30 @@ def test_recommend_gpus_listed_twice_searches_each_count_once() -> None:
     assert b["enumerated"] == a["enumerated"]
     labels = [json.dumps(p["plan"], sort_keys=True) for p in b["plans"]]
     assert len(set(labels)) == len(labels)
+
+
+def test_per_op_recompute_buffer_under_fp8_is_never_negative() -> None:
+    # per-op recompute at a high tp: the whole layer's count fell below per-op's kept bytes
+    # (some whole on every tp rank; bf16 ones under FP8), and the recompute buffer came out
+    # negative (-16 MiB here, -9 GB in the golden corpus), a memory term printed by predict
+    # and summed into the total
+    plan = {"gpus": 8, "tp": 8, "sequence_parallel": True, "dtype": "fp8", "recompute": "op",
+            "global_batch": 8}
+    p = predict("llama3-8b", "dgx-h100", plan)
+    assert p.memory_breakdown_bytes["activations/recompute_buffer"] >= 0
+    assert all(v >= 0 for v in p.memory_breakdown_bytes.values())
+    code, out, err = _run("predict", "--model", "llama3-8b", "--hardware", "dgx-h100",
+                          "--gpus", "8", "--tp", "8", "--sequence-parallel", "--dtype", "fp8",
+                          "--recompute", "op", "--global-batch", "8")
+    assert code == 0, err
+    assert not re.search(r"│\s*-\d", out)  # no negative cell in the tables
+
+
+def test_per_op_recompute_buffer_in_bf16_is_never_negative() -> None:
+    # not FP8 alone: Llama 2 7B in bf16 at tp 8 with sequence parallelism, and on the 2d and 3d
+    # grids (the golden corpus held dozens of such plans with a negative buffer, to -9 GB)
+    for layout, tp, sp in (("1d", 8, True), ("2d", 16, False), ("3d", 64, False)):
+        p = predict("llama2-7b", "dgx-a100-80gb", {
+            "gpus": tp, "tp": tp, "tp_layout": layout, "sequence_parallel": sp,
+            "recompute": "op", "micro_batch": 16, "global_batch": 16, "dtype": "bf16"})
+        assert p.memory_breakdown_bytes["activations/recompute_buffer"] >= 0, layout
