@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -497,9 +498,11 @@ def model_from_dict(data: Mapping[str, Any], where: str) -> TransformerSpec:
         if key not in fields:
             raise SpecError(f"{where}: missing required field '{key}'")
     try:
-        for key in _INT_FIELDS:
+        for key in _INT_FIELDS:  # whole numbers here; their ranges are TransformerSpec's own
+            # (a range here named 1e10 and > 0 for layers' 1e5, mtp_layers' >= 0, ...)
             if key in fields and not _unset(fields[key]):
-                fields[key] = number(fields[key], key, integer=True, maximum=1e10)
+                fields[key] = number(fields[key], key, integer=True, minimum=-math.inf,
+                                     strict=False)
         return TransformerSpec(**fields)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None

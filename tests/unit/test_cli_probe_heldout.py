@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 
 from click.testing import CliRunner
 
-from perfmodel import predict
+from perfmodel import load_model, predict
 from perfmodel.cli import main
 from perfmodel.search import SearchRequest
 
@@ -68,3 +69,25 @@ def test_per_op_recompute_buffer_in_bf16_is_never_negative() -> None:
             "gpus": tp, "tp": tp, "tp_layout": layout, "sequence_parallel": sp,
             "recompute": "op", "micro_batch": 16, "global_batch": 16, "dtype": "bf16"})
         assert p.memory_breakdown_bytes["activations/recompute_buffer"] >= 0, layout
+
+
+def test_a_model_file_out_of_range_names_the_fields_own_range(tmp_path: Path) -> None:
+    # a whole-number field of a model file was checked against one range for all (> 0 and
+    # <= 1e10) before its own: mtp_layers -1 said "> 0" where 0 is allowed (and 100 the most),
+    # layers -3 said "<= 1e+10" where 1e5 is the most, as did --seq-len -5 (1e8)
+    cases = {"moe_first_dense: -1": ("mixtral-8x7b", "moe_first_dense must be >= 0 and <= 31"),
+             "mtp_layers: -1": ("deepseek-v3", "mtp_layers must be >= 0 and <= 100"),
+             "shared_experts: -1": ("mixtral-8x7b", "shared_experts must be >= 0"),
+             "full_attention_every: -2": ("mistral-7b", "full_attention_every must be >= 0"),
+             "layers: -3": ("llama3-8b", "layers must be > 0 and <= 100000,")}
+    for line, (base, needle) in cases.items():
+        spec = tmp_path / "m.yaml"
+        spec.write_text(f"base: {base}\n{line}\n")
+        code, _, err = _run("predict", "--model", str(spec), "--hardware", "dgx-h100")
+        assert code == 3, err
+        assert needle in err, (line, err)
+        assert "1e+10" not in err
+    code, _, err = _run("predict", "--model", "llama3-8b", "--hardware", "dgx-h100",
+                        "--seq-len", "-5")
+    assert code == 3 and "seq_len must be > 0 and <= 1e+08, got -5" in err, err
+    assert load_model("llama3-8b", seq_len=4096).seq_len == 4096
