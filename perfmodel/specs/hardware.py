@@ -918,10 +918,15 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
         if "levels" in fields:
             fields["levels"] = _levels_from(fields["levels"])
             node, intra, inter = node_links(fields["levels"])
-            # derived where left out (a spec file); a spec's own mapping (to_dict) repeats them
+            # derived where left out (a spec file); a spec's own mapping (to_dict) repeats them;
+            # a link given in part is laid over the derived one, so that what it changes is
+            # refused as a disagreement with levels (HardwareSpec), not as a field left out
             fields.setdefault("gpus_per_node", node)
-            fields.setdefault("intra_node", dataclasses.asdict(intra))
-            fields.setdefault("inter_node", dataclasses.asdict(inter))
+            for link, derived in (("intra_node", intra), ("inter_node", inter)):
+                given = fields.get(link)
+                fields[link] = ({**dataclasses.asdict(derived), **given}
+                                if isinstance(given, Mapping) else
+                                dataclasses.asdict(derived) if given is None else given)
         for link in ("intra_node", "inter_node"):
             value = fields[link]
             if not isinstance(value, Mapping):

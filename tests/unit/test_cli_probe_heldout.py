@@ -91,3 +91,26 @@ def test_a_model_file_out_of_range_names_the_fields_own_range(tmp_path: Path) ->
                         "--seq-len", "-5")
     assert code == 3 and "seq_len must be > 0 and <= 1e+08, got -5" in err, err
     assert load_model("llama3-8b", seq_len=4096).seq_len == 4096
+
+
+def test_a_link_changed_in_part_beside_levels_is_refused_as_a_disagreement(
+        tmp_path: Path) -> None:
+    # a file over gb200-nvl72 (a fabric of levels) that changed inter_node's bandwidth alone was
+    # told "missing required field 'inter_node.latency_s'": the latency is there, in levels[1];
+    # what it changes is refused as every other disagreement with levels is
+    spec = tmp_path / "gb.yaml"
+    spec.write_text("base: gb200-nvl72\ninter_node:\n  bandwidth_bytes_per_s: 1.0e12\n")
+    code, _, err = _run("predict", "--model", "llama3-8b", "--hardware", str(spec), "--gpus", "8")
+    assert code == 3, err
+    assert "inter_node must agree with levels" in err and "missing" not in err, err
+    spec.write_text("base: dgx-h100\nlevels:\n"
+                    "  - {name: nvlink, gpus: 8, bandwidth_bytes_per_s: 450.0e9,"
+                    " latency_s: 3.4e-6}\n"
+                    "  - {name: net, bandwidth_bytes_per_s: 50.0e9, latency_s: 1.4e-5}\n"
+                    "intra_node:\n  bandwidth_bytes_per_s: 100.0e9\n")
+    code, _, err = _run("predict", "--model", "llama3-8b", "--hardware", str(spec), "--gpus", "8")
+    assert code == 3 and "intra_node must agree with levels" in err, err
+    # a field given as levels gives it agrees, and is taken
+    spec.write_text("base: gb200-nvl72\ninter_node:\n  call_latency_s: 8.4e-6\n")
+    code, _, err = _run("predict", "--model", "llama3-8b", "--hardware", str(spec), "--gpus", "8")
+    assert code == 0, err
