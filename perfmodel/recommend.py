@@ -378,7 +378,7 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         p = result.plan(rows, i)
         label = _short(p)
         if not evaluated:  # only the model states were bounded: name the layout, not the options
-            label = (f"dp={p.dp} tp={p.tp} pp={p.pp}"
+            label = (_degrees(p, ways=False)
                      + (f" layout={p.tp_layout.value}" if p.tp_layout.value != "1d" else "")
                      + (f" zero{p.zero}" if p.zero else ""))
         nearest.append({"plan": label, "memory_per_gpu_bytes": float(rows.memory_bytes[i]),
@@ -481,6 +481,20 @@ def uneven_note(model: TransformerSpec, req: SearchRequest) -> str:
             f"each other stage)")
 
 
+def _degrees(plan: Any, ways: bool = True) -> str:
+    """'dp=.. tp=.. pp=..' and cp, ep, etp where above 1; `ways`: with how cp and ep exchange
+    (p2p, deepep, ...)."""
+    degrees = f"dp={plan.dp} tp={plan.tp} pp={plan.pp}"
+    if plan.cp > 1:
+        degrees += f" cp={plan.cp}" + (f"({plan.cp_comm.value})" if ways else "")
+    if plan.ep > 1:
+        degrees += f" ep={plan.ep}" + ("" if plan.ep_dispatcher.value == "alltoall" or not ways
+                                       else f"({plan.ep_dispatcher.value})")
+    if plan.etp > 1:
+        degrees += f" etp={plan.etp}"
+    return degrees
+
+
 def _short(plan: Any) -> str:
     extra = []
     if plan.tp_layout.value != "1d":
@@ -499,14 +513,7 @@ def _short(plan: Any) -> str:
                                     ("grad-overlap", plan.overlap_grad_sync),
                                     ("param-overlap", plan.overlap_param_gather),
                                     ("ep-overlap", plan.ep_comm_overlap)) if on]
-    degrees = f"dp={plan.dp} tp={plan.tp} pp={plan.pp}"
-    if plan.cp > 1:
-        degrees += f" cp={plan.cp}({plan.cp_comm.value})"
-    if plan.ep > 1:
-        degrees += f" ep={plan.ep}" + ("" if plan.ep_dispatcher.value == "alltoall"
-                                       else f"({plan.ep_dispatcher.value})")
-    if plan.etp > 1:
-        degrees += f" etp={plan.etp}"
+    degrees = _degrees(plan)
     recompute = plan.recompute.value
     if plan.recompute_every > 1:
         recompute += f"(1-in-{plan.recompute_every})"

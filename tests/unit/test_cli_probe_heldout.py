@@ -114,3 +114,19 @@ def test_a_link_changed_in_part_beside_levels_is_refused_as_a_disagreement(
     spec.write_text("base: gb200-nvl72\ninter_node:\n  call_latency_s: 8.4e-6\n")
     code, _, err = _run("predict", "--model", "llama3-8b", "--hardware", str(spec), "--gpus", "8")
     assert code == 0, err
+
+
+def test_nearest_plans_that_do_not_fit_name_their_cp_and_ep() -> None:
+    # when no plan fits, the nearest were named 'dp=4 tp=1 pp=1 zero3' on 8 GPUs (its cp=2 left
+    # out: a plan of 4 GPUs), and DeepSeek-V3's three nearest by the same label (ep 1, 2, 4)
+    code, out, err = _run("recommend", "--model", "llama3-70b", "--hardware", "dgx-h100",
+                          "--gpus", "8", "--global-batch", "8", "--json")
+    assert code == 4, err
+    nearest = json.loads(out)["explanation"]["infeasible"]["nearest"]
+    assert nearest
+    for row in nearest:
+        degrees = dict(re.findall(r"\b(dp|tp|pp|cp)=(\d+)", row["plan"]))
+        product = 1
+        for value in degrees.values():
+            product *= int(value)
+        assert product == 8, row["plan"]
