@@ -693,7 +693,31 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     plan_kw.setdefault("global_batch", kw["dp"] * kw["micro_batch"])
     plan = plan_from_dict(plan_kw)
     plan.check(model)
+    _refuse_idle_flags(plan, model)
     return model, hardware, plan
+
+
+def _refuse_idle_flags(plan: Any, model: Any) -> None:
+    """A flag given for context or expert parallelism that the plan has none of would change
+    nothing: refused, naming it, rather than predicted as if it were not given (a plan read from
+    a config or a plans file may carry its framework's setting; the flag is the user's)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return
+    if plan.cp == 1 and _given(ctx, "cp_comm"):
+        raise PlanError(f"cp_comm {plan.cp_comm.value} applies to context parallelism (cp > 1), "
+                        "and the plan has cp 1: give --cp, or leave --cp-comm out")
+    experts = getattr(model, "experts", 0)
+    if plan.ep == 1 and _given(ctx, "ep_dispatcher") and plan.ep_dispatcher.value != "alltoall":
+        why = "the model has no experts" if not experts else "the plan has ep 1"
+        raise PlanError(f"ep_dispatcher {plan.ep_dispatcher.value} exchanges a mixture of "
+                        f"experts' tokens over expert parallelism (ep > 1), and {why}: "
+                        + ("leave --ep-dispatcher out" if not experts
+                           else "give --ep, or leave --ep-dispatcher out"))
+    if not experts and _given(ctx, "expert_weighting") \
+            and plan.expert_weighting.value != "activation":
+        raise PlanError(f"expert_weighting {plan.expert_weighting.value} applies to a mixture of "
+                        "experts, and the model has no experts: leave --expert-weighting out")
 
 
 # --- predict -------------------------------------------------------------------------------------

@@ -130,3 +130,26 @@ def test_nearest_plans_that_do_not_fit_name_their_cp_and_ep() -> None:
         for value in degrees.values():
             product *= int(value)
         assert product == 8, row["plan"]
+
+
+def test_a_cp_or_ep_flag_the_plan_has_no_use_for_is_refused_not_ignored() -> None:
+    # --cp-comm a2a with cp 1, --ep-dispatcher deepep with ep 1 or a dense model and
+    # --expert-weighting output on a dense model were predicted as if not given (the last even
+    # printed "routing weights on the experts' outputs" for Llama 3 8B)
+    base = ("predict", "--model", "llama3-8b", "--hardware", "dgx-h100")
+    moe = ("predict", "--model", "mixtral-8x7b", "--hardware", "dgx-h100", "--seq-len", "4096",
+           "--gpus", "8")
+    for args, needle in (((*base, "--cp-comm", "a2a"), "cp_comm a2a applies to context"),
+                         ((*base, "--ep-dispatcher", "deepep"), "the model has no experts"),
+                         ((*moe, "--ep-dispatcher", "deepep"), "the plan has ep 1"),
+                         ((*base, "--expert-weighting", "output"), "expert_weighting output")):
+        code, out, err = _run(*args)
+        assert code == 4, (args, err)
+        assert needle in err and len(err.strip().splitlines()) == 1, err
+        assert out == ""
+    for args in ((*base, "--cp", "2", "--cp-comm", "a2a"),
+                 (*moe, "--ep", "8", "--ep-dispatcher", "deepep"),
+                 (*moe, "--expert-weighting", "output"),
+                 (*base, "--ep-dispatcher", "alltoall")):
+        code, _, err = _run(*args, "--json")
+        assert code == 0, (args, err)
