@@ -362,8 +362,12 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         # the rule a plan of the request's pins and options breaks (where it pins any): Plan.
         # check's words, not the list of divisibility rules
         broken = _broken_rule(model, req) if pins or _option_pins(req) else ""
+        # the options pinned beside the degrees (the count without the pins keeps them): a
+        # degree pin may leave none of them a plan (tp 1 and tp_comm_overlap)
+        options = {k: getattr(v, "value", v) for k, v in _option_pins(req).items()}
+        beside = f" and the options {options}" if options else ""
         if pins and n:
-            reason = (f"no plan satisfies the pins {pins} with {gpus} GPUs ("
+            reason = (f"no plan satisfies the pins {pins}{beside} with {gpus} GPUs ("
                       + (f"for one: {broken}" if broken else rules)
                       + f"); without the pins {n} plans exist")
         elif broken:

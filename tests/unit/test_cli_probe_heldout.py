@@ -153,3 +153,14 @@ def test_a_cp_or_ep_flag_the_plan_has_no_use_for_is_refused_not_ignored() -> Non
                  (*base, "--ep-dispatcher", "alltoall")):
         code, _, err = _run(*args, "--json")
         assert code == 0, (args, err)
+
+
+def test_recommend_names_the_option_pins_that_leave_a_degree_pin_no_plan() -> None:
+    # --tp 1 --tp-comm-overlap: no plan (the overlap needs sequence parallelism, which needs
+    # tp > 1), and the refusal blamed "the pins {'tp': 1}" beside the divisibility rules, none
+    # of which tp 1 breaks, without naming tp_comm_overlap
+    code, _, err = _run("recommend", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--gpus",
+                        "8", "--global-batch", "8", "--tp", "1", "--tp-comm-overlap")
+    assert code == 4, err
+    first = err.strip().splitlines()[0]
+    assert "{'tp': 1}" in first and "'tp_comm_overlap': True" in first, first
