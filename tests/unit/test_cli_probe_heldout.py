@@ -164,3 +164,18 @@ def test_recommend_names_the_option_pins_that_leave_a_degree_pin_no_plan() -> No
     assert code == 4, err
     first = err.strip().splitlines()[0]
     assert "{'tp': 1}" in first and "'tp_comm_overlap': True" in first, first
+
+
+def test_the_batch_json_output_is_one_document_as_the_spec_page_says(tmp_path: Path) -> None:
+    # docs/specs.md said "JSON lines with --json"; predict --batch --json prints one JSON
+    # document (perfmodel.predict.batch/1) whose rows are the plans, which a JSON-lines reader
+    # cannot read line by line
+    plans = tmp_path / "plans.csv"
+    plans.write_text("model,gpus,global_batch\ntiny-gpt,1,1\ntiny-gpt,2,2\n")
+    code, out, err = _run("predict", "--hardware", "dgx-h100", "--batch", str(plans), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["schema"] == "perfmodel.predict.batch/1" and len(doc["rows"]) == 2
+    text = " ".join((Path(__file__).parents[2] / "docs/specs.md").read_text().split())
+    assert "JSON lines" not in text
+    assert "`perfmodel.predict.batch/1`, whose `rows` are one object per plan" in text
