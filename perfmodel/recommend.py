@@ -633,6 +633,11 @@ HARDWARE_SENSITIVITIES = {
 }
 
 
+# the compiled symbols that move with a hardware parameter: peak_flops_per_s is the peak of
+# every dtype (as --what-if peak_flops_per_s=2x scales them all), an fp8 plan's GEMMs at the FP8
+# peak among them
+LINKED_SENSITIVITIES = {"peak_flops_per_s": ("fp8_peak_flops_per_s",)}
+
 # the relative step of the central differences of sensitivities(): small against any parameter,
 # large against float64 rounding (the step time's relative error ~1e-16 / 1e-6 = 1e-10)
 SENSITIVITY_STEP = 1e-6
@@ -658,8 +663,9 @@ def sensitivities(model: TransformerSpec, hardware: HardwareSpec, plan: Any) -> 
     rows = 1 + 2 * len(names)
     columns = {k: np.full(rows, v, dtype=float) for k, v in values.items()}
     for i, name in enumerate(names):
-        columns[name][1 + 2 * i] *= 1 + SENSITIVITY_STEP
-        columns[name][2 + 2 * i] *= 1 - SENSITIVITY_STEP
+        for moved in (name, *(n for n in LINKED_SENSITIVITIES.get(name, ()) if n in values)):
+            columns[moved][1 + 2 * i] *= 1 + SENSITIVITY_STEP
+            columns[moved][2 + 2 * i] *= 1 - SENSITIVITY_STEP
     t = np.asarray(compiled(columns)["step_time"], dtype=float) * np.ones(rows)
     out = {}
     for i, name in enumerate(names):

@@ -179,3 +179,22 @@ def test_the_batch_json_output_is_one_document_as_the_spec_page_says(tmp_path: P
     text = " ".join((Path(__file__).parents[2] / "docs/specs.md").read_text().split())
     assert "JSON lines" not in text
     assert "`perfmodel.predict.batch/1`, whose `rows` are one object per plan" in text
+
+
+def test_an_fp8_plans_sensitivity_to_peak_flops_moves_its_fp8_peak_too() -> None:
+    # recommend --sensitivities moved the bf16 peak alone: an fp8 plan's linear GEMMs run at the
+    # FP8 peak, so Mixtral in fp8 read -0.096 where 1% more peak FLOP/s of every dtype (what
+    # --what-if peak_flops_per_s=1.01x does) takes 0.66% off its step
+    from perfmodel import load_hardware
+    from perfmodel.recommend import sensitivities
+    from perfmodel.strategy import plan_from_dict
+
+    hw, model = load_hardware("dgx-h100"), load_model("mixtral-8x7b", seq_len=4096)
+    plan = {"gpus": 32, "dp": 16, "pp": 2, "ep": 8, "schedule": "zbv", "virtual_stages": 2,
+            "zero": 2, "dtype": "fp8", "global_batch": 64}
+    base = predict(model, hw, plan).step_time_s
+    faster = hw.replace(peak_flops_per_s={k: v * 1.01 for k, v in hw.peak_flops_per_s.items()})
+    measured = (predict(model, faster, plan).step_time_s / base - 1) / 0.01
+    elasticity = sensitivities(model, hw, plan_from_dict(plan))["peak_flops_per_s"]
+    assert elasticity < -0.5
+    assert abs(elasticity - measured) < 0.02, (elasticity, measured)
