@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -635,8 +635,19 @@ HARDWARE_SENSITIVITIES = {
 
 # the compiled symbols that move with a hardware parameter: peak_flops_per_s is the peak of
 # every dtype (as --what-if peak_flops_per_s=2x scales them all), an fp8 plan's GEMMs at the FP8
-# peak among them
+# peak among them; on a fabric of levels the network's bandwidth and latency are each axis's
+# (AXIS_outer_bandwidth, AXIS_outer_latency_s: the slowest level its group crosses), which move
+# with every level beyond the node
 LINKED_SENSITIVITIES = {"peak_flops_per_s": ("fp8_peak_flops_per_s",)}
+LINKED_SUFFIXES = {"inter_bandwidth": "_outer_bandwidth", "inter_latency_s": "_outer_latency_s"}
+
+
+def _linked(name: str, values: Mapping[str, float]) -> tuple[str, ...]:
+    """The compiled symbols a sensitivity to `name` moves with it (LINKED_SENSITIVITIES, and
+    the per-axis symbols of LINKED_SUFFIXES), those the plan's values hold."""
+    suffix = LINKED_SUFFIXES.get(name)
+    return tuple(n for n in values if n in LINKED_SENSITIVITIES.get(name, ())
+                 or (suffix is not None and n.endswith(suffix)))
 
 # the relative step of the central differences of sensitivities(): small against any parameter,
 # large against float64 rounding (the step time's relative error ~1e-16 / 1e-6 = 1e-10)
@@ -663,7 +674,7 @@ def sensitivities(model: TransformerSpec, hardware: HardwareSpec, plan: Any) -> 
     rows = 1 + 2 * len(names)
     columns = {k: np.full(rows, v, dtype=float) for k, v in values.items()}
     for i, name in enumerate(names):
-        for moved in (name, *(n for n in LINKED_SENSITIVITIES.get(name, ()) if n in values)):
+        for moved in (name, *_linked(name, values)):
             columns[moved][1 + 2 * i] *= 1 + SENSITIVITY_STEP
             columns[moved][2 + 2 * i] *= 1 - SENSITIVITY_STEP
     t = np.asarray(compiled(columns)["step_time"], dtype=float) * np.ones(rows)

@@ -198,3 +198,25 @@ def test_an_fp8_plans_sensitivity_to_peak_flops_moves_its_fp8_peak_too() -> None
     elasticity = sensitivities(model, hw, plan_from_dict(plan))["peak_flops_per_s"]
     assert elasticity < -0.5
     assert abs(elasticity - measured) < 0.02, (elasticity, measured)
+
+
+def test_the_network_sensitivity_on_a_fabric_of_levels_moves_each_axis_link() -> None:
+    # on a fabric of more than two levels each axis is priced on its own level (the symbols
+    # AXIS_outer_bandwidth, ...): --sensitivities moved inter_bandwidth alone and read 0.000 for
+    # Llama 3 70B on the 2:1 spine of docs/specs.md, whose gradient all-reduce over the spine is
+    # 26% of the step; every level beyond the node 1% faster takes 0.26% off it
+    from perfmodel.recommend import sensitivities
+    from perfmodel.specs.hardware import hardware_from_dict, load_hardware_dict
+    from perfmodel.strategy import plan_from_dict
+
+    spine = Path(__file__).parents[2] / "docs/examples/h100-spine-2to1.yaml"
+    data = load_hardware_dict(spine)
+    hw, model = hardware_from_dict(data, "spine"), load_model("llama3-70b")
+    plan = plan_from_dict({"gpus": 512, "tp": 8, "dp": 64, "global_batch": 512})
+    faster = dict(data, levels=[dict(lv, bandwidth_bytes_per_s=float(
+        lv["bandwidth_bytes_per_s"]) * 1.01) if i else lv for i, lv in enumerate(data["levels"])])
+    measured = (predict(model, hardware_from_dict(faster, "faster"), plan).step_time_s
+                / predict(model, hw, plan).step_time_s - 1) / 0.01
+    elasticity = sensitivities(model, hw, plan)["inter_bandwidth"]
+    assert measured < -0.2
+    assert abs(elasticity - measured) < 0.01, (elasticity, measured)
