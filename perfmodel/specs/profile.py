@@ -312,6 +312,9 @@ def apply_profile(hardware: HardwareSpec | None, profile: Profile) -> HardwareSp
                 "give a hardware preset too (--hardware), or import with --base"
             )
     new_fits = overrides.pop("collectives", None)
+    if overrides.get("levels"):  # a profile's levels replace the base's fabric, as a file's do
+        data = {k: v for k, v in data.items()
+                if k not in ("gpus_per_node", "intra_node", "inter_node")}
     merged = merge_hardware(data, overrides)
     if new_fits is not None:
         if not isinstance(new_fits, (list, tuple)):

@@ -220,3 +220,19 @@ def test_the_network_sensitivity_on_a_fabric_of_levels_moves_each_axis_link() ->
     elasticity = sensitivities(model, hw, plan)["inter_bandwidth"]
     assert measured < -0.2
     assert abs(elasticity - measured) < 0.01, (elasticity, measured)
+
+
+def test_a_profiles_levels_replace_its_bases_node_links(tmp_path: Path) -> None:
+    # a hardware file's levels replace its base's intra_node and inter_node; a profile's did
+    # not: its levels over dgx-h100 were refused, "intra_node must agree with levels", the
+    # base's own intra_node (which the profile never gave) named as the disagreement
+    profile = tmp_path / "prof.json"
+    profile.write_text(json.dumps({
+        "format": "perfmodel-profile", "version": 1, "complete": True, "fits": {},
+        "hardware": {"base": "dgx-h100", "levels": [
+            {"name": "nvlink", "gpus": 8, "bandwidth_bytes_per_s": 4.5e11, "latency_s": 3.4e-6},
+            {"name": "net", "bandwidth_bytes_per_s": 5e10, "latency_s": 1.4e-5}]}}))
+    for hardware in ((), ("--hardware", "dgx-h100")):
+        code, _, err = _run("predict", "--model", "llama3-8b", "--profile", str(profile),
+                            *hardware, "--gpus", "16", "--global-batch", "16", "--json")
+        assert code == 0, err
