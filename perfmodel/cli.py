@@ -655,6 +655,8 @@ def derive_dp(kw: dict[str, Any]) -> None:
     gpus = kw.get("gpus")
     if gpus is None or _given(click.get_current_context(), "dp"):
         return
+    if not 1 <= gpus <= MAX_DEGREE:  # the plan refuses the count the user gave, named gpus
+        return                       # (not a dp derived from it)
     tp, pp, cp = kw["tp"], kw["pp"], kw.get("cp", 1)
     dp = derived_dp(gpus, tp, pp, cp)
     if dp is None:

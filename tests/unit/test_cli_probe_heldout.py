@@ -236,3 +236,13 @@ def test_a_profiles_levels_replace_its_bases_node_links(tmp_path: Path) -> None:
         code, _, err = _run("predict", "--model", "llama3-8b", "--profile", str(profile),
                             *hardware, "--gpus", "16", "--global-batch", "16", "--json")
         assert code == 0, err
+
+
+def test_a_gpu_count_out_of_range_is_refused_as_gpus_not_as_a_derived_dp() -> None:
+    # predict --gpus 0 (or -8, or 1e11) derived dp from it and was refused as "dp must be
+    # between 1 and 1e+07, got 0": dp was never given; the count given is gpus
+    for gpus in ("0", "-8", "99999999999"):
+        code, _, err = _run("predict", "--model", "llama3-8b", "--hardware", "dgx-h100",
+                            "--gpus", gpus)
+        assert code == 4, err
+        assert err.startswith(f"error: gpus must be between 1 and 1e+07, got {gpus}"), err
