@@ -364,7 +364,8 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         broken = _broken_rule(model, req) if pins or _option_pins(req) else ""
         # the options pinned beside the degrees (the count without the pins keeps them): a
         # degree pin may leave none of them a plan (tp 1 and tp_comm_overlap)
-        options = {k: getattr(v, "value", v) for k, v in _option_pins(req).items()}
+        options = {k: getattr(v, "value", v) for k, v in _option_pins(req).items()
+                   if k not in pins}
         beside = f" and the options {options}" if options else ""
         if pins and n:
             reason = (f"no plan satisfies the pins {pins}{beside} with {gpus} GPUs ("

@@ -424,8 +424,9 @@ def chunk_layers(layers: int, pp: int) -> int:
 def _context_degrees(model: TransformerSpec, req: SearchRequest, rest: int) -> list[int]:
     """The context-parallel degrees dividing `rest` GPUs: 1, and where the plans attend with a
     fused kernel (ring attention needs one), those that cut the sequence into 2 cp chunks."""
-    if req.cp is not None:
-        return [req.cp] if rest % req.cp == 0 else []
+    if req.cp is not None:  # pinned, and within --max-cp as a pinned tp or pp is within theirs
+        return [req.cp] if rest % req.cp == 0 and (req.max_cp is None
+                                                   or req.cp <= req.max_cp) else []
     out = [1]
     if req.flash_attention:
         out += [cp for cp in divisors(rest) if cp > 1 and model.seq_len % (2 * cp) == 0

@@ -246,3 +246,21 @@ def test_a_gpu_count_out_of_range_is_refused_as_gpus_not_as_a_derived_dp() -> No
                             "--gpus", gpus)
         assert code == 4, err
         assert err.startswith(f"error: gpus must be between 1 and 1e+07, got {gpus}"), err
+
+
+def test_recommend_keeps_a_pinned_cp_within_max_cp_as_it_keeps_tp_and_pp() -> None:
+    # --cp 64 --max-cp 2 recommended cp=64 (the bound silently ignored), where --tp 8 --max-tp 2
+    # and --pp 4 --max-pp 2 are refused as pins no plan satisfies
+    req = SearchRequest(gpus=(16,), global_batch=16, cp=2, max_cp=1)
+    from perfmodel.search import count_plans
+
+    assert count_plans(load_model("llama3-8b"), req) == 0
+    code, _, err = _run("recommend", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus",
+                        "16", "--global-batch", "16", "--cp", "2", "--max-cp", "1")
+    assert code == 4, err
+    assert "'cp': 2" in err and "'max_cp': 1" in err, err
+    # an option pinned among the degrees is named once (micro_batch is both)
+    code, _, err = _run("recommend", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--gpus",
+                        "8", "--global-batch", "8", "--dp", "2", "--micro-batch", "4",
+                        "--max-micro-batch", "2")
+    assert code == 4 and err.count("micro_batch': 4") == 1, err
