@@ -892,9 +892,13 @@ def _hf_experts(cfg: Mapping[str, Any], mtype: str, where: str, layers: int, nee
                expert_ffn_hidden=need("moe_intermediate_size"),
                shared_experts=count("n_shared_experts", 0), moe_first_dense=first)
     # node-limited routing (MoEGate: topk_method group_limited_greedy or noaux_tc takes the top
-    # k from the best topk_group of n_group groups; greedy, or one group, limits nothing)
+    # k from the best topk_group of n_group groups; greedy, or one group, limits nothing). A
+    # config without topk_method takes its class's: greedy for deepseek_v2 (DeepseekV2Config),
+    # grouped for deepseek_v3 (transformers' DeepseekV3TopkRouter always groups by n_group; DeepSeek's
+    # own V3 configs say noaux_tc)
     groups = count("n_group", 1)
-    if groups > 1 and cfg.get("topk_method", "greedy") != "greedy":
+    method = cfg.get("topk_method") or ("noaux_tc" if mtype == "deepseek_v3" else "greedy")
+    if groups > 1 and method != "greedy":
         out.update(expert_groups=groups, group_topk=need("topk_group"))
     return out
 

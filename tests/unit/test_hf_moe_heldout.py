@@ -353,3 +353,18 @@ def test_glm_4_5_air_is_predicted_and_its_half_rotation_costs_only_op_by_op():
         half_s = predict(air, "dgx-h100", plan).step_time_s
         whole_s = predict(whole, "dgx-h100", plan).step_time_s
         assert (half_s == whole_s) == (kernels == "fused")
+
+
+def test_deepseek_v3_without_topk_method_routes_by_groups():
+    # transformers 5's DeepseekV3TopkRouter groups by n_group whatever the config says, and its
+    # DeepseekV3Config has no topk_method (DeepSeek's V3 configs carry noaux_tc): a V3 config
+    # without the key keeps its 8 groups of which a token's experts come from 4; a V2 config
+    # without it takes DeepseekV2Config's greedy, no groups
+    cfg = json.loads((ROOT / "tests/data/hf/deepseek-v3/config.json").read_text())
+    assert model_from_hf_config(cfg, "v3", seq_len=4096).expert_groups == 8
+    del cfg["topk_method"]
+    spec = model_from_hf_config(cfg, "v3 without topk_method", seq_len=4096)
+    assert (spec.expert_groups, spec.group_topk) == (8, 4)
+    v2 = json.loads((ROOT / "tests/data/hf/deepseek-v2.5/config.json").read_text())
+    v2.pop("topk_method", None)
+    assert model_from_hf_config(v2, "v2 without topk_method", seq_len=4096).expert_groups in (0, 1)
