@@ -894,8 +894,8 @@ def _hf_experts(cfg: Mapping[str, Any], mtype: str, where: str, layers: int, nee
     # node-limited routing (MoEGate: topk_method group_limited_greedy or noaux_tc takes the top
     # k from the best topk_group of n_group groups; greedy, or one group, limits nothing). A
     # config without topk_method takes its class's: greedy for deepseek_v2 (DeepseekV2Config),
-    # grouped for deepseek_v3 (transformers' DeepseekV3TopkRouter always groups by n_group; DeepSeek's
-    # own V3 configs say noaux_tc)
+    # grouped for deepseek_v3 (transformers' DeepseekV3TopkRouter always groups by n_group;
+    # DeepSeek's own V3 configs say noaux_tc)
     groups = count("n_group", 1)
     method = cfg.get("topk_method") or ("noaux_tc" if mtype == "deepseek_v3" else "greedy")
     if groups > 1 and method != "greedy":
