@@ -101,7 +101,7 @@ HF = {
              "vocab_size": 50257},
     "gpt_neox": {"model_type": "gpt_neox", "hidden_size": 2560, "intermediate_size": 10240,
                  "num_attention_heads": 32, "num_hidden_layers": 32,
-                 "max_position_embeddings": 2048, "vocab_size": 50432},
+                 "max_position_embeddings": 2048, "vocab_size": 50432, "rotary_pct": 0.25},
 }
 
 
