@@ -1064,6 +1064,14 @@ class Rule:
     message: Callable[[PlanColumns, Any], str]
 
 
+def _kv_per_tp_rank(kv_heads: int, tp: int) -> str:
+    """The kv heads a tp rank holds, in words: kv_heads / tp, or one (replicated) where tp
+    exceeds kv_heads (the Ulysses rule's message)."""
+    if tp > kv_heads:
+        return f"1: tp ({tp}) exceeds kv_heads ({kv_heads}), each rank holds one, replicated"
+    return str(kv_heads // tp)
+
+
 def _rule(columns: str, ok: Callable[[PlanColumns, Any], Any],
           message: Callable[[PlanColumns, Any], str], model: bool = False) -> Rule:
     return Rule(frozenset(columns.split()), model, ok, message)
@@ -1296,8 +1304,8 @@ RULES: tuple[Rule, ...] = (
           lambda c, m: (c.cp == 1) | (c.cp_comm != _A2A)
           | (((m.heads // c.tp) % c.cp == 0) & (np.maximum(1, m.kv_heads // c.tp) % c.cp == 0)),
           lambda c, m: f"cp_comm a2a (Ulysses) needs heads / tp ({m.heads // c.tp}) and the kv "
-                       f"heads a tp rank holds ({max(1, m.kv_heads // c.tp)}: one, replicated, "
-                       f"where tp exceeds kv_heads) divisible by cp ({c.cp})", model=True),
+                       f"heads a tp rank holds ({_kv_per_tp_rank(m.kv_heads, c.tp)}) divisible "
+                       f"by cp ({c.cp})", model=True),
     # a mixture of experts
     _rule("ep", lambda c, m: (c.ep == 1) | _moe(m),
           lambda c, m: f"ep ({c.ep}) applies to a mixture-of-experts model: the model has no "
