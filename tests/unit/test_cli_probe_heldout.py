@@ -5,28 +5,16 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
-from click.testing import CliRunner
-
 from perfmodel import load_model, predict
-from perfmodel.cli import main
 from perfmodel.search import SearchRequest
+from tests.unit.test_bad_input import run_main
 
 
 def _run(*args: str) -> tuple[int, str, str]:
     """perfmodel ARGS in this process, as the `perfmodel` script runs it: (exit code, out, err)."""
-    runner = CliRunner()
-    with runner.isolation() as (out, err, _):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return code, out.getvalue().decode(), err.getvalue().decode()
+    return run_main(list(args))
 
 
 def test_recommend_gpus_listed_twice_searches_each_count_once() -> None:
