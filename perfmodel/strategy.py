@@ -352,9 +352,23 @@ def parse_option(cls: type[E], value: Any, field: str) -> E:
     text = str(value).strip().lower()
     allowed = [m.value for m in cls]
     if text not in allowed:
-        raise PlanError(f"{field} must be one of {', '.join(allowed)}, got '{value}'"
-                        f"{suggest(text, allowed)}")
+        other = OTHER_NAMES.get(field, {}).get(text)
+        hint = f" ({other[1]} is '{other[0]}')" if other else suggest(text, allowed)
+        raise PlanError(f"{field} must be one of {', '.join(allowed)}, got '{value}'{hint}")
     return cls(text)
+
+
+# What other tools call an option's value, said in the refusal (never taken in its place: the
+# value given is not one perfmodel's field defines)
+OTHER_NAMES: dict[str, dict[str, tuple[str, str]]] = {
+    "cp_comm": {"ring": ("p2p", "ring attention"), "ulysses": ("a2a", "Ulysses"),
+                "all_gather": ("allgather", "Megatron-Core's all-gather of K and V"),
+                "all-gather": ("allgather", "Megatron-Core's all-gather of K and V")},
+    "ep_dispatcher": {"hybridep": ("deepep", "HybridEP, which exchanges as DeepEP does,"),
+                      "flex": ("deepep",
+                               "Megatron-Core's flex dispatcher, with DeepEP or HybridEP,"),
+                      "all_to_all": ("alltoall", "NCCL's all-to-all")},
+}
 
 
 def _positive_int(value: Any, field: str, minimum: int = 1, maximum: int = 10**7) -> int:

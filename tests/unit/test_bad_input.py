@@ -21,6 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from perfmodel.cli import main
+from perfmodel.errors import PlanError
+from perfmodel.strategy import Plan
 from tests.conftest import ROOT
 
 USAGE, SPEC, PLAN, DATA = 2, 3, 4, 5
@@ -1043,3 +1045,18 @@ def test_an_import_refused_its_output_writes_nothing_beside_it(command: str, tmp
     code, _, err = run_main(["calibrate", command, str(source), "--out", str(out), *extra])
     assert code == 7 and "refusing to write profile" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["D"]
+
+
+@pytest.mark.parametrize("field, value, hint", [
+    ("cp_comm", "ring", "(ring attention is 'p2p')"),
+    ("cp_comm", "Ulysses", "(Ulysses is 'a2a')"),
+    ("ep_dispatcher", "hybridep", "is 'deepep')"),
+    ("ep_dispatcher", "flex", "is 'deepep')"),
+])
+def test_an_option_value_other_tools_use_is_refused_naming_perfmodels(field, value, hint):
+    """Another tool's name for an option's value is refused, the refusal naming the value that
+    means it here (taken in its place, it would be a guess the caller never saw)."""
+    with pytest.raises(PlanError) as raised:
+        Plan(gpus=8, dp=4, cp=2, ep=2, global_batch=8, **{field: value})
+    assert str(raised.value).startswith(f"{field} must be one of")
+    assert str(raised.value).endswith(hint)
