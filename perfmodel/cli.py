@@ -720,6 +720,28 @@ def _refuse_idle_flags(plan: Any, model: Any) -> None:
             and plan.expert_weighting.value != "activation":
         raise PlanError(f"expert_weighting {plan.expert_weighting.value} applies to a mixture of "
                         "experts, and the model has no experts: leave --expert-weighting out")
+    _refuse_idle_recompute(ctx, plan.recompute.value)
+
+
+# the recompute sub-options and the policies that use them (perfmodel.strategy.Plan)
+_RECOMPUTE_SUBOPTIONS = {"recompute_modules": ("selective",),
+                         "recompute_method": ("full",), "recompute_num_layers": ("full",),
+                         "recompute_every": ("selective", "full", "op")}
+
+
+def _refuse_idle_recompute(ctx: click.Context, recompute: str | None) -> None:
+    """A recompute sub-option given with a policy that does not use it (--recompute-modules with
+    --recompute none, --recompute-num-layers 1 with selective) would change nothing: refused,
+    naming it and the policies that use it. recompute None: not pinned (recommend searches
+    the policies), nothing refused."""
+    if recompute is None:
+        return
+    for name, policies in _RECOMPUTE_SUBOPTIONS.items():
+        if name in ctx.params and _given(ctx, name) and recompute not in policies:
+            flag = "--" + name.replace("_", "-")
+            allowed = " or ".join(filter(None, (", ".join(policies[:-1]), policies[-1])))
+            raise PlanError(f"{flag} applies to recompute {allowed}, and the plan recomputes "
+                            f"{recompute}: give --recompute {allowed}, or leave {flag} out")
 
 
 # --- predict -------------------------------------------------------------------------------------
@@ -1130,6 +1152,8 @@ def recommend(model: str | None, from_config: str | None,
         raise click.UsageError("--contributors applies to layer-graph models (alexnet, vgg16, "
                                "resnet50, mlp or a 'kind: layers' file)")
     spec.require_costed()
+    recompute = pins.get("recompute")
+    _refuse_idle_recompute(click.get_current_context(), str(recompute) if recompute else None)
     pins["flash_attention"] = attention_option(pins)
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
                                           "time_to_train" if pins.get("tokens") else "step_time")

@@ -264,3 +264,36 @@ def test_ulysses_refusal_says_replicated_only_where_tp_exceeds_the_kv_heads():
     assert code == 4 and "holds (2) divisible by cp (4)" in err and "replicated" not in err
     code, _, err = _run(*base, "--tp", "16", "--gpus", "64")
     assert code == 4 and "1: tp (16) exceeds kv_heads (8), each rank holds one, replicated" in err
+
+
+def test_a_recompute_sub_option_the_policy_has_no_use_for_is_refused_not_ignored() -> None:
+    # --recompute none --recompute-modules core_attn (the default module, which the plan reads
+    # as none given) was predicted as if not given, as were --recompute-method uniform,
+    # --recompute-num-layers 1 and --recompute-every 1 beside a policy that does not use them
+    base = ("predict", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8")
+    for policy, option, value, needle in (
+            ("none", "--recompute-modules", "core_attn", "applies to recompute selective"),
+            ("full", "--recompute-modules", "core_attn", "applies to recompute selective"),
+            ("selective", "--recompute-num-layers", "1", "applies to recompute full"),
+            ("op", "--recompute-method", "uniform", "applies to recompute full"),
+            ("none", "--recompute-every", "1", "applies to recompute selective, full or op")):
+        for command in ("predict", "explain"):
+            code, out, err = _run(command, *base[1:], "--recompute", policy, option, value)
+            assert code == 4, (policy, option, err)
+            assert f"{option} {needle}" in err and len(err.strip().splitlines()) == 1, err
+            assert out == ""
+    for args in (("--recompute", "selective", "--recompute-modules", "core_attn"),
+                 ("--recompute", "full", "--recompute-method", "block",
+                  "--recompute-num-layers", "2"),
+                 ("--recompute", "op", "--recompute-every", "2")):
+        code, _, err = _run(*base, *args, "--json")
+        assert code == 0, (args, err)
+    # recommend: where --recompute pins a policy that does not use the option; unpinned, the
+    # option is every searched plan's that uses it
+    search = ("recommend", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--gpus", "8",
+              "--global-batch", "8", "--top", "1", "--json")
+    code, out, err = _run(*search, "--recompute", "selective", "--recompute-num-layers", "1")
+    assert code == 4 and "--recompute-num-layers applies to recompute full" in err, err
+    assert out == ""
+    code, _, err = _run(*search, "--recompute-num-layers", "1")
+    assert code == 0, err
