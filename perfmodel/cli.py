@@ -720,6 +720,16 @@ def _refuse_idle_flags(plan: Any, model: Any) -> None:
             and plan.expert_weighting.value != "activation":
         raise PlanError(f"expert_weighting {plan.expert_weighting.value} applies to a mixture of "
                         "experts, and the model has no experts: leave --expert-weighting out")
+    from perfmodel.strategy import sync_ranks
+
+    for name in ("overlap_grad_sync", "overlap_param_gather"):
+        if _given(ctx, name) and getattr(plan, name) and sync_ranks(plan, model) == 1:
+            flag = "--" + name.replace("_", "-")
+            what = "gradient sync" if name == "overlap_grad_sync" else "parameter gather"
+            raise PlanError(f"{flag} overlaps the data-parallel {what}, and the plan has none "
+                            f"(dp {plan.dp}, cp {plan.cp}"
+                            + (f", the experts' tp dp cp / (ep etp) 1" if experts else "")
+                            + f"): give --dp (or --gpus) above 1, or leave {flag} out")
     _refuse_idle_recompute(ctx, plan.recompute.value)
 
 

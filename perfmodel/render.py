@@ -120,7 +120,7 @@ def degrees_text(p: Any) -> str:
     return text
 
 
-def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
+def plan_lines(p: Any, hardware: Any, micro_batches: int, model: Any) -> list[str]:
     """The header of a prediction under the model line (which names the sequence length): the
     hardware and precision, the layout (degrees, tensor layout, placement, sequence parallelism,
     ZeRO) and the schedule (micro-batch, global batch, recompute, options)."""
@@ -151,8 +151,9 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
         schedule.append(f"gradients {p.grad_dtype or 'fp32'}, optimizer states "
                         f"{p.optimizer_dtype or 'fp32'}"
                         + (f", master weights {p.master_weights}" if p.master_weights else ""))
-    if overlaps(p):
-        schedule.append(f"overlapped: {overlaps(p)}")
+    overlapped = overlaps(p, model)
+    if overlapped:
+        schedule.append(f"overlapped: {overlapped}")
     if _value(p.stack) != "eager":
         schedule.append(f"{_value(p.stack)} stack")
     if _value(getattr(p, "kernels", "fused")) != "fused":
@@ -183,13 +184,17 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int) -> list[str]:
             "layout: " + ", ".join(layout), "schedule: " + ", ".join(schedule)]
 
 
-def overlaps(plan: Any) -> str:
+def overlaps(plan: Any, model: Any) -> str:
     """A plan's overlaps in short: tp (TP communication with the GEMMs), grad (gradient sync with
     backward), param (parameter gather with forward), ep (the all-to-alls with another
-    micro-batch)."""
+    micro-batch); grad and param only where the plan syncs over more than one rank (a plan read
+    from a config may say so with dp 1: nothing is overlapped)."""
+    from perfmodel.strategy import sync_ranks
+
+    synced = sync_ranks(plan, model) > 1
     return "+".join(name for name, on in (("tp", plan.tp_comm_overlap),
-                                          ("grad", plan.overlap_grad_sync),
-                                          ("param", plan.overlap_param_gather),
+                                          ("grad", plan.overlap_grad_sync and synced),
+                                          ("param", plan.overlap_param_gather and synced),
                                           ("ep", getattr(plan, "ep_comm_overlap", False))) if on)
 
 
@@ -198,7 +203,7 @@ def print_prediction(r: Prediction) -> None:
     p = r.plan
     m = r.model
     con.print(model_line(m.name, m.origin, r.parameters, m.seq_len, m.seq_len_from), markup=False)
-    for line in plan_lines(p, r.hardware, r.micro_batches):
+    for line in plan_lines(p, r.hardware, r.micro_batches, r.model):
         con.print(line)
     summary = Table(show_header=False, box=None, pad_edge=False)
     summary.add_row("step time", fmt_seconds(r.step_time_s))
@@ -376,7 +381,7 @@ def plan_columns(top: Sequence[Any], plans: Sequence[dict[str, Any]]
                                                      else ""),
                "ep": str(pl.ep), "etp": str(pl.etp), "mb": str(pl.micro_batch), "schedule": sched,
                "recompute": _value(pl.recompute), "sp": "yes" if pl.sequence_parallel else "",
-               "zero": str(pl.zero), "overlap": overlaps(pl),
+               "zero": str(pl.zero), "overlap": overlaps(pl, p.model),
                "placement": ",".join(pl.placement),
                "step time": fmt_seconds(p.step_time_s), "tokens/s": f"{p.tokens_per_s:,.0f}",
                "MFU": f"{p.mfu:.1%}", "memory/GPU": fmt_bytes(p.memory_per_gpu_bytes)}

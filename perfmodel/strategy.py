@@ -1387,6 +1387,18 @@ PLAN_FIELDS = [f.name for f in dataclasses.fields(Plan)]
 FP8_FIELDS = ("fp8_recipe", "fp8_output_layer", "fp8_params")  # fields of dtype fp8 only
 
 
+def sync_ranks(plan: Plan, model: Any) -> int:
+    """The most ranks a gradient of the plan is reduced (and, under ZeRO, a weight gathered)
+    over: dp x cp, and for a mixture of experts the expert-data-parallel group's tp dp cp /
+    (ep etp) (perfmodel.step.data_parallel: replicas, expert_replicas). 1: the plan has no
+    gradient sync and no parameter gather (overlap_grad_sync and overlap_param_gather have
+    nothing to overlap)."""
+    ranks = plan.dp * plan.cp
+    if getattr(model, "experts", 0):
+        ranks = max(ranks, plan.tp * plan.dp * plan.cp // (plan.ep * plan.etp))
+    return ranks
+
+
 def derived_dp(gpus: int, tp: int, pp: int, cp: int) -> int | None:
     """The data-parallel degree a GPU count leaves to the other degrees, gpus / (tp x pp x cp),
     as Megatron-LM derives it from the world size; None where they do not divide it."""

@@ -297,3 +297,40 @@ def test_a_recompute_sub_option_the_policy_has_no_use_for_is_refused_not_ignored
     assert out == ""
     code, _, err = _run(*search, "--recompute-num-layers", "1")
     assert code == 0, err
+
+
+def test_an_overlap_of_a_sync_the_plan_has_none_of_is_refused_and_never_printed(
+        tmp_path: Path) -> None:
+    # dp 1: --overlap-grad-sync was taken and the summary printed "overlapped: grad", though the
+    # plan reduces no gradient over any group (comm/dp 0); so --overlap-param-gather with ZeRO
+    base = ("predict", "--model", "llama3-8b", "--hardware", "dgx-h100", "--global-batch", "8")
+    moe = ("predict", "--model", "mixtral-8x7b", "--hardware", "dgx-h100", "--seq-len", "4096",
+           "--gpus", "8", "--tp", "8", "--sequence-parallel", "--etp", "1")
+    for args, flag in (((*base, "--gpus", "1", "--overlap-grad-sync"), "--overlap-grad-sync"),
+                       ((*base, "--gpus", "8", "--tp", "8", "--zero", "1",
+                         "--overlap-param-gather"), "--overlap-param-gather"),
+                       ((*moe, "--ep", "8", "--overlap-grad-sync"), "--overlap-grad-sync")):
+        code, out, err = _run(*args)
+        assert code == 4, (args, err)
+        assert err.startswith(f"error: {flag} overlaps the data-parallel"), err
+        assert len(err.strip().splitlines()) == 1 and out == ""
+    # a gradient sync over cp, or over the experts' own group (tp 8, ep 1: each expert's
+    # gradients reduced over the 8 tp ranks), is there to overlap
+    for args in ((*base, "--gpus", "2", "--cp", "2", "--overlap-grad-sync"),
+                 (*moe, "--ep", "1", "--overlap-grad-sync")):
+        code, out, err = _run(*args)
+        assert code == 0 and "overlapped: grad" in out, (args, err)
+    # a config's overlap is its framework's setting, read without refusal; the summary names
+    # no overlap of a sync the plan does not run
+    args_file = tmp_path / "args.txt"
+    args_file.write_text("--num-layers 4 --hidden-size 256 --num-attention-heads 8 "
+                         "--seq-length 512 --max-position-embeddings 512 --vocab-size 1000 "
+                         "--micro-batch-size 2 --global-batch-size 8 --bf16 "
+                         "--use-distributed-optimizer --overlap-grad-reduce "
+                         "--overlap-param-gather")
+    config = ("predict", "--from-config", str(args_file), "--hardware", "dgx-h100")
+    code, out, err = _run(*config, "--gpus", "1")
+    assert code == 0, err
+    assert "overlapped" not in out, out
+    code, out, err = _run(*config, "--gpus", "2")
+    assert code == 0 and "overlapped: grad+param" in out, err
