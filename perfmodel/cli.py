@@ -728,7 +728,7 @@ def _refuse_idle_flags(plan: Any, model: Any) -> None:
             what = "gradient sync" if name == "overlap_grad_sync" else "parameter gather"
             raise PlanError(f"{flag} overlaps the data-parallel {what}, and the plan has none "
                             f"(dp {plan.dp}, cp {plan.cp}"
-                            + (f", the experts' tp dp cp / (ep etp) 1" if experts else "")
+                            + (", the experts' tp dp cp / (ep etp) 1" if experts else "")
                             + f"): give --dp (or --gpus) above 1, or leave {flag} out")
     _refuse_idle_recompute(ctx, plan.recompute.value)
 

@@ -18,6 +18,8 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from perfmodel.output import fmt_fixed
+
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
        "script-src 'unsafe-inline'")
 
@@ -124,9 +126,9 @@ def _summary(p: Any) -> str:
     from perfmodel.render import fmt_seconds
 
     cards = [("step time", fmt_seconds(p.step_time_s)),
-             ("tokens/s", f"{p.tokens_per_s:,.0f}"),
-             ("MFU", f"{p.mfu:.1%}"),
-             ("TFLOP/s per GPU", f"{p.tflops_per_gpu:.1f}"),
+             ("tokens/s", fmt_fixed(p.tokens_per_s, ',.0f')),
+             ("MFU", fmt_fixed(p.mfu, ".1%")),
+             ("TFLOP/s per GPU", fmt_fixed(p.tflops_per_gpu, '.1f')),
              ("memory per GPU", f"{fmt_bytes(p.memory_per_gpu_bytes)} of "
                                 f"{fmt_bytes(p.memory_capacity_bytes)}"),
              ("fits in memory", {"fits": "yes", "tight": "tight: only without the "
@@ -141,8 +143,8 @@ def _breakdown(p: Any, css_id: str = "breakdown-table") -> str:
     from perfmodel.plot import breakdown_axes
     from perfmodel.render import fmt_seconds
 
-    rows = [(k, fmt_seconds(v), f"{v / p.step_time_s:.1%}") for k, v in p.breakdown_s.items()
-            if v > 0]
+    rows = [(k, fmt_seconds(v), fmt_fixed(v / p.step_time_s, ".1%"))
+            for k, v in p.breakdown_s.items() if v > 0]
     rows.append(("total", fmt_seconds(p.step_time_s), "100.0%"))
     return (table(("term", "time", "share"), rows, css_id=css_id)
             + image(breakdown_axes(p).get_figure(), "step-time breakdown", "breakdown-chart"))
@@ -220,7 +222,7 @@ def _plans_table(rec: Any, data: Mapping[str, Any]) -> str:
     entries = list(data.get("plans") or [{} for _ in rec.top])
     budget = [(key, label, fmt) for key, label, fmt in (
         ("time_to_train_s", "time to train", fmt_duration), ("gpu_hours", "GPU-hours",
-                                                             lambda x: f"{x:,.0f}"),
+                                                             lambda x: fmt_fixed(x, ',.0f')),
         ("cost", "cost", fmt_price), ("cost_per_step", "cost/step", fmt_price))
         if entries and key in entries[0]]
     rows = []
@@ -230,7 +232,8 @@ def _plans_table(rec: Any, data: Mapping[str, Any]) -> str:
         rows.append((rank, pl.gpus, pl.dp, pl.tp, pl.tp_layout.value, pl.pp, pl.micro_batch,
                      sched, pl.recompute.value, "yes" if pl.sequence_parallel else "", pl.zero,
                      ",".join(pl.placement), fmt_seconds(p.step_time_s),
-                     f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}", fmt_bytes(p.memory_per_gpu_bytes),
+                     fmt_fixed(p.tokens_per_s, ",.0f"), fmt_fixed(p.mfu, ".1%"),
+                     fmt_bytes(p.memory_per_gpu_bytes),
                      *(fmt(entry[key]) for key, _, fmt in budget)))
     headers = ("#", "GPUs", "dp", "tp", "layout", "pp", "mb", "schedule", "recompute", "sp",
                "zero", "placement", "step time", "tokens/s", "MFU", "memory/GPU",
@@ -251,9 +254,10 @@ def _runner_up(rec: Any) -> str:
     for name in names:
         a, b = best.breakdown_s.get(name, 0.0), second.breakdown_s.get(name, 0.0)
         if a or b:
-            rows.append((name, fmt_seconds(a), fmt_seconds(b), f"{(b - a) * 1e3:+.3f} ms"))
+            rows.append((name, fmt_seconds(a), fmt_seconds(b),
+                         f"{fmt_fixed((b - a) * 1e3, '+.3f')} ms"))
     rows.append(("step time", fmt_seconds(best.step_time_s), fmt_seconds(second.step_time_s),
-                 f"{(second.step_time_s - best.step_time_s) * 1e3:+.3f} ms"))
+                 f"{fmt_fixed((second.step_time_s - best.step_time_s) * 1e3, '+.3f')} ms"))
     rows.append(("memory per GPU", fmt_bytes(best.memory_per_gpu_bytes),
                  fmt_bytes(second.memory_per_gpu_bytes),
                  fmt_bytes(second.memory_per_gpu_bytes - best.memory_per_gpu_bytes, signed=True)))
@@ -268,7 +272,7 @@ def _curve(rec: Any) -> str:
     from perfmodel.output import fmt_bytes
     from perfmodel.render import fmt_seconds
 
-    rows = [(r["micro_batch"], fmt_seconds(r["step_time_s"]), f"{r['tokens_per_s']:,.0f}",
+    rows = [(r["micro_batch"], fmt_seconds(r["step_time_s"]), fmt_fixed(r['tokens_per_s'], ',.0f'),
              fmt_bytes(r["memory_per_gpu_bytes"]), "yes" if r["fits"] else "no (memory limit)")
             for r in rec.explanation.get("micro_batch_curve", [])]
     return table(("micro-batch", "step time", "tokens/s", "memory/GPU", "fits"), rows, left=0,

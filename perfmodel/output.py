@@ -84,13 +84,26 @@ def document(kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
     return {"schema": schema_id(kind), **{k: v for k, v in data.items() if k != "schema"}}
 
 
+def fmt_fixed(x: float, spec: str) -> str:
+    """x by a fixed-point spec (',.2f', '.1f', '.1%', '+.3f'); a value that is not zero but
+    would read as one (3e-8 samples/s as 0.00) by three significant digits instead: 3e-08,
+    0.00412. A table never prints a nonzero number as 0."""
+    text = format(x, spec)
+    if x == 0 or any(ch in "123456789" for ch in text) or not math.isfinite(x):
+        return text
+    sign = "+" if "+" in spec else ""
+    if spec.endswith("%"):
+        return f"{x * 100:{sign}.3g}%"
+    return format(x, f"{sign}.3g")
+
+
 def fmt_bytes(n: float, signed: bool = False) -> str:
     """A size in binary units: 512 B, 32.00 KiB, 1.50 GiB (with its sign when signed)."""
     sign = "+" if signed else ""
     for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
             return f"{n / size:{sign}.2f} {unit}"
-    return f"{n:{sign}.0f} B"
+    return f"{fmt_fixed(n, sign + '.0f')} B"
 
 
 def _plain(value: Any) -> Any:

@@ -19,7 +19,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from perfmodel.encode import compute_dtype
-from perfmodel.output import document, fmt_bytes, json_text
+from perfmodel.output import document, fmt_bytes, fmt_fixed, json_text
 from perfmodel.predict import Prediction
 
 PIPE_WIDTH = 100  # columns of output that goes to a pipe or a file, when COLUMNS is not set
@@ -51,10 +51,10 @@ def console() -> Console:
 
 def fmt_seconds(t: float) -> str:
     if t >= 1:
-        return f"{t:.3f} s"
+        return f"{fmt_fixed(t, '.3f')} s"
     if t >= 1e-3:
-        return f"{t * 1e3:.2f} ms"
-    return f"{t * 1e6:.1f} us"
+        return f"{fmt_fixed(t * 1e3, '.2f')} ms"
+    return f"{fmt_fixed(t * 1e6, '.1f')} us"
 
 
 def fmt_duration(t: float) -> str:
@@ -62,24 +62,24 @@ def fmt_duration(t: float) -> str:
     if t < 120:
         return fmt_seconds(t)
     if t < 2 * 3600:
-        return f"{t / 60:.1f} min"
+        return f"{fmt_fixed(t / 60, '.1f')} min"
     if t < 2 * 86400:
-        return f"{t / 3600:.1f} h"
-    return f"{t / 86400:,.1f} days"
+        return f"{fmt_fixed(t / 3600, '.1f')} h"
+    return f"{fmt_fixed(t / 86400, ',.1f')} days"
 
 
 def fmt_price(x: float) -> str:
     """A price in the units of --gpu-hour-price: whole units from 100 on, else cents."""
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.2f}"
+    return fmt_fixed(x, ',.0f') if abs(x) >= 100 else fmt_fixed(x, ',.2f')
 
 
 def fmt_count(n: float) -> str:
     """A parameter count: 8.03B, 596.0M, 124.4M, 65,536."""
     if n >= 1e9:
-        return f"{n / 1e9:.2f}B"
+        return f"{fmt_fixed(n / 1e9, '.2f')}B"
     if n >= 1e6:
-        return f"{n / 1e6:.1f}M"
-    return f"{n:,.0f}"
+        return f"{fmt_fixed(n / 1e6, '.1f')}M"
+    return fmt_fixed(n, ',.0f')
 
 
 def model_line(name: str, source: str, parameters: float, seq_len: int, seq_len_from: str) -> str:
@@ -208,13 +208,15 @@ def print_prediction(r: Prediction) -> None:
     summary = Table(show_header=False, box=None, pad_edge=False)
     summary.add_row("step time", fmt_seconds(r.step_time_s))
     summary.add_row("throughput",
-                    f"{r.samples_per_s:,.2f} samples/s, {r.tokens_per_s:,.0f} tokens/s")
+                    f"{fmt_fixed(r.samples_per_s, ',.2f')} samples/s, "
+                    f"{fmt_fixed(r.tokens_per_s, ',.0f')} tokens/s")
     summary.add_row("model FLOPs / step", f"{r.model_flops_per_step:.3e}")
     # MFU in Megatron-LM's convention (the causal attention core counted as half; docs/model.md),
     # the full-attention (torchtitan) count beside it
-    summary.add_row("per GPU", f"{r.tflops_per_gpu:.1f} TFLOP/s, MFU {r.mfu * 100:.1f}% "
-                    f"(Megatron's count; {r.mfu_full_attention * 100:.1f}% with attention whole)"
-                    + (f"; {r.mfu_fp8_peak * 100:.1f}% of the FP8 peak"
+    summary.add_row("per GPU", f"{fmt_fixed(r.tflops_per_gpu, '.1f')} TFLOP/s, "
+                    f"MFU {fmt_fixed(r.mfu * 100, '.1f')}% (Megatron's count; "
+                    f"{fmt_fixed(r.mfu_full_attention * 100, '.1f')}% with attention whole)"
+                    + (f"; {fmt_fixed(r.mfu_fp8_peak * 100, '.1f')}% of the FP8 peak"
                        if r.mfu_fp8_peak is not None else ""))
     summary.add_row("memory per GPU", f"{fmt_bytes(r.memory_per_gpu_bytes)} of "
                     f"{fmt_bytes(r.memory_capacity_bytes)}: {memory_verdict_text(r)}")
@@ -225,7 +227,7 @@ def print_prediction(r: Prediction) -> None:
     table.add_column("share", justify="right")
     for name, t in r.breakdown_s.items():
         if t > 0:
-            table.add_row(name, fmt_seconds(t), f"{t / r.step_time_s * 100:.1f}%")
+            table.add_row(name, fmt_seconds(t), f"{fmt_fixed(t / r.step_time_s * 100, '.1f')}%")
     table.add_row("[bold]total[/]", f"[bold]{fmt_seconds(r.step_time_s)}[/]", "100.0%")
     con.print(table)
     if r.hidden_s:
@@ -262,9 +264,9 @@ def print_collective(res: dict[str, Any]) -> None:
         table.add_row("algbw", "n/a (one rank moves nothing)")
         table.add_row("busbw", "n/a")
     else:
-        table.add_row("algbw", f"{res['algbw_bytes_per_s'] / 1e9:.2f} GB/s")
-        table.add_row("busbw", f"{res['busbw_bytes_per_s'] / 1e9:.2f} GB/s "
-                      f"(factor {res['bus_factor']:.3f})")
+        table.add_row("algbw", f"{fmt_fixed(res['algbw_bytes_per_s'] / 1e9, '.2f')} GB/s")
+        table.add_row("busbw", f"{fmt_fixed(res['busbw_bytes_per_s'] / 1e9, '.2f')} GB/s "
+                      f"(factor {fmt_fixed(res['bus_factor'], '.3f')})")
     con.print(table)
     options = res.get("by_option_s") or res["by_algorithm_s"]
     if len(options) > 1:
@@ -304,9 +306,9 @@ def print_presets(as_json: bool) -> None:
         h = load_hardware(name)
         peak = h.peak_flops_per_s.get("bf16") or h.peak_flops_per_s.get("fp16", 0)
         hw_rows.append([name, h.gpu_name, str(h.gpus_per_node), fmt_bytes(h.memory_bytes),
-                        f"{peak / 1e12:.0f} TFLOP/s",
-                        f"{h.intra_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s",
-                        f"{h.inter_node.bandwidth_bytes_per_s / 1e9:.0f} GB/s",
+                        f"{fmt_fixed(peak / 1e12, '.0f')} TFLOP/s",
+                        f"{fmt_fixed(h.intra_node.bandwidth_bytes_per_s / 1e9, '.0f')} GB/s",
+                        f"{fmt_fixed(h.inter_node.bandwidth_bytes_per_s / 1e9, '.0f')} GB/s",
                         " > ".join(f"{lv.name} {lv.gpus}" if lv.gpus else lv.name
                                    for lv in h.levels) or "node > network",
                         f"{h.overlap_compute_slowdown:g}",
@@ -320,8 +322,9 @@ def print_presets(as_json: bool) -> None:
     for name in names["models"]:
         m = load_model(name)
         if getattr(m, "kind", "") == "layers":
-            graphs.append([name, str(len(m.layers)), f"{m.parameters / 1e6:.1f}M",
-                           f"{m.flops_per_sample / 1e9:.2f}", "x".join(map(str, m.input_shape)),
+            graphs.append([name, str(len(m.layers)), f"{fmt_fixed(m.parameters / 1e6, '.1f')}M",
+                           fmt_fixed(m.flops_per_sample / 1e9, ".2f"),
+                           "x".join(map(str, m.input_shape)),
                            m.source])
             continue
         counts = preset_parameters(m)
@@ -383,13 +386,14 @@ def plan_columns(top: Sequence[Any], plans: Sequence[dict[str, Any]]
                "recompute": _value(pl.recompute), "sp": "yes" if pl.sequence_parallel else "",
                "zero": str(pl.zero), "overlap": overlaps(pl, p.model),
                "placement": ",".join(pl.placement),
-               "step time": fmt_seconds(p.step_time_s), "tokens/s": f"{p.tokens_per_s:,.0f}",
-               "MFU": f"{p.mfu:.1%}", "memory/GPU": fmt_bytes(p.memory_per_gpu_bytes)}
+               "step time": fmt_seconds(p.step_time_s),
+               "tokens/s": fmt_fixed(p.tokens_per_s, ",.0f"),
+               "MFU": fmt_fixed(p.mfu, ".1%"), "memory/GPU": fmt_bytes(p.memory_per_gpu_bytes)}
         if "time_to_train_s" in d or "cost_per_step" in d:
             row["GPUs"] = f"{pl.gpus:,}"
         if "time_to_train_s" in d:
             row["time to train"] = fmt_duration(d["time_to_train_s"])
-            row["GPU-hours"] = f"{d['gpu_hours']:,.0f}"
+            row["GPU-hours"] = fmt_fixed(d['gpu_hours'], ',.0f')
         if "cost" in d:
             row["cost"] = fmt_price(d["cost"])
         elif "cost_per_step" in d:
@@ -449,7 +453,8 @@ def budget_line(data: dict[str, Any], first: dict[str, Any]) -> str:
     parts = []
     if data.get("tokens"):
         per_step = first["plan"]["global_batch"] * data["seq_len"]
-        parts.append(f"time to train {data['tokens']:.4g} tokens: {first['steps_to_train']:,.0f} "
+        parts.append(f"time to train {data['tokens']:.4g} tokens: "
+                     f"{fmt_fixed(first['steps_to_train'], ',.0f')} "
                      f"steps of {per_step:,} tokens (global batch x sequence length)")
     if data.get("gpu_hour_price"):
         what = "the token budget" if data.get("tokens") else "one step"
@@ -505,7 +510,7 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
     breakdown.add_column("share", justify="right")
     for name, t in best.breakdown_s.items():
         if t > 0:
-            breakdown.add_row(name, fmt_seconds(t), f"{t / best.step_time_s:.1%}")
+            breakdown.add_row(name, fmt_seconds(t), fmt_fixed(t / best.step_time_s, ".1%"))
     con.print(breakdown)
     con.print("[bold]what binds it[/]")
     con.print(bullets(rec.explanation["binding"]))
@@ -527,7 +532,7 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
     print_fitted(con, "throughput against micro-batch size (same layout)", [
         ("micro-batch", False, [str(row["micro_batch"]) for row in curve]),
         ("step time", False, [fmt_seconds(row["step_time_s"]) for row in curve]),
-        ("tokens/s", False, [f"{row['tokens_per_s']:,.0f}" for row in curve]),
+        ("tokens/s", False, [fmt_fixed(row['tokens_per_s'], ',.0f') for row in curve]),
         ("memory/GPU", False, [fmt_bytes(row["memory_per_gpu_bytes"]) for row in curve]),
         ("fits", False, ["yes" if row["fits"] else "no (memory limit)" for row in curve])])
     if "sensitivities" in data:
@@ -535,14 +540,15 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         sens.add_column("hardware parameter")
         sens.add_column("elasticity", justify="right")
         for name, value in sorted(data["sensitivities"].items(), key=lambda kv: kv[1]):
-            sens.add_row(name, f"{value:+.3f}")
+            sens.add_row(name, fmt_fixed(value, '+.3f'))
         con.print(sens)
     if "what_if" in data and data["what_if"]["best"]:
         w = data["what_if"]
         plan = w["best"]["plan"]
         con.print(f"[bold]what if[/] {', '.join(w['changes'])}: best becomes dp={plan['dp']} "
                   f"tp={plan['tp']} pp={plan['pp']} mb={plan['micro_batch']} {plan['schedule']}, "
-                  f"{fmt_seconds(w['best']['step_time_s'])} per step ({w['speedup']:.3f}x)")
+                  f"{fmt_seconds(w['best']['step_time_s'])} per step "
+                  f"({fmt_fixed(w['speedup'], '.3f')}x)")
     if "validation" in data:
         v = data["validation"]
         for caveat in v.get("caveats") or []:  # first: why the numbers below do not compare
@@ -553,7 +559,7 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
             con.print(f"[bold]validation[/] of the best plan scaled down to {v['ranks']} "
                       f"{v['backend']} ranks: predicted {fmt_seconds(v['predicted_step_time_s'])}, "
                       f"measured {fmt_seconds(v['measured_step_time_s'])} "
-                      f"({v['relative_error']:+.1%})")
+                      f"({fmt_fixed(v['relative_error'], '+.1%')})")
 
 
 def memory_verdict_text(r: Any, markup: bool = True) -> str:
@@ -577,8 +583,9 @@ def print_grid_prediction(r: Any) -> None:
     con.print(f"[bold]{r.model.name}[/] on [bold]{p.gpus} x {r.hardware.gpu_name}[/]: Pr={p.pr} "
               f"(model) x Pc={p.pc} (data), batch {p.global_batch}, norm {p.norm.value}, "
               f"collectives {p.variant.value}, {p.dtype}")
-    con.print(f"step time {fmt_seconds(r.step_time_s)}, {r.samples_per_s:,.1f} samples/s, "
-              f"MFU {r.mfu:.1%}, memory per GPU {fmt_bytes(r.memory_per_gpu_bytes)} "
+    con.print(f"step time {fmt_seconds(r.step_time_s)}, "
+              f"{fmt_fixed(r.samples_per_s, ',.1f')} samples/s, "
+              f"MFU {fmt_fixed(r.mfu, '.1%')}, memory per GPU {fmt_bytes(r.memory_per_gpu_bytes)} "
               + ("(fits)" if r.fits_in_memory else "[red](does NOT fit)[/]"))
     narrow = {name: c for name, c in getattr(r, "layer_degrees", {}).items() if c < p.pr}
     if narrow:
@@ -590,7 +597,7 @@ def print_grid_prediction(r: Any) -> None:
     table.add_column("time", justify="right")
     table.add_column("share", justify="right")
     for name, t in r.breakdown_s.items():
-        table.add_row(name, fmt_seconds(t), f"{t / r.step_time_s:.1%}")
+        table.add_row(name, fmt_seconds(t), fmt_fixed(t / r.step_time_s, ".1%"))
     con.print(table)
 
 
@@ -608,7 +615,7 @@ def print_frame(frame: Any, title: str) -> None:
         if col == "step_time_s":
             return fmt_seconds(value)
         if col in ("mfu", "communication_share"):
-            return f"{value:.1%}"
+            return fmt_fixed(value, ".1%")
         return f"{value:.4g}" if isinstance(value, float) else str(value)
 
     print_fitted(con, title, [(FRAME_HEADERS.get(col, col.replace(".", ".\n")), False,
@@ -628,7 +635,8 @@ def print_grid_recommendation(plans: list[Any], evaluated: int, seconds: float) 
     for rank, r in enumerate(plans, start=1):
         comm = sum(v for k, v in r.breakdown_s.items() if k.startswith("comm/"))
         table.add_row(str(rank), str(r.plan.pr), str(r.plan.pc), r.plan.norm.value,
-                      r.plan.variant.value, fmt_seconds(r.step_time_s), f"{r.samples_per_s:,.0f}",
-                      f"{r.mfu:.1%}", f"{comm / r.step_time_s:.1%}",
+                      r.plan.variant.value, fmt_seconds(r.step_time_s),
+                      fmt_fixed(r.samples_per_s, ",.0f"), fmt_fixed(r.mfu, ".1%"),
+                      fmt_fixed(comm / r.step_time_s, ".1%"),
                       fmt_bytes(r.memory_per_gpu_bytes))
     con.print(table)
