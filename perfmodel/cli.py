@@ -382,6 +382,16 @@ def _given(ctx: click.Context, name: str) -> bool:
                                                  click.core.ParameterSource.DEFAULT_MAP)
 
 
+def check_outputs(*outputs: tuple[str | None, str]) -> None:
+    """Refuse in one line (OutputError), before anything is computed, each (path, what) a later
+    write would refuse: a missing directory, a directory, device or FIFO in its place; a path of
+    None is no output."""
+    from perfmodel.files import check_output
+
+    for path, what in outputs:
+        check_output(path, what=what)
+
+
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "global_batch",
              "schedule", "virtual_stages",
              "sequence_parallel", "recompute", "recompute_every", "recompute_method",
@@ -781,6 +791,8 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         raise click.UsageError("--out goes with --batch (for one plan: --json > FILE)")
     outputs = {"plot_path": plot_path, "trace_path": trace_path,
                "timeline_path": timeline_path, "html_path": html_path}
+    check_outputs((out, "results"), (plot_path, "plot"), (trace_path, "trace"),
+                  (timeline_path, "timeline"), (html_path, "HTML report"))
     if batch:
         given = [name for name in BATCH_REFUSED if _given(click.get_current_context(), name)]
         given += [name for name, path in outputs.items() if path]
@@ -1185,9 +1197,10 @@ def recommend(model: str | None, from_config: str | None,
         except PlanError as exc:
             raise PlanError(f"--what-if {' '.join(what_if)}: {exc}") from None
     # what the search's end writes or reads, refused before the search (and before the CSV)
-    for path, what in ((plot_path, "plot"), (html_path, "HTML report")):
-        if path:
-            check_output(path, what=what)
+    check_outputs((plot_path, "plot"), (html_path, "HTML report"), (csv_path, "plans CSV"))
+    if emit_config:  # its files are written into the directory, made where missing
+        check_output(Path(emit_config[1]) / "config", what="emitted config",
+                     make_parents=True)
     if validate_profile and not validate:
         raise click.UsageError("--validate-profile is the profile of --validate's local run: "
                                "give --validate too, or leave it out")
@@ -1489,6 +1502,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
     if not isinstance(spec, LayerGraphSpec):
         raise click.UsageError("sweep takes a layer-graph model (alexnet, vgg16, resnet50, mlp or "
                                "a 'kind: layers' file)")
+    check_outputs((csv_path, "sweep CSV"), (plot_path, "plot"))
     hw = resolve_hardware(hardware, profile)
     if gpus % pr:
         raise click.UsageError(f"--pr ({pr}) must divide --gpus ({gpus})")

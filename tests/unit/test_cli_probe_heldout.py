@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from typing import Any
 from pathlib import Path
 
 from perfmodel import load_model, predict
@@ -355,3 +357,37 @@ def test_a_tiny_rate_is_printed_with_its_digits_not_as_zero() -> None:
     assert code == 0, err
     assert "3.33e-05 samples/s" in out, out
     assert not re.search(r"(?<![\d.])0\.0+(%| samples| us| B\b)", out), out
+
+
+def test_an_output_path_that_cannot_be_written_is_refused_before_any_computation(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    # predict --batch PLANS --out /nonexistent/dir/x.csv predicted every row and only then
+    # failed to write; so predict's --plot, --trace, --timeline and --html, sweep's --csv and
+    # --plot: each is refused (exit 7, one line) before anything is computed
+    def computed(*args: Any, **kw: Any) -> None:
+        raise AssertionError("computed before the output path was checked")
+
+    monkeypatch.setattr("perfmodel.batch.run_batch", computed)
+    monkeypatch.setattr(sys.modules["perfmodel.predict"], "predict", computed)
+    monkeypatch.setattr("perfmodel.layerwise.sweep", computed)
+    plans = tmp_path / "plans.csv"
+    plans.write_text("model,gpus,global_batch\ntiny-gpt,1,1\n")
+    one = ("predict", "--model", "tiny-gpt", "--hardware", "dgx-h100")
+    for args, needle in (
+            (("predict", "--hardware", "dgx-h100", "--batch", str(plans), "--out",
+              "/nonexistent/dir/x.csv"), "output directory does not exist: /nonexistent/dir"),
+            ((*one, "--plot", str(tmp_path)), "it is a directory"),
+            ((*one, "--html", "/dev/null"), "it is a character device"),
+            ((*one, "--trace", "/nonexistent/t.json"), "output directory does not exist"),
+            ((*one, "--timeline", str(tmp_path)), "it is a directory"),
+            (("sweep", "--model", "alexnet", "--hardware", "dgx-h100", "--gpus", "8",
+              "--global-batch", "64", "--vary", "gpus=8,16", "--csv", "/nonexistent/s.csv"),
+             "output directory does not exist")):
+        code, out, err = _run(*args)
+        assert code == 7, (args, err)
+        assert needle in err and len(err.strip().splitlines()) == 1, err
+    (tmp_path / "file").write_text("")
+    code, _, err = _run("recommend", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--gpus",
+                        "8", "--global-batch", "8", "--emit-config", "megatron",
+                        str(tmp_path / "file" / "sub"))
+    assert code == 7 and "is not a directory" in err, err
