@@ -791,8 +791,6 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         raise click.UsageError("--out goes with --batch (for one plan: --json > FILE)")
     outputs = {"plot_path": plot_path, "trace_path": trace_path,
                "timeline_path": timeline_path, "html_path": html_path}
-    check_outputs((out, "results"), (plot_path, "plot"), (trace_path, "trace"),
-                  (timeline_path, "timeline"), (html_path, "HTML report"))
     if batch:
         given = [name for name in BATCH_REFUSED if _given(click.get_current_context(), name)]
         given += [name for name, path in outputs.items() if path]
@@ -804,6 +802,7 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
                 f"{flag} does not go with --batch (it applies to one plan or to layer graphs)")
         from perfmodel.batch import run_batch
 
+        check_outputs((out, "results"))  # before any plan is predicted
         failures = run_batch(Path(batch), kw, Path(out) if out else None, as_json)
         if failures:
             sys.exit(5)
@@ -821,6 +820,7 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         if trace_path or timeline_path or html_path:
             raise click.UsageError("--trace, --timeline and --html draw transformer plans; a "
                                    "layer graph takes --plot")
+        check_outputs((plot_path, "plot"))
         grid = predict_grid(*graph)
         if plot_path:
             from perfmodel.plot import prediction_plot
@@ -835,6 +835,8 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         return
     if job is None:
         model, hardware, plan = build_inputs(kw)
+    check_outputs((plot_path, "plot"), (trace_path, "trace"), (timeline_path, "timeline"),
+                  (html_path, "HTML report"))  # before the prediction, not after it
     result = run(model, hardware, plan)
     notes = profile_extrapolations(kw.get("profile"), model, hardware, plan)
     if plot_path:
