@@ -62,7 +62,7 @@ class FiniteFloat(click.FloatRange):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
+            self.fail(f"must be a finite number, got {value!r}", param, ctx)
         return super().convert(number, param, ctx)
 
 
@@ -1549,8 +1549,10 @@ def _vary(item: str, hardware: Any) -> tuple[str, list[float]]:
     if not numbers:
         raise click.UsageError(f"--vary {field}: give at least one value")
     for v in numbers:
-        if not math.isfinite(v) or v <= 0:
-            raise click.UsageError(f"--vary {field}: values must be finite and > 0, got {v:g}")
+        if not math.isfinite(v):
+            raise click.UsageError(f"--vary {field}: values must be finite numbers, got {v:g}")
+        if v <= 0:
+            raise click.UsageError(f"--vary {field}: values must be > 0, got {v:g}")
         if field in ("gpus", "global_batch") and (v != int(v) or v > MAX_DEGREE):
             raise click.UsageError(f"--vary {field}: values must be whole numbers from 1 to "
                                    f"{MAX_DEGREE:g}, got {v:g}")

@@ -21,11 +21,15 @@ MAX_BYTES = 2.0**60  # one collective of more than an exbibyte per rank is a typ
 
 def parse_bytes(text: str) -> float:
     """'1e9', '256MiB', '64KB', '8G' (nccl-tests style: K/M/G are powers of 1024) -> bytes."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    match = re.fullmatch(r"\s*(nan|infinity|inf|[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*"
+                         r"([a-zA-Z]*)\s*", str(text), re.IGNORECASE)
     if not match or match.group(2).lower() not in _UNITS:
         raise PlanError(f"--bytes must be a size like 1e9, 256MiB, 64KB or 8G, got '{text}'")
-    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
-    if not math.isfinite(value) or value <= 0:
+    number = float(match.group(1))
+    if not math.isfinite(number):  # 1e400: read as inf, neither positive nor a size
+        raise PlanError(f"--bytes must be a finite number, got '{text}'")
+    value = number * _UNITS[match.group(2).lower()]
+    if value <= 0:
         raise PlanError(f"--bytes must be positive, got '{text}'")
     if value > MAX_BYTES:
         raise PlanError(f"--bytes must be at most 1 EiB (2^60 bytes) per rank, got '{text}'")

@@ -532,8 +532,8 @@ def _short(plan: Any) -> str:
             f"recompute={recompute}" + ("".join(f" {e}" for e in extra)))
 
 
-_WHAT_IF = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=\s*([0-9.eE+-]+|true|false)\s*(x?)\s*$",
-                      re.IGNORECASE)
+_WHAT_IF = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=\s*([0-9.eE+-]+|true|false|[+-]?nan|"
+                      r"[+-]?infinity|[+-]?inf)\s*(x?)\s*$", re.IGNORECASE)
 
 
 def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
@@ -552,6 +552,8 @@ def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
         number = 0.0 if flag is not None else float(given)
     except ValueError:  # the pattern's characters, not a number ("1e", "--")
         raise PlanError(f"--what-if: '{given}' in '{change}' is not a number") from None
+    if not math.isfinite(number):  # 1e400: read as inf
+        raise PlanError(f"--what-if: '{given}' in '{change}' must be a finite number")
     path = match.group(1).split(".")
     data = hardware.to_dict()
     if data.get("levels"):  # a fabric's levels by index: levels.2.oversubscription=2

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from perfmodel import load_model, predict
 from perfmodel.search import SearchRequest
@@ -391,3 +391,30 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_computation
                         "8", "--global-batch", "8", "--emit-config", "megatron",
                         str(tmp_path / "file" / "sub"))
     assert code == 7 and "is not a directory" in err, err
+
+
+def test_an_infinite_or_nan_number_is_refused_as_not_finite() -> None:
+    # collective --bytes 1e400 said "--bytes must be positive, got '1e400'" (read as inf), nan
+    # "must be a size like 1e9"; --what-if peak_flops_per_s=1e400x blamed the hardware's fp32
+    # peak ("peak_flops_per_s.fp32 must be a finite number, got inf"), =nanx was not a change;
+    # sweep --vary inf said "finite and > 0": each says the value must be a finite number
+    coll = ("collective", "--op", "all_reduce", "--ranks", "8", "--hardware", "dgx-h100")
+    for value in ("1e400", "nan", "inf"):
+        code, _, err = _run(*coll, "--bytes", value)
+        assert code == 4, err
+        assert err.strip() == f"error: --bytes must be a finite number, got '{value}'", err
+    search = ("recommend", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--gpus", "8",
+              "--global-batch", "8")
+    for change, given in (("peak_flops_per_s=1e400x", "1e400"),
+                          ("memory_bandwidth_bytes_per_s=nanx", "nan"),
+                          ("memory_bandwidth_bytes_per_s=-inf", "-inf")):
+        code, _, err = _run(*search, "--what-if", change)
+        assert code == 4, err
+        assert err.strip() == f"error: --what-if: '{given}' in '{change}' must be a finite " \
+                              "number", err
+    for option in ("--tokens", "--gpu-hour-price", "--memory-margin"):
+        code, _, err = _run(*search, option, "inf")
+        assert code == 2 and "must be a finite number, got 'inf'" in err, err
+    code, _, err = _run("sweep", "--model", "alexnet", "--hardware", "dgx-h100", "--gpus", "8",
+                        "--global-batch", "64", "--vary", "peak_flops_per_s=1e400")
+    assert code == 2 and "--vary peak_flops_per_s: values must be finite numbers, got inf" in err
