@@ -730,6 +730,9 @@ def _refuse_idle_flags(plan: Any, model: Any) -> None:
             and plan.expert_weighting.value != "activation":
         raise PlanError(f"expert_weighting {plan.expert_weighting.value} applies to a mixture of "
                         "experts, and the model has no experts: leave --expert-weighting out")
+    if plan.tp == 1 and _given(ctx, "tp_layout") and plan.tp_layout.value != "1d":
+        raise PlanError(f"tp_layout {plan.tp_layout.value} lays out tensor parallelism (tp > 1), "
+                        "and the plan has tp 1: give --tp, or leave --tp-layout out")
     from perfmodel.strategy import sync_ranks
 
     for name in ("overlap_grad_sync", "overlap_param_gather"):

@@ -418,3 +418,17 @@ def test_an_infinite_or_nan_number_is_refused_as_not_finite() -> None:
     code, _, err = _run("sweep", "--model", "alexnet", "--hardware", "dgx-h100", "--gpus", "8",
                         "--global-batch", "64", "--vary", "peak_flops_per_s=1e400")
     assert code == 2 and "--vary peak_flops_per_s: values must be finite numbers, got inf" in err
+
+
+def test_a_tensor_layout_without_tensor_parallelism_is_refused_not_ignored() -> None:
+    # --tp-layout 2d (or 2.5d, 3d) with tp 1 was predicted as 1d (the same step time and memory)
+    # while the header said "tensor layout 2d"
+    base = ("predict", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8")
+    for layout in ("2d", "2.5d", "3d"):
+        code, out, err = _run(*base, "--tp-layout", layout)
+        assert code == 4 and out == "", err
+        assert err.strip() == f"error: tp_layout {layout} lays out tensor parallelism (tp > 1), " \
+                              "and the plan has tp 1: give --tp, or leave --tp-layout out", err
+    for args in (("--tp-layout", "1d"), ("--tp", "4", "--tp-layout", "2d", "--micro-batch", "2")):
+        code, _, err = _run(*base, *args, "--json")
+        assert code == 0, (args, err)
