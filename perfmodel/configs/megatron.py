@@ -55,6 +55,13 @@ SCRIPTS = ("pretrain_gpt.py",)
 DEFAULT_VOCAB_MULTIPLE = 128  # --make-vocab-size-divisible-by's default
 GPT2_VOCAB = 50257  # GPT2BPETokenizer's vocabulary (gpt2-vocab.json)
 
+# Megatron-LM's switches that turn a fused kernel off (store_false, arguments.py at d98e8a64),
+# read as the TransformerConfig field they set false (_fusions)
+NEGATED = {"no-rope-fusion": "apply_rope_fusion", "no-bias-swiglu-fusion": "bias_swiglu_fusion",
+           "no-bias-gelu-fusion": "bias_gelu_fusion", "no-bias-dropout-fusion":
+           "bias_dropout_fusion", "no-masked-softmax-fusion": "masked_softmax_fusion",
+           "no-scaled-masked-softmax-fusion": "masked_softmax_fusion",
+           "no-gradient-accumulation-fusion": "gradient_accumulation_fusion"}
 # options perfmodel reads: name -> number of values (0: a flag; -1: one or more)
 READ_OPTIONS: dict[str, int] = {
     **dict.fromkeys((
@@ -105,7 +112,8 @@ READ_OPTIONS: dict[str, int] = {
         "checkpoint-activations", "distribute-checkpointed-activations",
         "no-scatter-gather-tensors-in-pipeline", "moe-grouped-gemm",
         "overlap-moe-expert-parallel-comm", "moe-enable-deepep", "enable-cuda-graph",
-        "external-cuda-graph"), 0),
+        "external-cuda-graph", "qk-layernorm", "fp32-residual-connection",
+        "accumulate-allreduce-grads-in-fp32", *NEGATED), 0),
     **megatron_deepspeed.OPTIONS,
     **megatron_deepspeed.MOE_OPTIONS,
 }
@@ -143,12 +151,9 @@ _IGNORED_KINDS = {
     "numerics or initialization with the same cost": (
         "rotary-", "rope-scaling", "rope-scaling-factor", "apply-layernorm-1p",
         "norm-epsilon", "layernorm-epsilon", "attention-softmax-in-fp32",
-        "accumulate-allreduce-grads-in-fp32", "apply-query-key-layer-scaling",
-        "apply-residual-connection-post-layernorm", "no-persist-layer-norm",
-        "qk-layernorm", "no-rope-fusion", "yarn-",
-        "untie-embeddings-and-output-weights-init", "fp32-residual-connection",
-        "bias-swiglu-fusion", "no-bias-swiglu-fusion", "no-bias-gelu-fusion",
-        "no-bias-dropout-fusion", "no-masked-softmax-fusion", "no-gradient-accumulation-fusion",
+        "apply-query-key-layer-scaling",
+        "apply-residual-connection-post-layernorm", "no-persist-layer-norm", "yarn-",
+        "untie-embeddings-and-output-weights-init", "bias-swiglu-fusion",
         "no-async-tensor-model-"
         "parallel-allreduce", "use-cpu-initialization", "no-initialization",
         "disable-tp-comm-split-ag", "disable-tp-comm-split-rs", "ddp-bucket-size",
@@ -156,7 +161,7 @@ _IGNORED_KINDS = {
         "distributed-backend", "local-rank", "lazy-mpu-init", "use-ring-exchange-p2p",
         "barrier-with-L1-time", "no-barrier-with-level-1-timing", "high-priority-stream-groups",
         "moe-router-load-balancing-type", "moe-aux-loss-coeff", "moe-z-loss-coeff",
-        "moe-router-dtype", "no-query-key-layer-scaling", "no-scaled-masked-softmax-fusion",
+        "moe-router-dtype", "no-query-key-layer-scaling",
         "no-contiguous-buffers-in-local-ddp", "use-contiguous-buffers-in-ddp", "mscale",
         "mscale-all-dim", "mtp-loss-scaling-factor"),
     # Megatron-Core's router and token permutation (megatron/core/transformer/moe/router.py,
@@ -248,6 +253,8 @@ def parse_words(launch: Launch, where: str, job: JobConfig) -> dict[str, tuple[s
             values = [launch.shown(v) for v in values]
         value: Any = True if arity == 0 else values[0] if arity == 1 else values
         dest = name.replace("-", "_")
+        if name in NEGATED:  # --no-rope-fusion: apply_rope_fusion False
+            value, dest = False, NEGATED[name]
         if dest in out:
             job.notes.append(f"--{name} is given twice; Megatron-LM takes the last, "
                              f"{_text(value)}")
@@ -710,16 +717,8 @@ def _positions(settings: Settings, job: JobConfig, where: str,
                           "alibi")
     job.model["position_embedding"] = kinds[positions]
     take("position_embedding_type", f"position_embedding {kinds[positions]}")
-    if kinds[positions] == "rotary" and settings.get("rotary_percent", (None, None))[1] \
-            not in (None, "None"):
-        # RotaryEmbedding rotates int(kv_channels x rotary_percent) of each head (Megatron-LM
-        # megatron/core/models/common/embeddings/rotary_pos_embedding.py)
-        key, value = settings["rotary_percent"]
-        fraction = number(value, f"{where}: {key}", maximum=1,
-                          reason="the share of each head's dimensions RoPE rotates")
-        if fraction != 1:
-            job.model["rotary_fraction"] = fraction
-        take("rotary_percent", f"rotary_fraction {fraction:g}")
+    if kinds[positions] == "rotary":
+        _rotary_percent(settings, job, where, take)
     if _flag(settings, "no_position_embedding", where):
         if positions not in ("rope", "rotary"):
             raise refuse_spec(where, settings["no_position_embedding"][0], True,
@@ -728,6 +727,21 @@ def _positions(settings: Settings, job: JobConfig, where: str,
                               "--position-embedding-type rope)")
         take("no_position_embedding", "no learned position table: none beside rotary positions")
     return str(kinds[positions])
+
+
+def _rotary_percent(settings: Settings, job: JobConfig, where: str,
+                    take: Callable[[str, str], None]) -> None:
+    """--rotary-percent (NeMo's rotary_percent, NeMo 1's rotary_percentage) as rotary_fraction:
+    RotaryEmbedding rotates int(kv_channels x rotary_percent) of each head (Megatron-LM
+    megatron/core/models/common/embeddings/rotary_pos_embedding.py)."""
+    if settings.get("rotary_percent", (None, None))[1] in (None, "None", "null"):
+        return
+    key, value = settings["rotary_percent"]
+    fraction = number(value, f"{where}: {key}", maximum=1,
+                      reason="the share of each head's dimensions RoPE rotates")
+    if fraction != 1:
+        job.model["rotary_fraction"] = fraction
+    take("rotary_percent", f"rotary_fraction {fraction:g}")
 
 
 # Megatron-Core's TransformerConfig defaults (hidden_dropout, attention_dropout), which
@@ -852,6 +866,8 @@ def _preset_overrides(settings: Settings, job: JobConfig, where: str,
         job.model["norm"] = str(settings["normalization"][1]).lower()
         take("normalization", f"norm {job.model['norm']}")
     _dropout(settings, job, where, take, over_preset=True)
+    if _model_value(job, "position_embedding", "learned") in ("rotary", None):
+        _rotary_percent(settings, job, where, take)
     job.vocab_multiple = _int(settings, "make_vocab_size_divisible_by", where,
                               DEFAULT_VOCAB_MULTIPLE) or DEFAULT_VOCAB_MULTIPLE
 
@@ -1443,6 +1459,116 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
         _attention(settings, job, where, take, dtype)
     _older_sends(settings, job, where, take)
     megatron_deepspeed.apply(settings, job, where, take, _flag)
+    _fusions(settings, job, where, take, dtype)
+
+
+def _model_value(job: JobConfig, field_name: str, default: Any) -> Any:
+    """A model field as read, else the preset's (NeMo 2's config classes), else default; None
+    where the model is not known here (a Megatron-Bridge override file's: the recipe's)."""
+    if field_name in job.model:
+        return job.model[field_name]
+    if job.preset:
+        from perfmodel.specs.model import load_model
+
+        try:
+            return getattr(load_model(job.preset), field_name, default)
+        except SpecError:  # no preset: the recipe's model, which --model gives later
+            return None
+    return default
+
+
+def _fusions(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None],
+             dtype: str) -> None:
+    """Megatron-Core's fused kernels and numerics switches that change the step's cost where
+    they take effect (megatron/training/arguments.py and megatron/core/transformer at d98e8a64):
+    perfmodel costs the fused kernels (Plan.kernels fused: one RoPE kernel, bias-SwiGLU /
+    bias-GeLU, bias-dropout-add, the scaled masked softmax of unfused attention, the weight
+    gradient accumulated into the fp32 main gradient by the GEMM), so where one of them is off
+    the layer runs that part op by op, not modelled apart from the whole layer's eager kernels:
+    refused where it takes effect, and read as no change where Megatron-Core would not use the
+    kernel anyway (no RoPE, no bias and no dropout to add, flash attention). Likewise
+    --qk-layernorm (a norm of every query and key head: not modelled), --fp32-residual-connection
+    (the residual stream kept in fp32: not modelled) and --accumulate-allreduce-grads-in-fp32
+    (fp32 main gradients: Megatron-LM's default with --bf16; with --fp16 not modelled)."""
+    def off(dest: str) -> bool:
+        return dest in settings and not _flag(settings, dest, where)
+
+    def keep(dest: str, why: str) -> None:
+        take(dest, f"{'off' if off(dest) else 'on'}: {why}")
+
+    def refuse(dest: str, why: str) -> PlanError:
+        return refuse_plan(where, settings[dest][0], settings[dest][1], why)
+
+    # None: not known here (an override file's recipe model): as where the kernel runs
+    rotary = _model_value(job, "position_embedding", "learned") in ("rotary", None)
+    gated = _model_value(job, "gated_mlp", False)
+    swiglu = gated in (True, None)
+    bias = _model_value(job, "bias", True) in (True, None)
+    rate = _model_value(job, "hidden_dropout", MEGATRON_DROPOUT)
+    dropout = MEGATRON_DROPOUT if rate is None else float(rate or 0)
+    kernels = job.plan.get("kernels", "fused")
+    if off("apply_rope_fusion") and rotary and kernels != "eager":
+        raise refuse("apply_rope_fusion", "RoPE op by op beside the other fused kernels is not "
+                                          "modelled (fused RoPE is; kernels eager runs the whole "
+                                          "layer op by op): leave RoPE fusion on")
+    keep("apply_rope_fusion", "no rotary embedding" if not rotary else "fused RoPE")
+    gated_off = off("bias_swiglu_fusion") or (off("bias_activation_fusion") and swiglu)
+    gelu = gated in (False, None) and not _flag(settings, "squared_relu", where)
+    plain_off = off("bias_gelu_fusion") or (off("bias_activation_fusion") and gelu)
+    for dest in ("bias_swiglu_fusion", "bias_gelu_fusion", "bias_activation_fusion"):
+        if dest not in settings:
+            continue
+        if swiglu and gated_off:
+            raise refuse(dest, "the gated activation op by op (not the fused bias-SwiGLU or "
+                               "bias-GeGLU kernel) is not modelled: leave its fusion on")
+        if gelu and bias and plain_off:
+            raise refuse(dest, "the bias add and GeLU as two kernels (not the fused bias-GeLU) "
+                               "are not modelled: leave the activation's fusion on")
+        keep(dest, "the fused activation" if not off(dest) else
+             "no fused kernel for this activation (Megatron-Core fuses bias-GeLU with a bias "
+             "and SwiGLU): the same kernels")
+    if off("bias_dropout_fusion") and (bias or dropout):
+        raise refuse("bias_dropout_fusion",
+                     f"the bias, dropout ({dropout:g}) and residual add op by op are not "
+                     "modelled (the fused bias-dropout-add is): leave it on")
+    keep("bias_dropout_fusion", "no bias and no dropout: one residual add either way"
+         if off("bias_dropout_fusion") else "the fused bias-dropout-add")
+    if not off("masked_softmax_fusion"):
+        keep("masked_softmax_fusion", "unfused attention's fused scaled masked softmax")
+    else:
+        if job.plan.get("flash_attention") is False:
+            raise refuse("masked_softmax_fusion",
+                         "unfused attention's softmax op by op is not modelled (its fused scaled "
+                         "masked softmax is): leave it on, or use flash attention")
+        keep("masked_softmax_fusion", "flash or fused attention computes its own softmax"
+             if job.plan.get("flash_attention") else "flash or fused attention computes its "
+             "own softmax where the hardware runs one (unfused attention's softmax op by op "
+             "is not modelled)")
+    if off("gradient_accumulation_fusion"):
+        raise refuse("gradient_accumulation_fusion",
+                     "the weight gradients written apart and added into the main gradients "
+                     "(an extra pass over them every micro-batch) are not modelled: leave the "
+                     "fusion on")
+    keep("gradient_accumulation_fusion", "the weight gradient GEMM accumulates into the main "
+                                         "gradient")
+    if _flag(settings, "qk_layernorm", where):
+        raise refuse_spec(where, settings["qk_layernorm"][0], settings["qk_layernorm"][1],
+                          "a norm of each query and key head is not modelled")
+    take("qk_layernorm", "off")
+    if _flag(settings, "fp32_residual_connection", where) and dtype != "fp32":
+        raise refuse("fp32_residual_connection", f"the residual stream kept in fp32 beside "
+                                                 f"{dtype} layers is not modelled")
+    take("fp32_residual_connection", "off" if not _flag(settings, "fp32_residual_connection",
+                                                        where) else "dtype fp32 anyway")
+    if _flag(settings, "accumulate_allreduce_grads_in_fp32", where):
+        if dtype == "fp16":
+            raise refuse("accumulate_allreduce_grads_in_fp32",
+                         "fp32 main gradients with --fp16 are not modelled (fp16's are fp16; "
+                         "grad_dtype applies to bf16)")
+        take("accumulate_allreduce_grads_in_fp32",
+             "overridden by --grad-reduce-in-bf16 (Megatron-LM)"
+             if job.plan.get("grad_dtype") == "bf16" else
+             f"fp32 main gradients: {dtype}'s already (Megatron-LM's default with --bf16)")
 
 
 def _attention(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None],

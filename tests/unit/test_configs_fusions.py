@@ -1,0 +1,92 @@
+"""Fused kernels and numerics switches that the readers once took for the same cost: read into a
+field where perfmodel has one (rotary_fraction), refused in one line where they take effect and
+are not modelled, accepted where Megatron-Core would not run the kernel anyway
+(perfmodel.configs.megatron._fusions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel.configs import read_config
+from perfmodel.errors import PlanError, SpecError
+from tests.conftest import ROOT
+from tests.unit.test_bad_input import run_main
+
+DATA = ROOT / "tests/data/configs"
+BASE = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 "
+        "--max-position-embeddings 512 --vocab-size 1000 --micro-batch-size 2 --bf16 "
+        "--position-embedding-type rope --swiglu --disable-bias-linear --hidden-dropout 0 ")
+
+
+def _megatron(tmp_path, extra: str):
+    path = tmp_path / "args.txt"
+    path.write_text(BASE + extra)
+    return read_config(path)
+
+
+def _lines(job) -> str:
+    return "\n".join(job.report())
+
+
+@pytest.mark.parametrize("extra, error, text", [
+    ("--no-rope-fusion", PlanError, "--no-rope-fusion False: RoPE op by op"),
+    ("--no-bias-swiglu-fusion", PlanError, "--no-bias-swiglu-fusion False: the gated"),
+    ("--no-gradient-accumulation-fusion", PlanError, "--no-gradient-accumulation-fusion False"),
+    ("--qk-layernorm", SpecError, "--qk-layernorm: a norm of each query and key head"),
+    ("--fp32-residual-connection", PlanError, "--fp32-residual-connection: the residual"),
+    # Megatron-LM's default --hidden-dropout 0.1 (the dropout is not fused away)
+    ("--no-bias-dropout-fusion --hidden-dropout 0.1", PlanError, "--no-bias-dropout-fusion"),
+    ("--no-masked-softmax-fusion --attention-backend unfused", PlanError,
+     "--no-masked-softmax-fusion False: unfused attention's softmax"),
+])
+def test_megatron_fusions_off_where_they_run_are_refused(tmp_path, extra, error, text):
+    with pytest.raises(error, match=text):
+        _megatron(tmp_path, extra)
+
+
+def test_megatron_gelu_fusion_off_is_refused_with_a_bias_only(tmp_path):
+    gelu = BASE.replace("--swiglu ", "").replace("--disable-bias-linear ", "")
+    path = tmp_path / "args.txt"
+    path.write_text(gelu + "--no-bias-gelu-fusion")
+    with pytest.raises(PlanError, match="--no-bias-gelu-fusion False: the bias add and GeLU"):
+        read_config(path)
+    # without a bias Megatron-LM turns bias_gelu_fusion off itself (arguments.py): the same
+    # kernels, as SwiGLU's switch beside a GeLU MLP
+    job = _megatron(tmp_path, "--no-bias-gelu-fusion")
+    assert "--no-bias-gelu-fusion False: off: no fused kernel" in _lines(job)
+
+
+def test_megatron_switches_without_effect_here_are_accepted(tmp_path):
+    # learned positions: no RoPE to fuse; no bias and no dropout: one residual add; flash
+    # attention: no masked softmax; fp32 gradients are --bf16's own; fp32 residuals in fp32
+    job = _megatron(tmp_path.joinpath(), "--no-bias-dropout-fusion --attention-backend flash "
+                                         "--no-masked-softmax-fusion "
+                                         "--accumulate-allreduce-grads-in-fp32 "
+                                         "--no-persist-layer-norm --rotary-base 500000")
+    text = _lines(job)
+    assert "--no-bias-dropout-fusion False: off: no bias and no dropout" in text
+    assert "--no-masked-softmax-fusion False: off: flash or fused attention" in text
+    assert "--accumulate-allreduce-grads-in-fp32: fp32 main gradients: bf16's already" in text
+    assert "--no-persist-layer-norm: numerics or initialization with the same cost" in text
+    path = tmp_path / "learned.txt"
+    path.write_text(BASE.replace("--position-embedding-type rope", "") + "--no-rope-fusion")
+    assert "--no-rope-fusion False: off: no rotary embedding" in _lines(read_config(path))
+    path.write_text(BASE.replace("--bf16", "") + "--fp32-residual-connection")
+    assert "--fp32-residual-connection: dtype fp32 anyway" in _lines(read_config(path))
+
+
+def test_megatron_fp32_gradients_with_fp16_are_refused(tmp_path):
+    path = tmp_path / "args.txt"
+    path.write_text(BASE.replace("--bf16", "--fp16") + "--accumulate-allreduce-grads-in-fp32")
+    with pytest.raises(PlanError, match="--accumulate-allreduce-grads-in-fp32: fp32 main"):
+        read_config(path)
+
+
+def test_a_refusal_is_one_line_with_the_plan_or_the_model_exit_code(tmp_path):
+    path = tmp_path / "args.txt"
+    for extra, exit_code in (("--no-rope-fusion", 4), ("--qk-layernorm", 3)):
+        path.write_text(BASE + extra)
+        code, _, err = run_main(["predict", "--from-config", str(path), "--hardware",
+                                 "dgx-h100", "--gpus", "8"])
+        assert code == exit_code and len(err.strip().splitlines()) == 1, err
+        assert extra in err
