@@ -58,7 +58,12 @@ _MODEL_FIELDS = (
     "num_layers_in_last_pipeline_stage", "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split", "max_position_embeddings", "use_tp_pp_dp_mapping",
     "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "enable_cuda_graph",
-    "external_cuda_graph", "cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules")
+    "external_cuda_graph", "cuda_graph_impl", "cuda_graph_scope", "cuda_graph_modules",
+    # read by the Megatron reader: rotary_fraction, or refused where they change the cost
+    # (perfmodel.configs.megatron._fusions)
+    "rotary_percent", "apply_rope_fusion", "bias_activation_fusion", "bias_dropout_fusion",
+    "masked_softmax_fusion", "gradient_accumulation_fusion", "qk_layernorm",
+    "fp32_residual_connection")
 _RENAMED = {"num_moe_experts": "num_experts", "gated_linear_unit": "swiglu",
             "virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
             "fp8": "fp8_format", "fp4": "fp4_format", "seq_len": "seq_length",
@@ -80,10 +85,8 @@ _RENAMED = {"num_moe_experts": "num_experts", "gated_linear_unit": "swiglu",
 # work, inference, bookkeeping)
 _HARMLESS = frozenset((
     "_target_", "activation_func", "layernorm_epsilon", "init_method_std", "init_method",
-    "output_layer_init_method", "rotary_base", "rotary_percent", "rotary_interleaved",
-    "rope_scaling", "rope_scaling_factor", "seq_len_interpolation_factor", "apply_rope_fusion",
-    "bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion", "persist_layer_norm",
-    "gradient_accumulation_fusion",
+    "output_layer_init_method", "rotary_base", "rotary_interleaved",
+    "rope_scaling", "rope_scaling_factor", "seq_len_interpolation_factor", "persist_layer_norm",
     "deallocate_pipeline_outputs", "batch_p2p_comm", "batch_p2p_sync", "perform_initialization",
     "parallel_output", "hf_model_id", "clone_scatter_output_in_embedding",
     "scatter_embedding_sequence_parallel", "attention_softmax_in_fp32", "params_dtype",
@@ -98,7 +101,7 @@ _HARMLESS = frozenset((
     "mscale", "mscale_all_dim", "beta_fast", "beta_slow", "rotary_scaling_factor",
     "original_max_position_embeddings", "rope_type", "fp8_recipe", "fp8_margin",
     "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_interval", "fp8_wgrad",
-    "fp8_dot_product_attention", "fp8_multi_head_attention", "fp4_recipe", "qk_layernorm",
+    "fp8_dot_product_attention", "fp8_multi_head_attention", "fp4_recipe",
     "softmax_scale", "forward_step_fn", "data_step_fn", "moe_aux_loss_coeff",
     "moe_router_load_balancing_type", "moe_router_dtype", "moe_z_loss_coeff",
     "moe_router_pre_softmax", "moe_router_score_function", "moe_permute_fusion",

@@ -5,7 +5,10 @@ are not modelled, accepted where Megatron-Core would not run the kernel anyway
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+import yaml
 
 from perfmodel.configs import read_config
 from perfmodel.errors import PlanError, SpecError
@@ -90,3 +93,50 @@ def test_a_refusal_is_one_line_with_the_plan_or_the_model_exit_code(tmp_path):
                                  "dgx-h100", "--gpus", "8"])
         assert code == exit_code and len(err.strip().splitlines()) == 1, err
         assert extra in err
+
+
+def _bridge(tmp_path, **model: Any):
+    data = yaml.safe_load((DATA / "bridge_llama3_8b.yaml").read_text())
+    data["model"].update(model)
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return read_config(path)
+
+
+def test_bridge_rotary_percent_is_the_models_rotary_fraction(tmp_path):
+    job = _bridge(tmp_path, rotary_percent=0.5)
+    assert job.model["rotary_fraction"] == 0.5
+    assert "model.rotary_percent 0.5: rotary_fraction 0.5" in _lines(job)
+
+
+def test_nemo2_rotary_percent_over_a_preset(tmp_path):
+    data = yaml.safe_load((DATA / "nemo2_llama3_8b.yaml").read_text())
+    data["model"]["config"]["rotary_percent"] = 0.5
+    path = tmp_path / "nemo2.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert read_config(path).model["rotary_fraction"] == 0.5
+
+
+@pytest.mark.parametrize("model, error, text", [
+    (dict(apply_rope_fusion=False), PlanError, "model.apply_rope_fusion False: RoPE op by op"),
+    (dict(bias_activation_fusion=False), PlanError, "model.bias_activation_fusion False"),
+    (dict(gradient_accumulation_fusion=False), PlanError, "model.gradient_accumulation_fusion"),
+    (dict(qk_layernorm=True), SpecError, "model.qk_layernorm: a norm"),
+    (dict(bias_dropout_fusion=False, hidden_dropout=0.1), PlanError,
+     "model.bias_dropout_fusion False"),
+])
+def test_bridge_fusions_off_where_they_run_are_refused(tmp_path, model, error, text):
+    with pytest.raises(error, match=text):
+        _bridge(tmp_path, **model)
+
+
+def test_bridge_fusions_on_and_harmless_fields_stay_accepted(tmp_path):
+    job = _bridge(tmp_path, apply_rope_fusion=True, bias_activation_fusion=True,
+                  gradient_accumulation_fusion=True, masked_softmax_fusion=False,
+                  bias_dropout_fusion=False, qk_layernorm=False, persist_layer_norm=False,
+                  rotary_base=500000)
+    text = _lines(job)
+    assert "model.apply_rope_fusion: on: fused RoPE" in text
+    assert "model.bias_dropout_fusion False: off: no bias and no dropout" in text
+    assert "model.persist_layer_norm False: the same cost" in text
+    assert not job.unknown
