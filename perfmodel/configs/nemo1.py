@@ -59,14 +59,17 @@ SAME = ("hidden_dropout", "attention_dropout",
         "moe_ffn_hidden_size", "moe_token_dispatcher_type", "moe_grouped_gemm",
         "moe_shared_expert_intermediate_size", "cross_entropy_loss_fusion",
         "use_tp_pp_dp_mapping", "cpu_offloading", "cpu_offloading_num_layers",
-        "cpu_offloading_activations", "cpu_offloading_weights")
+        "cpu_offloading_activations", "cpu_offloading_weights", "apply_rope_fusion",
+        "bias_activation_fusion", "masked_softmax_fusion", "gradient_accumulation_fusion",
+        "fp32_residual_connection")
 RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
            "num_moe_experts": "num_experts",
            "activations_checkpoint_granularity": "recompute_granularity",
            "activations_checkpoint_method": "recompute_method",
            "activations_checkpoint_num_layers": "recompute_num_layers",
            "ub_tp_comm_overlap": "tp_comm_overlap", "fp8_params": "fp8_param_gather",
-           "rampup_batch_size": "rampup_batch_size"}
+           "rampup_batch_size": "rampup_batch_size", "rotary_percentage": "rotary_percent",
+           "bias_dropout_add_fusion": "bias_dropout_fusion"}
 # moe_grouped_gemm false: the experts one GEMM each (Megatron-Core's SequentialMLP), which
 # perfmodel costs at its grouped GEMM's efficiency all the same (docs/moe.md)
 GROUPED_OFF = "off: the experts' GEMMs one by one, costed as perfmodel's grouped GEMM all the same"
@@ -88,11 +91,10 @@ HARMLESS = frozenset((
     "ffn_dropout", "apply_query_key_layer_scaling", "layernorm_zero_centered_gamma",
     "layernorm_epsilon", "do_layer_norm_weight_decay", "pre_process", "post_process",
     "persist_layer_norm", "headscale", "openai_gelu", "normalize_attention_scores",
-    "rotary_percentage", "rotary_base", "apply_rope_fusion", "attention_type",
+    "rotary_base", "attention_type",
     "native_amp_init_scale", "native_amp_growth_interval", "hysteresis",
-    "fp32_residual_connection", "fp16_lm_cross_entropy", "megatron_amp_O2",
-    "grad_allreduce_chunk_size_mb", "grad_div_ar_fusion", "gradient_accumulation_fusion",
-    "bias_activation_fusion", "bias_dropout_add_fusion", "masked_softmax_fusion", "seed",
+    "fp16_lm_cross_entropy", "megatron_amp_O2",  # refused off under 16 bits (settings_of)
+    "grad_allreduce_chunk_size_mb", "grad_div_ar_fusion", "seed",
     "resume_from_checkpoint", "use_cpu_initialization", "onnx_safe",
     "apex_transformer_log_level", "gradient_as_bucket_view", "sync_batch_comm",
     "overlap_p2p_comm", "batch_p2p_comm", "sharp", "nsys_profile", "fp8_margin",
@@ -165,6 +167,12 @@ def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
         if name not in ("devices", "num_nodes", "precision"):
             job.skipped(f"trainer.{name}", value, "not the step's (run length, logging)")
     model = data["model"]
+    if dtype in ("bf16", "fp16") and not model.get("megatron_amp_O2"):
+        # megatron_base_model.py (8cfedd7): without megatron_amp_O2 the weights are fp32
+        # (params_dtype) and the layers run under torch.autocast (enable_autocast)
+        raise refuse_plan(where, "model.megatron_amp_O2", model.get("megatron_amp_O2", False),
+                          f"fp32 weights under {dtype} autocast (NeMo 1's default) are not "
+                          "modelled (megatron_amp_O2 true's 16-bit weights are)")
     _model(model, settings, job, where)
     optim = model.get("optim") or {}
     if not isinstance(optim, dict):

@@ -140,3 +140,35 @@ def test_bridge_fusions_on_and_harmless_fields_stay_accepted(tmp_path):
     assert "model.bias_dropout_fusion False: off: no bias and no dropout" in text
     assert "model.persist_layer_norm False: the same cost" in text
     assert not job.unknown
+
+
+def _nemo1(tmp_path, **model: Any):
+    data = yaml.safe_load((DATA / "nemo1_nemotron4_15b.yaml").read_text())
+    data["model"].update(model)
+    path = tmp_path / "nemo1.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return read_config(path)
+
+
+def test_nemo1_rotary_percentage_is_the_models_rotary_fraction(tmp_path):
+    # Nemotron-4 15B rotates half of each head (the config's rotary_percentage 0.5)
+    job = _nemo1(tmp_path)
+    assert job.model["rotary_fraction"] == 0.5
+    # its fusions off where they do not run: squared ReLU, no bias, no dropout
+    text = _lines(job)
+    assert "model.bias_activation_fusion False: off: no fused kernel" in text
+    assert "model.bias_dropout_add_fusion False: off: no bias and no dropout" in text
+
+
+@pytest.mark.parametrize("model, error, text", [
+    (dict(apply_rope_fusion=False), PlanError, "model.apply_rope_fusion False"),
+    (dict(activation="swiglu"), PlanError, "model.bias_activation_fusion False: the gated"),
+    (dict(bias_dropout_add_fusion=False, hidden_dropout=0.1), PlanError,
+     "model.bias_dropout_add_fusion False"),
+    (dict(gradient_accumulation_fusion=False), PlanError, "model.gradient_accumulation_fusion"),
+    (dict(fp32_residual_connection=True), PlanError, "model.fp32_residual_connection"),
+    (dict(megatron_amp_O2=False), PlanError, "model.megatron_amp_O2 False: fp32 weights"),
+])
+def test_nemo1_settings_that_change_the_cost_are_refused(tmp_path, model, error, text):
+    with pytest.raises(error, match=text):
+        _nemo1(tmp_path, **model)

@@ -42,11 +42,12 @@ def _nemo1(tmp_path, *, trainer: dict[str, Any] | None = None, optim: dict[str, 
 
 def _spec(tmp_path, **changes: Any):
     """A model spec of the development set's Nemotron-4 15B (its tokenizer file gives the
-    vocabulary, so a NeMo 1 config of it needs --model)."""
+    vocabulary, so a NeMo 1 config of it needs --model), rotating half of each head as its
+    config's rotary_percentage 0.5."""
     spec = dict(kind="transformer", layers=32, hidden=6144, heads=48, kv_heads=8,
                 ffn_hidden=24576, seq_len=4096, vocab=256000, tied_embeddings=False, bias=False,
                 position_embedding="rotary", norm="layernorm", gated_mlp=False,
-                hidden_dropout=0.0, attention_dropout=0.0, **changes)
+                hidden_dropout=0.0, attention_dropout=0.0, rotary_fraction=0.5, **changes)
     path = tmp_path / "nemotron4-15b.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -408,7 +409,8 @@ def test_what_is_off_or_another_is_not_said_to_be_on(tmp_path):
     # "moe_grouped_gemm False: the experts' GEMMs grouped", "fast-geglu: gated_mlp (SwiGLU)",
     # "enable_async_tensor_parallel False: tp_comm_overlap (...)", deepseek_v3 16B's
     # "maps llama3 and qwen3 flavors only" where 671B is mapped
-    text = _lines(_nemo1(tmp_path, **MOE, moe_grouped_gemm=False, activation="fast-geglu"))
+    text = _lines(_nemo1(tmp_path, **MOE, moe_grouped_gemm=False, activation="fast-geglu",
+                         bias_activation_fusion=True))
     assert text.count("trainer.precision") == 1 and "trainer.precision bf16: dtype bf16" in text
     assert "model.moe_grouped_gemm False: off" in text
     assert "model.activation fast-geglu: gated_mlp (geglu" in text and "(SwiGLU)" not in text
