@@ -1560,6 +1560,22 @@ def _fusions(settings: Settings, job: JobConfig, where: str, take: Callable[[str
                                                  f"{dtype} layers is not modelled")
     take("fp32_residual_connection", "off" if not _flag(settings, "fp32_residual_connection",
                                                         where) else "dtype fp32 anyway")
+    fp8 = job.plan.get("dtype") == "fp8"
+    for dest, bad, why in (
+            ("fp8_wgrad", False, "the weight-gradient GEMMs in 16 bits beside FP8 forward and "
+                                 "input-gradient GEMMs are not modelled (dtype fp8 runs all "
+                                 "three in FP8)"),
+            ("fp8_dot_product_attention", True, "Transformer Engine's FP8 attention is not "
+                                                "modelled (the attention is costed in 16 bits)"),
+            ("fp8_multi_head_attention", True, "Transformer Engine's FP8 attention and its FP8 "
+                                               "activations are not modelled")):
+        if dest not in settings:
+            continue
+        value = _flag(settings, dest, where)
+        if fp8 and value == bad:
+            raise refuse(dest, why)
+        take(dest, "no effect without FP8" if not fp8 else
+             "the weight gradients in FP8 (dtype fp8's)" if dest == "fp8_wgrad" else "off")
     if _flag(settings, "accumulate_allreduce_grads_in_fp32", where):
         if dtype == "fp16":
             raise refuse("accumulate_allreduce_grads_in_fp32",

@@ -63,7 +63,8 @@ _MODEL_FIELDS = (
     # (perfmodel.configs.megatron._fusions)
     "rotary_percent", "apply_rope_fusion", "bias_activation_fusion", "bias_dropout_fusion",
     "masked_softmax_fusion", "gradient_accumulation_fusion", "qk_layernorm",
-    "fp32_residual_connection")
+    "fp32_residual_connection", "fp8_wgrad", "fp8_dot_product_attention",
+    "fp8_multi_head_attention")
 _RENAMED = {"num_moe_experts": "num_experts", "gated_linear_unit": "swiglu",
             "virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
             "fp8": "fp8_format", "fp4": "fp4_format", "seq_len": "seq_length",
@@ -100,8 +101,7 @@ _HARMLESS = frozenset((
     "inference_rng_tracker", "flash_decode", "use_te_rng_tracker", "enable_autocast",
     "mscale", "mscale_all_dim", "beta_fast", "beta_slow", "rotary_scaling_factor",
     "original_max_position_embeddings", "rope_type", "fp8_recipe", "fp8_margin",
-    "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_interval", "fp8_wgrad",
-    "fp8_dot_product_attention", "fp8_multi_head_attention", "fp4_recipe",
+    "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_interval", "fp4_recipe",
     "softmax_scale", "forward_step_fn", "data_step_fn", "moe_aux_loss_coeff",
     "moe_router_load_balancing_type", "moe_router_dtype", "moe_z_loss_coeff",
     "moe_router_pre_softmax", "moe_router_score_function", "moe_permute_fusion",
@@ -386,7 +386,8 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
         dests = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8_format", "fp4": "fp4_format",
                  "grad_reduce_in_fp32": "grad_reduce_in_fp32", "fp8_recipe": "fp8_recipe",
                  "fp8_param_gather": "fp8_param_gather", "fp8_params": "fp8_param_gather",
-                 "reuse_grad_buf_for_mxfp8_param_ag": "reuse_grad_buf_for_mxfp8_param_ag"}
+                 "reuse_grad_buf_for_mxfp8_param_ag": "reuse_grad_buf_for_mxfp8_param_ag",
+                 **{name: name for name in _PLUGIN_FP8}}  # the Megatron reader's (_fusions)
         fp8 = precision.get("fp8") not in (None, "None", "null", False)
         for name, value in precision.items():
             key = f"mixed_precision.{name}"
@@ -497,10 +498,13 @@ def _precision(settings: Settings, job: JobConfig, key: str, value: Any, where: 
 # the precision, FP8's scaling details, FP16's loss scaling
 _PLUGIN_HARMLESS = frozenset((
     "_target_", "params_dtype", "pipeline_dtype", "autocast_dtype", "autocast_enabled",
-    "fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_wgrad",
-    "fp8_dot_product_attention", "fp8_multi_head_attention", "fp4_recipe", "fp16_loss_scale",
+    "fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo", "fp4_recipe",
+    "fp16_loss_scale",
     "fp16_initial_loss_scale", "fp16_min_loss_scale", "fp16_loss_scale_window",
     "fp16_hysteresis"))
+
+# MegatronMixedPrecision's FP8 switches that change the step's cost under FP8, over the model's
+_PLUGIN_FP8 = ("fp8_wgrad", "fp8_dot_product_attention", "fp8_multi_head_attention")
 
 
 def _plugin(plugin: dict[str, Any], settings: Settings, job: JobConfig, where: str) -> None:
@@ -515,7 +519,7 @@ def _plugin(plugin: dict[str, Any], settings: Settings, job: JobConfig, where: s
         raise SpecError(f"{where}: {prefix}: MegatronMixedPrecision needs its precision")
     for dest in ("bf16", "fp16", "fp8_format", "fp8_recipe", "fp8_param_gather",
                  "grad_reduce_in_fp32", "grad_reduce_in_bf16",
-                 "reuse_grad_buf_for_mxfp8_param_ag", "fp4_format"):
+                 "reuse_grad_buf_for_mxfp8_param_ag", "fp4_format", *_PLUGIN_FP8):
         if dest in settings:  # the model's or the DDP's, which the plugin's overrides
             key, value = settings.pop(dest)
             job.skipped(key, value, f"overridden by {prefix} (MegatronMixedPrecision)")
@@ -561,8 +565,11 @@ def _plugin(plugin: dict[str, Any], settings: Settings, job: JobConfig, where: s
                               "are FP8 under dtype fp8)")
         job.skipped(f"{prefix}.{name}", plugin[name],
                     "off" if not plugin[name] else "no effect without fp8")
+    for name in (n for n in _PLUGIN_FP8 if n in plugin):  # the Megatron reader's (_fusions)
+        settings[name] = (f"{prefix}.{name}", plugin[name])
     read = {"precision", "fp8", "fp8_recipe", "fp8_params", "fp8_param_gather", "fp4",
-            "grad_reduce_in_fp32", "reuse_grad_buf_for_mxfp8_param_ag", *bf16_layers}
+            "grad_reduce_in_fp32", "reuse_grad_buf_for_mxfp8_param_ag", *bf16_layers,
+            *_PLUGIN_FP8}
     for name, value in plugin.items():
         if name in read:
             continue

@@ -61,7 +61,7 @@ SAME = ("hidden_dropout", "attention_dropout",
         "use_tp_pp_dp_mapping", "cpu_offloading", "cpu_offloading_num_layers",
         "cpu_offloading_activations", "cpu_offloading_weights", "apply_rope_fusion",
         "bias_activation_fusion", "masked_softmax_fusion", "gradient_accumulation_fusion",
-        "fp32_residual_connection")
+        "fp32_residual_connection", "fp8_wgrad")
 RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
            "num_moe_experts": "num_experts",
            "activations_checkpoint_granularity": "recompute_granularity",
@@ -98,7 +98,7 @@ HARMLESS = frozenset((
     "resume_from_checkpoint", "use_cpu_initialization", "onnx_safe",
     "apex_transformer_log_level", "gradient_as_bucket_view", "sync_batch_comm",
     "overlap_p2p_comm", "batch_p2p_comm", "sharp", "nsys_profile", "fp8_margin",
-    "fp8_interval", "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_wgrad",
+    "fp8_interval", "fp8_amax_history_len", "fp8_amax_compute_algo",
     "gc_interval", "defer_embedding_wgrad_compute", "fsdp_sharding_strategy",
     "fsdp_grad_reduce_dtype", "fsdp_sharded_checkpoint", "precision",
     "seq_len_interpolation_factor",

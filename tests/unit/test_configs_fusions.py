@@ -172,3 +172,36 @@ def test_nemo1_rotary_percentage_is_the_models_rotary_fraction(tmp_path):
 def test_nemo1_settings_that_change_the_cost_are_refused(tmp_path, model, error, text):
     with pytest.raises(error, match=text):
         _nemo1(tmp_path, **model)
+
+
+@pytest.mark.parametrize("where, name, value", [
+    ("model", "fp8_wgrad", False), ("model", "fp8_dot_product_attention", True),
+    ("mixed_precision", "fp8_multi_head_attention", True)])
+def test_bridge_fp8_switches_that_change_the_gemms_or_attention_are_refused(tmp_path, where,
+                                                                             name, value):
+    data = yaml.safe_load((DATA / "bridge_llama3_8b.yaml").read_text())
+    data["mixed_precision"].update(fp8="hybrid", fp8_recipe="delayed")
+    data[where][name] = value
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(PlanError, match=f"{where}.{name}"):
+        read_config(path)
+    data[where][name] = not value  # their defaults: the same cost
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert read_config(path).plan["dtype"] == "fp8"
+    del data["mixed_precision"]["fp8"]
+    data[where][name] = value  # no effect without FP8
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert "no effect without FP8" in _lines(read_config(path))
+
+
+def test_nemo2_plugin_fp8_attention_is_refused(tmp_path):
+    data = yaml.safe_load((DATA / "nemo2_llama3_8b.yaml").read_text())
+    plugin = data["trainer"].get("plugins")
+    if isinstance(plugin, list):
+        plugin = plugin[0]
+    plugin.update(fp8="hybrid", fp8_dot_product_attention=True)
+    path = tmp_path / "nemo2.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(PlanError, match="trainer.plugins.fp8_dot_product_attention: Transformer"):
+        read_config(path)
