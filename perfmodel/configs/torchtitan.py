@@ -198,8 +198,42 @@ def _check_keys(data: dict[str, Any], job: JobConfig, where: str) -> None:
                 if close:
                     raise SpecError(f"{where}: unknown torchtitan field {section}.{key}{close}")
                 job.strange(f"{section}.{key}", value)
+            elif (section, key) == ("optimizer", "implementation"):
+                _optimizer_kernels(f"{section}.{key}", value, str(value).strip().lower(), job,
+                                   where)
+            elif (section, key) == ("optimizer", "early_step_in_backward") and _truth(value):
+                raise refuse_plan(where, f"{section}.{key}", value,
+                                  "the optimizer's step in the backward, each gradient freed "
+                                  "as it is applied, is not modelled")
             elif section in _NOT_STEP:
                 job.skipped(f"{section}.{key}", value, _why(section))
+
+
+def _truth(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1", "yes")
+
+
+def _loss_parallel(key: str, value: Any, disabled: bool, tp: Any, job: JobConfig,
+                   where: str) -> None:
+    """Loss parallelism off (parallelism.disable_loss_parallel true; before 2024-06
+    training.enable_loss_parallel false): with tp > 1 torchtitan's output layer all-gathers the
+    logits to every tp rank (ColwiseParallel output_layouts Replicate, parallelize_llama), each
+    rank holding and reducing the whole vocabulary's, which perfmodel does not model (the
+    logits sharded over tp, the vocabulary-parallel cross entropy, are)."""
+    if disabled and str(tp) not in ("1", "None"):
+        raise refuse_plan(where, key, value, f"with tp {tp} the logits all-gathered to every tp "
+                                             "rank are not modelled (loss parallelism is)")
+    job.skipped(key, value, "no tensor parallelism: the loss where it is either way"
+                if disabled else "loss parallelism (the logits sharded over tp), as modelled")
+
+
+# torch.optim's AdamW kernels (optimizer.implementation, torchtitan's default fused since
+# 2025-02-24, 6e4988550; before it optimizer.fused, default false: foreach)
+def _optimizer_kernels(key: str, value: Any, kind: str, job: JobConfig, where: str) -> None:
+    if kind != "fused":
+        raise refuse_plan(where, key, value, f"AdamW's {kind} kernels (several passes over the "
+                                             "states) are not modelled (the fused step is)")
+    job.skipped(key, value, "the fused AdamW step, as modelled")
 
 
 def _why(section: str) -> str:
@@ -263,11 +297,10 @@ RENAMED: dict[str, str] = {
 }
 # older fields that do not change the step, by why
 LEGACY_SKIPPED: dict[str, str] = {
-    "training.enable_loss_parallel": "where the loss is computed (the output layer's cost is "
-                                     "the same)",
+    "training.enable_loss_parallel": "read by _loss_parallel",
     "experimental.pipeline_parallel_split_mode": "how the stages are built (traced or by hand: "
                                                  "the same stages)",
-    "optimizer.fused": "an optimizer hyperparameter (AdamW's states whatever its rates)",
+    "optimizer.fused": "read by _optimizer_kernels",
     **dict.fromkeys(("job.print_args", "metrics.enable_color_printing", "estimate.memory",
                      "estimate.mode", "memory_estimation.enabled",
                      "experimental.custom_model_path"),
@@ -325,7 +358,13 @@ def _legacy(data: dict[str, Any], job: JobConfig, where: str) -> tuple[dict[str,
             put(old, new, value)
     for key, why in LEGACY_SKIPPED.items():
         found, value = pop(key)
-        if found:
+        if found and key == "training.enable_loss_parallel":
+            par = out.get("parallelism")
+            tp = par.get("tensor_parallel_degree", 1) if isinstance(par, dict) else 1
+            _loss_parallel(key, value, not _truth(value), tp, job, where)
+        elif found and key == "optimizer.fused":
+            _optimizer_kernels(key, value, "fused" if _truth(value) else "foreach", job, where)
+        elif found:
             job.skipped(key, value, why)
     for section in ("estimate",):  # a section of 2024-06 (memory estimation), now empty
         if out.get(section) == {}:
@@ -644,8 +683,8 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                          + (" x cp)" if cp > 1 else ")"))
     job.plan["_dp_degrees"] = (replicate, shard)
     if "disable_loss_parallel" in par:
-        job.skipped("parallelism.disable_loss_parallel", par["disable_loss_parallel"],
-                    "where the loss is computed (the output layer's cost is the same)")
+        _loss_parallel("parallelism.disable_loss_parallel", par["disable_loss_parallel"],
+                       _truth(par["disable_loss_parallel"]), tp, job, where)
     if "enable_compiled_autograd" in par:
         job.skipped("parallelism.enable_compiled_autograd", par["enable_compiled_autograd"],
                     "how autograd is traced (the backward's kernels are the same)")

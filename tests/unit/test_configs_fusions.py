@@ -5,6 +5,8 @@ are not modelled, accepted where Megatron-Core would not run the kernel anyway
 
 from __future__ import annotations
 
+import json
+import tomllib
 from typing import Any
 
 import pytest
@@ -205,3 +207,44 @@ def test_nemo2_plugin_fp8_attention_is_refused(tmp_path):
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(PlanError, match="trainer.plugins.fp8_dot_product_attention: Transformer"):
         read_config(path)
+
+
+def _titan(tmp_path, name: str, **sections: dict[str, Any]):
+    data = tomllib.loads((DATA / name).read_text())
+    for section, fields in sections.items():
+        data.setdefault(section, {}).update(fields)
+    path = tmp_path / "titan.json"
+    path.write_text(json.dumps(data))
+    return read_config(path)
+
+
+@pytest.mark.parametrize("sections, text", [
+    (dict(optimizer={"implementation": "foreach"}), "optimizer.implementation foreach: AdamW"),
+    (dict(optimizer={"implementation": "for-loop"}), "optimizer.implementation for-loop"),
+    (dict(optimizer={"early_step_in_backward": True}), "optimizer.early_step_in_backward"),
+    (dict(parallelism={"tensor_parallel_degree": 2, "disable_loss_parallel": True}),
+     "parallelism.disable_loss_parallel: with tp 2 the logits all-gathered"),
+])
+def test_torchtitan_settings_that_change_the_cost_are_refused(tmp_path, sections, text):
+    with pytest.raises(PlanError, match=text):
+        _titan(tmp_path, "torchtitan_llama3_8b.toml", **sections)
+
+
+def test_torchtitan_settings_of_the_modelled_cost_stay_accepted(tmp_path):
+    text = _lines(_titan(tmp_path, "torchtitan_llama3_8b.toml",
+                         optimizer={"implementation": "fused", "early_step_in_backward": False},
+                         parallelism={"disable_loss_parallel": True}))
+    assert "optimizer.implementation fused: the fused AdamW step, as modelled" in text
+    assert "parallelism.disable_loss_parallel: no tensor parallelism" in text
+
+
+def test_torchtitan_older_fused_and_loss_parallel_switches(tmp_path):
+    # before 2025-02-24 optimizer.fused (default false: foreach); before 2024-06
+    # training.enable_loss_parallel
+    with pytest.raises(PlanError, match="optimizer.fused False: AdamW's foreach kernels"):
+        _titan(tmp_path, "torchtitan_2024_llama3_8b.toml", optimizer={"fused": False})
+    assert "optimizer.fused: the fused AdamW step" in _lines(
+        _titan(tmp_path, "torchtitan_2024_llama3_8b.toml", optimizer={"fused": True}))
+    with pytest.raises(PlanError, match="training.enable_loss_parallel False: with tp 2"):
+        _titan(tmp_path, "torchtitan_2024_llama3_8b.toml",
+               training={"tensor_parallel_degree": 2, "enable_loss_parallel": False})
