@@ -428,7 +428,8 @@ _BACKEND_READ = {"attn", "linear", "rms_norm", "fake_balanced_gate", "fake_gate_
 _BACKEND_SKIPPED = {
     "_target_": "the backend's class",
     "rope": "RoPE's kernel: not counted apart from the element-wise ops",
-    "rope_fusion": "RoPE's kernel: not counted apart from the element-wise ops",
+    "rope_fusion": "RoPE fused under fused kernels, or op by op with the rest under eager ones "
+                   "(or Inductor's under compiled)",
     "compile_attn": "the attention's small ops compiled: not counted apart",
     "gate_precision": "the router's small GEMM in another dtype: not counted apart",
     "dispatcher_num_sms": "DeepEP's SMs: its kernels' cost is the model's",
@@ -449,6 +450,13 @@ def _backend_rest(backend: dict[str, Any], data: dict[str, Any], job: JobConfig,
     refused; with ep_size > 1 a recipe must name it, as AutoModel picks by what is installed),
     and Transformer Engine's FP8 (te_fp8: refused, its autocast's reach is the model's own)."""
     for key, value in backend.items():
+        if key == "rope_fusion" and value in (False, "false", "False") \
+                and job.plan.get("kernels") == "fused":
+            # TE's fused RoPE off beside TE's norms and linears: RoPE op by op, the rest fused
+            raise refuse_plan(where, "model.backend.rope_fusion", value,
+                              "RoPE op by op beside fused norms and linears is not modelled "
+                              "(fused RoPE is; torch's norms and linears run the whole layer op "
+                              "by op, kernels eager)")
         if key in _BACKEND_SKIPPED:
             job.skipped(f"model.backend.{key}", value, _BACKEND_SKIPPED[key])
         elif key not in _BACKEND_READ:

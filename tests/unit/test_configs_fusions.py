@@ -248,3 +248,21 @@ def test_torchtitan_older_fused_and_loss_parallel_switches(tmp_path):
     with pytest.raises(PlanError, match="training.enable_loss_parallel False: with tp 2"):
         _titan(tmp_path, "torchtitan_2024_llama3_8b.toml",
                training={"tensor_parallel_degree": 2, "enable_loss_parallel": False})
+
+
+def _automodel(tmp_path, **backend: Any):
+    data = yaml.safe_load((DATA / "automodel_qwen3_30b_a3b.yaml").read_text())
+    data["model"]["backend"].update(backend)
+    path = tmp_path / "automodel.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return read_config(path)
+
+
+def test_automodel_rope_fusion_off_beside_fused_kernels_is_refused(tmp_path):
+    with pytest.raises(PlanError, match="model.backend.rope_fusion False: RoPE op by op"):
+        _automodel(tmp_path, rope_fusion=False)
+    assert "model.backend.rope_fusion: RoPE fused" in _lines(_automodel(tmp_path,
+                                                                        rope_fusion=True))
+    # torch's norms and linears: the whole layer op by op (kernels eager), RoPE among them
+    job = _automodel(tmp_path, rope_fusion=False, rms_norm="torch", linear="torch")
+    assert job.plan["kernels"] == "eager"
