@@ -1560,6 +1560,14 @@ def _fusions(settings: Settings, job: JobConfig, where: str, take: Callable[[str
                                                  f"{dtype} layers is not modelled")
     take("fp32_residual_connection", "off" if not _flag(settings, "fp32_residual_connection",
                                                         where) else "dtype fp32 anyway")
+    if off("deallocate_pipeline_outputs") and job.plan.get("pp", 1) > 1:
+        # megatron/core/pipeline_parallel/schedules.py deallocate_output_tensor: the stage's
+        # output sent on is kept whole until its backward, not shrunk to its grad_fn
+        raise refuse("deallocate_pipeline_outputs",
+                     "each in-flight micro-batch's stage output kept until its backward is not "
+                     "modelled (Megatron-LM frees it once sent)")
+    take("deallocate_pipeline_outputs", "no pipeline: no stage outputs sent"
+         if off("deallocate_pipeline_outputs") else "each stage output freed once sent")
     fp8 = job.plan.get("dtype") == "fp8"
     for dest, bad, why in (
             ("fp8_wgrad", False, "the weight-gradient GEMMs in 16 bits beside FP8 forward and "

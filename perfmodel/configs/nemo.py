@@ -64,7 +64,7 @@ _MODEL_FIELDS = (
     "rotary_percent", "apply_rope_fusion", "bias_activation_fusion", "bias_dropout_fusion",
     "masked_softmax_fusion", "gradient_accumulation_fusion", "qk_layernorm",
     "fp32_residual_connection", "fp8_wgrad", "fp8_dot_product_attention",
-    "fp8_multi_head_attention")
+    "fp8_multi_head_attention", "deallocate_pipeline_outputs")
 _RENAMED = {"num_moe_experts": "num_experts", "gated_linear_unit": "swiglu",
             "virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
             "fp8": "fp8_format", "fp4": "fp4_format", "seq_len": "seq_length",
@@ -88,7 +88,7 @@ _HARMLESS = frozenset((
     "_target_", "activation_func", "layernorm_epsilon", "init_method_std", "init_method",
     "output_layer_init_method", "rotary_base", "rotary_interleaved",
     "rope_scaling", "rope_scaling_factor", "seq_len_interpolation_factor", "persist_layer_norm",
-    "deallocate_pipeline_outputs", "batch_p2p_comm", "batch_p2p_sync", "perform_initialization",
+    "batch_p2p_comm", "batch_p2p_sync", "perform_initialization",
     "parallel_output", "hf_model_id", "clone_scatter_output_in_embedding",
     "scatter_embedding_sequence_parallel", "attention_softmax_in_fp32", "params_dtype",
     "pipeline_dtype", "autocast_dtype", "timers", "layernorm_zero_centered_gamma",

@@ -266,3 +266,10 @@ def test_automodel_rope_fusion_off_beside_fused_kernels_is_refused(tmp_path):
     # torch's norms and linears: the whole layer op by op (kernels eager), RoPE among them
     job = _automodel(tmp_path, rope_fusion=False, rms_norm="torch", linear="torch")
     assert job.plan["kernels"] == "eager"
+
+
+def test_bridge_pipeline_outputs_kept_are_refused_with_a_pipeline_only(tmp_path):
+    with pytest.raises(PlanError, match="model.deallocate_pipeline_outputs False: each"):
+        _bridge(tmp_path, deallocate_pipeline_outputs=False, pipeline_model_parallel_size=2)
+    assert "model.deallocate_pipeline_outputs False: no pipeline" in _lines(
+        _bridge(tmp_path, deallocate_pipeline_outputs=False, pipeline_model_parallel_size=1))
