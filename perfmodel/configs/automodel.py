@@ -453,10 +453,11 @@ def _backend_rest(backend: dict[str, Any], data: dict[str, Any], job: JobConfig,
         if key == "rope_fusion" and value in (False, "false", "False") \
                 and job.plan.get("kernels") == "fused":
             # TE's fused RoPE off beside TE's norms and linears: RoPE op by op, the rest fused
-            raise refuse_plan(where, "model.backend.rope_fusion", value,
-                              "RoPE op by op beside fused norms and linears is not modelled "
-                              "(fused RoPE is; torch's norms and linears run the whole layer op "
-                              "by op, kernels eager)")
+            # (a few element-wise passes: said, as Megatron's --no-rope-fusion is)
+            job.skipped("model.backend.rope_fusion", value,
+                        "RoPE op by op beside fused norms and linears: its extra element-wise "
+                        "passes are not modelled (costed as the fused RoPE kernel)")
+            continue
         if key in _BACKEND_SKIPPED:
             job.skipped(f"model.backend.{key}", value, _BACKEND_SKIPPED[key])
         elif key not in _BACKEND_READ:

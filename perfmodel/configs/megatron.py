@@ -1484,12 +1484,15 @@ def _fusions(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     perfmodel costs the fused kernels (Plan.kernels fused: one RoPE kernel, bias-SwiGLU /
     bias-GeLU, bias-dropout-add, the scaled masked softmax of unfused attention, the weight
     gradient accumulated into the fp32 main gradient by the GEMM), so where one of them is off
-    the layer runs that part op by op, not modelled apart from the whole layer's eager kernels:
-    refused where it takes effect, and read as no change where Megatron-Core would not use the
-    kernel anyway (no RoPE, no bias and no dropout to add, flash attention). Likewise
-    --qk-layernorm (a norm of every query and key head: not modelled), --fp32-residual-connection
-    (the residual stream kept in fp32: not modelled) and --accumulate-allreduce-grads-in-fp32
-    (fp32 main gradients: Megatron-LM's default with --bf16; with --fp16 not modelled)."""
+    the layer runs that part op by op, not modelled apart from the whole layer's eager kernels.
+    Where that costs a few element-wise passes over a layer's activations (RoPE, the bias and
+    activation, bias-dropout-add) it is read and said not modelled; where it costs more
+    (unfused attention's softmax op by op over s^2 scores, the weight gradients added apart)
+    it is refused; where Megatron-Core would not use the kernel anyway (no RoPE, no bias and no
+    dropout to add, flash attention) it is no change. Likewise --qk-layernorm (a norm of every
+    query and key head: said not modelled), --fp32-residual-connection (the residual stream
+    kept in fp32: refused) and --accumulate-allreduce-grads-in-fp32 (fp32 main gradients:
+    Megatron-LM's default with --bf16; with --fp16 refused)."""
     def off(dest: str) -> bool:
         return dest in settings and not _flag(settings, dest, where)
 
@@ -1507,11 +1510,17 @@ def _fusions(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     rate = _model_value(job, "hidden_dropout", MEGATRON_DROPOUT)
     dropout = MEGATRON_DROPOUT if rate is None else float(rate or 0)
     kernels = job.plan.get("kernels", "fused")
+    # A fusion switched off where it takes effect, with a small cost (a few element-wise passes
+    # over a layer's activations against its GEMMs), is read and said not modelled, as
+    # Megatron-DeepSpeed's reader says of --embed-layernorm: refusing it would refuse most of
+    # Megatron-LM's own example and test scripts, which switch these off where apex is missing
+    unfused = "op by op: its extra element-wise passes are not modelled (costed as the fused "
     if off("apply_rope_fusion") and rotary and kernels != "eager":
-        raise refuse("apply_rope_fusion", "RoPE op by op beside the other fused kernels is not "
-                                          "modelled (fused RoPE is; kernels eager runs the whole "
-                                          "layer op by op): leave RoPE fusion on")
-    keep("apply_rope_fusion", "no rotary embedding" if not rotary else "fused RoPE")
+        keep("apply_rope_fusion", unfused + "RoPE kernel)")
+    else:
+        keep("apply_rope_fusion", "no rotary embedding" if not rotary else
+             "RoPE op by op, as kernels eager cost the whole layer" if off("apply_rope_fusion")
+             else "fused RoPE")
     gated_off = off("bias_swiglu_fusion") or (off("bias_activation_fusion") and swiglu)
     gelu = gated in (False, None) and not _flag(settings, "squared_relu", where)
     plain_off = off("bias_gelu_fusion") or (off("bias_activation_fusion") and gelu)
@@ -1519,20 +1528,19 @@ def _fusions(settings: Settings, job: JobConfig, where: str, take: Callable[[str
         if dest not in settings:
             continue
         if swiglu and gated_off:
-            raise refuse(dest, "the gated activation op by op (not the fused bias-SwiGLU or "
-                               "bias-GeGLU kernel) is not modelled: leave its fusion on")
-        if gelu and bias and plain_off:
-            raise refuse(dest, "the bias add and GeLU as two kernels (not the fused bias-GeLU) "
-                               "are not modelled: leave the activation's fusion on")
-        keep(dest, "the fused activation" if not off(dest) else
-             "no fused kernel for this activation (Megatron-Core fuses bias-GeLU with a bias "
-             "and SwiGLU): the same kernels")
+            keep(dest, "the gated activation " + unfused + "bias-SwiGLU or bias-GeGLU kernel)")
+        elif gelu and bias and plain_off:
+            keep(dest, "the bias add and GeLU " + unfused + "bias-GeLU kernel)")
+        else:
+            keep(dest, "the fused activation" if not off(dest) else
+                 "no fused kernel for this activation (Megatron-Core fuses bias-GeLU with a "
+                 "bias and SwiGLU): the same kernels")
     if off("bias_dropout_fusion") and (bias or dropout):
-        raise refuse("bias_dropout_fusion",
-                     f"the bias, dropout ({dropout:g}) and residual add op by op are not "
-                     "modelled (the fused bias-dropout-add is): leave it on")
-    keep("bias_dropout_fusion", "no bias and no dropout: one residual add either way"
-         if off("bias_dropout_fusion") else "the fused bias-dropout-add")
+        keep("bias_dropout_fusion", f"the bias, dropout ({dropout:g}) and residual add "
+                                    + unfused + "bias-dropout-add)")
+    else:
+        keep("bias_dropout_fusion", "no bias and no dropout: one residual add either way"
+             if off("bias_dropout_fusion") else "the fused bias-dropout-add")
     if not off("masked_softmax_fusion"):
         keep("masked_softmax_fusion", "unfused attention's fused scaled masked softmax")
     else:
@@ -1551,10 +1559,10 @@ def _fusions(settings: Settings, job: JobConfig, where: str, take: Callable[[str
                      "fusion on")
     keep("gradient_accumulation_fusion", "the weight gradient GEMM accumulates into the main "
                                          "gradient")
-    if _flag(settings, "qk_layernorm", where):
-        raise refuse_spec(where, settings["qk_layernorm"][0], settings["qk_layernorm"][1],
-                          "a norm of each query and key head is not modelled")
-    take("qk_layernorm", "off")
+    take("qk_layernorm", "on: a norm of each query and key head, not modelled (its 2 d "
+                         "weights a layer and its element-wise passes left out, as for Hugging "
+                         "Face configs' qk_norm)" if _flag(settings, "qk_layernorm", where)
+         else "off")
     if _flag(settings, "fp32_residual_connection", where) and dtype != "fp32":
         raise refuse("fp32_residual_connection", f"the residual stream kept in fp32 beside "
                                                  f"{dtype} layers is not modelled")
