@@ -145,13 +145,16 @@ def hardware_notes(row: dict[str, Any], preset: str) -> list[str]:
 NO_DROPOUT = dict(hidden_dropout=0.0, attention_dropout=0.0)
 ARCHITECTURES: dict[tuple[int, int], dict[str, Any]] = {
     # Nemotron-4 15B / 340B (Parmar et al. 2024, arXiv 2402.16819, Sec. 2; NVIDIA 2024, arXiv
-    # 2406.11704): squared-ReLU MLP (not gated), rotary positions, no biases, untied embeddings
+    # 2406.11704): squared-ReLU MLP (not gated), rotary positions over half of each head
+    # (NeMo-Framework-Launcher launcher_scripts/conf/training/nemotron/nemotron_15b.yaml and
+    # nemotron_340b.yaml: rotary_percentage 0.5; NeMo 2's Nemotron4Config rotary_percent 0.5),
+    # no biases, untied embeddings
     (6144, 256000): dict(name="nemotron4-15b", gated_mlp=False, bias=False,
-                         position_embedding="rotary", norm="layernorm", tied_embeddings=False,
-                         **NO_DROPOUT),
+                         position_embedding="rotary", rotary_fraction=0.5, norm="layernorm",
+                         tied_embeddings=False, **NO_DROPOUT),
     (18432, 256000): dict(name="nemotron4-340b", gated_mlp=False, bias=False,
-                          position_embedding="rotary", norm="layernorm", tied_embeddings=False,
-                          **NO_DROPOUT),
+                          position_embedding="rotary", rotary_fraction=0.5, norm="layernorm",
+                          tied_embeddings=False, **NO_DROPOUT),
     # GPT-3 175B as NeMo's gpt3_175b config trains it: learned absolute positions, biases, LayerNorm
     (12288, 50688): dict(name="gpt3-175b-nemo", gated_mlp=False, bias=True,
                          position_embedding="learned", norm="layernorm", tied_embeddings=True,
