@@ -277,6 +277,13 @@ def plan_options(fn: Any) -> Any:
                      help="DeepSpeed's BF16_Optimizer (bf16 at its ZeRO stage 0; Megatron-"
                           "DeepSpeed's; give --zero 1): each micro-batch's bf16 gradients added "
                           "into whole fp32 ones, all-reduced in fp32."),
+        click.option("--gradient-accumulation-fusion/--no-gradient-accumulation-fusion",
+                     "grad_accumulation_fusion", default=None,
+                     help="Megatron-Core's gradient accumulation fusion (default on): off, each "
+                          "linear layer's weight gradient is written in the parameter's dtype "
+                          "and added into the main gradient apart, a pass over the stage's "
+                          "linear weights every micro-batch (not with ZeRO 3 or "
+                          "--bf16-optimizer)."),
         click.option("--fsdp-reshard", type=choice(FsdpReshard),
                      default=FsdpReshard.FORWARD.value, show_default=True,
                      help="ZeRO 3 without a pipeline: when a unit's gathered weights are freed: "
@@ -399,7 +406,8 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "attention_kernel", "grad_dtype", "optimizer_dtype", "master_weights",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
-             "pp_scatter_gather", "defer_grad_sync", "bf16_optimizer", "fsdp_reshard",
+             "pp_scatter_gather", "defer_grad_sync", "bf16_optimizer",
+             "grad_accumulation_fusion", "fsdp_reshard",
              "ep_dispatcher",
              "cross_entropy",
              "expert_weighting", "stack",
@@ -1007,6 +1015,11 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="Pin a mixture of experts' all-to-alls overlapped with another micro-batch "
                    "(Megatron's combined 1F1B), or not (default: on wherever Megatron runs it: "
                    "ep > 1, no full recompute, pp > 1 interleaved).")
+@click.option("--no-gradient-accumulation-fusion", "grad_accumulation_fusion", flag_value=False,
+              default=True,
+              help="Every plan without Megatron-Core's gradient accumulation fusion: each "
+                   "micro-batch's weight gradients added into the main gradients apart (ZeRO 0-2 "
+                   "searched).")
 @click.option("--ep-dispatcher", type=choice(EPDispatcher), default=EPDispatcher.ALLTOALL.value,
               show_default=True,
               help="Every plan's experts' dispatcher: alltoall (NCCL) or deepep (DeepEP/"
@@ -1319,6 +1332,8 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     for key in CONFIG_FLAGS:
         if key in plan:
             pins[key] = bool(plan[key]) or bool(pins.get(key))
+    if plan.get("grad_accumulation_fusion") is False:  # the config's, for every plan searched
+        pins["grad_accumulation_fusion"] = False
     if plan.get("flash_attention") is False:  # the config attends unfused: so do its plans
         if pins.get("attention") == "flash" or pins.get("attention_kernel"):
             raise click.UsageError(f"{path} attends unfused: --attention flash and "

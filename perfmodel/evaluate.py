@@ -79,6 +79,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     fixed["pp_scatter_gather"] = plan.pp_scatter_gather  # a stack's, never searched
     fixed["defer_grad_sync"] = plan.defer_grad_sync  # likewise
     fixed["bf16_optimizer"] = plan.bf16_optimizer  # likewise
+    fixed["grad_accumulation_fusion"] = plan.grad_accumulation_fusion  # likewise
     fixed["fsdp_reshard"] = plan.fsdp_reshard.value  # likewise
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))

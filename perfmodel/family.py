@@ -69,6 +69,9 @@ class Family:
     # DeepSpeed's BF16_Optimizer (Plan.bf16_optimizer; never searched): each micro-batch's bf16
     # gradients added into fp32 ones, all-reduced in fp32
     bf16_optimizer: bool = False
+    # Megatron-Core's gradient accumulation fusion (Plan.grad_accumulation_fusion; never
+    # searched): off, each micro-batch's weight gradients added into the main gradients apart
+    grad_accumulation_fusion: bool = True
     # FSDP's reduction deferred to the last micro-batch (Plan.defer_grad_sync; never searched)
     defer_grad_sync: bool = False
     # when ZeRO 3 without a pipeline frees a unit's gathered weights (Plan.fsdp_reshard: forward,

@@ -98,6 +98,13 @@ PLAN = obj({
                        "description": "bf16, zero 1: DeepSpeed's BF16_Optimizer, each "
                                       "micro-batch's bf16 gradients added into fp32 ones, "
                                       "all-reduced in fp32; left out: off"},
+    "grad_accumulation_fusion": {**BOOLEAN,
+                                 "description": "Megatron-Core's gradient accumulation fusion: "
+                                                "false, each micro-batch's weight gradients "
+                                                "written in the parameter's dtype and added "
+                                                "into the main gradients apart "
+                                                "(--no-gradient-accumulation-fusion); left out: "
+                                                "true"},
     "pipeline_micro_batches": {"type": "integer", "minimum": 0,
                                "description": "Micro-batches of one pipeline schedule where the "
                                               "step runs several; left out: one schedule"},

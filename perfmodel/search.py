@@ -149,6 +149,9 @@ class SearchRequest:
     fp8_recipe: Fp8Recipe | None = None
     fp8_output_layer: bool = False
     fp8_params: bool = False  # under MXFP8 with zero 0-2 only (the search leaves ZeRO 3 out)
+    # every plan's Megatron-Core gradient accumulation fusion (Plan.grad_accumulation_fusion):
+    # false, zero 0-2 only (the search leaves ZeRO 3 out: FSDP has no main gradient)
+    grad_accumulation_fusion: bool = True
     memory_margin: float = DEFAULT_MEMORY_MARGIN
     objective: Objective = Objective.STEP_TIME
     tokens: float | None = None
@@ -176,7 +179,8 @@ class SearchRequest:
                     grad_dtype=self.grad_dtype,
                     optimizer_dtype=self.optimizer_dtype, master_weights=self.master_weights,
                     fp8_recipe=self.fp8_recipe,
-                    fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
+                    fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params,
+                    grad_accumulation_fusion=self.grad_accumulation_fusion)
 
     def shared(self) -> dict[str, Any]:
         """The Plan fields every plan of the request shares beyond dtype, attention and overlap
@@ -190,7 +194,8 @@ class SearchRequest:
                     expert_weighting=self.expert_weighting, grad_dtype=self.grad_dtype,
                     master_weights=self.master_weights,
                     optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
-                    fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params)
+                    fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params,
+                    grad_accumulation_fusion=self.grad_accumulation_fusion)
 
     def __post_init__(self) -> None:
         if not self.gpus or any(g < 1 for g in self.gpus):
@@ -239,8 +244,14 @@ class SearchRequest:
         for key in ("recompute_every", "recompute_method", "recompute_num_layers",
                     "cpu_offload_layers", "attention_kernel", "grad_dtype", "optimizer_dtype",
                     "master_weights",
-                    "fp8_recipe", "fp8_output_layer", "fp8_params"):
+                    "fp8_recipe", "fp8_output_layer", "fp8_params", "grad_accumulation_fusion"):
             object.__setattr__(self, key, getattr(shared, key))
+        if not self.grad_accumulation_fusion:  # the main gradients of ZeRO 0-2 only
+            if self.zero == 3:
+                raise PlanError("grad_accumulation_fusion false with zero 3: FSDP reduce-scatters "
+                                "the backward's own gradients, no main gradient to add into "
+                                "(give zero 0-2)")
+            object.__setattr__(self, "zero_stages", tuple(z for z in self.zero_stages if z < 3))
         if self.master_weights == "remainders":  # beside bf16 weights that are not FSDP's
             if self.zero == 3:
                 raise PlanError("master_weights remainders with zero 3: FSDP2 keeps the fp32 "

@@ -540,6 +540,15 @@ class Plan:
     # backward it adds the bf16 gradients into whole fp32 ones (update_hp_grads), which it
     # all-reduces in fp32 after the last (never searched)
     bf16_optimizer: bool = False
+    # Megatron-Core's gradient accumulation fusion (--gradient-accumulation-fusion, its default;
+    # Transformer Engine's fuse_wgrad_accumulation follows it): each linear layer's weight-
+    # gradient GEMM accumulates into the main gradient; off (--no-gradient-accumulation-fusion),
+    # the GEMM writes the gradient in the parameter's dtype and DDP's hook adds it into the main
+    # gradient, a pass over the stage's linear weights every micro-batch (perfmodel.step.
+    # grad_accumulation; never searched). Not with ZeRO 3 or bf16_optimizer, which have no
+    # main-gradient buffer to add into (FSDP reduce-scatters the backward's own gradients,
+    # DeepSpeed adds them itself)
+    grad_accumulation_fusion: bool = True
     # ZeRO 3 without a pipeline: when a unit's gathered weights are freed (FsdpReshard): after
     # each forward (FSDP2's default), each backward, or the step's last backward
     fsdp_reshard: FsdpReshard = FsdpReshard.FORWARD
@@ -691,7 +700,8 @@ class Plan:
         self._check_master_weights()
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync",
                     "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
-                    "pp_scatter_gather", "defer_grad_sync", "bf16_optimizer"):
+                    "pp_scatter_gather", "defer_grad_sync", "bf16_optimizer",
+                    "grad_accumulation_fusion"):
             if key == "flash_attention" and (self.flash_attention is None
                                              or str(self.flash_attention).lower() == "auto"):
                 object.__setattr__(self, key, None)
@@ -711,6 +721,13 @@ class Plan:
             raise PlanError("bf16_optimizer: DeepSpeed reduces the gradients after the last "
                             "micro-batch and gathers the weights in the step, overlapping "
                             "neither (leave overlap_grad_sync and overlap_param_gather off)")
+        if not self.grad_accumulation_fusion and (self.zero == 3 or self.bf16_optimizer):
+            raise PlanError("grad_accumulation_fusion false adds each micro-batch's weight "
+                            "gradients into Megatron-Core's main-gradient buffer, which "
+                            + ("ZeRO 3 (FSDP) has not: it reduce-scatters the backward's own "
+                               "gradients" if self.zero == 3 else "DeepSpeed's BF16_Optimizer "
+                               "replaces: it adds them into its fp32 ones itself")
+                            + "; leave grad_accumulation_fusion at its default (true)")
         if self.attention_kernel and self.flash_attention is False:
             raise PlanError(f"attention_kernel {self.attention_kernel} names a flash kernel, and "
                             "the plan attends unfused (flash_attention false): leave one out")
@@ -909,7 +926,8 @@ class Plan:
         dtype's plan (they do not apply to it), and etp where it is 1, pipeline_layout and
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
         alltoall, cross_entropy where unfused, expert_weighting where activation,
-        defer_grad_sync and bf16_optimizer where off, fsdp_reshard where forward,
+        defer_grad_sync and bf16_optimizer where off, grad_accumulation_fusion where on,
+        fsdp_reshard where forward,
         pipeline_micro_batches where 0, master_weights where not given, cpu_offload_layers
         where 0, attention_kernel where not given (the plans written before them had no such
         fields)."""
@@ -933,6 +951,8 @@ class Plan:
             del out["defer_grad_sync"]
         if not self.bf16_optimizer:  # likewise
             del out["bf16_optimizer"]
+        if self.grad_accumulation_fusion:  # likewise (on: Megatron-Core's default)
+            del out["grad_accumulation_fusion"]
         if self.ep_dispatcher is EPDispatcher.ALLTOALL:  # as plans were written before it
             del out["ep_dispatcher"]
         if self.cross_entropy is CrossEntropy.UNFUSED:  # likewise

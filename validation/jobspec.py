@@ -90,6 +90,11 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
         raise PlanError("bf16_optimizer: the validation job runs Megatron's distributed "
                         "optimizer (workload/distopt.py), not DeepSpeed's BF16_Optimizer "
                         "(leave bf16_optimizer off)")
+    if not plan.grad_accumulation_fusion:
+        raise PlanError("grad_accumulation_fusion false: the validation job is plain torch, its "
+                        "gradients accumulated by autograd in each parameter's .grad, without "
+                        "Megatron-Core's main-gradient hook to add them apart (leave "
+                        "grad_accumulation_fusion at its default, true)")
     if plan.pp_scatter_gather:
         raise PlanError("pp_scatter_gather: the validation job's stages send their outputs "
                         "whole, as Megatron-Core does (leave pp_scatter_gather off)")

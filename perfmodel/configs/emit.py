@@ -77,6 +77,10 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
     if plan.bf16_optimizer and fmt is not EmitFormat.DEEPSPEED:
         raise refuse_emit(fmt.value, "bf16_optimizer", "DeepSpeed's BF16_Optimizer runs under "
                           "DeepSpeed only (emit deepspeed, or leave bf16_optimizer off)")
+    if not plan.grad_accumulation_fusion and fmt is not EmitFormat.MEGATRON:
+        raise refuse_emit(fmt.value, "grad_accumulation_fusion false", "the weight gradients "
+                          "added into Megatron-Core's main gradients apart are Megatron-LM's "
+                          "(emit megatron, or leave grad_accumulation_fusion at true)")
     if plan.cross_entropy.value == "no-upcast":  # Megatron-Core's vocab-parallel loss and
         # torchtitan's F.cross_entropy(pred.float()) both upcast
         raise refuse_emit(fmt.value, "cross_entropy no-upcast", "its loss upcasts the logits to "

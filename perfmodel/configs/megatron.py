@@ -1462,6 +1462,34 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     _fusions(settings, job, where, take, dtype)
 
 
+def _grad_accumulation(settings: Settings, job: JobConfig, where: str,
+                       keep: Callable[[str, str], None], refuse: Callable[[str, str], PlanError],
+                       off: bool) -> None:
+    """--no-gradient-accumulation-fusion (NeMo's and Megatron-Bridge's gradient_accumulation_
+    fusion false): the weight gradients written in the parameter's dtype and added into the main
+    gradients by DDP's hook, Plan.grad_accumulation_fusion false (perfmodel.step.
+    grad_accumulation). With --use-torch-fsdp2 (zero 3) Megatron-LM requires it off (arguments.py
+    at d98e8a64: "--use-torch-fsdp2 is not supported with gradient accumulation fusion"), and FSDP2
+    reduce-scatters the backward's own gradients: the same cost. Under DeepSpeed's engine
+    (Megatron-DeepSpeed) DeepSpeed accumulates the gradients: not modelled apart, refused."""
+    if not off:
+        keep("gradient_accumulation_fusion", "the weight gradient GEMM accumulates into the main "
+                                             "gradient")
+    elif _flag(settings, "deepspeed", where) or job.plan.get("bf16_optimizer"):
+        raise refuse("gradient_accumulation_fusion",
+                     "under DeepSpeed's engine the weight gradients accumulate in DeepSpeed's "
+                     "buffers, not modelled apart: leave the fusion on")
+    elif job.plan.get("zero") == 3:
+        keep("gradient_accumulation_fusion", "FSDP2 (zero 3) reduce-scatters the backward's own "
+                                             "gradients, as modelled (Megatron-LM requires the "
+                                             "fusion off there)")
+    else:
+        job.fix("grad_accumulation_fusion", False)
+        keep("gradient_accumulation_fusion", "grad_accumulation_fusion false: each micro-batch's "
+                                             "weight gradients added into the main gradients "
+                                             "apart, a pass over the linear weights")
+
+
 def _model_value(job: JobConfig, field_name: str, default: Any) -> Any:
     """A model field as read, else the preset's (NeMo 2's config classes), else default; None
     where the model is not known here (a Megatron-Bridge override file's: the recipe's)."""
@@ -1552,13 +1580,7 @@ def _fusions(settings: Settings, job: JobConfig, where: str, take: Callable[[str
              if job.plan.get("flash_attention") else "flash or fused attention computes its "
              "own softmax where the hardware runs one (unfused attention's softmax op by op "
              "is not modelled)")
-    if off("gradient_accumulation_fusion"):
-        raise refuse("gradient_accumulation_fusion",
-                     "the weight gradients written apart and added into the main gradients "
-                     "(an extra pass over them every micro-batch) are not modelled: leave the "
-                     "fusion on")
-    keep("gradient_accumulation_fusion", "the weight gradient GEMM accumulates into the main "
-                                         "gradient")
+    _grad_accumulation(settings, job, where, keep, refuse, off("gradient_accumulation_fusion"))
     take("qk_layernorm", "on: a norm of each query and key head, not modelled (its 2 d "
                          "weights a layer and its element-wise passes left out, as for Hugging "
                          "Face configs' qk_norm)" if _flag(settings, "qk_layernorm", where)
@@ -2021,6 +2043,10 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
         args.append(["--use-distributed-optimizer"])
     elif plan.zero == 3:
         args.append(["--use-torch-fsdp2"])
+    if not plan.grad_accumulation_fusion or plan.zero == 3:
+        # Megatron-LM refuses FSDP2 with the fusion on (arguments.py at d98e8a64); FSDP2 has no
+        # main gradient to accumulate into, so zero 3 costs the same either way
+        args.append(["--no-gradient-accumulation-fusion"])
     if plan.overlap_grad_sync:
         args.append(["--overlap-grad-reduce"])
     if plan.overlap_param_gather and plan.zero == 1:  # FSDP2 (zero 3) prefetches by itself

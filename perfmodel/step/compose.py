@@ -130,10 +130,12 @@ HOST_DEVICE_SHARPNESS = 8
 # A segment with neither host nor device time divides by this instead of 0 [s^(p-1)]: its host
 # terms are 0 either way.
 _NO_TIME_S8 = sp.Float(1e-300)
-# Terms only some families have (an fp8 plan's casts, perfmodel.step.fp8; activation offloading's
-# exposed copies, perfmodel.step.offload): a breakdown shows them where a phase gives them, after
+# Terms only some families have (an fp8 plan's casts, perfmodel.step.fp8; the weight gradients
+# added apart, perfmodel.step.grad_accumulation; activation offloading's exposed copies,
+# perfmodel.step.offload): a breakdown shows them where a phase gives them, after
 # the terms above.
-OPTIONAL_STAGE_TERMS = ("compute/forward/fp8_cast", "compute/backward/fp8_cast", "comm/offload")
+OPTIONAL_STAGE_TERMS = ("compute/forward/fp8_cast", "compute/backward/fp8_cast",
+                        "compute/backward/grad_accumulation", "comm/offload")
 OPTIONAL_STEP_TERMS = ("compute/fp8_weight_cast",)
 
 

@@ -130,9 +130,10 @@ def mtp_weights_per_gpu(c: Context) -> tuple[sp.Expr, sp.Expr]:
     return S.D_mtp * (projection + rest), S.D_mtp * experts
 
 
-def output_weights_per_gpu(c: Context) -> sp.Expr:
-    """o V h / tp: the output layer's weight when it runs in FP8 (Plan.fp8_output_layer)."""
-    return c.fp8_output * S.V * S.h / S.tp
+def output_weights_per_gpu(c: Context, counted: sp.Expr | None = None) -> sp.Expr:
+    """o V h / tp: the output layer's weight when it runs in FP8 (Plan.fp8_output_layer), or
+    where `counted` (0/1) says so."""
+    return (c.fp8_output if counted is None else counted) * S.V * S.h / S.tp
 
 
 def _moe_count(c: Context, stage: str) -> sp.Expr:
@@ -143,11 +144,13 @@ def _moe_count(c: Context, stage: str) -> sp.Expr:
     return moe_layers(c)[stage]
 
 
-def stage_fp8_weights(c: Context, stage: str, has_output: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+def stage_fp8_weights(c: Context, stage: str, has_output: sp.Expr,
+                      output: sp.Expr | None = None) -> tuple[sp.Expr, sp.Expr]:
     """The FP8 weights on one GPU of a stage (first, middle, last): (its layers' but the routed
     experts', with the MTP modules on the last stage (where perfmodel.step.parameters counts
     them) and, where the stage holds it with Plan.fp8_output_layer, the output layer's; the
-    routed experts')."""
+    routed experts'). `output` (0/1): count the output layer's weight where that says instead
+    (perfmodel.step.grad_accumulation: every linear layer's weight, FP8 or not)."""
     n, n_moe = c.stage_layers[stage], _moe_count(c, stage)
     dense, experts = (n - n_moe) * linear_weights_per_gpu(c), ZERO
     if c.fam.moe:
@@ -156,7 +159,7 @@ def stage_fp8_weights(c: Context, stage: str, has_output: sp.Expr) -> tuple[sp.E
     if c.fam.mtp:  # beside the output layer
         mtp_rest, mtp_experts = mtp_weights_per_gpu(c)
         dense, experts = dense + has_output * mtp_rest, experts + has_output * mtp_experts
-    return dense + has_output * output_weights_per_gpu(c), experts
+    return dense + has_output * output_weights_per_gpu(c, output), experts
 
 
 def stage_fp8_gemms(c: Context, stage: str, has_output: sp.Expr) -> sp.Expr:

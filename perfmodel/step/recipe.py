@@ -13,6 +13,7 @@ from perfmodel.step import context_parallel as CP
 from perfmodel.step import data_parallel as DP
 from perfmodel.step import embedding_head as EH
 from perfmodel.step import fp8 as FP8
+from perfmodel.step import grad_accumulation as GACC
 from perfmodel.step import host as H
 from perfmodel.step import moe as MOE
 from perfmodel.step import mtp as MTP
@@ -99,6 +100,7 @@ def build(fam: Family) -> Model:
                       *EH.embedding_phases(c, costs["embedding"], issued, has_embedding),
                       *EH.output_phases(c, costs["output"], issued, has_output),
                       PP.p2p_phase(p2p[st]), DP.fsdp_hook_phase(c, st, units), *loop,
+                      *GACC.grad_accumulation_phases(c, st, has_embedding, has_output),
                       *(OFF.offload_phases(c, works[st], st, offloaded[st])
                         if fam.cpu_offload else ()))
     moe_layer_s = layer_work(c, moe=True).total_s if fam.moe else sp.Integer(0)

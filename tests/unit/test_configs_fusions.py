@@ -2,8 +2,9 @@
 field where perfmodel has one (rotary_fraction); where they take effect and are not modelled,
 said so when they cost a few element-wise passes over a layer's activations (RoPE, the bias and
 activation, bias-dropout-add, query and key norms) and refused in one line where they cost more;
-accepted where Megatron-Core would not run the kernel anyway (perfmodel.configs.megatron.
-_fusions)."""
+the weight gradients added apart (gradient accumulation fusion off) read into
+Plan.grad_accumulation_fusion; accepted where Megatron-Core would not run the kernel anyway
+(perfmodel.configs.megatron._fusions)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,6 @@ def _lines(job) -> str:
 
 
 @pytest.mark.parametrize("extra, error, text", [
-    ("--no-gradient-accumulation-fusion", PlanError, "--no-gradient-accumulation-fusion False"),
     ("--fp32-residual-connection", PlanError, "--fp32-residual-connection: the residual"),
     ("--no-masked-softmax-fusion --attention-backend unfused", PlanError,
      "--no-masked-softmax-fusion False: unfused attention's softmax"),
@@ -132,9 +132,30 @@ def test_nemo2_rotary_percent_over_a_preset(tmp_path):
     assert read_config(path).model["rotary_fraction"] == 0.5
 
 
+def test_megatron_gradient_accumulation_fusion_off_is_read_into_the_plan(tmp_path):
+    """--no-gradient-accumulation-fusion: the weight gradients added into the main gradients
+    apart (Plan.grad_accumulation_fusion false, perfmodel.step.grad_accumulation)."""
+    job = _megatron(tmp_path, "--no-gradient-accumulation-fusion")
+    assert job.plan["grad_accumulation_fusion"] is False
+    assert ("--no-gradient-accumulation-fusion False: off: grad_accumulation_fusion false"
+            in _lines(job))
+    assert "grad_accumulation_fusion" not in _megatron(tmp_path, "").plan
+
+
+def test_megatron_gradient_accumulation_fusion_off_under_fsdp2_is_the_same_cost(tmp_path):
+    # Megatron-LM requires the fusion off with --use-torch-fsdp2: FSDP2 reduce-scatters the
+    # backward's own gradients, as zero 3 is modelled
+    job = _megatron(tmp_path, "--no-gradient-accumulation-fusion --use-torch-fsdp2 "
+                              "--data-parallel-size 8")
+    assert job.plan["zero"] == 3 and "grad_accumulation_fusion" not in job.plan
+    assert "--no-gradient-accumulation-fusion False: off: FSDP2 (zero 3)" in _lines(job)
+
+
 def test_bridge_fusions_off_where_they_run(tmp_path):
-    with pytest.raises(PlanError, match="model.gradient_accumulation_fusion"):
-        _bridge(tmp_path, gradient_accumulation_fusion=False)
+    job = _bridge(tmp_path, gradient_accumulation_fusion=False)
+    assert job.plan["grad_accumulation_fusion"] is False
+    assert "model.gradient_accumulation_fusion False: off: grad_accumulation_fusion false" \
+        in _lines(job)
     for model, text in ((dict(apply_rope_fusion=False), "model.apply_rope_fusion False: off: op "
                                                         "by op"),
                         (dict(bias_activation_fusion=False), "model.bias_activation_fusion False:"
@@ -184,8 +205,12 @@ def test_nemo1_small_fusions_off_are_said_not_modelled(tmp_path):
         assert text in _lines(_nemo1(tmp_path, **model)), model
 
 
+def test_nemo1_gradient_accumulation_fusion_off_is_read_into_the_plan(tmp_path):
+    assert _nemo1(tmp_path, gradient_accumulation_fusion=False).plan[
+        "grad_accumulation_fusion"] is False
+
+
 @pytest.mark.parametrize("model, error, text", [
-    (dict(gradient_accumulation_fusion=False), PlanError, "model.gradient_accumulation_fusion"),
     (dict(fp32_residual_connection=True), PlanError, "model.fp32_residual_connection"),
     (dict(megatron_amp_O2=False), PlanError, "model.megatron_amp_O2 False: fp32 weights"),
 ])
