@@ -32,20 +32,27 @@ class Unsupported(Exception):
     """An expression node the printer has no numpy form for."""
 
 
-_HUGE_MEMO: dict[Any, Any] = {}  # keep_huge_together's answers in this process (see huge_memo)
+# keep_huge_together's answers in this process (see huge_memo), by the node's identity: id ->
+# (the node, its answer); the node held keeps its id from being reused
+_HUGE_MEMO: dict[int, tuple[Any, Any]] = {}
 _HUGE_MEMO_LIMIT = 500_000
 
 
-def huge_memo() -> dict[Any, Any]:
+def huge_memo() -> dict[int, tuple[Any, Any]]:
     """The memo keep_huge_together shares between calls: each node's answer depends on the node
     alone, and the staged search and the full family print the same built model's nodes (so the
-    second walk finds most of them done); cleared when it holds too many."""
+    second walk finds most of them done); cleared when it holds too many.
+
+    Keyed by identity, not by sympy's equality: a node equal to one from an earlier family but
+    not the same object would be compared with it node by node on every look-up (sympy's __eq__
+    walks both trees), which made the 18 Megatron-Bridge runs' families take 224 s to compile
+    one after another in one process, where each alone takes 2-3 s."""
     if len(_HUGE_MEMO) > _HUGE_MEMO_LIMIT:
         _HUGE_MEMO.clear()
     return _HUGE_MEMO
 
 
-def keep_huge_together(expr: Any, memo: dict[Any, Any]) -> Any:
+def keep_huge_together(expr: Any, memo: dict[int, tuple[Any, Any]]) -> Any:
     """Wrap the sentinel terms of every sum, 1e30 - 1e30 I, in one unevaluated unit.
 
     Summed apart (by level, perfmodel.staged, or in the printer's order), 1e30 + t - 1e30 I would
@@ -53,9 +60,10 @@ def keep_huge_together(expr: Any, memo: dict[Any, Any]) -> Any:
     model."""
     if expr.is_Atom:
         return expr
-    done = memo.get(expr)
-    if done is not None:
-        return done
+    hit = memo.get(id(expr))
+    if hit is not None and hit[0] is expr:
+        return hit[1]
+    done = None
     args = [keep_huge_together(arg, memo) for arg in expr.args]
     if isinstance(expr, sp.Add):
         flags = [_is_huge(arg) for arg in args]
@@ -68,7 +76,7 @@ def keep_huge_together(expr: Any, memo: dict[Any, Any]) -> Any:
             done = expr
         else:
             done = rebuilt(expr, args)
-    memo[expr] = done
+    memo[id(expr)] = (expr, done)
     return done
 
 
