@@ -207,9 +207,12 @@ def test_an_inter_fit_on_a_fabric_of_three_levels_is_refused():
 
 
 def test_the_search_prices_every_plan_on_the_levels_as_predict_does():
-    """The search (the universal family, staged over the plans' distinct topologies) gives each
-    plan over 64 GPUs of the toy fabric the step time predict gives it: plans whose dp group stays
-    in one leaf domain and plans whose dp crosses the oversubscribed spine alike."""
+    """The search (the universal family, staged over the plans' distinct topologies) gives the
+    plans over 64 GPUs of the toy fabric the step time predict gives them: plans whose dp group
+    stays in one leaf domain and plans whose dp crosses the oversubscribed spine alike. Every
+    k-th of the ~34,000 plans it evaluates, about 800 (predict takes ~4 ms a plan: all of them
+    took 2-3 minutes of CI); the search's order mixes the layouts, so the sample spans the
+    three levels (asserted)."""
     import numpy as np
 
     from perfmodel.search import Scored, SearchRequest, search
@@ -221,7 +224,7 @@ def test_the_search_prices_every_plan_on_the_levels_as_predict_does():
     done = np.flatnonzero(every.evaluated)
     assert len(done) > 50
     levels = set()
-    for i in done:
+    for i in done[::max(1, len(done) // 800)]:
         plan = result.plan(every, int(i))
         levels.add(int(axis_levels(plan_arrays(plan), fabric_of(TOY))["dp"][0][0]))
         assert every.step_time_s[i] == pytest.approx(predict(MODEL, TOY, plan).step_time_s,
