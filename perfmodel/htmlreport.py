@@ -141,9 +141,9 @@ def _summary(p: Any) -> str:
 
 def _breakdown(p: Any, css_id: str = "breakdown-table") -> str:
     from perfmodel.plot import breakdown_axes
-    from perfmodel.render import fmt_seconds
+    from perfmodel.render import fmt_seconds, fmt_share
 
-    rows = [(k, fmt_seconds(v), fmt_fixed(v / p.step_time_s, ".1%"))
+    rows = [(k, fmt_seconds(v), fmt_share(v, p.step_time_s))
             for k, v in p.breakdown_s.items() if v > 0]
     rows.append(("total", fmt_seconds(p.step_time_s), "100.0%"))
     return (table(("term", "time", "share"), rows, css_id=css_id)

@@ -49,12 +49,26 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=False, width=console_width())
 
 
+# A time below a nanosecond is printed as 0: it is what a smooth max leaves of a host time the
+# device hides whole (overhead/kernels of 4e-14 s beside a 1.4 s step), not time a step spends,
+# and no clock resolves it (fmt_fixed otherwise prints a nonzero value with its digits)
+NEGLIGIBLE_S = 1e-9
+
+
 def fmt_seconds(t: float) -> str:
+    if abs(t) < NEGLIGIBLE_S:
+        t = 0.0
     if t >= 1:
         return f"{fmt_fixed(t, '.3f')} s"
     if t >= 1e-3:
         return f"{fmt_fixed(t * 1e3, '.2f')} ms"
     return f"{fmt_fixed(t * 1e6, '.1f')} us"
+
+
+def fmt_share(t: float, total: float) -> str:
+    """A term's share of the step, t / total, as a percentage (0 for a negligible t, as
+    fmt_seconds prints it)."""
+    return fmt_fixed(t / total if abs(t) >= NEGLIGIBLE_S else 0.0, ".1%")
 
 
 def fmt_duration(t: float) -> str:
@@ -227,7 +241,7 @@ def print_prediction(r: Prediction) -> None:
     table.add_column("share", justify="right")
     for name, t in r.breakdown_s.items():
         if t > 0:
-            table.add_row(name, fmt_seconds(t), f"{fmt_fixed(t / r.step_time_s * 100, '.1f')}%")
+            table.add_row(name, fmt_seconds(t), fmt_share(t, r.step_time_s))
     table.add_row("[bold]total[/]", f"[bold]{fmt_seconds(r.step_time_s)}[/]", "100.0%")
     con.print(table)
     if r.hidden_s:
@@ -510,7 +524,7 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
     breakdown.add_column("share", justify="right")
     for name, t in best.breakdown_s.items():
         if t > 0:
-            breakdown.add_row(name, fmt_seconds(t), fmt_fixed(t / best.step_time_s, ".1%"))
+            breakdown.add_row(name, fmt_seconds(t), fmt_share(t, best.step_time_s))
     con.print(breakdown)
     con.print("[bold]what binds it[/]")
     con.print(bullets(rec.explanation["binding"]))
@@ -597,7 +611,7 @@ def print_grid_prediction(r: Any) -> None:
     table.add_column("time", justify="right")
     table.add_column("share", justify="right")
     for name, t in r.breakdown_s.items():
-        table.add_row(name, fmt_seconds(t), fmt_fixed(t / r.step_time_s, ".1%"))
+        table.add_row(name, fmt_seconds(t), fmt_share(t, r.step_time_s))
     con.print(table)
 
 
