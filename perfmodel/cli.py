@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -754,6 +755,22 @@ def _refuse_idle_flags(plan: Any, model: Any) -> None:
     _refuse_idle_recompute(ctx, plan.recompute.value)
 
 
+def _refuse_idle_pins(pins: dict[str, Any], gpu_counts: Sequence[int]) -> None:
+    """recommend's pins that no plan it searches could use, as predict refuses their flags
+    (_refuse_idle_flags): --cp-comm beside --cp 1, and an overlap of the data-parallel sync
+    where every GPU count is 1 (no plan has a group to sync over)."""
+    if pins.get("cp") == 1 and pins.get("cp_comm") is not None:
+        raise PlanError(f"cp_comm {pins['cp_comm']} applies to context parallelism (cp > 1), and "
+                        "--cp pins cp 1: give --cp above 1 (or leave it free), or leave "
+                        "--cp-comm out")
+    if max(gpu_counts) == 1:
+        for name in ("overlap_grad_sync", "overlap_param_gather"):
+            if pins.get(name):
+                flag = "--" + name.replace("_", "-")
+                raise PlanError(f"{flag} overlaps the data-parallel sync, and on one GPU no plan "
+                                f"has one: give --gpus above 1, or leave {flag} out")
+
+
 # the recompute sub-options and the policies that use them (perfmodel.strategy.Plan)
 _RECOMPUTE_SUBOPTIONS = {"recompute_modules": ("selective",),
                          "recompute_method": ("full",), "recompute_num_layers": ("full",),
@@ -1194,6 +1211,7 @@ def recommend(model: str | None, from_config: str | None,
     spec.require_costed()
     recompute = pins.get("recompute")
     _refuse_idle_recompute(click.get_current_context(), str(recompute) if recompute else None)
+    _refuse_idle_pins(pins, gpu_counts)
     pins["flash_attention"] = attention_option(pins)
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
                                           "time_to_train" if pins.get("tokens") else "step_time")

@@ -437,3 +437,21 @@ def test_a_tensor_layout_without_tensor_parallelism_is_refused_not_ignored() -> 
     for args in (("--tp-layout", "1d"), ("--tp", "4", "--tp-layout", "2d", "--micro-batch", "2")):
         code, _, err = _run(*base, *args, "--json")
         assert code == 0, (args, err)
+
+
+def test_recommend_refuses_pins_no_plan_it_searches_could_use() -> None:
+    # recommend --gpus 1 --overlap-grad-sync and --cp 1 --cp-comm a2a searched and ranked plans
+    # that have no data-parallel sync and no context parallelism, the pins changing nothing;
+    # refused as predict refuses the same flags (exit 4, one line)
+    base = ("recommend", "--model", "llama3-8b", "--hardware", "dgx-h100", "--global-batch", "8")
+    for extra, flag in ((("--gpus", "1", "--overlap-grad-sync"), "--overlap-grad-sync"),
+                        (("--gpus", "1", "--overlap-param-gather"), "--overlap-param-gather"),
+                        (("--gpus", "8", "--cp", "1", "--cp-comm", "a2a"), "cp_comm a2a")):
+        code, _, err = _run(*base, *extra)
+        assert code == 4 and len(err.strip().splitlines()) == 1, err
+        assert flag in err, err
+    # cp left to the search, or more than one GPU: the pins have plans to apply to
+    code, out, err = _run(*base, "--gpus", "8", "--cp-comm", "a2a", "--top", "1")
+    assert code == 0, err
+    code, out, err = _run(*base, "--gpus", "8", "--overlap-grad-sync", "--top", "1")
+    assert code == 0, err
