@@ -1515,9 +1515,10 @@ def _fusions(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     the layer runs that part op by op, not modelled apart from the whole layer's eager kernels.
     Where that costs a few element-wise passes over a layer's activations (RoPE, the bias and
     activation, bias-dropout-add) it is read and said not modelled; where it costs more
-    (unfused attention's softmax op by op over s^2 scores, the weight gradients added apart)
-    it is refused; where Megatron-Core would not use the kernel anyway (no RoPE, no bias and no
-    dropout to add, flash attention) it is no change. Likewise --qk-layernorm (a norm of every
+    (unfused attention's softmax op by op over s^2 scores) it is refused; the weight gradients
+    added apart are Plan.grad_accumulation_fusion false (_grad_accumulation); where
+    Megatron-Core would not use the kernel anyway (no RoPE, no bias and no dropout to add,
+    flash attention) it is no change. Likewise --qk-layernorm (a norm of every
     query and key head: said not modelled), --fp32-residual-connection (the residual stream
     kept in fp32: refused) and --accumulate-allreduce-grads-in-fp32 (fp32 main gradients:
     Megatron-LM's default with --bf16; with --fp16 refused)."""

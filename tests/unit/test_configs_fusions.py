@@ -110,12 +110,20 @@ def test_a_refusal_is_one_line_with_the_plan_or_the_model_exit_code(tmp_path):
         assert extra in err
 
 
-def _bridge(tmp_path, **model: Any):
-    data = yaml.safe_load((DATA / "bridge_llama3_8b.yaml").read_text())
-    data["model"].update(model)
-    path = tmp_path / "bridge.yaml"
+def _edited(tmp_path, name: str, section: tuple[str, ...], **fields: Any):
+    """tests/data/configs/<name> with `fields` set in its `section` (a path of keys), read."""
+    data = yaml.safe_load((DATA / name).read_text())
+    target = data
+    for key in section:
+        target = target[key]
+    target.update(fields)
+    path = tmp_path / name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return read_config(path)
+
+
+def _bridge(tmp_path, **model: Any):
+    return _edited(tmp_path, "bridge_llama3_8b.yaml", ("model",), **model)
 
 
 def test_bridge_rotary_percent_is_the_models_rotary_fraction(tmp_path):
@@ -179,11 +187,7 @@ def test_bridge_fusions_on_and_harmless_fields_stay_accepted(tmp_path):
 
 
 def _nemo1(tmp_path, **model: Any):
-    data = yaml.safe_load((DATA / "nemo1_nemotron4_15b.yaml").read_text())
-    data["model"].update(model)
-    path = tmp_path / "nemo1.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return read_config(path)
+    return _edited(tmp_path, "nemo1_nemotron4_15b.yaml", ("model",), **model)
 
 
 def test_nemo1_rotary_percentage_is_the_models_rotary_fraction(tmp_path):
@@ -300,11 +304,7 @@ def test_torchtitan_older_fused_and_loss_parallel_switches(tmp_path):
 
 
 def _automodel(tmp_path, **backend: Any):
-    data = yaml.safe_load((DATA / "automodel_qwen3_30b_a3b.yaml").read_text())
-    data["model"]["backend"].update(backend)
-    path = tmp_path / "automodel.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return read_config(path)
+    return _edited(tmp_path, "automodel_qwen3_30b_a3b.yaml", ("model", "backend"), **backend)
 
 
 def test_automodel_rope_fusion_off_beside_fused_kernels_is_said_not_modelled(tmp_path):
