@@ -623,7 +623,7 @@ def fp8_values(hardware: HardwareSpec, recipe: str | None,
             "fp8_quantize_bytes": b.quantize, "fp8_weight_copy_bytes": b.weight_copy,
             "fp8_weight_cast_bytes": b.weight_cast,
             "fp8_saved_bytes": b.saved, "fp8_scaling_state_bytes": b.scaling_state,
-            "fp8_gather_bytes": b.gather,
+            "fp8_gather_bytes": b.gather, "fp8_gathered_transpose_bytes": b.gathered_transpose,
             **gemm_values(hardware.training_gemm("fp8"), N.FP8_GEMM)}
 
 

@@ -190,6 +190,10 @@ _name("fp8_gather_bytes", "g_8",
       "weights (fp8_params): "
       "1 (per-tensor recipes: gathered in FP8); MXFP8: 2, bf16 gathered into the gradient "
       "buffer and quantized after (Megatron reuse_grad_buf_for_mxfp8_param_ag)")
+_name("fp8_gathered_transpose_bytes", "t_8",
+      "bytes per element of an activation or grad output that sequence parallelism all-gathers "
+      "in FP8 to make its columnwise copy after the gather (per-tensor recipes where that copy "
+      "is a transpose, Hopper: read 1, write 1; else 0); the shard's cast writes t_8 / 2 fewer")
 _name("fp8_saved_bytes", "s_8",
       "bytes per element of an FP8 GEMM input saved for the weight gradient (its columnwise copy)")
 _name("fp8_scaling_state_bytes", "M_scale8",

@@ -97,6 +97,7 @@ e8, q8, cw8, s8, M_scale8 = (_of(n) for n in ("fp8_operand_bytes", "fp8_quantize
                                               "fp8_scaling_state_bytes"))
 qw8 = _of("fp8_weight_cast_bytes")
 g8 = _of("fp8_gather_bytes")
+t8 = _of("fp8_gathered_transpose_bytes")
 # sliding-window attention
 w, rho_w = _of("window"), _of("windowed_share")
 # partial rotary embeddings

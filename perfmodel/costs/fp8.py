@@ -46,6 +46,15 @@ Sources:
                 casts them to the model's MXFP8 weights and zeroes the buffer for the gradients
                 (megatron/core/distributed/param_and_grad_buffer.py); no bf16 weight buffer is
                 kept.
+  [TE-sp]       Transformer Engine (NVIDIA/TransformerEngine d0067d0),
+                transformer_engine/pytorch/module/layernorm_linear.py: with sequence
+                parallelism the input quantizer is set rowwise-only where
+                supports_only_rowwise_all_gather() (Float8Quantizer and
+                Float8CurrentScalingQuantizer: true; MXFP8: false), and the backward calls
+                ln_out_total.update_usage(columnwise_usage=True) on the gathered input and
+                grad_output.update_usage(columnwise_usage=True) on the gathered grad output
+                (linear.py likewise); TE 1.x's LayerNormLinear ran tex.fp8_transpose on the
+                gathered input for the weight gradient.
   [TE-linear]   TE developer docs, the te.Linear walkthrough: the weight quantized on the first
                 micro-batch and cached; the input quantized locally and its rowwise copy
                 all-gathered in FP8 with sequence parallelism; the columnwise input saved for the
@@ -87,6 +96,15 @@ class Fp8Bytes:
                 from the rowwise one, a transpose (read 1, write 1) where it is a separate copy
                 (Hopper), nothing where one copy serves both (Blackwell); MXFP8 weights a cast
                 all the same, of the bf16 weights the distributed optimizer gathered
+    gathered_transpose: per element of an activation (or grad output) that sequence
+                parallelism all-gathers in FP8, the columnwise copy made from the gathered
+                rowwise one: per-tensor recipes gather the rowwise copy only, so the rank casts
+                its shard without a columnwise copy and, in the backward, transposes the whole
+                gathered tensor for the weight gradient (read 1, write 1: 2 where the columnwise
+                usage is a separate copy, Hopper) [TE-sp]; 0 where one copy serves both
+                (per-tensor on Blackwell) or where the shard's columnwise copy is cast and
+                gathered with it (MXFP8). The shard's cast then writes gathered_transpose / 2
+                bytes an element fewer (no columnwise copy) than `quantize` counts.
     gather:     per FP8 weight, what the distributed optimizer all-gathers with FP8 weights
                 (fp8_params): the FP8 copy, 1 (per-tensor recipes: Megatron-LM
                 --fp8-param-gather, "perform the param all-gather in fp8"); MXFP8 the bf16
@@ -101,6 +119,7 @@ class Fp8Bytes:
     scaling_state: float
     weight_cast: float
     gather: float
+    gathered_transpose: float
 
 
 def usage_bytes(recipe: str, transpose: bool) -> tuple[float, float]:
@@ -151,4 +170,5 @@ def fp8_bytes(recipe: str, transpose: bool, source_bytes: float,
     return Fp8Bytes(operand=rowwise, quantize=quantize, weight_copy=rowwise + columnwise,
                     saved=columnwise or rowwise, scaling_state=scaling_state_bytes(recipe),
                     weight_cast=weight_cast,
-                    gather=float(source_bytes) if mx else float(FP8_BYTES))
+                    gather=float(source_bytes) if mx else float(FP8_BYTES),
+                    gathered_transpose=0.0 if mx else 2.0 * columnwise)

@@ -56,7 +56,7 @@ from perfmodel.costs import memory as M
 from perfmodel.costs import mla as MLA
 from perfmodel.costs import moe as CM
 from perfmodel.step.compose import Phase
-from perfmodel.step.context import Context
+from perfmodel.step.context import Context, active
 
 ZERO = sp.Integer(0)
 ONE = sp.Integer(1)
@@ -225,6 +225,39 @@ def mlp_cast_elements(c: Context, width: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
     and of up, T (1 + gated) w / tp)."""
     T, h, r, tp = c.T, S.h, c.act_ranks, S.tp
     return T * h / r + T * width / tp, T * h / r + T * (1 + c.gated) * width / tp
+
+
+def gathered_elements(c: Context, *, moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
+    """Elements of the FP8 tensors sequence parallelism all-gathers in one layer, whole (after
+    the gather), per micro-batch: (the column-parallel GEMMs' inputs, gathered in the forward and
+    again in the backward; the row-parallel GEMMs' grad outputs, gathered in the backward). A
+    standard attention's QKV input and its output projection's grad output, T h each; MLA's
+    latents the up projections read, T (r_q + r_kv) (r_q with q_lora only; perfmodel.costs.mla.
+    mla_fp8_cast_elements), and its output projection's grad output, T h; a dense MLP's (or the
+    shared experts') up input and down grad output, T h each; the routed experts' tokens reach
+    them through the dispatcher, not a sequence-parallel gather. 0 without sequence parallelism,
+    with tp = 1 or on a grid (Megatron 1D only)."""
+    gathered = c.T * c.megatron * c.split * active(S.tp)
+    whole = gathered * S.h
+    latents = gathered * ((S.r_q if c.fam.mla_q_lora else 0) + S.r_kv) if c.fam.mla else whole
+    attention = (latents, whole)
+    mlp = (whole, whole) if not moe or c.fam.moe_shared else (ZERO, ZERO)
+    return attention[0] + mlp[0], attention[1] + mlp[1]
+
+
+def layer_cast_bytes(c: Context, forward: sp.Expr, backward: sp.Expr, *,
+                     moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
+    """Bytes one rank's FP8 casts move in a layer, forward and backward, per micro-batch, from the
+    elements it casts (layer_cast_elements; an MoE layer's, perfmodel.step.layer.
+    moe_fp8_cast_elements): q_8 each, less the columnwise copy a shard gathered in its rowwise
+    copy does not write (t_8 / 2 for each of its G / tp elements), plus the backward's
+    transposes of the gathered tensors, t_8 for each of their G elements (perfmodel.costs.fp8,
+    gathered_transpose; gathered_elements):
+        forward  = q_8 F - t_8 / 2 x G_f / tp
+        backward = q_8 B - t_8 / 2 x G_b / tp + t_8 (G_f + G_b)"""
+    g_forward, g_backward = gathered_elements(c, moe=moe)
+    return (S.q8 * forward - S.t8 / 2 * g_forward / S.tp,
+            S.q8 * backward - S.t8 / 2 * g_backward / S.tp + S.t8 * (g_forward + g_backward))
 
 
 def layer_cast_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:

@@ -16,7 +16,10 @@ Forward of one layer, one micro-batch [s] (perfmodel.costs.compute; Megatron-LM'
     t_fp8_cast  = fp8 plans: the casts of the FP8 GEMMs' inputs, q_8 x elements / W
                   (perfmodel.step.fp8.layer_cast_elements: a standard attention's and MLP's,
                   perfmodel.costs.compute.fp8_cast_elements, or MLA's projections'; an MoE
-                  layer's, perfmodel.step.moe; their grad outputs in the backward)
+                  layer's, perfmodel.step.moe; their grad outputs in the backward), with
+                  sequence parallelism less the gathered shards' columnwise copies and plus
+                  the backward's transposes of the gathered tensors
+                  (perfmodel.step.fp8.layer_cast_bytes)
 An fp8 plan's linear-layer GEMMs (MLA's projections among them) run on the FP8 device (peak
 F_peak^fp8, its own GEMM fit), read e_8-byte operands and write bf16 (perfmodel.costs.fp8;
 perfmodel.step.context.linear_gemm_time); a sliding window shrinks a flash kernel's
@@ -231,8 +234,9 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
             forward, backward = moe_fp8_cast_elements(c)
         else:
             forward, backward = FP8.layer_cast_elements(c)
-        cast_s = K.memory_time(S.q8 * forward, c.dev)
-        cast_backward_s = K.memory_time(S.q8 * backward, c.dev)
+        forward, backward = FP8.layer_cast_bytes(c, forward, backward, moe=moe)
+        cast_s = K.memory_time(forward, c.dev)
+        cast_backward_s = K.memory_time(backward, c.dev)
     return LayerWork(
         gemm_s=gemm_s,
         attention_s=attention_s,

@@ -23,7 +23,7 @@ PLAN = dict(gpus=8, dp=4, tp=2, sequence_parallel=True, micro_batch=1, global_ba
 
 def _pair(**extra):
     model = load_model("llama3-8b")
-    fp8 = predict(model, "dgx-h100", Plan(**PLAN, dtype="fp8", **extra))
+    fp8 = predict(model, "dgx-h100", Plan(**{**PLAN, **extra}, dtype="fp8"))
     bf16 = predict(model, "dgx-h100", Plan(**PLAN, dtype="bf16"))
     return fp8, bf16
 
@@ -40,6 +40,11 @@ def test_recipe_bytes_by_hand():
     assert (hopper.weight_copy, hopper.saved, hopper.operand) == (2, 1, 1)
     assert (blackwell.weight_copy, blackwell.saved) == (1, 1)
     assert F.fp8_bytes("mxfp8", False, 2).weight_copy == 2 * 33 / 32
+    # a sequence-parallel gather of the rowwise copy: transposed after it where the columnwise
+    # copy is a transpose (Hopper), not on Blackwell (one copy) nor in MXFP8 (gathered columnwise)
+    assert hopper.gathered_transpose == 2 and blackwell.gathered_transpose == 0
+    assert F.fp8_bytes("current", True, 2).gathered_transpose == 2
+    assert F.fp8_bytes("mxfp8", True, 2).gathered_transpose == 0
     # DelayedScaling(amax_history_len=1024): 5 tensors x (1024 + 2) fp32 per GEMM
     assert F.scaling_state_bytes("delayed") == 5 * 4 * 1026
     with pytest.raises(ValueError, match="fp8 recipe must be one of"):
@@ -92,21 +97,31 @@ def test_cast_terms_by_hand():
     transpose). Per layer and micro-batch (tp 2 with sequence parallelism: r = 2): forward the QKV
     and MLP-up inputs T h / 2 each, the attention-output input T a d / 2 and the MLP-down input
     T f / 2; backward the grad outputs T h / 2 (x 2), T (a d + 2 kv d) / 2 and T 2 f / 2. The
-    weights once per step: every layer's linear weights on the rank (the pipeline fill)."""
+    four sequence-parallel shards (QKV and MLP-up inputs, the grad outputs of the attention output
+    and MLP down) are gathered in their rowwise copy only: 3 bytes an element, and the backward
+    transposes each gathered T h (read 1, write 1; Transformer Engine's update_usage after the
+    gather). The weights once per step: every layer's linear weights on the rank (the pipeline
+    fill)."""
     fp8, _ = _pair()
     T, tp, m = 8192, 2, 4
-    forward = 2 * T * H / 2 + T * (A * D + FF) / tp
-    backward = 2 * T * H / 2 + T * (A * D + 2 * KV * D + 2 * FF) / tp
+    forward = 4 * (T * (A * D + FF) / tp) + 3 * (2 * T * H / 2)
+    backward = 4 * (T * (A * D + 2 * KV * D + 2 * FF) / tp) + 3 * (2 * T * H / 2) \
+        + 2 * (4 * T * H)
     assert fp8.breakdown_s["compute/forward/fp8_cast"] == pytest.approx(
-        L * m * 4 * forward / W_H100, rel=1e-12)
+        L * m * forward / W_H100, rel=1e-12)
     assert fp8.breakdown_s["compute/backward/fp8_cast"] == pytest.approx(
-        L * m * 4 * backward / W_H100, rel=1e-12)
+        L * m * backward / W_H100, rel=1e-12)
+    no_sp, _ = _pair(sequence_parallel=False)  # every rank casts the whole inputs, both copies
+    forward = 4 * (2 * T * H + T * (A * D + FF) / tp)
+    assert no_sp.breakdown_s["compute/forward/fp8_cast"] == pytest.approx(
+        L * m * forward / W_H100, rel=1e-12)
     linear = (A * D + 2 * KV * D) * H + A * D * H + 2 * FF * H + FF * H  # one layer's matrices
     assert fp8.breakdown_s["compute/fp8_weight_cast"] == pytest.approx(
         4 * L * linear / tp / W_H100, rel=1e-12)
-    current, _ = _pair(fp8_recipe="current")  # an amax pass first: 6 bytes instead of 4
+    current, _ = _pair(fp8_recipe="current")  # an amax pass first: 2 bytes more an element
+    forward = 6 * (T * (A * D + FF) / tp) + 5 * (2 * T * H / 2)
     assert current.breakdown_s["compute/forward/fp8_cast"] == pytest.approx(
-        1.5 * fp8.breakdown_s["compute/forward/fp8_cast"], rel=1e-12)
+        L * m * forward / W_H100, rel=1e-12)
 
 
 def test_memory_terms_by_hand():

@@ -89,10 +89,12 @@ def test_mixtral_fp8_casts_by_hand():
         forward = T * MX_H / rr + T * MX_A * MX_D / tp + A_r * (etp * MX_H + MX_F)
         backward = T * MX_H / rr + T * (MX_A * MX_D + 2 * MX_KV * MX_D) / tp \
             + A_r * (etp * MX_H + 2 * MX_F)
+        # the attention's QKV input and output grad are gathered (SP); the experts' are not
+        forward, backward = _cast_bytes(forward, backward, T * MX_H, T * MX_H, tp)
         assert r.breakdown_s["compute/forward/fp8_cast"] == pytest.approx(
-            n * m * Q8 * forward / W, rel=1e-12)
+            n * m * forward / W, rel=1e-12)
         assert r.breakdown_s["compute/backward/fp8_cast"] == pytest.approx(
-            n * m * Q8 * backward / W, rel=1e-12)
+            n * m * backward / W, rel=1e-12)
         attention, experts = _mixtral_weights(2, ep, etp)
         assert r.breakdown_s["compute/fp8_weight_cast"] == pytest.approx(
             Q8 * MX_L * (attention + experts) / W, rel=1e-12)
@@ -181,6 +183,15 @@ def test_deepseek_v3_fp8_weights_scaling_state_and_weight_cast_by_hand():
                                                                      rel=1e-12)
 
 
+def _cast_bytes(forward, backward, gathered_forward, gathered_backward, tp):
+    """Bytes of the casts (forward, backward) on Hopper with delayed scaling, from the elements
+    cast (Q8 = 4 each) and the elements sequence parallelism gathers in FP8, whole: a gathered
+    shard writes no transposed copy (1 byte fewer an element), the backward transposes every
+    gathered tensor (read 1, write 1)."""
+    return (Q8 * forward - gathered_forward / tp,
+            Q8 * backward - gathered_backward / tp + 2 * (gathered_forward + gathered_backward))
+
+
 def _mla_casts(T, rr, tp):
     """MLA's elements cast per layer and micro-batch (forward, backward): the normed input for
     each down projection, the latents (r_q, r_kv) on the shard, the output projection's input;
@@ -207,15 +218,20 @@ def test_deepseek_v3_fp8_casts_by_hand():
     moe_b = mla_b + T * DS_H / rr + T * 2 * DS_FSH / tp + A_r * (DS_H + 2 * DS_FE)
     dense_f = mla_f + T * DS_H / rr + T * DS_F / tp
     dense_b = mla_b + T * DS_H / rr + T * 2 * DS_F / tp
-    forward = {"first": 3 * dense_f + moe_f, "middle": 4 * moe_f,
-               "last": 2 * moe_f + 2 * T * DS_H / rr}
-    backward = {"first": 3 * dense_b + moe_b, "middle": 4 * moe_b,
-                "last": 2 * moe_b + T * DS_H / tp}
+    # gathered in FP8 (SP), whole: MLA's latents and its output's grad; the MLP's (the shared
+    # experts') up input and down grad
+    g_f, g_b = T * (DS_RQ + DS_RKV) + T * DS_H, 2 * T * DS_H
+    dense = _cast_bytes(dense_f, dense_b, g_f, g_b, tp)
+    moe = _cast_bytes(moe_f, moe_b, g_f, g_b, tp)
+    mtp = _cast_bytes(2 * T * DS_H / rr, T * DS_H / tp, 0, 0, tp)  # the projection's
+    forward = {"first": 3 * dense[0] + moe[0], "middle": 4 * moe[0], "last": 2 * moe[0] + mtp[0]}
+    backward = {"first": 3 * dense[1] + moe[1], "middle": 4 * moe[1],
+                "last": 2 * moe[1] + mtp[1]}
     for st in STAGES:
         assert float(out[f"time:{st}:compute/forward/fp8_cast"]) == pytest.approx(
-            m * Q8 * forward[st] / W, rel=1e-12), st
+            m * forward[st] / W, rel=1e-12), st
         assert float(out[f"time:{st}:compute/backward/fp8_cast"]) == pytest.approx(
-            m * Q8 * backward[st] / W, rel=1e-12), st
+            m * backward[st] / W, rel=1e-12), st
 
 
 def test_deepseek_v3_fp8_predicts_and_is_faster_than_bf16():
@@ -258,9 +274,11 @@ def test_mla_projections_run_on_the_fp8_device():
               (T, DS_H, DS_A * DS_V / tp), (T, 2 * DS_F / tp, DS_H), (T, DS_H, DS_F / tp)]
     per_layer = sum(_gemm_s(m, n, k, g, 1978.9e12, 1, 2) for m, n, k in shapes)
     assert r.breakdown_s["compute/forward/gemm"] == pytest.approx(4 * 2 * per_layer, rel=1e-9)
-    mla_f, _ = _mla_casts(T, 2, tp)
-    assert r.breakdown_s["compute/forward/fp8_cast"] == pytest.approx(
-        4 * 2 * Q8 * (mla_f + T * DS_H / 2 + T * DS_F / tp) / W, rel=1e-12)
+    mla_f, mla_b = _mla_casts(T, 2, tp)
+    forward, _ = _cast_bytes(mla_f + T * DS_H / 2 + T * DS_F / tp, mla_b,
+                             T * (DS_RQ + DS_RKV) + T * DS_H, 2 * T * DS_H, tp)
+    assert r.breakdown_s["compute/forward/fp8_cast"] == pytest.approx(4 * 2 * forward / W,
+                                                                      rel=1e-12)
 
 
 def test_mla_latent_gathers_carry_fp8_and_its_activations_its_copies():
