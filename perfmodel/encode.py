@@ -150,6 +150,7 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int | np.ndarray
     grid's sub-axes a, b, c (a fastest). A group made of several axes' ranks (its sub-axes, each
     `stride_i` apart) has the product of theirs in a node:
         dp_cp  the dp x cp ranks of a replica (cp and dp);
+        tp_dp_cp every rank of a pipeline stage (tp, cp and dp);
         etp    the ranks one expert's FFN is split over (expert tensor parallelism): etp
                consecutive ranks of the tp axis (etp divides tp);
         ep     the next ep ranks of a stage's tp x cp x dp ranks flattened tp inner, then cp,
@@ -198,6 +199,8 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int | np.ndarray
     g = gpus_per_node
     degree["dp_cp"] = c["dp"] * cp
     per_node["dp_cp"] = plain["cp"] * plain["dp"]
+    degree["tp_dp_cp"] = c["tp"] * c["dp"] * cp
+    per_node["tp_dp_cp"] = plain["tp"] * plain["cp"] * plain["dp"]
     one = np.ones(n, dtype=np.int64)
     etp = np.maximum(one, etp)
     tp_rest = np.maximum(one, c["tp"] // etp)  # the tp ranks beyond one expert-tensor group

@@ -13,7 +13,7 @@ import sympy as sp
 from perfmodel import codegen
 from perfmodel import symbols as S
 from perfmodel.errors import PerfmodelError
-from perfmodel.evaluate import _built, compile_outputs, family_of, values_of
+from perfmodel.evaluate import _built, amax_reduced, compile_outputs, family_of, values_of
 from perfmodel.predict import heaviest_stage, predict
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.loading import suggest
@@ -196,7 +196,8 @@ def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:
     for axis in AXES:
         redundant = (axis == "dp_cp" and plan.cp == 1) \
             or (axis == "edp" and plan.ep * plan.etp == 1) \
-            or (axis == "etp_ep" and min(plan.ep, plan.etp) == 1)
+            or (axis == "etp_ep" and min(plan.ep, plan.etp) == 1) \
+            or (axis == "tp_dp_cp" and not amax_reduced(plan, hardware))
         if degrees[axis] <= 1 or redundant:
             continue
         ranks, scope = per_node[axis]

@@ -40,7 +40,7 @@ class Family:
     scopes: tuple[tuple[str, str | None], ...] = (
         ("tp", None), ("dp", None), ("pp", None), ("tpa", None), ("tpb", None), ("tpc", None),
         ("cp", None), ("ep", None), ("dp_cp", None), ("edp", None), ("etp", None),
-        ("etp_ep", None))
+        ("etp_ep", None), ("tp_dp_cp", None))
     # how attention crosses the cp ranks (perfmodel.strategy.CPComm): p2p, allgather, a2a, or
     # None (open: indicators)
     cp_comm: str | None = None
@@ -124,6 +124,9 @@ class Family:
     fp8: bool = False
     fp8_output_layer: bool = False
     fp8_params: bool = False  # the linear weights held in FP8 (Plan.fp8_params)
+    # delayed scaling: Transformer Engine all-reduces the amaxes over a stage's ranks at each
+    # autocast exit (perfmodel.step.fp8.amax_collectives); the request's recipe fixes it
+    fp8_amax_reduced: bool = False
     windowed: bool = False
     attention_sinks: bool = False  # the model's: a learned logit per head (parameters only)
     # the model's RoPE rotates part of each head (TransformerSpec.rotary_fraction < 1): its share

@@ -91,6 +91,9 @@ _name("etp_ep_per_node", "k_etpep",
       "ranks of one expert-tensor x expert-parallel group (the token counts') inside one node")
 _name("edp_per_node", "k_edp",
       "ranks of one expert-data-parallel group (the experts' gradients' group) inside one node")
+_name("tp_dp_cp_per_node", "k_tdc",
+      "ranks of one tensor x data x context-parallel group (a pipeline stage's ranks: delayed "
+      "scaling's amax reduction) inside one node")
 # the tensor-parallel grid of the 2d / 2.5d / 3d layouts: sub-axes a (innermost), b, c
 _name("tpa", "q_a", "tensor-parallel grid: ranks along its first axis (q)")
 _name("tpb", "q_b", "tensor-parallel grid: ranks along its second axis (q)")
@@ -218,8 +221,10 @@ _name("optimizer_step_bytes_per_param", "e_step",
 # the groups a collective runs over: dp_cp, the dp x cp ranks of a replica (its gradients); ep, the
 # ranks that exchange tokens for the experts; edp, those holding the same experts (their gradients);
 # etp, the ranks one expert's FFN is split over; etp_ep, the etp x ep ranks (Megatron-Core's tp_ep
-# group: the token counts' all-gather with etp > 1)
-AXES = ("tp", "dp", "pp", "tpa", "tpb", "tpc", "cp", "ep", "dp_cp", "edp", "etp", "etp_ep")
+# group: the token counts' all-gather with etp > 1); tp_dp_cp, every rank of a pipeline stage
+# (Megatron-Core's amax reduction group: an FP8 plan's delayed scaling)
+AXES = ("tp", "dp", "pp", "tpa", "tpb", "tpc", "cp", "ep", "dp_cp", "edp", "etp", "etp_ep",
+        "tp_dp_cp")
 SCOPES = ("intra", "inter", "mixed")  # where a group's ranks lie: one node, one per node, both
 
 # A fabric of more than two levels (HardwareSpec.levels): the link an axis's group crosses beyond

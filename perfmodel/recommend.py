@@ -18,7 +18,7 @@ from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Dtype, Objective
 
-COMM_TERMS = ("comm/tp", "comm/cp", "comm/ep", "comm/dp", "pipeline/p2p")
+COMM_TERMS = ("comm/tp", "comm/cp", "comm/ep", "comm/dp", "pipeline/p2p", "comm/fp8_amax")
 # the degrees whose part in the best plan's win recommend reports (parallelism_wins)
 WIN_AXES = (("cp", "context parallelism"), ("ep", "expert parallelism"),
             ("etp", "expert tensor parallelism"))
@@ -257,7 +257,7 @@ def explain_best(model: TransformerSpec, hardware: HardwareSpec, result: SearchR
     """What binds the best plan and what the runner-up trades."""
     b = best[0]
     t = b.step_time_s
-    comm = sum(b.breakdown_s[k] for k in COMM_TERMS)
+    comm = sum(b.breakdown_s.get(k, 0.0) for k in COMM_TERMS)
     bubble = b.breakdown_s["pipeline/bubble"]
     shares = {"memory": b.memory_per_gpu_bytes / b.memory_capacity_bytes,
               "bubble": bubble / t, "exposed_communication": comm / t, "mfu": b.mfu}
@@ -273,7 +273,7 @@ def explain_best(model: TransformerSpec, hardware: HardwareSpec, result: SearchR
         binding.append(f"pipeline bubble: {shares['bubble']:.1%} of the step")
     if shares["exposed_communication"] > 0.05:
         parts = ", ".join(f"{k} {b.breakdown_s[k] / t:.1%}" for k in COMM_TERMS
-                          if b.breakdown_s[k] > 0)
+                          if b.breakdown_s.get(k, 0.0) > 0)
         binding.append(f"exposed communication: {shares['exposed_communication']:.1%} ({parts})")
     compute = sum(v for k, v in b.breakdown_s.items() if k.startswith("compute/"))
     binding.append(f"compute efficiency: compute is {compute / t:.1%} of the step, MFU {b.mfu:.1%}")

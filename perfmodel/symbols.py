@@ -52,6 +52,7 @@ k_tp, k_dp, k_pp = (_of(n) for n in ("tp_per_node", "dp_per_node", "pp_per_node"
 cp, ep, etp = _of("cp"), _of("ep"), _of("etp")
 k_cp, k_ep, k_dpcp, k_edp = (_of(n) for n in ("cp_per_node", "ep_per_node", "dp_cp_per_node",
                                               "edp_per_node"))
+k_tdc = _of("tp_dp_cp_per_node")
 k_etp, k_etpep = _of("etp_per_node"), _of("etp_ep_per_node")
 # a mixture of experts, multi-head latent attention, multi-token prediction
 E, k_E, f_E, f_sh, c_E, rho_E = (_of(n) for n in ("experts", "top_k", "expert_ffn_hidden",

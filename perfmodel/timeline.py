@@ -37,12 +37,13 @@ from perfmodel.errors import DataError, InternalError, PlanError
 from perfmodel.schedule import BACKWARD, FORWARD, WEIGHT, Timed, orders, simulate
 
 STREAMS = ("schedule", "compute", "host", "TP comm", "CP comm", "EP comm", "PP p2p",
-           "DP comm")
+           "FP8 amax", "DP comm")
 # a pass's parts, in the order drawn
-PASS_STREAMS = ("host", "compute", "TP comm", "CP comm", "EP comm", "PP p2p")
+PASS_STREAMS = ("host", "compute", "TP comm", "CP comm", "EP comm", "PP p2p", "FP8 amax")
 ROLES = ("forward", "recompute", "backward")
 _COMM_STREAM = {"comm/tp": "TP comm", "pipeline/p2p": "PP p2p", "comm/dp": "DP comm",
-                "comm/tp_grads": "TP comm", "comm/cp": "CP comm", "comm/ep": "EP comm"}
+                "comm/tp_grads": "TP comm", "comm/cp": "CP comm", "comm/ep": "EP comm",
+                "comm/fp8_amax": "FP8 amax"}
 _STEP_LABEL = {"data_parallel/sync": "gradient sync", "tensor_parallel/norm_grads":
                "TP norm gradients", "optimizer/step": "optimizer step",
                "fp8/weight_cast": "FP8 weight casts"}

@@ -28,10 +28,11 @@ from perfmodel.step.context import I, active
 
 AXIS_DEGREE = {"tp": S.tp, "dp": S.dp, "pp": S.pp, "tpa": S.q_a, "tpb": S.q_b, "tpc": S.q_c,
                "cp": S.cp, "ep": S.ep, "dp_cp": S.dp * S.cp,
-               "edp": S.tp * S.dp * S.cp / (S.ep * S.etp), "etp": S.etp, "etp_ep": S.etp * S.ep}
+               "edp": S.tp * S.dp * S.cp / (S.ep * S.etp), "etp": S.etp, "etp_ep": S.etp * S.ep,
+               "tp_dp_cp": S.tp * S.dp * S.cp}
 _AXIS_PER_NODE = {"tp": S.k_tp, "dp": S.k_dp, "pp": S.k_pp, "tpa": S.k_a, "tpb": S.k_b,
                   "tpc": S.k_c, "cp": S.k_cp, "ep": S.k_ep, "dp_cp": S.k_dpcp, "edp": S.k_edp,
-                  "etp": S.k_etp, "etp_ep": S.k_etpep}
+                  "etp": S.k_etp, "etp_ep": S.k_etpep, "tp_dp_cp": S.k_tdc}
 # when a collective is issued: in a micro-batch's forward, backward, both, or once per step
 LEDGER_PHASES = ("fwd", "bwd", "fwd+bwd", "step")
 # on which pipeline stages: every one, the first (embedding), the last or the ones between (a

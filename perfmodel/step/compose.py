@@ -135,14 +135,14 @@ _NO_TIME_S8 = sp.Float(1e-300)
 # perfmodel.step.offload): a breakdown shows them where a phase gives them, after
 # the terms above.
 OPTIONAL_STAGE_TERMS = ("compute/forward/fp8_cast", "compute/backward/fp8_cast",
-                        "compute/backward/grad_accumulation", "comm/offload")
+                        "compute/backward/grad_accumulation", "comm/offload", "comm/fp8_amax")
 OPTIONAL_STEP_TERMS = ("compute/fp8_weight_cast",)
 
 
 def _present(terms: tuple[str, ...], optional: tuple[str, ...],
              phases: Sequence[Phase]) -> tuple[str, ...]:
     """terms, and those of `optional` that some phase gives."""
-    given = {t for p in phases for t in (*p.device, *p.host)}
+    given = {t for p in phases for t in (*p.device, *p.host, *(x.term for x in p.comms))}
     return terms + tuple(t for t in optional if t in given)
 
 

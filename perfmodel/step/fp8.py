@@ -48,6 +48,8 @@ workspaces), in every stage's memory.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import sympy as sp
 
 from perfmodel import symbols as S
@@ -55,6 +57,7 @@ from perfmodel.costs import compute as K
 from perfmodel.costs import memory as M
 from perfmodel.costs import mla as MLA
 from perfmodel.costs import moe as CM
+from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context, active
 
@@ -267,3 +270,42 @@ def layer_cast_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
         attention, mlp = attention_cast_elements(c), mlp_cast_elements(c, S.f)
         return attention[0] + mlp[0], attention[1] + mlp[1]
     return K.fp8_cast_elements(c.T, S.h, S.a, S.kv, S.f, S.tp, c.act_ranks, c.gated, c.d)
+
+
+# --- delayed scaling's amax reductions, per model chunk and micro-batch -------------------------
+
+AMAX_BYTES = 4  # an fp32 amax
+# the amaxes of one FP8 GEMM reduced in each direction: TE's forward scaling tensors (input,
+# weight, output) and backward ones (grad output, grad input); perfmodel.costs.fp8
+FORWARD_AMAXES, BACKWARD_AMAXES = 3, 2
+AMAX = "fp8_amax"  # the phases: fp8_amax/forward, fp8_amax/backward
+
+
+def amax_collectives(c: Context) -> list[Collective]:
+    """Delayed scaling's amax reductions (Family.fp8_amax_reduced). Transformer Engine
+    all-reduces (MAX) the amaxes its modules recorded when the outermost fp8_autocast exits, and
+    the backward's in the backward of the autocast's first module, with async_op=False: the next
+    kernel waits (transformer_engine/pytorch/quantization.py, reduce_and_update_fp8_tensors, at
+    d0067d0); over Megatron-Core's amax reduction group, every tp x dp x cp rank of a pipeline
+    stage (parallel_state.get_amax_reduction_group(with_context_parallel=True), axis tp_dp_cp).
+    Under delayed scaling Megatron-Core wraps a model chunk's whole block in one fp8_autocast
+    (transformer_block.py, use_outer_quantization_context at d98e8a64), so in each micro-batch
+    each of the rank's v chunks issues one forward and one backward reduction of 4 bytes x 3
+    (forward) or 2 (backward) amaxes per FP8 GEMM of the chunk (G / v, G the first stage's
+    GEMMs with scaling state, stage_fp8_gemms), exposed. Not counted: a recomputed forward's (TE
+    restores the forward's scaling state for it), the MTP modules' own autocast."""
+    if not c.fam.fp8_amax_reduced:
+        return []
+    chunk_gemms = stage_fp8_gemms(c, "first", ZERO) / S.v
+    return [Collective(name="tp_dp_cp/fp8_amax/all_reduce", op="all_reduce", axis="tp_dp_cp",
+                       nbytes=AMAX_BYTES * amaxes * chunk_gemms, calls=S.v, phase=phase,
+                       in_phase=f"{AMAX}/{direction}", term="comm/fp8_amax", fam=c.fam)
+            for phase, direction, amaxes in (("fwd", "forward", FORWARD_AMAXES),
+                                             ("bwd", "backward", BACKWARD_AMAXES))]
+
+
+def amax_phases(issued: Mapping[str, tuple[Collective, ...]]) -> tuple[Phase, ...]:
+    """A stage's amax reductions in one micro-batch, exposed (amax_collectives); none without
+    delayed scaling."""
+    return tuple(Phase(name=f"{AMAX}/{direction}", comms=issued[f"{AMAX}/{direction}"])
+                 for direction in ("forward", "backward") if f"{AMAX}/{direction}" in issued)

@@ -73,7 +73,7 @@ def build(fam: Family) -> Model:
                    *MTP.mtp_collectives(c), *TP.embedding_collectives(c),
                    *TP.output_collectives(c), *(x for sends in p2p.values() for x in sends),
                    *DP.sync_collectives(c, params, units),
-                   *TP.norm_grad_collectives(c)]
+                   *TP.norm_grad_collectives(c), *FP8.amax_collectives(c)]
     issued = _by_phase(collectives)
     # 3. one micro-batch on each stage, phase by phase (the layers' tensor-parallel collectives
     #    behind their GEMMs where the plan overlaps them; the loop's own ops on a GPU's host)
@@ -100,6 +100,7 @@ def build(fam: Family) -> Model:
                       *EH.embedding_phases(c, costs["embedding"], issued, has_embedding),
                       *EH.output_phases(c, costs["output"], issued, has_output),
                       PP.p2p_phase(p2p[st]), DP.fsdp_hook_phase(c, st, units), *loop,
+                      *FP8.amax_phases(issued),
                       *GACC.grad_accumulation_phases(c, st, has_embedding, has_output),
                       *(OFF.offload_phases(c, works[st], st, offloaded[st])
                         if fam.cpu_offload else ()))

@@ -144,14 +144,15 @@ def test_memory_terms_by_hand():
 def test_the_sequence_parallel_forward_gathers_carry_fp8():
     """TE casts the QKV and MLP-up inputs on the rank's shard, then all-gathers the FP8 copy
     (TE docs, te.Linear walkthrough): half the bytes of bf16's; the backward's collectives and
-    every reduce-scatter stay bf16."""
+    every reduce-scatter stay bf16. Delayed scaling adds its amax reductions (below)."""
     model = load_model("llama3-8b")
     fp8 = comm_ledger(model, Plan(**PLAN, dtype="fp8"), "dgx-h100")
     bf16 = comm_ledger(model, Plan(**PLAN, dtype="bf16"), "dgx-h100")
     gathers = [(r["phase"], r["nbytes"]) for r in fp8 if r["name"] == "tp/layer/all_gather"]
     full = 2 * 8192 * H
     assert gathers == [("fwd", full / 2), ("bwd", full)]
-    assert [r["nbytes"] for r in fp8 if r["name"] != "tp/layer/all_gather"] == \
+    assert [r["nbytes"] for r in fp8 if r["name"] not in ("tp/layer/all_gather",
+                                                         "tp_dp_cp/fp8_amax/all_reduce")] == \
         [r["nbytes"] for r in bf16 if r["name"] != "tp/layer/all_gather"]
 
 
@@ -400,3 +401,39 @@ def test_recommend_emitting_megatron_keeps_fp8_weights_on_the_distributed_optimi
     args = " ".join((tmp_path / "out" / "megatron_args.txt").read_text().split())
     assert "--fp8-param-gather" in args and "--use-torch-fsdp2" not in args
     assert all(p["plan"]["zero"] in (0, 1) for p in json.loads(out.stdout)["plans"])
+
+
+AMAX_PLAN = dict(gpus=32, dp=8, tp=2, pp=2, sequence_parallel=True, micro_batch=1,
+                 global_batch=64, schedule="interleaved", virtual_stages=2)
+
+
+def test_delayed_scaling_reduces_its_amaxes_per_chunk_and_micro_batch():
+    """Transformer Engine all-reduces (MAX) delayed scaling's amaxes when the outermost
+    fp8_autocast exits, and the backward's in the autocast's first module (quantization.py,
+    reduce_and_update_fp8_tensors, async_op=False), over Megatron-Core's amax reduction group: a
+    stage's tp x dp x cp ranks (parallel_state.get_amax_reduction_group); Megatron-Core wraps a
+    chunk's block in one autocast under delayed scaling (transformer_block.py). Per micro-batch
+    each of the rank's v = 2 chunks reduces once forward, once backward: 8 layers of 4 FP8 GEMMs a
+    chunk, 4 bytes x 3 amaxes per GEMM forward, x 2 backward; 8 micro-batches. Over 16 ranks, 8
+    per node, exposed: the collective's own time (`perfmodel collective`)."""
+    from perfmodel.collective import predict_collective
+
+    plan = Plan(**AMAX_PLAN, dtype="fp8")
+    rows = [r for r in comm_ledger("llama3-8b", plan, "dgx-h100")
+            if r["name"] == "tp_dp_cp/fp8_amax/all_reduce"]
+    gemms = 32 // 2 // 2 * 4
+    assert [(r["phase"], r["axis"], r["calls"], r["nbytes"]) for r in rows] == [
+        ("fwd", "tp_dp_cp", 8 * 2, 4 * 3 * gemms), ("bwd", "tp_dp_cp", 8 * 2, 4 * 2 * gemms)]
+    r = predict("llama3-8b", "dgx-h100", plan)
+    each = [predict_collective("all_reduce", n, 16, H100, ranks_per_node=8)["time_s"]
+            for n in (4 * 3 * gemms, 4 * 2 * gemms)]
+    assert r.breakdown_s["comm/fp8_amax"] == pytest.approx(8 * 2 * sum(each), rel=1e-9)
+
+
+@pytest.mark.parametrize("dtype, recipe", [("fp8", "current"), ("bf16", None)])
+def test_only_delayed_scaling_reduces_amaxes(dtype, recipe):
+    """Current scaling takes each scale from its tensor (no amax history to reduce a step);
+    bf16 has none."""
+    plan = Plan(**AMAX_PLAN, dtype=dtype, fp8_recipe=recipe)
+    assert not [r for r in comm_ledger("llama3-8b", plan, "dgx-h100") if "amax" in r["name"]]
+    assert "comm/fp8_amax" not in predict("llama3-8b", "dgx-h100", plan).breakdown_s
