@@ -37,11 +37,12 @@ __all__ = ["Compiled", "axis_per_node", "compile_family", "family_of", "grid_deg
 _PACKAGE = Path(__file__).parent
 
 
-def amax_reduced(plan: Plan, hardware: HardwareSpec) -> bool:
-    """Whether the plan's FP8 recipe all-reduces its amaxes over a stage's ranks (delayed
-    scaling: perfmodel.step.fp8.amax_collectives)."""
-    return plan.dtype is Dtype.FP8 and hardware.fp8_recipe(
-        None if plan.fp8_recipe is None else plan.fp8_recipe.value) == "delayed"
+def fp8_recipe_of(plan: Plan, hardware: HardwareSpec) -> str | None:
+    """The FP8 recipe the plan runs (the hardware's default where it names none), None
+    without FP8."""
+    if plan.dtype is not Dtype.FP8:
+        return None
+    return hardware.fp8_recipe(None if plan.fp8_recipe is None else plan.fp8_recipe.value)
 
 
 def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
@@ -65,7 +66,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  asynchronous=hardware.asynchronous_device,
                  fp8=plan.dtype is Dtype.FP8, fp8_output_layer=plan.fp8_output_layer,
                  fp8_params=plan.fp8_params,
-                 fp8_amax_reduced=amax_reduced(plan, hardware),
+                 fp8_recipe=fp8_recipe_of(plan, hardware),
                  windowed=model.windowed_share > 0, attention_sinks=model.attention_sinks,
                  partial_rotary=model.rotary_fraction < 1,
                  dropout=model.hidden_dropout > 0,

@@ -13,7 +13,7 @@ import sympy as sp
 from perfmodel import codegen
 from perfmodel import symbols as S
 from perfmodel.errors import PerfmodelError
-from perfmodel.evaluate import _built, amax_reduced, compile_outputs, family_of, values_of
+from perfmodel.evaluate import _built, compile_outputs, family_of, fp8_recipe_of, values_of
 from perfmodel.predict import heaviest_stage, predict
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.loading import suggest
@@ -197,7 +197,7 @@ def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:
         redundant = (axis == "dp_cp" and plan.cp == 1) \
             or (axis == "edp" and plan.ep * plan.etp == 1) \
             or (axis == "etp_ep" and min(plan.ep, plan.etp) == 1) \
-            or (axis == "tp_dp_cp" and not amax_reduced(plan, hardware))
+            or (axis == "tp_dp_cp" and fp8_recipe_of(plan, hardware) != "delayed")
         if degrees[axis] <= 1 or redundant:
             continue
         ranks, scope = per_node[axis]

@@ -124,9 +124,11 @@ class Family:
     fp8: bool = False
     fp8_output_layer: bool = False
     fp8_params: bool = False  # the linear weights held in FP8 (Plan.fp8_params)
-    # delayed scaling: Transformer Engine all-reduces the amaxes over a stage's ranks at each
-    # autocast exit (perfmodel.step.fp8.amax_collectives); the request's recipe fixes it
-    fp8_amax_reduced: bool = False
+    # the FP8 recipe (perfmodel.costs.fp8.RECIPES; None without FP8), fixed by the request: which
+    # amax reductions Transformer Engine issues (delayed scaling: a stage's ranks at each autocast
+    # exit; current scaling: the tp group at each cast of a shard it gathers;
+    # perfmodel.step.fp8.amax_collectives, tp_amax_collectives)
+    fp8_recipe: str | None = None
     windowed: bool = False
     attention_sinks: bool = False  # the model's: a learned logit per head (parameters only)
     # the model's RoPE rotates part of each head (TransformerSpec.rotary_fraction < 1): its share

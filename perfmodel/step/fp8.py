@@ -282,7 +282,7 @@ AMAX = "fp8_amax"  # the phases: fp8_amax/forward, fp8_amax/backward
 
 
 def amax_collectives(c: Context) -> list[Collective]:
-    """Delayed scaling's amax reductions (Family.fp8_amax_reduced). Transformer Engine
+    """Delayed scaling's amax reductions (Family.fp8_recipe). Transformer Engine
     all-reduces (MAX) the amaxes its modules recorded when the outermost fp8_autocast exits, and
     the backward's in the backward of the autocast's first module, with async_op=False: the next
     kernel waits (transformer_engine/pytorch/quantization.py, reduce_and_update_fp8_tensors, at
@@ -294,7 +294,7 @@ def amax_collectives(c: Context) -> list[Collective]:
     (forward) or 2 (backward) amaxes per FP8 GEMM of the chunk (G / v, G the first stage's
     GEMMs with scaling state, stage_fp8_gemms), exposed. Not counted: a recomputed forward's (TE
     restores the forward's scaling state for it), the MTP modules' own autocast."""
-    if not c.fam.fp8_amax_reduced:
+    if c.fam.fp8_recipe != "delayed":
         return []
     chunk_gemms = stage_fp8_gemms(c, "first", ZERO) / S.v
     return [Collective(name="tp_dp_cp/fp8_amax/all_reduce", op="all_reduce", axis="tp_dp_cp",
@@ -309,3 +309,40 @@ def amax_phases(issued: Mapping[str, tuple[Collective, ...]]) -> tuple[Phase, ..
     delayed scaling."""
     return tuple(Phase(name=f"{AMAX}/{direction}", comms=issued[f"{AMAX}/{direction}"])
                  for direction in ("forward", "backward") if f"{AMAX}/{direction}" in issued)
+
+
+# --- current scaling's amax reductions over tp, per gathered shard --------------------------------
+
+STAGES = ("first", "middle", "last")
+
+
+def tp_amax_collectives(c: Context) -> list[Collective]:
+    """Current scaling's amax reductions with sequence parallelism. A shard that is gathered in
+    FP8 needs the scale of the whole tensor: Transformer Engine gives the quantizer of a
+    column-parallel GEMM's input and of a row-parallel GEMM's grad output the tp group
+    (set_quantizer_amax_reduction_group in layernorm_linear.py and linear.py, at d0067d0), and
+    the cast all-reduces its amax over it and waits (quantizer.cpp: allreduce(...)->wait()),
+    4 bytes each. Per layer and micro-batch, one for each tensor gathered_elements counts: the
+    forward's QKV input (MLA: its kv latent, and its q latent with q_lora) and MLP-up input, the
+    backward's grad outputs of the attention output and MLP down; the MLP's in a dense layer and
+    in an MoE layer with shared experts. Declared per stage (phases layers@<stage>/...), exposed.
+    Not counted: a recomputed forward's (Megatron-Core's full recompute casts again)."""
+    if c.fam.fp8_recipe != "current":
+        return []
+    from perfmodel.step.moe import moe_layers
+
+    moe = moe_layers(c) if c.fam.moe else {st: ZERO for st in STAGES}
+    on = c.megatron * c.seq_parallel
+    attention_forward = (1 + int(c.fam.mla_q_lora)) if c.fam.mla else 1
+    out = []
+    for st in STAGES:
+        n = c.stage_layers[st]
+        mlps = n if not c.fam.moe or c.fam.moe_shared else n - moe[st]
+        share = ONE if st == "first" else c.multi
+        for phase, direction, calls in (("fwd", "forward", attention_forward * n + mlps),
+                                        ("bwd", "backward", n + mlps)):
+            out.append(Collective(name="tp/fp8_amax/all_reduce", op="all_reduce", axis="tp",
+                                  nbytes=sp.Integer(AMAX_BYTES), calls=on * calls, phase=phase,
+                                  in_phase=f"layers@{st}/{direction}", term="comm/fp8_amax",
+                                  fam=c.fam, stage=st, ledger_share=share))
+    return out

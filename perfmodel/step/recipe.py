@@ -73,7 +73,8 @@ def build(fam: Family) -> Model:
                    *MTP.mtp_collectives(c), *TP.embedding_collectives(c),
                    *TP.output_collectives(c), *(x for sends in p2p.values() for x in sends),
                    *DP.sync_collectives(c, params, units),
-                   *TP.norm_grad_collectives(c), *FP8.amax_collectives(c)]
+                   *TP.norm_grad_collectives(c), *FP8.amax_collectives(c),
+                   *FP8.tp_amax_collectives(c)]
     issued = _by_phase(collectives)
     # 3. one micro-batch on each stage, phase by phase (the layers' tensor-parallel collectives
     #    behind their GEMMs where the plan overlaps them; the loop's own ops on a GPU's host)

@@ -430,10 +430,33 @@ def test_delayed_scaling_reduces_its_amaxes_per_chunk_and_micro_batch():
     assert r.breakdown_s["comm/fp8_amax"] == pytest.approx(8 * 2 * sum(each), rel=1e-9)
 
 
-@pytest.mark.parametrize("dtype, recipe", [("fp8", "current"), ("bf16", None)])
-def test_only_delayed_scaling_reduces_amaxes(dtype, recipe):
-    """Current scaling takes each scale from its tensor (no amax history to reduce a step);
-    bf16 has none."""
+def test_current_scaling_reduces_the_amax_of_each_gathered_shard_over_tp():
+    """Current scaling takes each scale from its tensor: no stage-wide reduction, but a shard
+    gathered in FP8 needs the whole tensor's scale, so Transformer Engine all-reduces its amax
+    over the tp group and waits (layernorm_linear.py / linear.py set_quantizer_amax_reduction_group
+    for a column-parallel input and a row-parallel grad output with sequence parallelism;
+    quantizer.cpp allreduce(...)->wait()): per layer the QKV and MLP-up inputs forward, the
+    grad outputs of the attention output and MLP down backward, 4 bytes each; 16 layers a stage,
+    8 micro-batches; over the tp pair inside a node, exposed."""
+    from perfmodel.collective import predict_collective
+
+    plan = Plan(**AMAX_PLAN, dtype="fp8", fp8_recipe="current")
+    rows = [r for r in comm_ledger("llama3-8b", plan, "dgx-h100") if "amax" in r["name"]]
+    assert {r["name"] for r in rows} == {"tp/fp8_amax/all_reduce"}
+    first = [(r["phase"], r["axis"], r["calls"], r["nbytes"]) for r in rows
+             if r["stage"] == "first"]
+    assert first == [("fwd", "tp", 8 * 16 * 2, 4), ("bwd", "tp", 8 * 16 * 2, 4)]
+    one = predict_collective("all_reduce", 4, 2, H100)["time_s"]
+    r = predict("llama3-8b", "dgx-h100", plan)
+    assert r.breakdown_s["comm/fp8_amax"] == pytest.approx(8 * 16 * 4 * one, rel=1e-9)
+    no_sp = Plan(**{**AMAX_PLAN, "sequence_parallel": False}, dtype="fp8", fp8_recipe="current")
+    assert not [r for r in comm_ledger("llama3-8b", no_sp, "dgx-h100") if "amax" in r["name"]]
+
+
+@pytest.mark.parametrize("model, hardware, dtype, recipe", [
+    ("llama3-8b", "dgx-h100", "bf16", None), ("llama3-8b", "dgx-b200", "fp8", "mxfp8")])
+def test_no_amax_reductions_without_a_per_tensor_scale(model, hardware, dtype, recipe):
+    """bf16 has no scales; MXFP8's block scales come from each block of 32 values."""
     plan = Plan(**AMAX_PLAN, dtype=dtype, fp8_recipe=recipe)
-    assert not [r for r in comm_ledger("llama3-8b", plan, "dgx-h100") if "amax" in r["name"]]
-    assert "comm/fp8_amax" not in predict("llama3-8b", "dgx-h100", plan).breakdown_s
+    assert not [r for r in comm_ledger(model, plan, hardware) if "amax" in r["name"]]
+    assert "comm/fp8_amax" not in predict(model, hardware, plan).breakdown_s
