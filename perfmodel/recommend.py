@@ -82,14 +82,15 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
 FP8_GEMM_TERMS = ("compute/forward/gemm", "compute/backward/gemm")
 FP8_CAST_TERMS = ("compute/forward/fp8_cast", "compute/backward/fp8_cast",
                   "compute/fp8_weight_cast")
+FP8_AMAX_TERM = "comm/fp8_amax"  # delayed scaling's and current scaling's (perfmodel.step.fp8)
 
 
 def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
                     best: Prediction) -> dict[str, Any]:
     """What FP8 does for the best plan of an fp8 search: the same search in bf16 (the plan's
     mixed precision without FP8 GEMMs) and its best plan, the best plan itself in bf16, and the
-    terms FP8 changes (its GEMMs, its casts); `says` puts it in a sentence, and `wins` is whether
-    FP8 is what makes the best plan win (it beats the best bf16 plan)."""
+    terms FP8 changes (its GEMMs, its casts, its amax reductions); `says` puts it in a sentence,
+    and `wins` is whether FP8 is what makes the best plan win (it beats the best bf16 plan)."""
     req = result.request
     bf16 = Dtype(compute_dtype(req.dtype))
     bf16_fields: dict[str, Any] = dict(dtype=bf16, fp8_recipe=None, fp8_output_layer=False,
@@ -100,16 +101,18 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
     same = predict(model, hardware, as_bf16)
     gemm_s = sum(same.breakdown_s[k] - best.breakdown_s[k] for k in FP8_GEMM_TERMS)
     cast_s = sum(best.breakdown_s.get(k, 0.0) for k in FP8_CAST_TERMS)
+    amax_s = best.breakdown_s.get(FP8_AMAX_TERM, 0.0)
     recipe = best.plan.fp8_recipe.value if best.plan.fp8_recipe else ""
     out: dict[str, Any] = {
         "recipe": recipe, "step_time_s": best.step_time_s,
         "same_plan_in_bf16_s": same.step_time_s,
         "same_plan_in_bf16_fits": same.memory_per_gpu_bytes <= result.capacity_bytes,
-        "gemm_saved_s": gemm_s, "casts_s": cast_s,
+        "gemm_saved_s": gemm_s, "casts_s": cast_s, "amax_reductions_s": amax_s,
         "best_bf16_plan": None, "best_bf16_step_time_s": None, "best_bf16_objective": None,
         "speedup_over_best_bf16": None}
     why = (f"its linear layers' GEMMs in FP8 ({recipe} scaling) save {gemm_s:.4g} s per step "
-           f"and its casts cost {cast_s:.4g} s")
+           f"and its casts cost {cast_s:.4g} s"
+           + (f", its amax reductions {amax_s:.4g} s" if amax_s > 0 else ""))
     if len(alt.best):
         alt_plan = alt.plan(alt.best, 0)
         objective = float(result.best.objective[0])

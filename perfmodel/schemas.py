@@ -271,7 +271,7 @@ EXPLANATION = {
              "fp8": obj({
                  "recipe": STRING, "step_time_s": NUMBER, "same_plan_in_bf16_s": NUMBER,
                  "same_plan_in_bf16_fits": BOOLEAN, "gemm_saved_s": NUMBER, "casts_s": NUMBER,
-                 "best_bf16_plan": {"type": ["string", "null"]},
+                 "amax_reductions_s": NUMBER, "best_bf16_plan": {"type": ["string", "null"]},
                  "best_bf16_step_time_s": NUMBER_OR_NULL, "best_bf16_objective": NUMBER_OR_NULL,
                  "speedup_over_best_bf16": NUMBER_OR_NULL, "wins": BOOLEAN, "says": STRING},
                  description="--dtype fp8: the same search in bf16, its best plan, the best "
