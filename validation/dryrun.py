@@ -211,7 +211,7 @@ def uncosted(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> str:
 def dry_run(
     model: TransformerSpec, plan: Plan, parallel: JobParallel | None = None
 ) -> dict[str, Any]:
-    as_job = job_model(model)
+    as_job = job_model(model, plan.tp)
     fp8 = plan.dtype.value == "fp8"
     if fp8:  # the job runs bf16 (no Transformer Engine): counted and compared so
         plan = without_fp8(plan)
@@ -249,7 +249,8 @@ def dry_run(
         < 1e-9,
         "ledger_available": ledger is not None,
         "agree": None if ledger is None else all(r["agree"] for r in rows),
-        "notes": [n for n in (job_model_note(model), missing, FP8_DRY_RUN_NOTE if fp8 else "",
+        "notes": [n for n in (job_model_note(model, plan.tp), missing,
+                              FP8_DRY_RUN_NOTE if fp8 else "",
                               OFFLOAD_DRY_RUN_NOTE if plan.cpu_offload_layers else "") if n],
     }
 

@@ -167,18 +167,31 @@ def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:
     return plan, ""
 
 
-def job_model(model: TransformerSpec) -> TransformerSpec:
+def padded_vocab(vocab: int, tp: int) -> int:
+    """The vocabulary rounded up to a multiple of tp, as Megatron-LM pads it (there to a multiple
+    of make_vocab_size_divisible_by x tp) so that every tensor-parallel rank holds vocab / tp rows
+    of the embedding and the output layer."""
+    return -(-vocab // tp) * tp
+
+
+def job_model(model: TransformerSpec, tp: int = 1) -> TransformerSpec:
     """The model as the job (workload.model) builds it: untied embeddings (tying across pipeline
     stages needs an all-reduce the job does not do), a learned position table (seq_len x
-    hidden) even for rotary models, and no dropout (the job's layers have none: no masks kept).
+    hidden) even for rotary models, no dropout (the job's layers have none: no masks kept), and
+    the vocabulary padded to a multiple of tp (padded_vocab: torch's Shard would otherwise give
+    the first ranks one row more than the others, and the ranks' gradients would differ in size).
     The prediction, the ledger and --dry-run all take this model."""
     return model.replace(tied_embeddings=False, position_embedding="learned", rotary_fraction=1,
-                         hidden_dropout=0.0, attention_dropout=0.0)
+                         hidden_dropout=0.0, attention_dropout=0.0,
+                         vocab=padded_vocab(model.vocab, tp))
 
 
-def job_model_note(model: TransformerSpec) -> str:
+def job_model_note(model: TransformerSpec, tp: int = 1) -> str:
     """What job_model changed, for the user ('' when nothing)."""
     changed = []
+    if padded_vocab(model.vocab, tp) != model.vocab:
+        changed.append(f"pads the vocabulary to {padded_vocab(model.vocab, tp):,} (a multiple of "
+                       f"tp {tp}, as Megatron-LM pads it; {model.name}: {model.vocab:,})")
     if model.position_embedding != "learned":
         changed.append(
             f"learns a position table where {model.name} uses {model.position_embedding} positions"
@@ -205,7 +218,7 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
                         "is Megatron-Core's); validate the plan with --cpu-offload-layers 0")
     plan, note = local_dtype(plan, backend)
     notes = [note] if note else []
-    model = job_model(model)
+    model = job_model(model, plan.tp)
     if plan.overlap_grad_sync:
         notes.append("the job syncs gradients after backward: predicted without overlap")
     if plan.overlap_param_gather or plan.tp_comm_overlap:

@@ -103,7 +103,7 @@ def ledger_check(
     """Rank 0's collectives in the probe step (pipeline p2p included) against the model's ledger."""
     if not collectives:
         return None
-    ledger = model_ledger(job_model(model), plan)
+    ledger = model_ledger(job_model(model, plan.tp), plan)
     if ledger is None:
         return None
     rows = compare(collectives, ledger)

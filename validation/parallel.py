@@ -63,7 +63,7 @@ def check_equivalence(
                         "each rank drops by its own share of the sequence (check it with tp = "
                         "cp = 1; --dry-run counts its exchanges)")
     world = world_size(plan, parallel)
-    cfg = job_config(job_model(model), plan, RunSettings(nprocs=world), parallel)
+    cfg = job_config(job_model(model, plan.tp), plan, RunSettings(nprocs=world), parallel)
     cfg["timeout_s"] = timeout_s
     run_dir.mkdir(parents=True, exist_ok=True)
     config, out = run_dir / "config.json", run_dir / "equivalence"
@@ -91,7 +91,7 @@ def run(model: TransformerSpec, plan: Plan, parallel: JobParallel, settings: Run
     """Train the plan on local ranks (workload.job); step times, losses, rank 0's collectives."""
     from validation.run import JobFailed, run_job
 
-    cfg = job_config(job_model(model), plan, settings, parallel)
+    cfg = job_config(job_model(model, plan.tp), plan, settings, parallel)
     result, records = run_job(cfg, run_dir, settings)
     if not result.ok:
         bad = result.failed_rank()

@@ -234,3 +234,16 @@ def test_dry_run_of_rotary_models_agrees_and_says_what_the_job_changes(name):
     assert result["notes"] == [
         f"the job learns a position table where {name} uses rotary positions: compared as the "
         "job builds it"]
+
+
+@pytest.mark.parametrize("tp", [2, 8])
+def test_a_vocabulary_tp_does_not_divide_is_padded_as_megatron_pads_it(tp):
+    """GPT-2's 50,257 tokens over tp ranks: torch's Shard would give rank 0 one row more of the
+    embedding and of the output layer than the ledger's vocab / tp (before: the dp all-reduce
+    differed by h elements, and --dry-run said the job disagreed). The job pads the vocabulary to
+    a multiple of tp, as Megatron-LM does, and both sides count the padded model."""
+    model = load_model("tiny-gpt").replace(vocab=1025)
+    result = dryrun.dry_run(model, Plan(gpus=2 * tp, tp=tp, dp=2, global_batch=2, dtype="fp32"))
+    assert result["agree"], [r for r in result["rows"] if not r["agree"]]
+    padded = -(-1025 // tp) * tp
+    assert any(f"pads the vocabulary to {padded:,}" in note for note in result["notes"])
