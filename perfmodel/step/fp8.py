@@ -60,6 +60,7 @@ from perfmodel.costs import moe as CM
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context, active
+from perfmodel.step.pipeline import STAGES
 
 ZERO = sp.Integer(0)
 ONE = sp.Integer(1)
@@ -230,22 +231,38 @@ def mlp_cast_elements(c: Context, width: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
     return T * h / r + T * width / tp, T * h / r + T * (1 + c.gated) * width / tp
 
 
-def gathered_elements(c: Context, *, moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
-    """Elements of the FP8 tensors sequence parallelism all-gathers in one layer, whole (after
-    the gather), per micro-batch: (the column-parallel GEMMs' inputs, gathered in the forward and
-    again in the backward; the row-parallel GEMMs' grad outputs, gathered in the backward). A
-    standard attention's QKV input and its output projection's grad output, T h each; MLA's
-    latents the up projections read, T (r_q + r_kv) (r_q with q_lora only; perfmodel.costs.mla.
-    mla_fp8_cast_elements), and its output projection's grad output, T h; a dense MLP's (or the
-    shared experts') up input and down grad output, T h each; the routed experts' tokens reach
-    them through the dispatcher, not a sequence-parallel gather. 0 without sequence parallelism,
-    with tp = 1 or on a grid (Megatron 1D only)."""
-    gathered = c.T * c.megatron * c.split * active(S.tp)
+def gathered_tensors(c: Context, *, moe: bool = False
+                     ) -> tuple[tuple[sp.Expr, ...], tuple[sp.Expr, ...]]:
+    """The FP8 tensors sequence parallelism all-gathers in one layer per micro-batch, each as its
+    elements whole (after the gather): (the column-parallel GEMMs' inputs, gathered in the
+    forward and again in the backward; the row-parallel GEMMs' grad outputs, gathered in the
+    backward). A standard attention's QKV input and its output projection's grad output, T h
+    each; MLA's latents the up projections read, T r_q (with q_lora) and T r_kv (perfmodel.costs.
+    mla.mla_fp8_cast_elements), and its output projection's grad output, T h; a dense MLP's (or
+    the shared experts') up input and down grad output, T h each; the routed experts' tokens
+    reach them through the dispatcher, not a sequence-parallel gather. Each is 0 without sequence
+    parallelism, with tp = 1 or on a grid (Megatron 1D only): sequence_gathered."""
+    gathered = c.T * sequence_gathered(c)
     whole = gathered * S.h
-    latents = gathered * ((S.r_q if c.fam.mla_q_lora else 0) + S.r_kv) if c.fam.mla else whole
-    attention = (latents, whole)
-    mlp = (whole, whole) if not moe or c.fam.moe_shared else (ZERO, ZERO)
-    return attention[0] + mlp[0], attention[1] + mlp[1]
+    if c.fam.mla:
+        inputs = (*((gathered * S.r_q,) if c.fam.mla_q_lora else ()), gathered * S.r_kv)
+    else:
+        inputs = (whole,)
+    if not moe or c.fam.moe_shared:
+        return (*inputs, whole), (whole, whole)
+    return inputs, (whole,)
+
+
+def sequence_gathered(c: Context) -> sp.Expr:
+    """1 where sequence parallelism gathers the layers' activations over tp (Megatron 1D with it,
+    tp > 1), else 0."""
+    return c.megatron * c.split * active(S.tp)
+
+
+def gathered_elements(c: Context, *, moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
+    """(G_f, G_b): the elements of gathered_tensors in each direction."""
+    forward, backward = gathered_tensors(c, moe=moe)
+    return sp.Add(*forward), sp.Add(*backward)
 
 
 def layer_cast_bytes(c: Context, forward: sp.Expr, backward: sp.Expr, *,
@@ -313,36 +330,31 @@ def amax_phases(issued: Mapping[str, tuple[Collective, ...]]) -> tuple[Phase, ..
 
 # --- current scaling's amax reductions over tp, per gathered shard --------------------------------
 
-STAGES = ("first", "middle", "last")
-
-
 def tp_amax_collectives(c: Context) -> list[Collective]:
     """Current scaling's amax reductions with sequence parallelism. A shard that is gathered in
     FP8 needs the scale of the whole tensor: Transformer Engine gives the quantizer of a
     column-parallel GEMM's input and of a row-parallel GEMM's grad output the tp group
     (set_quantizer_amax_reduction_group in layernorm_linear.py and linear.py, at d0067d0), and
     the cast all-reduces its amax over it and waits (quantizer.cpp: allreduce(...)->wait()),
-    4 bytes each. Per layer and micro-batch, one for each tensor gathered_elements counts: the
-    forward's QKV input (MLA: its kv latent, and its q latent with q_lora) and MLP-up input, the
-    backward's grad outputs of the attention output and MLP down; the MLP's in a dense layer and
-    in an MoE layer with shared experts. Declared per stage (phases layers@<stage>/...), exposed.
-    Not counted: a recomputed forward's (Megatron-Core's full recompute casts again)."""
+    4 bytes each. Per layer and micro-batch, one for each tensor of gathered_tensors (a dense
+    layer's, an MoE layer's), forward and backward. Declared per stage (phases
+    layers@<stage>/...), exposed. Not counted: a recomputed forward's (Megatron-Core's full
+    recompute casts again)."""
     if c.fam.fp8_recipe != "current":
         return []
     from perfmodel.step.moe import moe_layers
 
     moe = moe_layers(c) if c.fam.moe else {st: ZERO for st in STAGES}
-    on = c.megatron * c.seq_parallel
-    attention_forward = (1 + int(c.fam.mla_q_lora)) if c.fam.mla else 1
+    dense_layer, moe_layer = gathered_tensors(c), gathered_tensors(c, moe=True)
     out = []
     for st in STAGES:
-        n = c.stage_layers[st]
-        mlps = n if not c.fam.moe or c.fam.moe_shared else n - moe[st]
+        dense, experts = c.stage_layers[st] - moe[st], moe[st]
         share = ONE if st == "first" else c.multi
-        for phase, direction, calls in (("fwd", "forward", attention_forward * n + mlps),
-                                        ("bwd", "backward", n + mlps)):
+        for phase, direction, i in (("fwd", "forward", 0), ("bwd", "backward", 1)):
+            calls = dense * len(dense_layer[i]) + experts * len(moe_layer[i])
             out.append(Collective(name="tp/fp8_amax/all_reduce", op="all_reduce", axis="tp",
-                                  nbytes=sp.Integer(AMAX_BYTES), calls=on * calls, phase=phase,
+                                  nbytes=sp.Integer(AMAX_BYTES),
+                                  calls=sequence_gathered(c) * calls, phase=phase,
                                   in_phase=f"layers@{st}/{direction}", term="comm/fp8_amax",
                                   fam=c.fam, stage=st, ledger_share=share))
     return out
