@@ -105,6 +105,12 @@ PLAN = obj({
                                                 "into the main gradients apart "
                                                 "(--no-gradient-accumulation-fusion); left out: "
                                                 "true"},
+    "sp_regather": {**BOOLEAN,
+                    "description": "sequence parallelism: each column-parallel input gathered "
+                                   "again in the backward for its weight gradient (Megatron-"
+                                   "Core, Transformer Engine: true) or kept gathered from the "
+                                   "forward (torch DTensor: false); left out: by the kernels "
+                                   "(fused: true)"},
     "pipeline_micro_batches": {"type": "integer", "minimum": 0,
                                "description": "Micro-batches of one pipeline schedule where the "
                                               "step runs several; left out: one schedule"},

@@ -549,6 +549,15 @@ class Plan:
     # main-gradient buffer to add into (FSDP reduce-scatters the backward's own gradients,
     # DeepSpeed adds them itself)
     grad_accumulation_fusion: bool = True
+    # Whether the stack gathers a sequence-parallel column-parallel layer's input again in the
+    # backward, for its weight gradient, instead of keeping the gathered input from the forward:
+    # Megatron-Core (LinearWithGradAccumulationAndAsyncCommunication) and Transformer Engine
+    # (Linear, LayerNormLinear: backward_input_needs_gather / ln_out_needs_gather) keep the shard
+    # and gather it again, overlapped with the input-gradient GEMM; torch's DTensor
+    # (torchtitan, the validation job) keeps the gathered input for autograd. None: the
+    # kernels' stack (fused: Megatron-Core / Transformer Engine, yes; eager or compiled:
+    # torchtitan, no). Never searched (perfmodel.step.tensor_parallel)
+    sp_regather: bool | None = None
     # ZeRO 3 without a pipeline: when a unit's gathered weights are freed (FsdpReshard): after
     # each forward (FSDP2's default), each backward, or the step's last backward
     fsdp_reshard: FsdpReshard = FsdpReshard.FORWARD
@@ -707,6 +716,9 @@ class Plan:
                 object.__setattr__(self, key, None)
                 continue
             object.__setattr__(self, key, _bool(getattr(self, key), key))
+        if self.sp_regather is not None:  # "auto": the kernels' stack decides (None)
+            object.__setattr__(self, "sp_regather", None if str(self.sp_regather).strip().lower()
+                               in ("auto", "none") else _bool(self.sp_regather, "sp_regather"))
         if self.bf16_optimizer and (self.dtype is not Dtype.BF16 or self.zero != 1
                                     or self.grad_dtype not in (None, "fp32")
                                     or self.optimizer_dtype not in (None, "fp32")
@@ -927,7 +939,7 @@ class Plan:
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
         alltoall, cross_entropy where unfused, expert_weighting where activation,
         defer_grad_sync and bf16_optimizer where off, grad_accumulation_fusion where on,
-        fsdp_reshard where forward,
+        sp_regather where not given (the kernels' stack decides), fsdp_reshard where forward,
         pipeline_micro_batches where 0, master_weights where not given, cpu_offload_layers
         where 0, attention_kernel where not given (the plans written before them had no such
         fields)."""
@@ -953,6 +965,8 @@ class Plan:
             del out["bf16_optimizer"]
         if self.grad_accumulation_fusion:  # likewise (on: Megatron-Core's default)
             del out["grad_accumulation_fusion"]
+        if self.sp_regather is None:  # likewise (the kernels' stack decides)
+            del out["sp_regather"]
         if self.ep_dispatcher is EPDispatcher.ALLTOALL:  # as plans were written before it
             del out["ep_dispatcher"]
         if self.cross_entropy is CrossEntropy.UNFUSED:  # likewise

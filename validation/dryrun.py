@@ -38,12 +38,14 @@ from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
 from validation.jobspec import (
     FP8_NOTE,
+    REGATHER_NOTE,
     JobParallel,
     RunSettings,
     job_config,
     job_model,
     job_model_note,
     job_parallel,
+    regathers,
     without_fp8,
     world_size,
 )
@@ -53,8 +55,9 @@ from validation.ledger import compare, model_ledger, totals
 OFFLOAD_DRY_RUN_NOTE = ("cpu_offload_layers: the job offloads no activations; the copies to and "
                         "from host memory are no collectives, so the counts compare as they are")
 FP8_DRY_RUN_NOTE = (f"{FP8_NOTE}: counted and compared in bf16; in fp8 perfmodel's ledger "
-                    "carries the sequence-parallel forward all-gathers at 1 byte per element "
-                    "(Transformer Engine casts before gathering), the rest as here")
+                    "carries the sequence-parallel all-gathers (the forward's inputs, the "
+                    "backward's grad outputs) at 1 byte per element (Transformer Engine casts "
+                    "before gathering), the rest as here")
 
 
 class _NoModuleTracker:
@@ -217,8 +220,10 @@ def dry_run(
         plan = without_fp8(plan)
     if plan.flash_attention is None:  # --attention auto: the job attends with fused SDPA
         plan = plan.replace(flash_attention=True)  # (jobspec.as_run)
-    # the job weights its experts' outputs at the combine (jobspec.as_run)
-    plan = plan.replace(expert_weighting="output")
+    # the job weights its experts' outputs at the combine, and keeps the sequence-parallel
+    # inputs it gathers (jobspec.as_run)
+    regather_note = REGATHER_NOTE if regathers(plan) else ""
+    plan = plan.replace(expert_weighting="output", sp_regather=False)
     par = job_parallel(plan, parallel)
     counted = count_collectives(as_job, plan, par)
     missing = uncosted(as_job, plan, par)
@@ -250,7 +255,7 @@ def dry_run(
         "ledger_available": ledger is not None,
         "agree": None if ledger is None else all(r["agree"] for r in rows),
         "notes": [n for n in (job_model_note(model, plan.tp), missing,
-                              FP8_DRY_RUN_NOTE if fp8 else "",
+                              FP8_DRY_RUN_NOTE if fp8 else "", regather_note,
                               OFFLOAD_DRY_RUN_NOTE if plan.cpu_offload_layers else "") if n],
     }
 

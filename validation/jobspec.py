@@ -143,6 +143,22 @@ class RunSettings:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+# the job's tensor parallelism is torch DTensor's: autograd keeps each gathered sequence-parallel
+# input for the weight gradient, where Megatron-Core and Transformer Engine gather it again
+REGATHER_NOTE = ("the job keeps each sequence-parallel input it gathers for the weight gradient "
+                 "(torch DTensor), where Megatron-Core and Transformer Engine gather it again in "
+                 "the backward: counted without the re-gathers (sp_regather false)")
+
+
+def regathers(plan: Plan) -> bool:
+    """Whether perfmodel's step model gathers the plan's sequence-parallel inputs again in the
+    backward (Plan.sp_regather, else fused kernels), which the job does not."""
+    stack = plan.sp_regather if plan.sp_regather is not None \
+        else plan.kernels.value == "fused"
+    return bool(stack and plan.tp > 1 and plan.sequence_parallel
+                and plan.tp_layout.value == "1d")
+
+
 FP8_NOTE = ("the validation job has no FP8 path (no Transformer Engine): it runs the plan's bf16 "
             "mixed precision, and is predicted so")
 
@@ -226,6 +242,8 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
                      "predicted without")
     if plan.stack.value != "eager":
         notes.append(f"the job runs eagerly, not {plan.stack.value}: predicted eager")
+    if regathers(plan):
+        notes.append(REGATHER_NOTE)
     if plan.attention_kernel:
         notes.append(f"the job attends with PyTorch SDPA, which picks its own kernel: predicted "
                      f"with the hardware's default flash kernel, not {plan.attention_kernel}")
@@ -234,7 +252,8 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
                      "predicted with expert_weighting output")
     plan = plan.replace(flash_attention=True, attention_kernel=None, overlap_grad_sync=False,
                         overlap_param_gather=False, cross_entropy="torch",
-                        tp_comm_overlap=False, stack="eager", expert_weighting="output")
+                        tp_comm_overlap=False, stack="eager", expert_weighting="output",
+                        sp_regather=False)
     return model, plan, "; ".join(notes)
 
 

@@ -290,8 +290,8 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
         hidden.setdefault(mine[0].term, []).append(hid)
         if ov.contention != 0:
             slowed.append(_slowed(hid, ov))
-        for c in mine:
-            covered[c.name].append(ov.share)
+        for name in {c.name for c in mine}:  # (several collectives may share a name: each once)
+            covered[name].append(ov.share)
     for c in phase.comms:
         rest = 1 - sp.Add(*covered[c.name])
         comm.setdefault(c.term, []).append(scaled(rest, time(c)))

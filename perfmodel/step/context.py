@@ -181,6 +181,22 @@ class Context:
         return self.selective if module in modules else sp.Integer(0)
 
     @property
+    def regather(self) -> sp.Expr:
+        """1 where the stack gathers a sequence-parallel column-parallel layer's input again in the
+        backward for its weight gradient (Megatron 1D with sequence parallelism; Plan.sp_regather,
+        or where not given the kernels' stack: fused, Megatron-Core / Transformer Engine, yes;
+        eager or compiled, torch DTensor, no), else 0."""
+        return self.megatron * self.seq_parallel * self.regather_stack
+
+    @property
+    def regather_stack(self) -> sp.Expr:
+        """1 where the plan's stack gathers a sequence-parallel input again for its weight
+        gradient, whatever the layout (Plan.sp_regather; else fused kernels), else 0."""
+        if self.fam.sp_regather is None:
+            return 1 - self.eager_kernels - self.compiled_kernels
+        return sp.Integer(int(self.fam.sp_regather))
+
+    @property
     def core(self) -> sp.Expr:
         """The share of the layers whose attention core is recomputed (selective recompute's
         core_attn)."""

@@ -6,6 +6,8 @@ loss (on the last stage); with one stage, both. Their forward's device time and 
                   (Transformer Engine's fused cross entropy: 2 e T V/tp / W)
                   (an fp8 plan's logits GEMM in bf16, or in FP8 with its casts: fp8_output_layer)
 r: the ranks an activation is split over (tp with sequence parallelism or a grid, else 1).
+Where the stack gathers the output layer's sequence-parallel input again for its weight gradient
+(perfmodel.step.tensor_parallel), the gather hides behind the input-gradient GEMM.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import compute as K
+from perfmodel.step import tensor_parallel as TP
 from perfmodel.step.collective import Collective
-from perfmodel.step.compose import Phase
+from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context
 from perfmodel.step.framework import BACKWARD_PER_FORWARD, PartCost
 
+ONE = sp.Integer(1)
 LOOKUP_PASSES = 2  # the embedding reads its rows and writes the output: 2 passes of e T h / r
 
 
@@ -29,14 +33,19 @@ def embedding_forward_s(c: Context) -> sp.Expr:
     return K.memory_time(LOOKUP_PASSES * S.e * c.T * S.h / c.act_ranks, c.dev)
 
 
-def output_forward_s(c: Context) -> sp.Expr:
-    """The output layer's forward on one rank [s]: the logits GEMM (bf16; in FP8 with
-    Plan.fp8_output_layer) and cross entropy."""
+def output_gemm_s(c: Context) -> sp.Expr:
+    """The output layer's logits GEMM on one rank [s] (bf16; in FP8 with
+    Plan.fp8_output_layer); its input gradient's takes as long."""
     logits = K.logits_gemm(c.T, S.h, S.V, S.tp)
     if c.fam.fp8 and c.fam.fp8_output_layer:
-        gemm = K.gemm_time(logits, S.e8, c.linear, output_bytes_per_element=S.e)
-    else:
-        gemm = K.gemm_time(logits, S.e, c.dev)
+        return K.gemm_time(logits, S.e8, c.linear, output_bytes_per_element=S.e)
+    return K.gemm_time(logits, S.e, c.dev)
+
+
+def output_forward_s(c: Context) -> sp.Expr:
+    """The output layer's forward on one rank [s]: the logits GEMM (output_gemm_s) and cross
+    entropy."""
+    gemm = output_gemm_s(c)
     return gemm + K.memory_time(K.cross_entropy_bytes(c.T, S.V, S.tp, c.te_loss, S.e,
                                                       c.loss_no_upcast), c.dev)
 
@@ -53,7 +62,8 @@ def output_fp8_casts(c: Context) -> tuple[sp.Expr, sp.Expr] | None:
 def end_phases(part: str, forward_s: sp.Expr, cost: PartCost,
                issued: Mapping[str, tuple[Collective, ...]],
                present: sp.Expr,
-               fp8_casts: tuple[sp.Expr, sp.Expr] | None = None) -> tuple[Phase, Phase]:
+               fp8_casts: tuple[sp.Expr, sp.Expr] | None = None,
+               backward_overlaps: tuple[Overlap, ...] = ()) -> tuple[Phase, Phase]:
     """The forward and backward of the embedding or the output layer (part), on a stage that
     holds it (present = 1) or not (0):
         device: C (2C backward) + (s - 1) C (2C): compute/<dir>/embedding_logits and framework
@@ -73,7 +83,7 @@ def end_phases(part: str, forward_s: sp.Expr, cost: PartCost,
             device=device,
             host={f"compute/{direction}/framework": fixed,
                   "overhead/kernels": ops * cost.kernel_s},
-            comms=issued.get(name, ())))
+            comms=issued.get(name, ()), overlaps=backward_overlaps if i else ()))
     return phases[0], phases[1]
 
 
@@ -84,4 +94,9 @@ def embedding_phases(c: Context, cost: PartCost, issued: Mapping[str, tuple[Coll
 
 def output_phases(c: Context, cost: PartCost, issued: Mapping[str, tuple[Collective, ...]],
                   present: sp.Expr) -> tuple[Phase, Phase]:
-    return end_phases("output", output_forward_s(c), cost, issued, present, output_fp8_casts(c))
+    # the input gathered again for the weight gradient (perfmodel.step.tensor_parallel: Megatron-
+    # Core's ColumnParallelLinear), behind the input-gradient GEMM as Megatron issues it
+    regather = Overlap("the output layer's input-gradient GEMM", output_gemm_s(c), ONE,
+                       of=(TP.OUTPUT_REGATHER,))
+    return end_phases("output", output_forward_s(c), cost, issued, present, output_fp8_casts(c),
+                      (regather,))

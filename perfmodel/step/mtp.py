@@ -104,6 +104,9 @@ def mtp_phases(c: Context, costs: Mapping[str, PartCost],
     mlps = ((d, S.f_sh),) if moe and c.fam.moe_shared else () if moe else ((d, S.f),)
     overlaps, lost = TP.layer_overlaps(c, d, attention, mlps, prefix=f"{PREFIX}@last") \
         if attention or mlps else ({}, {})
+    if c.fam.mla:  # the latents gathered again (perfmodel.step.tensor_parallel)
+        key = f"{PREFIX}@last/backward"
+        overlaps = {**overlaps, key: overlaps.get(key, ()) + (TP.mla_regather_overlap(c, d),)}
 
     def extra(name: str) -> dict[str, sp.Expr]:
         return {"compute/tp_overlap": lost[name]} if name in lost else {}

@@ -179,6 +179,9 @@ def _tp_overlaps(c: Context, stage: str) -> tuple[dict[str, tuple[CO.Overlap, ..
     overlaps, lost = TP.layer_overlaps(c, n, attention, mlps) if attention or mlps else ({}, {})
     mine, mine_lost = TP.layer_overlaps(c, n, False, own, prefix=f"layers@{stage}") if own \
         else ({}, {})
+    if c.fam.mla:  # the latents gathered again, behind the up projections' input gradients
+        overlaps = {**overlaps, "layers/backward": overlaps.get("layers/backward", ())
+                    + (TP.mla_regather_overlap(c, n),)}
     return overlaps, lost, mine, mine_lost
 
 

@@ -7,8 +7,21 @@ The backward issues the same collectives again (their adjoints), recompute repea
 All carry a full activation, e T h bytes; an fp8 plan's forward all-gathers (and recompute's) carry
 the QKV and MLP-up inputs in FP8, e_8 T h: Transformer Engine casts the shard, then gathers it
 (TE docs, the te.Linear walkthrough: "quantize locally first, then all-gather the quantized data";
-TE 1.x's LayerNormLinear gathers the norm's FP8 output likewise). The backward's all-gathers (of
-grad outputs) and every reduce-scatter and all-reduce (GEMM outputs, bf16) stay e T h.
+TE 1.x's LayerNormLinear gathers the norm's FP8 output likewise), and so are the backward's
+all-gathers of the grad outputs (TE's grad_output_preprocess gathers with the grad output's
+quantizer, transformer_engine/pytorch/module/base.py at d0067d0); every reduce-scatter and
+all-reduce (GEMM outputs) stays bf16, e T h.
+With sequence parallelism Megatron-Core and Transformer Engine keep a column-parallel layer's
+input as its shard and gather it again in the backward for the weight gradient (Context.regather;
+megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication.backward
+at d98e8a64; TE layernorm_linear.py ln_out_needs_gather and linear.py
+backward_input_needs_gather): one more all-gather per sub-layer (the QKV input, MLP up's) and of
+the output layer's input, e T h (e_8 T h in FP8: TE gathers the quantized shard), issued before
+the input-gradient GEMM and waited for after it, which hides it (an NCCL all-gather on its own
+stream, or userbuffers' bulk overlap under tp_comm_overlap). Full recompute does not spare it:
+the recomputed forward keeps the shard again. torch's DTensor (torchtitan, the validation job)
+keeps the gathered input for autograd instead (Plan.sp_regather false; what it costs in memory
+is not modelled).
 2d / 2.5d / 3d grids: the collectives of each linear layer and norm (perfmodel.costs.layouts).
 Embedding (vocabulary-parallel): its output all-reduced forward; with sequence parallelism the
 sequence is then split (its backward all-gathers), and without learned positions the all-reduce
@@ -76,11 +89,14 @@ from perfmodel.costs.compute import FP32_BYTES
 from perfmodel.costs.lattice import lmax
 from perfmodel.step.collective import PHASE_STAGE, Collective
 from perfmodel.step.compose import Overlap, Phase
-from perfmodel.step.context import Context
+from perfmodel.step.context import Context, linear_gemm_time
 from perfmodel.step.pipeline import STAGES
 
 ZERO, ONE = sp.Integer(0), sp.Integer(1)
 COLLECTIVES_PER_LAYER = 2  # Megatron 1D, per layer and direction: after attention, after MLP
+REGATHER = "tp/layer/all_gather_again"  # a column-parallel input gathered again (backward)
+MLA_REGATHER = "tp/mla/all_gather_again"
+OUTPUT_REGATHER = "tp/output/all_gather_again"
 RS_SPLITS = 4  # num_splits of every PipelineOverlapCfg in NeMo's userbuffers.py
 SM_SHARE = {"attention_output": sp.Rational(24, 132),  # proj_fprop num_sm 24, H100: 132 SMs
             "mlp_down": sp.Rational(16, 132)}  # fc2_fprop num_sm 16 (Llama 3 70B, tp 4, bf16)
@@ -117,11 +133,18 @@ def megatron_collectives(c: Context, count: sp.Expr, prefix: str = "layers",
         for op, part in (("all_gather", sp_), ("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
             times = 1 if repeat is None else repeat[op]
             calls = c.megatron * times * part * count
-            forward_gather = op == "all_gather" and not in_phase.endswith("/backward")
-            nbytes = fp8_gather if forward_gather else act_bytes
+            # the all-gathers carry FP8 (the forward's GEMM inputs and the backward's grad
+            # outputs, cast on the shard first); reduce-scatters and all-reduces bf16
+            nbytes = fp8_gather if op == "all_gather" else act_bytes
             out.append(Collective(name=f"tp/layer/{op}", op=op, axis="tp", nbytes=nbytes,
                                   calls=calls, phase=phase, in_phase=in_phase, term="comm/tp",
                                   fam=c.fam, stage=stage, ledger_share=share))
+    # the column-parallel inputs (QKV's, MLP up's) gathered again for the weight gradients
+    # (Megatron-Core and Transformer Engine keep the shard; Context.regather), in FP8 where the
+    # forward gathered FP8
+    out.append(Collective(name=REGATHER, op="all_gather", axis="tp", nbytes=fp8_gather,
+                          calls=c.regather * count, phase="bwd", in_phase=f"{where}/backward",
+                          term="comm/tp", fam=c.fam, stage=stage, ledger_share=share))
     return out
 
 
@@ -138,15 +161,20 @@ def mla_collectives(c: Context, count: sp.Expr, prefix: str = "layers", stage: s
     projections cast the shard, then gather it (as the QKV input's, megatron_collectives); the
     rotary key is gathered apart, in bf16 (Megatron-Core's MLASelfAttention: linear_q_up_proj,
     linear_kv_up_proj column-parallel TE linears over the sequence-parallel latents; k_pos_emb
-    through gather_from_sequence_parallel_region)."""
+    through gather_from_sequence_parallel_region). In the backward the output's grad is
+    gathered in FP8 likewise, and where the stack re-gathers (Context.regather) the two up
+    projections' latents are gathered again for their weight gradients (tp/mla/
+    all_gather_again), in FP8 where the forward's were; the rotary key's gather is Megatron-
+    Core's autograd function, whose backward only reduce-scatters."""
     sp_, e, T = c.seq_parallel, S.e, c.T
     latents = MLA.latent_widths(S.r_q, S.r_kv, S.d_rope, S.h, q_lora=c.fam.mla_q_lora)
     where = prefix if stage == "every" else f"{prefix}@{PHASE_STAGE.get(stage, stage)}"
     out: list[Collective] = []
 
     def add(op: str, width: sp.Expr, calls: sp.Expr, phase: str, pass_: str,
-            nbytes: sp.Expr = e) -> None:
-        out.append(Collective(name=f"tp/mla/{op}", op=op, axis="tp", nbytes=nbytes * T * width,
+            nbytes: sp.Expr = e, name: str = "") -> None:
+        out.append(Collective(name=name or f"tp/mla/{op}", op=op, axis="tp",
+                              nbytes=nbytes * T * width,
                               calls=c.megatron * calls * count, phase=phase,
                               in_phase=f"{where}/{pass_}", term="comm/tp", fam=c.fam,
                               stage=stage))
@@ -165,7 +193,10 @@ def mla_collectives(c: Context, count: sp.Expr, prefix: str = "layers", stage: s
     for w in latents:
         add("reduce_scatter", w, sp_, "bwd", "backward")
         add("all_reduce", w, 1 - sp_, "bwd", "backward")
-    add("all_gather", S.h, sp_, "bwd", "backward")
+    add("all_gather", S.h, sp_, "bwd", "backward", cast_first)
+    for w in latents[:2]:  # the up projections' inputs (c.regather carries megatron's factor)
+        add("all_gather", w, sp_ * c.regather_stack, "bwd", "backward", cast_first,
+            MLA_REGATHER)
     return out
 
 
@@ -283,7 +314,13 @@ def layer_overlaps(c: Context, n: sp.Expr, attention: bool,
                     ov(f"{label[second]} GEMM", pipe[second], rs, after, 1 / splits,
                        fused * S.s_ovl)]
         backward += [ov(f"{label[second]}'s input-gradient GEMM", ring[second], ag, before),
-                     ov(f"{label[first]} weight-gradient GEMM", whole[first], rs, ONE)]
+                     ov(f"{label[first]} weight-gradient GEMM", whole[first], rs, ONE),
+                     # the input gathered again for the weight gradient (Context.regather):
+                     # issued before the input-gradient GEMM and waited for after it, with or
+                     # without tp_comm_overlap (userbuffers' bulk dgrad overlap, or an NCCL
+                     # all-gather on its own stream)
+                     Overlap(f"{label[first]} input-gradient GEMM", whole[first], ONE,
+                             of=(REGATHER,), share=share)]
     lost_forward = sum((ring[g] - whole[g] for g in ("qkv", "mlp_up") if g in ring), ZERO) \
         + sum((t - whole[g] for g, t in pipe.items()), ZERO)
     lost_backward = sum((ring[g] - whole[g] for g in ("attention_output", "mlp_down")
@@ -301,6 +338,18 @@ def layer_overlaps(c: Context, n: sp.Expr, attention: bool,
              f"{prefix}/recompute": tuple(forward)},
             {f"{prefix}/forward": on * lost_forward, f"{prefix}/backward": on * lost_backward,
              f"{prefix}/recompute": c.full * on * lost_forward})
+
+
+def mla_regather_overlap(c: Context, count: sp.Expr) -> Overlap:
+    """The MLA latents gathered again for the up projections' weight gradients (mla_collectives)
+    behind those projections' input-gradient GEMMs, of `count` layers, as a Megatron layer's
+    re-gathers hide behind QKV's (layer_overlaps)."""
+    gemms = {g.name: g for g in MLA.mla_gemms(c.T, S.h, S.a, S.r_q, S.r_kv, S.d_nope, S.d_rope,
+                                               S.d_v, S.tp, q_lora=c.fam.mla_q_lora,
+                                               T_down=c.T / c.act_ranks)}
+    up = ("q_up" if c.fam.mla_q_lora else "q", "kv_up")
+    window = count * sum((linear_gemm_time(c, gemms[name]) for name in up), ZERO)
+    return Overlap("the up projections' input-gradient GEMMs", window, ONE, of=(MLA_REGATHER,))
 
 
 def _chunked(c: Context, chunks: sp.Expr, names: tuple[str, ...],
@@ -353,10 +402,14 @@ def embedding_collectives(c: Context) -> list[Collective]:
 
 
 def output_collectives(c: Context) -> list[Collective]:
-    """The output layer's and the loss's, per micro-batch on the stage with the output layer."""
+    """The output layer's and the loss's, per micro-batch on the stage with the output layer;
+    where the stack re-gathers (Context.regather: Megatron-Core's ColumnParallelLinear keeps the
+    input's shard) the input is gathered again in the backward for the weight gradient."""
     act_bytes, sp_ = S.e * c.T * S.h, c.seq_parallel
     return [
         _tp(c, "tp/output/all_gather", "all_gather", act_bytes, sp_, "fwd", "output/forward",
+            stage="output"),
+        _tp(c, OUTPUT_REGATHER, "all_gather", act_bytes, c.regather, "bwd", "output/backward",
             stage="output"),
         _tp(c, "tp/output/reduce_scatter", "reduce_scatter", act_bytes, sp_, "bwd",
             "output/backward", stage="output"),

@@ -141,19 +141,25 @@ def test_memory_terms_by_hand():
         pytest.approx(L * inflight * per_layer, rel=1e-9)
 
 
-def test_the_sequence_parallel_forward_gathers_carry_fp8():
+def test_the_sequence_parallel_gathers_carry_fp8():
     """TE casts the QKV and MLP-up inputs on the rank's shard, then all-gathers the FP8 copy
-    (TE docs, te.Linear walkthrough): half the bytes of bf16's; the backward's collectives and
-    every reduce-scatter stay bf16. Delayed scaling adds its amax reductions (below)."""
+    (TE docs, te.Linear walkthrough), and gathers the backward's grad outputs with their
+    quantizer (base.py grad_output_preprocess, TE d0067d0), and the inputs it gathers again for
+    the weight gradients likewise (layernorm_linear.py ln_out_needs_gather): half the bytes of
+    bf16's; every reduce-scatter stays bf16. Delayed scaling adds its amax reductions (below)."""
     model = load_model("llama3-8b")
     fp8 = comm_ledger(model, Plan(**PLAN, dtype="fp8"), "dgx-h100")
     bf16 = comm_ledger(model, Plan(**PLAN, dtype="bf16"), "dgx-h100")
-    gathers = [(r["phase"], r["nbytes"]) for r in fp8 if r["name"] == "tp/layer/all_gather"]
+    layer = ("tp/layer/all_gather", "tp/layer/all_gather_again")
+    gathers = [(r["name"], r["phase"], r["nbytes"]) for r in fp8 if r["name"] in layer]
     full = 2 * 8192 * H
-    assert gathers == [("fwd", full / 2), ("bwd", full)]
-    assert [r["nbytes"] for r in fp8 if r["name"] not in ("tp/layer/all_gather",
-                                                         "tp_dp_cp/fp8_amax/all_reduce")] == \
-        [r["nbytes"] for r in bf16 if r["name"] != "tp/layer/all_gather"]
+    assert gathers == [(layer[0], "fwd", full / 2), (layer[0], "bwd", full / 2),
+                       (layer[1], "bwd", full / 2)]
+    assert [(r["name"], r["nbytes"]) for r in bf16 if r["name"] in layer] == \
+        [(layer[0], full), (layer[0], full), (layer[1], full)]
+    assert [r["nbytes"] for r in fp8 if r["name"] not in layer + (
+        "tp_dp_cp/fp8_amax/all_reduce",)] == \
+        [r["nbytes"] for r in bf16 if r["name"] not in layer]
 
 
 def test_mfu_is_against_the_bf16_peak():

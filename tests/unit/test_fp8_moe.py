@@ -283,17 +283,22 @@ def test_mla_projections_run_on_the_fp8_device():
 
 def test_mla_latent_gathers_carry_fp8_and_its_activations_its_copies():
     """The query and key/value latents are gathered after Transformer Engine's cast (1 byte),
-    the rotary key in bf16 (Megatron-Core gathers it apart); the backward's gather of the
-    output's grad stays bf16. Activations: the normed input kept as one FP8 copy per down
+    the rotary key in bf16 (Megatron-Core gathers it apart); the backward gathers the output's
+    grad in FP8 too (TE's grad_output_preprocess quantizes before its gather), and the two
+    latents again for the up projections' weight gradients, in FP8 as in the forward.
+    Activations: the normed input kept as one FP8 copy per down
     projection instead of one bf16 ((2 - 2) T h / r), the latents the up projections read in
     FP8 ((1 - 2) T (r_q + r_kv)), the output projection's FP8 copy (T a d_v / tp), and the MLP's
     as a dense layer's ((1 - 2) T h / r and (1 - 2) T f / tp); 4 layers, 1 micro-batch in
     flight."""
-    fp8 = [(r["phase"], r["nbytes"]) for r in comm_ledger(MLA_DENSE, MLA_PLAN, "dgx-h100")
-           if r["name"] == "tp/mla/all_gather"]
+    fp8 = [(r["name"][7:], r["phase"], r["nbytes"])
+           for r in comm_ledger(MLA_DENSE, MLA_PLAN, "dgx-h100")
+           if r["name"] in ("tp/mla/all_gather", "tp/mla/all_gather_again")]
     T = 4096
-    assert fp8 == [("fwd", T * DS_RQ), ("fwd", T * DS_RKV), ("fwd", E * T * DS_ROPE),
-                   ("bwd", E * T * DS_H)]
+    assert fp8 == [("all_gather", "fwd", T * DS_RQ), ("all_gather", "fwd", T * DS_RKV),
+                   ("all_gather", "fwd", E * T * DS_ROPE), ("all_gather", "bwd", T * DS_H),
+                   ("all_gather_again", "bwd", T * DS_RQ),
+                   ("all_gather_again", "bwd", T * DS_RKV)]
     out = _out(MLA_DENSE, MLA_PLAN)
     bf16 = _out(MLA_DENSE, MLA_PLAN.replace(dtype="bf16"))
     rr, tp = 2, 2
