@@ -330,10 +330,13 @@ def plan_options(fn: Any) -> Any:
                           "compiled (Inductor); default: compiled with --stack compiled, else "
                           "fused."),
         click.option("--first-stage-layers", type=click.IntRange(0, MAX_DEGREE), default=0,
-                     help="Layers of the first pipeline stage (0: L / pp); the other stages "
-                          "split the rest."),
+                     help="Layers of the first pipeline stage (Megatron's "
+                          "--decoder-first-pipeline-num-layers; 0: not given); the stages not "
+                          "given split the rest evenly (L / pp when neither end is given)."),
         click.option("--last-stage-layers", type=click.IntRange(0, MAX_DEGREE), default=0,
-                     help="Layers of the last pipeline stage (0: L / pp)."),
+                     help="Layers of the last pipeline stage (Megatron's "
+                          "--decoder-last-pipeline-num-layers; 0: not given, as for "
+                          "--first-stage-layers)."),
         click.option("--pipeline-layout", default="", metavar="LAYOUT",
                      help="Every pipeline stage's layers, as Megatron's "
                           "--pipeline-model-parallel-layout writes them: E embedding, "
@@ -766,10 +769,23 @@ def _refuse_idle_flags(plan: Any, model: Any) -> None:
     _refuse_idle_recompute(ctx, plan.recompute.value)
 
 
-def _refuse_idle_pins(pins: dict[str, Any], gpu_counts: Sequence[int]) -> None:
+def _refuse_idle_pins(pins: dict[str, Any], gpu_counts: Sequence[int], experts: int = 0) -> None:
     """recommend's pins that no plan it searches could use, as predict refuses their flags
-    (_refuse_idle_flags): --cp-comm beside --cp 1, and an overlap of the data-parallel sync
-    where every GPU count is 1 (no plan has a group to sync over)."""
+    (_refuse_idle_flags): --cp-comm beside --cp 1, an overlap of the data-parallel sync where
+    every GPU count is 1 (no plan has a group to sync over), and the experts' options the user
+    gives for a model without experts (a config's own, written for any model, are not refused)."""
+    ctx = click.get_current_context(silent=True)
+    if not experts and ctx is not None:
+        for name, default in (("ep_dispatcher", "alltoall"), ("expert_weighting", "activation")):
+            value = str(getattr(pins.get(name), "value", pins.get(name)))
+            if name in ctx.params and _given(ctx, name) and value != default:
+                flag = "--" + name.replace("_", "-")
+                raise PlanError(f"{name} {value} applies to a mixture of experts, and the model "
+                                f"has no experts: leave {flag} out")
+        if "ep_comm_overlap" in ctx.params and _given(ctx, "ep_comm_overlap") \
+                and pins.get("ep_comm_overlap"):
+            raise PlanError("ep_comm_overlap overlaps a mixture of experts' all-to-alls, and the "
+                            "model has no experts: leave --ep-comm-overlap out")
     if pins.get("cp") == 1 and pins.get("cp_comm") is not None:
         raise PlanError(f"cp_comm {pins['cp_comm']} applies to context parallelism (cp > 1), and "
                         "--cp pins cp 1: give --cp above 1 (or leave it free), or leave "
@@ -1041,8 +1057,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "(default: both searched, with sequence parallelism).")
 @click.option("--ep-comm-overlap/--no-ep-comm-overlap", default=None,
               help="Pin a mixture of experts' all-to-alls overlapped with another micro-batch "
-                   "(Megatron's combined 1F1B), or not (default: on wherever Megatron runs it: "
-                   "ep > 1, no full recompute, pp > 1 interleaved).")
+                   "(Megatron's combined 1F1B: only plans where it runs, ep > 1 without full "
+                   "recompute, pp 1 or interleaved, are searched), or not (default: on wherever "
+                   "Megatron runs it).")
 @click.option("--no-gradient-accumulation-fusion", "grad_accumulation_fusion", flag_value=False,
               default=True,
               help="Every plan without Megatron-Core's gradient accumulation fusion: each "
@@ -1227,7 +1244,7 @@ def recommend(model: str | None, from_config: str | None,
     spec.require_costed()
     recompute = pins.get("recompute")
     _refuse_idle_recompute(click.get_current_context(), str(recompute) if recompute else None)
-    _refuse_idle_pins(pins, gpu_counts)
+    _refuse_idle_pins(pins, gpu_counts, getattr(spec, "experts", 0))
     pins["flash_attention"] = attention_option(pins)
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else
                                           "time_to_train" if pins.get("tokens") else "step_time")

@@ -33,6 +33,9 @@ def parse_bytes(text: str) -> float:
         raise PlanError(f"--bytes must be positive, got '{text}'")
     if value > MAX_BYTES:
         raise PlanError(f"--bytes must be at most 1 EiB (2^60 bytes) per rank, got '{text}'")
+    if value != math.floor(value):  # a message is whole bytes: 1.5 would print as 2 B
+        raise PlanError(f"--bytes must be a whole number of bytes, got '{text}' ({value:g} "
+                        "bytes)")
     return value
 
 

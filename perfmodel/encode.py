@@ -197,10 +197,21 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int | np.ndarray
                     sub = sub * degree[name]
             inner = inner * degree[axis]
     g = gpus_per_node
+
+    def joined(axes: tuple[str, ...]) -> np.ndarray:
+        # a group of several axes' ranks: the tiling rule's product of theirs; where all but one
+        # of its axes have degree 1 it is that axis's group, straddling a node boundary as one
+        # does (dp_cp with cp 1 is dp's group: priced as dp's, not as if it fit a node)
+        product: np.ndarray = np.prod([plain[a] for a in axes], axis=0)
+        for axis in axes:
+            others = np.prod([degree[a] for a in axes if a != axis], axis=0)
+            product = np.where(others == 1, per_node[axis], product)
+        return product
+
     degree["dp_cp"] = c["dp"] * cp
-    per_node["dp_cp"] = plain["cp"] * plain["dp"]
+    per_node["dp_cp"] = joined(("cp", "dp"))
     degree["tp_dp_cp"] = c["tp"] * c["dp"] * cp
-    per_node["tp_dp_cp"] = plain["tp"] * plain["cp"] * plain["dp"]
+    per_node["tp_dp_cp"] = joined(("tp", "cp", "dp"))
     one = np.ones(n, dtype=np.int64)
     etp = np.maximum(one, etp)
     tp_rest = np.maximum(one, c["tp"] // etp)  # the tp ranks beyond one expert-tensor group

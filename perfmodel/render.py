@@ -180,8 +180,15 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int, model: Any) -> list[st
     if _value(getattr(p, "expert_weighting", "activation")) == "output":
         schedule.append("routing weights on the experts' outputs")
     if p.first_stage_layers or p.last_stage_layers:
-        schedule.append(f"stages' layers {p.first_stage_layers or '-'} first, "
-                        f"{p.last_stage_layers or '-'} last")
+        # the stages not given split the rest evenly (Megatron's uneven split)
+        given = [n for n in (p.first_stage_layers, p.last_stage_layers) if n]
+        others = p.pp - len(given)
+        layers = getattr(model, "layers", 0)
+        rest = f"{(layers - sum(given)) // max(1, others)}" if layers and others else "-"
+        first = p.first_stage_layers or rest
+        last = p.last_stage_layers or rest
+        middle = f", {rest} on each other stage" if p.pp > 2 else ""
+        schedule.append(f"stages' layers {first} first, {last} last{middle}")
     if getattr(p, "pipeline_layout", ""):
         ranks = p.layout.decoder_layers
         between = ("-" if len(ranks) < 3 else f"{ranks[1]} each" if p.layout.middle_layers is None
@@ -318,9 +325,11 @@ def print_presets(as_json: bool) -> None:
     hw_rows = []
     for name in names["hardware"]:
         h = load_hardware(name)
+        # the 16-bit peak: bf16's, or fp16's (named) on a GPU without bf16 (V100)
         peak = h.peak_flops_per_s.get("bf16") or h.peak_flops_per_s.get("fp16", 0)
+        which = "" if "bf16" in h.peak_flops_per_s else " (fp16)"
         hw_rows.append([name, h.gpu_name, str(h.gpus_per_node), fmt_bytes(h.memory_bytes),
-                        f"{fmt_fixed(peak / 1e12, '.0f')} TFLOP/s",
+                        f"{fmt_fixed(peak / 1e12, '.0f')} TFLOP/s{which}",
                         f"{fmt_fixed(h.intra_node.bandwidth_bytes_per_s / 1e9, '.0f')} GB/s",
                         f"{fmt_fixed(h.inter_node.bandwidth_bytes_per_s / 1e9, '.0f')} GB/s",
                         " > ".join(f"{lv.name} {lv.gpus}" if lv.gpus else lv.name
@@ -328,9 +337,9 @@ def print_presets(as_json: bool) -> None:
                         f"{h.overlap_compute_slowdown:g}",
                         ", ".join(h.flash_attention_names()) or "-"])
     print_fitted(con, "hardware presets", _columns(
-        ("name", "GPU", "GPUs/node", "memory", "bf16 peak", "intra-node", "inter-node/node",
+        ("name", "GPU", "GPUs/node", "memory", "16-bit peak", "intra-node", "inter-node/node",
          "fabric levels (GPUs)", "overlap slowdown", "flash kernels"),
-        hw_rows, right=("GPUs/node", "memory", "bf16 peak", "intra-node", "inter-node/node",
+        hw_rows, right=("GPUs/node", "memory", "16-bit peak", "intra-node", "inter-node/node",
                         "overlap slowdown")))
     models, graphs = [], []
     for name in names["models"]:
@@ -559,8 +568,10 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
     if "what_if" in data and data["what_if"]["best"]:
         w = data["what_if"]
         plan = w["best"]["plan"]
-        con.print(f"[bold]what if[/] {', '.join(w['changes'])}: best becomes dp={plan['dp']} "
-                  f"tp={plan['tp']} pp={plan['pp']} mb={plan['micro_batch']} {plan['schedule']}, "
+        degrees = f"dp={plan['dp']} tp={plan['tp']} pp={plan['pp']}" + "".join(
+            f" {k}={plan[k]}" for k in ("cp", "ep", "etp") if plan.get(k, 1) > 1)
+        con.print(f"[bold]what if[/] {', '.join(w['changes'])}: best becomes {degrees} "
+                  f"mb={plan['micro_batch']} {plan['schedule']}, "
                   f"{fmt_seconds(w['best']['step_time_s'])} per step "
                   f"({fmt_fixed(w['speedup'], '.3f')}x)")
     if "validation" in data:

@@ -118,9 +118,10 @@ class SearchRequest:
     overlap_grad_sync: bool | None = None
     overlap_param_gather: bool | None = None
     tp_comm_overlap: bool | None = None
-    # Megatron-Core's combined 1F1B (Plan.ep_comm_overlap): None or True, on for every plan with
-    # ep > 1 where Megatron runs it (without full recompute; with pp > 1 interleaved): in the
-    # model it never loses (what it hides exceeds the contention it costs); False: off
+    # Megatron-Core's combined 1F1B (Plan.ep_comm_overlap): None, on for every plan with ep > 1
+    # where Megatron runs it (without full recompute; with pp > 1 interleaved): in the model it
+    # never loses (what it hides exceeds the contention it costs); True: pinned on, only such
+    # plans searched; False: off
     ep_comm_overlap: bool | None = None
     # every plan's experts' dispatcher (Plan.ep_dispatcher): the stack's, not searched
     ep_dispatcher: EPDispatcher = EPDispatcher.ALLTOALL
@@ -592,17 +593,23 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
             and (req.recomputes is None or r in req.recomputes)
             and not (req.recompute_every > 1 and r == Recompute.NONE.value)
             and (req.megatron_full_only is False or r == Recompute.FULL.value)
-            and not (req.cpu_offload_layers and r != Recompute.NONE.value)]
+            and not (req.cpu_offload_layers and r != Recompute.NONE.value)
+            # combined 1F1B pinned on: only where Megatron runs it (strategy.ep_overlap_runs)
+            and not (req.ep_comm_overlap and r == Recompute.FULL.value)]
     for gpus, dp, tp, pp, cp in _degree_triples(model, req, candidates):
         zeros = candidates.data_parallel(dp * cp)
         places = _placements(req, dp, tp, pp, cp)
         first, last = strategy.stage_split(model.layers, pp)
         scheds = candidates.schedules(pp)
+        if req.ep_comm_overlap and pp > 1:  # pinned on: interleaved only (ep_overlap_runs)
+            scheds = [(code, v) for code, v in scheds
+                      if strategy.SCHEDULES[code] is Schedule.INTERLEAVED]
         per_replica = req.global_batch // dp
         comms = [0] if cp == 1 else [i for i, name in enumerate(CP_COMMS)
                                      if req.cp_comm in (None, name)]
         experts = sorted((ep, etp) for etp in expert_tensor_degrees(model, req, tp)
-                         for ep in expert_degrees(model, req, dp, cp, tp, etp))
+                         for ep in expert_degrees(model, req, dp, cp, tp, etp)
+                         if ep > 1 or not req.ep_comm_overlap)  # pinned on: ep > 1 only
         for layout, depth, split in candidates.layouts(tp):
             if cp > 1 and layout != 0:
                 continue

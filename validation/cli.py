@@ -208,6 +208,10 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
     if kw["dry_run"]:
         from validation import dryrun
 
+        if kw.get("nprocs") and kw["nprocs"] != plan.gpus:  # as the run refuses it (run.validate)
+            raise PlanError(f"the plan needs dp x cp x tp x pp = {plan.gpus} ranks, but --nprocs "
+                            f"is {kw['nprocs']}: give --nprocs {plan.gpus} or leave it out (the "
+                            "dry run counts the plan's ranks)")
         check_output(kw.get("out"), what="dry-run report", make_parents=True)  # before it
 
         result = dryrun.dry_run(model, plan)

@@ -791,10 +791,11 @@ class HardwareSpec:
             return float(self.peak_flops_per_s[dtype])
         if dtype == "tf32" and "fp32" in self.peak_flops_per_s:
             return float(self.peak_flops_per_s["fp32"])
-        raise SpecError(
-            f"hardware '{self.name}' has no peak_flops_per_s for dtype '{dtype}'; "
-            f"it has: {', '.join(self.peak_flops_per_s)}"
-        )
+        # the plan's dtype, which the hardware does not run: a plan error, as dtype fp8 on a GPU
+        # without FP8 is (fp8_recipe)
+        raise PlanError(f"dtype {dtype}: hardware '{self.name}' ({self.gpu_name}) has no "
+                        f"peak_flops_per_s.{dtype} (it has {', '.join(self.peak_flops_per_s)}): "
+                        f"train in {self.default_dtype()}, or give its {dtype} peak")
 
     def default_dtype(self) -> str:
         """The training dtype when none is given: the fastest 16-bit type the hardware has

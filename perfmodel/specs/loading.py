@@ -142,9 +142,18 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
 
 
 def suggest(name: str, choices: Iterable[str]) -> str:
-    """' (did you mean X?)' for the closest choice, or ''."""
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    """' (did you mean X?)' for the closest choice, or '': the choice it spells in other case
+    (DGX-H100), else the only choice it begins (qwen3-30b: qwen3-30b-a3b), else difflib's
+    closest, compared in lower case."""
+    lower = {str(c).lower(): str(c) for c in choices}
+    key = str(name).strip().lower()
+    if key in lower:
+        return f" (did you mean '{lower[key]}'?)" if lower[key] != name else ""
+    begun = [c for low, c in lower.items() if key and low.startswith(key)]
+    if len(begun) == 1:
+        return f" (did you mean '{begun[0]}'?)"
+    close = difflib.get_close_matches(key, list(lower), n=1, cutoff=0.6)
+    return f" (did you mean '{lower[close[0]]}'?)" if close else ""
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
