@@ -43,6 +43,7 @@ from perfmodel.strategy import (
     RecomputeMethod,
     Schedule,
     Stack,
+    TpBackward,
     TPLayout,
     parse_option,
 )
@@ -285,12 +286,13 @@ def plan_options(fn: Any) -> Any:
                           "and added into the main gradient apart, a pass over the stage's "
                           "linear weights every micro-batch (not with ZeRO 3 or "
                           "--bf16-optimizer)."),
-        click.option("--sp-regather/--no-sp-regather", "sp_regather", default=None,
-                     help="Sequence parallelism: the stack gathers each column-parallel layer's "
-                          "input again in the backward for its weight gradient, behind the "
-                          "input-gradient GEMM (Megatron-Core, Transformer Engine), or keeps "
-                          "the gathered input from the forward (torch DTensor: torchtitan). "
-                          "Default: by --kernels (fused: Megatron-Core, re-gathers)."),
+        click.option("--tp-backward", type=choice(TpBackward), default=None,
+                     help="How tensor parallelism's backward runs: megatron (Megatron-Core, "
+                          "Transformer Engine: a sequence-parallel input gathered again for "
+                          "its weight gradient behind the input-gradient GEMM, the input "
+                          "gradient's reduction behind the weight-gradient GEMM) or dtensor "
+                          "(torch DTensor, torchtitan: the gathered input kept, each reduction "
+                          "in turn). Default: by --kernels (fused: megatron)."),
         click.option("--fsdp-reshard", type=choice(FsdpReshard),
                      default=FsdpReshard.FORWARD.value, show_default=True,
                      help="ZeRO 3 without a pipeline: when a unit's gathered weights are freed: "
@@ -417,7 +419,7 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
              "pp_scatter_gather", "defer_grad_sync", "bf16_optimizer",
-             "grad_accumulation_fusion", "sp_regather", "fsdp_reshard",
+             "grad_accumulation_fusion", "tp_backward", "fsdp_reshard",
              "ep_dispatcher",
              "cross_entropy",
              "expert_weighting", "stack",
@@ -748,11 +750,10 @@ def _refuse_idle_flags(plan: Any, model: Any) -> None:
             and plan.expert_weighting.value != "activation":
         raise PlanError(f"expert_weighting {plan.expert_weighting.value} applies to a mixture of "
                         "experts, and the model has no experts: leave --expert-weighting out")
-    if plan.sp_regather is not None and _given(ctx, "sp_regather") \
-            and not (plan.tp > 1 and plan.sequence_parallel and plan.tp_layout.value == "1d"):
-        flag = "--sp-regather" if plan.sp_regather else "--no-sp-regather"
-        raise PlanError(f"sp_regather applies to sequence parallelism (tp > 1, tp_layout 1d, "
-                        f"sequence_parallel), which the plan has not: leave {flag} out")
+    if plan.tp_backward is not None and _given(ctx, "tp_backward") \
+            and not (plan.tp > 1 and plan.tp_layout.value == "1d"):
+        raise PlanError(f"tp_backward {plan.tp_backward.value} applies to tensor parallelism "
+                        "(tp > 1, tp_layout 1d), which the plan has not: leave --tp-backward out")
     if plan.tp == 1 and _given(ctx, "tp_layout") and plan.tp_layout.value != "1d":
         raise PlanError(f"tp_layout {plan.tp_layout.value} lays out tensor parallelism (tp > 1), "
                         "and the plan has tp 1: give --tp, or leave --tp-layout out")
@@ -1065,11 +1066,10 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="Every plan without Megatron-Core's gradient accumulation fusion: each "
                    "micro-batch's weight gradients added into the main gradients apart (ZeRO 0-2 "
                    "searched).")
-@click.option("--sp-regather/--no-sp-regather", "sp_regather", default=None,
-              help="Every plan with sequence parallelism: its column-parallel inputs gathered "
-                   "again in the backward for the weight gradients (Megatron-Core, Transformer "
-                   "Engine), or kept gathered from the forward (torch DTensor: torchtitan); "
-                   "the stack's, not searched. Default: by --kernels (fused: re-gathered).")
+@click.option("--tp-backward", type=choice(TpBackward), default=None,
+              help="Every plan's tensor-parallel backward: megatron (Megatron-Core, Transformer "
+                   "Engine) or dtensor (torch DTensor, torchtitan); the stack's, not searched. "
+                   "Default: by --kernels (fused: megatron).")
 @click.option("--ep-dispatcher", type=choice(EPDispatcher), default=EPDispatcher.ALLTOALL.value,
               show_default=True,
               help="Every plan's experts' dispatcher: alltoall (NCCL) or deepep (DeepEP/"

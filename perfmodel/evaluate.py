@@ -89,7 +89,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
     fixed["defer_grad_sync"] = plan.defer_grad_sync  # likewise
     fixed["bf16_optimizer"] = plan.bf16_optimizer  # likewise
     fixed["grad_accumulation_fusion"] = plan.grad_accumulation_fusion  # likewise
-    fixed["sp_regather"] = plan.sp_regather  # likewise
+    fixed["tp_backward"] = plan.tp_backward.value if plan.tp_backward else None  # likewise
     fixed["fsdp_reshard"] = plan.fsdp_reshard.value  # likewise
     if not specialise:
         return Family(**fixed, free_head_dim=True, tp_layout=layout_family(plan.tp_layout))

@@ -72,9 +72,9 @@ class Family:
     # Megatron-Core's gradient accumulation fusion (Plan.grad_accumulation_fusion; never
     # searched): off, each micro-batch's weight gradients added into the main gradients apart
     grad_accumulation_fusion: bool = True
-    # a sequence-parallel input gathered again for its weight gradient (Plan.sp_regather; never
-    # searched): None, the kernels' stack decides (fused: yes)
-    sp_regather: bool | None = None
+    # how tensor parallelism's backward runs (Plan.tp_backward: megatron, dtensor; never
+    # searched): None, the kernels' stack decides (fused: megatron)
+    tp_backward: str | None = None
     # FSDP's reduction deferred to the last micro-batch (Plan.defer_grad_sync; never searched)
     defer_grad_sync: bool = False
     # when ZeRO 3 without a pipeline frees a unit's gathered weights (Plan.fsdp_reshard: forward,

@@ -105,12 +105,13 @@ PLAN = obj({
                                                 "into the main gradients apart "
                                                 "(--no-gradient-accumulation-fusion); left out: "
                                                 "true"},
-    "sp_regather": {**BOOLEAN,
-                    "description": "sequence parallelism: each column-parallel input gathered "
-                                   "again in the backward for its weight gradient (Megatron-"
-                                   "Core, Transformer Engine: true) or kept gathered from the "
-                                   "forward (torch DTensor: false); left out: by the kernels "
-                                   "(fused: true)"},
+    "tp_backward": {"type": "string", "enum": ["megatron", "dtensor"],
+                    "description": "tensor parallelism's backward: megatron (Megatron-Core, "
+                                   "Transformer Engine: sequence-parallel inputs gathered again "
+                                   "for the weight gradients, the input gradients' reductions "
+                                   "behind the weight-gradient GEMMs) or dtensor (torch DTensor: "
+                                   "the gathered inputs kept, each reduction in turn); left out: "
+                                   "by the kernels (fused: megatron)"},
     "pipeline_micro_batches": {"type": "integer", "minimum": 0,
                                "description": "Micro-batches of one pipeline schedule where the "
                                               "step runs several; left out: one schedule"},

@@ -45,6 +45,7 @@ from perfmodel.strategy import (
     RecomputeMethod,
     Schedule,
     Stack,
+    TpBackward,
     TPLayout,
     allowed,
     parse_option,
@@ -153,8 +154,8 @@ class SearchRequest:
     # every plan's Megatron-Core gradient accumulation fusion (Plan.grad_accumulation_fusion):
     # false, zero 0-2 only (the search leaves ZeRO 3 out: FSDP has no main gradient)
     grad_accumulation_fusion: bool = True
-    # every plan's sequence-parallel re-gathers (Plan.sp_regather; None: the kernels' stack)
-    sp_regather: bool | None = None
+    # every plan's tensor-parallel backward (Plan.tp_backward; None: the kernels' stack)
+    tp_backward: TpBackward | None = None
     memory_margin: float = DEFAULT_MEMORY_MARGIN
     objective: Objective = Objective.STEP_TIME
     tokens: float | None = None
@@ -184,7 +185,7 @@ class SearchRequest:
                     fp8_recipe=self.fp8_recipe,
                     fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params,
                     grad_accumulation_fusion=self.grad_accumulation_fusion,
-                    sp_regather=self.sp_regather)
+                    tp_backward=self.tp_backward)
 
     def shared(self) -> dict[str, Any]:
         """The Plan fields every plan of the request shares beyond dtype, attention and overlap
@@ -200,7 +201,7 @@ class SearchRequest:
                     optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
                     fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params,
                     grad_accumulation_fusion=self.grad_accumulation_fusion,
-                    sp_regather=self.sp_regather)
+                    tp_backward=self.tp_backward)
 
     def __post_init__(self) -> None:
         if not self.gpus or any(g < 1 for g in self.gpus):
@@ -250,7 +251,7 @@ class SearchRequest:
                     "cpu_offload_layers", "attention_kernel", "grad_dtype", "optimizer_dtype",
                     "master_weights",
                     "fp8_recipe", "fp8_output_layer", "fp8_params", "grad_accumulation_fusion",
-                    "sp_regather"):
+                    "tp_backward"):
             object.__setattr__(self, key, getattr(shared, key))
         if not self.grad_accumulation_fusion:  # the main gradients of ZeRO 0-2 only
             if self.zero == 3:

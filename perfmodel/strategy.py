@@ -264,6 +264,20 @@ class Stack(StrEnum):
     CUDA_GRAPHS = "cuda-graphs"
 
 
+class TpBackward(StrEnum):
+    """How the stack runs Megatron 1D tensor parallelism's backward (perfmodel.step.
+    tensor_parallel): megatron, as Megatron-Core's linear layers and Transformer Engine's do
+    (megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication,
+    since Megatron-LM 2022; TE's LayerNormLinear and Linear): a sequence-parallel input kept as
+    its shard and gathered again for the weight gradient, behind the input-gradient GEMM, and
+    the input gradient's reduce-scatter (all-reduce without sequence parallelism) issued before
+    the weight-gradient GEMM, which hides it; dtensor, as torch's DTensor runs it (torchtitan,
+    the validation job): the gathered input kept for autograd, each reduction in its turn."""
+
+    MEGATRON = "megatron"
+    DTENSOR = "dtensor"
+
+
 class Kernels(StrEnum):
     """How a layer's memory-bound element-wise ops run (perfmodel.costs.compute.elementwise_bytes):
     fused, hand-written fused kernels (Megatron-Core and Transformer Engine: fused RMSNorm /
@@ -549,15 +563,10 @@ class Plan:
     # main-gradient buffer to add into (FSDP reduce-scatters the backward's own gradients,
     # DeepSpeed adds them itself)
     grad_accumulation_fusion: bool = True
-    # Whether the stack gathers a sequence-parallel column-parallel layer's input again in the
-    # backward, for its weight gradient, instead of keeping the gathered input from the forward:
-    # Megatron-Core (LinearWithGradAccumulationAndAsyncCommunication) and Transformer Engine
-    # (Linear, LayerNormLinear: backward_input_needs_gather / ln_out_needs_gather) keep the shard
-    # and gather it again, overlapped with the input-gradient GEMM; torch's DTensor
-    # (torchtitan, the validation job) keeps the gathered input for autograd. None: the
-    # kernels' stack (fused: Megatron-Core / Transformer Engine, yes; eager or compiled:
-    # torchtitan, no). Never searched (perfmodel.step.tensor_parallel)
-    sp_regather: bool | None = None
+    # how the stack runs tensor parallelism's backward (TpBackward: megatron, dtensor); None:
+    # the kernels' stack (fused: Megatron-Core / Transformer Engine; eager or compiled: torch
+    # DTensor, torchtitan). Never searched (perfmodel.step.tensor_parallel)
+    tp_backward: TpBackward | None = None
     # ZeRO 3 without a pipeline: when a unit's gathered weights are freed (FsdpReshard): after
     # each forward (FSDP2's default), each backward, or the step's last backward
     fsdp_reshard: FsdpReshard = FsdpReshard.FORWARD
@@ -716,9 +725,10 @@ class Plan:
                 object.__setattr__(self, key, None)
                 continue
             object.__setattr__(self, key, _bool(getattr(self, key), key))
-        if self.sp_regather is not None:  # "auto": the kernels' stack decides (None)
-            object.__setattr__(self, "sp_regather", None if str(self.sp_regather).strip().lower()
-                               in ("auto", "none") else _bool(self.sp_regather, "sp_regather"))
+        if self.tp_backward is not None:  # "auto": the kernels' stack decides (None)
+            object.__setattr__(self, "tp_backward", None if str(self.tp_backward).strip().lower()
+                               in ("auto", "") else parse_option(TpBackward, self.tp_backward,
+                                                                 "tp_backward"))
         if self.bf16_optimizer and (self.dtype is not Dtype.BF16 or self.zero != 1
                                     or self.grad_dtype not in (None, "fp32")
                                     or self.optimizer_dtype not in (None, "fp32")
@@ -939,7 +949,7 @@ class Plan:
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
         alltoall, cross_entropy where unfused, expert_weighting where activation,
         defer_grad_sync and bf16_optimizer where off, grad_accumulation_fusion where on,
-        sp_regather where not given (the kernels' stack decides), fsdp_reshard where forward,
+        tp_backward where not given (the kernels' stack decides), fsdp_reshard where forward,
         pipeline_micro_batches where 0, master_weights where not given, cpu_offload_layers
         where 0, attention_kernel where not given (the plans written before them had no such
         fields)."""
@@ -965,8 +975,8 @@ class Plan:
             del out["bf16_optimizer"]
         if self.grad_accumulation_fusion:  # likewise (on: Megatron-Core's default)
             del out["grad_accumulation_fusion"]
-        if self.sp_regather is None:  # likewise (the kernels' stack decides)
-            del out["sp_regather"]
+        if self.tp_backward is None:  # likewise (the kernels' stack decides)
+            del out["tp_backward"]
         if self.ep_dispatcher is EPDispatcher.ALLTOALL:  # as plans were written before it
             del out["ep_dispatcher"]
         if self.cross_entropy is CrossEntropy.UNFUSED:  # likewise

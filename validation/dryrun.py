@@ -220,10 +220,10 @@ def dry_run(
         plan = without_fp8(plan)
     if plan.flash_attention is None:  # --attention auto: the job attends with fused SDPA
         plan = plan.replace(flash_attention=True)  # (jobspec.as_run)
-    # the job weights its experts' outputs at the combine, and keeps the sequence-parallel
-    # inputs it gathers (jobspec.as_run)
+    # the job weights its experts' outputs at the combine, and runs tensor parallelism's
+    # backward as torch DTensor does (jobspec.as_run)
     regather_note = REGATHER_NOTE if regathers(plan) else ""
-    plan = plan.replace(expert_weighting="output", sp_regather=False)
+    plan = plan.replace(expert_weighting="output", tp_backward="dtensor")
     par = job_parallel(plan, parallel)
     counted = count_collectives(as_job, plan, par)
     missing = uncosted(as_job, plan, par)

@@ -144,19 +144,21 @@ class RunSettings:
 
 
 # the job's tensor parallelism is torch DTensor's: autograd keeps each gathered sequence-parallel
-# input for the weight gradient, where Megatron-Core and Transformer Engine gather it again
-REGATHER_NOTE = ("the job keeps each sequence-parallel input it gathers for the weight gradient "
-                 "(torch DTensor), where Megatron-Core and Transformer Engine gather it again in "
-                 "the backward: counted without the re-gathers (sp_regather false)")
+# input for the weight gradient and reduces each input gradient in its turn, where Megatron-Core
+# and Transformer Engine gather the input again and hide the reduction behind the weight gradient
+REGATHER_NOTE = ("the job runs tensor parallelism's backward as torch DTensor does (each "
+                 "sequence-parallel input it gathers kept for the weight gradient, each input "
+                 "gradient reduced in turn), where Megatron-Core and Transformer Engine gather "
+                 "the input again and hide the reduction behind the weight-gradient GEMM: "
+                 "predicted so (tp_backward dtensor)")
 
 
 def regathers(plan: Plan) -> bool:
-    """Whether perfmodel's step model gathers the plan's sequence-parallel inputs again in the
-    backward (Plan.sp_regather, else fused kernels), which the job does not."""
-    stack = plan.sp_regather if plan.sp_regather is not None \
+    """Whether perfmodel's step model runs the plan's tensor-parallel backward as Megatron-Core
+    does (Plan.tp_backward megatron, else fused kernels), which the job does not."""
+    megatron = plan.tp_backward.value == "megatron" if plan.tp_backward is not None \
         else plan.kernels.value == "fused"
-    return bool(stack and plan.tp > 1 and plan.sequence_parallel
-                and plan.tp_layout.value == "1d")
+    return bool(megatron and plan.tp > 1 and plan.tp_layout.value == "1d")
 
 
 FP8_NOTE = ("the validation job has no FP8 path (no Transformer Engine): it runs the plan's bf16 "
@@ -253,7 +255,7 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     plan = plan.replace(flash_attention=True, attention_kernel=None, overlap_grad_sync=False,
                         overlap_param_gather=False, cross_entropy="torch",
                         tp_comm_overlap=False, stack="eager", expert_weighting="output",
-                        sp_regather=False)
+                        tp_backward="dtensor")
     return model, plan, "; ".join(notes)
 
 

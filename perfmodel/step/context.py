@@ -183,18 +183,18 @@ class Context:
     @property
     def regather(self) -> sp.Expr:
         """1 where the stack gathers a sequence-parallel column-parallel layer's input again in the
-        backward for its weight gradient (Megatron 1D with sequence parallelism; Plan.sp_regather,
-        or where not given the kernels' stack: fused, Megatron-Core / Transformer Engine, yes;
-        eager or compiled, torch DTensor, no), else 0."""
-        return self.megatron * self.seq_parallel * self.regather_stack
+        backward for its weight gradient (Megatron 1D with sequence parallelism under Megatron's
+        tensor-parallel backward, megatron_backward), else 0."""
+        return self.megatron * self.seq_parallel * self.megatron_backward
 
     @property
-    def regather_stack(self) -> sp.Expr:
-        """1 where the plan's stack gathers a sequence-parallel input again for its weight
-        gradient, whatever the layout (Plan.sp_regather; else fused kernels), else 0."""
-        if self.fam.sp_regather is None:
+    def megatron_backward(self) -> sp.Expr:
+        """1 where tensor parallelism's backward runs as Megatron-Core's and Transformer Engine's
+        linear layers run it (Plan.tp_backward megatron; where not given, fused kernels), 0 as
+        torch's DTensor runs it (dtensor; eager or compiled kernels)."""
+        if self.fam.tp_backward is None:
             return 1 - self.eager_kernels - self.compiled_kernels
-        return sp.Integer(int(self.fam.sp_regather))
+        return sp.Integer(int(self.fam.tp_backward == "megatron"))
 
     @property
     def core(self) -> sp.Expr:

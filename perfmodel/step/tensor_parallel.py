@@ -20,7 +20,7 @@ the output layer's input, e T h (e_8 T h in FP8: TE gathers the quantized shard)
 the input-gradient GEMM and waited for after it, which hides it (an NCCL all-gather on its own
 stream, or userbuffers' bulk overlap under tp_comm_overlap). Full recompute does not spare it:
 the recomputed forward keeps the shard again. torch's DTensor (torchtitan, the validation job)
-keeps the gathered input for autograd instead (Plan.sp_regather false; what it costs in memory
+keeps the gathered input for autograd instead (Plan.tp_backward dtensor; what it costs in memory
 is not modelled).
 2d / 2.5d / 3d grids: the collectives of each linear layer and norm (perfmodel.costs.layouts).
 Embedding (vocabulary-parallel): its output all-reduced forward; with sequence parallelism the
@@ -195,7 +195,7 @@ def mla_collectives(c: Context, count: sp.Expr, prefix: str = "layers", stage: s
         add("all_reduce", w, 1 - sp_, "bwd", "backward")
     add("all_gather", S.h, sp_, "bwd", "backward", cast_first)
     for w in latents[:2]:  # the up projections' inputs (c.regather carries megatron's factor)
-        add("all_gather", w, sp_ * c.regather_stack, "bwd", "backward", cast_first,
+        add("all_gather", w, sp_ * c.megatron_backward, "bwd", "backward", cast_first,
             MLA_REGATHER)
     return out
 
@@ -280,6 +280,7 @@ def layer_overlaps(c: Context, n: sp.Expr, attention: bool,
     fused = c.compiled
     splits = RS_SPLITS * (1 - fused) + tp * fused
     ag, rs = ("tp/layer/all_gather",), ("tp/layer/reduce_scatter",)
+    ar = ("tp/layer/all_reduce",)  # without sequence parallelism (backward: the input grads')
     share = sp.Integer(1) / (int(attention) + int(bool(mlps)))
     # the overlapped GEMMs as they run: in chunks of the tokens (tp for the ring exchanges,
     # RS_SPLITS for the pipelined reduce-scatters), those before a pipelined reduce-scatter on
@@ -314,7 +315,12 @@ def layer_overlaps(c: Context, n: sp.Expr, attention: bool,
                     ov(f"{label[second]} GEMM", pipe[second], rs, after, 1 / splits,
                        fused * S.s_ovl)]
         backward += [ov(f"{label[second]}'s input-gradient GEMM", ring[second], ag, before),
-                     ov(f"{label[first]} weight-gradient GEMM", whole[first], rs, ONE),
+                     # the input gradient's reduce-scatter (all-reduce without sequence
+                     # parallelism) behind the weight-gradient GEMM: userbuffers' bulk overlap,
+                     # or Megatron's own backward, which issues it asynchronously before that
+                     # GEMM (megatron_backward; DTensor reduces in turn)
+                     Overlap(f"{label[first]} weight-gradient GEMM", whole[first],
+                             on + (1 - on) * c.megatron_backward, of=rs + ar, share=share),
                      # the input gathered again for the weight gradient (Context.regather):
                      # issued before the input-gradient GEMM and waited for after it, with or
                      # without tp_comm_overlap (userbuffers' bulk dgrad overlap, or an NCCL

@@ -1,10 +1,14 @@
-"""A sequence-parallel column-parallel input gathered again in the backward for its weight gradient
-(Plan.sp_regather; perfmodel.step.tensor_parallel): Megatron-Core keeps the shard and gathers it
-again (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication.
-backward, at NVIDIA/Megatron-LM d98e8a64), as Transformer Engine's LayerNormLinear and Linear do
-(ln_out_needs_gather, backward_input_needs_gather; NVIDIA/TransformerEngine d0067d0), issued
-before the input-gradient GEMM and waited for after it; torch's DTensor (torchtitan, the
-validation job) keeps the gathered input instead.
+"""Tensor parallelism's backward as Megatron-Core runs it (Plan.tp_backward megatron;
+perfmodel.step.tensor_parallel): a sequence-parallel column-parallel input is kept as its shard
+and gathered again for the weight gradient (megatron/core/tensor_parallel/layers.py,
+LinearWithGradAccumulationAndAsyncCommunication.backward, at NVIDIA/Megatron-LM d98e8a64), as
+Transformer Engine's LayerNormLinear and Linear do (ln_out_needs_gather,
+backward_input_needs_gather; NVIDIA/TransformerEngine d0067d0), issued before the input-gradient
+GEMM and waited for after it; torch's DTensor (torchtitan, the validation job) keeps the gathered
+input instead. Megatron's backward also issues the input gradient's reduce-scatter (all-reduce
+without sequence parallelism) before the weight-gradient GEMM, which hides it (layers.py at
+d98e8a64 and at Megatron-LM 80389ef6, 2022; TE's layernorm_linear.py dgrad_work), with or
+without userbuffers; DTensor reduces in turn.
 """
 
 from __future__ import annotations
@@ -39,19 +43,19 @@ def test_megatron_gathers_each_column_parallel_input_again_in_the_backward():
     assert _again(model, Plan(**GPT3, recompute="full")) == again
 
 
-@pytest.mark.parametrize("change", [dict(kernels="eager"), dict(sp_regather=False),
+@pytest.mark.parametrize("change", [dict(kernels="eager"), dict(tp_backward="dtensor"),
                                     dict(sequence_parallel=False),
                                     dict(sequence_parallel=False, tp_layout="2d", tp=4, dp=2,
                                          micro_batch=2, global_batch=128)])
 def test_torch_dtensor_keeps_the_gathered_input(change):
-    """torchtitan's kernels (eager, compiled), sp_regather false, no sequence parallelism or a
+    """torchtitan's kernels (eager, compiled), tp_backward dtensor, no sequence parallelism or a
     2d grid: no re-gather."""
     plan = Plan(**{**GPT3, **change})
     assert _again("gpt3-175b", plan) == {}
 
 
-def test_the_flag_overrides_the_kernels():
-    plan = Plan(**GPT3, kernels="eager", sp_regather=True)
+def test_the_field_overrides_the_kernels():
+    plan = Plan(**GPT3, kernels="eager", tp_backward="megatron")
     assert set(_again("gpt3-175b", plan)) == {"tp/layer/all_gather_again",
                                               "tp/output/all_gather_again"}
 
@@ -72,50 +76,66 @@ def test_mla_gathers_its_two_up_projection_latents_again():
 @pytest.mark.parametrize("model, plan", [
     ("gpt3-175b", GPT3),
     ("llama3-8b", dict(gpus=8, tp=2, dp=4, micro_batch=1, global_batch=64,
-                       sequence_parallel=True, tp_comm_overlap=True)),
+                       sequence_parallel=True)),
     ("qwen3-235b-a22b", dict(gpus=256, tp=2, dp=128, ep=32, micro_batch=1, global_batch=1024,
                              sequence_parallel=True)),
     ("deepseek-v3", dict(gpus=256, tp=2, dp=128, ep=64, micro_batch=1, global_batch=1024,
                          sequence_parallel=True)),
 ])
 def test_the_re_gathers_never_make_a_plan_faster_and_hide_behind_the_gemms(model, plan):
-    """More communication costs time or nothing, never less (a phase's overlap covers each of
-    its collectives once, however many share a name: MLA's latents); the re-gathers hide
-    behind the input-gradient GEMMs, slowing them by the contention."""
+    """With userbuffers (tp_comm_overlap) both backwards hide the input gradients' reductions
+    behind the weight-gradient GEMMs, so Megatron's differs from DTensor's by its re-gathers
+    alone: more communication costs time or nothing, never less (a phase's overlap covers each
+    of its collectives once, however many share a name: MLA's latents); they hide behind the
+    input-gradient GEMMs, slowing them by the contention."""
+    plan = dict(plan, tp_comm_overlap=True)
     on = predict(model, HW, Plan(**plan))
-    off = predict(model, HW, Plan(**plan, sp_regather=False))
+    off = predict(model, HW, Plan(**plan, tp_backward="dtensor"))
     assert on.step_time_s >= off.step_time_s
-    assert on.hidden_s["comm/tp"] > off.hidden_s.get("comm/tp", 0.0)
+    assert on.hidden_s["comm/tp"] > off.hidden_s["comm/tp"]
     assert on.breakdown_s["compute/overlap_contention"] > \
-        off.breakdown_s.get("compute/overlap_contention", 0.0)
+        off.breakdown_s["compute/overlap_contention"]
 
 
 def test_to_dict_and_the_plan_rules():
-    assert "sp_regather" not in Plan(**GPT3).to_dict()
-    assert Plan(**GPT3, sp_regather="false").to_dict()["sp_regather"] is False
-    assert Plan(**GPT3, sp_regather="auto").sp_regather is None
-    with pytest.raises(PlanError, match="sp_regather must be true or false"):
-        Plan(**GPT3, sp_regather="sometimes")
+    assert "tp_backward" not in Plan(**GPT3).to_dict()
+    assert Plan(**GPT3, tp_backward="dtensor").to_dict()["tp_backward"] == "dtensor"
+    assert Plan(**GPT3, tp_backward="auto").tp_backward is None
+    with pytest.raises(PlanError, match="tp_backward"):
+        Plan(**GPT3, tp_backward="deepspeed")
 
 
 def test_the_cli_flags_and_the_idle_refusal():
     base = ["predict", "--model", "llama3-8b", "--hardware", HW, "--gpus", "8", "--tp", "2",
             "--global-batch", "64", "--json"]
-    code, out, err = run_main([*base, "--sequence-parallel", "--no-sp-regather"])
+    code, out, err = run_main([*base, "--sequence-parallel", "--tp-backward", "dtensor"])
     assert code == 0, err
-    assert json.loads(out)["plan"]["sp_regather"] is False
-    code, _, err = run_main([*base, "--sp-regather"])  # no sequence parallelism
+    assert json.loads(out)["plan"]["tp_backward"] == "dtensor"
+    code, _, err = run_main(["predict", "--model", "llama3-8b", "--hardware", HW, "--gpus",
+                             "8", "--global-batch", "64", "--tp-backward", "megatron"])  # tp 1
     assert code == 4 and len(err.strip().splitlines()) == 1, err
-    assert "sp_regather" in err and "--sp-regather" in err
+    assert "tp_backward" in err and "--tp-backward" in err
 
 
 def test_the_validation_dry_run_agrees_and_says_the_job_keeps_the_gathered_inputs():
     """The job (torch DTensor) issues no re-gather: its collectives are compared with the ledger
-    of sp_regather false, and the notes say so."""
+    of tp_backward dtensor, and the notes say so."""
     code, out, err = run_main(["validate", "--dry-run", "--model", "gpt2-small", "--gpus", "4",
                                "--tp", "2", "--dp", "2", "--sequence-parallel",
                                "--global-batch", "8", "--json"])
     assert code == 0, err
     doc = json.loads(out)
     assert doc["agree"] is True
-    assert any("gather it again" in note for note in doc["notes"])
+    assert any("gather the input again" in note for note in doc["notes"])
+
+
+def test_megatron_hides_the_input_gradients_reduction_behind_the_weight_gradient_gemm():
+    """Without userbuffers too: the backward's reduce-scatters (all-reduces without sequence
+    parallelism) of the QKV and MLP-up input gradients hide behind their weight-gradient GEMMs;
+    under DTensor they show whole."""
+    for kw in (dict(GPT3), dict(GPT3, sequence_parallel=False)):
+        meg = predict("gpt3-175b", HW, Plan(**kw))
+        dt = predict("gpt3-175b", HW, Plan(**kw, tp_backward="dtensor"))
+        assert dt.hidden_s.get("comm/tp", 0.0) == 0.0
+        assert meg.breakdown_s["comm/tp"] < dt.breakdown_s["comm/tp"]
+        assert meg.step_time_s < dt.step_time_s
