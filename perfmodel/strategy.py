@@ -304,6 +304,16 @@ def kernels_stack_conflict(kernels: Kernels, stack: Stack) -> str | None:
     return None
 
 
+def tp_backward_of(plan: Plan) -> TpBackward:
+    """The plan's tensor-parallel backward: Plan.tp_backward, else its kernels' stack's (fused:
+    Megatron-Core / Transformer Engine, megatron; eager or compiled: torch DTensor). The step
+    model takes the same rule symbolically where the kernels are open
+    (perfmodel.step.context.Context.megatron_backward)."""
+    if plan.tp_backward is not None:
+        return plan.tp_backward
+    return TpBackward.MEGATRON if plan.kernels is Kernels.FUSED else TpBackward.DTENSOR
+
+
 def default_kernels(stack: Stack | str) -> Kernels:
     """The element-wise kernels of a plan that names none: Inductor's under a compiled stack,
     else fused (Megatron-Core / Transformer Engine)."""

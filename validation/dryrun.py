@@ -38,14 +38,14 @@ from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
 from validation.jobspec import (
     FP8_NOTE,
-    REGATHER_NOTE,
+    TP_BACKWARD_NOTE,
     JobParallel,
     RunSettings,
     job_config,
     job_model,
     job_model_note,
     job_parallel,
-    regathers,
+    megatron_backward,
     without_fp8,
     world_size,
 )
@@ -222,7 +222,7 @@ def dry_run(
         plan = plan.replace(flash_attention=True)  # (jobspec.as_run)
     # the job weights its experts' outputs at the combine, and runs tensor parallelism's
     # backward as torch DTensor does (jobspec.as_run)
-    regather_note = REGATHER_NOTE if regathers(plan) else ""
+    backward_note = TP_BACKWARD_NOTE if megatron_backward(plan) else ""
     plan = plan.replace(expert_weighting="output", tp_backward="dtensor")
     par = job_parallel(plan, parallel)
     counted = count_collectives(as_job, plan, par)
@@ -255,7 +255,7 @@ def dry_run(
         "ledger_available": ledger is not None,
         "agree": None if ledger is None else all(r["agree"] for r in rows),
         "notes": [n for n in (job_model_note(model, plan.tp), missing,
-                              FP8_DRY_RUN_NOTE if fp8 else "", regather_note,
+                              FP8_DRY_RUN_NOTE if fp8 else "", backward_note,
                               OFFLOAD_DRY_RUN_NOTE if plan.cpu_offload_layers else "") if n],
     }
 

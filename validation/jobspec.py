@@ -15,7 +15,7 @@ from typing import Any
 
 from perfmodel.errors import PlanError, SpecError
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import Plan
+from perfmodel.strategy import Plan, TpBackward, tp_backward_of
 from workload.settings import JOB_RECOMPUTE_MODULES, CPComm, MoERouting, check_parallel
 
 
@@ -146,19 +146,18 @@ class RunSettings:
 # the job's tensor parallelism is torch DTensor's: autograd keeps each gathered sequence-parallel
 # input for the weight gradient and reduces each input gradient in its turn, where Megatron-Core
 # and Transformer Engine gather the input again and hide the reduction behind the weight gradient
-REGATHER_NOTE = ("the job runs tensor parallelism's backward as torch DTensor does (each "
-                 "sequence-parallel input it gathers kept for the weight gradient, each input "
-                 "gradient reduced in turn), where Megatron-Core and Transformer Engine gather "
-                 "the input again and hide the reduction behind the weight-gradient GEMM: "
-                 "predicted so (tp_backward dtensor)")
+TP_BACKWARD_NOTE = ("the job runs tensor parallelism's backward as torch DTensor does (each "
+                    "sequence-parallel input it gathers kept for the weight gradient, each input "
+                    "gradient reduced in turn), where Megatron-Core and Transformer Engine gather "
+                    "the input again and hide the reduction behind the weight-gradient GEMM: "
+                    "predicted so (tp_backward dtensor)")
 
 
-def regathers(plan: Plan) -> bool:
+def megatron_backward(plan: Plan) -> bool:
     """Whether perfmodel's step model runs the plan's tensor-parallel backward as Megatron-Core
-    does (Plan.tp_backward megatron, else fused kernels), which the job does not."""
-    megatron = plan.tp_backward.value == "megatron" if plan.tp_backward is not None \
-        else plan.kernels.value == "fused"
-    return bool(megatron and plan.tp > 1 and plan.tp_layout.value == "1d")
+    does (strategy.tp_backward_of: megatron, on tp > 1 in 1D), which the job does not."""
+    return (tp_backward_of(plan) is TpBackward.MEGATRON and plan.tp > 1
+            and plan.tp_layout.value == "1d")
 
 
 FP8_NOTE = ("the validation job has no FP8 path (no Transformer Engine): it runs the plan's bf16 "
@@ -244,8 +243,8 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
                      "predicted without")
     if plan.stack.value != "eager":
         notes.append(f"the job runs eagerly, not {plan.stack.value}: predicted eager")
-    if regathers(plan):
-        notes.append(REGATHER_NOTE)
+    if megatron_backward(plan):
+        notes.append(TP_BACKWARD_NOTE)
     if plan.attention_kernel:
         notes.append(f"the job attends with PyTorch SDPA, which picks its own kernel: predicted "
                      f"with the hardware's default flash kernel, not {plan.attention_kernel}")

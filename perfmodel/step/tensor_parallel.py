@@ -194,7 +194,7 @@ def mla_collectives(c: Context, count: sp.Expr, prefix: str = "layers", stage: s
         add("reduce_scatter", w, sp_, "bwd", "backward")
         add("all_reduce", w, 1 - sp_, "bwd", "backward")
     add("all_gather", S.h, sp_, "bwd", "backward", cast_first)
-    for w in latents[:2]:  # the up projections' inputs (c.regather carries megatron's factor)
+    for w in latents[:2]:  # the up projections' inputs (add gives megatron's factor)
         add("all_gather", w, sp_ * c.megatron_backward, "bwd", "backward", cast_first,
             MLA_REGATHER)
     return out

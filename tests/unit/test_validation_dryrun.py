@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 
 from perfmodel import Plan, load_model  # noqa: E402
 from validation import dryrun  # noqa: E402
-from validation.jobspec import REGATHER_NOTE  # noqa: E402
+from validation.jobspec import TP_BACKWARD_NOTE  # noqa: E402
 
 ACT = 128 * 256 * 4
 L = 4
@@ -228,14 +228,14 @@ def test_dry_run_of_rotary_models_agrees_and_says_what_the_job_changes(name):
     """The job learns a position table (seq_len x hidden) where Llama uses rotary positions: the
     ledger is taken for the model as the job builds it, and the result says so (before, the dp
     all-reduce differed by that table: 8192 x 4096 x 4 B for llama3-8b); and it runs tensor
-    parallelism's backward as torch DTensor does (jobspec.REGATHER_NOTE)."""
+    parallelism's backward as torch DTensor does (jobspec.TP_BACKWARD_NOTE)."""
     model = load_model(name)
     assert model.position_embedding == "rotary"
     result = dryrun.dry_run(model, Plan(gpus=16, tp=8, dp=2, global_batch=2, dtype="bf16"))
     assert result["agree"], [r for r in result["rows"] if not r["agree"]]
     assert result["notes"] == [
         f"the job learns a position table where {name} uses rotary positions: compared as the "
-        "job builds it", REGATHER_NOTE]
+        "job builds it", TP_BACKWARD_NOTE]
 
 
 @pytest.mark.parametrize("tp", [2, 8])

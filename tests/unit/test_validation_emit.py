@@ -18,7 +18,7 @@ from perfmodel.specs.hardware import load_hardware
 from tests.conftest import ROOT
 from tests.unit.test_bad_input import run_main
 from validation import report as rep
-from validation.jobspec import REGATHER_NOTE
+from validation.jobspec import TP_BACKWARD_NOTE
 from validation.run import RunSettings, caveats
 
 EMIT = ["validate", "--model", "tiny-gpt", "--hardware", "dgx-h100", "--tp", "8", "--dp", "2",
@@ -35,7 +35,7 @@ def test_emit_for_a_gpu_preset_writes_nccl_and_the_plans_dtype_from_any_host(tmp
     assert config["backend"] == "nccl" and config["plan"]["dtype"] == "bf16"
     # (the run's one note: tp 8's backward predicted as the job's DTensor runs it, not Megatron's)
     assert meta["backend"] == "nccl" and meta["dtype_used"] == "bf16"
-    assert meta["dtype_note"] == REGATHER_NOTE
+    assert meta["dtype_note"] == TP_BACKWARD_NOTE
     assert meta["prediction"]["step_time_s"] > 0
     lines = stdout.strip().splitlines()
     assert lines[-2:] == ["the job: nccl, bf16, 2 x 8 ranks",
