@@ -293,9 +293,14 @@ STACK_OPTIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("v24.11.1", "gpt3-175b-nemo"): dict(grad_dtype="bf16"),
     ("v25.04", "gpt3-175b-nemo"): dict(grad_dtype="bf16"),
     # v25.04 (NeMo 25.02) scripts/performance: pretrain_recipe(performance_mode=True), whose
-    # pretrain_performance_optimizations set trainer.plugins.grad_reduce_in_fp32 = False
-    ("v25.04", "nemotron4-15b"): dict(grad_dtype="bf16"),
-    ("v25.04", "nemotron4-340b"): dict(grad_dtype="bf16"),
+    # pretrain_performance_optimizations set trainer.plugins.grad_reduce_in_fp32 = False; NeMo 2's
+    # NemotronConfig sets cross_entropy_loss_fusion True (nemo/collections/llm/gpt/model/
+    # nemotron.py at v2.2.0; the recipes set it False for fine-tuning only): Megatron-Core's
+    # native fusion, where the NeMo 1 runs (v24.11.1, and GPT-3 175B's hydra config at v25.04,
+    # which NeMo 1's build_transformer_config reads: no such key) leave Megatron-Core's default,
+    # the unfused loss
+    ("v25.04", "nemotron4-15b"): dict(grad_dtype="bf16", cross_entropy="native"),
+    ("v25.04", "nemotron4-340b"): dict(grad_dtype="bf16", cross_entropy="native"),
 }
 # ... and what they ran that the model takes otherwise (listed as not modelled)
 STACK_NOT_MODELLED: dict[tuple[str, str], list[str]] = {}
@@ -601,10 +606,9 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     # the states in the weights' dtype)
     **dict.fromkeys(("optim dtype bf16", "distributed_fused_adam dtype bf16"),
                     {"optimizer_dtype": "bf16"}),
-    # Megatron-Core's native fused cross entropy (cross_entropy_loss_fusion without TE's impl):
-    # the fp32 logits held as the unfused loss holds them (perfmodel.configs.megatron)
+    # Megatron-Core's native fused cross entropy (cross_entropy_loss_fusion without TE's impl)
     **dict.fromkeys(("cross_entropy_loss_fusion", "native cross-entropy fusion"),
-                    {"cross_entropy": "unfused"}),
+                    {"cross_entropy": "native"}),
     "precision-aware optimizer (bf16 moments and main grads)": {
         "master_weights": "remainders", "optimizer_dtype": "bf16", "grad_dtype": "bf16"},
     "1f1b": {"schedule": "1f1b"},

@@ -313,9 +313,11 @@ def plan_options(fn: Any) -> Any:
                           "with eager kernels PyTorch's, three), no-upcast (PyTorch's "
                           "on the bf16 logits as they are: NeMo AutoModel's fp32_upcast false), "
                           "torch (PyTorch's on fp32 copies, three whatever --kernels: "
-                          "AutoModel's default) or te (Transformer Engine's fused kernel, the "
+                          "AutoModel's default), te (Transformer Engine's fused kernel, the "
                           "gradient in place in the bf16 logits: Megatron "
-                          "--cross-entropy-fusion-impl te)."),
+                          "--cross-entropy-fusion-impl te) or native (Megatron-Core's native "
+                          "fusion: unfused's fp32 copy in fewer passes; "
+                          "--cross-entropy-fusion-impl native, NeMo 2's default)."),
         click.option("--expert-weighting", type=choice(ExpertWeighting),
                      default=ExpertWeighting.ACTIVATION.value, show_default=True,
                      help="Where a mixture of experts applies its routing weights: activation "
@@ -1077,8 +1079,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--cross-entropy", type=choice(CrossEntropy),
               default=CrossEntropy.UNFUSED.value, show_default=True,
               help="Every plan's loss kernel: unfused (fp32 logits), no-upcast (the bf16 "
-                   "logits as they are), torch (PyTorch's on fp32 logits) or te (Transformer "
-                   "Engine's fused cross entropy); the stack's, not searched.")
+                   "logits as they are), torch (PyTorch's on fp32 logits), te (Transformer "
+                   "Engine's fused cross entropy) or native (Megatron-Core's native fusion); "
+                   "the stack's, not searched.")
 @click.option("--expert-weighting", type=choice(ExpertWeighting),
               default=ExpertWeighting.ACTIVATION.value, show_default=True,
               help="Every plan's experts' routing weights: in their activation (Megatron-Core) "

@@ -84,8 +84,8 @@ class Family:
     pipeline_flushes: bool = False
     # the experts' dispatcher (Plan.ep_dispatcher: alltoall, deepep; None: open, its indicator)
     ep_dispatcher: str | None = None
-    # how the loss runs over the logits (Plan.cross_entropy: unfused, no-upcast, torch, te; None:
-    # open, its indicators)
+    # how the loss runs over the logits (Plan.cross_entropy: unfused, no-upcast, torch, te,
+    # native; None: open, its indicators)
     cross_entropy: str | None = None
     # where the experts' routing weights multiply (Plan.expert_weighting: activation, output;
     # None: open, its indicator)

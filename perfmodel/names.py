@@ -268,6 +268,8 @@ FLAGS: dict[str, str] = {
                                     "an fp32 copy"),
         ("cross_entropy_torch", "the loss is PyTorch's cross entropy on fp32 copies of the "
                                 "logits (three at the backward's start)"),
+        ("cross_entropy_native", "the loss runs Megatron-Core's native fused cross entropy "
+                                 "(its steps compiled, on an fp32 copy of the logits)"),
         ("stack_compiled", "the layers run compiled (torch.compile)"),
         ("stack_graphs", "the layers run as CUDA graphs"),
         ("kernels_eager", "the element-wise ops run op by op (unfused PyTorch modules)"),

@@ -217,12 +217,17 @@ class CrossEntropy(StrEnum):
     logits that keeps them for the backward and writes their gradient in place, no fp32 copy;
     torch, PyTorch's F.cross_entropy on logits.float() named as such: its three fp32 copies
     whatever the other kernels (NeMo AutoModel's MaskedCrossEntropy, its default; unfused counts
-    three only with eager kernels, Megatron's one beside the logits otherwise)."""
+    three only with eager kernels, Megatron's one beside the logits otherwise); native,
+    Megatron-Core's native fusion (--cross-entropy-loss-fusion with --cross-entropy-fusion-impl
+    native, NeMo 2's and Megatron-Bridge's default cross_entropy_loss_fusion true): the unfused
+    loss's steps under torch.compile, which hold the logits as unfused does and pass over them
+    fewer times (perfmodel.costs.compute)."""
 
     UNFUSED = "unfused"
     NO_UPCAST = "no-upcast"
     TORCH = "torch"
     TE = "te"
+    NATIVE = "native"
 
 
 class FsdpReshard(StrEnum):

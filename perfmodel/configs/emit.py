@@ -94,9 +94,13 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
         return write_megatron(out, model, plan, hardware, lines)
     from perfmodel.files import write_atomic
 
-    if plan.cross_entropy.value == "te":  # torchtitan's and HF Trainer's loss is PyTorch's
-        raise refuse_emit(fmt.value, "cross_entropy te", "Transformer Engine's fused cross "
-                          "entropy is Megatron-Core's (--cross-entropy-fusion-impl te)")
+    if plan.cross_entropy.value in ("te", "native"):  # torchtitan's and HF Trainer's loss
+        # is PyTorch's
+        kernel = plan.cross_entropy.value
+        raise refuse_emit(fmt.value, f"cross_entropy {kernel}",
+                          "Transformer Engine's fused cross entropy" if kernel == "te" else
+                          "Megatron-Core's native fused cross entropy"
+                          f" is Megatron-Core's (--cross-entropy-fusion-impl {kernel})")
     if fmt is EmitFormat.TORCHTITAN:
         from perfmodel.configs.torchtitan import torchtitan_toml
 

@@ -915,9 +915,9 @@ CP_COMM_TYPES = {"p2p": "p2p", "all_gather": "allgather", "a2a": "a2a"}
 def _cross_entropy(settings: Settings, job: JobConfig, where: str,
                    take: Callable[[str, str], None]) -> None:
     """--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te: Transformer Engine's
-    fused cross entropy (Plan.cross_entropy te: the bf16 logits hold their gradient). The native
-    impl (Megatron-Core's fused_vocab_parallel_cross_entropy) still holds the logits in fp32, as
-    the unfused loss does: cross_entropy unfused."""
+    fused cross entropy (Plan.cross_entropy te: the bf16 logits hold their gradient); with the
+    native impl (its default) Megatron-Core's fused_vocab_parallel_cross_entropy (native: the
+    unfused loss's fp32 copy, its steps compiled)."""
     if "cross_entropy_loss_fusion" not in settings and "cross_entropy_fusion_impl" not in settings:
         return  # not stated: the plan's default (or the command line's)
     fused = _flag(settings, "cross_entropy_loss_fusion", where)
@@ -925,11 +925,11 @@ def _cross_entropy(settings: Settings, job: JobConfig, where: str,
     if impl not in ("native", "te"):
         raise refuse_plan(where, settings["cross_entropy_fusion_impl"][0], impl,
                           "Megatron-Core's cross entropy fusion is native or te")
-    te = fused and impl == "te"
-    job.fix("cross_entropy", "te" if te else "unfused")
+    kernel = impl if fused else "unfused"
+    job.fix("cross_entropy", kernel)
     take("cross_entropy_loss_fusion",
-         "cross_entropy te (Transformer Engine's fused kernel)" if te else
-         "cross_entropy unfused (fp32 logits: Megatron-Core's native fusion keeps them too)"
+         "cross_entropy te (Transformer Engine's fused kernel)" if kernel == "te" else
+         "cross_entropy native (Megatron-Core's native fusion: fp32 logits, compiled steps)"
          if fused else "off: cross_entropy unfused")
     take("cross_entropy_fusion_impl", f"{impl}" + ("" if fused else " (fusion off)"))
 
@@ -1960,8 +1960,9 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
         args.append(["--tp-comm-overlap"])
     if plan.ep_comm_overlap:
         args.append(["--overlap-moe-expert-parallel-comm"])
-    if plan.cross_entropy.value == "te":
-        args += [["--cross-entropy-loss-fusion"], ["--cross-entropy-fusion-impl", "te"]]
+    if plan.cross_entropy.value in ("te", "native"):
+        args += [["--cross-entropy-loss-fusion"],
+                 ["--cross-entropy-fusion-impl", plan.cross_entropy.value]]
     args += placements[placement]
     dtype = plan.dtype.value
     if dtype in ("bf16", "fp16"):

@@ -17,7 +17,7 @@ from typing import TypeAlias
 import sympy as sp
 
 from perfmodel.costs.gemm_efficiency import gemm_time_s
-from perfmodel.costs.lattice import either
+from perfmodel.costs.lattice import either, lmin
 
 # An option is a Flag: True/False, 0/1, or a 0/1 indicator symbol, so one expression can cover every
 # option (evaluated over arrays of plans) or be specialised to one (printed by `perfmodel explain`).
@@ -423,17 +423,62 @@ def kernels_per_layer_forward(*, sequence_parallel: Flag, flash: Flag,
     return sp.sympify(gemms + elementwise + comm)
 
 
-CROSS_ENTROPY_PASSES = 3  # read the logits, write the fp32 softmax, read it back
-# Transformer Engine's fused cross entropy: one kernel reads the bf16 logits and writes their
-# gradient in place (the backward's scaling reads and writes them once more: 2 x this)
-TE_CROSS_ENTROPY_PASSES = 2
+# The loss's bytes per element of the logits on one rank (T x V / tp), forward and backward, as
+# each implementation's kernels move them (e: the logits' bytes; an upcast copies them only
+# where they are not fp32 already):
+# - PyTorch's F.cross_entropy (Plan.cross_entropy torch, or unfused with eager kernels) and on
+#   the logits' own dtype (no-upcast): ~3 passes over the values forward (read the logits, write
+#   the log-softmax, read it back), twice that backward; its kernels' passes depend on whether a
+#   row of the shard fits in shared memory (not modelled)
+CROSS_ENTROPY_PASSES = 3
+# - Megatron's vocab_parallel_cross_entropy (unfused; megatron/core/tensor_parallel/
+#   cross_entropy.py at core_r0.9.0 and d98e8a64dd, megatron/mpu/cross_entropy.py in 2022), op by
+#   op: forward the upcast (e in, 4 out), max (reads 4), the in-place shift (4 + 4), exp into the
+#   same buffer (4 + 4), its sum (4), the in-place normalisation (4 + 4); backward the in-place
+#   scaling by the loss's gradient (4 + 4) and the upcast's backward (4 in, e out)
+MEGATRON_LOSS_FORWARD_BYTES = 32  # beside the upcast's e + 4
+MEGATRON_LOSS_BACKWARD_BYTES = 8  # beside the upcast's backward, 4 + e
+# - Megatron-Core's native fusion (cross_entropy_loss_fusion, impl native: megatron/core/fusions/
+#   fused_cross_entropy.py, each step under torch.compile): the upcast with the max in one kernel
+#   (e in, 4 out), the shift, exp and sum in one (4 + 4), the normalisation (4 + 4); backward one
+#   kernel reads the softmax, writes it back (the mutated input) and writes the bf16 gradient
+NATIVE_LOSS_FORWARD_BYTES = 20  # beside the upcast's e where the logits are not fp32
+NATIVE_LOSS_BACKWARD_BYTES = 8  # beside the gradient's 2 (bf16: .to(torch.bfloat16))
+BF16_BYTES = 2
+# - Transformer Engine's fused cross entropy (te; transformer_engine/pytorch/triton/
+#   cross_entropy.py, v2.4 to v2.17): an online-softmax kernel reads the logits, a second reads
+#   them again and writes their gradient in place (3 e); the backward scales it in place
+#   (element_mul_kernel, 2 e: Megatron's per-token loss gives a gradient other than 1.0). (From
+#   v2.18 the gradient is fp32, written beside the logits: not modelled.)
+TE_LOSS_FORWARD_PASSES = 3
+TE_LOSS_BACKWARD_PASSES = 2
 
 
-def cross_entropy_bytes(T: sp.Expr, V: sp.Expr, tp: sp.Expr, te: sp.Expr | int = 0,
-                        e: sp.Expr | int = 2, no_upcast: sp.Expr | int = 0) -> sp.Expr:
-    """The loss's forward bytes: vocabulary-parallel cross entropy reads the logits, writes fp32
-    softmax, reads it back: ~3 passes over T*V/tp fp32 values (e-byte ones where it does not
-    upcast them: no_upcast = 1); with Transformer Engine's fused kernel (te = 1) 2 passes over
-    the e-byte logits."""
-    return either(te, TE_CROSS_ENTROPY_PASSES * e * T * V / tp,
-                  CROSS_ENTROPY_PASSES * either(no_upcast, e, FP32_BYTES) * T * V / tp)
+@dataclass(frozen=True)
+class LossKernel:
+    """Which implementation runs the loss, as 0/1 indicators (or their symbols)."""
+
+    te: sp.Expr | int = 0
+    native: sp.Expr | int = 0
+    no_upcast: sp.Expr | int = 0
+    torch: sp.Expr | int = 0  # PyTorch's F.cross_entropy on fp32 copies (or unfused, eager)
+
+
+def cross_entropy_bytes(T: sp.Expr, V: sp.Expr, tp: sp.Expr, kernel: LossKernel,
+                        e: sp.Expr | int = 2) -> tuple[sp.Expr, sp.Expr]:
+    """The loss's forward and backward bytes on one rank: per element of the T x V / tp logits,
+    the implementation's (module constants above)."""
+    upcast = lmin(1, FP32_BYTES - e)  # 1 where the logits are not fp32 already (e < 4)
+    megatron = (MEGATRON_LOSS_FORWARD_BYTES + (e + FP32_BYTES) * upcast,
+                MEGATRON_LOSS_BACKWARD_BYTES + (FP32_BYTES + e) * upcast)
+    native = (NATIVE_LOSS_FORWARD_BYTES + e * upcast,
+              NATIVE_LOSS_BACKWARD_BYTES + BF16_BYTES)
+    pytorch = tuple(n * CROSS_ENTROPY_PASSES * either(kernel.no_upcast, e, FP32_BYTES)
+                    for n in (1, 2))
+    te = (TE_LOSS_FORWARD_PASSES * e, TE_LOSS_BACKWARD_PASSES * e)
+    elements = T * V / tp
+    forward, backward = (
+        either(kernel.te, te[i], either(kernel.native, native[i], either(
+            kernel.no_upcast + kernel.torch, pytorch[i], megatron[i]))) * elements
+        for i in (0, 1))
+    return forward, backward

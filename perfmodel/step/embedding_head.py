@@ -2,8 +2,12 @@
 loss (on the last stage); with one stage, both. Their forward's device time and their phases.
 
     t_embedding = 2 e T h / r / W          the lookup reads the rows and writes the output
-    t_output    = GEMM(T x h @ h x V/tp) + 3 x 4 T V/tp / W     logits, cross entropy's passes
-                  (Transformer Engine's fused cross entropy: 2 e T V/tp / W)
+    t_output    = GEMM(T x h @ h x V/tp) + b_loss T V/tp / W     logits, the loss's bytes
+    t_output'   = 2 GEMM(...) + b'_loss T V/tp / W                its backward
+                  (b_loss, b'_loss: the loss implementation's bytes per logit, forward and
+                  backward, perfmodel.costs.compute: Megatron's unfused 38 and 14 for bf16
+                  logits, its native fusion 22 and 10, Transformer Engine's 3e and 2e,
+                  PyTorch's 12 and 24)
                   (an fp8 plan's logits GEMM in bf16, or in FP8 with its casts: fp8_output_layer)
 r: the ranks an activation is split over (tp with sequence parallelism or a grid, else 1).
 Where the stack gathers the output layer's sequence-parallel input again for its weight gradient
@@ -42,12 +46,31 @@ def output_gemm_s(c: Context) -> sp.Expr:
     return K.gemm_time(logits, S.e, c.dev)
 
 
+def loss_kernel(c: Context) -> K.LossKernel:
+    """The plan's loss implementation (Plan.cross_entropy): the unfused loss with eager kernels
+    is PyTorch's F.cross_entropy (the validation job's, torchtitan's), with fused or compiled ones
+    Megatron's vocab_parallel_cross_entropy."""
+    unfused = 1 - c.te_loss - c.loss_native - c.loss_no_upcast - c.loss_torch
+    return K.LossKernel(te=c.te_loss, native=c.loss_native, no_upcast=c.loss_no_upcast,
+                        torch=c.loss_torch + unfused * c.eager_kernels)
+
+
+def loss_s(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """The loss's forward and backward on one rank [s] (memory-bound: costs.compute's bytes)."""
+    forward, backward = K.cross_entropy_bytes(c.T, S.V, S.tp, loss_kernel(c), S.e)
+    return K.memory_time(forward, c.dev), K.memory_time(backward, c.dev)
+
+
 def output_forward_s(c: Context) -> sp.Expr:
     """The output layer's forward on one rank [s]: the logits GEMM (output_gemm_s) and cross
     entropy."""
-    gemm = output_gemm_s(c)
-    return gemm + K.memory_time(K.cross_entropy_bytes(c.T, S.V, S.tp, c.te_loss, S.e,
-                                                      c.loss_no_upcast), c.dev)
+    return output_gemm_s(c) + loss_s(c)[0]
+
+
+def output_backward_s(c: Context) -> sp.Expr:
+    """The output layer's backward on one rank [s]: the logits GEMM's two (input and weight
+    gradients) and the loss's backward."""
+    return BACKWARD_PER_FORWARD * output_gemm_s(c) + loss_s(c)[1]
 
 
 def output_fp8_casts(c: Context) -> tuple[sp.Expr, sp.Expr] | None:
@@ -63,19 +86,22 @@ def end_phases(part: str, forward_s: sp.Expr, cost: PartCost,
                issued: Mapping[str, tuple[Collective, ...]],
                present: sp.Expr,
                fp8_casts: tuple[sp.Expr, sp.Expr] | None = None,
-               backward_overlaps: tuple[Overlap, ...] = ()) -> tuple[Phase, Phase]:
+               backward_overlaps: tuple[Overlap, ...] = (),
+               backward_s: sp.Expr | None = None) -> tuple[Phase, Phase]:
     """The forward and backward of the embedding or the output layer (part), on a stage that
     holds it (present = 1) or not (0):
-        device: C (2C backward) + (s - 1) C (2C): compute/<dir>/embedding_logits and framework
+        device: C (B backward: 2C unless given) + (s - 1) C (B): compute/<dir>/embedding_logits
+                and framework
         host:   c_fwd (c_bwd) + ops x t_op (framework.PartCost) where not measured
     """
     phases = []
-    for i, (direction, factor, fixed, ops) in enumerate((
-            ("forward", 1, cost.forward_s, cost.forward_ops),
-            ("backward", BACKWARD_PER_FORWARD, cost.backward_s, cost.backward_ops))):
+    for i, (direction, device_s, fixed, ops) in enumerate((
+            ("forward", forward_s, cost.forward_s, cost.forward_ops),
+            ("backward", BACKWARD_PER_FORWARD * forward_s if backward_s is None else backward_s,
+             cost.backward_s, cost.backward_ops))):
         name = f"{part}/{direction}"
-        device = {f"compute/{direction}/embedding_logits": factor * forward_s,
-                  f"compute/{direction}/framework": (cost.scale - 1) * factor * forward_s}
+        device = {f"compute/{direction}/embedding_logits": device_s,
+                  f"compute/{direction}/framework": (cost.scale - 1) * device_s}
         if fp8_casts is not None:
             device[f"compute/{direction}/fp8_cast"] = fp8_casts[i]
         phases.append(Phase(
@@ -99,4 +125,4 @@ def output_phases(c: Context, cost: PartCost, issued: Mapping[str, tuple[Collect
     regather = Overlap("the output layer's input-gradient GEMM", output_gemm_s(c), ONE,
                        of=(TP.OUTPUT_REGATHER,))
     return end_phases("output", output_forward_s(c), cost, issued, present, output_fp8_casts(c),
-                      (regather,))
+                      (regather,), output_backward_s(c))

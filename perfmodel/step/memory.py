@@ -332,7 +332,8 @@ def memory_terms(c: Context, params: Parameters,
         # the other kernels, fp32 ones (torch) or in the logits' own dtype (no-upcast))
         megatron = LOSS_LOGITS * FP32_BYTES + LOSS_LOGITS_OWN * e * lmin(1, FP32_BYTES - e)
         eager = LOSS_LOGITS_EAGER * FP32_BYTES
-        upcast = either(c.loss_torch, eager, megatron + (eager - megatron) * c.eager_kernels)
+        upcast = either(c.loss_torch, eager, either(
+            c.loss_native, megatron, megatron + (eager - megatron) * c.eager_kernels))
         fp32_loss = either(c.loss_no_upcast, LOSS_LOGITS_EAGER * e, upcast) * T * V / tp
         loss = either(c.te_loss, LOSS_LOGITS_TE * e * T * V / tp, fp32_loss)
         mem["activations/embedding_output"] = \

@@ -94,6 +94,8 @@ def mtp_phases(c: Context, costs: Mapping[str, PartCost],
         return ()
     d, work = S.D_mtp, module_work(c)
     ends = projection_s(c) + EH.output_forward_s(c) + EH.embedding_forward_s(c)
+    back_ends = BACKWARD_PER_FORWARD * (projection_s(c) + EH.embedding_forward_s(c)) \
+        + EH.output_backward_s(c)
     layer, output = costs["layer"], costs["output"]
     per_output_op = output.kernel_s if c.asynchronous else layer.kernel_s
     kernels = d * (layer.kernel_s * layer.forward_ops + per_output_op * output.forward_ops)
@@ -128,7 +130,7 @@ def mtp_phases(c: Context, costs: Mapping[str, PartCost],
     backward = Phase(
         name=name, present=present,
         device={**backward_terms,
-                "compute/backward/embedding_logits": BACKWARD_PER_FORWARD * d * ends,
+                "compute/backward/embedding_logits": d * back_ends,
                 **extra(name)},
         host={"overhead/kernels": back_kernels}, comms=issued.get(name, ()),
         overlaps=overlaps.get(name, ()))

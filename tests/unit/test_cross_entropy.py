@@ -1,11 +1,11 @@
 """The loss's kernel (Plan.cross_entropy): Transformer Engine's fused cross entropy keeps the bf16
 logits, which hold their gradient (transformer_engine/pytorch/cross_entropy.py at 02965d2), where
 Megatron's unfused loss keeps an fp32 copy beside them (perfmodel.step.memory.LOSS_LOGITS,
-LOSS_LOGITS_OWN); its kernel passes
-twice over the bf16 logits where the unfused one passes three times over fp32 values. PyTorch's
-F.cross_entropy on the bf16 logits without an upcast (no-upcast: NeMo AutoModel's
-MaskedCrossEntropy with fp32_upcast false) keeps three bf16 copies (counted op by op in
-tests/unit/test_loss_memory.py) and passes three times over bf16 values."""
+LOSS_LOGITS_OWN), as does Megatron-Core's native fusion; each moves the bytes its kernels move
+(perfmodel.costs.compute: Megatron's op by op, counted on torch's dispatch in
+tests/unit/test_loss_memory.py). PyTorch's F.cross_entropy on the bf16 logits without an upcast
+(no-upcast: NeMo AutoModel's MaskedCrossEntropy with fp32_upcast false) keeps three bf16 copies
+(counted op by op in tests/unit/test_loss_memory.py) and passes three times over bf16 values."""
 
 from __future__ import annotations
 
@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from perfmodel import PlanError, load_hardware, load_model, predict
-from perfmodel.costs.compute import CROSS_ENTROPY_PASSES, TE_CROSS_ENTROPY_PASSES
+from perfmodel.costs.compute import (
+    CROSS_ENTROPY_PASSES,
+    MEGATRON_LOSS_BACKWARD_BYTES,
+    MEGATRON_LOSS_FORWARD_BYTES,
+    NATIVE_LOSS_BACKWARD_BYTES,
+    NATIVE_LOSS_FORWARD_BYTES,
+    TE_LOSS_BACKWARD_PASSES,
+    TE_LOSS_FORWARD_PASSES,
+)
 from perfmodel.step.memory import LOSS_LOGITS, LOSS_LOGITS_EAGER, LOSS_LOGITS_OWN, LOSS_LOGITS_TE
 from perfmodel.strategy import Plan
 
@@ -43,15 +51,49 @@ def test_te_keeps_the_bf16_logits_instead_of_an_fp32_copy_beside_them(tp):
     assert te.memory_per_gpu_bytes < unfused.memory_per_gpu_bytes
 
 
-def test_te_passes_twice_over_the_bf16_logits():
-    model, hw, unfused, te = _pair(gpus=8, dp=8, micro_batch=1, global_batch=8)
+@pytest.mark.parametrize("kernel, forward, backward", [
+    # per bf16 logit: Transformer Engine's two kernels forward (3 e), its in-place scaling
+    # backward (2 e); Megatron-Core's native fusion 20 + e and 8 + 2
+    ("te", TE_LOSS_FORWARD_PASSES * 2, TE_LOSS_BACKWARD_PASSES * 2),
+    ("native", NATIVE_LOSS_FORWARD_BYTES + 2, NATIVE_LOSS_BACKWARD_BYTES + 2)])
+def test_each_loss_kernel_moves_its_own_bytes(kernel, forward, backward):
+    """Against Megatron's unfused loss, 32 + (2 + 4) bytes a logit forward and 8 + (4 + 2)
+    backward (its upcast and the upcast's backward)."""
+    model, hw = load_model("llama3-8b"), load_hardware(HW)
+    plan = dict(gpus=8, dp=8, micro_batch=1, global_batch=8)
+    unfused = predict(model, hw, Plan(**plan))
+    other = predict(model, hw, Plan(**plan, cross_entropy=kernel))
     per_copy = model.seq_len * model.vocab
     bandwidth = hw.memory_bandwidth_bytes_per_s * hw.memory_bandwidth_efficiency
-    fewer = (CROSS_ENTROPY_PASSES * 4 - TE_CROSS_ENTROPY_PASSES * 2) * per_copy / bandwidth
+    megatron = {"forward": MEGATRON_LOSS_FORWARD_BYTES + 6,
+                "backward": MEGATRON_LOSS_BACKWARD_BYTES + 6}
+    for direction, own in (("forward", forward), ("backward", backward)):
+        key = f"compute/{direction}/embedding_logits"
+        assert unfused.breakdown_s[key] - other.breakdown_s[key] == pytest.approx(
+            (megatron[direction] - own) * per_copy / bandwidth, rel=1e-9)
+    if kernel == "native":  # the fp32 copy held as the unfused loss holds it
+        assert other.memory_breakdown_bytes == unfused.memory_breakdown_bytes
+
+
+def test_the_unfused_loss_is_pytorchs_with_eager_kernels():
+    """With eager kernels the unfused loss is PyTorch's F.cross_entropy (torchtitan's, the
+    validation job's): its three passes over fp32 values forward, twice that backward, as
+    cross_entropy torch."""
+    model, hw = load_model("llama3-8b"), load_hardware(HW)
+    plan = dict(gpus=8, dp=8, micro_batch=1, global_batch=8, kernels="eager")
+    eager = predict(model, hw, Plan(**plan))
+    torch = predict(model, hw, Plan(**plan, cross_entropy="torch"))
+    fused = predict(model, hw, Plan(**{**plan, "kernels": "fused"}))
+    per_copy = model.seq_len * model.vocab
+    bandwidth = hw.memory_bandwidth_bytes_per_s * hw.memory_bandwidth_efficiency
     for direction, factor in (("forward", 1), ("backward", 2)):
         key = f"compute/{direction}/embedding_logits"
-        assert unfused.breakdown_s[key] - te.breakdown_s[key] == pytest.approx(factor * fewer,
-                                                                             rel=1e-9)
+        assert eager.breakdown_s[key] == pytest.approx(torch.breakdown_s[key], rel=1e-9)
+        pytorch = factor * CROSS_ENTROPY_PASSES * 4
+        megatron = (MEGATRON_LOSS_FORWARD_BYTES if factor == 1
+                    else MEGATRON_LOSS_BACKWARD_BYTES) + 6
+        assert eager.breakdown_s[key] - fused.breakdown_s[key] == pytest.approx(
+            (pytorch - megatron) * per_copy / bandwidth, rel=1e-9)
 
 
 @pytest.mark.parametrize("kernels", ["fused", "eager"])
@@ -66,15 +108,17 @@ def test_no_upcast_keeps_three_bf16_copies_whatever_the_kernels(kernels):
     assert unfused.memory_breakdown_bytes[key] - low.memory_breakdown_bytes[key] == \
         pytest.approx((upcast - LOSS_LOGITS_EAGER * 2) * per_copy, rel=1e-9)
     bandwidth = hw.memory_bandwidth_bytes_per_s * hw.memory_bandwidth_efficiency
-    fewer = CROSS_ENTROPY_PASSES * (4 - 2) * per_copy / bandwidth
+    # Megatron's loss with fused kernels, PyTorch's with eager ones
+    upcast_bytes = MEGATRON_LOSS_FORWARD_BYTES + 6 if kernels == "fused" \
+        else CROSS_ENTROPY_PASSES * 4
+    fewer = (upcast_bytes - CROSS_ENTROPY_PASSES * 2) * per_copy / bandwidth
     key = "compute/forward/embedding_logits"
     assert unfused.breakdown_s[key] - low.breakdown_s[key] == pytest.approx(fewer, rel=1e-9)
 
 
 def test_torch_keeps_three_fp32_copies_whatever_the_kernels():
     """PyTorch's F.cross_entropy on logits.float() (NeMo AutoModel's default loss): its three
-    fp32 copies with fused kernels too, where unfused counts Megatron's one beside the logits;
-    the same passes."""
+    fp32 copies and its passes with fused kernels too, where unfused counts Megatron's."""
     model, hw = load_model("llama3-8b"), load_hardware(HW)
     plan = dict(gpus=8, dp=8, micro_batch=1, global_batch=8, kernels="fused")
     unfused = predict(model, hw, Plan(**plan))
@@ -86,8 +130,9 @@ def test_torch_keeps_three_fp32_copies_whatever_the_kernels():
         pytest.approx((LOSS_LOGITS_EAGER * 4 - MEGATRON_BYTES) * per_copy, rel=1e-9)
     assert torch.memory_breakdown_bytes[key] == pytest.approx(
         eager.memory_breakdown_bytes[key], rel=1e-9)
-    key = "compute/forward/embedding_logits"
-    assert torch.breakdown_s[key] == pytest.approx(unfused.breakdown_s[key], rel=1e-9)
+    for direction in ("forward", "backward"):  # PyTorch's passes, as with eager kernels
+        key = f"compute/{direction}/embedding_logits"
+        assert torch.breakdown_s[key] == pytest.approx(eager.breakdown_s[key], rel=1e-9)
 
 
 def test_a_search_takes_the_loss_kernel_for_every_plan_and_agrees_with_predict():
@@ -109,7 +154,7 @@ def test_plans_write_and_refuse_the_option():
     assert Plan(gpus=8, dp=8, global_batch=8,
                 cross_entropy="te").to_dict()["cross_entropy"] == "te"
     with pytest.raises(PlanError,
-                       match="cross_entropy must be one of unfused, no-upcast, torch, te"):
+                       match="cross_entropy must be one of unfused, no-upcast, torch, te, native"):
         Plan(gpus=8, dp=8, global_batch=8, cross_entropy="liger")
 
 
@@ -126,7 +171,7 @@ def test_the_cli_and_the_config_readers_take_the_loss_kernel(run_cli, tmp_path):
             "--vocab-size 32000 --swiglu --normalization RMSNorm --position-embedding-type rope "
             "--disable-bias-linear --untie-embeddings-and-output-weights "
             "--tensor-model-parallel-size 1 --cross-entropy-loss-fusion")
-    for impl, want in (("te", "te"), ("native", None)):
+    for impl, want in (("te", "te"), ("native", "native")):
         path = tmp_path / f"{impl}.txt"
         path.write_text(f"{args} --cross-entropy-fusion-impl {impl}\n")
         read = run_cli("predict", "--from-config", path, "--hardware", HW, "--gpus", "8",
@@ -139,6 +184,14 @@ def test_the_cli_and_the_config_readers_take_the_loss_kernel(run_cli, tmp_path):
     assert emitted.returncode == 0, emitted.stderr
     text = " ".join((tmp_path / "out" / "megatron_args.txt").read_text().split())
     assert "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te" in text
+    native = run_cli("recommend", "--from-config", tmp_path / "native.txt", "--hardware", HW,
+                     "--gpus", "8", "--emit-config", "megatron", tmp_path / "native-out")
+    assert native.returncode == 0, native.stderr
+    text = " ".join((tmp_path / "native-out" / "megatron_args.txt").read_text().split())
+    assert "--cross-entropy-loss-fusion --cross-entropy-fusion-impl native" in text
+    titan = run_cli("recommend", "--from-config", tmp_path / "native.txt", "--hardware", HW,
+                    "--gpus", "8", "--emit-config", "torchtitan", tmp_path / "titan-native")
+    assert titan.returncode != 0 and "cross_entropy native" in titan.stderr
     titan = run_cli("recommend", "--from-config", tmp_path / "te.txt", "--hardware", HW,
                     "--gpus", "8", "--emit-config", "torchtitan", tmp_path / "titan")
     assert titan.returncode != 0 and "cross_entropy te" in titan.stderr
@@ -200,9 +253,10 @@ def test_validation_refuses_transformer_engines_loss():
     from validation.jobspec import check_job, job_parallel
 
     model = load_model("tiny-gpt")
-    plan = Plan(gpus=2, dp=2, global_batch=2, cross_entropy="te")
-    with pytest.raises(PlanError, match="F.cross_entropy"):
-        check_job(model, plan, job_parallel(plan))
+    for kernel in ("te", "native"):  # Megatron-Core's
+        plan = Plan(gpus=2, dp=2, global_batch=2, cross_entropy=kernel)
+        with pytest.raises(PlanError, match=f"cross_entropy {kernel}: .*F.cross_entropy"):
+            check_job(model, plan, job_parallel(plan))
     # PyTorch's loss on fp32 copies is the job's own
     plan = Plan(gpus=2, dp=2, global_batch=2, cross_entropy="torch")
     check_job(model, plan, job_parallel(plan))

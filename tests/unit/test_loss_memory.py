@@ -148,3 +148,60 @@ def test_megatrons_loss_holds_one_fp32_copy_beside_the_logits(dtype, own):
         loss.backward()
     assert (saved - before) / elements == pytest.approx(4, abs=0.2)
     assert (mem.peak - before) / elements == pytest.approx(expected, abs=0.2)
+
+
+class MovedBytes(TorchDispatchMode):
+    """Bytes the aten ops read and write over vocabulary-wide tensors (numel >= wide): each op's
+    tensor arguments read (its `out=` written), its results written; views move nothing, an
+    indexed read or write (index, index_put_) touches one element a row, not the row, and the
+    output layer's GEMMs (mm) are the model's GEMM terms, not the loss's."""
+
+    SKIPPED = ("view", "_unsafe_view", "unsqueeze", "squeeze", "t", "transpose", "expand",
+               "alias", "detach", "as_strided", "index", "index_put", "index_put_", "arange",
+               "lift_fresh", "lift_fresh_copy", "ones_like", "mm", "bmm", "addmm")
+
+    def __init__(self, wide: int) -> None:
+        super().__init__()
+        self.wide, self.moved = wide, 0
+
+    def _bytes(self, tensors: Any) -> int:
+        return sum(t.numel() * t.element_size() for t in tensors
+                   if isinstance(t, torch.Tensor) and t.numel() >= self.wide)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.__name__.split(".")[0] not in self.SKIPPED:
+            reads = tree_flatten(args)[0] + tree_flatten({k: v for k, v in kwargs.items()
+                                                        if k != "out"})[0]
+            self.moved += self._bytes(reads) + self._bytes(tree_flatten(out)[0])
+        return out
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_megatrons_loss_moves_the_bytes_the_model_counts(dtype):
+    """Megatron's loss (Plan.cross_entropy unfused with fused kernels) replayed op by op: the bytes
+    its ops move over the vocabulary-wide tensors, forward and backward, per logit, are the
+    model's (perfmodel.costs.compute: 32 beside the upcast's e + 4 forward, 8 beside the
+    upcast's backward 4 + e; logits already fp32 are not copied)."""
+    import sympy as sp
+
+    from perfmodel.costs.compute import LossKernel, cross_entropy_bytes
+
+    tokens, vocab, hidden = 256, 4096, 8
+    x = torch.randn(1, tokens, hidden, dtype=getattr(torch, dtype), requires_grad=True)
+    w = torch.randn(vocab, hidden, dtype=getattr(torch, dtype), requires_grad=True)
+    target = torch.randint(0, vocab, (1, tokens))
+    elements = tokens * vocab
+    logits = x @ w.t()  # the output layer's (its backward's GEMMs not counted)
+    with MovedBytes(elements) as forward:
+        loss = _MegatronCrossEntropy.apply(logits, target).sum()
+    with MovedBytes(elements) as backward:
+        loss.backward()
+    e = logits.element_size()
+    model = [float(b.subs({}) if isinstance(b, sp.Expr) else b) / elements
+             for b in cross_entropy_bytes(sp.Integer(tokens), sp.Integer(vocab), sp.Integer(1),
+                                          LossKernel(), e)]
+    assert forward.moved / elements == pytest.approx(model[0], abs=0.01)
+    assert backward.moved / elements == pytest.approx(model[1], abs=0.01)
+    assert model == ([38, 14] if e == 2 else [32, 8])
