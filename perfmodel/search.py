@@ -71,6 +71,7 @@ CHUNK_PLANS = 1 << 18  # plans enumerated and evaluated at once: ~100 MB of colu
 PROBE_PLANS = 2048
 PRUNE_PLANS = 2 * CHUNK_PLANS  # fewer candidate plans are all evaluated: bounding costs more
 PROBE_ROUNDS = 8  # probes of PROBE_PLANS while fewer than the best `top` fit
+TIGHTEN_PLANS = 16384  # then batches of the plans left, each batch's best cutting the next
 BOUND_SLACK = 1e-9  # relative: a lower bound and a step time of the same plan agree to rounding
 SAMPLE_PLANS = 20_000  # evaluated plans kept at random (the plot's scatter, the tests' sample)
 DEFAULT_TOP = 100  # best plans kept (the CLI's --top allows up to 100)
@@ -750,7 +751,16 @@ class _Pruner:
         self.probe_keys: list[tuple[int, ...]] = []
         self.skipped = 0  # plans that obey the rules, never enumerated (not yet counted)
         self.bound = StepBound(lambda step, gpus: objective_of(req, model, step, gpus),
-                               self.reach)
+                               self.reach, self.probed)
+
+    def probed(self, plans: Plans, rows: np.ndarray) -> np.ndarray:
+        """Which of plans' `rows` are among the probe's best (reach counts them while the
+        keeper does not hold them)."""
+        if not self.probe_keys:
+            return np.zeros(len(rows), dtype=bool)
+        keys = set(self.probe_keys)
+        return np.fromiter((key in keys for key in zip(
+            *(plans.cols[k][rows] for k in COLUMNS), strict=True)), dtype=bool, count=len(rows))
 
     def reach(self, more: np.ndarray | None = None) -> float:
         """The objective a plan must reach: what the keeper's best, the probe's best that the
@@ -1028,19 +1038,22 @@ class Evaluator:
         groups = group_values(self.hardware, plans)
         gpus = plans.cols["gpus"]
         for family, rows, part in self._by_layout(groups):
-            result = self._family(part, family, capacity, bound, gpus[rows])
+            held = None if bound is None else _held(bound, plans, np.arange(n)[rows])
+            result = self._family(part, family, capacity, bound, gpus[rows], held)
             for target, values in zip((step, memory, flops, keep, done), result, strict=True):
                 target[rows] = values
         return step, memory, flops, keep, done
 
     def _family(self, groups: dict[str, GroupValues], family: Any, capacity: float,
-                bound: StepBound | None = None, gpus: np.ndarray | None = None
+                bound: StepBound | None = None, gpus: np.ndarray | None = None,
+                held: Callable[[np.ndarray], np.ndarray] | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The bounds first (model states alone must fit; with `bound`, the step time's lower
         bound must reach the best plans), then the full model on the plans that pass them; each
         evaluated term by term (see perfmodel.staged). With a bound, the plans with the lowest
         lower bounds go first (PROBE_PLANS of them), so that the best plans they find cut the
-        rest."""
+        rest; held(rows) says which of them the bound counts already (the search's probe: a plan
+        counted twice would make the top-th best look better than it is)."""
         n = len(groups["topology"].codes)
         bounds = run(compile_staged(family, "bounds", GROUPS), self.scalars, groups, n)
         memory = _largest(bounds, "states:")
@@ -1053,20 +1066,25 @@ class Evaluator:
             assert gpus is not None
             lower = run(compile_staged(family, "lower", GROUPS), self.scalars, groups, n)
             lowest = bound.objective(lower["step_time_lb"], gpus)
-            todo = todo[lowest[todo] <= bound.reach(None)]
+            reach, probes = bound.reach(None), 0
+            todo = todo[lowest[todo] <= reach]
             todo = todo[np.argsort(lowest[todo], kind="stable")]
-            found = np.zeros(0)  # objectives of the probes' plans that fit
-            for _ in range(PROBE_ROUNDS):  # lowest bounds first, until the best can cut
-                if len(todo) <= 2 * PROBE_PLANS:
+            found = np.zeros(0)  # objectives of the plans evaluated here that fit (not held)
+            # lowest bounds first: probes of PROBE_PLANS until the best can cut (PROBE_ROUNDS at
+            # most), then batches of TIGHTEN_PLANS, each batch's best cutting the next
+            while math.isfinite(reach) or probes < PROBE_ROUNDS:
+                size = TIGHTEN_PLANS if math.isfinite(reach) else PROBE_PLANS
+                if len(todo) <= 2 * size:
                     break
-                probe, todo = todo[:PROBE_PLANS], todo[PROBE_PLANS:]
-                self._full(groups, family, probe, step, memory, flops, done)
-                fits = probe[np.isfinite(step[probe]) & (memory[probe] <= capacity)]
+                batch, todo = todo[:size], todo[size:]
+                probes += not math.isfinite(reach)
+                self._full(groups, family, batch, step, memory, flops, done)
+                fits = batch[np.isfinite(step[batch]) & (memory[batch] <= capacity)]
+                if held is not None and len(fits):
+                    fits = fits[~held(fits)]
                 found = np.concatenate([found, bound.objective(step[fits], gpus[fits])])
                 reach = bound.reach(found)
                 todo = todo[lowest[todo] <= reach]
-                if math.isfinite(reach):
-                    break
         self._full(groups, family, todo, step, memory, flops, done)
         return step, memory, flops, keep, done
 
@@ -1134,6 +1152,12 @@ class Evaluator:
         done[rows] = True
 
 
+def _held(bound: StepBound, plans: Plans, rows: np.ndarray
+          ) -> Callable[[np.ndarray], np.ndarray]:
+    """held(i): which of plans' rows[i] the bound counts already (StepBound.probed)."""
+    return lambda i: bound.probed(plans, rows[i])
+
+
 @dataclass(frozen=True)
 class StepBound:
     """What a plan's step time must reach to rank among a search's best (perfmodel.evaluate.
@@ -1144,6 +1168,9 @@ class StepBound:
 
     objective: Callable[[np.ndarray, np.ndarray], np.ndarray]
     reach: Callable[[np.ndarray | None], float]
+    # probed(plans, rows): which of those plans reach() counts already, whatever `more` it is
+    # given (so that a caller leaves them out of it)
+    probed: Callable[[Plans, np.ndarray], np.ndarray]
 
 
 def _largest(out: dict[str, np.ndarray], prefix: str) -> np.ndarray:

@@ -128,7 +128,7 @@ def build(fam: Family) -> Model:
                                             CO.launch_s(collectives, None, launch),
                                             PP.bubble_s(c.m, t_other, w_fill, PP.flushes(c)))
     # 5. what else a prediction reports
-    backward_s = {"layer": layer.backward_s}
+    backward_s = {"layer": layer.backward_s, "output": EH.output_backward_s(c)}
     parts = part_times(c, forward_s, backward_s,
                        {p.name: p for p in phases["last"] + phases["first"]}, collectives, units)
     hidden = {f"{st}:{k}": c.m * x for st, stage in composed.items()
