@@ -114,10 +114,12 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
                         "dispatches the experts' tokens with torch's all_to_all_single (give "
                         "ep_dispatcher alltoall; DeepEP's kernels run on NVLink and RDMA only)")
     if plan.cross_entropy.value not in ("unfused", "torch"):  # torch: the job's own loss
+        why = {"te": "Transformer Engine's kernel runs on NVIDIA GPUs only",
+               "native": "native is Megatron-Core's vocabulary-parallel loss, compiled",
+               "no-upcast": "a local job runs fp32, where no-upcast changes nothing"}
         raise PlanError(f"cross_entropy {plan.cross_entropy.value}: the validation job's loss is "
                         "PyTorch's F.cross_entropy on fp32 logits (give cross_entropy unfused or "
-                        "torch; Transformer Engine's kernel runs on NVIDIA GPUs only, and a "
-                        "local job runs fp32, where no-upcast changes nothing)")
+                        f"torch; {why[plan.cross_entropy.value]})")
     if plan.master_weights not in (None, "fp32"):
         raise PlanError(f"master_weights {plan.master_weights}: the validation job's optimizer "
                         "keeps fp32 master weights (give master_weights fp32)")
