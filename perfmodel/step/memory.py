@@ -232,13 +232,17 @@ def memory_terms(c: Context, params: Parameters,
             # torchtitan's modules run (where the policy has it: 0 x the count is no term)
             kw["per_op"] = OP.kept_bytes(c, mlp is not None, s)
         return M.layer_activation_bytes(b, s, h, a, kv, f, tp, e, mlp=mlp, fp8_mlp=fp8_mlp,
-                                        **kw, **act_kw)
+                                        **{**act_kw, **kw})
 
     # selective recompute: the attention core where the plan names it (its default), and what
     # its other modules drop (module_drops); the shares of a stage's layers, 0 under the others
     policy = dict(full=c.full, selective=c.core, op=c.op)
     act_layer = activations(**policy) - module_drops(c, moe=False)
     full_layer = activations(full=0, selective=0)
+    # a checkpoint's input, which its rebuilt layers hold again as the first norm's input (the
+    # same storage: Megatron's CheckpointFunction and TE's checkpoint re-run the forward on it
+    # detached, detach_variable), counted once, with the layers' kept activations
+    checkpoint_input = activations(full=1, selective=0, full_inputs=1)
     op_layer = activations(full=0, selective=0, op=1)
     moe_count = MOE.moe_layers(c) if c.fam.moe else {st: 0 for st in STAGES}
     if c.fam.moe:
@@ -319,9 +323,10 @@ def memory_terms(c: Context, params: Parameters,
         if c.fam.mtp:  # the modules' layers, as the last's, on the stage with the output layer
             layers += times(has_head * S.D_mtp, act_moe if c.fam.mtp_last_moe else act_layer)
         mem["activations/layers"] = layers * stage_inflight
-        # one layer's activations rebuilt at a time, a group's with Megatron's uniform method
-        mem["activations/recompute_buffer"] = c.full_any * c.full_group * full_layer \
-            + c.op_any * op_gap
+        # one layer's activations rebuilt at a time, a group's with Megatron's uniform method,
+        # but the group's input, the checkpoint the layers above keep
+        mem["activations/recompute_buffer"] = \
+            c.full_any * (c.full_group * full_layer - checkpoint_input) + c.op_any * op_gap
         # the embedding's dropout mask per in-flight micro-batch (with a hidden dropout rate
         # above 0: perfmodel.costs.memory.layer_activation_bytes); the final norm's input (two
         # copies, as the first step model counted them, 88e7cc9) and the loss's logits:

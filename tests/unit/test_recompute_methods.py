@@ -44,9 +44,23 @@ def test_uniform_groups_keep_a_group_input_and_rebuild_a_group():
     for k in (2, 3, 4, 32):
         kept, t = _run(recompute="full", recompute_method="uniform", recompute_num_layers=k)
         assert kept["activations/layers"] == pytest.approx(math.ceil(32 / k) * layer_input)
+        # a group of k layers rebuilt, but its input: the checkpoint, kept with the layers
+        everything = kept_full["activations/recompute_buffer"] + layer_input
         assert kept["activations/recompute_buffer"] == \
-            pytest.approx(k * kept_full["activations/recompute_buffer"])
+            pytest.approx(k * everything - layer_input)
         assert t["compute/recompute"] == pytest.approx(t_full["compute/recompute"])
+
+
+def test_a_checkpoint_input_is_counted_once():
+    """The rebuilt layer holds its checkpoint's input again as its first norm's input (the same
+    storage: the forward re-runs on it detached), so checkpointing one layer of 32 peaks where
+    no recompute does; before 2026-12-01 the input was counted twice (one layer's input more)."""
+    none, _ = _run()
+    for plan in (dict(recompute="full", recompute_method="block", recompute_num_layers=1),
+                 dict(recompute="full", recompute_every=32)):
+        kept, _ = _run(**plan)
+        assert kept["activations/layers"] + kept["activations/recompute_buffer"] == \
+            pytest.approx(none["activations/layers"] + none["activations/recompute_buffer"])
 
 
 def test_block_counts_k_layers_in_each_chunk():
