@@ -113,13 +113,7 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
         raise PlanError(f"ep_dispatcher {plan.ep_dispatcher.value}: the validation job "
                         "dispatches the experts' tokens with torch's all_to_all_single (give "
                         "ep_dispatcher alltoall; DeepEP's kernels run on NVLink and RDMA only)")
-    if plan.cross_entropy.value not in ("unfused", "torch"):  # torch: the job's own loss
-        why = {"te": "Transformer Engine's kernel runs on NVIDIA GPUs only",
-               "native": "native is Megatron-Core's vocabulary-parallel loss, compiled",
-               "no-upcast": "a local job runs fp32, where no-upcast changes nothing"}
-        raise PlanError(f"cross_entropy {plan.cross_entropy.value}: the validation job's loss is "
-                        "PyTorch's F.cross_entropy on fp32 logits (give cross_entropy unfused or "
-                        f"torch; {why[plan.cross_entropy.value]})")
+    check_loss(plan)
     if plan.master_weights not in (None, "fp32"):
         raise PlanError(f"master_weights {plan.master_weights}: the validation job's optimizer "
                         "keeps fp32 master weights (give master_weights fp32)")
@@ -222,6 +216,18 @@ def job_model_note(model: TransformerSpec, tp: int = 1) -> str:
     return f"the job {' and '.join(changed)}: compared as the job builds it" if changed else ""
 
 
+def check_loss(plan: Plan) -> None:
+    """The job's loss is PyTorch's F.cross_entropy on fp32 logits: a plan of another kernel is
+    refused (the run as its dry run), never run as that one."""
+    if plan.cross_entropy.value not in ("unfused", "torch"):  # torch: the job's own loss
+        why = {"te": "Transformer Engine's kernel runs on NVIDIA GPUs only",
+               "native": "native is Megatron-Core's vocabulary-parallel loss, compiled",
+               "no-upcast": "a local job runs fp32, where no-upcast changes nothing"}
+        raise PlanError(f"cross_entropy {plan.cross_entropy.value}: the validation job's loss is "
+                        "PyTorch's F.cross_entropy on fp32 logits (give cross_entropy unfused or "
+                        f"torch; {why[plan.cross_entropy.value]})")
+
+
 def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[TransformerSpec, Plan, str]:
     """The model and plan the job really runs, so that the prediction describes the same job.
 
@@ -231,6 +237,7 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     eagerly; its loss is PyTorch's F.cross_entropy on fp32 logits (cross_entropy torch);
     bf16/fp16 become fp32 on a CPU (gloo). Returns the notes the user should read.
     """
+    check_loss(plan)
     if plan.cpu_offload_layers:
         raise PlanError(f"cpu_offload_layers {plan.cpu_offload_layers}: the validation job "
                         "offloads no activations to the host (Transformer Engine's offload "

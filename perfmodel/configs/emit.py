@@ -97,10 +97,11 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
     if plan.cross_entropy.value in ("te", "native"):  # torchtitan's and HF Trainer's loss
         # is PyTorch's
         kernel = plan.cross_entropy.value
+        what = "Transformer Engine's fused cross entropy" if kernel == "te" else \
+            "the native fused cross entropy"
         raise refuse_emit(fmt.value, f"cross_entropy {kernel}",
-                          "Transformer Engine's fused cross entropy" if kernel == "te" else
-                          "Megatron-Core's native fused cross entropy"
-                          f" is Megatron-Core's (--cross-entropy-fusion-impl {kernel})")
+                          f"{what} is a loss Megatron-Core runs (--cross-entropy-fusion-impl "
+                          f"{kernel}), not {fmt.value}, whose loss is PyTorch's")
     if fmt is EmitFormat.TORCHTITAN:
         from perfmodel.configs.torchtitan import torchtitan_toml
 

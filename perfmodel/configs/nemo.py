@@ -706,6 +706,12 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
                               "maps to a preset"
         _put(settings, job, "model.config", {k: v for k, v in config.items()
                                              if k != "_target_"}, model=True)
+        # nemo_run serializes the fields a recipe overrides: the loss's fusion, where not
+        # stated, is GPTConfig's default, on (nemo/collections/llm/gpt/model/base.py at
+        # v2.0.0 and v2.2.0; Megatron-LM's is off): Megatron-Core's native fusion
+        settings.setdefault("cross_entropy_loss_fusion",
+                            ("model.config (GPTConfig's cross_entropy_loss_fusion default)",
+                             True))
     optim = (data.get("optim") or {}).get("config") if isinstance(data.get("optim"), dict) \
         else None
     if isinstance(optim, dict):  # Megatron-Core's OptimizerConfig

@@ -441,9 +441,10 @@ MEGATRON_LOSS_BACKWARD_BYTES = 8  # beside the upcast's backward, 4 + e
 # - Megatron-Core's native fusion (cross_entropy_loss_fusion, impl native: megatron/core/fusions/
 #   fused_cross_entropy.py, each step under torch.compile): the upcast with the max in one kernel
 #   (e in, 4 out), the shift, exp and sum in one (4 + 4), the normalisation (4 + 4); backward one
-#   kernel reads the softmax, writes it back (the mutated input) and writes the bf16 gradient
+#   kernel reads the softmax, writes it back (the mutated input) and writes the gradient in bf16
+#   (.to(torch.bfloat16) whatever the logits), which autograd casts to fp32 logits' dtype
 NATIVE_LOSS_FORWARD_BYTES = 20  # beside the upcast's e where the logits are not fp32
-NATIVE_LOSS_BACKWARD_BYTES = 8  # beside the gradient's 2 (bf16: .to(torch.bfloat16))
+NATIVE_LOSS_BACKWARD_BYTES = 8  # beside the bf16 gradient's 2 (and its cast, 2 + 4, in fp32)
 BF16_BYTES = 2
 # - Transformer Engine's fused cross entropy (te; transformer_engine/pytorch/triton/
 #   cross_entropy.py, v2.4 to v2.17): an online-softmax kernel reads the logits, a second reads
@@ -472,7 +473,7 @@ def cross_entropy_bytes(T: sp.Expr, V: sp.Expr, tp: sp.Expr, kernel: LossKernel,
     megatron = (MEGATRON_LOSS_FORWARD_BYTES + (e + FP32_BYTES) * upcast,
                 MEGATRON_LOSS_BACKWARD_BYTES + (FP32_BYTES + e) * upcast)
     native = (NATIVE_LOSS_FORWARD_BYTES + e * upcast,
-              NATIVE_LOSS_BACKWARD_BYTES + BF16_BYTES)
+              NATIVE_LOSS_BACKWARD_BYTES + BF16_BYTES + (BF16_BYTES + e) * (1 - upcast))
     pytorch = tuple(n * CROSS_ENTROPY_PASSES * either(kernel.no_upcast, e, FP32_BYTES)
                     for n in (1, 2))
     te = (TE_LOSS_FORWARD_PASSES * e, TE_LOSS_BACKWARD_PASSES * e)

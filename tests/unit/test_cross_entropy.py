@@ -275,3 +275,35 @@ def test_the_validation_job_predicts_its_own_loss():
         _, ran, _ = as_run(model, plan_from_dict(dict(gpus=2, dp=2, global_batch=4,
                                                       cross_entropy=given)), "nccl")
         assert ran.cross_entropy.value == "torch"
+
+
+def test_a_nemo2_recipe_runs_gptconfigs_native_fusion_unless_it_says_otherwise(tmp_path):
+    """nemo_run serializes what a recipe overrides: a model.config without
+    cross_entropy_loss_fusion has GPTConfig's default, on (NeMo v2.0.0 and v2.2.0
+    nemo/collections/llm/gpt/model/base.py), which is Megatron-Core's native fusion."""
+    from perfmodel.configs import read_config
+
+    recipe = (ROOT / "tests/data/configs/nemo2_llama3_8b.yaml").read_text()
+    assert "cross_entropy" not in recipe
+    assert read_config(ROOT / "tests/data/configs/nemo2_llama3_8b.yaml").plan[
+        "cross_entropy"] == "native"
+    anchor = "    _target_: nemo.collections.llm.gpt.model.llama.Llama3Config8B\n"
+    assert anchor in recipe
+    for value, want in (("false", "unfused"), ("true", "native")):
+        path = tmp_path / f"{value}.yaml"
+        stated = f"    cross_entropy_loss_fusion: {value}\n"
+        path.write_text(recipe.replace(anchor, anchor + stated))
+        assert read_config(path).plan["cross_entropy"] == want, value
+
+
+def test_the_validation_run_refuses_what_its_dry_run_refuses():
+    """The run as its dry run: a loss the job does not run is refused, never run as PyTorch's
+    (until 2026-12-01 the run took te and native as cross_entropy torch without a word)."""
+    from perfmodel.strategy import plan_from_dict
+    from validation.jobspec import as_run
+
+    model = load_model("tiny-gpt")
+    for kernel in ("te", "native", "no-upcast"):
+        plan = plan_from_dict(dict(gpus=2, dp=2, global_batch=4, cross_entropy=kernel))
+        with pytest.raises(PlanError, match=f"cross_entropy {kernel}: "):
+            as_run(model, plan, "gloo")
