@@ -93,9 +93,11 @@ def mtp_phases(c: Context, costs: Mapping[str, PartCost],
     if not c.fam.mtp:
         return ()
     d, work = S.D_mtp, module_work(c)
-    ends = projection_s(c) + EH.output_forward_s(c) + EH.embedding_forward_s(c)
-    back_ends = BACKWARD_PER_FORWARD * (projection_s(c) + EH.embedding_forward_s(c)) \
-        + EH.output_backward_s(c)
+    # the projection and the embedding: twice their forward backward; the output layer its own
+    # (its loss's backward is not twice its forward)
+    inner = projection_s(c) + EH.embedding_forward_s(c)
+    ends = inner + EH.output_forward_s(c)
+    back_ends = BACKWARD_PER_FORWARD * inner + EH.output_backward_s(c)
     layer, output = costs["layer"], costs["output"]
     per_output_op = output.kernel_s if c.asynchronous else layer.kernel_s
     kernels = d * (layer.kernel_s * layer.forward_ops + per_output_op * output.forward_ops)
