@@ -517,6 +517,11 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     # all-reduced after the backward (perfmodel.configs.megatron_deepspeed, _zero)
     **dict.fromkeys(("bf16_optimizer", "bf16 optimizer", "deepspeed bf16 optimizer"),
                     {"zero": 1, "bf16_optimizer": True, "overlap_grad_sync": False}),
+    # PyTorch's caching allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF=
+    # expandable_segments:True in the run's environment: Plan.expandable_segments)
+    **dict.fromkeys(("expandable segments", "expandable_segments", "expandable_segments:true",
+                     "pytorch_cuda_alloc_conf=expandable_segments:true"),
+                    {"expandable_segments": True}),
     # flash attention on the preset's default kernel, where the row does not name one
     **dict.fromkeys(("flash attention", "flashattention", "fused attention"),
                     {"flash_attention": True}),

@@ -23,6 +23,7 @@ PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedu
                 "fp8_output_layer", "fp8_params", "flash_attention", "overlap_grad_sync",
                 "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap", "pp_scatter_gather",
                 "defer_grad_sync", "bf16_optimizer", "grad_accumulation_fusion", "tp_backward",
+                "expandable_segments",
                 "fsdp_reshard",
                 "ep_dispatcher", "cross_entropy", "expert_weighting", "stack", "kernels",
                 "pipeline_micro_batches", "first_stage_layers", "last_stage_layers",

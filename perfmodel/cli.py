@@ -327,6 +327,11 @@ def plan_options(fn: Any) -> Any:
         click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
                      help="How the framework runs the layers: eager op by op, compiled "
                           "(torch.compile), or compiled as CUDA graphs (host time per op)."),
+        click.option("--expandable-segments", is_flag=True,
+                     help="The job runs PyTorch's caching allocator with expandable segments "
+                          "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): under memory "
+                          "pressure it unmaps free blocks and maps what a request needs, so "
+                          "no fragmentation margin is counted (docs/model.md, 'What fits')."),
         click.option("--kernels", type=choice(Kernels), default=None,
                      help="How the element-wise ops (norms, RoPE, activation, residual adds) "
                           "run: fused (Megatron-Core / Transformer Engine kernels), eager "
@@ -421,7 +426,7 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
              "pp_scatter_gather", "defer_grad_sync", "bf16_optimizer",
-             "grad_accumulation_fusion", "tp_backward", "fsdp_reshard",
+             "grad_accumulation_fusion", "tp_backward", "fsdp_reshard", "expandable_segments",
              "ep_dispatcher",
              "cross_entropy",
              "expert_weighting", "stack",
@@ -1088,6 +1093,10 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "or on their outputs (torchtitan); the stack's, not searched.")
 @click.option("--stack", type=choice(Stack), default=Stack.EAGER.value, show_default=True,
               help="How the framework runs the layers: eager, compiled or cuda-graphs.")
+@click.option("--expandable-segments", is_flag=True,
+              help="Every plan's job runs PyTorch's allocator with expandable segments "
+                   "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): no fragmentation margin "
+                   "counted; the job's, not searched.")
 @click.option("--kernels", type=choice(Kernels), default=None,
               help="Every plan's element-wise kernels: fused (Megatron-Core / TE), eager (op "
                    "by op) or compiled (Inductor); default: compiled with --stack compiled, "
@@ -1353,7 +1362,7 @@ CONFIG_WIDE = ("stack", "kernels", "recompute_every", "recompute_method",
                "master_weights", "fp8_recipe", "ep_dispatcher", "cross_entropy",
                "expert_weighting")
 CONFIG_FLAGS = ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap",
-                "ep_comm_overlap", "fp8_params", "fp8_output_layer")
+                "ep_comm_overlap", "fp8_params", "fp8_output_layer", "expandable_segments")
 
 
 def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | None,

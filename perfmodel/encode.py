@@ -667,8 +667,8 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
                  fp8_recipe: str | None = None, fp8_params: bool = False,
                  ep_dispatcher: EPDispatcher | str = EPDispatcher.ALLTOALL,
                  cross_entropy: CrossEntropy | str = CrossEntropy.UNFUSED,
-                 expert_weighting: ExpertWeighting | str = ExpertWeighting.ACTIVATION
-                 ) -> dict[str, float]:
+                 expert_weighting: ExpertWeighting | str = ExpertWeighting.ACTIVATION,
+                 expandable_segments: bool = False) -> dict[str, float]:
     """The symbols that are one number for every plan of a request: the model, the hardware,
     the dtype, and the options every plan shares (fused attention, the software stack, ...). An
     fp8 plan's peak and GEMM fit are bf16's (what does not run in FP8) and its FP8 GEMMs have
@@ -717,7 +717,8 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "fsdp_reduce_overhead_s": hardware.fsdp_reduce_overhead_s,
         **link_values(hardware),
         "nccl_buffer_bytes": hardware.nccl_buffer_bytes,
-        "memory_fragmentation": hardware.memory_fragmentation,
+        # expandable segments leave no fragmentation to count (Plan.expandable_segments)
+        "memory_fragmentation": 0.0 if expandable_segments else hardware.memory_fragmentation,
         **flash_values(model, hardware, compute_dtype(dtype), attention_kernel),
         "recompute_every": recompute_every,
         "recompute_num_layers": recompute_num_layers,
@@ -843,7 +844,8 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
                         fp8_recipe=None if plan.fp8_recipe is None else plan.fp8_recipe.value,
                         fp8_params=plan.fp8_params, ep_dispatcher=plan.ep_dispatcher,
                         cross_entropy=plan.cross_entropy,
-                        expert_weighting=plan.expert_weighting)
+                        expert_weighting=plan.expert_weighting,
+                        expandable_segments=plan.expandable_segments)
     for name, value in encode_plans(plan_arrays(plan), hardware).items():
         vals[name] = float(value[0])
     vals["pipeline_flushes"] = float(plan.pipeline_flushes)

@@ -179,6 +179,8 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int, model: Any) -> list[st
         schedule.append(loss[_value(p.cross_entropy)])
     if _value(getattr(p, "expert_weighting", "activation")) == "output":
         schedule.append("routing weights on the experts' outputs")
+    if getattr(p, "expandable_segments", False):
+        schedule.append("allocator with expandable segments (no fragmentation margin)")
     if p.first_stage_layers or p.last_stage_layers:
         # the stages not given split the rest evenly (Megatron's uneven split)
         given = [n for n in (p.first_stage_layers, p.last_stage_layers) if n]
@@ -598,7 +600,8 @@ def memory_verdict_text(r: Any, markup: bool = True) -> str:
     without = r.memory_without_margin_bytes
     text = (f"tight: {fmt_bytes(without)} without the caching allocator's fragmentation "
             f"margin fits, {fmt_bytes(r.memory_per_gpu_bytes - r.memory_capacity_bytes)} over "
-            "with it; runs where the allocator fragments less, as with expandable segments")
+            "with it; runs where the allocator fragments less, as with expandable segments "
+            "(--expandable-segments)")
     return f"[yellow]{text}[/]" if markup else text
 
 

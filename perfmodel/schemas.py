@@ -94,6 +94,11 @@ PLAN = obj({
                                        "are reduce-scattered in the last micro-batch only "
                                        "(NeMo AutoModel's defer_fsdp_grad_sync); left out: off, "
                                        "every micro-batch reduce-scatters"},
+    "expandable_segments": {**BOOLEAN,
+                            "description": "PyTorch's caching allocator with expandable "
+                                           "segments (PYTORCH_CUDA_ALLOC_CONF="
+                                           "expandable_segments:True): no fragmentation margin "
+                                           "counted; left out: off"},
     "bf16_optimizer": {**BOOLEAN,
                        "description": "bf16, zero 1: DeepSpeed's BF16_Optimizer, each "
                                       "micro-batch's bf16 gradients added into fp32 ones, "

@@ -157,6 +157,8 @@ class SearchRequest:
     grad_accumulation_fusion: bool = True
     # every plan's tensor-parallel backward (Plan.tp_backward; None: the kernels' stack)
     tp_backward: TpBackward | None = None
+    # every plan's allocator (Plan.expandable_segments): the job's, not searched
+    expandable_segments: bool = False
     memory_margin: float = DEFAULT_MEMORY_MARGIN
     objective: Objective = Objective.STEP_TIME
     tokens: float | None = None
@@ -186,7 +188,8 @@ class SearchRequest:
                     fp8_recipe=self.fp8_recipe,
                     fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params,
                     grad_accumulation_fusion=self.grad_accumulation_fusion,
-                    tp_backward=self.tp_backward)
+                    tp_backward=self.tp_backward,
+                    expandable_segments=self.expandable_segments)
 
     def shared(self) -> dict[str, Any]:
         """The Plan fields every plan of the request shares beyond dtype, attention and overlap
@@ -202,7 +205,8 @@ class SearchRequest:
                     optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
                     fp8_output_layer=self.fp8_output_layer, fp8_params=self.fp8_params,
                     grad_accumulation_fusion=self.grad_accumulation_fusion,
-                    tp_backward=self.tp_backward)
+                    tp_backward=self.tp_backward,
+                    expandable_segments=self.expandable_segments)
 
     def __post_init__(self) -> None:
         if not self.gpus or any(g < 1 for g in self.gpus):
@@ -1002,7 +1006,8 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                                else req.fp8_recipe.value, fp8_params=req.fp8_params,
                                ep_dispatcher=req.ep_dispatcher,
                                cross_entropy=req.cross_entropy,
-                               expert_weighting=req.expert_weighting)
+                               expert_weighting=req.expert_weighting,
+                               expandable_segments=req.expandable_segments)
 
 
 # --- evaluation -----------------------------------------------------------------------------

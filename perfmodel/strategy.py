@@ -592,6 +592,11 @@ class Plan:
     # where a mixture of experts applies its routing weights (ExpertWeighting)
     expert_weighting: ExpertWeighting = ExpertWeighting.ACTIVATION
     stack: Stack = Stack.EAGER
+    # PyTorch's caching allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF=
+    # expandable_segments:True): under memory pressure it unmaps the free blocks' pages and maps
+    # what a request needs at a segment's end, so the step's transient tensors leave no
+    # fragmentation to count (perfmodel.step.memory; never searched)
+    expandable_segments: bool = False
     # how the element-wise ops run (Kernels): eager needs a stack that runs the modules' ops
     # (eager, or CUDA graphs capturing them), compiled a compiled stack (compiled, cuda-graphs)
     kernels: Kernels = Kernels.FUSED
@@ -734,7 +739,7 @@ class Plan:
         for key in ("sequence_parallel", "flash_attention", "overlap_grad_sync",
                     "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
                     "pp_scatter_gather", "defer_grad_sync", "bf16_optimizer",
-                    "grad_accumulation_fusion"):
+                    "grad_accumulation_fusion", "expandable_segments"):
             if key == "flash_attention" and (self.flash_attention is None
                                              or str(self.flash_attention).lower() == "auto"):
                 object.__setattr__(self, key, None)
@@ -963,7 +968,8 @@ class Plan:
         dtype's plan (they do not apply to it), and etp where it is 1, pipeline_layout and
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
         alltoall, cross_entropy where unfused, expert_weighting where activation,
-        defer_grad_sync and bf16_optimizer where off, grad_accumulation_fusion where on,
+        defer_grad_sync, bf16_optimizer and expandable_segments where off,
+        grad_accumulation_fusion where on,
         tp_backward where not given (the kernels' stack decides), fsdp_reshard where forward,
         pipeline_micro_batches where 0, master_weights where not given, cpu_offload_layers
         where 0, attention_kernel where not given (the plans written before them had no such
@@ -988,6 +994,8 @@ class Plan:
             del out["defer_grad_sync"]
         if not self.bf16_optimizer:  # likewise
             del out["bf16_optimizer"]
+        if not self.expandable_segments:  # likewise
+            del out["expandable_segments"]
         if self.grad_accumulation_fusion:  # likewise (on: Megatron-Core's default)
             del out["grad_accumulation_fusion"]
         if self.tp_backward is None:  # likewise (the kernels' stack decides)

@@ -47,6 +47,13 @@ def header(model: Any, hardware: Any, plan: Any, step_time_s: float) -> list[str
             f"{','.join(plan.placement)} from the innermost."]
 
 
+def allocator_export(plan: Any) -> str:
+    """The launch script's line that runs the plan's allocator (Plan.expandable_segments: PyTorch
+    reads PYTORCH_CUDA_ALLOC_CONF at start-up), or nothing."""
+    return "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n" \
+        if plan.expandable_segments else ""
+
+
 def emit_best(fmt: str, directory: str | Path, model: Any, hardware: Any,
               ranked: list[Any]) -> tuple[int, list[Path]]:
     """Write the best of the ranked predictions that `fmt` can run; (its rank from 1, the paths).
@@ -111,7 +118,7 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
         path = write_atomic(out / "job.toml", text, what="torchtitan job config", make_parents=True)
         per_node = min(hardware.host_gpus, plan.gpus)
         script = ("#!/bin/bash\n" + "".join(f"# {line}\n" for line in lines) +
-                  "set -euo pipefail\n"
+                  "set -euo pipefail\n" + allocator_export(plan) +
                   f"torchrun --nnodes {plan.gpus // per_node} --nproc-per-node {per_node} "
                   "--rdzv-backend c10d --rdzv-endpoint \"${MASTER_ADDR:-localhost}:29500\" \\\n"
                   "    -m torchtitan.train --job.config_file job.toml\n")
@@ -138,7 +145,7 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
     script = ("#!/bin/bash\n" + "".join(f"# {line}\n" for line in lines) +
               "# run_clm.py: transformers' examples/pytorch/language-modeling (give your data "
               f"with --dataset_name or --train_file); MODEL_DIR: a Hugging Face directory of "
-              f"{model.name}\nset -euo pipefail\n"
+              f"{model.name}\nset -euo pipefail\n" + allocator_export(plan) +
               f"deepspeed --num_nodes {plan.gpus // per_node} --num_gpus {per_node} run_clm.py "
               + " ".join(shlex.quote(a) for a in args) + "\n")
     return [path, write_atomic(out / "launch.sh", script, what="DeepSpeed launch script",

@@ -425,7 +425,31 @@ def read_megatron(text: str, path: Path) -> JobConfig:
     settings = parse_words(launch, where, job)
     apply_settings(settings, job, where)
     _te_attention_env(launch.variables, settings, job)
+    allocator_env(launch.variables, job)
     return job
+
+
+def allocator_env(variables: dict[str, str], job: JobConfig) -> None:
+    """A launch script's PyTorch allocator settings (PYTORCH_ALLOC_CONF, else the older
+    PYTORCH_CUDA_ALLOC_CONF, as c10's allocator config reads them: comma-separated key:value
+    options): expandable_segments:True is the plan's expandable_segments (no fragmentation
+    margin counted); an assignment before the command alone (`VAR=... torchrun`) is not read."""
+    for var in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
+        if var not in variables:
+            continue
+        if "@@UNRESOLVED" in variables[var]:  # a variable the script does not set (shell.py)
+            job.notes.append(f"{var}: not read (it expands a variable the script does not "
+                             "set); the allocator taken as PyTorch's default")
+            return
+        options = dict(item.split(":", 1) for item in variables[var].split(",") if ":" in item)
+        value = options.get("expandable_segments", "").strip()
+        if value in ("True", "False"):
+            job.fix("expandable_segments", value == "True")
+            job.took(var, variables[var], f"expandable_segments {value.lower()}")
+        elif value:  # PyTorch itself stops on another value
+            raise SpecError(f"{job.path}: {var} expandable_segments:{value}: PyTorch takes "
+                            "True or False")
+        return
 
 
 # Megatron-LM's expectation of Transformer Engine's backend switches for each --attention-backend
@@ -2112,6 +2136,7 @@ def write_megatron(directory: Path, model: Any, plan: Any, hardware: Any, header
                    ) -> list[Path]:
     """megatron_args.txt (the arguments, one option a line) and launch.sh (torchrun on every
     node), written atomically into directory."""
+    from perfmodel.configs.emit import allocator_export
     from perfmodel.files import write_atomic
 
     named = plan
@@ -2135,7 +2160,7 @@ def write_megatron(directory: Path, model: Any, plan: Any, hardware: Any, header
     lines = [f"    {shlex.join(group)} \\" for group in args]
     script = ("#!/bin/bash\n" + comment + "# Run on every node; NODE_RANK and MASTER_ADDR "
               "name this node and the first.\nset -euo pipefail\n"
-              "export CUDA_DEVICE_MAX_CONNECTIONS=1\n\n"
+              "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" + allocator_export(plan) + "\n"
               f"torchrun --nnodes {nodes} --nproc-per-node {per_node} "
               "--node-rank \"${NODE_RANK:-0}\" --master-addr \"${MASTER_ADDR:-localhost}\" "
               "--master-port 6000 \\\n    pretrain_gpt.py \\\n" + "\n".join(lines) +
