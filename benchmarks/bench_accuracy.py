@@ -1093,6 +1093,10 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             if plan_options.get("schedule") == "interleaved" \
                     and "_layers_per_virtual_stage" not in plan_options:
                 interleaving.append(name)
+    if model.get("experts") and "routing_imbalance" not in origin:  # the preset's, unstated
+        missing.append("assumed: routing not stated: even (routing_imbalance 1, the model's "
+                       "default; a learned router routes unevenly early in a run, its busiest "
+                       "expert the slowest rank's)")
     if (per := plan.pop("_layers_per_virtual_stage", None)) is not None:
         # Megatron-LM's --num-layers-per-virtual-pipeline-stage (perfmodel.configs.megatron)
         layers, pp = int(model["layers"]), plan["pp"]

@@ -207,7 +207,12 @@ def test_a_mixture_of_experts_row_names_its_preset_or_its_experts():
     model, plan, missing = B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", ep=8))
     assert (model["name"], model["experts"], model["top_k"], model["seq_len"]) == \
         ("mixtral-8x7b", 8, 2, 4096)
-    assert (plan["ep"], plan["zero"], plan["recompute"], missing) == (8, 1, "full", [])
+    assert (plan["ep"], plan["zero"], plan["recompute"]) == (8, 1, "full")
+    # the routing the row does not state: the preset's even routing, said as assumed
+    assert len(missing) == 1 and missing[0].startswith("assumed: routing not stated: even")
+    _, _, missing = B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", ep=8,
+                                   features=_MIXTRAL["features"] + ", force load balancing"))
+    assert missing == []
     model, plan, _ = B.plan_of(dict(_MIXTRAL, experts=8, top_k=2, moe_ffn_hidden=14336, ep=4))
     assert (model["experts"], model["top_k"], model["expert_ffn_hidden"], plan["ep"]) == \
         (8, 2, 14336, 4)
@@ -230,7 +235,7 @@ def test_a_moe_row_states_its_dispatcher_and_routing():
 
 def test_a_column_it_does_not_read_is_named_and_a_preset_that_disagrees_refused(tmp_path):
     _, _, missing = B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", router="sinkhorn"))
-    assert missing == ["column router=sinkhorn (not read)"]
+    assert missing[0] == "column router=sinkhorn (not read)"
     with pytest.raises(ValueError, match="ffn_hidden 2048 .preset 14336. differ"):
         B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", ffn_hidden=2048))
     frame = pd.DataFrame([dict(_MIXTRAL, model="mixtral-8x7b", ffn_hidden=2048)])
