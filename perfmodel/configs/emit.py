@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from perfmodel.configs.job import refuse_emit
+from perfmodel.configs.job import allocator_export, refuse_emit
 from perfmodel.errors import OutputError, PlanError
 
 
@@ -45,13 +45,6 @@ def header(model: Any, hardware: Any, plan: Any, step_time_s: float) -> list[str
             f"ZeRO {plan.zero}, {plan.dtype.value}.",
             f"Assumed: recompute {plan.recompute.value}, {flash}, {overlap}, ranks ordered "
             f"{','.join(plan.placement)} from the innermost."]
-
-
-def allocator_export(plan: Any) -> str:
-    """The launch script's line that runs the plan's allocator (Plan.expandable_segments: PyTorch
-    reads PYTORCH_CUDA_ALLOC_CONF at start-up), or nothing."""
-    return "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n" \
-        if plan.expandable_segments else ""
 
 
 def emit_best(fmt: str, directory: str | Path, model: Any, hardware: Any,

@@ -203,3 +203,10 @@ def refuse_emit(framework: str, field: str, why: str) -> PlanError:
     """--emit-config's one line for a plan the framework cannot run (here, not in emit.py, so that
     the writers, which emit.py imports, need not import emit.py)."""
     return PlanError(f"--emit-config {framework}: the plan's {field} cannot be written: {why}")
+
+
+def allocator_export(plan: Any) -> str:
+    """An emitted launch script's line that runs the plan's allocator (Plan.expandable_segments:
+    PyTorch reads PYTORCH_CUDA_ALLOC_CONF at start-up), or nothing."""
+    return "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n" \
+        if plan.expandable_segments else ""

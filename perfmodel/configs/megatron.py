@@ -43,7 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.configs import megatron_deepspeed
-from perfmodel.configs.job import Framework, JobConfig, refuse_plan, refuse_spec, typo, whole
+from perfmodel.configs.job import (
+    Framework,
+    JobConfig,
+    allocator_export,
+    refuse_plan,
+    refuse_spec,
+    typo,
+    whole,
+)
 from perfmodel.configs.shell import Launch, argument_words, launch_command
 from perfmodel.costs.precision import default_master, megatron_master_weights
 from perfmodel.errors import PlanError, SpecError
@@ -2136,7 +2144,6 @@ def write_megatron(directory: Path, model: Any, plan: Any, hardware: Any, header
                    ) -> list[Path]:
     """megatron_args.txt (the arguments, one option a line) and launch.sh (torchrun on every
     node), written atomically into directory."""
-    from perfmodel.configs.emit import allocator_export
     from perfmodel.files import write_atomic
 
     named = plan
