@@ -68,6 +68,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  fp8_params=plan.fp8_params,
                  fp8_recipe=fp8_recipe_of(plan, hardware),
                  windowed=model.windowed_share > 0, attention_sinks=model.attention_sinks,
+                 clamped_glu=model.clamped_glu and bool(model.experts),
                  partial_rotary=model.rotary_fraction < 1,
                  dropout=model.hidden_dropout > 0,
                  attention_dropout=model.attention_dropout > 0)

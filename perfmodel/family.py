@@ -134,6 +134,7 @@ class Family:
     fp8_recipe: str | None = None
     windowed: bool = False
     attention_sinks: bool = False  # the model's: a learned logit per head (parameters only)
+    clamped_glu: bool = False  # the model's: its gated MLP clamps its halves (perfmodel.step.moe)
     # the model's RoPE rotates part of each head (TransformerSpec.rotary_fraction < 1): its share
     # as a symbol, and the split and concatenation an op-by-op rotation adds
     partial_rotary: bool = False

@@ -75,6 +75,9 @@ class TransformerSpec:
     layers k-1, 2k-1, ... (every k-th, counted from 1) attend fully and the others over the
     window (GPT-OSS and Gemma-2: 2; Gemma-3: 6), 0: every layer is windowed (Mistral 7B).
     attention_sinks: a learned logit per head in each softmax's denominator (GPT-OSS).
+    clamped_glu: the gated MLP clamps its two halves before the activation (GPT-OSS: the gate
+    at most, the linear half within, swiglu_limit 7; work only: Megatron-Core's experts clamp
+    and concatenate them eagerly before their fused kernel, perfmodel.step.moe).
     rotary_fraction: the share of each head's dimensions RoPE rotates (position_embedding
     rotary; 1: all of them; GPT-NeoX's rotary_pct, 0.25 in Pythia; GLM-4.5's
     partial_rotary_factor, 0.5): the first rotary_fraction x head_dim dimensions of each query and
@@ -136,6 +139,7 @@ class TransformerSpec:
     sliding_window: int | None = None
     full_attention_every: int = 0
     attention_sinks: bool = False
+    clamped_glu: bool = False
     mtp_layers: int = 0
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
@@ -180,9 +184,13 @@ class TransformerSpec:
                             "experts, expert_ffn_hidden, vocab)")
         if self.heads % self.kv_heads:
             raise SpecError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
-        for key in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "attention_sinks"):
+        for key in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "attention_sinks",
+                    "clamped_glu"):
             if not isinstance(getattr(self, key), bool):
                 raise SpecError(f"{key} must be true or false, got {getattr(self, key)!r}")
+        if self.clamped_glu and not self.gated_mlp:
+            raise SpecError("clamped_glu clamps a gated MLP's two halves: give gated_mlp true, "
+                            "or clamped_glu false")
         if self.norm not in NORMS:
             raise SpecError(f"norm must be one of {', '.join(NORMS)}, got '{self.norm}'")
         if self.position_embedding not in POSITIONS:
@@ -753,6 +761,9 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
             ffn_hidden=need("intermediate_size"), vocab=need("vocab_size"), gated_mlp=True,
             tied_embeddings=flag("tie_word_embeddings", False), bias=bias, qkv_bias=qkv_bias,
             norm="rmsnorm", position_embedding="rotary", attention_sinks=True,
+            # the experts' SwiGLU clamps at swiglu_limit (GptOssConfig's default 7.0 where the
+            # config leaves it out; transformers' GptOssExperts clamps always)
+            clamped_glu=True,
         )
     if mtype == "gpt2":
         if flag("add_cross_attention", False):

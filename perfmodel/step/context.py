@@ -189,6 +189,12 @@ class Context:
         return self.megatron * self.seq_parallel * self.megatron_backward
 
     @property
+    def fused_kernels(self) -> sp.Expr:
+        """1 where the element-wise ops run as the Megatron-Core / Transformer Engine stack's
+        fused kernels (Plan.kernels fused), 0 eager or compiled."""
+        return 1 - self.eager_kernels - self.compiled_kernels
+
+    @property
     def megatron_backward(self) -> sp.Expr:
         """1 where tensor parallelism's backward runs as Megatron-Core's and Transformer Engine's
         linear layers run it (Plan.tp_backward megatron; where not given, fused kernels), 0 as

@@ -216,15 +216,19 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
     gemm_s = sum((t for n, t in gemm_t.items() if n not in K.ATTENTION_CORE), ZERO)
     experts_s = ZERO
     if moe:
-        from perfmodel.step.moe import moe_mlp_work, routed_experts_s
+        from perfmodel.step.moe import expert_extra_bytes, moe_mlp_work, routed_experts_s
 
         mlp_gemm_s, mlp_elementwise = moe_mlp_work(c)
         gemm_s, common = gemm_s + mlp_gemm_s, common + mlp_elementwise
         experts_s = routed_experts_s(c)  # the routed experts' alone (no router, shared experts)
+        # Megatron-Core's experts' passes beyond their fused kernel, backward not 2 x forward
+        extra_forward, extra_backward = expert_extra_bytes(c)
+    else:
+        extra_forward = extra_backward = ZERO
     ew_forward, ew_backward = elementwise_traffic(c, ew, moe)
     modules = recompute_module_s(c, gemm_t, ew, moe)
     attention_s = c.flash * fused_s + (1 - c.flash) * unfused_s
-    elementwise_s = K.memory_time(common + ew_forward, c.dev)
+    elementwise_s = K.memory_time(common + ew_forward + extra_forward, c.dev)
     per_op_s = None
     if c.fam.moe or c.fam.mla:  # per-op recompute as torchtitan's modules call their matmuls
         per_op_s = OP.recompute_s(c, moe, elementwise_s, attention_s, experts_s)
@@ -244,8 +248,8 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
         attention_backward_s=c.flash * fused_backward_s
         + (1 - c.flash) * BACKWARD_PER_FORWARD * unfused_s,
         fp8_cast_s=cast_s, fp8_cast_backward_s=cast_backward_s,
-        elementwise_backward_s=K.memory_time(BACKWARD_PER_FORWARD * common + ew_backward,
-                                              c.dev),
+        elementwise_backward_s=K.memory_time(BACKWARD_PER_FORWARD * common + ew_backward
+                                              + extra_backward, c.dev),
         module_s=modules,
         per_op_s=per_op_s,
     )

@@ -183,14 +183,16 @@ def routed_forward_s(c: Context) -> sp.Expr:
     between the host's sync and the combine (perfmodel.step.compose.Synced): the routed
     experts' GEMMs, the memory-bound kernels after the sync (moe_elementwise_bytes' un-
     permutation, 2 e A_r h, and the experts' activation; the router's softmax and top-k and the
-    permutation run before it, with the rest A), an fp8 plan's casts of the experts' inputs
+    permutation run before it, with the rest A; Megatron-Core's experts' extra passes,
+    expert_extra_bytes), an fp8 plan's casts of the experts' inputs
     (A_r (etp h + f_E) elements, perfmodel.step.layer.moe_fp8_cast_elements' routed share). Its
     exchanges are the stage's comm/ep (the dropless count exchange's all-gather, ep E int64
     before the sync, with them)."""
     _, _, _, A_r = routed_tokens(c)
     # the un-permutation and the experts' activation: moe_elementwise_bytes less the router's
     # softmax and top-k and the permutation, which run before the sync (A)
-    bytes_ = 2 * S.e * A_r * S.h + (2 + c.gated) * S.e * A_r * S.f_E
+    bytes_ = 2 * S.e * A_r * S.h + (2 + c.gated) * S.e * A_r * S.f_E \
+        + expert_extra_bytes(c)[0]
     casts = S.q8 * A_r * (S.etp * S.h + S.f_E) if c.fam.fp8 else ZERO
     return routed_experts_s(c) + K.memory_time(bytes_ + casts, c.dev)
 
@@ -247,10 +249,62 @@ def moe_mlp_work(c: Context) -> tuple[sp.Expr, sp.Expr]:
 
 def moe_act_s(c: Context) -> sp.Expr:
     """The routed experts' activation in one MoE layer's forward on one rank [s]: its bytes,
-    (2 + gated) e A_r f_E (moe_elementwise_bytes' share), over W: what selective recompute's
-    moe_act repeats."""
+    (2 + gated) e A_r f_E (moe_elementwise_bytes' share), and a clamped GLU's eager clamps
+    (expert_extra_bytes), over W: what selective recompute's moe_act repeats."""
     _, _, _, A_r = routed_tokens(c)
-    return K.memory_time((2 + c.gated) * S.e * A_r * S.f_E, c.dev)
+    return K.memory_time((2 + c.gated) * S.e * A_r * S.f_E + clamp_bytes(c)[0], c.dev)
+
+
+# Megatron-Core's TEGroupedMLP beyond its fused activation kernel, bytes per element (module doc
+# of expert_extra_bytes): a clamped GLU's eager clamps and concatenation, per element of one
+# half of the up projection's output (forward, backward)
+CLAMP_BYTES = (8, 10)
+
+
+def clamp_bytes(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) bytes of a clamped GLU's eager passes in one MoE layer on one rank
+    (expert_extra_bytes), 0 without them."""
+    if not (c.fam.moe and c.fam.clamped_glu):
+        return ZERO, ZERO
+    _, _, _, A_r = routed_tokens(c)
+    half = c.fused_kernels * c.gated * S.e * A_r * S.f_E  # one half: A_r rows of f_E / etp
+    return CLAMP_BYTES[0] * half, CLAMP_BYTES[1] * half
+
+
+def expert_extra_bytes(c: Context) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) bytes Megatron-Core's routed experts (TEGroupedMLP, fused kernels:
+    the Megatron-Core / Transformer Engine stack) move beyond their GEMMs and fused activation
+    kernel, per MoE layer and micro-batch on one rank (megatron/core/transformer/moe/experts.py
+    and fusions/fused_bias_geglu.py at d7288711, Megatron-Bridge v0.4.0's, and d98e8a64dd):
+      - a clamped GLU (TransformerSpec.clamped_glu: GPT-OSS): weighted_bias_quick_geglu_impl
+        clamps the up projection's two halves and concatenates them in eager PyTorch before its
+        fused kernel: forward two clamps (read and write a half each, x = e A_r f_E bytes) and
+        the concatenation (2 x read and write), 8 x; backward the clamps' (read the gradient and
+        the input, write: 3 x each) and the gradients' concatenation for the chunk (4 x), 10 x;
+      - the down projection's biases (bias, experts): _apply_bias adds each expert's bias times
+        its rows' routing weights over its rows, p the weights' bytes (4 where the dispatcher
+        takes them in fp32, DeepEP / HybridEP: token_dispatcher.py upcasts them; else the
+        router's, the activations' e), the sum of p-byte products cast back to e:
+        forward  b p (write p), t + b p (read e + p, write p), the concatenation (read and
+                 write p), the cast (read p, write e where p differs from e):
+                 5 p + e + [p != e] (p + e) bytes an element of the rows' etp A_r x h;
+        backward the cast's (read e, write p), the sum's cast back to t (read p, write e), the
+                 bias's and the weights' gradients (each a product and its reduction, 3 p):
+                 6 p + 2 [p != e] (p + e).
+    The fc1 bias rides its GEMM's epilogue (no pass). 0 under eager or compiled kernels (their
+    experts' passes are counted as the fused stack's: a limitation) and without the parts."""
+    if not c.fam.moe:
+        return ZERO, ZERO
+    fwd, bwd = clamp_bytes(c)
+    _, _, _, A_r = routed_tokens(c)
+    if c.fam.ep_dispatcher == "deepep":
+        p = sp.Integer(4)
+        cast = sp.Min(1, sp.Max(0, p - S.e, evaluate=False), evaluate=False)
+    else:
+        p, cast = S.e, ZERO
+    rows = c.fused_kernels * c.bias * S.etp * A_r * S.h
+    return (fwd + rows * (5 * p + S.e + cast * (p + S.e)),
+            bwd + rows * (6 * p + 2 * cast * (p + S.e)))
 
 
 def shared_experts_s(c: Context) -> sp.Expr:

@@ -1,0 +1,109 @@
+"""Megatron-Core's routed experts beyond their GEMMs and fused activation kernel
+(perfmodel.step.moe.expert_extra_bytes; megatron/core/transformer/moe/experts.py and
+fusions/fused_bias_geglu.py at d7288711, Megatron-Bridge v0.4.0's Megatron-Core, and d98e8a64dd):
+a clamped GLU (GPT-OSS) clamps and concatenates the up projection's halves in eager PyTorch
+before weighted_bias_quick_geglu_impl's fused kernel, and the down projection's biases are
+added by _apply_bias, each expert's bias times its rows' routing weights, in the weights' dtype
+(fp32 under DeepEP / HybridEP, whose dispatcher upcasts them). The step's element-wise time moves
+by those bytes over the memory bandwidth, checked here against the passes counted by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfmodel import Plan, SpecError, TransformerSpec, load_hardware, predict
+from perfmodel.specs.model import load_model
+
+HW = "dgx-h100"
+# a small GPT-OSS-like mixture of experts: 2 MoE layers, 4 experts of 128, top 2, 128 tokens
+MOE = dict(name="tiny-oss", layers=2, hidden=256, heads=4, kv_heads=4, ffn_hidden=128,
+           seq_len=128, vocab=1000, gated_mlp=True, bias=False, experts=4, top_k=2,
+           hidden_dropout=0.0, attention_dropout=0.0)
+PLAN = dict(gpus=1, micro_batch=1, global_batch=1, dtype="bf16")
+ROWS = 128 * 2  # the rank's routed rows, A_r: every token's top 2 (ep 1)
+
+
+def _elementwise(spec: dict, **plan) -> tuple[float, float]:
+    p = predict(TransformerSpec(**spec), HW, Plan(**PLAN, **plan))
+    return (p.breakdown_s["compute/forward/elementwise"],
+            p.breakdown_s["compute/backward/elementwise"])
+
+
+def _seconds(nbytes: float) -> float:
+    hw = load_hardware(HW)
+    return nbytes / (hw.memory_bandwidth_bytes_per_s * hw.memory_bandwidth_efficiency)
+
+
+def test_a_clamped_glu_adds_its_eager_clamps_and_concatenation():
+    """Forward: two clamps (read and write a half, A_r x f_E bf16 each) and the concatenation
+    (read and write both halves): 8 halves' bytes; backward: the clamps' (gradient and input
+    read, gradient written) and the concatenation of the gradients for the chunk: 10."""
+    plain, clamped = _elementwise(MOE), _elementwise({**MOE, "clamped_glu": True})
+    half = 2 * ROWS * 128 * MOE["layers"]  # bytes of one half, over the MoE layers
+    assert clamped[0] - plain[0] == pytest.approx(_seconds(8 * half), rel=1e-9)
+    assert clamped[1] - plain[1] == pytest.approx(_seconds(10 * half), rel=1e-9)
+
+
+@pytest.mark.parametrize(("dispatcher", "forward", "backward"), [
+    # bf16 routing weights (the all-to-all dispatcher keeps the router's dtype): b p, t + b p,
+    # the concatenation: 2 + 6 + 4 bytes an element; backward the bias's and the weights'
+    # gradients (a product and its reduction each: 3 x 2)
+    ("alltoall", 12, 12),
+    # fp32 weights (DeepEP / HybridEP): 4 + (2 + 4 + 4) + 8, and the cast back, 4 + 2;
+    # backward the casts (2 + 4, 4 + 2) and the gradients (6 x 4)
+    ("deepep", 28, 36)])
+def test_the_experts_biases_add_their_loop(dispatcher, forward, backward):
+    """The down projection's biases (a model with biases and experts), per element of the
+    rank's A_r x h routed rows."""
+    biased = {**MOE, "bias": True}
+    plain = _elementwise(MOE, ep_dispatcher=dispatcher)
+    with_bias = _elementwise(biased, ep_dispatcher=dispatcher)
+    # the biases' other passes (the attention's and the router's) as the dense layers count
+    # them: the same model with the expert loop's share taken out by hand
+    rows = ROWS * MOE["hidden"] * MOE["layers"]
+    extra = (with_bias[0] - plain[0], with_bias[1] - plain[1])
+    dense = _elementwise(biased, ep_dispatcher=dispatcher, kernels="eager")
+    dense_plain = _elementwise(MOE, ep_dispatcher=dispatcher, kernels="eager")
+    others = (dense[0] - dense_plain[0], dense[1] - dense_plain[1])  # no loop under eager
+    assert extra[0] - others[0] == pytest.approx(_seconds(forward * rows), rel=1e-6)
+    assert extra[1] - others[1] == pytest.approx(_seconds(backward * rows), rel=1e-6)
+
+
+def test_only_megatron_cores_fused_stack_runs_them():
+    """Eager and compiled kernels (torchtitan, the validation job) cost the experts' passes as
+    the fused activation's: no clamp or bias loop added (a limitation, docs/moe.md)."""
+    spec = {**MOE, "clamped_glu": True, "bias": True}
+    assert _elementwise(spec, kernels="eager") == _elementwise({**MOE, "bias": True},
+                                                               kernels="eager")
+
+
+def test_selective_recompute_of_moe_act_repeats_the_clamps():
+    spec = {**MOE, "clamped_glu": True}
+    plan = dict(recompute="selective", recompute_modules="moe_act")
+    plain = predict(TransformerSpec(**MOE), HW, Plan(**PLAN, **plan))
+    clamped = predict(TransformerSpec(**spec), HW, Plan(**PLAN, **plan))
+    half = 2 * ROWS * 128 * MOE["layers"]
+    assert clamped.breakdown_s["compute/recompute"] - plain.breakdown_s["compute/recompute"] \
+        == pytest.approx(_seconds(8 * half), rel=1e-9)
+
+
+def test_gpt_oss_clamps_and_a_dense_or_ungated_clamp_is_refused_or_free():
+    assert load_model("gpt-oss-120b").clamped_glu
+    with pytest.raises(SpecError, match="clamped_glu clamps a gated MLP"):
+        TransformerSpec(**{**MOE, "gated_mlp": False, "clamped_glu": True})
+    dense = {k: v for k, v in MOE.items() if k not in ("experts", "top_k")}
+    assert _elementwise({**dense, "clamped_glu": True}) == _elementwise(dense)
+
+
+def test_hugging_face_gpt_oss_reads_clamped(tmp_path):
+    config = {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"],
+              "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 128,
+              "vocab_size": 1000, "num_local_experts": 4, "num_experts_per_tok": 2,
+              "swiglu_limit": 7.0}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    spec = load_model(str(path), seq_len=128)
+    assert spec.clamped_glu and spec.experts == 4
