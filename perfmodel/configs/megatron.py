@@ -154,8 +154,7 @@ _IGNORED_KINDS = {
         "memory-snapshot-path", "logging-level", "straggler-", "check-for-", "no-check-for-",
         "rerun-mode", "enable-ft-package", "one-logger-", "result-rejected-tracker-filename",
         "use-pytorch-profiler", "tensorboard-dir", "dist-ckpt-", "calculate-per-token-loss",
-        "manual-gc", "manual-gc-", "empty-unused-memory-level", "deterministic-mode",
-        "no-ckpt-", "use-persistent-ckpt-worker"),
+        "manual-gc", "manual-gc-", "no-ckpt-", "use-persistent-ckpt-worker"),
     "numerics or initialization with the same cost": (
         "rotary-", "rope-scaling", "rope-scaling-factor", "apply-layernorm-1p",
         "norm-epsilon", "layernorm-epsilon", "attention-softmax-in-fp32",
@@ -188,6 +187,23 @@ _IGNORED_KINDS = {
     "FP8 GEMMs": ("fp8-amax-history-len", "fp8-amax-compute-algo", "fp8-margin"),
     "unlocks Megatron-Core's experimental features, each turned on by its own option (read "
     "or named on its own)": ("enable-experimental",),
+}
+
+
+# Options read and named, whose cost in every step perfmodel does not model: said in a note as
+# not modelled, never listed as leaving the step as it is (megatron/training/training.py and
+# arguments.py at d98e8a64dd)
+_UNMODELLED_COSTS = {
+    "deterministic-mode": "deterministic algorithms (torch.use_deterministic_algorithms; "
+                          "Transformer Engine's deterministic attention backward under "
+                          "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0; one NCCL algorithm): their "
+                          "slowdown is not modelled",
+    "log-params-norm": "the parameters' norm every logged step (a pass over them and an "
+                       "all-reduce) is not modelled",
+    "log-num-zeros-in-grad": "the gradients' zeros counted every step (a pass over them and "
+                             "an all-reduce) are not modelled",
+    "empty-unused-memory-level": "torch.cuda.empty_cache() every step (the allocator's cached "
+                                 "blocks freed and allocated again) is not modelled",
 }
 
 
@@ -240,6 +256,14 @@ def parse_words(launch: Launch, where: str, job: JobConfig) -> dict[str, tuple[s
                 i += 1
         if arity is None:
             shown: Any = " ".join(launch.shown(v) for v in values) or True
+            if name in _UNMODELLED_COSTS:
+                off = name == "empty-unused-memory-level" and str(shown).strip() == "0"
+                if off:  # level 0, Megatron-LM's default: no empty_cache
+                    job.skipped(word.partition("=")[0], shown, "level 0: no empty_cache")
+                else:
+                    job.notes.append(f"--{name}{'' if shown is True else ' ' + str(shown)}: "
+                                     f"{_UNMODELLED_COSTS[name]}")
+                continue
             if reason:
                 job.skipped(word.partition("=")[0], shown, reason)
                 continue

@@ -111,7 +111,7 @@ HARMLESS = frozenset((
     "dist_ckpt_parallel_save_within_dp", "dist_ckpt_parallel_load",
     "dist_ckpt_torch_dist_multiproc",
     "dist_ckpt_assume_constant_structure", "dist_ckpt_parallel_dist_opt",
-    "dist_ckpt_load_strictness", "mock_dataset", "shape_file", "deterministic_mode",
+    "dist_ckpt_load_strictness", "mock_dataset", "shape_file",
     "use_te_rng_tracker", "target", "name", "enable_megatron_core_optim",
     "tp_comm_bootstrap_backend"))
 # the gated MLPs (NeMo 1's activation values): Megatron's --swiglu (three matrices)
@@ -278,6 +278,12 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
                 settings[dest] = (key, value)
             else:
                 job.skipped(key, value, "unset: the default")
+        elif name == "deterministic_mode" and value:  # Megatron-LM's --deterministic-mode
+            job.notes.append(f"{key}: deterministic algorithms (Transformer Engine's "
+                             "deterministic attention backward, one NCCL algorithm): their "
+                             "slowdown is not modelled")
+        elif name == "deterministic_mode":
+            job.skipped(key, value, "off")
         elif name in HARMLESS:
             job.skipped(key, value, "the same cost (numerics, fusion, initialization, logging)")
         elif name in READ_HERE:

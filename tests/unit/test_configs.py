@@ -213,6 +213,23 @@ def test_megatron_unknown_option_is_named_and_a_misspelling_refused(tmp_path):
         read_config(DATA / "megatron_typo.txt")
 
 
+def test_megatron_options_that_cost_unmodelled_are_said_not_ignored(tmp_path):
+    """--deterministic-mode, --log-params-norm, --log-num-zeros-in-grad and
+    --empty-unused-memory-level cost time every step (megatron/training/training.py): a note says
+    they are not modelled, never that they leave the step as it is."""
+    job = read_config(write(tmp_path, BASE + "--deterministic-mode --log-params-norm "
+                            "--log-num-zeros-in-grad --empty-unused-memory-level 1 "
+                            "--log-interval 10"))
+    ignored = {s.key for s in job.ignored}
+    assert "--log-interval" in ignored
+    for option in ("--deterministic-mode", "--log-params-norm", "--log-num-zeros-in-grad",
+                   "--empty-unused-memory-level"):
+        assert option not in ignored
+        assert any(n.startswith(option) and n.endswith("not modelled") for n in job.notes)
+    job = read_config(write(tmp_path, BASE + "--empty-unused-memory-level 0", "zero.txt"))
+    assert "--empty-unused-memory-level" in {s.key for s in job.ignored}
+
+
 def test_megatron_full_recompute_uniform_one_layer(tmp_path):
     job = read_config(write(tmp_path, BASE + "--recompute-granularity full "
                                              "--recompute-method uniform --recompute-num-layers 1"))
