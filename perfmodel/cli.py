@@ -391,7 +391,7 @@ TRANSFORMER_ONLY = ("dp", "tp", "pp", "cp", "ep", "etp", "zero", "cp_comm", "ep_
                     "ep_comm_overlap", "recompute", "schedule", "virtual_stages",
                     "sequence_parallel", "stack", "kernels", "tp_comm_overlap",
                     "overlap_grad_sync", "overlap_param_gather", "placement", "tp_layout",
-                    "tp_depth")
+                    "tp_depth", "expandable_segments")
 
 
 def _transformer_options_given() -> list[str]:
@@ -1382,7 +1382,7 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     # an option at its default (--stack eager, --recompute-every 1) is no choice made
     defaults = {param.name: param.default for param in recommend.params}
     given = {"gpus": counts[0] if counts else None,
-             **{k: pins[k] for k in CONFIG_PINS + CONFIG_WIDE
+             **{k: pins[k] for k in CONFIG_PINS + CONFIG_WIDE + CONFIG_FLAGS
                 if pins.get(k) is not None and pins[k] != defaults.get(k)}}
     if global_batch is not None:
         given["global_batch"] = global_batch

@@ -212,9 +212,11 @@ def training_budget(req: SearchRequest, p: Prediction) -> dict[str, float]:
 def memory_limit_line(result: SearchResult) -> str:
     """The memory a recommended plan may use, and why it is less than the GPU's."""
     r = result.request
+    counted = "NCCL buffers; no fragmentation: the allocator's expandable segments" \
+        if r.expandable_segments else "NCCL buffers, fragmentation"
     return (f"memory limit {result.capacity_bytes / 2**30:.1f} GiB per GPU: memory_margin "
             f"{r.memory_margin:.0%} kept free beyond what the model counts (tensors, reserve, "
-            f"NCCL buffers, fragmentation) (--memory-margin)")
+            f"{counted}) (--memory-margin)")
 
 
 class PlanCsv:

@@ -232,6 +232,14 @@ def validate(
 
 
 JOB_MODULE = "workload.job"  # each rank runs python -P -m workload.job CONFIG.json
+# the allocator a plan's job runs (Plan.expandable_segments): PyTorch reads it at start-up
+EXPANDABLE_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def allocator_env(plan: dict[str, Any]) -> dict[str, str]:
+    """The environment the job's ranks need for the plan's allocator (its plan keys)."""
+    return dict(EXPANDABLE_ENV) if plan.get("expandable_segments") else {}
+
 
 
 def run_job(
@@ -253,7 +261,8 @@ def run_job(
 
     result = launch(JOB_MODULE, [str(run_dir / "config.json")], settings.nprocs, run_dir,
                     timeout_s=settings.timeout_s + 60, master_addr=settings.master_addr,
-                    port=settings.port, prepare=prepare)
+                    port=settings.port, prepare=prepare,
+                    env=allocator_env(config.get("plan", {})))
     records = []
     for status in result.ranks:
         record = _record(run_dir / f"rank{status.rank}.json")
@@ -357,7 +366,8 @@ def emit(
     for name, doc in (("config.json", cfg), ("meta.json", meta)):
         write_atomic(out / name, json_text(doc, indent=1), what=name, make_parents=True)
         written.append(out / name)
-    env = "\n".join(f"export {k}={v}" for k, v in NCCL_ENV.items())
+    env = "\n".join(f"export {k}={v}" for k, v in {**NCCL_ENV,
+                                                   **allocator_env(plan.to_dict())}.items())
     torchrun = (
         f"torchrun --nnodes {nodes} --nproc-per-node {gpus_per_node} "
         f'--rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:29500" '

@@ -94,7 +94,8 @@ READ_OPTIONS: dict[str, int] = {
         "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "mtp-num-layers",
         "optimizer", "transformer-impl", "window-size", "tokenizer-model", "vocab-file",
         "cpu-offloading-num-layers", "main-grads-dtype", "main-params-dtype",
-        "exp-avg-dtype", "exp-avg-sq-dtype", "cross-entropy-fusion-impl"), 1),
+        "exp-avg-dtype", "exp-avg-sq-dtype", "cross-entropy-fusion-impl",
+        "activation-func-clamp-value"), 1),
     **dict.fromkeys(("checkpoint-num-layers", "activations-checkpoint-method",
                      "activations-checkpoint-num-layers", "DDP-impl"), 1),
     # --num-experts: one or more numbers (Megatron-DeepSpeed's, one per MoE layer)
@@ -457,24 +458,35 @@ def read_megatron(text: str, path: Path) -> JobConfig:
     settings = parse_words(launch, where, job)
     apply_settings(settings, job, where)
     _te_attention_env(launch.variables, settings, job)
-    allocator_env(launch.variables, job)
+    allocator_env(launch.variables, launch.exported, job)
     return job
 
 
-def allocator_env(variables: dict[str, str], job: JobConfig) -> None:
+def allocator_env(variables: dict[str, str], exported: set[str], job: JobConfig) -> None:
     """A launch script's PyTorch allocator settings (PYTORCH_ALLOC_CONF, else the older
     PYTORCH_CUDA_ALLOC_CONF, as c10's allocator config reads them: comma-separated key:value
-    options): expandable_segments:True is the plan's expandable_segments (no fragmentation
-    margin counted); an assignment before the command alone (`VAR=... torchrun`) is not read."""
+    options, spaces around them skipped): expandable_segments:True is the plan's
+    expandable_segments (no fragmentation margin counted). Only an exported variable reaches
+    the ranks (one the script sets without `export` is said and not read); an assignment before
+    the command alone (`VAR=... torchrun`) is not read."""
     for var in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
         if var not in variables:
+            continue
+        if var not in exported:
+            job.notes.append(f"{var} is set but not exported: the ranks do not see it (not "
+                             "read; the allocator taken as PyTorch's default)")
             continue
         if "@@UNRESOLVED" in variables[var]:  # a variable the script does not set (shell.py)
             job.notes.append(f"{var}: not read (it expands a variable the script does not "
                              "set); the allocator taken as PyTorch's default")
             return
-        options = dict(item.split(":", 1) for item in variables[var].split(",") if ":" in item)
-        value = options.get("expandable_segments", "").strip()
+        options = {k.strip(): v.strip() for k, v in (
+            item.split(":", 1) for item in variables[var].split(",") if ":" in item)}
+        value = options.get("expandable_segments", "")
+        if options.get("backend") == "cudaMallocAsync":
+            job.notes.append(f"{var} backend:cudaMallocAsync: CUDA's asynchronous allocator, "
+                             "its fragmentation taken as the caching allocator's (not "
+                             "modelled apart)")
         if value in ("True", "False"):
             job.fix("expandable_segments", value == "True")
             job.took(var, variables[var], f"expandable_segments {value.lower()}")
@@ -572,6 +584,11 @@ def apply_settings(settings: Settings, job: JobConfig, where: str) -> None:
                           "Megatron's recompute methods pick and group the layers of each "
                           "chunk, and this config's pipeline stages differ (not modelled): give "
                           "--recompute-method uniform --recompute-num-layers 1")
+    if _str(settings, "activation_func_clamp_value") not in (None, "None"):
+        # megatron/core/fusions/fused_bias_swiglu.py at d98e8a64dd: the SwiGLU kernels take
+        # clamp_value (the quick-GeGLU that clamps eagerly, GPT-OSS's, is refused above)
+        take("activation_func_clamp_value", "the SwiGLU's halves clamped inside Megatron-Core's "
+             "fused kernel: no pass of its own (clamped_glu, an eager clamp, not set)")
     for dest, (key, value) in settings.items():
         if dest not in used:
             job.skipped(key, value, "read: no effect on the step here")
@@ -1944,6 +1961,9 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
     for field, given, why in (
             ("sliding_window", model.sliding_window is not None, "sliding-window attention"),
             ("attention_sinks", model.attention_sinks, "attention sinks"),
+            # GPT-OSS's clamped quick-GeGLU: its SwiGLU with --activation-func-clamp-value
+            # clamps inside the fused kernel, not as the costed eager passes
+            ("clamped_glu", model.clamped_glu and model.experts, "clamped quick-GeGLU"),
             ("capacity_factor", model.capacity_factor is not None, "an expert capacity")):
         if given:  # arguments perfmodel's reader does not read back: not written either
             raise refuse_emit("megatron", field, f"written Megatron-LM arguments carry no {why} "

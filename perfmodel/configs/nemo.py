@@ -238,6 +238,8 @@ def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any]
         nemo1.capacity(fields, prefix, job, job.path)  # read
         _window(fields, prefix, job, job.path)
         fields = {k: v for k, v in fields.items() if k not in (*nemo1.CAPACITY, *_WINDOW)}
+        _clamp(fields, prefix, settings, job)
+        fields = {k: v for k, v in fields.items() if k != "activation_func_clamp_value"}
     for name, value in fields.items():
         key = f"{prefix}.{name}"
         if not isinstance(name, str):  # a YAML key of another type (null, a number)
@@ -264,6 +266,25 @@ def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any]
                                                         "hyperparameters)")
         else:
             job.strange(key, value)
+
+
+def _clamp(fields: dict[str, Any], prefix: str, settings: Settings, job: JobConfig) -> None:
+    """TransformerConfig.activation_func_clamp_value: with the quick-GeGLU activation (GPT-OSS's
+    providers) Megatron-Core's experts clamp the halves in eager PyTorch before the fused
+    kernel (weighted_bias_quick_geglu_impl at d98e8a64dd): the model's clamped_glu; with SwiGLU
+    the fused kernel clamps them itself (the Megatron reader's note)."""
+    value = fields.get("activation_func_clamp_value")
+    if value in (None, "None", "null"):
+        return
+    key = f"{prefix}.activation_func_clamp_value"
+    activation = fields.get("activation_func")
+    target = str(activation.get("_target_", "") if isinstance(activation, dict) else activation)
+    if target.endswith("quick_gelu"):
+        job.model["clamped_glu"] = True
+        job.took(key, value, "clamped_glu (the quick-GeGLU's halves clamped in eager PyTorch "
+                             "before Megatron-Core's fused kernel)")
+    else:
+        settings["activation_func_clamp_value"] = (key, value)
 
 
 _WINDOW = ("window_size", "window_attn_skip_freq", "softmax_type")

@@ -55,6 +55,7 @@ class Launch:
     unresolved: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     variables: dict[str, str] = field(default_factory=dict)  # the scalars the script sets
+    exported: set[str] = field(default_factory=set)  # ... those it exports (its commands' env)
 
     def reason(self, word: str) -> str | None:
         """Why a word cannot be read (it holds a marker), or None."""
@@ -78,6 +79,7 @@ class _State:
     unknown: dict[str, str] = field(default_factory=dict)  # name -> why it cannot be read
     marks: dict[str, str] = field(default_factory=dict)  # marker -> what it stands for
     notes: list[str] = field(default_factory=list)
+    exported: set[str] = field(default_factory=set)  # the names `export` (declare -x) marks
 
     def mark(self, what: str) -> str:
         marker = _MARK.format(len(self.marks))
@@ -610,7 +612,21 @@ def _command(text: str, state: _State, where: str, line: int, inside: bool,
              is_script: Callable[[str], bool]) -> list[str] | None:
     """One simple command: its assignments recorded (as unknown inside a block), or its words
     once expanded where it runs the training script (itself, or through a shell's -c string)."""
-    words = _skip_prefix(_skip_reserved(_split_raw(text)))
+    raw = _skip_reserved(_split_raw(text))
+    exporting = bool(raw) and (raw[0] == "export" or (raw[0] in _PREFIX and any(
+        w.startswith("-") and "x" in w for w in raw[1:] if w.startswith("-"))))
+    if raw[:1] == ["unset"] and not inside:  # the variables it names are gone
+        for name in (w for w in raw[1:] if not w.startswith("-")):
+            state.scalars.pop(name, None)
+            state.arrays.pop(name, None)
+            state.exported.discard(name)
+        return None
+    words = _skip_prefix(raw)
+    if exporting and not inside:  # `export A B=1`: each name exported
+        state.exported.update(w.split("=", 1)[0].split("+")[0] for w in words
+                              if not w.startswith("-"))
+        if words and all(not _ASSIGN.match(w) for w in words):
+            return None  # names only: no assignment, no command
     assigns = []
     while words and _ASSIGN.match(words[0]):
         assigns.append(_ASSIGN.match(words[0]))
@@ -680,7 +696,7 @@ def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> L
     at = next(i for i, w in enumerate(words) if is_script(w))
     return Launch(launcher=words[:at], script=words[at], args=words[at + 1:], line=line,
                   unresolved=dict(state.marks), notes=list(state.notes),
-                  variables=dict(state.scalars))
+                  variables=dict(state.scalars), exported=set(state.exported))
 
 
 def argument_words(text: str, where: str) -> Launch:

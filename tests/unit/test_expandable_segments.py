@@ -78,7 +78,13 @@ torchrun --nproc_per_node 8 pretrain_gpt.py \\
 
 @pytest.mark.parametrize(("env", "on"), [
     ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", True),
-    ("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128,expandable_segments:True", True),
+    ("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128,expandable_segments:True\n"
+     "export PYTORCH_CUDA_ALLOC_CONF", True),
+    ("declare -x PYTORCH_CUDA_ALLOC_CONF='expandable_segments : True'", True),
+    # set but not exported: the ranks never see it
+    ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", None),
+    ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\nunset PYTORCH_CUDA_ALLOC_CONF",
+     None),
     ("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False", False),
     # the newer name first, as c10's allocator config reads them
     ("export PYTORCH_ALLOC_CONF=expandable_segments:False\n"
@@ -130,3 +136,45 @@ def test_the_benchmark_reads_the_feature():
     assert bench.generic_feature("expandable segments") == {"expandable_segments": True}
     assert bench.generic_feature("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") == {
         "expandable_segments": True}
+
+
+def test_a_variable_set_and_not_exported_is_said_and_not_read(tmp_path):
+    path = tmp_path / "train.sh"
+    path.write_text(SCRIPT.format(env="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"))
+    job = read_config(path)
+    assert "expandable_segments" not in job.plan
+    assert any("set but not exported" in note for note in job.notes)
+
+
+def test_recommend_from_config_refuses_a_flag_the_config_contradicts(run_cli, tmp_path):
+    path = tmp_path / "train.sh"
+    path.write_text(SCRIPT.format(env="export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False"))
+    out = run_cli("recommend", "--from-config", path, "--hardware", "dgx-h100",
+                  "--expandable-segments")
+    assert out.returncode == 4
+    assert "contradicts the config's expandable_segments False" in out.stderr
+
+
+def test_a_layer_graph_refuses_it(run_cli):
+    out = run_cli("predict", "--model", "resnet50", "--hardware", "dgx-h100", "--gpus", "8",
+                  "--expandable-segments")
+    assert out.returncode == 2 and "--expandable-segments" in out.stderr
+
+
+def test_the_validation_job_runs_with_the_allocator(monkeypatch, tmp_path):
+    """The local run's ranks get PYTORCH_CUDA_ALLOC_CONF; --emit's run.sh and job.sbatch export
+    it."""
+    from validation import run as validation_run
+
+    seen = {}
+
+    def fake_launch(module, args, nprocs, run_dir, **kwargs):
+        seen.update(kwargs.get("env") or {})
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(validation_run, "launch", fake_launch)
+    settings = validation_run.RunSettings(nprocs=1)
+    with pytest.raises(RuntimeError, match="stop"):
+        validation_run.run_job({"plan": {"expandable_segments": True}}, tmp_path, settings)
+    assert seen == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert validation_run.allocator_env({}) == {}

@@ -10,10 +10,11 @@ by those bytes over the memory bandwidth, checked here against the passes counte
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from perfmodel import Plan, SpecError, TransformerSpec, load_hardware, predict
+from perfmodel import Plan, PlanError, SpecError, TransformerSpec, load_hardware, predict
 from perfmodel.specs.model import load_model
 
 HW = "dgx-h100"
@@ -107,3 +108,31 @@ def test_hugging_face_gpt_oss_reads_clamped(tmp_path):
     path.write_text(json.dumps(config))
     spec = load_model(str(path), seq_len=128)
     assert spec.clamped_glu and spec.experts == 4
+
+
+def test_megatron_configs_and_the_clamp(tmp_path):
+    """Megatron-LM's --activation-func-clamp-value with SwiGLU clamps inside the fused kernel
+    (no pass: clamped_glu stays off, said); a Megatron-Bridge model with the quick-GeGLU and a
+    clamp (GPT-OSS's providers) is clamped_glu; a clamped model is not emitted as Megatron-LM
+    arguments (its SwiGLU would not clamp as costed)."""
+    from perfmodel.configs import read_config
+    from perfmodel.configs.megatron import megatron_arguments
+
+    args = tmp_path / "args.txt"
+    args.write_text("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+                    "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 "
+                    "--bf16 --vocab-size 1000 --swiglu --activation-func-clamp-value 7.0\n")
+    job = read_config(args)
+    assert "clamped_glu" not in job.model
+    assert any(s.key == "--activation-func-clamp-value" and "inside" in s.note for s in job.read)
+    bridge = (Path(__file__).resolve().parents[1] / "data" / "configs" /
+              "bridge_llama3_8b.yaml").read_text()
+    quick = bridge.replace("    _target_: torch.nn.functional.silu",
+                           "    _target_: megatron.core.fusions.fused_bias_geglu.quick_gelu\n"
+                           "  activation_func_clamp_value: 7.0")
+    assert quick != bridge
+    (tmp_path / "bridge.yaml").write_text(quick)
+    assert read_config(tmp_path / "bridge.yaml").model["clamped_glu"] is True
+    with pytest.raises(PlanError, match="clamped_glu"):
+        megatron_arguments(TransformerSpec(**{**MOE, "clamped_glu": True, "norm": "rmsnorm",
+                                              "position_embedding": "rotary"}), Plan(**PLAN))
