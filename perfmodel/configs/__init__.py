@@ -98,11 +98,13 @@ def resolve_model(job: JobConfig, model: str | None, seq_len: int | None) -> Any
             raise SpecError(f"model '{model}' is a layer graph: a job config trains a transformer")
         for key, value in fields.items():
             # the sequence, the router's routing, whether the run builds the MTP modules
-            # (torchtitan and AutoModel build none), its dropout rates and the experts' capacity
-            # factor (Megatron-Core's moe_expert_capacity_factor, a run's setting) are the run's,
-            # not the model's identity
+            # (torchtitan and AutoModel build none), its dropout rates, the experts' capacity
+            # factor (Megatron-Core's moe_expert_capacity_factor, a run's setting) and whether
+            # it clamps a GLU in eager passes (AutoModel compiles the clamp) are the run's, not
+            # the model's identity
             if key not in ("seq_len", "routing", "routing_imbalance", "mtp_layers",
-                           "hidden_dropout", "attention_dropout", "capacity_factor") and \
+                           "hidden_dropout", "attention_dropout", "capacity_factor",
+                           "clamped_glu") and \
                     getattr(base, key) != value:
                 raise SpecError(f"{job.path}: the config's {key} ({value}) differs from model "
                                 f"'{model}' ({getattr(base, key)}); the config's model is "

@@ -449,6 +449,12 @@ def _backend_rest(backend: dict[str, Any], data: dict[str, Any], job: JobConfig,
     all-gather of every token and all-reduce of the outputs (moe/experts.py), uccl_ep and mok
     refused; with ep_size > 1 a recipe must name it, as AutoModel picks by what is installed),
     and Transformer Engine's FP8 (te_fp8: refused, its autocast's reach is the model's own)."""
+    # AutoModel's expert activations are torch.compile'd kernels (components/moe/experts.py
+    # at 36044ad3d: quick_geglu_deepep and its kin, the clamp inside), not Megatron-Core's eager
+    # clamps before a fused kernel (TransformerSpec.clamped_glu: a run's, as mtp_layers is)
+    job.model["clamped_glu"] = False
+    job.took("model.backend", "...", "clamped_glu false: a clamped GLU's clamp (GPT-OSS's) runs "
+                                     "inside AutoModel's compiled activation kernel")
     for key, value in backend.items():
         if key == "rope_fusion" and value in (False, "false", "False") \
                 and job.plan.get("kernels") == "fused":

@@ -76,8 +76,10 @@ class TransformerSpec:
     window (GPT-OSS and Gemma-2: 2; Gemma-3: 6), 0: every layer is windowed (Mistral 7B).
     attention_sinks: a learned logit per head in each softmax's denominator (GPT-OSS).
     clamped_glu: the gated MLP clamps its two halves before the activation (GPT-OSS: the gate
-    at most, the linear half within, swiglu_limit 7; work only: Megatron-Core's experts clamp
-    and concatenate them eagerly before their fused kernel, perfmodel.step.moe).
+    at most, the linear half within, swiglu_limit 7) in passes of their own, as Megatron-Core's
+    experts clamp and concatenate them eagerly before their fused kernel (perfmodel.step.moe;
+    work only). A run whose stack clamps inside its activation kernel sets it false, as NeMo
+    AutoModel's reader does (like mtp_layers, the run's).
     rotary_fraction: the share of each head's dimensions RoPE rotates (position_embedding
     rotary; 1: all of them; GPT-NeoX's rotary_pct, 0.25 in Pythia; GLM-4.5's
     partial_rotary_factor, 0.5): the first rotary_fraction x head_dim dimensions of each query and

@@ -291,8 +291,12 @@ def expert_extra_bytes(c: Context) -> tuple[sp.Expr, sp.Expr]:
         backward the cast's (read e, write p), the sum's cast back to t (read p, write e), the
                  bias's and the weights' gradients (each a product and its reduction, 3 p):
                  6 p + 2 [p != e] (p + e).
-    The fc1 bias rides its GEMM's epilogue (no pass). 0 under eager or compiled kernels (their
-    experts' passes are counted as the fused stack's: a limitation) and without the parts."""
+    The fc1 bias rides its GEMM's epilogue (no pass). NeMo AutoModel's experts (fused kernels
+    too: components/moe/experts.py at 36044ad3d) add the down projection's biases likewise, the
+    bias expanded over the rows times the fp32 weights (_apply_bias), and clamp inside their
+    compiled activation (its reader sets clamped_glu false). 0 under eager or compiled kernels
+    (their experts' passes are counted as the fused stack's: a limitation) and without the
+    parts."""
     if not c.fam.moe:
         return ZERO, ZERO
     fwd, bwd = clamp_bytes(c)

@@ -136,3 +136,16 @@ def test_megatron_configs_and_the_clamp(tmp_path):
     with pytest.raises(PlanError, match="clamped_glu"):
         megatron_arguments(TransformerSpec(**{**MOE, "clamped_glu": True, "norm": "rmsnorm",
                                               "position_embedding": "rotary"}), Plan(**PLAN))
+
+
+def test_automodel_clamps_inside_its_compiled_activation():
+    """NeMo AutoModel's GPT-OSS experts clamp inside a torch.compile'd kernel
+    (components/moe/experts.py, quick_geglu_deepep): its reader leaves the eager clamp out, and
+    the preset's clamped_glu gives way to it as a run's setting."""
+    from perfmodel.configs import read_config, resolve_model
+
+    runs = Path(__file__).resolve().parents[1] / "data" / "automodel-runs"
+    job = read_config(runs / "gpt_oss_120b_64.yaml")
+    assert job.model["clamped_glu"] is False
+    spec = resolve_model(job, "gpt-oss-120b", None)
+    assert spec.experts == 128 and not spec.clamped_glu and spec.bias
