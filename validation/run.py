@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from perfmodel.configs.job import EXPANDABLE_ENV
 from perfmodel.errors import DataError, PerfmodelError, PlanError
 from perfmodel.files import read_text_bounded, write_atomic
 from perfmodel.output import json_text
@@ -232,14 +233,12 @@ def validate(
 
 
 JOB_MODULE = "workload.job"  # each rank runs python -P -m workload.job CONFIG.json
-# the allocator a plan's job runs (Plan.expandable_segments): PyTorch reads it at start-up
-EXPANDABLE_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 
 def allocator_env(plan: dict[str, Any]) -> dict[str, str]:
-    """The environment the job's ranks need for the plan's allocator (its plan keys)."""
+    """The environment the job's ranks need for the plan's allocator (its plan keys; the
+    emitted launch scripts' EXPANDABLE_ENV)."""
     return dict(EXPANDABLE_ENV) if plan.get("expandable_segments") else {}
-
 
 
 def run_job(

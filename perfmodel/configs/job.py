@@ -205,8 +205,13 @@ def refuse_emit(framework: str, field: str, why: str) -> PlanError:
     return PlanError(f"--emit-config {framework}: the plan's {field} cannot be written: {why}")
 
 
+# the environment a plan with expandable segments runs its ranks in (Plan.expandable_segments:
+# PyTorch reads PYTORCH_CUDA_ALLOC_CONF at start-up); the validation job's launch sets it too
+EXPANDABLE_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
 def allocator_export(plan: Any) -> str:
-    """An emitted launch script's line that runs the plan's allocator (Plan.expandable_segments:
-    PyTorch reads PYTORCH_CUDA_ALLOC_CONF at start-up), or nothing."""
-    return "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n" \
+    """An emitted launch script's lines that run the plan's allocator (EXPANDABLE_ENV), or
+    nothing."""
+    return "".join(f"export {k}={v}\n" for k, v in EXPANDABLE_ENV.items()) \
         if plan.expandable_segments else ""

@@ -458,25 +458,26 @@ def read_megatron(text: str, path: Path) -> JobConfig:
     settings = parse_words(launch, where, job)
     apply_settings(settings, job, where)
     _te_attention_env(launch.variables, settings, job)
-    allocator_env(launch.variables, launch.exported, job)
+    read_allocator(launch, job)
     return job
 
 
-def allocator_env(variables: dict[str, str], exported: set[str], job: JobConfig) -> None:
+def read_allocator(launch: Launch, job: JobConfig) -> None:
     """A launch script's PyTorch allocator settings (PYTORCH_ALLOC_CONF, else the older
     PYTORCH_CUDA_ALLOC_CONF, as c10's allocator config reads them: comma-separated key:value
     options, spaces around them skipped): expandable_segments:True is the plan's
     expandable_segments (no fragmentation margin counted). Only an exported variable reaches
     the ranks (one the script sets without `export` is said and not read); an assignment before
     the command alone (`VAR=... torchrun`) is not read."""
+    variables = launch.variables
     for var in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
         if var not in variables:
             continue
-        if var not in exported:
+        if var not in launch.exported:
             job.notes.append(f"{var} is set but not exported: the ranks do not see it (not "
                              "read; the allocator taken as PyTorch's default)")
             continue
-        if "@@UNRESOLVED" in variables[var]:  # a variable the script does not set (shell.py)
+        if launch.reason(variables[var]):  # it expands what the script does not set
             job.notes.append(f"{var}: not read (it expands a variable the script does not "
                              "set); the allocator taken as PyTorch's default")
             return

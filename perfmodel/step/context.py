@@ -200,7 +200,7 @@ class Context:
         linear layers run it (Plan.tp_backward megatron; where not given, fused kernels), 0 as
         torch's DTensor runs it (dtensor; eager or compiled kernels)."""
         if self.fam.tp_backward is None:
-            return 1 - self.eager_kernels - self.compiled_kernels
+            return self.fused_kernels
         return sp.Integer(int(self.fam.tp_backward == "megatron"))
 
     @property

@@ -219,8 +219,7 @@ def synced(c: Context, stage: str, cost: PartCost, moe_layer_s: sp.Expr) -> Sync
         # path leaves cuda_sync_point "no_sync", HybridEP takes a static row count)
         return None
     ep_on = active(S.ep)
-    fused = 1 - c.eager_kernels - c.compiled_kernels
-    on = ep_on + (1 - ep_on) * fused
+    on = ep_on + (1 - ep_on) * c.fused_kernels
     n = on * moe_layers(c)[stage] * (1 + c.full)
     shared = 1 if c.fam.moe_shared else 0
     routed = routed_forward_s(c)
