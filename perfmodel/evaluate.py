@@ -291,6 +291,8 @@ def cached(name: str, build: Callable[[], str]) -> dict[str, Any]:
     path = root / f"{_source_hash()}-{name}.py" if root else None
     if path is not None:
         _await(path)
+    if _WARM_ONLY and (path is None or not path.is_file()):
+        raise Cold(name)
     if path is not None and path.is_file():
         try:
             return _import(path)
@@ -320,6 +322,26 @@ def cached(name: str, build: Callable[[], str]) -> dict[str, Any]:
 # the first and runs the bounds; each module is read from the cache once the child says it is
 # there. os.fork by hand, not multiprocessing: its child flushes the parent's buffered output
 # again on exit, and importing it costs more than the fork.
+
+class Cold(Exception):
+    """A module the disk cache lacks, asked for in a process that reads the cache only
+    (warm_only)."""
+
+
+# a child that runs work ahead of its parent (perfmodel.ahead) reads the modules the disk cache
+# has and builds none: where the cache is cold the parent builds them once, itself
+_WARM_ONLY = False
+
+
+def warm_only() -> None:
+    """In a forked child that runs ahead of its parent (perfmodel.ahead): from now on read
+    compiled modules from the disk cache only (a missing one raises Cold) and build none ahead;
+    forget the parent's build-ahead children (theirs to wait for)."""
+    global _WARM_ONLY
+    _WARM_ONLY = True
+    _AHEAD.clear()
+    _DONE.clear()
+
 
 _AHEAD: dict[Path, tuple[int, int, str]] = {}  # module path -> (child pid, read end of its
 # pipe, module name)
@@ -369,7 +391,7 @@ def build_ahead(modules: list[tuple[str, Callable[[], str]]]) -> None:
     in order, unless cached, already under way or the child cannot be forked (_can_fork). A
     child still building when this process exits is stopped (_stop_ahead)."""
     root = cache_dir()
-    if root is None:
+    if root is None or _WARM_ONLY:
         return
     _reap()
     paths = {name: root / f"{_source_hash()}-{name}.py" for name, _ in modules}

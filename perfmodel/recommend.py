@@ -5,19 +5,23 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, BinaryIO
 
+from perfmodel.ahead import Ahead
 from perfmodel.encode import compute_dtype
 from perfmodel.errors import PlanError
 from perfmodel.predict import Prediction, predict
-from perfmodel.search import Scored, SearchRequest, SearchResult, divisors, search
+from perfmodel.search import Scored, SearchRequest, SearchResult, divisors, resolved_request, search
 from perfmodel.specs.hardware import HardwareSpec, hardware_from_dict
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Dtype, Objective
 
+# a plan's fields of dtype fp8 only, off in its bf16 twin (fp8_explanation)
+BF16_FIELDS: dict[str, Any] = dict(fp8_recipe=None, fp8_output_layer=False, fp8_params=False)
 COMM_TERMS = ("comm/tp", "comm/cp", "comm/ep", "comm/dp", "pipeline/p2p", "comm/fp8_amax")
 # the degrees whose part in the best plan's win recommend reports (parallelism_wins)
 WIN_AXES = (("cp", "context parallelism"), ("ep", "expert parallelism"),
@@ -65,18 +69,53 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
     and explain the best. on_chunk, prune: see perfmodel.search.search (prune: the same best
     plans and explanation, the result's Pareto front and sample of the plans evaluated only)."""
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
-    result = search(model, hardware, req, top=top, on_chunk=on_chunk, prune=prune)
-    if not len(result.best):
-        reason = infeasible_reason(model, hardware, req, result)
-        return Recommendation(result, [], {"infeasible": reason})
-    best_plans = [predict(model, hardware, plan) for plan in result.best_plans()]
-    explanation = explain_best(model, hardware, result, best_plans)
-    if req.dtype is Dtype.FP8:
-        explanation["fp8"] = fp8_explanation(model, hardware, result, best_plans[0])
-    wins = parallelism_wins(model, hardware, result, best_plans[0])
-    if wins:
-        explanation["parallelism"] = wins
-    return Recommendation(result, best_plans, explanation)
+    # the searches the explanation runs after this one, started beside it (perfmodel.ahead), of
+    # the request as the search resolves it (SearchResult.request)
+    req = resolved_request(model, hardware, req)
+    ahead = Ahead((key, partial(best_of, model, hardware, alt))
+                  for key, alt in alternatives(model, req))
+    try:
+        result = search(model, hardware, req, top=top, on_chunk=on_chunk, prune=prune)
+        if not len(result.best):
+            reason = infeasible_reason(model, hardware, req, result)
+            return Recommendation(result, [], {"infeasible": reason})
+        best_plans = [predict(model, hardware, plan) for plan in result.best_plans()]
+        explanation = explain_best(model, hardware, result, best_plans)
+        needed = needed_alternatives(req, best_plans[0])
+        if req.dtype is Dtype.FP8:
+            explanation["fp8"] = fp8_explanation(model, hardware, result, best_plans[0],
+                                                 ahead, needed)
+        wins = parallelism_wins(model, hardware, result, best_plans[0], ahead, needed)
+        if wins:
+            explanation["parallelism"] = wins
+        return Recommendation(result, best_plans, explanation)
+    finally:
+        ahead.stop()
+
+
+def alternatives(model: TransformerSpec, req: SearchRequest) -> list[tuple[str, SearchRequest]]:
+    """The searches the explanation nearly always runs after the main one (run ahead:
+    perfmodel.ahead): an FP8 search's in bf16 (fp8_explanation: always), and a mixture of
+    experts' without expert parallelism where the request leaves ep open (parallelism_wins,
+    where the best plan takes ep > 1: nearly always). The others it may run (without cp, without
+    etp: where the best plan takes them, seldom) run after it, where needed."""
+    out = [("fp8", bf16_request(req))] if req.dtype is Dtype.FP8 else []
+    if model.experts and req.ep is None:
+        out.append(("ep", dataclasses.replace(req, ep=1)))
+    return out
+
+
+def needed_alternatives(req: SearchRequest, best: Prediction) -> set[str]:
+    """The keys of alternatives() that the explanation of `best` asks for."""
+    needed = {"fp8"} if req.dtype is Dtype.FP8 else set()
+    return needed | {axis for axis, _ in WIN_AXES
+                     if getattr(best.plan, axis) != 1 and getattr(req, axis) is None}
+
+
+def bf16_request(req: SearchRequest) -> SearchRequest:
+    """An FP8 search's request in its mixed precision without FP8 GEMMs (fields of dtype fp8
+    only, off)."""
+    return dataclasses.replace(req, **BF16_FIELDS, dtype=Dtype(compute_dtype(req.dtype)))
 
 
 FP8_GEMM_TERMS = ("compute/forward/gemm", "compute/backward/gemm")
@@ -86,18 +125,16 @@ FP8_AMAX_TERM = "comm/fp8_amax"  # delayed scaling's and current scaling's (perf
 
 
 def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
-                    best: Prediction) -> dict[str, Any]:
+                    best: Prediction, ahead: Ahead | None = None,
+                    needed: Iterable[str] = ()) -> dict[str, Any]:
     """What FP8 does for the best plan of an fp8 search: the same search in bf16 (the plan's
     mixed precision without FP8 GEMMs) and its best plan, the best plan itself in bf16, and the
     terms FP8 changes (its GEMMs, its casts, its amax reductions); `says` puts it in a sentence,
     and `wins` is whether FP8 is what makes the best plan win (it beats the best bf16 plan)."""
     req = result.request
-    bf16 = Dtype(compute_dtype(req.dtype))
-    bf16_fields: dict[str, Any] = dict(dtype=bf16, fp8_recipe=None, fp8_output_layer=False,
-                                       fp8_params=False)  # fields of dtype fp8 only, off
-    alt_req = dataclasses.replace(req, **bf16_fields)
-    alt = search(model, hardware, alt_req, top=1, prune=True)
-    as_bf16 = best.plan.replace(**bf16_fields)
+    alt_req = bf16_request(req)
+    alt = _alternative(ahead, "fp8", model, hardware, alt_req, needed)
+    as_bf16 = best.plan.replace(**BF16_FIELDS, dtype=alt_req.dtype)
     same = predict(model, hardware, as_bf16)
     gemm_s = sum(same.breakdown_s[k] - best.breakdown_s[k] for k in FP8_GEMM_TERMS)
     cast_s = sum(best.breakdown_s.get(k, 0.0) for k in FP8_CAST_TERMS)
@@ -113,16 +150,14 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
     why = (f"its linear layers' GEMMs in FP8 ({recipe} scaling) save {gemm_s:.4g} s per step "
            f"and its casts cost {cast_s:.4g} s"
            + (f", its amax reductions {amax_s:.4g} s" if amax_s > 0 else ""))
-    if len(alt.best):
-        alt_plan = alt.plan(alt.best, 0)
+    if alt is not None:
         objective = float(result.best.objective[0])
-        alt_objective = float(alt.best.objective[0])
-        out.update(best_bf16_plan=_short(alt_plan),
-                   best_bf16_step_time_s=float(alt.best.step_time_s[0]),
+        alt_objective = alt["objective"]
+        out.update(best_bf16_plan=alt["plan"], best_bf16_step_time_s=alt["step_time_s"],
                    best_bf16_objective=alt_objective,
                    speedup_over_best_bf16=alt_objective / objective)
         wins = objective < alt_objective
-        layout = "" if _short(alt_plan) == _short(best.plan) else f" ({_short(alt_plan)})"
+        layout = "" if alt["plan"] == _short(best.plan) else f" ({alt['plan']})"
         unit = objective_unit(req)
         if wins:
             says = (f"FP8 is what makes the best plan win: {objective:.4g} {unit} against "
@@ -138,20 +173,34 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
     return out
 
 
-def best_without(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest,
-                 axis: str) -> dict[str, Any] | None:
-    """The best plan of the request's search with `axis` at 1 (a pruned search): the plan in
-    short, its objective and step time; None if no plan without it fits (or is valid)."""
-    without: dict[str, Any] = {axis: 1}
-    alt = search(model, hardware, dataclasses.replace(req, **without), top=1, prune=True)
+def best_of(model: TransformerSpec, hardware: HardwareSpec,
+            req: SearchRequest) -> dict[str, Any] | None:
+    """The best plan of a pruned search: the plan in short, its objective and step time; None if
+    no plan fits (or is valid)."""
+    alt = search(model, hardware, req, top=1, prune=True)
     if not len(alt.best):
         return None
     return {"plan": _short(alt.plan(alt.best, 0)), "objective": float(alt.best.objective[0]),
             "step_time_s": float(alt.best.step_time_s[0])}
 
 
+def best_without(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest,
+                 axis: str) -> dict[str, Any] | None:
+    """The best plan of the request's search with `axis` at 1 (best_of)."""
+    without: dict[str, Any] = {axis: 1}
+    return best_of(model, hardware, dataclasses.replace(req, **without))
+
+
+def _alternative(ahead: Ahead | None, key: str, model: TransformerSpec, hardware: HardwareSpec,
+                 req: SearchRequest, needed: Iterable[str]) -> dict[str, Any] | None:
+    """best_of(req): the child's that ran it ahead, else computed here."""
+    compute = partial(best_of, model, hardware, req)
+    return compute() if ahead is None else ahead.get(key, compute, needed)
+
+
 def parallelism_wins(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
-                     best: Prediction) -> list[dict[str, Any]]:
+                     best: Prediction, ahead: Ahead | None = None,
+                     needed: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Whether context or expert parallelism is what makes the best plan win: for each of cp
     and ep the best plan uses (and the request did not pin), the same search without it (cp = 1,
     ep = 1): its best plan and how much slower it is (by the request's objective), or that no
@@ -162,7 +211,9 @@ def parallelism_wins(model: TransformerSpec, hardware: HardwareSpec, result: Sea
         degree = getattr(best.plan, axis)
         if degree == 1 or getattr(req, axis) is not None:
             continue
-        alt = best_without(model, hardware, req, axis)
+        without: dict[str, Any] = {axis: 1}
+        alt = _alternative(ahead, axis, model, hardware, dataclasses.replace(req, **without),
+                           needed)
         entry: dict[str, Any] = {"axis": axis, "degree": degree, "best_without": None,
                                  "objective_without": None, "step_time_without_s": None}
         if alt is not None:

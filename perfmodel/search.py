@@ -1482,6 +1482,27 @@ class _Keeper:
                             self.skipped)
 
 
+def resolved_request(model: TransformerSpec, hardware: HardwareSpec,
+                     req: SearchRequest) -> SearchRequest:
+    """The request as the search runs it (SearchResult.request), its rules checked: flash
+    attention's default decided for the hardware and model, ZeRO 3 left out where MXFP8 weights
+    may not be sharded (Plan's rule, encode.check_fp8_params). Resolving a resolved request
+    changes nothing."""
+    if req.cpu_offload_layers >= model.layers:  # Plan.check's rule, for every plan
+        Plan(gpus=1, cpu_offload_layers=req.cpu_offload_layers).check(model)
+    encode.check_stack(hardware, req.stack)
+    flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype,
+                                 req.attention_kernel)
+    if flash != req.flash_attention:  # the default decided for this hardware and model
+        req = dataclasses.replace(req, flash_attention=flash)
+    if encode.fp8_params_zero3_refused(hardware, req.dtype, req.fp8_recipe, req.fp8_params):
+        # MXFP8 weights under FSDP (Plan's rule, encode.check_fp8_params): ZeRO 0-2 searched
+        if req.zero == 3:
+            encode.check_fp8_params(hardware, req.dtype, req.fp8_recipe, req.fp8_params, 3)
+        req = dataclasses.replace(req, zero_stages=tuple(z for z in req.zero_stages if z < 3))
+    return req
+
+
 def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *,
            top: int = DEFAULT_TOP,
            on_chunk: Callable[[Scored], None] | None = None,
@@ -1497,18 +1518,7 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     over several GPU counts, nor for fewer than PRUNE_PLANS candidate plans (all evaluated).
     """
     start = time.perf_counter()
-    if req.cpu_offload_layers >= model.layers:  # Plan.check's rule, for every plan
-        Plan(gpus=1, cpu_offload_layers=req.cpu_offload_layers).check(model)
-    encode.check_stack(hardware, req.stack)
-    flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype,
-                                 req.attention_kernel)
-    if flash != req.flash_attention:  # the default decided for this hardware and model
-        req = dataclasses.replace(req, flash_attention=flash)
-    if encode.fp8_params_zero3_refused(hardware, req.dtype, req.fp8_recipe, req.fp8_params):
-        # MXFP8 weights under FSDP (Plan's rule, encode.check_fp8_params): ZeRO 0-2 searched
-        if req.zero == 3:
-            encode.check_fp8_params(hardware, req.dtype, req.fp8_recipe, req.fp8_params, 3)
-        req = dataclasses.replace(req, zero_stages=tuple(z for z in req.zero_stages if z < 3))
+    req = resolved_request(model, hardware, req)
     reserved = hardware.memory_reserved_bytes
     capacity = hardware.memory_bytes * (1 - req.memory_margin) - reserved
     keeper = _Keeper(model, req, top)

@@ -1,0 +1,157 @@
+"""Work run ahead in a child process: the searches `recommend` runs after its main one (the best
+plan without expert or context parallelism, the best bf16 plan of an FP8 search), started in a
+forked child before the main search so that they run beside it on a second CPU.
+
+The child runs its jobs in order and writes each result to a pipe as it finishes (a length, then
+the pickled (key, result)); it reads compiled modules from the disk cache only
+(perfmodel.evaluate.warm_only: with a cold cache it stops at the first module it lacks, and the
+parent, which builds the modules anyway, computes the job itself). The parent asks for a job's
+result when it needs it (Ahead.get): from the pipe, waiting while the child computes it, or
+computed in this process where the child cannot give it (not forked: one CPU, another thread,
+not Linux, PERFMODEL_NO_BUILD_AHEAD; the child failed or ended; the child is busy with a job
+before it that the parent does not need). Either way the result is the same function's on the
+same input: running ahead changes how long the answer takes, never the answer. A child still
+running when the parent has what it needs, or exits, is stopped (SIGTERM).
+
+os.fork by hand, as perfmodel.evaluate.build_ahead (its reasons there); the framing of the
+results by hand too (a length and a pickle: multiprocessing's connection does this, but
+importing it costs more than the work it would save here).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import signal
+import struct
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from perfmodel import evaluate
+
+_HEADER = struct.Struct("<Q")  # the length of one pickled (key, result)
+_RUNNING: set[Ahead] = set()  # the parent's children still running (stopped at exit)
+
+
+class Ahead:
+    """Jobs (key, function of no arguments returning a picklable result) run in a child, in
+    order. get(key, compute) gives a job's result; stop() ends the child."""
+
+    def __init__(self, jobs: Iterable[tuple[str, Callable[[], Any]]]) -> None:
+        self.jobs = list(jobs)
+        self.keys = [key for key, _ in self.jobs]
+        self.results: dict[str, Any] = {}
+        self.pid: int | None = None
+        self.read: int | None = None
+        self._buffer = bytearray()
+        forked = evaluate.fork_child() if self.jobs else None
+        if forked is None:
+            return
+        pid, read, write = forked
+        if pid == 0:  # the child: never returns into the parent's code
+            _child(self.jobs, read, write)
+        os.close(write)
+        self.pid, self.read = pid, read
+        if not _RUNNING:
+            atexit.register(_stop_all)
+        _RUNNING.add(self)
+
+    def get(self, key: str, compute: Callable[[], Any], needed: Iterable[str] = ()) -> Any:
+        """The result of job `key`: the child's, or compute() here. needed: the other keys the
+        caller will ask for (a job before `key` that is neither needed nor done makes the child
+        late: it is stopped and `key` computed here)."""
+        if key in self.results:
+            return self.results[key]
+        if key not in self.keys:
+            return compute()
+        if self.read is not None:
+            wanted = set(needed) | {key}
+            self._drain(block=False)
+            ahead = self.keys[:self.keys.index(key)]
+            if all(k in self.results or k in wanted for k in ahead):
+                while key not in self.results and self.read is not None:
+                    self._drain(block=True)
+            if key in self.results:
+                return self.results[key]
+        self.stop()
+        return compute()
+
+    def stop(self) -> None:
+        """End the child (if running) and collect it."""
+        if self.pid is None:
+            return
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        self._close()
+
+    def _drain(self, block: bool) -> None:
+        """Read what the child has written: all of it (waiting for one read) when `block`, what
+        is there now otherwise; the pipe's end closes the child."""
+        assert self.read is not None
+        if not block:
+            os.set_blocking(self.read, False)
+        try:
+            while True:
+                try:
+                    chunk = os.read(self.read, 1 << 16)
+                except BlockingIOError:
+                    break
+                if not chunk:  # the child has ended
+                    self._parse()
+                    self._close()
+                    return
+                self._buffer += chunk
+                self._parse()
+                if block:
+                    break
+        finally:
+            if self.read is not None:
+                os.set_blocking(self.read, True)
+
+    def _parse(self) -> None:
+        while len(self._buffer) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self._buffer)
+            if len(self._buffer) < _HEADER.size + size:
+                return
+            key, result = pickle.loads(bytes(self._buffer[_HEADER.size:_HEADER.size + size]))
+            del self._buffer[:_HEADER.size + size]
+            self.results[key] = result
+
+    def _close(self) -> None:
+        if self.read is not None:
+            os.close(self.read)
+            self.read = None
+        if self.pid is not None:
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
+            self.pid = None
+        _RUNNING.discard(self)
+
+
+def _stop_all() -> None:
+    for ahead in list(_RUNNING):
+        ahead.stop()
+
+
+def _child(jobs: list[tuple[str, Callable[[], Any]]], read: int, write: int) -> None:
+    """The forked child: off the parent's terminal, SIGTERM's default action (the parent's
+    handler is the CLI's), the disk cache read only; each job's result written as it ends."""
+    status = 0
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        evaluate.detach_child(read)
+        evaluate.warm_only()
+        _RUNNING.clear()  # the parent's other children are not this one's to stop
+        for key, job in jobs:
+            data = pickle.dumps((key, job()))
+            view = memoryview(_HEADER.pack(len(data)) + data)
+            while view:
+                view = view[os.write(write, view):]
+    except BaseException:  # noqa: BLE001 (a cold cache, a failed job: the parent computes it)
+        status = 1
+    os._exit(status)

@@ -1,0 +1,94 @@
+"""Work run ahead in a child process (perfmodel.ahead): the results are the jobs' own, whether the
+child gives them or this process computes them; a cold cache, a failed job or a child busy with
+work nobody needs fall back to computing here; recommend's explanation is the same either way."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from perfmodel import evaluate, load_hardware, load_model
+from perfmodel.ahead import Ahead
+from perfmodel.recommend import best_without, recommend
+from perfmodel.search import SearchRequest
+
+
+@pytest.fixture()
+def forks(monkeypatch, tmp_path):
+    """Children may be forked (as in the CLI: one thread), the disk cache a fresh directory."""
+    if not hasattr(os, "fork") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("no child process here (one CPU, or no fork)")
+    monkeypatch.setattr(evaluate, "_can_fork", lambda: True)
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PERFMODEL_NO_CACHE", raising=False)
+    yield tmp_path
+
+
+def _here() -> str:
+    raise AssertionError("computed here, not given by the child")
+
+
+def test_the_child_gives_each_result_in_order(forks):
+    ahead = Ahead([("a", lambda: {"plan": "x", "objective": 1.5}), ("b", lambda: None),
+                   ("c", lambda: [os.getpid()])])
+    assert ahead.pid is not None
+    assert ahead.get("b", _here, needed=("a", "c")) is None
+    assert ahead.get("a", _here) == {"plan": "x", "objective": 1.5}
+    pid = ahead.get("c", _here)[0]
+    assert pid != os.getpid()  # computed in the child
+    ahead.stop()
+    assert ahead.pid is None and ahead.read is None
+
+
+def test_what_the_child_cannot_give_is_computed_here(forks):
+    def cold() -> str:
+        return evaluate.cached("not-there", _here)  # the child reads the cache only
+
+    ahead = Ahead([("fine", lambda: 1), ("cold", cold), ("after", lambda: 3)])
+    assert ahead.get("fine", _here) == 1
+    assert ahead.get("cold", lambda: "here") == "here"  # the child stopped at evaluate.Cold
+    assert ahead.get("after", lambda: "here too") == "here too"
+    assert ahead.pid is None
+    assert ahead.get("unknown", lambda: 4) == 4
+
+
+def test_a_child_busy_with_an_unneeded_job_is_stopped(forks):
+    ahead = Ahead([("slow", lambda: time.sleep(3600)), ("wanted", lambda: 1)])
+    pid = ahead.pid
+    assert ahead.get("wanted", lambda: "here", needed=()) == "here"
+    assert ahead.pid is None
+    with pytest.raises(ProcessLookupError):  # stopped and collected
+        os.kill(pid, 0)
+
+
+def test_no_child_where_none_may_be_forked(monkeypatch):
+    monkeypatch.setattr(evaluate, "_can_fork", lambda: False)
+    ahead = Ahead([("a", _here)])
+    assert ahead.pid is None
+    assert ahead.get("a", lambda: 2) == 2
+
+
+def test_recommend_explains_the_same_with_the_search_run_ahead(forks, monkeypatch):
+    """A mixture of experts whose best plan takes ep (the search without it run ahead): the
+    explanation's best plan without ep is the search's own, and the same as without a child."""
+    model, hw = load_model("qwen3-30b-a3b"), load_hardware("dgx-h100")
+    req = SearchRequest(gpus=(16,), global_batch=64)
+    recommend(model, hw, req, top=1, prune=True)  # fills the cache: the child reads it
+    forked = []
+    original = Ahead.__init__
+
+    def init(self, jobs):
+        original(self, jobs)
+        forked.append(self.pid)
+
+    monkeypatch.setattr(Ahead, "__init__", init)
+    rec = recommend(model, hw, req, top=1, prune=True)
+    assert forked and forked[0] is not None
+    wins = {w["axis"]: w for w in rec.explanation["parallelism"]}
+    alt = best_without(model, hw, rec.result.request, "ep")
+    assert alt is not None and wins["ep"]["best_without"] == alt["plan"]
+    assert wins["ep"]["objective_without"] == alt["objective"]
+    monkeypatch.setattr(evaluate, "_can_fork", lambda: False)
+    assert recommend(model, hw, req, top=1, prune=True).explanation == rec.explanation
