@@ -3,7 +3,8 @@ plan without expert or context parallelism, the best bf16 plan of an FP8 search)
 forked child before the main search so that they run beside it on a second CPU.
 
 The child runs its jobs in order and writes each result to a pipe as it finishes (a length, then
-the pickled (key, result)); it reads compiled modules from the disk cache only
+the JSON of [key, result]: a job's result is plain data, strings, numbers, lists and dicts of
+them, or None); it reads compiled modules from the disk cache only
 (perfmodel.evaluate.warm_only: with a cold cache it stops at the first module it lacks, and the
 parent, which builds the modules anyway, computes the job itself). The parent asks for a job's
 result when it needs it (Ahead.get): from the pipe, waiting while the child computes it, or
@@ -14,15 +15,15 @@ same input: running ahead changes how long the answer takes, never the answer. A
 running when the parent has what it needs, or exits, is stopped (SIGTERM).
 
 os.fork by hand, as perfmodel.evaluate.build_ahead (its reasons there); the framing of the
-results by hand too (a length and a pickle: multiprocessing's connection does this, but
-importing it costs more than the work it would save here).
+results by hand too (a length and JSON: never a pickle, which would run code from the pipe;
+multiprocessing's connection pickles).
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
-import pickle
 import signal
 import struct
 from collections.abc import Callable, Iterable
@@ -30,12 +31,12 @@ from typing import Any
 
 from perfmodel import evaluate
 
-_HEADER = struct.Struct("<Q")  # the length of one pickled (key, result)
+_HEADER = struct.Struct("<Q")  # the length of one JSON [key, result]
 _RUNNING: set[Ahead] = set()  # the parent's children still running (stopped at exit)
 
 
 class Ahead:
-    """Jobs (key, function of no arguments returning a picklable result) run in a child, in
+    """Jobs (key, function of no arguments returning plain data: JSON) run in a child, in
     order. get(key, compute) gives a job's result; stop() ends the child."""
 
     def __init__(self, jobs: Iterable[tuple[str, Callable[[], Any]]]) -> None:
@@ -116,7 +117,7 @@ class Ahead:
             (size,) = _HEADER.unpack_from(self._buffer)
             if len(self._buffer) < _HEADER.size + size:
                 return
-            key, result = pickle.loads(bytes(self._buffer[_HEADER.size:_HEADER.size + size]))
+            key, result = json.loads(bytes(self._buffer[_HEADER.size:_HEADER.size + size]))
             del self._buffer[:_HEADER.size + size]
             self.results[key] = result
 
@@ -148,7 +149,7 @@ def _child(jobs: list[tuple[str, Callable[[], Any]]], read: int, write: int) -> 
         evaluate.warm_only()
         _RUNNING.clear()  # the parent's other children are not this one's to stop
         for key, job in jobs:
-            data = pickle.dumps((key, job()))
+            data = json.dumps([key, job()], allow_nan=False).encode()
             view = memoryview(_HEADER.pack(len(data)) + data)
             while view:
                 view = view[os.write(write, view):]
