@@ -101,7 +101,7 @@ def alternatives(model: TransformerSpec, req: SearchRequest) -> list[tuple[str, 
     etp: where the best plan takes them, seldom) run after it, where needed."""
     out = [("fp8", bf16_request(req))] if req.dtype is Dtype.FP8 else []
     if model.experts and req.ep is None:
-        out.append(("ep", dataclasses.replace(req, ep=1)))
+        out.append(("ep", without(req, "ep")))
     return out
 
 
@@ -184,11 +184,16 @@ def best_of(model: TransformerSpec, hardware: HardwareSpec,
             "step_time_s": float(alt.best.step_time_s[0])}
 
 
+def without(req: SearchRequest, axis: str) -> SearchRequest:
+    """The request with the degree `axis` (cp, ep, etp) at 1."""
+    fields: dict[str, Any] = {axis: 1}
+    return dataclasses.replace(req, **fields)
+
+
 def best_without(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest,
                  axis: str) -> dict[str, Any] | None:
     """The best plan of the request's search with `axis` at 1 (best_of)."""
-    without: dict[str, Any] = {axis: 1}
-    return best_of(model, hardware, dataclasses.replace(req, **without))
+    return best_of(model, hardware, without(req, axis))
 
 
 def _alternative(ahead: Ahead | None, key: str, model: TransformerSpec, hardware: HardwareSpec,
@@ -211,9 +216,7 @@ def parallelism_wins(model: TransformerSpec, hardware: HardwareSpec, result: Sea
         degree = getattr(best.plan, axis)
         if degree == 1 or getattr(req, axis) is not None:
             continue
-        without: dict[str, Any] = {axis: 1}
-        alt = _alternative(ahead, axis, model, hardware, dataclasses.replace(req, **without),
-                           needed)
+        alt = _alternative(ahead, axis, model, hardware, without(req, axis), needed)
         entry: dict[str, Any] = {"axis": axis, "degree": degree, "best_without": None,
                                  "objective_without": None, "step_time_without_s": None}
         if alt is not None:
