@@ -4,15 +4,19 @@ forked child before the main search so that they run beside it on a second CPU.
 
 The child runs its jobs in order and writes each result to a pipe as it finishes (a length, then
 the JSON of [key, result]: a job's result is plain data, strings, numbers, lists and dicts of
-them, or None); it reads compiled modules from the disk cache only
-(perfmodel.evaluate.warm_only: with a cold cache it stops at the first module it lacks, and the
-parent, which builds the modules anyway, computes the job itself). The parent asks for a job's
-result when it needs it (Ahead.get): from the pipe, waiting while the child computes it, or
-computed in this process where the child cannot give it (not forked: one CPU, another thread,
+them, or None); it reads compiled modules from the disk cache only and builds none
+(perfmodel.evaluate.warm_only). With a cold cache it waits for a module it lacks, saying so on
+the pipe ([null, {"waiting": path}], then [null, {"waiting": null}] once it has it): the parent
+builds the modules of its own search anyway (it, or its build-ahead child, files them), and the
+searches run ahead are of the same model on the same hardware, so they mostly need the same
+modules and start as soon as those are filed, still beside the main search. The parent asks for
+a job's result when it needs it (Ahead.get): from the pipe, waiting while the child computes it,
+or computed in this process where the child cannot give it (not forked: one CPU, another thread,
 not Linux, PERFMODEL_NO_BUILD_AHEAD; the child failed or ended; the child is busy with a job
-before it that the parent does not need). Either way the result is the same function's on the
-same input: running ahead changes how long the answer takes, never the answer. A child still
-running when the parent has what it needs, or exits, is stopped (SIGTERM).
+before it that the parent does not need; the child waits for a module nobody is building:
+evaluate.coming). Either way the result is the same function's on the same input: running ahead
+changes how long the answer takes, never the answer. A child still running when the parent has
+what it needs, or exits, is stopped (SIGTERM); a child whose parent has gone stops itself.
 
 os.fork by hand, as perfmodel.evaluate.build_ahead (its reasons there); the framing of the
 results by hand too (a length and JSON: never a pickle, which would run code from the pipe;
@@ -24,15 +28,20 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import select
 import signal
 import struct
+import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from perfmodel import evaluate
 
 _HEADER = struct.Struct("<Q")  # the length of one JSON [key, result]
 _RUNNING: set[Ahead] = set()  # the parent's children still running (stopped at exit)
+POLL_S = 0.02  # how often a waiting child looks for the module it waits for
+CHECK_S = 0.1  # how often a parent waiting on its child checks that the child's wait will end
 
 
 class Ahead:
@@ -43,6 +52,7 @@ class Ahead:
         self.jobs = list(jobs)
         self.keys = [key for key, _ in self.jobs]
         self.results: dict[str, Any] = {}
+        self.waiting: str | None = None  # the module the child waits for, if it waits
         self.pid: int | None = None
         self.read: int | None = None
         self._buffer = bytearray()
@@ -72,7 +82,9 @@ class Ahead:
             ahead = self.keys[:self.keys.index(key)]
             if all(k in self.results or k in wanted for k in ahead):
                 while key not in self.results and self.read is not None:
-                    self._drain(block=True)
+                    if self.waiting is not None and not evaluate.coming(Path(self.waiting)):
+                        break  # it waits for a module nobody is building: computed here
+                    self._drain(block=True, timeout_s=CHECK_S)
             if key in self.results:
                 return self.results[key]
         self.stop()
@@ -88,10 +100,14 @@ class Ahead:
             pass
         self._close()
 
-    def _drain(self, block: bool) -> None:
-        """Read what the child has written: all of it (waiting for one read) when `block`, what
-        is there now otherwise; the pipe's end closes the child."""
+    def _drain(self, block: bool, timeout_s: float | None = None) -> None:
+        """Read what the child has written: all of it (waiting for one read, at most timeout_s
+        where given) when `block`, what is there now otherwise; the pipe's end closes the
+        child."""
         assert self.read is not None
+        if block and timeout_s is not None and not select.select([self.read], [], [],
+                                                                   timeout_s)[0]:
+            return
         if not block:
             os.set_blocking(self.read, False)
         try:
@@ -119,7 +135,10 @@ class Ahead:
                 return
             key, result = json.loads(bytes(self._buffer[_HEADER.size:_HEADER.size + size]))
             del self._buffer[:_HEADER.size + size]
-            self.results[key] = result
+            if key is None:  # the child waits for a module, or has it
+                self.waiting = result["waiting"]
+            else:
+                self.results[key] = result
 
     def _close(self) -> None:
         if self.read is not None:
@@ -141,18 +160,35 @@ def _stop_all() -> None:
 
 def _child(jobs: list[tuple[str, Callable[[], Any]]], read: int, write: int) -> None:
     """The forked child: off the parent's terminal, SIGTERM's default action (the parent's
-    handler is the CLI's), the disk cache read only; each job's result written as it ends."""
+    handler is the CLI's), the disk cache read only, a module it lacks waited for;
+    each job's result written as it ends."""
     status = 0
+    parent = os.getppid()
+
+    def wait(path: Path) -> None:
+        _send(write, None, {"waiting": str(path)})
+        while not path.is_file():
+            if os.getppid() != parent:  # the parent has gone: nobody will read the result
+                os._exit(1)
+            time.sleep(POLL_S)
+        _send(write, None, {"waiting": None})
+
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         evaluate.detach_child(read)
-        evaluate.warm_only()
+        evaluate.warm_only(on_missing=wait)
         _RUNNING.clear()  # the parent's other children are not this one's to stop
         for key, job in jobs:
-            data = json.dumps([key, job()], allow_nan=False).encode()
-            view = memoryview(_HEADER.pack(len(data)) + data)
-            while view:
-                view = view[os.write(write, view):]
-    except BaseException:  # noqa: BLE001 (a cold cache, a failed job: the parent computes it)
+            _send(write, key, job())
+    except BaseException:  # noqa: BLE001 (a failed job: the parent computes it)
         status = 1
     os._exit(status)
+
+
+def _send(write: int, key: str | None, result: Any) -> None:
+    """One [key, result] on the pipe: its length, then its JSON (key None: a message about the
+    child itself, not a result)."""
+    data = json.dumps([key, result], allow_nan=False).encode()
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(write, view):]

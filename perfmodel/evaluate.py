@@ -292,7 +292,9 @@ def cached(name: str, build: Callable[[], str]) -> dict[str, Any]:
     if path is not None:
         _await(path)
     if _WARM_ONLY and (path is None or not path.is_file()):
-        raise Cold(name)
+        if path is None or _ON_MISSING is None:
+            raise Cold(name)
+        _ON_MISSING(path)  # waits until another process has filed it (perfmodel.ahead)
     if path is not None and path.is_file():
         try:
             return _import(path)
@@ -331,16 +333,28 @@ class Cold(Exception):
 # a child that runs work ahead of its parent (perfmodel.ahead) reads the modules the disk cache
 # has and builds none: where the cache is cold the parent builds them once, itself
 _WARM_ONLY = False
+_ON_MISSING: Callable[[Path], None] | None = None
 
 
-def warm_only() -> None:
+def warm_only(on_missing: Callable[[Path], None] | None = None) -> None:
     """In a forked child that runs ahead of its parent (perfmodel.ahead): from now on read
-    compiled modules from the disk cache only (a missing one raises Cold) and build none ahead;
-    forget the parent's build-ahead children (theirs to wait for)."""
-    global _WARM_ONLY
-    _WARM_ONLY = True
+    compiled modules from the disk cache only and build none ahead; forget the parent's
+    build-ahead children (theirs to wait for). A missing module raises Cold, or, with
+    on_missing, is waited for: on_missing(path) returns once the module is filed there (the
+    parent, or its build-ahead child, builds it) or ends the process."""
+    global _WARM_ONLY, _ON_MISSING
+    _WARM_ONLY, _ON_MISSING = True, on_missing
     _AHEAD.clear()
     _DONE.clear()
+
+
+def coming(path: Path) -> bool:
+    """The module at `path` is in the disk cache, or a build-ahead child of this process is
+    still building it (one that has ended without filing it will not)."""
+    if path.is_file():
+        return True
+    _reap()  # (a child that has ended is forgotten: it filed what it built)
+    return path in _AHEAD or path.is_file()
 
 
 _AHEAD: dict[Path, tuple[int, int, str]] = {}  # module path -> (child pid, read end of its

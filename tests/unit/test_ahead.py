@@ -13,6 +13,7 @@ from perfmodel import evaluate, load_hardware, load_model
 from perfmodel.ahead import Ahead
 from perfmodel.recommend import best_without, recommend
 from perfmodel.search import SearchRequest
+from tests.conftest import wait_for
 
 
 @pytest.fixture()
@@ -48,10 +49,54 @@ def test_what_the_child_cannot_give_is_computed_here(forks):
 
     ahead = Ahead([("fine", lambda: 1), ("cold", cold), ("after", lambda: 3)])
     assert ahead.get("fine", _here) == 1
-    assert ahead.get("cold", lambda: "here") == "here"  # the child stopped at evaluate.Cold
+    # the child waits for a module nobody builds: stopped, and its job computed here
+    assert ahead.get("cold", lambda: "here") == "here"
+    assert ahead.waiting is not None and ahead.waiting.endswith("-not-there.py")
     assert ahead.get("after", lambda: "here too") == "here too"
     assert ahead.pid is None
     assert ahead.get("unknown", lambda: 4) == 4
+
+
+def test_a_module_the_child_lacks_is_waited_for_until_this_process_files_it(forks):
+    """The child's search needs a module the cold cache lacks: it waits, and goes on once this
+    process (which builds its own search's modules anyway) has filed it."""
+    def job() -> int:
+        return evaluate.cached("later", _here)["X"]
+
+    ahead = Ahead([("job", job)])
+    wait_for(lambda: ahead._drain(block=False) or ahead.waiting, "the child waits")
+    assert ahead.waiting.endswith("-later.py") and "job" not in ahead.results
+    assert evaluate.cached("later", lambda: "X = 7\n")["X"] == 7  # built and filed here
+    assert ahead.get("job", _here) == 7  # the child's, not computed here
+    assert ahead.waiting is None
+
+
+def test_a_waiting_child_whose_parent_has_gone_ends(forks):
+    """A child left waiting (its parent killed before stopping it) does not wait for ever."""
+    read, write = os.pipe()
+    middle = os.fork()
+    if middle == 0:  # the parent that goes: its child waits for a module nobody will build
+        try:
+            os.close(read)
+            ahead = Ahead([("job", lambda: evaluate.cached("never", _here))])
+            wait_for(lambda: ahead._drain(block=False) or ahead.waiting, "the child waits")
+            os.write(write, str(ahead.pid).encode())
+        finally:
+            os._exit(0)  # no exit handlers: the child is not stopped
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = int(pipe.read())
+    os.waitpid(middle, 0)
+    wait_for(lambda: _ended(child), "the orphaned child ends")
+
+
+def _ended(pid: int) -> bool:
+    """No such process, or a zombie nobody has collected yet (the reaper is not ours)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 def test_a_child_busy_with_an_unneeded_job_is_stopped(forks):
