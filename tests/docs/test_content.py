@@ -122,7 +122,8 @@ def test_readme_has_what_a_newcomer_needs():
     """What it is, the two set-up commands, a quick start of every command, a sample output."""
     readme = (ROOT / "README.md").read_text()
     setup = [c for b in blocks("README.md") if b.language == "bash" for c in commands(b)]
-    assert setup[:2] == ["pip install torch==2.13.0 -e '.[dev]'", "python -m pytest -n 2"]
+    assert setup[:2] == ["pip install torch==2.13.0 -e '.[dev]' '&&' python -m compileall -q "
+                         "perfmodel workload calibration validation", "python -m pytest -n 2"]
     run = " ".join(setup)
     for command in ("presets", "predict", "explain", "collective", "recommend", "sweep",
                     "calibrate run", "calibrate import-nccl-tests", "calibrate import-gemm",

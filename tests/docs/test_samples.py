@@ -198,10 +198,17 @@ def check_output(sample: str, actual: str) -> None:
 
 
 def _check_pip(command: str) -> None:
-    """`pip install` lines are checked, not run: the requirements parse and the extras exist."""
+    """`pip install` lines are checked, not run: the requirements parse and the extras exist;
+    a byte-compilation after it (`&& python -m compileall -q DIR...`) names this repository's
+    package directories."""
     from packaging.requirements import Requirement
 
     words = shlex.split(command)
+    if "&&" in words:
+        words, after = words[:words.index("&&")], words[words.index("&&") + 1:]
+        assert after[:4] == ["python", "-m", "compileall", "-q"], command
+        missing = [d for d in after[4:] if not any((ROOT / d).glob("*.py"))]
+        assert after[4:] and not missing, f"no Python package of the repository: {missing}"
     assert words[:2] == ["pip", "install"], command
     extras_defined = _extras()
     words = words[2:]
