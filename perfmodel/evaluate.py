@@ -204,6 +204,7 @@ def step_lower_bound(built: Any, unread: tuple[str, ...]) -> Any:
     from perfmodel.codegen import reads
     from perfmodel.costs.lattice import lmax
     from perfmodel.encode import GROUPS
+    from perfmodel.step.compose import overlap_floors
 
     table = S.table()
     unread_symbols = {table[name][0] for g in GROUPS if g.name in unread
@@ -218,6 +219,16 @@ def step_lower_bound(built: Any, unread: tuple[str, ...]) -> Any:
             stages.setdefault(stage, []).append(0 if skip else term)
         elif not skip:
             step.append(term)
+    if "overlap" in unread:  # the terms the overlap flags decide, dropped above: their floors
+        m = built.quantities["micro_batches"]
+        for stage, phases in built.phases.items():
+            floors = [f for p in phases for f in overlap_floors(p, m)]
+            kept = [f for f, skip in zip(floors, reads(floors, unread_symbols), strict=True)
+                    if not skip]
+            if stage == "step":
+                step.extend(kept)
+            elif stage in stages:
+                stages[stage].extend(m * f for f in kept)
     return lmax(*(sum(terms, 0) for terms in stages.values())) + sum(step, 0)
 
 

@@ -304,6 +304,25 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
                  {t: scaled(phase.present, sp.Add(*x)) for t, x in hidden.items()})
 
 
+def overlap_floors(phase: Phase, m: sp.Expr = ONE) -> list[sp.Expr]:
+    """A lower bound on what each switchable Overlap of the phase adds to its terms, whether the
+    plan overlaps or not [s] (a search's bound, perfmodel.evaluate.step_lower_bound): k / (1 + k)
+    of the communication it covers, c. Off, the terms hold all of c; on, its exposed part u and
+    the contention k / (1 + k) (c - u) (module doc), at least k / (1 + k) c for k >= 0. Only the
+    Overlaps whose `enabled` is not a number (a plan's choice) and whose contention k is not 0;
+    m as phase_terms'."""
+    out = []
+    for ov in phase.overlaps:
+        mine = [c for c in phase.comms if ov.covers(c)]
+        if not mine or ov.enabled.is_number or ov.contention == 0:
+            continue
+        times = (scaled(phase.comm_scale, c.time_per_step_s(m) if phase.per_step else c.time_s)
+                 for c in mine)
+        k = ov.contention
+        out.append(scaled(phase.present, scaled(ov.share, sp.Add(*times)) * k / (1 + k)))
+    return out
+
+
 def launch_s(collectives: Iterable[Collective], stage: str | None = None,
              per_launch_s: sp.Expr = S.t_coll, head_first: sp.Expr | int = 0) -> sp.Expr:
     """Host time of launching collectives, per_launch_s per call [s]: on a stage (per

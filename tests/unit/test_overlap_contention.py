@@ -199,3 +199,26 @@ def test_predict_with_a_profile_uses_its_slowdown(tmp_path, run_cli):
         overlap_compute_slowdown=0.3), Plan(gpus=8, tp=8, global_batch=8, sequence_parallel=True,
                                             tp_comm_overlap=True)).breakdown_s
     assert got == pytest.approx(want[CO.CONTENTION_TERM], rel=1e-9) and got > 0
+
+
+@pytest.mark.parametrize("window_s,floor", [(10, 0), (10, sp.Rational(1, 10)), (0, 0), (100, 0)])
+@pytest.mark.parametrize("comm_s", [1, 8, 20])
+def test_an_overlaps_floor_is_under_what_it_adds_on_or_off(comm_s, window_s, floor):
+    """The search's bound takes k / (1 + k) c of a switchable overlap's communication c
+    (overlap_floors): at most what it adds to the terms (its exposed part and the contention)
+    whether the plan overlaps or not, whatever the window and floor."""
+    k = sp.Rational(1, 4)
+    on = sp.Symbol("is_tp_comm_overlap")
+    ov = CO.Overlap("a GEMM", sp.Integer(window_s), on, floor=floor, contention=k)
+    phase = CO.Phase(name="p", comms=(_Comm("c", sp.Integer(comm_s)),), overlaps=(ov,))
+    [floor_s] = CO.overlap_floors(phase)
+    assert floor_s == k / (1 + k) * comm_s
+    t = CO.phase_terms(phase)
+    for flag in (0, 1):
+        added = (t.comm["comm/tp"] + t.device.get(CO.CONTENTION_TERM, 0)).subs(on, flag)
+        assert floor_s <= added
+    # an overlap the plan cannot switch (enabled a number), or without contention: no floor
+    fixed = CO.Phase(name="p", comms=phase.comms, overlaps=(_overlap(window_s, k),))
+    free = CO.Phase(name="p", comms=phase.comms,
+                    overlaps=(CO.Overlap("a GEMM", sp.Integer(window_s), on, contention=0),))
+    assert CO.overlap_floors(fixed) == CO.overlap_floors(free) == []
