@@ -222,9 +222,14 @@ def step_lower_bound(built: Any, unread: tuple[str, ...]) -> Any:
     if "overlap" in unread:  # the terms the overlap flags decide, dropped above: their floors
         m = built.quantities["micro_batches"]
         for stage, phases in built.phases.items():
-            floors = [f for p in phases for f in overlap_floors(p, m)]
-            kept = [f for f, skip in zip(floors, reads(floors, unread_symbols), strict=True)
-                    if not skip]
+            pairs = [pair for p in phases for pair in overlap_floors(p, m)]
+            # an overlap whose switch reads an unread group has its terms (its exposed
+            # communication, its contention) dropped above: its floor counts for them, where it
+            # reads no unread group itself
+            switched = reads([on for on, _ in pairs], unread_symbols)
+            unreadable = reads([f for _, f in pairs], unread_symbols)
+            kept = [f for (_, f), on, skip in zip(pairs, switched, unreadable, strict=True)
+                    if on and not skip]
             if stage == "step":
                 step.extend(kept)
             elif stage in stages:

@@ -304,13 +304,13 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
                  {t: scaled(phase.present, sp.Add(*x)) for t, x in hidden.items()})
 
 
-def overlap_floors(phase: Phase, m: sp.Expr = ONE) -> list[sp.Expr]:
-    """A lower bound on what each switchable Overlap of the phase adds to its terms, whether the
-    plan overlaps or not [s] (a search's bound, perfmodel.evaluate.step_lower_bound): k / (1 + k)
-    of the communication it covers, c. Off, the terms hold all of c; on, its exposed part u and
-    the contention k / (1 + k) (c - u) (module doc), at least k / (1 + k) c for k >= 0. Only the
-    Overlaps whose `enabled` is not a number (a plan's choice) and whose contention k is not 0;
-    m as phase_terms'."""
+def overlap_floors(phase: Phase, m: sp.Expr = ONE) -> list[tuple[sp.Expr, sp.Expr]]:
+    """(enabled, floor) of each switchable Overlap of the phase: a lower bound on what it adds to
+    its terms [s], whatever `enabled` is (0 to 1; a search's bound, perfmodel.evaluate.
+    step_lower_bound): k / (1 + k) of the communication it covers, c. Its terms hold
+    c - I (c - u) / (1 + k) of it (exposed, module doc) and k / (1 + k) I (c - u) (contention),
+    together at least k / (1 + k) c for 0 <= I <= 1, 0 <= u <= c and k >= 0. Only the Overlaps
+    whose `enabled` is not a number and whose contention k is not 0; m as phase_terms'."""
     out = []
     for ov in phase.overlaps:
         mine = [c for c in phase.comms if ov.covers(c)]
@@ -319,7 +319,8 @@ def overlap_floors(phase: Phase, m: sp.Expr = ONE) -> list[sp.Expr]:
         times = (scaled(phase.comm_scale, c.time_per_step_s(m) if phase.per_step else c.time_s)
                  for c in mine)
         k = ov.contention
-        out.append(scaled(phase.present, scaled(ov.share, sp.Add(*times)) * k / (1 + k)))
+        out.append((ov.enabled,
+                    scaled(phase.present, scaled(ov.share, sp.Add(*times)) * k / (1 + k))))
     return out
 
 

@@ -211,8 +211,8 @@ def test_an_overlaps_floor_is_under_what_it_adds_on_or_off(comm_s, window_s, flo
     on = sp.Symbol("is_tp_comm_overlap")
     ov = CO.Overlap("a GEMM", sp.Integer(window_s), on, floor=floor, contention=k)
     phase = CO.Phase(name="p", comms=(_Comm("c", sp.Integer(comm_s)),), overlaps=(ov,))
-    [floor_s] = CO.overlap_floors(phase)
-    assert floor_s == k / (1 + k) * comm_s
+    [(enabled, floor_s)] = CO.overlap_floors(phase)
+    assert enabled == on and floor_s == k / (1 + k) * comm_s
     t = CO.phase_terms(phase)
     for flag in (0, 1):
         added = (t.comm["comm/tp"] + t.device.get(CO.CONTENTION_TERM, 0)).subs(on, flag)
