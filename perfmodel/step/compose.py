@@ -274,7 +274,7 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
         return {t: scaled(phase.present, x) for t, x in part.items()}
 
     def time(c: Collective) -> sp.Expr:
-        return scaled(phase.comm_scale, c.time_per_step_s(m) if phase.per_step else c.time_s)
+        return comm_time(phase, c, m)
 
     comm: dict[str, list[sp.Expr]] = {}
     hidden: dict[str, list[sp.Expr]] = {}
@@ -304,6 +304,12 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
                  {t: scaled(phase.present, sp.Add(*x)) for t, x in hidden.items()})
 
 
+def comm_time(phase: Phase, c: Collective, m: sp.Expr = ONE) -> sp.Expr:
+    """A collective's time in its phase [s]: per micro-batch, or per step in a per-step phase (m
+    micro-batches per step), times the phase's comm_scale."""
+    return scaled(phase.comm_scale, c.time_per_step_s(m) if phase.per_step else c.time_s)
+
+
 def overlap_floors(phase: Phase, m: sp.Expr = ONE) -> list[tuple[sp.Expr, sp.Expr]]:
     """(enabled, floor) of each switchable Overlap of the phase: a lower bound on what it adds to
     its terms [s], whatever `enabled` is (0 to 1; a search's bound, perfmodel.evaluate.
@@ -316,11 +322,9 @@ def overlap_floors(phase: Phase, m: sp.Expr = ONE) -> list[tuple[sp.Expr, sp.Exp
         mine = [c for c in phase.comms if ov.covers(c)]
         if not mine or ov.enabled.is_number or ov.contention == 0:
             continue
-        times = (scaled(phase.comm_scale, c.time_per_step_s(m) if phase.per_step else c.time_s)
-                 for c in mine)
         k = ov.contention
-        out.append((ov.enabled,
-                    scaled(phase.present, scaled(ov.share, sp.Add(*times)) * k / (1 + k))))
+        covered = sp.Add(*(comm_time(phase, c, m) for c in mine))
+        out.append((ov.enabled, scaled(phase.present, scaled(ov.share, covered) * k / (1 + k))))
     return out
 
 
