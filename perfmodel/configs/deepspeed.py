@@ -270,24 +270,16 @@ def _batch(data: dict[str, Any], job: JobConfig, where: str) -> None:
                             "(DeepSpeed refuses it)")
         job.gpus = batch // (micro * accum)
         job.gpus_from = "train_batch_size / (micro-batch x gradient accumulation)"
-    elif micro is not None and accum is not None:
-        job.plan["_accumulation"] = accum
-    elif accum is not None and batch is not None:
-        job.plan["_accumulation_batch"] = accum
+    job.plan["_batch"] = (batch, micro, accum)  # finish() completes them as DeepSpeed does
 
 
 def finish(job: JobConfig, gpus: int) -> None:
-    """The batch fields that follow from the world size (every GPU a data-parallel rank)."""
-    accum = job.plan.pop("_accumulation", None)
-    if accum is not None:
-        job.fix("global_batch", job.plan["micro_batch"] * accum * gpus)
-    accum = job.plan.pop("_accumulation_batch", None)
-    if accum is not None:
-        micro, left = divmod(job.plan["global_batch"], accum * gpus)
-        if left or micro < 1:
-            raise SpecError(f"{job.path}: train_batch_size {job.plan['global_batch']} is not a "
-                            f"multiple of gradient_accumulation_steps {accum} x {gpus} GPUs")
-        job.fix("micro_batch", micro)
+    """The batch fields that follow from the world size, by DeepSpeed's rule
+    (DeepSpeedConfig._set_batch_related_parameters and _batch_assertion in
+    deepspeed/runtime/config.py): of train_batch_size, train_micro_batch_size_per_gpu and
+    gradient_accumulation_steps, two give the third over the data-parallel ranks; the batch
+    alone or the micro-batch alone take one micro-batch a step; neither is refused. --micro-batch
+    and --global-batch stand in for what the config leaves out or to the Trainer ('auto')."""
     if job.plan.pop("_dtype_auto", False) and "dtype" not in job.plan:
         raise PlanError(f"{job.path}: bf16/fp16 enabled 'auto' (the Hugging Face Trainer fills "
                         "it in from its own arguments): give --dtype")
@@ -297,6 +289,34 @@ def finish(job: JobConfig, gpus: int) -> None:
         if key in job.plan.pop("_auto", ()) and field_name not in job.plan:
             raise PlanError(f"{job.path}: {key} 'auto' (the Hugging Face Trainer fills it in "
                             f"from its own arguments): give {flag}")
+    stated = job.plan.pop("_batch", None)
+    if stated is None:
+        return
+    _, _, accum = stated
+    batch, micro = job.plan.get("global_batch"), job.plan.get("micro_batch")
+    model_parallel = (int(job.plan.get("tp", 1)) * int(job.plan.get("pp", 1))
+                      * int(job.plan.get("cp", 1)))
+    dp = max(gpus // model_parallel, 1)
+    if batch is None and micro is None:
+        raise PlanError(f"{job.path}: neither train_batch_size nor train_micro_batch_size_per_gpu "
+                        + (f"(only gradient_accumulation_steps {accum}) " if accum else "")
+                        + "is given, and DeepSpeed needs one: give --micro-batch or "
+                        "--global-batch")
+    if batch is not None and micro is not None and accum is None:
+        accum = batch // micro // dp
+    elif batch is not None and micro is None:
+        accum = accum or 1
+        micro = batch // dp // accum
+    elif batch is None:
+        accum = accum or 1
+        batch = micro * accum * dp
+    if micro < 1 or accum < 1 or batch != micro * accum * dp:
+        raise SpecError(f"{job.path}: train_batch_size {batch} is not train_micro_batch_size_"
+                        "per_gpu x gradient_accumulation_steps x the data-parallel ranks "
+                        f"({micro} x {accum} x {dp} = {micro * accum * dp}; DeepSpeed refuses "
+                        "it)")
+    job.fix("micro_batch", micro)
+    job.fix("global_batch", batch)
 
 
 def ds_config(plan: Any) -> dict[str, Any]:

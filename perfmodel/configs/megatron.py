@@ -194,7 +194,7 @@ _IGNORED_KINDS = {
 # Options read and named, whose cost in every step perfmodel does not model: said in a note as
 # not modelled, never listed as leaving the step as it is (megatron/training/training.py and
 # arguments.py at d98e8a64dd)
-_UNMODELLED_COSTS = {
+UNMODELLED_COSTS = {
     "deterministic-mode": "deterministic algorithms (torch.use_deterministic_algorithms; "
                           "Transformer Engine's deterministic attention backward under "
                           "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0; one NCCL algorithm): their "
@@ -208,7 +208,7 @@ _UNMODELLED_COSTS = {
 }
 
 
-def _ignored_reason(name: str) -> str | None:
+def ignored_reason(name: str) -> str | None:
     for reason, names in _IGNORED_KINDS.items():
         for n in names:
             if name == n or (n.endswith("-") and name.startswith(n)):
@@ -241,7 +241,7 @@ def parse_words(launch: Launch, where: str, job: JobConfig) -> dict[str, tuple[s
             continue
         name, _, inline = word[2:].partition("=")
         arity = READ_OPTIONS.get(name)
-        reason = _ignored_reason(name) if arity is None else None
+        reason = ignored_reason(name) if arity is None else None
         values: list[str] = [inline] if inline else []
         i += 1
         if arity is None or arity != 0:
@@ -257,13 +257,13 @@ def parse_words(launch: Launch, where: str, job: JobConfig) -> dict[str, tuple[s
                 i += 1
         if arity is None:
             shown: Any = " ".join(launch.shown(v) for v in values) or True
-            if name in _UNMODELLED_COSTS:
+            if name in UNMODELLED_COSTS:
                 off = name == "empty-unused-memory-level" and str(shown).strip() == "0"
                 if off:  # level 0, Megatron-LM's default: no empty_cache
                     job.skipped(word.partition("=")[0], shown, "level 0: no empty_cache")
                 else:
                     job.notes.append(f"--{name}{'' if shown is True else ' ' + str(shown)}: "
-                                     f"{_UNMODELLED_COSTS[name]}")
+                                     f"{UNMODELLED_COSTS[name]}")
                 continue
             if reason:
                 job.skipped(word.partition("=")[0], shown, reason)

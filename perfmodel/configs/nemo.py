@@ -123,6 +123,11 @@ _PRESETS = {  # NeMo 2 config classes (nemo.collections.llm.gpt.model) -> perfmo
     "Llama31Config8B": "llama3.1-8b", "Llama31Config70B": "llama3.1-70b",
     "Llama31Config405B": "llama3.1-405b", "Llama2Config7B": "llama2-7b",
     "Llama2Config70B": "llama2-70b", "GPTConfig175B": "gpt3-175b"}
+# MegatronStrategy's parallel sizes where the strategy does not state them
+# (nemo/lightning/pytorch/strategies/megatron_strategy.py, MegatronStrategy.__init__)
+_STRATEGY_DEFAULTS = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
+                      "virtual_pipeline_model_parallel_size": None, "context_parallel_size": 1,
+                      "sequence_parallel": False, "expert_model_parallel_size": 1}
 _PRECISIONS = {"bf16-mixed": "bf16", "bf16_mixed": "bf16", "bf16": "bf16", "16-mixed": "fp16",
                "fp16-mixed": "fp16", "fp16_mixed": "fp16", "16": "fp16", "32": "fp32",
                "32-true": "fp32", "fp32": "fp32"}
@@ -261,11 +266,39 @@ def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any]
         elif value not in (None, False, 0, [], "", {}) and name not in _NOT_TYPOS \
                 and typo(name, _READ_NAMES):  # a near-miss of a key read, set: a misspelling
             raise SpecError(f"{job.path}: unknown key {key}{typo(name, _READ_NAMES)}")
-        elif value in (None, False, 0, [], "", {}) or not model:
-            job.skipped(key, value, "off" if model else "not the step's (run length, data, "
-                                                        "hyperparameters)")
+        elif value in (None, False, 0, [], "", {}):
+            job.skipped(key, value, "off")
         else:
-            job.strange(key, value)
+            _not_read(job, key, name, value, model)
+
+
+# MegatronStrategy's and the trainers' keys that are not the step's
+_BOOKKEEPING = frozenset((
+    "gradient_as_bucket_view", "save_ckpt_format", "replace_progress_bar", "progress_interval",
+    "find_unused_parameters", "lazy_init", "init_model_parallel", "setup_optimizers",
+    "restore_config", "pipeline_dtype", "use_te_rng_tracker", "data_sampler", "parallel_devices",
+    "cluster_environment", "checkpoint_io", "eval_iters", "eval_interval", "iterations_to_skip",
+    "check_weight_hash_across_dp_replicas_interval", "exit_signal_handler_for_dataloader",
+    "manual_gc_eval", "timers", "config_logger_dir"))
+
+
+def _not_read(job: JobConfig, key: str, name: str, value: Any, model: bool) -> None:
+    """A set field _put does not read: said why where Megatron-LM's option of that name is one
+    whose cost perfmodel leaves out (a note) or one that does not change the step (ignored, the
+    Megatron reader's reason), or a trainer's bookkeeping; otherwise not read (unknown)."""
+    from perfmodel.configs.megatron import UNMODELLED_COSTS, ignored_reason
+
+    option = name.replace("_", "-")
+    if option in UNMODELLED_COSTS:
+        job.notes.append(f"{key} {value}: {UNMODELLED_COSTS[option]}")
+        return
+    reason = None if model else ignored_reason(option) or ignored_reason(f"ddp-{option}")
+    if reason:
+        job.skipped(key, value, reason)
+    elif not model and name in _BOOKKEEPING:
+        job.skipped(key, value, "the trainer's bookkeeping (not the step)")
+    else:
+        job.strange(key, value)
 
 
 def _clamp(fields: dict[str, Any], prefix: str, settings: Settings, job: JobConfig) -> None:
@@ -444,6 +477,13 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
         if name in known:
             continue
         if name in _IGNORED_SECTIONS:
+            if isinstance(value, dict):  # what costs every step though it logs or checks:
+                from perfmodel.configs.megatron import UNMODELLED_COSTS  # said, not ignored
+
+                for field_name, field in list(value.items()):
+                    if field_name.replace("_", "-") in UNMODELLED_COSTS and _truth(field):
+                        _not_read(job, f"{name}.{field_name}", field_name, field, False)
+                        value = {k: v for k, v in value.items() if k != field_name}
             job.skipped(f"{name}.*", f"({len(value) if isinstance(value, dict) else 1} "
                                      "settings)", _IGNORED_SECTIONS[name])
         else:
@@ -701,12 +741,36 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
     trainer = data["trainer"]
     nemo1.world(trainer, job, where)
     strategy = trainer.get("strategy") or {}
+    # MegatronStrategy's parallel sizes: put over the model's below
+    from_strategy: Settings = {}
     if isinstance(strategy, dict):
         ddp = strategy.get("ddp")
-        _put(settings, job, "trainer.strategy",
-             {k: v for k, v in strategy.items() if k != "ddp"})
+        _put(from_strategy, job, "trainer.strategy",
+             {k: v for k, v in strategy.items() if k not in ("ddp", "fsdp")})
         if isinstance(ddp, dict):
             _put(settings, job, "trainer.strategy.ddp", ddp)
+        elif ddp is not None and str(ddp) != "megatron":  # MegatronStrategy's ddp literal
+            raise refuse_plan(where, "trainer.strategy.ddp", ddp,
+                              "PyTorch DDP under NeMo 2 is not modelled (MegatronStrategy "
+                              "refuses it beside Megatron-Core's optimizer); allowed: megatron "
+                              "or a DistributedDataParallelConfig")
+        elif ddp is not None:
+            job.took("trainer.strategy.ddp", ddp, "Megatron-Core's DDP with its defaults")
+        fsdp = strategy.get("fsdp")
+        if fsdp not in (None, "None", "null"):  # MegatronStrategy(fsdp=...): its DDP's FSDP
+            dest = {"megatron": "use_megatron_fsdp", "pytorch": "use_torch_fsdp2"}.get(str(fsdp))
+            if dest is None:
+                raise refuse_plan(where, "trainer.strategy.fsdp", fsdp,
+                                  "allowed: megatron, pytorch or null")
+            settings[dest] = ("trainer.strategy.fsdp", True)
+    # MegatronStrategy's parallel sizes replace the model config's, stated or not (its defaults:
+    # set_model_parallel_attributes in nemo/lightning/pytorch/strategies/utils.py copies every
+    # ParallelismConfig field the config has)
+    if isinstance(strategy, dict):
+        for name, default in _STRATEGY_DEFAULTS.items():
+            from_strategy.setdefault(_RENAMED.get(name, name),
+                                     (f"trainer.strategy.{name} (MegatronStrategy's default)",
+                                      default))
     for name, value in trainer.items():
         if name not in ("devices", "num_nodes", "strategy", "plugins", "callbacks"):
             job.skipped(f"trainer.{name}", value, "not the step's (run length, logging)")
@@ -733,6 +797,12 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
         settings.setdefault("cross_entropy_loss_fusion",
                             ("model.config (GPTConfig's cross_entropy_loss_fusion default)",
                              True))
+    # the strategy's parallel sizes over the model's
+    for dest, (key, value) in from_strategy.items():
+        if dest in settings and settings[dest][1] != value:
+            job.skipped(*settings[dest], f"overridden by {key}")
+        if dest in settings or "default" not in key:
+            settings[dest] = (key, value)
     optim = (data.get("optim") or {}).get("config") if isinstance(data.get("optim"), dict) \
         else None
     if isinstance(optim, dict):  # Megatron-Core's OptimizerConfig

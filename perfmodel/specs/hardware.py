@@ -358,7 +358,9 @@ class GemmEfficiency:
     """Parameters of the GEMM efficiency model (see perfmodel.costs.gemm_efficiency)."""
 
     max_fraction: float  # fraction of peak that large, well-shaped GEMMs reach
-    half_dim: float  # the harmonic dimension at which efficiency falls to half of max_fraction
+    # the older harmonic-mean form: the dimension at which efficiency falls to half of
+    # max_fraction (0: unused)
+    half_dim: float = 0.0
     m_half_dim: float = 0.0  # rows of the output at which that dimension halves efficiency
     n_half_dim: float = 0.0  # columns of the output, likewise
     k_half_dim: float = 0.0  # contraction dimension, likewise
@@ -830,6 +832,10 @@ class HardwareSpec:
         """The GEMM fit of a dtype as measured (its `default` where it has none)."""
         if dtype in self.gemm_efficiency:
             return self.gemm_efficiency[dtype]
+        if "default" not in self.gemm_efficiency:
+            raise SpecError(f"hardware '{self.name}': gemm_efficiency has no {dtype} entry and "
+                            f"no default (it has {', '.join(self.gemm_efficiency)}); give "
+                            f"gemm_efficiency.{dtype} or gemm_efficiency.default")
         return self.gemm_efficiency["default"]
 
     def training_gemm(self, dtype: str) -> GemmEfficiency:
@@ -1093,6 +1099,14 @@ def _flash_from(value: Any, where: str, named: bool = False) -> FlashAttention |
         raise SpecError(f"{where}: {exc}") from None
 
 
+def _gemm(fields: Mapping[str, Any], where: str) -> GemmEfficiency:
+    missing = [f.name for f in dataclasses.fields(GemmEfficiency)
+               if f.default is dataclasses.MISSING and f.name not in fields]
+    if missing:
+        raise SpecError(f"{where}: missing required field '{missing[0]}'")
+    return GemmEfficiency(**fields)
+
+
 def _gemm_from(value: Any, where: str) -> dict[str, GemmEfficiency]:
     """gemm_efficiency: {max_fraction, half_dim, ...} for all dtypes, or a mapping by dtype of
     those, or both (the flat fields are then the default for the dtypes not listed, as when a
@@ -1110,7 +1124,7 @@ def _gemm_from(value: Any, where: str) -> dict[str, GemmEfficiency]:
                 f"{where}: gemm_efficiency has both top-level fields ({', '.join(flat)}) and a "
                 "'default' entry; give one of them"
             )
-        out["default"] = GemmEfficiency(**flat)
+        out["default"] = _gemm(flat, f"{where}: gemm_efficiency")
     for dtype, sub in value.items():
         if dtype in flat:
             continue
@@ -1123,13 +1137,11 @@ def _gemm_from(value: Any, where: str) -> dict[str, GemmEfficiency]:
         if not isinstance(sub, Mapping):
             raise SpecError(f"{where}: gemm_efficiency.{dtype} must be a mapping")
         check_fields(sub, _GEMM_FIELDS, f"{where}: gemm_efficiency.{dtype}")
-        out[dtype] = GemmEfficiency(**sub)
+        out[dtype] = _gemm(sub, f"{where}: gemm_efficiency.{dtype}")
     if not out:
         raise SpecError(f"{where}: gemm_efficiency is empty; give {', '.join(_GEMM_FIELDS)} "
                         f"or a mapping of them by dtype ({', '.join(DTYPES)}, default)")
-    if "default" not in out:
-        out["default"] = next(iter(out.values()))
-    return out
+    return out  # without a default, a dtype not listed is refused where asked (gemm)
 
 
 def load_hardware_dict(name_or_path: str | Path) -> dict[str, Any]:

@@ -412,6 +412,41 @@ def test_deepspeed_offload_and_auto():
     assert (plan["zero"], plan["overlap_grad_sync"], plan["dp"]) == (2, True, 8)
 
 
+@pytest.mark.parametrize("batch, expected", [
+    # DeepSpeedConfig._set_batch_related_parameters (deepspeed/runtime/config.py): the batch
+    # alone is one micro-batch of batch / dp a step; the micro-batch alone one a step; two of
+    # the three give the third
+    ({"train_batch_size": 256}, (16, 256)),
+    ({"train_micro_batch_size_per_gpu": 2}, (2, 32)),
+    ({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}, (2, 128)),
+    ({"train_batch_size": 256, "gradient_accumulation_steps": 4}, (4, 256)),
+    ({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 2}, (2, 256)),
+])
+def test_deepspeed_batch_as_deepspeed_completes_it(tmp_path, batch, expected):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({**batch, "bf16": {"enabled": True},
+                                "zero_optimization": {"stage": 2}}))
+    _, _, plan = job_plan(path, model="llama3-8b", gpus=16)
+    assert (plan["micro_batch"], plan["global_batch"]) == expected
+
+
+@pytest.mark.parametrize("batch, error, match", [
+    ({"gradient_accumulation_steps": 4}, PlanError, "only gradient_accumulation_steps 4"),
+    ({}, PlanError, "neither train_batch_size nor train_micro_batch_size_per_gpu"),
+    ({"train_batch_size": 250}, SpecError, r"15 x 1 x 16 = 240"),
+    ({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 3}, SpecError, "DeepSpeed"),
+])
+def test_deepspeed_refuses_a_batch_deepspeed_refuses(tmp_path, batch, error, match):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({**batch, "bf16": {"enabled": True},
+                                "zero_optimization": {"stage": 2}}))
+    with pytest.raises(error, match=match):
+        job_plan(path, model="llama3-8b", gpus=16)
+    if not batch or list(batch) == ["gradient_accumulation_steps"]:  # the command line gives it
+        _, _, plan = job_plan(path, model="llama3-8b", gpus=16, micro_batch=2)
+        assert plan["global_batch"] == 2 * batch.get("gradient_accumulation_steps", 1) * 16
+
+
 @pytest.mark.parametrize("stage", [1, 2])
 def test_deepspeed_refuses_zero_1_2_gradients_all_reduced(tmp_path, stage):
     """reduce_scatter false makes ZeRO 1-2 all-reduce each gradient bucket (stage_1_and_2.py,
