@@ -1356,9 +1356,12 @@ RULES: tuple[Rule, ...] = (
     *(_grid_field(f) for f in ("heads", "hidden", "ffn_hidden", "kv_heads")),
     _rule("tp tp_layout", lambda c, m: (c.tp_layout != _1D) | (m.heads % c.tp == 0),
           lambda c, m: f"heads ({m.heads}) must be divisible by tp ({c.tp})", model=True),
+    # Megatron-Core divides num_query_groups by tp (attention.py: divide() asserts) and
+    # torchtitan its n_kv_heads: no training stack here replicates key/value heads over tp
     _rule("tp tp_layout",
-          lambda c, m: (c.tp_layout != _1D) | (m.kv_heads % c.tp == 0) | (c.tp % m.kv_heads == 0),
-          lambda c, m: f"kv_heads ({m.kv_heads}) must divide or be divisible by tp ({c.tp})",
+          lambda c, m: (c.tp_layout != _1D) | (m.kv_heads % c.tp == 0),
+          lambda c, m: f"kv_heads ({m.kv_heads}) must be divisible by tp ({c.tp}): Megatron-Core "
+                       "and torchtitan split the key/value heads over tp, none replicates them",
           model=True),
     _rule("tp tp_layout", lambda c, m: (c.tp_layout != _1D) | (m.ffn_hidden % c.tp == 0),
           lambda c, m: f"ffn_hidden ({m.ffn_hidden}) must be divisible by tp ({c.tp})", model=True),

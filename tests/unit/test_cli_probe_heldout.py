@@ -259,13 +259,13 @@ def test_recommend_keeps_a_pinned_cp_within_max_cp_as_it_keeps_tp_and_pp() -> No
 def test_ulysses_refusal_says_replicated_only_where_tp_exceeds_the_kv_heads():
     """Llama 3 70B (8 kv heads) at tp 4: a rank holds 2 kv heads, which cp 4 does not divide; the
     refusal said '(2: one, replicated, where tp exceeds kv_heads)' though tp does not exceed them.
-    At tp 16 each rank holds one, replicated, and the refusal says so."""
+    At tp 16 the kv heads do not divide over tp, which is refused first."""
     base = ("predict", "--model", "llama3-70b", "--hardware", "dgx-h100", "--seq-len", "32768",
             "--cp", "4", "--cp-comm", "a2a", "--sequence-parallel", "--global-batch", "1")
     code, _, err = _run(*base, "--tp", "4", "--gpus", "16")
     assert code == 4 and "holds (2) divisible by cp (4)" in err and "replicated" not in err
     code, _, err = _run(*base, "--tp", "16", "--gpus", "64")
-    assert code == 4 and "1: tp (16) exceeds kv_heads (8), each rank holds one, replicated" in err
+    assert code == 4 and "kv_heads (8) must be divisible by tp (16)" in err
 
 
 def test_a_recompute_sub_option_the_policy_has_no_use_for_is_refused_not_ignored() -> None:

@@ -339,7 +339,7 @@ def test_the_dry_run_compares_cp_and_ep_plans_with_perfmodels_ledger():
         # Megatron-Core refuses biases in MoE with etp > 1 (TransformerConfig), so does the job
         (MOE.replace(bias=True), dict(dp=2, tp=2, ep=2, etp=2, sequence_parallel=True),
          "etp (2) with a model with biases"),
-        # 4 key/value heads over tp 8: perfmodel replicates them, the job's attention cannot
+        # 4 key/value heads over tp 8: Megatron-Core, perfmodel and the job refuse them
         (DENSE, dict(dp=8, tp=8), "kv_heads (4) must be multiples of tp (8)"),
     ],
 )
