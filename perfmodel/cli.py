@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -575,6 +575,19 @@ PR_PC_TRANSFORMER = ("--pr/--pc apply to layer-graph models (alexnet, vgg16, res
                      "'kind: layers' file); transformers take --dp/--tp/--pp")
 
 
+def _refuse_graph_options() -> None:
+    """A layer graph's options (its normalization, collective variant and contributors) given
+    for a transformer would change nothing: refused, as --pr/--pc are."""
+    ctx = click.get_current_context(silent=True)
+    given = [f"--{name.replace('_', '-')}" for name in ("norm", "collective_variant",
+                                                        "contributors")
+             if ctx is not None and name in ctx.params and _given(ctx, name)]
+    if given:
+        raise click.UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
+                               "layer-graph models (alexnet, vgg16, resnet50, mlp or a 'kind: "
+                               "layers' file); a transformer has none")
+
+
 def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     """(model, hardware, GridPlan) when --model is a layer graph (CNN/MLP), else None."""
     from perfmodel.specs.layers import LayerGraphSpec
@@ -664,6 +677,9 @@ def config_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
     from perfmodel.configs import read_config, resolve_model, resolve_plan
     from perfmodel.strategy import plan_from_dict
 
+    if kw.get("pr") or kw.get("pc"):
+        raise click.UsageError(PR_PC_TRANSFORMER)
+    _refuse_graph_options()
     job = read_config(kw["from_config"])
     model = resolve_model(job, kw.get("model"), kw.get("seq_len"))
     model.require_costed()
@@ -720,6 +736,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
                                "validate runs)")
     if kw.get("pr") or kw.get("pc"):  # validate --emit and --dry-run come here directly
         raise click.UsageError(PR_PC_TRANSFORMER)
+    _refuse_graph_options()
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
     if kw.get("collective_algorithm"):
@@ -732,49 +749,49 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     plan_kw.setdefault("global_batch", kw["dp"] * kw["micro_batch"])
     plan = plan_from_dict(plan_kw)
     plan.check(model)
-    _refuse_idle_flags(plan, model)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        refuse_idle_flags(plan, model, lambda name: name in ctx.params and _given(ctx, name))
     return model, hardware, plan
 
 
-def _refuse_idle_flags(plan: Any, model: Any) -> None:
+def refuse_idle_flags(plan: Any, model: Any, given: Callable[[str], bool]) -> None:
     """A flag given for context or expert parallelism that the plan has none of would change
     nothing: refused, naming it, rather than predicted as if it were not given (a plan read from
-    a config or a plans file may carry its framework's setting; the flag is the user's)."""
-    ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        return
-    if plan.cp == 1 and _given(ctx, "cp_comm"):
+    a config may carry its framework's setting; the flag is the user's, and so is a plans file's
+    cell: `given(field)` says which the user set)."""
+    if plan.cp == 1 and given("cp_comm"):
         raise PlanError(f"cp_comm {plan.cp_comm.value} applies to context parallelism (cp > 1), "
                         "and the plan has cp 1: give --cp, or leave --cp-comm out")
     experts = getattr(model, "experts", 0)
-    if plan.ep == 1 and _given(ctx, "ep_dispatcher") and plan.ep_dispatcher.value != "alltoall":
+    if plan.ep == 1 and given("ep_dispatcher") and plan.ep_dispatcher.value != "alltoall":
         why = "the model has no experts" if not experts else "the plan has ep 1"
         raise PlanError(f"ep_dispatcher {plan.ep_dispatcher.value} exchanges a mixture of "
                         f"experts' tokens over expert parallelism (ep > 1), and {why}: "
                         + ("leave --ep-dispatcher out" if not experts
                            else "give --ep, or leave --ep-dispatcher out"))
-    if not experts and _given(ctx, "expert_weighting") \
+    if not experts and given("expert_weighting") \
             and plan.expert_weighting.value != "activation":
         raise PlanError(f"expert_weighting {plan.expert_weighting.value} applies to a mixture of "
                         "experts, and the model has no experts: leave --expert-weighting out")
-    if plan.tp_backward is not None and _given(ctx, "tp_backward") \
+    if plan.tp_backward is not None and given("tp_backward") \
             and not (plan.tp > 1 and plan.tp_layout.value == "1d"):
         raise PlanError(f"tp_backward {plan.tp_backward.value} applies to tensor parallelism "
                         "(tp > 1, tp_layout 1d), which the plan has not: leave --tp-backward out")
-    if plan.tp == 1 and _given(ctx, "tp_layout") and plan.tp_layout.value != "1d":
+    if plan.tp == 1 and given("tp_layout") and plan.tp_layout.value != "1d":
         raise PlanError(f"tp_layout {plan.tp_layout.value} lays out tensor parallelism (tp > 1), "
                         "and the plan has tp 1: give --tp, or leave --tp-layout out")
     from perfmodel.strategy import sync_ranks
 
     for name in ("overlap_grad_sync", "overlap_param_gather"):
-        if _given(ctx, name) and getattr(plan, name) and sync_ranks(plan, model) == 1:
+        if given(name) and getattr(plan, name) and sync_ranks(plan, model) == 1:
             flag = "--" + name.replace("_", "-")
             what = "gradient sync" if name == "overlap_grad_sync" else "parameter gather"
             raise PlanError(f"{flag} overlaps the data-parallel {what}, and the plan has none "
                             f"(dp {plan.dp}, cp {plan.cp}"
                             + (", the experts' tp dp cp / (ep etp) 1" if experts else "")
                             + f"): give --dp (or --gpus) above 1, or leave {flag} out")
-    _refuse_idle_recompute(ctx, plan.recompute.value)
+    _refuse_idle_recompute(given, plan.recompute.value)
 
 
 def _refuse_idle_pins(pins: dict[str, Any], gpu_counts: Sequence[int], experts: int = 0) -> None:
@@ -812,7 +829,7 @@ _RECOMPUTE_SUBOPTIONS = {"recompute_modules": ("selective",),
                          "recompute_every": ("selective", "full", "op")}
 
 
-def _refuse_idle_recompute(ctx: click.Context, recompute: str | None) -> None:
+def _refuse_idle_recompute(given: Callable[[str], bool], recompute: str | None) -> None:
     """A recompute sub-option given with a policy that does not use it (--recompute-modules with
     --recompute none, --recompute-num-layers 1 with selective) would change nothing: refused,
     naming it and the policies that use it. recompute None: not pinned (recommend searches
@@ -820,7 +837,7 @@ def _refuse_idle_recompute(ctx: click.Context, recompute: str | None) -> None:
     if recompute is None:
         return
     for name, policies in _RECOMPUTE_SUBOPTIONS.items():
-        if name in ctx.params and _given(ctx, name) and recompute not in policies:
+        if given(name) and recompute not in policies:
             flag = "--" + name.replace("_", "-")
             allowed = " or ".join(filter(None, (", ".join(policies[:-1]), policies[-1])))
             raise PlanError(f"{flag} applies to recompute {allowed}, and the plan recomputes "
@@ -1250,12 +1267,12 @@ def recommend(model: str | None, from_config: str | None,
         _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm,
                         contributors or "auto")
         return
-    if contributors is not None:
-        raise click.UsageError("--contributors applies to layer-graph models (alexnet, vgg16, "
-                               "resnet50, mlp or a 'kind: layers' file)")
+    _refuse_graph_options()
     spec.require_costed()
     recompute = pins.get("recompute")
-    _refuse_idle_recompute(click.get_current_context(), str(recompute) if recompute else None)
+    ctx = click.get_current_context()
+    _refuse_idle_recompute(lambda name: name in ctx.params and _given(ctx, name),
+                           str(recompute) if recompute else None)
     _refuse_idle_pins(pins, gpu_counts, getattr(spec, "experts", 0))
     pins["flash_attention"] = attention_option(pins)
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else

@@ -426,7 +426,11 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         options = {k: getattr(v, "value", v) for k, v in _option_pins(req).items()
                    if k not in pins}
         beside = f" and the options {options}" if options else ""
-        if pins and n:
+        if req.recompute_every > model.layers:
+            reason = (f"recompute_every {req.recompute_every} exceeds the model's "
+                      f"{model.layers} layers: no layer would recompute (give at most "
+                      f"{model.layers})")
+        elif pins and n:
             reason = (f"no plan satisfies the pins {pins}{beside} with {gpus} GPUs ("
                       + (f"for one: {broken}" if broken else rules)
                       + f"); without the pins {n} plans exist")

@@ -834,6 +834,9 @@ class Plan:
         n = self.pipeline_micro_batches
         if not n:
             return
+        if self.pp == 1:  # no fill and drain to repeat: it would change nothing
+            raise PlanError(f"pipeline_micro_batches ({n}) splits a step into pipeline "
+                            "schedules, and the plan has pp 1: give pp > 1, or leave it out")
         m = self.global_batch // max(1, self.dp * self.micro_batch)
         if self.global_batch % max(1, self.dp * self.micro_batch) == 0 and m % n:
             raise PlanError(f"pipeline_micro_batches ({n}) must divide the step's {m} "
@@ -930,6 +933,15 @@ class Plan:
             raise PlanError(f"cpu_offload_layers {self.cpu_offload_layers}: at most "
                             f"{model.layers - 1} of the model's {model.layers} layers can be "
                             "offloaded (one set of activations stays on the GPU)")
+        if self.recompute_every > 1 and self.layout is None:
+            # torchtitan applies the policy to every N-th layer a rank builds: none where the
+            # stage holds fewer than N (the model takes the first stage's share for every stage)
+            rest = self.pp - (self.last_stage_layers > 0)
+            first = self.first_stage_layers or (model.layers - self.last_stage_layers) // rest
+            if self.recompute_every > first:
+                raise PlanError(f"recompute_every {self.recompute_every} exceeds the "
+                                f"{first} layers a pipeline stage holds: no layer would "
+                                f"recompute (give at most {first}, or recompute none)")
         if self.ep_dispatcher is EPDispatcher.DEEPEP and getattr(model, "capacity_factor",
                                                                  None) is not None:
             raise PlanError("ep_dispatcher deepep is modelled dropless (DeepEP sends the routed "

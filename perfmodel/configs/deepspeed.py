@@ -292,8 +292,9 @@ def finish(job: JobConfig, gpus: int) -> None:
     stated = job.plan.pop("_batch", None)
     if stated is None:
         return
-    _, _, accum = stated
-    batch, micro = job.plan.get("global_batch"), job.plan.get("micro_batch")
+    accum: Any = stated[2]
+    batch: Any = job.plan.get("global_batch")
+    micro: Any = job.plan.get("micro_batch")
     model_parallel = (int(job.plan.get("tp", 1)) * int(job.plan.get("pp", 1))
                       * int(job.plan.get("cp", 1)))
     dp = max(gpus // model_parallel, 1)
@@ -302,14 +303,14 @@ def finish(job: JobConfig, gpus: int) -> None:
                         + (f"(only gradient_accumulation_steps {accum}) " if accum else "")
                         + "is given, and DeepSpeed needs one: give --micro-batch or "
                         "--global-batch")
-    if batch is not None and micro is not None and accum is None:
-        accum = batch // micro // dp
-    elif batch is not None and micro is None:
-        accum = accum or 1
-        micro = batch // dp // accum
-    elif batch is None:
+    if batch is None:  # the micro-batch, and the accumulation or one
         accum = accum or 1
         batch = micro * accum * dp
+    elif micro is None:  # the batch, and the accumulation or one
+        accum = accum or 1
+        micro = batch // dp // accum
+    elif accum is None:
+        accum = batch // micro // dp
     if micro < 1 or accum < 1 or batch != micro * accum * dp:
         raise SpecError(f"{job.path}: train_batch_size {batch} is not train_micro_batch_size_"
                         "per_gpu x gradient_accumulation_steps x the data-parallel ranks "

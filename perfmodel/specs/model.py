@@ -581,6 +581,9 @@ _HF_UNSAID_MOE = {
                          "deepseek_v3": "1 (transformers) or none (DeepSeek's)", "glm4_moe": "1"},
     "first_k_dense_replace": {"deepseek_v3": "3 (transformers) or 0 (DeepSeek's)",
                               "glm4_moe": "1"},
+    # the router's groups (transformers' DeepseekV3Config: n_group 8, topk_group 4)
+    "n_group": {"deepseek_v3": "8 (transformers)"},
+    "topk_group": {"deepseek_v3": "4 (transformers)"},
 }
 
 

@@ -1,0 +1,162 @@
+"""Regressions a probe of the command line found (2026-12-02): options taken but changing
+nothing, a plans file's cells the command line refuses, framework settings read over the wrong
+source, and a spec's field guessed; each failing before its fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from perfmodel import load_model
+from perfmodel.configs import read_config
+from perfmodel.errors import PlanError, SpecError
+from perfmodel.specs.presets import HARDWARE_DIR
+from perfmodel.strategy import Plan
+from tests.unit.test_bad_input import run_main
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+BASE = ("--hardware", "dgx-h100", "--gpus", "8", "--global-batch", "32")
+
+
+def test_recompute_every_beyond_a_stages_layers_is_refused() -> None:
+    # torchtitan recomputes every N-th layer a rank builds: with more than a stage holds none
+    # recomputes, and predict printed 'recompute full (one layer in 100)' for recompute none's
+    # numbers, recommend ranked it as a policy of its own
+    model = load_model("llama3-70b")  # 80 layers
+    plan = Plan(gpus=64, tp=8, pp=8, global_batch=64, recompute="full", recompute_every=11)
+    with pytest.raises(PlanError, match="exceeds the 10 layers a pipeline stage holds"):
+        plan.check(model)
+    Plan(gpus=64, tp=8, pp=8, global_batch=64, recompute="full", recompute_every=10).check(model)
+    code, _, err = run_main(["recommend", "--model", "llama3-8b", *BASE,
+                             "--recompute-every", "100"])
+    assert code == 4 and "exceeds the model's 32 layers" in err
+    code, out, _ = run_main(["recommend", "--model", "llama3-8b", "--hardware", "dgx-h100",
+                             "--gpus", "64", "--global-batch", "64", "--recompute-every", "16",
+                             "--json"])
+    assert code == 0
+    for row in json.loads(out)["plans"]:  # no stage of fewer than 16 layers
+        assert 32 // row["plan"]["pp"] >= 16
+
+
+def test_pipeline_micro_batches_without_a_pipeline_is_refused() -> None:
+    code, _, err = run_main(["predict", "--model", "llama3-8b", *BASE,
+                             "--pipeline-micro-batches", "4"])
+    assert code == 4 and "plan has pp 1" in err
+
+
+# (recommend has no --collective-variant: it searches both variants of a layer graph)
+@pytest.mark.parametrize("command, flag, value", [
+    *((c, f, v) for c in ("predict", "explain", "recommend")
+      for f, v in (("--norm", "sync"), ("--contributors", "auto"))),
+    ("predict", "--collective-variant", "split"), ("explain", "--collective-variant", "split")])
+def test_layer_graph_options_for_a_transformer_are_refused(command, flag, value) -> None:
+    code, _, err = run_main([command, "--model", "llama3-8b", *BASE, flag, value])
+    assert code == 2 and f"{flag} applies to layer-graph models" in err
+
+
+def test_a_plans_files_cells_are_refused_as_their_flags_are(tmp_path) -> None:
+    # predict --batch predicted each of these rows as if the cell were empty
+    path = tmp_path / "plans.csv"
+    path.write_text(
+        "model,hardware,gpus,tp,cp,global_batch,cp_comm,tp_backward,ep_dispatcher,"
+        "overlap_grad_sync\n"
+        "llama3-8b,dgx-h100,8,2,1,32,a2a,,,\n"
+        "llama3-8b,dgx-h100,8,1,1,32,,dtensor,,\n"
+        "llama3-8b,dgx-h100,8,2,1,32,,,deepep,\n"
+        "llama3-8b,dgx-h100,2,2,1,32,,,,true\n"
+        "llama3-8b,dgx-h100,8,2,2,32,a2a,,,\n")
+    code, out, err = run_main(["predict", "--batch", str(path), "--json"])
+    rows = json.loads(out)["rows"]
+    assert code == 5 and [bool(r["error"]) for r in rows] == [True] * 4 + [False]
+    for text in ("cp_comm a2a applies to context parallelism", "tp_backward dtensor applies",
+                 "ep_dispatcher deepep exchanges", "--overlap-grad-sync overlaps"):
+        assert text in err
+
+
+def _nemo2(tmp_path, **edits) -> object:
+    config = yaml.safe_load((DATA / "configs" / "nemo2_llama3_8b.yaml").read_text())
+    for where, key, value in edits.values():
+        node = config
+        for part in where.split("."):
+            node = node[part]
+        if value is None:
+            node.pop(key, None)
+        else:
+            node[key] = value
+    path = tmp_path / "nemo2.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return read_config(path)
+
+
+def test_nemo2_strategy_parallel_sizes_win_over_the_model_config(tmp_path) -> None:
+    # MegatronStrategy.connect copies its ParallelismConfig onto the model's config
+    # (set_model_parallel_attributes): the model config's tp was taken, the strategy's dropped
+    job = _nemo2(tmp_path, a=("trainer.strategy", "tensor_model_parallel_size", 4),
+                 b=("model.config", "tensor_model_parallel_size", 2))
+    assert job.plan["tp"] == 4
+    assert any(s.key == "model.config.tensor_model_parallel_size" and "overridden" in s.note
+               for s in job.ignored)
+    # unstated in the strategy: its default, 1
+    job = _nemo2(tmp_path, a=("trainer.strategy", "tensor_model_parallel_size", None),
+                 b=("model.config", "tensor_model_parallel_size", 2))
+    assert job.plan["tp"] == 1
+    with pytest.raises(PlanError, match="trainer.strategy.ddp pytorch"):
+        _nemo2(tmp_path, a=("trainer.strategy", "ddp", "pytorch"))
+    with pytest.raises(PlanError, match="Megatron FSDP is not modelled"):
+        _nemo2(tmp_path, a=("trainer.strategy", "fsdp", "megatron"))
+
+
+def test_bridge_fields_outside_the_model_are_said_why_or_not_read(tmp_path) -> None:
+    # every unknown key outside `model` was 'not the step's (run length, data,
+    # hyperparameters)', those that change the step among them
+    config = yaml.safe_load((DATA / "configs" / "bridge_llama3_8b.yaml").read_text())
+    config["ddp"]["num_distributed_optimizer_instances"] = 2
+    config["comm_overlap"]["delay_wgrad_compute"] = True
+    config["train"]["empty_unused_memory_level"] = 1
+    config.setdefault("logger", {})["log_params_norm"] = True
+    config["model"]["deterministic_mode"] = True
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(config))
+    job = read_config(path)
+    unknown = {s.key for s in job.unknown}
+    assert {"ddp.num_distributed_optimizer_instances",
+            "comm_overlap.delay_wgrad_compute"} <= unknown
+    notes = "\n".join(job.notes)
+    for key in ("train.empty_unused_memory_level", "logger.log_params_norm",
+                "model.deterministic_mode"):
+        assert key in notes
+    reasons = {s.key: s.note for s in job.ignored}
+    assert "optimizer hyperparameter" in reasons["optimizer.lr"]
+    assert "run's length" in reasons["train.train_iters"]
+
+
+def test_per_dtype_gemm_fits_without_a_default_refuse_a_dtype_they_lack(tmp_path) -> None:
+    # the first dtype listed was taken for any other: reordering the keys changed fp16's step
+    # four times over
+    spec = yaml.safe_load((HARDWARE_DIR / "dgx-h100.yaml").read_text())
+    spec.pop("base", None)
+    fit = {"max_fraction": 0.8, "m_half_dim": 32, "n_half_dim": 32, "k_half_dim": 160}
+    spec["gemm_efficiency"] = {"fp32": {**fit, "max_fraction": 0.1}, "bf16": fit}
+    path = tmp_path / "hw.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    code, _, err = run_main(["predict", "--model", "llama3-8b", "--hardware", str(path),
+                             "--gpus", "8", "--tp", "8", "--dtype", "fp16"])
+    assert code == 3 and "gemm_efficiency has no fp16 entry and no default" in err
+    del fit["max_fraction"]
+    spec["gemm_efficiency"] = fit
+    path.write_text(yaml.safe_dump(spec))
+    code, _, err = run_main(["predict", "--model", "llama3-8b", "--hardware", str(path)])
+    assert code == 3 and "missing required field 'max_fraction'" in err
+
+
+def test_a_deepseek_v3_config_without_its_router_groups_is_refused(tmp_path) -> None:
+    # transformers' DeepseekV3Config fills in n_group 8, topk_group 4; perfmodel took 1 group
+    config = json.loads((DATA / "hf" / "deepseek-v3" / "config.json").read_text())
+    for key in ("n_group", "topk_group"):
+        edited = {k: v for k, v in config.items() if k != key}
+        (tmp_path / "config.json").write_text(json.dumps(edited))
+        with pytest.raises(SpecError, match=f"missing '{key}'"):
+            load_model(str(tmp_path / "config.json"), seq_len=4096)
