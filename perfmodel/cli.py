@@ -1606,7 +1606,12 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
     hw = resolve_hardware(hardware, profile)
     if gpus % pr:
         raise click.UsageError(f"--pr ({pr}) must divide --gpus ({gpus})")
-    values = {field: numbers for field, numbers in (_vary(item, hw) for item in vary)}
+    values: dict[str, list[float]] = {}
+    for field, numbers in (_vary(item, hw) for item in vary):
+        if field in values:  # a dict would keep the last silently
+            raise click.UsageError(f"--vary {field} is given twice: give its values in one "
+                                   f"(--vary {field}=V1,V2,...)")
+        values[field] = numbers
     plan = GridPlan(pr=pr, pc=gpus // pr, global_batch=global_batch, norm=Norm(norm),
                     variant=Variant(collective_variant), contributors=Contributors(contributors),
                     dtype=dtype)
@@ -1654,6 +1659,8 @@ def _vary(item: str, hardware: Any) -> tuple[str, list[float]]:
         if field in ("gpus", "global_batch") and (v != int(v) or v > MAX_DEGREE):
             raise click.UsageError(f"--vary {field}: values must be whole numbers from 1 to "
                                    f"{MAX_DEGREE:g}, got {v:g}")
+    if field in ("gpus", "global_batch"):  # counts: whole numbers in the table and its JSON
+        return field, [int(v) for v in numbers]
     return field, numbers
 
 

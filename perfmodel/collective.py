@@ -25,6 +25,10 @@ def parse_bytes(text: str) -> float:
                          r"([a-zA-Z]*)\s*", str(text), re.IGNORECASE)
     if not match or match.group(2).lower() not in _UNITS:
         raise PlanError(f"--bytes must be a size like 1e9, 256MiB, 64KB or 8G, got '{text}'")
+    unit = match.group(2)
+    if len(unit) > 1 and unit.endswith("b") and unit[-2] != "i":  # Gb, Mb, kb: bits or bytes?
+        raise PlanError(f"--bytes {text}: '{unit}' reads as bits; give bytes ({unit[:-1]}B, "
+                        f"{unit[:-1].upper()}iB or {unit[:-1].upper()})")
     number = float(match.group(1))
     if not math.isfinite(number):  # 1e400: read as inf, neither positive nor a size
         raise PlanError(f"--bytes must be a finite number, got '{text}'")

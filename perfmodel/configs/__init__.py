@@ -35,6 +35,9 @@ def detect(path: Path, text: str) -> tuple[Framework, Any]:
         return Framework.MEGATRON, text
     data = read_mapping(path, "job config")
     if suffix == ".toml":
+        if not data:  # torchtitan would train its debug model: a config left empty by mistake
+            raise SpecError(f"job config {path} is empty (torchtitan would train its default "
+                            "debug model): give the job's sections")
         return Framework.TORCHTITAN, data
     if suffix == ".json":
         if any(k in data for k in _DEEPSPEED_KEYS):

@@ -160,3 +160,23 @@ def test_a_deepseek_v3_config_without_its_router_groups_is_refused(tmp_path) -> 
         (tmp_path / "config.json").write_text(json.dumps(edited))
         with pytest.raises(SpecError, match=f"missing '{key}'"):
             load_model(str(tmp_path / "config.json"), seq_len=4096)
+
+
+def test_an_empty_torchtitan_config_is_refused(tmp_path) -> None:
+    # it predicted torchtitan's debug model (6.2M parameters), where every other reader refuses
+    # an empty file
+    path = tmp_path / "job.toml"
+    path.write_text("# nothing yet\n")
+    with pytest.raises(SpecError, match="is empty"):
+        read_config(path)
+
+
+def test_sweep_refuses_a_field_varied_twice() -> None:
+    # the first --vary of a field was dropped silently
+    code, _, err = run_main(["sweep", "--model", "alexnet", "--hardware", "dgx-h100", "--gpus",
+                             "8", "--global-batch", "256", "--vary", "gpus=8", "--vary",
+                             "gpus=16"])
+    assert code == 2 and "--vary gpus is given twice" in err
+    code, out, _ = run_main(["sweep", "--model", "alexnet", "--hardware", "dgx-h100", "--gpus",
+                             "8", "--global-batch", "256", "--vary", "gpus=8,16", "--json"])
+    assert code == 0 and [r["gpus"] for r in json.loads(out)["rows"]] == [8, 16]

@@ -86,6 +86,8 @@ def test_parse_bytes():
     assert parse_bytes("256MiB") == 256 * 2**20
     assert parse_bytes("64KB") == 64e3
     assert parse_bytes("8G") == 8 * 2**30
+    with pytest.raises(PlanError, match="reads as bits"):  # 1Gb was read as 10^9 bytes
+        parse_bytes("1Gb")
     for bad in ("", "-5", "12XB", "abc", "0"):
         with pytest.raises(PlanError):
             parse_bytes(bad)
