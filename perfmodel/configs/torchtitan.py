@@ -552,7 +552,8 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
                  f"stack {job.plan['stack']}, kernels {job.plan['kernels']}")
     if "compile" in data:
         for key, value in data["compile"].items():
-            job.took(f"compile.{key}", value, f"stack {job.plan['stack']}")
+            if not any(s.key == f"compile.{key}" for s in job.ignored):  # said once
+                job.took(f"compile.{key}", value, f"stack {job.plan['stack']}")
     if "gradient_accumulation_steps" in training:
         raise SpecError(f"{where}: training.gradient_accumulation_steps is an old torchtitan "
                         "field: give global_batch_size")
