@@ -566,7 +566,7 @@ _UNMODELLED_TYPES = {
 _HF_UNSAID = {
     "num_key_value_heads": {"mistral": "8", "mixtral": "8", "qwen2": "32", "qwen2_moe": "16",
                             "qwen3": "32", "qwen3_moe": "4", "gpt_oss": "8", "glm4_moe": "8"},
-    "head_dim": {"qwen3": "128"},
+    "head_dim": {"qwen3": "128", "glm4_moe": "128"},
     "shared_expert_intermediate_size": {"qwen2_moe": "5632"},
     "q_lora_rank": dict.fromkeys(("deepseek_v2", "deepseek_v3"), "1536"),
     "qk_rope_head_dim": dict.fromkeys(("deepseek_v2", "deepseek_v3"), "64"),
@@ -968,6 +968,16 @@ def _hf_window(cfg: Mapping[str, Any], mtype: str, where: str, layers: int,
     qwen = mtype.startswith("qwen")
     if qwen and cfg.get("use_sliding_window") is not True:
         return {}  # their configs carry a window that only use_sliding_window turns on
+    # what the configuration class fills in where the window's keys are left out (transformers
+    # 5: MistralConfig's and GptOssConfig's sliding_window, the Qwen classes' sliding_window and
+    # max_window_layers): refused, never read as no window or every layer windowed
+    unsaid = {"mistral": {"sliding_window": "4096 (null: no window)"},
+              "gpt_oss": {"sliding_window": "128"}}.get(
+        mtype, {"sliding_window": "4096", "max_window_layers": "28"} if qwen else {})
+    for key, default in unsaid.items():
+        if key not in cfg and not (key == "max_window_layers" and "layer_types" in cfg):
+            raise SpecError(f"{where}: Hugging Face config ({mtype}) is missing '{key}', which "
+                            f"its configuration class sets to {default}: give it")
     if window is None:
         types = cfg.get("layer_types") or []
         if any(t != "full_attention" for t in types):

@@ -180,3 +180,23 @@ def test_sweep_refuses_a_field_varied_twice() -> None:
     code, out, _ = run_main(["sweep", "--model", "alexnet", "--hardware", "dgx-h100", "--gpus",
                              "8", "--global-batch", "256", "--vary", "gpus=8,16", "--json"])
     assert code == 0 and [r["gpus"] for r in json.loads(out)["rows"]] == [8, 16]
+
+
+@pytest.mark.parametrize("family, config, key", [
+    # MistralConfig windows every layer over 4096 tokens where the key is left out; the Qwen
+    # classes window from layer 28 on over 4096 once use_sliding_window is on; GptOssConfig
+    # every other layer over 128: each was read as no window, or as every layer windowed
+    ("mistral", {}, "sliding_window"),
+    ("gpt_oss", {}, "sliding_window"),
+    ("qwen2", {"use_sliding_window": True, "max_window_layers": 28}, "sliding_window"),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 4096}, "max_window_layers"),
+])
+def test_a_window_the_config_class_fills_in_is_refused(tmp_path, family, config, key) -> None:
+    base = {"model_type": family, "hidden_size": 2048, "intermediate_size": 8192,
+            "num_attention_heads": 16, "num_hidden_layers": 32, "num_key_value_heads": 8,
+            "head_dim": 128, "max_position_embeddings": 32768, "vocab_size": 32000}
+    if family == "gpt_oss":
+        base.update(num_local_experts=32, num_experts_per_tok=4)
+    (tmp_path / "config.json").write_text(json.dumps({**base, **config}))
+    with pytest.raises(SpecError, match=f"missing '{key}'"):
+        load_model(str(tmp_path / "config.json"), seq_len=32768)

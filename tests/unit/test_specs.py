@@ -93,7 +93,7 @@ HF = {
               "max_position_embeddings": 8192, "vocab_size": 128256, "tie_word_embeddings": False},
     "mistral": {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
                 "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
-                "max_position_embeddings": 32768, "vocab_size": 32000},
+                "max_position_embeddings": 32768, "vocab_size": 32000, "sliding_window": 4096},
     "qwen2": {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
               "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
               "max_position_embeddings": 32768, "vocab_size": 152064},
