@@ -133,6 +133,8 @@ def fix_split(job: JobConfig, split: list[int], chunks: int,
     last_stage_layers where an end differs from them (or `short`: the config shortened it);
     else a pipeline layout, the embedding on the first stage and the loss on the last."""
     pp = len(split) // chunks
+    if chunks > 1 and len(set(split)) == 1:
+        return  # every stage alike: the plan's own even split (virtual_stages chunks a rank)
     if chunks == 1 and len(set(split[1:-1])) <= 1:
         middle = split[1] if pp > 2 else None
         for end, forced, n in (("first", short[0], split[0]), ("last", short[1], split[-1])):

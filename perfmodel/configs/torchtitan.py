@@ -1192,6 +1192,10 @@ def _pipeline_lines(model: Any, plan: Any) -> list[str]:
         raise refuse_emit("torchtitan", f"pipeline_layout {plan.pipeline_layout}",
                           "torchtitan splits the layers evenly, the first and last stage "
                           "shortened by a number of layers")
+    if (plan.schedule.value in _SINGLE_STAGE) == (plan.virtual_stages > 1):
+        raise refuse_emit("torchtitan", f"schedule {plan.schedule.value} with virtual_stages "
+                          f"{plan.virtual_stages}", "torchtitan runs its interleaved schedules "
+                          "with several stages a rank, its others with one")
     first, last = plan.first_stage_layers, plan.last_stage_layers
     given = (first > 0) + (last > 0)
     per_stage = (model.layers - first - last) // max(1, plan.pp - given) if given else \

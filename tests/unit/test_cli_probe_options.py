@@ -200,3 +200,27 @@ def test_a_window_the_config_class_fills_in_is_refused(tmp_path, family, config,
     (tmp_path / "config.json").write_text(json.dumps({**base, **config}))
     with pytest.raises(SpecError, match=f"missing '{key}'"):
         load_model(str(tmp_path / "config.json"), seq_len=32768)
+
+
+def test_torchtitan_zero_bubble_schedules_are_written_as_torchtitan_runs_them(tmp_path) -> None:
+    # ZBVZeroBubble (two stages a rank, evenly split) was read back as a pipeline layout, which
+    # schedule zbv refuses: no ZBV job could be read; and an interleaved zero bubble of one stage
+    # a rank was written, which torchtitan refuses
+    from perfmodel import load_hardware, predict
+    from perfmodel.configs import resolve_model, resolve_plan
+    from perfmodel.configs.emit import emit
+
+    model, hw = load_model("llama3-70b"), load_hardware("dgx-h100")
+    plan = Plan(gpus=64, dp=2, tp=8, pp=4, global_batch=128, schedule="zbv", virtual_stages=2,
+                zero=3, overlap_grad_sync=True, overlap_param_gather=True,
+                sequence_parallel=True, kernels="eager")
+    paths = emit("torchtitan", tmp_path, model, hw, plan, 1.0)
+    job = read_config(next(p for p in paths if p.suffix == ".toml"))
+    spec, fields = resolve_plan(job, resolve_model(job, None, None), {"gpus": 64})
+    back = Plan(**fields)
+    assert (back.schedule.value, back.virtual_stages, back.pipeline_layout) == ("zbv", 2, "")
+    assert predict(spec, hw, back).step_time_s == pytest.approx(
+        predict(model, hw, plan).step_time_s)
+    with pytest.raises(PlanError, match="several stages a rank"):
+        emit("torchtitan", tmp_path / "zb", model, hw,
+             plan.replace(schedule="zb", virtual_stages=1), 1.0)
