@@ -178,7 +178,7 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int, model: Any) -> list[st
     if _value(getattr(p, "cross_entropy", "unfused")) in loss:
         schedule.append(loss[_value(p.cross_entropy)])
     if _value(getattr(p, "expert_weighting", "activation")) == "output" \
-            and getattr(model, "experts", 0):  # torchtitan's setting, of its MoE models only
+            and getattr(model, "experts", 0) > 0:  # torchtitan's, of its MoE models only
         schedule.append("routing weights on the experts' outputs")
     if getattr(p, "expandable_segments", False):
         schedule.append("allocator with expandable segments (no fragmentation margin)")
