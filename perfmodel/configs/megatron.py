@@ -1720,8 +1720,9 @@ def _attention(settings: Settings, job: JobConfig, where: str, take: Callable[[s
         job.notes.append(f"--attention-backend {backend}: Transformer Engine's "
                          + ("cuDNN fused attention" if backend == "fused" else
                             "FlashAttention backend (FlashAttention-2 or -3)")
-                         + ", costed with the hardware's default flash kernel (--attention-kernel "
-                           "names another where the hardware measures it: fa2 on dgx-h100)")
+                         + ", costed with the hardware's default flash kernel unless "
+                           "--attention-kernel names another it measures (`perfmodel presets` "
+                           "lists them; dgx-h100's fa2)")
     elif backend in ("unfused", "local"):
         flash = False
     elif backend == "auto" and "attention_backend" not in settings and \
