@@ -412,10 +412,12 @@ def check_outputs(*outputs: tuple[str | None, str]) -> None:
     """Refuse in one line (OutputError), before anything is computed, each (path, what) a later
     write would refuse: a missing directory, a directory, device or FIFO in its place; a path of
     None is no output."""
-    from perfmodel.files import check_output
+    from perfmodel.files import check_output, figure_format
 
     for path, what in outputs:
         check_output(path, what=what)
+        if path is not None and what in ("plot", "timeline"):
+            figure_format(path, what)
 
 
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "global_batch",
@@ -783,6 +785,10 @@ def refuse_idle_flags(plan: Any, model: Any, given: Callable[[str], bool]) -> No
                         "and the plan has tp 1: give --tp, or leave --tp-layout out")
     from perfmodel.strategy import sync_ranks
 
+    if given("zero") and plan.zero > 0 and sync_ranks(plan, model) == 1:
+        raise PlanError(f"zero {plan.zero} shards over the data-parallel ranks, and the plan has "
+                        f"none (dp {plan.dp}, cp {plan.cp}): give --dp (or --gpus) above 1, or "
+                        "leave --zero out")
     for name in ("overlap_grad_sync", "overlap_param_gather"):
         if given(name) and getattr(plan, name) and sync_ranks(plan, model) == 1:
             flag = "--" + name.replace("_", "-")
@@ -821,6 +827,9 @@ def _refuse_idle_pins(pins: dict[str, Any], gpu_counts: Sequence[int], experts: 
                 flag = "--" + name.replace("_", "-")
                 raise PlanError(f"{flag} overlaps the data-parallel sync, and on one GPU no plan "
                                 f"has one: give --gpus above 1, or leave {flag} out")
+        if pins.get("zero"):
+            raise PlanError(f"zero {pins['zero']} shards over the data-parallel ranks, and on one "
+                            "GPU no plan has them: give --gpus above 1, or leave --zero out")
 
 
 # the recompute sub-options and the policies that use them (perfmodel.strategy.Plan)

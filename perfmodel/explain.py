@@ -29,7 +29,7 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     built = _built(family)
     result = predict(model, hardware, plan)
     show = sp.latex if latex else sp.sstr
-    stage = "first" if result.bottleneck_stage == "all" else result.bottleneck_stage
+    stage = result.breakdown_stage  # the terms predict's breakdown shows
     m = plan.num_micro_batches
     composed = built.stages[stage]
     # every number printed, compiled once (and cached on disk) as predict's families are:

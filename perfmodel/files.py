@@ -75,6 +75,20 @@ def _prepare(path: Path, what: str, make_parents: bool) -> tuple[Path, os.stat_r
     return target, st
 
 
+# the image formats a figure is written in, by the output's suffix
+FIGURE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+
+def figure_format(path: str | Path, what: str = "plot") -> str:
+    """The format of a figure written at path, by its suffix; OutputError for another suffix
+    (a .jpg was written as PNG under its name)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FIGURE_FORMATS:
+        raise OutputError(f"{what} {path}: give a name ending in "
+                          f"{', '.join(FIGURE_FORMATS)} (the image's format)")
+    return FIGURE_FORMATS[suffix]
+
+
 def check_output(path: str | Path | None, *, what: str = "output",
                  make_parents: bool = False) -> None:
     """Refuse now (OutputError) a path a later write_atomic(path, make_parents=...) would refuse

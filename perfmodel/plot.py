@@ -33,10 +33,9 @@ from typing import Any
 import numpy as np
 
 from perfmodel.errors import DataError
-from perfmodel.files import read_text_bounded, write_atomic
+from perfmodel.files import figure_format, read_text_bounded, write_atomic
 
 GiB = 2**30
-_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 
 
 # --- figures and files --------------------------------------------------------------------------
@@ -62,7 +61,7 @@ def figure_bytes(fig: Any, fmt: str = "png") -> bytes:
 def save_figure(fig: Any, path: str | Path) -> Path:
     """Render to memory, then write the file atomically: never a half-written image."""
     path = Path(path)
-    write_atomic(path, figure_bytes(fig, _FORMATS.get(path.suffix.lower(), "png")), what="plot")
+    write_atomic(path, figure_bytes(fig, figure_format(path)), what="plot")
     return path
 
 

@@ -87,6 +87,9 @@ class Prediction:
     # the memory per GPU without the caching allocator's fragmentation margin, on the stage that
     # holds the most without it (memory_verdict); None: the same as memory_per_gpu_bytes
     memory_without_margin_bytes: float | None = None
+    # the stage composition whose terms breakdown_s holds (the slowest; with one stage, the
+    # slower of its two): what explain prints (not in to_dict)
+    breakdown_stage: str = "first"
 
     def to_dict(self) -> dict[str, Any]:
         out = self._dict()
@@ -274,6 +277,7 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
         breakdown_s=breakdown,
         memory_breakdown_bytes=memory,
         bottleneck_stage=slowest if plan.pp > 1 else "all",
+        breakdown_stage=slowest,
         hidden_s=hidden,
         parameters=float(out["q:parameters"]),
         micro_batches=plan.num_micro_batches,

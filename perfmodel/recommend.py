@@ -321,6 +321,11 @@ def explain_best(model: TransformerSpec, hardware: HardwareSpec, result: SearchR
     shares = {"memory": b.memory_per_gpu_bytes / b.memory_capacity_bytes,
               "bubble": bubble / t, "exposed_communication": comm / t, "mfu": b.mfu}
     binding = []
+    objective = result.request.objective.value
+    if objective != "step_time":  # the ranking is the objective's: a faster plan may cost more
+        what = {"cost": "the cost of the run (GPU-hours x price)",
+                "time_to_train": "the time to train the token budget"}.get(objective, objective)
+        binding.append(f"the objective: plans are ranked by {what}, not by step time")
     if result.unfit_faster:
         j = result.fastest_unfit
         binding.append(

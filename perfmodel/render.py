@@ -58,9 +58,9 @@ NEGLIGIBLE_S = 1e-9
 def fmt_seconds(t: float) -> str:
     if abs(t) < NEGLIGIBLE_S:
         t = 0.0
-    if t >= 1:
+    if abs(t) >= 1:  # the unit by the size, whatever the sign (a difference)
         return f"{fmt_fixed(t, '.3f')} s"
-    if t >= 1e-3:
+    if abs(t) >= 1e-3:
         return f"{fmt_fixed(t * 1e3, '.2f')} ms"
     return f"{fmt_fixed(t * 1e6, '.1f')} us"
 
@@ -552,7 +552,10 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
                       f"step time and memory (they differ in "
                       f"{', '.join(ru['ties_differ_in'])}, which costs nothing here)")
         trades = ", ".join(ru["trades"]) or "nothing (a tie)"
-        con.print(f"[bold]runner-up[/] {ru['plan']}: slower by {fmt_seconds(ru['slower_by_s'])}, "
+        # (ranked by cost or time to train, the runner-up can be faster a step)
+        pace = "slower" if ru["slower_by_s"] >= 0 else "faster"
+        con.print(f"[bold]runner-up[/] {ru['plan']}: {pace} by "
+                  f"{fmt_seconds(abs(ru['slower_by_s']))} a step, "
                   f"memory {fmt_bytes(ru['memory_delta_bytes'], signed=True)}; trades {trades}")
     curve = rec.explanation["micro_batch_curve"]
     print_fitted(con, "throughput against micro-batch size (same layout)", [

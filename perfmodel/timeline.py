@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfmodel.errors import DataError, InternalError, PlanError
-from perfmodel.schedule import BACKWARD, FORWARD, WEIGHT, Timed, orders, simulate
+from perfmodel.schedule import BACKWARD, FORWARD, WEIGHT, Pass, Timed, orders, simulate
 
 STREAMS = ("schedule", "compute", "host", "TP comm", "CP comm", "EP comm", "PP p2p",
            "FP8 amax", "DP comm")
@@ -327,7 +327,13 @@ def predicted_timeline(model: Any, hardware: Any, plan: Any) -> Timeline:
                                      + sum(pace["recompute"].values())) / v,
                           WEIGHT: weight_s / v})
     schedule = sched if pp > 1 else "1f1b"
-    stage_orders = orders(schedule, pp, m, v if pp > 1 else 1)
+    # a step of several pipeline schedules (Plan.pipeline_micro_batches: torchtitan's gradient
+    # accumulation) runs them one after the other, each with its fill and drain
+    flushes = plan.pipeline_flushes if pp > 1 else 1
+    one = orders(schedule, pp, m // flushes, v if pp > 1 else 1)
+    stage_orders = [[Pass(kind=q.kind, micro_batch=q.micro_batch + k * (m // flushes),
+                          chunk=q.chunk) for k in range(flushes) for q in one[s]]
+                    for s in range(len(one))]
     timed = simulate(schedule, stage_orders, pp, v if pp > 1 else 1, durations)
     pipeline_s = max(t.end_s for stage in timed for t in stage)
     names = stage_names(pp)

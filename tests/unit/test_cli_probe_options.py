@@ -224,3 +224,39 @@ def test_torchtitan_zero_bubble_schedules_are_written_as_torchtitan_runs_them(tm
     with pytest.raises(PlanError, match="several stages a rank"):
         emit("torchtitan", tmp_path / "zb", model, hw,
              plan.replace(schedule="zb", virtual_stages=1), 1.0)
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_the_timeline_runs_each_pipeline_schedule_of_a_step(schedule) -> None:
+    # 16 micro-batches as 4 schedules of 4: the trace laid out one run of 16 (no fill and drain
+    # between them) and ended 27% before the predicted step, blaming the pass times
+    from perfmodel import load_hardware, predict
+    from perfmodel.timeline import predicted_timeline
+
+    model, hw = load_model("llama3-8b"), load_hardware("dgx-h100")
+    plan = Plan(gpus=16, dp=4, pp=4, global_batch=64, schedule=schedule,
+                pipeline_micro_batches=4)
+    timeline = predicted_timeline(model, hw, plan)
+    assert timeline.step_time_s == pytest.approx(predict(model, hw, plan).step_time_s, rel=1e-6)
+    assert not timeline.notes
+    forwards = {sp.name for sp in timeline.spans if sp.name.startswith("F")}
+    assert len(forwards) == 16  # every micro-batch of the step, each schedule's own
+
+
+def test_explain_prints_the_stage_composition_predict_takes() -> None:
+    # with one stage predict takes the slower of its two compositions, explain printed the
+    # first's: its host terms were off by up to 1.7% and did not add up to its own step time
+    import re
+
+    from perfmodel import load_hardware, predict
+    from perfmodel.explain import explain_text
+
+    model, hw = load_model("llama3-8b"), load_hardware("gb200-nvl72")
+    plan = Plan(gpus=72, dp=18, tp=4, sequence_parallel=True, global_batch=72)
+    result = predict(model, hw, plan)
+    text = explain_text(model, hw, plan)
+    printed = {name: float(value) for name, value in
+               re.findall(r"^- (\S+) = \S+ s per micro-batch, (\S+) s per step", text, re.M)}
+    assert printed["overhead/collectives"] > 0
+    for name, value in printed.items():
+        assert value == pytest.approx(result.breakdown_s[name], rel=1e-5), name
