@@ -88,7 +88,7 @@ def whole(text: Any, column: str) -> int:
 def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -> int:
     """Predict every row; write the input columns plus the prediction fields. Returns failed
     rows."""
-    from perfmodel.cli import refuse_idle_flags
+    from perfmodel.idle import refuse_idle_flags
     from perfmodel.predict import predict
     from perfmodel.specs.model import load_model
     from perfmodel.strategy import derived_dp, plan_from_dict
@@ -138,7 +138,7 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
                                degrees[0] * whole(plan_kw.get("micro_batch", 1), "micro_batch"))
             plan = plan_from_dict(plan_kw).check(model)
             # a cell the row sets is the user's, as a flag given: refused where it changes
-            # nothing (perfmodel.cli.refuse_idle_flags), as predict refuses the flag
+            # nothing (perfmodel.idle), as predict refuses the flag
             refuse_idle_flags(plan, model, plan_kw.__contains__)
             result = predict(model, hw, plan)
             summary = result.to_dict()

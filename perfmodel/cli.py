@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -753,56 +753,15 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     plan.check(model)
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
+        from perfmodel.idle import refuse_idle_flags
+
         refuse_idle_flags(plan, model, lambda name: name in ctx.params and _given(ctx, name))
     return model, hardware, plan
 
 
-def refuse_idle_flags(plan: Any, model: Any, given: Callable[[str], bool]) -> None:
-    """A flag given for context or expert parallelism that the plan has none of would change
-    nothing: refused, naming it, rather than predicted as if it were not given (a plan read from
-    a config may carry its framework's setting; the flag is the user's, and so is a plans file's
-    cell: `given(field)` says which the user set)."""
-    if plan.cp == 1 and given("cp_comm"):
-        raise PlanError(f"cp_comm {plan.cp_comm.value} applies to context parallelism (cp > 1), "
-                        "and the plan has cp 1: give --cp, or leave --cp-comm out")
-    experts = getattr(model, "experts", 0)
-    if plan.ep == 1 and given("ep_dispatcher") and plan.ep_dispatcher.value != "alltoall":
-        why = "the model has no experts" if not experts else "the plan has ep 1"
-        raise PlanError(f"ep_dispatcher {plan.ep_dispatcher.value} exchanges a mixture of "
-                        f"experts' tokens over expert parallelism (ep > 1), and {why}: "
-                        + ("leave --ep-dispatcher out" if not experts
-                           else "give --ep, or leave --ep-dispatcher out"))
-    if not experts and given("expert_weighting") \
-            and plan.expert_weighting.value != "activation":
-        raise PlanError(f"expert_weighting {plan.expert_weighting.value} applies to a mixture of "
-                        "experts, and the model has no experts: leave --expert-weighting out")
-    if plan.tp_backward is not None and given("tp_backward") \
-            and not (plan.tp > 1 and plan.tp_layout.value == "1d"):
-        raise PlanError(f"tp_backward {plan.tp_backward.value} applies to tensor parallelism "
-                        "(tp > 1, tp_layout 1d), which the plan has not: leave --tp-backward out")
-    if plan.tp == 1 and given("tp_layout") and plan.tp_layout.value != "1d":
-        raise PlanError(f"tp_layout {plan.tp_layout.value} lays out tensor parallelism (tp > 1), "
-                        "and the plan has tp 1: give --tp, or leave --tp-layout out")
-    from perfmodel.strategy import sync_ranks
-
-    if given("zero") and plan.zero > 0 and sync_ranks(plan, model) == 1:
-        raise PlanError(f"zero {plan.zero} shards over the data-parallel ranks, and the plan has "
-                        f"none (dp {plan.dp}, cp {plan.cp}): give --dp (or --gpus) above 1, or "
-                        "leave --zero out")
-    for name in ("overlap_grad_sync", "overlap_param_gather"):
-        if given(name) and getattr(plan, name) and sync_ranks(plan, model) == 1:
-            flag = "--" + name.replace("_", "-")
-            what = "gradient sync" if name == "overlap_grad_sync" else "parameter gather"
-            raise PlanError(f"{flag} overlaps the data-parallel {what}, and the plan has none "
-                            f"(dp {plan.dp}, cp {plan.cp}"
-                            + (", the experts' tp dp cp / (ep etp) 1" if experts else "")
-                            + f"): give --dp (or --gpus) above 1, or leave {flag} out")
-    _refuse_idle_recompute(given, plan.recompute.value)
-
-
 def _refuse_idle_pins(pins: dict[str, Any], gpu_counts: Sequence[int], experts: int = 0) -> None:
     """recommend's pins that no plan it searches could use, as predict refuses their flags
-    (_refuse_idle_flags): --cp-comm beside --cp 1, an overlap of the data-parallel sync where
+    (perfmodel.idle): --cp-comm beside --cp 1, an overlap of the data-parallel sync where
     every GPU count is 1 (no plan has a group to sync over), and the experts' options the user
     gives for a model without experts (a config's own, written for any model, are not refused)."""
     ctx = click.get_current_context(silent=True)
@@ -830,27 +789,6 @@ def _refuse_idle_pins(pins: dict[str, Any], gpu_counts: Sequence[int], experts: 
         if pins.get("zero"):
             raise PlanError(f"zero {pins['zero']} shards over the data-parallel ranks, and on one "
                             "GPU no plan has them: give --gpus above 1, or leave --zero out")
-
-
-# the recompute sub-options and the policies that use them (perfmodel.strategy.Plan)
-_RECOMPUTE_SUBOPTIONS = {"recompute_modules": ("selective",),
-                         "recompute_method": ("full",), "recompute_num_layers": ("full",),
-                         "recompute_every": ("selective", "full", "op")}
-
-
-def _refuse_idle_recompute(given: Callable[[str], bool], recompute: str | None) -> None:
-    """A recompute sub-option given with a policy that does not use it (--recompute-modules with
-    --recompute none, --recompute-num-layers 1 with selective) would change nothing: refused,
-    naming it and the policies that use it. recompute None: not pinned (recommend searches
-    the policies), nothing refused."""
-    if recompute is None:
-        return
-    for name, policies in _RECOMPUTE_SUBOPTIONS.items():
-        if given(name) and recompute not in policies:
-            flag = "--" + name.replace("_", "-")
-            allowed = " or ".join(filter(None, (", ".join(policies[:-1]), policies[-1])))
-            raise PlanError(f"{flag} applies to recompute {allowed}, and the plan recomputes "
-                            f"{recompute}: give --recompute {allowed}, or leave {flag} out")
 
 
 # --- predict -------------------------------------------------------------------------------------
@@ -1280,8 +1218,10 @@ def recommend(model: str | None, from_config: str | None,
     spec.require_costed()
     recompute = pins.get("recompute")
     ctx = click.get_current_context()
-    _refuse_idle_recompute(lambda name: name in ctx.params and _given(ctx, name),
-                           str(recompute) if recompute else None)
+    from perfmodel.idle import refuse_idle_recompute
+
+    refuse_idle_recompute(lambda name: name in ctx.params and _given(ctx, name),
+                          str(recompute) if recompute else None)
     _refuse_idle_pins(pins, gpu_counts, getattr(spec, "experts", 0))
     pins["flash_attention"] = attention_option(pins)
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else

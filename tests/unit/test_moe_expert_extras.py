@@ -103,7 +103,7 @@ def test_hugging_face_gpt_oss_reads_clamped(tmp_path):
               "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 128,
               "vocab_size": 1000, "num_local_experts": 4, "num_experts_per_tok": 2,
-              "swiglu_limit": 7.0}
+              "swiglu_limit": 7.0, "sliding_window": 128}  # as gpt-oss's configs give it
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     spec = load_model(str(path), seq_len=128)
