@@ -910,8 +910,8 @@ def _timeline_outputs(model: Any, hardware: Any, plan: Any, trace_path: str | No
 @plan_options
 @click.option("--latex", is_flag=True, help="Print LaTeX instead of plain text.")
 @click.option("--term", "terms", multiple=True,
-              help="Only these terms (repeatable; a prefix selects every term under it), e.g. "
-                   "comm/tp, memory/fp8.")
+              help="Only these terms (repeatable; a group such as comm or compute/forward "
+                   "selects every term under it), e.g. comm/tp, memory/weights.")
 def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
     """Print the symbolic formulas of the step time and of each term, with the symbols' values."""
     graph = None if kw.get("from_config") else layer_graph_inputs(kw)

@@ -84,8 +84,13 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
                   f"{number(device):.6g} s (the device's: compute and communication){where}"]
     lines += ["", f"per micro-batch terms of t_{stage} (value per micro-batch; x m per step):"]
 
+    def under(name: str, prefix: str) -> bool:
+        """name is the term prefix or one under it (comm/tp: not comm/tp_grads)."""
+        prefix = prefix.rstrip("/")
+        return name == prefix or name.startswith(prefix + "/")
+
     def wanted(name: str) -> bool:
-        return not only or any(name == o or name.startswith(o) for o in only)
+        return not only or any(under(name, o) for o in only)
 
     mem_stage = heaviest_stage({st: sum(number(e) for e in terms.values())
                                 for st, terms in built.memory_terms.items()})
@@ -94,8 +99,8 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
                     *(t for t in built.time_terms if t in STEP_SYMBOLS),
                     *(f"memory/{k}" for k in memory_terms), "memory/reserved"})
     for o in only:  # a typo must not silently print nothing
-        if not any(n == o or n.startswith(o) for n in names):
-            raise PerfmodelError(f"--term: no term '{o}'{suggest(o, names)}; terms (or a prefix "
+        if not any(under(n, o) for n in names):
+            raise PerfmodelError(f"--term: no term '{o}'{suggest(o, names)}; terms (or a group "
                                  f"of them): {', '.join(names)}")
 
     for name, per_mb in built.stage_terms[stage].items():

@@ -260,3 +260,15 @@ def test_explain_prints_the_stage_composition_predict_takes() -> None:
     assert printed["overhead/collectives"] > 0
     for name, value in printed.items():
         assert value == pytest.approx(result.breakdown_s[name], rel=1e-5), name
+
+
+def test_explain_term_selects_a_term_or_a_group_not_a_prefix_of_a_name() -> None:
+    # --term comm/tp printed comm/tp_grads too, and --term comm/t worked
+    base = ["explain", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8", "--tp",
+            "8", "--global-batch", "8"]
+    code, out, _ = run_main([*base, "--term", "comm/tp"])
+    assert code == 0 and "- comm/tp =" in out and "comm/tp_grads" not in out
+    code, _, err = run_main([*base, "--term", "comm/t"])
+    assert code != 0 and "no term 'comm/t'" in err
+    code, out, _ = run_main([*base, "--term", "comm"])
+    assert code == 0 and "- comm/tp =" in out and "- comm/dp (T_dp) =" in out
