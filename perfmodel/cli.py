@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -408,16 +408,19 @@ def _given(ctx: click.Context, name: str) -> bool:
                                                  click.core.ParameterSource.DEFAULT_MAP)
 
 
+def _flags_given(ctx: click.Context) -> Callable[[str], bool]:
+    """given(field) of perfmodel.idle: whether this command has the option and it was given."""
+    return lambda name: name in ctx.params and _given(ctx, name)
+
+
 def check_outputs(*outputs: tuple[str | None, str]) -> None:
     """Refuse in one line (OutputError), before anything is computed, each (path, what) a later
     write would refuse: a missing directory, a directory, device or FIFO in its place; a path of
     None is no output."""
-    from perfmodel.files import check_output, figure_format
+    from perfmodel.files import check_output
 
     for path, what in outputs:
-        check_output(path, what=what)
-        if path is not None and what in ("plot", "timeline"):
-            figure_format(path, what)
+        check_output(path, what=what, figure=what in ("plot", "timeline"))
 
 
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "global_batch",
@@ -583,7 +586,7 @@ def _refuse_graph_options() -> None:
     ctx = click.get_current_context(silent=True)
     given = [f"--{name.replace('_', '-')}" for name in ("norm", "collective_variant",
                                                         "contributors")
-             if ctx is not None and name in ctx.params and _given(ctx, name)]
+             if ctx is not None and _flags_given(ctx)(name)]
     if given:
         raise click.UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
                                "layer-graph models (alexnet, vgg16, resnet50, mlp or a 'kind: "
@@ -755,7 +758,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     if ctx is not None:
         from perfmodel.idle import refuse_idle_flags
 
-        refuse_idle_flags(plan, model, lambda name: name in ctx.params and _given(ctx, name))
+        refuse_idle_flags(plan, model, _flags_given(ctx))
     return model, hardware, plan
 
 
@@ -1220,8 +1223,7 @@ def recommend(model: str | None, from_config: str | None,
     ctx = click.get_current_context()
     from perfmodel.idle import refuse_idle_recompute
 
-    refuse_idle_recompute(lambda name: name in ctx.params and _given(ctx, name),
-                          str(recompute) if recompute else None)
+    refuse_idle_recompute(_flags_given(ctx), str(recompute) if recompute else None)
     _refuse_idle_pins(pins, gpu_counts, getattr(spec, "experts", 0))
     pins["flash_attention"] = attention_option(pins)
     objective = pins.pop("objective") or ("cost" if pins.get("gpu_hour_price") else

@@ -90,16 +90,23 @@ def figure_format(path: str | Path, what: str = "plot") -> str:
 
 
 def check_output(path: str | Path | None, *, what: str = "output",
-                 make_parents: bool = False) -> None:
+                 make_parents: bool = False, figure: bool = False) -> None:
     """Refuse now (OutputError) a path a later write_atomic(path, make_parents=...) would refuse
     (a directory, a device, a FIFO; a missing directory where the write makes none; an ancestor
     that is not a directory where it does): for a command that writes only after a long run, so
     that a bad output path costs no run. It creates nothing: a missing parent is the write's to
-    make, and a command that fails before it leaves none behind. None: no output, nothing to
-    check."""
+    make, and a command that fails before it leaves none behind. figure: an image, whose suffix
+    must name its format. None: no output, nothing to check."""
     if path is None:
         return
     path = Path(path)
+    _check_path(path, what, make_parents)
+    if figure:  # an image: its suffix names its format (checked after where it goes)
+        figure_format(path, what)
+
+
+def _check_path(path: Path, what: str, make_parents: bool) -> None:
+    """check_output's refusals of where the file goes."""
     if make_parents and not path.parent.exists():  # the write makes it: its ancestor must allow
         ancestor = path.parent
         while not ancestor.exists() and ancestor != ancestor.parent:

@@ -606,7 +606,7 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
         zeros = candidates.data_parallel(dp * cp)
         places = _placements(req, dp, tp, pp, cp)
         first, last = strategy.stage_split(model.layers, pp)
-        if req.recompute_every > (first or model.layers // pp):
+        if req.recompute_every > strategy.first_stage_holds(model.layers, pp, first, last):
             continue  # no layer of a stage would recompute (Plan.check refuses it)
         scheds = candidates.schedules(pp)
         if req.ep_comm_overlap and pp > 1:  # pinned on: interleaved only (ep_overlap_runs)

@@ -936,8 +936,8 @@ class Plan:
         if self.recompute_every > 1 and self.layout is None:
             # torchtitan applies the policy to every N-th layer a rank builds: none where the
             # stage holds fewer than N (the model takes the first stage's share for every stage)
-            rest = self.pp - (self.last_stage_layers > 0)
-            first = self.first_stage_layers or (model.layers - self.last_stage_layers) // rest
+            first = first_stage_holds(model.layers, self.pp, self.first_stage_layers,
+                                      self.last_stage_layers)
             if self.recompute_every > first:
                 raise PlanError(f"recompute_every {self.recompute_every} exceeds the "
                                 f"{first} layers a pipeline stage holds: no layer would "
@@ -1174,6 +1174,13 @@ def _shared_stages(c: PlanColumns) -> Any:
     """Pipeline stages that split the layers evenly: pp less the first and the last where their
     layers are given (Plan.first_stage_layers, last_stage_layers)."""
     return c.pp - (c.first_stage_layers > 0) - (c.last_stage_layers > 0)
+
+
+def first_stage_holds(layers: int, pp: int, first: int = 0, last: int = 0) -> int:
+    """The layers of the first pipeline stage: `first` where given (Plan.first_stage_layers),
+    else its share of what the last stage leaves, as perfmodel.step.context.stage_layers
+    splits it."""
+    return first or (layers - last) // max(1, pp - (last > 0))
 
 
 def stage_split(layers: int, pp: int) -> tuple[int, int]:

@@ -330,10 +330,10 @@ def predicted_timeline(model: Any, hardware: Any, plan: Any) -> Timeline:
     # a step of several pipeline schedules (Plan.pipeline_micro_batches: torchtitan's gradient
     # accumulation) runs them one after the other, each with its fill and drain
     flushes = plan.pipeline_flushes if pp > 1 else 1
-    one = orders(schedule, pp, m // flushes, v if pp > 1 else 1)
-    stage_orders = [[Pass(kind=q.kind, micro_batch=q.micro_batch + k * (m // flushes),
-                          chunk=q.chunk) for k in range(flushes) for q in one[s]]
-                    for s in range(len(one))]
+    per = m // flushes  # the micro-batches of one schedule
+    one = orders(schedule, pp, per, v if pp > 1 else 1)
+    stage_orders = [[Pass(kind=q.kind, micro_batch=q.micro_batch + k * per, chunk=q.chunk)
+                     for k in range(flushes) for q in passes] for passes in one]
     timed = simulate(schedule, stage_orders, pp, v if pp > 1 else 1, durations)
     pipeline_s = max(t.end_s for stage in timed for t in stage)
     names = stage_names(pp)

@@ -19,7 +19,7 @@ import click
 
 from perfmodel.cli import FiniteFloat, build_inputs, plan_options, whole
 from perfmodel.errors import PlanError
-from perfmodel.files import check_output, figure_format
+from perfmodel.files import check_output
 from perfmodel.output import json_text
 
 
@@ -278,9 +278,7 @@ def _check_outputs(out: Path, plot: Path | None, history: Path | None,
                                  plot is None),
                                 (history, "validation history", True), (trace, "trace", False),
                                 (timeline, "plot", False)):
-        check_output(path, what=what, make_parents=parents)
-        if path is not None and what == "plot":
-            figure_format(path, what)
+        check_output(path, what=what, make_parents=parents, figure=what == "plot")
 
 
 @validate.command()

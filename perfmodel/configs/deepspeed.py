@@ -270,7 +270,7 @@ def _batch(data: dict[str, Any], job: JobConfig, where: str) -> None:
                             "(DeepSpeed refuses it)")
         job.gpus = batch // (micro * accum)
         job.gpus_from = "train_batch_size / (micro-batch x gradient accumulation)"
-    job.plan["_batch"] = (batch, micro, accum)  # finish() completes them as DeepSpeed does
+    job.plan["_accumulation"] = accum  # finish() completes the batch as DeepSpeed does
 
 
 def finish(job: JobConfig, gpus: int) -> None:
@@ -289,10 +289,7 @@ def finish(job: JobConfig, gpus: int) -> None:
         if key in job.plan.pop("_auto", ()) and field_name not in job.plan:
             raise PlanError(f"{job.path}: {key} 'auto' (the Hugging Face Trainer fills it in "
                             f"from its own arguments): give {flag}")
-    stated = job.plan.pop("_batch", None)
-    if stated is None:
-        return
-    accum: Any = stated[2]
+    accum: Any = job.plan.pop("_accumulation", None)
     batch: Any = job.plan.get("global_batch")
     micro: Any = job.plan.get("micro_batch")
     model_parallel = (int(job.plan.get("tp", 1)) * int(job.plan.get("pp", 1))

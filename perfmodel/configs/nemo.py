@@ -477,15 +477,15 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
         if name in known:
             continue
         if name in _IGNORED_SECTIONS:
-            if isinstance(value, dict):  # what costs every step though it logs or checks:
-                from perfmodel.configs.megatron import UNMODELLED_COSTS  # said, not ignored
+            # what costs every step though it logs or checks is said in a note, not ignored
+            from perfmodel.configs.megatron import UNMODELLED_COSTS
 
-                for field_name, field in list(value.items()):
-                    if field_name.replace("_", "-") in UNMODELLED_COSTS and _truth(field):
-                        _not_read(job, f"{name}.{field_name}", field_name, field, False)
-                        value = {k: v for k, v in value.items() if k != field_name}
-            job.skipped(f"{name}.*", f"({len(value) if isinstance(value, dict) else 1} "
-                                     "settings)", _IGNORED_SECTIONS[name])
+            said = [k for k, v in value.items() if k.replace("_", "-") in UNMODELLED_COSTS
+                    and _truth(v)] if isinstance(value, dict) else []
+            for field_name in said:
+                _not_read(job, f"{name}.{field_name}", field_name, value[field_name], False)
+            count = len(value) - len(said) if isinstance(value, dict) else 1
+            job.skipped(f"{name}.*", f"({count} settings)", _IGNORED_SECTIONS[name])
         else:
             job.strange(name, "(a section)" if isinstance(value, dict) else value)
     if "seq_length" not in settings and not override:  # an override's is the recipe's
@@ -741,8 +741,9 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
     trainer = data["trainer"]
     nemo1.world(trainer, job, where)
     strategy = trainer.get("strategy") or {}
-    # MegatronStrategy's parallel sizes: put over the model's below
+    # MegatronStrategy's parallel sizes, stated and its defaults: put over the model's below
     from_strategy: Settings = {}
+    defaults: Settings = {}
     if isinstance(strategy, dict):
         ddp = strategy.get("ddp")
         _put(from_strategy, job, "trainer.strategy",
@@ -763,14 +764,12 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
                 raise refuse_plan(where, "trainer.strategy.fsdp", fsdp,
                                   "allowed: megatron, pytorch or null")
             settings[dest] = ("trainer.strategy.fsdp", True)
-    # MegatronStrategy's parallel sizes replace the model config's, stated or not (its defaults:
-    # set_model_parallel_attributes in nemo/lightning/pytorch/strategies/utils.py copies every
-    # ParallelismConfig field the config has)
-    if isinstance(strategy, dict):
-        for name, default in _STRATEGY_DEFAULTS.items():
-            from_strategy.setdefault(_RENAMED.get(name, name),
-                                     (f"trainer.strategy.{name} (MegatronStrategy's default)",
-                                      default))
+        # they replace the model config's, stated or not (set_model_parallel_attributes in
+        # nemo/lightning/pytorch/strategies/utils.py copies every ParallelismConfig field the
+        # config has)
+        defaults = {_RENAMED.get(name, name): (f"trainer.strategy.{name} (MegatronStrategy's "
+                                               "default)", default)
+                    for name, default in _STRATEGY_DEFAULTS.items()}
     for name, value in trainer.items():
         if name not in ("devices", "num_nodes", "strategy", "plugins", "callbacks"):
             job.skipped(f"trainer.{name}", value, "not the step's (run length, logging)")
@@ -797,11 +796,12 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
         settings.setdefault("cross_entropy_loss_fusion",
                             ("model.config (GPTConfig's cross_entropy_loss_fusion default)",
                              True))
-    # the strategy's parallel sizes over the model's
-    for dest, (key, value) in from_strategy.items():
+    # the strategy's parallel sizes over the model's: those it states, and its defaults where
+    # the model states one
+    for dest, (key, value) in {**defaults, **from_strategy}.items():
         if dest in settings and settings[dest][1] != value:
             job.skipped(*settings[dest], f"overridden by {key}")
-        if dest in settings or "default" not in key:
+        if dest in settings or dest in from_strategy:
             settings[dest] = (key, value)
     optim = (data.get("optim") or {}).get("config") if isinstance(data.get("optim"), dict) \
         else None

@@ -16,6 +16,7 @@ from perfmodel.errors import PlanError, SpecError
 from perfmodel.specs.presets import HARDWARE_DIR
 from perfmodel.strategy import Plan
 from tests.unit.test_bad_input import run_main
+from tests.unit.test_configs import edited_yaml
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 BASE = ("--hardware", "dgx-h100", "--gpus", "8", "--global-batch", "32")
@@ -76,51 +77,35 @@ def test_a_plans_files_cells_are_refused_as_their_flags_are(tmp_path) -> None:
         assert text in err
 
 
-def _nemo2(tmp_path, **edits) -> object:
-    config = yaml.safe_load((DATA / "configs" / "nemo2_llama3_8b.yaml").read_text())
-    for where, key, value in edits.values():
-        node = config
-        for part in where.split("."):
-            node = node[part]
-        if value is None:
-            node.pop(key, None)
-        else:
-            node[key] = value
-    path = tmp_path / "nemo2.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return read_config(path)
+def _nemo2(tmp_path, **changes) -> object:
+    return read_config(edited_yaml("nemo2_llama3_8b.yaml", tmp_path, changes))
 
 
 def test_nemo2_strategy_parallel_sizes_win_over_the_model_config(tmp_path) -> None:
     # MegatronStrategy.connect copies its ParallelismConfig onto the model's config
     # (set_model_parallel_attributes): the model config's tp was taken, the strategy's dropped
-    job = _nemo2(tmp_path, a=("trainer.strategy", "tensor_model_parallel_size", 4),
-                 b=("model.config", "tensor_model_parallel_size", 2))
+    job = _nemo2(tmp_path, **{"trainer.strategy.tensor_model_parallel_size": 4,
+                              "model.config.tensor_model_parallel_size": 2})
     assert job.plan["tp"] == 4
     assert any(s.key == "model.config.tensor_model_parallel_size" and "overridden" in s.note
                for s in job.ignored)
     # unstated in the strategy: its default, 1
-    job = _nemo2(tmp_path, a=("trainer.strategy", "tensor_model_parallel_size", None),
-                 b=("model.config", "tensor_model_parallel_size", 2))
+    job = _nemo2(tmp_path, **{"trainer.strategy.tensor_model_parallel_size": None,
+                              "model.config.tensor_model_parallel_size": 2})
     assert job.plan["tp"] == 1
     with pytest.raises(PlanError, match="trainer.strategy.ddp pytorch"):
-        _nemo2(tmp_path, a=("trainer.strategy", "ddp", "pytorch"))
+        _nemo2(tmp_path, **{"trainer.strategy.ddp": "pytorch"})
     with pytest.raises(PlanError, match="Megatron FSDP is not modelled"):
-        _nemo2(tmp_path, a=("trainer.strategy", "fsdp", "megatron"))
+        _nemo2(tmp_path, **{"trainer.strategy.fsdp": "megatron"})
 
 
 def test_bridge_fields_outside_the_model_are_said_why_or_not_read(tmp_path) -> None:
     # every unknown key outside `model` was 'not the step's (run length, data,
     # hyperparameters)', those that change the step among them
-    config = yaml.safe_load((DATA / "configs" / "bridge_llama3_8b.yaml").read_text())
-    config["ddp"]["num_distributed_optimizer_instances"] = 2
-    config["comm_overlap"]["delay_wgrad_compute"] = True
-    config["train"]["empty_unused_memory_level"] = 1
-    config.setdefault("logger", {})["log_params_norm"] = True
-    config["model"]["deterministic_mode"] = True
-    path = tmp_path / "bridge.yaml"
-    path.write_text(yaml.safe_dump(config))
-    job = read_config(path)
+    job = read_config(edited_yaml("bridge_llama3_8b.yaml", tmp_path, {
+        "ddp.num_distributed_optimizer_instances": 2, "comm_overlap.delay_wgrad_compute": True,
+        "train.empty_unused_memory_level": 1, "logger.log_params_norm": True,
+        "model.deterministic_mode": True}))
     unknown = {s.key for s in job.unknown}
     assert {"ddp.num_distributed_optimizer_instances",
             "comm_overlap.delay_wgrad_compute"} <= unknown

@@ -1012,8 +1012,10 @@ def test_automodel_backend_is_read_or_refused(tmp_path):
         read(**{"model.backend.te_fp8": {"recipe": "mxfp8"}})
 
 
-def _automodel(tmp_path, **changes):
-    data = yaml.safe_load((DATA / "automodel_qwen3_30b_a3b.yaml").read_text())
+def edited_yaml(name, tmp_path, changes):
+    """tests/data/configs/NAME with each dotted key of `changes` set (None: removed), written
+    under tmp_path."""
+    data = yaml.safe_load((DATA / name).read_text())
     for dotted, value in changes.items():
         *parents, key = dotted.split(".")
         node = data
@@ -1023,9 +1025,13 @@ def _automodel(tmp_path, **changes):
             node.pop(key, None)
         else:
             node[key] = value
-    path = tmp_path / "recipe.yaml"
+    path = tmp_path / name
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def _automodel(tmp_path, **changes):
+    return edited_yaml("automodel_qwen3_30b_a3b.yaml", tmp_path, changes)
 
 
 def test_automodel_fp32_parameters_are_the_master_and_a_model_without_preset_needs_model(
