@@ -190,6 +190,10 @@ def _finisher(job: JobConfig) -> Any:
         from perfmodel.configs.deepspeed import finish as ds_finish
 
         return ds_finish
+    if job.framework is Framework.NEMO:
+        from perfmodel.configs.nemo1 import finish as nemo1_finish
+
+        return nemo1_finish
     if job.framework is Framework.AUTOMODEL:
         from perfmodel.configs.automodel import finish as am_finish
 

@@ -241,6 +241,30 @@ def _degree(data: dict[str, Any], key: str, where: str) -> int:
     return 1 if value is None else whole(value, f"distributed.{key}_size", where)
 
 
+def _data_parallel(value: Any, degrees: dict[str, int], job: JobConfig, where: str) -> None:
+    """distributed.dp_size: AutoModel's FSDP2 mesh is pp x dp x cp x tp ranks, dp as given where
+    it is > 0, else the world over tp x cp x pp (nemo_automodel/components/distributed/
+    mesh_utils.py at 36044ad, _infer_dp_size and _create_fsdp2_device_mesh); so a given dp
+    fixes the world, which --gpus must then agree with (perfmodel.configs.resolve_plan)."""
+    if value is None:
+        return
+    if not isinstance(value, bool) and isinstance(value, int | float | str) \
+            and str(value).strip().lstrip("-").isdigit() and int(value) <= 0:
+        job.skipped("distributed.dp_size", value, "<= 0: the world over tp x cp x pp")
+        return
+    dp = whole(value, "distributed.dp_size", where)
+    world = dp * degrees["tp"] * degrees["cp"] * degrees["pp"]
+    if job.gpus is not None and job.gpus != world:
+        raise refuse_plan(where, "distributed.dp_size", dp,
+                          f"pp {degrees['pp']} x dp {dp} x cp {degrees['cp']} x tp "
+                          f"{degrees['tp']} = {world} ranks, not the world's {job.gpus} "
+                          f"({job.gpus_from})")
+    job.gpus = world
+    job.gpus_from = (f"distributed.dp_size {dp} x tp {degrees['tp']} x cp {degrees['cp']} x pp "
+                     f"{degrees['pp']} (AutoModel's mesh)")
+    job.took("distributed.dp_size", dp, f"dp {dp}: the world is {world} GPUs")
+
+
 def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     dist = dict(section(data, "distributed", where))
     target = str(dist.pop("_target_", ""))
@@ -254,7 +278,7 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     degrees = {key: _degree(data, key, where) for key in ("tp", "cp", "pp", "ep", "dp_replicate")}
     for key in degrees:
         dist.pop(f"{key}_size", None)
-    dist.pop("dp_size", None)
+    _data_parallel(dist.pop("dp_size", None), degrees, job, where)
     if degrees["dp_replicate"] > 1:
         raise refuse_plan(where, "distributed.dp_replicate_size", degrees["dp_replicate"],
                           "HSDP (replicated FSDP shards) is not modelled")

@@ -79,7 +79,7 @@ READ_OPTIONS: dict[str, int] = {
         "make-vocab-size-divisible-by", "tokenizer-type", "micro-batch-size",
         "global-batch-size", "tensor-model-parallel-size", "pipeline-model-parallel-size",
         "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank",
-        "context-parallel-size", "cp-comm-type", "expert-model-parallel-size",
+        "context-parallel-size", "expert-model-parallel-size",
         "expert-tensor-parallel-size",
         "moe-router-topk", "moe-ffn-hidden-size",
         "moe-shared-expert-intermediate-size", "moe-layer-freq", "moe-token-dispatcher-type",
@@ -99,8 +99,9 @@ READ_OPTIONS: dict[str, int] = {
     **dict.fromkeys(("checkpoint-num-layers", "activations-checkpoint-method",
                      "activations-checkpoint-num-layers", "DDP-impl"), 1),
     # --num-experts: one or more numbers (Megatron-DeepSpeed's, one per MoE layer)
+    # --cp-comm-type: one or one per layer (Megatron-LM's nargs='+')
     **dict.fromkeys(("recompute-modules", "cuda-graph-modules", "cuda-graph-scope",
-                     "num-experts"), -1),
+                     "num-experts", "cp-comm-type"), -1),
     "cuda-graph-impl": 1,
     "rampup-batch-size": 3,
     "step-batch-size-schedule": 1,
@@ -697,6 +698,13 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
             raise refuse_spec(where, "--max-position-embeddings", max_positions,
                               f"with learned positions perfmodel's position table is "
                               f"seq_len ({model.get('seq_len')}) long; give them equal")
+        seq = model.get("seq_len")
+        if job.framework is Framework.MEGATRON and not _flag(settings, "deepspeed", where) \
+                and isinstance(seq, int) and max_positions < seq:
+            # megatron/training/arguments.py (validate_args, at d98e8a64) asserts it whatever
+            # the positions
+            raise refuse_spec(where, "--max-position-embeddings", max_positions,
+                              f"Megatron-LM asserts it >= --seq-length ({seq})")
         take("max_position_embeddings", "the position table (learned) or the reach of "
                                         "rotary positions")
     experts = 0
@@ -1008,19 +1016,38 @@ def _cross_entropy(settings: Settings, job: JobConfig, where: str,
     take("cross_entropy_fusion_impl", f"{impl}" + ("" if fused else " (fusion off)"))
 
 
+def _cp_comm_type(settings: Settings, where: str, cp: int) -> str:
+    """--cp-comm-type: one type for every layer, or one per layer (Megatron-LM's nargs='+',
+    argument_utils.py passing a list of more than one on; TransformerConfig asserting a list as
+    long as the layers where cp > 1, transformer_config.py at d98e8a64): a list whose types
+    agree is that type; a mix of types by layer is not modelled."""
+    if "cp_comm_type" not in settings or settings["cp_comm_type"][1] is None:
+        return "p2p"
+    key, raw = settings["cp_comm_type"]
+    types = [str(t) for t in raw] if isinstance(raw, list | tuple) else [str(raw)]
+    layers = _int(settings, "num_layers", where, None)
+    if len(types) > 1 and cp > 1 and layers is not None and len(types) != layers:
+        raise refuse_plan(where, key, " ".join(types), f"one type, or one per layer: {len(types)} "
+                          f"types for {layers} layers (Megatron-Core asserts as many)")
+    if len(set(types)) > 1 and cp > 1:
+        raise refuse_plan(where, key, " ".join(types), "a different type by layer is not "
+                          "modelled: give one type for every layer")
+    return types[0] if types else "p2p"
+
+
 def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
           ) -> None:
     explicit = {dest for dest in settings if settings[dest][1] is not None}
     cp = _int(settings, "context_parallel_size", where, 1) or 1
     job.fix("cp", cp, pin="context_parallel_size" in explicit)
     take("context_parallel_size", f"cp {cp}")
-    comm = _str(settings, "cp_comm_type", "p2p") or "p2p"
+    comm = _cp_comm_type(settings, where, cp)
     if comm not in CP_COMM_TYPES:
         raise refuse_plan(where, settings["cp_comm_type"][0], comm,
                           f"cp_comm_type {comm} is not modelled (perfmodel models "
                           f"{', '.join(CP_COMM_TYPES)})")
     job.fix("cp_comm", CP_COMM_TYPES[comm], pin="cp_comm_type" in explicit)
-    take("cp_comm_type", f"cp_comm {CP_COMM_TYPES[comm]}")
+    take("cp_comm_type", f"cp_comm {CP_COMM_TYPES[comm]}" if cp > 1 else "no effect with cp 1")
     ep = _int(settings, "expert_model_parallel_size", where, 1) or 1
     job.fix("ep", ep, pin="expert_model_parallel_size" in explicit)
     take("expert_model_parallel_size", f"ep {ep}")
@@ -1440,6 +1467,41 @@ def _cuda_graphs(settings: Settings, job: JobConfig, where: str,
         take(given, f"{', '.join(sorted(names))}: whole layers")
 
 
+def _megatron_lm_asserts(settings: Settings, where: str) -> None:
+    """What Megatron-LM's argument validation refuses at start-up (megatron/training/
+    arguments.py, validate_args, at d98e8a64), among the options perfmodel reads: a script it
+    would stop is refused, not predicted. (NeMo's and Megatron-Bridge's configs are not checked
+    here: they validate their own way.)"""
+    def given(dest: str) -> bool:
+        return dest in settings and _flag(settings, dest, where)
+
+    def refuse(dest: str, why: str) -> PlanError:
+        return refuse_plan(where, settings[dest][0], settings[dest][1], why)
+
+    if given("overlap_param_gather") and not given("overlap_grad_reduce"):
+        raise refuse("overlap_param_gather", "Megatron-LM asserts --overlap-grad-reduce with it")
+    if given("use_torch_fsdp2"):
+        if given("use_distributed_optimizer"):
+            raise refuse("use_torch_fsdp2", "Megatron-LM asserts it without "
+                                            "--use-distributed-optimizer (FSDP2 shards the states)")
+        if not given("untie_embeddings_and_output_weights"):
+            raise refuse("use_torch_fsdp2", "Megatron-LM asserts "
+                                            "--untie-embeddings-and-output-weights with it")
+        if "gradient_accumulation_fusion" not in settings \
+                or _flag(settings, "gradient_accumulation_fusion", where):
+            raise refuse("use_torch_fsdp2", "Megatron-LM asserts --no-gradient-accumulation-"
+                                            "fusion with it (the fusion is on by default)")
+    if given("fp8_param_gather") and not (given("use_distributed_optimizer") or given(
+            "use_torch_fsdp2") or given("use_megatron_fsdp")):
+        raise refuse("fp8_param_gather", "Megatron-LM asserts the distributed optimizer, "
+                                         "--use-torch-fsdp2 or Megatron FSDP with it")
+    granularity = _str(settings, "recompute_granularity")
+    method = _str(settings, "recompute_method")
+    if granularity == "selective" and method not in (None, "None", "null"):
+        raise refuse("recompute_method", "Megatron-LM asserts no recompute method beside "
+                                         "--recompute-granularity selective")
+
+
 def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
              ) -> None:
     bf16, fp16 = _flag(settings, "bf16", where), _flag(settings, "fp16", where)
@@ -1473,6 +1535,8 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
                           "Megatron FSDP's sharding is not modelled (--use-torch-fsdp2 is: ZeRO "
                           "stage 3; --use-distributed-optimizer: stage 1)")
     job.fix("zero", zero)
+    if job.framework is Framework.MEGATRON and not _flag(settings, "deepspeed", where):
+        _megatron_lm_asserts(settings, where)
     if torch_fsdp:  # megatron/training/arguments.py asserts both (at d98e8a64)
         for key, flag in (("pp", "--pipeline-model-parallel-size"),
                           ("ep", "--expert-model-parallel-size")):

@@ -117,6 +117,7 @@ HARMLESS = frozenset((
 # the gated MLPs (NeMo 1's activation values): Megatron's --swiglu (three matrices)
 GATED = ("swiglu", "fast-swiglu", "geglu", "fast-geglu", "reglu", "fast-reglu")
 UNGATED = ("gelu", "fast-gelu", "openai-gelu", "relu", "squared-relu")
+FUSION_DP = "_nemo1_fusion_dp"  # finish(): the fusion off where the world gives dp > 1
 AFTER = "_nemo1_after"  # plan fields after_settings fixes once the Megatron settings are applied
 PRECISIONS = {"bf16": "bf16", "bf16-mixed": "bf16", "16": "fp16", "16-mixed": "fp16",
               "32": "fp32", "32-true": "fp32", "fp16": "fp16", "fp32": "fp32"}
@@ -179,6 +180,7 @@ def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
         raise SpecError(f"{where}: model.optim must be a mapping of settings, got '{optim}'")
     _optimizer(optim, settings, job, where, dtype == "bf16" and bool(model.get("megatron_amp_O2"))
                and not model.get("fp8_params"))
+    _grad_fusion(model, str(optim.get("name", "fused_adam")), settings, job, where)
     data_section = model.get("data") or {}
     if not isinstance(data_section, dict):
         raise SpecError(f"{where}: model.data must be a mapping of settings, got "
@@ -203,6 +205,55 @@ def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
             job.skipped(f"{name}.*", "(a section)" if isinstance(value, dict) else value,
                         "the launcher's, logging or checkpointing")
     return settings
+
+
+def _grad_fusion(model: dict[str, Any], optimizer: str, settings: Settings, job: JobConfig,
+                 where: str) -> None:
+    """gradient_accumulation_fusion as NeMo 1 runs it (megatron_base_model.py, v1.23.0 to
+    v2.0.0): a key the model config lacks takes ModelParallelConfig's default, false
+    (build_model_parallel_config; Megatron-Core's model_parallel_config.py); given true,
+    _validate_and_override_config turns it off with data parallelism beside pp 1 and an optimizer
+    other than the distributed ones (distributed_fused_adam, mcore_distributed_optim), and
+    without megatron_amp_O2. The data-parallel degree is the world over tp x pp x cp (NeMo's
+    AppState); where the world comes from --gpus, finish() decides."""
+    def degree(name: str) -> int:
+        return whole(model.get(name) or 1, f"model.{name}", where)
+
+    key = "model.gradient_accumulation_fusion"
+    if "gradient_accumulation_fusion" not in model:
+        settings["gradient_accumulation_fusion"] = (f"{key} (not given: NeMo's default, false)",
+                                                    False)
+        return
+    if not _truth(model["gradient_accumulation_fusion"]):
+        return
+    why = ""
+    if not _truth(model.get("megatron_amp_O2", False)):
+        why = "without megatron_amp_O2"
+    elif degree("pipeline_model_parallel_size") == 1 \
+            and optimizer not in ("distributed_fused_adam", "mcore_distributed_optim"):
+        parallel = degree("tensor_model_parallel_size") * degree("context_parallel_size")
+        if job.gpus is None:  # the world from --gpus: finish() decides
+            job.plan[FUSION_DP] = parallel
+            return
+        if job.gpus // parallel > 1:
+            why = (f"with dp {job.gpus // parallel}, pp 1 and optim.name {optimizer} (not a "
+                   "distributed optimizer)")
+    if why:
+        settings["gradient_accumulation_fusion"] = (
+            f"{key} true, off in NeMo {why} (_validate_and_override_config):", False)
+
+
+def finish(job: JobConfig, gpus: int) -> None:
+    """What follows from the world size given by --gpus: NeMo's gradient_accumulation_fusion
+    off with dp > 1 (_grad_fusion)."""
+    parallel = job.plan.pop(FUSION_DP, None)
+    if parallel is None or gpus // parallel <= 1 or job.plan.get("zero") == 3:
+        return
+    job.fix("grad_accumulation_fusion", False)
+    renote(job, "model.gradient_accumulation_fusion",
+           f"off: NeMo turns it off with dp {gpus // parallel}, pp 1 and a non-distributed "
+           "optimizer (_validate_and_override_config): grad_accumulation_fusion false, each "
+           "micro-batch's weight gradients added into the main gradients apart")
 
 
 def after_settings(data: dict[str, Any], job: JobConfig) -> None:
@@ -323,6 +374,12 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
         raise refuse_spec(where, "model.position_embedding_type", positions,
                           "perfmodel models learned_absolute and rope")
     settings["position_embedding_type"] = ("model.position_embedding_type", positions)
+    if positions == "rope" and "apply_rope_fusion" not in model:
+        # megatron_base_model.py build_transformer_config: cfg.get('apply_rope_fusion', True) at
+        # v1.23.0, False at v2.0.0
+        job.notes.append("model.apply_rope_fusion not given: NeMo's default is on at v1.23, off "
+                         "from v2.0 (RoPE op by op); costed as the fused kernel either way (its "
+                         "extra element-wise passes are not modelled)")
     if model.get("bias", True) is False:
         settings["disable_bias_linear"] = ("model.bias", True)
     if "qkv_bias" in model:  # megatron_base_model.py: add_qkv_bias = cfg.get('qkv_bias', False)

@@ -31,8 +31,13 @@ from perfmodel.errors import SpecError
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)(\+?)=(.*)$", re.S)
 _ARRAY = re.compile(r"^\s*(?:(?:export|declare|readonly|local)\s+(?:-\w+\s+)*)?"
                     r"([A-Za-z_]\w*)(\+?)=\((.*)\)\s*(?:#[^\n]*)?$", re.S)
+# a default's word may hold braced expansions of its own (`${PP:-${DEFAULT_PP:-2}}`): braces
+# balanced three deep
+_BRACED = r"[^{}]*"
+for _ in range(3):
+    _BRACED = r"(?:[^{}]|\{" + _BRACED + r"\})*"
 _PARAM = re.compile(r"\$\{(?P<name>[A-Za-z_]\w*|\d+|[@*#?$!])(?P<index>\[[^\]]*\])?"
-                    r"(?:(?P<op>:?[-=+?])(?P<word>[^}]*))?\}"
+                    r"(?:(?P<op>:?[-=+?])(?P<word>" + _BRACED + r"))?\}"
                     r"|\$(?P<simple>[A-Za-z_]\w*|\d|[@*#?$!])")
 _QUOTED_ALL = re.compile(r'"\$\{([A-Za-z_]\w*)\[@\]\}"(?=[\s;&|)]|$)|"\$\{?(@)\}?"(?=[\s;&|)]|$)')
 _HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_]\w*)\2")
@@ -642,6 +647,12 @@ def _command(text: str, state: _State, where: str, line: int, inside: bool,
             state.arrays.pop(name, None)
         return None
     expanded = _skip_assignments(_skip_reserved(_words(expand(text, state, line), where, line)))
+    if expanded[:1] in (["source"], ["."]) and len(expanded) > 1:
+        # another file's commands, run in this shell: not read (it may set the variables read
+        # after it), said so
+        state.notes.append(f"{' '.join(text.split())} (line {line}) is not read: a variable it "
+                           "sets is not seen here (the values read are this script's own)")
+        return None
     if expanded[:1] == ["eval"]:  # its words, joined, are shell code again (operators too)
         expanded = ["sh", "-c", " ".join(expanded[1:])]
     if _launches(expanded, is_script):

@@ -1181,6 +1181,7 @@ def test_megatron_turns_fp8_param_gather_off_beside_torch_fsdp2(tmp_path):
     --fp8-param-gather is turned off and the parameters are all-gathered in bf16."""
     job = read_config(write(tmp_path, BASE + "--untie-embeddings-and-output-weights "
                                              "--use-torch-fsdp2 --fp8-format hybrid "
+                                             "--no-gradient-accumulation-fusion "
                                              "--fp8-param-gather"))
     assert (job.plan["zero"], job.plan["dtype"], job.plan["fp8_params"]) == (3, "fp8", False)
     spec, plan = resolve_plan(job, resolve_model(job, None, None), {"gpus": 8})

@@ -9,6 +9,7 @@ Plan.grad_accumulation_fusion; accepted where Megatron-Core would not run the ke
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from typing import Any
 
@@ -154,9 +155,29 @@ def test_megatron_gradient_accumulation_fusion_off_under_fsdp2_is_the_same_cost(
     # Megatron-LM requires the fusion off with --use-torch-fsdp2: FSDP2 reduce-scatters the
     # backward's own gradients, as zero 3 is modelled
     job = _megatron(tmp_path, "--no-gradient-accumulation-fusion --use-torch-fsdp2 "
-                              "--data-parallel-size 8")
+                              "--untie-embeddings-and-output-weights --data-parallel-size 8")
     assert job.plan["zero"] == 3 and "grad_accumulation_fusion" not in job.plan
     assert "--no-gradient-accumulation-fusion False: off: FSDP2 (zero 3)" in _lines(job)
+
+
+@pytest.mark.parametrize("extra, says", [
+    # megatron/training/arguments.py validate_args at d98e8a64: each asserted at start-up
+    ("--overlap-param-gather --use-distributed-optimizer",
+     "--overlap-param-gather: Megatron-LM asserts --overlap-grad-reduce"),
+    ("--use-torch-fsdp2 --use-distributed-optimizer --untie-embeddings-and-output-weights "
+     "--no-gradient-accumulation-fusion", "without --use-distributed-optimizer"),
+    ("--use-torch-fsdp2 --no-gradient-accumulation-fusion",
+     "asserts --untie-embeddings-and-output-weights"),
+    ("--use-torch-fsdp2 --untie-embeddings-and-output-weights",
+     "asserts --no-gradient-accumulation-fusion"),
+    ("--fp8-format hybrid --fp8-param-gather", "--fp8-param-gather: Megatron-LM asserts the "
+                                               "distributed optimizer"),
+    ("--recompute-granularity selective --recompute-method uniform",
+     "--recompute-method uniform: Megatron-LM asserts no recompute method"),
+])
+def test_megatron_lm_refuses_what_its_argument_validation_stops(tmp_path, extra, says):
+    with pytest.raises(PlanError, match=re.escape(says)):
+        _megatron(tmp_path, extra)
 
 
 def test_bridge_fusions_off_where_they_run(tmp_path):
