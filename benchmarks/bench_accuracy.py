@@ -406,8 +406,8 @@ def allocator_view(p: Any, measured_by: str) -> float:
 def memory_rows() -> list[tuple[MemoryCase, float]]:
     from perfmodel import TransformerSpec, predict
 
-    return [(c, allocator_view(predict(TransformerSpec(**c.model), c.hardware, c.plan),
-                               c.measured_by)) for c in MEMORY]
+    return [(c, allocator_view(predict(TransformerSpec(**c.model), c.hardware, c.plan,
+                                       refuse_idle=False), c.measured_by)) for c in MEMORY]
 
 
 @dataclass
@@ -1230,7 +1230,7 @@ def published_rows(directory: Path) -> list[Row]:
         row.published_memory_gib = None if pd.isna(mem) else float(mem)
         if not error:
             try:
-                p = predict(TransformerSpec(**model), hardware, plan)
+                p = predict(TransformerSpec(**model), hardware, plan, refuse_idle=False)
             except PerfmodelError as exc:
                 row.error = str(exc)
             else:
@@ -1268,7 +1268,7 @@ def table5_rows() -> list[Row]:
                                      (dict(recompute="selective", sequence_parallel=True),
                                       selective, "SP + selective")):
             row = Row("korthikanti", f"{name} tp{tp} pp{pp} B{batch} {what}", seconds)
-            _fill(row, predict(name, "dgx-a100-80gb", Plan(**base, **extra)))
+            _fill(row, predict(name, "dgx-a100-80gb", Plan(**base, **extra), refuse_idle=False))
             rows.append(row)
     return rows
 

@@ -461,7 +461,7 @@ def _config_loaders(tmp: Path) -> dict[str, Any]:
         with ctx:
             model, hardware, plan, job = cli.config_inputs(dict(ctx.params))
         job.report()
-        result = run(model, hardware, plan)
+        result = run(model, hardware, plan, refuse_idle=False)
         json_text({**result.to_dict(), **cli.model_summary(model), "config": job.to_dict()})
         finite_prediction(result)
 

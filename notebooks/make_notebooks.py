@@ -201,9 +201,13 @@ show(r"S_{ring=tree}", algorithm_crossover_bytes("all_reduce", N, "ring", "tree"
 ## What it implies
 
 Below $S_{\alpha=\beta} = n\alpha\beta$ a ring all-reduce is latency-bound: its time hardly moves
-with the size. The tree takes $2\log_2 n$ steps instead of $2(n-1)$ but moves twice the bytes of
-a large ring, so it wins below $S_{ring=tree} = n(n-1-\log_2 n)\,\alpha\beta$ and loses above.
-On the `dgx-h100` preset's links:
+with the size. The textbook tree takes $2\log_2 n$ steps instead of $2(n-1)$ and moves $2S$ per
+rank against the ring's $2S(n-1)/n$, so in this form it wins below
+$S_{ring=tree} = n(n-1-\log_2 n)\,\alpha\beta$ and loses above. NCCL's tree is not the textbook
+one: inside a node it is a chain through the NVSwitch, with as many latency steps as the ring,
+and across nodes a double binary tree of the nodes (the presets model NCCL's, perfmodel.costs.
+collectives). On the `dgx-h100` preset's links, the textbook crossover and the preset's own
+prediction of both algorithms:
 '''),
     code(r'''
 from perfmodel.collective import predict_collective
@@ -218,7 +222,12 @@ for label, (ranks, link) in links.items():
     lb = float(latency_bandwidth_bytes("all_reduce", ranks, "ring", a, b))
     cross = float(algorithm_crossover_bytes("all_reduce", ranks, "ring", "tree", a, b))
     print(f"{label}: alpha {a * 1e6:.0f} us, beta {b / 1e9:.0f} GB/s -> latency-bound below "
-          f"{lb / 2**20:.2f} MiB, tree faster below {cross / 2**20:.1f} MiB")
+          f"{lb / 2**20:.2f} MiB, the textbook tree faster below {cross / 2**20:.1f} MiB")
+    for size in (2**20, 2**26, 2**28):  # NCCL's algorithms as the preset models them
+        ring, tree = (predict_collective("all_reduce", size, ranks, hw, algorithm=alg)["time_s"]
+                      for alg in ("ring", "tree"))
+        print(f"    preset at {size / 2**20:.0f} MiB: ring {ring * 1e6:.0f} us, tree "
+              f"{tree * 1e6:.0f} us")
 
 sizes = np.geomspace(2**10, 2**32, 45)
 ax = plot.new_figure(7, 4).add_subplot()
@@ -265,9 +274,11 @@ figure
 **A collective has two regimes, and with the presets' numbers the boundary $n\alpha\beta$ lies
 near 10 MB for a ring all-reduce inside a DGX H100 as well as across 16 of them: gradient
 buckets of tens of MB are bandwidth-bound, tensor-parallel activations of a small micro-batch
-are not, and below tens of MiB the tree beats the ring.** The measured curves bend at a smaller
-size than the preset's, because NCCL's per-step latency inside a node is lower than the
-preset's $\alpha$.
+are not. Which algorithm wins is NCCL's structure more than the textbook form's: inside a node
+NCCL's tree is a chain, and the ring (or NVLS) is as fast or faster at every size printed above;
+across 16 nodes the tree's few steps between nodes win at every size printed.** The measured
+curves bend at a smaller size than the preset's, because NCCL's per-step latency inside a node is
+lower than the preset's $\alpha$.
 
 ## Prediction against measurement
 
@@ -292,14 +303,13 @@ print(f"fitted: alpha {p['alpha_s'] * 1e6:.1f} us per step, busbw "
       f"MiB; median error {fitted['median_rel_error']:.1%} over {fitted['n_points']} sizes")
 '''),
     md(r'''
-The preset assumes NVLink at 450 GB/s per direction and 80% efficiency, a textbook ring or
-recursive algorithm. The measured bus bandwidth of the largest messages is higher: this log ran
-NCCL's NVLS algorithm, which reduces inside the NVSwitch, so each byte crosses a GPU's links
-about once instead of $2(n-1)/n$ times. That is a different algorithm, not a faster link, and no
-$\beta$ of the ring form describes it without calibration; the fit absorbs it into its bus
-bandwidth (and a second regime for small messages, where NCCL switches protocol) and then
-predicts the log within the error printed above. The 2-node A100 log fits worst: its SOURCES.md
-entry calls it an untuned run, with bandwidth that wanders from size to size.
+This log ran NCCL's NVLS algorithm, which reduces inside the NVSwitch, so each byte crosses a
+GPU's links about once instead of $2(n-1)/n$ times: a different algorithm, not a faster link.
+The preset models NVLS as well (its NVSwitch reduction's latency and bandwidth share), and
+chooses it for the largest size, as printed above. The fit has the ring's form: it absorbs NVLS
+into its bus bandwidth (and a second regime for small messages, where NCCL switches protocol)
+and then predicts the log within the error printed above. The 2-node A100 log fits worst: its
+SOURCES.md entry calls it an untuned run, with bandwidth that wanders from size to size.
 `perfmodel predict --profile` uses such fits instead of the preset.
 '''),
     code(r'''
@@ -877,8 +887,9 @@ plot.prediction_figure(best)
     md(r'''
 ## What-ifs
 
-Elasticities of the step time to each hardware parameter (sympy derivatives of the plan's
-formula), then the same search with a twice faster and a four times slower inter-node network,
+Elasticities of the step time to each hardware parameter (central differences of the plan's
+compiled formula, each parameter moved as `--what-if` moves it), then the same search with a
+twice faster and a four times slower inter-node network,
 and with half the HBM bandwidth.
 '''),
     code(r'''
@@ -941,7 +952,8 @@ style and degree; "Validation on this machine" in docs/accuracy.md says what eac
 What is left is mostly the machine: a shared 2-core host whose speed moves by a quarter from
 second to second, so that the same plan measures 170-181 ms in three runs and two calibrations
 half an hour apart disagree by 10-35% on tensor-parallel plans. On GPUs the same model, with the
-presets' efficiencies, predicts Korthikanti et al.'s measured step times within 4% (tests/golden).
+presets' efficiencies, predicts Korthikanti et al.'s eight measured step times 6-13% fast
+(docs/accuracy.md, which says what the breakdown points at).
 '''),
     code(r'''
 error = runs["relative_error"].abs()

@@ -140,7 +140,7 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
             # a cell the row sets is the user's, as a flag given: refused where it changes
             # nothing (perfmodel.idle), as predict refuses the flag
             refuse_idle_flags(plan, model, plan_kw.__contains__)
-            result = predict(model, hw, plan)
+            result = predict(model, hw, plan, refuse_idle=False)  # its cells checked above
             summary = result.to_dict()
             record.update({k: summary[k] for k in RESULT_COLUMNS})
             record.update(ffn_hidden=model.ffn_hidden, kv_heads=model.kv_heads,

@@ -867,7 +867,7 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         model, hardware, plan = build_inputs(kw)
     check_outputs((plot_path, "plot"), (trace_path, "trace"), (timeline_path, "timeline"),
                   (html_path, "HTML report"))  # before the prediction, not after it
-    result = run(model, hardware, plan)
+    result = run(model, hardware, plan, refuse_idle=False)  # the flags are checked above
     notes = profile_extrapolations(kw.get("profile"), model, hardware, plan)
     if plot_path:
         from perfmodel.plot import prediction_plot

@@ -27,7 +27,7 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
                  only: tuple[str, ...] = ()) -> str:
     family = family_of(model, hardware, plan, specialise=True)
     built = _built(family)
-    result = predict(model, hardware, plan)
+    result = predict(model, hardware, plan, refuse_idle=False)
     show = sp.latex if latex else sp.sstr
     stage = result.breakdown_stage  # the terms predict's breakdown shows
     m = plan.num_micro_batches

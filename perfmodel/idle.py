@@ -46,6 +46,11 @@ def refuse_idle_flags(plan: Any, model: Any, given: Callable[[str], bool]) -> No
                             f"(dp {plan.dp}, cp {plan.cp}"
                             + (", the experts' tp dp cp / (ep etp) 1" if experts else "")
                             + f"): give --dp (or --gpus) above 1, or leave {flag} out")
+    if given("schedule") and plan.pp == 1 and plan.schedule.value != "1f1b":
+        # one stage runs its micro-batches one after another whatever the order (Megatron-Core's
+        # forward_backward_no_pipelining); the pipelined schedules' rules refuse the others
+        raise PlanError(f"schedule {plan.schedule.value} orders a pipeline's micro-batches "
+                        "(pp > 1), and the plan has pp 1: give --pp, or leave --schedule out")
     if given("zero") and plan.zero > 0 and sync_ranks(plan, model) == 1:
         raise PlanError(f"zero {plan.zero} shards over the data-parallel ranks, and the plan has "
                         f"none (dp {plan.dp}, cp {plan.cp}): give --dp (or --gpus) above 1, or "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,6 +162,14 @@ class Prediction:
         return pd.DataFrame(rows, columns=["term", "bytes", "GiB"]).set_index("term")
 
 
+def _mapping(plan: Any) -> dict[str, Any]:
+    try:
+        return dict(plan)
+    except (TypeError, ValueError):
+        raise PlanError(f"a plan is a perfmodel.Plan or a mapping of its fields, got "
+                        f"{type(plan).__name__}") from None
+
+
 def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | Path,
                    plan: Plan | dict[str, Any]) -> tuple[TransformerSpec, HardwareSpec, Plan]:
     spec = load_model(model)
@@ -171,7 +180,7 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
     model = spec
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     hardware = load_hardware(hardware)
-    plan = plan if isinstance(plan, Plan) else plan_from_dict(dict(plan))
+    plan = plan if isinstance(plan, Plan) else plan_from_dict(_mapping(plan))
     plan.check(model)
     flash = resolve_flash(plan.flash_attention, model, hardware, plan.dtype,
                           plan.attention_kernel)
@@ -185,6 +194,20 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
     return model, hardware, plan
 
 
+def given_fields(plan: Plan | dict[str, Any]) -> set[str]:
+    """The plan fields a caller gave: a dict's keys, or those of a Plan that differ from Plan's
+    defaults."""
+    if not isinstance(plan, Plan):
+        return set(_mapping(plan))
+    out = set()
+    for f in dataclasses.fields(Plan):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        if getattr(plan, f.name) != default:
+            out.add(f.name)
+    return out
+
+
 def require_fused_for_cp(plan: Plan) -> None:
     """Context parallelism runs on a fused attention kernel (ring attention merges each step's
     partial result by its log-sum-exp: Transformer Engine's fused attention; Megatron-Core
@@ -196,9 +219,19 @@ def require_fused_for_cp(plan: Plan) -> None:
 
 
 def predict(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | Path,
-            plan: Plan | dict[str, Any]) -> Prediction:
-    """Predict one plan. `model` and `hardware` are specs, preset names or file paths."""
+            plan: Plan | dict[str, Any], *, refuse_idle: bool = True) -> Prediction:
+    """Predict one plan. `model` and `hardware` are specs, preset names or file paths.
+    refuse_idle: an option given that would change nothing for the plan (zero 3 without data
+    parallelism, cp_comm without cp, an overlap of a sync the plan has not, a schedule without a
+    pipeline: perfmodel.idle) is refused (PlanError), as the command line refuses its flags;
+    given are a dict's keys, or a Plan's fields that differ from Plan's defaults. perfmodel's
+    own callers, whose plans come from a search or a config, pass False."""
+    given = given_fields(plan) if refuse_idle else None
     model, hardware, plan = resolve_inputs(model, hardware, plan)
+    if given is not None:
+        from perfmodel.idle import refuse_idle_flags
+
+        refuse_idle_flags(plan, model, given.__contains__)
     family = family_of(model, hardware, plan)
     compiled = compile_family(family)
     out = compiled(values_of(model, hardware, plan))

@@ -15,7 +15,7 @@ from perfmodel.encode import compute_dtype
 from perfmodel.errors import PlanError
 from perfmodel.predict import Prediction, predict
 from perfmodel.search import Scored, SearchRequest, SearchResult, divisors, resolved_request, search
-from perfmodel.specs.hardware import HardwareSpec, hardware_from_dict
+from perfmodel.specs.hardware import LINK_PROTOCOLS, HardwareSpec, hardware_from_dict
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Dtype, Objective
@@ -79,7 +79,8 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
         if not len(result.best):
             reason = infeasible_reason(model, hardware, req, result)
             return Recommendation(result, [], {"infeasible": reason})
-        best_plans = [predict(model, hardware, plan) for plan in result.best_plans()]
+        best_plans = [predict(model, hardware, plan, refuse_idle=False)
+                      for plan in result.best_plans()]
         explanation = explain_best(model, hardware, result, best_plans)
         needed = needed_alternatives(req, best_plans[0])
         if req.dtype is Dtype.FP8:
@@ -135,7 +136,7 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
     alt_req = bf16_request(req)
     alt = _alternative(ahead, "fp8", model, hardware, alt_req, needed)
     as_bf16 = best.plan.replace(**BF16_FIELDS, dtype=alt_req.dtype)
-    same = predict(model, hardware, as_bf16)
+    same = predict(model, hardware, as_bf16, refuse_idle=False)
     gemm_s = sum(same.breakdown_s[k] - best.breakdown_s[k] for k in FP8_GEMM_TERMS)
     cast_s = sum(best.breakdown_s.get(k, 0.0) for k in FP8_CAST_TERMS)
     amax_s = best.breakdown_s.get(FP8_AMAX_TERM, 0.0)
@@ -388,7 +389,7 @@ def micro_batch_curve(model: TransformerSpec, hardware: HardwareSpec, plan: Any,
     rows = []
     for mb in divisors(plan.global_batch // plan.dp):
         try:
-            p = predict(model, hardware, plan.replace(micro_batch=mb))
+            p = predict(model, hardware, plan.replace(micro_batch=mb), refuse_idle=False)
         except PlanError:
             continue
         # (the search's rule: the whole memory, the allocator's fragmentation margin included)
@@ -668,6 +669,10 @@ def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
         if not is_factor:
             raise PlanError(f"--what-if: {match.group(1)} is a mapping; give a factor like 2x")
         node[last] = {k: v * number for k, v in value.items()}
+    elif is_factor and not value:  # 0, or unset where 0 stands for another field's value
+        raise PlanError(f"--what-if: {match.group(1)} is 0 on hardware '{hardware.name}' (where "
+                        "0 means unset, another field's value applies: see docs/specs.md): a "
+                        "factor changes nothing; give a value")
     else:
         node[last] = value * number if is_factor else number
     data["collectives"] = [dataclasses.asdict(c) if not isinstance(c, dict) else c
@@ -704,21 +709,34 @@ HARDWARE_SENSITIVITIES = {
 }
 
 
-# the compiled symbols that move with a hardware parameter: peak_flops_per_s is the peak of
-# every dtype (as --what-if peak_flops_per_s=2x scales them all), an fp8 plan's GEMMs at the FP8
-# peak among them; on a fabric of levels the network's bandwidth and latency are each axis's
-# (AXIS_outer_bandwidth, AXIS_outer_latency_s: the slowest level its group crosses), which move
-# with every level beyond the node
-LINKED_SENSITIVITIES = {"peak_flops_per_s": ("fp8_peak_flops_per_s",)}
+# the compiled symbols that move with a hardware parameter, as --what-if moves them
+# (apply_what_if rebuilds the spec, and perfmodel.encode derives these from it): peak_flops_per_s
+# is the peak of every dtype, an fp8 plan's GEMMs at the FP8 peak among them; the memory
+# bandwidth is the optimizer step's too (optimizer_bandwidth_efficiency a share of it); on a
+# fabric of levels the network's bandwidth and latency are each axis's (AXIS_outer_bandwidth,
+# AXIS_outer_latency_s: the slowest level its group crosses), which move with every level beyond
+# the node
+LINKED_SENSITIVITIES = {"peak_flops_per_s": ("fp8_peak_flops_per_s",),
+                        "memory_bandwidth_bytes_per_s": ("optimizer_bandwidth_bytes_per_s",)}
 LINKED_SUFFIXES = {"inter_bandwidth": "_outer_bandwidth", "inter_latency_s": "_outer_latency_s"}
 
 
-def _linked(name: str, values: Mapping[str, float]) -> tuple[str, ...]:
-    """The compiled symbols a sensitivity to `name` moves with it (LINKED_SENSITIVITIES, and
-    the per-axis symbols of LINKED_SUFFIXES), those the plan's values hold."""
+def _linked(name: str, values: Mapping[str, float], hardware: HardwareSpec) -> tuple[str, ...]:
+    """The compiled symbols a sensitivity to `name` moves with it, those the plan's values hold:
+    LINKED_SENSITIVITIES, the per-axis symbols of LINKED_SUFFIXES, a link's low-latency
+    protocols' step latency where the link gives the protocol none (perfmodel.encode.link_values:
+    the Simple protocol's then), and the host's time per op where the spec leaves it unset
+    (host_op_overhead_s 0: kernel_overhead_s's)."""
+    moved = set(LINKED_SENSITIVITIES.get(name, ()))
     suffix = LINKED_SUFFIXES.get(name)
-    return tuple(n for n in values if n in LINKED_SENSITIVITIES.get(name, ())
+    for link, spec in (("intra", hardware.intra_node), ("inter", hardware.inter_node)):
+        if name == f"{link}_latency_s":
+            moved |= {f"{link}_{p}_latency_s" for p in LINK_PROTOCOLS if spec.protocol(p) is None}
+    if name == "kernel_overhead_s" and not hardware.host_op_overhead_s:
+        moved.add("host_op_overhead_s")
+    return tuple(n for n in values if n in moved
                  or (suffix is not None and n.endswith(suffix)))
+
 
 # the relative step of the central differences of sensitivities(): small against any parameter,
 # large against float64 rounding (the step time's relative error ~1e-16 / 1e-6 = 1e-10)
@@ -740,12 +758,15 @@ def sensitivities(model: TransformerSpec, hardware: HardwareSpec, plan: Any) -> 
 
     compiled = compile_family(family_of(model, hardware, plan), "search")
     values = values_of(model, hardware, plan)
+    # host_link_bytes_per_s: what offloading copies; host_op_overhead_s unset (0) is
+    # kernel_overhead_s's, which moves it (_linked)
     names = [n for n in HARDWARE_SENSITIVITIES if n in values
-             and (n != "host_link_bytes_per_s" or plan.cpu_offload_layers)]  # what it copies
+             and (n != "host_link_bytes_per_s" or plan.cpu_offload_layers)
+             and (n != "host_op_overhead_s" or hardware.host_op_overhead_s)]
     rows = 1 + 2 * len(names)
     columns = {k: np.full(rows, v, dtype=float) for k, v in values.items()}
     for i, name in enumerate(names):
-        for moved in (name, *_linked(name, values)):
+        for moved in (name, *_linked(name, values, hardware)):
             columns[moved][1 + 2 * i] *= 1 + SENSITIVITY_STEP
             columns[moved][2 + 2 * i] *= 1 - SENSITIVITY_STEP
     t = np.asarray(compiled(columns)["step_time"], dtype=float) * np.ones(rows)

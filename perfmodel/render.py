@@ -579,7 +579,7 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         con.print(f"[bold]what if[/] {', '.join(w['changes'])}: best becomes {degrees} "
                   f"mb={plan['micro_batch']} {plan['schedule']}, "
                   f"{fmt_seconds(w['best']['step_time_s'])} per step "
-                  f"({fmt_fixed(w['speedup'], '.3f')}x)")
+                  f"(speed-up {fmt_fixed(w['speedup'], '.3f')}x)")
     if "validation" in data:
         v = data["validation"]
         for caveat in v.get("caveats") or []:  # first: why the numbers below do not compare

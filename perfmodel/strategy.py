@@ -973,6 +973,10 @@ class Plan:
         object.__setattr__(self, "master_weights", text)
 
     def replace(self, **changes: Any) -> Plan:
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise PlanError(f"unknown plan field(s) {', '.join(unknown)}"
+                            f"{suggest(unknown[0], [f.name for f in dataclasses.fields(self)])}")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

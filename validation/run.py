@@ -65,7 +65,7 @@ def predict_dict(model: TransformerSpec, hardware: Any, plan: Plan) -> dict[str,
         return None
     from perfmodel import predict
 
-    return predict(model, hardware, plan).to_dict()
+    return predict(model, hardware, plan, refuse_idle=False).to_dict()
 
 
 def check_fits(prediction: dict[str, Any] | None, settings: RunSettings) -> None:

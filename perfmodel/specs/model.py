@@ -156,8 +156,9 @@ class TransformerSpec:
         if self.kind != "transformer":
             raise SpecError(f"model kind must be 'transformer' or 'layers', got '{self.kind}'")
         limits = {"layers": 1e5, "hidden": 1e6, "heads": 1e5, "seq_len": 1e8, "vocab": 1e8}
-        for key, limit in limits.items():
-            number(getattr(self, key), key, integer=True, maximum=limit)
+        for key, limit in limits.items():  # a digit string ("2", from an API call) as its number
+            object.__setattr__(self, key, number(getattr(self, key), key, integer=True,
+                                                 maximum=limit))
         given = {key for key in DERIVED if not _unset(getattr(self, key), key)}
         object.__setattr__(self, "explicit", frozenset(given))
         if isinstance(self.moe_dense_layers, list):  # as YAML and JSON give it: hashable
@@ -170,9 +171,9 @@ class TransformerSpec:
         for key, value in derived.items():
             if key not in given:
                 object.__setattr__(self, key, value)
-        number(self.ffn_hidden, "ffn_hidden", integer=True, maximum=1e10)
-        number(self.kv_heads, "kv_heads", integer=True, maximum=1e9)
-        number(self.head_dim, "head_dim", integer=True, maximum=1e6)
+        for key, limit in (("ffn_hidden", 1e10), ("kv_heads", 1e9), ("head_dim", 1e6)):
+            object.__setattr__(self, key, number(getattr(self, key), key, integer=True,
+                                                 maximum=limit))
         self._check_experts(given)
         self._check_mla(given)
         self._check_window()

@@ -107,7 +107,7 @@ def validate_layout(
     # run, so that a plan the model refuses costs no run
     plan = plan.replace(stack="eager", kernels="eager" if plan.kernels.value == "compiled"
                         else plan.kernels)
-    prediction = predict(model, hardware, plan).to_dict()
+    prediction = predict(model, hardware, plan, refuse_idle=False).to_dict()
     dims = block_dims(model, plan)
     measured = run_layout(layout, dims, {}, plan.tp, Path(run_dir), steps, warmup, timeout_s)
     rows = compare(
