@@ -177,11 +177,14 @@ def read_gemm_table(path: str | Path) -> pd.DataFrame:
     out["line"] = np.arange(len(out)) + 2
     for col in ("b", "m", "n", "k", "flops_per_s"):
         values = pd.to_numeric(out[col], errors="coerce")
-        bad = ~np.isfinite(values) | (values <= 0)
+        # 1e18 FLOP/s is a hundred of today's largest GPUs: a slip of units or a corrupt row
+        bad = ~np.isfinite(values) | (values <= 0) | ((values > 1e18) if col == "flops_per_s"
+                                                       else (values > 1e9))
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise DataError(
-                f"{path}:{i + 2}: column '{col}' must be a positive number, got "
+                f"{path}:{i + 2}: column '{col}' must be a positive number"
+                f"{' up to 1e18 FLOP/s' if col == 'flops_per_s' else ' up to 1e9'}, got "
                 f"'{out[col].iloc[i]}'"
             )
         out[col] = values.astype(float)

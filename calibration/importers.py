@@ -22,7 +22,8 @@ from calibration.gemm_tables import (
 from calibration.nccl_tests import NcclTestsRun, parse_nccl_tests
 from calibration.profile_io import provenance, write_profile
 from perfmodel.costs.collectives import ALGORITHMS, Algorithm
-from perfmodel.errors import DataError
+from perfmodel.errors import DataError, SpecError
+from perfmodel.specs.hardware import DTYPES, GemmEfficiency
 
 
 @dataclass
@@ -60,6 +61,9 @@ def _algorithm(run: NcclTestsRun, override: str | None, notes: list[str]) -> str
         )
         form = "ring"
     if Algorithm(form) not in ALGORITHMS[run.op]:
+        if override:
+            raise DataError(f"--algorithm {override}: {run.op.value} has no {form} form "
+                            f"(perfmodel's: {', '.join(a.value for a in ALGORITHMS[run.op])})")
         return Algorithm.RING.value
     return form
 
@@ -157,9 +161,14 @@ def import_nccl_tests(
     hardware: dict[str, Any] = {"collectives": collectives}
     if len(devices) == 1:
         hardware["gpu_name"] = devices[0]
-    per_node = sorted({r.ranks // r.nodes for r in runs})
+    # a node's GPUs, where logs over several nodes show them; a one-host log may have run on
+    # some of its GPUs (4 of 8), which does not say how many the node has
+    per_node = sorted({r.ranks // r.nodes for r in runs if r.nodes > 1})
     if len(per_node) == 1:
         hardware["gpus_per_node"] = per_node[0]
+    elif not per_node:
+        notes.append("the logs ran on one host each: gpus_per_node is not taken from them (the "
+                     "base's, or --hardware's beside --profile)")
     return ImportResult(
         hardware=hardware,
         fits=fits,
@@ -192,6 +201,7 @@ def import_gemm(
         if table.empty:
             raise DataError(f"no rows for device '{device}' in the tables given")
     fits, notes, gemm_eff, per_source = {}, [], {}, []
+    primary: dict[str, list[str]] = {}  # perfmodel dtype -> the same-type fits that give it
     dev: Any  # a group's keys: pandas types them Hashable, they are the columns' values
     dtype: Any
     for (dev, dtype, campaign), rows in table.groupby(["device", "dtype", "campaign"], sort=True):
@@ -207,8 +217,16 @@ def import_gemm(
         def make(peak: float = peak, bw: float = bw, dtype: str = dtype) -> GemmModel:
             return GemmModel(peak, bw, bytes_per_element(dtype), output_bytes_per_element(dtype))
 
+        if folds > len(rows):
+            raise DataError(f"--folds {folds} exceeds the {len(rows)} shapes of {dev} {dtype}: "
+                            f"give at most {len(rows)}")
         model = make().fit(rows)
-        hold = holdout_error(rows, make, folds=folds)
+        try:
+            hold = holdout_error(rows, make, folds=folds)
+        except DataError as exc:
+            raise DataError(f"--folds {folds}: each fold's fit leaves out 1/{folds} of the "
+                            f"{len(rows)} shapes of {dev} {dtype} ({exc}); give more folds") \
+                from None
         name = f"gemm/{dev}/{dtype}" + (f"/{campaign}" if campaign else "")
         summary = model.summary()
         summary.update(
@@ -237,8 +255,33 @@ def import_gemm(
                 "wrong peak; not written to the hardware section"
             )
             continue
+        if not peak_source.endswith("datasheet") and peak_source != "given":
+            notes.append(
+                f"{name}: no datasheet peak known for {dev} {dtype}, so its fractions are of the "
+                "best measured rate, not of the hardware's peak they would scale: not written "
+                "to the hardware section (give --base, whose peaks they are then fitted against)"
+            )
+            continue
+        if canon not in DTYPES:
+            notes.append(f"{name}: dtype {canon} is not one a hardware spec takes "
+                         f"({', '.join(DTYPES)}): fit reported, not written")
+            continue
+        params = {**model.params_, "half_dim": 0.0}
+        try:  # what the profile's reader takes (a slip of units fits absurd values)
+            GemmEfficiency(**params)
+        except SpecError as exc:
+            raise DataError(f"{name}: the fit is not a GEMM efficiency perfmodel can use ({exc}); "
+                            "check the table's units (flops_per_s in FLOP/s, tflops in "
+                            "TFLOP/s)") from None
+        if _is_primary(dtype):
+            primary.setdefault(canon, []).append(name)
         if canon not in gemm_eff or _is_primary(dtype):
-            gemm_eff[canon] = {**model.params_, "half_dim": 0.0}
+            gemm_eff[canon] = params
+    for canon, names in primary.items():
+        if len(names) > 1:  # several campaigns (or sources) of one dtype: none is chosen
+            del gemm_eff[canon]
+            notes.append(f"{canon}: fitted by {', '.join(names)}; which one the hardware takes "
+                         "is not chosen here: not written (import one campaign's table)")
     hardware: dict[str, Any] = {}
     if table["device"].nunique() == 1 and gemm_eff:
         hardware["gemm_efficiency"] = gemm_eff

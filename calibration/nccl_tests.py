@@ -571,6 +571,9 @@ def _section(
     name = _starting_name(lines[preamble_start:end]) or (names[-1] if names else None)
     if name is not None:
         op = BINARIES[name]
+        if op_hint is not None and Op(op_hint) is not op:
+            raise DataError(f"{path}:{header_line.lineno}: --op {Op(op_hint).value}, but the "
+                            f"log ran {op.value}; leave --op out")
     elif op_hint is not None:
         op = Op(op_hint)
     elif (guess := _op_from_name(path)) is not None:
@@ -611,6 +614,7 @@ def _section(
             f"{path}:{header_line.lineno}: rank lines are not 0..N-1 (got {sorted(hosts)[:5]}"
             "...): truncated header?"
         )
+    _check_bus_factor(records, op, n_ranks, f"{path}:{header_line.lineno}")
     return NcclTestsRun(
         path=path,
         line=header_line.lineno,
@@ -626,6 +630,29 @@ def _section(
         notes=notes,
         gpus_per_thread=max(int(gpus.group(1)), 1) if gpus else 1,
     )
+
+
+def _check_bus_factor(records: pd.DataFrame, op: Op, ranks: int, where: str) -> None:
+    """nccl-tests writes busbw = algbw x the op's bus factor (doc/PERFORMANCE.md: 2(n-1)/n for
+    all_reduce, (n-1)/n for all_gather, reduce_scatter and alltoall, 1 for the others), so the
+    log's own columns say which collective it measured: a log read as another op (its name, or
+    --op, where the log names none) is refused. Rows with a zero or missing bandwidth, and ratios
+    rounded in the log's two decimals, are left out (within 5%)."""
+    from perfmodel.costs.collectives import bus_factor
+
+    rows = records[(records["algbw"] > 0.5) & (records["busbw"] > 0)]
+    if rows.empty or ranks < 2:
+        return
+    ratio = float((rows["busbw"] / rows["algbw"]).median())
+    expected = float(bus_factor(op.value, ranks))
+    if abs(ratio / expected - 1) <= 0.05:
+        return
+    others = [o.value for o in Op if o is not op
+              and abs(ratio / float(bus_factor(o.value, ranks)) - 1) <= 0.05]
+    raise DataError(f"{where}: busbw / algbw is {ratio:.3g} in the log, where {op.value} over "
+                    f"{ranks} ranks has {expected:.3g} (nccl-tests' bus factor)"
+                    + (f": the log measured {' or '.join(others)}" if others else "")
+                    + "; give the right --op (or name the file after its collective)")
 
 
 def _looks_cut(tokens: list[str], layout: _Layout | None) -> bool:
