@@ -90,7 +90,7 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
     rows."""
     from perfmodel.idle import refuse_idle_flags
     from perfmodel.predict import predict
-    from perfmodel.specs.model import load_model
+    from perfmodel.specs.model import TransformerSpec, load_model
     from perfmodel.strategy import derived_dp, plan_from_dict
 
     header, rows = read_rows(path)
@@ -114,6 +114,10 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
             if "seq_len" not in overrides and kw.get("seq_len") is not None:
                 overrides["seq_len"] = kw["seq_len"]  # --seq-len: the rows' default
             model = load_model(model_name, **overrides)
+            if not isinstance(model, TransformerSpec):  # a CNN or MLP: its own command line
+                raise DataError(f"model '{model.name}' is a layer graph (CNN/MLP): --batch "
+                                "predicts transformers; give it its grid with perfmodel predict "
+                                "--pr R --pc C")
             hw = hardware
             if row.get("hardware"):
                 from perfmodel.specs.hardware import load_hardware

@@ -391,7 +391,14 @@ TRANSFORMER_ONLY = ("dp", "tp", "pp", "cp", "ep", "etp", "zero", "cp_comm", "ep_
                     "ep_comm_overlap", "recompute", "schedule", "virtual_stages",
                     "sequence_parallel", "stack", "kernels", "tp_comm_overlap",
                     "overlap_grad_sync", "overlap_param_gather", "placement", "tp_layout",
-                    "tp_depth", "expandable_segments")
+                    "tp_depth", "expandable_segments", "attention", "attention_kernel",
+                    "flash_attention", "recompute_every", "recompute_method",
+                    "recompute_modules", "recompute_num_layers", "grad_dtype",
+                    "optimizer_dtype", "master_weights", "cross_entropy",
+                    "pipeline_micro_batches", "pipeline_layout", "first_stage_layers",
+                    "last_stage_layers", "cpu_offload_layers", "tp_backward", "fsdp_reshard",
+                    "defer_grad_sync", "bf16_optimizer", "grad_accumulation_fusion",
+                    "expert_weighting", "pp_scatter_gather", "uneven_stages")
 
 
 def _transformer_options_given() -> list[str]:
@@ -615,7 +622,13 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
                                "layer graph splits over --pr x --pc")
     from perfmodel.layerwise import Contributors, GridPlan
 
+    ctx = click.get_current_context()
+    if _given(ctx, "micro_batch") and kw.get("global_batch"):
+        raise click.UsageError("--micro-batch beside --global-batch: a layer graph's step is one "
+                               "batch split over --pc, without micro-batches; give one of them")
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
+    if kw.get("collective_algorithm"):
+        hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
     gpus: int | None = kw.get("gpus")
     pr: int | None = kw.get("pr")
     pc: int | None = kw.get("pc")
@@ -630,7 +643,34 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
                     variant=kw["collective_variant"],
                     contributors=kw.get("contributors") or Contributors.STANDARD,
                     dtype=kw.get("dtype") or "fp32")
+    _refuse_idle_graph_options(ctx, model, plan)
     return model, hardware, plan
+
+
+def _refuse_idle_graph_options(ctx: click.Context, model: Any, plan: Any) -> None:
+    """A layer graph's option given where it changes nothing: refused (exit 2), as a
+    transformer's idle flags are (perfmodel.idle); those that depend on the grid where the
+    command predicts one grid (predict: explain, sweep and recommend go over the splits)."""
+    from perfmodel.layerwise import layer_degrees
+
+    if _given(ctx, "norm") and plan.norm.value == "sync" \
+            and not any(layer.kind == "norm" for layer in model.layers):
+        raise click.UsageError(f"--norm sync: {model.name} has no norm layer whose statistics "
+                               "it would synchronise; leave --norm out")
+    if ctx.command.name != "predict":
+        return
+    if _given(ctx, "norm") and plan.norm.value == "sync":
+        if plan.pc == 1:
+            raise click.UsageError("--norm sync synchronises the statistics over the data-"
+                                   "parallel ranks, and the grid has Pc 1; leave --norm out")
+    if _given(ctx, "collective_variant") and plan.variant.value == "split" and plan.pr == 1:
+        raise click.UsageError("--collective-variant split changes the model-parallel "
+                               "collectives, and the grid has Pr 1 (none); leave it out")
+    if _given(ctx, "contributors") and plan.contributors.value != "standard" and all(
+            c >= plan.pr for c in layer_degrees(model, plan.pr).values()):
+        raise click.UsageError(f"--contributors {plan.contributors.value} applies to layers "
+                               f"with fewer units than Pr ({plan.pr}), and {model.name} has none "
+                               "at this grid; leave it out")
 
 
 def model_summary(model: Any) -> dict[str, Any]:
@@ -920,6 +960,17 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
     graph = None if kw.get("from_config") else layer_graph_inputs(kw)
     if graph is not None:
         from perfmodel.explain import explain_grid_text
+
+        ctx = click.get_current_context()
+        given = [f"--{n}" for n in ("pr", "pc") if _given(ctx, n)]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: explain analyses a layer graph over "
+                                   "every Pr x Pc split of --gpus; leave it out (predict takes "
+                                   "one split)")
+        if terms:
+            raise click.UsageError("--term selects a transformer's terms; a layer graph's "
+                                   "explanation is its communication over Pr and its splits' "
+                                   "step times, whole")
 
         click.echo(explain_grid_text(*graph, latex=latex))
         return
@@ -1440,9 +1491,11 @@ def _recommend_grid(model: Any, hardware: Any, gpu_counts: tuple[int, ...], glob
     start = time.perf_counter()
     results = []
     for gpus in gpu_counts:
-        for variant in ("fused", "split"):
-            results += best_grid(model, hardware, gpus, global_batch, norm=norm, variant=variant,
-                                 contributors=contributors, dtype=dtype)
+        for variant in ("fused", "split"):  # split only where there is model parallelism
+            results += [r for r in best_grid(model, hardware, gpus, global_batch, norm=norm,
+                                             variant=variant, contributors=contributors,
+                                             dtype=dtype)
+                        if variant == "fused" or r.plan.pr > 1]
     results.sort(key=lambda r: r.step_time_s)
     feasible = [r for r in results if r.fits_in_memory]
     elapsed = time.perf_counter() - start
@@ -1527,7 +1580,7 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
 @click.option("--dtype", type=choice(Dtype), default=Dtype.FP32.value,
               show_default=True, help="Training precision.")
 @click.option("--vary", multiple=True, required=True,
-              help="FIELD=V1,V2,...: peak_flops_per_s (node FLOP rate), "
+              help="FIELD=V1,V2,...: peak_flops_per_s (one GPU's peak FLOP/s), "
                    "memory_bandwidth_bytes_per_s, inter_node.bandwidth_bytes_per_s, "
                    "intra_node.bandwidth_bytes_per_s, gpus, global_batch. Repeatable.")
 @click.option("--json", "as_json", is_flag=True,
@@ -1541,7 +1594,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
           dtype: str,
           vary: tuple[str, ...], as_json: bool, csv_path: str | None,
           plot_path: str | None) -> None:
-    """Sweep a layer graph (CNN/MLP) over node FLOP rate, memory bandwidth, node count, link
+    """Sweep a layer graph (CNN/MLP) over a GPU's peak FLOP/s, memory bandwidth, GPU count, link
     bandwidth and batch size (Castelló et al. 2019's analysis of model parallelism for CNNs): a
     table and a plot."""
     from perfmodel.layerwise import Contributors, GridPlan, Norm, Variant
@@ -1558,7 +1611,7 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
     if gpus % pr:
         raise click.UsageError(f"--pr ({pr}) must divide --gpus ({gpus})")
     values: dict[str, list[float]] = {}
-    for field, numbers in (_vary(item, hw) for item in vary):
+    for field, numbers in (_vary(item, hw, dtype) for item in vary):
         if field in values:  # a dict would keep the last silently
             raise click.UsageError(f"--vary {field} is given twice: give its values in one "
                                    f"(--vary {field}=V1,V2,...)")
@@ -1584,16 +1637,47 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
         print_frame(frame, f"{spec.name}: sweep of {', '.join(values)}")
 
 
-def _vary(item: str, hardware: Any) -> tuple[str, list[float]]:
+# the hardware fields a layer graph's step time reads (perfmodel.layerwise: its GEMMs at the
+# dtype's peak, its element-wise passes and optimizer at the memory bandwidth, its collectives on
+# the links or fabric levels); the others (host and kernel overheads, attention kernels, memory
+# capacity and reserves: sweep prints no memory) would give identical rows
+_GRAPH_FIELDS = ("memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
+                 "sustained_clock_fraction", "gpus_per_node")
+_GRAPH_LINK_FIELDS = ("bandwidth_bytes_per_s", "efficiency", "latency_s", "call_latency_s")
+
+
+def graph_fields(hardware: Any, dtype: str) -> list[str]:
+    """The --vary fields of sweep: those of _GRAPH_FIELDS, the peak (all dtypes' or the plan
+    dtype's), each link's (intra_node, inter_node) or fabric level's (levels.N) of
+    _GRAPH_LINK_FIELDS and the node's NVLS, and a level's oversubscription."""
+    from perfmodel.recommend import numeric_fields
+
+    out = ["peak_flops_per_s", f"peak_flops_per_s.{dtype}", *_GRAPH_FIELDS]
+    links = [f"levels.{i}" for i in range(len(hardware.levels))] if hardware.levels \
+        else ["intra_node", "inter_node"]
+    for i, link in enumerate(links):
+        out += [f"{link}.{f}" for f in _GRAPH_LINK_FIELDS]
+        if i == 0:
+            out += [f"{link}.nvls_bandwidth_fraction", f"{link}.nvls_latency_s"]
+        elif hardware.levels:
+            out.append(f"{link}.oversubscription")
+    if hardware.levels:
+        out.remove("gpus_per_node")  # the first level's gpus
+    return [f for f in out if f in numeric_fields(hardware.to_dict()) or f.startswith("levels.")]
+
+
+def _vary(item: str, hardware: Any, dtype: str = "fp32") -> tuple[str, list[float]]:
     """'FIELD=V1,V2' of sweep's --vary: a known field and positive finite numbers (whole numbers
     for gpus and global_batch)."""
     from perfmodel.recommend import numeric_fields
     from perfmodel.specs.loading import suggest
 
     field, _, text = (part.strip() for part in item.partition("="))
-    allowed = sorted({"gpus", "global_batch", *numeric_fields(hardware.to_dict())})
+    allowed = sorted({"gpus", "global_batch", *graph_fields(hardware, dtype)})
     if field not in allowed:
-        raise click.UsageError(f"--vary: unknown field '{field}'{suggest(field, allowed)}; "
+        known = field in numeric_fields(hardware.to_dict())
+        raise click.UsageError(f"--vary: {'a layer graph reads no' if known else 'unknown'} "
+                               f"field '{field}'{'' if known else suggest(field, allowed)}; "
                                f"allowed: {', '.join(allowed)}")
     try:
         numbers = [float(v) for v in text.split(",") if v.strip()]

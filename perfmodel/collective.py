@@ -118,6 +118,7 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
 
     if ranks < 1 or ranks > 10**8:
         raise PlanError(f"--ranks must be between 1 and 1e8, got {ranks}")
+    given_algorithm = algorithm
     per_node = ranks_per_node if ranks_per_node is not None else min(ranks, hardware.gpus_per_node)
     if per_node < 1 or per_node > ranks or ranks % per_node:
         raise PlanError(f"--ranks-per-node must divide --ranks ({ranks}) and be >= 1, "
@@ -136,6 +137,10 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
         allowed.append("hierarchical")
     if op == "all_reduce" and scope == "intra" and hardware.intra_node.has_nvls:
         allowed.append("nvls")
+    if algorithm == "auto" and hardware.collective_algorithm in allowed:
+        # the spec's collective_algorithm, as predict's step model takes it where it applies
+        # (perfmodel.step.collective._algorithms)
+        algorithm = hardware.collective_algorithm
     if algorithm != "auto" and algorithm not in allowed:
         lib = "" if library == "generic" else f" in {library}"
         known = [a.value for a in ALGORITHMS[Op(op)]] + ["hierarchical", "nvls"]
@@ -155,6 +160,12 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
                         f"({scope} group); allowed: auto, {', '.join(protocols)}")
     fit_scope = "intra" if scope == "intra" else "inter"
     fits = [f for f in hardware.collectives if f.op == op and f.scope == fit_scope]
+    asked = [f"--{name} {value}" for name, value in (("algorithm", given_algorithm),
+                                                     ("protocol", protocol)) if value != "auto"]
+    if fits and asked:
+        raise PlanError(f"{', '.join(asked)}: '{hardware.name}' has a calibrated fit of {op} "
+                        f"({fit_scope}, {fits[0].algorithm}), which gives the time whatever the "
+                        "algorithm and protocol; leave them out")
     fitted = tuple(f"{f.scope}:{f.algorithm}" for f in fits[:1])
     values: dict[str, float] = {"nbytes": nbytes, "tp": ranks, "tp_per_node": per_node,
                                 "gpus_per_node": hardware.gpus_per_node,

@@ -153,6 +153,7 @@ def build_terms(model: LayerGraphSpec, fam: Any, norm: Norm | None = None,
     from perfmodel.costs.collectives import spread_rounds
     from perfmodel.costs.compute import Gemm, gemm_time, memory_time
     from perfmodel.step import device, flag, group_time
+    from perfmodel.step.context import active
 
     dev = device(fam)
     pr, pc, e, B = S.tp, S.dp, S.e, S.B
@@ -261,8 +262,13 @@ def build_terms(model: LayerGraphSpec, fam: Any, norm: Norm | None = None,
     # SGD with momentum in fp32: read weight, gradient, momentum; write weight, momentum
     optimizer = memory_time(20 * params_local, dev)
     time_terms = dict(zip(TERMS, (fwd, bwd, comm_mp, comm_dp, comm_norm, optimizer), strict=True))
+    # beyond the tensors, as a transformer's (perfmodel.step.memory): one NCCL communicator's
+    # buffers for each of the Pr and Pc groups the rank is in, and the caching allocator's
+    # fragmentation of what is allocated and freed every step (the activations)
     memory_terms = {"weights": 4 * params_local, "gradients": 4 * params_local,
-                    "optimizer_states": 4 * params_local, "activations": activations}
+                    "optimizer_states": 4 * params_local, "activations": activations,
+                    "reserved/nccl_buffers": S.M_nccl * (active(pr) + active(pc)),
+                    "reserved/fragmentation": activations * S.f_frag / (1 - S.f_frag)}
     return {"time": time_terms, "memory": memory_terms}
 
 
@@ -469,7 +475,7 @@ def _set_field(hardware: HardwareSpec, dotted: str, value: float, dtype: str) ->
 
     if dotted == "peak_flops_per_s":  # the FLOP rate in the plan's dtype; the others scale with it
         ref = hardware.peak(dtype)
-        return apply_what_if(hardware, f"peak_flops_per_s={value / ref!r}x")
-    return apply_what_if(hardware, f"{dotted}={value!r}")
+        return apply_what_if(hardware, f"peak_flops_per_s={value / ref!r}x", "--vary")
+    return apply_what_if(hardware, f"{dotted}={value!r}", "--vary")
 
 

@@ -605,31 +605,33 @@ _WHAT_IF = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=\s*([0-9.eE+-]+|true|false|[+-]
                       r"[+-]?infinity|[+-]?inf)\s*(x?)\s*$", re.IGNORECASE)
 
 
-def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
+def apply_what_if(hardware: HardwareSpec, change: str, option: str = "--what-if"
+                  ) -> HardwareSpec:
     """'inter_node.bandwidth_bytes_per_s=2x' (a factor), '=400e9' (a value) or, for a field
-    that is true or false, '=false' -> a new spec."""
+    that is true or false, '=false' -> a new spec. option: the command line's name for it in
+    errors (sweep's --vary)."""
     match = _WHAT_IF.match(change)
     if not match:
-        raise PlanError(f"--what-if must look like FIELD=VALUE or FIELD=FACTORx "
+        raise PlanError(f"{option} must look like FIELD=VALUE or FIELD=FACTORx "
                         f"(e.g. inter_node.bandwidth_bytes_per_s=2x), or FIELD=true|false for a "
                         f"yes-or-no field (e.g. asynchronous_device=false), got '{change}'")
     given, is_factor = match.group(2).lower(), bool(match.group(3))
     flag = {"true": True, "false": False}.get(given)
     if flag is not None and is_factor:
-        raise PlanError(f"--what-if: {change}: true or false takes no factor")
+        raise PlanError(f"{option}: {change}: true or false takes no factor")
     try:
         number = 0.0 if flag is not None else float(given)
     except ValueError:  # the pattern's characters, not a number ("1e", "--")
-        raise PlanError(f"--what-if: '{given}' in '{change}' is not a number") from None
+        raise PlanError(f"{option}: '{given}' in '{change}' is not a number") from None
     if not math.isfinite(number):  # 1e400: read as inf
-        raise PlanError(f"--what-if: '{given}' in '{change}' must be a finite number")
+        raise PlanError(f"{option}: '{given}' in '{change}' must be a finite number")
     path = match.group(1).split(".")
     data = hardware.to_dict()
     if data.get("levels"):  # a fabric's levels by index: levels.2.oversubscription=2
         data["levels"] = [dict(lv) for lv in data["levels"]]
         data.pop("intra_node"), data.pop("inter_node"), data.pop("gpus_per_node")
         if path[0] in ("intra_node", "inter_node", "gpus_per_node"):
-            raise PlanError(f"--what-if: hardware '{hardware.name}' takes {path[0]} from its "
+            raise PlanError(f"{option}: hardware '{hardware.name}' takes {path[0]} from its "
                             "levels: change levels.N.FIELD (e.g. "
                             "levels.1.bandwidth_bytes_per_s=2x)")
     node: Any = data
@@ -638,7 +640,7 @@ def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
             node = node[int(key)]
             continue
         if not isinstance(node, dict) or key not in node:
-            raise PlanError(f"--what-if: unknown hardware field '{match.group(1)}'")
+            raise PlanError(f"{option}: unknown hardware field '{match.group(1)}'")
         node = node[key]
     last = path[-1]
     known = isinstance(node, dict) and last in node
@@ -646,31 +648,31 @@ def apply_what_if(hardware: HardwareSpec, change: str) -> HardwareSpec:
     if not known or isinstance(value, (list, tuple, str)):
         fields = numeric_fields(hardware.to_dict())
         flags = sorted(k for k, v in hardware.to_dict().items() if isinstance(v, bool))
-        raise PlanError(f"--what-if: unknown numeric hardware field '{match.group(1)}'"
+        raise PlanError(f"{option}: unknown numeric hardware field '{match.group(1)}'"
                         f"{suggest(match.group(1), [*fields, *flags])}; fields: "
                         f"{', '.join(fields)}; true or false: {', '.join(flags)}")
     if isinstance(value, bool):  # a yes-or-no field
         if flag is None:
-            raise PlanError(f"--what-if: {match.group(1)} is true or false, got '{given}'")
+            raise PlanError(f"{option}: {match.group(1)} is true or false, got '{given}'")
         node[last] = flag
     elif flag is not None:
-        raise PlanError(f"--what-if: {match.group(1)} is not a yes-or-no field; give a number "
+        raise PlanError(f"{option}: {match.group(1)} is not a yes-or-no field; give a number "
                         "or a factor like 2x")
     elif value is None:  # a field the spec leaves unset (gpus_per_host): a value, no factor
         if is_factor:
-            raise PlanError(f"--what-if: {match.group(1)} is not set on hardware "
+            raise PlanError(f"{option}: {match.group(1)} is not set on hardware "
                             f"'{hardware.name}': give a value, not a factor")
         node[last] = number
     elif isinstance(value, dict):  # numbers by key (peak_flops_per_s by dtype): a factor
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                    for v in value.values()):
-            raise PlanError(f"--what-if: {match.group(1)} is a group of fields; change one of "
+            raise PlanError(f"{option}: {match.group(1)} is a group of fields; change one of "
                             f"them ({match.group(1)}.FIELD)")
         if not is_factor:
-            raise PlanError(f"--what-if: {match.group(1)} is a mapping; give a factor like 2x")
+            raise PlanError(f"{option}: {match.group(1)} is a mapping; give a factor like 2x")
         node[last] = {k: v * number for k, v in value.items()}
     elif is_factor and not value:  # 0, or unset where 0 stands for another field's value
-        raise PlanError(f"--what-if: {match.group(1)} is 0 on hardware '{hardware.name}' (where "
+        raise PlanError(f"{option}: {match.group(1)} is 0 on hardware '{hardware.name}' (where "
                         "0 means unset, another field's value applies: see docs/specs.md): a "
                         "factor changes nothing; give a value")
     else:

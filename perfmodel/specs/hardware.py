@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import PlanError, SpecError
-from perfmodel.specs.loading import Bound, check_fields, deep_merge, read_mapping, suggest
+from perfmodel.specs.loading import (
+    Bound,
+    check_fields,
+    deep_merge,
+    label,
+    read_mapping,
+    suggest,
+)
 
 # the dtypes a hardware spec may give peaks and GEMM efficiencies for; fp4 (NVFP4/MXFP4, Blackwell
 # and MI355X) is the datasheets', not yet a plan dtype (perfmodel.strategy.Dtype)
@@ -650,6 +657,9 @@ class HardwareSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
+        label(self.name, "name")
+        label(self.gpu_name, "gpu_name")
+        label(self.source, "source", empty=True)
         bounded("gpus_per_node", self.gpus_per_node)
         if self.gpus_per_host is not None:
             bounded("gpus_per_host", self.gpus_per_host)
@@ -1176,7 +1186,7 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
     if isinstance(name_or_path, HardwareSpec):
         return name_or_path
     data = load_hardware_dict(name_or_path)
-    return hardware_from_dict(data, f"hardware '{data['name']}'")
+    return hardware_from_dict(data, f"hardware '{name_or_path}'")
 
 
 __all__ = ["BOUNDS", "COLLECTIVE_LIBRARIES", "DTYPES", "LAYER_PARTS", "LAYER_STYLES",

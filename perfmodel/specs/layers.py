@@ -62,6 +62,13 @@ class LayerSpec:
         if self.kind in ("conv", "linear") and min(self.gemm_m, self.gemm_n, self.gemm_k) <= 0:
             raise SpecError(
                 f"layer '{self.name}' ({self.kind}) needs gemm_m, gemm_n and gemm_k > 0")
+        for fld in ("gemm_n", "channels"):  # output channels or features: whole units
+            if not float(getattr(self, fld)).is_integer():
+                raise SpecError(f"layer '{self.name}'.{fld} must be a whole number, got "
+                                f"{getattr(self, fld):g}")
+        if self.kind == "norm" and self.channels <= 0:
+            raise SpecError(f"layer '{self.name}' (norm) needs channels > 0: the statistics a "
+                            "synchronised batch norm all-reduces")
 
     @property
     def splits(self) -> bool:
@@ -85,6 +92,11 @@ class LayerGraphSpec:
         BOUNDS["flops"].check(self.flops_per_sample, f"model '{self.name}': flops (all layers)")
         for dim in self.input_shape:
             BOUNDS["input_shape"].check(dim, f"model '{self.name}': input_shape")
+        names = [layer.name for layer in self.layers]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise SpecError(f"model '{self.name}': layer name(s) {', '.join(twice)} given twice; "
+                            "each layer needs its own name")
 
     @property
     def parameters(self) -> float:

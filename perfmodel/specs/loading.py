@@ -178,6 +178,15 @@ def check_fields(data: Mapping[str, Any], allowed: Iterable[str], where: str) ->
             )
 
 
+def label(value: Any, field: str, *, empty: bool = False) -> str:
+    """A spec's text field (a name, a GPU's name, a source): a string, non-empty unless `empty`,
+    or SpecError naming the field (a YAML null or list would print as None or ['a'])."""
+    if not isinstance(value, str) or (not empty and not value.strip()):
+        raise SpecError(f"{field} must be {'a' if empty else 'a non-empty'} string, got "
+                        f"{value!r}")
+    return value
+
+
 def number(value: Any, field: str, *, minimum: float = 0.0, strict: bool = True,
            maximum: float = math.inf, integer: bool = False, reason: str = "") -> float:
     """Validate a positive (or non-negative) finite number, naming the field when it is not

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import SpecError
-from perfmodel.specs.loading import check_fields, number, read_mapping, suggest
+from perfmodel.specs.loading import check_fields, label, number, read_mapping, suggest
 
 NORMS = ("layernorm", "rmsnorm")
 # learned: a position table (s x h parameters) added to the embedding; rotary: RoPE on q and k;
@@ -153,6 +153,8 @@ class TransformerSpec:
     explicit: frozenset[str] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        label(self.name, "name")
+        label(self.source, "source", empty=True)
         if self.kind != "transformer":
             raise SpecError(f"model kind must be 'transformer' or 'layers', got '{self.kind}'")
         limits = {"layers": 1e5, "hidden": 1e6, "heads": 1e5, "seq_len": 1e8, "vocab": 1e8}
@@ -1030,8 +1032,16 @@ def load_model(name_or_path: str | Path | TransformerSpec, **overrides: Any) -> 
     Transformers give a TransformerSpec; layer graphs (the CNN presets alexnet, vgg16, resnet50,
     mlp, or a file with `kind: layers`) a perfmodel.specs.layers.LayerGraphSpec. `overrides`
     replace fields (None: keep); the fields derived from others follow the final values unless
-    the spec or the overrides give them. A Hugging Face config needs seq_len among them.
+    the spec or the overrides give them. A Hugging Face config needs seq_len among them. A spec's
+    `base` path is read from the spec file's folder (_within: the files whose bases lead here,
+    a cycle refused); the spec's name is its own, else its file's, not its base's.
     """
+    return _load_model(name_or_path, (), overrides)
+
+
+def _load_model(name_or_path: str | Path | TransformerSpec, _within: tuple[Path, ...],
+                overrides: dict[str, Any]) -> Any:
+    """load_model, _within the spec files whose bases lead here."""
     from perfmodel.specs.cnn import BUILDERS
     from perfmodel.specs.layers import LayerGraphSpec, layer_graph_from_dict
     from perfmodel.specs.presets import MODELS_DIR, resolve
@@ -1079,14 +1089,18 @@ def load_model(name_or_path: str | Path | TransformerSpec, **overrides: Any) -> 
                 if not isinstance(base_name, str):
                     raise SpecError(f"{where}: base must be a preset name or a path, got "
                                     f"{type(base_name).__name__}")
-                base = load_model(base_name, seq_len=data.get("seq_len"))
+                base_path = resolve(base_name, MODELS_DIR, "model", relative_to=path.parent)
+                if base_path.resolve() in (*_within, path.resolve()):
+                    raise SpecError(f"{where}: base '{base_name}' forms a cycle")
+                base = _load_model(base_name if base_path.parent == MODELS_DIR else base_path,
+                                   (*_within, path.resolve()), {"seq_len": data.get("seq_len")})
                 if not isinstance(base, TransformerSpec):
                     raise SpecError(f"{where}: base '{base_name}' is a layer graph, not a "
                                     "transformer")
                 origin = f"{origin} (base: {base.origin})"
                 if "seq_len" not in data:
                     seq_len_from = base.seq_len_from
-                data = {**base.given(), **data}
+                data = {**{k: v for k, v in base.given().items() if k != "name"}, **data}
             data.setdefault("name", Path(path).stem if preset else str(name_or_path))
             spec = model_from_dict(data, where).noted(origin=origin, seq_len_from=seq_len_from)
     if overrides:

@@ -41,7 +41,7 @@ def resolve(name_or_path: str | Path, directory: Path, what: str,
         return preset
     try:
         path = Path(text).expanduser()
-        if relative_to is not None and not path.is_absolute() and not path.exists():
+        if relative_to is not None and not path.is_absolute():  # a spec's base: beside it
             path = relative_to / path
         if path.exists():
             return path

@@ -146,7 +146,7 @@ def _supports(hardware: Any, dtype: str) -> bool:
 def _record(model: str, hardware: str, plan: dict[str, Any]) -> dict[str, Any]:
     from perfmodel.predict import comm_ledger, predict
 
-    r = predict(model, hardware, plan)
+    r = predict(model, hardware, plan, refuse_idle=False)  # the plan as recorded
     return {"model": model, "hardware": hardware, "plan": plan,
             "step_time_s": r.step_time_s, "memory_per_gpu_bytes": r.memory_per_gpu_bytes,
             "model_flops_per_step": r.model_flops_per_step,

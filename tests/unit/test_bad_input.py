@@ -775,7 +775,8 @@ CASES = [
       ("not a GEMM sweep: need columns m, n, k, dtype and flops_per_s",)),
     C("import-gemm", "an nccl-tests log", f"{GEMMI} {LOG} {OUT}", DATA, ("not a GEMM sweep",)),
     C("import-gemm", "negative", f"{GEMMI} {{d}}/gemm-negative.csv {OUT}", DATA,
-      ("gemm-negative.csv:2", "column 'flops_per_s' must be a positive number, got '-5'")),
+      ("gemm-negative.csv:2", "column 'flops_per_s' must be a positive number up to 1e18 "
+                             "FLOP/s, got '-5'")),
     C("import-gemm", "NaN", f"{GEMMI} {{d}}/gemm-nan.csv {OUT}", DATA,
       ("gemm-nan.csv:2", "column 'flops_per_s' must be a positive number")),
     C("import-gemm", "too few shapes", f"{GEMMI} {{d}}/gemm-too-few.csv {OUT}", DATA,

@@ -204,7 +204,9 @@ def test_torchtitan_zero_bubble_schedules_are_written_as_torchtitan_runs_them(tm
     spec, fields = resolve_plan(job, resolve_model(job, None, None), {"gpus": 64})
     back = Plan(**fields)
     assert (back.schedule.value, back.virtual_stages, back.pipeline_layout) == ("zbv", 2, "")
-    assert predict(spec, hw, back).step_time_s == pytest.approx(
+    # a plan read from a config carries its framework's settings (torchtitan's expert
+    # weighting on a dense model): predicted as it stands
+    assert predict(spec, hw, back, refuse_idle=False).step_time_s == pytest.approx(
         predict(model, hw, plan).step_time_s)
     with pytest.raises(PlanError, match="several stages a rank"):
         emit("torchtitan", tmp_path / "zb", model, hw,

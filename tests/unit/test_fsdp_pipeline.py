@@ -7,15 +7,21 @@ held against the ledger in tests/distributed/test_validation_e2e.py."""
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import replace
 
 import pytest
 
-from perfmodel import Plan, load_hardware, load_model, predict
+from perfmodel import Plan, load_hardware, load_model
+from perfmodel import predict as _predict
 from perfmodel.errors import PerfmodelError, PlanError
 from perfmodel.predict import comm_ledger
 from tests.unit.test_configs import DATA, job_plan
+
+# these tests predict plans as they stand (generated, or read from configs), options that
+# change nothing included: perfmodel.predict refuses those by default (refuse_idle)
+predict = functools.partial(_predict, refuse_idle=False)
 
 HW = load_hardware("dgx-h100")
 MODEL = load_model("llama3-8b")  # 32 layers, untied output layer
@@ -148,7 +154,8 @@ def test_megatron_refuses_torch_fsdp2_where_megatron_does(tmp_path, extra, why):
 
     base = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 "
             "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --bf16 "
-            "--vocab-size 1024 --use-torch-fsdp2 ")
+            "--vocab-size 1024 --use-torch-fsdp2 --untie-embeddings-and-output-weights "
+            "--no-gradient-accumulation-fusion ")
     path = tmp_path / "args.txt"
     path.write_text(base + extra + "\n")
     with pytest.raises(PerfmodelError, match="--use-torch-fsdp2") as err:
