@@ -131,6 +131,12 @@ def run_cmd(
             f"wrote {path} ({state}, {len(profile.fits)} fits, "
             f"{profile.provenance.get('wall_time_s')} s)"
         )
+        if not profile.collective_fits():  # one rank: no link was measured
+            click.echo(
+                "note: one rank measured no collective: the profile has no links of its own; "
+                "give it beside --hardware (predict --hardware PRESET --profile "
+                f"{path}), whose links price the collectives"
+            )
         if Path(path) != Path(out):
             click.echo(
                 f"interrupted: {out} holds a complete profile and is kept; the partial one is "

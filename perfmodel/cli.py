@@ -522,11 +522,15 @@ def _collective_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) 
         return []
     scopes = axis_per_node(plan, hardware)
     notes = []
+    fitted = {(f["op"], f["scope"]) for f in prof.collective_fits()}
     for record in comm_ledger(model, plan, hardware):
         scope = "intra" if scopes[record["axis"]][1] == "intra" else "inter"
-        if profiles.is_extrapolation(prof, record["op"], record["nbytes"], scope):
-            notes.append(f"{record['name']} ({record['op']}, {fmt_bytes(record['nbytes'])}, "
-                         f"{scope}-node) is outside the sizes the profile measured: extrapolated")
+        what = f"{record['name']} ({record['op']}, {fmt_bytes(record['nbytes'])}, {scope}-node)"
+        if (record["op"], scope) not in fitted:  # the hardware's link model prices it
+            notes.append(f"{what}: the profile has no {scope}-node fit of {record['op']}; "
+                         "priced by the hardware's link model")
+        elif profiles.is_extrapolation(prof, record["op"], record["nbytes"], scope):
+            notes.append(f"{what} is outside the sizes the profile measured: extrapolated")
     return notes
 
 

@@ -390,8 +390,12 @@ def read_measurements(profile: Any) -> Any:
     import pandas as pd
 
     path = getattr(profile, "measurements", None)
-    if path is None or not Path(path).exists():
+    if path is None:
         return None
+    if not Path(path).exists():  # named, not there: the measured points would drop silently
+        raise DataError(f"{path}: the profile's measurements CSV is not there (written beside "
+                        "the profile when it was made; moved?): the measured points cannot be "
+                        "drawn")
     text = read_text_bounded(path, "measurements CSV", error=DataError, encoding="utf-8-sig")
     try:
         return pd.read_csv(io.StringIO(text), low_memory=False)

@@ -187,6 +187,7 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
         return
     from validation import jobspec, run
 
+    _refuse_idle_options(ctx, kw)
     if kw.get("profile") is None and kw.get("hardware") is None and not kw["dry_run"]:
         raise click.UsageError(
             "give --hardware (a preset or file) or --profile (perfmodel calibrate run)"
@@ -267,6 +268,44 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
     _finish(report, out, kw["plot_path"] or out.with_suffix(".png"), kw["history"], kw["as_json"])
 
 
+# what each way of validating reads (a dry run counts collectives on a fake process group; --emit
+# writes the job, which runs elsewhere and is collected by `validate collect`)
+_RUN_ONLY = ("nprocs", "steps", "warmup", "timeout_s", "port", "plot_path", "history", "run_dir",
+             "inject_fault", "backend")
+_NOT_EMITTED = ("plot_path", "history", "run_dir", "inject_fault", "nprocs")
+_EMIT_ONLY = ("nodes", "gpus_per_node")
+
+
+def _refuse_idle_options(ctx: click.Context, kw: dict[str, Any]) -> None:
+    """An option the chosen way of validating does not read would change nothing: refused
+    (exit 2), naming it, as predict refuses its idle flags. --nprocs beside --dry-run is checked
+    against the plan's ranks below (its refusal names the count)."""
+    def given(name: str) -> bool:
+        source = ctx.get_parameter_source(name)
+        return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+    def flags(names: tuple[str, ...]) -> str:
+        return ", ".join("--" + ctx.command.params[[p.name for p in ctx.command.params]
+                                                   .index(n)].opts[0].lstrip("-") for n in names)
+
+    if kw["dry_run"]:
+        idle = tuple(n for n in (*_RUN_ONLY, *_EMIT_ONLY) if n != "nprocs" and given(n))
+        if idle:
+            raise click.UsageError(f"{flags(idle)}: a dry run counts the job's collectives and "
+                                   "runs no job; leave them out")
+    elif kw["emit_dir"] is not None:
+        idle = tuple(n for n in (*_NOT_EMITTED, "out") if given(n))
+        if idle:
+            raise click.UsageError(f"{flags(idle)}: --emit writes the job to run elsewhere; the "
+                                   "report is `perfmodel validate collect DIR`'s (its --out, "
+                                   "--history); leave them out")
+    else:
+        idle = tuple(n for n in _EMIT_ONLY if given(n))
+        if idle:
+            raise click.UsageError(f"{flags(idle)}: with --emit only (a local run launches "
+                                   "--nprocs ranks here)")
+
+
 def _check_outputs(out: Path, plot: Path | None, history: Path | None,
                    trace: Path | None = None, timeline: Path | None = None) -> None:
     """Refuse now (OutputError, exit 7) an output path the run's end would refuse (a directory,
@@ -321,6 +360,10 @@ def collect(directory: Path, out: Path | None, history: Path, trace_path: Path |
     """Read the results of an emitted job (--emit DIR) back into a report."""
     from validation import run
 
+    if (hardware or profile) and not (trace_path or timeline_path):
+        raise click.UsageError("--hardware and --profile give the predicted step of --trace and "
+                               "--timeline (the report's prediction is the emitted job's): give "
+                               "one of those, or leave them out")
     out = out or directory / "report.json"
     _check_outputs(out, None, history, trace_path, timeline_path)
     report = run.collect(directory)

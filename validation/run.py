@@ -369,7 +369,7 @@ def emit(
                                                    **allocator_env(plan.to_dict())}.items())
     torchrun = (
         f"torchrun --nnodes {nodes} --nproc-per-node {gpus_per_node} "
-        f'--rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:29500" '
+        f'--rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:{settings.port or 29500}" '
         f'--rdzv-id "${{SLURM_JOB_ID:-perfmodel}}" job.py config.json'
     )
     run_sh = (

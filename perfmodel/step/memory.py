@@ -25,7 +25,8 @@
                      pipeline, where FSDP defers its reduction to the last micro-batch
                      (Plan.defer_grad_sync), the gradients unsharded too
     reserved/...   = what the GPU holds beyond tensors: each NCCL communicator's buffers (one for
-                     each of the tp, dp and pp groups the rank is in; HardwareSpec.
+                     each of the tp (a grid layout: each of its sub-axes), dp and pp groups the
+                     rank is in; HardwareSpec.
                      nccl_buffer_bytes), and the caching allocator's fragmentation: the
                      tensors allocated and freed every step (activations, gathered buffers) x
                      f / (1 - f) (HardwareSpec.memory_fragmentation; the model states sit in
@@ -370,7 +371,11 @@ def memory_terms(c: Context, params: Parameters,
         transient = sp.Add(*(x for k, x in mem.items() if k.startswith(("activations/",
                                                                          "buffers/")))) \
             + unsharded * mem["gradients"]
-        groups = active(S.tp) + active(S.dp) + active(S.pp)
+        # a grid layout's rank is in one communicator of each sub-axis (2D: its row and column,
+        # 2.5D and 3D: a third, the depth's), Megatron's 1D in the tp group's
+        tp_groups = c.megatron * active(S.tp) \
+            + (1 - c.megatron) * (active(S.q_a) + active(S.q_b) + active(S.q_c))
+        groups = tp_groups + active(S.dp) + active(S.pp)
         if c.fam.moe:  # the expert-parallel group, and the experts' own where they sync apart;
             # with etp > 1 the expert-tensor group and the etp x ep group (Megatron-Core's
             # expt_tp and tp_ep communicators)

@@ -395,13 +395,13 @@ def test_nprocs_counts_the_cp_ranks(run_cli):
 
     out = run_cli("validate", "--model", "tiny-gpt",
                   "--dp", "1", "--cp", "2", "--global-batch", "2", "--nprocs", "2",
-                  "--steps", "2", "--dry-run", "--json")
+                  "--dry-run", "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert (doc["plan"]["dp"], doc["plan"]["cp"], doc["plan"]["gpus"]) == (1, 2, 2)
     # without --dp, the ranks tp x pp x cp leaves are data-parallel
     out = run_cli("validate", "--model", "tiny-gpt", "--cp", "2", "--global-batch", "4",
-                  "--nprocs", "4", "--steps", "2", "--dry-run", "--json")
+                  "--nprocs", "4", "--dry-run", "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert (doc["plan"]["dp"], doc["plan"]["cp"], doc["plan"]["gpus"]) == (2, 2, 4)
