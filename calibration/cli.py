@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import DataError, PerfmodelError
 
 STAGES = ("gemm", "memory", "collectives", "framework", "host", "overlap", "layers")
 
@@ -205,7 +205,13 @@ def import_nccl_tests_cmd(
     if base:
         from perfmodel.specs.hardware import load_hardware
 
-        load_hardware(base)  # fail now on a wrong preset name, not at predict time
+        base_gpu = load_hardware(base).gpu_name  # fail now on a wrong name, not at predict time
+        logs_gpu = result.hardware.get("gpu_name")
+        if logs_gpu and _gpu_models(base_gpu) and _gpu_models(logs_gpu) \
+                and not _gpu_models(base_gpu) & _gpu_models(logs_gpu):
+            raise DataError(f"--base {base} is {base_gpu}, the logs ran on {logs_gpu}: the "
+                            "profile would price these links beside another GPU's compute; give "
+                            "--base a spec of the logs' GPU")
     else:
         base = _preset_for(result.hardware.get("gpu_name"), result.hardware.get("gpus_per_node"))
         if base:
@@ -245,6 +251,14 @@ def import_nccl_tests_cmd(
     for note in result.notes:
         console.print(f"note: {note}")
     click.echo(f"wrote {path}")
+
+
+def _gpu_models(name: str) -> set[str]:
+    """The model numbers in a GPU's name (H100, MI300X, GB200, L40S), to tell two GPUs apart
+    however their names are written."""
+    import re
+
+    return set(re.findall(r"\b[A-Z]{1,3}\d{2,4}[A-Z]?\b", name.upper()))
 
 
 def _preset_for(device: str | None, per_node: int | None) -> str | None:

@@ -82,3 +82,15 @@ def test_a_one_host_log_does_not_say_how_many_gpus_a_node_has():
     assert "gpus_per_node" not in one_host.hardware
     nodes = import_nccl_tests([NCCL / "h100x80-10node-allreduce-nccl-tests-cluster-cluster01.txt"])
     assert nodes.hardware["gpus_per_node"] == 8
+
+
+def test_a_base_of_another_gpu_is_refused(tmp_path):
+    from tests.unit.test_bad_input import run_main
+
+    log = str(NCCL / "h100x8-allreduce-nccl-tests-cluster-cluster01.txt")
+    code, _, err = run_main(["calibrate", "import-nccl-tests", log, "--base", "mi300x",
+                             "--out", str(tmp_path / "mi.json")])
+    assert code == 5 and "--base mi300x is AMD Instinct MI300X, the logs ran on NVIDIA H100" in err
+    code, _, err = run_main(["calibrate", "import-nccl-tests", log, "--base", "dgx-h100",
+                             "--out", str(tmp_path / "h.json")])
+    assert code == 0, err
