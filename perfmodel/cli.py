@@ -760,6 +760,8 @@ def derive_dp(kw: dict[str, Any]) -> None:
     if not 1 <= gpus <= MAX_DEGREE:  # the plan refuses the count the user gave, named gpus
         return                       # (not a dp derived from it)
     tp, pp, cp = kw["tp"], kw["pp"], kw.get("cp", 1)
+    if min(tp, pp, cp) < 1:  # the plan names the degree and its range (exit 4), as without --gpus
+        return
     dp = derived_dp(gpus, tp, pp, cp)
     if dp is None:
         raise click.UsageError(
@@ -823,6 +825,17 @@ def _refuse_idle_pins(pins: dict[str, Any], gpu_counts: Sequence[int], experts: 
                 and pins.get("ep_comm_overlap"):
             raise PlanError("ep_comm_overlap overlaps a mixture of experts' all-to-alls, and the "
                             "model has no experts: leave --ep-comm-overlap out")
+    if ctx is not None:  # a cap beside a pin of the same axis: the pin decides
+        for cap, axis in (("max_tp", "tp"), ("max_pp", "pp"), ("max_cp", "cp"),
+                          ("max_micro_batch", "micro_batch")):
+            if cap in ctx.params and _given(ctx, cap) and pins.get(axis) is not None:
+                raise PlanError(f"--{cap.replace('_', '-')} caps a searched {axis}, and "
+                                f"{axis} is pinned at {pins[axis]}: leave one out")
+        if "uneven_stages" in ctx.params and _given(ctx, "uneven_stages") \
+                and pins.get("pp") is not None:
+            raise PlanError(f"--uneven-stages searches the pp that do not divide the layers, "
+                            f"and pp is pinned at {pins['pp']} (split so anyway where it does "
+                            "not): leave one out")
     if pins.get("cp") == 1 and pins.get("cp_comm") is not None:
         raise PlanError(f"cp_comm {pins['cp_comm']} applies to context parallelism (cp > 1), and "
                         "--cp pins cp 1: give --cp above 1 (or leave it free), or leave "
@@ -1148,8 +1161,9 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "inter_node.bandwidth_bytes_per_s=2x (a factor), =400e9 (a value), "
                    "asynchronous_device=false (a yes-or-no field).")
 @click.option("--sensitivities", is_flag=True,
-              help="Elasticity of the best plan's step time to each hardware parameter (sympy "
-                   "derivatives).")
+              help="Elasticity of the best plan's step time to each hardware parameter (central "
+                   "differences of its compiled formula, each parameter moved as --what-if moves "
+                   "it; at a kink, the mean of the two sides).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--csv", "csv_path", type=click.Path(), default=None,
               help="Write every plan the search enumerates here, one per row, as the search "
@@ -1269,6 +1283,16 @@ def recommend(model: str | None, from_config: str | None,
             raise click.UsageError("--validate and --validate-profile run a transformer's "
                                    "plan; validate a layer graph's with perfmodel validate "
                                    "--pr N --pc M")
+        ctx = click.get_current_context()
+        # what the layer graph's search (every Pr x Pc grid, by step time) has no use for
+        unread = [f"--{n.replace('_path', '').replace('_', '-')}" for n in (
+            "csv_path", "plot_path", "emit_config", "what_if", "sensitivities", "tokens",
+            "gpu_hour_price", "objective", "memory_margin", "max_tp", "max_pp", "max_cp",
+            "max_micro_batch") if n in ctx.params and _given(ctx, n)]
+        if unread:
+            raise click.UsageError(f"{', '.join(unread)}: a transformer search's; a layer "
+                                   "graph's search ranks its Pr x Pc grids by step time (--json "
+                                   "for the table)")
         _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm,
                         contributors or "auto")
         return

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perfmodel.errors import PlanError
-from perfmodel.strategy import sync_ranks
+from perfmodel.strategy import ep_overlap_pairs, sync_ranks
 
 
 def refuse_idle_flags(plan: Any, model: Any, given: Callable[[str], bool]) -> None:
@@ -46,6 +46,17 @@ def refuse_idle_flags(plan: Any, model: Any, given: Callable[[str], bool]) -> No
                             f"(dp {plan.dp}, cp {plan.cp}"
                             + (", the experts' tp dp cp / (ep etp) 1" if experts else "")
                             + f"): give --dp (or --gpus) above 1, or leave {flag} out")
+    if given("ep_comm_overlap") and plan.ep_comm_overlap and plan.ep > 1:
+        # combined 1F1B pairs one micro-batch's chunk with another's: the pairs a schedule leaves
+        # are none where its warm-up and cool-down take every chunk (perfmodel.step.moe.
+        # ep_overlaps: the floor 1 + 2 (pp - 1) + (v - 1) pp of its m v chunks)
+        v = plan.virtual_stages if plan.schedule.value == "interleaved" else 1
+        per = plan.pipeline_micro_batches or plan.num_micro_batches
+        if not ep_overlap_pairs(plan.pp, plan.virtual_stages, plan.schedule, per):
+            raise PlanError(f"ep_comm_overlap pairs one micro-batch's chunks with another's, and "
+                            f"this schedule leaves none paired ({per} micro-batch(es) of "
+                            f"{v} chunk(s) on {plan.pp} stage(s)): give more micro-batches, or "
+                            "leave --ep-comm-overlap out")
     if given("schedule") and plan.pp == 1 and plan.schedule.value != "1f1b":
         # one stage runs its micro-batches one after another whatever the order (Megatron-Core's
         # forward_backward_no_pipelining); the pipelined schedules' rules refuse the others

@@ -565,7 +565,8 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         ("memory/GPU", False, [fmt_bytes(row["memory_per_gpu_bytes"]) for row in curve]),
         ("fits", False, ["yes" if row["fits"] else "no (memory limit)" for row in curve])])
     if "sensitivities" in data:
-        sens = Table(title="sensitivity of the step time (elasticity: % change per +1%)")
+        sens = Table(title="sensitivity of the step time (elasticity: % change per 1%; at a "
+                           "kink, the mean of +1% and -1%)")
         sens.add_column("hardware parameter")
         sens.add_column("elasticity", justify="right")
         for name, value in sorted(data["sensitivities"].items(), key=lambda kv: kv[1]):
@@ -575,7 +576,8 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         w = data["what_if"]
         plan = w["best"]["plan"]
         degrees = f"dp={plan['dp']} tp={plan['tp']} pp={plan['pp']}" + "".join(
-            f" {k}={plan[k]}" for k in ("cp", "ep", "etp") if plan.get(k, 1) > 1)
+            f" {k}={plan[k]}" for k in ("cp", "ep", "etp") if plan.get(k, 1) > 1) + (
+            f" v={plan['virtual_stages']}" if plan.get("virtual_stages", 1) > 1 else "")
         con.print(f"[bold]what if[/] {', '.join(w['changes'])}: best becomes {degrees} "
                   f"mb={plan['micro_batch']} {plan['schedule']}, "
                   f"{fmt_seconds(w['best']['step_time_s'])} per step "

@@ -321,9 +321,15 @@ class Plans:
                     overlap_grad_sync=bool(c["overlap_grad_sync"][i]),
                     overlap_param_gather=bool(c["overlap_param_gather"][i]),
                     tp_comm_overlap=bool(c["tp_comm_overlap"][i]),
+                    # as it runs, where it pairs any chunks (the same time either way)
                     ep_comm_overlap=bool(c["ep_comm_overlap"][i]) and strategy.ep_overlap_runs(
                         strategy.RECOMPUTES[int(c["recompute"][i])],
-                        strategy.SCHEDULES[int(c["schedule"][i])], int(c["pp"][i])),
+                        strategy.SCHEDULES[int(c["schedule"][i])], int(c["pp"][i]))
+                    and strategy.ep_overlap_pairs(
+                        int(c["pp"][i]), int(c["virtual_stages"][i]),
+                        strategy.SCHEDULES[int(c["schedule"][i])],
+                        int(c["global_batch"][i]) // (int(c["micro_batch"][i])
+                                                      * int(c["dp"][i]))),
                     first_stage_layers=int(c["first_stage_layers"][i]),
                     last_stage_layers=int(c["last_stage_layers"][i]),
                     placement=strategy.PLACEMENTS[int(c["placement"][i])].axes,
@@ -1266,6 +1272,10 @@ class Scored:
         # combined 1F1B as it runs: the column asks for it, Megatron runs it (ep_overlap_runs)
         df["ep_comm_overlap"] &= (df["recompute"] != Recompute.FULL.value) & (
             (c["pp"] == 1) | (df["schedule"] == Schedule.INTERLEAVED.value))
+        # ... where the schedule pairs any chunks (strategy.ep_overlap_pairs)
+        v = np.where(df["schedule"] == Schedule.INTERLEAVED.value, c["virtual_stages"], 1)
+        m = c["global_batch"] // (c["micro_batch"] * c["dp"])
+        df["ep_comm_overlap"] &= 1 + 2 * (c["pp"] - 1) + (v - 1) * c["pp"] < m * v
         evaluated = self.evaluated
         df["evaluated"] = evaluated
         df["step_time_s"] = np.where(evaluated, self.step_time_s, np.nan)

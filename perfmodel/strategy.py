@@ -422,6 +422,15 @@ def ep_overlap_runs(recompute: Recompute, schedule: Schedule, pp: int) -> bool:
     return recompute is not Recompute.FULL and (pp == 1 or schedule is Schedule.INTERLEAVED)
 
 
+def ep_overlap_pairs(pp: int, virtual_stages: int, schedule: Schedule,
+                     micro_batches: int) -> bool:
+    """Whether a schedule leaves combined 1F1B any pair of chunks to overlap: its warm-up and
+    cool-down, 1 + 2 (pp - 1) + (v - 1) pp of its m v chunks, do not take them all
+    (perfmodel.step.moe.ep_overlaps' floor below 1); m the micro-batches of one schedule."""
+    v = virtual_stages if schedule is Schedule.INTERLEAVED else 1
+    return 1 + 2 * (pp - 1) + (v - 1) * pp < micro_batches * v
+
+
 # selective recompute's modules (Megatron-Core TransformerConfig.recompute_modules, its names):
 # the attention core; MLA's up projections and rotary embedding; a dense layer's MLP; the routed
 # experts' activation function; the shared experts
@@ -459,7 +468,7 @@ def modules_missing(modules: tuple[str, ...], model: Any) -> str | None:
              "shared_experts": (bool(getattr(model, "shared_experts", 0)), "shared experts"),
              "mlp": (not getattr(model, "experts", 0)
                      or len(getattr(model, "moe_layers", ())) < model.layers,
-                     "a dense layer's MLP"),
+                     "dense layer's MLP"),
              # Megatron-Core recomputes the norms that are modules of their own: an MoE layer's
              # pre-MLP norm (a dense layer's norms are fused into Transformer Engine's linears)
              "layernorm": (bool(getattr(model, "experts", 0)),

@@ -533,8 +533,10 @@ def test_the_search_turns_combined_1f1b_on_where_megatron_runs_it():
     on = [p for p in plans if p.ep_comm_overlap]
     assert on and all(p.ep > 1 and p.recompute.value != "full"
                       and (p.pp == 1 or p.schedule.value == "interleaved") for p in on)
+    # on where it runs and the schedule pairs micro-batches (one micro-batch pairs none)
     assert not [p for p in plans if p.ep > 1 and p.recompute.value == "selective" and p.pp == 1
-                and not p.ep_comm_overlap]
+                and p.num_micro_batches > 1 and not p.ep_comm_overlap]
+    assert not [p for p in on if p.pp == 1 and p.num_micro_batches == 1]
     frame = every.frame()  # the CSV's column says what runs
     assert frame["ep_comm_overlap"].tolist() == [result.plan(every, i).ep_comm_overlap
                                                  for i in range(len(every))]
