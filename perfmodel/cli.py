@@ -1262,6 +1262,16 @@ def recommend(model: str | None, from_config: str | None,
         elif getattr(spec, "experts", 0):  # Megatron-LM's FSDP2
             # path is not written with experts
             pins["zero_stages"] = (0, 1)
+        # a pin the framework written cannot run: refused naming it, not searched into "no plan"
+        for pin, allowed in (("schedule", pins.get("schedules")),
+                             ("recompute", pins.get("recomputes")),
+                             ("zero", pins.get("zero_stages"))):
+            value = pins.get(pin)
+            value = getattr(value, "value", value)
+            if value is not None and allowed is not None and value not in allowed:
+                raise click.UsageError(
+                    f"--{pin} {value}: --emit-config {emit_config[0]} writes "
+                    f"{pin} {', '.join(str(a) for a in allowed)}; leave one out")
     try:
         gpu_counts = tuple(int(g) for g in gpus.split(","))
     except ValueError:

@@ -47,3 +47,17 @@ def test_a_cap_beside_a_pin_of_its_axis_is_refused(extra, says):
     code, _, err = run_main(["recommend", "--model", "llama3-8b", "--hardware", "dgx-h100",
                              "--gpus", "16", "--global-batch", "64", *extra])
     assert code == 4 and says in err, err
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--pp", "2", "--schedule", "zb", "--emit-config", "megatron", "{tmp}/m"],
+     "--schedule zb: --emit-config megatron writes schedule 1f1b, interleaved"),
+    (["--recompute", "selective", "--emit-config", "torchtitan", "{tmp}/t"],
+     "--recompute selective: --emit-config torchtitan writes recompute none, full, op"),
+])
+def test_a_pin_the_emitted_framework_cannot_run_is_named(extra, says, tmp_path):
+    # before: "no plan satisfies the pins ..." with divisibility rules nothing broke
+    code, _, err = run_main(["recommend", "--model", "llama3-8b", "--hardware", "dgx-h100",
+                             "--gpus", "16", "--global-batch", "64",
+                             *(a.format(tmp=tmp_path) for a in extra)])
+    assert code == 2 and says in err, err
