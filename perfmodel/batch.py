@@ -97,9 +97,8 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
     base_model = kw.get("model")
     hardware = None
     if kw.get("hardware") or kw.get("profile"):
-        hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
-        if kw.get("collective_algorithm"):
-            hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
+        hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"),
+                                    kw.get("collective_algorithm"))
     results: list[dict[str, Any]] = []
     failures = 0
     for line, row, problem in rows:

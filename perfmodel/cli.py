@@ -454,11 +454,13 @@ BATCH_REFUSED = (*BATCH_COLUMNS, "attention", "pr", "pc", "norm", "collective_va
                  "contributors", "from_config")
 
 
-def resolve_hardware(hardware: str | None, profile: str | None) -> Any:
-    """A HardwareSpec from --hardware and/or --profile (the profile's fields win)."""
+def resolve_hardware(hardware: str | None, profile: str | None,
+                     algorithm: str | None = None) -> Any:
+    """A HardwareSpec from --hardware and/or --profile (the profile's fields win), with
+    --collective-algorithm where given."""
     if not hardware and not profile:
         raise click.UsageError("give --hardware (a preset or file) or --profile")
-    return specs_resolve.resolve_hardware(hardware, profile)
+    return specs_resolve.resolve_hardware(hardware, profile, algorithm)
 
 
 def profile_status(profile: str | None) -> dict[str, Any]:
@@ -630,9 +632,8 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     if _given(ctx, "micro_batch") and kw.get("global_batch"):
         raise click.UsageError("--micro-batch beside --global-batch: a layer graph's step is one "
                                "batch split over --pc, without micro-batches; give one of them")
-    hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
-    if kw.get("collective_algorithm"):
-        hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
+    hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"),
+                                kw.get("collective_algorithm"))
     gpus: int | None = kw.get("gpus")
     pr: int | None = kw.get("pr")
     pc: int | None = kw.get("pc")
@@ -663,10 +664,9 @@ def _refuse_idle_graph_options(ctx: click.Context, model: Any, plan: Any) -> Non
                                "it would synchronise; leave --norm out")
     if ctx.command.name != "predict":
         return
-    if _given(ctx, "norm") and plan.norm.value == "sync":
-        if plan.pc == 1:
-            raise click.UsageError("--norm sync synchronises the statistics over the data-"
-                                   "parallel ranks, and the grid has Pc 1; leave --norm out")
+    if _given(ctx, "norm") and plan.norm.value == "sync" and plan.pc == 1:
+        raise click.UsageError("--norm sync synchronises the statistics over the data-parallel "
+                               "ranks, and the grid has Pc 1; leave --norm out")
     if _given(ctx, "collective_variant") and plan.variant.value == "split" and plan.pr == 1:
         raise click.UsageError("--collective-variant split changes the model-parallel "
                                "collectives, and the grid has Pr 1 (none); leave it out")
@@ -732,9 +732,8 @@ def config_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
     job = read_config(kw["from_config"])
     model = resolve_model(job, kw.get("model"), kw.get("seq_len"))
     model.require_costed()
-    hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
-    if kw.get("collective_algorithm"):
-        hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
+    hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"),
+                                kw.get("collective_algorithm"))
     model, plan_kw = resolve_plan(job, model, given_plan_options(kw))
     plan_kw.setdefault("dtype", hardware.default_dtype())
     plan = plan_from_dict(plan_kw)
@@ -789,9 +788,8 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
         raise click.UsageError(PR_PC_TRANSFORMER)
     _refuse_graph_options()
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
-    hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"))
-    if kw.get("collective_algorithm"):
-        hardware = hardware.replace(collective_algorithm=kw["collective_algorithm"])
+    hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"),
+                                kw.get("collective_algorithm"))
     kw["flash_attention"] = attention_option(kw)
     derive_dp(kw)
     plan_kw = {k: kw[k] for k in PLAN_KEYS if kw.get(k) is not None}
@@ -1701,7 +1699,8 @@ def graph_fields(hardware: Any, dtype: str) -> list[str]:
             out.append(f"{link}.oversubscription")
     if hardware.levels:
         out.remove("gpus_per_node")  # the first level's gpus
-    return [f for f in out if f in numeric_fields(hardware.to_dict()) or f.startswith("levels.")]
+    known = set(numeric_fields(hardware.to_dict()))
+    return [f for f in out if f in known or f.startswith("levels.")]
 
 
 def _vary(item: str, hardware: Any, dtype: str = "fp32") -> tuple[str, list[float]]:

@@ -50,9 +50,10 @@ def refuse_idle_flags(plan: Any, model: Any, given: Callable[[str], bool]) -> No
         # combined 1F1B pairs one micro-batch's chunk with another's: the pairs a schedule leaves
         # are none where its warm-up and cool-down take every chunk (perfmodel.step.moe.
         # ep_overlaps: the floor 1 + 2 (pp - 1) + (v - 1) pp of its m v chunks)
-        v = plan.virtual_stages if plan.schedule.value == "interleaved" else 1
+        interleaved = plan.schedule.value == "interleaved"
+        v = plan.virtual_stages if interleaved else 1
         per = plan.pipeline_micro_batches or plan.num_micro_batches
-        if not ep_overlap_pairs(plan.pp, plan.virtual_stages, plan.schedule, per):
+        if not ep_overlap_pairs(plan.pp, v, interleaved, per):
             raise PlanError(f"ep_comm_overlap pairs one micro-batch's chunks with another's, and "
                             f"this schedule leaves none paired ({per} micro-batch(es) of "
                             f"{v} chunk(s) on {plan.pp} stage(s)): give more micro-batches, or "

@@ -327,7 +327,7 @@ class Plans:
                         strategy.SCHEDULES[int(c["schedule"][i])], int(c["pp"][i]))
                     and strategy.ep_overlap_pairs(
                         int(c["pp"][i]), int(c["virtual_stages"][i]),
-                        strategy.SCHEDULES[int(c["schedule"][i])],
+                        strategy.SCHEDULES[int(c["schedule"][i])] is Schedule.INTERLEAVED,
                         int(c["global_batch"][i]) // (int(c["micro_batch"][i])
                                                       * int(c["dp"][i]))),
                     first_stage_layers=int(c["first_stage_layers"][i]),
@@ -1272,10 +1272,10 @@ class Scored:
         # combined 1F1B as it runs: the column asks for it, Megatron runs it (ep_overlap_runs)
         df["ep_comm_overlap"] &= (df["recompute"] != Recompute.FULL.value) & (
             (c["pp"] == 1) | (df["schedule"] == Schedule.INTERLEAVED.value))
-        # ... where the schedule pairs any chunks (strategy.ep_overlap_pairs)
-        v = np.where(df["schedule"] == Schedule.INTERLEAVED.value, c["virtual_stages"], 1)
-        m = c["global_batch"] // (c["micro_batch"] * c["dp"])
-        df["ep_comm_overlap"] &= 1 + 2 * (c["pp"] - 1) + (v - 1) * c["pp"] < m * v
+        # ... where the schedule pairs any chunks
+        df["ep_comm_overlap"] &= strategy.ep_overlap_pairs(
+            c["pp"], c["virtual_stages"], (df["schedule"] == Schedule.INTERLEAVED.value).to_numpy(),
+            c["global_batch"] // (c["micro_batch"] * c["dp"]))
         evaluated = self.evaluated
         df["evaluated"] = evaluated
         df["step_time_s"] = np.where(evaluated, self.step_time_s, np.nan)

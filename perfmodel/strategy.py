@@ -422,12 +422,12 @@ def ep_overlap_runs(recompute: Recompute, schedule: Schedule, pp: int) -> bool:
     return recompute is not Recompute.FULL and (pp == 1 or schedule is Schedule.INTERLEAVED)
 
 
-def ep_overlap_pairs(pp: int, virtual_stages: int, schedule: Schedule,
-                     micro_batches: int) -> bool:
+def ep_overlap_pairs(pp: Any, virtual_stages: Any, interleaved: Any, micro_batches: Any) -> Any:
     """Whether a schedule leaves combined 1F1B any pair of chunks to overlap: its warm-up and
     cool-down, 1 + 2 (pp - 1) + (v - 1) pp of its m v chunks, do not take them all
-    (perfmodel.step.moe.ep_overlaps' floor below 1); m the micro-batches of one schedule."""
-    v = virtual_stages if schedule is Schedule.INTERLEAVED else 1
+    (perfmodel.step.moe.ep_overlaps' floor below 1); m the micro-batches of one schedule, v the
+    virtual stages where interleaved. One plan's numbers, or the search's arrays."""
+    v = _where(interleaved, virtual_stages, 1)
     return 1 + 2 * (pp - 1) + (v - 1) * pp < micro_batches * v
 
 
@@ -982,10 +982,11 @@ class Plan:
         object.__setattr__(self, "master_weights", text)
 
     def replace(self, **changes: Any) -> Plan:
-        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        names = [f.name for f in dataclasses.fields(self)]
+        unknown = sorted(set(changes) - set(names))
         if unknown:
             raise PlanError(f"unknown plan field(s) {', '.join(unknown)}"
-                            f"{suggest(unknown[0], [f.name for f in dataclasses.fields(self)])}")
+                            f"{suggest(unknown[0], names)}")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

@@ -248,11 +248,10 @@ def _data_parallel(value: Any, degrees: dict[str, int], job: JobConfig, where: s
     fixes the world, which --gpus must then agree with (perfmodel.configs.resolve_plan)."""
     if value is None:
         return
-    if not isinstance(value, bool) and isinstance(value, int | float | str) \
-            and str(value).strip().lstrip("-").isdigit() and int(value) <= 0:
+    dp = whole(value, "distributed.dp_size", where, minimum=-(10**10))
+    if dp <= 0:
         job.skipped("distributed.dp_size", value, "<= 0: the world over tp x cp x pp")
         return
-    dp = whole(value, "distributed.dp_size", where)
     world = dp * degrees["tp"] * degrees["cp"] * degrees["pp"]
     if job.gpus is not None and job.gpus != world:
         raise refuse_plan(where, "distributed.dp_size", dp,

@@ -699,8 +699,7 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
                               f"with learned positions perfmodel's position table is "
                               f"seq_len ({model.get('seq_len')}) long; give them equal")
         seq = model.get("seq_len")
-        if job.framework is Framework.MEGATRON and not _flag(settings, "deepspeed", where) \
-                and isinstance(seq, int) and max_positions < seq:
+        if _megatron_lm(settings, job, where) and isinstance(seq, int) and max_positions < seq:
             # megatron/training/arguments.py (validate_args, at d98e8a64) asserts it whatever
             # the positions
             raise refuse_spec(where, "--max-position-embeddings", max_positions,
@@ -1467,6 +1466,12 @@ def _cuda_graphs(settings: Settings, job: JobConfig, where: str,
         take(given, f"{', '.join(sorted(names))}: whole layers")
 
 
+def _megatron_lm(settings: Settings, job: JobConfig, where: str) -> bool:
+    """Whether the settings are a Megatron-LM launch's, whose validate_args applies (not
+    Megatron-DeepSpeed's, nor NeMo's or Megatron-Bridge's configs, which validate their own way)."""
+    return job.framework is Framework.MEGATRON and not _flag(settings, "deepspeed", where)
+
+
 def _megatron_lm_asserts(settings: Settings, where: str) -> None:
     """What Megatron-LM's argument validation refuses at start-up (megatron/training/
     arguments.py, validate_args, at d98e8a64), among the options perfmodel reads: a script it
@@ -1535,7 +1540,7 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
                           "Megatron FSDP's sharding is not modelled (--use-torch-fsdp2 is: ZeRO "
                           "stage 3; --use-distributed-optimizer: stage 1)")
     job.fix("zero", zero)
-    if job.framework is Framework.MEGATRON and not _flag(settings, "deepspeed", where):
+    if _megatron_lm(settings, job, where):
         _megatron_lm_asserts(settings, where)
     if torch_fsdp:  # megatron/training/arguments.py asserts both (at d98e8a64)
         for key, flag in (("pp", "--pipeline-model-parallel-size"),

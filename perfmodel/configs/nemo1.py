@@ -247,7 +247,7 @@ def finish(job: JobConfig, gpus: int) -> None:
     """What follows from the world size given by --gpus: NeMo's gradient_accumulation_fusion
     off with dp > 1 (_grad_fusion)."""
     parallel = job.plan.pop(FUSION_DP, None)
-    if parallel is None or gpus // parallel <= 1 or job.plan.get("zero") == 3:
+    if parallel is None or gpus // parallel <= 1:
         return
     job.fix("grad_accumulation_fusion", False)
     renote(job, "model.gradient_accumulation_fusion",

@@ -14,8 +14,10 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.specs.hardware import HardwareSpec, load_hardware
 
 
-def resolve_hardware(hardware: str | None, profile: str | Path | None) -> HardwareSpec:
-    """A HardwareSpec from a preset or file and/or a profile (the profile's fields win).
+def resolve_hardware(hardware: str | None, profile: str | Path | None,
+                     algorithm: str | None = None) -> HardwareSpec:
+    """A HardwareSpec from a preset or file and/or a profile (the profile's fields win), its
+    collective_algorithm replaced by `algorithm` where given (--collective-algorithm).
 
     An incomplete profile is said once on standard error, by every command that reads it.
     """
@@ -27,7 +29,8 @@ def resolve_hardware(hardware: str | None, profile: str | Path | None) -> Hardwa
         spec = profiles.apply_profile(base, prof)
         if not prof.complete:
             print(f"note: {profiles.incomplete_note(prof)}", file=sys.stderr)
-        return spec
-    if not hardware:
+    elif not hardware:
         raise PerfmodelError("give --hardware (a preset or file) or --profile")
-    return load_hardware(hardware)
+    else:
+        spec = load_hardware(hardware)
+    return spec.replace(collective_algorithm=algorithm) if algorithm else spec
