@@ -321,6 +321,41 @@ def test_the_nemo_sections_report_the_benchmarks_numbers(data, anchor, end, digi
         assert cells[-1].rstrip(" |") == f"{row.memory_gib:.1f}{mark}", cells
 
 
+# Narayanan et al. SC21 Table 1 as NVIDIA/Megatron-LM examples/sc21/run_table_1.sh (de7dc40f88)
+# runs it: size -> (tp, pp, micro-batch, virtual stages: layers / (pp x layers per virtual stage))
+SC21_SCRIPT = {24: (1, 1, 16, 1), 30: (2, 1, 16, 1), 36: (4, 1, 16, 1), 40: (8, 1, 8, 1),
+               48: (8, 2, 4, 1), 60: (8, 4, 2, 3), 80: (8, 8, 2, 2), 96: (8, 16, 1, 2),
+               105: (8, 35, 1, 3), 128: (8, 64, 1, 1)}
+
+
+def test_the_sc21_weak_scaling_runs_are_read_as_their_script_ran_them():
+    """tests/data/accuracy-megatron-sc21: the ten runs, each read with its script's layout, fp16,
+    full recompute, unfused attention, torch DDP's overlapped reduce without a pipeline and local
+    DDP's reduce after the backward with one (scatter-gathered sends), no distributed optimizer;
+    nothing assumed, and predicted; every one fits."""
+    frame = pd.read_csv(ROOT / "tests/data/accuracy-megatron-sc21/published-steps.csv")
+    rows = B.published_rows(ROOT / "tests/data/accuracy-megatron-sc21")
+    assert len(rows) == len(frame) == 10 and not [r.error for r in rows if r.error]
+    for row in frame.to_dict("records"):
+        model, plan, missing = B.plan_of(row)
+        tp, pp, micro, virtual = SC21_SCRIPT[row["layers"]]
+        assert (plan["tp"], plan["pp"], plan["micro_batch"], plan.get("virtual_stages", 1)) == (
+            tp, pp, micro, virtual), row["layers"]
+        assert plan["tp"] * plan["pp"] * plan["dp"] == row["gpus"]
+        assert (plan["dtype"], plan["recompute"], plan["flash_attention"], plan["zero"]) == (
+            "fp16", "full", False, 0)
+        assert plan["overlap_grad_sync"] == (pp == 1)
+        assert plan.get("pp_scatter_gather", False) == (pp > 1)
+        assert not missing and B.assumed_defaults(model, plan, B.hardware_of(row)) == []
+        # the published TFLOP/s turned into seconds with the paper's Eq. 3 (s 2048, V 51,200)
+        b, s, layers, h, v = row["global_batch"], 2048, row["layers"], row["hidden"], 51200
+        flops = 96 * b * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
+        assert row["published_step_s"] == pytest.approx(
+            flops / (row["published_value"] * 1e12 * row["gpus"]), abs=0.0006)
+    assert all(r.memory_gib is not None and r.capacity_gib is not None
+               and r.memory_gib <= r.capacity_gib for r in rows)
+
+
 def test_the_nemo_2407_runs_are_read():
     """tests/data/accuracy-nemo-2407 (NeMo's 24.07 performance summary): every row read with its
     launcher's settings (FlashAttention-2, the master weights as NeMo keeps them) and predicted;
@@ -612,7 +647,7 @@ def test_a_default_the_row_does_not_state_is_named_with_it(tmp_path):
 
 
 @pytest.mark.parametrize("data", ["accuracy", "accuracy-nemo-2407", "accuracy-megatron-bridge",
-                                  "accuracy-nemo-long-context"])
+                                  "accuracy-nemo-long-context", "accuracy-megatron-sc21"])
 def test_the_repositorys_runs_state_what_their_plans_take(data):
     frame = pd.read_csv(ROOT / "tests/data" / data / "published-steps.csv")
     for row in frame.to_dict("records"):
