@@ -130,6 +130,9 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
     fabric_level, priced_on = "node", "node"
     if scope != "intra" and len(hardware.levels) > 2:
         hardware, fabric_level, priced_on = _on_level(hardware, ranks // per_node)
+    elif scope != "intra":  # two levels: the network beyond the node
+        fabric_level = priced_on = (hardware.levels[1].name if len(hardware.levels) == 2
+                                    else "network")
     library = hardware.collective_library
     allowed = [a.value for a in LIBRARY_ALGORITHMS[library][Op(op)]]
     if scope == "mixed" and op not in ("all_to_all", "send_recv") and (

@@ -132,6 +132,23 @@ def job_domain(gpus: np.ndarray, gpus_per_node: int, gpus_per_host: int) -> np.n
     return out
 
 
+def check_whole_nodes(hardware: HardwareSpec, gpus: int) -> None:
+    """A job over several nodes takes the same GPUs in each (job_domain): one whose last node is
+    partly filled (12 GPUs on 8-GPU nodes) is refused, for its last node's links are shared by
+    fewer GPUs than the others' and which ranks it holds is the launcher's choice."""
+    node = hardware.gpus_per_node
+    host = hardware.gpus_per_host or node
+    taken = int(job_domain(np.asarray([gpus]), node, host)[0])
+    if gpus <= taken or gpus % taken == 0:
+        return
+    unit, what = (host, f"hosts of {host} GPUs ({hardware.name}'s gpus_per_host)") \
+        if host < node else (node, f"nodes of {node} GPUs ({hardware.name}'s gpus_per_node)")
+    raise PlanError(f"gpus {gpus} is not whole {what}: a job of several nodes is modelled with "
+                    f"the same GPUs in each; give a multiple of {unit}, or a hardware spec "
+                    f"(base: {hardware.name}) whose gpus_per_node is the GPUs the job takes "
+                    "in a node")
+
+
 def _column(c: Columns, name: str) -> np.ndarray:
     """A plan column, or ones where the columns lack it (cp and ep: a plan of issue 16)."""
     if name in c:
@@ -198,15 +215,28 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int | np.ndarray
             inner = inner * degree[axis]
     g = gpus_per_node
 
+    def straddling(ranks: np.ndarray, size: np.ndarray, span: np.ndarray) -> np.ndarray:
+        # a group of several axes' ranks tiles blocks of `span` ranks (its outermost part's
+        # degree x stride): where a block fits in a node but does not divide it, some groups
+        # straddle two nodes, as _ranks_per_node's one-axis groups do (on 72-GPU domains an ep
+        # group of 16 consecutive ranks, 64-79: 8 in each)
+        cross = (span <= g) & (g % np.maximum(span, 1) != 0) & (total > g) & (size > 1)
+        if not cross.any():
+            return ranks
+        halves = np.vectorize(_largest_proper_divisor, otypes=[np.int64])(np.maximum(size, 2))
+        return np.where(cross, np.maximum(1, np.minimum(ranks, halves)), ranks)
+
+    def span_of(parts: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        # the block a group of (degree, stride) parts tiles: its widest part's degree x stride
+        widest: np.ndarray = np.max([np.where(d > 1, d * st, 1) for d, st in parts], axis=0)
+        return widest
+
     def joined(axes: tuple[str, ...]) -> np.ndarray:
-        # a group of several axes' ranks: the tiling rule's product of theirs; where all but one
-        # of its axes have degree 1 it is that axis's group, straddling a node boundary as one
-        # does (dp_cp with cp 1 is dp's group: priced as dp's, not as if it fit a node)
+        # a group of several axes' ranks: the tiling rule's product of theirs, straddling a node
+        # boundary where its block does not divide a node (dp_cp with cp 1 is dp's group)
         product: np.ndarray = np.prod([plain[a] for a in axes], axis=0)
-        for axis in axes:
-            others = np.prod([degree[a] for a in axes if a != axis], axis=0)
-            product = np.where(others == 1, per_node[axis], product)
-        return product
+        size: np.ndarray = np.prod([degree[a] for a in axes], axis=0)
+        return straddling(product, size, span_of([(degree[a], stride[a]) for a in axes]))
 
     degree["dp_cp"] = c["dp"] * cp
     per_node["dp_cp"] = joined(("cp", "dp"))
@@ -219,7 +249,7 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int | np.ndarray
     e_cp = np.maximum(one, np.minimum(ep // e_tp, cp))
     e_dp = np.maximum(one, ep // (e_tp * e_cp))
     degree["etp"] = etp
-    per_node["etp"] = _ranks_per_node(etp, stride["tp"], g)
+    per_node["etp"] = _ranks_per_node(etp, stride["tp"], g, total)
     degree["ep"] = ep
     degree["etp_ep"] = etp * ep
     degree["edp"] = c["tp"] * c["dp"] * cp // np.maximum(ep * etp, 1)
@@ -227,15 +257,19 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int | np.ndarray
     per_node["edp"] = one
     within = {"tp": etp, "cp": one, "dp": one}  # each axis's ranks inside the ep share
     shares = {"tp": e_tp, "cp": e_cp, "dp": e_dp}
+    ep_parts, edp_parts = [], []
     for axis, share in shares.items():
         rest = np.maximum(one, degree[axis] // (within[axis] * share))
-        # an ep group on this axis alone straddles node boundaries as a group of that axis does
-        alone = np.prod([s for a, s in shares.items() if a != axis], axis=0) == 1
         step = stride[axis] * within[axis]
-        per_node["ep"] = per_node["ep"] * np.where(
-            alone, _ranks_per_node(share, step, g, total), _ranks_per_node(share, step, g))
+        per_node["ep"] = per_node["ep"] * _ranks_per_node(share, step, g)
         per_node["edp"] = per_node["edp"] * _ranks_per_node(rest, step * share, g)
-    per_node["etp_ep"] = per_node["etp"] * per_node["ep"]
+        ep_parts.append((share, step))
+        edp_parts.append((rest, step * share))
+    # each group as a whole straddles node boundaries where its block does not divide a node
+    per_node["ep"] = straddling(per_node["ep"], ep, span_of(ep_parts))
+    per_node["edp"] = straddling(per_node["edp"], degree["edp"], span_of(edp_parts))
+    per_node["etp_ep"] = straddling(per_node["etp"] * per_node["ep"], etp * ep,
+                                    span_of([(etp, stride["tp"]), *ep_parts]))
     return {axis: (degree[axis], per_node[axis]) for axis in N.AXES}
 
 

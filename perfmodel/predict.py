@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfmodel.encode import check_stack, compute_dtype, resolve_flash
+from perfmodel.encode import check_stack, check_whole_nodes, compute_dtype, resolve_flash
 from perfmodel.errors import PlanError
 from perfmodel.evaluate import compile_family, family_of, values_of
 from perfmodel.output import require_finite
@@ -182,6 +182,7 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
     hardware = load_hardware(hardware)
     plan = plan if isinstance(plan, Plan) else plan_from_dict(_mapping(plan))
     plan.check(model)
+    check_whole_nodes(hardware, plan.gpus)
     flash = resolve_flash(plan.flash_attention, model, hardware, plan.dtype,
                           plan.attention_kernel)
     if flash != plan.flash_attention:  # the default (None) decided for this hardware and model

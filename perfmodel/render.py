@@ -277,7 +277,7 @@ def print_collective(res: dict[str, Any]) -> None:
     con = console()
     con.print(f"{res['op']} of {fmt_bytes(res['bytes'])} over {res['ranks']} ranks "
               f"({res['ranks_per_node']} per node, {res['scope']}) on {res['hardware']}")
-    if res.get("fabric_level", "node") != "node":
+    if res.get("scope") != "intra" and res.get("fabric_level"):  # (a level may be named node)
         con.print(f"reaches the fabric's {res['fabric_level']} level, priced on its slowest "
                   f"level crossed: {res['priced_on']}")
     table = Table(show_header=False, box=None, pad_edge=False)

@@ -106,6 +106,7 @@ def _candidate(rng: random.Random, model: Any, dtype: str) -> dict[str, Any]:
 
 def plans() -> list[tuple[str, str, dict[str, Any]]]:
     """(model, hardware, plan) of the corpus: PER_PAIR valid plans per pair, deterministic."""
+    from perfmodel.encode import check_whole_nodes
     from perfmodel.errors import PerfmodelError
     from perfmodel.specs.hardware import load_hardware
     from perfmodel.specs.model import load_model
@@ -127,6 +128,7 @@ def plans() -> list[tuple[str, str, dict[str, Any]]]:
                     plan["flash_attention"] = False  # no flash kernel on this GPU (V100)
                 try:
                     plan_from_dict(dict(plan)).check(model)
+                    check_whole_nodes(hw, plan["gpus"])  # (a partly filled last node: refused)
                 except PerfmodelError:
                     continue
                 out.append((name, hw_name, plan))
