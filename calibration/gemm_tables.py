@@ -40,13 +40,13 @@ DEVICES = {
         "fp8": 1978.9e12,
         "memory_bandwidth_bytes_per_s": 3.35e12,
     },
-    # NVIDIA HGX B200 datasheet (2024), per GPU, dense = half the sparse figures:
-    # bf16 2.25 PF, TF32 1.1 PF, FP8 4.5 PF, 8 TB/s HBM3e
+    # NVIDIA HGX B200 datasheet (2024), per GPU (8 GPUs' figures / 8), dense = half the sparse
+    # figures: bf16 2.25 PF, TF32 1.125 PF (18 PF sparse / 8 / 2), FP8 4.5 PF, 8 TB/s HBM3e
     "sm_100": {
         "gpu": "B200",
         "bf16": 2.25e15,
         "fp16": 2.25e15,
-        "tf32": 1.1e15,
+        "tf32": 1.125e15,
         "fp8": 4.5e15,
         "memory_bandwidth_bytes_per_s": 8.0e12,
     },
