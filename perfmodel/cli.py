@@ -1497,6 +1497,8 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     searched = [k for k in CONFIG_PINS if k not in job.pins and pins.get(k) is None]
     if plan.get("cpu_offload_layers") or pins.get("cpu_offload_layers"):
         searched = [k for k in searched if k not in ("pp", "recompute")]  # pp 1, none: offload
+    if (plan.get("cp") if "cp" in job.pins else pins.get("cp")) == 1:
+        searched = [k for k in searched if k != "cp_comm"]  # (idle without context parallelism)
     job.notes.append("recommend pins the config's "
                      f"{', '.join(f'{k} {plan[k]}' for k in CONFIG_PINS if k in job.pins)}; "
                      f"searches {', '.join(searched) or 'nothing else'}")

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from perfmodel.configs.job import Framework, JobConfig, refuse_plan, typo, whole
+from perfmodel.configs.job import Framework, JobConfig, refuse_plan, refuse_spec, typo, whole
 from perfmodel.errors import PlanError, SpecError
 
 _IGNORED = {
@@ -83,23 +83,13 @@ def read_deepspeed(data: dict[str, Any], path: Path) -> JobConfig:
             raise refuse_plan(where, key, "(a section)", f"{why} is not modelled")
     _zero(data, job, where)
     _precision(data, job, where)
-    accum = _object(data, "data_types", where).get("grad_accum_dtype")
-    if job.plan.get("dtype") == "bf16" and (
-            job.plan.get("zero") == 0
-            or (job.plan.get("zero") == 1 and accum in ("fp32", "float32"))):
-        # DeepSpeed runs bf16 with its BF16_Optimizer (engine._do_optimizer_sanity_check):
-        # without ZeRO (fp32 gradient accumulation, its default there and the only one read
-        # here), and at stage 1 where data_types.grad_accum_dtype asks for fp32 (since v0.8.1;
-        # no offload, which is refused here): its fp32 master weights and states sharded over
-        # dp, the fp32 gradients all-reduced after the backward, neither overlapped
-        job.fix("zero", 1)
-        job.fix("bf16_optimizer", True)
-        job.fix("overlap_grad_sync", False)
-        job.fix("overlap_param_gather", False)
-        job.notes.append("bf16 at ZeRO stage 0 (or 1 with fp32 gradient accumulation): "
-                         "DeepSpeed's BF16_Optimizer, zero 1 with "
-                         "bf16_optimizer (each micro-batch's bf16 gradients added into fp32 "
-                         "ones, all-reduced in fp32 after the backward)")
+    # the gradients' dtypes follow the model's (in finish where the dtype is the Trainer's 'auto')
+    gradients = (data.get("communication_data_type"),
+                 _object(data, "data_types", where).get("grad_accum_dtype"))
+    if job.plan.get("_dtype_auto"):
+        job.plan["_gradients"] = gradients
+    else:
+        _gradients(job, where, *gradients)
     _batch(data, job, where)
     optimizer = data.get("optimizer")
     if isinstance(optimizer, dict):
@@ -117,21 +107,16 @@ def read_deepspeed(data: dict[str, Any], path: Path) -> JobConfig:
         job.skipped("activation_checkpointing", _short(checkpointing),
                     "configures deepspeed.checkpointing for models that call it; a Hugging Face "
                     "model's recompute is the Trainer's gradient_checkpointing (give --recompute)")
-    comm = data.get("communication_data_type")
-    if comm not in (None, "fp32", "float32"):
-        raise refuse_plan(where, "communication_data_type", comm,
-                          "perfmodel reduces gradients in fp32")
-    grad_dtype = _object(data, "data_types", where).get("grad_accum_dtype")
-    if grad_dtype not in (None, "fp32", "float32"):
-        raise refuse_plan(where, "data_types.grad_accum_dtype", grad_dtype,
-                          "perfmodel accumulates fp32 gradients")
     for key in ("sequence_parallel_size",):
         if data.get(key) not in (None, 1):
             raise refuse_plan(where, key, data[key], "Ulysses sequence parallelism is not "
                                                      "modelled")
     if isinstance(data.get("elasticity"), dict) and data["elasticity"].get("enabled"):
         raise refuse_plan(where, "elasticity.enabled", True, "an elastic batch is not modelled")
-    for key in ("tp", "pp"):
+    # a Hugging Face model under DeepSpeed's engine: data parallel (ZeRO) alone; its experts are
+    # plain modules ZeRO shards over dp (no expert groups: those are deepspeed.moe.layer.MoE's,
+    # which a Hugging Face MoE block is not), and no context parallelism
+    for key in ("tp", "pp", "cp", "ep", "etp"):
         job.fix(key, 1)
     job.fix("virtual_stages", 1)
     job.fix("schedule", "1f1b")
@@ -273,6 +258,81 @@ def _batch(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.plan["_accumulation"] = accum  # finish() completes the batch as DeepSpeed does
 
 
+# DeepSpeed's dtype names (deepspeed/runtime/config_utils.py DtypeEnum)
+_DTYPE_NAMES = {"fp32": ("fp32", "float32", "float", "torch.float32"),
+                "fp16": ("fp16", "float16", "half", "torch.float16"),
+                "bf16": ("bf16", "bfloat16", "torch.bfloat16")}
+
+
+def _dtype_of(value: Any, key: str, where: str) -> str | None:
+    if value is None:
+        return None
+    for name, spellings in _DTYPE_NAMES.items():
+        if isinstance(value, str) and value.strip().lower() in spellings:
+            return name
+    raise refuse_spec(where, key, value, "DeepSpeed takes fp32, fp16 or bf16")
+
+
+def _gradients(job: JobConfig, where: str, comm_value: Any, accum_value: Any) -> None:
+    """The gradients' dtypes and DeepSpeed's optimizer wrapper for the model's dtype
+    (deepspeed/runtime/engine.py at edaa72212, v0.18: get_data_types, communication_data_type,
+    _do_optimizer_sanity_check): the gradients are reduced in communication_data_type, by
+    default the model's dtype, and accumulated in data_types.grad_accum_dtype, by default the
+    model's dtype under ZeRO."""
+    dtype = job.plan.get("dtype", "fp32")
+    zero = int(job.plan.get("zero", 0))
+    comm = _dtype_of(comm_value, "communication_data_type", where)
+    accum = _dtype_of(accum_value, "data_types.grad_accum_dtype", where)
+    if dtype == "bf16" and zero == 0:
+        raise refuse_plan(
+            where, "zero_optimization.stage", 0,
+            "with bf16, DeepSpeed before v0.17.6 runs its BF16_Optimizer (write stage 1 with "
+            "data_types.grad_accum_dtype fp32, which every version since v0.8.1 runs so), and "
+            "from v0.17.6 an unsharded FP16_Optimizer in bf16, not modelled "
+            "(engine._do_optimizer_sanity_check)")
+    if dtype == "bf16" and zero == 1 and accum == "fp32":
+        # BF16_Optimizer (since v0.8.1; no offload, which is refused here): its fp32 master
+        # weights and states sharded over dp, each micro-batch's bf16 gradients added into fp32
+        # ones, all-reduced in fp32 after the backward, neither overlapped
+        if comm not in (None, "fp32"):
+            raise refuse_plan(where, "communication_data_type", comm_value,
+                              "DeepSpeed's BF16_Optimizer (stage 1 with fp32 gradient "
+                              "accumulation) is modelled reducing its fp32 gradients")
+        job.fix("zero", 1)
+        job.fix("bf16_optimizer", True)
+        job.fix("overlap_grad_sync", False)
+        job.fix("overlap_param_gather", False)
+        job.notes.append("bf16 at ZeRO stage 1 with fp32 gradient accumulation: DeepSpeed's "
+                         "BF16_Optimizer, zero 1 with bf16_optimizer (each micro-batch's bf16 "
+                         "gradients added into fp32 ones, all-reduced in fp32 after the "
+                         "backward)")
+        return
+    reduce = comm or dtype
+    if dtype != "bf16":
+        for key, value, got in (("communication_data_type", comm_value, comm),
+                                ("data_types.grad_accum_dtype", accum_value, accum)):
+            if got not in (None, dtype):
+                raise refuse_plan(where, key, value, f"a {dtype} model's gradients are modelled "
+                                                     f"kept and reduced in {dtype}")
+        return
+    if reduce == "fp16":
+        raise refuse_plan(where, "communication_data_type", comm_value,
+                          "a bf16 model's gradients reduced in fp16 are not modelled")
+    if accum not in (None, reduce):
+        raise refuse_plan(where, "data_types.grad_accum_dtype", accum_value,
+                          f"gradients accumulated in {accum} and reduced in {reduce}: "
+                          "perfmodel keeps and reduces them in one dtype")
+    if reduce == "bf16":
+        job.fix("grad_dtype", "bf16")
+        if comm is None:
+            job.notes.append("communication_data_type unset: DeepSpeed keeps and reduces the "
+                             "gradients in the model's dtype, bf16 (grad_dtype bf16)")
+    else:
+        job.notes.append("communication_data_type fp32: gradients reduced in fp32, counted as "
+                         "fp32 main gradients (DeepSpeed accumulates them in bf16 under ZeRO: "
+                         "2 bytes a parameter fewer than counted, before ZeRO 2's sharding)")
+
+
 def finish(job: JobConfig, gpus: int) -> None:
     """The batch fields that follow from the world size, by DeepSpeed's rule
     (DeepSpeedConfig._set_batch_related_parameters and _batch_assertion in
@@ -283,6 +343,8 @@ def finish(job: JobConfig, gpus: int) -> None:
     if job.plan.pop("_dtype_auto", False) and "dtype" not in job.plan:
         raise PlanError(f"{job.path}: bf16/fp16 enabled 'auto' (the Hugging Face Trainer fills "
                         "it in from its own arguments): give --dtype")
+    if "_gradients" in job.plan:
+        _gradients(job, job.path, *job.plan.pop("_gradients"))
     for key, field_name, flag in (("train_micro_batch_size_per_gpu", "micro_batch",
                                    "--micro-batch"),
                                   ("train_batch_size", "global_batch", "--global-batch")):
@@ -341,13 +403,13 @@ def ds_config(plan: Any) -> dict[str, Any]:
     if plan.master_weights not in (None, "fp32"):
         raise refuse_emit("deepspeed", f"master_weights {plan.master_weights}",
                           "written configs keep DeepSpeed's fp32 master weights")
-    if plan.grad_dtype not in (None, "fp32") or plan.optimizer_dtype not in (None, "fp32"):
-        raise refuse_emit("deepspeed", "bf16 gradient or optimizer dtypes",
-                          "written configs keep DeepSpeed's fp32 gradient accumulation and "
-                          "optimizer states")
+    if plan.optimizer_dtype not in (None, "fp32"):
+        raise refuse_emit("deepspeed", "bf16 optimizer states",
+                          "written configs keep DeepSpeed's fp32 optimizer states")
     if plan.dtype.value == "bf16" and plan.zero == 0:
-        raise refuse_emit("deepspeed", "zero 0 with bf16", "DeepSpeed runs bf16 without ZeRO "
-                          "with its BF16_Optimizer (the plan's bf16_optimizer, zero 1)")
+        raise refuse_emit("deepspeed", "zero 0 with bf16", "DeepSpeed's optimizer without ZeRO "
+                          "in bf16 differs by version; its BF16_Optimizer is the plan's "
+                          "bf16_optimizer, zero 1")
     if plan.dtype.value not in ("bf16", "fp16", "fp32"):
         raise refuse_emit("deepspeed", f"dtype {plan.dtype.value}", "DeepSpeed trains bf16, "
                                                                      "fp16 or fp32")
@@ -364,12 +426,18 @@ def ds_config(plan: Any) -> dict[str, Any]:
     if plan.tp_comm_overlap or plan.stack.value != "eager":
         raise refuse_emit("deepspeed", "tp_comm_overlap or a compiled stack",
                           "a Hugging Face model under DeepSpeed runs eagerly, data parallel")
-    return {"train_batch_size": plan.global_batch,
-            "train_micro_batch_size_per_gpu": plan.micro_batch,
-            "gradient_accumulation_steps": plan.num_micro_batches,
-            "bf16": {"enabled": plan.dtype.value == "bf16"},
-            "fp16": {"enabled": plan.dtype.value == "fp16"},
-            # bf16 at stage 0 is DeepSpeed's BF16_Optimizer (the plan's bf16_optimizer, zero 1)
-            "zero_optimization": {"stage": 0 if plan.bf16_optimizer else plan.zero,
-                                  "overlap_comm": plan.overlap_grad_sync},
-            "gradient_clipping": 1.0, "steps_per_print": 100, "wall_clock_breakdown": False}
+    config: dict[str, Any] = {
+        "train_batch_size": plan.global_batch,
+        "train_micro_batch_size_per_gpu": plan.micro_batch,
+        "gradient_accumulation_steps": plan.num_micro_batches,
+        "bf16": {"enabled": plan.dtype.value == "bf16"},
+        "fp16": {"enabled": plan.dtype.value == "fp16"},
+        "zero_optimization": {"stage": plan.zero, "overlap_comm": plan.overlap_grad_sync},
+        "gradient_clipping": 1.0, "steps_per_print": 100, "wall_clock_breakdown": False}
+    if plan.bf16_optimizer:
+        # DeepSpeed's BF16_Optimizer in every version since v0.8.1: stage 1 with fp32 gradient
+        # accumulation (stage 0 runs it only before v0.17.6)
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
+    elif plan.dtype.value == "bf16" and plan.grad_dtype in (None, "fp32"):
+        config["communication_data_type"] = "fp32"  # (by default the model's dtype)
+    return config

@@ -84,6 +84,8 @@ READ_OPTIONS: dict[str, int] = {
         "moe-router-topk", "moe-ffn-hidden-size",
         "moe-shared-expert-intermediate-size", "moe-layer-freq", "moe-token-dispatcher-type",
         "moe-flex-dispatcher-backend", "moe-router-num-groups", "moe-router-group-topk",
+        "moe-expert-capacity-factor", "moe-token-drop-policy", "moe-latent-size",
+        "moe-expert-rank-capacity-factor",
         "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
         "fp8-format", "fp8-recipe", "fp4-format",
         "recompute-granularity", "recompute-method", "recompute-num-layers", "normalization",
@@ -122,6 +124,8 @@ READ_OPTIONS: dict[str, int] = {
         "checkpoint-activations", "distribute-checkpointed-activations",
         "no-scatter-gather-tensors-in-pipeline", "moe-grouped-gemm",
         "overlap-moe-expert-parallel-comm", "moe-enable-deepep", "enable-cuda-graph",
+        "moe-pad-expert-input-to-capacity", "moe-layer-recompute", "moe-shared-expert-overlap",
+        "moe-apply-probs-on-input",
         "external-cuda-graph", "qk-layernorm", "fp32-residual-connection",
         "accumulate-allreduce-grads-in-fp32", *NEGATED), 0),
     **megatron_deepspeed.OPTIONS,
@@ -156,7 +160,8 @@ _IGNORED_KINDS = {
         "memory-snapshot-path", "logging-level", "straggler-", "check-for-", "no-check-for-",
         "rerun-mode", "enable-ft-package", "one-logger-", "result-rejected-tracker-filename",
         "use-pytorch-profiler", "tensorboard-dir", "dist-ckpt-", "calculate-per-token-loss",
-        "manual-gc", "manual-gc-", "no-ckpt-", "use-persistent-ckpt-worker"),
+        "manual-gc", "manual-gc-", "no-ckpt-", "use-persistent-ckpt-worker",
+        "moe-per-layer-logging"),
     "numerics or initialization with the same cost": (
         "rotary-", "rope-scaling", "rope-scaling-factor", "apply-layernorm-1p",
         "norm-epsilon", "layernorm-epsilon", "attention-softmax-in-fp32",
@@ -170,7 +175,7 @@ _IGNORED_KINDS = {
         "distributed-backend", "local-rank", "lazy-mpu-init", "use-ring-exchange-p2p",
         "barrier-with-L1-time", "no-barrier-with-level-1-timing", "high-priority-stream-groups",
         "moe-router-load-balancing-type", "moe-aux-loss-coeff", "moe-z-loss-coeff",
-        "moe-router-dtype", "no-query-key-layer-scaling",
+        "moe-router-dtype", "moe-router-quantile-balancing-ema", "no-query-key-layer-scaling",
         "no-contiguous-buffers-in-local-ddp", "use-contiguous-buffers-in-ddp", "mscale",
         "mscale-all-dim", "mtp-loss-scaling-factor"),
     # Megatron-Core's router and token permutation (megatron/core/transformer/moe/router.py,
@@ -182,7 +187,15 @@ _IGNORED_KINDS = {
         "moe-router-score-function", "moe-router-pre-softmax", "moe-router-topk-scaling-factor",
         "moe-router-enable-expert-bias", "moe-router-bias-update-rate", "moe-router-fusion"),
     "the fused permutation kernel: the same rows moved to the experts and back, costed by "
-    "their bytes (perfmodel.costs.moe)": ("moe-permute-fusion",),
+    "their bytes (perfmodel.costs.moe)": ("moe-permute-fusion", "moe-permute-fusion-into-hybridep"),
+    # Transformer Engine's GroupedTensor path and the GLUs' block-interleaved layout
+    # (transformer_config.py at d98e8a64): the same expert GEMMs, stored or laid out otherwise
+    "the experts' weights stored or laid out otherwise: the same grouped GEMMs (perfmodel's "
+    "grouped-GEMM efficiency)": (
+        "moe-use-grouped-tensor", "moe-single-grouped-weight", "moe-single-grouped-bias",
+        "moe-mlp-glu-interleave-size", "moe-shared-expert-glu-interleave-size"),
+    "inference only (decode's padded experts for CUDA graphs), not the training step": (
+        "moe-pad-experts-for-cuda-graph-inference",),
     "balanced routing (a benchmark's): perfmodel's routing is even unless the model's "
     "routing_imbalance says otherwise": ("moe-router-force-load-balancing",),
     "FP8 delayed scaling's amax history (a few scalars a tensor, their reduction): the same "
@@ -206,6 +219,12 @@ UNMODELLED_COSTS = {
                              "an all-reduce) are not modelled",
     "empty-unused-memory-level": "torch.cuda.empty_cache() every step (the allocator's cached "
                                  "blocks freed and allocated again) is not modelled",
+    # Megatron-Core's router and shared experts (megatron/core/transformer/moe/router.py
+    # apply_input_jitter, shared_experts.py gate_weight, at d98e8a64)
+    "moe-input-jitter-eps": "the router's input multiplied by uniform noise (a pass over each "
+                            "MoE layer's tokens x hidden, forward) is not modelled",
+    "moe-shared-expert-gate": "the shared expert's sigmoid gate (a hidden x 1 projection and a "
+                              "pass over its output) is not modelled",
 }
 
 
@@ -729,6 +748,7 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
             model["shared_experts"] = 1
             model["shared_expert_ffn_hidden"] = shared
             take("moe_shared_expert_intermediate_size", f"a shared expert {shared} wide")
+        _moe_extras(settings, job, where, take, shared)
         dispatcher = _str(settings, "moe_token_dispatcher_type", "allgather")
         if dispatcher == "allgather":  # Megatron-LM's default
             raise refuse_plan(where, settings["moe_token_dispatcher_type"][0]
@@ -767,8 +787,113 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
             model["moe_first_dense"] = first
             model["moe_dense_layers"] = tuple(i for i in dense if i >= first)
             take("moe_layer_freq", f"dense layers {dense or 'none'}")
+    _capacity(settings, job, where, take, experts)
     _vocab(settings, job, where, take)
     _dropout(settings, job, where, take, over_preset=False)
+
+
+def _moe_extras(settings: Settings, job: JobConfig, where: str,
+                take: Callable[[str, str], None], shared: int | None) -> None:
+    """Megatron-Core's MoE options that change the layer perfmodel costs and that it does not
+    model (megatron/core/transformer/transformer_config.py and moe/ at d98e8a64): refused, or
+    read as having no effect where Megatron-Core says they have none."""
+    if _flag(settings, "moe_shared_expert_overlap", where):
+        # shared_experts.py: the shared expert's GEMMs on a side stream behind the dispatch's
+        # all-to-all; "only effective when moe-shared-expert-intermediate-size is set"
+        if shared is not None:
+            raise refuse_plan(where, settings["moe_shared_expert_overlap"][0], True,
+                              "the shared expert computed behind the token dispatch is not "
+                              "modelled (perfmodel runs it before the dispatch): leave it out")
+        take("moe_shared_expert_overlap", "no effect without a shared expert "
+                                          "(--moe-shared-expert-intermediate-size)")
+    if _flag(settings, "moe_apply_probs_on_input", where):
+        # experts.py: the routing weights multiplied into the experts' input (top-k 1 only)
+        raise refuse_plan(where, settings["moe_apply_probs_on_input"][0], True,
+                          "the routing weights applied to the experts' input are not modelled "
+                          "(perfmodel's expert_weighting: activation, Megatron-Core's default, "
+                          "or output)")
+    for dest, why, refuse in (
+            ("moe_latent_size", "the experts' latent projections are not modelled", refuse_spec),
+            ("moe_expert_rank_capacity_factor", "a per-rank token budget (HybridEP drops the "
+             "tokens over it; NCCL EP's fixed receive buffers) is not modelled: perfmodel's "
+             "flex dispatch is dropless", refuse_plan)):
+        if _str(settings, dest) not in (None, "None"):
+            raise refuse(where, settings[dest][0], settings[dest][1], why)
+
+
+def _capacity(settings: Settings, job: JobConfig, where: str,
+              take: Callable[[str, str], None], experts: int) -> None:
+    """--moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity and
+    --moe-token-drop-policy, read as NeMo's and Megatron-Bridge's reader reads Megatron-Core's
+    same settings (nemo1.capacity: the model's capacity_factor where the experts' input is padded
+    to it). What Megatron-Core raises on is refused (transformer_config.py __post_init__ at
+    d98e8a64: a negative factor is None, dropless; padding needs a factor; a factor needs aux_loss,
+    seq_aux_loss, global_aux_loss or none load balancing; the flex dispatcher's deepep backend
+    does not pad, its ncclep backend takes no capacity: token_dispatcher.py), and a capacity with
+    the flex dispatcher, which perfmodel models dropless (Plan's ep_dispatcher deepep)."""
+    from perfmodel.configs import nemo1
+
+    dests = [d for d in nemo1.CAPACITY if d in settings]
+    if not dests:
+        return
+    fields = {d: settings[d][1] for d in dests}
+    factor_dest, pad_dest, _ = nemo1.CAPACITY
+    factor = fields.get(factor_dest)
+    if factor is not None:
+        try:
+            number = float(factor)
+        except ValueError:
+            raise SpecError(f"{where}: {settings[factor_dest][0]} must be a number, got "
+                            f"'{factor}'") from None
+        if number < 0:  # Megatron-Core sets it None: dropless
+            factor = fields.pop(factor_dest)
+            job.skipped(*settings.pop(factor_dest), "negative: Megatron-Core's None, dropless "
+                                                    "experts")
+            factor = None
+    pad = _flag(settings, pad_dest, where)
+    if pad and factor is None:
+        raise refuse_plan(where, settings[pad_dest][0], True,
+                          "Megatron-Core raises 'moe_expert_capacity_factor must be set to use "
+                          "moe_pad_expert_input_to_capacity' (give --moe-expert-capacity-factor)")
+    if factor is not None:
+        balancing = _ignored_value(job, "--moe-router-load-balancing-type") or "aux_loss"
+        if set(str(balancing).split()) - {"aux_loss", "seq_aux_loss", "global_aux_loss", "none"}:
+            raise refuse_plan(where, settings[factor_dest][0], factor,
+                              "Megatron-Core raises 'moe_expert_capacity_factor only works with "
+                              "aux_loss, seq_aux_loss, global_aux_loss or none load balancing' "
+                              f"(--moe-router-load-balancing-type {balancing})")
+    if not experts:
+        for dest in dests:
+            job.skipped(*settings.pop(dest), "no effect without --num-experts")
+        return
+    dispatcher = _str(settings, "moe_token_dispatcher_type", "allgather")
+    if factor is not None and dispatcher == "flex":
+        backend = "deepep" if _flag(settings, "moe_enable_deepep", where) else \
+            _str(settings, "moe_flex_dispatcher_backend", "deepep")
+        why = ("Megatron-Core raises: the flex dispatcher's deepep backend does not pad to the "
+               "capacity" if pad and backend == "deepep" else
+               "Megatron-Core raises: the flex dispatcher's ncclep backend takes no capacity"
+               if backend == "ncclep" else
+               "perfmodel models the flex dispatcher (ep_dispatcher deepep) dropless: give the "
+               "alltoall dispatcher, or no capacity")
+        raise refuse_plan(where, settings[factor_dest][0], factor, why)
+    record = JobConfig(path=job.path, framework=job.framework, model=job.model)
+    try:
+        nemo1.capacity(fields, "", record, where)
+    except PlanError:  # a factor without the padding: the tokens over it dropped
+        raise refuse_plan(where, settings[factor_dest][0], factor,
+                          "dropping the tokens over an expert's capacity without "
+                          "--moe-pad-expert-input-to-capacity is not modelled: perfmodel's "
+                          "experts are dropless or padded to their capacity") from None
+    for setting in record.read:
+        take(setting.key.lstrip("."), setting.note)
+    for setting in record.ignored:
+        job.skipped(*settings.pop(setting.key.lstrip(".")), setting.note)
+
+
+def _ignored_value(job: JobConfig, key: str) -> Any:
+    """The value of an option read as ignored (the last given), or None."""
+    return next((s.value for s in reversed(job.ignored) if s.key == key), None)
 
 
 def _positions(settings: Settings, job: JobConfig, where: str,
@@ -1910,6 +2035,8 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
                             f"--recompute-granularity {granularity}")
         granularity = "selective"
         take("recompute_activations", "recompute selective")
+    if _flag(settings, "moe_layer_recompute", where):
+        _moe_layer_recompute(settings, job, where, granularity)
     method = _str(settings, "recompute_method")
     method = None if method in ("None", "null") else method
     modules = settings.get("recompute_modules", ("", None))[1]
@@ -1964,6 +2091,26 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
     take("recompute_num_layers", f"recompute_num_layers {count}: "
          + (f"the first {count} layers of each chunk" if method == "block"
             else f"each chunk's layers checkpointed in groups of {count}"))
+
+
+def _moe_layer_recompute(settings: Settings, job: JobConfig, where: str,
+                         granularity: str | None) -> None:
+    """--moe-layer-recompute, refused: Megatron-Core (transformer_config.py __post_init__ at
+    d98e8a64) raises on it beside full recompute, and otherwise makes it recompute granularity
+    selective with moe among the recompute modules (before 0.12 the MoE layer checkpointed
+    itself: moe_layer.py), which perfmodel refuses as it refuses --recompute-modules moe."""
+    key = settings["moe_layer_recompute"][0]
+    if granularity == "full":
+        raise refuse_plan(where, key, True, "Megatron-Core raises 'Do not set "
+                          "--moe-layer-recompute with full recompute granularity'")
+    if not job.model.get("experts"):
+        raise refuse_plan(where, key, True, "without experts Megatron-Core still turns "
+                          "selective recompute on with it (its modules: core_attn): give "
+                          "--recompute-granularity selective instead")
+    try:
+        parse_recompute_modules(["moe"])
+    except PlanError as exc:
+        raise refuse_plan(where, key, True, str(exc).split(": ", 1)[-1]) from None
 
 
 def _cpu_offload(settings: Settings, job: JobConfig, where: str,
@@ -2034,8 +2181,7 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
             ("attention_sinks", model.attention_sinks, "attention sinks"),
             # GPT-OSS's clamped quick-GeGLU: its SwiGLU with --activation-func-clamp-value
             # clamps inside the fused kernel, not as the costed eager passes
-            ("clamped_glu", model.clamped_glu and model.experts, "clamped quick-GeGLU"),
-            ("capacity_factor", model.capacity_factor is not None, "an expert capacity")):
+            ("clamped_glu", model.clamped_glu and model.experts, "clamped quick-GeGLU")):
         if given:  # arguments perfmodel's reader does not read back: not written either
             raise refuse_emit("megatron", field, f"written Megatron-LM arguments carry no {why} "
                                                  "yet")
@@ -2209,8 +2355,8 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
 def moe_arguments(model: Any, plan: Any) -> list[list[str]]:
     """A mixture of experts' pretrain_gpt.py arguments: its experts, top-k and widths, which
     layers are dense (--moe-layer-freq as a list), the dispatch perfmodel models (all-to-all,
-    grouped GEMMs, dropless) and the plan's ep and etp (Megatron-LM's etp default is tp: always
-    written)."""
+    grouped GEMMs, dropless or padded to the model's capacity_factor) and the plan's ep and etp
+    (Megatron-LM's etp default is tp: always written)."""
     if plan.expert_weighting.value != "activation":
         from perfmodel.configs.job import refuse_emit
 
@@ -2233,6 +2379,9 @@ def moe_arguments(model: Any, plan: Any) -> list[list[str]]:
                 runs.append(f"[{pattern[start]}]*{i - start}")
                 start = i
         args.append(["--moe-layer-freq", f"({'+'.join(runs)})"])
+    if model.capacity_factor is not None:  # padded to the capacity, as the reader reads it
+        args += [["--moe-expert-capacity-factor", str(model.capacity_factor)],
+                 ["--moe-pad-expert-input-to-capacity"]]
     if model.expert_groups:  # node-limited routing
         args += [["--moe-router-num-groups", str(model.expert_groups)],
                  ["--moe-router-group-topk", str(model.group_topk)]]

@@ -7,7 +7,8 @@ an override file of its sections: `model` (a GPTModelProvider: Megatron-Core Tra
 fields, parallel sizes among them), `train` (micro_batch_size, global_batch_size), `ddp`
 (use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather), `optimizer`,
 `mixed_precision` (a MixedPrecisionConfig or a recipe name such as bf16_mixed), `comm_overlap`,
-`dataset` (sequence_length), `tokenizer`, `dist`; the older override names `model_config`,
+`dataset` (sequence_length, which Bridge asserts equal to model.seq_length: refused where
+they differ), `tokenizer`, `dist`; the older override names `model_config`,
 `train_config`, `ddp_config`, `optimizer_config` and `dataset_config` too. It holds no world
 size: give --gpus. An override file (no ConfigContainer or provider _target_) states only what it
 overrides of its recipe's config: its model over --model's, the plan fields it does not state
@@ -17,7 +18,8 @@ NeMo 2 (NVIDIA/NeMo, nemo.collections.llm recipes serialized by nemo_run): `trai
 num_nodes, strategy: MegatronStrategy's tensor/pipeline/virtual-pipeline/context/expert parallel
 sizes, sequence_parallel, ddp; plugins: MegatronMixedPrecision's precision, fp8, fp8_recipe,
 fp8_params and grad_reduce_in_fp32, over the model's and the DDP's), `data`
-(micro_batch_size, global_batch_size, seq_length), `model.config` (a GPTConfig subclass named by
+(micro_batch_size, global_batch_size, seq_length: the sequence NeMo 2 trains at, over
+model.config.seq_length; _nemo2_sequence), `model.config` (a GPTConfig subclass named by
 `_target_`, e.g. Llama3Config8B, with fields overriding its defaults), `optim.config`.
 """
 
@@ -430,6 +432,8 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
             fields = {k: v for k, v in fields.items() if k == "vocab_size" and not given}
         if name == "comm_overlap":  # its None fields defer to ddp's and the model's
             fields = {k: v for k, v in fields.items() if v is not None}
+        if name.startswith("dataset"):
+            _bridge_sequence(settings, name, fields, job, where)
         _put(settings, job, name, fields, model=model)
     _, precision = _section(data, "mixed_precision")
     known.add("mixed_precision")
@@ -732,6 +736,90 @@ def _comm_overlap(callback: dict[str, Any], settings: Settings, job: JobConfig,
             job.strange(f"{prefix}.{name}", value)
 
 
+def _unset(value: Any) -> bool:
+    return value is None or str(value).strip() in ("", "None", "null")
+
+
+def _bridge_sequence(settings: Settings, name: str, fields: dict[str, Any], job: JobConfig,
+                     where: str) -> None:
+    """Megatron-Bridge's sequence: the dataset's, which ConfigContainer.validate asserts equal to
+    the model's (src/megatron/bridge/training/config.py at 067f987df: assert
+    self.model.seq_length == self.dataset.seq_length for GPTDatasetConfig and the other
+    canonical dataset configs), so a model.seq_length that differs is refused as Bridge refuses
+    it, and one that agrees is listed as the same. Called before the dataset's fields are put."""
+    stated = [(f"{name}.{k}", fields[k]) for k in ("sequence_length", "seq_length")
+              if k in fields and not _unset(fields[k])]
+    model = settings.get("seq_length")
+    if model is not None and not _unset(model[1]):
+        stated.insert(0, model)
+    if len({str(value).strip() for _, value in stated}) > 1:
+        (key, value), (other, given) = stated[0], next(
+            (k, v) for k, v in stated[1:] if str(v).strip() != str(stated[0][1]).strip())
+        raise refuse_spec(where, key, value,
+                          f"differs from {other} {given}: Megatron-Bridge asserts them equal "
+                          "(ConfigContainer.validate); give them equal")
+    if model is not None and len(stated) > 1 and stated[0] is model:
+        job.skipped(*settings.pop("seq_length"), f"the same as {stated[-1][0]}")
+
+
+# the data modules' own sequence where data.seq_length is not stated (NeMo v2.0.0 to v2.4.0:
+# MockDataModule, nemo/collections/llm/gpt/data/mock.py, and PreTrainingDataModule,
+# pre_training.py: seq_length: int = 2048)
+_DATA_MODULE_SEQUENCE = {"MockDataModule": 2048, "PreTrainingDataModule": 2048}
+# position embeddings that size no table by model.config.seq_length (Megatron-Core's rotary
+# length is the input's: RotaryEmbedding.get_rotary_seq_len)
+_ROTARY = ("rope", "yarn")
+
+
+def _nemo2_sequence(data: dict[str, Any], target: str, settings: Settings, job: JobConfig,
+                    where: str) -> None:
+    """NeMo 2's training sequence: the data module's seq_length. The data module builds its
+    samples at it (MockDataModule and PreTrainingDataModule, nemo/collections/llm/gpt/data/
+    mock.py and pre_training.py at v2.2.0) and its MegatronDataSampler(seq_len=seq_length)
+    gives it to the pipeline schedule (nemo/lightning/pytorch/plugins/data_sampler.py); the
+    model's config.seq_length is only GPTModel's max_sequence_length (base.py configure_model),
+    and nothing asserts the two equal (_validate_config in nemo/collections/llm/api.py at
+    v2.2.0 checks each > 0 apart). With rope the model's is not the step's; with learned
+    positions it sizes the position table (a longer data.seq_length indexes past it), which
+    perfmodel sizes by the sequence: refused where they differ."""
+    model = settings.pop("seq_length", None)  # model.config's, put by _put
+    if model is not None and _unset(model[1]):
+        job.skipped(*model, "unset: the data module's")
+        model = None
+    key, given = "data.seq_length", data.get("seq_length")
+    if _unset(given):
+        if "seq_length" in data:
+            job.skipped(key, given, "unset: the data module's default")
+        module = str(data.get("_target_", "")).rsplit(".", 1)[-1]
+        if module in _DATA_MODULE_SEQUENCE:
+            key, given = f"data ({module}'s seq_length default)", _DATA_MODULE_SEQUENCE[module]
+        elif model is not None:  # a data module perfmodel does not know: the model's
+            settings["seq_length"] = model
+            return
+        else:
+            return
+    settings["seq_length"] = (key, given)
+    if model is None:
+        return
+    if str(model[1]).strip() == str(given).strip():
+        job.skipped(*model, f"the same as {key}")
+        return
+    positions = settings.get("position_embedding_type", (None, None))[1]
+    if _unset(positions):  # the config class's: LlamaConfig's rope, GPTConfig's learned
+        positions = "rope" if target.startswith("Llama") else \
+            "learned_absolute" if target in _PRESETS else None
+    if str(positions) not in _ROTARY:
+        table = f"{positions} position" if positions else "config class's position"
+        raise refuse_spec(where, key, given, f"differs from {model[0]} {model[1]}, which sizes "
+                          f"the {table} table (NeMo 2 trains at data.seq_length; "
+                          "perfmodel's table is the sequence's): give them equal")
+    job.skipped(*model, f"the model's max_sequence_length, not the step's with {positions} "
+                        f"positions: NeMo 2 trains at {key}")
+    job.notes.append(f"{model[0]} {model[1]} differs from {key} {given}: NeMo 2 builds the "
+                     f"samples and sizes the pipeline's sends at the data module's, seq_len "
+                     f"{given}")
+
+
 _NEMO2_NOT_READ = {"data": "the data, not the step",
                    "model": "the model's module (its config gives the model)",
                    "optim": "the learning-rate schedule or the optimizer's module"}
@@ -774,11 +862,12 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
         if name not in ("devices", "num_nodes", "strategy", "plugins", "callbacks"):
             job.skipped(f"trainer.{name}", value, "not the step's (run length, logging)")
     data_section = section(data, "data", where)
-    for name in ("micro_batch_size", "global_batch_size", "seq_length"):
+    for name in ("micro_batch_size", "global_batch_size"):
         if name in data_section:
             settings[name] = (f"data.{name}", data_section[name])
     model = data.get("model") or {}
     config = model.get("config") if isinstance(model, dict) else None
+    target = ""
     if isinstance(config, dict):
         target = str(config.get("_target_", "")).rsplit(".", 1)[-1]
         if target in _PRESETS:
@@ -796,6 +885,7 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
         settings.setdefault("cross_entropy_loss_fusion",
                             ("model.config (GPTConfig's cross_entropy_loss_fusion default)",
                              True))
+    _nemo2_sequence(data_section, target, settings, job, where)
     # the strategy's parallel sizes over the model's: those it states, and its defaults where
     # the model states one
     for dest, (key, value) in {**defaults, **from_strategy}.items():

@@ -5,7 +5,9 @@ Field names, defaults and rules are torchtitan's (pytorch/torchtitan torchtitan/
 job_config.py and torchtitan/distributed/pipeline_parallel.py at commit 9810191bb~1, 2026-02, the
 last with TOML job configs):
   - data_parallel_shard_degree -1 takes the ranks left after the other degrees; shard > 1 is
-    FSDP2 (ZeRO stage 3), replicate > 1 alone DDP, both HSDP (not modelled);
+    FSDP2 (ZeRO stage 3), replicate > 1 alone DDP (torchtitan runs it with no tp, pp or cp),
+    both HSDP (not modelled);
+  - training.seq_len is a multiple of tp x 2 cp (torchtitan asserts it, since 2025-07);
   - mixed precision (mixed_precision_param, bf16) applies under FSDP, and by autocast under DDP or
     on one device; with TP or PP and no FSDP the model trains in training.dtype (float32);
   - tensor parallelism shards the norms' activations along the sequence (sequence parallel);
@@ -14,12 +16,13 @@ last with TOML job configs):
   - single-stage schedules (GPipe, 1F1B) hold one stage per rank, multi-stage ones two unless
     pipeline_parallel_layers_per_stage says otherwise; the first and last stages get
     pipeline_parallel_first/last_stage_less_layers (default 1) fewer layers (first_stage_layers
-    / last_stage_layers; with one stage per rank only);
+    / last_stage_layers; with one stage per rank only); ZBVZeroBubble's V, two stages a rank,
+    is modelled where they split the layers evenly;
   - compile.enable compiles each transformer block (stack compiled, kernels compiled: Inductor
     fuses the element-wise ops); without it the layer's element-wise ops run op by op (kernels
     eager: RMSNorm in fp32, RoPE through complex views, repeat_kv's copies; the published A100
     runs' llama3_8b.toml at 015ccb237: compile = false, norm_type = "rmsnorm"); async TP
-    (enable_async_tensor_parallel, which needs it) is tp_comm_overlap;
+    (enable_async_tensor_parallel, which needs it) is tp_comm_overlap (no effect at tp 1);
   - activation_checkpoint mode defaults to selective with selective_ac_option "2" (every second
     layer checkpointed whole); "op" is the per-op policy;
   - the model's attention is PyTorch SDPA (fused kernels, no s^2 scores kept); FSDP2 and DDP
@@ -619,15 +622,8 @@ def _reshard_after_forward(job: JobConfig, policy: str, stated: bool, pp: int,
 def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     par = data.get("parallelism", {})
     cp = _context_parallel(par, job, where)
-    async_tp = bool(par.get("enable_async_tensor_parallel"))
-    if async_tp and job.plan.get("stack") != "compiled":
-        raise refuse_plan(where, "parallelism.enable_async_tensor_parallel", True,
-                          "torchtitan's async TP needs torch.compile (compile.enable true)")
-    job.fix("tp_comm_overlap", async_tp)
-    if "enable_async_tensor_parallel" in par:
-        job.took("parallelism.enable_async_tensor_parallel", async_tp,
-                 "tp_comm_overlap (the matmuls overlap their all-gathers and reduce-scatters)"
-                 if async_tp else "tp_comm_overlap false")
+    tp = whole(par.get("tensor_parallel_degree", 1), "parallelism.tensor_parallel_degree", where)
+    _async_tp(par, job, where, tp)
     if par.get("pipeline_parallel_schedule_csv"):
         raise refuse_plan(where, "parallelism.pipeline_parallel_schedule_csv",
                           par["pipeline_parallel_schedule_csv"],
@@ -638,7 +634,6 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                      "parallelism.data_parallel_shard_degree", where)
     if shard != -1:
         shard = whole(shard, "parallelism.data_parallel_shard_degree", where)
-    tp = whole(par.get("tensor_parallel_degree", 1), "parallelism.tensor_parallel_degree", where)
     pp = whole(par.get("pipeline_parallel_degree", 1), "parallelism.pipeline_parallel_degree",
                where)
     for key in ("data_parallel_replicate_degree", "data_parallel_shard_degree",
@@ -653,6 +648,10 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
         raise refuse_plan(where, "parallelism.data_parallel_replicate_degree", replicate,
                           "with data_parallel_shard_degree "
                           f"{shard} this is HSDP (replicated shards), not modelled")
+    if shard == 1:  # -1: finish() once the world says what it is
+        _ddp_alone(where, replicate, shard * cp, tp, pp)
+    if not job.plan.get("_legacy"):
+        _seq_len_divisor(data, job, where, tp, cp)
     job.fix("tp", tp, pin="tensor_parallel_degree" in par)
     job.fix("pp", pp, pin="pipeline_parallel_degree" in par)
     policy = par.get("fsdp_reshard_after_forward", "default")
@@ -693,6 +692,66 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.skipped("parallelism.enable_compiled_autograd", par["enable_compiled_autograd"],
                     "how autograd is traced (the backward's kernels are the same)")
     _pipeline(par, job, where, pp)
+
+
+def _async_tp(par: dict[str, Any], job: JobConfig, where: str, tp: int) -> None:
+    """parallelism.enable_async_tensor_parallel: tp_comm_overlap, which torchtitan refuses
+    without the model compiled; at tp 1 it has no effect. torchtitan reads it only under `if
+    parallel_dims.tp_enabled:` (models/llama3/infra/parallelize.py, maybe_enable_async_tp, and
+    qwen3's and deepseek_v3's alike, at 238fa99 and 9810191bb~1; parallelisms/
+    parallelize_llama.py at eef8bb2b1, 2024-09, for experimental.enable_async_tensor_parallel),
+    so at tp 1 neither async TP nor its compile check applies."""
+    key = "parallelism.enable_async_tensor_parallel"
+    async_tp = bool(par.get("enable_async_tensor_parallel"))
+    if tp == 1 and async_tp:
+        job.fix("tp_comm_overlap", False, pin="tensor_parallel_degree" in par)
+        job.skipped(key, par["enable_async_tensor_parallel"],
+                    "no effect with tensor_parallel_degree 1 (torchtitan applies async TP "
+                    "under tp > 1 only)")
+        return
+    if async_tp and job.plan.get("stack") != "compiled":
+        raise refuse_plan(where, key, True,
+                          "torchtitan's async TP needs torch.compile (compile.enable true)")
+    job.fix("tp_comm_overlap", async_tp)
+    if "enable_async_tensor_parallel" in par:
+        job.took(key, async_tp,
+                 "tp_comm_overlap (the matmuls overlap their all-gathers and reduce-scatters)"
+                 if async_tp else "tp_comm_overlap false")
+
+
+def _ddp_alone(where: str, replicate: int, sharded: int, tp: int, pp: int) -> None:
+    """torchtitan's DDP (data_parallel_replicate_degree > 1, no FSDP: dp_shard x cp = 1) runs
+    on no other parallelism: parallelize_llama raises RuntimeError("DDP has not supported > 1D
+    parallelism") where the world is more than the dp_replicate mesh, i.e. tp or pp > 1 (cp > 1
+    is FSDP over dp_shard x cp, HSDP with replicas: refused as such) (models/llama3/infra/
+    parallelize.py lines 147-151 at 238fa99, and 9810191bb~1; qwen3's and deepseek_v3's alike;
+    since its DDP, 2f989b9f3)."""
+    if replicate > 1 and sharded == 1 and (tp > 1 or pp > 1):
+        raise refuse_plan(where, "parallelism.data_parallel_replicate_degree", replicate,
+                          f"torchtitan's DDP runs alone (with tp {tp}, pp {pp} it raises \"DDP "
+                          "has not supported > 1D parallelism\"): give tensor_parallel_degree "
+                          "and pipeline_parallel_degree 1, or shard (data_parallel_shard_degree)")
+
+
+# the models whose parallelize function asserts the sequence's divisor (their infra/
+# parallelize.py at 238fa99 and 9810191bb~1)
+_SEQ_DIVISOR_MODELS = ("llama3", "qwen3", "deepseek_v3", "llama4", "gpt_oss")
+
+
+def _seq_len_divisor(data: dict[str, Any], job: JobConfig, where: str, tp: int,
+                     cp: int) -> None:
+    """training.seq_len must be a multiple of tp x 2 cp: the models' parallelize functions
+    assert `seq_len % parallel_dims.seq_len_divisor == 0` whatever the degrees
+    (models/llama3/infra/parallelize.py lines 66-73 and distributed/parallel_dims.py
+    seq_len_divisor, tp * (cp * 2), at 238fa99 and 9810191bb~1; since 6204cdff9, 2025-07; an
+    older config's names, before 2025-04, ran no such assert: not checked for them)."""
+    if str(_get(data, "model", "name", "llama3")) not in _SEQ_DIVISOR_MODELS:
+        return
+    seq, divisor = job.model["seq_len"], tp * cp * 2
+    if seq % divisor:
+        raise refuse_plan(where, "training.seq_len", seq,
+                          f"must be a multiple of tp x 2 x cp = {tp} x 2 x {cp} = {divisor} "
+                          "(torchtitan asserts it: parallel_dims.seq_len_divisor)")
 
 
 def _experts(par: dict[str, Any], job: JobConfig, where: str, tp: int) -> None:
@@ -842,10 +901,13 @@ def _pipeline(par: dict[str, Any], job: JobConfig, where: str, pp: int) -> None:
 
         layers = load_model(job.preset).layers
     split = (where, pp, schedule, name, per_stage, first, last, points, legacy)
+    points_key = "parallelism." + ("module_fqns_per_model_part"
+                                   if par.get("module_fqns_per_model_part")
+                                   else "pipeline_parallel_split_points")
     if layers is None:  # a flavor given by --model: split its layers once it is known
-        job.with_model.append(lambda model: _split(job, *split, model.layers))
+        job.with_model.append(lambda model: _split(job, *split, model.layers, points_key))
     else:
-        _split(job, *split, layers)
+        _split(job, *split, layers, points_key)
 
 
 def stage_split(layers: int, stages: int, first: int, last: int, where: str) -> list[int]:
@@ -938,7 +1000,8 @@ def _legacy_split(layers: int, stages: int) -> list[int]:
 
 def _split(job: JobConfig, where: str, pp: int, schedule: str, name: str,
            per_stage: int | None, first: int, last: int, points: list[int] | None,
-           legacy: bool, layers: int) -> None:
+           legacy: bool, layers: int,
+           points_key: str = "parallelism.pipeline_parallel_split_points") -> None:
     """The stages per rank (from pipeline_parallel_layers_per_stage, else torchtitan's default: 1
     for single-stage schedules, 2 for the others) and torchtitan's split of the layers over them:
     one stage a rank, first/last_stage_layers where the ranks between hold as many each, else a
@@ -955,7 +1018,8 @@ def _split(job: JobConfig, where: str, pp: int, schedule: str, name: str,
             raise refuse_plan(where, "parallelism.pipeline_parallel_split_points",
                               f"{len(points)} points", f"{len(split)} stages do not divide over "
                               f"pp {pp} (torchtitan refuses)")
-        _place(job, where, pp, schedule, name, len(split) // pp, split, first=0, last=0)
+        _place(job, where, pp, schedule, name, len(split) // pp, split, first=0, last=0,
+               given=(points_key, f"{len(points)} points"))
         return
     if per_stage is not None:
         stages = math.ceil((layers + first + last) / per_stage)
@@ -973,19 +1037,55 @@ def _split(job: JobConfig, where: str, pp: int, schedule: str, name: str,
         first = last = 0
     else:
         split = stage_split(layers, pp * chunks, first, last, where)
-    _place(job, where, pp, schedule, name, chunks, split, first, last)
+    given = ("parallelism.pipeline_parallel_split_points", "unset") if legacy else \
+        ("parallelism.pipeline_parallel_layers_per_stage", per_stage) if per_stage is not None \
+        else None
+    _place(job, where, pp, schedule, name, chunks, split, first, last, given=given)
 
 
 def _place(job: JobConfig, where: str, pp: int, schedule: str, name: str, chunks: int,
-           split: list[int], first: int, last: int) -> None:
-    """The plan of a split of the layers over pp x chunks stages (stage s on rank s mod pp)."""
+           split: list[int], first: int, last: int,
+           given: tuple[str, Any] | None = None) -> None:
+    """The plan of a split of the layers over pp x chunks stages (stage s on rank s mod pp;
+    ZBVZeroBubble's V: stages r and 2 pp - 1 - r on rank r). `given`: the config key and value
+    that set the stages (split points, layers per stage; None: torchtitan's default)."""
     if (schedule in _SINGLE_STAGE) != (chunks == 1):
         raise refuse_plan(where, "parallelism.pipeline_parallel_schedule", name,
                           f"with {chunks} stages per rank (torchtitan refuses)")
+    if schedule == "zbv":
+        _v_split(where, pp, name, chunks, split, first, last, given)
     job.fix("virtual_stages", chunks)
     fix_split(job, split, chunks, (first > 0, last > 0))
     job.notes.append(f"torchtitan's stages ({pp} x {chunks}): "
                      f"{'/'.join(str(n) for n in split)} layers")
+
+
+def _v_split(where: str, pp: int, name: str, chunks: int, split: list[int], first: int,
+             last: int, given: tuple[str, Any] | None) -> None:
+    """A V schedule's stages as perfmodel's schedule zbv models them: two a rank, every one
+    holding the same layers. torchtitan splits the layers over the 2 pp stages as for a looped
+    schedule (generate_llm_fqn_per_model_part: the first and last stages first/last_stage_less
+    _layers fewer, default 1) and then places stages r and 2 pp - 1 - r on rank r, asserting "v
+    schedules assume 2 stages per rank" (pipeline_module_split, distributed/pipeline_parallel.py
+    at 238fa99 and 9810191bb~1); an uneven split (its defaults' shorter ends) is refused, not
+    read as a pipeline layout perfmodel's zbv has none of."""
+    if chunks != 2:
+        key, value = given or ("parallelism.pipeline_parallel_schedule", name)
+        raise refuse_plan(where, key, value, f"gives {chunks} stages a rank, and torchtitan's "
+                          f"{name} holds 2 a rank (pipeline_module_split asserts it)")
+    if len(set(split)) == 1:
+        return
+    stages, layers = len(split), sum(split)
+    text = (f"with {name} torchtitan splits the {layers} layers over {stages} stages as "
+            f"{'/'.join(str(n) for n in split)}, and perfmodel models its V with stages of "
+            "equal layers")
+    if given is not None and given[0] != "parallelism.pipeline_parallel_layers_per_stage":
+        raise refuse_plan(where, given[0], given[1], text + ": give stages of equal layers")
+    even = (f"set pipeline_parallel_first_stage_less_layers and last_stage_less_layers to 0 "
+            f"({layers // stages} layers a stage)" if layers % stages == 0 else
+            f"{layers} layers do not split evenly over {stages} stages")
+    raise refuse_plan(where, "parallelism.pipeline_parallel_first_stage_less_layers", first,
+                      f"(last_stage_less_layers {last}) {text}: {even}")
 
 
 def _checkpointing(data: dict[str, Any], job: JobConfig, where: str) -> None:
@@ -1034,6 +1134,7 @@ def finish(job: JobConfig, gpus: int) -> None:
         if replicate > 1 and shard > 1:
             raise refuse_plan(job.path, "parallelism.data_parallel_replicate_degree", replicate,
                               f"with {shard} shard ranks this is HSDP, not modelled")
+        _ddp_alone(job.path, replicate, shard * cp, tp, pp)
     dp = replicate * shard
     fsdp = shard * cp > 1  # FSDP2 over dp_shard x cp (torchtitan's dp_shard_cp mesh)
     if fsdp and replicate > 1:
@@ -1101,6 +1202,13 @@ def torchtitan_toml(model: Any, plan: Any) -> str:
         raise refuse_emit("torchtitan", f"dtype {plan.dtype.value}",
                           "torchtitan trains bf16 (mixed) or fp32")
     fsdp = plan.zero == 3 and plan.dp * plan.cp > 1
+    if not fsdp and plan.dp > 1 and (plan.tp > 1 or plan.pp > 1):  # see _ddp_alone
+        raise refuse_emit("torchtitan", f"zero {plan.zero} with dp {plan.dp}, tp {plan.tp}, "
+                          f"pp {plan.pp}", "torchtitan's DDP runs alone (\"DDP has not "
+                          "supported > 1D parallelism\"; pin --zero 3)")
+    if model.seq_len % (plan.tp * plan.cp * 2):  # see _seq_len_divisor
+        raise refuse_emit("torchtitan", f"seq_len {model.seq_len}", f"torchtitan asserts a "
+                          f"multiple of tp x 2 x cp ({plan.tp * plan.cp * 2})")
     mixed = fsdp or (plan.tp == 1 and plan.pp == 1)
     if plan.dtype.value == "bf16" and not mixed:
         raise refuse_emit("torchtitan", "dtype bf16 with tp or pp and no FSDP",

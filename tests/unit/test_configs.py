@@ -556,7 +556,8 @@ def test_emitted_names_are_the_frameworks():
                             overlap_param_gather=True))
     assert set(config) <= {"train_batch_size", "train_micro_batch_size_per_gpu",
                            "gradient_accumulation_steps", "bf16", "fp16", "zero_optimization",
-                           "gradient_clipping", "steps_per_print", "wall_clock_breakdown"}
+                           "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
+                           "communication_data_type", "data_types"}
 
 
 @pytest.mark.parametrize("emit, kw, field", [

@@ -180,7 +180,8 @@ def test_torchtitan_always_keeps_one_stage_in_a_search(tmp_path):
 
 
 @pytest.mark.parametrize("degrees, gpus", [
-    (dict(data_parallel_shard_degree=1, data_parallel_replicate_degree=4), 8),  # DDP
+    # (DDP beside a pipeline torchtitan refuses: "DDP has not supported > 1D parallelism",
+    # tests/unit/test_torchtitan_probe2.py)
     (dict(data_parallel_shard_degree=-1), 2),  # -1: what the world leaves, one rank
 ])
 def test_torchtitan_without_fsdp_has_no_policy_to_refuse(tmp_path, degrees, gpus):

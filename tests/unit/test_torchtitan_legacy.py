@@ -140,9 +140,15 @@ def test_older_data_parallel_type_and_fields_that_disagree(tmp_path):
     # a refusal of a renamed field names it as the config writes it
     ("experimental", dict(pipeline_parallel_schedule="LoopedBFS", pipeline_parallel_degree=2),
      PlanError, "experimental.pipeline_parallel_schedule LoopedBFS"),
-    ("experimental", dict(enable_async_tensor_parallel=True), PlanError,
-     "experimental.enable_async_tensor_parallel: torchtitan's async TP needs torch.compile"),
 ])
 def test_older_fields_perfmodel_cannot_model_are_refused(tmp_path, section, fields, error, text):
     with pytest.raises(error, match=text):
         plan_of(write(tmp_path, **{section: fields}), gpus=8)
+
+
+def test_older_async_tp_without_compile_is_refused_where_tp_runs_it(tmp_path):
+    # (at tp 1 torchtitan never reads it: parallelize.py's tp_enabled branch)
+    with pytest.raises(PlanError, match="experimental.enable_async_tensor_parallel: torchtitan's "
+                                        "async TP needs torch.compile"):
+        plan_of(write(tmp_path, experimental=dict(enable_async_tensor_parallel=True),
+                      training=dict(tensor_parallel_degree=2)), gpus=8)
