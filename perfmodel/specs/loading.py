@@ -135,6 +135,9 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
         raise SpecError(f"{what} file {path} is not valid {kind}{where}") from None
     except RecursionError:  # thousands of nested brackets
         raise SpecError(f"{what} file {path} is nested too deeply to be a spec") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4,300)
+        raise SpecError(f"{what} file {path} holds a number perfmodel cannot read ({exc})"
+                        ) from None
     if not isinstance(data, Mapping):
         raise SpecError(
             f"{what} file {path} must hold a mapping of fields, got {type(data).__name__}")

@@ -616,6 +616,13 @@ def _hf_refusal(cfg: Mapping[str, Any], mtype: str) -> str | None:
     return None
 
 
+def _json_number(value: Any, field: str) -> Any:
+    """A config.json number as written: a quoted one ("128", "12_8") is refused."""
+    if isinstance(value, str):
+        raise SpecError(f"{field} must be a JSON number, got the string {value!r}")
+    return value
+
+
 def model_from_hf_config(cfg: Mapping[str, Any], where: str,
                          seq_len: int | None = None) -> TransformerSpec:
     """A TransformerSpec from a Hugging Face config.json and the training sequence length."""
@@ -644,12 +651,13 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str,
         return count(key)
 
     def count(key: str, default: int | None = None) -> int:
-        """A whole number of the config (a float like 32.7, true or Infinity is refused)."""
+        """A whole number of the config (a float like 32.7, true, Infinity or a quoted number,
+        which transformers would not build a layer from, is refused)."""
         value = cfg.get(key)
         if value is None and default is not None:
             return default
-        return int(number(value, f"{where}: {key}", integer=True, strict=default != 0,
-                          maximum=1e10))
+        return int(number(_json_number(value, f"{where}: {key}"), f"{where}: {key}",
+                          integer=True, strict=default != 0, maximum=1e10))
 
     def flag(key: str, default: bool) -> bool:
         value = cfg.get(key)
@@ -841,7 +849,8 @@ def _hf_dropout(cfg: Mapping[str, Any], mtype: str, where: str) -> dict[str, flo
             continue
         key, default = entry
         value = cfg.get(key, default)
-        out[field_name] = number(default if value is None else value, f"{where}: {key}",
+        out[field_name] = number(_json_number(default if value is None else value,
+                                              f"{where}: {key}"), f"{where}: {key}",
                                  strict=False, maximum=1, reason="a dropout rate")
     return out
 
@@ -871,7 +880,8 @@ def _hf_experts(cfg: Mapping[str, Any], mtype: str, where: str, layers: int, nee
         only = cfg.get("mlp_only_layers") or []
         if not isinstance(only, list):
             raise SpecError(f"{where}: mlp_only_layers must be a list of layer indices")
-        dense = sorted({int(number(i, f"{where}: mlp_only_layers", integer=True, strict=False,
+        dense = sorted({int(number(_json_number(i, f"{where}: mlp_only_layers"),
+                                   f"{where}: mlp_only_layers", integer=True, strict=False,
                                    maximum=layers - 1)) for i in only}
                        | {i for i in range(layers) if (i + 1) % step})
         out = dict(experts=need("num_experts"), top_k=need("num_experts_per_tok"),
@@ -948,7 +958,8 @@ def _hf_rotary(cfg: Mapping[str, Any], mtype: str, where: str) -> dict[str, floa
     if value is None:
         raise SpecError(f"{where}: Hugging Face config ({mtype}) is missing '{key}', which its "
                         f"configuration class sets to {default}: give it")
-    return {"rotary_fraction": number(value, f"{where}: {name}", maximum=1,
+    return {"rotary_fraction": number(_json_number(value, f"{where}: {name}"),
+                                      f"{where}: {name}", maximum=1,
                                       reason="the share of each head's dimensions RoPE rotates")}
 
 
@@ -987,7 +998,8 @@ def _hf_window(cfg: Mapping[str, Any], mtype: str, where: str, layers: int,
             raise SpecError(f"{where}: layer_types has sliding_attention layers but "
                             "sliding_window is not given")
         return {}
-    width = int(number(window, f"{where}: sliding_window", integer=True, maximum=1e10))
+    width = int(number(_json_number(window, f"{where}: sliding_window"),
+                       f"{where}: sliding_window", integer=True, maximum=1e10))
     types = cfg.get("layer_types")
     if types is None:
         if qwen:

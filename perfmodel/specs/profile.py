@@ -241,6 +241,8 @@ def load_profile(path: str | Path) -> Profile:
             f"{where}: not valid JSON at line {exc.lineno}, column {exc.colno} "
             "(truncated or not a profile?)"
         ) from None
+    except (ValueError, RecursionError) as exc:  # an integer of over 4,300 digits; deep nesting
+        raise SpecError(f"{where}: not a profile perfmodel can read ({exc})") from None
     return profile_from_dict(data, where, path)
 
 
