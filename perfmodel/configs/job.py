@@ -217,3 +217,48 @@ def allocator_export(plan: Any) -> str:
     nothing."""
     return "".join(f"export {k}={v}\n" for k, v in EXPANDABLE_ENV.items()) \
         if plan.expandable_segments else ""
+
+
+# Megatron-Core's expert capacity settings (NeMo's model keys, Megatron-LM's dests)
+CAPACITY = ("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
+            "moe_token_drop_policy")
+
+
+def capacity(fields: dict[str, Any], prefix: str, job: JobConfig, where: str) -> None:
+    """Megatron-Core's expert capacity (NeMo 1's model, NeMo 2's and Megatron-Bridge's
+    TransformerConfig): moe_expert_capacity_factor c with moe_pad_expert_input_to_capacity
+    takes at most C = ceil(c T k / E) of a rank's T tokens' assignments for each expert and
+    pads every expert's input to C (megatron/core/transformer/moe/moe_utils.py,
+    topk_softmax_with_capacity and get_capacity), the model's capacity_factor (docs/moe.md);
+    without a factor the experts are dropless. A factor without the padding drops the tokens
+    over C and sends the rest unpadded: not modelled. Which tokens drop (moe_token_drop_policy)
+    does not change the cost."""
+    factor = fields.get("moe_expert_capacity_factor")
+    pad = _true(fields.get("moe_pad_expert_input_to_capacity", False))
+    key = f"{prefix}.moe_expert_capacity_factor"
+    if factor in (None, "None", "null"):
+        for name in CAPACITY:
+            if name in fields:
+                job.skipped(f"{prefix}.{name}", fields[name],
+                            "unset: dropless experts" if name == CAPACITY[0]
+                            else "no effect without a capacity factor")
+        return
+    if not pad:
+        raise refuse_plan(where, key, factor, "dropping the tokens over an expert's capacity "
+                          "without padding (moe_pad_expert_input_to_capacity false) is not "
+                          "modelled: perfmodel's experts are dropless or padded to their "
+                          "capacity")
+    try:
+        job.model["capacity_factor"] = float(factor)
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}: {key} must be a number, got '{factor}'") from None
+    job.took(key, factor, f"capacity_factor {float(factor):g}: each expert's input padded to "
+                          "ceil(c T k / E) rows")
+    job.took(f"{prefix}.moe_pad_expert_input_to_capacity", True, "padded to the capacity")
+    if "moe_token_drop_policy" in fields:
+        job.skipped(f"{prefix}.moe_token_drop_policy", fields["moe_token_drop_policy"],
+                    "which tokens drop (the same cost)")
+
+
+def _true(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1")

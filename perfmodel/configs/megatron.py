@@ -44,9 +44,11 @@ from typing import Any
 
 from perfmodel.configs import megatron_deepspeed
 from perfmodel.configs.job import (
+    CAPACITY,
     Framework,
     JobConfig,
     allocator_export,
+    capacity,
     refuse_plan,
     refuse_spec,
     typo,
@@ -825,19 +827,18 @@ def _capacity(settings: Settings, job: JobConfig, where: str,
               take: Callable[[str, str], None], experts: int) -> None:
     """--moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity and
     --moe-token-drop-policy, read as NeMo's and Megatron-Bridge's reader reads Megatron-Core's
-    same settings (nemo1.capacity: the model's capacity_factor where the experts' input is padded
-    to it). What Megatron-Core raises on is refused (transformer_config.py __post_init__ at
+    same settings (job.capacity: the model's capacity_factor where the experts' input is
+    padded to it). What Megatron-Core raises on is refused (transformer_config.py __post_init__ at
     d98e8a64: a negative factor is None, dropless; padding needs a factor; a factor needs aux_loss,
     seq_aux_loss, global_aux_loss or none load balancing; the flex dispatcher's deepep backend
     does not pad, its ncclep backend takes no capacity: token_dispatcher.py), and a capacity with
     the flex dispatcher, which perfmodel models dropless (Plan's ep_dispatcher deepep)."""
-    from perfmodel.configs import nemo1
 
-    dests = [d for d in nemo1.CAPACITY if d in settings]
+    dests = [d for d in CAPACITY if d in settings]
     if not dests:
         return
     fields = {d: settings[d][1] for d in dests}
-    factor_dest, pad_dest, _ = nemo1.CAPACITY
+    factor_dest, pad_dest, _ = CAPACITY
     factor = fields.get(factor_dest)
     if factor is not None:
         try:
@@ -879,7 +880,7 @@ def _capacity(settings: Settings, job: JobConfig, where: str,
         raise refuse_plan(where, settings[factor_dest][0], factor, why)
     record = JobConfig(path=job.path, framework=job.framework, model=job.model)
     try:
-        nemo1.capacity(fields, "", record, where)
+        capacity(fields, "", record, where)
     except PlanError:  # a factor without the padding: the tokens over it dropped
         raise refuse_plan(where, settings[factor_dest][0], factor,
                           "dropping the tokens over an expert's capacity without "

@@ -30,9 +30,11 @@ from typing import Any
 
 from perfmodel.configs import nemo1
 from perfmodel.configs.job import (
+    CAPACITY,
     Framework,
     JobConfig,
     Setting,
+    capacity,
     refuse_plan,
     refuse_spec,
     section,
@@ -242,9 +244,9 @@ def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any]
          model: bool = False) -> None:
     """The fields of a section as settings; the others recorded as ignored or unknown."""
     if model:  # Megatron-Core's expert capacity and windows, which the Megatron reader does not
-        nemo1.capacity(fields, prefix, job, job.path)  # read
+        capacity(fields, prefix, job, job.path)  # read
         _window(fields, prefix, job, job.path)
-        fields = {k: v for k, v in fields.items() if k not in (*nemo1.CAPACITY, *_WINDOW)}
+        fields = {k: v for k, v in fields.items() if k not in (*CAPACITY, *_WINDOW)}
         _clamp(fields, prefix, settings, job)
         fields = {k: v for k, v in fields.items() if k != "activation_func_clamp_value"}
     for name, value in fields.items():

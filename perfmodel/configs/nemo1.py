@@ -39,8 +39,10 @@ from __future__ import annotations
 from typing import Any
 
 from perfmodel.configs.job import (
+    CAPACITY,
     JobConfig,
     Setting,
+    capacity,
     refuse_plan,
     refuse_spec,
     trainer_world,
@@ -74,8 +76,6 @@ RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipel
 # perfmodel costs at its grouped GEMM's efficiency all the same (docs/moe.md)
 GROUPED_OFF = "off: the experts' GEMMs one by one, costed as perfmodel's grouped GEMM all the same"
 # Megatron-Core's expert capacity (TransformerConfig), read by capacity()
-CAPACITY = ("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
-            "moe_token_drop_policy")
 # model keys read by _model, _optimizer and settings_of themselves
 READ_HERE = frozenset((
     "tokenizer", "data", "optim", "encoder_seq_length", "activation", "normalization", "bias",
@@ -414,42 +414,6 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
                     "no effect on Megatron-Core's local layers: their attention is unfused"
                     if local else "no effect on Transformer Engine's layers: Transformer Engine "
                                   "picks the attention (its NVTE_FLASH_ATTN and NVTE_FUSED_ATTN)")
-
-
-def capacity(fields: dict[str, Any], prefix: str, job: JobConfig, where: str) -> None:
-    """Megatron-Core's expert capacity (NeMo 1's model, NeMo 2's and Megatron-Bridge's
-    TransformerConfig): moe_expert_capacity_factor c with moe_pad_expert_input_to_capacity
-    takes at most C = ceil(c T k / E) of a rank's T tokens' assignments for each expert and
-    pads every expert's input to C (megatron/core/transformer/moe/moe_utils.py,
-    topk_softmax_with_capacity and get_capacity), the model's capacity_factor (docs/moe.md);
-    without a factor the experts are dropless. A factor without the padding drops the tokens
-    over C and sends the rest unpadded: not modelled. Which tokens drop (moe_token_drop_policy)
-    does not change the cost."""
-    factor = fields.get("moe_expert_capacity_factor")
-    pad = _truth(fields.get("moe_pad_expert_input_to_capacity", False))
-    key = f"{prefix}.moe_expert_capacity_factor"
-    if factor in (None, "None", "null"):
-        for name in CAPACITY:
-            if name in fields:
-                job.skipped(f"{prefix}.{name}", fields[name],
-                            "unset: dropless experts" if name == CAPACITY[0]
-                            else "no effect without a capacity factor")
-        return
-    if not pad:
-        raise refuse_plan(where, key, factor, "dropping the tokens over an expert's capacity "
-                          "without padding (moe_pad_expert_input_to_capacity false) is not "
-                          "modelled: perfmodel's experts are dropless or padded to their "
-                          "capacity")
-    try:
-        job.model["capacity_factor"] = float(factor)
-    except (TypeError, ValueError):
-        raise SpecError(f"{where}: {key} must be a number, got '{factor}'") from None
-    job.took(key, factor, f"capacity_factor {float(factor):g}: each expert's input padded to "
-                          "ceil(c T k / E) rows")
-    job.took(f"{prefix}.moe_pad_expert_input_to_capacity", True, "padded to the capacity")
-    if "moe_token_drop_policy" in fields:
-        job.skipped(f"{prefix}.moe_token_drop_policy", fields["moe_token_drop_policy"],
-                    "which tokens drop (the same cost)")
 
 
 def _truth(value: Any) -> bool:

@@ -58,7 +58,7 @@ def test_collective_ops_of_the_specs_are_those_of_the_cost_model():
     (float("inf"), "num_hidden_layers must be a finite number"),  # was: OverflowError
     (32.7, "num_hidden_layers must be a whole number, got 32.7"),  # was: read as 32 layers
     (True, "num_hidden_layers must be a number, got bool"),  # was: read as 1 layer
-    ("thirty", "num_hidden_layers must be a number, got 'thirty'"),
+    ("thirty", "num_hidden_layers must be a JSON number, got the string 'thirty'"),
 ])
 def test_hugging_face_config_numbers_are_read_exactly_or_refused(tmp_path, value, needle):
     path = _write(tmp_path, "config.json", {**HF, "num_hidden_layers": value})

@@ -39,7 +39,7 @@ def test_a_padded_expert_capacity_is_the_models_capacity_factor(tmp_path):
     # transformer_config.py moe_expert_capacity_factor / moe_pad_expert_input_to_capacity /
     # moe_token_drop_policy (d98e8a64dd); router.py topk_softmax_with_capacity and
     # token_dispatcher.py MoEAlltoAllTokenDispatcher pad each expert's input to get_capacity
-    # (moe_utils.py): read as the NeMo reader reads the same fields (nemo1.capacity)
+    # (moe_utils.py): read as the NeMo reader reads the same fields (job.capacity)
     job = read(tmp_path, MOE + CAPACITY + "--moe-token-drop-policy position")
     assert job.model["capacity_factor"] == 1.25 and not job.unknown
     assert {"--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"} \
