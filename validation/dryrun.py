@@ -120,6 +120,25 @@ def _check_cpu_memory(model: TransformerSpec, plan: Plan) -> None:
             "free; shrink it (--layers, --hidden) or count zero 0, 1 or 2")
 
 
+def _check_balanced(model: TransformerSpec, plan: Plan, par: JobParallel) -> None:
+    """Balanced routing (workload.moe: assignment n of a rank to expert n mod E, from 0 on every
+    rank) receives on each rank what it sends, T_r k rows (the model's ledger, routing_imbalance
+    1), only where E divides T_r k: otherwise every rank's first experts take one row more from
+    each source, and rank 0 receives more than it sends. Such a dropless plan is refused here."""
+    if par.ep * plan.etp == 1 or model.capacity_factor is not None or not model.top_k:
+        return
+    tokens = plan.micro_batch * model.seq_len // par.cp
+    if plan.sequence_parallel:
+        tokens //= plan.tp
+    rows = tokens * model.top_k
+    if rows % model.experts:
+        raise PlanError(
+            f"--dry-run routes each rank's {tokens} tokens x top_k {model.top_k} = {rows} "
+            f"assignments round robin over the {model.experts} experts, which leaves the first "
+            f"experts one more row from every rank unless the experts divide them: give a "
+            f"micro-batch or sequence length that makes {rows} a multiple of {model.experts}")
+
+
 def count_collectives(
     model: TransformerSpec, plan: Plan, parallel: JobParallel | None = None
 ) -> dict[str, Any]:
@@ -146,6 +165,7 @@ def count_collectives(
     _forget_meshes()
     par = job_parallel(plan, parallel)
     if model.experts:
+        _check_balanced(model, plan, par)
         par = JobParallel(**{**par.plan_keys(), "moe_routing": "balanced"})
     world = world_size(plan, par)
     cfg = job_config(model, plan, RunSettings(nprocs=world, steps=1, warmup=0), par)

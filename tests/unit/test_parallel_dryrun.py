@@ -405,3 +405,18 @@ def test_nprocs_counts_the_cp_ranks(run_cli):
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert (doc["plan"]["dp"], doc["plan"]["cp"], doc["plan"]["gpus"]) == (2, 2, 4)
+
+
+def test_dropless_experts_the_round_robin_cannot_balance_are_refused():
+    """Balanced routing (assignment n of every rank to expert n mod E, from 0) receives on each
+    rank what it sends only where E divides T_r k; otherwise rank 0's experts take one more row
+    from each source and the count differs from the ledger's (a probe, 2026-12-02: mixtral at
+    seq 18, 36 assignments over 8 experts, 5 KiB received against 4.5 sent: 'agree: no').
+    Such a plan is refused in one line; a divisible one is counted."""
+    short = MOE.replace(seq_len=24)  # 24 x 4 = 96 assignments over 64 experts
+    with pytest.raises(PlanError, match="96 assignments round robin over the 64 experts"):
+        dryrun.count_collectives(short, _plan(8, ep=8), JobParallel())
+    with pytest.raises(PlanError, match="makes 96 a multiple of 64"):
+        dryrun.dry_run(short, _plan(8, ep=8))
+    assert dryrun.count_collectives(MOE.replace(seq_len=32), _plan(8, ep=8),
+                                    JobParallel())["records"]
