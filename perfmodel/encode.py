@@ -98,13 +98,21 @@ def _ranks_per_node(n: np.ndarray, stride: np.ndarray, gpus_per_node: int | np.n
     ranks: np.ndarray = np.maximum(1, np.minimum(n, k))
     if total is None:
         return ranks
-    span = n * s
-    straddle = (span <= gpus_per_node) & (gpus_per_node % span != 0) & (total > gpus_per_node) \
-        & (n > 1)
-    if straddle.any():
-        halves = np.vectorize(_largest_proper_divisor, otypes=[np.int64])(np.maximum(n, 2))
-        ranks = np.where(straddle, np.maximum(1, halves), ranks)
-    return ranks
+    return _straddling(ranks, n, n * s, gpus_per_node, total)
+
+
+def _straddling(ranks: np.ndarray, size: np.ndarray, span: np.ndarray,
+                gpus_per_node: int | np.ndarray, total: np.ndarray) -> np.ndarray:
+    """The ranks in a node of groups of `size` ranks that tile blocks of `span` (a one-axis
+    group: n stride; one of several axes': its outermost part's degree x stride): where a block
+    fits a node but does not divide it, in a job of more than one node, some groups straddle two
+    nodes, costed with n / p of them in each (p the smallest prime factor of the size)."""
+    g = gpus_per_node
+    cross = (span <= g) & (g % np.maximum(span, 1) != 0) & (total > g) & (size > 1)
+    if not cross.any():
+        return ranks
+    halves = np.vectorize(_largest_proper_divisor, otypes=[np.int64])(np.maximum(size, 2))
+    return np.where(cross, np.maximum(1, np.minimum(ranks, halves)), ranks)
 
 
 def _largest_proper_divisor(n: int) -> int:
@@ -216,15 +224,9 @@ def axis_ranks_per_node(c: Columns, gpus_per_node: int | np.ndarray
     g = gpus_per_node
 
     def straddling(ranks: np.ndarray, size: np.ndarray, span: np.ndarray) -> np.ndarray:
-        # a group of several axes' ranks tiles blocks of `span` ranks (its outermost part's
-        # degree x stride): where a block fits in a node but does not divide it, some groups
-        # straddle two nodes, as _ranks_per_node's one-axis groups do (on 72-GPU domains an ep
-        # group of 16 consecutive ranks, 64-79: 8 in each)
-        cross = (span <= g) & (g % np.maximum(span, 1) != 0) & (total > g) & (size > 1)
-        if not cross.any():
-            return ranks
-        halves = np.vectorize(_largest_proper_divisor, otypes=[np.int64])(np.maximum(size, 2))
-        return np.where(cross, np.maximum(1, np.minimum(ranks, halves)), ranks)
+        # a group of several axes' ranks straddles node boundaries as a one-axis group does (on
+        # 72-GPU domains an ep group of 16 consecutive ranks, 64-79: 8 in each)
+        return _straddling(ranks, size, span, g, total)
 
     def span_of(parts: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         # the block a group of (degree, stride) parts tiles: its widest part's degree x stride
