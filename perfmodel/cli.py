@@ -688,7 +688,7 @@ def active_parameters(model: Any, parameters: float) -> float:
     from perfmodel.params import parameter_counts
 
     counts = parameter_counts(model)
-    return parameters if not counts.sparse else float(counts.active)
+    return parameters if not counts.sparse else float(counts.reported)
 
 
 def noted_seq_len(model: Any, seq_len: int | None) -> Any:

@@ -25,9 +25,11 @@ projections:
     output = a d_v h + bias h
 
 Active parameters per token: the model less the routed experts a token is not sent to,
-(experts - top_k) expert MLPs in each MoE layer; the embedding table counts (as Mistral AI and
-Qwen count it: Mixtral 8x7B's 12.9B, Qwen1.5-MoE-A2.7B's 2.7B; OpenAI's gpt-oss card and
-DeepSeek-V3's 36.7B leave it out: `active - embedding` is theirs).
+(experts - top_k) expert MLPs in each MoE layer (`active`); reported (`reported`: `perfmodel
+presets`, `active_parameters` in --json) as the model's card counts them (TransformerSpec.
+active_count): all of them (Mistral AI and Qwen: Mixtral 8x7B's 12.9B, Qwen1.5-MoE-A2.7B's
+2.7B), less the input embedding table (OpenAI's gpt-oss card, DeepSeek-V3's 36.7B), or less it
+and an untied output layer (Zhipu AI's GLM-4.5: 32B).
 
 Not counted (no published count resolves them): Qwen3's per-head q/k RMSNorm weights
 (2 head_dim per layer), Qwen2-MoE's shared-expert gate (h per layer), DeepSeek-V3's router
@@ -48,21 +50,40 @@ class ParameterCounts:
     """total: the model's parameters (DeepSeek-V3's multi-token-prediction modules apart);
     active: those one token's forward pass uses (total for a dense model); embedding: the input
     embedding table and learned positions; mtp: the multi-token-prediction modules' own
-    parameters (their embedding and output layer are the model's)."""
+    parameters (their embedding and output layer are the model's); output: an untied output
+    layer's; reported: active as the model's card counts it."""
 
     total: int
     active: int
     embedding: int
     mtp: int = 0
+    output: int = 0  # an untied output layer's (0 when tied to the embedding)
+    active_count: str = "all"  # TransformerSpec.active_count: what `reported` leaves out
 
     @property
     def sparse(self) -> bool:
         return self.active != self.total
 
+    @property
+    def reported(self) -> int:
+        """The active count as the model's card counts it (active_count): all, less the
+        embedding table (no_embedding), or less it and an untied output layer (no_embeddings);
+        `total` for a dense model."""
+        if not self.sparse:
+            return self.total
+        left_out = {"all": 0, "no_embedding": self.embedding,
+                    "no_embeddings": self.embedding + self.output}[self.active_count]
+        return self.active - left_out
+
     def describe(self) -> str:
-        """'46.70B parameters, 12.88B active' (the active count only where it differs)."""
+        """'46.70B parameters, 12.88B active' (the active count only where it differs, as
+        `reported`; '5.13B active without the embedding' where the card leaves it out)."""
         text = f"{fmt_count(self.total)} parameters"
-        return text + (f", {fmt_count(self.active)} active" if self.sparse else "")
+        if not self.sparse:
+            return text
+        how = {"all": "", "no_embedding": " without the embedding",
+               "no_embeddings": " without the embedding and output layer"}[self.active_count]
+        return text + f", {fmt_count(self.reported)} active{how}"
 
 
 def fmt_count(n: float) -> str:
@@ -133,4 +154,5 @@ def parameter_counts(m: TransformerSpec) -> ParameterCounts:
     last_moe = bool(moe) and (m.layers - 1) in m.moe_layers
     mtp = m.mtp_layers * (layer_parameters(m, last_moe) + 2 * m.hidden * m.hidden
                           + 2 * final_norm)
-    return ParameterCounts(total=total, active=total - unused, embedding=embedding, mtp=mtp)
+    return ParameterCounts(total=total, active=total - unused, embedding=embedding, mtp=mtp,
+                           output=output, active_count=m.active_count)

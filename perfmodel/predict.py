@@ -146,7 +146,7 @@ class Prediction:
         from perfmodel.params import parameter_counts
 
         counts = parameter_counts(self.model)
-        return self.parameters if not counts.sparse else float(counts.active)
+        return self.parameters if not counts.sparse else float(counts.reported)
 
     def breakdown_frame(self) -> pd.DataFrame:
         """The time breakdown as a DataFrame: term, seconds, share of the step."""

@@ -302,6 +302,13 @@ def print_collective(res: dict[str, Any]) -> None:
         con.print(other)
 
 
+# a mixture of experts' active count in the presets table, marked by what its card leaves out
+# (TransformerSpec.active_count)
+_ACTIVE_MARKS = {"all": "", "no_embedding": "*", "no_embeddings": "**"}
+_ACTIVE_NOTES = {"*": "without the embedding table", "**": "without the embedding table and the "
+                 "output layer"}
+
+
 def preset_parameters(model: Any) -> dict[str, float]:
     """A model preset's parameters and active parameters (perfmodel.params; a layer graph's
     parameters, all active)."""
@@ -310,7 +317,7 @@ def preset_parameters(model: Any) -> dict[str, float]:
     from perfmodel.params import parameter_counts
 
     counts = parameter_counts(model)
-    return {"parameters": float(counts.total), "active_parameters": float(counts.active)}
+    return {"parameters": float(counts.total), "active_parameters": float(counts.reported)}
 
 
 def print_presets(as_json: bool) -> None:
@@ -345,6 +352,7 @@ def print_presets(as_json: bool) -> None:
         hw_rows, right=("GPUs/node", "memory", "16-bit peak", "intra-node", "inter-node/node",
                         "overlap slowdown")))
     models, graphs = [], []
+    marks: set[str] = set()
     for name in names["models"]:
         m = load_model(name)
         if getattr(m, "kind", "") == "layers":
@@ -356,13 +364,18 @@ def print_presets(as_json: bool) -> None:
         counts = preset_parameters(m)
         size = fmt_count(counts["parameters"])
         if counts["active_parameters"] != counts["parameters"]:
-            size += f" ({fmt_count(counts['active_parameters'])} active)"
+            mark = _ACTIVE_MARKS[m.active_count]
+            marks.add(mark)
+            size += f" ({fmt_count(counts['active_parameters'])} active{mark})"
         models.append([name, str(m.layers), str(m.hidden), str(m.heads), str(m.kv_heads),
                        str(m.ffn_hidden), str(m.seq_len), str(m.vocab), size, m.source])
     print_with_sources(con, "model presets", _columns(
         ("name", "layers", "hidden", "heads", "kv", "ffn", "seq", "vocab", "parameters",
          "source"), models, right=("layers", "hidden", "heads", "kv", "ffn", "seq", "vocab",
                                    "parameters")))
+    for mark, what in _ACTIVE_NOTES.items():
+        if mark in marks:
+            con.print(f"{mark} active as the model's card counts them: {what}", soft_wrap=True)
     print_with_sources(con, "layer-graph presets (Pr x Pc grid)", _columns(
         ("name", "layers", "parameters", "GFLOPs / sample", "input", "source"), graphs,
         right=("layers", "parameters", "GFLOPs / sample")))

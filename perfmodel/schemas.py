@@ -25,6 +25,12 @@ from perfmodel.output import SCHEMA_VERSIONS, schema_id
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 NUMBER: dict[str, Any] = {"type": "number"}
+ACTIVE: dict[str, Any] = {
+    "type": "number",
+    "description": "Parameters one token uses (a mixture of experts: the routed experts it is "
+                   "not sent to left out), as the model's card counts them: the model spec's "
+                   "active_count (all; no_embedding: without the embedding table; "
+                   "no_embeddings: without it and an untied output layer)."}
 NUMBER_OR_NULL: dict[str, Any] = {"type": ["number", "null"]}
 STRING: dict[str, Any] = {"type": "string"}
 STRINGS: dict[str, Any] = {"type": "array", "items": STRING}
@@ -194,7 +200,7 @@ PREDICTION = obj({
                                                    "step time): communication behind compute, "
                                                    "host dispatch behind the device's work."},
     "memory_breakdown_bytes": BYTES_BY_TERM,
-    "bottleneck_stage": STRING, "parameters": NUMBER, "active_parameters": NUMBER,
+    "bottleneck_stage": STRING, "parameters": NUMBER, "active_parameters": ACTIVE,
     "micro_batches": WHOLE, "plan": PLAN, "model": STRING, "hardware": STRING,
     "model_flops_per_step_full_attention": {
         **NUMBER, "description": "Model FLOPs with the attention core counted whole "
@@ -358,7 +364,7 @@ def schema(kind: str) -> dict[str, Any]:
             {"rows": {"type": "array", "items": row}}))
     if kind == "recommend":
         body = obj({
-            "model": STRING, "parameters": NUMBER, "active_parameters": NUMBER,
+            "model": STRING, "parameters": NUMBER, "active_parameters": ACTIVE,
             **MODEL_SUMMARY,
             "plans": {"type": "array", "items": RECOMMENDED, "description": "Best first."},
             "evaluated": {"type": "integer", "description": "Plans evaluated in full (they "
@@ -424,7 +430,7 @@ def schema(kind: str) -> dict[str, Any]:
         return _document(kind, "perfmodel sweep --json", obj(
             {"rows": {"type": "array", "items": point}}))
     if kind == "presets":
-        counts = obj({"parameters": NUMBER, "active_parameters": NUMBER})
+        counts = obj({"parameters": NUMBER, "active_parameters": ACTIVE})
         return _document(kind, "perfmodel presets --json", obj({
             "hardware": STRINGS, "models": STRINGS,
             "model_parameters": {"type": "object", "additionalProperties": counts},

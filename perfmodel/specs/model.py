@@ -16,6 +16,11 @@ from perfmodel.errors import SpecError
 from perfmodel.specs.loading import check_fields, label, number, read_mapping, suggest
 
 NORMS = ("layernorm", "rmsnorm")
+# How a model's card counts its active parameters (perfmodel.params.ParameterCounts.reported):
+# every parameter a token's forward pass uses; less the input embedding table (a lookup, no
+# arithmetic: OpenAI's gpt-oss card, DeepSeek's V2 and V3 READMEs); less the embedding table and
+# an untied output layer (Zhipu AI's GLM-4.5, Moonshot AI's Moonlight paper)
+ACTIVE_COUNTS = ("all", "no_embedding", "no_embeddings")
 # learned: a position table (s x h parameters) added to the embedding; rotary: RoPE on q and k;
 # alibi: a per-head linear bias added to the attention scores (Press et al. 2022; BLOOM): no
 # parameters, no kernel of its own (Megatron-DeepSpeed adds it as baddbmm's input, FlashAttention-2
@@ -96,6 +101,10 @@ class TransformerSpec:
     mtp_layers: DeepSeek-V3's multi-token-prediction modules, trained beside the model (each a
     layer like the last, a 2 hidden x hidden projection and two norms, sharing the embedding and
     the output layer); perfmodel.params counts them apart from the model's parameters.
+    active_count: which parameters a mixture of experts' reported active count holds, as its
+    model card counts them (ACTIVE_COUNTS; perfmodel.params): all (Mistral AI, Qwen, AllenAI),
+    no_embedding (OpenAI, DeepSeek), no_embeddings (Zhipu AI). A report only: the step model's
+    work and memory are the same whichever it is.
 
     The derived fields (DERIVED) hold their resolved values; which of them were given explicitly is
     kept (`explicit`), so that a model built on this one (`replace`, a file's `base:`, overrides)
@@ -143,6 +152,7 @@ class TransformerSpec:
     attention_sinks: bool = False
     clamped_glu: bool = False
     mtp_layers: int = 0
+    active_count: str = "all"
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     source: str = ""
@@ -198,6 +208,9 @@ class TransformerSpec:
                             "or clamped_glu false")
         if self.norm not in NORMS:
             raise SpecError(f"norm must be one of {', '.join(NORMS)}, got '{self.norm}'")
+        if self.active_count not in ACTIVE_COUNTS:
+            raise SpecError(f"active_count must be one of {', '.join(ACTIVE_COUNTS)}, got "
+                            f"{self.active_count!r}")
         if self.position_embedding not in POSITIONS:
             raise SpecError(
                 f"position_embedding must be one of {', '.join(POSITIONS)}, "
@@ -532,6 +545,16 @@ _DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "bl
 _MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe",
                  "gpt_oss", "olmoe")
 _HF_FAMILIES = _DENSE_FAMILIES + _MOE_FAMILIES
+# How each family's publisher counts a token's active parameters on its model card
+# (TransformerSpec.active_count; the others count every one: Mistral AI's Mixtral 12.9B, Qwen's
+# Qwen1.5-MoE-A2.7B 2.7B, AllenAI's OLMoE 1.3B). OpenAI's gpt-oss card, Table 1 (5.13B of
+# gpt-oss-120b: attention, 4 experts, router and unembedding) and DeepSeek's (DeepSeek-V3
+# README_WEIGHTS.md: 36.7B activated, which its 671B sum to only without the 0.9B table) leave
+# the input embedding out; Zhipu AI's GLM-4.5 (32B active of 355B; GLM-4.5-Air 12B of 106B)
+# both vocabulary tables. A family is counted one way: Moonshot AI's Moonlight (a deepseek_v3
+# config) is counted as DeepSeek counts, though its paper's 2.24B leaves out both tables
+_HF_ACTIVE_COUNT = {"gpt_oss": "no_embedding", "deepseek_v2": "no_embedding",
+                    "deepseek_v3": "no_embedding", "glm4_moe": "no_embeddings"}
 # model_types whose config is another family's, read as that family: (family, the architecture
 # its config names). kimi_k2: Moonshot AI's Kimi-K2 deployment guide: K2 reuses DeepSeek-V3's
 # architecture (DeepseekV3ForCausalLM); model_type kimi_k2 only tells inference engines apart
@@ -675,6 +698,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str,
         fields.update(_hf_experts(cfg, mtype, where, fields["layers"], need, count))
     fields.update(_hf_window(cfg, mtype, where, fields["layers"], count))
     fields.update(_hf_rotary(cfg, mtype, where))
+    fields["active_count"] = _HF_ACTIVE_COUNT.get(mtype, "all")
     if seq_len is None:
         reach = f" (its {positions_key} is {positions})" if positions is not None else ""
         raise SpecError(f"{where} (Hugging Face config) has no training sequence length: give "

@@ -336,6 +336,7 @@ def test_glm_4_5_counts_against_its_published_figures():
         tables = 2 * model.vocab * model.hidden
         assert counts.total == pytest.approx(total, rel=0.01)
         assert round((counts.active - tables) / 1e9) == active / 1e9
+        assert counts.reported == counts.active - tables  # reported as Zhipu AI counts
     _, big = _counts("glm-4.5")
     _, air = _counts("glm-4.5-air")
     assert (big.total / 355e9 - 1, air.total / 106e9 - 1) == (pytest.approx(-0.0062, abs=1e-4),

@@ -49,9 +49,8 @@ def test_moe_presets_predict_with_their_cards_parameters(name, plan, total, acti
     model = load_model(name)
     p = predict(model, HW, _plan(**plan))
     assert p.parameters == pytest.approx(total, rel=0.005)
-    counts = parameter_counts(model)
-    mine = p.active_parameters - (counts.embedding if name == "deepseek-v3" else 0)
-    assert mine == pytest.approx(active, rel=0.005)
+    # deepseek-v3's card leaves the embedding table out (its preset's active_count)
+    assert p.active_parameters == pytest.approx(active, rel=0.005)
     assert math.isfinite(p.step_time_s) and p.breakdown_s["comm/ep"] > 0
     assert 0 < p.mfu < 1
 
