@@ -769,13 +769,19 @@ def derive_dp(kw: dict[str, Any]) -> None:
     kw["dp"] = dp
 
 
-def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
+def build_inputs(kw: dict[str, Any], adjust: Callable[[Any], Any] | None = None
+                 ) -> tuple[Any, Any, Any]:
+    """The model, hardware and plan of a command's options; `adjust` changes the model before
+    the plan is checked against it (validate's --layers, --hidden ...)."""
     from perfmodel.specs.model import load_model
     from perfmodel.strategy import plan_from_dict
 
     if kw.get("from_config"):
         model, hardware, plan, job = config_inputs(kw)
         print_job(job)
+        if adjust is not None:
+            model = adjust(model)
+            plan.check(model)
         return model, hardware, plan
     if not kw.get("model"):
         raise click.UsageError("give --model (a preset, spec file or Hugging Face config.json)")
@@ -787,6 +793,8 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any]:
     if kw.get("pr") or kw.get("pc"):  # validate --emit and --dry-run come here directly
         raise click.UsageError(PR_PC_TRANSFORMER)
     _refuse_graph_options()
+    if adjust is not None:
+        model = adjust(model)
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"),
                                 kw.get("collective_algorithm"))

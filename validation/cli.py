@@ -201,9 +201,12 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
             and kw["nprocs"] % model_parallel == 0:
         # --nprocs N without --dp: data parallelism over what tp x pp x cp leaves
         kw["dp"] = kw["nprocs"] // model_parallel
-    model, hardware, plan = build_inputs(kw)
-    model = jobspec.model_overrides(model, kw)
-    plan.check(model)
+    # the plan checked against the model as scaled down (--layers, --hidden ...), not the preset
+    model, hardware, plan = build_inputs(kw, adjust=lambda m: jobspec.model_overrides(m, kw))
+    if plan.flash_attention is False:  # --attention unfused: as predict refuses it with cp
+        from perfmodel.predict import require_fused_for_cp
+
+        require_fused_for_cp(plan)
     if (kw["trace_path"] or kw["timeline_path"]) and (kw["dry_run"] or kw["emit_dir"]):
         raise click.UsageError("--trace and --timeline draw a local run (not --dry-run or --emit)")
     if kw["dry_run"]:

@@ -125,7 +125,8 @@ def _check_balanced(model: TransformerSpec, plan: Plan, par: JobParallel) -> Non
     rank) receives on each rank what it sends, T_r k rows (the model's ledger, routing_imbalance
     1), only where E divides T_r k: otherwise every rank's first experts take one row more from
     each source, and rank 0 receives more than it sends. Such a dropless plan is refused here."""
-    if par.ep * plan.etp == 1 or model.capacity_factor is not None or not model.top_k:
+    # with ep 1 no token crosses ranks to its expert (etp's ranks all hold every expert's shard)
+    if par.ep == 1 or model.capacity_factor is not None or not model.top_k:
         return
     tokens = plan.micro_batch * model.seq_len // par.cp
     if plan.sequence_parallel:

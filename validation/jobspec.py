@@ -15,7 +15,7 @@ from typing import Any
 
 from perfmodel.errors import PlanError, SpecError
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import Plan, TpBackward, tp_backward_of
+from perfmodel.strategy import Plan, Recompute, TpBackward, tp_backward_of
 from workload.settings import JOB_RECOMPUTE_MODULES, CPComm, MoERouting, check_parallel
 
 
@@ -117,6 +117,19 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
     if plan.master_weights not in (None, "fp32"):
         raise PlanError(f"master_weights {plan.master_weights}: the validation job's optimizer "
                         "keeps fp32 master weights (give master_weights fp32)")
+    if plan.dtype.value == "fp16" and plan.zero in (1, 2):
+        raise PlanError(f"dtype fp16 with zero {plan.zero}: the validation job's distributed "
+                        "optimizer reduces fp32 gradients, Megatron's (and the model's) fp16 "
+                        "ones (give dtype bf16, or zero 0)")
+    if plan.grad_dtype not in (None, "fp32"):
+        raise PlanError(f"grad_dtype {plan.grad_dtype}: the validation job keeps and reduces "
+                        "fp32 gradients for 16-bit weights (workload/distopt.py; give grad_dtype "
+                        "fp32 or leave it out)")
+    if plan.recompute is Recompute.OP and max(parallel.cp, parallel.ep, plan.cp, plan.ep) > 1:
+        raise PlanError("recompute op with context or expert parallelism: the validation job's "
+                        "per-op policy saves attention and the tensor-parallel reductions, not "
+                        "the context-parallel or expert exchanges, which it runs again and the "
+                        "model does not (give recompute full or selective)")
     unbuilt = [m for m in plan.recompute_modules if m not in JOB_RECOMPUTE_MODULES]
     if unbuilt:
         raise PlanError(f"recompute_modules {','.join(unbuilt)}: the validation job's selective "

@@ -89,7 +89,9 @@ class Attention(nn.Module):
         k = self.wk(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         if self.selective:
-            y = checkpoint(self._core, q, k, v, use_reentrant=False)
+            # early_stop off: the core again whole, its context-parallel exchanges included (the
+            # output all-to-all of Ulysses follows the last tensor the backward needs back)
+            y = checkpoint(self._core, q, k, v, use_reentrant=False, early_stop=False)
         else:
             y = self._core(q, k, v)
         return self.wo(y.transpose(1, 2).reshape(b, s, -1))
