@@ -545,6 +545,10 @@ _DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "bl
 _MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe",
                  "gpt_oss", "olmoe")
 _HF_FAMILIES = _DENSE_FAMILIES + _MOE_FAMILIES
+# A Hugging Face config's shape keys, none of them a perfmodel spec field: two of them in a file
+# without model_type name what it is
+_HF_SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                  "vocab_size", "architectures")
 # How each family's publisher counts a token's active parameters on its model card
 # (TransformerSpec.active_count; the others count every one: Mistral AI's Mixtral 12.9B, Qwen's
 # Qwen1.5-MoE-A2.7B 2.7B, AllenAI's OLMoE 1.3B). OpenAI's gpt-oss card, Table 1 (5.13B of
@@ -1109,6 +1113,10 @@ def _load_model(name_or_path: str | Path | TransformerSpec, _within: tuple[Path,
         origin = f"preset {path.stem}" if preset else str(path)
         if data.get("kind") == "layers":
             return graph(layer_graph_from_dict(data, where))
+        hf_keys = [k for k in _HF_SHAPE_KEYS if k in data]
+        if "model_type" not in data and "kind" not in data and len(hf_keys) >= 2:
+            raise SpecError(f"{where}: a Hugging Face config.json ({', '.join(hf_keys)}) without "
+                            f"model_type: give its model_type (one of {', '.join(_HF_FAMILIES)})")
         if "model_type" in data and "kind" not in data:
             try:
                 spec = model_from_hf_config(data, where, overrides.pop("seq_len", None))

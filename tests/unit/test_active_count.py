@@ -84,3 +84,15 @@ def test_a_spec_file_gives_active_count(run_cli, tmp_path):
     data = _json(run_cli, "predict", "--model", str(spec), "--hardware", "dgx-h100", "--gpus", "8",
                  "--ep", "8", "--global-batch", "8", "--seq-len", "4096", "--json")
     assert data["active_parameters"] == pytest.approx(12.749e9, rel=1e-3)
+
+
+def test_a_hugging_face_config_without_model_type_is_named_so(tmp_path):
+    """It was read as a perfmodel spec and refused for an unknown field ('attention_bias')."""
+    config = json.loads((HF / "qwen3-8b" / "config.json").read_text())
+    del config["model_type"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    from perfmodel.specs.model import load_model
+
+    with pytest.raises(SpecError, match="a Hugging Face config.json .* without model_type: give "
+                                        "its model_type"):
+        load_model(tmp_path, seq_len=4096)
