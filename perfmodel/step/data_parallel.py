@@ -473,6 +473,11 @@ def sync_collectives(c: Context, params: Parameters,
     if c.fam.moe:  # the ledger's bytes rank 0's (the first stage's experts), the time the larger
         # stage's (every stage syncs at once); with fp8_params the weights gathered in FP8
         e_first, e_most = params.experts["first"], params.experts_per_gpu
+        # 1 where the stage holds routed experts (a parameter count, 0 or at least 1): a stage
+        # of dense layers only issues no edp sync (Megatron-LM's expert buffers are empty there,
+        # as the validation job's); the ledger's calls rank 0's, the time's the stage's with the
+        # most
+        held_first, held_most = lmin(1, e_first), lmin(1, e_most)
         pad_e = padded(expert_replicas(c))
         if stage8 is not None:
             gather_first, gather_most = stage8[1]["first"], lmax(*stage8[1].values())
@@ -487,8 +492,10 @@ def sync_collectives(c: Context, params: Parameters,
                 ("edp/all_gather", "all_gather", gather_first, gather_most,
                  apart * (z1 - z3))):
             out.append(Collective(name=name, op=op, axis="edp", nbytes=nbytes,
-                                  time_nbytes=time_nbytes, calls=calls, phase="step",
-                                  in_phase=SYNC, term="comm/dp", fam=c.fam))
+                                  time_nbytes=time_nbytes, calls=times(held_first, calls),
+                                  transfers=None if e_first == e_most
+                                  else times(held_most, calls),
+                                  phase="step", in_phase=SYNC, term="comm/dp", fam=c.fam))
     gathered, reduced = unit_syncs(c)
     for u in units:  # the ledger's calls rank 0's, the time the stage's with the most
         prefix = "edp" if u.axis == "edp" else "dp"
