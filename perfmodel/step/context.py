@@ -74,6 +74,20 @@ def stage_layers(fam: Family) -> dict[str, sp.Expr]:
             "last": S.L_last + (1 - given_last) * share}
 
 
+def full_recomputed_layers(fam: Family, n: sp.Expr) -> sp.Expr:
+    """The layers full recompute repeats of a stage that holds n, where the plan recomputes
+    fully (the option's flag not included): torchtitan's one in N (Plan.recompute_every), the
+    N-th, 2N-th, ... layer the rank builds, floor(n / N); Megatron's methods over the stage's v
+    chunks of n / v layers: block, the first N_rl of each, min(floor(n / N), N_rl v) (N is 1
+    with them, and N_rl > n / v recomputes every layer); uniform, every layer, floor(n / N) = n
+    (workload.model.build_chunk; megatron/core/transformer/transformer_block.py)."""
+    recomputed = applied(sp.floor, n / S.N_rc)
+    if not fam.megatron_recompute:
+        return recomputed
+    block = S.I_block
+    return lmin(recomputed, block * S.N_rl * S.v + (1 - block) * n)
+
+
 def _option(fam: Family, name: str, value: str) -> sp.Expr:
     """1 if the family's option `name` is `value`, its indicator if the option is open."""
     option = getattr(fam, name)
@@ -174,6 +188,17 @@ class Context:
         """The device the linear layers' GEMMs run on: FP8 for an fp8 plan."""
         return self.linear_dev or self.dev
 
+    @property
+    def full_on(self) -> sp.Expr:
+        """1 where the plan recomputes fully (Plan.recompute full), its indicator where open."""
+        return flag(_option(self.fam, "recompute", "full"), "recompute_full")
+
+    def full_layers(self, n: sp.Expr) -> sp.Expr:
+        """The layers full recompute repeats of a stage that holds n (full_recomputed_layers; 0
+        under the other policies): whole layers, where full x n is their share of the first
+        stage's applied to n."""
+        return self.full_on * full_recomputed_layers(self.fam, n)
+
     def recomputes(self, module: str) -> sp.Expr:
         """The share of the stage's layers whose `module` selective recompute repeats
         (perfmodel.strategy.RECOMPUTE_MODULES): selective's share where the plan names it (the
@@ -258,11 +283,11 @@ class Context:
         # full recompute, Megatron's methods over each of the stage's v chunks (n / v layers):
         # block, the first N_rl layers of each; uniform, every layer, in groups of N_rl
         # (megatron/core/recompute.py; I_block 0 and N_rl 1: every layer alone)
-        full_layers, full_group, full_inputs = recomputed, sp.Integer(1), sp.Integer(1)
+        full_layers = full_recomputed_layers(fam, n)
+        full_group, full_inputs = sp.Integer(1), sp.Integer(1)
         if fam.megatron_recompute:
             chunk = n / S.v
             block = S.I_block
-            full_layers = lmin(recomputed, block * S.N_rl * S.v + (1 - block) * n)
             full_group = block + (1 - block) * lmin(S.N_rl, chunk)
             full_inputs = block + (1 - block) * applied(sp.ceiling, chunk / S.N_rl) / chunk
         full = flag(_option(fam, "recompute", "full"), "recompute_full")

@@ -102,40 +102,106 @@ def moe_layers(c: Context) -> dict[str, sp.Expr]:
     stage: its layers are those of the stage whose count it repeats
     (perfmodel.step.context.stage_layers: the first unless the first's layers are given, then
     the last, none when both are given)."""
+    n, (dense, _) = c.stage_layers, _dense_layers(c)
+    return {st: n[st] - dense[st] for st in ("first", "last", "middle")}
+
+
+def moe_recomputed(c: Context) -> dict[str, sp.Expr]:
+    """The MoE layers full recompute repeats on the first, the last and a middle stage's rank,
+    whole layers as the job and Megatron-Core pick them (0 under the other policies):
+        n_rc,moe = full_layers(n) - (the stage's dense layers it recomputes)
+    (Context.full_layers; _dense_layers places each dense layer and says whether its stage
+    recomputes it). Not full x n_moe, the share of all the stage's layers times its MoE layers:
+    a stage that mixes dense and MoE layers would issue a fraction of a layer's exchanges (4
+    layers, layer 0 dense, one in 2 recomputed: layers 1 and 3, both MoE, 2 and not 1.5). Where a
+    pipeline layout places the dense layers (Family.stage_dense: counts, not positions) their
+    share is taken, full x n_moe (exact where every layer or none of a stage recomputes; a
+    layout with recompute_every > 1 may differ by a layer)."""
+    n = c.stage_layers
+    if c.fam.stage_dense is not None:
+        return {st: c.full * m for st, m in moe_layers(c).items()}
+    _, recomputed = _dense_layers(c)
+    return {st: c.full_layers(n[st]) - c.full_on * recomputed[st]
+            for st in ("first", "last", "middle")}
+
+
+def _equal(x: sp.Expr, y: sp.Expr) -> sp.Expr:
+    """[x = y] for whole numbers."""
+    return 1 - sp.Min(1, applied(sp.Abs, x - y), evaluate=False)
+
+
+def _below(x: sp.Expr, y: sp.Expr) -> sp.Expr:
+    """[x < y] for whole numbers."""
+    return sp.Min(1, sp.Max(0, y - x, evaluate=False), evaluate=False)
+
+
+def _mod(x: sp.Expr, y: sp.Expr) -> sp.Expr:
+    """x mod y for whole numbers, x - y floor(x / y) (floor prints as numpy's; Mod would not,
+    perfmodel.codegen)."""
+    return x - y * applied(sp.floor, x / y)
+
+
+def _full_recomputes(c: Context, position: sp.Expr, offset: sp.Expr) -> sp.Expr:
+    """[full recompute repeats a layer] (its flag not included) from the layer's 1-based position
+    among the layers its rank builds (its chunks in order) and its 0-based offset in its chunk
+    (workload.model.build_chunk): torchtitan's one in N, [position mod N = 0]; Megatron's block,
+    [offset < N_rl]; uniform, every layer (N is 1 with Megatron's methods)."""
+    every = _equal(_mod(position, S.N_rc), 0)
+    if not c.fam.megatron_recompute:
+        return every
+    return S.I_block * _below(offset, S.N_rl) + (1 - S.I_block) * every
+
+
+def _dense_layers(c: Context) -> tuple[dict[str, sp.Expr], dict[str, sp.Expr]]:
+    """(the dense layers, those of them full recompute repeats) of the first, the last and a
+    middle stage's rank (moe_layers' placement; the recompute flag not included). A dense layer's
+    position on its rank (_full_recomputes): pp v chunks, 1 + r n_st / v + its offset among the
+    stage's layers of round r (a middle rank's: (o - n_first / v) mod (n_middle / v)); zbv, 1 +
+    its offset o_c in its chunk, + L / (2 pp) in the rank's second chunk (chunk >= pp). A
+    layout's (Family.stage_dense) recomputed ones are not placed (moe_recomputed): 0."""
     n = c.stage_layers
     pp, v, L = S.pp, S.v, S.L
-
-    def equal(x: sp.Expr, y: sp.Expr) -> sp.Expr:  # [x = y] for whole numbers
-        return 1 - sp.Min(1, applied(sp.Abs, x - y), evaluate=False)
-
-    def below(x: sp.Expr, y: sp.Expr) -> sp.Expr:  # [x < y] for whole numbers
-        return sp.Min(1, sp.Max(0, y - x, evaluate=False), evaluate=False)
-
-    dense: dict[str, sp.Expr] = {"first": ZERO, "last": ZERO, "between": ZERO}
+    stages = ("first", "last", "between")
+    dense: dict[str, sp.Expr] = dict.fromkeys(stages, ZERO)
+    recomputed: dict[str, sp.Expr] = dict.fromkeys(stages, ZERO)
     if c.fam.stage_dense is not None:  # where a pipeline layout places them
-        dense = dict(zip(("first", "last", "between"), map(sp.Integer, c.fam.stage_dense),
-                         strict=True))
+        dense = dict(zip(stages, map(sp.Integer, c.fam.stage_dense), strict=True))
     for i in c.fam.moe_dense_layers if c.fam.stage_dense is None else ():
         chunk = applied(sp.floor, 2 * pp * i / L)
-        v_shape = {"first": equal(chunk, 0) + equal(chunk, 2 * pp - 1),
-                   "last": equal(chunk, pp - 1) + equal(chunk, pp)}
+        v_shape = {"first": _equal(chunk, 0) + _equal(chunk, 2 * pp - 1),
+                   "last": _equal(chunk, pp - 1) + _equal(chunk, pp)}
+        v_shape["between"] = 1 - v_shape["first"] - v_shape["last"]
+        in_chunk = i - chunk * L / (2 * pp)
+        v_rc = _full_recomputes(c, 1 + in_chunk + L / (2 * pp) * _below(pp - 1, chunk), in_chunk)
         r = applied(sp.floor, i * v / L)
         offset = i - r * L / v
-        plain = {"first": below(offset, n["first"] / v),
-                 "last": 1 - below(offset, (L - n["last"]) / v)}
-        at = {st: c.zbv * v_shape[st] + (1 - c.zbv) * plain[st] for st in ("first", "last")}
-        dense["first"] += at["first"]
-        dense["last"] += at["last"]
-        dense["between"] += 1 - at["first"] - at["last"]
+        plain = {"first": _below(offset, n["first"] / v),
+                 "last": 1 - _below(offset, (L - n["last"]) / v)}
+        plain["between"] = 1 - plain["first"] - plain["last"]
+        # the layer's offset among its stage's layers of round r, on each stage
+        at_stage = {"first": offset, "last": offset - (L - n["last"]) / v,
+                    "between": _mod(offset - n["first"] / v,
+                                    sp.Max(1, n["middle"] / v, evaluate=False))}
+        width = {"first": n["first"], "last": n["last"], "between": n["middle"]}
+        for st in stages:
+            plain_rc = _full_recomputes(c, 1 + r * width[st] / v + at_stage[st], at_stage[st])
+            dense[st] += c.zbv * v_shape[st] + (1 - c.zbv) * plain[st]
+            recomputed[st] += c.zbv * v_shape[st] * v_rc + (1 - c.zbv) * plain[st] * plain_rc
+    return _to_stages(c, dense), _to_stages(c, recomputed)
+
+
+def _to_stages(c: Context, per: dict[str, sp.Expr]) -> dict[str, sp.Expr]:
+    """first, last, between -> first, last, middle: a middle stage (pp >= 3) takes those between
+    averaged over its pp - 2 ranks, else repeats the stage whose count it repeats (moe_layers)."""
+    pp = S.pp
     middle_exists = sp.Max(0, sp.Min(1, pp - 2, evaluate=False), evaluate=False)
     uneven = c.fam.uneven_stages is not False  # given (True) or open (None)
     given_first = sp.Min(1, S.L_first, evaluate=False) if uneven else ZERO
     given_last = sp.Min(1, S.L_last, evaluate=False) if uneven else ZERO
-    repeated = (1 - given_first) * dense["first"] + given_first * (1 - given_last) * dense["last"]
-    dense_middle = middle_exists * dense["between"] / sp.Max(1, pp - 2, evaluate=False) \
+    repeated = (1 - given_first) * per["first"] + given_first * (1 - given_last) * per["last"]
+    middle = middle_exists * per["between"] / sp.Max(1, pp - 2, evaluate=False) \
         + (1 - middle_exists) * repeated
-    return {"first": n["first"] - dense["first"], "last": n["last"] - dense["last"],
-            "middle": n["middle"] - dense_middle}
+    return {"first": per["first"], "last": per["last"], "middle": middle}
 
 
 def moe_layers_total(c: Context) -> sp.Expr:
@@ -207,7 +273,8 @@ def synced(c: Context, stage: str, cost: PartCost, moe_layer_s: sp.Expr) -> Sync
     per-expert row counts as a host list (Megatron-Core, fused kernels; torchtitan's grouped_mm
     takes device offsets and does not sync):
         on  = [ep > 1] + [ep = 1] [kernels fused]
-        n'  = n_moe (1 + full)    (full recompute repeats the forward, its syncs with it)
+        n'  = n_moe + n_rc,moe    (full recompute repeats the forward, its syncs with it:
+                                   moe_recomputed)
         H_R = on n' t_op (EXPERT_HOST_OPS_fwd E / ep + EXCHANGE_HOST_OPS_fwd [ep > 1])
         D_R = on n' s routed_forward_s  (+ the forward's and recompute's exposed comm/ep)
         H_A = on n' (c_fwd + t_op (ops_fwd + MOE_HOST_OPS_fwd + EXPERT_HOST_OPS_fwd n_shared))
@@ -220,7 +287,7 @@ def synced(c: Context, stage: str, cost: PartCost, moe_layer_s: sp.Expr) -> Sync
         return None
     ep_on = active(S.ep)
     on = ep_on + (1 - ep_on) * c.fused_kernels
-    n = on * moe_layers(c)[stage] * (1 + c.full)
+    n = on * (moe_layers(c)[stage] + moe_recomputed(c)[stage])
     shared = 1 if c.fam.moe_shared else 0
     routed = routed_forward_s(c)
     return Synced(
@@ -341,7 +408,8 @@ def extra_kernels(c: Context, stage: str) -> tuple[sp.Expr, sp.Expr]:
 def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix: str = "layers",
                    recomputed: bool = True) -> list[Collective]:
     """The expert-parallel collectives of each stage's MoE layers (module doc; layers: stage ->
-    MoE layers, default moe_layers): declared per stage (their MoE layers differ); the last
+    MoE layers, default moe_layers, of which full recompute repeats moe_recomputed's, or the
+    share full of those given): declared per stage (their MoE layers differ); the last
     and the middle stage's enter the ledger only with several stages (with one, the first's are
     its) unless the first has none declared here. Their phases: <prefix>@<stage>/forward, /backward,
     /recompute. A stage "output" (the multi-token-prediction modules') is the output layer's:
@@ -370,46 +438,49 @@ def ep_collectives(c: Context, layers: dict[str, sp.Expr] | None = None, prefix:
     probs_etp_ops = {"forward": "all_gather", "backward": "reduce_scatter",
                      "recompute": "all_gather"}
     out = []
-    layers = moe_layers(c) if layers is None else layers
+    if layers is None:
+        layers, repeated = moe_layers(c), moe_recomputed(c)
+    else:
+        repeated = {st: c.full * n for st, n in layers.items()}
     for declared, n in layers.items():
         st = PHASE_STAGE.get(declared, declared)
         share = c.multi if st != "first" and "first" in layers else sp.Integer(1)
-        directions = [("forward", "fwd", sp.Integer(1)), ("backward", "bwd", sp.Integer(1))]
+        directions = [("forward", "fwd", n), ("backward", "bwd", n)]
         if recomputed:  # full recompute repeats an MoE layer's forward, its exchanges with it
-            directions.append(("recompute", "bwd", c.full))
-        for direction, phase, times in directions:
+            directions.append(("recompute", "bwd", repeated[declared]))
+        for direction, phase, layers_n in directions:
             in_phase = f"{prefix}@{st}/{direction}"
             out.append(Collective(
                 name="ep/dispatch_combine/all_to_all", op="all_to_all", axis="ep",
                 nbytes=e * sent * h, time_nbytes=e * busiest * h,
-                calls=A2A_PER_LAYER * times * n, phase=phase, in_phase=in_phase,
+                calls=A2A_PER_LAYER * layers_n, phase=phase, in_phase=in_phase,
                 term="comm/ep", fam=c.fam, stage=declared, ledger_share=share, call_time=a2a_time))
             out.append(Collective(
                 name="ep/probs/all_to_all", op="all_to_all", axis="ep",
                 nbytes=MOE.ROUTER_PROB_BYTES * sent, time_nbytes=MOE.ROUTER_PROB_BYTES * busiest,
-                calls=probs * times * n, phase=phase, in_phase=in_phase, term="comm/ep",
+                calls=probs * layers_n, phase=phase, in_phase=in_phase, term="comm/ep",
                 fam=c.fam, stage=declared, ledger_share=share))
             out.append(Collective(
                 name=f"etp/probs/{probs_etp_ops[direction]}", op=probs_etp_ops[direction],
                 axis="etp", nbytes=MOE.ROUTER_PROB_BYTES * S.etp * sent,
-                time_nbytes=MOE.ROUTER_PROB_BYTES * S.etp * busiest, calls=probs * times * n,
+                time_nbytes=MOE.ROUTER_PROB_BYTES * S.etp * busiest, calls=probs * layers_n,
                 phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=declared,
                 ledger_share=share))
             for op in etp_ops[direction]:
                 out.append(Collective(
                     name=f"etp/expert_tokens/{op}", op=op, axis="etp", nbytes=gathered,
-                    time_nbytes=gathered_busiest, calls=times * n, phase=phase,
+                    time_nbytes=gathered_busiest, calls=layers_n, phase=phase,
                     in_phase=in_phase, term="comm/ep", fam=c.fam, stage=declared,
                     ledger_share=share))
             if not c.fam.moe_capacity and direction != "backward":
                 out.append(Collective(
                     name="ep/token_counts/all_gather", op="all_gather", axis="ep",
-                    nbytes=S.ep * E * MOE.COUNT_BYTES, calls=(1 - counts_etp) * times * n,
+                    nbytes=S.ep * E * MOE.COUNT_BYTES, calls=(1 - counts_etp) * layers_n,
                     phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=declared,
                     ledger_share=share))
                 out.append(Collective(
                     name="etp_ep/token_counts/all_gather", op="all_gather", axis="etp_ep",
-                    nbytes=S.etp * S.ep * E * MOE.COUNT_BYTES, calls=counts_etp * times * n,
+                    nbytes=S.etp * S.ep * E * MOE.COUNT_BYTES, calls=counts_etp * layers_n,
                     phase=phase, in_phase=in_phase, term="comm/ep", fam=c.fam, stage=declared,
                     ledger_share=share))
     return out
