@@ -348,6 +348,38 @@ def stage_work(c: Context, stage: str) -> LayerWork:
     return layer_work(c).times(n - moe) + layer_work(c, moe=True).times(moe)
 
 
+def full_recomputed(c: Context, stage: str) -> tuple[sp.Expr, sp.Expr]:
+    """(dense, MoE) layers full recompute repeats of a stage's n (first, middle or last), whole
+    layers as the job picks them (0 under the other policies):
+        n_rc,moe   = perfmodel.step.moe.moe_recomputed   (the MoE layers among them)
+        n_rc,dense = full_layers(n) - n_rc,moe            (Context.full_layers)
+    Not full x n_dense and full x n_moe, the share of all the stage's layers applied to each
+    kind: 4 layers, layer 0 dense, one in 2 recomputed (layers 1 and 3, both MoE) are 0 dense and
+    2 MoE layers, not 0.5 and 1.5. A dense model's stay full x n (the first stage's share applied
+    to n); where a pipeline layout places the dense layers (Family.stage_dense) the share of
+    each kind, full x n_dense and full x n_moe (moe_recomputed)."""
+    n = c.stage_layers[stage]
+    if not c.fam.moe:
+        return c.full * n, ZERO
+    from perfmodel.step.moe import moe_layers, moe_recomputed
+
+    moe, moe_rc = moe_layers(c)[stage], moe_recomputed(c)[stage]
+    if c.fam.stage_dense is not None:
+        return c.full * (n - moe), moe_rc
+    return c.full_layers(n) - moe_rc, moe_rc
+
+
+def full_recompute_s(c: Context, stage: str, work: LayerWork) -> sp.Expr:
+    """What full recompute repeats of a stage's layers in one micro-batch [s]: the forward of
+    each layer it recomputes (full_recomputed), a dense layer's or an MoE layer's,
+        n_rc,dense x t_dense + n_rc,moe x t_moe
+    (work: the stage's layers, stage_work; a dense model's, full x their forward)."""
+    if not c.fam.moe:
+        return c.full * work.total_s
+    dense, moe = full_recomputed(c, stage)
+    return dense * layer_work(c).total_s + moe * layer_work(c, moe=True).total_s
+
+
 def attended_share(c: Context) -> sp.Expr:
     """The query-key pairs a layer attends over s^2, on average over the layers: 1/2 (causal), or
     with a sliding window in a share rho_w of the layers (1 - rho_w) / 2 + rho_w P(w) / s^2
@@ -429,9 +461,10 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
     host:   n x c_fwd (c_bwd); n x ops x t_op (framework.PartCost) where not calibrated, and
             what the stage's MoE layers issue beyond dense ones (extra_kernels: forward and
             backward per micro-batch, perfmodel.step.moe.extra_kernels, at the same cost each)
-    recompute: full x forward + selective x attention (core_attn) and the parts its other modules
+    recompute: the forward of the layers full recompute repeats (full_recompute_s: whole dense
+    and MoE layers) + selective x attention (core_attn) and the parts its other modules
     name (recompute_module_s) + op x what per-op recompute repeats (op_recompute_s), device and
-    host (charged to compute/recompute), and the forward's
+    host (charged to compute/recompute; the host's at full x n), and the forward's
     collectives (full; op: all but the reduce-scatters, whose outputs it keeps). full, selective
     and op are the shares of the stage's layers under each policy (Context).
     overlap, overlap_device: by phase, the Overlaps of its tensor-parallel collectives and what
@@ -443,7 +476,7 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
     kernels = cost.kernel_s * (n * cost.forward_ops + extra_kernels[0])
     back_kernels = cost.kernel_s * (n * cost.backward_ops + extra_kernels[1])
     slower = cost.scale - 1  # what the framework's scale adds to the rooflines
-    recomputed = c.full * work.total_s + c.core * work.attention_s \
+    recomputed = full_recompute_s(c, stage, work) + c.core * work.attention_s \
         + c.op * op_recompute_s(c, work) \
         + sum((c.recomputes(name) * t for name, t in work.module_s), ZERO)
 

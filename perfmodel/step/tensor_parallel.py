@@ -112,18 +112,21 @@ def _tp(c: Context, name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: 
 
 def megatron_collectives(c: Context, count: sp.Expr, prefix: str = "layers",
                          stage: str = "every", share: sp.Expr = ONE,
-                         recomputed: bool = True) -> list[Collective]:
+                         recomputed: bool = True,
+                         full_count: sp.Expr | None = None) -> list[Collective]:
     """Megatron 1D's collectives of `count` sub-layers (an attention or an MLP each) per
     micro-batch, issued in the phases <prefix>/forward, /backward, /recompute on `stage` (its
-    ledger calls x share)."""
+    ledger calls x share); full_count: those of them full recompute repeats (default full x
+    count, the share of the stage's layers)."""
     sp_ = c.seq_parallel
     act_bytes = S.e * c.T * S.h
     fp8_gather = S.e8 * c.T * S.h if c.fam.fp8 else act_bytes  # the GEMM inputs, cast first
     out = []
     # recompute repeats the forward's (full), or all but the reduce-scatters, whose outputs
     # torchtitan's per-op recompute keeps (op)
-    recompute = {"all_gather": c.full + c.op, "reduce_scatter": c.full,
-                 "all_reduce": c.full + c.op}
+    full = c.full * count if full_count is None else full_count
+    recompute = {"all_gather": full + c.op * count, "reduce_scatter": full,
+                 "all_reduce": full + c.op * count}
     where = prefix if stage == "every" else f"{prefix}@{PHASE_STAGE.get(stage, stage)}"
     directions: list[tuple[str, str, dict[str, sp.Expr] | None]] = [
         (f"{where}/forward", "fwd", None), (f"{where}/backward", "bwd", None)]
@@ -131,8 +134,8 @@ def megatron_collectives(c: Context, count: sp.Expr, prefix: str = "layers",
         directions.append((f"{where}/recompute", "bwd", recompute))
     for in_phase, phase, repeat in directions:
         for op, part in (("all_gather", sp_), ("reduce_scatter", sp_), ("all_reduce", 1 - sp_)):
-            times = 1 if repeat is None else repeat[op]
-            calls = c.megatron * times * part * count
+            repeated = count if repeat is None else repeat[op]
+            calls = c.megatron * part * repeated
             # the all-gathers carry FP8 (the forward's GEMM inputs and the backward's grad
             # outputs, cast on the shard first); reduce-scatters and all-reduces bf16
             nbytes = fp8_gather if op == "all_gather" else act_bytes
@@ -203,13 +206,17 @@ def mla_collectives(c: Context, count: sp.Expr, prefix: str = "layers", stage: s
 def dense_mlp_collectives(c: Context) -> list[Collective]:
     """The MLP collectives of each stage's dense layers (a mixture of experts without shared
     experts), declared per stage (phases layers@<stage>/...): the first stage's in the ledger,
-    the last's and a middle one's only with several stages."""
+    the last's and a middle one's only with several stages. Full recompute repeats those of
+    the dense layers it recomputes, whole layers (perfmodel.step.layer.full_recomputed: 4
+    layers, layer 0 dense, one in 2 recomputed, none; not full x 1 = 1/2)."""
+    from perfmodel.step.layer import full_recomputed
     from perfmodel.step.moe import moe_layers
 
     moe, out = moe_layers(c), []
     for st in STAGES:
         share = ONE if st == "first" else c.multi
-        out += megatron_collectives(c, c.stage_layers[st] - moe[st], stage=st, share=share)
+        out += megatron_collectives(c, c.stage_layers[st] - moe[st], stage=st, share=share,
+                                    full_count=full_recomputed(c, st)[0])
     return out
 
 
