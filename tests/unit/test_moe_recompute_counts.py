@@ -32,9 +32,7 @@ position_embedding: rotary
 experts: 8
 top_k: 2
 expert_ffn_hidden: 32
-shared_experts: 1
-shared_expert_ffn_hidden: 64
-moe_first_dense: 1
+{shared}moe_first_dense: 1
 capacity_factor: {capacity}
 hidden_dropout: 0.0
 attention_dropout: 0.0
@@ -42,9 +40,13 @@ attention_dropout: 0.0
 
 
 def _spec(tmp_path: Path, name: str, layers: int = 4, capacity: str = "null",
-          dense: str = "") -> str:
+          dense: str = "", shared: bool = True) -> str:
+    """The spec file (shared false: no shared expert, so that the dense layers' MLPs alone issue
+    MLP collectives with tp > 1)."""
     path = tmp_path / f"{name}.yaml"
-    path.write_text(SPEC.format(name=name, layers=layers, capacity=capacity) + dense)
+    experts = "shared_experts: 1\nshared_expert_ffn_hidden: 64\n" if shared else ""
+    path.write_text(SPEC.format(name=name, layers=layers, capacity=capacity, shared=experts)
+                    + dense)
     return str(path)
 
 

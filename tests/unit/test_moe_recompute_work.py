@@ -14,6 +14,7 @@ import pytest
 
 from perfmodel import load_model, predict
 from tests.unit.test_bad_input import run_main
+from tests.unit.test_moe_recompute_counts import _spec as counts_spec
 
 # mixtral's layers, 4 of them: every one MoE, or the first dense (an MLP f wide)
 ALL_MOE = load_model("mixtral-8x7b").replace(layers=4, seq_len=4096)
@@ -61,37 +62,11 @@ def test_every_layer_and_a_model_of_moe_layers_keep_their_work() -> None:
     assert _recompute_s(MIXED, recompute="full") == pytest.approx(dense + 3 * moe, rel=1e-12)
 
 
-# a small MoE model without shared experts (its dense layers' MLPs alone issue MLP collectives
-# with tp > 1), its first layer dense (and, with layers: 8, layer 5 too)
-SPEC = """\
-name: {name}
-kind: transformer
-layers: {layers}
-hidden: 64
-heads: 8
-kv_heads: 4
-ffn_hidden: 128
-seq_len: 64
-vocab: 128
-gated_mlp: true
-tied_embeddings: false
-bias: false
-norm: rmsnorm
-position_embedding: rotary
-experts: 8
-top_k: 2
-expert_ffn_hidden: 32
-moe_first_dense: 1
-capacity_factor: null
-hidden_dropout: 0.0
-attention_dropout: 0.0
-"""
-
-
 def _spec(tmp_path: Path, name: str, layers: int = 4, dense: str = "") -> str:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(SPEC.format(name=name, layers=layers) + dense)
-    return str(path)
+    """test_moe_recompute_counts' small MoE model without shared experts (its dense layers' MLPs
+    alone issue MLP collectives with tp > 1), its first layer dense (and, with layers: 8, layer
+    5 too)."""
+    return counts_spec(tmp_path, name, layers=layers, dense=dense, shared=False)
 
 
 def _agrees(args: list[str]) -> None:
