@@ -999,8 +999,11 @@ def _hf_window(cfg: Mapping[str, Any], mtype: str, where: str, layers: int,
     """sliding_window and full_attention_every from a config: its layer_types where it has them,
     else the family's rule (mistral, mixtral: every layer windowed; qwen families: only with
     use_sliding_window, the layers from max_window_layers on; gpt_oss: every other layer, from
-    the first). A pattern perfmodel cannot express is refused with its reason."""
-    if mtype in ("gpt2", "gpt_neox", "deepseek_v2", "deepseek_v3", "glm4_moe", "llama"):
+    the first). A pattern perfmodel cannot express is refused with its reason. The families
+    whose modelling code has no window (transformers 5: GPT-2, GPT-NeoX, BLOOM, Llama, Gemma,
+    OLMoE, DeepSeek, GLM-4.5) ignore a sliding_window key, as transformers does."""
+    if mtype in ("gpt2", "gpt_neox", "deepseek_v2", "deepseek_v3", "glm4_moe", "llama", "gemma",
+                 "olmoe", "bloom"):
         types = cfg.get("layer_types")
         if types and any(t != "full_attention" for t in types):
             raise SpecError(f"{where}: layer_types other than full_attention in a {mtype} "

@@ -3,7 +3,8 @@
 presets`, and `active_parameters` of `presets --json`, `predict --json` and `recommend --json`.
 
 Before, every model's active count held the input embedding table, so gpt-oss-120b's was 5.71B
-against its card's 5.13B (+11%) and gpt-oss-20b's 4.19B against 3.61B (+16%)."""
+against its card's 5.13B (+11%) and gpt-oss-20b's 4.19B against 3.61B (+16%). Also the Hugging
+Face reader's handling of configs a probe found misread (2026-12-02)."""
 
 from __future__ import annotations
 
@@ -96,3 +97,14 @@ def test_a_hugging_face_config_without_model_type_is_named_so(tmp_path):
     with pytest.raises(SpecError, match="a Hugging Face config.json .* without model_type: give "
                                         "its model_type"):
         load_model(tmp_path, seq_len=4096)
+
+
+@pytest.mark.parametrize("name", ["gemma-2b", "olmoe-1b-7b-0924"])
+def test_a_window_key_the_familys_code_ignores_is_ignored(tmp_path, name):
+    """GemmaConfig and OlmoeConfig have no sliding window (transformers 5): a sliding_window key
+    in their config.json changes nothing there, and was costed as every layer windowed."""
+    from perfmodel.specs.model import load_model
+
+    config = json.loads((HF / name / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "sliding_window": 1024}))
+    assert load_model(tmp_path, seq_len=4096) == load_model(HF / name, seq_len=4096)
