@@ -1407,9 +1407,15 @@ RULES: tuple[Rule, ...] = (
                                      int(m.mtp_layers))
           if c.first_stage_layers + c.last_stage_layers == 0 else _uneven_message(c, m),
           model=True),
-    _rule("sequence_parallel tp", lambda c, m: (c.sequence_parallel == 0) | (m.seq_len % c.tp == 0),
+    # each cp rank's s / cp tokens are split over tp (Megatron-Core's sequence-parallel scatter
+    # asserts that they divide)
+    _rule("sequence_parallel tp cp",
+          lambda c, m: (c.sequence_parallel == 0) | (m.seq_len % (c.tp * c.cp) == 0),
           lambda c, m: f"seq_len ({m.seq_len}) must be divisible by tp ({c.tp}) for "
-                       f"sequence_parallel", model=True),
+                       "sequence_parallel" if c.cp == 1 else
+                       f"seq_len ({m.seq_len}) must be divisible by tp x cp ({c.tp} x {c.cp} = "
+                       f"{c.tp * c.cp}) for sequence_parallel: each cp rank's seq_len / cp "
+                       "tokens are split over tp", model=True),
     # context parallelism (Megatron-Core: load-balanced causal chunks, 2 cp of them)
     _rule("cp", lambda c, m: (c.cp == 1) | (m.seq_len % (2 * c.cp) == 0),
           lambda c, m: f"seq_len ({m.seq_len}) must be divisible by 2 cp ({2 * c.cp}): each cp "
