@@ -186,8 +186,12 @@ def best_of(model: TransformerSpec, hardware: HardwareSpec,
 
 
 def without(req: SearchRequest, axis: str) -> SearchRequest:
-    """The request with the degree `axis` (cp, ep, etp) at 1."""
+    """The request with the degree `axis` (cp, ep, etp) at 1, and its pins that only plans with
+    that axis take left open: ep_comm_overlap pinned on searches only plans with ep > 1, so the
+    search without expert parallelism leaves it to its default (off where ep is 1)."""
     fields: dict[str, Any] = {axis: 1}
+    if axis == "ep" and req.ep_comm_overlap:
+        fields["ep_comm_overlap"] = None
     return dataclasses.replace(req, **fields)
 
 
