@@ -1509,6 +1509,13 @@ def resolved_request(model: TransformerSpec, hardware: HardwareSpec,
                                  req.attention_kernel)
     if flash != req.flash_attention:  # the default decided for this hardware and model
         req = dataclasses.replace(req, flash_attention=flash)
+    if req.cp_comm is not None and req.cp is None and (not flash or req.max_cp == 1):
+        # a pin no searched plan takes (context parallelism needs a fused kernel), as predict
+        # refuses --cp-comm beside cp 1
+        why = ("max_cp 1 leaves every plan at cp 1" if flash else "the attention has no fused "
+               "kernel for this hardware and dtype, which context parallelism needs")
+        raise PlanError(f"cp_comm {req.cp_comm.value} applies to context parallelism (cp > 1), "
+                        f"and no plan searched has it: {why}; leave --cp-comm out")
     if encode.fp8_params_zero3_refused(hardware, req.dtype, req.fp8_recipe, req.fp8_params):
         # MXFP8 weights under FSDP (Plan's rule, encode.check_fp8_params): ZeRO 0-2 searched
         if req.zero == 3:
