@@ -102,7 +102,9 @@ _name("tpa_per_node", "k_a", "ranks of one grid-axis-a group inside one node")
 _name("tpb_per_node", "k_b", "ranks of one grid-axis-b group inside one node")
 _name("tpc_per_node", "k_c", "ranks of one grid-axis-c group inside one node")
 # hardware
-_name("peak_flops_per_s", "F_peak", "peak FLOP/s of one GPU in the plan's dtype")
+_name("peak_flops_per_s", "F_peak",
+      "peak FLOP/s of one GPU in the plan's dtype (bf16's for an FP8 plan, whose FP8 GEMMs take "
+      "F_peak^fp8)")
 _name("memory_bandwidth_bytes_per_s", "W_mem", "effective memory bandwidth [B/s]")
 _name("host_link_bytes_per_s", "W_host",
       "one direction of a GPU's link to host memory (PCIe, NVLink-C2C) [B/s]")
