@@ -48,6 +48,10 @@ def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str], st
         raise DataError(f"plans file {path} is empty: it needs a header row with columns "
                         f"{', '.join(PLAN_COLUMNS)}")
     header = [h.strip() for h in reader.fieldnames]
+    repeated = sorted({h for h in header if header.count(h) > 1})
+    if repeated:  # a reader keeps the last of two cells of a name: which one was meant is unknown
+        raise DataError(f"plans file {path}: column '{repeated[0]}' is given "
+                        f"{header.count(repeated[0])} times: give each column once")
     allowed = set(PLAN_COLUMNS) | set(MODEL_COLUMNS) | {"model", "hardware"}
     unknown = [h for h in header if h not in allowed]
     if unknown:
@@ -122,6 +126,8 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
                 from perfmodel.specs.hardware import load_hardware
 
                 hw = load_hardware(row["hardware"])
+                if kw.get("collective_algorithm"):  # no column gives it: every row's
+                    hw = hw.replace(collective_algorithm=kw["collective_algorithm"])
             if hw is None:
                 raise DataError("no hardware: give --hardware/--profile or a 'hardware' column")
             plan_kw: dict[str, Any] = {k: row[k] for k in PLAN_COLUMNS if row.get(k)}
