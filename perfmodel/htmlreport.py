@@ -217,7 +217,7 @@ def _plans_table(rec: Any, data: Mapping[str, Any]) -> str:
     """The best plans; with --tokens / --gpu-hour-price their time to train, GPU-hours and cost
     (the command's JSON entries, perfmodel.recommend.training_budget)."""
     from perfmodel.output import fmt_bytes
-    from perfmodel.render import fmt_duration, fmt_price, fmt_seconds
+    from perfmodel.render import fmt_duration, fmt_price, fmt_seconds, overlaps
 
     entries = list(data.get("plans") or [{} for _ in rec.top])
     budget = [(key, label, fmt) for key, label, fmt in (
@@ -229,14 +229,17 @@ def _plans_table(rec: Any, data: Mapping[str, Any]) -> str:
     for rank, (p, entry) in enumerate(zip(rec.top, entries, strict=False), start=1):
         pl = p.plan
         sched = pl.schedule.value + (f" v={pl.virtual_stages}" if pl.virtual_stages > 1 else "")
-        rows.append((rank, pl.gpus, pl.dp, pl.tp, pl.tp_layout.value, pl.pp, pl.micro_batch,
-                     sched, pl.recompute.value, "yes" if pl.sequence_parallel else "", pl.zero,
+        cp = f"{pl.cp} {pl.cp_comm.value}" if pl.cp > 1 else str(pl.cp)
+        rows.append((rank, pl.gpus, pl.dp, pl.tp, pl.tp_layout.value, pl.pp, cp, pl.ep, pl.etp,
+                     pl.micro_batch, sched, pl.recompute.value,
+                     "yes" if pl.sequence_parallel else "", pl.zero, overlaps(pl, p.model),
                      ",".join(pl.placement), fmt_seconds(p.step_time_s),
                      fmt_fixed(p.tokens_per_s, ",.0f"), fmt_fixed(p.mfu, ".1%"),
                      fmt_bytes(p.memory_per_gpu_bytes),
                      *(fmt(entry[key]) for key, _, fmt in budget)))
-    headers = ("#", "GPUs", "dp", "tp", "layout", "pp", "mb", "schedule", "recompute", "sp",
-               "zero", "placement", "step time", "tokens/s", "MFU", "memory/GPU",
+    headers = ("#", "GPUs", "dp", "tp", "layout", "pp", "cp", "ep", "etp", "mb", "schedule",
+               "recompute", "sp", "zero", "overlap", "placement", "step time", "tokens/s", "MFU",
+               "memory/GPU",
                *(label for _, label, _ in budget))
     return table(headers, rows, left=0, css_id="plans-table", classes=["best"])
 

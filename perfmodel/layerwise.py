@@ -33,7 +33,7 @@ from functools import cache, lru_cache
 from typing import Any
 
 from perfmodel.costs.collectives import Realisation
-from perfmodel.errors import PlanError
+from perfmodel.errors import PerfmodelError, PlanError
 from perfmodel.output import require_finite
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.layers import LayerGraphSpec
@@ -475,7 +475,11 @@ def _set_field(hardware: HardwareSpec, dotted: str, value: float, dtype: str) ->
 
     if dotted == "peak_flops_per_s":  # the FLOP rate in the plan's dtype; the others scale with it
         ref = hardware.peak(dtype)
-        return apply_what_if(hardware, f"peak_flops_per_s={value / ref!r}x", "--vary")
+        factor = f"peak_flops_per_s={value / ref!r}x"
+        try:
+            return apply_what_if(hardware, factor, "--vary")
+        except PerfmodelError as exc:  # named by the value given, not the factor it became
+            raise type(exc)(str(exc).replace(factor, f"peak_flops_per_s={value!r}")) from None
     return apply_what_if(hardware, f"{dotted}={value!r}", "--vary")
 
 
