@@ -224,6 +224,28 @@ CAPACITY = ("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
             "moe_token_drop_policy")
 
 
+# the load balancing an expert capacity works with (Megatron-Core's TransformerConfig
+# __post_init__ at NVIDIA/Megatron-LM d98e8a64, whatever the factor's sign)
+CAPACITY_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "none")
+
+
+def capacity_balancing(factor_key: str, factor: Any, key: str, balancing: Any,
+                       where: str) -> None:
+    """A capacity factor beside a load balancing type (or a list of them, one per loss) that
+    Megatron-Core raises on, sinkhorn or quantile_balancing: refused, naming both settings."""
+    if balancing in (None, "None", "null"):
+        return  # Megatron-Core's default, aux_loss
+    if isinstance(balancing, str):
+        balancing = balancing.strip("[]").replace(",", " ").split()
+    types = [str(t).strip().strip("'\"") for t in balancing] \
+        if isinstance(balancing, list | tuple) else [str(balancing)]
+    if set(types) - set(CAPACITY_BALANCING):
+        raise refuse_plan(where, factor_key, factor,
+                          "Megatron-Core raises 'moe_expert_capacity_factor only works with "
+                          "aux_loss, seq_aux_loss, global_aux_loss or none load balancing' "
+                          f"({key} {' '.join(types)})")
+
+
 def capacity(fields: dict[str, Any], prefix: str, job: JobConfig, where: str) -> None:
     """Megatron-Core's expert capacity (NeMo 1's model, NeMo 2's and Megatron-Bridge's
     TransformerConfig): moe_expert_capacity_factor c with moe_pad_expert_input_to_capacity
@@ -231,8 +253,9 @@ def capacity(fields: dict[str, Any], prefix: str, job: JobConfig, where: str) ->
     pads every expert's input to C (megatron/core/transformer/moe/moe_utils.py,
     topk_softmax_with_capacity and get_capacity), the model's capacity_factor (docs/moe.md);
     without a factor the experts are dropless. A factor without the padding drops the tokens
-    over C and sends the rest unpadded: not modelled. Which tokens drop (moe_token_drop_policy)
-    does not change the cost."""
+    over C and sends the rest unpadded: not modelled. A factor beside a load balancing type
+    Megatron-Core raises on (capacity_balancing) is refused. Which tokens drop
+    (moe_token_drop_policy) does not change the cost."""
     factor = fields.get("moe_expert_capacity_factor")
     pad = _true(fields.get("moe_pad_expert_input_to_capacity", False))
     key = f"{prefix}.moe_expert_capacity_factor"
@@ -243,6 +266,8 @@ def capacity(fields: dict[str, Any], prefix: str, job: JobConfig, where: str) ->
                             "unset: dropless experts" if name == CAPACITY[0]
                             else "no effect without a capacity factor")
         return
+    capacity_balancing(key, factor, f"{prefix}.moe_router_load_balancing_type",
+                       fields.get("moe_router_load_balancing_type"), where)
     if not pad:
         raise refuse_plan(where, key, factor, "dropping the tokens over an expert's capacity "
                           "without padding (moe_pad_expert_input_to_capacity false) is not "

@@ -49,6 +49,7 @@ from perfmodel.configs.job import (
     JobConfig,
     allocator_export,
     capacity,
+    capacity_balancing,
     refuse_plan,
     refuse_spec,
     typo,
@@ -99,13 +100,14 @@ READ_OPTIONS: dict[str, int] = {
         "optimizer", "transformer-impl", "window-size", "tokenizer-model", "vocab-file",
         "cpu-offloading-num-layers", "main-grads-dtype", "main-params-dtype",
         "exp-avg-dtype", "exp-avg-sq-dtype", "cross-entropy-fusion-impl",
-        "activation-func-clamp-value"), 1),
+        "activation-func-clamp-value", "num-layers-at-start-in-bf16",
+        "num-layers-at-end-in-bf16"), 1),
     **dict.fromkeys(("checkpoint-num-layers", "activations-checkpoint-method",
                      "activations-checkpoint-num-layers", "DDP-impl"), 1),
     # --num-experts: one or more numbers (Megatron-DeepSpeed's, one per MoE layer)
     # --cp-comm-type: one or one per layer (Megatron-LM's nargs='+')
     **dict.fromkeys(("recompute-modules", "cuda-graph-modules", "cuda-graph-scope",
-                     "num-experts", "cp-comm-type"), -1),
+                     "num-experts", "cp-comm-type", "hierarchical-context-parallel-sizes"), -1),
     "cuda-graph-impl": 1,
     "rampup-batch-size": 3,
     "step-batch-size-schedule": 1,
@@ -120,7 +122,7 @@ READ_OPTIONS: dict[str, int] = {
         "optimizer-cpu-offload", "account-for-embedding-in-pipeline-split",
         "account-for-loss-in-pipeline-split", "squared-relu", "quick-geglu", "use-legacy-models",
         "use-mcore-models", "mock-data", "no-position-embedding", "fp8-param-gather",
-        "use-rotary-position-embeddings",
+        "use-rotary-position-embeddings", "first-last-layers-bf16",
         "reuse-grad-buf-for-mxfp8-param-ag",
         "use-precision-aware-optimizer", "no-store-param-remainders", "store-param-remainders",
         "checkpoint-activations", "distribute-checkpointed-activations",
@@ -751,23 +753,8 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
             model["shared_expert_ffn_hidden"] = shared
             take("moe_shared_expert_intermediate_size", f"a shared expert {shared} wide")
         _moe_extras(settings, job, where, take, shared)
-        dispatcher = _str(settings, "moe_token_dispatcher_type", "allgather")
-        if dispatcher == "allgather":  # Megatron-LM's default
-            raise refuse_plan(where, settings["moe_token_dispatcher_type"][0]
-                              if "moe_token_dispatcher_type" in settings
-                              else "--moe-token-dispatcher-type / moe_token_dispatcher_type "
-                                   "(default: allgather)", dispatcher,
-                              "perfmodel models the all-to-all dispatch: give the token "
-                              "dispatcher type alltoall (or flex)")
-        take("moe_token_dispatcher_type", f"{dispatcher}: the tokens' all-to-all"
-             + (" by DeepEP's (or HybridEP's) kernels: ep_dispatcher deepep"
-                if dispatcher == "flex" else ""))
-        if dispatcher == "flex":  # Megatron-Core's flex dispatcher runs DeepEP or HybridEP
-            job.fix("ep_dispatcher", "deepep")
-            backend = _str(settings, "moe_flex_dispatcher_backend", "deepep")
-            take("moe_flex_dispatcher_backend", f"{backend}: ep_dispatcher deepep (HybridEP "
-                                                "sends a token once per node as DeepEP does)")
-            take("moe_enable_deepep", "ep_dispatcher deepep")
+    _dispatcher(settings, job, where, take, experts)
+    if experts:
         groups = _int(settings, "moe_router_num_groups", where)
         if groups is not None and groups > 1:
             model["expert_groups"] = groups
@@ -792,6 +779,70 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
     _capacity(settings, job, where, take, experts)
     _vocab(settings, job, where, take)
     _dropout(settings, job, where, take, over_preset=False)
+
+
+# Megatron-Core's token dispatchers and the flex dispatcher's backends (TransformerConfig's
+# Literal fields, Megatron-LM's argparse choices through ArgumentGroupFactory, at d98e8a64)
+DISPATCHERS = ("allgather", "alltoall", "flex")
+FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
+
+
+def _dispatcher(settings: Settings, job: JobConfig, where: str,
+                take: Callable[[str, str], None], experts: int) -> None:
+    """--moe-token-dispatcher-type (alltoall; flex: DeepEP's or HybridEP's kernels, ep_dispatcher
+    deepep) with --moe-flex-dispatcher-backend and the deprecated --moe-enable-deepep. Refused:
+    a value outside Megatron-Core's choices; what its TransformerConfig raises on
+    (transformer_config.py __post_init__ at d98e8a64: --moe-enable-deepep without the flex
+    dispatcher or beside the hybridep backend, the ncclep backend without flex), with or without
+    experts; with experts, Megatron-LM's default allgather and the ncclep backend (NCCL EP's
+    dispatch, token_dispatcher.py _NCCLEPManager), which perfmodel does not model."""
+    dispatcher = _str(settings, "moe_token_dispatcher_type", "allgather")
+    backend = _str(settings, "moe_flex_dispatcher_backend", "deepep")
+    for dest, value, allowed in (("moe_token_dispatcher_type", dispatcher, DISPATCHERS),
+                                 ("moe_flex_dispatcher_backend", backend, FLEX_BACKENDS)):
+        # argparse refuses another value; a config's TransformerConfig builds no dispatcher
+        # without experts
+        if value not in allowed and (experts or settings[dest][0].startswith("--")):
+            raise refuse_plan(where, settings[dest][0], value,
+                              f"one of {', '.join(allowed)} (Megatron-Core's choices)")
+    if _flag(settings, "moe_enable_deepep", where):
+        key = settings["moe_enable_deepep"][0]
+        if dispatcher != "flex":
+            raise refuse_plan(where, key, True, "Megatron-Core raises 'DeepEP backend is only "
+                              "supported with flex token dispatcher' (give "
+                              "--moe-token-dispatcher-type flex)")
+        if backend == "hybridep":
+            raise refuse_plan(where, key, True, "Megatron-Core raises 'Only one backend is "
+                              "supported for flex token dispatcher' (beside "
+                              f"{settings['moe_flex_dispatcher_backend'][0]} hybridep)")
+    if backend == "ncclep" and dispatcher != "flex":
+        raise refuse_plan(where, settings["moe_flex_dispatcher_backend"][0], backend,
+                          "Megatron-Core raises \"moe_flex_dispatcher_backend='ncclep' requires "
+                          "moe_token_dispatcher_type='flex'\"")
+    if not experts:
+        return  # no MoE layer: read as no effect
+    if dispatcher == "allgather":  # Megatron-LM's default
+        raise refuse_plan(where, settings["moe_token_dispatcher_type"][0]
+                          if "moe_token_dispatcher_type" in settings
+                          else "--moe-token-dispatcher-type / moe_token_dispatcher_type "
+                               "(default: allgather)", dispatcher,
+                          "perfmodel models the all-to-all dispatch: give the token "
+                          "dispatcher type alltoall (or flex)")
+    if dispatcher == "flex" and backend == "ncclep":
+        raise refuse_plan(where, settings["moe_flex_dispatcher_backend"][0], backend,
+                          "NCCL EP's dispatch is not modelled (perfmodel's flex dispatcher is "
+                          "DeepEP's or HybridEP's kernels): give deepep or hybridep")
+    take("moe_token_dispatcher_type", f"{dispatcher}: the tokens' all-to-all"
+         + (" by DeepEP's (or HybridEP's) kernels: ep_dispatcher deepep"
+            if dispatcher == "flex" else ""))
+    if dispatcher == "flex":  # Megatron-Core's flex dispatcher runs DeepEP or HybridEP
+        job.fix("ep_dispatcher", "deepep")
+        take("moe_flex_dispatcher_backend", f"{backend}: ep_dispatcher deepep (HybridEP "
+                                            "sends a token once per node as DeepEP does)")
+        take("moe_enable_deepep", "ep_dispatcher deepep")
+    else:
+        take("moe_flex_dispatcher_backend", f"no effect with the {dispatcher} dispatcher "
+                                            "(Megatron-Core runs a backend under flex only)")
 
 
 def _moe_extras(settings: Settings, job: JobConfig, where: str,
@@ -829,10 +880,11 @@ def _capacity(settings: Settings, job: JobConfig, where: str,
     --moe-token-drop-policy, read as NeMo's and Megatron-Bridge's reader reads Megatron-Core's
     same settings (job.capacity: the model's capacity_factor where the experts' input is
     padded to it). What Megatron-Core raises on is refused (transformer_config.py __post_init__ at
-    d98e8a64: a negative factor is None, dropless; padding needs a factor; a factor needs aux_loss,
-    seq_aux_loss, global_aux_loss or none load balancing; the flex dispatcher's deepep backend
-    does not pad, its ncclep backend takes no capacity: token_dispatcher.py), and a capacity with
-    the flex dispatcher, which perfmodel models dropless (Plan's ep_dispatcher deepep)."""
+    d98e8a64: a factor, negative or not, needs aux_loss, seq_aux_loss, global_aux_loss or none
+    load balancing (job.capacity_balancing); a negative factor is None, dropless; padding needs a
+    factor; the flex dispatcher's deepep backend does not pad), and a capacity with the flex
+    dispatcher, which perfmodel models dropless (Plan's ep_dispatcher deepep; its ncclep backend
+    is refused by _dispatcher)."""
 
     dests = [d for d in CAPACITY if d in settings]
     if not dests:
@@ -841,6 +893,9 @@ def _capacity(settings: Settings, job: JobConfig, where: str,
     factor_dest, pad_dest, _ = CAPACITY
     factor = fields.get(factor_dest)
     if factor is not None:
+        # Megatron-LM's option is read as ignored (the same cost), its value looked up there
+        capacity_balancing(settings[factor_dest][0], factor, "--moe-router-load-balancing-type",
+                           _ignored_value(job, "--moe-router-load-balancing-type"), where)
         try:
             number = float(factor)
         except ValueError:
@@ -856,13 +911,6 @@ def _capacity(settings: Settings, job: JobConfig, where: str,
         raise refuse_plan(where, settings[pad_dest][0], True,
                           "Megatron-Core raises 'moe_expert_capacity_factor must be set to use "
                           "moe_pad_expert_input_to_capacity' (give --moe-expert-capacity-factor)")
-    if factor is not None:
-        balancing = _ignored_value(job, "--moe-router-load-balancing-type") or "aux_loss"
-        if set(str(balancing).split()) - {"aux_loss", "seq_aux_loss", "global_aux_loss", "none"}:
-            raise refuse_plan(where, settings[factor_dest][0], factor,
-                              "Megatron-Core raises 'moe_expert_capacity_factor only works with "
-                              "aux_loss, seq_aux_loss, global_aux_loss or none load balancing' "
-                              f"(--moe-router-load-balancing-type {balancing})")
     if not experts:
         for dest in dests:
             job.skipped(*settings.pop(dest), "no effect without --num-experts")
@@ -873,8 +921,6 @@ def _capacity(settings: Settings, job: JobConfig, where: str,
             _str(settings, "moe_flex_dispatcher_backend", "deepep")
         why = ("Megatron-Core raises: the flex dispatcher's deepep backend does not pad to the "
                "capacity" if pad and backend == "deepep" else
-               "Megatron-Core raises: the flex dispatcher's ncclep backend takes no capacity"
-               if backend == "ncclep" else
                "perfmodel models the flex dispatcher (ep_dispatcher deepep) dropless: give the "
                "alltoall dispatcher, or no capacity")
         raise refuse_plan(where, settings[factor_dest][0], factor, why)
@@ -1160,6 +1206,32 @@ def _cp_comm_type(settings: Settings, where: str, cp: int) -> str:
     return types[0] if types else "p2p"
 
 
+def _hierarchical_cp(settings: Settings, job: JobConfig, where: str,
+                     take: Callable[[str, str], None], cp: int) -> None:
+    """--hierarchical-context-parallel-sizes, the levels of hierarchical a2a+p2p context
+    parallelism: Megatron-LM asserts their product is cp, and asserts them beside a2a+p2p
+    (validate_args at d98e8a64); a2a+p2p at cp > 1 is refused (not modelled), so they change no
+    step perfmodel predicts. Given, they pin cp (recommend keeps it)."""
+    raw = settings.get("cp_comm_type", (None, None))[1]
+    types = [str(t) for t in raw] if isinstance(raw, list | tuple) else [str(raw)]
+    megatron_lm = _megatron_lm(settings, job, where)
+    if "hierarchical_context_parallel_sizes" not in settings:
+        if "a2a+p2p" in types and megatron_lm:
+            raise refuse_plan(where, settings["cp_comm_type"][0], " ".join(types),
+                              "Megatron-LM asserts '--hierarchical-context-parallel-sizes must "
+                              "be set when a2a+p2p is used in cp comm'")
+        return
+    key, sizes = settings["hierarchical_context_parallel_sizes"]
+    sizes = sizes if isinstance(sizes, list | tuple) else str(sizes).split()
+    levels = [whole(size, key, where) for size in sizes]
+    if megatron_lm and math.prod(levels) != cp:
+        raise refuse_plan(where, key, " ".join(map(str, levels)),
+                          f"Megatron-LM asserts their product is --context-parallel-size ({cp})")
+    job.fix("cp", cp)
+    take("hierarchical_context_parallel_sizes", "no effect with cp 1" if cp == 1 else
+         "no effect without --cp-comm-type a2a+p2p")
+
+
 def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
           ) -> None:
     explicit = {dest for dest in settings if settings[dest][1] is not None}
@@ -1167,11 +1239,13 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
     job.fix("cp", cp, pin="context_parallel_size" in explicit)
     take("context_parallel_size", f"cp {cp}")
     comm = _cp_comm_type(settings, where, cp)
-    if comm not in CP_COMM_TYPES:
+    _hierarchical_cp(settings, job, where, take, cp)
+    if comm not in CP_COMM_TYPES and not (cp == 1 and comm == "a2a+p2p"):
         raise refuse_plan(where, settings["cp_comm_type"][0], comm,
                           f"cp_comm_type {comm} is not modelled (perfmodel models "
                           f"{', '.join(CP_COMM_TYPES)})")
-    job.fix("cp_comm", CP_COMM_TYPES[comm], pin="cp_comm_type" in explicit)
+    if comm in CP_COMM_TYPES:  # hierarchical a2a+p2p (cp 1 here): Transformer Engine's at cp > 1
+        job.fix("cp_comm", CP_COMM_TYPES[comm], pin="cp_comm_type" in explicit)
     take("cp_comm_type", f"cp_comm {CP_COMM_TYPES[comm]}" if cp > 1 else "no effect with cp 1")
     ep = _int(settings, "expert_model_parallel_size", where, 1) or 1
     job.fix("ep", ep, pin="expert_model_parallel_size" in explicit)
@@ -1490,13 +1564,16 @@ def _fp8(settings: Settings, job: JobConfig, where: str, take: Callable[[str, st
     if fmt in (None, "None", "null", "False", "false"):
         for dest in ("fp8_recipe", "fp8_param_gather"):
             take(dest, "no --fp8-format: not used")
+        for dest in _BF16_LAYERS:
+            take(dest, "no effect without FP8 (no --fp8-format)")
         return
     key = settings["fp8_format"][0]
     # Megatron-LM's choices for --fp8-format (and Megatron-Bridge's mixed_precision.fp8); a
     # Bridge precision preset named by its string (bf16_with_fp8_..._mixed) is its own
     preset = not key.startswith("--") and "fp8" in fmt.lower()
     if fmt.lower() not in ("e4m3", "hybrid") and not preset:
-        raise refuse_plan(where, key, fmt, "e4m3 or hybrid")
+        raise refuse_plan(where, key, fmt, "e4m3 or hybrid (Megatron-Core's choices; hybrid "
+                                           "takes E5M2 for the gradients)")
     if dtype != "bf16":
         raise refuse_plan(where, settings["fp8_format"][0], fmt,
                           f"FP8 is modelled over bf16 mixed precision, not {dtype} (give --bf16)")
@@ -1504,6 +1581,7 @@ def _fp8(settings: Settings, job: JobConfig, where: str, take: Callable[[str, st
     if recipe not in FP8_RECIPES:
         raise refuse_plan(where, settings["fp8_recipe"][0], recipe,
                           f"perfmodel models the FP8 recipes {', '.join(FP8_RECIPES)}")
+    _bf16_layers(settings, where, take, recipe)
     job.fix("dtype", "fp8")
     job.fix("fp8_recipe", FP8_RECIPES[recipe])
     take("fp8_format", f"dtype fp8 (format {fmt}: E4M3 and E5M2 GEMMs cost alike)")
@@ -1530,6 +1608,36 @@ def _fp8(settings: Settings, job: JobConfig, where: str, take: Callable[[str, st
                   "--reuse-grad-buf-for-mxfp8-param-ag): fp8_params false")
     take("reuse_grad_buf_for_mxfp8_param_ag", "the bf16 weights gathered into the gradient "
                                               "buffer (MXFP8 weights, fp8_params)")
+
+
+# Megatron-Core's first and last layers kept in bf16 under FP8 (TransformerConfig's
+# first_last_layers_bf16, num_layers_at_start_in_bf16 and _end_in_bf16, each 1 by default)
+_BF16_LAYERS = ("first_last_layers_bf16", "num_layers_at_start_in_bf16",
+                "num_layers_at_end_in_bf16")
+
+
+def _bf16_layers(settings: Settings, where: str, take: Callable[[str, str], None],
+                 recipe: str) -> None:
+    """--first-last-layers-bf16 under FP8: Megatron-Core runs the first and the last layers'
+    GEMMs in bf16 (fp8_utils.py is_first_last_bf16_layer at d98e8a64), which perfmodel does not
+    model (every layer's GEMMs are FP8 under dtype fp8): refused, as the NeMo reader refuses
+    it; with delayed scaling as Megatron-Core raises (transformer_config.py __post_init__). The
+    counts without the flag, or the flag with both counts 0, keep no layer in bf16."""
+    counts = [_int(settings, dest, where, 1, minimum=0) or 0 for dest in _BF16_LAYERS[1:]]
+    if not _flag(settings, "first_last_layers_bf16", where):
+        for dest in _BF16_LAYERS:
+            take(dest, "no effect without --first-last-layers-bf16")
+        return
+    key = settings["first_last_layers_bf16"][0]
+    if recipe == "delayed":
+        raise refuse_plan(where, key, True, "Megatron-Core raises 'Delayed scaling does not "
+                          "support first / last layer in BF16'")
+    if any(counts):
+        raise refuse_plan(where, key, True, "FP8 layers kept in bf16 are not modelled (every "
+                          f"layer's GEMMs are FP8 under dtype fp8; here the first {counts[0]} "
+                          f"and the last {counts[1]})")
+    for dest in _BF16_LAYERS:
+        take(dest, "no layer kept in bf16 (0 at the start and at the end)")
 
 
 _GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
@@ -2057,6 +2165,7 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
         except PlanError as exc:
             raise refuse_plan(where, settings["recompute_modules"][0], modules,
                               str(exc).split(": ", 1)[-1]) from None
+        _recompute_module_rules(settings, job, where, names)
         job.fix("recompute", "selective")
         if parsed:
             job.fix("recompute_modules", ",".join(parsed))
@@ -2092,6 +2201,26 @@ def _recompute(settings: Settings, job: JobConfig, where: str,
     take("recompute_num_layers", f"recompute_num_layers {count}: "
          + (f"the first {count} layers of each chunk" if method == "block"
             else f"each chunk's layers checkpointed in groups of {count}"))
+
+
+def _recompute_module_rules(settings: Settings, job: JobConfig, where: str,
+                            names: list[str]) -> None:
+    """What Megatron-Core raises on among selective recompute's modules (transformer_config.py
+    __post_init__ at d98e8a64): moe_act without grouped GEMMs (checked for a Megatron-LM
+    argument list, where leaving --moe-grouped-gemm out is False; a config's model class may set
+    it), and moe_act or layernorm under FP8 delayed scaling."""
+    key = settings["recompute_modules"][0] if "recompute_modules" in settings \
+        else "--recompute-modules"
+    shown = " ".join(names)
+    if "moe_act" in names and _megatron_lm(settings, job, where) \
+            and not _flag(settings, "moe_grouped_gemm", where):
+        raise refuse_plan(where, key, shown, "Megatron-Core raises 'moe_act in recompute_modules "
+                          "is only supported with moe_grouped_gemm' (give --moe-grouped-gemm)")
+    late = [m for m in ("moe_act", "layernorm") if m in names]
+    if late and job.plan.get("dtype") == "fp8" and job.plan.get("fp8_recipe") == "delayed":
+        raise refuse_plan(where, key, shown, "Megatron-Core raises 'Delayed scaling does not "
+                          "support moe_act and layernorm recompute for fp8' (give "
+                          "--fp8-recipe tensorwise or mxfp8)")
 
 
 def _moe_layer_recompute(settings: Settings, job: JobConfig, where: str,
