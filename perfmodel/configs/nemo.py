@@ -68,7 +68,10 @@ _MODEL_FIELDS = (
     "rotary_percent", "apply_rope_fusion", "bias_activation_fusion", "bias_dropout_fusion",
     "masked_softmax_fusion", "gradient_accumulation_fusion", "qk_layernorm",
     "fp32_residual_connection", "fp8_wgrad", "fp8_dot_product_attention",
-    "fp8_multi_head_attention", "deallocate_pipeline_outputs")
+    "fp8_multi_head_attention", "deallocate_pipeline_outputs",
+    # Transformer Engine's FP8 recipe (TransformerConfig.fp8_recipe, default delayed), read as
+    # Megatron-LM's --fp8-recipe: tensorwise is current scaling, blockwise refused
+    "fp8_recipe")
 _RENAMED = {"num_moe_experts": "num_experts", "gated_linear_unit": "swiglu",
             "virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
             "fp8": "fp8_format", "fp4": "fp4_format", "seq_len": "seq_length",
@@ -104,7 +107,7 @@ _HARMLESS = frozenset((
     "tp_comm_overlap_cfg", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
     "inference_rng_tracker", "flash_decode", "use_te_rng_tracker", "enable_autocast",
     "mscale", "mscale_all_dim", "beta_fast", "beta_slow", "rotary_scaling_factor",
-    "original_max_position_embeddings", "rope_type", "fp8_recipe", "fp8_margin",
+    "original_max_position_embeddings", "rope_type", "fp8_margin",
     "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_interval", "fp4_recipe",
     "softmax_scale", "forward_step_fn", "data_step_fn", "moe_aux_loss_coeff",
     "moe_router_load_balancing_type", "moe_router_dtype", "moe_z_loss_coeff",
@@ -437,12 +440,12 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
         if name.startswith("dataset"):
             _bridge_sequence(settings, name, fields, job, where)
         _put(settings, job, name, fields, model=model)
-    _, precision = _section(data, "mixed_precision")
+    precision = data.get("mixed_precision")
     known.add("mixed_precision")
-    if isinstance(data.get("mixed_precision"), str):
-        _precision(settings, job, "mixed_precision", data["mixed_precision"], where)
-        _preset_weights(settings, job, str(data["mixed_precision"]), data)
-    elif precision:  # a MixedPrecisionConfig's fields, over the model's and the DDP's
+    if isinstance(precision, str):
+        _bridge_preset(settings, job, precision, data, where)
+    elif isinstance(precision, dict):  # a MixedPrecisionConfig's fields, over the model's and
+        # the DDP's
         dests = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8_format", "fp4": "fp4_format",
                  "grad_reduce_in_fp32": "grad_reduce_in_fp32", "fp8_recipe": "fp8_recipe",
                  "fp8_param_gather": "fp8_param_gather", "fp8_params": "fp8_param_gather",
@@ -475,6 +478,9 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
                 job.skipped(key, value, "off" if not value else "no effect without fp8")
             else:
                 job.strange(key, value, "not a MixedPrecisionConfig field perfmodel reads")
+        if not override:  # an override's unstated fields are its recipe's MixedPrecisionConfig's
+            _precision_defaults(settings, job, precision,
+                                {**dests, "fp8_param": "fp8_param_gather"})
     _, dist = _section(data, "dist")
     for name in ("use_torch_fsdp2", "use_megatron_fsdp", "use_tp_pp_dp_mapping"):
         if dist.get(name):
@@ -499,29 +505,112 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
                         "sequence length is not given")
 
 
+# MixedPrecisionConfig's defaults of the fields perfmodel reads (src/megatron/bridge/training/
+# mixed_precision.py at 067f987df), which Bridge copies onto the model and the DDP, stated or not
+# (runtime_config_update in training/config.py calls MixedPrecisionConfig.setup:
+# update_config_with_precision_overrides sets every field the target config has)
+_MIXED_PRECISION_DEFAULTS = {"bf16": False, "fp16": False, "fp8": None, "fp8_recipe": "tensorwise",
+                             "fp8_param_gather": False, "grad_reduce_in_fp32": True, "fp4": None,
+                             "reuse_grad_buf_for_mxfp8_param_ag": False}
+
+
+def _precision_defaults(settings: Settings, job: JobConfig, precision: dict[str, Any],
+                        dests: dict[str, str]) -> None:
+    """A ConfigContainer's mixed_precision section is a whole MixedPrecisionConfig: the fields it
+    does not state are its defaults (_MIXED_PRECISION_DEFAULTS), over the model's and the DDP's
+    as the stated ones are. So a model's fp8 under a section without fp8 trains in 16 bits, and
+    a section's fp8 without fp8_recipe is Bridge's tensorwise (current scaling), not
+    Megatron-Core's delayed."""
+    fp8 = precision.get("fp8") not in (None, "None", "null", False)
+    for name, default in _MIXED_PRECISION_DEFAULTS.items():
+        if any(n in precision for n, d in dests.items() if d == dests[name]):
+            continue  # stated (fp8_param_gather under any of its names)
+        dest = dests[name]
+        key = f"mixed_precision (MixedPrecisionConfig's {name} default)"
+        if dest in settings:
+            job.skipped(*settings.pop(dest), f"overridden by {key[:-1]}, {default})")
+        if name == "grad_reduce_in_fp32" or (name == "fp8_recipe" and fp8):
+            settings[dest] = (key, default)
+
+
+# Megatron-Bridge's precision presets by name (MIXED_PRECISION_RECIPES, src/megatron/bridge/
+# training/mixed_precision.py at 067f987df; get_mixed_precision_config reads '-' as '_'): the
+# fields perfmodel reads, the others MixedPrecisionConfig's defaults. dtype, fp8 (format),
+# fp8_recipe, fp8_param_gather, reuse_grad_buf_for_mxfp8_param_ag, the layers at each end kept
+# in 16 bits (first_last_layers_bf16), fp4 (format)
+_BRIDGE_PRESETS: dict[str, tuple[str, str | None, str, bool, bool, tuple[int, int], str | None]] = {
+    "bf16_mixed": ("bf16", None, "tensorwise", False, False, (0, 0), None),
+    "fp16_mixed": ("fp16", None, "tensorwise", False, False, (0, 0), None),
+    "bf16_with_fp8_delayed_scaling_mixed": ("bf16", "hybrid", "delayed", True, False, (0, 0),
+                                            None),
+    "fp16_with_fp8_delayed_scaling_mixed": ("fp16", "hybrid", "delayed", True, False, (0, 0),
+                                            None),
+    "bf16_with_mxfp8_mixed": ("bf16", "e4m3", "mxfp8", True, True, (0, 0), None),
+    "fp16_with_mxfp8_mixed": ("fp16", "e4m3", "mxfp8", True, True, (0, 0), None),
+    "bf16_with_fp8_current_scaling_mixed": ("bf16", "hybrid", "tensorwise", True, False, (1, 1),
+                                            None),
+    "nemotron_h_bf16_with_fp8_current_scaling_mixed": ("bf16", "hybrid", "tensorwise", True,
+                                                       False, (2, 2), None),
+    "nanov2_bf16_with_fp8_current_scaling_mixed": ("bf16", "hybrid", "blockwise", True, False,
+                                                   (2, 2), None),
+    "fp16_with_fp8_current_scaling_mixed": ("fp16", "hybrid", "tensorwise", True, False, (1, 1),
+                                            None),
+    "bf16_with_fp8_subchannel_scaling_mixed": ("bf16", "hybrid", "blockwise", False, False,
+                                               (0, 0), None),
+    "fp16_with_fp8_subchannel_scaling_mixed": ("fp16", "hybrid", "blockwise", False, False,
+                                               (0, 0), None),
+    "bf16_with_nvfp4_mixed": ("bf16", None, "tensorwise", False, False, (0, 0), "e2m1"),
+    "nemotron_3_super_bf16_with_nvfp4_mixed": ("bf16", None, "tensorwise", False, False, (1, 14),
+                                               "e2m1")}
+
+
+def _bridge_preset(settings: Settings, job: JobConfig, preset: str, data: dict[str, Any],
+                   where: str) -> None:
+    """A Megatron-Bridge precision preset named by its string: the MixedPrecisionConfig it builds
+    (_BRIDGE_PRESETS), every field over the model's and the DDP's as Bridge copies them
+    (_precision_defaults): a model's fp8 under bf16_mixed trains in bf16."""
+    name = preset.strip().replace("-", "_")
+    if name not in _BRIDGE_PRESETS:
+        raise SpecError(f"{where}: mixed_precision {preset}: not a Megatron-Bridge precision "
+                        f"preset (get_mixed_precision_config refuses it); allowed: "
+                        f"{', '.join(_BRIDGE_PRESETS)}")
+    dtype, fmt, recipe, weights, reuse, layers, fp4 = _BRIDGE_PRESETS[name]
+    key = f"mixed_precision {preset}"
+    for dest in ("bf16", "fp16", "fp8_format", "fp8_recipe", "fp8_param_gather", "fp4_format",
+                 "grad_reduce_in_fp32", "reuse_grad_buf_for_mxfp8_param_ag"):
+        if dest in settings:
+            job.skipped(*settings.pop(dest), f"overridden by {key}")
+    settings[dtype] = (key, True)
+    settings["grad_reduce_in_fp32"] = (f"{key} (the preset's grad_reduce_in_fp32)",
+                                       dtype == "bf16")
+    if fp4 is not None:
+        settings["fp4_format"] = (f"{key} (the preset's fp4)", fp4)  # refused (Megatron's reader)
+    if fmt is None:
+        return
+    settings["fp8_format"] = (f"{key} (the preset's fp8)", fmt)
+    settings["fp8_recipe"] = (f"{key} (the preset's fp8_recipe)", recipe)
+    if any(layers) and recipe != "blockwise":  # blockwise: refused (the Megatron reader)
+        job.notes.append(f"{key}: its first {layers[0]} and last {layers[1]} layers in bf16 "
+                         "(first_last_layers_bf16) are not modelled: every layer's GEMMs are "
+                         "costed in FP8")
+    if weights:
+        _preset_weights(settings, job, preset, data, reuse)
+
+
 # the FP8 recipe a Megatron-Bridge precision preset's name states, as Megatron-LM's --fp8-recipe
 _FP8_PRESET_RECIPES = {"mxfp8": "mxfp8", "current_scaling": "tensorwise",
                        "delayed_scaling": "delayed", "subchannel": "blockwise",
                        "blockwise": "blockwise"}
 
 
-# Megatron-Bridge's precision presets that hold the linear weights in FP8 (fp8_param_gather), and
-# those whose MXFP8 weights reuse the gradient buffer for their bf16 gather
-# (src/megatron/bridge/training/mixed_precision.py at 0465189: bf16_with_fp8_delayed_scaling_mixed,
-# bf16_with_mxfp8_mixed, bf16_with_fp8_current_scaling_mixed and their fp16 twins set
-# fp8_param_gather True; the subchannel (blockwise) and NVFP4 ones False)
-_FP8_WEIGHT_PRESETS = ("delayed_scaling", "mxfp8", "current_scaling")
-
-
-def _preset_weights(settings: Settings, job: JobConfig, preset: str, data: dict[str, Any]) -> None:
-    """The FP8 weights a precision preset named by its string holds (_FP8_WEIGHT_PRESETS),
-    unless a sharded data parallelism (FSDP) holds the weights: there the preset's
-    fp8_param_gather is left out, with a note (Megatron-LM turns it off beside torch FSDP2,
-    which gathers bf16; Megatron FSDP, whose FP8 gather perfmodel models as fp8_params with
-    ZeRO 3, is refused by the Megatron reader as a whole)."""
-    text = preset.lower()
-    if not any(word in text for word in _FP8_WEIGHT_PRESETS) or "fp8" not in text:
-        return
+def _preset_weights(settings: Settings, job: JobConfig, preset: str, data: dict[str, Any],
+                    reuse: bool) -> None:
+    """The FP8 weights a precision preset named by its string holds (its fp8_param_gather;
+    reuse: MXFP8's reuse_grad_buf_for_mxfp8_param_ag), unless a sharded data parallelism (FSDP)
+    holds the weights: there the preset's fp8_param_gather is left out, with a note
+    (Megatron-LM turns it off beside torch FSDP2, which gathers bf16; Megatron FSDP, whose FP8
+    gather perfmodel models as fp8_params with ZeRO 3, is refused by the Megatron reader as a
+    whole)."""
     sections = [data[name] for name in ("dist", "ddp") if isinstance(data.get(name), dict)]
     if any(_truth(section.get(k)) for section in sections
            for k in ("use_torch_fsdp2", "use_megatron_fsdp", "use_custom_fsdp")):
@@ -531,7 +620,7 @@ def _preset_weights(settings: Settings, job: JobConfig, preset: str, data: dict[
         return
     key = f"mixed_precision {preset} (the preset's fp8_param_gather)"
     settings.setdefault("fp8_param_gather", (key, True))
-    if "mxfp8" in text:
+    if reuse:
         settings.setdefault("reuse_grad_buf_for_mxfp8_param_ag",
                             (f"mixed_precision {preset} (the preset's "
                              "reuse_grad_buf_for_mxfp8_param_ag)", True))
