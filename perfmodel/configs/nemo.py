@@ -511,7 +511,9 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
 # update_config_with_precision_overrides sets every field the target config has)
 _MIXED_PRECISION_DEFAULTS = {"bf16": False, "fp16": False, "fp8": None, "fp8_recipe": "tensorwise",
                              "fp8_param_gather": False, "grad_reduce_in_fp32": True, "fp4": None,
-                             "reuse_grad_buf_for_mxfp8_param_ag": False}
+                             "reuse_grad_buf_for_mxfp8_param_ag": False, "fp8_wgrad": True,
+                             "fp8_dot_product_attention": False,
+                             "fp8_multi_head_attention": False}
 
 
 def _precision_defaults(settings: Settings, job: JobConfig, precision: dict[str, Any],

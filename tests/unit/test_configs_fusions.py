@@ -245,7 +245,8 @@ def test_nemo1_settings_that_change_the_cost_are_refused(tmp_path, model, error,
 
 
 @pytest.mark.parametrize("where, name, value", [
-    ("model", "fp8_wgrad", False), ("model", "fp8_dot_product_attention", True),
+    ("mixed_precision", "fp8_wgrad", False),
+    ("mixed_precision", "fp8_dot_product_attention", True),
     ("mixed_precision", "fp8_multi_head_attention", True)])
 def test_bridge_fp8_switches_that_change_the_gemms_or_attention_are_refused(tmp_path, where,
                                                                              name, value):
@@ -263,6 +264,25 @@ def test_bridge_fp8_switches_that_change_the_gemms_or_attention_are_refused(tmp_
     data[where][name] = value  # no effect without FP8
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     assert "no effect without FP8" in _lines(read_config(path))
+
+
+@pytest.mark.parametrize("name, value", [("fp8_wgrad", False),
+                                         ("fp8_dot_product_attention", True)])
+def test_a_bridge_models_fp8_switch_is_overridden_by_the_mixed_precision_section(tmp_path, name,
+                                                                                  value):
+    """Bridge copies every MixedPrecisionConfig field onto the model, its defaults included
+    (update_config_with_precision_overrides, src/megatron/bridge/training/mixed_precision.py
+    at 067f987df): a model's switch under a section that leaves it out trains as the section's
+    default (fp8_wgrad true, fp8_dot_product_attention false). It was refused as if it ran."""
+    data = yaml.safe_load((DATA / "bridge_llama3_8b.yaml").read_text())
+    data["mixed_precision"].update(fp8="hybrid", fp8_recipe="delayed")
+    data["model"][name] = value
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    config = read_config(path)
+    assert config.plan["dtype"] == "fp8"
+    assert re.search(rf"model\.{name}( False)?: overridden by mixed_precision "
+                     rf"\(MixedPrecisionConfig's {name} default", _lines(config)), _lines(config)
 
 
 def test_nemo2_plugin_fp8_attention_is_refused(tmp_path):
