@@ -359,7 +359,9 @@ def test_an_ep_group_that_cuts_an_axis_unevenly_after_etp_is_refused(kw, needle)
 def test_the_search_enumerates_exactly_the_ep_etp_pairs_the_rules_allow():
     from perfmodel.search import SearchRequest, expert_degrees, expert_tensor_degrees
 
-    model = _moe(experts=48, hidden=1536, heads=24, seq_len=2 * 3 * 4 * 128)
+    # a length every tp x cp below divides (sequence parallelism splits each cp rank's tokens
+    # over tp) and 2 cp chunks cut
+    model = _moe(experts=48, hidden=1536, heads=24, seq_len=2 * 9 * 4 * 128)
     req = SearchRequest(gpus=(1,), global_batch=1)
     for tp in (1, 2, 4, 6, 12):
         for cp in (1, 2, 3, 4):
