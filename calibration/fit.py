@@ -24,6 +24,11 @@ from perfmodel.errors import DataError
 from perfmodel.specs.hardware import CollectiveFit, GemmEfficiency
 from perfmodel.specs.profile import fitted_collective_time
 
+# a fitted bus bandwidth this many times the best one measured was not seen by the sweep: its sizes
+# were all latency-bound (or its times fall as sizes grow), and the bus term is noise around zero
+# (`calibrate run` applies the same rule to the link it writes, calibration/run.py)
+UNRESOLVED_BANDWIDTH_RATIO = 10.0
+
 
 def rel_errors(predicted: npt.ArrayLike, measured: npt.ArrayLike) -> np.ndarray:
     return np.abs(np.asarray(predicted) / np.asarray(measured) - 1.0)
@@ -143,6 +148,13 @@ class CollectiveModel:
         self.n_points_ = len(t)
         self.residuals_ = residual_summary(self.predict(nb, n), t)
         return self
+
+    @property
+    def bandwidth_resolved_(self) -> bool:
+        """The fitted bus bandwidth is within UNRESOLVED_BANDWIDTH_RATIO of the best measured: the
+        sweep reached sizes where the bus term shows (a latency-bound one fits 1e13-1e29 B/s)."""
+        return (self.bus_bandwidth_bytes_per_s_
+                <= UNRESOLVED_BANDWIDTH_RATIO * self.measured_bus_bandwidth_bytes_per_s_)
 
     def to_fit(self) -> CollectiveFit:
         return CollectiveFit(

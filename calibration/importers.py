@@ -10,7 +10,13 @@ from typing import Any
 
 import pandas as pd
 
-from calibration.fit import CollectiveModel, GemmModel, holdout_error, residual_summary
+from calibration.fit import (
+    UNRESOLVED_BANDWIDTH_RATIO,
+    CollectiveModel,
+    GemmModel,
+    holdout_error,
+    residual_summary,
+)
 from calibration.gemm_tables import (
     bytes_per_element,
     canonical_dtype,
@@ -134,12 +140,27 @@ def import_nccl_tests(
             ]
         )
         frames.append(data)
+        sources = ", ".join(str(r.path) for r in members)
+        if ((data["nbytes"] > 0) & (data["time_s"] > 0)).sum() < 2:
+            why = "; ".join(f"{r.path.name}: {n}" for r in members for n in r.notes)
+            raise DataError(f"{sources}: the {op_name} {scope}-node logs keep "
+                            f"{len(data[data['nbytes'] > 0])} sizes above 0 B, 2 are needed to "
+                            f"fit" + (f" ({why})" if why else ""))
         model = CollectiveModel(op_name, scope, alg).fit(data)
         name = f"collective/{op_name}/{scope}/{alg}"
         summary = model.summary()
         summary["sources"] = sorted({r.path.name for r in members})
         fits[name] = summary
-        collectives.append({k: v for k, v in model.to_fit().__dict__.items()})
+        if model.bandwidth_resolved_:
+            collectives.append({k: v for k, v in model.to_fit().__dict__.items()})
+        else:  # as `calibrate run` does: the bus term was not seen, its bandwidth is noise
+            notes.append(
+                f"{name}: fitted bus bandwidth {model.bus_bandwidth_bytes_per_s_:.3g} B/s is over "
+                f"{UNRESOLVED_BANDWIDTH_RATIO:g}x the best measured, "
+                f"{model.measured_bus_bandwidth_bytes_per_s_:.3g} B/s: the sizes (up to "
+                f"{model.size_range_[1]:.0f} B) are latency-bound, or the times do not grow "
+                "with size; not written (measure larger sizes: -e)"
+            )
         for r in members:
             rec = r.records[r.records["nbytes"] > 0]
             res = residual_summary(model.predict(rec["nbytes"], r.ranks), rec["time_s"])
@@ -157,15 +178,31 @@ def import_nccl_tests(
                     **res,
                 }
             )
+    if not collectives:
+        raise DataError(
+            f"{', '.join(str(p) for p in paths)}: no fit resolved a bus bandwidth (each is over "
+            f"{UNRESOLVED_BANDWIDTH_RATIO:g}x the best measured: latency-bound sizes, or times "
+            "that do not grow with size): nothing to write"
+        )
     devices = sorted({r.device for r in runs})
     hardware: dict[str, Any] = {"collectives": collectives}
     if len(devices) == 1:
         hardware["gpu_name"] = devices[0]
     # a node's GPUs, where logs over several nodes show them; a one-host log may have run on
     # some of its GPUs (4 of 8), which does not say how many the node has
-    per_node = sorted({r.ranks // r.nodes for r in runs if r.nodes > 1})
+    # uneven hosts (8 + 4 + 4): the node holds at least the most any host ran, which is what
+    # predict takes to place a plan's ranks (ranks // hosts would be 5, a node no one has)
+    per_node = sorted({max(r.ranks_per_host or (r.ranks // r.nodes,)) for r in runs
+                       if r.nodes > 1})
+    for r in runs:
+        if r.nodes > 1 and len(set(r.ranks_per_host)) > 1:
+            notes.append(f"{r.path.name}: its hosts ran {' + '.join(map(str, r.ranks_per_host))} "
+                         f"ranks: gpus_per_node taken as the most, {max(r.ranks_per_host)}")
     if len(per_node) == 1:
         hardware["gpus_per_node"] = per_node[0]
+    elif per_node:
+        notes.append(f"the logs ran {', '.join(map(str, per_node))} GPUs per node: "
+                     "gpus_per_node is not taken from them")
     elif not per_node:
         notes.append("the logs ran on one host each: gpus_per_node is not taken from them (the "
                      "base's, or --hardware's beside --profile)")
@@ -196,11 +233,12 @@ def import_gemm(
         table["campaign"] = ""
     if table.empty:
         raise DataError(f"{', '.join(map(str, paths))}: no GEMM shapes (a header and no rows)")
+    table = _distinct_shapes(table, notes := [])
     if device is not None:
         table = table[table["device"] == device]
         if table.empty:
             raise DataError(f"no rows for device '{device}' in the tables given")
-    fits, notes, gemm_eff, per_source = {}, [], {}, []
+    fits, gemm_eff, per_source = {}, {}, []
     primary: dict[str, list[str]] = {}  # perfmodel dtype -> the same-type fits that give it
     dev: Any  # a group's keys: pandas types them Hashable, they are the columns' values
     dtype: Any
@@ -266,6 +304,14 @@ def import_gemm(
             notes.append(f"{name}: dtype {canon} is not one a hardware spec takes "
                          f"({', '.join(DTYPES)}): fit reported, not written")
             continue
+        if model.residuals_["median_rel_error"] > GEMM_NOT_REPRODUCED:
+            notes.append(
+                f"{name}: the fit does not reproduce its own {dtype} shapes (median error "
+                f"{model.residuals_['median_rel_error']:.0%}, over "
+                f"{GEMM_NOT_REPRODUCED:.0%}): mixed units or mixed sweeps in the table? not "
+                "written to the hardware section"
+            )
+            continue
         params = {**model.params_, "half_dim": 0.0}
         try:  # what the profile's reader takes (a slip of units fits absurd values)
             GemmEfficiency(**params)
@@ -295,6 +341,36 @@ def import_gemm(
     return ImportResult(
         hardware=hardware, fits=fits, measurements=table, notes=notes, per_source=per_source
     )
+
+
+# a fit whose median error on its own shapes is above this does not reproduce them (the 10% that
+# `import-nccl-tests` notes a log by): its efficiency is not written
+GEMM_NOT_REPRODUCED = 0.10
+_SHAPE = ["device", "dtype", "campaign", "file", "b", "m", "n", "k"]
+
+
+def _distinct_shapes(table: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """One row per shape of a table: a shape repeated with the same rate is kept once (a note
+    says so); with another rate, the table is refused (which one to fit is not known)."""
+    key = [c for c in _SHAPE if c in table]
+    dup = table[table.duplicated(subset=key, keep=False)]
+    if dup.empty:
+        return table
+    rate = "flops_per_s" if "flops_per_s" in table else "time_s"
+    for _, rows in dup.groupby(key, sort=False):
+        if rows[rate].nunique() > 1:
+            first = rows.iloc[0]
+            shape = "x".join(f"{first[c]:g}" for c in ("b", "m", "n", "k") if c in rows)
+            lines = ", ".join(str(v) for v in rows["line"]) if "line" in rows else ""
+            raise DataError(
+                f"{first['file']}: {first['dtype']} shape b x m x n x k = {shape} is measured "
+                f"{len(rows)} times{f' (lines {lines})' if lines else ''} at different rates "
+                f"({', '.join(f'{v:.4g}' for v in rows[rate])}): which to fit is not known; "
+                "keep one row per shape"
+            )
+    kept = table.drop_duplicates(subset=key)
+    notes.append(f"{len(table) - len(kept)} repeated GEMM shapes (same shape, same rate) kept once")
+    return kept.reset_index(drop=True)
 
 
 def _is_primary(dtype: str) -> bool:

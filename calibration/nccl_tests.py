@@ -26,6 +26,7 @@ import codecs
 import itertools
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
@@ -139,6 +140,7 @@ class NcclTestsRun:
     # GPUs one thread drives (`-g`, the header's nGpus): with more than one, a thread launches a
     # kernel per GPU every iteration, so a small collective's time is the host's launches
     gpus_per_thread: int = 1
+    ranks_per_host: tuple[int, ...] = ()  # in the order of `hosts`
 
     @property
     def scope(self) -> str:
@@ -164,6 +166,9 @@ class _Layout:
     wrong: int | None
     time_in_place: int | None
     counts_wrong: bool  # '#wrong' counts wrong elements; older logs print 'error' (max abs error)
+    in_place: tuple[int | None, int | None, int | None] = (None, None, None)  # algbw busbw #wrong
+    redop: int | None = None
+    root: int | None = None
 
 
 def read_log(path: str | Path, what: str = "nccl-tests log") -> str:
@@ -220,6 +225,13 @@ def _layout(text: str, path: Path, lineno: int) -> _Layout:
     t0 = times[0]
     oop = names[t0 : times[1]] if len(times) > 1 else names[t0:]
     wrong = next((t0 + i for i, n in enumerate(oop) if n in ("#wrong", "error")), None)
+    in_place: tuple[int | None, int | None, int | None] = (None, None, None)
+    if len(times) > 1:
+        inp = names[times[1] :]
+        in_place = tuple(  # type: ignore[assignment]
+            next((times[1] + i for i, n in enumerate(inp) if n in alias), None)
+            for alias in (("algbw",), ("busbw",), ("#wrong", "error"))
+        )
     width = len(names) + (1 if names[-1] == "timestamp" else 0)  # a date and a time: 2 tokens
     return _Layout(
         width=width,
@@ -229,6 +241,9 @@ def _layout(text: str, path: Path, lineno: int) -> _Layout:
         wrong=wrong,
         time_in_place=times[1] if len(times) > 1 else None,
         counts_wrong="#wrong" in names,
+        in_place=in_place,
+        redop=names.index("redop") if "redop" in names[:t0] else None,
+        root=names.index("root") if "root" in names[:t0] else None,
     )
 
 
@@ -245,39 +260,58 @@ def _row(tokens: list[str], path: Path, lineno: int, layout: _Layout | None) -> 
         wrong = tokens[t.wrong] if t.wrong is not None else "0"
         t_in = tokens[t.time_in_place] if t.time_in_place is not None else "N/A"
         oop = [tokens[t.time], tokens[t.algbw], tokens[t.busbw], wrong]
-        return _record(tokens, oop, t_in, path, lineno)
-    rest = tokens[3:]
+        inp = [t_in] + [tokens[i] if i is not None else "N/A" for i in t.in_place]
+        redop = tokens[t.redop] if t.redop is not None else None
+        root = tokens[t.root] if t.root is not None else None
+        return _record(tokens, oop, inp, path, lineno, redop, root)
+    rest, redop, root = tokens[3:], None, None
     if rest and not _numeric(rest[0]):  # redop
-        rest = rest[1:]
+        redop, rest = rest[0], rest[1:]
     if len(rest) in (7, 9):  # with root column
-        rest = rest[1:]
+        root, rest = rest[0], rest[1:]
     if len(rest) == 8:
-        oop, t_in = rest[:4], rest[4]
+        oop, inp = rest[:4], rest[4:8]
     elif len(rest) == 6:
-        oop, t_in = rest[:3] + ["0"], rest[3]
+        oop, inp = rest[:3] + ["0"], rest[3:6] + ["N/A"]
     else:
         raise DataError(
             f"{path}:{lineno}: incomplete or unknown nccl-tests row ({len(tokens)} "
             "columns; expected size count type redop root, then time algbw busbw "
             "#wrong out-of-place and in-place): truncated log?"
         )
-    return _record(tokens, oop, t_in, path, lineno)
+    return _record(tokens, oop, inp, path, lineno, redop, root)
 
 
-def _record(tokens: list[str], oop: list[str], t_in_token: str, path: Path, lineno: int) -> dict:
-    """Check one row (size >= 0, time > 0, algbw = size / time) and return its record."""
+def _record(
+    tokens: list[str],
+    oop: list[str],
+    inp: list[str],
+    path: Path,
+    lineno: int,
+    redop: str | None = None,
+    root: str | None = None,
+) -> dict:
+    """Check one row (size >= 0, time > 0, algbw = size / time, both halves: out-of-place and
+    in-place) and return its record; `redop` and `root` (the op's columns) ride along."""
     size = _number(tokens[0], path, lineno, "size")
     count = _number(tokens[1], path, lineno, "count")
     t_out = _number(oop[0], path, lineno, "time")
     if size is None or count is None or t_out is None:
         raise DataError(f"{path}:{lineno}: size, count and out-of-place time must be numbers")
-    t_in = _number(t_in_token, path, lineno, "in-place time")
+    t_in = _number(inp[0], path, lineno, "in-place time")
     algbw = _number(oop[1], path, lineno, "algbw")
     busbw = _number(oop[2], path, lineno, "busbw")
     wrong = _number(oop[3], path, lineno, "#wrong") or 0.0
-    return _checked(
-        size, count, tokens[2], t_out, t_in, algbw, busbw, wrong, f"{path}:{lineno}", lineno
-    )
+    where = f"{path}:{lineno}"
+    if t_in is not None:  # the in-place half is checked as the out-of-place one is
+        in_algbw = _number(inp[1], path, lineno, "in-place algbw")
+        in_busbw = _number(inp[2], path, lineno, "in-place busbw")
+        _checked(size, count, tokens[2], t_in, None, in_algbw, in_busbw, 0.0, where, lineno,
+                 half="in-place ")
+        wrong = max(wrong, _number(inp[3], path, lineno, "in-place #wrong") or 0.0)
+    record = _checked(size, count, tokens[2], t_out, t_in, algbw, busbw, wrong, where, lineno)
+    root_value = _number(root, path, lineno, "root") if root is not None else None
+    return {**record, "redop": redop, "root": root_value}
 
 
 def _checked(
@@ -291,6 +325,7 @@ def _checked(
     wrong: float,
     where: str,
     line: int | None,
+    half: str = "",
 ) -> dict:
     """A record of one size; DataError naming `where` if its numbers cannot be a measurement:
     a size of 0 to MAX_BYTES whole bytes, a time of MIN_TIME_US to MAX_TIME_US, no more than
@@ -303,19 +338,22 @@ def _checked(
     for what, t_us in (("time", t_out_us), ("in-place time", t_in_us)):
         if t_us is not None and not MIN_TIME_US <= t_us <= MAX_TIME_US:
             raise DataError(
-                f"{where}: {what} must be from {MIN_TIME_US:g} us to {MAX_TIME_US:g} us, "
+                f"{where}: {half}{what} must be from {MIN_TIME_US:g} us to {MAX_TIME_US:g} us, "
                 f"got {t_us:g}"
             )
+    for what, bw in (("algbw", algbw), ("busbw", busbw)):
+        if bw is not None and bw < 0:
+            raise DataError(f"{where}: {half}{what} {bw:g} GB/s is negative: not a measurement")
     if size / (t_out_us * 1e-6) > MAX_ALGBW_BYTES_PER_S:
         raise DataError(
-            f"{where}: {size:g} B in {t_out_us:g} us is {size / t_out_us / 1e6:.3g} TB/s, "
+            f"{where}: {half}{size:g} B in {t_out_us:g} us is {size / t_out_us / 1e6:.3g} TB/s, "
             f"above {MAX_ALGBW_BYTES_PER_S / 1e12:g} TB/s: not a measurement"
         )
     if algbw is not None and algbw >= 1.0:  # nccl-tests prints algbw = size / time (GB/s, us)
         expected = size / (t_out_us * 1e-6) / 1e9
         if abs(expected / algbw - 1) > 0.05:
             raise DataError(
-                f"{where}: algbw {algbw} GB/s does not match size/time = "
+                f"{where}: {half}algbw {algbw} GB/s does not match size/time = "
                 f"{expected:.2f} GB/s: not a consistent nccl-tests row"
             )
     return {
@@ -598,7 +636,7 @@ def _section(
             f"section at line {header_line.lineno} ends before '# Avg bus bandwidth': "
             f"truncated run, {len(rows)} sizes kept"
         )
-    records = pd.DataFrame(rows)
+    records, columns = _op_columns(pd.DataFrame(rows))
     counts_wrong = (
         layout.counts_wrong
         if layout is not None
@@ -608,6 +646,12 @@ def _section(
     if bad.any():
         notes.append(f"{int(bad.sum())} rows with #wrong > 0 dropped")
         records = records[~bad]
+    if records.empty:
+        raise DataError(
+            f"{path}:{header_line.lineno}: every one of the {op.value} section's {len(rows)} "
+            "rows has #wrong > 0 (nccl-tests found wrong results): nothing to fit"
+        )
+    records = _distinct_sizes(records, f"{path}", notes)
     n_ranks = len(hosts)
     if sorted(hosts) != list(range(n_ranks)):
         raise DataError(
@@ -615,6 +659,8 @@ def _section(
             "...): truncated header?"
         )
     _check_bus_factor(records, op, n_ranks, f"{path}:{header_line.lineno}")
+    _check_op_columns(columns, op, f"{path}:{header_line.lineno}")
+    counts = Counter(hosts.values())
     return NcclTestsRun(
         path=path,
         line=header_line.lineno,
@@ -629,6 +675,7 @@ def _section(
         complete=complete,
         notes=notes,
         gpus_per_thread=max(int(gpus.group(1)), 1) if gpus else 1,
+        ranks_per_host=tuple(counts[h] for h in sorted(counts)),
     )
 
 
@@ -653,6 +700,60 @@ def _check_bus_factor(records: pd.DataFrame, op: Op, ranks: int, where: str) -> 
                     f"{ranks} ranks has {expected:.3g} (nccl-tests' bus factor)"
                     + (f": the log measured {' or '.join(others)}" if others else "")
                     + "; give the right --op (or name the file after its collective)")
+
+
+# the redop column: nccl-tests prints the reduction (sum, prod, min, max, avg) for the ops that
+# reduce (and for sendrecv, whose test passes ncclSum), 'none' for the ones that move data only
+_REDUCING = {Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.REDUCE}
+_NOT_REDUCING = {Op.ALL_GATHER, Op.ALL_TO_ALL, Op.BROADCAST}
+_ROOTED = {Op.BROADCAST, Op.REDUCE}  # root >= 0; the others print -1
+
+
+def _op_columns(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The records without their redop and root columns, and those columns (what op ran)."""
+    cols = [c for c in ("redop", "root") if c in records]
+    return records.drop(columns=cols), records[cols]
+
+
+def _check_op_columns(columns: pd.DataFrame, op: Op, where: str) -> None:
+    """A log read as another op whose bus factor is the same (all_gather and reduce_scatter,
+    sendrecv and broadcast) is told apart by its redop column ('none' where nothing is reduced)
+    and its root column (-1 but for broadcast and reduce); a log without them is not checked."""
+    if "redop" in columns and columns["redop"].notna().any():
+        redop = str(columns["redop"].dropna().iloc[0]).lower()
+        if (redop == "none" and op in _REDUCING) or (redop != "none" and op in _NOT_REDUCING):
+            ran = "no reduction" if redop == "none" else f"the reduction {redop}"
+            raise DataError(f"{where}: the log's redop column says it ran {ran}, which "
+                            f"{op.value} does not; give the right --op (or name the file after "
+                            "its collective)")
+    if "root" in columns and columns["root"].notna().any():
+        root = float(columns["root"].dropna().iloc[0])
+        if (root < 0) == (op in _ROOTED):
+            raise DataError(f"{where}: the log's root column is {root:g}, where {op.value} has "
+                            f"{'a root rank >= 0' if op in _ROOTED else 'none (-1)'}; give the "
+                            "right --op (or name the file after its collective)")
+
+
+def _distinct_sizes(records: pd.DataFrame, where: str, notes: list[str]) -> pd.DataFrame:
+    """One row per size above 0 B (0 B rows, which nccl-tests repeats where a rank's share
+    rounds to nothing, are not fitted): a size repeated with the same numbers is kept once (a
+    note says so); with other numbers, the log is refused (which of the two to fit is unknown)."""
+    dup = records[records["nbytes"].duplicated(keep=False) & (records["nbytes"] > 0)]
+    if dup.empty:
+        return records
+    same = ["nbytes", "time_s", "time_in_place_s", "algbw", "busbw"]
+    for size, rows in dup.groupby("nbytes"):
+        if len(rows[same].astype(str).drop_duplicates()) > 1:
+            lines = ", ".join(str(v) for v in rows["line"] if v is not None and v == v)
+            times = " and ".join(f"{t * 1e6:g} us" for t in rows["time_s"])
+            raise DataError(
+                f"{where}{':' + lines.split(',')[0] if lines else ''}: size {size:.0f} B is "
+                f"measured {len(rows)} times{f' (lines {lines})' if lines else ''} with "
+                f"different results ({times}): which to fit is not known; keep one row per size"
+            )
+    kept = records[~(records.duplicated(subset=same) & (records["nbytes"] > 0))]
+    notes.append(f"{len(records) - len(kept)} repeated rows (same size, same numbers) kept once")
+    return kept
 
 
 def _looks_cut(tokens: list[str], layout: _Layout | None) -> bool:
@@ -728,11 +829,15 @@ def _parse_json(
     errors = doc.get("errors")
     if isinstance(errors, list) and any(isinstance(e, str) and e for e in errors):
         notes.append(f"nccl-tests reported errors: {'; '.join(str(e) for e in errors)[:200]}")
-    records = pd.DataFrame(rows)
+    records, _ = _op_columns(pd.DataFrame(rows))  # a -J file's op is not checked by its columns
     bad = records["wrong"] > 0
     if bad.any():
         notes.append(f"{int(bad.sum())} results with nwrong > 0 dropped")
         records = records[~bad]
+    if records.empty:
+        raise DataError(f"{path}: every one of the {op.value} file's {len(rows)} results has "
+                        "nwrong > 0 (nccl-tests found wrong results): nothing to fit")
+    records = _distinct_sizes(records, str(path), notes)
     env = doc.get("env")
     env = env if isinstance(env, list) else []
     algo = next(
@@ -761,6 +866,7 @@ def _parse_json(
         notes=notes,
         json=True,
         gpus_per_thread=int(config.get("ngpus", 1)),
+        ranks_per_host=tuple(Counter(hosts)[h] for h in sorted(set(hosts))),
     )
 
 
@@ -874,7 +980,22 @@ def _json_row(path: Path, i: int, result: Any) -> dict:
     inp = result.get("in_place")
     inp = inp if isinstance(inp, dict) else {}
     dtype = result.get("type")
-    return _checked(
+    if _json_optional(inp, "time", f"{where}.in_place") is not None:
+        _checked(
+            _json_number(result, "size", where),
+            _json_number(result, "count", where),
+            "",
+            _json_number(inp, "time", f"{where}.in_place"),
+            None,
+            _json_optional(inp, "alg_bw", f"{where}.in_place"),
+            _json_optional(inp, "bus_bw", f"{where}.in_place"),
+            0.0,
+            where,
+            line=None,
+            half="in-place ",
+        )
+    redop, root = result.get("redop"), result.get("root")
+    record = _checked(
         _json_number(result, "size", where),
         _json_number(result, "count", where),
         dtype if isinstance(dtype, str) else "",
@@ -882,10 +1003,16 @@ def _json_row(path: Path, i: int, result: Any) -> dict:
         _json_optional(inp, "time", f"{where}.in_place"),
         _json_optional(oop, "alg_bw", f"{where}.out_of_place"),
         _json_optional(oop, "bus_bw", f"{where}.out_of_place"),
-        _json_optional(oop, "nwrong", f"{where}.out_of_place") or 0.0,
+        max(_json_optional(oop, "nwrong", f"{where}.out_of_place") or 0.0,
+            _json_optional(inp, "nwrong", f"{where}.in_place") or 0.0),
         where,
         line=None,
     )
+    return {
+        **record,
+        "redop": redop if isinstance(redop, str) else None,
+        "root": float(root) if _is_int(root) else None,
+    }
 
 
 def _json_optional(obj: dict, key: str, where: str) -> float | None:

@@ -29,6 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from calibration.bench import SETTLE_S, Sweep, run_worker, sweep_for, sweep_to_dict
 from calibration.fit import (
+    UNRESOLVED_BANDWIDTH_RATIO,
     BandwidthModel,
     CollectiveModel,
     GemmModel,
@@ -696,9 +697,6 @@ def _spread(disp: pd.DataFrame, medians: pd.Series) -> dict[str, float]:
     return {"median_rel_error": float(err.median()), "worst_rel_error": float(err.max())}
 
 
-# a fitted bandwidth this many times the best one measured was not seen by the sweep: its sizes
-# were all latency-bound (e.g. --max-bytes 64 KiB), and the bus term is noise around zero
-UNRESOLVED_BANDWIDTH_RATIO = 10.0
 
 
 def _link_bandwidth(model: CollectiveModel, scope: str, notes: list[str]) -> float:
