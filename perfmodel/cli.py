@@ -523,17 +523,24 @@ def _collective_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) 
     if not prof.collective_fits():  # e.g. a GEMM-only profile: the collectives are the preset's
         return []
     scopes = axis_per_node(plan, hardware)
+    ranks = _axis_degrees(plan, hardware)
     notes = []
-    fitted = {(f["op"], f["scope"]) for f in prof.collective_fits()}
     for record in comm_ledger(model, plan, hardware):
         scope = "intra" if scopes[record["axis"]][1] == "intra" else "inter"
         what = f"{record['name']} ({record['op']}, {fmt_bytes(record['nbytes'])}, {scope}-node)"
-        if (record["op"], scope) not in fitted:  # the hardware's link model prices it
-            notes.append(f"{what}: the profile has no {scope}-node fit of {record['op']}; "
-                         "priced by the hardware's link model")
-        elif profiles.is_extrapolation(prof, record["op"], record["nbytes"], scope):
-            notes.append(f"{what} is outside the sizes the profile measured: extrapolated")
+        notes += profiles.collective_notes(prof, what, record["op"], record["nbytes"],
+                                           ranks[record["axis"]], scope)
     return notes
+
+
+def _axis_degrees(plan: Any, hardware: Any) -> dict[str, int]:
+    """The ranks of one group of each axis of the plan (as axis_per_node names the axes)."""
+    from perfmodel.encode import axis_ranks_per_node, fabric_of, plan_arrays
+
+    arrays = plan_arrays(plan)
+    taken = fabric_of(hardware).domains(arrays)[0]
+    return {axis: int(degree[0])
+            for axis, (degree, _) in axis_ranks_per_node(arrays, taken).items()}
 
 
 def _gemm_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) -> list[str]:
@@ -1596,12 +1603,31 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
     hw = resolve_hardware(hardware, profile)
     result = predict_collective(op, parse_bytes(nbytes), ranks, hw, ranks_per_node, algorithm,
                                 protocol)
+    notes = _collective_command_notes(profile, result)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     if as_json:
-        click.echo(json_text(document("collective", result)))
+        click.echo(json_text(document("collective", {**result, "extrapolations": notes})))
     else:
         from perfmodel.render import print_collective
 
         print_collective(result)
+
+
+def _collective_command_notes(profile: str | None, result: dict[str, Any]) -> list[str]:
+    """`collective --profile`: its collective outside the sizes or rank counts the profile's fit
+    measured, or of an op and scope it has no fit of (as predict notes a plan's)."""
+    if not profile:
+        return []
+    from perfmodel.specs import profile as profiles
+
+    prof = profiles.load_profile(Path(profile))
+    if not prof.collective_fits():  # e.g. a GEMM-only profile: the collectives are the preset's
+        return []
+    scope = "intra" if result["scope"] == "intra" else "inter"
+    what = f"{result['op']} ({fmt_bytes(result['bytes'])}, {scope}-node)"
+    return profiles.collective_notes(prof, what, result["op"], result["bytes"], result["ranks"],
+                                     scope)
 
 
 @cli.command()

@@ -418,7 +418,10 @@ def schema(kind: str) -> dict[str, Any]:
             "fabric_level": {**STRING, "description": "the fabric level the group reaches: node "
                                                       "inside one, else a level's name"},
             "priced_on": {**STRING, "description": "the level whose link prices the group: the "
-                                                   "slowest it crosses (node inside one)"}}))
+                                                   "slowest it crosses (node inside one)"},
+            "extrapolations": {**STRINGS, "description": "With --profile: the collective "
+                                                         "outside the sizes or rank counts its "
+                                                         "fit measured, or of no fit of it."}}))
     if kind == "sweep":
         point = {"type": "object", "properties": {
             "pr": WHOLE, "pc": WHOLE, "step_time_s": NUMBER, "samples_per_s": NUMBER,

@@ -16,9 +16,11 @@ profiles written before it existed) names the stages it did not finish. One coll
 scope (in `fits` and in hardware.collectives; two algorithms of one op and scope included): a
 duplicate is refused, never resolved to one of the two or mixed; so is a JSON object with a key
 given twice.
-`apply_profile` merges the profile's hardware fields over a preset's (profile wins).
+`apply_profile` merges the profile's hardware fields over a preset's (profile wins); a profile of
+another GPU than the preset's is refused (`check_gpu`).
 `fitted_collective_time` is how a fitted collective (one or two alpha-beta regimes) is evaluated.
-`is_extrapolation` tells whether a size lies outside the range a fit saw.
+`is_extrapolation` tells whether a size lies outside the range a fit saw; `collective_notes` says
+so, and where a group has another number of ranks than the fit measured.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import dataclasses
 import functools
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,12 +284,44 @@ def hardware_to_mapping(hardware: HardwareSpec) -> dict[str, Any]:
     return data
 
 
+def gpu_models(name: str) -> set[str]:
+    """The model numbers in a GPU's name (H100, MI300X, GB200, V100), to tell two GPUs apart
+    however their names are written ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe": both H100). A
+    CPU's name ("CPU AMD EPYC (2 cores)") has none. As calibration's import-nccl-tests --base
+    compares them."""
+    return set(re.findall(r"\b[A-Z]{1,3}\d{2,4}[A-Z]?\b", name.upper()))
+
+
+def check_gpu(hardware: HardwareSpec, profile: Profile) -> str | None:
+    """Refuse a profile measured on another GPU than the hardware's (SpecError): its fits would
+    price that GPU's kernels and links under this one's name, memory and peak. Both names must
+    hold a GPU model to be compared (a CPU's profile of `calibrate run` over a GPU preset is
+    used: its fits stand for the preset's). Returns a note where the profile names no GPU
+    (GEMM sweeps imported without a device name): its GPU is not checked."""
+    gpu = profile.hardware.get("gpu_name")
+    if gpu is None:
+        return (f"profile {profile.path} names no GPU (hardware.gpu_name): that it was "
+                f"measured on {hardware.gpu_name} ({hardware.name}) is not checked")
+    if not isinstance(gpu, str):
+        return None  # hardware_from_dict refuses it, naming the field
+    theirs, ours = gpu_models(gpu), gpu_models(hardware.gpu_name)
+    if theirs and ours and not theirs & ours:
+        raise SpecError(
+            f"profile {profile.path} was measured on {gpu}, hardware '{hardware.name}' is "
+            f"{hardware.gpu_name}: its fits would price another GPU; give a profile of "
+            f"{hardware.gpu_name}, or the profile without --hardware")
+    return None
+
+
 def apply_profile(hardware: HardwareSpec | None, profile: Profile) -> HardwareSpec:
     """A HardwareSpec with the profile's fields over the preset's.
 
     hardware=None: the profile stands alone (its own `base`, or every required field itself).
+    A profile measured on another GPU than `hardware`'s is refused (check_gpu).
     A fitted collective of the profile replaces a preset's fit of the same op and scope.
     """
+    if hardware is not None:
+        check_gpu(hardware, profile)
     overrides = dict(profile.hardware)
     base = overrides.pop("base", None)
     where = f"profile {profile.path}: hardware"
@@ -460,18 +495,55 @@ def is_extrapolation(profile: Profile, op: str, nbytes: Any, scope: str | None =
     return out if out.ndim else bool(out)
 
 
+def measured_ranks(profile: Profile, op: str, scope: str) -> tuple[int, ...]:
+    """The group sizes the profile's fit of op and scope measured (its "ranks"), or () where it
+    has no such fit or records none (a hand-written profile)."""
+    for fit in profile.collective_fits():
+        if fit["op"] == op and fit["scope"] == scope:
+            ranks = fit.get("ranks")
+            if isinstance(ranks, list) and all(
+                    isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+                return tuple(sorted(set(ranks)))
+    return ()
+
+
+def collective_notes(profile: Profile, what: str, op: str, nbytes: float, ranks: int,
+                     scope: str) -> list[str]:
+    """What a command says of one collective (`what` names it) of a group of `ranks` priced
+    with the profile (scope: intra or inter, the fit's): the profile has no fit of its op and
+    scope (the hardware's link model prices it), or its size lies outside the sizes the fit
+    saw, or the group has another number of ranks than the fit measured. send_recv is a pair
+    whatever the group: its rank count is not compared."""
+    if (op, scope) not in {(f["op"], f["scope"]) for f in profile.collective_fits()}:
+        return [f"{what}: the profile has no {scope}-node fit of {op}; priced by the hardware's "
+                "link model"]
+    notes = []
+    if is_extrapolation(profile, op, nbytes, scope):
+        notes.append(f"{what} is outside the sizes the profile measured: extrapolated")
+    measured = measured_ranks(profile, op, scope)
+    if op != "send_recv" and ranks > 1 and measured and ranks not in measured:
+        counts = ", ".join(str(r) for r in measured)
+        notes.append(f"{what} over {ranks} ranks: the profile's fit measured {counts} ranks: "
+                     "extrapolated")
+    return notes
+
+
 __all__ = [
     "FORMAT",
     "gemm_fit_in_use",
     "VERSION",
     "Profile",
     "apply_profile",
+    "check_gpu",
+    "collective_notes",
     "fit_values",
     "fitted_collective_expr",
     "fitted_collective_time",
+    "gpu_models",
     "hardware_to_mapping",
     "incomplete_note",
     "is_extrapolation",
     "load_profile",
+    "measured_ranks",
     "profile_from_dict",
 ]

@@ -19,16 +19,19 @@ def resolve_hardware(hardware: str | None, profile: str | Path | None,
     """A HardwareSpec from a preset or file and/or a profile (the profile's fields win), its
     collective_algorithm replaced by `algorithm` where given (--collective-algorithm).
 
-    An incomplete profile is said once on standard error, by every command that reads it.
+    An incomplete profile is said once on standard error, by every command that reads it; so is
+    a profile beside --hardware that names no GPU (its GPU is not checked: check_gpu).
     """
     if profile:
         from perfmodel.specs import profile as profiles  # start-up: sympy only with a profile
 
         prof = profiles.load_profile(Path(profile))
         base = load_hardware(hardware) if hardware else None
-        spec = profiles.apply_profile(base, prof)
-        if not prof.complete:
-            print(f"note: {profiles.incomplete_note(prof)}", file=sys.stderr)
+        spec = profiles.apply_profile(base, prof)  # refuses a profile of another GPU
+        unchecked = profiles.check_gpu(base, prof) if base is not None else None
+        for note in (profiles.incomplete_note(prof), unchecked):
+            if note:
+                print(f"note: {note}", file=sys.stderr)
     elif not hardware:
         raise PerfmodelError("give --hardware (a preset or file) or --profile")
     else:
