@@ -202,13 +202,13 @@ def import_nccl_tests_cmd(
     from calibration.importers import import_nccl_tests, save
 
     result = import_nccl_tests(logs, algorithm=algorithm, op=op, allow_truncated=allow_truncated)
+    _refuse_mixed_gpus(result.per_source)
     if base:
         from perfmodel.specs.hardware import load_hardware
 
         base_gpu = load_hardware(base).gpu_name  # fail now on a wrong name, not at predict time
         logs_gpu = result.hardware.get("gpu_name")
-        if logs_gpu and _gpu_models(base_gpu) and _gpu_models(logs_gpu) \
-                and not _gpu_models(base_gpu) & _gpu_models(logs_gpu):
+        if logs_gpu and _other_gpu(base_gpu, logs_gpu):
             raise DataError(f"--base {base} is {base_gpu}, the logs ran on {logs_gpu}: the "
                             "profile would price these links beside another GPU's compute; give "
                             "--base a spec of the logs' GPU")
@@ -219,17 +219,6 @@ def import_nccl_tests_cmd(
                 f"base preset '{base}' chosen by the logs' device name and GPUs "
                 "per node (override with --base)"
             )
-    path = save(
-        result,
-        out,
-        base=base,
-        device=result.hardware.get("gpu_name"),
-        device_count=max(s["ranks"] for s in result.per_source),
-        nodes=max(s["nodes"] for s in result.per_source),
-        measured_on=sorted({h for s in result.per_source for h in s["hosts"]}),
-        nccl_version=", ".join(result.nccl_versions) or None,
-        sources=[str(p) for p in logs],
-    )
     table = Table("log", "fit", "ranks", "median err", "worst err", "points")
     for s in result.per_source:
         table.add_row(
@@ -246,6 +235,17 @@ def import_nccl_tests_cmd(
                 f"{s['median_rel_error']:.0%}): logs of different systems "
                 "share one fit? import them separately"
             )
+    path = save(  # after every note: the profile's provenance holds them all
+        result,
+        out,
+        base=base,
+        device=result.hardware.get("gpu_name"),
+        device_count=max(s["ranks"] for s in result.per_source),
+        nodes=max(s["nodes"] for s in result.per_source),
+        measured_on=sorted({h for s in result.per_source for h in s["hosts"]}),
+        nccl_version=", ".join(result.nccl_versions) or None,
+        sources=[str(p) for p in logs],
+    )
     console = Console()
     console.print(table)
     for note in result.notes:
@@ -253,12 +253,49 @@ def import_nccl_tests_cmd(
     click.echo(f"wrote {path}")
 
 
+def _refuse_mixed_gpus(per_source: list[dict[str, Any]]) -> None:
+    """Logs of two GPUs (A100 and H100, H100 SXM and PCIe) in one import: refused, one fit of
+    their links would be neither's."""
+    seen: dict[str, str] = {}  # a GPU name -> the first log that names it
+    for s in per_source:
+        for name in filter(None, (n.strip() for n in str(s.get("device") or "").split(" / "))):
+            seen.setdefault(name, s["source"])
+    names = list(seen)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if _other_gpu(a, b):
+                raise DataError(f"{seen[a]} ran on {a}, {seen[b]} on {b}: one profile holds one "
+                                "GPU's links; import each GPU's logs separately")
+
+
+def _gpu_form(name: str) -> str | None:
+    """'PCIe' or 'SXM' where a GPU's name says it (nvidia-smi: 'NVIDIA H100 PCIe',
+    'NVIDIA A100-SXM4-40GB'; 'NVIDIA H100 80GB HBM3' is the SXM5 board), else None."""
+    up = name.upper()
+    if "PCIE" in up:
+        return "PCIe"
+    if "SXM" in up or "HBM3" in up:
+        return "SXM"
+    return None
+
+
+def _other_gpu(a: str, b: str) -> bool:
+    """Two GPU names that name different GPUs: other model numbers (H100, MI300X), or one model
+    on other boards (H100 SXM, over NVLink, and H100 PCIe). Names without either: not told."""
+    models_a, models_b = _gpu_models(a), _gpu_models(b)
+    if models_a and models_b and not models_a & models_b:
+        return True
+    form_a, form_b = _gpu_form(a), _gpu_form(b)
+    return bool(form_a and form_b and form_a != form_b)
+
+
 def _gpu_models(name: str) -> set[str]:
     """The model numbers in a GPU's name (H100, MI300X, GB200, L40S), to tell two GPUs apart
-    however their names are written."""
-    import re
+    however their names are written (perfmodel.specs.profile.gpu_models, as predict compares a
+    profile's GPU with the hardware's)."""
+    from perfmodel.specs.profile import gpu_models
 
-    return set(re.findall(r"\b[A-Z]{1,3}\d{2,4}[A-Z]?\b", name.upper()))
+    return gpu_models(name)
 
 
 def _preset_for(device: str | None, per_node: int | None) -> str | None:
@@ -303,20 +340,35 @@ def import_gemm_cmd(
     tables: tuple[Path, ...], out: Path, base: str | None, device: str | None, folds: int
 ) -> None:
     """Fit the GEMM efficiency model to published sweeps (CSV of shape, dtype, FLOP/s)."""
+    from calibration.gemm_tables import device_gpus, device_info, read_gemm_table
     from calibration.importers import import_gemm, save
 
     peaks = None
+    base_spec = None
     if base:
         from perfmodel.specs.hardware import load_hardware
 
-        peaks = dict(load_hardware(base).peak_flops_per_s)
+        base_spec = load_hardware(base)  # fail now on a wrong name, not at predict time
+        peaks = _scaled_peaks(base_spec)
+        ours = _gpu_models(base_spec.gpu_name)
+        for dev in sorted({str(d) for p in tables for d in read_gemm_table(p)["device"]}):
+            theirs = set(device_gpus(dev))
+            if (device is None or dev == device) and theirs and ours and not theirs & ours:
+                raise DataError(  # before the fit: it takes seconds
+                    f"--base {base} is {base_spec.gpu_name}, the tables' device {dev} is "
+                    f"{' or '.join(sorted(theirs))}: the profile would hold its GEMMs as "
+                    "fractions of another GPU's peaks; give --base a spec of the tables' GPU"
+                )
     result = import_gemm(tables, device=device, folds=folds, peaks=peaks)
-    devices = sorted({f["device"] for f in result.fits.values()})
+    devices = sorted({str(d) for d in result.measurements["device"].unique()})
+    _drop_unscaled_efficiency(result, base, base_spec)
+    if len(devices) == 1 and device_info(devices[0]) is not None:
+        result.hardware["gpu_name"] = _gemm_gpu_name(devices[0], base_spec)
     path = save(
         result,
         out,
         base=base,
-        device=", ".join(devices),
+        device=", ".join(sorted({f["device"] for f in result.fits.values()})),
         device_count=1,
         sources=[str(p) for p in tables],
     )
@@ -334,6 +386,71 @@ def import_gemm_cmd(
     for note in result.notes:
         console.print(f"note: {note}")
     click.echo(f"wrote {path}")
+
+
+def _scaled_peaks(spec: Any) -> dict[str, float]:
+    """Each dtype's peak [FLOP/s] as predict scales it on `spec` (tf32 at fp32's where the GPU
+    has no TF32: HardwareSpec.peak), the peaks a --base's fits are fitted against."""
+    from perfmodel.errors import PlanError
+    from perfmodel.specs.hardware import DTYPES
+
+    peaks = {}
+    for dtype in DTYPES:
+        try:
+            peaks[dtype] = spec.peak(dtype)
+        except PlanError:  # the GPU does not run it
+            continue
+    return peaks
+
+
+def _drop_unscaled_efficiency(result: Any, base: str | None, base_spec: Any) -> None:
+    """Keep a dtype's efficiency only where its fits' fractions are of the peak predict scales
+    for that dtype: --base's, else the preset of the tables' GPU (gfx950's f32 rows are fitted
+    against the bf16 peak, mi355x prices tf32 at its fp32 rate); a note says what is dropped."""
+    import math
+
+    from calibration.gemm_tables import device_preset
+    from perfmodel.specs.hardware import load_hardware
+
+    eff = result.hardware.get("gemm_efficiency")
+    if not eff:
+        return
+    for canon in list(eff):
+        fits = [f for f in result.fits.values() if f.get("perfmodel_dtype") == canon]
+        dev = fits[0]["device"] if fits else None
+        name = base or (device_preset(dev) if dev else None)
+        if not fits or name is None:  # a GPU without a preset: its datasheet peak stands
+            continue
+        spec = base_spec if base else load_hardware(name)
+        target = _scaled_peaks(spec).get(canon)
+        fitted = float(fits[0]["peak_flops_per_s"])
+        if target is not None and math.isclose(fitted, target, rel_tol=1e-3):
+            continue
+        del eff[canon]
+        scaled = (f"has no {canon} peak" if target is None else
+                  f"scales a {canon} plan by {target:.4g} FLOP/s"
+                  + ("" if canon in spec.peak_flops_per_s else " (its fp32 peak)"))
+        result.notes.append(
+            f"{canon}: the fits' fractions are of {fitted:.4g} FLOP/s "
+            f"({fits[0].get('peak_source')}), but {name} {scaled}: not written to the "
+            "hardware section"
+        )
+    if not eff:
+        del result.hardware["gemm_efficiency"]
+
+
+def _gemm_gpu_name(device: str, base_spec: Any) -> str:
+    """The GPU a table's device names: --base's (checked to be one of them), else the name of
+    the preset its datasheet peaks are from, else the datasheet's."""
+    from calibration.gemm_tables import device_info, device_preset
+    from perfmodel.specs.hardware import load_hardware
+
+    if base_spec is not None:
+        return str(base_spec.gpu_name)
+    preset = device_preset(device)
+    if preset is not None:
+        return str(load_hardware(preset).gpu_name)
+    return str((device_info(device) or {})["gpu"])
 
 
 @calibrate.command("report")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,10 +22,15 @@ from perfmodel.files import read_text_bounded
 
 # Datasheet dense peaks [FLOP/s] and memory bandwidth [B/s] of the GPUs in the published sweeps,
 # keyed by the device names the tables use. Only the scale of max_fraction depends on them.
-DEVICES = {
+# "gpus": the model numbers of the GPUs the device name covers (an architecture: sm_90 is H100,
+# H200, H800 and GH200), what a --base's gpu_name must name; "preset": the hardware preset of the
+# GPU whose peaks these are, the spec predict scales a fit by where no --base is given.
+DEVICES: dict[str, dict[str, Any]] = {
     # NVIDIA H100 SXM5 datasheet (2023): bf16/fp16 989.4 TF, TF32 494.7 TF, FP8 1978.9 TF, 3.35 TB/s
     "sm_90": {
         "gpu": "H100",
+        "gpus": ("H100", "H200", "H800", "H20", "GH200"),
+        "preset": "dgx-h100",
         "bf16": 989.4e12,
         "fp16": 989.4e12,
         "tf32": 494.7e12,
@@ -34,6 +40,8 @@ DEVICES = {
     # H800 SXM5: the H100 SXM compute (DeepGEMM README; NVIDIA H800 product brief)
     "H800": {
         "gpu": "H800",
+        "gpus": ("H800",),
+        "preset": None,
         "bf16": 989.4e12,
         "fp16": 989.4e12,
         "tf32": 494.7e12,
@@ -44,6 +52,8 @@ DEVICES = {
     # figures: bf16 2.25 PF, TF32 1.125 PF (18 PF sparse / 8 / 2), FP8 4.5 PF, 8 TB/s HBM3e
     "sm_100": {
         "gpu": "B200",
+        "gpus": ("B200", "B100", "GB200"),
+        "preset": "dgx-b200",
         "bf16": 2.25e15,
         "fp16": 2.25e15,
         "tf32": 1.125e15,
@@ -53,6 +63,8 @@ DEVICES = {
     # AMD Instinct MI300X datasheet (2023): bf16 1307.4 TF, TF32 653.7 TF, FP8 2614.9 TF, 5.3 TB/s
     "gfx942": {
         "gpu": "MI300",
+        "gpus": ("MI300X", "MI300A", "MI325X"),
+        "preset": "mi300x",
         "bf16": 1307.4e12,
         "fp16": 1307.4e12,
         "tf32": 653.7e12,
@@ -60,9 +72,13 @@ DEVICES = {
         "memory_bandwidth_bytes_per_s": 5.3e12,
     },
     # AMD Instinct MI355X datasheet (2025): bf16/fp16 2.5 PF, FP8 5.0 PF dense, 8 TB/s. The gfx950
-    # f32 rows ran in a bf16-class precision (SOURCES.md), so they are scaled by the bf16 peak.
+    # f32 rows ran in a bf16-class precision (SOURCES.md), so they are scaled by the bf16 peak; the
+    # mi355x preset has no TF32 and prices a tf32 plan at its fp32 rate, so import-gemm reports
+    # that fit and does not write it (calibration.cli: a fit's peak must be the one predict scales).
     "gfx950": {
         "gpu": "MI350",
+        "gpus": ("MI350X", "MI355X"),
+        "preset": "mi355x",
         "bf16": 2516.6e12,
         "fp16": 2516.6e12,
         "tf32": 2516.6e12,
@@ -104,6 +120,17 @@ def output_bytes_per_element(dtype: str) -> float:
 
 def device_info(device: str) -> dict | None:
     return DEVICES.get(_ALIASES.get(device, device))
+
+
+def device_gpus(device: str) -> tuple[str, ...]:
+    """Model numbers of the GPUs a table's device name covers (sm_90: H100, H200, ...); empty
+    where the device is not one perfmodel knows."""
+    return tuple((device_info(device) or {}).get("gpus", ()))
+
+
+def device_preset(device: str) -> str | None:
+    """The hardware preset whose peaks are the device's datasheet peaks, if one is shipped."""
+    return (device_info(device) or {}).get("preset")
 
 
 def read_gemm_table(path: str | Path) -> pd.DataFrame:

@@ -304,6 +304,13 @@ def import_gemm(
             notes.append(f"{name}: dtype {canon} is not one a hardware spec takes "
                          f"({', '.join(DTYPES)}): fit reported, not written")
             continue
+        params = {**model.params_, "half_dim": 0.0}
+        try:  # what the profile's reader takes (a slip of units fits absurd values)
+            GemmEfficiency(**params)
+        except SpecError as exc:
+            raise DataError(f"{name}: the fit is not a GEMM efficiency perfmodel can use ({exc}); "
+                            "check the table's units (flops_per_s in FLOP/s, tflops in "
+                            "TFLOP/s)") from None
         if model.residuals_["median_rel_error"] > GEMM_NOT_REPRODUCED:
             notes.append(
                 f"{name}: the fit does not reproduce its own {dtype} shapes (median error "
@@ -312,13 +319,6 @@ def import_gemm(
                 "written to the hardware section"
             )
             continue
-        params = {**model.params_, "half_dim": 0.0}
-        try:  # what the profile's reader takes (a slip of units fits absurd values)
-            GemmEfficiency(**params)
-        except SpecError as exc:
-            raise DataError(f"{name}: the fit is not a GEMM efficiency perfmodel can use ({exc}); "
-                            "check the table's units (flops_per_s in FLOP/s, tflops in "
-                            "TFLOP/s)") from None
         if _is_primary(dtype):
             primary.setdefault(canon, []).append(name)
         if canon not in gemm_eff or _is_primary(dtype):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import platform
 import socket
 import subprocess
@@ -86,10 +87,13 @@ def write_profile(
     """
     path = Path(path)
     check_output(path, what="profile", make_parents=True)  # refused: no measurements beside it
+    # a write through a symlink writes its target and keeps the link: the CSV goes beside the
+    # target, named after it, where the JSON's "measurements" is looked up
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
     csv_name = None
     if measurements is not None:
-        csv_name = f"{path.stem}.measurements.csv"
-        write_atomic(path.parent / csv_name, measurements.to_csv(index=False),
+        csv_name = f"{target.stem}.measurements.csv"
+        write_atomic(target.parent / csv_name, measurements.to_csv(index=False),
                      what="profile measurements", make_parents=True)
     doc = _clean(
         {
@@ -103,7 +107,7 @@ def write_profile(
             "provenance": dict(provenance, notes=list(notes or [])),
         }
     )
-    profile_from_dict(doc, f"profile {path}", path)  # never write what we could not read back
+    profile_from_dict(doc, f"profile {path}", target)  # never write what we could not read back
     text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
     write_atomic(path, text, what="profile", make_parents=True)
     return path
