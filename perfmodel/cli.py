@@ -154,6 +154,9 @@ def choice(options: Any) -> click.Choice[str]:
 NORMS = ("local", "sync", "group")
 VARIANTS = ("fused", "split")
 CONTRIBUTORS = choice(("standard", "specialised", "auto"))
+# a layer graph's dtypes (perfmodel.layerwise.GRID_DTYPES, which the command line does not load
+# to parse): no FP8 recipe for a CNN or MLP
+GRID_DTYPES = ("fp32", "tf32", "bf16", "fp16")
 
 
 def plan_options(fn: Any) -> Any:
@@ -1649,7 +1652,7 @@ def _collective_command_notes(profile: str | None, result: dict[str, Any]) -> li
 @click.option("--contributors", type=CONTRIBUTORS, default="standard", show_default=True,
               help="Collectives of layers with fewer units than Pr: over all Pr, among the "
                    "holders then a copy, or the cheaper.")
-@click.option("--dtype", type=choice(Dtype), default=Dtype.FP32.value,
+@click.option("--dtype", type=choice(GRID_DTYPES), default=Dtype.FP32.value,
               show_default=True, help="Training precision.")
 @click.option("--vary", multiple=True, required=True,
               help="FIELD=V1,V2,...: peak_flops_per_s (one GPU's peak FLOP/s), "

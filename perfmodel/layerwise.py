@@ -38,6 +38,10 @@ from perfmodel.output import require_finite
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.layers import LayerGraphSpec
 
+# a layer graph trains in these (no FP8 recipe for a CNN or MLP; perfmodel.cli.GRID_DTYPES,
+# tests/unit/test_batch_report_probe_2026_12_02.py checks they agree)
+GRID_DTYPES = ("fp32", "tf32", "bf16", "fp16")
+
 
 class Norm(StrEnum):
     LOCAL = "local"  # batch norm on each process's samples
@@ -72,8 +76,8 @@ class GridPlan:
         object.__setattr__(self, "variant", _enum(Variant, self.variant, "collective_variant"))
         object.__setattr__(self, "contributors", _enum(Contributors, self.contributors,
                                                        "contributors"))
-        if self.dtype not in ("fp32", "tf32", "bf16", "fp16"):
-            raise PlanError(f"dtype must be one of fp32, tf32, bf16, fp16, got '{self.dtype}'")
+        if self.dtype not in GRID_DTYPES:
+            raise PlanError(f"dtype must be one of {', '.join(GRID_DTYPES)}, got '{self.dtype}'")
         if self.global_batch % self.pc:
             raise PlanError(
                 f"global_batch ({self.global_batch}) must be divisible by pc ({self.pc})")

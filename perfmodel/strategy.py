@@ -410,7 +410,7 @@ def _positive_int(value: Any, field: str, minimum: int = 1, maximum: int = 10**7
     if number != number or number in (float("inf"), float("-inf")) or number != int(number):
         raise PlanError(f"{field} must be a whole number, got '{value}'")
     if number < minimum or number > maximum:
-        raise PlanError(f"{field} must be between {minimum} and {maximum:g}, got {int(number)}")
+        raise PlanError(f"{field} must be between {minimum} and {maximum:g}, got {value}")
     return int(number)
 
 

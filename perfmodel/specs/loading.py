@@ -211,7 +211,9 @@ def number(value: Any, field: str, *, minimum: float = 0.0, strict: bool = True,
         low = f"> {minimum:g}" if strict else f">= {minimum:g}"
         high = f" and <= {maximum:g}" if maximum != math.inf else ""
         why = f" ({reason})" if reason else ""
-        raise SpecError(f"{field} must be {low}{high}, got {value:g}{why}")
+        # the value as given where its short form would round it (4.0000001 is not 4)
+        shown = f"{value:g}" if float(f"{value:g}") == value else repr(value)
+        raise SpecError(f"{field} must be {low}{high}, got {shown}{why}")
     return int(value) if integer else float(value)
 
 

@@ -56,3 +56,28 @@ def test_a_sweep_refusal_names_the_peak_given_not_its_factor():
                              "16", "--global-batch", "256", "--pr", "2", "--vary",
                              "peak_flops_per_s=1e-300"])
     assert code == 3 and "(peak_flops_per_s=1e-300)" in err and "x)" not in err, err
+
+
+def test_a_refusal_names_the_value_given_not_a_rounding_of_it():
+    """'got 4' for 4.0000001 contradicted 'at most 4'; a batch cell ep=1e30 printed 31 digits."""
+    import pytest
+
+    from perfmodel import PlanError, SpecError
+    from perfmodel.specs.loading import number
+    from perfmodel.strategy import Plan
+
+    with pytest.raises(SpecError, match=r"<= 4, got 4\.0000001"):
+        number(4.0000001, "routing_imbalance", maximum=4)
+    with pytest.raises(PlanError, match=r"got 1e30$"):
+        Plan(gpus=8, ep="1e30")
+
+
+def test_sweep_offers_only_the_dtypes_a_layer_graph_takes():
+    """--help listed fp8, which the grid plan then refused."""
+    from perfmodel import cli, layerwise
+
+    assert cli.GRID_DTYPES == layerwise.GRID_DTYPES
+    code, _, err = run_main(["sweep", "--model", "resnet50", "--hardware", "dgx-h100", "--gpus",
+                             "16", "--global-batch", "256", "--pr", "2", "--dtype", "fp8",
+                             "--vary", "peak_flops_per_s=1e15"])
+    assert code == 2 and "'fp8' is not one of 'fp32', 'tf32', 'bf16', 'fp16'" in err, err
