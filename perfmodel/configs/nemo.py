@@ -599,12 +599,6 @@ def _bridge_preset(settings: Settings, job: JobConfig, preset: str, data: dict[s
         _preset_weights(settings, job, preset, data, reuse)
 
 
-# the FP8 recipe a Megatron-Bridge precision preset's name states, as Megatron-LM's --fp8-recipe
-_FP8_PRESET_RECIPES = {"mxfp8": "mxfp8", "current_scaling": "tensorwise",
-                       "delayed_scaling": "delayed", "subchannel": "blockwise",
-                       "blockwise": "blockwise"}
-
-
 def _preset_weights(settings: Settings, job: JobConfig, preset: str, data: dict[str, Any],
                     reuse: bool) -> None:
     """The FP8 weights a precision preset named by its string holds (its fp8_param_gather;
@@ -629,16 +623,11 @@ def _preset_weights(settings: Settings, job: JobConfig, preset: str, data: dict[
 
 
 def _precision(settings: Settings, job: JobConfig, key: str, value: Any, where: str) -> None:
-    """A precision named by its string (a NeMo 2 plugin's precision, a Megatron-Bridge preset's
-    name) as Megatron's --bf16 / --fp16 (neither: fp32), over any the model's fields gave."""
+    """A NeMo 2 plugin's precision (Lightning's bf16-mixed, 16-mixed, 32 ...) as Megatron's
+    --bf16 / --fp16 (neither: fp32), over any the model's fields gave (a Megatron-Bridge preset's
+    name is _bridge_preset's; NeMo 2's FP8 is the plugin's fp8, not its precision)."""
     text = str(value).lower()
-    if "fp8" in text:  # Megatron-Bridge's presets: bf16_with_fp8_delayed_scaling_mixed, ...
-        settings["fp8_format"] = (key, text)
-        recipe = next((r for word, r in _FP8_PRESET_RECIPES.items() if word in text), None)
-        if recipe is not None:
-            settings["fp8_recipe"] = (key, recipe)
-        dtype = "fp16" if "fp16" in text else "bf16" if "bf16" in text else "fp32"
-    elif text in _PRECISIONS:
+    if text in _PRECISIONS:
         dtype = _PRECISIONS[text]
     else:
         raise SpecError(f"{where}: {key} {text}: perfmodel reads {', '.join(_PRECISIONS)}")

@@ -116,6 +116,7 @@ class Context:
     # the share of a stage's layers under each recompute policy (the option's 0/1 times
     # floor(n / N) / n with Plan.recompute_every N; 0 under the others)
     full: sp.Expr  # full recompute
+    full_on: sp.Expr  # the plan recomputes fully (Plan.recompute full): 0/1, or its indicator
     selective: sp.Expr  # selective recompute (Megatron: the attention core, or its modules)
     op: sp.Expr  # per-op selective recompute (torchtitan)
     # 1 where some layer of the stage recomputes fully (resp. per op): it needs a buffer to
@@ -187,11 +188,6 @@ class Context:
     def linear(self) -> K.Device:
         """The device the linear layers' GEMMs run on: FP8 for an fp8 plan."""
         return self.linear_dev or self.dev
-
-    @property
-    def full_on(self) -> sp.Expr:
-        """1 where the plan recomputes fully (Plan.recompute full), its indicator where open."""
-        return flag(_option(self.fam, "recompute", "full"), "recompute_full")
 
     def full_layers(self, n: sp.Expr) -> sp.Expr:
         """The layers full recompute repeats of a stage that holds n (full_recomputed_layers; 0
@@ -297,7 +293,8 @@ class Context:
             fam=fam, dev=device(fam), d=d,
             T=S.b * S.s / S.cp, m=S.B / (S.dp * S.b), layers_per_stage=n, stage_layers=layers,
             multi=multi, single=1 - multi, seq_parallel=seq_parallel,
-            full=full * full_layers / n, full_inputs=full_inputs, full_group=full_group,
+            full=full * full_layers / n, full_on=full, full_inputs=full_inputs,
+            full_group=full_group,
             selective=flag(_option(fam, "recompute", "selective"), "recompute_selective") * share,
             op=op * share, full_any=full * any_, op_any=op * any_,
             zero1=zero[0], zero2=zero[1], zero3=zero[2],
