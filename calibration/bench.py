@@ -23,6 +23,7 @@ from typing import Any
 
 from calibration.framework import (
     CHAIN_LENGTHS,
+    EVICT_MAX_BYTES,
     OPTIMIZER_HIDDEN,
     bench_collective_dispatch,
     bench_kernel_chains,
@@ -33,7 +34,13 @@ from calibration.framework import (
 )
 from calibration.host import HOST_BLOCKS, bench_host, host_count
 from calibration.layers import LayerSize, bench_layers, layer_count, layer_sizes
-from calibration.measure import Context, Recorder, make_timer, measure
+from calibration.measure import (
+    Context,
+    Recorder,
+    cpu_last_level_cache_bytes,
+    make_timer,
+    measure,
+)
 from calibration.overlap import bench_overlap, overlap_count, overlap_points
 
 # the stages of `calibrate run`, in the order they run
@@ -63,6 +70,9 @@ class Sweep:
     subgroups: bool = True
     chain_lengths: tuple[int, ...] = CHAIN_LENGTHS  # framework stage: ops per kernel chain
     optimizer_hidden: tuple[int, ...] = OPTIMIZER_HIDDEN  # framework stage: optimizer sizes
+    # framework stage: the most bytes a rank writes to push the optimizer's states out of the
+    # last-level cache before each timed step (calibration.framework.bench_optimizer)
+    evict_max_bytes: int = EVICT_MAX_BYTES
     host_blocks: tuple[int, ...] = HOST_BLOCKS  # host stage: tiny blocks per step
     layer_sizes: tuple[LayerSize, ...] = ()  # layers stage: widths and token counts
     # overlap stage: (GEMM size, all-reduce bytes) run alone and at once
@@ -114,6 +124,7 @@ def sweep_for(
         layer_sizes=sizes,
         chain_lengths=(4, 16) if tiny else CHAIN_LENGTHS,
         optimizer_hidden=(64, 128) if tiny else OPTIMIZER_HIDDEN,
+        evict_max_bytes=(1 << 22) if tiny else EVICT_MAX_BYTES,
         gemm_shapes=tuple(shapes),
         memory_bytes=tuple(mem),
         collective_bytes=tuple(coll),
@@ -608,20 +619,6 @@ def _framework(ctx: Context, sweep: Sweep, rec: Recorder) -> Iterator[None]:
     yield from bench_optimizer(ctx, sweep, rec)
 
 
-def _llc_bytes() -> int | None:
-    """Size of the CPU's last-level cache (Linux sysfs), or None."""
-    base = Path("/sys/devices/system/cpu/cpu0/cache")
-    sizes = []
-    for index in sorted(base.glob("index*")):
-        try:
-            text = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        sizes.append(int(text.rstrip("KMG")) * unit)
-    return max(sizes) if sizes else None
-
-
 def _info(
     torch: Any, dist: Any, device: Any, backend: str, world: int, local_world: int
 ) -> dict[str, Any]:
@@ -645,7 +642,7 @@ def _info(
         "device": name,
         "device_type": device.type,
         "memory_bytes": int(memory),
-        "last_level_cache_bytes": _llc_bytes() if device.type == "cpu" else None,
+        "last_level_cache_bytes": cpu_last_level_cache_bytes() if device.type == "cpu" else None,
         "torch_version": torch.__version__,
         "nccl_version": nccl,
         "gloo": backend == "gloo",

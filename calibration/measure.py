@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -87,6 +88,54 @@ def measure(
     med = statistics.median(times)
     p10, p90 = times[int(0.1 * (len(times) - 1))], times[math.ceil(0.9 * (len(times) - 1))]
     return med, (p90 - p10) / med if med > 0 else 0.0
+
+
+def measure_cold(
+    fn: Callable[[], None], evict: Callable[[], None], sweep: Any, ctx: Context
+) -> tuple[float, float]:
+    """measure() of a call that a job makes once between passes over other data (the optimizer
+    step, after forward and backward): before each timed call evict() pushes its operands out of
+    the cache (not timed), then one call per repetition. Timed back to back, the call finds its
+    operands in the cache it left them in."""
+    for _ in range(sweep.warmup):
+        fn()
+    times = []
+    for _ in range(sweep.repeats):
+        evict()
+        ctx.sync()
+        ctx.dist.barrier()
+        times.append(ctx.timer(fn, 1))
+    times.sort()
+    med = statistics.median(times)
+    p10, p90 = times[int(0.1 * (len(times) - 1))], times[math.ceil(0.9 * (len(times) - 1))]
+    return med, (p90 - p10) / med if med > 0 else 0.0
+
+
+def cpu_last_level_cache_bytes() -> int | None:
+    """Size of the CPU's last-level cache (Linux sysfs), or None."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    sizes = []
+    try:
+        indexes = sorted(name for name in os.listdir(base) if name.startswith("index"))
+    except OSError:
+        return None
+    for index in indexes:
+        try:
+            with open(os.path.join(base, index, "size"), encoding="utf-8") as fh:
+                text = fh.read().strip()
+            unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            sizes.append(int(text.rstrip("KMG")) * unit)
+        except (OSError, ValueError):
+            continue
+    return max(sizes) if sizes else None
+
+
+def last_level_cache_bytes(ctx: Context) -> int | None:
+    """The device's last-level cache: the GPU's L2, the CPU's largest cache; None if unknown."""
+    if ctx.device.type == "cuda":
+        size = getattr(ctx.torch.cuda.get_device_properties(ctx.device), "L2_cache_size", 0)
+        return int(size) or None
+    return cpu_last_level_cache_bytes()
 
 
 class Recorder:
