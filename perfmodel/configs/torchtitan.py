@@ -216,6 +216,38 @@ def _truth(value: Any) -> bool:
     return value is True or str(value).strip().lower() in ("true", "1", "yes")
 
 
+# torchtitan's loss, F.cross_entropy(pred.flatten(0, 1).float(), labels), compiled with the blocks
+# or not: under compile.enable, with "loss" among compile.components (08b8b244f, 2025-08-20, on).
+# Under the older training.compile, compiled from e10cb9494 (2024-10-22, "Move output .float() to
+# loss fn and compile it if compiling") to e8977b007 (2024-12-18, "turning off compile on loss
+# function": it caused CUDA errors) and again from bbb1b616e (2025-04-02, build_cross_entropy_loss);
+# eager before and between (before e10cb9494 the model upcast its own output, eager too). The
+# runs of torchtitan's 2024-12 H100 tables ran between (benchmarks/llama3_h100_202412_torchtitan.md
+# at 820504e: "end of 2024", the latest torchtitan). An eager loss keeps PyTorch's three fp32
+# copies of the logits (Plan.cross_entropy torch); a compiled one as the compiled stack counts it.
+LOSS_COMPILED_FROM = "2025-04-02 (bbb1b616e) or 2024-10-22 to 2024-12-18 (e10cb9494 to e8977b007)"
+
+
+def _compiled_loss(training: dict[str, Any], components: Any, job: JobConfig) -> None:
+    """The loss of a compiled torchtitan model: compiled with "loss" among compile.components,
+    eager without it; under training.compile taken eager, as most of that field's torchtitan
+    versions ran it, the others named in a note (LOSS_COMPILED_FROM)."""
+    if not training.get("compile", False) and "loss" in components:
+        return  # the compiled stack's loss (Plan.cross_entropy unfused)
+    if training.get("compile", False):  # taken where --cross-entropy does not say (resolve_plan
+        # applies the command line's first)
+        job.with_model.append(lambda model: job.plan.setdefault("cross_entropy", "torch"))
+        job.notes.append(
+            "training.compile: the loss taken eager (cross_entropy torch: PyTorch's three fp32 "
+            "copies of the logits), as torchtitan ran it before 2024-10-22 and from 2024-12-18 "
+            f"to 2025-04-02; a torchtitan that compiled it (from {LOSS_COMPILED_FROM}): "
+            "--cross-entropy unfused")
+    else:
+        job.fix("cross_entropy", "torch")
+        job.took("compile.components", components,
+                 "the loss eager: cross_entropy torch (PyTorch's three fp32 copies of the logits)")
+
+
 def _loss_parallel(key: str, value: Any, disabled: bool, tp: Any, job: JobConfig,
                    where: str) -> None:
     """Loss parallelism off (parallelism.disable_loss_parallel true; before 2024-06
@@ -547,6 +579,8 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
     # and the loss stay eager, as the compiled stack of perfmodel.step.host counts them
     job.fix("stack", "compiled" if compiled else "eager")
     job.fix("kernels", "compiled" if compiled else "eager")
+    if compiled:
+        _compiled_loss(training, components, job)
     # its MoE weights the experts' outputs at the combine (models/common/token_dispatcher.py:
     # routed outputs x topk_scores, then scatter_add); a dense model has none to weight
     job.fix("expert_weighting", "output")
@@ -1285,8 +1319,11 @@ def torchtitan_toml(model: Any, plan: Any) -> str:
     else:
         checkpoint = [f'mode = "{plan.recompute.value}"']
     compiled = "true" if plan.stack.value == "compiled" else "false"
+    # the loss compiled with the blocks but where the plan has the eager one (_compiled_loss)
+    components = '["model"]' if plan.cross_entropy.value == "torch" else '["model", "loss"]'
     lines += ["", "[activation_checkpoint]", *checkpoint, "", "[compile]",
-              f"enable = {compiled}"] + (['components = ["model"]'] if compiled == "true" else [])
+              f"enable = {compiled}"] + ([f"components = {components}"] if compiled == "true"
+                                         else [])
     lines.append("")
     return "\n".join(lines)
 
