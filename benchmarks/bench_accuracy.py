@@ -10,16 +10,23 @@ Three sets, none of them used to set a parameter (they measure the model; see DE
   recompute, FSDP2, flash attention) mapped to plan options; a feature the model does not have
   yet is listed in the row's `not modelled` column, never silently dropped. Another file of the
   same schema (--data DIR: held-out runs) is read the same way: a model outside ARCHITECTURES
-  takes its tokenizer's architecture (VOCABULARIES) or the row's own columns, a GPU its preset
-  (HARDWARE), features in Megatron's and DeepSpeed's words too (GENERIC_FEATURES, matched
-  whatever their case, hyphens or a trailing 'optimization'; a feature's parenthetical read
-  with it; commas inside parentheses do not split features); features that disagree with each
-  other or with the row's columns refuse the row; optional columns give a mixture of experts
-  (`model`: a preset whose sizes must agree with the row's; or `experts`, `top_k`,
-  `moe_ffn_hidden`, `shared_experts`) and `ep`, `etp`; a column it does not read is named in
-  the row's `not modelled`, and so are the defaults its plan takes where the row states nothing
-  ('assumed: ...') and a network other than its preset's; a row it cannot know is refused in
-  its row with the reason, and the others are still predicted.
+  takes its tokenizer's architecture (VOCABULARIES; named as assumed where its vocabulary is
+  only near the tokenizer's) or the row's own columns (`dropout` too), a GPU its preset
+  (HARDWARE; A100 and H100 names read by their words: hardware_of), features in Megatron's,
+  DeepSpeed's, PyTorch's and Composer's words too (GENERIC_FEATURES and generic_feature's
+  patterns: recompute, FSDP, TP overlap, flash-attention versions, SDPA, FP8 recipes, degrees
+  and gradient accumulation checked against the columns, precision, biases and dropout;
+  matched whatever their case, hyphens, underscores, spaces or a trailing 'optimization'; a
+  feature's parenthetical read with it; commas inside parentheses do not split features);
+  features that disagree with each other or with the row's columns refuse the row, and so do
+  features of runs the model does not have (HSDP, torchao's float8); optional columns give a
+  mixture of experts (`model`: a preset whose sizes must agree with the row's; or `experts`,
+  `top_k`, `moe_ffn_hidden`, `shared_experts`) and `ep`, `etp`; a column or feature it does not
+  read is named in the row's `not modelled`, and so are the defaults its plan takes where the
+  row states nothing ('assumed: ...') and a network other than its preset's; each source's
+  summary line counts its rows with features not read and those predicted not to fit (all in
+  its MAPE, and the MAPE of the others beside it); a row it cannot know is refused in its row
+  with the reason, and the others are still predicted.
 - Korthikanti et al. 2022, Table 5 (eight iterations on DGX A100 80GB).
 - The shared nccl-tests logs: each log's bus bandwidth per size against `perfmodel collective` on
   the preset of its GPU.
@@ -48,32 +55,54 @@ HARDWARE = {"H100": "dgx-h100", "A100": "dgx-a100-80gb", "H200": "hgx-h200", "B2
 
 
 def hardware_of(row: dict[str, Any]) -> str:
-    """The preset of a row's GPU: HARDWARE by its `gpu` column, where the `hardware_note` tells an
-    A100 40GB or an H100 PCIe card apart from the SXM parts; a part no preset has (an A100 PCIe
-    card, an H100 of other memory and clocks) is refused. ValueError names an unknown GPU."""
+    """The preset of a row's GPU: HARDWARE by its `gpu` column, an A100's or H100's name read by
+    its words (_a100, _h100: 'A100-SXM4-40GB', 'H100 SXM5 80GB', nvidia-smi's 'NVIDIA H100 80GB
+    HBM3'), where the `hardware_note` tells an A100 40GB or an H100 PCIe card apart from the SXM
+    parts; a part no preset has (an A100 PCIe card, an H100 of other memory and clocks) is
+    refused. ValueError names an unknown GPU."""
     gpu = str(row.get("gpu", "")).strip()
     note = str(row.get("hardware_note", "") or "").upper().replace(" ", "")
-    key = gpu.upper().replace(" ", "").replace("-", "")
+    key = gpu.upper().replace(" ", "").replace("-", "").replace("_", "").removeprefix("NVIDIA")
     if key.startswith("A100"):
         return _a100(row, gpu, key, note)
-    # the PCIe card where the note names PCIe and no SXM part (a DGX's note may name the PCIe
-    # links of its NICs and switches: _sxm)
-    if key in ("H100", "H100PCIE") and (key == "H100PCIE" or ("PCIE" in note and not _sxm(note))):
-        return "h100-pcie"
-    # H100s that are neither the DGX's SXM5 80 GB HBM3 at 700 W nor the PCIe card (Meta's Grand
-    # Teton: 96 GB HBM2e, 2.4 TB/s, run at 500 W, as torchtitan's H100 benchmarks state; the
-    # 94 GB NVL card): another memory, bandwidth and sustained clock, which no preset has and no
-    # shared measurement gives (a spec file with base: dgx-h100 can state them)
-    other = next((s for s in ("96GB", "HBM2E", "500W", "GRANDTETON", "H100NVL", "94GB")
-                  if s in note), None)
-    if key == "H100" and other:
-        raise ValueError(f"gpu 'H100' with hardware note '{row.get('hardware_note')}': not the "
-                         "DGX H100 (SXM5 80 GB HBM3, 700 W) nor the PCIe card, and no preset has "
-                         "its memory, bandwidth and sustained clock")
+    if key.startswith("H100"):
+        return _h100(row, gpu, key, note)
     preset = {k.upper(): v for k, v in HARDWARE.items()}.get(key)
     if preset is None:
         raise ValueError(f"gpu '{gpu}' has no preset (known: {', '.join(HARDWARE)})")
     return preset
+
+
+def _h100(row: dict[str, Any], gpu: str, key: str, note: str) -> str:
+    """The preset of an H100 as hardware_of reads it: the DGX H100's SXM5 part (80 GB HBM3,
+    700 W: dgx-h100) or the PCIe card (80 GB HBM2e, 350 W: h100-pcie); a part of other memory
+    and clocks (the 94 GB NVL card, Grand Teton's 96 GB HBM2e at 500 W) is refused, and so is a
+    name of other words."""
+    words = re.findall(r"SXM5|SXM|80GB|94GB|96GB|HBM3|HBM2E|PCIE|NVL", key.removeprefix("H100"))
+    if "".join(words) != key.removeprefix("H100"):
+        raise ValueError(f"gpu '{gpu}' has no preset (known: {', '.join(HARDWARE)})")
+    # H100s that are neither the DGX's SXM5 80 GB HBM3 at 700 W nor the PCIe card (Meta's Grand
+    # Teton: 96 GB HBM2e, 2.4 TB/s, run at 500 W, as torchtitan's H100 benchmarks state; the
+    # 94 GB NVL card): another memory, bandwidth and sustained clock, which no preset has and no
+    # shared measurement gives (a spec file with base: dgx-h100 can state them). HBM2e in the
+    # name without PCIe is one of them (the PCIe card's name says PCIe)
+    other = next((w for w in words if w in ("NVL", "94GB", "96GB")
+                  or (w == "HBM2E" and "PCIE" not in words)), None)
+    sxm = {"SXM", "SXM5", "HBM3"} & set(words)
+    if "PCIE" in words and sxm:
+        raise ValueError(f"gpu '{gpu}': names both the PCIe card and the SXM5 part")
+    # the PCIe card where the name says so, or the note names PCIe and no SXM part (a DGX's
+    # note may name the PCIe links of its NICs and switches: _sxm)
+    if not other and ("PCIE" in words or (not sxm and "PCIE" in note and not _sxm(note))):
+        return "h100-pcie"
+    other = other or next((s for s in ("96GB", "HBM2E", "500W", "GRANDTETON", "H100NVL", "94GB")
+                           if s in note), None)
+    if other:
+        given = f" with hardware note '{row.get('hardware_note')}'" if note else ""
+        raise ValueError(f"gpu '{gpu}'{given}: not the DGX H100 (SXM5 80 GB HBM3, 700 W) nor "
+                         "the PCIe card, and no preset has its memory, bandwidth and sustained "
+                         "clock")
+    return "dgx-h100"
 
 
 def _a100(row: dict[str, Any], gpu: str, key: str, note: str) -> str:
@@ -127,13 +156,32 @@ def hardware_notes(row: dict[str, Any], preset: str) -> list[str]:
     note = str(row.get("hardware_note", "") or "")
     found = [name for name, pattern in OTHER_FABRICS.items() if re.search(pattern, note.upper())]
     if not found:
-        return []
+        return part_assumed(row, preset)
     from perfmodel import load_hardware
 
     per_node = load_hardware(preset).inter_node.bandwidth_bytes_per_s
     return [f"hardware note names {', '.join(found)}: predicted on {preset}'s node and network "
             f"({per_node / 1e9:.0f} GB/s per node between nodes; a spec file with base: {preset} "
-            "can state this one)"]
+            "can state this one)"] + part_assumed(row, preset)
+
+
+def part_assumed(row: dict[str, Any], preset: str) -> list[str]:
+    """The 'assumed:' notes of an A100 or H100 whose row does not say which part it is: the SXM
+    part where neither the gpu column nor the note names it (SXM, HBM3, a DGX or HGX node,
+    NVSwitch or NVLink: the PCIe cards' bridges join pairs at most), and an A100's 80 GB where
+    neither states its memory (hardware_of takes both; the other parts have presets of their
+    own, or none)."""
+    stated = (str(row.get("gpu", "")) + " " + str(row.get("hardware_note", "") or "")).upper()
+    out = []
+    if preset in ("dgx-h100", "dgx-a100-80gb", "dgx-a100-40gb") and not (
+            _sxm(stated) or re.search(r"HBM3|NVLINK", stated)):
+        gpu, card = ("H100", "h100-pcie") if preset == "dgx-h100" else ("A100", "no preset")
+        out.append(f"{gpu} part not stated: the SXM part ({preset}; the PCIe card: {card})")
+    if preset.startswith("dgx-a100") and not re.search(r"(?<![\d.])(40|80|320|640) ?GB",
+                                                       stated.replace("-", " ")):
+        out.append("A100 memory not stated: 80 GB (dgx-a100-80gb; the 40 GB part, or a DGX A100 "
+                   "320GB, is dgx-a100-40gb)")
+    return [f"assumed: {text}" for text in out]
 
 # The architecture the CSV does not state, per model (identified by its shape), with its source.
 # Dropout (TransformerSpec.hidden_dropout, attention_dropout; only 0 or not matters): as each
@@ -186,9 +234,10 @@ _LLAMA = dict(gated_mlp=True, bias=False, position_embedding="rotary", norm="rms
               tied_embeddings=False, **NO_DROPOUT)
 VOCABULARIES: list[tuple[int, dict[str, Any], str]] = [
     (50257, dict(gated_mlp=False, bias=True, position_embedding="learned", norm="layernorm",
-                 tied_embeddings=True),
+                 tied_embeddings=True, hidden_dropout=0.1, attention_dropout=0.1),
      "GPT-2 BPE: GPT-2/GPT-3 (Radford et al. 2019; Brown et al. 2020) and Megatron-LM's and "
-     "Megatron-DeepSpeed's GPT (GeLU MLP, learned positions, biases, LayerNorm, tied)"),
+     "Megatron-DeepSpeed's GPT (GeLU MLP, learned positions, biases, LayerNorm, tied; dropout "
+     "0.1, Megatron-LM's default)"),
     (32000, _LLAMA,
      "Llama / Llama 2 SentencePiece (Touvron et al. 2023) and Mistral 7B (Jiang et al. 2023): "
      "SwiGLU, rotary, RMSNorm, no biases, untied"),
@@ -203,8 +252,10 @@ VOCABULARIES: list[tuple[int, dict[str, Any], str]] = [
      "BLOOM's tokenizer (BigScience 2022, arXiv 2211.05100: 250,680 tokens; padded to 250,880): "
      "GeLU MLP, ALiBi, biases, LayerNorm, tied"),
 ]
-# architecture fields a row may state in columns of its own (they win over the tables)
+# architecture fields a row may state in columns of its own (they win over the tables), and its
+# dropout rates (`dropout`: both)
 ARCH_COLUMNS = ("gated_mlp", "tied_embeddings", "bias", "norm", "position_embedding")
+DROPOUT_COLUMNS = ("dropout", "hidden_dropout", "attention_dropout")
 # published-steps.csv's columns (SOURCES.md)
 COLUMNS = ("source", "gpu", "hardware_note", "gpus", "tp", "pp", "dp", "cp", "micro_batch",
            "global_batch", "seq_len", "dtype", "features", "layers", "hidden", "heads",
@@ -243,12 +294,20 @@ def _stated(row: dict[str, Any], key: str) -> Any:
 
 def architecture_of(row: dict[str, Any]) -> dict[str, Any]:
     """The architecture of a row's model: ARCHITECTURES by (hidden, vocab, its padding; layers),
-    else the tokenizer's
-    (VOCABULARIES), with what the row's own columns state over either. ValueError, naming the
-    vocabulary, where neither knows the model."""
+    else the tokenizer's (VOCABULARIES), with what the row's own columns state over either
+    (ARCH_COLUMNS, DROPOUT_COLUMNS). ValueError, naming the vocabulary, where neither knows the
+    model."""
+    return _architecture(row)[0]
+
+
+def _architecture(row: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """(architecture_of's architecture, the tokenizer it was guessed from, in words; '' where
+    an ARCHITECTURES entry (with its source), the row's columns, or its tokenizer's vocabulary
+    as it is padded give it)."""
     hidden, vocab, tp = int(row["hidden"]), int(row["vocab"]), int(row.get("tp", 1) or 1)
     stated = {k: _stated(row, k) for k in ARCH_COLUMNS}
     stated = {k: v for k, v in stated.items() if v is not None}
+    dropout = _dropout_columns(row)
     # an entry's vocabulary as its rows give it, or padded up (to a multiple of 128 x tp), of
     # the entry's depth
     known = next((arch for (width, base), arch in ARCHITECTURES.items()
@@ -260,21 +319,70 @@ def architecture_of(row: dict[str, Any]) -> dict[str, Any]:
             if key in stated and bool(stated[key]) != arch[key]:
                 raise ValueError(f"{arch['name']}: the row says {key}={stated[key]}, its source "
                                  f"{arch[key]}")
-        return arch
+        return dict(arch, **dropout), ""
     name = str(_stated(row, "model") or f"{row['layers']}x{hidden}-v{vocab}")
     if all(k in stated for k in ARCH_COLUMNS):
-        return dict(stated, name=name)
-    matches = [arch for base, arch, _ in VOCABULARIES
+        return dict(stated, **dropout, name=name), ""
+    matches = [(base, arch, source) for base, arch, source in VOCABULARIES
                if base <= vocab < base + 1024 * max(tp, 1)
                and all(bool(stated[k]) == arch[k] for k in ("gated_mlp", "tied_embeddings")
                        if k in stated)]
     if not matches:
         raise ValueError(f"vocab {vocab}: no known architecture for this tokenizer (state "
                          f"{', '.join(ARCH_COLUMNS)} in the row, or add it to ARCHITECTURES)")
-    if any(m != matches[0] for m in matches):
+    if any(m[1] != matches[0][1] for m in matches):
         raise ValueError(f"vocab {vocab}: tokenizers of different architectures match; state "
                          f"{', '.join(ARCH_COLUMNS)} in the row")
-    return dict(matches[0], **stated, name=name)
+    base, arch, source = matches[0]
+    arch = dict(arch, **stated, **dropout, name=name)
+    # the tokenizer's vocabulary as Megatron-LM and NeMo pad it (a multiple of 128 x tp, tp a
+    # power of two) is what its entry's source describes; one merely near it may be another
+    # tokenizer's (MPT's GPT-NeoX 50,277 padded to 50,368 is not GPT-2's 50,257 padded), so the
+    # architecture is a guess, which the row names (architecture_assumed)
+    if any(vocab == -(-base // (128 << j)) * (128 << j) for j in range(7)) or vocab == base:
+        return arch, ""
+    tokenizer = re.split(r" \(|:", source, maxsplit=1)[0]  # its name: up to a parenthesis
+    return arch, f"vocab {vocab}, near {tokenizer}'s {base} but not its padding: its"
+
+
+def _dropout_columns(row: dict[str, Any]) -> dict[str, float]:
+    """The dropout rates a row's columns state (DROPOUT_COLUMNS): `dropout` both, `hidden_dropout`
+    and `attention_dropout` their own."""
+    out: dict[str, float] = {}
+    for column in DROPOUT_COLUMNS:
+        if (value := _stated(row, column)) is not None:
+            fields = ("hidden_dropout", "attention_dropout") if column == "dropout" else (column,)
+            out.update(dict.fromkeys(fields, float(value)))
+    return out
+
+
+def architecture_assumed(row: dict[str, Any], origin: dict[str, str]) -> list[str]:
+    """The 'assumed:' note of what a row's architecture takes that neither its columns nor its
+    features (`origin`: the model fields features set) state: the fields of the tokenizer entry
+    its vocabulary is near but not a padding of (VOCABULARIES; MPT's 50368 reads as GPT-2's,
+    with biases and dropout 0.1), and the dropout TransformerSpec defaults to (0.1) where
+    nothing gives one. None for a model preset (the `model` column), an ARCHITECTURES entry, or
+    a tokenizer's own vocabulary, whose sources state them."""
+    name = _stated(row, "model")
+    if name is not None:
+        from perfmodel.specs.presets import MODELS_DIR, preset_names
+
+        if str(name) in preset_names(MODELS_DIR):
+            return []
+    arch, tokenizer = _architecture(row)
+    stated = {k for k in ARCH_COLUMNS if _stated(row, k) is not None} | set(
+        _dropout_columns(row)) | set(origin)
+    out = []
+    if tokenizer:
+        taken = [f"{k} {arch[k]}" for k in ARCH_COLUMNS if k not in stated]
+        if "hidden_dropout" not in stated:
+            taken.append(f"dropout {arch['hidden_dropout']}")
+        if taken:
+            out.append(f"architecture not stated: {tokenizer} entry's {', '.join(taken)} "
+                       "(columns or features state them: 'no bias', 'no dropout', ...)")
+    elif "hidden_dropout" not in arch and "hidden_dropout" not in stated:
+        out.append("dropout not stated: 0.1 (TransformerSpec's default)")
+    return [f"assumed: {text}" for text in out]
 
 # What the published dgxc runs' configs state beyond the CSV's features, by release and model (the
 # release is in the row's source_ref: "...: v24.11.1 nemotron/README_340b.md"), from
@@ -502,6 +610,10 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
                      "full activation recompute", "activation checkpointing",
                      "checkpoint activations", "checkpoint-activations",
                      "deepspeed activation checkpointing"), {"recompute": "full"}),
+    # Hugging Face's gradient_checkpointing (and Composer's activation_checkpointing) wrap every
+    # layer: full recompute. Other orders of the words ('activation checkpointing: none',
+    # 'AC full') are generic_feature's (RECOMPUTE_WORDS)
+    **dict.fromkeys(("gradient checkpointing", "gradient_checkpointing"), {"recompute": "full"}),
     # Megatron-LM's 2021-22 scatter-gather of pipeline sends over tp (pp_scatter_gather), and
     # DeepSpeed's pipeline engine, which partitions its sends likewise and runs 1F1B: where the
     # plan has them (pp > 1, tp > 1, no sequence parallelism; plan_of); the engine reduces the
@@ -523,16 +635,25 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
                      "pytorch_cuda_alloc_conf=expandable_segments:true"),
                     {"expandable_segments": True}),
     # flash attention on the preset's default kernel, where the row does not name one
-    **dict.fromkeys(("flash attention", "flashattention", "fused attention"),
-                    {"flash_attention": True}),
+    **dict.fromkeys(("flash attention", "flashattention", "fused attention", "flash-attn",
+                     "flash attn"), {"flash_attention": True}),
+    # PyTorch's F.scaled_dot_product_attention picks its backend per call (flash, cuDNN's,
+    # memory-efficient or the math one, by GPU, dtype, head size, mask and torch version): the
+    # plan's auto attention (flash_attention None: the preset's flash kernel where it runs the
+    # dtype and head size), which assumed_defaults names with the kernel it takes
+    **dict.fromkeys(("sdpa", "torch sdpa", "pytorch sdpa", "scaled dot product attention",
+                     "f.scaled_dot_product_attention", "scaled_dot_product_attention"),
+                    {"flash_attention": None}),
     # ... and where it does, that kernel (Plan.attention_kernel: the preset's measurement of it;
     # a preset without one refuses the row, never another kernel's rate): FlashAttention-2 (the
     # flash-attn 2 package), FlashAttention-3, cuDNN's (Transformer Engine's FusedAttention).
     # Not NVTE_FUSED_ATTN=0: it turns TE's cuDNN backend off, and which flash-attn TE then runs
     # depends on its version and what is installed (a row names the kernel)
-    **dict.fromkeys(("flashattention-2", "flash-attn 2", "fa2"),
+    **dict.fromkeys(("flashattention-2", "flash-attn 2", "fa2", "flash-attn v2",
+                     "flashattention v2", "flash attention v2", "fa v2"),
                     {"flash_attention": True, "attention_kernel": "fa2"}),
-    **dict.fromkeys(("flashattention-3", "flash-attn 3", "fa3"),
+    **dict.fromkeys(("flashattention-3", "flash-attn 3", "fa3", "flash-attn v3",
+                     "flashattention v3", "flash attention v3", "fa v3"),
                     {"flash_attention": True, "attention_kernel": "fa3"}),
     **dict.fromkeys(("cudnn attention", "cudnn fused attention", "te fused attention"),
                     {"flash_attention": True, "attention_kernel": "cudnn"}),
@@ -565,11 +686,18 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     # PyTorch FSDP (FSDP1, Hugging Face's fsdp full_shard): ZeRO 3, the gradients' reduce-scatter
     # during the backward; its forward gathers the next unit unprefetched (forward_prefetch off by
     # default). torchtitan's "FSDP2" (prefetching) is plan_of's own
+    # (other orders of its words, 'FULL_SHARD FSDP', 'PyTorch FSDP full shard': FSDP_WORDS)
     **dict.fromkeys(("fsdp", "fsdp1", "pytorch fsdp", "full_shard", "full shard",
                      "fully sharded data parallel"), {"zero": 3, "overlap_grad_sync": True}),
+    # Megatron-Core's own FSDP (--use-megatron-fsdp, formerly --use-custom-fsdp): its user guide
+    # (Megatron-LM docs/discussions/megatron-fsdp-user-guide) requires
+    # --data-parallel-sharding-strategy optim_grads_params, ZeRO 3; its overlaps are Megatron's
+    # --overlap-grad-reduce / --overlap-param-gather flags, off unless stated
+    **dict.fromkeys(("megatron fsdp", "megatron-fsdp", "use-megatron-fsdp", "custom fsdp",
+                     "use-custom-fsdp", "mcore fsdp"), {"zero": 3}),
     # what every plan already is (their stacks' defaults in perfmodel): read, nothing to set
-    **dict.fromkeys(("megatron_amp_o2", "transformer engine", "transformer_engine", "mcore",
-                     "megatron-core", "mcore models", "apex", "bucketing"), {}),
+    **dict.fromkeys(("megatron_amp_o2", "transformer engine", "transformer_engine", "te",
+                     "mcore", "megatron-core", "mcore models", "apex", "bucketing"), {}),
     # Megatron-Core's --overlap-param-gather-with-optimizer-step needs --overlap-param-gather
     # (its argument checks; Megatron-Bridge's CommOverlapConfig turns both on with dp > 1): the
     # same overlap here, the first bucket's gather behind the optimizer step rather than exposed
@@ -578,13 +706,26 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
                      "overlap param gather with optimizer step",
                      "overlap-param-gather-with-optimizer-step"),
                     {"overlap_param_gather": True}),
-    **dict.fromkeys(("tp comm overlap", "tp-comm-overlap"), {"tp_comm_overlap": True}),
+    # Transformer Engine's userbuffers are what Megatron's --tp-comm-overlap runs
+    **dict.fromkeys(("tp comm overlap", "tp-comm-overlap", "tp overlap",
+                     "tp communication overlap", "tensor parallel overlap",
+                     "tensor parallel comm overlap", "tensor parallel communication overlap",
+                     "tensor parallelism communication overlap", "userbuffers",
+                     "te userbuffers", "userbuffers overlap", "ub overlap"),
+                    {"tp_comm_overlap": True}),
     **dict.fromkeys(("torch.compile", "compiled", "compile"), {"stack": "compiled"}),
     **dict.fromkeys(("cuda graphs", "cuda-graphs", "cuda graph"), {"stack": "cuda-graphs"}),
     **dict.fromkeys(("fp8 delayed scaling", "fp8 (te delayed scaling)"),
                     {"fp8_recipe": "delayed"}),
-    **dict.fromkeys(("fp8 current scaling", "fp8 (te current scaling)", "fp8cs"),
+    # current scaling in Megatron-LM's (--fp8-recipe tensorwise) and Megatron-Bridge's words
+    # (its recipes' fp8_cs); torchao's float8 (torchtitan's) is another implementation:
+    # REFUSED_FEATURES
+    **dict.fromkeys(("fp8 current scaling", "fp8 (te current scaling)", "fp8cs", "fp8 cs",
+                     "fp8 current", "fp8 tensorwise", "fp8 recipe tensorwise",
+                     "fp8-recipe tensorwise", "fp8 tensorwise scaling"),
                     {"fp8_recipe": "current"}),
+    **dict.fromkeys(("fp8 recipe delayed", "fp8-recipe delayed"),
+                    {"fp8_recipe": "delayed"}),
     "mxfp8": {"fp8_recipe": "mxfp8"},
     **dict.fromkeys(("fp8 params", "fp8_params", "fp8 weights"), {"fp8_params": True}),
     # Megatron FSDP's --fp8-param-gather: the FP8 weights sharded and gathered in FP8 (zero 3)
@@ -650,6 +791,9 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     **dict.fromkeys(("mixed precision", "mixed precision training", "amp",
                      "automatic mixed precision"), {}),
     **{f"{dtype} mixed precision": {"_dtype": dtype} for dtype in ("bf16", "fp16")},
+    # ... in autocast's words: Composer's precision amp_bf16 / amp_fp16, 'BF16 AMP'
+    **{words: {"_dtype": dtype} for dtype in ("bf16", "fp16")
+       for words in (f"amp_{dtype}", f"{dtype} amp", f"amp {dtype}", f"{dtype} autocast")},
 }
 # the precisions a feature may name: the row's dtype column, or beside fp8 the 16-bit format its
 # other operations run in (Transformer Engine's FP8 autocast inside bf16 or fp16)
@@ -686,6 +830,20 @@ ROUTING_FEATURES: dict[str, dict[str, Any]] = {
 }
 
 
+# Features that state the model's biases and dropout (TransformerSpec.bias, hidden_dropout and
+# attention_dropout), over what its architecture's entry or tokenizer says (a rate, 'dropout
+# 0.1', is feature_options')
+ARCHITECTURE_FEATURES: dict[str, dict[str, Any]] = {
+    **dict.fromkeys(("no bias", "no biases", "without bias", "without biases", "bias false",
+                     "disable bias linear", "no linear bias", "no linear biases", "bias-free"),
+                    {"bias": False}),
+    **dict.fromkeys(("biases", "with bias", "with biases", "linear biases", "bias true",
+                     "add bias linear"), {"bias": True}),
+    **dict.fromkeys(("no dropout", "without dropout", "dropout none", "dropout off"),
+                    NO_DROPOUT),
+}
+
+
 def feature_key(feature: str) -> str:
     """A feature as GENERIC_FEATURES and ROUTING_FEATURES name it: lower case, single spaces,
     numbers without their thousands separators ('DP=1,024' is dp=1024)."""
@@ -698,27 +856,67 @@ def loose_key(feature: str) -> str:
     return " ".join(re.sub(r"[-_]", " ", feature_key(feature).removeprefix("--")).split())
 
 
+def compact_key(feature: str) -> str:
+    """A feature as it is matched where neither its words nor its loose words are: loose_key
+    without its spaces ('FlashAttention2' and 'flash attention 2' alike). Safe where the words
+    of one table read alike only when they mean the same (_loosely checks it)."""
+    return loose_key(feature).replace(" ", "")
+
+
 def _loosely(table: dict[str, Any]) -> dict[str, Any]:
-    """A table of features by loose_key; two entries that read alike must mean the same."""
+    """A table of features by loose_key and by compact_key; two entries that read alike must
+    mean the same."""
     out: dict[str, Any] = {}
     for key, value in table.items():
-        if out.setdefault(loose_key(key), value) != value:
-            raise ValueError(f"feature '{key}' reads as another with other options")
+        for alike in (loose_key(key), compact_key(key)):
+            if out.setdefault(alike, value) != value:
+                raise ValueError(f"feature '{key}' reads as another with other options")
     return out
 
 
 GENERIC_LOOSE = _loosely(GENERIC_FEATURES)
 POSITION_LOOSE = _loosely(POSITION_FEATURES)
 ROUTING_LOOSE = _loosely(ROUTING_FEATURES)
+ARCHITECTURE_LOOSE = _loosely(ARCHITECTURE_FEATURES)
 # the options a feature's trailing 'optimizer' may name ('distributed fused adam optimizer'; not
 # 'fp32 optimizer', a precision's, nor 'bf16 optimizer', which is DeepSpeed's BF16_Optimizer)
 OPTIMIZER_OPTIONS = {"zero", "bf16_optimizer", "master_weights", "optimizer_dtype"}
 
 
 def _lookup(table: dict[str, Any], loose: dict[str, Any], feature: str) -> Any:
-    """A feature's entry in a table by its exact words, else loosely; None where neither."""
-    found = table.get(feature_key(feature))
-    return found if found is not None else loose.get(loose_key(feature))
+    """A feature's entry in a table by its exact words, else loosely, else compactly; None where
+    none."""
+    for found in (table.get(feature_key(feature)), loose.get(loose_key(feature)),
+                  loose.get(compact_key(feature))):
+        if found is not None:
+            return found
+    return None
+
+
+# Activation recompute in the words of other stacks and papers, any order: 'activation
+# checkpointing: none', 'AC full', 'full activation recomputation' (Korthikanti et al. 2022),
+# 'selective activation checkpointing' (NeMo's activations_checkpoint_granularity selective),
+# Megatron's 'recompute granularity full'; as Plan.recompute names them. torchtitan's selective AC
+# is per op or per N layers ('selective op AC', 'selective layer AC': feature_options), which
+# plan_of asks a torchtitan row to say
+RECOMPUTE_WORDS = (r"(?:activations? (?:checkpointing|checkpoints?|recompute|recomputation)"
+                   r"|gradient checkpointing|recompute|recomputation|ac)")
+RECOMPUTE_LEVELS = {"full": "full", "selective": "selective", "no": "none", "none": "none",
+                    "off": "none", "disabled": "none", "false": "none"}
+# PyTorch FSDP's names in any order: 'FULL_SHARD FSDP', 'PyTorch FSDP full shard', 'fully
+# sharded data parallelism'
+FSDP_WORDS = (r"(?:(?:pytorch|torch) )?(?:fsdp1?|fully sharded data parallel(?:ism)?)")
+# Features that name a run the model does not have, refused in their row with why: HSDP (FSDP
+# shards replicated over groups; perfmodel.configs.torchtitan and automodel refuse it too), and
+# torchao's float8 training (torchtitan's model.converters float8: its own casts and scaling,
+# not Transformer Engine's recipes; perfmodel.configs.torchtitan refuses it)
+REFUSED_FEATURES = {
+    r"\bhsdp\b|\bhybrid ?shard": "HSDP (FSDP shards replicated over groups) is not modelled",
+    r"\btorchao\b|^(?:torchtitan )?float8(?: (?:training|linear(?: layers)?|converter"
+    r"|tensorwise|rowwise(?: with gw hp)?|dynamic(?: scaling)?))*$":
+        "torchao's float8 training (torchtitan's float8 converter) is not modelled: its casts "
+        "and scaling are not Transformer Engine's FP8 recipes, which the model has",
+}
 
 
 def generic_feature(feature: str) -> dict[str, Any] | None:
@@ -727,19 +925,53 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
     (interleaved), `ZeRO-N` / `ZeRO stage N` / `zero-stage N`, `selective recompute of a+b`
     (Megatron-Core's --recompute-modules a b), `N-way tensor slicing`, `--DDP-impl torch`,
     `--pp-partition-method M`, or any of these with a trailing 'optimization' (or 'optimizer',
-    where it names an optimizer's options); None for any other. Keys that start with '_' are
-    what plan_of checks against the row's columns or resolves with its other features."""
-    text = feature_key(feature)
+    where it names an optimizer's options), activation recompute in any order of its words
+    (RECOMPUTE_WORDS), PyTorch FSDP's names (FSDP_WORDS), `grad accumulation N`, the overlaps of
+    the gradients' reduction and the parameters' gather in words ('overlapped grad reduce'), and
+    'A with B and C' of such features; None for any other. Keys that start with '_' are what
+    plan_of checks against the row's columns or resolves with its other features; `_refuse`
+    says why the row cannot be predicted (REFUSED_FEATURES)."""
+    text, loose = feature_key(feature), loose_key(feature)
+    for pattern, why in REFUSED_FEATURES.items():
+        if re.search(pattern, loose):
+            return {"_refuse": why}
     if (known := _lookup(GENERIC_FEATURES, GENERIC_LOOSE, feature)) is not None:
         return dict(known)
-    # the parallel degrees in words ('8-way tensor slicing', 'TP=8'): the row's columns give
-    # them; plan_of checks that they agree
-    loose = loose_key(feature)
-    if way := re.fullmatch(r"(\d+) way (tensor|pipeline|data)(?: slicing| parallelism| parallel"
-                           r"| model parallelism)?", loose):
+    # the parallel degrees in words ('8-way tensor slicing', 'TP=8', 'context parallel 2'): the
+    # row's columns give them; plan_of checks that they agree
+    if way := re.fullmatch(r"(\d+) way (tensor|pipeline|data|context)(?: slicing| parallelism"
+                           r"| parallel| model parallelism)?", loose):
         return {f"_{way.group(2)[0]}p": int(way.group(1))}
-    if degree := re.fullmatch(r"(tp|pp|dp) ?[=:]? ?(\d+)", loose):
+    if degree := re.fullmatch(r"(tp|pp|dp|cp) ?[=:]? ?(\d+)", loose):
         return {f"_{degree.group(1)}": int(degree.group(2))}
+    if degree := re.fullmatch(r"(tensor|pipeline|data|context) parallel(?:ism)?(?: size| degree)?"
+                              r" ?[=:]? ?(\d+)", loose):
+        return {f"_{degree.group(1)[0]}p": int(degree.group(2))}
+    # the micro-batches a step accumulates: the row's global_batch / (dp x micro_batch), which
+    # plan_of checks it against
+    if steps := (re.fullmatch(r"(?:grad(?:ient)? accumulation(?: steps)?|accumulation steps|ga)"
+                              r" ?[=:]? ?(\d+)", loose)
+                 or re.fullmatch(r"(\d+) ?x? (?:grad(?:ient)? )?accumulation(?: steps?)?", loose)):
+        return {"_grad_accumulation": int(steps.group(1))}
+    levels = "|".join(RECOMPUTE_LEVELS)
+    if ac := (re.fullmatch(rf"(full|selective|no) {RECOMPUTE_WORDS}", loose)
+              or re.fullmatch(rf"{RECOMPUTE_WORDS}(?: granularity)? ?[:=]? ?({levels})", loose)):
+        return {"recompute": RECOMPUTE_LEVELS[ac.group(1)]}
+    if re.fullmatch(rf"{FSDP_WORDS}(?: (?:with )?full shard(?:ing)?)?"
+                    rf"|full shard(?:ing)? {FSDP_WORDS}", loose):
+        return dict(GENERIC_FEATURES["fsdp"])
+    if flash := re.fullmatch(r"(?:flash ?(?:attn|attention)|fa) ?v?([23])", loose):
+        return dict(GENERIC_FEATURES[f"fa{flash.group(1)}"])
+    # the distributed optimizer's (or FSDP's) overlaps in words: 'overlapped grad reduce',
+    # 'overlapping parameter all-gather'
+    overlap = r"overlap(?:ped|ping)?(?: of)?(?: the)? "
+    if re.fullmatch(rf"{overlap}(?:grad(?:ient)?s?|dp) (?:reduce(?: scatters?)?|reductions?"
+                    r"|sync|all reduces?)", loose):
+        return {"overlap_grad_sync": True}
+    if re.fullmatch(rf"{overlap}param(?:eter)?s? (?:gathers?|all gathers?|sync)", loose):
+        return {"overlap_param_gather": True}
+    if compound := re.fullmatch(r"(.+?) with (.+)", loose):
+        return _with(compound.group(1), compound.group(2))
     # the virtual stages (model chunks) per pipeline rank: VP=3, virtual pipeline 3, 3 virtual
     # stages, Megatron's --virtual-pipeline-model-parallel-size 3 and
     # --num-virtual-stages-per-pipeline-rank 3
@@ -786,6 +1018,25 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
     return None
 
 
+def _with(base: str, rest: str) -> dict[str, Any] | None:
+    """The options of 'A with B and C' (Megatron-Bridge's 'distributed optimizer with overlapped
+    grad reduce and param gather'): A's, B's and C's together, where each reads as a feature and
+    none contradicts another; a part after an 'overlapped' one is overlapped too ('... and param
+    gather'). None where any does not read."""
+    options = generic_feature(base)
+    if options is None:
+        return None
+    verb = ""
+    for part in re.split(r",? and |, ", rest):
+        said = re.match(r"overlap(?:ped|ping)? ", part)
+        found = generic_feature(part if said or not verb else verb + part)
+        if found is None or any(options.get(k, v) != v for k, v in found.items()):
+            return None
+        options.update(found)
+        verb = said.group(0) if said else verb
+    return options
+
+
 def model_of(row: dict[str, Any]) -> dict[str, Any]:
     """The TransformerSpec fields of a row's model: the preset its `model` column names (its sizes
     checked against the row's), else the row's sizes on its architecture (architecture_of) with
@@ -806,9 +1057,10 @@ def model_of(row: dict[str, Any]) -> dict[str, Any]:
                      if v != spec[k] and not (k == "vocab" and 0 <= v - spec[k] < 1024 * 8)]
             if wrong:
                 raise ValueError(f"model {name}: the row's {', '.join(wrong)} differ")
-            # the run's own choices: its sequence, and the MTP modules it trains (a recipe may
-            # drop the model's)
+            # the run's own choices: its sequence, its dropout where a column states it, and
+            # the MTP modules it trains (a recipe may drop the model's)
             spec["seq_len"] = int(row["seq_len"])
+            spec.update(_dropout_columns(row))
             if (mtp := _stated(row, "mtp_layers")) is not None:
                 spec["mtp_layers"] = int(mtp)
             return spec
@@ -822,10 +1074,12 @@ def model_of(row: dict[str, Any]) -> dict[str, Any]:
 def feature_options(feature: str, model: dict[str, Any],
                     plan: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(plan options, model options) of one feature of a row, in the development set's words
-    (below) or another run's (generic_feature, POSITION_FEATURES, ROUTING_FEATURES); None for a
+    (below, whatever their case: 'sp', 'Full AC') or another run's (generic_feature,
+    POSITION_FEATURES, ROUTING_FEATURES, ARCHITECTURE_FEATURES, a dropout rate); None for a
     feature none of them knows. `plan` is what the row's columns give (its pipeline_layout)."""
-    vp = re.fullmatch(r"VP=(\d+)", feature)
-    if feature == "FP8 (TE hybrid)":
+    name = feature_key(feature)
+    vp = re.fullmatch(r"vp=(\d+)", name)
+    if name == "fp8 (te hybrid)":
         # the row's dtype column (fp8); Transformer Engine's delayed scaling with the weights
         # held in FP8: v24.11.1's configs set fp8_hybrid, fp8_amax_history_len 1024 and
         # fp8_amax_compute_algo max (TE's DelayedScaling) and FP8 weights
@@ -834,25 +1088,25 @@ def feature_options(feature: str, model: dict[str, Any],
         # bf16_with_fp8_mixed() the same (fp8_recipe "delayed", fp8_params /
         # fp8_param_gather True)
         return dict(fp8_recipe="delayed", fp8_params=True), {}
-    if feature == "SP":
+    if name == "sp":
         return {"sequence_parallel": True}, {}
     if vp:
         return dict(schedule="interleaved", virtual_stages=int(vp.group(1))), {}
-    if feature == "distributed_fused_adam + overlap grad/param sync":
+    if name == "distributed_fused_adam + overlap grad/param sync":
         # Megatron's distributed optimizer shards the optimizer states (ZeRO-1), reduces the
         # gradients during backward and gathers the parameters during the next forward
         return dict(zero=1, overlap_grad_sync=True, overlap_param_gather=True), {}
-    if feature == "TP comm overlap (ub_tp_comm_overlap)":
+    if name == "tp comm overlap (ub_tp_comm_overlap)":
         return {"tp_comm_overlap": True}, {}  # Transformer Engine's userbuffers
-    if feature == "flash/cuDNN attention":
+    if name == "flash/cudnn attention":
         return {"flash_attention": True}, {}
-    if feature in ("recompute none", "no AC"):
+    if name in ("recompute none", "no ac"):
         return {"recompute": "none"}, {}
-    if feature in ("recompute selective",):
+    if name == "recompute selective":
         return {"recompute": "selective"}, {}
-    if feature == "full AC":
+    if name == "full ac":
         return {"recompute": "full"}, {}
-    if feature == "FSDP2":
+    if name == "fsdp2":
         # torchtitan: FSDP2 shards parameters, gradients and optimizer states, reduce-scatters
         # on its own stream during the backward and prefetches the next unit's all-gather
         # (implicit prefetching): both overlaps are its defaults; its attention is
@@ -861,21 +1115,21 @@ def feature_options(feature: str, model: dict[str, Any],
         return dict(zero=3, flash_attention=True, overlap_grad_sync=True,
                     overlap_param_gather=True), {}
     if (block := re.fullmatch(r"full recompute of (\d+) of \d+ layers "
-                              r"\(recompute_method block\)", feature)):
+                              r"\(recompute_method block\)", name)):
         # Megatron's --recompute-granularity full --recompute-method block: the first k
         # layers of each chunk (Plan.recompute_method)
         return dict(recompute="full", recompute_method="block",
                     recompute_num_layers=int(block.group(1))), {}
-    if (offload := re.fullmatch(r"activation CPU offload of (\d+) layers", feature)):
+    if (offload := re.fullmatch(r"activation cpu offload of (\d+) layers", name)):
         # Megatron-Core's --cpu-offloading-num-layers k (Transformer Engine's offload of the
         # first k layers' activations; Plan.cpu_offload_layers)
         return {"cpu_offload_layers": int(offload.group(1))}, {}
-    if feature == "selective op AC":
+    if name == "selective op ac":
         return {"recompute": "op"}, {}  # torchtitan selective_ac_option 'op'
-    if feature == "selective layer AC":
+    if name == "selective layer ac":
         # torchtitan selective_ac_option '2' (the train configs' value): every second layer
         return dict(recompute="full", recompute_every=2), {}
-    if feature.startswith(("pipeline split counts", "pipeline layout")) \
+    if name.startswith(("pipeline split counts", "pipeline layout")) \
             and plan.get("pipeline_layout"):
         return {}, {}  # the split the row's pipeline_layout column writes out (LAYOUT_COLUMNS)
     if (generic := generic_feature(feature)) is not None:
@@ -884,18 +1138,42 @@ def feature_options(feature: str, model: dict[str, Any],
         return {}, {"position_embedding": position}
     if (routing := _lookup(ROUTING_FEATURES, ROUTING_LOOSE, feature)) is not None:
         return {}, dict(routing)
+    if (stated := _lookup(ARCHITECTURE_FEATURES, ARCHITECTURE_LOOSE, feature)) is not None:
+        return {}, dict(stated)
+    # a dropout rate: both ('dropout 0.1'), or the hidden or the attention one
+    if rate := re.fullmatch(r"(hidden |attention )?dropout ?[=:]? ?(\d*\.?\d+)",
+                            loose_key(feature)):
+        fields = [f"{rate.group(1).strip()}_dropout"] if rate.group(1) else [
+            "hidden_dropout", "attention_dropout"]
+        return {}, dict.fromkeys(fields, float(rate.group(2)))
     return None
 
 
-# Words a parenthetical qualifies its feature with, by the option the feature sets: the method
-# of a full recompute ('full activation recompute (uniform, 1 layer per checkpoint)': Megatron-LM's
-# --recompute-method, RecomputeMethod)
-QUALIFIERS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
+# Words a parenthetical qualifies its feature with, by the option the feature sets (... for any
+# value of it), in loose_key's words: the method of a full recompute ('full activation recompute
+# (uniform, 1 layer per checkpoint)': Megatron-LM's --recompute-method, RecomputeMethod), FP8's
+# scaling recipe ('FP8 (current scaling)'), context parallelism's exchange ('context parallel 2
+# (p2p)': Megatron-Core's default cp_comm_type, the ring the plan models), the attention's kernel
+# ('SDPA (cuDNN)', 'flash attention (cuDNN)'; 'math' is unfused, against flash a disagreement),
+# and Megatron FSDP's sharding strategy its user guide requires
+_CURRENT, _DELAYED = {"fp8_recipe": "current"}, {"fp8_recipe": "delayed"}
+QUALIFIERS: dict[tuple[str, Any], dict[str, dict[str, Any]]] = {
     ("recompute", "full"): {"uniform": {"recompute_method": "uniform"},
                             "block": {"recompute_method": "block"},
                             # another granularity: _merge refuses it as a disagreement
                             # ('activation checkpointing (selective)')
                             "selective": {"recompute": "selective"}},
+    ("_dtype", "fp8"): {**dict.fromkeys(("current scaling", "current", "tensorwise", "cs",
+                                         "te current scaling", "tensorwise scaling"), _CURRENT),
+                        **dict.fromkeys(("delayed scaling", "delayed", "te delayed scaling"),
+                                        _DELAYED)},
+    ("_cp", ...): dict.fromkeys(("p2p", "ring", "ring attention", "cp comm type p2p"), {}),
+    ("flash_attention", ...): {
+        **dict.fromkeys(("flash", "flash backend"), {"flash_attention": True}),
+        **dict.fromkeys(("cudnn", "cudnn backend"),
+                        {"flash_attention": True, "attention_kernel": "cudnn"}),
+        **dict.fromkeys(("math", "math backend"), {"flash_attention": False})},
+    ("zero", 3): dict.fromkeys(("optim grads params", "full shard"), {}),
 }
 # A parenthetical that reverses its feature ('flash attention (disabled)'): the row is refused,
 # naming the feature, rather than the feature applied
@@ -906,8 +1184,8 @@ def _qualifier(options: dict[str, Any], piece: str) -> dict[str, Any] | None:
     """The plan options a word in a feature's parenthetical gives in that feature's context
     (QUALIFIERS), or None."""
     for (key, value), words in QUALIFIERS.items():
-        if options.get(key) == value and feature_key(piece) in words:
-            return dict(words[feature_key(piece)])
+        if key in options and value in (..., options[key]) and loose_key(piece) in words:
+            return dict(words[loose_key(piece)])
     return None
 
 
@@ -963,6 +1241,9 @@ def _reconcile(key: str, old: Any, new: Any, old_feature: str, feature: str,
     # weights and Adam states sharded over dp): perfmodel.configs.megatron_deepspeed, _zero
     if key == "zero" and {old, new} == {0, 1} and options.get("bf16_optimizer"):
         return 1
+    # SDPA's backend, where another feature names it ('SDPA, flash attention'): that one
+    if key == "flash_attention" and None in (old, new):
+        return new if old is None else old
     # a 1F1B that does not say non-interleaved is the interleaved schedule's too (Megatron's
     # interleaved 1F1B)
     plain = {f for f, value in ((old_feature, old), (feature, new)) if value == "1f1b"
@@ -1026,6 +1307,14 @@ def deepspeed_split(method: str, layers: int, plan: dict[str, Any]) -> dict[str,
 def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(model fields, plan fields, features not modelled) of a published run. Every feature the
     source states is either mapped to a plan option or named as not modelled."""
+    model, plan, missing, _ = read_row(row)
+    return model, plan, missing
+
+
+def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str],
+                                             dict[str, str]]:
+    """plan_of's (model, plan, not modelled), and the feature (or column) that set each option
+    of the plan and the model, by its key."""
     model = model_of(row)
     plan: dict[str, Any] = dict(gpus=int(row["gpus"]), tp=int(row["tp"]), pp=int(row["pp"]),
                                 dp=int(row["dp"]), micro_batch=int(row["micro_batch"]),
@@ -1038,7 +1327,8 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             if str(value).strip().lower() not in DISPATCHERS:
                 raise ValueError(f"{key} {value}: one of {', '.join(DISPATCHERS)}")
             plan["ep_dispatcher"] = DISPATCHERS[str(value).strip().lower()]
-    known = set(COLUMNS) | set(ARCH_COLUMNS) | set(MODEL_COLUMNS) | set(PLAN_COLUMNS) | {
+    known = set(COLUMNS) | set(ARCH_COLUMNS) | set(DROPOUT_COLUMNS) | set(MODEL_COLUMNS) | set(
+        PLAN_COLUMNS) | {
         "model", "mtp_layers", *DISPATCHER_COLUMNS, *LAYOUT_COLUMNS}
     missing: list[str] = [f"column {key}={value} (not read)" for key, value in row.items()
                           if key not in known and _stated(row, key) is not None]
@@ -1085,6 +1375,8 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
         if not reads:
             missing.append(_unread(feature))
         for name, (plan_options, model_options) in reads:
+            if (why := plan_options.get("_refuse")) is not None:
+                raise ValueError(f"feature '{feature}': {why}")
             if "routing" in model_options and not model.get("experts"):
                 missing.append(f"feature '{feature}' on a model without experts (not mapped)")
                 continue
@@ -1118,10 +1410,22 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
             and not plan.get("pipeline_layout"):
         raise ValueError(f"the interleaved schedule ('{origin['schedule']}') without its virtual "
                          "stages: state VP=n or k layers per virtual stage")
-    for axis in ("tp", "pp", "dp"):
-        if (stated := plan.pop(f"_{axis}", None)) is not None and stated != plan[axis]:
+    for axis in ("tp", "pp", "dp", "cp"):
+        if (stated := plan.pop(f"_{axis}", None)) is not None and stated != plan.get(axis, 1):
             raise ValueError(f"feature '{origin[f'_{axis}']}' says {axis} {stated}, the row's "
-                             f"{axis} column {plan[axis]}")
+                             f"{axis} column {plan.get(axis, 1)}")
+    if (steps := plan.pop("_grad_accumulation", None)) is not None:
+        batch, dp, micro = plan["global_batch"], plan["dp"], plan["micro_batch"]
+        if steps * dp * micro != batch:
+            raise ValueError(f"feature '{origin['_grad_accumulation']}' says {steps} micro-batches "
+                             f"a step, the row's global_batch / (dp x micro_batch) "
+                             f"{batch} / ({dp} x {micro}) = {batch / (dp * micro):g}")
+    if "torchtitan" in str(row.get("source", "")).lower() and plan.get("recompute") == "selective":
+        # torchtitan's selective AC keeps per-op outputs or checkpoints every Nth layer; it has
+        # no policy of Megatron's (the attention core alone)
+        raise ValueError(f"feature '{origin['recompute']}' in a torchtitan run: its selective AC "
+                         "is per op or per N layers, not Megatron's selective recompute (state "
+                         "'selective op AC' or 'selective layer AC')")
     if (dtype := plan.pop("_dtype", None)) is not None and plan["dtype"] not in DTYPE_WORDS.get(
             dtype, (dtype,)):
         raise ValueError(f"feature '{origin['_dtype']}' says {dtype}, the row's dtype column "
@@ -1166,26 +1470,29 @@ def plan_of(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[s
         if key in NEMO1_REMAINDERS and plan["dtype"] == "bf16":
             plan["master_weights"] = "remainders"
         missing += STACK_NOT_MODELLED.get(key, [])
-    return model, plan, missing
+    return model, plan, missing, origin
 
 
 def assumed_defaults(model: dict[str, Any], plan: dict[str, Any], hardware: str) -> list[str]:
     """What a row's plan takes where its features state nothing and the choice moves the step:
     the attention (Plan.flash_attention None: the preset's flash kernel where it runs the dtype
-    and head size), recompute (none), ZeRO (0) and the gradients' reduction (after the
-    backward) with dp > 1; each said as 'assumed: ...' in the row's not-modelled column."""
+    and head size; SDPA's backend too, which PyTorch picks by GPU, dtype, head size and
+    version), recompute (none), ZeRO (0) and the gradients' reduction (after the backward) with
+    dp > 1, and FP8's scaling recipe (the preset's first); each said as 'assumed: ...' in the
+    row's not-modelled column."""
     from perfmodel import PerfmodelError, TransformerSpec, load_hardware
     from perfmodel.encode import compute_dtype, resolve_flash
 
     out = []
-    if "flash_attention" not in plan and not plan.get("attention_kernel"):
+    sdpa = "flash_attention" in plan and plan["flash_attention"] is None
+    if ("flash_attention" not in plan or sdpa) and not plan.get("attention_kernel"):
         try:
             hw = load_hardware(hardware)
             flash = resolve_flash(None, TransformerSpec(**model), hw, plan["dtype"])
             kernel = hw.flash_kernel(compute_dtype(plan["dtype"]))
         except PerfmodelError:  # predict refuses the row with its reason
             flash, kernel = False, None
-        out.append("attention not stated: " + (
+        out.append(("SDPA's backend not stated: " if sdpa else "attention not stated: ") + (
             f"flash ({kernel.name or kernel.kernel}, the preset's default kernel)"
             if flash and kernel
             else "unfused (the preset has no flash kernel for its dtype and head size)"))
@@ -1197,6 +1504,13 @@ def assumed_defaults(model: dict[str, Any], plan: dict[str, Any], hardware: str)
     if plan["dp"] > 1 and "overlap_grad_sync" not in plan:
         out.append("gradient reduction not stated: after the backward, not overlapped (the "
                    "plan's default)")
+    if plan["dtype"] == "fp8" and not plan.get("fp8_recipe"):
+        try:
+            recipe = load_hardware(hardware).fp8_recipe()
+        except PerfmodelError:  # predict refuses the row with its reason
+            recipe = None
+        if recipe:
+            out.append(f"FP8 recipe not stated: {recipe} scaling (the preset's default)")
     return [f"assumed: {text}" for text in out]
 
 
@@ -1210,9 +1524,10 @@ def published_rows(directory: Path) -> list[Row]:
     for _, r in frame.iterrows():
         record = r.to_dict()
         try:  # a row the benchmark cannot read is reported as refused, with why
-            model, plan, missing = plan_of(record)
+            model, plan, missing, origin = read_row(record)
             name, hardware, error = model["name"], hardware_of(record), ""
-            missing += hardware_notes(record, hardware) + assumed_defaults(model, plan, hardware)
+            missing += (hardware_notes(record, hardware) + architecture_assumed(record, origin)
+                        + assumed_defaults(model, plan, hardware))
         except (KeyError, TypeError, ValueError) as exc:
             model, plan, missing, hardware = {}, {}, [], ""
             name = str(_stated(record, "model") or f"{r['layers']}x{r['hidden']}")
@@ -1379,16 +1694,46 @@ def mape(rows: list[Row]) -> float:
     return sum(errors) / len(errors) if errors else math.nan
 
 
-def summary(rows: list[Row]) -> list[tuple[str, int, int, float, float]]:
-    """(set, rows predicted, rows refused, MAPE, worst |error|) per source and dtype."""
+def _sets(rows: list[Row]) -> dict[str, list[Row]]:
+    """The rows by set: source and dtype."""
     keys: dict[str, list[Row]] = {}
     for r in rows:
         keys.setdefault(f"{r.source} {r.dtype}", []).append(r)
+    return keys
+
+
+def summary(rows: list[Row]) -> list[tuple[str, int, int, float, float]]:
+    """(set, rows predicted, rows refused, MAPE, worst |error|) per source and dtype."""
     out = []
-    for key, group in keys.items():
+    for key, group in _sets(rows).items():
         done = [r for r in group if r.signed_error is not None]
         worst = max((abs(r.signed_error) for r in done), default=math.nan)  # type: ignore[arg-type]
         out.append((key, len(done), len(group) - len(done), mape(group), worst))
+    return out
+
+
+def has_unread(row: Row) -> bool:
+    """Whether a row names a feature or a column the benchmark did not read (_unread, a column
+    outside the schema): its plan took the defaults in their place."""
+    return any(n.endswith(("not mapped)", "(not read)")) for n in row.not_modelled)
+
+
+def caveats(rows: list[Row]) -> dict[str, str]:
+    """Per set (as summary's), what its MAPE counts beside the runs read whole: the predicted
+    rows with features not read (named in their rows) and those predicted not to fit where they
+    ran (named in the memory line), with the MAPE over the others; '' for a set of none. The
+    MAPE keeps them all."""
+    out = {}
+    for key, group in _sets(rows).items():
+        done = [r for r in group if r.signed_error is not None]
+        unread = [r for r in done if has_unread(r)]
+        unfit = [r for r in done if r.memory_verdict == "does not fit"]
+        parts = ([f"{len(unread)} with features not read"] if unread else []) + (
+            [f"{len(unfit)} predicted not to fit where {'it' if len(unfit) == 1 else 'they'} "
+             "ran"] if unfit else [])
+        rest = [r for r in done if not has_unread(r) and r.memory_verdict != "does not fit"]
+        others = f"; MAPE of the other {len(rest)}: {_pct(mape(rest))}" if rest else ""
+        out[key] = f"{', '.join(parts)}{others}" if parts else ""
     return out
 
 
@@ -1417,8 +1762,10 @@ def markdown(rows: list[Row], nccl: list[dict[str, Any]]) -> str:
         lines.append(f"| {r.source} | {r.label} | {r.published_s:.3f} | {pred} | {err} | "
                      f"{shares(r)} | {mem} | {'; '.join(r.not_modelled)} |")
     lines += ["", "| set | predicted | refused | MAPE | worst |", "|---|---|---|---|---|"]
+    notes = caveats(rows)
     for key, n, refused, m, worst in summary(rows):
-        lines.append(f"| {key} | {n} | {refused} | {_pct(m)} | {_pct(worst)} |")
+        counted = f"{n} ({notes[key]})" if notes[key] else f"{n}"
+        lines.append(f"| {key} | {counted} | {refused} | {_pct(m)} | {_pct(worst)} |")
     lines += ["", "| published peak memory per GPU | measured by | published [GiB] | "
               "predicted [GiB] | error |", "|---|---|---|---|---|"]
     for case, predicted in memory_rows():
@@ -1454,8 +1801,13 @@ def print_report(rows: list[Row], nccl: list[dict[str, Any]]) -> None:
                       else "",
                       "; ".join(r.not_modelled))
     con.print(table)
+    notes = caveats(rows)
     for key, n, refused, m, worst in summary(rows):
-        con.print(f"{key}: {n} predicted, {refused} refused, MAPE {_pct(m)}, worst {_pct(worst)}")
+        # the rows whose plans took defaults for what they state, or that would not fit where
+        # they ran, are counted in the MAPE and named here
+        counted = f" ({notes[key]})" if notes[key] else ""
+        con.print(f"{key}: {n} predicted{counted}, {refused} refused, MAPE {_pct(m)}, worst "
+                  f"{_pct(worst)}")
     unfit = [r for r in rows if r.memory_verdict == "does not fit"]
     tight = [r for r in rows if r.memory_verdict == "tight"]
     con.print(f"memory: {len(unfit)} of {sum(r.memory_gib is not None for r in rows)} runs that "
