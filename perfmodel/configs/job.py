@@ -146,12 +146,16 @@ def fix_split(job: JobConfig, split: list[int], chunks: int,
         job.fix("pipeline_layout", "|".join(text))
 
 
-def typo(name: str, known: Any) -> str:
+def typo(name: str, known: Any, real: Any = ()) -> str:
     """' (did you mean X?)' when name is a near-miss of a known key (difflib ratio >= 0.85: a
     letter or two apart), else ''. A config key perfmodel does not know is named and skipped; one
-    this close to a key it reads is refused as a likely misspelling."""
+    this close to a key it reads is refused as a likely misspelling, unless it is among `real`,
+    the framework's own keys (a real option is no misspelling however close it is to another:
+    Megatron-LM's --tp-comm-overlap-cfg beside --tp-comm-overlap)."""
     import difflib
 
+    if name in real:
+        return ""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.85)
     return f" (did you mean '{close[0]}'?)" if close and close[0] != name else ""
 

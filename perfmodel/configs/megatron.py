@@ -27,7 +27,15 @@ megatron/core/transformer/transformer_config.py at NVIDIA/Megatron-LM commit d98
     raises unless the type is rope;
   - --step-batch-size-schedule steps the global batch up (megatron/core/
     num_microbatches_calculator.py; Megatron-LM raises beside --global-batch-size: read where the
-    two agree on the last batch).
+    two agree on the last batch);
+  - --transformer-impl local builds Megatron-Core's local layers, whose DotProductAttention is
+    unfused (gpt_builders.py, megatron/core/models/backends.py); --use-legacy-models with it the
+    legacy model's, flash attention only under --use-flash-attn;
+  - multi-head latent attention's query and key/value projections have no biases whatever
+    --add-bias-linear says (megatron/core/transformer/multi_latent_attention.py);
+  - an option Megatron-LM registers (megatron_options.MEGATRON_LM_OPTIONS) is never taken for a
+    misspelling: one not read is listed as not read; the options of architectures perfmodel
+    does not cost (experimental attention variants, hybrid Mamba stacks, ...) are refused.
 The world size is the launcher's: torchrun's --nnodes x --nproc-per-node (python -m
 torch.distributed.run and .launch alike), what deepspeed's runner options fix, or perfmodel's
 --gpus.
@@ -55,6 +63,7 @@ from perfmodel.configs.job import (
     typo,
     whole,
 )
+from perfmodel.configs.megatron_options import MEGATRON_LM_OPTIONS
 from perfmodel.configs.shell import Launch, argument_words, launch_command
 from perfmodel.costs.precision import default_master, megatron_master_weights
 from perfmodel.errors import PlanError, SpecError
@@ -101,7 +110,9 @@ READ_OPTIONS: dict[str, int] = {
         "cpu-offloading-num-layers", "main-grads-dtype", "main-params-dtype",
         "exp-avg-dtype", "exp-avg-sq-dtype", "cross-entropy-fusion-impl",
         "activation-func-clamp-value", "num-layers-at-start-in-bf16",
-        "num-layers-at-end-in-bf16"), 1),
+        "num-layers-at-end-in-bf16", "microbatch-group-size-per-virtual-pipeline-stage",
+        "num-distributed-optimizer-instances", "tp-comm-overlap-cfg", "softmax-type",
+        "window-attn-skip-freq"), 1),
     **dict.fromkeys(("checkpoint-num-layers", "activations-checkpoint-method",
                      "activations-checkpoint-num-layers", "DDP-impl"), 1),
     # --num-experts: one or more numbers (Megatron-DeepSpeed's, one per MoE layer)
@@ -131,7 +142,8 @@ READ_OPTIONS: dict[str, int] = {
         "moe-pad-expert-input-to-capacity", "moe-layer-recompute", "moe-shared-expert-overlap",
         "moe-apply-probs-on-input",
         "external-cuda-graph", "qk-layernorm", "fp32-residual-connection",
-        "accumulate-allreduce-grads-in-fp32", *NEGATED), 0),
+        "accumulate-allreduce-grads-in-fp32", "torch-fsdp2-no-reshard-after-forward",
+        "fp4-param-gather", "qk-l2-norm", *NEGATED), 0),
     **megatron_deepspeed.OPTIONS,
     **megatron_deepspeed.MOE_OPTIONS,
 }
@@ -232,6 +244,45 @@ UNMODELLED_COSTS = {
 }
 
 
+# Megatron-LM's options of model features perfmodel does not cost (megatron/core/transformer/
+# transformer_config.py and megatron/training/arguments.py at d98e8a64: TransformerConfig's
+# experimental attention variants, linear attention, DeepSeek sparse attention, the attention
+# output gate, hybrid Mamba / Gated DeltaProduct stacks, heterogeneous layers, mHC residual
+# streams), refused where given: an argument list with them is written for that architecture.
+# A prefix ending in '-' names every option starting with it.
+_UNCOSTED_ARCHITECTURE = {
+    "Megatron-Core's experimental attention variants (gdn, gdn2, gated_delta_net: Gated "
+    "DeltaNet's linear attention; dsa: DeepSeek sparse attention) are not modelled (perfmodel "
+    "costs softmax attention)": ("experimental-attention-variant",),
+    "Gated DeltaNet's linear attention layers (--experimental-attention-variant gated_delta_net) "
+    "are not modelled": (
+        "linear-attention-freq", "linear-conv-kernel-dim", "linear-key-head-dim",
+        "linear-value-head-dim", "linear-num-key-heads", "linear-num-value-heads"),
+    "DeepSeek sparse attention's indexer (--experimental-attention-variant dsa) is not "
+    "modelled": ("dsa-", "disable-dsa-", "no-dsa-"),
+    "a gate on each attention output (a sigmoid of a projection of the layer's input) is not "
+    "modelled": ("attention-output-gate",),
+    "a hybrid model's Mamba and Gated DeltaProduct layers are not modelled (perfmodel costs "
+    "transformer layers: attention and MLP)": (
+        "hybrid-layer-pattern", "hybrid-override-pattern", "mtp-hybrid-override-pattern",
+        "is-hybrid-model", "mamba-state-dim", "mamba-head-dim", "mamba-num-groups",
+        "mamba-num-heads", "mamba-training-ssm-states-dtype", "disable-mamba-mem-eff-path",
+        "gdp-"),
+    "layers of different configurations (a heterogeneous model's per-layer config) are not "
+    "modelled": ("heterogeneous-layers-config-path", "heterogeneous-layers-config-encoded-json"),
+    "mHC's hyper-connections (several residual streams mixed at each layer) are not "
+    "modelled": ("enable-mhc-connections", "mhc-"),
+}
+
+
+def uncosted_architecture(name: str) -> str | None:
+    """Why perfmodel refuses a Megatron-LM option of a model feature it does not cost, or None."""
+    for reason, names in _UNCOSTED_ARCHITECTURE.items():
+        if any(name == n or (n.endswith("-") and name.startswith(n)) for n in names):
+            return reason
+    return None
+
+
 def ignored_reason(name: str) -> str | None:
     for reason, names in _IGNORED_KINDS.items():
         for n in names:
@@ -292,11 +343,15 @@ def parse_words(launch: Launch, where: str, job: JobConfig) -> dict[str, tuple[s
             if reason:
                 job.skipped(word.partition("=")[0], shown, reason)
                 continue
-            close = typo(name, READ_OPTIONS)
+            architecture = uncosted_architecture(name)
+            if architecture:
+                raise refuse_spec(where, f"--{name}", shown, architecture)
+            close = typo(name, READ_OPTIONS, MEGATRON_LM_OPTIONS)
             if close:
                 raise SpecError(f"{where}: unknown Megatron-LM option --{name}{close}; "
                                 "perfmodel refuses a likely misspelling of an option it reads")
-            job.strange(f"--{name}", shown)
+            job.strange(f"--{name}", shown, "a Megatron-LM option perfmodel does not read"
+                        if name in MEGATRON_LM_OPTIONS else "")
             continue
         if arity and len(values) < abs(arity):
             raise SpecError(f"{where}: --{name} needs {abs(arity)} value(s), got "
@@ -320,7 +375,7 @@ def parse_words(launch: Launch, where: str, job: JobConfig) -> dict[str, tuple[s
 
 
 # read for what they are, not their paths (a DeepSpeed config is read where it can be)
-_PATHS = ("tokenizer-model", "vocab-file", "deepspeed_config")
+_PATHS = ("tokenizer-model", "vocab-file", "deepspeed_config", "tp-comm-overlap-cfg")
 
 
 def _text(value: Any) -> str:
@@ -627,6 +682,8 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
     if _str(settings, "window_size") not in (None, "0", "None"):
         raise refuse_spec(where, settings["window_size"][0], settings["window_size"][1],
                           "sliding windows from Megatron arguments are not read")
+    take("window_attn_skip_freq", "no effect without --window-size (every layer attends fully)")
+    _softmax_type(settings, job, where, take)
     if job.preset:
         given = {"multi_latent_attention": _flag(settings, "multi_latent_attention", where),
                  "mtp_num_layers": _str(settings, "mtp_num_layers") not in (None, "0", "None")}
@@ -702,9 +759,20 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
         bias = _flag(settings, "add_bias_linear", where)
         take("add_bias_linear", f"bias {str(bias).lower()}")
     model["bias"] = bias
-    model["qkv_bias"] = bias or _flag(settings, "add_qkv_bias", where)
-    take("disable_bias_linear", f"bias {str(bias).lower()}")
-    take("add_qkv_bias", f"qkv_bias {str(model['qkv_bias']).lower()}")
+    if "kv_lora_rank" in model:
+        # Megatron-Core's MLA builds its query and key/value projections with bias=False
+        # whatever add_bias_linear or add_qkv_bias say; its output projection takes
+        # add_bias_linear (megatron/core/transformer/multi_latent_attention.py at d98e8a64)
+        model["qkv_bias"] = False
+        take("disable_bias_linear", f"bias {str(bias).lower()} (the attention's output "
+                                    "projection and the MLP; MLA's query and key/value "
+                                    "projections have none)")
+        take("add_qkv_bias", "no effect under --multi-latent-attention (its query and "
+                             "key/value projections have no biases)")
+    else:
+        model["qkv_bias"] = bias or _flag(settings, "add_qkv_bias", where)
+        take("disable_bias_linear", f"bias {str(bias).lower()}")
+        take("add_qkv_bias", f"qkv_bias {str(model['qkv_bias']).lower()}")
     norm = _str(settings, "normalization", "LayerNorm")
     # Megatron-LM's choices, LayerNorm and RMSNorm; Megatron-DeepSpeed's, layernorm and rmsnorm
     # (microsoft/Megatron-DeepSpeed megatron/arguments.py at f4157bea)
@@ -779,6 +847,24 @@ def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, 
     _capacity(settings, job, where, take, experts)
     _vocab(settings, job, where, take)
     _dropout(settings, job, where, take, over_preset=False)
+
+
+def _softmax_type(settings: Settings, job: JobConfig, where: str,
+                  take: Callable[[str, str], None]) -> None:
+    """--softmax-type (TransformerConfig.softmax_type at d98e8a64: vanilla, off-by-one,
+    learnable): learnable is the model's attention_sinks (a learned logit per head in each
+    softmax's denominator: GPT-OSS's), as the NeMo reader reads the same field; off-by-one (a
+    fixed 1 in it) is refused."""
+    softmax = _str(settings, "softmax_type", "vanilla")
+    if softmax == "learnable":
+        job.model["attention_sinks"] = True
+        take("softmax_type", "attention_sinks (a learned logit per head in each softmax's "
+                             "denominator)")
+    elif softmax not in ("vanilla", None):
+        raise refuse_spec(where, settings["softmax_type"][0], softmax,
+                          "perfmodel models the vanilla softmax and learnable sinks")
+    else:
+        take("softmax_type", "the plain softmax")
 
 
 # Megatron-Core's token dispatchers and the flex dispatcher's backends (TransformerConfig's
@@ -1145,7 +1231,8 @@ def _vocab(settings: Settings, job: JobConfig, where: str,
         job.notes.append(f"vocab {GPT2_VOCAB}: GPT2BPETokenizer's vocabulary (gpt2-vocab.json), "
                          "before Megatron's padding")
     else:
-        source = f"--tokenizer-type {tokenizer}" if tokenizer else \
+        # the tokenizer's setting as the config names it (NeMo 1: model.tokenizer.library)
+        source = f"{settings['tokenizer_type'][0]} {tokenizer}" if tokenizer else \
             "no --vocab-size" + (" (a --vocab-file)" if "vocab_file" in settings else "")
         job.needs_model = job.needs_model or f"{source} (the tokenizer's files give the " \
                                              "vocabulary)"
@@ -1281,14 +1368,16 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
     text = _str(settings, "fp4_format")
     if text not in (None, "None", "null"):
         raise refuse_plan(where, settings["fp4_format"][0], text, "fp4 training is not modelled")
+    if _flag(settings, "fp4_param_gather", where):  # megatron/training/arguments.py raises
+        raise refuse_plan(where, settings["fp4_param_gather"][0], True,
+                          "Megatron-LM raises '--fp4-param-gather must be used together with "
+                          "--fp4-format' (fp4 training is not modelled: leave both out)")
     optimizer = _str(settings, "optimizer", "adam")
     if optimizer != "adam":
         raise refuse_plan(where, settings["optimizer"][0], optimizer,
                           "perfmodel models Adam's states (2 fp32 moments)")
     take("optimizer", "Adam")
-    take("transformer_impl", "the same GEMMs")
     take("use_mcore_models", "the same model")
-    take("use_legacy_models", "the same model")
     take("mock_data", "synthetic data")
     take("tokenizer_model", "the tokenizer's file")
     take("vocab_file", "the tokenizer's file")
@@ -1401,6 +1490,7 @@ def _degrees(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     elif chunks is not None:
         take("num_virtual_stages_per_pipeline_rank", f"virtual_stages {chunks}")
     chunks = _layout(settings, job, where, take, pp, chunks)
+    _microbatch_groups(settings, where, take, pp, chunks or 1)
     if chunks is not None:
         job.fix("virtual_stages", chunks)
         job.fix("schedule", "interleaved" if chunks > 1 else "1f1b")
@@ -1449,6 +1539,31 @@ def _degrees(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     if "rampup_batch_size" in settings:
         take("rampup_batch_size", "the step after the ramp-up (the full global batch) is "
                                   "predicted")
+
+
+def _microbatch_groups(settings: Settings, where: str, take: Callable[[str, str], None],
+                       pp: int, chunks: int) -> None:
+    """--microbatch-group-size-per-virtual-pipeline-stage N: Megatron-Core's interleaved 1F1B
+    runs N micro-batches through one virtual stage before the next (megatron/core/
+    pipeline_parallel/schedules.py get_schedule_table at d98e8a64; N pp by default,
+    model_parallel_config.py), its warm-up (v - 1) N micro-batches long, and takes a number of
+    micro-batches M with pp <= N <= M and M % N 0 or at least pp. perfmodel's interleaved
+    schedule is the default's, groups of pp (M a multiple of pp): N = pp is read, another N
+    refused; without virtual stages the schedule does not read it."""
+    group = _int(settings, "microbatch_group_size_per_virtual_pipeline_stage", where)
+    if group is None:
+        return
+    dest = "microbatch_group_size_per_virtual_pipeline_stage"
+    if chunks == 1 or pp == 1:
+        take(dest, "no effect without the interleaved schedule (virtual pipeline stages)")
+    elif group != pp:
+        raise refuse_plan(where, settings[dest][0], group,
+                          f"interleaved 1F1B in groups of {group} micro-batches a virtual stage "
+                          f"is not modelled: perfmodel's runs Megatron-Core's default, groups of "
+                          f"pp ({pp}), with the micro-batches (--global-batch-size / (dp x "
+                          f"--micro-batch-size)) a multiple of pp: give {pp}, or leave it out")
+    else:
+        take(dest, f"groups of pp ({pp}) micro-batches a virtual stage: Megatron-Core's default")
 
 
 _SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
@@ -1755,8 +1870,13 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     _fp8(settings, job, where, take, dtype)
     if _flag(settings, "grad_reduce_in_bf16", where):
         if dtype != "bf16":
-            raise refuse_plan(where, "--grad-reduce-in-bf16", True,
-                              f"a bf16 gradient buffer needs --bf16 (dtype here: {dtype})")
+            key = settings["grad_reduce_in_bf16"][0]
+            # the precision's setting as the config names it (NeMo 1: trainer.precision)
+            given = next((settings[d][0] for d in ("bf16", "fp16") if d in settings), None)
+            need = "--bf16" if key.startswith("--") or not given else \
+                f"bf16 precision ({given} trains {dtype})"
+            raise refuse_plan(where, key, True, f"a bf16 gradient buffer needs {need}"
+                              + (f" (dtype here: {dtype})" if "trains" not in need else ""))
         # DistributedDataParallelConfig.grad_reduce_in_fp32 = False: the main-gradient buffer
         # and its reduction in bf16 (Megatron-LM training/arguments.py, distributed/
         # distributed_data_parallel_config.py)
@@ -1786,6 +1906,7 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
             job.fix(key, 1)
     take("use_distributed_optimizer", "zero 1 (optimizer states sharded over dp)")
     take("use_torch_fsdp2", "zero 3 (PyTorch FSDP2)")
+    _sharding_options(settings, job, where, take, zero)
     take("data_parallel_sharding_strategy", "no sharding")
     grad = _flag(settings, "overlap_grad_reduce", where)
     param = _flag(settings, "overlap_param_gather", where)
@@ -1828,15 +1949,52 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     take("tp_comm_overlap", "tp_comm_overlap (tensor-parallel communication behind the GEMMs, "
                             "Transformer Engine's userbuffers)" if tp_overlap
          else "tp_comm_overlap false")
+    # megatron/training/initialize.py _initialize_tp_communicators: the userbuffers' YAML
+    # (each GEMM's overlap method, SMs, chunks) handed to Transformer Engine's initialize_ub
+    take("tp_comm_overlap_cfg", "the userbuffers' settings (how each GEMM's communication "
+                                "overlaps): tuning of the overlap tp_comm_overlap costs, the "
+                                "file not read" if tp_overlap
+         else "no effect without --tp-comm-overlap")
     if _flag(settings, "overlap_moe_expert_parallel_comm", where):
         job.fix("ep_comm_overlap", True)
         take("overlap_moe_expert_parallel_comm", "ep_comm_overlap (the all-to-alls of one "
                                                  "micro-batch behind another's compute)")
     if not _flag(settings, "deepspeed", where):  # Megatron-DeepSpeed's switches decide it
-        _attention(settings, job, where, take, dtype)
+        _attention(settings, job, where, take, dtype, _implementation(settings, job, where, take))
+    else:
+        take("transformer_impl", "the same GEMMs")
     _older_sends(settings, job, where, take)
     megatron_deepspeed.apply(settings, job, where, take, _flag)
     _fusions(settings, job, where, take, dtype)
+
+
+def _sharding_options(settings: Settings, job: JobConfig, where: str,
+                      take: Callable[[str, str], None], zero: int) -> None:
+    """--torch-fsdp2-no-reshard-after-forward (FSDP2's reshard_after_forward false, megatron/
+    training/training.py get_megatron_ddp_config at d98e8a64: each unit's gathered weights kept
+    from its forward to its backward): Plan.fsdp_reshard backward, as the torchtitan reader
+    reads fsdp_reshard_after_forward "never"; no effect without --use-torch-fsdp2.
+    --num-distributed-optimizer-instances N (DistributedDataParallelConfig): 1, Megatron-LM's
+    default, shards the optimizer over every data-parallel rank; N > 1 shards it within dp / N
+    ranks and reduces the gradients across the N instances besides (megatron/core/
+    parallel_state.py's intra- and inter-instance groups), which perfmodel's zero 1 does not
+    model: refused."""
+    dest = "torch_fsdp2_no_reshard_after_forward"
+    if _flag(settings, dest, where) and zero == 3:
+        job.fix("fsdp_reshard", "backward")
+        take(dest, "fsdp_reshard backward (each unit's gathered weights kept from its forward to "
+                   "its backward)")
+    else:
+        take(dest, "no effect without --use-torch-fsdp2")
+    dest = "num_distributed_optimizer_instances"
+    instances = _int(settings, dest, where)
+    if instances is not None and instances > 1:
+        raise refuse_plan(where, settings[dest][0], instances,
+                          "several distributed-optimizer instances (the states sharded within "
+                          "dp / N ranks, the gradients reduced across the N) are not modelled: "
+                          "perfmodel's zero 1 shards over every data-parallel rank: give 1")
+    take(dest, "one instance: the optimizer sharded over every data-parallel rank"
+         if zero == 1 else "1: no distributed optimizer to split")
 
 
 def _grad_accumulation(settings: Settings, job: JobConfig, where: str,
@@ -1951,9 +2109,12 @@ def _fusions(settings: Settings, job: JobConfig, where: str, take: Callable[[str
         keep("masked_softmax_fusion", "unfused attention's fused scaled masked softmax")
     else:
         if job.plan.get("flash_attention") is False:
+            local = _str(settings, "transformer_impl") == "local"
             raise refuse("masked_softmax_fusion",
                          "unfused attention's softmax op by op is not modelled (its fused scaled "
-                         "masked softmax is): leave it on, or use flash attention")
+                         "masked softmax is): leave it on, or use flash attention"
+                         + (" (Transformer Engine's layers: --transformer-impl "
+                            "transformer_engine)" if local else ""))
         keep("masked_softmax_fusion", "flash or fused attention computes its own softmax"
              if job.plan.get("flash_attention") else "flash or fused attention computes its "
              "own softmax where the hardware runs one (unfused attention's softmax op by op "
@@ -1962,6 +2123,11 @@ def _fusions(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     take("qk_layernorm", "on: a norm of each query and key head, not modelled (its 2 d "
                          "weights a layer and its element-wise passes left out, as for Hugging "
                          "Face configs' qk_norm)" if _flag(settings, "qk_layernorm", where)
+         else "off")
+    # TransformerConfig.qk_l2_norm (Llama 4's): an L2 norm of each query and key head, no
+    # weights (megatron/core/transformer/attention.py at d98e8a64)
+    take("qk_l2_norm", "on: an L2 norm of each query and key head, not modelled (its "
+                       "element-wise passes left out)" if _flag(settings, "qk_l2_norm", where)
          else "off")
     if _flag(settings, "fp32_residual_connection", where) and dtype != "fp32":
         raise refuse("fp32_residual_connection", f"the residual stream kept in fp32 beside "
@@ -2003,12 +2169,105 @@ def _fusions(settings: Settings, job: JobConfig, where: str, take: Callable[[str
              f"fp32 main gradients: {dtype}'s already (Megatron-LM's default with --bf16)")
 
 
+# Megatron-LM's layer implementations perfmodel models (--transformer-impl: TransformerConfig's
+# choices at d98e8a64 are these and inference_optimized; transformer_engine is Megatron-LM's
+# default since 2024-04, e7b74a4b, local before)
+_IMPLEMENTATIONS = ("transformer_engine", "local")
+
+
+def _implementation(settings: Settings, job: JobConfig, where: str,
+                    take: Callable[[str, str], None]) -> str:
+    """The layers' implementation: "te", Transformer Engine's (Megatron-Core's TE spec, or the
+    legacy model's te.pytorch.TransformerLayer); "local", Megatron-Core's local spec
+    (--transformer-impl local: gpt_builders.py at d98e8a64, use_te = transformer_impl ==
+    "transformer_engine"; megatron/core/models/backends.py LocalSpecProvider: ColumnParallelLinear
+    and RowParallelLinear, the norm apart from them, and Megatron-Core's own DotProductAttention,
+    unfused: the scores' GEMM, the fused scaled masked softmax, the values' GEMM, whatever
+    --attention-backend says, which sets Transformer Engine's backend only); or "legacy", the
+    legacy model's own layers (--use-legacy-models with --transformer-impl local:
+    ParallelTransformerLayer, megatron/legacy/model/transformer.py before 8de82388, 2026-05:
+    FlashAttention under --use-flash-attn, else the same unfused core attention; a script of
+    2021-23 without --use-mcore-models ran it too). Refused beside
+    Megatron's own layers, as Transformer Engine's alone: FP8 GEMMs (the legacy model asserts
+    Transformer Engine for them; Megatron-Core's local linear layers run no FP8 under its
+    autocast) and --tp-comm-overlap (Transformer Engine's userbuffers overlap its own GEMMs).
+    The legacy model (39ec5ebe^, validate_args) refuses context parallelism, multi-token
+    prediction and --overlap-param-gather; its experts (SwitchMLP, top-1) and its attention
+    beside --multi-latent-attention (it has no MLA) are not modelled."""
+    impl = _str(settings, "transformer_impl", "transformer_engine") or "transformer_engine"
+    if impl not in _IMPLEMENTATIONS:
+        raise refuse_plan(where, settings["transformer_impl"][0], impl,
+                          "perfmodel models the training layers transformer_engine (Megatron-LM's "
+                          "default) and local (inference_optimized is Megatron-Core's inference "
+                          "path)")
+    # a script of 2021-23 (_older_recompute) ran the legacy model, Megatron-LM's default until
+    # 2024-05 (9ad1a56f) unless --use-mcore-models
+    legacy = _flag(settings, "use_legacy_models", where) or (
+        bool(job.plan.get("_older_megatron")) and not _flag(settings, "use_mcore_models", where))
+    if _flag(settings, "use_legacy_models", where):
+        key = settings["use_legacy_models"][0]
+        for on, why in (
+                (job.plan.get("cp", 1) > 1, "Megatron-LM asserts 'Context parallelism is not "
+                                            "supported in legacy models'"),
+                (bool(job.model.get("mtp_layers")), "Megatron-LM asserts 'The legacy Megatron "
+                                                    "models does not support Multi-Token "
+                                                    "Prediction (MTP)'"),
+                (bool(job.plan.get("overlap_param_gather")) and job.plan.get("zero") == 1,
+                 "Megatron-LM asserts '--overlap-param-gather only supported with MCore "
+                 "models'"),
+                (bool(job.model.get("experts")), "the legacy model's experts (SwitchMLP: top-1 "
+                                                 "routing) are not modelled (Megatron-Core's "
+                                                 "MoE is)"),
+                ("kv_lora_rank" in job.model, "the legacy model has no multi-head latent "
+                                              "attention (Megatron-Core's has)")):
+            if on:
+                raise refuse_plan(where, key, True, why)
+    if impl == "transformer_engine":
+        take("transformer_impl", "Transformer Engine's layers")
+        take("use_legacy_models", "the legacy model with Transformer Engine's TransformerLayer "
+                                  "(--transformer-impl transformer_engine): its layers and "
+                                  "attention costed as Megatron-Core's")
+        return "te"
+    key = settings["transformer_impl"][0]
+    own = "the legacy model's own layers" if legacy else "Megatron-Core's local layers"
+    if job.plan.get("dtype") == "fp8":
+        raise refuse_plan(where, settings["fp8_format"][0], settings["fp8_format"][1],
+                          f"FP8 GEMMs are Transformer Engine's: {own} ({key} local) run none "
+                          "(give --transformer-impl transformer_engine, or no FP8)")
+    if job.plan.get("tp_comm_overlap"):
+        raise refuse_plan(where, settings["tp_comm_overlap"][0], True,
+                          f"Transformer Engine's userbuffers overlap its own GEMMs: {own} "
+                          f"({key} local) overlap none (give --transformer-impl "
+                          "transformer_engine, or leave it out)")
+    if legacy:
+        take("transformer_impl", "the legacy model's own layers (ParallelTransformerLayer): "
+                                 "flash attention under --use-flash-attn, else unfused")
+        take("use_legacy_models", "the legacy model (megatron/legacy/model)")
+        return "legacy"
+    take("transformer_impl", "Megatron-Core's local layers (its own DotProductAttention: "
+                             "unfused)")
+    return "local"
+
+
 def _attention(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None],
-               dtype: str) -> None:
+               dtype: str, layers: str = "te") -> None:
     """Megatron-LM's attention: --attention-backend (flash and fused: flash_attention; unfused
     and local: not; auto, the default: Transformer Engine's choice for the device, left to the
-    hardware) and the older --use-flash-attn; a script of 2021-23 attends unfused."""
+    hardware) and the older --use-flash-attn; a script of 2021-23 attends unfused. Megatron's
+    own layers (`layers`, _implementation) attend as they do whatever the backend: Megatron-Core's
+    local layers unfused, the legacy model's with FlashAttention under --use-flash-attn."""
     backend = _str(settings, "attention_backend", "auto")
+    if layers != "te":
+        flash = layers == "legacy" and _flag(settings, "use_flash_attn", where)
+        whose = "the legacy model's layers" if layers == "legacy" else \
+            "Megatron-Core's local layers"
+        take("use_flash_attn", "flash_attention (the legacy model's FlashAttention)"
+             if flash else f"no effect on {whose}: their attention is unfused")
+        take("attention_backend", f"no effect on {whose} (it picks Transformer Engine's "
+                                  "attention): flash_attention "
+                                  f"{str(flash).lower()}")
+        job.fix("flash_attention", flash)
+        return
     if _flag(settings, "use_flash_attn", where) and backend in ("unfused", "local"):
         # Megatron-Core's attention follows --attention-backend; --use-flash-attn is the older
         # switch: which of the two ran depends on the version, so neither is taken
@@ -2351,7 +2610,7 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
         args.append(["--disable-bias-linear"])
         if model.qkv_bias:
             args.append(["--add-qkv-bias"])
-    elif not model.qkv_bias:
+    elif not model.qkv_bias and model.kv_lora_rank is None:  # MLA's q/kv projections: no bias
         raise refuse_emit("megatron", "bias without qkv_bias",
                           "Megatron-LM's --add-bias-linear adds the QKV bias too")
     args += [["--hidden-dropout", f"{model.hidden_dropout:g}"],

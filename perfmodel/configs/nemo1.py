@@ -193,10 +193,11 @@ def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
     if isinstance(tokenizer, dict):
         # Megatron's GPT-2 BPE (library megatron, type GPT2BPETokenizer) is a vocabulary
         # perfmodel knows; the others' files give it (--model)
-        kind = tokenizer.get("type") if tokenizer.get("library") == "megatron" else \
-            tokenizer.get("library")
-        if kind:
-            settings["tokenizer_type"] = ("model.tokenizer", str(kind))
+        megatron = tokenizer.get("library") == "megatron"
+        kind = tokenizer.get("type") if megatron else tokenizer.get("library")
+        if kind:  # named by its own key (the refusal that asks for --model says which)
+            settings["tokenizer_type"] = ("model.tokenizer.type" if megatron
+                                          else "model.tokenizer.library", str(kind))
     if "seq_length" not in settings:
         raise SpecError(f"{where}: no model.encoder_seq_length or model.data.seq_length: the "
                         "training sequence length is not given")
