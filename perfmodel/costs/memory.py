@@ -175,7 +175,9 @@ def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Ex
                            rank: sp.Expr | int = 0,
                            chunks: tuple[sp.Expr, sp.Expr] | None = None) -> sp.Expr:
     """Micro-batches whose activations pipeline rank `rank` (0 the first stage) holds at its
-    peak, in units of the rank's layers (its v chunks' together), with pp > 1 stages:
+    peak, in units of the rank's layers (its v chunks' together), with pp > 1 stages, m the
+    micro-batches of one pipeline schedule (a step of F schedules, Plan.pipeline_micro_batches,
+    drains each before the next fills: m / F of the step's; the step's where it runs one):
 
         GPipe               m: every forward runs before the first backward (Huang et al. 2019)
         1F1B                min(m, pp - r): rank r runs pp - r - 1 warm-up forwards and one

@@ -4,8 +4,10 @@
                      the fp32 master as the shard: (e_w3, e_g, e_o3), bf16 4 + 4 + 8
                      (perfmodel.costs.precision.sharded_state_bytes_per_param)
     activations    = a layer's kept activations x the stage's layers x the micro-batches in flight
-                     (+ one layer's full activations to recompute into, with full recompute;
-                     what per-op recompute does not keep of one layer, with it)
+                     of one pipeline schedule (m / F where a step runs F schedules:
+                     perfmodel.step.pipeline.schedule_micro_batches) (+ one layer's full
+                     activations to recompute into, with full recompute; what per-op recompute
+                     does not keep of one layer, with it)
     embedding, output: the embedding's dropout mask per in-flight micro-batch; the final norm's
                      input and the fp32 logits on the last stage
     fp8/...        = an fp8 plan's FP8 weight copies and scaling state (perfmodel.step.fp8); its
@@ -260,8 +262,8 @@ def memory_terms(c: Context, params: Parameters,
     # a high tp they can exceed the whole layer's count, and the difference fell below 0
     op_gap = lmax(0, op_gap)
     # the micro-batches in flight on the first rank, the fullest of those between (the second;
-    # with zbv, whose counts grow with the rank where m < 2 pp - 1, the one before the last) and
-    # the last
+    # with zbv, whose counts grow with the rank where a schedule's micro-batches are fewer than
+    # 2 pp - 1, the one before the last) and the last
     # (a layout's unequal chunks: each rank's first and last chunk's share of its layers)
     between = 1 + c.zbv * (S.pp - 3)
     ends = dict(zip(("first", "middle", "last"), c.fam.end_chunks or (), strict=False))
@@ -269,9 +271,13 @@ def memory_terms(c: Context, params: Parameters,
     def shares(st: str) -> tuple[sp.Expr, sp.Expr] | None:
         first, last, n = ends.get(st, (0, 0, 0))
         return (sp.Rational(first, n), sp.Rational(last, n)) if n else None
+    # counted on one pipeline schedule's micro-batches (Plan.pipeline_micro_batches: a step of F
+    # schedules runs each to its last backward before the next fills, so a stage never holds
+    # more than one schedule's: GPipe m / F, 1F1B min(m / F, pp - r), ...), the step's m where
+    # it runs one
     inflight = {st: c.single + c.multi * M.inflight_micro_batches(
-        c.gpipe, c.interleaved, S.pp, c.m, S.v, zb=c.zero_bubble - c.zbv, zbv=c.zbv, rank=rank,
-        chunks=shares(st))
+        c.gpipe, c.interleaved, S.pp, PP.schedule_micro_batches(c), S.v,
+        zb=c.zero_bubble - c.zbv, zbv=c.zbv, rank=rank, chunks=shares(st))
         for st, rank in (("first", 0), ("middle", between), ("last", S.pp - 1))}
     # the largest layer FSDP gathers whole: a dense one, or an MoE layer with its E / ep
     # routed experts (their unit and the layer's, gathered for the same computation; not them

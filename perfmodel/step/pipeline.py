@@ -114,3 +114,11 @@ def flushes(c: Context) -> sp.Expr:
     """Pipeline schedules per step: F_pp where the plan runs several (Plan.pipeline_micro_batches),
     else 1."""
     return S.F_pp if c.fam.pipeline_flushes else sp.Integer(1)
+
+
+def schedule_micro_batches(c: Context) -> sp.Expr:
+    """Micro-batches of one pipeline schedule, m / F (Plan.pipeline_micro_batches where the step
+    runs several schedules, else the step's m): each schedule drains, its last backward done,
+    before the next fills, so what a stage holds in flight is counted on these, not on m
+    (perfmodel.step.memory; perfmodel.strategy's schedule_micro_batches for the plan rules)."""
+    return c.m / flushes(c)
