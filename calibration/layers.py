@@ -16,8 +16,14 @@ the collectives from its collective fits):
     measured backward = s * C_bwd + c_bwd + M_bwd
 
 C: raw compute, M: raw tensor-parallel communication, s: compute scale, c: fixed costs; in relative
-error with a robust loss, s in [0.2, 20], c >= 0. The result is one perfmodel.specs.hardware.
-LayerCost per (part, style, degree), with its residuals and the range of sizes it saw.
+error with a robust loss, s in [1, 20] (MIN_SCALE: the step model charges (s - 1) x C as what the
+framework adds to the kernels, which cannot be negative), c >= 0. The result is one
+perfmodel.specs.hardware.LayerCost per (part, style, degree), with its residuals and the range of
+sizes it saw. A fit held at one of those bounds that still misses a phase's measurements by more
+than PINNED_BIAS (the part ran faster than its kernels' rooflines and collectives' fits price it:
+under load, collective fits that over-price the layer's) is not written, with a note: a plan in
+that style takes another degree's fit, or perfmodel's generic cost per kernel
+(perfmodel.step.framework).
 torch is imported only inside the benchmark functions.
 """
 
@@ -36,6 +42,17 @@ from perfmodel.errors import DataError
 from perfmodel.specs.hardware import LAYER_PARTS
 
 HEAD_DIM = 32
+
+# The compute scale's range. Its lower bound is the rooflines themselves: perfmodel.step.layer and
+# perfmodel.step.embedding_head charge (s - 1) x a part's roofline compute as what the framework
+# adds to its kernels, so s < 1 would be a framework running the kernels faster than the profile's
+# own GEMM, attention and memory fits price them: a negative time. A part measured faster than
+# that says those fits (or the collectives' fits) over-price it, which no framework cost corrects.
+MIN_SCALE, MAX_SCALE = 1.0, 20.0
+# A fit held at a bound (the scale at MIN_SCALE or MAX_SCALE, a fixed cost at 0 or at the largest
+# time measured) whose phase it still misses by more than this, median and signed (over-predicted
+# against a lower bound, under-predicted against an upper one), cannot be trusted: not written
+PINNED_BIAS = 0.10
 
 
 @dataclass(frozen=True)
@@ -323,7 +340,7 @@ class LayerCostModel:
     """
 
     def __init__(
-        self, min_scale: float = 0.2, max_scale: float = 20.0, prior: float = 0.05
+        self, min_scale: float = MIN_SCALE, max_scale: float = MAX_SCALE, prior: float = 0.05
     ) -> None:
         self.min_scale, self.max_scale, self.prior = min_scale, max_scale, prior
 
@@ -362,6 +379,8 @@ class LayerCostModel:
             float, res.x
         )
         pred = predict(res.x)
+        self._find_pinned(res.x, [self.min_scale, 0.0, 0.0], [self.max_scale, top, top],
+                          pred / meas - 1.0, is_bwd)
         n = len(df)
         total = pred[:n] + pred[n:]
         err = np.abs(total / (meas[:n] + meas[n:]) - 1.0)
@@ -377,6 +396,28 @@ class LayerCostModel:
         self.hidden_range_ = (int(df["hidden"].min()), int(df["hidden"].max()))
         self.n_points_ = n
         return self
+
+    def _find_pinned(self, x: np.ndarray, lower: list[float], upper: list[float],
+                     signed: np.ndarray, is_bwd: np.ndarray) -> None:
+        """pinned_: the parameters held at a bound that the measurements they govern lie beyond
+        (the scale: all of them, a fixed cost: its phase's), missed by more than PINNED_BIAS,
+        median, on the bound's side; bias_: the median signed relative error (prediction /
+        measurement - 1) of the forward, the backward and both."""
+        lo, hi = np.asarray(lower), np.asarray(upper)
+        span = 1e-6 * (hi - lo)  # "at a bound": within a millionth of the range of it
+        at_lower, at_upper = x <= lo + span, x >= hi - span
+        self.bias_ = {"forward": float(np.median(signed[is_bwd == 0])),
+                      "backward": float(np.median(signed[is_bwd > 0])),
+                      "both": float(np.median(signed))}
+        names = ("compute scale", "forward fixed cost", "backward fixed cost")
+        shown = (f"{lo[0]:g}", f"{hi[0]:g}", "0 s", f"{hi[1]:.3g} s", "0 s", f"{hi[2]:.3g} s")
+        pinned: list[str] = []
+        for i, phase in enumerate(("both", "forward", "backward")):
+            if at_lower[i] and self.bias_[phase] > PINNED_BIAS:
+                pinned.append(f"{names[i]} {shown[2 * i]} (lower bound)")
+            elif at_upper[i] and self.bias_[phase] < -PINNED_BIAS:
+                pinned.append(f"{names[i]} {shown[2 * i + 1]} (upper bound)")
+        self.pinned_ = tuple(pinned)
 
     def predict(self, records: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """(forward, backward) seconds of records with the raw_times columns."""
@@ -424,6 +465,17 @@ def fit_layer_costs(
             model = LayerCostModel().fit(group)
         except DataError as exc:
             notes.append(f"layer costs ({part}, {style}, tp {int(tp)}): {exc}")
+            continue
+        if model.pinned_:  # the data lies beyond a bound: the fit cannot be trusted
+            notes.append(
+                f"layer costs ({part}, {style}, tp {int(tp)}): not used: held at "
+                f"{', '.join(model.pinned_)}, the fit still misses the measured forward by "
+                f"{model.bias_['forward']:+.0%} and backward by {model.bias_['backward']:+.0%} "
+                "(median; +: over-predicted, the part ran faster than its kernels' rooflines "
+                "and the collectives' fits price it, as on a loaded machine); a plan in that "
+                "style takes another degree's fit where one is, else perfmodel's generic cost "
+                "per kernel"
+            )
             continue
         name = f"layer/{part}/{style}/tp{int(tp)}"
         fits[name] = model.summary(part, style, int(tp), int(group["ranks"].max()))

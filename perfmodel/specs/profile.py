@@ -18,6 +18,10 @@ duplicate is refused, never resolved to one of the two or mixed; so is a JSON ob
 given twice.
 `apply_profile` merges the profile's hardware fields over a preset's (profile wins); a profile of
 another GPU than the preset's is refused (`check_gpu`).
+A layer cost whose compute_scale is below 1 (a fit of an older `calibrate run`, held at its then
+lower bound 0.2: calibration.layers) is read as 1, with a note (`Profile.notes`, said on standard
+error by `apply_profile`): the step model charges (s - 1) x the rooflines as what the framework
+adds to a part's kernels (perfmodel.step.layer), which must not be a negative time.
 `fitted_collective_time` is how a fitted collective (one or two alpha-beta regimes) is evaluated.
 `is_extrapolation` tells whether a size lies outside the range a fit saw; `collective_notes` says
 so, and where a group has another number of ranks than the fit measured.
@@ -30,6 +34,7 @@ import functools
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +99,8 @@ class Profile:
     measurements: Path | None
     provenance: Mapping[str, Any] = field(default_factory=dict)
     missing_stages: tuple[str, ...] | None = None  # None: not recorded (an older profile)
+    # what reading it changed (a layer cost's compute_scale below 1 read as 1), one line each
+    notes: tuple[str, ...] = ()
 
     def collective_fits(self) -> list[Mapping[str, Any]]:
         return [f for f in self.fits.values() if f["kind"] == "collective"]
@@ -148,15 +155,46 @@ def profile_from_dict(data: Any, where: str, path: Path | None = None) -> Profil
     if measurements is not None and not isinstance(measurements, str):
         raise SpecError(f"{where}: field 'measurements' must be a file name (string) or null")
     base_dir = path.parent if path is not None else Path(".")
+    hardware, notes = _layer_costs_at_least_roofline(data["hardware"], where)
     return Profile(
         path=path or Path(where),
         complete=data["complete"],
-        hardware=dict(data["hardware"]),
+        hardware=hardware,
         fits={k: dict(v) for k, v in fits.items()},
         measurements=base_dir / measurements if measurements else None,
         provenance=dict(provenance),
         missing_stages=None if missing is None else tuple(missing),
+        notes=notes,
     )
+
+
+def _layer_costs_at_least_roofline(
+    hardware: Mapping[str, Any], where: str
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The hardware fields with every layer cost's compute_scale below 1 read as 1, and a note
+    each. A scale s < 1 says the part ran faster than its kernels' rooflines (the profile's own
+    GEMM, attention and memory fits) and collectives price it: no framework cost explains that,
+    and the step model's (s - 1) x roofline would be a negative time. Entries that are not
+    numbers in (0, 1) are left to the hardware's checks (apply_profile)."""
+    out = dict(hardware)
+    costs = out.get("layer_costs")
+    if not isinstance(costs, (list, tuple)):
+        return out, ()
+    notes, entries = [], []
+    for entry in costs:
+        scale = entry.get("compute_scale") if isinstance(entry, Mapping) else None
+        if isinstance(scale, (int, float)) and not isinstance(scale, bool) and 0 < scale < 1:
+            notes.append(
+                f"{where}: layer cost ({entry.get('part')}, {entry.get('style')}, tp "
+                f"{entry.get('tp')}) has compute_scale {scale:.3g}, below the rooflines (a fit "
+                "held at its lower bound, or timings the profile's fits over-price): read as 1 "
+                "(the framework adds its fixed costs only); re-run `perfmodel calibrate run` to "
+                "refit it"
+            )
+            entry = {**entry, "compute_scale": 1.0}
+        entries.append(entry)
+    out["layer_costs"] = entries
+    return out, tuple(notes)
 
 
 def _check_unique_collectives(
@@ -319,9 +357,12 @@ def apply_profile(hardware: HardwareSpec | None, profile: Profile) -> HardwareSp
     hardware=None: the profile stands alone (its own `base`, or every required field itself).
     A profile measured on another GPU than `hardware`'s is refused (check_gpu).
     A fitted collective of the profile replaces a preset's fit of the same op and scope.
+    What reading the profile changed (Profile.notes) is said on standard error, once per use.
     """
     if hardware is not None:
         check_gpu(hardware, profile)
+    for line in profile.notes:
+        print(f"note: {line}", file=sys.stderr)
     overrides = dict(profile.hardware)
     base = overrides.pop("base", None)
     where = f"profile {profile.path}: hardware"

@@ -457,7 +457,8 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
     stage_work): forward, backward, recompute.
 
     device: the layers' work (x 2 backward); where calibrated, (s - 1) x that (the framework's
-            scale)
+            scale; s >= 1: calibration.layers fits it so, a profile's below 1 is read as 1,
+            perfmodel.specs.profile, so the term is never negative)
     host:   n x c_fwd (c_bwd); n x ops x t_op (framework.PartCost) where not calibrated, and
             what the stage's MoE layers issue beyond dense ones (extra_kernels: forward and
             backward per micro-batch, perfmodel.step.moe.extra_kernels, at the same cost each)
