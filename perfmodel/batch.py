@@ -33,6 +33,13 @@ MODEL_COLUMNS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", 
 RESULT_COLUMNS = ("step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",
                   "tflops_per_gpu", "mfu", "memory_per_gpu_bytes", "fits_in_memory",
                   "memory_verdict")
+# the columns that hold whole numbers: written in ASCII digits (Python's int() and float() read
+# '8_0' as 80 and a full-width '８' as 8: refused, as on the command line)
+WHOLE_COLUMNS = MODEL_COLUMNS + ("gpus", "dp", "tp", "pp", "cp", "ep", "etp", "micro_batch",
+                                 "global_batch", "virtual_stages", "recompute_every",
+                                 "recompute_num_layers", "cpu_offload_layers", "zero", "tp_depth",
+                                 "pipeline_micro_batches", "first_stage_layers",
+                                 "last_stage_layers")
 # the model each row predicted, resolved: the fields derived from others, and its size
 RESOLVED_COLUMNS = ("ffn_hidden", "kv_heads", "parameters")
 
@@ -78,8 +85,25 @@ def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str], st
     return header, rows
 
 
+def _ascii_cells(row: dict[str, str]) -> None:
+    """DataError for a whole-number cell not written in ASCII digits (WHOLE_COLUMNS), or a
+    recompute_modules cell with an empty name (',mlp': the command line refuses it too)."""
+    for column in WHOLE_COLUMNS:
+        text = row.get(column) or ""
+        if not text.isascii() or "_" in text:
+            raise DataError(f"column '{column}' must be a whole number in ASCII digits (no '_'), "
+                            f"got '{text}'")
+    modules = row.get("recompute_modules")
+    if modules and not all(name.strip() for name in modules.split(",")):
+        raise DataError(f"column 'recompute_modules': an empty name in '{modules}'; give module "
+                        "names separated by single commas")
+
+
 def whole(text: Any, column: str) -> int:
     """A cell that must hold a positive whole number; DataError naming the column otherwise."""
+    if isinstance(text, str) and (not text.isascii() or "_" in text):
+        raise DataError(f"column '{column}' must be a whole number in ASCII digits (no '_'), "
+                        f"got '{text}'")
     try:
         value = float(text)
     except (TypeError, ValueError):
@@ -110,6 +134,7 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
         try:
             if problem:
                 raise DataError(problem)
+            _ascii_cells(row)
             model_name = row.get("model") or base_model
             if not model_name:
                 raise DataError("no model: give --model or a 'model' column")

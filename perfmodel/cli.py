@@ -54,23 +54,80 @@ EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 # error)
 EXIT_BROKEN_PIPE = 128 + 13
 MAX_DEGREE = 10**7  # the largest parallel degree or GPU count a plan accepts (perfmodel.strategy)
+# recommend's --tokens and --gpu-hour-price (perfmodel.search's own, which SearchRequest checks):
+# ranges within which a plan's time to train and cost are finite and nonzero numbers, whatever
+# the step time a spec's physical ranges allow (1e24 tokens is 1e10 times Llama 3's 15T; a price
+# from a millionth of a millionth to a million million in any currency)
+TOKEN_BUDGET, GPU_HOUR_PRICE = (1.0, 1e24), (1e-12, 1e12)
+BUDGET_WHY = ("the range in which a plan's time to train and cost (tokens x step time x GPUs x "
+              "price) are finite and nonzero")
+
+
+def ascii_number(text: str) -> bool:
+    """Whether text writes a number as the command line's numbers are written: ASCII digits,
+    without the '_' separators or the other scripts' digits (full-width '８') that Python's int()
+    and float() accept ('8_0' read as 80)."""
+    return text.isascii() and "_" not in text
+
+
+def _ascii_only(kind: click.ParamType[Any], value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> None:
+    if isinstance(value, str) and not ascii_number(value):
+        kind.fail(f"{value!r} is not a valid number: write it in ASCII digits, without '_'",
+                  param, ctx)
+
+
+class AsciiInt(click.types.IntParamType):
+    """click's integer, in ASCII digits only (see ascii_number)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        _ascii_only(self, value, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class IntRange(click.IntRange):
+    """click's IntRange, in ASCII digits only (see ascii_number)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        _ascii_only(self, value, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+INT = AsciiInt()
 
 
 class FiniteFloat(click.FloatRange):
-    """A float option that refuses nan and inf (click's FloatRange lets nan through)."""
+    """A float option that refuses nan and inf (click's FloatRange lets nan through), written in
+    ASCII (see ascii_number); `why`: what the range keeps, said where a value lies outside it."""
 
     name = "finite float"
 
+    def __init__(self, *args: Any, why: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.why = why
+
+    def _describe_range(self) -> str:
+        if not self.why or self.min is None or self.max is None:
+            return super()._describe_range()
+        return (f"{self.min:g}{'<' if self.min_open else '<='}x"
+                f"{'<' if self.max_open else '<='}{self.max:g}")  # 1e+12, not 1000000000000.0
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        _ascii_only(self, value, param, ctx)
         number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"must be a finite number, got {value!r}", param, ctx)
+        if self.why:
+            try:
+                return super().convert(number, param, ctx)
+            except click.BadParameter as exc:
+                self.fail(f"{exc.message.rstrip('.')}: {self.why}", param, ctx)
         return super().convert(number, param, ctx)
 
 
 def whole(minimum: int = 1, maximum: int = MAX_DEGREE) -> click.IntRange:
     """A whole-number option between minimum and maximum."""
-    return click.IntRange(minimum, maximum)
+    return IntRange(minimum, maximum)
 
 
 class LazyGroup(click.Group):
@@ -159,6 +216,19 @@ CONTRIBUTORS = choice(("standard", "specialised", "auto"))
 GRID_DTYPES = ("fp32", "tf32", "bf16", "fp16")
 
 
+def _module_names(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--recompute-modules: names separated by single commas, none empty ('' and ',mlp' were
+    read as none and as mlp, where 'mlp,mlp' is refused)."""
+    from perfmodel.strategy import RECOMPUTE_MODULES
+
+    if value is not None and not all(name.strip() for name in value.split(",")):
+        # a plan field's value: a plan error, as 'mlp,mlp' and an unknown name are
+        raise PlanError(f"recompute_modules: an empty name in '{value}': give some of "
+                        f"{', '.join(RECOMPUTE_MODULES)} separated by single commas (or leave "
+                        "--recompute-modules out: core_attn)")
+    return value
+
+
 def plan_options(fn: Any) -> Any:
     options = [
         click.option("--model", "model", required=False,
@@ -168,16 +238,16 @@ def plan_options(fn: Any) -> Any:
         click.option("--hardware", "hardware", default=None, help="Hardware preset or spec file."),
         click.option("--profile", "profile", default=None, type=click.Path(),
                      help="Calibrated profile (overrides the hardware preset's fields)."),
-        click.option("--gpus", type=int, default=None,
+        click.option("--gpus", type=INT, default=None,
                      help="GPU count (default dp x tp x pp x cp)."),
-        click.option("--dp", type=int, default=1, show_default=True,
+        click.option("--dp", type=INT, default=1, show_default=True,
                      help="Data-parallel degree (with --gpus and without --dp: gpus / (tp x pp "
                           "x cp))."),
-        click.option("--tp", type=int, default=1, show_default=True,
+        click.option("--tp", type=INT, default=1, show_default=True,
                      help="Tensor-parallel degree."),
-        click.option("--pp", type=int, default=1, show_default=True,
+        click.option("--pp", type=INT, default=1, show_default=True,
                      help="Pipeline-parallel degree."),
-        click.option("--cp", type=int, default=1, show_default=True,
+        click.option("--cp", type=INT, default=1, show_default=True,
                      help="Context-parallel degree: each sequence split over cp ranks "
                           "(load-balanced causal chunks; docs/context-parallel.md)."),
         click.option("--cp-comm", type=choice(CPComm), default=CPComm.P2P.value,
@@ -185,23 +255,23 @@ def plan_options(fn: Any) -> Any:
                      help="How attention crosses the cp ranks: p2p (ring attention, send/recv "
                           "overlapped with the attention), allgather (of K and V) or a2a "
                           "(Ulysses)."),
-        click.option("--ep", type=int, default=1, show_default=True,
+        click.option("--ep", type=INT, default=1, show_default=True,
                      help="Expert-parallel degree of a mixture of experts: its experts split over "
                           "ep of a stage's tp x cp x dp ranks, tp inner, after etp's "
                           "(docs/moe.md)."),
-        click.option("--etp", type=int, default=1, show_default=True,
+        click.option("--etp", type=INT, default=1, show_default=True,
                      help="Expert-tensor-parallel degree of a mixture of experts: each expert's "
                           "FFN split over etp of the tp ranks (Megatron "
                           "--expert-tensor-parallel-size; docs/moe.md)."),
-        click.option("--micro-batch", type=int, default=1, show_default=True,
+        click.option("--micro-batch", type=INT, default=1, show_default=True,
                      help="Micro-batch size [samples]."),
-        click.option("--global-batch", type=int, default=None,
+        click.option("--global-batch", type=INT, default=None,
                      help="Global batch [samples] (default dp x micro-batch)."),
         click.option("--schedule", type=choice(Schedule), default=Schedule.ONE_F_ONE_B.value,
                      show_default=True,
                      help="Pipeline schedule; zb: interleaved zero bubble (ZB1P), zbv: zero "
                           "bubble V."),
-        click.option("--virtual-stages", type=int, default=1, show_default=True,
+        click.option("--virtual-stages", type=INT, default=1, show_default=True,
                      help="Model chunks per GPU (interleaved)."),
         click.option("--sequence-parallel", is_flag=True,
                      help="Megatron sequence parallelism (needs tp > 1)."),
@@ -210,21 +280,22 @@ def plan_options(fn: Any) -> Any:
                      help="Activation recompute: none, selective (Megatron: the attention core), "
                           "full (every layer), or op (torchtitan's per-op selective AC: every "
                           "other matmul's output and the attention kept)."),
-        click.option("--recompute-every", type=int, default=None,
+        click.option("--recompute-every", type=INT, default=None,
                      help="Apply the recompute policy to one layer in N (torchtitan "
                           "selective_ac_option N with --recompute full; default 1: every layer)."),
         click.option("--recompute-method", type=choice(RecomputeMethod), default=None,
                      help="With --recompute full, Megatron-LM's method: uniform (every layer, "
                           "checkpointed in groups of --recompute-num-layers; the default) or "
                           "block (the first --recompute-num-layers layers of each chunk)."),
-        click.option("--recompute-num-layers", type=int, default=None,
+        click.option("--recompute-num-layers", type=INT, default=None,
                      help="With --recompute full: the layers of a uniform group, or of a chunk "
                           "recomputed under block (Megatron-LM's; default 1)."),
-        click.option("--cpu-offload-layers", type=int, default=None,
+        click.option("--cpu-offload-layers", type=INT, default=None,
                      help="Offload the activations of the model's first N layers to host memory "
                           "(Megatron-Core --cpu-offloading-num-layers, Transformer Engine; pp 1, "
                           "no recompute; default 0)."),
         click.option("--recompute-modules", default=None, metavar="NAMES",
+                     callback=_module_names,
                      help="With --recompute selective: what it recomputes, comma-separated, as "
                           "Megatron's --recompute-modules: core_attn (the default), mla_up_proj, "
                           "mlp, moe_act, shared_experts, layernorm."),
@@ -238,7 +309,7 @@ def plan_options(fn: Any) -> Any:
                      help="bf16: the master weights beside the bf16 ones: fp32 (a copy), "
                           "remainders (their 16 low bits: Megatron's precision-aware optimizer), "
                           "none (default: fp32 with fp32 optimizer states, none with bf16)."),
-        click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
+        click.option("--zero", type=IntRange(0, 3), default=0, show_default=True,
                      help="ZeRO stage."),
         click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP),
         click.option("--fp8-recipe", type=choice(Fp8Recipe), default=None, help=FP8_RECIPE_HELP),
@@ -341,11 +412,11 @@ def plan_options(fn: Any) -> Any:
                           "(PyTorch modules op by op, torchtitan without torch.compile) or "
                           "compiled (Inductor); default: compiled with --stack compiled, else "
                           "fused."),
-        click.option("--first-stage-layers", type=click.IntRange(0, MAX_DEGREE), default=0,
+        click.option("--first-stage-layers", type=IntRange(0, MAX_DEGREE), default=0,
                      help="Layers of the first pipeline stage (Megatron's "
                           "--decoder-first-pipeline-num-layers; 0: not given); the stages not "
                           "given split the rest evenly (L / pp when neither end is given)."),
-        click.option("--last-stage-layers", type=click.IntRange(0, MAX_DEGREE), default=0,
+        click.option("--last-stage-layers", type=IntRange(0, MAX_DEGREE), default=0,
                      help="Layers of the last pipeline stage (Megatron's "
                           "--decoder-last-pipeline-num-layers; 0: not given, as for "
                           "--first-stage-layers)."),
@@ -354,7 +425,7 @@ def plan_options(fn: Any) -> Any:
                           "--pipeline-model-parallel-layout writes them: E embedding, "
                           "t layer, m MTP module, L loss, '|' ends a stage, x*n and (...)*n "
                           "repeat; pp x --virtual-stages stages (e.g. 'Et|(tt|)*30mL')."),
-        click.option("--pipeline-micro-batches", type=click.IntRange(0, MAX_DEGREE), default=0,
+        click.option("--pipeline-micro-batches", type=IntRange(0, MAX_DEGREE), default=0,
                      help="Micro-batches of one pipeline schedule where the step runs several, "
                           "each with its fill and drain (torchtitan, NeMo AutoModel: one per "
                           "gradient-accumulation step); 0: one schedule a step (Megatron)."),
@@ -364,7 +435,7 @@ def plan_options(fn: Any) -> Any:
                      show_default=True,
                      help="Tensor-parallel layout: Megatron 1d, SUMMA 2d, Tesseract 2.5d, "
                           "3d cube."),
-        click.option("--tp-depth", type=int, default=1, show_default=True,
+        click.option("--tp-depth", type=INT, default=1, show_default=True,
                      help="Depth d of the 2.5d layout (tp = q^2 d)."),
         click.option("--pr", type=whole(), default=None,
                      help="Layer graphs (CNN/MLP): ranks splitting each layer (model parallel)."),
@@ -379,7 +450,7 @@ def plan_options(fn: Any) -> Any:
                      help="Layer graphs: the all-gather and all-reduce of a layer with fewer units "
                           "than Pr (c = min(Pr, units) contributors, Pr receivers): over all Pr, "
                           "among the c then a copy to the others, or the cheaper per call."),
-        click.option("--seq-len", type=int, default=None, help=SEQ_LEN_HELP),
+        click.option("--seq-len", type=INT, default=None, help=SEQ_LEN_HELP),
         click.option("--collective-algorithm", default=None, type=choice(COLLECTIVE_ALGORITHMS),
                      help="Fix the collective algorithm (default: the hardware's, normally the "
                           "cheapest)."),
@@ -1036,7 +1107,7 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--fp8-recipe", type=choice(Fp8Recipe), default=None, help=FP8_RECIPE_HELP)
 @click.option("--fp8-output-layer", is_flag=True, default=False, help=FP8_OUTPUT_LAYER_HELP)
 @click.option("--fp8-params", is_flag=True, default=False, help=FP8_PARAMS_HELP)
-@click.option("--seq-len", type=int, default=None, help=SEQ_LEN_HELP)
+@click.option("--seq-len", type=INT, default=None, help=SEQ_LEN_HELP)
 @click.option("--dp", type=whole(), default=None, help="Pin the data-parallel degree.")
 @click.option("--tp", type=whole(), default=None, help="Pin the tensor-parallel degree.")
 @click.option("--pp", type=whole(), default=None, help="Pin the pipeline-parallel degree.")
@@ -1066,7 +1137,7 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--recompute-num-layers", type=whole(), default=1, show_default=True,
               help="Every plan's full recompute: the layers of a uniform group, or of a chunk "
                    "under block.")
-@click.option("--cpu-offload-layers", type=click.IntRange(0), default=0, show_default=True,
+@click.option("--cpu-offload-layers", type=IntRange(0), default=0, show_default=True,
               help="Every plan offloads the activations of the model's first N layers to host "
                    "memory (Megatron-Core --cpu-offloading-num-layers): only pp 1 without "
                    "recompute is searched then.")
@@ -1079,7 +1150,7 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "precision-aware optimizer; leaves ZeRO 3 out) or none.")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None,
               help="Pin sequence parallelism on or off.")
-@click.option("--zero", type=click.IntRange(0, 3), default=None, help="Pin the ZeRO stage.")
+@click.option("--zero", type=IntRange(0, 3), default=None, help="Pin the ZeRO stage.")
 @click.option("--placement", type=choice(Placement), default=None,
               help="Pin the placement of the axes, innermost (inside a node) first (default: "
                    "search tp,dp,pp, tp,pp,dp and dp,tp,pp).")
@@ -1166,11 +1237,12 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "NCCL's buffers. 0 lets a plan fill the memory.")
 @click.option("--objective", type=choice(Objective), default=None,
               help="Default: step_time (time_to_train with --tokens, cost with --gpu-hour-price).")
-@click.option("--tokens", type=FiniteFloat(0.0, min_open=True), default=None,
+@click.option("--tokens", type=FiniteFloat(*TOKEN_BUDGET, why=BUDGET_WHY), default=None,
               help="Token budget to train (for time_to_train / cost).")
-@click.option("--gpu-hour-price", type=FiniteFloat(0.0, min_open=True), default=None,
-              help="Price of one GPU-hour (for cost).")
-@click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True,
+@click.option("--gpu-hour-price", type=FiniteFloat(*GPU_HOUR_PRICE, why=BUDGET_WHY),
+              default=None,
+              help="Price of one GPU-hour (for cost), in any currency.")
+@click.option("--top", type=IntRange(1, 100), default=5, show_default=True,
               help="How many plans to print.")
 @click.option("--what-if", "what_if", multiple=True,
               help="Change the hardware and search again, e.g. "
@@ -1288,11 +1360,7 @@ def recommend(model: str | None, from_config: str | None,
                 raise click.UsageError(
                     f"--{pin} {value}: --emit-config {emit_config[0]} writes "
                     f"{pin} {', '.join(str(a) for a in allowed)}; leave one out")
-    try:
-        gpu_counts = tuple(int(g) for g in gpus.split(","))
-    except ValueError:
-        raise click.UsageError(
-            f"--gpus must be whole numbers separated by commas, got '{gpus}'") from None
+    gpu_counts = _gpu_counts(gpus)
     if any(not 1 <= g <= MAX_DEGREE for g in gpu_counts):
         raise click.UsageError(f"--gpus must be between 1 and {MAX_DEGREE:g}, got '{gpus}'")
     if getattr(spec, "kind", "") == "layers":
@@ -1424,6 +1492,17 @@ def recommend(model: str | None, from_config: str | None,
         sys.exit(4)
 
 
+def _gpu_counts(text: str) -> tuple[int, ...]:
+    """recommend's --gpus: whole numbers in ASCII digits separated by commas (int() reads '8_0'
+    as 80 and a full-width '８' as 8: refused, as an empty item is)."""
+    items = [g.strip() for g in text.split(",")]
+    if not all(g.isascii() and g.isdigit() for g in items):
+        raise click.UsageError(
+            f"--gpus must be whole numbers separated by commas (ASCII digits, no empty item), "
+            f"got '{text}'")
+    return tuple(int(g) for g in items)
+
+
 # the plan fields a config may pin in recommend's search (perfmodel.search.SearchRequest)
 CONFIG_PINS = ("tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "schedule",
                "virtual_stages", "recompute", "sequence_parallel", "zero", "placement", "tp_layout")
@@ -1449,7 +1528,7 @@ def _config_pins(path: str, model: str | None, seq_len: int | None, gpus: str | 
     job = read_config(path)
     spec = resolve_model(job, model, seq_len)
     spec.require_costed()
-    counts = [int(g) for g in gpus.split(",")] if gpus else []
+    counts = list(_gpu_counts(gpus)) if gpus else []
     if len(counts) > 1:
         raise click.UsageError("--from-config takes one --gpus (the job's world size)")
     # an option at its default (--stack eager, --recompute-every 1) is no choice made
@@ -1585,8 +1664,8 @@ def _validate_best(model: Any, hardware: Any, plan: Any) -> dict[str, Any]:
               help="The collective (nccl-tests' names).")
 @click.option("--bytes", "nbytes", required=True,
               help="Size in nccl-tests' convention, e.g. 1e9, 256MiB, 64KB.")
-@click.option("--ranks", required=True, type=int, help="Ranks in the group.")
-@click.option("--ranks-per-node", type=int, default=None,
+@click.option("--ranks", required=True, type=INT, help="Ranks in the group.")
+@click.option("--ranks-per-node", type=INT, default=None,
               help="Ranks of the group per node (default: GPUs per node).")
 @click.option("--hardware", default=None, help="Hardware preset or file.")
 @click.option("--profile", default=None, type=click.Path(),
@@ -1755,13 +1834,19 @@ def _vary(item: str, hardware: Any, dtype: str = "fp32") -> tuple[str, list[floa
         raise click.UsageError(f"--vary: {'a layer graph reads no' if known else 'unknown'} "
                                f"field '{field}'{'' if known else suggest(field, allowed)}; "
                                f"allowed: {', '.join(allowed)}")
-    try:
-        numbers = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise click.UsageError(f"--vary must look like FIELD=V1,V2 with numbers, got '{item}'") \
-            from None
-    if not numbers:
+    items = [v.strip() for v in text.split(",")]
+    if not any(items):
         raise click.UsageError(f"--vary {field}: give at least one value")
+    if not all(items):  # '1e13,,1e14' (recommend --gpus 8,,16 is refused so too)
+        raise click.UsageError(f"--vary {field}: an empty value in '{text}'; give numbers "
+                               "separated by single commas")
+    try:
+        if not all(ascii_number(v) for v in items):  # float() reads '1_0' as 10, '８' as 8
+            raise ValueError
+        numbers = [float(v) for v in items]
+    except ValueError:
+        raise click.UsageError(f"--vary must look like FIELD=V1,V2 with numbers (ASCII digits, "
+                               f"no '_'), got '{item}'") from None
     for v in numbers:
         if not math.isfinite(v):
             raise click.UsageError(f"--vary {field}: values must be finite numbers, got {v:g}")

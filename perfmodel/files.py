@@ -44,6 +44,23 @@ def _umask() -> int:
     return mask
 
 
+def _as_path(path: str | os.PathLike[str], what: str) -> Path:
+    """path as a Path, refusing a name that ends in '/' (or '/.'): Path() drops the slash, and
+    'real.csv/' would replace the file real.csv where POSIX refuses it (ENOTDIR, or EISDIR for a
+    name that does not exist): the slash names a directory."""
+    text = os.fspath(path)
+    if isinstance(text, str) and (text.endswith(os.sep) or text.endswith(os.sep + ".")
+                                  or (os.altsep and text.endswith(os.altsep))):
+        stripped = Path(text)
+        if not stripped.is_dir():  # a directory is refused as one (_target)
+            found = ("is not a directory" if stripped.exists() or stripped.is_symlink()
+                     else "does not exist")
+            raise OutputError(f"cannot write {what} {text}: the trailing '/' names a directory "
+                              f"and {stripped} {found}; give the path of a regular file, "
+                              "without the '/'")
+    return Path(path)
+
+
 def _target(path: Path, what: str) -> tuple[Path, os.stat_result | None]:
     """The regular file a write lands in (a symlink's target) and its status if it exists."""
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
@@ -99,7 +116,7 @@ def check_output(path: str | Path | None, *, what: str = "output",
     must name its format. None: no output, nothing to check."""
     if path is None:
         return
-    path = Path(path)
+    path = _as_path(path, what)
     _check_path(path, what, make_parents)
     if figure:  # an image: its suffix names its format (checked after where it goes)
         figure_format(path, what)
@@ -128,7 +145,7 @@ def atomic_file(path: str | Path, *, what: str = "output",
     exception, or Ctrl-C, nothing is replaced). For outputs written piece by piece (a CSV of
     millions of plans) without holding them in memory. The target is checked before the block
     runs: a refused path costs no work. Raises OutputError naming the path and the reason."""
-    path = Path(path)
+    path = _as_path(path, what)
     target, st = _prepare(path, what, make_parents)
     tmp = None
     try:

@@ -268,13 +268,26 @@ def training_budget(req: SearchRequest, p: Prediction) -> dict[str, float]:
     return out
 
 
+def percent(fraction: float) -> str:
+    """A fraction as a percentage with the digits it needs: 10%, 99.9% (':.0%' printed 0.999 as
+    100%, 0.0004 as 0%)."""
+    scaled = fraction * 100
+    for digits in range(17):
+        text = f"{scaled:.{digits}f}"
+        shown = float(text)
+        if math.isclose(shown, scaled, rel_tol=1e-9) and (shown < 100 or fraction >= 1) \
+                and (shown > 0 or fraction <= 0):
+            return f"{text}%"
+    return f"{scaled:.3g}%"
+
+
 def memory_limit_line(result: SearchResult) -> str:
     """The memory a recommended plan may use, and why it is less than the GPU's."""
     r = result.request
     counted = "NCCL buffers; no fragmentation: the allocator's expandable segments" \
         if r.expandable_segments else "NCCL buffers, fragmentation"
     return (f"memory limit {result.capacity_bytes / 2**30:.1f} GiB per GPU: memory_margin "
-            f"{r.memory_margin:.0%} kept free beyond what the model counts (tensors, reserve, "
+            f"{percent(r.memory_margin)} kept free beyond what the model counts (tensors, reserve, "
             f"{counted}) (--memory-margin)")
 
 
@@ -422,15 +435,16 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         experts = (f", ep must divide the experts ({model.experts}) and tp x dp x cp / etp, "
                    "etp must divide tp" if model.experts else "")
         rules = (f"dp x cp x tp x pp must equal the GPU count, tp must divide heads "
-                 f"({model.heads}) or make a 2D/2.5D/3D grid whose side divides it, pp must "
-                 f"divide layers ({model.layers}), dp x micro-batch must divide the global batch "
+                 f"({model.heads}) or make a 2D/2.5D/3D grid whose side divides it, "
+                 f"{_pipeline_rule(model, req)}, dp x micro-batch must divide the global batch "
                  f"({req.global_batch}), 2 cp must divide seq_len ({model.seq_len}) where cp > 1"
                  f"{experts}; "
                  "`perfmodel predict` names the rule a given plan breaks")
         gpus = ", ".join(map(str, req.gpus))
         # the rule a plan of the request's pins and options breaks (where it pins any): Plan.
         # check's words, not the list of divisibility rules
-        broken = _broken_rule(model, req) if pins or _option_pins(req) else ""
+        broken = _interleaving_rule(model, req) or (
+            _broken_rule(model, req) if pins or _option_pins(req) else "")
         # the options pinned beside the degrees (the count without the pins keeps them): a
         # degree pin may leave none of them a plan (tp 1 and tp_comm_overlap)
         options = {k: getattr(v, "value", v) for k, v in _option_pins(req).items()
@@ -471,12 +485,76 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
                 if req.cpu_offload_layers else f"{recompute}, {offload}")
     reason = (f"no plan fits in memory: the leanest {what} {leanest / 2**30:.1f} GiB "
               f"per GPU of {result.capacity_bytes / 2**30:.1f} GiB usable "
-              f"(memory_margin {req.memory_margin:.0%}); more GPUs, ZeRO-3, {remedies} or a "
+              f"(memory_margin {percent(req.memory_margin)}); more GPUs, ZeRO-3, {remedies} or a "
               f"smaller micro-batch reduce it")
     skipped = uneven_note(model, req)
     if skipped:
         reason += f"; {skipped}"
     return {"binding": "memory", "reason": reason, "nearest": nearest}
+
+
+def _stages(layers: int, pp: int) -> str:
+    """How the search splits layers over pp stages: '8 each', or an uneven split's
+    (strategy.stage_split) '6, 7 on each of the 3 middle stages, 6'."""
+    from perfmodel.strategy import stage_split
+
+    first, last = stage_split(layers, pp)
+    if not first:
+        return f"{layers // pp} each"
+    middle = -(-layers // pp)
+    between = f"{middle} on each of the {pp - 2} middle stages, " if pp > 2 else ""
+    return f"{first}, {between}{last}"
+
+
+def _pipeline_rule(model: TransformerSpec, req: SearchRequest) -> str:
+    """What the search asks of pp and the layers, as it enumerates them (perfmodel.search.
+    uneven_pp): pp dividing the layers, unless --uneven-stages or a pinned pp split them
+    unevenly (the first and the last stage short; never equal stages only, under Megatron's
+    recompute methods); with the interleaved schedule pinned, virtual stages dividing every
+    stage's layers. (It said "pp must divide layers" where a pinned pp 3 splits 32 layers.)"""
+    layers = model.layers
+    if req.megatron_full_only:
+        text = (f"pp must divide layers ({layers}): Megatron's recompute methods "
+                "(--recompute-method, --recompute-num-layers) are modelled on equal stages")
+    elif req.uneven_stages:
+        text = (f"pp must leave every stage at least one of the {layers} layers (where it does "
+                "not divide them, --uneven-stages shortens the first and the last stage)")
+    elif req.pp is not None:
+        text = (f"pp {req.pp} must leave every stage at least one of the {layers} layers (a "
+                "pinned pp that does not divide them shortens the first and the last stage)")
+    else:
+        text = (f"pp must divide layers ({layers}) (--uneven-stages also searches the pp that "
+                "do not, the first and the last stage short)")
+    if req.schedule is not None and req.schedule.value == "interleaved":
+        text += (", the interleaved schedule's virtual_stages (2 or more) must divide every "
+                 "stage's layers")
+    return text
+
+
+def _interleaving_rule(model: TransformerSpec, req: SearchRequest) -> str:
+    """Where the interleaved schedule and pp are pinned: that no virtual_stages of 2 or more
+    divides every stage's layers (the search's chunk_layers), or with the virtual stages pinned
+    too and pp splitting the layers unevenly, that they do not; or "" (Plan.check's own words
+    for an even split: layers divisible by pp x virtual_stages)."""
+    from perfmodel.search import chunk_layers, uneven_pp
+
+    if req.schedule is None or req.schedule.value != "interleaved" or req.pp is None \
+            or req.pp < 2:
+        return ""
+    pp, layers, v = req.pp, model.layers, req.virtual_stages
+    if layers % pp and not uneven_pp(model, req, pp):
+        return ""  # pp itself is refused: the rules say so
+    common = chunk_layers(layers, pp)
+    split = f"pp {pp} splits the {layers} layers {_stages(layers, pp)}"
+    if v is None and common < 2:
+        return (f"schedule interleaved needs virtual_stages of 2 or more dividing every pipeline "
+                f"stage's layers, and {split}: no such virtual_stages divides them (give a pp "
+                "whose stages share a divisor, or another --schedule)")
+    if v is not None and v >= 2 and layers % pp and common % v:
+        return (f"virtual_stages {v} must divide every pipeline stage's layers, and {split} "
+                f"(virtual_stages dividing them all: "
+                f"{', '.join(str(d) for d in divisors(common) if d >= 2) or 'none'})")
+    return ""
 
 
 def _option_pins(req: SearchRequest) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel import encode, strategy
-from perfmodel.errors import PlanError
+from perfmodel.errors import PerfmodelError, PlanError
 from perfmodel.evaluate import family_of
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.model import TransformerSpec
@@ -54,6 +54,10 @@ from perfmodel.strategy import (
 __all__ = ["COLUMNS", "Objective", "Plans", "SearchRequest", "SearchResult", "search"]
 
 # the options' names by code (a plan column holds the code: its position in its enum)
+# the token budget and the price of a GPU-hour a request takes (recommend's --tokens and
+# --gpu-hour-price, perfmodel.cli's TOKEN_BUDGET and GPU_HOUR_PRICE): within them a plan's time to
+# train and cost are finite and nonzero for any step time the specs' physical ranges allow
+TOKEN_BUDGET, GPU_HOUR_PRICE = (1.0, 1e24), (1e-12, 1e12)
 SCHEDULES = tuple(s.value for s in strategy.SCHEDULES)
 LAYOUTS = tuple(s.value for s in strategy.LAYOUTS)
 RECOMPUTES = tuple(s.value for s in strategy.RECOMPUTES)
@@ -269,6 +273,13 @@ class SearchRequest:
                 raise PlanError("master_weights remainders with zero 3: FSDP2 keeps the fp32 "
                                 "shard as the parameter (give master_weights fp32, or zero 0-2)")
             object.__setattr__(self, "zero_stages", tuple(z for z in self.zero_stages if z < 3))
+        for key, option, (low, high) in (("tokens", "--tokens", TOKEN_BUDGET),
+                                         ("gpu_hour_price", "--gpu-hour-price", GPU_HOUR_PRICE)):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not low <= value <= high):
+                raise PlanError(f"{key} ({option}) must be between {low:g} and {high:g}, the "
+                                "range in which a plan's time to train and cost are finite and "
+                                f"nonzero, got {value!r}")
         if self.objective is Objective.TIME_TO_TRAIN and not self.tokens:
             raise PlanError("objective time_to_train needs --tokens (the token budget)")
         if self.objective is Objective.COST and not self.gpu_hour_price:
@@ -1206,11 +1217,22 @@ def objective_of(req: SearchRequest, model: TransformerSpec, step: np.ndarray,
     if req.objective is Objective.STEP_TIME:
         return step
     tokens_per_step = req.global_batch * model.seq_len
-    seconds = step * (req.tokens / tokens_per_step) if req.tokens else step
-    if req.objective is Objective.TIME_TO_TRAIN:
-        return seconds
-    price: np.ndarray = seconds / 3600 * gpus * req.gpu_hour_price
-    return price
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        seconds = step * (req.tokens / tokens_per_step) if req.tokens else step
+        out: np.ndarray = seconds if req.objective is Objective.TIME_TO_TRAIN else \
+            seconds / 3600 * gpus * req.gpu_hour_price
+    # SearchRequest's ranges keep it finite and nonzero; a number that is not is refused naming
+    # the options, never ranked (an infinite cost in the CSV, a zero the explanation divides by)
+    evaluated = np.isfinite(step)
+    if np.any(evaluated & ~(np.isfinite(out) & (out > 0))):
+        what = "time to train" if req.objective is Objective.TIME_TO_TRAIN else "cost"
+        given = ", ".join(f"{option} {value:g}" for option, value in (
+            ("--tokens", req.tokens), ("--gpu-hour-price", req.gpu_hour_price)) if value)
+        raise PerfmodelError(f"{given}: a plan's {what} is not a finite nonzero number; give "
+                             f"--tokens within {TOKEN_BUDGET[0]:g}-{TOKEN_BUDGET[1]:g} and "
+                             f"--gpu-hour-price within {GPU_HOUR_PRICE[0]:g}-"
+                             f"{GPU_HOUR_PRICE[1]:g} whose product keeps it so")
+    return out
 
 
 # --- what a search keeps ----------------------------------------------------------------------

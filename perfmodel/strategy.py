@@ -1324,7 +1324,14 @@ RULES: tuple[Rule, ...] = (
     _rule("schedule global_batch dp micro_batch pp",
           lambda c, m: (c.schedule != _INTERLEAVED) | c.interleaved_rounds_fit,
           lambda c, m: f"schedule interleaved needs the number of micro-batches "
-                       f"({c.micro_batches}) to be a multiple of pp ({c.pp})"
+                       f"({c.micro_batches}) to be a multiple of pp ({c.pp}): global_batch / "
+                       f"(dp x micro_batch) = {c.global_batch} / ({c.dp} x {c.micro_batch}); "
+                       f"give a global_batch that is a multiple of dp x micro_batch x pp = "
+                       f"{c.dp * c.micro_batch * c.pp} (a Megatron-LM config's "
+                       "--global-batch-size and --micro-batch-size: Megatron-Core's interleaved "
+                       "1F1B runs other counts only with a "
+                       "--microbatch-group-size-per-virtual-pipeline-stage other than pp, which "
+                       "perfmodel does not model)"
           if not c.columns.get("pipeline_micro_batches") else
           f"schedule interleaved runs a schedule's micro-batches in rounds of equal size "
           f"(torch's ScheduleInterleaved1F1B): {c.schedule_micro_batches} is not a multiple "

@@ -719,6 +719,10 @@ class HardwareSpec:
                 raise SpecError(f"fp8_recipes: unknown recipe {recipe!r}"
                                 f"{suggest(str(recipe), FP8_RECIPES)}; allowed: "
                                 f"{', '.join(FP8_RECIPES)}")
+        repeated = [r for i, r in enumerate(recipes) if r in recipes[:i]]
+        if repeated:  # the default is the first: a list that names one twice is a slip
+            raise SpecError(f"fp8_recipes names {repeated[0]!r} twice: give each recipe once, "
+                            f"the default first, got {list(recipes)}")
         object.__setattr__(self, "fp8_recipes", tuple(str(r) for r in recipes))
         if not isinstance(self.fp8_transpose, bool):
             raise SpecError(f"fp8_transpose must be true or false, got {self.fp8_transpose!r}")

@@ -284,6 +284,11 @@ class TransformerSpec:
         if self.routing not in ROUTINGS:
             raise SpecError(f"routing must be one of {', '.join(ROUTINGS)}, got "
                             f"'{self.routing}'")
+        if self.routing == "round_robin" and float(self.routing_imbalance) != 1:
+            # token t's experts t k .. t k + k - 1: every expert the same tokens
+            raise SpecError(f"routing round_robin gives every expert the same tokens "
+                            f"(routing_imbalance 1), got routing_imbalance "
+                            f"{float(self.routing_imbalance):g}: give 1, or routing learned")
 
     def _check_groups(self) -> None:
         """Node-limited routing: expert_groups dividing the experts and group_topk of them
@@ -505,7 +510,9 @@ class TransformerSpec:
 
 
 def _unset(value: Any, key: str = "") -> bool:
-    """A derived field left to derive: None, or for a size 0 (as older spec files write it)."""
+    """A derived field left to derive: None, or for a size 0 where the Python API gives it
+    (TransformerSpec(ffn_hidden=0), load_model's overrides); a file's 0 is refused
+    (model_from_dict)."""
     return value is None or (key != "qkv_bias" and type(value) is int and value == 0)
 
 
@@ -517,7 +524,12 @@ _INT_FIELDS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "k
                "full_attention_every", "mtp_layers")
 
 
-def model_from_dict(data: Mapping[str, Any], where: str) -> TransformerSpec:
+def model_from_dict(data: Mapping[str, Any], where: str, *,
+                    zero_derives: bool = False) -> TransformerSpec:
+    """A model from a spec's fields. A derived size (DERIVED: ffn_hidden, kv_heads, head_dim,
+    expert_ffn_hidden, shared_expert_ffn_hidden) of 0 is refused, as every zero size is: leave
+    it out (or null) to derive it; zero_derives: 0 derives it, as the Python API's overrides
+    (load_model(..., kv_heads=0)) take it."""
     check_fields(data, [*MODEL_FIELDS, "base"], where)
     fields = {k: v for k, v in data.items() if k != "base"}
     for key in ("layers", "hidden", "heads", "seq_len", "vocab"):
@@ -529,6 +541,10 @@ def model_from_dict(data: Mapping[str, Any], where: str) -> TransformerSpec:
             if key in fields and not _unset(fields[key]):
                 fields[key] = number(fields[key], key, integer=True, minimum=-math.inf,
                                      strict=False)
+            if not zero_derives and key in DERIVED and type(fields.get(key)) is int \
+                    and fields[key] == 0:  # 0 and 0.0 (a whole number by now)
+                raise SpecError(f"{key} must be > 0, got 0 (leave it out, or null, to derive it: "
+                                f"{DERIVED[key]})")
         return TransformerSpec(**fields)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
@@ -1151,7 +1167,8 @@ def _load_model(name_or_path: str | Path | TransformerSpec, _within: tuple[Path,
             data.setdefault("name", Path(path).stem if preset else str(name_or_path))
             spec = model_from_dict(data, where).noted(origin=origin, seq_len_from=seq_len_from)
     if overrides:
-        changed = model_from_dict({**spec.given(), **overrides}, f"model '{spec.name}'")
+        changed = model_from_dict({**spec.given(), **overrides}, f"model '{spec.name}'",
+                                  zero_derives=True)
         spec = changed.noted(origin=spec.origin,
                              seq_len_from="the seq_len argument" if "seq_len" in overrides
                              else spec.seq_len_from)
