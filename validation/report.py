@@ -6,8 +6,14 @@ over the ranks of the pipeline stage the prediction's terms are of (its bottlene
 0 for "first", pp - 1 for "last", the others for "middle"; every rank without pipelining), so
 that a stage that holds the embedding or the output layer is compared with its own prediction,
 not with the mean of unequal stages; both are then the median over the timed steps.
-Tensor-parallel communication is timed in the probe step and taken out of forward and backward, so
-the terms add up to the step time the way the model's terms do.
+Tensor-, context- and expert-parallel communication (and FSDP's gathers and reduce-scatters, the
+gradient sync of zero 3) run inside forward and backward: each is timed per mesh axis in the probe
+step and taken out of forward and backward into its own row (tp_comm, cp_comm, ep_comm, grad_sync),
+so the terms add up to the step time the way the model's terms do. The prediction's host cost of
+launching the micro-batches' collectives (overhead/collectives, one fixed cost per call) is where
+the job measures it: inside each collective's probe time, so it is split over those rows by the
+model's own launches per axis (the ledger of the stage the terms are of; without one, in
+proportion to the rows' predicted communication).
 
 Memory: the peak of tensor memory per rank (max over ranks) against the prediction's memory per GPU
 less what it reserves outside tensors (the "reserved" terms: the CUDA context, NCCL buffers and the
@@ -32,16 +38,29 @@ from perfmodel.files import write_atomic
 from perfmodel.output import fmt_bytes, json_text, schema_id
 
 # Each measured term and the prefixes of the prediction's breakdown_s names it is compared with.
-# Names of the breakdown that match no prefix go to "other" (e.g. overhead/kernels).
+# Names of the breakdown that match no prefix go to "other" (e.g. overhead/kernels), but for
+# LAUNCHES, split over the rows that measure it (group_predicted).
 TERMS: list[tuple[str, tuple[str, ...]]] = [
     ("forward", ("compute/forward", "compute/fwd")),
     ("backward", ("compute/backward", "compute/bwd", "compute/recompute")),
     ("tp_comm", ("comm/tp",)),
+    ("cp_comm", ("comm/cp",)),
+    ("ep_comm", ("comm/ep",)),
     ("pipeline", ("pipeline/",)),
     ("grad_sync", ("comm/dp",)),
     ("optimizer", ("optimizer/",)),
     ("other", ()),
 ]
+# the host's fixed cost of launching the collectives of each micro-batch (perfmodel.step.compose)
+LAUNCHES = "overhead/collectives"
+# the row that measures a mesh axis' collectives inside forward and backward (the job's probe
+# names the axis of each call: workload.timers.CollectiveCounter); the expert-parallel
+# groups all in ep_comm (the model's comm/ep), FSDP's in grad_sync, pipeline p2p in pipeline
+ROW_OF_AXIS = {"tp": "tp_comm", "cp": "cp_comm", "ep": "ep_comm", "etp": "ep_comm",
+               "etp_ep": "ep_comm", "dp": "grad_sync", "dp_cp": "grad_sync", "edp": "grad_sync",
+               "pp": "pipeline"}
+# the rows whose communication runs inside forward and backward (taken out of them)
+COMM_ROWS = ("tp_comm", "cp_comm", "ep_comm", "grad_sync")
 
 
 def relative_error(measured: float | None, predicted: float | None) -> float | None:
@@ -51,15 +70,47 @@ def relative_error(measured: float | None, predicted: float | None) -> float | N
     return (measured - predicted) / predicted
 
 
-def group_predicted(breakdown_s: dict[str, float]) -> dict[str, float]:
+def launch_split(breakdown_s: dict[str, float],
+                 launches: dict[str, float] | None = None) -> dict[str, float]:
+    """The predicted overhead/collectives [s] by report row: in proportion to the model's
+    launches per mesh axis in the micro-batches (`launches`: axis -> calls per step; every call
+    costs the model the same), else to the rows' predicted communication inside forward and
+    backward (tp, cp, ep; FSDP's, in grad_sync, where they have none), else "other"."""
+    total = float(breakdown_s.get(LAUNCHES, 0.0) or 0.0)
+    if not total:
+        return {}
+    weights: dict[str, float] = {}
+    for axis, calls in (launches or {}).items():
+        row = ROW_OF_AXIS.get(axis, "other")
+        weights[row] = weights.get(row, 0.0) + max(float(calls), 0.0)
+    if not sum(weights.values()):
+        grouped = group_predicted(breakdown_s, split=False)
+        weights = {row: max(grouped[row], 0.0) for row in ("tp_comm", "cp_comm", "ep_comm")}
+        if not sum(weights.values()):
+            weights = {"grad_sync": max(grouped["grad_sync"], 0.0)}
+    whole = sum(weights.values())
+    if not whole:
+        return {"other": total}
+    return {row: total * w / whole for row, w in weights.items() if w}
+
+
+def group_predicted(breakdown_s: dict[str, float], launches: dict[str, float] | None = None,
+                    split: bool = True) -> dict[str, float]:
+    """The prediction's breakdown by report row (TERMS); overhead/collectives split over the
+    rows that measure it (launch_split), unless split is False (then in "other")."""
     out = {name: 0.0 for name, _ in TERMS}
     for key, value in breakdown_s.items():
+        if split and key == LAUNCHES:
+            continue
         for name, prefixes in TERMS:
             if any(key.startswith(p) for p in prefixes):
                 out[name] += float(value)
                 break
         else:
             out["other"] += float(value)
+    if split:
+        for row, value in launch_split(breakdown_s, launches).items():
+            out[row] += value
     return out
 
 
@@ -78,23 +129,31 @@ def _comm_seconds(record: dict[str, Any], axis: str, phase: str) -> float:
     )
 
 
-def _comm_parts(record: dict[str, Any], phase: str, key: str, total: float) -> tuple[float, float]:
-    """The tp and dp communication inside one timed forward (or backward) of `total` seconds.
+def _comm_parts(record: dict[str, Any], phase: str, key: str, total: float) -> dict[str, float]:
+    """The communication inside one timed forward (or backward) of `total` seconds, by the row
+    that measures it (COMM_ROWS: each mesh axis' calls, ROW_OF_AXIS).
 
     The probe steps time each collective, but run slower than the timed steps (a dispatch mode
     sees every op, and a rank waits longer for its peers), so their share of the probe's own
-    forward (backward) is applied to the timed one; without probe times, the seconds themselves.
+    forward (backward) is applied to the timed one; without probe times, the seconds themselves
+    (at most the whole phase, in COMM_ROWS' order).
     """
-    tp, dp = _comm_seconds(record, "tp", phase), _comm_seconds(record, "dp", phase)
+    parts = {row: 0.0 for row in COMM_ROWS}
+    for axis, row in ROW_OF_AXIS.items():
+        if row in parts:
+            parts[row] += _comm_seconds(record, axis, phase)
     times = (record.get("probe") or {}).get("times")
     if isinstance(times, dict):
         times = [times]
     base = statistics.median(t.get(key, 0.0) for t in times) if times else 0.0
     if base > 0:
-        scale = total / max(base, tp + dp)  # shares of at most the whole phase
-        return tp * scale, dp * scale
-    tp = min(tp, total)
-    return tp, min(dp, total - tp)
+        scale = total / max(base, sum(parts.values()))  # shares of at most the whole phase
+        return {row: v * scale for row, v in parts.items()}
+    left = total
+    for row, v in parts.items():
+        parts[row] = min(v, max(left, 0.0))
+        left -= parts[row]
+    return parts
 
 
 def stage_ranks(records: list[dict[str, Any]], stage: str | None,
@@ -137,15 +196,17 @@ def measured_terms(
             if id(r) not in of_stage:
                 continue
             fwd, bwd = s.get("forward", 0.0), s.get("backward", 0.0)
-            # Communication inside forward and backward, timed in the probe steps: tensor
-            # parallelism, and FSDP's gathers and reduce-scatters (its gradient sync).
-            tp_f, dp_f = _comm_parts(r, "fwd", "forward", fwd)
-            tp_b, dp_b = _comm_parts(r, "bwd", "backward", bwd)
-            sums["forward"] += fwd - tp_f - dp_f
-            sums["backward"] += bwd - tp_b - dp_b
-            sums["tp_comm"] += tp_f + tp_b
+            # Communication inside forward and backward, timed in the probe steps: tensor,
+            # context and expert parallelism, and FSDP's gathers and reduce-scatters (its
+            # gradient sync).
+            f = _comm_parts(r, "fwd", "forward", fwd)
+            b = _comm_parts(r, "bwd", "backward", bwd)
+            sums["forward"] += fwd - sum(f.values())
+            sums["backward"] += bwd - sum(b.values())
+            for row in COMM_ROWS:
+                sums[row] += f[row] + b[row]
             sums["pipeline"] += max(s.get("pipeline_wait", 0.0), 0.0)
-            sums["grad_sync"] += s.get("grad_sync", 0.0) + dp_f + dp_b
+            sums["grad_sync"] += s.get("grad_sync", 0.0)
             sums["optimizer"] += s.get("optimizer", 0.0)
         for name in sums:
             if name != "other":
@@ -171,7 +232,9 @@ def build_report(
     step, terms, steps = measured_terms(records, stage, pp)
     of_stage = sorted(r.get("rank", 0) for r in ranks)
     predicted_step = prediction["step_time_s"] if prediction else None
-    predicted = group_predicted(prediction["breakdown_s"]) if prediction else {}
+    launches = meta.get("collective_launches")
+    predicted = group_predicted(prediction["breakdown_s"], launches) if prediction else {}
+    split = launch_split(prediction["breakdown_s"], launches) if prediction else {}
     rows = []
     for name, _ in TERMS:
         p, m = predicted.get(name), terms.get(name)
@@ -193,6 +256,10 @@ def build_report(
         "relative_error": relative_error(step, predicted_step),
         "steps": steps,
         "terms": rows,
+        # the predicted launch cost of collectives (overhead/collectives) by the row it is in
+        "launch_overhead": {"predicted_s": sum(split.values()), "rows": split,
+                            "by": "launches per axis" if launches else "communication time"}
+        if split else None,
         # the ranks whose mean the measured terms are: those of the predicted slowest stage
         "terms_stage": stage,
         "terms_ranks": of_stage,
@@ -255,6 +322,8 @@ def render(report: dict[str, Any], console: Any = None) -> None:
     console = console or terminal()
     for caveat in report.get("caveats") or []:  # first: what makes the comparison unfair
         console.print(f"[bold red]warning[/]: {caveat}", soft_wrap=True)  # one line each
+    for note in report.get("extrapolations") or []:  # what predict notes beside its result
+        console.print(f"note: {note}", soft_wrap=True, markup=False, highlight=False)
 
     def fmt_s(v: float | None) -> str:
         return "-" if v is None else f"{v * 1e3:.2f} ms"
@@ -317,6 +386,14 @@ def render(report: dict[str, Any], console: Any = None) -> None:
         )
     for note in mem.get("notes") or []:
         console.print(f"note: {note}")
+    launch = report.get("launch_overhead")
+    if launch and launch.get("rows"):
+        rows = ", ".join(f"{row} {fmt_s(v)}" for row, v in launch["rows"].items())
+        by = ("by the model's launches per axis" if launch.get("by") == "launches per axis"
+              else "in proportion to their communication")
+        console.print(f"note: the predicted launch cost of collectives (overhead/collectives, "
+                      f"{fmt_s(launch['predicted_s'])}) is in the rows that time the calls, {by}: "
+                      f"{rows}", soft_wrap=True)
     check = report.get("collectives_vs_ledger")
     if check:
         differ = [r for r in check["rows"] if not r["agree"]]

@@ -68,6 +68,50 @@ def predict_dict(model: TransformerSpec, hardware: Any, plan: Plan) -> dict[str,
     return predict(model, hardware, plan, refuse_idle=False).to_dict()
 
 
+def collective_launches(model: TransformerSpec, plan: Plan,
+                        prediction: dict[str, Any] | None) -> dict[str, float] | None:
+    """The model's collectives issued in every micro-batch (not once per step), calls per step
+    per mesh axis on a rank of the stage the prediction's terms are of (its bottleneck_stage):
+    how the report splits the predicted overhead/collectives, one fixed launch cost per call,
+    over the rows that time those calls (validation.report.launch_split). None without a
+    prediction or a ledger."""
+    if prediction is None:
+        return None
+    from validation.jobspec import job_model
+    from validation.ledger import model_ledger
+
+    stage = prediction.get("bottleneck_stage") if plan.pp > 1 else "first"
+    ledger = model_ledger(job_model(model, plan.tp), plan,
+                          stage if stage in ("first", "middle", "last") else "first")
+    if ledger is None:
+        return None
+    out: dict[str, float] = {}
+    for op in ledger:
+        if op["phase"] != "step":
+            out[op["axis"]] = out.get(op["axis"], 0.0) + float(op["count"])
+    return out
+
+
+def extrapolations(model: TransformerSpec, hardware: Any, plan: Plan) -> list[str]:
+    """What predict notes beside its result of this plan (perfmodel.cli.profile_extrapolations:
+    the collectives, GEMMs and framework costs whose sizes lie outside what the profile's fits
+    measured, a flash kernel taken at a head size it was not measured at), for validate to say
+    too. The profile is the one the hardware was calibrated from (its source, "calibrated:
+    PATH", perfmodel.specs.profile.apply_profile); none where it cannot be read again."""
+    if hardware is None:
+        return []
+    from perfmodel.cli import profile_extrapolations
+
+    source = str(getattr(hardware, "source", "") or "")
+    profile = None
+    if source.startswith("calibrated: "):
+        profile = source.removeprefix("calibrated: ").removesuffix(" (incomplete run)")
+    try:
+        return profile_extrapolations(profile, model, hardware, plan)
+    except (PerfmodelError, OSError):
+        return []
+
+
 def check_fits(prediction: dict[str, Any] | None, settings: RunSettings) -> None:
     """Refuse a local CPU run whose ranks together need more memory than the machine has free."""
     if prediction is None or settings.backend != "gloo":
@@ -188,6 +232,9 @@ def validate(
     model, plan, note = as_run(model, plan, settings.backend)
     prediction = predict_dict(model, hardware, plan)
     check_fits(prediction, settings)
+    # what predict says beside this prediction, and how its launch cost of collectives splits
+    notes = extrapolations(model, hardware, plan)
+    launches = collective_launches(model, plan, prediction)
     load_before = os.getloadavg()[0]
     result, records = run_job(job_config(model, plan, settings), run_dir, settings)
     failure = result.failed_rank()
@@ -216,13 +263,14 @@ def validate(
             "log_tail": failure.log,
         },
     }
-    meta = meta_of(model, hardware, plan, settings, note)
+    meta = {**meta_of(model, hardware, plan, settings, note), "collective_launches": launches}
     report = rep.build_report(
         meta=meta, prediction=prediction, launch=launch_info, records=records
     )
     check = ledger_check(model, plan, report["collectives_rank0"])
     report["collectives_vs_ledger"] = check
     report["caveats"] = caveats(hardware, settings)
+    report["extrapolations"] = notes  # as predict --json names them
     if check is not None and not check["agree"]:
         differ = sum(1 for r in check["rows"] if not r["agree"])
         report["caveats"].append(
@@ -354,9 +402,13 @@ def emit(
     model, plan, note = as_run(model, plan, settings.backend)
     out.mkdir(parents=True, exist_ok=True)
     cfg = {**job_config(model, plan, settings), "output_dir": "results"}
+    prediction = predict_dict(model, hardware, plan)
     meta = {
         **meta_of(model, hardware, plan, settings, note),
-        "prediction": predict_dict(model, hardware, plan),
+        "prediction": prediction,
+        # how collect's report splits the predicted launch cost of collectives over its rows
+        "collective_launches": collective_launches(model, plan, prediction),
+        "extrapolations": extrapolations(model, hardware, plan),
     }
     written = []
     for name, data in job_files().items():
@@ -497,6 +549,17 @@ def _check_meta(meta: Any, where: str) -> None:
     ranks = meta.get("ranks")
     if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
         raise DataError(f"{where}: field 'ranks' must be a whole number >= 1, got {ranks!r}")
+    launches = meta.get("collective_launches")
+    if launches is not None:  # the report splits the predicted launch cost by them
+        if not isinstance(launches, dict) or not all(isinstance(k, str) for k in launches):
+            raise DataError(f"{where}: field 'collective_launches' must be an object of calls "
+                            "per mesh axis, or null")
+        for axis, calls in launches.items():
+            _number(calls, f"{where}: collective_launches.{axis}")
+    notes = meta.get("extrapolations")
+    if notes is not None and (not isinstance(notes, list)
+                              or not all(isinstance(n, str) for n in notes)):
+        raise DataError(f"{where}: field 'extrapolations' must be a list of notes, or null")
     prediction = meta.get("prediction")
     if prediction is None:
         return

@@ -89,7 +89,9 @@ def check_parallel(m: dict[str, Any], plan: dict[str, Any]) -> str | None:
         return (f"a mixture of experts with tp > 1 ({tp}) needs sequence_parallel (Megatron-Core "
                 "requires it: each tp rank routes its own share of the sequence)")
     if plan.get("zero", 0) == 3 and (cp > 1 or (experts and tp > 1)):
-        return ("the job shards parameters (zero 3, FSDP2) over dp (a mixture of experts' routed "
-                "experts over edp) without cp or tensor parallelism: with cp, or a mixture of "
-                "experts under tp, use zero 0, 1 or 2")
+        refused = f"cp ({cp})" if cp > 1 else f"a mixture of experts under tp ({tp})"
+        return (f"zero 3 with {refused}: the job's FSDP2 shards parameters over dp (a mixture of "
+                "experts' routed experts over edp) beside dense tensor parallelism, but not "
+                "beside context parallelism nor a mixture of experts under tp; use zero 0, 1 "
+                "or 2 there")
     return None

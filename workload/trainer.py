@@ -9,7 +9,8 @@ gradient pass per chunk, the gradient sync, the optimizer step, from the step's 
 ``torch.distributed.pipelining`` (GPipe, 1F1B, interleaved 1F1B, zero-bubble). Data parallel,
 zero 0: one flat all-reduce of all gradients over the dp group after the last backward, averaged;
 bf16 gradients are reduced in fp32, as Megatron-LM does. SP norm gradients (Partial over tp) are
-all-reduced in one call, as Megatron's allreduce_layernorm_grads. Parameters are kept in the run's
+all-reduced in one call, as Megatron's allreduce_layernorm_grads (under FSDP, zero 3, each rank's
+shards of them, after FSDP2 reduce-scattered them over dp). Parameters are kept in the run's
 dtype (no fp32 master copy). zero 1 and 2: Megatron-LM's distributed optimizer (workload.distopt:
 one reduce-scatter of a flat gradient buffer per step, fp32 for bf16, over the same groups as the
 all-reduces below, AdamW on this rank's shard with fp32 main weights for bf16, one all-gather of
@@ -35,6 +36,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from workload.context_parallel import local_positions
+from workload.distopt import wait_seen
 from workload.model import build_chunk, chunk_ids, loss_fn
 from workload.parallelize import (
     apply_cp,
@@ -98,6 +100,9 @@ class Trainer:
 
             edp = self.groups.get("edp")
             fsdp_experts = None if edp is None else DeviceMesh.from_group(edp[0], device.type)
+        # zero 3 under tp: (chunk, name) of the parameters whose gradients came Partial over tp
+        # (_defer_partial_grads), all-reduced over tp in one call by _reduce_partial_grads
+        self._partial_names: set[tuple[int, str]] = set()
         self.chunks: list[nn.Module] = []
         for c in chunk_ids(plan, self.pp_rank):
             mod = build_chunk(m, plan, c).to(device=device, dtype=dtype)
@@ -108,6 +113,8 @@ class Trainer:
                 apply_cp(mod, mesh.get_group("cp"), self.cp_rank, self.cp, comm, m["seq_len"])
             if self.tp > 1:
                 apply_tp(mod, mesh["tp"], plan.get("sequence_parallel", False))
+            if self.fsdp and self.tp > 1:
+                self._defer_partial_grads(mod, len(self.chunks))
             if self.fsdp:
                 apply_fsdp(mod, mesh["dp"], self.zero, fsdp_experts,
                            pipelined=self.pp > 1,
@@ -139,6 +146,10 @@ class Trainer:
         self.counter: Any = None
         # pipeline=False (dry-run): no schedule; chunks_step runs this rank's chunks one by one.
         self.schedule = self._schedule() if self.pp > 1 and pipeline else None
+        if self.distopt and self.schedule is None:
+            # each gradient into the flat buffer as autograd accumulates it (workload.distopt;
+            # a pipeline schedule accumulates and scales .grad itself: added at the sync)
+            self.optimizer.accumulate_in_backward()
         g = torch.Generator().manual_seed(1234 + self.dp_rank)
         shape = (self.n_mb * self.mb, m["seq_len"])
         # The same tokens on every tensor-parallel rank of a replica (seeded by dp rank only);
@@ -152,6 +163,43 @@ class Trainer:
         # the last step's loss on this rank (its local tokens); None where it has no loss (a
         # pipeline rank without the last chunk)
         self.last_loss: float | None = None
+
+    def _defer_partial_grads(self, mod: nn.Module, chunk: int) -> None:
+        """zero 3 under tensor parallelism: FSDP2 would reduce each sequence-parallel norm's
+        Partial gradient over tp by itself, one all-reduce per parameter in the backward
+        (torch's FSDPParam._get_grad_inner_tensor redistributes it to the parameter's
+        Replicate), where Megatron all-reduces them in one call per step. So each gradient that
+        reaches a replicated tensor-parallel parameter Partial is relabelled Replicate without
+        communication (a tensor hook on the parameter FSDP2 gathers, registered when its module
+        first runs): FSDP2 reduce-scatters each tp rank's partial sums over dp as they are (both
+        sums, so the order does not matter), and _reduce_partial_grads all-reduces this rank's
+        shards of them over tp in one flat call after the backward, as Megatron-FSDP does
+        (finalize_model_grads._allreduce_non_tensor_model_parallel_grads: each parameter's
+        local shard, coalesced). The parameters are found by name after FSDP2 replaces them."""
+        from torch.distributed.tensor import DTensor, Replicate
+
+        def relabel(fqn: str, grad: Any) -> Any:
+            if not isinstance(grad, DTensor) or not any(pl.is_partial()
+                                                        for pl in grad.placements):
+                return grad
+            self._partial_names.add((chunk, fqn))
+            placements = [Replicate() if pl.is_partial() else pl for pl in grad.placements]
+            return DTensor.from_local(grad.to_local(), grad.device_mesh, placements,
+                                      run_check=False)
+
+        def hook_parameters(module: nn.Module, prefix: str) -> None:
+            for name, p in module._parameters.items():  # FSDP2's gathered ones in its forward
+                if p is not None and p.requires_grad and not getattr(p, "_partial_hook", False):
+                    p.register_hook(functools.partial(relabel, prefix + name))
+                    p._partial_hook = True  # type: ignore[attr-defined]
+
+        for prefix, module in mod.named_modules():
+            replicated = [p for p in module._parameters.values() if isinstance(p, DTensor)
+                          and all(pl.is_replicate() for pl in p.placements)]
+            if replicated:  # the norms (SequenceParallel), row-parallel biases
+                dotted = prefix + "." if prefix else ""
+                module.register_forward_pre_hook(
+                    lambda m, args, dotted=dotted: hook_parameters(m, dotted))
 
     def axis_names(self) -> dict[str, str]:
         """Group name -> axis, for CollectiveCounter: the mesh's dims and the extra groups."""
@@ -324,8 +372,8 @@ class Trainer:
     def _reduce_partial_grads(self) -> None:
         """Sequence parallelism leaves the norm weights' gradients Partial over tp (each rank saw
         its slice of the sequence); DTensor does not reduce them. Megatron all-reduces them in one
-        call (allreduce_layernorm_grads); so does this on the 1D tp mesh (zero 0 to 2; per
-        parameter with FSDP, zero 3)."""
+        call (allreduce_layernorm_grads); so does this on the 1D tp mesh (zero 0 to 2; with FSDP,
+        zero 3, this rank's shards of them: _reduce_fsdp_partial_grads)."""
         partial = [
             p
             for p in self.params
@@ -348,13 +396,12 @@ class Trainer:
                 and p.grad.placements != p.placements
             ):
                 p.grad = p.grad.redistribute(p.grad.device_mesh, p.placements)
+        if self.fsdp:  # (no plain ones: check_parallel refuses MoE, tp and zero 3)
+            self._reduce_fsdp_partial_grads()
+            return
         if not partial and not plain:
             return
         self._set_phase("grad")
-        if self.fsdp:  # (no plain ones: check_parallel refuses MoE, tp and zero 3)
-            for p in partial:
-                p.grad = p.grad.redistribute(p.grad.device_mesh, p.placements)
-            return
         from torch.distributed.tensor import DTensor
 
         local = [p.grad.to_local() for p in partial] + [p.grad for p in plain]
@@ -365,6 +412,25 @@ class Trainer:
             p.grad = DTensor.from_local(g, p.device_mesh, p.placements, run_check=False)
         for p, g in zip(plain, synced[len(partial):], strict=True):
             p.grad.copy_(g)
+
+    def _reduce_fsdp_partial_grads(self) -> None:
+        """zero 3: this rank's shards of the gradients that came Partial over tp (FSDP2 has
+        reduce-scattered them over dp: _defer_partial_grads), all-reduced over tp in one flat
+        call and copied back."""
+        if not self._partial_names:
+            return
+        named = [dict(mod.named_parameters()) for mod in self.chunks]
+        grads: list[Any] = [named[c][name].grad for c, name in sorted(self._partial_names)]
+        local = [g.to_local() for g in grads if g is not None]
+        if not local:
+            return
+        self._set_phase("grad")
+        with torch.no_grad():
+            flat = torch._utils._flatten_dense_tensors(local)
+            dist.all_reduce(flat, group=self.mesh.get_group("tp"))
+            for g, synced in zip(local, torch._utils._unflatten_dense_tensors(flat, local),
+                                 strict=True):
+                g.copy_(synced)
 
     def chunks_step(self) -> list[dict[str, Any]]:
         """Forward and backward of this rank's chunks, micro-batch by micro-batch, without the
@@ -455,7 +521,9 @@ class Trainer:
         flat = torch._utils._flatten_dense_tensors(grads)
         if flat.dtype == torch.bfloat16:  # Megatron-LM reduces bf16 gradients in fp32
             flat = flat.float()
-        dist.all_reduce(flat, group=group)
+        # (gloo's worker holds the buffer too: let it go first, so that the profiler of the
+        # CPU tensor peak sees the buffer freed: workload.distopt.wait_seen)
+        wait_seen(dist.all_reduce(flat, group=group, async_op=True), group)
         flat.div_(replicas)
         for g, synced in zip(
             grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True

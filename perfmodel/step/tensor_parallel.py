@@ -439,26 +439,44 @@ def norm_grad_collectives(c: Context) -> list[Collective]:
     one; LayerNorm has a weight and a bias, RMSNorm a weight), and of an MoE layer's router
     (Megatron-Core all-reduces the routers' gradients over tp with the norms'). The ledger
     counts rank 0's (the first stage's, as every other ledger entry); the time is the stage with
-    the most of them (every stage syncs at once)."""
+    the most of them (every stage syncs at once).
+
+    Under ZeRO 3 (FSDP) each rank all-reduces its shards of them, after FSDP has reduce-scattered
+    them over dp: Megatron-FSDP's finalize_model_grads coalesces each parameter's local shard
+    (_allreduce_non_tensor_model_parallel_grads, ``grad._local_tensor``), as the validation job
+    does: rank 0's shard of a tensor of r rows is ceil(r / (dp cp)) of them (FSDP2's split of
+    the first dimension, as perfmodel.costs.memory.fsdp_padded pads it)."""
+    from perfmodel.costs.memory import fsdp_padded
+    from perfmodel.step.data_parallel import replicas
+
     final = {"first": c.single + c.head_first, "last": 1 - c.head_first, "middle": ZERO}
+    ranks = replicas(c)
+
+    def held(rows: sp.Expr, cols: sp.Expr | int = 1) -> sp.Expr:
+        """A tensor's elements in the all-reduce: whole, or rank 0's FSDP shard (ZeRO 3)."""
+        return (1 - c.zero3) * rows * cols + c.zero3 * fsdp_padded([(rows, cols)], ranks) / ranks
+
     if not c.fam.moe and not c.fam.mla:
         def on_stage(st: str) -> sp.Expr:
-            return (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * c.stage_layers[st] + final[st])
+            return (1 + c.layernorm) * held(S.h) \
+                * (NORMS_PER_LAYER * c.stage_layers[st] + final[st])
     else:
-        from perfmodel.costs.moe import router_params
         from perfmodel.step.moe import moe_layers
 
         moe = moe_layers(c) if c.fam.moe else {}
         # the down projections and the latents' norms, whole on every tp rank, each over its
-        # own tokens with sequence parallelism
+        # own tokens with sequence parallelism (under ZeRO 3 their shards taken as 1 / (dp cp)
+        # of them: the job, whose ledger agreement is checked, runs no MLA)
         down = MLA.mla_params(S.h, S.a, S.r_q, S.r_kv, S.d_nope, S.d_rope, S.d_v,
                               q_lora=c.fam.mla_q_lora, bias=0)["replicated"] \
             if c.fam.mla else ZERO
-        router = router_params(S.h, S.E, bias=c.bias) if c.fam.moe else ZERO
+        down = (1 - c.zero3) * down + c.zero3 * down / ranks
+        # the router: E x h weights and E biases (perfmodel.costs.moe.router_params)
+        router = held(S.E, S.h) + c.bias * held(S.E) if c.fam.moe else ZERO
 
         def on_stage(st: str) -> sp.Expr:
             n = c.stage_layers[st]
-            return (1 + c.layernorm) * S.h * (NORMS_PER_LAYER * n + final[st]) \
+            return (1 + c.layernorm) * held(S.h) * (NORMS_PER_LAYER * n + final[st]) \
                 + moe.get(st, ZERO) * router + n * down
 
     vectors = lmax(*(on_stage(st) for st in STAGES))
