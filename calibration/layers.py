@@ -21,9 +21,9 @@ framework adds to the kernels, which cannot be negative), c >= 0. The result is 
 perfmodel.specs.hardware.LayerCost per (part, style, degree), with its residuals and the range of
 sizes it saw. A fit held at one of those bounds that still misses a phase's measurements by more
 than PINNED_BIAS (the part ran faster than its kernels' rooflines and collectives' fits price it:
-under load, collective fits that over-price the layer's) is not written, with a note: a plan in
-that style takes another degree's fit, or perfmodel's generic cost per kernel
-(perfmodel.step.framework).
+under load, collective fits that over-price the layer's) is kept at the bound, with a note (a
+profile keeps every part it measured: a plan in that style without it would take another
+degree's fit or the generic cost per kernel, no better founded).
 torch is imported only inside the benchmark functions.
 """
 
@@ -51,7 +51,7 @@ HEAD_DIM = 32
 MIN_SCALE, MAX_SCALE = 1.0, 20.0
 # A fit held at a bound (the scale at MIN_SCALE or MAX_SCALE, a fixed cost at 0 or at the largest
 # time measured) whose phase it still misses by more than this, median and signed (over-predicted
-# against a lower bound, under-predicted against an upper one), cannot be trusted: not written
+# against a lower bound, under-predicted against an upper one), cannot be trusted: said in a note
 PINNED_BIAS = 0.10
 
 
@@ -466,17 +466,16 @@ def fit_layer_costs(
         except DataError as exc:
             notes.append(f"layer costs ({part}, {style}, tp {int(tp)}): {exc}")
             continue
-        if model.pinned_:  # the data lies beyond a bound: the fit cannot be trusted
+        if model.pinned_:  # the data lies beyond a bound: said, and kept at the bound
             notes.append(
-                f"layer costs ({part}, {style}, tp {int(tp)}): not used: held at "
+                f"layer costs ({part}, {style}, tp {int(tp)}): held at "
                 f"{', '.join(model.pinned_)}, the fit still misses the measured forward by "
                 f"{model.bias_['forward']:+.0%} and backward by {model.bias_['backward']:+.0%} "
                 "(median; +: over-predicted, the part ran faster than its kernels' rooflines "
-                "and the collectives' fits price it, as on a loaded machine); a plan in that "
-                "style takes another degree's fit where one is, else perfmodel's generic cost "
-                "per kernel"
+                "and the collectives' fits price it, as on a loaded machine); kept at the bound, "
+                "where the framework adds no time of its own: re-run `perfmodel calibrate run` "
+                "on a quiet machine"
             )
-            continue
         name = f"layer/{part}/{style}/tp{int(tp)}"
         fits[name] = model.summary(part, style, int(tp), int(group["ranks"].max()))
         costs.append({"part": part, "style": style, "tp": int(tp),

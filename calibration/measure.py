@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -84,7 +83,12 @@ def measure(
     for _ in range(sweep.repeats):
         dist.barrier(group=group) if group is not None else dist.barrier()
         times.append(ctx.timer(fn, inner))
-    times.sort()
+    return _median_spread(times)
+
+
+def _median_spread(times: list[float]) -> tuple[float, float]:
+    """(median, (p90 - p10) / median) of the repetitions' times."""
+    times = sorted(times)
     med = statistics.median(times)
     p10, p90 = times[int(0.1 * (len(times) - 1))], times[math.ceil(0.9 * (len(times) - 1))]
     return med, (p90 - p10) / med if med > 0 else 0.0
@@ -105,28 +109,20 @@ def measure_cold(
         ctx.sync()
         ctx.dist.barrier()
         times.append(ctx.timer(fn, 1))
-    times.sort()
-    med = statistics.median(times)
-    p10, p90 = times[int(0.1 * (len(times) - 1))], times[math.ceil(0.9 * (len(times) - 1))]
-    return med, (p90 - p10) / med if med > 0 else 0.0
+    return _median_spread(times)
 
 
 def cpu_last_level_cache_bytes() -> int | None:
     """Size of the CPU's last-level cache (Linux sysfs), or None."""
-    base = "/sys/devices/system/cpu/cpu0/cache"
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
     sizes = []
-    try:
-        indexes = sorted(name for name in os.listdir(base) if name.startswith("index"))
-    except OSError:
-        return None
-    for index in indexes:
+    for index in sorted(base.glob("index*")):
         try:
-            with open(os.path.join(base, index, "size"), encoding="utf-8") as fh:
-                text = fh.read().strip()
-            unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-            sizes.append(int(text.rstrip("KMG")) * unit)
-        except (OSError, ValueError):
+            text = (index / "size").read_text().strip()
+        except OSError:
             continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * unit)
     return max(sizes) if sizes else None
 
 

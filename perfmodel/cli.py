@@ -28,6 +28,8 @@ from perfmodel.specs import resolve as specs_resolve
 from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS, LINK_PROTOCOLS
 from perfmodel.strategy import (
     DEFAULT_MEMORY_MARGIN,
+    GPU_HOUR_PRICE,
+    TOKEN_BUDGET,
     Attention,
     CPComm,
     CrossEntropy,
@@ -54,11 +56,7 @@ EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 # error)
 EXIT_BROKEN_PIPE = 128 + 13
 MAX_DEGREE = 10**7  # the largest parallel degree or GPU count a plan accepts (perfmodel.strategy)
-# recommend's --tokens and --gpu-hour-price (perfmodel.search's own, which SearchRequest checks):
-# ranges within which a plan's time to train and cost are finite and nonzero numbers, whatever
-# the step time a spec's physical ranges allow (1e24 tokens is 1e10 times Llama 3's 15T; a price
-# from a millionth of a millionth to a million million in any currency)
-TOKEN_BUDGET, GPU_HOUR_PRICE = (1.0, 1e24), (1e-12, 1e12)
+# what recommend's --tokens and --gpu-hour-price ranges keep (perfmodel.strategy.TOKEN_BUDGET)
 BUDGET_WHY = ("the range in which a plan's time to train and cost (tokens x step time x GPUs x "
               "price) are finite and nonzero")
 

@@ -30,6 +30,8 @@ from perfmodel.staged import GroupValues, compile_staged, output_groups, run
 from perfmodel.strategy import (
     COLUMNS,
     DEFAULT_MEMORY_MARGIN,
+    GPU_HOUR_PRICE,
+    TOKEN_BUDGET,
     CPComm,
     CrossEntropy,
     Dtype,
@@ -54,10 +56,6 @@ from perfmodel.strategy import (
 __all__ = ["COLUMNS", "Objective", "Plans", "SearchRequest", "SearchResult", "search"]
 
 # the options' names by code (a plan column holds the code: its position in its enum)
-# the token budget and the price of a GPU-hour a request takes (recommend's --tokens and
-# --gpu-hour-price, perfmodel.cli's TOKEN_BUDGET and GPU_HOUR_PRICE): within them a plan's time to
-# train and cost are finite and nonzero for any step time the specs' physical ranges allow
-TOKEN_BUDGET, GPU_HOUR_PRICE = (1.0, 1e24), (1e-12, 1e12)
 SCHEDULES = tuple(s.value for s in strategy.SCHEDULES)
 LAYOUTS = tuple(s.value for s in strategy.LAYOUTS)
 RECOMPUTES = tuple(s.value for s in strategy.RECOMPUTES)

@@ -362,6 +362,12 @@ def placement_order(axes: tuple[str, ...]) -> tuple[str, ...]:
 # memory estimator lists both as not included). 10% keeps a plan the model puts at the limit
 # from running out of memory; `recommend --memory-margin 0` lets a plan fill the memory.
 DEFAULT_MEMORY_MARGIN = 0.10
+# recommend's token budget and price of a GPU-hour (--tokens, --gpu-hour-price; perfmodel.search.
+# SearchRequest checks them too): ranges within which a plan's time to train and cost are finite
+# and nonzero numbers, whatever the step time a spec's physical ranges allow (1e24 tokens is 1e10
+# times Llama 3's 15T; a price from a millionth of a millionth to a million million in any
+# currency)
+TOKEN_BUDGET, GPU_HOUR_PRICE = (1.0, 1e24), (1e-12, 1e12)
 # bytes of an activation element: fp8 training keeps its activations (and the weights it holds)
 # in bf16, casting to FP8 only the GEMMs' operands (perfmodel.costs.fp8)
 BYTES_PER_ELEMENT = {Dtype.BF16: 2, Dtype.FP16: 2, Dtype.FP32: 4, Dtype.TF32: 4, Dtype.FP8: 2}

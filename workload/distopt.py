@@ -39,9 +39,9 @@ all-gathers into the parameters' own buffer):
   ``.grad`` itself: they are added to the buffer at the sync;
 - the buffer is dropped as soon as it is reduce-scattered (ZeRO 2 shards the gradients; the
   job does the same at zero 1, where Megatron keeps the buffer to the next step: the peak of
-  either is at the end of the backward, buffer and weights and states at once); on gloo the
-  reduce-scatter takes the buffer as a list of shards (``dist.reduce_scatter``), whose
-  temporary is one shard where gloo's ``reduce_scatter_tensor`` copies the whole input;
+  either is at the end of the backward, buffer and weights and states at once); the
+  reduce-scatter runs in place, its output the buffer's own shard (gloo's temporary copy of the
+  input is freed within the call: wait_seen);
 - the step fills one flat output buffer in the parameter dtype with this rank's shard of the
   parameters (fp32 parameters: AdamW updates that slice in place, Megatron's views; 16-bit ones:
   the fp32 main shard is copied into it), frees the reduced gradient shard, all-gathers in
@@ -98,12 +98,6 @@ class FlatBuffer:
     def shard(self) -> slice:
         n = self.padded // self.size
         return slice(self.rank * n, (self.rank + 1) * n)
-
-    def flat_params(self) -> torch.Tensor:
-        """The parameters' local values, flat and padded (a whole copy: for checks)."""
-        with torch.no_grad():
-            flat = torch.cat([_local(p).detach().reshape(-1) for p in self.params])
-            return torch.nn.functional.pad(flat, (0, self.padded - flat.numel()))
 
     def fill_shard(self, out: torch.Tensor) -> None:
         """This rank's shard of the parameters' local values into out (shard-sized; the padding
@@ -284,11 +278,9 @@ class DistributedOptimizer:
                 if buf.group is not None:  # in place: the input is the output's own shard
                     dist.all_gather_into_tensor(gathered, mine, group=buf.group)
                 del mine
-                offset = 0
-                for p in buf.params:
+                for p, offset in zip(buf.params, buf.offsets, strict=True):
                     local = _local(p)
                     local.copy_(gathered[offset:offset + local.numel()].view_as(local))
-                    offset += local.numel()
                 outs[i] = None
                 del gathered
                 buf.flat = None

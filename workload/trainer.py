@@ -405,9 +405,7 @@ class Trainer:
         from torch.distributed.tensor import DTensor
 
         local = [p.grad.to_local() for p in partial] + [p.grad for p in plain]
-        flat = torch._utils._flatten_dense_tensors(local)
-        dist.all_reduce(flat, group=self.mesh.get_group("tp"))
-        synced = torch._utils._unflatten_dense_tensors(flat, local)
+        synced = self._tp_all_reduce(local)
         for p, g in zip(partial, synced[: len(partial)], strict=True):
             p.grad = DTensor.from_local(g, p.device_mesh, p.placements, run_check=False)
         for p, g in zip(plain, synced[len(partial):], strict=True):
@@ -426,11 +424,15 @@ class Trainer:
             return
         self._set_phase("grad")
         with torch.no_grad():
-            flat = torch._utils._flatten_dense_tensors(local)
-            dist.all_reduce(flat, group=self.mesh.get_group("tp"))
-            for g, synced in zip(local, torch._utils._unflatten_dense_tensors(flat, local),
-                                 strict=True):
+            for g, synced in zip(local, self._tp_all_reduce(local), strict=True):
                 g.copy_(synced)
+
+    def _tp_all_reduce(self, tensors: list[Any]) -> list[Any]:
+        """The tensors summed over tp in one flat all-reduce (Megatron's coalesced call), as new
+        tensors of their shapes."""
+        flat = torch._utils._flatten_dense_tensors(tensors)
+        dist.all_reduce(flat, group=self.mesh.get_group("tp"))
+        return list(torch._utils._unflatten_dense_tensors(flat, tensors))
 
     def chunks_step(self) -> list[dict[str, Any]]:
         """Forward and backward of this rank's chunks, micro-batch by micro-batch, without the
