@@ -252,6 +252,16 @@ VOCABULARIES: list[tuple[int, dict[str, Any], str]] = [
      "BLOOM's tokenizer (BigScience 2022, arXiv 2211.05100: 250,680 tokens; padded to 250,880): "
      "GeLU MLP, ALiBi, biases, LayerNorm, tied"),
 ]
+# Tokenizers of other architectures whose vocabulary Megatron's padding takes to one of the above's
+# padded sizes (base, name, what their models state that a row may state too): a row that does
+# not tell them apart has its architecture guessed, named as assumed. GPT-NeoX-20B's 50,277
+# (GPT-NeoX-20B, Pythia: Biderman et al. 2023, arXiv 2304.01373; rotary on a quarter of each
+# head, parallel attention, untied embeddings) pads to 50,304 at tp 1 (Pythia's vocab_size),
+# 50,432 at tp 2 (GPT-NeoX-20B's) and 51,200 at tp 8, as GPT-2's 50,257 does; a row that states
+# tied embeddings is not one of them
+OTHER_TOKENIZERS: list[tuple[int, str, dict[str, Any]]] = [
+    (50277, "GPT-NeoX-20B's tokenizer (GPT-NeoX-20B, Pythia)", dict(tied_embeddings=False)),
+]
 # architecture fields a row may state in columns of its own (they win over the tables), and its
 # dropout rates (`dropout`: both)
 ARCH_COLUMNS = ("gated_mlp", "tied_embeddings", "bias", "norm", "position_embedding")
@@ -339,10 +349,22 @@ def _architecture(row: dict[str, Any]) -> tuple[dict[str, Any], str]:
     # power of two) is what its entry's source describes; one merely near it may be another
     # tokenizer's (MPT's GPT-NeoX 50,277 padded to 50,368 is not GPT-2's 50,257 padded), so the
     # architecture is a guess, which the row names (architecture_assumed)
-    if any(vocab == -(-base // (128 << j)) * (128 << j) for j in range(7)) or vocab == base:
-        return arch, ""
     tokenizer = re.split(r" \(|:", source, maxsplit=1)[0]  # its name: up to a parenthesis
+    if _pads(base, vocab):
+        others = [name for other, name, says in OTHER_TOKENIZERS
+                  if other != base and _pads(other, vocab)
+                  and all(bool(stated[k]) == v for k, v in says.items() if k in stated)]
+        if not others:
+            return arch, ""
+        return arch, (f"vocab {vocab}, {tokenizer}'s {base} padded and {' and '.join(others)}'s "
+                      "too: its")
     return arch, f"vocab {vocab}, near {tokenizer}'s {base} but not its padding: its"
+
+
+def _pads(base: int, vocab: int) -> bool:
+    """`vocab` is the tokenizer's `base` or Megatron-LM's and NeMo's padding of it (a multiple of
+    128 x tp, tp a power of two up to 64)."""
+    return vocab == base or any(vocab == -(-base // (128 << j)) * (128 << j) for j in range(7))
 
 
 def _dropout_columns(row: dict[str, Any]) -> dict[str, float]:

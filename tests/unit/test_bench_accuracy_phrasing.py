@@ -165,10 +165,22 @@ def test_an_architecture_guessed_from_a_nearby_vocabulary_is_named():
     assert (model["bias"], model["position_embedding"], model["hidden_dropout"],
             model["attention_dropout"]) == (False, "alibi", 0.0, 0.0)
     assert B.architecture_assumed(stated, origin) == []
-    # the tokenizer's own vocabulary, as Megatron pads it (51,200: 50,257 to 1,024 at tp 8), is
-    # what its entry's source describes: nothing guessed
-    sc21 = dict(_MPT_7B, vocab=51200, tp=8, dp=1, micro_batch=48, features="full recompute")
-    assert B.architecture_assumed(sc21, B.read_row(sc21)[3]) == []
+    # the tokenizer's own vocabulary, as Megatron pads it, is what its entry's source describes:
+    # nothing guessed (50,304: 50,257 to 128 at tp 1; 50,257 itself) ...
+    gpt2 = dict(_MPT_7B, vocab=50257, features="full recompute")
+    assert B.architecture_assumed(gpt2, B.read_row(gpt2)[3]) == []
+    # ... unless another tokenizer's padding lands there too and the row does not tell them
+    # apart (regression: Pythia's 50,304, GPT-NeoX's 50,277 to 128, and GPT-NeoX-20B's 50,432 at
+    # tp 2 were read as GPT-2's, silently); GPT-2's rows state their tied embeddings
+    for vocab, tp in ((50304, 1), (50432, 2), (51200, 8)):
+        row = dict(_MPT_7B, vocab=vocab, tp=tp, dp=8 // tp, features="full recompute",
+                   tied_embeddings=None)
+        (note,) = B.architecture_assumed(row, B.read_row(row)[3])
+        assert note.startswith(f"assumed: architecture not stated: vocab {vocab}, GPT-2 BPE's "
+                               "50257 padded and GPT-NeoX-20B's tokenizer (GPT-NeoX-20B, "
+                               "Pythia)'s too: its entry's")
+        tied = dict(row, tied_embeddings=True)
+        assert B.architecture_assumed(tied, B.read_row(tied)[3]) == []
 
 
 @pytest.mark.parametrize("gpu, note, preset", [
