@@ -711,6 +711,11 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     # (other orders of its words, 'FULL_SHARD FSDP', 'PyTorch FSDP full shard': FSDP_WORDS)
     **dict.fromkeys(("fsdp", "fsdp1", "pytorch fsdp", "full_shard", "full shard",
                      "fully sharded data parallel"), {"zero": 3, "overlap_grad_sync": True}),
+    # FSDP's ShardingStrategy.SHARD_GRAD_OP (ZeRO 2 in its docs' words): each unit's weights
+    # gathered for its forward stay gathered until its backward has run (Plan.fsdp_reshard
+    # backward); gradients and optimizer states sharded as under FULL_SHARD
+    **dict.fromkeys(("shard_grad_op", "shard grad op", "fsdp shard_grad_op"),
+                    {"zero": 3, "overlap_grad_sync": True, "fsdp_reshard": "backward"}),
     # Megatron-Core's own FSDP (--use-megatron-fsdp, formerly --use-custom-fsdp): its user guide
     # (Megatron-LM docs/discussions/megatron-fsdp-user-guide) requires
     # --data-parallel-sharding-strategy optim_grads_params, ZeRO 3; its overlaps are Megatron's

@@ -40,6 +40,9 @@ _MPT_7B = dict(_DGXC, source="llm-foundry", gpu="H100", hardware_note="DGX H100"
     ("PyTorch FSDP full shard", {"zero": 3, "overlap_grad_sync": True}),
     ("FULL_SHARD FSDP", {"zero": 3, "overlap_grad_sync": True}),
     ("Megatron FSDP", {"zero": 3}),
+    # FSDP's SHARD_GRAD_OP: the weights kept gathered from each unit's forward to its backward
+    # (llm-foundry's large-scale H100 rows were priced as FULL_SHARD)
+    ("SHARD_GRAD_OP", {"zero": 3, "overlap_grad_sync": True, "fsdp_reshard": "backward"}),
     # Transformer Engine's userbuffers: Megatron's --tp-comm-overlap
     ("TP overlap", {"tp_comm_overlap": True}),
     ("tensor parallel communication overlap", {"tp_comm_overlap": True}),
