@@ -779,6 +779,11 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     # the states in the weights' dtype)
     **dict.fromkeys(("optim dtype bf16", "distributed_fused_adam dtype bf16"),
                     {"optimizer_dtype": "bf16"}),
+    # flash-attn's fused cross entropy (llm-foundry's loss_fn fused_crossentropy;
+    # Plan.cross_entropy flash-attn)
+    **dict.fromkeys(("flash-attn cross entropy", "flash-attn fused cross entropy",
+                     "fused_crossentropy", "fused cross entropy (flash-attn)"),
+                    {"cross_entropy": "flash-attn"}),
     # Megatron-Core's native fused cross entropy (cross_entropy_loss_fusion without TE's impl)
     **dict.fromkeys(("cross_entropy_loss_fusion", "native cross-entropy fusion"),
                     {"cross_entropy": "native"}),

@@ -389,7 +389,9 @@ def plan_options(fn: Any) -> Any:
                           "gradient in place in the bf16 logits: Megatron "
                           "--cross-entropy-fusion-impl te) or native (Megatron-Core's native "
                           "fusion: unfused's fp32 copy in fewer passes; "
-                          "--cross-entropy-fusion-impl native, NeMo 2's default)."),
+                          "--cross-entropy-fusion-impl native, NeMo 2's default) or flash-attn "
+                          "(flash-attn's fused kernel: the bf16 logits kept, their gradient a "
+                          "new tensor; llm-foundry's default loss)."),
         click.option("--expert-weighting", type=choice(ExpertWeighting),
                      default=ExpertWeighting.ACTIVATION.value, show_default=True,
                      help="Where a mixture of experts applies its routing weights: activation "
@@ -1205,8 +1207,8 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               default=CrossEntropy.UNFUSED.value, show_default=True,
               help="Every plan's loss kernel: unfused (fp32 logits), no-upcast (the bf16 "
                    "logits as they are), torch (PyTorch's on fp32 logits), te (Transformer "
-                   "Engine's fused cross entropy) or native (Megatron-Core's native fusion); "
-                   "the stack's, not searched.")
+                   "Engine's fused cross entropy), native (Megatron-Core's native fusion) or "
+                   "flash-attn (flash-attn's fused cross entropy); the stack's, not searched.")
 @click.option("--expert-weighting", type=choice(ExpertWeighting),
               default=ExpertWeighting.ACTIVATION.value, show_default=True,
               help="Every plan's experts' routing weights: in their activation (Megatron-Core) "

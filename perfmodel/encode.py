@@ -775,6 +775,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "cross_entropy_no_upcast": CrossEntropy(cross_entropy) is CrossEntropy.NO_UPCAST,
         "cross_entropy_torch": CrossEntropy(cross_entropy) is CrossEntropy.TORCH,
         "cross_entropy_native": CrossEntropy(cross_entropy) is CrossEntropy.NATIVE,
+        "cross_entropy_flash": CrossEntropy(cross_entropy) is CrossEntropy.FLASH_ATTN,
         "moe_weighted_activation":
             ExpertWeighting(expert_weighting) is ExpertWeighting.ACTIVATION,
         "kernels_eager": kernels is Kernels.EAGER, "kernels_compiled": kernels is Kernels.COMPILED,

@@ -85,7 +85,7 @@ class Family:
     # the experts' dispatcher (Plan.ep_dispatcher: alltoall, deepep; None: open, its indicator)
     ep_dispatcher: str | None = None
     # how the loss runs over the logits (Plan.cross_entropy: unfused, no-upcast, torch, te,
-    # native; None: open, its indicators)
+    # native, flash-attn; None: open, its indicators)
     cross_entropy: str | None = None
     # where the experts' routing weights multiply (Plan.expert_weighting: activation, output;
     # None: open, its indicator)

@@ -272,6 +272,8 @@ FLAGS: dict[str, str] = {
                                 "logits (three at the backward's start)"),
         ("cross_entropy_native", "the loss runs Megatron-Core's native fused cross entropy "
                                  "(its steps compiled, on an fp32 copy of the logits)"),
+        ("cross_entropy_flash", "the loss runs flash-attn's fused cross entropy (the bf16 "
+                                "logits kept, their gradient a new tensor beside them)"),
         ("stack_compiled", "the layers run compiled (torch.compile)"),
         ("stack_graphs", "the layers run as CUDA graphs"),
         ("kernels_eager", "the element-wise ops run op by op (unfused PyTorch modules)"),

@@ -174,7 +174,8 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int, model: Any) -> list[st
         schedule.append(f"{_value(p.kernels)} element-wise kernels")
     loss = {"te": "Transformer Engine's fused cross entropy",
             "no-upcast": "cross entropy without an fp32 copy of the logits",
-            "torch": "PyTorch's cross entropy on fp32 logits"}
+            "torch": "PyTorch's cross entropy on fp32 logits",
+            "flash-attn": "flash-attn's fused cross entropy"}
     if _value(getattr(p, "cross_entropy", "unfused")) in loss:
         schedule.append(loss[_value(p.cross_entropy)])
     if _value(getattr(p, "expert_weighting", "activation")) == "output" \

@@ -133,8 +133,9 @@ PLAN = obj({
                       "description": "The loss's kernel: unfused (fp32 logits), no-upcast (the "
                                      "same on the logits' own dtype), torch (PyTorch's on fp32 "
                                      "logits, three copies), te (Transformer Engine's fused "
-                                     "cross entropy) or native (Megatron-Core's native fusion); "
-                                     "left out: unfused"},
+                                     "cross entropy), native (Megatron-Core's native fusion) "
+                                     "or flash-attn (flash-attn's fused cross entropy); left "
+                                     "out: unfused"},
     "expert_weighting": {"type": "string", "enum": ["activation", "output"],
                          "description": "Where a mixture of experts applies its routing weights: "
                                         "in the experts' activation or on their outputs; left "

@@ -221,13 +221,18 @@ class CrossEntropy(StrEnum):
     Megatron-Core's native fusion (--cross-entropy-loss-fusion with --cross-entropy-fusion-impl
     native, NeMo 2's and Megatron-Bridge's default cross_entropy_loss_fusion true): the unfused
     loss's steps under torch.compile, which hold the logits as unfused does and pass over them
-    fewer times (perfmodel.costs.compute)."""
+    fewer times (perfmodel.costs.compute); flash-attn, flash-attn's fused cross entropy
+    (flash_attn.losses.cross_entropy.CrossEntropyLoss, llm-foundry's default loss
+    fused_crossentropy): one kernel over the logits in their own dtype (an fp32 row held in
+    registers, not in memory) that keeps them for the backward, whose gradient is a new tensor
+    beside them (inplace_backward false, its default)."""
 
     UNFUSED = "unfused"
     NO_UPCAST = "no-upcast"
     TORCH = "torch"
     TE = "te"
     NATIVE = "native"
+    FLASH_ATTN = "flash-attn"
 
 
 class FsdpReshard(StrEnum):

@@ -235,7 +235,8 @@ def check_loss(plan: Plan) -> None:
     if plan.cross_entropy.value not in ("unfused", "torch"):  # torch: the job's own loss
         why = {"te": "Transformer Engine's kernel runs on NVIDIA GPUs only",
                "native": "native is Megatron-Core's vocabulary-parallel loss, compiled",
-               "no-upcast": "a local job runs fp32, where no-upcast changes nothing"}
+               "no-upcast": "a local job runs fp32, where no-upcast changes nothing",
+               "flash-attn": "flash-attn's Triton kernel runs on GPUs only"}
         raise PlanError(f"cross_entropy {plan.cross_entropy.value}: the validation job's loss is "
                         "PyTorch's F.cross_entropy on fp32 logits (give cross_entropy unfused or "
                         f"torch; {why[plan.cross_entropy.value]})")

@@ -85,6 +85,9 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
         # torchtitan's F.cross_entropy(pred.float()) both upcast
         raise refuse_emit(fmt.value, "cross_entropy no-upcast", "its loss upcasts the logits to "
                           "fp32 (NeMo AutoModel's MaskedCrossEntropy fp32_upcast false does not)")
+    if plan.cross_entropy.value == "flash-attn":  # neither Megatron-Core's nor torchtitan's
+        raise refuse_emit(fmt.value, "cross_entropy flash-attn", "flash-attn's fused cross "
+                          "entropy is not a loss it runs (llm-foundry's is)")
     if plan.cross_entropy.value == "torch" and fmt is EmitFormat.MEGATRON:
         raise refuse_emit(fmt.value, "cross_entropy torch", "Megatron-Core's loss is its own "
                           "vocabulary-parallel cross entropy, not PyTorch's (give unfused)")

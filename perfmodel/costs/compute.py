@@ -453,6 +453,12 @@ BF16_BYTES = 2
 #   v2.18 the gradient is fp32, written beside the logits: not modelled.)
 TE_LOSS_FORWARD_PASSES = 3
 TE_LOSS_BACKWARD_PASSES = 2
+# - flash-attn's fused cross entropy (flash-attn; flash_attn/ops/triton/cross_entropy.py at
+#   058ad35a: cross_entropy_fwd_kernel, an online softmax over each row's blocks, reads the
+#   logits once and writes a float per row; cross_entropy_bwd_kernel reads them again and writes
+#   their gradient, a new tensor (torch.empty_like) unless inplace_backward)
+FLASH_LOSS_FORWARD_PASSES = 1
+FLASH_LOSS_BACKWARD_PASSES = 2
 
 
 @dataclass(frozen=True)
@@ -463,6 +469,7 @@ class LossKernel:
     native: sp.Expr | int = 0
     no_upcast: sp.Expr | int = 0
     torch: sp.Expr | int = 0  # PyTorch's F.cross_entropy on fp32 copies (or unfused, eager)
+    flash: sp.Expr | int = 0  # flash-attn's fused cross entropy
 
 
 def cross_entropy_bytes(T: sp.Expr, V: sp.Expr, tp: sp.Expr, kernel: LossKernel,
@@ -477,9 +484,11 @@ def cross_entropy_bytes(T: sp.Expr, V: sp.Expr, tp: sp.Expr, kernel: LossKernel,
     pytorch = tuple(n * CROSS_ENTROPY_PASSES * either(kernel.no_upcast, e, FP32_BYTES)
                     for n in (1, 2))
     te = (TE_LOSS_FORWARD_PASSES * e, TE_LOSS_BACKWARD_PASSES * e)
+    flash = (FLASH_LOSS_FORWARD_PASSES * e, FLASH_LOSS_BACKWARD_PASSES * e)
     elements = T * V / tp
     forward, backward = (
-        either(kernel.te, te[i], either(kernel.native, native[i], either(
-            kernel.no_upcast + kernel.torch, pytorch[i], megatron[i]))) * elements
+        either(kernel.flash, flash[i], either(kernel.te, te[i], either(
+            kernel.native, native[i], either(kernel.no_upcast + kernel.torch, pytorch[i],
+                                             megatron[i])))) * elements
         for i in (0, 1))
     return forward, backward

@@ -143,6 +143,7 @@ class Context:
     loss_no_upcast: sp.Expr  # 1: the loss on the logits' own dtype (Plan.cross_entropy no-upcast)
     loss_torch: sp.Expr  # 1: PyTorch's loss on fp32 copies (Plan.cross_entropy torch)
     loss_native: sp.Expr  # 1: Megatron-Core's native fused loss (Plan.cross_entropy native)
+    loss_flash: sp.Expr  # 1: flash-attn's fused loss (Plan.cross_entropy flash-attn)
     # 1: the routing weights scale the experts' activation (Plan.expert_weighting activation)
     weighted_activation: sp.Expr
     compiled_kernels: sp.Expr
@@ -316,6 +317,7 @@ class Context:
                                 "cross_entropy_no_upcast"),
             loss_torch=flag(_option(fam, "cross_entropy", "torch"), "cross_entropy_torch"),
             loss_native=flag(_option(fam, "cross_entropy", "native"), "cross_entropy_native"),
+            loss_flash=flag(_option(fam, "cross_entropy", "flash-attn"), "cross_entropy_flash"),
             weighted_activation=flag(_option(fam, "expert_weighting", "activation"),
                                      "moe_weighted_activation"),
             asynchronous=fam.asynchronous,

@@ -50,9 +50,9 @@ def loss_kernel(c: Context) -> K.LossKernel:
     """The plan's loss implementation (Plan.cross_entropy): the unfused loss with eager kernels
     is PyTorch's F.cross_entropy (the validation job's, torchtitan's), with fused or compiled ones
     Megatron's vocab_parallel_cross_entropy."""
-    unfused = 1 - c.te_loss - c.loss_native - c.loss_no_upcast - c.loss_torch
+    unfused = 1 - c.te_loss - c.loss_native - c.loss_no_upcast - c.loss_torch - c.loss_flash
     return K.LossKernel(te=c.te_loss, native=c.loss_native, no_upcast=c.loss_no_upcast,
-                        torch=c.loss_torch + unfused * c.eager_kernels)
+                        torch=c.loss_torch + unfused * c.eager_kernels, flash=c.loss_flash)
 
 
 def loss_s(c: Context) -> tuple[sp.Expr, sp.Expr]:

@@ -89,6 +89,11 @@ LOSS_LOGITS_EAGER = 3
 # cross_entropy.py at 02965d2: CrossEntropyFunction saves its bf16 input and its backward writes
 # the gradient into it): one copy of the logits in the plan's dtype, no fp32 one
 LOSS_LOGITS_TE = 1
+# flash-attn's fused cross entropy (Plan.cross_entropy flash-attn; flash_attn/ops/triton/
+# cross_entropy.py at 058ad35a: CrossEntropyLoss saves the logits, its backward writes their
+# gradient into torch.empty_like(logits), inplace_backward false by default, as llm-foundry
+# calls it): the logits and their gradient in the plan's dtype at the backward's start
+LOSS_LOGITS_FLASH = 2
 
 
 def gathered_stages(c: Context, params: Parameters, st: str, root: sp.Expr,
@@ -347,7 +352,8 @@ def memory_terms(c: Context, params: Parameters,
         upcast = either(c.loss_torch, eager, either(
             c.loss_native, megatron, megatron + (eager - megatron) * c.eager_kernels))
         fp32_loss = either(c.loss_no_upcast, LOSS_LOGITS_EAGER * e, upcast) * T * V / tp
-        loss = either(c.te_loss, LOSS_LOGITS_TE * e * T * V / tp, fp32_loss)
+        loss = either(c.loss_flash, LOSS_LOGITS_FLASH * e * T * V / tp,
+                      either(c.te_loss, LOSS_LOGITS_TE * e * T * V / tp, fp32_loss))
         mem["activations/embedding_output"] = \
             times(has_embed * c.dropout * MASK_BYTES * T * h / c.act_ranks, stage_inflight) \
             + times(has_head, 2 * e * T * h / c.act_ranks + loss) \
