@@ -119,10 +119,10 @@ def cpu_last_level_cache_bytes() -> int | None:
     for index in sorted(base.glob("index*")):
         try:
             text = (index / "size").read_text().strip()
-        except OSError:
+            unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            sizes.append(int(text.rstrip("KMG")) * unit)
+        except (OSError, ValueError):  # unreadable, or a size that is not a number
             continue
-        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        sizes.append(int(text.rstrip("KMG")) * unit)
     return max(sizes) if sizes else None
 
 

@@ -81,13 +81,14 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
         raise refuse_emit(fmt.value, "grad_accumulation_fusion false", "the weight gradients "
                           "added into Megatron-Core's main gradients apart are Megatron-LM's "
                           "(emit megatron, or leave grad_accumulation_fusion at true)")
-    if plan.cross_entropy.value == "no-upcast":  # Megatron-Core's vocab-parallel loss and
-        # torchtitan's F.cross_entropy(pred.float()) both upcast
-        raise refuse_emit(fmt.value, "cross_entropy no-upcast", "its loss upcasts the logits to "
-                          "fp32 (NeMo AutoModel's MaskedCrossEntropy fp32_upcast false does not)")
-    if plan.cross_entropy.value == "flash-attn":  # neither Megatron-Core's nor torchtitan's
-        raise refuse_emit(fmt.value, "cross_entropy flash-attn", "flash-attn's fused cross "
-                          "entropy is not a loss it runs (llm-foundry's is)")
+    # losses no format written here runs: Megatron-Core's vocab-parallel loss and torchtitan's
+    # F.cross_entropy(pred.float()) both upcast, and neither is flash-attn's kernel
+    why = {"no-upcast": "its loss upcasts the logits to fp32 (NeMo AutoModel's "
+                        "MaskedCrossEntropy fp32_upcast false does not)",
+           "flash-attn": "its loss is not flash-attn's fused cross entropy (llm-foundry's is)"}
+    if plan.cross_entropy.value in why:
+        raise refuse_emit(fmt.value, f"cross_entropy {plan.cross_entropy.value}",
+                          why[plan.cross_entropy.value])
     if plan.cross_entropy.value == "torch" and fmt is EmitFormat.MEGATRON:
         raise refuse_emit(fmt.value, "cross_entropy torch", "Megatron-Core's loss is its own "
                           "vocabulary-parallel cross entropy, not PyTorch's (give unfused)")
