@@ -102,10 +102,12 @@ def extrapolations(model: TransformerSpec, hardware: Any, plan: Plan) -> list[st
         return []
     from perfmodel.cli import profile_extrapolations
 
+    # apply_profile appends "calibrated: PATH" to the base's source ("dgx-h100 ...; calibrated: ")
     source = str(getattr(hardware, "source", "") or "")
     profile = None
-    if source.startswith("calibrated: "):
-        profile = source.removeprefix("calibrated: ").removesuffix(" (incomplete run)")
+    _, found, path = source.rpartition("calibrated: ")
+    if found and path:
+        profile = path.removesuffix(" (incomplete run)")
     try:
         return profile_extrapolations(profile, model, hardware, plan)
     except (PerfmodelError, OSError):

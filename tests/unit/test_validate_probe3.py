@@ -181,3 +181,9 @@ def test_validate_reads_the_notes_of_the_profile_the_hardware_came_from(monkeypa
         "gemm g is outside the sizes the profile measured: extrapolated"]
     assert seen == ["/some/where/p.json"]
     assert extrapolations(model, None, plan) == []
+
+    class OnAPreset:  # a profile applied to a preset: its note follows the preset's source
+        source = "NVIDIA DGX H100 datasheet; calibrated: /runs/h100.json"
+
+    extrapolations(model, OnAPreset(), plan)
+    assert seen[-1] == "/runs/h100.json"
