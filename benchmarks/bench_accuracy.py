@@ -1496,6 +1496,13 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
         # (and norm_type = "rmsnorm"), so every element-wise op of the layer is its own kernel
         # (perfmodel.strategy.Kernels.EAGER; torchtitan/models/llama/model.py, models/norms.py)
         plan["kernels"] = "eager"
+    if row.get("source") == "llm-foundry" and plan["dtype"] != "fp8" \
+            and plan.get("stack", "eager") == "eager":
+        # Composer runs MPT's modules as written (no torch.compile in the benchmark yamls):
+        # LayerNorm, GeLU and the residual adds op by op, each linear's bias gradient reduced
+        # apart. The FP8 rows' Transformer Engine linears fuse their bias gradients into the
+        # GEMMs: they keep the fused kernels' count
+        plan["kernels"] = "eager"
     if row.get("source") == "dgxc":
         key = (release_of(row), model["name"])
         plan.update(STACK_OPTIONS.get(key, {}))

@@ -296,7 +296,8 @@ def eager_elementwise_bytes(*, norm_elements: sp.Expr, q_elements: sp.Expr,
                             attention_elements: sp.Expr, e: sp.Expr, layernorm: Flag,
                             gated: Flag, gqa: Flag, flash: Flag, rotary: Flag,
                             rotary_fraction: sp.Expr | int = 1,
-                            partial: Flag = 0) -> dict[str, tuple[sp.Expr, sp.Expr]]:
+                            partial: Flag = 0, bias_elements: sp.Expr | int = 0,
+                            norm_weight_pass: Flag = 0) -> dict[str, tuple[sp.Expr, sp.Expr]]:
     """(forward, backward) bytes of one layer's element-wise ops on one rank, run op by op as
     torchtitan's eager Llama layer runs them (015ccb237, see above) [B]. N_h: elements of a norm's
     input (T h / r, r = tp with sequence parallelism), N_q, N_k: the rotated queries and keys,
@@ -304,7 +305,14 @@ def eager_elementwise_bytes(*, norm_elements: sp.Expr, q_elements: sp.Expr,
     hidden activation (T f / tp), N_o: the attention output (T a d / tp).
 
         norms (2):      RMSNorm, eager_rmsnorm_bytes; LayerNorm (nn.LayerNorm, one fused kernel
-                        each way): forward 2 e N_h, backward 3 e N_h (read g and x, write dx)
+                        forward): forward 2 e N_h, backward 3 e N_h (read g and x, write dx),
+                        and on a GPU (norm_weight_pass = 1) 2 e N_h more: CUDA's
+                        native_layer_norm_backward computes the weight's and bias's gradients
+                        in a second kernel that reads g and x again (PyTorch
+                        aten/src/ATen/native/cuda/layer_norm_kernel.cu at 0005c538e4,
+                        LayerNormBackwardKernelImplInternal: layer_norm_grad_input_kernel, then
+                        GammaBetaBackwardCUDAKernel); the CPU kernel sums them row by row in
+                        its one pass (aten/src/ATen/native/cpu/layer_norm_kernel.cpp)
         rope:           eager_rope_bytes of N_q and of N_k, forward and backward alike, of
                         their rotated share r (rotary_fraction); a partial rotation (partial =
                         1) adds the split and concatenation of each (rope_split_bytes)
@@ -320,12 +328,17 @@ def eager_elementwise_bytes(*, norm_elements: sp.Expr, q_elements: sp.Expr,
                         (b, s, heads, d) and returns it transposed (PyTorch's
                         _scaled_dot_product_flash_attention: the transpose back is free); its
                         backward passes the strided gradient on (no copy)
+        bias grads:     a linear layer's bias is added in its GEMM (cuBLASLt's bias epilogue:
+                        no pass forward), but its gradient is autograd's sum over the tokens of
+                        the output's gradient (addmm's broadcast bias reduced by sum_to): one
+                        kernel reading e N_b backward, N_b the biased outputs' elements
+                        (bias_elements)
     """
-    layernorm, gated, gqa, flash, rotary, partial = map(
-        as_flag, (layernorm, gated, gqa, flash, rotary, partial))
+    layernorm, gated, gqa, flash, rotary, partial, weight_pass = map(
+        as_flag, (layernorm, gated, gqa, flash, rotary, partial, norm_weight_pass))
     rms_fwd, rms_bwd = eager_rmsnorm_bytes(norm_elements, e)
     norm_fwd = layernorm * 2 * e * norm_elements + (1 - layernorm) * rms_fwd
-    norm_bwd = layernorm * 3 * e * norm_elements + (1 - layernorm) * rms_bwd
+    norm_bwd = layernorm * (3 + 2 * weight_pass) * e * norm_elements + (1 - layernorm) * rms_bwd
     rope = rotary * (eager_rope_bytes(q_elements, e, rotary_fraction)
                      + eager_rope_bytes(k_elements, e, rotary_fraction))
     split_fwd, split_bwd = rope_split_bytes(q_elements + k_elements, e)
@@ -337,6 +350,7 @@ def eager_elementwise_bytes(*, norm_elements: sp.Expr, q_elements: sp.Expr,
         "activation": ((2 + 3 * gated) * e * mlp_elements, (3 + 6 * gated) * e * mlp_elements),
         "residual": (2 * 3 * e * norm_elements, 2 * 3 * e * norm_elements),
         "transpose": ((1 - flash) * 2 * e * attention_elements, sp.Integer(0)),
+        "bias_grads": (sp.Integer(0), e * sp.sympify(bias_elements)),
     }
 
 
@@ -350,23 +364,26 @@ def gqa_expand_bytes(expanded_elements: sp.Expr, e: sp.Expr, gqa: Flag) -> sp.Ex
 
 
 def eager_elementwise_kernels(*, layernorm: Flag, gated: Flag, gqa: Flag, flash: Flag,
-                              rotary: Flag, narrow: sp.Expr,
-                              partial: Flag = 0) -> tuple[sp.Expr, sp.Expr]:
+                              rotary: Flag, narrow: sp.Expr, partial: Flag = 0,
+                              bias_kernels: sp.Expr | int = 0,
+                              norm_weight_pass: Flag = 0) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) element-wise kernels of one layer run op by op, counted from the same
     ops as eager_elementwise_bytes (c = narrow: the casts):
-    norms 2 x (6 + 2 c, 14 + 2 c) (LayerNorm 2 x (1, 1)); RoPE 2 x (1 + 2 c, 3 + 2 c) (the
-    backward's conj and clone of the rotary table), and with a partial rotation 2 x (1, 5) more
+    norms 2 x (6 + 2 c, 14 + 2 c) (LayerNorm 2 x (1, 1 + w), w = norm_weight_pass: the weight
+    gradients' kernel on a GPU); the biases' gradients (0, bias_kernels); RoPE
+    2 x (1 + 2 c, 3 + 2 c) (the backward's conj and clone of the rotary table), and with a
+    partial rotation 2 x (1, 5) more
     (the concatenation; the two slices' zero fills and copies, the gradients' sum:
     rope_split_bytes); repeat_kv (2, 2); activation (1 + gated, 1 + 2 gated); residual (2, 2);
     transpose (1 - flash, 0)."""
-    layernorm, gated, gqa, flash, rotary, partial = map(
-        as_flag, (layernorm, gated, gqa, flash, rotary, partial))
+    layernorm, gated, gqa, flash, rotary, partial, weight_pass = map(
+        as_flag, (layernorm, gated, gqa, flash, rotary, partial, norm_weight_pass))
     norm = (layernorm + (1 - layernorm) * (6 + 2 * narrow),
-            layernorm + (1 - layernorm) * (14 + 2 * narrow))
+            layernorm * (1 + weight_pass) + (1 - layernorm) * (14 + 2 * narrow))
     forward = 2 * norm[0] + rotary * 2 * (1 + 2 * narrow + partial) + 2 * gqa + 1 + gated + 2 \
         + (1 - flash)
     backward = 2 * norm[1] + rotary * 2 * (3 + 2 * narrow + 5 * partial) + 2 * gqa + 1 \
-        + 2 * gated + 2
+        + 2 * gated + 2 + bias_kernels
     return forward, backward
 
 

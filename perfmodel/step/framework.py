@@ -95,9 +95,12 @@ def eager_layer_kernels(c: Context, fused: tuple[sp.Expr, sp.Expr]) -> tuple[sp.
     replaced by those of perfmodel.costs.compute.eager_elementwise_kernels (the ops whose bytes
     eager_elementwise_bytes counts) and the unfused attention's softmax and dropout."""
     fused_elementwise = K.LAYER_ELEMENTWISE_KERNELS - K.FLASH_FUSED_ELEMENTWISE * c.flash
+    from perfmodel.step.layer import eager_bias_grads
+
     forward, backward = K.eager_elementwise_kernels(
         layernorm=c.layernorm, gated=c.gated, gqa=c.gqa, flash=c.flash, rotary=c.rotary,
-        narrow=K.narrow_flag(S.e), partial=int(c.fam.partial_rotary))
+        narrow=K.narrow_flag(S.e), partial=int(c.fam.partial_rotary),
+        bias_kernels=eager_bias_grads(c)[1], norm_weight_pass=int(c.asynchronous))
     softmax = K.FLASH_FUSED_ELEMENTWISE * (1 - c.flash)
     eager = c.eager_kernels
     return (fused[0] + eager * (forward + softmax - fused_elementwise),

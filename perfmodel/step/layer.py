@@ -299,6 +299,22 @@ def rope_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
     return c.rotary * c.T * S.a * c.d / S.tp, c.rotary * c.T * S.kv * c.d / S.tp
 
 
+def eager_bias_grads(c: Context, moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
+    """(elements, kernels) of the bias gradients one rank reduces in a layer's backward run op by
+    op (perfmodel.costs.compute.eager_elementwise_bytes: each biased linear's output gradient
+    summed over the tokens), as torchtitan's modules hold the projections (wq, wk, wv, wo, w1,
+    w3, w2, one kernel each): the queries, keys and values (qkv_bias), the attention output
+    and, in a dense layer, the MLP's up (and gate) and down projections (bias). A
+    row-parallel output's gradient is the activation's (T h / r, r = tp with sequence
+    parallelism, else the whole T h on every rank); an MoE layer's experts are moe.py's."""
+    T, tp, dense = c.T, S.tp, 0 if moe else 1
+    qkv = T * (S.a * c.d_qk + c.kv_heads * (c.d_qk + c.d_v)) / tp
+    out = T * S.h / c.act_ranks
+    mlp = dense * (T * (1 + c.gated) * S.f / tp + T * S.h / c.act_ranks)
+    return (c.qkv_bias * qkv + c.bias * (out + mlp),
+            3 * c.qkv_bias + c.bias * (1 + dense * (2 + c.gated)))
+
+
 def elementwise_traffic(c: Context, ew: Mapping[str, sp.Expr],
                         moe: bool) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) bytes of a layer's norms, rotary embedding, activation (a dense
@@ -321,13 +337,15 @@ def elementwise_traffic(c: Context, ew: Mapping[str, sp.Expr],
     rope = K.fused_rope_bytes(n_q, n_k, e)
     expanded = T * S.a * c.d_qk / tp  # K (or V) with every query head (MLA: a heads anyway)
     expand = c.compiled_kernels * K.gqa_expand_bytes(expanded, e, c.gqa)
+    bias_elements, _ = eager_bias_grads(c, moe)
     eager = K.eager_elementwise_bytes(
         norm_elements=T * S.h / c.act_ranks, q_elements=n_q, k_elements=n_k,
         kv_elements=T * c.kv_heads * c.d_qk / tp, expanded_elements=expanded,
         mlp_elements=dense * T * S.f / tp, attention_elements=T * S.a * c.d_v / tp, e=e,
         layernorm=c.layernorm, gated=c.gated, gqa=c.gqa, flash=c.flash, rotary=1,
         rotary_fraction=S.r_rot if c.fam.partial_rotary else 1,
-        partial=int(c.fam.partial_rotary))
+        partial=int(c.fam.partial_rotary), bias_elements=bias_elements,
+        norm_weight_pass=int(c.asynchronous))
     eager_fwd = sum((fwd for fwd, _ in eager.values()), ZERO)
     eager_bwd = sum((bwd for _, bwd in eager.values()), ZERO)
     built = 1 - c.eager_kernels  # fused or compiled

@@ -237,3 +237,14 @@ def test_a_sources_summary_line_counts_its_rows_read_in_part_and_those_that_woul
     assert B.summary(read)[0][1:3] == (3, 0)  # all three still counted
     page = B.markdown(read, [])
     assert f"| llm-foundry bf16 | 3 ({notes['llm-foundry bf16']}) | 0 |" in page
+
+
+def test_llm_foundrys_bf16_rows_run_mpts_modules_op_by_op():
+    # Composer runs MPT's LayerNorm, GeLU and residual adds as written (no torch.compile in the
+    # benchmark yamls); its FP8 rows' Transformer Engine linears fuse their bias gradients
+    _, plan, _ = B.plan_of(_MPT_7B)
+    assert plan["kernels"] == "eager"
+    _, fp8, _ = B.plan_of(dict(_MPT_7B, dtype="fp8", features=_MPT_7B["features"] + "; fp8"))
+    assert "kernels" not in fp8
+    _, dgxc, _ = B.plan_of(_DGXC)  # NeMo: Transformer Engine's fused kernels
+    assert "kernels" not in dgxc

@@ -183,3 +183,87 @@ def test_cli_predict_kernels(run_cli):
         > 2 * fused["breakdown_s"]["compute/forward/elementwise"]
     refused = run_cli(*args, "--stack", "compiled", "--kernels", "eager")
     assert refused.returncode == 4 and len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_eager_layernorm_and_bias_gradients_by_hand():
+    # a GPT-2 style layer (LayerNorm, biases, GeLU, learned positions): 8 tokens, hidden 64, MLP
+    # 96, bf16; the biased outputs: Q, K, V (64 each), the attention output (64), MLP up (96)
+    # and down (64)
+    biased = T * (3 * H_ + H_ + F + H_)
+
+    def ops(weight_pass):
+        return K.eager_elementwise_bytes(
+            norm_elements=N_H, q_elements=0, k_elements=0, kv_elements=N_H,
+            expanded_elements=N_H, mlp_elements=N_F, attention_elements=N_H, e=E, layernorm=1,
+            gated=0, gqa=0, flash=1, rotary=0, bias_elements=biased,
+            norm_weight_pass=weight_pass)
+
+    cpu, gpu = ops(0), ops(1)
+    # nn.LayerNorm: one kernel forward (read x, write y); backward reads g and x, writes dx,
+    # and on a GPU a second kernel reads g and x again for the weight's and bias's gradients
+    assert cpu["norms"] == (2 * 2 * E * N_H, 2 * 3 * E * N_H)
+    assert gpu["norms"] == (2 * 2 * E * N_H, 2 * 5 * E * N_H)
+    # each bias gradient reads its output's gradient once, backward only
+    assert cpu["bias_grads"] == gpu["bias_grads"] == (0, E * biased) == (0, 6656)
+    assert cpu["rope"] == (0, 0)
+    forward, backward = K.eager_elementwise_kernels(
+        layernorm=1, gated=0, gqa=0, flash=1, rotary=0, narrow=1, bias_kernels=6,
+        norm_weight_pass=1)
+    # norms 2 x 1, activation 1, residual 2 forward; norms 2 x 2, activation 1, residual 2 and
+    # the 6 bias gradients (wq, wk, wv, wo, w1, w2) backward
+    assert (forward, backward) == (2 + 1 + 2, 4 + 1 + 2 + 6)
+
+
+def test_a_bias_gradient_is_a_sum_of_the_output_gradient_over_the_tokens():
+    """What the bias term counts, under torch's dispatcher: nn.Linear's backward reduces the
+    output's gradient (T x n) over the tokens in one op, beside the two GEMMs."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[tuple[str, list[int]]] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append((str(func), [a.numel() for a in args
+                                          if isinstance(a, torch.Tensor)]))
+            return func(*args, **(kwargs or {}))
+
+    linear = torch.nn.Linear(H_, F).to(torch.bfloat16)
+    x = torch.randn(2, T // 2, H_, dtype=torch.bfloat16, requires_grad=True)
+    y = linear(x)
+    with Ops() as ops:
+        y.backward(torch.ones_like(y))
+    reductions = [n for op, n in ops.seen if op.startswith("aten.sum")]
+    assert reductions == [[T * F]]  # one pass over the output's gradient
+    assert [op for op, _ in ops.seen].count("aten.mm.default") == 2
+
+
+def _biased_work(asynchronous: bool, kernels: str = "eager"):
+    fam = Family(schedule="1f1b", recompute="none", sequence_parallel=False, zero=0, flash=True,
+                 overlap_grad_sync=False, overlap_param_gather=False, tp_comm_overlap=False,
+                 stack="eager", kernels=kernels, uneven_stages=False, gated=False,
+                 tied_embeddings=True, learned_positions=True, rotary_positions=False,
+                 bias=True, qkv_bias=True, layernorm=True, tp_layout="1d", cp_comm="p2p",
+                 fp8=False, asynchronous=asynchronous)
+    return _layer_work(Context.of(fam), False)
+
+
+def test_a_gpt2_layer_on_a_gpu_adds_the_norms_second_pass_and_the_bias_gradients():
+    values = {S.b: 1, S.s: 8, S.h: 64, S.a: 8, S.kv: 8, S.f: 96, S.tp: 1, S.cp: 1, S.e: 2,
+              S.W: 1}
+
+    def num(x):
+        return float(x.subs(values))
+
+    gpu, cpu = _biased_work(True), _biased_work(False)
+    biases = E * T * (3 * H_ + H_ + F + H_)
+    assert num(gpu.elementwise_s) == num(cpu.elementwise_s)  # nothing forward
+    assert num(gpu.elementwise_back_s) - num(cpu.elementwise_back_s) == 2 * 2 * E * N_H
+    # the fused kernels' count is Megatron's (bias gradients and norms in their fused kernels)
+    assert num(_biased_work(True, "fused").elementwise_back_s) == \
+        num(_biased_work(False, "fused").elementwise_back_s)
+    # the biases' reductions on both devices: the whole backward by hand, CPU
+    hand = 2 * 3 * E * N_H + 3 * E * N_F + 2 * 3 * E * N_H + biases
+    assert num(cpu.elementwise_back_s) == hand
