@@ -82,6 +82,8 @@ def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str], st
         elif not any(cells.values()):
             problem = "the row's cells are all empty (give a plan, or delete the row)"
         rows.append((line, cells, problem))
+    if not rows:  # a header alone would print an empty table: say it holds no plan
+        raise DataError(f"plans file {path} has a header and no rows: give one plan a row")
     return header, rows
 
 

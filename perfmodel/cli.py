@@ -10,6 +10,7 @@ SIGTERM). Tracebacks only with --debug.
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import signal
@@ -22,7 +23,7 @@ from typing import Any
 import click
 
 from perfmodel.costs.precision import MASTER_WEIGHTS, STATE_DTYPES
-from perfmodel.errors import PerfmodelError, PlanError
+from perfmodel.errors import OutputError, PerfmodelError, PlanError
 from perfmodel.output import document, fmt_bytes, json_text, require_finite
 from perfmodel.specs import resolve as specs_resolve
 from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS, LINK_PROTOCOLS
@@ -551,8 +552,12 @@ def profile_status(profile: str | None) -> dict[str, Any]:
 
 def profile_extrapolations(profile: str | None, model: Any, hardware: Any, plan: Any) -> list[str]:
     """The collectives and GEMMs of the plan whose sizes lie outside what the profile's fits saw,
-    and a flash kernel taken at a head size it was not measured at."""
-    flash = _flash_extrapolation(model, hardware, plan)
+    a flash kernel taken at a head size it was not measured at, and the collectives a pinned
+    collective_algorithm does not run (perfmodel.collective.pinned_algorithm_notes)."""
+    from perfmodel.collective import pinned_algorithm_notes
+
+    flash = _flash_extrapolation(model, hardware, plan) + pinned_algorithm_notes(
+        model, hardware, plan)
     if not profile:
         return flash
     from perfmodel.specs import profile as profiles
@@ -1879,6 +1884,11 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning user errors into one line and an exit code."""
     args = argv if argv is not None else sys.argv[1:]
     debug = bool(args) and "--debug" in args[: args.index("--") if "--" in args else len(args)]
+    if sys.stderr is None:  # started with standard error closed (2>&-): its lines go nowhere
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the process's own stream)
+    if sys.stdout is None:  # started with standard output closed (>&-): nowhere to answer
+        print("error: standard output is closed: nowhere to write the answer", file=sys.stderr)
+        sys.exit(OutputError.exit_code)
     try:
         previous = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread (e.g. called from a test's worker thread)
@@ -1899,6 +1909,19 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
+_STREAM_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _say(text: str) -> None:
+    """An error's one line on standard error: a newline inside it (a value the user gave)
+    written as \\n; a standard error that cannot take it (2>/dev/full) does not change the
+    exit code the error has."""
+    try:
+        click.echo(text.rstrip().replace("\r", "\\r").replace("\n", "\\n"), err=True)
+    except OSError:
+        pass
+
+
 def _exit_now(code: object) -> None:
     """End the process without tearing down its objects: the exit handlers run and the
     output is flushed, as at a normal exit, but the interpreter does not free the step model's
@@ -1912,11 +1935,15 @@ def _exit_now(code: object) -> None:
         print(code, file=sys.stderr)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:
+            continue
         try:
             stream.flush()
         except BrokenPipeError:  # the reader went away before the last buffered output
             status = status or EXIT_BROKEN_PIPE
-        except (OSError, ValueError):  # another failed flush: as Python's own exit reports it
+        except OSError as exc:  # the last buffered output did not fit (> /dev/full)
+            status = status or (OutputError.exit_code if exc.errno in _STREAM_FULL else 120)
+        except ValueError:  # another failed flush: as Python's own exit reports it
             status = status or 120
     os._exit(status)
 
@@ -1928,23 +1955,30 @@ def _run(argv: list[str] | None, debug: bool) -> None:
         if debug:
             raise
         label = "internal error" if exc.exit_code == EXIT_INTERNAL else "error"  # InternalError
-        click.echo(f"{label}: {exc}", err=True)
+        _say(f"{label}: {exc}")
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
+        _say("interrupted")
         sys.exit(EXIT_INTERRUPTED)
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        _say(f"error: {exc.format_message()}{hint}")
         sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
+        _say(f"error: {exc.format_message()}")
         sys.exit(exc.exit_code if exc.exit_code else EXIT_USAGE)
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        _say("interrupted")
         sys.exit(EXIT_INTERRUPTED)
     except SystemExit:
         raise
+    except OSError as exc:
+        if debug or exc.errno not in _STREAM_FULL:
+            raise
+        # a full disk or quota under a redirected standard output (> /dev/full, > file): the
+        # files perfmodel writes itself say so as OutputError already
+        _say(f"error: cannot write the output: {exc.strerror}")
+        sys.exit(OutputError.exit_code)
     except Exception as exc:  # a bug: say so in one line; --debug shows the traceback
         if debug:
             raise
@@ -1953,8 +1987,8 @@ def _run(argv: list[str] | None, debug: bool) -> None:
             from perfmodel.extras import command_of, missing_torch_message
 
             command = command_of(argv if argv is not None else sys.argv[1:])
-            click.echo(f"error: {missing_torch_message(command)}", err=True)
+            _say(f"error: {missing_torch_message(command)}")
             sys.exit(EXIT_USAGE)
-        click.echo(f"internal error: {type(exc).__name__}: {exc} "
-                   "(run with --debug for a traceback)", err=True)
+        _say(f"internal error: {type(exc).__name__}: {exc} "
+                   "(run with --debug for a traceback)")
         sys.exit(EXIT_INTERNAL)

@@ -205,3 +205,59 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
     require_finite(result, "the collective's time",
                    f"{op} of {fmt_bytes(nbytes)} over {ranks} ranks on {hardware.name}")
     return result
+
+
+_SCOPE_WORDS = {"intra": "inside one node", "inter": "one rank a node",
+                "mixed": "over nodes, several ranks each"}
+
+
+def pinned_algorithm_notes(model: Any, hardware: HardwareSpec, plan: Any) -> list[str]:
+    """Where the hardware's collective_algorithm (--collective-algorithm) does not run a
+    collective of the plan, what runs it instead, one note per op and group: the step model
+    takes a pinned algorithm where it applies and the library's choice elsewhere
+    (perfmodel.step.collective._algorithms): nvls for an all_reduce inside an NVLS node only,
+    hierarchical for a group over nodes with several ranks in each (every op with a two-level
+    form in generic, all_reduce in nccl; the library's first algorithm, ring, elsewhere), ring,
+    tree or recursive for the ops that have it. A group a calibrated fit prices takes the fit's
+    time whatever the algorithm. Point-to-point sends have no algorithm to pin."""
+    from perfmodel.costs.collectives import ALGORITHMS, LIBRARY_ALGORITHMS, Algorithm, Op
+    from perfmodel.evaluate import values_of
+    from perfmodel.predict import comm_ledger
+    from perfmodel.step.collective import AXIS_DEGREE
+
+    pinned = hardware.collective_algorithm
+    if pinned == "auto":
+        return []
+    values = values_of(model, hardware, plan)
+    library = hardware.collective_library
+    notes: dict[tuple[str, str], str] = {}
+    for record in comm_ledger(model, plan, hardware):
+        op, axis = record["op"], record["axis"]
+        if op == "send_recv" or (op, axis) in notes or axis not in AXIS_DEGREE:
+            continue
+        degree = AXIS_DEGREE[axis]
+        n = float(degree.subs({x: values[x.name] for x in degree.free_symbols}))
+        k = float(values.get(f"{axis}_per_node", n))
+        if n <= 1:
+            continue
+        scope = "intra" if k >= n else ("inter" if k <= 1 else "mixed")
+        fits = [f for f in hardware.collectives
+                if f.op == op and f.scope == ("intra" if scope == "intra" else "inter")]
+        choice = " or ".join(a.value for a in LIBRARY_ALGORITHMS[library][Op(op)])
+        group = f"{op} of the {axis} group ({n:g} ranks, {_SCOPE_WORDS[scope]})"
+        if fits:
+            notes[op, axis] = (f"collective_algorithm {pinned}: the {group} takes the "
+                               "calibrated fit's time, whatever the algorithm")
+            continue
+        if pinned == "nvls":
+            runs = op == "all_reduce" and scope == "intra" and hardware.intra_node.has_nvls
+        elif pinned == "hierarchical":
+            runs = scope == "mixed" and op not in ("all_to_all",) and (
+                library == "generic" or op == "all_reduce")
+            choice = LIBRARY_ALGORITHMS[library][Op(op)][0].value
+        else:
+            runs = Algorithm(pinned) in ALGORITHMS[Op(op)]
+        if not runs:
+            notes[op, axis] = (f"collective_algorithm {pinned} does not run the {group}: it "
+                               f"takes the library's choice ({library}: {choice})")
+    return list(notes.values())

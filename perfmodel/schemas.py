@@ -337,7 +337,10 @@ def schema(kind: str) -> dict[str, Any]:
     if kind == "predict":
         body = _with(PREDICTION, {
             **MODEL_SUMMARY,
-            "extrapolations": {**STRINGS, "description": "Sizes outside a --profile's fits."},
+            "extrapolations": {**STRINGS, "description": "What the prediction takes beyond "
+                               "what was measured or asked: sizes outside a --profile's fits, "
+                               "a flash kernel at a head size not measured, the collectives a "
+                               "pinned --collective-algorithm does not run."},
             "profile": obj({"path": STRING, "complete": BOOLEAN,
                             "missing_stages": {"type": ["array", "null"], "items": STRING},
                             "note": {"type": ["string", "null"]}},

@@ -838,6 +838,11 @@ class Plan:
             raise PlanError("defer_grad_sync defers FSDP's reduce-scatters to the last "
                             "micro-batch: it needs zero 3 and pp 1 (ZeRO 0-2 reduce once a step, "
                             "and a pipeline's FSDP reduces after the stage's last backward)")
+        per_step = max(1, self.dp * self.micro_batch)
+        if self.defer_grad_sync and self.global_batch == per_step:
+            raise PlanError("defer_grad_sync defers FSDP's reduce-scatters to the last "
+                            "micro-batch, and the step has one (global_batch = dp x "
+                            "micro_batch): it would change nothing; leave it out")
 
     def _check_scatter_gather(self) -> None:
         """pp_scatter_gather where Megatron-LM split its sends: between pipeline stages, over

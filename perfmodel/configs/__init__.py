@@ -145,8 +145,10 @@ def resolve_plan(job: JobConfig, model: Any, given: dict[str, Any]) -> tuple[Any
         if key == "gpus" or value is None:
             continue
         if key in job.plan and job.plan[key] != value and str(job.plan[key]) != str(value):
-            raise PlanError(f"--{key.replace('_', '-')} {value} contradicts the config's "
-                            f"{key} {job.plan[key]} ({job.path}); drop one")
+            flag = (f"--attention {'flash' if value else 'unfused'}"  # the flag given
+                    if key == "flash_attention" else f"--{key.replace('_', '-')} {value}")
+            raise PlanError(f"{flag} contradicts the config's {key} {job.plan[key]} "
+                            f"({job.path}); drop one")
         job.plan[key] = value
     for decide in job.with_model:
         decide(model)

@@ -650,11 +650,14 @@ def finish(job: JobConfig, gpus: int) -> None:
                           "kept after it: not modelled (give it false)")
     if applies and reshard != "forward":
         job.fix("fsdp_reshard", reshard)
-    job.fix("defer_grad_sync", bool(defer and applies and wrapped))
+    # one micro-batch a step (global batch = local_batch_size x dp): nothing to defer
+    single = job.plan.get("global_batch") == local * dp and local == micro
+    job.fix("defer_grad_sync", bool(defer and applies and wrapped and not single))
     if defer or given:
         job.took("distributed.defer_fsdp_grad_sync", f"{defer}{'' if given else ' (default)'}",
                  "moot (a pipeline's schedule defers the reduction; DDP or one rank none)"
-                 if not applies else "moot: enable_fsdp_optimizations defers the reduction "
+                 if not applies else "moot: one micro-batch a step" if single
+                 else "moot: enable_fsdp_optimizations defers the reduction "
                  "(fsdp_reshard step)" if reshard == "step" else "no effect: FSDP's reduction "
                  "in every micro-batch (the outer model is not an FSDP unit: wrap_outer_model "
                  "false)" if defer and not wrapped else "defer_grad_sync (FSDP's reduction in "

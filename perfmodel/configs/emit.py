@@ -39,7 +39,10 @@ def header(model: Any, hardware: Any, plan: Any, step_time_s: float) -> list[str
     overlap += f", {'an' if stack[0] in 'aeiou' else 'a'} {stack} stack"
     return [f"Written by perfmodel recommend: {model.name} on {plan.gpus} x {hardware.name}, "
             f"predicted step {step_time_s:.6g} s.",
-            f"Plan: dp {plan.dp}, tp {plan.tp}, pp {plan.pp}, micro-batch {plan.micro_batch}, "
+            f"Plan: dp {plan.dp}, tp {plan.tp}, pp {plan.pp}"
+            + "".join(f", {name} {degree}" for name, degree in (
+                ("cp", plan.cp), ("ep", plan.ep), ("etp", plan.etp)) if degree > 1)
+            + f", micro-batch {plan.micro_batch}, "
             f"global batch {plan.global_batch}, schedule {plan.schedule.value}, virtual stages "
             f"{plan.virtual_stages}, sequence parallel {str(plan.sequence_parallel).lower()}, "
             f"ZeRO {plan.zero}, {plan.dtype.value}.",

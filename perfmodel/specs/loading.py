@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -190,16 +191,20 @@ def label(value: Any, field: str, *, empty: bool = False) -> str:
     return value
 
 
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
 def number(value: Any, field: str, *, minimum: float = 0.0, strict: bool = True,
            maximum: float = math.inf, integer: bool = False, reason: str = "") -> float:
     """Validate a positive (or non-negative) finite number, naming the field when it is not
     (and, out of range, the reason for the range when one is given)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
+        # a string in plain decimal notation only: YAML 1.1 (PyYAML) reads 1e15 as a string, but
+        # float() would also take '4_0', full-width or Arabic-Indic digits
         if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise SpecError(f"{field} must be a number, got '{value}'") from None
+            if not _DECIMAL.fullmatch(value.strip()):
+                raise SpecError(f"{field} must be a number, got '{value}'")
+            value = float(value)
         else:
             raise SpecError(f"{field} must be a number, got {type(value).__name__}")
     if math.isnan(value) or math.isinf(value):

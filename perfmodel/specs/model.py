@@ -230,7 +230,7 @@ class TransformerSpec:
             moe = {"top_k": None, "expert_ffn_hidden": None, "shared_experts": 0,
                    "shared_expert_ffn_hidden": None, "moe_first_dense": 0, "moe_dense_layers": (),
                    "capacity_factor": None, "routing_imbalance": 1.0, "expert_groups": 0,
-                   "group_topk": 0, "routing": "learned"}
+                   "group_topk": 0, "routing": "learned", "active_count": "all"}
             for key, default in moe.items():
                 value = getattr(self, key)
                 if value != default and not (key in DERIVED and key not in given):
@@ -611,8 +611,9 @@ _UNMODELLED_TYPES = {
 # fallback (kv heads = heads, head_dim = hidden / heads, no shared expert, no compression ...).
 _HF_UNSAID = {
     "num_key_value_heads": {"mistral": "8", "mixtral": "8", "qwen2": "32", "qwen2_moe": "16",
-                            "qwen3": "32", "qwen3_moe": "4", "gpt_oss": "8", "glm4_moe": "8"},
-    "head_dim": {"qwen3": "128", "glm4_moe": "128"},
+                            "qwen3": "32", "qwen3_moe": "4", "gpt_oss": "8", "glm4_moe": "8",
+                            "gemma": "16"},
+    "head_dim": {"qwen3": "128", "glm4_moe": "128", "gemma": "256"},
     "shared_expert_intermediate_size": {"qwen2_moe": "5632"},
     "q_lora_rank": dict.fromkeys(("deepseek_v2", "deepseek_v3"), "1536"),
     "qk_rope_head_dim": dict.fromkeys(("deepseek_v2", "deepseek_v3"), "64"),
@@ -718,7 +719,8 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str,
         fields.update(_hf_experts(cfg, mtype, where, fields["layers"], need, count))
     fields.update(_hf_window(cfg, mtype, where, fields["layers"], count))
     fields.update(_hf_rotary(cfg, mtype, where))
-    fields["active_count"] = _HF_ACTIVE_COUNT.get(mtype, "all")
+    if fields.get("experts"):  # a dense model's active parameters are all of them
+        fields["active_count"] = _HF_ACTIVE_COUNT.get(mtype, "all")
     if seq_len is None:
         reach = f" (its {positions_key} is {positions})" if positions is not None else ""
         raise SpecError(f"{where} (Hugging Face config) has no training sequence length: give "
@@ -1028,7 +1030,14 @@ def _hf_window(cfg: Mapping[str, Any], mtype: str, where: str, layers: int,
     window = cfg.get("sliding_window")
     qwen = mtype.startswith("qwen")
     if qwen and cfg.get("use_sliding_window") is not True:
-        return {}  # their configs carry a window that only use_sliding_window turns on
+        # their configs carry a window that only use_sliding_window turns on; a layer of another
+        # kind (Qwen3-Next's linear_attention) is refused all the same
+        unknown = sorted({str(t) for t in cfg.get("layer_types") or []}
+                         - set(_ATTENTION_TYPES))
+        if unknown:
+            raise SpecError(f"{where}: layer_types {', '.join(unknown)} is not modelled "
+                            f"(perfmodel models {', '.join(_ATTENTION_TYPES)})")
+        return {}
     # what the configuration class fills in where the window's keys are left out (transformers
     # 5: MistralConfig's and GptOssConfig's sliding_window, the Qwen classes' sliding_window and
     # max_window_layers): refused, never read as no window or every layer windowed
@@ -1152,6 +1161,9 @@ def _load_model(name_or_path: str | Path | TransformerSpec, _within: tuple[Path,
                 if not isinstance(base_name, str):
                     raise SpecError(f"{where}: base must be a preset name or a path, got "
                                     f"{type(base_name).__name__}")
+                if base_name in BUILDERS:
+                    raise SpecError(f"{where}: base '{base_name}' is a layer graph (CNN/MLP) "
+                                    "preset: a transformer spec builds on a transformer's")
                 base_path = resolve(base_name, MODELS_DIR, "model", relative_to=path.parent)
                 if base_path.resolve() in (*_within, path.resolve()):
                     raise SpecError(f"{where}: base '{base_name}' forms a cycle")

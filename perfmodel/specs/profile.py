@@ -116,7 +116,7 @@ def profile_from_dict(data: Any, where: str, path: Path | None = None) -> Profil
             "(is this a perfmodel profile?)"
         )
     version = data.get("version")
-    if version != VERSION:
+    if version != VERSION or isinstance(version, bool):  # True == 1 in Python, not in JSON
         raise SpecError(
             f"{where}: profile version {version!r} is not supported; this perfmodel "
             f"reads version {VERSION}: re-run `perfmodel calibrate` to rewrite it"
