@@ -777,10 +777,22 @@ def active_parameters(model: Any, parameters: float) -> float:
     return parameters if not counts.sparse else float(counts.reported)
 
 
-def noted_seq_len(model: Any, seq_len: int | None) -> Any:
-    """The model with --seq-len noted as where its sequence length came from (when given)."""
+def noted_seq_len(model: Any, seq_len: int | None, given: Any = None) -> Any:
+    """The model with --seq-len noted as where its sequence length came from (when given). A
+    preset's or spec file's learned position table follows the sequence length
+    (perfmodel.params): where --seq-len changes it, a note says by how much (a Hugging Face
+    config's table is its checkpoint's, which --seq-len may not pass)."""
     if seq_len is None or not hasattr(model, "noted"):
         return model
+    if given is not None and model.position_embedding == "learned" \
+            and not model.origin.endswith("(Hugging Face config)"):
+        from perfmodel.specs.model import load_model
+
+        own = load_model(given).seq_len
+        if own != seq_len:
+            click.echo(f"note: {model.name} has learned positions: --seq-len {seq_len} sizes its "
+                       f"position table to {seq_len} rows (its own: {own}), "
+                       f"{(seq_len - own) * model.hidden / 1e6:+.2f}M parameters", err=True)
     return model.noted(seq_len_from="--seq-len")
 
 
@@ -871,7 +883,8 @@ def build_inputs(kw: dict[str, Any], adjust: Callable[[Any], Any] | None = None
         return model, hardware, plan
     if not kw.get("model"):
         raise click.UsageError("give --model (a preset, spec file or Hugging Face config.json)")
-    model = noted_seq_len(load_model(kw["model"], seq_len=kw.get("seq_len")), kw.get("seq_len"))
+    model = noted_seq_len(load_model(kw["model"], seq_len=kw.get("seq_len")), kw.get("seq_len"),
+                          kw["model"])
     if getattr(model, "kind", "") == "layers":
         raise click.UsageError(f"model '{model.name}' is a layer graph (CNN/MLP): this takes a "
                                "transformer (layer graphs take --pr/--pc in predict, explain and "
@@ -1302,7 +1315,7 @@ def recommend(model: str | None, from_config: str | None,
     else:
         if not model:
             raise click.UsageError("give --model (or --from-config)")
-        spec = noted_seq_len(load_model(model, seq_len=seq_len), seq_len)
+        spec = noted_seq_len(load_model(model, seq_len=seq_len), seq_len, model)
     if gpus is None or global_batch is None:
         raise click.UsageError(f"give {'--gpus' if gpus is None else '--global-batch'}")
     if emit_config:  # every framework written is 1d; DeepSpeed's Trainer data parallel only

@@ -173,3 +173,14 @@ def test_a_full_or_closed_standard_error_keeps_the_errors_exit_code():
 def test_defer_grad_sync_with_one_micro_batch_is_refused():
     with pytest.raises(PlanError, match="the step has one"):
         Plan(gpus=8, dp=8, zero=3, micro_batch=1, global_batch=8, defer_grad_sync=True)
+
+
+def test_seq_len_on_a_learned_position_preset_says_its_table_grows(capsys):
+    code, err = _exit(capsys, "predict", "--model", "gpt2-small", "--hardware", "dgx-h100",
+                      "--seq-len", "4096", "--json")
+    # 3,072 more rows of 768: GPT-2 small's own table holds 1,024
+    assert code == 0 and ("note: gpt2-small has learned positions: --seq-len 4096 sizes its "
+                          "position table to 4096 rows (its own: 1024), +2.36M parameters") in err
+    code, err = _exit(capsys, "predict", "--model", "llama3-8b", "--hardware", "dgx-h100",
+                      "--seq-len", "4096", "--json")
+    assert code == 0 and "learned positions" not in err  # RoPE: no table
