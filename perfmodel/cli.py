@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import math
 import os
 import signal
@@ -1898,7 +1899,7 @@ def main(argv: list[str] | None = None) -> None:
     args = argv if argv is not None else sys.argv[1:]
     debug = bool(args) and "--debug" in args[: args.index("--") if "--" in args else len(args)]
     if sys.stderr is None:  # started with standard error closed (2>&-): its lines go nowhere
-        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the process's own stream)
+        sys.stderr = io.StringIO()
     if sys.stdout is None:  # started with standard output closed (>&-): nowhere to answer
         print("error: standard output is closed: nowhere to write the answer", file=sys.stderr)
         sys.exit(OutputError.exit_code)

@@ -220,14 +220,14 @@ def pinned_algorithm_notes(model: Any, hardware: HardwareSpec, plan: Any) -> lis
     form in generic, all_reduce in nccl; the library's first algorithm, ring, elsewhere), ring,
     tree or recursive for the ops that have it. A group a calibrated fit prices takes the fit's
     time whatever the algorithm. Point-to-point sends have no algorithm to pin."""
+    pinned = hardware.collective_algorithm
+    if pinned == "auto":  # before the imports: a warm predict imports no sympy
+        return []
     from perfmodel.costs.collectives import ALGORITHMS, LIBRARY_ALGORITHMS, Algorithm, Op
     from perfmodel.evaluate import values_of
     from perfmodel.predict import comm_ledger
     from perfmodel.step.collective import AXIS_DEGREE
 
-    pinned = hardware.collective_algorithm
-    if pinned == "auto":
-        return []
     values = values_of(model, hardware, plan)
     library = hardware.collective_library
     notes: dict[tuple[str, str], str] = {}

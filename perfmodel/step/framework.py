@@ -89,14 +89,28 @@ def part_costs(c: Context) -> dict[str, PartCost]:
     return out
 
 
+def eager_bias_grads(c: Context, moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
+    """(elements, kernels) of the bias gradients one rank reduces in a layer's backward run op by
+    op (perfmodel.costs.compute.eager_elementwise_bytes: each biased linear's output gradient
+    summed over the tokens), as torchtitan's modules hold the projections (wq, wk, wv, wo, w1,
+    w3, w2, one kernel each): the queries, keys and values (qkv_bias), the attention output
+    and, in a dense layer, the MLP's up (and gate) and down projections (bias). A
+    row-parallel output's gradient is the activation's (T h / r, r = tp with sequence
+    parallelism, else the whole T h on every rank); an MoE layer's experts are moe.py's."""
+    T, tp, dense = c.T, S.tp, 0 if moe else 1
+    qkv = T * (S.a * c.d_qk + c.kv_heads * (c.d_qk + c.d_v)) / tp
+    out = T * S.h / c.act_ranks
+    mlp = dense * (T * (1 + c.gated) * S.f / tp + T * S.h / c.act_ranks)
+    return (c.qkv_bias * qkv + c.bias * (out + mlp),
+            3 * c.qkv_bias + c.bias * (1 + dense * (2 + c.gated)))
+
+
 def eager_layer_kernels(c: Context, fused: tuple[sp.Expr, sp.Expr]) -> tuple[sp.Expr, sp.Expr]:
     """A layer's (forward, backward) kernels with its element-wise ops as the plan's kernels run
     them: fused, kernels_per_layer_forward's (x 2 backward); eager, its element-wise kernels
     replaced by those of perfmodel.costs.compute.eager_elementwise_kernels (the ops whose bytes
     eager_elementwise_bytes counts) and the unfused attention's softmax and dropout."""
     fused_elementwise = K.LAYER_ELEMENTWISE_KERNELS - K.FLASH_FUSED_ELEMENTWISE * c.flash
-    from perfmodel.step.layer import eager_bias_grads
-
     forward, backward = K.eager_elementwise_kernels(
         layernorm=c.layernorm, gated=c.gated, gqa=c.gqa, flash=c.flash, rotary=c.rotary,
         narrow=K.narrow_flag(S.e), partial=int(c.fam.partial_rotary),

@@ -50,7 +50,7 @@ from perfmodel.step import op_recompute as OP
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, linear_gemm_time
-from perfmodel.step.framework import BACKWARD_PER_FORWARD, PartCost
+from perfmodel.step.framework import BACKWARD_PER_FORWARD, PartCost, eager_bias_grads
 
 ZERO = sp.Integer(0)
 
@@ -297,22 +297,6 @@ def rope_elements(c: Context) -> tuple[sp.Expr, sp.Expr]:
     if c.fam.mla:
         return c.rotary * c.T * S.a * S.d_rope / S.tp, c.rotary * c.T * S.d_rope
     return c.rotary * c.T * S.a * c.d / S.tp, c.rotary * c.T * S.kv * c.d / S.tp
-
-
-def eager_bias_grads(c: Context, moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
-    """(elements, kernels) of the bias gradients one rank reduces in a layer's backward run op by
-    op (perfmodel.costs.compute.eager_elementwise_bytes: each biased linear's output gradient
-    summed over the tokens), as torchtitan's modules hold the projections (wq, wk, wv, wo, w1,
-    w3, w2, one kernel each): the queries, keys and values (qkv_bias), the attention output
-    and, in a dense layer, the MLP's up (and gate) and down projections (bias). A
-    row-parallel output's gradient is the activation's (T h / r, r = tp with sequence
-    parallelism, else the whole T h on every rank); an MoE layer's experts are moe.py's."""
-    T, tp, dense = c.T, S.tp, 0 if moe else 1
-    qkv = T * (S.a * c.d_qk + c.kv_heads * (c.d_qk + c.d_v)) / tp
-    out = T * S.h / c.act_ranks
-    mlp = dense * (T * (1 + c.gated) * S.f / tp + T * S.h / c.act_ranks)
-    return (c.qkv_bias * qkv + c.bias * (out + mlp),
-            3 * c.qkv_bias + c.bias * (1 + dense * (2 + c.gated)))
 
 
 def elementwise_traffic(c: Context, ew: Mapping[str, sp.Expr],
