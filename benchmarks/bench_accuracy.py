@@ -11,22 +11,31 @@ Three sets, none of them used to set a parameter (they measure the model; see DE
   yet is listed in the row's `not modelled` column, never silently dropped. Another file of the
   same schema (--data DIR: held-out runs) is read the same way: a model outside ARCHITECTURES
   takes its tokenizer's architecture (VOCABULARIES; named as assumed where its vocabulary is
-  only near the tokenizer's) or the row's own columns (`dropout` too), a GPU its preset
-  (HARDWARE; A100 and H100 names read by their words: hardware_of), features in Megatron's,
+  only near the tokenizer's; a shape that could be a windowed model's too: SLIDING_WINDOW_SHAPES)
+  with the row's own columns over either (`bias`, `norm`, `position_embedding`, `dropout`), a
+  GPU its preset (HARDWARE; A100, H100 and V100 names read by their words, and a hardware
+  note's part, memory and network: hardware_of, network_stated), features in Megatron's,
   DeepSpeed's, PyTorch's and Composer's words too (GENERIC_FEATURES and generic_feature's
   patterns: recompute, FSDP, TP overlap, flash-attention versions, SDPA, FP8 recipes, degrees
   and gradient accumulation checked against the columns, precision, biases and dropout;
   matched whatever their case, hyphens, underscores, spaces or a trailing 'optimization'; a
-  feature's parenthetical read with it; commas inside parentheses do not split features);
-  features that disagree with each other or with the row's columns refuse the row, and so do
-  features of runs the model does not have (HSDP, torchao's float8); optional columns give a
-  mixture of experts (`model`: a preset whose sizes must agree with the row's; or `experts`,
-  `top_k`, `moe_ffn_hidden`, `shared_experts`) and `ep`, `etp`; a column or feature it does not
-  read is named in the row's `not modelled`, and so are the defaults its plan takes where the
-  row states nothing ('assumed: ...') and a network other than its preset's; each source's
-  summary line counts its rows with features not read and those predicted not to fit (all in
-  its MAPE, and the MAPE of the others beside it); a row it cannot know is refused in its row
-  with the reason, and the others are still predicted.
+  feature's parenthetical read with it, and the row refused where it is not (it may narrow the
+  feature); commas inside parentheses do not split features); features that disagree with each
+  other or with the row's columns refuse the row, and so do features of runs the model does not
+  have (HSDP, torchao's float8, offloading to the host) and a feature naming ZeRO or FSDP that
+  is not read; the file's headers are read whatever their case and spaces, its dtype in
+  PyTorch's words too ('bfloat16'), its boolean columns in yes/no or 1/0, an empty pp or cp as
+  1 and an empty kv_heads as the heads; a degree or count that is not a whole number of at
+  least 1, or a published time that is not a positive number, refuses its row; optional
+  columns give a mixture of experts (`model`: a preset whose sizes must agree with the row's; or
+  `experts`, `top_k`, `moe_ffn_hidden`, `shared_experts`) and `ep`, `etp`; a column or feature
+  it does not read is named in the row's `not modelled`, and so are the defaults its plan takes
+  where the row states nothing ('assumed: ...') and a network other than its preset's; each
+  source's summary line counts its rows with features not read and those predicted not to fit
+  (all in its MAPE, and the MAPE of the others beside it); a row it cannot know is refused in
+  its row with the reason (published_row: no row stops the benchmark), and the others are
+  still predicted. A source is compared whatever its case ('TorchTitan'); one naming DeepSpeed
+  with pp > 1 runs DeepSpeed's pipeline engine.
 - Korthikanti et al. 2022, Table 5 (eight iterations on DGX A100 80GB).
 - The shared nccl-tests logs: each log's bus bandwidth per size against `perfmodel collective` on
   the preset of its GPU.
@@ -55,80 +64,148 @@ HARDWARE = {"H100": "dgx-h100", "A100": "dgx-a100-80gb", "H200": "hgx-h200", "B2
 
 
 def hardware_of(row: dict[str, Any]) -> str:
-    """The preset of a row's GPU: HARDWARE by its `gpu` column, an A100's or H100's name read by
-    its words (_a100, _h100: 'A100-SXM4-40GB', 'H100 SXM5 80GB', nvidia-smi's 'NVIDIA H100 80GB
-    HBM3'), where the `hardware_note` tells an A100 40GB or an H100 PCIe card apart from the SXM
-    parts; a part no preset has (an A100 PCIe card, an H100 of other memory and clocks) is
-    refused. ValueError names an unknown GPU."""
-    gpu = str(row.get("gpu", "")).strip()
-    note = str(row.get("hardware_note", "") or "").upper().replace(" ", "")
-    key = gpu.upper().replace(" ", "").replace("-", "").replace("_", "").removeprefix("NVIDIA")
+    """The preset of a row's GPU: HARDWARE by its `gpu` column, an A100's, H100's or V100's name
+    read by its words (_a100, _h100, _v100: 'A100-SXM4-40GB', 'A100-80G', 'H100 SXM5 80GB',
+    'HGX H100', 'H100 (SXM5)', nvidia-smi's 'NVIDIA H100 80GB HBM3'), where the `hardware_note`
+    tells an A100 40GB or an H100 PCIe card apart from the SXM parts (_form_factor); a part no
+    preset has (an A100 PCIe card, an H100 of other memory and clocks, a V100 16GB) is refused,
+    and so is a note whose memory is not its preset's. ValueError names an unknown GPU."""
+    gpu = _text(row, "gpu")
+    if not gpu:
+        raise ValueError(f"gpu: empty (known: {', '.join(HARDWARE)})")
+    note = _text(row, "hardware_note").upper().replace(" ", "")
+    key = re.sub(r"[\s\-_()\[\]]", "", gpu.upper()).removeprefix("NVIDIA").removeprefix("TESLA")
+    # 'HGX H100', 'DGX A100', 'DGX-1 V100': the node names the SXM part of its GPU
+    node = re.match(r"(?:HGX|DGX1?)(?=[AHV]100)", key)
+    key = key[node.end():] if node else key
+    # 'A100-80G': the memory's G without its B
+    key = re.sub(r"(?<=\d)G(?=$|[A-Z])(?!B|IB)", "GB", key)
     if key.startswith("A100"):
-        return _a100(row, gpu, key, note)
+        return _a100(row, gpu, key, note, bool(node))
     if key.startswith("H100"):
-        return _h100(row, gpu, key, note)
+        return _h100(row, gpu, key, note, bool(node))
+    if key.startswith("V100"):
+        return _v100(row, gpu, key, note)
     preset = {k.upper(): v for k, v in HARDWARE.items()}.get(key)
     if preset is None:
         raise ValueError(f"gpu '{gpu}' has no preset (known: {', '.join(HARDWARE)})")
     return preset
 
 
-def _h100(row: dict[str, Any], gpu: str, key: str, note: str) -> str:
+# A memory size as a row states it: GB or GiB, with or without a space, whole or not ('80GB',
+# '95 GiB', 'a100_40gb'); never Gb, a rate's bits, nor a bandwidth ('40 Gb/s', '900 GB/s',
+# '50 GBps'), nor a host's memory or disks ('2048 GB DDR5', '30 TB NVMe' is not GB)
+_MEMORY = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?) ?(?:GB|gb|GiB|GIB|gib)(?![A-Za-z]|\s*/)"
+                     r"(?!\s*(?i:of\s+)?(?i:host|system|cpu|ram|ddr|dram|nvme|ssd|disk|storage)"
+                     r"(?![A-Za-z]))")
+
+
+_HOST = re.compile(r"(?i:host|system|cpu|ram|ddr\d?|dram|nvme|ssd|disk|storage)\b[^,;]*$")
+
+
+def _memory_sizes(row: dict[str, Any]) -> set[float]:
+    """The memory sizes (GB or GiB, as the number stated) a row's gpu column and hardware note
+    state; not a host's ('host memory 2048 GB': its words before the size, in its clause)."""
+    text = f"{_text(row, 'gpu')} {_text(row, 'hardware_note')}"
+    return {float(found.group(1)) for found in _MEMORY.finditer(text)
+            if not _HOST.search(text[max(found.start() - 30, 0):found.start()])}
+
+
+def _size(gb: float) -> str:
+    return f"{gb:g} GB"
+
+
+def _form_factor(note: str, card_named: bool, sxm_named: bool, part: str) -> str:
+    """'pcie' or 'sxm': the part a gpu column and its upper-case hardware note (spaces removed)
+    name. The PCIe card where the column or the note names it as a card ('H100 PCIe', 'PCIe
+    card', 'H100 80GB PCIe'), the SXM part where either names it (SXM, HBM3, a DGX or HGX node,
+    NVSwitch, NVLink other than a PCIe card's bridge: _sxm); a note's PCIe that names neither
+    (its host's or NICs' links: 'ConnectX-7 on PCIe Gen5') does not make the card. Both, or PCIe
+    in a note that names neither part, could be either: ValueError; '' where nothing is said."""
+    flat = note.replace("-", "").replace("_", "")
+    card = card_named or re.search(r"(?:[AH]100|V100)(?:\d+GB)?PCIE|PCIE(?:CARD|FORMFACTOR"
+                                   r"|ADDINCARD|GPU|VERSION)", flat) is not None
+    sxm = sxm_named or _sxm(flat)
+    if card and sxm:
+        raise ValueError(f"names both the PCIe card and the {part} part (state one)")
+    if card:
+        return "pcie"
+    if sxm:
+        return "sxm"
+    if "PCIE" in flat:
+        raise ValueError("the hardware note names PCIe but neither the PCIe card ('PCIe card', "
+                         "'H100 PCIe') nor the SXM part (SXM, DGX, HGX, NVLink, NVSwitch): "
+                         "state which")
+    return ""
+
+
+def _h100(row: dict[str, Any], gpu: str, key: str, note: str, node: bool) -> str:
     """The preset of an H100 as hardware_of reads it: the DGX H100's SXM5 part (80 GB HBM3,
     700 W: dgx-h100) or the PCIe card (80 GB HBM2e, 350 W: h100-pcie); a part of other memory
-    and clocks (the 94 GB NVL card, Grand Teton's 96 GB HBM2e at 500 W) is refused, and so is a
-    name of other words."""
-    words = re.findall(r"SXM5|SXM|80GB|94GB|96GB|HBM3|HBM2E|PCIE|NVL", key.removeprefix("H100"))
+    and clocks (the 94 GB NVL card, Grand Teton's 96 GB HBM2e at 500 W; any memory stated but
+    80 GB, or a DGX H100's 640) is refused, and so is a name of other words."""
+    words = re.findall(r"SXM5|SXM|\d+GB|\d+GIB|HBM3|HBM2E|PCIE|NVL", key.removeprefix("H100"))
     if "".join(words) != key.removeprefix("H100"):
         raise ValueError(f"gpu '{gpu}' has no preset (known: {', '.join(HARDWARE)})")
-    # H100s that are neither the DGX's SXM5 80 GB HBM3 at 700 W nor the PCIe card (Meta's Grand
-    # Teton: 96 GB HBM2e, 2.4 TB/s, run at 500 W, as torchtitan's H100 benchmarks state; the
-    # 94 GB NVL card): another memory, bandwidth and sustained clock, which no preset has and no
-    # shared measurement gives (a spec file with base: dgx-h100 can state them). HBM2e in the
-    # name without PCIe is one of them (the PCIe card's name says PCIe)
-    other = next((w for w in words if w in ("NVL", "94GB", "96GB")
-                  or (w == "HBM2E" and "PCIE" not in words)), None)
-    sxm = {"SXM", "SXM5", "HBM3"} & set(words)
-    if "PCIE" in words and sxm:
-        raise ValueError(f"gpu '{gpu}': names both the PCIe card and the SXM5 part")
-    # the PCIe card where the name says so, or the note names PCIe and no SXM part (a DGX's
-    # note may name the PCIe links of its NICs and switches: _sxm)
-    if not other and ("PCIE" in words or (not sxm and "PCIE" in note and not _sxm(note))):
+    given = f" with hardware note '{row.get('hardware_note')}'" if note else ""
+    # the memory either states: 80 GB (a DGX H100's 640 GB is its eight), else another part.
+    # 141 GB is an H200's (its own preset); 94 GB the NVL card; Meta's Grand Teton runs 96 GB
+    # HBM2e parts at 500 W, as torchtitan's H100 benchmarks state: another memory, bandwidth
+    # and sustained clock, which no preset has and no shared measurement gives (a spec file
+    # with base: dgx-h100 can state them)
+    other_memory = sorted(_memory_sizes(row) - {80.0, 640.0})
+    if 141.0 in other_memory:
+        raise ValueError(f"gpu '{gpu}'{given}: 141 GB is the H200's memory, not an H100's (gpu "
+                         "H200: hgx-h200)")
+    if other_memory:
+        raise ValueError(f"gpu '{gpu}'{given}: {', '.join(map(_size, other_memory))} stated: not "
+                         "the DGX H100 (SXM5 80 GB HBM3, 700 W) nor the PCIe card, and no "
+                         "preset has its memory, bandwidth and sustained clock")
+    # HBM2e in the name without PCIe is one of them (the PCIe card's name says PCIe)
+    other = next((w for w in words if w == "NVL" or (w == "HBM2E" and "PCIE" not in words)),
+                 None)
+    sxm = bool({"SXM", "SXM5", "HBM3"} & set(words)) or node
+    try:
+        form = _form_factor(note, "PCIE" in words, sxm, "SXM5")
+    except ValueError as exc:
+        raise ValueError(f"gpu '{gpu}'{given}: {exc}") from None
+    if not other and form == "pcie":
         return "h100-pcie"
-    other = other or next((s for s in ("96GB", "HBM2E", "500W", "GRANDTETON", "H100NVL", "94GB")
+    # (and the H800, the export part whose NVLink runs 400 GB/s, named in a note beside 'H100')
+    other = other or next((s for s in ("HBM2E", "500W", "GRANDTETON", "H100NVL", "H800")
                            if s in note), None)
     if other:
-        given = f" with hardware note '{row.get('hardware_note')}'" if note else ""
         raise ValueError(f"gpu '{gpu}'{given}: not the DGX H100 (SXM5 80 GB HBM3, 700 W) nor "
                          "the PCIe card, and no preset has its memory, bandwidth and sustained "
                          "clock")
     return "dgx-h100"
 
 
-def _a100(row: dict[str, Any], gpu: str, key: str, note: str) -> str:
+def _a100(row: dict[str, Any], gpu: str, key: str, note: str, node: bool) -> str:
     """The preset of an A100 as hardware_of reads it: the DGX A100's SXM4 part, 80 GB
     (dgx-a100-80gb) or 40 GB (dgx-a100-40gb); the PCIe card is refused (A100 datasheet: 250-300 W,
     PCIe Gen4 between cards, NVLink bridges joining pairs at most, no NVSwitch; no preset has
     it), and so is a name of other words (A100X, the converged card)."""
     rest = key.removeprefix("A100")
-    words = re.findall(r"SXM4|SXM|80GB|40GB|PCIE", rest)
+    words = re.findall(r"SXM4|SXM|80GB|40GB|80GIB|40GIB|PCIE", rest)
     if "".join(words) != rest:
         raise ValueError(f"gpu '{gpu}' has no preset (known: {', '.join(HARDWARE)})")
-    stated = (key + note.replace("-", "")).upper()
-    # the card's form factor: PCIe in its name, or in a note that names no SXM part (a DGX's
-    # note may name its PCIe switches and NICs: _sxm)
-    if "PCIE" in key or ("PCIE" in stated and not _sxm(stated)):
-        given = f" with hardware note '{row.get('hardware_note')}'" if note else ""
+    given = f" with hardware note '{row.get('hardware_note')}'" if note else ""
+    # the card's form factor: PCIe in its name, or a note that names the card (a DGX's note may
+    # name its PCIe switches and NICs: _form_factor)
+    try:
+        form = _form_factor(note, "PCIE" in words, bool({"SXM", "SXM4"} & set(words)) or node,
+                            "SXM4")
+    except ValueError as exc:
+        raise ValueError(f"gpu '{gpu}'{given}: {exc}") from None
+    if form == "pcie":
         raise ValueError(f"gpu '{gpu}'{given}: the A100 PCIe card (250-300 W, PCIe between "
                          "cards, NVLink bridges join pairs at most), not the DGX A100's SXM4 "
                          "part; no preset has it (a spec file with base: dgx-a100-80gb can state "
                          "it)")
     # the memory, each stated size a whole number ('640GB' is not '40GB'): a GPU's 40 or 80 GB,
     # or a DGX A100's eight (DGX A100 datasheet: 320 GB = 8 x 40 GB, 640 GB = 8 x 80 GB)
-    per_gpu = {"40": "40GB", "80": "80GB", "320": "40GB", "640": "80GB"}
-    written = str(row.get("hardware_note", "") or "").upper()
-    memory = {w for w in words if w.endswith("GB")} | {
-        per_gpu[gb] for gb in re.findall(r"(?<![\d.])(40|80|320|640)\s*GB\b", written)}
+    memory = _a100_memory(row)
     if len(memory) > 1:
         raise ValueError(f"gpu '{gpu}' with hardware note '{row.get('hardware_note')}': the gpu "
                          f"column and the note disagree on its memory ({', '.join(sorted(memory))} "
@@ -136,49 +213,122 @@ def _a100(row: dict[str, Any], gpu: str, key: str, note: str) -> str:
     return "dgx-a100-40gb" if memory == {"40GB"} else "dgx-a100-80gb"
 
 
+def _a100_memory(row: dict[str, Any]) -> set[str]:
+    """The memory per GPU an A100's row states, '40GB' or '80GB' (a DGX A100's 320 GB or 640 GB
+    its eight); other sizes are not an A100's (a host's memory)."""
+    per_gpu = {40.0: "40GB", 80.0: "80GB", 320.0: "40GB", 640.0: "80GB"}
+    return {per_gpu[size] for size in _memory_sizes(row) if size in per_gpu}
+
+
+def _v100(row: dict[str, Any], gpu: str, key: str, note: str) -> str:
+    """The preset of a V100 as hardware_of reads it: the DGX-1's SXM2 part, 32 GB (dgx-v100);
+    the 16 GB part (a DGX-1 of 2017: 128 GB for eight) and the PCIe card have no preset and are
+    refused."""
+    rest = key.removeprefix("V100")
+    words = re.findall(r"SXM2|SXM|\d+GB|PCIE", rest)
+    if "".join(words) != rest:
+        raise ValueError(f"gpu '{gpu}' has no preset (known: {', '.join(HARDWARE)})")
+    given = f" with hardware note '{row.get('hardware_note')}'" if note else ""
+    if other := sorted(_memory_sizes(row) - {32.0, 256.0}):
+        raise ValueError(f"gpu '{gpu}'{given}: {', '.join(map(_size, other))} stated: dgx-v100 "
+                         "is the DGX-1's V100 SXM2 32 GB, and no preset has another V100")
+    try:
+        form = _form_factor(note, "PCIE" in words, "SXM" in rest, "SXM2")
+    except ValueError as exc:
+        raise ValueError(f"gpu '{gpu}'{given}: {exc}") from None
+    if form == "pcie":
+        raise ValueError(f"gpu '{gpu}'{given}: the V100 PCIe card, not the DGX-1's SXM2 part; no "
+                         "preset has it")
+    return "dgx-v100"
+
+
 def _sxm(note: str) -> bool:
-    """Whether an upper-case hardware note names the SXM part: a DGX or HGX node, NVSwitch, or
-    SXM itself (a DGX's note may name the PCIe links of its NICs and switches; 'not a DGX' does
-    not count)."""
-    return re.search(r"DGX|HGX|NVSWITCH|SXM", re.sub(r"NOT ?A ?DGX|NON-?DGX", "", note)) is not None
+    """Whether an upper-case hardware note names the SXM part: a DGX or HGX node, NVSwitch, SXM
+    itself, HBM3, or NVLink other than the bridge that joins two PCIe cards (a DGX's note may name
+    the PCIe links of its NICs and switches; 'not a DGX' does not count)."""
+    note = re.sub(r"NOT ?A ?DGX|NON-?DGX", "", note)
+    return re.search(r"DGX|HGX|NVSWITCH|SXM|HBM3|NVLINK(?![\s\-\d.]*BRIDGE)", note) is not None
 
 
 # Words of a hardware note that name a node or network other than the presets' DGX/HGX nodes
 # and InfiniBand (the presets' files say theirs): the row is predicted on its preset's, and says so
 OTHER_FABRICS = {"Omni-Path": r"OMNI[- ]?PATH|\bOPA\b", "RoCE": r"\bROCE", "Ethernet": r"ETHERNET",
                  "GPUDirect-TCPX": r"TCPX", "EFA": r"\bEFA\b", "Slingshot": r"SLINGSHOT",
-                 "not a DGX": r"NOT A DGX|NON-DGX"}
+                 "Spectrum-X": r"\bSPECTRUM", "not a DGX": r"NOT A DGX|NON-DGX"}
+# The presets' networks between nodes, as their files state them (inter_node): NICs per node,
+# each one's rate in Gb/s, and its InfiniBand generation ('' where their files name none)
+NETWORKS: dict[str, tuple[int, int, str]] = {
+    **dict.fromkeys(("dgx-h100", "h100-pcie", "hgx-h200", "dgx-b200"), (8, 400, "NDR")),
+    **dict.fromkeys(("dgx-a100-80gb", "dgx-a100-40gb"), (8, 200, "HDR")),
+    "dgx-v100": (4, 100, "EDR"), "gb200-nvl72": (72, 400, "NDR"),
+    **dict.fromkeys(("mi300x", "mi325x", "mi355x"), (8, 400, ""))}
+# InfiniBand's generations by their rate per port in Gb/s (HDR100 and NDR200: split ports)
+IB_RATES = {"EDR": 100, "HDR": 200, "NDR": 400, "XDR": 800}
+# A network rate in bits as a note writes it, with the NICs it counts where stated ('8 x 400
+# Gb/s', '8x400 Gbit/s', '1600 Gbps', '3.2 Tbps', '400G InfiniBand'); bytes ('50 GB/s') are a
+# link's of any kind (NVLink's, PCIe's) and not read
+_RATE = re.compile(r"(?<![\w.\-])(?:(\d+) ?[x×*] ?)?(\d+(?:\.\d+)?) ?(?:([Tt]b(?:/s|ps|its?/s))"
+                   r"|[Gg]b(?:/s|ps|its?/s|E\b)|G(?= ?(?:IB|InfiniBand|Ethernet|E\b|RoCE|NICs?|NDR"
+                   r"|HDR|EDR|XDR|network|links?|ports?)\b|$|[;,)]))")
+
+
+def network_stated(note: str, preset: str) -> list[str]:
+    """The network a hardware note states between nodes that its preset's is not (NETWORKS): a
+    rate in bits per NIC or per node other than the preset's (with the NICs it counts: their
+    total against the preset's per node), an InfiniBand generation of another rate."""
+    if preset not in NETWORKS:
+        return []
+    nics, rate, _ = NETWORKS[preset]
+    out = []
+    for count, number, tera in _RATE.findall(note):
+        gbps = float(number) * (1000 if tera else 1)
+        per_node = int(count) * gbps if count else None
+        if (per_node is not None and per_node != nics * rate) or (
+                per_node is None and gbps not in (rate, nics * rate)):
+            unit = "Tb/s" if tera else "Gb/s"
+            out.append(f"{count} x {number} {unit}" if count else f"{number} {unit}")
+    for generation, split in re.findall(r"\b(EDR|HDR|NDR|XDR)(100|200)?\b", note.upper()):
+        if (int(split) if split else IB_RATES[generation]) != rate:
+            out.append(f"{generation}{split} InfiniBand")
+    return out
 
 
 def hardware_notes(row: dict[str, Any], preset: str) -> list[str]:
     """The row's not-modelled notes of its hardware: a node or network its hardware_note names
-    that is not its preset's (OTHER_FABRICS), listed with the preset's inter-node bandwidth."""
-    note = str(row.get("hardware_note", "") or "")
+    that is not its preset's (OTHER_FABRICS), listed with the preset's inter-node bandwidth, or
+    else a network rate or InfiniBand generation other than its preset's (network_stated)."""
+    note = _text(row, "hardware_note")
     found = [name for name, pattern in OTHER_FABRICS.items() if re.search(pattern, note.upper())]
-    if not found:
+    # a fabric named is another network whatever its rate; else the rate may say so
+    stated = [] if found else network_stated(note, preset)
+    if not found and not stated:
         return part_assumed(row, preset)
     from perfmodel import load_hardware
 
     per_node = load_hardware(preset).inter_node.bandwidth_bytes_per_s
-    return [f"hardware note names {', '.join(found)}: predicted on {preset}'s node and network "
-            f"({per_node / 1e9:.0f} GB/s per node between nodes; a spec file with base: {preset} "
+    if found:
+        return [f"hardware note names {', '.join(found)}: predicted on {preset}'s node and "
+                f"network ({per_node / 1e9:.0f} GB/s per node between nodes; a spec file with "
+                f"base: {preset} can state this one)"] + part_assumed(row, preset)
+    nics, rate, generation = NETWORKS[preset]
+    return [f"hardware note states a network of {', '.join(stated)}: predicted on {preset}'s "
+            f"({nics} x {rate} Gb/s{' ' + generation if generation else ''}, "
+            f"{per_node / 1e9:.0f} GB/s per node between nodes; a spec file with base: {preset} "
             "can state this one)"] + part_assumed(row, preset)
 
 
 def part_assumed(row: dict[str, Any], preset: str) -> list[str]:
     """The 'assumed:' notes of an A100 or H100 whose row does not say which part it is: the SXM
     part where neither the gpu column nor the note names it (SXM, HBM3, a DGX or HGX node,
-    NVSwitch or NVLink: the PCIe cards' bridges join pairs at most), and an A100's 80 GB where
-    neither states its memory (hardware_of takes both; the other parts have presets of their
-    own, or none)."""
-    stated = (str(row.get("gpu", "")) + " " + str(row.get("hardware_note", "") or "")).upper()
+    NVSwitch or NVLink: the PCIe cards' bridges join pairs at most: _sxm), and an A100's 80 GB
+    where neither states its memory (hardware_of takes both; the other parts have presets of
+    their own, or none)."""
+    stated = (str(row.get("gpu", "")) + " " + _text(row, "hardware_note")).upper()
     out = []
-    if preset in ("dgx-h100", "dgx-a100-80gb", "dgx-a100-40gb") and not (
-            _sxm(stated) or re.search(r"HBM3|NVLINK", stated)):
+    if preset in ("dgx-h100", "dgx-a100-80gb", "dgx-a100-40gb") and not _sxm(stated):
         gpu, card = ("H100", "h100-pcie") if preset == "dgx-h100" else ("A100", "no preset")
         out.append(f"{gpu} part not stated: the SXM part ({preset}; the PCIe card: {card})")
-    if preset.startswith("dgx-a100") and not re.search(r"(?<![\d.])(40|80|320|640) ?GB",
-                                                       stated.replace("-", " ")):
+    if preset.startswith("dgx-a100") and not _a100_memory(row):
         out.append("A100 memory not stated: 80 GB (dgx-a100-80gb; the 40 GB part, or a DGX A100 "
                    "320GB, is dgx-a100-40gb)")
     return [f"assumed: {text}" for text in out]
@@ -262,6 +412,12 @@ VOCABULARIES: list[tuple[int, dict[str, Any], str]] = [
 OTHER_TOKENIZERS: list[tuple[int, str, dict[str, Any]]] = [
     (50277, "GPT-NeoX-20B's tokenizer (GPT-NeoX-20B, Pythia)", dict(tied_embeddings=False)),
 ]
+# Shapes of models that attend over a sliding window, which the tables above cannot tell from
+# one that does not: (hidden, layers, ffn_hidden, kv_heads, base vocabulary) -> (model, window).
+# Mistral 7B v0.1 (Jiang et al. 2023, arXiv 2310.06825, Table 1: window 4096) has the shape of
+# v0.2 (mistralai/Mistral-7B-Instruct-v0.2 config.json: sliding_window null), which has none:
+# a row that does not say is read without one, named as assumed (architecture_assumed)
+SLIDING_WINDOW_SHAPES = {(4096, 32, 14336, 8, 32000): ("Mistral 7B v0.1", 4096)}
 # architecture fields a row may state in columns of its own (they win over the tables), and its
 # dropout rates (`dropout`: both)
 ARCH_COLUMNS = ("gated_mlp", "tied_embeddings", "bias", "norm", "position_embedding")
@@ -276,7 +432,7 @@ COLUMNS = ("source", "gpu", "hardware_note", "gpus", "tp", "pp", "dp", "cp", "mi
 # `model`, a perfmodel preset whose spec the row's run trained (its sizes must agree with the row's)
 MODEL_COLUMNS = {"experts": "experts", "top_k": "top_k", "expert_ffn_hidden": "expert_ffn_hidden",
                  "moe_ffn_hidden": "expert_ffn_hidden", "shared_experts": "shared_experts",
-                 "head_dim": "head_dim"}
+                 "head_dim": "head_dim", "sliding_window": "sliding_window"}
 PLAN_COLUMNS = ("ep", "etp")
 # the experts' dispatcher, as a column: its value in Megatron-Core's, torchtitan's or AutoModel's
 # words (perfmodel.strategy.EPDispatcher)
@@ -302,6 +458,100 @@ def _stated(row: dict[str, Any], key: str) -> Any:
     return value
 
 
+def _empty(value: Any) -> bool:
+    """Whether a cell is empty: absent, NaN (pandas' empty cell) or blank text."""
+    return value is None or (isinstance(value, float) and value != value) or (
+        isinstance(value, str) and not value.strip())
+
+
+def _scalar(value: Any) -> Any:
+    """A cell's value as Python's: a numpy scalar (a pandas cell) as its int, float or bool."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _text(row: dict[str, Any], key: str) -> str:
+    """A row's text in a column, without surrounding spaces; '' where absent or empty (never
+    'nan')."""
+    value = row.get(key)
+    return "" if _empty(value) else str(value).strip()
+
+
+def _source(row: dict[str, Any]) -> str:
+    """A row's source as the benchmark compares it: lower case, without surrounding spaces
+    ('TorchTitan ' is torchtitan's)."""
+    return _text(row, "source").lower()
+
+
+def _integer(row: dict[str, Any], key: str, default: int | None = None, minimum: int = 1) -> int:
+    """A row's whole number in a column ('2.0' is 2), at least `minimum`; `default` where the
+    cell is empty. ValueError naming the column for an empty cell without a default, a fraction
+    (1.5 is never truncated), a word, or too small a number (a degree or a count of 0)."""
+    value = _scalar(row.get(key))
+    if _empty(value):
+        if default is None:
+            raise ValueError(f"{key}: empty (a whole number)")
+        return default
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key} '{value}': not a whole number") from None
+    if isinstance(value, bool) or not math.isfinite(number) or number != int(number):
+        raise ValueError(f"{key} {value}: not a whole number")
+    if number < minimum:
+        raise ValueError(f"{key} {int(number)}: at least {minimum}")
+    return int(number)
+
+
+# A boolean column's words, any case (bool('no') is True: never read as Python would)
+FLAGS = {**dict.fromkeys(("true", "yes", "y", "1", "1.0", "t"), True),
+         **dict.fromkeys(("false", "no", "n", "0", "0.0", "f"), False)}
+
+
+def _flag(row: dict[str, Any], key: str) -> bool | None:
+    """A row's boolean column: true/false, yes/no, y/n or 1/0 in any case; None where empty.
+    ValueError naming the column for any other value."""
+    value = _scalar(row.get(key))
+    if _empty(value):
+        return None
+    found = FLAGS.get(str(value).strip().lower())
+    if found is None:
+        raise ValueError(f"{key} '{value}': true or false (yes/no, 1/0)")
+    return found
+
+
+def _positive(row: dict[str, Any], key: str, unit: str) -> float | None:
+    """A row's positive finite number in a column (published_step_s, published_peak_mem_gib);
+    None where empty. ValueError naming the column for any other value ('1.5 s', 'N/A', 0, a
+    negative number, NaN as text)."""
+    value = _scalar(row.get(key))
+    if _empty(value):
+        return None
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{key} '{value}': a positive number of {unit}")
+    return number
+
+
+# The precisions of the dtype column in the words other files write them ('BF16', 'bfloat16')
+DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
+               "float": "fp32", "tensorfloat32": "tf32", "tensorfloat-32": "tf32"}
+DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
+
+
+def dtype_of(row: dict[str, Any]) -> str:
+    """A row's dtype column as the plan names it (DTYPES): any case, surrounding spaces, and
+    bfloat16, float16, float32 read. ValueError naming the column for another."""
+    text = _text(row, "dtype").lower()
+    dtype = DTYPE_NAMES.get(text, text)
+    if dtype not in DTYPES:
+        given = f" '{_text(row, 'dtype')}'" if text else ": empty"
+        raise ValueError(f"dtype{given} (one of {', '.join(DTYPES)})")
+    return dtype
+
+
 def architecture_of(row: dict[str, Any]) -> dict[str, Any]:
     """The architecture of a row's model: ARCHITECTURES by (hidden, vocab, its padding; layers),
     else the tokenizer's (VOCABULARIES), with what the row's own columns state over either
@@ -314,28 +564,29 @@ def _architecture(row: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """(architecture_of's architecture, the tokenizer it was guessed from, in words; '' where
     an ARCHITECTURES entry (with its source), the row's columns, or its tokenizer's vocabulary
     as it is padded give it)."""
-    hidden, vocab, tp = int(row["hidden"]), int(row["vocab"]), int(row.get("tp", 1) or 1)
-    stated = {k: _stated(row, k) for k in ARCH_COLUMNS}
-    stated = {k: v for k, v in stated.items() if v is not None}
+    hidden, vocab, tp = _integer(row, "hidden"), _integer(row, "vocab"), _integer(row, "tp", 1)
+    layers = _integer(row, "layers")
+    stated = arch_columns(row)
     dropout = _dropout_columns(row)
     # an entry's vocabulary as its rows give it, or padded up (to a multiple of 128 x tp), of
     # the entry's depth
     known = next((arch for (width, base), arch in ARCHITECTURES.items()
                   if width == hidden and base <= vocab < base + 128 * max(tp, 1)), None)
-    if known is not None and int(row["layers"]) == ARCHITECTURE_LAYERS.get(known["name"],
-                                                                           int(row["layers"])):
+    if known is not None and layers == ARCHITECTURE_LAYERS.get(known["name"], layers):
         arch = dict(known)
         for key in ("tied_embeddings", "gated_mlp"):  # where the row states it, it must agree
-            if key in stated and bool(stated[key]) != arch[key]:
+            if key in stated and stated[key] != arch[key]:
                 raise ValueError(f"{arch['name']}: the row says {key}={stated[key]}, its source "
                                  f"{arch[key]}")
-        return dict(arch, **dropout), ""
-    name = str(_stated(row, "model") or f"{row['layers']}x{hidden}-v{vocab}")
+        # the row's own columns over the entry's (its biases, norm, positions, dropout: a run
+        # may train the shape otherwise)
+        return dict(arch, **stated, **dropout), ""
+    name = str(_stated(row, "model") or f"{layers}x{hidden}-v{vocab}")
     if all(k in stated for k in ARCH_COLUMNS):
         return dict(stated, **dropout, name=name), ""
     matches = [(base, arch, source) for base, arch, source in VOCABULARIES
                if base <= vocab < base + 1024 * max(tp, 1)
-               and all(bool(stated[k]) == arch[k] for k in ("gated_mlp", "tied_embeddings")
+               and all(stated[k] == arch[k] for k in ("gated_mlp", "tied_embeddings")
                        if k in stated)]
     if not matches:
         raise ValueError(f"vocab {vocab}: no known architecture for this tokenizer (state "
@@ -353,12 +604,33 @@ def _architecture(row: dict[str, Any]) -> tuple[dict[str, Any], str]:
     if _pads(base, vocab):
         others = [name for other, name, says in OTHER_TOKENIZERS
                   if other != base and _pads(other, vocab)
-                  and all(bool(stated[k]) == v for k, v in says.items() if k in stated)]
+                  and all(stated[k] == v for k, v in says.items() if k in stated)]
         if not others:
             return arch, ""
         return arch, (f"vocab {vocab}, {tokenizer}'s {base} padded and {' and '.join(others)}'s "
                       "too: its")
     return arch, f"vocab {vocab}, near {tokenizer}'s {base} but not its padding: its"
+
+
+# a norm as a column may write it
+NORM_NAMES = {"rms norm": "rmsnorm", "rms_norm": "rmsnorm", "rmsnorm": "rmsnorm",
+              "layer norm": "layernorm", "layer_norm": "layernorm", "layernorm": "layernorm"}
+
+
+def arch_columns(row: dict[str, Any]) -> dict[str, Any]:
+    """The architecture fields a row's own columns state (ARCH_COLUMNS): gated_mlp,
+    tied_embeddings and bias as booleans in any of their words (_flag), the norm and the
+    positions as TransformerSpec names them ('RMSNorm', 'RoPE': POSITION_FEATURES)."""
+    out: dict[str, Any] = {}
+    for key in ("gated_mlp", "tied_embeddings", "bias"):
+        if (flag := _flag(row, key)) is not None:
+            out[key] = flag
+    if norm := _text(row, "norm"):
+        out["norm"] = NORM_NAMES.get(norm.lower(), norm.lower())
+    if position := _text(row, "position_embedding"):
+        found = _lookup(POSITION_FEATURES, POSITION_LOOSE, position)
+        out["position_embedding"] = found if found is not None else position.lower()
+    return out
 
 
 def _pads(base: int, vocab: int) -> bool:
@@ -374,7 +646,11 @@ def _dropout_columns(row: dict[str, Any]) -> dict[str, float]:
     for column in DROPOUT_COLUMNS:
         if (value := _stated(row, column)) is not None:
             fields = ("hidden_dropout", "attention_dropout") if column == "dropout" else (column,)
-            out.update(dict.fromkeys(fields, float(value)))
+            try:
+                rate = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"{column} '{value}': a rate from 0 to 1") from None
+            out.update(dict.fromkeys(fields, rate))
     return out
 
 
@@ -392,9 +668,28 @@ def architecture_assumed(row: dict[str, Any], origin: dict[str, str]) -> list[st
         if str(name) in preset_names(MODELS_DIR):
             return []
     arch, tokenizer = _architecture(row)
-    stated = {k for k in ARCH_COLUMNS if _stated(row, k) is not None} | set(
-        _dropout_columns(row)) | set(origin)
+    stated = set(arch_columns(row)) | set(_dropout_columns(row)) | set(origin) | {
+        field_name for column, field_name in MODEL_COLUMNS.items()
+        if _stated(row, column) is not None}
     out = []
+    # the sizes a row leaves empty: multi-head attention, and the MLP TransformerSpec derives
+    # (model_of refuses a gated one, whose width has no rule)
+    if _empty(row.get("kv_heads")):
+        out.append("kv_heads not stated: heads (multi-head attention)")
+    if _empty(row.get("ffn_hidden")):
+        out.append("ffn_hidden not stated: 4 x hidden (TransformerSpec's default for an MLP "
+                   "not gated)")
+    window = next((found for (hidden, layers, ffn, kv, vocab), found
+                   in SLIDING_WINDOW_SHAPES.items()
+                   if (hidden, layers, ffn, kv) == (_integer(row, "hidden"),
+                                                    _integer(row, "layers"),
+                                                    _integer(row, "ffn_hidden", 0, 0),
+                                                    _integer(row, "kv_heads", 0, 0))
+                   and _pads(vocab, _integer(row, "vocab"))), None)
+    if window and "sliding_window" not in stated and _integer(row, "seq_len") > window[1]:
+        out.append(f"sliding window not stated: none, every layer attends over the whole "
+                   f"sequence (the shape of {window[0]}, which attends over {window[1]} tokens; "
+                   f"'sliding window {window[1]}' or a sliding_window column states it)")
     if tokenizer:
         taken = [f"{k} {arch[k]}" for k in ARCH_COLUMNS if k not in stated]
         if "hidden_dropout" not in stated:
@@ -576,10 +871,10 @@ _THOUSANDS = re.compile(r"\d,\d{3}(?!\d)")  # '1,024': a comma that groups a num
 
 def _features(text: str) -> list[str]:
     """The features of a row: 'bf16; SP, TP comm overlap (...), ...' -> ['bf16', 'SP', ...].
-    Split on the semicolons and commas outside parentheses and brackets: 'full activation
-    recompute (uniform, 1 layer per checkpoint)' is one feature; so is '1,024-way data
+    Split on the semicolons, commas and line breaks outside parentheses and brackets: 'full
+    activation recompute (uniform, 1 layer per checkpoint)' is one feature; so is '1,024-way data
     parallelism' (a comma between a digit and three more is a thousands separator: feature_key
-    reads the number whole)."""
+    reads the number whole). A feature in quotes is its words."""
     pieces, depth, start = [], 0, 0
     for i, char in enumerate(text):
         if char in "([{":
@@ -588,11 +883,13 @@ def _features(text: str) -> list[str]:
             depth = max(depth - 1, 0)
         elif char == "," and i and _THOUSANDS.match(text, i - 1):
             continue
-        elif char in ",;" and depth == 0:
+        elif char in ",;\n" and depth == 0:  # (a line break between features too)
             pieces.append(text[start:i])
             start = i + 1
     pieces.append(text[start:])
-    return [t.strip() for t in pieces if t.strip()]
+    # a feature in quotes ('"ZeRO-1"') is its words
+    unquoted = (re.sub(r"""^(['"`])(.*)\1$""", r"\2", t.strip()).strip() for t in pieces)
+    return [t for t in unquoted if t]
 
 
 def _parenthetical(feature: str) -> tuple[str, list[str]] | None:
@@ -621,13 +918,17 @@ def _parenthetical(feature: str) -> tuple[str, list[str]] | None:
 # plan_of's own names know is listed as not modelled.
 GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     **dict.fromkeys(("bf16", "fp16", "fp32", "tf32", "fp8"), {}),  # the row's dtype column
-    **dict.fromkeys(("sequence parallel", "sequence parallelism", "sequence-parallel"),
-                    {"sequence_parallel": True}),
+    **dict.fromkeys(("sequence parallel", "sequence parallelism", "sequence-parallel",
+                     "megatron sequence parallel", "megatron sequence parallelism",
+                     "megatron sp"), {"sequence_parallel": True}),
     **dict.fromkeys(("no recompute", "recompute none", "no activation checkpointing"),
                     {"recompute": "none"}),
-    # Megatron's --recompute-granularity selective (the attention core)
+    # Megatron's --recompute-granularity selective (the attention core); its older flag
+    # --recompute-activations is the same (megatron/training/arguments.py: it sets
+    # recompute_granularity 'selective')
     **dict.fromkeys(("selective recompute", "recompute selective",
-                     "selective activation recompute"), {"recompute": "selective"}),
+                     "selective activation recompute", "recompute-activations",
+                     "recompute activations"), {"recompute": "selective"}),
     **dict.fromkeys(("full recompute", "recompute full", "full activation checkpointing",
                      "full activation recompute", "activation checkpointing",
                      "checkpoint activations", "checkpoint-activations",
@@ -657,8 +958,9 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
                      "pytorch_cuda_alloc_conf=expandable_segments:true"),
                     {"expandable_segments": True}),
     # flash attention on the preset's default kernel, where the row does not name one
+    # (Megatron-DeepSpeed's --use-flash-attn: flash-attn's kernel, its version not said)
     **dict.fromkeys(("flash attention", "flashattention", "fused attention", "flash-attn",
-                     "flash attn"), {"flash_attention": True}),
+                     "flash attn", "use-flash-attn"), {"flash_attention": True}),
     # PyTorch's F.scaled_dot_product_attention picks its backend per call (flash, cuDNN's,
     # memory-efficient or the math one, by GPU, dtype, head size, mask and torch version): the
     # plan's auto attention (flash_attention None: the preset's flash kernel where it runs the
@@ -671,8 +973,9 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     # flash-attn 2 package), FlashAttention-3, cuDNN's (Transformer Engine's FusedAttention).
     # Not NVTE_FUSED_ATTN=0: it turns TE's cuDNN backend off, and which flash-attn TE then runs
     # depends on its version and what is installed (a row names the kernel)
+    # (microsoft's Megatron-DeepSpeed --use-flash-attn-v2: the flash-attn 2 package)
     **dict.fromkeys(("flashattention-2", "flash-attn 2", "fa2", "flash-attn v2",
-                     "flashattention v2", "flash attention v2", "fa v2"),
+                     "flashattention v2", "flash attention v2", "fa v2", "use-flash-attn-v2"),
                     {"flash_attention": True, "attention_kernel": "fa2"}),
     **dict.fromkeys(("flashattention-3", "flash-attn 3", "fa3", "flash-attn v3",
                      "flashattention v3", "flash attention v3", "fa v3"),
@@ -694,7 +997,10 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     # NeMo 1's names of Megatron's options (megatron_gpt_config.yaml)
     "sequence_parallel": {"sequence_parallel": True},
     "ub_tp_comm_overlap": {"tp_comm_overlap": True},
-    **dict.fromkeys(("fp8_hybrid", "fp8 hybrid", "fp8 delayed"), {"fp8_recipe": "delayed"}),
+    # (NeMo's fp8_hybrid, the HYBRID format of Transformer Engine's DelayedScaling: E4M3 in the
+    # forward, E5M2 in the backward)
+    **dict.fromkeys(("fp8_hybrid", "fp8 hybrid", "fp8 delayed", "te fp8 hybrid"),
+                    {"fp8_recipe": "delayed"}),
     **dict.fromkeys(("async tp", "async tensor parallel", "async tensor parallelism",
                      "enable_async_tensor_parallel"), {"tp_comm_overlap": True}),
     # Megatron-LM's --DDP-impl (before 2023-08): torch's DistributedDataParallel all-reduces the
@@ -740,7 +1046,8 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
                      "tensor parallelism communication overlap", "userbuffers",
                      "te userbuffers", "userbuffers overlap", "ub overlap"),
                     {"tp_comm_overlap": True}),
-    **dict.fromkeys(("torch.compile", "compiled", "compile"), {"stack": "compiled"}),
+    **dict.fromkeys(("torch.compile", "compiled", "compile", "torch compile", "torch_compile"),
+                    {"stack": "compiled"}),
     **dict.fromkeys(("cuda graphs", "cuda-graphs", "cuda graph"), {"stack": "cuda-graphs"}),
     **dict.fromkeys(("fp8 delayed scaling", "fp8 (te delayed scaling)"),
                     {"fp8_recipe": "delayed"}),
@@ -827,6 +1134,10 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     **{words: {"_dtype": dtype} for dtype in ("bf16", "fp16")
        for words in (f"amp_{dtype}", f"{dtype} amp", f"amp {dtype}", f"{dtype} autocast")},
 }
+# the options of a feature that restates the row's columns (plan_of checks them against them)
+COLUMN_CHECKS = {"_dtype", "_tp", "_pp", "_dp", "_cp", "_grad_accumulation"}
+# FSDP's NO_SHARD (generic_feature)
+NO_SHARD = {"zero": 0, "overlap_grad_sync": True}
 # the precisions a feature may name: the row's dtype column, or beside fp8 the 16-bit format its
 # other operations run in (Transformer Engine's FP8 autocast inside bf16 or fp16)
 DTYPE_WORDS = {"bf16": ("bf16", "fp8"), "fp16": ("fp16", "fp8"), "fp32": ("fp32",),
@@ -948,6 +1259,11 @@ REFUSED_FEATURES = {
     r"|tensorwise|rowwise(?: with gw hp)?|dynamic(?: scaling)?))*$":
         "torchao's float8 training (torchtitan's float8 converter) is not modelled: its casts "
         "and scaling are not Transformer Engine's FP8 recipes, which the model has",
+    # ZeRO-Offload and ZeRO-Infinity, FSDP's CPUOffload: the optimizer step (or the weights)
+    # on the host, which perfmodel.configs.megatron_deepspeed refuses too
+    r"\b(?:zero|fsdp\d?|deepspeed|optimi[sz]er|param(?:eter)?s?)\b.*\boffload"
+    r"|\boffload\w*\b.*\b(?:zero|fsdp\d?|optimi[sz]er|param(?:eter)?s?)\b|\bzero infinity\b":
+        "offloading to the host (ZeRO-Offload, FSDP's CPU offload) is not modelled",
 }
 
 
@@ -981,8 +1297,8 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
         return {f"_{degree.group(1)[0]}p": int(degree.group(2))}
     # the micro-batches a step accumulates: the row's global_batch / (dp x micro_batch), which
     # plan_of checks it against
-    if steps := (re.fullmatch(r"(?:grad(?:ient)? accumulation(?: steps)?|accumulation steps|ga)"
-                              r" ?[=:]? ?(\d+)", loose)
+    if steps := (re.fullmatch(r"(?:grad(?:ient)? accum(?:ulation)?(?: steps)?|accumulation steps"
+                              r"|ga|gas) ?[=:]? ?(\d+)", loose)
                  or re.fullmatch(r"(\d+) ?x? (?:grad(?:ient)? )?accumulation(?: steps?)?", loose)):
         return {"_grad_accumulation": int(steps.group(1))}
     levels = "|".join(RECOMPUTE_LEVELS)
@@ -992,7 +1308,12 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
     if re.fullmatch(rf"{FSDP_WORDS}(?: (?:with )?full shard(?:ing)?)?"
                     rf"|full shard(?:ing)? {FSDP_WORDS}", loose):
         return dict(GENERIC_FEATURES["fsdp"])
-    if flash := re.fullmatch(r"(?:flash ?(?:attn|attention)|fa) ?v?([23])", loose):
+    # FSDP's ShardingStrategy.NO_SHARD: nothing sharded, the gradients all-reduced during the
+    # backward, as DDP does (ZeRO 0)
+    if re.fullmatch(rf"{FSDP_WORDS} no shard|no shard {FSDP_WORDS}", loose):
+        return dict(NO_SHARD)
+    # (a release of either: 'flash-attn v2.5', 'FlashAttention 2.6.3')
+    if flash := re.fullmatch(r"(?:flash ?(?:attn|attention)|fa) ?v?([23])(?:\.\d+)*", loose):
         return dict(GENERIC_FEATURES[f"fa{flash.group(1)}"])
     # the distributed optimizer's (or FSDP's) overlaps in words: 'overlapped grad reduce',
     # 'overlapping parameter all-gather'
@@ -1011,8 +1332,8 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
                            r"|virtual[-_ ]pipeline[-_ ]model[-_ ]parallel[-_ ]size"
                            r"|num[-_ ]virtual[-_ ]stages[-_ ]per[-_ ]pipeline[-_ ]rank)"
                            r"\s*[=: ]\s*(\d+)", text)
-              or re.fullmatch(r"(\d+) virtual (?:pipeline )?stages", text)):
-        return {"schedule": "interleaved", "virtual_stages": int(vp.group(1))}
+              or re.fullmatch(r"(\d+) virtual (?:pipeline )?stages?", text)):
+        return _virtual_stages(int(vp.group(1)))
     # ... or the layers of each: Megatron's --num-layers-per-virtual-pipeline-stage k, 'k layers
     # per virtual stage' (virtual stages = layers / (pp k): plan_of)
     if per := (re.fullmatch(r"(?:--)?(?:num[-_ ])?layers[-_ ]per[-_ ]virtual[-_ ]pipeline[-_ ]stage"
@@ -1050,6 +1371,16 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
     return None
 
 
+def _virtual_stages(n: int) -> dict[str, Any]:
+    """The schedule of n virtual stages per pipeline rank: interleaved from 2; one is the plain
+    1F1B (NeMo's tables write VP=1 for their runs without interleaving)."""
+    if n < 1:
+        return {"_refuse": f"{n} virtual stages: at least 1"}
+    if n == 1:
+        return {"schedule": "1f1b"}
+    return {"schedule": "interleaved", "virtual_stages": n}
+
+
 def _with(base: str, rest: str) -> dict[str, Any] | None:
     """The options of 'A with B and C' (Megatron-Bridge's 'distributed optimizer with overlapped
     grad reduce and param gather'): A's, B's and C's together, where each reads as a feature and
@@ -1073,8 +1404,11 @@ def model_of(row: dict[str, Any]) -> dict[str, Any]:
     """The TransformerSpec fields of a row's model: the preset its `model` column names (its sizes
     checked against the row's), else the row's sizes on its architecture (architecture_of) with
     the experts its optional columns give. ValueError where they disagree."""
-    sizes = {k: int(row[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden",
-                                       "vocab")}
+    sizes = {k: _integer(row, k) for k in ("layers", "hidden", "heads", "vocab")}
+    # kv_heads and ffn_hidden may be left empty: multi-head attention, and the MLP's 4 x hidden
+    # where it is not gated (a gated one is refused below); a preset's own where it names one
+    sizes.update({k: _integer(row, k) for k in ("kv_heads", "ffn_hidden")
+                  if not _empty(row.get(k))})
     name = _stated(row, "model")
     if name is not None:
         from perfmodel.specs.presets import MODELS_DIR, preset_names
@@ -1091,15 +1425,18 @@ def model_of(row: dict[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"model {name}: the row's {', '.join(wrong)} differ")
             # the run's own choices: its sequence, its dropout where a column states it, and
             # the MTP modules it trains (a recipe may drop the model's)
-            spec["seq_len"] = int(row["seq_len"])
+            spec["seq_len"] = _integer(row, "seq_len")
             spec.update(_dropout_columns(row))
-            if (mtp := _stated(row, "mtp_layers")) is not None:
-                spec["mtp_layers"] = int(mtp)
+            if not _empty(row.get("mtp_layers")):
+                spec["mtp_layers"] = _integer(row, "mtp_layers", minimum=0)
             return spec
-    model = dict(architecture_of(row), **sizes, seq_len=int(row["seq_len"]))
+    model = dict(architecture_of(row), **sizes, seq_len=_integer(row, "seq_len"))
+    model.setdefault("kv_heads", sizes["heads"])
+    if "ffn_hidden" not in model and model.get("gated_mlp"):
+        raise ValueError("ffn_hidden: empty, and a gated MLP's width has no default (state it)")
     for column, field_name in MODEL_COLUMNS.items():
-        if (value := _stated(row, column)) is not None:
-            model[field_name] = int(value)
+        if not _empty(row.get(column)):
+            model[field_name] = _integer(row, column, minimum=0)
     return model
 
 
@@ -1111,6 +1448,9 @@ def feature_options(feature: str, model: dict[str, Any],
     feature none of them knows. `plan` is what the row's columns give (its pipeline_layout)."""
     name = feature_key(feature)
     vp = re.fullmatch(r"vp=(\d+)", name)
+    window = re.fullmatch(r"(?:sliding window(?: attention)?|swa)(?: (?:window|size|of))? ?[=:]? ?"
+                          r"(\d+)(?: tokens)?", " ".join(re.sub(r"[()\[\]]", " ",
+                                                                  loose_key(feature)).split()))
     if name == "fp8 (te hybrid)":
         # the row's dtype column (fp8); Transformer Engine's delayed scaling with the weights
         # held in FP8: v24.11.1's configs set fp8_hybrid, fp8_amax_history_len 1024 and
@@ -1123,7 +1463,9 @@ def feature_options(feature: str, model: dict[str, Any],
     if name == "sp":
         return {"sequence_parallel": True}, {}
     if vp:
-        return dict(schedule="interleaved", virtual_stages=int(vp.group(1))), {}
+        return _virtual_stages(int(vp.group(1))), {}
+    if window:  # every layer's attention over the window (Mistral 7B v0.1's 4096)
+        return {}, {"sliding_window": int(window.group(1))}
     if name == "distributed_fused_adam + overlap grad/param sync":
         # Megatron's distributed optimizer shards the optimizer states (ZeRO-1), reduces the
         # gradients during backward and gathers the parameters during the next forward
@@ -1198,7 +1540,10 @@ QUALIFIERS: dict[tuple[str, Any], dict[str, dict[str, Any]]] = {
     ("_dtype", "fp8"): {**dict.fromkeys(("current scaling", "current", "tensorwise", "cs",
                                          "te current scaling", "tensorwise scaling"), _CURRENT),
                         **dict.fromkeys(("delayed scaling", "delayed", "te delayed scaling"),
-                                        _DELAYED)},
+                                        _DELAYED),
+                        # the HYBRID format (E4M3 forward, E5M2 backward), which either recipe
+                        # runs: the recipe is what other words say, else named as assumed
+                        **dict.fromkeys(("hybrid", "hybrid format", "e4m3 e5m2"), {})},
     ("_cp", ...): dict.fromkeys(("p2p", "ring", "ring attention", "cp comm type p2p"), {}),
     ("flash_attention", ...): {
         **dict.fromkeys(("flash", "flash backend"), {"flash_attention": True}),
@@ -1207,15 +1552,29 @@ QUALIFIERS: dict[tuple[str, Any], dict[str, dict[str, Any]]] = {
         **dict.fromkeys(("math", "math backend"), {"flash_attention": False})},
     ("zero", 3): dict.fromkeys(("optim grads params", "full shard"), {}),
 }
+# Words in a feature's parenthetical that make it another feature, by the option the feature
+# sets: FSDP's NO_SHARD is DDP (nothing sharded, ZeRO 0); DeepSpeed-Ulysses' "sequence
+# parallelism" is context parallelism by all-to-alls (Jacobs et al. 2023; its degree the cp
+# column's: read_row), not Megatron's sequence parallelism
+REPLACING: dict[tuple[str, Any], dict[str, dict[str, Any]]] = {
+    ("zero", 3): dict.fromkeys(("no shard", "noshard"), NO_SHARD),
+    ("sequence_parallel", True): dict.fromkeys(("ulysses", "deepspeed ulysses", "ds ulysses"),
+                                               {"_ulysses": True}),
+}
+# Words in a parenthetical that name what the plan takes its default for, the feature applied
+# and the words named as not read: flash attention's kernel in Triton (llm-foundry's attn_impl
+# triton), priced as the preset's flash kernel (docs/accuracy.md)
+UNREAD_QUALIFIERS: dict[tuple[str, Any], set[str]] = {("flash_attention", True): {"triton"}}
 # A parenthetical that reverses its feature ('flash attention (disabled)'): the row is refused,
 # naming the feature, rather than the feature applied
 NEGATIONS = {"disabled", "disable", "off", "not used", "unused", "none", "no"}
 
 
-def _qualifier(options: dict[str, Any], piece: str) -> dict[str, Any] | None:
+def _qualifier(options: dict[str, Any], piece: str,
+               table: dict[tuple[str, Any], Any] = QUALIFIERS) -> dict[str, Any] | None:
     """The plan options a word in a feature's parenthetical gives in that feature's context
-    (QUALIFIERS), or None."""
-    for (key, value), words in QUALIFIERS.items():
+    (QUALIFIERS; REPLACING: those that replace the feature's), or None."""
+    for (key, value), words in table.items():
         if key in options and value in (..., options[key]) and loose_key(piece) in words:
             return dict(words[loose_key(piece)])
     return None
@@ -1273,6 +1632,10 @@ def _reconcile(key: str, old: Any, new: Any, old_feature: str, feature: str,
     # weights and Adam states sharded over dp): perfmodel.configs.megatron_deepspeed, _zero
     if key == "zero" and {old, new} == {0, 1} and options.get("bf16_optimizer"):
         return 1
+    # torch.compile beside CUDA graphs: the compiled stack replayed as graphs (Stack.CUDA_GRAPHS
+    # is compiled kernels captured in CUDA graphs)
+    if key == "stack" and {old, new} == {"compiled", "cuda-graphs"}:
+        return "cuda-graphs"
     # SDPA's backend, where another feature names it ('SDPA, flash attention'): that one
     if key == "flash_attention" and None in (old, new):
         return new if old is None else old
@@ -1348,12 +1711,15 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
     """plan_of's (model, plan, not modelled), and the feature (or column) that set each option
     of the plan and the model, by its key."""
     model = model_of(row)
-    plan: dict[str, Any] = dict(gpus=int(row["gpus"]), tp=int(row["tp"]), pp=int(row["pp"]),
-                                dp=int(row["dp"]), micro_batch=int(row["micro_batch"]),
-                                global_batch=int(row["global_batch"]), dtype=row["dtype"])
+    # every degree and count a whole number of at least 1 (a fraction is never truncated, a 0
+    # never divided by); an empty pp or cp is 1
+    plan: dict[str, Any] = dict(gpus=_integer(row, "gpus"), tp=_integer(row, "tp"),
+                                pp=_integer(row, "pp", 1), dp=_integer(row, "dp"),
+                                micro_batch=_integer(row, "micro_batch"),
+                                global_batch=_integer(row, "global_batch"), dtype=dtype_of(row))
     for key in PLAN_COLUMNS:
-        if (value := _stated(row, key)) is not None and int(value) > 1:
-            plan[key] = int(value)
+        if (value := _integer(row, key, 1)) > 1:
+            plan[key] = value
     for key in DISPATCHER_COLUMNS:
         if (value := _stated(row, key)) is not None:
             if str(value).strip().lower() not in DISPATCHERS:
@@ -1367,7 +1733,7 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
     for key in LAYOUT_COLUMNS:
         if (value := _stated(row, key)) is not None:
             plan["pipeline_layout"] = str(value).strip()
-    cp = int(row.get("cp", 1) or 1)
+    cp = _integer(row, "cp", 1)
     if cp > 1:  # Megatron-Core's default cp_comm_type, p2p (ring attention); gpus = dp cp tp pp
         plan["cp"] = cp
     # the feature that set each option; a column's options are the column's, so that a feature
@@ -1377,8 +1743,16 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
     for key in DISPATCHER_COLUMNS:
         if _stated(row, key) is not None:
             origin["ep_dispatcher"] = f"{key} column"
+    # ... and so are the model's fields its columns state (they win over the architecture's
+    # tables; a feature that says otherwise disagrees with the column)
+    columns = {**arch_columns(row), **_dropout_columns(row), **{
+        field_name: model.get(field_name) for column, field_name in MODEL_COLUMNS.items()
+        if not _empty(row.get(column))}}
+    origin.update({key: f"{key} column" for key, value in columns.items()
+                   if key in model and model[key] == value})
     interleaving: list[str] = []  # the features that state the interleaved schedule outright
-    for feature in _features(str(row["features"])):
+    unread_zero: list[str] = []  # features that name ZeRO or FSDP and are not read
+    for feature in _features(_text(row, "features")):
         # unbalanced brackets: an unclosed '(' swallows the features after it into one (whose
         # options would go unread): refused, naming it, rather than guessed closed
         if sum(map(feature.count, "([{")) != sum(map(feature.count, ")]}")):
@@ -1394,18 +1768,36 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
         parts = _parenthetical(feature) if not reads else None
         if parts and (found := feature_options(parts[0], model, plan)) is not None:
             reads.append((parts[0], found))
-            for piece in parts[1]:
+            # (a feature refused whatever its parenthetical says is refused for itself)
+            for piece in parts[1] if "_refuse" not in found[0] else []:
+                base = reads[0][1][0]
                 if feature_key(piece) in NEGATIONS:
                     raise ValueError(f"feature '{feature}': its parenthetical '{piece}' reverses "
                                      "it (state what the run does instead)")
                 if (found := feature_options(piece, model, plan)) is not None:
                     reads.append((piece, found))
-                elif (qualifies := _qualifier(reads[0][1][0], piece)) is not None:
+                elif (qualifies := _qualifier(base, piece)) is not None:
                     reads.append((piece, (qualifies, {})))
-                else:
+                elif (replaces := _qualifier(base, piece, REPLACING)) is not None:
+                    reads[0] = (feature, (replaces, {}))  # 'FSDP (NO_SHARD)' is DDP
+                elif _lookup(NOT_MODELLED, NOT_MODELLED_LOOSE, piece) is not None or any(
+                        base.get(key) == value and loose_key(piece) in words
+                        for (key, value), words in UNREAD_QUALIFIERS.items()) or set(
+                        base) <= COLUMN_CHECKS:
+                    # (a feature that only restates the row's columns, 'fp16 (static loss
+                    # scale 8192)', applies nothing its parenthetical could narrow)
                     missing.append(_unread(piece, feature))
+                else:
+                    # words that may narrow or reverse the feature ('activation checkpointing
+                    # (4 of 32 layers)'): the feature applied in full would misread the run
+                    raise ValueError(f"feature '{feature}': its parenthetical '{piece}' is not "
+                                     "read (state the feature without it, or in words the "
+                                     "benchmark reads)")
         if not reads:
             missing.append(_unread(feature))
+            if re.search(r"\bzero\b(?! bubble)|\bfsdp\d?\b|fully sharded|\bshard",
+                         loose_key(feature)):
+                unread_zero.append(feature)
         for name, (plan_options, model_options) in reads:
             if (why := plan_options.get("_refuse")) is not None:
                 raise ValueError(f"feature '{feature}': {why}")
@@ -1417,6 +1809,29 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
             if plan_options.get("schedule") == "interleaved" \
                     and "_layers_per_virtual_stage" not in plan_options:
                 interleaving.append(name)
+    if unread_zero and "zero" not in plan:
+        # the plan would take ZeRO 0 (replicated states) for a run that names its sharding
+        raise ValueError(f"feature '{unread_zero[0]}' names ZeRO or FSDP but is not read (its "
+                         "stage unknown: state it as 'ZeRO-N', 'FSDP', 'SHARD_GRAD_OP')")
+    if plan.pop("_ulysses", None):
+        # DeepSpeed-Ulysses: the sequence split over the cp column's ranks, all-to-alled to heads
+        # for the attention (perfmodel.configs.megatron_deepspeed: cp_comm a2a)
+        if plan.get("cp", 1) == 1:
+            raise ValueError(f"feature '{origin['_ulysses']}': DeepSpeed-Ulysses is context "
+                             "parallelism by all-to-alls, its degree the cp column's (cp 1 here)")
+        plan["cp_comm"] = "a2a"
+    if re.search(r"deep[-_ ]?speed", _source(row)) and plan["pp"] > 1 \
+            and "_deepspeed_pipeline" not in plan:
+        # a Megatron-DeepSpeed run with a pipeline runs GPTModelPipe on DeepSpeed's pipeline
+        # engine (perfmodel.configs.megatron_deepspeed: bigscience's always, microsoft's unless
+        # --no-pipeline-parallel, which has no pipeline); DeepSpeed pipelines with no other
+        _merge(dict(GENERIC_FEATURES["deepspeed pipeline"]), plan, origin,
+               f"source {_text(row, 'source')} with pp {plan['pp']}")
+    if _source(row) == "torchtitan" and plan["dtype"] == "fp8":
+        # torchtitan's FP8 is torchao's float8 training (REFUSED_FEATURES), whatever its words
+        raise ValueError("dtype fp8 in a torchtitan run: torchtitan's FP8 is torchao's float8 "
+                         "training (its float8 converter), not Transformer Engine's FP8 recipes, "
+                         "which the model has")
     if model.get("experts") and "routing_imbalance" not in origin:  # the preset's, unstated
         missing.append("assumed: routing not stated: even (routing_imbalance 1, the model's "
                        "default; a learned router routes unevenly early in a run, its busiest "
@@ -1424,6 +1839,9 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
     if (per := plan.pop("_layers_per_virtual_stage", None)) is not None:
         # Megatron-LM's --num-layers-per-virtual-pipeline-stage (perfmodel.configs.megatron)
         layers, pp = int(model["layers"]), plan["pp"]
+        if per < 1:
+            raise ValueError(f"feature '{origin['_layers_per_virtual_stage']}': {per} layers per "
+                             "virtual stage: at least 1")
         if layers % (pp * per):
             raise ValueError(f"{per} layers per virtual stage: the layers ({layers}) must split "
                              f"into pp ({pp}) x whole chunks of {per}")
@@ -1452,7 +1870,7 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
             raise ValueError(f"feature '{origin['_grad_accumulation']}' says {steps} micro-batches "
                              f"a step, the row's global_batch / (dp x micro_batch) "
                              f"{batch} / ({dp} x {micro}) = {batch / (dp * micro):g}")
-    if "torchtitan" in str(row.get("source", "")).lower() and plan.get("recompute") == "selective":
+    if "torchtitan" in _source(row) and plan.get("recompute") == "selective":
         # torchtitan's selective AC keeps per-op outputs or checkpoints every Nth layer; it has
         # no policy of Megatron's (the attention core alone)
         raise ValueError(f"feature '{origin['recompute']}' in a torchtitan run: its selective AC "
@@ -1491,19 +1909,19 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
         recipe = plan.get("fp8_recipe") if plan["dtype"] == "fp8" else None
         plan["master_weights"] = megatron_master_weights(True, recipe,
                                                          bool(plan.get("fp8_params")))
-    if row.get("source") == "torchtitan" and plan.get("stack", "eager") == "eager":
+    if _source(row) == "torchtitan" and plan.get("stack", "eager") == "eager":
         # the A100 runs were eager: train_configs/llama*_*.toml at 015ccb237 set compile = false
         # (and norm_type = "rmsnorm"), so every element-wise op of the layer is its own kernel
         # (perfmodel.strategy.Kernels.EAGER; torchtitan/models/llama/model.py, models/norms.py)
         plan["kernels"] = "eager"
-    if row.get("source") == "llm-foundry" and plan["dtype"] != "fp8" \
+    if _source(row) == "llm-foundry" and plan["dtype"] != "fp8" \
             and plan.get("stack", "eager") == "eager":
         # Composer runs MPT's modules as written (no torch.compile in the benchmark yamls):
         # LayerNorm, GeLU and the residual adds op by op, each linear's bias gradient reduced
         # apart. The FP8 rows' Transformer Engine linears fuse their bias gradients into the
         # GEMMs: they keep the fused kernels' count
         plan["kernels"] = "eager"
-    if row.get("source") == "dgxc":
+    if _source(row) == "dgxc":
         key = (release_of(row), model["name"])
         plan.update(STACK_OPTIONS.get(key, {}))
         if key in NEMO1_REMAINDERS and plan["dtype"] == "bf16":
@@ -1553,44 +1971,99 @@ def assumed_defaults(model: dict[str, Any], plan: dict[str, Any], hardware: str)
     return [f"assumed: {text}" for text in out]
 
 
+# the columns every row reads (published-steps.csv's schema: SOURCES.md); the others may be
+# absent or empty (pp and cp 1, kv_heads the heads, features none, ...)
+REQUIRED_COLUMNS = ("source", "gpu", "gpus", "tp", "dp", "micro_batch", "global_batch",
+                    "seq_len", "dtype", "layers", "hidden", "heads", "vocab", "published_step_s")
+
+
 def published_rows(directory: Path) -> list[Row]:
+    """The rows of a directory's published-steps.csv, each predicted or refused in its row with
+    why: its headers read whatever their case and surrounding spaces, and a column every row
+    needs that the file lacks refuses every row, naming it."""
     import pandas as pd
 
+    frame = pd.read_csv(directory / "published-steps.csv", skipinitialspace=True)
+    frame.columns = [str(c).strip().lower() for c in frame.columns]
+    twice = sorted({c for c in frame.columns if list(frame.columns).count(c) > 1})
+    absent = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    problem = (f"the file has no {', '.join(absent)} column{'s' if len(absent) > 1 else ''} "
+               "(published-steps.csv's schema: SOURCES.md)" if absent else "") or (
+        f"the file names column{'s' if len(twice) > 1 else ''} {', '.join(twice)} twice"
+        if twice else "")
+    frame = frame.loc[:, ~frame.columns.duplicated()]
+    return [published_row(r.to_dict(), problem) for _, r in frame.iterrows()]
+
+
+def published_row(record: dict[str, Any], problem: str = "") -> Row:
+    """One row of published_rows: predicted, or refused with why (`problem`: the file's). Every
+    step that reads the row's text is under the refusal: a row never stops the benchmark."""
     from perfmodel import PerfmodelError, TransformerSpec, predict
 
-    rows = []
-    frame = pd.read_csv(directory / "published-steps.csv")
-    for _, r in frame.iterrows():
-        record = r.to_dict()
-        try:  # a row the benchmark cannot read is reported as refused, with why
-            model, plan, missing, origin = read_row(record)
-            name, hardware, error = model["name"], hardware_of(record), ""
-            missing += (hardware_notes(record, hardware) + architecture_assumed(record, origin)
-                        + assumed_defaults(model, plan, hardware))
-        except (KeyError, TypeError, ValueError) as exc:
-            model, plan, missing, hardware = {}, {}, [], ""
-            name = str(_stated(record, "model") or f"{r['layers']}x{r['hidden']}")
-            error = f"not read: {exc}"
-        # (a flash kernel the row's stack names beyond the features: STACK_OPTIONS)
-        kernel = f", {plan['attention_kernel']} kernel" if plan.get("attention_kernel") else ""
-        cp = r.get("cp")
-        cp_text = f" cp{int(cp)}" if cp is not None and not pd.isna(cp) and int(cp) > 1 else ""
-        label = (f"{name} {r['gpu']} x{r['gpus']} tp{r['tp']} pp{r['pp']} "
-                 f"dp{r['dp']}{cp_text} mb{r['micro_batch']} {r['dtype']} "
-                 f"[{str(r['features']).split('; ', 1)[-1]}{kernel}]")
-        row = Row(str(r["source"]), label, float(r["published_step_s"]), dtype=str(r["dtype"]),
-                  not_modelled=missing, error=error)
-        mem = r.get("published_peak_mem_gib")
-        row.published_memory_gib = None if pd.isna(mem) else float(mem)
-        if not error:
-            try:
-                p = predict(TransformerSpec(**model), hardware, plan, refuse_idle=False)
-            except PerfmodelError as exc:
-                row.error = str(exc)
-            else:
-                _fill(row, p)
-        rows.append(row)
-    return rows
+    published = math.nan
+    source = _text(record, "source") or "(no source)"
+    try:
+        if problem:
+            raise ValueError(problem)
+        if not _text(record, "source"):
+            raise ValueError("source: empty (the run's source names its set)")
+        step = _positive(record, "published_step_s", "seconds")
+        if step is None:
+            raise ValueError("published_step_s: empty (a positive number of seconds)")
+        published = step
+        memory = _positive(record, "published_peak_mem_gib", "GiB")
+        model, plan, missing, origin = read_row(record)
+        hardware = hardware_of(record)
+        missing += (hardware_notes(record, hardware) + architecture_assumed(record, origin)
+                    + assumed_defaults(model, plan, hardware))
+    except Exception as exc:  # a row the benchmark cannot read is reported as refused, with why
+        try:
+            dtype = dtype_of(record)
+        except ValueError:
+            dtype = _text(record, "dtype") or "?"
+        # labelled by its text as it stands (what was read of it may be what is wrong); an
+        # exception other than the readers' refusals is the benchmark's defect, said as one
+        why = str(exc) if isinstance(exc, (KeyError, TypeError, ValueError)) \
+            else f"{type(exc).__name__}: {exc} (a defect of the benchmark)"
+        return Row(source, _label(record, {}, {}), published, error=f"not read: {why}",
+                   dtype=dtype)
+    row = Row(source, _label(record, model, plan), published, dtype=plan["dtype"],
+              not_modelled=missing, published_memory_gib=memory)
+    try:
+        p = predict(TransformerSpec(**model), hardware, plan, refuse_idle=False)
+    except PerfmodelError as exc:
+        row.error = str(exc)
+    else:
+        _fill(row, p)
+    return row
+
+
+def _shown(value: Any) -> str:
+    """A cell as a label shows it: a whole float as its integer ('4.0' is 4), '?' where empty."""
+    value = _scalar(value)
+    if _empty(value):
+        return "?"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
+def _label(record: dict[str, Any], model: dict[str, Any], plan: dict[str, Any]) -> str:
+    """A row's run as the tables name it: model, GPU, degrees, micro-batch, dtype and features,
+    from what was read (the plan's), else the row's text as it stands."""
+    def cell(key: str) -> str:
+        return str(plan[key]) if key in plan else _shown(record.get(key))
+
+    name = model.get("name") or _text(record, "model") or (
+        f"{_shown(record.get('layers'))}x{_shown(record.get('hidden'))}")
+    cp = plan.get("cp", 1) if plan else record.get("cp")
+    cp_text = f" cp{_shown(cp)}" if _shown(cp) not in ("?", "1") else ""
+    # (a flash kernel the row's stack names beyond the features: STACK_OPTIONS)
+    kernel = f", {plan['attention_kernel']} kernel" if plan.get("attention_kernel") else ""
+    pp = cell("pp") if plan or not _empty(record.get("pp")) else "1"
+    return (f"{name} {_shown(record.get('gpu'))} x{cell('gpus')} tp{cell('tp')} pp{pp} "
+            f"dp{cell('dp')}{cp_text} mb{cell('micro_batch')} {cell('dtype')} "
+            f"[{_text(record, 'features').split('; ', 1)[-1]}{kernel}]")
 
 
 def _tight(r: Row) -> str:
@@ -1734,10 +2207,13 @@ def mape(rows: list[Row]) -> float:
 
 
 def _sets(rows: list[Row]) -> dict[str, list[Row]]:
-    """The rows by set: source and dtype."""
+    """The rows by set: source (whatever its case: named as its first row writes it) and
+    dtype."""
     keys: dict[str, list[Row]] = {}
+    names: dict[str, str] = {}
     for r in rows:
-        keys.setdefault(f"{r.source} {r.dtype}", []).append(r)
+        name = names.setdefault(f"{r.source.lower()} {r.dtype}", f"{r.source} {r.dtype}")
+        keys.setdefault(name, []).append(r)
     return keys
 
 
@@ -1783,6 +2259,12 @@ def _pct(x: float) -> str:
 GENERATED_PAGE = Path("docs/accuracy-runs.md")  # written by --markdown, checked by tests/docs
 
 
+def _md(text: Any) -> str:
+    """Text as a markdown table's cell: its '|' escaped, its line breaks spaces (a feature may
+    hold both: BLOOM's --pp-partition-method 'type:transformer|embedding')."""
+    return " ".join(str(text).replace("|", "\\|").splitlines())
+
+
 def markdown(rows: list[Row], nccl: list[dict[str, Any]]) -> str:
     """The benchmark's tables as the markdown page docs/accuracy-runs.md (no date, no timing:
     the same model and data give the same page, which tests/docs/test_accuracy_page.py checks)."""
@@ -1798,13 +2280,13 @@ def markdown(rows: list[Row], nccl: list[dict[str, Any]]) -> str:
         err = f"{r.signed_error:+.1%}" if r.signed_error is not None else ""
         mem = (f"{r.memory_gib:.1f} of {r.capacity_gib:.0f}{_tight(r)}"
                if r.memory_gib is not None else "")
-        lines.append(f"| {r.source} | {r.label} | {r.published_s:.3f} | {pred} | {err} | "
-                     f"{shares(r)} | {mem} | {'; '.join(r.not_modelled)} |")
+        lines.append(f"| {_md(r.source)} | {_md(r.label)} | {r.published_s:.3f} | {_md(pred)} | "
+                     f"{err} | {shares(r)} | {mem} | {_md('; '.join(r.not_modelled))} |")
     lines += ["", "| set | predicted | refused | MAPE | worst |", "|---|---|---|---|---|"]
     notes = caveats(rows)
     for key, n, refused, m, worst in summary(rows):
         counted = f"{n} ({notes[key]})" if notes[key] else f"{n}"
-        lines.append(f"| {key} | {counted} | {refused} | {_pct(m)} | {_pct(worst)} |")
+        lines.append(f"| {_md(key)} | {_md(counted)} | {refused} | {_pct(m)} | {_pct(worst)} |")
     lines += ["", "| published peak memory per GPU | measured by | published [GiB] | "
               "predicted [GiB] | error |", "|---|---|---|---|---|"]
     for case, predicted in memory_rows():
@@ -1816,14 +2298,15 @@ def markdown(rows: list[Row], nccl: list[dict[str, Any]]) -> str:
               "|---|---|---|---|---|---|---|---|---|"]
     for n in nccl:
         held = "yes" if n["held"] else f"no: {n['why_not_held']}"
-        lines.append(f"| {n['log']} | {n['op']} | {n['ranks']} | {n['preset']} | "
+        lines.append(f"| {_md(n['log'])} | {n['op']} | {n['ranks']} | {n['preset']} | "
                      f"{n['median_all']:+.1%} | {n['median_1mib_up']:+.1%} | "
-                     f"{n['median_abs_1mib_up']:.1%} | {n['worst']:+.1%} | {held} |")
+                     f"{n['median_abs_1mib_up']:.1%} | {n['worst']:+.1%} | {_md(held)} |")
     return "\n".join(lines) + "\n"
 
 
 def print_report(rows: list[Row], nccl: list[dict[str, Any]]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     con = Console(width=200)
@@ -1832,32 +2315,35 @@ def print_report(rows: list[Row], nccl: list[dict[str, Any]]) -> None:
                 "not modelled"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r.source, r.label, f"{r.published_s:.3f}",
+        # the rows' text is other people's: rich's markup ('[/ none]', a label's '[...]')
+        # escaped
+        table.add_row(escape(r.source), escape(r.label), f"{r.published_s:.3f}",
                       f"{r.predicted_s:.3f}" if r.predicted_s is not None else "refused",
-                      f"{r.signed_error:+.1%}" if r.signed_error is not None else r.error[:60],
+                      f"{r.signed_error:+.1%}" if r.signed_error is not None
+                      else escape(r.error[:60]),
                       shares(r),
                       f"{r.memory_gib:.1f}/{r.capacity_gib:.0f}{_tight(r)}" if r.memory_gib
                       else "",
-                      "; ".join(r.not_modelled))
+                      escape("; ".join(r.not_modelled)))
     con.print(table)
     notes = caveats(rows)
     for key, n, refused, m, worst in summary(rows):
         # the rows whose plans took defaults for what they state, or that would not fit where
         # they ran, are counted in the MAPE and named here
         counted = f" ({notes[key]})" if notes[key] else ""
-        con.print(f"{key}: {n} predicted{counted}, {refused} refused, MAPE {_pct(m)}, worst "
-                  f"{_pct(worst)}")
+        con.print(escape(f"{key}: {n} predicted{counted}, {refused} refused, MAPE {_pct(m)}, "
+                         f"worst {_pct(worst)}"))
     unfit = [r for r in rows if r.memory_verdict == "does not fit"]
     tight = [r for r in rows if r.memory_verdict == "tight"]
-    con.print(f"memory: {len(unfit)} of {sum(r.memory_gib is not None for r in rows)} runs that "
-              f"ran are predicted not to fit" + (": " + "; ".join(r.label for r in unfit)
-                                                 if unfit else "")
-              + (f"; {len(tight)} tight (over only with the allocator's fragmentation margin): "
-                 + "; ".join(r.label for r in tight) if tight else ""))
+    ran = sum(r.memory_gib is not None for r in rows)
+    con.print(escape(f"memory: {len(unfit)} of {ran} runs that ran are predicted not to fit"
+                     + (": " + "; ".join(r.label for r in unfit) if unfit else "")
+                     + (f"; {len(tight)} tight (over only with the allocator's fragmentation "
+                        "margin): " + "; ".join(r.label for r in tight) if tight else "")))
     pub = [r for r in rows if r.published_memory_gib and r.memory_gib]
     for r in pub:
-        con.print(f"  peak memory {r.label}: published {r.published_memory_gib:.1f} GiB, "
-                  f"predicted {r.memory_gib:.1f} GiB")
+        con.print(escape(f"  peak memory {r.label}: published {r.published_memory_gib:.1f} GiB, "
+                         f"predicted {r.memory_gib:.1f} GiB"))
     for case, predicted in memory_rows():
         con.print(f"  published peak memory, {case.label} ({case.measured_by}): "
                   f"{case.published_bytes / 2**30:.1f} GiB, predicted {predicted / 2**30:.1f} "
@@ -1867,13 +2353,14 @@ def print_report(rows: list[Row], nccl: list[dict[str, Any]]) -> None:
                 "median |e| (>= 1 MiB)", "worst", "held"):
         nt.add_column(col)
     for n in nccl:
-        nt.add_row(n["log"], n["op"], str(n["ranks"]), n["preset"], f"{n['median_all']:+.1%}",
+        nt.add_row(escape(n["log"]), n["op"], str(n["ranks"]), n["preset"],
+                   f"{n['median_all']:+.1%}",
                    f"{n['median_1mib_up']:+.1%}", f"{n['median_abs_1mib_up']:.1%}",
                    f"{n['worst']:+.1%}", "yes" if n["held"] else "no")
     con.print(nt)
     for n in nccl:
         if not n["held"]:
-            con.print(f"  not held: {n['log']}: {n['why_not_held']}")
+            con.print(escape(f"  not held: {n['log']}: {n['why_not_held']}"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1885,7 +2372,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", type=Path, default=None, help="write the rows here")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    rows = published_rows(data_dir(args.data)) + table5_rows()
+    directory = data_dir(args.data)
+    try:
+        published = published_rows(directory)
+    except (OSError, ValueError) as exc:  # no file, or none pandas can read as a CSV
+        print(f"bench_accuracy: {directory / 'published-steps.csv'}: {exc}", file=sys.stderr)
+        return 2
+    rows = published + table5_rows()
     logs = Path(args.nccl_tests) if args.nccl_tests else (
         SHARED / "nccl-tests" if (SHARED / "nccl-tests").is_dir()
         else ROOT / "tests" / "data" / "nccl-tests")
