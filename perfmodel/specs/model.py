@@ -562,6 +562,10 @@ _MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v
                  "gpt_oss", "olmoe")
 _HF_FAMILIES = _DENSE_FAMILIES + _MOE_FAMILIES
 # A Hugging Face config's shape keys, none of them a perfmodel spec field: two of them in a file
+# A hardware spec's fields that no model spec has: a hardware file given as a model (or as a
+# model's base) is named as what it is
+_HARDWARE_KEYS = frozenset({"gpu_name", "gpus_per_node", "peak_flops_per_s", "memory_bytes",
+                            "memory_bandwidth_bytes_per_s", "intra_node", "inter_node", "levels"})
 # without model_type name what it is
 _HF_SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                   "vocab_size", "architectures")
@@ -1142,6 +1146,15 @@ def _load_model(name_or_path: str | Path | TransformerSpec, _within: tuple[Path,
         if data.get("kind") == "layers":
             return graph(layer_graph_from_dict(data, where))
         hf_keys = [k for k in _HF_SHAPE_KEYS if k in data]
+        hardware_keys = sorted(_HARDWARE_KEYS & set(data))
+        if hardware_keys and not {"layers", "hidden", "heads"} & set(data):
+            raise SpecError(f"{where}: a hardware spec ({', '.join(hardware_keys[:3])}), not a "
+                            "model: give it as --hardware")
+        if "model_type" in data and "kind" not in data and not hf_keys \
+                and {"layers", "hidden", "heads"} & set(data):
+            raise SpecError(f"{where}: unknown field 'model_type' in a perfmodel model spec "
+                            "(a Hugging Face config.json gives hidden_size, num_hidden_layers, "
+                            "...; a spec gives layers, hidden, heads)")
         if "model_type" not in data and "kind" not in data and len(hf_keys) >= 2:
             raise SpecError(f"{where}: a Hugging Face config.json ({', '.join(hf_keys)}) without "
                             f"model_type: give its model_type (one of {', '.join(_HF_FAMILIES)})")

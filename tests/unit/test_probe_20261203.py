@@ -184,3 +184,21 @@ def test_seq_len_on_a_learned_position_preset_says_its_table_grows(capsys):
     code, err = _exit(capsys, "predict", "--model", "llama3-8b", "--hardware", "dgx-h100",
                       "--seq-len", "4096", "--json")
     assert code == 0 and "learned positions" not in err  # RoPE: no table
+
+
+def test_a_hardware_spec_given_as_a_model_or_its_base_is_named(tmp_path):
+    hardware = tmp_path / "h.yaml"
+    hardware.write_text("base: dgx-h100\nmemory_bytes: 96e9\n")
+    model = tmp_path / "m.yaml"
+    model.write_text("base: h.yaml\nlayers: 2\n")
+    for path in (hardware, model):
+        with pytest.raises(SpecError, match="a hardware spec \\(memory_bytes\\), not a model"):
+            load_model(path)
+
+
+def test_a_model_spec_with_a_stray_model_type_is_not_read_as_a_hugging_face_config(tmp_path):
+    spec = tmp_path / "m.json"
+    spec.write_text(json.dumps({"layers": 4, "hidden": 256, "heads": 8, "seq_len": 128,
+                                "vocab": 1000, "model_type": "llama"}))
+    with pytest.raises(SpecError, match="unknown field 'model_type' in a perfmodel model spec"):
+        load_model(spec)
