@@ -1948,9 +1948,7 @@ def _exit_now(code: object) -> None:
     if not isinstance(code, int) and code is not None:
         print(code, file=sys.stderr)
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        if stream is None:
-            continue
+    for stream in (sys.stdout, sys.stderr):  # neither None: main() checked both
         try:
             stream.flush()
         except BrokenPipeError:  # the reader went away before the last buffered output
@@ -2003,6 +2001,5 @@ def _run(argv: list[str] | None, debug: bool) -> None:
             command = command_of(argv if argv is not None else sys.argv[1:])
             _say(f"error: {missing_torch_message(command)}")
             sys.exit(EXIT_USAGE)
-        _say(f"internal error: {type(exc).__name__}: {exc} "
-                   "(run with --debug for a traceback)")
+        _say(f"internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)")
         sys.exit(EXIT_INTERNAL)

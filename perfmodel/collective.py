@@ -252,7 +252,8 @@ def pinned_algorithm_notes(model: Any, hardware: HardwareSpec, plan: Any) -> lis
         if pinned == "nvls":
             runs = op == "all_reduce" and scope == "intra" and hardware.intra_node.has_nvls
         elif pinned == "hierarchical":
-            runs = scope == "mixed" and op not in ("all_to_all",) and (
+            # perfmodel.step.collective._has_hierarchical's rule (send_recv skipped above)
+            runs = scope == "mixed" and op != "all_to_all" and (
                 library == "generic" or op == "all_reduce")
             choice = LIBRARY_ALGORITHMS[library][Op(op)][0].value
         else:

@@ -561,11 +561,11 @@ _DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "bl
 _MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe",
                  "gpt_oss", "olmoe")
 _HF_FAMILIES = _DENSE_FAMILIES + _MOE_FAMILIES
-# A Hugging Face config's shape keys, none of them a perfmodel spec field: two of them in a file
 # A hardware spec's fields that no model spec has: a hardware file given as a model (or as a
 # model's base) is named as what it is
 _HARDWARE_KEYS = frozenset({"gpu_name", "gpus_per_node", "peak_flops_per_s", "memory_bytes",
                             "memory_bandwidth_bytes_per_s", "intra_node", "inter_node", "levels"})
+# A Hugging Face config's shape keys, none of them a perfmodel spec field: two of them in a file
 # without model_type name what it is
 _HF_SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                   "vocab_size", "architectures")
