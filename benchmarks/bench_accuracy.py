@@ -2256,6 +2256,11 @@ def _pct(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:.1%}"
 
 
+def _seconds(x: float) -> str:
+    """A published time as printed: '-' where the row was refused before it was read."""
+    return "-" if math.isnan(x) else f"{x:.3f}"
+
+
 GENERATED_PAGE = Path("docs/accuracy-runs.md")  # written by --markdown, checked by tests/docs
 
 
@@ -2280,8 +2285,9 @@ def markdown(rows: list[Row], nccl: list[dict[str, Any]]) -> str:
         err = f"{r.signed_error:+.1%}" if r.signed_error is not None else ""
         mem = (f"{r.memory_gib:.1f} of {r.capacity_gib:.0f}{_tight(r)}"
                if r.memory_gib is not None else "")
-        lines.append(f"| {_md(r.source)} | {_md(r.label)} | {r.published_s:.3f} | {_md(pred)} | "
-                     f"{err} | {shares(r)} | {mem} | {_md('; '.join(r.not_modelled))} |")
+        lines.append(f"| {_md(r.source)} | {_md(r.label)} | {_seconds(r.published_s)} | "
+                     f"{_md(pred)} | {err} | {shares(r)} | {mem} | "
+                     f"{_md('; '.join(r.not_modelled))} |")
     lines += ["", "| set | predicted | refused | MAPE | worst |", "|---|---|---|---|---|"]
     notes = caveats(rows)
     for key, n, refused, m, worst in summary(rows):
@@ -2317,7 +2323,7 @@ def print_report(rows: list[Row], nccl: list[dict[str, Any]]) -> None:
     for r in rows:
         # the rows' text is other people's: rich's markup ('[/ none]', a label's '[...]')
         # escaped
-        table.add_row(escape(r.source), escape(r.label), f"{r.published_s:.3f}",
+        table.add_row(escape(r.source), escape(r.label), _seconds(r.published_s),
                       f"{r.predicted_s:.3f}" if r.predicted_s is not None else "refused",
                       f"{r.signed_error:+.1%}" if r.signed_error is not None
                       else escape(r.error[:60]),
@@ -2392,7 +2398,8 @@ def main(argv: list[str] | None = None) -> int:
         import pandas as pd
 
         frame = pd.DataFrame([{"source": r.source, "run": r.label, "dtype": r.dtype,
-                               "published_s": r.published_s, "predicted_s": r.predicted_s,
+                               "published_s": None if math.isnan(r.published_s) else r.published_s,
+                               "predicted_s": r.predicted_s,
                                "error": r.signed_error, "breakdown": shares(r),
                                "memory_gib": r.memory_gib, "capacity_gib": r.capacity_gib,
                                "not_modelled": "; ".join(r.not_modelled), "refused": r.error}

@@ -308,6 +308,17 @@ def test_a_file_without_a_column_every_row_needs_refuses_its_rows_by_name(tmp_pa
                          "SOURCES.md)")
 
 
+def test_a_row_refused_before_its_time_was_read_prints_no_nan(tmp_path, capsys):
+    """Regression: a file without a column every row needs printed 'nan' as each row's
+    published time (console, markdown, CSV)."""
+    rows = _published(tmp_path, [{k: v for k, v in BASE.items() if k != "seq_len"}])
+    B.print_report(rows, [])
+    page = B.markdown(rows, [])
+    assert "nan" not in capsys.readouterr().out.lower() and "nan" not in page.lower()
+    line = next(x for x in page.splitlines() if "no seq_len column" in x)
+    assert line.split("|")[3].strip() == "-"
+
+
 def test_rows_text_is_printed_as_written(tmp_path, capsys):
     """Regression: features holding '[/ none]' stopped the console table (rich's MarkupError),
     its labels lost their '[...]', and '|' or a line break in a feature (BLOOM's
