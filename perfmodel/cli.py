@@ -580,9 +580,16 @@ def _flash_extrapolation(model: Any, hardware: Any, plan: Any) -> list[str]:
             not resolve_flash(plan.flash_attention, model, hardware, plan.dtype,
                               plan.attention_kernel):
         return []
-    kernel = hardware.flash_kernel(compute_dtype(plan.dtype), plan.attention_kernel)
+    dtype = compute_dtype(plan.dtype)
+    kernel = hardware.flash_kernel(dtype, plan.attention_kernel)
     if kernel is None:
-        return []
+        runs = dict.fromkeys(d for k in (hardware.flash_attention,
+                                         *hardware.flash_attention_alternatives)
+                             if k is not None for d in k.dtypes)
+        its = f"its kernels run {', '.join(runs)}" if runs else "its spec has no flash kernel"
+        return [f"flash attention in {dtype}: no flash kernel of {hardware.name} is measured "
+                f"for {dtype} ({its}): costed as the fused kernel's FLOPs at {hardware.name}'s "
+                f"{dtype} GEMM efficiency"]
     dims = [p.head_dim for p in kernel.by_head_dim]
     d = model.attention_head_dim
     if d in dims:
