@@ -949,6 +949,22 @@ def _refuse_idle_pins(pins: dict[str, Any], gpu_counts: Sequence[int], experts: 
             raise PlanError(f"--uneven-stages searches the pp that do not divide the layers, "
                             f"and pp is pinned at {pins['pp']} (split so anyway where it does "
                             "not): leave one out")
+
+    def typed(name: str) -> bool:  # given on the command line (a config's own are not refused)
+        return ctx is not None and name in ctx.params and _given(ctx, name) \
+            and pins.get(name) is not None
+
+    dispatcher = str(getattr(pins.get("ep_dispatcher"), "value", pins.get("ep_dispatcher")))
+    if pins.get("ep") == 1 and typed("ep_dispatcher") and dispatcher != "alltoall":
+        raise PlanError(f"ep_dispatcher {dispatcher} exchanges a mixture of experts' tokens over "
+                        "expert parallelism (ep > 1), and --ep pins ep 1: give --ep above 1 (or "
+                        "leave it free), or leave --ep-dispatcher out")
+    if pins.get("tp") == 1 and typed("tp_backward"):
+        backward = getattr(pins["tp_backward"], "value", pins["tp_backward"])
+        if str(backward).strip().lower() not in ("auto", ""):
+            raise PlanError(f"tp_backward {backward} applies to tensor parallelism (tp > 1), and "
+                            "--tp pins tp 1: give --tp above 1 (or leave it free), or leave "
+                            "--tp-backward out")
     if pins.get("cp") == 1 and pins.get("cp_comm") is not None:
         raise PlanError(f"cp_comm {pins['cp_comm']} applies to context parallelism (cp > 1), and "
                         "--cp pins cp 1: give --cp above 1 (or leave it free), or leave "
@@ -1326,6 +1342,7 @@ def recommend(model: str | None, from_config: str | None,
         spec = noted_seq_len(load_model(model, seq_len=seq_len), seq_len, model)
     if gpus is None or global_batch is None:
         raise click.UsageError(f"give {'--gpus' if gpus is None else '--global-batch'}")
+    asked = dict(pins)  # the search the user asked for, before --emit-config narrows it
     if emit_config:  # every framework written is 1d; DeepSpeed's Trainer data parallel only
         pins["tp_layout"] = pins.get("tp_layout") or "1d"
         if emit_config[0] == "deepspeed":
@@ -1334,6 +1351,10 @@ def recommend(model: str | None, from_config: str | None,
         # what each framework runs (perfmodel.configs' emitters refuse the rest)
         pins["zero_stages"] = {"megatron": (0, 1, 3), "torchtitan": (0, 3)}.get(
             emit_config[0], (0, 1, 2, 3))
+        if emit_config[0] == "deepspeed":  # ZeRO 1-2 gather in the optimizer step
+            pins["param_gather_stages"] = (3,)
+        if emit_config[0] == "torchtitan":  # its DDP runs alone
+            pins["ddp_alone"] = True
         if emit_config[0] == "deepspeed" and str(pins.get("dtype") or "bf16") == "bf16":
             # DeepSpeed runs bf16 without ZeRO with its BF16_Optimizer (never searched)
             pins["zero_stages"] = (1, 2, 3)
@@ -1386,6 +1407,8 @@ def recommend(model: str | None, from_config: str | None,
                 raise click.UsageError(
                     f"--{pin} {value}: --emit-config {emit_config[0]} writes "
                     f"{pin} {', '.join(str(a) for a in allowed)}; leave one out")
+    # the request's fields --emit-config set (a flag's own value kept by the user's search)
+    narrowing = [k for k, v in pins.items() if asked.get(k) != v and v is not None]
     gpu_counts = _gpu_counts(gpus)
     if any(not 1 <= g <= MAX_DEGREE for g in gpu_counts):
         raise click.UsageError(f"--gpus must be between 1 and {MAX_DEGREE:g}, got '{gpus}'")
@@ -1478,14 +1501,29 @@ def recommend(model: str | None, from_config: str | None,
                            if rec.top and alt.top else None}
     if job is not None:
         data["config"] = job.to_dict()
+    narrowed = _emit_scope({k: pins[k] for k in narrowing}) if emit_config else ""
     if emit_config and rec.top:
         from perfmodel.configs.emit import emit_best
+        from perfmodel.recommend import best_of
 
         rank, written = emit_best(emit_config[0], emit_config[1], spec, hw, rec.top)
         data["emitted"] = {"format": emit_config[0], "plan_rank": rank,
-                           "files": [str(p) for p in written]}
+                           "files": [str(p) for p in written], "searched": narrowed,
+                           "fastest_of_any_framework": None}
         click.echo(f"wrote plan {rank} as {emit_config[0]}'s config: "
                    f"{', '.join(map(str, written))}", err=True)
+        # what the narrowing cost: the best plan of the search the user asked for
+        import dataclasses
+
+        anywhere = best_of(spec, hw, dataclasses.replace(req, **{
+            k: asked.get(k, SearchRequest.__dataclass_fields__[k].default) for k in narrowing}))
+        written_objective = float(rec.result.best.objective[rank - 1])
+        if anywhere is not None and anywhere["objective"] < written_objective * (1 - 1e-9):
+            data["emitted"]["fastest_of_any_framework"] = anywhere
+            click.echo(f"note: --emit-config {emit_config[0]} searched the plans it writes "
+                       f"({narrowed}); the best plan of the whole search, {anywhere['plan']}, "
+                       f"takes {anywhere['step_time_s']:.4g} s a step against "
+                       f"{rec.top[rank - 1].step_time_s:.4g} s", err=True)
     require_finite(data, "the recommendation", f"{spec.name} on {hw.name}, {gpus} GPUs, "
                    f"global batch {global_batch}")
     if plot_path:
@@ -1514,8 +1552,26 @@ def recommend(model: str | None, from_config: str | None,
         print_recommendation(rec, data)
     if not rec.top:
         reason = rec.explanation.get("infeasible", {}).get("reason", "no plan fits")
+        if emit_config:
+            reason = (f"--emit-config {emit_config[0]} searches the plans it writes "
+                      f"({narrowed}): {reason}")
         click.echo(f"error: {reason}", err=True)
         sys.exit(4)
+
+
+def _emit_scope(pins: dict[str, Any]) -> str:
+    """The pins --emit-config added to the search, in words: 'tp 1, pp 1, zero 1/2/3, ...'."""
+    def said(value: Any) -> str:
+        if isinstance(value, (tuple, list)):
+            return "/".join(said(v) for v in value)
+        value = getattr(value, "value", value)
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    names = {"zero_stages": "zero", "schedules": "schedule", "recomputes": "recompute",
+             "param_gather_stages": "parameter gather overlapped with zero",
+             "ddp_alone": "zero 0 only without tp and pp"}
+    return ", ".join(names[k] if k == "ddp_alone" else f"{names.get(k, k)} {said(v)}"
+                     for k, v in pins.items())
 
 
 def _gpu_counts(text: str) -> tuple[int, ...]:

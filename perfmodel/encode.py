@@ -593,9 +593,10 @@ def resolve_flash(flash_attention: bool | None, model: TransformerSpec, hardware
     None (the default): yes where the hardware has a measured flash kernel for the dtype
     (HardwareSpec.flash_attention: FlashAttention-2 on A100, cuDNN on H100/H200) and the model's
     head size is one flash kernels run (<= 256); else the unfused path. True on hardware that has
-    no flash kernel (its spec lists no dtypes: V100), or with a larger head size than flash
-    kernels run, is refused; True where no kernel is measured for the dtype (MI300X, fp32 on an
-    H100) costs the fused kernel's FLOPs at the GEMM efficiency, which predict's notes say
+    no flash kernel (its spec lists no dtypes: V100), or with a larger head size than its
+    kernel runs, is refused; True where no kernel is measured for the dtype (a CPU, MI300X, fp32
+    on an H100) costs the fused kernel's FLOPs at the GEMM efficiency, which predict's notes
+    say
     (perfmodel.step.layer.flash_attention). A named kernel (Plan.attention_kernel: one of
     HardwareSpec.flash_attention_names) is flash attention by that kernel: refused where the
     hardware has none so named, it does not run the dtype, or the plan attends unfused."""
@@ -620,9 +621,10 @@ def resolve_flash(flash_attention: bool | None, model: TransformerSpec, hardware
     if flash_attention and fa is not None and not fa.dtypes:
         raise PlanError(f"flash_attention: hardware '{hardware.name}' has no flash-attention "
                         f"kernel ({fa.kernel}); use --attention unfused")
-    # every flash kernel stops at FLASH_MAX_HEAD_DIM, the unmeasured ones costed at the GEMM
-    # efficiency too (AMD's Composable Kernel flash attention, PyTorch's memory-efficient SDPA)
-    if flash_attention and model.attention_head_dim > FLASH_MAX_HEAD_DIM:
+    # a measured kernel's limit; where none is measured (PyTorch's SDPA on a CPU, which the
+    # local validation job runs, or its memory-efficient kernel in fp32) no limit is known
+    if flash_attention and hardware.flash_kernel(dtype) is not None \
+            and model.attention_head_dim > FLASH_MAX_HEAD_DIM:
         raise PlanError(f"flash_attention: head_dim {model.attention_head_dim} is above the "
                         f"{FLASH_MAX_HEAD_DIM} flash kernels run; use --attention unfused")
     return bool(flash_attention)

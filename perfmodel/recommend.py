@@ -251,14 +251,14 @@ def objective_unit(req: SearchRequest) -> str:
 def training_budget(req: SearchRequest, p: Prediction) -> dict[str, float]:
     """What the token budget (--tokens) takes with the plan and what it costs (--gpu-hour-price),
     as perfmodel.search.objective_of ranks them:
-        steps_to_train = tokens / (global batch x sequence length)
+        steps_to_train = ceil(tokens / (global batch x sequence length)) (whole steps)
         time_to_train_s = steps_to_train x step time
         gpu_hours = time_to_train_s / 3600 x GPUs
         cost = gpu_hours x price;  cost_per_step = step time / 3600 x GPUs x price
     Only what the request gives: nothing without --tokens and --gpu-hour-price."""
     out: dict[str, float] = {}
     if req.tokens:
-        steps = req.tokens / (p.plan.global_batch * p.model.seq_len)
+        steps = float(math.ceil(req.tokens / (p.plan.global_batch * p.model.seq_len)))
         out.update(steps_to_train=steps, time_to_train_s=steps * p.step_time_s,
                    gpu_hours=steps * p.step_time_s / 3600 * p.plan.gpus)
     if req.gpu_hour_price:
@@ -449,13 +449,13 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
         # degree pin may leave none of them a plan (tp 1 and tp_comm_overlap)
         options = {k: getattr(v, "value", v) for k, v in _option_pins(req).items()
                    if k not in pins}
-        beside = f" and the options {options}" if options else ""
+        beside = f" and the options {_words(options)}" if options else ""
         if req.recompute_every > model.layers:
             reason = (f"recompute_every {req.recompute_every} exceeds the model's "
                       f"{model.layers} layers: no layer would recompute (give at most "
                       f"{model.layers})")
         elif pins and n:
-            reason = (f"no plan satisfies the pins {pins}{beside} with {gpus} GPUs ("
+            reason = (f"no plan satisfies the pins {_words(pins)}{beside} with {gpus} GPUs ("
                       + (f"for one: {broken}" if broken else rules)
                       + f"); without the pins {n} plans exist")
         elif broken:
@@ -491,6 +491,12 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
     if skipped:
         reason += f"; {skipped}"
     return {"binding": "memory", "reason": reason, "nearest": nearest}
+
+
+def _words(fields: dict[str, Any]) -> str:
+    """Pinned fields as a user writes them: 'tp 1, pp 1, tp_layout 1d' ('true', not 'True')."""
+    return ", ".join(f"{k} {str(v).lower() if isinstance(v, bool) else v}"
+                     for k, v in fields.items())
 
 
 def _stages(layers: int, pp: int) -> str:

@@ -495,7 +495,8 @@ def budget_line(data: dict[str, Any], first: dict[str, Any]) -> str:
         per_step = first["plan"]["global_batch"] * data["seq_len"]
         parts.append(f"time to train {data['tokens']:.4g} tokens: "
                      f"{fmt_fixed(first['steps_to_train'], ',.0f')} "
-                     f"steps of {per_step:,} tokens (global batch x sequence length)")
+                     f"step{'' if first['steps_to_train'] == 1 else 's'} of {per_step:,} tokens "
+                     "(global batch x sequence length)")
     if data.get("gpu_hour_price"):
         what = "the token budget" if data.get("tokens") else "one step"
         parts.append(f"cost of {what} at {data['gpu_hour_price']:g} per GPU-hour (in the "

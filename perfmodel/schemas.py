@@ -394,7 +394,15 @@ def schema(kind: str) -> dict[str, Any]:
                             "speedup": NUMBER_OR_NULL}),
             "validation": {"type": "object"},
             "config": JOB_CONFIG,
-            "emitted": obj({"format": STRING, "plan_rank": WHOLE, "files": STRINGS},
+            "emitted": obj({"format": STRING, "plan_rank": WHOLE, "files": STRINGS,
+                            "searched": {"type": "string",
+                                         "description": "what the search kept to, for the "
+                                                        "framework to run it"},
+                            "fastest_of_any_framework": {"oneOf": [
+                                obj({"plan": STRING, "objective": NUMBER,
+                                     "step_time_s": NUMBER}), {"type": "null"}],
+                                "description": "the best plan of the search without "
+                                               "those limits, where it beats the written one"}},
                            description="--emit-config: the plan written (its rank in plans) "
                                        "and the files."),
         }, required=["model", "parameters", "active_parameters", *MODEL_SUMMARY, "plans",

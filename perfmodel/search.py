@@ -103,6 +103,12 @@ class SearchRequest:
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     schedules: tuple[Schedule, ...] | None = None  # None: every schedule
     recomputes: tuple[Recompute, ...] | None = None  # None: every policy
+    # the ZeRO stages whose parameter gather the search overlaps where unpinned (DeepSpeed's
+    # ZeRO 1-2 gather in the optimizer step: 3 only)
+    param_gather_stages: tuple[int, ...] = (1, 2, 3)
+    # ZeRO 0 (replicas) with dp > 1 only without tensor or pipeline parallelism (torchtitan's
+    # DDP raises "DDP has not supported > 1D parallelism")
+    ddp_alone: bool = False
     placement: Placement | None = None  # any order; unpinned, the search tries PLACEMENTS
     tp_layout: TPLayout | None = None
     tp_depth: int | None = None
@@ -314,8 +320,15 @@ class Plans:
     def plan(self, i: int, dtype: Dtype, flash: bool | None, stack: Stack = Stack.EAGER,
              **shared: Any) -> Plan:
         """Row i as a Plan; shared: the request's options every plan has (recompute_every,
-        grad_dtype, optimizer_dtype)."""
+        grad_dtype, optimizer_dtype), less those the row has no use for: a tensor-parallel
+        backward without 1D tensor parallelism, an experts' dispatcher without expert
+        parallelism (the same step either way; predict refuses them as flags that change
+        nothing, perfmodel.idle)."""
         c = self.cols
+        if not (int(c["tp"][i]) > 1 and strategy.LAYOUTS[int(c["tp_layout"][i])].value == "1d"):
+            shared = {**shared, "tp_backward": None}
+        if int(c["ep"][i]) == 1 and "ep_dispatcher" in shared:
+            shared = {**shared, "ep_dispatcher": EPDispatcher.ALLTOALL}
         return Plan(gpus=int(c["gpus"][i]), dp=int(c["dp"][i]), tp=int(c["tp"][i]),
                     pp=int(c["pp"][i]), cp=int(c["cp"][i]), ep=int(c["ep"][i]),
                     etp=int(c["etp"][i]),
@@ -437,7 +450,7 @@ class _Candidates:
                  if req.zero in (None, z) and (z in req.zero_stages or dp == 1)]
         grad = [int(req.overlap_grad_sync)] if req.overlap_grad_sync is not None else [int(dp > 1)]
         return [(z, g, int(req.overlap_param_gather) if req.overlap_param_gather is not None
-                 else int(dp > 1 and z >= 1)) for z in zeros for g in grad]
+                 else int(dp > 1 and z in req.param_gather_stages)) for z in zeros for g in grad]
 
 
 def uneven_pp(model: TransformerSpec, req: SearchRequest, pp: int) -> bool:
@@ -619,6 +632,8 @@ def _grids(model: TransformerSpec, req: SearchRequest, size: int) -> Iterator[_G
             and not (req.ep_comm_overlap and r == Recompute.FULL.value)]
     for gpus, dp, tp, pp, cp in _degree_triples(model, req, candidates):
         zeros = candidates.data_parallel(dp * cp)
+        if req.ddp_alone and dp > 1 and (tp > 1 or pp > 1):
+            zeros = [z for z in zeros if z[0] == 3]
         places = _placements(req, dp, tp, pp, cp)
         first, last = strategy.stage_split(model.layers, pp)
         if req.recompute_every > strategy.first_stage_holds(model.layers, pp, first, last):
@@ -1216,7 +1231,8 @@ def objective_of(req: SearchRequest, model: TransformerSpec, step: np.ndarray,
         return step
     tokens_per_step = req.global_batch * model.seq_len
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        seconds = step * (req.tokens / tokens_per_step) if req.tokens else step
+        # whole steps: the budget's last tokens take a step of their own
+        seconds = step * math.ceil(req.tokens / tokens_per_step) if req.tokens else step
         out: np.ndarray = seconds if req.objective is Objective.TIME_TO_TRAIN else \
             seconds / 3600 * gpus * req.gpu_hour_price
     # SearchRequest's ranges keep it finite and nonzero; a number that is not is refused naming

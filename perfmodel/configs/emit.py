@@ -54,16 +54,21 @@ def emit_best(fmt: str, directory: str | Path, model: Any, hardware: Any,
               ranked: list[Any]) -> tuple[int, list[Path]]:
     """Write the best of the ranked predictions that `fmt` can run; (its rank from 1, the paths).
     PlanError with the best plan's reason when none can be written."""
-    first: PlanError | None = None
+    reasons: list[str] = []
     for rank, prediction in enumerate(ranked, 1):
         try:
             return rank, emit(fmt, directory, model, hardware, prediction.plan,
                               prediction.step_time_s)
         except PlanError as exc:
-            first = first or exc
-    assert first is not None
-    raise PlanError(f"{first} (nor can the {len(ranked)} runners-up: pin what the framework "
-                    "runs, or raise --top)")
+            reasons.append(str(exc))
+    others = len(reasons) - 1
+    if not others:
+        raise PlanError(reasons[0])
+    if len(set(reasons)) == 1:  # the model's, not a plan's: no other plan would do
+        raise PlanError(f"{reasons[0]} (and so is each of the {others} runner"
+                        f"{'s' if others > 1 else ''}-up)")
+    raise PlanError(f"{reasons[0]} (nor can the {others} runner{'s' if others > 1 else ''}-up: "
+                    "pin what the framework runs, or raise --top)")
 
 
 def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,

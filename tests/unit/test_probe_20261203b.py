@@ -1,6 +1,7 @@
-"""Regressions from the second 2026-12-03 probe of predict: flash attention asked for where no
-measured kernel runs the plan's dtype is said to be costed at the GEMM efficiency, and a head
-size no flash kernel runs is refused whether or not a kernel is measured."""
+"""Regressions from the second 2026-12-03 probe of predict and recommend: flash attention asked
+for where no measured kernel runs the plan's dtype is said to be costed at the GEMM efficiency;
+recommend --emit-config searches what each framework runs and says what it passed over; a
+ranked plan carries no option predict refuses as idle."""
 
 from __future__ import annotations
 
@@ -45,17 +46,112 @@ def test_a_measured_kernel_and_the_unfused_path_say_nothing(capsys):
         assert code == 0 and "no flash kernel" not in err
 
 
-@pytest.mark.parametrize("hardware, dtype", [("dgx-h100", "bf16"), ("dgx-h100", "fp32"),
-                                             ("mi300x", "bf16")])
-def test_a_head_size_no_flash_kernel_runs_is_refused_everywhere(capsys, tmp_path, hardware,
-                                                                dtype):
-    """Regression: head_dim 512 with --attention flash was refused in bf16 on H100 (a measured
-    kernel) but costed in fp32 on H100 and on MI300X (none measured): every flash kernel stops
-    at head size 256."""
+@pytest.mark.parametrize("hardware, dtype, refused", [
+    ("dgx-h100", "bf16", True), ("dgx-h100", "fp32", False), ("mi300x", "bf16", False)])
+def test_a_head_size_beyond_the_measured_kernels_is_refused_or_said(capsys, tmp_path, hardware,
+                                                                   dtype, refused):
+    """head_dim 512 with --attention flash: refused where a measured kernel runs the dtype (they
+    stop at 256); where none is measured (fp32 runs PyTorch's memory-efficient kernel, a CPU's
+    SDPA any head size) costed at the GEMM efficiency, and said."""
     spec = tmp_path / "hd512.yaml"
     spec.write_text("base: llama3-8b\nhead_dim: 512\n")
     code, _, err = _run(capsys, "predict", "--model", str(spec), "--gpus", "8", "--hardware",
                         hardware, "--dtype", dtype, "--attention", "flash")
+    if refused:
+        assert code == 4
+        assert err.strip() == ("error: flash_attention: head_dim 512 is above the 256 flash "
+                               "kernels run; use --attention unfused")
+    else:
+        assert code == 0 and f"no flash kernel of {hardware} is measured for {dtype}" in err
+
+
+# ---- recommend (the same probe) ----
+
+def _recommend(capsys, tmp_path, *args: str) -> tuple[int, dict, str]:
+    code, out, err = _run(capsys, "recommend", "--hardware", "dgx-h100", *args, "--json")
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def test_deepspeed_is_written_its_fastest_plan_with_the_gather_overlapped_under_zero_3_only(
+        capsys, tmp_path):
+    """Regression: the search overlapped every ZeRO 1-2 plan's parameter gather, which DeepSpeed
+    cannot run (its ZeRO 1-2 gather in the optimizer step), so --emit-config deepspeed wrote its
+    second plan (ZeRO 3, 3.26 s) where a ZeRO 2 plan without that overlap (3.05 s) was writable,
+    and refused outright at --top 1."""
+    code, rec, err = _recommend(capsys, tmp_path, "--model", "llama3-8b", "--gpus", "16",
+                                "--global-batch", "64", "--attention", "flash", "--top", "1",
+                                "--emit-config", "deepspeed", str(tmp_path / "ds"))
+    assert code == 0 and rec["emitted"]["plan_rank"] == 1
+    best = rec["plans"][0]["plan"]
+    assert best["zero"] in (1, 2) and not best["overlap_param_gather"]
+    assert "parameter gather overlapped with zero 3" in rec["emitted"]["searched"]
+    faster = rec["emitted"]["fastest_of_any_framework"]  # the same plan with the overlap
+    assert faster["step_time_s"] < rec["plans"][0]["step_time_s"]
+    assert "param-overlap" in faster["plan"]
+    assert "note: --emit-config deepspeed searched the plans it writes" in err
+
+
+def test_torchtitan_is_written_a_plan_its_ddp_runs(capsys, tmp_path):
+    """Regression: ZeRO 0 with tp or pp > 1 (torchtitan's DDP refuses it) filled the ranking, so
+    --emit-config torchtitan refused llama3-70b on 64 GPUs unless --top reached plan 15."""
+    code, rec, _ = _recommend(capsys, tmp_path, "--model", "llama3-70b", "--gpus", "64",
+                              "--global-batch", "128", "--top", "3",
+                              "--emit-config", "torchtitan", str(tmp_path / "tt"))
+    assert code == 0 and rec["emitted"]["plan_rank"] == 1
+    for row in rec["plans"]:
+        plan = row["plan"]
+        assert plan["zero"] == 3 or plan["dp"] == 1 or plan["tp"] == plan["pp"] == 1
+
+
+def test_an_emit_the_model_cannot_take_says_so_without_asking_for_more_plans(capsys, tmp_path):
+    code, _, err = _recommend(capsys, tmp_path, "--model", "qwen3-30b-a3b", "--gpus", "16",
+                              "--global-batch", "64", "--top", "3",
+                              "--emit-config", "torchtitan", str(tmp_path / "tt"))
     assert code == 4
-    assert err.strip() == ("error: flash_attention: head_dim 512 is above the 256 flash kernels "
-                           "run; use --attention unfused")
+    assert "not one of torchtitan's llama3 flavors" in err
+    assert "(and so is each of the 2 runners-up)" in err and "--top" not in err
+
+
+def test_an_emit_search_with_no_plan_names_what_the_framework_keeps_to(capsys, tmp_path):
+    """Regression: the refusal showed the writer's internal pins as a Python dict, without
+    naming --emit-config."""
+    code, _, err = _recommend(capsys, tmp_path, "--model", "llama3-8b", "--gpus", "48",
+                              "--global-batch", "64", "--emit-config", "deepspeed",
+                              str(tmp_path / "ds"))
+    assert code == 4
+    assert err.startswith("error: --emit-config deepspeed searches the plans it writes (tp 1, "
+                          "pp 1, cp 1, ep 1, etp 1, tp_layout 1d")
+    assert "{'" not in err
+
+
+def test_a_ranked_plan_is_one_predict_takes(capsys, tmp_path):
+    """Regression: a plan-wide option the best plan has no use for (the tensor-parallel
+    backward at tp 1) stayed in its plan, which predict then refused."""
+    code, rec, _ = _recommend(capsys, tmp_path, "--model", "llama3-8b", "--gpus", "16",
+                              "--global-batch", "64", "--tp-backward", "dtensor", "--top", "2")
+    assert code == 0
+    idle = [row["plan"] for row in rec["plans"] if row["plan"]["tp"] == 1]
+    assert idle  # the search's best plans take tp 1
+    assert all(plan.get("tp_backward") is None for plan in idle)
+
+
+def test_a_searched_plan_without_expert_parallelism_has_the_default_dispatcher():
+    from perfmodel import load_hardware, load_model
+    from perfmodel.search import SearchRequest, search
+
+    result = search(load_model("qwen3-30b-a3b"), load_hardware("dgx-h100"),
+                    SearchRequest(gpus=(16,), global_batch=64, ep=1, ep_dispatcher="deepep"),
+                    top=2, prune=True)
+    plans = result.best_plans()
+    assert plans and all(p.ep == 1 and p.ep_dispatcher.value == "alltoall" for p in plans)
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--model", "qwen3-30b-a3b", "--ep", "1", "--ep-dispatcher", "deepep"),
+     "ep_dispatcher deepep exchanges a mixture of experts' tokens over expert parallelism "
+     "(ep > 1), and --ep pins ep 1"),
+    (("--model", "llama3-8b", "--tp", "1", "--tp-backward", "dtensor"),
+     "tp_backward dtensor applies to tensor parallelism (tp > 1), and --tp pins tp 1")])
+def test_an_option_its_pinned_degree_leaves_idle_is_refused(capsys, tmp_path, args, says):
+    code, _, err = _recommend(capsys, tmp_path, *args, "--gpus", "16", "--global-batch", "64")
+    assert code == 4 and says in err
