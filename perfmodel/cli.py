@@ -840,10 +840,16 @@ def config_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
     model.require_costed()
     hardware = resolve_hardware(kw.get("hardware"), kw.get("profile"),
                                 kw.get("collective_algorithm"))
-    model, plan_kw = resolve_plan(job, model, given_plan_options(kw))
-    plan_kw.setdefault("dtype", hardware.default_dtype())
-    plan = plan_from_dict(plan_kw)
-    plan.check(model)
+    try:
+        model, plan_kw = resolve_plan(job, model, given_plan_options(kw))
+        plan_kw.setdefault("dtype", hardware.default_dtype())
+        plan = plan_from_dict(plan_kw)
+        plan.check(model)
+    except PlanError as exc:
+        if job.gpus_default and kw.get("gpus") is None:  # a world the script does not state
+            raise PlanError(f"{exc} (the world size {job.gpus} is {job.gpus_from}: "
+                            f"{job.gpus_default}; give --gpus)") from None
+        raise
     return model, hardware, plan, job
 
 

@@ -109,8 +109,12 @@ def resolve_model(job: JobConfig, model: str | None, seq_len: int | None) -> Any
                            "hidden_dropout", "attention_dropout", "capacity_factor",
                            "clamped_glu") and \
                     getattr(base, key) != value:
+                hint = (f" (its window_size [{value - 1}, 0]: the left {value - 1} tokens and "
+                        "itself, Transformer Engine's window; a model spec with sliding_window "
+                        f"{value} is the config's)" if key == "sliding_window"
+                        and isinstance(value, int) else "")
                 raise SpecError(f"{job.path}: the config's {key} ({value}) differs from model "
-                                f"'{model}' ({getattr(base, key)}); the config's model is "
+                                f"'{model}' ({getattr(base, key)}){hint}; the config's model is "
                                 "another: give the matching --model, or none")
     elif job.preset:
         base = load_model(job.preset, seq_len=fields.get("seq_len"))
@@ -134,10 +138,20 @@ def resolve_plan(job: JobConfig, model: Any, given: dict[str, Any]) -> tuple[Any
     padding at the plan's tp."""
     gpus = job.gpus
     if given.get("gpus") is not None:
-        if gpus is not None and gpus != given["gpus"]:
+        if gpus is not None and gpus != given["gpus"] and not job.gpus_default:
             raise PlanError(f"--gpus {given['gpus']} contradicts the config's world size {gpus} "
                             f"({job.gpus_from}); drop one")
+        if gpus is not None and gpus != given["gpus"]:  # the config's is a default only
+            if given["gpus"] % job.gpus_multiple:
+                raise PlanError(f"--gpus {given['gpus']} is not a multiple of the "
+                                f"{job.gpus_multiple} GPUs a node the config states "
+                                f"({job.gpus_from})")
+            job.notes.append(f"--gpus {given['gpus']} sets the world size: the config's "
+                             f"{gpus} ({job.gpus_from}) is not stated by it, {job.gpus_default}")
         gpus = given["gpus"]
+    elif job.gpus_default:
+        job.notes.append(f"world size {gpus} ({job.gpus_from}): {job.gpus_default}; give "
+                         "--gpus for the run's own")
     if gpus is None:
         raise PlanError(f"{job.path}: the config does not give the world size (the launcher "
                         "does): give --gpus")

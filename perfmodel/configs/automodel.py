@@ -114,6 +114,48 @@ def read_automodel(data: dict[str, Any], path: Path) -> JobConfig:
     return job
 
 
+def _flag(data: dict[str, Any], key: str, where: str) -> bool:
+    """distributed.<key>, a switch (false where not given)."""
+    value = section(data, "distributed", where).get(key, False)
+    if not isinstance(value, bool):
+        raise refuse_plan(where, f"distributed.{key}", value, "true or false")
+    return value
+
+
+def _layer_compile(data: dict[str, Any], where: str) -> tuple[bool, str]:
+    """Whether AutoModel torch.compiles each decoder layer, and why (not): FSDP2Manager.
+    maybe_compile (nemo_automodel/components/distributed/fsdp2.py at 36044ad3d; since 2013a4dd6,
+    2026-04-10) compiles them in place with distributed.enable_compile, or with
+    enable_async_tensor_parallel at tp_size > 1 (Inductor's micro-pipelined TP needs it);
+    _transformers/infrastructure.py calls it for FSDP2 without a pipeline only (a pipeline's
+    stages are built by AutoPipeline, which compiles nothing). The embedding, the output layer and
+    the loss stay eager, as perfmodel's compiled stack counts them."""
+    dist = section(data, "distributed", where)
+    asked = _flag(data, "enable_compile", where) or (
+        _flag(data, "enable_async_tensor_parallel", where) and _degree(data, "tp", where) > 1)
+    if not asked:
+        return False, ""
+    target = str(dist.get("_target_", ""))
+    strategy = str(dist.get("strategy", "ddp" if target.endswith("DDPManager") else "fsdp2"))
+    if strategy != "fsdp2":
+        return False, f"no effect with strategy {strategy} (FSDP2Manager's per-layer compile)"
+    if _degree(data, "pp", where) > 1:
+        return False, ("no effect with pp_size > 1: AutoModel compiles the layers on its "
+                       "path without a pipeline only (infrastructure.py)")
+    return True, "each decoder layer torch.compiled (FSDP2Manager.maybe_compile): stack compiled"
+
+
+def _fp32_parameters(data: dict[str, Any], where: str) -> bool:
+    """Whether the model is built in float32 (model.torch_dtype; else bfloat16, the config's
+    torch_dtype of the models AutoModel benchmarks)."""
+    dtype = str(section(data, "model", where).get("torch_dtype", "bfloat16")).removeprefix(
+        "torch.")
+    if dtype not in ("bfloat16", "bf16", "float32", "fp32"):
+        raise refuse_plan(where, "model.torch_dtype", dtype, "AutoModel trains bfloat16 or "
+                                                             "float32 parameters")
+    return dtype in ("float32", "fp32")
+
+
 def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
     model = section(data, "model", where)
     config = section(model, "config", where)
@@ -134,16 +176,14 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
                            "--model: a local copy of its config.json)")
         job.took("model.pretrained_model_name_or_path", hf, "give --model")
     dtype = str(model.get("torch_dtype", "bfloat16")).removeprefix("torch.")
-    if dtype not in ("bfloat16", "bf16", "float32", "fp32"):
-        raise refuse_plan(where, "model.torch_dtype", dtype, "AutoModel trains bfloat16 or "
-                                                             "float32 parameters")
-    master = dtype in ("float32", "fp32")
+    master = _fp32_parameters(data, where)
     job.fix("dtype", "bf16")
     if not master:  # Adam over bf16 parameters: bf16 states, no fp32 copy; bf16 shards
         job.fix("optimizer_dtype", "bf16")
         job.fix("grad_dtype", "bf16")
     job.took("model.torch_dtype", dtype, "fp32 master parameters (FSDP2 computes in bf16)"
-             if master else "bf16 parameters: Adam's states bf16, no fp32 master"
+             if master else "bf16 parameters: torch's Adam keeps its states in bf16 and no "
+                            "fp32 master (Transformer Engine's FusedAdam: its own, below)"
              + ("" if "torch_dtype" in model else " (the model config's torch_dtype)"))
     backend = section(model, "backend", where)
     attn = str(backend.get("attn", "sdpa"))
@@ -154,7 +194,8 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.fix("flash_attention", attn != "eager")
     job.took("model.backend.attn", attn, "unfused attention (flash_attention false)"
              if attn == "eager" else "fused attention (flash_attention)")
-    compiled = bool(section(data, "compile", where).get("enabled"))
+    compiled = bool(section(data, "compile", where).get("enabled")) \
+        or _layer_compile(data, where)[0]
     # TE's and QuACK's (CuTe DSL) norms and linears fuse their element-wise work
     fused = bool({"te", "quack"} & {str(backend.get(k, "")) for k in ("rms_norm", "linear")})
     job.fix("stack", "compiled" if compiled else "eager")
@@ -380,6 +421,7 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.plan["_defer"] = (defer, given, wrapped)
 
     job.with_model.append(decide)
+    _switches(data, dist, degrees, sp, job, where)
     job.fix("overlap_grad_sync", True)
     job.fix("overlap_param_gather", fsdp, pin=False)
     job.fix("tp_layout", "1d")
@@ -388,6 +430,87 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.skipped("distributed.pipeline", "...", "pipeline settings (pp_size 1: none)")
     for key, value in dist.items():
         job.strange(f"distributed.{key}", value)
+
+
+def _switches(data: dict[str, Any], dist: dict[str, Any], degrees: dict[str, int], sp: bool,
+              job: JobConfig, where: str) -> None:
+    """FSDP2Config's compile, async-TP, prefetch and patch switches (nemo_automodel/components/
+    distributed/config.py at 36044ad3d, FSDP2Manager.parallelize and maybe_compile, parallelizer.py
+    fsdp2_strategy_parallelize and apply_fsdp2_sharding_recursively): each read or said why not,
+    popped from dist."""
+    compiled, why = _layer_compile(data, where)
+    tp = degrees["tp"]
+    compile_on = _flag(data, "enable_compile", where)
+    async_tp = _flag(data, "enable_async_tensor_parallel", where)
+    dist.pop("enable_compile", None)
+    dist.pop("enable_async_tensor_parallel", None)
+    if compile_on:
+        job.took("distributed.enable_compile", True, why)
+    elif "enable_compile" in section(data, "distributed", where):
+        job.skipped("distributed.enable_compile", False, "off")
+    if async_tp and tp > 1:
+        if not sp:  # fsdp2_strategy_parallelize raises it
+            raise refuse_plan(where, "distributed.enable_async_tensor_parallel", True,
+                              "AutoModel raises 'enable_async_tensor_parallel=True requires "
+                              "sequence_parallel=True': give distributed.sequence_parallel true")
+        if compiled:  # Inductor's micro-pipelined TP: the matmuls overlap their collectives
+            job.fix("tp_comm_overlap", True)
+            job.took("distributed.enable_async_tensor_parallel", True,
+                     "tp_comm_overlap (Inductor's micro-pipelined TP: the matmuls overlap their "
+                     "all-gathers and reduce-scatters), the layers compiled")
+        else:
+            job.skipped("distributed.enable_async_tensor_parallel", True,
+                        f"{why}: Inductor's micro-pipelined TP needs the compiled layers")
+    elif "enable_async_tensor_parallel" in section(data, "distributed", where):
+        job.skipped("distributed.enable_async_tensor_parallel", async_tp,
+                    "no effect with tp_size 1" if async_tp else "off")
+    patch = dist.pop("patch_is_packed_sequence", None)
+    if patch is not None:
+        job.skipped("distributed.patch_is_packed_sequence", patch,
+                    "transformers' packed-sequence check patched out: no host-device sync per "
+                    "attention layer, as perfmodel's host model has none" if patch is True
+                    else "off")
+    prefetch = dist.pop("enable_fsdp2_prefetch", None)
+    depth = dist.pop("fsdp2_backward_prefetch_depth", 2)
+    forward = dist.pop("fsdp2_forward_prefetch_depth", 1)
+    for key, value in (("fsdp2_backward_prefetch_depth", depth),
+                       ("fsdp2_forward_prefetch_depth", forward)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise refuse_plan(where, f"distributed.{key}", value, "a whole number >= 0")
+    if prefetch is None:
+        return
+    if not isinstance(prefetch, bool):
+        raise refuse_plan(where, "distributed.enable_fsdp2_prefetch", prefetch, "true or false")
+
+    def decide(model: Any) -> None:
+        """Once the FSDP units' resharding is known (_reshard: kept gathered from forward to
+        backward, nothing to prefetch): apply_fsdp2_sharding_recursively chains each unit's
+        forward prefetch of the next fsdp2_forward_prefetch_depth units (default 1, FSDP2's own
+        prefetch) and its backward prefetch of the previous fsdp2_backward_prefetch_depth
+        (default 2), with FSDP2 and no pipeline, where the units reshard after forward."""
+        mode = job.plan.get("_reshard", ("forward",))[0]
+        acts = prefetch and job.plan.get("_fsdp", True) and degrees["pp"] == 1 \
+            and mode == "forward"
+        if not prefetch:
+            job.skipped("distributed.enable_fsdp2_prefetch", False,
+                        "off: FSDP2's own prefetch of the next unit (overlap_param_gather)")
+        elif not acts:
+            job.skipped("distributed.enable_fsdp2_prefetch", True,
+                        "no effect: no FSDP2 resharding after forward to prefetch (ddp, a "
+                        "pipeline, or the units kept gathered)")
+        else:
+            job.took("distributed.enable_fsdp2_prefetch", True,
+                     f"explicit prefetch chains (forward {forward}, backward {depth} units "
+                     "ahead): overlap_param_gather")
+            if depth > 1 or forward > 1:
+                job.notes.append(
+                    f"distributed.enable_fsdp2_prefetch: FSDP2 gathers up to "
+                    f"{max(depth, forward)} units ahead (fsdp2_backward_prefetch_depth {depth}, "
+                    f"fsdp2_forward_prefetch_depth {forward}); perfmodel holds two units' "
+                    "gathered weights (the computing and the next): the others' are not counted "
+                    "in memory")
+
+    job.with_model.append(decide)
 
 
 # The MoE parallelizer's settings (components/moe/parallelizer.py, parallelize_model): at 36044ad
@@ -621,12 +744,95 @@ def _split(pipeline: dict[str, Any], job: JobConfig, where: str, pp: int, name: 
              f"{job.plan['pipeline_layout']}")
 
 
+# Transformer Engine's FusedAdam, as AutoModel's YAML names it (the factory escape hatch:
+# nemo_automodel/components/optim/optimizer.py build_optimizer_config at 36044ad3d wraps a
+# `_target_` callable in OptimizerFromFactoryConfig, which calls it with the section's kwargs
+# alone, so TE's own defaults hold; AutoModel's typed FusedAdamConfig, `name: fused_adam`, sets
+# master_weights True instead)
+_TE_FUSED_ADAM = ("transformer_engine.pytorch.optimizers.FusedAdam",
+                  "transformer_engine.pytorch.optimizers.fused_adam.FusedAdam")
+# its keyword arguments that set the states (the others are hyperparameters or kernels' modes)
+_TE_ADAM_STATES = ("master_weights", "master_weight_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+                   "store_param_remainders")
+_TORCH_DTYPES = {"float32": "fp32", "fp32": "fp32", "float": "fp32", "bfloat16": "bf16",
+                 "bf16": "bf16"}
+
+
 def _optimizer(data: dict[str, Any], job: JobConfig, where: str) -> None:
-    target = str(section(data, "optimizer", where).get("_target_", "torch.optim.Adam"))
-    if target.rsplit(".", 1)[-1] not in ("Adam", "AdamW", "FusedAdam"):
+    section_ = section(data, "optimizer", where)
+    target = str(section_.get("_target_", "torch.optim.Adam"))
+    if target in _TE_FUSED_ADAM:
+        _te_fused_adam(section_, target, _fp32_parameters(data, where), job, where)
+        return
+    if target.rsplit(".", 1)[-1] not in ("Adam", "AdamW"):
         raise refuse_plan(where, "optimizer._target_", target,
-                          "perfmodel models Adam's states (Adam, AdamW)")
+                          "perfmodel models Adam's states: torch's Adam and AdamW (in the "
+                          "parameters' dtype) and Transformer Engine's FusedAdam "
+                          f"({_TE_FUSED_ADAM[0]})")
     job.took("optimizer._target_", target, "Adam's states")
+
+
+def _dtype(value: Any, key: str, where: str) -> str:
+    """A torch dtype as AutoModel's YAML writes it (torch.bfloat16, bfloat16, ...): fp32 or bf16;
+    TE's fp16 and uint8 (FP8) states are refused."""
+    text = str(value).strip().removeprefix("torch.")
+    if text not in _TORCH_DTYPES:
+        raise refuse_plan(where, key, value, "perfmodel models float32 and bfloat16 optimizer "
+                                             "states (fp16 and FP8 ones are not modelled)")
+    return _TORCH_DTYPES[text]
+
+
+def _te_fused_adam(kwargs: dict[str, Any], target: str, fp32_params: bool, job: JobConfig,
+                   where: str) -> None:
+    """Transformer Engine's FusedAdam with the YAML's keyword arguments over its defaults
+    (transformer_engine/pytorch/optimizers/fused_adam.py at NVIDIA/TransformerEngine d0067d0da,
+    the same since v1.13's 05c0fb024; before it, from TE's port of Apex's in e8a17d1e8, the
+    moments were fp32 and no master copy was kept unless given): exp_avg_dtype and
+    exp_avg_sq_dtype torch.float32 (Plan.optimizer_dtype; perfmodel's one dtype for both),
+    master_weights False (no fp32 copy of bf16 parameters: Plan.master_weights none; with it
+    an fp32 copy, master_weight_dtype fp32; fp16 refused), store_param_remainders False (with
+    fp32 master weights of bf16 parameters, their 16-bit remainders: refused here, not modelled
+    beside AutoModel's FSDP2). Over float32 parameters FusedAdam keeps no master copy (the
+    parameters are it), only the moments' dtype applies."""
+    moments = {key: _dtype(kwargs.get(key, "float32"), f"optimizer.{key}", where)
+               for key in ("exp_avg_dtype", "exp_avg_sq_dtype")}
+    if moments["exp_avg_dtype"] != moments["exp_avg_sq_dtype"]:
+        raise refuse_plan(where, "optimizer.exp_avg_dtype", kwargs.get("exp_avg_dtype",
+                                                                       "float32"),
+                          f"beside exp_avg_sq_dtype {kwargs.get('exp_avg_sq_dtype', 'float32')}"
+                          ": perfmodel's optimizer states take one dtype (give both the same)")
+    states = moments["exp_avg_dtype"]
+    master = kwargs.get("master_weights", False)
+    if not isinstance(master, bool):
+        raise refuse_plan(where, "optimizer.master_weights", master, "true or false")
+    if master and _dtype(kwargs.get("master_weight_dtype", "float32"),
+                         "optimizer.master_weight_dtype", where) != "fp32":
+        raise refuse_plan(where, "optimizer.master_weight_dtype", kwargs["master_weight_dtype"],
+                          "perfmodel models fp32 master weights")
+    if master and not fp32_params and kwargs.get("store_param_remainders") is True:
+        raise refuse_plan(where, "optimizer.store_param_remainders", True,
+                          "FusedAdam's 16-bit remainders of the master weights are not modelled "
+                          "under AutoModel (give it false: the fp32 copy whole)")
+    if fp32_params:  # the parameters are the fp32 master; FusedAdam keeps no other copy
+        if states == "bf16":
+            job.fix("optimizer_dtype", "bf16")
+            job.fix("master_weights", "fp32")
+        read = f"optimizer_dtype {states} (the moments), the float32 parameters their master"
+    else:
+        job.fix("optimizer_dtype", states)
+        job.fix("master_weights", "fp32" if master else "none")
+        read = (f"optimizer_dtype {states} (the moments), master_weights "
+                + ("fp32 (an fp32 copy of the bf16 parameters)" if master
+                   else "none (the bf16 parameters updated in place)"))
+    job.took("optimizer._target_", target, f"Transformer Engine's FusedAdam: {read}"
+             + ("" if any(k in kwargs for k in _TE_ADAM_STATES) else " (its defaults)"))
+    for key in _TE_ADAM_STATES:
+        if key in kwargs:
+            job.took(f"optimizer.{key}", kwargs[key], "the optimizer's states (above)")
+    for key, value in kwargs.items():
+        if key not in (*_TE_ADAM_STATES, "_target_"):
+            job.skipped(f"optimizer.{key}", value, "a hyperparameter or the kernel's mode "
+                                                   "(Adam's states whatever its rates)")
 
 
 def finish(job: JobConfig, gpus: int) -> None:

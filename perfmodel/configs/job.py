@@ -68,6 +68,11 @@ class JobConfig:
     pins: set[str] = field(default_factory=set)
     gpus: int | None = None
     gpus_from: str = ""
+    # where the world size is only a default the environment may override (a launch script's
+    # `${SLURM_NNODES:-1}`): why, naming it ("" where the config states it); --gpus then sets
+    # the world size, a multiple of gpus_multiple (the factor the config does state)
+    gpus_default: str = ""
+    gpus_multiple: int = 1
     vocab_multiple: int = 0
     needs_model: str = ""  # why the config alone does not give the model (--model needed)
     needs_seq_len: str = ""  # why it gives no sequence length (--seq-len needed)
@@ -291,3 +296,69 @@ def capacity(fields: dict[str, Any], prefix: str, job: JobConfig, where: str) ->
 
 def _true(value: Any) -> bool:
     return value is True or str(value).strip().lower() in ("true", "1")
+
+
+WINDOW = ("window_size", "window_attn_skip_freq", "softmax_type")
+
+
+def window(fields: dict[str, Any], prefix: str, job: JobConfig, where: str) -> None:
+    """Megatron-Core's sliding-window attention (TransformerConfig.window_size (left, right):
+    each query attends over its left previous tokens and itself, Transformer Engine's window;
+    window_attn_skip_freq k: layers k, 2k, ... counted from 1 attend fully, the others over the
+    window, megatron/core/transformer/utils.py is_layer_window_attention; a list of 1 (window)
+    and 0 (full) per layer) as the model's sliding_window (left + 1 tokens, as Megatron-Bridge
+    converts it to Hugging Face's: models/conversion/utils.py mcore_to_hf_window_size) and
+    full_attention_every (k; 0: every layer windowed); softmax_type learnable as attention
+    sinks (a learned logit per head in each softmax's denominator: GPT-OSS's)."""
+    size = fields.get("window_size")
+    if isinstance(size, str) and size.strip() not in ("", "None", "null"):
+        size = [part for part in size.strip("()[] ").replace(",", " ").split() if part]
+    key = f"{prefix}.window_size"
+    if size in (None, "", "None", "null"):
+        for name in WINDOW[:2]:
+            if name in fields:
+                job.skipped(f"{prefix}.{name}", fields[name], "no window: full attention"
+                            if name == "window_size" else "no effect without a window")
+    else:
+        try:
+            left, right = (int(v) for v in size)
+        except (TypeError, ValueError):
+            raise SpecError(f"{where}: {key} must be [left, right], got '{size}'") from None
+        if right != 0:
+            raise refuse_spec(where, key, size, "perfmodel's attention is causal: a window "
+                                                "of later tokens (right > 0) is not modelled")
+        if left < 0:  # -1: Transformer Engine's infinite window
+            job.skipped(key, size, "an infinite window: full attention")
+        else:
+            job.model["sliding_window"] = left + 1
+            job.took(key, size, f"sliding_window {left + 1} (the left {left} tokens and "
+                                "itself)")
+            job.model["full_attention_every"] = _full_every(fields, prefix, job, where)
+    softmax = str(fields.get("softmax_type", "vanilla"))
+    if softmax == "learnable":
+        job.model["attention_sinks"] = True
+        job.took(f"{prefix}.softmax_type", softmax, "attention_sinks (a learned logit per head "
+                                                    "in each softmax's denominator)")
+    elif softmax != "vanilla":
+        raise refuse_spec(where, f"{prefix}.softmax_type", softmax,
+                          "perfmodel models the vanilla softmax and learnable sinks")
+    elif "softmax_type" in fields:
+        job.skipped(f"{prefix}.softmax_type", softmax, "the plain softmax")
+
+
+def _full_every(fields: dict[str, Any], prefix: str, job: JobConfig, where: str) -> int:
+    """window_attn_skip_freq as full_attention_every: k, or a per-layer list that is k - 1
+    windowed layers and one full over and over; None: 0, every layer windowed."""
+    key = f"{prefix}.window_attn_skip_freq"
+    freq = fields.get("window_attn_skip_freq")
+    if freq in (None, "None", "null"):
+        return 0
+    if isinstance(freq, list) and 0 in freq and all(v in (0, 1) for v in freq):
+        k = freq.index(0) + 1
+        if freq == ([1] * (k - 1) + [0]) * (len(freq) // k) + [1] * (len(freq) % k):
+            freq = k
+    if isinstance(freq, bool) or not isinstance(freq, int) or freq < 1:
+        raise refuse_spec(where, key, freq, "perfmodel models one full-attention layer every k "
+                                            "(an integer k, or that pattern as a list)")
+    job.took(key, fields["window_attn_skip_freq"], f"full_attention_every {freq}")
+    return freq

@@ -64,7 +64,7 @@ from perfmodel.configs.job import (
     whole,
 )
 from perfmodel.configs.megatron_options import MEGATRON_LM_OPTIONS
-from perfmodel.configs.shell import Launch, argument_words, launch_command
+from perfmodel.configs.shell import DEFAULTED, Launch, argument_words, launch_command
 from perfmodel.costs.precision import default_master, megatron_master_weights
 from perfmodel.errors import PlanError, SpecError
 from perfmodel.pipeline_layout import PipelineLayout, accounted_layout
@@ -81,7 +81,13 @@ NEGATED = {"no-rope-fusion": "apply_rope_fusion", "no-bias-swiglu-fusion": "bias
            "no-bias-gelu-fusion": "bias_gelu_fusion", "no-bias-dropout-fusion":
            "bias_dropout_fusion", "no-masked-softmax-fusion": "masked_softmax_fusion",
            "no-scaled-masked-softmax-fusion": "masked_softmax_fusion",
-           "no-gradient-accumulation-fusion": "gradient_accumulation_fusion"}
+           "no-gradient-accumulation-fusion": "gradient_accumulation_fusion",
+           # store_false since 2023-10-12 (NVIDIA/Megatron-LM 4eeff55d1f, "Make overlap_p2p_comm
+           # the default"): the interleaved schedule's sends overlapped unless it is given
+           "no-overlap-p2p-communication": "overlap_p2p_comm"}
+# options whose dest is not their name with '_' for '-' (Megatron-LM's add_argument dest=...):
+# --overlap-p2p-communication, store_true from 2023-05-31 (f9283c5a8a) to 2023-10-12
+DESTS = {"overlap_p2p_communication": "overlap_p2p_comm"}
 # options perfmodel reads: name -> number of values (0: a flag; -1: one or more)
 READ_OPTIONS: dict[str, int] = {
     **dict.fromkeys((
@@ -143,7 +149,7 @@ READ_OPTIONS: dict[str, int] = {
         "moe-apply-probs-on-input",
         "external-cuda-graph", "qk-layernorm", "fp32-residual-connection",
         "accumulate-allreduce-grads-in-fp32", "torch-fsdp2-no-reshard-after-forward",
-        "fp4-param-gather", "qk-l2-norm", *NEGATED), 0),
+        "fp4-param-gather", "qk-l2-norm", "overlap-p2p-communication", *NEGATED), 0),
     **megatron_deepspeed.OPTIONS,
     **megatron_deepspeed.MOE_OPTIONS,
 }
@@ -175,9 +181,18 @@ _IGNORED_KINDS = {
         "pretrained-checkpoint", "no-save-", "use-checkpoint-args", "record-memory-history",
         "memory-snapshot-path", "logging-level", "straggler-", "check-for-", "no-check-for-",
         "rerun-mode", "enable-ft-package", "one-logger-", "result-rejected-tracker-filename",
-        "use-pytorch-profiler", "tensorboard-dir", "dist-ckpt-", "calculate-per-token-loss",
-        "manual-gc", "manual-gc-", "no-ckpt-", "use-persistent-ckpt-worker",
-        "moe-per-layer-logging"),
+        "use-pytorch-profiler", "tensorboard-dir", "dist-ckpt-", "no-ckpt-",
+        "use-persistent-ckpt-worker", "moe-per-layer-logging"),
+    # megatron/core/distributed/finalize_model_grads.py and distributed_data_parallel.py at
+    # d98e8a64: without it DDP scales each bucket by 1/dp before the reduction, with it the
+    # gradients are divided by the global batch's token count after it (scale_gradients)
+    "per-token loss normalisation: one scaling pass over the gradient buffers either way (1/dp "
+    "before the reduction, or 1/tokens after it) and a scalar all-reduce: the same cost": (
+        "calculate-per-token-loss",),
+    # megatron/training/training.py at d98e8a64: gc.disable() at start, gc.collect() every
+    # --manual-gc-interval steps (0: never)
+    "Python's garbage collection on the host (automatic collection off, a full one every "
+    "--manual-gc-interval steps): not the device's step": ("manual-gc", "manual-gc-"),
     "numerics or initialization with the same cost": (
         "rotary-", "rope-scaling", "rope-scaling-factor", "apply-layernorm-1p",
         "norm-epsilon", "layernorm-epsilon", "attention-softmax-in-fp32",
@@ -187,8 +202,8 @@ _IGNORED_KINDS = {
         "no-async-tensor-model-"
         "parallel-allreduce", "use-cpu-initialization", "no-initialization",
         "disable-tp-comm-split-ag", "disable-tp-comm-split-rs", "ddp-bucket-size",
-        "ddp-average-in-collective", "no-overlap-p2p-communication", "overlap-p2p-communication",
-        "distributed-backend", "local-rank", "lazy-mpu-init", "use-ring-exchange-p2p",
+        "ddp-average-in-collective", "distributed-backend", "local-rank", "lazy-mpu-init",
+        "use-ring-exchange-p2p",
         "barrier-with-L1-time", "no-barrier-with-level-1-timing", "high-priority-stream-groups",
         "moe-router-load-balancing-type", "moe-aux-loss-coeff", "moe-z-loss-coeff",
         "moe-router-dtype", "moe-router-quantile-balancing-ema", "no-query-key-layer-scaling",
@@ -364,7 +379,7 @@ def parse_words(launch: Launch, where: str, job: JobConfig) -> dict[str, tuple[s
         if name in _PATHS:
             values = [launch.shown(v) for v in values]
         value: Any = True if arity == 0 else values[0] if arity == 1 else values
-        dest = name.replace("-", "_")
+        dest = DESTS.get(name.replace("-", "_"), name.replace("-", "_"))
         if name in NEGATED:  # --no-rope-fusion: apply_rope_fusion False
             value, dest = False, NEGATED[name]
         if dest in out:
@@ -441,6 +456,34 @@ def launcher_world(launch: Launch, where: str, job: JobConfig) -> None:
     job.gpus = int(found["nnodes"]) * int(found["nproc-per-node"])
     job.gpus_from = f"{first} --nnodes {found['nnodes']} --nproc-per-node " \
                     f"{found['nproc-per-node']}"
+
+
+def _world_defaults(strict: Launch | None, job: JobConfig) -> None:
+    """Where torchrun's --nnodes or --nproc-per-node hold only the default of a variable the
+    script does not set (`NNODES=${SLURM_NNODES:-"1"}`: the launch's environment sets it, a
+    Slurm job its node count), the world size is not the script's statement: job.gpus_default
+    says so, and --gpus sets the world (a multiple of the factor the script does state).
+    strict: the launch with such defaults left as markers (launch_command defaults=False)."""
+    if strict is None or not strict.launcher:
+        return
+    words, defaulted, multiple = strict.launcher, [], 1
+    first = words[0].rsplit("/", 1)[-1]
+    for option in ("nnodes", "nproc-per-node"):
+        value = None
+        for i, w in enumerate(words):
+            name, _, inline = w.lstrip("-").partition("=")
+            if w.startswith("-") and _LAUNCH_OPTIONS.get(name) == option:
+                value = inline or (words[i + 1] if i + 1 < len(words) else "")
+        reason = strict.reason(value) if value is not None else None
+        if reason and DEFAULTED in reason:
+            reference = reason[:reason.index(DEFAULTED)].rstrip(": ").rsplit(": ", 1)[-1]
+            defaulted.append(f"--{option} from the default of {reference} (unset in the "
+                             "script: the launch's environment gives it)")
+        elif value is not None and value.isascii() and value.isdigit():
+            multiple *= int(value)
+    if defaulted:
+        job.gpus_default = f"{first} " + " and ".join(defaulted)
+        job.gpus_multiple = multiple
 
 
 # DeepSpeed's runner (deepspeed/launcher/runner.py, deepspeedai/DeepSpeed at 2d991ba3): the hosts
@@ -529,6 +572,8 @@ def read_megatron(text: str, path: Path) -> JobConfig:
         job.took("launch", " ".join(launch.shown(w) for w in launch.launcher + [launch.script]),
                  f"line {launch.line}")
         launcher_world(launch, where, job)
+        if job.gpus is not None and launch.notes:  # a default read: which words hold one
+            _world_defaults(launch_command(text, where, is_script, defaults=False), job)
         if launch.variables.get("CUDA_LAUNCH_BLOCKING") == "1":  # BLOOM's tr11 script
             job.notes.append("CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the device "
                              "(host and device time add there); not modelled: the host's time is "
@@ -649,10 +694,13 @@ def apply_settings(settings: Settings, job: JobConfig, where: str) -> None:
             if dest == "untie_embeddings_and_output_weights" \
                     and key.endswith("share_embeddings_and_output_weights"):
                 value = not _flag(settings, dest, where)  # NeMo's key, shown as it is given
+            if value is False and key.startswith("--") and key[2:] in NEGATED:
+                value = True  # --no-masked-softmax-fusion: the switch as given, not its dest's
             job.took(key, value, note)
 
     _model(settings, job, where, take)
     _plan(settings, job, where, take)
+    _p2p_overlap(settings, job, where, take)
     plan = job.plan
     if (plan.get("recompute_method", "uniform") != "uniform"
             or plan.get("recompute_num_layers", 1) > 1) and (
@@ -672,6 +720,40 @@ def apply_settings(settings: Settings, job: JobConfig, where: str) -> None:
     for dest, (key, value) in settings.items():
         if dest not in used:
             job.skipped(key, value, "read: no effect on the step here")
+
+
+def _p2p_overlap(settings: Settings, job: JobConfig, where: str,
+                 take: Callable[[str, str], None]) -> None:
+    """overlap_p2p_comm (Megatron-LM's --overlap-p2p-communication, on by default from
+    2023-10-12 with --no-overlap-p2p-communication to turn it off; NeMo's and Megatron-Bridge's
+    overlap_p2p_comm): Megatron-Core's interleaved schedule then overlaps the pipeline's sends
+    and receives with the chunks' compute (megatron/core/pipeline_parallel/schedules.py at
+    core_r0.9.0 and d98e8a64: only forward_backward_pipelining_with_interleaving reads it, and
+    Megatron-LM's validate_args turns it off without virtual stages). perfmodel counts the sends
+    exposed (docs/model.md, Known limits): on, said in a note, never listed as the same cost."""
+    interleaved = job.plan.get("virtual_stages", 1) > 1 and job.plan.get("pp", 1) > 1
+    if "overlap_p2p_comm" not in settings:
+        if interleaved and _megatron_lm(settings, job, where):
+            job.notes.append("Megatron-LM (from 2023-10-12, 4eeff55d1f) overlaps the interleaved "
+                             "schedule's pipeline sends with compute unless "
+                             "--no-overlap-p2p-communication is given: that overlap is not "
+                             "modelled (perfmodel counts the sends exposed)")
+        return
+    key, value = settings["overlap_p2p_comm"]
+    if not _flag(settings, "overlap_p2p_comm", where):
+        take("overlap_p2p_comm", "off: the sends between pipeline stages exposed, as perfmodel "
+                                 "counts them")
+        return
+    if not interleaved and _megatron_lm(settings, job, where):
+        take("overlap_p2p_comm", "no effect without the interleaved schedule (Megatron-LM turns "
+                                 "it off)")
+        return
+    del settings["overlap_p2p_comm"]  # said in a note alone (not read, not the same cost)
+    job.notes.append(f"{key}{'' if value is True else ' ' + str(value)}: the interleaved "
+                     "schedule's pipeline sends overlapped with compute are not modelled: "
+                     "perfmodel counts them exposed (docs/model.md, Known limits)"
+                     + ("" if interleaved else "; no effect where the schedule is not "
+                        "interleaved"))
 
 
 def _model(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None]
@@ -2064,7 +2146,10 @@ def _fusions(settings: Settings, job: JobConfig, where: str, take: Callable[[str
         take(dest, f"{'off' if off(dest) else 'on'}: {why}")
 
     def refuse(dest: str, why: str) -> PlanError:
-        return refuse_plan(where, settings[dest][0], settings[dest][1], why)
+        key, value = settings[dest]
+        if value is False and key.startswith("--") and key[2:] in NEGATED:
+            value = True  # --no-masked-softmax-fusion: the switch as given, not its dest's
+        return refuse_plan(where, key, value, why)
 
     # None: not known here (an override file's recipe model): as where the kernel runs
     rotary = _model_value(job, "position_embedding", "learned") in ("rotary", None)

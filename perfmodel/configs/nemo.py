@@ -31,6 +31,7 @@ from typing import Any
 from perfmodel.configs import nemo1
 from perfmodel.configs.job import (
     CAPACITY,
+    WINDOW,
     Framework,
     JobConfig,
     Setting,
@@ -40,6 +41,7 @@ from perfmodel.configs.job import (
     section,
     typo,
     whole,
+    window,
 )
 from perfmodel.configs.megatron import Settings, apply_settings
 from perfmodel.errors import SpecError
@@ -69,6 +71,9 @@ _MODEL_FIELDS = (
     "masked_softmax_fusion", "gradient_accumulation_fusion", "qk_layernorm",
     "fp32_residual_connection", "fp8_wgrad", "fp8_dot_product_attention",
     "fp8_multi_head_attention", "deallocate_pipeline_outputs",
+    # the interleaved schedule's sends overlapped with compute: said not modelled
+    # (perfmodel.configs.megatron._p2p_overlap)
+    "overlap_p2p_comm",
     # Transformer Engine's FP8 recipe (TransformerConfig.fp8_recipe, default delayed), read as
     # Megatron-LM's --fp8-recipe: tensorwise is current scaling, blockwise refused
     "fp8_recipe")
@@ -162,6 +167,7 @@ def read_nemo(data: dict[str, Any], path: Path) -> JobConfig:
     elif nemo2:
         _nemo2(data, settings, job, where)
     else:
+        _readable(data, where)
         override = is_override(data)
         _bridge(data, settings, job, where, override)
     for dest in ("grad_reduce_in_fp32",):
@@ -178,6 +184,34 @@ def read_nemo(data: dict[str, Any], path: Path) -> JobConfig:
     if nemo1.is_nemo1(data):
         nemo1.after_settings(data, job)
     return job
+
+
+# the sections of a ConfigContainer (or an override file of it) _bridge reads from
+_BRIDGE_READ = frozenset(("_target_", "model", "model_config", "train", "train_config", "ddp",
+                          "ddp_config", "optimizer", "optimizer_config", "comm_overlap",
+                          "dataset", "dataset_config", "tokenizer", "tokenizer_config",
+                          "mixed_precision", "dist"))
+
+
+def _readable(data: dict[str, Any], where: str) -> None:
+    """A YAML that is none of the formats read (no NeMo 1 or NeMo 2 trainer, no AutoModel step
+    scheduler) and holds none of a ConfigContainer's sections perfmodel reads: nothing of it
+    would be read, so it is refused rather than predicted at perfmodel's defaults. Megatron-
+    Bridge's performance-matrix YAMLs (scripts/performance/configs/*/*_llm_pretrain.yaml at
+    b171934fb: a ConfigContainer section of overrides beside perf_matrix, the parallel sizes by
+    GPU type, GPU count and precision, which the performance scripts pick from) are named."""
+    if set(data) & _BRIDGE_READ:
+        return
+    keys = ", ".join(str(k) for k in data) or "none"
+    what = ("a Megatron-Bridge performance-matrix YAML (its ConfigContainer overrides beside "
+            "perf_matrix's sizes by GPU type, count and precision: the performance scripts pick "
+            "one; write that run's ConfigContainer or override file)"
+            if "perf_matrix" in data else "a YAML none of whose top-level keys perfmodel reads")
+    raise SpecError(f"{where}: {what} (top-level keys: {keys}): nothing would be read; perfmodel "
+                    "reads a Megatron-Bridge ConfigContainer or override file (model, train, "
+                    "ddp, optimizer, mixed_precision, ... at the top), a NeMo 2 recipe (trainer, "
+                    "model.config), a NeMo 1 config (trainer, model) or a NeMo AutoModel recipe "
+                    "(step_scheduler, distributed)")
 
 
 def is_override(data: dict[str, Any]) -> bool:
@@ -217,6 +251,14 @@ def _over_the_recipe(settings: Settings, job: JobConfig, where: str) -> None:
     precision, where the file states none, the recipes' bf16_mixed (Megatron-Bridge's llama,
     qwen, gpt-oss, deepseek and moonlight recipes at 47f330e), which perfmodel's default is."""
     stated = set(settings)
+    if "cross_entropy_fusion_impl" in stated and "cross_entropy_loss_fusion" not in stated:
+        # the recipe's model is a GPTModelProvider, whose cross_entropy_loss_fusion defaults to
+        # True (NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/models/gpt_provider.py at
+        # 6292d347 and 067f987df; DeepSeek's and Mamba's providers likewise): the impl the file
+        # states runs fused
+        settings["cross_entropy_loss_fusion"] = (
+            "model (the recipe's GPTModelProvider: its cross_entropy_loss_fusion default, True)",
+            True)
     recipes = "mixed_precision (not in the file: the recipes' bf16_mixed)"
     if not stated & {"bf16", "fp16", "fp8_format"}:  # for the Megatron reader's bf16 rules
         settings["bf16"] = (recipes, True)
@@ -231,11 +273,17 @@ def _over_the_recipe(settings: Settings, job: JobConfig, where: str) -> None:
         job.notes = [n for n in job.notes if not n.startswith("--attention-backend auto")]
     job.needs_model = "a Megatron-Bridge override file states only what it overrides of its " \
                       "recipe's model, which --model gives"
+    # FSDP2 prefetches whatever the recipe's DDP says (the Megatron reader's overlap_param_gather
+    # under --use-torch-fsdp2): stated by the file's use_torch_fsdp2
+    fsdp2 = "use_torch_fsdp2" in stated and _truth(settings["use_torch_fsdp2"][1])
     left = sorted(field for field, dests in _STATED_BY.items()
-                  if field in job.plan and not stated & set(dests))
+                  if field in job.plan and not stated & set(dests)
+                  and not (field == "overlap_param_gather" and fsdp2))
     for field in left:
         del job.plan[field]
         job.pins.discard(field)
+    if not stated & {"cross_entropy_loss_fusion", "cross_entropy_fusion_impl"}:
+        left = sorted([*left, "cross_entropy"])  # never fixed by the reader: said all the same
     job.notes.append("a Megatron-Bridge override file: the recipe's settings it does not state "
                      f"({', '.join(left)}) are the command line's or perfmodel's defaults (dtype "
                      "bf16, the recipes' bf16_mixed), not Megatron-LM's: give them where the "
@@ -248,8 +296,8 @@ def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any]
     """The fields of a section as settings; the others recorded as ignored or unknown."""
     if model:  # Megatron-Core's expert capacity and windows, which the Megatron reader does not
         capacity(fields, prefix, job, job.path)  # read
-        _window(fields, prefix, job, job.path)
-        fields = {k: v for k, v in fields.items() if k not in (*CAPACITY, *_WINDOW)}
+        window(fields, prefix, job, job.path)
+        fields = {k: v for k, v in fields.items() if k not in (*CAPACITY, *WINDOW)}
         _clamp(fields, prefix, settings, job)
         fields = {k: v for k, v in fields.items() if k != "activation_func_clamp_value"}
     for name, value in fields.items():
@@ -325,72 +373,6 @@ def _clamp(fields: dict[str, Any], prefix: str, settings: Settings, job: JobConf
                              "before Megatron-Core's fused kernel)")
     else:
         settings["activation_func_clamp_value"] = (key, value)
-
-
-_WINDOW = ("window_size", "window_attn_skip_freq", "softmax_type")
-
-
-def _window(fields: dict[str, Any], prefix: str, job: JobConfig, where: str) -> None:
-    """Megatron-Core's sliding-window attention (TransformerConfig.window_size (left, right):
-    each query attends over its left previous tokens and itself, Transformer Engine's window;
-    window_attn_skip_freq k: layers k, 2k, ... counted from 1 attend fully, the others over the
-    window, megatron/core/transformer/utils.py is_layer_window_attention; a list of 1 (window)
-    and 0 (full) per layer) as the model's sliding_window (left + 1 tokens, as Megatron-Bridge
-    converts it to Hugging Face's: models/conversion/utils.py mcore_to_hf_window_size) and
-    full_attention_every (k; 0: every layer windowed); softmax_type learnable as attention
-    sinks (a learned logit per head in each softmax's denominator: GPT-OSS's)."""
-    window = fields.get("window_size")
-    if isinstance(window, str) and window.strip() not in ("", "None", "null"):
-        window = [part for part in window.strip("()[] ").replace(",", " ").split() if part]
-    key = f"{prefix}.window_size"
-    if window in (None, "", "None", "null"):
-        for name in _WINDOW[:2]:
-            if name in fields:
-                job.skipped(f"{prefix}.{name}", fields[name], "no window: full attention"
-                            if name == "window_size" else "no effect without a window")
-    else:
-        try:
-            left, right = (int(v) for v in window)
-        except (TypeError, ValueError):
-            raise SpecError(f"{where}: {key} must be [left, right], got '{window}'") from None
-        if right != 0:
-            raise refuse_spec(where, key, window, "perfmodel's attention is causal: a window "
-                                                  "of later tokens (right > 0) is not modelled")
-        if left < 0:  # -1: Transformer Engine's infinite window
-            job.skipped(key, window, "an infinite window: full attention")
-        else:
-            job.model["sliding_window"] = left + 1
-            job.took(key, window, f"sliding_window {left + 1} (the left {left} tokens and "
-                                  "itself)")
-            job.model["full_attention_every"] = _full_every(fields, prefix, job, where)
-    softmax = str(fields.get("softmax_type", "vanilla"))
-    if softmax == "learnable":
-        job.model["attention_sinks"] = True
-        job.took(f"{prefix}.softmax_type", softmax, "attention_sinks (a learned logit per head "
-                                                    "in each softmax's denominator)")
-    elif softmax != "vanilla":
-        raise refuse_spec(where, f"{prefix}.softmax_type", softmax,
-                          "perfmodel models the vanilla softmax and learnable sinks")
-    elif "softmax_type" in fields:
-        job.skipped(f"{prefix}.softmax_type", softmax, "the plain softmax")
-
-
-def _full_every(fields: dict[str, Any], prefix: str, job: JobConfig, where: str) -> int:
-    """window_attn_skip_freq as full_attention_every: k, or a per-layer list that is k - 1
-    windowed layers and one full over and over; None: 0, every layer windowed."""
-    key = f"{prefix}.window_attn_skip_freq"
-    freq = fields.get("window_attn_skip_freq")
-    if freq in (None, "None", "null"):
-        return 0
-    if isinstance(freq, list) and 0 in freq and all(v in (0, 1) for v in freq):
-        k = freq.index(0) + 1
-        if freq == ([1] * (k - 1) + [0]) * (len(freq) // k) + [1] * (len(freq) % k):
-            freq = k
-    if isinstance(freq, bool) or not isinstance(freq, int) or freq < 1:
-        raise refuse_spec(where, key, freq, "perfmodel models one full-attention layer every k "
-                                            "(an integer k, or that pattern as a list)")
-    job.took(key, fields["window_attn_skip_freq"], f"full_attention_every {freq}")
-    return freq
 
 
 _READ_NAMES = frozenset((*_MODEL_FIELDS, *_RENAMED))  # the keys _put reads in any section
@@ -482,12 +464,18 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
             _precision_defaults(settings, job, precision,
                                 {**dests, "fp8_param": "fp8_param_gather"})
     _, dist = _section(data, "dist")
-    for name in ("use_torch_fsdp2", "use_megatron_fsdp", "use_tp_pp_dp_mapping"):
+    for name in _DIST_READ:
         if dist.get(name):
             settings[name] = (f"dist.{name}", dist[name])
+        elif name in dist:
+            job.skipped(f"dist.{name}", dist[name], "off")
     for name, value in data.items():
         if name in known:
             continue
+        if name == "dist" and isinstance(value, dict):  # its fields read above said there
+            value = {k: v for k, v in value.items() if k not in _DIST_READ}
+            if not value:
+                continue
         if name in _IGNORED_SECTIONS:
             # what costs every step though it logs or checks is said in a note, not ignored
             from perfmodel.configs.megatron import UNMODELLED_COSTS
@@ -503,6 +491,10 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
     if "seq_length" not in settings and not override:  # an override's is the recipe's
         raise SpecError(f"{where}: no model.seq_length or dataset.sequence_length: the training "
                         "sequence length is not given")
+
+
+# DistributedInitConfig's fields that are the plan's (the others: process groups, timeouts)
+_DIST_READ = ("use_torch_fsdp2", "use_megatron_fsdp", "use_tp_pp_dp_mapping")
 
 
 # MixedPrecisionConfig's defaults of the fields perfmodel reads (src/megatron/bridge/training/
@@ -742,7 +734,6 @@ _CALLBACKS_NOT_STEP = frozenset((
 _OVERLAP_NOT_READ = {
     "tp_comm_overlap_cfg": "Transformer Engine's userbuffers layout (the same overlap)",
     "tp_comm_bootstrap_backend": "how the userbuffers start (not the step)",
-    "overlap_p2p_comm": "the pipeline's sends, as perfmodel models them",
     "batch_p2p_comm": "the pipeline's sends, as perfmodel models them",
     "overlap_param_gather_with_optimizer_step": "the same weight gather (not modelled apart)",
     "align_param_gather": "the same weight gather, aligned over the virtual stages",
@@ -773,9 +764,10 @@ def _comm_overlap(callback: dict[str, Any], settings: Settings, job: JobConfig,
     """NeMo 2's MegatronCommOverlapCallback (nemo/lightning/pytorch/callbacks/
     megatron_comm_overlap.py at 8cfedd7), which sets the model's and the DDP's overlaps at
     setup, over theirs: tp_comm_overlap (default off; on only with tp > 1 and sequence
-    parallelism, else it turns it off), and with the distributed optimizer overlap_grad_reduce
-    and overlap_param_gather (default on where dp > 1: off with dp 1, where there is nothing to
-    overlap)."""
+    parallelism, else it turns it off), overlap_p2p_comm (default on with pp > 1 and virtual
+    stages: not modelled, said in a note), and with the distributed optimizer
+    overlap_grad_reduce and overlap_param_gather (default on where dp > 1: off with dp 1, where
+    there is nothing to overlap)."""
     prefix = "trainer.callbacks MegatronCommOverlapCallback"
 
     def degree(dest: str) -> int | None:
@@ -810,11 +802,19 @@ def _comm_overlap(callback: dict[str, Any], settings: Settings, job: JobConfig,
             if dest in callback:
                 job.skipped(f"{prefix}.{dest}", callback[dest], "no effect without the "
                                                                 "distributed optimizer")
+    # the pipeline's sends: overlapped by default with pp > 1 and virtual stages (the callback's
+    # _get_model_comm_overlap_cfgs), the stated value over it
+    vp = degree("num_virtual_stages_per_pipeline_rank") or 1
+    if callback.get("overlap_p2p_comm") is not None:
+        settings["overlap_p2p_comm"] = (f"{prefix}.overlap_p2p_comm", callback["overlap_p2p_comm"])
+    elif (degree("pipeline_model_parallel_size") or 1) > 1 and vp > 1:
+        settings["overlap_p2p_comm"] = (f"{prefix} (its overlap_p2p_comm default with virtual "
+                                        "stages)", True)
     for name, value in callback.items():
         if name in _OVERLAP_NOT_READ:
             job.skipped(f"{prefix}.{name}", value, _OVERLAP_NOT_READ[name])
         elif name not in ("_target_", "tp_comm_overlap", "overlap_grad_reduce",
-                          "overlap_param_gather"):
+                          "overlap_param_gather", "overlap_p2p_comm"):
             job.strange(f"{prefix}.{name}", value)
 
 

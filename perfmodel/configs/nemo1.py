@@ -40,6 +40,7 @@ from typing import Any
 
 from perfmodel.configs.job import (
     CAPACITY,
+    WINDOW,
     JobConfig,
     Setting,
     capacity,
@@ -47,6 +48,7 @@ from perfmodel.configs.job import (
     refuse_spec,
     trainer_world,
     whole,
+    window,
 )
 from perfmodel.configs.megatron import Settings
 from perfmodel.errors import SpecError
@@ -63,7 +65,7 @@ SAME = ("hidden_dropout", "attention_dropout",
         "use_tp_pp_dp_mapping", "cpu_offloading", "cpu_offloading_num_layers",
         "cpu_offloading_activations", "cpu_offloading_weights", "apply_rope_fusion",
         "bias_activation_fusion", "masked_softmax_fusion", "gradient_accumulation_fusion",
-        "fp32_residual_connection", "fp8_wgrad")
+        "fp32_residual_connection", "fp8_wgrad", "overlap_p2p_comm")
 RENAMED = {"virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
            "num_moe_experts": "num_experts",
            "activations_checkpoint_granularity": "recompute_granularity",
@@ -81,6 +83,7 @@ READ_HERE = frozenset((
     "tokenizer", "data", "optim", "encoder_seq_length", "activation", "normalization", "bias",
     "position_embedding_type", "qkv_bias", "override_vocab_size", *CAPACITY,
     "share_embeddings_and_output_weights", "fp8", "fp8_hybrid", "fp8_e4m3", "mcore_gpt", "fsdp",
+    *WINDOW,
     "transformer_block_type", "transformer_engine", "use_flash_attention",
     "num_micro_batches_with_partial_activation_checkpoints",
     "activations_checkpoint_layers_per_pipeline"))
@@ -97,7 +100,7 @@ HARMLESS = frozenset((
     "grad_allreduce_chunk_size_mb", "grad_div_ar_fusion", "seed",
     "resume_from_checkpoint", "use_cpu_initialization", "onnx_safe",
     "apex_transformer_log_level", "gradient_as_bucket_view", "sync_batch_comm",
-    "overlap_p2p_comm", "batch_p2p_comm", "sharp", "nsys_profile", "fp8_margin",
+    "batch_p2p_comm", "sharp", "nsys_profile", "fp8_margin",
     "fp8_interval", "fp8_amax_history_len", "fp8_amax_compute_algo",
     "gc_interval", "defer_embedding_wgrad_compute", "fsdp_sharding_strategy",
     "fsdp_grad_reduce_dtype", "fsdp_sharded_checkpoint", "precision",
@@ -354,6 +357,10 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
                           "perfmodel models pre-LayerNorm blocks (pre_ln)")
     local = _layers(model, settings, job, where)
     capacity(model, "model", job, where)
+    # TransformerConfig's fields NeMo 1 copies from the model config by name
+    # (megatron_base_model.py build_transformer_config at v1.23.0 and v2.0.0: `elif field.name in
+    # cfg`), window_size among them: read as the NeMo 2 / Megatron-Bridge reader reads them
+    window(model, "model", job, where)
     activation = str(model.get("activation", "gelu")).lower()
     if activation not in GATED + UNGATED:
         raise refuse_spec(where, "model.activation", activation,
@@ -485,22 +492,55 @@ def _partial_checkpoints(model: dict[str, Any], job: JobConfig, where: str) -> N
                               "none)")
 
 
+def _mcore_param_gather(optim: dict[str, Any], job: JobConfig, where: str) -> None:
+    """Megatron-Core's distributed optimizer gathers the weights behind the forward
+    (DistributedDataParallelConfig.overlap_param_gather) from optim.overlap_param_sync, the Apex
+    optimizer's name of the switch, as NeMo reads it from v2.1.0 (megatron_gpt_model.py
+    setup_mcore_distributed_parallel: `overlap_param_gather=self.cfg.optim.get(
+    'overlap_param_sync', False)`, NVIDIA/NeMo bd618ccb29, 2024-10-02, "fix the naming to match
+    apex.dist"); v2.0.0 alone read optim.overlap_param_gather there, which v2.1.0 on ignores: set
+    beside it, listed as ignored, with a note where the two differ (the run under v2.0.0 is the
+    other way). From v2.1.0 NeMo raises 'Must use overlap_param_sync together with
+    overlap_grad_sync' (MegatronGPTModel.__init__): refused the same."""
+    sync = _truth(optim.get("overlap_param_sync", False))
+    if sync and not _truth(optim.get("overlap_grad_sync", False)):
+        raise refuse_plan(where, "model.optim.overlap_param_sync", True,
+                          "NeMo (from v2.1.0) raises 'Must use overlap_param_sync together with "
+                          "overlap_grad_sync': give overlap_grad_sync true")
+    if "overlap_param_gather" not in optim:
+        return
+    given = _truth(optim["overlap_param_gather"])
+    job.skipped("model.optim.overlap_param_gather", optim["overlap_param_gather"],
+                "NeMo v2.0.0's name of the switch, ignored from v2.1.0 (overlap_param_sync "
+                "read)" + (": the same value" if given == sync else ""))
+    if given != sync:
+        job.notes.append(
+            f"model.optim.overlap_param_gather {optim['overlap_param_gather']} beside "
+            f"overlap_param_sync {optim.get('overlap_param_sync', False)}: costed as NeMo from "
+            f"v2.1.0 runs Megatron-Core's distributed optimizer (overlap_param_gather "
+            f"{str(sync).lower()}, from overlap_param_sync); NeMo v2.0.0 read "
+            "overlap_param_gather instead, so under it the weight gather is "
+            + ("overlapped" if given else "not overlapped"))
+
+
 def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where: str,
                bf16_weights: bool) -> None:
     """The optimizer; bf16_weights: the model's weights bf16 (megatron_amp_O2 under bf16
     precision) and not FP8 (fp8_params). Apex's distributed_fused_adam takes NeMo's dtype,
     overlap_grad_sync and overlap_param_sync (megatron_base_model.py setup_optimization);
     Megatron-Core's (mcore_distributed_optim) its DistributedDataParallelConfig from
-    overlap_grad_sync, grad_sync_dtype and overlap_param_gather (megatron_gpt_model.py
-    setup_mcore_distributed_parallel, v2.0.0) and an OptimizerConfig without a dtype
-    (modelPT.py setup_megatron_optimization): fp32 states and master weights."""
+    overlap_grad_sync, grad_sync_dtype and overlap_param_sync (megatron_gpt_model.py
+    setup_mcore_distributed_parallel from v2.1.0; _mcore_param_gather) and an OptimizerConfig
+    without a dtype (modelPT.py setup_megatron_optimization): fp32 states and master
+    weights."""
     name = str(optim.get("name", "fused_adam"))
     if name not in ("distributed_fused_adam", "mcore_distributed_optim", "fused_adam", "adam",
                     "adamw"):
         raise refuse_plan(where, "model.optim.name", name, "perfmodel models Adam: "
                           "distributed_fused_adam, mcore_distributed_optim, fused_adam, adam")
     mcore = name == "mcore_distributed_optim"
-    read = {"name", "overlap_grad_sync", "grad_sync_dtype", "dtype", "overlap_param_sync"}
+    read = {"name", "overlap_grad_sync", "grad_sync_dtype", "dtype", "overlap_param_sync",
+            "overlap_param_gather"}
     if name not in ("distributed_fused_adam", "mcore_distributed_optim"):
         job.took("model.optim.name", name, "zero 0 (Adam's states whole on every data-parallel "
                                            "rank)")
@@ -511,16 +551,15 @@ def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where:
                             "mcore_distributed_optim): no effect here")
     else:
         settings["use_distributed_optimizer"] = (f"model.optim.name {name}", True)
-        gather = "overlap_param_gather" if mcore else "overlap_param_sync"
-        read.add(gather)
         for key, dest in (("overlap_grad_sync", "overlap_grad_reduce"),
-                          (gather, "overlap_param_gather")):
+                          ("overlap_param_sync", "overlap_param_gather")):
             if key in optim:
-                settings[dest] = (f"model.optim.{key}", bool(optim[key]))
-        if mcore and "overlap_param_sync" in optim:
-            job.skipped("model.optim.overlap_param_sync", optim["overlap_param_sync"],
-                        "Apex's switch: Megatron-Core's distributed optimizer gathers behind the "
-                        "forward with optim.overlap_param_gather (megatron_gpt_model.py)")
+                settings[dest] = (f"model.optim.{key}", _truth(optim[key]))
+        if mcore:
+            _mcore_param_gather(optim, job, where)
+        elif "overlap_param_gather" in optim:
+            job.skipped("model.optim.overlap_param_gather", optim["overlap_param_gather"],
+                        "not Apex's distributed_fused_adam's switch (its overlap_param_sync is)")
         if str(optim.get("grad_sync_dtype", "fp32")).lower() in ("bf16", "bfloat16"):
             settings["grad_reduce_in_bf16"] = ("model.optim.grad_sync_dtype", True)
         bf16_states = str(optim.get("dtype", "fp32")).lower() in ("bf16", "bfloat16")

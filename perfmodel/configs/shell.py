@@ -44,6 +44,9 @@ _HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_]\w*)\2")
 _MARK = "@@UNRESOLVED{}@@"
 _MARK_RE = re.compile(r"@@UNRESOLVED(\d+)@@")
 _OPEN = {"if", "for", "while", "until", "case", "{", "function"}
+# what a marker of launch_command(defaults=False) says: the word holds the default of a variable
+# the script does not set (an environment variable's, or a script argument's)
+DEFAULTED = "the default, where it is unset, of a variable the script does not set:"
 _CLOSE = {"fi", "done", "esac", "}"}
 _PREFIX = {"export", "declare", "readonly", "local"}
 
@@ -85,6 +88,9 @@ class _State:
     marks: dict[str, str] = field(default_factory=dict)  # marker -> what it stands for
     notes: list[str] = field(default_factory=list)
     exported: set[str] = field(default_factory=set)  # the names `export` (declare -x) marks
+    # False: a variable the script does not set expands to a marker (DEFAULTED) even where its
+    # reference gives a default, to tell which words hold only such a default
+    defaults: bool = True
 
     def mark(self, what: str) -> str:
         marker = _MARK.format(len(self.marks))
@@ -302,6 +308,12 @@ def _parameter(found: re.Match[str], state: _State, line: int) -> str:
         value = state.scalars[name]
     empty = not value
     if op in ("-", ":-", "=", ":="):
+        if not is_set and not state.defaults:  # the default is not the script's own value
+            default = expand(word or "", state, line)
+            marker = state.mark(f"{ref}: {DEFAULTED} '{default}' (line {line})")
+            if op.endswith("="):
+                state.scalars[name] = marker
+            return marker
         if not is_set or (op.startswith(":") and empty):
             default = expand(word or "", state, line)
             if op.endswith("="):
@@ -660,11 +672,15 @@ def _command(text: str, state: _State, where: str, line: int, inside: bool,
     return _shell_command(expanded, is_script)
 
 
-def launch_command(text: str, where: str, is_script: Callable[[str], bool]) -> Launch | None:
+def launch_command(text: str, where: str, is_script: Callable[[str], bool], *,
+                   defaults: bool = True) -> Launch | None:
     """The command of the script that runs a word `is_script` accepts (e.g. pretrain_gpt.py),
     with the script's variables expanded; None when no statement runs one. SpecError when more
-    than one does, or the one that does is inside a condition or loop."""
-    state = _State()
+    than one does, or the one that does is inside a condition or loop. defaults False: a
+    variable the script does not set expands to a marker whatever default its reference gives
+    (`${SLURM_NNODES:-1}`: DEFAULTED), so that Launch.reason tells the words that hold only such
+    a default, which the environment may override."""
+    state = _State(defaults=defaults)
     depth, found = 0, []
     for line, statement in _statements(text):
         try:

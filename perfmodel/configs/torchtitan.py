@@ -581,6 +581,15 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.fix("kernels", "compiled" if compiled else "eager")
     if compiled:
         _compiled_loss(training, components, job)
+    elif _get(data, "compile", "enable", False) and "loss" in components:
+        # the loss alone compiled (build_cross_entropy_loss under compile.enable with "loss" in
+        # components): perfmodel's loss options are an eager stack's or a compiled stack's, none
+        # a compiled loss beside eager blocks
+        job.notes.append(f"compile.components {' '.join(components)}: torchtitan compiles the "
+                         "loss alone, the blocks eager; a compiled loss beside eager blocks is "
+                         "not modelled: costed as the eager loss (PyTorch's F.cross_entropy on "
+                         "fp32 copies of the logits), which the compiled one's fused kernels "
+                         "may undercut in time and memory")
     # its MoE weights the experts' outputs at the combine (models/common/token_dispatcher.py:
     # routed outputs x topk_scores, then scatter_add); a dense model has none to weight
     job.fix("expert_weighting", "output")

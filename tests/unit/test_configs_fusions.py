@@ -40,7 +40,7 @@ def _lines(job) -> str:
 @pytest.mark.parametrize("extra, error, text", [
     ("--fp32-residual-connection", PlanError, "--fp32-residual-connection: the residual"),
     ("--no-masked-softmax-fusion --attention-backend unfused", PlanError,
-     "--no-masked-softmax-fusion False: unfused attention's softmax"),
+     "--no-masked-softmax-fusion: unfused attention's softmax"),
 ])
 def test_megatron_fusions_off_where_they_cost_more_are_refused(tmp_path, extra, error, text):
     with pytest.raises(error, match=text):
@@ -48,13 +48,13 @@ def test_megatron_fusions_off_where_they_cost_more_are_refused(tmp_path, extra, 
 
 
 @pytest.mark.parametrize("extra, text", [
-    ("--no-rope-fusion", "--no-rope-fusion False: off: op by op: its extra element-wise passes "
+    ("--no-rope-fusion", "--no-rope-fusion: off: op by op: its extra element-wise passes "
                          "are not modelled (costed as the fused RoPE kernel)"),
-    ("--no-bias-swiglu-fusion", "--no-bias-swiglu-fusion False: off: the gated activation op by "
+    ("--no-bias-swiglu-fusion", "--no-bias-swiglu-fusion: off: the gated activation op by "
                                 "op: its extra element-wise passes are not modelled"),
     # Megatron-LM's default --hidden-dropout 0.1 (the dropout is not fused away)
     ("--no-bias-dropout-fusion --hidden-dropout 0.1",
-     "--no-bias-dropout-fusion False: off: the bias, dropout (0.1) and residual add op by op"),
+     "--no-bias-dropout-fusion: off: the bias, dropout (0.1) and residual add op by op"),
     ("--qk-layernorm", "--qk-layernorm: on: a norm of each query and key head, not modelled"),
 ])
 def test_megatron_small_fusions_off_are_read_and_said_not_modelled(tmp_path, extra, text):
@@ -67,12 +67,12 @@ def test_megatron_gelu_fusion_off_is_said_not_modelled_with_a_bias_only(tmp_path
     gelu = BASE.replace("--swiglu ", "").replace("--disable-bias-linear ", "")
     path = tmp_path / "args.txt"
     path.write_text(gelu + "--no-bias-gelu-fusion")
-    assert ("--no-bias-gelu-fusion False: off: the bias add and GeLU op by op: its extra "
+    assert ("--no-bias-gelu-fusion: off: the bias add and GeLU op by op: its extra "
             "element-wise passes are not modelled") in _lines(read_config(path))
     # without a bias Megatron-LM turns bias_gelu_fusion off itself (arguments.py): the same
     # kernels, as SwiGLU's switch beside a GeLU MLP
     job = _megatron(tmp_path, "--no-bias-gelu-fusion")
-    assert "--no-bias-gelu-fusion False: off: no fused kernel" in _lines(job)
+    assert "--no-bias-gelu-fusion: off: no fused kernel" in _lines(job)
 
 
 def test_megatron_switches_without_effect_here_are_accepted(tmp_path):
@@ -83,13 +83,13 @@ def test_megatron_switches_without_effect_here_are_accepted(tmp_path):
                                          "--accumulate-allreduce-grads-in-fp32 "
                                          "--no-persist-layer-norm --rotary-base 500000")
     text = _lines(job)
-    assert "--no-bias-dropout-fusion False: off: no bias and no dropout" in text
-    assert "--no-masked-softmax-fusion False: off: flash or fused attention" in text
+    assert "--no-bias-dropout-fusion: off: no bias and no dropout" in text
+    assert "--no-masked-softmax-fusion: off: flash or fused attention" in text
     assert "--accumulate-allreduce-grads-in-fp32: fp32 main gradients: bf16's already" in text
     assert "--no-persist-layer-norm: numerics or initialization with the same cost" in text
     path = tmp_path / "learned.txt"
     path.write_text(BASE.replace("--position-embedding-type rope", "") + "--no-rope-fusion")
-    assert "--no-rope-fusion False: off: no rotary embedding" in _lines(read_config(path))
+    assert "--no-rope-fusion: off: no rotary embedding" in _lines(read_config(path))
     path.write_text(BASE.replace("--bf16", "") + "--fp32-residual-connection")
     assert "--fp32-residual-connection: dtype fp32 anyway" in _lines(read_config(path))
 
@@ -146,7 +146,7 @@ def test_megatron_gradient_accumulation_fusion_off_is_read_into_the_plan(tmp_pat
     apart (Plan.grad_accumulation_fusion false, perfmodel.step.grad_accumulation)."""
     job = _megatron(tmp_path, "--no-gradient-accumulation-fusion")
     assert job.plan["grad_accumulation_fusion"] is False
-    assert ("--no-gradient-accumulation-fusion False: off: grad_accumulation_fusion false"
+    assert ("--no-gradient-accumulation-fusion: off: grad_accumulation_fusion false"
             in _lines(job))
     assert "grad_accumulation_fusion" not in _megatron(tmp_path, "").plan
 
@@ -157,7 +157,7 @@ def test_megatron_gradient_accumulation_fusion_off_under_fsdp2_is_the_same_cost(
     job = _megatron(tmp_path, "--no-gradient-accumulation-fusion --use-torch-fsdp2 "
                               "--untie-embeddings-and-output-weights --data-parallel-size 8")
     assert job.plan["zero"] == 3 and "grad_accumulation_fusion" not in job.plan
-    assert "--no-gradient-accumulation-fusion False: off: FSDP2 (zero 3)" in _lines(job)
+    assert "--no-gradient-accumulation-fusion: off: FSDP2 (zero 3)" in _lines(job)
 
 
 @pytest.mark.parametrize("extra, says", [

@@ -134,11 +134,12 @@ def test_megatron_cores_distributed_optimizer_takes_no_dtype_from_nemo(tmp_path)
     # the NeMo Framework Launcher's nemotron_340b: mcore_distributed_optim with dtype bf16,
     # overlap_param_sync true; NeMo's setup_megatron_optimization passes no dtype to
     # Megatron-Core's OptimizerConfig, and its DDP gathers behind the forward with
-    # optim.overlap_param_gather (megatron_gpt_model.py setup_mcore_distributed_parallel)
+    # optim.overlap_param_sync since NeMo v2.1.0 (megatron_gpt_model.py
+    # setup_mcore_distributed_parallel, NVIDIA/NeMo bd618ccb29)
     optim = {"name": "mcore_distributed_optim", "dtype": "bf16", "overlap_param_sync": True}
     job = _nemo1(tmp_path, optim=optim)
     assert "optimizer_dtype" not in job.plan and "master_weights" not in job.plan
-    assert job.plan["zero"] == 1 and job.plan["overlap_param_gather"] is False
+    assert job.plan["zero"] == 1 and job.plan["overlap_param_gather"] is True
     assert "NeMo passes no dtype to Megatron-Core's OptimizerConfig" in _lines(job)
     job = _nemo1(tmp_path, optim=dict(optim, overlap_param_gather=True))
     assert job.plan["overlap_param_gather"] is True
