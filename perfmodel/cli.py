@@ -756,7 +756,14 @@ def _refuse_idle_graph_options(ctx: click.Context, model: Any, plan: Any) -> Non
             and not any(layer.kind == "norm" for layer in model.layers):
         raise click.UsageError(f"--norm sync: {model.name} has no norm layer whose statistics "
                                "it would synchronise; leave --norm out")
-    if ctx.command.name != "predict":
+    if ctx.command.name != "predict":  # over every Pr x Pc split of the GPUs
+        gpus = plan.pr * plan.pc
+        if _given(ctx, "contributors") and plan.contributors.value != "standard" and all(
+                c >= pr for pr in range(1, gpus + 1) if gpus % pr == 0
+                for c in layer_degrees(model, pr).values()):
+            raise click.UsageError(f"--contributors {plan.contributors.value} applies to layers "
+                                   f"with fewer units than Pr, and {model.name} has none at any "
+                                   f"Pr x Pc split of {gpus} GPUs; leave it out")
         return
     if _given(ctx, "norm") and plan.norm.value == "sync" and plan.pc == 1:
         raise click.UsageError("--norm sync synchronises the statistics over the data-parallel "

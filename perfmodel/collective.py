@@ -11,8 +11,8 @@ from perfmodel.errors import PlanError
 from perfmodel.output import fmt_bytes, require_finite
 from perfmodel.specs.hardware import HardwareSpec
 
-_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "pb": 1e15, "eb": 1e18,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50, "eib": 2**60,
           "k": 2**10, "m": 2**20, "g": 2**30}
 
 
@@ -120,6 +120,12 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
         raise PlanError(f"--ranks must be between 1 and 1e8, got {ranks}")
     given_algorithm = algorithm
     per_node = ranks_per_node if ranks_per_node is not None else min(ranks, hardware.gpus_per_node)
+    if ranks_per_node is None and ranks % per_node:  # the default: whole nodes
+        divisors = ", ".join(str(d) for d in range(1, per_node) if ranks % d == 0)
+        raise PlanError(f"--ranks {ranks} is not whole nodes of {hardware.name}'s "
+                        f"{hardware.gpus_per_node} GPUs (the default --ranks-per-node): give "
+                        f"--ranks-per-node (one that divides {ranks}: {divisors}), "
+                        f"or --ranks a multiple of {per_node}")
     if per_node < 1 or per_node > ranks or ranks % per_node:
         raise PlanError(f"--ranks-per-node must divide --ranks ({ranks}) and be >= 1, "
                         f"got {per_node}")

@@ -155,3 +155,47 @@ def test_a_searched_plan_without_expert_parallelism_has_the_default_dispatcher()
 def test_an_option_its_pinned_degree_leaves_idle_is_refused(capsys, tmp_path, args, says):
     code, _, err = _recommend(capsys, tmp_path, *args, "--gpus", "16", "--global-batch", "64")
     assert code == 4 and says in err
+
+
+# ---- collective and explain (the same day's third probe) ----
+
+def test_ranks_that_are_not_whole_nodes_name_the_default_not_a_flag_never_given(capsys):
+    """Regression: --ranks 12 on dgx-h100 blamed '--ranks-per-node ... got 8', an option the
+    user never gave."""
+    code, _, err = _run(capsys, "collective", "--op", "all_reduce", "--bytes", "1GiB",
+                        "--ranks", "12", "--hardware", "dgx-h100")
+    assert code == 4
+    assert err.strip() == ("error: --ranks 12 is not whole nodes of dgx-h100's 8 GPUs (the "
+                           "default --ranks-per-node): give --ranks-per-node (one that divides "
+                           "12: 1, 2, 3, 4, 6), or --ranks a multiple of 8")
+
+
+def test_the_largest_size_the_limit_names_is_accepted():
+    from perfmodel.collective import MAX_BYTES, parse_bytes
+
+    assert parse_bytes("1EiB") == MAX_BYTES == 2.0**60
+    assert parse_bytes("1PB") == 1e15 and parse_bytes("2PiB") == 2.0**51
+
+
+def test_explain_refuses_contributors_no_split_of_a_layer_graph_uses(capsys):
+    """Regression: explain took --contributors specialised for AlexNet on 16 GPUs (its
+    narrowest layer has 64 units: no Pr splits it over fewer ranks), where predict refuses it."""
+    code, _, err = _run(capsys, "explain", "--model", "alexnet", "--hardware", "dgx-v100",
+                        "--gpus", "16", "--global-batch", "256", "--contributors", "specialised")
+    assert code == 2 and "alexnet has none at any Pr x Pc split of 16 GPUs" in err
+    code, _, _ = _run(capsys, "explain", "--model", "alexnet", "--hardware", "dgx-v100",
+                      "--gpus", "128", "--global-batch", "256", "--contributors", "specialised")
+    assert code == 0  # at 128 GPUs, Pr 128 splits the 64-unit layer over fewer ranks
+
+
+def test_explain_says_its_closed_form_leaves_out_sync_norm_and_split_collectives(capsys):
+    """Regression: with --norm sync or --collective-variant split, T_comm(P_r) and its
+    minimiser were printed unchanged, as if of the plan asked for."""
+    args = ("explain", "--model", "resnet50", "--hardware", "dgx-v100", "--gpus", "16",
+            "--global-batch", "256")
+    _, plain, _ = _run(capsys, *args)
+    assert "Gholami et al.'s case" not in plain
+    _, out, _ = _run(capsys, *args, "--norm", "sync", "--collective-variant", "split")
+    assert "T_comm(P_r) above is Gholami et al.'s case, the fused collectives without " \
+           "synchronized statistics: synchronized batch norm's" in out
+    assert "(--collective-variant split: gather or reduce, then broadcast)" in out
