@@ -63,6 +63,7 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
             lines.append(f"  W_fill = {number(expr):.6g} s: the weight gradients a zero-bubble "
                          "schedule moves into the bubble (zb: 2 x, zbv: 3 x half the backward "
                          "GEMMs of the faster stage; 0 otherwise)")
+    sums_at = len(lines)  # the stages' host and device sums, named where a step term holds them
     lines.append("  and T_bubble, T_dp, ..., T_opt the step terms below")
     if composed.host_share is not None:  # an asynchronous device: host and device overlap
         x, share, host, device = composed.host_share
@@ -92,6 +93,28 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     def wanted(name: str) -> bool:
         return not only or any(under(name, o) for o in only)
 
+    # a step term that hides behind a stage's micro-batch (the overlaps' windows) holds that
+    # stage's host and device sums whole, hundreds of thousands of characters each: named
+    sums = {}
+    for st, each in built.stages.items():
+        if each.host_share is not None:
+            sums[sp.sympify(each.host_share[2])] = sp.Symbol(f"H_{st}")
+            sums[sp.sympify(each.host_share[3])] = sp.Symbol(f"D_{st}")
+
+    def named(expr: sp.Expr) -> sp.Expr:
+        return sp.sympify(expr).xreplace(sums) if sums else expr
+
+    step_shown = {name: named(built.time_terms[name]) for name in STEP_SYMBOLS
+                  if name in built.time_terms and name != "pipeline/bubble" and wanted(name)}
+    used_sums = codegen.free_symbols(list(step_shown.values())) & set(sums.values())
+    for expr, sym in sums.items():
+        if sym in used_sums:
+            st = sym.name[2:]
+            what = ("the host's dispatch of one micro-batch (the host terms' sum)"
+                    if sym.name.startswith("H_") else
+                    "the device's time of one micro-batch (compute and communication)")
+            lines.insert(sums_at, f"  {sym} = {number(expr):.6g} s: {what} on the {st} stage")
+            sums_at += 1
     mem_stage = heaviest_stage({st: sum(number(e) for e in terms.values())
                                 for st, terms in built.memory_terms.items()})
     memory_terms = built.memory_terms[mem_stage]
@@ -115,7 +138,7 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
             continue
         lines.append(f"- {name} ({sym}) = {result.breakdown_s[name]:.6g} s per step")
         if name != "pipeline/bubble":  # its formula is the composition's, above
-            lines.append("    " + show(built.time_terms[name]))
+            lines.append("    " + show(step_shown[name]))
     lines += _memory_lines(memory_terms, mem_stage, hardware, result, number, show, wanted)
     lines += ["", "symbols:"]
     by_sym = S.by_symbol()
@@ -162,6 +185,10 @@ def _printed(built: Any, stage: str) -> dict[str, Any]:
     out.update({f"term:{name}": e for name, e in built.stage_terms[stage].items()})
     out.update({f"memory:{st}:{name}": e for st, terms in built.memory_terms.items()
                 for name, e in terms.items()})
+    for st, each in built.stages.items():  # every stage's host and device sums (named H_, D_)
+        if each.host_share is not None:
+            out.update({f"host_sum:{st}": each.host_share[2],
+                        f"device_sum:{st}": each.host_share[3]})
     composed = built.stages[stage]
     if composed.host_share is not None:
         out.update({f"host:{i}": e for i, e in enumerate(composed.host_share[1:])})

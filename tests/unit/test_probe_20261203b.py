@@ -199,3 +199,17 @@ def test_explain_says_its_closed_form_leaves_out_sync_norm_and_split_collectives
     assert "T_comm(P_r) above is Gholami et al.'s case, the fused collectives without " \
            "synchronized statistics: synchronized batch norm's" in out
     assert "(--collective-variant split: gather or reduce, then broadcast)" in out
+
+
+def test_explain_names_the_stage_sums_an_overlapped_step_term_holds(capsys):
+    """Regression: with the data-parallel overlaps, comm/dp's formula held its window's host
+    and device sums whole: 1.8 MB of output, one line of 1.8 million characters."""
+    code, out, _ = _run(capsys, "explain", "--model", "llama3-8b", "--hardware", "dgx-h100",
+                        "--gpus", "64", "--dp", "8", "--tp", "8", "--global-batch", "512",
+                        "--zero", "1", "--overlap-grad-sync", "--overlap-param-gather",
+                        "--term", "comm/dp")
+    assert code == 0
+    assert len(out) < 100_000 and max(map(len, out.splitlines())) < 50_000
+    assert "  H_last = " in out and "  D_last = " in out
+    formula = out.split("- comm/dp (T_dp) = ", 1)[1].splitlines()[1]
+    assert "H_last" in formula or "H_first" in formula
