@@ -83,7 +83,6 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
         lines += [f"  {show(x)} = {how} = {number(share):.6g}: the share of the host's time the "
                   f"device does not hide, H = {number(host):.6g} s (the host terms' sum), D = "
                   f"{number(device):.6g} s (the device's: compute and communication){where}"]
-    lines += ["", f"per micro-batch terms of t_{stage} (value per micro-batch; x m per step):"]
 
     def under(name: str, prefix: str) -> bool:
         """name is the term prefix or one under it (comm/tp: not comm/tp_grads)."""
@@ -126,13 +125,17 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
             raise PerfmodelError(f"--term: no term '{o}'{suggest(o, names)}; terms (or a group "
                                  f"of them): {', '.join(names)}")
 
+    if any(wanted(name) for name in built.stage_terms[stage]):
+        lines += ["", f"per micro-batch terms of t_{stage} (value per micro-batch; x m per "
+                      "step):"]
     for name, per_mb in built.stage_terms[stage].items():
         if not wanted(name):
             continue
         value = number(per_mb)
         lines.append(f"- {name} = {value:.6g} s per micro-batch, {value * m:.6g} s per step")
         lines.append("    " + show(composed.display[name]))
-    lines += ["", "step terms (per step):"]
+    if any(wanted(name) and name in built.time_terms for name in STEP_SYMBOLS):
+        lines += ["", "step terms (per step):"]
     for name, sym in STEP_SYMBOLS.items():
         if not wanted(name) or name not in built.time_terms:  # an fp8 plan's alone: its own
             continue

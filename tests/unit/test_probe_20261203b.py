@@ -213,3 +213,12 @@ def test_explain_names_the_stage_sums_an_overlapped_step_term_holds(capsys):
     assert "  H_last = " in out and "  D_last = " in out
     formula = out.split("- comm/dp (T_dp) = ", 1)[1].splitlines()[1]
     assert "H_last" in formula or "H_first" in formula
+
+
+def test_explain_term_prints_no_empty_section(capsys):
+    args = ("explain", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "8",
+            "--global-batch", "8", "--term")
+    _, out, _ = _run(capsys, *args, "comm/dp")
+    assert "step terms (per step):" in out and "per micro-batch terms" not in out
+    _, out, _ = _run(capsys, *args, "compute/forward/gemm")
+    assert "per micro-batch terms" in out and "step terms (per step):" not in out
