@@ -547,7 +547,9 @@ def compute_dtype(dtype: Dtype | str) -> str:
 def link_features(hardware: HardwareSpec) -> frozenset[str]:
     """The parts of the hardware's link model the step model's expressions hold (Family):
     "intra:call" (a call start-up), "intra:ll" / "intra:ll128" (a low-latency protocol),
-    "intra:nvls" (NVLink SHARP all-reduce), and "inter:..." likewise."""
+    "intra:nvls" (NVLink SHARP all-reduce), "intra:host_link" (the node's link is the GPU's host
+    link, which its NIC traffic crosses too: all-to-all over nodes shares it), and "inter:..."
+    likewise."""
     out = set()
     outer = hardware.levels[1:] or (hardware.inter_node,)  # a fabric's levels above the node
     for link, spec in (("intra", hardware.intra_node), *(("inter", lv) for lv in outer)):
@@ -556,6 +558,8 @@ def link_features(hardware: HardwareSpec) -> frozenset[str]:
         out.update(f"{link}:{p.name}" for p in spec.protocols)
         if spec.has_nvls:
             out.add(f"{link}:nvls")
+        if spec.shares_host_link:  # intra_node only (HardwareSpec refuses it elsewhere)
+            out.add(f"{link}:host_link")
     return frozenset(out)
 
 

@@ -102,8 +102,8 @@ class Family:
     algorithm: str = "auto"
     fits: frozenset[tuple[str, str, str]] = frozenset()
     # and the hardware's collective library (the algorithms "auto" chooses from), the parts of its
-    # link model ("intra:call", "intra:ll", "intra:ll128", "intra:nvls", "inter:..."; see
-    # link_features), and the protocol when one is fixed ("auto": the cheapest)
+    # link model ("intra:call", "intra:ll", "intra:ll128", "intra:nvls", "intra:host_link",
+    # "inter:..."; see link_features), and the protocol when one is fixed ("auto": the cheapest)
     collective_library: str = "generic"
     link_features: frozenset[str] = frozenset()
     protocol: str = "auto"

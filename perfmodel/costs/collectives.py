@@ -231,7 +231,7 @@ def mixed_flat_time(op: Op | str, nbytes: sp.Expr, n: sp.Expr | int, nodes: sp.E
 
 def all_to_all_mixed_time(nbytes: sp.Expr, n: sp.Expr | int, per_node: sp.Expr | int,
                           call_s: sp.Expr, inter_step_s: sp.Expr, intra_beta: sp.Expr,
-                          nic_beta: sp.Expr) -> sp.Expr:
+                          nic_beta: sp.Expr, shares_host_link: bool = False) -> sp.Expr:
     """All-to-all over n ranks, k of them in each node [s]: every rank sends nbytes/n to each
     other rank, (n - k)/n of its buffer through its share of the node's NICs, (k - 1)/n over the
     links inside the node, both at once.
@@ -239,12 +239,28 @@ def all_to_all_mixed_time(nbytes: sp.Expr, n: sp.Expr | int, per_node: sp.Expr |
     T = call + (n - 1) inter_step
         + max((n - k)/n * nbytes / nic_beta, (k - 1)/n * nbytes / intra_beta)
     (pairwise exchange: n - 1 steps; Thakur, Rabenseifner, Gropp 2005, Sec. 4.5)
+
+    shares_host_link: the link inside the node is the GPU's own host link (PCIe: h100-pcie),
+    and the rank's NIC traffic leaves the GPU over that same link (GPUDirect RDMA through the
+    PCIe switch). Then all (n - 1)/n of the buffer that leaves the GPU crosses it, and the NIC
+    share is still bounded by the NIC:
+
+    T = call + (n - 1) inter_step
+        + max((n - k)/n * nbytes / nic_beta, (n - 1)/n * nbytes / intra_beta)
+
+    so spanning nodes never shortens the link term below one node's: (n - 1)/n >= (k - 1)/k
+    for n >= k (the separate-links form would take (k - 1)/n, less than one node's (k - 1)/k:
+    a group that got faster for leaving its node). Over NVLink (NVSwitch nodes) GPU-to-GPU
+    traffic never crosses the host link, and the two shares run on separate links (the first
+    form). A flat ring needs no such form: each rank sends to one neighbour a step, over one
+    link (the node's or, through the host link, the NIC), at min(intra_beta, k nic_beta).
     """
     n, k = sp.sympify(n), sp.sympify(per_node)
     if n == 1:
         return sp.Integer(0)
+    intra_share = (n - 1) / n if shares_host_link else (k - 1) / n
     return call_s + (n - 1) * inter_step_s + sp.Max(
-        (n - k) / n * nbytes / nic_beta, (k - 1) / n * nbytes / intra_beta, evaluate=False)
+        (n - k) / n * nbytes / nic_beta, intra_share * nbytes / intra_beta, evaluate=False)
 
 
 def hierarchical_time(op: Op | str, nbytes: sp.Expr, n: sp.Expr | int, per_node: sp.Expr | int,

@@ -170,6 +170,14 @@ def bounded(key: str, value: Any, field: str | None = None) -> Any:
     return BOUNDS[key].check(value, field or key)
 
 
+def strict_bool(value: Any, field: str) -> bool:
+    """value if it is true or false (a YAML boolean); anything else (1, "true") refused naming
+    field."""
+    if not isinstance(value, bool):
+        raise SpecError(f"{field} must be true or false, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProtocolSpec:
     """A low-latency protocol of a link (NCCL's LL or LL128), beside its large-message one.
@@ -207,7 +215,12 @@ class LinkSpec:
     a fraction of the Simple bandwidth: small messages take the cheapest;
     nvls_bandwidth_fraction, nvls_latency_s: NVLink SHARP all-reduce inside an NVSwitch node (the
     switch reduces): its bandwidth as a fraction of the Simple bandwidth and its latency per call
-    (0: the link has no NVLS). See perfmodel.costs.collectives and docs/model.md.
+    (0: the link has no NVLS);
+    shares_host_link (intra_node only): the link is each GPU's own host link (PCIe), which its
+    traffic to the NICs crosses as well (GPUDirect RDMA through the PCIe switch), so a collective
+    whose ranks send inside and outside the node at once (all-to-all) shares that one link
+    (perfmodel.costs.collectives.all_to_all_mixed_time). See perfmodel.costs.collectives and
+    docs/model.md.
     """
 
     bandwidth_bytes_per_s: float
@@ -217,11 +230,13 @@ class LinkSpec:
     protocols: tuple[ProtocolSpec, ...] = ()
     nvls_bandwidth_fraction: float = 0.0
     nvls_latency_s: float = 0.0
+    shares_host_link: bool = False
 
     def __post_init__(self) -> None:
         for name in ("bandwidth_bytes_per_s", "latency_s", "efficiency", "call_latency_s",
                      "nvls_bandwidth_fraction", "nvls_latency_s"):  # stored as floats
             object.__setattr__(self, name, bounded(f"link.{name}", getattr(self, name), name))
+        strict_bool(self.shares_host_link, "shares_host_link")
         protocols = tuple(p if isinstance(p, ProtocolSpec) else _protocol_from(p, i)
                           for i, p in enumerate(self.protocols))
         names = [p.name for p in protocols]
@@ -261,7 +276,7 @@ def _protocol_from(value: Any, i: int) -> ProtocolSpec:
 
 # LinkSpec's fields: a fabric level's link fields (FabricLevel) and the node links derived from them
 _LINK_ONLY = ("bandwidth_bytes_per_s", "latency_s", "efficiency", "call_latency_s", "protocols",
-              "nvls_bandwidth_fraction", "nvls_latency_s")
+              "nvls_bandwidth_fraction", "nvls_latency_s", "shares_host_link")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,8 +288,8 @@ class FabricLevel(LinkSpec):
     unit), a multiple of the level below's; the top level spans the cluster and has none.
     bandwidth_bytes_per_s: one direction, PER GPU at every level (inter_node gives it per node);
     latency_s, efficiency, call_latency_s, protocols: as LinkSpec's, for a collective's steps
-    that cross this level; nvls_*: level 0 only. oversubscription (levels above 0): a switch
-    tier's downlink over uplink bandwidth; a GPU's share of this level is
+    that cross this level; nvls_*, shares_host_link: level 0 only. oversubscription (levels
+    above 0): a switch tier's downlink over uplink bandwidth; a GPU's share of this level is
     bandwidth_bytes_per_s x efficiency / oversubscription.
 
     A group of ranks that leaves its node is priced on the slowest level it crosses (the lowest
@@ -744,6 +759,10 @@ class HardwareSpec:
         if self.inter_node.has_nvls:
             raise SpecError("inter_node.nvls_bandwidth_fraction must be 0: NVLS is the NVSwitch's "
                             "all-reduce inside a node (give it on intra_node)")
+        if self.inter_node.shares_host_link:
+            raise SpecError("inter_node.shares_host_link must be false: it says a node's "
+                            "GPU-to-GPU link is the GPU's host (PCIe) link, which its NIC traffic "
+                            "crosses too (give it on intra_node)")
 
     def _check_levels(self) -> None:
         """The fabric's levels nest, and the node links are the ones they give (node_links)."""
@@ -768,6 +787,10 @@ class HardwareSpec:
             if i and lv.has_nvls:
                 raise SpecError(f"levels[{i}].nvls_bandwidth_fraction must be 0: NVLS is the "
                                 "NVSwitch's all-reduce inside a node (level 0)")
+            if i and lv.shares_host_link:
+                raise SpecError(f"levels[{i}].shares_host_link must be false: it says a node's "
+                                "GPU-to-GPU link is the GPU's host (PCIe) link, which its NIC "
+                                "traffic crosses too (level 0)")
             if i == 0 and lv.oversubscription != 1:
                 raise SpecError("levels[0].oversubscription must be 1: level 0 is the node's "
                                 "own links (NVLink), each GPU's bandwidth its own")
@@ -995,7 +1018,8 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
 
 
 def _link_from(value: Mapping[str, Any], link: str) -> LinkSpec:
-    """intra_node or inter_node from its mapping: numbers checked, protocols from their list."""
+    """intra_node or inter_node from its mapping: numbers checked, protocols from their list,
+    shares_host_link true or false."""
     fields: dict[str, Any] = {}
     for k, v in value.items():
         if k == "protocols":
@@ -1006,6 +1030,8 @@ def _link_from(value: Mapping[str, Any], link: str) -> LinkSpec:
                 fields[k] = tuple(_protocol_from(p, i) for i, p in enumerate(v))
             except SpecError as exc:
                 raise SpecError(f"{link}.{exc}") from None
+        elif k == "shares_host_link":
+            fields[k] = strict_bool(v, f"{link}.{k}")
         else:
             fields[k] = bounded(f"link.{k}", v, f"{link}.{k}")
     try:

@@ -315,8 +315,9 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
     mixed: k ranks per node: a flat ring or tree whose slowest hop is the NIC share of the group,
     min(beta_i, beta_o k / G), its steps at the intra- or inter-node latency as they cross
     (costs.collectives.mixed_flat_time); all_to_all and send_recv, whose every rank sends through
-    its own NIC share (beta_o / G); and the hierarchical form (all_reduce in nccl, every
-    two-level op in generic).
+    its own NIC share (beta_o / G), all_to_all's traffic out of the GPU all over beta_i where
+    that is the GPU's host link ("intra:host_link", costs.collectives.all_to_all_mixed_time);
+    and the hierarchical form (all_reduce in nccl, every two-level op in generic).
     Each algorithm runs in each protocol of the links (Simple, LL, LL128 where the hardware lists
     them); NVLS is one more option for all_reduce inside an NVSwitch node.
     guards (an open scope's indicators): each scope's bandwidths become I beta + (1 - I), so that
@@ -337,6 +338,7 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
     if fam.protocol != "auto":
         protocols = [fam.protocol]
     has_nvls = op == "all_reduce" and "intra:nvls" in fam.link_features
+    host_link = "intra:host_link" in fam.link_features  # PCIe: NIC traffic crosses it too
     nvls_fixed = fam.algorithm == "nvls" and has_nvls
     hier_fixed = fam.algorithm == "hierarchical" and _has_hierarchical(op, fam)
     options: list[dict[str, sp.Expr | None]] = []
@@ -357,7 +359,7 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
                 t_mixed = C.protocol_time(op, nbytes, n, o, alg)
             elif op == "all_to_all":
                 t_mixed = C.all_to_all_mixed_time(nbytes, n, k, o.call_s, o.step_s, i.bandwidth,
-                                                  o.bandwidth)
+                                                  o.bandwidth, shares_host_link=host_link)
             else:
                 beta = sp.Min(i.bandwidth, o.bandwidth * k, evaluate=False)
                 t_mixed = C.mixed_flat_time(op, nbytes, n, n / k, o.call_s, i.step_s, o.step_s,
