@@ -849,6 +849,18 @@ def check_stack(hardware: HardwareSpec, stack: Any) -> None:
                         "compiled; the config's graphs off)")
 
 
+def check_dispatcher(hardware: HardwareSpec, dispatcher: Any) -> None:
+    """DeepEP (and HybridEP, which exchanges as it does) needs NVLink between the GPUs of a node
+    (deepseek-ai/DeepEP README, requirements: "NVLink for intranode communication"): refused
+    (PlanError) where the node's GPUs reach each other over their host links (PCIe:
+    intra_node.shares_host_link), where its kernels do not run."""
+    if str(getattr(dispatcher, "value", dispatcher)) == "deepep" \
+            and hardware.intra_node.shares_host_link:
+        raise PlanError(f"ep_dispatcher deepep: DeepEP exchanges inside a node over NVLink, and "
+                        f"{hardware.name}'s GPUs reach each other over PCIe "
+                        "(intra_node.shares_host_link): give ep_dispatcher alltoall")
+
+
 def fp8_params_zero3_refused(hardware: HardwareSpec, dtype: Dtype | str, recipe: Any,
                              fp8_params: bool) -> bool:
     """Whether FP8 weights (fp8_params) cannot go with ZeRO 3 on this hardware: under MXFP8 (the

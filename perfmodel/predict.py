@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfmodel.encode import check_stack, check_whole_nodes, compute_dtype, resolve_flash
+from perfmodel.encode import (
+    check_dispatcher,
+    check_stack,
+    check_whole_nodes,
+    compute_dtype,
+    resolve_flash,
+)
 from perfmodel.errors import PlanError
 from perfmodel.evaluate import compile_family, family_of, values_of
 from perfmodel.output import require_finite
@@ -192,6 +198,8 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
         plan = plan.replace(fp8_recipe=recipe)
     require_fused_for_cp(plan)
     check_stack(hardware, plan.stack)
+    if plan.ep > 1:
+        check_dispatcher(hardware, plan.ep_dispatcher)
     return model, hardware, plan
 
 

@@ -1539,6 +1539,7 @@ def resolved_request(model: TransformerSpec, hardware: HardwareSpec,
     if req.cpu_offload_layers >= model.layers:  # Plan.check's rule, for every plan
         Plan(gpus=1, cpu_offload_layers=req.cpu_offload_layers).check(model)
     encode.check_stack(hardware, req.stack)
+    encode.check_dispatcher(hardware, req.ep_dispatcher)
     for gpus in req.gpus:
         encode.check_whole_nodes(hardware, gpus)
     flash = encode.resolve_flash(req.flash_attention, model, hardware, req.dtype,

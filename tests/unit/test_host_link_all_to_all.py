@@ -203,3 +203,21 @@ def test_expert_parallel_all_to_all_over_pcie_nodes_pays_the_shared_host_link():
     # the step grows by that and more: the pipeline's bubble is micro-batches of the stage too
     grown = shared.breakdown_s["comm/ep"] - separate.breakdown_s["comm/ep"]
     assert shared.step_time_s - separate.step_time_s >= grown
+
+
+def test_deepep_is_refused_where_the_gpus_of_a_node_share_no_nvlink():
+    """DeepEP's intranode kernels need NVLink (deepseek-ai/DeepEP README, requirements): on
+    h100-pcie it was priced with the NVLink nodes' separate-links exchange."""
+    from perfmodel import PlanError, load_hardware, load_model, predict
+    from perfmodel.search import SearchRequest, search
+    from perfmodel.strategy import Plan
+
+    model, hardware = load_model("mixtral-8x7b"), load_hardware("h100-pcie")
+    plan = Plan(gpus=16, pp=2, dp=8, ep=8, placement="pp,dp,tp", zero=1, recompute="full",
+                global_batch=64, ep_dispatcher="deepep")
+    with pytest.raises(PlanError, match="DeepEP exchanges inside a node over NVLink"):
+        predict(model, hardware, plan)
+    with pytest.raises(PlanError, match="DeepEP exchanges inside a node over NVLink"):
+        search(model, hardware, SearchRequest(gpus=(16,), global_batch=64,
+                                              ep_dispatcher="deepep"), top=1, prune=True)
+    assert predict(model, load_hardware("dgx-h100"), plan).step_time_s > 0
