@@ -181,6 +181,10 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
                                 **link_values(hardware), **fit_values(hardware)}
     features = link_features(hardware)
     choices = [("auto", "auto")] if fits else _options(op, scope, algorithm, protocol, hardware)
+    if scope == "mixed" and library == "nccl" and protocol == "auto" \
+            and hardware.intra_node.protocol("ll128") is None:
+        # NCCL's default LL128 needs NVLink inside the node (perfmodel.step.collective._options)
+        choices = [(a, p) for a, p in choices if p != "ll128"]
     if not choices:
         raise PlanError(f"algorithm 'nvls' runs in the simple protocol only, got --protocol "
                         f"'{protocol}'")

@@ -339,6 +339,11 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
         protocols = [fam.protocol]
     has_nvls = op == "all_reduce" and "intra:nvls" in fam.link_features
     host_link = "intra:host_link" in fam.link_features  # PCIe: NIC traffic crosses it too
+    # NCCL turns LL128 on by default only where the paths inside a node are NVLink (tuning.cc,
+    # ncclTopoTuneModel: `pEnable &= (graphs[a]->typeIntra <= PATH_NVB)`, NVIDIA/nccl 2.18 on):
+    # a group over nodes with several ranks in each takes it only where the node's link lists it
+    no_ll128 = fam.collective_library == "nccl" and fam.protocol == "auto" \
+        and "intra:ll128" not in fam.link_features
     nvls_fixed = fam.algorithm == "nvls" and has_nvls
     hier_fixed = fam.algorithm == "hierarchical" and _has_hierarchical(op, fam)
     options: list[dict[str, sp.Expr | None]] = []
@@ -365,7 +370,8 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
                 t_mixed = C.mixed_flat_time(op, nbytes, n, n / k, o.call_s, i.step_s, o.step_s,
                                             beta, alg)
             options.append({"intra": None if nvls_fixed else t_intra, "inter": t_inter,
-                            "mixed": None if hier_fixed else t_mixed})
+                            "mixed": None if hier_fixed or (no_ll128 and p == "ll128")
+                            else t_mixed})
     if has_nvls and fam.protocol in ("auto", "simple") and fam.algorithm in ("auto", "nvls"):
         nvls = g("intra", C.LinkCost(sp.Integer(0), S.t_nvls, S.beta_i * S.f_nvls))
         t_nvls = C.nvls_all_reduce_time(nbytes, n, nvls.step_s, nvls.bandwidth)
@@ -376,6 +382,8 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
     if _has_hierarchical(op, fam) and (fam.algorithm in ("auto", "hierarchical")
                                        or fam.collective_library == "generic"):
         for p in protocols:
+            if no_ll128 and p == "ll128":
+                continue
             i = g("mixed", intra.get(p, intra["simple"]))
             o = g("mixed", nic.get(p, nic["simple"]))
             hier = o.call_s + C.hierarchical_time(op, nbytes, n, k, i.step_s, i.bandwidth,
