@@ -750,7 +750,10 @@ def _refuse_idle_graph_options(ctx: click.Context, model: Any, plan: Any) -> Non
     """A layer graph's option given where it changes nothing: refused (exit 2), as a
     transformer's idle flags are (perfmodel.idle); those that depend on the grid where the
     command predicts one grid (predict: explain, sweep and recommend go over the splits)."""
-    from perfmodel.layerwise import layer_degrees
+    from perfmodel.layerwise import divisors, layer_degrees
+
+    def idle_at(pr: int) -> bool:  # no layer has fewer units than Pr: --contributors does nothing
+        return all(c >= pr for c in layer_degrees(model, pr).values())
 
     if _given(ctx, "norm") and plan.norm.value == "sync" \
             and not any(layer.kind == "norm" for layer in model.layers):
@@ -759,8 +762,7 @@ def _refuse_idle_graph_options(ctx: click.Context, model: Any, plan: Any) -> Non
     if ctx.command.name != "predict":  # over every Pr x Pc split of the GPUs
         gpus = plan.pr * plan.pc
         if _given(ctx, "contributors") and plan.contributors.value != "standard" and all(
-                c >= pr for pr in range(1, gpus + 1) if gpus % pr == 0
-                for c in layer_degrees(model, pr).values()):
+                idle_at(pr) for pr in divisors(gpus)):
             raise click.UsageError(f"--contributors {plan.contributors.value} applies to layers "
                                    f"with fewer units than Pr, and {model.name} has none at any "
                                    f"Pr x Pc split of {gpus} GPUs; leave it out")
@@ -771,8 +773,8 @@ def _refuse_idle_graph_options(ctx: click.Context, model: Any, plan: Any) -> Non
     if _given(ctx, "collective_variant") and plan.variant.value == "split" and plan.pr == 1:
         raise click.UsageError("--collective-variant split changes the model-parallel "
                                "collectives, and the grid has Pr 1 (none); leave it out")
-    if _given(ctx, "contributors") and plan.contributors.value != "standard" and all(
-            c >= plan.pr for c in layer_degrees(model, plan.pr).values()):
+    if _given(ctx, "contributors") and plan.contributors.value != "standard" \
+            and idle_at(plan.pr):
         raise click.UsageError(f"--contributors {plan.contributors.value} applies to layers "
                                f"with fewer units than Pr ({plan.pr}), and {model.name} has none "
                                "at this grid; leave it out")
@@ -1574,11 +1576,7 @@ def recommend(model: str | None, from_config: str | None,
 
 def _emit_scope(pins: dict[str, Any]) -> str:
     """The pins --emit-config added to the search, in words: 'tp 1, pp 1, zero 1/2/3, ...'."""
-    def said(value: Any) -> str:
-        if isinstance(value, (tuple, list)):
-            return "/".join(said(v) for v in value)
-        value = getattr(value, "value", value)
-        return str(value).lower() if isinstance(value, bool) else str(value)
+    from perfmodel.recommend import said
 
     names = {"zero_stages": "zero", "schedules": "schedule", "recomputes": "recompute",
              "param_gather_stages": "parameter gather overlapped with zero",

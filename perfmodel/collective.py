@@ -115,6 +115,7 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
     framework's time to issue it is not in it)."""
     from perfmodel.costs.collectives import ALGORITHMS, LIBRARY_ALGORITHMS, Op, bus_factor
     from perfmodel.encode import fit_values, link_features, link_values
+    from perfmodel.step.collective import ll128_over_nodes
 
     if ranks < 1 or ranks > 10**8:
         raise PlanError(f"--ranks must be between 1 and 1e8, got {ranks}")
@@ -181,10 +182,8 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
                                 **link_values(hardware), **fit_values(hardware)}
     features = link_features(hardware)
     choices = [("auto", "auto")] if fits else _options(op, scope, algorithm, protocol, hardware)
-    if scope == "mixed" and library == "nccl" and protocol == "auto" \
-            and hardware.intra_node.protocol("ll128") is None:
-        # NCCL's default LL128 needs NVLink inside the node (perfmodel.step.collective._options)
-        choices = [(a, p) for a, p in choices if p != "ll128"]
+    if scope == "mixed" and protocol == "auto" and not ll128_over_nodes(library, features):
+        choices = [(a, p) for a, p in choices if p != "ll128"]  # NVLink nodes' only
     if not choices:
         raise PlanError(f"algorithm 'nvls' runs in the simple protocol only, got --protocol "
                         f"'{protocol}'")

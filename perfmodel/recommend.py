@@ -493,10 +493,18 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
     return {"binding": "memory", "reason": reason, "nearest": nearest}
 
 
+def said(value: Any) -> str:
+    """A pinned value as a user writes it: 'true' (not 'True'), an option's name, several
+    joined by '/'."""
+    if isinstance(value, (tuple, list)):
+        return "/".join(said(v) for v in value)
+    value = getattr(value, "value", value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _words(fields: dict[str, Any]) -> str:
-    """Pinned fields as a user writes them: 'tp 1, pp 1, tp_layout 1d' ('true', not 'True')."""
-    return ", ".join(f"{k} {str(v).lower() if isinstance(v, bool) else v}"
-                     for k, v in fields.items())
+    """Pinned fields as a user writes them: 'tp 1, pp 1, tp_layout 1d'."""
+    return ", ".join(f"{k} {said(v)}" for k, v in fields.items())
 
 
 def _stages(layers: int, pp: int) -> str:

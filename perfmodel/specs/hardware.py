@@ -706,9 +706,7 @@ class HardwareSpec:
             bounded("peak_flops_per_s", flops, f"peak_flops_per_s.{dtype}")
         for name in _SCALAR_FIELDS:
             bounded(name, getattr(self, name))
-        if not isinstance(self.asynchronous_device, bool):
-            raise SpecError(f"asynchronous_device must be true or false, got "
-                            f"{self.asynchronous_device!r}")
+        strict_bool(self.asynchronous_device, "asynchronous_device")
         if self.memory_reserved_bytes >= self.memory_bytes:
             raise SpecError("memory_reserved_bytes must be below memory_bytes")
         seen = [(c.part, c.style, c.tp) for c in self.layer_costs]
@@ -739,8 +737,7 @@ class HardwareSpec:
             raise SpecError(f"fp8_recipes names {repeated[0]!r} twice: give each recipe once, "
                             f"the default first, got {list(recipes)}")
         object.__setattr__(self, "fp8_recipes", tuple(str(r) for r in recipes))
-        if not isinstance(self.fp8_transpose, bool):
-            raise SpecError(f"fp8_transpose must be true or false, got {self.fp8_transpose!r}")
+        strict_bool(self.fp8_transpose, "fp8_transpose")
         if self.collective_algorithm not in COLLECTIVE_ALGORITHMS:
             raise SpecError(
                 f"collective_algorithm must be one of {', '.join(COLLECTIVE_ALGORITHMS)}, "

@@ -339,11 +339,8 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
         protocols = [fam.protocol]
     has_nvls = op == "all_reduce" and "intra:nvls" in fam.link_features
     host_link = "intra:host_link" in fam.link_features  # PCIe: NIC traffic crosses it too
-    # NCCL turns LL128 on by default only where the paths inside a node are NVLink (tuning.cc,
-    # ncclTopoTuneModel: `pEnable &= (graphs[a]->typeIntra <= PATH_NVB)`, NVIDIA/nccl 2.18 on):
-    # a group over nodes with several ranks in each takes it only where the node's link lists it
-    no_ll128 = fam.collective_library == "nccl" and fam.protocol == "auto" \
-        and "intra:ll128" not in fam.link_features
+    no_ll128 = fam.protocol == "auto" and not ll128_over_nodes(fam.collective_library,
+                                                                 fam.link_features)
     nvls_fixed = fam.algorithm == "nvls" and has_nvls
     hier_fixed = fam.algorithm == "hierarchical" and _has_hierarchical(op, fam)
     options: list[dict[str, sp.Expr | None]] = []
@@ -390,6 +387,14 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
                                                   o.step_s, o.bandwidth)
             options.append({"intra": None, "inter": None, "mixed": hier})
     return options
+
+
+def ll128_over_nodes(library: str, link_features: frozenset[str]) -> bool:
+    """Whether a group over nodes with several ranks in each takes LL128 by default. NCCL turns
+    it on only where the paths inside a node are NVLink (src/graph/tuning.cc, ncclTopoTuneModel:
+    `pEnable &= (graphs[a]->typeIntra <= PATH_NVB)`, NVIDIA/nccl 2.18 on): where the node's link
+    lists it; a pinned protocol (NCCL_PROTO) runs whatever this says."""
+    return library != "nccl" or "intra:ll128" in link_features
 
 
 def _has_hierarchical(op: str, fam: Family) -> bool:
