@@ -41,6 +41,7 @@ from validation.jobspec import (
     TP_BACKWARD_NOTE,
     JobParallel,
     RunSettings,
+    check_layout,
     job_config,
     job_model,
     job_model_note,
@@ -235,6 +236,7 @@ def uncosted(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> str:
 def dry_run(
     model: TransformerSpec, plan: Plan, parallel: JobParallel | None = None
 ) -> dict[str, Any]:
+    check_layout(plan)  # the 1D job's collectives, never compared with a grid's ledger
     as_job = job_model(model, plan.tp)
     fp8 = plan.dtype.value == "fp8"
     if fp8:  # the job runs bf16 (no Transformer Engine): counted and compared so

@@ -242,6 +242,20 @@ def check_loss(plan: Plan) -> None:
                         f"torch; {why[plan.cross_entropy.value]})")
 
 
+def check_layout(plan: Plan) -> None:
+    """The job (workload.parallelize) runs Megatron's 1D tensor parallelism: a plan in another
+    tensor layout is refused here, never run, counted or emitted as a 1D job compared with the
+    other layout's prediction. The 2D and 3D layouts run locally through workload.layouts
+    (validation.layouts: `validate` without --dry-run or --emit); 2.5D runs in no job."""
+    layout = plan.tp_layout.value
+    if layout == "1d":
+        return
+    where = ("by a local run (validate without --dry-run or --emit: workload.layouts runs it)"
+             if layout in ("2d", "3d") else "by no job here (workload.layouts runs 2d and 3d)")
+    raise PlanError(f"tp_layout {layout}: the validation job runs tensor parallelism in 1d "
+                    f"(Megatron's); a {layout} plan is validated {where}")
+
+
 def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[TransformerSpec, Plan, str]:
     """The model and plan the job really runs, so that the prediction describes the same job.
 
@@ -252,6 +266,7 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     bf16/fp16 become fp32 on a CPU (gloo). Returns the notes the user should read.
     """
     check_loss(plan)
+    check_layout(plan)
     if plan.cpu_offload_layers:
         raise PlanError(f"cpu_offload_layers {plan.cpu_offload_layers}: the validation job "
                         "offloads no activations to the host (Transformer Engine's offload "

@@ -76,8 +76,72 @@ LIBRARY_ALGORITHMS: dict[str, dict[Op, tuple[Algorithm, ...]]] = {
     "generic": ALGORITHMS, "nccl": NCCL_ALGORITHMS}
 
 
-def log2(n: sp.Expr) -> sp.Expr:
-    return sp.log(n, 2)
+# sympy ships no types: its Function is Any to mypy
+class _IntegerLog2(sp.Function):  # type: ignore[misc]
+    """An integer log2 of x >= 1, exact: numbers evaluate in integers (`_exponent`), and the
+    compiled (numpy) form rounds numpy.log2 (`ROUND`), exact at powers of two
+    (log(x)/log(2) is not: ceil at 2^29 -> 30)."""
+
+    ROUND = ""
+
+    @classmethod
+    def _exponent(cls, p: int, q: int) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def eval(cls, x: sp.Expr) -> sp.Expr | None:
+        if x.is_Rational:
+            if x < 1:
+                raise ValueError(f"{cls.__name__} takes x >= 1, got {x}")
+            return sp.Integer(cls._exponent(int(x.p), int(x.q)))
+        if x.is_Float:
+            return cls.eval(sp.Rational(x))
+        return None
+
+    @classmethod
+    def numpy_form(cls, numpy: str, x: str) -> str:
+        """Its numpy text for perfmodel.codegen: numpy's module name, the argument's text."""
+        return f"{numpy}.{cls.ROUND}({numpy}.log2({x}))"
+
+    def _numpycode(self, printer: Any) -> str:  # sympy's printer (lambdify), the same text
+        return self.numpy_form(printer._module_format("numpy"), printer._print(self.args[0]))
+
+
+class ceil_log2(_IntegerLog2):  # noqa: N801  (reads like the formula)
+    """ceil(log2(x)) for x >= 1 (_IntegerLog2)."""
+
+    ROUND = "ceil"
+
+    @classmethod
+    def _exponent(cls, p: int, q: int) -> int:
+        k = 0
+        while 2**k * q < p:
+            k += 1
+        return k
+
+
+class floor_log2(_IntegerLog2):  # noqa: N801  (reads like the formula)
+    """floor(log2(x)) for x >= 1 (_IntegerLog2); NCCL's log2i (src/graph/tuning.cc) for whole
+    x."""
+
+    ROUND = "floor"
+
+    @classmethod
+    def _exponent(cls, p: int, q: int) -> int:
+        k = 0
+        while 2 ** (k + 1) * q <= p:
+            k += 1
+        return k
+
+
+def power_of_two_split(n: sp.Expr | int) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """(q, p', e) of a group of n ranks: q = floor(log2 n), p' = 2^q the largest power of two
+    <= n, and e = ceil(log2 n) - q: 0 where n is a power of two, 1 where it is not (then the
+    r = n - p' ranks beyond p' fold into partners before a recursive algorithm and are served
+    after it; Thakur, Rabenseifner, Gropp 2005, Sec. 4.2 and 4.4)."""
+    n = sp.sympify(n)
+    q = floor_log2(n)
+    return q, 2**q, ceil_log2(n) - q
 
 
 def bus_factor(op: Op | str, n: sp.Expr | int) -> sp.Expr:
@@ -96,17 +160,29 @@ def bus_factor(op: Op | str, n: sp.Expr | int) -> sp.Expr:
 
 
 def steps(op: Op | str, n: sp.Expr | int, algorithm: Algorithm | str) -> sp.Expr:
-    """Number of latency-bound steps (messages in sequence) of one collective."""
+    """Number of latency-bound steps (messages in sequence) of one collective.
+
+    ring       all_reduce 2 (n - 1), the others n - 1
+    tree       all_reduce 2 ceil(log2 n) (reduce up, broadcast down), broadcast/reduce
+               ceil(log2 n): the depth of NCCL's binary tree (src/graph/trees.cc, ncclGetBtree:
+               rank 0's one child is the largest power of two below n, each level halves the
+               stride), ceil(log2 n) edges deep for any n
+    recursive  with q = floor(log2 n), e = 0 where n is a power of two and 1 where not:
+               all_reduce 2 q + 2 e (Rabenseifner: halving reduce-scatter + doubling all-gather),
+               reduce_scatter and all_gather q + 2 e; a group of n = 2^q + r ranks first folds
+               its r extra ranks into partners (one step), runs the power-of-two algorithm on
+               2^q, then serves them (one step) (Thakur, Rabenseifner, Gropp 2005, Sec. 4.2
+               and 4.4)
+    """
     op, algorithm, n = Op(op), Algorithm(algorithm), sp.sympify(n)
     if op is Op.SEND_RECV:
         return sp.Integer(1)
     if algorithm is Algorithm.RING:
         return 2 * (n - 1) if op is Op.ALL_REDUCE else n - 1
     if algorithm is Algorithm.TREE:
-        return 2 * log2(n) if op is Op.ALL_REDUCE else log2(n)
-    # recursive doubling/halving; Rabenseifner all_reduce = halving reduce-scatter + doubling
-    # all-gather
-    return 2 * log2(n) if op is Op.ALL_REDUCE else log2(n)
+        return 2 * ceil_log2(n) if op is Op.ALL_REDUCE else ceil_log2(n)
+    q, _, extra = power_of_two_split(n)
+    return 2 * q + 2 * extra if op is Op.ALL_REDUCE else q + 2 * extra
 
 
 def volume_factor(op: Op | str, n: sp.Expr | int, algorithm: Algorithm | str) -> sp.Expr:
@@ -115,10 +191,23 @@ def volume_factor(op: Op | str, n: sp.Expr | int, algorithm: Algorithm | str) ->
     Ring and recursive (bandwidth-optimal) algorithms move bus_factor * nbytes. A pipelined double
     binary tree moves nbytes up and nbytes down for all_reduce and nbytes for broadcast/reduce (each
     of the two trees carries half, and every rank is interior in one of them).
+    Recursive on n = p' + r ranks, r > 0 (p' = 2^floor(log2 n); Thakur, Rabenseifner, Gropp 2005):
+    all_reduce 2 (p' - 1)/p' + 2: the r extra ranks send their whole buffer to a partner, the p'
+    run Rabenseifner's algorithm on it, the partners send the whole result back (MPICH
+    allreduce_intra_reduce_scatter_allgather: the p' ranks split the buffer evenly);
+    reduce_scatter 2: the whole input to a partner, recursive halving among p', a block back
+    (Sec. 4.2: (floor(log2 n) + 2) alpha + 2 nbytes / beta, the paper's approximation: the
+    partners' extra blocks in the halving ignored); all_gather 2, its mirror image (a block to a
+    partner, recursive doubling among p', the gathered buffer back).
     """
     op, algorithm = Op(op), Algorithm(algorithm)
     if algorithm is Algorithm.TREE:
         return sp.Integer(2) if op is Op.ALL_REDUCE else sp.Integer(1)
+    if algorithm is Algorithm.RECURSIVE and op is not Op.SEND_RECV:
+        _, pof2, extra = power_of_two_split(n)
+        if op is Op.ALL_REDUCE:
+            return 2 * (pof2 - 1) / pof2 + 2 * extra
+        return (1 - extra) * bus_factor(op, n) + 2 * extra
     return bus_factor(op, n)
 
 
@@ -186,16 +275,17 @@ def nccl_tree_all_reduce_time(nbytes: sp.Expr, n: sp.Expr | int, per_node: sp.Ex
     """NCCL's tree all_reduce: a chain through the k ranks of each node, a double binary tree
     across the n/k nodes, reduce up and broadcast down, pipelined [s].
 
-    T = call + 2 ((k - 1) intra_step + log2(n / k) inter_step) + 2 nbytes / beta
-    Latency: NCCL src/graph/tuning.cc (2 ((nRanks/nNodes - 1) intraLat + log2(nNodes) interLat)):
-    inside one node the tree is a chain, as slow to start as a ring. Bandwidth: as volume_factor's
-    tree (every rank receives and sends the buffer once each way). k = n: one node; k = 1: the
-    binary tree of `steps`.
+    T = call + 2 ((k - 1) intra_step + floor(log2(n / k)) inter_step) + 2 nbytes / beta
+    Latency: NCCL src/graph/tuning.cc (2 ((nRanks/nNodes - 1) intraLat + log2i(nNodes)
+    interLat), log2i the integer floor(log2)): inside one node the tree is a chain, as slow to
+    start as a ring. Bandwidth: as volume_factor's tree (every rank receives and sends the buffer
+    once each way). k = n: one node; k = 1: one rank per node (NCCL's model, where the generic
+    tree of `steps` counts the tree's depth, ceil(log2 n); the two agree at powers of two).
     """
     n, k = sp.sympify(n), sp.sympify(per_node)
     if n == 1:
         return sp.Integer(0)
-    return (call_s + 2 * ((k - 1) * intra_step_s + log2(n / k) * inter_step_s)
+    return (call_s + 2 * ((k - 1) * intra_step_s + floor_log2(n / k) * inter_step_s)
             + 2 * nbytes / beta_bytes_per_s)
 
 
@@ -209,24 +299,33 @@ def ring_inter_steps(op: Op | str, nodes: sp.Expr | int) -> sp.Expr:
 
 def mixed_flat_time(op: Op | str, nbytes: sp.Expr, n: sp.Expr | int, nodes: sp.Expr | int,
                     call_s: sp.Expr, intra_step_s: sp.Expr, inter_step_s: sp.Expr,
-                    beta_bytes_per_s: sp.Expr, algorithm: Algorithm | str) -> sp.Expr:
+                    beta_bytes_per_s: sp.Expr, algorithm: Algorithm | str,
+                    intra_beta: sp.Expr | None = None) -> sp.Expr:
     """A flat (one-level) collective over n ranks that lie in `nodes` nodes [s].
 
     ring:  T = call + x inter_step + (steps - x) intra_step + volume * nbytes / beta,
            x = ring_inter_steps(op, nodes)   (NCCL tuning.cc: the ring's latency)
     tree, recursive: every step at the inter-node latency.
     beta is the bandwidth of the ring's slowest hop: the NIC share of a rank that crosses.
+    intra_beta, where given: a group whose ranks all lie in one node (nodes = 1: a sub-group of
+    the axis's, as a layer graph's contributors, perfmodel.layerwise) runs inside that node,
+    T = call + steps * intra_step + volume * nbytes / intra_beta.
     """
     n = sp.sympify(n)
     if n == 1:
         return sp.Integer(0)
     st = steps(op, n, algorithm)
+    volume = volume_factor(op, n, algorithm) * nbytes
     if Algorithm(algorithm) is Algorithm.RING and Op(op) is not Op.SEND_RECV:
         x = ring_inter_steps(op, nodes)
         latency = x * inter_step_s + (st - x) * intra_step_s
     else:
         latency = st * inter_step_s
-    return call_s + latency + volume_factor(op, n, algorithm) * nbytes / beta_bytes_per_s
+    spans = call_s + latency + volume / beta_bytes_per_s
+    if intra_beta is None:
+        return spans
+    one_node = call_s + st * intra_step_s + volume / intra_beta
+    return sp.Piecewise((one_node, sp.Eq(sp.sympify(nodes), 1)), (spans, True))
 
 
 def all_to_all_mixed_time(nbytes: sp.Expr, n: sp.Expr | int, per_node: sp.Expr | int,
@@ -341,33 +440,6 @@ def all_reduce_padded_time(nbytes: sp.Expr, contributors: sp.Expr | int, receive
     """
     del contributors  # the zeros travel like any other contribution
     return collective_time(Op.ALL_REDUCE, nbytes, receivers, alpha_s, beta_bytes_per_s, algorithm)
-
-
-# sympy ships no types: its Function is Any to mypy
-class ceil_log2(sp.Function):  # type: ignore[misc]  # noqa: N801  (reads like the formula)
-    """ceil(log2(x)) for x >= 1, exact: numbers evaluate in integers, and the compiled (numpy) form
-    takes numpy.log2, which is exact at powers of two (ceil(log(x)/log(2)) is not: 2^29 -> 30)."""
-
-    @classmethod
-    def eval(cls, x: sp.Expr) -> sp.Expr | None:
-        if x.is_Rational:
-            if x < 1:
-                raise ValueError(f"ceil_log2 takes x >= 1, got {x}")
-            k = 0
-            while 2**k * x.q < x.p:
-                k += 1
-            return sp.Integer(k)
-        if x.is_Float:
-            return cls.eval(sp.Rational(x))
-        return None
-
-    @staticmethod
-    def numpy_form(numpy: str, x: str) -> str:
-        """Its numpy text for perfmodel.codegen: numpy's module name, the argument's text."""
-        return f"{numpy}.ceil({numpy}.log2({x}))"
-
-    def _numpycode(self, printer: Any) -> str:  # sympy's printer (lambdify), the same text
-        return self.numpy_form(printer._module_format("numpy"), printer._print(self.args[0]))
 
 
 def spread_rounds(contributors: sp.Expr | int, receivers: sp.Expr | int) -> sp.Expr:

@@ -317,7 +317,8 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
     (costs.collectives.mixed_flat_time); all_to_all and send_recv, whose every rank sends through
     its own NIC share (beta_o / G), all_to_all's traffic out of the GPU all over beta_i where
     that is the GPU's host link ("intra:host_link", costs.collectives.all_to_all_mixed_time);
-    and the hierarchical form (all_reduce in nccl, every two-level op in generic).
+    and the hierarchical form (all_reduce in nccl, every two-level op in generic), where the
+    algorithm is auto or hierarchical: a pinned ring, tree or recursive is costed flat.
     Each algorithm runs in each protocol of the links (Simple, LL, LL128 where the hardware lists
     them); NVLS is one more option for all_reduce inside an NVSwitch node.
     guards (an open scope's indicators): each scope's bandwidths become I beta + (1 - I), so that
@@ -343,6 +344,12 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
                                                                  fam.link_features)
     nvls_fixed = fam.algorithm == "nvls" and has_nvls
     hier_fixed = fam.algorithm == "hierarchical" and _has_hierarchical(op, fam)
+    # a pinned flat algorithm in generic, which the two-level form no longer stands beside: a
+    # group of it that lies in one node (a layer graph's contributors, perfmodel.layerwise) runs
+    # inside that node (costs.collectives.mixed_flat_time's intra_beta), as the two-level form
+    # (its intra-node stage alone there) priced it before
+    pinned_flat = (fam.collective_library == "generic" and _has_hierarchical(op, fam)
+                   and fam.algorithm not in ("auto", "hierarchical"))
     options: list[dict[str, sp.Expr | None]] = []
     for alg in _algorithms(op, fam):
         for p in protocols:
@@ -352,9 +359,13 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
             i, o = g("mixed", i0), g("mixed", o0)
             if fam.collective_library == "nccl" and alg is C.Algorithm.TREE:
                 beta = sp.Min(i.bandwidth, o.bandwidth * k, evaluate=False)
-                intra_i = g("intra", i0)
+                intra_i, inter_o = g("intra", i0), g("inter", o0)
                 t_intra = C.nccl_tree_all_reduce_time(nbytes, n, n, intra_i.call_s, intra_i.step_s,
                                                       o.step_s, intra_i.bandwidth)
+                if op == "all_reduce":  # one rank a node: NCCL's model too, floor(log2 n) levels
+                    t_inter = C.nccl_tree_all_reduce_time(nbytes, n, 1, inter_o.call_s,
+                                                          inter_o.step_s, inter_o.step_s,
+                                                          inter_o.bandwidth)
                 t_mixed = C.nccl_tree_all_reduce_time(nbytes, n, k, o.call_s, i.step_s, o.step_s,
                                                       beta)
             elif op == "send_recv":
@@ -365,7 +376,7 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
             else:
                 beta = sp.Min(i.bandwidth, o.bandwidth * k, evaluate=False)
                 t_mixed = C.mixed_flat_time(op, nbytes, n, n / k, o.call_s, i.step_s, o.step_s,
-                                            beta, alg)
+                                            beta, alg, i.bandwidth if pinned_flat else None)
             options.append({"intra": None if nvls_fixed else t_intra, "inter": t_inter,
                             "mixed": None if hier_fixed or (no_ll128 and p == "ll128")
                             else t_mixed})
@@ -373,11 +384,10 @@ def _options(op: str, nbytes: sp.Expr, axis: str, fam: Family,
         nvls = g("intra", C.LinkCost(sp.Integer(0), S.t_nvls, S.beta_i * S.f_nvls))
         t_nvls = C.nvls_all_reduce_time(nbytes, n, nvls.step_s, nvls.bandwidth)
         options.append({"intra": t_nvls, "inter": None, "mixed": None})
-    # the two-level form competes in mixed groups; with a fixed flat algorithm too in generic (as
-    # before the libraries: the algorithm fixes the flat collective, the hierarchy is placement),
-    # not in nccl (NCCL_ALGO=RING runs a ring)
-    if _has_hierarchical(op, fam) and (fam.algorithm in ("auto", "hierarchical")
-                                       or fam.collective_library == "generic"):
+    # the two-level form competes in mixed groups where the algorithm is auto (or hierarchical),
+    # never beside a pinned flat one: a pinned ring is costed as a ring (NCCL_ALGO=RING runs a
+    # ring; generic's ring, tree or recursive is the flat collective over all n ranks)
+    if _has_hierarchical(op, fam) and fam.algorithm in ("auto", "hierarchical"):
         for p in protocols:
             if no_ll128 and p == "ll128":
                 continue

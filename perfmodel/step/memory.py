@@ -42,6 +42,10 @@ cp); ZeRO shards over the dp x cp ranks. A mixture of experts: an MoE layer keep
 activations (perfmodel.costs.moe) in place of the dense MLP's; the routed experts' gradients and
 optimizer states are ZeRO-sharded over the expert-data-parallel group (tp dp cp / (ep etp) ranks).
 Multi-token prediction: the last stage keeps its modules' layers' activations and logits.
+The 3D cube (tp_layout 3d): each linear keeps the input and the weight block it gathered for its
+forward, for the backward's weight and input gradients (Colossal-AI's _Linear3D saves both,
+colossalai/legacy/nn/layer/parallel_3d/_operation.py at b5f9e37c7; the validation job's
+workload.layouts.cube3d likewise): q times the input's local block (cube_kept).
 Sources: Rajbhandari et al. 2020 (ZeRO, Sec. 3); Korthikanti et al. 2022 (Table 2, Sec. 4.2.3).
 """
 
@@ -52,6 +56,7 @@ from typing import Any
 import sympy as sp
 
 from perfmodel import symbols as S
+from perfmodel.costs import layouts as LY
 from perfmodel.costs import memory as M
 from perfmodel.costs import mla as MLA
 from perfmodel.costs import moe as CM
@@ -245,13 +250,14 @@ def memory_terms(c: Context, params: Parameters,
     # selective recompute: the attention core where the plan names it (its default), and what
     # its other modules drop (module_drops); the shares of a stage's layers, 0 under the others
     policy = dict(full=c.full, selective=c.core, op=c.op)
-    act_layer = activations(**policy) - module_drops(c, moe=False)
-    full_layer = activations(full=0, selective=0)
+    cube = cube_kept(c)  # what the cube's linears keep beyond a split layer's count
+    act_layer = activations(**policy) - module_drops(c, moe=False) + times(1 - c.full, cube)
+    full_layer = activations(full=0, selective=0) + cube
     # a checkpoint's input, which its rebuilt layers hold again as the first norm's input (the
     # same storage: Megatron's CheckpointFunction and TE's checkpoint re-run the forward on it
     # detached, detach_variable), counted once, with the layers' kept activations
     checkpoint_input = activations(full=1, selective=0, full_inputs=1)
-    op_layer = activations(full=0, selective=0, op=1)
+    op_layer = activations(full=0, selective=0, op=1) + cube
     moe_count = MOE.moe_layers(c) if c.fam.moe else {st: 0 for st in STAGES}
     if c.fam.moe:
         act_moe = activations(**policy, moe=True) - module_drops(c, moe=True)
@@ -398,6 +404,23 @@ def memory_terms(c: Context, params: Parameters,
         mem["reserved/fragmentation"] = transient * S.f_frag / (1 - S.f_frag)
         out[st] = {k: sp.sympify(x) for k, x in mem.items()}
     return out
+
+
+def cube_kept(c: Context) -> sp.Expr:
+    """Bytes one layer's linears keep under the 3D cube (tp_layout 3d; 0 otherwise) beyond the
+    layer's activations split over its q^3 ranks (perfmodel.costs.memory, sequence_parallel 1),
+    per micro-batch on one rank. Each linear Y = X W (X: T x K, W: K x M; perfmodel.costs.layouts
+    .cube_comm) gathers its input block (T K / q^2 elements, q times its local block) and its
+    weight block (K M / q^2) for the forward and keeps both for the backward (module doc):
+        (q - 1) e T (h + a d + h + f) / q^3 + e sum(K M) / q^2
+    the inputs of the QKV, attention-output, MLP-up and MLP-down projections beyond the local
+    blocks the layer's count already holds, and the four gathered weight blocks. A layer under
+    full recompute keeps neither (its rebuilt forward holds them again: the recompute buffer)."""
+    q, e, T = S.q_a, S.e, c.T
+    linears = LY.linear_shapes(S.h, S.a, S.kv, S.f, c.gated, c.d)
+    inputs = sum((K for _, K, _ in linears), sp.Integer(0))
+    weights = sum((K * M for _, K, M in linears), sp.Integer(0))
+    return c.grid3 * ((q - 1) * e * T * inputs / q**3 + e * weights / q**2)
 
 
 def module_drops(c: Context, *, moe: bool) -> sp.Expr:

@@ -388,7 +388,8 @@ def _grid_collectives(c: Context) -> list[Collective]:
                                    swapped=name in ("attention_output", "mlp_down"))]
     ops += [(grid2, op) for op in LY.norm_comm(T, qa * qc, "tpa")]
     ops += [(grid3, op) for op in LY.norm_comm(T, qa * qa, "tpb")]
-    ops += [(grid2, op) for op in LY.norm_weight_grads(h, qa, S.wbytes, vectors, ("tpb",))]
+    # 2.5D splits the tokens over the depth c too, which replicates the norms' weights
+    ops += [(grid2, op) for op in LY.norm_weight_grads(h, qa, S.wbytes, vectors, ("tpb", "tpc"))]
     ops += [(grid3, op) for op in LY.norm_weight_grads(h, qa, S.wbytes, vectors, ("tpa", "tpc"))]
     out = []
     for weight, op in ops:

@@ -90,8 +90,9 @@ def test_a_collective_is_one_declaration_in_one_phase():
     # every option open: 1D, grids, cp, embedding, output, pp, dp (FSDP's units gathered per
     # micro-batch, or once per step under a pipeline and again with more than 3 stages a rank:
     # the layer's and the root's all_gather_again; a sequence-parallel input gathered again for
-    # its weight gradient: the layer's and the output layer's)
-    assert len(built.ledger) == 133
+    # its weight gradient: the layer's and the output layer's; 2.5D's norm weight gradients
+    # over the depth as well as along b, since 2026-12-03)
+    assert len(built.ledger) == 134
 
 
 def test_a_phase_refuses_a_term_or_a_collective_not_its_own():
