@@ -22,6 +22,7 @@ from perfmodel.costs.collectives import bus_factor, steps
 from perfmodel.costs.gemm_efficiency import gemm_time_s
 from perfmodel.errors import DataError
 from perfmodel.specs.hardware import CollectiveFit, GemmEfficiency
+from perfmodel.specs.loading import FRACTION_FLOOR
 from perfmodel.specs.profile import fitted_collective_time
 
 # a fitted bus bandwidth this many times the best one measured was not seen by the sweep: its sizes
@@ -313,7 +314,9 @@ class GemmModel:
         # max_fraction, m, n, k halves, parallel_half, split_k_chunk, min_time_s, epilogue_s
         x0 = [best_eff, log(64), log(64), log(64), log(1e5), log(512),
               log(max(t.min() / 4, 1e-9)), log(1e-13)]
-        lo = [1e-4, log(1e-2), log(1e-2), log(1e-2), log(1.0), log(16.0), log(1e-10), log(1e-18)]
+        # (a fraction below FRACTION_FLOOR is no spec a profile may write: perfmodel.specs.loading)
+        lo = [FRACTION_FLOOR, log(1e-2), log(1e-2), log(1e-2), log(1.0), log(16.0), log(1e-10),
+              log(1e-18)]
         hi = [top, log(1e6), log(1e6), log(1e6), log(1e9), log(1e5), log(10.0), log(1e-9)]
 
         def solve(x0, lo, hi, ratio, large_flops):
@@ -339,7 +342,7 @@ class GemmModel:
         # the large-tile kernel starts as a copy of the one kernel
         x1 = [*one.x, one.x[0], one.x[4]]
         for large_flops in _large_thresholds(2 * b * m * n * k, self.MIN_POINTS):
-            res = solve(x1, [*lo, 1e-4, lo[4]], [*hi, top, hi[4]], ratio, large_flops)
+            res = solve(x1, [*lo, FRACTION_FLOOR, lo[4]], [*hi, top, hi[4]], ratio, large_flops)
             if res.cost < best[0].cost:
                 best = (res, ratio, large_flops)
         res, self.split_k_ratio_, self.large_flops_ = best

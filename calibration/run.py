@@ -40,6 +40,7 @@ from calibration.profile_io import provenance, write_profile
 from perfmodel.costs.collectives import ALGORITHMS, Op
 from perfmodel.errors import DataError, PerfmodelError
 from perfmodel.output import fmt_bytes
+from perfmodel.specs.loading import FRACTION_FLOOR
 from perfmodel.specs.profile import FIT_KINDS
 
 MEASURED = (  # record kinds that are measurements
@@ -496,7 +497,9 @@ def _fit_attention(df: pd.DataFrame, info: dict, fits: dict, hardware: dict,
             def residual(p: np.ndarray, s: np.ndarray = s, rate: np.ndarray = rate) -> np.ndarray:
                 return np.log(peak * p[0] * s / (s + p[1])) - np.log(rate)
 
-            sol = least_squares(residual, [0.5, 500.0], bounds=([1e-6, 0.0], [1.0, 1e6]))
+            # the fraction no lower than a spec may hold (perfmodel.specs.loading.FRACTION_FLOOR)
+            sol = least_squares(residual, [0.5, 500.0],
+                                bounds=([FRACTION_FLOOR, 0.0], [1.0, 1e6]))
             fraction, half = (float(x) for x in sol.x)
             errors = np.abs(peak * fraction * s / (s + half) / rate - 1)
             fitted[direction] = (fraction, half, float(errors.max()))

@@ -7,6 +7,7 @@ import csv
 import io
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,9 @@ PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedu
                 "pipeline_layout", "placement", "tp_layout", "tp_depth", "cp", "cp_comm", "ep",
                 "etp")
 MODEL_COLUMNS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads")
+# a row's inputs beside its plan and model: what --model, --hardware and --collective-algorithm
+# give every row (a cell overrides the flag for its row)
+ROW_COLUMNS = ("model", "hardware", "collective_algorithm")
 RESULT_COLUMNS = ("step_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_step",
                   "tflops_per_gpu", "mfu", "memory_per_gpu_bytes", "fits_in_memory",
                   "memory_verdict")
@@ -42,6 +46,11 @@ WHOLE_COLUMNS = MODEL_COLUMNS + ("gpus", "dp", "tp", "pp", "cp", "ep", "etp", "m
                                  "last_stage_layers")
 # the model each row predicted, resolved: the fields derived from others, and its size
 RESOLVED_COLUMNS = ("ffn_hidden", "kv_heads", "parameters")
+# the results perfmodel writes beside the plans it predicted (predict --batch's output,
+# recommend --csv's rows): read back, ignored and predicted again
+WRITTEN_COLUMNS = frozenset((*RESULT_COLUMNS, *RESOLVED_COLUMNS, "evaluated", "objective",
+                             "error"))
+MAX_WHOLE = 10**7  # the largest whole number of a plan's fields (perfmodel.strategy.Plan)
 
 
 def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str], str]]]:
@@ -59,8 +68,10 @@ def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str], st
     if repeated:  # a reader keeps the last of two cells of a name: which one was meant is unknown
         raise DataError(f"plans file {path}: column '{repeated[0]}' is given "
                         f"{header.count(repeated[0])} times: give each column once")
-    allowed = set(PLAN_COLUMNS) | set(MODEL_COLUMNS) | {"model", "hardware"}
-    unknown = [h for h in header if h not in allowed]
+    allowed = set(PLAN_COLUMNS) | set(MODEL_COLUMNS) | set(ROW_COLUMNS)
+    # what perfmodel wrote beside a plan (predict --batch's results, recommend --csv's): a file
+    # of its own output reads back, its results predicted again rather than taken
+    unknown = [h for h in header if h not in allowed and h not in WRITTEN_COLUMNS]
     if unknown:
         from perfmodel.specs.loading import suggest
 
@@ -87,14 +98,26 @@ def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str], st
     return header, rows
 
 
+def _shown(text: str) -> str:
+    """A cell as an error quotes it: a long one (400 digits) by its ends and length."""
+    return f"'{text}'" if len(text) <= 40 else \
+        f"'{text[:12]}...{text[-4:]}' ({len(text)} characters)"
+
+
 def _ascii_cells(row: dict[str, str]) -> None:
-    """DataError for a whole-number cell not written in ASCII digits (WHOLE_COLUMNS), or a
-    recompute_modules cell with an empty name (',mlp': the command line refuses it too)."""
+    """DataError for a whole-number cell not written in ASCII digits (WHOLE_COLUMNS), a plan's
+    too large for a float (over 1.8e308: the plan, which reads it as one, would call it no whole
+    number; the bound is named), or a recompute_modules cell with an empty name (',mlp': the
+    command line refuses it too)."""
     for column in WHOLE_COLUMNS:
         text = row.get(column) or ""
         if not text.isascii() or "_" in text:
             raise DataError(f"column '{column}' must be a whole number in ASCII digits (no '_'), "
-                            f"got '{text}'")
+                            f"got {_shown(text)}")
+        if column not in MODEL_COLUMNS and text.isdigit() and not math.isfinite(float(text)):
+            # (the model's columns are read exactly, by whole: their spec names its bound)
+            raise DataError(f"column '{column}' must be a whole number of at most "
+                            f"{MAX_WHOLE:g} (the most any plan field takes), got {_shown(text)}")
     modules = row.get("recompute_modules")
     if modules and not all(name.strip() for name in modules.split(",")):
         raise DataError(f"column 'recompute_modules': an empty name in '{modules}'; give module "
@@ -102,17 +125,44 @@ def _ascii_cells(row: dict[str, str]) -> None:
 
 
 def whole(text: Any, column: str) -> int:
-    """A cell that must hold a positive whole number; DataError naming the column otherwise."""
+    """A cell that must hold a positive whole number; DataError naming the column otherwise.
+    Digits are read exactly: a number too large for the plan or model names its bound there
+    (a plan's cell beyond a float is refused by _ascii_cells first)."""
+    shown = _shown(str(text))
     if isinstance(text, str) and (not text.isascii() or "_" in text):
         raise DataError(f"column '{column}' must be a whole number in ASCII digits (no '_'), "
-                        f"got '{text}'")
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise DataError(f"column '{column}' must be a whole number, got '{text}'") from None
-    if not math.isfinite(value) or value != int(value) or value < 1:
-        raise DataError(f"column '{column}' must be a whole number >= 1, got '{text}'")
-    return int(value)
+                        f"got {shown}")
+    digits = text.strip().lstrip("0") if isinstance(text, str) else ""
+    if isinstance(text, str) and text.strip().isdigit():
+        try:
+            value = int(text)
+        except ValueError:  # over Python's 4,300 digits: a number of its size stands for it
+            value = 10 ** (len(digits) - 1)
+    else:
+        try:
+            number = float(text)
+        except (TypeError, ValueError):
+            raise DataError(f"column '{column}' must be a whole number, got {shown}") from None
+        if not math.isfinite(number) or number != int(number):
+            raise DataError(f"column '{column}' must be a whole number >= 1, got {shown}")
+        value = int(number)
+    if value < 1:
+        raise DataError(f"column '{column}' must be a whole number >= 1, got {shown}")
+    return value
+
+
+def cells_given(plan: Any, cells: dict[str, Any]) -> Callable[[str], bool]:
+    """given(field) of perfmodel.idle for a row: whether its cell sets the field to other than
+    the plan's default (perfmodel.strategy.Plan's). A cell at the default asks for nothing: the
+    plans perfmodel writes (predict --json's plan, recommend --csv's rows) give every field,
+    cp_comm p2p with cp 1 and recompute_every 1 without recompute among them, and read back they
+    are the same plans; a value other than the default where it changes nothing is refused."""
+    fields = type(plan).__dataclass_fields__
+
+    def given(name: str) -> bool:
+        return name in cells and name in fields and getattr(plan, name) != fields[name].default
+
+    return given
 
 
 def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -> int:
@@ -153,10 +203,12 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
                 from perfmodel.specs.hardware import load_hardware
 
                 hw = load_hardware(row["hardware"])
-                if kw.get("collective_algorithm"):  # no column gives it: every row's
+                if kw.get("collective_algorithm"):  # --collective-algorithm: every row's
                     hw = hw.replace(collective_algorithm=kw["collective_algorithm"])
             if hw is None:
                 raise DataError("no hardware: give --hardware/--profile or a 'hardware' column")
+            if row.get("collective_algorithm"):  # the row's, over --collective-algorithm's
+                hw = hw.replace(collective_algorithm=row["collective_algorithm"])
             plan_kw: dict[str, Any] = {k: row[k] for k in PLAN_COLUMNS if row.get(k)}
             plan_kw.setdefault("dtype", kw.get("dtype") or hw.default_dtype())
             if "gpus" in plan_kw and "dp" not in plan_kw:  # dp what the others leave, as
@@ -174,8 +226,9 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
                                degrees[0] * whole(plan_kw.get("micro_batch", 1), "micro_batch"))
             plan = plan_from_dict(plan_kw).check(model)
             # a cell the row sets is the user's, as a flag given: refused where it changes
-            # nothing (perfmodel.idle), as predict refuses the flag
-            refuse_idle_flags(plan, model, plan_kw.__contains__)
+            # nothing (perfmodel.idle), as predict refuses the flag; a cell at the plan's default
+            # is as empty (cells_given)
+            refuse_idle_flags(plan, model, cells_given(plan, plan_kw))
             result = predict(model, hw, plan, refuse_idle=False)  # its cells checked above
             summary = result.to_dict()
             record.update({k: summary[k] for k in RESULT_COLUMNS})
@@ -184,12 +237,19 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
         except (PerfmodelError, ValueError) as exc:
             failures += 1
             print(f"error: {path}:{line}: {exc}", file=sys.stderr)
-            record.update({k: "" for k in (*RESULT_COLUMNS, *RESOLVED_COLUMNS)
-                           if k not in row or not row[k]})
+            # nothing of a result read back stands for this row (WRITTEN_COLUMNS): the
+            # results emptied, the model's resolved sizes kept where the row gives them
+            record.update({k: "" for k in (*RESULT_COLUMNS, "parameters")})
+            record.update({k: "" for k in RESOLVED_COLUMNS if not row.get(k)})
             record["error"] = str(exc)
         results.append(record)
-    columns = header + [c for c in (*RESULT_COLUMNS, *RESOLVED_COLUMNS, "error")
-                        if c not in header]
+    # recommend's own results (its search's) are not this prediction's: left out
+    stale = ("evaluated", "objective")
+    for record in results:
+        for key in stale:
+            record.pop(key, None)
+    columns = [c for c in header if c not in stale] + [
+        c for c in (*RESULT_COLUMNS, *RESOLVED_COLUMNS, "error") if c not in header]
     if as_json:  # a result a failed row lacks is null (empty in the CSV)
         missing = {*RESULT_COLUMNS, *RESOLVED_COLUMNS}
         nulled = [{k: None if k in missing and v == "" else v for k, v in r.items()}

@@ -742,42 +742,60 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
                     variant=kw["collective_variant"],
                     contributors=kw.get("contributors") or Contributors.STANDARD,
                     dtype=kw.get("dtype") or "fp32")
-    _refuse_idle_graph_options(ctx, model, plan)
+    if ctx.command.name == "explain":  # over every Pr x Pc split of the GPUs
+        grids, scope = grid_splits([plan.gpus]), f"Pr x Pc split of {plan.gpus} GPUs"
+    else:  # predict and validate: the one grid
+        grids, scope = [(plan.pr, plan.pc)], ""
+    refuse_idle_graph_options(_flags_given(ctx), model, plan.norm.value, plan.variant.value,
+                              plan.contributors.value, grids, scope)
+    from perfmodel.encode import check_whole_nodes
+
+    check_whole_nodes(hardware, plan.gpus)  # as a transformer's plan (perfmodel.predict)
     return model, hardware, plan
 
 
-def _refuse_idle_graph_options(ctx: click.Context, model: Any, plan: Any) -> None:
-    """A layer graph's option given where it changes nothing: refused (exit 2), as a
-    transformer's idle flags are (perfmodel.idle); those that depend on the grid where the
-    command predicts one grid (predict: explain, sweep and recommend go over the splits)."""
-    from perfmodel.layerwise import divisors, layer_degrees
+def refuse_idle_graph_options(given: Callable[[str], bool], model: Any, norm: str,
+                              variant: str, contributors: str,
+                              grids: Sequence[tuple[int, int]], scope: str = "") -> None:
+    """A layer graph's option given where it changes nothing on every grid (Pr, Pc) the command
+    computes: refused (exit 2), as a transformer's idle flags are (perfmodel.idle). One rule for
+    predict and validate (one grid), explain (every split of --gpus), sweep (the grid of each
+    point, or every split with --best-pr) and recommend (every split of each GPU count); `scope`
+    names the grids where there are several ('': the one grid). `given(name)`: whether the user
+    gave the option (a command without it: never)."""
+    from perfmodel.layerwise import layer_degrees
+
+    if given("norm") and norm != "local" and not any(layer.kind == "norm"
+                                                     for layer in model.layers):
+        what = "synchronise" if norm == "sync" else "replace by a group norm"
+        raise click.UsageError(f"--norm {norm}: {model.name} has no norm layer whose statistics "
+                               f"it would {what}; leave --norm out")
+    one = not scope
+    if given("norm") and norm == "sync" and all(pc == 1 for _, pc in grids):
+        raise click.UsageError("--norm sync synchronises the statistics over the data-parallel "
+                               f"ranks, and {'the grid' if one else 'every ' + scope} has Pc 1; "
+                               "leave --norm out")
+    if given("collective_variant") and variant == "split" and all(pr == 1 for pr, _ in grids):
+        raise click.UsageError("--collective-variant split changes the model-parallel "
+                               f"collectives, and {'the grid' if one else 'every ' + scope} has "
+                               "Pr 1 (none); leave it out")
 
     def idle_at(pr: int) -> bool:  # no layer has fewer units than Pr: --contributors does nothing
         return all(c >= pr for c in layer_degrees(model, pr).values())
 
-    if _given(ctx, "norm") and plan.norm.value == "sync" \
-            and not any(layer.kind == "norm" for layer in model.layers):
-        raise click.UsageError(f"--norm sync: {model.name} has no norm layer whose statistics "
-                               "it would synchronise; leave --norm out")
-    if ctx.command.name != "predict":  # over every Pr x Pc split of the GPUs
-        gpus = plan.pr * plan.pc
-        if _given(ctx, "contributors") and plan.contributors.value != "standard" and all(
-                idle_at(pr) for pr in divisors(gpus)):
-            raise click.UsageError(f"--contributors {plan.contributors.value} applies to layers "
-                                   f"with fewer units than Pr, and {model.name} has none at any "
-                                   f"Pr x Pc split of {gpus} GPUs; leave it out")
-        return
-    if _given(ctx, "norm") and plan.norm.value == "sync" and plan.pc == 1:
-        raise click.UsageError("--norm sync synchronises the statistics over the data-parallel "
-                               "ranks, and the grid has Pc 1; leave --norm out")
-    if _given(ctx, "collective_variant") and plan.variant.value == "split" and plan.pr == 1:
-        raise click.UsageError("--collective-variant split changes the model-parallel "
-                               "collectives, and the grid has Pr 1 (none); leave it out")
-    if _given(ctx, "contributors") and plan.contributors.value != "standard" \
-            and idle_at(plan.pr):
-        raise click.UsageError(f"--contributors {plan.contributors.value} applies to layers "
-                               f"with fewer units than Pr ({plan.pr}), and {model.name} has none "
-                               "at this grid; leave it out")
+    if given("contributors") and contributors != "standard" \
+            and all(idle_at(pr) for pr in {pr for pr, _ in grids}):
+        where = f"Pr ({grids[0][0]}), and {model.name} has none at this grid" if one else \
+            f"Pr, and {model.name} has none at any {scope}"
+        raise click.UsageError(f"--contributors {contributors} applies to layers with fewer "
+                               f"units than {where}; leave it out")
+
+
+def grid_splits(gpu_counts: Sequence[int]) -> list[tuple[int, int]]:
+    """Every Pr x Pc split of each GPU count (what explain and recommend go over)."""
+    from perfmodel.layerwise import divisors
+
+    return [(pr, gpus // pr) for gpus in gpu_counts for pr in divisors(gpus)]
 
 
 def model_summary(model: Any) -> dict[str, Any]:
@@ -1058,7 +1076,8 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 
             prediction_plot(grid, Path(plot_path))
         if as_json:
-            click.echo(json_text(document("predict.grid", grid.to_dict())))
+            click.echo(json_text(document("predict.grid", {
+                **grid.to_dict(), "collective_algorithm": grid.hardware.collective_algorithm})))
         else:
             from perfmodel.render import print_grid_prediction
 
@@ -1086,7 +1105,8 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
     if as_json:
         config = {"config": job.to_dict()} if job is not None else {}
         click.echo(json_text(document("predict", {
-            **result.to_dict(), **model_summary(model), "extrapolations": notes,
+            **result.to_dict(), "collective_algorithm": hardware.collective_algorithm,
+            **model_summary(model), "extrapolations": notes,
             **profile_status(kw.get("profile")), **config})))
     else:
         from perfmodel.render import print_prediction
@@ -1148,8 +1168,7 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
               help="The job's own config (as predict's): its stated choices are pinned, what it "
                    "leaves open is searched (docs/configs.md).")
 @click.option("--emit-config", "emit_config", nargs=2, default=None,
-              type=(choice(("megatron", "torchtitan", "deepspeed")),
-                    click.Path(file_okay=False)),
+              type=(choice(("megatron", "torchtitan", "deepspeed")), click.Path()),
               help="Write the best plan as FORMAT's config (megatron, torchtitan, deepspeed) "
                    "into the directory DIR.")
 @click.option("--hardware", default=None, help="Hardware preset or spec file.")
@@ -1389,11 +1408,17 @@ def recommend(model: str | None, from_config: str | None,
                 pins["kernels"] = "compiled" if pins.get("stack") == "compiled" else "eager"
             pins["expert_weighting"] = "output"  # as its reader reads it back
         if emit_config[0] != "megatron" and pins.get("cpu_offload_layers"):
-            raise click.UsageError(f"--emit-config {emit_config[0]} writes no activation "
-                                   "offloading (Megatron-LM's does): leave --cpu-offload-layers "
-                                   "out")
+            raise PlanError(f"--emit-config {emit_config[0]} writes no activation offloading "
+                            "(Megatron-LM's does): leave --cpu-offload-layers out")
         if emit_config[0] == "megatron" and pins.get("kernels") is None:
             pins["kernels"] = "fused"
+        if emit_config[0] == "megatron" and pins.get("overlap_grad_sync") is False \
+                and pins.get("overlap_param_gather") is None:
+            # Megatron-LM asserts --overlap-param-gather beside --overlap-grad-reduce only
+            pins["overlap_param_gather"] = False
+        if emit_config[0] == "torchtitan" and not pins.get("placement"):
+            # torchtitan's mesh orders the ranks tp, (cp,) dp, pp (its emitter refuses others)
+            pins["placement"] = "tp,cp,dp,pp" if (pins.get("cp") or 1) > 1 else "tp,dp,pp"
         pins["recomputes"] = {"megatron": ("none", "selective", "full"),
                               "torchtitan": ("none", "full", "op")}.get(emit_config[0],
                                                                          ("none", "full"))
@@ -1406,22 +1431,23 @@ def recommend(model: str | None, from_config: str | None,
         if emit_config[0] != "megatron":
             for key in ("ep", "etp") if emit_config[0] == "torchtitan" else ("cp", "ep", "etp"):
                 if pins.get(key) not in (None, 1):
-                    raise click.UsageError(f"--emit-config {emit_config[0]} writes no {key} "
-                                           f"yet: leave --{key} out")
+                    raise PlanError(f"--emit-config {emit_config[0]} writes no {key} yet: "
+                                    f"leave --{key} out")
                 pins[key] = 1
         elif getattr(spec, "experts", 0):  # Megatron-LM's FSDP2
             # path is not written with experts
             pins["zero_stages"] = (0, 1)
         # a pin the framework written cannot run: refused naming it, not searched into "no plan"
+        # (a plan error, as the pins the writer refuses are, --stack and --placement: options
+        # that do not combine)
         for pin, allowed in (("schedule", pins.get("schedules")),
                              ("recompute", pins.get("recomputes")),
                              ("zero", pins.get("zero_stages"))):
             value = pins.get(pin)
             value = getattr(value, "value", value)
             if value is not None and allowed is not None and value not in allowed:
-                raise click.UsageError(
-                    f"--{pin} {value}: --emit-config {emit_config[0]} writes "
-                    f"{pin} {', '.join(str(a) for a in allowed)}; leave one out")
+                raise PlanError(f"--{pin} {value}: --emit-config {emit_config[0]} writes "
+                                f"{pin} {', '.join(str(a) for a in allowed)}; leave one out")
     # the request's fields --emit-config set (a flag's own value kept by the user's search)
     narrowing = [k for k, v in pins.items() if asked.get(k) != v and v is not None]
     gpu_counts = _gpu_counts(gpus)
@@ -1451,6 +1477,14 @@ def recommend(model: str | None, from_config: str | None,
             raise click.UsageError(f"{', '.join(unread)}: a transformer search's; a layer "
                                    "graph's search ranks its Pr x Pc grids by step time (--json "
                                    "for the table)")
+        # as predict refuses them, over every split the search ranks (it ranks both variants)
+        refuse_idle_graph_options(_flags_given(ctx), spec, norm, "fused",
+                                  contributors or "auto", grid_splits(gpu_counts),
+                                  f"Pr x Pc split of {', '.join(map(str, gpu_counts))} GPUs")
+        from perfmodel.encode import check_whole_nodes
+
+        for count in gpu_counts:
+            check_whole_nodes(hw, count)
         _recommend_grid(spec, hw, gpu_counts, global_batch, dtype or "fp32", top, as_json, norm,
                         contributors or "auto")
         return
@@ -1474,7 +1508,12 @@ def recommend(model: str | None, from_config: str | None,
 
     changed = hw  # the hardware of --what-if, refused (a typo, a stack it cannot run) first
     for change in what_if:
-        changed = apply_what_if(changed, change)
+        try:
+            changed = apply_what_if(changed, change)
+        except PlanError as exc:  # the flag's value itself: a usage error, as --vary's
+            if _what_if_malformed(changed, change):
+                raise click.UsageError(str(exc)) from None
+            raise
     if what_if:
         from perfmodel.encode import check_stack
 
@@ -1485,6 +1524,7 @@ def recommend(model: str | None, from_config: str | None,
     # what the search's end writes or reads, refused before the search (and before the CSV)
     check_outputs((plot_path, "plot"), (html_path, "HTML report"), (csv_path, "plans CSV"))
     if emit_config:  # its files are written into the directory, made where missing
+        check_output_directory(Path(emit_config[1]), "--emit-config")
         check_output(Path(emit_config[1]) / "config", what="emitted config",
                      make_parents=True)
     if validate_profile and not validate:
@@ -1572,6 +1612,60 @@ def recommend(model: str | None, from_config: str | None,
                       f"({narrowed}): {reason}")
         click.echo(f"error: {reason}", err=True)
         sys.exit(4)
+
+
+def check_output_directory(directory: Path, option: str) -> None:
+    """A directory files are written into (recommend --emit-config DIR, validate --emit DIR),
+    made where missing: refused (OutputError, exit 7) before any work, as every output path is,
+    where it is there and no directory (a file, a FIFO, /dev/null), or where a dangling symbolic
+    link lies on it (no directory can be made where the link is, nor through it)."""
+    if directory.exists() and not directory.is_dir():
+        raise OutputError(f"{option}: {directory} is not a directory")
+    for path in (directory, *directory.parents):
+        if path.is_symlink() and not path.exists():
+            raise OutputError(f"{option}: cannot create the directory {directory}: {path} is a "
+                              f"dangling symbolic link (to {os.readlink(path)}, which does not "
+                              "exist); remove it or give another directory")
+
+
+def _what_if_malformed(hardware: Any, change: str) -> bool:
+    """Whether a --what-if change is malformed as a flag value: not FIELD=VALUE or
+    FIELD=FACTORx, a field the hardware has no number or yes-or-no of (a typo, a group of
+    fields, a link a fabric's levels replace), or a value of the wrong kind (not a number, a
+    number or factor for a yes-or-no field, true or false for a number, a value for a mapping,
+    not finite): a usage error (exit 2), as sweep's --vary FIELD=... is. What a well-formed
+    change does to the hardware is the hardware's (a factor on a field that is 0 or unset: a
+    plan error; a value out of its physical range: a spec error)."""
+    field, equals, given = (part.strip() for part in change.partition("="))
+    given = given.lower()
+    factor = given.endswith("x")
+    text = given[:-1].strip() if factor else given
+    data = hardware.to_dict()
+    if data.get("levels"):  # a fabric's levels replace the two links (apply_what_if)
+        for key in ("intra_node", "inter_node", "gpus_per_node"):
+            data.pop(key, None)
+    node: Any = data
+    for key in field.split("."):
+        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        elif isinstance(node, dict) and key in node:
+            node = node[key]
+        else:
+            return True
+    if not equals:
+        return True
+    if isinstance(node, bool):
+        return given not in ("true", "false")
+    try:
+        if given in ("true", "false") or not math.isfinite(float(text)):
+            return True
+    except ValueError:
+        return True
+    if isinstance(node, dict):  # numbers by key (peak_flops_per_s by dtype): a factor
+        return not (factor and node and all(isinstance(v, (int, float))
+                                            and not isinstance(v, bool)
+                                            for v in node.values()))
+    return node is not None and not isinstance(node, (int, float))
 
 
 def _emit_scope(pins: dict[str, Any]) -> str:
@@ -1805,6 +1899,30 @@ def _collective_command_notes(profile: str | None, result: dict[str, Any]) -> li
                                      scope)
 
 
+# the hardware fields a layer graph's step time reads (perfmodel.layerwise: its GEMMs at the
+# dtype's peak, its element-wise passes and optimizer at the memory bandwidth, its collectives on
+# the links or fabric levels); the others (host and kernel overheads, attention kernels, memory
+# capacity and reserves: sweep prints no memory) would give identical rows
+_GRAPH_FIELDS = ("memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
+                 "sustained_clock_fraction")
+_GRAPH_NODE_FIELDS = ("gpus_per_node",)  # a spec with fabric levels: its first level's gpus
+_GRAPH_LINK_FIELDS = ("bandwidth_bytes_per_s", "efficiency", "latency_s", "call_latency_s")
+_GRAPH_NODE_LINK_FIELDS = ("nvls_bandwidth_fraction", "nvls_latency_s")  # the node's link's
+_GRAPH_LEVEL_FIELDS = ("oversubscription",)  # a fabric level's above the node
+# the plan's fields a sweep varies (the others are the hardware's)
+_SWEEP_PLAN_FIELDS = ("gpus", "global_batch")
+# sweep's --vary fields in words, from the lists graph_fields builds them from (of those, what the
+# hardware spec has: its fabric levels or its two links)
+VARY_HELP = ("FIELD=V1,V2,...: " + ", ".join(_SWEEP_PLAN_FIELDS) + ", peak_flops_per_s (one "
+             "GPU's peak FLOP/s, every dtype's scaled), peak_flops_per_s.DTYPE (--dtype's), "
+             + ", ".join(_GRAPH_FIELDS) + ", " + ", ".join(_GRAPH_NODE_FIELDS) + " (without "
+             "fabric levels); of each link "
+             "(intra_node, inter_node) or fabric level (levels.0, levels.1, ...): "
+             + ", ".join(_GRAPH_LINK_FIELDS) + "; of the node's (intra_node, levels.0): "
+             + ", ".join(_GRAPH_NODE_LINK_FIELDS) + "; of a level above it: "
+             + ", ".join(_GRAPH_LEVEL_FIELDS) + ". Repeatable.")
+
+
 @cli.command()
 @click.option("--model", required=True,
               help="A layer-graph model: alexnet, vgg16, resnet50, mlp or a file.")
@@ -1826,10 +1944,7 @@ def _collective_command_notes(profile: str | None, result: dict[str, Any]) -> li
                    "holders then a copy, or the cheaper.")
 @click.option("--dtype", type=choice(GRID_DTYPES), default=Dtype.FP32.value,
               show_default=True, help="Training precision.")
-@click.option("--vary", multiple=True, required=True,
-              help="FIELD=V1,V2,...: peak_flops_per_s (one GPU's peak FLOP/s), "
-                   "memory_bandwidth_bytes_per_s, inter_node.bandwidth_bytes_per_s, "
-                   "intra_node.bandwidth_bytes_per_s, gpus, global_batch. Repeatable.")
+@click.option("--vary", multiple=True, required=True, help=VARY_HELP)
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: the table as rows (docs/json.md).")
 @click.option("--csv", "csv_path", type=click.Path(), default=None,
@@ -1853,19 +1968,39 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
     if not isinstance(spec, LayerGraphSpec):
         raise click.UsageError("sweep takes a layer-graph model (alexnet, vgg16, resnet50, mlp or "
                                "a 'kind: layers' file)")
+    ctx = click.get_current_context()
+    if best_pr and _given(ctx, "pr"):
+        raise click.UsageError(f"--pr {pr} beside --best-pr, which takes the fastest Pr x Pc "
+                               "split at every point: give one of them")
     check_outputs((csv_path, "sweep CSV"), (plot_path, "plot"))
     hw = resolve_hardware(hardware, profile)
-    if gpus % pr:
-        raise click.UsageError(f"--pr ({pr}) must divide --gpus ({gpus})")
     values: dict[str, list[float]] = {}
     for field, numbers in (_vary(item, hw, dtype) for item in vary):
         if field in values:  # a dict would keep the last silently
             raise click.UsageError(f"--vary {field} is given twice: give its values in one "
                                    f"(--vary {field}=V1,V2,...)")
         values[field] = numbers
-    plan = GridPlan(pr=pr, pc=gpus // pr, global_batch=global_batch, norm=Norm(norm),
-                    variant=Variant(collective_variant), contributors=Contributors(contributors),
-                    dtype=dtype)
+    # the GPU counts the points take (--vary gpus's, else --gpus) and the grids they run on
+    counts = [int(n) for n in values.get("gpus", [gpus])]
+    for n in counts:
+        if n % pr:
+            raise click.UsageError(f"--pr ({pr}) must divide --gpus ({n})" if "gpus" not in values
+                                   else f"--pr ({pr}) must divide every --vary gpus value, got "
+                                        f"{n}")
+    if best_pr:
+        grids = grid_splits(counts)
+        scope = f"Pr x Pc split of {', '.join(map(str, counts))} GPUs"
+    else:
+        grids = [(pr, n // pr) for n in counts]
+        scope = f"grid of the sweep (Pr {pr} on {', '.join(map(str, counts))} GPUs)" \
+            if len(counts) > 1 else ""
+    refuse_idle_graph_options(_flags_given(ctx), spec, norm, collective_variant, contributors,
+                              grids, scope)
+    _sweep_whole_nodes(hw, counts, values.get("gpus_per_node"))
+    plan = GridPlan(pr=pr, pc=counts[0] // pr,
+                    global_batch=int(values.get("global_batch", [global_batch])[0]),
+                    norm=Norm(norm), variant=Variant(collective_variant),
+                    contributors=Contributors(contributors), dtype=dtype)
     frame = run_sweep(spec, hw, plan, values, best_pr=best_pr)
     require_finite(frame, "the sweep", f"{spec.name} on {hw.name}")
     if csv_path:
@@ -1884,32 +2019,43 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
         print_frame(frame, f"{spec.name}: sweep of {', '.join(values)}")
 
 
-# the hardware fields a layer graph's step time reads (perfmodel.layerwise: its GEMMs at the
-# dtype's peak, its element-wise passes and optimizer at the memory bandwidth, its collectives on
-# the links or fabric levels); the others (host and kernel overheads, attention kernels, memory
-# capacity and reserves: sweep prints no memory) would give identical rows
-_GRAPH_FIELDS = ("memory_bandwidth_bytes_per_s", "memory_bandwidth_efficiency",
-                 "sustained_clock_fraction", "gpus_per_node")
-_GRAPH_LINK_FIELDS = ("bandwidth_bytes_per_s", "efficiency", "latency_s", "call_latency_s")
+def _sweep_whole_nodes(hardware: Any, counts: Sequence[int],
+                       per_node: Sequence[float] | None) -> None:
+    """Every GPU count of a sweep in whole nodes of every node size it takes (--vary
+    gpus_per_node's, else the hardware's), as a transformer's plan (encode.check_whole_nodes)."""
+    from perfmodel.encode import check_whole_nodes
+    from perfmodel.recommend import apply_what_if
+
+    sizes: Sequence[float | None] = per_node or [None]
+    for size in sizes:
+        node = hardware if size is None else \
+            apply_what_if(hardware, f"gpus_per_node={size!r}", "--vary")
+        for n in counts:
+            try:
+                check_whole_nodes(node, n)
+            except PlanError as exc:
+                where = "" if size is None else f"--vary gpus_per_node={size:g}: "
+                raise PlanError(f"{where}{exc}") from None
 
 
 def graph_fields(hardware: Any, dtype: str) -> list[str]:
-    """The --vary fields of sweep: those of _GRAPH_FIELDS, the peak (all dtypes' or the plan
-    dtype's), each link's (intra_node, inter_node) or fabric level's (levels.N) of
-    _GRAPH_LINK_FIELDS and the node's NVLS, and a level's oversubscription."""
+    """The hardware's --vary fields of sweep: those of _GRAPH_FIELDS (and _GRAPH_NODE_FIELDS
+    without fabric levels), the peak (all dtypes' or the plan dtype's), each link's (intra_node,
+    inter_node) or fabric level's (levels.N) of _GRAPH_LINK_FIELDS, the node's of
+    _GRAPH_NODE_LINK_FIELDS and a level's above it of _GRAPH_LEVEL_FIELDS (VARY_HELP says them
+    in words)."""
     from perfmodel.recommend import numeric_fields
 
-    out = ["peak_flops_per_s", f"peak_flops_per_s.{dtype}", *_GRAPH_FIELDS]
+    out = ["peak_flops_per_s", f"peak_flops_per_s.{dtype}", *_GRAPH_FIELDS,
+           *(() if hardware.levels else _GRAPH_NODE_FIELDS)]
     links = [f"levels.{i}" for i in range(len(hardware.levels))] if hardware.levels \
         else ["intra_node", "inter_node"]
     for i, link in enumerate(links):
         out += [f"{link}.{f}" for f in _GRAPH_LINK_FIELDS]
         if i == 0:
-            out += [f"{link}.nvls_bandwidth_fraction", f"{link}.nvls_latency_s"]
+            out += [f"{link}.{f}" for f in _GRAPH_NODE_LINK_FIELDS]
         elif hardware.levels:
-            out.append(f"{link}.oversubscription")
-    if hardware.levels:
-        out.remove("gpus_per_node")  # the first level's gpus
+            out += [f"{link}.{f}" for f in _GRAPH_LEVEL_FIELDS]
     known = set(numeric_fields(hardware.to_dict()))
     return [f for f in out if f in known or f.startswith("levels.")]
 
@@ -1921,7 +2067,7 @@ def _vary(item: str, hardware: Any, dtype: str = "fp32") -> tuple[str, list[floa
     from perfmodel.specs.loading import suggest
 
     field, _, text = (part.strip() for part in item.partition("="))
-    allowed = sorted({"gpus", "global_batch", *graph_fields(hardware, dtype)})
+    allowed = sorted({*_SWEEP_PLAN_FIELDS, *graph_fields(hardware, dtype)})
     if field not in allowed:
         known = field in numeric_fields(hardware.to_dict())
         raise click.UsageError(f"--vary: {'a layer graph reads no' if known else 'unknown'} "
@@ -2059,8 +2205,13 @@ def _run(argv: list[str] | None, debug: bool) -> None:
     except SystemExit:
         raise
     except OSError as exc:
-        if debug or exc.errno not in _STREAM_FULL:
+        if debug:
             raise
+        if exc.errno not in _STREAM_FULL:  # one a command did not turn into its class: a bug,
+            # said in one line as any other (not a traceback)
+            _say(f"internal error: {type(exc).__name__}: {exc} (run with --debug for a "
+                 "traceback)")
+            sys.exit(EXIT_INTERNAL)
         # a full disk or quota under a redirected standard output (> /dev/full, > file): the
         # files perfmodel writes itself say so as OutputError already
         _say(f"error: cannot write the output: {exc.strerror}")

@@ -205,7 +205,10 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int, model: Any) -> list[st
         dtype += (f" ({_value(p.fp8_recipe)} scaling; output layer "
                   f"{'fp8' if p.fp8_output_layer else 'bf16'}"
                   f"{'; FP8 weights' if p.fp8_params else ''})")
-    return [f"hardware: [bold]{p.gpus} x {hardware.gpu_name}[/] ({hardware.name}), {dtype}",
+    algorithm = getattr(hardware, "collective_algorithm", "auto")  # --collective-algorithm's
+    pinned = f", collective algorithm {algorithm}" if algorithm != "auto" else ""
+    return [f"hardware: [bold]{p.gpus} x {hardware.gpu_name}[/] ({hardware.name}), {dtype}"
+            + pinned,
             "layout: " + ", ".join(layout), "schedule: " + ", ".join(schedule)]
 
 
@@ -631,7 +634,9 @@ def print_grid_prediction(r: Any) -> None:
     p = r.plan
     con.print(f"[bold]{r.model.name}[/] on [bold]{p.gpus} x {r.hardware.gpu_name}[/]: Pr={p.pr} "
               f"(model) x Pc={p.pc} (data), batch {p.global_batch}, norm {p.norm.value}, "
-              f"collectives {p.variant.value}, {p.dtype}")
+              f"collectives {p.variant.value}"
+              + (f" (algorithm {r.hardware.collective_algorithm})"
+                 if r.hardware.collective_algorithm != "auto" else "") + f", {p.dtype}")
     con.print(f"step time {fmt_seconds(r.step_time_s)}, "
               f"{fmt_fixed(r.samples_per_s, ',.1f')} samples/s, "
               f"MFU {fmt_fixed(r.mfu, '.1%')}, memory per GPU {fmt_bytes(r.memory_per_gpu_bytes)} "

@@ -252,7 +252,13 @@ GRID_PREDICTION = obj({
     "fits_in_memory": BOOLEAN, "model_flops_per_step": NUMBER, "mfu": NUMBER,
     "plan": GRID_PLAN, "model": STRING, "hardware": STRING,
     "layer_degrees": {"type": "object", "additionalProperties": {"type": "integer"}},
-}, description="A layer graph's prediction (perfmodel.layerwise.GridPrediction.to_dict).")
+    "collective_algorithm": {"type": ["string", "null"], "description": "The collective "
+                             "algorithm --collective-algorithm pinned (null: the hardware's "
+                             "choice); predict's."},
+}, required=["step_time_s", "samples_per_s", "breakdown_s", "memory_per_gpu_bytes",
+             "memory_breakdown_bytes", "fits_in_memory", "model_flops_per_step", "mfu", "plan",
+             "model", "hardware", "layer_degrees"],
+    description="A layer graph's prediction (perfmodel.layerwise.GridPrediction.to_dict).")
 
 RECOMMENDED = {
     "allOf": [PREDICTION, obj({
@@ -346,6 +352,9 @@ def schema(kind: str) -> dict[str, Any]:
                             "note": {"type": ["string", "null"]}},
                            required=["path", "complete"]),
             "config": JOB_CONFIG,
+            "collective_algorithm": {"type": ["string", "null"], "description": "The "
+                                     "collective algorithm --collective-algorithm pinned (null: "
+                                     "the hardware's choice)."},
         }, [*MODEL_SUMMARY, "extrapolations"])
         return _document(kind, "perfmodel predict --json", body)
     if kind == "predict.grid":

@@ -416,6 +416,9 @@ def _positive_int(value: Any, field: str, minimum: int = 1, maximum: int = 10**7
         raise PlanError(f"{field} must be a whole number, got {value}")
     try:
         number = float(value)
+    except OverflowError:  # an int past 1.8e308 (a flag or cell of a few hundred digits)
+        raise PlanError(f"{field} must be between {minimum} and {maximum:g}, got a number of "
+                        f"{len(str(abs(int(value))))} digits") from None
     except (TypeError, ValueError):
         raise PlanError(f"{field} must be a whole number, got '{value}'") from None
     if number != number or number in (float("inf"), float("-inf")) or number != int(number):

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from perfmodel.cli import FiniteFloat, build_inputs, plan_options, whole
+from perfmodel.cli import FiniteFloat, build_inputs, check_output_directory, plan_options, whole
 from perfmodel.errors import PlanError
 from perfmodel.files import check_output
 from perfmodel.output import json_text
@@ -142,7 +142,7 @@ def _finish(
 @click.option(
     "--emit",
     "emit_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # not a directory: an output error (check_output_directory)
     default=None,
     help="Write the job, a torchrun command and a Slurm script here instead of running.",
 )
@@ -171,10 +171,16 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
     """Run the plan as a real torch.distributed job and compare measured with predicted."""
     if ctx.invoked_subcommand is not None:
         return
+    if kw["dry_run"] and kw["emit_dir"] is not None:  # as --trace, --plot, --port are with it
+        raise click.UsageError("--emit beside --dry-run: a dry run counts the job's collectives "
+                               "and writes no job (--emit writes one to run elsewhere); give one "
+                               "of them")
     if kw["emit_dir"] is None:  # a local run or a dry run: torch here; --emit writes files only
         from perfmodel.extras import require_torch
 
         require_torch("validate")
+    else:  # refused before the plan is built, as every output path is
+        check_output_directory(kw["emit_dir"], "--emit")
     from validation.layouts.cli_hook import run_from_cli, wants_layout
 
     if kw.get("cpu_offload_layers") and not kw["dry_run"]:  # what as_run refuses, for every job

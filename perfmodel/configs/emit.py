@@ -5,7 +5,8 @@ megatron: megatron_args.txt (pretrain_gpt.py's arguments, one option a line) and
 deepspeed launcher running the Hugging Face Trainer's run_clm.py with the model-side arguments).
 Every file is written atomically (perfmodel.files.write_atomic); DIR is created if missing. Each
 file starts with what perfmodel assumed: the plan, its predicted step, and the options it chose.
-A plan the framework cannot run is refused in one line naming the field (PlanError, exit 4).
+A plan the framework cannot run, or with an option its config cannot carry so that predict
+--from-config reads the plan back, is refused in one line naming the field (PlanError, exit 4).
 """
 
 from __future__ import annotations
@@ -100,9 +101,11 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
     if plan.cross_entropy.value == "torch" and fmt is EmitFormat.MEGATRON:
         raise refuse_emit(fmt.value, "cross_entropy torch", "Megatron-Core's loss is its own "
                           "vocabulary-parallel cross entropy, not PyTorch's (give unfused)")
+    refuse_unwritten(fmt, plan, hardware)
     if fmt is EmitFormat.MEGATRON:
         from perfmodel.configs.megatron import write_megatron
 
+        refuse_megatron(plan)
         return write_megatron(out, model, plan, hardware, lines)
     from perfmodel.files import write_atomic
 
@@ -117,7 +120,17 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
     if fmt is EmitFormat.TORCHTITAN:
         from perfmodel.configs.torchtitan import torchtitan_toml
 
-        text = "".join(f"# {line}\n" for line in lines) + torchtitan_toml(model, plan)
+        mesh = torchtitan_mesh(plan)
+        if plan.tp_layout.value != "1d":
+            raise refuse_emit("torchtitan", f"tp_layout {plan.tp_layout.value}",
+                              "torchtitan's tensor parallelism is 1d")
+        if ",".join(plan.placement) != mesh:
+            raise refuse_emit("torchtitan", f"placement {','.join(plan.placement)}",
+                              f"torchtitan's mesh orders the ranks {mesh} from the innermost "
+                              f"(pin --placement {mesh})")
+        lines += read_back(fmt, plan)
+        text = "".join(f"# {line}\n" for line in lines) + torchtitan_extras(
+            torchtitan_toml(model, plan), plan)
         if plan.gpus % min(hardware.host_gpus, plan.gpus):
             raise refuse_emit("torchtitan", f"gpus {plan.gpus}", "not whole hosts")
         path = write_atomic(out / "job.toml", text, what="torchtitan job config", make_parents=True)
@@ -132,6 +145,8 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
     from perfmodel.configs.deepspeed import ds_config
 
     config = ds_config(plan)
+    refuse_deepspeed(model, plan)
+    lines += read_back(fmt, plan)
     per_node = min(hardware.host_gpus, plan.gpus)
     if plan.gpus % per_node:
         raise refuse_emit("deepspeed", f"gpus {plan.gpus}", "not whole hosts")
@@ -155,3 +170,117 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
               + " ".join(shlex.quote(a) for a in args) + "\n")
     return [path, write_atomic(out / "launch.sh", script, what="DeepSpeed launch script",
                                    make_parents=True)]
+
+
+FRAMEWORKS = {EmitFormat.MEGATRON: "Megatron-LM", EmitFormat.TORCHTITAN: "torchtitan",
+              EmitFormat.DEEPSPEED: "DeepSpeed"}
+# the tensor-parallel backward each framework runs, as its reader reads it back (by the kernels
+# it reads: strategy.tp_backward_of), and whose it is
+TP_BACKWARDS = {EmitFormat.MEGATRON: ("megatron", "Megatron-Core's linear layers"),
+                EmitFormat.TORCHTITAN: ("dtensor", "torch DTensor's")}
+
+
+def refuse_unwritten(fmt: EmitFormat, plan: Any, hardware: Any) -> None:
+    """PlanError (refuse_emit) for a plan option no written config of `fmt` carries, so that
+    predict --from-config would read the config back as another plan: a flash kernel other than
+    the hardware's default, a tensor-parallel backward the framework does not run, FSDP's
+    reduction deferred or its weights kept gathered (torchtitan writes fsdp_reshard backward)."""
+    default = hardware.flash_attention.name if hardware.flash_attention else None
+    if plan.attention_kernel not in (None, default):
+        raise refuse_emit(fmt.value, f"attention_kernel {plan.attention_kernel}",
+                          "the config names no flash kernel: read back, the attention is "
+                          f"costed with {hardware.name}'s default"
+                          + (f", {default}" if default else " (none)")
+                          + " (leave --attention-kernel out)")
+    own, whose = TP_BACKWARDS.get(fmt, (None, ""))
+    given = plan.tp_backward.value if plan.tp_backward is not None else None
+    if own and plan.tp > 1 and given not in (None, own):  # None: the kernels', refused apart
+        raise refuse_emit(fmt.value, f"tp_backward {given}",
+                          f"{FRAMEWORKS[fmt]} runs tensor parallelism's backward as {whose} "
+                          f"(tp_backward {own}; leave --tp-backward out)")
+    if plan.defer_grad_sync:
+        raise refuse_emit(fmt.value, "defer_grad_sync", f"{FRAMEWORKS[fmt]}'s ZeRO 3 "
+                          "reduce-scatters the gradients in every micro-batch's backward (NeMo "
+                          "AutoModel's deferred reduction is not written)")
+    reshard = plan.fsdp_reshard.value
+    if reshard == "step":
+        raise refuse_emit(fmt.value, "fsdp_reshard step", f"{FRAMEWORKS[fmt]}'s ZeRO 3 as "
+                          "written frees a unit's gathered weights by its backward, not after "
+                          "the step's last one")
+    if reshard == "backward" and fmt is not EmitFormat.TORCHTITAN:
+        raise refuse_emit(fmt.value, "fsdp_reshard backward", f"{FRAMEWORKS[fmt]}'s ZeRO 3 as "
+                          "written gathers each unit again for the backward (torchtitan's "
+                          "fsdp_reshard_after_forward never keeps the forward's: emit "
+                          "torchtitan)")
+
+
+def refuse_megatron(plan: Any) -> None:
+    """PlanError for what pretrain_gpt.py's arguments cannot carry beyond what
+    perfmodel.configs.megatron refuses: the distributed optimizer's gather overlapped without
+    the gradient reduction overlapped (Megatron-LM asserts --overlap-grad-reduce beside
+    --overlap-param-gather), several pipeline schedules a step."""
+    if plan.zero == 1 and plan.overlap_param_gather and not plan.overlap_grad_sync:
+        raise refuse_emit("megatron", "overlap_param_gather without overlap_grad_sync",
+                          "Megatron-LM asserts --overlap-grad-reduce beside "
+                          "--overlap-param-gather (pin --no-overlap-param-gather, or leave "
+                          "--no-overlap-grad-sync out)")
+    if plan.pipeline_micro_batches:
+        raise refuse_emit("megatron", f"pipeline_micro_batches {plan.pipeline_micro_batches}",
+                          "Megatron-LM runs one pipeline schedule of the step's micro-batches")
+
+
+def refuse_deepspeed(model: Any, plan: Any) -> None:
+    """PlanError for what ds_config.json and the Trainer's arguments leave to the Hugging Face
+    model, which the DeepSpeed reader reads back as its own defaults: Megatron-Core's fused
+    element-wise kernels, the unfused loss on fp32 logits, the experts weighted in their
+    activation (perfmodel.configs.deepspeed)."""
+    for field, value, read in (("kernels", plan.kernels.value, "fused"),
+                               ("cross_entropy", plan.cross_entropy.value, "unfused"),
+                               ("expert_weighting", plan.expert_weighting.value
+                                if model.experts else "activation", "activation")):
+        if value != read:
+            raise refuse_emit("deepspeed", f"{field} {value}", f"the config holds no "
+                              f"{field}, and the DeepSpeed reader reads it back as {read} "
+                              f"(pin --{field.replace('_', '-')} {read})")
+
+
+def read_back(fmt: EmitFormat, plan: Any) -> list[str]:
+    """The header line of a torchtitan or DeepSpeed plan whose config file leaves an option to
+    launch.sh (the allocator's environment, the Trainer's --gradient_checkpointing): the flags
+    predict --from-config takes with the file to read the plan back (docs/configs.md)."""
+    needs = {"--expandable-segments": (plan.expandable_segments,
+                                       "launch.sh exports PYTORCH_CUDA_ALLOC_CONF"),
+             "--recompute full": (fmt is EmitFormat.DEEPSPEED and plan.recompute.value == "full",
+                                  "launch.sh passes the Trainer's --gradient_checkpointing")}
+    flags = {flag: why for flag, (needed, why) in needs.items() if needed}
+    if not flags:
+        return []
+    return [f"Read back with predict --from-config ... {' '.join(flags)}: "
+            f"{'; '.join(flags.values())}, which the config does not hold."]
+
+
+def torchtitan_mesh(plan: Any) -> str:
+    """torchtitan's rank order from the innermost (its mesh pp, dp_replicate, dp_shard, cp, tp
+    from the outermost): tp,cp,dp,pp, or tp,dp,pp without context parallelism."""
+    return "tp,cp,dp,pp" if plan.cp > 1 else "tp,dp,pp"
+
+
+def torchtitan_extras(text: str, plan: Any) -> str:
+    """torchtitan_toml's job config with what it leaves at torchtitan's defaults and the plan
+    does not: a pipeline's schedule of pipeline_micro_batches micro-batches (a local batch of
+    that many, the rest gradient accumulation) and FSDP's weights kept gathered from the forward
+    to the backward (fsdp_reshard backward: fsdp_reshard_after_forward never)."""
+    changes = []  # (the field, torchtitan_toml's line, the line that says it)
+    if plan.pipeline_micro_batches:
+        local = plan.pipeline_micro_batches * plan.micro_batch
+        changes.append(("pipeline_micro_batches",
+                        f"local_batch_size = {plan.global_batch // plan.dp}\n",
+                        f"local_batch_size = {local}\n"))
+    if plan.fsdp_reshard.value == "backward":
+        changes.append(("fsdp_reshard backward", "[parallelism]\n",
+                        '[parallelism]\nfsdp_reshard_after_forward = "never"\n'))
+    for field, line, written in changes:
+        if line not in text:  # never a config that reads back as another plan
+            raise refuse_emit("torchtitan", field, f"its job config has no '{line.strip()}'")
+        text = text.replace(line, written, 1)
+    return text

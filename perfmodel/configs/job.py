@@ -213,7 +213,8 @@ def refuse_spec(where: str, key: str, value: Any, why: str) -> SpecError:
 def refuse_emit(framework: str, field: str, why: str) -> PlanError:
     """--emit-config's one line for a plan the framework cannot run (here, not in emit.py, so that
     the writers, which emit.py imports, need not import emit.py)."""
-    return PlanError(f"--emit-config {framework}: the plan's {field} cannot be written: {why}")
+    what = field if field.startswith("the ") else f"the plan's {field}"
+    return PlanError(f"--emit-config {framework}: {what} cannot be written: {why}")
 
 
 # the environment a plan with expandable segments runs its ranks in (Plan.expandable_segments:

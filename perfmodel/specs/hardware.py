@@ -15,6 +15,7 @@ from typing import Any
 
 from perfmodel.errors import PlanError, SpecError
 from perfmodel.specs.loading import (
+    FRACTION_FLOOR,
     Bound,
     check_fields,
     deep_merge,
@@ -58,7 +59,9 @@ DEFAULT_KERNEL_OVERHEAD_S = 4e-6
 # 1e-300 B/s or 1e9 GPUs per node does not. Keys: the field, "link." for both links' fields,
 # "collectives.", "gemm_efficiency." and "layer_costs." for the entries of those lists.
 _SECONDS = "a fixed cost above this is a hang, not an overhead"
-_FRACTION = "a fraction of the peak"
+# a fraction of a peak divides a time: below FRACTION_FLOOR (0.1%) it is a slip, not a machine
+_FLOORED = "; below 0.1% is a slip of units or a broken fit, not a machine"
+_FRACTION = "a fraction of the peak" + _FLOORED
 _SEQ = "a sequence length [tokens]: 1e7 is beyond any context window"
 _DIM = "a GEMM dimension: 1e9 is far beyond any layer (a step's tokens are ~1e7)"
 BOUNDS: dict[str, Bound] = {
@@ -73,13 +76,16 @@ BOUNDS: dict[str, Bound] = {
     "memory_bandwidth_bytes_per_s": Bound(1e6, 1e17, "1 MB/s is below any DRAM; 1e17 B/s is 5x a "
                                           "wafer-scale engine's on-chip SRAM, 21 PB/s",
                                           inclusive=True),
-    "memory_bandwidth_efficiency": Bound(0, 1, "a fraction of memory_bandwidth_bytes_per_s"),
+    "memory_bandwidth_efficiency": Bound(FRACTION_FLOOR, 1, "a fraction of "
+                                         "memory_bandwidth_bytes_per_s" + _FLOORED,
+                                         inclusive=True),
     "host_link_bytes_per_s": Bound(0, 1e13, "one direction of a GPU's link to its host: PCIe Gen3 "
                                    "x16 is 16 GB/s, NVLink-C2C 450 GB/s; 10 TB/s is more than "
                                    "HBM", inclusive=True),
-    "sustained_clock_fraction": Bound(0, 1.5, "the GEMM throughput a part sustains in training "
-                                      "over that of its measured GEMM ceiling: 1.5x is an "
-                                      "overclock no datasheet has"),
+    "sustained_clock_fraction": Bound(FRACTION_FLOOR, 1.5, "the GEMM throughput a part sustains "
+                                      "in training over that of its measured GEMM ceiling: 1.5x "
+                                      "is an overclock no datasheet has" + _FLOORED,
+                                      inclusive=True),
     "memory_reserved_bytes": Bound(0, 1e15, "as memory_bytes, and below it", inclusive=True),
     "nccl_buffer_bytes": Bound(0, 1e12, "one communicator's buffers: 64 channels x 3 protocols "
                                "of 4 MiB is 0.8 GB; 1 TB is no buffer", inclusive=True),
@@ -92,7 +98,8 @@ BOUNDS: dict[str, Bound] = {
     "collective_overhead_s": Bound(0, 1, _SECONDS, inclusive=True),
     "optimizer_overhead_s": Bound(0, 10, _SECONDS, inclusive=True),
     "optimizer_bandwidth_efficiency": Bound(0, 1, "0: not measured; else a fraction of the "
-                                            "memory bandwidth", inclusive=True),
+                                            "memory bandwidth" + _FLOORED, inclusive=True,
+                                            floor=FRACTION_FLOOR),
     "fsdp_forward_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
     "fsdp_backward_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
     "fsdp_reduce_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
@@ -106,11 +113,13 @@ BOUNDS: dict[str, Bound] = {
                                         "~1,000x NVLink5's 9e11 per GPU", inclusive=True),
     "link.latency_s": Bound(0, 1, "a start-up above 1 s is a timeout, not a link",
                             inclusive=True),
-    "link.efficiency": Bound(0, 1, "a fraction of the link's bandwidth"),
+    "link.efficiency": Bound(FRACTION_FLOOR, 1, "a fraction of the link's bandwidth" + _FLOORED,
+                             inclusive=True),
     "link.call_latency_s": Bound(0, 1, "a start-up above 1 s is a timeout, not a link",
                                  inclusive=True),
     "link.nvls_bandwidth_fraction": Bound(0, 1, "0: no NVLS; else a fraction of the link's "
-                                          "Simple bandwidth", inclusive=True),
+                                          "Simple bandwidth" + _FLOORED, inclusive=True,
+                                          floor=FRACTION_FLOOR),
     "link.nvls_latency_s": Bound(0, 1, "a start-up above 1 s is a timeout", inclusive=True),
     "levels.gpus": Bound(1, 10**8, "GPUs of one domain of a fabric level: 1e8 is 100x the "
                          "largest cluster built", inclusive=True, integer=True),
@@ -119,16 +128,17 @@ BOUNDS: dict[str, Bound] = {
                                      inclusive=True),
     "protocols.call_latency_s": Bound(0, 1, "a start-up above 1 s is a timeout", inclusive=True),
     "protocols.latency_s": Bound(0, 1, "a step above 1 s is a timeout", inclusive=True),
-    "protocols.bandwidth_fraction": Bound(0, 1, "a fraction of the link's Simple bandwidth"),
+    "protocols.bandwidth_fraction": Bound(FRACTION_FLOOR, 1, "a fraction of the link's Simple "
+                                          "bandwidth" + _FLOORED, inclusive=True),
     "collectives.alpha_s": Bound(0, 1, "a start-up above 1 s is a timeout", inclusive=True),
     "collectives.bus_bandwidth_bytes_per_s": Bound(
         1e3, 1e30, "fitted: a latency-bound regime leaves the bandwidth loose, and "
         "calibration.fit bounds 1/busbw below by 1e-30; below 1 kB/s is no link", inclusive=True),
     "collectives.breakpoint_bytes": Bound(0, 2**60, "a message size (--bytes stops at 1 EiB)",
                                           inclusive=True),
-    "gemm_efficiency.max_fraction": Bound(0, 1, _FRACTION),
-    "gemm_efficiency.large_max_fraction": Bound(0, 1, "0: one kernel; else a fraction of the "
-                                                "peak", inclusive=True),
+    "gemm_efficiency.max_fraction": Bound(FRACTION_FLOOR, 1, _FRACTION, inclusive=True),
+    "gemm_efficiency.large_max_fraction": Bound(0, 1, "0: one kernel; else " + _FRACTION,
+                                                inclusive=True, floor=FRACTION_FLOOR),
     "gemm_efficiency.half_dim": Bound(0, 1e9, _DIM, inclusive=True),
     "gemm_efficiency.m_half_dim": Bound(0, 1e9, _DIM, inclusive=True),
     "gemm_efficiency.n_half_dim": Bound(0, 1e9, _DIM, inclusive=True),
@@ -136,7 +146,9 @@ BOUNDS: dict[str, Bound] = {
     "gemm_efficiency.batch_half": Bound(0, 1e9, "a GEMM batch count", inclusive=True),
     "gemm_efficiency.split_k_ratio": Bound(0, 1e18, "compared with batch m n / k, at most a GEMM's "
                                            "output elements", inclusive=True),
-    "gemm_efficiency.split_k_chunk": Bound(0, 1e9, _DIM, inclusive=True),
+    "gemm_efficiency.split_k_chunk": Bound(0, 1e9, "0: no split-K; else a length of k, at least "
+                                           "one element (it divides k: 1e-300 made a GEMM of "
+                                           "infinite time)", inclusive=True, floor=1),
     "gemm_efficiency.parallel_half": Bound(0, 1e18, "output elements of a GEMM (1e9 x 1e9)",
                                            inclusive=True),
     "gemm_efficiency.large_parallel_half": Bound(0, 1e18, "output elements of a GEMM",
@@ -151,17 +163,20 @@ BOUNDS: dict[str, Bound] = {
                             inclusive=True, integer=True),
     "layer_costs.forward_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
     "layer_costs.backward_overhead_s": Bound(0, 60, _SECONDS, inclusive=True),
-    "layer_costs.compute_scale": Bound(0, 100, "a framework 100x slower than the roofline is "
-                                       "broken, not slow"),
+    "layer_costs.compute_scale": Bound(1, 100, "a framework is never faster than the "
+                                       "roofline (below 1), and 100x slower is broken, not slow; "
+                                       "a profile's scale below 1 is read as 1",
+                                       inclusive=True),
     "flash_attention.head_dim": Bound(1, 4096, "an attention head's width (kernels stop at 256)",
                                       inclusive=True, integer=True),
-    "flash_attention.forward_max_fraction": Bound(0, 1, _FRACTION),
-    "flash_attention.backward_max_fraction": Bound(0, 1, _FRACTION),
+    "flash_attention.forward_max_fraction": Bound(FRACTION_FLOOR, 1, _FRACTION, inclusive=True),
+    "flash_attention.backward_max_fraction": Bound(FRACTION_FLOOR, 1, _FRACTION, inclusive=True),
     "flash_attention.forward_half_seq": Bound(0, 1e7, _SEQ, inclusive=True),
     "flash_attention.backward_half_seq": Bound(0, 1e7, _SEQ, inclusive=True),
-    "flash_attention.sustained_fraction": Bound(0, 1.5, "the kernel's rate back to back at the "
-                                                "part's power cap over its benchmark's (1: as "
-                                                "benchmarked)"),
+    "flash_attention.sustained_fraction": Bound(FRACTION_FLOOR, 1.5, "the kernel's rate back to "
+                                                "back at the part's power cap over its "
+                                                "benchmark's (1: as benchmarked)" + _FLOORED,
+                                                inclusive=True),
 }
 
 

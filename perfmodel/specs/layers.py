@@ -3,8 +3,9 @@
 Built by perfmodel.specs.cnn (AlexNet, VGG-16, ResNet-50, MLPs), read from YAML/JSON
 (`kind: layers`), or traced from any torch nn.Module on the meta device by validation.cnn_graph.
 Sizes are per sample. A layer that splits over model-parallel ranks (conv, linear) has a GEMM
-view: out[m, n] = in[m, k] @ w[k, n] with m = gemm_m per sample (output pixels; 1 for a linear
-layer), n = its output channels or features (the dimension Pr splits), k = its reduction size.
+view: out[m, n] = in[m, k] @ w[k, n] with m = gemm_m per sample (output pixels; a linear layer's
+rows, 1 on a flat vector), n = its output channels or features (the dimension Pr splits), k = its
+reduction size. The sizes one implies of another must agree (LayerSpec.check_sizes).
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ BOUNDS: dict[str, Bound] = {
 
 LAYER_KINDS = ("conv", "linear", "pool", "norm", "activation", "add", "flatten", "dropout",
                "softmax", "other")
+# Kinds that hold no weights (validation.cnn_graph traces none: pooling, a residual sum, a
+# reshape, dropout and softmax have no nn.Parameter), and kinds whose output is their input
+# element for element (a norm, an activation such as ReLU, dropout, softmax, a flatten: torch's
+# modules of these kinds keep the shape; a gated unit that halves its input, GLU, is `other`).
+NO_WEIGHTS = ("pool", "add", "flatten", "dropout", "softmax")
+ELEMENTWISE = ("norm", "activation", "dropout", "softmax", "flatten")
+# Two sizes of a layer that one implies of the other (flops = 2 m n k) agree within 1%: a value
+# rounded to 3 significant figures (8.85e5 for 884,736) passes, a slip of units (x1000) does not.
+SIZE_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +84,56 @@ class LayerSpec:
     def splits(self) -> bool:
         return self.kind in ("conv", "linear")
 
+    def check_sizes(self) -> None:
+        """The sizes the format derives from others agree with them (SpecError naming the field,
+        its value and the value the others imply); a size of 0 is one not given.
+
+        conv, linear (the GEMM out[m, n] = in[m, k] @ w[k, n] per sample): flops = 2 m n k,
+        out_elements = m n, a linear layer's in_elements = m k (a conv's depends on its padding
+        and stride: not derived), and params at most k n weights with a bias and a weight-norm
+        gain per output (k n + 2 n; fewer where a module called twice counts them once, as
+        validation.cnn_graph does). A norm's channels divide its elements (each channel's
+        statistics over the same number of them). ELEMENTWISE kinds: in_elements = out_elements;
+        NO_WEIGHTS kinds: params 0. channels are a norm's, the GEMM sizes a conv's or linear's
+        only (no other kind reads them). A layer's in_elements is not compared with the previous
+        layer's out_elements: a graph branches (ResNet's shortcut reads the block's input, an add
+        two tensors) and joins tensors the tracer does not see (torch.cat)."""
+        where = f"layer '{self.name}' ({self.kind})"
+        if self.splits:
+            m, n, k = self.gemm_m, self.gemm_n, self.gemm_k
+            gemm = f"gemm_m {m:g} x gemm_n {n:g} x gemm_k {k:g}"
+            _agree(self.flops, 2 * m * n * k, f"{where}.flops", f"2 x {gemm}")
+            _agree(self.out_elements, m * n, f"{where}.out_elements",
+                   f"gemm_m {m:g} x gemm_n {n:g}")
+            if self.kind == "linear":
+                _agree(self.in_elements, m * k, f"{where}.in_elements",
+                       f"gemm_m {m:g} x gemm_k {k:g}")
+            most = k * n + 2 * n
+            if self.params > most * (1 + SIZE_TOLERANCE):
+                raise SpecError(f"{where}.params is {self.params:g}, more than its GEMM holds: "
+                                f"gemm_k x gemm_n = {k * n:g} weights and a bias and a "
+                                f"weight-norm gain per output, {most:g} at most")
+        else:
+            for fld in ("gemm_m", "gemm_n", "gemm_k"):
+                if getattr(self, fld):
+                    raise SpecError(f"{where}.{fld} is {getattr(self, fld):g}: a GEMM view is a "
+                                    "conv's or linear's (the layers model parallelism splits); "
+                                    f"a {self.kind} layer reads none: leave it out")
+        if self.kind == "norm" and self.out_elements and self.out_elements % self.channels:
+            raise SpecError(f"{where}.channels is {self.channels:g}, which does not divide its "
+                            f"out_elements {self.out_elements:g}: a norm's statistics are per "
+                            "channel, over an equal share of its elements each")
+        if self.kind != "norm" and self.channels:
+            raise SpecError(f"{where}.channels is {self.channels:g}: channels are a norm "
+                            "layer's (the statistics synchronised batch norm all-reduces); a "
+                            f"{self.kind} layer reads none: leave it out")
+        if self.kind in ELEMENTWISE:
+            _agree(self.in_elements, self.out_elements, f"{where}.in_elements",
+                   f"its out_elements ({self.kind} keeps its input's size)")
+        if self.kind in NO_WEIGHTS and self.params:
+            raise SpecError(f"{where}.params is {self.params:g}: a {self.kind} layer holds no "
+                            "weights; give 0 or leave it out")
+
 
 @dataclass(frozen=True, kw_only=True)
 class LayerGraphSpec:
@@ -97,6 +157,11 @@ class LayerGraphSpec:
         if twice:
             raise SpecError(f"model '{self.name}': layer name(s) {', '.join(twice)} given twice; "
                             "each layer needs its own name")
+        for layer in self.layers:  # last: the graph's own errors first, naming the graph
+            try:
+                layer.check_sizes()
+            except SpecError as exc:
+                raise SpecError(f"model '{self.name}': {exc}") from None
 
     @property
     def parameters(self) -> float:
@@ -112,6 +177,14 @@ class LayerGraphSpec:
 
 _LAYER_FIELDS = [f.name for f in dataclasses.fields(LayerSpec)]
 _GRAPH_FIELDS = [f.name for f in dataclasses.fields(LayerGraphSpec)]
+
+
+def _agree(given: float, implied: float, field: str, implied_by: str) -> None:
+    """SpecError where a size given (not 0) differs from the one the others imply by more than
+    SIZE_TOLERANCE."""
+    if given and abs(given - implied) > SIZE_TOLERANCE * max(abs(given), abs(implied)):
+        raise SpecError(f"{field} is {given:g}, but {implied_by} is {implied:g}: they must "
+                        "agree; fix whichever is wrong")
 
 
 def layer_graph_from_dict(data: Mapping[str, Any], where: str) -> LayerGraphSpec:
@@ -130,9 +203,13 @@ def layer_graph_from_dict(data: Mapping[str, Any], where: str) -> LayerGraphSpec
         fields.setdefault("name", f"layer{i}")
         _from_traced(fields, extra, f"{where}: layers[{i}]")
         try:
-            layers.append(LayerSpec(**fields))
+            layer = LayerSpec(**fields)
+            layer.check_sizes()  # here too, to name the file and the entry (the graph's own)
         except TypeError as exc:
             raise SpecError(f"{where}: layers[{i}]: {exc}") from None
+        except SpecError as exc:
+            raise SpecError(f"{where}: layers[{i}]: {exc}") from None
+        layers.append(layer)
     shape = data.get("input_shape", ())
     if not isinstance(shape, (list, tuple)) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
@@ -188,7 +265,10 @@ def _from_traced(fields: dict[str, Any], extra: Mapping[str, Any], where: str) -
             raise SpecError(f"{where}: a {kind} layer needs out_channels/out_features or gemm_n")
         n = BOUNDS["gemm_n"].check(n, f"{where}: {key}")
         out = BOUNDS["out_elements"].check(fields.get("out_elements", 0), f"{where}: out_elements")
-        m = out / n if kind == "conv" else 1.0
+        # m: a conv's output pixels, a linear layer's rows (1 on a flat vector, tokens on a
+        # sequence; 1 where no output size is given): the GEMM out[m, n] = in[m, k] @ w[k, n],
+        # so that k is in_features and out_elements = m n
+        m = out / n if out or kind == "conv" else 1.0
         flops = BOUNDS["flops"].check(fields.get("flops", 0), f"{where}: flops")
         if flops <= 0 or m <= 0:
             raise SpecError(f"{where}: a {kind} layer needs flops > 0 and an output shape")

@@ -6,6 +6,7 @@ import difflib
 import json
 import math
 import re
+import sys
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -191,13 +192,40 @@ def label(value: Any, field: str, *, empty: bool = False) -> str:
     return value
 
 
+# the largest finite float, 1.8e308: an integer above it has no float (float() raises)
+_FLOAT_MAX = sys.float_info.max
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 
 
+def _range(minimum: float, strict: bool, maximum: float) -> str:
+    """'> 0 and <= 1', '>= 1e+06' (as number's errors say a range)."""
+    low = f"> {minimum:g}" if strict else f">= {minimum:g}"
+    return low + (f" and <= {maximum:g}" if maximum != math.inf else "")
+
+
+def _magnitude(value: int) -> str:
+    """'~1e+400': the size of an integer too long to show (YAML and JSON read any number of
+    digits exactly; past 1.8e308 no float holds it), from its bits (str() stops at 4,300
+    digits)."""
+    exponent = int((abs(value).bit_length() - 1) * math.log10(2))  # low by at most one
+    if abs(value) >= 10 ** (exponent + 1):
+        exponent += 1
+    return f"~{'-' if value < 0 else ''}1e+{exponent}"
+
+
 def number(value: Any, field: str, *, minimum: float = 0.0, strict: bool = True,
-           maximum: float = math.inf, integer: bool = False, reason: str = "") -> float:
+           maximum: float = math.inf, integer: bool = False, reason: str = "",
+           allowed: str = "") -> float:
     """Validate a positive (or non-negative) finite number, naming the field when it is not
-    (and, out of range, the reason for the range when one is given)."""
+    (and, out of range, the reason for the range when one is given; `allowed`: the range as the
+    error says it, where it is more than minimum and maximum, Bound.describe)."""
+    why = f" ({reason})" if reason else ""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
+        # above 1.8e308 no float holds it (float() raises OverflowError): out of every range;
+        # with no range of its own (model_from_dict's whole numbers), the float's is the range
+        allowed = allowed or (_range(minimum, strict, maximum) if math.isfinite(minimum)
+                              or math.isfinite(maximum) else f"at most {_FLOAT_MAX:.3g} in size")
+        raise SpecError(f"{field} must be {allowed}, got {_magnitude(value)}{why}")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         # a string in plain decimal notation only: YAML 1.1 (PyYAML) reads 1e15 as a string, but
         # float() would also take '4_0', full-width or Arabic-Indic digits
@@ -209,24 +237,36 @@ def number(value: Any, field: str, *, minimum: float = 0.0, strict: bool = True,
             raise SpecError(f"{field} must be a number, got {type(value).__name__}")
     if math.isnan(value) or math.isinf(value):
         raise SpecError(f"{field} must be a finite number, got {value}")
-    if integer and float(value) != int(value):
+    # an int is whole as given (10**30 is, though float(10**30) != 10**30)
+    if integer and not isinstance(value, int) and not float(value).is_integer():
         raise SpecError(f"{field} must be a whole number, got {value}")
     bad_low = value <= minimum if strict else value < minimum
     if bad_low or value > maximum:
-        low = f"> {minimum:g}" if strict else f">= {minimum:g}"
-        high = f" and <= {maximum:g}" if maximum != math.inf else ""
-        why = f" ({reason})" if reason else ""
-        # the value as given where its short form would round it (4.0000001 is not 4)
+        # the value as given where its short form would round it (4.0000001 is not 4), but an
+        # integer of more digits than a float's 16 by its size (10**300: not 301 digits)
         shown = f"{value:g}" if float(f"{value:g}") == value else repr(value)
-        raise SpecError(f"{field} must be {low}{high}, got {shown}{why}")
+        if isinstance(value, int) and abs(value) >= 10**16:
+            shown = _magnitude(value)
+        allowed = allowed or _range(minimum, strict, maximum)
+        raise SpecError(f"{field} must be {allowed}, got {shown}{why}")
     return int(value) if integer else float(value)
+
+
+# The smallest fraction of a peak (an efficiency, a kernel's or link's share of its datasheet
+# rate) a spec may give: as a bandwidth's floor is 1 MB/s, one below 0.1% is a slip (0.85 written
+# 8.5e-4, a percentage divided twice) or a broken fit, not a machine, and it divides a time
+# (1e-300 made a step of 300 digits). The lowest any preset or calibration writes is 0.13 (a GEMM
+# ceiling, dgx-v100); a rate slowed 100x (the property tests' what-if) stays above it.
+FRACTION_FLOOR = 1e-3
 
 
 @dataclass(frozen=True)
 class Bound:
     """The physical range of a numeric spec field, with why: (minimum, maximum], or
-    [minimum, maximum] when `inclusive`; `integer`: whole numbers only. The ranges are generous:
-    a value outside is a slip of units or a typo (1e-300 B/s, 1e9 GPUs per node), not a machine.
+    [minimum, maximum] when `inclusive`; `integer`: whole numbers only; `floor`: the smallest
+    value above minimum (a field whose 0 means "not given": 0, or floor to maximum). The ranges
+    are generous: a value outside is a slip of units or a typo (1e-300 B/s, 1e9 GPUs per node),
+    not a machine.
     """
 
     minimum: float
@@ -234,13 +274,20 @@ class Bound:
     reason: str
     inclusive: bool = False
     integer: bool = False
+    floor: float = 0.0
 
     def check(self, value: Any, field: str) -> Any:
         """The value as a float (int when integer), or SpecError naming field, range and reason."""
-        return number(value, field, minimum=self.minimum, strict=not self.inclusive,
-                      maximum=self.maximum, integer=self.integer, reason=self.reason)
+        value = number(value, field, minimum=self.minimum, strict=not self.inclusive,
+                       maximum=self.maximum, integer=self.integer, reason=self.reason,
+                       allowed=self.describe())
+        if self.minimum < value < self.floor:
+            raise SpecError(f"{field} must be {self.describe()}, got {value:g} ({self.reason})")
+        return value
 
     def describe(self) -> str:
-        """'> 0 and <= 1', '>= 1 and <= 65536' (as the errors say)."""
+        """'> 0 and <= 1', '>= 1 and <= 65536', '0, or >= 0.001 and <= 1' (as the errors say)."""
         low = f">= {self.minimum:g}" if self.inclusive else f"> {self.minimum:g}"
+        if self.floor > self.minimum:  # 0 ("not given") where inclusive, else from the floor
+            low = (f"{self.minimum:g}, or " if self.inclusive else "") + f">= {self.floor:g}"
         return f"{low} and <= {self.maximum:g}"

@@ -538,7 +538,8 @@ def model_from_dict(data: Mapping[str, Any], where: str, *,
     try:
         for key in _INT_FIELDS:  # whole numbers here; their ranges are TransformerSpec's own
             # (a range here named 1e10 and > 0 for layers' 1e5, mtp_layers' >= 0, ...)
-            if key in fields and not _unset(fields[key]):
+            # an int is whole already, and TransformerSpec states its range (10**400 included)
+            if key in fields and not _unset(fields[key]) and type(fields[key]) is not int:
                 fields[key] = number(fields[key], key, integer=True, minimum=-math.inf,
                                      strict=False)
             if not zero_derives and key in DERIVED and type(fields.get(key)) is int \

@@ -17,7 +17,8 @@ scope (in `fits` and in hardware.collectives; two algorithms of one op and scope
 duplicate is refused, never resolved to one of the two or mixed; so is a JSON object with a key
 given twice.
 `apply_profile` merges the profile's hardware fields over a preset's (profile wins); a profile of
-another GPU than the preset's is refused (`check_gpu`).
+another machine than the preset's (CPU ranks against a GPU, another GPU part, another node) is
+refused (`check_machine`).
 A layer cost whose compute_scale is below 1 (a fit of an older `calibrate run`, held at its then
 lower bound 0.2: calibration.layers) is read as 1, with a note (`Profile.notes`, said on standard
 error by `apply_profile`): the step model charges (s - 1) x the rooflines as what the framework
@@ -54,7 +55,7 @@ from perfmodel.specs.hardware import (
     load_hardware_dict,
     merge_hardware,
 )
-from perfmodel.specs.loading import Bound, check_fields
+from perfmodel.specs.loading import Bound, check_fields, number
 
 FORMAT = "perfmodel-profile"
 VERSION = 1
@@ -266,8 +267,11 @@ def _check_fit(fit: Any, where: str) -> None:
 
 
 def _finite(value: Any, where: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    """A number a float holds: not NaN, not infinite, not an integer past 1.8e308 (JSON reads
+    any number of digits exactly; math.isfinite would raise OverflowError on it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):  # JSON: no "1.5"
         raise SpecError(f"{where} must be a finite number, got {value!r}")
+    number(value, where, minimum=-math.inf, strict=False)
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -330,37 +334,148 @@ def gpu_models(name: str) -> set[str]:
     return set(re.findall(r"\b[A-Z]{1,3}\d{2,4}[A-Z]?\b", name.upper()))
 
 
-def check_gpu(hardware: HardwareSpec, profile: Profile) -> str | None:
-    """Refuse a profile measured on another GPU than the hardware's (SpecError): its fits would
-    price that GPU's kernels and links under this one's name, memory and peak. Both names must
-    hold a GPU model to be compared (a CPU's profile of `calibrate run` over a GPU preset is
-    used: its fits stand for the preset's). Returns a note where the profile names no GPU
-    (GEMM sweeps imported without a device name): its GPU is not checked."""
-    gpu = profile.hardware.get("gpu_name")
-    if gpu is None:
-        return (f"profile {profile.path} names no GPU (hardware.gpu_name): that it was "
-                f"measured on {hardware.gpu_name} ({hardware.name}) is not checked")
-    if not isinstance(gpu, str):
-        return None  # hardware_from_dict refuses it, naming the field
-    theirs, ours = gpu_models(gpu), gpu_models(hardware.gpu_name)
-    if theirs and ours and not theirs & ours:
-        raise SpecError(
-            f"profile {profile.path} was measured on {gpu}, hardware '{hardware.name}' is "
-            f"{hardware.gpu_name}: its fits would price another GPU; give a profile of "
-            f"{hardware.gpu_name}, or the profile without --hardware")
+def gpu_board(name: str) -> str | None:
+    """'PCIe' or 'SXM' where a GPU's name says it (nvidia-smi: 'NVIDIA H100 PCIe',
+    'NVIDIA A100-SXM4-40GB'; 'NVIDIA H100 80GB HBM3' is the SXM5 board: the PCIe card has
+    HBM2e), else None. One GPU on two boards is two machines: H100 SXM talks over NVLink at
+    450 GB/s, H100 PCIe over PCIe at 64 GB/s, at another clock (as calibration.cli._gpu_form)."""
+    up = name.upper()
+    if "PCIE" in up:
+        return "PCIe"
+    if "SXM" in up or "HBM3" in up:
+        return "SXM"
     return None
+
+
+def gpu_memory(name: str) -> str | None:
+    """The memory size a GPU's name gives ('40GB' of 'NVIDIA A100-SXM4-40GB'), else None: the
+    40 and 80 GB A100 differ in memory bandwidth as well (1.555 and 2.0 TB/s)."""
+    sizes = re.findall(r"(\d+)\s*GB\b", name.upper())
+    return f"{sizes[0]}GB" if len(sizes) == 1 else None
+
+
+def device_kind(gpu_name: str | None, asynchronous: bool | None) -> str | None:
+    """'GPU' or 'CPU' (ranks on host cores, whose host runs the work itself), or None where
+    nothing says: asynchronous_device where given (calibrate run writes it from the device it
+    ran on); else a name that calibrate run gives CPU ranks ('CPU <model> (N cores)',
+    calibration.bench) or one with a GPU model number (a hardware file for a GPU that leaves
+    asynchronous_device out: its default, false, says nothing)."""
+    if asynchronous is not None:
+        return "GPU" if asynchronous else "CPU"
+    if gpu_name is None:
+        return None
+    if gpu_name.strip().upper().startswith("CPU"):
+        return "CPU"
+    return "GPU" if gpu_models(gpu_name) else None
+
+
+def _differ(theirs: str, ours: str) -> str | None:
+    """How two GPU names name different parts (another model number, board or memory size),
+    or None where they do not, or do not say."""
+    models_a, models_b = gpu_models(theirs), gpu_models(ours)
+    if models_a and models_b and not models_a & models_b:
+        return f"another GPU ({'/'.join(sorted(models_a))}, not {'/'.join(sorted(models_b))})"
+    for what, read in (("board", gpu_board), ("memory size", gpu_memory)):
+        a, b = read(theirs), read(ours)
+        if a and b and a != b:
+            return f"another {what} ({a}, not {b})"
+    return None
+
+
+def _gbps(link_bytes_per_s: float) -> str:
+    return f"{link_bytes_per_s / 1e9:.4g} GB/s"
+
+
+def check_machine(hardware: HardwareSpec, profile: Profile) -> str | None:
+    """Refuse a profile measured on another machine than the hardware's (SpecError naming
+    both): its fits would price that machine's kernels and links under this one's name, memory
+    and peaks, mixed with the fields it did not measure. The profile's machine is what its
+    fields say, else its `base` (the preset an import was told the logs or sweeps came from):
+    another device kind (CPU ranks against a GPU: asynchronous_device, or calibrate run's CPU
+    names), another GPU part (model number, board or memory size in the names: gpu_models,
+    gpu_board, gpu_memory), or, where the base is another spec than the hardware, another link
+    inside the node (intra_node bandwidth beyond 1%: NVLink against PCIe) is refused. Returns a
+    note where neither the profile nor a base names its device, or its base cannot be read here
+    (a file of the machine it was imported on): what is not compared is not checked. A profile
+    applies to the machine it measured, or stands alone (no --hardware)."""
+    fields = profile.hardware
+    base_name = fields.get("base")
+    base, unread = None, None
+    if isinstance(base_name, str) and base_name != hardware.name:
+        from perfmodel.specs.hardware import load_hardware
+
+        try:
+            base = load_hardware(base_name)
+        except SpecError as exc:  # a file of the machine it was imported on: said, not needed
+            unread = (f"profile {profile.path}: its base {base_name} cannot be read here "
+                      f"({exc}): that it measured the node of hardware '{hardware.name}' is not "
+                      "checked")
+    gpu = fields.get("gpu_name")
+    if gpu is not None and not isinstance(gpu, str):
+        return None  # hardware_from_dict refuses it, naming the field
+    asynchronous = fields.get("asynchronous_device")
+    if not isinstance(asynchronous, bool):
+        asynchronous = None  # absent; or not true or false, which hardware_from_dict refuses
+    theirs_named = gpu if gpu is not None else base.gpu_name if base is not None else None
+    theirs = device_kind(gpu, asynchronous) or (
+        device_kind(base.gpu_name, base.asynchronous_device or None) if base is not None
+        else None)
+    unnamed = unread
+    if theirs_named is None and (unread or not isinstance(base_name, str)):  # base: this one
+        unnamed = (f"profile {profile.path} names no GPU (hardware.gpu_name): that it was "
+                   f"measured on {hardware.gpu_name} ({hardware.name}) is not checked"
+                   + (f"; its base {base_name} cannot be read here" if unread else ""))
+    ours = device_kind(hardware.gpu_name, hardware.asynchronous_device or None)
+    difference = None
+    if theirs and ours and theirs != ours:
+        what = {"CPU": "CPU ranks", "GPU": "a GPU"}
+        difference = f"another kind of device ({what[theirs]}, not {what[ours]})"
+    elif theirs_named is not None:
+        difference = _differ(theirs_named, hardware.gpu_name)
+    if difference is None and base is not None:
+        there, here = base.intra_node.bandwidth_bytes_per_s, \
+            hardware.intra_node.bandwidth_bytes_per_s
+        if abs(there - here) > 0.01 * max(there, here):
+            difference = (f"another node (its base {base.name}: intra_node {_gbps(there)}, "
+                          f"this {_gbps(here)})")
+    if difference is None:
+        return unnamed
+    named = theirs_named or {"CPU": "CPU ranks", "GPU": "a GPU"}[theirs or "GPU"]
+    raise SpecError(
+        f"profile {profile.path} was measured on {named}, hardware "
+        f"'{hardware.name}' is {hardware.gpu_name}: {difference}; a profile prices the machine "
+        f"it measured: give a profile of {hardware.gpu_name}, or the profile without --hardware")
+
+
+# the 16-bit tensor-core types one datasheet rates alike (H100, A100, B200, MI300X: bf16 = fp16):
+# what a profile measures of one holds for the other
+PAIRED_PEAKS = (("bf16", "fp16"), ("fp16", "bf16"))
+
+
+def _paired_peaks(overrides: dict[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile's peaks with the twin of each it measured where the base rates the two alike
+    (PAIRED_PEAKS): a GPU's `calibrate run` measures bf16, and the preset's fp16 at its
+    datasheet rate would otherwise outrun it and become the default dtype (the fastest 16-bit
+    type) of a machine the profile says is slower."""
+    peaks, rated = overrides.get("peak_flops_per_s"), base.get("peak_flops_per_s")
+    if not isinstance(peaks, Mapping) or not isinstance(rated, Mapping):
+        return overrides
+    twins = {other: peaks[measured] for measured, other in PAIRED_PEAKS
+             if measured in peaks and other not in peaks and measured in rated
+             and other in rated and rated[measured] == rated[other]}
+    return {**overrides, "peak_flops_per_s": {**peaks, **twins}} if twins else overrides
 
 
 def apply_profile(hardware: HardwareSpec | None, profile: Profile) -> HardwareSpec:
     """A HardwareSpec with the profile's fields over the preset's.
 
     hardware=None: the profile stands alone (its own `base`, or every required field itself).
-    A profile measured on another GPU than `hardware`'s is refused (check_gpu).
+    A profile measured on another machine than `hardware` is refused (check_machine).
     A fitted collective of the profile replaces a preset's fit of the same op and scope.
     What reading the profile changed (Profile.notes) is said on standard error, once per use.
     """
     if hardware is not None:
-        check_gpu(hardware, profile)
+        check_machine(hardware, profile)
     for line in profile.notes:
         print(f"note: {line}", file=sys.stderr)
     overrides = dict(profile.hardware)
@@ -389,6 +504,7 @@ def apply_profile(hardware: HardwareSpec | None, profile: Profile) -> HardwareSp
                 f"{where}: missing required field '{missing[0]}' and no base preset: "
                 "give a hardware preset too (--hardware), or import with --base"
             )
+    overrides = _paired_peaks(overrides, data)
     new_fits = overrides.pop("collectives", None)
     if overrides.get("levels"):  # a profile's levels replace the base's fabric, as a file's do
         data = {k: v for k, v in data.items()
@@ -575,7 +691,10 @@ __all__ = [
     "VERSION",
     "Profile",
     "apply_profile",
-    "check_gpu",
+    "check_machine",
+    "device_kind",
+    "gpu_board",
+    "gpu_memory",
     "collective_notes",
     "fit_values",
     "fitted_collective_expr",

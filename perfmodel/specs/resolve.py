@@ -20,15 +20,15 @@ def resolve_hardware(hardware: str | None, profile: str | Path | None,
     collective_algorithm replaced by `algorithm` where given (--collective-algorithm).
 
     An incomplete profile is said once on standard error, by every command that reads it; so is
-    a profile beside --hardware that names no GPU (its GPU is not checked: check_gpu).
+    a profile beside --hardware that names no GPU (its GPU is not checked: check_machine).
     """
     if profile:
         from perfmodel.specs import profile as profiles  # start-up: sympy only with a profile
 
         prof = profiles.load_profile(Path(profile))
         base = load_hardware(hardware) if hardware else None
-        spec = profiles.apply_profile(base, prof)  # refuses a profile of another GPU
-        unchecked = profiles.check_gpu(base, prof) if base is not None else None
+        spec = profiles.apply_profile(base, prof)  # refuses a profile of another machine
+        unchecked = profiles.check_machine(base, prof) if base is not None else None
         for note in (profiles.incomplete_note(prof), unchecked):
             if note:
                 print(f"note: {note}", file=sys.stderr)

@@ -62,8 +62,12 @@ def test_profile_fields_override_the_preset(tmp_path):
     assert hw.peak_flops_per_s == preset.peak_flops_per_s
     assert hw.collectives[0].bus_bandwidth_bytes_per_s == 400e9
     assert "calibrated" in hw.source
-    # an explicit --hardware wins over the profile's base
-    assert apply_profile(load_hardware("dgx-a100-80gb"), load_profile(path)).name == "dgx-a100-80gb"
+    # an explicit --hardware of the profile's machine wins over the profile's base; another
+    # machine's (an A100 node's, beside this dgx-h100-based profile) is refused
+    assert apply_profile(load_hardware("dgx-h100-superpod"),
+                         load_profile(path)).name == "dgx-h100-superpod"
+    with pytest.raises(SpecError):
+        apply_profile(load_hardware("dgx-a100-80gb"), load_profile(path))
 
 
 def test_profile_is_written_with_its_measurements_and_provenance(tmp_path):

@@ -223,7 +223,9 @@ def test_the_optimizer_has_its_own_bandwidth_efficiency():
         ),
         ({"style": "dp"}, "style must be one of plain, tp, tp_sp"),
         ({"style": "plain", "tp": 2}, "tp must be 1 for style 'plain'"),
-        ({"compute_scale": 0}, "compute_scale must be > 0"),
+        ({"compute_scale": 0}, "compute_scale must be >= 1 and <= 100"),
+        # faster than the roofline: accepted before the probe of 2026-12-03 (c)
+        ({"compute_scale": 0.5}, "compute_scale must be >= 1 and <= 100"),
         ({"forward_overhead_s": -1}, "forward_overhead_s must be >= 0"),
         ({"tp": 2.5}, "tp must be a whole number"),
     ],

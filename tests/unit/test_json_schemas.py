@@ -63,7 +63,7 @@ def test_document_puts_the_schema_first():
 
 COMMANDS = [
     ("predict", "predict --model llama2-7b --hardware dgx-h100 --tp 8 --gpus 8 --json"),
-    ("predict", f"predict --model llama3-8b --hardware dgx-h100 --profile "
+    ("predict", f"predict --model llama3-8b --profile "
                 f"{ROOT}/docs/examples/cpu.json --tp 2 --gpus 2 --global-batch 2 --json"),
     ("predict.grid", "predict --model alexnet --hardware dgx-v100 --gpus 8 --json"),
     ("recommend", "recommend --model llama2-7b --hardware dgx-h100 --gpus 8 --global-batch 8 "

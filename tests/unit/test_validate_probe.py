@@ -41,7 +41,7 @@ def test_an_emitted_job_listens_on_the_port_given(tmp_path):
 
 
 def test_a_collective_the_profile_has_no_fit_of_is_said_so():
-    code, _, err = run_main(["predict", "--model", "tiny-gpt", "--hardware", "dgx-h100",
+    code, _, err = run_main(["predict", "--model", "tiny-gpt",
                              "--profile", str(ROOT / "docs/examples/cpu.json"), "--gpus", "8",
                              "--dp", "8", "--global-batch", "8"])
     assert code == 0
