@@ -21,15 +21,32 @@ the older benchmark configs' `distributed._target_ ...FSDP2Manager`, `autopipeli
     unless model.torch_dtype says otherwise, and FSDP2 computes in bf16: with bf16 parameters
     torch.optim.Adam keeps its states in bf16 and no fp32 master exists (optimizer_dtype bf16,
     the sharded gradients bf16: grad_dtype bf16); with float32 parameters they are the master;
-  - model.backend: attention te, sdpa, flex or cudnn (fused kernels: flash_attention; eager:
-    unfused); TE's or QuACK's norms and linears (kernels fused), torch's (kernels eager) unless
-    compiled; with ep_size > 1 the DeepEP/HybridEP dispatchers as ep_dispatcher deepep (as the
-    Megatron reader takes --moe-token-dispatcher-type flex; AutoModel's torch all-gather
-    dispatcher, UCCL-EP and Mixture-of-Kittens refused, and an unnamed one, which AutoModel
-    picks by what is installed); the experts' grouped GEMMs (te, gmm, torch_mm; torchao's MXFP8
-    refused); Transformer Engine's FP8 (te_fp8) refused; fake_balanced_gate (without noise)
-    routes token t to experts t k .. t k + k - 1 (routing round_robin, routing_imbalance 1);
-    every other key named as skipped or not read.
+  - every value as AutoModel's loader reads it (components/config/loader.py translate_value):
+    `none`/`None` is None (dp_size none: inferred), `true`/`false` booleans, a quoted number a
+    number; model.torch_dtype auto is the model config's;
+  - the implementation AutoModel builds (_transformers/model_init.py, registry.py): its own
+    class for the model's architecture where it has one, else (or with model.force_hf)
+    Hugging Face's. Hugging Face's attends by model.attn_implementation (eager: unfused; sdpa,
+    flash_attention_2/3 or absent: fused; cp_size > 1: sdpa) with Liger's kernels patched in
+    (use_liger_kernel, default true, off with tp or cp > 1: kernels fused); AutoModel's llama,
+    qwen2 and qwen3 classes attend through the same interface with torch's nn.Linear (their
+    RMSNorm model.backend's, qwen3's Hugging Face's); its MoE classes (qwen3_moe, deepseek_v3,
+    gpt_oss, glm4_moe) build all from model.backend;
+  - model.backend (BackendConfig's defaults with Transformer Engine installed, as in AutoModel's
+    container: attn te, linear te, rms_norm torch_fp32): attention te, sdpa, flex or cudnn (fused
+    kernels: flash_attention; eager: unfused); TE's or QuACK's norms and linears (kernels fused),
+    torch's (kernels eager) unless compiled; with ep_size > 1 the DeepEP/HybridEP dispatchers as
+    ep_dispatcher deepep (as the Megatron reader takes --moe-token-dispatcher-type flex;
+    AutoModel's torch all-gather dispatcher, UCCL-EP and Mixture-of-Kittens refused, and an
+    unnamed one, which AutoModel picks by what is installed); the experts' grouped GEMMs (te,
+    gmm, torch_mm; torchao's MXFP8 refused); Transformer Engine's FP8 (te_fp8) refused;
+    fake_balanced_gate (without noise) routes token t to experts t k .. t k + k - 1 (routing
+    round_robin, routing_imbalance 1);
+  - loss_fn MaskedCrossEntropy or TEParallelCrossEntropy, any other refused, as is a recipe
+    without one (AutoModel has no default loss);
+  - the sequence length from each dataset class's own argument (seq_len, seq_length) where it
+    fixes one; else --seq-len;
+  - every other key named as read, skipped or not read.
 The model: `pretrained_model_name_or_path` names a Hugging Face model; the ones perfmodel has a
 preset of (HF_PRESETS: the preset's source is that model's config.json) are taken, any other
 needs --model (a local copy of its config.json).
@@ -37,6 +54,7 @@ needs --model (a local copy of its config.json).
 
 from __future__ import annotations
 
+import ast
 import functools
 from pathlib import Path
 from typing import Any
@@ -48,6 +66,7 @@ from perfmodel.configs.job import (
     section,
     whole,
 )
+from perfmodel.errors import PlanError
 
 # the Hugging Face models perfmodel has a preset of (each preset's source names the config.json
 # it was read from); an -Instruct model has its base model's architecture
@@ -86,8 +105,10 @@ def is_automodel(data: dict[str, Any]) -> bool:
 
 
 def read_automodel(data: dict[str, Any], path: Path) -> JobConfig:
-    """A NeMo AutoModel recipe YAML, read."""
+    """A NeMo AutoModel recipe YAML, read (its values as AutoModel's loader reads them:
+    _translated)."""
     where = str(path)
+    data = _translated(data)
     job = JobConfig(path=where, framework=Framework.AUTOMODEL)
     for key in data:
         if key in _AROUND:
@@ -101,17 +122,61 @@ def read_automodel(data: dict[str, Any], path: Path) -> JobConfig:
         if data.get(key):
             raise refuse_plan(where, key, "...", "FP8 through torchao is not read (give "
                                                  "--dtype fp8 with the plan's flags)")
-    packed = section(data, "packed_sequence", where)
-    if whole(packed.get("packed_sequence_size", 0) or 0, "packed_sequence.packed_sequence_size",
-             where, minimum=0):
-        raise refuse_plan(where, "packed_sequence.packed_sequence_size",
-                          packed["packed_sequence_size"],
-                          "packed sequences attend within documents, not modelled")
+    _packed(data, job, where)
     _model(data, job, where)
+    _dataset(data, job, where)
+    _loss(data, job, where)
     _batch(data, job, where)
     _parallelism(data, job, where)
     _optimizer(data, job, where)
     return job
+
+
+# AutoModel's reading of a YAML string (components/config/loader.py at 36044ad3d,
+# translate_value): these exact spellings, else a Python literal where one parses
+_SPECIAL = {"none": None, "None": None, "true": True, "True": True, "false": False,
+            "False": False}
+
+
+def _translated(value: Any, key: str = "") -> Any:
+    """The recipe as AutoModel's ConfigNode reads it (loader.py at 36044ad3d, ConfigNode._wrap
+    and translate_value): every string but a `_target_`'s or an `*_fn`'s (import paths) is
+    translated, "none"/"None" to None (so `dp_size: none` is AutoModel's inferred dp),
+    "true"/"True" and "false"/"False" to booleans, else ast.literal_eval's literal where it
+    parses (a quoted "8" is 8, "1e-8" a float), else kept; a string over 1000 characters is
+    kept, and one naming an environment variable ($VAR, ${VAR,default}, which AutoModel
+    resolves first) is kept as written."""
+    if isinstance(value, dict):
+        return {k: _translated(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_translated(v) for v in value]
+    if not isinstance(value, str) or key == "_target_" or key.endswith("_fn") \
+            or "$" in value or len(value) > 1000:
+        return value
+    if value in _SPECIAL:
+        return _SPECIAL[value]
+    try:
+        return ast.literal_eval(value)
+    except Exception:  # noqa: BLE001 (translate_value's own fallback: the string)
+        return value
+
+
+def _packed(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    """packed_sequence: a packed_sequence_size > 0 packs the samples into rows of that many
+    tokens (recipes/llm/train_ft.py at 36044ad3d), refused (attention within documents is not
+    modelled); 0, its default, packs nothing, and its other settings then do nothing."""
+    packed = section(data, "packed_sequence", where)
+    size = packed.get("packed_sequence_size")
+    if whole(size or 0, "packed_sequence.packed_sequence_size", where, minimum=0):
+        raise refuse_plan(where, "packed_sequence.packed_sequence_size", size,
+                          "packed sequences attend within documents, not modelled")
+    for key, value in packed.items():
+        if key == "packed_sequence_size":
+            job.took("packed_sequence.packed_sequence_size", value,
+                     "no packing: each sample its own row")
+        else:
+            job.skipped(f"packed_sequence.{key}", value, "no effect without packing "
+                                                         "(packed_sequence_size 0)")
 
 
 def _flag(data: dict[str, Any], key: str, where: str) -> bool:
@@ -145,15 +210,75 @@ def _layer_compile(data: dict[str, Any], where: str) -> tuple[bool, str]:
     return True, "each decoder layer torch.compiled (FSDP2Manager.maybe_compile): stack compiled"
 
 
+def _torch_dtype(data: dict[str, Any], where: str) -> Any:
+    """model.torch_dtype as AutoModel takes it: "auto" (from_pretrained's and from_config's
+    default, nemo_automodel/_transformers/auto_model.py at 36044ad3d) is the model config's
+    torch_dtype, as a section without it; None for either."""
+    dtype = section(data, "model", where).get("torch_dtype")
+    return None if dtype is None or str(dtype) == "auto" else dtype
+
+
 def _fp32_parameters(data: dict[str, Any], where: str) -> bool:
-    """Whether the model is built in float32 (model.torch_dtype; else bfloat16, the config's
-    torch_dtype of the models AutoModel benchmarks)."""
-    dtype = str(section(data, "model", where).get("torch_dtype", "bfloat16")).removeprefix(
-        "torch.")
+    """Whether the model is built in float32 (model.torch_dtype; else, or "auto", bfloat16, the
+    config's torch_dtype of the models AutoModel benchmarks)."""
+    dtype = str(_torch_dtype(data, where) or "bfloat16").removeprefix("torch.")
     if dtype not in ("bfloat16", "bf16", "float32", "fp32"):
         raise refuse_plan(where, "model.torch_dtype", dtype, "AutoModel trains bfloat16 or "
-                                                             "float32 parameters")
+                                                             "float32 parameters (or auto: the "
+                                                             "model config's)")
     return dtype in ("float32", "fp32")
+
+
+# How AutoModel builds each Hugging Face model_type perfmodel reads, without force_hf
+# (nemo_automodel/_transformers/model_init.py at 36044ad3d, get_is_hf_model and
+# _resolve_custom_model_cls_for_config: its own class where registry.py MODEL_ARCH_MAPPING has
+# the config's architectures[0], the type's <Family>ForCausalLM; Hugging Face's otherwise):
+# "backend", its own class builds the attention, linears and norms from model.backend
+# (components/models/{qwen3_moe,deepseek_v3,gpt_oss,glm4_moe}: initialize_attn_module_and_func,
+# initialize_linear_module, initialize_rms_norm_module); "hf-attention", its own class keeps
+# Hugging Face's attention interface (config._attn_implementation: model.attn_implementation)
+# for unpacked batches, backend.attn only for packed ones, and torch's nn.Linear
+# (components/models/{llama,qwen2,qwen3}/model.py). Any other type (mistral, mixtral, gemma,
+# qwen2_moe, deepseek_v2, olmoe, gpt2, ...) is Hugging Face's.
+_OWN = {"qwen3_moe": "backend", "deepseek_v3": "backend", "gpt_oss": "backend",
+        "glm4_moe": "backend", "llama": "hf-attention", "qwen2": "hf-attention",
+        "qwen3": "hf-attention"}
+# the "hf-attention" classes whose RMSNorm is model.backend.rms_norm's (initialize_rms_norm_
+# module); qwen3's is Hugging Face's Qwen3RMSNorm
+_OWN_NORMS = {"llama", "qwen2"}
+# the model_type of each preset of HF_PRESETS (its source config.json's)
+_PRESET_TYPES = {"deepseek-v3": "deepseek_v3", "qwen3-30b-a3b": "qwen3_moe",
+                 "qwen3-235b-a22b": "qwen3_moe", "qwen3-32b": "qwen3", "gpt-oss-120b": "gpt_oss",
+                 "llama3.1-8b": "llama", "llama3.1-70b": "llama", "llama3.1-405b": "llama",
+                 "llama3-8b": "llama", "llama3-70b": "llama", "llama2-7b": "llama",
+                 "llama2-70b": "llama", "mistral-7b": "mistral", "mixtral-8x7b": "mixtral",
+                 "mixtral-8x22b": "mixtral"}
+# Hugging Face's attn_implementation values perfmodel reads (eager: unfused; the others fused
+# kernels); absent, AutoModel's DEFAULT_ATTN_IMPLEMENTATION (_transformers/kernel_patches.py at
+# 36044ad3d: flash_attention_2 with flash-attn installed, else sdpa), fused either way
+_HF_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
+# the model types Liger patches in place (liger_kernel/transformers/monkey_patch.py
+# MODEL_TYPE_TO_APPLY_LIGER_FN at linkedin/Liger-Kernel 1f1a4b8d6, AutoModel's pin), of those
+# perfmodel reads: its RMSNorm, RoPE and SwiGLU Triton kernels
+_LIGER_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma"}
+_CAUSAL_LM = ("NeMoAutoModelForCausalLM.from_pretrained", "NeMoAutoModelForCausalLM.from_config")
+_OWN_PREFIX = "nemo_automodel.components.models."
+# model's keys read below, or said why not
+_MODEL_READ = {"_target_", "pretrained_model_name_or_path", "config", "torch_dtype", "backend",
+               "attn_implementation", "force_hf", "use_liger_kernel", "use_sdpa_patching",
+               "sdpa_method"}
+_MODEL_SKIPPED = {
+    "trust_remote_code": "loading the model's own code",
+    "output_hidden_states": "every layer's output returned beside the logits: tensors the "
+                            "backward keeps anyway",
+    "load_base_model": "whether the checkpoint's weights are loaded",
+}
+_CONFIG_SKIPPED = {
+    "_target_": "the config's loader",
+    "pretrained_model_name_or_path": "",
+    "name_or_path": "the config's name",
+    "trust_remote_code": "loading the model's own code",
+}
 
 
 def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
@@ -175,34 +300,45 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.needs_model = (f"model {hf}: a Hugging Face model perfmodel has no preset of (give "
                            "--model: a local copy of its config.json)")
         job.took("model.pretrained_model_name_or_path", hf, "give --model")
-    dtype = str(model.get("torch_dtype", "bfloat16")).removeprefix("torch.")
+    for key, value in model.items():
+        if key in _MODEL_SKIPPED:
+            job.skipped(f"model.{key}", value, _MODEL_SKIPPED[key])
+        elif key not in _MODEL_READ:
+            job.strange(f"model.{key}", value)
+    for key, value in config.items():
+        if key not in _CONFIG_SKIPPED:  # an override of the Hugging Face config's field
+            job.strange(f"model.config.{key}", value, "overrides the Hugging Face config: the "
+                                                      "model is the preset's or --model's as "
+                                                      "they are")
+        elif _CONFIG_SKIPPED[key]:
+            job.skipped(f"model.config.{key}", value, _CONFIG_SKIPPED[key])
+    dtype = _torch_dtype(data, where)
     master = _fp32_parameters(data, where)
     job.fix("dtype", "bf16")
     if not master:  # Adam over bf16 parameters: bf16 states, no fp32 copy; bf16 shards
         job.fix("optimizer_dtype", "bf16")
         job.fix("grad_dtype", "bf16")
-    job.took("model.torch_dtype", dtype, "fp32 master parameters (FSDP2 computes in bf16)"
+    job.took("model.torch_dtype", str(dtype or model.get("torch_dtype", "bfloat16")).removeprefix(
+        "torch."), "fp32 master parameters (FSDP2 computes in bf16)"
              if master else "bf16 parameters: torch's Adam keeps its states in bf16 and no "
                             "fp32 master (Transformer Engine's FusedAdam: its own, below)"
-             + ("" if "torch_dtype" in model else " (the model config's torch_dtype)"))
+             + ("" if dtype is not None else " (the model config's torch_dtype"
+                + (": auto, from_pretrained's default)" if "torch_dtype" in model else ")")))
     backend = section(model, "backend", where)
-    attn = str(backend.get("attn", "sdpa"))
-    if attn not in ("te", "sdpa", "flex", "cudnn", "eager"):
-        raise refuse_plan(where, "model.backend.attn", attn,
-                          "perfmodel reads AutoModel's te, sdpa, flex, cudnn (fused) and eager "
-                          "(unfused); tilelang's and DeepSeek V4's torch are not modelled")
-    job.fix("flash_attention", attn != "eager")
-    job.took("model.backend.attn", attn, "unfused attention (flash_attention false)"
-             if attn == "eager" else "fused attention (flash_attention)")
-    compiled = bool(section(data, "compile", where).get("enabled")) \
-        or _layer_compile(data, where)[0]
-    # TE's and QuACK's (CuTe DSL) norms and linears fuse their element-wise work
-    fused = bool({"te", "quack"} & {str(backend.get(k, "")) for k in ("rms_norm", "linear")})
+    compiled = _compile(data, job, where) or _layer_compile(data, where)[0]
     job.fix("stack", "compiled" if compiled else "eager")
-    job.fix("kernels", "compiled" if compiled else "fused" if fused else "eager")
-    job.took("model.backend", " ".join(f"{k}={v}" for k, v in backend.items()
-                                       if k in ("attn", "linear", "rms_norm")) or "default",
-             f"stack {job.plan['stack']}, kernels {job.plan['kernels']}")
+    if compiled:
+        job.fix("kernels", "compiled")
+    own = _own_type(model, where)
+    job.took("model._target_", model["_target_"], f"AutoModel's own {own} class" if own else
+             "AutoModel's own class where its registry has the model's architecture, else "
+             "Hugging Face's (below)")
+    mtype = own or (_PRESET_TYPES.get(preset) if preset else None)
+    if mtype is None:  # the model comes with --model: its type decides once it is known
+        job.with_model.append(lambda spec: _implementation(data, job, where,
+                                                           _type_of(spec, where), True))
+    else:
+        _implementation(data, job, where, mtype, False)
     _backend_rest(backend, data, job, where)
     if backend.get("fake_balanced_gate"):
         noise = backend.get("fake_gate_noise", 0.0)
@@ -215,35 +351,285 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.took("model.backend.fake_balanced_gate", True,
                  "token t's experts t k .. t k + k - 1: every expert the same tokens "
                  "(routing_imbalance 1), routing round_robin")
-    seq = section(data, "dataset", where).get("seq_len")
-    if seq is not None:
-        job.model["seq_len"] = whole(seq, "dataset.seq_len", where)
-        job.took("dataset.seq_len", seq, f"seq_len {seq}")
+
+
+def _compile(data: dict[str, Any], job: JobConfig, where: str) -> bool:
+    """compile: CompileConfig (components/utils/compile_utils.py at 36044ad3d) torch.compiles
+    the model with enabled true; Inductor's default mode read as the compiled stack, the CUDA
+    graphs of reduce-overhead and max-autotune refused; its other settings named."""
+    settings = section(data, "compile", where)
+    enabled = settings.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise refuse_plan(where, "compile.enabled", enabled, "true or false")
+    mode = settings.get("mode") or "default"
+    if enabled and mode not in ("default", "max-autotune-no-cudagraphs"):
+        raise refuse_plan(where, "compile.mode", mode, "torch.compile's CUDA graphs "
+                                                       "(reduce-overhead, max-autotune) are not "
+                                                       "read: give default")
+    for key, value in settings.items():
+        if key == "enabled":
+            job.took("compile.enabled", value, "the model torch.compiled: stack compiled"
+                     if value else "off")
+        else:
+            job.skipped(f"compile.{key}", value, "how Inductor compiles (its kernels costed as "
+                                                 "Inductor's)" if enabled else "compile off")
+    return enabled
+
+
+def _own_type(model: dict[str, Any], where: str) -> str | None:
+    """The model_type of AutoModel's own class where model._target_ names one
+    (nemo_automodel.components.models.<type>...: "backend" or "hf-attention" above), None for
+    NeMoAutoModelForCausalLM (its registry decides by the model); any other target refused (a
+    build function, another task's auto class, transformers' own)."""
+    target = str(model.get("_target_", "(not given)"))
+    if target.startswith(_OWN_PREFIX) and target.split(".")[3] in _OWN:
+        return target.split(".")[3]
+    if not target.endswith(_CAUSAL_LM):
+        raise refuse_plan(where, "model._target_", target,
+                          "perfmodel reads NeMoAutoModelForCausalLM's from_pretrained and "
+                          f"from_config and AutoModel's own classes ({_OWN_PREFIX}<type>: "
+                          f"{', '.join(_OWN)})")
+    return None
+
+
+def _type_of(spec: Any, where: str) -> str:
+    """The Hugging Face model_type of a model given by --model: a Hugging Face config.json's
+    (TransformerSpec.source), or a preset's; a spec file does not say which implementation
+    AutoModel would build."""
+    source = str(getattr(spec, "source", ""))
+    if source.startswith("Hugging Face config (") and source.endswith(")"):
+        return source.removeprefix("Hugging Face config (").removesuffix(")")
+    if spec.name in _PRESET_TYPES:
+        return _PRESET_TYPES[spec.name]
+    raise refuse_plan(where, "model", spec.name,
+                      "AutoModel builds its own implementation or Hugging Face's by the model's "
+                      "config.json (architectures: _transformers/registry.py): give --model as "
+                      "a Hugging Face config.json or a preset of one")
+
+
+def _settle(job: JobConfig, key: str, value: Any, later: bool) -> None:
+    """Fix a plan field the model decides: once the model is known (later), resolve_plan has
+    put the command line's value in already; one that differs is refused, as resolve_plan
+    refuses a contradiction of the config."""
+    given = job.plan.get(key)
+    if later and key in job.plan and given != value and str(given) != str(value):
+        flag = (f"--attention {'flash' if given else 'unfused'}" if key == "flash_attention"
+                else f"--{key.replace('_', '-')} {given}")
+        raise PlanError(f"{flag} contradicts the config's {key} {value} ({job.path}); drop one")
+    job.fix(key, value)
+
+
+def _implementation(data: dict[str, Any], job: JobConfig, where: str, mtype: str,
+                    later: bool) -> None:
+    """The attention, the element-wise kernels and the context-parallel exchange of the
+    implementation AutoModel builds for a model_type: its own class ("backend" or
+    "hf-attention", _OWN) or, with model.force_hf true or a type its registry lacks, Hugging
+    Face's (auto_model.py at 36044ad3d, _build_model): attention by model.attn_implementation
+    (with cp_size > 1 sdpa, _apply_preload_overrides), Liger's kernels patched in with
+    use_liger_kernel (default true) and tp_size = cp_size = 1."""
+    model = section(data, "model", where)
+    backend = section(model, "backend", where)
+    force = model.get("force_hf", False)
+    if not isinstance(force, bool):
+        raise refuse_plan(where, "model.force_hf", force, "true or false")
+    own = str(model.get("_target_", "")).startswith(_OWN_PREFIX)
+    kind = _OWN.get(mtype, "hf") if own or not force else "hf"
+    if "force_hf" in model:
+        job.took("model.force_hf", force, "no effect: the target is AutoModel's own class"
+                 if own else "Hugging Face's implementation (model_init.py: force_hf)" if force
+                 else f"AutoModel's own {mtype} class" if kind != "hf"
+                 else f"Hugging Face's implementation (AutoModel has no {mtype} class)")
+    tp, cp = _degree(data, "tp", where), _degree(data, "cp", where)
+    if kind == "backend":
+        attn = _backend_attention(backend, model, mtype, job, where)
+        flash = attn != "eager"
     else:
-        job.needs_seq_len = "dataset.seq_len is not given (the dataset's samples set it)"
+        attn = "hf"
+        flash = _hf_attention(model, backend, mtype, kind, cp, job, where)
+    _settle(job, "flash_attention", flash, later)
+    if cp > 1:  # TE's attention rotates K/V around the ring; torch's SDPA gathers
+        _settle(job, "cp_comm", "p2p" if attn == "te" else "allgather", later)
+    fused, why = _element_wise(model, backend, mtype, kind, tp, cp, job, where)
+    if job.plan.get("stack") != "compiled":
+        _settle(job, "kernels", "fused" if fused else "eager", later)
+    kernels = job.plan["kernels"]
+    if kind == "hf":
+        if backend:
+            job.skipped("model.backend", "...", "not applied to Hugging Face's implementation "
+                                                "(model_init.py _init_model: AutoModel's own "
+                                                "classes only)")
+        job.took("model", mtype, f"Hugging Face's implementation: {why}: kernels {kernels}")
+    else:
+        job.took("model.backend", " ".join(f"{k}={backend[k]}" for k in
+                                           ("attn", "linear", "rms_norm") if k in backend)
+                 or "attn, linear, rms_norm not given", f"AutoModel's own {mtype} class: "
+                 f"{why}: stack "
+                 f"{job.plan['stack']}, kernels {kernels}")
+    if kind != "hf" and "use_liger_kernel" in model:
+        job.skipped("model.use_liger_kernel", model["use_liger_kernel"],
+                    "no effect: AutoModel patches Liger into Hugging Face's classes only "
+                    "(auto_model.py: not is_custom_model)")
+    for key in ("use_sdpa_patching", "sdpa_method"):
+        if key in model:  # _patch_attention: torch's sdpa_kernel over the model's forward
+            job.skipped(f"model.{key}", model[key], "which of SDPA's fused kernels torch "
+                                                    "takes (cuDNN, flash, efficient): the "
+                                                    "attention is costed as the fused one")
+
+
+def _backend_attention(backend: dict[str, Any], model: dict[str, Any], mtype: str,
+                       job: JobConfig, where: str) -> str:
+    """model.backend.attn of a "backend" class: BackendConfig's default te (with Transformer
+    Engine installed and CUDA available, as in AutoModel's container; components/models/common/
+    utils.py at 36044ad3d); te, sdpa, flex, cudnn fused, eager unfused, the rest refused.
+    model.attn_implementation does not reach it."""
+    attn = str(backend.get("attn", "te"))
+    if attn not in ("te", "sdpa", "flex", "cudnn", "eager"):
+        raise refuse_plan(where, "model.backend.attn", attn,
+                          "perfmodel reads AutoModel's te, sdpa, flex, cudnn (fused) and eager "
+                          "(unfused); tilelang's and DeepSeek V4's torch are not modelled")
+    job.took("model.backend.attn", attn if "attn" in backend else "te (not given)",
+             ("unfused attention (flash_attention false)" if attn == "eager"
+              else "fused attention (flash_attention)")
+             + ("" if "attn" in backend else ": BackendConfig's default with Transformer "
+                                             "Engine installed, as in AutoModel's container"))
+    if "attn_implementation" in model:
+        job.skipped("model.attn_implementation", model["attn_implementation"],
+                    f"no effect: AutoModel's own {mtype} class attends with model.backend.attn")
+    return attn
+
+
+def _hf_attention(model: dict[str, Any], backend: dict[str, Any], mtype: str, kind: str,
+                  cp: int, job: JobConfig, where: str) -> bool:
+    """Whether Hugging Face's attention interface runs fused: model.attn_implementation (eager
+    unfused; sdpa, flash_attention_2 and _3 fused; absent, AutoModel's default, fused), sdpa
+    for Hugging Face's implementation with cp_size > 1 (_apply_preload_overrides)."""
+    impl = model.get("attn_implementation")
+    if impl is not None and impl not in _HF_ATTENTION:
+        raise refuse_plan(where, "model.attn_implementation", impl,
+                          f"perfmodel reads {', '.join(_HF_ATTENTION)} (Hugging Face's "
+                          "attention interface)")
+    forced = kind == "hf" and cp > 1
+    flash = forced or impl != "eager"
+    job.took("model.attn_implementation", "flash_attention_2 or sdpa (not given)"
+             if impl is None else impl,
+             ("fused attention (flash_attention)" if flash else "unfused attention "
+              "(flash_attention false)")
+             + (f": cp_size {cp} takes sdpa (_apply_preload_overrides)" if forced and impl
+                not in (None, "sdpa") else ": AutoModel's DEFAULT_ATTN_IMPLEMENTATION"
+                if impl is None else ""))
+    if "attn" in backend:
+        job.skipped("model.backend.attn", backend["attn"],
+                    f"only packed sequences' attention in AutoModel's own {mtype} class "
+                    "(unpacked: Hugging Face's interface, model.attn_implementation)"
+                    if kind == "hf-attention" else "not applied to Hugging Face's "
+                                                   "implementation")
+    return flash
+
+
+def _element_wise(model: dict[str, Any], backend: dict[str, Any], mtype: str, kind: str,
+                  tp: int, cp: int, job: JobConfig, where: str) -> tuple[bool, str]:
+    """Whether the norms and linears run fused kernels, and why: a "backend" class's
+    model.backend.rms_norm and linear (BackendConfig's defaults torch_fp32 and te with Transformer
+    Engine installed; TE's or QuACK's fused); an "hf-attention" class's torch nn.Linear (QuACK's
+    swapped in where model.backend names it, model_init.py _apply_backend_module_overrides)
+    and llama's and qwen2's model.backend.rms_norm; Hugging Face's, Liger's kernels."""
+    norm = str(backend.get("rms_norm", "torch_fp32"))
+    linear = str(backend.get("linear", "te"))
+    if kind == "backend":
+        fused = bool({"te", "quack"} & {norm, linear})
+        said = ", ".join(f"{k} {v}" + ("" if k in backend else " (default)")
+                         for k, v in (("rms_norm", norm), ("linear", linear)))
+        return fused, ("TE's or QuACK's norms or linears" if fused else "torch's norms and "
+                       "linears") + f" ({said}" + (
+            "; the defaults BackendConfig's with Transformer Engine installed, as in "
+            "AutoModel's container)" if "(default)" in said else ")")
+    if kind == "hf-attention":
+        own_norm = mtype in _OWN_NORMS
+        fused = linear == "quack" or own_norm and norm in ("te", "quack")
+        for key, applies in (("linear", linear == "quack"), ("rms_norm", own_norm)):
+            if key in backend and not applies:
+                job.skipped(f"model.backend.{key}", backend[key],
+                            f"not applied: AutoModel's own {mtype} class keeps "
+                            + ("torch's nn.Linear (QuACK's alone swapped in)" if key == "linear"
+                               else "Hugging Face's Qwen3RMSNorm"))
+        return fused, ", ".join((f"rms_norm {norm}" + ("" if "rms_norm" in backend else
+                                                        " (BackendConfig's default)")
+                                 if own_norm else "Hugging Face's RMSNorm",
+                                 "QuACK's linears" if linear == "quack"
+                                 else "torch's nn.Linear"))
+    liger = model.get("use_liger_kernel", True)
+    if not isinstance(liger, bool):
+        raise refuse_plan(where, "model.use_liger_kernel", liger, "true or false")
+    fused = liger and tp == 1 and cp == 1 and mtype in _LIGER_TYPES
+    why = ("Liger's RMSNorm, RoPE and gated-MLP kernels (use_liger_kernel, its default true; "
+           "AutoModel's container installs liger-kernel on x86_64)" if fused
+           else "Liger off (use_liger_kernel false)" if not liger
+           else f"Liger off with tp_size {tp}, cp_size {cp} (_apply_preload_overrides)"
+           if tp > 1 or cp > 1 else f"no Liger kernels for {mtype}")
+    if "use_liger_kernel" in model:
+        job.took("model.use_liger_kernel", liger, why)
+    if fused:
+        job.notes.append("model.use_liger_kernel: AutoModel's container has liger-kernel on "
+                         "x86_64 hosts only (its pyproject.toml): on an aarch64 one (GB200) "
+                         "Hugging Face's norms, RoPE and gated MLP run op by op; give "
+                         "use_liger_kernel false for that run")
+    return fused, why
+
+
+# the losses perfmodel models (components/loss at 36044ad3d), by class, and their keys that do
+# not change the cost
+_LOSSES = ("MaskedCrossEntropy", "TEParallelCrossEntropy")
+_LOSS_SKIPPED = {"ignore_index": "the label that masks a token (the same work)",
+                 "reduction": "how the token losses are summed (the same work)",
+                 "tp_group": "the group the loss reduces over (a runtime argument)"}
+
+
+def _loss(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    """loss_fn: AutoModel builds the recipe's loss from it and has no default
+    (recipes/llm/train_ft.py at 36044ad3d, setup: self.cfg.loss_fn.build(), and
+    RecipeConfig.loss_fn is None without the section: the recipe fails), so a recipe without
+    one is refused; MaskedCrossEntropy and TEParallelCrossEntropy are read, any other target
+    (FusedLinearCrossEntropy, Apple's cut cross entropy over the hidden states, the logits
+    never whole; ChunkedCrossEntropy; distillation losses) refused."""
     loss = section(data, "loss_fn", where)
-    target = str(loss.get("_target_", ""))
-    if target.rsplit(".", 1)[-1] == "TEParallelCrossEntropy":
+    target = str(loss.get("_target_", "(not given)"))
+    name = target.rsplit(".", 1)[-1]
+    if name not in _LOSSES:
+        raise refuse_plan(where, "loss_fn._target_", target,
+                          "perfmodel reads AutoModel's nemo_automodel.components.loss."
+                          "masked_ce.MaskedCrossEntropy and te_parallel_ce."
+                          "TEParallelCrossEntropy (a recipe without loss_fn does not run: "
+                          "train_ft.py builds it, with no default)")
+    for key, value in loss.items():
+        if key in _LOSS_SKIPPED:
+            job.skipped(f"loss_fn.{key}", value, _LOSS_SKIPPED[key])
+        elif key not in ("_target_", "fp32_upcast", "chunk_size"):
+            job.strange(f"loss_fn.{key}", value)
+    if name == "TEParallelCrossEntropy":
         # nemo_automodel/components/loss/te_parallel_ce.py: Transformer Engine's parallel cross
         # entropy kernel (the logits' gradient in place in them)
         job.fix("cross_entropy", "te")
         job.took("loss_fn._target_", target, "cross_entropy te (Transformer Engine's fused "
                                              "cross entropy)")
-    masked = target.rsplit(".", 1)[-1] == "MaskedCrossEntropy"
-    if masked and loss.get("chunk_size") is not None:
+        if "fp32_upcast" in loss:
+            job.skipped("loss_fn.fp32_upcast", loss["fp32_upcast"],
+                        "the loss's own buffers (perfmodel counts fp32 logits)")
+        return
+    if loss.get("chunk_size") is not None:
         # components/loss/masked_ce.py: _ChunkedMaskedCESum, one fp32 chunk at a time and the
         # bf16 logits kept (their gradient in place with inplace_grad)
         raise refuse_plan(where, "loss_fn.chunk_size", loss["chunk_size"],
                           "MaskedCrossEntropy's chunked loss (one fp32 chunk at a time) is not "
                           "modelled: leave chunk_size out")
     tp = _degree(data, "tp", where)
-    if masked and tp > 1:
+    if tp > 1:
         job.notes.append(f"loss_fn MaskedCrossEntropy with tp_size {tp}: AutoModel gathers the "
                          "whole vocabulary's logits on every rank for its loss (full_tensor); "
                          f"perfmodel counts the loss's buffers over tp ({tp} x too few) and no "
                          "gather of them")
-    if "fp32_upcast" in loss and masked:
+    if "fp32_upcast" in loss:
         # components/loss/masked_ce.py: logits.float() only with fp32_upcast (its default, True)
+        job.took("loss_fn._target_", target, "MaskedCrossEntropy (its fp32_upcast below)")
         upcast = loss["fp32_upcast"]
         if not isinstance(upcast, bool):
             raise refuse_plan(where, "loss_fn.fp32_upcast", upcast, "true or false")
@@ -252,13 +638,84 @@ def _model(data: dict[str, Any], job: JobConfig, where: str) -> None:
                  "cross_entropy torch (F.cross_entropy on fp32 copies of the logits)" if upcast
                  else "cross_entropy no-upcast (F.cross_entropy on the bf16 logits, no fp32 "
                       "copy)")
-    elif masked:  # fp32_upcast's default, True
+    else:  # fp32_upcast's default, True
         job.fix("cross_entropy", "torch")
         job.took("loss_fn._target_", target, "cross_entropy torch (F.cross_entropy on fp32 "
                                              "copies of the logits: fp32_upcast's default)")
-    elif "fp32_upcast" in loss:
-        job.skipped("loss_fn.fp32_upcast", loss["fp32_upcast"],
-                    "the loss's own buffers (perfmodel counts fp32 logits)")
+
+
+# Each dataset class's sequence-length argument (nemo_automodel/components/datasets/llm at
+# 36044ad3d): every sample exactly that long for the mock, nanoGPT and Megatron pretraining
+# datasets (MegatronPretraining's default 2048, the mock's 1024); the instruction and chat
+# datasets pad to it only with padding max_length and cut to it only with truncation
+# (formatting_utils._package_tokenized_example), else each sample is its own length
+_SEQ_KEYS = {"MockIterableDataset": "seq_len", "NanogptDataset": "seq_len",
+             "MegatronPretraining": "seq_length", "ChatDataset": "seq_length",
+             "ColumnMappedTextInstructionDataset": "seq_length", "make_squad_dataset":
+             "seq_length", "make_xlam_dataset": "seq_length"}
+_FIXED_LENGTH = {"MockIterableDataset", "NanogptDataset", "MegatronPretraining"}
+# (mock_iterable_dataset.py: MockIterableDataset(seq_len=1024); NanogptDataset has no default)
+_SEQ_DEFAULTS = {"MegatronPretraining": 2048, "MockIterableDataset": 1024}
+
+
+def _dataset(data: dict[str, Any], job: JobConfig, where: str) -> None:
+    """The dataset's sequence length where its class fixes one (_SEQ_KEYS), else --seq-len;
+    its other keys (its source, split, tokenizer ...) named as not changing the step."""
+    dataset = section(data, "dataset", where)
+    target = str(dataset.get("_target_", ""))
+    name = target.rsplit(".", 1)[-1]
+    key = _SEQ_KEYS.get(name, None if target else "seq_len")
+    value = dataset.get(key, _SEQ_DEFAULTS.get(name)) if key else None
+    padding, cut = dataset.get("padding"), dataset.get("truncation")
+    fixed = name in _FIXED_LENGTH or not target or (
+        padding == "max_length" and cut not in (None, False, "do_not_truncate"))
+    sets = bool(key) and value is not None and fixed
+    if target:
+        job.took("dataset._target_", target, f"its {key} the sequence length" if sets
+                 else f"its {key} a bound only" if key and value is not None
+                 else "its samples' lengths the sequence length (give --seq-len)")
+    if sets:
+        job.model["seq_len"] = whole(value, f"dataset.{key}", where)
+        job.took(f"dataset.{key}", value, f"seq_len {value}" + (
+            "" if key in dataset else f" ({name}'s default)") + (
+            f" (padding max_length, truncation {cut}: every sample that long)"
+            if name not in _FIXED_LENGTH and target else ""))
+    elif key and value is not None:
+        job.needs_seq_len = (f"dataset.{key} {value} is a bound, not the length (padding "
+                             f"{padding or 'do_not_pad'}, truncation {cut or 'off'}: each "
+                             "sample its own length)")
+        job.skipped(f"dataset.{key}", value, "a bound: the samples' own lengths (give "
+                                             "--seq-len)")
+    else:
+        job.needs_seq_len = (f"dataset.{key or 'seq_len'} is not given (the dataset's samples "
+                             "set it)")
+    local = section(data, "step_scheduler", where).get("local_batch_size", 1)
+    # the benchmark recipe sets the mock dataset's batch_size to local_batch_size
+    # (recipes/llm/benchmark.py at 36044ad3d); the others take it as given
+    bench = str(data.get("recipe", "")) == "BenchmarkingRecipeForNextTokenPrediction"
+    for other, given in dataset.items():
+        if other in ("_target_", key):
+            continue
+        if other == "batch_size" and name == "MockIterableDataset" and not bench \
+                and given != local:
+            raise refuse_plan(where, "dataset.batch_size", given,
+                              "MockIterableDataset yields batches of batch_size samples: give "
+                              f"step_scheduler.local_batch_size ({local}) the same")
+        if other == "batch_size" and name == "MockIterableDataset":
+            job.skipped("dataset.batch_size", given, "set to local_batch_size by the benchmark "
+                                                     "recipe" if bench else "local_batch_size's")
+        elif other in ("padding", "truncation") and key and target:
+            if sets:
+                job.took(f"dataset.{other}", given, f"with dataset.{key}: every sample that long")
+            else:
+                job.skipped(f"dataset.{other}", given, f"dataset.{key} a bound only: each "
+                                                       "sample its own length")
+        elif other in ("seq_len", "seq_length"):
+            job.strange(f"dataset.{other}", given, f"not {name or 'the dataset'}'s sequence "
+                                                   "length argument")
+        else:
+            job.skipped(f"dataset.{other}", given, "the data (its source, split, tokens): not "
+                                                   "the step's shape")
 
 
 def _batch(data: dict[str, Any], job: JobConfig, where: str) -> None:
@@ -270,10 +727,15 @@ def _batch(data: dict[str, Any], job: JobConfig, where: str) -> None:
     job.took("step_scheduler.global_batch_size", gbs, f"global_batch {gbs}")
     job.took("step_scheduler.local_batch_size", lbs, "samples per data-parallel rank per "
                                                      "gradient-accumulation step")
-    for key in ("ckpt_every_steps", "val_every_steps", "num_epochs", "max_steps",
-                "gc_every_steps"):
-        if key in steps:
-            job.skipped(f"step_scheduler.{key}", steps[key], "the run's length")
+    for key, value in steps.items():
+        if key in ("ckpt_every_steps", "val_every_steps", "num_epochs", "max_steps",
+                   "gc_every_steps"):
+            job.skipped(f"step_scheduler.{key}", value, "the run's length")
+        elif key in ("save_checkpoint_every_epoch", "log_remote_every_steps",
+                     "loss_average_window_steps"):
+            job.skipped(f"step_scheduler.{key}", value, "the run's checkpoints and logging")
+        elif key not in ("global_batch_size", "local_batch_size"):
+            job.strange(f"step_scheduler.{key}", value)
 
 
 def _degree(data: dict[str, Any], key: str, where: str) -> int:
@@ -286,8 +748,11 @@ def _data_parallel(value: Any, degrees: dict[str, int], job: JobConfig, where: s
     """distributed.dp_size: AutoModel's FSDP2 mesh is pp x dp x cp x tp ranks, dp as given where
     it is > 0, else the world over tp x cp x pp (nemo_automodel/components/distributed/
     mesh_utils.py at 36044ad, _infer_dp_size and _create_fsdp2_device_mesh); so a given dp
-    fixes the world, which --gpus must then agree with (perfmodel.configs.resolve_plan)."""
+    fixes the world, which --gpus must then agree with (perfmodel.configs.resolve_plan); none
+    (AutoModel's loader reads it as None, _translated) or null: inferred as for <= 0."""
     if value is None:
+        job.took("distributed.dp_size", "none", "dp inferred: the world over tp x cp x pp "
+                                                "(_infer_dp_size)")
         return
     dp = whole(value, "distributed.dp_size", where, minimum=-(10**10))
     if dp <= 0:
@@ -318,23 +783,36 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     degrees = {key: _degree(data, key, where) for key in ("tp", "cp", "pp", "ep", "dp_replicate")}
     for key in degrees:
         dist.pop(f"{key}_size", None)
-    _data_parallel(dist.pop("dp_size", None), degrees, job, where)
+    if "dp_size" in dist:
+        _data_parallel(dist.pop("dp_size"), degrees, job, where)
     if degrees["dp_replicate"] > 1:
         raise refuse_plan(where, "distributed.dp_replicate_size", degrees["dp_replicate"],
                           "HSDP (replicated FSDP shards) is not modelled")
+    if "dp_replicate_size" in section(data, "distributed", where):
+        job.took("distributed.dp_replicate_size", section(data, "distributed", where)[
+            "dp_replicate_size"] or "none", "one replica: FSDP over every data-parallel rank "
+                                           "(no HSDP)")
     pipeline = section(dist, "pipeline", where) or section(data, "autopipeline", where)
     dist.pop("pipeline", None)
     job.fix("pp", degrees["pp"])
+    if "pp_size" in section(data, "distributed", where):
+        job.took("distributed.pp_size", degrees["pp"], f"pp {degrees['pp']}")
     if degrees["pp"] > 1:
         _pipeline(pipeline, job, where, degrees["pp"])
     for key in ("tp", "cp", "ep"):
         job.fix(key, degrees[key])
         job.took(f"distributed.{key}_size", degrees[key], f"{key} {degrees[key]}")
-    sp = bool(dist.pop("sequence_parallel", False))
+    given_sp = "sequence_parallel" in dist
+    sp = dist.pop("sequence_parallel", False)
+    if not isinstance(sp, bool):
+        raise refuse_plan(where, "distributed.sequence_parallel", sp, "true or false")
     job.fix("sequence_parallel", sp and degrees["tp"] > 1)
-    if degrees["cp"] > 1:  # TE's attention rotates K/V around the ring; torch's SDPA gathers
-        attn = str(section(section(data, "model", where), "backend", where).get("attn", "sdpa"))
-        job.fix("cp_comm", "p2p" if attn == "te" else "allgather")
+    if sp and degrees["tp"] > 1:
+        job.took("distributed.sequence_parallel", True, "sequence_parallel (the norms' and "
+                                                        "residuals' activations split over tp)")
+    elif given_sp:
+        job.skipped("distributed.sequence_parallel", sp, "no effect with tp_size 1" if sp
+                    else "off")
     old = section(data, "parallelizer", where)
     moe = section(dist, "moe", where)
     dist.pop("moe", None)
@@ -574,8 +1052,6 @@ _BACKEND_READ = {"attn", "linear", "rms_norm", "fake_balanced_gate", "fake_gate_
 _BACKEND_SKIPPED = {
     "_target_": "the backend's class",
     "rope": "RoPE's kernel: not counted apart from the element-wise ops",
-    "rope_fusion": "RoPE fused under fused kernels, or op by op with the rest under eager ones "
-                   "(or Inductor's under compiled)",
     "compile_attn": "the attention's small ops compiled: not counted apart",
     "gate_precision": "the router's small GEMM in another dtype: not counted apart",
     "dispatcher_num_sms": "DeepEP's SMs: its kernels' cost is the model's",
@@ -602,13 +1078,18 @@ def _backend_rest(backend: dict[str, Any], data: dict[str, Any], job: JobConfig,
     job.took("model.backend", "...", "clamped_glu false: a clamped GLU's clamp (GPT-OSS's) runs "
                                      "inside AutoModel's compiled activation kernel")
     for key, value in backend.items():
-        if key == "rope_fusion" and value in (False, "false", "False") \
-                and job.plan.get("kernels") == "fused":
-            # TE's fused RoPE off beside TE's norms and linears: RoPE op by op, the rest fused
-            # (a few element-wise passes: said, as Megatron's --no-rope-fusion is)
+        if key == "rope_fusion":
+            # BackendConfig.__post_init__ at 36044ad3d forces TE's fused RoPE off whatever the
+            # recipe says (components/models/common/utils.py: "temporarily force-disabled
+            # globally", AutoModel issue #3027): RoPE op by op, beside TE's norms and linears
+            # a few element-wise passes not modelled (said, as Megatron's --no-rope-fusion is)
+            forced = "" if value in (False, "false", "False") else \
+                " (forced off by AutoModel's BackendConfig, issue #3027)"
             job.skipped("model.backend.rope_fusion", value,
-                        "RoPE op by op beside fused norms and linears: its extra element-wise "
-                        "passes are not modelled (costed as the fused RoPE kernel)")
+                        f"RoPE op by op{forced}"
+                        + (" beside fused norms and linears: its extra element-wise passes "
+                           "are not modelled (costed as the fused RoPE kernel)"
+                           if job.plan.get("kernels") == "fused" else ", with the rest"))
             continue
         if key in _BACKEND_SKIPPED:
             job.skipped(f"model.backend.{key}", value, _BACKEND_SKIPPED[key])
@@ -708,6 +1189,20 @@ def stage_layers(layers: int, pp: int, per_stage: int | None, single: bool,
     return [base + (i < extra) for i in range(stages)]
 
 
+# PipelineConfig's fields (components/distributed/pipelining/config.py at 36044ad3d, and the
+# older AutoPipeline section's target), each read, refused or said why not
+_PIPELINE_READ = {"pp_schedule", "pp_schedule_csv", "pp_microbatch_size", "layers_per_stage",
+                  "round_virtual_stages_to_pp_multiple", "module_fqns_per_model_part"}
+_PIPELINE_SKIPPED = {
+    "_target_": "the pipeline's class",
+    "pp_batch_size": "set from step_scheduler.local_batch_size (recipes/llm/train_ft.py)",
+    "scale_grads_in_schedule": "where the gradients are divided (the same work)",
+    "patch_inner_model": "how the stages wrap the model's forward",
+    "patch_causal_lm_model": "how the stages wrap the model's forward",
+    "pp_seq_len": "the stages' buffer shapes (the sequence length above)",
+}
+
+
 def _pipeline(pipeline: dict[str, Any], job: JobConfig, where: str, pp: int) -> None:
     """pp > 1: the schedule, the micro-batch and AutoModel's split of the preset's layers, written
     as the Megatron-style layout perfmodel models (perfmodel.pipeline_layout)."""
@@ -716,6 +1211,14 @@ def _pipeline(pipeline: dict[str, Any], job: JobConfig, where: str, pp: int) -> 
         raise refuse_plan(where, "pipeline.pp_schedule", pipeline.get("pp_schedule"),
                           f"perfmodel models AutoModel's {', '.join(_SCHEDULES)} (no CSV "
                           "schedule)")
+    if pipeline.get("module_fqns_per_model_part"):
+        raise refuse_plan(where, "pipeline.module_fqns_per_model_part", "...",
+                          "a hand-made split of the modules is not read: give layers_per_stage")
+    for key, value in pipeline.items():
+        if key in _PIPELINE_SKIPPED:
+            job.skipped(f"pipeline.{key}", value, _PIPELINE_SKIPPED[key])
+        elif key not in _PIPELINE_READ:
+            job.strange(f"pipeline.{key}", value)
     if job.preset is None:  # the model comes with --model: split its layers once it is known
         job.with_model.append(lambda model: _split(pipeline, job, where, pp, name, model.layers))
     else:
@@ -735,13 +1238,19 @@ def _split(pipeline: dict[str, Any], job: JobConfig, where: str, pp: int, name: 
     job.fix("schedule", _SCHEDULES[name])
     job.fix("virtual_stages", v)
     job.fix("pipeline_layout", "|".join(chunks))
-    job.plan["_pp_micro_batch"] = whole(pipeline.get("pp_microbatch_size", 1),
-                                        "pipeline.pp_microbatch_size", where)
+    micro = whole(pipeline.get("pp_microbatch_size", 1), "pipeline.pp_microbatch_size", where)
+    job.plan["_pp_micro_batch"] = micro
     job.took("pipeline.pp_schedule", pipeline.get("pp_schedule", "1f1b"),
              f"schedule {_SCHEDULES[name]}, {v} stage{'s' if v > 1 else ''} a rank")
     job.took("pipeline.layers_per_stage", per, f"{len(split)} stages of "
              f"{'/'.join(str(n) for n in sorted(set(split), reverse=True))} layers: layout "
              f"{job.plan['pipeline_layout']}")
+    if "round_virtual_stages_to_pp_multiple" in pipeline:
+        job.took("pipeline.round_virtual_stages_to_pp_multiple",
+                 pipeline["round_virtual_stages_to_pp_multiple"], "the stages' count (above)")
+    job.took("pipeline.pp_microbatch_size", micro if "pp_microbatch_size" in pipeline
+             else "1 (not given)", f"micro_batch {micro} (local_batch_size / it: the "
+                                   "pipeline's micro-batches)")
 
 
 # Transformer Engine's FusedAdam, as AutoModel's YAML names it (the factory escape hatch:
@@ -769,7 +1278,14 @@ def _optimizer(data: dict[str, Any], job: JobConfig, where: str) -> None:
                           "perfmodel models Adam's states: torch's Adam and AdamW (in the "
                           "parameters' dtype) and Transformer Engine's FusedAdam "
                           f"({_TE_FUSED_ADAM[0]})")
+    if section_.get("amsgrad") is True:  # torch.optim.Adam keeps max_exp_avg_sq beside them
+        raise refuse_plan(where, "optimizer.amsgrad", True, "AMSGrad's third state is not "
+                                                            "modelled (Adam's two)")
     job.took("optimizer._target_", target, "Adam's states")
+    for key, value in section_.items():
+        if key != "_target_":
+            job.skipped(f"optimizer.{key}", value, "a hyperparameter or the kernel's mode "
+                                                   "(Adam's states whatever its rates)")
 
 
 def _dtype(value: Any, key: str, where: str) -> str:
@@ -872,6 +1388,10 @@ def finish(job: JobConfig, gpus: int) -> None:
     if local % micro:
         raise refuse_plan(job.path, "pipeline.pp_microbatch_size", micro,
                           f"must divide local_batch_size ({local})")
+    if pp > 1 and local // micro < pp:  # recipes/llm/train_ft.py at 36044ad3d asserts it
+        raise refuse_plan(job.path, "pipeline.pp_microbatch_size", micro,
+                          f"local_batch_size {local} / it must be >= pp_size {pp} (AutoModel "
+                          "asserts it)")
     job.fix("micro_batch", micro)
     if job.plan["global_batch"] % (local * dp):
         raise refuse_plan(job.path, "step_scheduler.global_batch_size", job.plan["global_batch"],

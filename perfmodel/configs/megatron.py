@@ -136,7 +136,8 @@ READ_OPTIONS: dict[str, int] = {
         "use-torch-fsdp2", "use-megatron-fsdp", "use-custom-fsdp", "grad-reduce-in-bf16",
         "use-tp-pp-dp-mapping", "multi-latent-attention", "cpu-offloading",
         "cross-entropy-loss-fusion",
-        "optimizer-cpu-offload", "account-for-embedding-in-pipeline-split",
+        "optimizer-cpu-offload", "fine-grained-activation-offloading",
+        "account-for-embedding-in-pipeline-split",
         "account-for-loss-in-pipeline-split", "squared-relu", "quick-geglu", "use-legacy-models",
         "use-mcore-models", "mock-data", "no-position-embedding", "fp8-param-gather",
         "use-rotary-position-embeddings", "first-last-layers-bf16",
@@ -558,6 +559,29 @@ def _deepspeed_world(launch: Launch, where: str, job: JobConfig) -> None:
                        f"this host): {unknown}")
 
 
+def _not_read_why(text: str, path: Path) -> str:
+    """Why a file is neither Megatron-LM arguments nor a launch script perfmodel reads: Python
+    code (torchtitan's config registry, a recipe script), another entry point than GPT's, or
+    pretrain_gpt.py named only where no shell command runs it (a quoted string, a
+    here-document an sbatch script writes)."""
+    if path.suffix == ".py" or re.search(r"^\s*(import \w|from \w[\w.]* import |def \w+\()",
+                                         text, re.M):
+        return ("Python code: perfmodel reads a job's configuration files (Megatron-LM "
+                "arguments or launch scripts, YAML, TOML, JSON), not the Python that builds one "
+                "(give the settings it sets as flags or as one of those files)")
+    scripts = set(re.findall(r"[\w./-]*?(pretrain_\w+\.py)", text))
+    others = sorted(scripts - set(SCRIPTS))
+    if others and not scripts & set(SCRIPTS):
+        return (f"runs {', '.join(others)}: perfmodel reads GPT training "
+                f"({', '.join(SCRIPTS)}), not that entry point's models")
+    if scripts & set(SCRIPTS):
+        return ("pretrain_gpt.py is named, but not as a command perfmodel reads (inside a quoted "
+                "string or a here-document, as an sbatch script writes another script): give "
+                "the script that runs it, or its arguments")
+    return ("neither a file of Megatron-LM arguments (starting with --) nor a script that runs "
+            "pretrain_gpt.py")
+
+
 def read_megatron(text: str, path: Path) -> JobConfig:
     """A Megatron-LM argument file or launch script, read."""
     where = str(path)
@@ -566,8 +590,7 @@ def read_megatron(text: str, path: Path) -> JobConfig:
     if launch is None:
         launch = argument_words(text, where)
         if launch.args and not launch.args[0].startswith("--"):
-            raise SpecError(f"{where}: neither a file of Megatron-LM arguments (starting with "
-                            "--) nor a script that runs pretrain_gpt.py")
+            raise SpecError(f"{where}: {_not_read_why(text, path)}")
     else:
         job.took("launch", " ".join(launch.shown(w) for w in launch.launcher + [launch.script]),
                  f"line {launch.line}")
@@ -1433,11 +1456,16 @@ def _plan(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
         job.fix("etp", etp, pin=given)
         take("expert_tensor_parallel_size", f"etp {etp}")
     else:
-        take("expert_tensor_parallel_size", "1")
+        take("expert_tensor_parallel_size", "no experts: no effect on a dense model")
     for dest, why in (
             ("distribute_saved_activations", "distributing the checkpointed inputs over the "
                                              "tensor-parallel ranks is not modelled"),
             ("optimizer_cpu_offload", "an optimizer on the host is not modelled"),
+            # Megatron-Core's per-module offloading (--offload-modules): its activations'
+            # copies to the host and the memory they free are not modelled
+            ("fine_grained_activation_offloading", "fine-grained activation offloading to the "
+                                                   "host is not modelled (--cpu-offloading-num-"
+                                                   "layers, Transformer Engine's, is)"),
             ("use_megatron_fsdp", "Megatron FSDP is not modelled (--use-torch-fsdp2 is: ZeRO "
                                   "stage 3)"),
             ("use_custom_fsdp", "Megatron FSDP is not modelled (--use-torch-fsdp2 is: ZeRO "

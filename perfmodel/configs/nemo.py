@@ -393,6 +393,18 @@ def _truth(value: Any) -> bool:
 
 def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str,
             override: bool) -> None:
+    # what trains another step than the model's own: a ConfigContainer's peft (LoRA adapters
+    # beside frozen weights: no weight gradients or optimizer states for them) and Bridge's
+    # distillation (DistillationProvider: a teacher's forward each step, the KD loss)
+    if data.get("peft"):
+        raise refuse_plan(where, "peft", "...", "LoRA/PEFT fine-tuning is not modelled (every "
+                                                "parameter trains here)")
+    _, model_fields = _section(data, "model", "model_config")
+    for key in ("teacher", "kd_config"):
+        if model_fields.get(key):
+            raise refuse_plan(where, f"model.{key}", "...", "knowledge distillation (a "
+                              "teacher's forward every step, the distillation loss) is not "
+                              "modelled")
     known = {"_target_"}
     for names, model in ((("model", "model_config"), True), (("train", "train_config"), False),
                          (("ddp", "ddp_config"), False),

@@ -84,7 +84,7 @@ READ_HERE = frozenset((
     "position_embedding_type", "qkv_bias", "override_vocab_size", *CAPACITY,
     "share_embeddings_and_output_weights", "fp8", "fp8_hybrid", "fp8_e4m3", "mcore_gpt", "fsdp",
     *WINDOW,
-    "transformer_block_type", "transformer_engine", "use_flash_attention",
+    "transformer_block_type", "transformer_engine", "use_flash_attention", "name",
     "num_micro_batches_with_partial_activation_checkpoints",
     "activations_checkpoint_layers_per_pipeline"))
 # model keys with the same cost whatever their value (numerics, initialization, fusions of the
@@ -115,7 +115,7 @@ HARMLESS = frozenset((
     "dist_ckpt_torch_dist_multiproc",
     "dist_ckpt_assume_constant_structure", "dist_ckpt_parallel_dist_opt",
     "dist_ckpt_load_strictness", "mock_dataset", "shape_file",
-    "use_te_rng_tracker", "target", "name", "enable_megatron_core_optim",
+    "use_te_rng_tracker", "target", "enable_megatron_core_optim",
     "tp_comm_bootstrap_backend"))
 # the gated MLPs (NeMo 1's activation values): Megatron's --swiglu (three matrices)
 GATED = ("swiglu", "fast-swiglu", "geglu", "fast-geglu", "reglu", "fast-reglu")
@@ -424,6 +424,46 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
                                   "picks the attention (its NVTE_FLASH_ATTN and NVTE_FUSED_ATTN)")
 
 
+# model.name, the layer spec Megatron-Core's model is built with (megatron_gpt_model.py
+# get_specs, NeMo 8cfedd72; "" is te_gpt with transformer_engine, else the local spec): the
+# specs of a GPT layer as modelled, and the others refused, with what they build instead
+SPECS_READ = {
+    "te_gpt": "Transformer Engine's GPT layer spec",
+    "decoder_block_gpt": "the decoder block spec: the same layers as te_gpt (or local ones)",
+    "megatron_gpt_full_te_layer_autocast": "Transformer Engine's TransformerLayer: the same "
+                                           "GEMMs and fused kernels as te_gpt",
+}
+SPECS_REFUSED = {
+    "te_gpt_hyena": "Hyena's long convolutions in place of attention (StripedHyena) are not "
+                    "modelled",
+    "megatron_falcon_gpt": "Falcon's parallel attention and MLP layer is not modelled",
+    "megatron_gemma2": "Gemma 2's layer (sliding-window attention every other layer, logit "
+                       "soft-capping, extra norms) is not modelled",
+    "modelopt": "ModelOpt's quantization layer spec is not modelled",
+}
+
+
+def _spec_name(model: dict[str, Any], job: JobConfig, where: str) -> bool:
+    """model.name, read as NeMo builds its layers (SPECS_READ, SPECS_REFUSED; only Megatron-Core's
+    model reads it: mcore_gpt true). Returns whether it names a spec NeMo builds with Transformer
+    Engine's layers whatever transformer_engine says (te_gpt, the full TE layer)."""
+    if "name" not in model:
+        return False
+    name = "" if model["name"] is None else str(model["name"])
+    if not _truth(model.get("mcore_gpt", False)):
+        job.skipped("model.name", name, "NeMo's legacy model builds no layer spec")
+        return False
+    if name in SPECS_REFUSED:
+        raise refuse_plan(where, "model.name", name, SPECS_REFUSED[name])
+    if name and name not in SPECS_READ:
+        raise refuse_plan(where, "model.name", name,
+                          "not a layer spec NeMo builds (get_specs: "
+                          + ", ".join(sorted([*SPECS_READ, *SPECS_REFUSED])) + ")")
+    job.took("model.name", name or "''", SPECS_READ.get(name, "te_gpt with transformer_engine, "
+                                                            "the local spec without"))
+    return name in ("te_gpt", "megatron_gpt_full_te_layer_autocast")
+
+
 def _truth(value: Any) -> bool:
     return value is True or str(value).strip().lower() in ("true", "1")
 
@@ -439,7 +479,8 @@ def _layers(model: dict[str, Any], settings: Settings, job: JobConfig, where: st
     legacy model (mcore_gpt false) with Transformer Engine's layers costs the same; without
     them it is refused. Returns whether the layers are the local ones."""
     mcore = _truth(model.get("mcore_gpt", False))
-    te = _truth(model.get("transformer_engine", False))
+    te_spec = _spec_name(model, job, where)  # read (and refused where it must be) either way
+    te = _truth(model.get("transformer_engine", False)) or te_spec
     for name in ("mcore_gpt", "transformer_engine"):
         if name not in model:
             job.notes.append(f"model.{name} not given: NeMo's default, false "

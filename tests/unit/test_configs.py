@@ -1049,10 +1049,19 @@ def test_automodel_fp32_parameters_are_the_master_and_a_model_without_preset_nee
     with pytest.raises(SpecError, match="org/other: a Hugging Face model perfmodel has no "
                                         "preset of.*give --model"):
         job_plan(path, gpus=8)
-    with pytest.raises(SpecError, match="dataset.seq_len is not given.*give --seq-len"):
-        job_plan(_automodel(tmp_path, **{"dataset.seq_len": None}), gpus=8)
-    assert job_plan(_automodel(tmp_path, **{"dataset.seq_len": None}), seq_len=2048,
-                    gpus=8)[1].seq_len == 2048
+    # the mock dataset without seq_len trains at its default, 1024 (AutoModel 36044ad3d
+    # mock_iterable_dataset.py), which a --seq-len must agree with
+    assert job_plan(_automodel(tmp_path, **{"dataset.seq_len": None}),
+                    gpus=8)[1].seq_len == 1024
+    with pytest.raises(SpecError, match="1024"):
+        job_plan(_automodel(tmp_path, **{"dataset.seq_len": None}), seq_len=2048, gpus=8)
+    # a dataset that fixes no length: --seq-len gives it
+    chat = "nemo_automodel.components.datasets.llm.chat_dataset.ChatDataset"
+    with pytest.raises(SpecError, match="give --seq-len"):
+        job_plan(_automodel(tmp_path, **{"dataset.seq_len": None, "dataset._target_": chat}),
+                 gpus=8)
+    assert job_plan(_automodel(tmp_path, **{"dataset.seq_len": None, "dataset._target_": chat}),
+                    seq_len=2048, gpus=8)[1].seq_len == 2048
 
 
 def test_automodel_pipeline_split_is_autopipelines():
