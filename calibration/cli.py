@@ -205,10 +205,11 @@ def import_nccl_tests_cmd(
     _refuse_mixed_gpus(result.per_source)
     if base:
         from perfmodel.specs.hardware import load_hardware
+        from perfmodel.specs.profile import gpu_difference
 
         base_gpu = load_hardware(base).gpu_name  # fail now on a wrong name, not at predict time
         logs_gpu = result.hardware.get("gpu_name")
-        if logs_gpu and _other_gpu(base_gpu, logs_gpu):
+        if logs_gpu and gpu_difference(base_gpu, logs_gpu):
             raise DataError(f"--base {base} is {base_gpu}, the logs ran on {logs_gpu}: the "
                             "profile would price these links beside another GPU's compute; give "
                             "--base a spec of the logs' GPU")
@@ -256,6 +257,8 @@ def import_nccl_tests_cmd(
 def _refuse_mixed_gpus(per_source: list[dict[str, Any]]) -> None:
     """Logs of two GPUs (A100 and H100, H100 SXM and PCIe) in one import: refused, one fit of
     their links would be neither's."""
+    from perfmodel.specs.profile import gpu_difference
+
     seen: dict[str, str] = {}  # a GPU name -> the first log that names it
     for s in per_source:
         for name in filter(None, (n.strip() for n in str(s.get("device") or "").split(" / "))):
@@ -263,39 +266,9 @@ def _refuse_mixed_gpus(per_source: list[dict[str, Any]]) -> None:
     names = list(seen)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            if _other_gpu(a, b):
+            if gpu_difference(a, b):
                 raise DataError(f"{seen[a]} ran on {a}, {seen[b]} on {b}: one profile holds one "
                                 "GPU's links; import each GPU's logs separately")
-
-
-def _gpu_form(name: str) -> str | None:
-    """'PCIe' or 'SXM' where a GPU's name says it (nvidia-smi: 'NVIDIA H100 PCIe',
-    'NVIDIA A100-SXM4-40GB'; 'NVIDIA H100 80GB HBM3' is the SXM5 board), else None."""
-    up = name.upper()
-    if "PCIE" in up:
-        return "PCIe"
-    if "SXM" in up or "HBM3" in up:
-        return "SXM"
-    return None
-
-
-def _other_gpu(a: str, b: str) -> bool:
-    """Two GPU names that name different GPUs: other model numbers (H100, MI300X), or one model
-    on other boards (H100 SXM, over NVLink, and H100 PCIe). Names without either: not told."""
-    models_a, models_b = _gpu_models(a), _gpu_models(b)
-    if models_a and models_b and not models_a & models_b:
-        return True
-    form_a, form_b = _gpu_form(a), _gpu_form(b)
-    return bool(form_a and form_b and form_a != form_b)
-
-
-def _gpu_models(name: str) -> set[str]:
-    """The model numbers in a GPU's name (H100, MI300X, GB200, L40S), to tell two GPUs apart
-    however their names are written (perfmodel.specs.profile.gpu_models, as predict compares a
-    profile's GPU with the hardware's)."""
-    from perfmodel.specs.profile import gpu_models
-
-    return gpu_models(name)
 
 
 def _preset_for(device: str | None, per_node: int | None) -> str | None:
@@ -347,10 +320,11 @@ def import_gemm_cmd(
     base_spec = None
     if base:
         from perfmodel.specs.hardware import load_hardware
+        from perfmodel.specs.profile import gpu_models
 
         base_spec = load_hardware(base)  # fail now on a wrong name, not at predict time
         peaks = _scaled_peaks(base_spec)
-        ours = _gpu_models(base_spec.gpu_name)
+        ours = gpu_models(base_spec.gpu_name)
         for dev in sorted({str(d) for p in tables for d in read_gemm_table(p)["device"]}):
             theirs = set(device_gpus(dev))
             if (device is None or dev == device) and theirs and ours and not theirs & ours:

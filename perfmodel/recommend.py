@@ -18,7 +18,7 @@ from perfmodel.search import Scored, SearchRequest, SearchResult, divisors, reso
 from perfmodel.specs.hardware import LINK_PROTOCOLS, HardwareSpec, hardware_from_dict
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import Dtype, Objective, Placement
+from perfmodel.strategy import Dtype, Objective
 
 # a plan's fields of dtype fp8 only, off in its bf16 twin (fp8_explanation)
 BF16_FIELDS: dict[str, Any] = dict(fp8_recipe=None, fp8_output_layer=False, fp8_params=False)
@@ -71,7 +71,7 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     # the searches the explanation runs after this one, started beside it (perfmodel.ahead), of
     # the request as the search resolves it (SearchResult.request)
-    req = resolved_request(model, hardware, writable_request(req))
+    req = resolved_request(model, hardware, req)
     ahead = Ahead((key, partial(best_of, model, hardware, alt))
                   for key, alt in alternatives(model, req))
     try:
@@ -92,17 +92,6 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
         return Recommendation(result, best_plans, explanation)
     finally:
         ahead.stop()
-
-
-def writable_request(req: SearchRequest) -> SearchRequest:
-    """The request of recommend --emit-config torchtitan, which alone sets ddp_alone (its DDP's
-    rule), with the rank order left open pinned to torchtitan's mesh: tp,dp,pp, or tp,cp,dp,pp
-    with context parallelism (perfmodel.configs.emit.torchtitan_mesh). The search's other orders
-    (tp,pp,dp wins with a pinned pp) are plans torchtitan's config cannot write."""
-    if not req.ddp_alone or req.placement is not None or req.cp is None:
-        return req
-    return dataclasses.replace(req, placement=Placement.TP_CP_DP_PP if req.cp > 1
-                               else Placement.TP_DP_PP)
 
 
 def alternatives(model: TransformerSpec, req: SearchRequest) -> list[tuple[str, SearchRequest]]:

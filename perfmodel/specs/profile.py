@@ -329,8 +329,7 @@ def hardware_to_mapping(hardware: HardwareSpec) -> dict[str, Any]:
 def gpu_models(name: str) -> set[str]:
     """The model numbers in a GPU's name (H100, MI300X, GB200, V100), to tell two GPUs apart
     however their names are written ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe": both H100). A
-    CPU's name ("CPU AMD EPYC (2 cores)") has none. As calibration's import-nccl-tests --base
-    compares them."""
+    CPU's name ("CPU AMD EPYC (2 cores)") has none."""
     return set(re.findall(r"\b[A-Z]{1,3}\d{2,4}[A-Z]?\b", name.upper()))
 
 
@@ -338,7 +337,7 @@ def gpu_board(name: str) -> str | None:
     """'PCIe' or 'SXM' where a GPU's name says it (nvidia-smi: 'NVIDIA H100 PCIe',
     'NVIDIA A100-SXM4-40GB'; 'NVIDIA H100 80GB HBM3' is the SXM5 board: the PCIe card has
     HBM2e), else None. One GPU on two boards is two machines: H100 SXM talks over NVLink at
-    450 GB/s, H100 PCIe over PCIe at 64 GB/s, at another clock (as calibration.cli._gpu_form)."""
+    450 GB/s, H100 PCIe over PCIe at 64 GB/s, at another clock."""
     up = name.upper()
     if "PCIE" in up:
         return "PCIe"
@@ -369,9 +368,10 @@ def device_kind(gpu_name: str | None, asynchronous: bool | None) -> str | None:
     return "GPU" if gpu_models(gpu_name) else None
 
 
-def _differ(theirs: str, ours: str) -> str | None:
+def gpu_difference(theirs: str, ours: str) -> str | None:
     """How two GPU names name different parts (another model number, board or memory size),
-    or None where they do not, or do not say."""
+    or None where they do not, or do not say (check_machine; calibration's import-nccl-tests
+    --base)."""
     models_a, models_b = gpu_models(theirs), gpu_models(ours)
     if models_a and models_b and not models_a & models_b:
         return f"another GPU ({'/'.join(sorted(models_a))}, not {'/'.join(sorted(models_b))})"
@@ -431,7 +431,7 @@ def check_machine(hardware: HardwareSpec, profile: Profile) -> str | None:
         what = {"CPU": "CPU ranks", "GPU": "a GPU"}
         difference = f"another kind of device ({what[theirs]}, not {what[ours]})"
     elif theirs_named is not None:
-        difference = _differ(theirs_named, hardware.gpu_name)
+        difference = gpu_difference(theirs_named, hardware.gpu_name)
     if difference is None and base is not None:
         there, here = base.intra_node.bandwidth_bytes_per_s, \
             hardware.intra_node.bandwidth_bytes_per_s

@@ -11,9 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from calibration.cli import _other_gpu
 from perfmodel.specs.hardware import load_hardware
-from perfmodel.specs.profile import load_profile
+from perfmodel.specs.profile import gpu_difference, load_profile
 from tests.conftest import ROOT
 from tests.unit.test_bad_input import run_main as run_in_process
 
@@ -100,7 +99,7 @@ def test_import_gemm_refuses_a_base_of_another_gpu(tmp_path):
     ("AMD Instinct MI300X", "AMD Instinct MI300X", False),
 ])
 def test_gpu_names_tell_sxm_from_pcie(a, b, other):
-    assert _other_gpu(a, b) is other
+    assert (gpu_difference(a, b) is not None) is other
 
 
 def test_import_nccl_tests_refuses_the_pcie_preset_for_sxm_logs(tmp_path):
