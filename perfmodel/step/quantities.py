@@ -9,6 +9,10 @@ Eq. 3 without recompute), in two conventions:
   model_flops_per_step_full_attention: the core counted whole, as torchtitan's
       get_num_flop_per_token (6 N + 12 L heads head_dim s per token) and Megatron-LM before 2025-03
       do (torchtitan's 6 N also counts the norms' weights: 12 h per layer and token, < 0.01%).
+An MoE layer counts k experts per token in both (Megatron-LM's moe_router_topk), times the
+capacity factor where one below 1 drops assignments; its router's GEMM only in torchtitan's,
+whose active parameters include the router (torchtitan/models/utils.py nparams_moe_router);
+Megatron-LM's formula has no router term.
 With a sliding window (perfmodel.costs.compute.attended_share) both the model's and a flash
 kernel's core count the query-key pairs attended (each query min(i + 1, w) keys in a windowed
 layer); the full-attention convention keeps s^2 in every layer, as torchtitan's formula does.
@@ -69,14 +73,24 @@ def flops(c: Context) -> dict[str, sp.Expr]:
         if c.fam.moe_capacity:
             routed_hw = S.cp * c.act_ranks * S.E * CM.capacity(c.T / c.act_ranks, S.k_E, S.E,
                                                                S.c_E)
+            # below a factor of 1 the dropped assignments skip the experts: the model's work
+            # is the assignments computed (Megatron's formula counts all k, and prints an MFU
+            # above 100% as the factor shrinks)
+            routed = routed * sp.Min(ONE, S.c_E)
         else:
             routed_hw = routed
-        rest = CM.router_gemm(T, S.h, S.E).flops - mlp
+        # the router: torchtitan's count has it (its active parameters), Megatron-LM's not
+        router = CM.router_gemm(T, S.h, S.E).flops
+        routers = moe_layers_total(c) + (S.D_mtp if c.fam.mtp and c.fam.mtp_last_moe else 0)
+        router_only = routers * router
+        rest = router - mlp
         if c.fam.moe_shared:
             rest += sum((g.flops for g in CM.shared_gemms(T, S.h, S.f_sh, 1, c.gated)), ZERO)
         L_moe = moe_layers_total(c)
         layers_linear = layers_linear + L_moe * (rest + routed * expert)
         layers_linear_hw = S.L * linear + L_moe * (rest + routed_hw * expert)
+    else:
+        router_only = ZERO
     attended = attended_share(c)  # 1/2 (causal), less with a sliding window
     extra = extra_hw = ZERO
     if c.fam.mtp:  # the modules: a layer like the last, the projection, the output layer
@@ -86,7 +100,7 @@ def flops(c: Context) -> dict[str, sp.Expr]:
         last_hw = linear + (rest + routed_hw * expert if c.fam.mtp_last_moe else 0)
         extra = mtp_flops(c, last + attended * core, logits)
         extra_hw = mtp_flops(c, last_hw + attended * core, logits)
-    model = steps * (layers_linear + S.L * attended * core + logits + extra)
+    model = steps * (layers_linear + S.L * attended * core + logits + extra - router_only)
     full_attention = steps * (layers_linear + S.L * core + logits
                               + extra + (S.D_mtp * attended * core if c.fam.mtp else 0))
     # the core as it runs: a flash kernel its causal half (the pairs it attends), forward and

@@ -219,23 +219,44 @@ def test_zero3_shards_the_experts_over_their_replicas_and_gathers_them_as_a_unit
 
 
 def test_model_flops_count_the_active_parameters():
-    """MFU's model FLOPs (Megatron-LM's num_floating_point_operations): 3 x the forward's, an MoE
-    layer's router and top_k of its experts (and shared ones) in place of a dense MLP; the
-    causal attention core counted as half. Per token and layer (forward): 2 x (q, k, v, o and
-    the router's weights, k experts') + 2 a s d (scores and context, causal half), and the
-    logits 2 V h."""
+    """MFU's model FLOPs (Megatron-LM's num_floating_point_operations, megatron/training/
+    training.py at d98e8a6: no router term): 3 x the forward's, an MoE layer's top_k experts
+    (and shared ones) in place of a dense MLP; the causal attention core counted as half. Per
+    token and layer (forward): 2 x (q, k, v, o and k experts' weights) + 2 a s d (scores and
+    context, causal half), and the logits 2 V h. The count with attention whole (torchtitan's
+    get_moe_model_nparams_and_flops at b5bcd76: its active parameters include the router's
+    weights) adds 2 h E per MoE layer and the whole core."""
     model = load_model("mixtral-8x7b", seq_len=4096)
     plan = _plan(dp=8, ep=8, pp=4, global_batch=64, recompute="full")
     p = predict(model, HW, plan)
     h, a, kv, d, s, f, E, k = (model.hidden, model.heads, model.kv_heads, model.head_dim,
                                model.seq_len, model.expert_ffn_hidden, model.experts, model.top_k)
     attention = (a * d + 2 * kv * d) * h + a * d * h
-    layer = 2 * (attention + h * E + k * 3 * h * f) + 2 * a * s * d
+    layer = 2 * (attention + k * 3 * h * f) + 2 * a * s * d
     forward = model.layers * layer + 2 * model.vocab * h
     assert p.model_flops_per_step == pytest.approx(3 * forward * 64 * s, rel=1e-12)
+    whole = model.layers * (layer + 2 * h * E + 2 * a * s * d) + 2 * model.vocab * h
+    assert p.model_flops_per_step_full_attention == pytest.approx(3 * whole * 64 * s, rel=1e-12)
     assert p.mfu == pytest.approx(p.model_flops_per_step
                                   / (p.step_time_s * 32 * load_hardware(HW).peak("bf16")))
 
+
+
+@pytest.mark.parametrize("factor", [0.01, 0.25, 0.5, 1.0, 1.25])
+def test_a_capacity_below_one_counts_the_assignments_the_experts_compute(factor):
+    """A capacity factor c < 1 drops assignments: the experts compute min(1, c) k per token, and
+    the model's FLOPs count those (Megatron's formula counts all k: at c = 0.01 it gave a
+    1070 TFLOP/s, 108% MFU on an H100). Dense part as without a capacity; MFU stays below 1."""
+    base = load_model("mixtral-8x7b", seq_len=4096)
+    capped = load_model("mixtral-8x7b", seq_len=4096, capacity_factor=factor)
+    plan = _plan(dp=8, ep=8, global_batch=64)
+    p, q = predict(base, HW, plan), predict(capped, HW, plan)
+    h, f, k, s = base.hidden, base.expert_ffn_hidden, base.top_k, base.seq_len
+    experts = 3 * 2 * k * 3 * h * f * base.layers * 64 * s  # the dropless run's expert FLOPs
+    assert q.model_flops_per_step == pytest.approx(
+        p.model_flops_per_step - (1 - min(1.0, factor)) * experts, rel=1e-12)
+    assert 0 < q.mfu < 1
+    assert q.model_flops_per_step <= q.hardware_flops_per_step * (1 + 1e-12)
 
 def test_mla_and_mtp_flops_as_deepseek_v3_builds_them():
     """DeepSeek-V3: MLA's projections (q 7168 -> 1536 -> 128 x 192, kv 7168 -> 512 + 64, 512 -> 128
@@ -249,7 +270,7 @@ def test_mla_and_mtp_flops_as_deepseek_v3_builds_them():
     mla = h * 1536 + 1536 * a * 192 + h * (512 + 64) + 512 * a * (128 + 128) + a * 128 * h
     core = 2 * a * s * (192 + 128) / 2  # scores and context, causal half, per token
     dense = 2 * (mla + 3 * h * 18432) + core
-    moe = 2 * (mla + h * 256 + 8 * 3 * h * 2048 + 3 * h * 2048) + core
+    moe = 2 * (mla + 8 * 3 * h * 2048 + 3 * h * 2048) + core  # Megatron's: no router
     logits = 2 * V * h
     mtp = moe + 2 * 2 * h * h + logits
     forward = 3 * dense + 58 * moe + logits + mtp
