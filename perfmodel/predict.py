@@ -20,7 +20,7 @@ from perfmodel.evaluate import compile_family, family_of, values_of
 from perfmodel.output import require_finite
 from perfmodel.specs.hardware import HardwareSpec, load_hardware
 from perfmodel.specs.model import TransformerSpec, load_model
-from perfmodel.strategy import Dtype, Plan, plan_from_dict
+from perfmodel.strategy import Dtype, Plan, fields_given, plan_from_dict
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -204,10 +204,12 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
 
 
 def given_fields(plan: Plan | dict[str, Any]) -> set[str]:
-    """The plan fields a caller gave: a dict's keys, or those of a Plan that differ from Plan's
-    defaults."""
+    """The plan fields a caller gave: a dict's keys whose value is not the field's default (a
+    plan's own to_dict writes every field; --batch reads a row so), or those of a Plan that
+    differ from Plan's defaults."""
     if not isinstance(plan, Plan):
-        return set(_mapping(plan))
+        data = _mapping(plan)
+        return fields_given(plan_from_dict(data), data)
     out = set()
     for f in dataclasses.fields(Plan):
         default = f.default if f.default is not dataclasses.MISSING else (

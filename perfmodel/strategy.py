@@ -23,7 +23,7 @@ import numpy as np
 from perfmodel.costs.precision import MASTER_WEIGHTS, STATE_DTYPES
 from perfmodel.errors import PlanError
 from perfmodel.pipeline_layout import PipelineLayout, accounted_layout
-from perfmodel.specs.loading import suggest
+from perfmodel.specs.loading import keyword_fields, plain, suggest
 from perfmodel.specs.model import TransformerSpec
 
 
@@ -460,6 +460,9 @@ def parse_recompute_modules(value: Any) -> tuple[str, ...]:
     ["core_attn"] alone is the default too, and reads as ()."""
     if value is None:
         return ()
+    if not isinstance(value, (str, list, tuple)):
+        raise PlanError(f"recompute_modules must be some of {', '.join(RECOMPUTE_MODULES)}, as "
+                        f"a list or separated by commas, got {value!r}")
     items = value.split(",") if isinstance(value, str) else list(value)
     names = [str(v).strip() for v in items if str(v).strip()]
     for name in names:
@@ -658,6 +661,8 @@ class Plan:
     fp8_params: bool = False
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # numpy's scalars as Python's: np.bool_ is a bool
+            object.__setattr__(self, f.name, plain(getattr(self, f.name)))
         for key in ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch",
                     "virtual_stages", "tp_depth", "gpus", "recompute_every",
                     "recompute_num_layers"):
@@ -796,6 +801,10 @@ class Plan:
         if self.attention_kernel and self.flash_attention is False:
             raise PlanError(f"attention_kernel {self.attention_kernel} names a flash kernel, and "
                             "the plan attends unfused (flash_attention false): leave one out")
+        if not isinstance(self.placement, (str, list, tuple)):
+            raise PlanError(f"placement must order the axes {', '.join(AXES)} or "
+                            f"{', '.join(ORDER_AXES)} (innermost first), as a list or separated "
+                            f"by commas, got {self.placement!r}")
         placement = tuple(self.placement) if not isinstance(self.placement, str) else tuple(
             p.strip() for p in self.placement.split(",")
         )
@@ -1518,6 +1527,7 @@ def first_broken(plan: PlanColumns, model: TransformerSpec | None, *,
     return None
 
 
+keyword_fields(Plan, PlanError, "plan")
 PLAN_FIELDS = [f.name for f in dataclasses.fields(Plan)]
 FP8_FIELDS = ("fp8_recipe", "fp8_output_layer", "fp8_params")  # fields of dtype fp8 only
 
@@ -1541,18 +1551,29 @@ def derived_dp(gpus: int, tp: int, pp: int, cp: int) -> int | None:
     return gpus // rest if rest >= 1 and gpus % rest == 0 else None
 
 
+def fields_given(plan: Plan, data: Mapping[str, Any]) -> set[str]:
+    """The fields a mapping of a plan's fields (`data`, read into `plan` by plan_from_dict) sets
+    to other than Plan's defaults: what perfmodel.idle takes as asked for, as predict --batch
+    takes a row's cells (perfmodel.batch.cells_given). A field at its default asks for nothing:
+    a plan's own to_dict (predict --json's "plan") writes cp_comm p2p with cp 1 and
+    recompute_every 1 without recompute, and read back it is the same plan; a value other than
+    the default where it changes nothing is refused."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Plan)}
+    return {k for k in data if k in defaults and getattr(plan, k) != defaults[k]}
+
+
 def plan_from_dict(data: dict[str, Any]) -> Plan:
+    """A Plan from a mapping of its fields (a plan's to_dict, predict --json's "plan", a
+    config's): every field checked as Plan checks it (a degree that is not a whole number, None,
+    NaN or a list is a PlanError naming it, never Python's own error); gpus, where not given, is
+    dp x tp x pp x cp; kernels, where not given, the stack's."""
     unknown = [k for k in data if k not in PLAN_FIELDS]
     if unknown:
-        raise PlanError(f"unknown plan field '{unknown[0]}'{suggest(unknown[0], PLAN_FIELDS)}; "
-                        f"allowed: {', '.join(PLAN_FIELDS)}")
+        raise PlanError(f"unknown plan field '{unknown[0]}'{suggest(str(unknown[0]), PLAN_FIELDS)}"
+                        f"; allowed: {', '.join(PLAN_FIELDS)}")
     if data.get("kernels") is None:  # not given: the stack's (Inductor's under torch.compile)
         data = {**data, "kernels": default_kernels(data.get("stack") or Stack.EAGER)}
-    if "gpus" not in data:
-        data = {**data,
-                "gpus": int(data.get("dp", 1)) * int(data.get("tp", 1)) * int(data.get("pp", 1))
-                * int(data.get("cp", 1))}
-    try:
-        return Plan(**data)
-    except TypeError as exc:
-        raise PlanError(str(exc)) from None
+    if "gpus" not in data:  # each degree checked as Plan checks it before it is multiplied
+        degrees = [_positive_int(plain(data.get(k, 1)), k) for k in ("dp", "tp", "pp", "cp")]
+        data = {**data, "gpus": degrees[0] * degrees[1] * degrees[2] * degrees[3]}
+    return Plan(**data)

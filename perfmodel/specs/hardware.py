@@ -17,8 +17,10 @@ from perfmodel.errors import PlanError, SpecError
 from perfmodel.specs.loading import (
     FRACTION_FLOOR,
     Bound,
+    boolean,
     check_fields,
     deep_merge,
+    keyword_fields,
     label,
     read_mapping,
     suggest,
@@ -186,11 +188,9 @@ def bounded(key: str, value: Any, field: str | None = None) -> Any:
 
 
 def strict_bool(value: Any, field: str) -> bool:
-    """value if it is true or false (a YAML boolean); anything else (1, "true") refused naming
-    field."""
-    if not isinstance(value, bool):
-        raise SpecError(f"{field} must be true or false, got {value!r}")
-    return value
+    """value if it is true or false (a YAML boolean, or numpy's), as a bool; anything else (1,
+    "true") refused naming field."""
+    return boolean(value, field)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,7 +251,12 @@ class LinkSpec:
         for name in ("bandwidth_bytes_per_s", "latency_s", "efficiency", "call_latency_s",
                      "nvls_bandwidth_fraction", "nvls_latency_s"):  # stored as floats
             object.__setattr__(self, name, bounded(f"link.{name}", getattr(self, name), name))
-        strict_bool(self.shares_host_link, "shares_host_link")
+        object.__setattr__(self, "shares_host_link",
+                           strict_bool(self.shares_host_link, "shares_host_link"))
+        if isinstance(self.protocols, (str, Mapping)) or not isinstance(self.protocols,
+                                                                        (list, tuple)):
+            raise SpecError(f"protocols must be a list of entries with "
+                            f"{', '.join(_PROTOCOL_FIELDS)}, got {type(self.protocols).__name__}")
         protocols = tuple(p if isinstance(p, ProtocolSpec) else _protocol_from(p, i)
                           for i, p in enumerate(self.protocols))
         names = [p.name for p in protocols]
@@ -475,12 +480,12 @@ class LayerCost:
         if self.style not in LAYER_STYLES:
             raise SpecError(f"layer_costs.style must be one of {', '.join(LAYER_STYLES)}, got "
                             f"{self.style!r}{suggest(str(self.style), LAYER_STYLES)}")
-        bounded("layer_costs.tp", self.tp)
+        object.__setattr__(self, "tp", bounded("layer_costs.tp", self.tp))
         if (self.style == "plain") != (self.tp == 1):
             raise SpecError(f"layer_costs.tp must be 1 for style 'plain' and at least 2 for "
                             f"'{self.style}' (got style '{self.style}', tp {self.tp})")
         for name in ("forward_overhead_s", "backward_overhead_s", "compute_scale"):
-            bounded(f"layer_costs.{name}", getattr(self, name))
+            object.__setattr__(self, name, bounded(f"layer_costs.{name}", getattr(self, name)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -531,18 +536,24 @@ class FlashAttention:
     sustained_fraction: float = 1.0
 
     def __post_init__(self) -> None:
+        label(self.kernel, "flash_attention.kernel", empty=True)
         object.__setattr__(self, "name", str(self.name).strip())
         object.__setattr__(self, "sustained_fraction",
                            bounded("flash_attention.sustained_fraction", self.sustained_fraction))
         if self.name and not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", self.name):
             raise SpecError(f"flash_attention.name must be a short lower-case name (letters, "
                             f"digits, '-', '_', '.'), got '{self.name}'")
+        if isinstance(self.dtypes, str) or not isinstance(self.dtypes, (list, tuple)):
+            raise SpecError(f"flash_attention.dtypes must be a list of dtypes "
+                            f"({', '.join(DTYPES)}), got {type(self.dtypes).__name__}")
         object.__setattr__(self, "dtypes", tuple(str(d) for d in self.dtypes))
         for dtype in self.dtypes:
             if dtype not in DTYPES:
                 raise SpecError(f"flash_attention.dtypes: unknown dtype '{dtype}'"
                                 f"{suggest(dtype, DTYPES)}; allowed: {', '.join(DTYPES)}")
-        points = tuple(sorted(self.by_head_dim, key=lambda p: p.head_dim))
+        given = _items(self.by_head_dim, "flash_attention.by_head_dim", FlashAttentionPoint,
+                       _FLASH_POINT_FIELDS, _FLASH_POINT_FIELDS)
+        points = tuple(sorted(given, key=lambda p: p.head_dim))
         if self.dtypes and not points:
             raise SpecError("flash_attention.by_head_dim must give at least one head size when "
                             "dtypes are listed")
@@ -690,9 +701,17 @@ class HardwareSpec:
         label(self.name, "name")
         label(self.gpu_name, "gpu_name")
         label(self.source, "source", empty=True)
-        bounded("gpus_per_node", self.gpus_per_node)
+        # every number stored as checked (a numeric string as its number, numpy's as Python's),
+        # as hardware_from_dict stores a file's: the step model multiplies them
+        object.__setattr__(self, "gpus_per_node", bounded("gpus_per_node", self.gpus_per_node))
+        for name in _SCALAR_FIELDS:
+            object.__setattr__(self, name, bounded(name, getattr(self, name)))
+        for name in ("asynchronous_device", "fp8_transpose"):
+            object.__setattr__(self, name, strict_bool(getattr(self, name), name))
+        self._check_parts()
         if self.gpus_per_host is not None:
-            bounded("gpus_per_host", self.gpus_per_host)
+            object.__setattr__(self, "gpus_per_host", bounded("gpus_per_host",
+                                                              self.gpus_per_host))
             if self.gpus_per_node % self.gpus_per_host:
                 raise SpecError(f"gpus_per_host ({self.gpus_per_host}) must divide gpus_per_node "
                                 f"({self.gpus_per_node}): a node's hosts are whole")
@@ -710,18 +729,6 @@ class HardwareSpec:
             raise SpecError("flash_attention needs a name where flash_attention_alternatives "
                             "give others (a plan picks them by name); or give "
                             "flash_attention_alternatives: [] to drop those (a base's too)")
-        if not self.peak_flops_per_s:
-            raise SpecError("peak_flops_per_s must name at least one dtype of " + ", ".join(DTYPES))
-        for dtype, flops in self.peak_flops_per_s.items():
-            if dtype not in DTYPES:
-                raise SpecError(
-                    f"peak_flops_per_s: unknown dtype '{dtype}'{suggest(dtype, DTYPES)}; "
-                    f"allowed: {', '.join(DTYPES)}"
-                )
-            bounded("peak_flops_per_s", flops, f"peak_flops_per_s.{dtype}")
-        for name in _SCALAR_FIELDS:
-            bounded(name, getattr(self, name))
-        strict_bool(self.asynchronous_device, "asynchronous_device")
         if self.memory_reserved_bytes >= self.memory_bytes:
             raise SpecError("memory_reserved_bytes must be below memory_bytes")
         seen = [(c.part, c.style, c.tp) for c in self.layer_costs]
@@ -752,13 +759,14 @@ class HardwareSpec:
             raise SpecError(f"fp8_recipes names {repeated[0]!r} twice: give each recipe once, "
                             f"the default first, got {list(recipes)}")
         object.__setattr__(self, "fp8_recipes", tuple(str(r) for r in recipes))
-        strict_bool(self.fp8_transpose, "fp8_transpose")
-        if self.collective_algorithm not in COLLECTIVE_ALGORITHMS:
+        if not isinstance(self.collective_algorithm, str) \
+                or self.collective_algorithm not in COLLECTIVE_ALGORITHMS:
             raise SpecError(
                 f"collective_algorithm must be one of {', '.join(COLLECTIVE_ALGORITHMS)}, "
                 f"got '{self.collective_algorithm}'"
             )
-        if self.collective_library not in COLLECTIVE_LIBRARIES:
+        if not isinstance(self.collective_library, str) \
+                or self.collective_library not in COLLECTIVE_LIBRARIES:
             lib = str(self.collective_library)
             raise SpecError(f"collective_library must be one of {', '.join(COLLECTIVE_LIBRARIES)}"
                             f", got {lib!r}{suggest(lib, COLLECTIVE_LIBRARIES)}")
@@ -775,6 +783,74 @@ class HardwareSpec:
             raise SpecError("inter_node.shares_host_link must be false: it says a node's "
                             "GPU-to-GPU link is the GPU's host (PCIe) link, which its NIC traffic "
                             "crosses too (give it on intra_node)")
+
+    def _check_parts(self) -> None:
+        """The nested fields of the right types, each stored as checked: the peaks as floats by
+        dtype; the links a LinkSpec (or a mapping of its fields); gemm_efficiency GemmEfficiency
+        by dtype (or mappings of its fields, as a spec file gives them); the lists of fits, layer
+        costs, kernels and levels lists (None or a number refused naming the field, not an
+        AttributeError inside the step model)."""
+        peaks = self.peak_flops_per_s
+        if not isinstance(peaks, Mapping):
+            raise SpecError(f"peak_flops_per_s must map dtypes ({', '.join(DTYPES)}) to FLOP/s, "
+                            f"got {type(peaks).__name__}")
+        if not peaks:
+            raise SpecError("peak_flops_per_s must name at least one dtype of " + ", ".join(DTYPES))
+        for dtype in peaks:
+            if dtype not in DTYPES:
+                raise SpecError(
+                    f"peak_flops_per_s: unknown dtype '{dtype}'{suggest(str(dtype), DTYPES)}; "
+                    f"allowed: {', '.join(DTYPES)}"
+                )
+        object.__setattr__(self, "peak_flops_per_s", {
+            str(dtype): bounded("peak_flops_per_s", flops, f"peak_flops_per_s.{dtype}")
+            for dtype, flops in peaks.items()})
+        for link in ("intra_node", "inter_node"):
+            value = getattr(self, link)
+            if isinstance(value, Mapping):
+                check_fields(value, _LINK_FIELDS, link)
+                for key in ("bandwidth_bytes_per_s", "latency_s"):
+                    if key not in value:
+                        raise SpecError(f"{link} is missing field '{key}'")
+                value = _link_from(value, link)
+            elif not isinstance(value, LinkSpec):
+                raise SpecError(f"{link} must be a LinkSpec, or a mapping of its fields "
+                                "(bandwidth_bytes_per_s and latency_s at least), got "
+                                f"{type(value).__name__}")
+            object.__setattr__(self, link, value)
+        gemm = self.gemm_efficiency
+        if not (isinstance(gemm, Mapping) and gemm
+                and all(isinstance(v, GemmEfficiency) for v in gemm.values())):
+            # a spec file's form (flat fields, or mappings by dtype), or a mix with fits
+            gemm = _gemm_from(gemm if not isinstance(gemm, Mapping) else {
+                k: dataclasses.asdict(v) if isinstance(v, GemmEfficiency) else v
+                for k, v in gemm.items()}, f"hardware '{self.name}'")
+        for dtype in gemm:
+            if dtype not in (*DTYPES, "default"):
+                raise SpecError(f"gemm_efficiency: unknown dtype '{dtype}'"
+                                f"{suggest(str(dtype), DTYPES)}; allowed: {', '.join(DTYPES)} "
+                                "or default")
+        object.__setattr__(self, "gemm_efficiency", gemm)
+        object.__setattr__(self, "collectives", _items(self.collectives, "collectives",
+                                                       CollectiveFit, _FIT_FIELDS, _FIT_REQUIRED))
+        object.__setattr__(self, "layer_costs", _items(
+            self.layer_costs, "layer_costs", LayerCost, _LAYER_COST_FIELDS, _LAYER_COST_REQUIRED))
+        fa = self.flash_attention
+        if fa is not None and not isinstance(fa, FlashAttention):
+            object.__setattr__(self, "flash_attention", _flash_from(fa, "hardware"))
+        alternatives = self.flash_attention_alternatives
+        if isinstance(alternatives, (str, Mapping)) or not isinstance(alternatives,
+                                                                      (list, tuple)):
+            raise SpecError("flash_attention_alternatives must be a list of kernels (each as "
+                            f"flash_attention, with a name), got {type(alternatives).__name__}")
+        object.__setattr__(self, "flash_attention_alternatives", tuple(
+            a if isinstance(a, FlashAttention)
+            else _flash_from(a, f"flash_attention_alternatives[{i}]", named=True)
+            for i, a in enumerate(alternatives)))
+        if isinstance(self.levels, (str, Mapping)) or not isinstance(self.levels, (list, tuple)):
+            raise SpecError(f"levels must be a list of levels (FabricLevel, or mappings with "
+                            f"{', '.join(_LEVEL_FIELDS)}), innermost first, or () for none; got "
+                            f"{type(self.levels).__name__}")
 
     def _check_levels(self) -> None:
         """The fabric's levels nest, and the node links are the ones they give (node_links)."""
@@ -922,6 +998,8 @@ class HardwareSpec:
                                                  else "it names none"))
 
     def replace(self, **changes: Any) -> HardwareSpec:
+        """This hardware with some fields changed, checked as a new spec (an unknown field is
+        refused with the closest name)."""
         return dataclasses.replace(self, **changes)
 
     @property
@@ -933,6 +1011,8 @@ class HardwareSpec:
         return dataclasses.asdict(self)
 
 
+keyword_fields(HardwareSpec, SpecError, "hardware")
+keyword_fields(LinkSpec, SpecError, "link")
 _TOP_FIELDS = [f.name for f in dataclasses.fields(HardwareSpec)] + ["base"]
 _LINK_FIELDS = [f.name for f in dataclasses.fields(LinkSpec)]
 _GEMM_FIELDS = [f.name for f in dataclasses.fields(GemmEfficiency)]
@@ -1027,6 +1107,32 @@ def hardware_from_dict(data: Mapping[str, Any], where: str) -> HardwareSpec:
         if str(exc).startswith(where):
             raise
         raise SpecError(f"{where}: {exc}") from None
+
+
+def _items(value: Any, name: str, cls: type[Any], allowed: list[str],
+           required: list[str]) -> tuple[Any, ...]:
+    """A list field of a spec (collectives, layer_costs, a kernel's by_head_dim): each entry a
+    `cls` or a mapping of its fields, built and checked; anything else refused naming the field."""
+    if isinstance(value, (str, Mapping)) or not isinstance(value, (list, tuple)):
+        raise SpecError(f"{name} must be a list of entries with {', '.join(allowed)}, got "
+                        f"{type(value).__name__}")
+    out = []
+    for i, entry in enumerate(value):
+        if isinstance(entry, cls):
+            out.append(entry)
+            continue
+        if not isinstance(entry, Mapping):
+            raise SpecError(f"{name}[{i}] must be a mapping with {', '.join(allowed)}, got "
+                            f"{type(entry).__name__}")
+        check_fields(entry, allowed, f"{name}[{i}]")
+        missing = [k for k in required if k not in entry]
+        if missing:
+            raise SpecError(f"{name}[{i}] is missing field '{missing[0]}'")
+        try:
+            out.append(cls(**entry))
+        except SpecError as exc:
+            raise SpecError(f"{name}[{i}]: {exc}") from None
+    return tuple(out)
 
 
 def _link_from(value: Mapping[str, Any], link: str) -> LinkSpec:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import difflib
+import functools
 import json
 import math
+import numbers
 import re
 import sys
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import numpy as np
 import yaml
 
 from perfmodel.errors import SpecError
@@ -102,13 +107,42 @@ def check_yaml_size(text: str, where: str) -> None:
         return  # the loader reports the error and where it is
 
 
+# The presets shipped with the package, read once a process: (path, mtime, size) -> mapping.
+# PyYAML's pure-Python loader takes ~14 ms a hardware preset, most of a warm predict by name
+# (the golden corpus: 17 of 29 s); a copy is handed out, so that no caller changes the memo.
+_PRESETS = Path(__file__).resolve().parent / "presets"
+_PRESET_MEMO: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
+def _preset_key(path: Path) -> tuple[str, int, int] | None:
+    try:
+        resolved = path.resolve()
+        if not resolved.is_relative_to(_PRESETS):
+            return None
+        stat = resolved.stat()
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return str(resolved), stat.st_mtime_ns, stat.st_size
+
+
 def read_mapping(path: Path, what: str) -> dict[str, Any]:
     """Read a YAML, JSON or TOML file holding one mapping (safe loaders only: no code, no tags).
 
     The file is read by perfmodel.files.read_text_bounded (a regular file of at most 16 MiB);
     a YAML document is refused before it is built when its values, aliases expanded, exceed
-    MAX_YAML_NODES or it nests deeper than MAX_YAML_DEPTH (check_yaml_size).
+    MAX_YAML_NODES or it nests deeper than MAX_YAML_DEPTH (check_yaml_size). A preset of the
+    package is read once a process (_PRESET_MEMO).
     """
+    key = _preset_key(path)
+    if key is not None and key in _PRESET_MEMO:
+        return copy.deepcopy(_PRESET_MEMO[key])
+    data = _read_mapping(path, what)
+    if key is not None:
+        _PRESET_MEMO[key] = copy.deepcopy(data)
+    return data
+
+
+def _read_mapping(path: Path, what: str) -> dict[str, Any]:
     from perfmodel.files import read_text_bounded
 
     text = read_text_bounded(path, what, error=SpecError)
@@ -213,6 +247,24 @@ def _magnitude(value: int) -> str:
     return f"~{'-' if value < 0 else ''}1e+{exponent}"
 
 
+def plain(value: Any) -> Any:
+    """A numpy scalar as its Python equivalent (np.int64 as int, np.float32 as float, np.bool_ as
+    bool, np.str_ as str); anything else as it is. The API takes numpy's numbers where it takes
+    Python's (a field of a DataFrame's row, a sweep's array), and stores Python's."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:  # np.array(4): one number
+        return value.item()
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def boolean(value: Any, field: str, error: type[Exception] = SpecError) -> bool:
+    """value as a bool if it is true or false (Python's or numpy's); anything else (1, "true")
+    refused naming field."""
+    value = plain(value)
+    if not isinstance(value, bool):
+        raise error(f"{field} must be true or false, got {value!r}")
+    return value
+
+
 def number(value: Any, field: str, *, minimum: float = 0.0, strict: bool = True,
            maximum: float = math.inf, integer: bool = False, reason: str = "",
            allowed: str = "") -> float:
@@ -220,6 +272,10 @@ def number(value: Any, field: str, *, minimum: float = 0.0, strict: bool = True,
     (and, out of range, the reason for the range when one is given; `allowed`: the range as the
     error says it, where it is more than minimum and maximum, Bound.describe)."""
     why = f" ({reason})" if reason else ""
+    value = plain(value)  # numpy's numbers as Python's (np.bool_ as bool: refused below)
+    if not isinstance(value, (bool, int, float)) and isinstance(value, numbers.Real):
+        # another type of real number (fractions.Fraction): as its int or float
+        value = int(value) if isinstance(value, numbers.Integral) else float(value)
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
         # above 1.8e308 no float holds it (float() raises OverflowError): out of every range;
         # with no range of its own (model_from_dict's whole numbers), the float's is the range
@@ -291,3 +347,37 @@ class Bound:
         if self.floor > self.minimum:  # 0 ("not given") where inclusive, else from the floor
             low = (f"{self.minimum:g}, or " if self.inclusive else "") + f">= {self.floor:g}"
         return f"{low} and <= {self.maximum:g}"
+
+
+_C = TypeVar("_C", bound=type)
+
+
+def keyword_fields(cls: _C, error: type[Exception], what: str) -> _C:
+    """cls (a keyword-only dataclass) whose constructor refuses, with `error` naming the field,
+    what its generated __init__ would refuse with a bare TypeError: an unknown field (with the
+    closest name), a required field left out, a positional argument. dataclasses.replace and the
+    classes' replace() build through it too."""
+    init = cls.__dict__["__init__"]  # the dataclass's own
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    names = [f.name for f in fields]
+    required = [f.name for f in fields if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING]
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if args:
+            example = ", ".join([*(f"{k}=..." for k in required[:2]), "..."])
+            raise error(f"{what} takes its fields by name ({cls.__name__}({example})), got "
+                        f"{len(args)} positional argument(s)")
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            raise error(f"unknown {what} field '{unknown[0]}'{suggest(str(unknown[0]), names)}; "
+                        f"allowed: {', '.join(names)}")
+        missing = [k for k in required if k not in kwargs]
+        if missing:
+            raise error(f"{what}: missing required field '{missing[0]}'"
+                        + (f" (required: {', '.join(required)})" if len(required) > 1 else ""))
+        init(self, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls

@@ -12,8 +12,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from perfmodel.errors import SpecError
-from perfmodel.specs.loading import check_fields, label, number, read_mapping, suggest
+from perfmodel.specs.loading import (
+    boolean,
+    check_fields,
+    keyword_fields,
+    label,
+    number,
+    plain,
+    read_mapping,
+    suggest,
+)
 
 NORMS = ("layernorm", "rmsnorm")
 # How a model's card counts its active parameters (perfmodel.params.ParameterCounts.reported):
@@ -163,18 +174,37 @@ class TransformerSpec:
     explicit: frozenset[str] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # numpy's scalars as Python's (np.int64, np.bool_)
+            if f.init:
+                object.__setattr__(self, f.name, plain(getattr(self, f.name)))
+        if isinstance(self.moe_dense_layers, (list, np.ndarray)):  # as YAML gives it: hashable
+            object.__setattr__(self, "moe_dense_layers",
+                               tuple(plain(i) for i in self.moe_dense_layers))
         label(self.name, "name")
         label(self.source, "source", empty=True)
+        options = {"kind": ("transformer",), "norm": NORMS, "position_embedding": POSITIONS,
+                   "routing": ROUTINGS, "active_count": ACTIVE_COUNTS}
+        for key, names in options.items():  # an option is one of its names (never a list)
+            if not isinstance(getattr(self, key), str):
+                raise SpecError(f"{key} must be one of {', '.join(names)}, got "
+                                f"{getattr(self, key)!r}")
+        if self.kind == "layers":
+            raise SpecError("kind 'layers' is a layer graph's (a CNN or MLP: "
+                            "perfmodel.specs.layers.LayerGraphSpec, which load_model reads from "
+                            "a spec file with kind: layers); a TransformerSpec's kind is "
+                            "'transformer' (leave it out)")
         if self.kind != "transformer":
-            raise SpecError(f"model kind must be 'transformer' or 'layers', got '{self.kind}'")
+            raise SpecError(f"model kind must be 'transformer' or 'layers', got {self.kind!r}")
+        for key in ("gated_mlp", "tied_embeddings", "bias", "attention_sinks", "clamped_glu"):
+            object.__setattr__(self, key, boolean(getattr(self, key), key))
+        if self.qkv_bias is not None:
+            object.__setattr__(self, "qkv_bias", boolean(self.qkv_bias, "qkv_bias"))
         limits = {"layers": 1e5, "hidden": 1e6, "heads": 1e5, "seq_len": 1e8, "vocab": 1e8}
         for key, limit in limits.items():  # a digit string ("2", from an API call) as its number
             object.__setattr__(self, key, number(getattr(self, key), key, integer=True,
                                                  maximum=limit))
         given = {key for key in DERIVED if not _unset(getattr(self, key), key)}
         object.__setattr__(self, "explicit", frozenset(given))
-        if isinstance(self.moe_dense_layers, list):  # as YAML and JSON give it: hashable
-            object.__setattr__(self, "moe_dense_layers", tuple(self.moe_dense_layers))
         if "head_dim" not in given and self.hidden % self.heads:
             raise SpecError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) "
                             "(or give head_dim)")
@@ -199,10 +229,6 @@ class TransformerSpec:
                             "experts, expert_ffn_hidden, vocab)")
         if self.heads % self.kv_heads:
             raise SpecError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
-        for key in ("gated_mlp", "tied_embeddings", "bias", "qkv_bias", "attention_sinks",
-                    "clamped_glu"):
-            if not isinstance(getattr(self, key), bool):
-                raise SpecError(f"{key} must be true or false, got {getattr(self, key)!r}")
         if self.clamped_glu and not self.gated_mlp:
             raise SpecError("clamped_glu clamps a gated MLP's two halves: give gated_mlp true, "
                             "or clamped_glu false")
@@ -217,15 +243,20 @@ class TransformerSpec:
                 f"got '{self.position_embedding}'"
             )
         self._check_rotary()
-        number(self.mtp_layers, "mtp_layers", integer=True, strict=False, maximum=100)
+        self._store("mtp_layers", integer=True, strict=False, maximum=100)
         for key in ("hidden_dropout", "attention_dropout"):
             object.__setattr__(self, key, float(number(getattr(self, key), key, strict=False,
                                                        maximum=1,
                                                        reason="a dropout rate: 0 for none")))
 
+    def _store(self, key: str, **bounds: Any) -> None:
+        """Check a numeric field (loading.number's bounds) and store it as checked: a numeric
+        string as its number, as the sizes are (and as a spec file's are read)."""
+        object.__setattr__(self, key, number(getattr(self, key), key, **bounds))
+
     def _check_experts(self, given: set[str]) -> None:
         """The mixture-of-experts fields: in range, and only with experts."""
-        number(self.experts, "experts", integer=True, strict=False, maximum=1e5)
+        self._store("experts", integer=True, strict=False, maximum=1e5)
         if not self.experts:
             moe = {"top_k": None, "expert_ffn_hidden": None, "shared_experts": 0,
                    "shared_expert_ffn_hidden": None, "moe_first_dense": 0, "moe_dense_layers": (),
@@ -233,40 +264,39 @@ class TransformerSpec:
                    "group_topk": 0, "routing": "learned", "active_count": "all"}
             for key, default in moe.items():
                 value = getattr(self, key)
-                if value != default and not (key in DERIVED and key not in given):
+                differs = isinstance(value, np.ndarray) or value != default
+                if differs and not (key in DERIVED and key not in given):
                     raise SpecError(f"{key} applies to a mixture-of-experts model: give experts "
                                     "(routed experts per layer, > 0) or leave it out")
             return
         if self.top_k is None:
             raise SpecError(f"top_k must be given with experts ({self.experts}): the routed "
                             "experts each token is sent to")
-        number(self.top_k, "top_k", integer=True, maximum=self.experts,
-               reason=f"at most the {self.experts} experts")
+        self._store("top_k", integer=True, maximum=self.experts,
+                    reason=f"at most the {self.experts} experts")
         if "expert_ffn_hidden" not in given:
             object.__setattr__(self, "expert_ffn_hidden", self.ffn_hidden)
-        number(self.expert_ffn_hidden, "expert_ffn_hidden", integer=True, maximum=1e10)
-        number(self.shared_experts, "shared_experts", integer=True, strict=False, maximum=1e5)
+        self._store("expert_ffn_hidden", integer=True, maximum=1e10)
+        self._store("shared_experts", integer=True, strict=False, maximum=1e5)
         if self.shared_experts and "shared_expert_ffn_hidden" not in given:
             object.__setattr__(self, "shared_expert_ffn_hidden", self.expert_ffn_hidden)
         if self.shared_experts:
-            number(self.shared_expert_ffn_hidden, "shared_expert_ffn_hidden", integer=True,
-                   maximum=1e10)
+            self._store("shared_expert_ffn_hidden", integer=True, maximum=1e10)
         elif "shared_expert_ffn_hidden" in given:
             raise SpecError("shared_expert_ffn_hidden applies to shared experts: give "
                             "shared_experts (> 0) or leave it out")
-        number(self.moe_first_dense, "moe_first_dense", integer=True, strict=False,
-               maximum=self.layers - 1,
-               reason=f"a mixture-of-experts model keeps at least one of its {self.layers} "
-                      "layers MoE")
+        self._store("moe_first_dense", integer=True, strict=False, maximum=self.layers - 1,
+                    reason=f"a mixture-of-experts model keeps at least one of its {self.layers} "
+                           "layers MoE")
         dense = self.moe_dense_layers
         if not isinstance(dense, (list, tuple)):
             raise SpecError("moe_dense_layers must be a list of layer indices (from 0), got "
                             f"{type(dense).__name__}")
-        for index in dense:
-            number(index, "moe_dense_layers", integer=True, strict=False,
-                   maximum=self.layers - 1, reason=f"layer indices of the {self.layers} layers, "
-                   "from 0")
-        dense = tuple(sorted(int(i) for i in dense))
+        dense = tuple(sorted(int(number(index, "moe_dense_layers", integer=True, strict=False,
+                                        maximum=self.layers - 1,
+                                        reason=f"layer indices of the {self.layers} layers, "
+                                               "from 0"))
+                             for index in dense))
         if len(set(dense)) != len(dense):
             raise SpecError(f"moe_dense_layers lists a layer twice: {list(dense)}")
         object.__setattr__(self, "moe_dense_layers", dense)
@@ -274,12 +304,13 @@ class TransformerSpec:
             raise SpecError("moe_first_dense and moe_dense_layers leave no mixture-of-experts "
                             f"layer of the {self.layers} layers")
         if self.capacity_factor is not None:
-            number(self.capacity_factor, "capacity_factor", maximum=self.experts / self.top_k,
-                   reason="an expert takes at most every token: experts / top_k times its share")
-        number(self.routing_imbalance, "routing_imbalance", minimum=1.0, strict=False,
-               maximum=self.experts / self.top_k,
-               reason="the busiest expert over the mean: 1 (even) to experts / top_k (every "
-                      "token to it)")
+            self._store("capacity_factor", maximum=self.experts / self.top_k,
+                        reason="an expert takes at most every token: experts / top_k times its "
+                               "share")
+        self._store("routing_imbalance", minimum=1.0, strict=False,
+                    maximum=self.experts / self.top_k,
+                    reason="the busiest expert over the mean: 1 (even) to experts / top_k (every "
+                           "token to it)")
         self._check_groups()
         if self.routing not in ROUTINGS:
             raise SpecError(f"routing must be one of {', '.join(ROUTINGS)}, got "
@@ -293,11 +324,10 @@ class TransformerSpec:
     def _check_groups(self) -> None:
         """Node-limited routing: expert_groups dividing the experts and group_topk of them
         holding the top_k, both or neither."""
-        number(self.expert_groups, "expert_groups", integer=True, strict=False,
-               maximum=self.experts, reason=f"at most the {self.experts} experts")
-        number(self.group_topk, "group_topk", integer=True, strict=False,
-               maximum=self.expert_groups or 0,
-               reason=f"at most the {self.expert_groups} expert_groups")
+        self._store("expert_groups", integer=True, strict=False, maximum=self.experts,
+                    reason=f"at most the {self.experts} experts")
+        self._store("group_topk", integer=True, strict=False, maximum=self.expert_groups or 0,
+                    reason=f"at most the {self.expert_groups} expert_groups")
         if bool(self.expert_groups) != bool(self.group_topk):
             raise SpecError("expert_groups and group_topk go together (node-limited routing: "
                             "top_k experts from the best group_topk of expert_groups groups): "
@@ -319,15 +349,14 @@ class TransformerSpec:
                     raise SpecError(f"{key} applies to multi-head latent attention (MLA): give "
                                     "kv_lora_rank or leave it out")
             return
-        number(self.kv_lora_rank, "kv_lora_rank", integer=True, maximum=1e6)
+        self._store("kv_lora_rank", integer=True, maximum=1e6)
         if self.q_lora_rank is not None:
-            number(self.q_lora_rank, "q_lora_rank", integer=True, maximum=1e6)
+            self._store("q_lora_rank", integer=True, maximum=1e6)
         for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             if getattr(self, key) is None:
                 raise SpecError(f"{key} must be given with kv_lora_rank (multi-head latent "
                                 "attention)")
-            number(getattr(self, key), key, integer=True, strict=key != "qk_rope_head_dim",
-                   maximum=1e5)
+            self._store(key, integer=True, strict=key != "qk_rope_head_dim", maximum=1e5)
         if self.qk_nope_head_dim + self.qk_rope_head_dim <= 0:  # type: ignore[operator]
             raise SpecError("qk_nope_head_dim + qk_rope_head_dim must be > 0")
         for key in ("kv_heads", "head_dim"):
@@ -357,9 +386,8 @@ class TransformerSpec:
 
     def _check_window(self) -> None:
         if self.sliding_window is not None:
-            number(self.sliding_window, "sliding_window", integer=True, maximum=1e8)
-        number(self.full_attention_every, "full_attention_every", integer=True, strict=False,
-               maximum=1e5)
+            self._store("sliding_window", integer=True, maximum=1e8)
+        self._store("full_attention_every", integer=True, strict=False, maximum=1e5)
         if self.full_attention_every and self.sliding_window is None:
             raise SpecError("full_attention_every applies to sliding-window attention: give "
                             "sliding_window or leave it out")
@@ -516,6 +544,7 @@ def _unset(value: Any, key: str = "") -> bool:
     return value is None or (key != "qkv_bias" and type(value) is int and value == 0)
 
 
+keyword_fields(TransformerSpec, SpecError, "model")
 MODEL_FIELDS = [f.name for f in dataclasses.fields(TransformerSpec) if f.init and f.compare]
 _INT_FIELDS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads",
                "head_dim", "experts", "top_k", "expert_ffn_hidden", "shared_experts",
@@ -574,10 +603,11 @@ _HF_SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "in
 # (TransformerSpec.active_count; the others count every one: Mistral AI's Mixtral 12.9B, Qwen's
 # Qwen1.5-MoE-A2.7B 2.7B, AllenAI's OLMoE 1.3B). OpenAI's gpt-oss card, Table 1 (5.13B of
 # gpt-oss-120b: attention, 4 experts, router and unembedding) and DeepSeek's (DeepSeek-V3
-# README_WEIGHTS.md: 36.7B activated, which its 671B sum to only without the 0.9B table) leave
-# the input embedding out; Zhipu AI's GLM-4.5 (32B active of 355B; GLM-4.5-Air 12B of 106B)
-# both vocabulary tables. A family is counted one way: Moonshot AI's Moonlight (a deepseek_v3
-# config) is counted as DeepSeek counts, though its paper's 2.24B leaves out both tables
+# README_WEIGHTS.md: 36.7B activated, the count without the 0.9B input table, though its text
+# says both tables are in: with it, 37.55B) leave the input embedding out; Zhipu AI's GLM-4.5
+# (32B active of 355B; GLM-4.5-Air 12B of 106B) both vocabulary tables. A family is counted one
+# way: Moonshot AI's Moonlight (a deepseek_v3 config) is counted as DeepSeek counts, though its
+# paper's 2.24B leaves out both tables
 _HF_ACTIVE_COUNT = {"gpt_oss": "no_embedding", "deepseek_v2": "no_embedding",
                     "deepseek_v3": "no_embedding", "glm4_moe": "no_embeddings"}
 # model_types whose config is another family's, read as that family: (family, the architecture
