@@ -7,6 +7,7 @@ torch at module level: import-nccl-tests, import-gemm and report start without i
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -50,6 +51,19 @@ def _debug() -> bool:
     return bool(isinstance(obj, dict) and obj.get("debug"))
 
 
+def _check_profile_output(out: str) -> None:
+    """Refuse now (OutputError, exit 7) a profile path its write would refuse, as predict's
+    outputs are: a name ending in '/' (click's Path would drop the slash and replace the file),
+    a missing directory (none is made for it), a directory, device or FIFO in its place; and the
+    same for the measurements CSV written beside it."""
+    from perfmodel.files import check_output
+
+    check_output(out, what="profile")
+    target = Path(os.path.realpath(out)) if Path(out).is_symlink() else Path(out)
+    check_output(target.with_name(f"{target.stem}.measurements.csv"),
+                 what="profile measurements")
+
+
 @click.group(name="calibrate")
 def calibrate() -> None:
     """Measure this machine, or import nccl-tests logs / GEMM sweeps, into a hardware profile."""
@@ -60,7 +74,7 @@ def calibrate() -> None:
     "--out",
     "out",
     required=True,
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: 'real.json/' keeps its '/' for check_output to refuse
     help="Profile JSON to write (the raw CSV goes beside it).",
 )
 @click.option(
@@ -93,7 +107,7 @@ def calibrate() -> None:
 )
 @_errors
 def run_cmd(
-    out: Path, nprocs: int | None, backend: str, quick: bool, max_bytes: int | None, stages: str
+    out: str, nprocs: int | None, backend: str, quick: bool, max_bytes: int | None, stages: str
 ) -> None:
     """Run GEMM, memory-bandwidth, collective, framework, host (time per framework op) and
     whole-layer microbenchmarks and fit a profile."""
@@ -102,14 +116,13 @@ def run_cmd(
     if bad or not chosen:
         raise click.BadParameter(f"stages must be among {', '.join(STAGES)}", param_hint="--stages")
     from perfmodel.extras import require_torch
-    from perfmodel.files import check_output
 
     require_torch("calibrate run")  # first: a missing extra leaves no directory behind
-    check_output(out, what="profile", make_parents=True)  # before the run, not after it
+    _check_profile_output(out)  # before the run, not after it
     from calibration.run import run  # imports torch: after the checks
     console = Console(stderr=True)
     path = run(
-        out,
+        Path(out),
         nprocs=nprocs,
         backend=backend,
         quick=quick,
@@ -153,7 +166,7 @@ def run_cmd(
     "--out",
     "out",
     required=True,
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: 'real.json/' keeps its '/' for check_output to refuse
     help="Profile JSON to write (the raw CSV goes beside it).",
 )
 @click.option("--base", default=None, help="Hardware preset the profile builds on (e.g. dgx-h100).")
@@ -188,7 +201,7 @@ def run_cmd(
 @_errors
 def import_nccl_tests_cmd(
     logs: tuple[Path, ...],
-    out: Path,
+    out: str,
     base: str | None,
     algorithm: str | None,
     op: str | None,
@@ -199,6 +212,7 @@ def import_nccl_tests_cmd(
     A log is what a test prints (also under mpirun --tag-output or srun --label, with NCCL_DEBUG
     lines, CRLF line ends) or the JSON file of its -J option.
     """
+    _check_profile_output(out)  # before the logs are read and fitted
     from calibration.importers import import_nccl_tests, save
 
     result = import_nccl_tests(logs, algorithm=algorithm, op=op, allow_truncated=allow_truncated)
@@ -296,7 +310,7 @@ def _preset_for(device: str | None, per_node: int | None) -> str | None:
     "--out",
     "out",
     required=True,
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: 'real.json/' keeps its '/' for check_output to refuse
     help="Profile JSON to write (the raw CSV goes beside it).",
 )
 @click.option("--base", default=None, help="Hardware preset the profile builds on.")
@@ -310,9 +324,10 @@ def _preset_for(device: str | None, per_node: int | None) -> str | None:
 )
 @_errors
 def import_gemm_cmd(
-    tables: tuple[Path, ...], out: Path, base: str | None, device: str | None, folds: int
+    tables: tuple[Path, ...], out: str, base: str | None, device: str | None, folds: int
 ) -> None:
     """Fit the GEMM efficiency model to published sweeps (CSV of shape, dtype, FLOP/s)."""
+    _check_profile_output(out)  # before the fit: it takes seconds
     from calibration.gemm_tables import device_gpus, device_info, read_gemm_table
     from calibration.importers import import_gemm, save
 
@@ -431,13 +446,16 @@ def _gemm_gpu_name(device: str, base_spec: Any) -> str:
 @click.argument("profile", type=click.Path(path_type=Path))
 @click.option(
     "--plot",
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: 'fits.png/' keeps its '/' for check_output to refuse
     default=None,
     help="Draw measured against fitted (log-log), one panel per fit, to this PNG (or .svg, .pdf).",
 )
 @_errors
-def report_cmd(profile: Path, plot: Path | None) -> None:
+def report_cmd(profile: Path, plot: str | None) -> None:
     """Print a profile's fits, residuals and size ranges; optionally plot them."""
+    from perfmodel.files import check_output
+
+    check_output(plot, what="plot", figure=True)  # before the profile is read and drawn
     from calibration.report import print_report
     from perfmodel.plot import calibration_plot
     from perfmodel.specs.profile import load_profile

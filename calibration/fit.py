@@ -74,13 +74,41 @@ def _fit_alpha_beta(a: np.ndarray, c: np.ndarray, t: np.ndarray) -> tuple[float,
     return float(res.x[0]), float(1.0 / res.x[1])
 
 
+# a slowdown regime (CollectiveModel._split) may start this much above the small regime's time
+# at the breakpoint, no more: a larger step would be fitting noise
+MAX_STEP_UP = 0.3
+
+
+def _breakpoint(steps_n: float, bus_factor_n: float, small: tuple[float, float],
+                large: tuple[float, float], cut: float) -> float | None:
+    """Where a second regime (alpha_s, busbw) takes over from the small messages' at a group's
+    steps and bus factor [B], the time never falling as the size grows; None where it would.
+
+    A protocol switch (large has the higher alpha and the higher bandwidth): where the lines
+    meet, steps alpha_small + bf N / busbw_small = steps alpha + bf N / busbw, so
+    N = steps (alpha - alpha_small) / (bf (1 / busbw_small - 1 / busbw)): continuous there.
+    A slowdown (large has no lower alpha and no higher bandwidth, slower at every size): `cut`,
+    between the sizes measured on either side, where the time steps up by at most MAX_STEP_UP.
+    """
+    extra_latency = steps_n * (large[0] - small[0])
+    extra_per_byte = bus_factor_n * (1.0 / small[1] - 1.0 / large[1])
+    if extra_latency > 0 and extra_per_byte > 0:
+        return extra_latency / extra_per_byte
+    if extra_latency >= 0 and extra_per_byte <= 0:
+        below = steps_n * small[0] + bus_factor_n * cut / small[1]
+        step = extra_latency - extra_per_byte * cut
+        return cut if step <= MAX_STEP_UP * below else None
+    return None
+
+
 class CollectiveModel:
     """Alpha-beta fit of one collective on one scope.
 
     T = steps(op, n, algorithm) * alpha_s + bus_factor(op, n) * nbytes / busbw
     One (alpha, busbw) pair; when it misses the median by more than `split_above` (NCCL's
-    protocol or algorithm switches make the curve piecewise), a second regime from a fitted
-    breakpoint size is added. See perfmodel.specs.profile.fitted_collective_time.
+    protocol or algorithm switches make the curve piecewise), a second regime for small messages
+    is added, from the size where its line meets the first (continuous, growing with size: see
+    _split). See perfmodel.specs.profile.fitted_collective_time.
     """
 
     def __init__(
@@ -113,34 +141,7 @@ class CollectiveModel:
         single = float(np.median(rel_errors(self.predict(nb, n), t)))
         sizes = np.unique(nb)
         if single > self.split_above and len(sizes) >= 2 * self.min_points:
-            # the breakpoint minimises the mean relative error (the median is flat near the
-            # optimum); the split is kept only if it cuts the median error by a fifth or more.
-            # NCCL picks the faster protocol or algorithm, so the curve stays nearly continuous
-            # at a switch (within 30% here); a jump larger than that would be fitting noise.
-            # (mean error, median error, (breakpoint, small regime, large regime) or None)
-            best: tuple[float, float, tuple[float, tuple[float, float], tuple[float, float]] | None]
-            best = (math.inf, math.inf, None)
-            st_mid = float(np.median(a))
-            bf_mid = float(np.median(c / nb))
-            least = max(self.min_points, math.ceil(0.2 * len(sizes)))  # sizes per regime
-            for i in range(least, len(sizes) - least + 1):
-                bp = math.sqrt(sizes[i - 1] * sizes[i])
-                lo, hi = nb < bp, nb >= bp
-                p_lo = _fit_alpha_beta(a[lo], c[lo], t[lo])
-                p_hi = _fit_alpha_beta(a[hi], c[hi], t[hi])
-                t_lo = st_mid * p_lo[0] + bf_mid * bp / p_lo[1]
-                t_hi = st_mid * p_hi[0] + bf_mid * bp / p_hi[1]
-                if abs(t_hi / t_lo - 1) > 0.3:
-                    continue
-                pred = np.where(lo, a * p_lo[0] + c / p_lo[1], a * p_hi[0] + c / p_hi[1])
-                err = rel_errors(pred, t)
-                if float(np.mean(err)) < best[0]:
-                    best = (float(np.mean(err)), float(np.median(err)), (bp, p_lo, p_hi))
-            if best[2] is not None and best[1] < single * 0.8:
-                bp, p_lo, p_hi = best[2]
-                self.breakpoint_bytes_ = bp
-                self.alpha_s_small_, self.bus_bandwidth_bytes_per_s_small_ = p_lo
-                self.alpha_s_, self.bus_bandwidth_bytes_per_s_ = p_hi
+            self._split(nb, n, a, c, t, sizes, single)
         self.size_range_ = (float(nb.min()), float(nb.max()))
         # the highest bus bandwidth a measurement reached: a lower bound on the link's, all a
         # latency-bound sweep (small sizes only) can say about it
@@ -149,6 +150,52 @@ class CollectiveModel:
         self.n_points_ = len(t)
         self.residuals_ = residual_summary(self.predict(nb, n), t)
         return self
+
+    def _split(self, nb: np.ndarray, n: np.ndarray, a: np.ndarray, c: np.ndarray,
+               t: np.ndarray, sizes: np.ndarray, single: float) -> None:
+        """Try a second regime for small messages; keep it where it cuts the median error of
+        one regime by a fifth or more. The fitted time stays non-decreasing in size.
+
+        Each split of the sizes fits one (alpha, busbw) pair below and one above. Two kinds of
+        split are taken, and the breakpoint placed by its kind:
+        - a protocol switch (the small regime has the lower alpha and the lower bandwidth):
+          NCCL runs the faster protocol at each size, so the breakpoint is where the two lines
+          meet, and the time is continuous there. They are made to meet at the fewest ranks
+          measured: for a larger group the large regime starts above the small one (steps over
+          bus factor grow with n), never below;
+        - a slowdown (the large regime has no lower alpha and no higher bandwidth: slower at
+          every size, as when busbw falls beyond some size): the breakpoint lies between the two
+          sizes measured on either side, where the measured times themselves step up, by 30% at
+          most (a larger step would be fitting noise).
+        A split whose large regime would be faster than the small one at the breakpoint (the
+        time falling as the size grows) is not taken, nor one with fewer than min_points sizes
+        on a side. Candidates are scored by the mean relative error of the time as written (the
+        median is flat near the optimum).
+        """
+        n0 = float(n.min())
+        f_steps, f_bytes = _collective_terms(self.op, self.algorithm)
+        st0, bf0 = float(f_steps(n0)), float(f_bytes(1.0, n0))
+        # (mean error, median error, (breakpoint, small regime, large regime) or None)
+        best: tuple[float, float, tuple[float, tuple[float, float], tuple[float, float]] | None]
+        best = (math.inf, math.inf, None)
+        least = max(self.min_points, math.ceil(0.2 * len(sizes)))  # sizes per regime
+        for i in range(least, len(sizes) - least + 1):
+            cut = math.sqrt(sizes[i - 1] * sizes[i])
+            lo = nb < cut
+            p_lo = _fit_alpha_beta(a[lo], c[lo], t[lo])
+            p_hi = _fit_alpha_beta(a[~lo], c[~lo], t[~lo])
+            bp = _breakpoint(st0, bf0, p_lo, p_hi, cut)
+            if bp is None or min(np.sum(sizes < bp), np.sum(sizes >= bp)) < self.min_points:
+                continue
+            pred = np.where(nb < bp, a * p_lo[0] + c / p_lo[1], a * p_hi[0] + c / p_hi[1])
+            err = rel_errors(pred, t)
+            if float(np.mean(err)) < best[0]:
+                best = (float(np.mean(err)), float(np.median(err)), (bp, p_lo, p_hi))
+        if best[2] is not None and best[1] < single * 0.8:
+            bp, p_lo, p_hi = best[2]
+            self.breakpoint_bytes_ = bp
+            self.alpha_s_small_, self.bus_bandwidth_bytes_per_s_small_ = p_lo
+            self.alpha_s_, self.bus_bandwidth_bytes_per_s_ = p_hi
 
     @property
     def bandwidth_resolved_(self) -> bool:
@@ -215,6 +262,7 @@ _SPLIT_K_RATIOS = (0.0, *(2.0**e for e in range(4, 13)))
 # large-tile kernel thresholds: powers of 2 of FLOPs with at least this share of the shapes (and
 # GemmModel.MIN_POINTS) on each side: the switch must be seen from both sides to be fitted
 _LARGE_MIN_SHARE = 0.08
+_STEP = float(np.finfo(float).eps) ** 0.5  # scipy's relative step for '2-point'
 
 
 @functools.lru_cache(maxsize=1)
@@ -285,7 +333,7 @@ class GemmModel:
         """x: the _GEMM_PARAMS (max_fraction, then logarithms), then with a large kernel its
         max_fraction and log parallel_half."""
         one = [x[0], *np.exp(x[1:len(_GEMM_PARAMS)])]
-        large = [x[len(_GEMM_PARAMS)], math.exp(x[-1])] if large_flops > 0 else [0.0, 0.0]
+        large = [x[len(_GEMM_PARAMS)], np.exp(x[-1])] if large_flops > 0 else [0.0, 0.0]
         return _gemm_function()(
             m,
             n,
@@ -321,13 +369,32 @@ class GemmModel:
 
         def solve(x0, lo, hi, ratio, large_flops):
             lo, hi = np.array(lo), np.array(hi)
+            reps = len(x0) + 1
+            tiles = [np.tile(v, reps) for v in (b, m, n, k, t)]
 
             def residuals(x):
                 return self._time(x, ratio, large_flops, b, m, n, k) / t - 1.0
 
+            def jacobian(x):
+                # scipy's '2-point' forward differences (approx_derivative: the step
+                # sqrt(eps) max(1, |x|), backward where forward would leave the bounds), with
+                # the p + 1 parameter vectors evaluated in one call over p + 1 copies of the
+                # shapes rather than p + 1 calls: the same Jacobian at a fraction of the cost
+                h = _STEP * np.where(x >= 0, 1.0, -1.0) * np.maximum(1.0, np.abs(x))
+                below, above = x - lo, hi - x
+                fits = np.abs(h) <= np.maximum(below, above)
+                h = np.where(((x + h < lo) | (x + h > hi)) & fits, -h, h)
+                h = np.where(fits, h, np.where(above >= below, above, -below))
+                h = (x + h) - x
+                rows = np.vstack([x, x + np.diag(h)])  # (p + 1, p)
+                f = (self._time(np.repeat(rows, len(t), axis=0).T, ratio, large_flops, *tiles[:4])
+                     / tiles[-1] - 1.0).reshape(len(rows), len(t))
+                return ((f[1:] - f[0]) / h[:, None]).T
+
             return least_squares(
                 residuals,
                 np.clip(x0, lo + 1e-9, hi - 1e-9),
+                jac=jacobian,
                 bounds=(lo, hi),
                 # robust: kernel-selection outliers (2x off) must not pull the fit; cauchy beat
                 # soft_l1 on the hold-out of every sweep in tests/data/gemm

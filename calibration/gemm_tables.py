@@ -133,6 +133,14 @@ def device_preset(device: str) -> str | None:
     return (device_info(device) or {}).get("preset")
 
 
+# 1e18 FLOP/s is a hundred of today's largest GPUs: a rate above it is a slip of units
+MAX_FLOPS = 1e18
+_DIMS = "a whole number from 1 to 1e9"
+# a table's time_s and its rate (2 b m n k / time_s) may differ by this much (rounding, a rate
+# printed to 3 or 4 digits), no more: beyond it the two columns are not one measurement
+TIME_RATE_TOLERANCE = 0.05
+
+
 def read_gemm_table(path: str | Path) -> pd.DataFrame:
     """Records of one GEMM sweep file; DataError naming file, line and column when malformed."""
     path = Path(path)
@@ -150,9 +158,11 @@ def read_gemm_table(path: str | Path) -> pd.DataFrame:
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise DataError(f"{path}: not a CSV table ({str(exc).splitlines()[0]})") from None
     cols = set(df.columns)
+    time_col: pd.Series | None = None
+    time_name = "time_s"
     if {"m_or_m_per_group", "n", "k", "tflops"} <= cols:  # DeepGEMM
         # a table without num_groups: one group (pd.to_numeric(None) is a scalar NaN)
-        groups = (pd.to_numeric(df["num_groups"], errors="coerce").fillna(1)
+        groups = (_column(df["num_groups"], path, "num_groups", _DIMS).fillna(1)
                   if "num_groups" in cols else 1)
         out = pd.DataFrame(
             {
@@ -162,14 +172,16 @@ def read_gemm_table(path: str | Path) -> pd.DataFrame:
                 "m": df["m_or_m_per_group"],
                 "n": df["n"],
                 "k": df["k"],
-                "flops_per_s": pd.to_numeric(df["tflops"], errors="coerce") * 1e12,
             }
         )
         out["dtype"] = out["dtype"] + np.where(df.get("table", "dense") == "dense", "", "-grouped")
         if "source_commit" in df:
             out["source_commit"] = df["source_commit"]
+        rate: tuple[str, pd.Series, float] | None = ("tflops", df["tflops"], 1e12)
+        dims = {"b": "num_groups", "m": "m_or_m_per_group", "n": "n", "k": "k"}
     elif {"m", "n", "k", "dtype"} <= {c.lower() for c in cols}:
         low = df.rename(columns={c: c.lower() for c in df.columns})
+        named = {c.lower(): str(c) for c in df.columns}  # the user's spelling, for messages
         out = pd.DataFrame(
             {
                 "device": low.get("device_key", low.get("device", "unknown")),
@@ -181,19 +193,21 @@ def read_gemm_table(path: str | Path) -> pd.DataFrame:
             }
         )
         if "flops_per_s" in low:
-            out["flops_per_s"] = pd.to_numeric(low["flops_per_s"], errors="coerce")
+            rate = (named["flops_per_s"], low["flops_per_s"], 1.0)
         elif "tflops" in low:
-            out["flops_per_s"] = pd.to_numeric(low["tflops"], errors="coerce") * 1e12
+            rate = (named["tflops"], low["tflops"], 1e12)
         elif "time_s" in low:
-            t = pd.to_numeric(low["time_s"], errors="coerce")
-            out["flops_per_s"] = 2.0 * out["b"] * out["m"] * out["n"] * out["k"] / t
+            rate = None
         else:
             raise DataError(
                 f"{path}: a GEMM table needs a flops_per_s, tflops or time_s column; "
                 f"it has {', '.join(map(str, df.columns))}"
             )
+        if "time_s" in low:
+            time_col, time_name = low["time_s"], named["time_s"]
         if "source_commit" in low:
             out["source_commit"] = low["source_commit"]
+        dims = {c: named.get(c, c) for c in ("b", "m", "n", "k")}
     else:
         raise DataError(
             f"{path}: not a GEMM sweep: need columns m, n, k, dtype and flops_per_s "
@@ -202,22 +216,89 @@ def read_gemm_table(path: str | Path) -> pd.DataFrame:
         )
     out["file"] = path.name
     out["line"] = np.arange(len(out)) + 2
-    for col in ("b", "m", "n", "k", "flops_per_s"):
-        values = pd.to_numeric(out[col], errors="coerce")
-        # 1e18 FLOP/s is a hundred of today's largest GPUs: a slip of units or a corrupt row
-        bad = ~np.isfinite(values) | (values <= 0) | ((values > 1e18) if col == "flops_per_s"
-                                                       else (values > 1e9))
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DataError(
-                f"{path}:{i + 2}: column '{col}' must be a positive number"
-                f"{' up to 1e18 FLOP/s' if col == 'flops_per_s' else ' up to 1e9'}, got "
-                f"'{out[col].iloc[i]}'"
-            )
+    for col in ("b", "m", "n", "k"):
+        values = _column(out[col], path, dims[col], _DIMS)
+        # a GEMM's sizes are whole elements; over 1e9 a slip of units or a corrupt row
+        bad = ~np.isfinite(values) | (values < 1) | (values > 1e9) | (values != np.floor(values))
+        _refuse_first(bad, path, f"column '{dims[col]}' must be {_DIMS}", out[col])
         out[col] = values.astype(float)
+    work = 2.0 * out["b"] * out["m"] * out["n"] * out["k"]  # FLOPs of each shape
+    times = None
+    if time_col is not None:
+        times = _column(time_col, path, time_name, "a positive number of seconds")
+        bad = ~np.isfinite(times) | (times <= 0) | (work / times.where(times > 0, 1.0) > MAX_FLOPS)
+        _refuse_first(bad, path, f"column '{time_name}' must be a positive number of seconds, "
+                      "2 b m n k / time_s at most 1e18 FLOP/s", time_col)
+    if rate is not None:
+        name, cells, scale = rate
+        unit = "FLOP/s" if scale == 1.0 else "TFLOP/s"
+        most = f"1e{round(math.log10(MAX_FLOPS / scale))} {unit}"  # 1e18 FLOP/s, 1e6 TFLOP/s
+        values = _column(cells, path, name, f"a positive number up to {most}")
+        over = (values * scale > MAX_FLOPS).to_numpy()
+        bad = ~np.isfinite(values) | (values <= 0) | over
+        first = np.flatnonzero(bad.to_numpy())
+        # a TFLOP/s column over 1e6 holds FLOP/s: say so (its name is the user's)
+        hint = ("; FLOP/s in a TFLOP/s column? (name it flops_per_s)"
+                if scale != 1.0 and len(first) and over[first[0]] else "")
+        _refuse_first(bad, path, f"column '{name}' must be a positive number up to {most}",
+                      cells, hint)
+        out["flops_per_s"] = values * scale
+        if times is not None:  # two measurements of each shape: they must be one
+            _check_time_and_rate(out, times, work, path, name)
+    elif times is not None:
+        out["flops_per_s"] = work / times
     out["device"] = out["device"].astype(str).map(lambda d: _ALIASES.get(d, d))
-    out["time_s"] = 2.0 * out["b"] * out["m"] * out["n"] * out["k"] / out["flops_per_s"]
+    out["time_s"] = work / out["flops_per_s"]
     return out.reset_index(drop=True)
+
+
+def _column(cells: pd.Series, path: Path, column: str, allowed: str) -> pd.Series:
+    """A column's cells as floats, NaN where a cell is not a number; DataError naming the file,
+    line and column for an integer past what a float holds (the CSV reader reads 10^400 as an
+    exact integer, which pd.to_numeric and float() refuse with an OverflowError)."""
+    try:
+        return pd.to_numeric(cells, errors="coerce").astype(float)
+    except OverflowError:
+        pass
+    values = []
+    for i, cell in enumerate(cells):
+        try:
+            values.append(float(cell))
+        except OverflowError:
+            digits = int(abs(int(cell)).bit_length() * 0.30103) + 1
+            raise DataError(f"{path}:{i + 2}: column '{column}' holds an integer of about "
+                            f"{digits} digits, past what a float holds: it must be {allowed}") \
+                from None
+        except (TypeError, ValueError):
+            values.append(math.nan)
+    return pd.Series(values, index=cells.index, dtype=float)
+
+
+def _refuse_first(bad: pd.Series, path: Path, message: str, cells: pd.Series,
+                  hint: str = "") -> None:
+    """DataError naming the line of the first bad row and its cell as written."""
+    flags = np.asarray(bad, dtype=bool)
+    if flags.any():
+        i = int(np.flatnonzero(flags)[0])
+        raise DataError(f"{path}:{i + 2}: {message}, got '{cells.iloc[i]}'{hint}")
+
+
+def _check_time_and_rate(out: pd.DataFrame, times: pd.Series, work: pd.Series, path: Path,
+                         name: str) -> None:
+    """A table with both time_s and a rate column: each row's 2 b m n k / time_s must be its rate
+    within TIME_RATE_TOLERANCE; DataError naming the first row where it is not (which of the two
+    is the measurement is not known)."""
+    ratio = (work / times) / out["flops_per_s"]
+    off = np.flatnonzero(((ratio - 1).abs() > TIME_RATE_TOLERANCE).to_numpy())
+    if len(off):
+        i = int(off[0])
+        from_time, given = (work / times).iloc[i], out["flops_per_s"].iloc[i]
+        raise DataError(
+            f"{path}:{i + 2}: time_s {times.iloc[i]:g} s gives 2 b m n k / time_s = "
+            f"{from_time:.4g} FLOP/s, {ratio.iloc[i]:.3g}x the {given:.4g} FLOP/s of column "
+            f"'{name}' (over {TIME_RATE_TOLERANCE:.0%} apart; {len(off)} rows so): which is the "
+            "measurement is not known; give one of the two columns"
+        )
 
 
 def peak_for(device: str, dtype: str, records: pd.DataFrame | None = None) -> tuple[float, str]:

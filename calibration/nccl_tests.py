@@ -195,6 +195,11 @@ def read_log(path: str | Path, what: str = "nccl-tests log") -> str:
 def _number(token: str, path: Path, lineno: int, what: str) -> float | None:
     if token.upper() == "N/A":
         return None
+    if not token.isascii():  # float() reads full-width and other scripts' digits: not a log's
+        raise DataError(
+            f"{path}:{lineno}: {what} '{token}' is not a number in ASCII digits (nccl-tests "
+            "prints 0-9): an edited or converted log?"
+        )
     try:
         value = float(token)
     except ValueError:
@@ -333,7 +338,7 @@ def _checked(
     if not 0 <= size <= MAX_BYTES or size != int(size) or count < 0:
         raise DataError(
             f"{where}: size must be a whole number of bytes from 0 to 2^50 and count >= 0, "
-            f"got {size:g} and {count:g}"
+            f"got {size:.17g} and {count:.17g}"
         )
     for what, t_us in (("time", t_out_us), ("in-place time", t_in_us)):
         if t_us is not None and not MIN_TIME_US <= t_us <= MAX_TIME_US:
@@ -377,9 +382,16 @@ def _numeric(token: str) -> bool:
     return True
 
 
+# a row's first token, its size: digits, and a sign, a fraction or an exponent where a row was
+# edited (-268435456, 268435456.5), so that _checked refuses it naming its line rather than the
+# row being passed over; \d is any script's digit (full-width '２５６'), refused by _number
+_ROW_START = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
 def _is_row(text: str) -> bool:
     tokens = text.split()
-    return bool(tokens) and tokens[0].isdigit() and not text.lstrip().startswith("#")
+    return (bool(tokens) and _ROW_START.fullmatch(tokens[0]) is not None
+            and not text.lstrip().startswith("#"))
 
 
 def _op_from_name(path: Path) -> Op | None:
@@ -659,6 +671,7 @@ def _section(
             "...): truncated header?"
         )
     _check_bus_factor(records, op, n_ranks, f"{path}:{header_line.lineno}")
+    notes += _busbw_notes(records, op, n_ranks)
     _check_op_columns(columns, op, f"{path}:{header_line.lineno}")
     counts = Counter(hosts.values())
     return NcclTestsRun(
@@ -679,7 +692,11 @@ def _section(
     )
 
 
-def _check_bus_factor(records: pd.DataFrame, op: Op, ranks: int, where: str) -> None:
+_FIX_OP = "give the right --op (or name the file after its collective)"
+
+
+def _check_bus_factor(records: pd.DataFrame, op: Op, ranks: int, where: str,
+                      fix: str = _FIX_OP) -> None:
     """nccl-tests writes busbw = algbw x the op's bus factor (doc/PERFORMANCE.md: 2(n-1)/n for
     all_reduce, (n-1)/n for all_gather, reduce_scatter and alltoall, 1 for the others), so the
     log's own columns say which collective it measured: a log read as another op (its name, or
@@ -699,7 +716,33 @@ def _check_bus_factor(records: pd.DataFrame, op: Op, ranks: int, where: str) -> 
     raise DataError(f"{where}: busbw / algbw is {ratio:.3g} in the log, where {op.value} over "
                     f"{ranks} ranks has {expected:.3g} (nccl-tests' bus factor)"
                     + (f": the log measured {' or '.join(others)}" if others else "")
-                    + "; give the right --op (or name the file after its collective)")
+                    + f"; {fix}")
+
+
+def _busbw_notes(records: pd.DataFrame, op: Op, ranks: int) -> list[str]:
+    """A note naming the rows whose busbw is not algbw x the op's bus factor (within 5%, rows of
+    algbw > 0.5 GB/s as _check_bus_factor reads them), where the log's other rows are: nccl-tests
+    computes it so, an edited row does not. Only the time is fitted: the rows are kept."""
+    from perfmodel.costs.collectives import bus_factor
+
+    rows = records[(records["algbw"] > 0.5) & records["busbw"].notna()]
+    if rows.empty or ranks < 2:
+        return []
+    expected = float(bus_factor(op.value, ranks))
+    off = rows[((rows["busbw"] / rows["algbw"]) / expected - 1).abs() > 0.05]
+    if off.empty:
+        return []
+
+    def at(row: pd.Series) -> str:
+        line = row.get("line")
+        where = f"line {int(line)}, " if line is not None and line == line else ""
+        return (f"{where}{row['nbytes']:.0f} B: busbw {row['busbw']:g} GB/s, algbw "
+                f"{row['algbw']:g} x {expected:.3g} = {row['algbw'] * expected:.4g} GB/s")
+    shown = "; ".join(at(row) for _, row in off.head(5).iterrows())
+    more = f" and {len(off) - 5} more" if len(off) > 5 else ""
+    return [f"{len(off)} row{'s' if len(off) > 1 else ''} whose busbw is not algbw x the "
+            f"{op.value} bus factor, as nccl-tests prints it ({shown}{more}): an edited row? "
+            "kept (the time is what is fitted)"]
 
 
 # the redop column: nccl-tests prints the reduction (sum, prod, min, max, avg) for the ops that
@@ -715,7 +758,7 @@ def _op_columns(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return records.drop(columns=cols), records[cols]
 
 
-def _check_op_columns(columns: pd.DataFrame, op: Op, where: str) -> None:
+def _check_op_columns(columns: pd.DataFrame, op: Op, where: str, fix: str = _FIX_OP) -> None:
     """A log read as another op whose bus factor is the same (all_gather and reduce_scatter,
     sendrecv and broadcast) is told apart by its redop column ('none' where nothing is reduced)
     and its root column (-1 but for broadcast and reduce); a log without them is not checked."""
@@ -724,14 +767,12 @@ def _check_op_columns(columns: pd.DataFrame, op: Op, where: str) -> None:
         if (redop == "none" and op in _REDUCING) or (redop != "none" and op in _NOT_REDUCING):
             ran = "no reduction" if redop == "none" else f"the reduction {redop}"
             raise DataError(f"{where}: the log's redop column says it ran {ran}, which "
-                            f"{op.value} does not; give the right --op (or name the file after "
-                            "its collective)")
+                            f"{op.value} does not; {fix}")
     if "root" in columns and columns["root"].notna().any():
         root = float(columns["root"].dropna().iloc[0])
         if (root < 0) == (op in _ROOTED):
             raise DataError(f"{where}: the log's root column is {root:g}, where {op.value} has "
-                            f"{'a root rank >= 0' if op in _ROOTED else 'none (-1)'}; give the "
-                            "right --op (or name the file after its collective)")
+                            f"{'a root rank >= 0' if op in _ROOTED else 'none (-1)'}; {fix}")
 
 
 def _distinct_sizes(records: pd.DataFrame, where: str, notes: list[str]) -> pd.DataFrame:
@@ -829,7 +870,13 @@ def _parse_json(
     errors = doc.get("errors")
     if isinstance(errors, list) and any(isinstance(e, str) and e for e in errors):
         notes.append(f"nccl-tests reported errors: {'; '.join(str(e) for e in errors)[:200]}")
-    records, _ = _op_columns(pd.DataFrame(rows))  # a -J file's op is not checked by its columns
+    records, columns = _op_columns(pd.DataFrame(rows))
+    # the file's own columns say which op it measured, as a text log's do
+    fix = (f"its args[0] names {op.value}'s test: an edited file?" if _json_binary(doc)
+           else _FIX_OP)
+    _check_bus_factor(records, op, len(hosts), str(path), fix)
+    notes += _busbw_notes(records, op, len(hosts))
+    _check_op_columns(columns, op, str(path), fix)
     bad = records["wrong"] > 0
     if bad.any():
         notes.append(f"{int(bad.sum())} results with nwrong > 0 dropped")
@@ -948,12 +995,24 @@ def _json_ranks(path: Path, config: dict) -> tuple[list[str], str]:
     return hosts, " / ".join(sorted(names))
 
 
-def _json_op(path: Path, doc: dict, op_hint: Op | str | None) -> Op:
-    """The collective: from the binary's name (args[0]), else --op, else the file name."""
+def _json_binary(doc: dict) -> str | None:
+    """The nccl-tests binary args[0] names (all_reduce, all_gather, ...), if it names one."""
     args = doc.get("args")
     if isinstance(args, list) and args and isinstance(args[0], str):
         if m := _PERF.search(args[0]):
-            return BINARIES[m.group(1)]
+            return m.group(1)
+    return None
+
+
+def _json_op(path: Path, doc: dict, op_hint: Op | str | None) -> Op:
+    """The collective: from the binary's name (args[0]), else --op, else the file name. An --op
+    that the binary's name contradicts is refused, as in a text log."""
+    if (binary := _json_binary(doc)) is not None:
+        op = BINARIES[binary]
+        if op_hint is not None and Op(op_hint) is not op:
+            raise DataError(f"{path}: --op {Op(op_hint).value}, but the file ran {op.value} "
+                            f"(its args[0] is {binary}_perf); leave --op out")
+        return op
     if op_hint is not None:
         return Op(op_hint)
     if (guess := _op_from_name(path)) is not None:
@@ -1008,6 +1067,8 @@ def _json_row(path: Path, i: int, result: Any) -> dict:
         where,
         line=None,
     )
+    if isinstance(root, str) and re.fullmatch(r"\s*-?\d{1,9}\s*", root):
+        root = int(root)  # nccl-tests writes it as printed, '    -1'
     return {
         **record,
         "redop": redop if isinstance(redop, str) else None,
@@ -1021,12 +1082,30 @@ def _json_optional(obj: dict, key: str, where: str) -> float | None:
     return None if obj.get(key) is None else _json_number(obj, key, where)
 
 
+# what each number of a -J result may be (_checked's ranges), for the message of one that is not
+_JSON_RANGES = {
+    "size": "a whole number of bytes from 0 to 2^50",
+    "count": "a whole number >= 0",
+    "time": f"{MIN_TIME_US:g} to {MAX_TIME_US:g} us",
+    "alg_bw": f"0 to {MAX_ALGBW_BYTES_PER_S / 1e9:g} GB/s",
+    "bus_bw": f"0 to {MAX_ALGBW_BYTES_PER_S / 1e9:g} GB/s",
+    "nwrong": "a count >= 0",
+}
+
+
 def _json_number(obj: dict, key: str, where: str) -> float:
     """obj[key], a finite number; DataError naming the field otherwise (nccl-tests writes NaN as
-    the string "nan")."""
+    the string "nan"), also for an integer past what a float holds (JSON reads 10^400 exactly:
+    float() of it would raise OverflowError)."""
     value = obj.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DataError(f"{where}.{key} must be a number, got {value!r}")
     if value != value or value in (float("inf"), float("-inf")):
         raise DataError(f"{where}.{key} must be a finite number, got {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int of over 308 digits
+        allowed = _JSON_RANGES.get(key, "a finite number")
+        digits = int(abs(int(value)).bit_length() * 0.30103) + 1
+        raise DataError(f"{where}.{key} is an integer of about {digits} digits, past what a "
+                        f"float holds: it must be {allowed}") from None

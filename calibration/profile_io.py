@@ -83,10 +83,12 @@ def write_profile(
 ) -> Path:
     """Write PROFILE.json and PROFILE.measurements.csv beside it; returns the profile path.
 
-    The document is validated with perfmodel's own reader before it is written.
+    The document is validated with perfmodel's own reader before it is written. The directory
+    must exist (a user's output path: a missing one is refused, OutputError, not made); a path
+    ending in '/' is refused (give it as a str: Path() drops the slash).
     """
+    check_output(path, what="profile")  # refused: no measurements beside it
     path = Path(path)
-    check_output(path, what="profile", make_parents=True)  # refused: no measurements beside it
     # a write through a symlink writes its target and keeps the link: the CSV goes beside the
     # target, named after it, where the JSON's "measurements" is looked up
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
@@ -94,7 +96,7 @@ def write_profile(
     if measurements is not None:
         csv_name = f"{target.stem}.measurements.csv"
         write_atomic(target.parent / csv_name, measurements.to_csv(index=False),
-                     what="profile measurements", make_parents=True)
+                     what="profile measurements")
     doc = _clean(
         {
             "format": FORMAT,
@@ -109,5 +111,5 @@ def write_profile(
     )
     profile_from_dict(doc, f"profile {path}", target)  # never write what we could not read back
     text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
-    write_atomic(path, text, what="profile", make_parents=True)
+    write_atomic(path, text, what="profile")
     return path

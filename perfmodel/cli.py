@@ -1885,8 +1885,9 @@ def collective(op: str, nbytes: str, ranks: int, ranks_per_node: int | None, har
 
 def _collective_command_notes(profile: str | None, result: dict[str, Any]) -> list[str]:
     """`collective --profile`: its collective outside the sizes or rank counts the profile's fit
-    measured, or of an op and scope it has no fit of (as predict notes a plan's)."""
-    if not profile:
+    measured, or of an op and scope it has no fit of (as predict notes a plan's). One rank moves
+    nothing (0 s, whatever the fits): no note."""
+    if not profile or result["ranks"] <= 1:
         return []
     from perfmodel.specs import profile as profiles
 

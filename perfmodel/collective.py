@@ -27,8 +27,8 @@ def parse_bytes(text: str) -> float:
         raise PlanError(f"--bytes must be a size like 1e9, 256MiB, 64KB or 8G, got '{text}'")
     unit = match.group(2)
     if len(unit) > 1 and unit.endswith("b") and unit[-2] != "i":  # Gb, Mb, kb: bits or bytes?
-        raise PlanError(f"--bytes {text}: '{unit}' reads as bits; give bytes ({unit[:-1]}B, "
-                        f"{unit[:-1].upper()}iB or {unit[:-1].upper()})")
+        raise PlanError(f"--bytes {text}: '{unit}' reads as bits; give bytes "
+                        f"({_byte_units(unit[:-1])})")
     number = float(match.group(1))
     if not math.isfinite(number):  # 1e400: read as inf, neither positive nor a size
         raise PlanError(f"--bytes must be a finite number, got '{text}'")
@@ -41,6 +41,15 @@ def parse_bytes(text: str) -> float:
         raise PlanError(f"--bytes must be a whole number of bytes, got '{text}' ({value:g} "
                         "bytes)")
     return value
+
+
+def _byte_units(prefix: str) -> str:
+    """The byte units of a prefix as parse_bytes takes them: 'g' -> 'GB, GiB or G' (kB, KiB or
+    K; TB or TiB: a bare T, P or E is not one)."""
+    letter = prefix.lower()
+    decimal = "kB" if letter == "k" else f"{letter.upper()}B"
+    units = [decimal, f"{letter.upper()}iB"] + ([letter.upper()] if letter in _UNITS else [])
+    return ", ".join(units[:-1]) + " or " + units[-1]
 
 
 @lru_cache(maxsize=256)

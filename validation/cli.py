@@ -109,20 +109,20 @@ def _finish(
 )
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: a trailing '/' stays for check_output
     default=None,
     help="Report JSON (default: <run dir>/report.json).",
 )
 @click.option(
     "--plot",
     "plot_path",
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: a trailing '/' stays for check_output
     default=None,
     help="Bar chart PNG (default: beside the report).",
 )
 @click.option(
     "--history",
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: a trailing '/' stays for check_output
     default=Path("validation-runs/history.csv"),
     show_default=True,
     help="CSV to which one row per run is appended.",
@@ -153,14 +153,14 @@ def _finish(
 @click.option(
     "--trace",
     "trace_path",
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: a trailing '/' stays for check_output
     default=None,
     help="Write the predicted and the measured step as one Chrome/Perfetto trace (JSON).",
 )
 @click.option(
     "--timeline",
     "timeline_path",
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: a trailing '/' stays for check_output
     default=None,
     help="Draw the predicted and the measured step as Gantt charts on one time axis (PNG).",
 )
@@ -229,7 +229,7 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
         if kw.get("out"):
             from validation.report import save
 
-            save(result, kw["out"])
+            save(result, Path(kw["out"]))
         if result["agree"] is False:
             raise PlanError(
                 "dry-run: the job's collectives differ from the model's ledger (see above)"
@@ -263,18 +263,20 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
         )
         return
     run_dir = kw["run_dir"] or run.default_run_dir(plan)
-    out = kw["out"] or run_dir / "report.json"
-    _check_outputs(out, kw["plot_path"], kw["history"], kw["trace_path"],
-                   kw["timeline_path"])  # before the run, not after it
+    _check_outputs(kw["out"] or run_dir / "report.json", kw["plot_path"], kw["history"],
+                   kw["trace_path"], kw["timeline_path"])  # before the run, not after it
+    out = Path(kw["out"] or run_dir / "report.json")
+    trace_path, timeline_path = _as_path(kw["trace_path"]), _as_path(kw["timeline_path"])
     report = run.validate(model, hardware, plan, settings, run_dir)
-    if (kw["trace_path"] or kw["timeline_path"]) and report.get("status") == "ok":
+    if (trace_path or timeline_path) and report.get("status") == "ok":
         from validation import trace
 
         ran_model, ran_plan, _ = jobspec.as_run(model, plan, backend)  # what was predicted
-        for note in trace.write(report, ran_model, hardware, ran_plan, kw["trace_path"],
-                                kw["timeline_path"]):
+        for note in trace.write(report, ran_model, hardware, ran_plan, trace_path,
+                                timeline_path):
             click.echo(f"note: {note}", err=True)
-    _finish(report, out, kw["plot_path"] or out.with_suffix(".png"), kw["history"], kw["as_json"])
+    _finish(report, out, _as_path(kw["plot_path"]) or out.with_suffix(".png"),
+            _as_path(kw["history"]), kw["as_json"])
 
 
 # what each way of validating reads (a dry run counts collectives on a fake process group; --emit
@@ -315,31 +317,38 @@ def _refuse_idle_options(ctx: click.Context, kw: dict[str, Any]) -> None:
                                    "--nprocs ranks here)")
 
 
-def _check_outputs(out: Path, plot: Path | None, history: Path | None,
-                   trace: Path | None = None, timeline: Path | None = None) -> None:
+def _check_outputs(out: str | Path, plot: str | Path | None, history: str | Path | None,
+                   trace: str | Path | None = None, timeline: str | Path | None = None) -> None:
     """Refuse now (OutputError, exit 7) an output path the run's end would refuse (a directory,
-    a device, a FIFO): a refused path costs no run, and nothing is created for it."""
+    a device, a FIFO, a name ending in '/'): a refused path costs no run, and nothing is created
+    for it. The paths are the options as given (str: Path() would drop a trailing '/', and
+    'real.json/' would replace the file real.json)."""
     # the report and the history are written with their directories made, the others not (a
     # plot not given goes beside the report, after it: plot None)
-    for path, what, parents in ((out, "validation report", True),
-                                (out.with_suffix(".png") if plot is None else plot, "plot",
+    check_output(out, what="validation report", make_parents=True)
+    for path, what, parents in ((Path(out).with_suffix(".png") if plot is None else plot, "plot",
                                  plot is None),
                                 (history, "validation history", True), (trace, "trace", False),
                                 (timeline, "plot", False)):
         check_output(path, what=what, make_parents=parents, figure=what == "plot")
 
 
+def _as_path(value: str | Path | None) -> Path | None:
+    """An output option, checked by _check_outputs, as a Path (None: not given)."""
+    return None if value is None else Path(value)
+
+
 @validate.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: a trailing '/' stays for check_output
     default=None,
     help="Report JSON (default: DIRECTORY/report.json; the chart beside it).",
 )
 @click.option(
     "--history",
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: a trailing '/' stays for check_output
     default=Path("validation-runs/history.csv"),
     show_default=True,
     help="CSV to which one row per run is appended.",
@@ -347,14 +356,14 @@ def _check_outputs(out: Path, plot: Path | None, history: Path | None,
 @click.option(
     "--trace",
     "trace_path",
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: a trailing '/' stays for check_output
     default=None,
     help="Write the predicted and the measured step as one Chrome/Perfetto trace (JSON).",
 )
 @click.option(
     "--timeline",
     "timeline_path",
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: a trailing '/' stays for check_output
     default=None,
     help="Draw the predicted and the measured step as Gantt charts on one time axis (PNG).",
 )
@@ -363,8 +372,8 @@ def _check_outputs(out: Path, plot: Path | None, history: Path | None,
 @click.option("--profile", default=None, type=click.Path(),
               help="With --trace/--timeline: a calibrated profile to predict with.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def collect(directory: Path, out: Path | None, history: Path, trace_path: Path | None,
-            timeline_path: Path | None, hardware: str | None, profile: str | None,
+def collect(directory: Path, out: str | None, history: str, trace_path: str | None,
+            timeline_path: str | None, hardware: str | None, profile: str | None,
             as_json: bool) -> None:
     """Read the results of an emitted job (--emit DIR) back into a report."""
     from validation import run
@@ -373,17 +382,18 @@ def collect(directory: Path, out: Path | None, history: Path, trace_path: Path |
         raise click.UsageError("--hardware and --profile give the predicted step of --trace and "
                                "--timeline (the report's prediction is the emitted job's): give "
                                "one of those, or leave them out")
-    out = out or directory / "report.json"
-    _check_outputs(out, None, history, trace_path, timeline_path)
+    _check_outputs(out or directory / "report.json", None, history, trace_path, timeline_path)
+    report_path = Path(out or directory / "report.json")
     report = run.collect(directory)
     if trace_path or timeline_path:
         from perfmodel.cli import resolve_hardware
         from validation import trace
 
         hw = resolve_hardware(hardware, profile) if hardware or profile else None
-        for note in trace.write_collected(report, hw, trace_path, timeline_path):
+        for note in trace.write_collected(report, hw, _as_path(trace_path),
+                                          _as_path(timeline_path)):
             click.echo(f"note: {note}", err=True)
-    _finish(report, out, out.with_suffix(".png"), history, as_json)
+    _finish(report, report_path, report_path.with_suffix(".png"), Path(history), as_json)
 
 
 def _emit_backend(hardware: Any, asked: str | None) -> str:

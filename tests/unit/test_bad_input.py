@@ -185,6 +185,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, content in FILES.items():
         (d / name).write_bytes(content.encode() if isinstance(content, str) else content)
     (d / "a-directory").mkdir()
+    (d / "out").mkdir()  # where OUT's profile goes: a missing directory is refused (exit 7)
     (d / "a-directory.yaml").mkdir()
     (d / "a-directory.json").mkdir()
     (d / "plans-alias-bomb.csv").write_text(f"model,gpus,dp\n{d}/model-alias-bomb.yaml,8,8\n")
@@ -1023,8 +1024,8 @@ def test_a_bad_row_among_good_ones_is_one_line_per_bad_row(files: Path, tmp_path
 @pytest.mark.parametrize("args,code,needle", [
     ("predict --model {f} --hardware dgx-h100", SPEC, "cannot be read"),
     ("calibrate report {f}", SPEC, "cannot be read"),
-    ("calibrate import-nccl-tests {f} --out {d}/out/p.json", DATA, "cannot be read"),
-    ("calibrate import-gemm {f} --out {d}/out/p.json", DATA, "cannot be read"),
+    ("calibrate import-nccl-tests {f} --out {d}/p.json", DATA, "cannot be read"),
+    ("calibrate import-gemm {f} --out {d}/p.json", DATA, "cannot be read"),
 ])
 def test_an_unreadable_file_chmod_000(args: str, code: int, needle: str, tmp_path: Path):
     f = tmp_path / "secret.yaml"
