@@ -136,8 +136,17 @@ _sort_key = cmp_to_key(_compare)
 # infinite. Anything else is left to sympy.
 
 _INFINITIES = (sp.S.Infinity, sp.S.NegativeInfinity, sp.S.ComplexInfinity, sp.S.NaN)
-_FINITE: dict[Any, bool] = {}  # node -> no infinity among its atoms (bounded: cleared when full)
+# id(node) -> (node, no infinity among its atoms); bounded: cleared when full. Keyed by identity,
+# the node held so that its id is not reused: keyed by the node, a look-up of a node equal to a
+# known one but not the same object compares the two trees node by node (sympy's __eq__), which
+# made a 64-rank dry run's ledger spend 8 of its 11 s in __eq__
+_FINITE: dict[int, tuple[Any, bool]] = {}
 _FINITE_LIMIT = 500_000
+
+
+def _known(node: Any) -> bool:
+    hit = _FINITE.get(id(node))
+    return hit is not None and hit[0] is node
 
 
 def _no_infinity(expr: Any) -> bool:
@@ -147,17 +156,17 @@ def _no_infinity(expr: Any) -> bool:
     stack: list[tuple[Any, bool]] = [(expr, False)]
     while stack:  # iterative post-order (the graphs are deep), each node once
         node, ready = stack.pop()
-        if node in _FINITE:
+        if _known(node):
             continue
         if node.is_Atom:
-            _FINITE[node] = node not in _INFINITIES and not (
-                node.is_Symbol and node.is_infinite)
+            _FINITE[id(node)] = (node, node not in _INFINITIES and not (
+                node.is_Symbol and node.is_infinite))
         elif ready:  # its arguments are done
-            _FINITE[node] = all(_FINITE[a] for a in node.args)
+            _FINITE[id(node)] = (node, all(_FINITE[id(a)][1] for a in node.args))
         else:
             stack.append((node, True))
-            stack.extend((a, False) for a in node.args if a not in _FINITE)
-    return _FINITE[expr]
+            stack.extend((a, False) for a in node.args if not _known(a))
+    return _FINITE[id(expr)][1]
 
 
 def _sympified(x: Any) -> Any:

@@ -86,6 +86,9 @@ def _rank(a: argparse.Namespace) -> int:
 
     from . import harness
 
+    if a.check:  # refused before the process group forms: a rank that left it early would
+        # break a peer still joining or tearing it down (a traceback in that rank's log)
+        harness.check_world(int(os.environ["WORLD_SIZE"]))
     harness.init_from_env()
     try:
         if a.check:

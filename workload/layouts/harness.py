@@ -209,10 +209,15 @@ SUITES: dict[int, list[tuple[str, dict[str, Any], dict[str, Any]]]] = {
 }
 
 
-def check_suite() -> list[dict[str, Any]]:
-    world = dist.get_world_size()
+def check_world(world: int) -> None:
+    """PlanError unless the equivalence suite has layouts for `world` ranks."""
     if world not in SUITES:
         raise PlanError(f"the equivalence suite runs on {sorted(SUITES)} ranks, got {world}")
+
+
+def check_suite() -> list[dict[str, Any]]:
+    world = dist.get_world_size()
+    check_world(world)
     return [check(layout, dims, plan) for layout, dims, plan in SUITES[world]]
 
 
