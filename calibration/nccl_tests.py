@@ -204,6 +204,14 @@ def _number(token: str, path: Path, lineno: int, what: str) -> float | None:
         value = float(token)
     except ValueError:
         value = float("nan")
+    if value in (float("inf"), float("-inf")) and re.fullmatch(r"[-+]?[0-9.]+(e[-+]?[0-9]+)?",
+                                                                token, re.IGNORECASE):
+        # digits past what a float holds (10^309 and up): a number, out of every column's range
+        shown = token if len(token) <= 24 else f"{token[:12]}...({len(token)} characters)"
+        raise DataError(
+            f"{path}:{lineno}: {what} {shown} is out of range (a float holds at most ~1.8e308; "
+            f"a log's sizes are at most 2^50 bytes and its times {MAX_TIME_US:g} us)"
+        )
     if value != value or value in (float("inf"), float("-inf")):
         raise DataError(
             f"{path}:{lineno}: {what} '{token}' is not a number (garbled nccl-tests row)"

@@ -413,3 +413,18 @@ def test_a_size_in_bits_suggests_the_byte_units_accepted(given, units):
         parse_bytes(given)
     for unit in units.replace(" or ", ", ").split(", "):
         assert parse_bytes(f"1{unit}") > 1
+
+
+def test_a_400_digit_number_in_a_text_log_is_refused_as_out_of_range(tmp_path):
+    """A text log's 400-digit time said "is not a number" (float() reads it as inf): it is a
+    number, out of every column's range, and the error says so, naming file:line."""
+    lines = H100_LOG.read_text().splitlines(keepends=True)
+    row = next(i for i, line in enumerate(lines) if line.split() and line.split()[0] == "33554432")
+    tokens = lines[row].split()
+    tokens[5] = "9" * 400  # the out-of-place time
+    lines[row] = "  " + "  ".join(tokens) + "\n"
+    log = tmp_path / "h100x8-allreduce-big.txt"
+    log.write_text("".join(lines))
+    with pytest.raises(DataError, match=rf"{log.name}:{row + 1}: .* is out of range") as err:
+        parse_nccl_tests(log)
+    assert "\n" not in str(err.value) and "400 characters" in str(err.value)
