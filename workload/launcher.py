@@ -25,6 +25,7 @@ pid and exit to the launcher and exits with them).
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import importlib
 import os
 import signal
@@ -464,6 +465,9 @@ def _forked_rank(rank: int, log_dir: Path, entry: object, args: list[str]) -> No
         fd = os.open(log_dir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
+        # a crash in native code (a SIGSEGV in torch or gloo) leaves the Python stack of every
+        # thread in the rank's log, which the launcher's error quotes
+        faulthandler.enable()
         os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0")
         code = int(entry.main(list(args)) or 0)  # type: ignore[attr-defined]
     except SystemExit as exc:
