@@ -7,7 +7,6 @@ import csv
 import io
 import math
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,27 +150,13 @@ def whole(text: Any, column: str) -> int:
     return value
 
 
-def cells_given(plan: Any, cells: dict[str, Any]) -> Callable[[str], bool]:
-    """given(field) of perfmodel.idle for a row: whether its cell sets the field to other than
-    the plan's default (perfmodel.strategy.Plan's). A cell at the default asks for nothing: the
-    plans perfmodel writes (predict --json's plan, recommend --csv's rows) give every field,
-    cp_comm p2p with cp 1 and recompute_every 1 without recompute among them, and read back they
-    are the same plans; a value other than the default where it changes nothing is refused."""
-    fields = type(plan).__dataclass_fields__
-
-    def given(name: str) -> bool:
-        return name in cells and name in fields and getattr(plan, name) != fields[name].default
-
-    return given
-
-
 def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -> int:
     """Predict every row; write the input columns plus the prediction fields. Returns failed
     rows."""
     from perfmodel.idle import refuse_idle_flags
     from perfmodel.predict import predict
     from perfmodel.specs.model import TransformerSpec, load_model
-    from perfmodel.strategy import derived_dp, plan_from_dict
+    from perfmodel.strategy import derived_dp, fields_given, plan_from_dict
 
     header, rows = read_rows(path)
     base_model = kw.get("model")
@@ -227,8 +212,9 @@ def run_batch(path: Path, kw: dict[str, Any], out: Path | None, as_json: bool) -
             plan = plan_from_dict(plan_kw).check(model)
             # a cell the row sets is the user's, as a flag given: refused where it changes
             # nothing (perfmodel.idle), as predict refuses the flag; a cell at the plan's default
-            # is as empty (cells_given)
-            refuse_idle_flags(plan, model, cells_given(plan, plan_kw))
+            # is as empty (perfmodel.strategy.fields_given: the plans perfmodel writes give every
+            # field, and read back they are the same plans)
+            refuse_idle_flags(plan, model, fields_given(plan, plan_kw).__contains__)
             result = predict(model, hw, plan, refuse_idle=False)  # its cells checked above
             summary = result.to_dict()
             record.update({k: summary[k] for k in RESULT_COLUMNS})

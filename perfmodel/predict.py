@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,22 +202,6 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
     return model, hardware, plan
 
 
-def given_fields(plan: Plan | dict[str, Any]) -> set[str]:
-    """The plan fields a caller gave: a dict's keys whose value is not the field's default (a
-    plan's own to_dict writes every field; --batch reads a row so), or those of a Plan that
-    differ from Plan's defaults."""
-    if not isinstance(plan, Plan):
-        data = _mapping(plan)
-        return fields_given(plan_from_dict(data), data)
-    out = set()
-    for f in dataclasses.fields(Plan):
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        if getattr(plan, f.name) != default:
-            out.add(f.name)
-    return out
-
-
 def require_fused_for_cp(plan: Plan) -> None:
     """Context parallelism runs on a fused attention kernel (ring attention merges each step's
     partial result by its log-sum-exp: Transformer Engine's fused attention; Megatron-Core
@@ -235,9 +218,14 @@ def predict(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | 
     refuse_idle: an option given that would change nothing for the plan (zero 3 without data
     parallelism, cp_comm without cp, an overlap of a sync the plan has not, a schedule without a
     pipeline: perfmodel.idle) is refused (PlanError), as the command line refuses its flags;
-    given are a dict's keys, or a Plan's fields that differ from Plan's defaults. perfmodel's
-    own callers, whose plans come from a search or a config, pass False."""
-    given = given_fields(plan) if refuse_idle else None
+    given are a dict's fields, or a Plan's, set to other than Plan's defaults
+    (perfmodel.strategy.fields_given). perfmodel's own callers, whose plans come from a search
+    or a config, pass False."""
+    names = None
+    if not isinstance(plan, Plan):
+        names = _mapping(plan)
+        plan = plan_from_dict(names)
+    given = fields_given(plan, names) if refuse_idle else None
     model, hardware, plan = resolve_inputs(model, hardware, plan)
     if given is not None:
         from perfmodel.idle import refuse_idle_flags

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -1551,15 +1551,16 @@ def derived_dp(gpus: int, tp: int, pp: int, cp: int) -> int | None:
     return gpus // rest if rest >= 1 and gpus % rest == 0 else None
 
 
-def fields_given(plan: Plan, data: Mapping[str, Any]) -> set[str]:
-    """The fields a mapping of a plan's fields (`data`, read into `plan` by plan_from_dict) sets
-    to other than Plan's defaults: what perfmodel.idle takes as asked for, as predict --batch
-    takes a row's cells (perfmodel.batch.cells_given). A field at its default asks for nothing:
-    a plan's own to_dict (predict --json's "plan") writes cp_comm p2p with cp 1 and
-    recompute_every 1 without recompute, and read back it is the same plan; a value other than
-    the default where it changes nothing is refused."""
+def fields_given(plan: Plan, names: Iterable[str] | None = None) -> set[str]:
+    """The fields among `names` (a mapping's keys, read into `plan` by plan_from_dict, or a
+    --batch row's cells; None: every field) that `plan` sets to other than Plan's defaults: what
+    perfmodel.idle takes as asked for. A field at its default asks for nothing: a plan's own
+    to_dict (predict --json's "plan") writes cp_comm p2p with cp 1 and recompute_every 1 without
+    recompute, and read back it is the same plan; a value other than the default where it
+    changes nothing is refused."""
     defaults = {f.name: f.default for f in dataclasses.fields(Plan)}
-    return {k for k in data if k in defaults and getattr(plan, k) != defaults[k]}
+    return {k for k in (defaults if names is None else names)
+            if k in defaults and getattr(plan, k) != defaults[k]}
 
 
 def plan_from_dict(data: dict[str, Any]) -> Plan:

@@ -253,8 +253,7 @@ class LinkSpec:
             object.__setattr__(self, name, bounded(f"link.{name}", getattr(self, name), name))
         object.__setattr__(self, "shares_host_link",
                            strict_bool(self.shares_host_link, "shares_host_link"))
-        if isinstance(self.protocols, (str, Mapping)) or not isinstance(self.protocols,
-                                                                        (list, tuple)):
+        if not isinstance(self.protocols, (list, tuple)):
             raise SpecError(f"protocols must be a list of entries with "
                             f"{', '.join(_PROTOCOL_FIELDS)}, got {type(self.protocols).__name__}")
         protocols = tuple(p if isinstance(p, ProtocolSpec) else _protocol_from(p, i)
@@ -543,7 +542,7 @@ class FlashAttention:
         if self.name and not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", self.name):
             raise SpecError(f"flash_attention.name must be a short lower-case name (letters, "
                             f"digits, '-', '_', '.'), got '{self.name}'")
-        if isinstance(self.dtypes, str) or not isinstance(self.dtypes, (list, tuple)):
+        if not isinstance(self.dtypes, (list, tuple)):
             raise SpecError(f"flash_attention.dtypes must be a list of dtypes "
                             f"({', '.join(DTYPES)}), got {type(self.dtypes).__name__}")
         object.__setattr__(self, "dtypes", tuple(str(d) for d in self.dtypes))
@@ -839,15 +838,14 @@ class HardwareSpec:
         if fa is not None and not isinstance(fa, FlashAttention):
             object.__setattr__(self, "flash_attention", _flash_from(fa, "hardware"))
         alternatives = self.flash_attention_alternatives
-        if isinstance(alternatives, (str, Mapping)) or not isinstance(alternatives,
-                                                                      (list, tuple)):
+        if not isinstance(alternatives, (list, tuple)):
             raise SpecError("flash_attention_alternatives must be a list of kernels (each as "
                             f"flash_attention, with a name), got {type(alternatives).__name__}")
         object.__setattr__(self, "flash_attention_alternatives", tuple(
             a if isinstance(a, FlashAttention)
             else _flash_from(a, f"flash_attention_alternatives[{i}]", named=True)
             for i, a in enumerate(alternatives)))
-        if isinstance(self.levels, (str, Mapping)) or not isinstance(self.levels, (list, tuple)):
+        if not isinstance(self.levels, (list, tuple)):
             raise SpecError(f"levels must be a list of levels (FabricLevel, or mappings with "
                             f"{', '.join(_LEVEL_FIELDS)}), innermost first, or () for none; got "
                             f"{type(self.levels).__name__}")
@@ -1113,7 +1111,7 @@ def _items(value: Any, name: str, cls: type[Any], allowed: list[str],
            required: list[str]) -> tuple[Any, ...]:
     """A list field of a spec (collectives, layer_costs, a kernel's by_head_dim): each entry a
     `cls` or a mapping of its fields, built and checked; anything else refused naming the field."""
-    if isinstance(value, (str, Mapping)) or not isinstance(value, (list, tuple)):
+    if not isinstance(value, (list, tuple)):
         raise SpecError(f"{name} must be a list of entries with {', '.join(allowed)}, got "
                         f"{type(value).__name__}")
     out = []

@@ -17,6 +17,7 @@ from perfmodel import Plan, predict
 from perfmodel.configs import read_config, resolve_model, resolve_plan
 from perfmodel.errors import PlanError, SpecError
 from tests.conftest import ROOT
+from tests.unit.test_configs import set_dotted
 
 HF = ROOT / "tests/data/hf"
 TRAIN = "TrainFinetuneRecipeForNextTokenPrediction"
@@ -101,16 +102,7 @@ TULU: dict[str, Any] = {
 
 def _recipe(tmp_path: Any, base: dict[str, Any], **changes: Any) -> Any:
     """base with each dotted key of changes set (None: removed), written as a YAML file."""
-    data = copy.deepcopy(base)
-    for dotted, value in changes.items():
-        *parents, key = dotted.split(".")
-        node = data
-        for part in parents:
-            node = node.setdefault(part, {})
-        if value is None:
-            node.pop(key, None)
-        else:
-            node[key] = value
+    data = set_dotted(copy.deepcopy(base), changes)
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

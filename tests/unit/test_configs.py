@@ -1019,10 +1019,8 @@ def test_automodel_backend_is_read_or_refused(tmp_path):
         read(**{"model.backend.te_fp8": {"recipe": "mxfp8"}})
 
 
-def edited_yaml(name, tmp_path, changes):
-    """tests/data/configs/NAME with each dotted key of `changes` set (None: removed), written
-    under tmp_path."""
-    data = yaml.safe_load((DATA / name).read_text())
+def set_dotted(data, changes):
+    """data with each dotted key of `changes` set in place (None: removed)."""
     for dotted, value in changes.items():
         *parents, key = dotted.split(".")
         node = data
@@ -1032,6 +1030,13 @@ def edited_yaml(name, tmp_path, changes):
             node.pop(key, None)
         else:
             node[key] = value
+    return data
+
+
+def edited_yaml(name, tmp_path, changes):
+    """tests/data/configs/NAME with each dotted key of `changes` set (None: removed), written
+    under tmp_path."""
+    data = set_dotted(yaml.safe_load((DATA / name).read_text()), changes)
     path = tmp_path / name
     path.write_text(yaml.safe_dump(data))
     return path
