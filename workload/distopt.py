@@ -137,7 +137,9 @@ def wait_seen(work: Any, group: Any) -> None:
     the worker let go last, the step's peak read one buffer high (once in about eight runs of
     tiny-gpt at dp 2, zero 2). The caller keeps the work while two barriers on the group pass
     (each taken by a worker thread once it has finished its last work; a barrier moves no data
-    and is not counted). Only under the profiler: the timed steps are left alone."""
+    and is not counted). Only under the profiler: the timed steps are left alone. Under load a
+    worker can still let go last; the profile shows it and the step is measured again
+    (workload.timers.tensor_peak_bytes)."""
     work.wait()
     if torch._C._autograd._profiler_enabled() and dist.get_backend(group) == "gloo":
         dist.barrier(group=group)
