@@ -251,6 +251,35 @@ def free_symbols(exprs: Sequence[Any]) -> set[Any]:
     return out
 
 
+def xreplace_shared(expr: Any, rule: Mapping[Any, Any]) -> Any:
+    """expr.xreplace(rule), each shared node rebuilt once (sympy's xreplace walks a shared
+    sub-expression again from every parent: the step model's graph is visited millions of times
+    where it has thousands of nodes). Nodes are remembered by identity (an equal but distinct
+    node's __eq__ walks it); iterative, so no depth limit applies."""
+    memo: dict[int, Any] = {}
+    held: list[Any] = []  # the nodes whose ids memo holds stay alive
+    stack: list[tuple[Any, bool]] = [(expr, False)]
+    while stack:
+        node, expanded = stack.pop()
+        key = id(node)
+        if key in memo:
+            continue
+        if node in rule:
+            memo[key] = rule[node]
+        elif node.is_Atom or not node.args:
+            memo[key] = node
+        elif not expanded:
+            stack.append((node, True))
+            stack.extend((arg, False) for arg in node.args if id(arg) not in memo)
+            continue
+        else:
+            args = [memo[id(arg)] for arg in node.args]
+            same = all(new is old for new, old in zip(args, node.args, strict=True))
+            memo[key] = node if same else node.func(*args)
+        held.append(node)
+    return memo[id(expr)]
+
+
 def reads(exprs: Sequence[Any], symbols: set[Any]) -> list[bool]:
     """Whether each expression depends on any of `symbols`, each node of their shared graph
     decided once (free_symbols per expression would walk what they share again for each)."""

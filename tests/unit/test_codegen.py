@@ -102,3 +102,20 @@ def test_a_node_without_a_numpy_form_falls_back_to_lambdify():
                                       [sp.Max(x, y, z) + sp.gamma(x)])
     exec(compile(several, "<fallback>", "exec"), namespace)
     assert namespace["g"](2.0, 5.0, 3.0) == [6.0]
+
+
+def test_xreplace_shared_rebuilds_what_xreplace_rebuilds_from_a_shared_graph():
+    """A graph whose nodes are shared by many parents: the same result as sympy's xreplace,
+    symbol and sub-expression keys alike, and a rule that matches nothing returns the input."""
+    shared = sp.Max(x * y, z + 1, evaluate=False)
+    layer = shared
+    for k in range(6):  # each level uses the one below twice: 2^6 paths, a node or two a level
+        layer = sp.Min(layer + k, layer * 2 + y, evaluate=False)
+    for rule in ({x: sp.Float(2.5), y: sp.Integer(3), z: sp.Float(0.5)},
+                 {shared: z, y: x},
+                 {x * y: sp.Integer(7)}):
+        assert codegen.xreplace_shared(layer, rule) == layer.xreplace(rule)
+    numbers = codegen.xreplace_shared(layer, {x: 2.5, y: 3, z: 0.5})
+    assert numbers.is_Number
+    assert float(numbers) == pytest.approx(float(layer.subs({x: 2.5, y: 3, z: 0.5})))
+    assert codegen.xreplace_shared(layer, {sp.Symbol("unused"): 1}) is layer

@@ -7,6 +7,7 @@ import sympy as sp
 
 from perfmodel import Plan, load_hardware, load_model, predict
 from perfmodel import symbols as S
+from perfmodel.codegen import xreplace_shared
 from perfmodel.collective import predict_collective
 from perfmodel.evaluate import axis_per_node, family_of, values_of
 from perfmodel.explain import explain_text
@@ -36,13 +37,14 @@ def test_the_printed_composition_with_the_terms_values_gives_predicts_step_time(
     model, hw, plan = load_model("llama3-8b"), load_hardware("dgx-h100"), Plan(**kwargs)
     built = build(family_of(model, hw, plan, specialise=True))
     numbers = _numbers(model, hw, plan)
-    known = {sym: float(expr.xreplace(numbers)) for sym, expr in built.term_values.items()}
+    known = {sym: float(xreplace_shared(expr, numbers)) for sym, expr in built.term_values.items()}
     pending = dict(built.composition)  # T_step, t_mb, T_bubble: each once its symbols are known
     while pending:
-        ready = [s for s, e in pending.items() if e.xreplace(numbers).free_symbols <= set(known)]
+        ready = [s for s, e in pending.items()
+                 if xreplace_shared(e, numbers).free_symbols <= set(known)]
         assert ready, f"the composition refers to symbols without a value: {pending}"
         for sym in ready:
-            known[sym] = float(pending.pop(sym).xreplace(numbers).xreplace(known))
+            known[sym] = float(xreplace_shared(xreplace_shared(pending.pop(sym), numbers), known))
     assert known[sp.Symbol("T_step")] == pytest.approx(predict(model, hw, plan).step_time_s,
                                                        rel=1e-9)
     text = explain_text(model, hw, plan)
