@@ -179,8 +179,9 @@ def without_fp8(plan: Plan) -> Plan:
 
 
 def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:
-    """The plan the local job really runs: fp8 becomes bf16 (FP8_NOTE), and bf16/fp16 become fp32
-    on a CPU (no fast path there)."""
+    """The plan the local job really runs: fp8 becomes bf16 (FP8_NOTE); bf16/fp16 become fp32
+    on a CPU (no fast path there); on a GPU at zero 0 or 3, bf16 keeps its states in bf16 (the
+    job's torch AdamW over bf16 parameters) and fp16 is refused."""
     if plan.dtype.value == "fp8":
         plan, note = local_dtype(without_fp8(plan), backend)
         return plan, "; ".join(n for n in (FP8_NOTE, note) if n)
@@ -190,6 +191,19 @@ def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:
             "the run and the prediction both use fp32"
         )
         return plan.replace(dtype="fp32"), note
+    if backend == "nccl" and plan.zero in (0, 3) and plan.dtype.value == "fp16":
+        raise PlanError("dtype fp16 at zero 0 or 3 on a GPU: the validation job keeps the "
+                        "parameters and AdamW's states in fp16 there, with no fp32 master copy "
+                        "or loss scaling, which a plan cannot describe; validate it with --dtype "
+                        "bf16, or --zero 1 (the distributed optimizer's fp32 main shards)")
+    if backend == "nccl" and plan.zero in (0, 3) and plan.dtype.value == "bf16" \
+            and not plan.bf16_optimizer and (plan.optimizer_dtype, plan.grad_dtype,
+                                             plan.master_weights) != ("bf16", "bf16", "none"):
+        # workload.trainer: torch.optim.AdamW over the bf16 parameters (zero 3: FSDP2's bf16
+        # shards), its states in their dtype; zero 1-2 keep fp32 main shards (workload.distopt)
+        return plan.replace(optimizer_dtype="bf16", grad_dtype="bf16", master_weights="none"), (
+            f"at zero {plan.zero} the job keeps its parameters, gradients and AdamW states in "
+            "bf16 (no fp32 master copy; zero 1 and 2 keep fp32 main shards): predicted so")
     return plan, ""
 
 
@@ -260,7 +274,8 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     """The model and plan the job really runs, so that the prediction describes the same job.
 
     The job unties the embeddings and learns positions (job_model); it attends with fused SDPA
-    (no s^2 activations: flash_attention); it syncs gradients after backward, gathers parameters
+    (no s^2 activations: flash_attention), or unfused where the plan says so
+    (workload.model.unfused_attention); it syncs gradients after backward, gathers parameters
     when it needs them and communicates tensor-parallel between its GEMMs (no overlap); it runs
     eagerly; its loss is PyTorch's F.cross_entropy on fp32 logits (cross_entropy torch);
     bf16/fp16 become fp32 on a CPU (gloo). Returns the notes the user should read.
@@ -289,7 +304,7 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     if model.experts and plan.expert_weighting.value != "output":
         notes.append("the job weights its experts' outputs at the combine (workload.moe): "
                      "predicted with expert_weighting output")
-    plan = plan.replace(flash_attention=True, attention_kernel=None, overlap_grad_sync=False,
+    plan = plan.replace(flash_attention=plan.flash_attention is not False, attention_kernel=None, overlap_grad_sync=False,
                         overlap_param_gather=False, cross_entropy="torch",
                         tp_comm_overlap=False, stack="eager", expert_weighting="output",
                         tp_backward="dtensor")

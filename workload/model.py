@@ -14,7 +14,9 @@ Mixture of experts (model keys experts, top_k, expert_ffn_hidden, shared_experts
 shared_expert_ffn_hidden, capacity_factor and moe_layers, the global indices of the MoE layers):
 those layers' MLP is workload.moe.MoE. Context parallelism: a block's attention core runs
 workload.context_parallel.attention when ``attention.cp`` is set, and the embedding takes the
-rank's token positions (``embedding.positions``).
+rank's token positions (``embedding.positions``). The plan's ``flash_attention`` false (``--attention
+unfused``) attends without SDPA: the scores and context products and a softmax whose output the
+backward keeps (b heads s^2 values), as Megatron's unfused core does without attention dropout.
 """
 
 from __future__ import annotations
@@ -73,11 +75,14 @@ class Attention(nn.Module):
         self.wv = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
         self.wo = nn.Linear(heads * self.head_dim, hidden, bias=bias)
         self.selective = False
+        self.unfused = False  # the plan's flash_attention false: unfused_attention
         self.cp: CPGroup | None = None  # context parallelism: this rank's group
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.cp is not None:
             return attention(q, k, v, self.cp)
+        if self.unfused:
+            return unfused_attention(q, k, v)
         return F.scaled_dot_product_attention(
             q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1]
         )
@@ -95,6 +100,20 @@ class Attention(nn.Module):
         else:
             y = self._core(q, k, v)
         return self.wo(y.transpose(1, 2).reshape(b, s, -1))
+
+
+def unfused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention as two batched products and a softmax (q: b, heads, s, d; k, v: b,
+    kv heads, s, d). The scale goes on q (its product saves the scaled q, no s^2 copy), the mask
+    is filled in place, and the softmax's output is the one s^2 tensor the backward keeps."""
+    group = q.shape[1] // k.shape[1]
+    if group > 1:  # grouped-query attention: each kv head serves `group` query heads
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    s = q.shape[2]
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)
+    future = torch.ones(s, s, dtype=torch.bool, device=q.device).triu_(1)
+    scores.masked_fill_(future, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
 
 
 class MLP(nn.Module):
@@ -294,6 +313,7 @@ def build_chunk(m: dict[str, Any], plan: dict[str, Any], chunk: int) -> Chunk:
         block.op_recompute = on and recompute == "op"
         selective = on and recompute == "selective"
         block.attention.selective = selective and "core_attn" in modules
+        block.attention.unfused = plan.get("flash_attention") is False
         moe = isinstance(block.feed_forward, MoE)
         block.mlp_recompute = selective and "mlp" in modules and not moe
         if moe:
