@@ -25,6 +25,7 @@ from calibration.framework import (
     CHAIN_LENGTHS,
     EVICT_MAX_BYTES,
     OPTIMIZER_HIDDEN,
+    OPTIMIZER_HIDDEN_GPU,
     bench_collective_dispatch,
     bench_kernel_chains,
     bench_optimizer,
@@ -123,7 +124,7 @@ def sweep_for(
     return Sweep(
         layer_sizes=sizes,
         chain_lengths=(4, 16) if tiny else CHAIN_LENGTHS,
-        optimizer_hidden=(64, 128) if tiny else OPTIMIZER_HIDDEN,
+        optimizer_hidden=(64, 128) if tiny else OPTIMIZER_HIDDEN_GPU if gpu else OPTIMIZER_HIDDEN,
         evict_max_bytes=(1 << 22) if tiny else EVICT_MAX_BYTES,
         gemm_shapes=tuple(shapes),
         memory_bytes=tuple(mem),

@@ -594,8 +594,9 @@ class OptimizerModel:
     the measured steps.
     """
 
-    def __init__(self, bytes_per_param: float) -> None:
+    def __init__(self, bytes_per_param: float, kernel: str = "adamw_foreach") -> None:
         self.bytes_per_param = bytes_per_param
+        self.kernel = kernel  # how AdamW ran: adamw_foreach (CPU) or adamw_fused (GPU)
 
     def fit(self, records: pd.DataFrame) -> OptimizerModel:
         """records: columns params, time_s."""
@@ -617,7 +618,7 @@ class OptimizerModel:
     def summary(self) -> dict[str, Any]:
         return {
             "kind": "memory_bandwidth",
-            "kernel": "adamw_foreach",
+            "kernel": self.kernel,
             "params": {
                 "alpha_s": self.alpha_s_,
                 "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s_,

@@ -14,8 +14,11 @@ collectives, measured with every rank running (as a job runs), on CUDA + NCCL an
 - tiny collectives: a 16-byte all-reduce by `dist.all_reduce` (the fitted alpha carries it), and
   the same all-reduce as a DTensor redistribute Partial -> Replicate (what tensor-parallel layers
   issue); the difference is the dispatch cost per collective call beyond alpha.
-- optimizer: `torch.optim.AdamW(foreach=True)` steps over tensors shaped like transformer layers,
-  for several parameter counts; the fit t = c + bytes / bandwidth with perfmodel's own byte count
+- optimizer: `torch.optim.AdamW` steps over tensors shaped like transformer layers, for several
+  parameter counts (foreach on a CPU, fused on a GPU: how the validation job runs it,
+  workload.trainer.adamw_kernels; on a GPU up to 805M parameters, OPTIMIZER_HIDDEN_GPU: an H200's
+  steps over 0.2M-7M parameters all took 0.86 ms, launch-bound, and left the bandwidth unfitted,
+  2026-12-04); the fit t = c + bytes / bandwidth with perfmodel's own byte count
   per parameter (perfmodel.costs.precision.optimizer_step_bytes_per_param) gives the bandwidth the
   optimizer achieves. Each timed step starts with the last-level cache filled with other data
   (calibration.measure.measure_cold), as a job's step starts after forward and backward: steps
@@ -37,6 +40,7 @@ CHAIN_KINDS = ("linear", "layernorm", "gelu", "add", "softmax")
 CHAIN_LENGTHS = (4, 8, 16, 32)
 CHAIN_SHAPE = (8, 16)  # tokens x features: roofline time ~1e-8 s per op
 OPTIMIZER_HIDDEN = (64, 128, 256, 384)  # tensors of 4 layers (12 h^2 + 13 h parameters each)
+OPTIMIZER_HIDDEN_GPU = (256, 1024, 2048, 4096)  # 3.2M to 805M parameters: to bandwidth-bound
 EVICT_MAX_BYTES = 1 << 30  # at most this much written per rank to empty the cache
 
 
@@ -172,8 +176,8 @@ def _evictor(ctx: Any, sweep: Any) -> tuple[Callable[[], None], int]:
 
 
 def bench_optimizer(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
-    """AdamW (foreach) steps over the tensors of 4 transformer layers of several widths, each
-    timed after a pass over other data (module doc)."""
+    """AdamW steps (foreach on a CPU, fused on a GPU) over the tensors of 4 transformer layers
+    of several widths, each timed after a pass over other data (module doc)."""
     torch = ctx.torch
     evict, evict_bytes = _evictor(ctx, sweep)
     for h in sweep.optimizer_hidden:
@@ -186,12 +190,14 @@ def bench_optimizer(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
         ]
         for p in params:
             p.grad = torch.randn_like(p) * 1e-3
-        opt = torch.optim.AdamW(params, lr=1e-4, foreach=True)
+        fused = ctx.device.type == "cuda"
+        opt = torch.optim.AdamW(params, lr=1e-4, **({"fused": True} if fused else
+                                                    {"foreach": True}))
         med, spread = measure_cold(opt.step, evict, sweep, ctx)
         rec.add(
             {
                 "kind": "optimizer",
-                "optimizer": "adamw_foreach",
+                "optimizer": "adamw_fused" if fused else "adamw_foreach",
                 "params": sum(p.numel() for p in params),
                 "tensors": len(params),
                 "evicted_bytes": evict_bytes,
@@ -200,4 +206,5 @@ def bench_optimizer(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
                 "ranks": ctx.world,
             }
         )
+        del opt, params  # the largest GPU size holds 13 GB of states
         yield

@@ -622,7 +622,8 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
             }
     opt = rows_of("optimizer", ("params", "time_s"))
     if not opt.empty and opt["params"].nunique() >= 2:
-        optimizer = OptimizerModel(optimizer_step_bytes_per_param("fp32")).fit(opt)
+        kernel = str(opt["optimizer"].iloc[0]) if "optimizer" in opt else "adamw_foreach"
+        optimizer = OptimizerModel(optimizer_step_bytes_per_param("fp32"), kernel).fit(opt)
         summary = optimizer.summary()
         bw = hardware.get("memory_bandwidth_bytes_per_s")
         if bw:
@@ -630,7 +631,7 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
             hardware["optimizer_bandwidth_efficiency"] = eff
             summary["optimizer_bandwidth_efficiency"] = eff
             summary["copy_bandwidth_bytes_per_s"] = bw
-        fits["memory/adamw_foreach"] = summary
+        fits[f"memory/{kernel}"] = summary
         hardware["optimizer_overhead_s"] = optimizer.alpha_s_  # the step's fixed part
 
 
