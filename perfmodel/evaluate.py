@@ -18,6 +18,7 @@ import numpy as np
 
 from perfmodel.encode import (
     axis_per_node,
+    compute_dtype,
     grid_degrees,
     layout_family,
     link_features,
@@ -29,7 +30,7 @@ from perfmodel.files import write_atomic
 from perfmodel.names import AXES
 from perfmodel.specs.hardware import HardwareSpec
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import Dtype, Plan, RecomputeMethod
+from perfmodel.strategy import BYTES_PER_ELEMENT, Dtype, Plan, RecomputeMethod
 
 __all__ = ["Compiled", "axis_per_node", "compile_family", "family_of", "grid_degrees",
            "outputs_of", "values_of"]
@@ -43,6 +44,21 @@ def fp8_recipe_of(plan: Plan, hardware: HardwareSpec) -> str | None:
     if plan.dtype is not Dtype.FP8:
         return None
     return hardware.fp8_recipe(None if plan.fp8_recipe is None else plan.fp8_recipe.value)
+
+
+def unaligned_logits(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> bool:
+    """Whether the output layer's GEMMs run on unaligned rows, priced as such: a vocabulary not
+    a multiple of the elements in 16 bytes (8 in bf16: cuBLAS's fast kernels need 16-byte
+    aligned leading dimensions), in a dtype whose GEMM fit measures such GEMMs
+    (GemmEfficiency.unaligned_fraction). Judged on the whole vocabulary, as stacks that do not pad
+    it hold it (Megatron pads it to a multiple of 128 tp); an output layer in FP8 is not."""
+    if plan.dtype is Dtype.FP8 and plan.fp8_output_layer:
+        return False
+    dtype = compute_dtype(plan.dtype)
+    if dtype not in hardware.gemm_efficiency and "default" not in hardware.gemm_efficiency:
+        return False  # refused where it is priced (HardwareSpec.gemm)
+    per_16_bytes = 16 // int(BYTES_PER_ELEMENT[Dtype(dtype)])
+    return hardware.gemm(dtype).has_unaligned and model.vocab % per_16_bytes != 0
 
 
 def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
@@ -62,6 +78,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  gemm_large_kernel=any(g.has_large_kernel
                                        for g in hardware.gemm_efficiency.values()),
                  gemm_epilogue=any(g.has_epilogue for g in hardware.gemm_efficiency.values()),
+                 unaligned_logits=unaligned_logits(model, hardware, plan),
                  layer_costs=frozenset((c.part, c.style, c.tp) for c in hardware.layer_costs),
                  asynchronous=hardware.asynchronous_device,
                  fp8=plan.dtype is Dtype.FP8, fp8_output_layer=plan.fp8_output_layer,

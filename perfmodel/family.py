@@ -116,6 +116,9 @@ class Family:
     gemm_split_k: bool = False
     gemm_large_kernel: bool = False
     gemm_epilogue: bool = False
+    # and whether the output layer's GEMMs run unaligned (the vocabulary not a multiple of 16
+    # bytes' elements) on hardware whose fit measures such GEMMs (GemmEfficiency.unaligned_fraction)
+    unaligned_logits: bool = False
     # and which (part, style, tp degree) the hardware's measured layer costs cover
     layer_costs: frozenset[tuple[str, str, int]] = frozenset()
     # and whether the device runs what the host queues while the host goes on (a GPU: host and

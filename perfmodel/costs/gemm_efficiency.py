@@ -155,6 +155,7 @@ def gemm_time_s(
     large_flops: sp.Expr = 0,
     large_max_fraction: sp.Expr = 0,
     large_parallel_half: sp.Expr = 0,
+    unaligned_fraction: sp.Expr = 0,
     output_bytes_per_element: sp.Expr | None = None,
 ) -> sp.Expr:
     """Time of `batch` independent GEMMs of shape (m x k) @ (k x n) [s].
@@ -162,8 +163,11 @@ def gemm_time_s(
     T = min_time_s + max(2 batch m n k / (peak * eff) + epilogue_s batch m n,
                          batch * (bpe (mk + kn) + obpe mn) / bw)
     The keyword parameters after memory_bandwidth_bytes_per_s are the fields of
-    perfmodel.specs.hardware.GemmEfficiency, so `gemm_time_s(..., **asdict(hw.gemm(dtype)))` works.
+    perfmodel.specs.hardware.GemmEfficiency, so `gemm_time_s(..., **asdict(hw.gemm(dtype)))` works;
+    unaligned_fraction is not read here (an aligned GEMM's time: the output layer of a vocabulary
+    that is not aligned takes the unaligned rate beside it, perfmodel.step.embedding_head).
     """
+    del unaligned_fraction
     flops = 2 * batch * m * n * k
     out_bpe = bytes_per_element if output_bytes_per_element is None else output_bytes_per_element
     nbytes = batch * (bytes_per_element * (m * k + k * n) + out_bpe * m * n)

@@ -142,6 +142,8 @@ BOUNDS: dict[str, Bound] = {
     "gemm_efficiency.large_max_fraction": Bound(0, 1, "0: one kernel; else " + _FRACTION,
                                                 inclusive=True, floor=FRACTION_FLOOR),
     "gemm_efficiency.half_dim": Bound(0, 1e9, _DIM, inclusive=True),
+    "gemm_efficiency.unaligned_fraction": Bound(0, 1, "0: not measured; else " + _FRACTION,
+                                                inclusive=True),
     "gemm_efficiency.m_half_dim": Bound(0, 1e9, _DIM, inclusive=True),
     "gemm_efficiency.n_half_dim": Bound(0, 1e9, _DIM, inclusive=True),
     "gemm_efficiency.k_half_dim": Bound(0, 1e9, _DIM, inclusive=True),
@@ -417,6 +419,10 @@ class GemmEfficiency:
     large_flops: float = 0.0
     large_max_fraction: float = 0.0
     large_parallel_half: float = 0.0
+    # the rate (a fraction of peak) of a GEMM whose rows are not 16 bytes apart (a vocabulary
+    # not a multiple of 8 in bf16): cuBLAS's alignment-1 fallback kernels; 0: not measured (such
+    # GEMMs priced as aligned ones). Not scaled by sustained_clock_fraction: measured in a step.
+    unaligned_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         # validated and stored as floats (YAML reads 8.6e9 as a string)
@@ -445,6 +451,10 @@ class GemmEfficiency:
     @property
     def has_epilogue(self) -> bool:
         return self.epilogue_s > 0
+
+    @property
+    def has_unaligned(self) -> bool:
+        return self.unaligned_fraction > 0
 
 
 LAYER_PARTS = ("layer", "embedding", "output")

@@ -38,6 +38,7 @@ _GEMM_OPTIONAL = {
     "gemm_split_k": ("split_k_ratio", "split_k_chunk"),
     "gemm_large_kernel": ("large_flops", "large_max_fraction", "large_parallel_half"),
     "gemm_epilogue": ("epilogue_s",),
+    "unaligned_logits": ("unaligned_fraction",),
 }
 
 

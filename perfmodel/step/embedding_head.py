@@ -3,6 +3,8 @@ loss (on the last stage); with one stage, both. Their forward's device time and 
 
     t_embedding = 2 e T h / r / W          the lookup reads the rows and writes the output
     t_output    = GEMM(T x h @ h x V/tp) + b_loss T V/tp / W     logits, the loss's bytes
+                  (a vocabulary not a multiple of 8 in bf16, on hardware that measured such
+                  GEMMs: max(GEMM, 2 T h V/tp / (F eta_unaligned)), cuBLAS's fallback kernels)
     t_output'   = 2 GEMM(...) + b'_loss T V/tp / W                its backward
                   (b_loss, b'_loss: the loss implementation's bytes per logit, forward and
                   backward, perfmodel.costs.compute: Megatron's unfused 38 and 14 for bf16
@@ -43,7 +45,12 @@ def output_gemm_s(c: Context) -> sp.Expr:
     logits = K.logits_gemm(c.T, S.h, S.V, S.tp)
     if c.fam.fp8 and c.fam.fp8_output_layer:
         return K.gemm_time(logits, S.e8, c.linear, output_bytes_per_element=S.e)
-    return K.gemm_time(logits, S.e, c.dev)
+    aligned = K.gemm_time(logits, S.e, c.dev)
+    if not c.fam.unaligned_logits:
+        return aligned
+    # unaligned rows (the vocabulary not a multiple of 8 in bf16): the fallback kernels' rate
+    unaligned = logits.flops / (c.dev.peak_flops_per_s * c.dev.gemm_params["unaligned_fraction"])
+    return sp.Max(aligned, unaligned, evaluate=False)
 
 
 def loss_kernel(c: Context) -> K.LossKernel:
