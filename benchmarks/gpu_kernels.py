@@ -82,7 +82,10 @@ def profile_run(run_dir: Path, steps: int = 3) -> dict[str, Any]:
     kernels: dict[str, list[float]] = {}
     cpu_ops = 0
     for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
+        # a record_function range (torch.optim's "Optimizer.step#AdamW.step") shows on the GPU's
+        # timeline too, spanning kernels counted on their own: left out
+        annotation = getattr(ev, "is_user_annotation", False) or "#" in ev.name
+        if ev.device_type == torch.autograd.DeviceType.CUDA and not annotation:
             kernels.setdefault(ev.name, []).append(ev.device_time_total * 1e-6)
         elif ev.device_type == torch.autograd.DeviceType.CPU and ev.name.startswith("aten::"):
             cpu_ops += 1

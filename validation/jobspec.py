@@ -114,14 +114,17 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
                         "dispatches the experts' tokens with torch's all_to_all_single (give "
                         "ep_dispatcher alltoall; DeepEP's kernels run on NVLink and RDMA only)")
     check_loss(plan)
-    if plan.master_weights not in (None, "fp32"):
+    # zero 0 and 3 on a GPU keep bf16 states and no master copy (local_dtype)
+    own_bf16 = plan.zero in (0, 3) and plan.dtype.value == "bf16" \
+        and (plan.optimizer_dtype, plan.grad_dtype, plan.master_weights) == ("bf16", "bf16", "none")
+    if plan.master_weights not in (None, "fp32") and not own_bf16:
         raise PlanError(f"master_weights {plan.master_weights}: the validation job's optimizer "
                         "keeps fp32 master weights (give master_weights fp32)")
     if plan.dtype.value == "fp16" and plan.zero in (1, 2):
         raise PlanError(f"dtype fp16 with zero {plan.zero}: the validation job's distributed "
                         "optimizer reduces fp32 gradients, Megatron's (and the model's) fp16 "
                         "ones (give dtype bf16, or zero 0)")
-    if plan.grad_dtype not in (None, "fp32"):
+    if plan.grad_dtype not in (None, "fp32") and not own_bf16:
         raise PlanError(f"grad_dtype {plan.grad_dtype}: the validation job keeps and reduces "
                         "fp32 gradients for 16-bit weights (workload/distopt.py; give grad_dtype "
                         "fp32 or leave it out)")

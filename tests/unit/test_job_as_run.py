@@ -79,3 +79,19 @@ def test_a_gpu_job_at_zero_0_or_3_is_predicted_with_bf16_states():
     assert ran.dtype.value == "fp32" and ran.optimizer_dtype is None
     with pytest.raises(PlanError, match="dtype fp16 at zero 0 or 3 on a GPU"):
         as_run(model, Plan(gpus=1, dtype="fp16"), "nccl")
+
+
+def test_the_gpu_jobs_own_precision_passes_the_jobs_checks():
+    """The plan as_run describes at zero 0 on a GPU (bf16 states, no master copy) is one the
+    job's config accepts, as emit and validate build it; given by hand at zero 1 it is not."""
+    from validation.jobspec import job_config
+    from validation.run import RunSettings
+
+    model = load_model("tiny-gpt")
+    ran_model, ran, _ = as_run(model, Plan(gpus=1, dtype="bf16"), "nccl")
+    cfg = job_config(ran_model, ran, RunSettings(nprocs=1, backend="nccl"))
+    assert cfg["plan"]["optimizer_dtype"] == "bf16"
+    with pytest.raises(PlanError, match="master_weights none"):
+        job_config(ran_model, Plan(gpus=2, dp=2, global_batch=2, zero=1, dtype="bf16",
+                                   optimizer_dtype="bf16", master_weights="none"),
+                   RunSettings(nprocs=2, backend="nccl"))
