@@ -119,6 +119,7 @@ def main() -> None:
     import torch
     import torch.distributed as dist
 
+    from perfmodel.files import write_atomic
     from workload.process import loopback_rendezvous
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29533"),
@@ -135,7 +136,7 @@ def main() -> None:
         print(json.dumps(results[-1], indent=1)[:3000], flush=True)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        args.out.write_text(json.dumps(results, indent=1))
+        write_atomic(args.out, json.dumps(results, indent=1), what="kernel groups")
     dist.destroy_process_group()
 
 
