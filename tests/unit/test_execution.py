@@ -63,20 +63,22 @@ def test_large_layers_keep_their_device_time():
     r = predict("gpt3-175b", H100, Plan(gpus=8, tp=8, global_batch=8, sequence_parallel=True))
     exposed = sum(r.breakdown_s[k] for k in HOST_TERMS)
     assert exposed < 1e-3 * r.step_time_s
-    assert _host(r) > 0  # the host time is there, hidden
-    assert sum(r.hidden_s.get(k, 0) for k in HOST_TERMS) == pytest.approx(_host(r), rel=1e-6)
+    assert _host(r) > 0  # the host time is there, all but a smooth maximum's sliver hidden
+    assert sum(r.hidden_s.get(k, 0) for k in HOST_TERMS) > (1 - 1e-3) * _host(r)
 
 
 def test_synchronous_ranks_keep_adding_host_and_device_time():
     """CPU ranks (asynchronous_device false, a file that does not say so): nothing of the host
     hides; the breakdown adds up as before issue 16 and reports no hidden host time."""
-    hw = load_hardware(H100).replace(asynchronous_device=False)
+    # one cost per op both ways (CPU ranks charge kernel_overhead_s per kernel launch)
+    same = load_hardware(H100).replace(host_op_overhead_s=load_hardware(H100).kernel_overhead_s)
+    hw = same.replace(asynchronous_device=False)
     plan = Plan(gpus=8, tp=8, global_batch=8, sequence_parallel=True)
     r = predict(_small(1024), hw, plan)
     assert not any(k in r.hidden_s for k in HOST_TERMS)
     assert r.breakdown_s["overhead/kernels"] > 0
     assert r.breakdown_s["overhead/loop"] == 0  # the loop's ops: a GPU host's only
-    gpu = predict(_small(1024), H100, plan)
+    gpu = predict(_small(1024), same, plan)
     assert r.step_time_s > gpu.step_time_s  # adding is slower than overlapping
 
 
@@ -111,7 +113,7 @@ def test_the_stack_sets_the_host_time():
                                                    sequence_parallel=True, stack=stack)))
             for stack in ("eager", "compiled", "cuda-graphs")}
     assert host["eager"] > host["compiled"] > host["cuda-graphs"] > 0
-    t_op = load_hardware(H100).kernel_overhead_s  # the preset measured no host_op_overhead_s
+    t_op = load_hardware(H100).host_op_overhead_s  # calibrate run's, on an H200 machine
     per_layer = H.EAGER_FORWARD_OPS + H.EAGER_BACKWARD_OPS + H.EAGER_BACKWARD_BIAS
     loop = H.LOOP_DATA_OPS + H.LOOP_LOSS_OPS
     ends = H.EMBEDDING_FORWARD_OPS + H.EMBEDDING_BACKWARD_OPS + H.OUTPUT_FORWARD_OPS \

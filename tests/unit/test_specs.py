@@ -216,7 +216,8 @@ def test_a_base_plus_overrides_equals_the_model_written_whole(tmp_path):
         "TransformerSpec.replace": base.replace(hidden=3072, heads=32),
         "load_model(spec, **overrides)": load_model(base, hidden=3072, heads=32),
     }
-    plan = Plan(gpus=8, tp=8, global_batch=8)
+    # micro-batch 8: device-bound (at micro-batch 1 both models are host-bound, 2% apart)
+    plan = Plan(gpus=8, tp=8, global_batch=8, micro_batch=8)
     expected = predict(whole, "dgx-h100", plan)
     for how, spec in merged.items():
         assert spec == whole, how
@@ -226,7 +227,7 @@ def test_a_base_plus_overrides_equals_the_model_written_whole(tmp_path):
     assert predict(stale, "dgx-h100", plan).step_time_s < 0.95 * expected.step_time_s
     # the model columns of predict --batch: the resolved fields and the size of every row
     plans = tmp_path / "plans.csv"
-    plans.write_text("gpus,tp,global_batch,hidden,heads\n8,8,8,3072,32\n8,8,8,,\n")
+    plans.write_text("gpus,tp,global_batch,micro_batch,hidden,heads\n8,8,8,8,3072,32\n8,8,8,8,,\n")
     out = tmp_path / "out.csv"
     assert run_batch(plans, {"model": str(tmp_path / "base.yaml"), "hardware": "dgx-h100"}, out,
                      as_json=False) == 0
