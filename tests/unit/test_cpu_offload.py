@@ -104,9 +104,12 @@ def test_copies_hide_behind_the_layers_until_the_link_is_too_slow():
     slow = fast.replace(host_link_bytes_per_s=1e9)
     shown = predict(MODEL, slow, plan)
     assert shown.breakdown_s["comm/offload"] > 0
-    # the step grows by the exposed copies (less the little of the host's time the longer
-    # device time now covers: the smooth maximum of perfmodel.step.compose)
-    assert shown.step_time_s == pytest.approx(t0 + shown.breakdown_s["comm/offload"], rel=1e-5)
+    # the step grows by the exposed copies, less what of the host's time the longer device time
+    # now covers (the smooth maximum of perfmodel.step.compose): at most that host time
+    offload = shown.breakdown_s["comm/offload"]
+    host = sum(v for k, v in hidden.hidden_s.items() if k.startswith("overhead/"))
+    assert t0 + offload - host <= shown.step_time_s <= (t0 + offload) * (1 + 1e-9)
+    assert shown.step_time_s == pytest.approx(t0 + offload, rel=1e-3)
     # the same copies at 1 GB/s: forward and backward each wait about 16 copies of a layer's
     # activations less the layers they hide behind (one micro-batch a step)
     layer_bytes = (predict(MODEL, slow, dict(BASE)).memory_breakdown_bytes["activations/layers"]
