@@ -210,7 +210,8 @@ def main() -> None:
         names = [n for n in (args.plans or "").split(",") if n]
         unknown = sorted(set(names) - {p[0] for p in PLANS})
         if unknown:
-            parser.error(f"--plans: {', '.join(unknown)} not among {', '.join(p[0] for p in PLANS)}")
+            known = ", ".join(p[0] for p in PLANS)
+            parser.error(f"--plans: {', '.join(unknown)} not among {known}")
         run(args.out, args.hardware, args.budget_s, not args.no_calibrate, names)
     else:
         table(args.out, args.markdown)

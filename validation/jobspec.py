@@ -307,7 +307,8 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     if model.experts and plan.expert_weighting.value != "output":
         notes.append("the job weights its experts' outputs at the combine (workload.moe): "
                      "predicted with expert_weighting output")
-    plan = plan.replace(flash_attention=plan.flash_attention is not False, attention_kernel=None, overlap_grad_sync=False,
+    plan = plan.replace(flash_attention=plan.flash_attention is not False, attention_kernel=None,
+                        overlap_grad_sync=False,
                         overlap_param_gather=False, cross_entropy="torch",
                         tp_comm_overlap=False, stack="eager", expert_weighting="output",
                         tp_backward="dtensor")

@@ -14,9 +14,10 @@ Mixture of experts (model keys experts, top_k, expert_ffn_hidden, shared_experts
 shared_expert_ffn_hidden, capacity_factor and moe_layers, the global indices of the MoE layers):
 those layers' MLP is workload.moe.MoE. Context parallelism: a block's attention core runs
 workload.context_parallel.attention when ``attention.cp`` is set, and the embedding takes the
-rank's token positions (``embedding.positions``). The plan's ``flash_attention`` false (``--attention
-unfused``) attends without SDPA: the scores and context products and a softmax whose output the
-backward keeps (b heads s^2 values), as Megatron's unfused core does without attention dropout.
+rank's token positions (``embedding.positions``). The plan's ``flash_attention`` false
+(``--attention unfused``) attends without SDPA: the scores and context products and a softmax
+whose output the backward keeps (b heads s^2 values), as Megatron's unfused core does without
+attention dropout.
 """
 
 from __future__ import annotations

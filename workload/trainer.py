@@ -52,7 +52,7 @@ from workload.parallelize import (
 from workload.timers import Clock, axis_of_group
 
 
-def adamw_kernels(device: torch.device) -> dict[str, bool]:
+def adamw_kernels(device: torch.device) -> dict[str, Any]:
     """How AdamW runs: on a GPU fused, one kernel over the parameters' chunks (torchtitan's
     default optimizer implementation, as Megatron's Apex/Transformer Engine FusedAdam runs it:
     perfmodel's optimizer term reads and writes each state once); on a CPU foreach, as

@@ -69,11 +69,13 @@ def test_the_job_attends_as_the_plan_says(flash):
 def test_a_gpu_job_at_zero_0_or_3_is_predicted_with_bf16_states():
     model = load_model("tiny-gpt")
     for zero, gpus in ((0, 1), (3, 2)):
-        _, ran, note = as_run(model, Plan(gpus=gpus, dp=gpus, global_batch=gpus, zero=zero, dtype="bf16"), "nccl")
+        plan = Plan(gpus=gpus, dp=gpus, global_batch=gpus, zero=zero, dtype="bf16")
+        _, ran, note = as_run(model, plan, "nccl")
         assert (ran.optimizer_dtype, ran.grad_dtype, ran.master_weights) == ("bf16", "bf16",
                                                                               "none")
         assert "AdamW states in bf16" in note
-    _, ran, note = as_run(model, Plan(gpus=2, dp=2, global_batch=2, zero=1, dtype="bf16"), "nccl")  # fp32 mains
+    zero1 = Plan(gpus=2, dp=2, global_batch=2, zero=1, dtype="bf16")  # fp32 main shards
+    _, ran, note = as_run(model, zero1, "nccl")
     assert (ran.optimizer_dtype, ran.master_weights) == (None, None) and "AdamW" not in note
     _, ran, _ = as_run(model, Plan(gpus=1, dtype="bf16"), "gloo")  # fp32 on a CPU
     assert ran.dtype.value == "fp32" and ran.optimizer_dtype is None
