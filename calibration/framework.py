@@ -16,7 +16,7 @@ collectives, measured with every rank running (as a job runs), on CUDA + NCCL an
   issue); the difference is the dispatch cost per collective call beyond alpha.
 - optimizer: `torch.optim.AdamW` steps over tensors shaped like transformer layers, for several
   parameter counts (foreach on a CPU, fused on a GPU: how the validation job runs it,
-  workload.trainer.adamw_kernels; on a GPU up to 805M parameters, OPTIMIZER_HIDDEN_GPU: an H200's
+  workload.settings.adamw_kernels; on a GPU up to 805M parameters, OPTIMIZER_HIDDEN_GPU: an H200's
   steps over 0.2M-7M parameters all took 0.86 ms, launch-bound, and left the bandwidth unfitted,
   2026-12-04); the fit t = c + bytes / bandwidth with perfmodel's own byte count
   per parameter (perfmodel.costs.precision.optimizer_step_bytes_per_param) gives the bandwidth the
@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from calibration.measure import last_level_cache_bytes, measure, measure_cold
+from workload.settings import adamw_kernels
 
 CHAIN_KINDS = ("linear", "layernorm", "gelu", "add", "softmax")
 CHAIN_LENGTHS = (4, 8, 16, 32)
@@ -190,14 +191,13 @@ def bench_optimizer(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
         ]
         for p in params:
             p.grad = torch.randn_like(p) * 1e-3
-        fused = ctx.device.type == "cuda"
-        opt = torch.optim.AdamW(params, lr=1e-4, **({"fused": True} if fused else
-                                                    {"foreach": True}))
+        kernels = adamw_kernels(ctx.device.type)  # as the validation job runs it
+        opt = torch.optim.AdamW(params, lr=1e-4, **kernels)
         med, spread = measure_cold(opt.step, evict, sweep, ctx)
         rec.add(
             {
                 "kind": "optimizer",
-                "optimizer": "adamw_fused" if fused else "adamw_foreach",
+                "optimizer": f"adamw_{next(iter(kernels))}",  # adamw_fused or adamw_foreach
                 "params": sum(p.numel() for p in params),
                 "tensors": len(params),
                 "evicted_bytes": evict_bytes,

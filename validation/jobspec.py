@@ -115,8 +115,7 @@ def check_job(model: TransformerSpec, plan: Plan, parallel: JobParallel) -> None
                         "ep_dispatcher alltoall; DeepEP's kernels run on NVLink and RDMA only)")
     check_loss(plan)
     # zero 0 and 3 on a GPU keep bf16 states and no master copy (local_dtype)
-    own_bf16 = plan.zero in (0, 3) and plan.dtype.value == "bf16" \
-        and (plan.optimizer_dtype, plan.grad_dtype, plan.master_weights) == ("bf16", "bf16", "none")
+    own_bf16 = keeps_bf16_states(plan) and has_bf16_states(plan)
     if plan.master_weights not in (None, "fp32") and not own_bf16:
         raise PlanError(f"master_weights {plan.master_weights}: the validation job's optimizer "
                         "keeps fp32 master weights (give master_weights fp32)")
@@ -181,6 +180,22 @@ def without_fp8(plan: Plan) -> Plan:
     return plan.replace(dtype="bf16", fp8_recipe=None, fp8_output_layer=False, fp8_params=False)
 
 
+# the plan fields of the job's bf16 states (keeps_bf16_states)
+BF16_STATES = {"optimizer_dtype": "bf16", "grad_dtype": "bf16", "master_weights": "none"}
+
+
+def has_bf16_states(plan: Plan) -> bool:
+    return all(getattr(plan, field) == value for field, value in BF16_STATES.items())
+
+
+def keeps_bf16_states(plan: Plan) -> bool:
+    """Whether the job, on a GPU, keeps a bf16 plan's parameters, gradients and AdamW states in
+    bf16 with no master copy: at zero 0 and 3, torch.optim.AdamW over the bf16 parameters
+    (workload.trainer; zero 3: FSDP2's bf16 shards); zero 1-2 keep fp32 main shards
+    (workload.distopt), and DeepSpeed's BF16_Optimizer is refused (check_job)."""
+    return plan.zero in (0, 3) and plan.dtype.value == "bf16" and not plan.bf16_optimizer
+
+
 def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:
     """The plan the local job really runs: fp8 becomes bf16 (FP8_NOTE); bf16/fp16 become fp32
     on a CPU (no fast path there); on a GPU at zero 0 or 3, bf16 keeps its states in bf16 (the
@@ -199,12 +214,8 @@ def local_dtype(plan: Plan, backend: str) -> tuple[Plan, str]:
                         "parameters and AdamW's states in fp16 there, with no fp32 master copy "
                         "or loss scaling, which a plan cannot describe; validate it with --dtype "
                         "bf16, or --zero 1 (the distributed optimizer's fp32 main shards)")
-    if backend == "nccl" and plan.zero in (0, 3) and plan.dtype.value == "bf16" \
-            and not plan.bf16_optimizer and (plan.optimizer_dtype, plan.grad_dtype,
-                                             plan.master_weights) != ("bf16", "bf16", "none"):
-        # workload.trainer: torch.optim.AdamW over the bf16 parameters (zero 3: FSDP2's bf16
-        # shards), its states in their dtype; zero 1-2 keep fp32 main shards (workload.distopt)
-        return plan.replace(optimizer_dtype="bf16", grad_dtype="bf16", master_weights="none"), (
+    if backend == "nccl" and keeps_bf16_states(plan) and not has_bf16_states(plan):
+        return plan.replace(**BF16_STATES), (
             f"at zero {plan.zero} the job keeps its parameters, gradients and AdamW states in "
             "bf16 (no fp32 master copy; zero 1 and 2 keep fp32 main shards): predicted so")
     return plan, ""

@@ -95,3 +95,12 @@ def check_parallel(m: dict[str, Any], plan: dict[str, Any]) -> str | None:
                 "beside context parallelism nor a mixture of experts under tp; use zero 0, 1 "
                 "or 2 there")
     return None
+
+
+def adamw_kernels(device_type: str) -> dict[str, Any]:
+    """How AdamW runs on a device type: on a GPU ("cuda") fused, one kernel over the parameters'
+    chunks (torchtitan's default optimizer implementation, as Megatron's Apex/Transformer Engine
+    FusedAdam runs it: perfmodel's optimizer term reads and writes each state once); on a CPU
+    foreach. The validation job (workload.trainer) and `calibrate run`'s optimizer stage
+    (calibration.framework) both run it so."""
+    return {"fused": True} if device_type == "cuda" else {"foreach": True}

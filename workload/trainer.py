@@ -49,15 +49,8 @@ from workload.parallelize import (
     extra_groups,
     loss_context,
 )
+from workload.settings import adamw_kernels
 from workload.timers import Clock, axis_of_group
-
-
-def adamw_kernels(device: torch.device) -> dict[str, Any]:
-    """How AdamW runs: on a GPU fused, one kernel over the parameters' chunks (torchtitan's
-    default optimizer implementation, as Megatron's Apex/Transformer Engine FusedAdam runs it:
-    perfmodel's optimizer term reads and writes each state once); on a CPU foreach, as
-    `calibrate run` times it there (calibration.framework)."""
-    return {"fused": True} if device.type == "cuda" else {"foreach": True}
 
 
 def _scalar(loss: torch.Tensor) -> float:
@@ -144,7 +137,7 @@ class Trainer:
                 by_mesh.setdefault(getattr(p, "device_mesh", None), []).append(p)
             self.optimizer = torch.optim.AdamW(
                 [{"params": group} for group in by_mesh.values()], lr=1e-4,
-                **adamw_kernels(device)
+                **adamw_kernels(device.type)
             )
         self.times: dict[str, float] = {}
         # the step's events, seconds from its start (after the barrier): see event()
@@ -234,7 +227,7 @@ class Trainer:
             e_group, e_rank, e_size = self.groups.get("edp", (None, 0, 1))
             buffers.append(make_buffer(experts, e_group, e_rank, e_size, dtype))
         return DistributedOptimizer(buffers, self.dp * self.cp, lr=1e-4,
-                                    **adamw_kernels(self.device))
+                                    **adamw_kernels(self.device.type))
 
     # -- pipeline ------------------------------------------------------------------------------
     def _schedule(self) -> Any:
