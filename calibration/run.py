@@ -626,11 +626,21 @@ def _fit_framework(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str
         optimizer = OptimizerModel(optimizer_step_bytes_per_param("fp32"), kernel).fit(opt)
         summary = optimizer.summary()
         bw = hardware.get("memory_bandwidth_bytes_per_s")
-        if bw:
-            eff = min(1.0, optimizer.bandwidth_bytes_per_s_ / bw)
+        if bw and optimizer.bandwidth_bytes_per_s_ > bw:
+            # faster than a copy of one fused pass's bytes: the steps did not grow with their
+            # bytes beyond their fixed cost (launch-bound sizes), so no rate was measured
+            notes.append(
+                f"optimizer: steps of {optimizer.size_range_[0]:,.0f}-"
+                f"{optimizer.size_range_[1]:,.0f} parameters did not grow with their bytes (fitted "
+                f"rate {optimizer.bandwidth_bytes_per_s_:.3g} B/s, above the copy's {bw:.3g}): "
+                "optimizer_bandwidth_efficiency not set (memory_bandwidth_efficiency stands in)")
+        elif bw:
+            eff = optimizer.bandwidth_bytes_per_s_ / bw
             hardware["optimizer_bandwidth_efficiency"] = eff
             summary["optimizer_bandwidth_efficiency"] = eff
             summary["copy_bandwidth_bytes_per_s"] = bw
+            # the kernels that rate is of (HardwareSpec.optimizer_kernels: adamw_foreach, _fused)
+            hardware["optimizer_kernels"] = kernel.removeprefix("adamw_")
         fits[f"memory/{kernel}"] = summary
         hardware["optimizer_overhead_s"] = optimizer.alpha_s_  # the step's fixed part
 

@@ -25,7 +25,8 @@ PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedu
                 "defer_grad_sync", "bf16_optimizer", "grad_accumulation_fusion", "tp_backward",
                 "expandable_segments",
                 "fsdp_reshard",
-                "ep_dispatcher", "cross_entropy", "expert_weighting", "stack", "kernels",
+                "ep_dispatcher", "cross_entropy", "optimizer_kernels", "expert_weighting",
+                "stack", "kernels",
                 "pipeline_micro_batches", "first_stage_layers", "last_stage_layers",
                 "pipeline_layout", "placement", "tp_layout", "tp_depth", "cp", "cp_comm", "ep",
                 "etp")

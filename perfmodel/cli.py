@@ -42,6 +42,7 @@ from perfmodel.strategy import (
     FsdpReshard,
     Kernels,
     Objective,
+    OptimizerKernels,
     Placement,
     Recompute,
     RecomputeMethod,
@@ -394,6 +395,12 @@ def plan_options(fn: Any) -> Any:
                           "--cross-entropy-fusion-impl native, NeMo 2's default) or flash-attn "
                           "(flash-attn's fused kernel: the bf16 logits kept, their gradient a "
                           "new tensor; llm-foundry's default loss)."),
+        click.option("--optimizer-kernels", type=choice(OptimizerKernels),
+                     default=OptimizerKernels.FUSED.value, show_default=True,
+                     help="How the AdamW step runs: fused (one kernel reading and writing each "
+                          "state once: torch's fused=True, Apex / Transformer Engine FusedAdam "
+                          "in Megatron, NeMo, DeepSpeed) or foreach (torch's multi-tensor path, "
+                          "eight passes: its default for CUDA tensors; docs/model.md)."),
         click.option("--expert-weighting", type=choice(ExpertWeighting),
                      default=ExpertWeighting.ACTIVATION.value, show_default=True,
                      help="Where a mixture of experts applies its routing weights: activation "
@@ -470,7 +477,7 @@ TRANSFORMER_ONLY = ("dp", "tp", "pp", "cp", "ep", "etp", "zero", "cp_comm", "ep_
                     "tp_depth", "expandable_segments", "attention", "attention_kernel",
                     "flash_attention", "recompute_every", "recompute_method",
                     "recompute_modules", "recompute_num_layers", "grad_dtype",
-                    "optimizer_dtype", "master_weights", "cross_entropy",
+                    "optimizer_dtype", "master_weights", "cross_entropy", "optimizer_kernels",
                     "pipeline_micro_batches", "pipeline_layout", "first_stage_layers",
                     "last_stage_layers", "cpu_offload_layers", "tp_backward", "fsdp_reshard",
                     "defer_grad_sync", "bf16_optimizer", "grad_accumulation_fusion",
@@ -516,7 +523,7 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "pp_scatter_gather", "defer_grad_sync", "bf16_optimizer",
              "grad_accumulation_fusion", "tp_backward", "fsdp_reshard", "expandable_segments",
              "ep_dispatcher",
-             "cross_entropy",
+             "cross_entropy", "optimizer_kernels",
              "expert_weighting", "stack",
              "kernels", "first_stage_layers", "last_stage_layers", "pipeline_layout",
              "pipeline_micro_batches", "placement",
@@ -1285,6 +1292,10 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "logits as they are), torch (PyTorch's on fp32 logits), te (Transformer "
                    "Engine's fused cross entropy), native (Megatron-Core's native fusion) or "
                    "flash-attn (flash-attn's fused cross entropy); the stack's, not searched.")
+@click.option("--optimizer-kernels", type=choice(OptimizerKernels),
+              default=OptimizerKernels.FUSED.value, show_default=True,
+              help="Every plan's AdamW step: fused (one kernel) or foreach (torch's "
+                   "multi-tensor passes); the job's, not searched.")
 @click.option("--expert-weighting", type=choice(ExpertWeighting),
               default=ExpertWeighting.ACTIVATION.value, show_default=True,
               help="Every plan's experts' routing weights: in their activation (Megatron-Core) "
@@ -1699,7 +1710,7 @@ CONFIG_WIDE = ("stack", "kernels", "recompute_every", "recompute_method",
                "recompute_num_layers", "cpu_offload_layers", "attention_kernel", "grad_dtype",
                "optimizer_dtype",
                "master_weights", "fp8_recipe", "ep_dispatcher", "cross_entropy",
-               "expert_weighting")
+               "optimizer_kernels", "expert_weighting")
 CONFIG_FLAGS = ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap",
                 "ep_comm_overlap", "fp8_params", "fp8_output_layer", "expandable_segments")
 

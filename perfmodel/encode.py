@@ -44,6 +44,7 @@ from perfmodel.strategy import (
     EPDispatcher,
     ExpertWeighting,
     Kernels,
+    OptimizerKernels,
     Plan,
     PlanColumns,
     Recompute,
@@ -700,6 +701,26 @@ def rotary_values(model: TransformerSpec) -> dict[str, float]:
     return {"rotary_fraction": model.rotary_fraction}
 
 
+def optimizer_step_bytes(hardware: HardwareSpec, precision: str, grad_dtype: str | None,
+                         optimizer_dtype: str | None, master_weights: str | None,
+                         kernels: OptimizerKernels) -> float:
+    """The optimizer step's bytes per parameter at the hardware's optimizer rate: the fused
+    kernel's count (perfmodel.costs.precision.optimizer_step_bytes_per_param) times what the
+    plan's kernels move over what the kernels the rate was measured on move
+    (HardwareSpec.optimizer_kernels; a rate not measured is one fused pass's):
+        e_step = bytes_fused x bytes_plan / bytes_measured
+    so that a foreach step on a preset costs its passes, and a profile that measured foreach
+    steps (calibrate run on CPU ranks) prices a foreach plan as measured."""
+    measured = hardware.optimizer_kernels if hardware.optimizer_bandwidth_efficiency \
+        else OptimizerKernels.FUSED.value
+
+    def count(k: str) -> int:
+        return optimizer_step_bytes_per_param(precision, grad_dtype, optimizer_dtype,
+                                              master_weights, kernels=k)
+
+    return count("fused") * count(kernels.value) / count(measured)
+
+
 def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | str, *,
                  flash_attention: bool, stack: Stack | str = Stack.EAGER,
                  kernels: Kernels | str = Kernels.FUSED,
@@ -711,7 +732,9 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
                  ep_dispatcher: EPDispatcher | str = EPDispatcher.ALLTOALL,
                  cross_entropy: CrossEntropy | str = CrossEntropy.UNFUSED,
                  expert_weighting: ExpertWeighting | str = ExpertWeighting.ACTIVATION,
-                 expandable_segments: bool = False) -> dict[str, float]:
+                 expandable_segments: bool = False,
+                 optimizer_kernels: OptimizerKernels | str = OptimizerKernels.FUSED
+                 ) -> dict[str, float]:
     """The symbols that are one number for every plan of a request: the model, the hardware,
     the dtype, and the options every plan shares (fused attention, the software stack, ...). An
     fp8 plan's peak and GEMM fit are bf16's (what does not run in FP8) and its FP8 GEMMs have
@@ -738,8 +761,9 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "optimizer_bytes_per_param": state["optimizer_states"],
         "sharded_weight_bytes_per_param": sharded["weights"],
         "sharded_optimizer_bytes_per_param": sharded["optimizer_states"],
-        "optimizer_step_bytes_per_param": optimizer_step_bytes_per_param(
-            precision, grad_dtype, optimizer_dtype, master_weights),
+        "optimizer_step_bytes_per_param": optimizer_step_bytes(
+            hardware, precision, grad_dtype, optimizer_dtype, master_weights,
+            OptimizerKernels(optimizer_kernels)),
         # the datasheet's peak (bf16's for what an fp8 plan does not run in FP8); the GEMMs'
         # ceilings carry the throughput the part sustains (gemm_values)
         "peak_flops_per_s": hardware.peak(compute_dtype(dtype)),
@@ -901,7 +925,8 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
                         fp8_params=plan.fp8_params, ep_dispatcher=plan.ep_dispatcher,
                         cross_entropy=plan.cross_entropy,
                         expert_weighting=plan.expert_weighting,
-                        expandable_segments=plan.expandable_segments)
+                        expandable_segments=plan.expandable_segments,
+                        optimizer_kernels=plan.optimizer_kernels)
     for name, value in encode_plans(plan_arrays(plan), hardware).items():
         vals[name] = float(value[0])
     vals["pipeline_flushes"] = float(plan.pipeline_flushes)

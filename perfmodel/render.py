@@ -178,6 +178,8 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int, model: Any) -> list[st
             "flash-attn": "flash-attn's fused cross entropy"}
     if _value(getattr(p, "cross_entropy", "unfused")) in loss:
         schedule.append(loss[_value(p.cross_entropy)])
+    if _value(getattr(p, "optimizer_kernels", "fused")) == "foreach":
+        schedule.append("AdamW by torch's foreach passes")
     if _value(getattr(p, "expert_weighting", "activation")) == "output" \
             and getattr(model, "experts", 0) > 0:  # torchtitan's, of its MoE models only
         schedule.append("routing weights on the experts' outputs")

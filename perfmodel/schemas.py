@@ -136,6 +136,9 @@ PLAN = obj({
                                      "cross entropy), native (Megatron-Core's native fusion) "
                                      "or flash-attn (flash-attn's fused cross entropy); left "
                                      "out: unfused"},
+    "optimizer_kernels": {"type": "string", "enum": ["fused", "foreach"],
+                          "description": "How the AdamW step runs: fused (one kernel) or foreach "
+                                         "(torch's multi-tensor passes); left out: fused"},
     "expert_weighting": {"type": "string", "enum": ["activation", "output"],
                          "description": "Where a mixture of experts applies its routing weights: "
                                         "in the experts' activation or on their outputs; left "

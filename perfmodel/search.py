@@ -40,6 +40,7 @@ from perfmodel.strategy import (
     Fp8Recipe,
     Kernels,
     Objective,
+    OptimizerKernels,
     Placement,
     Plan,
     PlanColumns,
@@ -137,6 +138,8 @@ class SearchRequest:
     ep_dispatcher: EPDispatcher = EPDispatcher.ALLTOALL
     # every plan's loss kernel (Plan.cross_entropy): the stack's, not searched
     cross_entropy: CrossEntropy = CrossEntropy.UNFUSED
+    # every plan's AdamW kernels (Plan.optimizer_kernels): the job's, not searched
+    optimizer_kernels: OptimizerKernels = OptimizerKernels.FUSED
     # every plan's experts' weighting (Plan.expert_weighting): the stack's, not searched
     expert_weighting: ExpertWeighting = ExpertWeighting.ACTIVATION
     stack: Stack = Stack.EAGER
@@ -188,6 +191,7 @@ class SearchRequest:
                     cpu_offload_layers=self.cpu_offload_layers,
                     attention_kernel=self.attention_kernel,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
+                    optimizer_kernels=self.optimizer_kernels,
                     expert_weighting=self.expert_weighting,
                     recompute=self.recompute or (Recompute.NONE if self.cpu_offload_layers
                                                  else Recompute.FULL),
@@ -208,6 +212,7 @@ class SearchRequest:
                     cpu_offload_layers=self.cpu_offload_layers,
                     attention_kernel=self.attention_kernel,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
+                    optimizer_kernels=self.optimizer_kernels,
                     expert_weighting=self.expert_weighting, grad_dtype=self.grad_dtype,
                     master_weights=self.master_weights,
                     optimizer_dtype=self.optimizer_dtype, fp8_recipe=self.fp8_recipe,
@@ -230,6 +235,7 @@ class SearchRequest:
                           ("tp_layout", TPLayout), ("stack", Stack), ("cp_comm", CPComm),
                           ("kernels", Kernels), ("ep_dispatcher", EPDispatcher),
                           ("cross_entropy", CrossEntropy),
+                          ("optimizer_kernels", OptimizerKernels),
                           ("expert_weighting", ExpertWeighting)):
             if getattr(self, key) is not None or key == "objective":
                 object.__setattr__(self, key, parse_option(enum, getattr(self, key), key))
@@ -1039,7 +1045,8 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                                ep_dispatcher=req.ep_dispatcher,
                                cross_entropy=req.cross_entropy,
                                expert_weighting=req.expert_weighting,
-                               expandable_segments=req.expandable_segments)
+                               expandable_segments=req.expandable_segments,
+                               optimizer_kernels=req.optimizer_kernels)
 
 
 # --- evaluation -----------------------------------------------------------------------------

@@ -204,6 +204,18 @@ class EPDispatcher(StrEnum):
     DEEPEP = "deepep"
 
 
+class OptimizerKernels(StrEnum):
+    """How the AdamW step runs over the parameters (perfmodel.costs.precision.
+    optimizer_step_bytes_per_param): fused, one kernel reading and writing each state once
+    (torch's AdamW(fused=True), Apex / Transformer Engine FusedAdam: Megatron-LM, NeMo,
+    DeepSpeed; torchtitan's default since 2025-02-24); foreach, torch's multi-tensor path, one
+    pass over every parameter, gradient and state per operation, eight of them (torch's default
+    for CUDA tensors when neither foreach nor fused is given; torchtitan's before 2025-02-24)."""
+
+    FUSED = "fused"
+    FOREACH = "foreach"
+
+
 class CrossEntropy(StrEnum):
     """How the loss runs over the logits (perfmodel.step.memory, .embedding_head): unfused,
     cross entropy on an fp32 copy of the logits (Megatron-LM's vocabulary-parallel cross
@@ -615,6 +627,8 @@ class Plan:
     ep_dispatcher: EPDispatcher = EPDispatcher.ALLTOALL
     # how the loss runs over the logits (CrossEntropy): fp32 copies, or TE's fused kernel
     cross_entropy: CrossEntropy = CrossEntropy.UNFUSED
+    # how the AdamW step runs (OptimizerKernels): one fused kernel, or torch's foreach passes
+    optimizer_kernels: OptimizerKernels = OptimizerKernels.FUSED
     # where a mixture of experts applies its routing weights (ExpertWeighting)
     expert_weighting: ExpertWeighting = ExpertWeighting.ACTIVATION
     stack: Stack = Stack.EAGER
@@ -677,6 +691,8 @@ class Plan:
         object.__setattr__(self, "stack", parse_option(Stack, self.stack, "stack"))
         object.__setattr__(self, "cross_entropy",
                            parse_option(CrossEntropy, self.cross_entropy, "cross_entropy"))
+        object.__setattr__(self, "optimizer_kernels", parse_option(
+            OptimizerKernels, self.optimizer_kernels, "optimizer_kernels"))
         object.__setattr__(self, "expert_weighting", parse_option(
             ExpertWeighting, self.expert_weighting, "expert_weighting"))
         object.__setattr__(self, "fsdp_reshard",
@@ -1007,6 +1023,10 @@ class Plan:
         if text == "remainders" and self.fp8_params:
             raise PlanError("master_weights remainders with fp8_params: the remainders complete "
                             "bf16 weights, and these are held in FP8 (give master_weights fp32)")
+        if text == "remainders" and self.optimizer_kernels is OptimizerKernels.FOREACH:
+            raise PlanError("master_weights remainders with optimizer_kernels foreach: the "
+                            "remainders are Transformer Engine's FusedAdam's (give "
+                            "optimizer_kernels fused, or master_weights fp32)")
         object.__setattr__(self, "master_weights", text)
 
     def replace(self, **changes: Any) -> Plan:
@@ -1021,7 +1041,8 @@ class Plan:
         """The plan's fields; those of dtype fp8 only (FP8_FIELDS) are left out of another
         dtype's plan (they do not apply to it), and etp where it is 1, pipeline_layout and
         recompute_modules where none is given, ep_comm_overlap where off, ep_dispatcher where
-        alltoall, cross_entropy where unfused, expert_weighting where activation,
+        alltoall, cross_entropy where unfused, optimizer_kernels where fused, expert_weighting
+        where activation,
         defer_grad_sync, bf16_optimizer and expandable_segments where off,
         grad_accumulation_fusion where on,
         tp_backward where not given (the kernels' stack decides), fsdp_reshard where forward,
@@ -1058,6 +1079,8 @@ class Plan:
             del out["ep_dispatcher"]
         if self.cross_entropy is CrossEntropy.UNFUSED:  # likewise
             del out["cross_entropy"]
+        if self.optimizer_kernels is OptimizerKernels.FUSED:  # likewise
+            del out["optimizer_kernels"]
         if self.expert_weighting is ExpertWeighting.ACTIVATION:  # likewise
             del out["expert_weighting"]
         if self.fsdp_reshard is FsdpReshard.FORWARD:  # likewise

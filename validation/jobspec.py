@@ -16,7 +16,13 @@ from typing import Any
 from perfmodel.errors import PlanError, SpecError
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan, Recompute, TpBackward, tp_backward_of
-from workload.settings import JOB_RECOMPUTE_MODULES, CPComm, MoERouting, check_parallel
+from workload.settings import (
+    JOB_RECOMPUTE_MODULES,
+    CPComm,
+    MoERouting,
+    adamw_kernels,
+    check_parallel,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -315,6 +321,11 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     if plan.attention_kernel:
         notes.append(f"the job attends with PyTorch SDPA, which picks its own kernel: predicted "
                      f"with the hardware's default flash kernel, not {plan.attention_kernel}")
+    kernels = job_optimizer_kernels(backend)
+    if plan.optimizer_kernels.value != kernels:
+        where = "a GPU" if backend == "nccl" else "CPU ranks"
+        notes.append(f"the job steps AdamW {kernels} on {where} (workload.settings."
+                     f"adamw_kernels), not {plan.optimizer_kernels.value}: predicted {kernels}")
     if model.experts and plan.expert_weighting.value != "output":
         notes.append("the job weights its experts' outputs at the combine (workload.moe): "
                      "predicted with expert_weighting output")
@@ -322,8 +333,14 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
                         overlap_grad_sync=False,
                         overlap_param_gather=False, cross_entropy="torch",
                         tp_comm_overlap=False, stack="eager", expert_weighting="output",
-                        tp_backward="dtensor")
+                        tp_backward="dtensor", optimizer_kernels=kernels)
     return model, plan, "; ".join(notes)
+
+
+def job_optimizer_kernels(backend: str) -> str:
+    """The AdamW kernels the job steps on the backend's device (Plan.optimizer_kernels' value):
+    fused on a GPU (nccl), foreach on CPU ranks (gloo)."""
+    return next(iter(adamw_kernels("cuda" if backend == "nccl" else "cpu")))
 
 
 def model_keys(model: TransformerSpec) -> dict[str, Any]:

@@ -210,7 +210,9 @@ def meta_of(
         "model": model.name,
         "model_spec": model.to_dict(),
         "hardware": getattr(hardware, "name", None),
-        "plan": plan.to_dict(),
+        # the AdamW kernels the job stepped, written even where fused (Plan.to_dict leaves the
+        # default out): a report without them predates 81c5a51, whose jobs stepped foreach
+        "plan": {**plan.to_dict(), "optimizer_kernels": plan.optimizer_kernels.value},
         "plan_label": plan_label(plan),
         "ranks": settings.nprocs,
         "backend": settings.backend,

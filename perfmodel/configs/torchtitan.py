@@ -263,15 +263,19 @@ def _loss_parallel(key: str, value: Any, disabled: bool, tp: Any, job: JobConfig
 
 
 # torch.optim's AdamW kernels (optimizer.implementation, torchtitan's default fused since
-# 2025-02-24, 6e4988550; before it optimizer.fused, default false: foreach)
+# 2025-02-24, 6e4988550; before it optimizer.fused, default false: foreach): the plan's
+# optimizer_kernels. for-loop steps each tensor on its own: foreach's passes, one tensor at a time
 def _optimizer_kernels(key: str, value: Any, kind: str, job: JobConfig, where: str) -> None:
-    if kind != "fused":
-        # the optimizer step is a small share of a step (its shard's states read and written
-        # once, fused): its extra passes are said, not refused
-        job.skipped(key, value, f"AdamW's {kind} kernels: their extra passes over the states "
-                                "are not modelled (costed as the fused step's one pass)")
-        return
-    job.skipped(key, value, "the fused AdamW step, as modelled")
+    if kind in ("fused", "foreach"):
+        job.fix("optimizer_kernels", kind)
+        job.took(key, value, f"optimizer_kernels {kind}")
+    elif kind == "for-loop":
+        job.fix("optimizer_kernels", "foreach")
+        job.took(key, value, "optimizer_kernels foreach: the for-loop makes foreach's passes, "
+                             "one tensor at a time (its per-tensor dispatch not counted)")
+    else:
+        raise refuse_plan(where, key, value, "torch.optim's AdamW runs fused, foreach or "
+                                             "for-loop")
 
 
 def _why(section: str) -> str:

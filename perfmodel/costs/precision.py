@@ -94,9 +94,21 @@ def sharded_state_bytes_per_param(precision: str, grad_dtype: str | None = None,
     return state
 
 
+# How the AdamW step runs (perfmodel.strategy.OptimizerKernels' values, and a hardware spec's
+# optimizer_kernels: the kernels its optimizer efficiency was measured on)
+OPTIMIZER_KERNELS = ("fused", "foreach")
+# torch's foreach AdamW (torch/optim/adam.py, _multi_tensor_adam, torch 2.13, not capturable, no
+# amsgrad) passes over the stepped weights w, gradients g and states o (momentum m, variance v, and
+# a temporary t of their dtype) once per operation: mul_(w) 2w, lerp_(m, g) 2o + g, mul_(v) 2o,
+# addcmul_(v, g, g) 2o + g, t = sqrt(v) 2o, div_(t) 2o, add_(t) 2o, addcdiv_(w, m, t) 2w + 2o:
+# 4w + 2g + 14o, against the fused kernel's 2w + g + 4o (read w, g, m, v; write w, m, v).
+FOREACH_EXTRA = (2, 1, 10)  # the foreach passes beyond the fused kernel's, per byte of w, g, o
+
+
 def optimizer_step_bytes_per_param(precision: str, grad_dtype: str | None = None,
                                    optimizer_dtype: str | None = None,
-                                   master_weights: str | None = None) -> int:
+                                   master_weights: str | None = None,
+                                   kernels: str = "fused") -> int:
     """Bytes the optimizer step reads and writes per local parameter (memory-bound kernels).
 
     Adam: read master weights, gradient, momentum, variance (4 x 4), write weights, momentum,
@@ -110,6 +122,9 @@ def optimizer_step_bytes_per_param(precision: str, grad_dtype: str | None = None
     read m or 2, g, 2 o; write m or 2, 2 o; clip g; zero g; copy (m + 2 if m). The master's
     remainders: FusedAdam reads and writes the bf16 weight and its remainder (2 + 2 each way)
     and needs no copy.
+    kernels (perfmodel.strategy.OptimizerKernels): fused, the Adam step one kernel as counted
+    above; foreach, torch's multi-tensor passes, 2 w + g + 10 o more (FOREACH_EXTRA, w the
+    stepped weights' bytes): bf16 94, fp16 106, fp32 88.
     """
     if precision == "bf16" and (grad_dtype or optimizer_dtype or master_weights):
         g = _BYTES[grad_dtype or "fp32"]
@@ -117,5 +132,12 @@ def optimizer_step_bytes_per_param(precision: str, grad_dtype: str | None = None
         master = master_weights or default_master(optimizer_dtype)
         copied = master == "fp32"  # the fp32 master, copied into the bf16 weights after
         weights = MASTER_BYTES if copied else 2 + _MASTER_BYTES[master]  # read, then written
-        return 2 * weights + 3 * g + 4 * o + (MASTER_BYTES + 2 if copied else 0)
-    return {"bf16": 42, "fp16": 54}.get(precision, 36)
+        fused = 2 * weights + 3 * g + 4 * o + (MASTER_BYTES + 2 if copied else 0)
+    else:
+        # the stepped weights, the gradients and the states are fp32 in each (fp16's gradients
+        # copied to fp32 first)
+        weights = g = o = 4
+        fused = {"bf16": 42, "fp16": 54}.get(precision, 36)
+    if kernels == "foreach":
+        return fused + sum(n * b for n, b in zip(FOREACH_EXTRA, (weights, g, o), strict=True))
+    return fused

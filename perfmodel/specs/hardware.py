@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfmodel.costs.precision import OPTIMIZER_KERNELS
 from perfmodel.errors import PlanError, SpecError
 from perfmodel.specs.loading import (
     FRACTION_FLOOR,
@@ -646,6 +647,12 @@ class HardwareSpec:
     # bytes per parameter (a framework's optimizer may make more passes than one fused kernel);
     # 0: memory_bandwidth_efficiency, as every other memory-bound kernel
     optimizer_bandwidth_efficiency: float = 0.0
+    # the AdamW kernels whose steps that efficiency was measured on (OPTIMIZER_KERNELS:
+    # `calibrate run` steps foreach on CPU ranks, fused on a GPU), over the fused kernel's bytes
+    # per parameter: a plan whose optimizer runs other kernels scales the step's bytes by their
+    # ratio (perfmodel.encode); fused where not measured (one pass at
+    # memory_bandwidth_efficiency)
+    optimizer_kernels: str = "fused"
     # What a GPU holds beyond the training's tensors (perfmodel.step.memory): the CUDA context and
     # libraries' workspaces (memory_reserved_bytes); each NCCL communicator's connection buffers
     # (nccl_buffer_bytes, per communicator a rank uses; 0: not measured); and the caching
@@ -774,6 +781,10 @@ class HardwareSpec:
                 f"collective_algorithm must be one of {', '.join(COLLECTIVE_ALGORITHMS)}, "
                 f"got '{self.collective_algorithm}'"
             )
+        if self.optimizer_kernels not in OPTIMIZER_KERNELS:
+            given = str(self.optimizer_kernels)
+            raise SpecError(f"optimizer_kernels must be one of {', '.join(OPTIMIZER_KERNELS)}, "
+                            f"got {given!r}{suggest(given, OPTIMIZER_KERNELS)}")
         if not isinstance(self.collective_library, str) \
                 or self.collective_library not in COLLECTIVE_LIBRARIES:
             lib = str(self.collective_library)

@@ -157,6 +157,7 @@ def profile_from_dict(data: Any, where: str, path: Path | None = None) -> Profil
         raise SpecError(f"{where}: field 'measurements' must be a file name (string) or null")
     base_dir = path.parent if path is not None else Path(".")
     hardware, notes = _layer_costs_at_least_roofline(data["hardware"], where)
+    hardware = _optimizer_kernels(hardware, fits)
     return Profile(
         path=path or Path(where),
         complete=data["complete"],
@@ -196,6 +197,17 @@ def _layer_costs_at_least_roofline(
         entries.append(entry)
     out["layer_costs"] = entries
     return out, tuple(notes)
+
+
+def _optimizer_kernels(hardware: dict[str, Any], fits: Mapping[str, Any]) -> dict[str, Any]:
+    """The hardware fields with optimizer_kernels: as given; else, where the profile measured an
+    optimizer efficiency, the AdamW kernels its optimizer stage stepped, which a profile written
+    before the field (2026-12-04) names in its fit's name only: memory/adamw_fused (a GPU's,
+    since 81c5a51), foreach otherwise (CPU ranks, and every calibrate run before it)."""
+    if "optimizer_kernels" in hardware or not hardware.get("optimizer_bandwidth_efficiency"):
+        return hardware
+    return {**hardware, "optimizer_kernels": "fused" if "memory/adamw_fused" in fits
+            else "foreach"}
 
 
 def _check_unique_collectives(

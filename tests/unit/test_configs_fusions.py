@@ -306,12 +306,23 @@ def _titan(tmp_path, name: str, **sections: dict[str, Any]):
     return read_config(path)
 
 
-@pytest.mark.parametrize("implementation", ["foreach", "for-loop"])
-def test_torchtitan_unfused_adamw_is_said_not_modelled(tmp_path, implementation):
-    text = _lines(_titan(tmp_path, "torchtitan_llama3_8b.toml",
-                         optimizer={"implementation": implementation}))
-    assert (f"optimizer.implementation {implementation}: AdamW's {implementation} kernels: "
-            "their extra passes over the states are not modelled") in text
+@pytest.mark.parametrize("implementation, kernels", [("foreach", "foreach"),
+                                                      ("for-loop", "foreach"),
+                                                      ("fused", "fused")])
+def test_torchtitan_adamw_implementation_is_the_plan_s_optimizer_kernels(tmp_path, implementation,
+                                                                        kernels):
+    """optimizer.implementation sets Plan.optimizer_kernels (the for-loop's passes are
+    foreach's), pinned for recommend; a name torch.optim does not have is refused."""
+    job = _titan(tmp_path, "torchtitan_llama3_8b.toml",
+                 optimizer={"implementation": implementation})
+    assert job.plan["optimizer_kernels"] == kernels and "optimizer_kernels" in job.pins
+    assert f"optimizer.implementation {implementation}: optimizer_kernels {kernels}" \
+        in _lines(job)
+
+
+def test_torchtitan_unknown_adamw_implementation_is_refused(tmp_path):
+    with pytest.raises(PlanError, match="optimizer.implementation.*fused, foreach or for-loop"):
+        _titan(tmp_path, "torchtitan_llama3_8b.toml", optimizer={"implementation": "fast"})
 
 
 @pytest.mark.parametrize("sections, text", [
@@ -328,16 +339,17 @@ def test_torchtitan_settings_of_the_modelled_cost_stay_accepted(tmp_path):
     text = _lines(_titan(tmp_path, "torchtitan_llama3_8b.toml",
                          optimizer={"implementation": "fused", "early_step_in_backward": False},
                          parallelism={"disable_loss_parallel": True}))
-    assert "optimizer.implementation fused: the fused AdamW step, as modelled" in text
+    assert "optimizer.implementation fused: optimizer_kernels fused" in text
     assert "parallelism.disable_loss_parallel: no tensor parallelism" in text
 
 
 def test_torchtitan_older_fused_and_loss_parallel_switches(tmp_path):
     # before 2025-02-24 optimizer.fused (default false: foreach); before 2024-06
     # training.enable_loss_parallel
-    assert "optimizer.fused False: AdamW's foreach kernels: their extra passes" in _lines(
-        _titan(tmp_path, "torchtitan_2024_llama3_8b.toml", optimizer={"fused": False}))
-    assert "optimizer.fused: the fused AdamW step" in _lines(
+    foreach = _titan(tmp_path, "torchtitan_2024_llama3_8b.toml", optimizer={"fused": False})
+    assert "optimizer.fused False: optimizer_kernels foreach" in _lines(foreach)
+    assert foreach.plan["optimizer_kernels"] == "foreach"
+    assert "optimizer.fused: optimizer_kernels fused" in _lines(
         _titan(tmp_path, "torchtitan_2024_llama3_8b.toml", optimizer={"fused": True}))
     with pytest.raises(PlanError, match="training.enable_loss_parallel False: with tp 2"):
         _titan(tmp_path, "torchtitan_2024_llama3_8b.toml",
