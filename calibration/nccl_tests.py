@@ -60,6 +60,15 @@ BINARIES = {
     "reduce": Op.REDUCE,
     "hypercube": Op.ALL_GATHER,
 }
+# nccl-tests' type names and their bytes (src/common.cu, test_typenames, NVIDIA/nccl-tests at
+# d2d40cc8: NCCL 2's, bfloat16 from NCCL 2.10; NCCL 1's char and int)
+TYPE_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
+              "half": 2, "float": 4, "double": 8, "bfloat16": 2, "char": 1, "int": 4}
+# The collectives whose printed count is one rank's share, so that the size printed (the larger
+# buffer) is count x the type's bytes x the ranks (nccl-tests' *GetCollByteCount: all_gather's
+# and hypercube's send count, reduce_scatter's receive count, alltoall's count per peer); the
+# others' count is the buffer's
+PER_RANK_COUNT = (Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_TO_ALL)
 # file-name hints, most specific first
 _NAME_HINTS = [
     ("allreduce", Op.ALL_REDUCE),
@@ -679,6 +688,7 @@ def _section(
             "...): truncated header?"
         )
     _check_bus_factor(records, op, n_ranks, f"{path}:{header_line.lineno}")
+    _check_counts(records, op, n_ranks, str(path))
     notes += _busbw_notes(records, op, n_ranks)
     _check_op_columns(columns, op, f"{path}:{header_line.lineno}")
     counts = Counter(hosts.values())
@@ -725,6 +735,29 @@ def _check_bus_factor(records: pd.DataFrame, op: Op, ranks: int, where: str,
                     f"{ranks} ranks has {expected:.3g} (nccl-tests' bus factor)"
                     + (f": the log measured {' or '.join(others)}" if others else "")
                     + f"; {fix}")
+
+
+def _check_counts(records: pd.DataFrame, op: Op, ranks: int, where: str,
+                  fix: str = _FIX_OP) -> None:
+    """Each row's type one of nccl-tests' (TYPE_BYTES) and its size its count x the type's bytes,
+    x the ranks where the count is one rank's share (PER_RANK_COUNT), as nccl-tests prints them:
+    a row of another type, an edited row, or a log of another op (or rank count) than it is read
+    as is refused naming the row (its line, or its place in a JSON file's results)."""
+    share = ranks if op in PER_RANK_COUNT else 1
+    columns = (records.index, records["line"], records["type"], records["count"],
+               records["nbytes"])
+    for i, line, kind, count, size in zip(*columns, strict=True):
+        at = f"{where}:{int(line)}" if pd.notna(line) else f"{where}: results[{i}]"
+        kind = str(kind)
+        if kind not in TYPE_BYTES:
+            raise DataError(f"{at}: type {kind!r} is not one of nccl-tests' "
+                            f"({', '.join(TYPE_BYTES)})")
+        if count * TYPE_BYTES[kind] * share != size:
+            per = f" x {ranks} ranks" if share > 1 else ""
+            raise DataError(
+                f"{at}: size {size:.0f} B is not count {count:.0f} x "
+                f"{TYPE_BYTES[kind]} B ({kind}){per}, as nccl-tests prints {op.value} over "
+                f"{ranks} ranks: an edited row, or another op or rank count; {fix}")
 
 
 def _busbw_notes(records: pd.DataFrame, op: Op, ranks: int) -> list[str]:
@@ -883,6 +916,7 @@ def _parse_json(
     fix = (f"its args[0] names {op.value}'s test: an edited file?" if _json_binary(doc)
            else _FIX_OP)
     _check_bus_factor(records, op, len(hosts), str(path), fix)
+    _check_counts(records, op, len(hosts), str(path), fix)
     notes += _busbw_notes(records, op, len(hosts))
     _check_op_columns(columns, op, str(path), fix)
     bad = records["wrong"] > 0

@@ -68,8 +68,8 @@ def test_a_latency_bound_log_writes_no_bus_bandwidth(tmp_path, times_us):
 
 
 def test_a_latency_bound_log_beside_a_resolved_one_is_noted_not_written(tmp_path):
-    # all-gather over 8 ranks: bus factor 7/8, no reduction
-    rows = [_row(8 << i, 1 << i, 20.0, 0.875).replace(" sum ", " none ") for i in range(8)]
+    # all-gather over 8 ranks: bus factor 7/8, no reduction, a rank's count of doubles printed
+    rows = [_row(64 << i, 1 << i, 20.0, 0.875).replace(" sum ", " none ") for i in range(8)]
     flat = _write(tmp_path, "allgather.txt", _with_rows(ALLGATHER, rows))
     result = import_nccl_tests([ALLREDUCE, flat])
     assert [c["op"] for c in result.hardware["collectives"]] == ["all_reduce"]

@@ -411,6 +411,8 @@ def test_json_fields(tmp_path):
     doc["args"][0] = "/opt/nccl-tests/build/all_gather_perf_mpi"
     for result in doc["results"]:
         result["redop"] = "none"
+        result["count"] = result["size"] // (4 * 8)  # a rank's floats, as all_gather prints them
+        result["size"] = result["count"] * 4 * 8
         for half in ("out_of_place", "in_place"):
             result[half]["bus_bw"] = round(result[half]["alg_bw"] * 7 / 8, 2)
     doc["env"] = ["PATH=/usr/bin", "NCCL_ALGO=Tree"]
@@ -531,3 +533,25 @@ def test_a_test_of_one_rank_has_nothing_to_fit(tmp_path):
     log.write_text(json.dumps(doc))
     with pytest.raises(DataError, match="1 rank: no data crosses a link"):
         import_nccl_tests([log])
+
+
+# nccl-tests prints size = count x the type's bytes, x the ranks where the count is a rank's share
+# (all_gather, reduce_scatter, alltoall): every shared log holds it (src/common.cu's type names)
+@pytest.mark.parametrize("log", LOGS, ids=lambda p: p.name[:48])
+def test_every_shared_log_s_sizes_are_its_counts_of_its_type(log):
+    for run in parse_nccl_tests(log):
+        assert set(run.records["type"]) <= {"float", "double"}
+
+
+def test_a_row_of_an_unknown_type_or_an_edited_count_is_refused_naming_its_line(tmp_path):
+    src = (DATA / "h100x8-allgather-ring-together-nccl-tests.txt").read_text().splitlines(True)
+    i = next(k for k, ln in enumerate(src) if re.match(r"\s+1048576\s+32768\s+float\s", ln))
+    for edit, message in (
+            (src[i].replace(" float ", " fp8e4 "), "type 'fp8e4' is not one of nccl-tests'"),
+            # an all_gather's count is a rank's: 32768 floats x 8 ranks is the 1 MiB printed
+            (src[i].replace(" 32768 ", " 262144 "),
+             r"size 1048576 B is not count 262144 x 4 B \(float\) x 8 ranks")):
+        log = tmp_path / "all_gather.txt"
+        log.write_text("".join(src[:i] + [edit] + src[i + 1:]))
+        with pytest.raises(DataError, match=rf"all_gather.txt:{i + 1}: {message}"):
+            parse_nccl_tests(log)

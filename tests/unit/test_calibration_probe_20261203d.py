@@ -162,12 +162,16 @@ def test_a_401_digit_integer_in_a_gemm_table_is_refused_naming_its_column(tmp_pa
 def _json_log(tmp_path: Path, args: list[str], *, all_gather: bool = False,
               redop: str | None = None) -> Path:
     """The NVLS all_reduce -J file with other args; all_gather: its busbw made an all_gather's
-    (algbw x 7/8); redop: every result's redop column."""
+    (algbw x 7/8) and its counts a rank's (nccl-tests prints all_gather's so); redop: every
+    result's redop column."""
     doc = json.loads(NVLS_JSON.read_text())
     doc["args"] = args
     for result in doc["results"]:
         if redop is not None:
             result["redop"] = redop
+        if all_gather:  # a rank's count printed, and the size it makes (0 below a float a rank)
+            result["count"] = result["size"] // (4 * 8)
+            result["size"] = result["count"] * 4 * 8
         for half in ("out_of_place", "in_place"):
             if all_gather:
                 result[half]["bus_bw"] = round(result[half]["alg_bw"] * 7 / 8, 2)
