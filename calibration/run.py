@@ -657,7 +657,9 @@ def _fit_host(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str]) ->
         notes.append(str(exc))
         return
     fits["host_ops"] = model.summary()
-    hardware["host_op_overhead_s"] = model.host_op_overhead_s_
+    hardware.update(model.hardware())
+    if model.split_note_:
+        notes.append(model.split_note_)
 
 
 def _fit_overlap(df: pd.DataFrame, fits: dict, hardware: dict, notes: list[str]) -> None:

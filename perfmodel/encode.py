@@ -774,6 +774,8 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "kernel_overhead_s": hardware.kernel_overhead_s,
         "collective_overhead_s": hardware.collective_overhead_s,
         "host_op_overhead_s": hardware.host_op_overhead_s or hardware.kernel_overhead_s,
+        "host_op_backward_overhead_s": hardware.host_op_backward_overhead_s
+        or hardware.host_op_overhead_s or hardware.kernel_overhead_s,
         "kernel_overhead_tp_s": hardware.kernel_overhead_tp_s,
         "optimizer_overhead_s": hardware.optimizer_overhead_s,
         "gpus_per_node": hardware.gpus_per_node,

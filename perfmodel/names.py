@@ -125,6 +125,8 @@ _name("collective_overhead_s", "t_coll",
       "fixed cost of one collective call (launch, dispatch) [s]")
 _name("host_op_overhead_s", "t_op",
       "host time of one framework op of an eager stack (dispatch and launch) [s]")
+_name("host_op_backward_overhead_s", "t_op^bwd",
+      "host time of one framework op of an eager stack's backward (autograd's engine) [s]")
 _name("gpus_per_node", "G", "GPUs per node")
 _name("ranks_per_device", "rho", "ranks time-sharing one device (1 on GPUs)")
 _name("overlap_compute_slowdown", "s_ovl",

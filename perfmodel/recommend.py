@@ -803,6 +803,7 @@ HARDWARE_SENSITIVITIES = {
     "inter_latency_s": "inter-node latency",
     "kernel_overhead_s": "kernel overhead",
     "host_op_overhead_s": "host time per framework op",
+    "host_op_backward_overhead_s": "host time per backward op",
     "host_link_bytes_per_s": "host link bandwidth (activation offloading)",
 }
 
@@ -824,7 +825,7 @@ def _linked(name: str, values: Mapping[str, float], hardware: HardwareSpec) -> t
     LINKED_SENSITIVITIES, the per-axis symbols of LINKED_SUFFIXES, a link's low-latency
     protocols' step latency where the link gives the protocol none (perfmodel.encode.link_values:
     the Simple protocol's then), and the host's time per op where the spec leaves it unset
-    (host_op_overhead_s 0: kernel_overhead_s's)."""
+    (host_op_overhead_s 0: kernel_overhead_s's; host_op_backward_overhead_s 0: the forward's)."""
     moved = set(LINKED_SENSITIVITIES.get(name, ()))
     suffix = LINKED_SUFFIXES.get(name)
     for link, spec in (("intra", hardware.intra_node), ("inter", hardware.inter_node)):
@@ -832,6 +833,9 @@ def _linked(name: str, values: Mapping[str, float], hardware: HardwareSpec) -> t
             moved |= {f"{link}_{p}_latency_s" for p in LINK_PROTOCOLS if spec.protocol(p) is None}
     if name == "kernel_overhead_s" and not hardware.host_op_overhead_s:
         moved.add("host_op_overhead_s")
+    if (name == "host_op_overhead_s" or "host_op_overhead_s" in moved) \
+            and not hardware.host_op_backward_overhead_s:
+        moved.add("host_op_backward_overhead_s")
     return tuple(n for n in values if n in moved
                  or (suffix is not None and n.endswith(suffix)))
 
@@ -860,7 +864,8 @@ def sensitivities(model: TransformerSpec, hardware: HardwareSpec, plan: Any) -> 
     # kernel_overhead_s's, which moves it (_linked)
     names = [n for n in HARDWARE_SENSITIVITIES if n in values
              and (n != "host_link_bytes_per_s" or plan.cpu_offload_layers)
-             and (n != "host_op_overhead_s" or hardware.host_op_overhead_s)]
+             and (n != "host_op_overhead_s" or hardware.host_op_overhead_s)
+             and (n != "host_op_backward_overhead_s" or hardware.host_op_backward_overhead_s)]
     rows = 1 + 2 * len(names)
     columns = {k: np.full(rows, v, dtype=float) for k, v in values.items()}
     for i, name in enumerate(names):

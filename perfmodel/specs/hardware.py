@@ -98,6 +98,8 @@ BOUNDS: dict[str, Bound] = {
     "kernel_overhead_tp_s": Bound(0, 1, _SECONDS, inclusive=True),
     "host_op_overhead_s": Bound(0, 1, _SECONDS + " (an eager framework op: ~3-10 us)",
                                 inclusive=True),
+    "host_op_backward_overhead_s": Bound(0, 1, _SECONDS + " (an op autograd's engine runs: "
+                                         "~2-10 us)", inclusive=True),
     "collective_overhead_s": Bound(0, 1, _SECONDS, inclusive=True),
     "optimizer_overhead_s": Bound(0, 10, _SECONDS, inclusive=True),
     "optimizer_bandwidth_efficiency": Bound(0, 1, "0: not measured; else a fraction of the "
@@ -602,7 +604,8 @@ _SCALAR_FIELDS = ("memory_bytes", "memory_bandwidth_bytes_per_s", "memory_bandwi
                   "collective_overhead_s", "optimizer_overhead_s",
                   "optimizer_bandwidth_efficiency", "fsdp_forward_overhead_s",
                   "fsdp_backward_overhead_s", "fsdp_reduce_overhead_s", "ranks_per_device",
-                  "host_op_overhead_s", "overlap_compute_slowdown")
+                  "host_op_overhead_s", "host_op_backward_overhead_s",
+                  "overlap_compute_slowdown")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -685,6 +688,10 @@ class HardwareSpec:
     # Host time of one framework op (dispatch and launch) of an eager stack [s], what a GPU
     # device's queue waits on; measured by `calibrate run` (stage host). 0: kernel_overhead_s.
     host_op_overhead_s: float = 0.0
+    # The same for the ops of the backward, which autograd's engine issues from C++ where the
+    # forward's come through Python modules (the host stage times the two apart); 0:
+    # host_op_overhead_s.
+    host_op_backward_overhead_s: float = 0.0
     collective_algorithm: str = "auto"
     collective_library: str = "generic"  # the algorithms it has: generic (all) or nccl
     collectives: tuple[CollectiveFit, ...] = ()

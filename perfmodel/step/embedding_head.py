@@ -99,13 +99,13 @@ def end_phases(part: str, forward_s: sp.Expr, cost: PartCost,
     holds it (present = 1) or not (0):
         device: C (B backward: 2C unless given) + (s - 1) C (B): compute/<dir>/embedding_logits
                 and framework
-        host:   c_fwd (c_bwd) + ops x t_op (framework.PartCost) where not measured
+        host:   c_fwd (c_bwd) + ops x t_op (t_op^bwd: framework.PartCost) where not measured
     """
     phases = []
-    for i, (direction, device_s, fixed, ops) in enumerate((
-            ("forward", forward_s, cost.forward_s, cost.forward_ops),
+    for i, (direction, device_s, fixed, ops, per_op) in enumerate((
+            ("forward", forward_s, cost.forward_s, cost.forward_ops, cost.kernel_s),
             ("backward", BACKWARD_PER_FORWARD * forward_s if backward_s is None else backward_s,
-             cost.backward_s, cost.backward_ops))):
+             cost.backward_s, cost.backward_ops, cost.backward_kernel_s))):
         name = f"{part}/{direction}"
         device = {f"compute/{direction}/embedding_logits": device_s,
                   f"compute/{direction}/framework": (cost.scale - 1) * device_s}
@@ -115,7 +115,7 @@ def end_phases(part: str, forward_s: sp.Expr, cost: PartCost,
             name=name, present=present,
             device=device,
             host={f"compute/{direction}/framework": fixed,
-                  "overhead/kernels": ops * cost.kernel_s},
+                  "overhead/kernels": ops * per_op},
             comms=issued.get(name, ()), overlaps=backward_overlaps if i else ()))
     return phases[0], phases[1]
 

@@ -51,7 +51,8 @@ class PartCost:
     calibrated: sp.Expr  # the share of the plan whose style was measured (0 or 1, or indicators)
     kernel_s: sp.Expr  # the generic host cost of one op (kernel) where not measured [s]
     forward_ops: sp.Expr  # ops (kernels) of its forward, each costing kernel_s
-    backward_ops: sp.Expr
+    backward_ops: sp.Expr  # and of its backward, each costing backward_kernel_s
+    backward_kernel_s: sp.Expr  # kernel_s for a backward's op (on a GPU: autograd's engine's)
 
 
 def part_costs(c: Context) -> dict[str, PartCost]:
@@ -69,8 +70,10 @@ def part_costs(c: Context) -> dict[str, PartCost]:
     out = {}
     for part in PARTS:
         scale, fwd, bwd, calibrated = FW.part_costs(measured.get(part, {}), styles, S.tp)
+        per_op_b = None
         if c.asynchronous:
             per_op = H.op_s(c, layers=part == "layer")
+            per_op_b = H.op_s(c, layers=part == "layer", backward=True)
             ops = {"layer": H.layer_ops(c),
                    "embedding": (H.EMBEDDING_FORWARD_OPS, H.EMBEDDING_BACKWARD_OPS),
                    "output": (H.OUTPUT_FORWARD_OPS, H.OUTPUT_BACKWARD_OPS)}[part]
@@ -85,7 +88,8 @@ def part_costs(c: Context) -> dict[str, PartCost]:
             if part == "layer":  # eager kernels: the element-wise ones counted op by op
                 ops = eager_layer_kernels(c, ops)
         out[part] = PartCost(scale, fwd, bwd, calibrated, (1 - calibrated) * per_op,
-                             sp.sympify(ops[0]), sp.sympify(ops[1]))
+                             sp.sympify(ops[0]), sp.sympify(ops[1]),
+                             (1 - calibrated) * (per_op if per_op_b is None else per_op_b))
     return out
 
 

@@ -4,6 +4,8 @@ overlaps it with the device's time; on synchronous CPU ranks the step model keep
 kernel launch, perfmodel.step.framework).
 
     host(part) = ops(part, stack) x t_op(stack)                                              [s]
+    (a backward's ops at t_op^bwd, HardwareSpec.host_op_backward_overhead_s: autograd's engine
+    issues them from C++, the forward's come through Python modules; t_op where not measured)
     t_op(eager) = t_op(compiled) = t_op (HardwareSpec.host_op_overhead_s, measured by
                   `calibrate run`'s host stage; kernel_overhead_s where not measured),
     t_op(cuda-graphs) = 0 for the layers: a graph replays its kernels with one launch.
@@ -98,9 +100,12 @@ def layer_ops(c: Context) -> tuple[sp.Expr, sp.Expr]:
             (1 - fused) * eager[1] + fused * compiled[1])
 
 
-def op_s(c: Context, layers: bool) -> sp.Expr:
-    """Host time of one framework op [s]: t_op, none for the layers under CUDA graphs."""
-    return S.t_op * (1 - c.graphs) if layers else S.t_op
+def op_s(c: Context, layers: bool, backward: bool = False) -> sp.Expr:
+    """Host time of one framework op [s]: t_op, t_op^bwd for the backward's (autograd's engine
+    issues them; t_op where not measured apart, perfmodel.encode), none for the layers under CUDA
+    graphs."""
+    per_op = S.t_opb if backward else S.t_op
+    return per_op * (1 - c.graphs) if layers else per_op
 
 
 def launch_s(c: Context) -> sp.Expr:

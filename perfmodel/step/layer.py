@@ -477,7 +477,7 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
     scale = n / c.layers_per_stage  # the collectives are declared for the first stage's layers
     overlap, extra = overlap or {}, overlap_device or {}
     kernels = cost.kernel_s * (n * cost.forward_ops + extra_kernels[0])
-    back_kernels = cost.kernel_s * (n * cost.backward_ops + extra_kernels[1])
+    back_kernels = cost.backward_kernel_s * (n * cost.backward_ops + extra_kernels[1])
     slower = cost.scale - 1  # what the framework's scale adds to the rooflines
     recomputed = full_recompute_s(c, stage, work) + c.core * work.attention_s \
         + c.op * op_recompute_s(c, work) \

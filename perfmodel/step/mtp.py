@@ -100,9 +100,10 @@ def mtp_phases(c: Context, costs: Mapping[str, PartCost],
     back_ends = BACKWARD_PER_FORWARD * inner + EH.output_backward_s(c)
     layer, output = costs["layer"], costs["output"]
     per_output_op = output.kernel_s if c.asynchronous else layer.kernel_s
+    per_output_op_b = output.backward_kernel_s if c.asynchronous else layer.backward_kernel_s
     kernels = d * (layer.kernel_s * layer.forward_ops + per_output_op * output.forward_ops)
-    back_kernels = d * (layer.kernel_s * layer.backward_ops
-                        + per_output_op * output.backward_ops)
+    back_kernels = d * (layer.backward_kernel_s * layer.backward_ops
+                        + per_output_op_b * output.backward_ops)
     moe = c.fam.mtp_last_moe
     attention = not c.fam.mla
     mlps = ((d, S.f_sh),) if moe and c.fam.moe_shared else () if moe else ((d, S.f),)

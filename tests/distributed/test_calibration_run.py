@@ -98,6 +98,8 @@ def test_quick_run_on_two_ranks_writes_a_standalone_profile(tmp_path):
     assert hw.ranks_per_device == 1  # 2 ranks on 2 cores (more cores here: still 1)
     # host stage: the host time per framework op (a CPU's: recorded; CPU ranks stay synchronous)
     assert "host_ops" in framework and 1e-8 < hw.host_op_overhead_s < 1e-3
+    # the forward's ops and the backward's timed apart (0 where the two did not both fit)
+    assert hw.host_op_backward_overhead_s == 0 or 1e-8 < hw.host_op_backward_overhead_s < 1e-3
     assert hw.asynchronous_device is False
     # overlap stage: GEMMs beside an async all-reduce (gloo's threads on the same cores)
     assert "overlap" in framework, profile.provenance["notes"]

@@ -228,6 +228,48 @@ def test_the_host_stage_fits_the_host_time_per_op():
     model = HostOpModel().fit(records)
     assert model.host_op_overhead_s_ == pytest.approx(5e-6)
     assert model.summary()["params"]["host_op_overhead_s"] == pytest.approx(5e-6)
+    assert model.hardware() == {"host_op_overhead_s": pytest.approx(5e-6)}
+
+
+def test_the_host_stage_times_the_forward_s_ops_and_the_backward_s_apart():
+    """Records with the forward alone: the forward's ops (through Python modules) at 7 us, the
+    backward's (autograd's engine) at 4 us; the profile takes the two, the step's slope is their
+    mix."""
+    from calibration.host import HostOpModel
+
+    blocks = np.array([1, 2, 4, 8, 16])
+    forward_ops, backward_ops = 41.0 * blocks + 2, 95.0 * blocks + 4
+    forward_t = 1e-4 + 7e-6 * forward_ops
+    records = pd.DataFrame({"ops": forward_ops + backward_ops, "forward_ops": forward_ops,
+                            "forward_time_s": forward_t,
+                            "time_s": forward_t + 5e-5 + 4e-6 * backward_ops})
+    model = HostOpModel().fit(records)
+    assert model.hardware() == {"host_op_overhead_s": pytest.approx(7e-6),
+                                "host_op_backward_overhead_s": pytest.approx(4e-6)}
+    assert 4e-6 < model.host_op_overhead_s_ < 7e-6
+    # a backward that does not grow with its ops keeps the step's one cost, said in a note
+    flat = records.assign(time_s=forward_t + 5e-4)
+    model = HostOpModel().fit(flat)
+    assert set(model.hardware()) == {"host_op_overhead_s"}
+    assert "one cost per op kept" in model.split_note_
+
+
+def test_a_gpu_s_backward_ops_cost_their_own_host_time():
+    """host_op_backward_overhead_s prices the backward's host ops (layers, embedding, output);
+    unset, they cost host_op_overhead_s as before."""
+    import dataclasses
+
+    hw = load_hardware("hgx-h200")
+    plan = Plan(gpus=1, global_batch=1, kernels="eager")
+    base = predict("gpt2-small", hw, plan)
+    same = predict("gpt2-small", dataclasses.replace(
+        hw, host_op_backward_overhead_s=hw.host_op_overhead_s), plan)
+    assert same.step_time_s == pytest.approx(base.step_time_s, rel=1e-12)
+    cheaper = predict("gpt2-small", dataclasses.replace(hw, host_op_backward_overhead_s=2e-6),
+                      plan)
+    host = base.breakdown_s["overhead/kernels"] + base.hidden_s.get("overhead/kernels", 0)
+    less = cheaper.breakdown_s["overhead/kernels"] + cheaper.hidden_s.get("overhead/kernels", 0)
+    assert 0 < less < host
 
 
 def test_every_gpu_preset_is_an_asynchronous_device():
