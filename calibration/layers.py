@@ -300,7 +300,7 @@ def _part_times(r: Any, hardware: Any, dp: int = 1) -> dict[str, dict[str, float
     """perfmodel.predict.part_times of the model and plan of one record (dp > 1: ZeRO-3)."""
     from perfmodel.predict import part_times
     from perfmodel.specs.model import TransformerSpec
-    from perfmodel.strategy import Dtype, Plan, parse_option
+    from perfmodel.strategy import Dtype, Kernels, Plan, parse_option
 
     model = TransformerSpec(
         name="calibration-layer", layers=1, hidden=int(r.hidden), heads=int(r.heads),
@@ -314,7 +314,7 @@ def _part_times(r: Any, hardware: Any, dp: int = 1) -> dict[str, dict[str, float
     plan = Plan(gpus=tp * dp, tp=tp, dp=dp, zero=3 if dp > 1 else 0,
                 micro_batch=int(r.micro_batch), global_batch=int(r.micro_batch) * dp,
                 dtype=parse_option(Dtype, dtype if isinstance(dtype, str) else "fp32", "dtype"),
-                flash_attention=True,
+                flash_attention=True, kernels=Kernels.EAGER,  # the job's modules, op by op
                 sequence_parallel=r.style == "tp_sp")
     return part_times(model, hardware, plan)
 

@@ -298,7 +298,9 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
     (workload.model.unfused_attention); it syncs gradients after backward, gathers parameters
     when it needs them and communicates tensor-parallel between its GEMMs (no overlap); it runs
     eagerly; its loss is PyTorch's F.cross_entropy on fp32 logits (cross_entropy torch);
-    bf16/fp16 become fp32 on a CPU (gloo). Returns the notes the user should read.
+    bf16/fp16 become fp32 on a CPU (gloo); its norms, activations and residual adds run op by op
+    (kernels eager), its AdamW as workload.settings.adamw_kernels picks. Returns the notes the
+    user should read.
     """
     check_loss(plan)
     check_layout(plan)
@@ -316,6 +318,9 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
                      "predicted without")
     if plan.stack.value != "eager":
         notes.append(f"the job runs eagerly, not {plan.stack.value}: predicted eager")
+    if plan.kernels.value != "eager":
+        notes.append(f"the job runs its element-wise ops op by op (PyTorch modules), not "
+                     f"{plan.kernels.value} kernels: predicted with eager kernels")
     if megatron_backward(plan):
         notes.append(TP_BACKWARD_NOTE)
     if plan.attention_kernel:
@@ -333,7 +338,7 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
                         overlap_grad_sync=False,
                         overlap_param_gather=False, cross_entropy="torch",
                         tp_comm_overlap=False, stack="eager", expert_weighting="output",
-                        tp_backward="dtensor", optimizer_kernels=kernels)
+                        tp_backward="dtensor", optimizer_kernels=kernels, kernels="eager")
     return model, plan, "; ".join(notes)
 
 

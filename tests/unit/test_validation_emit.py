@@ -33,12 +33,16 @@ def test_emit_for_a_gpu_preset_writes_nccl_and_the_plans_dtype_from_any_host(tmp
     config = json.loads((out / "config.json").read_text())
     meta = json.loads((out / "meta.json").read_text())
     assert config["backend"] == "nccl" and config["plan"]["dtype"] == "bf16"
-    # (the run's notes: at zero 0 the job's bf16 states, predicted so, and tp 8's backward
-    # predicted as the job's DTensor runs it, not Megatron's)
+    # (the run's notes: at zero 0 the job's bf16 states, predicted so; its element-wise ops
+    # eager, not the plan's default fused kernels; and tp 8's backward predicted as the job's
+    # DTensor runs it, not Megatron's)
     assert meta["backend"] == "nccl" and meta["dtype_used"] == "bf16"
     assert meta["dtype_note"] == ("at zero 0 the job keeps its parameters, gradients and AdamW "
                                   "states in bf16 (no fp32 master copy; zero 1 and 2 keep fp32 "
-                                  f"main shards): predicted so; {TP_BACKWARD_NOTE}")
+                                  "main shards): predicted so; the job runs its element-wise ops "
+                                  "op by op (PyTorch modules), not fused kernels: predicted with "
+                                  f"eager kernels; {TP_BACKWARD_NOTE}")
+    assert meta["prediction"]["plan"]["kernels"] == "eager"
     assert meta["prediction"]["plan"]["optimizer_dtype"] == "bf16"
     assert meta["prediction"]["step_time_s"] > 0
     lines = stdout.strip().splitlines()
