@@ -2,6 +2,7 @@
 torch's own step; what a plan, a profile and calibrate run make of them; the validation job's."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pandas as pd
@@ -151,3 +152,19 @@ def test_the_validation_job_is_predicted_with_the_kernels_it_steps(backend, kern
                                        optimizer_kernels="foreach"), backend)
     assert plan.optimizer_kernels.value == kernels
     assert ("AdamW fused on a GPU" in note) == (backend == "nccl")
+
+
+def test_recommend_and_predict_take_the_kernels_from_the_command_line():
+    """--optimizer-kernels reaches every ranked plan and the prediction, as the job's (not
+    searched); a kernel name torch.optim does not have is a usage error."""
+    from tests.unit.test_bad_input import run_main
+
+    code, out, err = run_main(["recommend", "--model", "tiny-gpt", "--hardware", "dgx-h100",
+                               "--gpus", "8", "--global-batch", "16", "--optimizer-kernels",
+                               "foreach", "--json"])
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert plans and all(p["plan"]["optimizer_kernels"] == "foreach" for p in plans)
+    code, out, err = run_main(["predict", "--model", "tiny-gpt", "--hardware", "dgx-h100",
+                               "--optimizer-kernels", "for-loop"])
+    assert code == 2 and "for-loop" in err
