@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from calibration.measure import last_level_cache_bytes, measure, measure_cold
-from workload.settings import adamw_kernels
+from workload.settings import adamw_kernels, adamw_kind
 
 CHAIN_KINDS = ("linear", "layernorm", "gelu", "add", "softmax")
 CHAIN_LENGTHS = (4, 8, 16, 32)
@@ -191,13 +191,12 @@ def bench_optimizer(ctx: Any, sweep: Any, rec: Any) -> Iterator[None]:
         ]
         for p in params:
             p.grad = torch.randn_like(p) * 1e-3
-        kernels = adamw_kernels(ctx.device.type)  # as the validation job runs it
-        opt = torch.optim.AdamW(params, lr=1e-4, **kernels)
+        opt = torch.optim.AdamW(params, lr=1e-4, **adamw_kernels(ctx.device.type))  # the job's
         med, spread = measure_cold(opt.step, evict, sweep, ctx)
         rec.add(
             {
                 "kind": "optimizer",
-                "optimizer": f"adamw_{next(iter(kernels))}",  # adamw_fused or adamw_foreach
+                "optimizer": f"adamw_{adamw_kind(ctx.device.type)}",  # adamw_fused, _foreach
                 "params": sum(p.numel() for p in params),
                 "tensors": len(params),
                 "evicted_bytes": evict_bytes,

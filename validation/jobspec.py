@@ -20,7 +20,7 @@ from workload.settings import (
     JOB_RECOMPUTE_MODULES,
     CPComm,
     MoERouting,
-    adamw_kernels,
+    adamw_kind,
     check_parallel,
 )
 
@@ -345,7 +345,7 @@ def as_run(model: TransformerSpec, plan: Plan, backend: str) -> tuple[Transforme
 def job_optimizer_kernels(backend: str) -> str:
     """The AdamW kernels the job steps on the backend's device (Plan.optimizer_kernels' value):
     fused on a GPU (nccl), foreach on CPU ranks (gloo)."""
-    return next(iter(adamw_kernels("cuda" if backend == "nccl" else "cpu")))
+    return adamw_kind("cuda" if backend == "nccl" else "cpu")
 
 
 def model_keys(model: TransformerSpec) -> dict[str, Any]:

@@ -97,10 +97,16 @@ def check_parallel(m: dict[str, Any], plan: dict[str, Any]) -> str | None:
     return None
 
 
+def adamw_kind(device_type: str) -> str:
+    """The AdamW kernels the validation job steps on a device type, as perfmodel names them
+    (Plan.optimizer_kernels): fused on a GPU ("cuda"), foreach on a CPU (adamw_kernels)."""
+    return "fused" if device_type == "cuda" else "foreach"
+
+
 def adamw_kernels(device_type: str) -> dict[str, Any]:
     """How AdamW runs on a device type: on a GPU ("cuda") fused, one kernel over the parameters'
     chunks (torchtitan's default optimizer implementation, as Megatron's Apex/Transformer Engine
     FusedAdam runs it: perfmodel's optimizer term reads and writes each state once); on a CPU
     foreach. The validation job (workload.trainer) and `calibrate run`'s optimizer stage
     (calibration.framework) both run it so."""
-    return {"fused": True} if device_type == "cuda" else {"foreach": True}
+    return {adamw_kind(device_type): True}

@@ -70,7 +70,6 @@ def part_costs(c: Context) -> dict[str, PartCost]:
     out = {}
     for part in PARTS:
         scale, fwd, bwd, calibrated = FW.part_costs(measured.get(part, {}), styles, S.tp)
-        per_op_b = None
         if c.asynchronous:
             per_op = H.op_s(c, layers=part == "layer")
             per_op_b = H.op_s(c, layers=part == "layer", backward=True)
@@ -78,7 +77,7 @@ def part_costs(c: Context) -> dict[str, PartCost]:
                    "embedding": (H.EMBEDDING_FORWARD_OPS, H.EMBEDDING_BACKWARD_OPS),
                    "output": (H.OUTPUT_FORWARD_OPS, H.OUTPUT_BACKWARD_OPS)}[part]
         else:
-            per_op = layer_kernel_s if part == "layer" else S.t_k
+            per_op = per_op_b = layer_kernel_s if part == "layer" else S.t_k
             kernels = {"layer": K.kernels_per_layer_forward(
                 sequence_parallel=c.seq_parallel, flash=c.flash,
                 attention_dropout=c.attention_dropout),
@@ -89,7 +88,7 @@ def part_costs(c: Context) -> dict[str, PartCost]:
                 ops = eager_layer_kernels(c, ops)
         out[part] = PartCost(scale, fwd, bwd, calibrated, (1 - calibrated) * per_op,
                              sp.sympify(ops[0]), sp.sympify(ops[1]),
-                             (1 - calibrated) * (per_op if per_op_b is None else per_op_b))
+                             (1 - calibrated) * per_op_b)
     return out
 
 
