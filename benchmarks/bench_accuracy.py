@@ -12,7 +12,8 @@ Three sets, none of them used to set a parameter (they measure the model; see DE
   same schema (--data DIR: held-out runs) is read the same way: a model outside ARCHITECTURES
   takes its tokenizer's architecture (VOCABULARIES; named as assumed where its vocabulary is
   only near the tokenizer's; a shape that could be a windowed model's too: SLIDING_WINDOW_SHAPES)
-  with the row's own columns over either (`bias`, `norm`, `position_embedding`, `dropout`), a
+  with the row's own columns over either (`bias`, `norm`, `position_embedding`, `dropout`,
+  `fused_qkv`), a
   GPU its preset (HARDWARE; A100, H100 and V100 names read by their words, and a hardware
   note's part, memory and network: hardware_of, network_stated), features in Megatron's,
   DeepSpeed's, PyTorch's and Composer's words too (GENERIC_FEATURES and generic_feature's
@@ -421,6 +422,10 @@ SLIDING_WINDOW_SHAPES = {(4096, 32, 14336, 8, 32000): ("Mistral 7B v0.1", 4096)}
 # architecture fields a row may state in columns of its own (they win over the tables), and its
 # dropout rates (`dropout`: both)
 ARCH_COLUMNS = ("gated_mlp", "tied_embeddings", "bias", "norm", "position_embedding")
+# how the model's code builds its attention, where a row states it (TransformerSpec.fused_qkv:
+# MPT's Wqkv; without the column q, k and v are projected apart, as Llama's and torchtitan's
+# code does); it matters to the element-wise ops a layer run op by op adds (kernels eager)
+STRUCTURE_COLUMNS = ("fused_qkv",)
 DROPOUT_COLUMNS = ("dropout", "hidden_dropout", "attention_dropout")
 # published-steps.csv's columns (SOURCES.md)
 COLUMNS = ("source", "gpu", "hardware_note", "gpus", "tp", "pp", "dp", "cp", "micro_batch",
@@ -618,11 +623,12 @@ NORM_NAMES = {"rms norm": "rmsnorm", "rms_norm": "rmsnorm", "rmsnorm": "rmsnorm"
 
 
 def arch_columns(row: dict[str, Any]) -> dict[str, Any]:
-    """The architecture fields a row's own columns state (ARCH_COLUMNS): gated_mlp,
-    tied_embeddings and bias as booleans in any of their words (_flag), the norm and the
-    positions as TransformerSpec names them ('RMSNorm', 'RoPE': POSITION_FEATURES)."""
+    """The architecture fields a row's own columns state (ARCH_COLUMNS, STRUCTURE_COLUMNS):
+    gated_mlp, tied_embeddings, bias and fused_qkv as booleans in any of their words (_flag),
+    the norm and the positions as TransformerSpec names them ('RMSNorm', 'RoPE':
+    POSITION_FEATURES)."""
     out: dict[str, Any] = {}
-    for key in ("gated_mlp", "tied_embeddings", "bias"):
+    for key in ("gated_mlp", "tied_embeddings", "bias", *STRUCTURE_COLUMNS):
         if (flag := _flag(row, key)) is not None:
             out[key] = flag
     if norm := _text(row, "norm"):
@@ -1725,8 +1731,8 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
             if str(value).strip().lower() not in DISPATCHERS:
                 raise ValueError(f"{key} {value}: one of {', '.join(DISPATCHERS)}")
             plan["ep_dispatcher"] = DISPATCHERS[str(value).strip().lower()]
-    known = set(COLUMNS) | set(ARCH_COLUMNS) | set(DROPOUT_COLUMNS) | set(MODEL_COLUMNS) | set(
-        PLAN_COLUMNS) | {
+    known = set(COLUMNS) | set(ARCH_COLUMNS) | set(STRUCTURE_COLUMNS) | set(DROPOUT_COLUMNS) \
+        | set(MODEL_COLUMNS) | set(PLAN_COLUMNS) | {
         "model", "mtp_layers", *DISPATCHER_COLUMNS, *LAYOUT_COLUMNS}
     missing: list[str] = [f"column {key}={value} (not read)" for key, value in row.items()
                           if key not in known and _stated(row, key) is not None]

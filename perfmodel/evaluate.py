@@ -87,6 +87,7 @@ def family_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *,
                  windowed=model.windowed_share > 0, attention_sinks=model.attention_sinks,
                  clamped_glu=model.clamped_glu and bool(model.experts),
                  partial_rotary=model.rotary_fraction < 1,
+                 fused_qkv=model.fused_qkv,
                  dropout=model.hidden_dropout > 0,
                  attention_dropout=model.attention_dropout > 0)
     fixed.update(architecture_family(model))

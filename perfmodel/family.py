@@ -141,6 +141,10 @@ class Family:
     # the model's RoPE rotates part of each head (TransformerSpec.rotary_fraction < 1): its share
     # as a symbol, and the split and concatenation an op-by-op rotation adds
     partial_rotary: bool = False
+    # the model's code projects q, k and v in one linear layer (TransformerSpec.fused_qkv): a
+    # layer run op by op sums no gradients of the attention's input (perfmodel.step.framework.
+    # eager_input_sums) and reduces its qkv bias gradient in one kernel
+    fused_qkv: bool = False
     # full recompute by a Megatron method beyond uniform 1 (Plan.recompute_method,
     # recompute_num_layers; the request's, every plan's): its layer choice and groups as symbols
     # (perfmodel.step.context); False: every layer alone, as the formulas were before it

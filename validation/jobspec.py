@@ -237,12 +237,13 @@ def padded_vocab(vocab: int, tp: int) -> int:
 def job_model(model: TransformerSpec, tp: int = 1) -> TransformerSpec:
     """The model as the job (workload.model) builds it: untied embeddings (tying across pipeline
     stages needs an all-reduce the job does not do), a learned position table (seq_len x
-    hidden) even for rotary models, no dropout (the job's layers have none: no masks kept), and
-    the vocabulary padded to a multiple of tp (padded_vocab: torch's Shard would otherwise give
-    the first ranks one row more than the others, and the ranks' gradients would differ in size).
-    The prediction, the ledger and --dry-run all take this model."""
+    hidden) even for rotary models, no dropout (the job's layers have none: no masks kept),
+    queries, keys and values in three projections (wq, wk, wv) and the vocabulary padded to a
+    multiple of tp (padded_vocab: torch's Shard would otherwise give the first ranks one row
+    more than the others, and the ranks' gradients would differ in size). The prediction, the
+    ledger and --dry-run all take this model."""
     return model.replace(tied_embeddings=False, position_embedding="learned", rotary_fraction=1,
-                         hidden_dropout=0.0, attention_dropout=0.0,
+                         hidden_dropout=0.0, attention_dropout=0.0, fused_qkv=False,
                          vocab=padded_vocab(model.vocab, tp))
 
 
@@ -260,6 +261,9 @@ def job_model_note(model: TransformerSpec, tp: int = 1) -> str:
         changed.append("unties the embeddings")
     if model.hidden_dropout or model.attention_dropout:
         changed.append("trains without dropout")
+    if model.fused_qkv:
+        changed.append(f"projects queries, keys and values in three layers where {model.name} "
+                       "fuses them")
     return f"the job {' and '.join(changed)}: compared as the job builds it" if changed else ""
 
 

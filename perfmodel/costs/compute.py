@@ -297,7 +297,9 @@ def eager_elementwise_bytes(*, norm_elements: sp.Expr, q_elements: sp.Expr,
                             gated: Flag, gqa: Flag, flash: Flag, rotary: Flag,
                             rotary_fraction: sp.Expr | int = 1,
                             partial: Flag = 0, bias_elements: sp.Expr | int = 0,
-                            norm_weight_pass: Flag = 0) -> dict[str, tuple[sp.Expr, sp.Expr]]:
+                            norm_weight_pass: Flag = 0, input_elements: sp.Expr | int = 0,
+                            input_sums: sp.Expr | int = 0, split_elements: sp.Expr | int = 0
+                            ) -> dict[str, tuple[sp.Expr, sp.Expr]]:
     """(forward, backward) bytes of one layer's element-wise ops on one rank, run op by op as
     torchtitan's eager Llama layer runs them (015ccb237, see above) [B]. N_h: elements of a norm's
     input (T h / r, r = tp with sequence parallelism), N_q, N_k: the rotated queries and keys,
@@ -333,6 +335,20 @@ def eager_elementwise_bytes(*, norm_elements: sp.Expr, q_elements: sp.Expr,
                         the output's gradient (addmm's broadcast bias reduced by sum_to): one
                         kernel reading e N_b backward, N_b the biased outputs' elements
                         (bias_elements)
+        input sums:     a tensor that feeds several ops gets one gradient from each, which
+                        autograd adds up (torch/csrc/autograd/input_buffer.cpp, InputBuffer::
+                        accumulate: one add per gradient after the first, 3 e N each): the
+                        attention's input feeding wq, wk and wv (two sums; MLA's wq and wkv_a,
+                        one) and a gated MLP's feeding w1 and w3 (one), input_sums of them on
+                        input_elements (N_in: the projections' input, T h gathered: under
+                        sequence parallelism the gradients are summed before the
+                        reduce-scatter); backward only
+        qkv split:      a model whose code projects q, k and v in one layer and splits its
+                        output (TransformerSpec.fused_qkv: MPT's Wqkv, GPT-2's c_attn) sums no
+                        gradients of the attention's input; split's backward concatenates the
+                        three gradients instead (torch's split_backward: one cat), reading and
+                        writing e N_qkv, split_elements (the projection's output on the rank);
+                        backward only
     """
     layernorm, gated, gqa, flash, rotary, partial, weight_pass = map(
         as_flag, (layernorm, gated, gqa, flash, rotary, partial, norm_weight_pass))
@@ -351,6 +367,8 @@ def eager_elementwise_bytes(*, norm_elements: sp.Expr, q_elements: sp.Expr,
         "residual": (2 * 3 * e * norm_elements, 2 * 3 * e * norm_elements),
         "transpose": ((1 - flash) * 2 * e * attention_elements, sp.Integer(0)),
         "bias_grads": (sp.Integer(0), e * sp.sympify(bias_elements)),
+        "input_sums": (sp.Integer(0), 3 * e * sp.sympify(input_sums) * input_elements),
+        "qkv_split": (sp.Integer(0), 2 * e * sp.sympify(split_elements)),
     }
 
 
@@ -366,7 +384,8 @@ def gqa_expand_bytes(expanded_elements: sp.Expr, e: sp.Expr, gqa: Flag) -> sp.Ex
 def eager_elementwise_kernels(*, layernorm: Flag, gated: Flag, gqa: Flag, flash: Flag,
                               rotary: Flag, narrow: sp.Expr, partial: Flag = 0,
                               bias_kernels: sp.Expr | int = 0,
-                              norm_weight_pass: Flag = 0) -> tuple[sp.Expr, sp.Expr]:
+                              norm_weight_pass: Flag = 0, input_sums: sp.Expr | int = 0,
+                              split: Flag = 0) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) element-wise kernels of one layer run op by op, counted from the same
     ops as eager_elementwise_bytes (c = narrow: the casts):
     norms 2 x (6 + 2 c, 14 + 2 c) (LayerNorm 2 x (1, 1 + w), w = norm_weight_pass: the weight
@@ -375,7 +394,8 @@ def eager_elementwise_kernels(*, layernorm: Flag, gated: Flag, gqa: Flag, flash:
     partial rotation 2 x (1, 5) more
     (the concatenation; the two slices' zero fills and copies, the gradients' sum:
     rope_split_bytes); repeat_kv (2, 2); activation (1 + gated, 1 + 2 gated); residual (2, 2);
-    transpose (1 - flash, 0)."""
+    transpose (1 - flash, 0); the gradients' sums of inputs that feed several projections
+    (0, input_sums); a fused QKV projection's split (0, split: the gradients' cat)."""
     layernorm, gated, gqa, flash, rotary, partial, weight_pass = map(
         as_flag, (layernorm, gated, gqa, flash, rotary, partial, norm_weight_pass))
     norm = (layernorm + (1 - layernorm) * (6 + 2 * narrow),
@@ -383,7 +403,7 @@ def eager_elementwise_kernels(*, layernorm: Flag, gated: Flag, gqa: Flag, flash:
     forward = 2 * norm[0] + rotary * 2 * (1 + 2 * narrow + partial) + 2 * gqa + 1 + gated + 2 \
         + (1 - flash)
     backward = 2 * norm[1] + rotary * 2 * (3 + 2 * narrow + 5 * partial) + 2 * gqa + 1 \
-        + 2 * gated + 2 + bias_kernels
+        + 2 * gated + 2 + bias_kernels + input_sums + as_flag(split)
     return forward, backward
 
 

@@ -63,6 +63,13 @@ class TransformerSpec:
     attention; default heads); head_dim: size of one attention head (default hidden / heads; the
     attention is heads x head_dim wide, which may differ from hidden as in Qwen3 or Mistral-NeMo);
     gated_mlp: SwiGLU (three MLP matrices instead of two).
+    fused_qkv: the model's own code projects queries, keys and values in one linear layer
+    (GPT-2's c_attn, GPT-NeoX's and BLOOM's query_key_value, MPT's Wqkv); false: three (Llama's
+    q_proj, k_proj, v_proj, torchtitan's wq, wk, wv). Only a layer run op by op (plan kernels
+    eager) differs: three projections each return a gradient of the attention's input, which
+    autograd adds up (perfmodel.costs.compute.eager_elementwise_bytes, input sums), and with
+    qkv_bias each reduces its own bias gradient. Megatron-Core and Transformer Engine fuse them
+    whatever the model (kernels fused).
 
     Mixture of experts (Shazeer et al. 2017; GShard; Mixtral, DeepSeekMoE): `experts` routed
     experts per MoE layer (0: a dense model), each token sent to `top_k` of them; each expert an
@@ -135,6 +142,7 @@ class TransformerSpec:
     kv_heads: int = None  # type: ignore[assignment]
     head_dim: int = None  # type: ignore[assignment]
     gated_mlp: bool = False
+    fused_qkv: bool = False
     tied_embeddings: bool = True
     bias: bool = True
     qkv_bias: bool | None = None
@@ -195,7 +203,8 @@ class TransformerSpec:
                             "'transformer' (leave it out)")
         if self.kind != "transformer":
             raise SpecError(f"model kind must be 'transformer' or 'layers', got {self.kind!r}")
-        for key in ("gated_mlp", "tied_embeddings", "bias", "attention_sinks", "clamped_glu"):
+        for key in ("gated_mlp", "fused_qkv", "tied_embeddings", "bias", "attention_sinks",
+                    "clamped_glu"):
             object.__setattr__(self, key, boolean(getattr(self, key), key))
         if self.qkv_bias is not None:
             object.__setattr__(self, "qkv_bias", boolean(self.qkv_bias, "qkv_bias"))
@@ -368,6 +377,10 @@ class TransformerSpec:
         if self.qkv_bias:
             raise SpecError("qkv_bias with multi-head latent attention is not modelled (its "
                             "projections have no biases in DeepSeek-V2/V3)")
+        if self.fused_qkv:
+            raise SpecError("fused_qkv with multi-head latent attention: its queries and keys "
+                            "are projected through their own low-rank layers (give fused_qkv "
+                            "false)")
 
     def _check_rotary(self) -> None:
         """rotary_fraction: in (0, 1], and below 1 only with rotary positions outside MLA."""
@@ -870,7 +883,7 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
         return dict(
             layers=need("n_layer"), hidden=hidden, heads=need("n_head"),
             ffn_hidden=count("n_inner", 4 * hidden), vocab=need("vocab_size"),
-            tied_embeddings=flag("tie_word_embeddings", True),
+            tied_embeddings=flag("tie_word_embeddings", True), fused_qkv=True,  # c_attn
         )
     if mtype == "gemma":
         # transformers' modeling_gemma (Gemma 1): a gated GeLU MLP (GeGLU: SwiGLU's three
@@ -897,7 +910,8 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
         heads = count("n_head") if cfg.get("n_head") is not None else need("num_attention_heads")
         return dict(layers=layers, hidden=hidden, heads=heads, ffn_hidden=4 * hidden,
                     vocab=need("vocab_size"), tied_embeddings=flag("tie_word_embeddings", True),
-                    bias=True, qkv_bias=True, position_embedding="alibi")
+                    bias=True, qkv_bias=True, position_embedding="alibi",
+                    fused_qkv=True)  # query_key_value
     # gpt_neox: biases on the MLP always, on query_key_value and dense with attention_bias; RoPE
     # on rotary_pct of each head (_hf_rotary)
     bias, qkv_bias = _hf_biases(flag("attention_bias", True), True, where)
@@ -906,6 +920,7 @@ def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count:
         heads=need("num_attention_heads"), ffn_hidden=need("intermediate_size"),
         vocab=need("vocab_size"), tied_embeddings=flag("tie_word_embeddings", False),
         bias=bias, qkv_bias=qkv_bias, position_embedding="rotary",
+        fused_qkv=True,  # query_key_value
     )
 
 

@@ -96,7 +96,8 @@ def eager_bias_grads(c: Context, moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
     """(elements, kernels) of the bias gradients one rank reduces in a layer's backward run op by
     op (perfmodel.costs.compute.eager_elementwise_bytes: each biased linear's output gradient
     summed over the tokens), as torchtitan's modules hold the projections (wq, wk, wv, wo, w1,
-    w3, w2, one kernel each): the queries, keys and values (qkv_bias), the attention output
+    w3, w2, one kernel each; one for q, k and v where the model fuses them: fused_qkv): the
+    queries, keys and values (qkv_bias), the attention output
     and, in a dense layer, the MLP's up (and gate) and down projections (bias). A
     row-parallel output's gradient is the activation's (T h / r, r = tp with sequence
     parallelism, else the whole T h on every rank); an MoE layer's experts are moe.py's."""
@@ -105,7 +106,27 @@ def eager_bias_grads(c: Context, moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
     out = T * S.h / c.act_ranks
     mlp = dense * (T * (1 + c.gated) * S.f / tp + T * S.h / c.act_ranks)
     return (c.qkv_bias * qkv + c.bias * (out + mlp),
-            3 * c.qkv_bias + c.bias * (1 + dense * (2 + c.gated)))
+            (1 if c.fam.fused_qkv else 3) * c.qkv_bias + c.bias * (1 + dense * (2 + c.gated)))
+
+
+def eager_input_sums(c: Context, moe: bool = False) -> sp.Expr:
+    """Gradient sums of one layer's backward run op by op (perfmodel.costs.compute.
+    eager_elementwise_bytes, input sums), as torchtitan's modules consume their inputs: the
+    attention's input feeds wq, wk and wv (two; MLA's wq or wq_a and wkv_a, one; none where
+    the model's code projects them in one layer: fused_qkv, MPT's Wqkv) and a dense gated
+    MLP's feeds w1 and w3 (one). An MoE layer's MLP input is moe.py's."""
+    dense = 0 if moe else 1
+    attention = 0 if c.fam.fused_qkv else 1 if c.fam.mla else 2
+    return sp.Integer(attention) + dense * c.gated
+
+
+def eager_qkv_split(c: Context) -> sp.Expr:
+    """Elements of a fused QKV projection's output on one rank, whose three gradients split's
+    backward concatenates in a layer run op by op (fused_qkv; perfmodel.costs.compute.
+    eager_elementwise_bytes, qkv split); 0 where the model projects them apart."""
+    if not c.fam.fused_qkv:
+        return sp.Integer(0)
+    return c.T * (S.a * c.d_qk + c.kv_heads * (c.d_qk + c.d_v)) / S.tp
 
 
 def eager_layer_kernels(c: Context, fused: tuple[sp.Expr, sp.Expr]) -> tuple[sp.Expr, sp.Expr]:
@@ -117,7 +138,8 @@ def eager_layer_kernels(c: Context, fused: tuple[sp.Expr, sp.Expr]) -> tuple[sp.
     forward, backward = K.eager_elementwise_kernels(
         layernorm=c.layernorm, gated=c.gated, gqa=c.gqa, flash=c.flash, rotary=c.rotary,
         narrow=K.narrow_flag(S.e), partial=int(c.fam.partial_rotary),
-        bias_kernels=eager_bias_grads(c)[1], norm_weight_pass=int(c.asynchronous))
+        bias_kernels=eager_bias_grads(c)[1], norm_weight_pass=int(c.asynchronous),
+        input_sums=eager_input_sums(c), split=int(c.fam.fused_qkv))
     softmax = K.FLASH_FUSED_ELEMENTWISE * (1 - c.flash)
     eager = c.eager_kernels
     return (fused[0] + eager * (forward + softmax - fused_elementwise),

@@ -50,7 +50,13 @@ from perfmodel.step import op_recompute as OP
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, linear_gemm_time
-from perfmodel.step.framework import BACKWARD_PER_FORWARD, PartCost, eager_bias_grads
+from perfmodel.step.framework import (
+    BACKWARD_PER_FORWARD,
+    PartCost,
+    eager_bias_grads,
+    eager_input_sums,
+    eager_qkv_split,
+)
 
 ZERO = sp.Integer(0)
 
@@ -329,7 +335,8 @@ def elementwise_traffic(c: Context, ew: Mapping[str, sp.Expr],
         layernorm=c.layernorm, gated=c.gated, gqa=c.gqa, flash=c.flash, rotary=1,
         rotary_fraction=S.r_rot if c.fam.partial_rotary else 1,
         partial=int(c.fam.partial_rotary), bias_elements=bias_elements,
-        norm_weight_pass=int(c.asynchronous))
+        norm_weight_pass=int(c.asynchronous), input_elements=T * S.h,
+        input_sums=eager_input_sums(c, moe), split_elements=eager_qkv_split(c))
     eager_fwd = sum((fwd for fwd, _ in eager.values()), ZERO)
     eager_bwd = sum((bwd for _, bwd in eager.values()), ZERO)
     built = 1 - c.eager_kernels  # fused or compiled

@@ -142,6 +142,10 @@ def test_architecture_columns_a_row_states_win():
                norm="rmsnorm", position_embedding="rotary", model="qwen-like")
     arch = B.architecture_of(row)
     assert (arch["name"], arch["norm"], arch["bias"]) == ("qwen-like", "rmsnorm", False)
+    assert "fused_qkv" not in arch  # not stated: the spec's default, q, k and v apart
+    # MPT's Wqkv, as llm-foundry's rows state it (tests/data/accuracy-llm-foundry/SOURCES.md)
+    assert B.architecture_of(dict(row, fused_qkv="yes"))["fused_qkv"] is True
+    assert B.model_of(dict(row, fused_qkv="true"))["fused_qkv"] is True
 
 
 @pytest.mark.parametrize("feature, options", [

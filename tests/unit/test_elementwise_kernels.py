@@ -23,6 +23,7 @@ from perfmodel.specs.model import load_model
 from perfmodel.specs.resolve import resolve_hardware
 from perfmodel.step import host as H
 from perfmodel.step.context import Context
+from perfmodel.step.framework import eager_bias_grads, eager_input_sums, eager_layer_kernels
 from perfmodel.step.layer import _layer_work
 from perfmodel.strategy import Kernels, Plan, Stack, plan_from_dict
 from tests.unit.test_configs import DATA
@@ -112,7 +113,9 @@ def test_compiled_adds_the_expanded_kv_and_eager_moves_more():
     assert num(compiled.elementwise_s) - num(fused.elementwise_s) == 2 * 2 * N_Q
     assert num(compiled.elementwise_back_s) - num(fused.elementwise_back_s) == 2 * 2 * N_Q
     hand_forward = 2 * 18432 + 20 * (N_Q + N_K) + 2560 + 7680 + 12 * N_H
-    hand_backward = 2 * 47104 + 20 * (N_Q + N_K) + 2560 + 13824 + 12 * N_H
+    # (and the gradients' sums of the attention's input over wq, wk, wv and of the MLP's over
+    # w1 and w3: 3 adds of 3 e N_h)
+    hand_backward = 2 * 47104 + 20 * (N_Q + N_K) + 2560 + 13824 + 12 * N_H + 3 * 3 * E * N_H
     assert num(eager.elementwise_s) == hand_forward
     assert num(eager.elementwise_back_s) == hand_backward
 
@@ -264,6 +267,113 @@ def test_a_gpt2_layer_on_a_gpu_adds_the_norms_second_pass_and_the_bias_gradients
     # the fused kernels' count is Megatron's (bias gradients and norms in their fused kernels)
     assert num(_biased_work(True, "fused").elementwise_back_s) == \
         num(_biased_work(False, "fused").elementwise_back_s)
-    # the biases' reductions on both devices: the whole backward by hand, CPU
-    hand = 2 * 3 * E * N_H + 3 * E * N_F + 2 * 3 * E * N_H + biases
+    # the biases' reductions on both devices: the whole backward by hand, CPU (norms, GeLU,
+    # the residual stream's two sums, the biases, the attention input's sums over wq, wk, wv)
+    hand = 2 * 3 * E * N_H + 3 * E * N_F + 2 * 3 * E * N_H + biases + 2 * 3 * E * N_H
     assert num(cpu.elementwise_back_s) == hand
+
+
+def _byte_counter(counts):
+    """A TorchDispatchMode class whose instances add up the bytes of the tensors each op they
+    see reads and writes (inputs and outputs), for the ops whose name `counts` accepts."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Bytes(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if counts(func.__name__.split(".")[0]):
+                tensors = [t for t in tree_flatten((args, kwargs, out))[0]
+                           if isinstance(t, torch.Tensor)]
+                self.total += sum(t.numel() * t.element_size() for t in tensors)
+            return out
+
+    return Bytes
+
+
+def test_a_gpt_layers_elementwise_bytes_are_what_torch_dispatches():
+    """The eager count against the validation job's own GPT layer (workload.model.Block:
+    LayerNorm, biases, GeLU, separate wq, wk, wv) under torch's dispatcher, bf16 on the CPU:
+    every op but the GEMMs and the attention kernel, its inputs' and outputs' bytes, forward
+    and backward (autograd's sums of the gradients of a tensor several ops read included).
+    Within 1%: the norms' per-token statistics and the bias gradients' outputs, O(T) and O(n),
+    are not counted."""
+    torch = pytest.importorskip("torch")
+    from workload.model import Block
+
+    b, s, h, heads, f = 2, 128, 256, 4, 1024
+    views = {"view", "_unsafe_view", "t", "transpose", "expand", "detach", "alias"}
+    skip = {"addmm", "mm", "bmm", "_scaled_dot_product_flash_attention_for_cpu",
+            "_scaled_dot_product_flash_attention_for_cpu_backward"}
+    Bytes = _byte_counter(lambda name: name not in views | skip)
+
+    m = {"hidden": h, "heads": heads, "kv_heads": heads, "head_dim": h // heads, "bias": True,
+         "ffn_hidden": f, "gated_mlp": False, "norm": "layernorm", "experts": 0}
+    torch.manual_seed(0)
+    block = Block(m).to(torch.bfloat16)
+    x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+    with Bytes() as forward:
+        y = block(x)
+    grad = torch.randn_like(y)
+    with Bytes() as backward:
+        y.backward(grad)
+    work = _biased_work(False)
+    values = {S.b: b, S.s: s, S.h: h, S.a: heads, S.kv: heads, S.f: f, S.tp: 1, S.cp: 1,
+              S.e: 2, S.W: 1}
+    assert float(work.elementwise_s.subs(values)) == pytest.approx(forward.total, rel=0.01)
+    assert float(work.elementwise_back_s.subs(values)) == pytest.approx(backward.total,
+                                                                        rel=0.01)
+
+
+def _qkv_work(fused_qkv: bool):
+    fam = Family(schedule="1f1b", recompute="none", sequence_parallel=False, zero=0, flash=True,
+                 overlap_grad_sync=False, overlap_param_gather=False, tp_comm_overlap=False,
+                 stack="eager", kernels="eager", uneven_stages=False, gated=False,
+                 tied_embeddings=True, learned_positions=True, rotary_positions=False,
+                 bias=True, qkv_bias=True, layernorm=True, tp_layout="1d", cp_comm="p2p",
+                 fp8=False, asynchronous=False, free_head_dim=True, fused_qkv=fused_qkv)
+    return Context.of(fam), _layer_work(Context.of(fam), False)
+
+
+def test_a_fused_qkv_projection_concatenates_its_gradients_where_three_are_summed():
+    """Under torch's dispatcher, bf16: three projections of the attention's input (wq, wk, wv)
+    return three gradients of it, which autograd adds (two adds of T x h); one projection split
+    in three (MPT's Wqkv) returns one, and split's backward concatenates the three gradients of
+    its output (one cat of T x (a + 2 kv) d). The model's backward differs by the same bytes,
+    and by one kernel less the sums (and two bias reductions fewer)."""
+    torch = pytest.importorskip("torch")
+    b, s, h, heads, kv, d = 2, 32, 256, 4, 2, 64
+    # the input's path: the GEMMs, attention and biases apart
+    Bytes = _byte_counter(lambda name: name in {"add", "add_", "cat"})
+
+    def backward_bytes(fused: bool) -> int:
+        torch.manual_seed(0)
+        x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+        widths = [heads * d, kv * d, kv * d]
+        if fused:
+            q, k, v = torch.nn.Linear(h, sum(widths)).bfloat16()(x).split(widths, dim=2)
+        else:
+            q, k, v = (torch.nn.Linear(h, n).bfloat16()(x) for n in widths)
+        q, k, v = (t.view(b, s, -1, d).transpose(1, 2) for t in (q, k, v))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                 enable_gqa=True)
+        with Bytes() as counter:
+            out.backward(torch.ones_like(out))
+        return counter.total
+
+    values = {S.b: b, S.s: s, S.h: h, S.a: heads, S.kv: kv, S.d: d, S.f: 4 * h, S.tp: 1,
+              S.cp: 1, S.e: 2, S.W: 1}
+    (c_apart, apart), (c_fused, fused) = _qkv_work(False), _qkv_work(True)
+    model = float((fused.elementwise_back_s - apart.elementwise_back_s).subs(values))
+    measured = backward_bytes(True) - backward_bytes(False)
+    assert measured == 2 * 2 * b * s * (heads + 2 * kv) * d - 2 * 3 * 2 * b * s * h  # by hand
+    assert model == measured
+    # kernels: two adds against one cat; the q, k and v biases' three reductions against one
+    assert eager_input_sums(c_apart) - eager_input_sums(c_fused) == 2
+    assert eager_bias_grads(c_apart)[1] - eager_bias_grads(c_fused)[1] == 2
+    assert eager_layer_kernels(c_apart, (0, 0))[1] - eager_layer_kernels(c_fused, (0, 0))[1] == 3

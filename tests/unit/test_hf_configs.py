@@ -489,3 +489,32 @@ def test_partial_rotary_factor_is_not_read_where_the_modelling_code_rotates_whol
     cfg = json.loads((HF / "llama-3.1-8b" / "config.json").read_text())
     assert model_from_hf_config({**cfg, "partial_rotary_factor": 0.5}, "llama", 8192) == \
         model_from_hf_config(cfg, "llama", 8192)
+
+
+@pytest.mark.parametrize("name,fused", [("gpt2", True), ("pythia-160m", True), ("bloom", True),
+                                        ("llama-3.1-8b", False), ("qwen2.5-7b", False),
+                                        ("gemma-2b", False), ("mixtral-8x7b-v0.1", False),
+                                        ("gpt-oss-20b", False)])
+def test_fused_qkv_is_the_modelling_codes(name, fused):
+    """transformers' modelling code: GPT-2's c_attn (Conv1D of 3 n_embd), GPT-NeoX's and
+    BLOOM's query_key_value project q, k and v in one layer; the Llama-style families
+    (q_proj, k_proj, v_proj) in three. The validation job builds three whatever the model, and
+    says so."""
+    from validation.jobspec import job_model, job_model_note
+
+    model = _model(name)
+    assert model.fused_qkv is fused
+    assert job_model(model).fused_qkv is False
+    assert ("projects queries, keys and values in three layers" in job_model_note(model)) is fused
+    # the eager backward: the attention input's two gradient sums (3 e T h each) against the
+    # split's cat of the projection's output (2 e T (a + 2 kv) d): equal for multi-head GPT-2,
+    # a third less for grouped-query Llama 3.1 8B (a 4,096 + 2 kv 1,024 wide against 3 x 4,096)
+    plan = Plan(gpus=1, global_batch=8, micro_batch=8, kernels="eager")
+    if name in ("gpt2", "llama-3.1-8b"):
+        term = "compute/backward/elementwise"
+        apart = predict(model.replace(fused_qkv=False), "dgx-h100", plan).breakdown_s[term]
+        together = predict(model.replace(fused_qkv=True), "dgx-h100", plan).breakdown_s[term]
+        if name == "gpt2":
+            assert together == pytest.approx(apart, rel=1e-12)
+        else:
+            assert together < apart
