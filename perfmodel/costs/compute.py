@@ -372,6 +372,55 @@ def eager_elementwise_bytes(*, norm_elements: sp.Expr, q_elements: sp.Expr,
     }
 
 
+# The validation job's unfused attention core (workload.model.unfused_attention) run op by op,
+# per element of the scores (b a s^2 / tp on a rank): forward masked_fill_ in place (reads and
+# writes the scores, 2 e; its s^2 bool mask, broadcast over the batch and the heads, once) and
+# the softmax (2 e); backward the softmax's (the gradient and the output read, the input's
+# gradient written: 3 e) and the masked_fill of the gradient, which ATen runs as a clone and an
+# in-place masked_fill_ (aten/src/ATen/native/TensorAdvancedIndexing.cpp, masked_fill: 2 e +
+# 2 e, the mask once). Megatron's fused scale-mask-softmax reads and writes them once (2 e, its
+# backward twice that).
+EAGER_SCORES_FORWARD_BYTES = 4  # x e per element of the scores
+EAGER_SCORES_BACKWARD_BYTES = 7
+
+
+def eager_unfused_attention_bytes(*, scores: sp.Expr, mask: sp.Expr, q_elements: sp.Expr,
+                                  kv_elements: sp.Expr, e: sp.Expr,
+                                  gqa: Flag) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) bytes of the validation job's unfused attention core beyond its two
+    batched products, op by op (workload.model.unfused_attention, counted on torch's dispatcher
+    in bf16: tests/unit/test_elementwise_kernels.py) [B]. scores: b a s^2 / tp elements on the
+    rank, mask: the s^2 causal mask's elements (a byte each: written by ones, read and written
+    by triu_, read by each fill: 4 forward, 1 backward), q_elements, kv_elements: N_q = T a d /
+    tp, N_kv = T kv d / tp.
+
+        scores:  (4 e, 7 e) per element (EAGER_SCORES_FORWARD_BYTES, _BACKWARD_BYTES)
+        scaling: q x d^-1/2 forward and its gradient backward, 2 e N_q each way
+        clones:  the batched products reshape the heads' transposed views (b, heads, s, d) of
+                 the projections into (b heads, s, d), which copies the queries, and K and V
+                 unless a > kv, whose repeat_interleave wrote them contiguous (the eager
+                 repeat_kv term): 2 e (N_q + (1 - gqa) 2 N_kv) forward; backward the output's
+                 and the queries' gradients and the keys' and values' (after the group's sum),
+                 2 e (2 N_q + 2 N_kv) (a rank holding one kv head skips the last two: a
+                 view; counted all the same)
+    The output's transpose before the output projection is the eager count's (transpose)."""
+    g = as_flag(gqa)
+    forward = EAGER_SCORES_FORWARD_BYTES * e * scores + 4 * mask + 2 * e * q_elements \
+        + 2 * e * (q_elements + (1 - g) * 2 * kv_elements)
+    backward = EAGER_SCORES_BACKWARD_BYTES * e * scores + mask + 2 * e * q_elements \
+        + 2 * e * (2 * q_elements + 2 * kv_elements)
+    return forward, backward
+
+
+def eager_unfused_attention_kernels(gqa: Flag) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) element-wise kernels of the same ops (eager_unfused_attention_bytes):
+    forward q's scaling, the clones of the queries (and of K and V unless a > kv), the causal
+    mask's ones and triu_, masked_fill_ and the softmax (6 + 2 (1 - gqa)); backward the clones
+    of the output's, the queries', the keys' and the values' gradients, the softmax's backward,
+    the mask's clone and masked_fill_ and the scaling's (8)."""
+    return 6 + 2 * (1 - as_flag(gqa)), sp.Integer(8)
+
+
 def gqa_expand_bytes(expanded_elements: sp.Expr, e: sp.Expr, gqa: Flag) -> sp.Expr:
     """Bytes a compiled layer (Inductor) moves beyond the fused kernels' to hand grouped-query K
     and V to the attention kernel (an extern call it cannot fuse into), forward or backward

@@ -133,14 +133,16 @@ def eager_layer_kernels(c: Context, fused: tuple[sp.Expr, sp.Expr]) -> tuple[sp.
     """A layer's (forward, backward) kernels with its element-wise ops as the plan's kernels run
     them: fused, kernels_per_layer_forward's (x 2 backward); eager, its element-wise kernels
     replaced by those of perfmodel.costs.compute.eager_elementwise_kernels (the ops whose bytes
-    eager_elementwise_bytes counts) and the unfused attention's softmax and dropout."""
+    eager_elementwise_bytes counts) and an unfused attention core's
+    (eager_unfused_attention_kernels)."""
     fused_elementwise = K.LAYER_ELEMENTWISE_KERNELS - K.FLASH_FUSED_ELEMENTWISE * c.flash
     forward, backward = K.eager_elementwise_kernels(
         layernorm=c.layernorm, gated=c.gated, gqa=c.gqa, flash=c.flash, rotary=c.rotary,
         narrow=K.narrow_flag(S.e), partial=int(c.fam.partial_rotary),
         bias_kernels=eager_bias_grads(c)[1], norm_weight_pass=int(c.asynchronous),
         input_sums=eager_input_sums(c), split=int(c.fam.fused_qkv))
-    softmax = K.FLASH_FUSED_ELEMENTWISE * (1 - c.flash)
-    eager = c.eager_kernels
-    return (fused[0] + eager * (forward + softmax - fused_elementwise),
-            fused[1] + eager * (backward + BACKWARD_PER_FORWARD * (softmax - fused_elementwise)))
+    core = K.eager_unfused_attention_kernels(c.gqa)  # an unfused core's, op by op
+    unfused, eager = 1 - c.flash, c.eager_kernels
+    return (fused[0] + eager * (forward + unfused * core[0] - fused_elementwise),
+            fused[1] + eager * (backward + unfused * core[1]
+                                - BACKWARD_PER_FORWARD * fused_elementwise))

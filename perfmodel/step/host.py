@@ -55,6 +55,11 @@ EAGER_FORWARD_ROPE, EAGER_BACKWARD_ROPE = 16, 18
 # cat's gradient sliced in two, the two slice_backward and the sum of q's (and k's) gradients (10)
 EAGER_FORWARD_ROPE_SPLIT, EAGER_BACKWARD_ROPE_SPLIT = 6, 10
 EAGER_FORWARD_REPEAT_KV, EAGER_BACKWARD_REPEAT_KV = 10, 8
+# The validation job's unfused attention core (workload.model.unfused_attention) beyond SDPA's
+# one call, counted likewise on its layer (multi-head; bf16, views included): the scaling,
+# the batched products' expands, views and copies, the causal mask, masked_fill_ and the
+# softmax, 21 forward; their gradients, 21 backward
+EAGER_FORWARD_UNFUSED, EAGER_BACKWARD_UNFUSED = 21, 21
 FUSED_ROPE_OPS = 2
 # Compiled (Inductor): forward 4 fused kernels + 6 GEMMs + attention (+1 GEMM gated); backward
 # 4 fused kernels + 12 GEMMs + attention's backward (+1 fused kernel with biases, +2 GEMMs gated).
@@ -80,18 +85,20 @@ def layer_ops(c: Context) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) framework ops of one layer under the plan's stack (0 under CUDA
     graphs: see op_s); eager, with a rotary model's RoPE and a grouped-query model's repeat_kv
     as the plan's kernels run them (op by op, with a partial rotation's split and
-    concatenation, or fused RoPE: one call on q and one on k however much of them it rotates)."""
+    concatenation, or fused RoPE: one call on q and one on k however much of them it rotates),
+    and an unfused attention core op by op as the validation job runs it."""
     rms, gated, bias = 1 - c.layernorm, c.gated, c.bias
     by_op, rope, split = c.eager_kernels, c.rotary, int(c.fam.partial_rotary)
+    unfused = by_op * (1 - c.flash)  # the job's unfused core op by op
     eager = (EAGER_FORWARD_OPS + EAGER_FORWARD_RMSNORM * rms + EAGER_FORWARD_GATED * gated
              + rope * (by_op * (EAGER_FORWARD_ROPE + split * EAGER_FORWARD_ROPE_SPLIT)
                        + (1 - by_op) * FUSED_ROPE_OPS)
-             + by_op * c.gqa * EAGER_FORWARD_REPEAT_KV,
+             + by_op * c.gqa * EAGER_FORWARD_REPEAT_KV + unfused * EAGER_FORWARD_UNFUSED,
              EAGER_BACKWARD_OPS + EAGER_BACKWARD_BIAS * bias + EAGER_BACKWARD_RMSNORM * rms
              + EAGER_BACKWARD_GATED * gated + EAGER_BACKWARD_GATED_BIAS * gated * bias
              + rope * (by_op * (EAGER_BACKWARD_ROPE + split * EAGER_BACKWARD_ROPE_SPLIT)
                        + (1 - by_op) * FUSED_ROPE_OPS)
-             + by_op * c.gqa * EAGER_BACKWARD_REPEAT_KV)
+             + by_op * c.gqa * EAGER_BACKWARD_REPEAT_KV + unfused * EAGER_BACKWARD_UNFUSED)
     compiled = (COMPILED_FORWARD_KERNELS + COMPILED_FORWARD_GATED * gated,
                 COMPILED_BACKWARD_KERNELS + COMPILED_BACKWARD_BIAS * bias
                 + COMPILED_BACKWARD_GATED * gated)

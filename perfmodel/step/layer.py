@@ -5,7 +5,9 @@ Forward of one layer, one micro-batch [s] (perfmodel.costs.compute; Megatron-LM'
     t_gemm      = the four linear layers' GEMMs (QKV, attention output, MLP up (and gate), down);
                   on a 2d / 2.5d / 3d grid their blocks (perfmodel.costs.layouts)
     t_attention = unfused: the scores and context GEMMs (all s^2 of them) + the softmax and
-                  dropout bytes / W;
+                  dropout bytes / W (Megatron's fused scale-mask-softmax; op by op, kernels
+                  eager, the validation job's mask, softmax, scaling and copies:
+                  perfmodel.costs.compute.eager_unfused_attention_bytes);
                   flash: one compute-bound kernel doing the causal half of those FLOPs at the
                   hardware's measured flash efficiency (perfmodel.costs.compute.flash_attention_s),
                   no s^2 bytes; where the hardware has no measured kernel, those FLOPs as GEMMs
@@ -24,7 +26,8 @@ An fp8 plan's linear-layer GEMMs (MLA's projections among them) run on the FP8 d
 F_peak^fp8, its own GEMM fit), read e_8-byte operands and write bf16 (perfmodel.costs.fp8;
 perfmodel.step.context.linear_gemm_time); a sliding window shrinks a flash kernel's
 FLOPs to the pairs it attends (perfmodel.costs.compute.attended_share).
-Backward = 2 x forward (eager element-wise ops: the bytes autograd's backward of each moves): a
+Backward = 2 x forward (eager element-wise ops and an unfused core run op by op: the bytes
+autograd's backward of each moves): a
 GEMM's input gradient and its weight gradient each cost one forward
 (Narayanan et al. SC21, appendix on FLOPs); a flash kernel's backward 2.5 x its forward's FLOPs
 (it recomputes the scores; FlashAttention-2, Sec. 4.1) at its backward efficiency. Recompute
@@ -209,10 +212,22 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
     ew = K.elementwise_bytes(c.T, b, s, h, a, f, tp, e, sequence_parallel=c.split,
                              flash=c.flash, gated=c.gated, dropout=c.dropout,
                              attention_dropout=c.attention_dropout)
-    # each cp rank holds s / cp of the s^2 scores an unfused softmax reads and writes
-    quadratic = (ew["softmax"] + ew["attention_dropout"]) / S.cp
+    # each cp rank holds s / cp of the s^2 scores an unfused softmax reads and writes: in one
+    # fused kernel (Megatron's scale-mask-softmax; backward twice its bytes), or op by op as
+    # the validation job's core runs them (kernels eager: eager_unfused_attention_bytes)
+    dropout = ew["attention_dropout"] / S.cp
+    by_op = K.eager_unfused_attention_bytes(
+        scores=S.a * b * s**2 / (tp * S.cp), mask=s**2 / S.cp,
+        q_elements=c.T * a * c.d_qk / tp, kv_elements=c.T * c.kv_heads * c.d_qk / tp, e=e,
+        gqa=c.gqa)
+    eager = c.eager_kernels
+    quadratic = (1 - eager) * ew["softmax"] / S.cp + eager * by_op[0] + dropout
+    quadratic_backward = (1 - eager) * BACKWARD_PER_FORWARD * ew["softmax"] / S.cp \
+        + eager * by_op[1] + BACKWARD_PER_FORWARD * dropout
     core_gemms_s = sum((gemm_t[n] for n in K.ATTENTION_CORE), ZERO)
     unfused_s = core_gemms_s + K.memory_time(quadratic, c.dev)
+    unfused_backward_s = BACKWARD_PER_FORWARD * core_gemms_s \
+        + K.memory_time(quadratic_backward, c.dev)
     fused_s, fused_backward_s = flash_attention(c, core_gemms_s)
     # as modelled under every plan's kernels: MLA's latent RMSNorms (read and write
     # e T (r_q + r_kv)) and an MoE layer's routed MLP (perfmodel.step.moe)
@@ -251,8 +266,7 @@ def _layer_work(c: Context, moe: bool) -> LayerWork:
         gemm_s=gemm_s,
         attention_s=attention_s,
         elementwise_s=elementwise_s,
-        attention_backward_s=c.flash * fused_backward_s
-        + (1 - c.flash) * BACKWARD_PER_FORWARD * unfused_s,
+        attention_backward_s=c.flash * fused_backward_s + (1 - c.flash) * unfused_backward_s,
         fp8_cast_s=cast_s, fp8_cast_backward_s=cast_backward_s,
         elementwise_backward_s=K.memory_time(BACKWARD_PER_FORWARD * common + ew_backward
                                               + extra_backward, c.dev),

@@ -152,6 +152,50 @@ def test_host_counts_torchtitans_rope_and_repeat_kv_when_eager():
         H.EAGER_BACKWARD_ROPE - 2 + H.EAGER_BACKWARD_REPEAT_KV]
 
 
+def test_host_counts_the_jobs_unfused_core_as_torch_dispatches_it():
+    """The host ops an unfused core adds under eager kernels (host.EAGER_*_UNFUSED) are the
+    dispatches the validation job's layer makes beyond SDPA's, views included, forward and
+    backward (multi-head, bf16 on the CPU)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from workload.model import Block
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    m = {"hidden": 64, "heads": 4, "kv_heads": 4, "head_dim": 16, "bias": True,
+         "ffn_hidden": 256, "gated_mlp": False, "norm": "layernorm", "experts": 0}
+    dispatched = {}
+    for unfused in (False, True):
+        block = Block(m).to(torch.bfloat16)
+        block.attention.unfused = unfused
+        x = torch.randn(2, 32, 64, dtype=torch.bfloat16, requires_grad=True)
+        with Count() as forward:
+            y = block(x)
+        with Count() as backward:
+            y.backward(torch.ones_like(y))
+        dispatched[unfused] = (forward.ops, backward.ops)
+    assert dispatched[True][0] - dispatched[False][0] == H.EAGER_FORWARD_UNFUSED
+    assert dispatched[True][1] - dispatched[False][1] == H.EAGER_BACKWARD_UNFUSED
+    # and the model charges them where the plan runs the core unfused, op by op
+    model, hw = load_model("gpt2-small"), resolve_hardware("dgx-a100-80gb", None)
+    ops = {}
+    for flash in (True, False):
+        plan = Plan(gpus=1, micro_batch=1, global_batch=1, kernels="eager",
+                    flash_attention=flash)
+        c = Context.of(family_of(model, hw, plan, specialise=True))
+        ops[flash] = [sp.sympify(x) for x in H.layer_ops(c)]
+    assert [u - f for u, f in zip(ops[False], ops[True], strict=True)] == [
+        H.EAGER_FORWARD_UNFUSED, H.EAGER_BACKWARD_UNFUSED]
+
+
 def test_torchtitan_config_without_compile_runs_eager_kernels(tmp_path):
     text = (DATA / "torchtitan_llama3_8b.toml").read_text()
     assert "[compile]\nenable=false" in text
@@ -243,13 +287,15 @@ def test_a_bias_gradient_is_a_sum_of_the_output_gradient_over_the_tokens():
     assert [op for op, _ in ops.seen].count("aten.mm.default") == 2
 
 
-def _biased_work(asynchronous: bool, kernels: str = "eager"):
-    fam = Family(schedule="1f1b", recompute="none", sequence_parallel=False, zero=0, flash=True,
+def _biased_work(asynchronous: bool, kernels: str = "eager", flash: bool = True,
+                 dropout: bool = True):
+    fam = Family(schedule="1f1b", recompute="none", sequence_parallel=False, zero=0, flash=flash,
                  overlap_grad_sync=False, overlap_param_gather=False, tp_comm_overlap=False,
                  stack="eager", kernels=kernels, uneven_stages=False, gated=False,
                  tied_embeddings=True, learned_positions=True, rotary_positions=False,
                  bias=True, qkv_bias=True, layernorm=True, tp_layout="1d", cp_comm="p2p",
-                 fp8=False, asynchronous=asynchronous)
+                 fp8=False, asynchronous=asynchronous, dropout=dropout,
+                 attention_dropout=dropout)
     return _layer_work(Context.of(fam), False)
 
 
@@ -275,7 +321,8 @@ def test_a_gpt2_layer_on_a_gpu_adds_the_norms_second_pass_and_the_bias_gradients
 
 def _byte_counter(counts):
     """A TorchDispatchMode class whose instances add up the bytes of the tensors each op they
-    see reads and writes (inputs and outputs), for the ops whose name `counts` accepts."""
+    see reads and writes (inputs and outputs), for the ops whose name `counts` accepts; a
+    broadcast view (expand: repeat_interleave's input) as the bytes its storage holds."""
     torch = pytest.importorskip("torch")
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -290,44 +337,66 @@ def _byte_counter(counts):
             if counts(func.__name__.split(".")[0]):
                 tensors = [t for t in tree_flatten((args, kwargs, out))[0]
                            if isinstance(t, torch.Tensor)]
-                self.total += sum(t.numel() * t.element_size() for t in tensors)
+                self.total += sum(min(t.numel() * t.element_size(),
+                                      t.untyped_storage().nbytes()) for t in tensors)
             return out
 
     return Bytes
 
 
-def test_a_gpt_layers_elementwise_bytes_are_what_torch_dispatches():
+@pytest.mark.parametrize("unfused, kv", [(False, 4), (True, 4), (True, 2)])
+def test_a_gpt_layers_elementwise_bytes_are_what_torch_dispatches(unfused, kv):
     """The eager count against the validation job's own GPT layer (workload.model.Block:
     LayerNorm, biases, GeLU, separate wq, wk, wv) under torch's dispatcher, bf16 on the CPU:
     every op but the GEMMs and the attention kernel, its inputs' and outputs' bytes, forward
-    and backward (autograd's sums of the gradients of a tensor several ops read included).
-    Within 1%: the norms' per-token statistics and the bias gradients' outputs, O(T) and O(n),
-    are not counted."""
+    and backward (autograd's sums of the gradients of a tensor several ops read included);
+    with its unfused core (workload.model.unfused_attention), the mask, softmax, scaling and
+    copies beside the batched products, multi-head and grouped-query (its repeat_interleave,
+    the eager count's repeat_kv). Within 1%: the norms' per-token statistics and the bias
+    gradients' outputs, O(T) and O(n), are not counted. An out-of-place masked_fill is a clone
+    and an in-place fill below the dispatcher (ATen's TensorAdvancedIndexing.cpp): counted so."""
     torch = pytest.importorskip("torch")
     from workload.model import Block
 
     b, s, h, heads, f = 2, 128, 256, 4, 1024
-    views = {"view", "_unsafe_view", "t", "transpose", "expand", "detach", "alias"}
-    skip = {"addmm", "mm", "bmm", "_scaled_dot_product_flash_attention_for_cpu",
+    views = {"view", "_unsafe_view", "t", "transpose", "expand", "detach", "alias",
+             "unsqueeze", "squeeze"}
+    # (the unfused core's batched products are counted: the model's GEMMs move the same bytes,
+    # which are their time where the peak FLOP/s is made infinite below)
+    skip = {"addmm", "mm", "_scaled_dot_product_flash_attention_for_cpu",
             "_scaled_dot_product_flash_attention_for_cpu_backward"}
     Bytes = _byte_counter(lambda name: name not in views | skip)
 
-    m = {"hidden": h, "heads": heads, "kv_heads": heads, "head_dim": h // heads, "bias": True,
+    class WithClones(Bytes):  # type: ignore[misc, valid-type]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            if func.__name__ == "masked_fill.Scalar":
+                self.total += 2 * out.numel() * out.element_size()
+            return out
+
+    m = {"hidden": h, "heads": heads, "kv_heads": kv, "head_dim": h // heads, "bias": True,
          "ffn_hidden": f, "gated_mlp": False, "norm": "layernorm", "experts": 0}
     torch.manual_seed(0)
     block = Block(m).to(torch.bfloat16)
+    block.attention.unfused = unfused
     x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
-    with Bytes() as forward:
+    with WithClones() as forward:
         y = block(x)
     grad = torch.randn_like(y)
-    with Bytes() as backward:
+    with WithClones() as backward:
         y.backward(grad)
-    work = _biased_work(False)
-    values = {S.b: b, S.s: s, S.h: h, S.a: heads, S.kv: heads, S.f: f, S.tp: 1, S.cp: 1,
-              S.e: 2, S.W: 1}
-    assert float(work.elementwise_s.subs(values)) == pytest.approx(forward.total, rel=0.01)
-    assert float(work.elementwise_back_s.subs(values)) == pytest.approx(backward.total,
-                                                                        rel=0.01)
+    work = _biased_work(False, flash=not unfused, dropout=False)  # the job's: none
+    values = {S.b: b, S.s: s, S.h: h, S.a: heads, S.kv: kv, S.f: f, S.tp: 1, S.cp: 1,
+              S.e: 2, S.W: 1, S.F: sp.oo, S.I_fa: 1}
+
+    def memory(t):  # a time's bytes at W = 1 B/s: a GEMM's its operands', a flash kernel's none
+        t = t.subs(values)
+        return float(t.subs({x: 0 for x in t.free_symbols if x.name == "gemm_min_time_s"}))
+
+    assert memory(work.elementwise_s + work.attention_s) == pytest.approx(forward.total,
+                                                                          rel=0.01)
+    assert memory(work.elementwise_back_s + work.attention_backward_s) == \
+        pytest.approx(backward.total, rel=0.01)
 
 
 def _qkv_work(fused_qkv: bool):
