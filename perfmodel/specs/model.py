@@ -68,8 +68,9 @@ class TransformerSpec:
     q_proj, k_proj, v_proj, torchtitan's wq, wk, wv). Only a layer run op by op (plan kernels
     eager) differs: three projections each return a gradient of the attention's input, which
     autograd adds up (perfmodel.costs.compute.eager_elementwise_bytes, input sums), and with
-    qkv_bias each reduces its own bias gradient. Megatron-Core and Transformer Engine fuse them
-    whatever the model (kernels fused).
+    qkv_bias each reduces its own bias gradient; one projection's split concatenates the three
+    gradients of its output instead (qkv split) and reduces one bias gradient. Megatron-Core
+    and Transformer Engine fuse them whatever the model (kernels fused).
 
     Mixture of experts (Shazeer et al. 2017; GShard; Mixtral, DeepSeekMoE): `experts` routed
     experts per MoE layer (0: a dense model), each token sent to `top_k` of them; each expert an
