@@ -79,7 +79,8 @@ values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=
                                                        st.dictionaries(st.text(max_size=8), inner,
                                                                        max_size=4)), max_leaves=12)
 MODEL_FIELDS = ["layers", "hidden", "heads", "seq_len", "vocab", "kv_heads", "ffn_hidden", "kind",
-                "base", "norm", "gated_mlp", "tied_embeddings", "position_embedding", "name"]
+                "base", "norm", "gated_mlp", "fused_qkv", "tied_embeddings", "position_embedding",
+                "name"]
 HARDWARE_FIELDS = ["base", "gpus_per_node", "peak_flops_per_s", "memory_bytes", "intra_node",
                    "inter_node", "gemm_efficiency", "collectives", "memory_bandwidth_bytes_per_s",
                    "collective_algorithm", "kernel_overhead_s", "name"]
