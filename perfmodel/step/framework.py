@@ -92,6 +92,12 @@ def part_costs(c: Context) -> dict[str, PartCost]:
     return out
 
 
+def qkv_elements(c: Context) -> sp.Expr:
+    """Elements of the queries', keys' and values' projections' outputs on one rank:
+    T (a d_qk + kv (d_qk + d_v)) / tp."""
+    return c.T * (S.a * c.d_qk + c.kv_heads * (c.d_qk + c.d_v)) / S.tp
+
+
 def eager_bias_grads(c: Context, moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
     """(elements, kernels) of the bias gradients one rank reduces in a layer's backward run op by
     op (perfmodel.costs.compute.eager_elementwise_bytes: each biased linear's output gradient
@@ -102,10 +108,9 @@ def eager_bias_grads(c: Context, moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
     row-parallel output's gradient is the activation's (T h / r, r = tp with sequence
     parallelism, else the whole T h on every rank); an MoE layer's experts are moe.py's."""
     T, tp, dense = c.T, S.tp, 0 if moe else 1
-    qkv = T * (S.a * c.d_qk + c.kv_heads * (c.d_qk + c.d_v)) / tp
     out = T * S.h / c.act_ranks
     mlp = dense * (T * (1 + c.gated) * S.f / tp + T * S.h / c.act_ranks)
-    return (c.qkv_bias * qkv + c.bias * (out + mlp),
+    return (c.qkv_bias * qkv_elements(c) + c.bias * (out + mlp),
             (1 if c.fam.fused_qkv else 3) * c.qkv_bias + c.bias * (1 + dense * (2 + c.gated)))
 
 
@@ -124,9 +129,7 @@ def eager_qkv_split(c: Context) -> sp.Expr:
     """Elements of a fused QKV projection's output on one rank, whose three gradients split's
     backward concatenates in a layer run op by op (fused_qkv; perfmodel.costs.compute.
     eager_elementwise_bytes, qkv split); 0 where the model projects them apart."""
-    if not c.fam.fused_qkv:
-        return sp.Integer(0)
-    return c.T * (S.a * c.d_qk + c.kv_heads * (c.d_qk + c.d_v)) / S.tp
+    return qkv_elements(c) if c.fam.fused_qkv else sp.Integer(0)
 
 
 def eager_layer_kernels(c: Context, fused: tuple[sp.Expr, sp.Expr]) -> tuple[sp.Expr, sp.Expr]:

@@ -157,18 +157,9 @@ def test_host_counts_the_jobs_unfused_core_as_torch_dispatches_it():
     dispatches the validation job's layer makes beyond SDPA's, views included, forward and
     backward (multi-head, bf16 on the CPU)."""
     torch = pytest.importorskip("torch")
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from workload.model import Block
 
-    class Count(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ops = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops += 1
-            return func(*args, **(kwargs or {}))
+    Count = _byte_counter(lambda name: False)  # its op count alone
 
     m = {"hidden": 64, "heads": 4, "kv_heads": 4, "head_dim": 16, "bias": True,
          "ffn_hidden": 256, "gated_mlp": False, "norm": "layernorm", "experts": 0}
@@ -320,9 +311,10 @@ def test_a_gpt2_layer_on_a_gpu_adds_the_norms_second_pass_and_the_bias_gradients
 
 
 def _byte_counter(counts):
-    """A TorchDispatchMode class whose instances add up the bytes of the tensors each op they
-    see reads and writes (inputs and outputs), for the ops whose name `counts` accepts; a
-    broadcast view (expand: repeat_interleave's input) as the bytes its storage holds."""
+    """A TorchDispatchMode class whose instances count the ops they see (`ops`: every dispatch,
+    views included) and add up the bytes of the tensors each op reads and writes (`total`:
+    inputs and outputs), for the ops whose name `counts` accepts; a broadcast view (expand:
+    repeat_interleave's input) as the bytes its storage holds."""
     torch = pytest.importorskip("torch")
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -330,10 +322,11 @@ def _byte_counter(counts):
     class Bytes(TorchDispatchMode):
         def __init__(self) -> None:
             super().__init__()
-            self.total = 0
+            self.total = self.ops = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
+            self.ops += 1
             if counts(func.__name__.split(".")[0]):
                 tensors = [t for t in tree_flatten((args, kwargs, out))[0]
                            if isinstance(t, torch.Tensor)]
