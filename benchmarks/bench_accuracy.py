@@ -707,6 +707,26 @@ def architecture_assumed(row: dict[str, Any], origin: dict[str, str]) -> list[st
         out.append("dropout not stated: 0.1 (TransformerSpec's default)")
     return [f"assumed: {text}" for text in out]
 
+def apex_buckets(mib: float, grad_sync_dtype: str) -> dict[str, Any]:
+    """Apex's DistributedFusedAdam (NeMo 1's distributed_fused_adam) buckets: bucket_cap_mb MiB
+    of its gradient-sync dtype, running through every parameter (apex/contrib/optimizers/
+    distributed_fused_adam.py: bucket_size = 1024 * 1024 * bucket_cap_mb / dtype_size)."""
+    size = {"bf16": 2, "fp16": 2, "fp32": 4}[grad_sync_dtype]
+    return {"dp_bucket_size": int(mib * 2**20 // size), "dp_bucketing": "all"}
+
+
+NEMO2_BUCKET = 128 * 1024 * 1024  # parameters (see STACK_OPTIONS)
+APEX_BUCKET_MIB = 100  # DistributedFusedAdam's default bucket_cap_mb
+TORCH_DDP_BUCKET_MIB = 25  # torch.nn.parallel.DistributedDataParallel's default bucket_cap_mb
+
+
+def torch_ddp_buckets(dtype: str) -> dict[str, Any]:
+    """PyTorch DDP's buckets: bucket_cap_mb 25 MiB of the gradients it reduces (the model's own,
+    16-bit under fp16 or bf16 training), over every parameter (its first bucket, 1 MiB, counted
+    as one of the others)."""
+    size = 4 if dtype == "fp32" else 2
+    return {"dp_bucket_size": TORCH_DDP_BUCKET_MIB * 2**20 // size, "dp_bucketing": "all"}
+
 # What the published dgxc runs' configs state beyond the CSV's features, by release and model (the
 # release is in the row's source_ref: "...: v24.11.1 nemotron/README_340b.md"), from
 # github NVIDIA/dgxc-benchmarking at those releases and the NeMo they ran:
@@ -716,13 +736,16 @@ STACK_OPTIONS: dict[tuple[str, str], dict[str, Any]] = {
     # v24.11.1 nemotron/configure.sh: 340b exports NVTE_FUSED_ATTN=0, so Transformer Engine
     # runs FlashAttention-2 (the flash-attn package), not cuDNN's kernel: the preset's fa2
     ("v24.11.1", "nemotron4-340b"): dict(grad_dtype="bf16", optimizer_dtype="bf16",
-                                         attention_kernel="fa2"),
+                                         attention_kernel="fa2",
+                                         **apex_buckets(50, "bf16")),
     # v24.11.1 nemotron/nemotron4-15b-synth.yaml and nemo_megatron/gpt3_175b_hydra.yaml (v25.04:
     # nemo_megatron/cfg/gpt3_175b_hydra.yaml), optim distributed_fused_adam: grad_sync_dtype
     # bf16 (Apex's gradient buffer and its reduce-scatter in bf16), their optimizer states fp32
-    ("v24.11.1", "nemotron4-15b"): dict(grad_dtype="bf16"),
-    ("v24.11.1", "gpt3-175b-nemo"): dict(grad_dtype="bf16"),
-    ("v25.04", "gpt3-175b-nemo"): dict(grad_dtype="bf16"),
+    # Their optimizer buckets: bucket_cap_mb 100 (15b), 50 (340b), 220 (gpt3_175b_hydra.yaml,
+    # both releases), MiB of the gradient-sync dtype, over every parameter (apex_buckets)
+    ("v24.11.1", "nemotron4-15b"): dict(grad_dtype="bf16", **apex_buckets(100, "bf16")),
+    ("v24.11.1", "gpt3-175b-nemo"): dict(grad_dtype="bf16", **apex_buckets(220, "bf16")),
+    ("v25.04", "gpt3-175b-nemo"): dict(grad_dtype="bf16", **apex_buckets(220, "bf16")),
     # v25.04 (NeMo 25.02) scripts/performance: pretrain_recipe(performance_mode=True), whose
     # pretrain_performance_optimizations set trainer.plugins.grad_reduce_in_fp32 = False; NeMo 2's
     # NemotronConfig sets cross_entropy_loss_fusion True (nemo/collections/llm/gpt/model/
@@ -730,8 +753,15 @@ STACK_OPTIONS: dict[tuple[str, str], dict[str, Any]] = {
     # native fusion, where the NeMo 1 runs (v24.11.1, and GPT-3 175B's hydra config at v25.04,
     # which NeMo 1's build_transformer_config reads: no such key) leave Megatron-Core's default,
     # the unfused loss
-    ("v25.04", "nemotron4-15b"): dict(grad_dtype="bf16", cross_entropy="native"),
-    ("v25.04", "nemotron4-340b"): dict(grad_dtype="bf16", cross_entropy="native"),
+    # ... and whose MegatronCommOverlapCallback (the performance recipes add it) sets
+    # Megatron-Core's DDP bucket_size to 128 x 1024 x 1024 parameters wherever dp > 1
+    # (nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py at v2.2.0,
+    # _get_optimizer_overlap_cfgs)
+    # (Megatron-Core's DDP, not Apex's optimizer, whatever the table's feature names)
+    ("v25.04", "nemotron4-15b"): dict(grad_dtype="bf16", cross_entropy="native",
+                                      dp_bucket_size=NEMO2_BUCKET, dp_bucketing="megatron"),
+    ("v25.04", "nemotron4-340b"): dict(grad_dtype="bf16", cross_entropy="native",
+                                       dp_bucket_size=NEMO2_BUCKET, dp_bucketing="megatron"),
 }
 # ... and what they ran that the model takes otherwise (listed as not modelled)
 STACK_NOT_MODELLED: dict[tuple[str, str], list[str]] = {}
@@ -993,8 +1023,11 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     # overlaps are flags of their own (off by default)
     # (NeMo 1's model.optim.name distributed_fused_adam is Megatron's distributed optimizer
     # through Apex; its overlaps are its overlap_grad_sync / overlap_param_sync keys)
-    **dict.fromkeys(("distributed optimizer", "use-distributed-optimizer",
-                     "distributed_fused_adam", "distributed fused adam"), {"zero": 1}),
+    **dict.fromkeys(("distributed optimizer", "use-distributed-optimizer"), {"zero": 1}),
+    # (Apex's optimizer buckets every parameter, bucket_cap_mb MiB of its gradient-sync dtype:
+    # read_row takes Apex's default, 100, where the row states none)
+    **dict.fromkeys(("distributed_fused_adam", "distributed fused adam"),
+                    {"zero": 1, "dp_bucketing": "all"}),
     **dict.fromkeys(("overlap grad reduce", "overlap-grad-reduce", "overlap grad sync",
                      "overlap_grad_sync", "overlap_grad_reduce"),
                     {"overlap_grad_sync": True}),
@@ -1329,6 +1362,13 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
         return {"overlap_grad_sync": True}
     if re.fullmatch(rf"{overlap}param(?:eter)?s? (?:gathers?|all gathers?|sync)", loose):
         return {"overlap_param_gather": True}
+    # the gradient sync's buckets: Apex's (NeMo 1's distributed_fused_adam) bucket_cap_mb, MiB of
+    # its gradient-sync dtype, read_row turns into parameters; Megatron-Core's
+    # --ddp-bucket-size, parameters
+    if cap := re.fullmatch(r"bucket cap mb ?[=:]? ?(\d+(?:\.\d+)?)", loose):
+        return {"_bucket_cap_mb": float(cap.group(1))}
+    if size := re.fullmatch(r"ddp bucket size ?[=:]? ?(\d+)", loose):
+        return {"dp_bucket_size": int(size.group(1))}
     if compound := re.fullmatch(r"(.+?) with (.+)", loose):
         return _with(compound.group(1), compound.group(2))
     # the virtual stages (model chunks) per pipeline rank: VP=3, virtual pipeline 3, 3 virtual
@@ -1902,10 +1942,13 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
                          f"pipeline engine refuses ZeRO stages 2 and 3")
     if (method := plan.pop("_pp_partition", None)) is not None:
         plan.update(deepspeed_split(method, int(model["layers"]), plan))
-    if plan.pop("_ddp_impl", None) == "torch" and plan["pp"] > 1:
+    if (ddp_impl := plan.pop("_ddp_impl", None)) == "torch" and plan["pp"] > 1:
         # perfmodel.configs.megatron: Megatron-LM's schedules used no_sync only without a pipeline
         raise ValueError(f"torch DDP with pp {plan['pp']}: Megatron-LM's torch DDP all-reduced "
                          "the gradients in every micro-batch with a pipeline (not modelled)")
+    if ddp_impl == "torch":  # PyTorch DDP's buckets: bucket_cap_mb 25 MiB of the gradients
+        # (the model's 16-bit gradients: torch's DDP reduces the 16-bit model's own)
+        plan.update(torch_ddp_buckets(plan["dtype"]))
     if plan.get("pp_scatter_gather") == "where it applies":
         applies = plan["pp"] > 1 and plan["tp"] > 1 and not plan.get("sequence_parallel")
         plan["pp_scatter_gather"] = applies
@@ -1933,6 +1976,18 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
         if key in NEMO1_REMAINDERS and plan["dtype"] == "bf16":
             plan["master_weights"] = "remainders"
         missing += STACK_NOT_MODELLED.get(key, [])
+    if (cap := plan.pop("_bucket_cap_mb", None)) is not None:
+        if plan.get("dp_bucketing") != "all":
+            raise ValueError(f"feature '{origin['_bucket_cap_mb']}': Apex's buckets "
+                             "(distributed_fused_adam), which the row's features do not name")
+        plan.update(apex_buckets(cap, plan.get("grad_dtype") or "fp32"))
+    if plan.get("dp_bucketing") == "all" and "dp_bucket_size" not in plan \
+            and plan.get("overlap_grad_sync"):
+        # Apex's default bucket_cap_mb (apex_buckets), in the gradient-sync dtype: NeMo 1's
+        # grad_sync_dtype, the main gradients' (fp32 unless stated)
+        plan.update(apex_buckets(APEX_BUCKET_MIB, plan.get("grad_dtype") or "fp32"))
+        missing.append(f"assumed: optimizer buckets not stated: Apex's default bucket_cap_mb "
+                       f"{APEX_BUCKET_MIB} MiB ({plan['dp_bucket_size']:,} parameters)")
     return model, plan, missing, origin
 
 

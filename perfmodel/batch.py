@@ -18,7 +18,8 @@ from perfmodel.specs.resolve import resolve_hardware
 PLAN_COLUMNS = ("gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
                 "virtual_stages", "sequence_parallel", "recompute", "recompute_every",
                 "recompute_method", "recompute_num_layers", "recompute_modules",
-                "cpu_offload_layers", "attention_kernel", "grad_dtype",
+                "cpu_offload_layers", "dp_bucket_size", "dp_bucketing", "attention_kernel",
+                "grad_dtype",
                 "optimizer_dtype", "master_weights", "zero", "dtype", "fp8_recipe",
                 "fp8_output_layer", "fp8_params", "flash_attention", "overlap_grad_sync",
                 "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap", "pp_scatter_gather",
@@ -41,7 +42,8 @@ RESULT_COLUMNS = ("step_time_s", "samples_per_s", "tokens_per_s", "model_flops_p
 # '8_0' as 80 and a full-width '８' as 8: refused, as on the command line)
 WHOLE_COLUMNS = MODEL_COLUMNS + ("gpus", "dp", "tp", "pp", "cp", "ep", "etp", "micro_batch",
                                  "global_batch", "virtual_stages", "recompute_every",
-                                 "recompute_num_layers", "cpu_offload_layers", "zero", "tp_depth",
+                                 "recompute_num_layers", "cpu_offload_layers", "dp_bucket_size",
+                                 "zero", "tp_depth",
                                  "pipeline_micro_batches", "first_stage_layers",
                                  "last_stage_layers")
 # the model each row predicted, resolved: the fields derived from others, and its size
@@ -51,6 +53,7 @@ RESOLVED_COLUMNS = ("ffn_hidden", "kv_heads", "parameters")
 WRITTEN_COLUMNS = frozenset((*RESULT_COLUMNS, *RESOLVED_COLUMNS, "evaluated", "objective",
                              "error"))
 MAX_WHOLE = 10**7  # the largest whole number of a plan's fields (perfmodel.strategy.Plan)
+MAX_WHOLE_OF = {"dp_bucket_size": 10**13}  # ... but these (parameters, not ranks or layers)
 
 
 def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str], str]]]:
@@ -117,7 +120,8 @@ def _ascii_cells(row: dict[str, str]) -> None:
         if column not in MODEL_COLUMNS and text.isdigit() and not math.isfinite(float(text)):
             # (the model's columns are read exactly, by whole: their spec names its bound)
             raise DataError(f"column '{column}' must be a whole number of at most "
-                            f"{MAX_WHOLE:g} (the most any plan field takes), got {_shown(text)}")
+                            f"{MAX_WHOLE_OF.get(column, MAX_WHOLE):g} (the most the plan field "
+                            f"takes), got {_shown(text)}")
     modules = row.get("recompute_modules")
     if modules and not all(name.strip() for name in modules.split(",")):
         raise DataError(f"column 'recompute_modules': an empty name in '{modules}'; give module "

@@ -35,6 +35,7 @@ from perfmodel.strategy import (
     Attention,
     CPComm,
     CrossEntropy,
+    DpBucketing,
     Dtype,
     EPDispatcher,
     ExpertWeighting,
@@ -186,6 +187,13 @@ FP8_RECIPE_HELP = ("With --dtype fp8: Transformer Engine's scaling recipe, delay
                    "(mxfp8 on B200/GB200, delayed elsewhere).")
 FP8_OUTPUT_LAYER_HELP = ("With --dtype fp8: the output layer's GEMM in FP8 too (default: bf16, "
                          "as Megatron-LM and NeMo keep it).")
+DP_BUCKET_SIZE_HELP = ("Parameters per data-parallel bucket with --overlap-grad-sync (ZeRO 0-2): "
+                       "the gradients are reduced and the weights gathered one collective a "
+                       "bucket (Megatron-Core --ddp-bucket-size; NeMo 1's bucket_cap_mb MiB / "
+                       "the gradient bytes). Default: Megatron-Core's, max(40M, 1M x dp x cp).")
+DP_BUCKETING_HELP = ("Which parameters --overlap-grad-sync buckets: megatron (Megatron-Core's "
+                     "DDP: the first model chunk's, each later chunk of an interleaved pipeline "
+                     "one bucket) or all (Apex's DistributedFusedAdam, NeMo 1; PyTorch DDP).")
 FP8_PARAMS_HELP = ("With --dtype fp8: the linear weights held in FP8, fp32 master weights in the "
                    "optimizer, the parameter all-gather in FP8 (Megatron-LM --fp8-param-gather, "
                    "NeMo fp8_params; with ZeRO 3 as Megatron FSDP shards and gathers them, "
@@ -303,6 +311,9 @@ def plan_options(fn: Any) -> Any:
         click.option("--grad-dtype", type=choice(STATE_DTYPES), default=None,
                      help="bf16: main gradients' dtype (default fp32, Megatron-LM's; bf16: NeMo's "
                           "grad_reduce_in_fp32 False)."),
+        click.option("--dp-bucket-size", type=INT, default=None, help=DP_BUCKET_SIZE_HELP),
+        click.option("--dp-bucketing", type=choice(DpBucketing), default=None,
+                     help=DP_BUCKETING_HELP),
         click.option("--optimizer-dtype", type=choice(STATE_DTYPES), default=None,
                      help="bf16: Adam states' dtype (default fp32 with fp32 master weights; bf16: "
                           "no master copy, Apex distributed_fused_adam dtype bf16)."),
@@ -479,7 +490,8 @@ TRANSFORMER_ONLY = ("dp", "tp", "pp", "cp", "ep", "etp", "zero", "cp_comm", "ep_
                     "recompute_modules", "recompute_num_layers", "grad_dtype",
                     "optimizer_dtype", "master_weights", "cross_entropy", "optimizer_kernels",
                     "pipeline_micro_batches", "pipeline_layout", "first_stage_layers",
-                    "last_stage_layers", "cpu_offload_layers", "tp_backward", "fsdp_reshard",
+                    "last_stage_layers", "cpu_offload_layers", "dp_bucket_size", "dp_bucketing",
+                    "tp_backward", "fsdp_reshard",
                     "defer_grad_sync", "bf16_optimizer", "grad_accumulation_fusion",
                     "expert_weighting", "pp_scatter_gather", "uneven_stages")
 
@@ -517,7 +529,8 @@ PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batc
              "schedule", "virtual_stages",
              "sequence_parallel", "recompute", "recompute_every", "recompute_method",
              "recompute_num_layers", "recompute_modules", "cpu_offload_layers",
-             "attention_kernel", "grad_dtype", "optimizer_dtype", "master_weights",
+             "dp_bucket_size", "dp_bucketing", "attention_kernel", "grad_dtype",
+             "optimizer_dtype", "master_weights",
              "zero", "dtype", "fp8_recipe", "fp8_output_layer", "fp8_params", "flash_attention",
              "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
              "pp_scatter_gather", "defer_grad_sync", "bf16_optimizer",
@@ -1226,6 +1239,11 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "recompute is searched then.")
 @click.option("--grad-dtype", type=choice(STATE_DTYPES), default=None,
               help="bf16: every plan's main-gradient dtype (default fp32).")
+@click.option("--dp-bucket-size", type=whole(maximum=10**13), default=None,
+              help="Every plan's " + DP_BUCKET_SIZE_HELP[0].lower() + DP_BUCKET_SIZE_HELP[1:]
+              + " Given, ZeRO 3 is not searched.")
+@click.option("--dp-bucketing", type=choice(DpBucketing), default=DpBucketing.MEGATRON.value,
+              show_default=True, help=DP_BUCKETING_HELP)
 @click.option("--optimizer-dtype", type=choice(STATE_DTYPES), default=None,
               help="bf16: every plan's Adam-state dtype (default fp32, with master weights).")
 @click.option("--master-weights", type=choice(MASTER_WEIGHTS), default=None,
@@ -1421,6 +1439,13 @@ def recommend(model: str | None, from_config: str | None,
         if emit_config[0] != "megatron" and pins.get("cpu_offload_layers"):
             raise PlanError(f"--emit-config {emit_config[0]} writes no activation offloading "
                             "(Megatron-LM's does): leave --cpu-offload-layers out")
+        if pins.get("dp_bucket_size") is not None and emit_config[0] != "megatron" \
+                or pins.get("dp_bucketing") not in (None, "megatron"):
+            # (torchtitan's FSDP2 and DDP: no bucket size of Megatron-Core's to write)
+            raise PlanError(f"--emit-config {emit_config[0]} writes Megatron-Core's buckets "
+                            "(--ddp-bucket-size) only: leave --dp-bucketing at megatron"
+                            + (", and --dp-bucket-size out" if emit_config[0] != "megatron"
+                               else ""))
         if emit_config[0] == "megatron" and pins.get("kernels") is None:
             pins["kernels"] = "fused"
         if emit_config[0] == "megatron" and pins.get("overlap_grad_sync") is False \
@@ -1707,8 +1732,8 @@ CONFIG_PINS = ("tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "schedul
 # what a config states for every plan (not searched): kept as the config says, and a command-line
 # value that contradicts it refused as the pins' are
 CONFIG_WIDE = ("stack", "kernels", "recompute_every", "recompute_method",
-               "recompute_num_layers", "cpu_offload_layers", "attention_kernel", "grad_dtype",
-               "optimizer_dtype",
+               "recompute_num_layers", "cpu_offload_layers", "dp_bucket_size", "dp_bucketing",
+               "attention_kernel", "grad_dtype", "optimizer_dtype",
                "master_weights", "fp8_recipe", "ep_dispatcher", "cross_entropy",
                "optimizer_kernels", "expert_weighting")
 CONFIG_FLAGS = ("flash_attention", "overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap",

@@ -40,6 +40,7 @@ from perfmodel.strategy import (
     SCHEDULES,
     CPComm,
     CrossEntropy,
+    DpBucketing,
     Dtype,
     EPDispatcher,
     ExpertWeighting,
@@ -726,6 +727,7 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
                  kernels: Kernels | str = Kernels.FUSED,
                  recompute_every: int = 1, recompute_method: str = "uniform",
                  recompute_num_layers: int = 1, cpu_offload_layers: int = 0,
+                 dp_bucket_size: int | None = None, dp_bucketing: str = "megatron",
                  attention_kernel: str | None = None, grad_dtype: str | None = None,
                  optimizer_dtype: str | None = None, master_weights: str | None = None,
                  fp8_recipe: str | None = None, fp8_params: bool = False,
@@ -793,6 +795,9 @@ def fixed_values(model: TransformerSpec, hardware: HardwareSpec, dtype: Dtype | 
         "recompute_num_layers": recompute_num_layers,
         "recompute_block": float(RecomputeMethod(recompute_method) is RecomputeMethod.BLOCK),
         "cpu_offload_layers": cpu_offload_layers,
+        # 0: Megatron-Core's default rule (perfmodel.step.data_parallel.bucket_size)
+        "dp_bucket_size": dp_bucket_size or 0,
+        "dp_bucket_all": float(DpBucketing(dp_bucketing) is DpBucketing.ALL),
         # 1 where not given: a family without offloading never divides by it
         "host_link_bytes_per_s": hardware.host_link_bytes_per_s or 1.0,
         "pipeline_flushes": 1.0,  # one schedule a step (a plan with more: values_of)
@@ -919,6 +924,8 @@ def values_of(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> dic
                         recompute_method=plan.recompute_method.value,
                         recompute_num_layers=plan.recompute_num_layers,
                         cpu_offload_layers=plan.cpu_offload_layers,
+                        dp_bucket_size=plan.dp_bucket_size,
+                        dp_bucketing=plan.dp_bucketing.value,
                         attention_kernel=plan.attention_kernel,
                         grad_dtype=plan.grad_dtype,
                         optimizer_dtype=plan.optimizer_dtype,

@@ -46,6 +46,16 @@ def refuse_idle_flags(plan: Any, model: Any, given: Callable[[str], bool]) -> No
                             f"(dp {plan.dp}, cp {plan.cp}"
                             + (", the experts' tp dp cp / (ep etp) 1" if experts else "")
                             + f"): give --dp (or --gpus) above 1, or leave {flag} out")
+    for name in ("dp_bucket_size", "dp_bucketing"):
+        # buckets split a gradient sync overlapped with the backward (Megatron-Core builds one
+        # bucket without overlap)
+        if given(name) and not (plan.overlap_grad_sync and sync_ranks(plan, model) > 1):
+            flag = "--" + name.replace("_", "-")
+            why = ("the plan's gradient sync is not overlapped" if not plan.overlap_grad_sync
+                   else f"the plan has no data-parallel sync (dp {plan.dp}, cp {plan.cp})")
+            raise PlanError(f"{flag} buckets a gradient sync overlapped with the backward, and "
+                            f"{why}: give --overlap-grad-sync (and --dp above 1), or leave "
+                            f"{flag} out")
     if given("ep_comm_overlap") and plan.ep_comm_overlap and plan.ep > 1:
         # combined 1F1B pairs one micro-batch's chunk with another's: the pairs a schedule leaves
         # are none where its warm-up and cool-down take every chunk (perfmodel.step.moe.

@@ -76,6 +76,13 @@ _name("recompute_num_layers", "N_rl",
 _name("recompute_block", "I_{block}",
       "1 if full recompute takes Megatron's block method (the first N_rl layers of each chunk), "
       "0: uniform (every layer, in groups of N_rl)")
+_name("dp_bucket_size", "N_{bkt}",
+      "parameters per data-parallel bucket, each bucket's gradients reduced and its weights "
+      "gathered by one collective with overlap_grad_sync (Megatron-Core --ddp-bucket-size; 0: "
+      "its default, max(4e7, 1e6 dp cp))")
+_name("dp_bucket_all", "I_{bkt}",
+      "1 if every parameter is bucketed (Apex's DistributedFusedAdam, PyTorch DDP), 0: "
+      "Megatron-Core's first model chunk, each later chunk one bucket")
 _name("cpu_offload_layers", "N_off",
       "the model's first layers whose activations are offloaded to host memory (Megatron-Core "
       "--cpu-offloading-num-layers; 0: none)")

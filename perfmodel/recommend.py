@@ -691,6 +691,11 @@ def _short(plan: Any) -> str:
         recompute += f"({plan.recompute_method.value}-{plan.recompute_num_layers})"
     if plan.cpu_offload_layers:
         extra.append(f"offload={plan.cpu_offload_layers}")
+    if plan.overlap_grad_sync and (plan.dp_bucket_size is not None
+                                   or plan.dp_bucketing.value != "megatron"):
+        extra.append(f"buckets={plan.dp_bucket_size or 'default'}"
+                     + ("" if plan.dp_bucketing.value == "megatron" else
+                        f"({plan.dp_bucketing.value})"))
     if plan.attention_kernel:
         extra.append(f"attention={plan.attention_kernel}")
     return (f"{degrees} mb={plan.micro_batch} {plan.schedule.value} "

@@ -168,6 +168,14 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int, model: Any) -> list[st
     overlapped = overlaps(p, model)
     if overlapped:
         schedule.append(f"overlapped: {overlapped}")
+    if getattr(p, "overlap_grad_sync", False) and (
+            getattr(p, "dp_bucket_size", None) is not None
+            or _value(getattr(p, "dp_bucketing", "megatron")) != "megatron"):
+        size = p.dp_bucket_size
+        schedule.append("gradient sync in buckets of "
+                        + (f"{size:,} parameters" if size else "Megatron-Core's default size")
+                        + (" (every parameter bucketed)" if _value(p.dp_bucketing) == "all"
+                           else ""))
     if _value(p.stack) != "eager":
         schedule.append(f"{_value(p.stack)} stack")
     if _value(getattr(p, "kernels", "fused")) != "fused":

@@ -86,6 +86,15 @@ PLAN = obj({
                                        "auto resolved (true where the hardware has a flash kernel "
                                        "for the dtype; the validation job: fused SDPA)."},
     "overlap_grad_sync": BOOLEAN, "overlap_param_gather": BOOLEAN, "tp_comm_overlap": BOOLEAN,
+    "dp_bucket_size": {"type": "integer", "minimum": 1,
+                       "description": "Parameters per data-parallel bucket of the overlapped "
+                                      "gradient sync (Megatron-Core --ddp-bucket-size); absent: "
+                                      "Megatron-Core's default, max(4e7, 1e6 dp cp)."},
+    "dp_bucketing": {"type": "string", "enum": ["megatron", "all"],
+                     "description": "Which parameters are bucketed: megatron (the first model "
+                                    "chunk's, each later chunk one bucket) or all (Apex's "
+                                    "DistributedFusedAdam, PyTorch DDP, DeepSpeed); absent: "
+                                    "megatron."},
     "ep_comm_overlap": BOOLEAN,
     "pp_scatter_gather": {**BOOLEAN,
                           "description": "Megatron-LM's scatter-gather of pipeline sends (1/tp "

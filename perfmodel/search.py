@@ -34,6 +34,7 @@ from perfmodel.strategy import (
     TOKEN_BUDGET,
     CPComm,
     CrossEntropy,
+    DpBucketing,
     Dtype,
     EPDispatcher,
     ExpertWeighting,
@@ -155,6 +156,10 @@ class SearchRequest:
     # every plan's activation offloading (Plan.cpu_offload_layers): with k > 0 only pp 1 and no
     # recompute are searched (Megatron-Core's rules)
     cpu_offload_layers: int = 0
+    # every plan's data-parallel bucket (Plan.dp_bucket_size; None: Megatron-Core's default
+    # rule); given, zero 0-2 only (the search leaves ZeRO 3 out: FSDP syncs per unit)
+    dp_bucket_size: int | None = None
+    dp_bucketing: DpBucketing = DpBucketing.MEGATRON
     grad_dtype: str | None = None
     optimizer_dtype: str | None = None
     master_weights: str | None = None  # remainders: zero 0-2 only (the search leaves 3 out)
@@ -189,6 +194,7 @@ class SearchRequest:
                     recompute_method=self.recompute_method,
                     recompute_num_layers=self.recompute_num_layers,
                     cpu_offload_layers=self.cpu_offload_layers,
+                    dp_bucket_size=self.dp_bucket_size, dp_bucketing=self.dp_bucketing,
                     attention_kernel=self.attention_kernel,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
                     optimizer_kernels=self.optimizer_kernels,
@@ -210,6 +216,7 @@ class SearchRequest:
                     recompute_method=self.recompute_method,
                     recompute_num_layers=self.recompute_num_layers,
                     cpu_offload_layers=self.cpu_offload_layers,
+                    dp_bucket_size=self.dp_bucket_size, dp_bucketing=self.dp_bucketing,
                     attention_kernel=self.attention_kernel,
                     ep_dispatcher=self.ep_dispatcher, cross_entropy=self.cross_entropy,
                     optimizer_kernels=self.optimizer_kernels,
@@ -267,8 +274,9 @@ class SearchRequest:
         # the options every plan shares, checked as a plan checks them
         shared = self.shared_plan()
         for key in ("recompute_every", "recompute_method", "recompute_num_layers",
-                    "cpu_offload_layers", "attention_kernel", "grad_dtype", "optimizer_dtype",
-                    "master_weights",
+                    "cpu_offload_layers", "dp_bucket_size", "dp_bucketing", "attention_kernel",
+                    "grad_dtype",
+                    "optimizer_dtype", "master_weights",
                     "fp8_recipe", "fp8_output_layer", "fp8_params", "grad_accumulation_fusion",
                     "tp_backward"):
             object.__setattr__(self, key, getattr(shared, key))
@@ -282,6 +290,12 @@ class SearchRequest:
             if self.zero == 3:
                 raise PlanError("master_weights remainders with zero 3: FSDP2 keeps the fp32 "
                                 "shard as the parameter (give master_weights fp32, or zero 0-2)")
+            object.__setattr__(self, "zero_stages", tuple(z for z in self.zero_stages if z < 3))
+        if self.dp_bucket_size is not None or self.dp_bucketing is DpBucketing.ALL:
+            # buckets of ZeRO 0-2's overlapped sync only
+            if self.zero == 3:
+                raise PlanError("dp_bucket_size and dp_bucketing with zero 3: FSDP syncs one "
+                                "unit a layer, no buckets (give zero 0-2)")
             object.__setattr__(self, "zero_stages", tuple(z for z in self.zero_stages if z < 3))
         for key, option, (low, high) in (("tokens", "--tokens", TOKEN_BUDGET),
                                          ("gpu_hour_price", "--gpu-hour-price", GPU_HOUR_PRICE)):
@@ -1037,6 +1051,8 @@ def scalar_values(model: TransformerSpec, hardware: HardwareSpec,
                                recompute_method=req.recompute_method.value,
                                recompute_num_layers=req.recompute_num_layers,
                                cpu_offload_layers=req.cpu_offload_layers,
+                               dp_bucket_size=req.dp_bucket_size,
+                               dp_bucketing=req.dp_bucketing.value,
                                attention_kernel=req.attention_kernel,
                                grad_dtype=req.grad_dtype, optimizer_dtype=req.optimizer_dtype,
                                master_weights=req.master_weights,

@@ -247,6 +247,20 @@ class CrossEntropy(StrEnum):
     FLASH_ATTN = "flash-attn"
 
 
+class DpBucketing(StrEnum):
+    """Which parameters a data-parallel sync overlapped with the backward buckets
+    (Plan.dp_bucket_size; perfmodel.step.data_parallel.sync_buckets): megatron, Megatron-Core's
+    DDP (NeMo 2, Megatron-Bridge, Megatron-LM): the first model chunk's in buckets of
+    dp_bucket_size, each later chunk of an interleaved pipeline one bucket (megatron/training/
+    training.py: disable_bucketing for model_chunk_idx > 0, "overlapped with compute anyway");
+    all, every parameter (Apex's DistributedFusedAdam, NeMo 1's distributed_fused_adam, whose
+    buckets run through all the parameters: apex/contrib/optimizers/distributed_fused_adam.py;
+    PyTorch DDP)."""
+
+    MEGATRON = "megatron"
+    ALL = "all"
+
+
 class FsdpReshard(StrEnum):
     """When ZeRO 3 without a pipeline frees a unit's gathered weights (perfmodel.step.
     data_parallel, .memory): forward, after each forward, gathered again for the backward
@@ -582,6 +596,15 @@ class Plan:
     # fa2, ...): None, the hardware's default; a name means flash attention by that kernel
     attention_kernel: str | None = None
     overlap_grad_sync: bool = False
+    # with overlap_grad_sync (ZeRO 0-2), the parameters per data-parallel bucket: the gradients
+    # are reduced and the weights gathered one bucket per collective, each bucket as its
+    # layers' backward has produced it (Megatron-Core --ddp-bucket-size; NeMo 1's
+    # distributed_fused_adam bucket_cap_mb MiB of its gradient dtype; PyTorch DDP's
+    # bucket_cap_mb; perfmodel.step.data_parallel). None: Megatron-Core's default,
+    # max(40,000,000, 1,000,000 x dp x cp). Without overlap the stacks build one bucket
+    dp_bucket_size: int | None = None
+    # which parameters go in buckets (DpBucketing): Megatron-Core's first model chunk, or all
+    dp_bucketing: DpBucketing = DpBucketing.MEGATRON
     # the distributed optimizer's (ZeRO 1-2) or FSDP's (ZeRO 3) parameter all-gather overlapped
     # with the forward (Megatron --overlap-param-gather, FSDP2's prefetch)
     overlap_param_gather: bool = False
@@ -684,6 +707,12 @@ class Plan:
         object.__setattr__(self, "zero", _positive_int(self.zero, "zero", minimum=0, maximum=3))
         object.__setattr__(self, "cpu_offload_layers",
                            _positive_int(self.cpu_offload_layers, "cpu_offload_layers", minimum=0))
+        if self.dp_bucket_size is not None and str(self.dp_bucket_size).strip() != "":
+            object.__setattr__(self, "dp_bucket_size",
+                               _positive_int(self.dp_bucket_size, "dp_bucket_size",
+                                             maximum=10**13))
+        else:
+            object.__setattr__(self, "dp_bucket_size", None)
         kernel = None if self.attention_kernel is None else str(self.attention_kernel).strip()
         object.__setattr__(self, "attention_kernel", kernel or None)
         for key in ("first_stage_layers", "last_stage_layers", "pipeline_micro_batches"):
@@ -697,6 +726,8 @@ class Plan:
             ExpertWeighting, self.expert_weighting, "expert_weighting"))
         object.__setattr__(self, "fsdp_reshard",
                            parse_option(FsdpReshard, self.fsdp_reshard, "fsdp_reshard"))
+        object.__setattr__(self, "dp_bucketing",
+                           parse_option(DpBucketing, self.dp_bucketing, "dp_bucketing"))
         object.__setattr__(self, "kernels", parse_option(Kernels, self.kernels, "kernels"))
         kernels_rule = kernels_stack_conflict(self.kernels, self.stack)
         if kernels_rule is not None:
@@ -807,6 +838,16 @@ class Plan:
             raise PlanError("bf16_optimizer: DeepSpeed reduces the gradients after the last "
                             "micro-batch and gathers the weights in the step, overlapping "
                             "neither (leave overlap_grad_sync and overlap_param_gather off)")
+        bucketing = self.dp_bucket_size is not None or self.dp_bucketing is DpBucketing.ALL
+        if bucketing and (self.zero == 3 or self.bf16_optimizer):
+            given = (f"dp_bucket_size {self.dp_bucket_size}" if self.dp_bucket_size is not None
+                     else f"dp_bucketing {self.dp_bucketing.value}")
+            raise PlanError(f"{given} sizes the buckets of a "
+                            "gradient sync overlapped with the backward (zero 0-2 with "
+                            "overlap_grad_sync), and "
+                            + ("ZeRO 3 (FSDP) syncs one unit a layer" if self.zero == 3
+                               else "DeepSpeed's BF16_Optimizer reduces after the backward")
+                            + ": leave it out")
         if not self.grad_accumulation_fusion and (self.zero == 3 or self.bf16_optimizer):
             raise PlanError("grad_accumulation_fusion false adds each micro-batch's weight "
                             "gradients into Megatron-Core's main-gradient buffer, which "
@@ -1087,6 +1128,10 @@ class Plan:
             del out["fsdp_reshard"]
         if not self.cpu_offload_layers:  # likewise
             del out["cpu_offload_layers"]
+        if self.dp_bucket_size is None:  # likewise: Megatron-Core's default rule
+            del out["dp_bucket_size"]
+        if self.dp_bucketing is DpBucketing.MEGATRON:  # likewise
+            del out["dp_bucketing"]
         if self.attention_kernel is None:  # likewise: the hardware's default kernel
             del out["attention_kernel"]
         if not self.pipeline_micro_batches:

@@ -246,7 +246,11 @@ def dry_run(
     # the job weights its experts' outputs at the combine, and runs tensor parallelism's
     # backward as torch DTensor does (jobspec.as_run)
     backward_note = TP_BACKWARD_NOTE if megatron_backward(plan) else ""
-    plan = plan.replace(expert_weighting="output", tp_backward="dtensor")
+    # ... and syncs its gradients after the backward, one collective a buffer (jobspec.as_run:
+    # no overlap, so no buckets: perfmodel.step.data_parallel.sync_buckets)
+    plan = plan.replace(expert_weighting="output", tp_backward="dtensor",
+                        overlap_grad_sync=False, overlap_param_gather=False,
+                        dp_bucket_size=None, dp_bucketing="megatron")
     par = job_parallel(plan, parallel)
     counted = count_collectives(as_job, plan, par)
     missing = uncosted(as_job, plan, par)

@@ -158,6 +158,8 @@ def _zero(data: dict[str, Any], job: JobConfig, where: str) -> None:
             raise refuse_plan(where, "zero_optimization.reduce_scatter", False,
                               "ZeRO 1-2 all-reducing the gradients instead of reduce-scattering "
                               "them is not modelled: give true (DeepSpeed's default)")
+        if key == "reduce_bucket_size" and zero.get("stage", 0) in (1, 2):
+            continue  # read with overlap_comm (_buckets)
         if key in _ZERO_KEPT:
             job.skipped(f"zero_optimization.{key}", value, "how many gathered parameters ZeRO 3 "
                         "keeps (see the note on the release rule)")
@@ -199,9 +201,42 @@ def _zero(data: dict[str, Any], job: JobConfig, where: str) -> None:
     else:
         job.took("zero_optimization.overlap_comm", overlap, "overlap_grad_sync")
     job.fix("overlap_grad_sync", bool(overlap))
+    if stage in (1, 2):
+        _buckets(zero, bool(overlap), job, where)
     # ZeRO 3 prefetches the next modules' parameters (stage3_prefetch_bucket_size, on by
     # default); ZeRO 1-2 gather the updated parameters inside the optimizer step
     job.fix("overlap_param_gather", stage == 3, pin=False)
+
+
+# DeepSpeed's default zero_optimization.reduce_bucket_size (deepspeed/runtime/zero/config.py)
+DEEPSPEED_BUCKET = 500_000_000
+
+
+def _buckets(zero: dict[str, Any], overlap: bool, job: JobConfig, where: str) -> None:
+    """ZeRO 1-2 with overlap_comm reduce the gradients bucket by bucket as the backward fills
+    them, reduce_bucket_size elements a bucket over every parameter (stage_1_and_2.py's
+    ipg buckets; default 5e8): the plan's dp_bucket_size, dp_bucketing all. Without overlap the
+    reduction after the backward is costed as one sync."""
+    stated = zero.get("reduce_bucket_size")
+    key = "zero_optimization.reduce_bucket_size"
+    if not overlap:
+        if stated is not None:
+            job.skipped(key, stated, "the buckets of an overlapped reduction (overlap_comm): "
+                                     "no effect here")
+        return
+    if stated is None or _auto(stated):
+        size = DEEPSPEED_BUCKET
+        job.notes.append(f"{key} {'auto' if stated is not None else 'not given'}: DeepSpeed's "
+                         f"default, {size:,} elements (dp_bucket_size)")
+    else:
+        if isinstance(stated, bool) or not isinstance(stated, (int, float)) or stated < 1 \
+                or stated != int(stated) or stated > 10**13:
+            raise SpecError(f"{where}: {key} must be a whole number of elements (1 to 1e13), "
+                            f"got {stated!r}")
+        size = int(stated)
+        job.took(key, stated, f"dp_bucket_size {size:,} (a bucket of the reduction)")
+    job.fix("dp_bucket_size", size, pin=False)
+    job.fix("dp_bucketing", "all", pin=False)
 
 
 def _precision(data: dict[str, Any], job: JobConfig, where: str) -> None:

@@ -118,7 +118,7 @@ READ_OPTIONS: dict[str, int] = {
         "activation-func-clamp-value", "num-layers-at-start-in-bf16",
         "num-layers-at-end-in-bf16", "microbatch-group-size-per-virtual-pipeline-stage",
         "num-distributed-optimizer-instances", "tp-comm-overlap-cfg", "softmax-type",
-        "window-attn-skip-freq"), 1),
+        "window-attn-skip-freq", "ddp-bucket-size"), 1),
     **dict.fromkeys(("checkpoint-num-layers", "activations-checkpoint-method",
                      "activations-checkpoint-num-layers", "DDP-impl"), 1),
     # --num-experts: one or more numbers (Megatron-DeepSpeed's, one per MoE layer)
@@ -202,7 +202,7 @@ _IGNORED_KINDS = {
         "untie-embeddings-and-output-weights-init", "bias-swiglu-fusion",
         "no-async-tensor-model-"
         "parallel-allreduce", "use-cpu-initialization", "no-initialization",
-        "disable-tp-comm-split-ag", "disable-tp-comm-split-rs", "ddp-bucket-size",
+        "disable-tp-comm-split-ag", "disable-tp-comm-split-rs",
         "ddp-average-in-collective", "distributed-backend", "local-rank", "lazy-mpu-init",
         "use-ring-exchange-p2p",
         "barrier-with-L1-time", "no-barrier-with-level-1-timing", "high-priority-stream-groups",
@@ -2043,6 +2043,7 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     take("overlap_grad_reduce", "overlap_grad_sync (the gradient reduction hides behind the "
                                 "last micro-batch's backward)" if grad
          else "overlap_grad_sync false")
+    _buckets(settings, job, where, take, grad, zero, impl)
     if zero == 3:  # FSDP2 issues the next unit's all-gather while the current one computes
         job.fix("overlap_param_gather", True, pin=False)
         job.notes.append("--use-torch-fsdp2: FSDP2 prefetches the next unit's parameters "
@@ -2846,12 +2847,46 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
         args.append(["--no-gradient-accumulation-fusion"])
     if plan.overlap_grad_sync:
         args.append(["--overlap-grad-reduce"])
+        if plan.dp_bucket_size is not None and plan.zero < 3:
+            args.append(["--ddp-bucket-size", str(plan.dp_bucket_size)])
     if plan.overlap_param_gather and plan.zero == 1:  # FSDP2 (zero 3) prefetches by itself
         args.append(["--overlap-param-gather"])
     # Transformer Engine's backends: fused is cuDNN's kernel, flash FlashAttention's
     backend = {"cudnn": "fused"}.get(plan.attention_kernel or "", "flash")
     args.append(["--attention-backend", backend if plan.flash_attention else "unfused"])
     return args
+
+
+# torch.nn.parallel.DistributedDataParallel's default bucket_cap_mb (Megatron-LM's --DDP-impl
+# torch passed none), MiB of the 16-bit model's gradients it reduces
+TORCH_DDP_BUCKET_PARAMS = 25 * 2**20 // 2
+
+
+def _buckets(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None],
+             grad: bool, zero: int, impl: str | None) -> None:
+    """The gradient sync's buckets (Plan.dp_bucket_size, dp_bucketing): --ddp-bucket-size, in
+    parameters, where Megatron-Core buckets (--overlap-grad-reduce, ZeRO 0-1; without overlap it
+    sets no bucket size: one bucket), else its default, max(4e7, 1e6 dp cp); torch's DDP
+    (--DDP-impl torch) buckets every parameter, 25 MiB of gradients."""
+    size = _int(settings, "ddp_bucket_size", where)
+    if impl == "torch":
+        job.fix("dp_bucketing", "all", pin=False)
+        job.fix("dp_bucket_size", TORCH_DDP_BUCKET_PARAMS, pin=False)
+        job.notes.append("--DDP-impl torch: PyTorch DDP's buckets, bucket_cap_mb 25 MiB of 16-bit "
+                         f"gradients over every parameter (dp_bucket_size "
+                         f"{TORCH_DDP_BUCKET_PARAMS:,}, dp_bucketing all)")
+        take("ddp_bucket_size", "not read by --DDP-impl torch (PyTorch DDP's own buckets)")
+        return
+    if size is None:
+        return
+    if grad and zero < 3:
+        job.fix("dp_bucket_size", size)
+        take("ddp_bucket_size", f"dp_bucket_size {size} (parameters a bucket of the overlapped "
+                                "gradient sync and parameter gather)")
+    else:
+        take("ddp_bucket_size", "no effect: Megatron-Core buckets only an overlapped sync "
+                                "(--overlap-grad-reduce) of ZeRO 0-1" if zero < 3
+             else "no effect: FSDP2 syncs one unit a layer")
 
 
 def moe_arguments(model: Any, plan: Any) -> list[list[str]]:

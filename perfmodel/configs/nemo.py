@@ -86,6 +86,7 @@ _RENAMED = {"num_moe_experts": "num_experts", "gated_linear_unit": "swiglu",
             "use_distributed_optimizer": "use_distributed_optimizer",
             "overlap_grad_reduce": "overlap_grad_reduce",
             "overlap_param_gather": "overlap_param_gather", "micro_batch_size": "micro_batch_size",
+            "bucket_size": "ddp_bucket_size",
             "overlap_moe_expert_parallel_comm": "overlap_moe_expert_parallel_comm",
             "reuse_grad_buf_for_mxfp8_param_ag": "reuse_grad_buf_for_mxfp8_param_ag",
             "global_batch_size": "global_batch_size", "optimizer": "optimizer",
@@ -749,7 +750,6 @@ _OVERLAP_NOT_READ = {
     "batch_p2p_comm": "the pipeline's sends, as perfmodel models them",
     "overlap_param_gather_with_optimizer_step": "the same weight gather (not modelled apart)",
     "align_param_gather": "the same weight gather, aligned over the virtual stages",
-    "bucket_size": "the DDP's buckets (the same reduction)",
     "defer_embedding_wgrad_compute": "the same cost (the output layer's weight gradient)",
     "wgrad_deferral_limit": "the same cost (the output layer's weight gradient)"}
 
@@ -769,6 +769,9 @@ def _callback(callback: Any, settings: Settings, job: JobConfig, where: str) -> 
     else:
         job.strange(key, None, "a callback perfmodel does not read (it may change the model "
                                "or the plan)")
+
+
+NEMO2_BUCKET_PARAMS = 128 * 1024 * 1024  # MegatronCommOverlapCallback's DDP bucket, dp > 1
 
 
 def _comm_overlap(callback: dict[str, Any], settings: Settings, job: JobConfig,
@@ -809,6 +812,16 @@ def _comm_overlap(callback: dict[str, Any], settings: Settings, job: JobConfig,
             else:  # dp unknown (the world from --gpus): on, as with any dp > 1
                 settings[dest] = (f"{prefix} (its {dest} default, dp "
                                   f"{dp if dp is not None else '> 1'})", dp != 1)
+        # its DDP buckets: 128 x 1024 x 1024 parameters where dp > 1 (_get_optimizer_overlap_cfgs)
+        if callback.get("bucket_size") is not None:
+            settings["ddp_bucket_size"] = (f"{prefix}.bucket_size", callback["bucket_size"])
+        elif dp != 1:
+            if "ddp_bucket_size" in settings:  # the DDP's, which the callback's overrides
+                old, stated = settings.pop("ddp_bucket_size")
+                job.skipped(old, stated, f"overridden by {prefix}")
+            settings["ddp_bucket_size"] = (f"{prefix} (its bucket_size default with dp "
+                                           f"{dp if dp is not None else '> 1'})",
+                                           NEMO2_BUCKET_PARAMS)
     else:
         for dest in ("overlap_grad_reduce", "overlap_param_gather"):
             if dest in callback:
@@ -826,7 +839,7 @@ def _comm_overlap(callback: dict[str, Any], settings: Settings, job: JobConfig,
         if name in _OVERLAP_NOT_READ:
             job.skipped(f"{prefix}.{name}", value, _OVERLAP_NOT_READ[name])
         elif name not in ("_target_", "tp_comm_overlap", "overlap_grad_reduce",
-                          "overlap_param_gather", "overlap_p2p_comm"):
+                          "overlap_param_gather", "overlap_p2p_comm", "bucket_size"):
             job.strange(f"{prefix}.{name}", value)
 
 

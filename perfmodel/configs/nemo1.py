@@ -52,6 +52,7 @@ from perfmodel.configs.job import (
 )
 from perfmodel.configs.megatron import Settings
 from perfmodel.errors import SpecError
+from perfmodel.specs.loading import number
 
 # model keys that are Megatron's dests under the same name
 SAME = ("hidden_dropout", "attention_dropout",
@@ -564,6 +565,36 @@ def _mcore_param_gather(optim: dict[str, Any], job: JobConfig, where: str) -> No
             + ("overlapped" if given else "not overlapped"))
 
 
+APEX_BUCKET_MIB = 100.0  # DistributedFusedAdam's default bucket_cap_mb
+
+
+def _apex_buckets(optim: dict[str, Any], name: str, bf16_sync: bool, job: JobConfig,
+                  where: str) -> None:
+    """Apex's distributed_fused_adam overlapping its gradient sync buckets every parameter,
+    bucket_cap_mb MiB (default 100) of its grad_sync_dtype a bucket (apex/contrib/optimizers/
+    distributed_fused_adam.py: bucket_size = 1024 * 1024 * bucket_cap_mb / dtype_size): the
+    plan's dp_bucket_size in parameters, dp_bucketing all. Megatron-Core's optimizer
+    (mcore_distributed_optim) keeps Megatron-Core's default buckets; without overlap_grad_sync
+    there is nothing to bucket."""
+    stated = optim.get("bucket_cap_mb")
+    if name != "distributed_fused_adam" or not _truth(optim.get("overlap_grad_sync", False)):
+        if stated is not None:
+            job.skipped("model.optim.bucket_cap_mb", stated,
+                        "Apex's distributed_fused_adam's buckets of an overlapped gradient sync: "
+                        "no effect here")
+        return
+    mib = APEX_BUCKET_MIB if stated is None else number(
+        stated, f"{where}: model.optim.bucket_cap_mb", strict=True, maximum=2.0**40)
+    params = max(1, int(mib * 2**20 // (2 if bf16_sync else 4)))
+    job.plan.setdefault(AFTER, {}).update(dp_bucket_size=params, dp_bucketing="all")
+    what = (f"dp_bucket_size {params:,}, dp_bucketing all (Apex's buckets over every parameter, "
+            f"{mib:g} MiB of {'bf16' if bf16_sync else 'fp32'} gradients)")
+    if stated is None:
+        job.notes.append(f"model.optim.bucket_cap_mb not given: Apex's default, {what}")
+    else:
+        job.took("model.optim.bucket_cap_mb", stated, what)
+
+
 def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where: str,
                bf16_weights: bool) -> None:
     """The optimizer; bf16_weights: the model's weights bf16 (megatron_amp_O2 under bf16
@@ -581,7 +612,7 @@ def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where:
                           "distributed_fused_adam, mcore_distributed_optim, fused_adam, adam")
     mcore = name == "mcore_distributed_optim"
     read = {"name", "overlap_grad_sync", "grad_sync_dtype", "dtype", "overlap_param_sync",
-            "overlap_param_gather"}
+            "overlap_param_gather", "bucket_cap_mb"}
     if name not in ("distributed_fused_adam", "mcore_distributed_optim"):
         job.took("model.optim.name", name, "zero 0 (Adam's states whole on every data-parallel "
                                            "rank)")
@@ -601,8 +632,10 @@ def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where:
         elif "overlap_param_gather" in optim:
             job.skipped("model.optim.overlap_param_gather", optim["overlap_param_gather"],
                         "not Apex's distributed_fused_adam's switch (its overlap_param_sync is)")
-        if str(optim.get("grad_sync_dtype", "fp32")).lower() in ("bf16", "bfloat16"):
+        bf16_sync = str(optim.get("grad_sync_dtype", "fp32")).lower() in ("bf16", "bfloat16")
+        if bf16_sync:
             settings["grad_reduce_in_bf16"] = ("model.optim.grad_sync_dtype", True)
+        _apex_buckets(optim, name, bf16_sync, job, where)
         bf16_states = str(optim.get("dtype", "fp32")).lower() in ("bf16", "bfloat16")
         if bf16_states and mcore:
             job.skipped("model.optim.dtype", optim["dtype"], "no effect on Megatron-Core's "
@@ -616,13 +649,13 @@ def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where:
             # no fp32 master weights: megatron_base_model.py), as the development set's
             # nemotron4-340b row reads it (benchmarks/bench_accuracy.py STACK_OPTIONS); fixed
             # after the Megatron settings (AFTER)
-            job.plan[AFTER] = {"optimizer_dtype": "bf16"}
+            job.plan.setdefault(AFTER, {})["optimizer_dtype"] = "bf16"
             job.took("model.optim.dtype", optim["dtype"], "optimizer_dtype bf16")
         elif name == "distributed_fused_adam" and bf16_weights:
             # Apex's DistributedFusedAdam with fp32 states beside bf16 weights keeps the master
             # weights as their 16-bit remainders (NeMo's setup_optimization: store_params False,
             # store_param_remainders True; with fp8_params it stores them whole)
-            job.plan[AFTER] = {"master_weights": "remainders"}
+            job.plan.setdefault(AFTER, {})["master_weights"] = "remainders"
             job.took("model.optim.name", name, "master_weights remainders (Apex's "
                      "store_param_remainders beside megatron_amp_O2's bf16 weights)")
     for key, value in optim.items():

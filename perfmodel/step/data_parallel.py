@@ -286,6 +286,48 @@ def replicas(c: Context) -> sp.Expr:
     return S.dp * S.cp
 
 
+# Megatron-Core's default bucket without --ddp-bucket-size: max(40,000,000, 1,000,000 x the
+# dp x cp group's ranks) parameters, "larger DP sizes need larger buckets to ensure collectives
+# do not become latency-bound" (megatron/core/distributed/distributed_data_parallel_config.py and
+# distributed_data_parallel.py, from core v0.7.0 on)
+BUCKET_MIN_PARAMS = 40_000_000
+BUCKET_PARAMS_PER_RANK = 1_000_000
+
+
+def bucket_size(c: Context) -> sp.Expr:
+    """Parameters per data-parallel bucket: the plan's (N_bkt, Plan.dp_bucket_size), else (N_bkt
+    0) Megatron-Core's default over the dp x cp group, max(4e7, 1e6 dp cp). Megatron-Core takes
+    the same size for its expert buffers."""
+    default = 1 - lmin(1, S.N_bkt)
+    return lmax(S.N_bkt, default * lmax(BUCKET_MIN_PARAMS,
+                                         BUCKET_PARAMS_PER_RANK * replicas(c)))
+
+
+def sync_buckets(c: Context, params: sp.Expr) -> sp.Expr:
+    """Collectives one sync of `params` parameters a GPU issues (each of the reduction and the
+    gather): with overlap_grad_sync, one per bucket, as each bucket's layers' backward has
+    produced it; without, one (Megatron-Core sets no bucket size then: one bucket a buffer; the
+    validation job's distributed optimizer). Buckets of bucket_size parameters over the first
+    model chunk, each of the v - 1 later chunks of an interleaved pipeline one bucket
+    (Megatron-Core: I_bkt 0), or over every parameter (Apex's DistributedFusedAdam, PyTorch DDP:
+    I_bkt 1): ceil(P / (v B)) + v - 1, or ceil(P / B). A sync that is one bucket takes one call's
+    latency; split in n it takes n (NCCL's per-call start-up and its ring's steps each time) for
+    the same bytes: what grows with the ranks of the group (perfmodel.costs.collectives)."""
+    size = bucket_size(c)
+    chunked = applied(sp.ceiling, params / (S.v * size)) + S.v - 1
+    flat = applied(sp.ceiling, params / size)
+    count = lmax(1, S.I_bkt * flat + (1 - S.I_bkt) * chunked)
+    return c.overlap_grad_sync * count + (1 - c.overlap_grad_sync)
+
+
+def last_bucket_share(c: Context, params: sp.Expr, layers: sp.Expr) -> sp.Expr:
+    """The share of a stage's sync that cannot hide behind the compute it overlaps: one layer's
+    (NeMo: "exposes only one DP communication chunk"), or one bucket's where a bucket holds more
+    than a layer's parameters (Megatron-Core's default at a large dp: its last bucket is reduced
+    after the backward that fills it)."""
+    return lmax(1 / layers, lmin(1, bucket_size(c) / lmax(1, params)))
+
+
 def expert_replicas(c: Context) -> sp.Expr:
     """The ranks holding the same routed expert shards: tp dp cp / (ep etp) (the axis edp)."""
     return S.tp * S.dp * S.cp / (S.ep * S.etp)
@@ -438,22 +480,29 @@ def sync_collectives(c: Context, params: Parameters,
     # 1 where the routed experts sync apart over edp (none without experts)
     apart = expert_sync_apart(c) if c.fam.moe else sp.Integer(0)
     stage8 = stage_weight_bytes(c, params) if c.fam.fp8_params else None  # (dense, experts)
-    grad_bytes, weight_bytes = S.gbytes * params.per_gpu, gathered_weight_bytes(c, params)
+    synced = params.per_gpu  # the largest stage's parameters in the dp x cp sync
+    grad_bytes, weight_bytes = S.gbytes * synced, gathered_weight_bytes(c, params)
     if c.fam.moe:  # the experts with the others where they do not sync apart
-        params_dp = params.dense_per_gpu + (1 - apart) * params.experts_per_gpu
-        grad_bytes, weight_bytes = S.gbytes * params_dp, S.wbytes * params_dp
+        synced = params.dense_per_gpu + (1 - apart) * params.experts_per_gpu
+        grad_bytes, weight_bytes = S.gbytes * synced, S.wbytes * synced
         if stage8 is not None:  # each part's FP8 weights at e_8
             weight_bytes = lmax(*stage8[0].values()) + (1 - apart) * lmax(*stage8[1].values())
     z1, z3 = c.zero1, c.zero3
 
+    # the ledger's bytes rank 0's (the first stage's parameters), the time the largest stage's
+    # (every stage syncs at once), as the experts' below; each sync one collective per bucket
+    # (sync_buckets), the bytes split among them
+    first = params.per_stage["first"] - apart * params.experts["first"]
+    buckets = (sync_buckets(c, first), sync_buckets(c, synced))
+
     def dp(name: str, op: str, nbytes: sp.Expr, calls: sp.Expr, phase: str = "step",
            axis: str = "dp_cp", time_nbytes: sp.Expr | None = None) -> Collective:
-        return Collective(name=name, op=op, axis=axis, nbytes=nbytes, time_nbytes=time_nbytes,
-                          calls=calls, phase=phase, in_phase=SYNC, term="comm/dp", fam=c.fam)
+        split, most = buckets
+        return Collective(name=name, op=op, axis=axis, nbytes=nbytes / split,
+                          time_nbytes=(nbytes if time_nbytes is None else time_nbytes) / most,
+                          calls=times(calls, split), transfers=times(calls, most),
+                          phase=phase, in_phase=SYNC, term="comm/dp", fam=c.fam)
 
-    # the ledger's bytes rank 0's (the first stage's parameters), the time the largest stage's
-    # (every stage syncs at once), as the experts' below
-    first = params.per_stage["first"] - apart * params.experts["first"]
     # the distributed optimizer's buffers padded to whole shards (padded); an FP8 gather
     # (fp8_params) mixes buffers of two dtypes and is counted unpadded, the largest stage's
     pad = padded(replicas(c))
@@ -479,6 +528,7 @@ def sync_collectives(c: Context, params: Parameters,
         # most
         held_first, held_most = lmin(1, e_first), lmin(1, e_most)
         pad_e = padded(expert_replicas(c))
+        split, most = sync_buckets(c, e_first), sync_buckets(c, e_most)
         if stage8 is not None:
             gather_first, gather_most = stage8[1]["first"], lmax(*stage8[1].values())
         else:
@@ -491,10 +541,10 @@ def sync_collectives(c: Context, params: Parameters,
                  pad_e(S.gbytes * e_most, S.gbytes), apart * (z1 - z3) * (1 - allreduced)),
                 ("edp/all_gather", "all_gather", gather_first, gather_most,
                  apart * (z1 - z3))):
-            out.append(Collective(name=name, op=op, axis="edp", nbytes=nbytes,
-                                  time_nbytes=time_nbytes, calls=times(held_first, calls),
-                                  transfers=None if e_first == e_most
-                                  else times(held_most, calls),
+            out.append(Collective(name=name, op=op, axis="edp", nbytes=nbytes / split,
+                                  time_nbytes=time_nbytes / most,
+                                  calls=times(held_first, calls) * split,
+                                  transfers=times(held_most, calls) * most,
                                   phase="step", in_phase=SYNC, term="comm/dp", fam=c.fam))
     gathered, reduced = unit_syncs(c)
     for u in units:  # the ledger's calls rank 0's, the time the stage's with the most
@@ -613,9 +663,10 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     # issued ahead of the compute that needs them: regathers)
     gathers = tuple(f"{name}/{op}" for name in fsdp for op in ("all_gather", "all_gather_again"))
     gathered_once = tuple(f"{name}/all_gather_once" for name in fsdp)
+    last = last_bucket_share(c, params.per_gpu, layers)  # a layer's, or a bucket's
     overlaps = (
         Overlap("the last micro-batch's backward", backward_s, c.overlap_grad_sync,
-                floor=1 / layers, of=grads),
+                floor=last, of=grads),
         # every micro-batch's reductions behind the backwards (deferred: the last one's);
         # under a pipeline FSDP reduces after the stage's last backward (module doc)
         Overlap("each reducing micro-batch's backward", reducing * backward_s,
@@ -624,7 +675,7 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
         Overlap("each pipeline schedule's first forward", schedules * forward_s,
                 c.overlap_param_gather, floor=1 / n_units, of=gathered_once),
         Overlap("the next step's first forward", forward_s, c.overlap_param_gather,
-                floor=1 / layers, of=param_gathers),
+                floor=last, of=param_gathers),
         # (kept from forward to backward, a unit's one gather a micro-batch is in the forward)
         Overlap("every micro-batch's forward and backward", m * (forward_s + (1 - kept_back)
                                                                  * backward_s),

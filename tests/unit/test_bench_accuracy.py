@@ -164,7 +164,8 @@ def test_architecture_columns_a_row_states_win():
     ("selective recompute of layernorm+moe_act", {"recompute": "selective",
                                                   "recompute_modules": "layernorm,moe_act"}),
     # NeMo 1's names (megatron_gpt_config.yaml) and other stacks' words
-    ("distributed_fused_adam", {"zero": 1}), ("overlap_param_sync", {"overlap_param_gather": True}),
+    ("distributed_fused_adam", {"zero": 1, "dp_bucketing": "all"}),
+    ("overlap_param_sync", {"overlap_param_gather": True}),
     ("ub_tp_comm_overlap", {"tp_comm_overlap": True}), ("fp8_hybrid", {"fp8_recipe": "delayed"}),
     ("megatron_amp_O2", {}), ("FSDP", {"zero": 3, "overlap_grad_sync": True}),
     ("async TP", {"tp_comm_overlap": True}),
@@ -589,7 +590,8 @@ def test_a_pipeline_of_uneven_stages_not_stated_is_refused_not_guessed():
     ("scatter-gather optimization", {"pp_scatter_gather": "where it applies"}),
     ("Scatter_Gather", {"pp_scatter_gather": "where it applies"}),
     ("Overlap-Grad-Reduce", {"overlap_grad_sync": True}),
-    ("distributed fused adam optimizer", {"zero": 1}), ("ZeRO-1 optimizer", {"zero": 1}),
+    ("distributed fused adam optimizer", {"zero": 1, "dp_bucketing": "all"}),
+    ("ZeRO-1 optimizer", {"zero": 1}),
     ("mixed precision", {}),
     # never a guess: an optimizer of a precision is not that precision, an unknown stays unknown
     ("fp32 optimizer", None), ("fp8 optimization", None), ("a new trick optimization", None)])
