@@ -69,9 +69,10 @@ HF_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096
              "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
              "vocab_size": 128256, "max_position_embeddings": 8192, "tie_word_embeddings": False}
 HF_SEQ_LEN = 2048
-PLANS = ("gpus,dp,tp,pp,micro_batch,global_batch,schedule,virtual_stages,recompute,zero,layers\n"
-         "8,8,1,1,1,8,1f1b,1,none,1,\n8,1,8,1,1,4,gpipe,1,full,0,\n"
-         "8,2,2,2,1,8,interleaved,2,selective,1,16\n")
+PLANS = ("gpus,dp,tp,pp,micro_batch,global_batch,schedule,virtual_stages,recompute,zero,layers,"
+         "overlap_grad_sync,dp_bucket_size,dp_bucketing\n"
+         "8,8,1,1,1,8,1f1b,1,none,1,,true,40000000,all\n8,1,8,1,1,4,gpipe,1,full,0,,,,\n"
+         "8,2,2,2,1,8,interleaved,2,selective,1,16,true,,megatron\n")
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**30, 10**30),
                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))

@@ -493,8 +493,10 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
             # what costs every step though it logs or checks is said in a note, not ignored
             from perfmodel.configs.megatron import UNMODELLED_COSTS
 
-            said = [k for k, v in value.items() if k.replace("_", "-") in UNMODELLED_COSTS
-                    and _truth(v)] if isinstance(value, dict) else []
+            # (a key of another type, YAML's null or a number, names no such cost)
+            said = [k for k, v in value.items() if isinstance(k, str)
+                    and k.replace("_", "-") in UNMODELLED_COSTS and _truth(v)] \
+                if isinstance(value, dict) else []
             for field_name in said:
                 _not_read(job, f"{name}.{field_name}", field_name, value[field_name], False)
             count = len(value) - len(said) if isinstance(value, dict) else 1

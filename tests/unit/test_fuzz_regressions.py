@@ -310,3 +310,16 @@ def test_a_deepspeed_config_name_too_long_for_a_file_is_not_readable_here(tmp_pa
             f"--deepspeed --deepspeed_config {'1' + '0' * 300}\n")
     job = read_config(_job_file(tmp_path, "args.txt", args))
     assert any("not readable here" in note for note in job.notes)
+
+
+def test_a_bridge_sections_key_that_is_not_text_is_ignored_with_the_section(tmp_path):
+    # was: AttributeError "'int' object has no attribute 'replace'" (benchmarks/fuzz_parsers.py,
+    # configs (fields), 2026-12-05): an ignored section's keys were taken for text
+    import yaml
+
+    from perfmodel.configs import read_config
+
+    data = yaml.safe_load((_CONFIGS / "bridge_llama3_8b.yaml").read_text())
+    data["checkpoint"] = {1: True, None: "x", "save": None}
+    job = read_config(_job_file(tmp_path, "job.yaml", yaml.safe_dump(data)))
+    assert "checkpoint" in "\n".join(job.report())
