@@ -53,6 +53,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfmodel.configs.megatron import TORCH_DDP_BUCKET_MIB
+from perfmodel.configs.nemo import NEMO2_BUCKET_PARAMS
+from perfmodel.configs.nemo1 import APEX_BUCKET_MIB, apex_bucket_params
 from perfmodel.costs.precision import megatron_master_weights
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -709,23 +712,19 @@ def architecture_assumed(row: dict[str, Any], origin: dict[str, str]) -> list[st
 
 def apex_buckets(mib: float, grad_sync_dtype: str) -> dict[str, Any]:
     """Apex's DistributedFusedAdam (NeMo 1's distributed_fused_adam) buckets: bucket_cap_mb MiB
-    of its gradient-sync dtype, running through every parameter (apex/contrib/optimizers/
-    distributed_fused_adam.py: bucket_size = 1024 * 1024 * bucket_cap_mb / dtype_size)."""
+    of its gradient-sync dtype, running through every parameter, as NeMo 1's reader takes them
+    (perfmodel.configs.nemo1.apex_bucket_params)."""
     size = {"bf16": 2, "fp16": 2, "fp32": 4}[grad_sync_dtype]
-    return {"dp_bucket_size": int(mib * 2**20 // size), "dp_bucketing": "all"}
-
-
-NEMO2_BUCKET = 128 * 1024 * 1024  # parameters (see STACK_OPTIONS)
-APEX_BUCKET_MIB = 100  # DistributedFusedAdam's default bucket_cap_mb
-TORCH_DDP_BUCKET_MIB = 25  # torch.nn.parallel.DistributedDataParallel's default bucket_cap_mb
+    return {"dp_bucket_size": apex_bucket_params(mib, size), "dp_bucketing": "all"}
 
 
 def torch_ddp_buckets(dtype: str) -> dict[str, Any]:
     """PyTorch DDP's buckets: bucket_cap_mb 25 MiB of the gradients it reduces (the model's own,
     16-bit under fp16 or bf16 training), over every parameter (its first bucket, 1 MiB, counted
-    as one of the others)."""
+    as one of the others; perfmodel.configs.megatron reads --DDP-impl torch so)."""
     size = 4 if dtype == "fp32" else 2
     return {"dp_bucket_size": TORCH_DDP_BUCKET_MIB * 2**20 // size, "dp_bucketing": "all"}
+
 
 # What the published dgxc runs' configs state beyond the CSV's features, by release and model (the
 # release is in the row's source_ref: "...: v24.11.1 nemotron/README_340b.md"), from
@@ -759,9 +758,9 @@ STACK_OPTIONS: dict[tuple[str, str], dict[str, Any]] = {
     # _get_optimizer_overlap_cfgs)
     # (Megatron-Core's DDP, not Apex's optimizer, whatever the table's feature names)
     ("v25.04", "nemotron4-15b"): dict(grad_dtype="bf16", cross_entropy="native",
-                                      dp_bucket_size=NEMO2_BUCKET, dp_bucketing="megatron"),
+                                      dp_bucket_size=NEMO2_BUCKET_PARAMS, dp_bucketing="megatron"),
     ("v25.04", "nemotron4-340b"): dict(grad_dtype="bf16", cross_entropy="native",
-                                       dp_bucket_size=NEMO2_BUCKET, dp_bucketing="megatron"),
+                                       dp_bucket_size=NEMO2_BUCKET_PARAMS, dp_bucketing="megatron"),
 }
 # ... and what they ran that the model takes otherwise (listed as not modelled)
 STACK_NOT_MODELLED: dict[tuple[str, str], list[str]] = {}
@@ -1987,7 +1986,7 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
         # grad_sync_dtype, the main gradients' (fp32 unless stated)
         plan.update(apex_buckets(APEX_BUCKET_MIB, plan.get("grad_dtype") or "fp32"))
         missing.append(f"assumed: optimizer buckets not stated: Apex's default bucket_cap_mb "
-                       f"{APEX_BUCKET_MIB} MiB ({plan['dp_bucket_size']:,} parameters)")
+                       f"{APEX_BUCKET_MIB:g} MiB ({plan['dp_bucket_size']:,} parameters)")
     return model, plan, missing, origin
 
 

@@ -2859,7 +2859,8 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
 
 # torch.nn.parallel.DistributedDataParallel's default bucket_cap_mb (Megatron-LM's --DDP-impl
 # torch passed none), MiB of the 16-bit model's gradients it reduces
-TORCH_DDP_BUCKET_PARAMS = 25 * 2**20 // 2
+TORCH_DDP_BUCKET_MIB = 25
+TORCH_DDP_BUCKET_PARAMS = TORCH_DDP_BUCKET_MIB * 2**20 // 2
 
 
 def _buckets(settings: Settings, job: JobConfig, where: str, take: Callable[[str, str], None],

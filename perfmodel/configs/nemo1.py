@@ -568,6 +568,13 @@ def _mcore_param_gather(optim: dict[str, Any], job: JobConfig, where: str) -> No
 APEX_BUCKET_MIB = 100.0  # DistributedFusedAdam's default bucket_cap_mb
 
 
+def apex_bucket_params(mib: float, grad_sync_bytes: int) -> int:
+    """Parameters in one of Apex's buckets: bucket_cap_mb MiB of the gradient-sync dtype
+    (apex/contrib/optimizers/distributed_fused_adam.py: 1024 * 1024 * bucket_cap_mb /
+    dtype_size)."""
+    return max(1, int(mib * 2**20 // grad_sync_bytes))
+
+
 def _apex_buckets(optim: dict[str, Any], name: str, bf16_sync: bool, job: JobConfig,
                   where: str) -> None:
     """Apex's distributed_fused_adam overlapping its gradient sync buckets every parameter,
@@ -585,7 +592,7 @@ def _apex_buckets(optim: dict[str, Any], name: str, bf16_sync: bool, job: JobCon
         return
     mib = APEX_BUCKET_MIB if stated is None else number(
         stated, f"{where}: model.optim.bucket_cap_mb", strict=True, maximum=2.0**40)
-    params = max(1, int(mib * 2**20 // (2 if bf16_sync else 4)))
+    params = apex_bucket_params(mib, 2 if bf16_sync else 4)
     job.plan.setdefault(AFTER, {}).update(dp_bucket_size=params, dp_bucketing="all")
     what = (f"dp_bucket_size {params:,}, dp_bucketing all (Apex's buckets over every parameter, "
             f"{mib:g} MiB of {'bf16' if bf16_sync else 'fp32'} gradients)")
