@@ -185,6 +185,10 @@ class Compiled:
     arg_names: tuple[str, ...]
     out_names: tuple[str, ...]
     fn: Callable[..., Any]
+    # what the module's META holds beyond the names: "ledger", the communication ledger's records
+    # ([name, axis, op, phase, stage] each, for the outputs ledger:<i>:calls and :nbytes) of a
+    # family's "all" outputs, so that a warm process needs no sympy model for them
+    meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __call__(self, values: Mapping[str, Any]) -> dict[str, Any]:
         # numbers as numpy floats: x / 0.0 is then inf (refused by its consumer), not a Python
@@ -637,7 +641,8 @@ def compile_family(family: Any, which: str = "all") -> Compiled:
     """Lambdify a family once per process (and once per machine, through the disk cache)."""
     namespace = cached(family_module(family, which), lambda: _source(family, which))
     meta = namespace["META"]
-    return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"])
+    return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"],
+                    {k: v for k, v in meta.items() if k not in ("args", "outs")})
 
 
 def family_module(family: Any, which: str = "all") -> str:
@@ -653,23 +658,35 @@ def _built(family: Any) -> Any:
 
 
 def _source(family: Any, which: str) -> str:
-    """The numpy source of a family's outputs: META (argument and output names) and
-    `family(*args)` (perfmodel.codegen; sympy.lambdify for a node codegen cannot print)."""
-    return outputs_source(outputs_of(_built(family), which))
+    """The numpy source of a family's outputs: META (argument and output names; for "all", the
+    ledger's records) and `family(*args)` (perfmodel.codegen; sympy.lambdify for a node codegen
+    cannot print)."""
+    built = _built(family)
+    extra = {"ledger": [[op.name, op.axis, op.op, op.phase, op.stage] for op in built.ledger]} \
+        if which == "all" else {}
+    return outputs_source(outputs_of(built, which), extra)
 
 
-def compile_outputs(family: Any, name: str,
-                    outputs: Callable[[Any], Mapping[str, Any]]) -> Compiled:
+def compile_outputs(family: Any, name: str, outputs: Callable[[Any], Mapping[str, Any]],
+                    extra: Callable[[Any], Mapping[str, Any]] | None = None) -> Compiled:
     """Compile other outputs of a family's built model (`outputs(built)`: name -> expression),
-    cached on disk like compile_family's under `name` (e.g. perfmodel.timeline's pass times)."""
+    cached on disk like compile_family's under `name` (e.g. perfmodel.timeline's pass times);
+    `extra(built)`, literals about the built model, kept in Compiled.meta (no sympy model in a
+    warm process)."""
     key = hashlib.sha256(f"{family_key(family)}/{name}".encode()).hexdigest()[:20]
-    namespace = cached(key, lambda: outputs_source(outputs(_built(family))))
+
+    def source() -> str:
+        built = _built(family)
+        return outputs_source(outputs(built), extra(built) if extra else None)
+
+    namespace = cached(key, source)
     meta = namespace["META"]
-    return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"])
+    return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"],
+                    {k: v for k, v in meta.items() if k not in ("args", "outs")})
 
 
-def outputs_source(outputs: Mapping[str, Any]) -> str:
-    """The numpy source of named expressions (see _source)."""
+def outputs_source(outputs: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> str:
+    """The numpy source of named expressions (see _source), `extra` in its META (literals)."""
     import sympy as sp
 
     from perfmodel import codegen
@@ -681,6 +698,6 @@ def outputs_source(outputs: Mapping[str, Any]) -> str:
     arg_names = tuple(name for name, (sym, _) in table.items() if sym in used)
     taken: set[str] = set()
     params = [(table[name][0], codegen.identifier(name, taken)) for name in arg_names]
-    meta = {"args": list(arg_names), "outs": list(outputs)}
+    meta = {"args": list(arg_names), "outs": list(outputs), **(extra or {})}
     return (f"# perfmodel compiled family\nimport numpy as {codegen.NUMPY}\n\nMETA = {meta!r}\n\n\n"
             f"{codegen.function_source('family', params, exprs)}")

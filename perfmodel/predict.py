@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from perfmodel.encode import (
     check_dispatcher,
@@ -406,13 +406,19 @@ def ledger_axis(axis: str, plan: Plan) -> str:
     return "dp" if axis == "dp_cp" and plan.cp == 1 else axis
 
 
-_LEDGER_META: dict[Any, list[Any]] = {}
+class LedgerRecord(NamedTuple):
+    """What a ledger record is beyond its numbers (comm_ledger: calls and bytes per call)."""
+
+    name: str
+    axis: str
+    op: str
+    phase: str
+    stage: str
 
 
-def build_ledger_meta(family: Any) -> list[Any]:
-    """The ledger's records (names, ops) of a family; the numbers come from the compiled outputs."""
-    if family not in _LEDGER_META:
-        from perfmodel.evaluate import _built  # the model compile_family built, if it did
+def build_ledger_meta(family: Any) -> list[LedgerRecord]:
+    """The ledger's records (names, ops) of a family, as its compiled module holds them (no
+    sympy model in a warm process); the numbers come from the compiled outputs."""
+    from perfmodel.evaluate import compile_family
 
-        _LEDGER_META[family] = _built(family).ledger
-    return _LEDGER_META[family]
+    return [LedgerRecord(*record) for record in compile_family(family).meta["ledger"]]

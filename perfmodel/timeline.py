@@ -179,6 +179,12 @@ def _outputs(built: Any) -> dict[str, Any]:
     return out
 
 
+def _step_meta(built: Any) -> dict[str, Any]:
+    """The step phases' names, in order, and their streams (kept with the compiled outputs)."""
+    return {"step_phases": [ph.name for ph in built.phases["step"]],
+            "step_streams": _step_streams(built)}
+
+
 def _step_streams(built: Any) -> dict[str, str]:
     """The stream of each step phase's communication (its collectives' term)."""
     return {ph.name: _COMM_STREAM[ph.comms[0].term] if ph.comms else "DP comm"
@@ -201,17 +207,16 @@ class PassTimes:
 def pass_times(model: Any, hardware: Any, plan: Any) -> PassTimes:
     """Evaluate the timeline's expressions for one plan (compiled once per family, cached on disk
     like predict's: perfmodel.evaluate.compile_outputs)."""
-    from perfmodel.evaluate import _built, compile_outputs, family_of, values_of
+    from perfmodel.evaluate import compile_outputs, family_of, values_of
 
     family = family_of(model, hardware, plan)
-    compiled = compile_outputs(family, "timeline", _outputs)
+    compiled = compile_outputs(family, "timeline", _outputs, _step_meta)
     values = {k: float(v) for k, v in compiled(values_of(model, hardware, plan)).items()}
     bad = [k for k, v in values.items() if not math.isfinite(v)]
     if bad:
         raise InternalError(f"timeline: {', '.join(bad[:3])} not finite; please report it")
-    built = _built(family)
-    return PassTimes(values=values, step_phases=tuple(ph.name for ph in built.phases["step"]),
-                     step_streams=_step_streams(built))
+    return PassTimes(values=values, step_phases=tuple(compiled.meta["step_phases"]),
+                     step_streams=dict(compiled.meta["step_streams"]))
 
 
 # --- laying the step out -------------------------------------------------------------------------
