@@ -12,10 +12,12 @@ searches run ahead are of the same model on the same hardware, so they mostly ne
 modules and start as soon as those are filed, still beside the main search. The parent asks for
 a job's result when it needs it (Ahead.get): from the pipe, waiting while the child computes it,
 or computed in this process where the child cannot give it (not forked: one CPU, another thread,
-not Linux, PERFMODEL_NO_BUILD_AHEAD; the child failed or ended; the child is busy with a job
-before it that the parent does not need; the child waits for a module nobody is building:
-evaluate.coming). Either way the result is the same function's on the same input: running ahead
-changes how long the answer takes, never the answer. A child still running when the parent has
+not Linux, PERFMODEL_NO_BUILD_AHEAD; the child failed or ended; the child waits for a module
+nobody is building: evaluate.coming) or has not started it yet: while the child is on a job
+before it, this process computes it beside the child, which keeps on where a job it has left is
+needed and is stopped where none is (waiting for both jobs in turn would take their sum).
+Either way the result is the same function's on the same input: running ahead changes how long
+the answer takes, never the answer. A child still running when the parent has
 what it needs, or exits, is stopped (SIGTERM); a child whose parent has gone stops itself.
 
 os.fork by hand, as perfmodel.evaluate.build_ahead (its reasons there); the framing of the
@@ -51,7 +53,8 @@ class Ahead:
     def __init__(self, jobs: Iterable[tuple[str, Callable[[], Any]]]) -> None:
         self.jobs = list(jobs)
         self.keys = [key for key, _ in self.jobs]
-        self.results: dict[str, Any] = {}
+        self.results: dict[str, Any] = {}  # the child's, and those computed here
+        self.given: set[str] = set()  # the keys whose results the child has written
         self.waiting: str | None = None  # the module the child waits for, if it waits
         self.pid: int | None = None
         self.read: int | None = None
@@ -69,26 +72,35 @@ class Ahead:
         _RUNNING.add(self)
 
     def get(self, key: str, compute: Callable[[], Any], needed: Iterable[str] = ()) -> Any:
-        """The result of job `key`: the child's, or compute() here. needed: the other keys the
-        caller will ask for (a job before `key` that is neither needed nor done makes the child
-        late: it is stopped and `key` computed here)."""
+        """The result of job `key`: the child's, or compute() here. The child runs its jobs in
+        order, so it is on the first job it has not given: `key` is waited for only if it is
+        that job; a later one is computed here meanwhile (the child keeps on where `needed`, the
+        other keys the caller will ask for, holds a job it has not given, else it is stopped)."""
         if key in self.results:
             return self.results[key]
         if key not in self.keys:
             return compute()
+        stuck = False
         if self.read is not None:
-            wanted = set(needed) | {key}
             self._drain(block=False)
-            ahead = self.keys[:self.keys.index(key)]
-            if all(k in self.results or k in wanted for k in ahead):
+            if key not in self.results and self._current() == key:
                 while key not in self.results and self.read is not None:
                     if self.waiting is not None and not evaluate.coming(Path(self.waiting)):
-                        break  # it waits for a module nobody is building: computed here
+                        stuck = True  # it waits for a module nobody is building
+                        break
                     self._drain(block=True, timeout_s=CHECK_S)
             if key in self.results:
                 return self.results[key]
-        self.stop()
-        return compute()
+        result = compute()
+        self.results[key] = result  # the same function's on the same input as the child's
+        if stuck or not set(needed).intersection(
+                k for k in self.keys if k not in self.given and k not in self.results):
+            self.stop()
+        return result
+
+    def _current(self) -> str | None:
+        """The job the child is on: the first it has not given (None: it has given them all)."""
+        return next((k for k in self.keys if k not in self.given), None)
 
     def stop(self) -> None:
         """End the child (if running) and collect it."""
@@ -137,8 +149,9 @@ class Ahead:
             del self._buffer[:_HEADER.size + size]
             if key is None:  # the child waits for a module, or has it
                 self.waiting = result["waiting"]
-            else:
-                self.results[key] = result
+            else:  # a result computed here meanwhile stands (the same, by the same function)
+                self.results.setdefault(key, result)
+                self.given.add(key)
 
     def _close(self) -> None:
         if self.read is not None:

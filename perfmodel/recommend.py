@@ -14,7 +14,15 @@ from perfmodel.ahead import Ahead
 from perfmodel.encode import compute_dtype
 from perfmodel.errors import PlanError
 from perfmodel.predict import Prediction, predict
-from perfmodel.search import Scored, SearchRequest, SearchResult, divisors, resolved_request, search
+from perfmodel.search import (
+    Scored,
+    SearchRequest,
+    SearchResult,
+    divisors,
+    resolved_request,
+    search,
+    searches_cp,
+)
 from perfmodel.specs.hardware import LINK_PROTOCOLS, HardwareSpec, hardware_from_dict
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
@@ -95,14 +103,18 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
 
 
 def alternatives(model: TransformerSpec, req: SearchRequest) -> list[tuple[str, SearchRequest]]:
-    """The searches the explanation nearly always runs after the main one (run ahead:
-    perfmodel.ahead): an FP8 search's in bf16 (fp8_explanation: always), and a mixture of
-    experts' without expert parallelism where the request leaves ep open (parallelism_wins,
-    where the best plan takes ep > 1: nearly always). The others it may run (without cp, without
-    etp: where the best plan takes them, seldom) run after it, where needed."""
+    """The searches the explanation may run after the main one (run ahead: perfmodel.ahead), in
+    the order of how often it does: an FP8 search's in bf16 (fp8_explanation: always), a mixture
+    of experts' without expert parallelism where the request leaves ep open (parallelism_wins,
+    where the best plan takes ep > 1: nearly always), and the search without context parallelism
+    where it searches cp > 1 (where the best plan takes it: DeepSeek-V3 on 256 GB200 at 4,096
+    tokens; a job the child has not reached when it is asked for is computed in this process,
+    beside the child's). The one without etp (seldom) runs after it, where needed."""
     out = [("fp8", bf16_request(req))] if req.dtype is Dtype.FP8 else []
     if model.experts and req.ep is None:
         out.append(("ep", without(req, "ep")))
+    if searches_cp(model, req):
+        out.append(("cp", without(req, "cp")))
     return out
 
 

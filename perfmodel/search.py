@@ -505,6 +505,12 @@ def _context_degrees(model: TransformerSpec, req: SearchRequest, rest: int) -> l
     return out
 
 
+def searches_cp(model: TransformerSpec, req: SearchRequest) -> bool:
+    """Whether the request's search takes context-parallel degrees above 1 (left open, a fused
+    kernel, a sequence they cut into 2 cp chunks) on some GPU count it asks for."""
+    return req.cp is None and any(len(_context_degrees(model, req, g)) > 1 for g in req.gpus)
+
+
 def expert_degrees(model: TransformerSpec, req: SearchRequest, dp: int, cp: int,
                    tp: int = 1, etp: int = 1) -> list[int]:
     """The expert-parallel degrees of a mixture of experts on a stage's tp x cp x dp ranks with

@@ -35,12 +35,31 @@ def test_the_child_gives_each_result_in_order(forks):
     ahead = Ahead([("a", lambda: {"plan": "x", "objective": 1.5}), ("b", lambda: None),
                    ("c", lambda: [os.getpid()])])
     assert ahead.pid is not None
-    assert ahead.get("b", _here, needed=("a", "c")) is None
-    assert ahead.get("a", _here) == {"plan": "x", "objective": 1.5}
+    assert ahead.get("a", _here, needed=("b", "c")) == {"plan": "x", "objective": 1.5}
+    assert ahead.get("b", _here, needed=("c",)) is None
     pid = ahead.get("c", _here)[0]
     assert pid != os.getpid()  # computed in the child
     ahead.stop()
     assert ahead.pid is None and ahead.read is None
+
+
+def test_a_job_the_child_has_not_reached_is_computed_here_beside_it(forks, tmp_path):
+    """The child on a needed job before it: the later job is computed here meanwhile (waiting
+    would take both jobs' time), and the child keeps on with the needed one."""
+    go = tmp_path / "go"
+
+    def first() -> int:  # ends only once this process has computed the second job
+        while not go.exists():
+            time.sleep(0.01)
+        return os.getpid()
+
+    ahead = Ahead([("first", first), ("second", lambda: "child")])
+    assert ahead.get("second", lambda: "here", needed=("first",)) == "here"
+    assert ahead.pid is not None  # kept: it is on a job still needed
+    go.touch()
+    assert ahead.get("first", _here) != os.getpid()  # the child's
+    assert ahead.get("second", _here) == "here"  # asked again: the same result, not recomputed
+    ahead.stop()
 
 
 def test_what_the_child_cannot_give_is_computed_here(forks):
