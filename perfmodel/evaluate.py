@@ -217,16 +217,21 @@ BOUNDS_UNREAD = {
     # parallelism and cp exchange: before its plans are enumerated (search._Pruner)
     "step_time_lb_grid": ("overlap", "zero"),
 }
+# the bounds that also take each stage's host time (step_lower_bound): the per-plan one. In the
+# grid's the host's terms that read no ZeRO stage (FSDP's hooks do) prune no more plans of the
+# searches measured (docs/performance.md) and its every evaluation costs more
+HOST_FLOOR_BOUNDS = frozenset({"step_time_lb"})
 
 
-def step_lower_bound(built: Any, unread: tuple[str, ...]) -> Any:
+def step_lower_bound(built: Any, unread: tuple[str, ...], host: bool = False) -> Any:
     """m x max over the stages of their terms + the step's terms, of the terms that depend on no
-    group of `unread` [s]: at most the step time of every plan of the family."""
+    group of `unread` [s]: at most the step time of every plan of the family. `host`: a stage's
+    bound is at least its host's time too (below)."""
     from perfmodel import symbols as S
     from perfmodel.codegen import reads
     from perfmodel.costs.lattice import lmax
     from perfmodel.encode import GROUPS
-    from perfmodel.step.compose import overlap_floors
+    from perfmodel.step.compose import overlap_floors, phase_terms
 
     table = S.table()
     unread_symbols = {table[name][0] for g in GROUPS if g.name in unread
@@ -256,6 +261,19 @@ def step_lower_bound(built: Any, unread: tuple[str, ...]) -> Any:
                 step.extend(kept)
             elif stage in stages:
                 stages[stage].extend(m * f for f in kept)
+    # on an asynchronous device a stage's micro-batch takes at least its host's time, H (its
+    # terms add up to the smooth maximum of H and the device's time, or, where its MoE layers
+    # sync the host, to sections that each take at least their host's share): its phases' host
+    # terms that read no unread group (each a time, >= 0; the launches left out) bound the stage
+    # too, so that a host-bound plan's bound is not its device time's
+    m = built.quantities["micro_batches"]
+    for stage in stages if host else ():
+        if stage not in built.stages or built.stages[stage].host_share is None:
+            continue
+        times = [x for p in built.phases[stage] for x in phase_terms(p).host.values() if x != 0]
+        kept = [x for x, skip in zip(times, reads(times, unread_symbols), strict=True) if not skip]
+        if kept:
+            stages[stage] = [lmax(sum(stages[stage], 0), m * sum(kept, 0))]
     return lmax(*(sum(terms, 0) for terms in stages.values())) + sum(step, 0)
 
 
@@ -271,7 +289,8 @@ def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:
         return {f"states:{st}": sum(terms[k] for k in STATES)
                 for st, terms in built.memory_terms.items()}
     if which == "lower":
-        return {name: step_lower_bound(built, unread) for name, unread in BOUNDS_UNREAD.items()}
+        return {name: step_lower_bound(built, unread, name in HOST_FLOOR_BOUNDS)
+                for name, unread in BOUNDS_UNREAD.items()}
     if which == "search":
         out = {"step_time": built.step_time,
                "q:model_flops_per_step": built.quantities["model_flops_per_step"]}
