@@ -188,6 +188,9 @@ def _child(jobs: list[tuple[str, Callable[[], Any]]], read: int, write: int) -> 
 
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # at a lower priority: its jobs may not be asked for, and where the CPUs are busy this
+        # process's search and the child building modules (evaluate.build_ahead) come first
+        os.nice(10)
         evaluate.detach_child(read)
         evaluate.warm_only(on_missing=wait)
         _RUNNING.clear()  # the parent's other children are not this one's to stop
