@@ -91,11 +91,11 @@ class Ahead:
                     self._drain(block=True, timeout_s=CHECK_S)
             if key in self.results:
                 return self.results[key]
+        if stuck or not set(needed).intersection(
+                k for k in self.keys if k != key and k not in self.given and k not in self.results):
+            self.stop()  # nothing it has left is needed: its CPU is this computation's
         result = compute()
         self.results[key] = result  # the same function's on the same input as the child's
-        if stuck or not set(needed).intersection(
-                k for k in self.keys if k not in self.given and k not in self.results):
-            self.stop()
         return result
 
     def _current(self) -> str | None:
