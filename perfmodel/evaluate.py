@@ -221,6 +221,10 @@ BOUNDS_UNREAD = {
 # grid's the host's terms that read no ZeRO stage (FSDP's hooks do) prune no more plans of the
 # searches measured (docs/performance.md) and its every evaluation costs more
 HOST_FLOOR_BOUNDS = frozenset({"step_time_lb"})
+# the module of each bound (outputs_of): one bound each, as each is evaluated where the other is
+# not needed (a skeleton's rows: the grid's; a chunk's plans: the per-plan one), and a staged
+# module evaluates every output it holds
+LOWER_MODULES = {"lower": "step_time_lb", "lower_grid": "step_time_lb_grid"}
 
 
 def step_lower_bound(built: Any, unread: tuple[str, ...], host: bool = False) -> Any:
@@ -281,16 +285,17 @@ def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:
     """Flatten a built step model into name -> expression.
 
     which: "all" (every term, for predict), "search" (step time, memory per stage, model FLOPs, for
-    ranking arrays of plans), "bounds" (model-state memory per stage: a cheap pruning bound) or
-    "lower" (the step time's lower bounds of BOUNDS_UNREAD, for a search that prunes by them).
+    ranking arrays of plans), "bounds" (model-state memory per stage: a cheap pruning bound), or
+    one of LOWER_MODULES, a step time's lower bound of BOUNDS_UNREAD for a search that prunes by
+    it: "lower" (the per-plan bound) or "lower_grid" (a grid skeleton's).
     """
     out: dict[str, Any]
     if which == "bounds":
         return {f"states:{st}": sum(terms[k] for k in STATES)
                 for st, terms in built.memory_terms.items()}
-    if which == "lower":
-        return {name: step_lower_bound(built, unread, name in HOST_FLOOR_BOUNDS)
-                for name, unread in BOUNDS_UNREAD.items()}
+    if which in LOWER_MODULES:
+        name = LOWER_MODULES[which]
+        return {name: step_lower_bound(built, BOUNDS_UNREAD[name], name in HOST_FLOOR_BOUNDS)}
     if which == "search":
         out = {"step_time": built.step_time,
                "q:model_flops_per_step": built.quantities["model_flops_per_step"]}

@@ -1164,7 +1164,7 @@ class Evaluator:
         groups = group_values(self.hardware, plans)
         for family, rows, part in self._by_layout(groups):
             size = len(part["topology"].codes)
-            out[rows] = run(compile_staged(family, "lower", GROUPS), self.scalars, part,
+            out[rows] = run(compile_staged(family, "lower_grid", GROUPS), self.scalars, part,
                             size)["step_time_lb_grid"]
         return out
 
@@ -1174,7 +1174,7 @@ class Evaluator:
         cached = self._bound_groups.get(name)
         if cached is None:
             family = dataclasses.replace(self.universal, tp_layout=name)
-            cached = frozenset(output_groups(compile_staged(family, "lower", GROUPS),
+            cached = frozenset(output_groups(compile_staged(family, "lower_grid", GROUPS),
                                              "step_time_lb_grid"))
             self._bound_groups[name] = cached
         return cached

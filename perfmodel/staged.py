@@ -222,12 +222,12 @@ def _build(family: Any, which: str, groups: tuple[tuple[str, tuple[str, ...]], .
     order = [g for g, _ in groups]
     group_of = {table[arg][0]: g for g, args in groups for arg in args if arg in table}
     built = _built(family)
-    if which == "lower":  # a pruned search's first: its others built beside it (build_ahead),
-        # and the prediction's for the 1D layout (the best plan's, nearly always: another's is
-        # built here when its plan is predicted)
+    if which == "lower_grid":  # a pruned search's first: its others built beside it
+        # (build_ahead), and the prediction's for the 1D layout (the best plan's, nearly always:
+        # another's is built here when its plan is predicted)
         build_ahead([(staged_module(family, other, groups),
                       lambda other=other: _build(family, other, groups))
-                     for other in ("bounds", "search")]
+                     for other in ("bounds", "lower", "search")]
                     + ([(family_module(family), lambda: _source(family, "all"))]
                        if family.tp_layout == "1d" else []))
     levels, terms = _hoist(outputs_of(built, which), group_of, order)

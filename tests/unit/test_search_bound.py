@@ -36,9 +36,10 @@ def _bounds_and_steps(name, hw_name, fields):
         groups = S.group_values(hw, plans)
         for family, _, part in ev._by_layout(groups):
             n = len(part["topology"].codes)
-            bounds = run(compile_staged(family, "lower", S.GROUPS), ev.scalars, part, n)
+            plan = run(compile_staged(family, "lower", S.GROUPS), ev.scalars, part, n)
+            grid = run(compile_staged(family, "lower_grid", S.GROUPS), ev.scalars, part, n)
             full = run(compile_staged(family, "search", S.GROUPS), ev.scalars, part, n)
-            out.append((bounds["step_time_lb"], bounds["step_time_lb_grid"], full["step_time"]))
+            out.append((plan["step_time_lb"], grid["step_time_lb_grid"], full["step_time"]))
     return [np.concatenate(x) for x in zip(*out, strict=True)]
 
 
