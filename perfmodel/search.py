@@ -603,6 +603,8 @@ class _Grid:
         every row of the other axes (or, with `first`, their first row only); None if none."""
         shape = [self.shape[i] if (i in axes or not first) else 1
                  for i in range(len(self.shape))]
+        if mask.size and mask.all():  # every combination (a skeleton): repeated and tiled
+            return self._product(shape)
         expanded = np.reshape(mask, [self.shape[i] if i in axes else 1
                                      for i in range(len(self.shape))])
         keep = np.flatnonzero(np.broadcast_to(expanded, shape))
@@ -613,6 +615,20 @@ class _Grid:
         for at, axis in zip(index, self.axes, strict=True):
             cols.update({name: values[at] for name, values in axis.items()})
         return _Block(self.fixed, cols, len(keep))
+
+    def _product(self, shape: list[int]) -> _Block:
+        """Every combination of the first shape[i] rows of each axis, in C order (the first axis
+        slowest), as block() would give them: an axis's column repeated for the combinations of
+        the axes after it, then tiled for those before it."""
+        n = math.prod(shape)
+        cols: dict[str, np.ndarray] = {}
+        before, after = 1, n
+        for size, axis in zip(shape, self.axes, strict=True):
+            after //= size
+            for name, values in axis.items():
+                cols[name] = np.tile(np.repeat(values[:size], after), before)
+            before *= size
+        return _Block(self.fixed, cols, n)
 
     def plans(self, ruled_mask: np.ndarray) -> _Block | None:
         """The plans whose combination of the ruled axes' rows ruled_mask allows (flat, as

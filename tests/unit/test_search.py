@@ -404,3 +404,28 @@ def test_recommend_names_the_rule_its_pins_break(pins, needle):
     req = SearchRequest(gpus=(16,), global_batch=64, **pins)
     rec = recommend(load_model("llama3-8b"), load_hardware("dgx-h100"), req)
     assert not rec.top and needle in rec.explanation["infeasible"]["reason"]
+
+
+def test_a_grid_block_of_every_combination_is_the_masked_one():
+    """_Grid.block's shortcut for an all-true mask (a skeleton: each column repeated and tiled)
+    gives the rows, in the order, that its general path (unravelled flat indices) gives."""
+    from perfmodel.search import _Grid
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        sizes = rng.integers(1, 5, size=rng.integers(1, 6))
+        axes = tuple({f"c{i}_{j}": rng.integers(0, 100, size=int(size))
+                      for j in range(rng.integers(1, 3))} for i, size in enumerate(sizes))
+        grid = _Grid({"gpus": 8}, axes)
+        at = tuple(sorted(int(i) for i in rng.choice(len(axes), rng.integers(1, len(axes) + 1),
+                                                     replace=False)))
+        first = bool(rng.integers(0, 2))
+        ones = np.ones([grid.shape[i] for i in at], dtype=bool)
+        fast = grid.block(at, ones, first)
+        # what the general path gives: every combination of the rows, first axis slowest
+        shape = [grid.shape[i] if (i in at or not first) else 1 for i in range(len(axes))]
+        index = np.unravel_index(np.arange(math.prod(shape)), shape)
+        assert fast is not None and fast.n == math.prod(shape)
+        for i, axis in enumerate(axes):
+            for name, values in axis.items():
+                assert np.array_equal(fast.cols[name], values[index[i]])
