@@ -185,9 +185,10 @@ class Compiled:
     arg_names: tuple[str, ...]
     out_names: tuple[str, ...]
     fn: Callable[..., Any]
-    # what the module's META holds beyond the names: "ledger", the communication ledger's records
-    # ([name, axis, op, phase, stage] each, for the outputs ledger:<i>:calls and :nbytes) of a
-    # family's "all" outputs, so that a warm process needs no sympy model for them
+    # what the module's META holds beyond the names, so that a warm process needs no sympy model
+    # for them: "ledger", the communication ledger's records ([name, axis, op, phase, stage]
+    # each, for the outputs ledger:<i>:calls and :nbytes) of a family's "all" outputs; or
+    # compile_outputs' `extra` literals (the timeline's step phases and their streams)
     meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __call__(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -219,7 +220,7 @@ BOUNDS_UNREAD = {
 }
 # the bounds that also take each stage's host time (step_lower_bound): the per-plan one. In the
 # grid's the host's terms that read no ZeRO stage (FSDP's hooks do) prune no more plans of the
-# searches measured (docs/performance.md) and its every evaluation costs more
+# searches measured (docs/model.md#bound) and its every evaluation costs more
 HOST_FLOOR_BOUNDS = frozenset({"step_time_lb"})
 # the module of each bound (outputs_of): one bound each, as each is evaluated where the other is
 # not needed (a skeleton's rows: the grid's; a chunk's plans: the per-plan one), and a staged
