@@ -236,7 +236,7 @@ def step_lower_bound(built: Any, unread: tuple[str, ...], host: bool = False) ->
     from perfmodel.codegen import reads
     from perfmodel.costs.lattice import lmax
     from perfmodel.encode import GROUPS
-    from perfmodel.step.compose import overlap_floors, phase_terms
+    from perfmodel.step.compose import overlap_floors
 
     table = S.table()
     unread_symbols = {table[name][0] for g in GROUPS if g.name in unread
@@ -251,8 +251,8 @@ def step_lower_bound(built: Any, unread: tuple[str, ...], host: bool = False) ->
             stages.setdefault(stage, []).append(0 if skip else term)
         elif not skip:
             step.append(term)
+    m = built.quantities["micro_batches"]
     if "overlap" in unread:  # the terms the overlap flags decide, dropped above: their floors
-        m = built.quantities["micro_batches"]
         for stage, phases in built.phases.items():
             pairs = [pair for p in phases for pair in overlap_floors(p, m)]
             # an overlap whose switch reads an unread group has its terms (its exposed
@@ -268,14 +268,12 @@ def step_lower_bound(built: Any, unread: tuple[str, ...], host: bool = False) ->
                 stages[stage].extend(m * f for f in kept)
     # on an asynchronous device a stage's micro-batch takes at least its host's time, H (its
     # terms add up to the smooth maximum of H and the device's time, or, where its MoE layers
-    # sync the host, to sections that each take at least their host's share): its phases' host
-    # terms that read no unread group (each a time, >= 0; the launches left out) bound the stage
-    # too, so that a host-bound plan's bound is not its device time's
-    m = built.quantities["micro_batches"]
+    # sync the host, to sections that each take at least their host's share): its host terms
+    # (Stage.host_terms, each a time, >= 0) that read no unread group bound the stage too, so
+    # that a host-bound plan's bound is not its device time's
     for stage in stages if host else ():
-        if stage not in built.stages or built.stages[stage].host_share is None:
-            continue
-        times = [x for p in built.phases[stage] for x in phase_terms(p).host.values() if x != 0]
+        times = [x for x in built.stages[stage].host_terms.values() if x != 0] \
+            if stage in built.stages else []
         kept = [x for x, skip in zip(times, reads(times, unread_symbols), strict=True) if not skip]
         if kept:
             stages[stage] = [lmax(sum(stages[stage], 0), m * sum(kept, 0))]
@@ -664,7 +662,11 @@ def family_key(family: Any) -> str:
 @lru_cache(maxsize=256)
 def compile_family(family: Any, which: str = "all") -> Compiled:
     """Lambdify a family once per process (and once per machine, through the disk cache)."""
-    namespace = cached(family_module(family, which), lambda: _source(family, which))
+    return _compiled(cached(family_module(family, which), lambda: _source(family, which)))
+
+
+def _compiled(namespace: Mapping[str, Any]) -> Compiled:
+    """A compiled module's function, its names and the rest of its META."""
     meta = namespace["META"]
     return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"],
                     {k: v for k, v in meta.items() if k not in ("args", "outs")})
@@ -704,10 +706,7 @@ def compile_outputs(family: Any, name: str, outputs: Callable[[Any], Mapping[str
         built = _built(family)
         return outputs_source(outputs(built), extra(built) if extra else None)
 
-    namespace = cached(key, source)
-    meta = namespace["META"]
-    return Compiled(tuple(meta["args"]), tuple(meta["outs"]), namespace["family"],
-                    {k: v for k, v in meta.items() if k not in ("args", "outs")})
+    return _compiled(cached(key, source))
 
 
 def outputs_source(outputs: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> str:

@@ -401,6 +401,9 @@ class Stage:
     host_share: tuple[sp.Symbol, sp.Expr, sp.Expr, sp.Expr] | None = None  # x, its value, H, D
     # where the stage's MoE layers synchronise the host (Synced): H_R, D_R, H_A, D_A [s]
     synced: tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr] | None = None
+    # on an asynchronous device, H by breakdown term (each a time, >= 0; they add up to H):
+    # what the search's lower bound keeps of the host (perfmodel.evaluate.step_lower_bound)
+    host_terms: Mapping[str, sp.Expr] = field(default_factory=dict)
 
 
 def _times(share: sp.Expr, host_s: sp.Expr) -> sp.Expr:
@@ -436,7 +439,7 @@ def stage_terms(phases: Sequence[Phase], launches_s: sp.Expr, asynchronous: bool
     return Stage({k: t.device[k] + _times(shown, t.host[k]) + t.comm[k] for k in names},
                  {k: t.hidden[k] + _times(hidden_share, t.host[k]) for k in names},
                  {k: t.device[k] + x * t.host[k] + t.comm[k] for k in names},
-                 (x, shown, host, device), sections)
+                 (x, shown, host, device), sections, dict(t.host))
 
 
 def synced_share(host_s: sp.Expr, device_s: sp.Expr, host_r: sp.Expr, device_r: sp.Expr,

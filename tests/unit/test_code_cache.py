@@ -144,9 +144,9 @@ def test_a_child_never_waited_for_is_stopped_at_exit_and_holds_no_output(tmp_pat
 
 
 def test_a_cold_pruned_search_builds_its_other_modules_in_a_child(tmp_path):
-    """A new process with an empty cache (one thread, as the CLI runs): it builds the lower
-    bounds' module itself, the child the search's, the bounds' and the prediction's, and the
-    answer is the one of a process that builds them all itself."""
+    """A new process with an empty cache (one thread, as the CLI runs): it builds the grid
+    bound's module itself, the child the per-plan bound's, the search's, the bounds' and the
+    prediction's, and the answer is the one of a process that builds them all itself."""
     import json
     import subprocess
     import sys
