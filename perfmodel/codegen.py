@@ -96,10 +96,15 @@ _RELATIONS = {sp.StrictLessThan: "<", sp.LessThan: "<=", sp.StrictGreaterThan: "
 class _Printer:
     """Prints a graph of sympy nodes as numpy statements: shared nodes become assignments."""
 
-    def __init__(self, names: Mapping[Any, str], uses: Mapping[Any, int]) -> None:
+    def __init__(self, names: Mapping[Any, str], uses: Mapping[Any, int],
+                 rooted: frozenset[tuple[Any, int]] = frozenset()) -> None:
         self.names = dict(names)  # node -> the variable holding it (arguments first)
         self.uses = uses
         self.lines: list[str] = []
+        # (base, q) whose powers b**(p/q) take more than one p: b**(1/q) computed once into a
+        # variable (self.roots), each power then multiplied from it (_rooted_powers)
+        self.rooted = rooted
+        self.roots: dict[tuple[Any, int], str] = {}
 
     def value(self, node: Any) -> str:
         """The node as an operand: a name, a number or a parenthesised expression."""
@@ -210,9 +215,60 @@ class _Printer:
             return f"1/{NUMPY}.sqrt({self.value(base)})"
         if exp.is_Integer:
             power = int(exp)
-            return f"{self.value(base)}**{power}" if power >= 0 else \
-                f"{self.value(base)}**({float(power)!r})"
+            if power in (0, 1, 2) or abs(power) > MAX_CHAIN:
+                return f"{self.value(base)}**{power}" if power >= 0 else \
+                    f"{self.value(base)}**({float(power)!r})"
+            chain = _chain(self._named(base), abs(power))
+            return chain if power > 0 else f"1/{_operand(chain)}"
+        if exp.is_Rational and (base, exp.q) in self.rooted and abs(exp.p) <= MAX_CHAIN:
+            root = self.roots.get((base, exp.q))
+            if root is None:
+                value = self.value(base)
+                root = f"x{len(self.lines)}"
+                self.lines.append(f"    {root} = " + (f"{NUMPY}.sqrt({value})" if exp.q == 2
+                                                      else f"{value}**(1/{exp.q})"))
+                self.roots[(base, exp.q)] = root
+            chain = _chain(root, abs(exp.p))
+            return chain if exp.p > 0 else f"1/{_operand(chain)}"
         return f"{self.value(base)}**{self.value(exp)}"
+
+    def _named(self, node: Any) -> str:
+        """The node as a variable or a number: an operand a chain of products may repeat."""
+        text, atomic = self.text(node)
+        if atomic and (text.isidentifier() or _is_literal(text)):
+            return text
+        name = f"x{len(self.lines)}"
+        self.lines.append(f"    {name} = {text}")
+        self.names[node] = name
+        return name
+
+
+# numpy's power ufunc calls the C library's pow for every element (about 15 times a product's
+# time) except for the exponents it special-cases (2, 0.5, -1, ...): an integer power up to this
+# is printed as products of its base (_chain)
+MAX_CHAIN = 16
+
+
+def _chain(name: str, power: int) -> str:
+    """name**power (power >= 1) as squarings and products: x**8 is ((x**2)**2)**2 (numpy squares
+    without pow). Its value differs from pow's by a few units in the last place."""
+    if power == 1:
+        return name
+    if power % 2:
+        return f"{_operand(_chain(name, power - 1))}*{name}"
+    return f"{_operand(_chain(name, power // 2))}**2"
+
+
+def _operand(code: str) -> str:
+    return code if code.isidentifier() or _is_literal(code) else f"({code})"
+
+
+def _is_literal(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return not text.startswith("-")
 
 
 def _number(node: Any) -> tuple[str, bool]:
@@ -323,6 +379,17 @@ def _count_uses(exprs: Sequence[Any]) -> dict[Any, int]:
     return uses
 
 
+def _rooted(uses: Mapping[Any, int]) -> frozenset[tuple[Any, int]]:
+    """The (base, q) of the graph's powers base**(p/q) (p/q not an integer) that take two or more
+    exponents p: one root base**(1/q) serves them all (_Printer._pow). A product's b**(-p/q)
+    prints as a division by b**(p/q) (_Printer._mul), so an exponent counts by its size."""
+    exponents: dict[tuple[Any, int], set[int]] = {}
+    for node in uses:
+        if node.is_Pow and node.exp.is_Rational and not node.exp.is_Integer:
+            exponents.setdefault((node.base, int(node.exp.q)), set()).add(abs(int(node.exp.p)))
+    return frozenset(key for key, ps in exponents.items() if len(ps) > 1)
+
+
 def identifier(name: str, taken: set[str]) -> str:
     """A Python parameter name for a symbol's table name (the name itself when it is one)."""
     ok = name.isidentifier() and not keyword.iskeyword(name) and name != NUMPY \
@@ -339,7 +406,8 @@ def numpy_function(name: str, params: Sequence[tuple[Any, str]], exprs: Sequence
     a node with no numpy form here."""
     memo = huge_memo()
     exprs = [keep_huge_together(sp.sympify(e), memo) for e in exprs]
-    printer = _Printer({sym: pname for sym, pname in params}, _count_uses(exprs))
+    uses = _count_uses(exprs)
+    printer = _Printer({sym: pname for sym, pname in params}, uses, _rooted(uses))
     outs = [printer.text(e)[0] for e in exprs]
     head = f"def {name}({', '.join(pname for _, pname in params)}):"
     return "\n".join([head, *printer.lines, f"    return [{', '.join(outs)}]", ""])

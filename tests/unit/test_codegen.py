@@ -88,6 +88,32 @@ def test_a_sentinel_sum_keeps_the_small_terms():
     assert float(fn(2.0, 3.0, 5.0, 0.0)[1]) == 22.0
 
 
+def test_powers_are_products_and_share_one_root():
+    """Integer powers print as squarings and products (numpy's pow costs about 15 products an
+    element), and the powers b**(p/8) of one base share one b**(1/8): the smooth maximum's
+    exposed share (perfmodel.step.compose) takes seven of them. The values are pow's to a few
+    units in the last place, arrays and scalars alike, a zero and an infinity included."""
+    s = x + y
+    exprs = [s**8, s**3, x**7 * y**-5, z / s**2,
+             *(s ** sp.Rational(p, 8) for p in (1, 3, 5, 7)), s ** sp.Rational(-3, 8),
+             x ** sp.Rational(3, 4)]
+    fn, source = _function(exprs)
+    assert "**8" not in source and "**3" not in source and "**7" not in source
+    assert source.count("**(1/8)") == 1  # the root of s, computed once
+    assert "**(3/4)" in source  # a base with one fractional power keeps its one pow
+    for values in [(1.0, 2.0, 3.0, 1.0), (7.5, 0.25, 11.0, 0.0), (1e9, 3e-6, 4096.0, 1.0)]:
+        subs = {v: sp.Float(a, 30) for v, a in zip((x, y, z, I), values, strict=True)}
+        for expr, value in zip(exprs, fn(*values), strict=True):
+            assert float(value) == pytest.approx(float(expr.xreplace(subs).evalf(30)), rel=1e-14)
+    with np.errstate(all="ignore"):
+        arrays = fn(np.array([0.0, np.inf, 2.0]), np.array([0.0, 1.0, 0.5]), np.ones(3),
+                    np.ones(3))
+        s_values = np.array([0.0, np.inf, 2.5])
+        np.testing.assert_allclose(arrays[0], s_values**8, rtol=1e-14)
+        np.testing.assert_allclose(arrays[6], s_values**(5 / 8), rtol=1e-14)
+        np.testing.assert_allclose(arrays[8], s_values**(-3 / 8), rtol=1e-14)
+
+
 def test_a_node_without_a_numpy_form_falls_back_to_lambdify():
     with pytest.raises(codegen.Unsupported):
         codegen.numpy_function("f", [(x, "x")], [sp.gamma(x)])
