@@ -2151,8 +2151,18 @@ def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+# sympy memoizes its constructors (sympy.core.cache) in LRU caches of SYMPY_CACHE_SIZE entries
+# each, read when sympy is imported: 1,000 by default, which building a family's step model
+# overflows (deepseek-v3's: 0.72 s with 1,000, 0.59 s with 10,000, the medians of five builds
+# alternated; docs/performance.md). The command's own process, where no sympy is imported yet; a
+# value the user set is kept
+SYMPY_CACHE_SIZE = "10000"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning user errors into one line and an exit code."""
+    if "sympy" not in sys.modules:
+        os.environ.setdefault("SYMPY_CACHE_SIZE", SYMPY_CACHE_SIZE)
     args = argv if argv is not None else sys.argv[1:]
     debug = bool(args) and "--debug" in args[: args.index("--") if "--" in args else len(args)]
     if sys.stderr is None:  # started with standard error closed (2>&-): its lines go nowhere

@@ -11,6 +11,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# as the CLI runs (perfmodel.cli.SYMPY_CACHE_SIZE): the suite's workers build hundreds of step
+# models in-process, before any test has imported sympy
+if "sympy" not in sys.modules:
+    os.environ.setdefault("SYMPY_CACHE_SIZE", "10000")
+
 # How long a test waits for an event (a file appearing, a line printed, a process exiting) before
 # it calls the wait hung. A bound on a hang, not a speed target: the machine the suite runs on may
 # be loaded, and a late event is not a wrong one. Tests wait on events, never on fixed sleeps.

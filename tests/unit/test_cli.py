@@ -380,3 +380,26 @@ def test_recommend_validate_on_a_layer_graph_is_refused(run_cli, tmp_path):
                       "--gpus", "8", "--global-batch", "256", *extra)
         assert out.returncode == 2, out.stderr
         assert "layer graph" in out.stderr and "perfmodel validate" in out.stderr
+
+
+@pytest.mark.parametrize("given, expected", [(None, "10000"), ("500", "500")])
+def test_the_command_sizes_sympys_caches_unless_the_user_did(given, expected):
+    """perfmodel.cli.main sets SYMPY_CACHE_SIZE before sympy is imported (its step-model builds
+    overflow sympy's default 1,000 entries); a value in the environment is kept."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "SYMPY_CACHE_SIZE"}
+    if given is not None:
+        env["SYMPY_CACHE_SIZE"] = given
+    env["PYTHONPATH"] = str(ROOT)
+    code = ("from perfmodel.cli import main\n"
+            "try:\n    main(['explain', '--model', 'llama3-8b', '--hardware', 'dgx-h100'])\n"
+            "except SystemExit:\n    pass\n"
+            "import sympy.core.cache\nprint('size', sympy.core.cache.SYMPY_CACHE_SIZE)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.stdout.strip().splitlines()[-1] == f"size {expected}", out.stderr[-2000:]
