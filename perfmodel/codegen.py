@@ -102,7 +102,7 @@ class _Printer:
         self.uses = uses
         self.lines: list[str] = []
         # (base, q) whose powers b**(p/q) take more than one p: b**(1/q) computed once into a
-        # variable (self.roots), each power then multiplied from it (_rooted_powers)
+        # variable (self.roots), each power then multiplied from it (_pow)
         self.rooted = rooted
         self.roots: dict[tuple[Any, int], str] = {}
 

@@ -11,10 +11,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# as the CLI runs (perfmodel.cli.SYMPY_CACHE_SIZE): the suite's workers build hundreds of step
-# models in-process, before any test has imported sympy
+# as the CLI runs: the suite's workers build hundreds of step models in-process, before any test
+# has imported sympy (perfmodel.cli imports none)
 if "sympy" not in sys.modules:
-    os.environ.setdefault("SYMPY_CACHE_SIZE", "10000")
+    from perfmodel.cli import SYMPY_CACHE_SIZE
+
+    os.environ.setdefault("SYMPY_CACHE_SIZE", SYMPY_CACHE_SIZE)
 
 # How long a test waits for an event (a file appearing, a line printed, a process exiting) before
 # it calls the wait hung. A bound on a hang, not a speed target: the machine the suite runs on may
