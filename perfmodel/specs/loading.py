@@ -334,6 +334,17 @@ class Bound:
 
     def check(self, value: Any, field: str) -> Any:
         """The value as a float (int when integer), or SpecError naming field, range and reason."""
+        kind = type(value)
+        if kind is float or kind is int:  # the common case, a finite number in range, at once:
+            # a spec's hundreds of fields are checked each time one is built (a predict by name
+            # builds two), and number()'s messages are only wanted when the value is refused
+            low = value >= self.minimum if self.inclusive else value > self.minimum
+            if (low and value <= self.maximum and not self.minimum < value < self.floor
+                    and -_FLOAT_MAX <= value <= _FLOAT_MAX):
+                if not self.integer:
+                    return float(value)
+                if kind is int or value.is_integer():
+                    return int(value)
         value = number(value, field, minimum=self.minimum, strict=not self.inclusive,
                        maximum=self.maximum, integer=self.integer, reason=self.reason,
                        allowed=self.describe())

@@ -409,6 +409,51 @@ def test_a_value_outside_the_physical_range_is_refused_naming_field_and_range(ke
         _hardware_with(key, bound.minimum)
 
 
+def test_a_bounds_quick_acceptance_gives_what_its_full_check_gives():
+    """Bound.check accepts a plain int or float in range without number()'s path; on every
+    bound of the specs (and an open, a whole and a floored one), for values at, inside and
+    beyond its ends (its floor, whole and fractional values, 0, -0.0, the largest float, an int
+    beyond it, inf, nan), it returns what number() and the floor's check return, of the same
+    type, or refuses what they refuse."""
+    import sys
+
+    from perfmodel.specs import hardware, layers, profile
+    from perfmodel.specs.loading import Bound, number
+
+    bounds = {**hardware.BOUNDS, **{f"layers.{k}": b for k, b in layers.BOUNDS.items()},
+              **{f"profile.{k}": b for k, b in profile.FIT_BOUNDS.items()},
+              "exclusive": Bound(1, 10, "a range open at 1"),
+              "exclusive, whole": Bound(0, 64, "whole, above 0", integer=True),
+              "floored": Bound(0, 1, "0, or from 0.01", floor=0.01)}
+
+    def full(b, value):
+        value = number(value, "f", minimum=b.minimum, strict=not b.inclusive,
+                       maximum=b.maximum, integer=b.integer, reason=b.reason,
+                       allowed=b.describe())
+        if b.minimum < value < b.floor:
+            raise SpecError("below the floor")
+        return value
+
+    def outcome(f, *args):
+        try:
+            value = f(*args)
+        except SpecError:
+            return "refused"
+        return type(value), value
+
+    big = sys.float_info.max
+    for key, b in bounds.items():
+        ends = [b.minimum, b.maximum, b.floor]
+        values = [0, 0.0, -0.0, 1, 1.0, 2.5, -1, big, -big, 10**400, float("inf"), float("nan"),
+                  *(f(e) for e in ends for f in (lambda e: e, lambda e: e * (1 + 1e-12),
+                                                 lambda e: e * (1 - 1e-12), lambda e: e + 0.5,
+                                                 lambda e: e - 1, lambda e: e + 1))]
+        values += [int(v) for v in values if isinstance(v, float) and abs(v) < 1e300
+                   and v == v]
+        for value in values:
+            assert outcome(b.check, value, "f") == outcome(full, b, value), (key, value)
+
+
 def test_a_bandwidth_of_1e_minus_300_is_refused_not_turned_into_nan(tmp_path):
     """Regression: 1e-300 B/s between nodes gave 'step time nan us ... fits'."""
     path = tmp_path / "hw.yaml"
