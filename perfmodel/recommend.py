@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, BinaryIO
 
+import numpy as np
+
 from perfmodel.ahead import Ahead
 from perfmodel.encode import compute_dtype
 from perfmodel.errors import PlanError
@@ -19,6 +21,7 @@ from perfmodel.search import (
     SearchRequest,
     SearchResult,
     divisors,
+    objective_of,
     resolved_request,
     search,
     searches_cp,
@@ -26,7 +29,7 @@ from perfmodel.search import (
 from perfmodel.specs.hardware import LINK_PROTOCOLS, HardwareSpec, hardware_from_dict
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import Dtype, Objective
+from perfmodel.strategy import Dtype, Objective, plan_from_dict
 
 # a plan's fields of dtype fp8 only, off in its bf16 twin (fp8_explanation)
 BF16_FIELDS: dict[str, Any] = dict(fp8_recipe=None, fp8_output_layer=False, fp8_params=False)
@@ -159,7 +162,8 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
         "same_plan_in_bf16_fits": same.memory_per_gpu_bytes <= result.capacity_bytes,
         "gemm_saved_s": gemm_s, "casts_s": cast_s, "amax_reductions_s": amax_s,
         "best_bf16_plan": None, "best_bf16_step_time_s": None, "best_bf16_objective": None,
-        "speedup_over_best_bf16": None}
+        "speedup_over_best_bf16": None, "fp8_params_plan": None,
+        "fp8_params_step_time_s": None, "fp8_params_objective": None, "fp8_params_from": None}
     why = (f"its linear layers' GEMMs in FP8 ({recipe} scaling) save {gemm_s:.4g} s per step "
            f"and its casts cost {cast_s:.4g} s"
            + (f", its amax reductions {amax_s:.4g} s" if amax_s > 0 else ""))
@@ -182,19 +186,79 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
     else:
         wins = True
         says = f"FP8 is what makes a plan fit: no plan fits in bf16 ({alt_req.dtype.value}); {why}"
+    faster = fp8_params_faster(model, hardware, result, best, alt)
+    if faster is not None:
+        out.update(fp8_params_plan=_short(faster[1].plan),
+                   fp8_params_step_time_s=faster[1].step_time_s, fp8_params_objective=faster[2],
+                   fp8_params_from=faster[0])
+        ratio = float(result.best.objective[0]) / faster[2]
+        bf16 = ""
+        if alt is not None and alt["objective"] <= float(result.best.objective[0]):
+            bf16 = (f", {alt['objective'] / faster[2]:.2f}x the best bf16 plan" if faster[2]
+                    < alt["objective"] else ", still behind the best bf16 plan")
+        says += (f". With FP8 weights (--fp8-params) {faster[0]} ({out['fp8_params_plan']}) "
+                 f"takes {faster[2]:.4g} {objective_unit(req)} and fits: {ratio:.2f}x this "
+                 f"search's best{bf16} (`recommend --fp8-params` searches every plan with them)")
     out.update(wins=wins, says=says)
     return out
 
 
+# the plans fp8_params_faster holds the weights of in FP8, and how the explanation names them
+FP8_PARAMS_CANDIDATES = ("the best plan", "the best bf16 plan's layout",
+                         "the fastest plan that does not fit")
+
+
+def fp8_params_faster(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
+                      best: Prediction, bf16: dict[str, Any] | None
+                      ) -> tuple[str, Prediction, float] | None:
+    """Where an FP8 search holds the weights in bf16 (no --fp8-params): the best plan, the best
+    bf16 plan's layout in FP8, and the fastest plan that does not fit, each with FP8 weights
+    (fp8_params: under ZeRO 3 sharded, where TE's per-module caches keep every gathered weight's
+    FP8 copy through the step, the whole model's on every GPU; docs/fp8.md). The fastest of them
+    that fits and beats the search's best (by its objective), with what it is and its objective;
+    None where none does, or the request holds FP8 weights already. A plan the FP8 weights'
+    rules refuse (MXFP8 under ZeRO 3: encode.check_fp8_params) is left out. Three predictions,
+    not a search: the best plan with FP8 weights may be another (`recommend --fp8-params`)."""
+    req = result.request
+    if req.fp8_params or best.plan.fp8_recipe is None:
+        return None
+    fp8 = dict(dtype=best.plan.dtype, fp8_recipe=best.plan.fp8_recipe,
+               fp8_output_layer=best.plan.fp8_output_layer, fp8_params=True)
+    plans = [best.plan.replace(**fp8), None, None]
+    if bf16 is not None:
+        plans[1] = plan_from_dict(bf16["fields"]).replace(**fp8)
+    if result.unfit_faster:
+        plans[2] = result.plan(result.fastest_unfit, 0).replace(**fp8)
+    found: tuple[str, Prediction, float] | None = None
+    seen = set()
+    for what, plan in zip(FP8_PARAMS_CANDIDATES, plans, strict=True):
+        if plan is None or plan in seen:
+            continue
+        seen.add(plan)
+        try:
+            p = predict(model, hardware, plan, refuse_idle=False)
+        except PlanError:
+            continue
+        if p.memory_per_gpu_bytes > result.capacity_bytes:
+            continue
+        objective = float(objective_of(req, model, np.array([p.step_time_s]),
+                                       np.array([plan.gpus]))[0])
+        if objective < float(result.best.objective[0]) and (found is None
+                                                              or objective < found[2]):
+            found = (what, p, objective)
+    return found
+
+
 def best_of(model: TransformerSpec, hardware: HardwareSpec,
             req: SearchRequest) -> dict[str, Any] | None:
-    """The best plan of a pruned search: the plan in short, its objective and step time; None if
-    no plan fits (or is valid)."""
+    """The best plan of a pruned search: the plan in short, its objective and step time, its
+    fields (Plan.to_dict); None if no plan fits (or is valid)."""
     alt = search(model, hardware, req, top=1, prune=True)
     if not len(alt.best):
         return None
-    return {"plan": _short(alt.plan(alt.best, 0)), "objective": float(alt.best.objective[0]),
-            "step_time_s": float(alt.best.step_time_s[0])}
+    plan = alt.plan(alt.best, 0)
+    return {"plan": _short(plan), "objective": float(alt.best.objective[0]),
+            "step_time_s": float(alt.best.step_time_s[0]), "fields": plan.to_dict()}
 
 
 def without(req: SearchRequest, axis: str) -> SearchRequest:

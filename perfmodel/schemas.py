@@ -311,9 +311,19 @@ EXPLANATION = {
                  "same_plan_in_bf16_fits": BOOLEAN, "gemm_saved_s": NUMBER, "casts_s": NUMBER,
                  "amax_reductions_s": NUMBER, "best_bf16_plan": {"type": ["string", "null"]},
                  "best_bf16_step_time_s": NUMBER_OR_NULL, "best_bf16_objective": NUMBER_OR_NULL,
-                 "speedup_over_best_bf16": NUMBER_OR_NULL, "wins": BOOLEAN, "says": STRING},
+                 "speedup_over_best_bf16": NUMBER_OR_NULL, "wins": BOOLEAN, "says": STRING,
+                 "fp8_params_plan": {"type": ["string", "null"], "description": "Without "
+                                     "--fp8-params: the fastest of the best plan, the best "
+                                     "bf16 plan's layout and the fastest plan that does not "
+                                     "fit, each with FP8 weights, that fits and beats the best "
+                                     "plan (null: none does)."},
+                 "fp8_params_step_time_s": NUMBER_OR_NULL,
+                 "fp8_params_objective": NUMBER_OR_NULL,
+                 "fp8_params_from": {"type": ["string", "null"], "description": "Which of the "
+                                     "three fp8_params_plan is."}},
                  description="--dtype fp8: the same search in bf16, its best plan, the best "
-                             "plan in bf16, and whether FP8 is what makes the best plan win."),
+                             "plan in bf16, whether FP8 is what makes the best plan win, and "
+                             "a plan that FP8 weights (--fp8-params) make faster."),
              "parallelism": {
                  "type": "array", "description": "Where the best plan has context or expert "
                  "parallelism that the request left free: the best plan without it (the same "

@@ -222,6 +222,45 @@ def test_cli_predict_and_recommend_fp8(run_cli):
     assert "compute/forward/fp8_cast" in text and "T_fp8_wc" in text and "F_peak^fp8" in text
 
 
+def test_recommend_fp8_names_a_plan_that_fp8_weights_make_faster():
+    """Under ZeRO 3 without --fp8-params TE's per-module caches keep every gathered weight's FP8
+    copy through the step: Llama 3.1 405B's whole (2 bytes a weight on Hopper, over tp 2) on
+    each of 2,048 H100s, so the FP8 search's best plan (ZeRO 3 pinned) loses to the best bf16
+    plan. Held in FP8 (--fp8-params) the copies are each rank's shard, 1 byte over dp: the best
+    bf16 plan's layout then fits and beats both, and recommend's FP8 explanation names it."""
+    from perfmodel.recommend import FP8_PARAMS_CANDIDATES, best_of, bf16_request, recommend
+    from perfmodel.search import SearchRequest
+    from perfmodel.strategy import Dtype
+
+    model = load_model("llama3.1-405b", seq_len=8192)
+    req = SearchRequest(gpus=(2048,), global_batch=2048, dtype=Dtype.FP8, zero=3)
+    rec = recommend(model, H100, req, top=1, prune=True)
+    why, best = rec.explanation["fp8"], rec.top[0]
+    bf16 = best_of(model, H100, bf16_request(rec.result.request))
+    assert not why["wins"] and bf16 is not None and why["best_bf16_plan"] == bf16["plan"]
+    assert why["fp8_params_from"] == FP8_PARAMS_CANDIDATES[1]
+    plan = Plan(**{**bf16["fields"], "dtype": "fp8", "fp8_recipe": "delayed",
+                   "fp8_params": True})
+    weights, cached = predict(model, H100, plan), predict(model, H100,
+                                                          plan.replace(fp8_params=False))
+    assert why["fp8_params_plan"] == bf16["plan"] and plan.zero == 3
+    assert why["fp8_params_step_time_s"] == weights.step_time_s == why["fp8_params_objective"]
+    assert weights.step_time_s < bf16["step_time_s"] < best.step_time_s
+    assert weights.memory_per_gpu_bytes <= rec.result.capacity_bytes \
+        < cached.memory_per_gpu_bytes
+    copies = "fp8/weight_copies"
+    assert cached.memory_breakdown_bytes[copies] == pytest.approx(
+        2 * plan.dp * weights.memory_breakdown_bytes[copies], rel=1e-12)
+    assert f"With FP8 weights (--fp8-params) the best bf16 plan's layout ({bf16['plan']})" \
+        in why["says"]
+    held = recommend(model, H100, SearchRequest(gpus=(2048,), global_batch=2048,
+                                                dtype=Dtype.FP8, zero=3, fp8_params=True),
+                     top=1, prune=True)
+    assert held.top[0].step_time_s <= weights.step_time_s
+    assert held.explanation["fp8"]["fp8_params_plan"] is None
+    assert "--fp8-params" not in held.explanation["fp8"]["says"]
+
+
 def test_fp8_params_hold_the_linear_weights_in_fp8():
     """fp8_params (TE fp8_model_init; Megatron-LM --fp8-param-gather, NeMo fp8_params): no bf16
     copy of the linear weights (2 bytes each fewer in `weights`), their FP8 data and transpose
