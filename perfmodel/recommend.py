@@ -538,6 +538,11 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
             reason = f"no plan with {gpus} GPUs satisfies the request: {broken}"
         else:
             reason = f"{gpus} GPUs cannot be split into a valid plan: {rules}"
+            splits = nearest_splits(model, hardware, req)
+            if splits:
+                reason += f"; {splits_sentence(req, splits)}"
+                return {"binding": "divisibility", "reason": reason, "nearest": [],
+                        "nearest_splits": splits}
         return {"binding": "pins" if pins and n else "divisibility", "reason": reason,
                 "nearest": []}
     rows, evaluated = result.nearest, result.evaluated > 0
@@ -567,6 +572,61 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
     if skipped:
         reason += f"; {skipped}"
     return {"binding": "memory", "reason": reason, "nearest": nearest}
+
+
+# how many GPU counts or global batches nearest_splits tries on each side of the request's
+SPLIT_PROBES = 256
+
+
+def nearest_splits(model: TransformerSpec, hardware: HardwareSpec,
+                   req: SearchRequest) -> dict[str, list[int]]:
+    """Where a request for one GPU count has no plan at all (the divisibility rules remove
+    every split), the nearest that has one, by the rules the search enumerates with
+    (perfmodel.search.plan_chunks; a count of whole nodes, encode.check_whole_nodes): the GPU
+    counts just below and above at the request's global batch ("gpus"), and the global
+    batches just below and above at its GPU count ("global_batch"), each tried up to
+    SPLIT_PROBES away (a side with none within that is left out); {} for several counts."""
+    from perfmodel.encode import check_whole_nodes
+    from perfmodel.errors import PerfmodelError
+    from perfmodel.search import plan_chunks
+
+    if len(req.gpus) != 1:
+        return {}
+    gpus, batch = req.gpus[0], req.global_batch
+
+    def splits(**fields: Any) -> bool:
+        try:
+            alt = dataclasses.replace(req, **fields)
+            check_whole_nodes(hardware, alt.gpus[0])
+            return any(len(chunk) for chunk in plan_chunks(model, alt))
+        except PerfmodelError:  # out of the request's ranges, or not whole nodes
+            return False
+
+    def first(values: Iterable[int], field: str) -> list[int]:
+        for value in values:
+            if splits(**{field: (value,) if field == "gpus" else value}):
+                return [value]
+        return []
+
+    out = {"gpus": first(range(gpus - 1, max(0, gpus - SPLIT_PROBES - 1), -1), "gpus")
+           + first(range(gpus + 1, gpus + SPLIT_PROBES + 1), "gpus"),
+           "global_batch": first(range(batch - 1, max(0, batch - SPLIT_PROBES - 1), -1),
+                                 "global_batch")
+           + first(range(batch + 1, batch + SPLIT_PROBES + 1), "global_batch")}
+    return {k: v for k, v in out.items() if v}
+
+
+def splits_sentence(req: SearchRequest, splits: Mapping[str, list[int]]) -> str:
+    """nearest_splits in words: 'the nearest with a plan: 64 or 80 GPUs at global batch 512, or
+    72 GPUs at global batch 504 or 513'."""
+    parts = []
+    if splits.get("gpus"):
+        parts.append(f"{' or '.join(map(str, splits['gpus']))} GPUs at global batch "
+                     f"{req.global_batch}")
+    if splits.get("global_batch"):
+        parts.append(f"{req.gpus[0]} GPUs at global batch "
+                     f"{' or '.join(map(str, splits['global_batch']))}")
+    return "the nearest with a plan: " + ", or ".join(parts)
 
 
 def said(value: Any) -> str:

@@ -337,7 +337,15 @@ EXPLANATION = {
             "binding": STRING, "reason": STRING,
             "nearest": {"type": "array", "items": obj({
                 "plan": STRING, "memory_per_gpu_bytes": NUMBER,
-                "step_time_s": NUMBER_OR_NULL, "bound_only": BOOLEAN})}})}),
+                "step_time_s": NUMBER_OR_NULL, "bound_only": BOOLEAN})},
+            "nearest_splits": obj(
+                {"gpus": {"type": "array", "items": WHOLE},
+                 "global_batch": {"type": "array", "items": WHOLE}}, required=[],
+                description="Where one GPU count has no plan at all (binding divisibility): "
+                            "the nearest GPU counts below and above with one at the global "
+                            "batch, and the nearest global batches at the GPU count (a side "
+                            "with none within 256 left out).")},
+            required=["binding", "reason", "nearest"])}),
     ],
 }
 

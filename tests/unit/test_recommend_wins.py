@@ -3,6 +3,8 @@ the same search without the axis."""
 
 from __future__ import annotations
 
+import json
+
 from perfmodel import load_hardware, load_model
 from perfmodel.recommend import best_without, recommend
 from perfmodel.search import SearchRequest
@@ -39,3 +41,37 @@ def test_the_searches_run_ahead_are_those_the_explanation_may_ask_for():
     for pins in ({"cp": 1}, {"flash_attention": False}):
         req = resolved_request(dense, a100, SearchRequest(gpus=(64,), global_batch=512, **pins))
         assert alternatives(dense, req) == []
+
+
+def test_a_gpu_count_with_no_split_names_the_nearest_that_have_one():
+    """Llama 2 70B (64 heads, 80 layers) on one GB200 NVL72 rack's 72 GPUs at global batch 512:
+    72's factor 9 fits no degree (tp divides 64, pp 80, dp the batch), so no plan exists; the
+    refusal names the nearest GPU counts with a plan at that batch and the nearest batches with
+    one at 72 GPUs, each the first on its side (every count and batch between has none), and
+    --json gives them as explanation.infeasible.nearest_splits."""
+    from perfmodel.search import count_plans, resolved_request
+    from tests.unit.test_bad_input import run_main
+
+    model, hw = load_model("llama2-70b"), load_hardware("gb200-nvl72")
+    req = SearchRequest(gpus=(72,), global_batch=512)
+    rec = recommend(model, hw, req, top=1)
+    why = rec.explanation["infeasible"]
+    assert why["binding"] == "divisibility" and not rec.top
+    splits = why["nearest_splits"]
+    assert splits == {"gpus": [64, 80], "global_batch": [504, 513]}
+
+    def plans(gpus, batch):
+        return count_plans(model, resolved_request(model, hw, SearchRequest(
+            gpus=(gpus,), global_batch=batch)))
+
+    assert all(plans(g, 512) > 0 for g in splits["gpus"])
+    assert all(plans(72, b) > 0 for b in splits["global_batch"])
+    # between them only counts of whole hosts (4 GPUs each beyond one rack) take a plan
+    assert [g for g in range(65, 80) if g <= 72 or g % 4 == 0 if plans(g, 512)] == []
+    assert [b for b in range(505, 513) if plans(72, b)] == []
+    assert ("the nearest with a plan: 64 or 80 GPUs at global batch 512, or 72 GPUs at global "
+            "batch 504 or 513") in why["reason"]
+    code, out, err = run_main(["recommend", "--model", "llama2-70b", "--hardware", "gb200-nvl72",
+                               "--gpus", "72", "--global-batch", "512", "--json"])
+    assert code == 4 and "the nearest with a plan" in err
+    assert json.loads(out)["explanation"]["infeasible"]["nearest_splits"] == splits
