@@ -312,6 +312,7 @@ def recommendation_html(rec: Any, data: Mapping[str, Any]) -> str:
                                         css_id="plan-table")),
         ("summary", "Summary", _summary(best)),
         ("binding", "What binds it", f"<ul>{binding}</ul>"),
+        *_wins(rec),
         ("breakdown", "Step time breakdown", _breakdown(best)),
         ("memory", "Memory per GPU", _memory(best)),
         ("timeline", "Timeline of one step", _timeline(best)),
@@ -320,6 +321,18 @@ def recommendation_html(rec: Any, data: Mapping[str, Any]) -> str:
         ("curve", "Throughput against micro-batch size", _curve(rec)),
     ]
     return page(f"perfmodel recommendation: {title}", sub, sections)
+
+
+def _wins(rec: Any) -> list[tuple[str, str, str]]:
+    """The section saying what FP8, context and expert parallelism do for the best plan (the
+    terminal's "FP8:" line and "what context / expert parallelism does"), where the explanation
+    has them."""
+    lines = [rec.explanation["fp8"]["says"]] if "fp8" in rec.explanation else []
+    lines += [w["note"] for w in rec.explanation.get("parallelism", [])]
+    if not lines:
+        return []
+    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
+    return [("wins", "What FP8 and context / expert parallelism do", f"<ul>{items}</ul>")]
 
 
 def write_html(path: Any, text: str) -> None:

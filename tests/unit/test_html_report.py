@@ -9,6 +9,7 @@ exit, never on a fixed sleep.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -154,3 +155,22 @@ def test_the_report_names_every_parallel_degree_of_a_mixture_of_experts(run_cli,
         out = run_cli(*plan, "--etp", etp, "--html", f"report{etp}.html")
         assert out.returncode == 0, out.stderr
         assert expected in (tmp_path / f"report{etp}.html").read_text()
+
+
+def test_the_recommend_report_says_what_fp8_and_context_parallelism_do(run_cli, tmp_path):
+    """The report gives what the terminal and --json give: whether FP8 makes the best plan win
+    (and the plan FP8 weights make faster), and what context parallelism does for it; a search
+    in bf16 without cp or ep has no such section."""
+    out = run_cli("recommend", "--model", MODEL, "--hardware", HARDWARE, "--gpus", "64",
+                  "--global-batch", "512", "--dtype", "fp8", "--html", "report.html", "--json")
+    assert out.returncode == 0, out.stderr
+    why = json.loads(out.stdout)["explanation"]
+    text = (tmp_path / "report.html").read_text()
+    section = re.search(r'id="wins".*?</section>', text, re.S)
+    assert section is not None and why["parallelism"]
+    for line in (why["fp8"]["says"], *(w["note"] for w in why["parallelism"])):
+        assert f"<li>{html.escape(line)}</li>" in section.group(0)
+    out = run_cli("recommend", "--model", MODEL, "--hardware", HARDWARE, "--gpus", "64",
+                  "--global-batch", "512", "--cp", "1", "--html", "plain.html")
+    assert out.returncode == 0, out.stderr
+    assert 'id="wins"' not in (tmp_path / "plain.html").read_text()
