@@ -194,11 +194,12 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
         ratio = float(result.best.objective[0]) / faster[2]
         bf16 = ""
         if alt is not None and alt["objective"] <= float(result.best.objective[0]):
-            bf16 = (f", {alt['objective'] / faster[2]:.2f}x the best bf16 plan" if faster[2]
-                    < alt["objective"] else ", still behind the best bf16 plan")
+            bf16 = (f", {alt['objective'] / faster[2]:.2f}x as fast as the best bf16 plan"
+                    if faster[2] < alt["objective"] else ", still behind the best bf16 plan")
         says += (f". With FP8 weights (--fp8-params) {faster[0]} ({out['fp8_params_plan']}) "
-                 f"takes {faster[2]:.4g} {objective_unit(req)} and fits: {ratio:.2f}x this "
-                 f"search's best{bf16} (`recommend --fp8-params` searches every plan with them)")
+                 f"takes {faster[2]:.4g} {objective_unit(req)} and fits: {ratio:.2f}x as fast "
+                 f"as this search's best{bf16} (`recommend --fp8-params` searches every plan "
+                 "with them)")
     out.update(wins=wins, says=says)
     return out
 
