@@ -167,15 +167,14 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
     why = (f"its linear layers' GEMMs in FP8 ({recipe} scaling) save {gemm_s:.4g} s per step "
            f"and its casts cost {cast_s:.4g} s"
            + (f", its amax reductions {amax_s:.4g} s" if amax_s > 0 else ""))
+    objective, unit = float(result.best.objective[0]), objective_unit(req)
     if alt is not None:
-        objective = float(result.best.objective[0])
         alt_objective = alt["objective"]
         out.update(best_bf16_plan=alt["plan"], best_bf16_step_time_s=alt["step_time_s"],
                    best_bf16_objective=alt_objective,
                    speedup_over_best_bf16=alt_objective / objective)
         wins = objective < alt_objective
         layout = "" if alt["plan"] == _short(best.plan) else f" ({alt['plan']})"
-        unit = objective_unit(req)
         if wins:
             says = (f"FP8 is what makes the best plan win: {objective:.4g} {unit} against "
                     f"{alt_objective:.4g} {unit} for the best bf16 plan{layout}, "
@@ -188,18 +187,17 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
         says = f"FP8 is what makes a plan fit: no plan fits in bf16 ({alt_req.dtype.value}); {why}"
     faster = fp8_params_faster(model, hardware, result, best, alt)
     if faster is not None:
-        out.update(fp8_params_plan=_short(faster[1].plan),
-                   fp8_params_step_time_s=faster[1].step_time_s, fp8_params_objective=faster[2],
-                   fp8_params_from=faster[0])
-        ratio = float(result.best.objective[0]) / faster[2]
+        what, held, held_objective = faster
+        out.update(fp8_params_plan=_short(held.plan), fp8_params_step_time_s=held.step_time_s,
+                   fp8_params_objective=held_objective, fp8_params_from=what)
         bf16 = ""
-        if alt is not None and alt["objective"] <= float(result.best.objective[0]):
-            bf16 = (f", {alt['objective'] / faster[2]:.2f}x as fast as the best bf16 plan"
-                    if faster[2] < alt["objective"] else ", still behind the best bf16 plan")
-        says += (f". With FP8 weights (--fp8-params) {faster[0]} ({out['fp8_params_plan']}) "
-                 f"takes {faster[2]:.4g} {objective_unit(req)} and fits: {ratio:.2f}x as fast "
-                 f"as this search's best{bf16} (`recommend --fp8-params` searches every plan "
-                 "with them)")
+        if alt is not None and not wins:  # where the best bf16 plan beats this search's
+            bf16 = (f", {alt['objective'] / held_objective:.2f}x as fast as the best bf16 plan"
+                    if held_objective < alt["objective"] else ", still behind the best bf16 plan")
+        says += (f". With FP8 weights (--fp8-params) {what} ({out['fp8_params_plan']}) takes "
+                 f"{held_objective:.4g} {unit} and fits: {objective / held_objective:.2f}x as "
+                 f"fast as this search's best{bf16} (`recommend --fp8-params` searches every "
+                 "plan with them)")
     out.update(wins=wins, says=says)
     return out
 
@@ -231,6 +229,7 @@ def fp8_params_faster(model: TransformerSpec, hardware: HardwareSpec, result: Se
     if result.unfit_faster:
         plans[2] = result.plan(result.fastest_unfit, 0).replace(**fp8)
     found: tuple[str, Prediction, float] | None = None
+    objective_best = float(result.best.objective[0])
     seen = set()
     for what, plan in zip(FP8_PARAMS_CANDIDATES, plans, strict=True):
         if plan is None or plan in seen:
@@ -244,8 +243,7 @@ def fp8_params_faster(model: TransformerSpec, hardware: HardwareSpec, result: Se
             continue
         objective = float(objective_of(req, model, np.array([p.step_time_s]),
                                        np.array([plan.gpus]))[0])
-        if objective < float(result.best.objective[0]) and (found is None
-                                                              or objective < found[2]):
+        if objective < objective_best and (found is None or objective < found[2]):
             found = (what, p, objective)
     return found
 
@@ -603,17 +601,16 @@ def nearest_splits(model: TransformerSpec, hardware: HardwareSpec,
         except PerfmodelError:  # out of the request's ranges, or not whole nodes
             return False
 
-    def first(values: Iterable[int], field: str) -> list[int]:
-        for value in values:
-            if splits(**{field: (value,) if field == "gpus" else value}):
-                return [value]
-        return []
+    def nearest(field: str, at: int) -> list[int]:
+        """The first value with a split below `at` and the first above, where found."""
+        found = []
+        for side in (range(at - 1, max(0, at - SPLIT_PROBES - 1), -1),
+                     range(at + 1, at + SPLIT_PROBES + 1)):
+            found += next(([v] for v in side
+                           if splits(**{field: (v,) if field == "gpus" else v})), [])
+        return found
 
-    out = {"gpus": first(range(gpus - 1, max(0, gpus - SPLIT_PROBES - 1), -1), "gpus")
-           + first(range(gpus + 1, gpus + SPLIT_PROBES + 1), "gpus"),
-           "global_batch": first(range(batch - 1, max(0, batch - SPLIT_PROBES - 1), -1),
-                                 "global_batch")
-           + first(range(batch + 1, batch + SPLIT_PROBES + 1), "global_batch")}
+    out = {"gpus": nearest("gpus", gpus), "global_batch": nearest("global_batch", batch)}
     return {k: v for k, v in out.items() if v}
 
 
