@@ -96,15 +96,17 @@ _RELATIONS = {sp.StrictLessThan: "<", sp.LessThan: "<=", sp.StrictGreaterThan: "
 class _Printer:
     """Prints a graph of sympy nodes as numpy statements: shared nodes become assignments."""
 
-    def __init__(self, names: Mapping[Any, str], uses: Mapping[Any, int],
-                 rooted: frozenset[tuple[Any, int]] = frozenset()) -> None:
-        self.names = dict(names)  # node -> the variable holding it (arguments first)
-        self.uses = uses
+    def __init__(self, keys: _Keys, names: Mapping[Any, str], uses: Mapping[int, int],
+                 rooted: frozenset[tuple[int, int]] = frozenset()) -> None:
+        self.keys = keys
+        # node's key -> the variable holding it (arguments first)
+        self.names = {keys.of(node): name for node, name in names.items()}
+        self.uses = uses  # by node key
         self.lines: list[str] = []
-        # (base, q) whose powers b**(p/q) take more than one p: b**(1/q) computed once into a
-        # variable (self.roots), each power then multiplied from it (_pow)
+        # (base's key, q) whose powers b**(p/q) take more than one p: b**(1/q) computed once into
+        # a variable (self.roots), each power then multiplied from it (_pow)
         self.rooted = rooted
-        self.roots: dict[tuple[Any, int], str] = {}
+        self.roots: dict[tuple[int, int], str] = {}
 
     def value(self, node: Any) -> str:
         """The node as an operand: a name, a number or a parenthesised expression."""
@@ -113,7 +115,8 @@ class _Printer:
 
     def text(self, node: Any) -> tuple[str, bool]:
         """(the node's code, whether it needs no parentheses as an operand)."""
-        name = self.names.get(node)
+        key = self.keys.of(node)
+        name = self.names.get(key)
         if name is not None:
             return name, True
         if node.is_Number or node.is_NumberSymbol:
@@ -121,10 +124,10 @@ class _Printer:
         if node.is_Symbol:
             raise Unsupported(f"symbol {node} is not an argument")
         code, atomic = self._compose(node)
-        if self.uses.get(node, 0) > 1 or len(code) > MAX_INLINE:
+        if self.uses.get(key, 0) > 1 or len(code) > MAX_INLINE:
             name = f"x{len(self.lines)}"
             self.lines.append(f"    {name} = {code}")
-            self.names[node] = name
+            self.names[key] = name
             return name, True
         return code, atomic
 
@@ -186,14 +189,15 @@ class _Printer:
 
     def _mul(self, node: Any) -> str:
         """coefficient * numerator / denominator, as sympy's printers write a product."""
-        coeff, factors = node.as_coeff_mul()
+        coeff, factors = _coeff_mul(node)
         numerator, denominator = [], []
         for factor in factors:
-            base, exp = factor.as_base_exp()
-            if exp.is_Number and exp.is_negative and isinstance(factor, sp.Pow):
-                denominator.append(base if exp == -1 else sp.Pow(base, -exp, evaluate=False))
-            else:
-                numerator.append(factor)
+            if isinstance(factor, sp.Pow):
+                base, exp = _base_exp(factor)
+                if exp.is_Number and exp.is_negative:
+                    denominator.append((base, -exp))
+                    continue
+            numerator.append(factor)
         parts = [self.value(f) for f in numerator]
         sign = ""
         if coeff == -1:
@@ -202,13 +206,33 @@ class _Printer:
             parts.insert(0, self.value(coeff))
         top = "*".join(parts) if parts else "1"
         if denominator:
-            bottom = "*".join(self.value(f) for f in denominator)
+            bottom = "*".join(self._power_value(base, exp) for base, exp in denominator)
             bottom = f"({bottom})" if len(denominator) > 1 else bottom
             top = f"{top}/{bottom}"
         return f"{sign}{top}"
 
+    def _power_value(self, base: Any, exp: Any) -> str:
+        """value(base**exp) without building the power: a product's divisor b**e. Built, it would
+        go through sympy's cache, whose look-up compares b with the cached powers' bases node by
+        node wherever an equal one is a distinct object."""
+        if exp == 1:
+            return self.value(base)
+        key = self.keys.structure(sp.Pow, base, exp)
+        name = self.names.get(key)
+        if name is not None:
+            return name
+        code = self._pow_code(base, exp)
+        if self.uses.get(key, 0) > 1 or len(code) > MAX_INLINE:
+            name = f"x{len(self.lines)}"
+            self.lines.append(f"    {name} = {code}")
+            self.names[key] = name
+            return name
+        return code if code.startswith(f"{NUMPY}.sqrt(") else f"({code})"
+
     def _pow(self, node: Any) -> str:
-        base, exp = node.args
+        return self._pow_code(*node.args)
+
+    def _pow_code(self, base: Any, exp: Any) -> str:
         if exp == sp.Rational(1, 2):
             return f"{NUMPY}.sqrt({self.value(base)})"
         if exp == sp.Rational(-1, 2):
@@ -220,14 +244,15 @@ class _Printer:
                     f"{self.value(base)}**({float(power)!r})"
             chain = _chain(self._named(base), abs(power))
             return chain if power > 0 else f"1/{_operand(chain)}"
-        if exp.is_Rational and (base, exp.q) in self.rooted and abs(exp.p) <= MAX_CHAIN:
-            root = self.roots.get((base, exp.q))
+        rooted = (self.keys.of(base), int(exp.q)) if exp.is_Rational else None
+        if rooted in self.rooted and abs(exp.p) <= MAX_CHAIN:
+            root = self.roots.get(rooted)
             if root is None:
                 value = self.value(base)
                 root = f"x{len(self.lines)}"
                 self.lines.append(f"    {root} = " + (f"{NUMPY}.sqrt({value})" if exp.q == 2
                                                       else f"{value}**(1/{exp.q})"))
-                self.roots[(base, exp.q)] = root
+                self.roots[rooted] = root
             chain = _chain(root, abs(exp.p))
             return chain if exp.p > 0 else f"1/{_operand(chain)}"
         return f"{self.value(base)}**{self.value(exp)}"
@@ -239,7 +264,7 @@ class _Printer:
             return text
         name = f"x{len(self.lines)}"
         self.lines.append(f"    {name} = {text}")
-        self.names[node] = name
+        self.names[self.keys.of(node)] = name
         return name
 
 
@@ -247,6 +272,27 @@ class _Printer:
 # time) except for the exponents it special-cases (2, 0.5, -1, ...): an integer power up to this
 # is printed as products of its base (_chain)
 MAX_CHAIN = 16
+
+
+def _coeff_mul(node: Any) -> tuple[Any, tuple[Any, ...]]:
+    """node.as_coeff_mul() of a product, read off its arguments: sympy's method is cached, and its
+    cache's look-up compares the product with an equal cached one node by node."""
+    args = node.args
+    first = args[0]
+    if first.is_Number:
+        if first.is_Rational:
+            return first, args[1:]
+        if first.is_extended_negative:
+            return sp.S.NegativeOne, (-first, *args[1:])
+    return sp.S.One, args
+
+
+def _base_exp(power: Any) -> tuple[Any, Any]:
+    """power.as_base_exp(): a base 1/q reads as q with the exponent negated."""
+    base, exp = power.args
+    if base.is_Rational and base.p == 1 and base.q != 1:
+        return sp.Integer(base.q), -exp
+    return base, exp
 
 
 def _chain(name: str, power: int) -> str:
@@ -359,34 +405,84 @@ def reads(exprs: Sequence[Any], symbols: set[Any]) -> list[bool]:
     return [visit(e) for e in exprs]
 
 
-def _count_uses(exprs: Sequence[Any]) -> dict[Any, int]:
-    """How many parents (and outputs) use each node of the graph of exprs.
+class _Keys:
+    """Each node's key: one integer per structure, so that equal nodes share it whether or not
+    they are the same object.
+
+    The printer's tables are keyed by these, not by the nodes: a look-up of a node that is equal
+    to a key but a distinct object makes sympy's __eq__ walk both trees, and a graph built in
+    parts (the timeline's per-stage outputs) holds many such copies. Keyed by nodes, one family's
+    timeline took 447 s to print (182M __eq__ calls); the structure here is each node's type
+    (with an atom's own value) and its arguments' keys, found once per object."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, int] = {}
+        self.table: dict[tuple[Any, ...], int] = {}
+        self.held: list[Any] = []  # the nodes whose ids by_id holds stay alive
+
+    def of(self, root: Any) -> int:
+        key = self.by_id.get(id(root))
+        if key is not None:
+            return key
+        by_id = self.by_id
+        stack: list[tuple[Any, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if id(node) in by_id:
+                continue
+            if node.is_Atom or not node.args:
+                # type first: sympy's Float(2) and Integer(2) are unequal but hash alike
+                structure: tuple[Any, ...] = (type(node), node)
+            elif not expanded:
+                stack.append((node, True))
+                stack.extend((arg, False) for arg in node.args if id(arg) not in by_id)
+                continue
+            else:
+                structure = (type(node), *(by_id[id(arg)] for arg in node.args))
+            by_id[id(node)] = self.table.setdefault(structure, len(self.table))
+            self.held.append(node)
+        return by_id[id(root)]
+
+    def structure(self, kind: type, *args: Any) -> int:
+        """The key a node kind(*args) would have, without building it."""
+        return self.table.setdefault((kind, *(self.of(arg) for arg in args)), len(self.table))
+
+
+def _count_uses(exprs: Sequence[Any], keys: _Keys) -> tuple[dict[int, int], dict[int, Any]]:
+    """How many parents (and outputs) use each node of the graph of exprs, by key; and a node of
+    each key.
 
     A product prints its factors b**-e as a division by b**e (_Printer._mul), so such a power is
     never printed itself: its base counts each use of the power, and a divisor that several
     products share is computed once (into a variable) rather than in each of them."""
-    uses: dict[Any, int] = {}
+    uses: dict[int, int] = {}
+    nodes: dict[int, Any] = {}
     stack = list(exprs)
     while stack:
         node = stack.pop()
-        seen = node in uses
-        uses[node] = uses.get(node, 0) + 1
-        if not seen and not node.is_Atom:
-            stack.extend(node.args)
-    for node, count in list(uses.items()):
+        key = keys.of(node)
+        seen = key in uses
+        uses[key] = uses.get(key, 0) + 1
+        if not seen:
+            nodes[key] = node
+            if not node.is_Atom:
+                stack.extend(node.args)
+    for key, count in list(uses.items()):
+        node = nodes[key]
         if count > 1 and node.is_Pow and node.exp.is_Number and node.exp.is_negative:
-            uses[node.base] += count - 1
-    return uses
+            uses[keys.of(node.base)] += count - 1
+    return uses, nodes
 
 
-def _rooted(uses: Mapping[Any, int]) -> frozenset[tuple[Any, int]]:
-    """The (base, q) of the graph's powers base**(p/q) (p/q not an integer) that take two or more
-    exponents p: one root base**(1/q) serves them all (_Printer._pow). A product's b**(-p/q)
+def _rooted(nodes: Mapping[int, Any], keys: _Keys) -> frozenset[tuple[int, int]]:
+    """The (base's key, q) of the graph's powers base**(p/q) (p/q not an integer) that take two or
+    more exponents p: one root base**(1/q) serves them all (_Printer._pow). A product's b**(-p/q)
     prints as a division by b**(p/q) (_Printer._mul), so an exponent counts by its size."""
-    exponents: dict[tuple[Any, int], set[int]] = {}
-    for node in uses:
+    exponents: dict[tuple[int, int], set[int]] = {}
+    for node in nodes.values():
         if node.is_Pow and node.exp.is_Rational and not node.exp.is_Integer:
-            exponents.setdefault((node.base, int(node.exp.q)), set()).add(abs(int(node.exp.p)))
+            exponents.setdefault((keys.of(node.base), int(node.exp.q)),
+                                 set()).add(abs(int(node.exp.p)))
     return frozenset(key for key, ps in exponents.items() if len(ps) > 1)
 
 
@@ -406,8 +502,9 @@ def numpy_function(name: str, params: Sequence[tuple[Any, str]], exprs: Sequence
     a node with no numpy form here."""
     memo = huge_memo()
     exprs = [keep_huge_together(sp.sympify(e), memo) for e in exprs]
-    uses = _count_uses(exprs)
-    printer = _Printer({sym: pname for sym, pname in params}, uses, _rooted(uses))
+    keys = _Keys()
+    uses, nodes = _count_uses(exprs, keys)
+    printer = _Printer(keys, {sym: pname for sym, pname in params}, uses, _rooted(nodes, keys))
     outs = [printer.text(e)[0] for e in exprs]
     head = f"def {name}({', '.join(pname for _, pname in params)}):"
     return "\n".join([head, *printer.lines, f"    return [{', '.join(outs)}]", ""])

@@ -145,3 +145,37 @@ def test_xreplace_shared_rebuilds_what_xreplace_rebuilds_from_a_shared_graph():
     assert numbers.is_Number
     assert float(numbers) == pytest.approx(float(layer.subs({x: 2.5, y: 3, z: 0.5})))
     assert codegen.xreplace_shared(layer, {sp.Symbol("unused"): 1}) is layer
+
+
+def _nested(levels):
+    expr = x
+    for i in range(levels):
+        expr = sp.log(expr + y) * (i + 2)
+    return expr
+
+
+def test_equal_subtrees_that_are_distinct_objects_are_found_by_structure(monkeypatch):
+    """A graph built in parts holds equal nodes that are distinct objects (sympy's cache evicts);
+    looking one up in a table keyed by nodes makes sympy compare the two trees node by node, so
+    printing took time quadratic in the depth (447 s for mixtral's timeline). Keyed by structure,
+    the copies share one computation and no tree is compared: the printer at 5d0ca58 made 16,826
+    __eq__ calls on this graph."""
+    levels = 60
+    first = _nested(levels)
+    sp.core.cache.clear_cache()
+    second = _nested(levels)
+    assert first == second and first is not second
+    calls = []
+    compare = sp.Basic.__eq__
+
+    def counted(self, other):
+        calls.append(1)
+        return compare(self, other)
+
+    monkeypatch.setattr(sp.Basic, "__eq__", counted)
+    fn, source = _function([first, second / 2], symbols=(x, y))
+    monkeypatch.undo()
+    assert source.count("_np.log(") == levels
+    assert len(calls) < levels
+    a, b = fn(1.5, 2.0)
+    assert b == pytest.approx(a / 2, rel=1e-15)
