@@ -128,6 +128,7 @@ def _outputs(built: Any) -> dict[str, Any]:
     whole communication; m, W_fill, the bubble and the step time."""
     import sympy as sp
 
+    from perfmodel.costs.lattice import times
     from perfmodel.step import compose as CO
     from perfmodel.step.collective import issued_launches
     from perfmodel.step.context import Context
@@ -145,15 +146,17 @@ def _outputs(built: Any) -> dict[str, Any]:
         for ph in built.phases[st]:
             terms = CO.phase_terms(ph)
             pieces = [("compute", term, t) for term, t in terms.device.items()]
-            pieces += [("host", term, shown * t) for term, t in terms.host.items()]
+            pieces += [("host", term, times(shown, t)) for term, t in terms.host.items()]
             pieces += [(_COMM_STREAM[term], term, t) for term, t in terms.comm.items()]
             for stream, term, seconds in pieces:
                 for role, share in _pass_roles(ph.name, term):
-                    parts[f"{st}|{role}|{stream}"].append(share * seconds)
+                    parts[f"{st}|{role}|{stream}"].append(times(share, seconds))
         # the collectives' launches: the stage's launch term, split by the passes that issue them
         issued = issued_launches(collectives.values(), st, head_first)
         calls = sp.Add(*(launches for _, launches in issued))
         for x, launches in issued:
+            if launches is sp.S.Zero:  # (0 x the stage's launch term: sympy would ask it whether
+                continue  # it is infinite, a walk of all of it)
             for role, share in _launch_roles(x.phase):
                 parts[f"{st}|{role}|host"].append(
                     share * launches / sp.Max(calls, _NO_CALLS, evaluate=False)

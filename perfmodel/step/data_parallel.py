@@ -245,8 +245,8 @@ def _again(c: Context, units: sp.Expr, in_root_chunk: sp.Expr, root_gathers: sp.
     over its v - 1 other stages, which share the rest of schedule_gathers (module doc)."""
     over = _rounds(c)[0]
     others = (schedule_gathers(c) - root_gathers) / lmax(1, S.v - 1)
-    return times(over, in_root_chunk * (root_gathers - 1)
-                 + (units - in_root_chunk) * (others - 1))
+    return times(over, times(in_root_chunk, root_gathers - 1)
+                 + times(units - in_root_chunk, others - 1))
 
 
 def regathers(c: Context, u: FsdpUnit, time: bool = False) -> sp.Expr:
@@ -643,14 +643,14 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     allreduced = bf16_optimizer(c)
     copy_bytes = (1 - z1 + allreduced * z1) * DDP_GRADIENT_PASSES * grad_bytes \
         + (z1 - z3) * (1 - allreduced) * copies * (grad_bytes + weight_bytes) \
-        + z3 * sum((u.most
+        + times(z3, sum((u.most
                     * (fsdp_copy_passes(c, u.ranks)
                        * ((micro_batch_gathers(c) * m + gathered) * u.gathered_bytes()
                           + reduced * S.gbytes * u.elements)
                        + active(u.ranks) * accumulated * u.elements)
                     + u.gathered_bytes() * fsdp_copy_passes(c, u.ranks)
                     * regathers(c, u, time=True)
-                    for u in units), ZERO)
+                    for u in units), ZERO))
     layers = c.max_stage_layers
     n_units = fsdp_unit_count(units)
     # (a mixture of experts' own sync over edp with the others', behind the same compute)

@@ -111,16 +111,20 @@ class LayerWork:
         return dict(self.module_s).get(name, ZERO)
 
     def times(self, n: sp.Expr) -> LayerWork:
-        """n such layers."""
-        return LayerWork(n * self.gemm_s, n * self.attention_s, n * self.elementwise_s,
-                         n * self.attention_backward_s,
-                         None if self.fp8_cast_s is None else n * self.fp8_cast_s,
+        """n such layers (n is 0 for a kind a stage lacks: lattice.times, not sympy's product,
+        which asks every node under each term whether it is infinite)."""
+        def of(t: sp.Expr) -> sp.Expr:
+            return times(n, t)
+
+        return LayerWork(of(self.gemm_s), of(self.attention_s), of(self.elementwise_s),
+                         of(self.attention_backward_s),
+                         None if self.fp8_cast_s is None else of(self.fp8_cast_s),
                          None if self.fp8_cast_backward_s is None
-                         else n * self.fp8_cast_backward_s,
+                         else of(self.fp8_cast_backward_s),
                          None if self.elementwise_backward_s is None
-                         else n * self.elementwise_backward_s,
-                         tuple((k, n * t) for k, t in self.module_s),
-                         None if self.per_op_s is None else n * self.per_op_s)
+                         else of(self.elementwise_backward_s),
+                         tuple((k, of(t)) for k, t in self.module_s),
+                         None if self.per_op_s is None else of(self.per_op_s))
 
     def __add__(self, other: LayerWork) -> LayerWork:
         def add(x: sp.Expr | None, y: sp.Expr | None) -> sp.Expr | None:
@@ -398,9 +402,9 @@ def full_recompute_s(c: Context, stage: str, work: LayerWork) -> sp.Expr:
         n_rc,dense x t_dense + n_rc,moe x t_moe
     (work: the stage's layers, stage_work; a dense model's, full x their forward)."""
     if not c.fam.moe:
-        return c.full * work.total_s
+        return times(c.full, work.total_s)
     dense, moe = full_recomputed(c, stage)
-    return dense * layer_work(c).total_s + moe * layer_work(c, moe=True).total_s
+    return times(dense, layer_work(c).total_s) + times(moe, layer_work(c, moe=True).total_s)
 
 
 def attended_share(c: Context) -> sp.Expr:
@@ -500,9 +504,9 @@ def layer_phases(c: Context, work: LayerWork, cost: PartCost,
     kernels = cost.kernel_s * (n * cost.forward_ops + extra_kernels[0])
     back_kernels = cost.backward_kernel_s * (n * cost.backward_ops + extra_kernels[1])
     slower = cost.scale - 1  # what the framework's scale adds to the rooflines
-    recomputed = full_recompute_s(c, stage, work) + c.core * work.attention_s \
-        + c.op * op_recompute_s(c, work) \
-        + sum((c.recomputes(name) * t for name, t in work.module_s), ZERO)
+    recomputed = full_recompute_s(c, stage, work) + times(c.core, work.attention_s) \
+        + times(c.op, op_recompute_s(c, work)) \
+        + sum((times(c.recomputes(name), t) for name, t in work.module_s), ZERO)
 
     def lost(name: str) -> dict[str, sp.Expr]:
         return {"compute/tp_overlap": extra[name]} if name in extra else {}

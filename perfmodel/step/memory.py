@@ -323,9 +323,9 @@ def memory_terms(c: Context, params: Parameters,
                                                           + experts8 / div_experts["weights"])
         stage_inflight = inflight[st]
         n = c.stage_layers[st]
-        layers = act_layer * n
+        layers = times(act_layer, n)
         if c.fam.moe:
-            layers = act_layer * (n - moe_count[st]) + act_moe * moe_count[st]
+            layers = times(act_layer, n - moe_count[st]) + times(act_moe, moe_count[st])
         if c.fam.cpu_offload:
             # Transformer Engine's offload keeps at most (layers - N_off) layers' activations on
             # the GPU (get_cpu_offload_context: "(num_layers - num_offloaded_layers) * T"): the

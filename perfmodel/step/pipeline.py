@@ -30,7 +30,7 @@ from collections.abc import Mapping
 import sympy as sp
 
 from perfmodel import symbols as S
-from perfmodel.costs.lattice import lmax, lmin
+from perfmodel.costs.lattice import lmax, lmin, times
 from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Phase
 from perfmodel.step.context import Context
@@ -91,7 +91,7 @@ def weight_gradient_fill(c: Context, stage_terms: Mapping[str, Mapping[str, sp.E
          / BACKWARD_PER_FORWARD for st, terms in stage_terms.items()}
     if "middle" in w:  # a middle stage exists from pp = 3 on; below, never the smallest
         w["middle"] = w["middle"] + (1 - middle_exists()) * w["first"]
-    return c.zero_bubble * (2 + c.zbv) * lmin(*w.values())
+    return times(c.zero_bubble * (2 + c.zbv), lmin(*w.values()))
 
 
 def middle_exists() -> sp.Expr:

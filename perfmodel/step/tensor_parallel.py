@@ -86,7 +86,7 @@ from perfmodel.costs import compute as K
 from perfmodel.costs import layouts as LY
 from perfmodel.costs import mla as MLA
 from perfmodel.costs.compute import FP32_BYTES
-from perfmodel.costs.lattice import lmax
+from perfmodel.costs.lattice import lmax, times
 from perfmodel.step.collective import PHASE_STAGE, Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, linear_gemm_time
@@ -188,11 +188,11 @@ def mla_collectives(c: Context, count: sp.Expr, prefix: str = "layers", stage: s
     # bytes per element of each latent's forward gather: query, key/value, rotary key
     cast_first = S.e8 if c.fam.fp8 else e
     gathered = (cast_first, cast_first, e)
-    for pass_, phase, times in repeats:
+    for pass_, phase, repeat in repeats:
         for w, per_element in zip(latents, gathered, strict=True):
-            add("all_gather", w, times * sp_, phase, pass_, per_element)
-        add("reduce_scatter", S.h, times * sp_, phase, pass_)
-        add("all_reduce", S.h, times * (1 - sp_), phase, pass_)
+            add("all_gather", w, repeat * sp_, phase, pass_, per_element)
+        add("reduce_scatter", S.h, repeat * sp_, phase, pass_)
+        add("all_reduce", S.h, repeat * (1 - sp_), phase, pass_)
     for w in latents:
         add("reduce_scatter", w, sp_, "bwd", "backward")
         add("all_reduce", w, 1 - sp_, "bwd", "backward")
@@ -300,11 +300,11 @@ def layer_overlaps(c: Context, n: sp.Expr, attention: bool,
     whole: dict[str, sp.Expr] = {}
     for count, width, names in kinds:
         for g, t in _chunked(c, tp, names, width).items():
-            ring[g] = ring.get(g, ZERO) + count * t
+            ring[g] = ring.get(g, ZERO) + times(count, t)
         for g, t in _chunked(c, splits, names[1:], width).items():
-            pipe[g] = pipe.get(g, ZERO) + count * t / (1 - (1 - fused) * SM_SHARE[g])
+            pipe[g] = pipe.get(g, ZERO) + times(count, t) / (1 - (1 - fused) * SM_SHARE[g])
         for g, t in _chunked(c, ONE, names, width).items():
-            whole[g] = whole.get(g, ZERO) + count * t
+            whole[g] = whole.get(g, ZERO) + times(count, t)
 
     def ov(behind: str, time: sp.Expr, of: tuple[str, ...], hides: sp.Expr,
            floor: sp.Expr = ZERO, contention: sp.Expr = S.s_ovl) -> Overlap:
@@ -349,8 +349,9 @@ def layer_overlaps(c: Context, n: sp.Expr, attention: bool,
     lost_backward += fused * (1 - c.gated) * sum((count for count, _ in mlps), ZERO) * one
     return ({f"{prefix}/forward": tuple(forward), f"{prefix}/backward": tuple(backward),
              f"{prefix}/recompute": tuple(forward)},
-            {f"{prefix}/forward": on * lost_forward, f"{prefix}/backward": on * lost_backward,
-             f"{prefix}/recompute": c.full * on * lost_forward})
+            {f"{prefix}/forward": times(on, lost_forward),
+             f"{prefix}/backward": times(on, lost_backward),
+             f"{prefix}/recompute": times(c.full * on, lost_forward)})
 
 
 def mla_regather_overlap(c: Context, count: sp.Expr) -> Overlap:

@@ -139,3 +139,51 @@ def test_compare_is_sympys_canonical_order():
     for left in nodes:
         for right in nodes:
             assert _compare(left, right) == left.compare(right), (left, right)
+
+
+def _larger_than(expr, limit):
+    """expr has more than `limit` distinct nodes (a walk that stops there)."""
+    seen, stack = set(), [expr]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            if len(seen) > limit:
+                return True
+            stack.extend(node.args)
+    return False
+
+
+def test_building_a_step_model_multiplies_no_large_term_by_sympys_zero(monkeypatch):
+    """A family's 0 (a layer kind a stage lacks, a recompute or ZeRO-3 switch that is off) times a
+    term goes through lattice.times: sympy's product of 0 and a term asks every node under the
+    term whether it is infinite, a walk of all of it (at a35f9ae this build made 15 such products
+    of terms of over 200 nodes; the walks were a third of the sympy time of building the
+    Megatron-Bridge rows' families). The generated code is the same either way (times gives
+    sympy's answer, 0)."""
+    from sympy.core.mul import Mul
+
+    from perfmodel import load_hardware, load_model
+    from perfmodel.evaluate import family_of
+    from perfmodel.step import build
+    from perfmodel.strategy import Plan
+    from perfmodel.timeline import _outputs
+
+    flatten = Mul.flatten.__func__
+    large = []
+
+    def watched(cls, seq):
+        if any(x is sp.S.Zero for x in seq):
+            large.extend(x for x in seq if x is not sp.S.Zero and _larger_than(x, 200))
+        return flatten(cls, seq)
+
+    model, hw = load_model("deepseek-v3"), load_hardware("dgx-h100")
+    plan = Plan(gpus=64, dp=8, tp=2, pp=4, ep=8, sequence_parallel=True, global_batch=64,
+                recompute="full")
+    family = family_of(model, hw, plan, specialise=True)
+    monkeypatch.setattr(Mul, "flatten", classmethod(watched))
+    built = build(family)
+    outputs = _outputs(built)
+    monkeypatch.undo()
+    assert outputs and built.step_time.free_symbols
+    assert not large, f"{len(large)} products of 0 and a term of over 200 nodes"
