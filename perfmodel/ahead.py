@@ -188,6 +188,7 @@ def _child(jobs: list[tuple[str, Callable[[], Any]]], read: int, write: int) -> 
 
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        evaluate.child_ready()
         # at a lower priority: its jobs may not be asked for, and where the CPUs are busy this
         # process's search and the child building modules (evaluate.build_ahead) come first
         os.nice(10)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import signal
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -438,18 +439,42 @@ def _can_fork() -> bool:
     return len(os.sched_getaffinity(0)) > 1
 
 
+# The signals that stop a child (SIGTERM from its parent, SIGINT from the terminal) are held
+# from before the fork until the child has set its own handlers (child_ready): one that came
+# before would run the parent's handler in the child (the CLI's raises), and the child would go
+# on in its copy of the parent's code (a test runner's loop, waited for by its parent for ever).
+_HELD = frozenset({signal.SIGTERM, signal.SIGINT})
+_MASK_BEFORE_FORK: set[int | signal.Signals] | None = None
+
+
 def fork_child() -> tuple[int, int, int] | None:
     """Fork a child with a pipe to it: (pid, read end, write end), pid 0 in the child; None
-    where no child may be forked (_can_fork) or the fork failed."""
+    where no child may be forked (_can_fork) or the fork failed. The child's SIGTERM and SIGINT
+    are held until it calls child_ready, once its handlers are set, in its `try`."""
+    global _MASK_BEFORE_FORK
     if not _can_fork():
         return None
     read, write = os.pipe()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     try:
-        return os.fork(), read, write
+        pid = os.fork()
     except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(read)
         os.close(write)
         return None
+    if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    else:
+        _MASK_BEFORE_FORK = mask
+    return pid, read, write
+
+
+def child_ready() -> None:
+    """In a forked child whose handlers are set: the signals held since the fork are taken (a
+    SIGTERM its parent sent meanwhile is delivered now)."""
+    if _MASK_BEFORE_FORK is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _MASK_BEFORE_FORK)
 
 
 def detach_child(read: int) -> None:
@@ -498,14 +523,13 @@ def _child(todo: list[tuple[str, Callable[[], str]]], paths: dict[str, Path], re
     """The child of build_ahead: off the parent's terminal and pipes (whoever reads the parent's
     output is not kept waiting for it), stopped by SIGTERM as by an exception (a module half
     written is removed), it files each module and its bytecode and writes its name to the pipe."""
-    import signal
-
     status = 0
     try:
         def stop(signum: int, frame: Any) -> None:
             raise SystemExit(1)
 
         signal.signal(signal.SIGTERM, stop)
+        child_ready()
         detach_child(read)
         for name, build in todo:
             write_atomic(paths[name], build(), what="compiled-code cache", make_parents=True)
@@ -518,8 +542,6 @@ def _child(todo: list[tuple[str, Callable[[], str]]], paths: dict[str, Path], re
 
 def _stop_ahead() -> None:
     """Stop the children still building (at exit: their modules were not asked for)."""
-    import signal
-
     for pid, read in {(pid, read) for pid, read, _ in _AHEAD.values()}:
         try:
             os.kill(pid, signal.SIGTERM)

@@ -156,3 +156,51 @@ def test_recommend_explains_the_same_with_the_search_run_ahead(forks, monkeypatc
     assert wins["ep"]["objective_without"] == alt["objective"]
     monkeypatch.setattr(evaluate, "_can_fork", lambda: False)
     assert recommend(model, hw, req, top=1, prune=True).explanation == rec.explanation
+
+
+def test_a_child_stopped_before_it_has_its_own_handlers_never_runs_the_parents_code(
+        forks, monkeypatch):
+    """A child stopped at once (recommend refuses its input and stops the child it has just
+    forked) may get the SIGTERM before it has set its own handler: the parent's handler (the
+    CLI's raises) then raised in the child, which went on in its copy of the parent's code (the
+    CLI, or a test runner's loop: a second runner its parent waited for, for ever). The signals
+    are held from the fork until the child's handlers are set; here the child is slowed before
+    them, and must end by the SIGTERM, not in the parent's code."""
+    import signal
+
+    me = os.getpid()
+
+    class Stop(Exception):
+        pass
+
+    def raise_stop(signum, frame):
+        raise Stop
+
+    real_getppid = os.getppid
+    asleep = forks / "asleep"
+
+    def slow_getppid():  # the child's first call, before its handlers: the SIGTERM lands here
+        if os.getpid() != me:
+            asleep.touch()
+            time.sleep(1.0)
+        return real_getppid()
+
+    monkeypatch.setattr(os, "getppid", slow_getppid)
+    previous = signal.signal(signal.SIGTERM, raise_stop)
+    try:
+        try:
+            ahead = Ahead([("job", lambda: 1)])
+        finally:
+            if os.getpid() != me:
+                os._exit(99)  # the child, in the parent's code
+        pid = ahead.pid
+        assert pid is not None
+        wait_for(asleep.exists, "the child has reached its first call")
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        ahead.pid = None
+        ahead._close()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, \
+        os.waitstatus_to_exitcode(status)
