@@ -644,13 +644,13 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     copy_bytes = (1 - z1 + allreduced * z1) * DDP_GRADIENT_PASSES * grad_bytes \
         + (z1 - z3) * (1 - allreduced) * copies * (grad_bytes + weight_bytes) \
         + times(z3, sum((u.most
-                    * (fsdp_copy_passes(c, u.ranks)
-                       * ((micro_batch_gathers(c) * m + gathered) * u.gathered_bytes()
-                          + reduced * S.gbytes * u.elements)
-                       + active(u.ranks) * accumulated * u.elements)
-                    + u.gathered_bytes() * fsdp_copy_passes(c, u.ranks)
-                    * regathers(c, u, time=True)
-                    for u in units), ZERO))
+                         * (fsdp_copy_passes(c, u.ranks)
+                            * ((micro_batch_gathers(c) * m + gathered) * u.gathered_bytes()
+                               + reduced * S.gbytes * u.elements)
+                            + active(u.ranks) * accumulated * u.elements)
+                         + u.gathered_bytes() * fsdp_copy_passes(c, u.ranks)
+                         * regathers(c, u, time=True)
+                         for u in units), ZERO))
     layers = c.max_stage_layers
     n_units = fsdp_unit_count(units)
     # (a mixture of experts' own sync over edp with the others', behind the same compute)
