@@ -278,7 +278,42 @@ def step_lower_bound(built: Any, unread: tuple[str, ...], host: bool = False) ->
         kept = [x for x, skip in zip(times, reads(times, unread_symbols), strict=True) if not skip]
         if kept:
             stages[stage] = [lmax(sum(stages[stage], 0), m * sum(kept, 0))]
-    return lmax(*(sum(terms, 0) for terms in stages.values())) + sum(step, 0)
+    bounds = {stage: sum(terms, 0) for stage, terms in stages.items()}
+    skipped = {key for (key, _), skip in zip(terms, unchosen, strict=True) if skip}
+    if "pipeline/bubble" in skipped:
+        step.append(_bubble_bound(built, bounds, m, unread_symbols))
+    return lmax(*bounds.values()) + sum(step, 0)
+
+
+def _bubble_bound(built: Any, bounds: Mapping[str, Any], m: Any, unread: set[Any]) -> Any:
+    """A lower bound on the pipeline's fill and drain, T_bubble = F kept max(0, t_other -
+    W_fill), from the stages' bounds (each at most m times its stage's micro-batch time): the
+    step term reads every stage's time, and so whatever group one of them reads. t_other (pp - 1)
+    = sum_i w_i t_i - max_i t_i, w = (1, pp - 2, 1) over the first, a middle and the last stage,
+    is at least the same of the bounds a_i <= t_i: with j the slowest stage it is
+    sum_{i != j} w_i t_i + (w_j - 1) t_j, which grows with every t_i where w_j >= 1, so at least
+    its value at the a_i, and at least the least such value over j, sum_i w_i a_i - max_i a_i.
+    With pp = 2 a middle stage (w 0) never exceeds the others (perfmodel.step.context.
+    stage_layers): the slowest is an end, whose w is 1. The zero-bubble fill W_fill subtracts:
+    taken as it is where it reads no unread group, else the bound is 0 for a zero-bubble plan
+    (built.zero_bubble). Built with the functions the step model's own are (not by replacing
+    the stages' symbols in built.composition: sympy's Max would compare the bounds' large terms
+    with each other as it rebuilds)."""
+    from perfmodel import symbols as S
+    from perfmodel.codegen import reads
+    from perfmodel.costs.lattice import lmax, times
+    from perfmodel.step import compose as CO
+    from perfmodel.step import pipeline as PP
+    from perfmodel.step.context import active
+
+    a = {stage: bounds.get(stage, 0) / m for stage in PP.STAGES}
+    t_other = CO.other_stages_time(a["first"], a["middle"], a["last"], lmax(*a.values()),
+                                   S.pp, active(S.pp))
+    w_fill = built.term_values[CO.W_FILL]
+    fill_read = reads([w_fill], unread)[0]
+    flushes = S.F_pp if built.family.pipeline_flushes else 1
+    bubble = PP.bubble_s(m, t_other, 0 if fill_read else w_fill, flushes)
+    return times(1 - built.zero_bubble, bubble) if fill_read else bubble
 
 
 def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:

@@ -48,6 +48,8 @@ class Model:
     # and what each of those symbols stands for
     composition: dict[sp.Symbol, sp.Expr] = field(default_factory=dict)
     term_values: dict[sp.Symbol, sp.Expr] = field(default_factory=dict)
+    # 1 where the schedule fills the pipeline's bubble with weight gradients (zb, zbv), else 0
+    zero_bubble: sp.Expr = sp.Integer(0)
     # what each term hides, per step ("stage:name" or name): communication behind compute, host
     # time behind the device's (reported beside the breakdown, not in the step time)
     hidden_terms: dict[str, sp.Expr] = field(default_factory=dict)
@@ -147,6 +149,7 @@ def build(fam: Family) -> Model:
         phases=phases,
         hidden_terms=hidden,
         stages={st: stage for st, stage in composed.items()},
+        zero_bubble=c.zero_bubble,
         **_composition(c, stage_time, step_terms, w_fill),
     )
 

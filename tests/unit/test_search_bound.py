@@ -22,24 +22,28 @@ CASES = [
     ("qwen3-30b-a3b", "gb200-nvl72", dict(gpus=(16,), global_batch=64, flash_attention=True,
                                            max_cp=4)),
     ("tiny-gpt", "dgx-h100", dict(gpus=(8,), global_batch=32)),
+    # pipelines of 3, 6 and 12 uneven stages (32 layers), every schedule: the bound holds their
+    # fill and drain (evaluate._bubble_bound)
+    ("llama2-7b", "dgx-h100", dict(gpus=(24,), global_batch=48, uneven_stages=True)),
 ]
 
 
-def _bounds_and_steps(name, hw_name, fields):
+def _bounds_and_steps(name, hw_name, fields, columns=()):
     """(both lower bounds, step time) of every plan of the request that passes the memory bound,
-    evaluated family by family as the search does."""
+    evaluated family by family as the search does; and the plans' `columns`."""
     model, hw = load_model(name), load_hardware(hw_name)
     req = SearchRequest(**fields)
     ev = Evaluator(model, hw, req)
     out = []
     for plans in plan_chunks(model, req):
         groups = S.group_values(hw, plans)
-        for family, _, part in ev._by_layout(groups):
+        for family, rows, part in ev._by_layout(groups):
             n = len(part["topology"].codes)
             plan = run(compile_staged(family, "lower", S.GROUPS), ev.scalars, part, n)
             grid = run(compile_staged(family, "lower_grid", S.GROUPS), ev.scalars, part, n)
             full = run(compile_staged(family, "search", S.GROUPS), ev.scalars, part, n)
-            out.append((plan["step_time_lb"], grid["step_time_lb_grid"], full["step_time"]))
+            out.append((plan["step_time_lb"], grid["step_time_lb_grid"], full["step_time"],
+                        *(plans.cols[c][rows] for c in columns)))
     return [np.concatenate(x) for x in zip(*out, strict=True)]
 
 
@@ -57,6 +61,25 @@ def test_lower_bounds_never_exceed_the_step_time(name, hw_name, fields):
     # an op): the per-plan bound takes each stage's host time (evaluate.HOST_FLOOR_BOUNDS;
     # before 2026-12-05 those two reached 0.09 and 0.77 of it at best)
     assert np.max(plan_lb[ok] / step[ok]) > 0.8
+
+
+def test_the_bounds_hold_the_pipelines_fill_and_drain():
+    # the bubble reads every stage's time, so the overlaps' groups too: before 2026-12-06 both
+    # bounds dropped it, and a pipeline's bound was its stages' alone (median 0.37 to 0.52 of the
+    # step time at pp 4 to 12 with GPipe and 1F1B); now a bound on it from the stages' bounds
+    # (evaluate._bubble_bound), uneven splits (pp 3, 6, 12) and zero bubble (0 where its fill
+    # reads an overlap) included
+    plan_lb, grid_lb, step, pp, schedule = _bounds_and_steps(*CASES[-1], columns=("pp",
+                                                                                  "schedule"))
+    ok = np.isfinite(step)
+    assert set(pp[ok]) >= {3, 4, 6, 8, 12}
+    assert (plan_lb[ok] <= step[ok] * (1 + 1e-12)).all()
+    flushed = np.isin(schedule, [S.SCHEDULES.index(s) for s in ("gpipe", "1f1b")])
+    for stages in (3, 4, 6, 8, 12):
+        rows = ok & flushed & (pp == stages)
+        assert rows.sum() > 100
+        assert np.median(plan_lb[rows] / step[rows]) > 0.85
+        assert np.median(grid_lb[rows] / step[rows]) > 0.85
 
 
 def _compare(model, hw, req, top, monkeypatch, probe=64):
@@ -85,7 +108,8 @@ def _compare(model, hw, req, top, monkeypatch, probe=64):
     return full, pruned
 
 
-@pytest.mark.parametrize("name, hw_name, fields", CASES[:4], ids=[c[0] for c in CASES[:4]])
+@pytest.mark.parametrize("name, hw_name, fields", CASES[:4] + CASES[-1:],
+                         ids=[c[0] for c in CASES[:4] + CASES[-1:]])
 def test_a_pruned_search_ranks_the_same_best_plans(name, hw_name, fields, monkeypatch):
     _compare(load_model(name), load_hardware(hw_name), SearchRequest(**fields), 5, monkeypatch)
 
