@@ -164,6 +164,8 @@ def _read_mapping(path: Path, what: str) -> dict[str, Any]:
         else:
             check_yaml_size(text, f"{what} file {path}")
             data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
+    except SpecError:  # check_yaml_size's own message (a ValueError: not the number's below)
+        raise
     except DuplicateField as exc:
         raise SpecError(f"{what} file {path}: field '{exc.args[0]}' is given twice{exc.args[1]}; "
                         "give each field once") from None

@@ -702,3 +702,26 @@ def test_the_yaml_loader_reads_every_yaml_file_of_the_repository_as_pyyamls_own(
     for text in ("a: 1\n b: 2\n", "a: [1, 2\n", "\ta: 1\n", "a: 'x\n", "a: *x\n",
                  "a: !!python/object:os.system 1\n", "a:\n  - 1\n  b: 2\n"):
         assert read(text, loading._UniqueKeyLoader) == read(text, yaml.SafeLoader), text
+
+
+_LOLS = ['&a [' + ", ".join(['"lol"'] * 9) + "]"] + [
+    f"&{b} [" + ", ".join([f"*{a}"] * 9) + "]"
+    for a, b in zip("abcdefgh", "bcdefghi", strict=True)]
+
+
+@pytest.mark.parametrize("source, says", [
+    # 9 aliases of 9 aliases, 9 levels deep: 9^9 values from 10 lines
+    ("[" + ",\n  ".join(_LOLS) + "]", "holds more than 200,000 values with its aliases expanded"),
+    ("&loop [*loop]", "alias *loop (line 7) is inside the node it names"),
+    ("[" * 150 + "]" * 150, "is nested too deeply to be a spec"),
+], ids=["alias bomb", "recursive alias", "nested"])
+def test_a_yaml_spec_refused_for_its_shape_says_that_alone(tmp_path, source, says):
+    # check_yaml_size's SpecError is a ValueError: until 2026-12-06 the loader's handler of a
+    # number Python cannot convert wrapped it ("holds a number perfmodel cannot read (...)")
+    path = tmp_path / "model.yaml"
+    path.write_text("kind: transformer\nlayers: 4\nhidden: 256\nheads: 8\nseq_len: 128\n"
+                    f"vocab: 1024\nsource: {source}\n")
+    with pytest.raises(SpecError) as refused:
+        load_model(str(path))
+    message = str(refused.value)
+    assert says in message and "number" not in message
