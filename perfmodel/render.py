@@ -251,9 +251,15 @@ def print_prediction(r: Prediction) -> None:
     summary.add_row("model FLOPs / step", f"{r.model_flops_per_step:.3e}")
     # MFU in Megatron-LM's convention (the causal attention core counted as half; docs/model.md),
     # the full-attention (torchtitan) count beside it
+    # a windowed model's whole count holds the s^2 scores its windowed layers skip: past the
+    # window it can exceed the peak, which the line says rather than leave it unexplained
+    window = getattr(m, "sliding_window", None)
+    skipped = ", the windows' skipped scores counted" \
+        if r.mfu_full_attention > 1 and window is not None and window < m.seq_len else ""
     summary.add_row("per GPU", f"{fmt_fixed(r.tflops_per_gpu, '.1f')} TFLOP/s, "
                     f"MFU {fmt_fixed(r.mfu * 100, '.1f')}% (Megatron's count; "
-                    f"{fmt_fixed(r.mfu_full_attention * 100, '.1f')}% with attention whole)"
+                    f"{fmt_fixed(r.mfu_full_attention * 100, '.1f')}% with attention whole"
+                    f"{skipped})"
                     + (f"; {fmt_fixed(r.mfu_fp8_peak * 100, '.1f')}% of the FP8 peak"
                        if r.mfu_fp8_peak is not None else ""))
     summary.add_row("memory per GPU", f"{fmt_bytes(r.memory_per_gpu_bytes)} of "

@@ -209,6 +209,21 @@ def test_sliding_window_is_read_and_costed_when_shorter_than_the_sequence():
         model_from_hf_config({**cfg, "model_type": "gemma2"}, "g", seq_len=8192)
 
 
+def test_a_windowed_models_whole_attention_count_says_why_it_passes_the_peak(run_cli):
+    # Mistral 7B at 32,768 tokens: torchtitan's count (s^2 in every layer) holds 8.5 times the
+    # scores its 4,096-token windows compute, and its MFU passes 100%; the line says why
+    out = run_cli("predict", "--model", "mistral-7b", "--hardware", "dgx-a100-80gb", "--dp", "4",
+                  "--seq-len", "32768", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["mfu_full_attention"] > 1
+    text = run_cli("predict", "--model", "mistral-7b", "--hardware", "dgx-a100-80gb", "--dp",
+                   "4", "--seq-len", "32768").stdout
+    assert "with attention whole, the windows' skipped scores counted)" in text
+    short = run_cli("predict", "--model", "mistral-7b", "--hardware", "dgx-a100-80gb", "--dp",
+                    "4").stdout  # 8,192 tokens: under the peak, nothing to say
+    assert "with attention whole)" in short and "skipped scores" not in short
+
+
 def test_biases_and_tying_are_read():
     from perfmodel.specs.model import model_from_hf_config
 
