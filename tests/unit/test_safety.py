@@ -30,10 +30,13 @@ def unsafe_calls(rel: str, tree: ast.AST) -> list[str]:
     """yaml.load/unsafe_load/full_load or a yaml Loader other than SafeLoader, pickle-like or
     network modules, torch.load, eval and exec (outside perfmodel's own generated code)."""
     found = []
-    safe_loaders = {"SafeLoader", "CSafeLoader"} | {  # and classes of this file derived from them
+    safe = {"SafeLoader", "CSafeLoader"}
+    safe |= {  # their names as this file imports them (from yaml import CSafeLoader as X)
+        a.asname for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        and node.module == "yaml" for a in node.names if a.name in safe and a.asname}
+    safe_loaders = safe | {  # and classes of this file derived from them
         c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
-        and any(getattr(base, "attr", getattr(base, "id", "")) in ("SafeLoader", "CSafeLoader")
-                for base in c.bases)}
+        and any(getattr(base, "attr", getattr(base, "id", "")) in safe for base in c.bases)}
     for node in ast.walk(tree):
         where = f"{rel}:{getattr(node, 'lineno', 0)}"
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -87,6 +90,14 @@ def test_safe_calls_pass_the_source_check():
     code = "import yaml\nclass Strict(yaml.SafeLoader):\n    pass\nyaml.load(t, Loader=Strict)\n"
     assert unsafe_calls("x.py", ast.parse(code)) == []
     code = "import yaml\nclass Loose(yaml.FullLoader):\n    pass\nyaml.load(t, Loader=Loose)\n"
+    assert unsafe_calls("x.py", ast.parse(code))
+    # a safe loader imported under another name (perfmodel.specs.loading: libyaml's, else
+    # PyYAML's), and a class derived from it
+    code = ("import yaml\nfrom yaml import CSafeLoader as Fast\nclass Strict(Fast):\n    pass\n"
+            "yaml.load(t, Loader=Strict)\nyaml.load(t, Loader=Fast)\n")
+    assert unsafe_calls("x.py", ast.parse(code)) == []
+    code = ("import yaml\nfrom yaml import Loader as Fast\nclass Loose(Fast):\n    pass\n"
+            "yaml.load(t, Loader=Loose)\n")
     assert unsafe_calls("x.py", ast.parse(code))
 
 
