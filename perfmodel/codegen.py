@@ -353,11 +353,15 @@ def free_symbols(exprs: Sequence[Any]) -> set[Any]:
     return out
 
 
-def xreplace_shared(expr: Any, rule: Mapping[Any, Any]) -> Any:
+def xreplace_shared(expr: Any, rule: Mapping[Any, Any], *, lattice_as_is: bool = False) -> Any:
     """expr.xreplace(rule), each shared node rebuilt once (sympy's xreplace walks a shared
     sub-expression again from every parent: the step model's graph is visited millions of times
     where it has thousands of nodes). Nodes are remembered by identity (an equal but distinct
-    node's __eq__ walks it); iterative, so no depth limit applies."""
+    node's __eq__ walks it); iterative, so no depth limit applies. lattice_as_is: a max or min
+    of expressions is rebuilt as it stands, its arguments not compared again (sympy's
+    Max.__new__ looks for arguments one bounds another: on a step model's terms that took
+    minutes, and explain of a mixture of experts under FSDP never ended before 2026-12-06); the
+    same value, not always xreplace's form."""
     memo: dict[int, Any] = {}
     held: list[Any] = []  # the nodes whose ids memo holds stay alive
     stack: list[tuple[Any, bool]] = [(expr, False)]
@@ -377,7 +381,10 @@ def xreplace_shared(expr: Any, rule: Mapping[Any, Any]) -> Any:
         else:
             args = [memo[id(arg)] for arg in node.args]
             same = all(new is old for new, old in zip(args, node.args, strict=True))
-            memo[key] = node if same else node.func(*args)
+            as_is = lattice_as_is and isinstance(node, (sp.Max, sp.Min)) and not all(
+                getattr(a, "is_number", True) for a in args)  # of numbers: its number
+            memo[key] = node if same else node.func(*args, evaluate=False) if as_is \
+                else node.func(*args)
         held.append(node)
     return memo[id(expr)]
 

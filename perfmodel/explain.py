@@ -101,7 +101,8 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
             sums[sp.sympify(each.host_share[3])] = sp.Symbol(f"D_{st}")
 
     def named(expr: sp.Expr) -> sp.Expr:
-        return codegen.xreplace_shared(sp.sympify(expr), sums) if sums else expr
+        return codegen.xreplace_shared(sp.sympify(expr), sums, lattice_as_is=True) if sums \
+            else expr
 
     step_shown = {name: named(built.time_terms[name]) for name in STEP_SYMBOLS
                   if name in built.time_terms and name != "pipeline/bubble" and wanted(name)}

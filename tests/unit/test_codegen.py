@@ -179,3 +179,24 @@ def test_equal_subtrees_that_are_distinct_objects_are_found_by_structure(monkeyp
     assert len(calls) < levels
     a, b = fn(1.5, 2.0)
     assert b == pytest.approx(a / 2, rel=1e-15)
+
+
+def test_shared_replacement_keeps_a_max_or_min_as_it_stands():
+    # sympy's Max.__new__ compares its arguments to drop those another bounds: on a step model's
+    # terms that took minutes (explain of Mixtral 8x7B on 8 H100s with ZeRO 3 and the
+    # parameter gather overlapped never ended before 2026-12-06); explain asks for the replaced
+    # node as it stands, its value the same
+    import sympy as sp
+
+    from perfmodel.codegen import xreplace_shared
+
+    x, y, z = sp.symbols("x y z", positive=True)
+    expr = sp.Max(y, x + 1, evaluate=False) + sp.Min(y, x + 2, evaluate=False) * z
+    out = xreplace_shared(expr, {y: x}, lattice_as_is=True)
+    assert xreplace_shared(expr, {y: x}) == expr.xreplace({y: x})  # by default, xreplace's
+    big, small = sorted((a for a in sp.preorder_traversal(out) if isinstance(a, (sp.Max, sp.Min))),
+                        key=lambda a: isinstance(a, sp.Min))
+    assert isinstance(big, sp.Max) and set(big.args) == {x, x + 1}  # not evaluated to x + 1
+    assert isinstance(small, sp.Min) and set(small.args) == {x, x + 2}  # not x
+    for v in (0.5, 2.0):
+        assert float(out.subs({x: v, z: 3.0})) == float(expr.subs({y: v, x: v, z: 3.0}))
