@@ -79,10 +79,7 @@ def check_yaml_size(text: str, where: str) -> None:
     it names, exceed MAX_YAML_NODES, when an alias names a node that contains it (a cycle), or
     when it nests deeper than MAX_YAML_DEPTH. Streams libyaml's events where PyYAML has it (200,000
     events in ~0.1 s); a syntax error is left to the loader, which says where."""
-    if yaml.__with_libyaml__:
-        events = yaml.parse(text, Loader=yaml.CSafeLoader)
-    else:
-        events = yaml.parse(text, Loader=yaml.SafeLoader)
+    events = yaml.parse(text, Loader=_SafeLoader)
     sizes: dict[str, int] = {}  # anchor -> values of its node, aliases expanded
     open_: list[tuple[str | None, int]] = []  # collections being read: (anchor, total before)
     total = 0
