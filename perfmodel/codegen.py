@@ -353,7 +353,8 @@ def free_symbols(exprs: Sequence[Any]) -> set[Any]:
     return out
 
 
-def xreplace_shared(expr: Any, rule: Mapping[Any, Any], *, lattice_as_is: bool = False) -> Any:
+def xreplace_shared(expr: Any, rule: Mapping[Any, Any], *, lattice_as_is: bool = False,
+                    partial_sums: bool = False) -> Any:
     """expr.xreplace(rule), each shared node rebuilt once (sympy's xreplace walks a shared
     sub-expression again from every parent: the step model's graph is visited millions of times
     where it has thousands of nodes). Nodes are remembered by identity (an equal but distinct
@@ -361,8 +362,14 @@ def xreplace_shared(expr: Any, rule: Mapping[Any, Any], *, lattice_as_is: bool =
     of expressions is rebuilt as it stands, its arguments not compared again (sympy's
     Max.__new__ looks for arguments one bounds another: on a step model's terms that took
     minutes, and explain of a mixture of experts under FSDP never ended before 2026-12-06); the
-    same value, not always xreplace's form."""
+    same value, not always xreplace's form. partial_sums: a sum or product in `rule` also names
+    the part of a larger sum or product that holds all of its terms or factors (a + b -> s in
+    a + b + c: s + c; sympy's subs does this, walking every node again), the larger rules
+    first; the rest rebuilt from `rule` as well."""
     memo: dict[int, Any] = {}
+    sums = {kind: sorted(((frozenset(k.args), v) for k, v in rule.items() if type(k) is kind),
+                         key=lambda kv: -len(kv[0]))
+            for kind in (sp.Add, sp.Mul)} if partial_sums else {}
     held: list[Any] = []  # the nodes whose ids memo holds stay alive
     stack: list[tuple[Any, bool]] = [(expr, False)]
     while stack:
@@ -380,13 +387,31 @@ def xreplace_shared(expr: Any, rule: Mapping[Any, Any], *, lattice_as_is: bool =
             continue
         else:
             args = [memo[id(arg)] for arg in node.args]
-            same = all(new is old for new, old in zip(args, node.args, strict=True))
+            if type(node) in sums:
+                args = _named_parts(node.args, args, sums[type(node)])
+            same = len(args) == len(node.args) and all(
+                new is old for new, old in zip(args, node.args, strict=True))
             as_is = lattice_as_is and isinstance(node, (sp.Max, sp.Min)) and not all(
                 getattr(a, "is_number", True) for a in args)  # of numbers: its number
             memo[key] = node if same else node.func(*args, evaluate=False) if as_is \
                 else node.func(*args)
         held.append(node)
     return memo[id(expr)]
+
+
+def _named_parts(terms: tuple[Any, ...], rebuilt: list[Any],
+                 sums: list[tuple[frozenset[Any], Any]]) -> list[Any]:
+    """A sum's terms or a product's factors (rebuilt: each one's replacement) with the sums or
+    products of `sums` it holds whole replaced by their names (xreplace_shared's
+    partial_sums)."""
+    left = dict(zip(terms, rebuilt, strict=True))
+    named = []
+    for parts, name in sums:
+        if len(parts) < len(left) and parts <= left.keys():
+            named.append(name)
+            for t in parts:
+                del left[t]
+    return [*named, *left.values()] if named else rebuilt
 
 
 def reads(exprs: Sequence[Any], symbols: set[Any]) -> list[bool]:

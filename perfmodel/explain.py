@@ -93,27 +93,51 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
         return not only or any(under(name, o) for o in only)
 
     # a step term that hides behind a stage's micro-batch (the overlaps' windows) holds that
-    # stage's host and device sums whole, hundreds of thousands of characters each: named
-    sums = {}
+    # stage's host share, host and device sums, and its forward or backward whole, hundreds of
+    # thousands of characters each: named (the largest first: a share holds its sums)
+    sums: dict[sp.Expr, sp.Symbol] = {}
+    what_of: dict[sp.Symbol, str] = {}
+    windows = {}
+    for st, expr in _windows(built).items():
+        phase, where = st.split(":")
+        windows[st] = sym = sp.Symbol(f"{phase[0].upper()}_{where}")
+        sums[expr] = sym
+        what_of[sym] = (f"one micro-batch's {phase} on the {where} stage (its compute/{phase} "
+                        "terms' sum: the window a data-parallel overlap hides behind)")
+    # (the parameter gathers of every micro-batch hide behind both, whose like terms sympy
+    # has gathered: a forward GEMM's and its backward's one product)
+    both = sp.Add(*_windows(built).values())
+    if both not in sums:
+        sums[both] = sp.Add(*windows.values())
     for st, each in built.stages.items():
-        if each.host_share is not None:
-            sums[sp.sympify(each.host_share[2])] = sp.Symbol(f"H_{st}")
-            sums[sp.sympify(each.host_share[3])] = sp.Symbol(f"D_{st}")
+        if each.host_share is None:
+            continue
+        x, value, host, device = each.host_share
+        if st != stage:  # the breakdown stage's share is defined above, with its formula
+            sums[sp.sympify(value)] = x
+            what_of[x] = (f"the share of the host's time the device does not hide on the {st} "
+                          f"stage (as x_host_{stage} below, of that stage's own sums)")
+        sums[sp.sympify(host)] = sp.Symbol(f"H_{st}")
+        sums[sp.sympify(device)] = sp.Symbol(f"D_{st}")
+        what_of[sp.Symbol(f"H_{st}")] = ("the host's dispatch of one micro-batch (the host "
+                                         f"terms' sum) on the {st} stage")
+        what_of[sp.Symbol(f"D_{st}")] = ("the device's time of one micro-batch (compute and "
+                                         f"communication) on the {st} stage")
+    if composed.host_share is not None:
+        sums[sp.sympify(composed.host_share[1])] = composed.host_share[0]
 
     def named(expr: sp.Expr) -> sp.Expr:
-        return codegen.xreplace_shared(sp.sympify(expr), sums, lattice_as_is=True) if sums \
+        return codegen.xreplace_shared(sp.sympify(expr), sums, lattice_as_is=True,
+                                       partial_sums=True) if sums \
             else expr
 
     step_shown = {name: named(built.time_terms[name]) for name in STEP_SYMBOLS
                   if name in built.time_terms and name != "pipeline/bubble" and wanted(name)}
     used_sums = codegen.free_symbols(list(step_shown.values())) & set(sums.values())
     for expr, sym in sums.items():
-        if sym in used_sums:
-            st = sym.name[2:]
-            what = ("the host's dispatch of one micro-batch (the host terms' sum)"
-                    if sym.name.startswith("H_") else
-                    "the device's time of one micro-batch (compute and communication)")
-            lines.insert(sums_at, f"  {sym} = {number(expr):.6g} s: {what} on the {st} stage")
+        if sym in used_sums and sym in what_of:
+            unit = "" if sym.name.startswith("x_") else " s"
+            lines.insert(sums_at, f"  {sym} = {number(expr):.6g}{unit}: {what_of[sym]}")
             sums_at += 1
     mem_stage = heaviest_stage({st: sum(number(e) for e in terms.values())
                                 for st, terms in built.memory_terms.items()})
@@ -189,15 +213,25 @@ def _printed(built: Any, stage: str) -> dict[str, Any]:
     out.update({f"term:{name}": e for name, e in built.stage_terms[stage].items()})
     out.update({f"memory:{st}:{name}": e for st, terms in built.memory_terms.items()
                 for name, e in terms.items()})
-    for st, each in built.stages.items():  # every stage's host and device sums (named H_, D_)
+    for st, each in built.stages.items():  # every stage's host share, host and device sums
         if each.host_share is not None:
-            out.update({f"host_sum:{st}": each.host_share[2],
+            out.update({f"host_share:{st}": each.host_share[1],
+                        f"host_sum:{st}": each.host_share[2],
                         f"device_sum:{st}": each.host_share[3]})
+    out.update({f"window:{name}": e for name, e in _windows(built).items()})
     composed = built.stages[stage]
     if composed.host_share is not None:
         out.update({f"host:{i}": e for i, e in enumerate(composed.host_share[1:])})
         out.update({f"synced:{i}": e for i, e in enumerate(composed.synced or ())})
     return out
+
+
+def _windows(built: Any) -> dict[str, Any]:
+    """The windows the step's data-parallel overlaps hide behind, as perfmodel.step.recipe
+    builds them: the first stage's forward (the parameter gathers) and the last stage's
+    backward (the gradient reduction), by name: forward:first, backward:last."""
+    return {"forward:first": sp.sympify(CO.forward_s(built.stage_terms["first"])),
+            "backward:last": sp.sympify(CO.backward_s(built.stage_terms["last"]))}
 
 
 def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:

@@ -200,3 +200,29 @@ def test_shared_replacement_keeps_a_max_or_min_as_it_stands():
     assert isinstance(small, sp.Min) and set(small.args) == {x, x + 2}  # not x
     for v in (0.5, 2.0):
         assert float(out.subs({x: v, z: 3.0})) == float(expr.subs({y: v, x: v, z: 3.0}))
+
+
+def test_xreplace_shared_names_the_sums_and_products_a_larger_one_holds():
+    """partial_sums (what explain asks for): a sum in the rule names the part of a larger sum
+    that holds all of its terms, a product the part of a larger product; the value the same
+    once the names are replaced back; a sum held only in part stays as it is."""
+    import random
+
+    import sympy as sp
+
+    from perfmodel.codegen import xreplace_shared
+
+    a, b, c, d, k = sp.symbols("a b c d k", positive=True)
+    window, share = a + sp.Max(b, c), (a + d) / (b + c)  # a sum; a product (a + d) (b + c)^-1
+    W, X = sp.symbols("W X")
+    rule = {window: W, share: X}
+    expr = k * (window + d) + sp.Min(window + c, 3 * k) + 2 * k * share + sp.Max(0, -(a + d))
+    out = xreplace_shared(expr, rule, lattice_as_is=True, partial_sums=True)
+    assert out.free_symbols >= {W, X}
+    assert xreplace_shared(a + d, rule, partial_sums=True) == a + d  # (b's Max is not there)
+    assert xreplace_shared(expr, rule) == expr.xreplace(rule)  # by default, xreplace's
+    rng = random.Random(7)
+    for _ in range(20):
+        at = {s_: rng.uniform(0.1, 5.0) for s_ in (a, b, c, d, k)}
+        named = {W: float(window.subs(at)), X: float(share.subs(at)), **at}
+        assert float(out.subs(named)) == pytest.approx(float(expr.subs(at)), rel=1e-12)
