@@ -95,7 +95,7 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     # a step term that hides behind a stage's micro-batch (the overlaps' windows) holds that
     # stage's host share, host and device sums, and its forward or backward whole, hundreds of
     # thousands of characters each: named (the largest first: a share holds its sums)
-    sums: dict[sp.Expr, sp.Symbol] = {}
+    sums: dict[sp.Expr, sp.Expr] = {}
     what_of: dict[sp.Symbol, str] = {}
     windows = {}
     for st, expr in _windows(built).items():
@@ -125,6 +125,8 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
                                          f"communication) on the {st} stage")
     if composed.host_share is not None:
         sums[sp.sympify(composed.host_share[1])] = composed.host_share[0]
+    # (a number is never named: every 0 or 1 of the formulas would take its name)
+    sums = {e: sym for e, sym in sums.items() if not e.is_number}
 
     def named(expr: sp.Expr) -> sp.Expr:
         return codegen.xreplace_shared(sp.sympify(expr), sums, lattice_as_is=True,
