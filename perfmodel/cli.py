@@ -2241,7 +2241,10 @@ def _run(argv: list[str] | None, debug: bool) -> None:
         sys.exit(EXIT_INTERRUPTED)
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        _say(f"error: {exc.format_message()}{hint}")
+        message = exc.format_message()
+        if isinstance(exc, click.MissingParameter):  # click's own layout of a choice's values
+            message = message.replace("\n\t", " ")  # (no value of the user's in it to escape)
+        _say(f"error: {message}{hint}")
         sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
         _say(f"error: {exc.format_message()}")

@@ -7,6 +7,7 @@ user's YAML/JSON file, which may start from a preset with `base: <preset>` and o
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -858,6 +859,7 @@ class HardwareSpec:
                                 f"{suggest(str(dtype), DTYPES)}; allowed: {', '.join(DTYPES)} "
                                 "or default")
         object.__setattr__(self, "gemm_efficiency", gemm)
+        self._check_sustained()
         object.__setattr__(self, "collectives", _items(self.collectives, "collectives",
                                                        CollectiveFit, _FIT_FIELDS, _FIT_REQUIRED))
         object.__setattr__(self, "layer_costs", _items(
@@ -988,6 +990,29 @@ class HardwareSpec:
                             f"no default (it has {', '.join(self.gemm_efficiency)}); give "
                             f"gemm_efficiency.{dtype} or gemm_efficiency.default")
         return self.gemm_efficiency["default"]
+
+    def _check_sustained(self) -> None:
+        """The GEMM ceilings a training step runs at (training_gemm: each fit's times
+        sustained_clock_fraction) lie in a fit's own range, or the spec is refused naming
+        sustained_clock_fraction: a value inside its own bound (up to 1.5) can still lift a
+        ceiling over the peak, which a fit's check would blame on a field the user never set."""
+        scale = self.sustained_clock_fraction
+        if scale == 1.0:
+            return
+        ceilings = {dtype: [fit.max_fraction] + ([fit.large_max_fraction]
+                                                 if fit.large_max_fraction > 0 else [])
+                    for dtype, fit in self.gemm_efficiency.items()}
+        lowest = max((FRACTION_FLOOR / min(c) for c in ceilings.values()), default=0.0)
+        highest = min((1 / max(c) for c in ceilings.values()), default=math.inf)
+        for dtype, each in ceilings.items():
+            out = [c for c in each if not FRACTION_FLOOR <= c * scale <= 1]
+            if out:
+                raise SpecError(
+                    f"sustained_clock_fraction {scale:g} takes gemm_efficiency.{dtype}'s GEMM "
+                    f"ceiling {out[0]:g} to {out[0] * scale:.4g} of the peak, outside "
+                    f"{FRACTION_FLOOR:g}..1: with these GEMM fits it must lie in "
+                    f"{lowest:.4g}..{highest:.4g} (a training step's GEMMs run at each fit's "
+                    "ceiling times it)")
 
     def training_gemm(self, dtype: str) -> GemmEfficiency:
         """The GEMM fit of a dtype as a training step runs it: its ceilings (max_fraction,

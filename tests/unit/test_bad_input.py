@@ -536,6 +536,9 @@ CASES = [
     C("collective", "wrong type", f"{COLL.replace('1GiB', 'lots')} --hardware dgx-h100", PLAN,
       ("--bytes must be a size like",)),
     C("collective", "missing flag", COLL, USAGE, ("give --hardware",)),
+    # click's message of a missing choice lists the choices on one line, no literal \n\t
+    C("collective", "missing choice flag", "collective --bytes 1e6 --ranks 2", USAGE,
+      ("Missing option '--op'. Choose from: all_reduce, all_gather, reduce_scatter",)),
     C("collective", "unknown field", f"{COLL} --hardware {{d}}/hw-unknown-field.yaml", SPEC,
       ("unknown field 'bandwith_bytes_per_s'",)),
     C("collective", "zero", f"{COLL.replace('1GiB', '0')} --hardware dgx-h100", PLAN,
@@ -634,7 +637,16 @@ CASES = [
       "--global-batch 8", PLAN, ("no plan fits in memory",)),
     C("recommend", "profile of another version", "recommend --model llama2-7b --profile "
       "{d}/profile-v2.json --gpus 8 --global-batch 8", SPEC, ("profile version 2",)),
+    # a sustained clock inside its own bound (<= 1.5) that lifts a GEMM ceiling over the peak:
+    # refused naming it, not the fit's max_fraction the user never set (a fuzz, 2026-12-07)
+    C("recommend", "sustained clock over the peak", f"{REC} --what-if "
+      "sustained_clock_fraction=1.4x", SPEC,
+      ("sustained_clock_fraction 1.2502 takes gemm_efficiency.bf16's GEMM ceiling",
+       "must lie in")),
     # --- sweep ---------------------------------------------------------------------------------
+    C("sweep", "sustained clock over the peak", "sweep --model resnet50 --gpus 8 --global-batch "
+      "64 --hardware dgx-h100 --vary sustained_clock_fraction=1.5", SPEC,
+      ("sustained_clock_fraction 1.5 takes gemm_efficiency.bf16's GEMM ceiling 0.803 to 1.205",)),
     C("sweep", "preset typo", f"{SWEEP.replace('alexnet', 'alexnett')} {VARY}", SPEC,
       ("did you mean 'alexnet'",)),
     C("sweep", "field typo", f"{SWEEP} --vary peak_flop_per_s=1e14", USAGE,

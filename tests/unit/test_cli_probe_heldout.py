@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from perfmodel import load_model, predict
 from perfmodel.search import SearchRequest
 from tests.unit.test_bad_input import run_main
@@ -455,3 +457,18 @@ def test_recommend_refuses_pins_no_plan_it_searches_could_use() -> None:
     assert code == 0, err
     code, out, err = _run(*base, "--gpus", "8", "--overlap-grad-sync", "--top", "1")
     assert code == 0, err
+
+
+def test_recommend_sensitivities_table_reads_as_its_json() -> None:
+    # the table printed every elasticity to three decimals: 0.000586 read +0.001 (70% off its
+    # --json) beside 0.000172's +0.000172 (a fuzz, 2026-12-07); three significant digits now
+    args = ("recommend", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "16",
+            "--global-batch", "64", "--top", "1", "--sensitivities")
+    code, text, _ = _run(*args)
+    code_json, out, _ = _run(*args, "--json")
+    assert code == code_json == 0
+    shown = dict(re.findall(r"│ (\w+) +│ +([-+][0-9.e+-]+) │", text))
+    data = json.loads(out)["sensitivities"]
+    assert shown.keys() == data.keys()
+    for name, value in data.items():
+        assert float(shown[name]) == pytest.approx(value, rel=5e-3, abs=1e-12), name

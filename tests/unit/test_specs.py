@@ -354,6 +354,9 @@ def _hardware_with(key, value):
             data[link]["protocols"][0][name] = value
     elif group == "gemm_efficiency":
         data["gemm_efficiency"]["bf16"][name] = value
+        # (a ceiling at either end of its range is taken as it stands: sustained_clock_fraction
+        # 0.893, dgx-h100's, takes 0.001 under the floor, which refuses the pair, not the field)
+        data["sustained_clock_fraction"] = 1.0
     elif group in ("collectives", "layer_costs"):
         data[group][0][name] = value
         if key == "layer_costs.tp" and value == 1:
@@ -372,6 +375,13 @@ def _hardware_with(key, value):
         data["levels"][1][name] = value
     else:
         data[key] = value
+        if key == "sustained_clock_fraction" and isinstance(value, (int, float)) and value > 0:
+            # the GEMM ceilings it scales, where either end of its range keeps them in 0.001..1
+            # of the peak (a pair outside is refused naming it: test_sustained_clock_...)
+            for fit in data["gemm_efficiency"].values():
+                fit["max_fraction"] = min(1.0, 1 / value)
+                if fit.get("large_max_fraction"):
+                    fit["large_max_fraction"] = min(1.0, 1 / value)
         if key == "gpus_per_host" and isinstance(value, int) and 1 <= value <= 65_536:
             data["gpus_per_node"] = value  # a node of one host (whose GPUs it must divide)
     return hardware_from_dict(data, "test")
@@ -725,3 +735,24 @@ def test_a_yaml_spec_refused_for_its_shape_says_that_alone(tmp_path, source, say
         load_model(str(path))
     message = str(refused.value)
     assert says in message and "number" not in message
+
+
+def test_a_sustained_clock_that_takes_a_gemm_ceiling_out_of_range_is_refused_naming_it():
+    """sustained_clock_fraction within its own bound (up to 1.5) can lift a GEMM fit's ceiling
+    over the peak (or take it under 0.001): refused naming it and the range the fits allow, not
+    the fit's max_fraction, which the user never set (found by a fuzz of sweep --vary,
+    2026-12-07)."""
+    from perfmodel.specs.hardware import hardware_from_dict, load_hardware_dict
+
+    data = load_hardware_dict("dgx-h100")
+    top = max(max(f["max_fraction"], f.get("large_max_fraction") or 0)
+              for f in data["gemm_efficiency"].values())
+    data["sustained_clock_fraction"] = 0.999 / top  # about the largest these fits allow
+    hardware_from_dict(data, "test")
+    for value in (1.01 / top, 1.5):
+        data["sustained_clock_fraction"] = value
+        with pytest.raises(SpecError) as err:
+            hardware_from_dict(data, "test")
+        assert f"sustained_clock_fraction {value:g} takes gemm_efficiency." in str(err.value)
+        assert f"..{1 / top:.4g}" in str(err.value)
+        assert "max_fraction must be" not in str(err.value)
