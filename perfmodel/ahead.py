@@ -3,22 +3,24 @@ plan without expert or context parallelism, the best bf16 plan of an FP8 search)
 forked child before the main search so that they run beside it on a second CPU.
 
 The child runs its jobs in order and writes each result to a pipe as it finishes (a length, then
-the JSON of [key, result]: a job's result is plain data, strings, numbers, lists and dicts of
-them, or None); it reads compiled modules from the disk cache only and builds none
-(perfmodel.evaluate.warm_only). With a cold cache it waits for a module it lacks, saying so on
-the pipe ([null, {"waiting": path}], then [null, {"waiting": null}] once it has it): the parent
-builds the modules of its own search anyway (it, or its build-ahead child, files them), and the
-searches run ahead are of the same model on the same hardware, so they mostly need the same
-modules and start as soon as those are filed, still beside the main search. The parent asks for
-a job's result when it needs it (Ahead.get): from the pipe, waiting while the child computes it,
-or computed in this process where the child cannot give it (not forked: one CPU, another thread,
-not Linux, PERFMODEL_NO_BUILD_AHEAD; the child failed or ended; the child waits for a module
-nobody is building: evaluate.coming) or has not started it yet: while the child is on a job
-before it, this process computes it beside the child, which keeps on where a job it has left is
-needed and is stopped where none is (waiting for both jobs in turn would take their sum).
-Either way the result is the same function's on the same input: running ahead changes how long
-the answer takes, never the answer. A child still running when the parent has
-what it needs, or exits, is stopped (SIGTERM); a child whose parent has gone stops itself.
+the JSON of [key, result]: a job's result is plain data, strings, numbers, lists and dicts of them,
+or None); it reads compiled modules from the disk cache only and builds none
+(perfmodel.evaluate.warm_only), except in the jobs named `builds`, of families the parent builds no
+module of (an FP8 search's bf16 twin), which build what they lack, in the child, in order
+(evaluate.build_missing; none ahead in a child of the child). With a cold cache it waits for a
+module it lacks, saying so on the pipe ([null, {"waiting": path}], then [null, {"waiting": null}]
+once it has it): the parent builds the modules of its own search anyway (it, or its build-ahead
+child, files them), and the searches run ahead are of the same model on the same hardware, so they
+mostly need the same modules and start as soon as those are filed, still beside the main search.
+The parent asks for a job's result when it needs it (Ahead.get): from the pipe, waiting while the
+child computes it, or computed in this process where the child cannot give it (not forked: one CPU,
+another thread, not Linux, PERFMODEL_NO_BUILD_AHEAD; the child failed or ended; the child waits for
+a module nobody is building: evaluate.coming) or has not started it yet: while the child is on a
+job before it, this process computes it beside the child, which keeps on where a job it has left is
+needed and is stopped where none is (waiting for both jobs in turn would take their sum). Either
+way the result is the same function's on the same input: running ahead changes how long the answer
+takes, never the answer. A child still running when the parent has what it needs, or exits, is
+stopped (SIGTERM); a child whose parent has gone stops itself.
 
 os.fork by hand, as perfmodel.evaluate.build_ahead (its reasons there); the framing of the
 results by hand too (a length and JSON: never a pickle, which would run code from the pipe;
@@ -50,8 +52,10 @@ class Ahead:
     """Jobs (key, function of no arguments returning plain data: JSON) run in a child, in
     order. get(key, compute) gives a job's result; stop() ends the child."""
 
-    def __init__(self, jobs: Iterable[tuple[str, Callable[[], Any]]]) -> None:
+    def __init__(self, jobs: Iterable[tuple[str, Callable[[], Any]]],
+                 builds: Iterable[str] = ()) -> None:
         self.jobs = list(jobs)
+        self.builds = frozenset(builds)  # the jobs that build the modules they lack
         self.keys = [key for key, _ in self.jobs]
         self.results: dict[str, Any] = {}  # the child's, and those computed here
         self.given: set[str] = set()  # the keys whose results the child has written
@@ -64,7 +68,7 @@ class Ahead:
             return
         pid, read, write = forked
         if pid == 0:  # the child: never returns into the parent's code
-            _child(self.jobs, read, write)
+            _child(self.jobs, read, write, self.builds)
         os.close(write)
         self.pid, self.read = pid, read
         if not _RUNNING:
@@ -171,9 +175,11 @@ def _stop_all() -> None:
         ahead.stop()
 
 
-def _child(jobs: list[tuple[str, Callable[[], Any]]], read: int, write: int) -> None:
+def _child(jobs: list[tuple[str, Callable[[], Any]]], read: int, write: int,
+           builds: frozenset[str] = frozenset()) -> None:
     """The forked child: off the parent's terminal, SIGTERM's default action (the parent's
-    handler is the CLI's), the disk cache read only, a module it lacks waited for;
+    handler is the CLI's), the disk cache read only, a module it lacks waited for, except in
+    the jobs of `builds` (of families the parent builds no module of), which build it;
     each job's result written as it ends."""
     status = 0
     parent = os.getppid()
@@ -196,6 +202,7 @@ def _child(jobs: list[tuple[str, Callable[[], Any]]], read: int, write: int) -> 
         evaluate.warm_only(on_missing=wait)
         _RUNNING.clear()  # the parent's other children are not this one's to stop
         for key, job in jobs:
+            evaluate.build_missing(key in builds)
             _send(write, key, job())
     except BaseException:  # noqa: BLE001 (a failed job: the parent computes it)
         status = 1

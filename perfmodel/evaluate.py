@@ -388,7 +388,7 @@ def cached(name: str, build: Callable[[], str]) -> dict[str, Any]:
     path = root / f"{_source_hash()}-{name}.py" if root else None
     if path is not None:
         _await(path)
-    if _WARM_ONLY and (path is None or not path.is_file()):
+    if _WARM_ONLY and not _BUILD_MISSING and (path is None or not path.is_file()):
         if path is None or _ON_MISSING is None:
             raise Cold(name)
         _ON_MISSING(path)  # waits until another process has filed it (perfmodel.ahead)
@@ -431,6 +431,19 @@ class Cold(Exception):
 # has and builds none: where the cache is cold the parent builds them once, itself
 _WARM_ONLY = False
 _ON_MISSING: Callable[[Path], None] | None = None
+
+
+# ... except in a job that build_missing allows: one of a family its parent builds no module of
+_BUILD_MISSING = False
+
+
+def build_missing(allowed: bool) -> None:
+    """In a child that runs ahead (warm_only): whether its next job builds the modules the disk
+    cache lacks itself, in this process and in order (none ahead in a child of its own), instead
+    of waiting for them: a job of a family its parent builds no module of (an FP8 search's bf16
+    twin), which would otherwise wait for the parent to finish and build it after its own."""
+    global _BUILD_MISSING
+    _BUILD_MISSING = allowed
 
 
 def warm_only(on_missing: Callable[[Path], None] | None = None) -> None:

@@ -29,7 +29,7 @@ from perfmodel.search import (
 from perfmodel.specs.hardware import LINK_PROTOCOLS, HardwareSpec, hardware_from_dict
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import Dtype, Objective, plan_from_dict
+from perfmodel.strategy import Dtype, Objective, Plan, plan_from_dict
 
 # a plan's fields of dtype fp8 only, off in its bf16 twin (fp8_explanation)
 BF16_FIELDS: dict[str, Any] = dict(fp8_recipe=None, fp8_output_layer=False, fp8_params=False)
@@ -83,8 +83,11 @@ def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest
     # the searches the explanation runs after this one, started beside it (perfmodel.ahead), of
     # the request as the search resolves it (SearchResult.request)
     req = resolved_request(model, hardware, req)
-    ahead = Ahead((key, partial(best_of, model, hardware, alt))
-                  for key, alt in alternatives(model, req))
+    runs = alternatives(model, req)
+    # a search in another dtype (an FP8 search's bf16 twin) is of families this process builds
+    # no module of: its child builds them beside this search instead of waiting for it to end
+    ahead = Ahead(((key, partial(best_of, model, hardware, alt)) for key, alt in runs),
+                  builds={key for key, alt in runs if alt.dtype != req.dtype})
     try:
         result = search(model, hardware, req, top=top, on_chunk=on_chunk, prune=prune)
         if not len(result.best):
@@ -149,9 +152,12 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
     and `wins` is whether FP8 is what makes the best plan win (it beats the best bf16 plan)."""
     req = result.request
     alt_req = bf16_request(req)
-    alt = _alternative(ahead, "fp8", model, hardware, alt_req, needed)
+    # this process's own predictions first, the bf16 search's best asked for after them: where
+    # the cache is cold they build their modules while the child ends that search
     as_bf16 = best.plan.replace(**BF16_FIELDS, dtype=alt_req.dtype)
     same = predict(model, hardware, as_bf16, refuse_idle=False)
+    predicted = _fp8_params_first(model, hardware, result, best)
+    alt = _alternative(ahead, "fp8", model, hardware, alt_req, needed)
     gemm_s = sum(same.breakdown_s[k] - best.breakdown_s[k] for k in FP8_GEMM_TERMS)
     cast_s = sum(best.breakdown_s.get(k, 0.0) for k in FP8_CAST_TERMS)
     amax_s = best.breakdown_s.get(FP8_AMAX_TERM, 0.0)
@@ -185,7 +191,7 @@ def fp8_explanation(model: TransformerSpec, hardware: HardwareSpec, result: Sear
     else:
         wins = True
         says = f"FP8 is what makes a plan fit: no plan fits in bf16 ({alt_req.dtype.value}); {why}"
-    faster = fp8_params_faster(model, hardware, result, best, alt)
+    faster = fp8_params_faster(model, hardware, result, best, alt, predicted)
     if faster is not None:
         what, held, held_objective = faster
         out.update(fp8_params_plan=_short(held.plan), fp8_params_step_time_s=held.step_time_s,
@@ -207,8 +213,28 @@ FP8_PARAMS_CANDIDATES = ("the best plan", "the best bf16 plan's layout",
                          "the fastest plan that does not fit")
 
 
+def _fp8_params_first(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
+                      best: Prediction) -> dict[Plan, Prediction | None]:
+    """fp8_params_faster's first candidate, the best plan with FP8 weights, predicted (None: its
+    rules refuse it), where fp8_params_faster would predict it."""
+    if result.request.fp8_params or best.plan.fp8_recipe is None:
+        return {}
+    plan = best.plan.replace(**_fp8_fields(best))
+    try:
+        return {plan: predict(model, hardware, plan, refuse_idle=False)}
+    except PlanError:
+        return {plan: None}
+
+
+def _fp8_fields(best: Prediction) -> dict[str, Any]:
+    """The best plan's FP8 fields, with FP8 weights."""
+    return dict(dtype=best.plan.dtype, fp8_recipe=best.plan.fp8_recipe,
+                fp8_output_layer=best.plan.fp8_output_layer, fp8_params=True)
+
+
 def fp8_params_faster(model: TransformerSpec, hardware: HardwareSpec, result: SearchResult,
-                      best: Prediction, bf16: dict[str, Any] | None
+                      best: Prediction, bf16: dict[str, Any] | None,
+                      predicted: Mapping[Plan, Prediction | None] | None = None
                       ) -> tuple[str, Prediction, float] | None:
     """Where an FP8 search holds the weights in bf16 (no --fp8-params): the best plan, the best
     bf16 plan's layout in FP8, and the fastest plan that does not fit, each with FP8 weights
@@ -217,12 +243,13 @@ def fp8_params_faster(model: TransformerSpec, hardware: HardwareSpec, result: Se
     that fits and beats the search's best (by its objective), with what it is and its objective;
     None where none does, or the request holds FP8 weights already. A plan the FP8 weights'
     rules refuse (MXFP8 under ZeRO 3: encode.check_fp8_params) is left out. Three predictions,
-    not a search: the best plan with FP8 weights may be another (`recommend --fp8-params`)."""
+    not a search: the best plan with FP8 weights may be another (`recommend --fp8-params`).
+    `predicted`: predictions of some of these plans made before (None: refused), not made
+    again."""
     req = result.request
     if req.fp8_params or best.plan.fp8_recipe is None:
         return None
-    fp8 = dict(dtype=best.plan.dtype, fp8_recipe=best.plan.fp8_recipe,
-               fp8_output_layer=best.plan.fp8_output_layer, fp8_params=True)
+    fp8 = _fp8_fields(best)
     plans = [best.plan.replace(**fp8), None, None]
     if bf16 is not None:
         plans[1] = plan_from_dict(bf16["fields"]).replace(**fp8)
@@ -235,10 +262,16 @@ def fp8_params_faster(model: TransformerSpec, hardware: HardwareSpec, result: Se
         if plan is None or plan in seen:
             continue
         seen.add(plan)
-        try:
-            p = predict(model, hardware, plan, refuse_idle=False)
-        except PlanError:
-            continue
+        if predicted is not None and plan in predicted:
+            known = predicted[plan]
+            if known is None:
+                continue
+            p = known
+        else:
+            try:
+                p = predict(model, hardware, plan, refuse_idle=False)
+            except PlanError:
+                continue
         if p.memory_per_gpu_bytes > result.capacity_bytes:
             continue
         objective = float(objective_of(req, model, np.array([p.step_time_s]),
