@@ -89,10 +89,13 @@ class Trainer:
         replicas = self.dp * self.cp
         # zero 3: FSDP2 over dp; zero 1 and 2: Megatron's distributed optimizer over dp x cp
         self.fsdp = self.dp > 1 and self.zero == 3
-        self.distopt = replicas > 1 and self.zero in (1, 2)
         # with ep > 1 or tp / etp > 1, the routed experts' parameters (or their etp slices)
         # sync over edp (tp dp cp / (ep etp) ranks), apart from the rest
         apart = bool(m.get("experts")) and experts_apart(self.ep, self.tp, plan.get("etp", 1))
+        # (one replica (dp cp 1) but experts copied over tp ranks (edp > 1): their buffer still
+        # syncs over edp, as Megatron-Core's distributed optimizer shards the experts over their
+        # expert-data-parallel group; before 2026-12-07 their gradients were left unsynced)
+        self.distopt = self.zero in (1, 2) and (replicas > 1 or (apart and "edp" in self.groups))
         # zero 3 where the routed experts are apart: their FSDP mesh (edp; None where that group
         # is one rank: kept whole); False: with the rest
         fsdp_experts: Any = False
@@ -218,8 +221,10 @@ class Trainer:
 
         if self.cp > 1:
             group, rank, size = self.groups["dp_cp"]
-        else:
+        elif self.dp > 1:
             group, rank, size = self.mesh.get_group("dp"), self.dp_rank, self.dp
+        else:  # one replica (the experts' buffer alone syncs, over edp): no collective
+            group, rank, size = None, 0, 1
         dense = [p for p in self.params if id(p) not in self.expert_ids]
         experts = [p for p in self.params if id(p) in self.expert_ids]
         buffers = [make_buffer(dense, group, rank, size, dtype)] if dense else []

@@ -275,6 +275,20 @@ def test_distributed_optimizer_with_experts_and_cp_matches_one_process(tmp_path)
         assert not _calls(rank, "edp", "all_reduce") and not _calls(rank, "dp_cp", "all_reduce")
 
 
+def test_distributed_optimizer_with_experts_copied_over_tp_at_one_replica_matches_one_process(
+        tmp_path):
+    # dp 1 x tp 2, ep 1, sequence parallel: one replica, but each tp rank holds every expert and
+    # routes its own tokens: the experts' buffer syncs over edp (the tp pair), the dense buffer
+    # nowhere. Before 2026-12-07 the job ran no distributed optimizer at one replica and left
+    # the experts' gradients unsynced (found by a fuzz of --dry-run, whose ledger counts the sync)
+    result = check_equivalence(MOE, _zero_plan(1, dp=1, tp=2), JobParallel(), tmp_path)
+    _equivalent(result)
+    _stepped(result)
+    for rank in result["ranks"]:
+        assert sum(_calls(rank, "edp", "reduce_scatter", "grad").values()) == 1
+        assert not _calls(rank, "dp", "reduce_scatter") and not _calls(rank, "edp", "all_reduce")
+
+
 # --- ZeRO 3 (FSDP2) with expert parallelism ------------------------------------------------------
 
 
