@@ -269,8 +269,19 @@ def mlp_tensors(h: sp.Expr, width: sp.Expr, tp: sp.Expr, *, gated: Flag,
 
 
 def norm_tensors(h: sp.Expr, layernorm: Flag) -> list[tuple[sp.Expr, sp.Expr]]:
-    """A layer's two norms (weight, and bias for LayerNorm), whole on every rank."""
-    return [((1 + as_flag(layernorm)) * h, 1)] * 2
+    """A layer's two norms (weight, and bias for LayerNorm: each its own tensor, which FSDP2
+    pads apart), whole on every rank."""
+    return final_norm_tensors(h, layernorm) * 2
+
+
+def final_norm_tensors(h: sp.Expr, layernorm: Flag,
+                       held: Flag = 1) -> list[tuple[sp.Expr, sp.Expr]]:
+    """One norm's weight and (LayerNorm) bias, each its own tensor (FSDP2 pads each to a
+    multiple of dp rows: as one tensor of 2 h rows they were padded once, 1 element a rank short
+    where dp does not divide h; a fuzz of --dry-run, 2026-12-07); `held`: 0 where the stage
+    holds none."""
+    held, layernorm = as_flag(held), as_flag(layernorm)
+    return [(held * h, 1), (held * layernorm * h, 1)]
 
 
 def root_tensors(h: sp.Expr, V: sp.Expr, s: sp.Expr, tp: sp.Expr, *, learned_positions: Flag,
@@ -280,5 +291,5 @@ def root_tensors(h: sp.Expr, V: sp.Expr, s: sp.Expr, tp: sp.Expr, *, learned_pos
     norm (when `final_norm`: the stage holds it), and (when `output`) the output layer."""
     learned_positions, layernorm, output, final_norm = map(
         as_flag, (learned_positions, layernorm, output, final_norm))
-    return [(V / tp, h), (learned_positions * s, h), (final_norm * (1 + layernorm) * h, 1),
+    return [(V / tp, h), (learned_positions * s, h), *final_norm_tensors(h, layernorm, final_norm),
             (output * V / tp, h)]

@@ -421,8 +421,7 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
     root_first = M.fsdp_padded(M.root_tensors(
         h, V, S.s, tp, learned_positions=c.learned_positions, layernorm=c.layernorm,
         output=(c.single + c.head_first) * (1 - c.tied), final_norm=c.single + c.head_first), dp)
-    norm = ((1 + c.layernorm) * h, 1)
-    last = [norm, (V / tp, h)]
+    last = [*M.final_norm_tensors(h, c.layernorm), (V / tp, h)]
     if c.fam.mtp:  # the modules' copy of the embedding where it is not (several stages)
         last.append((c.multi * V / tp, h))
     root_last = M.fsdp_padded(last, dp)
@@ -460,7 +459,8 @@ def fsdp_units(c: Context) -> tuple[FsdpUnit, ...]:
                               {st: apart * n for st, n in moe_n.items()}, experts, fp8=experts8))
     if c.fam.mtp:  # each module's projection (2h -> h, split as a column-parallel layer) and
         # its two norms
-        module = M.fsdp_padded([(M.MTP_PROJECTION * h / tp, h), norm, norm], dp)
+        module = M.fsdp_padded([(M.MTP_PROJECTION * h / tp, h),
+                                *M.final_norm_tensors(h, c.layernorm) * 2], dp)
         units.append(FsdpUnit("mtp", "dp_cp", dp, mtp, module,
                               fp8=M.MTP_PROJECTION * h * h / tp if fp8 else ZERO))
     units.append(root_unit)
