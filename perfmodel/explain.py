@@ -139,7 +139,7 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     for expr, sym in sums.items():
         if sym in used_sums and sym in what_of:
             unit = "" if sym.name.startswith("x_") else " s"
-            lines.insert(sums_at, f"  {sym} = {number(expr):.6g}{unit}: {what_of[sym]}")
+            lines.insert(sums_at, f"  {show(sym)} = {number(expr):.6g}{unit}: {what_of[sym]}")
             sums_at += 1
     mem_stage = heaviest_stage({st: sum(number(e) for e in terms.values())
                                 for st, terms in built.memory_terms.items()})

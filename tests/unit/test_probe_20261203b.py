@@ -217,6 +217,12 @@ def test_explain_names_the_stage_sums_an_overlapped_step_term_holds(capsys):
     for name in ("B_last", "F_first", "B_last + F_first"):
         assert name in formula
     assert "  B_last = " in out and "  F_first = " in out
+    # with --latex, defined as the formulas print them
+    _, latex, _ = _run(capsys, "explain", "--model", "llama3-8b", "--hardware", "dgx-h100",
+                       "--gpus", "64", "--dp", "8", "--tp", "8", "--global-batch", "512",
+                       "--zero", "1", "--overlap-grad-sync", "--overlap-param-gather",
+                       "--term", "comm/dp", "--latex")
+    assert "  B_{last} = " in latex and "B_{last}" in latex.split("(T_dp) = ", 1)[1]
 
 
 def test_explain_names_the_windows_a_zero3_mixture_of_experts_hides_behind(capsys):
