@@ -97,18 +97,17 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     # thousands of characters each: named (the largest first: a share holds its sums)
     sums: dict[sp.Expr, sp.Expr] = {}
     what_of: dict[sp.Symbol, str] = {}
-    windows = {}
-    for st, expr in _windows(built).items():
-        phase, where = st.split(":")
-        windows[st] = sym = sp.Symbol(f"{phase[0].upper()}_{where}")
-        sums[expr] = sym
+    windows = _windows(built)
+    for name, expr in windows.items():
+        phase, where = WINDOWS[name]
+        sums[expr] = sym = sp.Symbol(name)
         what_of[sym] = (f"one micro-batch's {phase} on the {where} stage (its compute/{phase} "
                         "terms' sum: the window a data-parallel overlap hides behind)")
     # (the parameter gathers of every micro-batch hide behind both, whose like terms sympy
     # has gathered: a forward GEMM's and its backward's one product)
-    both = sp.Add(*_windows(built).values())
+    both = sp.Add(*windows.values())
     if both not in sums:
-        sums[both] = sp.Add(*windows.values())
+        sums[both] = sp.Add(*map(sp.Symbol, windows))
     for st, each in built.stages.items():
         if each.host_share is None:
             continue
@@ -228,12 +227,16 @@ def _printed(built: Any, stage: str) -> dict[str, Any]:
     return out
 
 
+# the windows the step's data-parallel overlaps hide behind, as perfmodel.step.recipe builds
+# them, by the name explain gives them: (phase, stage)
+WINDOWS = {"F_first": ("forward", "first"), "B_last": ("backward", "last")}
+
+
 def _windows(built: Any) -> dict[str, Any]:
-    """The windows the step's data-parallel overlaps hide behind, as perfmodel.step.recipe
-    builds them: the first stage's forward (the parameter gathers) and the last stage's
-    backward (the gradient reduction), by name: forward:first, backward:last."""
-    return {"forward:first": sp.sympify(CO.forward_s(built.stage_terms["first"])),
-            "backward:last": sp.sympify(CO.backward_s(built.stage_terms["last"]))}
+    """Each of WINDOWS: the first stage's forward (the parameter gathers hide behind it) and the
+    last stage's backward (the gradient reduction)."""
+    return {"F_first": sp.sympify(CO.forward_s(built.stage_terms["first"])),
+            "B_last": sp.sympify(CO.backward_s(built.stage_terms["last"]))}
 
 
 def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:

@@ -220,10 +220,16 @@ def _fp8_params_first(model: TransformerSpec, hardware: HardwareSpec, result: Se
     if result.request.fp8_params or best.plan.fp8_recipe is None:
         return {}
     plan = best.plan.replace(**_fp8_fields(best))
+    return {plan: _predicted_or_none(model, hardware, plan)}
+
+
+def _predicted_or_none(model: TransformerSpec, hardware: HardwareSpec,
+                       plan: Plan) -> Prediction | None:
+    """The plan's prediction; None where its rules refuse it."""
     try:
-        return {plan: predict(model, hardware, plan, refuse_idle=False)}
+        return predict(model, hardware, plan, refuse_idle=False)
     except PlanError:
-        return {plan: None}
+        return None
 
 
 def _fp8_fields(best: Prediction) -> dict[str, Any]:
@@ -262,17 +268,9 @@ def fp8_params_faster(model: TransformerSpec, hardware: HardwareSpec, result: Se
         if plan is None or plan in seen:
             continue
         seen.add(plan)
-        if predicted is not None and plan in predicted:
-            known = predicted[plan]
-            if known is None:
-                continue
-            p = known
-        else:
-            try:
-                p = predict(model, hardware, plan, refuse_idle=False)
-            except PlanError:
-                continue
-        if p.memory_per_gpu_bytes > result.capacity_bytes:
+        p = predicted[plan] if predicted and plan in predicted \
+            else _predicted_or_none(model, hardware, plan)
+        if p is None or p.memory_per_gpu_bytes > result.capacity_bytes:
             continue
         objective = float(objective_of(req, model, np.array([p.step_time_s]),
                                        np.array([plan.gpus]))[0])

@@ -606,8 +606,7 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         for name, value in sorted(data["sensitivities"].items(), key=lambda kv: kv[1]):
             # three significant digits whatever the size (to three decimals, 0.000586 read
             # +0.001 beside 0.000172's +0.000172)
-            sens.add_row(name, fmt_fixed(value, '+.3f') if abs(value) >= 0.1
-                         else fmt_fixed(value, '+.3g'))
+            sens.add_row(name, fmt_fixed(value, '+.3g'))
         con.print(sens)
     if "what_if" in data and data["what_if"]["best"]:
         w = data["what_if"]
