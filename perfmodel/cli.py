@@ -166,6 +166,38 @@ class LazyGroup(click.Group):
                                  context_settings={"ignore_unknown_options": True},
                                  params=[click.Argument(["args"], nargs=-1)])
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; what it held to say of its inputs (hold) is said once it has run,
+        unless it said it before (release_held), and never where it refuses: a refusal is
+        one line."""
+        _HELD.clear()
+        try:
+            result = super().invoke(ctx)
+        except BaseException:
+            _HELD.clear()
+            raise
+        release_held()
+        return result
+
+
+# what a command says of its inputs before it has an answer (a learned position table resized
+# by --seq-len, how a job config was read): said with the answer, dropped with a refusal
+_HELD: list[str] = []
+
+
+def hold(line: str) -> None:
+    """A line for standard error, said once the command has an answer (release_held)."""
+    _HELD.append(line)
+
+
+def release_held() -> None:
+    """Say the lines held so far (a command calls it where its input is checked and its own
+    notes or a long run begin)."""
+    lines = _HELD[:]
+    _HELD.clear()
+    for line in lines:
+        click.echo(line, err=True)
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
@@ -845,9 +877,9 @@ def noted_seq_len(model: Any, seq_len: int | None, given: Any = None) -> Any:
 
         own = load_model(given).seq_len
         if own != seq_len:
-            click.echo(f"note: {model.name} has learned positions: --seq-len {seq_len} sizes its "
-                       f"position table to {seq_len} rows (its own: {own}), "
-                       f"{(seq_len - own) * model.hidden / 1e6:+.2f}M parameters", err=True)
+            hold(f"note: {model.name} has learned positions: --seq-len {seq_len} sizes its "
+                 f"position table to {seq_len} rows (its own: {own}), "
+                 f"{(seq_len - own) * model.hidden / 1e6:+.2f}M parameters")
     return model.noted(seq_len_from="--seq-len")
 
 
@@ -901,9 +933,10 @@ def config_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
 
 
 def print_job(job: Any) -> None:
-    """What a config held: read, ignored, unknown, assumed (standard error)."""
+    """What a config held: read, ignored, unknown, assumed (standard error, once the command
+    has an answer: hold)."""
     for line in job.report():
-        click.echo(line, err=True)
+        hold(line)
 
 
 def derive_dp(kw: dict[str, Any]) -> None:
@@ -1120,6 +1153,7 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         from perfmodel.htmlreport import prediction_html, write_html
 
         write_html(html_path, prediction_html(result, notes))
+    release_held()
     for note in notes + drawn:
         click.echo(f"note: {note}", err=True)
     if as_json:
@@ -1578,6 +1612,8 @@ def recommend(model: str | None, from_config: str | None,
                   on_chunk=PlanCsv(csv_file, shared_columns(req, spec, hw)) if csv_file
                   else None,
                   prune=not (csv_file or plot_path or html_path))
+    if rec.top:  # (none: the answer is a refusal)
+        release_held()
     parameters = parameter_count(spec, hw, req.dtype)
     data = {"model": spec.name, "parameters": parameters,
             "active_parameters": active_parameters(spec, parameters),

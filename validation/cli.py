@@ -17,7 +17,14 @@ from typing import Any
 
 import click
 
-from perfmodel.cli import FiniteFloat, build_inputs, check_output_directory, plan_options, whole
+from perfmodel.cli import (
+    FiniteFloat,
+    build_inputs,
+    check_output_directory,
+    plan_options,
+    release_held,
+    whole,
+)
 from perfmodel.errors import PlanError
 from perfmodel.files import check_output
 from perfmodel.output import json_text
@@ -225,6 +232,7 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
         check_output(kw.get("out"), what="dry-run report", make_parents=True)  # before it
 
         result = dryrun.dry_run(model, plan)
+        release_held()
         dryrun.render(result, as_json=kw["as_json"])
         if kw.get("out"):
             from validation.report import save
@@ -253,6 +261,7 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
         gpn = kw["gpus_per_node"] or min(8, plan.gpus)
         nodes = kw["nodes"] or max(1, plan.gpus // gpn)
         written = run.emit(model, hardware, plan, settings, kw["emit_dir"], nodes, gpn)
+        release_held()
         for path in written:
             click.echo(f"wrote {path}")
         where = shlex.quote(str(kw["emit_dir"]))
@@ -267,6 +276,7 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
                    kw["trace_path"], kw["timeline_path"])  # before the run, not after it
     out = Path(kw["out"] or run_dir / "report.json")
     trace_path, timeline_path = _as_path(kw["trace_path"]), _as_path(kw["timeline_path"])
+    release_held()  # before the run (minutes), as its own lines are
     report = run.validate(model, hardware, plan, settings, run_dir)
     if (trace_path or timeline_path) and report.get("status") == "ok":
         from validation import trace
