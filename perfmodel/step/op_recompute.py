@@ -47,9 +47,19 @@ ZERO = sp.Integer(0)
 TOPK_BYTES = 4 + 8  # topk's fp32 score and int64 index per token and expert
 
 
-def matmuls(c: Context, moe: bool, T: sp.Expr, T_r: sp.Expr, tp: sp.Expr) -> list[K.Gemm]:
+def _gated(c: Context) -> list[tuple[sp.Expr, bool]]:
+    """(weight, whether the MLPs are gated) of each kind of MLP the family may have: its own, or
+    both, weighted by the gated indicator, where the family leaves it open (the call order's
+    parity, and so what is kept, differs with w3)."""
+    if c.fam.gated is None:
+        return [(c.gated, True), (1 - c.gated, False)]
+    return [(sp.Integer(1), bool(c.fam.gated))]
+
+
+def matmuls(c: Context, moe: bool, T: sp.Expr, T_r: sp.Expr, tp: sp.Expr,
+            gated: bool) -> list[K.Gemm]:
     """One layer's matmuls in torchtitan's call order over T tokens on one rank (T_r: what its
-    router sees, tp: the ranks a layer is split over; module doc)."""
+    router sees, tp: the ranks a layer is split over; gated: its MLPs with w3; module doc)."""
     h, a, kv, d = S.h, S.a, S.kv, c.d
     if c.fam.mla:
         out = MLA.mla_gemms(T, h, a, S.r_q, S.r_kv, S.d_nope, S.d_rope, S.d_v, tp,
@@ -60,7 +70,7 @@ def matmuls(c: Context, moe: bool, T: sp.Expr, T_r: sp.Expr, tp: sp.Expr) -> lis
 
     def mlp(prefix: str, width: sp.Expr) -> list[K.Gemm]:
         up = [K.Gemm(f"{prefix}w1", T, width / tp, h)]
-        if c.fam.gated:
+        if gated:
             up.append(K.Gemm(f"{prefix}w3", T, width / tp, h))
         return [*up, K.Gemm(f"{prefix}w2", T, h, width / tp)]
 
@@ -72,13 +82,13 @@ def matmuls(c: Context, moe: bool, T: sp.Expr, T_r: sp.Expr, tp: sp.Expr) -> lis
     return out
 
 
-def _split(c: Context, moe: bool) -> tuple[list[K.Gemm], list[K.Gemm]]:
+def _split(c: Context, moe: bool, gated: bool) -> tuple[list[K.Gemm], list[K.Gemm]]:
     """(saved, recomputed) matmuls of one layer on one rank: the odd-numbered and the
     even-numbered in call order."""
     from perfmodel.step.moe import routed_tokens
 
     T_r = routed_tokens(c)[0]
-    every = matmuls(c, moe, c.T, T_r, S.tp)
+    every = matmuls(c, moe, c.T, T_r, S.tp, gated)
     return every[0::2], every[1::2]
 
 
@@ -95,17 +105,18 @@ def kept_bytes(c: Context, moe: bool, s: sp.Expr) -> sp.Expr:
     doc); s: a cp rank's tokens of each sequence. Built once per family and kind."""
     key = (c.fam, moe, s)
     if key not in _KEPT:
-        _KEPT[key] = _kept_bytes(c, moe, s)
+        _KEPT[key] = sum((weight * _kept_bytes(c, moe, s, gated) for weight, gated in _gated(c)),
+                         ZERO)
     return _KEPT[key]
 
 
 _KEPT: dict[tuple[Any, bool, sp.Expr], sp.Expr] = {}
 
 
-def _kept_bytes(c: Context, moe: bool, s: sp.Expr) -> sp.Expr:
+def _kept_bytes(c: Context, moe: bool, s: sp.Expr, gated: bool) -> sp.Expr:
     e, T, tp, h = S.e, c.T, S.tp, S.h
     rep = c.act_ranks
-    saved, _ = _split(c, moe)
+    saved, _ = _split(c, moe, gated)
     out = e * T * h / rep + sum((e * g.m * g.n * g.batch for g in saved), ZERO)
     out += c.flash * (e * T * S.a * c.d_v / tp + 4 * S.a * S.b * s / tp)
     reduce_scatters = 1 + (1 if not moe or c.fam.moe_shared else 0)
@@ -133,13 +144,13 @@ def recompute_s(c: Context, moe: bool, elementwise_s: sp.Expr, attention_s: sp.E
     """What per-op recompute repeats of one layer's forward [s]: its recomputed matmuls, the
     routed experts' GEMMs (experts_s), its element-wise ops (elementwise_s) and, unfused, the
     attention core (attention_s)."""
-    _, recomputed = _split(c, moe)
-    gemms = sum((_time(c, g) for g in recomputed), ZERO)
+    gemms = sum((weight * sum((_time(c, g) for g in _split(c, moe, gated)[1]), ZERO)
+                 for weight, gated in _gated(c)), ZERO)
     return gemms + (experts_s if moe else ZERO) + elementwise_s + (1 - c.flash) * attention_s
 
 
 def recomputed_flops(c: Context, moe: bool, T: sp.Expr) -> sp.Expr:
     """The linear FLOPs per-op recompute repeats of one layer over T tokens of a replica (every
     tp rank's together), the routed experts' excluded."""
-    every = matmuls(c, moe, T, T, sp.Integer(1))
-    return sum((g.flops for g in every[1::2]), ZERO)
+    return sum((weight * sum((g.flops for g in matmuls(c, moe, T, T, sp.Integer(1), gated)[1::2]),
+                             ZERO) for weight, gated in _gated(c)), ZERO)

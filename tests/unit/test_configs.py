@@ -1170,11 +1170,12 @@ def test_torchtitan_deepseek_v3_as_dgxc_benchmarking_runs_it(tmp_path):
 
     It ran on 80 GB GPUs. With its FSDP under the pipeline as torch runs it (each stage's weights
     gathered and its gradients accumulated unsharded in fp32 through the step: perfmodel.step.
-    data_parallel, stage_resident) the model counts 88 GiB: a known miss of the memory model
+    data_parallel, stage_resident) the model counts 91.5 GiB: a known miss of the memory model
     (docs/accuracy.md#torchtitan-pipeline-fsdp), held here so that it shows if it moves. (91
-    GiB until the routed experts of an expert-data-parallel group of one rank, whole and never
-    gathered as perfmodel takes them, left the gathered weights: torchtitan wraps them in an
-    FSDP unit over that one rank all the same, for its mixed precision.)"""
+    GiB, with the plain MLP count of per-op AC below, until the routed experts of an
+    expert-data-parallel group of one rank, whole and never gathered as perfmodel takes them,
+    left the gathered weights: torchtitan wraps them in an FSDP unit over that one rank all the
+    same, for its mixed precision.)"""
     path = tmp_path / "dsv3.toml"
     path.write_text("\n".join([
         "[model]", 'name = "deepseek_v3"', 'flavor = "671B"',
@@ -1194,7 +1195,10 @@ def test_torchtitan_deepseek_v3_as_dgxc_benchmarking_runs_it(tmp_path):
     # the stage's gathered weights and unsharded fp32 gradients, and the rest
     parts = p.memory_breakdown_bytes
     assert parts["buffers/zero3_gather"] > 3 * 2**30 and parts["gradients"] > 10 * 2**30
-    assert 87 < p.memory_per_gpu_bytes / 2**30 < 89  # 88.0 GiB, held so that a move shows
+    # 91.5 GiB, held so that a move shows (88.0 until 2026-12-07: per-op AC under predict's
+    # compiled family took every MLP as ungated, keeping w2's output where torchtitan's call
+    # order keeps w3's, and the shared experts' w1 alone)
+    assert 91 < p.memory_per_gpu_bytes / 2**30 < 92
 
 
 def test_megatron_turns_fp8_param_gather_off_beside_torch_fsdp2(tmp_path):

@@ -37,16 +37,16 @@ def test_the_matmuls_are_counted_across_the_block_in_torchtitans_order():
     dsv3 = load_model("deepseek-v3")
     plan = Plan(gpus=64, dp=64, ep=64, global_batch=64, recompute="op")
     c = _context(dsv3, plan)
-    saved, recomputed = OP._split(c, moe=False)
+    saved, recomputed = OP._split(c, moe=False, gated=True)
     assert [g.name for g in saved] == ["q_down", "kv_down", "attention_output", "w3"]
     assert [g.name for g in recomputed] == ["q_up", "kv_up", "w1", "w2"]
-    saved, recomputed = OP._split(c, moe=True)
+    saved, recomputed = OP._split(c, moe=True, gated=True)
     assert [g.name for g in saved] == ["q_down", "kv_down", "attention_output", "shared_w1",
                                        "shared_w2"]
     assert [g.name for g in recomputed] == ["q_up", "kv_up", "router", "shared_w3"]
     qwen = load_model("qwen3-30b-a3b")
     c = _context(qwen, Plan(gpus=8, dp=8, ep=8, global_batch=8, recompute="op"))
-    saved, recomputed = OP._split(c, moe=True)
+    saved, recomputed = OP._split(c, moe=True, gated=True)
     assert [g.name for g in saved] == ["q", "v", "router"]
     assert [g.name for g in recomputed] == ["k", "attention_output"]
 
@@ -81,3 +81,28 @@ def test_moe_and_mla_models_predict_under_op_between_none_and_full():
         again = {r: p.breakdown_s.get("compute/recompute", 0.0) for r, p in runs.items()}
         assert again["none"] == 0 < again["op"] < again["full"], name
         assert runs["op"].hardware_flops_per_step < runs["full"].hardware_flops_per_step
+
+
+@pytest.mark.parametrize("gated", [True, False])
+@pytest.mark.parametrize("name, kw", [
+    ("deepseek-v3", dict(gpus=8, dp=8, global_batch=8)),  # MLA, its dense layers and experts
+    ("qwen3-30b-a3b", dict(gpus=8, dp=8, ep=8, global_batch=8)),  # all-to-alls kept, ep > 1
+])
+def test_predict_keeps_what_the_plans_own_family_keeps(name, kw, gated):
+    """predict's compiled family leaves the MLP's gate open (an indicator): what per-op
+    recompute keeps and repeats follows the call order's parity, which w3 changes, so it is
+    the gated or the plain count by the indicator, equal to the specialised family's (it was
+    the plain count for every model: a gated MLA layer kept 31 MiB where it keeps 55)."""
+    model = dataclasses.replace(load_model(name), gated_mlp=gated)
+    hw, plan = load_hardware(HW), Plan(**kw, recompute="op")
+    result = predict(model, hw, plan)
+    family = family_of(model, hw, plan, specialise=True)
+    assert family.gated is gated
+    from perfmodel.evaluate import _built
+
+    built = _built(family)
+    for term in ("activations/layers", "activations/recompute_buffer"):
+        own = _number(built.memory_terms[result.breakdown_stage][term], model, plan)
+        assert result.memory_breakdown_bytes[term] == pytest.approx(own, rel=1e-9), term
+    flops = _number(built.quantities["hardware_flops_per_step"], model, plan)
+    assert result.hardware_flops_per_step == pytest.approx(flops, rel=1e-9)
