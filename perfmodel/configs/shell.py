@@ -1,22 +1,27 @@
 """The launch command of a shell script (a Megatron-LM training script), with the script's own
 variables expanded: what bash would run, for the subset of bash such scripts use.
 
-Tokens come from shlex (POSIX rules: quotes, backslash escapes, comments); this module only
-decides statement boundaries (a line, continued by a backslash, an open quote or an open array),
-splits a statement into its simple commands at the control operators (`;`, `&`, `&&`, `||`,
-`|`: `cd $DIR && torchrun ... 2>&1 | tee $LOG` runs torchrun) without their redirections
-(`> log`, `2>&1`, `&> $LOG`: no arguments), in a shell's -c string too, and expands
-parameters. Understood: assignments `NAME=word`, `NAME+=word`, arrays `NAME=( ... )` and
-`NAME+=( ... )` (with `export`, `declare`, `readonly`, `local` before them), and the expansions
-`$NAME`, `${NAME}`, `${NAME[@]}`, `${NAME[n]}`, `${NAME:-word}`, `${NAME-word}`, `${NAME:=word}`,
-`${NAME:+word}` and bash's integer arithmetic `$(( ... ))` (+ - * / % and parentheses over
-whole numbers and variables, `$X`, `${X}` or bare; anything else refused by name). A word keeps
-a substitution whole, spaces inside it too (`GBS=$(( GBS * 2 ))` is one assignment). A
-variable the script does not set (an environment variable, a script argument `$1`), one it sets
-inside if/for/while/case or a function, and a command substitution `$( ... )` are not guessed:
-they expand to a marker that names them, and the reader refuses a value it needs that holds
-one (`unresolved`). Single quotes do not stop an expansion here (bash's would); Megatron-LM's
-example scripts do not rely on that.
+Tokens come from shlex (POSIX rules: quotes, backslash escapes); this module takes out the
+comments first (a `#` that starts a word, to its line's end: `/ck#1` and `${CKPT##*/}` keep
+theirs), decides statement boundaries (a line, continued by a backslash, an open quote, an open
+array, or a closing `&&`, `||` or `|`), splits a statement into its simple commands at the
+control operators (`;`, `&`, `&&`, `||`, `|`: `cd $DIR && torchrun ... 2>&1 | tee $LOG` runs
+torchrun) without their redirections (`> log`, `2>&1`, `&> $LOG`: no arguments), in a shell's
+-c string too, and expands parameters. Understood: assignments `NAME=word`, `NAME+=word`,
+`NAME[n]=word`, arrays `NAME=( ... )` and `NAME+=( ... )` (with `export`, `declare`,
+`readonly`, `local` before them), function definitions (their bodies run where they are
+called), and the expansions `$NAME`, `${NAME}`, `${NAME[@]}`, `${NAME[n]}`, `${#NAME}`,
+`${#NAME[@]}`, `${NAME:-word}`, `${NAME-word}`, `${NAME:=word}`, `${NAME:+word}`, the removals
+`${NAME#word}`, `##`, `%`, `%%` (patterns of `*`, `?` and literal characters) and bash's
+integer arithmetic `$(( ... ))` (+ - * / % and parentheses over whole numbers and variables,
+`$X`, `${X}` or bare; anything else refused by name). A word keeps a substitution whole, spaces
+inside it too (`GBS=$(( GBS * 2 ))` is one assignment). A variable the script does not set (an
+environment variable, a script argument `$1`), one it sets where perfmodel cannot tell whether
+or how (inside if/for/while/case, after `&&` or `||`, in a pipeline, in a function it calls; by
+`read`, `let`, `(( ))`, a loop), any other expansion (`${X/a/b}`) and a command substitution
+`$( ... )` are not guessed: they expand to a marker that names them, and the reader refuses a
+value it needs that holds one (`unresolved`). Single quotes do not stop an expansion here
+(bash's would); Megatron-LM's example scripts do not rely on that.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from dataclasses import dataclass, field
 from perfmodel.errors import SpecError
 
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)(\+?)=(.*)$", re.S)
+# an array's index, brackets inside it one deep (`A[${#A[@]}]`)
+_INDEX = r"\[(?:[^\[\]]|\[[^\[\]]*\])*\]"
+_ELEMENT = re.compile(r"^([A-Za-z_]\w*)(" + _INDEX + r")(\+?)=(.*)$", re.S)  # NAME[index]=word
 _ARRAY = re.compile(r"^\s*(?:(?:export|declare|readonly|local)\s+(?:-\w+\s+)*)?"
                     r"([A-Za-z_]\w*)(\+?)=\((.*)\)\s*(?:#[^\n]*)?$", re.S)
 # a default's word may hold braced expansions of its own (`${PP:-${DEFAULT_PP:-2}}`): braces
@@ -36,8 +44,9 @@ _ARRAY = re.compile(r"^\s*(?:(?:export|declare|readonly|local)\s+(?:-\w+\s+)*)?"
 _BRACED = r"[^{}]*"
 for _ in range(3):
     _BRACED = r"(?:[^{}]|\{" + _BRACED + r"\})*"
-_PARAM = re.compile(r"\$\{(?P<name>[A-Za-z_]\w*|\d+|[@*#?$!])(?P<index>\[[^\]]*\])?"
-                    r"(?:(?P<op>:?[-=+?])(?P<word>" + _BRACED + r"))?\}"
+_PARAM = re.compile(r"\$\{#(?P<length>[A-Za-z_]\w*)(?P<lindex>" + _INDEX + r")?\}"
+                    r"|\$\{(?P<name>[A-Za-z_]\w*|\d+|[@*#?$!])(?P<index>" + _INDEX + r")?"
+                    r"(?:(?P<op>:?[-=+?]|##?|%%?)(?P<word>" + _BRACED + r"))?\}"
                     r"|\$(?P<simple>[A-Za-z_]\w*|\d|[@*#?$!])")
 _QUOTED_ALL = re.compile(r'"\$\{([A-Za-z_]\w*)\[@\]\}"(?=[\s;&|)]|$)|"\$\{?(@)\}?"(?=[\s;&|)]|$)')
 _HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_]\w*)\2")
@@ -101,6 +110,10 @@ class _State:
 _ARITH_TOKEN = re.compile(r"\s*(?:(?P<number>\d+)|(?P<name>[A-Za-z_]\w*)"
                           r"|(?P<other>\*\*|[^\s\w()+\-*/%]+)|(?P<op>[-+*/%()]))")
 _INT64 = 2**63
+# what an arithmetic expression assigns: `NAME = ...` (`+=`, `*=`, ... too, not `==`), `NAME++`,
+# `++NAME` and their `--`
+_ARITH_SETS = re.compile(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)?(?:<<|>>|[-+*/%&^|])?=(?!=)"
+                         r"|(?:\+\+|--)\s*([A-Za-z_]\w*)|([A-Za-z_]\w*)\s*(?:\+\+|--)")
 
 
 class _ArithError(ValueError):
@@ -114,6 +127,10 @@ def _arith(text: str, state: _State | None = None, depth: int = 0) -> int:
     operator it does not read, a variable the script does not set (bash would read 0; the
     environment may set it), one set inside a block, a number past bash's 64 bits."""
     tokens: list[tuple[str, str]] = []
+    step = _ARITH_SETS.search(text)
+    if step is not None:  # `X++`, `X=...`: bash changes X as it evaluates
+        raise _ArithError(f"'{step.group(0).strip()}' assigns; perfmodel evaluates + - * / % "
+                          "and parentheses")
     for found in _ARITH_TOKEN.finditer(text):
         kind = found.lastgroup or "other"
         word = found.group(kind)
@@ -210,12 +227,11 @@ def _arith(text: str, state: _State | None = None, depth: int = 0) -> int:
     return value
 
 
-def _arith_or_none(text: str) -> int | None:
-    """_arith over numbers alone, or None (an array's index)."""
-    try:
-        return _arith(text)
-    except _ArithError:
-        return None
+def _arith_sets(text: str) -> list[str]:
+    """The variables an arithmetic expression assigns (`TP*=2`, `i++`), in order."""
+    names = (next(name for name in found.groups() if name) for found in
+             _ARITH_SETS.finditer(text))
+    return list(dict.fromkeys(names))
 
 
 def _closing(text: str, start: int) -> int:
@@ -223,6 +239,16 @@ def _closing(text: str, start: int) -> int:
     depth = 0
     for i in range(start, len(text)):
         depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i + 1
+    return len(text)
+
+
+def _braced_end(text: str, start: int) -> int:
+    """The index just past the '}' closing the '{' at text[start] (or len(text))."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
         if depth == 0:
             return i + 1
     return len(text)
@@ -270,6 +296,16 @@ def expand(text: str, state: _State, line: int, *, quoted: bool = True) -> str:
             except _ArithError as why:
                 out.append(state.mark(f"{text[i:end]}: arithmetic perfmodel cannot evaluate "
                                       f"(line {line}): {why}"))
+                for name in _arith_sets(inner):  # `$(( GBS *= 2 ))` sets GBS as it expands
+                    state.unknown[name] = (f"set by {text[i:end]} (line {line}), arithmetic "
+                                           "perfmodel does not evaluate")
+            i = end
+        elif text.startswith("${", i) and _PARAM.match(text, i) is None:
+            end = _braced_end(text, i + 1)
+            out.append(state.mark(f"{text[i:end]}: an expansion perfmodel does not evaluate "
+                                  f"(line {line}); it reads $NAME, ${{NAME}}, ${{NAME[n]}}, "
+                                  "${#NAME}, the defaults :- - := = :+ + and the removals # ## "
+                                  "% %%"))
             i = end
         elif text.startswith("$(", i) or text[i] == "`":
             end = _closing(text, i + 1) if text[i] == "$" else text.find("`", i + 1) + 1 or len(
@@ -288,22 +324,72 @@ def expand(text: str, state: _State, line: int, *, quoted: bool = True) -> str:
     return "".join(out)
 
 
+def _position(index: str, size: int, state: _State, line: int) -> int:
+    """An array's index as bash reads it (`${A[n]}`, `A[n]=word`): arithmetic over numbers and
+    the script's variables, a negative one counted from the end of the array's size items.
+    _ArithError where it cannot be evaluated."""
+    inner = expand(index, state, line, quoted=False)
+    marker = _MARK_RE.search(inner)
+    if marker is not None:
+        raise _ArithError(state.marks[marker.group(0)])
+    position = _arith(inner, state)
+    return position + size if position < 0 else position
+
+
+_GLOB_UNREAD = re.compile(r"[\\'\"\[]|[?*+@!]\(")
+
+
+def _removed(values: list[str], op: str, word: str, ref: str, state: _State, line: int) -> str:
+    """bash's `${NAME#word}` (`##`, `%`, `%%`): from each value, the shortest (`#`, `%`) or
+    longest (`##`, `%%`) prefix (`#`) or suffix (`%`) the pattern matches, removed; the pattern's
+    `*` and `?` as bash's, its other characters literal. A marker where the pattern holds what
+    perfmodel does not match (quotes, brackets, escapes), or it or a value cannot be read."""
+    pattern = expand(word, state, line)
+    unread = _GLOB_UNREAD.search(word) or _GLOB_UNREAD.search(pattern)
+    if unread is not None:
+        return state.mark(f"{ref}: a pattern perfmodel does not match (line {line}): "
+                          f"'{unread.group(0)}'; it reads * and ? and literal characters")
+    for text in (pattern, *values):
+        marker = _MARK_RE.search(text)
+        if marker is not None:  # it names what cannot be read
+            return marker.group(0)
+    regex = re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c)
+                               for c in pattern), re.S)
+    out = []
+    for value in values:
+        ends = range(len(value) + 1)
+        if op.startswith("#"):
+            cut = next((k for k in (ends if op == "#" else reversed(ends))
+                        if regex.fullmatch(value, 0, k)), 0)
+            out.append(value[cut:])
+        else:
+            cut = next((k for k in (reversed(ends) if op == "%" else ends)
+                        if regex.fullmatch(value, k)), len(value))
+            out.append(value[:cut])
+    return " ".join(out)
+
+
 def _parameter(found: re.Match[str], state: _State, line: int) -> str:
-    name = found.group("name") or found.group("simple")
-    index, op, word = found.group("index"), found.group("op"), found.group("word")
+    name = found.group("length") or found.group("name") or found.group("simple")
+    index = found.group("lindex") or found.group("index")
+    op, word = found.group("op"), found.group("word")
     ref = found.group(0)
     if name in state.unknown:
         return state.mark(f"{ref}: {state.unknown[name]}")
     is_set = name in state.scalars or name in state.arrays
     value = None
+    values: list[str] = []  # the words the reference stands for (an array's items for [@])
     if name in state.arrays:
         items = state.arrays[name]
         if index in ("[@]", "[*]"):
-            value = " ".join(items)
+            value, values = " ".join(items), list(items)
         else:
-            position = _arith_or_none(index[1:-1]) if index else 0
-            value = items[position] if position is not None and 0 <= position < len(items) \
-                else ""
+            try:
+                position = _position(index[1:-1], len(items), state, line) if index else 0
+            except _ArithError as why:
+                return state.mark(f"{ref}: an index perfmodel cannot evaluate (line {line}): "
+                                  f"{why}")
+            value = items[position] if 0 <= position < len(items) else ""
     elif name in state.scalars:
         value = state.scalars[name]
     empty = not value
@@ -334,6 +420,15 @@ def _parameter(found: re.Match[str], state: _State, line: int) -> str:
         what = "a script argument" if name.isdigit() or name in "@*#" else \
             "not set in the script (an environment variable?)"
         return state.mark(f"{ref}: {what}")
+    if op in ("#", "##", "%", "%%"):
+        return _removed(values or [value or ""], op, word or "", ref, state, line)
+    if found.group("length"):  # ${#NAME}: its length; ${#NAME[@]}: how many items
+        unread = _MARK_RE.search(value or "")
+        if unread is not None:
+            return unread.group(0)
+        if index in ("[@]", "[*]"):
+            return str(len(values) if name in state.arrays else 1)
+        return str(len(value or ""))
     return value or ""
 
 
@@ -361,10 +456,39 @@ def _uncontinued_comments(text: str) -> str:
     return "\n".join(out)
 
 
+def _uncommented(text: str) -> str:
+    """text without its comments, as bash reads them: a `#` that starts a word, outside quotes
+    and substitutions, to its line's end. A `#` inside a word (`/ckpt/${CKPT##*/}`, `/ck#1`,
+    `$#`) is a character of the word."""
+    out: list[str] = []
+    i, quote, start_of_word = 0, "", True
+    while i < len(text):
+        ch = text[i]
+        end = i + 2 if ch == "\\" and quote != "'" else \
+            _substitution_end(text, i) if quote != "'" else i
+        if end > i:  # an escaped character, or a substitution: part of a word
+            out.append(text[i:end])
+            i, start_of_word = end, False
+            continue
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and start_of_word:
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        out.append(ch)
+        start_of_word = not quote and ch in " \t\n;&|()<>"
+        i += 1
+    return "".join(out)
+
+
 def _statements(text: str) -> list[tuple[int, str]]:
-    """(first line, text) of each statement: a line with its backslash continuations, more lines
-    while a quote or an array `NAME=(` is open; a here-document's lines (`cat <<EOT > file`
-    up to `EOT`) are its command's data, not statements."""
+    """(first line, text without comments) of each statement: a line with its backslash
+    continuations, more lines while a quote or an array `NAME=(` is open or the line ends in
+    `&&`, `||` or `|`; a here-document's lines (`cat <<EOT > file` up to `EOT`) are its
+    command's data, not statements."""
     text = re.sub(r"\\\n", " ", _uncontinued_comments(text))
     out, pending, start = [], "", 0
     here: tuple[str, bool] | None = None  # the here-document's delimiter, whether <<- (tabs)
@@ -376,22 +500,26 @@ def _statements(text: str) -> list[tuple[int, str]]:
         if not pending:
             start = number
         pending = f"{pending}\n{line}" if pending else line
+        bare = _uncommented(pending)
         try:
-            words = shlex.split(pending, comments=True)
+            words = shlex.split(bare)
         except ValueError:  # an open quote: the statement goes on
             continue
         head = _skip_prefix(words)
         if head and re.match(r"^[A-Za-z_]\w*\+?=\(", head[0]) and \
                 sum(w.count("(") - w.count(")") for w in words) > 0:
             continue  # an open array (its parentheses, $(( )) inside it too, not balanced)
+        if re.search(r"(?:&&|\|&?)\s*$", bare) and not _HEREDOC.search(bare):
+            continue  # `cond &&` at a line's end: the list goes on at the next line
         if words:
-            out.append((start, pending))
-            found = _HEREDOC.search(pending)
+            out.append((start, bare))
+            found = _HEREDOC.search(bare)
             if found:
                 here = (found.group(3), found.group(1) == "-")
         pending = ""
     if pending.strip():
-        raise SpecError(f"unterminated quote or array from line {start}")
+        raise SpecError(f"unterminated quote, array or list (a line ending in && || |) from "
+                        f"line {start}")
     return out
 
 
@@ -424,9 +552,9 @@ def _split_raw(text: str) -> list[str]:
         out.append(ch)
         i += 1
     try:
-        words = shlex.split("".join(out), comments=True)
+        words = shlex.split("".join(out))
     except ValueError:  # a quote inside a substitution perfmodel took whole: shlex's words
-        return shlex.split(text, comments=True)
+        return shlex.split(text)
     return [_HELD_RE.sub(lambda m: held[int(m.group(1))], w) for w in words]
 
 
@@ -453,11 +581,19 @@ def _substitution_end(text: str, i: int) -> int:
 
 
 def _commands(text: str) -> list[str]:
-    """The simple commands of a statement, as bash splits it before expanding: at the control
-    operators outside quotes and substitutions (`;`, `&`, `&&`, `||`, `|`, `|&`), without their
-    redirections (`> log`, `2>&1`, `&> $LOG`, `<<EOF`: the operator and its word), which are no
-    arguments of the command."""
+    """The simple commands of a statement (_listed's, without their operators)."""
+    return [command for _, command, _ in _listed(text)]
+
+
+def _listed(text: str) -> list[tuple[str, str, str]]:
+    """(operator before, command, operator after) of each simple command of a statement, as
+    bash splits it before expanding: at the control operators outside quotes and substitutions
+    (`;`, `&`, `&&`, `||`, `|`, `|&`, a newline), without their redirections (`> log`, `2>&1`,
+    `&> $LOG`, `<<EOF`: the operator and its word), which are no arguments of the command. The
+    operator before a command is the first after the command before it (`cond &&` at a line's
+    end: `&&`); '' at the statement's ends."""
     out: list[str] = []
+    operators: list[str] = []
     current: list[str] = []
     i, quote, start_of_word = 0, "", True
     while i < len(text):
@@ -512,6 +648,7 @@ def _commands(text: str) -> list[str]:
         between = next((op for op in _BETWEEN if text.startswith(op, i)), None)
         if between:
             out.append("".join(current))
+            operators.append(between)
             current = []
             i += len(between)
             start_of_word = True
@@ -520,7 +657,13 @@ def _commands(text: str) -> list[str]:
         start_of_word = ch in " \t"
         i += 1
     out.append("".join(current))
-    return [c for c in out if c.strip()]
+    operators.append("")
+    listed, before = [], ""
+    for command, after in zip(out, operators, strict=True):
+        if command.strip():
+            listed.append((before, command, after))
+            before = after
+    return listed
 
 
 def _word_end(text: str, i: int) -> int:
@@ -604,8 +747,7 @@ def _shell_command(words: list[str], is_script: Callable[[str], bool]) -> list[s
         if word.rsplit("/", 1)[-1] in ("sh", "bash") and words[i + 1] == "-c":
             for command in _commands(words[i + 2]):
                 try:
-                    inner = _skip_assignments(_skip_reserved(shlex.split(command,
-                                                                         comments=True)))
+                    inner = _skip_assignments(_skip_reserved(shlex.split(command)))
                 except ValueError:
                     return None
                 if _launches(inner, is_script):
@@ -615,48 +757,213 @@ def _shell_command(words: list[str], is_script: Callable[[str], bool]) -> list[s
 
 
 def _words(text: str, where: str, line: int) -> list[str]:
-    """A statement split into words once its variables are expanded; SpecError when a quote a
-    variable's value brought in is left open (bash would not reread it as a quote)."""
+    """A statement (its comments taken out before, as _statements does) split into words once
+    its variables are expanded: a `#` a value brings in starts no comment. SpecError when a
+    quote a variable's value brought in is left open (bash would not reread it as a quote)."""
     try:
-        return shlex.split(text, comments=True)
+        return shlex.split(text)
     except ValueError as exc:
         raise SpecError(f"{where}: line {line}: {str(exc).lower()} once the script's variables "
                         "are expanded (a quote inside a variable's value?); perfmodel cannot "
                         "split it into words") from None
 
 
-def _command(text: str, state: _State, where: str, line: int, inside: bool,
-             is_script: Callable[[str], bool]) -> list[str] | None:
-    """One simple command: its assignments recorded (as unknown inside a block), or its words
-    once expanded where it runs the training script (itself, or through a shell's -c string)."""
-    raw = _skip_reserved(_split_raw(text))
-    exporting = bool(raw) and (raw[0] == "export" or (raw[0] in _PREFIX and any(
-        w.startswith("-") and "x" in w for w in raw[1:] if w.startswith("-"))))
-    if raw[:1] == ["unset"] and not inside:  # the variables it names are gone
-        for name in (w for w in raw[1:] if not w.startswith("-")):
-            state.scalars.pop(name, None)
-            state.arrays.pop(name, None)
-            state.exported.discard(name)
+def _operands(words: list[str], taking: str) -> tuple[list[str], dict[str, str]]:
+    """A builtin's operands, and the words its options in `taking` take (`read -a NAME -p
+    PROMPT`: {'a': 'NAME', 'p': 'PROMPT'}); the other options take none."""
+    operands: list[str] = []
+    values: dict[str, str] = {}
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if word == "--":
+            operands += words[i:]
+            break
+        if operands or not word.startswith("-") or word == "-":
+            operands.append(word)
+            continue
+        for k, flag in enumerate(word[1:], 2):
+            if flag in taking:  # its word: the rest of this one, or the next
+                values[flag] = word[k:] or (words[i] if i < len(words) else "")
+                i += 0 if word[k:] else 1
+                break
+    return operands, values
+
+
+def _sets(words: list[str], line: int) -> tuple[list[str], str] | None:
+    """The variables a command sets where perfmodel cannot tell their values, and why: `read`,
+    `mapfile` (`readarray`), `printf -v` and `getopts` set them from what perfmodel does not
+    see; `let` and `(( ))` by arithmetic it does not evaluate; `for` and `select` loop over
+    them. None for any other command."""
+    if not words:
         return None
-    words = _skip_prefix(raw)
-    if exporting and not inside:  # `export A B=1`: each name exported
-        state.exported.update(w.split("=", 1)[0].split("+")[0] for w in words
-                              if not w.startswith("-"))
-        if words and all(not _ASSIGN.match(w) for w in words):
-            return None  # names only: no assignment, no command
-    assigns = []
-    while words and _ASSIGN.match(words[0]):
-        assigns.append(_ASSIGN.match(words[0]))
-        words = words[1:]
-    if assigns and not words:  # assignments alone (an environment prefix otherwise)
-        for match in assigns:
-            name, plus, value = match.groups()  # type: ignore[union-attr]
-            if inside:
-                state.unknown[name] = f"set inside an if/for/while/case block (line {line})"
-                continue
+    head, shown = words[0], " ".join(words)
+    if head.startswith("((") or head == "let":
+        expression = shown[2:].removesuffix("))") if head.startswith("((") else shown[3:]
+        return _arith_sets(expression), (f"set by {shown} (line {line}), arithmetic perfmodel "
+                                         "does not evaluate")
+    if head in ("for", "select") and len(words) > 1:
+        names = words[1:2] if re.fullmatch(r"[A-Za-z_]\w*", words[1]) else \
+            _arith_sets(" ".join(words[1:]))  # for ((i = 0; ...
+        return names, f"set by a {head} loop (line {line})"
+    why = f"set by {shown} (line {line}), from what perfmodel does not read"
+    if head == "read":
+        operands, values = _operands(words[1:], "adinNptu")
+        return (operands + [values["a"]] if "a" in values else operands or ["REPLY"]), why
+    if head in ("mapfile", "readarray"):
+        operands, _ = _operands(words[1:], "dnOsuCc")
+        return operands[:1] or ["MAPFILE"], why
+    if head == "printf":
+        _, values = _operands(words[1:3], "v")  # printf -v NAME FORMAT ...
+        return ([values["v"]], why) if "v" in values else None
+    if head == "getopts":
+        return words[2:3] + ["OPTARG", "OPTIND"], why
+    return None
+
+
+def _assign(word: str, state: _State, line: int, unsure: str | None) -> None:
+    """An assignment `NAME=word` or `NAME+=word`, or an array's element `NAME[index]=word`
+    (`+=`), recorded as bash makes it: the index is arithmetic, a negative one counts from the
+    end, one just past the end appends; `NAME+=word` on an array appends to its first item; an
+    element given to a scalar makes it an array whose first item the scalar was. unsure: why
+    the value cannot be read (the name is marked with it instead)."""
+    element = _ELEMENT.match(word)
+    found = element or _ASSIGN.match(word)
+    assert found is not None
+    name = found.group(1)
+    if unsure is not None:
+        state.unknown[name] = unsure
+        return
+    if element is not None:
+        index, plus, value = element.group(2)[1:-1], element.group(3), element.group(4)
+    else:
+        plus, value = found.group(2, 3)
+        if not (plus and name in state.arrays):
             value = expand(value, state, line, quoted=False)
             state.scalars[name] = (state.scalars.get(name, "") if plus else "") + value
             state.arrays.pop(name, None)
+            if not plus:
+                state.unknown.pop(name, None)
+            return
+        index = "0"
+    if name in state.unknown:  # an item of an array perfmodel cannot read: still unread
+        return
+    items = list(state.arrays.get(name, [state.scalars[name]] if name in state.scalars else []))
+    try:
+        position = _position(index, len(items), state, line)
+    except _ArithError as why:
+        state.unknown[name] = (f"{name}[{index}] set with an index perfmodel cannot evaluate "
+                               f"(line {line}): {why}")
+        return
+    if not 0 <= position <= len(items):
+        state.unknown[name] = (f"{name}[{index}] set past the array's end (line {line}); "
+                               "perfmodel reads arrays without gaps")
+        return
+    value = expand(value, state, line, quoted=False)
+    if position == len(items):
+        items.append(value)
+    else:
+        items[position] = (items[position] if plus else "") + value
+    state.arrays[name] = items
+    state.scalars.pop(name, None)
+
+
+def _assign_array(found: re.Match[str], state: _State, where: str, line: int,
+                  unsure: str | None) -> None:
+    """An array assignment `NAME=( ... )` or `NAME+=( ... )` (_ARRAY's match) recorded: its
+    items, the words of what the parentheses hold once expanded (`+=`: after the array's, or
+    after a scalar's value); unsure: why it cannot be read (the name is marked instead), as
+    for an item given an explicit index (`[3]=word`), which perfmodel does not place."""
+    name, plus, body = found.groups()
+    explicit = next((w for w in _split_raw(body) if re.match(r"\[[^\]]*\]=", w)), None)
+    if unsure is None and explicit is not None:
+        unsure = (f"set with an explicit index, {explicit} (line {line}); perfmodel reads the "
+                  "items of an array in order")
+    if unsure is not None:
+        state.unknown[name] = unsure
+        return
+    items = _words(expand(body, state, line), where, line)
+    before = state.arrays.get(name, [state.scalars[name]] if name in state.scalars else [])
+    state.arrays[name] = (before if plus else []) + items
+    state.scalars.pop(name, None)
+    if not plus:
+        state.unknown.pop(name, None)
+
+
+def _array(text: str) -> re.Match[str] | None:
+    """The array assignment (_ARRAY's match) that is the whole of text, or None: its
+    parentheses, quotes within them kept whole, close at its end (not `A=(1); B=(2)`)."""
+    found = _ARRAY.match(text)
+    if found is None:
+        return None
+    depth, quote, i = 0, "", found.start(3) - 1
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and quote != "'":
+            i += 2
+            continue
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "()":
+            depth += 1 if ch == "(" else -1
+            if depth == 0:
+                return found if i == found.end(3) else None
+        i += 1
+    return None
+
+
+def _placed(before: str, after: str, line: int) -> str | None:
+    """Why a variable a command sets cannot be read from where the command stands in its list:
+    after `&&` or `||` it may not run; in a pipeline or in the background bash runs it in a
+    subshell, whose variables are not the script's. None where it runs in the script's shell."""
+    if before in ("&&", "||"):
+        return f"set after {before} (line {line}), where perfmodel cannot tell whether it runs"
+    if before in ("|", "|&") or after in ("|", "|&", "&"):
+        return f"set in a pipeline or in the background (line {line}), a subshell's variable"
+    return None
+
+
+def _command(text: str, state: _State, where: str, line: int, unsure: str | None,
+             is_script: Callable[[str], bool]) -> list[str] | None:
+    """One simple command: its assignments recorded, or its words once expanded where it runs
+    the training script (itself, or through a shell's -c string). unsure: why a variable it
+    sets cannot be read (it stands inside a block, after `&&`, in a function, ...), the names
+    then marked with it; None where it runs as read."""
+    raw = _skip_reserved(_split_raw(text))
+    exporting = bool(raw) and (raw[0] == "export" or (raw[0] in _PREFIX and any(
+        w.startswith("-") and "x" in w for w in raw[1:] if w.startswith("-"))))
+    if raw[:1] == ["unset"] and unsure is None:  # the variables it names are gone
+        for name in (w for w in raw[1:] if not w.startswith("-")):
+            state.scalars.pop(name, None)
+            state.arrays.pop(name, None)
+            state.unknown.pop(name, None)
+            state.exported.discard(name)
+        return None
+    sets = _sets(_skip_assignments(raw), line)
+    if sets is not None:  # read TP, let TP=TP*2, ((TP *= 2)): not evaluated, the names marked
+        names, why = sets
+        for name in names:
+            state.unknown[name.split("[")[0]] = why
+        return None
+    words = _skip_prefix(raw)
+    if exporting:  # `export A B=1`: each name exported (each name set is marked where unsure)
+        named = [w.split("=", 1)[0].split("+")[0] for w in words if not w.startswith("-")]
+        if unsure is None:
+            state.exported.update(named)
+        else:
+            state.exported.update(n for n, w in zip(named, words, strict=False) if "=" in w)
+        if words and all(not _ASSIGN.match(w) for w in words):
+            return None  # names only: no assignment, no command
+    assigns = []
+    while words and (_ASSIGN.match(words[0]) or _ELEMENT.match(words[0])):
+        assigns.append(words[0])
+        words = words[1:]
+    if assigns and not words:  # assignments alone (an environment prefix otherwise)
+        for word in assigns:
+            _assign(word, state, line, unsure)
         return None
     expanded = _skip_assignments(_skip_reserved(_words(expand(text, state, line), where, line)))
     if expanded[:1] in (["source"], ["."]) and len(expanded) > 1:
@@ -672,16 +979,148 @@ def _command(text: str, state: _State, where: str, line: int, inside: bool,
     return _shell_command(expanded, is_script)
 
 
+# a function's definition: `NAME() {`, `NAME () {`, `function NAME {`, `function NAME() {`,
+# its body (from the brace) in `body`
+_FUNCTION = re.compile(r"\s*(?:function\s+(?P<keyword>[A-Za-z_][\w.:-]*)(?:\s*\(\s*\))?"
+                       r"|(?P<name>[A-Za-z_][\w.:-]*)\s*\(\s*\))(?P<body>(?:\s|\{).*)?$", re.S)
+# an array assignment's start, whole or not
+_ARRAY_START = re.compile(r"\s*(?:(?:export|declare|readonly|local)\s+(?:-\w+\s+)*)?"
+                          r"[A-Za-z_]\w*\+?=\(")
+
+
+@dataclass
+class _Function:
+    """A function the script defines: its name, the line of its definition, and its body's
+    commands (line, operator before, command, operator after), which run where it is called."""
+
+    name: str
+    line: int
+    body: list[tuple[int, str, str, str]] = field(default_factory=list)
+    depth: int = 0  # the braces `{` its definition has open
+    called: bool = False
+
+    def take(self, line: int, listed: tuple[str, str, str], where: str) -> bool:
+        """The next command of the definition (the first opens its `{`); True where it closes
+        the body."""
+        before, command, after = listed
+        words = _split_raw(command)
+        if self.depth == 0 and words[:1] != ["{"]:
+            raise SpecError(f"{where}: line {line}: function {self.name}'s body is not a group "
+                            f"{{ ... }}; perfmodel reads a function written {self.name}() "
+                            "{ ...; }")
+        nested = _FUNCTION.match(command)  # a function defined inside: its braces count
+        for word in _split_raw(nested.group("body") or "") if nested else words:
+            if word not in _RESERVED:
+                break
+            self.depth += {"{": 1, "}": -1}.get(word, 0)
+        self.body.append((line, before, command, after))
+        return self.depth <= 0
+
+    def names(self, is_script: Callable[[str], bool]) -> bool:
+        """Whether a command of its body names the training script."""
+        return any(is_script(w) for _, _, command, _ in self.body for w in _split_raw(command))
+
+
+@dataclass
+class _Reader:
+    """launch_command's pass over a script's commands, in the order they run: the state of its
+    variables, the functions it defines, and each command found that runs the training script
+    (line, why perfmodel cannot read it as the launch or None, its words)."""
+
+    state: _State
+    where: str
+    is_script: Callable[[str], bool]
+    functions: dict[str, _Function] = field(default_factory=dict)
+    found: list[tuple[int, str | None, list[str]]] = field(default_factory=list)
+    calling: list[_Function] = field(default_factory=list)  # the calls under way, innermost last
+    in_function: str | None = None  # why a launch inside a called function is not read
+
+    def run(self, line: int, listed: tuple[str, str, str], unsure: str | None,
+            refusal: str | None) -> None:
+        """One command as it runs: an array assignment, a call of a function the script defines
+        (its body run), or a simple command (_command). unsure: why a variable it sets cannot
+        be read (a block, a function), or None; refusal: why a launch here is not read."""
+        before, command, after = listed
+        unsure = unsure or _placed(before, after, line)
+        array = _array(command)
+        if array is not None:
+            _assign_array(array, self.state, self.where, line, unsure)
+            return
+        if _ARRAY_START.match(command):
+            raise SpecError(f"{self.where}: line {line}: an array assignment that does not end "
+                            "its command; perfmodel reads NAME=( ... ) as a command of its own")
+        words = _skip_assignments(_skip_reserved(_split_raw(command)))
+        function = self.functions.get(words[0]) if words else None
+        if function is not None:
+            self.call(function, line, words)
+            return
+        launched = _command(command, self.state, self.where, line, unsure, self.is_script)
+        if launched is not None:
+            self.found.append((line, refusal, launched))
+            if self.calling and self.in_function is None:
+                self.in_function = refusal
+
+    def call(self, function: _Function, line: int, words: list[str]) -> None:
+        """A call of a function: its body run where the call stands, every variable it sets
+        marked (perfmodel does not follow its arguments, its `local`s or its `return`), a
+        launch inside it refused."""
+        function.called = True
+        if any(f is function for f in self.calling):  # a recursion (bash's stops somewhere)
+            return
+        outer = self.calling[0] if self.calling else function
+        at = f"function {function.name} (line {function.line}), called at line {line}" if \
+            outer is function else f"function {function.name} (line {function.line}), " \
+            f"called by {outer.name} at line {line}"
+        refusal = (f"the training script runs inside {at}; perfmodel reads a launch written "
+                   "outside a function")
+        if any(self.is_script(w) for w in words):  # `train pretrain_gpt.py ...`
+            self.found.append((line, refusal, words))
+            self.in_function = self.in_function or refusal
+        self.calling.append(function)
+        for body_line, before, command, after in function.body:
+            self.run(body_line, (before, command, after), f"set inside {at}", refusal)
+        self.calling.pop()
+
+    def launch(self) -> Launch | None:
+        """The launch found (SpecError where it is not one perfmodel reads), or None."""
+        state, found, where = self.state, self.found, self.where
+        if not found:
+            idle = next((f for f in self.functions.values()
+                         if not f.called and f.names(self.is_script)), None)
+            if idle is not None:  # bash runs no launch: not read as if it did
+                raise SpecError(f"{where}: the training script runs only inside function "
+                                f"{idle.name} (line {idle.line}), which the script does not "
+                                "call; perfmodel reads the command that runs it")
+            return None
+        if self.in_function is not None:
+            raise SpecError(f"{where}: {self.in_function}")
+        if len(found) > 1:
+            lines = ", ".join(str(f[0]) for f in found)
+            raise SpecError(f"{where}: more than one command runs the training script (lines "
+                            f"{lines}); perfmodel reads one launch: keep one")
+        line, refusal, words = found[0]
+        if refusal is not None:
+            raise SpecError(f"{where}: {refusal}")
+        at = next(i for i, w in enumerate(words) if self.is_script(w))
+        variables = dict(state.scalars)  # those it may set are their markers
+        variables.update({name: state.mark(f"${name}: {why}")
+                          for name, why in state.unknown.items()})
+        return Launch(launcher=words[:at], script=words[at], args=words[at + 1:], line=line,
+                      unresolved=dict(state.marks), notes=list(state.notes),
+                      variables=variables, exported=set(state.exported))
+
+
 def launch_command(text: str, where: str, is_script: Callable[[str], bool], *,
                    defaults: bool = True) -> Launch | None:
     """The command of the script that runs a word `is_script` accepts (e.g. pretrain_gpt.py),
     with the script's variables expanded; None when no statement runs one. SpecError when more
-    than one does, or the one that does is inside a condition or loop. defaults False: a
+    than one does, or the one that does is inside a condition, a loop or a function (a
+    function's body is read where it is called, and not where it is not). defaults False: a
     variable the script does not set expands to a marker whatever default its reference gives
     (`${SLURM_NNODES:-1}`: DEFAULTED), so that Launch.reason tells the words that hold only such
     a default, which the environment may override."""
-    state = _State(defaults=defaults)
-    depth, found = 0, []
+    reader = _Reader(_State(defaults=defaults), where, is_script)
+    depth, defining = 0, None
     for line, statement in _statements(text):
         try:
             raw_words = _split_raw(statement)
@@ -691,47 +1130,49 @@ def launch_command(text: str, where: str, is_script: Callable[[str], bool], *,
         except ValueError as exc:  # a quote a substitution or an operator left open
             raise SpecError(f"{where}: line {line}: {str(exc).lower()} in a command of the "
                             "statement; perfmodel cannot split it into words") from None
+        # an array over several lines is one command (_listed would split it at its lines)
+        listed = [("", statement, "")] if _array(statement) else _listed(statement)
+        top = []  # the commands outside a function's definition
+        for before, command, after in listed:
+            header = _FUNCTION.match(command) if defining is None else None
+            if header is not None:  # its body runs where it is called
+                defining = _Function(header.group("keyword") or header.group("name"), line)
+                command = header.group("body") or ""
+                if not command.strip():
+                    continue
+            elif defining is None:
+                top.append((before, command, after))
+                continue
+            if defining.take(line, (before, command, after), where):
+                reader.functions[defining.name] = defining
+                defining = None
+        if len(top) < len(listed):
+            raw_words = [w for _, command, _ in top for w in _split_raw(command)]
         opened = sum(w.rstrip(";") in _OPEN for w in raw_words) + sum(
             w.endswith("()") and "=" not in w for w in raw_words)
         closed = sum(w.lstrip(";").rstrip(";") in _CLOSE for w in raw_words)
         inside = depth > 0 or opened > 0
-        array = _ARRAY.match(statement)
-        if array:
-            name, plus, body = array.groups()
-            if inside:
-                state.unknown[name] = f"set inside an if/for/while/case block (line {line})"
-            else:
-                items = _words(expand(body, state, line), where, line)
-                state.arrays[name] = (state.arrays.get(name, []) if plus else []) + items
-                state.scalars.pop(name, None)
-        else:
-            for command in commands:
-                launched = _command(command, state, where, line, inside, is_script)
-                if launched is not None:
-                    found.append((line, inside, launched))
+        for part in top:
+            reader.run(line, part, f"set inside an if/for/while/case block (line {line})"
+                       if inside else None,
+                       f"the training script runs inside an if/for/while/case block (line "
+                       f"{line}); perfmodel cannot tell whether that branch runs"
+                       if inside else None)
         depth = max(0, depth + opened - closed)
-    if not found:
-        return None
-    if len(found) > 1:
-        lines = ", ".join(str(f[0]) for f in found)
-        raise SpecError(f"{where}: more than one command runs the training script (lines "
-                        f"{lines}); perfmodel reads one launch: keep one")
-    line, inside, words = found[0]
-    if inside:
-        raise SpecError(f"{where}: the training script runs inside an if/for/while/case block "
-                        f"(line {line}); perfmodel cannot tell whether that branch runs")
-    at = next(i for i, w in enumerate(words) if is_script(w))
-    return Launch(launcher=words[:at], script=words[at], args=words[at + 1:], line=line,
-                  unresolved=dict(state.marks), notes=list(state.notes),
-                  variables=dict(state.scalars), exported=set(state.exported))
+    if defining is not None:
+        raise SpecError(f"{where}: function {defining.name} (line {defining.line}) has no "
+                        "closing '}'")
+    return reader.launch()
 
 
 def argument_words(text: str, where: str) -> Launch:
-    """A plain file of arguments (no launch command): its words, comments dropped; a `$` in it
-    is a reference perfmodel cannot resolve (the file sets no variables)."""
+    """A plain file of arguments (no launch command): its words, comments dropped as bash drops
+    them (a `#` starting a word, to its line's end); a `$` in it is a reference perfmodel cannot
+    resolve (the file sets no variables)."""
     state = _State()
+    text = _uncommented(re.sub(r"\\\n", " ", _uncontinued_comments(text)))
     try:
-        words = shlex.split(expand(re.sub(r"\\\n", " ", text), state, 1), comments=True)
+        words = shlex.split(expand(text, state, 1))
     except ValueError as exc:
         raise SpecError(f"{where}: cannot split into arguments: {exc}") from None
     return Launch(launcher=[], script="", args=words, line=1, unresolved=dict(state.marks),
