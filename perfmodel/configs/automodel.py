@@ -62,7 +62,9 @@ from typing import Any
 from perfmodel.configs.job import (
     Framework,
     JobConfig,
+    not_a_flag,
     refuse_plan,
+    refuse_spec,
     section,
     whole,
 )
@@ -183,7 +185,7 @@ def _flag(data: dict[str, Any], key: str, where: str) -> bool:
     """distributed.<key>, a switch (false where not given)."""
     value = section(data, "distributed", where).get(key, False)
     if not isinstance(value, bool):
-        raise refuse_plan(where, f"distributed.{key}", value, "true or false")
+        raise not_a_flag(where, f"distributed.{key}", value)
     return value
 
 
@@ -360,7 +362,7 @@ def _compile(data: dict[str, Any], job: JobConfig, where: str) -> bool:
     settings = section(data, "compile", where)
     enabled = settings.get("enabled", False)
     if not isinstance(enabled, bool):
-        raise refuse_plan(where, "compile.enabled", enabled, "true or false")
+        raise not_a_flag(where, "compile.enabled", enabled)
     mode = settings.get("mode") or "default"
     if enabled and mode not in ("default", "max-autotune-no-cudagraphs"):
         raise refuse_plan(where, "compile.mode", mode, "torch.compile's CUDA graphs "
@@ -431,7 +433,7 @@ def _implementation(data: dict[str, Any], job: JobConfig, where: str, mtype: str
     backend = section(model, "backend", where)
     force = model.get("force_hf", False)
     if not isinstance(force, bool):
-        raise refuse_plan(where, "model.force_hf", force, "true or false")
+        raise not_a_flag(where, "model.force_hf", force)
     own = str(model.get("_target_", "")).startswith(_OWN_PREFIX)
     kind = _OWN.get(mtype, "hf") if own or not force else "hf"
     if "force_hf" in model:
@@ -559,7 +561,7 @@ def _element_wise(model: dict[str, Any], backend: dict[str, Any], mtype: str, ki
                                  else "torch's nn.Linear"))
     liger = model.get("use_liger_kernel", True)
     if not isinstance(liger, bool):
-        raise refuse_plan(where, "model.use_liger_kernel", liger, "true or false")
+        raise not_a_flag(where, "model.use_liger_kernel", liger)
     fused = liger and tp == 1 and cp == 1 and mtype in _LIGER_TYPES
     why = ("Liger's RMSNorm, RoPE and gated-MLP kernels (use_liger_kernel, its default true; "
            "AutoModel's container installs liger-kernel on x86_64)" if fused
@@ -632,7 +634,7 @@ def _loss(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.took("loss_fn._target_", target, "MaskedCrossEntropy (its fp32_upcast below)")
         upcast = loss["fp32_upcast"]
         if not isinstance(upcast, bool):
-            raise refuse_plan(where, "loss_fn.fp32_upcast", upcast, "true or false")
+            raise not_a_flag(where, "loss_fn.fp32_upcast", upcast)
         job.fix("cross_entropy", "torch" if upcast else "no-upcast")
         job.took("loss_fn.fp32_upcast", upcast,
                  "cross_entropy torch (F.cross_entropy on fp32 copies of the logits)" if upcast
@@ -805,7 +807,7 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     given_sp = "sequence_parallel" in dist
     sp = dist.pop("sequence_parallel", False)
     if not isinstance(sp, bool):
-        raise refuse_plan(where, "distributed.sequence_parallel", sp, "true or false")
+        raise not_a_flag(where, "distributed.sequence_parallel", sp)
     job.fix("sequence_parallel", sp and degrees["tp"] > 1)
     if sp and degrees["tp"] > 1:
         job.took("distributed.sequence_parallel", True, "sequence_parallel (the norms' and "
@@ -817,6 +819,9 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     moe = section(dist, "moe", where)
     dist.pop("moe", None)
     ac = dist.pop("activation_checkpointing", old.get("activation_checkpointing", False))
+    if not isinstance(ac, bool) and str(ac).lower() != "selective":
+        raise refuse_spec(where, "distributed.activation_checkpointing", ac,
+                          "must be true, false or selective")
     mode = "op" if str(ac).lower() == "selective" else "full" if ac else "none"
     job.fix("recompute", mode)
     job.took("distributed.activation_checkpointing", ac, f"recompute {mode}")
@@ -828,15 +833,14 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     given = "defer_fsdp_grad_sync" in dist
     defer = dist.pop("defer_fsdp_grad_sync", True)
     if not isinstance(defer, bool):
-        raise refuse_plan(where, "distributed.defer_fsdp_grad_sync", defer, "true or false")
+        raise not_a_flag(where, "distributed.defer_fsdp_grad_sync", defer)
     backend = section(section(data, "model", where), "backend", where)
     # components/moe/fsdp_mixin.py, prepare_for_grad_accumulation (training/utils.py calls it
     # without a pipeline only; a pipeline's schedule keeps the stage's units gathered anyway):
     # no FSDP unit reduces or reshards until the last micro-batch's backward
     optimized = backend.get("enable_fsdp_optimizations", False)
     if not isinstance(optimized, bool):
-        raise refuse_plan(where, "model.backend.enable_fsdp_optimizations", optimized,
-                          "true or false")
+        raise not_a_flag(where, "model.backend.enable_fsdp_optimizations", optimized)
     alone = fsdp and degrees["pp"] == 1  # FSDP runs the micro-batches itself
     # The MoE parallelizer shards a mixture of experts with ep_size > 1 (infrastructure.py,
     # instantiate_infrastructure; _dist_utils drops distributed.moe otherwise, and FSDP2Manager
@@ -851,7 +855,7 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     # FSDP2Config.reshard_after_forward, when given, overrides the MoE parallelizer's (8a83fdcee)
     raf = dist.pop("reshard_after_forward", None)
     if raf is not None and not isinstance(raf, bool):
-        raise refuse_plan(where, "distributed.reshard_after_forward", raf, "true or false")
+        raise not_a_flag(where, "distributed.reshard_after_forward", raf)
     settings: tuple[bool, bool] = (True, True)  # (wrap_outer_model, kept), the defaults
     if legacy or moe and degrees["ep"] > 1:
         settings = _moe_parallelizer(old if legacy else moe, "parallelizer" if legacy
@@ -958,7 +962,7 @@ def _switches(data: dict[str, Any], dist: dict[str, Any], degrees: dict[str, int
     if prefetch is None:
         return
     if not isinstance(prefetch, bool):
-        raise refuse_plan(where, "distributed.enable_fsdp2_prefetch", prefetch, "true or false")
+        raise not_a_flag(where, "distributed.enable_fsdp2_prefetch", prefetch)
 
     def decide(model: Any) -> None:
         """Once the FSDP units' resharding is known (_reshard: kept gathered from forward to
@@ -1019,7 +1023,7 @@ def _moe_parallelizer(settings: dict[str, Any], prefix: str, job: JobConfig, whe
                                                               "below)")
     for key in ("wrap_outer_model", "reshard_after_forward", "ignore_router_for_ac"):
         if key in settings and not isinstance(settings[key], bool):
-            raise refuse_plan(where, f"{prefix}.{key}", settings[key], "true or false")
+            raise not_a_flag(where, f"{prefix}.{key}", settings[key])
     precision = settings.get("lm_head_precision")
     # parallelize_model gives float32 its own policy; any other value takes the model's (bf16)
     if str(precision).lower().removeprefix("torch.") in ("float32", "fp32", "float"):
@@ -1320,7 +1324,7 @@ def _te_fused_adam(kwargs: dict[str, Any], target: str, fp32_params: bool, job: 
     states = moments["exp_avg_dtype"]
     master = kwargs.get("master_weights", False)
     if not isinstance(master, bool):
-        raise refuse_plan(where, "optimizer.master_weights", master, "true or false")
+        raise not_a_flag(where, "optimizer.master_weights", master)
     if master and _dtype(kwargs.get("master_weight_dtype", "float32"),
                          "optimizer.master_weight_dtype", where) != "fp32":
         raise refuse_plan(where, "optimizer.master_weight_dtype", kwargs["master_weight_dtype"],

@@ -20,7 +20,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from perfmodel.configs.job import Framework, JobConfig, refuse_plan, refuse_spec, typo, whole
+from perfmodel.configs.job import (
+    Framework,
+    JobConfig,
+    not_a_flag,
+    refuse_plan,
+    refuse_spec,
+    typo,
+    whole,
+)
 from perfmodel.errors import PlanError, SpecError
 
 _IGNORED = {
@@ -56,6 +64,25 @@ def _auto(value: Any) -> bool:
     return isinstance(value, str) and value.strip().lower() == "auto"
 
 
+# the words DeepSpeed's config models (pydantic, lax: deepspeed/runtime/config_utils.py
+# DeepSpeedConfigModel) read as a bool, besides true and false and the numbers 1 and 0
+_TRUE_WORDS = ("true", "1", "yes", "y", "on", "t")
+_FALSE_WORDS = ("false", "0", "no", "n", "off", "f")
+
+
+def _flag(value: Any, key: str, where: str) -> bool:
+    """A yes-or-no setting as DeepSpeed's config model reads it: true or false, 1 or 0, or a
+    word pydantic takes for one ("false" is false: never Python's truth of a non-empty
+    string); anything else refused, naming the key."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS + _FALSE_WORDS:
+        return value.strip().lower() in _TRUE_WORDS
+    raise not_a_flag(where, key, value)
+
+
 def read_deepspeed(data: dict[str, Any], path: Path) -> JobConfig:
     """A DeepSpeed config, read."""
     where = str(path)
@@ -79,7 +106,8 @@ def read_deepspeed(data: dict[str, Any], path: Path) -> JobConfig:
                      ("compression_training", "compression training"),
                      ("amp", "Apex AMP")):
         section = data.get(key)
-        if section and not (isinstance(section, dict) and section.get("enabled") is False):
+        if section and not (isinstance(section, dict) and "enabled" in section
+                            and not _flag(section["enabled"], f"{key}.enabled", where)):
             raise refuse_plan(where, key, "(a section)", f"{why} is not modelled")
     _zero(data, job, where)
     _precision(data, job, where)
@@ -100,7 +128,8 @@ def read_deepspeed(data: dict[str, Any], path: Path) -> JobConfig:
         job.took("optimizer.type", kind, "Adam")
     checkpointing = _object(data, "activation_checkpointing", where)
     for key in ("partition_activations", "cpu_checkpointing"):
-        if checkpointing.get(key) is True:
+        if key in checkpointing and _flag(checkpointing[key],
+                                          f"activation_checkpointing.{key}", where):
             raise refuse_plan(where, f"activation_checkpointing.{key}", True,
                               "partitioned or host-offloaded checkpoints are not modelled")
     if checkpointing:
@@ -111,7 +140,8 @@ def read_deepspeed(data: dict[str, Any], path: Path) -> JobConfig:
         if data.get(key) not in (None, 1):
             raise refuse_plan(where, key, data[key], "Ulysses sequence parallelism is not "
                                                      "modelled")
-    if isinstance(data.get("elasticity"), dict) and data["elasticity"].get("enabled"):
+    if isinstance(data.get("elasticity"), dict) and "enabled" in data["elasticity"] \
+            and _flag(data["elasticity"]["enabled"], "elasticity.enabled", where):
         raise refuse_plan(where, "elasticity.enabled", True, "an elastic batch is not modelled")
     # a Hugging Face model under DeepSpeed's engine: data parallel (ZeRO) alone; its experts are
     # plain modules ZeRO shards over dp (no expert groups: those are deepspeed.moe.layer.MoE's,
@@ -152,7 +182,8 @@ _ZERO_KEPT = ("stage3_max_live_parameters", "stage3_max_reuse_distance", "max_li
 def _zero(data: dict[str, Any], job: JobConfig, where: str) -> None:
     zero = _object(data, "zero_optimization", where)
     for key, value in zero.items():
-        if key == "reduce_scatter" and value is False and zero.get("stage", 0) in (1, 2):
+        if key == "reduce_scatter" and not _flag(value, "zero_optimization.reduce_scatter",
+                                                 where) and zero.get("stage", 0) in (1, 2):
             # DeepSpeed ZeRO 1-2 then all-reduce each gradient bucket (stage_1_and_2.py,
             # average_tensor: gradient_reduction_w_predivide), twice a reduce-scatter's traffic
             raise refuse_plan(where, "zero_optimization.reduce_scatter", False,
@@ -179,7 +210,7 @@ def _zero(data: dict[str, Any], job: JobConfig, where: str) -> None:
                               "offloading optimizer states or weights to the host or NVMe is not "
                               "modelled (perfmodel keeps every state in GPU memory)")
     for key in ("cpu_offload", "cpu_offload_params"):
-        if zero.get(key) is True:
+        if key in zero and _flag(zero[key], f"zero_optimization.{key}", where):
             raise refuse_plan(where, f"zero_optimization.{key}", True,
                               "offloading to the host is not modelled")
     stage = zero.get("stage", 0)
@@ -199,10 +230,12 @@ def _zero(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.notes.append(f"zero_optimization.overlap_comm not given: DeepSpeed's default for "
                          f"stage {stage}, {str(overlap).lower()}")
     else:
-        job.took("zero_optimization.overlap_comm", overlap, "overlap_grad_sync")
-    job.fix("overlap_grad_sync", bool(overlap))
+        overlap = _flag(overlap, "zero_optimization.overlap_comm", where)
+        job.took("zero_optimization.overlap_comm", zero["overlap_comm"],
+                 f"overlap_grad_sync {str(overlap).lower()}")
+    job.fix("overlap_grad_sync", overlap)
     if stage in (1, 2):
-        _buckets(zero, bool(overlap), job, where)
+        _buckets(zero, overlap, job, where)
     # ZeRO 3 prefetches the next modules' parameters (stage3_prefetch_bucket_size, on by
     # default); ZeRO 1-2 gather the updated parameters inside the optimizer step
     job.fix("overlap_param_gather", stage == 3, pin=False)
@@ -224,13 +257,27 @@ def _buckets(zero: dict[str, Any], overlap: bool, job: JobConfig, where: str) ->
             job.skipped(key, stated, "the buckets of an overlapped reduction (overlap_comm): "
                                      "no effect here")
         return
-    if stated is None or _auto(stated):
+    if stated is not None and _auto(stated):
+        # the Hugging Face Trainer fills it in with the model's hidden size squared
+        # (transformers' integrations/deepspeed.py, HfTrainerDeepSpeedConfig.
+        # trainer_config_finalize), once the model is known
+        def from_model(model: Any) -> None:
+            size = model.hidden * model.hidden
+            job.notes.append(f"{key} auto: the Hugging Face Trainer's hidden x hidden, "
+                             f"{model.hidden} x {model.hidden} = {size:,} elements "
+                             "(dp_bucket_size)")
+            job.fix("dp_bucket_size", size, pin=False)
+
+        job.with_model.append(from_model)
+        job.fix("dp_bucketing", "all", pin=False)
+        return
+    if stated is None:
         size = DEEPSPEED_BUCKET
-        job.notes.append(f"{key} {'auto' if stated is not None else 'not given'}: DeepSpeed's "
-                         f"default, {size:,} elements (dp_bucket_size)")
+        job.notes.append(f"{key} not given: DeepSpeed's default, {size:,} elements "
+                         "(dp_bucket_size)")
     else:
-        if isinstance(stated, bool) or not isinstance(stated, (int, float)) or stated < 1 \
-                or stated != int(stated) or stated > 10**13:
+        if isinstance(stated, bool) or not isinstance(stated, (int, float)) \
+                or not 1 <= stated <= 10**13 or stated != int(stated):
             raise SpecError(f"{where}: {key} must be a whole number of elements (1 to 1e13), "
                             f"got {stated!r}")
         size = int(stated)
@@ -243,9 +290,14 @@ def _precision(data: dict[str, Any], job: JobConfig, where: str) -> None:
     found = {}
     for key in ("bf16", "bfloat16", "fp16"):
         section = data.get(key)
+        if section is not None and not isinstance(section, dict):  # DeepSpeed cannot read it
+            raise refuse_spec(where, key, section, 'must be an object, such as {"enabled": '
+                                                   'true}')
         if isinstance(section, dict) and "enabled" in section:
-            found[key] = section["enabled"]
-            job.took(f"{key}.enabled", section["enabled"], "the dtype")
+            enabled = section["enabled"]
+            found[key] = enabled if _auto(enabled) else _flag(enabled, f"{key}.enabled", where)
+            job.took(f"{key}.enabled", enabled, "the dtype" if _auto(enabled)
+                     else f"{key} {'on' if found[key] else 'off'}")
             for k, v in section.items():
                 if k != "enabled":
                     job.skipped(f"{key}.{k}", v, "loss scaling (the same step)")

@@ -177,7 +177,7 @@ def whole(value: Any, key: str, where: str, *, minimum: int = 1,
     if number != number or number in (float("inf"), -float("inf")) or number != int(number):
         raise error(f"{where}: {key} must be a whole number, got '{value}'")
     if number < minimum or number > 1e10:
-        raise error(f"{where}: {key} must be >= {minimum}, got {int(number)}")
+        raise error(f"{where}: {key} must be >= {minimum} and <= 1e10, got {number:.6g}")
     return int(number)
 
 
@@ -208,6 +208,13 @@ def refuse_plan(where: str, key: str, value: Any, why: str) -> PlanError:
 def refuse_spec(where: str, key: str, value: Any, why: str) -> SpecError:
     shown = "" if value is True else f" {_shown(value)}"
     return SpecError(f"{where}: {key}{shown}: {why}")
+
+
+def not_a_flag(where: str, key: str, value: Any) -> SpecError:
+    """The one-line refusal of a yes-or-no setting given as something else (a string "false"
+    shown quoted: not the boolean it looks like)."""
+    got = f"the string {value!r}" if isinstance(value, str) else _shown(value)
+    return SpecError(f"{where}: {key} must be true or false, got {got}")
 
 
 def refuse_emit(framework: str, field: str, why: str) -> PlanError:

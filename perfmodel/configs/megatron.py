@@ -330,8 +330,12 @@ def parse_words(launch: Launch, where: str, job: JobConfig) -> dict[str, tuple[s
             job.strange(word, None, "a word that is no option's value")
             i += 1
             continue
-        name, _, inline = word[2:].partition("=")
+        name, equals, inline = word[2:].partition("=")
         arity = READ_OPTIONS.get(name)
+        if arity == 0 and equals:  # argparse: "ignored explicit argument", the job never starts
+            raise SpecError(f"{where}: {launch.shown(word)}: --{name} is a switch and takes no "
+                            f"value (Megatron-LM's argparse refuses it): give --{name} alone, "
+                            "or leave it out for off")
         reason = ignored_reason(name) if arity is None else None
         values: list[str] = [inline] if inline else []
         i += 1
@@ -697,6 +701,12 @@ def _int(settings: Settings, dest: str, where: str, default: int | None = None, 
     if dest not in settings or settings[dest][1] in (None, "None", "null"):
         return default
     key, value = settings[dest]
+    if isinstance(value, str) and key.startswith("--"):  # an argument: argparse's type=int,
+        try:                                              # int(text), which refuses 2.0 and 1e3
+            int(value)
+        except ValueError:
+            raise SpecError(f"{where}: {key} must be a whole number (Megatron-LM reads it with "
+                            f"int()), got '{value}'") from None
     return whole(value, key, where, minimum=minimum)
 
 

@@ -880,6 +880,16 @@ _DATA_MODULE_SEQUENCE = {"MockDataModule": 2048, "PreTrainingDataModule": 2048}
 _ROTARY = ("rope", "yarn")
 
 
+def _positions(target: str, settings: Settings) -> Any:
+    """The model's position_embedding_type: stated, else its config class's (LlamaConfig's
+    rope, GPTConfig's learned; None for a class perfmodel has no preset of)."""
+    positions = settings.get("position_embedding_type", (None, None))[1]
+    if _unset(positions):
+        positions = "rope" if target.startswith("Llama") else \
+            "learned_absolute" if target in _PRESETS else None
+    return positions
+
+
 def _nemo2_sequence(data: dict[str, Any], target: str, settings: Settings, job: JobConfig,
                     where: str) -> None:
     """NeMo 2's training sequence: the data module's seq_length. The data module builds its
@@ -909,14 +919,17 @@ def _nemo2_sequence(data: dict[str, Any], target: str, settings: Settings, job: 
             return
     settings["seq_length"] = (key, given)
     if model is None:
-        return
+        # unset: the config class's own, which sizes a learned position table as a stated one
+        # does (GPTConfig175B's 2048, its preset's)
+        if target not in _PRESETS or str(_positions(target, settings)) in _ROTARY:
+            return
+        from perfmodel.specs.model import load_model
+
+        model = (f"model.config ({target}'s seq_length)", load_model(_PRESETS[target]).seq_len)
     if str(model[1]).strip() == str(given).strip():
         job.skipped(*model, f"the same as {key}")
         return
-    positions = settings.get("position_embedding_type", (None, None))[1]
-    if _unset(positions):  # the config class's: LlamaConfig's rope, GPTConfig's learned
-        positions = "rope" if target.startswith("Llama") else \
-            "learned_absolute" if target in _PRESETS else None
+    positions = _positions(target, settings)
     if str(positions) not in _ROTARY:
         table = f"{positions} position" if positions else "config class's position"
         raise refuse_spec(where, key, given, f"differs from {model[0]} {model[1]}, which sizes "

@@ -47,6 +47,7 @@ from perfmodel.configs.job import (
     Framework,
     JobConfig,
     fix_split,
+    not_a_flag,
     refuse_plan,
     refuse_spec,
     typo,
@@ -561,7 +562,7 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
     for field, value in (("training.compile", training.get("compile", False)),
                          ("compile.enable", _get(data, "compile", "enable", False))):
         if not isinstance(value, bool):
-            raise refuse_plan(where, field, value, "true or false")
+            raise not_a_flag(where, field, value)
     components = _get(data, "compile", "components", ["model", "loss"])  # torchtitan's default
     # (what compile.components names matters only where compile.enable is on)
     if _get(data, "compile", "enable", False) and not (

@@ -213,7 +213,8 @@ def test_force_hf_decides_which_attention_applies(tmp_path):
     assert plan["flash_attention"] is False
     assert _notes(job)["model.force_hf"] == ("Hugging Face's implementation (model_init.py: "
                                              "force_hf)")
-    with pytest.raises(PlanError, match="model.force_hf yes: true or false"):
+    with pytest.raises(SpecError, match="model.force_hf must be true or false, got the string "
+                                        "'yes'"):
         read_config(_recipe(tmp_path, QWEN3_MOE, **{"model.force_hf": "yes"}))
 
 

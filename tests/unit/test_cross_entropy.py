@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel import PlanError, load_hardware, load_model, predict
+from perfmodel import PlanError, SpecError, load_hardware, load_model, predict
 from perfmodel.costs.compute import (
     CROSS_ENTROPY_PASSES,
     MEGATRON_LOSS_BACKWARD_BYTES,
@@ -237,7 +237,7 @@ def test_bridge_and_automodel_configs_give_the_loss_kernel(tmp_path):
     assert read_config(upcast).plan.get("cross_entropy") == "torch"
     bad = tmp_path / "bad.yaml"
     bad.write_text(recipe.replace("fp32_upcast: false", "fp32_upcast: sometimes"))
-    with pytest.raises(PlanError, match="loss_fn.fp32_upcast"):
+    with pytest.raises(SpecError, match="loss_fn.fp32_upcast"):
         read_config(bad)
     # the chunked loss keeps the bf16 logits and one fp32 chunk: not modelled, refused
     bad.write_text(recipe.replace("fp32_upcast: false", "fp32_upcast: true\n  chunk_size: 1024"))
