@@ -234,21 +234,12 @@ def _arith_sets(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _closing(text: str, start: int) -> int:
-    """The index just past the ')' closing the '(' at text[start] (or len(text))."""
+def _closing(text: str, start: int, pair: str = "()") -> int:
+    """The index just past the ')' (pair's second) closing the '(' (its first) at text[start],
+    or len(text)."""
     depth = 0
     for i in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        if depth == 0:
-            return i + 1
-    return len(text)
-
-
-def _braced_end(text: str, start: int) -> int:
-    """The index just past the '}' closing the '{' at text[start] (or len(text))."""
-    depth = 0
-    for i in range(start, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        depth += {pair[0]: 1, pair[1]: -1}.get(text[i], 0)
         if depth == 0:
             return i + 1
     return len(text)
@@ -301,7 +292,7 @@ def expand(text: str, state: _State, line: int, *, quoted: bool = True) -> str:
                                            "perfmodel does not evaluate")
             i = end
         elif text.startswith("${", i) and _PARAM.match(text, i) is None:
-            end = _braced_end(text, i + 1)
+            end = _closing(text, i + 1, "{}")
             out.append(state.mark(f"{text[i:end]}: an expansion perfmodel does not evaluate "
                                   f"(line {line}); it reads $NAME, ${{NAME}}, ${{NAME[n]}}, "
                                   "${#NAME}, the defaults :- - := = :+ + and the removals # ## "
