@@ -99,20 +99,23 @@ def _options(op: str, scope: str, algorithm: str, protocol: str,
 
 def _on_level(hardware: HardwareSpec, nodes: int) -> tuple[HardwareSpec, str, str]:
     """A fabric of more than two levels (HardwareSpec.levels): the hardware whose network is the
-    level that prices a group over `nodes` consecutive nodes, the level the group reaches and
-    that level's name. The group reaches the smallest level one of whose domains holds its
-    GPUs (the top if none) and is priced on the slowest level from 1 up to it, as the step model
-    prices each axis's group (perfmodel.encode.fabric_of, axis_levels)."""
+    link that prices a group over `nodes` consecutive nodes, the level the group reaches and
+    the name of the level whose bandwidth prices it. The group reaches the smallest level one
+    of whose domains holds its GPUs (the top if none) and is priced on the levels from 1 up to
+    it, the slowest one's bandwidth and the most latency, as the step model prices each axis's
+    group (perfmodel.specs.hardware.crossed_link; perfmodel.encode.fabric_of, axis_levels)."""
     import dataclasses
 
     from perfmodel.encode import fabric_of
+    from perfmodel.specs.hardware import crossed_link
 
     levels, node = hardware.levels, hardware.gpus_per_node
     sizes = [lv.gpus for lv in levels]
     reached = next((j for j, size in enumerate(sizes) if j >= 1
                     and (size is None or size >= nodes * node)), len(levels) - 1)
     slowest = levels[fabric_of(hardware).slowest[reached - 1]]
-    priced = dataclasses.replace(hardware, levels=(), inter_node=slowest.link(node))
+    priced = dataclasses.replace(hardware, levels=(),
+                                 inter_node=crossed_link(levels[1:reached + 1], node))
     return priced, levels[reached].name, slowest.name
 
 

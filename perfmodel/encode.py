@@ -153,10 +153,11 @@ def check_whole_nodes(hardware: HardwareSpec, gpus: int) -> None:
         return
     unit, what = (host, f"hosts of {host} GPUs ({hardware.name}'s gpus_per_host)") \
         if host < node else (node, f"nodes of {node} GPUs ({hardware.name}'s gpus_per_node)")
+    field = "levels[0].gpus" if hardware.levels else "gpus_per_node"  # (levels: it follows)
     raise PlanError(f"gpus {gpus} is not whole {what}: a job of several nodes is modelled with "
                     f"the same GPUs in each; give a multiple of {unit}, or a hardware spec "
-                    f"(base: {hardware.name}) whose gpus_per_node is the GPUs the job takes "
-                    "in a node")
+                    f"(base: {hardware.name}) whose {field} is the GPUs the job takes in a "
+                    "node")
 
 
 def _column(c: Columns, name: str) -> np.ndarray:
@@ -282,9 +283,10 @@ class Fabric:
     """What the plan encoder needs of the hardware's fabric (HardwareSpec.levels).
 
     sizes: the GPUs of one domain of each level but the top, innermost first (sizes[0]: the
-    node, gpus_per_node). outer: for a fabric of more than two levels, the link values of each
-    level above the node (levels 1, 2, ...), as (suffix, value) pairs of outer_link_names;
-    slowest[J - 1]: the level (1..J) whose link prices a group whose ranks reach level J.
+    node, gpus_per_node). outer: for a fabric of more than two levels, outer[J - 1] the link
+    values that price a group whose ranks reach level J, crossing levels 1..J
+    (perfmodel.specs.hardware.crossed_link), as (suffix, value) pairs of outer_link_names;
+    slowest[J - 1]: the level (1..J) whose bandwidth prices it, the slowest.
     Empty for two levels: the step model reads inter_node's symbols, one for every axis."""
 
     sizes: tuple[int, ...]
@@ -316,23 +318,26 @@ def fabric_of(hardware: HardwareSpec | int) -> Fabric:
     levels = hardware.levels
     if len(levels) <= 2:
         return Fabric((hardware.gpus_per_node,), host=host)
+    from perfmodel.specs.hardware import crossed_link
+
     node = hardware.gpus_per_node
-    outer = []
-    for lv in levels[1:]:
-        vals = {"latency_s": lv.latency_s,
-                # per node, as inter_bandwidth: the GPU's share times the GPUs of a node
-                "bandwidth": lv.gpu_share_bytes_per_s * node,
-                "call_latency_s": lv.call_latency_s}
-        for name in LINK_PROTOCOLS:
-            proto = lv.protocol(name)
-            vals[f"{name}_call_latency_s"] = proto.call_latency_s if proto else lv.call_latency_s
-            vals[f"{name}_latency_s"] = proto.latency_s if proto else lv.latency_s
-            vals[f"{name}_bandwidth_fraction"] = proto.bandwidth_fraction if proto else 1.0
-        outer.append(tuple((k, float(vals[k])) for k in OUTER_SUFFIXES))
     share = [lv.gpu_share_bytes_per_s for lv in levels[1:]]
     # the slowest of levels 1..J: the lowest share, the outermost on a tie
     slowest = tuple(1 + min(range(j), key=lambda i: (share[i], -i))
                     for j in range(1, len(share) + 1))
+    outer = []
+    for j in range(1, len(levels)):  # a group that reaches level j crosses levels 1..j
+        link = crossed_link(levels[1:j + 1], node)
+        vals = {"latency_s": link.latency_s,
+                # per node, as inter_bandwidth: the slowest GPU's share times a node's GPUs
+                "bandwidth": share[slowest[j - 1] - 1] * node,
+                "call_latency_s": link.call_latency_s}
+        for name in LINK_PROTOCOLS:
+            proto = link.protocol(name)
+            vals[f"{name}_call_latency_s"] = proto.call_latency_s if proto else link.call_latency_s
+            vals[f"{name}_latency_s"] = proto.latency_s if proto else link.latency_s
+            vals[f"{name}_bandwidth_fraction"] = proto.bandwidth_fraction if proto else 1.0
+        outer.append(tuple((k, float(vals[k])) for k in OUTER_SUFFIXES))
     sizes = tuple(int(lv.gpus or 0) for lv in levels[:-1])
     return Fabric(sizes, tuple(outer), slowest, host)
 
@@ -354,13 +359,14 @@ def axis_levels(c: Columns, fabric: Fabric) -> dict[str, tuple[np.ndarray, np.nd
 
 def outer_link_values(c: Columns, fabric: Fabric) -> dict[str, np.ndarray]:
     """The link symbols of each axis's group beyond its node (a fabric of more than two levels):
-    the values of the slowest level its ranks cross (perfmodel.names: {axis}_outer_*)."""
+    the values of the levels its ranks cross, the slowest one's bandwidth and the most latency
+    (perfmodel.names: {axis}_outer_*; a group inside its node reads none of them)."""
     if not fabric.outer:
         return {}
     table = np.array([[v for _, v in level] for level in fabric.outer])  # (levels, suffixes)
     out = {}
-    for axis, (_, priced) in axis_levels(c, fabric).items():
-        rows = table[priced - 1]
+    for axis, (reach, _) in axis_levels(c, fabric).items():
+        rows = table[np.maximum(reach, 1) - 1]
         out.update({f"{axis}_outer_{suffix}": rows[:, i]
                     for i, suffix in enumerate(OUTER_SUFFIXES)})
     return out

@@ -279,8 +279,9 @@ def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:
         reach, priced = levels[axis]
         if reach == 0:
             where = f"inside one {fabric[0][0]} domain, on its links"
-        else:
-            name, _, share, latency = fabric[priced]
+        else:  # the slowest level's bandwidth, the most latency of those it crosses
+            name, _, share, _ = fabric[priced]
+            latency = max(level[3] for level in fabric[1:reach + 1])
             where = (f"reaches {fabric[reach][0]}, priced on {name} ({share / 1e9:.4g} GB/s per "
                      f"GPU, {latency * 1e6:.3g} us per step)")
         lines.append(f"  {axis}: {degrees[axis]} ranks, {ranks} per node ({scope}): {where}")

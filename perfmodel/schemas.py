@@ -468,8 +468,10 @@ def schema(kind: str) -> dict[str, Any]:
             "hardware": STRING,
             "fabric_level": {**STRING, "description": "the fabric level the group reaches: node "
                                                       "inside one, else a level's name"},
-            "priced_on": {**STRING, "description": "the level whose link prices the group: the "
-                                                   "slowest it crosses (node inside one)"},
+            "priced_on": {**STRING, "description": "the level whose bandwidth prices the "
+                                                   "group: the slowest it crosses (node inside "
+                                                   "one); its steps take the most latency of "
+                                                   "the levels it crosses"},
             "extrapolations": {**STRINGS, "description": "With --profile: the collective "
                                                          "outside the sizes or rank counts its "
                                                          "fit measured, or of no fit of it."}}))

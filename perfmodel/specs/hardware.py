@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -317,9 +317,10 @@ class FabricLevel(LinkSpec):
     above 0): a switch tier's downlink over uplink bandwidth; a GPU's share of this level is
     bandwidth_bytes_per_s x efficiency / oversubscription.
 
-    A group of ranks that leaves its node is priced on the slowest level it crosses (the lowest
-    per-GPU share of the levels from 1 up to the one whose domain holds it): its ring's slowest
-    hop sets the pace (perfmodel.encode.outer_link_values).
+    A group of ranks that leaves its node is priced on the levels it crosses (from 1 up to the one
+    whose domain holds it): the slowest one's bandwidth (the lowest per-GPU share: its ring's
+    slowest hop sets the pace) and the most latency of any of them (crossed_link,
+    perfmodel.encode.outer_link_values).
     """
 
     name: str
@@ -351,10 +352,49 @@ class FabricLevel(LinkSpec):
         return LinkSpec(**fields)
 
 
+def crossed_link(levels: Sequence[FabricLevel], gpus_per_node: int) -> LinkSpec:
+    """The link that prices a group of ranks whose ring crosses `levels` (a fabric's levels 1..J,
+    those above the node up to the one whose domain holds the group), per node as inter_node:
+    the slowest level's bandwidth and efficiency (the lowest per-GPU share, the outermost on a
+    tie: the ring's slowest hop sets its pace), and the most latency any of them has, per step
+    and per call; a protocol at the least bandwidth it reaches on any of them (its fraction of
+    the slowest level's Simple share) and the most latency, where a level without it runs it as
+    Simple. A level made faster never slows the group; one level is its own link."""
+    if len(levels) == 1:
+        return levels[0].link(gpus_per_node)
+    share = [lv.gpu_share_bytes_per_s for lv in levels]
+    slow = min(range(len(levels)), key=lambda i: (share[i], -i))
+    link = levels[slow].link(gpus_per_node)
+    names = list(dict.fromkeys(p.name for lv in levels for p in lv.protocols))
+
+    def crossed(name: str) -> ProtocolSpec:
+        ways = [(lv.protocol(name), lv, share[i] / share[slow]) for i, lv in enumerate(levels)]
+        return ProtocolSpec(
+            name=name,
+            call_latency_s=max(p.call_latency_s if p else lv.call_latency_s for p, lv, _ in ways),
+            latency_s=max(p.latency_s if p else lv.latency_s for p, lv, _ in ways),
+            bandwidth_fraction=min(ratio * (p.bandwidth_fraction if p else 1.0)
+                                   for p, _, ratio in ways))
+
+    return dataclasses.replace(link, latency_s=max(lv.latency_s for lv in levels),
+                               call_latency_s=max(lv.call_latency_s for lv in levels),
+                               protocols=tuple(crossed(name) for name in names))
+
+
 def node_links(levels: tuple[FabricLevel, ...]) -> tuple[int, LinkSpec, LinkSpec]:
     """gpus_per_node, intra_node and inter_node of a fabric: level 0 is the node, level 1 the
-    network that leaves it (its per-GPU bandwidth x gpus_per_node: per node)."""
+    network that leaves it (its per-GPU bandwidth x gpus_per_node: per node). Every level above
+    the node is priced as such a link (crossed_link): a per-node bandwidth outside a link's
+    range is refused, naming the level's field."""
     node = levels[0].gpus or 1  # HardwareSpec refuses a level 0 without gpus
+    bound = BOUNDS["link.bandwidth_bytes_per_s"]
+    for i, lv in enumerate(levels[1:], 1):
+        per_node = lv.bandwidth_bytes_per_s * node / lv.oversubscription
+        if not bound.minimum <= per_node <= bound.maximum:
+            raise SpecError(f"levels[{i}].bandwidth_bytes_per_s ({lv.bandwidth_bytes_per_s:.4g} "
+                            f"a GPU) x levels[0].gpus ({node}) / oversubscription "
+                            f"({lv.oversubscription:g}) = {per_node:.4g} B/s a node must be >= "
+                            f"{bound.minimum:g} and <= {bound.maximum:g}, a node's link's range")
     return node, levels[0].link(), levels[1].link(node)
 
 

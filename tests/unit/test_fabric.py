@@ -96,11 +96,13 @@ def test_the_level_each_axis_reaches_follows_the_placement_order():
 
 def test_the_slowest_level_crossed_prices_a_group_not_the_outermost():
     """A leaf slower than its spine (2.5 GB/s against 5 GB/s per GPU): a group across leaf
-    domains still crosses the leaf, whose share is the smaller."""
+    domains still crosses the leaf, whose share is the smaller, and the spine, whose latency
+    (5 us against 2) is the longer: each sets its own part (the leaf's alone, before
+    2026-12-07)."""
     slow_leaf = {**LEAF, "bandwidth_bytes_per_s": 2.5e9}
     hw = hardware_from_dict(_toy([NODE, slow_leaf, SPINE]), "toy")
     got = _all_reduce_s(hw, _plan(8, 8), "dp")
-    assert got == pytest.approx(_ring_all_reduce_s(8, 2e-6, 2.5e9), rel=1e-12)
+    assert got == pytest.approx(_ring_all_reduce_s(8, 5e-6, 2.5e9), rel=1e-12)
 
 
 def test_the_search_sees_the_boundary_between_leaf_and_spine():
@@ -266,7 +268,8 @@ def test_collective_prices_a_group_on_the_slowest_level_it_reaches():
 def test_collective_on_levels_equals_the_two_level_spec_of_the_level_it_is_priced_on():
     """Several ranks per node (a mixed group): the same time as the two-level fabric whose
     network is the level that prices the group; a slower leaf under a faster spine prices a
-    group that reaches the spine on the leaf (the slowest crossed)."""
+    group that reaches the spine at the leaf's bandwidth (the slowest crossed) and the spine's
+    latency (the longest)."""
     from perfmodel.collective import predict_collective
 
     three = hardware_from_dict(_toy([NODE, LEAF, SPINE]), "toy")
@@ -278,7 +281,8 @@ def test_collective_on_levels_equals_the_two_level_spec_of_the_level_it_is_price
     slow_leaf = hardware_from_dict(_toy([NODE, LEAF, fast_spine]), "toy")
     res = predict_collective("all_reduce", NBYTES, 64, slow_leaf, ranks_per_node=8)
     assert (res["fabric_level"], res["priced_on"]) == ("spine", "leaf")
-    top_leaf = {k: v for k, v in LEAF.items() if k != "gpus"}  # the top level spans the cluster
+    # the top level spans the cluster; its steps at the spine's latency
+    top_leaf = {**{k: v for k, v in LEAF.items() if k != "gpus"}, "latency_s": SPINE["latency_s"]}
     leaf_only = predict_collective("all_reduce", NBYTES, 64,
                                    hardware_from_dict(_toy([NODE, top_leaf]), "toy"),
                                    ranks_per_node=8)
