@@ -1585,10 +1585,12 @@ def recommend(model: str | None, from_config: str | None,
                 raise click.UsageError(str(exc)) from None
             raise
     if what_if:
-        from perfmodel.encode import check_stack
+        from perfmodel.encode import check_stack, check_whole_nodes
 
         try:
             check_stack(changed, req.stack)
+            for count in req.gpus:  # a node the what-if resizes: before the search, named
+                check_whole_nodes(changed, count)
         except PlanError as exc:
             raise PlanError(f"--what-if {' '.join(what_if)}: {exc}") from None
     # what the search's end writes or reads, refused before the search (and before the CSV)

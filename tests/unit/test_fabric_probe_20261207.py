@@ -84,3 +84,16 @@ def test_the_whole_node_advice_names_the_field_a_spec_with_levels_sets(tmp_path)
         predict("llama3-8b", _spec(tmp_path), Plan(gpus=100, dp=100, global_batch=100))
     with pytest.raises(PlanError, match="whose gpus_per_node is the GPUs the job takes"):
         predict("llama3-8b", "dgx-h100", Plan(gpus=100, dp=100, global_batch=100))
+
+
+def test_a_what_if_that_resizes_the_node_is_refused_before_the_search_naming_it(capsys):
+    # 64 GPUs are no whole nodes of 3 x 8: refused at once, the what-if named (it was refused
+    # after the search, as dgx-h100's own gpus_per_node of 24)
+    from perfmodel.cli import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(["recommend", "--model", "llama3-8b", "--hardware", "dgx-h100", "--gpus", "64",
+              "--global-batch", "512", "--what-if", "gpus_per_node=3x"])
+    err = capsys.readouterr().err
+    assert ended.value.code == 4 and err.count("\n") == 1
+    assert err.startswith("error: --what-if gpus_per_node=3x: gpus 64 is not whole nodes of 24")
