@@ -235,8 +235,9 @@ WINDOWS = {"F_first": ("forward", "first"), "B_last": ("backward", "last")}
 def _windows(built: Any) -> dict[str, Any]:
     """Each of WINDOWS: the first stage's forward (the parameter gathers hide behind it) and the
     last stage's backward (the gradient reduction)."""
-    return {"F_first": sp.sympify(CO.forward_s(built.stage_terms["first"])),
-            "B_last": sp.sympify(CO.backward_s(built.stage_terms["last"]))}
+    phase_s = {"forward": CO.forward_s, "backward": CO.backward_s}
+    return {name: sp.sympify(phase_s[phase](built.stage_terms[stage]))
+            for name, (phase, stage) in WINDOWS.items()}
 
 
 def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:
@@ -257,13 +258,14 @@ def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:
     per_node = axis_per_node(plan, hardware)
     degrees = {axis: int(degree[0]) for axis, (degree, _) in
                axis_ranks_per_node(arrays, hardware.gpus_per_node).items()}
+    encoded = fabric_of(hardware)
     levels = {axis: (int(reach[0]), int(priced[0]))
-              for axis, (reach, priced) in axis_levels(arrays, fabric_of(hardware)).items()}
+              for axis, (reach, priced) in axis_levels(arrays, encoded).items()}
     if len(hardware.levels) <= 2:  # a two-level fabric: beyond the node, the one network
         levels = {axis: (min(reach, 1), 1) for axis, (reach, _) in levels.items()}
     described = " > ".join(f"{name} ({gpus} GPUs)" if gpus else f"{name} (the cluster)"
                            for name, gpus, _, _ in fabric)
-    taken = int(fabric_of(hardware).domains(arrays)[0][0])
+    taken = int(encoded.domains(arrays)[0][0])
     taken_note = "" if taken == hardware.gpus_per_node else (
         f"; the job takes {taken} GPUs of each {fabric[0][0]} domain (the same in each, whole "
         "hosts, as Megatron-Bridge's launcher sets Slurm's --segment)")
@@ -279,9 +281,10 @@ def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:
         reach, priced = levels[axis]
         if reach == 0:
             where = f"inside one {fabric[0][0]} domain, on its links"
-        else:  # the slowest level's bandwidth, the most latency of those it crosses
-            name, _, share, _ = fabric[priced]
-            latency = max(level[3] for level in fabric[1:reach + 1])
+        else:  # the slowest level's bandwidth, the latency of the levels it crosses
+            name, _, share, latency = fabric[priced]
+            if encoded.outer:  # (crossed_link's, as the step model prices the group)
+                latency = dict(encoded.outer[reach - 1])["latency_s"]
             where = (f"reaches {fabric[reach][0]}, priced on {name} ({share / 1e9:.4g} GB/s per "
                      f"GPU, {latency * 1e6:.3g} us per step)")
         lines.append(f"  {axis}: {degrees[axis]} ranks, {ranks} per node ({scope}): {where}")

@@ -62,11 +62,11 @@ from typing import Any
 from perfmodel.configs.job import (
     Framework,
     JobConfig,
-    not_a_flag,
     refuse_plan,
     refuse_spec,
     section,
     whole,
+    yes_or_no,
 )
 from perfmodel.errors import PlanError
 
@@ -183,10 +183,8 @@ def _packed(data: dict[str, Any], job: JobConfig, where: str) -> None:
 
 def _flag(data: dict[str, Any], key: str, where: str) -> bool:
     """distributed.<key>, a switch (false where not given)."""
-    value = section(data, "distributed", where).get(key, False)
-    if not isinstance(value, bool):
-        raise not_a_flag(where, f"distributed.{key}", value)
-    return value
+    return yes_or_no(section(data, "distributed", where).get(key, False), f"distributed.{key}",
+                     where)
 
 
 def _layer_compile(data: dict[str, Any], where: str) -> tuple[bool, str]:
@@ -360,9 +358,7 @@ def _compile(data: dict[str, Any], job: JobConfig, where: str) -> bool:
     the model with enabled true; Inductor's default mode read as the compiled stack, the CUDA
     graphs of reduce-overhead and max-autotune refused; its other settings named."""
     settings = section(data, "compile", where)
-    enabled = settings.get("enabled", False)
-    if not isinstance(enabled, bool):
-        raise not_a_flag(where, "compile.enabled", enabled)
+    enabled = yes_or_no(settings.get("enabled", False), "compile.enabled", where)
     mode = settings.get("mode") or "default"
     if enabled and mode not in ("default", "max-autotune-no-cudagraphs"):
         raise refuse_plan(where, "compile.mode", mode, "torch.compile's CUDA graphs "
@@ -431,9 +427,7 @@ def _implementation(data: dict[str, Any], job: JobConfig, where: str, mtype: str
     use_liger_kernel (default true) and tp_size = cp_size = 1."""
     model = section(data, "model", where)
     backend = section(model, "backend", where)
-    force = model.get("force_hf", False)
-    if not isinstance(force, bool):
-        raise not_a_flag(where, "model.force_hf", force)
+    force = yes_or_no(model.get("force_hf", False), "model.force_hf", where)
     own = str(model.get("_target_", "")).startswith(_OWN_PREFIX)
     kind = _OWN.get(mtype, "hf") if own or not force else "hf"
     if "force_hf" in model:
@@ -559,9 +553,7 @@ def _element_wise(model: dict[str, Any], backend: dict[str, Any], mtype: str, ki
                                  if own_norm else "Hugging Face's RMSNorm",
                                  "QuACK's linears" if linear == "quack"
                                  else "torch's nn.Linear"))
-    liger = model.get("use_liger_kernel", True)
-    if not isinstance(liger, bool):
-        raise not_a_flag(where, "model.use_liger_kernel", liger)
+    liger = yes_or_no(model.get("use_liger_kernel", True), "model.use_liger_kernel", where)
     fused = liger and tp == 1 and cp == 1 and mtype in _LIGER_TYPES
     why = ("Liger's RMSNorm, RoPE and gated-MLP kernels (use_liger_kernel, its default true; "
            "AutoModel's container installs liger-kernel on x86_64)" if fused
@@ -632,9 +624,7 @@ def _loss(data: dict[str, Any], job: JobConfig, where: str) -> None:
     if "fp32_upcast" in loss:
         # components/loss/masked_ce.py: logits.float() only with fp32_upcast (its default, True)
         job.took("loss_fn._target_", target, "MaskedCrossEntropy (its fp32_upcast below)")
-        upcast = loss["fp32_upcast"]
-        if not isinstance(upcast, bool):
-            raise not_a_flag(where, "loss_fn.fp32_upcast", upcast)
+        upcast = yes_or_no(loss["fp32_upcast"], "loss_fn.fp32_upcast", where)
         job.fix("cross_entropy", "torch" if upcast else "no-upcast")
         job.took("loss_fn.fp32_upcast", upcast,
                  "cross_entropy torch (F.cross_entropy on fp32 copies of the logits)" if upcast
@@ -805,9 +795,7 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
         job.fix(key, degrees[key])
         job.took(f"distributed.{key}_size", degrees[key], f"{key} {degrees[key]}")
     given_sp = "sequence_parallel" in dist
-    sp = dist.pop("sequence_parallel", False)
-    if not isinstance(sp, bool):
-        raise not_a_flag(where, "distributed.sequence_parallel", sp)
+    sp = yes_or_no(dist.pop("sequence_parallel", False), "distributed.sequence_parallel", where)
     job.fix("sequence_parallel", sp and degrees["tp"] > 1)
     if sp and degrees["tp"] > 1:
         job.took("distributed.sequence_parallel", True, "sequence_parallel (the norms' and "
@@ -831,16 +819,14 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     # config.py): set_requires_gradient_sync on the last micro-batch only (get_sync_ctx); a
     # pipeline's schedule defers anyway, DDP has no FSDP reduction
     given = "defer_fsdp_grad_sync" in dist
-    defer = dist.pop("defer_fsdp_grad_sync", True)
-    if not isinstance(defer, bool):
-        raise not_a_flag(where, "distributed.defer_fsdp_grad_sync", defer)
+    defer = yes_or_no(dist.pop("defer_fsdp_grad_sync", True),
+                      "distributed.defer_fsdp_grad_sync", where)
     backend = section(section(data, "model", where), "backend", where)
     # components/moe/fsdp_mixin.py, prepare_for_grad_accumulation (training/utils.py calls it
     # without a pipeline only; a pipeline's schedule keeps the stage's units gathered anyway):
     # no FSDP unit reduces or reshards until the last micro-batch's backward
-    optimized = backend.get("enable_fsdp_optimizations", False)
-    if not isinstance(optimized, bool):
-        raise not_a_flag(where, "model.backend.enable_fsdp_optimizations", optimized)
+    optimized = yes_or_no(backend.get("enable_fsdp_optimizations", False),
+                          "model.backend.enable_fsdp_optimizations", where)
     alone = fsdp and degrees["pp"] == 1  # FSDP runs the micro-batches itself
     # The MoE parallelizer shards a mixture of experts with ep_size > 1 (infrastructure.py,
     # instantiate_infrastructure; _dist_utils drops distributed.moe otherwise, and FSDP2Manager
@@ -854,8 +840,8 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
     legacy = bool(old) and not moe
     # FSDP2Config.reshard_after_forward, when given, overrides the MoE parallelizer's (8a83fdcee)
     raf = dist.pop("reshard_after_forward", None)
-    if raf is not None and not isinstance(raf, bool):
-        raise not_a_flag(where, "distributed.reshard_after_forward", raf)
+    if raf is not None:
+        yes_or_no(raf, "distributed.reshard_after_forward", where)
     settings: tuple[bool, bool] = (True, True)  # (wrap_outer_model, kept), the defaults
     if legacy or moe and degrees["ep"] > 1:
         settings = _moe_parallelizer(old if legacy else moe, "parallelizer" if legacy
@@ -961,8 +947,7 @@ def _switches(data: dict[str, Any], dist: dict[str, Any], degrees: dict[str, int
             raise refuse_plan(where, f"distributed.{key}", value, "a whole number >= 0")
     if prefetch is None:
         return
-    if not isinstance(prefetch, bool):
-        raise not_a_flag(where, "distributed.enable_fsdp2_prefetch", prefetch)
+    yes_or_no(prefetch, "distributed.enable_fsdp2_prefetch", where)
 
     def decide(model: Any) -> None:
         """Once the FSDP units' resharding is known (_reshard: kept gathered from forward to
@@ -1022,8 +1007,8 @@ def _moe_parallelizer(settings: dict[str, Any], prefix: str, job: JobConfig, whe
         job.took(f"{prefix}._target_", settings["_target_"], "the parallelizer (its settings "
                                                               "below)")
     for key in ("wrap_outer_model", "reshard_after_forward", "ignore_router_for_ac"):
-        if key in settings and not isinstance(settings[key], bool):
-            raise not_a_flag(where, f"{prefix}.{key}", settings[key])
+        if key in settings:
+            yes_or_no(settings[key], f"{prefix}.{key}", where)
     precision = settings.get("lm_head_precision")
     # parallelize_model gives float32 its own policy; any other value takes the model's (bf16)
     if str(precision).lower().removeprefix("torch.") in ("float32", "fp32", "float"):
@@ -1322,9 +1307,7 @@ def _te_fused_adam(kwargs: dict[str, Any], target: str, fp32_params: bool, job: 
                           f"beside exp_avg_sq_dtype {kwargs.get('exp_avg_sq_dtype', 'float32')}"
                           ": perfmodel's optimizer states take one dtype (give both the same)")
     states = moments["exp_avg_dtype"]
-    master = kwargs.get("master_weights", False)
-    if not isinstance(master, bool):
-        raise not_a_flag(where, "optimizer.master_weights", master)
+    master = yes_or_no(kwargs.get("master_weights", False), "optimizer.master_weights", where)
     if master and _dtype(kwargs.get("master_weight_dtype", "float32"),
                          "optimizer.master_weight_dtype", where) != "fp32":
         raise refuse_plan(where, "optimizer.master_weight_dtype", kwargs["master_weight_dtype"],

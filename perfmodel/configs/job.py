@@ -210,6 +210,14 @@ def refuse_spec(where: str, key: str, value: Any, why: str) -> SpecError:
     return SpecError(f"{where}: {key}{shown}: {why}")
 
 
+def yes_or_no(value: Any, key: str, where: str) -> bool:
+    """A config's true or false (YAML's, TOML's booleans), or SpecError naming the key: no
+    other value is taken for one (a string "false" is truthy to the framework's Python)."""
+    if not isinstance(value, bool):
+        raise not_a_flag(where, key, value)
+    return value
+
+
 def not_a_flag(where: str, key: str, value: Any) -> SpecError:
     """The one-line refusal of a yes-or-no setting given as something else (a string "false"
     shown quoted: not the boolean it looks like)."""

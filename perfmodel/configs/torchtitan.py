@@ -47,12 +47,12 @@ from perfmodel.configs.job import (
     Framework,
     JobConfig,
     fix_split,
-    not_a_flag,
     refuse_plan,
     refuse_spec,
     typo,
     whole,
     whole_or,
+    yes_or_no,
 )
 from perfmodel.errors import PlanError, SpecError
 
@@ -561,8 +561,7 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
                           "offloading FSDP's states to the host is not modelled")
     for field, value in (("training.compile", training.get("compile", False)),
                          ("compile.enable", _get(data, "compile", "enable", False))):
-        if not isinstance(value, bool):
-            raise not_a_flag(where, field, value)
+        yes_or_no(value, field, where)
     components = _get(data, "compile", "components", ["model", "loss"])  # torchtitan's default
     # (what compile.components names matters only where compile.enable is on)
     if _get(data, "compile", "enable", False) and not (

@@ -33,6 +33,7 @@ kept).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sympy as sp
@@ -47,13 +48,13 @@ ZERO = sp.Integer(0)
 TOPK_BYTES = 4 + 8  # topk's fp32 score and int64 index per token and expert
 
 
-def _gated(c: Context) -> list[tuple[sp.Expr, bool]]:
-    """(weight, whether the MLPs are gated) of each kind of MLP the family may have: its own, or
-    both, weighted by the gated indicator, where the family leaves it open (the call order's
-    parity, and so what is kept, differs with w3)."""
+def _by_gate(c: Context, count: Callable[[bool], sp.Expr]) -> sp.Expr:
+    """count(gated) for the family's kind of MLP (gated: with w3), or, where the family leaves
+    it open, each kind's weighted by the gated indicator: the call order's parity, and so what
+    is kept and repeated, differs with w3."""
     if c.fam.gated is None:
-        return [(c.gated, True), (1 - c.gated, False)]
-    return [(sp.Integer(1), bool(c.fam.gated))]
+        return c.gated * count(True) + (1 - c.gated) * count(False)
+    return count(bool(c.fam.gated))
 
 
 def matmuls(c: Context, moe: bool, T: sp.Expr, T_r: sp.Expr, tp: sp.Expr,
@@ -105,8 +106,7 @@ def kept_bytes(c: Context, moe: bool, s: sp.Expr) -> sp.Expr:
     doc); s: a cp rank's tokens of each sequence. Built once per family and kind."""
     key = (c.fam, moe, s)
     if key not in _KEPT:
-        _KEPT[key] = sum((weight * _kept_bytes(c, moe, s, gated) for weight, gated in _gated(c)),
-                         ZERO)
+        _KEPT[key] = _by_gate(c, lambda gated: _kept_bytes(c, moe, s, gated))
     return _KEPT[key]
 
 
@@ -144,13 +144,12 @@ def recompute_s(c: Context, moe: bool, elementwise_s: sp.Expr, attention_s: sp.E
     """What per-op recompute repeats of one layer's forward [s]: its recomputed matmuls, the
     routed experts' GEMMs (experts_s), its element-wise ops (elementwise_s) and, unfused, the
     attention core (attention_s)."""
-    gemms = sum((weight * sum((_time(c, g) for g in _split(c, moe, gated)[1]), ZERO)
-                 for weight, gated in _gated(c)), ZERO)
+    gemms = _by_gate(c, lambda gated: sum((_time(c, g) for g in _split(c, moe, gated)[1]), ZERO))
     return gemms + (experts_s if moe else ZERO) + elementwise_s + (1 - c.flash) * attention_s
 
 
 def recomputed_flops(c: Context, moe: bool, T: sp.Expr) -> sp.Expr:
     """The linear FLOPs per-op recompute repeats of one layer over T tokens of a replica (every
     tp rank's together), the routed experts' excluded."""
-    return sum((weight * sum((g.flops for g in matmuls(c, moe, T, T, sp.Integer(1), gated)[1::2]),
-                             ZERO) for weight, gated in _gated(c)), ZERO)
+    return _by_gate(c, lambda gated: sum(
+        (g.flops for g in matmuls(c, moe, T, T, sp.Integer(1), gated)[1::2]), ZERO))
