@@ -864,6 +864,13 @@ def active_parameters(model: Any, parameters: float) -> float:
     return parameters if not counts.sparse else float(counts.reported)
 
 
+def mtp_parameters(model: Any) -> float:
+    """The multi-token-prediction modules' own parameters (perfmodel.params): 0 without them."""
+    from perfmodel.params import parameter_counts
+
+    return float(parameter_counts(model).mtp)
+
+
 def noted_seq_len(model: Any, seq_len: int | None, given: Any = None) -> Any:
     """The model with --seq-len noted as where its sequence length came from (when given). A
     preset's or spec file's learned position table follows the sequence length
@@ -1619,7 +1626,7 @@ def recommend(model: str | None, from_config: str | None,
     parameters = parameter_count(spec, hw, req.dtype)
     data = {"model": spec.name, "parameters": parameters,
             "active_parameters": active_parameters(spec, parameters),
-            **model_summary(spec), **rec.to_dict()}
+            "mtp_parameters": mtp_parameters(spec), **model_summary(spec), **rec.to_dict()}
     if rec.top and sensitivities:
         data["sensitivities"] = sens(spec, hw, rec.top[0].plan)
     if what_if:

@@ -138,6 +138,7 @@ class Prediction:
             "bottleneck_stage": self.bottleneck_stage,
             "parameters": self.parameters,
             "active_parameters": self.active_parameters,
+            "mtp_parameters": self.mtp_parameters,
             "micro_batches": self.micro_batches,
             "plan": self.plan.to_dict(),
             "model": self.model.name,
@@ -152,6 +153,14 @@ class Prediction:
 
         counts = parameter_counts(self.model)
         return self.parameters if not counts.sparse else float(counts.reported)
+
+    @property
+    def mtp_parameters(self) -> float:
+        """The multi-token-prediction modules' own parameters (perfmodel.params), not in
+        `parameters`: 0 for a model without them."""
+        from perfmodel.params import parameter_counts
+
+        return float(parameter_counts(self.model).mtp)
 
     def breakdown_frame(self) -> pd.DataFrame:
         """The time breakdown as a DataFrame: term, seconds, share of the step."""

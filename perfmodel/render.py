@@ -96,12 +96,15 @@ def fmt_count(n: float) -> str:
     return fmt_fixed(n, ',.0f')
 
 
-def model_line(name: str, source: str, parameters: float, seq_len: int, seq_len_from: str) -> str:
-    """The header line naming the model: where it was read, its parameters, its sequence length
-    and where that length came from (when not from the same place as the model)."""
+def model_line(name: str, source: str, parameters: float, seq_len: int, seq_len_from: str,
+               mtp: float = 0.0) -> str:
+    """The header line naming the model: where it was read, its parameters (and its
+    multi-token-prediction modules', apart), its sequence length and where that length came from
+    (when not from the same place as the model)."""
     source = source or "Python"
     origin = "" if seq_len_from in ("", source) else f" (from {seq_len_from})"
-    return (f"model {name} from {source}: {fmt_count(parameters)} parameters, "
+    modules = f" (+ {fmt_count(mtp)} in multi-token prediction)" if mtp else ""
+    return (f"model {name} from {source}: {fmt_count(parameters)} parameters{modules}, "
             f"sequence length {seq_len}{origin}")
 
 
@@ -240,7 +243,8 @@ def print_prediction(r: Prediction) -> None:
     con = console()
     p = r.plan
     m = r.model
-    con.print(model_line(m.name, m.origin, r.parameters, m.seq_len, m.seq_len_from), markup=False)
+    con.print(model_line(m.name, m.origin, r.parameters, m.seq_len, m.seq_len_from,
+                         r.mtp_parameters), markup=False)
     for line in plan_lines(p, r.hardware, r.micro_batches, r.model):
         con.print(line)
     summary = Table(show_header=False, box=None, pad_edge=False)
@@ -330,14 +334,16 @@ _ACTIVE_NOTES = {"*": "without the embedding table", "**": "without the embeddin
 
 
 def preset_parameters(model: Any) -> dict[str, float]:
-    """A model preset's parameters and active parameters (perfmodel.params; a layer graph's
-    parameters, all active)."""
+    """A model preset's parameters, active parameters and its multi-token-prediction modules'
+    (perfmodel.params; a layer graph's parameters, all active)."""
     if getattr(model, "kind", "") == "layers":
-        return {"parameters": float(model.parameters), "active_parameters": float(model.parameters)}
+        return {"parameters": float(model.parameters), "active_parameters": float(model.parameters),
+                "mtp_parameters": 0.0}
     from perfmodel.params import parameter_counts
 
     counts = parameter_counts(model)
-    return {"parameters": float(counts.total), "active_parameters": float(counts.reported)}
+    return {"parameters": float(counts.total), "active_parameters": float(counts.reported),
+            "mtp_parameters": float(counts.mtp)}
 
 
 def print_presets(as_json: bool) -> None:
@@ -387,6 +393,8 @@ def print_presets(as_json: bool) -> None:
             mark = _ACTIVE_MARKS[m.active_count]
             marks.add(mark)
             size += f" ({fmt_count(counts['active_parameters'])} active{mark})"
+        if counts["mtp_parameters"]:
+            size += f" + {fmt_count(counts['mtp_parameters'])} MTP"
         models.append([name, str(m.layers), str(m.hidden), str(m.heads), str(m.kv_heads),
                        str(m.ffn_hidden), str(m.seq_len), str(m.vocab), size, m.source])
     print_with_sources(con, "model presets", _columns(
@@ -540,7 +548,8 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
 
     if "parameters" in data:
         con.print(model_line(data["model"], data["model_source"], data["parameters"],
-                             data["seq_len"], data["seq_len_from"]), markup=False)
+                             data["seq_len"], data["seq_len_from"],
+                             data.get("mtp_parameters", 0.0)), markup=False)
     skipped = (f" ({r.skipped:,} more skipped: a lower bound on their step time ranks them "
                f"below the best)") if r.skipped else ""
     con.print(f"searched {r.enumerated:,} plans in {r.search_time_s:.2f} s: {r.evaluated:,} "

@@ -31,6 +31,11 @@ ACTIVE: dict[str, Any] = {
                    "not sent to left out), as the model's card counts them: the model spec's "
                    "active_count (all; no_embedding: without the embedding table; "
                    "no_embeddings: without it and an untied output layer)."}
+MTP: dict[str, Any] = {
+    "type": "number",
+    "description": "The multi-token-prediction modules' own parameters (DeepSeek-V3's: a layer "
+                   "like the last, a 2h x h projection and two norms each; their embedding and "
+                   "output layer are the model's), not in parameters; 0 without them."}
 NUMBER_OR_NULL: dict[str, Any] = {"type": ["number", "null"]}
 STRING: dict[str, Any] = {"type": "string"}
 STRINGS: dict[str, Any] = {"type": "array", "items": STRING}
@@ -214,7 +219,8 @@ PREDICTION = obj({
                                                    "host dispatch behind the device's work."},
     "memory_breakdown_bytes": BYTES_BY_TERM,
     "bottleneck_stage": STRING, "parameters": NUMBER, "active_parameters": ACTIVE,
-    "micro_batches": WHOLE, "plan": PLAN, "model": STRING, "hardware": STRING,
+    "mtp_parameters": MTP, "micro_batches": WHOLE, "plan": PLAN, "model": STRING,
+    "hardware": STRING,
     "model_flops_per_step_full_attention": {
         **NUMBER, "description": "Model FLOPs with the attention core counted whole "
                                  "(torchtitan); model_flops_per_step counts the causal half "
@@ -408,7 +414,7 @@ def schema(kind: str) -> dict[str, Any]:
     if kind == "recommend":
         body = obj({
             "model": STRING, "parameters": NUMBER, "active_parameters": ACTIVE,
-            **MODEL_SUMMARY,
+            "mtp_parameters": MTP, **MODEL_SUMMARY,
             "plans": {"type": "array", "items": RECOMMENDED, "description": "Best first."},
             "evaluated": {"type": "integer", "description": "Plans evaluated in full (they "
                           "passed the memory bound and, in a pruned search, the step-time "
@@ -486,7 +492,8 @@ def schema(kind: str) -> dict[str, Any]:
         return _document(kind, "perfmodel sweep --json", obj(
             {"rows": {"type": "array", "items": point}}))
     if kind == "presets":
-        counts = obj({"parameters": NUMBER, "active_parameters": ACTIVE})
+        counts = obj({"parameters": NUMBER, "active_parameters": ACTIVE,
+                      "mtp_parameters": MTP})
         return _document(kind, "perfmodel presets --json", obj({
             "hardware": STRINGS, "models": STRINGS,
             "model_parameters": {"type": "object", "additionalProperties": counts},

@@ -61,6 +61,15 @@ def test_presets(run_cli):
     assert counts["mixtral-8x7b"]["active_parameters"] == pytest.approx(12.9e9, rel=0.005)
     table = run_cli("presets").stdout
     assert "46.70B (12.88B active)" in table and "gb200-nvl72" in table
+    # DeepSeek-V3's multi-token-prediction module apart: its README (deepseek-ai/DeepSeek-V3,
+    # README.md, "685B ... 671B of the Main Model weights and 14B of the Multi-Token Prediction
+    # (MTP) Module weights"); the checkpoint stores the module with its own copies of the
+    # embedding table and output head, which perfmodel counts as the model's
+    deepseek = counts["deepseek-v3"]
+    assert deepseek["parameters"] == pytest.approx(671e9, rel=0.005)
+    assert deepseek["mtp_parameters"] + 2 * 129280 * 7168 == pytest.approx(14e9, rel=0.05)
+    assert counts["mixtral-8x7b"]["mtp_parameters"] == counts["llama3-8b"]["mtp_parameters"] == 0
+    assert "671.03B (36.63B active*) + 11.61B MTP" in table
 
 
 def test_predict_and_recommend_json_give_active_parameters(run_cli):

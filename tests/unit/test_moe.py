@@ -51,6 +51,8 @@ def test_moe_presets_predict_with_their_cards_parameters(name, plan, total, acti
     assert p.parameters == pytest.approx(total, rel=0.005)
     # deepseek-v3's card leaves the embedding table out (its preset's active_count)
     assert p.active_parameters == pytest.approx(active, rel=0.005)
+    # the MTP module apart (its parameters in the memory, not in `parameters`)
+    assert p.to_dict()["mtp_parameters"] == (11_610_060_800 if model.mtp_layers else 0)
     assert math.isfinite(p.step_time_s) and p.breakdown_s["comm/ep"] > 0
     assert 0 < p.mfu < 1
 
