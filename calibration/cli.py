@@ -217,7 +217,7 @@ def import_nccl_tests_cmd(
 
     result = import_nccl_tests(logs, algorithm=algorithm, op=op, allow_truncated=allow_truncated)
     _refuse_mixed_gpus(result.per_source)
-    if base:
+    if base is not None:  # --base '': refused as a preset name (not left out)
         from perfmodel.specs.hardware import load_hardware
         from perfmodel.specs.profile import gpu_difference
 
@@ -333,7 +333,7 @@ def import_gemm_cmd(
 
     peaks = None
     base_spec = None
-    if base:
+    if base is not None:  # --base '': refused as a preset name (not left out)
         from perfmodel.specs.hardware import load_hardware
         from perfmodel.specs.profile import gpu_models
 

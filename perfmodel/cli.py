@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from perfmodel.costs.precision import MASTER_WEIGHTS, STATE_DTYPES
-from perfmodel.errors import OutputError, PerfmodelError, PlanError
+from perfmodel.errors import OutputError, PerfmodelError, PlanError, SpecError
 from perfmodel.output import document, fmt_bytes, json_text, require_finite
 from perfmodel.specs import resolve as specs_resolve
 from perfmodel.specs.hardware import COLLECTIVE_ALGORITHMS, COLLECTIVE_OPS, LINK_PROTOCOLS
@@ -128,8 +128,40 @@ class FiniteFloat(click.FloatRange):
 
 
 def whole(minimum: int = 1, maximum: int = MAX_DEGREE) -> click.IntRange:
-    """A whole-number option between minimum and maximum."""
+    """A whole-number option between minimum and maximum (out of range: a usage error)."""
     return IntRange(minimum, maximum)
+
+
+class FieldRange(IntRange):
+    """A whole number that sets a plan's or a model's field (a degree, a batch, a stage's
+    layers, the ZeRO stage; validate's --layers): not a whole number is a usage error (exit 2),
+    as for any option; one outside its range is an error of what it sets (`error`: PlanError,
+    exit 4, as `predict --dp 0` where the plan checks it; SpecError, exit 3, as `--seq-len 0`),
+    so that a flag's value belongs to what it sets in every command (docs/cli.md, exit codes)."""
+
+    def __init__(self, minimum: int, maximum: int | None, error: type[PerfmodelError]) -> None:
+        super().__init__(minimum, maximum)
+        self.error = error
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = INT.convert(value, param, ctx)
+        try:
+            return super().convert(number, param, ctx)
+        except click.BadParameter:
+            flag = param.opts[0] if param is not None and param.opts else "the value"
+            allowed = f"at least {self.min}" if self.max is None \
+                else f"between {self.min} and {self.max:g}"
+            raise self.error(f"{flag} must be {allowed}, got {number}") from None
+
+
+def plan_whole(minimum: int = 1, maximum: int | None = MAX_DEGREE) -> click.IntRange:
+    """A plan field's whole-number option between minimum and maximum (FieldRange)."""
+    return FieldRange(minimum, maximum, PlanError)
+
+
+def spec_whole(minimum: int = 1, maximum: int | None = MAX_DEGREE) -> click.IntRange:
+    """A model field's whole-number option between minimum and maximum (FieldRange)."""
+    return FieldRange(minimum, maximum, SpecError)
 
 
 class LazyGroup(click.Group):
@@ -257,6 +289,15 @@ CONTRIBUTORS = choice(("standard", "specialised", "auto"))
 GRID_DTYPES = ("fp32", "tf32", "bf16", "fp16")
 
 
+def _kernel_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--attention-kernel: an empty name is refused (exit 4, as a name the hardware lacks), not
+    read as the flag left out (a plans CSV's empty cell is: not given)."""
+    if value is not None and not value.strip():
+        raise PlanError("--attention-kernel: an empty name; give one of the hardware's flash "
+                        "kernels (perfmodel presets lists them) or leave the flag out")
+    return value
+
+
 def _module_names(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--recompute-modules: names separated by single commas, none empty ('' and ',mlp' were
     read as none and as mlp, where 'mlp,mlp' is refused)."""
@@ -353,7 +394,7 @@ def plan_options(fn: Any) -> Any:
                      help="bf16: the master weights beside the bf16 ones: fp32 (a copy), "
                           "remainders (their 16 low bits: Megatron's precision-aware optimizer), "
                           "none (default: fp32 with fp32 optimizer states, none with bf16)."),
-        click.option("--zero", type=IntRange(0, 3), default=0, show_default=True,
+        click.option("--zero", type=plan_whole(0, 3), default=0, show_default=True,
                      help="ZeRO stage."),
         click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP),
         click.option("--fp8-recipe", type=choice(Fp8Recipe), default=None, help=FP8_RECIPE_HELP),
@@ -368,6 +409,7 @@ def plan_options(fn: Any) -> Any:
         click.option("--flash-attention", is_flag=True, hidden=True,
                      help="The old spelling of --attention flash."),
         click.option("--attention-kernel", default=None, metavar="NAME",
+                     callback=_kernel_name,
                      help="The flash kernel, by its name on the hardware (perfmodel presets "
                           "lists them; dgx-h100: cudnn, its default, or fa2, FlashAttention-2 "
                           "as flash-attn 2.x runs it)."),
@@ -464,11 +506,11 @@ def plan_options(fn: Any) -> Any:
                           "(PyTorch modules op by op, torchtitan without torch.compile) or "
                           "compiled (Inductor); default: compiled with --stack compiled, else "
                           "fused."),
-        click.option("--first-stage-layers", type=IntRange(0, MAX_DEGREE), default=0,
+        click.option("--first-stage-layers", type=plan_whole(0), default=0,
                      help="Layers of the first pipeline stage (Megatron's "
                           "--decoder-first-pipeline-num-layers; 0: not given); the stages not "
                           "given split the rest evenly (L / pp when neither end is given)."),
-        click.option("--last-stage-layers", type=IntRange(0, MAX_DEGREE), default=0,
+        click.option("--last-stage-layers", type=plan_whole(0), default=0,
                      help="Layers of the last pipeline stage (Megatron's "
                           "--decoder-last-pipeline-num-layers; 0: not given, as for "
                           "--first-stage-layers)."),
@@ -477,7 +519,7 @@ def plan_options(fn: Any) -> Any:
                           "--pipeline-model-parallel-layout writes them: E embedding, "
                           "t layer, m MTP module, L loss, '|' ends a stage, x*n and (...)*n "
                           "repeat; pp x --virtual-stages stages (e.g. 'Et|(tt|)*30mL')."),
-        click.option("--pipeline-micro-batches", type=IntRange(0, MAX_DEGREE), default=0,
+        click.option("--pipeline-micro-batches", type=plan_whole(0), default=0,
                      help="Micro-batches of one pipeline schedule where the step runs several, "
                           "each with its fill and drain (torchtitan, NeMo AutoModel: one per "
                           "gradient-accumulation step); 0: one schedule a step (Megatron)."),
@@ -489,9 +531,9 @@ def plan_options(fn: Any) -> Any:
                           "3d cube."),
         click.option("--tp-depth", type=INT, default=1, show_default=True,
                      help="Depth d of the 2.5d layout (tp = q^2 d)."),
-        click.option("--pr", type=whole(), default=None,
+        click.option("--pr", type=plan_whole(), default=None,
                      help="Layer graphs (CNN/MLP): ranks splitting each layer (model parallel)."),
-        click.option("--pc", type=whole(), default=None,
+        click.option("--pc", type=plan_whole(), default=None,
                      help="Layer graphs: ranks splitting the batch (data parallel)."),
         click.option("--norm", type=choice(NORMS), default="local", show_default=True,
                      help="Layer graphs: batch norm local to a rank, synchronized, or group norm."),
@@ -783,12 +825,17 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     gpus: int | None = kw.get("gpus")
     pr: int | None = kw.get("pr")
     pc: int | None = kw.get("pc")
+    # a split that does not divide the GPUs is a plan error (as dp x tp x pp != gpus), named
+    # by the flags given (never a derived 0: --pr 16 on 8 GPUs)
+    if gpus is not None and gpus % ((pr or 1) * (pc or 1)):
+        split = " x ".join(f"--{k} {v}" for k, v in (("pr", pr), ("pc", pc)) if v is not None)
+        raise PlanError(f"{split} must divide --gpus {gpus}")
     if pr is None:
         pr = 1 if pc is None else (gpus or pc) // pc
     if pc is None:
         pc = (gpus or pr) // pr
     if gpus is not None and pr * pc != gpus:
-        raise click.UsageError(f"--pr x --pc must equal --gpus: {pr} x {pc} != {gpus}")
+        raise PlanError(f"--pr x --pc must equal --gpus: {pr} x {pc} != {gpus}")
     batch = kw.get("global_batch") or pc * kw["micro_batch"]
     plan = GridPlan(pr=pr, pc=pc, global_batch=batch, norm=kw["norm"],
                     variant=kw["collective_variant"],
@@ -962,7 +1009,7 @@ def derive_dp(kw: dict[str, Any]) -> None:
         return
     dp = derived_dp(gpus, tp, pp, cp)
     if dp is None:
-        raise click.UsageError(
+        raise PlanError(  # degrees that do not divide: a plan error, as dp x tp x pp != gpus
             f"--gpus ({gpus}) must be a multiple of tp x pp x cp ({tp} x {pp} x {cp} = "
             f"{tp * pp * cp}) to derive --dp from it; or give --dp")
     kw["dp"] = dp
@@ -1238,49 +1285,50 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
 @click.option("--gpus", default=None,
               help="GPU count, or several separated by commas (e.g. 512,1024); required unless "
                    "--from-config gives the world size.")
-@click.option("--global-batch", type=whole(), default=None,
+@click.option("--global-batch", type=plan_whole(), default=None,
               help="Global batch [samples]; required unless --from-config gives it.")
 @click.option("--dtype", type=choice(Dtype), default=None, help=DTYPE_HELP)
 @click.option("--fp8-recipe", type=choice(Fp8Recipe), default=None, help=FP8_RECIPE_HELP)
 @click.option("--fp8-output-layer", is_flag=True, default=False, help=FP8_OUTPUT_LAYER_HELP)
 @click.option("--fp8-params", is_flag=True, default=False, help=FP8_PARAMS_HELP)
 @click.option("--seq-len", type=INT, default=None, help=SEQ_LEN_HELP)
-@click.option("--dp", type=whole(), default=None, help="Pin the data-parallel degree.")
-@click.option("--tp", type=whole(), default=None, help="Pin the tensor-parallel degree.")
-@click.option("--pp", type=whole(), default=None, help="Pin the pipeline-parallel degree.")
-@click.option("--cp", type=whole(), default=None,
+@click.option("--dp", type=plan_whole(), default=None, help="Pin the data-parallel degree.")
+@click.option("--tp", type=plan_whole(), default=None, help="Pin the tensor-parallel degree.")
+@click.option("--pp", type=plan_whole(), default=None, help="Pin the pipeline-parallel degree.")
+@click.option("--cp", type=plan_whole(), default=None,
               help="Pin the context-parallel degree (default: search 1 and, with fused "
                    "attention, those dividing the sequence into 2 cp chunks).")
 @click.option("--cp-comm", type=choice(CPComm), default=None,
               help="Pin how attention crosses the cp ranks (default: search p2p, allgather, a2a).")
-@click.option("--ep", type=whole(), default=None,
+@click.option("--ep", type=plan_whole(), default=None,
               help="Pin the expert-parallel degree of a mixture of experts (default: search those "
                    "dividing the experts and tp x dp x cp / etp).")
-@click.option("--etp", type=whole(), default=None,
+@click.option("--etp", type=plan_whole(), default=None,
               help="Pin the expert-tensor-parallel degree of a mixture of experts (default: "
                    "search those dividing tp and the experts' FFN width).")
-@click.option("--micro-batch", type=whole(), default=None, help="Pin the micro-batch size.")
+@click.option("--micro-batch", type=plan_whole(), default=None, help="Pin the micro-batch size.")
 @click.option("--schedule", type=choice(Schedule), default=None, help="Pin the pipeline schedule.")
-@click.option("--virtual-stages", type=whole(), default=None, help="Pin the model chunks per GPU.")
+@click.option("--virtual-stages", type=plan_whole(), default=None,
+              help="Pin the model chunks per GPU.")
 @click.option("--recompute", type=choice(Recompute), default=None,
               help="Pin the activation recompute.")
-@click.option("--recompute-every", type=whole(), default=1, show_default=True,
+@click.option("--recompute-every", type=plan_whole(), default=1, show_default=True,
               help="Every plan applies its recompute policy to one layer in N.")
 @click.option("--recompute-method", type=choice(RecomputeMethod),
               default=RecomputeMethod.UNIFORM.value, show_default=True,
               help="Every plan's full recompute by Megatron-LM's method (block: the first "
                    "--recompute-num-layers of each chunk); a method or count beyond uniform 1 "
                    "searches full recompute only.")
-@click.option("--recompute-num-layers", type=whole(), default=1, show_default=True,
+@click.option("--recompute-num-layers", type=plan_whole(), default=1, show_default=True,
               help="Every plan's full recompute: the layers of a uniform group, or of a chunk "
                    "under block.")
-@click.option("--cpu-offload-layers", type=IntRange(0), default=0, show_default=True,
+@click.option("--cpu-offload-layers", type=plan_whole(0, None), default=0, show_default=True,
               help="Every plan offloads the activations of the model's first N layers to host "
                    "memory (Megatron-Core --cpu-offloading-num-layers): only pp 1 without "
                    "recompute is searched then.")
 @click.option("--grad-dtype", type=choice(STATE_DTYPES), default=None,
               help="bf16: every plan's main-gradient dtype (default fp32).")
-@click.option("--dp-bucket-size", type=whole(maximum=10**13), default=None,
+@click.option("--dp-bucket-size", type=plan_whole(maximum=10**13), default=None,
               help="Every plan's " + DP_BUCKET_SIZE_HELP[0].lower() + DP_BUCKET_SIZE_HELP[1:]
               + " Given, ZeRO 3 is not searched.")
 @click.option("--dp-bucketing", type=choice(DpBucketing), default=DpBucketing.MEGATRON.value,
@@ -1292,30 +1340,30 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "precision-aware optimizer; leaves ZeRO 3 out) or none.")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None,
               help="Pin sequence parallelism on or off.")
-@click.option("--zero", type=IntRange(0, 3), default=None, help="Pin the ZeRO stage.")
+@click.option("--zero", type=plan_whole(0, 3), default=None, help="Pin the ZeRO stage.")
 @click.option("--placement", type=choice(Placement), default=None,
               help="Pin the placement of the axes, innermost (inside a node) first (default: "
                    "search tp,dp,pp, tp,pp,dp and dp,tp,pp).")
 @click.option("--tp-layout", type=choice(TPLayout), default=None,
               help="Pin the tensor-parallel layout (default: search 1d, 2d, 2.5d and 3d).")
-@click.option("--tp-depth", type=whole(), default=None, help="Pin the 2.5d depth.")
-@click.option("--max-tp", type=whole(), default=None, help="Largest tensor-parallel degree.")
-@click.option("--max-pp", type=whole(), default=None, help="Largest pipeline-parallel degree.")
-@click.option("--max-cp", type=whole(), default=None,
+@click.option("--tp-depth", type=plan_whole(), default=None, help="Pin the 2.5d depth.")
+@click.option("--max-tp", type=plan_whole(), default=None, help="Largest tensor-parallel degree.")
+@click.option("--max-pp", type=plan_whole(), default=None, help="Largest pipeline-parallel degree.")
+@click.option("--max-cp", type=plan_whole(), default=None,
               help="Largest context-parallel degree (every one that splits the sequence into 2 "
                    "cp chunks is searched: at short sequences they multiply the plans).")
 @click.option("--uneven-stages", is_flag=True,
               help="Also search pipeline degrees that do not divide the layers, the first and "
                    "the last stage taking fewer (as Llama 3 405B: 126 layers on 16 stages, 7 on "
                    "the first and the last); a pinned --pp is split so anyway.")
-@click.option("--max-micro-batch", type=whole(), default=None, help="Largest micro-batch.")
+@click.option("--max-micro-batch", type=plan_whole(), default=None, help="Largest micro-batch.")
 @click.option("--attention", type=choice(Attention), default=Attention.AUTO.value,
               show_default=True,
               help="Every plan's attention core: flash, unfused, or auto (flash where the "
                    "hardware has a flash kernel for the dtype).")
 @click.option("--flash-attention", is_flag=True, hidden=True,
               help="The old spelling of --attention flash.")
-@click.option("--attention-kernel", default=None, metavar="NAME",
+@click.option("--attention-kernel", default=None, metavar="NAME", callback=_kernel_name,
               help="Every plan's flash kernel, by its name on the hardware (dgx-h100: cudnn, "
                    "its default, or fa2).")
 @click.option("--overlap-grad-sync/--no-overlap-grad-sync", default=None,
@@ -1529,7 +1577,8 @@ def recommend(model: str | None, from_config: str | None,
     narrowing = [k for k, v in pins.items() if asked.get(k) != v and v is not None]
     gpu_counts = _gpu_counts(gpus)
     if any(not 1 <= g <= MAX_DEGREE for g in gpu_counts):
-        raise click.UsageError(f"--gpus must be between 1 and {MAX_DEGREE:g}, got '{gpus}'")
+        # a plan error, as a pinned degree's (FieldRange)
+        raise PlanError(f"--gpus must be between 1 and {MAX_DEGREE:g}, got '{gpus}'")
     if getattr(spec, "kind", "") == "layers":
         if pins.get("fp8_recipe") or pins.get("fp8_output_layer") or pins.get("fp8_params"):
             raise click.UsageError("--fp8-recipe, --fp8-output-layer and --fp8-params apply to "
@@ -2011,9 +2060,9 @@ VARY_HELP = ("FIELD=V1,V2,...: " + ", ".join(_SWEEP_PLAN_FIELDS) + ", peak_flops
 @click.option("--hardware", default=None, help="Hardware preset or file.")
 @click.option("--profile", default=None, type=click.Path(),
               help="Calibrated profile.")
-@click.option("--gpus", type=whole(), required=True, help="GPU count.")
-@click.option("--global-batch", type=whole(), required=True, help="Global batch [samples].")
-@click.option("--pr", type=whole(), default=1, show_default=True,
+@click.option("--gpus", type=plan_whole(), required=True, help="GPU count.")
+@click.option("--global-batch", type=plan_whole(), required=True, help="Global batch [samples].")
+@click.option("--pr", type=plan_whole(), default=1, show_default=True,
               help="Ranks splitting each layer.")
 @click.option("--best-pr", is_flag=True,
               help="For every point, take the fastest Pr x Pc split instead.")
@@ -2046,6 +2095,9 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
     from perfmodel.specs.layers import LayerGraphSpec
     from perfmodel.specs.model import load_model
 
+    if not model:  # --model '': not given, as predict says it
+        raise click.UsageError("give --model (a layer-graph model: alexnet, vgg16, resnet50, mlp "
+                               "or a file)")
     spec = load_model(model)
     if not isinstance(spec, LayerGraphSpec):
         raise click.UsageError("sweep takes a layer-graph model (alexnet, vgg16, resnet50, mlp or "
@@ -2066,9 +2118,8 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
     counts = [int(n) for n in values.get("gpus", [gpus])]
     for n in counts:
         if n % pr:
-            raise click.UsageError(f"--pr ({pr}) must divide --gpus ({n})" if "gpus" not in values
-                                   else f"--pr ({pr}) must divide every --vary gpus value, got "
-                                        f"{n}")
+            raise PlanError(f"--pr ({pr}) must divide --gpus ({n})" if "gpus" not in values
+                            else f"--pr ({pr}) must divide every --vary gpus value, got {n}")
     if best_pr:
         grids = grid_splits(counts)
         scope = f"Pr x Pc split of {', '.join(map(str, counts))} GPUs"
@@ -2168,14 +2219,19 @@ def _vary(item: str, hardware: Any, dtype: str = "fp32") -> tuple[str, list[floa
     except ValueError:
         raise click.UsageError(f"--vary must look like FIELD=V1,V2 with numbers (ASCII digits, "
                                f"no '_'), got '{item}'") from None
+    # a value of the wrong form is a usage error; one out of its range, an error of what it
+    # sets: the plan's (exit 4, as --gpus 0) or the hardware's (exit 3, as a spec's 0 bandwidth)
     for v in numbers:
         if not math.isfinite(v):
             raise click.UsageError(f"--vary {field}: values must be finite numbers, got {v:g}")
-        if v <= 0:
-            raise click.UsageError(f"--vary {field}: values must be > 0, got {v:g}")
-        if field in ("gpus", "global_batch") and (v != int(v) or v > MAX_DEGREE):
-            raise click.UsageError(f"--vary {field}: values must be whole numbers from 1 to "
-                                   f"{MAX_DEGREE:g}, got {v:g}")
+        if field in _SWEEP_PLAN_FIELDS:
+            if v != int(v):
+                raise click.UsageError(f"--vary {field}: values must be whole numbers, got {v:g}")
+            if not 1 <= v <= MAX_DEGREE:
+                raise PlanError(f"--vary {field}: values must be whole numbers from 1 to "
+                                f"{MAX_DEGREE:g}, got {v:g}")
+        elif v <= 0:
+            raise SpecError(f"--vary {field}: values must be > 0, got {v:g}")
     if field in ("gpus", "global_batch"):  # counts: whole numbers in the table and its JSON
         return field, [int(v) for v in numbers]
     return field, numbers

@@ -7,7 +7,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from perfmodel.errors import PlanError
+from perfmodel.errors import PlanError, UsageError
 from perfmodel.output import fmt_bytes, require_finite
 from perfmodel.specs.hardware import HardwareSpec
 
@@ -20,26 +20,28 @@ MAX_BYTES = 2.0**60  # one collective of more than an exbibyte per rank is a typ
 
 
 def parse_bytes(text: str) -> float:
-    """'1e9', '256MiB', '64KB', '8G' (nccl-tests style: K/M/G are powers of 1024) -> bytes."""
-    match = re.fullmatch(r"\s*(nan|infinity|inf|[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*"
+    """'1e9', '256MiB', '64KB', '8G' (nccl-tests style: K/M/G are powers of 1024) -> bytes. A
+    text that is no size, not finite or not whole bytes is a usage error (exit 2: the option's
+    form); a size of 0 or less, or over MAX_BYTES, a plan error (exit 4, as --ranks 0)."""
+    match = re.fullmatch(r"\s*([+-]?(?:nan|infinity|inf|[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?))\s*"
                          r"([a-zA-Z]*)\s*", str(text), re.IGNORECASE)
     if not match or match.group(2).lower() not in _UNITS:
-        raise PlanError(f"--bytes must be a size like 1e9, 256MiB, 64KB or 8G, got '{text}'")
+        raise UsageError(f"--bytes must be a size like 1e9, 256MiB, 64KB or 8G, got '{text}'")
     unit = match.group(2)
     if len(unit) > 1 and unit.endswith("b") and unit[-2] != "i":  # Gb, Mb, kb: bits or bytes?
-        raise PlanError(f"--bytes {text}: '{unit}' reads as bits; give bytes "
-                        f"({_byte_units(unit[:-1])})")
+        raise UsageError(f"--bytes {text}: '{unit}' reads as bits; give bytes "
+                         f"({_byte_units(unit[:-1])})")
     number = float(match.group(1))
     if not math.isfinite(number):  # 1e400: read as inf, neither positive nor a size
-        raise PlanError(f"--bytes must be a finite number, got '{text}'")
+        raise UsageError(f"--bytes must be a finite number, got '{text}'")
     value = number * _UNITS[match.group(2).lower()]
     if value <= 0:
         raise PlanError(f"--bytes must be positive, got '{text}'")
     if value > MAX_BYTES:
         raise PlanError(f"--bytes must be at most 1 EiB (2^60 bytes) per rank, got '{text}'")
     if value != math.floor(value):  # a message is whole bytes: 1.5 would print as 2 B
-        raise PlanError(f"--bytes must be a whole number of bytes, got '{text}' ({value:g} "
-                        "bytes)")
+        raise UsageError(f"--bytes must be a whole number of bytes, got '{text}' ({value:g} "
+                         "bytes)")
     return value
 
 

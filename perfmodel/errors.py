@@ -9,6 +9,13 @@ class PerfmodelError(Exception):
     exit_code = 2
 
 
+class UsageError(PerfmodelError, ValueError):
+    """A value of the wrong form for its option, where perfmodel reads the option itself rather
+    than click (`collective --bytes lots`, `nan`): a usage error, as click's own are."""
+
+    exit_code = 2
+
+
 class SpecError(PerfmodelError, ValueError):
     """A hardware, model or profile spec is missing a field, has a wrong value or cannot be read."""
 

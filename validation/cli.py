@@ -23,6 +23,7 @@ from perfmodel.cli import (
     check_output_directory,
     plan_options,
     release_held,
+    spec_whole,
     whole,
 )
 from perfmodel.errors import PlanError
@@ -80,11 +81,13 @@ def _finish(
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @plan_options
-@click.option("--layers", type=whole(), default=None, help="Override the model's layer count.")
-@click.option("--hidden", type=whole(), default=None, help="Override the model's hidden size.")
-@click.option("--heads", type=whole(), default=None, help="Override the model's attention heads.")
-@click.option("--vocab", type=whole(), default=None, help="Override the model's vocabulary.")
-@click.option("--ffn-hidden", type=whole(), default=None, help="Override the model's MLP width.")
+@click.option("--layers", type=spec_whole(), default=None, help="Override the model's layer count.")
+@click.option("--hidden", type=spec_whole(), default=None, help="Override the model's hidden size.")
+@click.option("--heads", type=spec_whole(), default=None,
+              help="Override the model's attention heads.")
+@click.option("--vocab", type=spec_whole(), default=None, help="Override the model's vocabulary.")
+@click.option("--ffn-hidden", type=spec_whole(), default=None,
+              help="Override the model's MLP width.")
 @click.option(
     "--nprocs", type=whole(), default=None, help="Ranks to launch (default dp x tp x pp)."
 )

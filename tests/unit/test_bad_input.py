@@ -362,7 +362,16 @@ CASES = [
     C("predict", "zero (flag)", f"{LLAMA} --micro-batch 0", PLAN,
       ("micro_batch must be between 1",)),
     C("predict", "zero (layer graph)", "predict --model alexnet --hardware dgx-v100 --pr 0",
-      USAGE, ("'--pr'", "0 is not in the range 1<=x")),
+      PLAN, ("--pr must be between 1 and 1e+07, got 0",)),
+    C("predict", "not a whole number (layer graph)", "predict --model alexnet --hardware "
+      "dgx-v100 --pr 1.5", USAGE, ("'--pr'", "'1.5' is not a valid integer")),
+    # the degrees do not divide the GPU count: a plan error, as dp x tp x pp != gpus
+    C("predict", "divisibility (derived dp)", f"{LLAMA} --gpus 8 --tp 3", PLAN,
+      ("--gpus (8) must be a multiple of tp x pp x cp",)),
+    C("predict", "divisibility (layer graph, Pr over the GPUs)", "predict --model alexnet "
+      "--hardware dgx-v100 --gpus 8 --pr 16", PLAN, ("--pr 16 must divide --gpus 8",)),
+    C("predict", "negative stage layers", f"{LLAMA} --pp 2 --first-stage-layers -1", PLAN,
+      ("--first-stage-layers must be between 0 and 1e+07, got -1",)),
     C("predict", "negative", f"{PRED} --model {{d}}/model-negative.yaml", SPEC,
       ("layers must be > 0", "got -4")),
     C("predict", "negative (flag)", f"{LLAMA} --dp -2", PLAN, ("dp must be between 1",)),
@@ -399,7 +408,10 @@ CASES = [
     C("predict", "divisibility (model spec)", f"{PRED} --model {{d}}/model-indivisible.yaml",
       SPEC, ("hidden (250) must be divisible by heads (8)",)),
     C("predict", "divisibility (layer graph)", "predict --model alexnet --hardware dgx-v100 "
-      "--pr 3 --pc 5 --gpus 16", USAGE, ("--pr x --pc must equal --gpus",)),
+      "--pr 3 --pc 5 --gpus 16", PLAN, ("--pr 3 x --pc 5 must divide --gpus 16",)),
+    C("predict", "divisibility (layer graph, a split short of the GPUs)", "predict --model "
+      "alexnet --hardware dgx-v100 --pr 2 --pc 2 --gpus 8", PLAN,
+      ("--pr x --pc must equal --gpus: 2 x 2 != 8",)),
     C("predict", "divisibility (plan cell)", f"{LLAMA} --batch {{d}}/plans-indivisible.csv", DATA,
       ("plans-indivisible.csv:2", "global_batch must be divisible")),
     C("predict", "option without its partner", f"{LLAMA} --out {{d}}/out.csv", USAGE,
@@ -533,7 +545,7 @@ CASES = [
       "{d}/hw-tiny-bandwidth.yaml", SPEC, ("got 1e-300",)),
     C("collective", "malformed YAML", f"{COLL} --hardware {{d}}/hw-malformed.yaml", SPEC,
       ("not valid YAML",)),
-    C("collective", "wrong type", f"{COLL.replace('1GiB', 'lots')} --hardware dgx-h100", PLAN,
+    C("collective", "wrong type", f"{COLL.replace('1GiB', 'lots')} --hardware dgx-h100", USAGE,
       ("--bytes must be a size like",)),
     C("collective", "missing flag", COLL, USAGE, ("give --hardware",)),
     # click's message of a missing choice lists the choices on one line, no literal \n\t
@@ -545,10 +557,14 @@ CASES = [
       ("--bytes must be positive",)),
     C("collective", "negative", f"{COLL.replace('16', '-3')} --hardware dgx-h100", PLAN,
       ("--ranks must be between 1 and 1e8",)),
-    C("collective", "NaN", f"{COLL.replace('1GiB', 'nan')} --hardware dgx-h100", PLAN,
+    C("collective", "NaN", f"{COLL.replace('1GiB', 'nan')} --hardware dgx-h100", USAGE,
       ("--bytes must be a finite number, got 'nan'",)),
-    C("collective", "inf", f"{COLL.replace('1GiB', '1e400')} --hardware dgx-h100", PLAN,
+    C("collective", "inf", f"{COLL.replace('1GiB', '1e400')} --hardware dgx-h100", USAGE,
       ("--bytes must be a finite number, got '1e400'",)),
+    C("collective", "negative bytes", f"{COLL.replace('1GiB', '-1MiB')} --hardware dgx-h100",
+      PLAN, ("--bytes must be positive",)),
+    C("collective", "not whole bytes", f"{COLL.replace('1GiB', '1.5')} --hardware dgx-h100",
+      USAGE, ("--bytes must be a whole number of bytes",)),
     C("collective", "absurd bytes", f"{COLL.replace('1GiB', '1e40')} --hardware dgx-h100", PLAN,
       ("--bytes must be at most 1 EiB",)),
     C("collective", "absurd ranks (1e9)", f"{COLL.replace('16', '1000000000')} --hardware "
@@ -618,16 +634,24 @@ CASES = [
     C("recommend", "a what-if hardware the stack cannot run, before the search",
       f"{REC} --stack cuda-graphs --what-if asynchronous_device=false", PLAN,
       ("--what-if asynchronous_device=false: stack cuda-graphs",)),
-    C("recommend", "zero", REC.replace("--gpus 8", "--gpus 0"), USAGE,
+    # a plan field out of its range is a plan error in every command (predict --dp 0's class)
+    C("recommend", "zero", REC.replace("--gpus 8", "--gpus 0"), PLAN,
       ("--gpus must be between 1 and 1e+07",)),
-    C("recommend", "zero (pin)", f"{REC} --tp 0", USAGE, ("'--tp'", "0 is not in the range")),
-    C("recommend", "negative", REC.replace("--global-batch 8", "--global-batch -8"), USAGE,
-      ("'--global-batch'", "-8 is not in the range")),
+    C("recommend", "zero (pin)", f"{REC} --tp 0", PLAN,
+      ("--tp must be between 1 and 1e+07, got 0",)),
+    C("recommend", "not a whole number (pin)", f"{REC} --tp 1.5", USAGE,
+      ("'--tp'", "'1.5' is not a valid integer")),
+    C("recommend", "out of range (ZeRO)", f"{REC} --zero 5", PLAN,
+      ("--zero must be between 0 and 3, got 5",)),
+    C("recommend", "negative (offloaded layers)", f"{REC} --cpu-offload-layers -1", PLAN,
+      ("--cpu-offload-layers must be at least 0, got -1",)),
+    C("recommend", "negative", REC.replace("--global-batch 8", "--global-batch -8"), PLAN,
+      ("--global-batch must be between 1 and 1e+07, got -8",)),
     C("recommend", "NaN", f"{REC} --tokens nan", USAGE, ("'--tokens'", "must be a finite number")),
     C("recommend", "inf", f"{REC} --gpu-hour-price inf", USAGE,
       ("'--gpu-hour-price'", "must be a finite number")),
     C("recommend", "out of range", f"{REC} --memory-margin 1.5", USAGE, ("'--memory-margin'",)),
-    C("recommend", "absurd GPUs (1e9)", REC.replace("--gpus 8", "--gpus 1000000000"), USAGE,
+    C("recommend", "absurd GPUs (1e9)", REC.replace("--gpus 8", "--gpus 1000000000"), PLAN,
       ("--gpus must be between 1 and 1e+07",)),
     C("recommend", "absurd model", "recommend --model {d}/model-absurd.yaml --hardware dgx-h100 "
       "--gpus 8 --global-batch 8", SPEC, ("more than 1e16 is refused",)),
@@ -672,19 +696,22 @@ CASES = [
       ("give at least one value",)),
     C("sweep", "unknown field", f"sweep --model {{d}}/graph-kind.yaml --hardware dgx-v100 "
       f"--gpus 16 --global-batch 256 {VARY}", SPEC, ("kind must be one of",)),
-    C("sweep", "zero", f"{SWEEP} --vary peak_flops_per_s=0", USAGE,
+    # a hardware field's value out of range: a spec error; a plan field's, a plan error
+    C("sweep", "zero", f"{SWEEP} --vary peak_flops_per_s=0", SPEC,
       ("values must be > 0",)),
-    C("sweep", "zero (pr)", f"{SWEEP} {VARY} --pr 0", USAGE, ("'--pr'", "0 is not in the range")),
-    C("sweep", "negative", f"{SWEEP} --vary global_batch=-1", USAGE,
-      ("values must be > 0",)),
+    C("sweep", "zero (pr)", f"{SWEEP} {VARY} --pr 0", PLAN, ("--pr must be between 1",)),
+    C("sweep", "zero (GPUs)", SWEEP.replace("--gpus 16", "--gpus 0") + f" {VARY}", PLAN,
+      ("--gpus must be between 1 and 1e+07, got 0",)),
+    C("sweep", "negative", f"{SWEEP} --vary global_batch=-1", PLAN,
+      ("whole numbers from 1 to 1e+07, got -1",)),
     C("sweep", "NaN", f"{SWEEP} --vary memory_bandwidth_bytes_per_s=nan", USAGE,
       ("values must be finite numbers",)),
     C("sweep", "inf", f"{SWEEP} --vary inter_node.bandwidth_bytes_per_s=inf", USAGE,
       ("values must be finite numbers",)),
-    C("sweep", "absurd (1e9 GPUs)", f"{SWEEP} --vary gpus=1e9", USAGE,
+    C("sweep", "absurd (1e9 GPUs)", f"{SWEEP} --vary gpus=1e9", PLAN,
       ("whole numbers from 1 to 1e+07",)),
     C("sweep", "not whole", f"{SWEEP} --vary gpus=3.5", USAGE, ("whole numbers",)),
-    C("sweep", "divisibility", f"{SWEEP} {VARY} --pr 3", USAGE, ("--pr (3) must divide --gpus",)),
+    C("sweep", "divisibility", f"{SWEEP} {VARY} --pr 3", PLAN, ("--pr (3) must divide --gpus",)),
     C("sweep", "divisibility (batch)", f"{SWEEP.replace('256', '250')} {VARY}", PLAN,
       ("global_batch (250) must be divisible by pc (16)",)),
     C("sweep", "profile of another version", f"{SWEEP} {VARY} --profile {{d}}/profile-v2.json",
@@ -856,7 +883,9 @@ CASES = [
     C("validate", "unknown field", "validate --model {d}/model-unknown-field.yaml --hardware "
       "dgx-h100", SPEC, ("did you mean 'hidden'",)),
     C("validate", "zero", f"{VAL} --nprocs 0", USAGE, ("'--nprocs'", "0 is not in the range")),
-    C("validate", "zero (override)", f"{VAL} --layers 0", USAGE, ("'--layers'",)),
+    # a model field's override out of range: a spec error, as --seq-len 0
+    C("validate", "zero (override)", f"{VAL} --layers 0", SPEC,
+      ("--layers must be between 1 and 1e+07, got 0",)),
     C("validate", "zero port", f"{VAL} --dp 2 --port 0", USAGE,
       ("'--port'", "0 is not in the range 1<=x<=65535")),
     C("validate", "negative", f"{VAL} --timeout -5", USAGE, ("'--timeout'",)),
@@ -902,8 +931,10 @@ CASES = [
     C("validate --dry-run", "unknown field", "validate --model tiny-gpt --dry-run --hardware "
       "{d}/hw-unknown-field.yaml", SPEC, ("did you mean 'bandwidth_bytes_per_s'",)),
     C("validate --dry-run", "zero", f"{DRY} --dp 0", PLAN, ("dp must be between 1",)),
-    C("validate --dry-run", "zero (override)", f"{DRY} --heads 0", USAGE, ("'--heads'",)),
-    C("validate --dry-run", "negative", f"{DRY} --vocab -1", USAGE, ("'--vocab'",)),
+    C("validate --dry-run", "zero (override)", f"{DRY} --heads 0", SPEC, ("--heads must be",)),
+    C("validate --dry-run", "negative", f"{DRY} --vocab -1", SPEC, ("--vocab must be",)),
+    C("validate --dry-run", "not a whole number (override)", f"{DRY} --hidden abc", USAGE,
+      ("'--hidden'", "'abc' is not a valid integer")),
     C("validate --dry-run", "absurd GPUs (1e9)", f"{DRY} --gpus 1000000000 --dp 1000000000",
       PLAN, ("dp must be between 1 and 1e+07",)),
     C("validate --dry-run", "absurd model", "validate --model {d}/model-absurd.yaml --dry-run",
@@ -997,6 +1028,23 @@ def test_debug_shows_the_traceback(case_id: str, files: Path, run_cli):
     out = run_cli("--debug", *_args(case, files))
     assert out.returncode != 0
     assert "Traceback" in out.stderr and case.needles[0] in out.stderr
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    # an empty name given is refused, never read as the option left out (or, for an optional
+    # option, as the default)
+    ([*LLAMA.split(), "--attention-kernel", ""], PLAN, "--attention-kernel: an empty name"),
+    ([*LLAMA.split(), "--attention-kernel", " "], PLAN, "--attention-kernel: an empty name"),
+    ([*SWEEP.replace("--model alexnet", "").split(), *VARY.split(), "--model", ""], USAGE,
+     "give --model"),
+    ([*GEMMI.split(), str(GEMM), "--out", "{d}/p.json", "--base", ""], SPEC,
+     "an empty name is not a preset or a file"),
+])
+def test_an_empty_name_is_refused(args: list[str], code: int, needle: str, tmp_path: Path):
+    got, out, err = run_main([a.format(d=tmp_path) for a in args])
+    assert got == code, err
+    assert err.count("\n") == 1 and needle in err and not out
+    assert not (tmp_path / "p.json").exists()
 
 
 def test_a_plans_file_saved_by_a_spreadsheet_is_read(tmp_path):

@@ -19,7 +19,7 @@ from calibration.gemm_tables import read_gemm_table
 from calibration.importers import import_gemm, import_nccl_tests, save
 from calibration.nccl_tests import parse_nccl_tests
 from perfmodel.collective import parse_bytes
-from perfmodel.errors import DataError, OutputError, PlanError
+from perfmodel.errors import DataError, OutputError, UsageError
 from perfmodel.specs.hardware import CollectiveFit
 from perfmodel.specs.profile import fitted_collective_time
 from tests.conftest import ROOT
@@ -413,7 +413,7 @@ def test_a_single_rank_collective_with_a_profile_has_no_note(a100_profile):
     ("1mb", "MB, MiB or M"), ("1tb", "TB or TiB"), ("1eb", "EB or EiB")])
 def test_a_size_in_bits_suggests_the_byte_units_accepted(given, units):
     """'--bytes 1gb' suggested 'gB, GiB or G'; each unit suggested is one parse_bytes takes."""
-    with pytest.raises(PlanError, match=rf"reads as bits; give bytes \({units}\)"):
+    with pytest.raises(UsageError, match=rf"reads as bits; give bytes \({units}\)"):
         parse_bytes(given)
     for unit in units.replace(" or ", ", ").split(", "):
         assert parse_bytes(f"1{unit}") > 1

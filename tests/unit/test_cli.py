@@ -116,7 +116,7 @@ def test_batch_with_a_bad_row(run_cli, tmp_path):
     (["predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--dtype", "int3"], 2, "int3"),
     (["predict", "--model", "llama2-7b"], 2, "--hardware"),
     (["collective", "--op", "all_reduce", "--bytes", "lots", "--ranks", "8", "--hardware",
-      "dgx-h100"], 4, "--bytes"),
+      "dgx-h100"], 2, "--bytes"),
     (["predict", "--model", "llama2-7b", "--hardware", "dgx-h100", "--batch", "missing.csv"], 5,
      "not found"),
 ])
@@ -325,7 +325,7 @@ def test_gpus_without_dp_leave_dp_to_the_other_degrees(run_cli):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["plan"]["dp"] == 16  # 64 / (1 x 4 x 1)
     out = run_cli(*base, "--gpus", "62")
-    assert out.returncode == 2
+    assert out.returncode == 4  # a plan error: the degrees do not divide the GPUs
     assert "--gpus (62) must be a multiple of tp x pp x cp (1 x 4 x 1 = 4)" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     out = run_cli(*base, "--gpus", "64", "--dp", "4")  # given: the plan rule says what is wrong

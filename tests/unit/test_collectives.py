@@ -8,7 +8,7 @@ import sympy as sp
 from perfmodel import load_hardware
 from perfmodel.collective import parse_bytes, predict_collective
 from perfmodel.costs.collectives import bus_factor, collective_time, hierarchical_time
-from perfmodel.errors import PlanError
+from perfmodel.errors import PlanError, UsageError
 
 ALPHA, BETA = 5e-6, 100e9  # 5 us per step, 100 GB/s
 
@@ -86,9 +86,13 @@ def test_parse_bytes():
     assert parse_bytes("256MiB") == 256 * 2**20
     assert parse_bytes("64KB") == 64e3
     assert parse_bytes("8G") == 8 * 2**30
-    with pytest.raises(PlanError, match="reads as bits"):  # 1Gb was read as 10^9 bytes
+    with pytest.raises(UsageError, match="reads as bits"):  # 1Gb was read as 10^9 bytes
         parse_bytes("1Gb")
-    for bad in ("", "-5", "12XB", "abc", "0"):
+    # not a size at all: the option's form (usage, exit 2); a size out of range: the plan's (4)
+    for bad in ("", "12XB", "abc", "nan", "-inf", "1.5"):
+        with pytest.raises(UsageError):
+            parse_bytes(bad)
+    for bad in ("-5", "0", "-1MiB", "2EiB"):
         with pytest.raises(PlanError):
             parse_bytes(bad)
 
