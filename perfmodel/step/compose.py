@@ -103,7 +103,7 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from perfmodel import symbols as S
-from perfmodel.costs.lattice import lmax, power, product
+from perfmodel.costs.lattice import lmax, lmin, power, product
 from perfmodel.step.collective import Collective, issued_launches
 
 ZERO, ONE = sp.Integer(0), sp.Integer(1)
@@ -161,6 +161,12 @@ class Overlap:
     of: tuple[str, ...] = ()
     share: sp.Expr = ONE
     contention: sp.Expr = S.s_ovl
+    # Overlaps whose windows share compute (FSDP's gathers behind every forward and backward,
+    # its reductions behind the backwards) name one pool, with the compute their windows span
+    # together (`pool_s`, the same on each): what they hide together never exceeds it (module
+    # doc); "" for an overlap alone
+    pool: str = ""
+    pool_s: sp.Expr = ZERO
 
     def covers(self, c: Collective) -> bool:
         return not self.of or c.name in self.of
@@ -280,18 +286,29 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
     hidden: dict[str, list[sp.Expr]] = {}
     covered: dict[str, list[sp.Expr]] = {c.name: [] for c in phase.comms}
     slowed: list[sp.Expr] = []
+    pools: dict[str, list[tuple[Overlap, str, sp.Expr, sp.Expr]]] = {}
     for ov in phase.overlaps:
         mine = [c for c in phase.comms if ov.covers(c)]
         if not mine:
             continue
         total = scaled(ov.share, sp.Add(*(time(c) for c in mine)))
+        for name in {c.name for c in mine}:  # (several collectives may share a name: each once)
+            covered[name].append(ov.share)
+        if ov.pool:
+            pools.setdefault(ov.pool, []).append((ov, mine[0].term, total,
+                                                  exposed_hidden(total, ov)[1]))
+            continue
         shown, hid = exposed_hidden(total, ov)
         comm.setdefault(mine[0].term, []).append(shown)
         hidden.setdefault(mine[0].term, []).append(hid)
         if ov.contention != 0:
             slowed.append(_slowed(hid, ov))
-        for name in {c.name for c in mine}:  # (several collectives may share a name: each once)
-            covered[name].append(ov.share)
+    for pooled in pools.values():
+        for term, shown, hid, slow in _pooled(pooled):
+            comm.setdefault(term, []).append(shown)
+            hidden.setdefault(term, []).append(hid)
+            if slow != 0:
+                slowed.append(slow)
     for c in phase.comms:
         rest = 1 - sp.Add(*covered[c.name])
         comm.setdefault(c.term, []).append(scaled(rest, time(c)))
@@ -302,6 +319,29 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
     return Terms(summed(device), summed(phase.host),
                  {t: scaled(phase.present, sp.Add(*x)) for t, x in comm.items()},
                  {t: scaled(phase.present, sp.Add(*x)) for t, x in hidden.items()})
+
+
+def _pooled(pooled: list[tuple[Overlap, str, sp.Expr, sp.Expr]]
+            ) -> list[tuple[str, sp.Expr, sp.Expr, sp.Expr]]:
+    """(term, exposed, hidden, contention) of overlaps that share their windows' compute (a
+    pool: (overlap, term, c_i its communication, h_i what it hides alone) each): each hides at
+    most what its own window takes (h_i), and together at most what the compute they span takes,
+    P (pool_s), stretched by the contention as one window is (module doc):
+        hidden_i = h_i r,   r = 1 - (prod_i I_i) (1 - min(1, (1 + k) P / sum_i h_i))
+    (the pool binds where every overlap of it is on: with one off, the other's window is all it
+    has, which its h_i holds); exposed_i = c_i - hidden_i. Windows that share nothing (P their
+    sum) give r = 1."""
+    k = pooled[0][0].contention
+    on = product(*(ov.enabled for ov, _, _, _ in pooled))
+    together = sp.Add(*(h for _, _, _, h in pooled))
+    fits = lmin(ONE, product((1 + k) * pooled[0][0].pool_s,
+                             power(lmax(together, _NO_TIME_S8), -1)))
+    r = 1 - scaled(on, 1 - fits)
+    out = []
+    for ov, term, c, h in pooled:
+        hid = scaled(r, h)
+        out.append((term, c - hid, hid, _slowed(hid, ov) if ov.contention != 0 else ZERO))
+    return out
 
 
 def comm_time(phase: Phase, c: Collective, m: sp.Expr = ONE) -> sp.Expr:

@@ -664,6 +664,11 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
     gathers = tuple(f"{name}/{op}" for name in fsdp for op in ("all_gather", "all_gather_again"))
     gathered_once = tuple(f"{name}/all_gather_once" for name in fsdp)
     last = last_bucket_share(c, params.per_gpu, layers)  # a layer's, or a bucket's
+    # FSDP's reductions and its gathers share the backwards (one network for both): together
+    # they hide behind no more than the compute their windows span, the forwards and the
+    # backwards that either takes (compose's pool)
+    gather_backwards = m * (1 - kept_back)
+    spanned = m * forward_s + lmax(reducing, gather_backwards) * backward_s
     overlaps = (
         Overlap("the last micro-batch's backward", backward_s, c.overlap_grad_sync,
                 floor=last, of=grads),
@@ -671,16 +676,16 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
         # under a pipeline FSDP reduces after the stage's last backward (module doc)
         Overlap("each reducing micro-batch's backward", reducing * backward_s,
                 c.overlap_grad_sync * (1 - resident), floor=1 / (reducing * n_units),
-                of=fsdp_grads),
+                of=fsdp_grads, pool="fsdp", pool_s=spanned),
         Overlap("each pipeline schedule's first forward", schedules * forward_s,
                 c.overlap_param_gather, floor=1 / n_units, of=gathered_once),
         Overlap("the next step's first forward", forward_s, c.overlap_param_gather,
                 floor=last, of=param_gathers),
         # (kept from forward to backward, a unit's one gather a micro-batch is in the forward)
-        Overlap("every micro-batch's forward and backward", m * (forward_s + (1 - kept_back)
-                                                                 * backward_s),
-                c.overlap_param_gather,
-                floor=1 / ((FSDP_GATHERS_PER_MICRO_BATCH - kept_back) * n_units), of=gathers))
+        Overlap("every micro-batch's forward and backward", m * forward_s
+                + gather_backwards * backward_s, c.overlap_param_gather,
+                floor=1 / ((FSDP_GATHERS_PER_MICRO_BATCH - kept_back) * n_units), of=gathers,
+                pool="fsdp", pool_s=spanned))
     return Phase(name=SYNC, per_step=True, comms=issued.get(SYNC, ()),
                  device={"comm/dp_framework": active(replicas(c))
                          * K.memory_time(copy_bytes, c.dev)},

@@ -222,3 +222,50 @@ def test_an_overlaps_floor_is_under_what_it_adds_on_or_off(comm_s, window_s, flo
     free = CO.Phase(name="p", comms=phase.comms,
                     overlaps=(CO.Overlap("a GEMM", sp.Integer(window_s), on, contention=0),))
     assert CO.overlap_floors(fixed) == CO.overlap_floors(free) == []
+
+
+def _pooled(window_s, pool_s, of, enabled=1):
+    return CO.Overlap("a window", sp.Integer(window_s), sp.Integer(enabled), of=of,
+                      contention=sp.Rational(1, 4), pool="p", pool_s=sp.Integer(pool_s))
+
+
+@pytest.mark.parametrize("a_s,b_s,pool_s,hidden_s", [
+    # two overlaps whose windows (8 s and 10 s) share 6 s of compute: together they span 12 s,
+    # (1 + k) x 12 = 15 s; alone, 8 and 10 s of communication would each hide whole (18 s)
+    (8, 10, 12, 15),
+    # each fits beside the other: nothing changes
+    (4, 5, 12, 9),
+    # windows that share nothing (the pool their sum, 18 s): as two overlaps alone
+    (8, 10, 18, 18),
+])
+def test_overlaps_sharing_compute_hide_no_more_than_it(a_s, b_s, pool_s, hidden_s):
+    phase = CO.Phase(name="p", comms=(_Comm("a", sp.Integer(a_s)), _Comm("b", sp.Integer(b_s))),
+                     overlaps=(_pooled(8, pool_s, ("a",)), _pooled(10, pool_s, ("b",))))
+    t = CO.phase_terms(phase)
+    assert t.hidden["comm/tp"] == hidden_s
+    assert t.comm["comm/tp"] == a_s + b_s - hidden_s
+    # the contention of what hides, as for one window
+    assert t.device[CO.CONTENTION_TERM] == sp.Rational(1, 5) * hidden_s
+    # one of them off: the other hides behind its own window alone, the pool does not bind
+    off = CO.Phase(name="p", comms=phase.comms,
+                   overlaps=(_pooled(8, pool_s, ("a",), enabled=0), _pooled(10, pool_s, ("b",))))
+    assert CO.phase_terms(off).hidden["comm/tp"] == min(b_s, 10 * sp.Rational(5, 4))
+
+
+def test_fsdp_gathers_and_reductions_share_the_backward():
+    """ZeRO 3 with both overlaps: the re-gathers and the reduce-scatters both run in the
+    backward, on one network; they hid behind it twice (gpt3-175b on 8 H100 PCIe: 1.67 x the
+    step's compute, stretched, hidden) and slower GPUs then predicted a faster step."""
+    from perfmodel.recommend import apply_what_if
+
+    hw = load_hardware("h100-pcie")
+    plan = Plan(gpus=8, dp=8, zero=3, overlap_grad_sync=True, overlap_param_gather=True,
+                global_batch=8)
+    model = load_model("gpt3-175b")
+    p = predict(model, hw, plan)
+    compute = sum(v for k, v in p.breakdown_s.items() if k.startswith("compute/")
+                  and "contention" not in k)
+    k = hw.overlap_compute_slowdown
+    assert p.hidden_s["comm/dp"] <= (1 + k) * compute * (1 + 1e-9)
+    half = predict(model, apply_what_if(hw, "peak_flops_per_s=0.5x"), plan)
+    assert half.step_time_s >= p.step_time_s * (1 - 1e-9)
