@@ -1667,7 +1667,8 @@ def recommend(model: str | None, from_config: str | None,
         # the plans a lower bound on their step time ranks below the best are skipped unless the
         # answer shows every evaluated plan (the CSV, the Pareto plot, the HTML report)
         rec = run(spec, hw, req, top=top,
-                  on_chunk=PlanCsv(csv_file, shared_columns(req, spec, hw)) if csv_file
+                  on_chunk=PlanCsv(csv_file, shared_columns(req, spec, hw),
+                                   experts=bool(spec.experts)) if csv_file
                   else None,
                   prune=not (csv_file or plot_path or html_path))
     if rec.top:  # (none: the answer is a refusal)

@@ -21,6 +21,7 @@ from perfmodel.search import (
     SearchRequest,
     SearchResult,
     divisors,
+    idle_options,
     objective_of,
     resolved_request,
     search,
@@ -29,7 +30,7 @@ from perfmodel.search import (
 from perfmodel.specs.hardware import LINK_PROTOCOLS, HardwareSpec, hardware_from_dict
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import Dtype, Objective, Plan, plan_from_dict
+from perfmodel.strategy import Dtype, EPDispatcher, Objective, Plan, plan_from_dict
 
 # a plan's fields of dtype fp8 only, off in its bf16 twin (fp8_explanation)
 BF16_FIELDS: dict[str, Any] = dict(fp8_recipe=None, fp8_output_layer=False, fp8_params=False)
@@ -402,14 +403,24 @@ class PlanCsv:
     binary file, e.g. perfmodel.files.atomic_file) chunk by chunk as search(on_chunk=...) hands
     them over: memory stays bounded however many plans there are."""
 
-    def __init__(self, out: BinaryIO, shared: dict[str, Any] | None = None) -> None:
+    def __init__(self, out: BinaryIO, shared: dict[str, Any] | None = None,
+                 experts: bool = False) -> None:
         self.out, self.rows, self.shared = out, 0, dict(shared or {})
+        self.experts = experts  # the model is a mixture of experts (search.idle_options)
 
     def __call__(self, rows: Scored) -> None:
-        frame = rows.frame()
+        frame = rows.frame(self.experts)
         at = list(frame.columns).index("evaluated")
         for i, (key, value) in enumerate(self.shared.items()):  # every plan's: one value
             frame.insert(at + i, key, value)
+        # ... but where a plan has no use for it, its default, as Plans.plan gives the plan
+        # (predict --batch refuses a cell that changes nothing)
+        idle = idle_options(rows.plans.cols, self.experts)
+        for key, blank in (("tp_backward", ""), ("ep_dispatcher", EPDispatcher.ALLTOALL.value),
+                           ("dp_bucketing", ""), ("dp_bucket_size", "")):
+            if key in frame.columns:
+                column = idle["dp_bucketing" if key == "dp_bucket_size" else key]
+                frame[key] = frame[key].where(~column, blank)
         self.out.write(frame.to_csv(index=False, header=self.rows == 0).encode("utf-8"))
         self.rows += len(rows)
 

@@ -315,6 +315,22 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+def idle_options(cols: dict[str, np.ndarray], experts: bool) -> dict[str, np.ndarray]:
+    """Which plans (columns of them) have no use for an option every plan of a search shares
+    (perfmodel.idle's rules, where predict refuses it as changing nothing): `tp_backward`
+    without 1D tensor parallelism, `ep_dispatcher` without expert parallelism, `overlap` (of
+    the gradient sync and the parameter gather) without a data-parallel sync (strategy.
+    sync_ranks 1), `dp_bucketing` (and the bucket size) without an overlapped sync.
+    experts: the model is a mixture of experts (its experts' sync over tp dp cp / (ep etp))."""
+    ranks = cols["dp"] * cols["cp"]
+    if experts:
+        ranks = np.maximum(ranks, cols["tp"] * ranks // (cols["ep"] * cols["etp"]))
+    one_d = np.asarray([lay.value == "1d" for lay in strategy.LAYOUTS])[cols["tp_layout"]]
+    no_sync = ranks == 1
+    return {"tp_backward": ~((cols["tp"] > 1) & one_d), "ep_dispatcher": cols["ep"] == 1,
+            "overlap": no_sync, "dp_bucketing": no_sync | ~cols["overlap_grad_sync"].astype(bool)}
+
+
 @dataclass
 class Plans:
     """Columns of plans (numpy arrays of equal length; options as codes, see COLUMNS)."""
@@ -338,17 +354,22 @@ class Plans:
         return Plans({k: np.zeros(0, dtype=np.int64) for k in COLUMNS})
 
     def plan(self, i: int, dtype: Dtype, flash: bool | None, stack: Stack = Stack.EAGER,
-             **shared: Any) -> Plan:
+             experts: bool = False, **shared: Any) -> Plan:
         """Row i as a Plan; shared: the request's options every plan has (recompute_every,
-        grad_dtype, optimizer_dtype), less those the row has no use for: a tensor-parallel
-        backward without 1D tensor parallelism, an experts' dispatcher without expert
-        parallelism (the same step either way; predict refuses them as flags that change
-        nothing, perfmodel.idle)."""
+        grad_dtype, optimizer_dtype), less those the row has no use for (idle_options: a
+        tensor-parallel backward without 1D tensor parallelism, an experts' dispatcher without
+        expert parallelism, overlaps and buckets of a sync the plan has not; the same step
+        either way: predict refuses them as flags that change nothing, perfmodel.idle).
+        experts: the model is a mixture of experts."""
         c = self.cols
-        if not (int(c["tp"][i]) > 1 and strategy.LAYOUTS[int(c["tp_layout"][i])].value == "1d"):
+        one = {k: v[i:i + 1] for k, v in c.items()}
+        idle = {k: bool(v[0]) for k, v in idle_options(one, experts).items()}
+        if idle["tp_backward"]:
             shared = {**shared, "tp_backward": None}
-        if int(c["ep"][i]) == 1 and "ep_dispatcher" in shared:
+        if idle["ep_dispatcher"] and "ep_dispatcher" in shared:
             shared = {**shared, "ep_dispatcher": EPDispatcher.ALLTOALL}
+        if idle["dp_bucketing"] and "dp_bucketing" in shared:
+            shared = {**shared, "dp_bucket_size": None, "dp_bucketing": DpBucketing.MEGATRON}
         return Plan(gpus=int(c["gpus"][i]), dp=int(c["dp"][i]), tp=int(c["tp"][i]),
                     pp=int(c["pp"][i]), cp=int(c["cp"][i]), ep=int(c["ep"][i]),
                     etp=int(c["etp"][i]),
@@ -360,8 +381,9 @@ class Plans:
                     sequence_parallel=bool(c["sequence_parallel"][i]),
                     recompute=strategy.RECOMPUTES[int(c["recompute"][i])], zero=int(c["zero"][i]),
                     dtype=dtype, flash_attention=flash, stack=stack,
-                    overlap_grad_sync=bool(c["overlap_grad_sync"][i]),
-                    overlap_param_gather=bool(c["overlap_param_gather"][i]),
+                    overlap_grad_sync=bool(c["overlap_grad_sync"][i]) and not idle["overlap"],
+                    overlap_param_gather=bool(c["overlap_param_gather"][i])
+                    and not idle["overlap"],
                     tp_comm_overlap=bool(c["tp_comm_overlap"][i]),
                     # as it runs, where it pairs any chunks (the same time either way)
                     ep_comm_overlap=bool(c["ep_comm_overlap"][i]) and strategy.ep_overlap_runs(
@@ -1336,9 +1358,10 @@ class Scored:
         return Scored(Plans.empty(), np.zeros(0, dtype=np.int64), nothing, nothing, nothing,
                       nothing, np.zeros(0, dtype=bool))
 
-    def frame(self) -> Any:
+    def frame(self, experts: bool = False) -> Any:
         """The plans as a pandas DataFrame, options by name; the step time and objective of a
-        plan that was not evaluated are empty (NaN)."""
+        plan that was not evaluated are empty (NaN). experts: the model is a mixture of experts
+        (idle_options)."""
         import pandas as pd
 
         c = self.plans.cols
@@ -1350,6 +1373,10 @@ class Scored:
         for key in ("sequence_parallel", "tp_comm_overlap", "overlap_grad_sync",
                     "overlap_param_gather", "ep_comm_overlap"):
             df[key] = c[key].astype(bool)
+        # (an overlap of a sync the plan has not: off, as Plans.plan writes it)
+        no_sync = idle_options(c, experts)["overlap"]
+        df["overlap_grad_sync"] &= ~no_sync
+        df["overlap_param_gather"] &= ~no_sync
         # combined 1F1B as it runs: the column asks for it, Megatron runs it (ep_overlap_runs)
         df["ep_comm_overlap"] &= (df["recompute"] != Recompute.FULL.value) & (
             (c["pp"] == 1) | (df["schedule"] == Schedule.INTERLEAVED.value))
@@ -1451,11 +1478,13 @@ class SearchResult:
     # the sample lack them
     skipped: int = 0
     notes: list[str] = field(default_factory=list)
+    experts: bool = False  # the model is a mixture of experts (its experts' own sync: sync_ranks)
 
     def plan(self, rows: Scored, i: int) -> Plan:
         """Row i of some of this search's plans (best, front, sample, ...) as a Plan."""
         r = self.request
-        return rows.plans.plan(int(i), r.dtype, r.flash_attention, r.stack, **r.shared())
+        return rows.plans.plan(int(i), r.dtype, r.flash_attention, r.stack,
+                               experts=self.experts, **r.shared())
 
     def best_plans(self) -> list[Plan]:
         return [self.plan(self.best, i) for i in range(len(self.best))]
@@ -1562,7 +1591,8 @@ class _Keeper:
             merged, keys = merged.take(keep), keys[keep]
         self.sample, self.sample_keys = merged, keys
 
-    def result(self, req: SearchRequest, start: float, capacity: float) -> SearchResult:
+    def result(self, req: SearchRequest, start: float, capacity: float,
+               experts: bool = False) -> SearchResult:
         faster, at_least = 0, False
         if len(self.best):  # (1 - 1e-9): the search and predict agree to that
             faster = int((self.unfit_steps < self.best.step_time_s[0] * (1 - 1e-9)).sum())
@@ -1572,7 +1602,7 @@ class _Keeper:
         return SearchResult(req, self.best, self.front, self.sample.take(order),
                             self.fastest_unfit, faster, at_least, nearest, self.enumerated,
                             self.evaluated, self.feasible, time.perf_counter() - start, capacity,
-                            self.skipped)
+                            self.skipped, experts=experts)
 
 
 def resolved_request(model: TransformerSpec, hardware: HardwareSpec,
@@ -1649,4 +1679,4 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
         keeper.enumerated += left_out
         if on_chunk is not None:
             on_chunk(rows)
-    return keeper.result(req, start, capacity + reserved)
+    return keeper.result(req, start, capacity + reserved, experts=bool(model.experts))
