@@ -34,12 +34,13 @@ the compute advances at 1 / (1 + k) while the collective runs,
     and what remains of the collective, c - (1 + k) W, is exposed.
 Both cases are k / (1 + k) x the hidden part, with the window stretched to (1 + k) W: one
 expression, continuous at c = (1 + k) W, 0 at k = 0 (the model before it). The floor's share
-(the last chunk) runs after the compute and slows nothing. Overlaps whose windows share compute (FSDP's gathers
-and reductions, both in the backwards, over one network) form a pool: each hides what its own
-window takes, h_i, and together they hide at most (1 + k) P, P the compute their windows span:
-every h_i scaled by min(1, (1 + k) P / sum h_i) where all of them are on (_pooled). An Overlap whose window already
+(the last chunk) runs after the compute and slows nothing. An Overlap whose window already
 accounts for the contention gives k = 0 (userbuffers' pipelined reduce-scatters: their GEMMs
 run on the SMs left to them, 1 / (1 - share) as long, perfmodel.step.tensor_parallel).
+Overlaps whose windows share compute (FSDP's gathers and reductions, both in the backwards, over
+one network) form a pool: each hides what its own window takes, h_i, and together at most
+(1 + k) P, P the compute their windows span: every h_i scaled by min(1, (1 + k) P / sum h_i)
+where all of them are on (_pooled).
     t_stage = sum of its micro-batch phases' terms, host and device composed as below
     t_mb    = max(t_first, t_middle, t_last)                   (the slowest stage)
     T_step  = m t_mb + T_bubble + sum of the step phases' terms (+ per-step launches)
