@@ -501,14 +501,43 @@ def synced_share(host_s: sp.Expr, device_s: sp.Expr, host_r: sp.Expr, device_r: 
     return product(excess, power(lmax(host_s, _NO_TIME_S8), -1))
 
 
+def _passes(terms: Mapping[str, sp.Expr]) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """(F, B, X) of a stage's composed terms: its compute/forward terms, its compute/backward
+    terms with the recompute (which runs in the backward), and the rest of its time (the
+    host's exposed dispatch, exposed communication, the contention, the pipeline's waits)."""
+    forward: list[sp.Expr] = []
+    backward: list[sp.Expr] = []
+    rest: list[sp.Expr] = []
+    for name, t in terms.items():
+        (forward if name.startswith("compute/forward") else backward
+         if name.startswith("compute/backward") or name == "compute/recompute" else rest).append(t)
+    return sp.Add(*forward), sp.Add(*backward), sp.Add(*rest)
+
+
+def _backward_share(f: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """B / (F + B): the backward's share of a micro-batch's compute (1/2 without any)."""
+    if f == 0 and b == 0:
+        return sp.Rational(1, 2)
+    return product(b, power(lmax(f + b, _NO_TIME_S8), -1))
+
+
 def backward_s(terms: Mapping[str, sp.Expr]) -> sp.Expr:
-    """One micro-batch's backward on a stage [s]: its compute/backward terms."""
-    return sp.Add(*(t for name, t in terms.items() if name.startswith("compute/backward")))
+    """One micro-batch's backward on a stage as it runs [s], the window a collective on a stream
+    of its own runs beside (the data-parallel sync): its compute/backward terms and the
+    recompute, and the backward's share (of the compute, B / (F + B)) of the rest of the
+    stage's time: the host's exposed dispatch (a host-bound backward lasts as long as the host
+    takes), exposed tensor- and context-parallel communication, the pipeline's waits. Until
+    2026-12-07 the compute/backward terms alone: a faster GPU shrank the window of a host-bound
+    stage whose step did not shrink, and predicted a slower step."""
+    f, b, rest = _passes(terms)
+    return b + scaled(_backward_share(f, b), rest)
 
 
 def forward_s(terms: Mapping[str, sp.Expr]) -> sp.Expr:
-    """One micro-batch's forward on a stage [s]: its compute/forward terms."""
-    return sp.Add(*(t for name, t in terms.items() if name.startswith("compute/forward")))
+    """One micro-batch's forward on a stage as it runs [s] (backward_s's): its compute/forward
+    terms and the forward's share of the rest of the stage's time."""
+    f, b, rest = _passes(terms)
+    return f + scaled(1 - _backward_share(f, b), rest)
 
 
 def step_terms(phases: Sequence[Phase], m: sp.Expr, launches_s: sp.Expr,

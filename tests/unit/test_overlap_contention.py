@@ -269,3 +269,28 @@ def test_fsdp_gathers_and_reductions_share_the_backward():
     assert p.hidden_s["comm/dp"] <= (1 + k) * compute * (1 + 1e-9)
     half = predict(model, apply_what_if(hw, "peak_flops_per_s=0.5x"), plan)
     assert half.step_time_s >= p.step_time_s * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("model, hardware, plan, factor", [
+    # host-bound: gpt2-small's step is the host's; at half the FLOP/s its window (the backward's
+    # kernels alone) grew and hid more of the sync: a slower GPU predicted a faster step
+    ("gpt2-small", "h100-pcie", dict(gpus=2, dp=2, overlap_grad_sync=True, global_batch=2),
+     "0.5x"),
+    # exposed tp/cp communication and host time in the backward: twice the FLOP/s shrank the
+    # window of the parameter gathers more than the step (0.126 s -> 0.136 s)
+    ("llama3.1-8b", "dgx-b200", dict(gpus=16, tp=8, cp=2, zero=3, overlap_param_gather=True,
+                                     global_batch=1), "2x"),
+])
+def test_the_overlaps_windows_are_the_passes_as_they_run(model, hardware, plan, factor):
+    """The data-parallel sync runs on its own stream through the whole backward: host waits,
+    exposed communication and all (compose.backward_s). A faster GPU never predicts a slower
+    step, a slower one never a faster step."""
+    from perfmodel.recommend import apply_what_if
+
+    hw, spec, p = load_hardware(hardware), load_model(model), Plan(**plan)
+    base = predict(spec, hw, p).step_time_s
+    scaled = predict(spec, apply_what_if(hw, f"peak_flops_per_s={factor}"), p).step_time_s
+    if factor == "2x":
+        assert scaled <= base * (1 + 1e-9)
+    else:
+        assert scaled >= base * (1 - 1e-9)
