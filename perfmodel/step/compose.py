@@ -533,6 +533,17 @@ def backward_s(terms: Mapping[str, sp.Expr]) -> sp.Expr:
     return b + scaled(_backward_share(f, b), rest)
 
 
+def in_backward_s(part: sp.Expr, terms: Mapping[str, sp.Expr]) -> sp.Expr:
+    """A part of a stage's backward compute (part [s] of its compute/backward terms) as the host
+    lets it run: with its share (of the compute) of the host's exposed time (the overhead/
+    terms: a host-bound stage pays it for every kernel), part (1 + H_x / (F + B)) (one
+    division: a stage without compute, pp 2's middle, gives 0). Its communication is not its:
+    the weight gradients a zero-bubble schedule defers issue none."""
+    f, b, _ = _passes(terms)
+    host = sp.Add(*(t for name, t in terms.items() if name.startswith("overhead/")))
+    return part + scaled(part, product(host, power(lmax(f + b, _NO_TIME_S8), -1)))
+
+
 def forward_s(terms: Mapping[str, sp.Expr]) -> sp.Expr:
     """One micro-batch's forward on a stage as it runs [s] (backward_s's): its compute/forward
     terms and the forward's share of the rest of the stage's time."""

@@ -32,7 +32,7 @@ import sympy as sp
 from perfmodel import symbols as S
 from perfmodel.costs.lattice import lmax, lmin, times
 from perfmodel.step.collective import Collective
-from perfmodel.step.compose import Phase
+from perfmodel.step.compose import Phase, in_backward_s
 from perfmodel.step.context import Context
 from perfmodel.step.framework import BACKWARD_PER_FORWARD
 
@@ -86,9 +86,13 @@ def p2p_phase(collectives: tuple[Collective, ...]) -> Phase:
 
 def weight_gradient_fill(c: Context, stage_terms: Mapping[str, Mapping[str, sp.Expr]]) -> sp.Expr:
     """W_fill = zb (2 + zbv) min over stages of W [s], W = the weight-gradient half of the stage's
-    backward GEMMs (a backward is two forwards: input and weight gradients)."""
-    w = {st: (terms["compute/backward/gemm"] + terms["compute/backward/embedding_logits"])
-         / BACKWARD_PER_FORWARD for st, terms in stage_terms.items()}
+    backward GEMMs (a backward is two forwards: input and weight gradients), as the host lets
+    them run (compose.in_backward_s: a host-bound stage's W passes take as long as the host
+    issuing them; their device time alone before 2026-12-07, when a faster GPU grew a
+    host-bound bubble)."""
+    w = {st: in_backward_s((terms["compute/backward/gemm"]
+                            + terms["compute/backward/embedding_logits"]) / BACKWARD_PER_FORWARD,
+                           terms) for st, terms in stage_terms.items()}
     if "middle" in w:  # a middle stage exists from pp = 3 on; below, never the smallest
         w["middle"] = w["middle"] + (1 - middle_exists()) * w["first"]
     return times(c.zero_bubble * (2 + c.zbv), lmin(*w.values()))

@@ -294,3 +294,22 @@ def test_the_overlaps_windows_are_the_passes_as_they_run(model, hardware, plan, 
         assert scaled <= base * (1 + 1e-9)
     else:
         assert scaled >= base * (1 - 1e-9)
+
+
+def test_a_host_bound_stages_weight_gradients_take_the_hosts_time():
+    """A zero-bubble schedule fills the bubble with weight-gradient passes; where the host sets
+    the pace (its exposed time, overhead/...), they take their share of it, not their device
+    time alone (with which a faster GPU grew a host-bound bubble: qwen3-32b on 8 GB200s, zbv,
+    +3.5% a step at twice the FLOP/s; +0.6% now, the memory-bound kernels' share of the host's
+    time still counted as the GEMMs' compute share)."""
+    one = sp.Integer(1)
+    terms = {"compute/forward/gemm": one, "compute/backward/gemm": 2 * one,
+             "overhead/kernels": 3 * one, "comm/tp": 5 * one}
+    # 1 s of weight gradients, a third of the compute: a third of the host's 3 s with it; the
+    # exposed tensor-parallel communication is not theirs
+    assert CO.in_backward_s(one, terms) == 2
+    assert CO.in_backward_s(one, {k: v for k, v in terms.items() if k != "overhead/kernels"}) \
+        == 1
+    # a stage without compute (pp 2's middle): nothing, not 0 x infinity
+    zero = {k: sp.Integer(0) for k in terms}
+    assert CO.in_backward_s(sp.Integer(0), zero) == 0
