@@ -267,6 +267,14 @@ def memory_terms(c: Context, params: Parameters,
         full_layer = lmax(full_layer, activations(full=0, selective=0, moe=True))
     else:
         op_gap = full_layer - op_layer
+    # selective recompute rebuilds one layer's attention core at a time in the backward (its
+    # scores and softmax without flash attention: Megatron's checkpointed core_attention), held
+    # for that layer's backward: what the core's checkpoint drops from a layer
+    core_gap = activations(full=0, selective=0) - activations(full=0, selective=1)
+    if c.fam.moe:
+        core_gap = lmax(core_gap, activations(full=0, selective=0, moe=True)
+                        - activations(full=0, selective=1, moe=True))
+    core_gap = lmax(0, core_gap)
     # what per-op recompute rebuilds is never less than nothing: its kept tensors include some
     # whole on every tp rank (the layer's input without sequence parallelism, SwiGLU's MLP-down
     # partial sums) and bf16 ones under FP8 (torchtitan's count, no Transformer Engine), so at
@@ -342,9 +350,11 @@ def memory_terms(c: Context, params: Parameters,
             layers += times(has_head * S.D_mtp, act_moe if c.fam.mtp_last_moe else act_layer)
         mem["activations/layers"] = layers * stage_inflight
         # one layer's activations rebuilt at a time, a group's with Megatron's uniform method,
-        # but the group's input, the checkpoint the layers above keep
+        # but the group's input, the checkpoint the layers above keep; a layer's attention core
+        # under selective recompute
         mem["activations/recompute_buffer"] = \
-            c.full_any * (c.full_group * full_layer - checkpoint_input) + c.op_any * op_gap
+            c.full_any * (c.full_group * full_layer - checkpoint_input) + c.op_any * op_gap \
+            + times(lmin(1, c.core * c.layers_per_stage), core_gap)
         # the embedding's dropout mask per in-flight micro-batch (with a hidden dropout rate
         # above 0: perfmodel.costs.memory.layer_activation_bytes); the final norm's input (two
         # copies, as the first step model counted them, 88e7cc9) and the loss's logits:
