@@ -682,8 +682,9 @@ def sync_phase(c: Context, params: Parameters, units: tuple[FsdpUnit, ...],
         Overlap("the next step's first forward", forward_s, c.overlap_param_gather,
                 floor=last, of=param_gathers),
         # (kept from forward to backward, a unit's one gather a micro-batch is in the forward)
-        Overlap("every micro-batch's forward and backward", m * forward_s
-                + gather_backwards * backward_s, c.overlap_param_gather,
+        Overlap("every micro-batch's forward and backward", m * (forward_s + (1 - kept_back)
+                                                                 * backward_s),
+                c.overlap_param_gather,
                 floor=1 / ((FSDP_GATHERS_PER_MICRO_BATCH - kept_back) * n_units), of=gathers,
                 pool="fsdp", pool_s=spanned))
     return Phase(name=SYNC, per_step=True, comms=issued.get(SYNC, ()),
