@@ -124,6 +124,14 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
                                          f"communication) on the {st} stage")
     if composed.host_share is not None:
         sums[sp.sympify(composed.host_share[1])] = composed.host_share[0]
+    # the share a pool of overlaps hides together (FSDP's gathers and reductions: their windows
+    # share the backwards), which each of its terms holds whole, every collective's time in it
+    for pool, share in _pool_shares(built).items():
+        sym = sp.Symbol(f"r_{pool}")
+        sums[sp.sympify(share)] = sym
+        what_of[sym] = (f"the share of what the {pool} pool's overlaps hide alone that they "
+                        "hide together: 1 - I (1 - min(1, (1 + k) P / sum h)), P the compute "
+                        "their windows span (FSDP's gathers and reductions share the backwards)")
     # (a number is never named: every 0 or 1 of the formulas would take its name)
     sums = {e: sym for e, sym in sums.items() if not e.is_number}
 
@@ -137,7 +145,7 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     used_sums = codegen.free_symbols(list(step_shown.values())) & set(sums.values())
     for expr, sym in sums.items():
         if sym in used_sums and sym in what_of:
-            unit = "" if sym.name.startswith("x_") else " s"
+            unit = "" if sym.name.startswith(("x_", "r_")) else " s"
             lines.insert(sums_at, f"  {show(sym)} = {number(expr):.6g}{unit}: {what_of[sym]}")
             sums_at += 1
     mem_stage = heaviest_stage({st: sum(number(e) for e in terms.values())
@@ -220,11 +228,20 @@ def _printed(built: Any, stage: str) -> dict[str, Any]:
                         f"host_sum:{st}": each.host_share[2],
                         f"device_sum:{st}": each.host_share[3]})
     out.update({f"window:{name}": e for name, e in _windows(built).items()})
+    out.update({f"pool:{name}": e for name, e in _pool_shares(built).items()})
     composed = built.stages[stage]
     if composed.host_share is not None:
         out.update({f"host:{i}": e for i, e in enumerate(composed.host_share[1:])})
         out.update({f"synced:{i}": e for i, e in enumerate(composed.synced or ())})
     return out
+
+
+def _pool_shares(built: Any) -> dict[str, Any]:
+    """Each pool of the step's overlaps: its share r (perfmodel.step.compose.pool_shares), with
+    the step's micro-batches as perfmodel.step.recipe composes the step."""
+    m = built.term_values.get(CO.M_SYM, sp.Integer(1))
+    return {name: share for phase in built.phases.get("step", ())
+            for name, share in CO.pool_shares(phase, m).items()}
 
 
 # the windows the step's data-parallel overlaps hide behind, as perfmodel.step.recipe builds

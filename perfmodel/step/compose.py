@@ -290,24 +290,21 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
     hidden: dict[str, list[sp.Expr]] = {}
     covered: dict[str, list[sp.Expr]] = {c.name: [] for c in phase.comms}
     slowed: list[sp.Expr] = []
-    pools: dict[str, list[tuple[Overlap, str, sp.Expr, sp.Expr]]] = {}
     for ov in phase.overlaps:
         mine = [c for c in phase.comms if ov.covers(c)]
         if not mine:
             continue
-        total = scaled(ov.share, sp.Add(*(time(c) for c in mine)))
         for name in {c.name for c in mine}:  # (several collectives may share a name: each once)
             covered[name].append(ov.share)
-        if ov.pool:
-            pools.setdefault(ov.pool, []).append((ov, mine[0].term, total,
-                                                  exposed_hidden(total, ov)[1]))
+        if ov.pool:  # (below, with the others of its pool)
             continue
+        total = scaled(ov.share, sp.Add(*(time(c) for c in mine)))
         shown, hid = exposed_hidden(total, ov)
         comm.setdefault(mine[0].term, []).append(shown)
         hidden.setdefault(mine[0].term, []).append(hid)
         if ov.contention != 0:
             slowed.append(_slowed(hid, ov))
-    for pooled in pools.values():
+    for pooled in _pools(phase, m).values():
         for term, shown, hid, slow in _pooled(pooled):
             comm.setdefault(term, []).append(shown)
             hidden.setdefault(term, []).append(hid)
@@ -325,8 +322,41 @@ def phase_terms(phase: Phase, m: sp.Expr = ONE) -> Terms:
                  {t: scaled(phase.present, sp.Add(*x)) for t, x in hidden.items()})
 
 
-def _pooled(pooled: list[tuple[Overlap, str, sp.Expr, sp.Expr]]
-            ) -> list[tuple[str, sp.Expr, sp.Expr, sp.Expr]]:
+Pooled = list[tuple[Overlap, str, sp.Expr, sp.Expr]]  # (overlap, term, c_i, h_i) of a pool
+
+
+def _pools(phase: Phase, m: sp.Expr = ONE) -> dict[str, Pooled]:
+    """The phase's pools of overlaps (Overlap.pool) that cover some of its collectives: each
+    overlap with its term, the communication it covers (c_i, its share taken) and what it hides
+    alone (h_i)."""
+    out: dict[str, Pooled] = {}
+    for ov in phase.overlaps:
+        mine = [c for c in phase.comms if ov.covers(c)]
+        if ov.pool and mine:
+            total = scaled(ov.share, sp.Add(*(comm_time(phase, c, m) for c in mine)))
+            out.setdefault(ov.pool, []).append((ov, mine[0].term, total,
+                                                exposed_hidden(total, ov)[1]))
+    return out
+
+
+def _pool_share(pooled: Pooled) -> sp.Expr:
+    """r of a pool (_pooled): the share of what its overlaps hide alone that they hide together."""
+    k = pooled[0][0].contention
+    on = product(*(ov.enabled for ov, _, _, _ in pooled))
+    together = sp.Add(*(h for _, _, _, h in pooled))
+    fits = lmin(ONE, product((1 + k) * pooled[0][0].pool_s,
+                             power(lmax(together, _NO_TIME_S8), -1)))
+    return 1 - scaled(on, 1 - fits)
+
+
+def pool_shares(phase: Phase, m: sp.Expr = ONE) -> dict[str, sp.Expr]:
+    """Each pool of the phase's overlaps: its r (_pooled), as its terms hold it (explain names
+    it: the pool's hidden communication written whole in each of its terms would repeat every
+    collective's time several times)."""
+    return {name: _pool_share(pooled) for name, pooled in _pools(phase, m).items()}
+
+
+def _pooled(pooled: Pooled) -> list[tuple[str, sp.Expr, sp.Expr, sp.Expr]]:
     """(term, exposed, hidden, contention) of overlaps that share their windows' compute (a
     pool: (overlap, term, c_i its communication, h_i what it hides alone) each): each hides at
     most what its own window takes (h_i), and together at most what the compute they span takes,
@@ -335,12 +365,7 @@ def _pooled(pooled: list[tuple[Overlap, str, sp.Expr, sp.Expr]]
     (the pool binds where every overlap of it is on: with one off, the other's window is all it
     has, which its h_i holds); exposed_i = c_i - hidden_i. Windows that share nothing (P their
     sum) give r = 1."""
-    k = pooled[0][0].contention
-    on = product(*(ov.enabled for ov, _, _, _ in pooled))
-    together = sp.Add(*(h for _, _, _, h in pooled))
-    fits = lmin(ONE, product((1 + k) * pooled[0][0].pool_s,
-                             power(lmax(together, _NO_TIME_S8), -1)))
-    r = 1 - scaled(on, 1 - fits)
+    r = _pool_share(pooled)
     out = []
     for ov, term, c, h in pooled:
         hid = scaled(r, h)

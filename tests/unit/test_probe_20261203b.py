@@ -247,3 +247,16 @@ def test_explain_term_prints_no_empty_section(capsys):
     assert "step terms (per step):" in out and "per micro-batch terms" not in out
     _, out, _ = _run(capsys, *args, "compute/forward/gemm")
     assert "per micro-batch terms" in out and "step terms (per step):" not in out
+
+
+def test_explain_names_the_share_a_pool_of_overlaps_hides_together(capsys):
+    """FSDP's gathers and reductions share the backwards (a pool: perfmodel.step.compose); the
+    share they hide together, written whole in each of comm/dp's exposed terms, repeated every
+    collective's time: 233 KB of output, a line of 99,000 characters (a fuzz of explain's
+    output, 2026-12-07). Named r_fsdp, defined once: 122 KB, as before the pool (106 KB)."""
+    code, out, _ = _run(capsys, "explain", "--model", "llama3-8b", "--hardware", "dgx-h100",
+                        "--dp", "16", "--zero", "3", "--overlap-grad-sync",
+                        "--overlap-param-gather", "--global-batch", "64")
+    assert code == 0
+    assert len(out) < 150_000 and max(map(len, out.splitlines())) < 50_000
+    assert "  r_fsdp = " in out and "r_fsdp" in out.split("- comm/dp (T_dp) = ", 1)[1]
