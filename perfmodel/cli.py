@@ -1129,7 +1129,7 @@ def _refuse_idle_pins(pins: dict[str, Any], gpu_counts: Sequence[int], experts: 
 @click.option("--out", "out", type=click.Path(), default=None,
               help="With --batch: write results here (CSV) instead of standard output.")
 @click.option("--plot", "plot_path", type=click.Path(), default=None,
-              help="Draw the time and memory breakdowns (PNG).")
+              help="Draw the time and memory breakdowns (PNG, SVG or PDF, by the suffix).")
 @click.option("--trace", "trace_path", type=click.Path(), default=None,
               help="Write the predicted step as a Chrome/Perfetto trace (JSON): every stage's "
                    "passes per the schedule, the bubbles, the sync and the optimizer.")
@@ -1452,7 +1452,7 @@ def explain(latex: bool, terms: tuple[str, ...], **kw: Any) -> None:
                    "goes; a plan whose model states alone exceed the memory has evaluated=False "
                    "and no step time.")
 @click.option("--plot", "plot_path", type=click.Path(), default=None,
-              help="Time-memory Pareto front (PNG).")
+              help="Time-memory Pareto front (PNG, SVG or PDF, by the suffix).")
 @click.option("--html", "html_path", type=click.Path(), default=None,
               help="Write a self-contained HTML report (best plans, breakdown, memory, timeline, "
                    "runner-up, Pareto front).")
@@ -2082,7 +2082,8 @@ VARY_HELP = ("FIELD=V1,V2,...: " + ", ".join(_SWEEP_PLAN_FIELDS) + ", peak_flops
 @click.option("--csv", "csv_path", type=click.Path(), default=None,
               help="Write the table here (CSV).")
 @click.option("--plot", "plot_path", type=click.Path(), default=None,
-              help="Step time and communication share against each varied field (PNG).")
+              help="Step time and communication share against each varied field (PNG, SVG or "
+                   "PDF, by the suffix).")
 def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, global_batch: int,
           pr: int, best_pr: bool, norm: str, collective_variant: str, contributors: str,
           dtype: str,
