@@ -101,8 +101,10 @@ def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, 
     for name, expr in windows.items():
         phase, where = WINDOWS[name]
         sums[expr] = sym = sp.Symbol(name)
-        what_of[sym] = (f"one micro-batch's {phase} on the {where} stage (its compute/{phase} "
-                        "terms' sum: the window a data-parallel overlap hides behind)")
+        what_of[sym] = (f"one micro-batch's {phase} on the {where} stage as it runs (the "
+                        "window a data-parallel overlap hides behind: "
+                        + ("its phases' host and device time, one segment from its start)"
+                           if phase == "forward" else "the micro-batch less its forward)"))
     # (the parameter gathers of every micro-batch hide behind both, whose like terms sympy
     # has gathered: a forward GEMM's and its backward's one product)
     both = sp.Add(*windows.values())
@@ -253,7 +255,7 @@ def _windows(built: Any) -> dict[str, Any]:
     """Each of WINDOWS: the first stage's forward (the parameter gathers hide behind it) and the
     last stage's backward (the gradient reduction)."""
     phase_s = {"forward": CO.forward_s, "backward": CO.backward_s}
-    return {name: sp.sympify(phase_s[phase](built.stage_terms[stage]))
+    return {name: sp.sympify(phase_s[phase](built.stages[stage]))
             for name, (phase, stage) in WINDOWS.items()}
 
 

@@ -473,6 +473,8 @@ class Stage:
     # on an asynchronous device, H by breakdown term (each a time, >= 0; they add up to H):
     # what the search's lower bound keeps of the host (perfmodel.evaluate.step_lower_bound)
     host_terms: Mapping[str, sp.Expr] = field(default_factory=dict)
+    # the micro-batch's forward as it runs [s] (forward_s): its phases' host and device alone
+    forward: sp.Expr = ZERO
 
 
 def _times(share: sp.Expr, host_s: sp.Expr) -> sp.Expr:
@@ -481,34 +483,73 @@ def _times(share: sp.Expr, host_s: sp.Expr) -> sp.Expr:
 
 
 def stage_terms(phases: Sequence[Phase], launches_s: sp.Expr, asynchronous: bool = False,
-                stage: str = "stage", synced: Synced | None = None) -> Stage:
+                stage: str = "stage", synced: Synced | None = None,
+                forward_synced: Synced | None = None) -> Stage:
     """One micro-batch on one stage, by breakdown term [s]: its phases and its launches, host
     and device composed as the module doc says (synced: its MoE layers' forward sections
-    between the host's syncs, on an asynchronous device); and what its terms hide
-    (communication behind compute, host time behind the device's), by term."""
+    between the host's syncs, on an asynchronous device; forward_synced: those of the forward
+    alone, without the recompute's, for the forward as it runs, Stage.forward); and what its
+    terms hide (communication behind compute, host time behind the device's), by term."""
     names = _present(STAGE_TERMS, OPTIONAL_STAGE_TERMS, phases)
     each = [phase_terms(p) for p in phases]
     t = _add(each, launches_s, names)
+    f_host, f_device = _forward_parts(phases, each)
     if not asynchronous:
         terms = {k: t.device[k] + t.host[k] + t.comm[k] for k in names}
-        return Stage(terms, {k: t.hidden[k] for k in names}, terms)
+        return Stage(terms, {k: t.hidden[k] for k in names}, terms, forward=f_host + f_device)
     host = sp.Add(*t.host.values())
     device = sp.Add(*t.device.values(), *(x for k, x in t.comm.items() if k != "pipeline/p2p"))
     sections = None
     if synced is None:
         shown = host_share(host, device)
     else:
-        exchanged = scaled(synced.on, sp.Add(*(
-            terms.comm.get("comm/ep", ZERO) for p, terms in zip(phases, each, strict=True)
-            if p.name in synced.comm_phases)))
-        sections = (synced.host_r, synced.device_r + exchanged, synced.host_a, synced.device_a)
+        sections = _sections(synced, phases, each)
         shown = synced_share(host, device, *sections)
     x = sp.Symbol(f"x_host_{stage}")
     hidden_share = 1 - shown
+    # the forward alone, from its start: one segment, or its MoE layers' sections between the
+    # host's syncs and the rest (forward_s)
+    f_excess = _times(host_share(f_host, f_device), f_host) if synced is None \
+        else _synced_excess(f_host, f_device, *_sections(forward_synced or synced, phases, each),
+                            clamp=True)
     return Stage({k: t.device[k] + _times(shown, t.host[k]) + t.comm[k] for k in names},
                  {k: t.hidden[k] + _times(hidden_share, t.host[k]) for k in names},
                  {k: t.device[k] + x * t.host[k] + t.comm[k] for k in names},
-                 (x, shown, host, device), sections, dict(t.host))
+                 (x, shown, host, device), sections, dict(t.host),
+                 forward=f_device + f_excess)
+
+
+def _sections(synced: Synced, phases: Sequence[Phase], each: Sequence[Terms]) -> tuple[
+        sp.Expr, sp.Expr, sp.Expr, sp.Expr]:
+    """(H_R, D_R, H_A, D_A) [s] of a stage's synced MoE sections, the exposed comm/ep of the
+    phases that hold their exchanges in D_R."""
+    exchanged = scaled(synced.on, sp.Add(*(
+        terms.comm.get("comm/ep", ZERO) for p, terms in zip(phases, each, strict=True)
+        if p.name in synced.comm_phases)))
+    return synced.host_r, synced.device_r + exchanged, synced.host_a, synced.device_a
+
+
+def _direction(phase: str) -> str | None:
+    """forward, backward (the recompute runs in it) or None: where a phase runs, by the last
+    part of its name (layers/forward, cp/ring_first/backward, layers@last/recompute)."""
+    last = phase.rsplit("/", 1)[-1]
+    return "forward" if last == "forward" else "backward" if last in ("backward", "recompute") \
+        else None
+
+
+def _forward_parts(phases: Sequence[Phase], each: Sequence[Terms]) -> tuple[sp.Expr, sp.Expr]:
+    """(H_f, D_f) [s]: the host time and the device time (its exposed communication with it) of
+    a stage's micro-batch forward: its forward phases' terms, and the compute/forward terms of a
+    phase of both passes (FSDP's hooks). The pipeline's sends and receives (a phase of both
+    passes, and no device time) and the loop's work are not the forward's."""
+    host: list[sp.Expr] = []
+    device: list[sp.Expr] = []
+    for phase, t in zip(phases, each, strict=True):
+        whole = _direction(phase.name) == "forward"
+        host += [x for k, x in t.host.items() if whole or k.startswith("compute/forward")]
+        device += [x for part in (t.device, t.comm) for k, x in part.items()
+                   if k != "pipeline/p2p" and (whole or k.startswith("compute/forward"))]
+    return sp.Add(*host), sp.Add(*device)
 
 
 def synced_share(host_s: sp.Expr, device_s: sp.Expr, host_r: sp.Expr, device_r: sp.Expr,
@@ -518,12 +559,21 @@ def synced_share(host_s: sp.Expr, device_s: sp.Expr, host_r: sp.Expr, device_r: 
     s(a, b) = host_share(a, b), the excess of the p-norm over b per unit of a, so that each
     excess is exact to rounding (host_share); H_B = H - H_R - H_A, D_B = D - D_R - D_A. 0
     without host time."""
+    excess = _synced_excess(host_s, device_s, host_r, device_r, host_a, device_a)
+    return product(excess, power(lmax(host_s, _NO_TIME_S8), -1))
+
+
+def _synced_excess(host_s: sp.Expr, device_s: sp.Expr, host_r: sp.Expr, device_r: sp.Expr,
+                   host_a: sp.Expr, device_a: sp.Expr, clamp: bool = False) -> sp.Expr:
+    """t - D of synced_share [s]. clamp: H_B and D_B at least 0, where H and D are one pass's
+    (the forward's, whose sections are counted apart from the terms that hold them)."""
     e_a = _times(host_share(host_a, device_a), host_a)
     routed = host_r + e_a
     rest_host, rest_device = host_s - host_r - host_a, device_s - device_r - device_a
-    excess = _times(host_share(routed, device_r), routed) \
+    if clamp:
+        rest_host, rest_device = lmax(rest_host, ZERO), lmax(rest_device, ZERO)
+    return _times(host_share(routed, device_r), routed) \
         + _times(host_share(rest_host, rest_device), rest_host)
-    return product(excess, power(lmax(host_s, _NO_TIME_S8), -1))
 
 
 def _passes(terms: Mapping[str, sp.Expr]) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
@@ -539,23 +589,19 @@ def _passes(terms: Mapping[str, sp.Expr]) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     return sp.Add(*forward), sp.Add(*backward), sp.Add(*rest)
 
 
-def _backward_share(f: sp.Expr, b: sp.Expr) -> sp.Expr:
-    """B / (F + B): the backward's share of a micro-batch's compute (1/2 without any)."""
-    if f == 0 and b == 0:
-        return sp.Rational(1, 2)
-    return product(b, power(lmax(f + b, _NO_TIME_S8), -1))
-
-
-def backward_s(terms: Mapping[str, sp.Expr]) -> sp.Expr:
+def backward_s(stage: Stage) -> sp.Expr:
     """One micro-batch's backward on a stage as it runs [s], the window a collective on a stream
-    of its own runs beside (the data-parallel sync): its compute/backward terms and the
-    recompute, and the backward's share (of the compute, B / (F + B)) of the rest of the
-    stage's time: the host's exposed dispatch (a host-bound backward lasts as long as the host
-    takes), exposed tensor- and context-parallel communication, the pipeline's waits. Until
-    2026-12-07 the compute/backward terms alone: a faster GPU shrank the window of a host-bound
-    stage whose step did not shrink, and predicted a slower step."""
-    f, b, rest = _passes(terms)
-    return b + scaled(_backward_share(f, b), rest)
+    of its own runs beside (the data-parallel sync): the stage's micro-batch less its forward
+    as it runs (forward_s), so the backward's compute and recompute, its exposed communication
+    and host time, the pipeline's sends and the loop's work; at least 0 (rounding). What an
+    overlapped sync leaves exposed, c - W, then adds the forward and c to the step: more work in
+    the backward never shortens it. Until 2026-12-07 the compute/backward terms alone (a faster
+    GPU shrank the window of a host-bound stage whose step did not shrink); then those and the
+    backward's share of the compute, B / (F + B), of the rest of the stage's time, a share that
+    grew with the backward's work: recompute widened the window by more than its own time
+    where the stage's exposed tensor-parallel time was shared out (a step 0.6% shorter with
+    selective recompute: Llama 2 7B on 16 MI300X, tp 8)."""
+    return lmax(sp.Add(*stage.terms.values()) - stage.forward, ZERO)
 
 
 def in_backward_s(part: sp.Expr, terms: Mapping[str, sp.Expr]) -> sp.Expr:
@@ -569,11 +615,15 @@ def in_backward_s(part: sp.Expr, terms: Mapping[str, sp.Expr]) -> sp.Expr:
     return part + scaled(part, product(host, power(lmax(f + b, _NO_TIME_S8), -1)))
 
 
-def forward_s(terms: Mapping[str, sp.Expr]) -> sp.Expr:
-    """One micro-batch's forward on a stage as it runs [s] (backward_s's): its compute/forward
-    terms and the forward's share of the rest of the stage's time."""
-    f, b, rest = _passes(terms)
-    return f + scaled(1 - _backward_share(f, b), rest)
+def forward_s(stage: Stage) -> sp.Expr:
+    """One micro-batch's forward on a stage as it runs [s] (the window the parameter gathers
+    hide behind): its forward phases' device time, their exposed communication and the host's
+    time for them, composed as one segment from the forward's start, (H_f^p + D_f^p)^(1/p)
+    (module doc; H_f + D_f on synchronous ranks), or as the MoE layers' sections between the
+    host's syncs and the rest where they synchronise it. It depends on the forward alone;
+    backward_s is the rest of the stage's micro-batch. Until 2026-12-07 the compute/forward
+    terms and the forward's share of the compute, F / (F + B), of the rest of the stage's time."""
+    return stage.forward
 
 
 def step_terms(phases: Sequence[Phase], m: sp.Expr, launches_s: sp.Expr,

@@ -263,7 +263,8 @@ def routed_forward_s(c: Context) -> sp.Expr:
     return routed_experts_s(c) + K.memory_time(bytes_ + casts, c.dev)
 
 
-def synced(c: Context, stage: str, cost: PartCost, moe_layer_s: sp.Expr) -> Synced | None:
+def synced(c: Context, stage: str, cost: PartCost, moe_layer_s: sp.Expr,
+           recomputed: bool = True) -> Synced | None:
     """The stage's MoE layers' forward sections between the host's syncs, per micro-batch
     (perfmodel.step.compose.Synced; module doc there), on an asynchronous device; None
     without MoE layers, on synchronous ranks, or with a capacity factor (padded buffers: no
@@ -280,14 +281,15 @@ def synced(c: Context, stage: str, cost: PartCost, moe_layer_s: sp.Expr) -> Sync
         H_A = on n' (c_fwd + t_op (ops_fwd + MOE_HOST_OPS_fwd + EXPERT_HOST_OPS_fwd n_shared))
         D_A = on n' s (t_moe_layer - routed_forward_s)
     s: the framework's measured scale (1 where not measured); moe_layer_s: one MoE layer's
-    forward on the device (perfmodel.step.layer.LayerWork.total_s)."""
+    forward on the device (perfmodel.step.layer.LayerWork.total_s). recomputed False: the
+    forward's sections alone (n_rc = 0, its exchanges alone: perfmodel.step.compose.forward_s)."""
     if not c.fam.moe or not c.asynchronous or c.fam.moe_capacity:
         # (padded to a capacity, the counts are known on the host: Megatron-Core's drop-and-pad
         # path leaves cuda_sync_point "no_sync", HybridEP takes a static row count)
         return None
     ep_on = active(S.ep)
     on = ep_on + (1 - ep_on) * c.fused_kernels
-    n = on * (moe_layers(c)[stage] + moe_recomputed(c)[stage])
+    n = on * (moe_layers(c)[stage] + (moe_recomputed(c)[stage] if recomputed else 0))
     shared = 1 if c.fam.moe_shared else 0
     routed = routed_forward_s(c)
     return Synced(
@@ -296,7 +298,8 @@ def synced(c: Context, stage: str, cost: PartCost, moe_layer_s: sp.Expr) -> Sync
         host_a=n * (cost.forward_s + cost.kernel_s * (cost.forward_ops + MOE_HOST_OPS[0]
                                                       + EXPERT_HOST_OPS[0] * shared)),
         device_a=n * cost.scale * (moe_layer_s - routed),
-        comm_phases=(f"layers@{stage}/forward", f"layers@{stage}/recompute"), on=on)
+        comm_phases=(f"layers@{stage}/forward",) + ((f"layers@{stage}/recompute",)
+                                                    if recomputed else ()), on=on)
 
 
 def moe_mlp_work(c: Context) -> tuple[sp.Expr, sp.Expr]:

@@ -110,7 +110,9 @@ def build(fam: Family) -> Model:
     moe_layer_s = layer_work(c, moe=True).total_s if fam.moe else sp.Integer(0)
     composed = {st: CO.stage_terms(phases[st], CO.launch_s(collectives, st, launch, c.head_first),
                                    c.asynchronous, st,
-                                   MOE.synced(c, st, costs["layer"], moe_layer_s))
+                                   MOE.synced(c, st, costs["layer"], moe_layer_s),
+                                   MOE.synced(c, st, costs["layer"], moe_layer_s,
+                                              recomputed=False))
                 for st in PP.STAGES}
     stage_terms = {st: stage.terms for st, stage in composed.items()}
     # 4. the step: m micro-batches through the pipeline schedule, its fill and drain (the other
@@ -121,8 +123,8 @@ def build(fam: Family) -> Model:
     t_other = CO.other_stages_time(stage_time["first"], stage_time["middle"], stage_time["last"],
                                    t_mb, S.pp, c.multi)
     w_fill = PP.weight_gradient_fill(c, stage_terms)
-    phases["step"] = (DP.sync_phase(c, params, units, issued, CO.backward_s(stage_terms["last"]),
-                                    CO.forward_s(stage_terms["first"])),
+    phases["step"] = (DP.sync_phase(c, params, units, issued, CO.backward_s(composed["last"]),
+                                    CO.forward_s(composed["first"])),
                       TP.norm_grad_phase(issued), optimizer_phase(c, params),
                       *((FP8.weight_cast_phase(c, DP.fp8_weight_casts(c)),) if fam.fp8
                         else ()))
