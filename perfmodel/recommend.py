@@ -610,7 +610,8 @@ def infeasible_reason(model: TransformerSpec, hardware: HardwareSpec, req: Searc
     reason = (f"no plan fits in memory: the leanest {what} {leanest / 2**30:.1f} GiB "
               f"per GPU of {result.capacity_bytes / 2**30:.1f} GiB usable "
               f"(memory_margin {percent(req.memory_margin)}); "
-              f"{_words_or(remedies)} reduce it")
+              f"{' or '.join(filter(None, (', '.join(remedies[:-1]), remedies[-1])))} "
+              "reduce it")
     skipped = uneven_note(model, req)
     if skipped:
         reason += f"; {skipped}"
@@ -638,11 +639,6 @@ def _remedies(req: SearchRequest, plans: list[Plan], evaluated: bool) -> list[st
     if not all(p.micro_batch == 1 for p in plans):
         out.append("a smaller micro-batch")
     return out
-
-
-def _words_or(items: list[str]) -> str:
-    """a, b or c."""
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
 
 
 # how many GPU counts or global batches nearest_splits tries on each side of the request's

@@ -529,12 +529,10 @@ def _sections(synced: Synced, phases: Sequence[Phase], each: Sequence[Terms]) ->
     return synced.host_r, synced.device_r + exchanged, synced.host_a, synced.device_a
 
 
-def _direction(phase: str) -> str | None:
-    """forward, backward (the recompute runs in it) or None: where a phase runs, by the last
-    part of its name (layers/forward, cp/ring_first/backward, layers@last/recompute)."""
-    last = phase.rsplit("/", 1)[-1]
-    return "forward" if last == "forward" else "backward" if last in ("backward", "recompute") \
-        else None
+def _in_forward(phase: str) -> bool:
+    """The phase runs in the forward, by the last part of its name (layers/forward, cp/ring/
+    forward; not cp/ring_first/backward, layers@last/recompute, pipeline/p2p)."""
+    return phase.rsplit("/", 1)[-1] == "forward"
 
 
 def _forward_parts(phases: Sequence[Phase], each: Sequence[Terms]) -> tuple[sp.Expr, sp.Expr]:
@@ -545,7 +543,7 @@ def _forward_parts(phases: Sequence[Phase], each: Sequence[Terms]) -> tuple[sp.E
     host: list[sp.Expr] = []
     device: list[sp.Expr] = []
     for phase, t in zip(phases, each, strict=True):
-        whole = _direction(phase.name) == "forward"
+        whole = _in_forward(phase.name)
         host += [x for k, x in t.host.items() if whole or k.startswith("compute/forward")]
         device += [x for part in (t.device, t.comm) for k, x in part.items()
                    if k != "pipeline/p2p" and (whole or k.startswith("compute/forward"))]
