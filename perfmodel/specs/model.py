@@ -631,6 +631,14 @@ _ALIASES = {"kimi_k2": ("deepseek_v3", "DeepseekV3ForCausalLM")}
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
              "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size")
 _MOE = "a mixture-of-experts model of a family perfmodel does not read"
+# DeepSeek's sparse attention (DeepSeek-V3.2, GLM-5: a lightning indexer picks index_topk tokens
+# for each query): configs of those models carry these keys, whatever their model_type
+_SPARSE_ATTENTION_KEYS = frozenset({"index_topk", "index_n_heads", "index_head_dim"})
+# What a config.json's architectures names: the class transformers builds. perfmodel costs a
+# causal language model (its vocabulary-wide output layer and loss); a reward, classification or
+# embedding model's head (LlamaForSequenceClassification, Qwen2ForRewardModel, MistralModel) is
+# another computation and other parameters
+_LM_HEADS = ("ForCausalLM", "LMHeadModel")
 _UNMODELLED_TYPES = {
     **dict.fromkeys(("dbrx", "jamba", "jetmoe", "arctic", "grok-1", "minimax", "llama4"), _MOE),
     # mixtures of experts whose parameters perfmodel's fields could express but whose work they
@@ -698,6 +706,10 @@ def _hf_unsaid(cfg: Mapping[str, Any], mtype: str, where: str) -> None:
 
 def _hf_refusal(cfg: Mapping[str, Any], mtype: str) -> str | None:
     """Why a config describes a model perfmodel cannot model, or None."""
+    indexer = sorted(k for k in cfg if k in _SPARSE_ATTENTION_KEYS)
+    if indexer:  # checked first: a sparse-attention MoE is refused for its attention
+        return (f"model with a sparse-attention indexer ({', '.join(indexer)}: each query "
+                f"attends to the tokens the indexer selects, not to every earlier token)")
     experts = [k for k in _MOE_KEYS if cfg.get(k) not in (None, 0, False)]
     what = f" ({experts[0]}: {cfg[experts[0]]})" if experts else ""
     if mtype in _UNMODELLED_TYPES:
@@ -736,6 +748,16 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str,
             f"{where}: Hugging Face model_type '{mtype}' is not supported"
             f"{suggest(mtype, _HF_FAMILIES)}; supported: {', '.join(_HF_FAMILIES)}"
         )
+    heads = cfg.get("architectures")
+    if heads is not None:
+        if not isinstance(heads, list) or not all(isinstance(a, str) for a in heads):
+            raise SpecError(f"{where}: architectures must be a list of class names, got {heads!r}")
+        other = [a for a in heads if not a.endswith(_LM_HEADS)]
+        if other:
+            raise SpecError(f"{where}: Hugging Face architectures {other[0]} is not a causal "
+                            f"language model, which perfmodel does not model (it models "
+                            f"<Family>ForCausalLM and GPT2LMHeadModel: their output layer "
+                            f"and loss)")
     _hf_unsaid(cfg, mtype, where)
 
     def need(key: str) -> int:
