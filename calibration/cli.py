@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +51,20 @@ def _debug() -> bool:
     return bool(isinstance(obj, dict) and obj.get("debug"))
 
 
-def _check_profile_output(out: str) -> None:
+def _check_profile_output(out: str, inputs: Sequence[tuple[Path | str | None, str]] = ()
+                          ) -> None:
     """Refuse now (OutputError, exit 7) a profile path its write would refuse, as predict's
     outputs are: a name ending in '/' (click's Path would drop the slash and replace the file),
     a missing directory (none is made for it), a directory, device or FIFO in its place; and the
-    same for the measurements CSV written beside it."""
-    from perfmodel.files import check_output
+    same for the measurements CSV written beside it; and either where it is an input the
+    command reads (a log replaced by the profile fitted to it)."""
+    from perfmodel.files import check_distinct, check_output
 
     check_output(out, what="profile")
     target = Path(os.path.realpath(out)) if Path(out).is_symlink() else Path(out)
-    check_output(target.with_name(f"{target.stem}.measurements.csv"),
-                 what="profile measurements")
+    beside = target.with_name(f"{target.stem}.measurements.csv")
+    check_output(beside, what="profile measurements")
+    check_distinct([(out, "profile"), (beside, "profile measurements")], inputs)
 
 
 @click.group(name="calibrate")
@@ -212,7 +215,8 @@ def import_nccl_tests_cmd(
     A log is what a test prints (also under mpirun --tag-output or srun --label, with NCCL_DEBUG
     lines, CRLF line ends) or the JSON file of its -J option.
     """
-    _check_profile_output(out)  # before the logs are read and fitted
+    _check_profile_output(out, [(log, "nccl-tests log") for log in logs] +
+                          [(base, "hardware spec")])  # before the logs are read and fitted
     from calibration.importers import import_nccl_tests, save
 
     result = import_nccl_tests(logs, algorithm=algorithm, op=op, allow_truncated=allow_truncated)
@@ -327,7 +331,8 @@ def import_gemm_cmd(
     tables: tuple[Path, ...], out: str, base: str | None, device: str | None, folds: int
 ) -> None:
     """Fit the GEMM efficiency model to published sweeps (CSV of shape, dtype, FLOP/s)."""
-    _check_profile_output(out)  # before the fit: it takes seconds
+    _check_profile_output(out, [(table, "GEMM table") for table in tables] +
+                          [(base, "hardware spec")])  # before the fit: it takes seconds
     from calibration.gemm_tables import device_gpus, device_info, read_gemm_table
     from calibration.importers import import_gemm, save
 
@@ -453,9 +458,10 @@ def _gemm_gpu_name(device: str, base_spec: Any) -> str:
 @_errors
 def report_cmd(profile: Path, plot: str | None) -> None:
     """Print a profile's fits, residuals and size ranges; optionally plot them."""
-    from perfmodel.files import check_output
+    from perfmodel.files import check_distinct, check_output
 
     check_output(plot, what="plot", figure=True)  # before the profile is read and drawn
+    check_distinct([(plot, "plot")], [(profile, "profile")])
     from calibration.report import print_report
     from perfmodel.plot import calibration_plot
     from perfmodel.specs.profile import load_profile

@@ -593,10 +593,25 @@ def check_outputs(*outputs: tuple[str | None, str]) -> None:
     """Refuse in one line (OutputError), before anything is computed, each (path, what) a later
     write would refuse: a missing directory, a directory, device or FIFO in its place; a path of
     None is no output."""
-    from perfmodel.files import check_output
+    from perfmodel.files import check_distinct, check_output
 
     for path, what in outputs:
         check_output(path, what=what, figure=what in ("plot", "timeline"))
+    check_distinct(outputs, _input_files())
+
+
+# the options whose value may be a file the command reads: what no output may replace
+_INPUT_OPTIONS = {"model": "model spec", "hardware": "hardware spec", "profile": "profile",
+                  "from_config": "job config", "batch": "plans file"}
+
+
+def _input_files() -> list[tuple[str | None, str]]:
+    """The files the running command reads by its options (a preset's name is none)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return []
+    return [(str(ctx.params[name]) if ctx.params.get(name) else None, what)
+            for name, what in _INPUT_OPTIONS.items()]
 
 
 PLAN_KEYS = ("gpus", "dp", "tp", "pp", "cp", "cp_comm", "ep", "etp", "micro_batch", "global_batch",
@@ -1628,11 +1643,16 @@ def recommend(model: str | None, from_config: str | None,
     req = SearchRequest(gpus=gpu_counts, global_batch=global_batch,
                         dtype=parse_option(Dtype, dtype or hw.default_dtype(), "dtype"),
                         objective=parse_option(Objective, objective, "objective"), **pins)
-    from perfmodel.files import atomic_file, check_output
+    from perfmodel.files import atomic_file
     from perfmodel.predict import parameter_count
     from perfmodel.recommend import PlanCsv, shared_columns
 
     changed = hw  # the hardware of --what-if, refused (a typo, a stack it cannot run) first
+    fields = [change.partition("=")[0].strip() for change in what_if]
+    twice = next((f for i, f in enumerate(fields) if f in fields[:i]), None)
+    if twice is not None:  # 2x then 3x would compound to 6x unsaid: one change a field, as --vary
+        raise click.UsageError(f"--what-if {twice} is given twice: give each field one change "
+                               "(a factor or a value)")
     for change in what_if:
         try:
             changed = apply_what_if(changed, change)
@@ -1652,9 +1672,10 @@ def recommend(model: str | None, from_config: str | None,
     # what the search's end writes or reads, refused before the search (and before the CSV)
     check_outputs((plot_path, "plot"), (html_path, "HTML report"), (csv_path, "plans CSV"))
     if emit_config:  # its files are written into the directory, made where missing
+        from perfmodel.configs.emit import check_emitted
+
         check_output_directory(Path(emit_config[1]), "--emit-config")
-        check_output(Path(emit_config[1]) / "config", what="emitted config",
-                     make_parents=True)
+        check_emitted(emit_config[0], emit_config[1], _input_files())
     if validate_profile and not validate:
         raise click.UsageError("--validate-profile is the profile of --validate's local run: "
                                "give --validate too, or leave it out")
@@ -1788,7 +1809,8 @@ def _what_if_malformed(hardware: Any, change: str) -> bool:
     if isinstance(node, bool):
         return given not in ("true", "false")
     try:
-        if given in ("true", "false") or not math.isfinite(float(text)):
+        if given in ("true", "false") or not ascii_number(text) \
+                or not math.isfinite(float(text)):
             return True
     except ValueError:
         return True
@@ -1814,7 +1836,8 @@ def _gpu_counts(text: str) -> tuple[int, ...]:
     """recommend's --gpus: whole numbers in ASCII digits separated by commas (int() reads '8_0'
     as 80 and a full-width '８' as 8: refused, as an empty item is)."""
     items = [g.strip() for g in text.split(",")]
-    if not all(g.isascii() and g.isdigit() for g in items):
+    # a negative count is a whole number out of range (exit 4, as 0 is), not malformed
+    if not all(g.isascii() and g.removeprefix("-").isdigit() for g in items):
         raise click.UsageError(
             f"--gpus must be whole numbers separated by commas (ASCII digits, no empty item), "
             f"got '{text}'")

@@ -21,7 +21,7 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -49,6 +49,9 @@ def _as_path(path: str | os.PathLike[str], what: str) -> Path:
     'real.csv/' would replace the file real.csv where POSIX refuses it (ENOTDIR, or EISDIR for a
     name that does not exist): the slash names a directory."""
     text = os.fspath(path)
+    if not text:  # Path('') is '.': an empty name (an unset shell variable) names no file
+        raise OutputError(f"cannot write {what}: its path is empty; give the path of a "
+                          "regular file")
     if isinstance(text, str) and (text.endswith(os.sep) or text.endswith(os.sep + ".")
                                   or (os.altsep and text.endswith(os.altsep))):
         stripped = Path(text)
@@ -120,6 +123,33 @@ def check_output(path: str | Path | None, *, what: str = "output",
     _check_path(path, what, make_parents)
     if figure:  # an image: its suffix names its format (checked after where it goes)
         figure_format(path, what)
+
+
+def check_distinct(outputs: Iterable[tuple[str | os.PathLike[str] | None, str]],
+                   inputs: Iterable[tuple[str | os.PathLike[str] | None, str]] = ()) -> None:
+    """Refuse now (OutputError) an output that is where another output of the same command goes,
+    or an input it reads: the later write would replace it (the nccl-tests log with the profile
+    fitted to it, a plans file with its results, a trace with the HTML report). Paths are
+    compared where their writes go (symbolic links followed) and, where both exist, as files (a
+    hard link is the same file). (path, what) pairs; a path of None is none, and an input that
+    is not an existing file (a preset's name) is not a file an output could replace."""
+    seen: list[tuple[str, str, str, bool]] = []  # (real path, path as given, what, an input)
+    for path, what, is_input in [(p, w, True) for p, w in inputs] + \
+            [(p, w, False) for p, w in outputs]:
+        if path is None or (is_input and not os.path.isfile(path)):
+            continue
+        real = os.path.realpath(path)
+        for other_real, other, other_what, other_input in seen:
+            same = real == other_real
+            if not same and os.path.exists(real) and os.path.exists(other_real):
+                with contextlib.suppress(OSError):
+                    same = os.path.samefile(real, other_real)
+            if same and not is_input:
+                kind = "the input" if other_input else "also the path of the"
+                raise OutputError(f"refusing to write {what} {path}: it is {kind} {other_what}"
+                                  f"{'' if os.fspath(path) == other else ' ' + other} (give "
+                                  f"the {what} a path of its own)")
+        seen.append((real, os.fspath(path), what, is_input))
 
 
 def _check_path(path: Path, what: str, make_parents: bool) -> None:

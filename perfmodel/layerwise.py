@@ -479,11 +479,21 @@ def _set_field(hardware: HardwareSpec, dotted: str, value: float, dtype: str) ->
 
     if dotted == "peak_flops_per_s":  # the FLOP rate in the plan's dtype; the others scale with it
         ref = hardware.peak(dtype)
-        factor = f"peak_flops_per_s={value / ref!r}x"
-        try:
-            return apply_what_if(hardware, factor, "--vary")
-        except PerfmodelError as exc:  # named by the value given, not the factor it became
-            raise type(exc)(str(exc).replace(factor, f"peak_flops_per_s={value!r}")) from None
+        # the plan's dtype takes the value as given (ref x value / ref may round below a bound
+        # the value is at), the others their share of it
+        given = f"peak_flops_per_s={value!r}"
+        changes = sorted(((name, f"peak_flops_per_s.{name}="
+                                 f"{value if name == dtype else flops * value / ref!r}")
+                          for name, flops in hardware.peak_flops_per_s.items()),
+                         key=lambda change: change[0] != dtype)  # the value given first
+        for name, change in changes:
+            try:
+                hardware = apply_what_if(hardware, change, "--vary")
+            except PerfmodelError as exc:  # named by the value given, not the one it became
+                raise type(exc)(str(exc).replace(change, given) if name == dtype else
+                                f"{exc} (from --vary {given}: every dtype's peak scaled with "
+                                f"{dtype}'s)") from None
+        return hardware
     return apply_what_if(hardware, f"{dotted}={value!r}", "--vary")
 
 

@@ -27,7 +27,7 @@ from perfmodel.cli import (
     whole,
 )
 from perfmodel.errors import PlanError
-from perfmodel.files import check_output
+from perfmodel.files import check_distinct, check_output
 from perfmodel.output import json_text
 
 
@@ -139,7 +139,7 @@ def _finish(
 )
 @click.option(
     "--run-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # not a directory: an output error (check_output_directory)
     default=None,
     help="Where the job's config, logs and results go.",
 )
@@ -274,6 +274,8 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
             f"submit: cd {where} && sbatch job.sbatch; then: perfmodel validate collect {where}"
         )
         return
+    if kw["run_dir"] is not None:  # as --emit's: a file in its place is an output error
+        check_output_directory(kw["run_dir"], "--run-dir")
     run_dir = kw["run_dir"] or run.default_run_dir(plan)
     _check_outputs(kw["out"] or run_dir / "report.json", kw["plot_path"], kw["history"],
                    kw["trace_path"], kw["timeline_path"])  # before the run, not after it
@@ -339,11 +341,17 @@ def _check_outputs(out: str | Path, plot: str | Path | None, history: str | Path
     # the report and the history are written with their directories made, the others not (a
     # plot not given goes beside the report, after it: plot None)
     check_output(out, what="validation report", make_parents=True)
-    for path, what, parents in ((Path(out).with_suffix(".png") if plot is None else plot, "plot",
-                                 plot is None),
-                                (history, "validation history", True), (trace, "trace", False),
-                                (timeline, "plot", False)):
-        check_output(path, what=what, make_parents=parents, figure=what == "plot")
+    outputs = ((Path(out).with_suffix(".png") if plot is None else plot, "plot", plot is None),
+               (history, "validation history", True), (trace, "trace", False),
+               (timeline, "timeline", False))
+    for path, what, parents in outputs:
+        check_output(path, what=what, make_parents=parents, figure=what in ("plot", "timeline"))
+    ctx = click.get_current_context(silent=True)
+    params = ctx.params if ctx is not None else {}
+    check_distinct([(out, "validation report")] + [(path, what) for path, what, _ in outputs],
+                   [(params.get(name), what) for name, what in
+                    (("model", "model spec"), ("hardware", "hardware spec"),
+                     ("profile", "profile"), ("from_config", "job config"))])
 
 
 def _as_path(value: str | Path | None) -> Path | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from perfmodel.configs.job import EXPANDABLE_ENV
 from perfmodel.errors import DataError, PerfmodelError, PlanError
-from perfmodel.files import read_text_bounded, write_atomic
+from perfmodel.files import check_output, read_text_bounded, write_atomic
 from perfmodel.output import json_text
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
@@ -414,13 +414,10 @@ def emit(
         "collective_launches": collective_launches(model, plan, prediction),
         "extrapolations": extrapolations(model, hardware, plan),
     }
-    written = []
-    for name, data in job_files().items():
-        write_atomic(out / name, data, what="job", make_parents=True)
-        written.append(out / name)
-    for name, doc in (("config.json", cfg), ("meta.json", meta)):
-        write_atomic(out / name, json_text(doc, indent=1), what=name, make_parents=True)
-        written.append(out / name)
+    files: list[tuple[str, str | bytes, str]] = [
+        (name, data, "job") for name, data in job_files().items()]
+    files += [(name, json_text(doc, indent=1), name)
+              for name, doc in (("config.json", cfg), ("meta.json", meta))]
     env = "\n".join(f"export {k}={v}" for k, v in {**NCCL_ENV,
                                                    **allocator_env(plan.to_dict())}.items())
     torchrun = (
@@ -452,9 +449,14 @@ def emit(
         f"{env}\nsrun {torchrun}\n"
         "# then, where perfmodel is installed: perfmodel validate collect <this directory>\n"
     )
-    for name, text in (("run.sh", run_sh), ("job.sbatch", sbatch)):
-        write_atomic(out / name, text, what=name, make_parents=True)
-        os.chmod(out / name, 0o755)
+    files += [("run.sh", run_sh, "run.sh"), ("job.sbatch", sbatch, "job.sbatch")]
+    for name, _, what in files:  # every file refused before any is written: never half a job
+        check_output(out / name, what=what, make_parents=True)
+    written = []
+    for name, data, what in files:
+        write_atomic(out / name, data, what=what, make_parents=True)
+        if name in ("run.sh", "job.sbatch"):
+            os.chmod(out / name, 0o755)
         written.append(out / name)
     return written
 

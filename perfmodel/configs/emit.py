@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from perfmodel.configs.job import allocator_export, refuse_emit
 from perfmodel.errors import OutputError, PlanError
+from perfmodel.files import check_distinct, check_output
 
 
 class EmitFormat(StrEnum):
@@ -72,6 +74,31 @@ def emit_best(fmt: str, directory: str | Path, model: Any, hardware: Any,
                     "pin what the framework runs, or raise --top)")
 
 
+# the files each format writes into the directory, and what each is
+EMITTED = {"megatron": (("megatron_args.txt", "Megatron-LM arguments"),
+                        ("launch.sh", "Megatron-LM launch script")),
+           "torchtitan": (("job.toml", "torchtitan job config"),
+                          ("launch.sh", "torchtitan launch script")),
+           "deepspeed": (("ds_config.json", "DeepSpeed config"),
+                         ("launch.sh", "DeepSpeed launch script"))}
+
+
+def check_emitted(fmt: str, directory: str | Path,
+                  inputs: Sequence[tuple[str | None, str]] = ()) -> None:
+    """Refuse now (OutputError) any file `fmt` would write into directory that its write would
+    refuse (a directory, a FIFO, a device in its place), or that is one of the command's inputs:
+    checked together, before any is written, so that a refusal leaves no half-written job (new
+    arguments beside an old launch script)."""
+    out = Path(directory)
+    if not str(directory).strip():
+        raise OutputError(f"--emit-config {fmt}: the directory name is empty (give a directory; "
+                          "'.' for the current one)")
+    targets = [(out / name, what) for name, what in EMITTED[fmt]]
+    for path, what in targets:
+        check_output(path, what=what, make_parents=True)
+    check_distinct(targets, inputs)
+
+
 def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
          step_time_s: float) -> list[Path]:
     """Write the plan as `fmt`'s config into directory (which must exist); the paths written."""
@@ -80,6 +107,7 @@ def emit(fmt: str, directory: str | Path, model: Any, hardware: Any, plan: Any,
         raise OutputError(f"--emit-config: {out} is not a directory")
     lines = header(model, hardware, plan, step_time_s)
     fmt = EmitFormat(fmt)
+    check_emitted(fmt.value, out)
     if plan.pp_scatter_gather:
         raise refuse_emit(fmt.value, "pp_scatter_gather", "Megatron-LM's 2021 scatter-gather "
                           "of pipeline sends is in none of today's frameworks")

@@ -677,10 +677,16 @@ def _parallelism(data: dict[str, Any], job: JobConfig, where: str) -> None:
                           "a hand-made pipeline schedule is not modelled")
     replicate = whole(par.get("data_parallel_replicate_degree", 1),
                       "parallelism.data_parallel_replicate_degree", where)
-    shard = whole_or(par.get("data_parallel_shard_degree"), -1,
-                     "parallelism.data_parallel_shard_degree", where)
-    if shard != -1:
-        shard = whole(shard, "parallelism.data_parallel_shard_degree", where)
+    shard = par.get("data_parallel_shard_degree")
+    if shard is None or (not isinstance(shard, bool) and shard == -1):
+        shard = -1
+    else:  # torchtitan's rule: -1 (the ranks the other degrees leave) or a degree >= 1
+        try:
+            shard = whole(shard, "parallelism.data_parallel_shard_degree", where)
+        except SpecError:
+            raise SpecError(f"{where}: parallelism.data_parallel_shard_degree must be -1 (the "
+                            f"ranks the other degrees leave) or a whole number from 1 to 1e10, "
+                            f"got {shard!r}") from None
     pp = whole(par.get("pipeline_parallel_degree", 1), "parallelism.pipeline_parallel_degree",
                where)
     for key in ("data_parallel_replicate_degree", "data_parallel_shard_degree",
@@ -1158,10 +1164,15 @@ def _checkpointing(data: dict[str, Any], job: JobConfig, where: str) -> None:
         # torchtitan/distributed/activation_checkpoint.py, _apply_layer_sac)
         job.fix("recompute", "full", pin="mode" in ac)
         job.fix("recompute_every", int(option), pin="mode" in ac)
+    elif mode == "selective":  # an option none of the above reads
+        shown = option if len(option) <= 24 else f"{option[:12]}... ({len(option)} characters)"
+        raise refuse_plan(where, "activation_checkpoint.selective_ac_option", shown,
+                          "selective layer AC wraps every N-th block, N a whole number >= 1 "
+                          "(or op: per-op selective AC)")
     else:
         raise refuse_plan(where, "activation_checkpoint.mode", mode,
                           "perfmodel models none, full, and selective with option op or a "
-                          "whole number")
+                          "whole number >= 1")
 
 
 def finish(job: JobConfig, gpus: int) -> None:

@@ -113,7 +113,8 @@ _CONFIGS = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / 
     ("torchtitan_qwen3_30b_a3b.toml", ("training", "global_batch_size", {}),
      "training.global_batch_size must be a whole number"),
     ("torchtitan_qwen3_30b_a3b.toml", ("parallelism", "data_parallel_shard_degree", "x"),
-     "parallelism.data_parallel_shard_degree must be a whole number"),
+     "parallelism.data_parallel_shard_degree must be -1 .the ranks the other degrees leave. or "
+     "a whole number from 1 to 1e10, got 'x'"),
     # AutoModel: a section that is not a mapping
     ("automodel_qwen3_30b_a3b.yaml", (None, "step_scheduler", 8),
      "step_scheduler must be a mapping"),
@@ -261,10 +262,12 @@ def test_megatron_deepspeed_zero_stage_past_a_float_is_refused(tmp_path):
     ("parallelism", {"pipeline_parallel_split_points": ["layers.\u00b2"]}, PlanError,
      "parallelism.pipeline_parallel_split_points layers.\u00b2: a stage boundary names a layer"),
     ("activation_checkpoint", {"mode": "selective", "selective_ac_option": "\u00b2"}, PlanError,
-     "activation_checkpoint.mode selective: perfmodel models none, full, and selective"),
+     "activation_checkpoint.selective_ac_option \u00b2: selective layer AC wraps every N-th "
+     "block, N a whole number >= 1"),
     # was: ValueError 'Exceeds the limit (4300 digits) for integer string conversion'
     ("activation_checkpoint", {"mode": "selective", "selective_ac_option": "9" * 5000},
-     PlanError, "activation_checkpoint.mode selective: perfmodel models none, full, and selective"),
+     PlanError, "activation_checkpoint.selective_ac_option 999999999999... (5000 characters): "
+                "selective layer AC wraps every N-th block"),
     # was: TypeError 'int' object is not iterable
     ("model", {"converters": 8}, SpecError,
      "model.converters must be a list of converter names, got '8'"),
