@@ -325,10 +325,16 @@ def predicted_timeline(model: Any, hardware: Any, plan: Any) -> Timeline:
     paces, durations = [], []
     for position in positions:
         pace = times.stage(position)
-        if weight_s > pace["backward"]["compute"] * (1 + TOLERANCE):
+        # the weight gradients' pass as the model times it (perfmodel.step.pipeline.
+        # weight_gradient_fill: on a host-bound stage as long as the host issuing them takes):
+        # out of the backward's compute and host time, in their proportion
+        issued = pace["backward"]["compute"] + pace["backward"]["host"]
+        if weight_s > issued * (1 + TOLERANCE):
             raise InternalError(f"timeline: the weight gradient ({weight_s:g} s) exceeds the "
-                                "backward's compute; please report it")
-        pace["backward"]["compute"] = max(0.0, pace["backward"]["compute"] - weight_s)
+                                "backward's compute and host time; please report it")
+        kept = max(0.0, 1 - weight_s / issued) if issued else 1.0
+        pace["backward"]["compute"] *= kept
+        pace["backward"]["host"] *= kept
         paces.append(pace)
         durations.append({FORWARD: sum(pace["forward"].values()) / v,
                           BACKWARD: (sum(pace["backward"].values())

@@ -232,3 +232,21 @@ def test_the_trace_title_names_expert_tensor_parallelism(run_cli, tmp_path):
     doc = json.loads((tmp_path / "step.json").read_text())
     title = doc["otherData"]["timelines"][0]["title"]
     assert "dp=4 tp=2 pp=1 ep=4 etp=2 " in title
+
+
+@pytest.mark.parametrize("schedule", ["zb", "zbv"])
+def test_a_host_bound_zero_bubble_stage_is_drawn(schedule):
+    # tiny-gpt's stages are host-bound: its weight-gradient passes take as long as the host
+    # issuing them (perfmodel.step.pipeline.weight_gradient_fill), longer than the backward's
+    # device compute; the timeline raised an internal error for them (a probe, 2026-12-07)
+    p = {"gpus": 2, "pp": 2, "schedule": schedule, "virtual_stages": 2, "global_batch": 2}
+    from perfmodel.predict import resolve_inputs
+
+    times = pass_times(*resolve_inputs("tiny-gpt", HARDWARE, p))
+    weight = times.values["w_fill"] / (2 + (schedule == "zbv"))
+    assert weight > max(times.stage(s)["backward"]["compute"] for s in ("first", "last"))
+    timeline = predicted_timeline("tiny-gpt", HARDWARE, p)
+    drawn = [s for s in timeline.spans if s.name.startswith("W") and s.thread == "schedule"]
+    # m 2 micro-batches x v 2 chunks x pp 2 stages, each chunk's pass a v-th of the weight's
+    assert len(drawn) == 8 and all(s.duration_s > 0 for s in drawn)
+    assert sum(s.duration_s for s in drawn) == pytest.approx(8 * weight / 2, rel=1e-9)
