@@ -26,6 +26,13 @@ from perfmodel.pipeline_layout import PipelineLayout, accounted_layout
 from perfmodel.specs.loading import keyword_fields, plain, suggest
 from perfmodel.specs.model import TransformerSpec
 
+# Megatron-Core's default bucket without --ddp-bucket-size: max(40,000,000, 1,000,000 x the
+# dp x cp group's ranks) parameters, "larger DP sizes need larger buckets to ensure collectives
+# do not become latency-bound" (megatron/core/distributed/distributed_data_parallel_config.py and
+# distributed_data_parallel.py, from core v0.7.0 on; perfmodel.step.data_parallel.bucket_size)
+BUCKET_MIN_PARAMS = 40_000_000
+BUCKET_PARAMS_PER_RANK = 1_000_000
+
 
 class Schedule(StrEnum):
     GPIPE = "gpipe"
@@ -984,6 +991,14 @@ class Plan:
     @property
     def num_micro_batches(self) -> int:
         return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def bucket_params(self) -> int:
+        """Parameters per bucket of an overlapped data-parallel sync: dp_bucket_size, else
+        Megatron-Core's default over the dp x cp group (perfmodel.step.data_parallel.
+        bucket_size, which the step model computes)."""
+        return self.dp_bucket_size or max(BUCKET_MIN_PARAMS,
+                                          BUCKET_PARAMS_PER_RANK * self.dp * self.cp)
 
     def columns(self) -> PlanColumns:
         """This plan as one row of plan columns (what the search holds for millions of plans):

@@ -111,6 +111,7 @@ from perfmodel.step.collective import Collective
 from perfmodel.step.compose import Overlap, Phase
 from perfmodel.step.context import Context, active
 from perfmodel.step.parameters import Parameters
+from perfmodel.strategy import BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_RANK
 
 FSDP_GATHERS_PER_MICRO_BATCH = 2  # a unit's weights, gathered for its forward and its backward
 MAX_GATHERED_STAGES = 3  # torch.distributed.pipelining's max_active_stages under FSDP (module doc)
@@ -286,17 +287,12 @@ def replicas(c: Context) -> sp.Expr:
     return S.dp * S.cp
 
 
-# Megatron-Core's default bucket without --ddp-bucket-size: max(40,000,000, 1,000,000 x the
-# dp x cp group's ranks) parameters, "larger DP sizes need larger buckets to ensure collectives
-# do not become latency-bound" (megatron/core/distributed/distributed_data_parallel_config.py and
-# distributed_data_parallel.py, from core v0.7.0 on)
-BUCKET_MIN_PARAMS = 40_000_000
-BUCKET_PARAMS_PER_RANK = 1_000_000
 
 
 def bucket_size(c: Context) -> sp.Expr:
     """Parameters per data-parallel bucket: the plan's (N_bkt, Plan.dp_bucket_size), else (N_bkt
-    0) Megatron-Core's default over the dp x cp group, max(4e7, 1e6 dp cp). Megatron-Core takes
+    0) Megatron-Core's default over the dp x cp group, max(4e7, 1e6 dp cp) (perfmodel.strategy.
+    BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_RANK; Plan.bucket_params). Megatron-Core takes
     the same size for its expert buffers."""
     default = 1 - lmin(1, S.N_bkt)
     return lmax(S.N_bkt, default * lmax(BUCKET_MIN_PARAMS,
