@@ -1218,6 +1218,9 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
     drawn = []  # what the timeline says of itself (not an extrapolation of the profile)
     if trace_path or timeline_path:
         drawn = _timeline_outputs(model, hardware, plan, trace_path, timeline_path)
+    elif plan.schedule.value == "zbv" and plan.pp > 1 \
+            and plan.num_micro_batches // plan.pipeline_flushes < 2 * plan.pp:
+        drawn = _zbv_order_note(model, hardware, plan)
     if html_path:
         from perfmodel.htmlreport import prediction_html, write_html
 
@@ -1235,6 +1238,22 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
         from perfmodel.render import print_prediction
 
         print_prediction(result)
+
+
+def _zbv_order_note(model: Any, hardware: Any, plan: Any) -> list[str]:
+    """ZB-V with fewer than 2 pp micro-batches a schedule: its order, laid out with the model's
+    pass times, leaves bubbles its closed form (pp - 1)(F + B - 2W) does not count (up to +15%
+    a step at m = pp; docs/timeline.md): said where it differs, as --trace says it. A few
+    micro-batches lay out in milliseconds."""
+    from perfmodel.errors import PlanError
+    from perfmodel.timeline import predicted_timeline
+
+    try:
+        notes = list(predicted_timeline(model, hardware, plan).notes)
+    except PlanError:  # a plan the timeline does not draw (ranks time-sharing a device)
+        return []
+    return [f"{note} (fewer than 2 x pp = {2 * plan.pp} micro-batches a schedule: "
+            "predict --trace draws the order)" for note in notes]
 
 
 def _timeline_outputs(model: Any, hardware: Any, plan: Any, trace_path: str | None,
