@@ -68,7 +68,7 @@ from perfmodel.configs.job import (
     whole,
     yes_or_no,
 )
-from perfmodel.errors import PlanError
+from perfmodel.errors import PlanError, SpecError
 
 # the Hugging Face models perfmodel has a preset of (each preset's source names the config.json
 # it was read from); an -Instruct model has its base model's architecture
@@ -1271,10 +1271,38 @@ def _optimizer(data: dict[str, Any], job: JobConfig, where: str) -> None:
         raise refuse_plan(where, "optimizer.amsgrad", True, "AMSGrad's third state is not "
                                                             "modelled (Adam's two)")
     job.took("optimizer._target_", target, "Adam's states")
+    _torch_adam_kernels(section_, job, where)
     for key, value in section_.items():
-        if key != "_target_":
+        if key not in ("_target_", "fused", "foreach"):
             job.skipped(f"optimizer.{key}", value, "a hyperparameter or the kernel's mode "
                                                    "(Adam's states whatever its rates)")
+
+
+def _torch_adam_kernels(kwargs: dict[str, Any], job: JobConfig, where: str) -> None:
+    """How torch's Adam and AdamW run their step: `fused` true, one fused kernel; otherwise
+    torch's foreach passes, its default for CUDA tensors and DTensors where neither is given
+    (torch/optim/optimizer.py, _default_to_fused_or_foreach); `foreach` false, a for-loop of
+    the same passes a tensor at a time (its per-tensor dispatch not counted), as torchtitan's
+    reader takes it."""
+    fused = kwargs.get("fused")
+    foreach = kwargs.get("foreach")
+    for key, value in (("fused", fused), ("foreach", foreach)):
+        if value is not None and not isinstance(value, bool):
+            raise SpecError(f"{where}: optimizer.{key} must be true, false or null, got "
+                            f"{value!r}")
+    if fused and foreach:  # torch raises "`fused` and `foreach` cannot be `True` together."
+        raise refuse_spec(where, "optimizer.fused", True, "torch's Adam refuses fused and "
+                                                           "foreach both true")
+    kind = "fused" if fused else "foreach"
+    job.fix("optimizer_kernels", kind, pin="fused" in kwargs or "foreach" in kwargs)
+    for key, value in (("fused", fused), ("foreach", foreach)):
+        if key in kwargs:
+            job.took(f"optimizer.{key}", value, f"optimizer_kernels {kind}"
+                     + (" (a for-loop of foreach's passes, one tensor at a time)"
+                        if key == "foreach" and value is False and not fused else ""))
+    if "fused" not in kwargs and "foreach" not in kwargs:
+        job.notes.append("optimizer: neither fused nor foreach given: torch's default for CUDA "
+                         "tensors, foreach (optimizer_kernels foreach)")
 
 
 def _dtype(value: Any, key: str, where: str) -> str:

@@ -48,6 +48,12 @@ _READ = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumul
          "sparse_attention", "zero_optimization_comment")
 _ZERO_READ = ("stage", "overlap_comm", "offload_optimizer", "offload_param", "cpu_offload",
               "cpu_offload_params")
+# ZeRO 3's prefetch bucket (its names before and after DeepSpeed's config models took aliases)
+_PREFETCH = ("stage3_prefetch_bucket_size", "prefetch_bucket_size")
+# ZeRO++ (Wang et al. 2023: qwZ, qgZ, hpZ) and MiCS: refused where on (hpZ and MiCS: a group
+# size above 1; zero_hpz_partition_size 1 is DeepSpeed's default, MiCS's -1 off)
+_ZERO_PLUS_PLUS = ("zero_quantized_weights", "zero_quantized_nontrainable_weights",
+                   "zero_quantized_gradients", "zero_hpz_partition_size", "mics_shard_size")
 _ZERO_IGNORED = ("allgather_partitions", "allgather_bucket_size", "reduce_scatter",
                  "reduce_bucket_size", "contiguous_gradients", "round_robin_gradients",
                  "sub_group_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
@@ -58,6 +64,23 @@ _ZERO_IGNORED = ("allgather_partitions", "allgather_bucket_size", "reduce_scatte
                  "memory_efficient_linear", "model_persistence_threshold", "max_live_parameters",
                  "max_reuse_distance", "prefetch_bucket_size", "param_persistence_threshold",
                  "use_multi_rank_bucket_allreduce", "log_trace_cache_warnings")
+
+
+# a bf16 or fp16 section's keys that keep ZeRO's states in 16 bits (DeepSpeed PR #7700's
+# bf16_master_weights_and_grads and bf16_optimizer_states; fp16_master_weights_and_grads)
+_LOW_STATES = ("bf16_master_weights_and_grads", "bf16_optimizer_states",
+               "fp16_master_weights_and_grads")
+
+
+def _zero_plus_plus_on(key: str, value: Any, where: str) -> bool:
+    """Whether a ZeRO++ or MiCS key turns it on: a quantization flag true, hpZ's partition
+    above 1 rank (its default 1), MiCS's shard above 0 ranks (its default -1)."""
+    if key.startswith("zero_quantized"):
+        return _flag(value, f"zero_optimization.{key}", where)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{where}: zero_optimization.{key} must be a number of ranks, got "
+                        f"{value!r}")
+    return value > (1 if key == "zero_hpz_partition_size" else 0)
 
 
 def _auto(value: Any) -> bool:
@@ -191,6 +214,14 @@ def _zero(data: dict[str, Any], job: JobConfig, where: str) -> None:
                               "them is not modelled: give true (DeepSpeed's default)")
         if key == "reduce_bucket_size" and zero.get("stage", 0) in (1, 2):
             continue  # read with overlap_comm (_buckets)
+        if key in _PREFETCH and zero.get("stage", 0) == 3:
+            continue  # read with the stage (_prefetch)
+        if key in _ZERO_PLUS_PLUS and _zero_plus_plus_on(key, value, where):
+            # ZeRO++ (quantized weights and gradients, hierarchical partitions) and MiCS
+            # change the gathers' and reductions' bytes and groups
+            raise refuse_plan(where, f"zero_optimization.{key}", value,
+                              "ZeRO++ and MiCS (quantized or hierarchical gathers and "
+                              "reductions) are not modelled")
         if key in _ZERO_KEPT:
             job.skipped(f"zero_optimization.{key}", value, "how many gathered parameters ZeRO 3 "
                         "keeps (see the note on the release rule)")
@@ -238,7 +269,29 @@ def _zero(data: dict[str, Any], job: JobConfig, where: str) -> None:
         _buckets(zero, overlap, job, where)
     # ZeRO 3 prefetches the next modules' parameters (stage3_prefetch_bucket_size, on by
     # default); ZeRO 1-2 gather the updated parameters inside the optimizer step
-    job.fix("overlap_param_gather", stage == 3, pin=False)
+    job.fix("overlap_param_gather", stage == 3 and _prefetch(zero, job, where), pin=False)
+
+
+def _prefetch(zero: dict[str, Any], job: JobConfig, where: str) -> bool:
+    """Whether ZeRO 3 prefetches the next modules' parameters: unless its prefetch bucket is 0
+    (deepspeed/runtime/zero/partitioned_param_coordinator.py, fetch_sub_module prefetches only
+    where the bucket is above 0: each module's gather then waits in its pass)."""
+    for key in _PREFETCH:
+        if key in zero and not _auto(zero[key]):
+            value = zero[key]
+            try:  # a number, or its text as DeepSpeed's lax config models read one ("5e8")
+                size = float(value) if not isinstance(value, bool) else -1.0
+            except (TypeError, ValueError):
+                size = -1.0
+            if not 0 <= size < float("inf"):
+                raise SpecError(f"{where}: zero_optimization.{key} must be a number of "
+                                f"elements (0: no prefetch), got {value!r}")
+            on = size > 0
+            job.took(f"zero_optimization.{key}", value, "overlap_param_gather "
+                     + ("true (the next modules prefetched)" if on else
+                        "false (no prefetch: each module's gather waits)"))
+            return on
+    return True
 
 
 # DeepSpeed's default zero_optimization.reduce_bucket_size (deepspeed/runtime/zero/config.py)
@@ -299,6 +352,12 @@ def _precision(data: dict[str, Any], job: JobConfig, where: str) -> None:
             job.took(f"{key}.enabled", enabled, "the dtype" if _auto(enabled)
                      else f"{key} {'on' if found[key] else 'off'}")
             for k, v in section.items():
+                if k in _LOW_STATES and v not in (None, False):
+                    # DeepSpeedBF16Config / DeepSpeedFP16Config: ZeRO's master weights,
+                    # gradients or Adam moments in 16 bits, not modelled under DeepSpeed
+                    raise refuse_plan(where, f"{key}.{k}", v,
+                                      "ZeRO's master weights, gradients or optimizer states "
+                                      "in 16 bits are not modelled under DeepSpeed")
                 if k != "enabled":
                     job.skipped(f"{key}.{k}", v, "loss scaling (the same step)")
     if any(_auto(v) for v in found.values()):

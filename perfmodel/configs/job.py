@@ -199,6 +199,15 @@ def section(data: Any, key: str, where: str) -> dict[str, Any]:
     return value
 
 
+def deferred_wgrad_note(key: str) -> str:
+    """The note on Megatron-Core's defer_embedding_wgrad_compute where a config sets it: what
+    it does and what perfmodel does not count of it."""
+    return (f"{key}: Megatron-Core defers the output layer's weight-gradient GEMMs to the "
+            "pipeline's flush (up to wgrad_deferral_limit micro-batches, 0: all), keeping their "
+            "inputs and logits gradients on the last stage until then: not modelled (costed in "
+            "each backward; the memory they hold not counted)")
+
+
 def refuse_plan(where: str, key: str, value: Any, why: str) -> PlanError:
     """The one-line refusal of a setting perfmodel cannot model (a plan capability)."""
     shown = "" if value is True else f" {_shown(value)}"

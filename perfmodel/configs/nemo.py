@@ -36,6 +36,7 @@ from perfmodel.configs.job import (
     JobConfig,
     Setting,
     capacity,
+    deferred_wgrad_note,
     refuse_plan,
     refuse_spec,
     section,
@@ -317,6 +318,10 @@ def _put(settings: Settings, job: JobConfig, prefix: str, fields: dict[str, Any]
             if dest == "attention_backend" and isinstance(value, str):
                 value = value.rsplit(".", 1)[-1]
             settings[dest] = (key, value)
+        elif name == "defer_embedding_wgrad_compute" and _truth(value):
+            job.notes.append(deferred_wgrad_note(key))
+        elif name in _OVERLAP_NOT_READ and name.endswith(("wgrad_compute", "deferral_limit")):
+            job.skipped(key, value, _OVERLAP_NOT_READ[name])
         elif name in _HARMLESS:
             job.skipped(key, value, "the same cost (numerics, fusion, initialization)")
         elif value not in (None, False, 0, [], "", {}) and name not in _NOT_TYPOS \
@@ -752,8 +757,9 @@ _OVERLAP_NOT_READ = {
     "batch_p2p_comm": "the pipeline's sends, as perfmodel models them",
     "overlap_param_gather_with_optimizer_step": "the same weight gather (not modelled apart)",
     "align_param_gather": "the same weight gather, aligned over the virtual stages",
-    "defer_embedding_wgrad_compute": "the same cost (the output layer's weight gradient)",
-    "wgrad_deferral_limit": "the same cost (the output layer's weight gradient)"}
+    "defer_embedding_wgrad_compute": "off: the output layer's weight gradient in each backward",
+    "wgrad_deferral_limit": "how many micro-batches defer_embedding_wgrad_compute keeps (see "
+                            "its note where it is on)"}
 
 
 def _callback(callback: Any, settings: Settings, job: JobConfig, where: str) -> None:
@@ -838,7 +844,9 @@ def _comm_overlap(callback: dict[str, Any], settings: Settings, job: JobConfig,
         settings["overlap_p2p_comm"] = (f"{prefix} (its overlap_p2p_comm default with virtual "
                                         "stages)", True)
     for name, value in callback.items():
-        if name in _OVERLAP_NOT_READ:
+        if name == "defer_embedding_wgrad_compute" and _truth(value):
+            job.notes.append(deferred_wgrad_note(f"{prefix}.{name}"))
+        elif name in _OVERLAP_NOT_READ:
             job.skipped(f"{prefix}.{name}", value, _OVERLAP_NOT_READ[name])
         elif name not in ("_target_", "tp_comm_overlap", "overlap_grad_reduce",
                           "overlap_param_gather", "overlap_p2p_comm", "bucket_size"):

@@ -44,11 +44,13 @@ from perfmodel.configs.job import (
     JobConfig,
     Setting,
     capacity,
+    deferred_wgrad_note,
     refuse_plan,
     refuse_spec,
     trainer_world,
     whole,
     window,
+    yes_or_no,
 )
 from perfmodel.configs.megatron import Settings
 from perfmodel.errors import SpecError
@@ -340,6 +342,8 @@ def _model(model: dict[str, Any], settings: Settings, job: JobConfig, where: str
                              "slowdown is not modelled")
         elif name == "deterministic_mode":
             job.skipped(key, value, "off")
+        elif name == "defer_embedding_wgrad_compute" and value not in (None, False, 0):
+            job.notes.append(deferred_wgrad_note(key))
         elif name in HARMLESS:
             job.skipped(key, value, "the same cost (numerics, fusion, initialization, logging)")
         elif name in READ_HERE:
@@ -665,6 +669,16 @@ def _optimizer(optim: dict[str, Any], settings: Settings, job: JobConfig, where:
             job.plan.setdefault(AFTER, {})["master_weights"] = "remainders"
             job.took("model.optim.name", name, "master_weights remainders (Apex's "
                      "store_param_remainders beside megatron_amp_O2's bf16 weights)")
+    for key in ("distribute_within_nodes", "disable_distributed_parameters"):
+        if key in optim and name == "distributed_fused_adam" \
+                and yes_or_no(optim[key], f"model.optim.{key}", where):
+            # NeMo's MegatronDistributedFusedAdam (nemo/core/optim/distributed_adam.py): the
+            # states sharded over a node's data-parallel ranks only, or the parameters not
+            # sharded at all: more of them a GPU than perfmodel's ZeRO over every dp rank
+            raise refuse_plan(where, f"model.optim.{key}", True,
+                              "the distributed optimizer sharded within a node, or its "
+                              "parameters unsharded, is not modelled (perfmodel shards over "
+                              "every data-parallel rank)")
     for key, value in optim.items():
         if key not in read:
             job.skipped(f"model.optim.{key}", value, "an optimizer hyperparameter or buffer "

@@ -209,8 +209,25 @@ def _check_keys(data: dict[str, Any], job: JobConfig, where: str) -> None:
                 raise refuse_plan(where, f"{section}.{key}", value,
                                   "the optimizer's step in the backward, each gradient freed "
                                   "as it is applied, is not modelled")
+            elif (section, key) == ("debug", "deterministic"):
+                _deterministic(fields, "debug", job, where)
             elif section in _NOT_STEP:
                 job.skipped(f"{section}.{key}", value, _why(section))
+
+
+def _deterministic(section: dict[str, Any], name: str, job: JobConfig, where: str) -> None:
+    """training.deterministic (older torchtitan) or debug.deterministic: set_determinism turns
+    on torch.use_deterministic_algorithms, cuDNN's deterministic kernels without benchmarking,
+    and cuBLAS's fixed workspace, and torchtitan warns of the slowdown; perfmodel costs the
+    default kernels: said in a note where it is on, as Megatron-LM's --deterministic-mode."""
+    if "deterministic" not in section:
+        return
+    value = section["deterministic"]
+    if yes_or_no(value, f"{name}.deterministic", where):
+        job.notes.append(f"{name}.deterministic: deterministic algorithms (torchtitan warns "
+                         "of the slowdown) are not modelled: costed with the default kernels")
+    else:
+        job.took(f"{name}.deterministic", value, "the default kernels")
 
 
 def _truth(value: Any) -> bool:
@@ -548,10 +565,11 @@ def _qwen3(data: dict[str, Any], job: JobConfig, where: str, flavor: str) -> Non
 def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
     training = data.get("training", {})
     for key in ("dataset", "dataset_path", "max_norm", "steps", "gc_freq", "gc_debug",
-                "dataloader", "seed", "deterministic", "warmup_steps"):
+                "dataloader", "seed", "warmup_steps"):
         if key in training:
             job.skipped(f"training.{key}", training[key], "the run's data, length or "
                                                           "numerics")
+    _deterministic(training, "training", job, where)
     seq = training.get("seq_len", 2048)
     job.model["seq_len"] = whole(seq, "training.seq_len", where)
     job.took("training.seq_len", seq, f"seq_len {seq}" + (
@@ -574,6 +592,14 @@ def _training(data: dict[str, Any], job: JobConfig, where: str) -> None:
     # compiled leaves the layers eager. The older training.compile compiled the model.
     compiled = training.get("compile", False) or (
         _get(data, "compile", "enable", False) and "model" in components)
+    backend = _get(data, "compile", "backend", "inductor")
+    if compiled and str(backend).strip().lower() != "inductor":
+        # torch.compile(block, backend=compile.backend) (apply_compile): only Inductor fuses
+        # the blocks' kernels (aot_eager and eager run them op by op, through the compiler's
+        # graphs): neither perfmodel's compiled stack nor its eager one
+        raise refuse_plan(where, "compile.backend", backend,
+                          "perfmodel models torch.compile with Inductor (backend inductor, "
+                          "torchtitan's default) or the blocks eager (compile off)")
     if not _get(data, "compile", "enable", False) and "components" in (
             data["compile"] if isinstance(data.get("compile"), dict) else {}):
         job.skipped("compile.components", components,
