@@ -237,6 +237,14 @@ _IGNORED_KINDS = {
 }
 
 
+def _is_zero(value: Any) -> bool:
+    """Whether an option's value is the number 0 (as argparse's float reads it: 0, 0.0, 0e0)."""
+    try:
+        return float(str(value)) == 0
+    except ValueError:
+        return False
+
+
 # Options read and named, whose cost in every step perfmodel does not model: said in a note as
 # not modelled, never listed as leaving the step as it is (megatron/training/training.py and
 # arguments.py at d98e8a64dd)
@@ -359,6 +367,13 @@ def parse_words(launch: Launch, where: str, job: JobConfig) -> dict[str, tuple[s
                 else:
                     job.notes.append(f"--{name}{'' if shown is True else ' ' + str(shown)}: "
                                      f"{UNMODELLED_COSTS[name]}")
+                continue
+            if name == "clip-grad" and _is_zero(shown):
+                # Megatron-Core's optimizer clips only where clip_grad > 0 (its norm: a pass
+                # over the gradients), which perfmodel's step always counts
+                job.notes.append("--clip-grad 0: no gradient clipping; perfmodel's optimizer "
+                                 "step counts the clipping's read of the gradients anyway "
+                                 "(perfmodel.costs.precision)")
                 continue
             if reason:
                 job.skipped(word.partition("=")[0], shown, reason)

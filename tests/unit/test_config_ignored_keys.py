@@ -120,3 +120,17 @@ def test_nemo1_distributed_adam_sharded_otherwise_is_refused(tmp_path, key):
     with pytest.raises(PlanError, match=f"model.optim.{key}: the distributed optimizer sharded "
                                         "within a node"):
         read_config(_write(tmp_path, "nemo1.yaml", yaml.safe_dump(data)))
+
+
+def test_megatron_clip_grad_zero_is_noted(tmp_path):
+    # Megatron-Core's optimizer clips only where clip_grad > 0; perfmodel counts the clipping's
+    # read of the gradients in every step: said, not listed as a hyperparameter that changes
+    # nothing (a positive value is one)
+    args = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+            "--max-position-embeddings 2048 --vocab-size 50304 --micro-batch-size 1 "
+            "--global-batch-size 8 --clip-grad {}\n")
+    job = read_config(_write(tmp_path, "args.txt", args.format("0.0")))
+    assert any(n.startswith("--clip-grad 0: no gradient clipping") for n in job.notes)
+    job = read_config(_write(tmp_path, "args.txt", args.format("1.0")))
+    assert not any("clip" in n for n in job.notes)
+    assert any(s.key == "--clip-grad" for s in job.ignored)
