@@ -23,8 +23,15 @@ from perfmodel.step.compose import STEP_SYMBOLS, STEP_TERMS
 from perfmodel.strategy import Plan
 
 
-def explain_text(model: TransformerSpec, hardware: HardwareSpec, plan: Plan, *, latex: bool = False,
-                 only: tuple[str, ...] = ()) -> str:
+def explain_text(model: TransformerSpec | str, hardware: HardwareSpec | str,
+                 plan: Plan | dict[str, Any], *, latex: bool = False,
+                 only: tuple[str, ...] | str = ()) -> str:
+    from perfmodel.predict import resolve_inputs
+
+    # a preset's name, a file, a dict plan: as predict takes them; one term as a string
+    model, hardware, plan = resolve_inputs(model, hardware, plan)
+    if isinstance(only, str):
+        only = (only,)
     family = family_of(model, hardware, plan, specialise=True)
     built = _built(family)
     result = predict(model, hardware, plan, refuse_idle=False)

@@ -74,12 +74,45 @@ class Recommendation:
         }
 
 
-def recommend(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, top: int = 5,
+def _search_inputs(model: Any, hardware: Any, req: Any
+                   ) -> tuple[TransformerSpec, HardwareSpec, SearchRequest]:
+    """recommend's inputs as predict takes them (perfmodel.predict.resolve_inputs): a model or
+    hardware by its spec, preset name or file; the request as a SearchRequest or its fields (a
+    field not among them refused by name, a close one suggested)."""
+    from perfmodel.specs.hardware import load_hardware
+    from perfmodel.specs.model import load_model
+
+    spec = load_model(model)
+    if not isinstance(spec, TransformerSpec):
+        raise PlanError(f"model '{spec.name}' is a layer graph (CNN/MLP): recommend searches "
+                        "transformers (a layer graph's grid: perfmodel.layerwise)")
+    if isinstance(req, Mapping):
+        names = [f.name for f in dataclasses.fields(SearchRequest)]
+        unknown = [k for k in req if k not in names]
+        if unknown:
+            raise PlanError(f"unknown search request field '{unknown[0]}'"
+                            f"{suggest(str(unknown[0]), names)}")
+        req = SearchRequest(**req)
+    elif not isinstance(req, SearchRequest):
+        raise PlanError(f"req must be a SearchRequest or a mapping of its fields, got "
+                        f"{type(req).__name__}")
+    return spec, load_hardware(hardware), req
+
+
+def recommend(model: TransformerSpec | str, hardware: HardwareSpec | str,
+              req: SearchRequest | Mapping[str, Any], top: int = 5,
               on_chunk: Callable[[Scored], None] | None = None,
               prune: bool = False) -> Recommendation:
     """Search, predict the `top` best plans one by one (perfmodel.predict, Plan.check included)
     and explain the best. on_chunk, prune: see perfmodel.search.search (prune: the same best
-    plans and explanation, the result's Pareto front and sample of the plans evaluated only)."""
+    plans and explanation, the result's Pareto front and sample of the plans evaluated only).
+    model and hardware: specs, or a preset's name or a spec file's path (as predict takes
+    them); req: a SearchRequest or a mapping of its fields."""
+    model, hardware, req = _search_inputs(model, hardware, req)
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
+        raise PlanError(f"top must be a whole number >= 1 (the best plans to predict), got "
+                        f"{top!r}")
+    top = int(top)
     model.require_costed()  # a mixture of experts, MLA, a window: refused, never costed as dense
     # the searches the explanation runs after this one, started beside it (perfmodel.ahead), of
     # the request as the search resolves it (SearchResult.request)
@@ -1052,7 +1085,8 @@ def _linked(name: str, values: Mapping[str, float], hardware: HardwareSpec) -> t
 SENSITIVITY_STEP = 1e-6
 
 
-def sensitivities(model: TransformerSpec, hardware: HardwareSpec, plan: Any) -> dict[str, float]:
+def sensitivities(model: TransformerSpec | str, hardware: HardwareSpec | str, plan: Any
+                  ) -> dict[str, float]:
     """Elasticity of the step time to each hardware parameter, (dT/dx) (x/T): the central
     difference of the plan's compiled step-time formula at x (1 +- SENSITIVITY_STEP), all
     parameters in one vectorised evaluation. (A symbolic derivative of the whole step grows with
@@ -1064,7 +1098,10 @@ def sensitivities(model: TransformerSpec, hardware: HardwareSpec, plan: Any) -> 
     import numpy as np
 
     from perfmodel.evaluate import compile_family, family_of, values_of
+    from perfmodel.predict import resolve_inputs
 
+    # a preset's name, a file, a dict plan: as predict takes them
+    model, hardware, plan = resolve_inputs(model, hardware, plan)
     compiled = compile_family(family_of(model, hardware, plan), "search")
     values = values_of(model, hardware, plan)
     # host_link_bytes_per_s: what offloading copies; host_op_overhead_s unset (0) is

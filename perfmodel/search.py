@@ -229,6 +229,27 @@ class SearchRequest:
                     expandable_segments=self.expandable_segments)
 
     def __post_init__(self) -> None:
+        gpus = self.gpus
+        if isinstance(gpus, (int, np.integer)) and not isinstance(gpus, bool):
+            gpus = (int(gpus),)  # one count, as predict's Plan takes it
+        if isinstance(gpus, (str, bytes)) or not isinstance(gpus, Iterable) or not all(
+                isinstance(g, (int, np.integer)) and not isinstance(g, bool) for g in gpus):
+            raise PlanError(f"gpus must be one or more positive whole numbers (a count or a "
+                            f"tuple of counts), got {self.gpus!r}")
+        object.__setattr__(self, "gpus", tuple(int(g) for g in gpus))
+        if isinstance(self.global_batch, bool) or not isinstance(self.global_batch,
+                                                                 (int, np.integer)):
+            raise PlanError(f"global_batch must be a whole number, got {self.global_batch!r}")
+        object.__setattr__(self, "global_batch", int(self.global_batch))
+        for each in dataclasses.fields(self):  # the whole-number pins and limits: as Plan's
+            value = getattr(self, each.name)
+            if each.type in ("int", "int | None") and value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                    raise PlanError(f"{each.name} must be a whole number, got {value!r}")
+                object.__setattr__(self, each.name, int(value))
+            elif each.type in ("bool", "bool | None") and value is not None \
+                    and not isinstance(value, (bool, np.bool_)):
+                raise PlanError(f"{each.name} must be true or false, got {value!r}")
         if not self.gpus or any(g < 1 for g in self.gpus):
             raise PlanError("gpus must be one or more positive whole numbers")
         # a count given twice (--gpus 8,8) is one count: searched once, its plans ranked once
