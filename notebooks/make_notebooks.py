@@ -547,11 +547,11 @@ The order is reproduced and the 2D ratio is close; the 1D ratio is lower than th
 abstract gives neither the model, the batch nor which GPUs share a node, so the comparison is of
 the shape of the result, with this configuration chosen by us. Where the paper's 1D was slower
 still: (1) memory: at 64-way 1D every rank holds the full activations of the layer norms,
-dropouts and residual adds (the table above: 1D does not fit a 32 GB V100 here, the grids use a
-sixth of it), so a real 1D run of this size needs a smaller micro-batch or recompute, both
-slower, while perfmodel prices the plan as given; (2) the paper's 1D all-reduces crossed 8 nodes
-of TACC's network, priced here with the DGX-1 preset's InfiniBand, which may be faster than what
-the paper's runs achieved.
+dropouts and residual adds (the table above: 1D does not fit a 32 GB V100 here, the grids do,
+2D in about a sixth of 1D's memory), so a real 1D run of this size needs a smaller micro-batch or
+recompute, both slower, while perfmodel prices the plan as given; (2) the paper's 1D all-reduces
+crossed 8 nodes of TACC's network, priced here with the DGX-1 preset's InfiniBand, which may be
+faster than what the paper's runs achieved.
 '''),
 ]
 
