@@ -597,7 +597,7 @@ def check_outputs(*outputs: tuple[str | None, str]) -> None:
 
     for path, what in outputs:
         check_output(path, what=what, figure=what in ("plot", "timeline"))
-    check_distinct(outputs, _input_files())
+    check_distinct(outputs, input_files())
 
 
 # the options whose value may be a file the command reads: what no output may replace
@@ -605,7 +605,7 @@ _INPUT_OPTIONS = {"model": "model spec", "hardware": "hardware spec", "profile":
                   "from_config": "job config", "batch": "plans file"}
 
 
-def _input_files() -> list[tuple[str | None, str]]:
+def input_files() -> list[tuple[str | None, str]]:
     """The files the running command reads by its options (a preset's name is none)."""
     ctx = click.get_current_context(silent=True)
     if ctx is None:
@@ -1694,7 +1694,7 @@ def recommend(model: str | None, from_config: str | None,
         from perfmodel.configs.emit import check_emitted
 
         check_output_directory(Path(emit_config[1]), "--emit-config")
-        check_emitted(emit_config[0], emit_config[1], _input_files())
+        check_emitted(emit_config[0], emit_config[1], input_files())
     if validate_profile and not validate:
         raise click.UsageError("--validate-profile is the profile of --validate's local run: "
                                "give --validate too, or leave it out")

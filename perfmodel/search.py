@@ -237,11 +237,7 @@ class SearchRequest:
             raise PlanError(f"gpus must be one or more positive whole numbers (a count or a "
                             f"tuple of counts), got {self.gpus!r}")
         object.__setattr__(self, "gpus", tuple(int(g) for g in gpus))
-        if isinstance(self.global_batch, bool) or not isinstance(self.global_batch,
-                                                                 (int, np.integer)):
-            raise PlanError(f"global_batch must be a whole number, got {self.global_batch!r}")
-        object.__setattr__(self, "global_batch", int(self.global_batch))
-        for each in dataclasses.fields(self):  # the whole-number pins and limits: as Plan's
+        for each in dataclasses.fields(self):  # global_batch, the pins and limits: as Plan's
             value = getattr(self, each.name)
             if each.type in ("int", "int | None") and value is not None:
                 if isinstance(value, bool) or not isinstance(value, (int, np.integer)):

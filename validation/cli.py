@@ -21,6 +21,7 @@ from perfmodel.cli import (
     FiniteFloat,
     build_inputs,
     check_output_directory,
+    input_files,
     plan_options,
     release_held,
     spec_whole,
@@ -346,12 +347,8 @@ def _check_outputs(out: str | Path, plot: str | Path | None, history: str | Path
                (timeline, "timeline", False))
     for path, what, parents in outputs:
         check_output(path, what=what, make_parents=parents, figure=what in ("plot", "timeline"))
-    ctx = click.get_current_context(silent=True)
-    params = ctx.params if ctx is not None else {}
     check_distinct([(out, "validation report")] + [(path, what) for path, what, _ in outputs],
-                   [(params.get(name), what) for name, what in
-                    (("model", "model spec"), ("hardware", "hardware spec"),
-                     ("profile", "profile"), ("from_config", "job config"))])
+                   input_files())
 
 
 def _as_path(value: str | Path | None) -> Path | None:
