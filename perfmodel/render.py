@@ -27,13 +27,21 @@ MIN_WIDTH = 40  # narrower than this, rich cuts words: lay out for 40 columns
 
 
 
-def _recompute_method(p: Any) -> str:
-    """Full recompute's Megatron method where it is not uniform 1 ('' otherwise)."""
+def _recompute_method(p: Any, model: Any = None) -> str:
+    """Full recompute's Megatron method where it is not uniform 1 ('' otherwise), with what a
+    count beyond a chunk's layers does (Megatron-Core stops each group and the block at the
+    chunk's end: one group of the chunk, every layer of it)."""
     method, k = _value(getattr(p, "recompute_method", "uniform")), \
         getattr(p, "recompute_num_layers", 1)
+    chunk = getattr(model, "layers", 0) // max(1, p.pp * p.virtual_stages)
+    beyond = method in ("block", "uniform") and k > 1 and 0 < chunk < k
     if method == "block":
-        return f" (block: the first {k} layers of each chunk)"
-    return f" (uniform: groups of {k} layers)" if k > 1 else ""
+        return f" (block: the first {k} layers of each chunk" \
+            + (f"; a chunk holds {chunk}: every one)" if beyond else ")")
+    if k <= 1:
+        return ""
+    return f" (uniform: groups of {k} layers" \
+        + (f"; a chunk holds {chunk}: one group of {chunk})" if beyond else ")")
 
 def console_width() -> int | None:
     """The width to lay output out for: None in a terminal (rich takes COLUMNS, else the
@@ -153,7 +161,7 @@ def plan_lines(p: Any, hardware: Any, micro_batches: int, model: Any) -> list[st
                 f"({_plural(micro_batches, 'micro-batch', 'micro-batches')})",
                 f"recompute {_value(p.recompute)}"
                 + (f" (one layer in {p.recompute_every})" if p.recompute_every > 1 else "")
-                + _recompute_method(p)]
+                + _recompute_method(p, model)]
     offloaded = getattr(p, "cpu_offload_layers", 0)
     if offloaded:
         schedule.append("the first layer's activations offloaded to the host" if offloaded == 1

@@ -120,3 +120,25 @@ def test_a_spec_file_s_quoted_rate_is_a_number():
     spec = TransformerSpec(layers=2, hidden=64, heads=4, seq_len=32, vocab=100,
                            hidden_dropout="0.1", attention_dropout="0")
     assert (spec.hidden_dropout, spec.attention_dropout) == (0.1, 0.0)
+
+
+def test_a_count_beyond_a_chunk_is_costed_and_said_as_the_chunk():
+    """Megatron-Core ends a uniform group and the block at the chunk's end
+    (transformer_block.py's _checkpointed_forward: chunk_end = min(layer_idx + k, layers)): a
+    count of 9 or 100 on 8-layer chunks is the count of 8, and the header says so."""
+    from perfmodel.render import plan_lines
+
+    for method in ("block", "uniform"):
+        at_chunk = predict(MODEL, "dgx-h100", dict(BASE, gpus=32, pp=4, recompute="full",
+                                                   recompute_method=method,
+                                                   recompute_num_layers=8))
+        for k in (9, 100):
+            p = predict(MODEL, "dgx-h100", dict(BASE, gpus=32, pp=4, recompute="full",
+                                                recompute_method=method, recompute_num_layers=k))
+            assert p.step_time_s == at_chunk.step_time_s
+            assert p.memory_breakdown_bytes == at_chunk.memory_breakdown_bytes
+            header = " ".join(plan_lines(p.plan, p.hardware, p.plan.num_micro_batches, MODEL))
+            said = "every one" if method == "block" else "one group of 8"
+            assert f"a chunk holds 8: {said}" in header
+        header = " ".join(plan_lines(at_chunk.plan, at_chunk.hardware, 1, MODEL))
+        assert "a chunk holds" not in header
