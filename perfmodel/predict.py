@@ -175,6 +175,40 @@ class Prediction:
         rows = [(k, v, v / 2**30) for k, v in self.memory_breakdown_bytes.items()]
         return pd.DataFrame(rows, columns=["term", "bytes", "GiB"]).set_index("term")
 
+    def summary(self) -> str:
+        """One line: model, hardware, layout, step time, throughput, MFU and memory (what the
+        object shows in a notebook or a REPL; to_dict holds every field)."""
+        from perfmodel.output import fmt_bytes
+        from perfmodel.render import degrees_text
+
+        plan = self.plan
+        layout = [degrees_text(plan), f"mb={plan.micro_batch}"]
+        if plan.pp > 1:
+            layout.append(str(plan.schedule.value))
+        if plan.zero:
+            layout.append(f"zero{plan.zero}")
+        if plan.recompute.value != "none":
+            layout.append(f"recompute {plan.recompute.value}")
+        return (f"{self.model.name} on {plan.gpus:,} x {self.hardware.name} "
+                f"({' '.join(layout)}): step {self.step_time_s:.4g} s, "
+                f"{self.tokens_per_s:,.0f} tokens/s, MFU {self.mfu:.1%}, memory "
+                f"{fmt_bytes(self.memory_per_gpu_bytes)} of "
+                f"{fmt_bytes(self.memory_capacity_bytes)} per GPU: {self.memory_verdict}")
+
+    def __repr__(self) -> str:
+        # the generated one printed every field, the model and hardware specs with them (9 KB)
+        return f"<Prediction {self.summary()}>"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the summary line and the step time's breakdown."""
+        import html
+
+        rows = "".join(f"<tr><td>{html.escape(term)}</td><td>{seconds:.4g} s</td>"
+                       f"<td>{seconds / self.step_time_s:.1%}</td></tr>"
+                       for term, seconds in self.breakdown_s.items())
+        return (f"<p>{html.escape(self.summary())}</p><table><thead><tr><th>term</th>"
+                f"<th>time</th><th>share</th></tr></thead><tbody>{rows}</tbody></table>")
+
 
 def _mapping(plan: Any) -> dict[str, Any]:
     try:

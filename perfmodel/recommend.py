@@ -46,6 +46,25 @@ class Recommendation:
     top: list[Prediction]
     explanation: dict[str, Any]
 
+    def __repr__(self) -> str:
+        # the generated one printed the request, the search's arrays and every prediction (15 KB)
+        r = self.result
+        head = (f"<Recommendation: {r.enumerated:,} plans searched, {r.evaluated:,} evaluated, "
+                f"{r.feasible:,} fit")
+        if not self.top:
+            return head + ">"
+        return head + "; best: " + "; then: ".join(p.summary() for p in self.top[:3]) \
+            + (f" (and {len(self.top) - 3} more)>" if len(self.top) > 3 else ">")
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the search's counts and its best plans, one line each."""
+        import html
+
+        r = self.result
+        items = "".join(f"<li>{html.escape(p.summary())}</li>" for p in self.top)
+        return (f"<p>{r.enumerated:,} plans searched, {r.evaluated:,} evaluated, "
+                f"{r.feasible:,} fit</p><ol>{items}</ol>")
+
     def to_dict(self) -> dict[str, Any]:
         r = self.result
         req = r.request

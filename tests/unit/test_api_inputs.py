@@ -58,3 +58,26 @@ def test_a_malformed_request_is_refused_by_field(fields, message):
 def test_top_must_be_a_count_of_plans(top):
     with pytest.raises(PlanError, match="top must be a whole number >= 1"):
         recommend("tiny-gpt", "dgx-h100", {"gpus": 8, "global_batch": 8}, top=top)
+
+
+def test_a_prediction_shows_itself_in_one_line():
+    """A notebook or a REPL shows a prediction by its summary (the generated repr printed every
+    field with the model and hardware specs: 8.8 KB), and Jupyter by its breakdown too."""
+    p = predict("llama3-8b", "dgx-h100", dict(gpus=16, dp=2, tp=8, global_batch=16))
+    shown = repr(p)
+    assert shown.startswith("<Prediction llama3-8b on 16 x dgx-h100 (dp=2 tp=8 pp=1 mb=1): step ")
+    assert f"{p.step_time_s:.4g} s" in shown and f"MFU {p.mfu:.1%}" in shown
+    assert shown.endswith(f"per GPU: {p.memory_verdict}>") and len(shown) < 300
+    page = p._repr_html_()
+    assert all(f"<td>{term}</td>" in page for term in p.breakdown_s)
+
+
+def test_a_recommendation_shows_its_counts_and_best_plans():
+    rec = recommend("llama3-8b", "dgx-h100", dict(gpus=16, global_batch=64), top=4)
+    shown = repr(rec)
+    r = rec.result
+    assert shown.startswith(f"<Recommendation: {r.enumerated:,} plans searched, "
+                            f"{r.evaluated:,} evaluated, {r.feasible:,} fit; best: "
+                            f"{rec.top[0].summary()}; then: ")
+    assert shown.endswith("(and 1 more)>") and len(shown) < 1000
+    assert rec._repr_html_().count("<li>") == 4
