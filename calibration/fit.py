@@ -23,7 +23,7 @@ from perfmodel.costs.gemm_efficiency import gemm_time_s
 from perfmodel.errors import DataError
 from perfmodel.specs.hardware import CollectiveFit, GemmEfficiency
 from perfmodel.specs.loading import FRACTION_FLOOR
-from perfmodel.specs.profile import fitted_collective_time
+from perfmodel.specs.profile import fitted_collective_time, two_regimes
 
 # a fitted bus bandwidth this many times the best one measured was not seen by the sweep: its sizes
 # were all latency-bound (or its times fall as sizes grow), and the bus term is noise around zero
@@ -161,8 +161,8 @@ class CollectiveModel:
         - a protocol switch (the small regime has the lower alpha and the lower bandwidth):
           NCCL runs the faster protocol at each size, so the breakpoint is where the two lines
           meet, and the time is continuous there. They are made to meet at the fewest ranks
-          measured: for a larger group the large regime starts above the small one (steps over
-          bus factor grow with n), never below;
+          measured; for another group the faster of the two holds at each size
+          (perfmodel.specs.profile.two_regimes), so they meet where that group's lines do;
         - a slowdown (the large regime has no lower alpha and no higher bandwidth: slower at
           every size, as when busbw falls beyond some size): the breakpoint lies between the two
           sizes measured on either side, where the measured times themselves step up, by 30% at
@@ -187,7 +187,8 @@ class CollectiveModel:
             bp = _breakpoint(st0, bf0, p_lo, p_hi, cut)
             if bp is None or min(np.sum(sizes < bp), np.sum(sizes >= bp)) < self.min_points:
                 continue
-            pred = np.where(nb < bp, a * p_lo[0] + c / p_lo[1], a * p_hi[0] + c / p_hi[1])
+            pred = two_regimes(a * p_lo[0] + c / p_lo[1], a * p_hi[0] + c / p_hi[1], nb, bp,
+                               p_hi[1], p_lo[1])
             err = rel_errors(pred, t)
             if float(np.mean(err)) < best[0]:
                 best = (float(np.mean(err)), float(np.median(err)), (bp, p_lo, p_hi))

@@ -23,7 +23,8 @@ A layer cost whose compute_scale is below 1 (a fit of an older `calibrate run`, 
 lower bound 0.2: calibration.layers) is read as 1, with a note (`Profile.notes`, said on standard
 error by `apply_profile`): the step model charges (s - 1) x the rooflines as what the framework
 adds to a part's kernels (perfmodel.step.layer), which must not be a negative time.
-`fitted_collective_time` is how a fitted collective (one or two alpha-beta regimes) is evaluated.
+`fitted_collective_time` is how a fitted collective (one or two alpha-beta regimes) is evaluated;
+`two_regimes` says which regime holds at a size, for any group.
 `is_extrapolation` tells whether a size lies outside the range a fit saw; `collective_notes` says
 so, and where a group has another number of ranks than the fit measured.
 """
@@ -537,14 +538,37 @@ def apply_profile(hardware: HardwareSpec | None, profile: Profile) -> HardwareSp
     return hardware_from_dict(merged, where)
 
 
+def two_regimes(small: Any, large: Any, nbytes: Any, breakpoint_bytes: Any, busbw: Any,
+                busbw_small: Any) -> Any:
+    """The time of a two-regime fit (calibration.fit.CollectiveModel._split) from its two
+    regimes' times at a size [s]: sympy expressions (returns one) or numpy arrays.
+
+    A protocol switch (the large messages' regime has the higher bandwidth, and the higher
+    latency): NCCL runs the faster protocol at each size, the lower of the two times. Their lines
+    meet at the breakpoint for the ranks the fit measured, and elsewhere for another group
+    (steps over bus factor grow with n): taking the lower keeps the time continuous and never
+    falling as the size grows at any rank count, where a switch at the measured breakpoint fell
+    4.5x at 2 ranks and stepped up 1.9x at 64 for a fit measured at 16 (before 2026-12-07).
+    A slowdown (no higher bandwidth, no lower latency: slower at every size, as when the bus
+    bandwidth falls beyond some size): the small regime below the breakpoint, the large from it
+    on, a step up at any rank count. A one-regime fit has both regimes equal and breakpoint 0.
+    """
+    if isinstance(small, sp.Basic) or isinstance(large, sp.Basic):
+        return sp.Piecewise((sp.Min(small, large), busbw > busbw_small),
+                            (small, nbytes < breakpoint_bytes), (large, True))
+    switch = np.asarray(busbw) > np.asarray(busbw_small)
+    return np.where(switch, np.minimum(small, large),
+                    np.where(np.asarray(nbytes) < breakpoint_bytes, small, large))
+
+
 def fitted_collective_time(fit: CollectiveFit, op: str, nbytes: Any, n: Any) -> Any:
     """Time of one collective from a fitted CollectiveFit [s].
 
     T = steps(op, n, algorithm) * alpha + bus_factor(op, n) * nbytes / busbw
-    with (alpha, busbw) = (alpha_s_small, bus_bandwidth_bytes_per_s_small) below breakpoint_bytes
-    (when > 0) and (alpha_s, bus_bandwidth_bytes_per_s) from it on.
-    nbytes, n: numbers or numpy arrays (returns numpy), or sympy expressions (returns a
-    sympy Piecewise). n == 1 costs 0.
+    with (alpha, busbw) = (alpha_s_small, bus_bandwidth_bytes_per_s_small) for small messages and
+    (alpha_s, bus_bandwidth_bytes_per_s) for large ones, where breakpoint_bytes > 0: which holds
+    at a size is two_regimes'. nbytes, n: numbers or numpy arrays (returns numpy), or sympy
+    expressions (returns a sympy Piecewise). n == 1 costs 0.
     """
     symbolic = isinstance(nbytes, sp.Basic) or isinstance(n, sp.Basic)
     n_sym = sp.Symbol("n", positive=True)
@@ -565,14 +589,14 @@ def fitted_collective_time(fit: CollectiveFit, op: str, nbytes: Any, n: Any) -> 
         subs = {n_sym: n, sp.Symbol("nbytes"): nbytes}
         expr = main.subs(subs)
         if small is not None:
-            expr = sp.Piecewise(
-                (small.subs(subs), sp.sympify(nbytes) < fit.breakpoint_bytes), (expr, True)
-            )
+            expr = two_regimes(small.subs(subs), expr, sp.sympify(nbytes), fit.breakpoint_bytes,
+                               fit.bus_bandwidth_bytes_per_s, fit.bus_bandwidth_bytes_per_s_small)
         return sp.Piecewise((0, sp.Eq(sp.sympify(n), 1)), (expr, True))
     nb, nn = np.asarray(nbytes, dtype=float), np.asarray(n, dtype=float)
     out = _lambdified(main)(nb, nn)
     if small is not None:
-        out = np.where(nb < fit.breakpoint_bytes, _lambdified(small)(nb, nn), out)
+        out = two_regimes(_lambdified(small)(nb, nn), out, nb, fit.breakpoint_bytes,
+                          fit.bus_bandwidth_bytes_per_s, fit.bus_bandwidth_bytes_per_s_small)
     return np.where(nn <= 1, 0.0, out)
 
 
@@ -589,20 +613,18 @@ def fitted_collective_expr(
 ) -> sp.Expr:
     """The same time as fitted_collective_time, with every fitted value a symbol [s].
 
-    T = steps(op, n, alg) * alpha_s_small + bus_factor(op, n) * nbytes / busbw_small  if nbytes < bp
-        steps(op, n, alg) * alpha_s + bus_factor(op, n) * nbytes / busbw                 otherwise
-    Bind the symbols with `fit_values(fit)` (a one-regime fit has bp = 0, so the first branch
-    never applies), so one compiled expression serves fits with one or two regimes. Lambdified
-    to numpy the Piecewise becomes numpy.select: it evaluates arrays. (n = 1 is the caller's.)
+    small = steps(op, n, alg) * alpha_s_small + bus_factor(op, n) * nbytes / busbw_small
+    large = steps(op, n, alg) * alpha_s + bus_factor(op, n) * nbytes / busbw
+    T = two_regimes(small, large, nbytes, bp, busbw, busbw_small)
+    Bind the symbols with `fit_values(fit)` (a one-regime fit has both regimes equal and bp = 0:
+    the large), so one compiled expression serves fits with one or two regimes. Lambdified to
+    numpy the Piecewise becomes numpy.select: it evaluates arrays. (n = 1 is the caller's.)
     """
     st, bf = steps(op, n, algorithm), bus_factor(op, n)
-    return sp.Piecewise(
-        (
-            st * alpha_s_small + bf * nbytes / bus_bandwidth_bytes_per_s_small,
-            nbytes < breakpoint_bytes,
-        ),
-        (st * alpha_s + bf * nbytes / bus_bandwidth_bytes_per_s, True),
-    )
+    return two_regimes(st * alpha_s_small + bf * nbytes / bus_bandwidth_bytes_per_s_small,
+                       st * alpha_s + bf * nbytes / bus_bandwidth_bytes_per_s, nbytes,
+                       breakpoint_bytes, bus_bandwidth_bytes_per_s,
+                       bus_bandwidth_bytes_per_s_small)
 
 
 def fit_values(fit: CollectiveFit) -> dict[str, float]:
@@ -711,6 +733,7 @@ __all__ = [
     "fit_values",
     "fitted_collective_expr",
     "fitted_collective_time",
+    "two_regimes",
     "gpu_models",
     "hardware_to_mapping",
     "incomplete_note",

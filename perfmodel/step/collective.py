@@ -24,6 +24,7 @@ from perfmodel.costs import collectives as C
 from perfmodel.costs.lattice import lmin, times
 from perfmodel.family import SCOPES, Family
 from perfmodel.specs.hardware import LINK_PROTOCOLS
+from perfmodel.specs.profile import two_regimes
 from perfmodel.step.context import I, active
 
 AXIS_DEGREE = {"tp": S.tp, "dp": S.dp, "pp": S.pp, "tpa": S.q_a, "tpb": S.q_b, "tpc": S.q_c,
@@ -201,7 +202,7 @@ def _scope_time(op: str, nbytes: sp.Expr, axis: str, scope: str, fam: Family) ->
         steps, factor = C.steps(op, n, fitted[0]), C.bus_factor(op, n)
         large = steps * alpha + factor * nbytes / busbw
         small = steps * alpha_small + factor * nbytes / busbw_small
-        return sp.Piecewise((small, nbytes < breakpoint), (large, True))
+        return two_regimes(small, large, nbytes, breakpoint, busbw, busbw_small)
     options = _options(op, nbytes, axis, fam)
     chosen = [option[scope] for option in options if option[scope] is not None]
     return chosen[0] if len(chosen) == 1 else lmin(*chosen)
