@@ -138,5 +138,24 @@ def json_text(data: Any, *, indent: int | None = 2,
         raise  # a non-finite value that non_finite cannot reach (inside an object's default)
 
 
-__all__ = ["SCHEMA_VERSIONS", "document", "fmt_bytes", "json_text", "non_finite", "require_finite",
-           "schema_id"]
+def _option_value(option: Any) -> str:
+    """An enum option's name as the command line spells it."""
+    return str(getattr(option, "value", option))
+
+
+def degrees_text(p: Any) -> str:
+    """dp=.. tp=.. pp=.., with cp (and how attention crosses it) and ep where not 1."""
+    text = f"dp={p.dp} tp={p.tp} pp={p.pp}"
+    if getattr(p, "cp", 1) > 1:
+        text += f" cp={p.cp} ({_option_value(p.cp_comm)})"
+    if getattr(p, "ep", 1) > 1:
+        text += f" ep={p.ep}"
+        if _option_value(getattr(p, "ep_dispatcher", "alltoall")) != "alltoall":
+            text += f" ({_option_value(p.ep_dispatcher)})"
+    if getattr(p, "etp", 1) > 1:
+        text += f" etp={p.etp}"
+    return text
+
+
+__all__ = ["SCHEMA_VERSIONS", "degrees_text", "document", "fmt_bytes", "json_text", "non_finite",
+           "require_finite", "schema_id"]

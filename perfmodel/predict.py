@@ -178,8 +178,7 @@ class Prediction:
     def summary(self) -> str:
         """One line: model, hardware, layout, step time, throughput, MFU and memory (what the
         object shows in a notebook or a REPL; to_dict holds every field)."""
-        from perfmodel.output import fmt_bytes
-        from perfmodel.render import degrees_text
+        from perfmodel.output import degrees_text, fmt_bytes
 
         plan = self.plan
         layout = [degrees_text(plan), f"mb={plan.micro_batch}"]

@@ -19,7 +19,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from perfmodel.encode import compute_dtype
-from perfmodel.output import document, fmt_bytes, fmt_fixed, json_text
+from perfmodel.output import degrees_text, document, fmt_bytes, fmt_fixed, json_text
 from perfmodel.predict import Prediction
 
 PIPE_WIDTH = 100  # columns of output that goes to a pipe or a file, when COLUMNS is not set
@@ -129,20 +129,6 @@ def layout_text(plan: Any) -> str:
     """The tensor layout of a plan: 1d (Megatron), 2d, 2.5d with its depth, 3d."""
     layout = _value(plan.tp_layout)
     return f"{layout} d={plan.tp_depth}" if plan.tp_depth > 1 else layout
-
-
-def degrees_text(p: Any) -> str:
-    """dp=.. tp=.. pp=.., with cp (and how attention crosses it) and ep where not 1."""
-    text = f"dp={p.dp} tp={p.tp} pp={p.pp}"
-    if getattr(p, "cp", 1) > 1:
-        text += f" cp={p.cp} ({_value(p.cp_comm)})"
-    if getattr(p, "ep", 1) > 1:
-        text += f" ep={p.ep}"
-        if _value(getattr(p, "ep_dispatcher", "alltoall")) != "alltoall":
-            text += f" ({_value(p.ep_dispatcher)})"
-    if getattr(p, "etp", 1) > 1:
-        text += f" etp={p.etp}"
-    return text
 
 
 def plan_lines(p: Any, hardware: Any, micro_batches: int, model: Any) -> list[str]:
