@@ -467,6 +467,8 @@ def report_cmd(profile: Path, plot: str | None) -> None:
     from perfmodel.specs.profile import load_profile
 
     loaded = load_profile(profile)
+    if loaded.measurements is not None:  # the plot reads it: never drawn over it (a link to it)
+        check_distinct([(plot, "plot")], [(loaded.measurements, "profile's measurements")])
     print_report(loaded)
     if plot is not None:
         click.echo(f"wrote {calibration_plot(loaded, plot)}")

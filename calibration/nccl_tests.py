@@ -411,6 +411,18 @@ def _is_row(text: str) -> bool:
             and not text.lstrip().startswith("#"))
 
 
+def _garbled_row(text: str, layout: _Layout | None) -> bool:
+    """A line with a section row's columns, its other columns numbers as a row's are, whose
+    first (the size) is not a number: a corrupted row ('6710886O', '67108864,', a stray byte),
+    refused, where other lines in a section (a launcher's, a program's) are passed over. Before
+    2026-12-07 it was passed over too: the fit took the other rows and said nothing."""
+    tokens = text.split()
+    if layout is None or text.lstrip().startswith("#") or len(tokens) != layout.width:
+        return False
+    numbers = sum(_ROW_START.fullmatch(t) is not None or t == "N/A" for t in tokens[1:])
+    return numbers >= layout.width - 3  # all but the type and reduction op
+
+
 def _op_from_name(path: Path) -> Op | None:
     name = path.name.lower().replace("-", "_")
     squashed = name.replace("_", "")
@@ -619,6 +631,12 @@ def _section(
             continue
         if _is_row(text) and not complete:  # rows after the summary belong to no test
             found.append((ln, layout))
+        elif not complete and _garbled_row(text, layout):
+            raise DataError(
+                f"{path}:{ln.lineno}: a data row whose size does not read "
+                f"({text.split()[0]!r} is not a byte count; the row has the "
+                f"{layout.width if layout else ''} columns of the section's rows): a corrupted "
+                "log? (fix or delete the line)")
     rows = []
     for k, (ln, lay) in enumerate(found):
         tokens = ln.text.split()

@@ -1,0 +1,51 @@
+"""calibrate's inputs as a collective probe found them (2026-12-07): a corrupted data row of an
+nccl-tests log is refused by line, where the fit took the other rows and said nothing, and
+`calibrate report --plot` never draws over the measurements the profile reads."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from calibration.nccl_tests import parse_nccl_tests
+from perfmodel.errors import DataError
+from tests.unit.test_bad_input import run_main
+
+DATA = Path(__file__).parents[1] / "data" / "nccl-tests"
+LOG = DATA / "h100x8-allreduce-nccl-tests-cluster-cluster01.txt"
+ROW = b"  67108864       8388608"
+
+
+@pytest.mark.parametrize("size", [b"  6710886O", b"  67108864,", b"  67108864\xa0"])
+def test_a_corrupted_row_is_refused_by_its_line(tmp_path, size):
+    text = LOG.read_bytes()
+    assert text.count(ROW) == 1
+    line = text[:text.index(ROW)].count(b"\n") + 1
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(text.replace(ROW, size + b"       8388608"))
+    with pytest.raises(DataError, match=rf"bad.txt:{line}: a data row whose size does not read"):
+        parse_nccl_tests(bad)
+
+
+def test_other_lines_in_a_section_are_still_passed_over(tmp_path):
+    """A launcher's or a program's line among the rows is not a row of the section's columns."""
+    text = LOG.read_bytes()
+    noisy = tmp_path / "noisy.txt"
+    noisy.write_bytes(text.replace(ROW, b"Warning: Permanently added host (ED25519)\n" + ROW))
+    (clean,), (kept,) = parse_nccl_tests(LOG), parse_nccl_tests(noisy)
+    assert kept.records.drop(columns="line").equals(clean.records.drop(columns="line"))
+
+
+def test_report_never_plots_over_the_profile_s_measurements(tmp_path):
+    profile = tmp_path / "cl.json"
+    code, _, _ = run_main(["calibrate", "import-nccl-tests", str(LOG), "--out", str(profile)])
+    assert code == 0
+    csv = tmp_path / "cl.measurements.csv"
+    before = csv.read_bytes()
+    link = tmp_path / "evil.png"
+    os.symlink(csv.name, link)
+    code, _, err = run_main(["calibrate", "report", str(profile), "--plot", str(link)])
+    assert code == 7 and "it is the input profile's measurements" in err
+    assert csv.read_bytes() == before
