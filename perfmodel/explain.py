@@ -361,8 +361,8 @@ def explain_grid_text(model: Any, hardware: HardwareSpec, plan: Any, *, latex: b
     values = {comm["alpha"]: alpha, comm["beta"]: beta}
     if pr_star is not None:
         lines += ["", "dT_comm/dP_r = 0 at", "  P_r* = " + show(pr_star),
-                  f"  = {float(pr_star.subs(values)):.4g} with alpha = {alpha:.3g} s, beta = "
-                  f"{beta:.3g} B/s ({link})"]
+                  f"  = {float(pr_star.subs(values)):.4g} with alpha = {alpha:.4g} s, beta = "
+                  f"{beta:.4g} B/s ({link})"]
     else:
         lines += ["", "dT_comm/dP_r = 0 has no closed form sympy finds; the exact minimiser "
                       "follows."]

@@ -1067,6 +1067,14 @@ HARDWARE_SENSITIVITIES = {
 }
 
 
+# the --what-if field of each parameter whose compiled name is another: sensitivities() names
+# each parameter by the field that moves it (before 2026-12-07 by the compiled name, which
+# --what-if refused: an API probe's finding)
+WHAT_IF_FIELDS = {"intra_bandwidth": "intra_node.bandwidth_bytes_per_s",
+                  "inter_bandwidth": "inter_node.bandwidth_bytes_per_s",
+                  "intra_latency_s": "intra_node.latency_s",
+                  "inter_latency_s": "inter_node.latency_s"}
+
 # the compiled symbols that move with a hardware parameter, as --what-if moves them
 # (apply_what_if rebuilds the spec, and perfmodel.encode derives these from it): peak_flops_per_s
 # is the peak of every dtype, an fp8 plan's GEMMs at the FP8 peak among them; the memory
@@ -1112,7 +1120,8 @@ def sensitivities(model: TransformerSpec | str, hardware: HardwareSpec | str, pl
     the smooth maximum of host and device time, perfmodel.step.compose, into minutes.)
 
     -0.6 for peak FLOP/s means 1% more FLOP/s gives 0.6% less step time. At a kink of the model
-    (a max of two equal terms) it is the mean of the one-sided slopes.
+    (a max of two equal terms) it is the mean of the one-sided slopes. Keyed by the --what-if
+    field that moves each parameter (peak_flops_per_s, inter_node.bandwidth_bytes_per_s, ...).
     """
     import numpy as np
 
@@ -1139,5 +1148,5 @@ def sensitivities(model: TransformerSpec | str, hardware: HardwareSpec | str, pl
     out = {}
     for i, name in enumerate(names):
         slope = (t[1 + 2 * i] - t[2 + 2 * i]) / (2 * SENSITIVITY_STEP * values[name])
-        out[name] = float(slope * values[name] / t[0])
+        out[WHAT_IF_FIELDS.get(name, name)] = float(slope * values[name] / t[0])
     return out

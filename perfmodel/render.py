@@ -602,8 +602,8 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
         ("memory/GPU", False, [fmt_bytes(row["memory_per_gpu_bytes"]) for row in curve]),
         ("fits", False, ["yes" if row["fits"] else "no (memory limit)" for row in curve])])
     if "sensitivities" in data:
-        sens = Table(title="sensitivity of the step time (elasticity: % change per 1%; at a "
-                           "kink, the mean of +1% and -1%)")
+        sens = Table(title="sensitivity of the step time (elasticity: % change per 1%, by "
+                           "central differences; at a kink, the mean of its two slopes)")
         sens.add_column("hardware parameter")
         sens.add_column("elasticity", justify="right")
         for name, value in sorted(data["sensitivities"].items(), key=lambda kv: kv[1]):

@@ -13,7 +13,10 @@ from perfmodel.recommend import apply_what_if, sensitivities
 # sensitivities' names and the --what-if fields that move them
 WHAT_IF = {"memory_bandwidth_bytes_per_s": "memory_bandwidth_bytes_per_s",
            "kernel_overhead_s": "kernel_overhead_s", "peak_flops_per_s": "peak_flops_per_s",
-           "intra_latency_s": "intra_node.latency_s", "inter_latency_s": "inter_node.latency_s"}
+           "intra_node.latency_s": "intra_node.latency_s",
+           "inter_node.latency_s": "inter_node.latency_s",
+           "intra_node.bandwidth_bytes_per_s": "intra_node.bandwidth_bytes_per_s",
+           "inter_node.bandwidth_bytes_per_s": "inter_node.bandwidth_bytes_per_s"}
 
 
 @pytest.mark.parametrize("model, hardware, plan", [

@@ -245,7 +245,7 @@ def test_what_if_and_sensitivities():
     sens = sensitivities(load_model(MODEL), hw, plan)
     # the step time falls with more FLOP/s or bandwidth, rises with latency; never below -1
     assert -1 <= sens["peak_flops_per_s"] < 0
-    assert sens["intra_latency_s"] >= 0 and sens["inter_bandwidth"] <= 0
+    assert sens["intra_node.latency_s"] >= 0 and sens["inter_node.bandwidth_bytes_per_s"] <= 0
     # the derivative agrees with a 1% finite difference
     t1 = predict(MODEL, hw, plan).step_time_s
     t2 = predict(MODEL, apply_what_if(hw, "peak_flops_per_s=1.01x"), plan).step_time_s
