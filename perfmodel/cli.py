@@ -2157,6 +2157,12 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
         if field in values:  # a dict would keep the last silently
             raise click.UsageError(f"--vary {field} is given twice: give its values in one "
                                    f"(--vary {field}=V1,V2,...)")
+        # one within the other (peak_flops_per_s sets every dtype's peak, .fp16 one of them):
+        # the later would set what the earlier's column names (before 2026-12-07, silently)
+        within = [f for f in values if field.startswith(f + ".") or f.startswith(field + ".")]
+        if within:
+            raise click.UsageError(f"--vary {field} and --vary {within[0]} set the same "
+                                   "quantity: vary one of them")
         values[field] = numbers
     # the GPU counts the points take (--vary gpus's, else --gpus) and the grids they run on
     counts = [int(n) for n in values.get("gpus", [gpus])]

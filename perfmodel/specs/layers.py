@@ -35,6 +35,10 @@ BOUNDS: dict[str, Bound] = {
     "input_shape": Bound(1, 1e9, "one dimension of a sample", inclusive=True, integer=True),
 }
 
+# a traced layer's channel, feature and kernel counts (validation.cnn_graph)
+_TRACED_COUNT = Bound(1, 1e12, "a layer's channels, features or kernel extent", inclusive=True,
+                      integer=True)
+
 LAYER_KINDS = ("conv", "linear", "pool", "norm", "activation", "add", "flatten", "dropout",
                "softmax", "other")
 # Kinds that hold no weights (validation.cnn_graph traces none: pooling, a residual sum, a
@@ -62,6 +66,8 @@ class LayerSpec:
     channels: float = 0.0  # norm layers: channels whose statistics synchronised BN all-reduces
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise SpecError(f"a layer's name must be a non-empty string, got {self.name!r}")
         if self.kind not in LAYER_KINDS:
             raise SpecError(f"layer '{self.name}': kind must be one of {', '.join(LAYER_KINDS)}, "
                             f"got '{self.kind}'")
@@ -79,6 +85,36 @@ class LayerSpec:
         if self.kind == "norm" and self.channels <= 0:
             raise SpecError(f"layer '{self.name}' (norm) needs channels > 0: the statistics a "
                             "synchronised batch norm all-reduces")
+        self._complete()
+
+    def _complete(self) -> None:
+        """Work out a size left out (0) that the others imply (check_sizes' rules), checked as a
+        given one would be; and refuse a layer without a size the model reads that nothing
+        implies. Before 2026-12-07 a size left out was taken as 0: a conv without out_elements
+        gathered nothing and kept no activation, and GEMM sizes of 1e12 each implied 1e24
+        output elements unchecked (a layer-graph probe's finding)."""
+        where = f"layer '{self.name}' ({self.kind})"
+        implied: dict[str, tuple[float, str]] = {}
+        if self.splits:
+            m, n, k = self.gemm_m, self.gemm_n, self.gemm_k
+            implied["flops"] = 2 * m * n * k, f"2 x gemm_m {m:g} x gemm_n {n:g} x gemm_k {k:g}"
+            implied["out_elements"] = m * n, f"gemm_m {m:g} x gemm_n {n:g}"
+            if self.kind == "linear":
+                implied["in_elements"] = m * k, f"gemm_m {m:g} x gemm_k {k:g}"
+        elif self.kind in ELEMENTWISE:
+            if self.out_elements and not self.in_elements:
+                implied["in_elements"] = self.out_elements, "its out_elements"
+            if self.in_elements and not self.out_elements:
+                implied["out_elements"] = self.in_elements, "its in_elements"
+        for fld, (value, by) in implied.items():
+            if not getattr(self, fld):
+                object.__setattr__(self, fld, BOUNDS[fld].check(
+                    value, f"{where}.{fld} (left out: {by})"))
+        needed = ("out_elements",) if self.splits else ("in_elements", "out_elements")
+        for fld in needed:
+            if not getattr(self, fld):
+                raise SpecError(f"{where} needs {fld} > 0 (elements per sample: the model reads "
+                                "it for the layer's activations and their traffic)")
 
     @property
     def splits(self) -> bool:
@@ -162,6 +198,13 @@ class LayerGraphSpec:
                 layer.check_sizes()
             except SpecError as exc:
                 raise SpecError(f"model '{self.name}': {exc}") from None
+        split = [layer for layer in self.layers if layer.splits]
+        for layer in split[1:]:  # the first one's input gradient is never all-reduced
+            if not layer.in_elements:
+                raise SpecError(f"model '{self.name}': layer '{layer.name}' ({layer.kind}) needs "
+                                "in_elements > 0: its input gradient is all-reduced over Pr "
+                                "(a conv's input size depends on its padding and stride: not "
+                                "worked out from its GEMM)")
 
     @property
     def parameters(self) -> float:
@@ -188,7 +231,10 @@ def _agree(given: float, implied: float, field: str, implied_by: str) -> None:
 
 
 def layer_graph_from_dict(data: Mapping[str, Any], where: str) -> LayerGraphSpec:
-    check_fields(data, [*_GRAPH_FIELDS, "base"], where)
+    if "base" in data:  # accepted and dropped before 2026-12-07
+        raise SpecError(f"{where}: base builds a transformer spec on a preset's; a layer graph "
+                        "lists every layer: leave base out")
+    check_fields(data, _GRAPH_FIELDS, where)
     raw = data.get("layers")
     if not isinstance(raw, list):
         raise SpecError(f"{where}: 'layers' must be a list of layers")
@@ -201,6 +247,8 @@ def layer_graph_from_dict(data: Mapping[str, Any], where: str) -> LayerGraphSpec
         # the tracer's names (validation.cnn_graph: input_shape, output_shape, out_channels or
         # out_features, activation_bytes) map onto ours
         fields.setdefault("name", f"layer{i}")
+        if "kind" not in fields:
+            raise SpecError(f"{where}: layers[{i}] needs kind: one of {', '.join(LAYER_KINDS)}")
         _from_traced(fields, extra, f"{where}: layers[{i}]")
         try:
             layer = LayerSpec(**fields)
@@ -275,3 +323,37 @@ def _from_traced(fields: dict[str, Any], extra: Mapping[str, Any], where: str) -
         fields.update(gemm_m=m, gemm_n=n, gemm_k=flops / (2 * m * n))
     if kind == "norm" and not fields.get("channels") and out_shape is not None:
         fields["channels"] = out_shape[1]
+    _traced_agree(fields, extra, where)
+
+
+def _traced_agree(fields: Mapping[str, Any], extra: Mapping[str, Any], where: str) -> None:
+    """The tracer's other numbers (validation.cnn_graph: in_channels and kernel_size of a conv,
+    in_features of a linear layer, weight_bytes) are whole and positive, and agree with the
+    sizes they imply: a linear layer's gemm_k is in_features, a conv's at most in_channels x
+    its kernel area (less with groups), weight_bytes 4 per parameter (fp32). Read and dropped
+    unchecked before 2026-12-07."""
+    def whole(key: str, value: Any) -> float:
+        return float(_TRACED_COUNT.check(value, f"{where}: {key}"))
+
+    numbers = {key: whole(key, extra[key]) for key in ("in_channels", "in_features")
+               if key in extra}
+    area = 1.0
+    if "kernel_size" in extra:
+        raw = extra["kernel_size"]
+        dims = raw if isinstance(raw, (list, tuple)) and raw else [raw]
+        for d in dims:
+            area *= whole("kernel_size", d)
+    kind, k = fields.get("kind"), float(fields.get("gemm_k") or 0)
+    if kind == "linear" and "in_features" in numbers and k:
+        _agree(numbers["in_features"], k, f"{where}: in_features", f"gemm_k {k:g}")
+    if kind == "conv" and "in_channels" in numbers and k \
+            and k > numbers["in_channels"] * area * (1 + SIZE_TOLERANCE):
+        raise SpecError(f"{where}: gemm_k {k:g} is more than in_channels "
+                        f"{numbers['in_channels']:g} x kernel area {area:g}: a conv reduces "
+                        "over its input channels (of a group) and its kernel")
+    if "weight_bytes" in extra:
+        weight = BOUNDS["params"].check(extra["weight_bytes"], f"{where}: weight_bytes")
+        params = float(fields.get("params") or 0)
+        if params:
+            _agree(weight, 4 * params, f"{where}: weight_bytes", f"4 x params {params:g}")
+

@@ -1214,6 +1214,9 @@ def _load_model(name_or_path: str | Path | TransformerSpec, _within: tuple[Path,
         origin = f"preset {path.stem}" if preset else str(path)
         if data.get("kind") == "layers":
             return graph(layer_graph_from_dict(data, where))
+        if "kind" in data and data["kind"] != "transformer":
+            raise SpecError(f"{where}: kind must be 'transformer' (the default) or 'layers' (a "
+                            f"CNN or MLP layer graph), got {data['kind']!r}")
         hf_keys = [k for k in _HF_SHAPE_KEYS if k in data]
         hardware_keys = sorted(_HARDWARE_KEYS & set(data))
         if hardware_keys and not {"layers", "hidden", "heads"} & set(data):
