@@ -365,6 +365,7 @@ def model_keys(model: TransformerSpec) -> dict[str, Any]:
         "head_dim": model.head_dim,
         "gated_mlp": model.gated_mlp,
         "bias": model.bias,
+        "qkv_bias": model.bias if model.qkv_bias is None else model.qkv_bias,
         "norm": model.norm,
     }
     if model.experts:

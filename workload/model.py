@@ -71,9 +71,11 @@ class Attention(nn.Module):
         hidden, heads, kv_heads = m["hidden"], m["heads"], m["kv_heads"]
         self.head_dim = m.get("head_dim") or hidden // heads  # the attention is heads x head_dim
         bias = m["bias"]
-        self.wq = nn.Linear(hidden, heads * self.head_dim, bias=bias)
-        self.wk = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
-        self.wv = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
+        # Qwen2's q, k and v projections have biases where its other linear layers have none
+        qkv_bias = m.get("qkv_bias", bias)
+        self.wq = nn.Linear(hidden, heads * self.head_dim, bias=qkv_bias)
+        self.wk = nn.Linear(hidden, kv_heads * self.head_dim, bias=qkv_bias)
+        self.wv = nn.Linear(hidden, kv_heads * self.head_dim, bias=qkv_bias)
         self.wo = nn.Linear(heads * self.head_dim, hidden, bias=bias)
         self.selective = False
         self.unfused = False  # the plan's flash_attention false: unfused_attention

@@ -249,3 +249,14 @@ def test_a_vocabulary_tp_does_not_divide_is_padded_as_megatron_pads_it(tp):
     assert result["agree"], [r for r in result["rows"] if not r["agree"]]
     padded = -(-1025 // tp) * tp
     assert any(f"pads the vocabulary to {padded:,}" in note for note in result["notes"])
+
+
+def test_the_job_builds_the_q_k_v_biases_qwen2_has():
+    """Qwen2's q, k and v projections carry biases its other linears lack (qkv_bias): the job
+    built none, and the dp all-reduce differed by them (a dry-run probe, 2026-12-07)."""
+    model = load_model("tests/data/hf/qwen2.5-7b/config.json", seq_len=256).replace(
+        layers=2, hidden=256, heads=8, kv_heads=4, ffn_hidden=512, vocab=512)
+    assert model.qkv_bias and not model.bias
+    result = dryrun.dry_run(model, Plan(gpus=16, tp=4, dp=4, global_batch=4, dtype="fp32",
+                                        sequence_parallel=True))
+    assert result["agree"], [r for r in result["rows"] if not r["agree"]]
