@@ -1241,10 +1241,11 @@ def predict(as_json: bool, batch: str | None, out: str | None, plot_path: str | 
 
 
 def _zbv_order_note(model: Any, hardware: Any, plan: Any) -> list[str]:
-    """ZB-V with fewer than 2 pp micro-batches a schedule: its order, laid out with the model's
-    pass times, leaves bubbles its closed form (pp - 1)(F + B - 2W) does not count (up to +15%
-    a step at m = pp; docs/timeline.md): said where it differs, as --trace says it. A few
-    micro-batches lay out in milliseconds."""
+    """ZB-V with fewer than 2 pp micro-batches a schedule: its order, laid out with each stage's
+    own pass times, differs from the closed form (taken on the other stages' pace: within 3% of
+    the order in docs/timeline.md's table, 8% in its 96 plans; the paper's (pp - 1)(F + B - 2W)
+    alone was 15% short at m = pp before 2026-12-07): said where it differs, as --trace says
+    it. A few micro-batches lay out in milliseconds."""
     from perfmodel.errors import PlanError
     from perfmodel.timeline import predicted_timeline
 

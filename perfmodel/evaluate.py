@@ -296,9 +296,10 @@ def _bubble_bound(built: Any, bounds: Mapping[str, Any], m: Any, unread: set[Any
     With pp = 2 a middle stage (w 0) never exceeds the others (perfmodel.step.context.
     stage_layers): the slowest is an end, whose w is 1. The zero-bubble fill W_fill subtracts:
     taken as it is where it reads no unread group, else the bound is 0 for a zero-bubble plan
-    (built.zero_bubble). Built with the functions the step model's own are (not by replacing
-    the stages' symbols in built.composition: sympy's Max would compare the bounds' large terms
-    with each other as it rebuilds)."""
+    (built.zero_bubble); 0 for ZB-V, whose bubble is its order's (perfmodel.step.pipeline.
+    zbv_bubble_s), which may be below this one. Built with the functions the step model's own are
+    (not by replacing the stages' symbols in built.composition: sympy's Max would compare the
+    bounds' large terms with each other as it rebuilds)."""
     from perfmodel import symbols as S
     from perfmodel.codegen import reads
     from perfmodel.costs.lattice import lmax, times
@@ -313,6 +314,7 @@ def _bubble_bound(built: Any, bounds: Mapping[str, Any], m: Any, unread: set[Any
     fill_read = reads([w_fill], unread)[0]
     flushes = S.F_pp if built.family.pipeline_flushes else 1
     bubble = PP.bubble_s(m, t_other, 0 if fill_read else w_fill, flushes)
+    bubble = times(1 - built.zbv, bubble)  # ZB-V's own (zbv_bubble_s) may be below it: 0
     return times(1 - built.zero_bubble, bubble) if fill_read else bubble
 
 

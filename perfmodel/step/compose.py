@@ -665,6 +665,7 @@ def step_time(m: sp.Expr, t_mb: sp.Expr, terms: Mapping[str, sp.Expr]) -> sp.Exp
 # the symbols of the composition, as `explain` prints it
 M_SYM, T_MB, W_FILL = sp.Symbol("m"), sp.Symbol("t_mb"), sp.Symbol("W_fill")
 T_OTHER = sp.Symbol("t_other")
+T_ZBV = sp.Symbol("T_zbv")  # a ZB-V plan's bubble as its order runs (pipeline.zbv_bubble_s)
 STAGE_SYMBOLS = {"first": sp.Symbol("t_first"), "last": sp.Symbol("t_last"),
                  "middle": sp.Symbol("t_middle")}
 STEP_SYMBOLS = {"pipeline/bubble": sp.Symbol("T_bubble"), "comm/dp": sp.Symbol("T_dp"),

@@ -19,8 +19,14 @@ where ranks time-sharing a device (rho > 1, CPU ranks on fewer cores) run faster
 the pipeline takes max(m, (m + B)/rho) micro-batch times (the rates are per rank with every rank
 busy, so m of them are the cores' work), so the bubble lasts min(B, max(0, (m + B)/rho - m)) (B
 when rho = 1). Zero-bubble schedules split the backward into input gradients (B) and weight
-gradients (W) and fill the bubble with W: ZB1P leaves (pp - 1)(F + B - W), ZB-V (pp - 1)(F + B - 2W)
-per chunk (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Sec. 3 and 6).
+gradients (W) and fill the bubble with W: ZB1P leaves (pp - 1)(F + B - W) per chunk (Qi et al.,
+"Zero Bubble Pipeline Parallelism", ICLR 2024, Sec. 3 and 6). ZB-V's bubble is its order's
+(zbv_bubble_s, since 2026-12-07): the paper's (pp - 1)(F + B - 2W) is one of the chains of its
+order, which also holds the last rank's late start, (pp - 1) F, the cool-down's 2 (pp - 1)(B - W)
+and, below 2 pp - 1 micro-batches, the holes of the missing ones (zbv_terms); on stages of the
+other stages' pace, less what a slower stage's own work covers. That closed form alone was up to
+18% below the order laid out with the model's pass times (predict --trace; GPT-3 175B, pp 4,
+8 micro-batches), now within 3% (docs/timeline.md).
 """
 
 from __future__ import annotations
@@ -96,6 +102,116 @@ def weight_gradient_fill(c: Context, stage_terms: Mapping[str, Mapping[str, sp.E
     if "middle" in w:  # a middle stage exists from pp = 3 on; below, never the smallest
         w["middle"] = w["middle"] + (1 - middle_exists()) * w["first"]
     return times(c.zero_bubble * (2 + c.zbv), lmin(*w.values()))
+
+
+def zbv_terms(pp: sp.Expr, m: sp.Expr) -> list[tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]]:
+    """ZB-V's idle time a flush, as the order runs (perfmodel.schedule: torch's
+    ScheduleZBVZeroBubble, its order built for max(2 pp - 1, m) micro-batches, the missing ones'
+    passes dropped): [(gate, a, b, c)], the bubble the largest gate (a F + b B + c W) over them,
+    F, B, W one chunk's forward, input-gradient and weight-gradient times, m the micro-batches of
+    the flush. Each term is a chain of dependent passes, the span the longest path through the
+    order's graph: the last rank starts (pp - 1) F late; the first's last input gradient waits
+    (pp - 1) B; the paper's (pp - 1)(F + B - 2W), two weight gradients hiding each hop; the
+    cool-down's 2 (pp - 1)(B - W); below 2 pp - 1 micro-batches the holes of the dropped ones,
+    (2 pp - 1 - m)(F + B). Derived from the simulator's critical paths (integer coefficients,
+    piecewise in m with breaks at pp, pp + 1 and 2 pp - 1) and checked against it to 1e-14
+    relative over pp 2 to 16, m 1 to 4 pp and F, B, W from 0.1 to 2.5 (and at random points
+    anywhere in (0, 4]^3), 2026-12-07. Written by hand: no library derives a schedule's span."""
+    p, k = pp, pp - 1
+
+    def mx(*args: sp.Expr | int) -> sp.Expr:
+        return sp.Max(*args, evaluate=False)
+
+    def mn(*args: sp.Expr | int) -> sp.Expr:
+        return sp.Min(*args, evaluate=False)
+
+    mp = mn(m, 2 * p - 1)  # the micro-batches the order's pattern sees, capped
+    u = mx(0, p - m)  # short of pp: holes in the warm-up
+    j = mx(0, mp - p)  # beyond pp, at most pp - 1
+    r = 2 * p - 1 - mp  # short of 2 pp - 1
+    ge_p = mx(0, mn(1, m - p + 1))  # 1 from m = pp on
+    gt_p = mx(0, mn(1, m - p))  # 1 from m = pp + 1 on
+    one = sp.Integer(1)
+    return [
+        (one, 2 * u, 2 * k, -2 * j),
+        (one, k + u, k + u, -2 * j),
+        (one, 2 * k, 2 * u, -mn(2 * (m - 1), 2 * p - 1)),
+        (one, 2 * k, mx(2 * k - 3 * (m - 1), -k), -mn(m - 1, mx(1, mn(k, 4 * p - 1 - 2 * m)))),
+        (one, 2 * u, mx(k, 2 * k - 2 * j), sp.Integer(0)),
+        (one, k, sp.Integer(0), sp.Integer(0)),
+        (gt_p, sp.Integer(0), mx(1, 2 * p - m), mn(k - 1, m - p - 1)),
+        (gt_p, mx(1, 2 * p - m), sp.Integer(0), mn(k - 1, m - p - 1)),
+        (gt_p, mp - 2, -(mp - p - 1), sp.Integer(0)),
+        (gt_p, mp - 2, 2 * p - mp, -2 * (mp - p)),
+        (gt_p, mp - 1, -(mp - p), -one),
+        (ge_p, r, r, sp.Integer(0)),
+        (ge_p, mp - 1, 3 * p - 1 - 2 * mp, -mn(mp - p, 2 * p - mp)),
+        (ge_p, sp.Integer(0), 3 * p - 2 - mp, -r),
+        (ge_p, k, r, -r),
+        (ge_p, mp - 2, 3 * p - 2 * mp, -r),
+        (ge_p, 2 * k, -j, -(3 * r + 1)),
+        (ge_p, mp - 1, r, -(2 * mp - 2 * p + 1)),
+        (gt_p, 2 * k, -j, -(2 * p - 2 - j)),
+    ]
+
+
+def zbv_flush_bubble(pp: sp.Expr, m: sp.Expr, f: sp.Expr, b: sp.Expr, w: sp.Expr) -> sp.Expr:
+    """ZB-V's idle time of one flush of m micro-batches [s] from one chunk's pass times
+    (zbv_terms; (pp - 1) F at least, the last rank's late start, never below 0)."""
+    chains = []
+    for g, a, b_, c_ in zbv_terms(pp, m):
+        # unevaluated: a number times a stage's expression has sympy ask each node whether it
+        # is zero or finite (1.8 s a family)
+        parts = [sp.Mul(coef, x, evaluate=False) for coef, x in ((a, f), (b_, b), (c_, w))
+                 if coef != 0]
+        if g == 0 or not parts:
+            continue
+        chain = sp.Add(*parts, evaluate=False) if len(parts) > 1 else parts[0]
+        chains.append(chain if g == 1 else sp.Mul(g, chain, evaluate=False))
+    return lmax(0, *chains)
+
+
+def zbv_passes(c: Context, stage_terms: Mapping[str, Mapping[str, sp.Expr]],
+               forward: Mapping[str, sp.Expr], t_other: sp.Expr
+               ) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """(F, B, W) of one chunk of the stages other than the slowest [s]: t_other split by the
+    stages' own shares of forward, input-gradient and weight-gradient time (the forward as the
+    stage runs it, W as weight_gradient_fill takes it, B the rest of the backward), over v = 2
+    chunks, the stages weighted as other_stages_time weighs them."""
+    weights = {"first": sp.Integer(1), "middle": lmax(0, S.pp - 2), "last": sp.Integer(1)}
+    f = sp.Add(*(weights[st] * forward[st] for st in STAGES))
+    total = sp.Add(*(weights[st] * sp.Add(*stage_terms[st].values()) for st in STAGES))
+    w = sp.Add(*(weights[st] * in_backward_s(
+        (stage_terms[st]["compute/backward/gemm"]
+         + stage_terms[st]["compute/backward/embedding_logits"]) / BACKWARD_PER_FORWARD,
+        stage_terms[st]) for st in STAGES))
+    # one chunk's share of a stage's time, unevaluated (as zbv_flush_bubble's)
+    per = sp.Mul(t_other, sp.Pow(2 * lmax(total, sp.Float(1e-30)), -1, evaluate=False),
+                 evaluate=False)
+    w_chunk = sp.Mul(lmin(w, lmax(0, total - f)), per, evaluate=False)
+    return (sp.Mul(f, per, evaluate=False), sp.Mul(lmax(0, total - f - w), per, evaluate=False),
+            w_chunk)
+
+
+def zbv_bubble_s(c: Context, m: sp.Expr, passes: tuple[sp.Expr, sp.Expr, sp.Expr],
+                 t_other: sp.Expr, t_mb: sp.Expr, flushes: sp.Expr | int = 1) -> sp.Expr:
+    """T_bubble of a ZB-V plan as its order runs [s], where the other stages' own order sets the
+    step: each of `flushes` schedules of m / F micro-batches, on stages of the other stages'
+    pace (t_other a micro-batch, of passes (F, B, W) a chunk), takes m/F t_other and their
+    zbv_flush_bubble; the step pays what that exceeds of the slowest stage's m/F t_mb, less as
+    bubble_s's time-sharing ranks (rho > 1) run faster while others wait. A slowest stage
+    (ZB-V's first holds the embedding and the output layer) that the others' idle time fits
+    under pays none of it. 0 for any other schedule (c.zbv)."""
+    if c.zbv == 0:
+        return sp.Integer(0)
+    per = m / flushes
+    full = (S.pp - 1) / S.v
+    kept = lmin(full, lmax(0, (per + full) / S.rho - per))
+    share = kept / lmax(full, sp.Rational(1, 2))  # 1 with rho = 1
+    lead = sp.Mul(per, sp.Add(t_other, sp.Mul(-1, t_mb, evaluate=False), evaluate=False),
+                  evaluate=False)  # what the other stages' work leaves of the slowest's
+    idle = lmax(0, sp.Add(lead, zbv_flush_bubble(S.pp, per, *passes), evaluate=False))
+    return times(c.zbv, flushes * share * idle)
 
 
 def middle_exists() -> sp.Expr:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from perfmodel import symbols as S
+from perfmodel.costs.lattice import times
 from perfmodel.family import Family
 from perfmodel.step import compose as CO
 from perfmodel.step import context_parallel as CP
@@ -50,6 +51,7 @@ class Model:
     term_values: dict[sp.Symbol, sp.Expr] = field(default_factory=dict)
     # 1 where the schedule fills the pipeline's bubble with weight gradients (zb, zbv), else 0
     zero_bubble: sp.Expr = sp.Integer(0)
+    zbv: sp.Expr = sp.Integer(0)  # 1 for ZB-V (its bubble: perfmodel.step.pipeline.zbv_bubble_s)
     # what each term hides, per step ("stage:name" or name): communication behind compute, host
     # time behind the device's (reported beside the breakdown, not in the step time)
     hidden_terms: dict[str, sp.Expr] = field(default_factory=dict)
@@ -128,9 +130,15 @@ def build(fam: Family) -> Model:
                       TP.norm_grad_phase(issued), optimizer_phase(c, params),
                       *((FP8.weight_cast_phase(c, DP.fp8_weight_casts(c)),) if fam.fp8
                         else ()))
+    bubble = PP.bubble_s(c.m, t_other, w_fill, PP.flushes(c))
+    zbv_bubble = None
+    if c.zbv != 0:  # ZB-V's order idles more than the closed form where m < 2 pp or F != B
+        zbv_passes = PP.zbv_passes(c, stage_terms, {st: CO.forward_s(stage)
+                                                    for st, stage in composed.items()}, t_other)
+        zbv_bubble = PP.zbv_bubble_s(c, c.m, zbv_passes, t_other, t_mb, PP.flushes(c))
+        bubble = times(1 - c.zbv, bubble) + zbv_bubble
     step_terms, step_hidden = CO.step_terms(phases["step"], c.m,
-                                            CO.launch_s(collectives, None, launch),
-                                            PP.bubble_s(c.m, t_other, w_fill, PP.flushes(c)))
+                                            CO.launch_s(collectives, None, launch), bubble)
     # 5. what else a prediction reports
     backward_s = {"layer": layer.backward_s, "output": EH.output_backward_s(c)}
     parts = part_times(c, forward_s, backward_s,
@@ -152,7 +160,8 @@ def build(fam: Family) -> Model:
         hidden_terms=hidden,
         stages={st: stage for st, stage in composed.items()},
         zero_bubble=c.zero_bubble,
-        **_composition(c, stage_time, step_terms, w_fill),
+        zbv=c.zbv,
+        **_composition(c, stage_time, step_terms, w_fill, zbv_bubble),
     )
 
 
@@ -191,9 +200,11 @@ def _tp_overlaps(c: Context, stage: str) -> tuple[dict[str, tuple[CO.Overlap, ..
 
 
 def _composition(c: Context, stage_time: dict[str, sp.Expr], step_terms: dict[str, sp.Expr],
-                 w_fill: sp.Expr) -> dict[str, dict[sp.Symbol, sp.Expr]]:
+                 w_fill: sp.Expr, zbv_bubble: sp.Expr | None = None
+                 ) -> dict[str, dict[sp.Symbol, sp.Expr]]:
     """The step's composition written with the functions that composed it, over the terms'
-    symbols (perfmodel.step.compose), and the expression each symbol stands for."""
+    symbols (perfmodel.step.compose), and the expression each symbol stands for (T_zbv: a ZB-V
+    plan's bubble as its order runs, perfmodel.step.pipeline.zbv_bubble_s)."""
     st = CO.STAGE_SYMBOLS
     symbols = {name: sym for name, sym in CO.STEP_SYMBOLS.items() if name in step_terms}
     with sp.evaluate(False):  # as written: explain prints them in this order
@@ -205,7 +216,13 @@ def _composition(c: Context, stage_time: dict[str, sp.Expr], step_terms: dict[st
             CO.STEP_SYMBOLS["pipeline/bubble"]: PP.bubble_s(CO.M_SYM, CO.T_OTHER, CO.W_FILL,
                                                             PP.flushes(c)),
         }
-    values = {CO.M_SYM: c.m, CO.W_FILL: w_fill,
+    extra: dict[sp.Symbol, sp.Expr] = {}
+    if zbv_bubble is not None:  # ZB-V's order's bubble in the closed form's place
+        bubble = CO.STEP_SYMBOLS["pipeline/bubble"]
+        composition[bubble] = CO.T_ZBV if c.zbv == 1 else \
+            times(1 - c.zbv, composition[bubble]) + CO.T_ZBV
+        extra[CO.T_ZBV] = zbv_bubble
+    values = {CO.M_SYM: c.m, CO.W_FILL: w_fill, **extra,
               **{CO.STAGE_SYMBOLS[st]: t for st, t in stage_time.items()},
               **{sym: step_terms[name] for name, sym in symbols.items()
                  if name != "pipeline/bubble"}}
