@@ -236,6 +236,15 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
         check_output(kw.get("out"), what="dry-run report", make_parents=True)  # before it
 
         result = dryrun.dry_run(model, plan)
+        if plan.cp > 1 and plan.flash_attention is None:
+            from perfmodel.encode import resolve_flash
+
+            if not resolve_flash(None, model, hardware, plan.dtype):  # as predict refuses it
+                result["notes"].append(
+                    f"cp {plan.cp}: {hardware.name} has no flash kernel measured for "
+                    f"{plan.dtype.value}, so predict refuses this plan there; the dry run counts "
+                    "the job's collectives (it attends with torch's fused SDPA whatever the "
+                    "hardware)")
         release_held()
         dryrun.render(result, as_json=kw["as_json"])
         if kw.get("out"):

@@ -21,8 +21,8 @@ fake ranks; the ring's send/recv, the K/V all-gathers, the Ulysses and expert al
 counted like every collective (axes "cp", "ep", "dp_cp", "edp"). The meta tensors hold no values
 to route tokens by, so a mixture of experts is counted under balanced routing (assignment n to
 expert n mod E: every rank sends T k / ep rows to each, perfmodel's routing_imbalance = 1). Where
-perfmodel's step model does not cost what the job does (cp or ep outside its Plan, a mixture of
-experts), there is no ledger to compare with: the counts are shown alone and the result says why.
+perfmodel's step model does not cost what the job does (uncosted, below), there is
+no ledger to compare with: the counts are shown alone and the result says why.
 """
 
 from __future__ import annotations

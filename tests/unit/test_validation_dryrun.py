@@ -260,3 +260,17 @@ def test_the_job_builds_the_q_k_v_biases_qwen2_has():
     result = dryrun.dry_run(model, Plan(gpus=16, tp=4, dp=4, global_batch=4, dtype="fp32",
                                         sequence_parallel=True))
     assert result["agree"], [r for r in result["rows"] if not r["agree"]]
+
+
+def test_a_cp_plan_predict_refuses_for_its_hardware_s_kernels_is_counted_and_said(run_cli):
+    """The dry run counts the job's collectives whatever the hardware (the job attends with
+    torch's fused SDPA); predict refuses cp where the hardware has no flash kernel for the dtype:
+    the dry run says so (it agreed in silence, a dry-run probe's finding, 2026-12-07)."""
+    args = ("--model", "tiny-gpt", "--dp", "8", "--cp", "8", "--global-batch", "8", "--dtype",
+            "fp32", "--hardware", "dgx-a100-80gb")
+    refused = run_cli("predict", *args)
+    assert refused.returncode == 4 and "cp 8 needs fused (flash) attention" in refused.stderr
+    counted = run_cli("validate", "--dry-run", *args)
+    assert counted.returncode == 0, counted.stderr
+    assert "dgx-a100-80gb has no flash kernel measured for fp32, so predict refuses" in \
+        " ".join((counted.stdout + counted.stderr).split())
