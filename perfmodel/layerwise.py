@@ -436,7 +436,9 @@ def sweep(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan,
           vary: dict[str, list[float]], best_pr: bool = False) -> Any:
     """A table (pandas) of predictions over values of hardware fields (dotted names, e.g.
     peak_flops_per_s, memory_bandwidth_bytes_per_s, inter_node.bandwidth_bytes_per_s), `gpus`
-    (node count x GPUs per node; Pc grows, Pr kept) and `global_batch`; one row per combination."""
+    (node count x GPUs per node; Pc grows, Pr kept) and `global_batch`; one row per combination,
+    with its memory per GPU and whether it fits. best_pr: each point's fastest Pr x Pc split that
+    fits (the fastest where none does)."""
     import itertools
 
     import pandas as pd
@@ -457,16 +459,21 @@ def sweep(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan,
                 kw["global_batch"] = int(value)
             else:
                 hw = _set_field(hw, key, float(value), kw["dtype"])
-        if best_pr:
+        if best_pr:  # the fastest split that fits, else the fastest (its row says it does not)
             gpus = kw["pr"] * kw["pc"]
-            result = best_grid(model, hw, gpus, kw["global_batch"], norm=kw["norm"],
+            splits = best_grid(model, hw, gpus, kw["global_batch"], norm=kw["norm"],
                                variant=kw["variant"], contributors=kw["contributors"],
-                               dtype=kw["dtype"])[0]
+                               dtype=kw["dtype"])
+            result = next((r for r in splits if r.fits_in_memory), splits[0])
         else:
             result = predict_grid(model, hw, GridPlan(**kw))
         row = dict(zip(keys, combo, strict=True))
         row.update({"pr": result.plan.pr, "pc": result.plan.pc, "step_time_s": result.step_time_s,
-                    "samples_per_s": result.samples_per_s, "mfu": result.mfu})
+                    "samples_per_s": result.samples_per_s, "mfu": result.mfu,
+                    # a point whose memory does not fit says so (it read as any other before
+                    # 2026-12-07: a layer-graph probe's finding)
+                    "memory_per_gpu_bytes": result.memory_per_gpu_bytes,
+                    "fits_in_memory": result.fits_in_memory})
         comm = sum(v for k, v in result.breakdown_s.items() if k.startswith("comm/"))
         row["communication_share"] = comm / result.step_time_s
         row.update({f"time:{k}": v for k, v in result.breakdown_s.items()})

@@ -677,7 +677,8 @@ def print_grid_prediction(r: Any) -> None:
 
 
 FRAME_HEADERS = {"step_time_s": "step time", "samples_per_s": "samples/s", "mfu": "MFU",
-                 "communication_share": "communication", "global_batch": "global batch"}
+                 "communication_share": "communication", "global_batch": "global batch",
+                 "memory_per_gpu_bytes": "memory/GPU", "fits_in_memory": "fits"}
 
 
 def print_frame(frame: Any, title: str) -> None:
@@ -691,6 +692,10 @@ def print_frame(frame: Any, title: str) -> None:
             return fmt_seconds(value)
         if col in ("mfu", "communication_share"):
             return fmt_fixed(value, ".1%")
+        if col == "memory_per_gpu_bytes":
+            return fmt_bytes(value)
+        if col == "fits_in_memory":
+            return "yes" if value else "NO"
         return f"{value:.4g}" if isinstance(value, float) else str(value)
 
     print_fitted(con, title, [(FRAME_HEADERS.get(col, col.replace(".", ".\n")), False,

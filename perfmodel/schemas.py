@@ -484,11 +484,14 @@ def schema(kind: str) -> dict[str, Any]:
     if kind == "sweep":
         point = {"type": "object", "properties": {
             "pr": WHOLE, "pc": WHOLE, "step_time_s": NUMBER, "samples_per_s": NUMBER,
-            "mfu": NUMBER, "communication_share": NUMBER},
-            "required": ["pr", "pc", "step_time_s", "samples_per_s", "mfu"],
+            "mfu": NUMBER, "communication_share": NUMBER, "memory_per_gpu_bytes": NUMBER,
+            "fits_in_memory": BOOLEAN},
+            "required": ["pr", "pc", "step_time_s", "samples_per_s", "mfu",
+                         "memory_per_gpu_bytes", "fits_in_memory"],
             "additionalProperties": NUMBER,
-            "description": "One point: the varied fields' values, the split, the results and "
-                           "'time:TERM' seconds per term."}
+            "description": "One point: the varied fields' values, the split, the results, its "
+                           "memory per GPU and whether it fits, and 'time:TERM' seconds per "
+                           "term."}
         return _document(kind, "perfmodel sweep --json", obj(
             {"rows": {"type": "array", "items": point}}))
     if kind == "presets":

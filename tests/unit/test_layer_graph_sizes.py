@@ -98,3 +98,19 @@ def test_sweep_refuses_two_fields_that_set_one_quantity():
                              "peak_flops_per_s=5e13,1e14", "--vary", "peak_flops_per_s.fp16=1e14"])
     assert code == 2
     assert "--vary peak_flops_per_s.fp16 and --vary peak_flops_per_s set the same quantity" in err
+
+
+def test_a_sweep_point_says_its_memory_and_whether_it_fits():
+    """VGG-16 at a global batch of 4096 on 8 V100s needs 66.8 GiB of the 32: the sweep listed it
+    as any other point (a layer-graph probe, 2026-12-07); its row now says so, as predict does."""
+    import json
+
+    code, out, _ = run_main(["sweep", "--model", "vgg16", "--hardware", "dgx-v100", "--gpus",
+                             "8", "--global-batch", "256", "--vary", "global_batch=256,4096",
+                             "--json"])
+    assert code == 0
+    rows = json.loads(out)["rows"]
+    assert [r["fits_in_memory"] for r in rows] == [True, False]
+    code, out, _ = run_main(["predict", "--model", "vgg16", "--hardware", "dgx-v100", "--gpus",
+                             "8", "--global-batch", "4096", "--pr", "1", "--json"])
+    assert rows[1]["memory_per_gpu_bytes"] == json.loads(out)["memory_per_gpu_bytes"]
