@@ -152,6 +152,9 @@ def import_nccl_tests(
         name = f"collective/{op_name}/{scope}/{alg}"
         summary = model.summary()
         summary["sources"] = sorted({r.path.name for r in members})
+        # the groups' layouts, (ranks, nodes): one fit over nodes prices a ring of the same
+        # ranks laid out otherwise (16 x 1 for 2 x 8) only by extrapolation (collective_notes)
+        summary["layouts"] = [list(x) for x in sorted({(r.ranks, r.nodes) for r in members})]
         fits[name] = summary
         if model.bandwidth_resolved_:
             collectives.append({k: v for k, v in model.to_fit().__dict__.items()})

@@ -722,10 +722,12 @@ def _collective_extrapolations(prof: Any, model: Any, hardware: Any, plan: Any) 
     ranks = _axis_degrees(plan, hardware)
     notes = []
     for record in comm_ledger(model, plan, hardware):
-        scope = "intra" if scopes[record["axis"]][1] == "intra" else "inter"
+        per_node, where = scopes[record["axis"]]
+        scope = "intra" if where == "intra" else "inter"
         what = f"{record['name']} ({record['op']}, {fmt_bytes(record['nbytes'])}, {scope}-node)"
-        notes += profiles.collective_notes(prof, what, record["op"], record["nbytes"],
-                                           ranks[record["axis"]], scope)
+        group = ranks[record["axis"]]
+        notes += profiles.collective_notes(prof, what, record["op"], record["nbytes"], group,
+                                           scope, -(-group // per_node) if per_node else None)
     return notes
 
 
@@ -2070,8 +2072,10 @@ def _collective_command_notes(profile: str | None, result: dict[str, Any]) -> li
         return []
     scope = "intra" if result["scope"] == "intra" else "inter"
     what = f"{result['op']} ({fmt_bytes(result['bytes'])}, {scope}-node)"
+    per_node = result.get("ranks_per_node")
+    nodes = -(-result["ranks"] // per_node) if per_node else None
     return profiles.collective_notes(prof, what, result["op"], result["bytes"], result["ranks"],
-                                     scope)
+                                     scope, nodes)
 
 
 # the hardware fields a layer graph's step time reads (perfmodel.layerwise: its GEMMs at the

@@ -698,12 +698,29 @@ def measured_ranks(profile: Profile, op: str, scope: str) -> tuple[int, ...]:
     return ()
 
 
+def measured_layouts(profile: Profile, op: str, scope: str) -> tuple[tuple[int, int], ...]:
+    """The (ranks, nodes) of the groups the profile's fit of op and scope measured (its
+    "layouts", written by calibrate import-nccl-tests since 2026-12-07), or () where it records
+    none."""
+    for fit in profile.collective_fits():
+        if fit["op"] == op and fit["scope"] == scope:
+            layouts = fit.get("layouts")
+            if isinstance(layouts, list) and all(
+                    isinstance(x, list) and len(x) == 2
+                    and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
+                    for x in layouts):
+                return tuple(sorted((x[0], x[1]) for x in layouts))
+    return ()
+
+
 def collective_notes(profile: Profile, what: str, op: str, nbytes: float, ranks: int,
-                     scope: str) -> list[str]:
+                     scope: str, nodes: int | None = None) -> list[str]:
     """What a command says of one collective (`what` names it) of a group of `ranks` priced
     with the profile (scope: intra or inter, the fit's): the profile has no fit of its op and
     scope (the hardware's link model prices it), or its size lies outside the sizes the fit
-    saw, or the group has another number of ranks than the fit measured. send_recv is a pair
+    saw, or the group has another number of ranks than the fit measured, or (nodes given, the
+    fit's layouts recorded) the same ranks over another number of nodes (a ring of 16 ranks on
+    16 nodes crosses the network at every step, on 2 nodes of 8 at two). send_recv is a pair
     whatever the group: its rank count is not compared."""
     if (op, scope) not in {(f["op"], f["scope"]) for f in profile.collective_fits()}:
         return [f"{what}: the profile has no {scope}-node fit of {op}; priced by the hardware's "
@@ -716,6 +733,13 @@ def collective_notes(profile: Profile, what: str, op: str, nbytes: float, ranks:
         counts = ", ".join(str(r) for r in measured)
         notes.append(f"{what} over {ranks} ranks: the profile's fit measured {counts} ranks: "
                      "extrapolated")
+    elif op != "send_recv" and ranks > 1 and nodes is not None:
+        layouts = measured_layouts(profile, op, scope)
+        if layouts and (ranks, nodes) not in layouts:
+            seen = ", ".join(f"{r} ranks on {n} node{'s' if n > 1 else ''}"
+                             for r, n in layouts if r == ranks)
+            notes.append(f"{what} over {ranks} ranks on {nodes} node{'s' if nodes > 1 else ''}:"
+                         f" the profile's fit measured {seen}: extrapolated")
     return notes
 
 
@@ -739,6 +763,7 @@ __all__ = [
     "incomplete_note",
     "is_extrapolation",
     "load_profile",
+    "measured_layouts",
     "measured_ranks",
     "profile_from_dict",
 ]

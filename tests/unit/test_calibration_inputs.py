@@ -49,3 +49,27 @@ def test_report_never_plots_over_the_profile_s_measurements(tmp_path):
     code, _, err = run_main(["calibrate", "report", str(profile), "--plot", str(link)])
     assert code == 7 and "it is the input profile's measurements" in err
     assert csv.read_bytes() == before
+
+
+def test_a_fit_over_nodes_says_when_the_same_ranks_lie_otherwise(tmp_path):
+    """A fit of 16 ranks on 2 nodes of 8 priced a ring of 16 ranks on 16 nodes (30 network
+    steps, not 2) without a note (a collective probe, 2026-12-07): the profile records the
+    layouts it measured, and collective --profile says where a group lies otherwise."""
+    import json
+
+    profile = tmp_path / "a100.json"
+    log = DATA / "a100x16-2node-roce-allreduce-oci-bm-gpu4-ocitutorials.txt"
+    assert run_main(["calibrate", "import-nccl-tests", str(log), "--out", str(profile)])[0] == 0
+    fit = json.loads(profile.read_text())["fits"]["collective/all_reduce/inter/ring"]
+    assert fit["layouts"] == [[16, 2]]
+    said = {}
+    for per_node in (8, 2, 1):
+        code, out, _ = run_main(["collective", "--profile", str(profile), "--op", "all_reduce",
+                                 "--bytes", "1GiB", "--ranks", "16", "--ranks-per-node",
+                                 str(per_node), "--json"])
+        assert code == 0
+        said[per_node] = json.loads(out)["extrapolations"]
+    assert said[8] == []
+    assert said[1] == ["all_reduce (1.00 GiB, inter-node) over 16 ranks on 16 nodes: the "
+                       "profile's fit measured 16 ranks on 2 nodes: extrapolated"]
+    assert "over 16 ranks on 8 nodes" in said[2][0]
