@@ -296,7 +296,8 @@ def _check_time_and_rate(out: pd.DataFrame, times: pd.Series, work: pd.Series, p
         raise DataError(
             f"{path}:{i + 2}: time_s {times.iloc[i]:g} s gives 2 b m n k / time_s = "
             f"{from_time:.4g} FLOP/s, {ratio.iloc[i]:.3g}x the {given:.4g} FLOP/s of column "
-            f"'{name}' (over {TIME_RATE_TOLERANCE:.0%} apart; {len(off)} rows so): which is the "
+            f"'{name}' (over {TIME_RATE_TOLERANCE:.0%} apart; {len(off)} "
+            f"row{'s' if len(off) != 1 else ''} so): which is the "
             "measurement is not known; give one of the two columns"
         )
 

@@ -448,7 +448,9 @@ def _distinct_shapes(table: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
                 "keep one row per shape"
             )
     kept = table.drop_duplicates(subset=key)
-    notes.append(f"{len(table) - len(kept)} repeated GEMM shapes (same shape, same rate) kept once")
+    repeated = len(table) - len(kept)
+    shapes = "shape" if repeated == 1 else "shapes"
+    notes.append(f"{repeated} repeated GEMM {shapes} (same shape, same rate) kept once")
     return kept.reset_index(drop=True)
 
 

@@ -198,6 +198,8 @@ def read_log(path: str | Path, what: str = "nccl-tests log") -> str:
         text = raw.decode("utf-8", "replace").removeprefix("\ufeff")
     if not text.strip():
         raise DataError(f"{path}: empty file, not an {what}")
+    if "\r" in text and "\n" not in text:  # classic Mac line ends: read as lines, not one
+        text = text.replace("\r", "\n")
     return text
 
 
@@ -691,7 +693,8 @@ def _section(
     )
     bad = (records["wrong"] > 0) if counts_wrong else pd.Series(False, index=records.index)
     if bad.any():
-        notes.append(f"{int(bad.sum())} rows with #wrong > 0 dropped")
+        wrong = int(bad.sum())
+        notes.append(f"{wrong} {'row' if wrong == 1 else 'rows'} with #wrong > 0 dropped")
         records = records[~bad]
     if records.empty:
         raise DataError(
@@ -852,7 +855,9 @@ def _distinct_sizes(records: pd.DataFrame, where: str, notes: list[str]) -> pd.D
                 f"different results ({times}): which to fit is not known; keep one row per size"
             )
     kept = records[~(records.duplicated(subset=same) & (records["nbytes"] > 0))]
-    notes.append(f"{len(records) - len(kept)} repeated rows (same size, same numbers) kept once")
+    repeated = len(records) - len(kept)
+    rows = "row" if repeated == 1 else "rows"
+    notes.append(f"{repeated} repeated {rows} (same size, same numbers) kept once")
     return kept
 
 

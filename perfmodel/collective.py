@@ -226,7 +226,8 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
         "hardware": hardware.name, "fabric_level": fabric_level, "priced_on": priced_on,
     }
     require_finite(result, "the collective's time",
-                   f"{op} of {fmt_bytes(nbytes)} over {ranks} ranks on {hardware.name}")
+                   f"{op} of {fmt_bytes(nbytes)} over {ranks} rank{'s' if ranks != 1 else ''} "
+                   f"on {hardware.name}")
     return result
 
 

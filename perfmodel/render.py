@@ -293,7 +293,8 @@ def print_prediction(r: Prediction) -> None:
 
 def print_collective(res: dict[str, Any]) -> None:
     con = console()
-    con.print(f"{res['op']} of {fmt_bytes(res['bytes'])} over {res['ranks']} ranks "
+    con.print(f"{res['op']} of {fmt_bytes(res['bytes'])} over {res['ranks']} "
+              f"rank{'s' if res['ranks'] != 1 else ''} "
               f"({res['ranks_per_node']} per node, {res['scope']}) on {res['hardware']}")
     if res.get("scope") != "intra" and res.get("fabric_level"):  # (a level may be named node)
         con.print(f"reaches the fabric's {res['fabric_level']} level, priced on its slowest "

@@ -108,7 +108,7 @@ def test_a_size_repeated_exactly_is_kept_once_with_a_note(tmp_path):
     log = _write(tmp_path, "allreduce.txt", lines[: i + 1] + [lines[i]] + lines[i + 1 :])
     result = import_nccl_tests([log])
     assert result.per_source[0]["n_points"] == len(_rows(lines))
-    assert any("repeated rows" in n for n in result.notes)
+    assert any("1 repeated row (same size" in n for n in result.notes)
 
 
 def test_a_gemm_shape_repeated_at_another_rate_is_refused_naming_it(tmp_path):
@@ -171,7 +171,7 @@ def test_a_row_wrong_in_place_is_dropped(tmp_path):
     lines[i] = "    " + "  ".join(t) + "\n"
     result = import_nccl_tests([_write(tmp_path, "allreduce.txt", lines)])
     assert result.per_source[0]["n_points"] == len(_rows(lines)) - 1
-    assert any("1 rows with #wrong > 0 dropped" in n for n in result.notes)
+    assert any("1 row with #wrong > 0 dropped" in n for n in result.notes)
 
 
 # item 11: equal bus factors (all_gather and reduce_scatter; sendrecv and broadcast)

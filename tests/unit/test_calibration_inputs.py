@@ -73,3 +73,11 @@ def test_a_fit_over_nodes_says_when_the_same_ranks_lie_otherwise(tmp_path):
     assert said[1] == ["all_reduce (1.00 GiB, inter-node) over 16 ranks on 16 nodes: the "
                        "profile's fit measured 16 ranks on 2 nodes: extrapolated"]
     assert "over 16 ranks on 8 nodes" in said[2][0]
+
+
+def test_a_log_with_classic_mac_line_ends_is_read(tmp_path):
+    """CR alone ends its lines: it was called 'not an nccl-tests log' (a collective probe)."""
+    cr = tmp_path / "cr.txt"
+    cr.write_bytes(LOG.read_bytes().replace(b"\n", b"\r"))
+    (read,), (clean,) = parse_nccl_tests(cr), parse_nccl_tests(LOG)
+    assert read.records.equals(clean.records)
