@@ -856,8 +856,8 @@ def _distinct_sizes(records: pd.DataFrame, where: str, notes: list[str]) -> pd.D
             )
     kept = records[~(records.duplicated(subset=same) & (records["nbytes"] > 0))]
     repeated = len(records) - len(kept)
-    rows = "row" if repeated == 1 else "rows"
-    notes.append(f"{repeated} repeated {rows} (same size, same numbers) kept once")
+    noun = "row" if repeated == 1 else "rows"
+    notes.append(f"{repeated} repeated {noun} (same size, same numbers) kept once")
     return kept
 
 
