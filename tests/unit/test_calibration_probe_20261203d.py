@@ -364,7 +364,7 @@ def test_time_s_disagreeing_with_flops_per_s_is_refused_naming_the_row(tmp_path)
             "flops_per_s"].astype(float)
         rows.loc[3, "time_s"] *= 10
     with pytest.raises(DataError, match=r"times.csv:5: time_s .* 0.1x the .* FLOP/s of column "
-                                        r"'flops_per_s' \(over 5% apart; 1 rows so\)"):
+                                        r"'flops_per_s' \(over 5% apart; 1 row so\)"):
         read_gemm_table(_gemm_table(tmp_path, "times.csv", edit))
     ok = _gemm_table(tmp_path, "ok.csv", lambda rows: rows.__setitem__(
         "time_s", 2.0 * rows["m"].astype(float) * rows["n"] * rows["k"]
