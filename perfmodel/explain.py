@@ -70,6 +70,11 @@ def explain_text(model: TransformerSpec | str, hardware: HardwareSpec | str,
             lines.append(f"  W_fill = {number(expr):.6g} s: the weight gradients a zero-bubble "
                          "schedule moves into the bubble (zb: 2 x, zbv: 3 x half the backward "
                          "GEMMs of the faster stage; 0 otherwise)")
+        elif sym.name == "T_zbv":
+            lines.append(f"  T_zbv = {number(expr):.6g} s: ZB-V's bubble as its order runs, the "
+                         "longest of its chains of passes on the other stages' pace less what "
+                         "the slowest stage's own work covers (perfmodel.step.pipeline."
+                         "zbv_bubble_s; docs/timeline.md)")
     sums_at = len(lines)  # the stages' host and device sums, named where a step term holds them
     lines.append("  and T_bubble, T_dp, ..., T_opt the step terms below")
     if composed.host_share is not None:  # an asynchronous device: host and device overlap

@@ -47,3 +47,15 @@ def test_the_paper_s_form_is_one_chain_of_the_order():
     for m in (2 * pp - 1, 2 * pp, 4 * pp):
         assert _bubble(pp, m)(f, f, f) == pytest.approx((pp - 1) * f)
     assert _bubble(pp, pp)(f, f, f) == pytest.approx(2 * (pp - 1) * f)
+
+
+def test_explain_prints_zbv_s_bubble_as_the_step_takes_it():
+    from perfmodel.explain import explain_text
+    from perfmodel.predict import predict
+
+    plan = dict(gpus=64, tp=8, pp=8, global_batch=8, micro_batch=1, schedule="zbv",
+                virtual_stages=2)
+    text = explain_text("gpt3-175b", "dgx-a100-80gb", plan, only="pipeline")
+    bubble = predict("gpt3-175b", "dgx-a100-80gb", plan).breakdown_s["pipeline/bubble"]
+    assert "  T_bubble = T_zbv" in text
+    assert f"  T_zbv = {bubble:.6g} s: ZB-V's bubble as its order runs" in text
