@@ -94,14 +94,8 @@ class LayerSpec:
         gathered nothing and kept no activation, and GEMM sizes of 1e12 each implied 1e24
         output elements unchecked (a layer-graph probe's finding)."""
         where = f"layer '{self.name}' ({self.kind})"
-        implied: dict[str, tuple[float, str]] = {}
-        if self.splits:
-            m, n, k = self.gemm_m, self.gemm_n, self.gemm_k
-            implied["flops"] = 2 * m * n * k, f"2 x gemm_m {m:g} x gemm_n {n:g} x gemm_k {k:g}"
-            implied["out_elements"] = m * n, f"gemm_m {m:g} x gemm_n {n:g}"
-            if self.kind == "linear":
-                implied["in_elements"] = m * k, f"gemm_m {m:g} x gemm_k {k:g}"
-        elif self.kind in ELEMENTWISE:
+        implied = self._gemm_implied()
+        if not self.splits and self.kind in ELEMENTWISE:
             if self.out_elements and not self.in_elements:
                 implied["in_elements"] = self.out_elements, "its out_elements"
             if self.in_elements and not self.out_elements:
@@ -115,6 +109,18 @@ class LayerSpec:
             if not getattr(self, fld):
                 raise SpecError(f"{where} needs {fld} > 0 (elements per sample: the model reads "
                                 "it for the layer's activations and their traffic)")
+
+    def _gemm_implied(self) -> dict[str, tuple[float, str]]:
+        """A conv's or linear's sizes its GEMM gives, each with what gives it: flops = 2 m n k,
+        out_elements = m n, a linear's in_elements = m k ({} for other kinds)."""
+        if not self.splits:
+            return {}
+        m, n, k = self.gemm_m, self.gemm_n, self.gemm_k
+        implied = {"flops": (2 * m * n * k, f"2 x gemm_m {m:g} x gemm_n {n:g} x gemm_k {k:g}"),
+                   "out_elements": (m * n, f"gemm_m {m:g} x gemm_n {n:g}")}
+        if self.kind == "linear":
+            implied["in_elements"] = m * k, f"gemm_m {m:g} x gemm_k {k:g}"
+        return implied
 
     @property
     def splits(self) -> bool:
@@ -136,14 +142,9 @@ class LayerSpec:
         two tensors) and joins tensors the tracer does not see (torch.cat)."""
         where = f"layer '{self.name}' ({self.kind})"
         if self.splits:
-            m, n, k = self.gemm_m, self.gemm_n, self.gemm_k
-            gemm = f"gemm_m {m:g} x gemm_n {n:g} x gemm_k {k:g}"
-            _agree(self.flops, 2 * m * n * k, f"{where}.flops", f"2 x {gemm}")
-            _agree(self.out_elements, m * n, f"{where}.out_elements",
-                   f"gemm_m {m:g} x gemm_n {n:g}")
-            if self.kind == "linear":
-                _agree(self.in_elements, m * k, f"{where}.in_elements",
-                       f"gemm_m {m:g} x gemm_k {k:g}")
+            for fld, (value, by) in self._gemm_implied().items():
+                _agree(getattr(self, fld), value, f"{where}.{fld}", by)
+            n, k = self.gemm_n, self.gemm_k
             most = k * n + 2 * n
             if self.params > most * (1 + SIZE_TOLERANCE):
                 raise SpecError(f"{where}.params is {self.params:g}, more than its GEMM holds: "

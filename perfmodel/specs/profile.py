@@ -689,12 +689,10 @@ def is_extrapolation(profile: Profile, op: str, nbytes: Any, scope: str | None =
 def measured_ranks(profile: Profile, op: str, scope: str) -> tuple[int, ...]:
     """The group sizes the profile's fit of op and scope measured (its "ranks"), or () where it
     has no such fit or records none (a hand-written profile)."""
-    for fit in profile.collective_fits():
-        if fit["op"] == op and fit["scope"] == scope:
-            ranks = fit.get("ranks")
-            if isinstance(ranks, list) and all(
-                    isinstance(r, int) and not isinstance(r, bool) for r in ranks):
-                return tuple(sorted(set(ranks)))
+    ranks = _fit_field(profile, op, scope, "ranks")
+    if isinstance(ranks, list) and all(
+            isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+        return tuple(sorted(set(ranks)))
     return ()
 
 
@@ -702,15 +700,21 @@ def measured_layouts(profile: Profile, op: str, scope: str) -> tuple[tuple[int, 
     """The (ranks, nodes) of the groups the profile's fit of op and scope measured (its
     "layouts", written by calibrate import-nccl-tests since 2026-12-07), or () where it records
     none."""
+    layouts = _fit_field(profile, op, scope, "layouts")
+    if isinstance(layouts, list) and all(
+            isinstance(x, list) and len(x) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in x) for x in layouts):
+        return tuple(sorted((x[0], x[1]) for x in layouts))
+    return ()
+
+
+def _fit_field(profile: Profile, op: str, scope: str, key: str) -> Any:
+    """A field of the profile's fit of op and scope (one at most: load_profile refuses a
+    second), or None."""
     for fit in profile.collective_fits():
         if fit["op"] == op and fit["scope"] == scope:
-            layouts = fit.get("layouts")
-            if isinstance(layouts, list) and all(
-                    isinstance(x, list) and len(x) == 2
-                    and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
-                    for x in layouts):
-                return tuple(sorted((x[0], x[1]) for x in layouts))
-    return ()
+            return fit.get(key)
+    return None
 
 
 def collective_notes(profile: Profile, what: str, op: str, nbytes: float, ranks: int,

@@ -24,9 +24,9 @@ gradients (W) and fill the bubble with W: ZB1P leaves (pp - 1)(F + B - W) per ch
 (zbv_bubble_s, since 2026-12-07): the paper's (pp - 1)(F + B - 2W) is one of the chains of its
 order, which also holds the last rank's late start, (pp - 1) F, the cool-down's 2 (pp - 1)(B - W)
 and, below 2 pp - 1 micro-batches, the holes of the missing ones (zbv_terms); on stages of the
-other stages' pace, less what a slower stage's own work covers. That closed form alone was up to
-18% below the order laid out with the model's pass times (predict --trace; GPT-3 175B, pp 4,
-8 micro-batches), now within 3% (docs/timeline.md).
+other stages' pace, less what a slower stage's own work covers. Against the order laid out with
+each stage's own pass times (predict --trace), over 96 plans: median 0.8%, worst 8.3% short; the
+paper's form alone, median 2.5%, worst 23.9% short (docs/timeline.md).
 """
 
 from __future__ import annotations
@@ -90,15 +90,23 @@ def p2p_phase(collectives: tuple[Collective, ...]) -> Phase:
     return Phase(name="pipeline/p2p", comms=collectives)
 
 
+def weight_gradients_s(stage_terms: Mapping[str, Mapping[str, sp.Expr]]) -> dict[str, sp.Expr]:
+    """Each stage's weight-gradient passes of a micro-batch [s]: the weight-gradient half of its
+    backward GEMMs (a backward is two forwards: input and weight gradients), as the host lets
+    them run (compose.in_backward_s)."""
+    return {st: in_backward_s((terms["compute/backward/gemm"]
+                               + terms["compute/backward/embedding_logits"])
+                              / BACKWARD_PER_FORWARD, terms)
+            for st, terms in stage_terms.items()}
+
+
 def weight_gradient_fill(c: Context, stage_terms: Mapping[str, Mapping[str, sp.Expr]]) -> sp.Expr:
     """W_fill = zb (2 + zbv) min over stages of W [s], W = the weight-gradient half of the stage's
     backward GEMMs (a backward is two forwards: input and weight gradients), as the host lets
     them run (compose.in_backward_s: a host-bound stage's W passes take as long as the host
     issuing them; their device time alone before 2026-12-07, when a faster GPU grew a
     host-bound bubble)."""
-    w = {st: in_backward_s((terms["compute/backward/gemm"]
-                            + terms["compute/backward/embedding_logits"]) / BACKWARD_PER_FORWARD,
-                           terms) for st, terms in stage_terms.items()}
+    w = dict(weight_gradients_s(stage_terms))
     if "middle" in w:  # a middle stage exists from pp = 3 on; below, never the smallest
         w["middle"] = w["middle"] + (1 - middle_exists()) * w["first"]
     return times(c.zero_bubble * (2 + c.zbv), lmin(*w.values()))
@@ -171,20 +179,16 @@ def zbv_flush_bubble(pp: sp.Expr, m: sp.Expr, f: sp.Expr, b: sp.Expr, w: sp.Expr
     return lmax(0, *chains)
 
 
-def zbv_passes(c: Context, stage_terms: Mapping[str, Mapping[str, sp.Expr]],
-               forward: Mapping[str, sp.Expr], t_other: sp.Expr
+def zbv_passes(stage_time: Mapping[str, sp.Expr], forward: Mapping[str, sp.Expr],
+               weight: Mapping[str, sp.Expr], t_other: sp.Expr
                ) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     """(F, B, W) of one chunk of the stages other than the slowest [s]: t_other split by the
     stages' own shares of forward, input-gradient and weight-gradient time (the forward as the
-    stage runs it, W as weight_gradient_fill takes it, B the rest of the backward), over v = 2
-    chunks, the stages weighted as other_stages_time weighs them."""
+    stage runs it, W weight_gradients_s's, B the rest of the backward), over v = 2 chunks, the
+    stages weighted as other_stages_time weighs them."""
     weights = {"first": sp.Integer(1), "middle": lmax(0, S.pp - 2), "last": sp.Integer(1)}
-    f = sp.Add(*(weights[st] * forward[st] for st in STAGES))
-    total = sp.Add(*(weights[st] * sp.Add(*stage_terms[st].values()) for st in STAGES))
-    w = sp.Add(*(weights[st] * in_backward_s(
-        (stage_terms[st]["compute/backward/gemm"]
-         + stage_terms[st]["compute/backward/embedding_logits"]) / BACKWARD_PER_FORWARD,
-        stage_terms[st]) for st in STAGES))
+    f, total, w = (sp.Add(*(weights[st] * x[st] for st in STAGES))
+                   for x in (forward, stage_time, weight))
     # one chunk's share of a stage's time, unevaluated (as zbv_flush_bubble's)
     per = sp.Mul(t_other, sp.Pow(2 * lmax(total, sp.Float(1e-30)), -1, evaluate=False),
                  evaluate=False)

@@ -133,8 +133,9 @@ def build(fam: Family) -> Model:
     bubble = PP.bubble_s(c.m, t_other, w_fill, PP.flushes(c))
     zbv_bubble = None
     if c.zbv != 0:  # ZB-V's order idles more than the closed form where m < 2 pp or F != B
-        zbv_passes = PP.zbv_passes(c, stage_terms, {st: CO.forward_s(stage)
-                                                    for st, stage in composed.items()}, t_other)
+        zbv_passes = PP.zbv_passes(stage_time, {st: CO.forward_s(stage)
+                                                for st, stage in composed.items()},
+                                   PP.weight_gradients_s(stage_terms), t_other)
         zbv_bubble = PP.zbv_bubble_s(c, c.m, zbv_passes, t_other, t_mb, PP.flushes(c))
         bubble = times(1 - c.zbv, bubble) + zbv_bubble
     step_terms, step_hidden = CO.step_terms(phases["step"], c.m,
