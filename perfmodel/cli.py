@@ -19,7 +19,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -2108,8 +2108,10 @@ VARY_HELP = ("FIELD=V1,V2,...: " + ", ".join(_SWEEP_PLAN_FIELDS) + ", peak_flops
 @click.option("--hardware", default=None, help="Hardware preset or file.")
 @click.option("--profile", default=None, type=click.Path(),
               help="Calibrated profile.")
-@click.option("--gpus", type=plan_whole(), required=True, help="GPU count.")
-@click.option("--global-batch", type=plan_whole(), required=True, help="Global batch [samples].")
+@click.option("--gpus", type=plan_whole(), default=None,
+              help="GPU count (unless --vary gpus gives them).")
+@click.option("--global-batch", type=plan_whole(), default=None,
+              help="Global batch [samples] (unless --vary global_batch gives them).")
 @click.option("--pr", type=plan_whole(), default=1, show_default=True,
               help="Ranks splitting each layer.")
 @click.option("--best-pr", is_flag=True,
@@ -2131,9 +2133,9 @@ VARY_HELP = ("FIELD=V1,V2,...: " + ", ".join(_SWEEP_PLAN_FIELDS) + ", peak_flops
 @click.option("--plot", "plot_path", type=click.Path(), default=None,
               help="Step time and communication share against each varied field (PNG, SVG or "
                    "PDF, by the suffix).")
-def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, global_batch: int,
-          pr: int, best_pr: bool, norm: str, collective_variant: str, contributors: str,
-          dtype: str,
+def sweep(model: str, hardware: str | None, profile: str | None, gpus: int | None,
+          global_batch: int | None, pr: int, best_pr: bool, norm: str,
+          collective_variant: str, contributors: str, dtype: str,
           vary: tuple[str, ...], as_json: bool, csv_path: str | None,
           plot_path: str | None) -> None:
     """Sweep a layer graph (CNN/MLP) over a GPU's peak FLOP/s, memory bandwidth, GPU count, link
@@ -2169,8 +2171,15 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
             raise click.UsageError(f"--vary {field} and --vary {within[0]} set the same "
                                    "quantity: vary one of them")
         values[field] = numbers
+    for option, field, given in (("--gpus", "gpus", gpus), ("--global-batch", "global_batch",
+                                                              global_batch)):
+        if given is None and field not in values:
+            raise click.UsageError(f"give {option} (or --vary {field}=V1,V2,...)")
+        if given is not None and field in values:  # the sweep's values would replace it unseen
+            raise click.UsageError(f"{option} {given} beside --vary {field}, which gives its "
+                                   "values at every point: give one of them")
     # the GPU counts the points take (--vary gpus's, else --gpus) and the grids they run on
-    counts = [int(n) for n in values.get("gpus", [gpus])]
+    counts = [int(n) for n in values["gpus"]] if "gpus" in values else [cast(int, gpus)]
     for n in counts:
         if n % pr:
             raise PlanError(f"--pr ({pr}) must divide --gpus ({n})" if "gpus" not in values
@@ -2186,7 +2195,8 @@ def sweep(model: str, hardware: str | None, profile: str | None, gpus: int, glob
                               grids, scope)
     _sweep_whole_nodes(hw, counts, values.get("gpus_per_node"))
     plan = GridPlan(pr=pr, pc=counts[0] // pr,
-                    global_batch=int(values.get("global_batch", [global_batch])[0]),
+                    global_batch=int(values["global_batch"][0]) if "global_batch" in values
+                    else cast(int, global_batch),
                     norm=Norm(norm), variant=Variant(collective_variant),
                     contributors=Contributors(contributors), dtype=dtype)
     frame = run_sweep(spec, hw, plan, values, best_pr=best_pr)

@@ -133,15 +133,15 @@ SWEEP = ["sweep", *GRAPH]
 
 
 @pytest.mark.parametrize("args, says", [
-    ([*SWEEP, "--model", "alexnet", "--gpus", "8", "--norm", "sync", "--vary", "gpus=16"],
+    ([*SWEEP, "--model", "alexnet", "--norm", "sync", "--vary", "gpus=16"],
      "--norm sync: alexnet has no norm layer"),
     ([*SWEEP, "--model", "resnet50", "--gpus", "16", "--pr", "16", "--norm", "sync", "--vary",
-      "global_batch=256"], "the grid has Pc 1"),
-    ([*SWEEP, "--model", "resnet50", "--gpus", "8", "--collective-variant", "split", "--vary",
+      "peak_flops_per_s=1e14"], "the grid has Pc 1"),
+    ([*SWEEP, "--model", "resnet50", "--collective-variant", "split", "--vary",
       "gpus=8,16"], "every grid of the sweep (Pr 1 on 8, 16 GPUs) has Pr 1"),
-    ([*SWEEP, "--model", "resnet50", "--gpus", "8", "--contributors", "specialised", "--vary",
+    ([*SWEEP, "--model", "resnet50", "--contributors", "specialised", "--vary",
       "gpus=16"], "fewer units than Pr (1), and resnet50 has none at this grid"),
-    ([*SWEEP, "--model", "resnet50", "--gpus", "8", "--best-pr", "--pr", "4", "--vary",
+    ([*SWEEP, "--model", "resnet50", "--best-pr", "--pr", "4", "--vary",
       "gpus=16"], "--pr 4 beside --best-pr"),
     (["recommend", "--model", "alexnet", *GRAPH, "--gpus", "8", "--norm", "sync"],
      "--norm sync: alexnet has no norm layer"),
@@ -158,7 +158,7 @@ def test_sweep_and_recommend_refuse_the_grid_options_predict_refuses(args, says)
 
 def test_sweep_refuses_a_pr_that_does_not_divide_a_points_gpus_as_a_plan_error():
     """A split that does not divide the GPU count is a plan error (exit 4), as predict's."""
-    code, _, err = run_main([*SWEEP, "--model", "resnet50", "--gpus", "16", "--pr", "16",
+    code, _, err = run_main([*SWEEP, "--model", "resnet50", "--pr", "16",
                              "--vary", "gpus=16,24"])
     assert code == 4, err
     assert err.strip() == "error: --pr (16) must divide every --vary gpus value, got 24"
@@ -166,12 +166,12 @@ def test_sweep_refuses_a_pr_that_does_not_divide_a_points_gpus_as_a_plan_error()
 
 @pytest.mark.parametrize("args", [
     # Pr checked against the GPU counts the points take, not the base --gpus
-    [*SWEEP, "--model", "resnet50", "--gpus", "8", "--pr", "16", "--vary", "gpus=16"],
+    [*SWEEP, "--model", "resnet50", "--pr", "16", "--vary", "gpus=16"],
     # sync over Pc where some point has Pc > 1
-    [*SWEEP, "--model", "resnet50", "--gpus", "16", "--pr", "16", "--norm", "sync", "--vary",
+    [*SWEEP, "--model", "resnet50", "--pr", "16", "--norm", "sync", "--vary",
      "gpus=16,32"],
     [*SWEEP, "--model", "resnet50", "--gpus", "8", "--best-pr", "--collective-variant", "split",
-     "--vary", "global_batch=256"],
+     "--vary", "peak_flops_per_s=1e14"],
 ])
 def test_grid_options_where_some_point_uses_them_are_taken(args):
     code, _, err = run_main(args)
@@ -182,7 +182,7 @@ def test_grid_options_where_some_point_uses_them_are_taken(args):
 @pytest.mark.parametrize("args", [
     ["predict", "--model", "resnet50", *V100, "--global-batch", "240", "--pr", "2", "--pc", "6"],
     ["explain", "--model", "resnet50", *V100, "--global-batch", "240", "--gpus", "12"],
-    [*SWEEP, "--model", "resnet50", "--gpus", "8", "--vary", "gpus=8,12"],
+    [*SWEEP, "--model", "resnet50", "--vary", "gpus=8,12"],
     [*SWEEP, "--model", "resnet50", "--gpus", "8", "--vary", "gpus_per_node=3"],
     ["recommend", "--model", "resnet50", *V100, "--global-batch", "240", "--gpus", "8,12"],
 ])

@@ -387,7 +387,7 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_computation
             ((*one, "--html", "/dev/null"), "it is a character device"),
             ((*one, "--trace", "/nonexistent/t.json"), "output directory does not exist"),
             ((*one, "--timeline", str(tmp_path)), "it is a directory"),
-            (("sweep", "--model", "alexnet", "--hardware", "dgx-h100", "--gpus", "8",
+            (("sweep", "--model", "alexnet", "--hardware", "dgx-h100",
               "--global-batch", "64", "--vary", "gpus=8,16", "--csv", "/nonexistent/s.csv"),
              "output directory does not exist")):
         code, out, err = _run(*args)

@@ -160,7 +160,7 @@ def test_an_output_path_with_a_trailing_slash_never_replaces_the_file(tmp_path: 
                  ("predict", "--batch", str(plans), "--model", "llama3-8b", "--hardware",
                   "dgx-h100", "--out", f"{real}/"),
                  (*REC, "--csv", f"{real}/"),
-                 ("sweep", "--model", "alexnet", "--hardware", "dgx-h100", "--gpus", "8",
+                 ("sweep", "--model", "alexnet", "--hardware", "dgx-h100",
                   "--global-batch", "64", "--vary", "gpus=8,16", "--csv", f"{real}/")):
         code, _, err = _run(*args)
         line = _one_line(err)

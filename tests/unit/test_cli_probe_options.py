@@ -162,9 +162,31 @@ def test_sweep_refuses_a_field_varied_twice() -> None:
                              "8", "--global-batch", "256", "--vary", "gpus=8", "--vary",
                              "gpus=16"])
     assert code == 2 and "--vary gpus is given twice" in err
-    code, out, _ = run_main(["sweep", "--model", "alexnet", "--hardware", "dgx-h100", "--gpus",
-                             "8", "--global-batch", "256", "--vary", "gpus=8,16", "--json"])
+    code, out, _ = run_main(["sweep", "--model", "alexnet", "--hardware", "dgx-h100",
+                             "--global-batch", "256", "--vary", "gpus=8,16", "--json"])
     assert code == 0 and [r["gpus"] for r in json.loads(out)["rows"]] == [8, 16]
+
+
+def test_sweep_takes_the_gpus_and_batch_from_vary_alone() -> None:
+    """--gpus and --global-batch were required even where --vary gave the values (which then
+    replaced them unseen): now one of each is needed, and both is refused."""
+    base = ["sweep", "--model", "alexnet", "--hardware", "dgx-h100"]
+    code, out, err = run_main([*base, "--vary", "gpus=8,16", "--vary", "global_batch=64,128",
+                               "--json"])
+    assert code == 0, err
+    assert [(r["gpus"], r["global_batch"]) for r in json.loads(out)["rows"]] == \
+        [(8, 64), (8, 128), (16, 64), (16, 128)]
+    for args, says in (([*base, "--vary", "gpus=8,16"], "give --global-batch (or --vary "
+                        "global_batch=V1,V2,...)"),
+                       ([*base, "--global-batch", "64", "--vary", "peak_flops_per_s=1e14"],
+                        "give --gpus (or --vary gpus=V1,V2,...)"),
+                       ([*base, "--gpus", "8", "--global-batch", "64", "--vary", "gpus=8,16"],
+                        "--gpus 8 beside --vary gpus"),
+                       ([*base, "--gpus", "8", "--global-batch", "64", "--vary",
+                         "global_batch=64,128"], "--global-batch 64 beside --vary global_batch")):
+        code, out, err = run_main(args)
+        assert code == 2 and out == "" and says in err, (args, err)
+        assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("family, config, key", [

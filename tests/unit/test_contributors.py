@@ -281,7 +281,7 @@ def test_cli_contributors_option(run_cli):
         assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
         assert "'--contributors'" in bad.stderr
         assert "'standard', 'specialised', 'auto'" in bad.stderr
-    sw = run_cli("sweep", *base, "--gpus", "256", "--pr", "128", "--contributors", "auto",
+    sw = run_cli("sweep", *base[:-2], "--gpus", "256", "--pr", "128", "--contributors", "auto",
                  "--vary", "global_batch=256,512", "--json")
     assert sw.returncode == 0, sw.stderr
     assert len(json.loads(sw.stdout)) == 2

@@ -80,7 +80,7 @@ COMMANDS = [
                        "--json"),
     ("collective", "collective --op all_reduce --bytes 1GiB --ranks 1 --hardware dgx-h100 --json"),
     ("collective", "collective --op all_gather --bytes 64KB --ranks 16 --hardware dgx-h100 --json"),
-    ("sweep", "sweep --model alexnet --hardware dgx-v100 --gpus 16 --global-batch 256 "
+    ("sweep", "sweep --model alexnet --hardware dgx-v100 --gpus 16 "
               "--vary peak_flops_per_s=1e13,1e14 --vary global_batch=128,256 --json"),
     ("presets", "presets --json"),
     ("validate.dry-run", "validate --model tiny-gpt --dry-run --dp 2 --tp 2 --json"),

@@ -106,7 +106,7 @@ def test_a_sweep_point_says_its_memory_and_whether_it_fits():
     import json
 
     code, out, _ = run_main(["sweep", "--model", "vgg16", "--hardware", "dgx-v100", "--gpus",
-                             "8", "--global-batch", "256", "--vary", "global_batch=256,4096",
+                             "8", "--vary", "global_batch=256,4096",
                              "--json"])
     assert code == 0
     rows = json.loads(out)["rows"]

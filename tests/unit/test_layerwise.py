@@ -140,7 +140,7 @@ def test_cli_predict_explain_and_sweep(run_cli, tmp_path):
     assert exp.returncode == 0, exp.stderr
     assert "P_r*" in exp.stdout and "exact minimiser" in exp.stdout and "hybrid" in exp.stdout
     sw = run_cli("sweep", "--model", "vgg16", "--hardware", "dgx-v100", "--gpus", "16",
-                 "--global-batch", "256", "--vary", "global_batch=64,256", "--vary",
+                 "--vary", "global_batch=64,256", "--vary",
                  "memory_bandwidth_bytes_per_s=4.5e11,9e11", "--csv", tmp_path / "s.csv",
                  "--plot", tmp_path / "s.png")
     assert sw.returncode == 0, sw.stderr
