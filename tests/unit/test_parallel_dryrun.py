@@ -420,3 +420,14 @@ def test_dropless_experts_the_round_robin_cannot_balance_are_refused():
         dryrun.dry_run(short, _plan(8, ep=8))
     assert dryrun.count_collectives(MOE.replace(seq_len=32), _plan(8, ep=8),
                                     JobParallel())["records"]
+
+
+def test_the_table_prints_each_messages_bytes_digit_for_digit():
+    """The dry run's check is exact; its table rounded the bytes to three figures (7.16 MiB),
+    which hid the few bytes two counts may differ by."""
+    from validation.dryrun import exact_bytes
+
+    assert exact_bytes(7_512_064) == "7,512,064 (7.16 MiB)"
+    assert exact_bytes(7_512_068.0) == "7,512,068 (7.16 MiB)"
+    assert exact_bytes(512) == "512"
+    assert exact_bytes(1536.5) == "1,536.5 (1.50 KiB)"
