@@ -15,9 +15,9 @@ embeddings, the final norm, an untied output layer), term for term:
 Narayanan et al. SC21, Eq. 2: 12 h^2 + 13 h per GPT layer (kv = a, f = 4h, biases, LayerNorm).
 
 A mixture-of-experts layer replaces its MLP by `experts` routed MLPs (expert_ffn_hidden wide),
-`shared_experts` shared ones (shared_expert_ffn_hidden wide) and a router (h x experts, with a
-bias when `bias`). Multi-head latent attention (DeepSeek-V2, Sec. 2.1) replaces the q, k, v
-projections:
+`shared_experts` shared ones (one MLP shared_experts x shared_expert_ffn_hidden wide, as the
+stacks build them) and a router (h x experts, with a bias when `bias`). Multi-head latent
+attention (DeepSeek-V2, Sec. 2.1) replaces the q, k, v projections:
 
     q      = h r_q + r_q + r_q a (d_nope + d_rope)      (compressed, with its RMSNorm; r_q = 0:
                                                          h a (d_nope + d_rope))
@@ -126,8 +126,11 @@ def expert_parameters(m: TransformerSpec) -> int:
 
 def moe_ffn_parameters(m: TransformerSpec) -> int:
     """A mixture-of-experts layer's MLP part: routed experts, shared experts, router."""
-    shared = m.shared_experts * mlp_parameters(m.hidden, m.shared_expert_ffn_hidden or 0,
-                                               gated=m.gated_mlp, bias=m.bias)
+    # the shared experts are one MLP as wide as all of them, as the stacks build them
+    # (Megatron-Core's SharedExpertMLP, Hugging Face's DeepseekV2/V3 MoE: n x their width), one
+    # down-projection bias for all of them (the step model's f_sh; before 2026-12-07 one each)
+    shared = mlp_parameters(m.hidden, m.shared_experts * (m.shared_expert_ffn_hidden or 0),
+                            gated=m.gated_mlp, bias=m.bias) if m.shared_experts else 0
     router = m.hidden * m.experts + m.bias * m.experts
     return m.experts * expert_parameters(m) + shared + router
 

@@ -176,10 +176,12 @@ class MoE(nn.Module):
         self.experts = Experts(
             mlp({**m, "ffn_hidden": width}) for _ in range(self.experts_total)
         )
-        shared = m.get("shared_expert_ffn_hidden") or width
-        self.shared = nn.ModuleList(
-            mlp({**m, "ffn_hidden": shared}) for _ in range(m.get("shared_experts", 0))
-        )
+        # the shared experts as the stacks build them: one MLP as wide as all of them
+        # (Megatron-Core's SharedExpertMLP, Hugging Face's DeepseekV3MoE), one collective of
+        # tensor parallelism and one bias for all (the model's f_sh); one MLP each before
+        # 2026-12-07, whose n - 1 extra biases perfmodel does not count
+        shared = (m.get("shared_expert_ffn_hidden") or width) * m.get("shared_experts", 0)
+        self.shared = nn.ModuleList([mlp({**m, "ffn_hidden": shared})] if shared else [])
         self.capacity_factor: float | None = m.get("capacity_factor")
         self.routing = "learned"
         self.first_expert = 0  # the global index of self.experts[0]
