@@ -198,8 +198,14 @@ def _model_row(name: str) -> str:
     m = load_model(name)
     counts = parameter_counts(m)
     size = f"{counts.total / 1e9:.2f}B"
-    if counts.sparse:
-        size += f" ({counts.active / 1e9:.2f}B active)"
+    if counts.sparse:  # as the model's card counts it, marked as `perfmodel presets` marks it
+        from perfmodel.render import _ACTIVE_MARKS, _ACTIVE_NOTES
+
+        mark = _ACTIVE_MARKS[m.active_count]
+        note = f", {_ACTIVE_NOTES[mark]}" if mark else ""
+        size += f" ({counts.reported / 1e9:.2f}B active{note})"
+    if counts.mtp:
+        size += f" + {counts.mtp / 1e9:.2f}B MTP"
     return (f"| [`{name}`](#{anchor('model ' + name)}) | {m.layers} | {m.hidden} | {m.heads} | "
             f"{m.kv_heads} | {m.ffn_hidden} | {m.seq_len} | {m.vocab} | {size} | "
             f"{_escape(m.source)} |")

@@ -44,6 +44,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from perfmodel.specs.model import TransformerSpec
 
+# an MTP module's norms: of the previous depth's hidden state and of the embedding, and its own
+# final norm before the shared output layer (Megatron-Core's MultiTokenPredictionLayer: enorm,
+# hnorm, final_layernorm; DeepSeek-V3's weights: enorm, hnorm, shared_head.norm)
+MTP_NORMS = 3
+
 
 @dataclass(frozen=True, kw_only=True)
 class ParameterCounts:
@@ -153,9 +158,11 @@ def parameter_counts(m: TransformerSpec) -> ParameterCounts:
     total = layers + embedding + final_norm + output
     unused = moe * (m.experts - (m.top_k or 0)) * expert_parameters(m)
     # an MTP module (DeepSeek-V3 Sec. 2.2): a layer like the last, the 2h x h projection of the
-    # concatenated hidden state and embedding, the two RMSNorms before it
+    # concatenated hidden state and embedding, the two RMSNorms before it and its own final
+    # norm before the shared output layer (DeepSeek-V3's shared_head.norm, Megatron-Core's
+    # MultiTokenPredictionLayer.final_layernorm; left out before 2026-12-07)
     last_moe = bool(moe) and (m.layers - 1) in m.moe_layers
     mtp = m.mtp_layers * (layer_parameters(m, last_moe) + 2 * m.hidden * m.hidden
-                          + 2 * final_norm)
+                          + MTP_NORMS * final_norm)
     return ParameterCounts(total=total, active=total - unused, embedding=embedding, mtp=mtp,
                            output=output, active_count=m.active_count)

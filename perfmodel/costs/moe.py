@@ -12,8 +12,9 @@ token dispatcher, GroupedMLP) and GShard (Lepikhin et al. 2020) for the capacity
 Dropless (capacity_factor None; Megatron-Core's default, Mixtral, DeepSeek-V3): every assignment is
 computed. Balanced, each expert takes m = etp ep T_r k / E tokens from its etp x ep ranks (T_r k / E
 from each rank); under a routing imbalance rho (the busiest expert's tokens over the mean) the
-slowest rank holds the busiest expert, rho m tokens, and E/ep - 1 others at the mean:
-    A_r  = T_r k (1 + (rho - 1) ep / E)            tokens the rank receives by all-to-all
+slowest rank holds the busiest expert, rho m tokens, and E/ep - 1 others, each at what the
+E - 1 experts other than the busiest share, (E - rho) / (E - 1) m:
+    A_r  = T_r k ep / E (rho + (E/ep - 1) (E - rho) / (E - 1))   tokens the rank receives
 and its experts compute etp A_r rows (A_r with etp 1). With a capacity factor c an expert takes at
 most C = ceil(c T_r k / E) of each rank's assignments (the rest dropped), in buffers padded to C:
 every expert computes etp ep C rows, A_r = E C, and the imbalance costs nothing (its tokens are
@@ -47,7 +48,17 @@ def expert_tokens(T_r: sp.Expr, k: sp.Expr, E: sp.Expr, ep: sp.Expr, rho: sp.Exp
         C = capacity(T_r, k, E, capacity_factor)
         return etp * ep * C, etp * ep * C, E * C
     mean = etp * ep * T_r * k / E
-    return mean, rho * mean, T_r * k * (1 + (rho - 1) * ep / E)
+    # the busiest expert takes rho m; the E - 1 others share what is left of the E m
+    # assignments, each (E - rho) / (E - 1) m at the mean, so that a rank never holds more
+    # rows than its ep group routes (ep 1: exactly its own T_r k, whatever rho)
+    rest = rest_share(E, rho)
+    return mean, rho * mean, T_r * k * ep / E * (rho + (E / ep - 1) * rest)
+
+
+def rest_share(E: sp.Expr, rho: sp.Expr) -> sp.Expr:
+    """An expert other than the busiest one, over the mean: (E - rho) / (E - 1) (1 where E is
+    1, whose rho is 1)."""
+    return (E - rho) / sp.Max(1, E - 1)
 
 
 def spread(bins: sp.Expr, k: sp.Expr, E: sp.Expr, *, round_robin: bool,

@@ -806,7 +806,34 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str,
         return TransformerSpec(name=name, seq_len=seq_len,
                                source=f"Hugging Face config ({mtype})", **fields)
     except SpecError as exc:
-        raise SpecError(f"{where}: {exc}") from None
+        raise SpecError(f"{where}: {exc}{_hf_keys_of(str(exc), cfg)}") from None
+
+
+# perfmodel's model fields a refusal may name, and the config keys they were read from (the
+# first of them the config gives): a refusal names both, the user having written only the keys
+_HF_KEYS = {"top_k": ("num_experts_per_tok", "experts_per_token"),
+            "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+            "expert_groups": ("n_group",), "group_topk": ("topk_group",),
+            "moe_first_dense": ("first_k_dense_replace",),
+            "moe_dense_layers": ("mlp_only_layers", "decoder_sparse_step"),
+            "kv_heads": ("num_key_value_heads",), "heads": ("num_attention_heads",),
+            "expert_ffn_hidden": ("moe_intermediate_size", "intermediate_size"),
+            "shared_expert_ffn_hidden": ("shared_expert_intermediate_size",
+                                         "moe_intermediate_size"),
+            "mtp_layers": ("num_nextn_predict_layers",)}
+
+
+def _hf_keys_of(message: str, cfg: Mapping[str, Any]) -> str:
+    """' (the config's keys: FIELD: KEY; ...)' for the model fields a refusal names, or ''."""
+    import re
+
+    named = []
+    for field_name, keys in _HF_KEYS.items():
+        if re.search(rf"(?<![\w-]){field_name}(?![\w-])", message):
+            given = [k for k in keys if k in cfg]
+            if given:
+                named.append(f"{field_name}: {' / '.join(given)}")
+    return f" (the config's keys: {'; '.join(named)})" if named else ""
 
 
 def _hf_fields(cfg: Mapping[str, Any], mtype: str, where: str, need: Any, count: Any,

@@ -6,7 +6,8 @@ An MoE layer's MLP on one rank, per micro-batch (perfmodel.costs.moe for T_r, m,
     experts   the rank's E / ep experts as one grouped GEMM (Megatron-Core's GroupedMLP): each
               expert's up (and gate) and down GEMMs at its own token count, at the GEMM
               efficiency of that shape (perfmodel.costs.gemm_efficiency), the kernel floor once:
-                dropless: (E/ep - 1) t(m) + t(rho m)      (the busiest expert on the slowest rank)
+                dropless: (E/ep - 1) t(m (E - rho) / (E - 1)) + t(rho m)  (the busiest expert on
+                          the slowest rank, the E - 1 others sharing the rest)
                 capacity: E/ep t(etp ep C)                (padded buffers)
               with expert tensor parallelism each expert's slice f_E / etp wide (up column-,
               down row-parallel) over the rows of its etp ranks, m = etp ep T_r k / E
@@ -241,7 +242,8 @@ def routed_experts_s(c: Context) -> sp.Expr:
     floor = c.dev.gemm_params.get("min_time_s", ZERO) * len(MOE.expert_gemms(m, S.h, S.f_E, 0))
     if c.fam.moe_capacity:
         return local * _expert_s(c, m) + floor
-    return (local - 1) * _expert_s(c, m) + _expert_s(c, m_busy) + floor
+    rest = MOE.rest_share(S.E, S.rho_E)
+    return (local - 1) * _expert_s(c, m * rest) + _expert_s(c, m_busy) + floor
 
 
 def routed_forward_s(c: Context) -> sp.Expr:

@@ -23,6 +23,7 @@ import sympy as sp
 
 from perfmodel import symbols as S
 from perfmodel.costs import compute as K
+from perfmodel.params import MTP_NORMS
 from perfmodel.step import context_parallel as CP
 from perfmodel.step import embedding_head as EH
 from perfmodel.step import tensor_parallel as TP
@@ -33,7 +34,7 @@ from perfmodel.step.framework import BACKWARD_PER_FORWARD, PartCost
 from perfmodel.step.layer import LayerWork, layer_work
 
 PREFIX = "mtp"
-NORMS = 2  # RMSNorm of the previous depth's hidden state and of the embedding
+NORMS = MTP_NORMS  # of the hidden state and the embedding, and the module's final norm
 PROJECTION_IN = 2  # [hidden; embedding]: 2h -> h
 
 

@@ -28,6 +28,7 @@ from perfmodel.costs import memory as M
 from perfmodel.costs import mla as MLA
 from perfmodel.costs import moe as MOE
 from perfmodel.costs.lattice import lmax
+from perfmodel.params import MTP_NORMS
 from perfmodel.step.context import Context
 
 ZERO = sp.Integer(0)
@@ -131,7 +132,7 @@ def parameters(c: Context) -> Parameters:
     mtp = {st: ZERO for st in n}
     if c.fam.mtp:  # beside the output layer: D modules, with the embedding where it is not
         last_moe = c.fam.moe and (c.fam.mtp_last_moe)
-        module = MTP_PROJECTION * h * h / tp + 2 * final_norm
+        module = MTP_PROJECTION * h * h / tp + MTP_NORMS * final_norm
         if last_moe:
             module += on_gpu(moe) + S.E / S.ep * expert_gpu
         else:

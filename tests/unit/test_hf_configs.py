@@ -352,10 +352,11 @@ def test_two_digit_active_counts_agree_to_their_digits():
 
 def test_deepseek_v3_mtp_module_is_counted_apart():
     """The main model is the published 671B; the multi-token-prediction module (a MoE layer, a
-    2h x h projection, two norms) shares its embedding and output layer. The Hugging Face
-    checkpoint keeps its own copies of both: 685B in all (README: 'The total size of DeepSeek-V3
-    models on Hugging Face is 685B, which includes 671B of the Main Model weights and 14B of the
-    Multi-Token Prediction (MTP) Module weights')."""
+    2h x h projection, three norms: enorm, hnorm and shared_head.norm in the checkpoint) shares
+    its embedding and output layer. The Hugging Face checkpoint keeps its own copies of both:
+    685B in all (README: 'The total size of DeepSeek-V3 models on Hugging Face is 685B, which
+    includes 671B of the Main Model weights and 14B of the Multi-Token Prediction (MTP) Module
+    weights')."""
     model = _model("deepseek-v3", 4096)
     assert model.mtp_layers == 1 and model.kv_lora_rank == 512 and model.q_lora_rank == 1536
     assert (model.moe_first_dense, model.moe_layer_count, model.shared_experts) == (3, 58, 1)
@@ -364,7 +365,7 @@ def test_deepseek_v3_mtp_module_is_counted_apart():
     attention = (7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * (512 + 64) + 512
                  + 512 * 128 * 256 + 128 * 128 * 7168)
     assert moe_layer == attention + 257 * 3 * 7168 * 2048 + 7168 * 256 + 2 * 7168
-    assert counts.mtp == moe_layer + 2 * 7168 * 7168 + 2 * 7168
+    assert counts.mtp == moe_layer + 2 * 7168 * 7168 + 3 * 7168
     hf_copies = 2 * 129280 * 7168  # the MTP module's embed_tokens and shared_head in the checkpoint
     assert counts.total + counts.mtp + hf_copies == pytest.approx(685e9, rel=0.005)
 

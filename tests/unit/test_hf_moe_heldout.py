@@ -300,12 +300,13 @@ def test_glm4_moe_is_read_as_its_modelling_code_builds_it():
         assert model.expert_groups == 0  # n_group 1: no node limit
         assert model.uncosted() == []
     # GLM-4.5's MTP layer: a MoE layer (attention with q, k, v biases; 160 routed experts and
-    # the shared one; the router; two norms), eh_proj 2 h x h and enorm, hnorm
+    # the shared one; the router; two norms), eh_proj 2 h x h and enorm, hnorm and its
+    # shared_head.norm (vLLM's glm4_moe_mtp.py: SharedHead's norm; counted since 2026-12-07)
     _, counts = _counts("glm-4.5")
     h = 5120
     attention = h * 12288 + 12288 + 2 * (h * 1024 + 1024) + 12288 * h
     moe_layer = attention + (160 + 1) * 3 * h * 1536 + h * 160 + 2 * h
-    assert counts.mtp == moe_layer + 2 * h * h + 2 * h == 3_988_064_256
+    assert counts.mtp == moe_layer + 2 * h * h + 3 * h == 3_988_069_376
     air = _config("glm-4.5-air")
     grouped = model_from_hf_config({**air, "n_group": 8, "topk_group": 4}, "air", 4096)
     assert (grouped.expert_groups, grouped.group_topk) == (8, 4)

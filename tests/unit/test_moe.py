@@ -51,8 +51,9 @@ def test_moe_presets_predict_with_their_cards_parameters(name, plan, total, acti
     assert p.parameters == pytest.approx(total, rel=0.005)
     # deepseek-v3's card leaves the embedding table out (its preset's active_count)
     assert p.active_parameters == pytest.approx(active, rel=0.005)
-    # the MTP module apart (its parameters in the memory, not in `parameters`)
-    assert p.to_dict()["mtp_parameters"] == (11_610_060_800 if model.mtp_layers else 0)
+    # the MTP module apart (its parameters in the memory, not in `parameters`), with its three
+    # norms (its final norm's 7,168 counted since 2026-12-07: tests/unit/test_mtp_norms.py)
+    assert p.to_dict()["mtp_parameters"] == (11_610_067_968 if model.mtp_layers else 0)
     assert math.isfinite(p.step_time_s) and p.breakdown_s["comm/ep"] > 0
     assert 0 < p.mfu < 1
 
@@ -106,7 +107,9 @@ def test_experts_run_at_their_token_count_the_busiest_on_the_slowest_rank(imbala
     def expert(tokens: float) -> float:
         return _gemm_s(tokens, 2 * f, h, floor=False) + _gemm_s(tokens, h, f, floor=False)
 
-    expected = _gemm_s(T_r, E, h) + (E / ep - 1) * expert(m) + expert(imbalance * m) \
+    # the E - 1 experts other than the busiest share the rest of the E m assignments
+    rest = (E - imbalance) / (E - 1)
+    expected = _gemm_s(T_r, E, h) + (E / ep - 1) * expert(rest * m) + expert(imbalance * m) \
         + 2 * hw.training_gemm("bf16").min_time_s
     assert _evaluate(model, plan, gemm_expr) == pytest.approx(expected, rel=1e-12)
 
@@ -644,3 +647,21 @@ def test_each_stack_gives_its_weighting_and_the_job_predicts_its_own(tmp_path):
     _, _, dense_note = as_run(load_model("llama3-8b"), _plan(dp=2, global_batch=2),
                                        "gloo")
     assert "expert_weighting" not in dense_note
+
+
+@pytest.mark.parametrize("ep", [1, 2, 4, 16])
+def test_a_routing_imbalance_never_gives_a_rank_more_rows_than_its_ep_group_routes(ep):
+    """rho is the busiest expert's load over the mean: the other experts share what is left, so
+    a rank's rows are at most its ep group's ep T_r k, and with ep 1 exactly its own T_r k."""
+    import sympy as sp
+
+    from perfmodel.costs.moe import expert_tokens
+
+    T_r, k, E = 4096, 2, 16
+    for rho in (1.0, 1.5, 4.0, E / k):
+        _, busy, A_r = (float(sp.sympify(x)) for x in
+                        expert_tokens(T_r, k, E, ep, rho, capacity_factor=None))
+        assert A_r <= ep * T_r * k * (1 + 1e-12)
+        assert busy <= ep * T_r * k * (1 + 1e-12)
+        if ep == 1:
+            assert A_r == pytest.approx(T_r * k)
