@@ -313,7 +313,7 @@ def _bubble_bound(built: Any, bounds: Mapping[str, Any], m: Any, unread: set[Any
     w_fill = built.term_values[CO.W_FILL]
     fill_read = reads([w_fill], unread)[0]
     flushes = S.F_pp if built.family.pipeline_flushes else 1
-    bubble = PP.bubble_s(m, t_other, 0 if fill_read else w_fill, flushes)
+    bubble = PP.bubble_s(m, t_other, 0 if fill_read else w_fill, flushes, lmax(*a.values()))
     bubble = times(1 - built.zbv, bubble)  # ZB-V's own (zbv_bubble_s) may be below it: 0
     return times(1 - built.zero_bubble, bubble) if fill_read else bubble
 

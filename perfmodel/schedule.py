@@ -31,10 +31,12 @@ weight-gradient time the model fills with: (pp - 1)(F + B - W) per chunk
 (tests/unit/test_schedule.py checks these against the closed forms). With each stage at its own
 pace (simulate takes one duration per stage) the slowest stage sets the steady state and the
 others the fill and drain: the model's T_bubble = (pp - 1)/v x the other stages' mean time, exact
-where one stage is the slowest in its forward and its backward alike (tests/unit/test_timeline.py
-lays the step out so). zbv's closed form, (pp - 1)(F + B - 2W) per chunk, is below what its
-order takes (its last stage cannot start before one forward has crossed the others): the timeline
-shows the order's time and says by how much it exceeds the prediction (perfmodel.timeline).
+where the last stage is the slowest in its forward and its backward alike (tests/unit/
+test_timeline.py lays the step out so); where an earlier stage k is the slowest, 1F1B's warm-up
+hides part of the later stages' fill and the closed form exceeds the order by about
+(pp - 1 - k)(t_k - t_other) (docs/timeline.md). zbv's closed form is its order's chains
+(perfmodel.step.pipeline.zbv_terms) on the other stages' pace: the timeline shows the order's
+time with each stage's own and says where it differs from the prediction (perfmodel.timeline).
 """
 
 from __future__ import annotations
@@ -81,9 +83,10 @@ def _check(schedule: str, pp: int, m: int, v: int) -> None:
         raise ValueError(f"schedule {schedule} runs one chunk per stage, got v={v}")
     if schedule == "zbv" and v != 2:
         raise ValueError(f"schedule zbv runs two chunks per stage, got v={v}")
-    if schedule == "zb" and m % zb_rounds(pp, m):
-        raise ValueError(f"schedule zb runs m in {zb_rounds(pp, m)} rounds of equal size, got "
-                         f"m={m} (torch's ScheduleInterleavedZeroBubble refuses it)")
+    if schedule in ("zb", "interleaved") and m % zb_rounds(pp, m):
+        raise ValueError(f"schedule {schedule} runs m in {zb_rounds(pp, m)} rounds of equal "
+                         f"size, got m={m} (torch's ScheduleInterleaved1F1B and "
+                         "ScheduleInterleavedZeroBubble refuse it)")
 
 
 def zb_rounds(pp: int, m: int) -> int:
@@ -106,7 +109,11 @@ def _one_f_one_b(s: int, pp: int, m: int, v: int, split: bool) -> list[Pass]:
     """1F1B (v = 1) or interleaved 1F1B (v > 1) on stage s; split: ZB-H1's deferred W (and
     torch's zero-bubble warm-up, one forward a stage where interleaved 1F1B runs two, over its
     rounds of m / zb_rounds micro-batches)."""
-    group = m // zb_rounds(pp, m) if split else pp
+    # micro-batches per round: pp wherever pp divides m (Megatron's, which refuses other m);
+    # torch's ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble alike run m in
+    # max(1, m // pp) rounds of m / rounds (microbatches_per_round), which pipeline_micro_batches
+    # plans reach with m not a multiple of pp
+    group = m // zb_rounds(pp, m)
     forwards = _forward_sequence(group, m, v)
     backwards = [(mb, v - 1 - c) for mb, c in forwards]
     total = m * v

@@ -185,11 +185,15 @@ def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Ex
         interleaved 1F1B    min(m, pp + (pp - 1 - 2 r) / v): 2 (pp - r - 1) + (v - 1) pp warm-up
                             chunk forwards and one more (Megatron-Core's schedules.py,
                             forward_backward_pipelining_with_interleaving); at r = 0 Korthikanti
-                            et al.'s pp (1 + (pp - 1) / (pp v)) (2022, Sec. 4.2.3)
-        zero bubble (zb)    min(m, ((v - 1) g + pp - r) / v): (v - 1) g + pp - r - 1 warm-up
-                            chunk forwards and one more, in rounds of g = m / max(1, floor(m /
-                            pp)) micro-batches (torch's ScheduleInterleavedZeroBubble; g = pp
-                            where pp divides m: pp - r / v); 1F1B's at v = 1
+                            et al.'s pp (1 + (pp - 1) / (pp v)) (2022, Sec. 4.2.3); in torch's
+                            rounds of g (ScheduleInterleaved1F1B, m not a multiple of pp),
+                            min(m, g + (2 pp - 1 - 2 r - g) / v)
+        zero bubble (zb)    min(m, ((v - 1) g + pp) / v) on every rank: (v - 1) g + pp - r - 1
+                            warm-up chunk forwards and one more, in rounds of g = m / max(1,
+                            floor(m / pp)) micro-batches (torch's ScheduleInterleavedZeroBubble;
+                            g = pp where pp divides m: pp), and r weight gradients pending, each
+                            keeping its chunk's activations (stage_backward_input's
+                            retain_graph: W frees them)
         V-shape zero bubble (min(m, 2 pp - r - 1) + min(m, r + 1)) / 2: forwards of its first
                             chunk and of its second before the first backward, half a stage
                             each (torch.distributed.pipelining.ScheduleZBVZeroBubble, which
@@ -197,12 +201,13 @@ def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Ex
                             on every rank (Qi et al. 2024, Sec. 6: each worker's peak is pp
                             micro-batches')
 
-    The chunked schedules hold whole rounds of the rank's chunks and x = pp - 1 - 2 r (interleaved)
-    or pp - r - g (zb) chunk forwards more, or |x| fewer: 1/v of its layers each where its chunks
-    are equal, else (chunks: the first and the last chunk's share of the rank's layers, a
-    pipeline layout's) the first chunk's for each more and the last chunk's for each fewer.
+    The chunked schedules hold whole rounds of the rank's chunks and x = 2 pp - 1 - 2 r - g
+    (interleaved) or pp - g (zb) chunk forwards more, or |x| fewer: 1/v of its layers each
+    where its chunks are equal, else (chunks: the first and the last chunk's share of the rank's
+    layers, a pipeline layout's) the first chunk's for each more and the last chunk's for each
+    fewer.
 
-    Activations count as freed at a micro-batch's backward (a zero-bubble schedule's input
+    Activations count as freed at a micro-batch's backward (a zero-bubble schedule's weight
     gradient). With one stage there is no schedule: gradient accumulation holds one."""
     gpipe, interleaved, zb, zbv = map(as_flag, (gpipe, interleaved, zb, zbv))
     # numbers evaluated; a symbolic count left as it is (sympy's comparisons cost, elsewhere)
@@ -221,9 +226,15 @@ def inflight_micro_batches(gpipe: Flag, interleaved: Flag, pp: sp.Expr, m: sp.Ex
             return x / v
         first, last = chunks
         return hi(0, x) * first + lo(0, x) * last
-    chunked = lo(m, pp + beyond(pp - 1 - 2 * rank))
-    group = m / rounds
-    zero_bubble = lo(m, group + beyond(pp - rank - group))
+    group = m / rounds  # micro-batches a round: pp where pp divides m (torch's rounds else)
+    # interleaved 1F1B: (v - 1) g + 2 (pp - r - 1) warm-up chunk forwards and one more
+    # (Megatron-Core's with g = pp; torch's ScheduleInterleaved1F1B's g = m / rounds)
+    chunked = lo(m, group + beyond(2 * pp - 1 - 2 * rank - group))
+    # zero bubble: (v - 1) g + pp - r - 1 warm-up chunk forwards and one more, and r weight
+    # gradients pending, whose input gradient (torch's stage_backward_input, retain_graph=True)
+    # keeps the chunk's whole autograd graph, its saved activations, until W: rank 0's count on
+    # every rank
+    zero_bubble = lo(m, group + beyond(pp - group))
     v_shape = (lo(m, 2 * pp - rank - 1) + lo(m, rank + 1)) / 2
     return gpipe * m + zbv * v_shape + zb * zero_bubble \
         + (1 - gpipe - zbv - zb) * (interleaved * chunked + (1 - interleaved) * one_f_one_b)

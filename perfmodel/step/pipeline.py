@@ -224,14 +224,27 @@ def middle_exists() -> sp.Expr:
 
 
 def bubble_s(m: sp.Expr, t_other: sp.Expr, w_fill: sp.Expr,
-             flushes: sp.Expr | int = 1) -> sp.Expr:
+             flushes: sp.Expr | int = 1, t_mb: sp.Expr | None = None) -> sp.Expr:
     """T_bubble [s] (see the module doc); m, t_other and W_fill as expressions or as symbols.
     With F pipeline schedules a step (flushes; torchtitan and NeMo AutoModel run one per
-    gradient-accumulation step), each of m / F micro-batches fills and drains: F bubbles."""
+    gradient-accumulation step), each of m / F micro-batches fills and drains: F bubbles.
+
+    t_mb (the slowest stage's micro-batch): with v > 1 chunks and fewer micro-batches a schedule
+    than stages (interleaved with pipeline_micro_batches below pp: torch's ScheduleInterleaved1F1B
+    runs them in one round), the first micro-batch crosses all pp v chunks before the rounds
+    repeat, and the span is at least its path, every stage once and the other m - 1 micro-batches
+    a chunk each on the slowest: (pp - 1) t_other + t_mb + (m - 1) t_mb / v (pp + (m - 1)/v
+    micro-batch times on equal stages, not m + (pp - 1)/v). It never binds where m >= pp (every
+    Megatron plan; zb and zbv refuse fewer) or v = 1."""
     bubble = (S.pp - 1) / S.v
     per = m / flushes
     kept = lmin(bubble, lmax(0, (per + bubble) / S.rho - per))
-    return flushes * kept * lmax(0, t_other - w_fill)
+    idle = lmax(0, t_other - w_fill)
+    if t_mb is None:
+        return flushes * kept * idle
+    share = kept / lmax(bubble, 1 / (2 * S.v))  # 1 with rho = 1 (bubble >= 1/v from pp = 2)
+    path = lmax(0, (S.pp - 1) * idle - lmax(0, per - 1) * (1 - 1 / S.v) * t_mb)
+    return flushes * lmax(kept * idle, share * path)
 
 
 def flushes(c: Context) -> sp.Expr:

@@ -130,7 +130,7 @@ def build(fam: Family) -> Model:
                       TP.norm_grad_phase(issued), optimizer_phase(c, params),
                       *((FP8.weight_cast_phase(c, DP.fp8_weight_casts(c)),) if fam.fp8
                         else ()))
-    bubble = PP.bubble_s(c.m, t_other, w_fill, PP.flushes(c))
+    bubble = PP.bubble_s(c.m, t_other, w_fill, PP.flushes(c), t_mb)
     zbv_bubble = None
     if c.zbv != 0:  # ZB-V's order idles more than the closed form where m < 2 pp or F != B
         zbv_passes = PP.zbv_passes(stage_time, {st: CO.forward_s(stage)
@@ -215,7 +215,7 @@ def _composition(c: Context, stage_time: dict[str, sp.Expr], step_terms: dict[st
             CO.T_OTHER: CO.other_stages_time(st["first"], st["middle"], st["last"], CO.T_MB,
                                              S.pp, c.multi),
             CO.STEP_SYMBOLS["pipeline/bubble"]: PP.bubble_s(CO.M_SYM, CO.T_OTHER, CO.W_FILL,
-                                                            PP.flushes(c)),
+                                                            PP.flushes(c), CO.T_MB),
         }
     extra: dict[sp.Symbol, sp.Expr] = {}
     if zbv_bubble is not None:  # ZB-V's order's bubble in the closed form's place

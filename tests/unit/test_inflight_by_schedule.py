@@ -11,7 +11,7 @@ import pytest
 from perfmodel import load_hardware, load_model
 from perfmodel.costs.memory import inflight_micro_batches
 from perfmodel.evaluate import compile_family, family_of, values_of
-from perfmodel.schedule import BACKWARD, FORWARD, orders, zb_rounds
+from perfmodel.schedule import BACKWARD, FORWARD, WEIGHT, orders, zb_rounds
 from perfmodel.strategy import Plan
 
 HW = load_hardware("dgx-h100")
@@ -19,8 +19,8 @@ HW = load_hardware("dgx-h100")
 CASES = [(sched, pp, m, v) for pp in (2, 3, 4, 8) for m in (1, 2, 3, 4, 5, 6, 8, 10, 16, 17)
          for sched, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 4),
                           ("zb", 1), ("zb", 2), ("zbv", 2))
-         # torch's zero-bubble schedule refuses m in unequal rounds, and so do plans
-         if sched != "zb" or m % zb_rounds(pp, m) == 0]
+         # torch's interleaved schedules refuse m in unequal rounds, and so do plans
+         if sched not in ("zb", "interleaved") or m % zb_rounds(pp, m) == 0]
 
 
 def _peaks(schedule, pp, m, v):
@@ -29,7 +29,10 @@ def _peaks(schedule, pp, m, v):
     for passes in orders(schedule, pp, m, v):
         held = peak = 0
         for p in passes:
-            held += {FORWARD: 1, BACKWARD: -1}.get(p.kind, 0)
+            # torch's zero-bubble input gradient (stage_backward_input, retain_graph=True)
+            # keeps the chunk's saved activations until its weight gradient W frees them
+            frees = WEIGHT if schedule == "zb" else BACKWARD
+            held += 1 if p.kind == FORWARD else -1 if p.kind == frees else 0
             peak = max(peak, held)
         out.append(peak / v)
     return out

@@ -45,6 +45,13 @@ PLANS = {
     "interleaved v 2": plan(pp=4, schedule="interleaved", virtual_stages=2),
     "interleaved v 4, selective": plan(pp=4, schedule="interleaved", virtual_stages=4,
                                        recompute="selective"),
+    # fewer micro-batches a schedule than stages: the first micro-batch's path through every
+    # chunk binds, pp + (m - 1)/v micro-batch times (the closed form took (pp - 1)/v of bubble
+    # until 2026-12-07: this plan's trace was 2x the prediction), torch's rounds of m / rounds
+    "interleaved v 4, one micro-batch a schedule": plan(
+        pp=4, schedule="interleaved", virtual_stages=4, global_batch=4, pipeline_micro_batches=1),
+    "interleaved v 2, 3 micro-batches a schedule": plan(
+        pp=4, schedule="interleaved", virtual_stages=2, global_batch=6, pipeline_micro_batches=3),
     "zb (ZB1P)": plan(pp=4, schedule="zb"),
     "zb v 2, zero 3": plan(pp=2, dp=2, schedule="zb", virtual_stages=2, zero=3,
                            global_batch=16),
