@@ -1793,6 +1793,14 @@ def check_output_directory(directory: Path, option: str) -> None:
     made where missing: refused (OutputError, exit 7) before any work, as every output path is,
     where it is there and no directory (a file, a FIFO, /dev/null), or where a dangling symbolic
     link lies on it (no directory can be made where the link is, nor through it)."""
+    try:
+        _check_output_directory(directory, option)
+    except OSError as exc:  # EACCES under a directory without search permission, ENAMETOOLONG
+        raise OutputError(f"{option}: cannot create the directory {directory}: "
+                          f"{exc.strerror or exc}") from None
+
+
+def _check_output_directory(directory: Path, option: str) -> None:
     if directory.exists() and not directory.is_dir():
         raise OutputError(f"{option}: {directory} is not a directory")
     for path in (directory, *directory.parents):

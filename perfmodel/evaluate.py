@@ -389,6 +389,11 @@ def cached(name: str, build: Callable[[], str]) -> dict[str, Any]:
     root = cache_dir()
     path = root / f"{_source_hash()}-{name}.py" if root else None
     if path is not None:
+        try:
+            path.is_file()  # pathlib raises EACCES (a directory this user cannot search)
+        except OSError:  # a cache that cannot be looked into only costs speed, as a read-only one
+            path = None
+    if path is not None:
         _await(path)
     if _WARM_ONLY and not _BUILD_MISSING and (path is None or not path.is_file()):
         if path is None or _ON_MISSING is None:

@@ -38,6 +38,18 @@ _REASONS = {errno.EACCES: "permission denied", errno.EPERM: "permission denied",
             errno.ENOTDIR: "a part of the path is not a directory"}
 
 
+@contextlib.contextmanager
+def _path_errors(path: str | os.PathLike[str], what: str) -> Iterator[None]:
+    """Turn an OSError of looking at an output's path (pathlib's is_symlink, exists and is_dir
+    raise all but ENOENT, ENOTDIR, EBADF and ELOOP: EACCES under a directory without search
+    permission, ENAMETOOLONG) into OutputError naming the path and the reason."""
+    try:
+        yield
+    except OSError as exc:
+        reason = _REASONS.get(exc.errno or 0, exc.strerror or str(exc))
+        raise OutputError(f"cannot write {what} {os.fspath(path)}: {reason}") from None
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -52,6 +64,12 @@ def _as_path(path: str | os.PathLike[str], what: str) -> Path:
     if not text:  # Path('') is '.': an empty name (an unset shell variable) names no file
         raise OutputError(f"cannot write {what}: its path is empty; give the path of a "
                           "regular file")
+    with _path_errors(text, what):
+        _refuse_trailing_slash(text, what)
+    return Path(path)
+
+
+def _refuse_trailing_slash(text: str | bytes, what: str) -> None:
     if isinstance(text, str) and (text.endswith(os.sep) or text.endswith(os.sep + ".")
                                   or (os.altsep and text.endswith(os.altsep))):
         stripped = Path(text)
@@ -61,7 +79,6 @@ def _as_path(path: str | os.PathLike[str], what: str) -> Path:
             raise OutputError(f"cannot write {what} {text}: the trailing '/' names a directory "
                               f"and {stripped} {found}; give the path of a regular file, "
                               "without the '/'")
-    return Path(path)
 
 
 def _target(path: Path, what: str) -> tuple[Path, os.stat_result | None]:
@@ -82,7 +99,8 @@ def _target(path: Path, what: str) -> tuple[Path, os.stat_result | None]:
 
 
 def _prepare(path: Path, what: str, make_parents: bool) -> tuple[Path, os.stat_result | None]:
-    target, st = _target(path, what)
+    with _path_errors(path, what):
+        target, st = _target(path, what)
     directory = target.parent if str(target.parent) else Path(".")
     if make_parents:
         try:
@@ -90,7 +108,9 @@ def _prepare(path: Path, what: str, make_parents: bool) -> tuple[Path, os.stat_r
         except OSError as exc:
             raise OutputError(f"cannot create the directory of {what} {path}: "
                               f"{_REASONS.get(exc.errno or 0, exc.strerror)}") from None
-    if not directory.is_dir():
+    with _path_errors(path, what):
+        is_dir = directory.is_dir()
+    if not is_dir:
         raise OutputError(f"output directory does not exist: {directory} (for {what} {path})")
     return target, st
 
@@ -120,7 +140,8 @@ def check_output(path: str | Path | None, *, what: str = "output",
     if path is None:
         return
     path = _as_path(path, what)
-    _check_path(path, what, make_parents)
+    with _path_errors(path, what):
+        _check_path(path, what, make_parents)
     if figure:  # an image: its suffix names its format (checked after where it goes)
         figure_format(path, what)
 

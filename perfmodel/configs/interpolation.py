@@ -11,19 +11,44 @@ that holds an interpolation."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+import signal
+import threading
+from collections.abc import Iterator
 from typing import Any
+
+from perfmodel.errors import SpecError
 
 # NeMo-Framework-Launcher launcher_scripts/main.py (tag 24.07): the resolvers its configs use;
 # NVIDIA/NeMo nemo/core/config/hydra_runner.py (v1.23.0 to 8cfedd7) registers multiply (the same)
 # and sum, which NeMo's own example configs use (megatron_gpt_config.yaml:
 # cpu_offloading_num_layers ${sum:${.num_layers},-1})
+# The largest number a resolver may make: far past any size or count a job config holds (a
+# chain of ${multiply:${.a},${.a}} squares at each step: 27 steps made a number of 134 million
+# digits, and minutes of arithmetic, from a file of 2 kB)
+MAX_RESOLVED = 1e18
+
+
+def _bounded(function: Any) -> Any:
+    def resolver(x: Any, y: Any) -> Any:
+        for arg in (x, y):  # a number of thousands of digits is refused before it is used
+            if isinstance(arg, (int, float)) and not isinstance(arg, bool) \
+                    and not abs(arg) <= MAX_RESOLVED:
+                raise ValueError(f"{arg!r:.40} is out of range")
+        result = function(x, y)
+        if isinstance(result, (int, float)) and not abs(result) <= MAX_RESOLVED:
+            raise ValueError("the result is out of range")
+        return result
+    return resolver
+
+
 LAUNCHER_RESOLVERS = {
-    "multiply": lambda x, y: x * y,
-    "sum": lambda x, y: x + y,
-    "divide_ceil": lambda x, y: int(math.ceil(x / y)),
-    "divide_floor": lambda x, y: int(math.floor(x / y)),
+    "multiply": _bounded(lambda x, y: x * y),
+    "sum": _bounded(lambda x, y: x + y),
+    "divide_ceil": _bounded(lambda x, y: int(math.ceil(x / y))),
+    "divide_floor": _bounded(lambda x, y: int(math.floor(x / y))),
 }
 
 
@@ -75,5 +100,43 @@ def resolved(data: dict[str, Any]) -> dict[str, Any]:
             return OmegaConf.to_container(result, resolve=False)
         return result
 
-    out: dict[str, Any] = walk(data, [])
+    with _time_limit(RESOLVE_LIMIT_S):
+        out: dict[str, Any] = walk(data, [])
     return out
+
+
+# How long the interpolations of one config may take to resolve: a config's resolve in
+# milliseconds, but OmegaConf resolves a reference anew at every use, so values that repeat one
+# another (s1: "${.s0}${.s0}...", s2: "${.s1}${.s1}...") take time that multiplies at each level
+# (8 levels of 10: hours, from a file of 1 kB)
+RESOLVE_LIMIT_S = 5.0
+
+
+class _TooSlow(BaseException):  # not Exception: OmegaConf wraps those as its own errors
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise SpecError where the block runs longer than seconds (a timer signal, in the main
+    thread; elsewhere, or where the process runs a timer of its own, which this one would
+    replace and cancel, the block runs unbounded)."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+        yield
+        return
+
+    def expired(signum: int, frame: Any) -> None:
+        raise _TooSlow
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except _TooSlow:
+        raise SpecError(f"the config's ${{...}} interpolations do not resolve in {seconds:g} s: "
+                        "values that repeat one another at each level (an interpolation "
+                        "bomb?); a job config's resolve at once") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -161,7 +161,10 @@ def read_nemo(data: dict[str, Any], path: Path) -> JobConfig:
     where = str(path)
     job = JobConfig(path=where, framework=Framework.NEMO)
     settings: Settings = {}
-    data = resolved(data)
+    try:
+        data = resolved(data)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
     nemo2 = isinstance(data.get("trainer"), dict)
     override = False
     if nemo1.is_nemo1(data):

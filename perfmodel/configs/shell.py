@@ -245,12 +245,26 @@ def _closing(text: str, start: int, pair: str = "()") -> int:
     return len(text)
 
 
+# The most text one expansion may make: a launch script's longest word or variable is a few
+# kB (every argument of a Megatron-LM run in one array); nested variables that multiply
+# (A="$B$B$B...", B="$C$C$C..."), a shell "billion laughs", would otherwise take gigabytes.
+MAX_EXPANDED = 2**16
+
+
 def expand(text: str, state: _State, line: int, *, quoted: bool = True) -> str:
     """text with every parameter, arithmetic and command substitution expanded (or marked);
     quoted: text as the script writes it, where single quotes keep what they enclose (as bash
-    does: `'$(a'` is text); False for a word the quotes are already taken from."""
-    out, i, double = [], 0, False
+    does: `'$(a'` is text); False for a word the quotes are already taken from. SpecError
+    where the expansion grows past MAX_EXPANDED characters."""
+    out: list[str] = []
+    i, double, size = 0, False, 0
     while i < len(text):
+        if out:  # each pass below appends one piece: the last one counted here
+            size += len(out[-1])
+            if size > MAX_EXPANDED:
+                raise SpecError(f"line {line}: a variable expands to more than "
+                                f"{MAX_EXPANDED:,} characters (variables that multiply one "
+                                "another?); a launch script's words are far shorter")
         end = text.find("'", i + 1) if quoted and not double and text[i] == "'" else -1
         if end >= 0:
             out.append(text[i:end + 1])
@@ -312,6 +326,10 @@ def expand(text: str, state: _State, line: int, *, quoted: bool = True) -> str:
                 continue
             out.append(_parameter(found, state, line))
             i = found.end()
+    if size + (len(out[-1]) if out else 0) > MAX_EXPANDED:
+        raise SpecError(f"line {line}: a variable expands to more than {MAX_EXPANDED:,} "
+                        "characters (variables that multiply one another?); a launch "
+                        "script's words are far shorter")
     return "".join(out)
 
 
@@ -813,6 +831,15 @@ def _sets(words: list[str], line: int) -> tuple[list[str], str] | None:
     return None
 
 
+def _bounded(name: str, size: int, line: int) -> None:
+    """Refuse a variable that holds more than MAX_EXPANDED characters (grown by `+=` line by
+    line, or an array of many long items), as expand refuses one expansion that makes them."""
+    if size > MAX_EXPANDED:
+        raise SpecError(f"line {line}: {name} holds more than {MAX_EXPANDED:,} characters "
+                        "(variables that multiply one another?); a launch script's words are "
+                        "far shorter")
+
+
 def _assign(word: str, state: _State, line: int, unsure: str | None) -> None:
     """An assignment `NAME=word` or `NAME+=word`, or an array's element `NAME[index]=word`
     (`+=`), recorded as bash makes it: the index is arithmetic, a negative one counts from the
@@ -832,7 +859,9 @@ def _assign(word: str, state: _State, line: int, unsure: str | None) -> None:
         plus, value = found.group(2, 3)
         if not (plus and name in state.arrays):
             value = expand(value, state, line, quoted=False)
-            state.scalars[name] = (state.scalars.get(name, "") if plus else "") + value
+            value = (state.scalars.get(name, "") if plus else "") + value
+            _bounded(name, len(value), line)
+            state.scalars[name] = value
             state.arrays.pop(name, None)
             if not plus:
                 state.unknown.pop(name, None)
@@ -856,6 +885,7 @@ def _assign(word: str, state: _State, line: int, unsure: str | None) -> None:
         items.append(value)
     else:
         items[position] = (items[position] if plus else "") + value
+    _bounded(name, sum(map(len, items)), line)
     state.arrays[name] = items
     state.scalars.pop(name, None)
 
@@ -876,7 +906,9 @@ def _assign_array(found: re.Match[str], state: _State, where: str, line: int,
         return
     items = _words(expand(body, state, line), where, line)
     before = state.arrays.get(name, [state.scalars[name]] if name in state.scalars else [])
-    state.arrays[name] = (before if plus else []) + items
+    items = (before if plus else []) + items
+    _bounded(name, sum(map(len, items)), line)
+    state.arrays[name] = items
     state.scalars.pop(name, None)
     if not plus:
         state.unknown.pop(name, None)
@@ -1144,11 +1176,16 @@ def launch_command(text: str, where: str, is_script: Callable[[str], bool], *,
         closed = sum(w.lstrip(";").rstrip(";") in _CLOSE for w in raw_words)
         inside = depth > 0 or opened > 0
         for part in top:
-            reader.run(line, part, f"set inside an if/for/while/case block (line {line})"
-                       if inside else None,
-                       f"the training script runs inside an if/for/while/case block (line "
-                       f"{line}); perfmodel cannot tell whether that branch runs"
-                       if inside else None)
+            try:
+                reader.run(line, part, f"set inside an if/for/while/case block (line {line})"
+                           if inside else None,
+                           f"the training script runs inside an if/for/while/case block (line "
+                           f"{line}); perfmodel cannot tell whether that branch runs"
+                           if inside else None)
+            except SpecError as exc:
+                if str(exc).startswith("line "):  # expand's, which knows no file name
+                    raise SpecError(f"{where}: {exc}") from None
+                raise
         depth = max(0, depth + opened - closed)
     if defining is not None:
         raise SpecError(f"{where}: function {defining.name} (line {defining.line}) has no "
