@@ -46,6 +46,16 @@ def ridge_square_dim(peak_flops_per_s: sp.Expr, bandwidth_bytes_per_s: sp.Expr,
     return solution
 
 
+def _ranks(ranks: sp.Expr) -> sp.Expr:
+    """A collective's group size: a number must be a whole number >= 2 (one rank has no
+    collective: its latency and bandwidth terms are both 0, their crossover 0/0)."""
+    n = sp.sympify(ranks)
+    if n.is_number and (n.has(sp.nan) or not n.is_finite or not (n - sp.floor(n)).is_zero
+                          or not n >= 2):
+        raise PlanError(f"ranks must be a whole number >= 2, got {ranks}")
+    return n
+
+
 def _check(op: str, algorithm: str) -> tuple[Op, Algorithm]:
     try:
         o = Op(op)
@@ -69,7 +79,7 @@ def latency_bandwidth_bytes(op: str, ranks: sp.Expr, algorithm: str, alpha_s: sp
     steps alpha = volume S / beta, so S = steps alpha beta / volume. Below it the collective is
     latency-bound (time nearly flat in size), above it bandwidth-bound (time grows with size)."""
     o, a = _check(op, algorithm)
-    n = sp.sympify(ranks)
+    n = _ranks(ranks)
     return sp.simplify(steps(o, n, a) * sp.sympify(alpha_s) * sp.sympify(beta_bytes_per_s)
                        / volume_factor(o, n, a))
 
@@ -85,12 +95,19 @@ def algorithm_crossover_bytes(op: str, ranks: sp.Expr, first: str, second: str, 
     """
     o, a1 = _check(op, first)
     _, a2 = _check(op, second)
-    n = sp.sympify(ranks)
+    n = _ranks(ranks)
     dv = volume_factor(o, n, a1) - volume_factor(o, n, a2)
     if sp.simplify(dv) == 0:
         return None
     ds = steps(o, n, a2) - steps(o, n, a1)
-    return sp.simplify(ds * sp.sympify(alpha_s) * sp.sympify(beta_bytes_per_s) / dv)
+    return _positive_or_none(
+        sp.simplify(ds * sp.sympify(alpha_s) * sp.sympify(beta_bytes_per_s) / dv))
+
+
+def _positive_or_none(size: sp.Expr) -> sp.Expr | None:
+    """A crossover size, or None where it is a number that is not positive: the two costs then
+    meet at no size a message has (one is cheaper at every size)."""
+    return None if size.is_number and not size > 0 else size
 
 
 def contributors_crossover_bytes(op: str, contributors: sp.Expr, receivers: sp.Expr,
@@ -110,14 +127,18 @@ def contributors_crossover_bytes(op: str, contributors: sp.Expr, receivers: sp.E
     if o not in (Op.ALL_GATHER, Op.ALL_REDUCE):
         raise PlanError(f"contributors apply to all_gather and all_reduce, got '{op}'")
     size = sp.Dummy("S", positive=True)
-    gap = sp.expand(contributed_time(o, size, contributors, receivers, alpha_s, beta_bytes_per_s,
-                                     "standard")
-                    - contributed_time(o, size, contributors, receivers, alpha_s,
-                                       beta_bytes_per_s, "specialised"))
+    # alpha and beta as symbols until the end: with floats the two volumes' difference is a
+    # rounding error, not 0, and the crossover a size of 1e22 B
+    alpha, beta = sp.Dummy("alpha", positive=True), sp.Dummy("beta", positive=True)
+    gap = sp.expand(contributed_time(o, size, contributors, receivers, alpha, beta, "standard")
+                    - contributed_time(o, size, contributors, receivers, alpha, beta,
+                                       "specialised"))
     slope = sp.simplify(sp.diff(gap, size))
     if slope == 0:
         return None
-    return sp.simplify(-gap.subs(size, 0) / slope)
+    crossing = sp.simplify(-gap.subs(size, 0) / slope)
+    return _positive_or_none(sp.simplify(crossing.subs({alpha: sp.sympify(alpha_s),
+                                                        beta: sp.sympify(beta_bytes_per_s)})))
 
 
 def bubble_fraction(pp: sp.Expr, micro_batches: sp.Expr, virtual_stages: sp.Expr = 1) -> sp.Expr:
@@ -127,7 +148,7 @@ def bubble_fraction(pp: sp.Expr, micro_batches: sp.Expr, virtual_stages: sp.Expr
     (Narayanan et al. SC21, Sec. 2.2: (pp - 1)/(v m) of the ideal time)."""
     pp, m, v = map(sp.sympify, (pp, micro_batches, virtual_stages))
     for value, name in ((pp, "pp"), (m, "micro_batches"), (v, "virtual_stages")):
-        if value.is_number and not value >= 1:
-            raise PlanError(f"{name} must be >= 1, got {value}")
+        if value.is_number and (value.has(sp.nan) or not value.is_finite or not value >= 1):
+            raise PlanError(f"{name} must be >= 1 (and finite), got {value}")
     idle = (pp - 1) / v
     return idle / (m + idle)

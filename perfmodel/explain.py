@@ -35,7 +35,7 @@ def explain_text(model: TransformerSpec | str, hardware: HardwareSpec | str,
     family = family_of(model, hardware, plan, specialise=True)
     built = _built(family)
     result = predict(model, hardware, plan, refuse_idle=False)
-    show = sp.latex if latex else sp.sstr
+    show = sp.latex if latex else S.plain_str
     stage = result.breakdown_stage  # the terms predict's breakdown shows
     m = plan.num_micro_batches
     composed = built.stages[stage]
@@ -194,11 +194,16 @@ def explain_text(model: TransformerSpec | str, hardware: HardwareSpec | str,
     lines += ["", "symbols:"]
     by_sym = S.by_symbol()
     shown_memory = [e for k, e in memory_terms.items() if wanted(f"memory/{k}")]
-    used = codegen.free_symbols([sp.sympify(e) for e in (*built.time_terms.values(),
-                                                          *shown_memory)])
+    # the symbols of the terms shown (--term: those alone), and of the composition and m above
+    shown_time = [e for name, e in built.time_terms.items()  # (stage terms: STAGE:NAME)
+                  if wanted(name.split(":", 1)[-1])]
+    above = [*built.composition.values(),
+             *(e for sym, e in built.term_values.items() if sym.name == "m")]
+    used = codegen.free_symbols([sp.sympify(e) for e in (*shown_time, *shown_memory)]) | {
+        sym for sym in codegen.free_symbols([sp.sympify(e) for e in above]) if sym in by_sym}
     for sym in sorted(used, key=lambda s_: s_.name):
         name, meaning = by_sym.get(sym, (sym.name, ""))
-        label = sp.latex(sym) if latex else sym.name
+        label = sp.latex(sym) if latex else S.plain_name(sym.name)
         shown = f"{values[name]:<14.6g}" if name in values else f"{'-':<14}"  # never 'nan'
         lines.append(f"  {label:>22} = {shown} {meaning}")
     return "\n".join(lines)

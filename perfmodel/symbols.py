@@ -166,3 +166,39 @@ def table() -> dict[str, tuple[sp.Symbol, str]]:
 
 def by_symbol() -> dict[sp.Symbol, tuple[str, str]]:
     return {sym: (name, meaning) for name, (sym, meaning) in _TABLE.items()}
+
+
+# `perfmodel explain` prints a formula as text that sympy reads back (perfmodel.symbols.parse):
+# a typeset name's '^', ',' and braces are not Python (sympify read 'alpha_intra^ll' as a power,
+# 'alpha_inter,tp' as a tuple, 'N_{bkt}' not at all), and 'E' is Euler's number to sympify
+_PLAIN_RESERVED = {"E": "n_E"}
+
+
+def plain_name(name: str) -> str:
+    """The name a symbol prints as in explain's text: its typeset name made an identifier
+    ('alpha_intra^ll' -> 'alpha_intra_ll', 'N_{bkt}' -> 'N_bkt', 'E' -> 'n_E')."""
+    out = name.replace("^", "_").replace(",", "_").replace("{", "").replace("}", "")
+    return _PLAIN_RESERVED.get(out, out)
+
+
+def plain_str(expr: sp.Expr, **settings: object) -> str:
+    """sympy's str of expr, each symbol by its plain_name: text that parse() reads back."""
+    from sympy.printing.str import StrPrinter
+
+    class _Plain(StrPrinter):  # type: ignore[misc]
+        def _print_Symbol(self, symbol: sp.Symbol) -> str:
+            return plain_name(symbol.name)
+
+        _print_Dummy = _print_Symbol
+
+    return str(_Plain(settings).doprint(expr))
+
+
+def parse(text: str) -> sp.Expr:
+    """A formula as `perfmodel explain` prints it, back to the sympy expression: each plain name
+    the symbol of the table (positive), floor_log2 and ceil_log2 perfmodel's integer logs."""
+    from perfmodel.costs.collectives import ceil_log2, floor_log2
+
+    local: dict[str, object] = {plain_name(sym.name): sym for sym, _ in _TABLE.values()}
+    local.update(floor_log2=floor_log2, ceil_log2=ceil_log2)
+    return sp.sympify(text, locals=local)
