@@ -728,6 +728,20 @@ def _json_number(value: Any, field: str) -> Any:
     return value
 
 
+def _hf_name(where: str) -> str:
+    """A Hugging Face config's name where it gives no _name_or_path (the Hub's config.json files
+    seldom do): its directory's ('Mixtral-8x7B-v0.1/config.json'), or the file's own
+    ('mixtral.json'); '' for neither (the model_type names it then, as it did for every config
+    until 2026-12-07: two Mixtrals were both 'mixtral'). where: the loader's "model 'PATH'"."""
+    quoted = where.removeprefix("model '")
+    path = Path(quoted.removesuffix("'") if quoted != where else where)
+    if path.name == "config.json":
+        path = path.parent
+    elif path.suffix == ".json":
+        return path.stem
+    return path.name if path.name not in ("", ".", "..") else ""
+
+
 def model_from_hf_config(cfg: Mapping[str, Any], where: str,
                          seq_len: int | None = None) -> TransformerSpec:
     """A TransformerSpec from a Hugging Face config.json and the training sequence length."""
@@ -801,7 +815,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], where: str,
             positions, f"{where}: {positions_key}", integer=True, maximum=1e10)):
         raise SpecError(f"{where}: seq_len ({seq_len}) is longer than the learned position "
                         f"table ({positions_key} {positions})")
-    name = str(cfg.get("_name_or_path") or mtype)
+    name = str(cfg.get("_name_or_path") or _hf_name(where) or mtype)
     try:
         return TransformerSpec(name=name, seq_len=seq_len,
                                source=f"Hugging Face config ({mtype})", **fields)

@@ -534,3 +534,20 @@ def test_fused_qkv_is_the_modelling_codes(name, fused):
             assert together == pytest.approx(apart, rel=1e-12)
         else:
             assert together < apart
+
+
+def test_a_config_without_its_hub_name_is_named_after_its_directory_or_file(tmp_path):
+    """The Hub's config.json files seldom give _name_or_path: two Mixtrals were both named by
+    their model_type, 'mixtral' (a probe's finding, 2026-12-07)."""
+    cfg = {k: v for k, v in json.loads((HF / "mixtral-8x7b-v0.1" / "config.json").read_text())
+           .items() if k != "_name_or_path"}
+    folder = tmp_path / "Mixtral-8x22B-v0.1"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "my-mixtral.json").write_text(json.dumps(cfg))
+    assert load_model(str(folder), seq_len=4096).name == "Mixtral-8x22B-v0.1"
+    assert load_model(str(folder / "config.json"), seq_len=4096).name == "Mixtral-8x22B-v0.1"
+    assert load_model(str(tmp_path / "my-mixtral.json"), seq_len=4096).name == "my-mixtral"
+    named = {**cfg, "_name_or_path": "mistralai/Mixtral-8x7B-v0.1"}
+    (folder / "config.json").write_text(json.dumps(named))
+    assert load_model(str(folder), seq_len=4096).name == "mistralai/Mixtral-8x7B-v0.1"
