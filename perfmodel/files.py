@@ -64,6 +64,10 @@ def _as_path(path: str | os.PathLike[str], what: str) -> Path:
     if not text:  # Path('') is '.': an empty name (an unset shell variable) names no file
         raise OutputError(f"cannot write {what}: its path is empty; give the path of a "
                           "regular file")
+    if text == "-":  # many tools' standard output: perfmodel would write a file named '-'
+        raise OutputError(f"cannot write {what} to '-': perfmodel writes files only (--json "
+                          "prints to standard output); give a path ('./-' for a file of that "
+                          "name)")
     with _path_errors(text, what):
         _refuse_trailing_slash(text, what)
     return Path(path)

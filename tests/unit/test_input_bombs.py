@@ -98,3 +98,15 @@ def test_a_cache_directory_that_cannot_be_looked_into_only_costs_speed(tmp_path,
     monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / ("c" * 300)))
     code, out, err = run_main(["predict", "--model", "gpt2-small", "--hardware", "dgx-h100"])
     assert code == 0 and "step time" in out, err
+
+
+def test_a_dash_for_an_output_is_refused_not_written_as_a_file(tmp_path, monkeypatch):
+    """'-' is standard output to many tools; perfmodel wrote a file named '-' (a probe's)."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(["sweep", "--model", "alexnet", "--hardware", "dgx-h100", "--gpus",
+                               "8", "--vary", "global_batch=64", "--csv", "-"])
+    assert code == 7 and out == "" and "'-'" in err and "--json" in err, err
+    assert not (tmp_path / "-").exists()
+    code, _, err = run_main(["sweep", "--model", "alexnet", "--hardware", "dgx-h100", "--gpus",
+                             "8", "--vary", "global_batch=64", "--csv", "./-"])
+    assert code == 0 and (tmp_path / "-").is_file(), err
