@@ -1137,16 +1137,31 @@ def sensitivities(model: TransformerSpec | str, hardware: HardwareSpec | str, pl
     names = [n for n in HARDWARE_SENSITIVITIES if n in values
              and (n != "host_link_bytes_per_s" or plan.cpu_offload_layers)
              and (n != "host_op_overhead_s" or hardware.host_op_overhead_s)
-             and (n != "host_op_backward_overhead_s" or hardware.host_op_backward_overhead_s)]
-    rows = 1 + 2 * len(names)
+             and (n != "host_op_backward_overhead_s" or hardware.host_op_backward_overhead_s)
+             and not (hardware.levels and n in WHAT_IF_FIELDS)]
+    # a fabric of levels: each level's bandwidth and latency, moved as --what-if
+    # levels.N.FIELD moves them (the spec rebuilt, its values encoded again: which axes a level
+    # prices is the encoding's); intra_node and inter_node, which --what-if refuses there,
+    # are not named (an API probe's finding, 2026-12-07)
+    levels = [f"levels.{i}.{field}" for i in range(len(hardware.levels))
+              for field in ("bandwidth_bytes_per_s", "latency_s")
+              if getattr(hardware.levels[i], field)] if hardware.levels else []
+    rows = 1 + 2 * (len(names) + len(levels))
     columns = {k: np.full(rows, v, dtype=float) for k, v in values.items()}
     for i, name in enumerate(names):
         for moved in (name, *_linked(name, values, hardware)):
             columns[moved][1 + 2 * i] *= 1 + SENSITIVITY_STEP
             columns[moved][2 + 2 * i] *= 1 - SENSITIVITY_STEP
+    for j, field in enumerate(levels, start=len(names)):
+        for row, factor in ((1 + 2 * j, 1 + SENSITIVITY_STEP), (2 + 2 * j, 1 - SENSITIVITY_STEP)):
+            moved_values = values_of(model, apply_what_if(hardware, f"{field}={factor!r}x"), plan)
+            for k, v in moved_values.items():
+                if k in columns:
+                    columns[k][row] = v
     t = np.asarray(compiled(columns)["step_time"], dtype=float) * np.ones(rows)
     out = {}
-    for i, name in enumerate(names):
-        slope = (t[1 + 2 * i] - t[2 + 2 * i]) / (2 * SENSITIVITY_STEP * values[name])
-        out[WHAT_IF_FIELDS.get(name, name)] = float(slope * values[name] / t[0])
+    for i, name in enumerate([*names, *levels]):
+        # the elasticity: the relative change of the step over the parameter's, 2 x the step
+        out[WHAT_IF_FIELDS.get(name, name)] = float((t[1 + 2 * i] - t[2 + 2 * i])
+                                                    / (2 * SENSITIVITY_STEP * t[0]))
     return out

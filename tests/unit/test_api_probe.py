@@ -39,6 +39,24 @@ def test_each_sensitivity_is_the_what_if_it_names(model, hardware, plan):
         assert "host_op_overhead_s" not in elasticity
 
 
+def test_a_fabric_of_levels_names_each_levels_what_if():
+    """On a fabric of levels --what-if refuses intra_node and inter_node (levels.N.FIELD moves
+    them): sensitivities named those (an API probe's finding, 2026-12-07); now each level's,
+    each the what-if it names."""
+    m, h, p = resolve_inputs("llama3-8b", "dgx-h100-superpod", dict(
+        gpus=512, dp=32, tp=8, pp=2, micro_batch=4, global_batch=512, sequence_parallel=True,
+        zero=2, overlap_grad_sync=True, overlap_param_gather=True))
+    elasticity = sensitivities(m, h, p)
+    assert not any(k.startswith(("intra_node", "inter_node")) for k in elasticity)
+    base = predict(m, h, p).step_time_s
+    fields = [k for k in elasticity if k.startswith("levels.")]
+    assert {f.split(".")[1] for f in fields} == {"0", "1", "2"}
+    for field in fields:
+        up, down = (predict(m, apply_what_if(h, f"{field}={x}x"), p).step_time_s
+                    for x in (1.001, 0.999))
+        assert elasticity[field] == pytest.approx((up - down) / 0.002 / base, abs=2e-3), field
+
+
 def test_a_factor_on_a_field_that_is_0_is_refused():
     h = perfmodel.load_hardware("mi300x")  # no host cost per op measured for a ROCm host
     assert h.host_op_overhead_s == 0
