@@ -854,6 +854,10 @@ def layer_graph_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     if gpus is not None and pr * pc != gpus:
         raise PlanError(f"--pr x --pc must equal --gpus: {pr} x {pc} != {gpus}")
     batch = kw.get("global_batch") or pc * kw["micro_batch"]
+    if ctx.command.name == "explain":  # every split of the GPUs, those whose Pc divides the
+        # batch: the plan's own grid Pr = P, Pc = 1, which every batch fits (with Pc = P, a
+        # batch of 8 on 16 GPUs was refused, a split of which runs it: a probe's, 2026-12-07)
+        pr, pc = pr * pc, 1
     plan = GridPlan(pr=pr, pc=pc, global_batch=batch, norm=kw["norm"],
                     variant=kw["collective_variant"],
                     contributors=kw.get("contributors") or Contributors.STANDARD,

@@ -373,6 +373,9 @@ def explain_grid_text(model: Any, hardware: HardwareSpec, plan: Any, *, latex: b
         lines += ["", "dT_comm/dP_r = 0 at", "  P_r* = " + show(pr_star),
                   f"  = {float(pr_star.subs(values)):.4g} with alpha = {alpha:.4g} s, beta = "
                   f"{beta:.4g} B/s ({link})"]
+        if not 1 <= float(pr_star.subs(values)) <= P:  # no split has it: the divisors decide
+            lines.append(f"  (outside 1..{P}, the splits there are: the exact minimiser below "
+                         "is the answer)")
     else:
         lines += ["", "dT_comm/dP_r = 0 has no closed form sympy finds; the exact minimiser "
                       "follows."]

@@ -374,6 +374,13 @@ def best_grid(model: LayerGraphSpec, hardware: HardwareSpec, gpus: int, global_b
     return sorted(out, key=lambda p: p.step_time_s)
 
 
+def _exact(x: float) -> Any:
+    """A size as sympy's exact number (an integer where it is one, else the float's rational)."""
+    import sympy as sp
+
+    return sp.Integer(int(x)) if float(x).is_integer() else sp.Rational(x)
+
+
 def communication_in_pr(model: LayerGraphSpec, gpus: int, global_batch: int,
                         bytes_per_element: int = 4,
                         contributors: Contributors | str = Contributors.STANDARD) -> dict[str, Any]:
@@ -401,12 +408,14 @@ def communication_in_pr(model: LayerGraphSpec, gpus: int, global_batch: int,
             continue
         # Pr never exceeds P: a layer of at least P units always splits over Pr
         c = Pr if layer.gemm_n >= gpus else layer_degree(layer.gemm_n, Pr)
-        out_b = e * layer.out_elements * Bt / Pc
+        # sizes as exact numbers: with floats the terms of one GPU cancel to a rounding residue
+        # (T_comm -4.3e-18 s at P = 1: a probe's, 2026-12-07)
+        out_b = e * _exact(layer.out_elements) * Bt / Pc
         total += contributed_time("all_gather", out_b, c, Pr, alpha, beta, how)  # along Pr
         if not first:
-            in_b = e * layer.in_elements * Bt / Pc
+            in_b = e * _exact(layer.in_elements) * Bt / Pc
             total += contributed_time("all_reduce", in_b, c, Pr, alpha, beta, how)  # along Pr
-        w_b = 4 * layer.params / c
+        w_b = 4 * _exact(layer.params) / c
         total += 2 * (Pc - 1) * alpha + 2 * (Pc - 1) / Pc * w_b / beta  # all-reduce along Pc
         first = False
     closed = None
@@ -427,9 +436,12 @@ def exact_minimiser(comm: dict[str, Any], gpus: int, alpha: float,
                     beta: float) -> tuple[int, float]:
     import sympy as sp
 
-    f = sp.lambdify(comm["pr"], comm["total"].subs({comm["alpha"]: alpha, comm["beta"]: beta}))
-    best = min(divisors(gpus), key=lambda d: float(f(d)))
-    return best, float(f(best))
+    # exactly, in rationals: in floats the terms cancel to a rounding residue where there is no
+    # communication (-4.3e-18 s on one GPU: a probe's, 2026-12-07); a few divisors, milliseconds
+    total = comm["total"].subs({comm["alpha"]: sp.Rational(alpha), comm["beta"]: sp.Rational(beta)})
+    times = {d: float(total.subs(comm["pr"], d)) for d in divisors(gpus)}
+    best = min(times, key=lambda d: times[d])
+    return best, times[best]
 
 
 def sweep(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan,

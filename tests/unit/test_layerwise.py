@@ -213,3 +213,23 @@ def test_a_layer_graph_refuses_a_transformers_degrees(run_cli, command, flag):
                   "--global-batch", "64", *flag)
     assert out.returncode == 2 and flag[0] in out.stderr, out.stderr
     assert out.stderr.count("\n") == 1
+
+
+def test_explain_takes_a_batch_some_split_runs_and_prints_no_negative_time():
+    """A layer graph's explain refused a batch of 8 on 16 GPUs (its plan took Pc = 16), which the
+    splits of Pc 1 to 8 run; on one GPU it printed T_comm = -4.3e-18 s, the float terms'
+    rounding residue; a P_r* outside 1..P was given without saying no split has it (a probe's
+    findings, 2026-12-07)."""
+    from tests.unit.test_bad_input import run_main
+
+    code, out, err = run_main(["explain", "--model", "vgg16", "--hardware", "dgx-v100", "--gpus",
+                               "16", "--global-batch", "8"])
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if line.strip().startswith("Pr =")]
+    assert [r.split("Pc =")[1].split(":")[0].strip() for r in rows] == ["8", "4", "2", "1"]
+    code, out, err = run_main(["explain", "--model", "alexnet", "--hardware", "dgx-v100",
+                               "--gpus", "1"])
+    assert code == 0, err
+    assert "T_comm = 0 s" in out and "e-18" not in out and "outside 1..1" in out
+    comm = communication_in_pr(alexnet(), 1, 1)
+    assert exact_minimiser(comm, 1, 3.4e-6, 1.3e11) == (1, 0.0)
