@@ -500,6 +500,16 @@ def apply_profile(hardware: HardwareSpec | None, profile: Profile) -> HardwareSp
         if not isinstance(base, str):
             raise SpecError(f"{where}.base must be a preset name or a file path")
         data = load_hardware_dict(base)
+        # its own GPU against its base's: a base of another part would price that part's
+        # compute under this one's name (a hand-edited base, mi300x under an H100 log's
+        # gpu_name, was taken: a probe's, 2026-12-07), as check_machine refuses with --hardware
+        own, theirs = overrides.get("gpu_name"), data.get("gpu_name")
+        if isinstance(own, str) and isinstance(theirs, str):
+            difference = gpu_difference(own, theirs)
+            if difference is not None:
+                raise SpecError(f"{where}: gpu_name {own!r} and its base {base} ({theirs}) "
+                                f"name different GPUs: {difference}; give the base of the GPU "
+                                "it measured")
     else:
         data = {}
         required = (

@@ -81,3 +81,23 @@ def test_a_log_with_classic_mac_line_ends_is_read(tmp_path):
     cr.write_bytes(LOG.read_bytes().replace(b"\n", b"\r"))
     (read,), (clean,) = parse_nccl_tests(cr), parse_nccl_tests(LOG)
     assert read.records.equals(clean.records)
+
+
+def test_a_profile_whose_base_is_another_gpu_than_its_own_is_refused(tmp_path):
+    """A profile alone (no --hardware) took its base's fields under its own gpu_name: a base
+    edited to mi300x priced MI300X compute as 'NVIDIA H100 80GB HBM3 (mi300x)' (a probe's,
+    2026-12-07); with --hardware check_machine already refused it."""
+    import json
+
+    profile = tmp_path / "p.json"
+    assert run_main(["calibrate", "import-nccl-tests", str(LOG), "--base", "dgx-h100", "--out",
+                     str(profile)])[0] == 0
+    args = ["predict", "--model", "llama3-8b", "--profile", str(profile), "--gpus", "8", "--tp",
+            "2"]
+    assert run_main(args)[0] == 0
+    data = json.loads(profile.read_text())
+    data["hardware"]["base"] = "mi300x"
+    profile.write_text(json.dumps(data))
+    code, out, err = run_main(args)
+    assert code == 3 and out == "", err
+    assert "name different GPUs: another GPU (H100, not MI300X)" in err
