@@ -129,8 +129,30 @@ def predict_collective(op: str, nbytes: float, ranks: int, hardware: HardwareSpe
     framework's time to issue it is not in it)."""
     from perfmodel.costs.collectives import ALGORITHMS, LIBRARY_ALGORITHMS, Op, bus_factor
     from perfmodel.encode import fit_values, link_features, link_values
+    from perfmodel.specs.hardware import load_hardware
+    from perfmodel.specs.loading import plain
     from perfmodel.step.collective import ll128_over_nodes
+    from perfmodel.strategy import _positive_int
 
+    hardware = load_hardware(hardware)  # a preset's name or a file, as predict takes it
+    ops = [o.value for o in Op]
+    if str(op) not in ops:
+        from perfmodel.specs.loading import suggest
+
+        raise PlanError(f"op must be one of {', '.join(ops)}, got '{op}'{suggest(str(op), ops)}")
+    op = str(op)
+    nbytes = plain(nbytes)
+    if isinstance(nbytes, str):  # "1GiB", "256MiB": as --bytes takes it
+        nbytes = parse_bytes(nbytes)
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) \
+            or not math.isfinite(nbytes) or not 0 < nbytes <= MAX_BYTES:
+        raise PlanError(f"nbytes must be a positive number of bytes, at most 2^60 (as --bytes), "
+                        f"got {nbytes!r}")
+    # whole numbers (np.int64, 16.0, "16" as Plan takes them); their range checked below
+    ranks = _positive_int(plain(ranks), "ranks", minimum=-(2**62), maximum=2**62)
+    if ranks_per_node is not None:
+        ranks_per_node = _positive_int(plain(ranks_per_node), "ranks_per_node",
+                                       minimum=-(2**62), maximum=2**62)
     if ranks < 1 or ranks > 10**8:
         raise PlanError(f"--ranks must be between 1 and 1e8, got {ranks}")
     given_algorithm = algorithm

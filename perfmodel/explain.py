@@ -12,7 +12,7 @@ import sympy as sp
 
 from perfmodel import codegen
 from perfmodel import symbols as S
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import PerfmodelError, PlanError
 from perfmodel.evaluate import _built, compile_outputs, family_of, fp8_recipe_of, values_of
 from perfmodel.predict import heaviest_stage, predict
 from perfmodel.specs.hardware import HardwareSpec
@@ -32,6 +32,11 @@ def explain_text(model: TransformerSpec | str, hardware: HardwareSpec | str,
     model, hardware, plan = resolve_inputs(model, hardware, plan)
     if isinstance(only, str):
         only = (only,)
+    elif only is None:
+        only = ()
+    elif not isinstance(only, (tuple, list)) or not all(isinstance(t, str) for t in only):
+        raise PlanError(f"only is a term's name or a list of them, got {only!r}")
+    only = tuple(only)
     family = family_of(model, hardware, plan, specialise=True)
     built = _built(family)
     result = predict(model, hardware, plan, refuse_idle=False)

@@ -68,10 +68,11 @@ class GridPlan:
     dtype: str = "fp32"
 
     def __post_init__(self) -> None:
-        for key in ("pr", "pc", "global_batch"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise PlanError(f"{key} must be a whole number >= 1, got {value!r}")
+        from perfmodel.specs.loading import plain
+        from perfmodel.strategy import _positive_int
+
+        for key in ("pr", "pc", "global_batch"):  # np.int64, 8.0, "8": as Plan takes them
+            object.__setattr__(self, key, _positive_int(plain(getattr(self, key)), key))
         object.__setattr__(self, "norm", _enum(Norm, self.norm, "norm"))
         object.__setattr__(self, "variant", _enum(Variant, self.variant, "collective_variant"))
         object.__setattr__(self, "contributors", _enum(Contributors, self.contributors,
@@ -92,6 +93,15 @@ class GridPlan:
         out["contributors"] = self.contributors.value
         out["gpus"] = self.gpus
         return out
+
+
+def _keyword_fields() -> None:
+    from perfmodel.specs.loading import keyword_fields
+
+    keyword_fields(GridPlan, PlanError, "grid plan")
+
+
+_keyword_fields()
 
 
 def _enum(cls: Any, value: Any, field: str) -> Any:
@@ -118,12 +128,13 @@ class GridPrediction:
 
     def to_dict(self) -> dict[str, Any]:
         return {"step_time_s": self.step_time_s, "samples_per_s": self.samples_per_s,
-                "breakdown_s": self.breakdown_s, "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
-                "memory_breakdown_bytes": self.memory_breakdown_bytes,
+                "breakdown_s": dict(self.breakdown_s),
+                "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
+                "memory_breakdown_bytes": dict(self.memory_breakdown_bytes),
                 "fits_in_memory": self.fits_in_memory,
                 "model_flops_per_step": self.model_flops_per_step, "mfu": self.mfu,
                 "plan": self.plan.to_dict(), "model": self.model.name,
-                "hardware": self.hardware.name, "layer_degrees": self.layer_degrees}
+                "hardware": self.hardware.name, "layer_degrees": dict(self.layer_degrees)}
 
 
 BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
@@ -317,9 +328,32 @@ def _as_transformer_plan(plan: GridPlan) -> tuple[Any, Any]:
     return dummy, proxy
 
 
+def _grid_inputs(model: Any, hardware: Any, plan: Any = None
+                 ) -> tuple[LayerGraphSpec, HardwareSpec, Any]:
+    """A layer graph, its hardware and its GridPlan as predict takes a transformer's: a spec, a
+    preset's name or a file; a GridPlan or a mapping of its fields."""
+    from collections.abc import Mapping
+
+    from perfmodel.specs.hardware import load_hardware
+    from perfmodel.specs.model import load_model
+
+    spec = load_model(model)
+    if not isinstance(spec, LayerGraphSpec):
+        raise PlanError(f"model '{spec.name}' is a transformer: predict it with perfmodel.predict "
+                        "(a Pr x Pc grid is a layer graph's: CNN, MLP)")
+    if plan is not None and not isinstance(plan, GridPlan):
+        if not isinstance(plan, Mapping):
+            raise PlanError(f"a grid plan is a GridPlan or a mapping of its fields, got "
+                            f"{type(plan).__name__}")
+        plan = GridPlan(**plan)
+    return spec, load_hardware(hardware), plan
+
+
 def predict_grid(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan) -> GridPrediction:
     """Step time and memory of a layer graph on a Pr x Pc grid."""
     from perfmodel.evaluate import family_of, values_of
+
+    model, hardware, plan = _grid_inputs(model, hardware, plan)
 
     dummy, proxy = _as_transformer_plan(plan)
     fam = dataclasses.replace(family_of(dummy, hardware, proxy), tp_layout="1d")  # scopes open
@@ -362,6 +396,12 @@ def divisors(n: int) -> list[int]:
 def best_grid(model: LayerGraphSpec, hardware: HardwareSpec, gpus: int, global_batch: int,
               **kw: Any) -> list[GridPrediction]:
     """Every Pr x Pc split of the GPUs (Pc dividing the batch), fastest first."""
+    from perfmodel.specs.loading import plain
+    from perfmodel.strategy import _positive_int
+
+    model, hardware, _ = _grid_inputs(model, hardware)
+    gpus = _positive_int(plain(gpus), "gpus")
+    global_batch = _positive_int(plain(global_batch), "global_batch")
     out = []
     for pr in divisors(gpus):
         pc = gpus // pr
@@ -452,9 +492,16 @@ def sweep(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan,
     with its memory per GPU and whether it fits. best_pr: each point's fastest Pr x Pc split that
     fits (the fastest where none does)."""
     import itertools
+    from collections.abc import Iterable, Mapping
 
     import pandas as pd
 
+    model, hardware, plan = _grid_inputs(model, hardware, plan)
+    if not isinstance(vary, Mapping):
+        raise PlanError(f"vary is a mapping of a field to its values, got {type(vary).__name__}")
+    for key, values in vary.items():  # a list of values: one number or a string is not
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            raise PlanError(f"vary {key}: give a list of values, got {values!r}")
     keys = list(vary)
     rows = []
     for combo in itertools.product(*(vary[k] for k in keys)):
@@ -464,6 +511,9 @@ def sweep(model: LayerGraphSpec, hardware: HardwareSpec, plan: GridPlan,
                               "contributors": plan.contributors, "dtype": plan.dtype}
         for key, value in zip(keys, combo, strict=True):
             if key == "gpus":
+                from perfmodel.strategy import _positive_int
+
+                value = _positive_int(value, "sweep gpus")
                 if int(value) % plan.pr:
                     raise PlanError(f"sweep gpus={value} is not a multiple of pr={plan.pr}")
                 kw["pc"] = int(value) // plan.pr

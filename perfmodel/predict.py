@@ -332,6 +332,11 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
                f"micro-batch {plan.micro_batch}, global batch {plan.global_batch}")
     require_finite({**breakdown, **hidden, "step_time_s": step}, "step time", context)
     require_finite(memory, "memory per GPU", context)
+    ledger = [{"name": op.name, "axis": ledger_axis(op.axis, plan), "op": op.op,
+               "phase": op.phase, "stage": op.stage, "calls": float(out[f"ledger:{i}:calls"]),
+               "nbytes": float(out[f"ledger:{i}:nbytes"])}
+              for i, op in enumerate(build_ledger_meta(family))
+              if f"ledger:{i}:calls" in out and float(out[f"ledger:{i}:calls"]) != 0]
     model_flops = float(out["q:model_flops_per_step"])
     full_attention_flops = float(out["q:model_flops_per_step_full_attention"])
     peak = hardware.peak(compute_dtype(plan.dtype))  # bf16's for an fp8 plan (MFU_CONVENTION)
@@ -358,6 +363,7 @@ def _assemble(out: dict[str, Any], family: Any, model: TransformerSpec, hardware
         plan=plan,
         model=model,
         hardware=hardware,
+        comm_ledger=ledger,
         model_flops_per_step_full_attention=full_attention_flops,
         mfu_full_attention=full_attention_flops / (step * plan.gpus * peak),
         mfu_fp8_peak=model_flops / (step * plan.gpus * hardware.peak("fp8"))
@@ -393,6 +399,9 @@ def comm_ledger(model: TransformerSpec | str | Path, plan: Plan | dict[str, Any]
     (nccl-tests' size convention). Counts do not depend on the hardware except through the
     structure (which links), so any preset will do.
     """
+    if isinstance(hardware, (Plan, Mapping)) and isinstance(plan, (str, Path, HardwareSpec)):
+        raise PlanError("comm_ledger takes (model, plan, hardware), the plan second: predict's "
+                        "order (model, hardware, plan) was given")
     model, hardware, plan = resolve_inputs(model, hardware, plan)
     family = family_of(model, hardware, plan)
     out = compile_family(family)(values_of(model, hardware, plan))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import re
@@ -89,7 +90,7 @@ class Recommendation:
             "gpu_hour_price": req.gpu_hour_price,
             "memory_margin": r.request.memory_margin,
             "memory_limit_bytes": r.capacity_bytes,
-            "explanation": self.explanation,
+            "explanation": copy.deepcopy(self.explanation),  # a copy: the object's stays
         }
 
 
@@ -960,11 +961,17 @@ _WHAT_IF = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=\s*([0-9.eE+-]+|true|false|[+-]
                       r"[+-]?infinity|[+-]?inf)\s*(x?)\s*$", re.IGNORECASE)
 
 
-def apply_what_if(hardware: HardwareSpec, change: str, option: str = "--what-if"
+def apply_what_if(hardware: HardwareSpec | str, change: str, option: str = "--what-if"
                   ) -> HardwareSpec:
     """'inter_node.bandwidth_bytes_per_s=2x' (a factor), '=400e9' (a value) or, for a field
     that is true or false, '=false' -> a new spec. option: the command line's name for it in
     errors (sweep's --vary)."""
+    from perfmodel.specs.hardware import load_hardware
+
+    hardware = load_hardware(hardware)  # a preset's name or a file, as predict takes it
+    if not isinstance(change, str):
+        raise PlanError(f"{option} is one change as text, FIELD=VALUE or FIELD=FACTORx (e.g. "
+                        f"inter_node.bandwidth_bytes_per_s=2x), got {type(change).__name__}")
     match = _WHAT_IF.match(change)
     if not match:
         raise PlanError(f"{option} must look like FIELD=VALUE or FIELD=FACTORx "

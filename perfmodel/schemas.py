@@ -271,8 +271,8 @@ GRID_PREDICTION = obj({
     "plan": GRID_PLAN, "model": STRING, "hardware": STRING,
     "layer_degrees": {"type": "object", "additionalProperties": {"type": "integer"}},
     "collective_algorithm": {"type": ["string", "null"], "description": "The collective "
-                             "algorithm --collective-algorithm pinned (null: the hardware's "
-                             "choice); predict's."},
+                             "algorithm --collective-algorithm or the spec pinned (auto: the "
+                             "hardware chooses); predict's."},
 }, required=["step_time_s", "samples_per_s", "breakdown_s", "memory_per_gpu_bytes",
              "memory_breakdown_bytes", "fits_in_memory", "model_flops_per_step", "mfu", "plan",
              "model", "hardware", "layer_degrees"],
@@ -389,8 +389,8 @@ def schema(kind: str) -> dict[str, Any]:
                            required=["path", "complete"]),
             "config": JOB_CONFIG,
             "collective_algorithm": {"type": ["string", "null"], "description": "The "
-                                     "collective algorithm --collective-algorithm pinned (null: "
-                                     "the hardware's choice)."},
+                                     "collective algorithm --collective-algorithm or the spec "
+                                     "pinned (auto: the hardware chooses)."},
         }, [*MODEL_SUMMARY, "extrapolations"])
         return _document(kind, "perfmodel predict --json", body)
     if kind == "predict.grid":

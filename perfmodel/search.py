@@ -25,6 +25,7 @@ from perfmodel import encode, strategy
 from perfmodel.errors import PerfmodelError, PlanError
 from perfmodel.evaluate import family_of
 from perfmodel.specs.hardware import HardwareSpec
+from perfmodel.specs.loading import keyword_fields, plain
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.staged import GroupValues, compile_staged, output_groups, run
 from perfmodel.strategy import (
@@ -252,6 +253,12 @@ class SearchRequest:
         object.__setattr__(self, "gpus", tuple(dict.fromkeys(self.gpus)))
         if self.global_batch < 1:
             raise PlanError(f"global_batch must be >= 1, got {self.global_batch}")
+        for key in ("memory_margin", "tokens", "gpu_hour_price"):  # numbers, numpy's as Python's
+            value = plain(getattr(self, key))
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, (int, float))):
+                raise PlanError(f"{key} must be a number, got {value!r}")
+            object.__setattr__(self, key, value)
         if not 0 <= self.memory_margin < 1:
             raise PlanError(f"memory_margin must be in [0, 1), got {self.memory_margin}")
         for key, enum in (("objective", Objective), ("dtype", Dtype), ("schedule", Schedule),
@@ -325,6 +332,11 @@ class SearchRequest:
             raise PlanError("objective time_to_train needs --tokens (the token budget)")
         if self.objective is Objective.COST and not self.gpu_hour_price:
             raise PlanError("objective cost needs --gpu-hour-price")
+
+
+
+# an unknown field, a missing one or a positional argument: a PlanError naming it, as Plan's
+keyword_fields(SearchRequest, PlanError, "search request")
 
 
 def divisors(n: int) -> list[int]:

@@ -669,7 +669,8 @@ class Plan:
     expandable_segments: bool = False
     # how the element-wise ops run (Kernels): eager needs a stack that runs the modules' ops
     # (eager, or CUDA graphs capturing them), compiled a compiled stack (compiled, cuda-graphs)
-    kernels: Kernels = Kernels.FUSED
+    # None: the stack's (default_kernels), resolved in __post_init__: never None after it
+    kernels: Kernels = None  # type: ignore[assignment]
     # layers of the first and the last pipeline stage where not L / pp (0: even split; Megatron
     # --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers): the other stages
     # split the rest evenly
@@ -735,7 +736,10 @@ class Plan:
                            parse_option(FsdpReshard, self.fsdp_reshard, "fsdp_reshard"))
         object.__setattr__(self, "dp_bucketing",
                            parse_option(DpBucketing, self.dp_bucketing, "dp_bucketing"))
-        object.__setattr__(self, "kernels", parse_option(Kernels, self.kernels, "kernels"))
+        # not given: the stack's (Inductor's under torch.compile), as plan_from_dict and the
+        # command line take it
+        object.__setattr__(self, "kernels", default_kernels(self.stack) if self.kernels is None
+                           else parse_option(Kernels, self.kernels, "kernels"))
         kernels_rule = kernels_stack_conflict(self.kernels, self.stack)
         if kernels_rule is not None:
             raise PlanError(kernels_rule)
@@ -1642,6 +1646,7 @@ def fields_given(plan: Plan, names: Iterable[str] | None = None) -> set[str]:
     recompute, and read back it is the same plan; a value other than the default where it
     changes nothing is refused."""
     defaults = {f.name: f.default for f in dataclasses.fields(Plan)}
+    defaults["kernels"] = default_kernels(plan.stack)  # not given: the stack's
     return {k for k in (defaults if names is None else names)
             if k in defaults and getattr(plan, k) != defaults[k]}
 

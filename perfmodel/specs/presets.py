@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from perfmodel.errors import SpecError
@@ -33,13 +34,17 @@ def looks_like_path(value: str) -> bool:
 def resolve(name_or_path: str | Path, directory: Path, what: str,
             relative_to: Path | None = None) -> Path:
     """A preset's file, or the user's file; a clear error naming the closest preset otherwise."""
+    if not isinstance(name_or_path, (str, os.PathLike)):  # a spec of the other kind, a Plan
+        spec = "TransformerSpec" if what == "model" else "HardwareSpec"
+        raise SpecError(f"{what} must be a preset name, a spec file's path or a {spec}, got "
+                        f"{type(name_or_path).__name__}")
     text = str(name_or_path)
     if not text.strip():
         raise SpecError(f"{what}: an empty name is not a preset or a file")
     preset = directory / f"{text}.yaml"
-    if not looks_like_path(text) and preset.is_file():
-        return preset
     try:
+        if not looks_like_path(text) and preset.is_file():
+            return preset
         path = Path(text).expanduser()
         if relative_to is not None and not path.is_absolute():  # a spec's base: beside it
             path = relative_to / path

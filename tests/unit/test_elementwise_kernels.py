@@ -136,7 +136,12 @@ def test_kernels_and_stack_rules():
     # a plan that names no kernels takes its stack's
     assert plan_from_dict({"gpus": 1, "stack": "compiled"}).kernels is Kernels.COMPILED
     assert plan_from_dict({"gpus": 1}).kernels is Kernels.FUSED
-    assert Plan(gpus=1, stack=Stack.COMPILED).to_dict()["kernels"] == "fused"
+    # a Plan likewise (as the command line and a dict: the same fields, the same plan); kernels
+    # given are kept, and written so that the dict reads back as the same plan
+    assert Plan(gpus=1, stack=Stack.COMPILED).kernels is Kernels.COMPILED
+    fused = Plan(gpus=1, stack=Stack.COMPILED, kernels="fused")
+    assert fused.to_dict()["kernels"] == "fused"
+    assert plan_from_dict(fused.to_dict()).kernels is Kernels.FUSED
 
 
 def test_host_counts_torchtitans_rope_and_repeat_kv_when_eager():
