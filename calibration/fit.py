@@ -506,6 +506,14 @@ class BandwidthModel:
         self.residuals_ = residual_summary(self.predict(nb), t)
         return self
 
+    @property
+    def alpha_pinned_(self) -> bool:
+        """The fixed cost sits at its lower bound 0 and the line still misses the times by
+        over 10% (median): the data wanted a negative fixed cost (times growing faster than
+        the bytes, as where the smaller sizes ran in a cache)."""
+        return (self.alpha_s_ <= 1e-6 * float(self.predict(self.size_range_[1]))
+                and self.residuals_["median_rel_error"] > 0.10)
+
     def predict(self, nbytes: Any) -> np.ndarray:
         return self.alpha_s_ + np.asarray(nbytes, dtype=float) / self.bandwidth_bytes_per_s_
 

@@ -57,9 +57,45 @@ _NCCL_ALGORITHMS = {
 }
 
 
+def _pinned_algorithm(value: str, op: str) -> tuple[str | None, str | None]:
+    """(the one algorithm NCCL_ALGO=value pins for op, or None where NCCL still chooses; why
+    not, or None). NCCL_ALGO takes one algorithm (Ring), a list NCCL chooses from per size
+    (Tree,Ring), an exclusion (^NVLS) and, since NCCL 2.24, a setting per collective
+    (allreduce:tree;allgather:ring, where a part without a collective is the others')."""
+    v = value.strip().strip("\"'").lower()
+    name = op.replace("_", "")  # all_reduce -> allreduce, all_to_all -> alltoall
+    if ":" in v or ";" in v:
+        chosen: str | None = None
+        default: str | None = None
+        for part in filter(None, (p.strip() for p in v.split(";"))):
+            if ":" not in part:
+                default = part
+                continue
+            ops, these = part.split(":", 1)
+            if name in {o.strip() for o in ops.split(",")}:
+                chosen = these.strip()
+        picked = chosen if chosen is not None else default
+        if not picked:
+            return None, f"NCCL_ALGO={value} sets no algorithm for {op}: NCCL's own choice"
+        v = picked
+    if v.startswith("^"):
+        return None, (f"NCCL_ALGO={value} excludes {v[1:]} for {op}: NCCL's own choice among "
+                      "the others")
+    algos = [a.strip() for a in v.split(",") if a.strip()]
+    if len(algos) > 1:
+        return None, (f"NCCL_ALGO={value} lets NCCL choose among {', '.join(algos)} for {op} "
+                      "(per size): no one algorithm")
+    return (algos[0] if algos else None), None
+
+
 def _algorithm(run: NcclTestsRun, override: str | None, notes: list[str]) -> str:
     """The alpha-beta form to fit: the user's choice, the log's NCCL_ALGO, else ring."""
-    choice = (override or run.nccl_algo or "ring").lower()
+    pinned = None
+    if not override and run.nccl_algo:
+        pinned, why = _pinned_algorithm(run.nccl_algo, run.op.value)
+        if why:
+            notes.append(f"{run.path.name}: {why}: fitted as ring (choose with --algorithm)")
+    choice = (override or pinned or "ring").lower()
     form = _NCCL_ALGORITHMS.get(choice)
     if form is None:
         notes.append(

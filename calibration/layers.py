@@ -525,10 +525,20 @@ def fit_fsdp_costs(
         notes.append("FSDP unit costs: need at least 2 sizes measured plain and under FSDP2")
         return {}
     res = pd.DataFrame(rows)
-    params = {f"fsdp_{k}_overhead_s": max(0.0, float(res[k].median()))
-              for k in ("forward", "backward", "reduce")}
+    medians = {k: float(res[k].median()) for k in ("forward", "backward", "reduce")}
+    params = {f"fsdp_{k}_overhead_s": max(0.0, v) for k, v in medians.items()}
     pred = res["model"] + res["units"] * sum(params.values())
     err = np.abs(pred / res["measured"] - 1.0)
+    held = [f"{k} {v * 1e3:+.3g} ms" for k, v in medians.items() if v < 0]
+    if held and float(err.median()) > PINNED_BIAS:
+        # the data lies beyond the bound at 0: said, as fit_layer_costs says of a part's fit
+        notes.append(
+            f"FSDP unit costs: held at 0 (lower bound) where the medians per unit are "
+            f"{', '.join(held)}; the fit still misses the measured steps by "
+            f"{float(err.median()):.0%} (median; a negative median: the units ran faster than "
+            "perfmodel's gathers and reduce-scatters price them, as on a loaded machine); kept "
+            "at the bound: re-run `perfmodel calibrate run` on a quiet machine"
+        )
     fits["layer/fsdp_unit/plain/tp1"] = {
         "kind": "layer",
         "part": "fsdp_unit",

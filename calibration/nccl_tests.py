@@ -107,7 +107,9 @@ _RANK = re.compile(
 )
 _COLUMNS = re.compile(r"^#\s*size\s+count\s")  # the column header: '#  size  count  type ...'
 _VERSION = re.compile(r"nccl-library=(\d+)")
-_ALGO = re.compile(r"NCCL_ALGO set by environment to (\w+)", re.I)
+# the value as set: one algorithm, a list NCCL chooses from, an exclusion (^nvls) or, since NCCL
+# 2.24, per collective (allreduce:tree;allgather:ring): read by importers._algorithm
+_ALGO = re.compile(r"NCCL_ALGO set by environment to (\S+)", re.I)
 _DTYPE_BYTES = {
     "int8": 1,
     "uint8": 1,
@@ -617,7 +619,7 @@ def _section(
         text = ln.text
         if "NCCL INFO" in text or "NCCL WARN" in text:
             if m := _ALGO.search(text):
-                algo = m.group(1).lower()
+                algo = m.group(1).strip("\"'").lower()
             continue
         if ln.stream is not None and ln.stream != header_line.stream:
             continue  # nccl-tests prints from one process; other ranks' lines are NCCL's
@@ -954,11 +956,11 @@ def _parse_json(
     env = env if isinstance(env, list) else []
     algo = next(
         (
-            e.split("=", 1)[1].lower()
+            e.split("=", 1)[1].strip().strip("\"'").lower()
             for e in env
             if isinstance(e, str)
             and e.startswith("NCCL_ALGO=")
-            and re.fullmatch(r"\w+", e.split("=", 1)[1])
+            and e.split("=", 1)[1].strip()
         ),
         None,
     )

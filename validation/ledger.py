@@ -97,13 +97,19 @@ def totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"axis": a, "op": o, **dict(v)} for (a, o), v in sorted(acc.items())]
 
 
+def rank0_ledger(model: TransformerSpec, plan: Plan) -> list[dict[str, Any]] | None:
+    """The model's ledger of rank 0's collectives for the job's model (what ledger_check compares
+    a run's with; --emit writes it into meta.json for collect)."""
+    return model_ledger(job_model(model, plan.tp), plan)
+
+
 def ledger_check(
     model: TransformerSpec, plan: Plan, collectives: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
     """Rank 0's collectives in the probe step (pipeline p2p included) against the model's ledger."""
     if not collectives:
         return None
-    ledger = model_ledger(job_model(model, plan.tp), plan)
+    ledger = rank0_ledger(model, plan)
     if ledger is None:
         return None
     rows = compare(collectives, ledger)

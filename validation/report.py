@@ -47,7 +47,10 @@ TERMS: list[tuple[str, tuple[str, ...]]] = [
     ("cp_comm", ("comm/cp",)),
     ("ep_comm", ("comm/ep",)),
     ("pipeline", ("pipeline/",)),
-    ("grad_sync", ("comm/dp",)),
+    # comm/tp_grads: the norms' (and router's) gradients all-reduced over tp after the backward,
+    # which the job runs in its gradient sync (workload.trainer.Trainer._grad_sync), not in
+    # forward or backward: compared in grad_sync, not with tp_comm (see row_of)
+    ("grad_sync", ("comm/dp", "comm/tp_grads")),
     ("optimizer", ("optimizer/",)),
     ("other", ()),
 ]
@@ -102,16 +105,30 @@ def group_predicted(breakdown_s: dict[str, float], launches: dict[str, float] | 
     for key, value in breakdown_s.items():
         if split and key == LAUNCHES:
             continue
-        for name, prefixes in TERMS:
-            if any(key.startswith(p) for p in prefixes):
-                out[name] += float(value)
-                break
-        else:
-            out["other"] += float(value)
+        out[row_of(key)] += float(value)
     if split:
         for row, value in launch_split(breakdown_s, launches).items():
             out[row] += value
     return out
+
+
+def row_of(key: str) -> str:
+    """The report row of one term of the prediction's breakdown: the row whose prefix matches
+    it longest (comm/tp_grads is grad_sync's, not tp_comm's comm/tp), "other" where none does."""
+    best, length = "other", 0
+    for name, prefixes in TERMS:
+        for p in prefixes:
+            if key.startswith(p) and len(p) > length:
+                best, length = name, len(p)
+    return best
+
+
+def _median_steps(step_times: list[float]) -> list[int]:
+    """The indices of the median step(s) by step time: the middle one, or the two middle ones of
+    an even count (their mean is statistics.median's)."""
+    order = sorted(range(len(step_times)), key=step_times.__getitem__)
+    n = len(order)
+    return order[(n - 1) // 2: n // 2 + 1]
 
 
 def _median(values: Iterable[float]) -> float | None:
@@ -180,12 +197,19 @@ def measured_terms(
     records: list[dict[str, Any]], stage: str | None = None, pp: int | None = None,
 ) -> tuple[float | None, dict[str, float | None], int]:
     """Step time (the slowest rank's) and terms (the mean over the ranks of `stage`, see
-    stage_ranks) from the per-rank records; also the number of steps all ranks timed."""
+    stage_ranks) from the per-rank records; also the number of steps all ranks timed.
+
+    Both are of the median step (by step time; the mean of the two middle ones for an even
+    count), so that the terms add up to the step time: the median of each term apart would not.
+    Where no rank of the stage ran its probe steps (a run stopped or failed before them), the
+    communication inside forward and backward cannot be taken out of them: tp_comm, cp_comm and
+    ep_comm are then None (unmeasured), not 0, and forward and backward keep it."""
     records = [r for r in records if r.get("steps")]
     if not records:
         return None, {name: None for name, _ in TERMS}, 0
     n = min(len(r["steps"]) for r in records)
     of_stage = {id(r) for r in stage_ranks(records, stage, pp)[0]}
+    probed = any(isinstance(r.get("probe"), dict) for r in records if id(r) in of_stage)
     step_times: list[float] = []
     per_term: dict[str, list[float]] = {name: [] for name, _ in TERMS}
     for i in range(n):
@@ -214,7 +238,13 @@ def measured_terms(
         per_term["other"].append(
             step_times[-1] - sum(per_term[k][-1] for k in sums if k != "other")
         )
-    return _median(step_times), {k: _median(v) for k, v in per_term.items()}, n
+    middle = _median_steps(step_times)
+    terms: dict[str, float | None] = {
+        k: sum(v[i] for i in middle) / len(middle) for k, v in per_term.items()}
+    if not probed:
+        for row in ("tp_comm", "cp_comm", "ep_comm"):
+            terms[row] = None
+    return sum(step_times[i] for i in middle) / len(middle), terms, n
 
 
 def build_report(
@@ -276,6 +306,11 @@ def build_report(
         "launch": launch,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
+    if step is not None and any(terms.get(row) is None for row in ("tp_comm", "cp_comm",
+                                                                   "ep_comm")):
+        report["terms_note"] = (
+            "no probe step ran (the run stopped before it): forward and backward include their "
+            "tensor-, context- and expert-parallel communication, not measured apart (-)")
     if prediction:
         report["prediction"] = prediction
     return report
@@ -369,6 +404,8 @@ def render(report: dict[str, Any], console: Any = None) -> None:
         fmt_e(mem.get("relative_error")),
     )
     console.print(table)
+    if report.get("terms_note"):
+        console.print(f"note: {report['terms_note']}", soft_wrap=True)
     if mem.get("measured_peak_per_rank_bytes") and mem.get("measured_by"):
         console.print(f"memory measured as {mem['measured_by']}")
     if mem.get("measured_process_peak_per_rank_bytes"):

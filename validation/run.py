@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import datetime
 import json
 import math
@@ -18,7 +19,7 @@ from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import Plan
 from validation import report as rep
 from validation.jobspec import RunSettings, as_run, job_config
-from validation.ledger import ledger_check
+from validation.ledger import compare, ledger_check, rank0_ledger
 from workload.launcher import LaunchResult, launch
 
 BASELINE_RSS_BYTES = 400 * 2**20  # a Python process with torch imported, before the model
@@ -304,7 +305,10 @@ def run_job(
     """
 
     def prepare() -> None:  # under the run directory's lock, before each start
-        for stale in [*run_dir.glob("rank*.json"), run_dir / "results.json"]:
+        # a reused run directory: the last run's records, and its report and chart (which a
+        # report written elsewhere, --out, would leave beside this run's records)
+        for stale in [*run_dir.glob("rank*.json"), run_dir / "results.json",
+                      run_dir / "report.json", run_dir / "report.png"]:
             stale.unlink(missing_ok=True)
         write_atomic(run_dir / "config.json",
                      json.dumps({**config, "output_dir": str(run_dir)}, indent=1),
@@ -413,6 +417,12 @@ def emit(
         # how collect's report splits the predicted launch cost of collectives over its rows
         "collective_launches": collective_launches(model, plan, prediction),
         "extrapolations": extrapolations(model, hardware, plan),
+        # what collect's report says first, as a local run's does: a CPU profile measured with
+        # another number of ranks than the job's
+        "caveats": caveats(hardware, dataclasses.replace(settings, nprocs=plan.gpus)),
+        # rank 0's collectives as the model counts them: collect compares the job's with them,
+        # as a local run does (validation.ledger.ledger_check)
+        "ledger": rank0_ledger(model, plan),
     }
     files: list[tuple[str, str | bytes, str]] = [
         (name, data, "job") for name, data in job_files().items()]
@@ -452,6 +462,11 @@ def emit(
     files += [("run.sh", run_sh, "run.sh"), ("job.sbatch", sbatch, "job.sbatch")]
     for name, _, what in files:  # every file refused before any is written: never half a job
         check_output(out / name, what=what, make_parents=True)
+    # a directory emitted into before: the last job's results and report would be collected as
+    # this job's (another plan's measurements against this prediction)
+    for stale in [*(out / "results").glob("rank*.json"), out / "results" / "results.json",
+                  out / "report.json", out / "report.png"]:
+        stale.unlink(missing_ok=True)
     written = []
     for name, data, what in files:
         write_atomic(out / name, data, what=what, make_parents=True)
@@ -479,6 +494,12 @@ def collect(directory: Path) -> dict[str, Any]:
         if not isinstance(doc, dict) or not isinstance(doc.get("ranks"), list):
             raise DataError(f"{merged}: field 'ranks' must be a list of the ranks' records")
         sources = [(f"{merged}: ranks[{i}]", r) for i, r in enumerate(doc["ranks"])]
+        emitted = directory / "config.json"
+        ran = doc.get("config")
+        if isinstance(ran, dict) and emitted.exists() and \
+                _read_json(emitted).get("plan") != ran.get("plan"):
+            raise DataError(f"{merged}: these results are of another job than {emitted} "
+                            "(its plan differs): run the emitted job again")
     else:
         sources = [(str(p), _read_json(p)) for p in sorted(results_dir.glob("rank*.json"))]
     if not sources:
@@ -504,8 +525,20 @@ def collect(directory: Path) -> dict[str, Any]:
         else {"rank": failed[0]["rank"], "error": failed[0].get("error", failed[0].get("status"))},
     }
     prediction = meta.pop("prediction", None)
+    emitted_caveats = meta.pop("caveats", None) or []
+    ledger = meta.pop("ledger", None)
     report = rep.build_report(meta=meta, prediction=prediction, launch=launch_info, records=records)
-    report["caveats"] = []
+    report["caveats"] = list(emitted_caveats)
+    rows = compare(report["collectives_rank0"], ledger) \
+        if ledger is not None and report["collectives_rank0"] else None
+    report["collectives_vs_ledger"] = None if rows is None else {
+        "agree": all(r["agree"] for r in rows), "rows": rows}
+    if rows is not None and not all(r["agree"] for r in rows):
+        differ = sum(1 for r in rows if not r["agree"])
+        report["caveats"].append(
+            f"the job's collectives differ from perfmodel's ledger for this plan ({differ} of "
+            f"{len(rows)} kinds): its communication terms are not the model's"
+        )
     device = str(records[0].get("device", ""))
     target = meta.get("hardware_device")
     if target and device and device.startswith("cpu") != target.startswith("CPU "):
@@ -566,6 +599,20 @@ def _check_meta(meta: Any, where: str) -> None:
     if notes is not None and (not isinstance(notes, list)
                               or not all(isinstance(n, str) for n in notes)):
         raise DataError(f"{where}: field 'extrapolations' must be a list of notes, or null")
+    said = meta.get("caveats")
+    if said is not None and (not isinstance(said, list)
+                             or not all(isinstance(n, str) for n in said)):
+        raise DataError(f"{where}: field 'caveats' must be a list of warnings, or null")
+    ledger = meta.get("ledger")
+    if ledger is not None:
+        if not isinstance(ledger, list):
+            raise DataError(f"{where}: field 'ledger' must be a list of collectives, or null")
+        for i, op in enumerate(ledger):
+            if not isinstance(op, dict) or not all(
+                    isinstance(op.get(k), str) for k in ("axis", "op", "phase")):
+                raise DataError(f"{where}: ledger[{i}] must be an object with axis, op, phase")
+            _number(op.get("count"), f"{where}: ledger[{i}].count")
+            _number(op.get("bytes"), f"{where}: ledger[{i}].bytes")
     prediction = meta.get("prediction")
     if prediction is None:
         return
