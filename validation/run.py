@@ -318,6 +318,11 @@ def run_job(
                     timeout_s=settings.timeout_s + 60, master_addr=settings.master_addr,
                     port=settings.port, prepare=prepare,
                     env=allocator_env(config.get("plan", {})))
+    # every rank has ended: a record a rank was writing when it was killed (its temporary file,
+    # workload.job.write_json's NAME.tmpPID) is removed, the whole records kept (a loaded
+    # machine's SIGTERM grace ran out mid-write and left rank0.json.tmpPID beside the report)
+    for partial in run_dir.glob("*.json.tmp*"):
+        partial.unlink(missing_ok=True)
     records = []
     for status in result.ranks:
         record = _record(run_dir / f"rank{status.rank}.json")

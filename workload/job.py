@@ -46,9 +46,14 @@ from workload.trainer import Trainer
 
 def write_json(path: str, data: Any) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:  # a signal's exception mid-write: no partial file left behind
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def choose_dtype(name: str, device: torch.device) -> tuple[torch.dtype, str, str]:
