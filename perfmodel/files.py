@@ -105,17 +105,16 @@ def _target(path: Path, what: str) -> tuple[Path, os.stat_result | None]:
 def _prepare(path: Path, what: str, make_parents: bool) -> tuple[Path, os.stat_result | None]:
     with _path_errors(path, what):
         target, st = _target(path, what)
-    directory = target.parent if str(target.parent) else Path(".")
-    if make_parents:
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputError(f"cannot create the directory of {what} {path}: "
-                              f"{_REASONS.get(exc.errno or 0, exc.strerror)}") from None
-    with _path_errors(path, what):
-        is_dir = directory.is_dir()
-    if not is_dir:
-        raise OutputError(f"output directory does not exist: {directory} (for {what} {path})")
+        directory = target.parent if str(target.parent) else Path(".")
+        if make_parents:
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise OutputError(f"cannot create the directory of {what} {path}: "
+                                  f"{_REASONS.get(exc.errno or 0, exc.strerror)}") from None
+        if not directory.is_dir():
+            raise OutputError(f"output directory does not exist: {directory} (for {what} "
+                              f"{path})")
     return target, st
 
 

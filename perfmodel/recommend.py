@@ -1085,23 +1085,19 @@ WHAT_IF_FIELDS = {"intra_bandwidth": "intra_node.bandwidth_bytes_per_s",
 # the compiled symbols that move with a hardware parameter, as --what-if moves them
 # (apply_what_if rebuilds the spec, and perfmodel.encode derives these from it): peak_flops_per_s
 # is the peak of every dtype, an fp8 plan's GEMMs at the FP8 peak among them; the memory
-# bandwidth is the optimizer step's too (optimizer_bandwidth_efficiency a share of it); on a
-# fabric of levels the network's bandwidth and latency are each axis's (AXIS_outer_bandwidth,
-# AXIS_outer_latency_s: the slowest level its group crosses), which move with every level beyond
-# the node
+# bandwidth is the optimizer step's too (optimizer_bandwidth_efficiency a share of it). A fabric
+# of levels' links are moved level by level through apply_what_if (sensitivities)
 LINKED_SENSITIVITIES = {"peak_flops_per_s": ("fp8_peak_flops_per_s",),
                         "memory_bandwidth_bytes_per_s": ("optimizer_bandwidth_bytes_per_s",)}
-LINKED_SUFFIXES = {"inter_bandwidth": "_outer_bandwidth", "inter_latency_s": "_outer_latency_s"}
 
 
 def _linked(name: str, values: Mapping[str, float], hardware: HardwareSpec) -> tuple[str, ...]:
     """The compiled symbols a sensitivity to `name` moves with it, those the plan's values hold:
-    LINKED_SENSITIVITIES, the per-axis symbols of LINKED_SUFFIXES, a link's low-latency
+    LINKED_SENSITIVITIES, a link's low-latency
     protocols' step latency where the link gives the protocol none (perfmodel.encode.link_values:
     the Simple protocol's then), and the host's time per op where the spec leaves it unset
     (host_op_overhead_s 0: kernel_overhead_s's; host_op_backward_overhead_s 0: the forward's)."""
     moved = set(LINKED_SENSITIVITIES.get(name, ()))
-    suffix = LINKED_SUFFIXES.get(name)
     for link, spec in (("intra", hardware.intra_node), ("inter", hardware.inter_node)):
         if name == f"{link}_latency_s":
             moved |= {f"{link}_{p}_latency_s" for p in LINK_PROTOCOLS if spec.protocol(p) is None}
@@ -1110,8 +1106,7 @@ def _linked(name: str, values: Mapping[str, float], hardware: HardwareSpec) -> t
     if (name == "host_op_overhead_s" or "host_op_overhead_s" in moved) \
             and not hardware.host_op_backward_overhead_s:
         moved.add("host_op_backward_overhead_s")
-    return tuple(n for n in values if n in moved
-                 or (suffix is not None and n.endswith(suffix)))
+    return tuple(n for n in values if n in moved)
 
 
 # the relative step of the central differences of sensitivities(): small against any parameter,

@@ -7,6 +7,8 @@ the name tables (LAYER_COST_FIELDS, layer_cost_names).
 
 from __future__ import annotations
 
+import functools
+
 import sympy as sp
 
 from perfmodel import names as N
@@ -183,6 +185,12 @@ def plain_name(name: str) -> str:
 
 def plain_str(expr: sp.Expr, **settings: object) -> str:
     """sympy's str of expr, each symbol by its plain_name: text that parse() reads back."""
+    return str(_plain_printer()(settings).doprint(expr))
+
+
+@functools.cache
+def _plain_printer() -> type:
+    """sympy's StrPrinter naming each symbol by its plain_name (built once, on first use)."""
     from sympy.printing.str import StrPrinter
 
     class _Plain(StrPrinter):  # type: ignore[misc]
@@ -191,7 +199,7 @@ def plain_str(expr: sp.Expr, **settings: object) -> str:
 
         _print_Dummy = _print_Symbol
 
-    return str(_Plain(settings).doprint(expr))
+    return _Plain
 
 
 def parse(text: str) -> sp.Expr:

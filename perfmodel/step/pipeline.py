@@ -223,8 +223,8 @@ def middle_exists() -> sp.Expr:
     return sp.Max(0, sp.Min(1, S.pp - 2, evaluate=False), evaluate=False)
 
 
-def bubble_s(m: sp.Expr, t_other: sp.Expr, w_fill: sp.Expr,
-             flushes: sp.Expr | int = 1, t_mb: sp.Expr | None = None) -> sp.Expr:
+def bubble_s(m: sp.Expr, t_other: sp.Expr, w_fill: sp.Expr, flushes: sp.Expr | int,
+             t_mb: sp.Expr) -> sp.Expr:
     """T_bubble [s] (see the module doc); m, t_other and W_fill as expressions or as symbols.
     With F pipeline schedules a step (flushes; torchtitan and NeMo AutoModel run one per
     gradient-accumulation step), each of m / F micro-batches fills and drains: F bubbles.
@@ -240,8 +240,6 @@ def bubble_s(m: sp.Expr, t_other: sp.Expr, w_fill: sp.Expr,
     per = m / flushes
     kept = lmin(bubble, lmax(0, (per + bubble) / S.rho - per))
     idle = lmax(0, t_other - w_fill)
-    if t_mb is None:
-        return flushes * kept * idle
     share = kept / lmax(bubble, 1 / (2 * S.v))  # 1 with rho = 1 (bubble >= 1/v from pp = 2)
     path = lmax(0, (S.pp - 1) * idle - lmax(0, per - 1) * (1 - 1 / S.v) * t_mb)
     return flushes * lmax(kept * idle, share * path)
