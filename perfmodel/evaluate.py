@@ -322,7 +322,9 @@ def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:
     """Flatten a built step model into name -> expression.
 
     which: "all" (every term, for predict), "search" (step time, memory per stage, model FLOPs, for
-    ranking arrays of plans), "bounds" (model-state memory per stage: a cheap pruning bound), or
+    ranking arrays of plans), "bounds" (model-state memory per stage: a cheap pruning bound),
+    "memory" (the memory per stage alone, as "search" has it: which plans fit, before their step
+    time), or
     one of LOWER_MODULES, a step time's lower bound of BOUNDS_UNREAD for a search that prunes by
     it: "lower" (the per-plan bound) or "lower_grid" (a grid skeleton's).
     """
@@ -333,6 +335,8 @@ def outputs_of(built: Any, which: str = "all") -> dict[str, Any]:
     if which in LOWER_MODULES:
         name = LOWER_MODULES[which]
         return {name: step_lower_bound(built, BOUNDS_UNREAD[name], name in HOST_FLOOR_BOUNDS)}
+    if which == "memory":
+        return {f"memory:{st}": sum(terms.values()) for st, terms in built.memory_terms.items()}
     if which == "search":
         out = {"step_time": built.step_time,
                "q:model_flops_per_step": built.quantities["model_flops_per_step"]}

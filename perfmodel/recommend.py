@@ -343,7 +343,7 @@ def best_of(model: TransformerSpec, hardware: HardwareSpec,
             req: SearchRequest) -> dict[str, Any] | None:
     """The best plan of a pruned search: the plan in short, its objective and step time, its
     fields (Plan.to_dict); None if no plan fits (or is valid)."""
-    alt = search(model, hardware, req, top=1, prune=True)
+    alt = search(model, hardware, req, top=1, prune=True, count_unfit=False)
     if not len(alt.best):
         return None
     plan = alt.plan(alt.best, 0)

@@ -546,7 +546,8 @@ def print_recommendation(rec: Any, data: dict[str, Any]) -> None:
                              data["seq_len"], data["seq_len_from"],
                              data.get("mtp_parameters", 0.0)), markup=False)
     skipped = (f" ({r.skipped:,} more skipped: a lower bound on their step time ranks them "
-               f"below the best)") if r.skipped else ""
+               f"below the best, or they do not fit and it says they are not faster than it)"
+               ) if r.skipped else ""
     con.print(f"searched {r.enumerated:,} plans in {r.search_time_s:.2f} s: {r.evaluated:,} "
               f"evaluated after the memory bound{skipped}, {r.feasible:,} fit")
     con.print(f"ranked by {r.request.objective.value.replace('_', ' ')} "

@@ -424,8 +424,9 @@ def schema(kind: str) -> dict[str, Any]:
             "feasible": {"type": "integer", "description": "Of the plans evaluated, those "
                          "that fit."},
             "skipped": {"type": "integer", "description": "Plans not evaluated because a lower "
-                        "bound on their step time ranks them below the best (0 when the search "
-                        "evaluates every plan: --csv, --plot, --html)."},
+                        "bound on their step time ranks them below the best, or because they do "
+                        "not fit in memory and that bound says they are not faster than the best "
+                        "(0 when the search evaluates every plan: --csv, --plot, --html)."},
             "search_time_s": NUMBER,
             "objective": STRING,
             "objective_unit": {"type": "string", "description": "s, price units or price "

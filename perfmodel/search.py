@@ -872,15 +872,17 @@ class _Pruner:
     per-plan bound (step_time_lb) before the full model."""
 
     def __init__(self, model: TransformerSpec, req: SearchRequest, evaluator: Evaluator,
-                 capacity: float, keeper: _Keeper, grids: list[_Grid]) -> None:
+                 capacity: float, keeper: _Keeper, grids: list[_Grid],
+                 count_unfit: bool = True) -> None:
         self.model, self.req, self.evaluator, self.grids = model, req, evaluator, grids
+        self.count_unfit = count_unfit
         self.capacity, self.keeper = capacity, keeper
         # the probe's best plans that fit (up to `top`): objectives and plans (their columns)
         self.probe = np.zeros(0)
         self.probe_keys: list[tuple[int, ...]] = []
         self.skipped = 0  # plans that obey the rules, never enumerated (not yet counted)
         self.bound = StepBound(lambda step, gpus: objective_of(req, model, step, gpus),
-                               self.reach, self.probed)
+                               self.reach, self.probed, self.faster)
 
     def probed(self, plans: Plans, rows: np.ndarray) -> np.ndarray:
         """Which of plans' `rows` are among the probe's best (reach counts them while the
@@ -902,6 +904,21 @@ class _Pruner:
             if len(self.keeper.best) else set()
         fresh = self.probe[[key not in held for key in self.probe_keys]]
         return self.keeper.reach(fresh if more is None else np.concatenate([fresh, more]))
+
+    def faster(self, more: np.ndarray | None = None) -> float:
+        """The step time a plan that does not fit must beat to be faster than the best plan at
+        the end of the search: the lowest objective of the plans found to fit (the keeper's, the
+        probe's, `more`) over the smallest objective per second of step time (the objective is
+        the step time times a factor of the GPU count), with BOUND_SLACK; inf while none fits;
+        -inf where the search does not count them (search's count_unfit)."""
+        if not self.count_unfit:
+            return -math.inf
+        found = [a for a in (self.keeper.best.objective, self.probe, more)
+                 if a is not None and len(a)]
+        if not found:
+            return math.inf
+        lowest = min(float(np.min(a)) for a in found)
+        return lowest / self.keeper.min_factor * (1 + BOUND_SLACK)
 
     def chunks(self) -> Iterable[Plans]:
         """The request's plans in plan_chunks' order, but those of the grids' skeleton rows whose
@@ -985,7 +1002,10 @@ class _Pruner:
                                                   [chosen[i] for i in order]) if b is not None]
             if blocks:
                 plans = Plans(_columns(blocks, COLUMNS))
-                step, memory, _, _, _ = self.evaluator.evaluate(plans, self.capacity)
+                # only the plans that fit are evaluated in full: the probe's best is of them
+                # (the others are met again, and evaluated where they may count, in the search)
+                step, memory, _, _, _ = self.evaluator.evaluate(plans, self.capacity,
+                                                                fitting_only=True)
                 fits = np.isfinite(step) & (memory <= self.capacity)
                 self._keep_probe(plans.take(np.flatnonzero(fits)),
                                  self.bound.objective(step[fits], plans.cols["gpus"][fits]))
@@ -1158,11 +1178,14 @@ class Evaluator:
         step, memory, flops, keep, _ = self.evaluate(plans, capacity)
         return step, memory, flops, keep
 
-    def evaluate(self, plans: Plans, capacity: float, bound: StepBound | None = None
+    def evaluate(self, plans: Plans, capacity: float, bound: StepBound | None = None,
+                 fitting_only: bool = False
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """As __call__, and which plans were evaluated in full: those that pass the memory bound
         and, with a `bound`, whose step time's lower bound can still rank them among the best
-        (StepBound); the others keep an infinite step time."""
+        (StepBound) and that fit in memory or may be faster than the best plan (StepBound.faster:
+        the count of the faster plans that do not fit is kept); with `fitting_only`, those that
+        fit in memory. The others keep an infinite step time."""
         n = len(plans)
         step, memory, flops = np.full(n, np.inf), np.zeros(n), np.zeros(n)
         keep, done = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
@@ -1172,14 +1195,15 @@ class Evaluator:
         gpus = plans.cols["gpus"]
         for family, rows, part in self._by_layout(groups):
             held = None if bound is None else _held(bound, plans, np.arange(n)[rows])
-            result = self._family(part, family, capacity, bound, gpus[rows], held)
+            result = self._family(part, family, capacity, bound, gpus[rows], held, fitting_only)
             for target, values in zip((step, memory, flops, keep, done), result, strict=True):
                 target[rows] = values
         return step, memory, flops, keep, done
 
     def _family(self, groups: dict[str, GroupValues], family: Any, capacity: float,
                 bound: StepBound | None = None, gpus: np.ndarray | None = None,
-                held: Callable[[np.ndarray], np.ndarray] | None = None
+                held: Callable[[np.ndarray], np.ndarray] | None = None,
+                fitting_only: bool = False
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The bounds first (model states alone must fit; with `bound`, the step time's lower
         bound must reach the best plans), then the full model on the plans that pass them; each
@@ -1195,22 +1219,32 @@ class Evaluator:
         flops = np.zeros(n)
         done = np.zeros(n, dtype=bool)
         todo = np.flatnonzero(keep)
+        if fitting_only:
+            todo = todo[self._fit(groups, family, todo, capacity)]
         if bound is not None and len(todo):
             assert gpus is not None
             lower = run(compile_staged(family, "lower", GROUPS), self.scalars, groups, n)
-            lowest = bound.objective(lower["step_time_lb"], gpus)
+            least = lower["step_time_lb"]
+            lowest = bound.objective(least, gpus)
             reach, probes = bound.reach(None), 0
             todo = todo[lowest[todo] <= reach]
             todo = todo[np.argsort(lowest[todo], kind="stable")]
             found = np.zeros(0)  # objectives of the plans evaluated here that fit (not held)
             # lowest bounds first: probes of PROBE_PLANS until the best can cut (PROBE_ROUNDS at
-            # most), then batches of TIGHTEN_PLANS, each batch's best cutting the next
-            while math.isfinite(reach) or probes < PROBE_ROUNDS:
+            # most), then batches of TIGHTEN_PLANS, each batch's best cutting the next (the last
+            # batch the plans left: all of them after PROBE_ROUNDS probes that found none)
+            while len(todo):
                 size = TIGHTEN_PLANS if math.isfinite(reach) else PROBE_PLANS
-                if len(todo) <= 2 * size:
-                    break
-                batch, todo = todo[:size], todo[size:]
-                probes += not math.isfinite(reach)
+                if len(todo) <= 2 * size or not (math.isfinite(reach) or probes < PROBE_ROUNDS):
+                    batch, todo = todo, todo[:0]
+                else:
+                    batch, todo = todo[:size], todo[size:]
+                    probes += not math.isfinite(reach)
+                # a plan that does not fit in memory is evaluated in full only where it may be
+                # faster than the best plan (its step time counts among the faster ones that
+                # do not fit), its memory first (a module of its own, a fraction of the cost)
+                fit = self._fit(groups, family, batch, capacity)
+                batch = batch[fit | (least[batch] < bound.faster(found))]
                 self._full(groups, family, batch, step, memory, flops, done)
                 fits = batch[np.isfinite(step[batch]) & (memory[batch] <= capacity)]
                 if held is not None and len(fits):
@@ -1218,8 +1252,20 @@ class Evaluator:
                 found = np.concatenate([found, bound.objective(step[fits], gpus[fits])])
                 reach = bound.reach(found)
                 todo = todo[lowest[todo] <= reach]
+            return step, memory, flops, keep, done
         self._full(groups, family, todo, step, memory, flops, done)
         return step, memory, flops, keep, done
+
+    def _fit(self, groups: dict[str, GroupValues], family: Any, at: np.ndarray,
+             capacity: float) -> np.ndarray:
+        """Which of the plans at positions `at` may fit in memory (the memory module alone: its
+        numbers are the full model's to rounding, so that a plan it puts above the capacity by
+        more than BOUND_SLACK does not fit)."""
+        if not len(at):
+            return np.zeros(0, dtype=bool)
+        part = {g: values.take(at) for g, values in groups.items()}
+        out = run(compile_staged(family, "memory", GROUPS), self.scalars, part, len(at))
+        return _largest(out, "memory:") <= capacity * (1 + BOUND_SLACK)
 
     def lower_bounds(self, plans: Plans) -> np.ndarray:
         """The step time's lower bound of every plan that a grid's skeleton gives
@@ -1304,6 +1350,10 @@ class StepBound:
     # probed(plans, rows): which of those plans reach() counts already, whatever `more` it is
     # given (so that a caller leaves them out of it)
     probed: Callable[[Plans, np.ndarray], np.ndarray]
+    # faster(objectives of other plans that fit, or None): a step time at least the best plan's
+    # at the end of the search (inf while none fits): a plan that does not fit counts among the
+    # faster ones that do not fit (SearchResult.unfit_faster) only below it
+    faster: Callable[[np.ndarray | None], float] = lambda more: math.inf
 
 
 def _largest(out: dict[str, np.ndarray], prefix: str) -> np.ndarray:
@@ -1502,7 +1552,8 @@ class SearchResult:
     feasible: int
     search_time_s: float
     capacity_bytes: float
-    # plans not evaluated because their step time's lower bound ranks them below the best
+    # plans not evaluated because their step time's lower bound ranks them below the best, or
+    # because they do not fit in memory and that bound says they are not faster than the best
     # (search(prune=True); some would not have passed the memory bound either): the front and
     # the sample lack them
     skipped: int = 0
@@ -1668,7 +1719,7 @@ def resolved_request(model: TransformerSpec, hardware: HardwareSpec,
 def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *,
            top: int = DEFAULT_TOP,
            on_chunk: Callable[[Scored], None] | None = None,
-           prune: bool = False) -> SearchResult:
+           prune: bool = False, count_unfit: bool = True) -> SearchResult:
     """Enumerate, prune, evaluate and rank every plan of the request, a chunk at a time.
 
     top: how many of the best plans to keep. on_chunk: called with every chunk of plans (all
@@ -1678,6 +1729,10 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     and the fastest of them are the same, the Pareto front, the sample and on_chunk's chunks
     are of the plans evaluated (SearchResult.skipped says how many were not). Not for a price
     over several GPU counts, nor for fewer than PRUNE_PLANS candidate plans (all evaluated).
+    count_unfit=False: a plan that does not fit in memory is never evaluated in full (its memory
+    is, alone), so that the faster plans that do not fit are not counted (unfit_faster 0, no
+    fastest_unfit) and the front and the sample are of plans that fit: for a search whose best
+    plan alone is wanted (recommend's alternatives).
     """
     start = time.perf_counter()
     req = resolved_request(model, hardware, req)
@@ -1691,12 +1746,14 @@ def search(model: TransformerSpec, hardware: HardwareSpec, req: SearchRequest, *
     proportional = req.objective is not Objective.COST or len(req.gpus) == 1
     grids = list(_grids(model, req, CHUNK_PLANS)) if prune and proportional else []
     if sum(math.prod(g.shape) for g in grids) > PRUNE_PLANS:
-        pruner = _Pruner(model, req, Evaluator(model, hardware, req), capacity, keeper, grids)
+        pruner = _Pruner(model, req, Evaluator(model, hardware, req), capacity, keeper, grids,
+                         count_unfit)
     evaluate = pruner.evaluator if pruner else None
     for plans in (pruner.chunks() if pruner else plan_chunks(model, req)):
         evaluate = evaluate or Evaluator(model, hardware, req)
-        step, memory, flops, keep, done = evaluate.evaluate(plans, capacity,
-                                                            pruner.bound if pruner else None)
+        step, memory, flops, keep, done = evaluate.evaluate(
+            plans, capacity, pruner.bound if pruner else None,
+            fitting_only=not (pruner or count_unfit))
         n = len(plans)
         rows = Scored(plans, np.arange(keeper.enumerated, keeper.enumerated + n), step,
                       memory + reserved, flops, objective_of(req, model, step, plans.cols["gpus"]),

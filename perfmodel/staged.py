@@ -227,7 +227,7 @@ def _build(family: Any, which: str, groups: tuple[tuple[str, tuple[str, ...]], .
         # another's is built here when its plan is predicted)
         build_ahead([(staged_module(family, other, groups),
                       lambda other=other: _build(family, other, groups))
-                     for other in ("bounds", "lower", "search")]
+                     for other in ("bounds", "lower", "memory", "search")]
                     + ([(family_module(family), lambda: _source(family, "all"))]
                        if family.tp_layout == "1d" else []))
     levels, terms = _hoist(outputs_of(built, which), group_of, order)

@@ -180,7 +180,8 @@ def test_a_cold_pruned_search_builds_its_other_modules_in_a_child(tmp_path):
         answers[ahead] = json.loads(out)
     assert answers[False]["skipped"] > 0  # pruned: the grid bound's module is built first
     lower = [w for w in answers[False]["built"] if w == "lower_grid"]  # one a layout family
-    assert lower and set(answers[False]["built"]) == {"lower_grid", "lower", "bounds", "search"}
+    assert lower and set(answers[False]["built"]) == {"lower_grid", "lower", "bounds", "memory",
+                                                      "search"}
     if len(os.sched_getaffinity(0)) > 1:
         assert answers[True]["built"] == lower
     assert answers[True]["best"] == answers[False]["best"]

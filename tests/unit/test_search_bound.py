@@ -226,3 +226,43 @@ def test_the_probe_s_plans_are_not_counted_twice():
     # a probe plan the keeper does not hold counts
     pruner._keep_probe(plans.take(np.array([5])), np.array([1.5]))
     assert pruner.reach() == pytest.approx(4.0)
+
+
+def _every_plan_fits(self, groups, family, at, capacity):
+    """Evaluator._fit as if every plan fitted in memory: every plan that passes the bounds is
+    evaluated in full, as before the memory came first (2026-12-07)."""
+    return np.ones(len(at), dtype=bool)
+
+
+@pytest.mark.parametrize("name, hw_name, fields", CASES[1:3], ids=[c[0] for c in CASES[1:3]])
+def test_plans_that_do_not_fit_are_evaluated_only_where_they_may_be_faster(name, hw_name, fields,
+                                                                          monkeypatch):
+    # their memory first: a plan that does not fit is evaluated in full only where its lower
+    # bound is below the best step time found so far (it may count among the faster plans that
+    # do not fit, which _compare checks are the full search's)
+    model, hw, req = load_model(name), load_hardware(hw_name), SearchRequest(**fields)
+    _, pruned = _compare(model, hw, req, 5, monkeypatch)
+    monkeypatch.setattr(S.Evaluator, "_fit", _every_plan_fits)
+    every = search(model, hw, req, top=5, prune=True)
+    assert pruned.evaluated < every.evaluated
+    assert pruned.skipped > every.skipped
+    assert pruned.unfit_faster == every.unfit_faster > 0
+    assert pruned.plan(pruned.fastest_unfit, 0) == every.plan(every.fastest_unfit, 0)
+
+
+@pytest.mark.parametrize("prune", [True, False])
+def test_a_search_for_its_best_plan_alone_evaluates_only_plans_that_fit(prune, monkeypatch):
+    # recommend's alternatives (the best plan without ep, cp or FP8) want the best plan alone
+    monkeypatch.setattr(S, "PRUNE_PLANS", 0 if prune else 10**12)
+    model, hw = load_model("mixtral-8x7b"), load_hardware("dgx-h100")
+    req = SearchRequest(gpus=(32,), global_batch=64)
+    chunks = []
+    lean = search(model, hw, req, top=3, prune=prune, count_unfit=False, on_chunk=chunks.append)
+    full = search(model, hw, req, top=3, prune=prune)
+    assert lean.skipped > 0  # the plans that do not fit (and, pruned, those the bound cuts)
+    np.testing.assert_array_equal(lean.best.step_time_s, full.best.step_time_s)
+    assert lean.best_plans() == full.best_plans()
+    assert full.unfit_faster > 0 and lean.unfit_faster == 0 and not len(lean.fastest_unfit)
+    assert 0 < lean.evaluated < full.evaluated
+    assert lean.feasible == lean.evaluated
+    assert all(c.fits[c.evaluated].all() for c in chunks)
