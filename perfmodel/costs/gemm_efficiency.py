@@ -45,6 +45,8 @@ MI350 (tests/unit/test_calibration_gemm.py).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import sympy as sp
 
 from perfmodel.costs.lattice import applied, lmax, product, quotient
@@ -92,6 +94,9 @@ def at_least(x: sp.Expr, threshold: sp.Expr) -> sp.Expr:
     return 1 - (sp.Max(0, sp.sign(diff)) if diff.is_number else lmax(0, applied(sp.sign, diff)))
 
 
+# the same GEMM is asked for by every stage, forward and recompute: built once (typed: 1 and
+# 1.0 would give an Integer and a Float)
+@lru_cache(maxsize=4096, typed=True)
 def gemm_efficiency(
     m: sp.Expr,
     n: sp.Expr,
@@ -133,6 +138,9 @@ def gemm_efficiency(
     return eff
 
 
+# the same GEMM is asked for by every stage, forward and recompute: built once (typed: 1 and
+# 1.0 would give an Integer and a Float)
+@lru_cache(maxsize=4096, typed=True)
 def gemm_time_s(
     m: sp.Expr,
     n: sp.Expr,

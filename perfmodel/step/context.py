@@ -7,8 +7,10 @@ so that one expression covers every plan. `Context.of(family)` does it once for 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, wraps
+from typing import Any, TypeVar
 
 import sympy as sp
 
@@ -93,6 +95,25 @@ def _option(fam: Family, name: str, value: str) -> sp.Expr:
     """1 if the family's option `name` is `value`, its indicator if the option is open."""
     option = getattr(fam, name)
     return option if option is None else option == value
+
+
+R = TypeVar("R")
+
+
+def per_context(fn: Callable[..., R]) -> Callable[..., R]:
+    """fn(c, *args) computed once per Context and arguments (hashable: sympy expressions,
+    strings, numbers), kept on the context: a build asks for the same expression many times
+    (each stage, with and without recompute), and sympy would construct it again each time.
+    Only for functions of the context that return immutable values (sympy expressions)."""
+    @wraps(fn)
+    def once(c: Context, *args: Any) -> R:
+        memo: dict[Any, Any] = c.__dict__.setdefault("_per_context", {})
+        key = (fn, args)
+        if key not in memo:
+            memo[key] = fn(c, *args)
+        out: R = memo[key]
+        return out
+    return once
 
 
 @dataclass(frozen=True)

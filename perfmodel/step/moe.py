@@ -53,7 +53,7 @@ from perfmodel.costs.lattice import applied
 from perfmodel.step import pipeline as PP
 from perfmodel.step.collective import PHASE_STAGE, Collective, dispatch_time, group_time
 from perfmodel.step.compose import Overlap, Phase, Synced
-from perfmodel.step.context import Context, active, flag, linear_gemm_time
+from perfmodel.step.context import Context, active, flag, linear_gemm_time, per_context
 from perfmodel.step.framework import BACKWARD_PER_FORWARD, PartCost
 
 if TYPE_CHECKING:
@@ -153,6 +153,7 @@ def _full_recomputes(c: Context, position: sp.Expr, offset: sp.Expr) -> sp.Expr:
     return S.I_block * _below(offset, S.N_rl) + (1 - S.I_block) * every
 
 
+@per_context  # its dicts are only read (moe_layers and moe_recomputed build their own)
 def _dense_layers(c: Context) -> tuple[dict[str, sp.Expr], dict[str, sp.Expr]]:
     """(the dense layers, those of them full recompute repeats) of the first, the last and a
     middle stage's rank (moe_layers' placement; the recompute flag not included). A dense layer's
@@ -220,6 +221,7 @@ def routed_tokens(c: Context) -> tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]:
     return T_r, m, m_busy, A_r
 
 
+@per_context
 def _expert_s(c: Context, m: sp.Expr) -> sp.Expr:
     """One expert's up and down GEMMs over m tokens, without the kernel floor [s], each of its
     etp slices f_E / etp wide (expert tensor parallelism; the whole expert with etp 1); an fp8
@@ -234,6 +236,7 @@ def _expert_s(c: Context, m: sp.Expr) -> sp.Expr:
                 for g in MOE.expert_gemms(m, S.h, S.f_E / S.etp, c.gated)), ZERO)
 
 
+@per_context
 def routed_experts_s(c: Context) -> sp.Expr:
     """The rank's routed experts' GEMMs in one MoE layer's forward [s] (module doc: dropless,
     the busiest expert at rho m; with a capacity, padded buffers), the kernel floor once."""
@@ -246,6 +249,7 @@ def routed_experts_s(c: Context) -> sp.Expr:
     return (local - 1) * _expert_s(c, m * rest) + _expert_s(c, m_busy) + floor
 
 
+@per_context
 def routed_forward_s(c: Context) -> sp.Expr:
     """Device time of one MoE layer's routed section in its forward on one rank [s], what runs
     between the host's sync and the combine (perfmodel.step.compose.Synced): the routed
