@@ -126,6 +126,41 @@ class GridPrediction:
     hardware: HardwareSpec
     layer_degrees: dict[str, int] = dataclasses.field(default_factory=dict)  # c = min(Pr, units)
 
+    def breakdown_frame(self) -> Any:
+        """The step time's terms as a pandas DataFrame (seconds, share), as Prediction's."""
+        from perfmodel.output import breakdown_frame
+
+        return breakdown_frame(self.breakdown_s, self.step_time_s)
+
+    def memory_frame(self) -> Any:
+        """The memory per GPU's terms as a pandas DataFrame (bytes, GiB), as Prediction's."""
+        from perfmodel.output import memory_frame
+
+        return memory_frame(self.memory_breakdown_bytes)
+
+    def summary(self) -> str:
+        """One line: model, hardware, grid, step time, throughput, MFU and memory (what the
+        object shows in a notebook or a REPL; to_dict holds every field)."""
+        from perfmodel.output import fmt_bytes
+
+        plan = self.plan
+        verdict = "fits" if self.fits_in_memory else "does not fit"
+        return (f"{self.model.name} on {plan.gpus:,} x {self.hardware.name} (Pr {plan.pr} x Pc "
+                f"{plan.pc}, batch {plan.global_batch}, {plan.dtype}, {plan.norm.value} norm): "
+                f"step {self.step_time_s:.4g} s, {self.samples_per_s:,.1f} samples/s, MFU "
+                f"{self.mfu:.1%}, memory {fmt_bytes(self.memory_per_gpu_bytes)} of "
+                f"{fmt_bytes(self.hardware.memory_bytes)} per GPU: {verdict}")
+
+    def __repr__(self) -> str:
+        # the generated one printed every field, the model's layers and the hardware with them
+        return f"<GridPrediction {self.summary()}>"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the summary line and the step time's breakdown."""
+        from perfmodel.output import breakdown_html
+
+        return breakdown_html(self.summary(), self.breakdown_s, self.step_time_s)
+
     def to_dict(self) -> dict[str, Any]:
         return {"step_time_s": self.step_time_s, "samples_per_s": self.samples_per_s,
                 "breakdown_s": dict(self.breakdown_s),

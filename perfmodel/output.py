@@ -159,3 +159,33 @@ def degrees_text(p: Any) -> str:
 
 __all__ = ["SCHEMA_VERSIONS", "degrees_text", "document", "fmt_bytes", "json_text", "non_finite",
            "require_finite", "schema_id"]
+
+
+# --- a prediction's views (perfmodel.predict.Prediction, perfmodel.layerwise.GridPrediction) ----
+
+def breakdown_frame(breakdown_s: Mapping[str, float], step_time_s: float) -> Any:
+    """A step time's terms as a pandas DataFrame: term, seconds, share of the step."""
+    import pandas as pd
+
+    total = step_time_s or 1.0
+    rows = [(k, v, v / total) for k, v in breakdown_s.items()]
+    return pd.DataFrame(rows, columns=["term", "seconds", "share"]).set_index("term")
+
+
+def memory_frame(memory_bytes: Mapping[str, float]) -> Any:
+    """Memory terms as a pandas DataFrame: term, bytes, GiB."""
+    import pandas as pd
+
+    rows = [(k, v, v / 2**30) for k, v in memory_bytes.items()]
+    return pd.DataFrame(rows, columns=["term", "bytes", "GiB"]).set_index("term")
+
+
+def breakdown_html(summary: str, breakdown_s: Mapping[str, float], step_time_s: float) -> str:
+    """Jupyter's view of a prediction: its summary line and the step time's breakdown."""
+    import html
+
+    total = step_time_s or 1.0
+    rows = "".join(f"<tr><td>{html.escape(term)}</td><td>{seconds:.4g} s</td>"
+                   f"<td>{seconds / total:.1%}</td></tr>" for term, seconds in breakdown_s.items())
+    return (f"<p>{html.escape(summary)}</p><table><thead><tr><th>term</th><th>time</th>"
+            f"<th>share</th></tr></thead><tbody>{rows}</tbody></table>")

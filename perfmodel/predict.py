@@ -164,16 +164,17 @@ class Prediction:
 
     def breakdown_frame(self) -> pd.DataFrame:
         """The time breakdown as a DataFrame: term, seconds, share of the step."""
-        import pandas as pd
+        from perfmodel.output import breakdown_frame
 
-        rows = [(k, v, v / self.step_time_s) for k, v in self.breakdown_s.items()]
-        return pd.DataFrame(rows, columns=["term", "seconds", "share"]).set_index("term")
+        frame: pd.DataFrame = breakdown_frame(self.breakdown_s, self.step_time_s)
+        return frame
 
     def memory_frame(self) -> pd.DataFrame:
-        import pandas as pd
+        """The memory per GPU's terms as a DataFrame: term, bytes, GiB."""
+        from perfmodel.output import memory_frame
 
-        rows = [(k, v, v / 2**30) for k, v in self.memory_breakdown_bytes.items()]
-        return pd.DataFrame(rows, columns=["term", "bytes", "GiB"]).set_index("term")
+        frame: pd.DataFrame = memory_frame(self.memory_breakdown_bytes)
+        return frame
 
     def summary(self) -> str:
         """One line: model, hardware, layout, step time, throughput, MFU and memory (what the
@@ -200,13 +201,9 @@ class Prediction:
 
     def _repr_html_(self) -> str:
         """Jupyter's view: the summary line and the step time's breakdown."""
-        import html
+        from perfmodel.output import breakdown_html
 
-        rows = "".join(f"<tr><td>{html.escape(term)}</td><td>{seconds:.4g} s</td>"
-                       f"<td>{seconds / self.step_time_s:.1%}</td></tr>"
-                       for term, seconds in self.breakdown_s.items())
-        return (f"<p>{html.escape(self.summary())}</p><table><thead><tr><th>term</th>"
-                f"<th>time</th><th>share</th></tr></thead><tbody>{rows}</tbody></table>")
+        return breakdown_html(self.summary(), self.breakdown_s, self.step_time_s)
 
 
 def _mapping(plan: Any) -> dict[str, Any]:
