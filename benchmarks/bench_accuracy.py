@@ -14,8 +14,9 @@ Three sets, none of them used to set a parameter (they measure the model; see DE
   only near the tokenizer's; a shape that could be a windowed model's too: SLIDING_WINDOW_SHAPES)
   with the row's own columns over either (`bias`, `norm`, `position_embedding`, `dropout`,
   `fused_qkv`), a
-  GPU its preset (HARDWARE; A100, H100 and V100 names read by their words, and a hardware
-  note's part, memory and network: hardware_of, network_stated), features in Megatron's,
+  GPU its preset (HARDWARE; A100, H100 and V100 names read by their words, the others' with
+  their vendors', nodes' and parts' words: OTHER_PARTS; and a hardware note's part, memory and
+  network: hardware_of, network_stated), features in Megatron's,
   DeepSpeed's, PyTorch's and Composer's words too (GENERIC_FEATURES and generic_feature's
   patterns: recompute, FSDP, TP overlap, flash-attention versions, SDPA, FP8 recipes, degrees
   and gradient accumulation checked against the columns, precision, biases and dropout;
@@ -28,8 +29,9 @@ Three sets, none of them used to set a parameter (they measure the model; see DE
   PyTorch's words too ('bfloat16'), its boolean columns in yes/no or 1/0, an empty pp or cp as
   1 and an empty kv_heads as the heads; a degree or count that is not a whole number of at
   least 1, or a published time that is not a positive number, refuses its row; optional
-  columns give a mixture of experts (`model`: a preset whose sizes must agree with the row's; or
-  `experts`, `top_k`, `moe_ffn_hidden`, `shared_experts`) and `ep`, `etp`; a column or feature
+  columns give a mixture of experts (`model`: a preset, named in any case, whose sizes and MoE
+  columns must agree with the row's; or `experts`, `top_k`, `moe_ffn_hidden`, `shared_experts`,
+  `mtp_layers`) and `ep`, `etp`, `vp` (VP_COLUMNS: the features' VP=n); a column or feature
   it does not read is named in the row's `not modelled`, and so are the defaults its plan takes
   where the row states nothing ('assumed: ...') and a network other than its preset's; each
   source's summary line counts its rows with features not read and those predicted not to fit
@@ -67,6 +69,16 @@ HARDWARE = {"H100": "dgx-h100", "A100": "dgx-a100-80gb", "H200": "hgx-h200", "B2
             "MI355X": "mi355x"}
 
 
+# the words a GPU's name may add to HARDWARE's key and still name its preset's part: its form
+# factor, memory type and memory (B200: 180 GB usable of the 192 GB its datasheet names; GB200
+# the same part, 186 GB)
+OTHER_PARTS = {"H200": ("SXM5", "SXM", "HBM3E", "141GB"),
+               "GB200": ("NVL72", "HBM3E", "186GB", "192GB"),
+               "B200": ("SXM6", "SXM", "HBM3E", "180GB", "192GB"),
+               "MI300X": ("OAM", "HBM3", "192GB"), "MI325X": ("OAM", "HBM3E", "256GB"),
+               "MI355X": ("OAM", "HBM3E", "288GB")}
+
+
 def hardware_of(row: dict[str, Any]) -> str:
     """The preset of a row's GPU: HARDWARE by its `gpu` column, an A100's, H100's or V100's name
     read by its words (_a100, _h100, _v100: 'A100-SXM4-40GB', 'A100-80G', 'H100 SXM5 80GB',
@@ -90,6 +102,12 @@ def hardware_of(row: dict[str, Any]) -> str:
         return _h100(row, gpu, key, note, bool(node))
     if key.startswith("V100"):
         return _v100(row, gpu, key, note)
+    # the other GPUs' names in their vendors' and nodes' words ('AMD Instinct MI300X', 'HGX
+    # B200', 'DGX-GB200') and with their part's own words (OTHER_PARTS: 'H200 SXM 141GB', 'GB200
+    # NVL72'); another part of the name (the H200 NVL card, a PCIe card) has no preset
+    key = re.sub(r"^(?:AMD)?(?:INSTINCT)?(?:HGX|DGX)?", "", key)
+    key = next((part for part, words in OTHER_PARTS.items() if key.startswith(part)
+                and re.fullmatch(f"(?:{'|'.join(words)})*", key[len(part):])), key)
     preset = {k.upper(): v for k, v in HARDWARE.items()}.get(key)
     if preset is None:
         raise ValueError(f"gpu '{gpu}' has no preset (known: {', '.join(HARDWARE)})")
@@ -448,6 +466,8 @@ DISPATCHER_COLUMNS = ("dispatcher", "ep_dispatcher")
 # every pipeline stage's layers, in Megatron's --pipeline-model-parallel-layout syntax
 # (Plan.pipeline_layout): a split the stages' even share cannot give (126 layers over 64)
 LAYOUT_COLUMNS = ("pipeline_layout",)
+# the virtual stages per pipeline rank, as a column (the features' VP=n: _virtual_stages)
+VP_COLUMNS = ("vp", "vpp", "virtual_stages")
 DISPATCHERS = {"alltoall": "alltoall", "all-to-all": "alltoall", "standard": "alltoall",
                "deepep": "deepep", "hybridep": "deepep", "flex": "deepep"}
 
@@ -670,12 +690,8 @@ def architecture_assumed(row: dict[str, Any], origin: dict[str, str]) -> list[st
     with biases and dropout 0.1), and the dropout TransformerSpec defaults to (0.1) where
     nothing gives one. None for a model preset (the `model` column), an ARCHITECTURES entry, or
     a tokenizer's own vocabulary, whose sources state them."""
-    name = _stated(row, "model")
-    if name is not None:
-        from perfmodel.specs.presets import MODELS_DIR, preset_names
-
-        if str(name) in preset_names(MODELS_DIR):
-            return []
+    if preset_of(row) is not None:
+        return []
     arch, tokenizer = _architecture(row)
     stated = set(arch_columns(row)) | set(_dropout_columns(row)) | set(origin) | {
         field_name for column, field_name in MODEL_COLUMNS.items()
@@ -1445,6 +1461,17 @@ def _with(base: str, rest: str) -> dict[str, Any] | None:
     return options
 
 
+def preset_of(row: dict[str, Any]) -> str | None:
+    """The perfmodel preset a row's `model` column names, whatever its case and surrounding
+    spaces ('Qwen3-30B-A3B' is qwen3-30b-a3b); None where it names none."""
+    name = _stated(row, "model")
+    if name is None:
+        return None
+    from perfmodel.specs.presets import MODELS_DIR, preset_names
+
+    return {n.lower(): n for n in preset_names(MODELS_DIR)}.get(str(name).strip().lower())
+
+
 def model_of(row: dict[str, Any]) -> dict[str, Any]:
     """The TransformerSpec fields of a row's model: the preset its `model` column names (its sizes
     checked against the row's), else the row's sizes on its architecture (architecture_of) with
@@ -1454,27 +1481,36 @@ def model_of(row: dict[str, Any]) -> dict[str, Any]:
     # where it is not gated (a gated one is refused below); a preset's own where it names one
     sizes.update({k: _integer(row, k) for k in ("kv_heads", "ffn_hidden")
                   if not _empty(row.get(k))})
-    name = _stated(row, "model")
+    name = preset_of(row)
     if name is not None:
-        from perfmodel.specs.presets import MODELS_DIR, preset_names
+        from perfmodel import load_model
 
-        if str(name) in preset_names(MODELS_DIR):
-            from perfmodel import load_model
-
-            spec = load_model(str(name)).to_dict()
-            spec.pop("kind", None)
-            # the vocabulary may be padded (Megatron: a multiple of 128 x tp)
-            wrong = [f"{k} {v} (preset {spec[k]})" for k, v in sizes.items()
-                     if v != spec[k] and not (k == "vocab" and 0 <= v - spec[k] < 1024 * 8)]
-            if wrong:
-                raise ValueError(f"model {name}: the row's {', '.join(wrong)} differ")
-            # the run's own choices: its sequence, its dropout where a column states it, and
-            # the MTP modules it trains (a recipe may drop the model's)
-            spec["seq_len"] = _integer(row, "seq_len")
-            spec.update(_dropout_columns(row))
-            if not _empty(row.get("mtp_layers")):
-                spec["mtp_layers"] = _integer(row, "mtp_layers", minimum=0)
-            return spec
+        spec = load_model(name).to_dict()
+        spec.pop("kind", None)
+        # the vocabulary may be padded (Megatron: a multiple of 128 x tp)
+        wrong = [f"{k} {v} (preset {spec[k]})" for k, v in sizes.items()
+                 if v != spec[k] and not (k == "vocab" and 0 <= v - spec[k] < 1024 * 8)]
+        # ... and so must the experts and heads its optional columns state (the preset's
+        # would otherwise be predicted for them, silently); an MLA head is its q/k's or v's
+        for column, field_name in MODEL_COLUMNS.items():
+            if _empty(row.get(column)):
+                continue
+            value, preset = _integer(row, column, minimum=0), spec.get(field_name)
+            allowed = {preset or 0}
+            if field_name == "head_dim" and spec.get("qk_nope_head_dim"):
+                allowed |= {spec["qk_nope_head_dim"], spec.get("v_head_dim"),
+                            spec["qk_nope_head_dim"] + (spec.get("qk_rope_head_dim") or 0)}
+            if value not in allowed:
+                wrong.append(f"{column} {value} (preset {preset})")
+        if wrong:
+            raise ValueError(f"model {name}: the row's {', '.join(wrong)} differ")
+        # the run's own choices: its sequence, its dropout where a column states it, and
+        # the MTP modules it trains (a recipe may drop the model's)
+        spec["seq_len"] = _integer(row, "seq_len")
+        spec.update(_dropout_columns(row))
+        if not _empty(row.get("mtp_layers")):
+            spec["mtp_layers"] = _integer(row, "mtp_layers", minimum=0)
+        return spec
     model = dict(architecture_of(row), **sizes, seq_len=_integer(row, "seq_len"))
     model.setdefault("kv_heads", sizes["heads"])
     if "ffn_hidden" not in model and model.get("gated_mlp"):
@@ -1482,6 +1518,8 @@ def model_of(row: dict[str, Any]) -> dict[str, Any]:
     for column, field_name in MODEL_COLUMNS.items():
         if not _empty(row.get(column)):
             model[field_name] = _integer(row, column, minimum=0)
+    if not _empty(row.get("mtp_layers")):  # the MTP modules the run trains, as a preset's
+        model["mtp_layers"] = _integer(row, "mtp_layers", minimum=0)
     return model
 
 
@@ -1772,7 +1810,7 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
             plan["ep_dispatcher"] = DISPATCHERS[str(value).strip().lower()]
     known = set(COLUMNS) | set(ARCH_COLUMNS) | set(STRUCTURE_COLUMNS) | set(DROPOUT_COLUMNS) \
         | set(MODEL_COLUMNS) | set(PLAN_COLUMNS) | {
-        "model", "mtp_layers", *DISPATCHER_COLUMNS, *LAYOUT_COLUMNS}
+        "model", "mtp_layers", *DISPATCHER_COLUMNS, *LAYOUT_COLUMNS, *VP_COLUMNS}
     missing: list[str] = [f"column {key}={value} (not read)" for key, value in row.items()
                           if key not in known and _stated(row, key) is not None]
     for key in LAYOUT_COLUMNS:
@@ -1788,6 +1826,9 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
     for key in DISPATCHER_COLUMNS:
         if _stated(row, key) is not None:
             origin["ep_dispatcher"] = f"{key} column"
+    for key in VP_COLUMNS:  # (a feature's VP=n that differs disagrees with it)
+        if not _empty(row.get(key)):
+            _merge(_virtual_stages(_integer(row, key)), plan, origin, f"{key} column")
     # ... and so are the model's fields its columns state (they win over the architecture's
     # tables; a feature that says otherwise disagrees with the column)
     columns = {**arch_columns(row), **_dropout_columns(row), **{
