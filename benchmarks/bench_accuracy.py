@@ -27,7 +27,9 @@ Three sets, none of them used to set a parameter (they measure the model; see DE
   have (HSDP, torchao's float8, offloading to the host) and a feature naming ZeRO or FSDP that
   is not read; the file's headers are read whatever their case and spaces, its dtype in
   PyTorch's words too ('bfloat16'), its boolean columns in yes/no or 1/0, an empty pp or cp as
-  1 and an empty kv_heads as the heads; a degree or count that is not a whole number of at
+  1 and an empty kv_heads as the heads; an empty published_step_s as published_value in its
+  published_unit where that is seconds or tokens a second (all GPUs', or per GPU:
+  step_from_value); a degree or count that is not a whole number of at
   least 1, or a published time that is not a positive number, refuses its row; optional
   columns give a mixture of experts (`model`: a preset, named in any case, whose sizes and MoE
   columns must agree with the row's; or `experts`, `top_k`, `moe_ffn_hidden`, `shared_experts`,
@@ -2096,6 +2098,38 @@ def published_rows(directory: Path) -> list[Row]:
     return [published_row(r.to_dict(), problem) for _, r in frame.iterrows()]
 
 
+# published_unit's words for a step time and a throughput in tokens, where published_step_s is
+# empty (lower case, spaces dropped; what follows them, a parenthesis or a comma, is the source's
+# own name for it): TFLOP/s is not among them (its FLOPs per step are the source's own count, the
+# conversion column's formula)
+STEP_UNITS = ("s", "s/step", "s/it", "s/iter", "seconds", "sec")
+TOKENS_PER_GPU_UNITS = ("tokens/s/gpu", "tok/s/gpu", "t/s/gpu", "tokens/gpu/s")
+TOKENS_UNITS = ("tokens/s", "tok/s", "t/s")
+
+
+def step_from_value(record: dict[str, Any]) -> float:
+    """The step time of a row whose published_step_s is empty, from published_value and
+    published_unit: seconds as they are; tokens a second (all GPUs) global_batch x seq_len /
+    value; tokens a second per GPU, the same over the GPUs (Megatron-Bridge's and torchtitan's
+    tokens/s/GPU alike). ValueError naming the columns otherwise."""
+    value = _positive(record, "published_value", "its unit")
+    unit = _text(record, "published_unit")
+    if value is None or not unit:
+        raise ValueError("published_step_s: empty (a positive number of seconds; or "
+                         "published_value with published_unit s, tokens/s or tokens/s/GPU)")
+    word = re.split(r"[(,;]", unit, maxsplit=1)[0].lower().replace(" ", "")
+    if word in STEP_UNITS:
+        return value
+    tokens = _integer(record, "global_batch") * _integer(record, "seq_len")
+    if word in TOKENS_PER_GPU_UNITS:
+        return tokens / (value * _integer(record, "gpus"))
+    if word in TOKENS_UNITS:
+        return tokens / value
+    raise ValueError(f"published_unit '{unit}': with published_step_s empty, s, tokens/s or "
+                     "tokens/s/GPU (a FLOP rate counts the source's own FLOPs: give "
+                     "published_step_s, as the conversion column says)")
+
+
 def published_row(record: dict[str, Any], problem: str = "") -> Row:
     """One row of published_rows: predicted, or refused with why (`problem`: the file's). Every
     step that reads the row's text is under the refusal: a row never stops the benchmark."""
@@ -2110,7 +2144,7 @@ def published_row(record: dict[str, Any], problem: str = "") -> Row:
             raise ValueError("source: empty (the run's source names its set)")
         step = _positive(record, "published_step_s", "seconds")
         if step is None:
-            raise ValueError("published_step_s: empty (a positive number of seconds)")
+            step = step_from_value(record)
         published = step
         memory = _positive(record, "published_peak_mem_gib", "GiB")
         model, plan, missing, origin = read_row(record)

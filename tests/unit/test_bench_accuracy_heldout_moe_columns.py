@@ -89,3 +89,29 @@ def test_other_gpus_are_read_by_their_words(gpu, preset):
 def test_another_part_of_those_gpus_is_still_refused(gpu):
     with pytest.raises(ValueError, match="has no preset"):
         B.hardware_of(dict(gpu=gpu, hardware_note=""))
+
+
+@pytest.mark.parametrize("value, unit, step", [
+    (30.0, "s", 30.0), (30.0, "s/step (train_step_timing)", 30.0),
+    # 1,024 x 4,096 tokens in 30 s on 16 GPUs
+    (1024 * 4096 / 30.0 / 16, "tokens/s/GPU", 30.0),
+    (1024 * 4096 / 30.0 / 16, "Tokens/s/GPU (tps)", 30.0),
+    (1024 * 4096 / 30.0, "tokens/s, all GPUs (Throughput (T/s))", 30.0)])
+def test_a_published_value_in_seconds_or_tokens_stands_for_an_empty_step(value, unit, step):
+    """The step time of a row that gives only published_value and published_unit (the columns
+    the sets hold beside published_step_s: it used to be refused as empty)."""
+    row = B.published_row(dict(QWEN, published_step_s=None, published_value=value,
+                               published_unit=unit))
+    assert not row.error and row.published_s == pytest.approx(step)
+    same = B.published_row(dict(QWEN, published_step_s=step))
+    assert row.predicted_s == same.predicted_s
+
+
+@pytest.mark.parametrize("value, unit, why", [
+    (None, "tokens/s/GPU", "published_step_s: empty"), (512.0, None, "published_step_s: empty"),
+    (512.0, "TFLOP/s/GPU", "published_unit 'TFLOP/s/GPU': with published_step_s empty"),
+    (-1.0, "s", "published_value '-1.0'")])
+def test_a_published_value_that_does_not_give_a_step_is_refused(value, unit, why):
+    row = B.published_row(dict(QWEN, published_step_s=None, published_value=value,
+                               published_unit=unit))
+    assert why in row.error
