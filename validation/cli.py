@@ -236,15 +236,19 @@ def validate(ctx: click.Context, /, **kw: Any) -> None:
         check_output(kw.get("out"), what="dry-run report", make_parents=True)  # before it
 
         result = dryrun.dry_run(model, plan)
-        if plan.cp > 1 and plan.flash_attention is None:
-            from perfmodel.encode import resolve_flash
+        from perfmodel.encode import resolve_flash
 
-            if not resolve_flash(None, model, hardware, plan.dtype):  # as predict refuses it
-                result["notes"].append(
-                    f"cp {plan.cp}: {hardware.name} has no flash kernel measured for "
-                    f"{plan.dtype.value}, so predict refuses this plan there; the dry run counts "
-                    "the job's collectives (it attends with torch's fused SDPA whatever the "
-                    "hardware)")
+        if plan.cp > 1 and plan.flash_attention is None and \
+                not resolve_flash(None, model, hardware, plan.dtype):  # as predict refuses it
+            result["notes"].append(
+                f"cp {plan.cp}: {hardware.name} has no flash kernel measured for "
+                f"{plan.dtype.value}, so predict refuses this plan there; the dry run counts "
+                "the job's collectives (it attends with torch's fused SDPA whatever the "
+                "hardware)")
+        elif (refused := predict_refusal(model, hardware, plan)) is not None:
+            result["notes"].append(
+                f"predict refuses this plan on {hardware.name} ({refused}); the dry run counts "
+                "the job's collectives, which it issues whatever the hardware")
         release_held()
         dryrun.render(result, as_json=kw["as_json"])
         if kw.get("out"):
@@ -446,3 +450,21 @@ def _default_backend() -> str:
         return "nccl" if torch.cuda.is_available() else "gloo"
     except ImportError:
         return "gloo"
+
+
+def predict_refusal(model: Any, hardware: Any, plan: Any) -> str | None:
+    """Why `perfmodel predict` refuses the plan on the hardware, by the checks it makes of its
+    inputs (the FP8 recipe the GPU runs, FP8 weights under ZeRO 3, a fused kernel for cp, the
+    stack, the dispatcher: perfmodel.predict.resolve_inputs, encode.check_fp8_params), or None:
+    a dry run counts the job's collectives whatever the hardware, and says so."""
+    from perfmodel.encode import check_fp8_params
+    from perfmodel.errors import PerfmodelError
+    from perfmodel.predict import resolve_inputs
+
+    try:
+        _, _, resolved = resolve_inputs(model, hardware, plan)
+        check_fp8_params(hardware, resolved.dtype, resolved.fp8_recipe, resolved.fp8_params,
+                         resolved.zero)
+    except PerfmodelError as exc:
+        return str(exc)
+    return None

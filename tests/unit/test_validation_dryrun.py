@@ -274,3 +274,22 @@ def test_a_cp_plan_predict_refuses_for_its_hardware_s_kernels_is_counted_and_sai
     assert counted.returncode == 0, counted.stderr
     assert "dgx-a100-80gb has no flash kernel measured for fp32, so predict refuses" in \
         " ".join((counted.stdout + counted.stderr).split())
+
+
+@pytest.mark.parametrize("hardware, flags, why", [
+    ("dgx-h100", ("--fp8-recipe", "mxfp8"), "fp8_recipe mxfp8: hardware 'dgx-h100' runs"),
+    ("dgx-b200", ("--fp8-params", "--zero", "3"), "fp8_params with zero 3 is modelled for")])
+def test_an_fp8_plan_predict_refuses_for_its_hardware_is_counted_and_said(run_cli, hardware,
+                                                                          flags, why):
+    """As the cp plan above: an FP8 recipe the GPU does not run, FP8 weights under ZeRO 3 with
+    MXFP8 (predict refuses both) agreed in silence (a dry-run probe's finding, 2026-12-07)."""
+    args = ("--model", "tiny-gpt", "--dp", "8", "--global-batch", "8", "--dtype", "fp8",
+            "--hardware", hardware, *flags)
+    refused = run_cli("predict", *args)
+    assert refused.returncode == 4 and why in " ".join(refused.stderr.split())
+    counted = run_cli("validate", "--dry-run", *args)
+    assert counted.returncode == 0, counted.stderr
+    said = " ".join((counted.stdout + counted.stderr).split())
+    assert f"predict refuses this plan on {hardware} ({why}" in said
+    plain = run_cli("validate", "--dry-run", *args[:-len(flags)])
+    assert "predict refuses" not in plain.stdout + plain.stderr
