@@ -237,6 +237,8 @@ def dry_run(
     model: TransformerSpec, plan: Plan, parallel: JobParallel | None = None
 ) -> dict[str, Any]:
     check_layout(plan)  # the 1D job's collectives, never compared with a grid's ledger
+    plan.check(model)  # as the command line's plan is (a PlanError naming the field, not the
+    # job's own ValueError where the layers do not split over pp)
     as_job = job_model(model, plan.tp)
     fp8 = plan.dtype.value == "fp8"
     if fp8:  # the job runs bf16 (no Transformer Engine): counted and compared so

@@ -293,3 +293,13 @@ def test_an_fp8_plan_predict_refuses_for_its_hardware_is_counted_and_said(run_cl
     assert f"predict refuses this plan on {hardware} ({why}" in said
     plain = run_cli("validate", "--dry-run", *args[:-len(flags)])
     assert "predict refuses" not in plain.stdout + plain.stderr
+
+
+def test_the_python_dry_run_refuses_a_plan_as_the_command_line_does():
+    """dryrun.dry_run checks the plan against the model: layers that do not split over pp raised
+    the job's own ValueError (workload.model.chunk_layers) from Python (a probe's finding)."""
+    from perfmodel.errors import PlanError
+
+    model = load_model("tiny-gpt").replace(layers=5)
+    with pytest.raises(PlanError, match=r"layers \(5\) must be divisible by pp"):
+        dryrun.dry_run(model, Plan(gpus=2, pp=2, global_batch=4, micro_batch=1))
