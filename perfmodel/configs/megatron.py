@@ -2024,7 +2024,13 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     dist_opt = _flag(settings, "use_distributed_optimizer", where)
     zero = 3 if torch_fsdp else 1 if dist_opt else 0
     strategy = _str(settings, "data_parallel_sharding_strategy")
-    if strategy not in (None, "no_shard"):
+    # Megatron-Core reads the strategy only under Megatron FSDP (core/optimizer/__init__.py,
+    # distributed/fsdp at d98e8a64dd): Megatron-LM's own default is optim_grads_params since
+    # 3499efef80, and Megatron-Bridge's recipes (recipes/common.py at 067f987df) set it beside
+    # the distributed optimizer without FSDP, where it changes nothing
+    megatron_fsdp = _flag(settings, "use_megatron_fsdp", where) \
+        or _flag(settings, "use_custom_fsdp", where)
+    if strategy not in (None, "no_shard") and megatron_fsdp:
         raise refuse_plan(where, settings["data_parallel_sharding_strategy"][0], strategy,
                           "Megatron FSDP's sharding is not modelled (--use-torch-fsdp2 is: ZeRO "
                           "stage 3; --use-distributed-optimizer: stage 1)")
@@ -2042,7 +2048,9 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
     take("use_distributed_optimizer", "zero 1 (optimizer states sharded over dp)")
     take("use_torch_fsdp2", "zero 3 (PyTorch FSDP2)")
     _sharding_options(settings, job, where, take, zero)
-    take("data_parallel_sharding_strategy", "no sharding")
+    take("data_parallel_sharding_strategy", "no sharding" if strategy in (None, "no_shard") else
+         "Megatron FSDP's sharding: no effect without Megatron FSDP (--use-megatron-fsdp), "
+         f"the only reader of it (zero {zero} as the other options say)")
     grad = _flag(settings, "overlap_grad_reduce", where)
     param = _flag(settings, "overlap_param_gather", where)
     if param and zero != 1:

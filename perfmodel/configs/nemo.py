@@ -400,6 +400,31 @@ def _truth(value: Any) -> bool:
     return value is True or str(value).strip().lower() in ("true", "1")
 
 
+def _bridge_repeated(settings: Settings, job: JobConfig, name: str, fields: dict[str, Any]
+                     ) -> dict[str, Any]:
+    """A section's fields that an earlier section (ddp's, the model's) gives too, as
+    Megatron-Bridge resolves them: the distributed optimizer is on in both where either says so
+    (training/config.py _validate_and_sync_distributed_optimizer_settings at 067f987df); the
+    comm_overlap's set fields over the DDP's and the model's (CommOverlapConfig). The setting
+    that loses is listed, never dropped; the fields left for _put are returned."""
+    kept = {}
+    for k, v in fields.items():
+        dest = _RENAMED.get(k, k if k in _MODEL_FIELDS else None) if isinstance(k, str) else None
+        if dest is None or dest not in settings:
+            kept[k] = v
+            continue
+        old, stated = settings[dest]
+        key = f"{name}.{k}"
+        if dest == "use_distributed_optimizer" and _truth(stated) and not _truth(v):
+            job.skipped(key, v, f"overridden by {old}: Megatron-Bridge turns the distributed "
+                                "optimizer on in both sections where either has it")
+            continue
+        job.skipped(old, stated, f"the same as {key}" if _truth(stated) == _truth(v)
+                    and str(stated) == str(v) else f"overridden by {key}")
+        kept[k] = v
+    return kept
+
+
 def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str,
             override: bool) -> None:
     # what trains another step than the model's own: a ConfigContainer's peft (LoRA adapters
@@ -440,6 +465,8 @@ def _bridge(data: dict[str, Any], settings: Settings, job: JobConfig, where: str
             fields = {k: v for k, v in fields.items() if k == "vocab_size" and not given}
         if name == "comm_overlap":  # its None fields defer to ddp's and the model's
             fields = {k: v for k, v in fields.items() if v is not None}
+        if name in ("optimizer", "optimizer_config", "comm_overlap"):
+            fields = _bridge_repeated(settings, job, name, fields)
         if name.startswith("dataset"):
             _bridge_sequence(settings, name, fields, job, where)
         _put(settings, job, name, fields, model=model)
