@@ -31,7 +31,7 @@ from perfmodel.search import (
 from perfmodel.specs.hardware import LINK_PROTOCOLS, HardwareSpec, hardware_from_dict
 from perfmodel.specs.loading import suggest
 from perfmodel.specs.model import TransformerSpec
-from perfmodel.strategy import Dtype, EPDispatcher, Objective, Plan, plan_from_dict
+from perfmodel.strategy import AXES, Dtype, EPDispatcher, Objective, Plan, plan_from_dict
 
 # a plan's fields of dtype fp8 only, off in its bf16 twin (fp8_explanation)
 BF16_FIELDS: dict[str, Any] = dict(fp8_recipe=None, fp8_output_layer=False, fp8_params=False)
@@ -920,6 +920,15 @@ def _degrees(plan: Any, ways: bool = True) -> str:
     return degrees
 
 
+def _placed(plan: Any, order: tuple[str, ...]) -> tuple[str, ...]:
+    """A placement's order of the plan's axes of degree > 1 (an order of tp, dp and pp alone
+    puts cp right outside tp: strategy.Placement)."""
+    if "cp" not in order:
+        at = order.index("tp") + 1
+        order = (*order[:at], "cp", *order[at:])
+    return tuple(a for a in order if getattr(plan, a, 1) > 1)
+
+
 def _short(plan: Any) -> str:
     extra = []
     if plan.tp_layout.value != "1d":
@@ -953,6 +962,10 @@ def _short(plan: Any) -> str:
                         f"({plan.dp_bucketing.value})"))
     if plan.attention_kernel:
         extra.append(f"attention={plan.attention_kernel}")
+    # the ranks' order where it is not the default's for this plan (orders that differ only
+    # in an axis of degree 1 place the ranks alike: search._placements)
+    if _placed(plan, plan.placement) != _placed(plan, AXES):
+        extra.append(f"placement={','.join(plan.placement)}")
     return (f"{degrees} mb={plan.micro_batch} {plan.schedule.value} "
             f"recompute={recompute}" + ("".join(f" {e}" for e in extra)))
 

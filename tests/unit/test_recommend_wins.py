@@ -75,3 +75,17 @@ def test_a_gpu_count_with_no_split_names_the_nearest_that_have_one():
                                "--gpus", "72", "--global-batch", "512", "--json"])
     assert code == 4 and "the nearest with a plan" in err
     assert json.loads(out)["explanation"]["infeasible"]["nearest_splits"] == splits
+
+
+def test_a_plans_short_text_names_a_placement_that_places_its_ranks_otherwise():
+    """recommend's alternatives in short (the best bf16 plan, the best without cp or ep) left a
+    placement out: 'dp,tp,pp' was predicted as 'tp,dp,pp' from the text (a probe's finding,
+    2026-12-07). One that places the ranks as the default does is left out still."""
+    from perfmodel import Plan
+    from perfmodel.recommend import _short
+
+    assert _short(Plan(gpus=64, dp=8, tp=8, global_batch=64, placement="dp,tp,pp")).endswith(
+        " placement=dp,tp,pp")
+    for same in (dict(dp=8, tp=8), dict(dp=64, placement="dp,tp,pp"),
+                 dict(dp=8, cp=8, placement="tp,cp,dp,pp", flash_attention=True)):
+        assert "placement" not in _short(Plan(gpus=64, global_batch=64, **same))
