@@ -1634,7 +1634,12 @@ QUALIFIERS: dict[tuple[str, Any], dict[str, dict[str, Any]]] = {
         **dict.fromkeys(("flash", "flash backend"), {"flash_attention": True}),
         **dict.fromkeys(("cudnn", "cudnn backend"),
                         {"flash_attention": True, "attention_kernel": "cudnn"}),
-        **dict.fromkeys(("math", "math backend"), {"flash_attention": False})},
+        **dict.fromkeys(("math", "math backend"), {"flash_attention": False}),
+        # flash-attn's kernel in Triton (llm-foundry's attn_impl triton, a copy of
+        # flash_attn_triton.py): the preset's measurement of it where it has one, else
+        # unmeasured_kernel names what the row is priced with
+        **dict.fromkeys(("triton", "triton kernel"),
+                        {"flash_attention": True, "attention_kernel": "triton"})},
     ("zero", 3): dict.fromkeys(("optim grads params", "full shard"), {}),
 }
 # Words in a feature's parenthetical that make it another feature, by the option the feature
@@ -1646,10 +1651,6 @@ REPLACING: dict[tuple[str, Any], dict[str, dict[str, Any]]] = {
     ("sequence_parallel", True): dict.fromkeys(("ulysses", "deepspeed ulysses", "ds ulysses"),
                                                {"_ulysses": True}),
 }
-# Words in a parenthetical that name what the plan takes its default for, the feature applied
-# and the words named as not read: flash attention's kernel in Triton (llm-foundry's attn_impl
-# triton), priced as the preset's flash kernel (docs/accuracy.md)
-UNREAD_QUALIFIERS: dict[tuple[str, Any], set[str]] = {("flash_attention", True): {"triton"}}
 # A parenthetical that reverses its feature ('flash attention (disabled)'): the row is refused,
 # naming the feature, rather than the feature applied
 NEGATIONS = {"disabled", "disable", "off", "not used", "unused", "none", "no"}
@@ -1868,9 +1869,7 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
                     reads.append((piece, (qualifies, {})))
                 elif (replaces := _qualifier(base, piece, REPLACING)) is not None:
                     reads[0] = (feature, (replaces, {}))  # 'FSDP (NO_SHARD)' is DDP
-                elif _lookup(NOT_MODELLED, NOT_MODELLED_LOOSE, piece) is not None or any(
-                        base.get(key) == value and loose_key(piece) in words
-                        for (key, value), words in UNREAD_QUALIFIERS.items()) or set(
+                elif _lookup(NOT_MODELLED, NOT_MODELLED_LOOSE, piece) is not None or set(
                         base) <= COLUMN_CHECKS:
                     # (a feature that only restates the row's columns, 'fp16 (static loss
                     # scale 8192)', applies nothing its parenthetical could narrow)
@@ -2033,6 +2032,37 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
     return model, plan, missing, origin
 
 
+# Flash kernels a row may name that no preset of its GPU measures, where pricing the row with
+# the preset's default flash kernel, named in its not-modelled column, is kept rather than the row
+# refused: flash-attn's Triton kernel has a published benchmark on A100 only (the FlashAttention-2
+# figure the A100 presets fit), and llm-foundry ran it on H100 too (204 of its 216 rows)
+UNMEASURED_KERNELS = {"triton": "flash-attn's flash attention in Triton"}
+
+
+def unmeasured_kernel(plan: dict[str, Any], origin: dict[str, str], hardware: str) -> list[str]:
+    """A kernel of UNMEASURED_KERNELS the row names and its preset does not measure: taken out
+    of the plan (the preset's default flash kernel prices the attention) and said so."""
+    from perfmodel import PerfmodelError, load_hardware
+
+    name = plan.get("attention_kernel")
+    if name not in UNMEASURED_KERNELS:
+        return []
+    try:
+        hw = load_hardware(hardware)
+        hw.named_flash_kernel(name)
+    except PerfmodelError:
+        pass
+    else:
+        return []
+    del plan["attention_kernel"]
+    default = hw.flash_attention
+    priced = (f"priced as its default flash kernel, {default.name or default.kernel}"
+              if default is not None and default.dtypes else "priced unfused")
+    # (has_unread counts it: the row's plan took a default in its place)
+    return [f"feature '{origin.get('attention_kernel', name)}': {UNMEASURED_KERNELS[name]} has no "
+            f"measurement on {hardware}: {priced} (the kernel not mapped)"]
+
+
 def assumed_defaults(model: dict[str, Any], plan: dict[str, Any], hardware: str) -> list[str]:
     """What a row's plan takes where its features state nothing and the choice moves the step:
     the attention (Plan.flash_attention None: the preset's flash kernel where it runs the dtype
@@ -2149,7 +2179,8 @@ def published_row(record: dict[str, Any], problem: str = "") -> Row:
         memory = _positive(record, "published_peak_mem_gib", "GiB")
         model, plan, missing, origin = read_row(record)
         hardware = hardware_of(record)
-        missing += (hardware_notes(record, hardware) + architecture_assumed(record, origin)
+        missing += (unmeasured_kernel(plan, origin, hardware) + hardware_notes(record, hardware)
+                    + architecture_assumed(record, origin)
                     + assumed_defaults(model, plan, hardware))
     except Exception as exc:  # a row the benchmark cannot read is reported as refused, with why
         try:

@@ -412,7 +412,8 @@ def plan_options(fn: Any) -> Any:
                      callback=_kernel_name,
                      help="The flash kernel, by its name on the hardware (perfmodel presets "
                           "lists them; dgx-h100: cudnn, its default, or fa2, FlashAttention-2 "
-                          "as flash-attn 2.x runs it)."),
+                          "as flash-attn 2.x runs it; the A100s: fa2, or triton, flash-attn's "
+                          "kernel in Triton, llm-foundry's attn_impl triton)."),
         click.option("--overlap-grad-sync", is_flag=True,
                      help="Overlap the data-parallel gradient sync with backward."),
         click.option("--overlap-param-gather", is_flag=True,

@@ -278,7 +278,9 @@ def apply(settings: Settings, job: JobConfig, where: str, take: Callable[[str, s
     job.fix("flash_attention", flash)
     take("use_flash_attn_v2", "flash_attention (FlashAttention-2: --attention-kernel fa2 costs "
          "it where the hardware measures it, dgx-h100)")
-    for dest in ("use_flash_attn_v1", "use_flash_attn_triton", "use_flash_attn_builder"):
+    take("use_flash_attn_triton", "flash_attention (flash-attn's kernel in Triton: "
+         "--attention-kernel triton costs it where the hardware measures it, the A100s)")
+    for dest in ("use_flash_attn_v1", "use_flash_attn_builder"):
         take(dest, "flash_attention (costed with the hardware's flash kernel)")
     take("use_flash_attn", "flash_attention")
     if not flash:

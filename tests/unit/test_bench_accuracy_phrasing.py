@@ -248,3 +248,26 @@ def test_llm_foundrys_bf16_rows_run_mpts_modules_op_by_op():
     assert "kernels" not in fp8
     _, dgxc, _ = B.plan_of(_DGXC)  # NeMo: Transformer Engine's fused kernels
     assert "kernels" not in dgxc
+
+
+def test_flash_attns_triton_kernel_is_the_presets_where_it_measures_it(tmp_path):
+    """llm-foundry's attn_impl triton ('flash attention (triton)', 204 of its rows): the A100
+    presets' triton kernel (the FlashAttention-2 figure's Triton bars); H100's has none, so the row
+    is priced with its default kernel, said in the row and counted as read in part."""
+    a100 = dict(_MPT_7B, gpu="A100", hardware_note="A100 80GB SXM", seq_len=8192, micro_batch=1,
+                global_batch=8, features="amp_bf16; FSDP; no activation checkpointing; "
+                                         "flash attention (triton)")
+    h100 = dict(a100, gpu="H100", hardware_note="DGX H100")
+    _, plan, missing = B.plan_of(a100)
+    assert plan["attention_kernel"] == "triton" and plan["flash_attention"] is True
+    pd.DataFrame([a100, h100, dict(a100, features=a100["features"].replace(" (triton)", ""))]) \
+        .to_csv(tmp_path / "published-steps.csv", index=False)
+    triton, h100_row, default = B.published_rows(tmp_path)
+    assert not triton.error and not B.has_unread(triton), triton.not_modelled
+    assert "triton kernel" in triton.label
+    # the Triton kernel's attention at 0.4 of FlashAttention-2's rate: a slower step
+    assert triton.predicted_s > 1.1 * default.predicted_s
+    assert B.has_unread(h100_row) and not h100_row.error
+    assert ("feature 'triton': flash-attn's flash attention in Triton has no measurement on "
+            "dgx-h100: priced as its default flash kernel, cudnn (the kernel not mapped)"
+            in h100_row.not_modelled)
