@@ -2049,10 +2049,9 @@ def unmeasured_kernel(plan: dict[str, Any], origin: dict[str, str], hardware: st
         return []
     try:
         hw = load_hardware(hardware)
-        hw.named_flash_kernel(name)
-    except PerfmodelError:
-        pass
-    else:
+    except PerfmodelError:  # predict refuses the row with its reason
+        return []
+    if name in hw.flash_attention_names():
         return []
     del plan["attention_kernel"]
     default = hw.flash_attention
