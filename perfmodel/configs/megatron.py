@@ -2045,7 +2045,9 @@ def _options(settings: Settings, job: JobConfig, where: str, take: Callable[[str
                                   f"Megatron-LM runs it without {flag.strip('-')} > 1, got "
                                   f"{job.plan[key]}")
             job.fix(key, 1)
-    take("use_distributed_optimizer", "zero 1 (optimizer states sharded over dp)")
+    take("use_distributed_optimizer", "zero 1 (optimizer states sharded over dp)" if dist_opt
+         else "no distributed optimizer" + (" (zero 3 from FSDP2)" if torch_fsdp else
+                                            ": zero 0 (optimizer states replicated)"))
     take("use_torch_fsdp2", "zero 3 (PyTorch FSDP2)")
     _sharding_options(settings, job, where, take, zero)
     take("data_parallel_sharding_strategy", "no sharding" if strategy in (None, "no_shard") else

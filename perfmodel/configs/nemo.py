@@ -44,7 +44,7 @@ from perfmodel.configs.job import (
     whole,
     window,
 )
-from perfmodel.configs.megatron import Settings, apply_settings
+from perfmodel.configs.megatron import Settings, _flag, apply_settings
 from perfmodel.errors import SpecError
 
 # TransformerConfig / provider fields -> Megatron argument dests (the same name unless listed)
@@ -400,11 +400,20 @@ def _truth(value: Any) -> bool:
     return value is True or str(value).strip().lower() in ("true", "1")
 
 
+# the fields Megatron-Bridge turns on in both ddp and optimizer where either has them
+# (_validate_and_sync_distributed_optimizer_settings in src/megatron/bridge/training/config.py at
+# 067f987df; overlap_param_gather from 4bb633034, "Sync overlap_param_gather between DDP and
+# optimizer (#4141)")
+_BRIDGE_EITHER = {"use_distributed_optimizer": "the distributed optimizer",
+                  "overlap_param_gather": "overlap_param_gather"}
+
+
 def _bridge_repeated(settings: Settings, job: JobConfig, name: str, fields: dict[str, Any]
                      ) -> dict[str, Any]:
     """A section's fields that an earlier section (ddp's, the model's) gives too, as
-    Megatron-Bridge resolves them: the distributed optimizer is on in both where either says so
-    (training/config.py _validate_and_sync_distributed_optimizer_settings at 067f987df); the
+    Megatron-Bridge resolves them: the distributed optimizer and overlap_param_gather are on in
+    both where either says so (training/config.py
+    _validate_and_sync_distributed_optimizer_settings at 067f987df, _BRIDGE_EITHER); the
     comm_overlap's set fields over the DDP's and the model's (CommOverlapConfig). The setting
     that loses is listed, never dropped; the fields left for _put are returned."""
     kept = {}
@@ -415,9 +424,9 @@ def _bridge_repeated(settings: Settings, job: JobConfig, name: str, fields: dict
             continue
         old, stated = settings[dest]
         key = f"{name}.{k}"
-        if dest == "use_distributed_optimizer" and _truth(stated) and not _truth(v):
-            job.skipped(key, v, f"overridden by {old}: Megatron-Bridge turns the distributed "
-                                "optimizer on in both sections where either has it")
+        if dest in _BRIDGE_EITHER and _truth(stated) and not _truth(v):
+            job.skipped(key, v, f"overridden by {old}: Megatron-Bridge turns "
+                                f"{_BRIDGE_EITHER[dest]} on in both sections where either has it")
             continue
         job.skipped(old, stated, f"the same as {key}" if _truth(stated) == _truth(v)
                     and str(stated) == str(v) else f"overridden by {key}")
@@ -980,6 +989,53 @@ def _nemo2_sequence(data: dict[str, Any], target: str, settings: Settings, job: 
                      f"{given}")
 
 
+def _nemo2_distributed_optimizer(settings: Settings, job: JobConfig, optim: dict[str, Any],
+                                 ddp: tuple[str, Any] | None) -> None:
+    """The distributed optimizer where NeMo 2's trainer.strategy.ddp and optim.config both can
+    say it: the optimizer config's, stated or OptimizerConfig's default (False). MegatronStrategy
+    .connect (nemo/lightning/pytorch/strategies/megatron_strategy.py at 8cfedd7) sets the DDP
+    config's use_distributed_optimizer to the OptimizerConfig's wherever they differ ("Fixing
+    mis-match between ddp-config & mcore-optimizer config"), and the optimizer is built from
+    the OptimizerConfig (MegatronOptimizerModule, nemo/lightning/pytorch/optim/megatron.py):
+    the DDP's value loses, listed. Only for an OptimizerConfig (connect checks isinstance): an
+    optim.config of another class leaves the DDP's as stated."""
+    target = str(optim.get("_target_", ""))
+    if target and not target.rsplit(".", 1)[-1] == "OptimizerConfig":
+        if ddp is not None:
+            settings.setdefault("use_distributed_optimizer", ddp)
+        return
+    key = "optim.config.use_distributed_optimizer"
+    if "use_distributed_optimizer" not in optim:  # OptimizerConfig's default
+        key = "optim.config (OptimizerConfig's use_distributed_optimizer default, False)"
+        settings["use_distributed_optimizer"] = (key, False)
+    if ddp is None:
+        return
+    old, stated = ddp
+    same = _flag({"d": ddp}, "d", job.path) == _flag(settings, "use_distributed_optimizer",
+                                                      job.path)
+    job.skipped(old, stated, f"the same as {key}" if same else
+                f"overridden by {key}: NeMo's MegatronStrategy sets the DDP's to the "
+                "optimizer config's")
+
+
+def _nemo2_param_gather(settings: Settings, job: JobConfig) -> None:
+    """The DDP's overlap_param_gather without the distributed optimizer (NeMo 2 has no
+    Megatron-LM argument check): Megatron-Core's DDP registers its forward pre-hooks that
+    gather the weights only with both (distributed_data_parallel.py use_forward_hook =
+    use_distributed_optimizer and overlap_param_gather at core_v0.13.0 and core_v0.14.0, the
+    NeMo 2 releases' Megatron-Core), and only the distributed optimizer gathers weights at
+    all: listed as no effect, as NeMo runs it, rather than refused as Megatron-LM's flags are.
+    Under FSDP (trainer.strategy.fsdp) it is the prefetch, read."""
+    if any(_flag(settings, dest, job.path) for dest in (
+            "use_distributed_optimizer", "use_torch_fsdp2", "use_megatron_fsdp",
+            "use_custom_fsdp")):
+        return
+    if _flag(settings, "overlap_param_gather", job.path):
+        job.skipped(*settings.pop("overlap_param_gather"),
+                    "no effect without the distributed optimizer (Megatron-Core's DDP gathers "
+                    "no weights then)")
+
+
 _NEMO2_NOT_READ = {"data": "the data, not the step",
                    "model": "the model's module (its config gives the model)",
                    "optim": "the learning-rate schedule or the optimizer's module"}
@@ -1056,7 +1112,9 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
     optim = (data.get("optim") or {}).get("config") if isinstance(data.get("optim"), dict) \
         else None
     if isinstance(optim, dict):  # Megatron-Core's OptimizerConfig
+        ddp_setting = settings.pop("use_distributed_optimizer", None)  # the DDP's, put above
         _put(settings, job, "optim.config", optim)
+        _nemo2_distributed_optimizer(settings, job, optim, ddp_setting)
     for name, value in data.items():  # what is left of the recipe: said why it is not read
         if name in ("trainer", "data", "model", "optim") and isinstance(value, dict):
             read = {"data": ("micro_batch_size", "global_batch_size", "seq_length"),
@@ -1082,3 +1140,4 @@ def _nemo2(data: dict[str, Any], settings: Settings, job: JobConfig, where: str)
     callbacks = trainer.get("callbacks")
     for callback in callbacks if isinstance(callbacks, list) else [callbacks]:
         _callback(callback, settings, job, where)
+    _nemo2_param_gather(settings, job)

@@ -174,7 +174,15 @@ def settings_of(data: dict[str, Any], job: JobConfig, where: str) -> Settings:
         if name not in ("devices", "num_nodes", "precision"):
             job.skipped(f"trainer.{name}", value, "not the step's (run length, logging)")
     model = data["model"]
-    if dtype in ("bf16", "fp16") and not model.get("megatron_amp_O2"):
+    o2 = model.get("megatron_amp_O2")
+    if isinstance(o2, str):
+        # NeMo 1 tests it as Python does (megatron_base_model.py at 8cfedd7: self.megatron_amp_O2
+        # = cfg.get('megatron_amp_O2', False), then `if self.megatron_amp_O2`; OmegaConf keeps a
+        # quoted YAML value a string): any non-empty text, "false" too, is on
+        raise refuse_plan(where, "model.megatron_amp_O2", repr(o2),
+                          "a string, which NeMo 1 reads as on whatever it says; allowed: true "
+                          "or false (unquoted)")
+    if dtype in ("bf16", "fp16") and not o2:
         # megatron_base_model.py (8cfedd7): without megatron_amp_O2 the weights are fp32
         # (params_dtype) and the layers run under torch.autocast (enable_autocast)
         raise refuse_plan(where, "model.megatron_amp_O2", model.get("megatron_amp_O2", False),
@@ -234,7 +242,7 @@ def _grad_fusion(model: dict[str, Any], optimizer: str, settings: Settings, job:
     if not _truth(model["gradient_accumulation_fusion"]):
         return
     why = ""
-    if not _truth(model.get("megatron_amp_O2", False)):
+    if not model.get("megatron_amp_O2", False):  # a bool or number (settings_of refuses text)
         why = "without megatron_amp_O2"
     elif degree("pipeline_model_parallel_size") == 1 \
             and optimizer not in ("distributed_fused_adam", "mcore_distributed_optim"):
